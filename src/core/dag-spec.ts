@@ -1,0 +1,89 @@
+/**
+ * The validated, normalized form of a DAG file. This is what `dags.spec` stores (jsonb) and what
+ * each run snapshots at trigger time, so a DAG applied mid-run never changes a run in flight.
+ * Durations are milliseconds; optional fields are filled with their defaults by the parser.
+ */
+
+export const TRIGGER_RULES = [
+  'all_success',
+  'all_done',
+  'one_success',
+  'one_failed',
+  'none_failed',
+] as const;
+export type TriggerRule = (typeof TRIGGER_RULES)[number];
+
+export const EXECUTOR_KINDS = ['default', 'subprocess', 'kubernetes', 'agents'] as const;
+export type ExecutorKind = (typeof EXECUTOR_KINDS)[number];
+
+/** Where a task may run when its executor is `agents` (standalone agent fleet). */
+export interface PlacementSpec {
+  /** Required agent labels (all must match). */
+  labels: Record<string, string>;
+  /** Required agent capabilities (all must be present). */
+  capabilities: string[];
+  /** If non-empty, only these agent ids. */
+  allowedAgents: string[];
+  forbiddenAgents: string[];
+  /** Concurrent attempts of this task on one agent; null for no limit. */
+  maxParallelPerAgent: number | null;
+}
+
+export interface TaskSpec {
+  id: string;
+  /** argv; the first element is the program. Never run through a shell unless the user asks. */
+  command: string[];
+  dependsOn: string[];
+  triggerRule: TriggerRule;
+  /** Extra attempts after the first; max tries = retries + 1. */
+  retries: number;
+  /** Delay before the first retry; doubles each try, capped at maxRetryDelayMs. */
+  retryDelayMs: number;
+  maxRetryDelayMs: number;
+  /** Execution timeout of one attempt; null for none. */
+  timeoutMs: number | null;
+  env: Record<string, string>;
+  /** Working directory of the command; null for the control plane's own. */
+  cwd: string | null;
+  /** 'default' means the edition's executor. */
+  executor: ExecutorKind;
+  /** Container image, used by the kubernetes executor. */
+  image: string | null;
+  /** null when the task has no placement constraints. */
+  placement: PlacementSpec | null;
+}
+
+export interface DagSpec {
+  dagId: string;
+  description: string;
+  /** Cron expression (5 or 6 fields) or null for manual runs only. */
+  schedule: string | null;
+  /** IANA time zone the schedule is read in. */
+  timezone: string;
+  /** true: create every missed run since startDate. */
+  catchup: boolean;
+  /** ISO-8601 instant; null means "from when the DAG was first applied". */
+  startDate: string | null;
+  maxActiveRuns: number;
+  tags: string[];
+  tasks: TaskSpec[];
+}
+
+/** One problem found in a DAG file. `path` is the field's path, e.g. `tasks[2].retry_delay`. */
+export interface DagIssue {
+  path: string;
+  message: string;
+}
+
+/** Thrown when a DAG file is invalid; `issues` lists every problem found, in file order. */
+export class DagValidationError extends Error {
+  override readonly name = 'DagValidationError';
+  constructor(
+    readonly file: string,
+    readonly issues: DagIssue[],
+  ) {
+    super(
+      `${file}: invalid DAG:\n` + issues.map((i) => `  ${file}: ${i.path || '(root)'}: ${i.message}`).join('\n'),
+    );
+  }
+}

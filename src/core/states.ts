@@ -1,0 +1,113 @@
+/**
+ * The one state table of Leoflow. Every write to a run or task-instance state is a guarded
+ * transition `UPDATE … WHERE state = ANY(legalFrom(to))`, and `legalFrom` reads this table; no
+ * other module decides which moves are legal.
+ */
+
+export const RUN_STATES = ['queued', 'running', 'success', 'failed', 'cancelled'] as const;
+export type RunState = (typeof RUN_STATES)[number];
+
+export const TI_STATES = [
+  'none',
+  'scheduled',
+  'queued',
+  'running',
+  'success',
+  'failed',
+  'up_for_retry',
+  'upstream_failed',
+  'skipped',
+  'cancelled',
+] as const;
+export type TiState = (typeof TI_STATES)[number];
+
+/** Run transitions: from → the states it may move to. */
+const RUN_TRANSITIONS: Readonly<Record<RunState, readonly RunState[]>> = {
+  queued: ['running', 'cancelled'],
+  running: ['success', 'failed', 'cancelled'],
+  success: [],
+  failed: [],
+  cancelled: [],
+};
+
+/**
+ * Task-instance transitions: from → the states it may move to.
+ * - none → scheduled when its trigger rule is met, or straight to upstream_failed/skipped.
+ * - scheduled → queued when a dispatcher claims it for a new attempt (try_number + 1).
+ * - queued → running when the executor has started the attempt; queued → failed/up_for_retry
+ *   when the executor could not start it (e.g. the command does not exist).
+ * - running → success | failed | up_for_retry when the attempt ends.
+ * - up_for_retry → scheduled when its backoff has elapsed.
+ * - success/failed/upstream_failed/skipped/cancelled → none when cleared (retry by hand).
+ * - any non-terminal state → cancelled when its run is cancelled.
+ */
+const TI_TRANSITIONS: Readonly<Record<TiState, readonly TiState[]>> = {
+  none: ['scheduled', 'upstream_failed', 'skipped', 'cancelled'],
+  scheduled: ['queued', 'none', 'cancelled'],
+  queued: ['running', 'failed', 'up_for_retry', 'scheduled', 'cancelled'],
+  running: ['success', 'failed', 'up_for_retry', 'cancelled'],
+  up_for_retry: ['scheduled', 'cancelled'],
+  success: ['none'],
+  failed: ['none'],
+  upstream_failed: ['none'],
+  skipped: ['none'],
+  cancelled: ['none'],
+};
+
+export const TERMINAL_TI_STATES: readonly TiState[] = [
+  'success',
+  'failed',
+  'upstream_failed',
+  'skipped',
+  'cancelled',
+];
+export const TERMINAL_RUN_STATES: readonly RunState[] = ['success', 'failed', 'cancelled'];
+
+/** States in which a task instance may hold a live process somewhere. */
+export const ACTIVE_TI_STATES: readonly TiState[] = ['queued', 'running'];
+
+export function isTerminalTi(state: TiState): boolean {
+  return TERMINAL_TI_STATES.includes(state);
+}
+
+export function isTerminalRun(state: RunState): boolean {
+  return TERMINAL_RUN_STATES.includes(state);
+}
+
+export function canTransitionTi(from: TiState, to: TiState): boolean {
+  return TI_TRANSITIONS[from].includes(to);
+}
+
+export function canTransitionRun(from: RunState, to: RunState): boolean {
+  return RUN_TRANSITIONS[from].includes(to);
+}
+
+function invert<S extends string>(table: Readonly<Record<S, readonly S[]>>): Record<S, S[]> {
+  const out = {} as Record<S, S[]>;
+  for (const from of Object.keys(table) as S[]) out[from] ??= [];
+  for (const [from, tos] of Object.entries(table) as [S, readonly S[]][]) {
+    for (const to of tos) (out[to] ??= []).push(from);
+  }
+  return out;
+}
+
+const TI_FROM = invert(TI_TRANSITIONS);
+const RUN_FROM = invert(RUN_TRANSITIONS);
+
+/** The states a task instance may be in for a guarded write to move it to `to`. */
+export function legalTiFrom(to: TiState): readonly TiState[] {
+  return TI_FROM[to];
+}
+
+/** The states a run may be in for a guarded write to move it to `to`. */
+export function legalRunFrom(to: RunState): readonly RunState[] {
+  return RUN_FROM[to];
+}
+
+export function isTiState(value: string): value is TiState {
+  return (TI_STATES as readonly string[]).includes(value);
+}
+
+export function isRunState(value: string): value is RunState {
+  return (RUN_STATES as readonly string[]).includes(value);
+}
