@@ -3,51 +3,9 @@
  * claimed attempt and a reporter (store operations passed in, so executors never import `db`).
  */
 
-/** One attempt of one task instance, as claimed by the dispatcher. */
-export interface Attempt {
-  tiId: string;
-  runId: string;
-  dagId: string;
-  taskId: string;
-  tryNumber: number;
-  maxTries: number;
-  /** Random per attempt; every report carries it so a superseded attempt is fenced off. */
-  attemptToken: string;
-  /** Deterministic `<dag>-<run>-<task>-<try>`: a duplicate dispatch collapses onto it. */
-  dispatchKey: string;
-  command: string[];
-  env: Record<string, string>;
-  cwd: string | null;
-  /** Execution timeout; null for none. */
-  timeoutMs: number | null;
-}
+import type { Attempt } from '../core/attempt.js';
 
-export type LogStream = 'stdout' | 'stderr' | 'system';
-
-/** How an attempt ended. */
-export interface AttemptResult {
-  /** The process's exit code, or null when it was killed by a signal or never started. */
-  exitCode: number | null;
-  signal: NodeJS.Signals | null;
-  /** Why it ended, for a human: 'exit code 3', 'timed out after 5000 ms', 'spawn ENOENT', … */
-  error: string | null;
-  outcome: 'success' | 'failed' | 'timed_out' | 'cancelled' | 'spawn_failed' | 'superseded';
-}
-
-/** Store operations an executor reports through. Every call is fenced by the attempt token. */
-export interface AttemptReporter {
-  /** Records that the attempt started. Resolves false if the attempt is no longer current. */
-  started(attempt: Attempt, info: { pid: number | null }): Promise<boolean>;
-  /** Buffers one log line (the implementation batches the writes). */
-  log(attempt: Attempt, stream: LogStream, line: string): void;
-  /**
-   * Records a heartbeat for every live attempt in one write. Resolves the ti ids whose attempt
-   * is still current and running; the executor stops any attempt not in the set.
-   */
-  heartbeat(attempts: Attempt[]): Promise<Set<string>>;
-  /** Records the end of the attempt (after flushing its log lines). */
-  finished(attempt: Attempt, result: AttemptResult): Promise<void>;
-}
+export type { Attempt, AttemptReporter, AttemptResult, LogStream } from '../core/attempt.js';
 
 export interface Executor {
   readonly kind: string;

@@ -1,0 +1,61 @@
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import type { Command } from 'commander';
+import { expandDagPaths } from '../../server/apply-dag-paths.js';
+import type { Clients } from '../client.js';
+import { table, time } from '../format.js';
+
+export function registerDag(program: Command, clients: () => Clients): void {
+  const dag = program.command('dag').description('apply and inspect DAGs');
+
+  dag
+    .command('apply')
+    .description('validate DAG files (or folders of them) and store them')
+    .argument('<paths...>', 'YAML or JSON DAG files, or folders')
+    .action(async (paths: string[]) => {
+      const files = await expandDagPaths(paths.map((p) => path.resolve(p)));
+      if (files.length === 0) throw new Error(`no DAG files (*.yaml, *.yml, *.json) in ${paths.join(', ')}`);
+      let failed = 0;
+      for (const file of files) {
+        const source = await readFile(file, 'utf8');
+        const rel = path.relative(process.cwd(), file) || file;
+        try {
+          const res = await clients().workflow.applyDag({ source, filename: rel });
+          process.stdout.write(`${rel}: DAG ${res.dag!.dagId} ${res.outcome} (version ${res.dag!.version}, ${res.dag!.tasks.length} tasks)\n`);
+        } catch (err) {
+          failed++;
+          process.stderr.write(`${(err as Error).message.replace(/^\[invalid_argument\] /, '')}\n`);
+        }
+      }
+      if (failed > 0) process.exitCode = 1;
+    });
+
+  dag
+    .command('list')
+    .description('list DAGs')
+    .option('-o, --output <format>', 'table | json', 'table')
+    .action(async (opts: { output: string }) => {
+      const { dags } = await clients().workflow.listDags({});
+      if (opts.output === 'json') {
+        process.stdout.write(JSON.stringify(dags.map((d) => ({ dag_id: d.dagId, version: d.version, schedule: d.schedule, paused: d.paused, tasks: d.tasks.length }))) + '\n');
+        return;
+      }
+      process.stdout.write(
+        table(
+          ['DAG', 'VERSION', 'TASKS', 'SCHEDULE', 'PAUSED', 'NEXT RUN'],
+          dags.map((d) => [d.dagId, String(d.version), String(d.tasks.length), d.schedule || '-', d.paused ? 'yes' : 'no', time(d.nextRunAt)]),
+        ) + '\n',
+      );
+    });
+
+  for (const [name, paused] of [['pause', true], ['unpause', false]] as const) {
+    dag
+      .command(name)
+      .description(paused ? 'stop creating scheduled runs of a DAG' : 'resume creating scheduled runs of a DAG')
+      .argument('<dag_id>')
+      .action(async (dagId: string) => {
+        const res = await clients().workflow.pauseDag({ dagId, paused });
+        process.stdout.write(`DAG ${res.dag!.dagId} ${paused ? 'paused' : 'unpaused'}\n`);
+      });
+  }
+}

@@ -1,0 +1,156 @@
+import type { Command } from 'commander';
+import { timestampDate } from '@bufbuild/protobuf/wkt';
+import { RunState, type Run, type TaskInstance } from '../../gen/leoflow/v1/types_pb.js';
+import type { Clients } from '../client.js';
+import { clock, duration, runStateName, table, taskStateName, time } from '../format.js';
+
+const ENDED = new Set([RunState.SUCCESS, RunState.FAILED, RunState.CANCELLED]);
+
+function tiRows(tis: TaskInstance[]): string[][] {
+  return tis.map((t) => [
+    t.taskId,
+    taskStateName(t.state),
+    `${t.tryNumber}/${t.maxTries}`,
+    t.exitCode === undefined ? '-' : String(t.exitCode),
+    time(t.startedAt),
+    duration(t.startedAt, t.endedAt),
+    t.pendingReason || t.error || '',
+  ]);
+}
+
+function summary(tis: TaskInstance[]): string {
+  const counts = new Map<string, number>();
+  for (const t of tis) counts.set(taskStateName(t.state), (counts.get(taskStateName(t.state)) ?? 0) + 1);
+  return [...counts].map(([s, n]) => `${n} ${s}`).join(', ');
+}
+
+/**
+ * Follows a run until it ends, printing each task's moves as they happen (one line per move, so
+ * the output reads the same in a terminal and in a CI log). Resolves the final run.
+ */
+async function watch(clients: Clients, run: Run, pollMs: number): Promise<{ run: Run; tis: TaskInstance[] }> {
+  const seen = new Map<string, string>();
+  const total = () => seen.size;
+  let width = 8;
+  for (;;) {
+    const res = await clients.workflow.getRun({ runId: run.runId });
+    const tis = res.taskInstances;
+    width = Math.max(width, ...tis.map((t) => t.taskId.length));
+    let done = 0;
+    for (const t of tis) {
+      const state = taskStateName(t.state);
+      if (['success', 'failed', 'upstream_failed', 'skipped', 'cancelled'].includes(state)) done++;
+      const key = `${state}/${t.tryNumber}`;
+      if (seen.get(t.taskId) === key || state === 'none') {
+        seen.set(t.taskId, seen.get(t.taskId) ?? key);
+        continue;
+      }
+      seen.set(t.taskId, key);
+      let detail = t.tryNumber > 0 ? `try ${t.tryNumber}/${t.maxTries}` : '';
+      if (t.exitCode !== undefined && state !== 'running') detail += `, exit ${t.exitCode}`;
+      if (state === 'up_for_retry' && t.nextTryAt) detail += `, retry at ${clock(timestampDate(t.nextTryAt))}`;
+      if (t.error && state !== 'success' && !/^exit code \d+$/.test(t.error)) detail += `, ${t.error}`;
+      process.stdout.write(`  ${clock(new Date())}  ${t.taskId.padEnd(width)}  ${state.padEnd(15)} ${detail}  [${done}/${tis.length} done]\n`);
+    }
+    void total;
+    if (ENDED.has(res.run!.state)) return { run: res.run!, tis };
+    await new Promise((r) => setTimeout(r, pollMs));
+  }
+}
+
+export function registerRun(program: Command, clients: () => Clients): void {
+  const run = program.command('run').description('trigger and inspect DAG runs');
+
+  run
+    .command('trigger')
+    .description('start a run of a DAG')
+    .argument('<dag_id>')
+    .option('--conf <json>', 'JSON object passed to the tasks as LEOFLOW_RUN_CONF')
+    .option('--key <run_key>', 'idempotency key: triggering again with it returns the same run')
+    .option('-w, --wait', 'follow the run until it ends; exit non-zero unless it succeeds')
+    .option('-o, --output <format>', 'text | json', 'text')
+    .action(async (dagId: string, opts: { conf?: string; key?: string; wait?: boolean; output: string }) => {
+      const c = clients();
+      const res = await c.workflow.triggerRun({ dagId, confJson: opts.conf ?? '', runKey: opts.key ?? '' });
+      const r = res.run!;
+      if (opts.output === 'json' && !opts.wait) {
+        process.stdout.write(JSON.stringify({ run_id: r.runId, dag_id: r.dagId, run_key: r.runKey, state: runStateName(r.state), created: res.created }) + '\n');
+        return;
+      }
+      process.stdout.write(`run ${r.runId} of ${r.dagId} ${res.created ? 'triggered' : 'already exists'} (key ${r.runKey})\n`);
+      if (!opts.wait) return;
+      const started = Date.now();
+      const end = await watch(c, r, 100);
+      const state = runStateName(end.run.state);
+      const secs = ((Date.now() - started) / 1000).toFixed(1);
+      process.stdout.write(`run ${r.runId} ${state} in ${secs}s: ${summary(end.tis)}\n`);
+      if (end.run.state !== RunState.SUCCESS) process.exitCode = 1;
+    });
+
+  run
+    .command('list')
+    .description('list recent runs')
+    .option('--dag <dag_id>', 'only this DAG')
+    .option('--limit <n>', 'at most this many', '20')
+    .option('-o, --output <format>', 'table | json', 'table')
+    .action(async (opts: { dag?: string; limit: string; output: string }) => {
+      const limit = Number(opts.limit);
+      if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new Error(`--limit must be an integer from 1 to 1000, got ${JSON.stringify(opts.limit)}`);
+      const { runs } = await clients().workflow.listRuns({ dagId: opts.dag ?? '', limit });
+      if (opts.output === 'json') {
+        process.stdout.write(JSON.stringify(runs.map((r) => ({ run_id: r.runId, dag_id: r.dagId, run_key: r.runKey, state: runStateName(r.state) }))) + '\n');
+        return;
+      }
+      process.stdout.write(
+        table(
+          ['RUN', 'DAG', 'STATE', 'TYPE', 'CREATED', 'DURATION', 'KEY'],
+          runs.map((r) => [r.runId, r.dagId, runStateName(r.state), r.runType, time(r.createdAt), duration(r.startedAt, r.endedAt), r.runKey]),
+        ) + '\n',
+      );
+    });
+
+  run
+    .command('show')
+    .description('show a run and its task instances, with why each waiting task waits')
+    .argument('<run_id>')
+    .option('-o, --output <format>', 'table | json', 'table')
+    .action(async (runId: string, opts: { output: string }) => {
+      const res = await clients().workflow.getRun({ runId });
+      const r = res.run!;
+      if (opts.output === 'json') {
+        process.stdout.write(
+          JSON.stringify({
+            run_id: r.runId,
+            dag_id: r.dagId,
+            state: runStateName(r.state),
+            task_instances: res.taskInstances.map((t) => ({
+              ti_id: t.tiId,
+              task_id: t.taskId,
+              state: taskStateName(t.state),
+              try_number: t.tryNumber,
+              max_tries: t.maxTries,
+              exit_code: t.exitCode ?? null,
+              error: t.error || null,
+              pending_reason: t.pendingReason || null,
+            })),
+          }) + '\n',
+        );
+        return;
+      }
+      process.stdout.write(
+        `run ${r.runId} of ${r.dagId} (${r.runType}, key ${r.runKey}, DAG version ${r.dagVersion})\n` +
+          `state ${runStateName(r.state)}, created ${time(r.createdAt)}, duration ${duration(r.startedAt, r.endedAt)}\n\n` +
+          table(['TASK', 'STATE', 'TRY', 'EXIT', 'STARTED', 'DURATION', 'REASON / ERROR'], tiRows(res.taskInstances)) +
+          '\n',
+      );
+    });
+
+  run
+    .command('cancel')
+    .description('cancel a run: running tasks are stopped, waiting ones will not start')
+    .argument('<run_id>')
+    .action(async (runId: string) => {
+      const res = await clients().workflow.cancelRun({ runId });
+      process.stdout.write(`run ${res.run!.runId} ${runStateName(res.run!.state)}\n`);
+    });
+}

@@ -1,0 +1,82 @@
+import type { Command } from 'commander';
+import { ConfigError, loadConfig, SETTINGS, type SettingKey } from '../../server/config.js';
+import { startControlPlane } from '../../server/control-plane.js';
+import { createLogger } from '../../server/logger.js';
+
+const HELP: Record<SettingKey, string> = {
+  edition: 'lite | pro (edition defaults from editions/<edition>/config.json)',
+  replica_id: 'name of this replica (default: host-pid-random)',
+  listen: 'HOST:PORT for the API (gRPC, gRPC-Web and Connect)',
+  database: 'postgres:// URL; without it, Lite starts an embedded Postgres',
+  state_dir: 'folder for the embedded Postgres data and other state',
+  embedded_pg_port: 'port of the embedded Postgres (127.0.0.1 only)',
+  executor: 'executor for tasks that do not name one: subprocess | kubernetes',
+  dags: 'DAG files or folders to apply at start (comma-separated)',
+  tick_interval: 'scheduler safety-net tick, e.g. 1s',
+  dispatch_workers: 'number of dispatch drainers',
+  dispatch_queue: 'dispatch queue capacity',
+  run_orphan_threshold: 'run reaper threshold, e.g. 5m',
+  heartbeat_threshold: 'task heartbeat staleness threshold, e.g. 90s',
+  heartbeat_interval: 'how often live tasks heartbeat, e.g. 5s',
+  kill_grace: 'time between SIGTERM and SIGKILL when stopping a task',
+  shutdown_grace: 'how long a graceful stop waits for running tasks',
+  leader_watchdog: 'how often the leader checks its lock session',
+  log_level: 'trace | debug | info | warn | error | fatal | silent',
+  log_format: 'json | pretty (default: pretty at a terminal, json otherwise)',
+};
+
+/** commander's option name → our setting key (`--tick-interval` → tickInterval → tick_interval). */
+function camel(flag: string): string {
+  return flag.replace(/^--/, '').replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+}
+
+export function registerServer(program: Command): void {
+  const cmd = program.command('server').description('run a control-plane replica (API, scheduler, executor)');
+  for (const [key, s] of Object.entries(SETTINGS)) {
+    cmd.option(`${s.flag} <value>`, `${HELP[key as SettingKey]} [env ${s.env}]`);
+  }
+  cmd.action(async (opts: Record<string, string>) => {
+    const flags: Partial<Record<SettingKey, string>> = {};
+    for (const [key, s] of Object.entries(SETTINGS)) {
+      const v = opts[camel(s.flag)];
+      if (v !== undefined) flags[key as SettingKey] = v;
+    }
+    let config;
+    try {
+      config = loadConfig(flags);
+    } catch (err) {
+      if (err instanceof ConfigError) {
+        process.stderr.write(`leoflow server: ${err.message}\n`);
+        process.exit(2);
+      }
+      throw err;
+    }
+    const logger = createLogger({ level: config.logLevel, format: config.logFormat, replicaId: config.replicaId });
+    let plane;
+    try {
+      plane = await startControlPlane(config, logger);
+    } catch (err) {
+      logger.fatal({ err }, `could not start: ${(err as Error).message}`);
+      process.exitCode = 1;
+      return;
+    }
+    let signals = 0;
+    const stop = (signal: string) => {
+      signals++;
+      if (signals > 1) {
+        logger.warn({ signal }, 'second signal: exiting now');
+        process.exit(130);
+      }
+      logger.info({ signal }, 'received signal');
+      plane.close().then(
+        () => process.exit(0),
+        (err: unknown) => {
+          logger.error({ err }, 'error while shutting down');
+          process.exit(1);
+        },
+      );
+    };
+    process.on('SIGTERM', () => stop('SIGTERM'));
+    process.on('SIGINT', () => stop('SIGINT'));
+  });
+}

@@ -1,0 +1,39 @@
+import { timestampDate, type Timestamp } from '@bufbuild/protobuf/wkt';
+import { RunState, TaskState } from '../gen/leoflow/v1/types_pb.js';
+
+/** How the CLI shows things to a person. */
+
+export function runStateName(s: RunState): string {
+  return (RunState[s] ?? 'unspecified').toLowerCase();
+}
+
+export function taskStateName(s: TaskState): string {
+  return (TaskState[s] ?? 'unspecified').toLowerCase();
+}
+
+export function time(ts: Timestamp | undefined): string {
+  if (!ts) return '-';
+  const d = timestampDate(ts);
+  const pad = (n: number, w = 2) => String(n).padStart(w, '0');
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
+}
+
+export function clock(d: Date): string {
+  const pad = (n: number, w = 2) => String(n).padStart(w, '0');
+  return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
+}
+
+export function duration(from: Timestamp | undefined, to: Timestamp | undefined): string {
+  if (!from) return '-';
+  const ms = (to ? timestampDate(to) : new Date()).getTime() - timestampDate(from).getTime();
+  if (ms < 1000) return `${ms}ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(1)}s`;
+  return `${Math.floor(ms / 60_000)}m${Math.round((ms % 60_000) / 1000)}s`;
+}
+
+/** A plain aligned table: columns as wide as their widest cell. */
+export function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join('  ').trimEnd();
+  return [line(header), ...rows.map(line)].join('\n');
+}

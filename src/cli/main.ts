@@ -1,0 +1,38 @@
+import { ConnectError } from '@connectrpc/connect';
+import { Command, CommanderError } from 'commander';
+import { createClients, type Clients } from './client.js';
+import { registerDag } from './commands/dag.js';
+import { registerLogs } from './commands/logs.js';
+import { registerRun } from './commands/run.js';
+import { registerServer } from './commands/server.js';
+
+const program = new Command('leoflow')
+  .description('Leoflow: DAGs of tasks, run on time, exactly as often as they should')
+  .option('-s, --server <url>', 'control-plane API address [env LEOFLOW_SERVER]', process.env.LEOFLOW_SERVER ?? 'http://127.0.0.1:7070')
+  .showHelpAfterError()
+  .exitOverride();
+
+let clients: Clients | undefined;
+const getClients = () => (clients ??= createClients(program.opts<{ server: string }>().server));
+
+registerServer(program);
+registerDag(program, getClients);
+registerRun(program, getClients);
+registerLogs(program, getClients);
+
+try {
+  await program.parseAsync(process.argv);
+} catch (err) {
+  if (err instanceof CommanderError) {
+    process.exit(err.exitCode === 0 ? 0 : 2);
+  }
+  if (err instanceof ConnectError) {
+    // "[not_found] run 7 not found" → "leoflow: not_found: run 7 not found"
+    const server = program.opts<{ server: string }>().server;
+    const msg = err.code === 14 ? `cannot reach the control plane at ${server} (${err.rawMessage}); is \`leoflow server\` running?` : err.message;
+    process.stderr.write(`leoflow: ${msg}\n`);
+  } else {
+    process.stderr.write(`leoflow: ${(err as Error).message}\n`);
+  }
+  process.exit(1);
+}

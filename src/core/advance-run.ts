@@ -1,0 +1,148 @@
+import type { TaskSpec, TriggerRule } from './dag-spec.js';
+import { isTerminalTi, type TiState } from './states.js';
+
+/**
+ * The in-process state machine of the plan phase: given a run's tasks and the current state of
+ * its task instances, decide what moves next. Pure, so the rules are tested without a database;
+ * the caller turns the decision into guarded writes.
+ */
+
+export interface TiView {
+  state: TiState;
+  nextTryAt: Date | null;
+  pendingReason: string | null;
+}
+
+export interface RunDecision {
+  /** none → scheduled: the trigger rule is met. */
+  schedule: string[];
+  /** up_for_retry → scheduled: the backoff has elapsed. */
+  retry: string[];
+  upstreamFailed: string[];
+  skipped: string[];
+  /** Waiting task instances whose pending reason changed (null clears it). */
+  reasons: Map<string, string | null>;
+  /** Set when, after these moves, every task instance is terminal. */
+  outcome: 'success' | 'failed' | null;
+}
+
+type Verdict = 'run' | 'upstream_failed' | 'skipped' | 'wait';
+
+interface UpstreamCounts {
+  total: number;
+  done: number;
+  success: number;
+  failed: number;
+  skipped: number;
+}
+
+/** What a trigger rule says about a task, given the states of its upstream tasks. */
+export function evaluateTriggerRule(rule: TriggerRule, up: UpstreamCounts): Verdict {
+  if (up.total === 0) return 'run';
+  const allDone = up.done === up.total;
+  switch (rule) {
+    case 'all_success':
+      if (up.failed > 0) return 'upstream_failed';
+      if (up.skipped > 0) return 'skipped';
+      return up.success === up.total ? 'run' : 'wait';
+    case 'all_done':
+      return allDone ? 'run' : 'wait';
+    case 'one_success':
+      if (up.success > 0) return 'run';
+      if (!allDone) return 'wait';
+      return up.skipped === up.total ? 'skipped' : 'upstream_failed';
+    case 'one_failed':
+      if (up.failed > 0) return 'run';
+      return allDone ? 'skipped' : 'wait';
+    case 'none_failed':
+      if (up.failed > 0) return 'upstream_failed';
+      return allDone ? 'run' : 'wait';
+  }
+}
+
+function countUpstream(task: TaskSpec, states: Map<string, TiState>): UpstreamCounts {
+  const c: UpstreamCounts = { total: task.dependsOn.length, done: 0, success: 0, failed: 0, skipped: 0 };
+  for (const dep of task.dependsOn) {
+    const s = states.get(dep) ?? 'none';
+    if (isTerminalTi(s)) c.done++;
+    if (s === 'success') c.success++;
+    else if (s === 'failed' || s === 'upstream_failed' || s === 'cancelled') c.failed++;
+    else if (s === 'skipped') c.skipped++;
+  }
+  return c;
+}
+
+/** Tasks in an order where every task comes after its dependencies (the spec is acyclic). */
+export function topologicalOrder(tasks: readonly TaskSpec[]): TaskSpec[] {
+  const byId = new Map(tasks.map((t) => [t.id, t]));
+  const indegree = new Map(tasks.map((t) => [t.id, t.dependsOn.length]));
+  const downstream = new Map<string, string[]>();
+  for (const t of tasks) for (const d of t.dependsOn) (downstream.get(d) ?? downstream.set(d, []).get(d)!).push(t.id);
+  const ready = tasks.filter((t) => t.dependsOn.length === 0).map((t) => t.id);
+  const out: TaskSpec[] = [];
+  while (ready.length > 0) {
+    const id = ready.shift()!;
+    out.push(byId.get(id)!);
+    for (const next of downstream.get(id) ?? []) {
+      const n = indegree.get(next)! - 1;
+      indegree.set(next, n);
+      if (n === 0) ready.push(next);
+    }
+  }
+  if (out.length !== tasks.length) throw new Error('DAG spec has a cycle');
+  return out;
+}
+
+export function advanceRun(tasks: readonly TaskSpec[], tis: ReadonlyMap<string, TiView>, now: Date): RunDecision {
+  const d: RunDecision = { schedule: [], retry: [], upstreamFailed: [], skipped: [], reasons: new Map(), outcome: null };
+  const states = new Map<string, TiState>();
+  for (const [id, ti] of tis) states.set(id, ti.state);
+
+  const setReason = (id: string, reason: string | null) => {
+    if ((tis.get(id)?.pendingReason ?? null) !== reason) d.reasons.set(id, reason);
+  };
+
+  // In dependency order, so a failure propagates through the whole chain in one step.
+  for (const task of topologicalOrder(tasks)) {
+    const ti = tis.get(task.id);
+    if (!ti) throw new Error(`run has no task instance for task "${task.id}"`);
+    if (ti.state === 'none') {
+      const verdict = evaluateTriggerRule(task.triggerRule, countUpstream(task, states));
+      if (verdict === 'run') {
+        d.schedule.push(task.id);
+        states.set(task.id, 'scheduled');
+        setReason(task.id, null);
+      } else if (verdict === 'upstream_failed') {
+        d.upstreamFailed.push(task.id);
+        states.set(task.id, 'upstream_failed');
+        setReason(task.id, null);
+      } else if (verdict === 'skipped') {
+        d.skipped.push(task.id);
+        states.set(task.id, 'skipped');
+        setReason(task.id, null);
+      } else {
+        setReason(task.id, 'UPSTREAM_RUNNING');
+      }
+    } else if (ti.state === 'up_for_retry') {
+      if (ti.nextTryAt === null || ti.nextTryAt.getTime() <= now.getTime()) {
+        d.retry.push(task.id);
+        states.set(task.id, 'scheduled');
+        setReason(task.id, null);
+      } else {
+        setReason(task.id, `RETRY_BACKOFF_UNTIL:${ti.nextTryAt.toISOString()}`);
+      }
+    }
+  }
+
+  const all = [...states.values()];
+  if (all.every(isTerminalTi)) {
+    d.outcome = all.some((s) => s === 'failed' || s === 'upstream_failed' || s === 'cancelled') ? 'failed' : 'success';
+  }
+  return d;
+}
+
+/** Exponential backoff from the task's retry_delay, doubling per try, capped. */
+export function retryDelayMs(task: Pick<TaskSpec, 'retryDelayMs' | 'maxRetryDelayMs'>, tryNumber: number): number {
+  const exp = Math.min(Math.max(tryNumber - 1, 0), 30);
+  return Math.min(task.retryDelayMs * 2 ** exp, task.maxRetryDelayMs);
+}

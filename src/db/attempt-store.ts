@@ -1,0 +1,50 @@
+import type { Logger } from 'pino';
+import type { Attempt, AttemptReporter, AttemptResult } from '../core/attempt.js';
+import { finishAttempt, type FinishVerdict } from './attempts/finish-attempt.js';
+import { flushHeartbeats } from './attempts/flush-heartbeats.js';
+import { startAttempt } from './attempts/start-attempt.js';
+import type { LogWriter } from './log-writer.js';
+import type { Sql } from './sql.js';
+
+export interface AttemptStoreHooks {
+  /** After an attempt's end was recorded (the scheduler is nudged from here). */
+  onFinished?(attempt: Attempt, verdict: FinishVerdict): void;
+  /** A report for a superseded attempt was refused. */
+  onRejected?(attempt: Attempt, report: 'started' | 'finished'): void;
+}
+
+/**
+ * The reporter every executor writes through: each report is fenced by (ti, try, token), so a
+ * zombie's report for a superseded attempt is refused and never applied.
+ */
+export function createAttemptStore(sql: Sql, logs: LogWriter, logger: Logger, hooks: AttemptStoreHooks = {}): AttemptReporter {
+  return {
+    async started(attempt, info) {
+      const ok = await startAttempt(sql, attempt, { pid: info.pid, agentId: null });
+      if (!ok) {
+        hooks.onRejected?.(attempt, 'started');
+        logger.warn({ tiId: attempt.tiId, runId: attempt.runId, try: attempt.tryNumber }, 'start report refused: attempt superseded');
+      }
+      return ok;
+    },
+    log(attempt, stream, line) {
+      logs.write(attempt.tiId, attempt.tryNumber, stream, line);
+    },
+    heartbeat(attempts) {
+      return flushHeartbeats(sql, attempts);
+    },
+    async finished(attempt: Attempt, result: AttemptResult) {
+      await logs.flush();
+      logs.forget(attempt.tiId, attempt.tryNumber);
+      const verdict = await finishAttempt(sql, attempt, result);
+      const ids = { tiId: attempt.tiId, runId: attempt.runId, dagId: attempt.dagId, taskId: attempt.taskId, try: attempt.tryNumber };
+      if (verdict === 'rejected') {
+        if (result.outcome !== 'superseded') hooks.onRejected?.(attempt, 'finished');
+        logger.warn({ ...ids, outcome: result.outcome }, 'finish report refused: attempt superseded');
+      } else {
+        logger.info({ ...ids, state: verdict, exitCode: result.exitCode, error: result.error ?? undefined }, `task ${attempt.taskId} ${verdict}`);
+      }
+      hooks.onFinished?.(attempt, verdict);
+    },
+  };
+}

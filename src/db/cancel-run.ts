@@ -1,0 +1,37 @@
+import type { RunRow } from './runs.js';
+import { transitionRun, getRun } from './runs.js';
+import type { Sql } from './sql.js';
+
+export type CancelOutcome =
+  | { kind: 'not_found' }
+  | { kind: 'already_ended'; run: RunRow }
+  | { kind: 'cancelled'; run: RunRow; stoppedTiIds: string[] };
+
+/**
+ * Cancels a run and every task instance of it that has not ended, in one transaction. Returns
+ * the TIs that may hold a live process (queued/running), so their holder can stop them; a holder
+ * elsewhere learns it at its next heartbeat, which no longer matches a running attempt.
+ */
+export async function cancelRun(sql: Sql, runId: string): Promise<CancelOutcome> {
+  return sql.begin(async (tx) => {
+    const [locked] = await tx<RunRow[]>`select * from dag_runs where id = ${runId} for update`;
+    if (!locked) return { kind: 'not_found' as const };
+    if (!(await transitionRun(tx, runId, 'cancelled'))) return { kind: 'already_ended' as const, run: locked };
+    const rows = await tx<{ id: string; was: string }[]>`
+      with old as (
+        select id, state from task_instances
+        where run_id = ${runId} and state in ('none', 'scheduled', 'queued', 'running', 'up_for_retry')
+        for update),
+      moved as (
+        update task_instances t set state = 'cancelled', ended_at = now(),
+          pending_reason = null, error = coalesce(t.error, 'run cancelled')
+        from old where t.id = old.id
+        returning t.id, t.run_id, t.task_id, t.try_number, old.state as was),
+      ev as (
+        insert into events (run_id, ti_id, kind, payload)
+        select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'cancelled', 'try', try_number) from moved)
+      select id, was from moved`;
+    const run = (await getRun(tx, runId))!;
+    return { kind: 'cancelled' as const, run, stoppedTiIds: rows.filter((r) => r.was === 'queued' || r.was === 'running').map((r) => r.id) };
+  });
+}

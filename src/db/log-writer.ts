@@ -1,0 +1,78 @@
+import type { Logger } from 'pino';
+import type { LogStream } from '../core/attempt.js';
+import type { Sql } from './sql.js';
+
+interface Pending {
+  tiId: string;
+  tryNumber: number;
+  seq: number;
+  stream: LogStream;
+  line: string;
+  at: Date;
+}
+
+export interface LogWriter {
+  /** Buffers one line; it is written with others in one multi-row INSERT. */
+  write(tiId: string, tryNumber: number, stream: LogStream, line: string): void;
+  /** Writes everything buffered so far. */
+  flush(): Promise<void>;
+  /** Forgets the sequence counter of an attempt that has ended. */
+  forget(tiId: string, tryNumber: number): void;
+  close(): Promise<void>;
+}
+
+/**
+ * Task log lines, batched: a chatty task costs one INSERT per flush interval, not one per line.
+ * Sequence numbers are assigned here, per attempt, in the order lines arrive.
+ */
+export function createLogWriter(sql: Sql, logger: Logger, opts: { flushMs: number; maxBatch: number }): LogWriter {
+  let buffer: Pending[] = [];
+  const seqs = new Map<string, number>();
+  let timer: NodeJS.Timeout | null = null;
+  let inFlight: Promise<void> = Promise.resolve();
+
+  const doFlush = async (batch: Pending[]) => {
+    try {
+      await sql`
+        insert into task_logs (ti_id, try_number, seq, stream, line, at)
+        select * from unnest(${batch.map((p) => p.tiId)}::bigint[], ${batch.map((p) => p.tryNumber)}::int[],
+                             ${batch.map((p) => p.seq)}::int[], ${batch.map((p) => p.stream)}::text[],
+                             ${batch.map((p) => p.line)}::text[], ${batch.map((p) => p.at.toISOString())}::timestamptz[])
+        on conflict do nothing`;
+    } catch (err) {
+      logger.error({ err, lines: batch.length }, 'failed to write task log lines');
+    }
+  };
+
+  const flush = (): Promise<void> => {
+    if (timer) {
+      clearTimeout(timer);
+      timer = null;
+    }
+    if (buffer.length === 0) return inFlight;
+    const batch = buffer;
+    buffer = [];
+    // Chained so lines of one attempt are written in order even across flushes.
+    inFlight = inFlight.then(() => doFlush(batch));
+    return inFlight;
+  };
+
+  return {
+    write(tiId, tryNumber, stream, line) {
+      const key = `${tiId}/${tryNumber}`;
+      const seq = (seqs.get(key) ?? 0) + 1;
+      seqs.set(key, seq);
+      // NUL bytes cannot be stored in a text column.
+      buffer.push({ tiId, tryNumber, seq, stream, line: line.includes('\0') ? line.replaceAll('\0', '\uFFFD') : line, at: new Date() });
+      if (buffer.length >= opts.maxBatch) void flush();
+      else timer ??= setTimeout(() => void flush(), opts.flushMs);
+    },
+    flush,
+    forget(tiId, tryNumber) {
+      seqs.delete(`${tiId}/${tryNumber}`);
+    },
+    async close() {
+      await flush();
+    },
+  };
+}

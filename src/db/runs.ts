@@ -1,0 +1,115 @@
+import type { DagSpec } from '../core/dag-spec.js';
+import { legalRunFrom, type RunState } from '../core/states.js';
+import type { Sql, TxSql } from './sql.js';
+
+export interface RunRow {
+  id: string;
+  dag_id: string;
+  run_key: string;
+  run_type: 'manual' | 'scheduled';
+  dag_version: number;
+  spec: DagSpec;
+  logical_date: Date;
+  state: RunState;
+  conf: Record<string, unknown>;
+  poison_error: string | null;
+  created_at: Date;
+  started_at: Date | null;
+  ended_at: Date | null;
+  settled_at: Date | null;
+}
+
+export interface NewRun {
+  dagId: string;
+  dagVersion: number;
+  spec: DagSpec;
+  runKey: string;
+  runType: 'manual' | 'scheduled';
+  logicalDate: Date;
+  conf: Record<string, unknown>;
+  /** The executor a task with `executor: default` gets in this edition. */
+  defaultExecutor: string;
+}
+
+/**
+ * Creates a run and one task instance per task, in the caller's transaction. Idempotent on
+ * (dag_id, run_key): a second call returns the existing run with created = false.
+ */
+export async function createRun(tx: TxSql, run: NewRun): Promise<{ run: RunRow; created: boolean }> {
+  const [inserted] = await tx<RunRow[]>`
+    insert into dag_runs (dag_id, run_key, run_type, dag_version, spec, logical_date, conf)
+    values (${run.dagId}, ${run.runKey}, ${run.runType}, ${run.dagVersion}, ${tx.json(run.spec as never)},
+            ${run.logicalDate}, ${tx.json(run.conf as never)})
+    on conflict (dag_id, run_key) do nothing
+    returning *`;
+  if (!inserted) {
+    const [existing] = await tx<RunRow[]>`select * from dag_runs where dag_id = ${run.dagId} and run_key = ${run.runKey}`;
+    return { run: existing!, created: false };
+  }
+  const tasks = run.spec.tasks;
+  await tx`
+    insert into task_instances (run_id, task_id, max_tries, executor, retry_delay_ms, max_retry_delay_ms, pending_reason)
+    select ${inserted.id}::bigint, t.task_id, t.max_tries, t.executor, t.retry_delay_ms, t.max_retry_delay_ms, 'RUN_QUEUED'
+    from unnest(${tasks.map((t) => t.id)}::text[], ${tasks.map((t) => t.retries + 1)}::int[],
+                ${tasks.map((t) => (t.executor === 'default' ? run.defaultExecutor : t.executor))}::text[],
+                ${tasks.map((t) => t.retryDelayMs)}::bigint[], ${tasks.map((t) => t.maxRetryDelayMs)}::bigint[])
+         as t(task_id, max_tries, executor, retry_delay_ms, max_retry_delay_ms)`;
+  await tx`insert into events (run_id, kind, payload)
+           values (${inserted.id}, 'run.state', ${tx.json({ to: 'queued', run_key: run.runKey, run_type: run.runType } as never)})`;
+  return { run: inserted, created: true };
+}
+
+export async function getRun(sql: Sql | TxSql, runId: string): Promise<RunRow | null> {
+  const [row] = await sql<RunRow[]>`select * from dag_runs where id = ${runId}`;
+  return row ?? null;
+}
+
+export async function listRuns(sql: Sql, opts: { dagId?: string; limit: number }): Promise<RunRow[]> {
+  return opts.dagId
+    ? sql<RunRow[]>`select * from dag_runs where dag_id = ${opts.dagId} order by id desc limit ${opts.limit}`
+    : sql<RunRow[]>`select * from dag_runs order by id desc limit ${opts.limit}`;
+}
+
+/** Runs the planner looks at: queued or running, not poisoned, oldest first. */
+export async function activeRuns(sql: Sql, limit: number): Promise<RunRow[]> {
+  return sql<RunRow[]>`
+    select * from dag_runs where state in ('queued', 'running') and poison_error is null
+    order by id limit ${limit}`;
+}
+
+/** Number of running runs per DAG, for max_active_runs. */
+export async function runningCounts(sql: Sql, dagIds: string[]): Promise<Map<string, number>> {
+  if (dagIds.length === 0) return new Map();
+  const rows = await sql<{ dag_id: string; n: number }[]>`
+    select dag_id, count(*)::int as n from dag_runs
+    where state = 'running' and dag_id = any(${dagIds}::text[]) group by dag_id`;
+  return new Map(rows.map((r) => [r.dag_id, r.n]));
+}
+
+/**
+ * The one guarded write for run states: moves the run only from a state the state table allows,
+ * and records the move in the events log in the same statement. Resolves false if someone else
+ * moved it first.
+ */
+export async function transitionRun(sql: Sql | TxSql, runId: string, to: RunState, payload: Record<string, unknown> = {}): Promise<boolean> {
+  const from = legalRunFrom(to);
+  const terminal = to === 'success' || to === 'failed' || to === 'cancelled';
+  const rows = await sql`
+    with moved as (
+      update dag_runs set state = ${to},
+        started_at = case when ${to} = 'running' then now() else started_at end,
+        ended_at = case when ${terminal} then now() else ended_at end
+      where id = ${runId} and state = any(${from as string[]}::text[])
+      returning id)
+    insert into events (run_id, kind, payload)
+    select id, 'run.state', ${sql.json({ ...payload, to } as never)} from moved
+    returning run_id`;
+  return rows.count === 1;
+}
+
+/** Marks a run whose advancing threw, so the planner skips it instead of dying on it each tick. */
+export async function poisonRun(sql: Sql, runId: string, error: string): Promise<void> {
+  await sql`
+    with p as (update dag_runs set poison_error = ${error} where id = ${runId} and poison_error is null returning id)
+    insert into events (run_id, kind, payload) select id, 'run.poisoned', ${sql.json({ error } as never)} from p`;
+}

@@ -1,0 +1,77 @@
+import { legalTiFrom, type TiState } from '../core/states.js';
+import type { Sql, TxSql } from './sql.js';
+
+export interface TiRow {
+  id: string;
+  run_id: string;
+  task_id: string;
+  try_number: number;
+  max_tries: number;
+  state: TiState;
+  attempt_token: string | null;
+  executor: string;
+  agent_id: string | null;
+  dispatch_key: string | null;
+  pid: number | null;
+  pending_reason: string | null;
+  next_try_at: Date | null;
+  queued_at: Date | null;
+  started_at: Date | null;
+  heartbeat_at: Date | null;
+  ended_at: Date | null;
+  exit_code: number | null;
+  error: string | null;
+}
+
+export async function listTis(sql: Sql | TxSql, runId: string): Promise<TiRow[]> {
+  return sql<TiRow[]>`select * from task_instances where run_id = ${runId} order by id`;
+}
+
+/** Task instances of many runs at once (the planner reads all active runs' TIs in one query). */
+export async function listTisOfRuns(sql: Sql, runIds: string[]): Promise<TiRow[]> {
+  if (runIds.length === 0) return [];
+  return sql<TiRow[]>`select * from task_instances where run_id = any(${runIds}::bigint[]) order by id`;
+}
+
+export async function getTi(sql: Sql | TxSql, tiId: string): Promise<TiRow | null> {
+  const [row] = await sql<TiRow[]>`select * from task_instances where id = ${tiId}`;
+  return row ?? null;
+}
+
+/**
+ * The guarded transition for task instances of one run: moves the named tasks to `to` only from
+ * the states the state table allows, and records each move in the events log in the same
+ * statement. Returns the ids actually moved (rows someone else moved first are left alone).
+ */
+export async function transitionTis(
+  sql: Sql | TxSql,
+  runId: string,
+  taskIds: string[],
+  to: TiState,
+  fields: { error?: string | null; endedNow?: boolean } = {},
+): Promise<string[]> {
+  if (taskIds.length === 0) return [];
+  const from = legalTiFrom(to);
+  const rows = await sql<{ ti_id: string }[]>`
+    with moved as (
+      update task_instances set state = ${to}, pending_reason = null,
+        error = coalesce(${fields.error ?? null}, error),
+        ended_at = case when ${fields.endedNow ?? false} then now() else ended_at end
+      where run_id = ${runId} and task_id = any(${taskIds}::text[]) and state = any(${from as string[]}::text[])
+      returning id, run_id, task_id, try_number)
+    insert into events (run_id, ti_id, kind, payload)
+    select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', ${to}::text, 'try', try_number) from moved
+    returning ti_id`;
+  return rows.map((r) => r.ti_id);
+}
+
+/** Writes pending reasons that changed (one statement for all of them). */
+export async function setPendingReasons(sql: Sql | TxSql, reasons: Map<string, string | null>): Promise<void> {
+  if (reasons.size === 0) return;
+  const ids = [...reasons.keys()];
+  const values = ids.map((id) => reasons.get(id) ?? null);
+  await sql`
+    update task_instances t set pending_reason = r.reason
+    from unnest(${ids}::bigint[], ${values as string[]}::text[]) as r(id, reason)
+    where t.id = r.id and t.state in ('none', 'scheduled', 'up_for_retry')`;
+}

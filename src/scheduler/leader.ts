@@ -1,0 +1,131 @@
+import pg from 'pg';
+import type { Logger } from 'pino';
+
+/** The advisory-lock key every replica campaigns for ("leoflow" in ASCII, truncated). */
+export const LEADER_LOCK_KEY = 0x6c656f66;
+
+export interface LeaderElectorOptions {
+  databaseUrl: string;
+  replicaId: string;
+  logger: Logger;
+  /** How often the leader checks that its lock session is alive and still holds the lock. */
+  watchdogMs: number;
+  /** Delay before campaigning again after the lock session failed. */
+  retryMs: number;
+  onElected(): void;
+  onDeposed(reason: string): void;
+}
+
+export interface LeaderElector {
+  readonly isLeader: boolean;
+  readonly leadingSince: Date | null;
+  start(): void;
+  stop(): Promise<void>;
+}
+
+/**
+ * Leader election with a session-level `pg_advisory_lock` held on a dedicated connection (not
+ * from the pool: a pooled connection could be recycled and silently drop the lock). Campaigning
+ * blocks in Postgres, so a standby takes over the instant the leader's session ends. The
+ * client's `error`/`end` events and a watchdog (`SELECT 1` plus `pg_locks` ownership) make a lost
+ * lock visible; on loss the replica stops stepping at once and campaigns again.
+ */
+export function createLeaderElector(opts: LeaderElectorOptions): LeaderElector {
+  const { logger } = opts;
+  let client: pg.Client | null = null;
+  let leader = false;
+  let since: Date | null = null;
+  let stopped = false;
+  let watchdog: NodeJS.Timeout | null = null;
+  let retryTimer: NodeJS.Timeout | null = null;
+
+  const depose = (reason: string) => {
+    if (watchdog) clearInterval(watchdog);
+    watchdog = null;
+    const c = client;
+    client = null;
+    c?.removeAllListeners();
+    c?.on('error', () => {});
+    void c?.end().catch(() => {});
+    if (leader) {
+      leader = false;
+      since = null;
+      logger.warn({ reason }, 'lost leadership');
+      opts.onDeposed(reason);
+    }
+    if (!stopped) {
+      retryTimer = setTimeout(() => void campaign(), opts.retryMs);
+    }
+  };
+
+  const campaign = async () => {
+    retryTimer = null;
+    if (stopped) return;
+    const c = new pg.Client({ connectionString: opts.databaseUrl, application_name: `leoflow:${opts.replicaId}` });
+    client = c;
+    c.on('error', (err) => {
+      if (client === c) depose(`lock session error: ${err.message}`);
+    });
+    c.on('end', () => {
+      if (client === c) depose('lock session ended');
+    });
+    try {
+      await c.connect();
+      await c.query('select pg_advisory_lock($1)', [LEADER_LOCK_KEY]);
+    } catch (err) {
+      if (client === c && !stopped) {
+        logger.warn({ err: (err as Error).message }, 'campaign failed; retrying');
+        depose('campaign failed');
+      }
+      return;
+    }
+    if (client !== c || stopped) return;
+    leader = true;
+    since = new Date();
+    logger.info({ replicaId: opts.replicaId }, 'elected leader');
+    watchdog = setInterval(() => void check(c), opts.watchdogMs);
+    opts.onElected();
+  };
+
+  const check = async (c: pg.Client) => {
+    try {
+      const { rows } = await c.query(
+        `select count(*)::int as n from pg_locks
+         where locktype = 'advisory' and objid = $1 and granted and pid = pg_backend_pid()`,
+        [LEADER_LOCK_KEY],
+      );
+      if (rows[0].n !== 1 && client === c) depose('advisory lock no longer held');
+    } catch (err) {
+      if (client === c) depose(`watchdog query failed: ${(err as Error).message}`);
+    }
+  };
+
+  return {
+    get isLeader() {
+      return leader;
+    },
+    get leadingSince() {
+      return since;
+    },
+    start() {
+      stopped = false;
+      void campaign();
+    },
+    async stop() {
+      stopped = true;
+      if (retryTimer) clearTimeout(retryTimer);
+      if (watchdog) clearInterval(watchdog);
+      const c = client;
+      client = null;
+      const was = leader;
+      leader = false;
+      since = null;
+      if (c) {
+        c.removeAllListeners();
+        c.on('error', () => {});
+        await c.end().catch(() => {});
+      }
+      if (was) opts.onDeposed('stopping');
+    },
+  };
+}

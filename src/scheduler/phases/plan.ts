@@ -1,0 +1,151 @@
+import { advanceRun, type TiView } from '../../core/advance-run.js';
+import { activeRuns, poisonRun, runningCounts, transitionRun, type RunRow } from '../../db/runs.js';
+import { finalizeRun } from '../../db/finalize-run.js';
+import { listTisOfRuns, setPendingReasons, transitionTis, type TiRow } from '../../db/tis.js';
+import type { DispatchItem, SchedulerContext } from '../context.js';
+import { createScheduledRuns } from './create-scheduled-runs.js';
+
+export interface PlanResult {
+  runsCreated: number;
+  runsStarted: number;
+  runsAdvanced: number;
+  runsFinalized: number;
+  offered: number;
+  errors: number;
+}
+
+/**
+ * Phase 1: create due cron runs, start queued runs within max_active_runs, advance every running
+ * run by its trigger rules in isolation (one run's failure never stops the others), finalize runs
+ * whose task instances are all terminal, and offer scheduled task instances to the dispatch pool.
+ */
+export async function plan(ctx: SchedulerContext): Promise<PlanResult> {
+  const result: PlanResult = { runsCreated: 0, runsStarted: 0, runsAdvanced: 0, runsFinalized: 0, offered: 0, errors: 0 };
+  try {
+    result.runsCreated = (await createScheduledRuns(ctx)).created;
+  } catch (err) {
+    result.errors++;
+    ctx.counters.error('plan.cron', err);
+  }
+
+  const runs = await activeRuns(ctx.sql, ctx.maxRunsPerStep);
+  if (runs.length === 0) return result;
+  const tisByRun = new Map<string, TiRow[]>();
+  for (const ti of await listTisOfRuns(ctx.sql, runs.map((r) => r.id))) {
+    (tisByRun.get(ti.run_id) ?? tisByRun.set(ti.run_id, []).get(ti.run_id)!).push(ti);
+  }
+  const reasons = new Map<string, string | null>();
+
+  // Start queued runs, oldest first, while their DAG has room.
+  const queued = runs.filter((r) => r.state === 'queued');
+  const running = new Set(runs.filter((r) => r.state === 'running').map((r) => r.id));
+  const counts = await runningCounts(ctx.sql, [...new Set(queued.map((r) => r.dag_id))]);
+  for (const run of queued) {
+    const n = counts.get(run.dag_id) ?? 0;
+    if (n >= run.spec.maxActiveRuns) {
+      for (const ti of tisByRun.get(run.id) ?? []) if (ti.pending_reason !== 'MAX_ACTIVE_RUNS') reasons.set(ti.id, 'MAX_ACTIVE_RUNS');
+      continue;
+    }
+    try {
+      if (await transitionRun(ctx.sql, run.id, 'running')) {
+        counts.set(run.dag_id, n + 1);
+        running.add(run.id);
+        result.runsStarted++;
+      }
+    } catch (err) {
+      result.errors++;
+      ctx.counters.error('plan.start', err, { runId: run.id, dagId: run.dag_id });
+    }
+  }
+
+  for (const run of runs) {
+    if (!running.has(run.id)) continue;
+    try {
+      const offered = await advanceOne(ctx, run, tisByRun.get(run.id) ?? [], reasons, result);
+      result.offered += offered;
+      result.runsAdvanced++;
+    } catch (err) {
+      result.errors++;
+      ctx.counters.error('plan.advance', err, { runId: run.id, dagId: run.dag_id });
+    }
+  }
+
+  try {
+    await setPendingReasons(ctx.sql, reasons);
+  } catch (err) {
+    result.errors++;
+    ctx.counters.error('plan.reasons', err);
+  }
+  return result;
+}
+
+/** Thrown by the pure part of advancing: the run itself is bad, not the database. */
+class PoisonRunError extends Error {
+  override readonly name = 'PoisonRunError';
+}
+
+async function advanceOne(
+  ctx: SchedulerContext,
+  run: RunRow,
+  tis: TiRow[],
+  reasons: Map<string, string | null>,
+  result: PlanResult,
+): Promise<number> {
+  const views = new Map<string, TiView>(
+    tis.map((ti) => [ti.task_id, { state: ti.state, nextTryAt: ti.next_try_at, pendingReason: ti.pending_reason }]),
+  );
+  let decision;
+  try {
+    decision = advanceRun(run.spec.tasks, views, ctx.now());
+  } catch (err) {
+    // A run that cannot be advanced would throw on every tick: mark it and move on.
+    await poisonRun(ctx.sql, run.id, (err as Error).message);
+    throw new PoisonRunError(`run ${run.id} poisoned: ${(err as Error).message}`, { cause: err });
+  }
+
+  const moved =
+    decision.schedule.length + decision.retry.length + decision.upstreamFailed.length + decision.skipped.length > 0;
+  if (moved) {
+    await ctx.sql.begin(async (tx) => {
+      await transitionTis(tx, run.id, [...decision.schedule, ...decision.retry], 'scheduled');
+      await transitionTis(tx, run.id, decision.upstreamFailed, 'upstream_failed', { endedNow: true });
+      await transitionTis(tx, run.id, decision.skipped, 'skipped', { endedNow: true });
+    });
+  }
+  const byTask = new Map(tis.map((ti) => [ti.task_id, ti]));
+  for (const [taskId, reason] of decision.reasons) reasons.set(byTask.get(taskId)!.id, reason);
+
+  if (decision.outcome) {
+    if (await finalizeRun(ctx.sql, run.id, decision.outcome)) result.runsFinalized++;
+    return 0;
+  }
+
+  // Offer every scheduled TI: the ones just scheduled and those a full queue refused before.
+  const scheduled = new Set([...decision.schedule, ...decision.retry]);
+  for (const ti of tis) if (ti.state === 'scheduled') scheduled.add(ti.task_id);
+  let offered = 0;
+  const tasks = new Map(run.spec.tasks.map((t) => [t.id, t]));
+  for (const taskId of scheduled) {
+    const ti = byTask.get(taskId)!;
+    if (!ctx.executors.has(ti.executor)) {
+      const reason = `NO_EXECUTOR:${ti.executor}`;
+      if (ti.pending_reason !== reason) reasons.set(ti.id, reason);
+      continue;
+    }
+    const item: DispatchItem = {
+      tiId: ti.id,
+      runId: run.id,
+      dagId: run.dag_id,
+      taskId,
+      executor: ti.executor,
+      task: tasks.get(taskId)!,
+      conf: run.conf,
+      logicalDate: run.logical_date,
+    };
+    const outcome = ctx.offer(item);
+    if (outcome === 'accepted') offered++;
+    const reason = outcome === 'full' ? 'DISPATCH_QUEUE_FULL' : null;
+    if (outcome !== 'duplicate' && (ti.pending_reason ?? null) !== reason) reasons.set(ti.id, reason);
+  }
+  return offered;
+}

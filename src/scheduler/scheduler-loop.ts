@@ -1,0 +1,78 @@
+import type { Logger } from 'pino';
+
+export interface SchedulerLoopOptions {
+  tickMs: number;
+  logger: Logger;
+  /** Runs one step; must not throw (step() never does), but a throw is still caught here. */
+  step(): Promise<unknown>;
+  /** Whether this replica may step now (it holds the leader lock). */
+  canStep(): boolean;
+  onStepDone?(seconds: number): void;
+}
+
+export interface SchedulerLoop {
+  start(): void;
+  /** Asks for a step as soon as possible. A burst of nudges costs one step (coalesced). */
+  nudge(): void;
+  /** Stops after the step in progress, if any. */
+  stop(): Promise<void>;
+}
+
+/**
+ * The one loop that runs the phases: a step every tick as the safety net, and at once when
+ * nudged (a TI finished, a run was triggered). Never two steps at the same time.
+ */
+export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
+  let running = false;
+  let stepping: Promise<void> | null = null;
+  let pending = false;
+  let timer: NodeJS.Timeout | null = null;
+
+  const schedule = (delayMs: number) => {
+    if (!running) return;
+    if (timer) clearTimeout(timer);
+    timer = setTimeout(() => void runStep(), delayMs);
+  };
+
+  const runStep = async () => {
+    timer = null;
+    if (!running) return;
+    if (stepping) {
+      pending = true;
+      return;
+    }
+    pending = false;
+    if (opts.canStep()) {
+      const started = performance.now();
+      stepping = opts
+        .step()
+        .catch((err: unknown) => opts.logger.error({ err }, 'scheduler step threw'))
+        .then(() => opts.onStepDone?.((performance.now() - started) / 1000));
+      await stepping;
+      stepping = null;
+    }
+    schedule(pending ? 0 : opts.tickMs);
+  };
+
+  return {
+    start() {
+      if (running) return;
+      running = true;
+      schedule(0);
+    },
+    nudge() {
+      if (!running) return;
+      if (stepping) pending = true;
+      else if (!timer || pending === false) {
+        pending = true;
+        schedule(0);
+      }
+    },
+    async stop() {
+      running = false;
+      if (timer) clearTimeout(timer);
+      timer = null;
+      await stepping;
+    },
+  };
+}

@@ -1,0 +1,202 @@
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseDuration } from '../core/duration.js';
+
+/** Edition files sit at the package root; `dist/server` and `src/server` are at the same depth. */
+const EDITIONS_DIR = new URL('../../editions/', import.meta.url);
+
+export const EDITIONS = ['lite', 'pro'] as const;
+export type Edition = (typeof EDITIONS)[number];
+export const EXECUTORS = ['subprocess', 'kubernetes'] as const;
+export const LOG_FORMATS = ['json', 'pretty'] as const;
+export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+
+/** The compiled, validated configuration of a control-plane replica. Durations in ms. */
+export interface Config {
+  edition: Edition;
+  replicaId: string;
+  listenHost: string;
+  listenPort: number;
+  /** null: start the embedded Postgres (Lite only). */
+  databaseUrl: string | null;
+  stateDir: string;
+  embeddedPgPort: number;
+  executor: string;
+  /** DAG files or folders applied at start-up. */
+  dags: string[];
+  tickMs: number;
+  dispatchWorkers: number;
+  dispatchQueue: number;
+  runOrphanThresholdMs: number;
+  heartbeatThresholdMs: number;
+  heartbeatIntervalMs: number;
+  killGraceMs: number;
+  shutdownGraceMs: number;
+  leaderWatchdogMs: number;
+  logLevel: string;
+  logFormat: 'json' | 'pretty';
+}
+
+/** A configuration value as given, with where it came from, for error messages. */
+interface Raw {
+  value: unknown;
+  source: string;
+}
+
+type Kind = 'string' | 'duration' | 'positive-int' | 'port' | 'list';
+
+/** Every setting: its key in edition files, its flag, its environment variable, its kind. */
+export const SETTINGS = {
+  edition: { flag: '--edition', env: 'LEOFLOW_EDITION', kind: 'string' },
+  replica_id: { flag: '--replica-id', env: 'LEOFLOW_REPLICA_ID', kind: 'string' },
+  listen: { flag: '--listen', env: 'LEOFLOW_LISTEN', kind: 'string' },
+  database: { flag: '--database-url', env: 'DATABASE_URL', kind: 'string' },
+  state_dir: { flag: '--state-dir', env: 'LEOFLOW_STATE_DIR', kind: 'string' },
+  embedded_pg_port: { flag: '--embedded-pg-port', env: 'LEOFLOW_EMBEDDED_PG_PORT', kind: 'port' },
+  executor: { flag: '--executor', env: 'LEOFLOW_EXECUTOR', kind: 'string' },
+  dags: { flag: '--dags', env: 'LEOFLOW_DAGS', kind: 'list' },
+  tick_interval: { flag: '--tick-interval', env: 'LEOFLOW_TICK_INTERVAL', kind: 'duration' },
+  dispatch_workers: { flag: '--dispatch-workers', env: 'LEOFLOW_DISPATCH_WORKERS', kind: 'positive-int' },
+  dispatch_queue: { flag: '--dispatch-queue', env: 'LEOFLOW_DISPATCH_QUEUE', kind: 'positive-int' },
+  run_orphan_threshold: { flag: '--run-orphan-threshold', env: 'LEOFLOW_RUN_ORPHAN_THRESHOLD', kind: 'duration' },
+  heartbeat_threshold: { flag: '--heartbeat-threshold', env: 'LEOFLOW_HEARTBEAT_THRESHOLD', kind: 'duration' },
+  heartbeat_interval: { flag: '--heartbeat-interval', env: 'LEOFLOW_HEARTBEAT_INTERVAL', kind: 'duration' },
+  kill_grace: { flag: '--kill-grace', env: 'LEOFLOW_KILL_GRACE', kind: 'duration' },
+  shutdown_grace: { flag: '--shutdown-grace', env: 'LEOFLOW_SHUTDOWN_GRACE', kind: 'duration' },
+  leader_watchdog: { flag: '--leader-watchdog', env: 'LEOFLOW_LEADER_WATCHDOG', kind: 'duration' },
+  log_level: { flag: '--log-level', env: 'LEOFLOW_LOG_LEVEL', kind: 'string' },
+  log_format: { flag: '--log-format', env: 'LEOFLOW_LOG_FORMAT', kind: 'string' },
+} as const satisfies Record<string, { flag: string; env: string; kind: Kind }>;
+
+export type SettingKey = keyof typeof SETTINGS;
+
+/** Thrown with every problem of a configuration, each naming the flag or variable it came from. */
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+  constructor(readonly problems: string[]) {
+    super(`invalid configuration:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
+  }
+}
+
+function editionDefaults(edition: Edition): Record<string, unknown> {
+  return JSON.parse(readFileSync(new URL(`${edition}/config.json`, EDITIONS_DIR), 'utf8')) as Record<string, unknown>;
+}
+
+/**
+ * Raw → defaulted → compiled and validated, once, at start-up. Precedence: flag, then
+ * environment variable, then the edition file. Every problem is reported, not just the first.
+ */
+export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>, env: NodeJS.ProcessEnv = process.env, cwd = process.cwd()): Config {
+  const problems: string[] = [];
+  const pick = (key: SettingKey, defaults: Record<string, unknown> | null): Raw | undefined => {
+    const s = SETTINGS[key];
+    if (flags[key] !== undefined) return { value: flags[key], source: s.flag };
+    if (env[s.env] !== undefined && env[s.env] !== '') return { value: env[s.env], source: `${s.env} (environment)` };
+    if (defaults && defaults[key] !== undefined) return { value: defaults[key], source: `editions/${String(defaults.edition)}/config.json ${key}` };
+    return undefined;
+  };
+
+  const editionRaw = pick('edition', null) ?? { value: 'lite', source: 'default' };
+  let edition: Edition = 'lite';
+  if ((EDITIONS as readonly unknown[]).includes(editionRaw.value)) edition = editionRaw.value as Edition;
+  else problems.push(`${editionRaw.source} must be one of ${EDITIONS.join(', ')}, got ${JSON.stringify(editionRaw.value)}`);
+  const defaults = editionDefaults(edition);
+
+  const get = <T>(key: SettingKey, compile: (v: unknown) => T, fallback: T): T => {
+    const raw = pick(key, defaults);
+    if (raw === undefined) return fallback;
+    try {
+      return compile(raw.value);
+    } catch (err) {
+      problems.push(`${raw.source}: ${(err as Error).message}`);
+      return fallback;
+    }
+  };
+  const duration = (v: unknown) => {
+    const ms = parseDuration(v);
+    if (ms <= 0) throw new Error(`must be a positive duration, got ${JSON.stringify(v)}`);
+    return ms;
+  };
+  const positiveInt = (v: unknown) => {
+    const n = typeof v === 'number' ? v : /^\s*\d+\s*$/.test(String(v)) ? Number(v) : NaN;
+    if (!Number.isInteger(n) || n < 1) throw new Error(`must be a positive integer, got ${JSON.stringify(v)}`);
+    return n;
+  };
+  const port = (v: unknown) => {
+    const n = positiveInt(v);
+    if (n > 65535) throw new Error(`must be a TCP port (1-65535), got ${JSON.stringify(v)}`);
+    return n;
+  };
+  const oneOf = <T extends string>(allowed: readonly T[]) => (v: unknown): T => {
+    if (!(allowed as readonly unknown[]).includes(v)) throw new Error(`must be one of ${allowed.join(', ')}, got ${JSON.stringify(v)}`);
+    return v as T;
+  };
+  const nonEmpty = (v: unknown) => {
+    if (typeof v !== 'string' || v.trim() === '') throw new Error(`must be a non-empty string, got ${JSON.stringify(v)}`);
+    return v.trim();
+  };
+  const list = (v: unknown) => (Array.isArray(v) ? v.map(String) : String(v).split(',')).map((s) => s.trim()).filter(Boolean);
+
+  const listen = get('listen', (v) => {
+    const m = /^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d+)$/.exec(String(v));
+    if (!m) throw new Error(`must be HOST:PORT (e.g. 127.0.0.1:7070), got ${JSON.stringify(v)}`);
+    const p = Number(m[2]);
+    if (p < 0 || p > 65535) throw new Error(`has an invalid port ${m[2]}`);
+    return { host: m[1]!.replace(/^\[|\]$/g, ''), port: p };
+  }, { host: '127.0.0.1', port: 7070 });
+
+  const database = get('database', (v) => {
+    const s = nonEmpty(v);
+    if (s === 'embedded' || s === 'required') return s;
+    let u: URL;
+    try {
+      u = new URL(s);
+    } catch {
+      throw new Error(`must be a postgres:// URL, got ${JSON.stringify(s)}`);
+    }
+    if (u.protocol !== 'postgres:' && u.protocol !== 'postgresql:') throw new Error(`must be a postgres:// URL, got protocol ${JSON.stringify(u.protocol)}`);
+    return s;
+  }, 'embedded');
+  let databaseUrl: string | null = null;
+  if (database === 'required') problems.push(`the ${edition} edition needs a Postgres server: set DATABASE_URL or --database-url`);
+  else if (database === 'embedded') {
+    if (edition !== 'lite') problems.push(`the embedded Postgres is for the lite edition only: set DATABASE_URL or --database-url`);
+  } else databaseUrl = database;
+
+  const executor = get('executor', oneOf(EXECUTORS), 'subprocess');
+  if (executor === 'kubernetes') {
+    problems.push(`${pick('executor', defaults)!.source}: the kubernetes executor is not part of this build yet; use --executor subprocess`);
+  }
+
+  const config: Config = {
+    edition,
+    replicaId: get('replica_id', nonEmpty, `${os.hostname()}-${process.pid}-${randomBytes(2).toString('hex')}`),
+    listenHost: listen.host,
+    listenPort: listen.port,
+    databaseUrl,
+    stateDir: path.resolve(cwd, get('state_dir', nonEmpty, '.leoflow')),
+    embeddedPgPort: get('embedded_pg_port', port, 54329),
+    executor,
+    dags: get('dags', list, []).map((d) => path.resolve(cwd, d)),
+    tickMs: get('tick_interval', duration, 1000),
+    dispatchWorkers: get('dispatch_workers', positiveInt, 1),
+    dispatchQueue: get('dispatch_queue', positiveInt, 1),
+    runOrphanThresholdMs: get('run_orphan_threshold', duration, 300_000),
+    heartbeatThresholdMs: get('heartbeat_threshold', duration, 90_000),
+    heartbeatIntervalMs: get('heartbeat_interval', duration, 5_000),
+    killGraceMs: get('kill_grace', duration, 10_000),
+    shutdownGraceMs: get('shutdown_grace', duration, 30_000),
+    leaderWatchdogMs: get('leader_watchdog', duration, 5_000),
+    logLevel: get('log_level', oneOf(LOG_LEVELS), 'info'),
+    logFormat: get('log_format', oneOf(LOG_FORMATS), process.stdout.isTTY ? 'pretty' : 'json'),
+  };
+  if (config.heartbeatIntervalMs * 3 > config.heartbeatThresholdMs) {
+    problems.push(
+      `heartbeat_threshold (${config.heartbeatThresholdMs} ms) must be at least 3 × heartbeat_interval (${config.heartbeatIntervalMs} ms), or a live task could be reaped`,
+    );
+  }
+  if (problems.length > 0) throw new ConfigError(problems);
+  return config;
+}

@@ -1,0 +1,233 @@
+import http2 from 'node:http2';
+import type { AddressInfo } from 'node:net';
+import { connectNodeAdapter } from '@connectrpc/connect-node';
+import type { Logger } from 'pino';
+import type { Attempt } from '../core/attempt.js';
+import { createAttemptStore } from '../db/attempt-store.js';
+import { claimAttempt } from '../db/attempts/claim-attempt.js';
+import { startEmbeddedPostgres, type EmbeddedPostgres } from '../db/embedded-postgres.js';
+import { createLogWriter } from '../db/log-writer.js';
+import { migrate } from '../db/migrate.js';
+import { createSql } from '../db/sql.js';
+import { createDispatchPool } from '../dispatch/pool.js';
+import type { Executor } from '../executors/executor.js';
+import { createSubprocessExecutor } from '../executors/subprocess.js';
+import { ClusterService } from '../gen/leoflow/v1/cluster_pb.js';
+import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
+import type { DispatchItem, SchedulerContext } from '../scheduler/context.js';
+import { createLeaderElector } from '../scheduler/leader.js';
+import { createSchedulerLoop } from '../scheduler/scheduler-loop.js';
+import { step } from '../scheduler/step.js';
+import { applyDagPaths } from './apply-dag-paths.js';
+import { createClusterService } from './cluster-service.js';
+import type { Config } from './config.js';
+import { createDagParser } from './dag-parser.js';
+import { createWorkflowService } from './workflow-service.js';
+
+export interface ControlPlane {
+  /** The address the API listens on (the port is the real one when 0 was asked). */
+  readonly address: { host: string; port: number };
+  readonly databaseUrl: string;
+  /** Graceful stop: no new work, running tasks finish (up to shutdown_grace), then everything closes. */
+  close(): Promise<void>;
+}
+
+/** The environment every attempt's process sees, on top of the task's own `env`. */
+export function attemptEnv(item: DispatchItem, tryNumber: number, maxTries: number): Record<string, string> {
+  return {
+    LEOFLOW_DAG_ID: item.dagId,
+    LEOFLOW_RUN_ID: item.runId,
+    LEOFLOW_TASK_ID: item.taskId,
+    LEOFLOW_TI_ID: item.tiId,
+    LEOFLOW_TRY_NUMBER: String(tryNumber),
+    LEOFLOW_MAX_TRIES: String(maxTries),
+    LEOFLOW_LOGICAL_DATE: item.logicalDate.toISOString(),
+    LEOFLOW_RUN_CONF: JSON.stringify(item.conf),
+    ...item.task.env,
+  };
+}
+
+/**
+ * Wires one control-plane replica: store, executor, dispatch pool, scheduler loop behind the
+ * leader lock, and the API. Every replica serves the API; only the leader steps.
+ */
+export async function startControlPlane(config: Config, logger: Logger): Promise<ControlPlane> {
+  const started = performance.now();
+  let embedded: EmbeddedPostgres | null = null;
+  let databaseUrl = config.databaseUrl;
+  if (!databaseUrl) {
+    embedded = await startEmbeddedPostgres({ stateDir: config.stateDir, port: config.embeddedPgPort, logger: logger.child({ component: 'postgres' }) });
+    databaseUrl = embedded.url;
+    logger.info({ port: config.embeddedPgPort, dataDir: `${config.stateDir}/pgdata` }, 'embedded Postgres ready');
+  }
+  const sql = createSql(databaseUrl, { max: 10, applicationName: `leoflow-pool:${config.replicaId}` });
+  const cleanups: (() => Promise<unknown>)[] = [];
+  try {
+    await migrate(sql, logger);
+
+    const logs = createLogWriter(sql, logger, { flushMs: 50, maxBatch: 500 });
+    // Set once the loop exists; a finished attempt nudges the scheduler to plan its successors.
+    let nudge = () => {};
+    const staleReports = { count: 0 };
+    const reporter = createAttemptStore(sql, logs, logger, {
+      onFinished: () => nudge(),
+      onRejected: () => staleReports.count++,
+    });
+    const executors = new Map<string, Executor>();
+    executors.set(
+      'subprocess',
+      createSubprocessExecutor({ reporter, logger: logger.child({ executor: 'subprocess' }), killGraceMs: config.killGraceMs, heartbeatIntervalMs: config.heartbeatIntervalMs }),
+    );
+
+    const pool = createDispatchPool<DispatchItem>({
+      workers: config.dispatchWorkers,
+      capacity: config.dispatchQueue,
+      key: (item) => item.tiId,
+      logger,
+      dispatch: async (item) => {
+        const executor = executors.get(item.executor);
+        if (!executor) throw new Error(`no executor "${item.executor}" on this replica`);
+        const claim = await claimAttempt(sql, item.tiId, item.executor);
+        if (!claim) return; // someone else claimed it, or it was cancelled: nothing to do
+        const attempt: Attempt = {
+          tiId: item.tiId,
+          runId: item.runId,
+          dagId: item.dagId,
+          taskId: item.taskId,
+          tryNumber: claim.tryNumber,
+          maxTries: claim.maxTries,
+          attemptToken: claim.attemptToken,
+          dispatchKey: claim.dispatchKey,
+          command: item.task.command,
+          env: attemptEnv(item, claim.tryNumber, claim.maxTries),
+          cwd: item.task.cwd,
+          timeoutMs: item.task.timeoutMs,
+        };
+        logger.debug({ tiId: item.tiId, runId: item.runId, taskId: item.taskId, try: claim.tryNumber }, 'dispatching');
+        await executor.dispatch(attempt);
+      },
+    });
+
+    const schedLogger = logger.child({ component: 'scheduler' });
+    const ctx: SchedulerContext = {
+      sql,
+      logger: schedLogger,
+      now: () => new Date(),
+      offer: (item) => pool.offer(item),
+      executors: new Set(executors.keys()),
+      defaultExecutor: config.executor,
+      counters: {
+        error(phase, err, ids) {
+          schedLogger.error({ err, phase, ...ids }, `scheduler error in ${phase}`);
+        },
+      },
+      maxRunsPerStep: 1000,
+    };
+
+    let isLeader = false;
+    const loop = createSchedulerLoop({
+      tickMs: config.tickMs,
+      logger: schedLogger,
+      step: () => step(ctx),
+      canStep: () => isLeader,
+    });
+    nudge = () => loop.nudge();
+    const leader = createLeaderElector({
+      databaseUrl,
+      replicaId: config.replicaId,
+      logger: schedLogger,
+      watchdogMs: config.leaderWatchdogMs,
+      retryMs: 1000,
+      onElected: () => {
+        isLeader = true;
+        loop.nudge();
+      },
+      onDeposed: () => {
+        isLeader = false;
+      },
+    });
+
+    const parser = createDagParser({ maxThreads: 1, timeoutMs: 10_000 });
+    cleanups.push(() => parser.close());
+
+    const routes = connectNodeAdapter({
+      routes(router) {
+        router.service(
+          WorkflowService,
+          createWorkflowService({
+            sql,
+            logger,
+            parseDag: (source, file) => parser.parse(source, file),
+            nudge: () => loop.nudge(),
+            stopLocal: (tiIds, reason) => {
+              for (const id of tiIds) for (const ex of executors.values()) ex.cancel(id, reason);
+            },
+            defaultExecutor: config.executor,
+            logPollMs: 200,
+          }),
+        );
+        router.service(ClusterService, createClusterService({ sql, replicaId: config.replicaId, edition: config.edition, leader }));
+      },
+    });
+    const server = http2.createServer(routes);
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(config.listenPort, config.listenHost, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    const addr = server.address() as AddressInfo;
+    const sessions = new Set<http2.ServerHttp2Session>();
+    server.on('session', (s) => {
+      sessions.add(s);
+      s.on('close', () => sessions.delete(s));
+    });
+
+    if (config.dags.length > 0) {
+      const applied = await applyDagPaths(config.dags, (source, file) => parser.parse(source, file), sql);
+      for (const a of applied) logger.info({ dagId: a.dagId, file: a.file, outcome: a.outcome }, 'applied DAG file');
+    }
+
+    loop.start();
+    leader.start();
+    logger.info(
+      { listen: `${addr.address}:${addr.port}`, edition: config.edition, replicaId: config.replicaId, startupMs: Math.round(performance.now() - started) },
+      `Leoflow ${config.edition} ready on http://${addr.address}:${addr.port}`,
+    );
+
+    let closing: Promise<void> | null = null;
+    return {
+      address: { host: addr.address, port: addr.port },
+      databaseUrl,
+      close() {
+        closing ??= (async () => {
+          logger.info('shutting down: no new work; waiting for running tasks');
+          await loop.stop();
+          await pool.close();
+          await Promise.all([...executors.values()].map((e) => e.shutdown(config.shutdownGraceMs)));
+          await logs.close();
+          // Release the lock only once our tasks are recorded, so a standby never sees them half-done.
+          await leader.stop();
+          await new Promise<void>((resolve) => {
+            server.close(() => resolve());
+            for (const s of sessions) s.close();
+            setTimeout(() => {
+              for (const s of sessions) s.destroy();
+            }, 2000).unref();
+          });
+          await parser.close();
+          await sql.end({ timeout: 5 });
+          await embedded?.stop();
+          logger.info('stopped');
+        })();
+        return closing;
+      },
+    };
+  } catch (err) {
+    for (const c of cleanups) await c().catch(() => {});
+    await sql.end({ timeout: 1 }).catch(() => {});
+    await embedded?.stop();
+    throw err;
+  }
+}

@@ -1,0 +1,126 @@
+import { create } from '@bufbuild/protobuf';
+import { durationFromMs, timestampFromDate } from '@bufbuild/protobuf/wkt';
+import type { TaskSpec } from '../core/dag-spec.js';
+import type { RunState, TiState } from '../core/states.js';
+import type { DagRow } from '../db/dags.js';
+import type { LogRow } from '../db/logs.js';
+import type { RunRow } from '../db/runs.js';
+import type { TiRow } from '../db/tis.js';
+import {
+  DagSchema,
+  LogLineSchema,
+  RunSchema,
+  RunState as PbRunState,
+  TaskInstanceSchema,
+  TaskSpecSchema,
+  TaskState as PbTaskState,
+  type Dag,
+  type LogLine,
+  type Run,
+  type TaskInstance,
+} from '../gen/leoflow/v1/types_pb.js';
+
+/** Row → message conversions, kept apart from the handlers so each handler reads as its logic. */
+
+const ts = (d: Date | null) => (d ? timestampFromDate(d) : undefined);
+
+const RUN_STATE: Record<RunState, PbRunState> = {
+  queued: PbRunState.QUEUED,
+  running: PbRunState.RUNNING,
+  success: PbRunState.SUCCESS,
+  failed: PbRunState.FAILED,
+  cancelled: PbRunState.CANCELLED,
+};
+
+const TI_STATE: Record<TiState, PbTaskState> = {
+  none: PbTaskState.NONE,
+  scheduled: PbTaskState.SCHEDULED,
+  queued: PbTaskState.QUEUED,
+  running: PbTaskState.RUNNING,
+  success: PbTaskState.SUCCESS,
+  failed: PbTaskState.FAILED,
+  up_for_retry: PbTaskState.UP_FOR_RETRY,
+  upstream_failed: PbTaskState.UPSTREAM_FAILED,
+  skipped: PbTaskState.SKIPPED,
+  cancelled: PbTaskState.CANCELLED,
+};
+
+function taskToProto(t: TaskSpec) {
+  return create(TaskSpecSchema, {
+    id: t.id,
+    command: t.command,
+    dependsOn: t.dependsOn,
+    triggerRule: t.triggerRule,
+    retries: t.retries,
+    retryDelay: durationFromMs(t.retryDelayMs),
+    maxRetryDelay: durationFromMs(t.maxRetryDelayMs),
+    timeout: t.timeoutMs === null ? undefined : durationFromMs(t.timeoutMs),
+    env: t.env,
+    executor: t.executor,
+    image: t.image ?? '',
+  });
+}
+
+export function dagToProto(d: DagRow): Dag {
+  return create(DagSchema, {
+    dagId: d.dag_id,
+    description: d.spec.description,
+    schedule: d.schedule ?? '',
+    catchup: d.catchup,
+    maxActiveRuns: d.max_active_runs,
+    paused: d.paused,
+    version: d.version,
+    tasks: d.spec.tasks.map(taskToProto),
+    updatedAt: ts(d.updated_at),
+    nextRunAt: ts(d.next_run_at),
+  });
+}
+
+export function runToProto(r: RunRow): Run {
+  return create(RunSchema, {
+    runId: r.id,
+    dagId: r.dag_id,
+    runKey: r.run_key,
+    state: RUN_STATE[r.state],
+    logicalDate: ts(r.logical_date),
+    confJson: JSON.stringify(r.conf),
+    dagVersion: r.dag_version,
+    createdAt: ts(r.created_at),
+    startedAt: ts(r.started_at),
+    endedAt: ts(r.ended_at),
+    runType: r.run_type,
+  });
+}
+
+export function tiToProto(t: TiRow): TaskInstance {
+  return create(TaskInstanceSchema, {
+    tiId: t.id,
+    runId: t.run_id,
+    taskId: t.task_id,
+    state: TI_STATE[t.state],
+    tryNumber: t.try_number,
+    maxTries: t.max_tries,
+    executor: t.executor,
+    agentId: t.agent_id ?? '',
+    queuedAt: ts(t.queued_at),
+    startedAt: ts(t.started_at),
+    heartbeatAt: ts(t.heartbeat_at),
+    endedAt: ts(t.ended_at),
+    exitCode: t.exit_code ?? undefined,
+    error: t.error ?? '',
+    pendingReason: t.pending_reason ?? '',
+    nextTryAt: ts(t.next_try_at),
+  });
+}
+
+export function logToProto(l: LogRow): LogLine {
+  return create(LogLineSchema, {
+    tiId: l.ti_id,
+    taskId: l.task_id,
+    tryNumber: l.try_number,
+    seq: l.seq,
+    stream: l.stream,
+    line: l.line,
+    at: ts(l.at),
+  });
+}

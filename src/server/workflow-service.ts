@@ -1,0 +1,204 @@
+import { randomBytes } from 'node:crypto';
+import type { ServiceImpl } from '@connectrpc/connect';
+import type { Logger } from 'pino';
+import type { DagSpec } from '../core/dag-spec.js';
+import { isTerminalRun, isTerminalTi } from '../core/states.js';
+import { getDag, listDags, setDagPaused, upsertDag } from '../db/dags.js';
+import { readRunLogs } from '../db/logs.js';
+import { cancelRun } from '../db/cancel-run.js';
+import { createRun, getRun, listRuns } from '../db/runs.js';
+import type { Sql } from '../db/sql.js';
+import { listTis } from '../db/tis.js';
+import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
+import { FailedPreconditionError, InvalidArgumentError, NotFoundError, parseId, toConnectError } from './errors.js';
+import { dagToProto, logToProto, runToProto, tiToProto } from './to-proto.js';
+
+export interface WorkflowDeps {
+  sql: Sql;
+  logger: Logger;
+  parseDag(source: string, file: string): Promise<DagSpec>;
+  /** Asks the scheduler to step now (a run was triggered or cancelled). */
+  nudge(): void;
+  /** Stops the processes of these task instances if this replica holds them. */
+  stopLocal(tiIds: string[], reason: string): void;
+  defaultExecutor: string;
+  /** How often a following TailLogs looks for new lines. */
+  logPollMs: number;
+}
+
+const MAX_SOURCE_BYTES = 1024 * 1024;
+
+function required(field: string, value: string): string {
+  if (value.trim() === '') throw new InvalidArgumentError(field, 'is required');
+  return value;
+}
+
+/** Wraps each handler so every error leaves through the one mapping, and unexpected ones are logged. */
+function guarded<T extends object>(logger: Logger, impl: T): T {
+  const out: Record<string, unknown> = {};
+  for (const [name, fn] of Object.entries(impl) as [string, (...a: unknown[]) => unknown][]) {
+    if (fn.constructor.name === 'AsyncGeneratorFunction') {
+      out[name] = async function* (...args: unknown[]) {
+        try {
+          yield* fn(...args) as AsyncGenerator;
+        } catch (err) {
+          const ce = toConnectError(err);
+          if (ce.code === 13) logger.error({ err, rpc: name }, 'rpc failed');
+          throw ce;
+        }
+      };
+    } else {
+      out[name] = async (...args: unknown[]) => {
+        try {
+          return await fn(...args);
+        } catch (err) {
+          const ce = toConnectError(err);
+          if (ce.code === 13) logger.error({ err, rpc: name }, 'rpc failed');
+          throw ce;
+        }
+      };
+    }
+  }
+  return out as T;
+}
+
+export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof WorkflowService> {
+  const { sql } = deps;
+  const impl: ServiceImpl<typeof WorkflowService> = {
+    async applyDag(req) {
+      const file = req.filename || '<request>';
+      if (req.source.trim() === '') throw new InvalidArgumentError('source', 'is required (the DAG file text)');
+      if (Buffer.byteLength(req.source) > MAX_SOURCE_BYTES) throw new InvalidArgumentError('source', `is larger than ${MAX_SOURCE_BYTES} bytes`);
+      const spec = await deps.parseDag(req.source, file);
+      const { dag, outcome } = await upsertDag(sql, spec, req.source);
+      deps.logger.info({ dagId: spec.dagId, version: dag.version, outcome, file }, 'applied DAG');
+      if (outcome !== 'unchanged') deps.nudge();
+      return { dag: dagToProto(dag), outcome };
+    },
+
+    async getDag(req) {
+      const dag = await getDag(sql, required('dag_id', req.dagId));
+      if (!dag) throw new NotFoundError(`DAG "${req.dagId}" not found`);
+      return { dag: dagToProto(dag) };
+    },
+
+    async listDags() {
+      return { dags: (await listDags(sql)).map(dagToProto) };
+    },
+
+    async pauseDag(req) {
+      const dag = await setDagPaused(sql, required('dag_id', req.dagId), req.paused);
+      if (!dag) throw new NotFoundError(`DAG "${req.dagId}" not found`);
+      deps.nudge();
+      return { dag: dagToProto(dag) };
+    },
+
+    async triggerRun(req) {
+      const dagId = required('dag_id', req.dagId);
+      let conf: Record<string, unknown> = {};
+      if (req.confJson.trim() !== '') {
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(req.confJson);
+        } catch (err) {
+          throw new InvalidArgumentError('conf_json', `is not valid JSON: ${(err as Error).message}`);
+        }
+        if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
+          throw new InvalidArgumentError('conf_json', 'must be a JSON object');
+        }
+        conf = parsed as Record<string, unknown>;
+      }
+      if (req.runKey !== '' && !/^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}$/.test(req.runKey)) {
+        throw new InvalidArgumentError('run_key', 'must be 1-200 characters of letters, digits and _ . : + -, starting with a letter or digit');
+      }
+      const now = new Date();
+      const runKey = req.runKey || `manual__${now.toISOString()}__${randomBytes(3).toString('hex')}`;
+      const result = await sql.begin(async (tx) => {
+        const dag = await getDag(tx, dagId);
+        if (!dag) throw new NotFoundError(`DAG "${dagId}" not found`);
+        return createRun(tx, {
+          dagId,
+          dagVersion: dag.version,
+          spec: dag.spec,
+          runKey,
+          runType: 'manual',
+          logicalDate: now,
+          conf,
+          defaultExecutor: deps.defaultExecutor,
+        });
+      });
+      if (result.created) {
+        deps.logger.info({ runId: result.run.id, dagId, runKey }, 'run triggered');
+        deps.nudge();
+      }
+      return { run: runToProto(result.run), created: result.created };
+    },
+
+    async getRun(req) {
+      const runId = parseId('run_id', req.runId);
+      const run = await getRun(sql, runId);
+      if (!run) throw new NotFoundError(`run ${runId} not found`);
+      return { run: runToProto(run), taskInstances: (await listTis(sql, runId)).map(tiToProto) };
+    },
+
+    async listRuns(req) {
+      if (req.limit < 0 || req.limit > 1000) throw new InvalidArgumentError('limit', `must be between 0 and 1000, got ${req.limit}`);
+      if (req.dagId && !(await getDag(sql, req.dagId))) throw new NotFoundError(`DAG "${req.dagId}" not found`);
+      const runs = await listRuns(sql, { dagId: req.dagId || undefined, limit: req.limit || 50 });
+      return { runs: runs.map(runToProto) };
+    },
+
+    async cancelRun(req) {
+      const runId = parseId('run_id', req.runId);
+      const outcome = await cancelRun(sql, runId);
+      if (outcome.kind === 'not_found') throw new NotFoundError(`run ${runId} not found`);
+      if (outcome.kind === 'already_ended') throw new FailedPreconditionError(`run ${runId} has already ended (${outcome.run.state})`);
+      deps.stopLocal(outcome.stoppedTiIds, `run ${runId} cancelled`);
+      deps.logger.info({ runId, stopped: outcome.stoppedTiIds.length }, 'run cancelled');
+      deps.nudge();
+      return { run: runToProto(outcome.run) };
+    },
+
+    async listTaskInstances(req) {
+      const runId = parseId('run_id', req.runId);
+      if (!(await getRun(sql, runId))) throw new NotFoundError(`run ${runId} not found`);
+      return { taskInstances: (await listTis(sql, runId)).map(tiToProto) };
+    },
+
+    async *tailLogs(req, context) {
+      const runId = parseId('run_id', req.runId);
+      if (req.tryNumber < 0) throw new InvalidArgumentError('try_number', `must be 0 (all) or positive, got ${req.tryNumber}`);
+      const run = await getRun(sql, runId);
+      if (!run) throw new NotFoundError(`run ${runId} not found`);
+      const taskId = req.taskId || undefined;
+      if (taskId && !run.spec.tasks.some((t) => t.id === taskId)) {
+        throw new NotFoundError(`run ${runId} has no task "${taskId}"`);
+      }
+      const after = new Map<string, number>();
+      for (;;) {
+        // Read whether everything has ended before reading lines, so no line written just
+        // before the end is missed.
+        const ended = req.follow ? await selectionEnded(sql, runId, taskId) : true;
+        for (;;) {
+          const rows = await readRunLogs(sql, { runId, taskId, tryNumber: req.tryNumber || undefined, after, limit: 1000 });
+          if (rows.length === 0) break;
+          for (const r of rows) after.set(`${r.ti_id}/${r.try_number}`, Math.max(after.get(`${r.ti_id}/${r.try_number}`) ?? 0, r.seq));
+          yield { lines: rows.map(logToProto) };
+          if (rows.length < 1000) break;
+        }
+        if (ended || context.signal.aborted) return;
+        await new Promise((r) => setTimeout(r, deps.logPollMs));
+      }
+    },
+  };
+  return guarded(deps.logger, impl);
+}
+
+async function selectionEnded(sql: Sql, runId: string, taskId: string | undefined): Promise<boolean> {
+  const run = await getRun(sql, runId);
+  if (!run) return true;
+  const tis = await listTis(sql, runId);
+  const selected = taskId ? tis.filter((t) => t.task_id === taskId) : tis;
+  if (taskId) return selected.every((t) => isTerminalTi(t.state)) || isTerminalRun(run.state);
+  return isTerminalRun(run.state) && selected.every((t) => isTerminalTi(t.state) || t.state === 'none');
+}

@@ -1,0 +1,462 @@
+import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Attempt, AttemptReporter, AttemptResult, Executor, LogStream } from '../../src/executors/executor.js';
+import { LineSplitter } from '../../src/executors/line-splitter.js';
+import { SHUTDOWN_ERROR, createSubprocessExecutor } from '../../src/executors/subprocess.js';
+
+/** Records every call; `started` and `heartbeat` answer as configured. */
+class FakeReporter implements AttemptReporter {
+  startedAnswer: boolean | Error = true;
+  /** Ti ids the store no longer considers current; an Error makes heartbeat reject. */
+  heartbeatDrops: Set<string> | Error = new Set();
+  readonly startedCalls: { tiId: string; pid: number | null }[] = [];
+  readonly logs: { tiId: string; stream: LogStream; line: string }[] = [];
+  readonly heartbeats: string[][] = [];
+  readonly finishedCalls: { tiId: string; result: AttemptResult; at: number }[] = [];
+
+  async started(attempt: Attempt, info: { pid: number | null }): Promise<boolean> {
+    this.startedCalls.push({ tiId: attempt.tiId, pid: info.pid });
+    if (info.pid !== null) spawnedPids.add(info.pid);
+    if (this.startedAnswer instanceof Error) throw this.startedAnswer;
+    return this.startedAnswer;
+  }
+
+  log(attempt: Attempt, stream: LogStream, line: string): void {
+    this.logs.push({ tiId: attempt.tiId, stream, line });
+  }
+
+  async heartbeat(attempts: Attempt[]): Promise<Set<string>> {
+    this.heartbeats.push(attempts.map((a) => a.tiId).sort());
+    const drops = this.heartbeatDrops;
+    if (drops instanceof Error) throw drops;
+    return new Set(attempts.map((a) => a.tiId).filter((id) => !drops.has(id)));
+  }
+
+  async finished(attempt: Attempt, result: AttemptResult): Promise<void> {
+    this.finishedCalls.push({ tiId: attempt.tiId, result, at: Date.now() });
+  }
+
+  lines(tiId: string, stream: LogStream): string[] {
+    return this.logs.filter((l) => l.tiId === tiId && l.stream === stream).map((l) => l.line);
+  }
+
+  pidOf(tiId: string): number {
+    const pid = this.startedCalls.find((c) => c.tiId === tiId)?.pid;
+    if (typeof pid !== 'number') throw new Error(`no pid reported for ${tiId}`);
+    return pid;
+  }
+
+  async finishedOf(tiId: string, timeoutMs = 4000): Promise<AttemptResult> {
+    await waitFor(() => this.finishedCalls.some((c) => c.tiId === tiId), timeoutMs, `finished(${tiId})`);
+    const calls = this.finishedCalls.filter((c) => c.tiId === tiId);
+    expect(calls).toHaveLength(1);
+    return calls[0]!.result;
+  }
+}
+
+const spawnedPids = new Set<number>();
+const executors: Executor[] = [];
+const tempDirs: string[] = [];
+
+afterEach(async () => {
+  for (const pid of spawnedPids) {
+    for (const target of [-pid, pid]) {
+      try {
+        process.kill(target, 'SIGKILL');
+      } catch {
+        // already gone: the point of most tests
+      }
+    }
+  }
+  spawnedPids.clear();
+  await Promise.all(executors.splice(0).map((e) => e.shutdown(0)));
+  for (const dir of tempDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+let seq = 0;
+function attempt(command: string[], over: Partial<Attempt> = {}): Attempt {
+  const n = ++seq;
+  return {
+    tiId: `ti-${n}`,
+    runId: 'run-1',
+    dagId: 'dag',
+    taskId: `task-${n}`,
+    tryNumber: 1,
+    maxTries: 1,
+    attemptToken: `token-${n}`,
+    dispatchKey: `dag-run-1-task-${n}-1`,
+    command,
+    env: {},
+    cwd: null,
+    timeoutMs: null,
+    ...over,
+  };
+}
+
+function setup(opts: { killGraceMs?: number; heartbeatIntervalMs?: number; outputDrainMs?: number } = {}) {
+  const reporter = new FakeReporter();
+  const logLines: string[] = [];
+  const logger = pino(
+    { level: 'warn' },
+    new Writable({
+      write(chunk: Buffer, _enc, done) {
+        logLines.push(chunk.toString());
+        done();
+      },
+    }),
+  );
+  const executor = createSubprocessExecutor({
+    reporter,
+    logger,
+    killGraceMs: opts.killGraceMs ?? 200,
+    heartbeatIntervalMs: opts.heartbeatIntervalMs ?? 50,
+    ...(opts.outputDrainMs === undefined ? {} : { outputDrainMs: opts.outputDrainMs }),
+  });
+  executors.push(executor);
+  return { reporter, executor, logLines };
+}
+
+async function waitFor(cond: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/**
+ * Whether the process still runs. A zombie counts as dead: grandchildren are reparented to PID 1,
+ * which in some containers never reaps them, so `kill(pid, 0)` would still succeed there.
+ */
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ESRCH') return false;
+    throw err;
+  }
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+async function expectGone(pid: number): Promise<void> {
+  await waitFor(() => !isRunning(pid), 2000, `pid ${pid} to be gone`);
+}
+
+function tempDir(): string {
+  const dir = realpathSync(mkdtempSync(join(tmpdir(), 'leoflow-subprocess-')));
+  tempDirs.push(dir);
+  return dir;
+}
+
+describe('subprocess executor', () => {
+  it('captures stdout and stderr lines in order and reports success on exit 0', async () => {
+    const { reporter, executor } = setup();
+    const a = attempt(['sh', '-c', 'echo out1; echo err1 >&2; echo out2; echo err2 >&2']);
+    await executor.dispatch(a);
+    expect(reporter.startedCalls).toEqual([{ tiId: a.tiId, pid: expect.any(Number) }]);
+    expect(await reporter.finishedOf(a.tiId)).toEqual({ exitCode: 0, signal: null, error: null, outcome: 'success' });
+    expect(reporter.lines(a.tiId, 'stdout')).toEqual(['out1', 'out2']);
+    expect(reporter.lines(a.tiId, 'stderr')).toEqual(['err1', 'err2']);
+    const system = reporter.lines(a.tiId, 'system');
+    expect(system[0]).toBe(`started pid ${reporter.pidOf(a.tiId)}: sh -c 'echo out1; echo err1 >&2; echo out2; echo err2 >&2'`);
+    expect(system.at(-1)).toBe('exited with code 0');
+    expect(executor.activeCount).toBe(0);
+  });
+
+  it('reports a non-zero exit as failed with the exit code', async () => {
+    const { reporter, executor } = setup();
+    const a = attempt(['sh', '-c', 'exit 3']);
+    await executor.dispatch(a);
+    expect(await reporter.finishedOf(a.tiId)).toEqual({
+      exitCode: 3,
+      signal: null,
+      error: 'exit code 3',
+      outcome: 'failed',
+    });
+    expect(reporter.lines(a.tiId, 'system')).toContain('exited with code 3');
+  });
+
+  it('joins lines split across chunks, including a split UTF-8 character, and keeps a last line without newline', async () => {
+    const { reporter, executor } = setup();
+    // \303\251 is "é": its two bytes arrive in separate writes.
+    const script = "printf 'hel'; sleep 0.1; printf 'lo \\303'; sleep 0.1; printf '\\251\\nwor'; sleep 0.1; printf 'ld'";
+    const a = attempt(['sh', '-c', script]);
+    await executor.dispatch(a);
+    expect((await reporter.finishedOf(a.tiId)).outcome).toBe('success');
+    expect(reporter.lines(a.tiId, 'stdout')).toEqual(['hello é', 'world']);
+  });
+
+  it('passes attempt.env to the child on top of the inherited environment', async () => {
+    const { reporter, executor } = setup();
+    const a = attempt(['sh', '-c', 'echo "$LEOFLOW_TEST_VAR|$LEOFLOW_INHERITED"'], {
+      env: { LEOFLOW_TEST_VAR: 'hello world' },
+    });
+    process.env.LEOFLOW_INHERITED = 'from-parent';
+    try {
+      await executor.dispatch(a);
+    } finally {
+      delete process.env.LEOFLOW_INHERITED;
+    }
+    await reporter.finishedOf(a.tiId);
+    expect(reporter.lines(a.tiId, 'stdout')).toEqual(['hello world|from-parent']);
+  });
+
+  it('runs the command in attempt.cwd', async () => {
+    const { reporter, executor } = setup();
+    const dir = tempDir();
+    const a = attempt(['pwd'], { cwd: dir });
+    await executor.dispatch(a);
+    await reporter.finishedOf(a.tiId);
+    expect(reporter.lines(a.tiId, 'stdout')).toEqual([dir]);
+  });
+
+  it('reports spawn_failed for a missing command without calling started', async () => {
+    const { reporter, executor } = setup();
+    const a = attempt(['nosuchcmd-leoflow', '--flag']);
+    await executor.dispatch(a);
+    // Reported before dispatch resolved: no waiting needed.
+    expect(reporter.finishedCalls.map((c) => c.result)).toEqual([
+      {
+        exitCode: null,
+        signal: null,
+        error: 'failed to start "nosuchcmd-leoflow": spawn nosuchcmd-leoflow ENOENT',
+        outcome: 'spawn_failed',
+      },
+    ]);
+    expect(reporter.startedCalls).toEqual([]);
+    expect(executor.activeCount).toBe(0);
+  });
+
+  it('reports spawn_failed for a cwd that does not exist, naming the cwd', async () => {
+    const { reporter, executor } = setup();
+    const a = attempt(['sh', '-c', 'true'], { cwd: '/nonexistent/leoflow' });
+    await executor.dispatch(a);
+    const result = reporter.finishedCalls[0]?.result;
+    expect(result?.outcome).toBe('spawn_failed');
+    expect(result?.error).toBe('failed to start "sh" in /nonexistent/leoflow: spawn sh ENOENT');
+    expect(reporter.startedCalls).toEqual([]);
+  });
+
+  it('kills the process group at once when started says the attempt was superseded', async () => {
+    const { reporter, executor } = setup();
+    reporter.startedAnswer = false;
+    const a = attempt(['sleep', '30']);
+    await executor.dispatch(a);
+    const pid = reporter.pidOf(a.tiId);
+    const result = await reporter.finishedOf(a.tiId, 1000);
+    expect(result).toMatchObject({ outcome: 'superseded', signal: 'SIGKILL', exitCode: null });
+    expect(() => process.kill(pid, 0)).toThrow(expect.objectContaining({ code: 'ESRCH' }));
+  });
+
+  it('on timeout sends SIGTERM, then SIGKILL after the grace when the task ignores TERM', async () => {
+    const { reporter, executor } = setup({ killGraceMs: 200 });
+    const a = attempt(['sh', '-c', 'trap "" TERM; sleep 30'], { timeoutMs: 300 });
+    await executor.dispatch(a);
+    const dispatchedAt = Date.now();
+    const pid = reporter.pidOf(a.tiId);
+    const result = await reporter.finishedOf(a.tiId);
+    expect(result).toEqual({ exitCode: null, signal: 'SIGKILL', error: 'timed out after 300 ms', outcome: 'timed_out' });
+    expect(reporter.finishedCalls[0]!.at - dispatchedAt).toBeGreaterThanOrEqual(300 + 200 - 20);
+    const system = reporter.lines(a.tiId, 'system');
+    expect(system).toContain(`timed out after 300 ms: sending SIGTERM to process group ${pid}`);
+    expect(system).toContain('still running 200 ms after SIGTERM: sending SIGKILL');
+    expect(() => process.kill(pid, 0)).toThrow(expect.objectContaining({ code: 'ESRCH' }));
+  });
+
+  it('on timeout kills grandchildren with the group', async () => {
+    const { reporter, executor } = setup();
+    const a = attempt(['sh', '-c', 'sleep 30 & echo $!; wait'], { timeoutMs: 300 });
+    await executor.dispatch(a);
+    await waitFor(() => reporter.lines(a.tiId, 'stdout').length > 0, 2000, 'grandchild pid');
+    const grandchild = Number(reporter.lines(a.tiId, 'stdout')[0]);
+    spawnedPids.add(grandchild);
+    expect(isRunning(grandchild)).toBe(true);
+    expect((await reporter.finishedOf(a.tiId)).outcome).toBe('timed_out');
+    await expectGone(grandchild);
+  });
+
+  it('kills what is left of the group once the leader exits, without waiting for the pipes', async () => {
+    const { reporter, executor } = setup({ outputDrainMs: 3000 });
+    // The background sleep inherits stdout and would hold it open for 30 s.
+    const a = attempt(['sh', '-c', 'sleep 30 & echo $!']);
+    await executor.dispatch(a);
+    const dispatchedAt = Date.now();
+    const result = await reporter.finishedOf(a.tiId);
+    expect(result.outcome).toBe('success');
+    expect(reporter.finishedCalls[0]!.at - dispatchedAt).toBeLessThan(1500);
+    const grandchild = Number(reporter.lines(a.tiId, 'stdout')[0]);
+    spawnedPids.add(grandchild);
+    await expectGone(grandchild);
+  });
+
+  it('stops reading output a bounded time after exit when a process that left the group holds the pipes', async () => {
+    const { reporter, executor } = setup({ outputDrainMs: 300 });
+    // The pause lets setsid run before the leader exits and the executor kills the group.
+    const a = attempt(['sh', '-c', 'setsid sleep 30 & echo $!; sleep 0.2']);
+    await executor.dispatch(a);
+    await waitFor(() => reporter.lines(a.tiId, 'stdout').length > 0, 2000, 'escaped pid');
+    spawnedPids.add(Number(reporter.lines(a.tiId, 'stdout')[0]));
+    const result = await reporter.finishedOf(a.tiId, 2000);
+    expect(result.outcome).toBe('success');
+    expect(reporter.lines(a.tiId, 'system')).toContain(
+      'output still open 300 ms after exit (a process left the group?): closing it',
+    );
+    expect(executor.activeCount).toBe(0);
+  });
+
+  it('cancel stops a live attempt with the reason as error; unknown or ended ti ids return false', async () => {
+    const { reporter, executor } = setup();
+    const a = attempt(['sleep', '30']);
+    await executor.dispatch(a);
+    expect(executor.activeCount).toBe(1);
+    expect(executor.cancel('ti-unknown', 'nope')).toBe(false);
+    expect(executor.cancel(a.tiId, 'cancelled by user')).toBe(true);
+    expect(await reporter.finishedOf(a.tiId)).toEqual({
+      exitCode: null,
+      signal: 'SIGTERM',
+      error: 'cancelled by user',
+      outcome: 'cancelled',
+    });
+    expect(executor.cancel(a.tiId, 'again')).toBe(false);
+    await expectGone(reporter.pidOf(a.tiId));
+  });
+
+  it('heartbeats live attempts and stops one the store no longer considers current', async () => {
+    const { reporter, executor } = setup({ heartbeatIntervalMs: 50 });
+    const keep = attempt(['sleep', '30']);
+    const drop = attempt(['sleep', '30']);
+    await executor.dispatch(keep);
+    await executor.dispatch(drop);
+    const both = [keep.tiId, drop.tiId].sort();
+    await waitFor(() => reporter.heartbeats.some((h) => h.join() === both.join()), 2000, 'a heartbeat of both');
+    expect(reporter.finishedCalls).toEqual([]);
+
+    reporter.heartbeatDrops = new Set([drop.tiId]);
+    expect(await reporter.finishedOf(drop.tiId)).toMatchObject({ outcome: 'superseded', signal: 'SIGTERM' });
+    await expectGone(reporter.pidOf(drop.tiId));
+    const seen = reporter.heartbeats.length;
+    await waitFor(() => reporter.heartbeats.length > seen, 2000, 'a later heartbeat');
+    expect(reporter.heartbeats.at(-1)).toEqual([keep.tiId]);
+    expect(isRunning(reporter.pidOf(keep.tiId))).toBe(true);
+  });
+
+  it('a rejected heartbeat kills nothing and is retried', async () => {
+    const { reporter, executor, logLines } = setup({ heartbeatIntervalMs: 50 });
+    reporter.heartbeatDrops = new Error('connection terminated');
+    const a = attempt(['sleep', '30']);
+    await executor.dispatch(a);
+    await waitFor(() => reporter.heartbeats.length >= 3, 2000, 'three heartbeats');
+    expect(isRunning(reporter.pidOf(a.tiId))).toBe(true);
+    expect(reporter.finishedCalls).toEqual([]);
+    expect(executor.activeCount).toBe(1);
+    expect(logLines.some((l) => l.includes('heartbeat failed'))).toBe(true);
+  });
+
+  it('a duplicate dispatch of a live ti spawns once', async () => {
+    const { reporter, executor } = setup();
+    const marker = join(tempDir(), 'spawns');
+    const a = attempt(['sh', '-c', `echo x >> '${marker}'; sleep 30`]);
+    await Promise.all([executor.dispatch(a), executor.dispatch(a)]);
+    await executor.dispatch({ ...a });
+    await waitFor(() => existsSync(marker) && readFileSync(marker, 'utf8').length > 0, 2000, 'the marker');
+    await new Promise((r) => setTimeout(r, 100));
+    expect(readFileSync(marker, 'utf8')).toBe('x\n');
+    expect(reporter.startedCalls).toHaveLength(1);
+    expect(executor.activeCount).toBe(1);
+  });
+
+  it('shutdown lets a short task finish, stops a long one as failed, then refuses work', async () => {
+    const { reporter, executor } = setup({ killGraceMs: 200 });
+    const short = attempt(['sh', '-c', 'sleep 0.3; echo done']);
+    const long = attempt(['sleep', '30']);
+    await executor.dispatch(short);
+    await executor.dispatch(long);
+    const startedAt = Date.now();
+    await executor.shutdown(1000);
+    const took = Date.now() - startedAt;
+    expect(took).toBeGreaterThanOrEqual(1000 - 20);
+    expect(took).toBeLessThan(2500);
+    // Both reports resolved before shutdown did.
+    expect(reporter.finishedCalls.find((c) => c.tiId === short.tiId)?.result).toEqual({
+      exitCode: 0,
+      signal: null,
+      error: null,
+      outcome: 'success',
+    });
+    expect(reporter.lines(short.tiId, 'stdout')).toEqual(['done']);
+    expect(reporter.finishedCalls.find((c) => c.tiId === long.tiId)?.result).toEqual({
+      exitCode: null,
+      signal: 'SIGTERM',
+      error: SHUTDOWN_ERROR,
+      outcome: 'failed',
+    });
+    expect(executor.activeCount).toBe(0);
+    await expect(executor.dispatch(attempt(['true']))).rejects.toThrow(/shutting down/);
+  });
+
+  it('shutdown resolves as soon as live attempts end by themselves', async () => {
+    const { reporter, executor } = setup();
+    const a = attempt(['sh', '-c', 'sleep 0.2']);
+    await executor.dispatch(a);
+    const startedAt = Date.now();
+    await executor.shutdown(5000);
+    expect(Date.now() - startedAt).toBeLessThan(1500);
+    expect(reporter.finishedCalls.map((c) => c.result.outcome)).toEqual(['success']);
+  });
+
+  it('survives a reporter that throws: the child still runs, ends and is reaped', async () => {
+    const { reporter, executor, logLines } = setup();
+    reporter.startedAnswer = new Error('db down');
+    reporter.log = () => {
+      throw new Error('log buffer full');
+    };
+    const finished = reporter.finished.bind(reporter);
+    reporter.finished = async (att, result) => {
+      await finished(att, result);
+      throw new Error('db down');
+    };
+    const a = attempt(['sh', '-c', 'echo hi; exit 4']);
+    await executor.dispatch(a);
+    expect((await reporter.finishedOf(a.tiId)).outcome).toBe('failed');
+    await executor.shutdown(1000);
+    await expectGone(reporter.pidOf(a.tiId));
+    const errors = logLines.map((l) => JSON.parse(l) as { msg: string; tiId?: string; tryNumber?: number });
+    expect(errors.some((e) => e.msg.startsWith('reporting started failed') && e.tiId === a.tiId)).toBe(true);
+    expect(errors.some((e) => e.msg === 'reporting finished failed' && e.tryNumber === 1)).toBe(true);
+    expect(errors.some((e) => e.msg === 'reporting a log line failed')).toBe(true);
+  });
+});
+
+describe('LineSplitter', () => {
+  it('splits on newlines across chunks and keeps a trailing partial line for end()', () => {
+    const s = new LineSplitter();
+    expect(s.push(Buffer.from('a\nb'))).toEqual(['a']);
+    expect(s.push(Buffer.from('c\r\n\nd'))).toEqual(['bc', '']);
+    expect(s.end()).toEqual(['d']);
+    expect(s.end()).toEqual([]);
+  });
+
+  it('reassembles a multi-byte character split across chunks', () => {
+    const bytes = Buffer.from('€x\n'); // € is three bytes
+    const s = new LineSplitter();
+    expect(s.push(bytes.subarray(0, 1))).toEqual([]);
+    expect(s.push(bytes.subarray(1, 2))).toEqual([]);
+    expect(s.push(bytes.subarray(2))).toEqual(['€x']);
+  });
+
+  it('caps a line, without cutting a character, and counts what it dropped', () => {
+    const s = new LineSplitter(8);
+    // "abcdef€" is 9 bytes: the cap falls inside "€", which is dropped whole.
+    expect(s.push(Buffer.from('abcdef€'))).toEqual([]);
+    expect(s.push(Buffer.from('ghi\nok\n'))).toEqual(['abcdef… [line truncated: 6 more bytes]', 'ok']);
+  });
+});

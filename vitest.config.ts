@@ -1,0 +1,19 @@
+import { defineConfig } from 'vitest/config';
+
+/**
+ * Three projects so the fast ones give feedback in seconds: unit (pure), integration (real
+ * Postgres, in-process), e2e (real `leoflow` processes). One embedded Postgres serves the whole
+ * run (or TEST_DATABASE_URL's server); every test file gets its own database from a template.
+ */
+export default defineConfig({
+  test: {
+    globalSetup: ['test/helpers/global-setup.ts'],
+    testTimeout: 30_000,
+    hookTimeout: 60_000,
+    projects: [
+      { extends: true, test: { name: 'unit', include: ['test/unit/**/*.test.ts'] } },
+      { extends: true, test: { name: 'integration', include: ['test/integration/**/*.test.ts'] } },
+      { extends: true, test: { name: 'e2e', include: ['test/e2e/**/*.test.ts'], testTimeout: 120_000 } },
+    ],
+  },
+});
