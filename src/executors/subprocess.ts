@@ -320,7 +320,7 @@ class SubprocessExecutor implements Executor {
   #signalGroup(run: Running, signal: 'SIGTERM' | 'SIGKILL'): void {
     if (run.pid === null) return;
     try {
-      process.kill(run.pid, signal);
+      process.kill(-run.pid, signal);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ESRCH') this.#logError(run.attempt, err, `sending ${signal} failed`);
     }

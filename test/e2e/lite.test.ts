@@ -1,0 +1,196 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+
+/**
+ * The Lite edition end to end, as a user drives it: the real `leoflow server` process on a real
+ * Postgres, the examples applied with the real CLI, runs triggered and inspected with it.
+ */
+
+let db: TestDatabase;
+let server: ServerProcess;
+let tmp: string;
+
+interface ShownTi {
+  task_id: string;
+  state: string;
+  try_number: number;
+  max_tries: number;
+  exit_code: number | null;
+  error: string | null;
+  pending_reason: string | null;
+}
+
+async function show(runId: string): Promise<{ state: string; task_instances: ShownTi[] }> {
+  const r = await cli(server.url, ['run', 'show', runId, '-o', 'json']);
+  expect(r.code, r.stderr).toBe(0);
+  return JSON.parse(r.stdout);
+}
+
+function runIdOf(stdout: string): string {
+  const m = /^run (\d+) of /m.exec(stdout);
+  if (!m) throw new Error(`no run id in: ${stdout}`);
+  return m[1]!;
+}
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-e2e-'));
+  server = await startServer({
+    env: { DATABASE_URL: db.url },
+    args: ['--heartbeat-interval', '200ms', '--heartbeat-threshold', '5s', '--kill-grace', '300ms'],
+  });
+});
+
+afterAll(async () => {
+  await server?.stop();
+  await db?.drop();
+  await rm(tmp, { recursive: true, force: true });
+});
+
+describe('leoflow lite, end to end', () => {
+  it('applies the examples with the CLI', async () => {
+    const r = await cli(server.url, ['dag', 'apply', 'examples']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/examples\/hello\.yaml: DAG hello created \(version 1, 2 tasks\)/);
+    expect(r.stdout).toMatch(/examples\/fan-out\.yaml: DAG fan_out created \(version 1, 5 tasks\)/);
+    const again = await cli(server.url, ['dag', 'apply', 'examples/hello.yaml']);
+    expect(again.stdout).toMatch(/DAG hello unchanged \(version 1/);
+    const list = await cli(server.url, ['dag', 'list', '-o', 'json']);
+    expect(JSON.parse(list.stdout).map((d: { dag_id: string }) => d.dag_id)).toEqual(['fan_out', 'hello']);
+  });
+
+  it('runs hello to success with logs, exit codes and one try each', async () => {
+    const r = await cli(server.url, ['run', 'trigger', 'hello', '--wait']);
+    expect(r.code, r.stdout + r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/greet\s+success\s+try 1\/1, exit 0/);
+    expect(r.stdout).toMatch(/^run \d+ success in [\d.]+s: 2 success$/m);
+    const runId = runIdOf(r.stdout);
+    const shown = await show(runId);
+    expect(shown.state).toBe('success');
+    for (const ti of shown.task_instances) {
+      expect(ti).toMatchObject({ state: 'success', try_number: 1, exit_code: 0, error: null });
+    }
+    const logs = await cli(server.url, ['logs', runId]);
+    expect(logs.code).toBe(0);
+    expect(logs.stdout).toMatch(/^\[greet #1\] .+/m);
+    expect(logs.stdout).toMatch(/^\[goodbye #1\] .+/m);
+    expect(logs.stdout).toMatch(/^\[greet #1 leoflow\] exited with code 0$/m);
+  });
+
+  it('runs the fan-out example: flaky fails once, is retried and succeeds', async () => {
+    const r = await cli(server.url, ['run', 'trigger', 'fan_out', '--wait']);
+    expect(r.code, r.stdout + r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/flaky\s+up_for_retry\s+try 1\/3, exit 1/);
+    const runId = runIdOf(r.stdout);
+    const shown = await show(runId);
+    const byTask = new Map(shown.task_instances.map((t) => [t.task_id, t]));
+    expect(byTask.get('flaky')).toMatchObject({ state: 'success', try_number: 2, exit_code: 0 });
+    for (const id of ['start', 'count', 'sum', 'join']) expect(byTask.get(id)).toMatchObject({ state: 'success', try_number: 1, exit_code: 0 });
+    const logs = await cli(server.url, ['logs', runId, '--task', 'flaky']);
+    expect(logs.stdout).toMatch(/^\[flaky #1 stderr\] flaky: failing on try 1$/m);
+    expect(logs.stdout).toMatch(/^\[flaky #2\] flaky: ok on try 2$/m);
+    const try1 = await cli(server.url, ['logs', runId, '--task', 'flaky', '--try', '1']);
+    expect(try1.stdout).not.toMatch(/ok on try 2/);
+  });
+
+  it('fails a run whose task fails for good: exit code, upstream_failed, non-zero CLI exit', async () => {
+    const file = path.join(tmp, 'broken.yaml');
+    await writeFile(file, `dag_id: broken\ntasks:\n  - id: boom\n    command: "echo about to fail; exit 7"\n  - id: after\n    command: [echo, never]\n    depends_on: [boom]\n`);
+    expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
+    const r = await cli(server.url, ['run', 'trigger', 'broken', '--wait']);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/^run \d+ failed in/m);
+    const shown = await show(runIdOf(r.stdout));
+    const byTask = new Map(shown.task_instances.map((t) => [t.task_id, t]));
+    expect(byTask.get('boom')).toMatchObject({ state: 'failed', try_number: 1, exit_code: 7, error: 'exit code 7' });
+    expect(byTask.get('after')).toMatchObject({ state: 'upstream_failed', try_number: 0 });
+  });
+
+  it('enforces a task timeout: SIGTERM, then SIGKILL after the grace period', async () => {
+    const file = path.join(tmp, 'slow.yaml');
+    await writeFile(file, `dag_id: slow\ntasks:\n  - id: stubborn\n    command: ["sh", "-c", "trap '' TERM; echo started; sleep 30"]\n    timeout: 1s\n`);
+    expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
+    const started = Date.now();
+    const r = await cli(server.url, ['run', 'trigger', 'slow', '--wait']);
+    expect(r.code).toBe(1);
+    expect(Date.now() - started).toBeLessThan(10_000);
+    const shown = await show(runIdOf(r.stdout));
+    expect(shown.task_instances[0]).toMatchObject({ state: 'failed', exit_code: null, error: 'timed out after 1000 ms' });
+  });
+
+  it('cancels a running run: the process group is stopped and the TIs end cancelled', async () => {
+    const file = path.join(tmp, 'long.yaml');
+    const marker = path.join(tmp, 'long.pid');
+    await writeFile(file, `dag_id: long\ntasks:\n  - id: sleeper\n    command: ["sh", "-c", "echo $$ > ${marker}; sleep 60"]\n  - id: next\n    command: [echo, next]\n    depends_on: [sleeper]\n`);
+    expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
+    const t = await cli(server.url, ['run', 'trigger', 'long']);
+    const runId = runIdOf(t.stdout);
+    await waitFor('sleeper running', async () => (await show(runId)).task_instances.find((x) => x.task_id === 'sleeper')?.state === 'running');
+    const { readFile } = await import('node:fs/promises');
+    const pid = Number(await waitFor('pid file', () => readFile(marker, 'utf8').catch(() => null)));
+    const c = await cli(server.url, ['run', 'cancel', runId]);
+    expect(c.stdout.trim()).toBe(`run ${runId} cancelled`);
+    await waitFor('process gone', async () => {
+      try {
+        process.kill(pid, 0);
+        return false;
+      } catch {
+        return true;
+      }
+    }, 5000);
+    const shown = await show(runId);
+    expect(shown.state).toBe('cancelled');
+    expect(shown.task_instances.map((x) => x.state)).toEqual(['cancelled', 'cancelled']);
+    const again = await cli(server.url, ['run', 'cancel', runId]);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toMatch(/failed_precondition.*run \d+ has already ended \(cancelled\)/);
+  });
+
+  it('rejects an invalid DAG file with the file, field and reason, and writes nothing', async () => {
+    const file = path.join(tmp, 'bad.yaml');
+    await writeFile(file, `dag_id: bad\ntasks:\n  - id: a\n    command: [echo, a]\n    depends_on: [c]\n    retries: lots\n  - id: c\n    command: [echo, c]\n    depends_on: [a]\n`);
+    const r = await cli(server.url, ['dag', 'apply', file]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('bad.yaml');
+    expect(r.stderr).toMatch(/tasks\[0\]\.retries/);
+    expect(r.stderr).toMatch(/cycle: a → c → a|cycle: c → a → c/);
+    const list = await cli(server.url, ['dag', 'list', '-o', 'json']);
+    expect(JSON.parse(list.stdout).map((d: { dag_id: string }) => d.dag_id)).not.toContain('bad');
+    const rows = await db.sql`select 1 from dags where dag_id = 'bad'`;
+    expect(rows.length).toBe(0);
+  });
+
+  it('answers unknown ids and bad arguments with clear errors', async () => {
+    const unknownRun = await cli(server.url, ['run', 'show', '999999']);
+    expect(unknownRun.code).toBe(1);
+    expect(unknownRun.stderr).toMatch(/not_found.*run 999999 not found/);
+    const unknownDag = await cli(server.url, ['run', 'trigger', 'nope']);
+    expect(unknownDag.stderr).toMatch(/not_found.*DAG "nope" not found/);
+    const badConf = await cli(server.url, ['run', 'trigger', 'hello', '--conf', '[1,2]']);
+    expect(badConf.stderr).toMatch(/invalid_argument.*conf_json: must be a JSON object/);
+    const badCmd = await cli(server.url, ['run', 'frobnicate']);
+    expect(badCmd.code).toBe(2);
+    expect(badCmd.stderr).toMatch(/unknown command 'frobnicate'/);
+  });
+
+  it('tells the user when the control plane cannot be reached', async () => {
+    const r = await cli('http://127.0.0.1:9', ['dag', 'list']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/cannot reach the control plane at http:\/\/127\.0\.0\.1:9/);
+  });
+
+  it('reports the leader through the API', async () => {
+    const { createClients } = await import('../../src/cli/client.js');
+    const leader = await waitFor('a leader', async () => {
+      const r = await createClients(server.url).cluster.getLeader({});
+      return r.leaderId ? r : null;
+    });
+    expect(leader.leaderId).toBe(leader.replicaId);
+    expect(leader.edition).toBe('lite');
+  });
+});

@@ -1,0 +1,132 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const BIN = fileURLToPath(new URL('../../bin/leoflow.js', import.meta.url));
+
+export interface ServerProcess {
+  child: ChildProcess;
+  url: string;
+  /** Every JSON log record the server printed so far. */
+  logs: Record<string, unknown>[];
+  /** Resolves with the exit code (or signal) once the process has exited. */
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** SIGTERM, then wait for a graceful exit (SIGKILL after timeoutMs). */
+  stop(timeoutMs?: number): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  kill(): Promise<void>;
+}
+
+const live = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const c of live) c.kill('SIGKILL');
+});
+
+/**
+ * Starts the real `leoflow server` process (the compiled build, as a user runs it) and resolves
+ * once it logs that it is ready. `args` are extra flags; `env` is merged over process.env.
+ */
+export async function startServer(opts: { args?: string[]; env?: Record<string, string | undefined>; cwd?: string; readyTimeoutMs?: number } = {}): Promise<ServerProcess> {
+  const child = spawn(process.execPath, [BIN, 'server', '--listen', '127.0.0.1:0', '--log-format', 'json', ...(opts.args ?? [])], {
+    cwd: opts.cwd ?? ROOT,
+    env: { ...process.env, ...opts.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  live.add(child);
+  const logs: Record<string, unknown>[] = [];
+  let stderr = '';
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    child.on('exit', (code, signal) => {
+      live.delete(child);
+      resolve({ code, signal });
+    });
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    let buf = '';
+    const timer = setTimeout(() => reject(new Error(`server not ready after ${opts.readyTimeoutMs ?? 30000} ms:\n${buf}${stderr}`)), opts.readyTimeoutMs ?? 30_000);
+    child.stdout!.setEncoding('utf8');
+    child.stdout!.on('data', (chunk: string) => {
+      buf += chunk;
+      let nl;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        try {
+          const rec = JSON.parse(line) as Record<string, unknown>;
+          logs.push(rec);
+          if (typeof rec.listen === 'string' && String(rec.msg).includes('ready')) {
+            clearTimeout(timer);
+            resolve(`http://${rec.listen}`);
+          }
+        } catch {
+          // not a log record
+        }
+      }
+    });
+    child.stderr!.setEncoding('utf8');
+    child.stderr!.on('data', (c: string) => (stderr += c));
+    void exited.then(({ code, signal }) => {
+      clearTimeout(timer);
+      reject(new Error(`server exited before ready (code ${code}, signal ${signal}):\n${stderr}\n${JSON.stringify(logs.slice(-5))}`));
+    });
+  });
+  return {
+    child,
+    url,
+    logs,
+    exited,
+    async stop(timeoutMs = 30_000) {
+      if (child.exitCode !== null || child.signalCode !== null) return exited;
+      child.kill('SIGTERM');
+      const t = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+      const r = await exited;
+      clearTimeout(t);
+      return r;
+    },
+    async kill() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      await exited;
+    },
+  };
+}
+
+export interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs the real `leoflow` CLI against a server. */
+export function cli(server: string | null, args: string[], opts: { timeoutMs?: number; cwd?: string; env?: Record<string, string> } = {}): Promise<CliResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, ...(server ? ['--server', server] : []), ...args], {
+      cwd: opts.cwd ?? ROOT,
+      env: { ...process.env, ...opts.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    live.add(child);
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
+    child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`leoflow ${args.join(' ')} took longer than ${opts.timeoutMs ?? 60000} ms\n${stdout}\n${stderr}`));
+    }, opts.timeoutMs ?? 60_000);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      live.delete(child);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+/** Polls `check` until it returns a truthy value or the deadline passes. */
+export async function waitFor<T>(what: string, check: () => Promise<T | null | undefined | false>, timeoutMs = 20_000, everyMs = 50): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await check();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
