@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { expandDagPaths } from '../../server/apply-dag-paths.js';
+import { expandDagPaths } from '../../server/expand-dag-paths.js';
 import type { Clients } from '../client.js';
 import { table, time } from '../format.js';
 

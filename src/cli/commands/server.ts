@@ -1,7 +1,5 @@
 import type { Command } from 'commander';
 import { ConfigError, loadConfig, SETTINGS, type SettingKey } from '../../server/config.js';
-import { startControlPlane } from '../../server/control-plane.js';
-import { createLogger } from '../../server/logger.js';
 
 const HELP: Record<SettingKey, string> = {
   edition: 'lite | pro (edition defaults from editions/<edition>/config.json)',
@@ -51,6 +49,9 @@ export function registerServer(program: Command): void {
       }
       throw err;
     }
+    // Loaded here, not at the top: the client commands should not pay for the server's modules.
+    const { createLogger } = await import('../../server/logger.js');
+    const { startControlPlane } = await import('../../server/control-plane.js');
     const logger = createLogger({ level: config.logLevel, format: config.logFormat, replicaId: config.replicaId });
     let plane;
     try {
