@@ -101,7 +101,7 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
   const editionRaw = pick('edition', null) ?? { value: 'lite', source: 'default' };
   let edition: Edition = 'lite';
   if ((EDITIONS as readonly unknown[]).includes(editionRaw.value)) edition = editionRaw.value as Edition;
-  else problems.push(`${editionRaw.source} must be one of ${EDITIONS.join(', ')}, got ${JSON.stringify(editionRaw.value)}`);
+  else problems.push(`${editionRaw.source}: must be one of ${EDITIONS.join(', ')}, got ${JSON.stringify(editionRaw.value)}`);
   const defaults = editionDefaults(edition);
 
   const get = <T>(key: SettingKey, compile: (v: unknown) => T, fallback: T): T => {

@@ -1,0 +1,83 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../../src/server/config.js';
+
+function problems(flags: Parameters<typeof loadConfig>[0], env: NodeJS.ProcessEnv = {}): string[] {
+  try {
+    loadConfig(flags, env, '/srv');
+  } catch (err) {
+    if (err instanceof ConfigError) return err.problems;
+    throw err;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+describe('config', () => {
+  it('fills the lite edition defaults', () => {
+    const c = loadConfig({}, {}, '/srv');
+    expect(c).toMatchObject({
+      edition: 'lite',
+      listenHost: '127.0.0.1',
+      listenPort: 7070,
+      databaseUrl: null,
+      stateDir: '/srv/.leoflow',
+      executor: 'subprocess',
+      tickMs: 1000,
+      dispatchWorkers: 1,
+      dispatchQueue: 1,
+      runOrphanThresholdMs: 300_000,
+      heartbeatThresholdMs: 90_000,
+    });
+  });
+
+  it('takes flags over environment over edition file', () => {
+    const c = loadConfig(
+      { dispatch_workers: '4', tick_interval: '250ms' },
+      { LEOFLOW_DISPATCH_WORKERS: '2', LEOFLOW_DISPATCH_QUEUE: '8', DATABASE_URL: 'postgres://u@127.0.0.1/db' },
+      '/srv',
+    );
+    expect(c.dispatchWorkers).toBe(4);
+    expect(c.dispatchQueue).toBe(8);
+    expect(c.tickMs).toBe(250);
+    expect(c.databaseUrl).toBe('postgres://u@127.0.0.1/db');
+  });
+
+  it('uses the pro edition defaults and demands a database', () => {
+    expect(problems({ edition: 'pro', executor: 'subprocess' })).toEqual([
+      'the pro edition needs a Postgres server: set DATABASE_URL or --database-url',
+    ]);
+    const c = loadConfig({ edition: 'pro', executor: 'subprocess' }, { DATABASE_URL: 'postgres://127.0.0.1/x' }, '/srv');
+    expect(c).toMatchObject({ edition: 'pro', dispatchWorkers: 16, dispatchQueue: 256 });
+  });
+
+  it('says the kubernetes executor is not in this build rather than pretending', () => {
+    expect(problems({ edition: 'pro' }, { DATABASE_URL: 'postgres://127.0.0.1/x' })).toEqual([
+      'editions/pro/config.json executor: the kubernetes executor is not part of this build yet; use --executor subprocess',
+    ]);
+  });
+
+  it('reports every bad value with the flag or variable it came from', () => {
+    expect(
+      problems(
+        { dispatch_workers: '0', tick_interval: 'soon', listen: 'localhost', log_format: 'xml' },
+        { LEOFLOW_DISPATCH_QUEUE: '-3', DATABASE_URL: 'mysql://x' },
+      ),
+    ).toEqual([
+      '--listen: must be HOST:PORT (e.g. 127.0.0.1:7070), got "localhost"',
+      'DATABASE_URL (environment): must be a postgres:// URL, got protocol "mysql:"',
+      '--tick-interval: expected a duration like "30s", "5m" or "1h30m", got "soon"',
+      '--dispatch-workers: must be a positive integer, got "0"',
+      'LEOFLOW_DISPATCH_QUEUE (environment): must be a positive integer, got "-3"',
+      '--log-format: must be one of json, pretty, got "xml"',
+    ]);
+  });
+
+  it('rejects an unknown edition', () => {
+    expect(problems({ edition: 'enterprise' })).toEqual(['--edition: must be one of lite, pro, got "enterprise"']);
+  });
+
+  it('refuses a heartbeat threshold that could reap live tasks', () => {
+    expect(problems({ heartbeat_interval: '10s', heartbeat_threshold: '20s' })).toEqual([
+      'heartbeat_threshold (20000 ms) must be at least 3 × heartbeat_interval (10000 ms), or a live task could be reaped',
+    ]);
+  });
+});
