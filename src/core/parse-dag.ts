@@ -281,6 +281,8 @@ function readStartDate(value: unknown, path: string, timezone: string, issues: D
 interface TaskDraft {
   index: number;
   id: string | undefined;
+  /** A string id that failed validation: already reported, so references to it are not. */
+  invalidId: string | undefined;
   /** Valid, distinct, non-self dependencies with the path of their entry. */
   deps: { id: string; path: string }[];
   spec: TaskSpec | undefined;
@@ -317,7 +319,7 @@ function readTasks(value: unknown, path: string, issues: DagIssue[]): TaskSpec[]
 }
 
 function readTask(item: unknown, index: number, path: string, issues: DagIssue[]): TaskDraft {
-  const draft: TaskDraft = { index, id: undefined, deps: [], spec: undefined };
+  const draft: TaskDraft = { index, id: undefined, invalidId: undefined, deps: [], spec: undefined };
   if (!isMapping(item)) {
     issues.push(expected('a task mapping with at least id and command', item, path));
     return draft;
@@ -329,6 +331,7 @@ function readTask(item: unknown, index: number, path: string, issues: DagIssue[]
     switch (key) {
       case 'id':
         task.id = draft.id = readId(value, p, issues);
+        if (draft.id === undefined && typeof value === 'string') draft.invalidId = value;
         break;
       case 'command':
         task.command = readCommand(value, p, issues);
@@ -506,10 +509,11 @@ function checkDependencies(
   issues: DagIssue[],
 ): void {
   const ids = [...firstIndex.keys()];
+  const invalidIds = new Set(drafts.map((d) => d.invalidId));
   let budget = SUGGESTION_BUDGET;
   for (const draft of drafts) {
     for (const dep of draft.deps) {
-      if (firstIndex.has(dep.id)) continue;
+      if (firstIndex.has(dep.id) || invalidIds.has(dep.id)) continue;
       let hint = '';
       if (budget >= ids.length) {
         budget -= ids.length;

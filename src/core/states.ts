@@ -35,7 +35,8 @@ const RUN_TRANSITIONS: Readonly<Record<RunState, readonly RunState[]>> = {
  * - none → scheduled when its trigger rule is met, or straight to upstream_failed/skipped.
  * - scheduled → queued when a dispatcher claims it for a new attempt (try_number + 1).
  * - queued → running when the executor has started the attempt; queued → failed/up_for_retry
- *   when the executor could not start it (e.g. the command does not exist).
+ *   when the executor could not start it (e.g. the command does not exist); queued → success
+ *   when the attempt ended well but its start report was lost (the result is real: keep it).
  * - running → success | failed | up_for_retry when the attempt ends.
  * - up_for_retry → scheduled when its backoff has elapsed.
  * - success/failed/upstream_failed/skipped/cancelled → none when cleared (retry by hand).
@@ -44,7 +45,7 @@ const RUN_TRANSITIONS: Readonly<Record<RunState, readonly RunState[]>> = {
 const TI_TRANSITIONS: Readonly<Record<TiState, readonly TiState[]>> = {
   none: ['scheduled', 'upstream_failed', 'skipped', 'cancelled'],
   scheduled: ['queued', 'none', 'cancelled'],
-  queued: ['running', 'failed', 'up_for_retry', 'scheduled', 'cancelled'],
+  queued: ['running', 'success', 'failed', 'up_for_retry', 'scheduled', 'cancelled'],
   running: ['success', 'failed', 'up_for_retry', 'cancelled'],
   up_for_retry: ['scheduled', 'cancelled'],
   success: ['none'],
@@ -65,6 +66,11 @@ export const TERMINAL_RUN_STATES: readonly RunState[] = ['success', 'failed', 'c
 
 /** States in which a task instance may hold a live process somewhere. */
 export const ACTIVE_TI_STATES: readonly TiState[] = ['queued', 'running'];
+
+/** States from which an attempt's end may be recorded, whatever the outcome. */
+export const ATTEMPT_END_FROM: readonly TiState[] = ACTIVE_TI_STATES.filter((s) =>
+  (['success', 'failed', 'up_for_retry'] as const).every((to) => TI_TRANSITIONS[s].includes(to)),
+);
 
 export function isTerminalTi(state: TiState): boolean {
   return TERMINAL_TI_STATES.includes(state);

@@ -120,12 +120,14 @@ export function createLeaderElector(opts: LeaderElectorOptions): LeaderElector {
       const was = leader;
       leader = false;
       since = null;
+      // Stop stepping before the lock is released, so there is never a moment when this replica
+      // still steps while another one already leads.
+      if (was) opts.onDeposed('stopping');
       if (c) {
         c.removeAllListeners();
         c.on('error', () => {});
         await c.end().catch(() => {});
       }
-      if (was) opts.onDeposed('stopping');
     },
   };
 }

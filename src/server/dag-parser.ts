@@ -8,7 +8,7 @@ import type { ParseDagInput, ParseDagResult } from './parse-dag-worker.js';
 export interface DagParserOptions {
   /** Worker threads; default 2 (DAG files are applied rarely, but one slow file must not block the next). */
   maxThreads?: number;
-  /** Per-parse time limit in ms, queueing included; default 5,000. */
+  /** Per-parse time limit in ms, queueing included; default 10,000 (a valid 1 MiB file takes ~2 s). */
   timeoutMs?: number;
   /** Parses waiting for a thread beyond the running ones; default 64. More are refused. */
   maxQueue?: number;
@@ -42,8 +42,12 @@ export class DagParserError extends Error {
   }
 }
 
-/** Old-generation heap of one worker: far above any valid 1 MiB DAG, far below the host. */
-const WORKER_HEAP_MB = 128;
+/**
+ * Old-generation heap of one worker. A valid DAG near the 1 MiB limit needs 64-96 MB while the
+ * yaml package builds its document; 256 leaves room to parse it without GC thrash, and still
+ * stops a pathological file (say 300,000 one-letter tags) long before it hurts the host.
+ */
+const WORKER_HEAP_MB = 256;
 
 /**
  * A pool of worker threads that parse untrusted DAG files, each bounded in time (`timeoutMs`,
@@ -55,7 +59,7 @@ const WORKER_HEAP_MB = 128;
  */
 export function createDagParser(opts: DagParserOptions = {}): DagParser {
   const maxThreads = opts.maxThreads ?? 2;
-  const timeoutMs = opts.timeoutMs ?? 5_000;
+  const timeoutMs = opts.timeoutMs ?? 10_000;
   const maxQueue = opts.maxQueue ?? 64;
   if (!Number.isSafeInteger(maxThreads) || maxThreads < 1) throw new TypeError('opts.maxThreads must be a positive integer');
   if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1) throw new TypeError('opts.timeoutMs must be a positive integer');
@@ -66,7 +70,7 @@ export function createDagParser(opts: DagParserOptions = {}): DagParser {
     minThreads: 0,
     maxThreads,
     idleTimeout: 30_000,
-    resourceLimits: { maxOldGenerationSizeMb: WORKER_HEAP_MB, maxYoungGenerationSizeMb: 16 },
+    resourceLimits: { maxOldGenerationSizeMb: WORKER_HEAP_MB, maxYoungGenerationSizeMb: 32 },
   });
   // Piscina emits 'error' for a worker that dies with no task; unhandled, that would crash us.
   const onError = opts.onError ?? ((err: Error) => process.emitWarning(err));

@@ -1,5 +1,6 @@
 import { Code, ConnectError } from '@connectrpc/connect';
 import { DagValidationError } from '../core/dag-spec.js';
+import { DagParserError } from './dag-parser.js';
 
 /** The request names something that does not exist. */
 export class NotFoundError extends Error {
@@ -29,6 +30,11 @@ export class FailedPreconditionError extends Error {
 export function toConnectError(err: unknown): ConnectError {
   if (err instanceof ConnectError) return err;
   if (err instanceof DagValidationError) return new ConnectError(err.message, Code.InvalidArgument);
+  if (err instanceof DagParserError) {
+    // A file too slow or too big to parse is the file's fault; a busy or closed parser is ours.
+    const code = { timeout: Code.InvalidArgument, memory: Code.InvalidArgument, overloaded: Code.ResourceExhausted, closed: Code.Unavailable, crashed: Code.Internal }[err.reason];
+    return new ConnectError(err.message, code);
+  }
   if (err instanceof InvalidArgumentError) return new ConnectError(err.message, Code.InvalidArgument);
   if (err instanceof NotFoundError) return new ConnectError(err.message, Code.NotFound);
   if (err instanceof FailedPreconditionError) return new ConnectError(err.message, Code.FailedPrecondition);

@@ -240,7 +240,8 @@ tasks:
     const spec = parseDag(tasks(...lines), FILE);
     expect(spec.tasks).toHaveLength(10_000);
     expect(spec.tasks[9_999]?.dependsOn).toEqual(['t9998']);
-    expect(performance.now() - started).toBeLessThan(5_000);
+    // Generous: the point is "no quadratic step", not a benchmark (YAML parsing alone is ~1 s here).
+    expect(performance.now() - started).toBeLessThan(10_000);
   });
 
   it.each(['hello.yaml', 'fan-out.yaml'])('parses examples/%s', (name) => {
@@ -452,6 +453,13 @@ describe('parseDag: type errors', () => {
     expect(issuesOf(`dag_id: t\n${line}\n`)).toEqual([{ path: 'tasks', message }]);
   });
 
+  it('rejects a bad task id', () => {
+    expect(issuesOf(tasks('{id: "a/b", command: x}', '{id: "", command: x}'))).toEqual([
+      { path: 'tasks[0].id', message: `expected ${ID_RULE}, got "a/b"` },
+      { path: 'tasks[1].id', message: `expected ${ID_RULE}, got ""` },
+    ]);
+  });
+
   it('rejects a task that is not a mapping', () => {
     expect(issuesOf(tasks('{id: a, command: x}', 'just-a-string'))).toEqual([
       { path: 'tasks[1]', message: 'expected a task mapping with at least id and command, got "just-a-string"' },
@@ -459,7 +467,6 @@ describe('parseDag: type errors', () => {
   });
 
   it.each([
-    ['id: "a/b"', 'tasks[0].id', 'expected an id of 1-100 letters, digits, "_", "." or "-", starting with a letter or digit, got "a/b"'],
     ['trigger_rule: all_sucess', 'tasks[0].trigger_rule', 'expected one of all_success, all_done, one_success, one_failed, none_failed, got "all_sucess" (did you mean "all_success"?)'],
     ['trigger_rule: always', 'tasks[0].trigger_rule', 'expected one of all_success, all_done, one_success, one_failed, none_failed, got "always"'],
     ['retries: -1', 'tasks[0].retries', 'expected an integer from 0 to 100, got -1'],
@@ -589,6 +596,15 @@ describe('parseDag: the task graph', () => {
   it('reports a duplicate dependency', () => {
     expect(issuesOf(tasks('{id: a, command: x}', '{id: b, command: x, depends_on: [a, a]}'))).toEqual([
       { path: 'tasks[1].depends_on[1]', message: 'duplicate dependency "a"' },
+    ]);
+  });
+
+  it('does not repeat an invalid task id as an unknown dependency', () => {
+    expect(issuesOf(tasks('{id: "a/b", command: x}', '{id: c, command: x, depends_on: ["a/b"]}'))).toEqual([
+      {
+        path: 'tasks[0].id',
+        message: 'expected an id of 1-100 letters, digits, "_", "." or "-", starting with a letter or digit, got "a/b"',
+      },
     ]);
   });
 

@@ -1,4 +1,7 @@
+import { legalTiFrom } from '../../core/states.js';
 import type { Sql } from '../sql.js';
+
+const CLAIM_FROM = legalTiFrom('queued') as string[];
 
 export interface Claim {
   tryNumber: number;
@@ -22,7 +25,7 @@ export async function claimAttempt(sql: Sql, tiId: string, executor: string): Pr
         executor = ${executor}, queued_at = now(), started_at = null, heartbeat_at = null, ended_at = null,
         exit_code = null, error = null, pid = null, agent_id = null, pending_reason = null, next_try_at = null
       from dag_runs r
-      where ti.id = ${tiId} and ti.state = 'scheduled' and r.id = ti.run_id and r.state = 'running'
+      where ti.id = ${tiId} and ti.state = any(${CLAIM_FROM}::text[]) and r.id = ti.run_id and r.state = 'running'
       returning ti.id, ti.run_id, ti.task_id, ti.try_number, ti.max_tries, ti.attempt_token, ti.dispatch_key),
     ev as (
       insert into events (run_id, ti_id, kind, payload)

@@ -1,5 +1,5 @@
 import type { AttemptResult } from '../../core/attempt.js';
-import { legalTiFrom } from '../../core/states.js';
+import { ATTEMPT_END_FROM, legalTiFrom } from '../../core/states.js';
 import type { Sql } from '../sql.js';
 
 export type FinishVerdict = 'success' | 'failed' | 'up_for_retry' | 'cancelled' | 'rejected';
@@ -38,7 +38,7 @@ export async function finishAttempt(
           end,
         ended_at = now(), exit_code = ${result.exitCode}, error = ${result.error}, pid = null
       where id = ${a.tiId} and try_number = ${a.tryNumber} and attempt_token = ${a.attemptToken}
-        and state in ('queued', 'running')
+        and state = any(${ATTEMPT_END_FROM as string[]}::text[])
       returning id, run_id, task_id, try_number, state, exit_code, error, next_try_at),
     ev as (
       insert into events (run_id, ti_id, kind, payload)

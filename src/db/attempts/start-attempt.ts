@@ -1,4 +1,7 @@
+import { legalTiFrom } from '../../core/states.js';
 import type { Sql } from '../sql.js';
+
+const START_FROM = legalTiFrom('running') as string[];
 
 /** queued → running for the current attempt only (fenced by try number and token). */
 export async function startAttempt(
@@ -11,7 +14,7 @@ export async function startAttempt(
       update task_instances set state = 'running', started_at = now(), heartbeat_at = now(),
         pid = ${info.pid}, agent_id = ${info.agentId}
       where id = ${a.tiId} and try_number = ${a.tryNumber} and attempt_token = ${a.attemptToken}
-        and state = 'queued'
+        and state = any(${START_FROM}::text[])
       returning id, run_id, task_id, try_number)
     insert into events (run_id, ti_id, kind, payload)
     select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'running', 'try', try_number,

@@ -36,9 +36,22 @@ export async function plan(ctx: SchedulerContext): Promise<PlanResult> {
   }
   const reasons = new Map<string, string | null>();
 
-  // Start queued runs, oldest first, while their DAG has room.
+  const advance = async (run: RunRow) => {
+    try {
+      result.offered += await advanceOne(ctx, run, tisByRun.get(run.id) ?? [], reasons, result);
+      result.runsAdvanced++;
+    } catch (err) {
+      result.errors++;
+      ctx.counters.error('plan.advance', err, { runId: run.id, dagId: run.dag_id });
+    }
+  };
+
+  // Running runs first, so a run that ends in this step frees its max_active_runs slot for a
+  // queued run of the same DAG in this same step.
+  for (const run of runs) if (run.state === 'running') await advance(run);
+
+  // Then start queued runs, oldest first, while their DAG has room, and advance them at once.
   const queued = runs.filter((r) => r.state === 'queued');
-  const running = new Set(runs.filter((r) => r.state === 'running').map((r) => r.id));
   const counts = await runningCounts(ctx.sql, [...new Set(queued.map((r) => r.dag_id))]);
   for (const run of queued) {
     const n = counts.get(run.dag_id) ?? 0;
@@ -46,28 +59,17 @@ export async function plan(ctx: SchedulerContext): Promise<PlanResult> {
       for (const ti of tisByRun.get(run.id) ?? []) if (ti.pending_reason !== 'MAX_ACTIVE_RUNS') reasons.set(ti.id, 'MAX_ACTIVE_RUNS');
       continue;
     }
+    let started = false;
     try {
-      if (await transitionRun(ctx.sql, run.id, 'running')) {
-        counts.set(run.dag_id, n + 1);
-        running.add(run.id);
-        result.runsStarted++;
-      }
+      started = await transitionRun(ctx.sql, run.id, 'running');
     } catch (err) {
       result.errors++;
       ctx.counters.error('plan.start', err, { runId: run.id, dagId: run.dag_id });
     }
-  }
-
-  for (const run of runs) {
-    if (!running.has(run.id)) continue;
-    try {
-      const offered = await advanceOne(ctx, run, tisByRun.get(run.id) ?? [], reasons, result);
-      result.offered += offered;
-      result.runsAdvanced++;
-    } catch (err) {
-      result.errors++;
-      ctx.counters.error('plan.advance', err, { runId: run.id, dagId: run.dag_id });
-    }
+    if (!started) continue;
+    counts.set(run.dag_id, n + 1);
+    result.runsStarted++;
+    await advance(run);
   }
 
   try {

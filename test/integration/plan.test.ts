@@ -1,0 +1,484 @@
+import pino from 'pino';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import type { AttemptResult } from '../../src/core/attempt.js';
+import type { DagSpec, TaskSpec } from '../../src/core/dag-spec.js';
+import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
+import { finishAttempt, type FinishVerdict } from '../../src/db/attempts/finish-attempt.js';
+import { startAttempt } from '../../src/db/attempts/start-attempt.js';
+import { getDag, upsertDag } from '../../src/db/dags.js';
+import { createRun, getRun, type RunRow } from '../../src/db/runs.js';
+import { createSql } from '../../src/db/sql.js';
+import { listTis, type TiRow } from '../../src/db/tis.js';
+import { createDispatchPool, type OfferResult } from '../../src/dispatch/pool.js';
+import type { DispatchItem, SchedulerContext } from '../../src/scheduler/context.js';
+import { createScheduledRuns } from '../../src/scheduler/phases/create-scheduled-runs.js';
+import { step } from '../../src/scheduler/step.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+
+const logger = pino({ level: 'silent' });
+const BOUND = { timeout: 15_000 };
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+afterAll(async () => {
+  await db.drop();
+});
+beforeEach(async () => {
+  // The planner looks at every active run of the database: start each test from an empty one.
+  await db.sql`delete from dags`;
+  await db.sql`delete from events`;
+});
+
+function task(id: string, over: Partial<TaskSpec> = {}): TaskSpec {
+  return {
+    id,
+    command: ['sh', '-c', `echo ${id}`],
+    dependsOn: [],
+    triggerRule: 'all_success',
+    retries: 0,
+    retryDelayMs: 1000,
+    maxRetryDelayMs: 60_000,
+    timeoutMs: null,
+    env: {},
+    cwd: null,
+    executor: 'default',
+    image: null,
+    placement: null,
+    ...over,
+  };
+}
+
+function dag(dagId: string, tasks: TaskSpec[], over: Partial<DagSpec> = {}): DagSpec {
+  return {
+    dagId,
+    description: '',
+    schedule: null,
+    timezone: 'UTC',
+    catchup: false,
+    startDate: null,
+    maxActiveRuns: 16,
+    tags: [],
+    tasks,
+    ...over,
+  };
+}
+
+interface Harness {
+  ctx: SchedulerContext;
+  /** Every item the planner offered, whatever the answer. */
+  offered: DispatchItem[];
+  errors: { phase: string; err: unknown; ids: Record<string, unknown> | undefined }[];
+  /** null: the real clock. */
+  clock: { now: Date | null };
+  answer: { next: OfferResult };
+}
+
+function harness(over: Partial<SchedulerContext> = {}): Harness {
+  const h: Harness = { offered: [], errors: [], clock: { now: null }, answer: { next: 'accepted' }, ctx: undefined as never };
+  h.ctx = {
+    sql: db.sql,
+    logger,
+    now: () => h.clock.now ?? new Date(),
+    offer: (item) => {
+      h.offered.push(item);
+      return h.answer.next;
+    },
+    executors: new Set(['subprocess']),
+    defaultExecutor: 'subprocess',
+    counters: { error: (phase, err, ids) => h.errors.push({ phase, err, ids }) },
+    maxRunsPerStep: 100,
+    ...over,
+  };
+  return h;
+}
+
+/** Steps once and checks the step itself reported no failed phase. */
+async function stepOk(h: Harness) {
+  const r = await step(h.ctx);
+  expect(r.failedPhases).toEqual([]);
+  expect(r.plan).not.toBeNull();
+  return r.plan!;
+}
+
+let runSeq = 0;
+async function trigger(spec: DagSpec, conf: Record<string, unknown> = {}): Promise<RunRow> {
+  const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
+  const { run } = await db.sql.begin((tx) =>
+    createRun(tx, {
+      dagId: spec.dagId,
+      dagVersion: row.version,
+      spec,
+      runKey: `manual__${++runSeq}`,
+      runType: 'manual',
+      logicalDate: new Date('2026-02-01T00:00:00Z'),
+      conf,
+      defaultExecutor: 'subprocess',
+    }),
+  );
+  return run;
+}
+
+async function tiMap(runId: string): Promise<Map<string, TiRow>> {
+  return new Map((await listTis(db.sql, runId)).map((t) => [t.task_id, t]));
+}
+async function states(runId: string): Promise<Record<string, string>> {
+  return Object.fromEntries((await listTis(db.sql, runId)).map((t) => [t.task_id, t.state]));
+}
+async function runState(runId: string) {
+  return (await getRun(db.sql, runId))!.state;
+}
+
+const OK: AttemptResult = { exitCode: 0, signal: null, error: null, outcome: 'success' };
+const FAIL: AttemptResult = { exitCode: 2, signal: null, error: 'exit code 2', outcome: 'failed' };
+
+/** What an executor does with a scheduled TI: claim it, start it, finish it. */
+async function execute(tiId: string, result: AttemptResult, executor = 'subprocess'): Promise<FinishVerdict> {
+  const claim = await claimAttempt(db.sql, tiId, executor);
+  expect(claim, `claim of TI ${tiId}`).not.toBeNull();
+  const a = { tiId, tryNumber: claim!.tryNumber, attemptToken: claim!.attemptToken };
+  expect(await startAttempt(db.sql, a, { pid: 1234, agentId: null })).toBe(true);
+  return finishAttempt(db.sql, a, result);
+}
+async function executeTask(runId: string, taskId: string, result: AttemptResult) {
+  return execute((await tiMap(runId)).get(taskId)!.id, result);
+}
+
+describe('plan', () => {
+  it('starts a queued run, schedules and offers its root tasks', BOUND, async () => {
+    const spec = dag('p_start', [task('a'), task('b'), task('c', { dependsOn: ['a', 'b'] })]);
+    const run = await trigger(spec, { k: 'v' });
+    expect(run.state).toBe('queued');
+    const h = harness();
+
+    const r = await stepOk(h);
+    expect(r).toMatchObject({ runsStarted: 1, runsAdvanced: 1, runsFinalized: 0, offered: 2, errors: 0 });
+    const row = (await getRun(db.sql, run.id))!;
+    expect(row.state).toBe('running');
+    expect(row.started_at).toBeInstanceOf(Date);
+    const tis = await tiMap(run.id);
+    expect(tis.get('a')).toMatchObject({ state: 'scheduled', pending_reason: null, executor: 'subprocess' });
+    expect(tis.get('b')).toMatchObject({ state: 'scheduled', pending_reason: null });
+    expect(tis.get('c')).toMatchObject({ state: 'none', pending_reason: 'UPSTREAM_RUNNING' });
+    expect(h.offered.map((i) => i.taskId).sort()).toEqual(['a', 'b']);
+    const item = h.offered.find((i) => i.taskId === 'a')!;
+    expect(item).toEqual({
+      tiId: tis.get('a')!.id,
+      runId: run.id,
+      dagId: 'p_start',
+      taskId: 'a',
+      executor: 'subprocess',
+      task: spec.tasks[0],
+      conf: { k: 'v' },
+      logicalDate: new Date('2026-02-01T00:00:00Z'),
+    });
+    expect(h.errors).toEqual([]);
+
+    // Nothing claimed them: the next step offers the same TIs again and moves nothing.
+    h.offered.length = 0;
+    const r2 = await stepOk(h);
+    expect(r2).toMatchObject({ runsStarted: 0, offered: 2 });
+    expect(h.offered.map((i) => i.taskId).sort()).toEqual(['a', 'b']);
+    expect(await states(run.id)).toEqual({ a: 'scheduled', b: 'scheduled', c: 'none' });
+  });
+
+  it('advances a diamond DAG step by step to success through a real dispatch pool', BOUND, async () => {
+    const spec = dag('p_diamond', [
+      task('a'),
+      task('b', { dependsOn: ['a'] }),
+      task('c', { dependsOn: ['a'] }),
+      task('d', { dependsOn: ['b', 'c'] }),
+    ]);
+    const run = await trigger(spec);
+    const order: string[] = [];
+    const pool = createDispatchPool<DispatchItem>({
+      workers: 2,
+      capacity: 8,
+      key: (i) => i.tiId,
+      logger,
+      dispatch: async (item) => {
+        const claim = await claimAttempt(db.sql, item.tiId, item.executor);
+        if (!claim) return;
+        order.push(item.taskId);
+        const a = { tiId: item.tiId, tryNumber: claim.tryNumber, attemptToken: claim.attemptToken };
+        await startAttempt(db.sql, a, { pid: 1, agentId: null });
+        await finishAttempt(db.sql, a, OK);
+      },
+    });
+    const h = harness({ offer: (item) => pool.offer(item) });
+    try {
+      let steps = 0;
+      while ((await runState(run.id)) === 'running' || (await runState(run.id)) === 'queued') {
+        expect(++steps, 'run did not finish within 6 steps').toBeLessThanOrEqual(6);
+        await stepOk(h);
+        await vi.waitFor(() => expect(pool.depth + pool.inFlight).toBe(0), { timeout: 5000, interval: 5 });
+      }
+      // a; b and c; d; finalize.
+      expect(steps).toBe(4);
+    } finally {
+      await pool.close();
+    }
+    expect(await runState(run.id)).toBe('success');
+    expect(order[0]).toBe('a');
+    expect(order.slice(1, 3).sort()).toEqual(['b', 'c']);
+    expect(order[3]).toBe('d');
+    expect(order).toHaveLength(4);
+    for (const ti of await listTis(db.sql, run.id)) {
+      expect(ti).toMatchObject({ state: 'success', try_number: 1 });
+      const evs = await db.sql<{ to: string }[]>`select payload->>'to' as to from events where ti_id = ${ti.id} order by seq`;
+      expect(evs.map((e) => e.to), ti.task_id).toEqual(['scheduled', 'queued', 'running', 'success']);
+    }
+    expect(h.errors).toEqual([]);
+  });
+
+  it('propagates a failure as upstream_failed and ends the run failed once nothing is running', BOUND, async () => {
+    const spec = dag('p_fail', [task('a'), task('b', { dependsOn: ['a'] }), task('c', { dependsOn: ['b'] }), task('d')]);
+    const run = await trigger(spec);
+    const h = harness();
+    await stepOk(h);
+    expect(await states(run.id)).toEqual({ a: 'scheduled', b: 'none', c: 'none', d: 'scheduled' });
+
+    expect(await executeTask(run.id, 'a', FAIL)).toBe('failed');
+    // d is still in flight: started, not finished.
+    const dId = (await tiMap(run.id)).get('d')!.id;
+    const claim = (await claimAttempt(db.sql, dId, 'subprocess'))!;
+    const dAttempt = { tiId: dId, tryNumber: claim.tryNumber, attemptToken: claim.attemptToken };
+    await startAttempt(db.sql, dAttempt, { pid: 1, agentId: null });
+
+    const r = await stepOk(h);
+    expect(await states(run.id)).toEqual({ a: 'failed', b: 'upstream_failed', c: 'upstream_failed', d: 'running' });
+    expect(r.runsFinalized).toBe(0);
+    expect(await runState(run.id)).toBe('running');
+    const tis = await tiMap(run.id);
+    expect(tis.get('b')!.ended_at).toBeInstanceOf(Date);
+    expect(tis.get('c')!.ended_at).toBeInstanceOf(Date);
+
+    expect(await finishAttempt(db.sql, dAttempt, OK)).toBe('success');
+    const r2 = await stepOk(h);
+    expect(r2.runsFinalized).toBe(1);
+    const row = (await getRun(db.sql, run.id))!;
+    expect(row.state).toBe('failed');
+    expect(row.ended_at).toBeInstanceOf(Date);
+    // An ended run is no longer planned.
+    const r3 = await stepOk(h);
+    expect(r3.runsAdvanced).toBe(0);
+  });
+
+  it('waits for a retry backoff with a reason, then reschedules when due', BOUND, async () => {
+    const spec = dag('p_retry', [task('a', { retries: 1, retryDelayMs: 60_000, maxRetryDelayMs: 600_000 }), task('b', { dependsOn: ['a'] })]);
+    const run = await trigger(spec);
+    const h = harness();
+    await stepOk(h);
+    expect(await executeTask(run.id, 'a', FAIL)).toBe('up_for_retry');
+    const nextTryAt = (await tiMap(run.id)).get('a')!.next_try_at!;
+    expect(nextTryAt.getTime()).toBeGreaterThan(Date.now() + 50_000);
+
+    h.offered.length = 0;
+    h.clock.now = new Date(nextTryAt.getTime() - 1);
+    const r = await stepOk(h);
+    expect(r.offered).toBe(0);
+    expect(h.offered).toEqual([]);
+    let a = (await tiMap(run.id)).get('a')!;
+    expect(a.state).toBe('up_for_retry');
+    expect(a.pending_reason).toBe(`RETRY_BACKOFF_UNTIL:${nextTryAt.toISOString()}`);
+    expect((await tiMap(run.id)).get('b')!.pending_reason).toBe('UPSTREAM_RUNNING');
+    expect(await runState(run.id)).toBe('running');
+
+    h.clock.now = nextTryAt;
+    const r2 = await stepOk(h);
+    expect(r2.offered).toBe(1);
+    expect(h.offered.map((i) => i.taskId)).toEqual(['a']);
+    a = (await tiMap(run.id)).get('a')!;
+    expect(a).toMatchObject({ state: 'scheduled', pending_reason: null, try_number: 1 });
+
+    expect(await execute(a.id, OK)).toBe('success');
+    expect((await tiMap(run.id)).get('a')!.try_number).toBe(2);
+    await stepOk(h);
+    expect(await executeTask(run.id, 'b', OK)).toBe('success');
+    await stepOk(h);
+    expect(await runState(run.id)).toBe('success');
+  });
+
+  it('keeps a second run queued with MAX_ACTIVE_RUNS until the first ends', BOUND, async () => {
+    const spec = dag('p_max', [task('a')], { maxActiveRuns: 1 });
+    const r1 = await trigger(spec);
+    const r2 = await trigger(spec);
+    const h = harness();
+
+    for (let i = 0; i < 2; i++) {
+      const r = await stepOk(h);
+      expect(r.runsStarted).toBe(i === 0 ? 1 : 0);
+      expect(await runState(r1.id)).toBe('running');
+      expect(await runState(r2.id)).toBe('queued');
+      for (const ti of await listTis(db.sql, r2.id)) expect(ti).toMatchObject({ state: 'none', pending_reason: 'MAX_ACTIVE_RUNS' });
+      expect(h.offered.every((it) => it.runId === r1.id)).toBe(true);
+    }
+
+    expect(await executeTask(r1.id, 'a', OK)).toBe('success');
+    // One step finalizes the first run and starts the second: the freed slot is used at once.
+    const r = await stepOk(h);
+    expect(r.runsFinalized).toBe(1);
+    expect(r.runsStarted).toBe(1);
+    expect(await runState(r1.id)).toBe('success');
+    expect(await runState(r2.id)).toBe('running');
+    expect((await tiMap(r2.id)).get('a')).toMatchObject({ state: 'scheduled', pending_reason: null });
+    expect(h.offered.some((it) => it.runId === r2.id)).toBe(true);
+  });
+
+  it('leaves a TI scheduled with DISPATCH_QUEUE_FULL when the pool is full, and offers it again', BOUND, async () => {
+    const run = await trigger(dag('p_full', [task('a')]));
+    const h = harness();
+    h.answer.next = 'full';
+    const r = await stepOk(h);
+    expect(r.offered).toBe(0);
+    expect(h.offered).toHaveLength(1);
+    expect((await tiMap(run.id)).get('a')).toMatchObject({ state: 'scheduled', pending_reason: 'DISPATCH_QUEUE_FULL' });
+
+    // Already waiting in the pool: the reason is left as it is.
+    h.answer.next = 'duplicate';
+    await stepOk(h);
+    expect((await tiMap(run.id)).get('a')!.pending_reason).toBe('DISPATCH_QUEUE_FULL');
+
+    h.answer.next = 'accepted';
+    const r2 = await stepOk(h);
+    expect(r2.offered).toBe(1);
+    expect(h.offered).toHaveLength(3);
+    expect(h.offered.every((i) => i.taskId === 'a')).toBe(true);
+    expect((await tiMap(run.id)).get('a')).toMatchObject({ state: 'scheduled', pending_reason: null });
+  });
+
+  it('keeps a TI whose executor is not available waiting with NO_EXECUTOR:<kind>', BOUND, async () => {
+    const run = await trigger(dag('p_noexec', [task('k', { executor: 'kubernetes' }), task('s')]));
+    const h = harness();
+    for (let i = 0; i < 2; i++) {
+      const r = await stepOk(h);
+      expect(r.offered).toBe(1);
+      const tis = await tiMap(run.id);
+      expect(tis.get('k')).toMatchObject({ state: 'scheduled', executor: 'kubernetes', pending_reason: 'NO_EXECUTOR:kubernetes' });
+      expect(tis.get('s')).toMatchObject({ state: 'scheduled', executor: 'subprocess', pending_reason: null });
+    }
+    expect(h.offered.map((i) => i.taskId)).toEqual(['s', 's']);
+  });
+
+  it('marks a poison run and still advances the other runs of the same step', BOUND, async () => {
+    const ghostSpec = dag('p_ghost', [task('a')]);
+    const ghost = await trigger(ghostSpec);
+    await db.sql`update dag_runs set spec = ${db.sql.json({ ...ghostSpec, tasks: [task('a'), task('ghost', { dependsOn: ['a'] })] } as never)} where id = ${ghost.id}`;
+    const cycleSpec = dag('p_cycle', [task('x'), task('y')]);
+    const cycle = await trigger(cycleSpec);
+    await db.sql`update dag_runs set spec = ${db.sql.json({ ...cycleSpec, tasks: [task('x', { dependsOn: ['y'] }), task('y', { dependsOn: ['x'] })] } as never)} where id = ${cycle.id}`;
+    const good = await trigger(dag('p_good', [task('g')]));
+
+    const h = harness();
+    const r = await stepOk(h);
+    expect(r.errors).toBe(2);
+    expect(r.runsAdvanced).toBe(1);
+    expect(h.errors.map((e) => [e.phase, e.ids?.runId])).toEqual([
+      ['plan.advance', ghost.id],
+      ['plan.advance', cycle.id],
+    ]);
+    expect((await getRun(db.sql, ghost.id))!.poison_error).toMatch(/ghost/);
+    expect((await getRun(db.sql, cycle.id))!.poison_error).toMatch(/cycle/);
+    const poisoned = await db.sql<{ run_id: string }[]>`select run_id from events where kind = 'run.poisoned' order by seq`;
+    expect(poisoned.map((e) => e.run_id)).toEqual([ghost.id, cycle.id]);
+
+    expect(await runState(good.id)).toBe('running');
+    expect((await tiMap(good.id)).get('g')!.state).toBe('scheduled');
+    expect(h.offered.map((i) => i.runId)).toEqual([good.id]);
+
+    // A poisoned run is skipped from now on, not retried (and not re-reported) every tick.
+    h.errors.length = 0;
+    await executeTask(good.id, 'g', OK);
+    const r2 = await stepOk(h);
+    expect(r2.errors).toBe(0);
+    expect(h.errors).toEqual([]);
+    expect(await runState(good.id)).toBe('success');
+    expect(await db.sql`select 1 from events where kind = 'run.poisoned'`).toHaveLength(2);
+  });
+});
+
+describe('plan: cron runs', () => {
+  const NOW = new Date('2026-01-01T10:07:30.000Z');
+  const START = new Date(NOW.getTime() - 5 * 60_000).toISOString(); // 10:02:30
+  const cronSpec = (dagId: string, catchup: boolean) =>
+    dag(dagId, [task('a')], { schedule: '* * * * *', catchup, startDate: START, maxActiveRuns: 1 });
+
+  async function scheduledKeys(dagId: string): Promise<string[]> {
+    const rows = await db.sql<{ run_key: string; run_type: string }[]>`select run_key, run_type from dag_runs where dag_id = ${dagId} order by logical_date`;
+    for (const r of rows) expect(r.run_type).toBe('scheduled');
+    return rows.map((r) => r.run_key);
+  }
+
+  it('with catchup, creates one run per missed fire time and moves next_run_at forward', BOUND, async () => {
+    await upsertDag(db.sql, cronSpec('cron_catchup', true), 'cron.yaml', NOW);
+    expect((await getDag(db.sql, 'cron_catchup'))!.next_run_at).toEqual(new Date('2026-01-01T10:03:00Z'));
+    const h = harness();
+    h.clock.now = NOW;
+    const r = await stepOk(h);
+    expect(r.runsCreated).toBe(5);
+    expect(await scheduledKeys('cron_catchup')).toEqual(
+      ['10:03', '10:04', '10:05', '10:06', '10:07'].map((t) => `scheduled__2026-01-01T${t}:00.000Z`),
+    );
+    const runs = await db.sql<{ logical_date: Date; state: string }[]>`select logical_date, state from dag_runs where dag_id = 'cron_catchup' order by logical_date`;
+    expect(runs[0]!.logical_date).toEqual(new Date('2026-01-01T10:03:00Z'));
+    // max_active_runs 1: the oldest starts, the rest wait.
+    expect(runs.map((x) => x.state)).toEqual(['running', 'queued', 'queued', 'queued', 'queued']);
+    expect((await getDag(db.sql, 'cron_catchup'))!.next_run_at).toEqual(new Date('2026-01-01T10:08:00Z'));
+
+    // Same instant again: nothing new. One minute later: exactly one more.
+    expect((await stepOk(h)).runsCreated).toBe(0);
+    h.clock.now = new Date(NOW.getTime() + 60_000);
+    expect((await stepOk(h)).runsCreated).toBe(1);
+    expect(await scheduledKeys('cron_catchup')).toHaveLength(6);
+    expect((await getDag(db.sql, 'cron_catchup'))!.next_run_at).toEqual(new Date('2026-01-01T10:09:00Z'));
+  });
+
+  it('without catchup, creates only the latest run', BOUND, async () => {
+    await upsertDag(db.sql, cronSpec('cron_latest', false), 'cron.yaml', NOW);
+    const h = harness();
+    h.clock.now = NOW;
+    expect((await stepOk(h)).runsCreated).toBe(1);
+    expect(await scheduledKeys('cron_latest')).toEqual(['scheduled__2026-01-01T10:07:00.000Z']);
+    expect((await getDag(db.sql, 'cron_latest'))!.next_run_at).toEqual(new Date('2026-01-01T10:08:00Z'));
+
+    // A long pause with catchup off still yields a single run: the latest fire time.
+    h.clock.now = new Date(NOW.getTime() + 10 * 60_000);
+    expect((await stepOk(h)).runsCreated).toBe(1);
+    expect(await scheduledKeys('cron_latest')).toEqual(['scheduled__2026-01-01T10:07:00.000Z', 'scheduled__2026-01-01T10:17:00.000Z']);
+  });
+
+  it('creates no duplicates when two leaders run the cron part at once', BOUND, async () => {
+    await upsertDag(db.sql, cronSpec('cron_twice', true), 'cron.yaml', NOW);
+    const other = createSql(db.url, { max: 2 });
+    try {
+      const a = harness();
+      const b = harness({ sql: other });
+      a.clock.now = NOW;
+      b.clock.now = NOW;
+      const [ra, rb] = await Promise.all([createScheduledRuns(a.ctx), createScheduledRuns(b.ctx)]);
+      expect(ra.created + rb.created).toBe(5);
+      expect([ra.created, rb.created].sort()).toEqual([0, 5]);
+      expect(await scheduledKeys('cron_twice')).toHaveLength(5);
+      // And once more each, one after the other.
+      expect((await createScheduledRuns(b.ctx)).created).toBe(0);
+      expect((await createScheduledRuns(a.ctx)).created).toBe(0);
+      expect(await scheduledKeys('cron_twice')).toHaveLength(5);
+      expect([...a.errors, ...b.errors]).toEqual([]);
+      const [count] = await db.sql<{ n: number }[]>`
+        select count(*)::int as n from task_instances ti join dag_runs r on r.id = ti.run_id where r.dag_id = 'cron_twice'`;
+      expect(count!.n).toBe(5);
+    } finally {
+      await other.end({ timeout: 5 });
+    }
+  });
+
+  it('creates no runs for a paused DAG', BOUND, async () => {
+    await upsertDag(db.sql, cronSpec('cron_paused', true), 'cron.yaml', NOW);
+    await db.sql`update dags set paused = true where dag_id = 'cron_paused'`;
+    const h = harness();
+    h.clock.now = NOW;
+    expect((await stepOk(h)).runsCreated).toBe(0);
+    expect(await scheduledKeys('cron_paused')).toEqual([]);
+  });
+});
