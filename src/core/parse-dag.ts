@@ -459,8 +459,15 @@ function readTimeout(value: unknown, path: string, issues: DagIssue[]): number |
     issues.push({ path, message: `must be greater than 0 (leave timeout out for no timeout), got ${describe(value)}` });
     return undefined;
   }
+  if (ms !== undefined && ms > MAX_TIMEOUT_MS) {
+    issues.push({ path, message: `must be at most 24d (leave timeout out for no timeout), got ${describe(value)}` });
+    return undefined;
+  }
   return ms;
 }
+
+/** Timers in Node hold at most 2^31−1 ms (~24.8 days); a longer one would fire at once. */
+export const MAX_TIMEOUT_MS = 24 * 86_400_000;
 
 function readPlacement(value: unknown, path: string, issues: DagIssue[]): PlacementSpec | undefined {
   if (!isMapping(value)) {

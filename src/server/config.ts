@@ -117,6 +117,8 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
   const duration = (v: unknown) => {
     const ms = parseDuration(v);
     if (ms <= 0) throw new Error(`must be a positive duration, got ${JSON.stringify(v)}`);
+    // Node timers hold at most 2^31−1 ms; a longer one would fire at once.
+    if (ms > 24 * 86_400_000) throw new Error(`must be at most 24d, got ${JSON.stringify(v)}`);
     return ms;
   };
   const positiveInt = (v: unknown) => {

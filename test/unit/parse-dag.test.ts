@@ -666,3 +666,13 @@ describe('parseDag: the task graph', () => {
     ]);
   });
 });
+
+describe('timeout bound', () => {
+  it('refuses a timeout longer than a Node timer can hold', async () => {
+    const { parseDag } = await import('../../src/core/parse-dag.js');
+    expect(() => parseDag('dag_id: d\ntasks:\n  - id: a\n    command: ["true"]\n    timeout: 25d\n', 'd.yaml')).toThrow(
+      /tasks\[0\]\.timeout: must be at most 24d \(leave timeout out for no timeout\), got "25d"/,
+    );
+    expect(parseDag('dag_id: d\ntasks:\n  - id: a\n    command: ["true"]\n    timeout: 24d\n', 'd.yaml').tasks[0]!.timeoutMs).toBe(24 * 86_400_000);
+  });
+});
