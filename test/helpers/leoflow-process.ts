@@ -42,7 +42,11 @@ export async function startServer(opts: { args?: string[]; env?: Record<string, 
   });
   const url = await new Promise<string>((resolve, reject) => {
     let buf = '';
-    const timer = setTimeout(() => reject(new Error(`server not ready after ${opts.readyTimeoutMs ?? 30000} ms:\n${buf}${stderr}`)), opts.readyTimeoutMs ?? 30_000);
+    const timer = setTimeout(() => {
+      // Never leave a process behind, even when the test fails here.
+      child.kill('SIGKILL');
+      reject(new Error(`server not ready after ${opts.readyTimeoutMs ?? 30000} ms:\n${buf}${stderr}`));
+    }, opts.readyTimeoutMs ?? 30_000);
     child.stdout!.setEncoding('utf8');
     child.stdout!.on('data', (chunk: string) => {
       buf += chunk;

@@ -1,0 +1,114 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { createClients } from '../../src/cli/client.js';
+import { freePort } from '../helpers/global-setup.js';
+import { cli, startServer } from '../helpers/leoflow-process.js';
+import { createTestDatabase } from '../helpers/test-database.js';
+import { percentile, report } from './report.js';
+
+/**
+ * How long a user waits: `leoflow server` (Lite, embedded Postgres, examples applied) from spawn
+ * to "ready", cold (new state dir: initdb) and warm; and a hello run from trigger to success.
+ * Read against two yardsticks measured in the same run: a bare `node -e 0` start-up and a
+ * `spawn('true')` until exit.
+ */
+
+function nodeStartupMs(n: number): number[] {
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t = performance.now();
+    spawnSync(process.execPath, ['-e', '0']);
+    out.push(performance.now() - t);
+  }
+  return out;
+}
+
+async function spawnTrueMs(n: number): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t = performance.now();
+    await new Promise((r) => spawn('true').on('exit', r));
+    out.push(performance.now() - t);
+  }
+  return out;
+}
+
+const f = (ms: number) => Math.round(ms * 10) / 10;
+
+describe('startup and hello latency', () => {
+  it('measures', async () => {
+    const node = nodeStartupMs(10);
+    const spawnTrue = await spawnTrueMs(50);
+    const nodeP50 = percentile(node, 50);
+    const spawnP50 = percentile(spawnTrue, 50);
+
+    // Cold and warm start of the quick start configuration.
+    const cold: number[] = [];
+    const warm: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const stateDir = await mkdtemp(path.join(os.tmpdir(), 'leoflow-bench-'));
+      const args = ['--edition', 'lite', '--dags', 'examples', '--state-dir', stateDir, '--embedded-pg-port', String(await freePort())];
+      try {
+        for (const bucket of [cold, warm]) {
+          const t = performance.now();
+          const s = await startServer({ args, env: { DATABASE_URL: undefined }, readyTimeoutMs: 60_000 });
+          bucket.push(performance.now() - t);
+          expect((await s.stop()).code).toBe(0);
+        }
+      } finally {
+        await rm(stateDir, { recursive: true, force: true });
+      }
+    }
+
+    // Hello: trigger → success, measured by the server's own clock (created_at → ended_at), and
+    // trigger → first task started.
+    const db = await createTestDatabase();
+    const s = await startServer({ env: { DATABASE_URL: db.url }, args: ['--dags', 'examples'] });
+    const api = createClients(s.url);
+    const total: number[] = [];
+    const firstStart: number[] = [];
+    try {
+      for (let i = 0; i < 30; i++) {
+        const { run } = await api.workflow.triggerRun({ dagId: 'hello' });
+        for (;;) {
+          const [r] = await db.sql<{ state: string; total: number; first: number }[]>`
+            select r.state, extract(epoch from r.ended_at - r.created_at) * 1000 as total,
+                   extract(epoch from (select min(started_at) from task_instances where run_id = r.id) - r.created_at) * 1000 as first
+            from dag_runs r where r.id = ${run!.runId}`;
+          if (r!.state === 'success') {
+            total.push(Number(r!.total));
+            firstStart.push(Number(r!.first));
+            break;
+          }
+          if (r!.state !== 'running' && r!.state !== 'queued') throw new Error(`hello ended ${r!.state}`);
+          await new Promise((res) => setTimeout(res, 5));
+        }
+      }
+      // The README's command, end to end: CLI start-up, trigger, polling, exit.
+      const cliRuns: number[] = [];
+      for (let i = 0; i < 5; i++) {
+        const t = performance.now();
+        const r = await cli(s.url, ['run', 'trigger', 'hello', '--wait']);
+        expect(r.code).toBe(0);
+        cliRuns.push(performance.now() - t);
+      }
+
+      const rows = [
+        { measure: 'node -e 0 (yardstick)', p50_ms: f(nodeP50), p99_ms: f(percentile(node, 99)), ratio: '1.0x node' },
+        { measure: "spawn('true') until exit (yardstick)", p50_ms: f(spawnP50), p99_ms: f(percentile(spawnTrue, 99)), ratio: '1.0x spawn' },
+        { measure: 'server start to ready, cold (initdb)', p50_ms: f(percentile(cold, 50)), p99_ms: f(percentile(cold, 99)), ratio: `${(percentile(cold, 50) / nodeP50).toFixed(1)}x node` },
+        { measure: 'server start to ready, warm', p50_ms: f(percentile(warm, 50)), p99_ms: f(percentile(warm, 99)), ratio: `${(percentile(warm, 50) / nodeP50).toFixed(1)}x node` },
+        { measure: 'hello: trigger to first task started', p50_ms: f(percentile(firstStart, 50)), p99_ms: f(percentile(firstStart, 99)), ratio: `${(percentile(firstStart, 50) / spawnP50).toFixed(1)}x spawn` },
+        { measure: 'hello: trigger to run success (2 tasks)', p50_ms: f(percentile(total, 50)), p99_ms: f(percentile(total, 99)), ratio: `${(percentile(total, 50) / spawnP50).toFixed(1)}x spawn` },
+        { measure: 'leoflow run trigger hello --wait (CLI)', p50_ms: f(percentile(cliRuns, 50)), p99_ms: f(percentile(cliRuns, 99)), ratio: `${(percentile(cliRuns, 50) / nodeP50).toFixed(1)}x node` },
+      ];
+      await report('startup', rows, { samples: { cold: cold.length, warm: warm.length, hello: total.length, cli: cliRuns.length } });
+    } finally {
+      await s.stop();
+      await db.drop();
+    }
+  });
+});

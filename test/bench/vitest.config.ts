@@ -1,0 +1,13 @@
+import { defineConfig } from 'vitest/config';
+
+/** `npm run bench`: benchmarks, never part of `npm test`. One file at a time, so they don't
+ *  compete for the machine's two cores. */
+export default defineConfig({
+  test: {
+    include: ['test/bench/**/*.bench.ts'],
+    globalSetup: ['test/helpers/global-setup.ts'],
+    fileParallelism: false,
+    testTimeout: 600_000,
+    hookTimeout: 120_000,
+  },
+});
