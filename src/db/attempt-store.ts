@@ -10,7 +10,7 @@ export interface AttemptStoreHooks {
   /** After an attempt's end was recorded (the scheduler is nudged from here). */
   onFinished?(attempt: Attempt, verdict: FinishVerdict): void;
   /** A report for a superseded attempt was refused. */
-  onRejected?(attempt: Attempt, report: 'started' | 'finished'): void;
+  onRejected?(attempt: Attempt, report: 'started' | 'finished' | 'heartbeat'): void;
 }
 
 /**
@@ -28,10 +28,12 @@ export function createAttemptStore(sql: Sql, logs: LogWriter, logger: Logger, ho
       return ok;
     },
     log(attempt, stream, line) {
-      logs.write(attempt.tiId, attempt.tryNumber, stream, line);
+      logs.write(attempt.tiId, attempt.tryNumber, attempt.attemptToken, stream, line);
     },
-    heartbeat(attempts) {
-      return flushHeartbeats(sql, attempts);
+    async heartbeat(attempts) {
+      const current = await flushHeartbeats(sql, attempts);
+      for (const a of attempts) if (!current.has(a.tiId)) hooks.onRejected?.(a, 'heartbeat');
+      return current;
     },
     async finished(attempt: Attempt, result: AttemptResult) {
       await logs.flush();

@@ -5,6 +5,7 @@ import type { Sql } from './sql.js';
 interface Pending {
   tiId: string;
   tryNumber: number;
+  attemptToken: string;
   seq: number;
   stream: LogStream;
   line: string;
@@ -13,7 +14,7 @@ interface Pending {
 
 export interface LogWriter {
   /** Buffers one line; it is written with others in one multi-row INSERT. */
-  write(tiId: string, tryNumber: number, stream: LogStream, line: string): void;
+  write(tiId: string, tryNumber: number, attemptToken: string, stream: LogStream, line: string): void;
   /** Writes everything buffered so far. */
   flush(): Promise<void>;
   /** Forgets the sequence counter of an attempt that has ended. */
@@ -25,7 +26,11 @@ export interface LogWriter {
  * Task log lines, batched: a chatty task costs one INSERT per flush interval, not one per line.
  * Sequence numbers are assigned here, per attempt, in the order lines arrive.
  */
-export function createLogWriter(sql: Sql, logger: Logger, opts: { flushMs: number; maxBatch: number }): LogWriter {
+export function createLogWriter(
+  sql: Sql,
+  logger: Logger,
+  opts: { flushMs: number; maxBatch: number; onRejected?: (lines: number) => void },
+): LogWriter {
   let buffer: Pending[] = [];
   const seqs = new Map<string, number>();
   let timer: NodeJS.Timeout | null = null;
@@ -33,12 +38,21 @@ export function createLogWriter(sql: Sql, logger: Logger, opts: { flushMs: numbe
 
   const doFlush = async (batch: Pending[]) => {
     try {
-      await sql`
+      // Fenced like every report: lines of a superseded attempt (a zombie) are not stored.
+      const written = await sql`
         insert into task_logs (ti_id, try_number, seq, stream, line, at)
-        select * from unnest(${batch.map((p) => p.tiId)}::bigint[], ${batch.map((p) => p.tryNumber)}::int[],
-                             ${batch.map((p) => p.seq)}::int[], ${batch.map((p) => p.stream)}::text[],
-                             ${batch.map((p) => p.line)}::text[], ${batch.map((p) => p.at.toISOString())}::timestamptz[])
+        select u.ti_id, u.try_number, u.seq, u.stream, u.line, u.at
+        from unnest(${batch.map((p) => p.tiId)}::bigint[], ${batch.map((p) => p.tryNumber)}::int[],
+                    ${batch.map((p) => p.seq)}::int[], ${batch.map((p) => p.stream)}::text[],
+                    ${batch.map((p) => p.line)}::text[], ${batch.map((p) => p.at.toISOString())}::timestamptz[],
+                    ${batch.map((p) => p.attemptToken)}::uuid[])
+             as u(ti_id, try_number, seq, stream, line, at, token)
+        join task_instances t on t.id = u.ti_id and t.try_number = u.try_number and t.attempt_token = u.token
         on conflict do nothing`;
+      if (written.count < batch.length) {
+        opts.onRejected?.(batch.length - written.count);
+        logger.warn({ lines: batch.length - written.count }, 'log lines of a superseded attempt refused');
+      }
     } catch (err) {
       logger.error({ err, lines: batch.length }, 'failed to write task log lines');
     }
@@ -58,12 +72,12 @@ export function createLogWriter(sql: Sql, logger: Logger, opts: { flushMs: numbe
   };
 
   return {
-    write(tiId, tryNumber, stream, line) {
+    write(tiId, tryNumber, attemptToken, stream, line) {
       const key = `${tiId}/${tryNumber}`;
       const seq = (seqs.get(key) ?? 0) + 1;
       seqs.set(key, seq);
       // NUL bytes cannot be stored in a text column.
-      buffer.push({ tiId, tryNumber, seq, stream, line: line.includes('\0') ? line.replaceAll('\0', '\uFFFD') : line, at: new Date() });
+      buffer.push({ tiId, tryNumber, attemptToken, seq, stream, line: line.includes('\0') ? line.replaceAll('\0', '\uFFFD') : line, at: new Date() });
       if (buffer.length >= opts.maxBatch) void flush();
       else timer ??= setTimeout(() => void flush(), opts.flushMs);
     },

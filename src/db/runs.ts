@@ -1,5 +1,5 @@
 import type { DagSpec } from '../core/dag-spec.js';
-import { legalRunFrom, type RunState } from '../core/states.js';
+import { runMoveFrom, type RunState } from '../core/states.js';
 import type { Sql, TxSql } from './sql.js';
 
 export interface RunRow {
@@ -70,11 +70,13 @@ export async function listRuns(sql: Sql, opts: { dagId?: string; limit: number }
     : sql<RunRow[]>`select * from dag_runs order by id desc limit ${opts.limit}`;
 }
 
-/** Runs the planner looks at: queued or running, not poisoned, oldest first. */
-export async function activeRuns(sql: Sql, limit: number): Promise<RunRow[]> {
-  return sql<RunRow[]>`
-    select * from dag_runs where state in ('queued', 'running') and poison_error is null
-    order by id limit ${limit}`;
+/** Runs the planner looks at: queued or running, not poisoned, oldest first, with whether
+ *  their DAG is paused. */
+export async function activeRuns(sql: Sql, limit: number): Promise<(RunRow & { dag_paused: boolean })[]> {
+  return sql<(RunRow & { dag_paused: boolean })[]>`
+    select r.*, d.paused as dag_paused from dag_runs r join dags d on d.dag_id = r.dag_id
+    where r.state in ('queued', 'running') and r.poison_error is null
+    order by r.id limit ${limit}`;
 }
 
 /** Number of running runs per DAG, for max_active_runs. */
@@ -92,7 +94,8 @@ export async function runningCounts(sql: Sql, dagIds: string[]): Promise<Map<str
  * moved it first.
  */
 export async function transitionRun(sql: Sql | TxSql, runId: string, to: RunState, payload: Record<string, unknown> = {}): Promise<boolean> {
-  const from = legalRunFrom(to);
+  // Never out of a terminal state: re-opening a run is the clear's alone (clear-task-instance.ts).
+  const from = runMoveFrom(to);
   const terminal = to === 'success' || to === 'failed' || to === 'cancelled';
   const rows = await sql`
     with moved as (

@@ -15,9 +15,24 @@ export interface DispatchItem {
   logicalDate: Date;
 }
 
+/** What the scheduler counts (Prometheus in production, plain counters in tests). */
 export interface SchedulerCounters {
   /** An error caught while stepping, by phase; never silently swallowed. */
   error(phase: string, err: unknown, ids?: Record<string, unknown>): void;
+  /** Runs finalized or attempts ended by a reaper. */
+  reaped(kind: 'run' | 'ti', count: number): void;
+  /** Of the attempts reaped, those whose holder was lost (no heartbeat). */
+  agentLost(count: number): void;
+}
+
+/**
+ * When the scheduler last could not reach Postgres. Heartbeats could not be written then either,
+ * so the heartbeat reaper holds off until a whole threshold has passed since: a database outage
+ * must never make live tasks look dead.
+ */
+export interface DbHealth {
+  /** Since when the database has answered every step without a failure. */
+  healthySince: Date;
 }
 
 /** Everything a phase may use. Phases take it as their one argument and return a small result. */
@@ -34,4 +49,9 @@ export interface SchedulerContext {
   counters: SchedulerCounters;
   /** At most this many active runs are planned per step (oldest first). */
   maxRunsPerStep: number;
+  /** A running run with nothing in flight for this long is finalized by the run reaper. */
+  runOrphanThresholdMs: number;
+  /** A queued/running attempt without a sign of life for this long is reaped. */
+  heartbeatThresholdMs: number;
+  health: DbHealth;
 }

@@ -1,23 +1,38 @@
 import type { SchedulerContext } from './context.js';
 import { plan, type PlanResult } from './phases/plan.js';
+import { reapHeartbeats, type ReapHeartbeatsResult } from './phases/reap-heartbeats.js';
+import { reapRuns, type ReapRunsResult } from './phases/reap-runs.js';
+
+const PHASE_NAMES = { plan: 'plan', reapRuns: 'reap-runs', reapHeartbeats: 'reap-heartbeats' } as const;
 
 export interface StepResult {
   plan: PlanResult | null;
+  reapRuns: ReapRunsResult | null;
+  reapHeartbeats: ReapHeartbeatsResult | null;
   /** Phases that threw; the others still ran. */
   failedPhases: string[];
 }
 
 /**
- * One reconciliation step. Each phase is isolated: a database error in one is counted and
- * logged, and the next phase runs anyway. The step itself never throws.
+ * One reconciliation step: plan, reap orphaned runs, reap attempts whose heartbeat went stale.
+ * Each phase is isolated: an error in one is counted and logged, and the next phase runs anyway.
+ * The step itself never throws.
  */
 export async function step(ctx: SchedulerContext): Promise<StepResult> {
-  const result: StepResult = { plan: null, failedPhases: [] };
-  try {
-    result.plan = await plan(ctx);
-  } catch (err) {
-    result.failedPhases.push('plan');
-    ctx.counters.error('plan', err);
-  }
+  const result: StepResult = { plan: null, reapRuns: null, reapHeartbeats: null, failedPhases: [] };
+  const phase = async <K extends 'plan' | 'reapRuns' | 'reapHeartbeats'>(name: K, run: () => Promise<NonNullable<StepResult[K]>>) => {
+    try {
+      result[name] = (await run()) as StepResult[K];
+    } catch (err) {
+      result.failedPhases.push(name);
+      // A phase that could not even read its candidates: treat the database as unreachable, so
+      // the heartbeat reaper gives writers a full threshold to catch up once it is back.
+      ctx.health.healthySince = ctx.now();
+      ctx.counters.error(PHASE_NAMES[name], err);
+    }
+  };
+  await phase('plan', () => plan(ctx));
+  await phase('reapRuns', () => reapRuns(ctx));
+  await phase('reapHeartbeats', () => reapHeartbeats(ctx));
   return result;
 }

@@ -19,6 +19,8 @@ export interface Config {
   replicaId: string;
   listenHost: string;
   listenPort: number;
+  /** null when metrics are off. */
+  metricsListen: { host: string; port: number } | null;
   /** null: start the embedded Postgres (Lite only). */
   databaseUrl: string | null;
   stateDir: string;
@@ -52,6 +54,7 @@ export const SETTINGS = {
   edition: { flag: '--edition', env: 'LEOFLOW_EDITION', kind: 'string' },
   replica_id: { flag: '--replica-id', env: 'LEOFLOW_REPLICA_ID', kind: 'string' },
   listen: { flag: '--listen', env: 'LEOFLOW_LISTEN', kind: 'string' },
+  metrics_listen: { flag: '--metrics-listen', env: 'LEOFLOW_METRICS_LISTEN', kind: 'string' },
   database: { flag: '--database-url', env: 'DATABASE_URL', kind: 'string' },
   state_dir: { flag: '--state-dir', env: 'LEOFLOW_STATE_DIR', kind: 'string' },
   embedded_pg_port: { flag: '--embedded-pg-port', env: 'LEOFLOW_EMBEDDED_PG_PORT', kind: 'port' },
@@ -141,13 +144,15 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
   };
   const list = (v: unknown) => (Array.isArray(v) ? v.map(String) : String(v).split(',')).map((s) => s.trim()).filter(Boolean);
 
-  const listen = get('listen', (v) => {
+  const hostPort = (example: string) => (v: unknown) => {
     const m = /^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d+)$/.exec(String(v));
-    if (!m) throw new Error(`must be HOST:PORT (e.g. 127.0.0.1:7070), got ${JSON.stringify(v)}`);
+    if (!m) throw new Error(`must be HOST:PORT (e.g. ${example}), got ${JSON.stringify(v)}`);
     const p = Number(m[2]);
     if (p < 0 || p > 65535) throw new Error(`has an invalid port ${m[2]}`);
     return { host: m[1]!.replace(/^\[|\]$/g, ''), port: p };
-  }, { host: '127.0.0.1', port: 7070 });
+  };
+  const listen = get('listen', hostPort('127.0.0.1:7070'), { host: '127.0.0.1', port: 7070 });
+  const metricsListen = get('metrics_listen', (v) => (v === 'off' ? null : hostPort('127.0.0.1:9464 or off')(v)), null);
 
   const database = get('database', (v) => {
     const s = nonEmpty(v);
@@ -177,6 +182,7 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     replicaId: get('replica_id', nonEmpty, `${os.hostname()}-${process.pid}-${randomBytes(2).toString('hex')}`),
     listenHost: listen.host,
     listenPort: listen.port,
+    metricsListen,
     databaseUrl,
     stateDir: path.resolve(cwd, get('state_dir', nonEmpty, '.leoflow')),
     embeddedPgPort: get('embedded_pg_port', port, 54329),

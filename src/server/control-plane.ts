@@ -22,6 +22,7 @@ import { applyDagPaths } from './apply-dag-paths.js';
 import { createClusterService } from './cluster-service.js';
 import type { Config } from './config.js';
 import { createDagParser } from './dag-parser.js';
+import { createMetrics, schedulerCounters, serveMetrics } from './metrics.js';
 import { createWorkflowService } from './workflow-service.js';
 
 export interface ControlPlane {
@@ -65,13 +66,13 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
   try {
     await migrate(sql, logger);
 
-    const logs = createLogWriter(sql, logger, { flushMs: 50, maxBatch: 500 });
+    const metrics = createMetrics();
+    const logs = createLogWriter(sql, logger, { flushMs: 50, maxBatch: 500, onRejected: (n) => metrics.staleReportsRejected.inc({ report: 'log' }, n) });
     // Set once the loop exists; a finished attempt nudges the scheduler to plan its successors.
     let nudge = () => {};
-    const staleReports = { count: 0 };
     const reporter = createAttemptStore(sql, logs, logger, {
       onFinished: () => nudge(),
-      onRejected: () => staleReports.count++,
+      onRejected: (_attempt, report) => metrics.staleReportsRejected.inc({ report }),
     });
     const executors = new Map<string, Executor>();
     executors.set(
@@ -84,6 +85,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       capacity: config.dispatchQueue,
       key: (item) => item.tiId,
       logger,
+      onDispatched: (_item, seconds) => metrics.dispatchLatency.observe(seconds),
       dispatch: async (item) => {
         const executor = executors.get(item.executor);
         if (!executor) throw new Error(`no executor "${item.executor}" on this replica`);
@@ -113,15 +115,19 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       sql,
       logger: schedLogger,
       now: () => new Date(),
-      offer: (item) => pool.offer(item),
+      offer: (item) => {
+        const outcome = pool.offer(item);
+        if (outcome === 'full') metrics.dispatchAtCapacity.inc();
+        metrics.dispatchQueueDepth.set(pool.depth);
+        return outcome;
+      },
       executors: new Set(executors.keys()),
       defaultExecutor: config.executor,
-      counters: {
-        error(phase, err, ids) {
-          schedLogger.error({ err, phase, ...ids }, `scheduler error in ${phase}`);
-        },
-      },
+      counters: schedulerCounters(metrics, (phase, err, ids) => schedLogger.error({ err, phase, ...ids }, `scheduler error in ${phase}`)),
       maxRunsPerStep: 1000,
+      runOrphanThresholdMs: config.runOrphanThresholdMs,
+      heartbeatThresholdMs: config.heartbeatThresholdMs,
+      health: { healthySince: new Date() },
     };
 
     let isLeader = false;
@@ -130,6 +136,10 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       logger: schedLogger,
       step: () => step(ctx),
       canStep: () => isLeader,
+      onStepDone: (seconds) => {
+        metrics.tickDuration.observe(seconds);
+        metrics.dispatchQueueDepth.set(pool.depth);
+      },
     });
     nudge = () => loop.nudge();
     const leader = createLeaderElector({
@@ -140,10 +150,12 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       retryMs: 1000,
       onElected: () => {
         isLeader = true;
+        metrics.leader.set(1);
         loop.nudge();
       },
       onDeposed: () => {
         isLeader = false;
+        metrics.leader.set(0);
       },
     });
 
@@ -178,6 +190,8 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       });
     });
     const addr = server.address() as AddressInfo;
+    const metricsServer = config.metricsListen ? await serveMetrics(metrics, config.metricsListen.host, config.metricsListen.port) : null;
+    if (metricsServer) cleanups.push(() => metricsServer.close());
     const sessions = new Set<http2.ServerHttp2Session>();
     server.on('session', (s) => {
       sessions.add(s);
@@ -192,7 +206,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     loop.start();
     leader.start();
     logger.info(
-      { listen: `${addr.address}:${addr.port}`, edition: config.edition, replicaId: config.replicaId, startupMs: Math.round(performance.now() - started) },
+      { listen: `${addr.address}:${addr.port}`, metrics: metricsServer ? `${metricsServer.address.address}:${metricsServer.address.port}` : 'off', edition: config.edition, replicaId: config.replicaId, startupMs: Math.round(performance.now() - started) },
       `Leoflow ${config.edition} ready on http://${addr.address}:${addr.port}`,
     );
 
@@ -217,6 +231,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
             }, 2000).unref();
           });
           await parser.close();
+          await metricsServer?.close();
           await sql.end({ timeout: 5 });
           await embedded?.stop();
           logger.info('stopped');

@@ -7,6 +7,8 @@ const BIN = fileURLToPath(new URL('../../bin/leoflow.js', import.meta.url));
 export interface ServerProcess {
   child: ChildProcess;
   url: string;
+  /** http://host:port/metrics */
+  metricsUrl: string;
   /** Every JSON log record the server printed so far. */
   logs: Record<string, unknown>[];
   /** Resolves with the exit code (or signal) once the process has exited. */
@@ -26,7 +28,7 @@ process.on('exit', () => {
  * once it logs that it is ready. `args` are extra flags; `env` is merged over process.env.
  */
 export async function startServer(opts: { args?: string[]; env?: Record<string, string | undefined>; cwd?: string; readyTimeoutMs?: number } = {}): Promise<ServerProcess> {
-  const child = spawn(process.execPath, [BIN, 'server', '--listen', '127.0.0.1:0', '--log-format', 'json', ...(opts.args ?? [])], {
+  const child = spawn(process.execPath, [BIN, 'server', '--listen', '127.0.0.1:0', '--metrics-listen', '127.0.0.1:0', '--log-format', 'json', ...(opts.args ?? [])], {
     cwd: opts.cwd ?? ROOT,
     env: { ...process.env, ...opts.env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -73,9 +75,11 @@ export async function startServer(opts: { args?: string[]; env?: Record<string, 
       reject(new Error(`server exited before ready (code ${code}, signal ${signal}):\n${stderr}\n${JSON.stringify(logs.slice(-5))}`));
     });
   });
+  const ready = logs.find((l) => typeof l.listen === 'string')!;
   return {
     child,
     url,
+    metricsUrl: `http://${String(ready.metrics)}/metrics`,
     logs,
     exited,
     async stop(timeoutMs = 30_000) {

@@ -87,8 +87,11 @@ function harness(over: Partial<SchedulerContext> = {}): Harness {
     },
     executors: new Set(['subprocess']),
     defaultExecutor: 'subprocess',
-    counters: { error: (phase, err, ids) => h.errors.push({ phase, err, ids }) },
+    counters: { error: (phase, err, ids) => h.errors.push({ phase, err, ids }), reaped: () => {}, agentLost: () => {} },
     maxRunsPerStep: 100,
+    runOrphanThresholdMs: 300_000,
+    heartbeatThresholdMs: 90_000,
+    health: { healthySince: new Date(0) },
     ...over,
   };
   return h;

@@ -5,6 +5,7 @@ const HELP: Record<SettingKey, string> = {
   edition: 'lite | pro (edition defaults from editions/<edition>/config.json)',
   replica_id: 'name of this replica (default: host-pid-random)',
   listen: 'HOST:PORT for the API (gRPC, gRPC-Web and Connect)',
+  metrics_listen: 'HOST:PORT for Prometheus metrics at /metrics (HTTP/1.1), or off',
   database: 'postgres:// URL; without it, Lite starts an embedded Postgres',
   state_dir: 'folder for the embedded Postgres data and other state',
   embedded_pg_port: 'port of the embedded Postgres (127.0.0.1 only)',

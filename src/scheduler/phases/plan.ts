@@ -36,7 +36,7 @@ export async function plan(ctx: SchedulerContext): Promise<PlanResult> {
   }
   const reasons = new Map<string, string | null>();
 
-  const advance = async (run: RunRow) => {
+  const advance = async (run: RunRow & { dag_paused: boolean }) => {
     try {
       result.offered += await advanceOne(ctx, run, tisByRun.get(run.id) ?? [], reasons, result);
       result.runsAdvanced++;
@@ -55,8 +55,9 @@ export async function plan(ctx: SchedulerContext): Promise<PlanResult> {
   const counts = await runningCounts(ctx.sql, [...new Set(queued.map((r) => r.dag_id))]);
   for (const run of queued) {
     const n = counts.get(run.dag_id) ?? 0;
-    if (n >= run.spec.maxActiveRuns) {
-      for (const ti of tisByRun.get(run.id) ?? []) if (ti.pending_reason !== 'MAX_ACTIVE_RUNS') reasons.set(ti.id, 'MAX_ACTIVE_RUNS');
+    const blocked = run.dag_paused ? 'DAG_PAUSED' : n >= run.spec.maxActiveRuns ? 'MAX_ACTIVE_RUNS' : null;
+    if (blocked) {
+      for (const ti of tisByRun.get(run.id) ?? []) if (ti.pending_reason !== blocked) reasons.set(ti.id, blocked);
       continue;
     }
     let started = false;
@@ -88,7 +89,7 @@ class PoisonRunError extends Error {
 
 async function advanceOne(
   ctx: SchedulerContext,
-  run: RunRow,
+  run: RunRow & { dag_paused: boolean },
   tis: TiRow[],
   reasons: Map<string, string | null>,
   result: PlanResult,
@@ -104,6 +105,17 @@ async function advanceOne(
     await poisonRun(ctx.sql, run.id, (err as Error).message);
     throw new PoisonRunError(`run ${run.id} poisoned: ${(err as Error).message}`, { cause: err });
   }
+  const byTask = new Map(tis.map((ti) => [ti.task_id, ti]));
+  if (run.dag_paused) {
+    // A paused DAG starts nothing new: running attempts finish, failures still propagate and the
+    // run can still end, but what would be scheduled waits, saying why.
+    for (const taskId of [...decision.schedule, ...decision.retry]) {
+      if (byTask.get(taskId)!.pending_reason !== 'DAG_PAUSED') decision.reasons.set(taskId, 'DAG_PAUSED');
+      else decision.reasons.delete(taskId);
+    }
+    decision.schedule = [];
+    decision.retry = [];
+  }
 
   const moved =
     decision.schedule.length + decision.retry.length + decision.upstreamFailed.length + decision.skipped.length > 0;
@@ -114,11 +126,15 @@ async function advanceOne(
       await transitionTis(tx, run.id, decision.skipped, 'skipped', { endedNow: true });
     });
   }
-  const byTask = new Map(tis.map((ti) => [ti.task_id, ti]));
   for (const [taskId, reason] of decision.reasons) reasons.set(byTask.get(taskId)!.id, reason);
 
   if (decision.outcome) {
     if (await finalizeRun(ctx.sql, run.id, decision.outcome)) result.runsFinalized++;
+    return 0;
+  }
+
+  if (run.dag_paused) {
+    for (const ti of tis) if (ti.state === 'scheduled' && ti.pending_reason !== 'DAG_PAUSED') reasons.set(ti.id, 'DAG_PAUSED');
     return 0;
   }
 

@@ -1,0 +1,84 @@
+import { downstreamTaskIds } from '../core/downstream.js';
+import { RUN_REOPEN_FROM, isTerminalRun, isTerminalTi, legalTiFrom } from '../core/states.js';
+import { getRun, type RunRow } from './runs.js';
+import type { Sql } from './sql.js';
+import type { TiRow } from './tis.js';
+
+/** A clear takes a task instance back to `none` only from an ended state the state table allows. */
+const CLEAR_FROM = legalTiFrom('none').filter(isTerminalTi) as string[];
+
+export type ClearOutcome =
+  | { kind: 'run_not_found' }
+  | { kind: 'task_not_found'; run: RunRow }
+  | { kind: 'not_ended'; ti: TiRow }
+  | { kind: 'cleared'; run: RunRow; cleared: TiRow[]; reopenedFrom: RunRow['state'] | null };
+
+/**
+ * Clears a task instance (retry by hand), and with `downstream` every ended task instance
+ * downstream of it, in one transaction:
+ * - each goes back to `none` with its try_number kept, so its next attempt is try_number + 1,
+ *   and a fresh budget of retries: max_tries = try_number + retries + 1, retries read from the
+ *   run's snapshot of the DAG (a DAG applied since does not change the run);
+ * - its last attempt's outcome (error, exit code, times, pid) is cleared, and so is its attempt
+ *   token, so a late report of that attempt (a cancelled process still dying) is refused by the
+ *   fence instead of ending the cleared TI;
+ * - a run that had ended goes back to `running` (ended_at cleared, started_at now, so the
+ *   orphan-run reaper measures the re-opened run from the re-open) and the scheduler plans it.
+ * Every move is guarded by the state table and recorded in events.
+ */
+export async function clearTaskInstance(sql: Sql, req: { runId: string; taskId: string; downstream: boolean }): Promise<ClearOutcome> {
+  return sql.begin(async (tx) => {
+    // Run row first, then its TIs (the order every writer of both takes). A finalize of this run
+    // (finalize-run.ts) waits on this lock and then reads the TIs as the clear left them, so a
+    // run cannot end over a task instance the clear just made `none` again.
+    const [run] = await tx<RunRow[]>`select * from dag_runs where id = ${req.runId} for update`;
+    if (!run) return { kind: 'run_not_found' as const };
+    if (!run.spec.tasks.some((t) => t.id === req.taskId)) return { kind: 'task_not_found' as const, run };
+
+    const ids = [req.taskId, ...(req.downstream ? downstreamTaskIds(run.spec.tasks, req.taskId) : [])];
+    const [target] = await tx<TiRow[]>`
+      select * from task_instances where run_id = ${req.runId} and task_id = ${req.taskId} for update`;
+    if (!target) return { kind: 'task_not_found' as const, run };
+    if (!isTerminalTi(target.state)) return { kind: 'not_ended' as const, ti: target };
+
+    const retries = new Map(run.spec.tasks.map((t) => [t.id, t.retries]));
+    const moved = await tx<(TiRow & { was: string })[]>`
+      with old as (
+        select t.id, t.state, r.retries from task_instances t
+        join unnest(${ids}::text[], ${ids.map((id) => retries.get(id)!)}::int[]) as r(task_id, retries)
+          on r.task_id = t.task_id
+        where t.run_id = ${req.runId} and t.state = any(${CLEAR_FROM}::text[])
+        for update of t),
+      moved as (
+        update task_instances t set state = 'none', max_tries = t.try_number + old.retries + 1,
+          attempt_token = null, agent_id = null, pid = null, pending_reason = null, next_try_at = null,
+          queued_at = null, started_at = null, heartbeat_at = null, ended_at = null, exit_code = null, error = null
+        from old where t.id = old.id
+        returning t.*, old.state as was),
+      ev as (
+        insert into events (run_id, ti_id, kind, payload)
+        select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'none', 'from', was, 'try', try_number,
+               'max_tries', max_tries, 'reason', 'cleared') from moved)
+      select * from moved`;
+
+    let reopenedFrom: RunRow['state'] | null = null;
+    if (isTerminalRun(run.state)) {
+      const rows = await tx`
+        with moved as (
+          update dag_runs set state = 'running', started_at = now(), ended_at = null, settled_at = null
+          where id = ${req.runId} and state = any(${RUN_REOPEN_FROM as string[]}::text[])
+          returning id)
+        insert into events (run_id, kind, payload)
+        select id, 'run.state', ${tx.json({ to: 'running', from: run.state, reason: 'cleared', task_id: req.taskId } as never)} from moved
+        returning run_id`;
+      if (rows.count === 1) reopenedFrom = run.state;
+    } else {
+      // Not settled any more: the run has work again.
+      await tx`update dag_runs set settled_at = null where id = ${req.runId}`;
+    }
+
+    const order = new Map(ids.map((id, i) => [id, i]));
+    const cleared = moved.map(({ was: _, ...ti }) => ti as TiRow).sort((a, b) => order.get(a.task_id)! - order.get(b.task_id)!);
+    return { kind: 'cleared' as const, run: (await getRun(tx, req.runId))!, cleared, reopenedFrom };
+  });
+}

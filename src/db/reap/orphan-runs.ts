@@ -1,0 +1,41 @@
+import type { Sql } from '../sql.js';
+
+/** Task-instance states in which a run still has work that may move. */
+const UNSETTLED = ['scheduled', 'queued', 'running', 'up_for_retry'];
+
+/**
+ * Running runs with nothing left in flight — every TI terminal or never started — that have been
+ * in that state for longer than the threshold (measured from the last TI's end, or the run's
+ * start). Normally the planner finalizes such a run within a step; these are the ones it missed.
+ */
+export async function orphanRuns(sql: Sql, thresholdMs: number, limit: number): Promise<{ id: string; dag_id: string }[]> {
+  return sql<{ id: string; dag_id: string }[]>`
+    select r.id, r.dag_id from dag_runs r
+    where r.state = 'running'
+      and not exists (select 1 from task_instances t where t.run_id = r.id and t.state = any(${UNSETTLED}::text[]))
+      and greatest(r.started_at, (select max(t.ended_at) from task_instances t where t.run_id = r.id))
+          < now() - ${thresholdMs} * interval '1 millisecond'
+    order by r.id
+    limit ${limit}`;
+}
+
+/**
+ * Finalizes one orphaned run: success if every TI succeeded (or was skipped), else failed. The
+ * UPDATE re-checks that the run is still running and still has nothing in flight.
+ */
+export async function reapRun(sql: Sql, runId: string): Promise<'success' | 'failed' | null> {
+  const [row] = await sql<{ state: 'success' | 'failed' }[]>`
+    with moved as (
+      update dag_runs r set
+        state = case when exists (select 1 from task_instances t where t.run_id = r.id
+                                  and t.state not in ('success', 'skipped')) then 'failed' else 'success' end,
+        ended_at = now(), settled_at = coalesce(settled_at, now())
+      where r.id = ${runId} and r.state = 'running'
+        and not exists (select 1 from task_instances t where t.run_id = r.id and t.state = any(${UNSETTLED}::text[]))
+      returning r.id, r.state),
+    ev as (
+      insert into events (run_id, kind, payload)
+      select id, 'run.state', jsonb_build_object('to', state, 'reason', 'orphan_reaped') from moved)
+    select state from moved`;
+  return row?.state ?? null;
+}

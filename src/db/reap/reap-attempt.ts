@@ -1,0 +1,33 @@
+import { ACTIVE_TI_STATES } from '../../core/states.js';
+import type { Sql } from '../sql.js';
+import type { StaleAttempt } from './stale-attempts.js';
+
+export type ReapVerdict = 'up_for_retry' | 'failed' | 'skipped';
+
+/**
+ * Ends one attempt whose holder stopped heartbeating: up_for_retry (with backoff) if tries
+ * remain, else failed, error `agent_lost: …`. The staleness is checked again inside the UPDATE,
+ * together with the attempt's try number and token, so a heartbeat that lands between the read
+ * and this write saves the attempt ('skipped'), and a newer attempt is never touched.
+ */
+export async function reapAttempt(sql: Sql, a: StaleAttempt, thresholdMs: number): Promise<ReapVerdict> {
+  const error = `agent_lost: no heartbeat for more than ${Math.round(thresholdMs / 1000)}s (last sign of life ${a.last_seen.toISOString()})`;
+  const [row] = await sql<{ state: ReapVerdict }[]>`
+    with moved as (
+      update task_instances set
+        state = case when try_number < max_tries then 'up_for_retry' else 'failed' end,
+        next_try_at = case when try_number < max_tries
+          then now() + least(retry_delay_ms * power(2, least(try_number - 1, 30)), max_retry_delay_ms) * interval '1 millisecond'
+          end,
+        ended_at = now(), error = ${error}, pid = null
+      where id = ${a.id} and try_number = ${a.try_number} and attempt_token = ${a.attempt_token}
+        and state = any(${ACTIVE_TI_STATES as string[]}::text[])
+        and coalesce(heartbeat_at, started_at, queued_at) < now() - ${thresholdMs} * interval '1 millisecond'
+      returning id, run_id, task_id, try_number, state, error, next_try_at),
+    ev as (
+      insert into events (run_id, ti_id, kind, payload)
+      select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number,
+             'reason', 'agent_lost', 'error', error, 'next_try_at', next_try_at) from moved)
+    select state from moved`;
+  return row?.state ?? 'skipped';
+}

@@ -1,0 +1,86 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { SchedulerCounters } from '../scheduler/context.js';
+
+/**
+ * The Prometheus metrics of one replica, with the names DESIGN.md gives. Served over plain
+ * HTTP/1.1 on their own port: Prometheus does not scrape h2c, which the API port speaks.
+ */
+export function createMetrics() {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  const m = {
+    registry,
+    tickDuration: new Histogram({
+      name: 'tick_duration_seconds',
+      help: 'Duration of one scheduler step (plan, reap runs, reap heartbeats)',
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+      registers: [registry],
+    }),
+    orphanReaped: new Counter({ name: 'orphan_reaped_total', help: 'Runs (kind=run) and attempts (kind=ti) ended by a reaper', labelNames: ['kind'], registers: [registry] }),
+    orphanReapErrors: new Counter({ name: 'orphan_reap_errors_total', help: 'Errors while reaping, by reaper', labelNames: ['kind'], registers: [registry] }),
+    agentLost: new Counter({ name: 'agent_lost_tasks_total', help: 'Attempts reaped because their holder stopped heartbeating', registers: [registry] }),
+    dispatchQueueDepth: new Gauge({ name: 'dispatch_queue_depth', help: 'Task instances waiting in the dispatch queue', registers: [registry] }),
+    dispatchAtCapacity: new Counter({ name: 'dispatch_at_capacity_total', help: 'Offers refused because the dispatch queue was full', registers: [registry] }),
+    dispatchLatency: new Histogram({
+      name: 'dispatch_latency_seconds',
+      help: 'Time one dispatch took (claim and start of the attempt)',
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+      registers: [registry],
+    }),
+    schedulerPanics: new Counter({ name: 'scheduler_panics_total', help: 'Errors caught while stepping (the step went on), by phase', labelNames: ['phase'], registers: [registry] }),
+    leader: new Gauge({ name: 'leader', help: '1 while this replica holds the leader lock', registers: [registry] }),
+    staleReportsRejected: new Counter({ name: 'stale_reports_rejected_total', help: 'Reports for a superseded attempt, refused and not applied', labelNames: ['report'], registers: [registry] }),
+  };
+  m.leader.set(0);
+  return m;
+}
+
+export type Metrics = ReturnType<typeof createMetrics>;
+
+/** The scheduler's counters, backed by the metrics and the log. */
+export function schedulerCounters(m: Metrics, log: (phase: string, err: unknown, ids?: Record<string, unknown>) => void): SchedulerCounters {
+  return {
+    error(phase, err, ids) {
+      m.schedulerPanics.inc({ phase });
+      if (phase.startsWith('reap-runs')) m.orphanReapErrors.inc({ kind: 'run' });
+      if (phase.startsWith('reap-heartbeats')) m.orphanReapErrors.inc({ kind: 'ti' });
+      log(phase, err, ids);
+    },
+    reaped(kind, count) {
+      m.orphanReaped.inc({ kind }, count);
+    },
+    agentLost(count) {
+      m.agentLost.inc(count);
+    },
+  };
+}
+
+export async function serveMetrics(m: Metrics, host: string, port: number): Promise<{ address: AddressInfo; close(): Promise<void> }> {
+  const server = http.createServer((req, res) => {
+    if (req.method === 'GET' && (req.url === '/metrics' || req.url?.startsWith('/metrics?'))) {
+      m.registry.metrics().then(
+        (text) => {
+          res.writeHead(200, { 'content-type': m.registry.contentType });
+          res.end(text);
+        },
+        (err: Error) => {
+          res.writeHead(500, { 'content-type': 'text/plain' });
+          res.end(`metrics failed: ${err.message}\n`);
+        },
+      );
+      return;
+    }
+    res.writeHead(404, { 'content-type': 'text/plain' });
+    res.end('not found: metrics are at /metrics\n');
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => resolve());
+  });
+  return {
+    address: server.address() as AddressInfo,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
