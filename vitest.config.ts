@@ -1,8 +1,8 @@
 import { defineConfig } from 'vitest/config';
 
 /**
- * Three projects so the fast ones give feedback in seconds: unit (pure), integration (real
- * Postgres, in-process), e2e (real `leoflow` processes). One embedded Postgres serves the whole
+ * Projects, so the fast ones give feedback in seconds: unit (pure), integration (real Postgres,
+ * in-process), e2e (real `leoflow` processes), fault (the safety net under injected faults). One embedded Postgres serves the whole
  * run (or TEST_DATABASE_URL's server); every test file gets its own database from a template.
  */
 export default defineConfig({
@@ -14,6 +14,7 @@ export default defineConfig({
       { extends: true, test: { name: 'unit', include: ['test/unit/**/*.test.ts'] } },
       { extends: true, test: { name: 'integration', include: ['test/integration/**/*.test.ts'] } },
       { extends: true, test: { name: 'e2e', include: ['test/e2e/**/*.test.ts'], testTimeout: 120_000 } },
+      { extends: true, test: { name: 'fault', include: ['test/fault/**/*.test.ts'], testTimeout: 120_000 } },
     ],
   },
 });
