@@ -71,6 +71,14 @@ export function createLeaderElector(opts: LeaderElectorOptions): LeaderElector {
     });
     try {
       await c.connect();
+      // A leader that freezes (SIGSTOP, a stalled event loop, a paused VM) keeps its TCP
+      // connection, so Postgres would hold the lock for it forever. With an idle-session timeout
+      // of a few watchdog periods the server ends the session of a leader that stopped checking,
+      // and the standby takes over. (Postgres 14+; older servers only lose this protection.)
+      const idleMs = Math.max(3 * opts.watchdogMs, 1000);
+      await c.query(`set idle_session_timeout = ${idleMs}`).catch((err: Error) =>
+        logger.warn({ err: err.message }, 'idle_session_timeout not supported: a frozen leader would keep the lock'),
+      );
       await c.query('select pg_advisory_lock($1)', [LEADER_LOCK_KEY]);
     } catch (err) {
       if (client === c && !stopped) {
