@@ -21,13 +21,20 @@ export const TI_STATES = [
 ] as const;
 export type TiState = (typeof TI_STATES)[number];
 
-/** Run transitions: from → the states it may move to. */
+/**
+ * Run transitions: from → the states it may move to.
+ * - success/failed/cancelled → running when a clear (retry by hand) re-opens the run: its
+ *   cleared task instances are `none` again and only a running run is planned. This is the one
+ *   way out of a terminal run state, and only the clear takes it, with the run row locked
+ *   (`RUN_REOPEN_FROM`); the ordinary guarded write never does (`runMoveFrom`), so a planner
+ *   acting on a stale read can never resurrect a run that ended or was cancelled.
+ */
 const RUN_TRANSITIONS: Readonly<Record<RunState, readonly RunState[]>> = {
   queued: ['running', 'cancelled'],
   running: ['success', 'failed', 'cancelled'],
-  success: [],
-  failed: [],
-  cancelled: [],
+  success: ['running'],
+  failed: ['running'],
+  cancelled: ['running'],
 };
 
 /**
@@ -105,10 +112,22 @@ export function legalTiFrom(to: TiState): readonly TiState[] {
   return TI_FROM[to];
 }
 
-/** The states a run may be in for a guarded write to move it to `to`. */
+/** The states a run may be in for a guarded write to move it to `to` (re-opens included). */
 export function legalRunFrom(to: RunState): readonly RunState[] {
   return RUN_FROM[to];
 }
+
+/**
+ * The states an ordinary guarded write (start, finalize, cancel) may move a run from: the legal
+ * ones minus the terminal ones, since leaving a terminal state is a re-open, which only a clear
+ * does (`RUN_REOPEN_FROM`).
+ */
+export function runMoveFrom(to: RunState): readonly RunState[] {
+  return RUN_FROM[to].filter((s) => !isTerminalRun(s));
+}
+
+/** The ended states a clear may re-open a run from (→ running). */
+export const RUN_REOPEN_FROM: readonly RunState[] = RUN_FROM.running.filter((s) => isTerminalRun(s));
 
 export function isTiState(value: string): value is TiState {
   return (TI_STATES as readonly string[]).includes(value);

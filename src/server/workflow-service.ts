@@ -6,6 +6,8 @@ import { isTerminalRun, isTerminalTi } from '../core/states.js';
 import { getDag, listDags, setDagPaused, upsertDag } from '../db/dags.js';
 import { readRunLogs } from '../db/logs.js';
 import { cancelRun } from '../db/cancel-run.js';
+import { cancelTaskInstance } from '../db/cancel-task-instance.js';
+import { clearTaskInstance } from '../db/clear-task-instance.js';
 import { createRun, getRun, listRuns } from '../db/runs.js';
 import type { Sql } from '../db/sql.js';
 import { listTis } from '../db/tis.js';
@@ -163,6 +165,41 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       const runId = parseId('run_id', req.runId);
       if (!(await getRun(sql, runId))) throw new NotFoundError(`run ${runId} not found`);
       return { taskInstances: (await listTis(sql, runId)).map(tiToProto) };
+    },
+
+    async clearTaskInstance(req) {
+      const runId = parseId('run_id', req.runId);
+      const taskId = required('task_id', req.taskId);
+      const outcome = await clearTaskInstance(sql, { runId, taskId, downstream: req.downstream });
+      if (outcome.kind === 'run_not_found') throw new NotFoundError(`run ${runId} not found`);
+      if (outcome.kind === 'task_not_found') throw new NotFoundError(`run ${runId} has no task "${taskId}"`);
+      if (outcome.kind === 'not_ended') {
+        throw new FailedPreconditionError(
+          `task "${taskId}" of run ${runId} is ${outcome.ti.state}: only a task instance that has ended (success, failed, upstream_failed, skipped, cancelled) can be cleared`,
+        );
+      }
+      deps.logger.info(
+        { runId, taskId, cleared: outcome.cleared.map((t) => t.task_id), reopenedFrom: outcome.reopenedFrom ?? undefined },
+        outcome.reopenedFrom ? `cleared ${taskId}; run re-opened` : `cleared ${taskId}`,
+      );
+      deps.nudge();
+      return { run: runToProto(outcome.run), cleared: outcome.cleared.map(tiToProto) };
+    },
+
+    async cancelTaskInstance(req) {
+      const runId = parseId('run_id', req.runId);
+      const taskId = required('task_id', req.taskId);
+      const outcome = await cancelTaskInstance(sql, runId, taskId);
+      if (outcome.kind === 'run_not_found') throw new NotFoundError(`run ${runId} not found`);
+      if (outcome.kind === 'task_not_found') throw new NotFoundError(`run ${runId} has no task "${taskId}"`);
+      if (outcome.kind === 'already_ended') {
+        throw new FailedPreconditionError(`task "${taskId}" of run ${runId} has already ended (${outcome.ti.state})`);
+      }
+      if (outcome.mayHoldProcess) deps.stopLocal([outcome.ti.id], `task ${taskId} of run ${runId} cancelled`);
+      deps.logger.info({ runId, taskId, tiId: outcome.ti.id, was: outcome.was }, `task ${taskId} cancelled`);
+      // The run goes on by its trigger rules: plan its downstream now.
+      deps.nudge();
+      return { taskInstance: tiToProto(outcome.ti) };
     },
 
     async *tailLogs(req, context) {

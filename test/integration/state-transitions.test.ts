@@ -2,7 +2,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
 import type { DagSpec, TaskSpec } from '../../src/core/dag-spec.js';
 import { retryDelayMs } from '../../src/core/advance-run.js';
-import { RUN_STATES, TI_STATES, canTransitionRun, canTransitionTi, type RunState, type TiState } from '../../src/core/states.js';
+import { RUN_STATES, TI_STATES, canTransitionRun, canTransitionTi, isTerminalRun, type RunState, type TiState } from '../../src/core/states.js';
 import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
 import { finishAttempt } from '../../src/db/attempts/finish-attempt.js';
 import { flushHeartbeats } from '../../src/db/attempts/flush-heartbeats.js';
@@ -200,7 +200,8 @@ describe('transitionRun', () => {
       for (const to of RUN_STATES) {
         await forceRun(run.id, from);
         await db.sql`delete from events`;
-        const legal = canTransitionRun(from, to);
+        // The generic write never re-opens an ended run (only a clear does, see clear-cancel-ti).
+        const legal = canTransitionRun(from, to) && !isTerminalRun(from);
         expect(await transitionRun(db.sql, run.id, to, { reason: 'test' }), `${from} → ${to}`).toBe(legal);
         const row = (await getRun(db.sql, run.id))!;
         expect(row.state).toBe(legal ? to : from);

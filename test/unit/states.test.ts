@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   ACTIVE_TI_STATES,
+  RUN_REOPEN_FROM,
   RUN_STATES,
   TERMINAL_RUN_STATES,
   TERMINAL_TI_STATES,
@@ -13,6 +14,7 @@ import {
   isTiState,
   legalRunFrom,
   legalTiFrom,
+  runMoveFrom,
   type RunState,
   type TiState,
 } from '../../src/core/states.js';
@@ -152,12 +154,20 @@ describe('run state table', () => {
     }
   });
 
-  it('has no self transition, no way into queued, and no way out of a terminal state', () => {
+  it('has no self transition, no way into queued, and leaves a terminal state only by a re-open (→ running)', () => {
     for (const s of RUN_STATES) expect(canTransitionRun(s, s), s).toBe(false);
     expect(legalRunFrom('queued')).toEqual([]);
     for (const s of TERMINAL_RUN_STATES) {
-      expect(RUN_STATES.filter((to) => canTransitionRun(s, to)), s).toEqual([]);
+      expect(RUN_STATES.filter((to) => canTransitionRun(s, to)), s).toEqual(['running']);
     }
+    expect(sorted(RUN_REOPEN_FROM)).toEqual(sorted(TERMINAL_RUN_STATES));
+  });
+
+  it('keeps re-opens out of the ordinary guarded write', () => {
+    for (const to of RUN_STATES) {
+      expect(sorted(runMoveFrom(to)), to).toEqual(sorted(legalRunFrom(to).filter((s) => !isTerminalRun(s))));
+    }
+    expect(runMoveFrom('running')).toEqual(['queued']);
   });
 
   it('reaches every state from queued, and ends in a terminal state from any state', () => {
@@ -169,7 +179,7 @@ describe('run state table', () => {
   });
 
   it('goes through running to success/failed, and cancels from queued or running', () => {
-    expect(legalRunFrom('running')).toEqual(['queued']);
+    expect(sorted(legalRunFrom('running'))).toEqual(['cancelled', 'failed', 'queued', 'success']);
     expect(legalRunFrom('success')).toEqual(['running']);
     expect(legalRunFrom('failed')).toEqual(['running']);
     expect(sorted(legalRunFrom('cancelled'))).toEqual(['queued', 'running']);

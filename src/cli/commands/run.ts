@@ -147,10 +147,42 @@ export function registerRun(program: Command, clients: () => Clients): void {
 
   run
     .command('cancel')
-    .description('cancel a run: running tasks are stopped, waiting ones will not start')
+    .description('cancel a run (running tasks are stopped, waiting ones will not start), or with --task one task of it')
     .argument('<run_id>')
-    .action(async (runId: string) => {
+    .option('--task <task_id>', 'cancel only this task: the run goes on by its trigger rules')
+    .action(async (runId: string, opts: { task?: string }) => {
+      if (opts.task !== undefined) {
+        const res = await clients().workflow.cancelTaskInstance({ runId, taskId: opts.task });
+        const ti = res.taskInstance!;
+        process.stdout.write(`task ${ti.taskId} of run ${ti.runId} ${taskStateName(ti.state)}\n`);
+        return;
+      }
       const res = await clients().workflow.cancelRun({ runId });
       process.stdout.write(`run ${res.run!.runId} ${runStateName(res.run!.state)}\n`);
+    });
+
+  run
+    .command('clear')
+    .description('retry a task that has ended: it runs again as its next try, with its retries granted afresh')
+    .argument('<run_id>')
+    .argument('<task_id>')
+    .option('--downstream', 'also clear every ended task downstream of it')
+    .option('-o, --output <format>', 'text | json', 'text')
+    .action(async (runId: string, taskId: string, opts: { downstream?: boolean; output: string }) => {
+      const res = await clients().workflow.clearTaskInstance({ runId, taskId, downstream: opts.downstream ?? false });
+      const r = res.run!;
+      if (opts.output === 'json') {
+        process.stdout.write(
+          JSON.stringify({
+            run_id: r.runId,
+            state: runStateName(r.state),
+            cleared: res.cleared.map((t) => ({ task_id: t.taskId, try_number: t.tryNumber, max_tries: t.maxTries })),
+          }) + '\n',
+        );
+        return;
+      }
+      const others = res.cleared.filter((t) => t.taskId !== taskId).length;
+      const also = opts.downstream ? ` (and ${others} downstream)` : '';
+      process.stdout.write(`cleared ${taskId}${also} in run ${r.runId}; run ${r.runId} is ${runStateName(r.state)}\n`);
     });
 }

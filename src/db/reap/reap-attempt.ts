@@ -8,7 +8,8 @@ export type ReapVerdict = 'up_for_retry' | 'failed' | 'skipped';
  * Ends one attempt whose holder stopped heartbeating: up_for_retry (with backoff) if tries
  * remain, else failed, error `agent_lost: …`. The staleness is checked again inside the UPDATE,
  * together with the attempt's try number and token, so a heartbeat that lands between the read
- * and this write saves the attempt ('skipped'), and a newer attempt is never touched.
+ * and this write saves the attempt ('skipped'), and a newer attempt is never touched. The token is
+ * cleared, as a clear does, so nothing the lost holder reports afterwards is applied.
  */
 export async function reapAttempt(sql: Sql, a: StaleAttempt, thresholdMs: number): Promise<ReapVerdict> {
   const error = `agent_lost: no heartbeat for more than ${Math.round(thresholdMs / 1000)}s (last sign of life ${a.last_seen.toISOString()})`;
@@ -19,7 +20,9 @@ export async function reapAttempt(sql: Sql, a: StaleAttempt, thresholdMs: number
         next_try_at = case when try_number < max_tries
           then now() + least(retry_delay_ms * power(2, least(try_number - 1, 30)), max_retry_delay_ms) * interval '1 millisecond'
           end,
-        ended_at = now(), error = ${error}, pid = null
+        -- The attempt is over: its token dies with it, so every later report of its holder (a
+        -- zombie's log lines included) is refused, not only once the TI is claimed again.
+        ended_at = now(), error = ${error}, pid = null, attempt_token = null
       where id = ${a.id} and try_number = ${a.try_number} and attempt_token = ${a.attempt_token}
         and state = any(${ACTIVE_TI_STATES as string[]}::text[])
         and coalesce(heartbeat_at, started_at, queued_at) < now() - ${thresholdMs} * interval '1 millisecond'

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leoflow/v1/workflow.proto.
  */
 export const file_leoflow_v1_workflow: GenFile = /*@__PURE__*/
-  fileDesc("ChlsZW9mbG93L3YxL3dvcmtmbG93LnByb3RvEgpsZW9mbG93LnYxIjMKD0FwcGx5RGFnUmVxdWVzdBIOCgZzb3VyY2UYASABKAkSEAoIZmlsZW5hbWUYAiABKAkiQQoQQXBwbHlEYWdSZXNwb25zZRIcCgNkYWcYASABKAsyDy5sZW9mbG93LnYxLkRhZxIPCgdvdXRjb21lGAIgASgJIh8KDUdldERhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJIi4KDkdldERhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIhEKD0xpc3REYWdzUmVxdWVzdCIxChBMaXN0RGFnc1Jlc3BvbnNlEh0KBGRhZ3MYASADKAsyDy5sZW9mbG93LnYxLkRhZyIxCg9QYXVzZURhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg4KBnBhdXNlZBgCIAEoCCIwChBQYXVzZURhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIkcKEVRyaWdnZXJSdW5SZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRIPCgdydW5fa2V5GAIgASgJEhEKCWNvbmZfanNvbhgDIAEoCSJDChJUcmlnZ2VyUnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCIjCg1HZXRSdW5SZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAEiYAoOR2V0UnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SMAoOdGFza19pbnN0YW5jZXMYAiADKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSIwCg9MaXN0UnVuc1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFIjEKEExpc3RSdW5zUmVzcG9uc2USHQoEcnVucxgBIAMoCzIPLmxlb2Zsb3cudjEuUnVuIiYKEENhbmNlbFJ1blJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASIxChFDYW5jZWxSdW5SZXNwb25zZRIcCgNydW4YASABKAsyDy5sZW9mbG93LnYxLlJ1biIuChhMaXN0VGFza0luc3RhbmNlc1JlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASJNChlMaXN0VGFza0luc3RhbmNlc1Jlc3BvbnNlEjAKDnRhc2tfaW5zdGFuY2VzGAEgAygLMhgubGVvZmxvdy52MS5UYXNrSW5zdGFuY2UiWgoPVGFpbExvZ3NSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESDwoHdGFza19pZBgCIAEoCRISCgp0cnlfbnVtYmVyGAMgASgFEg4KBmZvbGxvdxgEIAEoCCI2ChBUYWlsTG9nc1Jlc3BvbnNlEiIKBWxpbmVzGAEgAygLMhMubGVvZmxvdy52MS5Mb2dMaW5lMvEFCg9Xb3JrZmxvd1NlcnZpY2USRQoIQXBwbHlEYWcSGy5sZW9mbG93LnYxLkFwcGx5RGFnUmVxdWVzdBocLmxlb2Zsb3cudjEuQXBwbHlEYWdSZXNwb25zZRI/CgZHZXREYWcSGS5sZW9mbG93LnYxLkdldERhZ1JlcXVlc3QaGi5sZW9mbG93LnYxLkdldERhZ1Jlc3BvbnNlEkUKCExpc3REYWdzEhsubGVvZmxvdy52MS5MaXN0RGFnc1JlcXVlc3QaHC5sZW9mbG93LnYxLkxpc3REYWdzUmVzcG9uc2USRQoIUGF1c2VEYWcSGy5sZW9mbG93LnYxLlBhdXNlRGFnUmVxdWVzdBocLmxlb2Zsb3cudjEuUGF1c2VEYWdSZXNwb25zZRJLCgpUcmlnZ2VyUnVuEh0ubGVvZmxvdy52MS5UcmlnZ2VyUnVuUmVxdWVzdBoeLmxlb2Zsb3cudjEuVHJpZ2dlclJ1blJlc3BvbnNlEj8KBkdldFJ1bhIZLmxlb2Zsb3cudjEuR2V0UnVuUmVxdWVzdBoaLmxlb2Zsb3cudjEuR2V0UnVuUmVzcG9uc2USRQoITGlzdFJ1bnMSGy5sZW9mbG93LnYxLkxpc3RSdW5zUmVxdWVzdBocLmxlb2Zsb3cudjEuTGlzdFJ1bnNSZXNwb25zZRJICglDYW5jZWxSdW4SHC5sZW9mbG93LnYxLkNhbmNlbFJ1blJlcXVlc3QaHS5sZW9mbG93LnYxLkNhbmNlbFJ1blJlc3BvbnNlEmAKEUxpc3RUYXNrSW5zdGFuY2VzEiQubGVvZmxvdy52MS5MaXN0VGFza0luc3RhbmNlc1JlcXVlc3QaJS5sZW9mbG93LnYxLkxpc3RUYXNrSW5zdGFuY2VzUmVzcG9uc2USRwoIVGFpbExvZ3MSGy5sZW9mbG93LnYxLlRhaWxMb2dzUmVxdWVzdBocLmxlb2Zsb3cudjEuVGFpbExvZ3NSZXNwb25zZTABYgZwcm90bzM", [file_leoflow_v1_types]);
+  fileDesc("ChlsZW9mbG93L3YxL3dvcmtmbG93LnByb3RvEgpsZW9mbG93LnYxIjMKD0FwcGx5RGFnUmVxdWVzdBIOCgZzb3VyY2UYASABKAkSEAoIZmlsZW5hbWUYAiABKAkiQQoQQXBwbHlEYWdSZXNwb25zZRIcCgNkYWcYASABKAsyDy5sZW9mbG93LnYxLkRhZxIPCgdvdXRjb21lGAIgASgJIh8KDUdldERhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJIi4KDkdldERhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIhEKD0xpc3REYWdzUmVxdWVzdCIxChBMaXN0RGFnc1Jlc3BvbnNlEh0KBGRhZ3MYASADKAsyDy5sZW9mbG93LnYxLkRhZyIxCg9QYXVzZURhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg4KBnBhdXNlZBgCIAEoCCIwChBQYXVzZURhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIkcKEVRyaWdnZXJSdW5SZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRIPCgdydW5fa2V5GAIgASgJEhEKCWNvbmZfanNvbhgDIAEoCSJDChJUcmlnZ2VyUnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCIjCg1HZXRSdW5SZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAEiYAoOR2V0UnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SMAoOdGFza19pbnN0YW5jZXMYAiADKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSIwCg9MaXN0UnVuc1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFIjEKEExpc3RSdW5zUmVzcG9uc2USHQoEcnVucxgBIAMoCzIPLmxlb2Zsb3cudjEuUnVuIiYKEENhbmNlbFJ1blJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASIxChFDYW5jZWxSdW5SZXNwb25zZRIcCgNydW4YASABKAsyDy5sZW9mbG93LnYxLlJ1biIuChhMaXN0VGFza0luc3RhbmNlc1JlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASJNChlMaXN0VGFza0luc3RhbmNlc1Jlc3BvbnNlEjAKDnRhc2tfaW5zdGFuY2VzGAEgAygLMhgubGVvZmxvdy52MS5UYXNrSW5zdGFuY2UiUwoYQ2xlYXJUYXNrSW5zdGFuY2VSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESDwoHdGFza19pZBgCIAEoCRISCgpkb3duc3RyZWFtGAMgASgIImQKGUNsZWFyVGFza0luc3RhbmNlUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SKQoHY2xlYXJlZBgCIAMoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlIkAKGUNhbmNlbFRhc2tJbnN0YW5jZVJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJIk0KGkNhbmNlbFRhc2tJbnN0YW5jZVJlc3BvbnNlEi8KDXRhc2tfaW5zdGFuY2UYASABKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSJaCg9UYWlsTG9nc1JlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJEhIKCnRyeV9udW1iZXIYAyABKAUSDgoGZm9sbG93GAQgASgIIjYKEFRhaWxMb2dzUmVzcG9uc2USIgoFbGluZXMYASADKAsyEy5sZW9mbG93LnYxLkxvZ0xpbmUyuAcKD1dvcmtmbG93U2VydmljZRJFCghBcHBseURhZxIbLmxlb2Zsb3cudjEuQXBwbHlEYWdSZXF1ZXN0GhwubGVvZmxvdy52MS5BcHBseURhZ1Jlc3BvbnNlEj8KBkdldERhZxIZLmxlb2Zsb3cudjEuR2V0RGFnUmVxdWVzdBoaLmxlb2Zsb3cudjEuR2V0RGFnUmVzcG9uc2USRQoITGlzdERhZ3MSGy5sZW9mbG93LnYxLkxpc3REYWdzUmVxdWVzdBocLmxlb2Zsb3cudjEuTGlzdERhZ3NSZXNwb25zZRJFCghQYXVzZURhZxIbLmxlb2Zsb3cudjEuUGF1c2VEYWdSZXF1ZXN0GhwubGVvZmxvdy52MS5QYXVzZURhZ1Jlc3BvbnNlEksKClRyaWdnZXJSdW4SHS5sZW9mbG93LnYxLlRyaWdnZXJSdW5SZXF1ZXN0Gh4ubGVvZmxvdy52MS5UcmlnZ2VyUnVuUmVzcG9uc2USPwoGR2V0UnVuEhkubGVvZmxvdy52MS5HZXRSdW5SZXF1ZXN0GhoubGVvZmxvdy52MS5HZXRSdW5SZXNwb25zZRJFCghMaXN0UnVucxIbLmxlb2Zsb3cudjEuTGlzdFJ1bnNSZXF1ZXN0GhwubGVvZmxvdy52MS5MaXN0UnVuc1Jlc3BvbnNlEkgKCUNhbmNlbFJ1bhIcLmxlb2Zsb3cudjEuQ2FuY2VsUnVuUmVxdWVzdBodLmxlb2Zsb3cudjEuQ2FuY2VsUnVuUmVzcG9uc2USYAoRTGlzdFRhc2tJbnN0YW5jZXMSJC5sZW9mbG93LnYxLkxpc3RUYXNrSW5zdGFuY2VzUmVxdWVzdBolLmxlb2Zsb3cudjEuTGlzdFRhc2tJbnN0YW5jZXNSZXNwb25zZRJgChFDbGVhclRhc2tJbnN0YW5jZRIkLmxlb2Zsb3cudjEuQ2xlYXJUYXNrSW5zdGFuY2VSZXF1ZXN0GiUubGVvZmxvdy52MS5DbGVhclRhc2tJbnN0YW5jZVJlc3BvbnNlEmMKEkNhbmNlbFRhc2tJbnN0YW5jZRIlLmxlb2Zsb3cudjEuQ2FuY2VsVGFza0luc3RhbmNlUmVxdWVzdBomLmxlb2Zsb3cudjEuQ2FuY2VsVGFza0luc3RhbmNlUmVzcG9uc2USRwoIVGFpbExvZ3MSGy5sZW9mbG93LnYxLlRhaWxMb2dzUmVxdWVzdBocLmxlb2Zsb3cudjEuVGFpbExvZ3NSZXNwb25zZTABYgZwcm90bzM", [file_leoflow_v1_types]);
 
 /**
  * @generated from message leoflow.v1.ApplyDagRequest
@@ -373,6 +373,100 @@ export const ListTaskInstancesResponseSchema: GenMessage<ListTaskInstancesRespon
   messageDesc(file_leoflow_v1_workflow, 17);
 
 /**
+ * @generated from message leoflow.v1.ClearTaskInstanceRequest
+ */
+export type ClearTaskInstanceRequest = Message<"leoflow.v1.ClearTaskInstanceRequest"> & {
+  /**
+   * @generated from field: int64 run_id = 1 [jstype = JS_STRING];
+   */
+  runId: string;
+
+  /**
+   * @generated from field: string task_id = 2;
+   */
+  taskId: string;
+
+  /**
+   * Also clear every ended task instance downstream of task_id, transitively.
+   *
+   * @generated from field: bool downstream = 3;
+   */
+  downstream: boolean;
+};
+
+/**
+ * Describes the message leoflow.v1.ClearTaskInstanceRequest.
+ * Use `create(ClearTaskInstanceRequestSchema)` to create a new message.
+ */
+export const ClearTaskInstanceRequestSchema: GenMessage<ClearTaskInstanceRequest> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 18);
+
+/**
+ * @generated from message leoflow.v1.ClearTaskInstanceResponse
+ */
+export type ClearTaskInstanceResponse = Message<"leoflow.v1.ClearTaskInstanceResponse"> & {
+  /**
+   * The run after the clear (RUNNING again if it had ended).
+   *
+   * @generated from field: leoflow.v1.Run run = 1;
+   */
+  run?: Run | undefined;
+
+  /**
+   * The task instances cleared, task_id's first, as they are now.
+   *
+   * @generated from field: repeated leoflow.v1.TaskInstance cleared = 2;
+   */
+  cleared: TaskInstance[];
+};
+
+/**
+ * Describes the message leoflow.v1.ClearTaskInstanceResponse.
+ * Use `create(ClearTaskInstanceResponseSchema)` to create a new message.
+ */
+export const ClearTaskInstanceResponseSchema: GenMessage<ClearTaskInstanceResponse> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 19);
+
+/**
+ * @generated from message leoflow.v1.CancelTaskInstanceRequest
+ */
+export type CancelTaskInstanceRequest = Message<"leoflow.v1.CancelTaskInstanceRequest"> & {
+  /**
+   * @generated from field: int64 run_id = 1 [jstype = JS_STRING];
+   */
+  runId: string;
+
+  /**
+   * @generated from field: string task_id = 2;
+   */
+  taskId: string;
+};
+
+/**
+ * Describes the message leoflow.v1.CancelTaskInstanceRequest.
+ * Use `create(CancelTaskInstanceRequestSchema)` to create a new message.
+ */
+export const CancelTaskInstanceRequestSchema: GenMessage<CancelTaskInstanceRequest> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 20);
+
+/**
+ * @generated from message leoflow.v1.CancelTaskInstanceResponse
+ */
+export type CancelTaskInstanceResponse = Message<"leoflow.v1.CancelTaskInstanceResponse"> & {
+  /**
+   * @generated from field: leoflow.v1.TaskInstance task_instance = 1;
+   */
+  taskInstance?: TaskInstance | undefined;
+};
+
+/**
+ * Describes the message leoflow.v1.CancelTaskInstanceResponse.
+ * Use `create(CancelTaskInstanceResponseSchema)` to create a new message.
+ */
+export const CancelTaskInstanceResponseSchema: GenMessage<CancelTaskInstanceResponse> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 21);
+
+/**
  * @generated from message leoflow.v1.TailLogsRequest
  */
 export type TailLogsRequest = Message<"leoflow.v1.TailLogsRequest"> & {
@@ -408,7 +502,7 @@ export type TailLogsRequest = Message<"leoflow.v1.TailLogsRequest"> & {
  * Use `create(TailLogsRequestSchema)` to create a new message.
  */
 export const TailLogsRequestSchema: GenMessage<TailLogsRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 18);
+  messageDesc(file_leoflow_v1_workflow, 22);
 
 /**
  * @generated from message leoflow.v1.TailLogsResponse
@@ -425,7 +519,7 @@ export type TailLogsResponse = Message<"leoflow.v1.TailLogsResponse"> & {
  * Use `create(TailLogsResponseSchema)` to create a new message.
  */
 export const TailLogsResponseSchema: GenMessage<TailLogsResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 19);
+  messageDesc(file_leoflow_v1_workflow, 23);
 
 /**
  * WorkflowService manages DAGs and their runs.
@@ -508,6 +602,34 @@ export const WorkflowService: GenService<{
     methodKind: "unary";
     input: typeof ListTaskInstancesRequestSchema;
     output: typeof ListTaskInstancesResponseSchema;
+  },
+  /**
+   * ClearTaskInstance retries a task instance by hand. Only a task instance that has ended
+   * (success, failed, upstream_failed, skipped, cancelled) can be cleared, otherwise
+   * FAILED_PRECONDITION. It goes back to NONE with its try_number kept (the next attempt is
+   * try_number + 1) and a fresh budget of retries (max_tries = try_number + retries + 1, retries
+   * from the run's snapshot of the DAG). With downstream, every ended task instance downstream
+   * of it (transitively) is cleared too. A run that had ended goes back to RUNNING. All of it
+   * happens in one transaction. Unknown run or task: NOT_FOUND.
+   *
+   * @generated from rpc leoflow.v1.WorkflowService.ClearTaskInstance
+   */
+  clearTaskInstance: {
+    methodKind: "unary";
+    input: typeof ClearTaskInstanceRequestSchema;
+    output: typeof ClearTaskInstanceResponseSchema;
+  },
+  /**
+   * CancelTaskInstance cancels one task instance that has not ended: a running attempt is
+   * stopped, a waiting one will not start. The run goes on by its trigger rules (a cancelled
+   * upstream counts as failed). A task instance that has ended: FAILED_PRECONDITION.
+   *
+   * @generated from rpc leoflow.v1.WorkflowService.CancelTaskInstance
+   */
+  cancelTaskInstance: {
+    methodKind: "unary";
+    input: typeof CancelTaskInstanceRequestSchema;
+    output: typeof CancelTaskInstanceResponseSchema;
   },
   /**
    * TailLogs streams the log lines of a run's tasks; with follow, it goes on until they end.
