@@ -1,3 +1,4 @@
+import { isConnectionError } from '../db/is-connection-error.js';
 import type { SchedulerContext } from './context.js';
 import { plan, type PlanResult } from './phases/plan.js';
 import { reapHeartbeats, type ReapHeartbeatsResult } from './phases/reap-heartbeats.js';
@@ -25,9 +26,10 @@ export async function step(ctx: SchedulerContext): Promise<StepResult> {
       result[name] = (await run()) as StepResult[K];
     } catch (err) {
       result.failedPhases.push(name);
-      // A phase that could not even read its candidates: treat the database as unreachable, so
-      // the heartbeat reaper gives writers a full threshold to catch up once it is back.
-      ctx.health.healthySince = ctx.now();
+      // The database could not be reached: heartbeats could not be written either, so the
+      // heartbeat reaper gives writers a full threshold once it is back. Only for connection
+      // errors: a bug in one phase must not switch the reaper off for good.
+      if (isConnectionError(err)) ctx.health.healthySince = ctx.now();
       ctx.counters.error(PHASE_NAMES[name], err);
     }
   };

@@ -15,15 +15,17 @@ export async function orphanRuns(sql: Sql, thresholdMs: number, limit: number): 
       and not exists (select 1 from task_instances t where t.run_id = r.id and t.state = any(${UNSETTLED}::text[]))
       and greatest(r.started_at, (select max(t.ended_at) from task_instances t where t.run_id = r.id))
           < now() - ${thresholdMs} * interval '1 millisecond'
+      -- A paused DAG's tasks wait in 'none' on purpose: that is not an orphan.
+      and not exists (select 1 from dags d where d.dag_id = r.dag_id and d.paused)
     order by r.id
     limit ${limit}`;
 }
 
 /**
  * Finalizes one orphaned run: success if every TI succeeded (or was skipped), else failed. The
- * UPDATE re-checks that the run is still running and still has nothing in flight.
+ * UPDATE re-checks every condition of the read, so a run that changed since is left alone.
  */
-export async function reapRun(sql: Sql, runId: string): Promise<'success' | 'failed' | null> {
+export async function reapRun(sql: Sql, runId: string, thresholdMs: number): Promise<'success' | 'failed' | null> {
   const [row] = await sql<{ state: 'success' | 'failed' }[]>`
     with moved as (
       update dag_runs r set
@@ -32,6 +34,10 @@ export async function reapRun(sql: Sql, runId: string): Promise<'success' | 'fai
         ended_at = now(), settled_at = coalesce(settled_at, now())
       where r.id = ${runId} and r.state = 'running'
         and not exists (select 1 from task_instances t where t.run_id = r.id and t.state = any(${UNSETTLED}::text[]))
+        -- Re-checked in the write: a run cleared or unpaused since the read is left alone.
+        and greatest(r.started_at, (select max(t.ended_at) from task_instances t where t.run_id = r.id))
+            < now() - ${thresholdMs} * interval '1 millisecond'
+        and not exists (select 1 from dags d where d.dag_id = r.dag_id and d.paused)
       returning r.id, r.state),
     ev as (
       insert into events (run_id, kind, payload)

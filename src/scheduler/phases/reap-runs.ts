@@ -21,7 +21,7 @@ export async function reapRuns(ctx: SchedulerContext): Promise<ReapRunsResult> {
   result.candidates = candidates.length;
   for (const run of candidates) {
     try {
-      const state = await reapRun(ctx.sql, run.id);
+      const state = await reapRun(ctx.sql, run.id, ctx.runOrphanThresholdMs);
       if (state === null) continue;
       result.finalized++;
       ctx.logger.warn({ runId: run.id, dagId: run.dag_id, state }, `orphaned run ${run.id} finalized: ${state}`);

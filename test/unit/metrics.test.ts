@@ -1,0 +1,129 @@
+import http from 'node:http';
+import { Registry, collectDefaultMetrics } from 'prom-client';
+import { describe, expect, it } from 'vitest';
+import { createMetrics, schedulerCounters, serveMetrics, type Metrics } from '../../src/server/metrics.js';
+
+/** The metrics DESIGN.md names, with their Prometheus types. */
+const DESIGN_METRICS: Record<string, string> = {
+  tick_duration_seconds: 'histogram',
+  orphan_reaped_total: 'counter',
+  orphan_reap_errors_total: 'counter',
+  agent_lost_tasks_total: 'counter',
+  dispatch_queue_depth: 'gauge',
+  dispatch_at_capacity_total: 'counter',
+  dispatch_latency_seconds: 'histogram',
+  scheduler_panics_total: 'counter',
+  leader: 'gauge',
+  stale_reports_rejected_total: 'counter',
+};
+
+async function values(m: Metrics, name: string): Promise<{ value: number; labels: Record<string, unknown> }[]> {
+  const metric = m.registry.getSingleMetric(name);
+  expect(metric, name).toBeDefined();
+  return (await metric!.get()).values.map((v) => ({ value: v.value, labels: { ...v.labels } }));
+}
+
+function request(port: number, path: string, method = 'GET'): Promise<{ status: number; version: string; type: string; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, path, method, agent: false }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode!, version: res.httpVersion, type: String(res.headers['content-type']), body }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.setTimeout(5000, () => req.destroy(new Error(`request to ${path} timed out`)));
+    req.end();
+  });
+}
+
+describe('metrics', () => {
+  it('registers exactly the metrics DESIGN.md names, besides the process defaults', async () => {
+    const m = createMetrics();
+    const defaults = new Registry();
+    collectDefaultMetrics({ register: defaults });
+    const defaultNames = new Set((await defaults.getMetricsAsJSON()).map((x) => x.name));
+    const ours = (await m.registry.getMetricsAsJSON()).filter((x) => !defaultNames.has(x.name));
+    expect(Object.fromEntries(ours.map((x) => [x.name, String(x.type)]))).toEqual(DESIGN_METRICS);
+    expect(await values(m, 'leader')).toEqual([{ value: 0, labels: {} }]);
+  });
+
+  it('keeps the metrics of two instances apart', async () => {
+    const a = createMetrics();
+    const b = createMetrics();
+    a.agentLost.inc(3);
+    expect((await values(a, 'agent_lost_tasks_total'))[0]!.value).toBe(3);
+    expect((await values(b, 'agent_lost_tasks_total'))[0]!.value).toBe(0);
+  });
+
+  it('maps the scheduler counters onto the metrics', async () => {
+    const m = createMetrics();
+    const logged: { phase: string; err: unknown; ids: Record<string, unknown> | undefined }[] = [];
+    const c = schedulerCounters(m, (phase, err, ids) => logged.push({ phase, err, ids }));
+    const boom = new Error('boom');
+
+    c.error('reap-runs', boom, { runId: '7' });
+    expect(await values(m, 'orphan_reap_errors_total')).toEqual([{ value: 1, labels: { kind: 'run' } }]);
+    expect(await values(m, 'scheduler_panics_total')).toEqual([{ value: 1, labels: { phase: 'reap-runs' } }]);
+    expect(logged).toEqual([{ phase: 'reap-runs', err: boom, ids: { runId: '7' } }]);
+
+    c.error('reap-heartbeats', boom, { tiId: '9' });
+    c.error('plan', boom);
+    c.error('plan.advance', boom, { runId: '8' });
+    expect(await values(m, 'orphan_reap_errors_total')).toEqual([
+      { value: 1, labels: { kind: 'run' } },
+      { value: 1, labels: { kind: 'ti' } },
+    ]);
+    expect(await values(m, 'scheduler_panics_total')).toEqual([
+      { value: 1, labels: { phase: 'reap-runs' } },
+      { value: 1, labels: { phase: 'reap-heartbeats' } },
+      { value: 1, labels: { phase: 'plan' } },
+      { value: 1, labels: { phase: 'plan.advance' } },
+    ]);
+    expect(logged.map((l) => l.phase)).toEqual(['reap-runs', 'reap-heartbeats', 'plan', 'plan.advance']);
+
+    c.reaped('run', 2);
+    c.reaped('ti', 5);
+    c.reaped('ti', 1);
+    c.agentLost(5);
+    c.agentLost(1);
+    expect(await values(m, 'orphan_reaped_total')).toEqual([
+      { value: 2, labels: { kind: 'run' } },
+      { value: 6, labels: { kind: 'ti' } },
+    ]);
+    expect(await values(m, 'agent_lost_tasks_total')).toEqual([{ value: 6, labels: {} }]);
+  });
+
+  it('serves the text format on /metrics over HTTP/1.1, 404 elsewhere, and closes', { timeout: 15_000 }, async () => {
+    const m = createMetrics();
+    m.leader.set(1);
+    schedulerCounters(m, () => {}).reaped('run', 2);
+    const server = await serveMetrics(m, '127.0.0.1', 0);
+    const port = server.address.port;
+    expect(server.address.address).toBe('127.0.0.1');
+    expect(port).toBeGreaterThan(0);
+    try {
+      const ok = await request(port, '/metrics');
+      expect(ok.status).toBe(200);
+      expect(ok.version).toBe('1.1');
+      expect(ok.type).toBe(m.registry.contentType);
+      expect(ok.type).toMatch(/^text\/plain; version=0\.0\.4/);
+      for (const name of Object.keys(DESIGN_METRICS)) expect(ok.body).toContain(`# TYPE ${name} ${DESIGN_METRICS[name]}`);
+      expect(ok.body).toMatch(/^leader 1$/m);
+      expect(ok.body).toMatch(/^orphan_reaped_total\{kind="run"\} 2$/m);
+      expect(ok.body).toMatch(/^tick_duration_seconds_count 0$/m);
+
+      expect((await request(port, '/metrics?name[]=leader')).status).toBe(200);
+      for (const path of ['/', '/metricsx', '/other/metrics']) {
+        const nf = await request(port, path);
+        expect(nf.status, path).toBe(404);
+        expect(nf.body).toContain('/metrics');
+      }
+      expect((await request(port, '/metrics', 'POST')).status).toBe(404);
+    } finally {
+      await server.close();
+    }
+    await expect(request(port, '/metrics')).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+  });
+});
