@@ -82,6 +82,17 @@ export async function plan(ctx: SchedulerContext): Promise<PlanResult> {
   return result;
 }
 
+/** The tasks a decision rests on: the ones it moves and their direct upstreams. */
+function dependsOnMoves(run: RunRow, d: { schedule: string[]; retry: string[]; upstreamFailed: string[]; skipped: string[] }): Set<string> {
+  const spec = new Map(run.spec.tasks.map((t) => [t.id, t]));
+  const out = new Set<string>();
+  for (const id of [...d.schedule, ...d.retry, ...d.upstreamFailed, ...d.skipped]) {
+    out.add(id);
+    for (const up of spec.get(id)?.dependsOn ?? []) out.add(up);
+  }
+  return out;
+}
+
 /** Thrown by the pure part of advancing: the run itself is bad, not the database. */
 class PoisonRunError extends Error {
   override readonly name = 'PoisonRunError';
@@ -120,11 +131,28 @@ async function advanceOne(
   const moved =
     decision.schedule.length + decision.retry.length + decision.upstreamFailed.length + decision.skipped.length > 0;
   if (moved) {
-    await ctx.sql.begin(async (tx) => {
-      await transitionTis(tx, run.id, [...decision.schedule, ...decision.retry], 'scheduled');
+    const applied = await ctx.sql.begin(async (tx) => {
+      // The decision was made from a read outside this transaction. Every move of a TI is
+      // forward except a clear (terminal → none), which locks the run row; so lock it too and
+      // check that the tasks this decision rests on (the moved ones and their upstreams) did not
+      // move since the read, or a stale "upstream failed" could land on a task just cleared.
+      // Other tasks finishing meanwhile cannot invalidate it. If one moved, the next step decides.
+      await tx`select 1 from dag_runs where id = ${run.id} for update`;
+      const now = await tx<{ task_id: string; state: string }[]>`
+        select task_id, state from task_instances where run_id = ${run.id} and task_id = any(${[...dependsOnMoves(run, decision)]}::text[])`;
+      if (now.some((t) => byTask.get(t.task_id)?.state !== t.state)) return false;
+      // Guarded on the state each decision was read in, so a stale read (another leader moved on)
+      // never pulls a claimed attempt back to scheduled.
+      await transitionTis(tx, run.id, decision.schedule, 'scheduled', { from: ['none'] });
+      await transitionTis(tx, run.id, decision.retry, 'scheduled', { from: ['up_for_retry'] });
       await transitionTis(tx, run.id, decision.upstreamFailed, 'upstream_failed', { endedNow: true });
       await transitionTis(tx, run.id, decision.skipped, 'skipped', { endedNow: true });
+      return true;
     });
+    if (!applied) {
+      ctx.logger.debug({ runId: run.id }, 'run changed while it was being planned; planning it again next step');
+      return 0;
+    }
   }
   for (const [taskId, reason] of decision.reasons) reasons.set(byTask.get(taskId)!.id, reason);
 
