@@ -485,3 +485,38 @@ describe('plan: cron runs', () => {
     expect(await scheduledKeys('cron_paused')).toEqual([]);
   });
 });
+
+describe('paused DAGs', () => {
+  it('keep queued runs queued, start nothing new in running runs, let attempts finish, and resume on unpause', BOUND, async () => {
+    const spec = dag('p_pause', [task('a'), task('b', { dependsOn: ['a'] }), task('c')], { maxActiveRuns: 5 });
+    const r1 = await trigger(spec);
+    const h = harness();
+    await stepOk(h);
+    expect(await states(r1.id)).toEqual({ a: 'scheduled', b: 'none', c: 'scheduled' });
+    // c starts before the pause and must be allowed to finish.
+    const c = (await tiMap(r1.id)).get('c')!;
+    const claim = (await claimAttempt(db.sql, c.id, 'subprocess'))!;
+    expect(await startAttempt(db.sql, { tiId: c.id, tryNumber: 1, attemptToken: claim.attemptToken }, { pid: 1, agentId: null })).toBe(true);
+
+    await db.sql`update dags set paused = true where dag_id = 'p_pause'`;
+    const r2 = await trigger(spec);
+    h.offered.length = 0;
+    await stepOk(h);
+    // Nothing offered: the scheduled a waits, the queued run stays queued, both say why.
+    expect(h.offered).toEqual([]);
+    expect(await runState(r2.id)).toBe('queued');
+    for (const ti of await listTis(db.sql, r2.id)) expect(ti.pending_reason).toBe('DAG_PAUSED');
+    expect((await tiMap(r1.id)).get('a')).toMatchObject({ state: 'scheduled', pending_reason: 'DAG_PAUSED' });
+    // The running attempt still reports its end.
+    expect(await finishAttempt(db.sql, { tiId: c.id, tryNumber: 1, attemptToken: claim.attemptToken }, OK)).toBe('success');
+    await stepOk(h);
+    expect(h.offered).toEqual([]);
+    expect(await runState(r1.id)).toBe('running');
+
+    await db.sql`update dags set paused = false where dag_id = 'p_pause'`;
+    await stepOk(h);
+    expect(await runState(r2.id)).toBe('running');
+    expect(h.offered.map((i) => `${i.runId}:${i.taskId}`).sort()).toEqual([`${r1.id}:a`, `${r2.id}:a`, `${r2.id}:c`].sort());
+    expect((await tiMap(r1.id)).get('a')!.pending_reason).toBeNull();
+  });
+});
