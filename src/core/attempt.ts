@@ -21,6 +21,8 @@ export interface Attempt {
   cwd: string | null;
   /** Execution timeout; null for none. */
   timeoutMs: number | null;
+  /** The agent chosen for it, for the agents executor; absent otherwise. */
+  agentId?: string;
 }
 
 export type LogStream = 'stdout' | 'stderr' | 'system';

@@ -42,16 +42,21 @@ export async function getTi(sql: Sql | TxSql, tiId: string): Promise<TiRow | nul
  * The guarded transition for task instances of one run: moves the named tasks to `to` only from
  * the states the state table allows, and records each move in the events log in the same
  * statement. Returns the ids actually moved (rows someone else moved first are left alone).
+ * `fields.from` narrows the guard to the state the caller's decision was based on: a planner
+ * that read `none` must not move a TI another leader has meanwhile claimed (`queued` →
+ * `scheduled` is legal in the table, but undoing that claim would run the task twice).
  */
 export async function transitionTis(
   sql: Sql | TxSql,
   runId: string,
   taskIds: string[],
   to: TiState,
-  fields: { error?: string | null; endedNow?: boolean } = {},
+  fields: { error?: string | null; endedNow?: boolean; from?: readonly TiState[] } = {},
 ): Promise<string[]> {
   if (taskIds.length === 0) return [];
-  const from = legalTiFrom(to);
+  const legal = legalTiFrom(to);
+  const from = fields.from ? legal.filter((s) => fields.from!.includes(s)) : legal;
+  if (from.length === 0) return [];
   const rows = await sql<{ ti_id: string }[]>`
     with moved as (
       update task_instances set state = ${to}, pending_reason = null,

@@ -11,6 +11,7 @@ import { migrate } from '../db/migrate.js';
 import { createSql } from '../db/sql.js';
 import { createDispatchPool } from '../dispatch/pool.js';
 import type { Executor } from '../executors/executor.js';
+import { AgentRegistry } from '../executors/agent-registry.js';
 import { createSubprocessExecutor } from '../executors/subprocess.js';
 import { ClusterService } from '../gen/leoflow/v1/cluster_pb.js';
 import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
@@ -74,6 +75,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       onFinished: () => nudge(),
       onRejected: (_attempt, report) => metrics.staleReportsRejected.inc({ report }),
     });
+    const agents = new AgentRegistry();
     const executors = new Map<string, Executor>();
     executors.set(
       'subprocess',
@@ -149,6 +151,10 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       watchdogMs: config.leaderWatchdogMs,
       retryMs: 1000,
       onElected: () => {
+        // A replica that did not lead did not step, so it saw no failing phase even if Postgres
+        // was down the whole time (a lost lock session is usually that): heartbeats may not have
+        // been writable either. Give them a full threshold to catch up before reaping.
+        ctx.health.healthySince = new Date();
         isLeader = true;
         metrics.leader.set(1);
         loop.nudge();
@@ -178,7 +184,17 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
             logPollMs: 200,
           }),
         );
-        router.service(ClusterService, createClusterService({ sql, replicaId: config.replicaId, edition: config.edition, leader }));
+        router.service(
+          ClusterService,
+          createClusterService({
+            sql,
+            replicaId: config.replicaId,
+            edition: config.edition,
+            leader,
+            agentFreshMs: 3 * config.heartbeatIntervalMs,
+            drained: (agentId) => agents.get(agentId)?.drain('drained by an operator'),
+          }),
+        );
       },
     });
     const server = http2.createServer(routes);

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leoflow/v1/cluster.proto.
  */
 export const file_leoflow_v1_cluster: GenFile = /*@__PURE__*/
-  fileDesc("ChhsZW9mbG93L3YxL2NsdXN0ZXIucHJvdG8SCmxlb2Zsb3cudjEiEgoQR2V0TGVhZGVyUmVxdWVzdCJ+ChFHZXRMZWFkZXJSZXNwb25zZRIRCglsZWFkZXJfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIxCg1sZWFkaW5nX3NpbmNlGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdlZGl0aW9uGAQgASgJMloKDkNsdXN0ZXJTZXJ2aWNlEkgKCUdldExlYWRlchIcLmxlb2Zsb3cudjEuR2V0TGVhZGVyUmVxdWVzdBodLmxlb2Zsb3cudjEuR2V0TGVhZGVyUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp]);
+  fileDesc("ChhsZW9mbG93L3YxL2NsdXN0ZXIucHJvdG8SCmxlb2Zsb3cudjEiEgoQR2V0TGVhZGVyUmVxdWVzdCJ+ChFHZXRMZWFkZXJSZXNwb25zZRIRCglsZWFkZXJfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIxCg1sZWFkaW5nX3NpbmNlGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdlZGl0aW9uGAQgASgJIp8CCgVBZ2VudBIQCghhZ2VudF9pZBgBIAEoCRItCgZsYWJlbHMYAiADKAsyHS5sZW9mbG93LnYxLkFnZW50LkxhYmVsc0VudHJ5EhQKDGNhcGFiaWxpdGllcxgDIAMoCRINCgVzbG90cxgEIAEoBRIQCghkcmFpbmluZxgFIAEoCBIRCgljb25uZWN0ZWQYBiABKAgSGQoRY29ubmVjdGVkX3JlcGxpY2EYByABKAkSMAoMbGFzdF9zZWVuX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdydW5uaW5nGAkgASgFGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiEwoRTGlzdEFnZW50c1JlcXVlc3QiNwoSTGlzdEFnZW50c1Jlc3BvbnNlEiEKBmFnZW50cxgBIAMoCzIRLmxlb2Zsb3cudjEuQWdlbnQiNgoRRHJhaW5BZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSDwoHdW5kcmFpbhgCIAEoCCI2ChJEcmFpbkFnZW50UmVzcG9uc2USIAoFYWdlbnQYASABKAsyES5sZW9mbG93LnYxLkFnZW50MvQBCg5DbHVzdGVyU2VydmljZRJICglHZXRMZWFkZXISHC5sZW9mbG93LnYxLkdldExlYWRlclJlcXVlc3QaHS5sZW9mbG93LnYxLkdldExlYWRlclJlc3BvbnNlEksKCkxpc3RBZ2VudHMSHS5sZW9mbG93LnYxLkxpc3RBZ2VudHNSZXF1ZXN0Gh4ubGVvZmxvdy52MS5MaXN0QWdlbnRzUmVzcG9uc2USSwoKRHJhaW5BZ2VudBIdLmxlb2Zsb3cudjEuRHJhaW5BZ2VudFJlcXVlc3QaHi5sZW9mbG93LnYxLkRyYWluQWdlbnRSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message leoflow.v1.GetLeaderRequest
@@ -66,6 +66,138 @@ export const GetLeaderResponseSchema: GenMessage<GetLeaderResponse> = /*@__PURE_
   messageDesc(file_leoflow_v1_cluster, 1);
 
 /**
+ * @generated from message leoflow.v1.Agent
+ */
+export type Agent = Message<"leoflow.v1.Agent"> & {
+  /**
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: map<string, string> labels = 2;
+   */
+  labels: { [key: string]: string };
+
+  /**
+   * @generated from field: repeated string capabilities = 3;
+   */
+  capabilities: string[];
+
+  /**
+   * @generated from field: int32 slots = 4;
+   */
+  slots: number;
+
+  /**
+   * @generated from field: bool draining = 5;
+   */
+  draining: boolean;
+
+  /**
+   * True while a stream from the agent is open and keeping alive.
+   *
+   * @generated from field: bool connected = 6;
+   */
+  connected: boolean;
+
+  /**
+   * The replica holding its stream, while connected.
+   *
+   * @generated from field: string connected_replica = 7;
+   */
+  connectedReplica: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp last_seen_at = 8;
+   */
+  lastSeenAt?: Timestamp | undefined;
+
+  /**
+   * Attempts it holds now.
+   *
+   * @generated from field: int32 running = 9;
+   */
+  running: number;
+};
+
+/**
+ * Describes the message leoflow.v1.Agent.
+ * Use `create(AgentSchema)` to create a new message.
+ */
+export const AgentSchema: GenMessage<Agent> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_cluster, 2);
+
+/**
+ * @generated from message leoflow.v1.ListAgentsRequest
+ */
+export type ListAgentsRequest = Message<"leoflow.v1.ListAgentsRequest"> & {
+};
+
+/**
+ * Describes the message leoflow.v1.ListAgentsRequest.
+ * Use `create(ListAgentsRequestSchema)` to create a new message.
+ */
+export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_cluster, 3);
+
+/**
+ * @generated from message leoflow.v1.ListAgentsResponse
+ */
+export type ListAgentsResponse = Message<"leoflow.v1.ListAgentsResponse"> & {
+  /**
+   * @generated from field: repeated leoflow.v1.Agent agents = 1;
+   */
+  agents: Agent[];
+};
+
+/**
+ * Describes the message leoflow.v1.ListAgentsResponse.
+ * Use `create(ListAgentsResponseSchema)` to create a new message.
+ */
+export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_cluster, 4);
+
+/**
+ * @generated from message leoflow.v1.DrainAgentRequest
+ */
+export type DrainAgentRequest = Message<"leoflow.v1.DrainAgentRequest"> & {
+  /**
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: bool undrain = 2;
+   */
+  undrain: boolean;
+};
+
+/**
+ * Describes the message leoflow.v1.DrainAgentRequest.
+ * Use `create(DrainAgentRequestSchema)` to create a new message.
+ */
+export const DrainAgentRequestSchema: GenMessage<DrainAgentRequest> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_cluster, 5);
+
+/**
+ * @generated from message leoflow.v1.DrainAgentResponse
+ */
+export type DrainAgentResponse = Message<"leoflow.v1.DrainAgentResponse"> & {
+  /**
+   * @generated from field: leoflow.v1.Agent agent = 1;
+   */
+  agent?: Agent | undefined;
+};
+
+/**
+ * Describes the message leoflow.v1.DrainAgentResponse.
+ * Use `create(DrainAgentResponseSchema)` to create a new message.
+ */
+export const DrainAgentResponseSchema: GenMessage<DrainAgentResponse> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_cluster, 6);
+
+/**
  * ClusterService describes the control plane itself.
  *
  * @generated from service leoflow.v1.ClusterService
@@ -78,6 +210,27 @@ export const ClusterService: GenService<{
     methodKind: "unary";
     input: typeof GetLeaderRequestSchema;
     output: typeof GetLeaderResponseSchema;
+  },
+  /**
+   * ListAgents lists the agents known to the control plane, connected or not.
+   *
+   * @generated from rpc leoflow.v1.ClusterService.ListAgents
+   */
+  listAgents: {
+    methodKind: "unary";
+    input: typeof ListAgentsRequestSchema;
+    output: typeof ListAgentsResponseSchema;
+  },
+  /**
+   * DrainAgent cordons an agent: it gets no new work and finishes what it holds. With
+   * undrain = true it takes work again.
+   *
+   * @generated from rpc leoflow.v1.ClusterService.DrainAgent
+   */
+  drainAgent: {
+    methodKind: "unary";
+    input: typeof DrainAgentRequestSchema;
+    output: typeof DrainAgentResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_leoflow_v1_cluster, 0);

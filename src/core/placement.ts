@@ -1,0 +1,51 @@
+import type { PlacementSpec } from './dag-spec.js';
+
+/** An agent as placement sees it: what it offers and how loaded it is now. */
+export interface AgentView {
+  agentId: string;
+  labels: Record<string, string>;
+  capabilities: string[];
+  slots: number;
+  /** Attempts it holds now, all tasks. */
+  running: number;
+  /** Attempts of this very task it holds now. */
+  runningThisTask: number;
+}
+
+export type Placement = { kind: 'placed'; agentId: string } | { kind: 'waiting'; reason: string };
+
+/** `gpu=nvidia,zone=a` plus `+cap` for each required capability: the reason a TI waits. */
+export function describeRequirements(p: PlacementSpec | null): string {
+  if (!p) return '';
+  const labels = Object.entries(p.labels).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k}=${v}`);
+  return [...labels, ...p.capabilities.map((c) => `+${c}`)].join(',');
+}
+
+function eligible(p: PlacementSpec | null, a: AgentView): boolean {
+  if (!p) return true;
+  if (p.allowedAgents.length > 0 && !p.allowedAgents.includes(a.agentId)) return false;
+  if (p.forbiddenAgents.includes(a.agentId)) return false;
+  for (const [k, v] of Object.entries(p.labels)) if (a.labels[k] !== v) return false;
+  for (const c of p.capabilities) if (!a.capabilities.includes(c)) return false;
+  return true;
+}
+
+/**
+ * Chooses the agent for one attempt: among agents that satisfy the task's placement (labels,
+ * capabilities, allowed/forbidden ids), that have a free slot and are under the task's
+ * max_parallel_per_agent, the one with the most free slots — so load spreads. Otherwise says why
+ * the attempt waits: NO_AGENT_WITH_LABELS:<requirements>, AGENT_MAX_PARALLEL or AGENT_SLOTS_FULL.
+ */
+export function placeAttempt(p: PlacementSpec | null, agents: readonly AgentView[]): Placement {
+  const matching = agents.filter((a) => eligible(p, a));
+  if (matching.length === 0) return { kind: 'waiting', reason: `NO_AGENT_WITH_LABELS:${describeRequirements(p)}` };
+  const withSlot = matching.filter((a) => a.running < a.slots);
+  if (withSlot.length === 0) return { kind: 'waiting', reason: 'AGENT_SLOTS_FULL' };
+  const max = p?.maxParallelPerAgent ?? null;
+  const underMax = max === null ? withSlot : withSlot.filter((a) => a.runningThisTask < max);
+  if (underMax.length === 0) return { kind: 'waiting', reason: 'AGENT_MAX_PARALLEL' };
+  const best = [...underMax].sort(
+    (a, b) => b.slots - b.running - (a.slots - a.running) || a.running - b.running || a.agentId.localeCompare(b.agentId),
+  )[0]!;
+  return { kind: 'placed', agentId: best.agentId };
+}

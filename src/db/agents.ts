@@ -1,0 +1,88 @@
+import type { Sql } from './sql.js';
+
+export interface AgentRow {
+  agent_id: string;
+  labels: Record<string, string>;
+  capabilities: string[];
+  slots: number;
+  draining: boolean;
+  connected_replica: string | null;
+  session_id: string | null;
+  last_seen_at: Date | null;
+  connected_at: Date | null;
+  /** Attempts it holds now (queued or running), counted from task_instances. */
+  running: number;
+}
+
+/** Records an agent's Hello: it is now held by this replica's session. Draining survives reconnects. */
+export async function connectAgent(
+  sql: Sql,
+  a: { agentId: string; labels: Record<string, string>; capabilities: string[]; slots: number; replicaId: string; sessionId: string; protocolVersion: number },
+): Promise<{ draining: boolean }> {
+  const [row] = await sql<{ draining: boolean }[]>`
+    insert into agents (agent_id, labels, capabilities, slots, connected_replica, session_id, last_seen_at, connected_at, protocol_version)
+    values (${a.agentId}, ${sql.json(a.labels)}, ${sql.json(a.capabilities)}, ${a.slots}, ${a.replicaId}, ${a.sessionId}, now(), now(), ${a.protocolVersion})
+    on conflict (agent_id) do update set labels = excluded.labels, capabilities = excluded.capabilities,
+      slots = excluded.slots, connected_replica = excluded.connected_replica, session_id = excluded.session_id,
+      last_seen_at = now(), connected_at = now(), protocol_version = excluded.protocol_version
+    returning draining`;
+  return { draining: row!.draining };
+}
+
+/** The session ended: the agent is disconnected, unless a newer session already holds it. */
+export async function disconnectAgent(sql: Sql, agentId: string, sessionId: string): Promise<void> {
+  await sql`
+    update agents set connected_replica = null, session_id = null
+    where agent_id = ${agentId} and session_id = ${sessionId}`;
+}
+
+/** One write for the last-seen time of every agent that kept alive since the last flush. */
+export async function touchAgents(sql: Sql, sessions: { agentId: string; sessionId: string }[]): Promise<void> {
+  if (sessions.length === 0) return;
+  await sql`
+    update agents a set last_seen_at = now()
+    from unnest(${sessions.map((s) => s.agentId)}::text[], ${sessions.map((s) => s.sessionId)}::uuid[]) as s(agent_id, session_id)
+    where a.agent_id = s.agent_id and a.session_id = s.session_id`;
+}
+
+export async function listAgents(sql: Sql): Promise<AgentRow[]> {
+  return sql<AgentRow[]>`
+    select a.*, (select count(*)::int from task_instances t where t.agent_id = a.agent_id and t.state in ('queued', 'running')) as running
+    from agents a order by a.agent_id`;
+}
+
+export async function getAgent(sql: Sql, agentId: string): Promise<AgentRow | null> {
+  const [row] = await sql<AgentRow[]>`
+    select a.*, (select count(*)::int from task_instances t where t.agent_id = a.agent_id and t.state in ('queued', 'running')) as running
+    from agents a where a.agent_id = ${agentId}`;
+  return row ?? null;
+}
+
+export async function setDraining(sql: Sql, agentId: string, draining: boolean): Promise<boolean> {
+  const rows = await sql`update agents set draining = ${draining} where agent_id = ${agentId}`;
+  return rows.count === 1;
+}
+
+/**
+ * Agents that can take work now: connected, not draining, seen within `freshMs` (a deaf stream
+ * stops being seen), with their current load. The placement itself is decided in memory.
+ */
+export async function availableAgents(sql: Sql, freshMs: number): Promise<AgentRow[]> {
+  return sql<AgentRow[]>`
+    select a.*, (select count(*)::int from task_instances t where t.agent_id = a.agent_id and t.state in ('queued', 'running')) as running
+    from agents a
+    where a.connected_replica is not null and not a.draining
+      and a.last_seen_at > now() - ${freshMs} * interval '1 millisecond'`;
+}
+
+/** Attempts of one task currently held per agent (for max_parallel_per_agent). */
+export async function taskLoadByAgent(sql: Sql, runId: string, taskId: string): Promise<Map<string, number>> {
+  // max_parallel_per_agent is per task across runs of the DAG: count by dag and task id.
+  const rows = await sql<{ agent_id: string; n: number }[]>`
+    select t.agent_id, count(*)::int as n from task_instances t
+    join dag_runs r on r.id = t.run_id
+    where t.state in ('queued', 'running') and t.agent_id is not null and t.task_id = ${taskId}
+      and r.dag_id = (select dag_id from dag_runs where id = ${runId})
+    group by t.agent_id`;
+  return new Map(rows.map((r) => [r.agent_id, r.n]));
+}
