@@ -4,6 +4,7 @@ import { finishAttempt, type FinishVerdict } from './attempts/finish-attempt.js'
 import { flushHeartbeats } from './attempts/flush-heartbeats.js';
 import { startAttempt } from './attempts/start-attempt.js';
 import type { LogWriter } from './log-writer.js';
+import { retryOnConnectionError } from './retry-on-connection-error.js';
 import type { Sql } from './sql.js';
 
 export interface AttemptStoreHooks {
@@ -13,6 +14,9 @@ export interface AttemptStoreHooks {
   onRejected?(attempt: Attempt, report: 'started' | 'finished' | 'heartbeat'): void;
 }
 
+/** How long an attempt's start and end reports are retried while the database is unreachable. */
+const REPORT_RETRY_MS = 10 * 60_000;
+
 /**
  * The reporter every executor writes through: each report is fenced by (ti, try, token), so a
  * zombie's report for a superseded attempt is refused and never applied.
@@ -20,7 +24,7 @@ export interface AttemptStoreHooks {
 export function createAttemptStore(sql: Sql, logs: LogWriter, logger: Logger, hooks: AttemptStoreHooks = {}): AttemptReporter {
   return {
     async started(attempt, info) {
-      const ok = await startAttempt(sql, attempt, { pid: info.pid, agentId: null });
+      const ok = await retryOnConnectionError(() => startAttempt(sql, attempt, { pid: info.pid, agentId: null }), { maxMs: REPORT_RETRY_MS });
       if (!ok) {
         hooks.onRejected?.(attempt, 'started');
         logger.warn({ tiId: attempt.tiId, runId: attempt.runId, try: attempt.tryNumber }, 'start report refused: attempt superseded');
@@ -38,7 +42,12 @@ export function createAttemptStore(sql: Sql, logs: LogWriter, logger: Logger, ho
     async finished(attempt: Attempt, result: AttemptResult) {
       await logs.flush();
       logs.forget(attempt.tiId, attempt.tryNumber);
-      const verdict = await finishAttempt(sql, attempt, result);
+      // An attempt's end must not be lost to a database blip: retried until the database answers
+      // (the reaper holds off after an outage, so the attempt is not declared lost meanwhile).
+      const verdict = await retryOnConnectionError(() => finishAttempt(sql, attempt, result), {
+        maxMs: REPORT_RETRY_MS,
+        onRetry: (err, n) => n === 1 && logger.warn({ tiId: attempt.tiId, try: attempt.tryNumber, err: (err as Error).message }, 'database unreachable: retrying the end report'),
+      });
       const ids = { tiId: attempt.tiId, runId: attempt.runId, dagId: attempt.dagId, taskId: attempt.taskId, try: attempt.tryNumber };
       if (verdict === 'rejected') {
         if (result.outcome !== 'superseded') hooks.onRejected?.(attempt, 'finished');

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { LogStream } from '../core/attempt.js';
+import { retryOnConnectionError } from './retry-on-connection-error.js';
 import type { Sql } from './sql.js';
 
 interface Pending {
@@ -13,8 +14,12 @@ interface Pending {
 }
 
 export interface LogWriter {
-  /** Buffers one line; it is written with others in one multi-row INSERT. */
-  write(tiId: string, tryNumber: number, attemptToken: string, stream: LogStream, line: string): void;
+  /**
+   * Buffers one line; it is written with others in one multi-row INSERT. `seq` is given by an
+   * agent that numbers its own lines (a batch resent after a reconnect is then not stored
+   * twice); without it the writer numbers them in arrival order.
+   */
+  write(tiId: string, tryNumber: number, attemptToken: string, stream: LogStream, line: string, seq?: number): void;
   /** Writes everything buffered so far. */
   flush(): Promise<void>;
   /** Forgets the sequence counter of an attempt that has ended. */
@@ -39,7 +44,7 @@ export function createLogWriter(
   const doFlush = async (batch: Pending[]) => {
     try {
       // Fenced like every report: lines of a superseded attempt (a zombie) are not stored.
-      const written = await sql`
+      const written = await retryOnConnectionError(() => sql`
         insert into task_logs (ti_id, try_number, seq, stream, line, at)
         select u.ti_id, u.try_number, u.seq, u.stream, u.line, u.at
         from unnest(${batch.map((p) => p.tiId)}::bigint[], ${batch.map((p) => p.tryNumber)}::int[],
@@ -48,7 +53,7 @@ export function createLogWriter(
                     ${batch.map((p) => p.attemptToken)}::uuid[])
              as u(ti_id, try_number, seq, stream, line, at, token)
         join task_instances t on t.id = u.ti_id and t.try_number = u.try_number and t.attempt_token = u.token
-        on conflict do nothing`;
+        on conflict do nothing`, { maxMs: 60_000 });
       if (written.count < batch.length) {
         opts.onRejected?.(batch.length - written.count);
         logger.warn({ lines: batch.length - written.count }, 'log lines of a superseded attempt refused');
@@ -72,10 +77,10 @@ export function createLogWriter(
   };
 
   return {
-    write(tiId, tryNumber, attemptToken, stream, line) {
+    write(tiId, tryNumber, attemptToken, stream, line, given) {
       const key = `${tiId}/${tryNumber}`;
-      const seq = (seqs.get(key) ?? 0) + 1;
-      seqs.set(key, seq);
+      const seq = given ?? (seqs.get(key) ?? 0) + 1;
+      seqs.set(key, Math.max(seq, seqs.get(key) ?? 0));
       // NUL bytes cannot be stored in a text column.
       buffer.push({ tiId, tryNumber, attemptToken, seq, stream, line: line.includes('\0') ? line.replaceAll('\0', '\uFFFD') : line, at: new Date() });
       if (buffer.length >= opts.maxBatch) void flush();

@@ -97,6 +97,15 @@ class SubprocessExecutor implements Executor {
 
   async dispatch(attempt: Attempt): Promise<void> {
     if (this.#shutdown) throw new Error(`subprocess executor is shutting down: not starting ${attempt.tiId}`);
+    const stale = this.#live.get(attempt.tiId);
+    if (stale && stale.attempt.tryNumber < attempt.tryNumber) {
+      // An older attempt of this TI still runs here: it was declared lost (e.g. heartbeats could
+      // not be written) and a new try was claimed. Stop the old one first, so two attempts of a
+      // task never run at once, then start the new one.
+      this.#logger.warn({ tiId: attempt.tiId, tryNumber: attempt.tryNumber, staleTry: stale.attempt.tryNumber }, 'stopping a superseded attempt before starting the new try');
+      this.#stop(stale, { outcome: 'superseded', error: `superseded by try ${attempt.tryNumber}`, signal: 'SIGTERM' });
+      await stale.done.promise;
+    }
     const held = this.#live.get(attempt.tiId);
     if (held) {
       // Leader overlap can dispatch twice; the deterministic dispatch key collapses onto this process.

@@ -1,0 +1,220 @@
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+
+/**
+ * Task process SIGKILLed → retried or failed. The tasks record each try in a file and write
+ * their pid (`$$`, the leader of the process group the executor spawned) to a pid file, so the
+ * test can find and kill them. Every process started here is stopped, also when a test fails.
+ */
+
+const FLAGS = ['--heartbeat-interval', '200ms', '--heartbeat-threshold', '1s', '--tick-interval', '200ms', '--kill-grace', '300ms'];
+
+let db: TestDatabase;
+let tmp: string;
+const servers: ServerProcess[] = [];
+/** Task processes that may outlive their control plane (detached process groups). */
+const taskPids = new Set<number>();
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-fault-killed-'));
+});
+
+afterEach(async () => {
+  for (const pid of taskPids) killGroup(pid);
+  taskPids.clear();
+  for (const s of servers.splice(0)) await s.kill();
+});
+
+afterAll(async () => {
+  await db?.drop();
+  if (tmp) await rm(tmp, { recursive: true, force: true });
+});
+
+async function start(): Promise<ServerProcess> {
+  const s = await startServer({ env: { DATABASE_URL: db.url }, args: FLAGS });
+  servers.push(s);
+  return s;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** SIGKILL to the whole group the task leads (the shell and its `sleep`). */
+function killGroup(pid: number): void {
+  try {
+    process.kill(-pid, 'SIGKILL');
+  } catch {
+    // already gone
+  }
+}
+
+/**
+ * A DAG of `victim` (retries as given; try 1 writes its pid and sleeps, later tries succeed at
+ * once) and `after`, which depends on it. Both record `task try` in `ran`.
+ */
+async function applyDag(server: ServerProcess, dagId: string, retries: number): Promise<{ ran: string; pidFile: string }> {
+  const ran = path.join(tmp, `${dagId}.ran`);
+  const pidFile = path.join(tmp, `${dagId}.pid`);
+  const record = `echo $LEOFLOW_TASK_ID $LEOFLOW_TRY_NUMBER >> ${ran}`;
+  const file = path.join(tmp, `${dagId}.yaml`);
+  await writeFile(
+    file,
+    [
+      `dag_id: ${dagId}`,
+      'tasks:',
+      '  - id: victim',
+      `    command: ["sh", "-c", "${record}; [ \\"$LEOFLOW_TRY_NUMBER\\" -ge 2 ] && exit 0; echo $$ > ${pidFile}; sleep 30"]`,
+      `    retries: ${retries}`,
+      '    retry_delay: 200ms',
+      '  - id: after',
+      `    command: ["sh", "-c", "${record}"]`,
+      '    depends_on: [victim]',
+      '',
+    ].join('\n'),
+  );
+  const r = await cli(server.url, ['dag', 'apply', file]);
+  expect(r.code, r.stderr).toBe(0);
+  return { ran, pidFile };
+}
+
+async function trigger(server: ServerProcess, dagId: string): Promise<string> {
+  const t = await cli(server.url, ['run', 'trigger', dagId, '-o', 'json']);
+  expect(t.code, t.stderr).toBe(0);
+  return JSON.parse(t.stdout).run_id as string;
+}
+
+/** Resolves the pid of try 1 once it is running and has written its pid file. */
+async function runningPid(runId: string, pidFile: string): Promise<number> {
+  await waitFor('victim running', async () => {
+    const [row] = await db.sql<{ state: string }[]>`select state from task_instances where run_id = ${runId} and task_id = 'victim'`;
+    return row?.state === 'running';
+  });
+  const pid = Number(await waitFor('pid file', async () => (await readFile(pidFile, 'utf8').catch(() => '')).trim() || null));
+  expect(alive(pid)).toBe(true);
+  taskPids.add(pid);
+  return pid;
+}
+
+async function runEnds(runId: string, timeoutMs = 20_000): Promise<string> {
+  return waitFor(
+    `run ${runId} ended`,
+    async () => {
+      const [row] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
+      return row && ['success', 'failed', 'cancelled'].includes(row.state) ? row.state : null;
+    },
+    timeoutMs,
+  );
+}
+
+async function tis(runId: string) {
+  return db.sql<{ task_id: string; state: string; try_number: number; exit_code: number | null; error: string | null }[]>`
+    select task_id, state, try_number, exit_code, error from task_instances where run_id = ${runId} order by task_id`;
+}
+
+/** The ti.state events of one task, in order. */
+async function moves(runId: string, taskId: string) {
+  return db.sql<{ to: string; try: number; error: string | null; reason: string | null }[]>`
+    select payload->>'to' as to, (payload->>'try')::int as try, payload->>'error' as error, payload->>'reason' as reason
+    from events where run_id = ${runId} and kind = 'ti.state' and payload->>'task_id' = ${taskId} order by seq`;
+}
+
+async function metricsText(server: ServerProcess): Promise<string> {
+  const res = await fetch(server.metricsUrl);
+  expect(res.status).toBe(200);
+  return res.text();
+}
+
+function metricValue(text: string, series: string): number | null {
+  for (const line of text.split('\n')) {
+    if (line.startsWith(`${series} `)) return Number(line.slice(series.length + 1));
+  }
+  return null;
+}
+
+describe('task process SIGKILLed', () => {
+  it('with a retry left: up_for_retry "killed by SIGKILL", try 2 succeeds, the run succeeds', async () => {
+    const server = await start();
+    const { ran, pidFile } = await applyDag(server, 'killed_retry', 1);
+    const runId = await trigger(server, 'killed_retry');
+    const pid = await runningPid(runId, pidFile);
+
+    process.kill(pid, 'SIGKILL');
+
+    expect(await runEnds(runId)).toBe('success');
+    expect(await tis(runId)).toEqual([
+      { task_id: 'after', state: 'success', try_number: 1, exit_code: 0, error: null },
+      { task_id: 'victim', state: 'success', try_number: 2, exit_code: 0, error: null },
+    ]);
+    const victim = await moves(runId, 'victim');
+    expect(victim.map((m) => `${m.to}/${m.try}`)).toEqual(['scheduled/0', 'queued/1', 'running/1', 'up_for_retry/1', 'scheduled/1', 'queued/2', 'running/2', 'success/2']);
+    expect(victim[3]!.error).toBe('killed by SIGKILL');
+    expect(victim.some((m) => m.reason === 'agent_lost')).toBe(false);
+    expect((await readFile(ran, 'utf8')).trim().split('\n')).toEqual(['victim 1', 'victim 2', 'after 1']);
+    expect(alive(pid)).toBe(false);
+    expect(server.child.exitCode).toBeNull();
+  });
+
+  it('with no retry left: the TI fails, the run fails, downstream is upstream_failed', async () => {
+    const server = await start();
+    const { ran, pidFile } = await applyDag(server, 'killed_final', 0);
+    const runId = await trigger(server, 'killed_final');
+    const pid = await runningPid(runId, pidFile);
+
+    process.kill(pid, 'SIGKILL');
+
+    expect(await runEnds(runId)).toBe('failed');
+    expect(await tis(runId)).toEqual([
+      { task_id: 'after', state: 'upstream_failed', try_number: 0, exit_code: null, error: null },
+      { task_id: 'victim', state: 'failed', try_number: 1, exit_code: null, error: 'killed by SIGKILL' },
+    ]);
+    expect((await readFile(ran, 'utf8')).trim().split('\n')).toEqual(['victim 1']);
+  });
+
+  it('agent gone: the control plane is SIGKILLed mid-task; a new one reaps the attempt as agent_lost and retries it', async () => {
+    const first = await start();
+    const { ran, pidFile } = await applyDag(first, 'agent_gone', 1);
+    const runId = await trigger(first, 'agent_gone');
+    const pid = await runningPid(runId, pidFile);
+
+    await first.kill();
+    // The task leads its own process group (detached), so it survives its control plane and
+    // would keep running, unsupervised, until its sleep ends. Nothing can report it any more: kill
+    // it as an operator (or the machine's reboot) would, then let the reaper notice.
+    expect(alive(pid)).toBe(true);
+    killGroup(pid);
+    await waitFor('orphaned task gone', async () => !alive(pid), 5000);
+    const [orphan] = await db.sql<{ state: string; try_number: number }[]>`
+      select state, try_number from task_instances where run_id = ${runId} and task_id = 'victim'`;
+    expect(orphan).toEqual({ state: 'running', try_number: 1 });
+
+    // The reaper holds off for one threshold after start (DbHealth), then needs the last
+    // heartbeat to be a threshold old: with 1 s, the retry comes within a few seconds.
+    const second = await start();
+    expect(await runEnds(runId)).toBe('success');
+
+    const victim = await moves(runId, 'victim');
+    expect(victim.map((m) => `${m.to}/${m.try}`)).toEqual(['scheduled/0', 'queued/1', 'running/1', 'up_for_retry/1', 'scheduled/1', 'queued/2', 'running/2', 'success/2']);
+    expect(victim[3]!.reason).toBe('agent_lost');
+    expect(victim[3]!.error).toMatch(/^agent_lost: /);
+    const [v] = (await tis(runId)).filter((t) => t.task_id === 'victim');
+    expect(v).toMatchObject({ state: 'success', try_number: 2, exit_code: 0 });
+    expect((await readFile(ran, 'utf8')).trim().split('\n')).toEqual(['victim 1', 'victim 2', 'after 1']);
+
+    const metrics = await metricsText(second);
+    expect(metricValue(metrics, 'agent_lost_tasks_total')).toBe(1);
+    expect(metricValue(metrics, 'orphan_reaped_total{kind="ti"}')).toBe(1);
+    expect((await second.stop()).code).toBe(0);
+  });
+});
+
