@@ -25,6 +25,13 @@ export interface Attempt {
   agentId?: string;
 }
 
+/** What identifies one attempt in every report about it. */
+export interface AttemptKey {
+  tiId: string;
+  tryNumber: number;
+  attemptToken: string;
+}
+
 export type LogStream = 'stdout' | 'stderr' | 'system';
 
 /** How an attempt ended. */

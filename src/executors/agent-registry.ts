@@ -8,7 +8,7 @@ export interface AgentHandle {
   readonly agentId: string;
   readonly sessionId: string;
   /** Pushes an Assign down the stream. False if the stream is closing. */
-  assign(attempt: Attempt, meta: { maxTries: number }): boolean;
+  assign(attempt: Attempt): boolean;
   /** Pushes a Cancel for one attempt. */
   cancel(tiId: string, reason: string): boolean;
   /** Pushes a Drain. */

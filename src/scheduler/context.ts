@@ -13,6 +13,8 @@ export interface DispatchItem {
   task: TaskSpec;
   conf: Record<string, unknown>;
   logicalDate: Date;
+  /** The reason the TI shows now, so a dispatcher does not write an unchanged one again. */
+  pendingReason: string | null;
 }
 
 /** What the scheduler counts (Prometheus in production, plain counters in tests). */

@@ -37,6 +37,8 @@ export interface Config {
   killGraceMs: number;
   shutdownGraceMs: number;
   leaderWatchdogMs: number;
+  /** Shared secret agents must send in Hello; null when agents need none. */
+  agentToken: string | null;
   logLevel: string;
   logFormat: 'json' | 'pretty';
 }
@@ -69,6 +71,7 @@ export const SETTINGS = {
   kill_grace: { flag: '--kill-grace', env: 'LEOFLOW_KILL_GRACE', kind: 'duration' },
   shutdown_grace: { flag: '--shutdown-grace', env: 'LEOFLOW_SHUTDOWN_GRACE', kind: 'duration' },
   leader_watchdog: { flag: '--leader-watchdog', env: 'LEOFLOW_LEADER_WATCHDOG', kind: 'duration' },
+  agent_token: { flag: '--agent-token', env: 'LEOFLOW_AGENT_TOKEN', kind: 'string' },
   log_level: { flag: '--log-level', env: 'LEOFLOW_LOG_LEVEL', kind: 'string' },
   log_format: { flag: '--log-format', env: 'LEOFLOW_LOG_FORMAT', kind: 'string' },
 } as const satisfies Record<string, { flag: string; env: string; kind: Kind }>;
@@ -197,6 +200,7 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     killGraceMs: get('kill_grace', duration, 10_000),
     shutdownGraceMs: get('shutdown_grace', duration, 30_000),
     leaderWatchdogMs: get('leader_watchdog', duration, 5_000),
+    agentToken: get('agent_token', nonEmpty, null as string | null),
     logLevel: get('log_level', oneOf(LOG_LEVELS), 'info'),
     logFormat: get('log_format', oneOf(LOG_FORMATS), process.stdout.isTTY ? 'pretty' : 'json'),
   };

@@ -3,22 +3,26 @@ import type { AddressInfo } from 'node:net';
 import { connectNodeAdapter } from '@connectrpc/connect-node';
 import type { Logger } from 'pino';
 import type { Attempt } from '../core/attempt.js';
+import { attemptEnv } from '../core/attempt-env.js';
 import { createAttemptStore } from '../db/attempt-store.js';
 import { claimAttempt } from '../db/attempts/claim-attempt.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../db/embedded-postgres.js';
 import { createLogWriter } from '../db/log-writer.js';
+import { CHANNELS, listen } from '../db/notifications.js';
 import { migrate } from '../db/migrate.js';
 import { createSql } from '../db/sql.js';
 import { createDispatchPool } from '../dispatch/pool.js';
 import type { Executor } from '../executors/executor.js';
-import { AgentRegistry } from '../executors/agent-registry.js';
 import { createSubprocessExecutor } from '../executors/subprocess.js';
+import { AgentService } from '../gen/leoflow/v1/agent_pb.js';
 import { ClusterService } from '../gen/leoflow/v1/cluster_pb.js';
 import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
 import type { DispatchItem, SchedulerContext } from '../scheduler/context.js';
 import { createLeaderElector } from '../scheduler/leader.js';
 import { createSchedulerLoop } from '../scheduler/scheduler-loop.js';
 import { step } from '../scheduler/step.js';
+import { createAgentFleet } from './agent-fleet.js';
+import { createAgentService } from './agent-service.js';
 import { applyDagPaths } from './apply-dag-paths.js';
 import { createClusterService } from './cluster-service.js';
 import type { Config } from './config.js';
@@ -32,21 +36,6 @@ export interface ControlPlane {
   readonly databaseUrl: string;
   /** Graceful stop: no new work, running tasks finish (up to shutdown_grace), then everything closes. */
   close(): Promise<void>;
-}
-
-/** The environment every attempt's process sees, on top of the task's own `env`. */
-export function attemptEnv(item: DispatchItem, tryNumber: number, maxTries: number): Record<string, string> {
-  return {
-    LEOFLOW_DAG_ID: item.dagId,
-    LEOFLOW_RUN_ID: item.runId,
-    LEOFLOW_TASK_ID: item.taskId,
-    LEOFLOW_TI_ID: item.tiId,
-    LEOFLOW_TRY_NUMBER: String(tryNumber),
-    LEOFLOW_MAX_TRIES: String(maxTries),
-    LEOFLOW_LOGICAL_DATE: item.logicalDate.toISOString(),
-    LEOFLOW_RUN_CONF: JSON.stringify(item.conf),
-    ...item.task.env,
-  };
 }
 
 /**
@@ -75,12 +64,22 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       onFinished: () => nudge(),
       onRejected: (_attempt, report) => metrics.staleReportsRejected.inc({ report }),
     });
-    const agents = new AgentRegistry();
+    const fleet = createAgentFleet({
+      sql,
+      logs,
+      logger,
+      metrics,
+      replicaId: config.replicaId,
+      keepaliveMs: config.heartbeatIntervalMs,
+      agentToken: config.agentToken,
+      nudgeLocal: () => nudge(),
+    });
     const executors = new Map<string, Executor>();
     executors.set(
       'subprocess',
       createSubprocessExecutor({ reporter, logger: logger.child({ executor: 'subprocess' }), killGraceMs: config.killGraceMs, heartbeatIntervalMs: config.heartbeatIntervalMs }),
     );
+    executors.set('agents', fleet.executor);
 
     const pool = createDispatchPool<DispatchItem>({
       workers: config.dispatchWorkers,
@@ -89,6 +88,12 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       logger,
       onDispatched: (_item, seconds) => metrics.dispatchLatency.observe(seconds),
       dispatch: async (item) => {
+        if (item.executor === 'agents') {
+          // Placement first: the agent is chosen before the claim, and a TI with no eligible
+          // agent stays scheduled, saying why.
+          await fleet.executor.placeAndDispatch({ tiId: item.tiId, runId: item.runId, taskId: item.taskId, placement: item.task.placement, pendingReason: item.pendingReason });
+          return;
+        }
         const executor = executors.get(item.executor);
         if (!executor) throw new Error(`no executor "${item.executor}" on this replica`);
         const claim = await claimAttempt(sql, item.tiId, item.executor);
@@ -103,7 +108,17 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
           attemptToken: claim.attemptToken,
           dispatchKey: claim.dispatchKey,
           command: item.task.command,
-          env: attemptEnv(item, claim.tryNumber, claim.maxTries),
+          env: attemptEnv({
+            dagId: item.dagId,
+            runId: item.runId,
+            taskId: item.taskId,
+            tiId: item.tiId,
+            tryNumber: claim.tryNumber,
+            maxTries: claim.maxTries,
+            logicalDate: item.logicalDate,
+            conf: item.conf,
+            taskEnv: item.task.env,
+          }),
           cwd: item.task.cwd,
           timeoutMs: item.task.timeoutMs,
         };
@@ -178,7 +193,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
             parseDag: (source, file) => parser.parse(source, file),
             nudge: () => loop.nudge(),
             stopLocal: (tiIds, reason) => {
-              for (const id of tiIds) for (const ex of executors.values()) ex.cancel(id, reason);
+              for (const id of tiIds) if (!executors.get('subprocess')!.cancel(id, reason)) fleet.cancel(id, reason);
             },
             defaultExecutor: config.executor,
             logPollMs: 200,
@@ -192,9 +207,10 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
             edition: config.edition,
             leader,
             agentFreshMs: 3 * config.heartbeatIntervalMs,
-            drained: (agentId) => agents.get(agentId)?.drain('drained by an operator'),
+            drained: (agentId) => fleet.drain(agentId),
           }),
         );
+        router.service(AgentService, createAgentService(fleet.sessionDeps));
       },
     });
     const server = http2.createServer(routes);
@@ -219,6 +235,12 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       for (const a of applied) logger.info({ dagId: a.dagId, file: a.file, outcome: a.outcome }, 'applied DAG file');
     }
 
+    const listener = listen(databaseUrl, logger, (channel, payload) => {
+      if (channel === CHANNELS.nudge) loop.nudge();
+      else void fleet.onNotification(channel, payload).catch((err: unknown) => logger.error({ err, channel, payload }, 'notification failed'));
+    });
+    cleanups.push(() => listener.close());
+
     loop.start();
     leader.start();
     logger.info(
@@ -236,6 +258,8 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
           await loop.stop();
           await pool.close();
           await Promise.all([...executors.values()].map((e) => e.shutdown(config.shutdownGraceMs)));
+          await fleet.close();
+          await listener.close();
           await logs.close();
           // Release the lock only once our tasks are recorded, so a standby never sees them half-done.
           await leader.stop();

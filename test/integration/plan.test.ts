@@ -173,6 +173,7 @@ describe('plan', () => {
       taskId: 'a',
       executor: 'subprocess',
       task: spec.tasks[0],
+      pendingReason: null,
       conf: { k: 'v' },
       logicalDate: new Date('2026-02-01T00:00:00Z'),
     });

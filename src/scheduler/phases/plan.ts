@@ -82,6 +82,11 @@ export async function plan(ctx: SchedulerContext): Promise<PlanResult> {
   return result;
 }
 
+/** Reasons the planner itself sets; those of a dispatcher (e.g. NO_AGENT_WITH_LABELS) are left alone. */
+function isPlannerReason(reason: string | null): boolean {
+  return reason !== null && (['DISPATCH_QUEUE_FULL', 'DAG_PAUSED', 'MAX_ACTIVE_RUNS', 'RUN_QUEUED', 'UPSTREAM_RUNNING'].includes(reason) || reason.startsWith('NO_EXECUTOR:'));
+}
+
 /** The tasks a decision rests on: the ones it moves and their direct upstreams. */
 function dependsOnMoves(run: RunRow, d: { schedule: string[]; retry: string[]; upstreamFailed: string[]; skipped: string[] }): Set<string> {
   const spec = new Map(run.spec.tasks.map((t) => [t.id, t]));
@@ -167,7 +172,8 @@ async function advanceOne(
   }
 
   // Offer every scheduled TI: the ones just scheduled and those a full queue refused before.
-  const scheduled = new Set([...decision.schedule, ...decision.retry]);
+  const justScheduled = new Set([...decision.schedule, ...decision.retry]);
+  const scheduled = new Set(justScheduled);
   for (const ti of tis) if (ti.state === 'scheduled') scheduled.add(ti.task_id);
   let offered = 0;
   const tasks = new Map(run.spec.tasks.map((t) => [t.id, t]));
@@ -187,11 +193,15 @@ async function advanceOne(
       task: tasks.get(taskId)!,
       conf: run.conf,
       logicalDate: run.logical_date,
+      // A TI moved to scheduled in this step had its reason cleared by the move.
+      pendingReason: justScheduled.has(taskId) ? null : ti.pending_reason,
     };
     const outcome = ctx.offer(item);
     if (outcome === 'accepted') offered++;
-    const reason = outcome === 'full' ? 'DISPATCH_QUEUE_FULL' : null;
-    if (outcome !== 'duplicate' && (ti.pending_reason ?? null) !== reason) reasons.set(ti.id, reason);
+    // A full queue says so; an accepted offer clears only that reason (a dispatcher may set its
+    // own, e.g. NO_AGENT_WITH_LABELS, which must not flap every step).
+    if (outcome === 'full' && ti.pending_reason !== 'DISPATCH_QUEUE_FULL') reasons.set(ti.id, 'DISPATCH_QUEUE_FULL');
+    if (outcome === 'accepted' && isPlannerReason(ti.pending_reason)) reasons.set(ti.id, null);
   }
   return offered;
 }

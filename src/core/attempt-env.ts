@@ -1,0 +1,28 @@
+/** What the environment of an attempt's process is built from. */
+export interface AttemptEnvInput {
+  dagId: string;
+  runId: string;
+  taskId: string;
+  tiId: string;
+  tryNumber: number;
+  maxTries: number;
+  logicalDate: Date;
+  conf: Record<string, unknown>;
+  /** The task's own env, which wins over ours. */
+  taskEnv: Record<string, string>;
+}
+
+/** The environment every attempt's process sees, whoever runs it, on top of its own. */
+export function attemptEnv(i: AttemptEnvInput): Record<string, string> {
+  return {
+    LEOFLOW_DAG_ID: i.dagId,
+    LEOFLOW_RUN_ID: i.runId,
+    LEOFLOW_TASK_ID: i.taskId,
+    LEOFLOW_TI_ID: i.tiId,
+    LEOFLOW_TRY_NUMBER: String(i.tryNumber),
+    LEOFLOW_MAX_TRIES: String(i.maxTries),
+    LEOFLOW_LOGICAL_DATE: i.logicalDate.toISOString(),
+    LEOFLOW_RUN_CONF: JSON.stringify(i.conf),
+    ...i.taskEnv,
+  };
+}

@@ -1,0 +1,19 @@
+import type { Sql } from '../sql.js';
+
+/**
+ * Gives back a claim that could not be delivered (the chosen agent's stream went away between
+ * placement and delivery): queued → scheduled, the try number and token undone, fenced by that
+ * token, so only the claimer can do it and only before the attempt started.
+ */
+export async function releaseClaim(sql: Sql, a: { tiId: string; tryNumber: number; attemptToken: string }, reason: string): Promise<boolean> {
+  const rows = await sql`
+    with moved as (
+      update task_instances set state = 'scheduled', try_number = try_number - 1, attempt_token = null,
+        dispatch_key = null, agent_id = null, queued_at = null, pending_reason = ${reason}
+      where id = ${a.tiId} and try_number = ${a.tryNumber} and attempt_token = ${a.attemptToken} and state = 'queued'
+      returning id, run_id, task_id, try_number)
+    insert into events (run_id, ti_id, kind, payload)
+    select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'scheduled', 'try', try_number, 'reason', ${reason}::text) from moved
+    returning ti_id`;
+  return rows.count === 1;
+}

@@ -1,0 +1,37 @@
+import type { Attempt } from '../core/attempt.js';
+import { attemptEnv } from '../core/attempt-env.js';
+import type { DagSpec } from '../core/dag-spec.js';
+import type { Sql } from './sql.js';
+
+/**
+ * The current attempt of a task instance, rebuilt from the database for delivery to the agent it
+ * was given to (by another replica, or before a reconnect). Null unless it is still queued or
+ * running for that agent.
+ */
+export async function loadAttempt(sql: Sql, tiId: string, agentId: string): Promise<Attempt | null> {
+  const [row] = await sql<
+    { id: string; run_id: string; task_id: string; try_number: number; max_tries: number; attempt_token: string; dispatch_key: string; dag_id: string; spec: DagSpec; conf: Record<string, unknown>; logical_date: Date }[]
+  >`
+    select t.id, t.run_id, t.task_id, t.try_number, t.max_tries, t.attempt_token, t.dispatch_key,
+           r.dag_id, r.spec, r.conf, r.logical_date
+    from task_instances t join dag_runs r on r.id = t.run_id
+    where t.id = ${tiId} and t.agent_id = ${agentId} and t.state in ('queued', 'running')`;
+  if (!row) return null;
+  const task = row.spec.tasks.find((t) => t.id === row.task_id);
+  if (!task) return null;
+  return {
+    tiId: row.id,
+    runId: row.run_id,
+    dagId: row.dag_id,
+    taskId: row.task_id,
+    tryNumber: row.try_number,
+    maxTries: row.max_tries,
+    attemptToken: row.attempt_token,
+    dispatchKey: row.dispatch_key,
+    command: task.command,
+    env: attemptEnv({ dagId: row.dag_id, runId: row.run_id, taskId: row.task_id, tiId: row.id, tryNumber: row.try_number, maxTries: row.max_tries, logicalDate: row.logical_date, conf: row.conf, taskEnv: task.env }),
+    cwd: task.cwd,
+    timeoutMs: task.timeoutMs,
+    agentId,
+  };
+}

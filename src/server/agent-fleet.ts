@@ -1,0 +1,131 @@
+import type { Logger } from 'pino';
+import { availableAgents, taskLoadByAgent, touchAgents } from '../db/agents.js';
+import { claimAttempt } from '../db/attempts/claim-attempt.js';
+import { flushHeartbeats } from '../db/attempts/flush-heartbeats.js';
+import { releaseClaim } from '../db/attempts/release-claim.js';
+import { loadAttempt } from '../db/load-attempt.js';
+import type { LogWriter } from '../db/log-writer.js';
+import { CHANNELS, notify, type Channel } from '../db/notifications.js';
+import type { Sql } from '../db/sql.js';
+import { setPendingReasons } from '../db/tis.js';
+import { AgentRegistry } from '../executors/agent-registry.js';
+import { AgentsExecutor } from '../executors/agents.js';
+import type { SessionDeps } from './agent-session.js';
+import { createSessionStore } from './agent-session-store.js';
+import { HeartbeatBuffer } from './heartbeat-buffer.js';
+import type { Metrics } from './metrics.js';
+
+export interface AgentFleetOptions {
+  sql: Sql;
+  logs: LogWriter;
+  logger: Logger;
+  metrics: Metrics;
+  replicaId: string;
+  keepaliveMs: number;
+  agentToken: string | null;
+  /** Asks this replica's scheduler to step (a no-op unless it leads). */
+  nudgeLocal(): void;
+}
+
+/**
+ * The standalone-agent side of one replica: the registry of the agent streams it holds, their
+ * batched heartbeats, the agents executor, and the notifications replicas exchange so that work
+ * placed by the leader reaches an agent connected to another replica.
+ */
+export function createAgentFleet(o: AgentFleetOptions) {
+  const { sql, logger } = o;
+  const log = logger.child({ component: 'agents' });
+  const registry = new AgentRegistry();
+  // A stream is deaf after 3 keepalive intervals; placement only trusts agents seen more recently.
+  const freshMs = 3 * o.keepaliveMs;
+  const heartbeats = new HeartbeatBuffer(
+    { flushHeartbeats: (refs) => flushHeartbeats(sql, refs), touchAgents: (s) => touchAgents(sql, s) },
+    log,
+    Math.min(1000, o.keepaliveMs),
+  );
+
+  /** Tells the leader, wherever it is, to step now. */
+  const nudgeEverywhere = () => {
+    o.nudgeLocal();
+    void notify(sql, CHANNELS.nudge).catch((err: unknown) => log.warn({ err }, 'could not notify the other replicas'));
+  };
+
+  const executor = new AgentsExecutor({
+    registry,
+    replicaId: o.replicaId,
+    logger: log,
+    cacheMs: 200,
+    store: {
+      availableAgents: async () =>
+        (await availableAgents(sql, freshMs)).map((a) => ({
+          agentId: a.agent_id,
+          labels: a.labels,
+          capabilities: a.capabilities,
+          slots: a.slots,
+          running: a.running,
+          connectedReplica: a.connected_replica!,
+        })),
+      taskLoad: (runId, taskId) => taskLoadByAgent(sql, runId, taskId),
+      claim: async (tiId, agentId) => ((await claimAttempt(sql, tiId, 'agents', agentId)) ? loadAttempt(sql, tiId, agentId) : null),
+      release: async (attempt, reason) => {
+        await releaseClaim(sql, attempt, reason);
+      },
+      setPendingReason: (tiId, reason) => setPendingReasons(sql, new Map([[tiId, reason]])),
+      notifyAssign: (agentId, tiId) => notify(sql, CHANNELS.assign, `${agentId} ${tiId}`),
+    },
+  });
+
+  const sessionDeps: SessionDeps = {
+    store: createSessionStore(sql, o.logs, o.replicaId),
+    registry,
+    heartbeats,
+    logger: log,
+    replicaId: o.replicaId,
+    keepaliveMs: o.keepaliveMs,
+    agentToken: o.agentToken,
+    onFleetChanged: () => {
+      executor.invalidate();
+      nudgeEverywhere();
+    },
+    onFinished: nudgeEverywhere,
+    onRejected: (report) => o.metrics.staleReportsRejected.inc({ report }),
+  };
+
+  return {
+    registry,
+    executor,
+    sessionDeps,
+    /** Stops an attempt held by an agent anywhere: here at once, elsewhere through a notification. */
+    cancel(tiId: string, reason: string): void {
+      if (!executor.cancel(tiId, reason)) void notify(sql, CHANNELS.cancel, tiId).catch(() => {});
+    },
+    /** Sends Drain to an agent, wherever its stream is. */
+    drain(agentId: string): void {
+      const local = registry.get(agentId);
+      executor.invalidate();
+      if (local) local.drain('drained by an operator');
+      else void notify(sql, CHANNELS.drain, agentId).catch(() => {});
+    },
+    /** Handles what other replicas ask of the agent streams this one holds. */
+    async onNotification(channel: Channel, payload: string): Promise<void> {
+      if (channel === CHANNELS.assign) {
+        const [agentId, tiId] = payload.split(' ');
+        const handle = agentId ? registry.get(agentId) : undefined;
+        if (!handle || !tiId) return;
+        const attempt = await loadAttempt(sql, tiId, agentId!);
+        if (attempt && !handle.holds(tiId) && !handle.assign(attempt)) await releaseClaim(sql, attempt, `AGENT_GONE:${agentId}`);
+      } else if (channel === CHANNELS.cancel) {
+        executor.cancel(payload, 'cancelled');
+      } else if (channel === CHANNELS.drain) {
+        executor.invalidate();
+        registry.get(payload)?.drain('drained by an operator');
+      }
+    },
+    async close(): Promise<void> {
+      await heartbeats.close();
+      await executor.shutdown();
+    },
+  };
+}
+
+export type AgentFleet = ReturnType<typeof createAgentFleet>;

@@ -1,0 +1,67 @@
+import type { Attempt, AttemptResult } from '../core/attempt.js';
+import { connectAgent, disconnectAgent } from '../db/agents.js';
+import { claimAttempt } from '../db/attempts/claim-attempt.js';
+import { finishAttempt } from '../db/attempts/finish-attempt.js';
+import { startAttempt } from '../db/attempts/start-attempt.js';
+import { loadAttempt } from '../db/load-attempt.js';
+import type { LogWriter } from '../db/log-writer.js';
+import { retryOnConnectionError } from '../db/retry-on-connection-error.js';
+import type { Sql } from '../db/sql.js';
+import type { SessionStore } from './agent-session.js';
+
+/** Reports from agents are retried through a database blip, like the subprocess executor's. */
+const REPORT_RETRY_MS = 60_000;
+
+/** The store side of agent sessions, every report fenced by the attempt's try number and token. */
+export function createSessionStore(sql: Sql, logs: LogWriter, replicaId: string): SessionStore {
+  return {
+    connectAgent: (h) => connectAgent(sql, { ...h, replicaId }),
+    disconnectAgent: (agentId, sessionId) => disconnectAgent(sql, agentId, sessionId),
+
+    async currentAttempts(agentId, refs) {
+      if (refs.length === 0) return new Set();
+      const rows = await sql<{ id: string }[]>`
+        select t.id from task_instances t
+        join unnest(${refs.map((r) => r.tiId)}::bigint[], ${refs.map((r) => r.tryNumber)}::int[], ${refs.map((r) => r.attemptToken)}::uuid[])
+          as h(id, try, token) on t.id = h.id and t.try_number = h.try and t.attempt_token = h.token
+        where t.agent_id = ${agentId} and t.state in ('queued', 'running')`;
+      return new Set(rows.map((r) => r.id));
+    },
+
+    async undelivered(agentId) {
+      const rows = await sql<{ id: string }[]>`
+        select id from task_instances where agent_id = ${agentId} and state = 'queued' order by id`;
+      const out: Attempt[] = [];
+      for (const r of rows) {
+        const a = await loadAttempt(sql, r.id, agentId);
+        if (a) out.push(a);
+      }
+      return out;
+    },
+
+    started: (ref, pid, agentId) => retryOnConnectionError(() => startAttempt(sql, ref, { pid, agentId }), { maxMs: REPORT_RETRY_MS }),
+
+    log(ref, stream, line, seq) {
+      logs.write(ref.tiId, ref.tryNumber, ref.attemptToken, stream, line, seq);
+    },
+
+    async finished(ref, result: AttemptResult) {
+      await logs.flush();
+      logs.forget(ref.tiId, ref.tryNumber);
+      const verdict = await retryOnConnectionError(() => finishAttempt(sql, ref, result), { maxMs: REPORT_RETRY_MS });
+      if (verdict !== 'rejected') return 'applied';
+      // Sent again after a reconnect, for an end already recorded: not a zombie.
+      const [row] = await sql<{ ended: boolean }[]>`
+        select state in ('success', 'failed', 'up_for_retry', 'cancelled') and ended_at is not null as ended
+        from task_instances where id = ${ref.tiId} and try_number = ${ref.tryNumber} and attempt_token = ${ref.attemptToken}`;
+      return row?.ended ? 'applied' : 'refused';
+    },
+
+    async claimOnly(tiId, agentId) {
+      const existing = await loadAttempt(sql, tiId, agentId);
+      if (existing) return existing;
+      if (!(await claimAttempt(sql, tiId, 'agents', agentId))) return null;
+      return loadAttempt(sql, tiId, agentId);
+    },
+  };
+}

@@ -1,0 +1,300 @@
+import { randomUUID } from 'node:crypto';
+import type { MessageInitShape } from '@bufbuild/protobuf';
+import { durationFromMs } from '@bufbuild/protobuf/wkt';
+import { Code, ConnectError } from '@connectrpc/connect';
+import type { Logger } from 'pino';
+import type { Attempt, AttemptResult, LogStream } from '../core/attempt.js';
+import type { AgentHandle, AgentRegistry } from '../executors/agent-registry.js';
+import {
+  AttemptOutcome,
+  ConnectResponseSchema,
+  ProtocolVersion,
+  type AttemptRef,
+  type ConnectRequest,
+  type Finished,
+  type Hello,
+} from '../gen/leoflow/v1/agent_pb.js';
+import { AsyncQueue } from './async-queue.js';
+import type { HeartbeatBuffer, HeldRef } from './heartbeat-buffer.js';
+
+type Response = MessageInitShape<typeof ConnectResponseSchema>;
+
+export const SUPPORTED_PROTOCOL_VERSIONS = [ProtocolVersion.PROTOCOL_VERSION_1];
+
+/** The store operations a session reports through, each fenced by the attempt's token. */
+export interface SessionStore {
+  connectAgent(hello: { agentId: string; labels: Record<string, string>; capabilities: string[]; slots: number; sessionId: string; protocolVersion: number }): Promise<{ draining: boolean }>;
+  disconnectAgent(agentId: string, sessionId: string): Promise<void>;
+  /** Which of these attempts are still current for this agent. */
+  currentAttempts(agentId: string, refs: HeldRef[]): Promise<Set<string>>;
+  /** The attempts given to this agent that it has not yet been told about (queued for it). */
+  undelivered(agentId: string): Promise<Attempt[]>;
+  started(ref: HeldRef, pid: number, agentId: string): Promise<boolean>;
+  log(ref: HeldRef, stream: LogStream, line: string, seq: number): void;
+  finished(ref: HeldRef, result: AttemptResult): Promise<'applied' | 'refused'>;
+  /** Claims a one-shot agent's task instance for it (`--once --ti`). */
+  claimOnly(tiId: string, agentId: string): Promise<Attempt | null>;
+}
+
+export interface SessionDeps {
+  store: SessionStore;
+  registry: AgentRegistry;
+  heartbeats: HeartbeatBuffer;
+  logger: Logger;
+  replicaId: string;
+  keepaliveMs: number;
+  /** Shared secret agents must present; null when none is required. */
+  agentToken: string | null;
+  /** An agent connected or left: placement must look again. */
+  onFleetChanged(): void;
+  /** An attempt ended: the scheduler should step. */
+  onFinished(): void;
+  onRejected(report: 'started' | 'log' | 'finished' | 'keepalive'): void;
+}
+
+const AGENT_ID = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
+const HELLO_TIMEOUT_MS = 10_000;
+
+function ref(r: AttemptRef | undefined, field: string): HeldRef {
+  if (!r || r.tiId === '' || r.tiId === '0' || r.attemptToken === '' || r.tryNumber < 1) {
+    throw new ConnectError(`${field}: an attempt (ti_id, try_number, attempt_token) is required`, Code.InvalidArgument);
+  }
+  return { tiId: r.tiId, tryNumber: r.tryNumber, attemptToken: r.attemptToken };
+}
+
+function validateHello(h: Hello, agentToken: string | null): void {
+  if (!SUPPORTED_PROTOCOL_VERSIONS.includes(h.protocolVersion)) {
+    throw new ConnectError(
+      `agent speaks protocol version ${h.protocolVersion}; this control plane speaks ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')}`,
+      Code.FailedPrecondition,
+    );
+  }
+  if (!AGENT_ID.test(h.agentId)) {
+    throw new ConnectError(`hello.agent_id: must be 1-128 letters, digits, '_', '.', ':' or '-', got ${JSON.stringify(h.agentId)}`, Code.InvalidArgument);
+  }
+  if (!Number.isInteger(h.slots) || h.slots < 1 || h.slots > 10_000) {
+    throw new ConnectError(`hello.slots: must be between 1 and 10000, got ${h.slots}`, Code.InvalidArgument);
+  }
+  if (agentToken !== null && h.token !== agentToken) throw new ConnectError('hello.token: wrong or missing agent token', Code.Unauthenticated);
+}
+
+function resultOf(f: Finished): AttemptResult {
+  const outcome =
+    f.outcome === AttemptOutcome.SUCCESS ? 'success'
+    : f.outcome === AttemptOutcome.TIMED_OUT ? 'timed_out'
+    : f.outcome === AttemptOutcome.CANCELLED ? 'cancelled'
+    : f.outcome === AttemptOutcome.SPAWN_FAILED ? 'spawn_failed'
+    : 'failed';
+  return {
+    outcome,
+    exitCode: f.exitCode ?? null,
+    signal: (f.signal || null) as NodeJS.Signals | null,
+    error: f.error || (outcome === 'failed' && f.exitCode !== undefined ? `exit code ${f.exitCode}` : null),
+  };
+}
+
+/**
+ * One agent stream, from Hello to close: registered in the registry once welcomed, looped over
+ * the agent's reports, and always deregistered (and the agent marked disconnected) in `finally`.
+ * A stream that stops delivering keepalives — a deaf stream behind a live connection — is closed
+ * after three intervals, so it is never assigned work nor counted as a heartbeat again.
+ */
+export class AgentSession implements AgentHandle {
+  readonly sessionId = randomUUID();
+  agentId = '';
+  readonly #out = new AsyncQueue<Response>();
+  readonly #held = new Map<string, HeldRef>();
+  #lastKeepalive = Date.now();
+  #log: Logger;
+
+  constructor(private readonly deps: SessionDeps) {
+    this.#log = deps.logger;
+  }
+
+  // --- AgentHandle: what the executor and the control plane push down the stream ---------
+
+  assign(a: Attempt): boolean {
+    if (this.#out.closed) return false;
+    this.#held.set(a.tiId, { tiId: a.tiId, tryNumber: a.tryNumber, attemptToken: a.attemptToken });
+    this.#log.info({ tiId: a.tiId, runId: a.runId, taskId: a.taskId, try: a.tryNumber }, `assigned ${a.taskId} to agent ${this.agentId}`);
+    return this.#out.push({
+      msg: {
+        case: 'assign',
+        value: {
+          attempt: { tiId: a.tiId, tryNumber: a.tryNumber, attemptToken: a.attemptToken },
+          dagId: a.dagId,
+          runId: a.runId,
+          taskId: a.taskId,
+          maxTries: a.maxTries,
+          command: a.command,
+          env: a.env,
+          cwd: a.cwd ?? '',
+          timeout: a.timeoutMs === null ? undefined : durationFromMs(a.timeoutMs),
+        },
+      },
+    });
+  }
+
+  cancel(tiId: string, reason: string): boolean {
+    const r = this.#held.get(tiId);
+    if (!r) return false;
+    return this.#out.push({ msg: { case: 'cancel', value: { attempt: r, reason } } });
+  }
+
+  drain(reason: string): void {
+    this.#out.push({ msg: { case: 'drain', value: { reason } } });
+  }
+
+  holds(tiId: string): boolean {
+    return this.#held.has(tiId);
+  }
+
+  // --- the stream ------------------------------------------------------------------------
+
+  async *run(requests: AsyncIterable<ConnectRequest>, signal: AbortSignal): AsyncGenerator<Response> {
+    const it = requests[Symbol.asyncIterator]();
+    const first = await Promise.race([
+      it.next(),
+      new Promise<never>((_, reject) => setTimeout(() => reject(new ConnectError(`no Hello within ${HELLO_TIMEOUT_MS} ms`, Code.DeadlineExceeded)), HELLO_TIMEOUT_MS).unref()),
+    ]);
+    if (first.done || first.value.msg.case !== 'hello') {
+      throw new ConnectError('the first message on the stream must be Hello', Code.InvalidArgument);
+    }
+    const hello = first.value.msg.value;
+    validateHello(hello, this.deps.agentToken);
+    this.agentId = hello.agentId;
+    this.#log = this.deps.logger.child({ agentId: hello.agentId, session: this.sessionId.slice(0, 8) });
+    const { store, registry } = this.deps;
+
+    const { draining } = await store.connectAgent({
+      agentId: hello.agentId,
+      labels: hello.labels,
+      capabilities: hello.capabilities,
+      slots: hello.slots,
+      sessionId: this.sessionId,
+      protocolVersion: hello.protocolVersion,
+    });
+    const held = hello.held.map((r, i) => ref(r, `hello.held[${i}]`));
+    const current = await store.currentAttempts(hello.agentId, held);
+    const resumed = held.filter((r) => current.has(r.tiId));
+    const superseded = held.filter((r) => !current.has(r.tiId));
+    for (const r of resumed) this.#held.set(r.tiId, r);
+    this.#out.push({
+      msg: {
+        case: 'welcome',
+        value: {
+          protocolVersion: hello.protocolVersion,
+          replicaId: this.deps.replicaId,
+          keepaliveInterval: durationFromMs(this.deps.keepaliveMs),
+          resumed,
+          superseded,
+        },
+      },
+    });
+    this.#log.info({ labels: hello.labels, slots: hello.slots, resumed: resumed.length, superseded: superseded.length }, `agent ${hello.agentId} connected`);
+    registry.register(this);
+    const source = { agentId: this.agentId, sessionId: this.sessionId, superseded: (refs: HeldRef[]) => this.#superseded(refs) };
+    this.deps.heartbeats.note(source, resumed);
+
+    const deafCheck = setInterval(() => {
+      if (Date.now() - this.#lastKeepalive > 3 * this.deps.keepaliveMs) {
+        this.#log.warn({ silentMs: Date.now() - this.#lastKeepalive }, `agent ${this.agentId} stream is deaf (no keepalive): closing it`);
+        this.#out.close(new ConnectError('no keepalive for 3 intervals: stream considered dead', Code.DeadlineExceeded));
+      }
+    }, this.deps.keepaliveMs);
+    const onAbort = () => this.#out.close();
+    signal.addEventListener('abort', onAbort);
+
+    const reader = (async () => {
+      try {
+        // Work given to this agent before it connected here (by another replica, or while it
+        // was reconnecting), or the one TI of a one-shot agent.
+        if (hello.onlyTiId !== '0' && hello.onlyTiId !== '') {
+          const a = await store.claimOnly(hello.onlyTiId, this.agentId);
+          if (a) this.assign(a);
+          this.drain(a ? 'one-shot agent: no more work after this attempt' : `task instance ${hello.onlyTiId} has no attempt for this agent`);
+        } else {
+          for (const a of await store.undelivered(this.agentId)) if (!this.#held.has(a.tiId)) this.assign(a);
+          if (draining) this.drain('agent is drained');
+        }
+        this.deps.onFleetChanged();
+        for (;;) {
+          const next = await it.next();
+          if (next.done) break;
+          await this.#handle(next.value, source);
+        }
+        this.#out.close();
+      } catch (err) {
+        this.#out.close(err instanceof ConnectError ? err : new ConnectError(`agent stream failed: ${(err as Error).message}`, Code.Internal));
+      }
+    })();
+
+    try {
+      yield* this.#out;
+    } finally {
+      clearInterval(deafCheck);
+      signal.removeEventListener('abort', onAbort);
+      this.#out.close();
+      registry.deregister(this);
+      this.deps.heartbeats.forget(source);
+      void reader.catch(() => {});
+      await store.disconnectAgent(this.agentId, this.sessionId).catch((err: unknown) => this.#log.error({ err }, 'could not mark agent disconnected'));
+      this.deps.onFleetChanged();
+      this.#log.info(`agent ${this.agentId} disconnected`);
+    }
+  }
+
+  #superseded(refs: HeldRef[]): void {
+    for (const r of refs) {
+      // Ended (and acknowledged) since the keepalive that listed it: not a zombie.
+      const held = this.#held.get(r.tiId);
+      if (!held || held.attemptToken !== r.attemptToken) continue;
+      this.deps.onRejected('keepalive');
+      this.#log.warn({ tiId: r.tiId, try: r.tryNumber }, 'agent holds a superseded attempt: cancelling it');
+      this.#out.push({ msg: { case: 'cancel', value: { attempt: r, reason: 'attempt superseded (declared lost or cancelled)' } } });
+    }
+  }
+
+  async #handle(req: ConnectRequest, source: { agentId: string; sessionId: string; superseded(refs: HeldRef[]): void }): Promise<void> {
+    const { store } = this.deps;
+    switch (req.msg.case) {
+      case 'keepalive': {
+        this.#lastKeepalive = Date.now();
+        const held = req.msg.value.held.map((r, i) => ref(r, `keepalive.held[${i}]`));
+        this.deps.heartbeats.note(source, held);
+        this.#out.push({ msg: { case: 'keepaliveAck', value: { seq: req.msg.value.seq } } });
+        return;
+      }
+      case 'started': {
+        const r = ref(req.msg.value.attempt, 'started.attempt');
+        this.#held.set(r.tiId, r);
+        if (!(await store.started(r, req.msg.value.pid, this.agentId))) {
+          this.deps.onRejected('started');
+          this.#out.push({ msg: { case: 'cancel', value: { attempt: r, reason: 'attempt superseded' } } });
+        }
+        return;
+      }
+      case 'log': {
+        const r = ref(req.msg.value.attempt, 'log.attempt');
+        for (const e of req.msg.value.entries) {
+          const stream: LogStream = e.stream === 'stderr' ? 'stderr' : e.stream === 'system' ? 'system' : 'stdout';
+          store.log(r, stream, e.line, e.seq);
+        }
+        return;
+      }
+      case 'finished': {
+        const r = ref(req.msg.value.attempt, 'finished.attempt');
+        const verdict = await store.finished(r, resultOf(req.msg.value));
+        if (verdict === 'refused') this.deps.onRejected('finished');
+        this.#held.delete(r.tiId);
+        this.#out.push({ msg: { case: 'finishedAck', value: { attempt: r, applied: verdict === 'applied' } } });
+        this.deps.onFinished();
+        return;
+      }
+      case 'hello':
+        throw new ConnectError('Hello may only be sent once, first', Code.InvalidArgument);
+      default:
+        throw new ConnectError('empty message on the agent stream', Code.InvalidArgument);
+    }
+  }
+}
