@@ -20,12 +20,12 @@ export function createSessionStore(sql: Sql, logs: LogWriter, replicaId: string)
 
     async currentAttempts(agentId, refs) {
       if (refs.length === 0) return new Set();
-      const rows = await sql<{ id: string }[]>`
-        select t.id from task_instances t
+      const rows = await sql<{ token: string }[]>`
+        select t.attempt_token as token from task_instances t
         join unnest(${refs.map((r) => r.tiId)}::bigint[], ${refs.map((r) => r.tryNumber)}::int[], ${refs.map((r) => r.attemptToken)}::uuid[])
           as h(id, try, token) on t.id = h.id and t.try_number = h.try and t.attempt_token = h.token
         where t.agent_id = ${agentId} and t.state in ('queued', 'running')`;
-      return new Set(rows.map((r) => r.id));
+      return new Set(rows.map((r) => r.token));
     },
 
     async undelivered(agentId) {

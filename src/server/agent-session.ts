@@ -25,7 +25,7 @@ export const SUPPORTED_PROTOCOL_VERSIONS = [ProtocolVersion.PROTOCOL_VERSION_1];
 export interface SessionStore {
   connectAgent(hello: { agentId: string; labels: Record<string, string>; capabilities: string[]; slots: number; sessionId: string; protocolVersion: number }): Promise<{ draining: boolean }>;
   disconnectAgent(agentId: string, sessionId: string): Promise<void>;
-  /** Which of these attempts are still current for this agent. */
+  /** The attempt tokens, of these, that are still current for this agent. */
   currentAttempts(agentId: string, refs: HeldRef[]): Promise<Set<string>>;
   /** The attempts given to this agent that it has not yet been told about (queued for it). */
   undelivered(agentId: string): Promise<Attempt[]>;
@@ -176,8 +176,8 @@ export class AgentSession implements AgentHandle {
     });
     const held = hello.held.map((r, i) => ref(r, `hello.held[${i}]`));
     const current = await store.currentAttempts(hello.agentId, held);
-    const resumed = held.filter((r) => current.has(r.tiId));
-    const superseded = held.filter((r) => !current.has(r.tiId));
+    const resumed = held.filter((r) => current.has(r.attemptToken));
+    const superseded = held.filter((r) => !current.has(r.attemptToken));
     for (const r of resumed) this.#held.set(r.tiId, r);
     this.#out.push({
       msg: {

@@ -34,23 +34,30 @@ afterAll(async () => {
   await rm(tmp, { recursive: true, force: true });
 });
 
-function connect() {
+/** A scripted agent: the test pushes its messages; with `keepalive`, it also keeps alive every 150 ms. */
+function connect(opts: { keepalive?: boolean } = { keepalive: true }) {
   const client = createClient(AgentService, createGrpcTransport({ baseUrl: server.url }));
   const outbox = new AsyncInbox<Parameters<typeof client.connect>[0] extends AsyncIterable<infer T> ? T : never>();
   const stream = client.connect(outbox);
   const inbox = new AsyncInbox<ConnectResponse>();
+  let seq = 100n;
+  const pump = opts.keepalive ? setInterval(() => outbox.push({ msg: { case: 'keepalive', value: { seq: seq++, held: [] } } }), 150) : null;
   const done = (async () => {
-    for await (const m of stream) inbox.push(m);
+    for await (const m of stream) if (m.msg.case !== 'keepaliveAck') inbox.push(m);
   })().then(
     () => inbox.close(),
     (err: unknown) => inbox.close(err),
-  );
-  return { outbox, inbox, done };
+  ).finally(() => pump && clearInterval(pump));
+  const close = () => {
+    if (pump) clearInterval(pump);
+    outbox.close();
+  };
+  return { outbox, inbox, done, close };
 }
 
 describe('AgentService.Connect (control-plane side)', () => {
   it('refuses an unknown protocol version with a clear error', async () => {
-    const { outbox, inbox } = connect();
+    const { outbox, inbox } = connect({ keepalive: false });
     outbox.push({ msg: { case: 'hello', value: { protocolVersion: 99 as ProtocolVersion, agentId: 'old-agent', slots: 1 } } });
     const err = await inbox.next().then(
       () => null,
@@ -69,7 +76,7 @@ describe('AgentService.Connect (control-plane side)', () => {
       return r.taskInstances[0]!.pendingReason === 'NO_AGENT_WITH_LABELS:gpu=nvidia';
     });
 
-    const { outbox, inbox, done } = connect();
+    const { outbox, inbox, done, close } = connect();
     outbox.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'gpu-1', labels: { gpu: 'nvidia' }, slots: 2 } } });
     const welcome = await inbox.next();
     expect(welcome.msg.case).toBe('welcome');
@@ -95,7 +102,6 @@ describe('AgentService.Connect (control-plane side)', () => {
         break;
       }
     }
-    expect(seen).toContain('keepaliveAck');
     await waitFor('run success', async () => (await api.workflow.getRun({ runId })).run!.state === 3);
     const ti = (await api.workflow.getRun({ runId })).taskInstances[0]!;
     expect(ti).toMatchObject({ agentId: 'gpu-1', tryNumber: 1, exitCode: 0 });
@@ -111,9 +117,76 @@ describe('AgentService.Connect (control-plane side)', () => {
     expect(again.msg.value.applied).toBe(true);
     const agents = await api.cluster.listAgents({});
     expect(agents.agents.map((x) => [x.agentId, x.connected, x.slots])).toEqual([['gpu-1', true, 2]]);
-    outbox.close();
+    close();
     await done;
     await waitFor('agent disconnected', async () => !(await api.cluster.listAgents({})).agents[0]!.connected);
   });
-});
 
+  it('closes a deaf stream (no keepalives) and stops counting the agent as connected', async () => {
+    const api = createClients(server.url);
+    const { outbox, inbox } = connect({ keepalive: false });
+    outbox.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'deaf-1', slots: 1 } } });
+    expect((await inbox.next()).msg.case).toBe('welcome');
+    // Say nothing more: the connection stays up, but no keepalive arrives.
+    const err = await (async () => {
+      for (;;) await inbox.next(5000);
+    })().catch((e: unknown) => ConnectError.from(e));
+    expect(err.code).toBe(Code.DeadlineExceeded);
+    expect(err.rawMessage).toMatch(/no keepalive for 3 intervals/);
+    await waitFor('deaf agent disconnected', async () => {
+      const a = (await api.cluster.listAgents({})).agents.find((x) => x.agentId === 'deaf-1');
+      return a && !a.connected;
+    });
+    outbox.close();
+  });
+
+  it('resumes held work after a reconnect, supersedes what is no longer current, drains and cancels', async () => {
+    const api = createClients(server.url);
+    const hello = (held: { tiId: string; tryNumber: number; attemptToken: string }[] = []) => ({
+      msg: { case: 'hello' as const, value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'gpu-2', labels: { gpu: 'nvidia' }, slots: 1, held } },
+    });
+    const first = connect();
+    first.outbox.push(hello());
+    expect((await first.inbox.next()).msg.case).toBe('welcome');
+    const runId = (await api.workflow.triggerRun({ dagId: 'gpu' })).run!.runId;
+    let m = await first.inbox.next();
+    while (m.msg.case !== 'assign') m = await first.inbox.next();
+    const attempt = m.msg.value.attempt!;
+    first.outbox.push({ msg: { case: 'started', value: { attempt, pid: 1 } } });
+    // The stream breaks (a network blip) and the agent comes back within the threshold.
+    first.close();
+    await first.done;
+    const second = connect();
+    const bogus = { tiId: attempt.tiId, tryNumber: attempt.tryNumber, attemptToken: '00000000-0000-4000-8000-000000000000' };
+    second.outbox.push(hello([{ tiId: attempt.tiId, tryNumber: attempt.tryNumber, attemptToken: attempt.attemptToken }, bogus]));
+    const welcome = await second.inbox.next();
+    expect(welcome.msg.case).toBe('welcome');
+    if (welcome.msg.case !== 'welcome') return;
+    expect(welcome.msg.value.resumed.map((r) => r.attemptToken)).toEqual([attempt.attemptToken]);
+    expect(welcome.msg.value.superseded.map((r) => r.attemptToken)).toEqual([bogus.attemptToken]);
+    second.outbox.push({ msg: { case: 'keepalive', value: { seq: 1n, held: [attempt] } } });
+
+    // Drained: the agent is told, and gets no new work.
+    await api.cluster.drainAgent({ agentId: 'gpu-2' });
+    let d = await second.inbox.next();
+    while (d.msg.case !== 'drain') d = await second.inbox.next();
+    const run2 = (await api.workflow.triggerRun({ dagId: 'gpu' })).run!.runId;
+    await waitFor('run 2 waits', async () => (await api.workflow.getRun({ runId: run2 })).taskInstances[0]!.pendingReason.startsWith('NO_AGENT_WITH_LABELS'));
+
+    // Cancelling the run reaches the agent as Cancel for its attempt.
+    await api.workflow.cancelRun({ runId });
+    let c = await second.inbox.next();
+    while (c.msg.case !== 'cancel') c = await second.inbox.next();
+    expect(c.msg.value.attempt!.attemptToken).toBe(attempt.attemptToken);
+    second.outbox.push({ msg: { case: 'finished', value: { attempt, outcome: AttemptOutcome.CANCELLED, signal: 'SIGTERM', error: 'cancelled' } } });
+    let ack = await second.inbox.next();
+    while (ack.msg.case !== 'finishedAck') ack = await second.inbox.next();
+    const ti = (await api.workflow.getRun({ runId })).taskInstances[0]!;
+    expect(ti).toMatchObject({ state: 10, tryNumber: 1, agentId: 'gpu-2' });
+    // Undrained: the waiting run is dispatched to it.
+    await api.cluster.drainAgent({ agentId: 'gpu-2', undrain: true });
+    await api.workflow.cancelRun({ runId: run2 }).catch(() => {});
+    second.close();
+    await second.done;
+  });
+});

@@ -1,0 +1,394 @@
+#!/usr/bin/env python3
+"""A Leoflow agent in Python: runs task attempts pushed by the control plane.
+
+It speaks the agent side of ``proto/leoflow/v1/agent.proto`` (AgentService.Connect, one
+bidirectional gRPC stream). The conversation:
+
+1. Open Connect and send Hello (protocol version, agent id, labels, slots, held attempts).
+2. Wait for Welcome: it gives the keepalive interval and says which held attempts are still
+   current (resumed: keep them) and which are not (superseded: stop them, never report them).
+3. Then react to Assign (run a command as a new process group, report Started, Log lines and
+   Finished), Cancel (stop the group, finish CANCELLED), Drain (no new work), KeepaliveAck and
+   FinishedAck (the result is recorded: forget the attempt).
+4. Send Keepalive every interval, listing every attempt held. No KeepaliveAck for 3 intervals
+   means the stream is deaf: drop it and reconnect.
+
+On any stream error it reconnects with jittered exponential backoff, saying in Hello.held what
+it still holds, so nothing runs twice. FAILED_PRECONDITION before Welcome (e.g. an unsupported
+protocol version) is fatal: the message is printed and the agent exits with status 2.
+
+Generate the stubs first (see README.md), then:
+    PYTHONPATH=/tmp/leoflow-py /usr/bin/python3 leoflow_agent.py --server 127.0.0.1:7070 \\
+        --labels lang=python --slots 2
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import queue
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import IO, Iterator, Optional
+
+import grpc
+from leoflow.v1 import agent_pb2 as pb
+from leoflow.v1 import agent_pb2_grpc
+
+log = logging.getLogger("leoflow-agent")
+_STOP = object()  # ends a stream's request iterator (half-closes the stream)
+
+
+class Attempt:
+    """One attempt the agent holds: from Assign (or a Hello.held resume) until FinishedAck."""
+
+    def __init__(self, agent: "Agent", assign: pb.Assign) -> None:
+        self.agent = agent
+        self.assign = assign
+        self.ref = assign.attempt
+        self.lock = threading.Lock()  # orders this attempt's reports (Started, Log, Finished)
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+        self.started_sent = False
+        self.next_seq = 1
+        self.unsent: list[pb.LogEntry] = []  # lines not yet handed to a live stream
+        self.finished: Optional[pb.Finished] = None  # kept until FinishedAck
+        self.stop_reason: Optional[str] = None  # "timeout" | "cancel" | "superseded"
+        self.error = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.assign.dag_id}.{self.assign.task_id} ti {self.ref.ti_id} try {self.ref.try_number}"
+
+    def run(self) -> None:
+        """Runs in its own thread: spawn, stream output, enforce the timeout, report Finished."""
+        a = self.assign
+        if not a.command:
+            return self._finish(pb.ATTEMPT_OUTCOME_SPAWN_FAILED, None, "", "empty command")
+        try:
+            self.proc = subprocess.Popen(
+                list(a.command), cwd=a.cwd or None, env={**os.environ, **dict(a.env)},
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True)  # its own session, so its own process group
+        except OSError as e:
+            return self._finish(pb.ATTEMPT_OUTCOME_SPAWN_FAILED, None, "", f"spawn failed: {e}")
+        log.info("%s: started pid %d: %s", self.name, self.proc.pid, " ".join(a.command))
+        with self.lock:
+            self.started_sent = self.agent.send(pb.ConnectRequest(
+                started=pb.Started(attempt=self.ref, pid=self.proc.pid)))
+        if self.stop_reason:  # cancelled or superseded while spawning
+            self.stop(self.stop_reason, self.error)
+        timer = None
+        if a.HasField("timeout") and a.timeout.ToMilliseconds() > 0:
+            ms = a.timeout.ToMilliseconds()
+            timer = threading.Timer(ms / 1000, self.stop, ("timeout", f"timed out after {ms} ms"))
+            timer.daemon = True
+            timer.start()
+        readers = [threading.Thread(target=self._pump, args=(pipe, name), daemon=True)
+                   for pipe, name in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr"))]
+        for t in readers:
+            t.start()
+        code = self.proc.wait()
+        if timer:
+            timer.cancel()
+        for t in readers:
+            t.join(timeout=5)  # a grandchild may keep the pipe open; do not wait for ever
+        exit_code = code if code >= 0 else None
+        sig = signal.Signals(-code).name if code < 0 else ""
+        if self.stop_reason == "timeout":
+            self._finish(pb.ATTEMPT_OUTCOME_TIMED_OUT, exit_code, sig, self.error)
+        elif self.stop_reason == "cancel":
+            self._finish(pb.ATTEMPT_OUTCOME_CANCELLED, exit_code, sig, self.error)
+        elif self.stop_reason == "superseded":
+            log.info("%s: superseded, stopped without a report", self.name)
+        elif code == 0:
+            self._finish(pb.ATTEMPT_OUTCOME_SUCCESS, 0, "", "")
+        else:
+            self._finish(pb.ATTEMPT_OUTCOME_FAILED, exit_code, sig,
+                         f"exit code {code}" if code > 0 else f"killed by {sig}")
+
+    def _pump(self, pipe: IO[bytes], stream: str) -> None:
+        """Turns one output pipe into Log messages, numbering lines per attempt from 1."""
+        for raw in iter(pipe.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            with self.lock:
+                self.unsent.append(pb.LogEntry(seq=self.next_seq, stream=stream, line=line))
+                self.next_seq += 1
+                self._flush_logs()
+        pipe.close()
+
+    def _flush_logs(self) -> None:
+        """Sends the lines not yet sent (call with self.lock held)."""
+        if self.unsent and self.stop_reason != "superseded" and self.agent.send(
+                pb.ConnectRequest(log=pb.Log(attempt=self.ref, entries=self.unsent))):
+            self.unsent = []
+
+    def _finish(self, outcome: int, exit_code: Optional[int], sig: str, error: str) -> None:
+        """Records the result and reports it; it is resent after a reconnect until FinishedAck."""
+        f = pb.Finished(attempt=self.ref, outcome=outcome, signal=sig, error=error)
+        if exit_code is not None:
+            f.exit_code = exit_code
+        log.info("%s: %s %s", self.name, pb.AttemptOutcome.Name(outcome), error or "")
+        with self.lock:
+            self._flush_logs()
+            self.finished = f
+            self.agent.send(pb.ConnectRequest(finished=f))
+
+    def resume(self) -> None:
+        """After a reconnect whose Welcome resumed this attempt: send what the old stream lost."""
+        with self.lock:
+            if self.proc and not self.started_sent:
+                self.started_sent = self.agent.send(pb.ConnectRequest(
+                    started=pb.Started(attempt=self.ref, pid=self.proc.pid)))
+            self._flush_logs()
+            if self.finished:
+                self.agent.send(pb.ConnectRequest(finished=self.finished))
+
+    def stop(self, reason: str, error: str = "") -> None:
+        """SIGTERM the process group, SIGKILL it after the grace period (in a helper thread)."""
+        if self.stop_reason is None or self.stop_reason == reason:
+            self.stop_reason, self.error = reason, error
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        log.info("%s: stopping (%s)", self.name, error or reason)
+
+        def kill() -> None:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    return
+                try:
+                    proc.wait(timeout=self.agent.kill_grace)
+                    return
+                except subprocess.TimeoutExpired:
+                    pass
+        threading.Thread(target=kill, daemon=True).start()
+
+
+class Agent:
+    """The connection loop: one Connect stream at a time, reconnecting until told to exit."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.kill_grace: float = args.kill_grace
+        self.attempts: dict[str, Attempt] = {}  # by attempt_token, until FinishedAck
+        self.lock = threading.Lock()
+        self.out: Optional["queue.Queue[object]"] = None  # the live stream's queue, once welcomed
+        self.draining = False
+        self.acked = 0
+        self.last_ack = time.monotonic()
+        self.exit_code: Optional[int] = None
+        self.call: Optional[grpc.Future] = None
+        self.wake = threading.Event()
+
+    def send(self, msg: pb.ConnectRequest) -> bool:
+        """Queues a message on the live stream; False when there is none (it is kept for later)."""
+        with self.lock:
+            if self.out is None:
+                return False
+            self.out.put(msg)
+            return True
+
+    def held(self) -> list[pb.AttemptRef]:
+        with self.lock:
+            return [a.ref for a in self.attempts.values()]
+
+    def run(self) -> int:
+        """Connects, and reconnects with jittered exponential backoff, until done."""
+        opts = [("grpc.enable_http_proxy", 0)]
+        with grpc.insecure_channel(re.sub(r"^https?://", "", self.args.server), options=opts) as ch:
+            stub = agent_pb2_grpc.AgentServiceStub(ch)
+            failures = 0
+            while self.exit_code is None:
+                welcomed = self.session(stub)
+                if self.exit_code is not None:
+                    break
+                failures = 0 if welcomed else failures + 1
+                delay = random.uniform(0.5, 1.0) * min(30.0, 0.5 * 2 ** failures)
+                log.info("reconnecting in %.1fs", delay)
+                self.wake.wait(delay)
+        return self.exit_code
+
+    def session(self, stub: agent_pb2_grpc.AgentServiceStub) -> bool:
+        """One stream: Hello, Welcome, then messages until it breaks. True if it was welcomed."""
+        q: "queue.Queue[object]" = queue.Queue()
+        hello = pb.Hello(protocol_version=self.args.protocol_version, agent_id=self.args.id,
+                         labels=self.args.labels, capabilities=self.args.capabilities,
+                         slots=self.args.slots, token=self.args.token, held=self.held())
+
+        def requests() -> Iterator[pb.ConnectRequest]:
+            yield pb.ConnectRequest(hello=hello)
+            while (m := q.get()) is not _STOP:
+                yield m  # type: ignore[misc]
+
+        call = stub.Connect(requests())
+        self.call = call
+        stop_ka = threading.Event()
+        welcomed = False
+        try:
+            for resp in call:
+                kind = resp.WhichOneof("msg")
+                if kind == "welcome":
+                    welcomed = True
+                    self.on_welcome(resp.welcome, q, call, stop_ka)
+                elif not welcomed:
+                    log.warning("ignoring %s before Welcome", kind)
+                elif kind == "assign":
+                    self.on_assign(resp.assign)
+                elif kind == "cancel":
+                    a = self.find(resp.cancel.attempt)
+                    if a and not a.finished:
+                        a.stop("cancel", f"cancelled: {resp.cancel.reason or 'by the control plane'}")
+                elif kind == "drain":
+                    log.info("drain: %s", resp.drain.reason or "(no reason)")
+                    self.draining = True
+                    self.maybe_exit()
+                elif kind == "keepalive_ack":
+                    self.last_ack = time.monotonic()
+                elif kind == "finished_ack":
+                    self.on_finished_ack(resp.finished_ack)
+                if self.exit_code is not None:
+                    break
+            else:
+                log.warning("the control plane closed the stream")
+        except grpc.RpcError as e:
+            if self.exit_code is None and not welcomed and e.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                print(f"leoflow-agent: refused by the control plane: {e.details()}", file=sys.stderr)
+                self.exit_code = 2
+            elif self.exit_code is None:
+                log.warning("stream error: %s %s", e.code().name, e.details())
+        finally:
+            stop_ka.set()
+            with self.lock:
+                self.out = None
+            q.put(_STOP)
+            call.cancel()
+        return welcomed
+
+    def on_welcome(self, w: pb.Welcome, q: "queue.Queue[object]", call: grpc.Future,
+                   stop_ka: threading.Event) -> None:
+        """Stops superseded attempts, opens the stream to reports, resends what resumed ones lost."""
+        interval = w.keepalive_interval.ToMilliseconds() / 1000 or 5.0
+        log.info("welcomed by replica %s (keepalive every %.1fs)", w.replica_id, interval)
+        resumed = {r.attempt_token for r in w.resumed}
+        with self.lock:
+            gone = [a for t, a in self.attempts.items() if t not in resumed]
+            for a in gone:
+                del self.attempts[a.ref.attempt_token]
+            self.out = q
+        for a in gone:
+            a.stop("superseded")
+        for a in list(self.attempts.values()):
+            a.resume()
+        self.last_ack = time.monotonic()
+        threading.Thread(target=self.keepalive, args=(q, call, interval, stop_ka), daemon=True).start()
+
+    def keepalive(self, q: "queue.Queue[object]", call: grpc.Future, interval: float,
+                  stop: threading.Event) -> None:
+        """Sends Keepalive every interval; cancels a stream that stopped acknowledging them."""
+        seq = 0
+        while not stop.wait(interval):
+            if time.monotonic() - self.last_ack > 3 * interval:
+                log.warning("no KeepaliveAck for %.1fs: the stream is deaf, reconnecting", 3 * interval)
+                call.cancel()
+                return
+            seq += 1
+            q.put(pb.ConnectRequest(keepalive=pb.Keepalive(seq=seq, held=self.held())))
+
+    def on_assign(self, assign: pb.Assign) -> None:
+        """Starts an attempt in its own thread (or refuses it while draining)."""
+        if self.find(assign.attempt):
+            return  # already held (a repeat after a reconnect)
+        a = Attempt(self, assign)
+        with self.lock:
+            self.attempts[a.ref.attempt_token] = a
+        if self.draining:
+            a._finish(pb.ATTEMPT_OUTCOME_SPAWN_FAILED, None, "", "agent is draining")
+            return
+        threading.Thread(target=a.run, name=a.name, daemon=True).start()
+
+    def on_finished_ack(self, ack: pb.FinishedAck) -> None:
+        """The result is recorded (or refused as superseded): forget the attempt."""
+        with self.lock:
+            a = self.attempts.pop(ack.attempt.attempt_token, None)
+        if a is None:
+            return
+        self.acked += 1
+        log.info("%s: result %s", a.name, "recorded" if ack.applied else "refused (superseded)")
+        self.maybe_exit()
+
+    def find(self, ref: pb.AttemptRef) -> Optional[Attempt]:
+        with self.lock:
+            return self.attempts.get(ref.attempt_token)
+
+    def maybe_exit(self) -> None:
+        """Exits (status 0) when idle after --max-tasks results, or drained with --exit-when-drained."""
+        with self.lock:
+            idle = not self.attempts
+        max_tasks = self.args.max_tasks
+        if idle and ((max_tasks and self.acked >= max_tasks) or (self.draining and self.args.exit_when_drained)):
+            log.info("done: %d results acknowledged", self.acked)
+            self.exit_code = 0
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        """First SIGINT/SIGTERM: finish what is held, then exit. Second: kill it all and exit."""
+        if self.draining and self.args.exit_when_drained:
+            for a in list(self.attempts.values()):
+                if a.proc and a.proc.poll() is None:
+                    os.killpg(a.proc.pid, signal.SIGKILL)
+            self.exit_code = 128 + signum
+        else:
+            log.info("%s: finishing held attempts, then exiting", signal.Signals(signum).name)
+            self.draining = self.args.exit_when_drained = True
+            self.maybe_exit()
+        if self.exit_code is not None:
+            self.wake.set()
+            if self.call:
+                self.call.cancel()
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="A Leoflow agent: runs task attempts for the control plane.")
+    p.add_argument("--server", default=os.environ.get("LEOFLOW_SERVER", "127.0.0.1:7070"),
+                   help="control plane host:port (default 127.0.0.1:7070, or LEOFLOW_SERVER)")
+    p.add_argument("--id", default=re.sub(r"[^A-Za-z0-9_.:-]", "-", f"py-{socket.gethostname()}"),
+                   help="agent id, unique in the fleet (default py-HOSTNAME)")
+    p.add_argument("--labels", default="", help="placement labels, k=v,k2=v2")
+    p.add_argument("--capabilities", default="", help="placement capabilities, a,b")
+    p.add_argument("--slots", type=int, default=1, help="attempts run at once (default 1)")
+    p.add_argument("--token", default=os.environ.get("LEOFLOW_AGENT_TOKEN", ""),
+                   help="shared secret, if the control plane requires one (or LEOFLOW_AGENT_TOKEN)")
+    p.add_argument("--kill-grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
+    p.add_argument("--max-tasks", type=int, default=0, help="exit 0 once N results were acknowledged")
+    p.add_argument("--exit-when-drained", action="store_true", help="exit 0 when drained and idle")
+    p.add_argument("--protocol-version", type=int, default=pb.PROTOCOL_VERSION_1, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.slots < 1:
+        p.error("--slots must be at least 1")
+    try:
+        args.labels = dict(kv.split("=", 1) for kv in args.labels.split(",") if kv)
+    except ValueError:
+        p.error(f"--labels: expected k=v,k2=v2, got {args.labels!r}")
+    args.capabilities = [c for c in args.capabilities.split(",") if c]
+    return args
+
+
+def main() -> int:
+    args = parse_args()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s leoflow-agent {args.id}: %(message)s")
+    agent = Agent(args)
+    signal.signal(signal.SIGTERM, agent.on_signal)
+    signal.signal(signal.SIGINT, agent.on_signal)
+    return agent.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ROOT, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+
+/**
+ * The agent protocol from another language: the Python agent in examples/python (grpcio, stubs
+ * generated from proto/ by generate.sh) runs a DAG's tasks against the real `leoflow server`, and
+ * trigger_and_wait.py drives WorkflowService from Python. Needs Debian's python3-grpcio,
+ * python3-grpc-tools and protobuf-compiler (see .ci/run).
+ */
+
+const PY = '/usr/bin/python3';
+const DIR = path.join(ROOT, 'examples/python');
+
+interface Proc {
+  child: ChildProcess;
+  stdout: string;
+  stderr: string;
+  exited: Promise<number | null>;
+}
+
+const live = new Set<ChildProcess>();
+let tmp: string;
+let stubs: string;
+let db: TestDatabase;
+let server: ServerProcess;
+let target: string; // host:port of the server, for the Python side
+
+/** Starts a process with the stubs on PYTHONPATH; it is SIGKILLed after timeoutMs at the latest. */
+function start(cmd: string, args: string[], timeoutMs: number): Proc {
+  const child = spawn(cmd, args, {
+    cwd: ROOT,
+    env: { ...process.env, PYTHONPATH: stubs, PYTHONUNBUFFERED: '1' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  live.add(child);
+  const p: Proc = { child, stdout: '', stderr: '', exited: undefined as never };
+  child.stdout!.setEncoding('utf8').on('data', (c: string) => (p.stdout += c));
+  child.stderr!.setEncoding('utf8').on('data', (c: string) => (p.stderr += c));
+  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+  p.exited = new Promise((resolve) =>
+    child.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      live.delete(child);
+      resolve(signal ? -1 : code);
+    }),
+  );
+  return p;
+}
+
+async function run(cmd: string, args: string[], timeoutMs = 60_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const p = start(cmd, args, timeoutMs);
+  const code = await p.exited;
+  return { code, stdout: p.stdout, stderr: p.stderr };
+}
+
+/** SIGTERM, then SIGKILL after a grace period. */
+async function stop(p: Proc | undefined): Promise<void> {
+  if (!p || p.child.exitCode !== null || p.child.signalCode !== null) return;
+  p.child.kill('SIGTERM');
+  const t = setTimeout(() => p.child.kill('SIGKILL'), 5_000);
+  await p.exited;
+  clearTimeout(t);
+}
+
+function startAgent(id: string, extra: string[] = []): Proc {
+  return start(PY, [`${DIR}/leoflow_agent.py`, '--server', target, '--id', id, '--labels', 'lang=python', '--slots', '2', '--kill-grace', '1', ...extra], 90_000);
+}
+
+interface RunJson {
+  run: { state: string };
+  task_instances: { task_id: string; state: string; agent_id?: string; exit_code?: number; error?: string }[];
+}
+
+/** Applies a DAG file with trigger_and_wait.py, triggers it and waits for the run's end. */
+async function triggerAndWait(dagFile: string): Promise<{ code: number | null; stdout: string; stderr: string; result: RunJson }> {
+  const out = path.join(tmp, `${path.basename(dagFile)}.json`);
+  const r = await run(PY, [`${DIR}/trigger_and_wait.py`, '--server', target, '--timeout', '60', '--logs', '--json-out', out, dagFile], 80_000);
+  let result: RunJson;
+  try {
+    result = JSON.parse(await readFile(out, 'utf8')) as RunJson;
+  } catch {
+    throw new Error(`trigger_and_wait.py wrote no result (exit ${r.code}):\n${r.stdout}\n${r.stderr}`);
+  }
+  return { ...r, result };
+}
+
+function agentTask(id: string, command: string[], more: Record<string, unknown> = {}): Record<string, unknown> {
+  return { id, executor: 'agents', placement: { labels: { lang: 'python' } }, command, ...more };
+}
+
+beforeAll(async () => {
+  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-python-'));
+  stubs = path.join(tmp, 'stubs');
+  const gen = await run('bash', [`${DIR}/generate.sh`, stubs]);
+  expect(gen.code, `generate.sh failed:\n${gen.stdout}${gen.stderr}`).toBe(0);
+  const imp = await run(PY, ['-c', 'from leoflow.v1 import agent_pb2_grpc, workflow_pb2_grpc']);
+  expect(imp.code, `the generated stubs do not import:\n${imp.stderr}`).toBe(0);
+  db = await createTestDatabase();
+  server = await startServer({ env: { DATABASE_URL: db.url } });
+  target = new URL(server.url).host;
+}, 90_000);
+
+afterAll(async () => {
+  for (const c of live) c.kill('SIGKILL');
+  await server?.stop();
+  await db?.drop();
+  if (tmp) await rm(tmp, { recursive: true, force: true });
+});
+
+describe('a Python agent over AgentService', () => {
+  it('runs a DAG placed on it, reports output and exit codes, and exits after --max-tasks results', async () => {
+    const agentId = `py-agent-${randomBytes(3).toString('hex')}`;
+    // 3 tasks of the first DAG + 1 of the second: then the agent exits 0 by itself.
+    const agent = startAgent(agentId, ['--max-tasks', '4']);
+    try {
+      await waitFor('the Python agent to be welcomed', async () => agent.stderr.includes('welcomed by replica') || agent.child.exitCode !== null, 30_000).catch(
+        (err: Error) => {
+          throw new Error(`${err.message}; the agent said:\n${agent.stderr}`);
+        },
+      );
+      expect(agent.stderr, 'the agent was not welcomed').toContain('welcomed by replica');
+
+      const okFile = path.join(tmp, 'py_ok.json');
+      await writeFile(okFile, JSON.stringify({
+        dag_id: 'py_ok',
+        tasks: [
+          agentTask('a', ['sh', '-c', 'echo "hello-from-$LEOFLOW_TASK_ID"; echo to-stderr >&2']),
+          agentTask('b', [PY, '-c', "import os; print('python-task try', os.environ['LEOFLOW_TRY_NUMBER'])"], { depends_on: ['a'] }),
+          agentTask('c', ['sh', '-c', 'echo "$GREETING from c"'], { depends_on: ['a'], env: { GREETING: 'hi' } }),
+        ],
+      }));
+      const ok = await triggerAndWait(okFile);
+      expect(ok.code, `${ok.stdout}\n${ok.stderr}\nagent:\n${agent.stderr}`).toBe(0);
+      expect(ok.result.run.state).toBe('RUN_STATE_SUCCESS');
+      expect(ok.result.task_instances.map((t) => [t.task_id, t.state, t.agent_id, t.exit_code]).sort()).toEqual([
+        ['a', 'TASK_STATE_SUCCESS', agentId, 0],
+        ['b', 'TASK_STATE_SUCCESS', agentId, 0],
+        ['c', 'TASK_STATE_SUCCESS', agentId, 0],
+      ]);
+      expect(ok.stdout).toMatch(/^\[a #1 stdout\] hello-from-a$/m);
+      expect(ok.stdout).toMatch(/^\[a #1 stderr\] to-stderr$/m);
+      expect(ok.stdout).toMatch(/^\[b #1 stdout\] python-task try 1$/m);
+      expect(ok.stdout).toMatch(/^\[c #1 stdout\] hi from c$/m);
+      expect(ok.stdout).toMatch(/^run \d+ success$/m);
+
+      const failFile = path.join(tmp, 'py_fail.json');
+      await writeFile(failFile, JSON.stringify({
+        dag_id: 'py_fail',
+        tasks: [agentTask('boom', ['sh', '-c', 'echo about to fail; exit 3'], { retries: 0 })],
+      }));
+      const failed = await triggerAndWait(failFile);
+      expect(failed.code, `${failed.stdout}\n${failed.stderr}`).toBe(1);
+      expect(failed.result.run.state).toBe('RUN_STATE_FAILED');
+      expect(failed.result.task_instances).toHaveLength(1);
+      expect(failed.result.task_instances[0]).toMatchObject({ task_id: 'boom', state: 'TASK_STATE_FAILED', agent_id: agentId, exit_code: 3 });
+      expect(failed.stdout).toMatch(/^\[boom #1 stdout\] about to fail$/m);
+
+      const code = await Promise.race([agent.exited, new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 20_000))]);
+      expect(code, `the agent did not exit after 4 acknowledged results:\n${agent.stderr}`).toBe(0);
+      expect(agent.stderr).toContain('done: 4 results acknowledged');
+    } finally {
+      await stop(agent);
+    }
+  });
+
+  it('an agent speaking protocol version 99 is refused with a clear error and exits 2', async () => {
+    const agent = startAgent(`py-v99-${randomBytes(3).toString('hex')}`, ['--protocol-version', '99']);
+    try {
+      const code = await Promise.race([agent.exited, new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 20_000))]);
+      expect(code, agent.stderr).toBe(2);
+      expect(agent.stderr).toMatch(/refused by the control plane: .*protocol version 99/);
+    } finally {
+      await stop(agent);
+    }
+  });
+});
