@@ -229,7 +229,7 @@ describe('claimAttempt', () => {
     const row = (await getTi(db.sql, ti.id))!;
     expect(row).toMatchObject({ state: 'queued', try_number: 1, attempt_token: claim.attemptToken, dispatch_key: claim.dispatchKey, executor: 'subprocess' });
     expect(row.queued_at).toBeInstanceOf(Date);
-    expect(await events({ tiId: ti.id })).toEqual([{ kind: 'ti.state', payload: { task_id: 'extract', to: 'queued', try: 1 } }]);
+    expect(await events({ tiId: ti.id })).toEqual([{ kind: 'ti.state', payload: { task_id: 'extract', to: 'queued', try: 1, agent_id: null } }]);
 
     // No longer scheduled: a second claim does nothing.
     expect(await claimAttempt(db.sql, ti.id, 'subprocess')).toBeNull();
@@ -301,11 +301,12 @@ describe('attempt reports are fenced', () => {
     expect((await getTi(db.sql, ti.id))!.pid).toBe(4242);
   });
 
-  it('flushHeartbeats: only the current, running attempt is refreshed', async () => {
+  it('flushHeartbeats: only the current, live attempt is refreshed', async () => {
     const { ti, claim } = await claimedTi(dag('f2', [task('a')]));
     const right = { tiId: ti.id, attemptToken: claim.attemptToken };
-    // Queued, not yet running: not current for heartbeats.
-    expect(await flushHeartbeats(db.sql, [right])).toEqual(new Set());
+    // Queued, not yet started, is current too: an agent lists an attempt it was just given
+    // before its Started report lands, and must not be told to stop it.
+    expect(await flushHeartbeats(db.sql, [right])).toEqual(new Set([ti.id]));
     await startAttempt(db.sql, { tiId: ti.id, ...claim }, { pid: 1, agentId: null });
     await db.sql`update task_instances set heartbeat_at = now() - interval '1 hour' where id = ${ti.id}`;
     const stale = (await getTi(db.sql, ti.id))!.heartbeat_at!;

@@ -1,0 +1,130 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+
+/**
+ * Fault: a poison run — one whose spec snapshot is corrupt, so advancing it throws on every step.
+ * The real server runs several runs; one run's snapshot is corrupted while its first task runs.
+ * The planner marks that run poisoned (once) and skips it; the other runs are unaffected and the
+ * server stays up. What the design implies for the poisoned run itself: nothing new is started
+ * for it, the attempt already running finishes and is recorded, and once every TI has settled
+ * (the running one ended, the unstarted one never will start) the run reaper finalizes it.
+ */
+
+const RUNS = 4;
+let db: TestDatabase;
+let tmp: string;
+let server: ServerProcess | undefined;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-poison-'));
+});
+afterAll(async () => {
+  await server?.kill();
+  await db?.drop();
+  await rm(tmp, { recursive: true, force: true });
+});
+
+async function metric(url: string, name: string, labels: string): Promise<number | null> {
+  const res = await fetch(url);
+  expect(res.status).toBe(200);
+  const text = await res.text();
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{${labels}} `));
+  return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : null;
+}
+
+async function tiStates(runId: string) {
+  return db.sql<{ task_id: string; state: string; try_number: number }[]>`
+    select task_id, state, try_number from task_instances where run_id = ${runId} order by task_id`;
+}
+
+describe('poison run', () => {
+  it('a run that throws when advanced is poisoned and reaped; the other runs and the server are unaffected', async () => {
+    server = await startServer({
+      env: { DATABASE_URL: db.url },
+      args: ['--run-orphan-threshold', '1s', '--tick-interval', '200ms', '--heartbeat-interval', '200ms', '--heartbeat-threshold', '5s'],
+    });
+    const pid = server.child.pid;
+    const file = path.join(tmp, 'slowpair.yaml');
+    await writeFile(
+      file,
+      ['dag_id: slowpair', 'max_active_runs: 8', 'tasks:', '  - id: a', '    command: ["sleep", "1"]', '  - id: b', '    command: ["sleep", "1"]', '    depends_on: [a]', ''].join('\n'),
+    );
+    const applied = await cli(server.url, ['dag', 'apply', file]);
+    expect(applied.code, applied.stderr).toBe(0);
+    const runIds: string[] = [];
+    const trigger = async () => {
+      const t = await cli(server!.url, ['run', 'trigger', 'slowpair', '-o', 'json']);
+      expect(t.code, t.stderr).toBe(0);
+      runIds.push(JSON.parse(t.stdout).run_id as string);
+      return runIds.at(-1)!;
+    };
+    await trigger();
+    const victim = await trigger();
+
+    // While its first task runs, corrupt the victim's snapshot: `a` now depends on a task that
+    // does not exist, so topologicalOrder never reaches it and advanceRun throws.
+    await waitFor('victim a running', async () => (await tiStates(victim)).find((t) => t.task_id === 'a')?.state === 'running', 10_000, 20);
+    const corrupted = await db.sql`update dag_runs set spec = jsonb_set(spec, '{tasks,0,dependsOn}', '["ghost"]') where id = ${victim} and spec->'tasks'->0->>'id' = 'a'`;
+    expect(corrupted.count).toBe(1);
+    // More runs arrive while the victim is being poisoned.
+    while (runIds.length < RUNS) await trigger();
+    const others = runIds.filter((id) => id !== victim);
+
+    const poison = await waitFor('victim poisoned', async () => {
+      const [row] = await db.sql<{ poison_error: string | null }[]>`select poison_error from dag_runs where id = ${victim}`;
+      return row?.poison_error ?? null;
+    }, 5000);
+    expect(poison).toMatch(/cycle/);
+
+    // Every other run ends success, each task once.
+    await waitFor('other runs success', async () => {
+      const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${others}::bigint[])`;
+      return rows.every((r) => r.state === 'success');
+    }, 20_000);
+    for (const id of others) {
+      expect(await tiStates(id)).toEqual([
+        { task_id: 'a', state: 'success', try_number: 1 },
+        { task_id: 'b', state: 'success', try_number: 1 },
+      ]);
+    }
+
+    // The victim: its running attempt ended and was recorded; nothing was started after the
+    // poisoning; with nothing left in flight the run reaper finalized it (failed: b never ran).
+    await waitFor('victim finalized', async () => {
+      const [row] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${victim}`;
+      return row?.state !== 'running';
+    }, 10_000);
+    expect(await tiStates(victim)).toEqual([
+      { task_id: 'a', state: 'success', try_number: 1 },
+      { task_id: 'b', state: 'none', try_number: 0 },
+    ]);
+    const events = await db.sql<{ kind: string; payload: Record<string, unknown> }[]>`
+      select kind, payload from events where run_id = ${victim} and kind in ('run.state', 'run.poisoned') order by seq`;
+    expect(events.filter((e) => e.kind === 'run.poisoned')).toEqual([{ kind: 'run.poisoned', payload: { error: poison } }]);
+    expect(events.filter((e) => e.kind === 'run.state').map((e) => e.payload.to)).toEqual(['queued', 'running', 'failed']);
+    expect(events.at(-1)!.payload).toEqual({ to: 'failed', reason: 'orphan_reaped' });
+
+    // The server stayed up: same process, API answering, the panic counted, one run reaped.
+    expect(server.child.pid).toBe(pid);
+    expect(server.child.exitCode).toBeNull();
+    const list = await cli(server.url, ['run', 'list', '--dag', 'slowpair', '-o', 'json']);
+    expect(list.code, list.stderr).toBe(0);
+    expect(JSON.parse(list.stdout).map((r: { run_id: string; state: string }) => [r.run_id, r.state]).sort()).toEqual(
+      runIds.map((id) => [id, id === victim ? 'failed' : 'success']).sort(),
+    );
+    expect(await metric(server.metricsUrl, 'scheduler_panics_total', 'phase="plan.advance"')).toBeGreaterThanOrEqual(1);
+    await waitFor('orphan_reaped_total{kind="run"}', async () => (await metric(server!.metricsUrl, 'orphan_reaped_total', 'kind="run"')) === 1, 5000);
+
+    // Skipped from now on, not re-poisoned every tick.
+    await new Promise((r) => setTimeout(r, 600));
+    const [again] = await db.sql<{ n: number }[]>`select count(*)::int as n from events where run_id = ${victim} and kind = 'run.poisoned'`;
+    expect(again!.n).toBe(1);
+
+    expect((await server.stop()).code).toBe(0);
+  });
+});
