@@ -75,6 +75,9 @@ function countUpstream(task: TaskSpec, states: Map<string, TiState>): UpstreamCo
 /** Tasks in an order where every task comes after its dependencies (the spec is acyclic). */
 export function topologicalOrder(tasks: readonly TaskSpec[]): TaskSpec[] {
   const byId = new Map(tasks.map((t) => [t.id, t]));
+  for (const t of tasks) {
+    for (const d of t.dependsOn) if (!byId.has(d)) throw new Error(`task "${t.id}" depends on unknown task "${d}"`);
+  }
   const indegree = new Map(tasks.map((t) => [t.id, t.dependsOn.length]));
   const downstream = new Map<string, string[]>();
   for (const t of tasks) for (const d of t.dependsOn) (downstream.get(d) ?? downstream.set(d, []).get(d)!).push(t.id);

@@ -51,7 +51,9 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     databaseUrl = embedded.url;
     logger.info({ port: config.embeddedPgPort, dataDir: `${config.stateDir}/pgdata` }, 'embedded Postgres ready');
   }
-  const sql = createSql(databaseUrl, { max: 10, applicationName: `leoflow-pool:${config.replicaId}` });
+  // Room for every dispatch drainer plus the scheduler, the API and the heartbeats, so a burst of
+  // dispatches never makes the tick wait for a connection.
+  const sql = createSql(databaseUrl, { max: 10 + config.dispatchWorkers, applicationName: `leoflow-pool:${config.replicaId}` });
   const cleanups: (() => Promise<unknown>)[] = [];
   try {
     await migrate(sql, logger);
