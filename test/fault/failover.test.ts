@@ -77,13 +77,14 @@ describe('leader failover', () => {
     const runs = await db.sql<{ id: string; state: string }[]>`select id, state from dag_runs where id = any(${runIds}::bigint[]) order by id`;
     expect(runs.map((r) => r.state)).toEqual(['success', 'success', 'success']);
 
-    // One recorded start per attempt, and a retry only where the attempt was declared lost.
+    // One claim per attempt (an attempt the dead leader claimed but never started is one too),
+    // and a retry only where the attempt was declared lost.
     const tis = await db.sql<{ id: string; task_id: string; try_number: number }[]>`
       select id, task_id, try_number from task_instances where run_id = any(${runIds}::bigint[])`;
     for (const ti of tis) {
-      const starts = await db.sql<{ n: number }[]>`
-        select count(*)::int as n from events where ti_id = ${ti.id} and payload->>'to' = 'running'`;
-      expect(starts[0]!.n, `TI ${ti.id}`).toBe(ti.try_number);
+      const claims = await db.sql<{ n: number }[]>`
+        select count(*)::int as n from events where ti_id = ${ti.id} and payload->>'to' = 'queued'`;
+      expect(claims[0]!.n, `TI ${ti.id}`).toBe(ti.try_number);
       if (ti.try_number > 1) {
         const lost = await db.sql`select 1 from events where ti_id = ${ti.id} and payload->>'reason' = 'agent_lost'`;
         expect(lost.length, `TI ${ti.id} was retried without being declared lost`).toBe(ti.try_number - 1);
