@@ -1,6 +1,8 @@
 import { ConnectError } from '@connectrpc/connect';
 import { Command, CommanderError } from 'commander';
 import { createClients, type Clients } from './client.js';
+import { registerAgent } from './commands/agent.js';
+import { registerAgents } from './commands/agents.js';
 import { registerDag } from './commands/dag.js';
 import { registerLogs } from './commands/logs.js';
 import { registerRun } from './commands/run.js';
@@ -19,6 +21,8 @@ registerServer(program);
 registerDag(program, getClients);
 registerRun(program, getClients);
 registerLogs(program, getClients);
+registerAgent(program);
+registerAgents(program, getClients);
 
 try {
   await program.parseAsync(process.argv);

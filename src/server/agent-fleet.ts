@@ -87,7 +87,11 @@ export function createAgentFleet(o: AgentFleetOptions) {
       executor.invalidate();
       nudgeEverywhere();
     },
-    onFinished: nudgeEverywhere,
+    onFinished: () => {
+      // A slot was freed: the cached fleet view would still count it as taken.
+      executor.invalidate();
+      nudgeEverywhere();
+    },
     onRejected: (report) => o.metrics.staleReportsRejected.inc({ report }),
   };
 

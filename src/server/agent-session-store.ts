@@ -39,7 +39,14 @@ export function createSessionStore(sql: Sql, logs: LogWriter, replicaId: string)
       return out;
     },
 
-    started: (ref, pid, agentId) => retryOnConnectionError(() => startAttempt(sql, ref, { pid, agentId }), { maxMs: REPORT_RETRY_MS }),
+    async started(ref, pid, agentId) {
+      if (await retryOnConnectionError(() => startAttempt(sql, ref, { pid, agentId }), { maxMs: REPORT_RETRY_MS })) return true;
+      // Sent again after a reconnect, for an attempt already running: not a zombie.
+      const [row] = await sql`
+        select 1 from task_instances where id = ${ref.tiId} and try_number = ${ref.tryNumber}
+          and attempt_token = ${ref.attemptToken} and state = 'running' and agent_id = ${agentId}`;
+      return row !== undefined;
+    },
 
     log(ref, stream, line, seq) {
       logs.write(ref.tiId, ref.tryNumber, ref.attemptToken, stream, line, seq);

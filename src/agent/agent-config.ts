@@ -1,0 +1,172 @@
+/**
+ * The `leoflow agent` flags: raw strings → defaulted → validated, in one function, with every
+ * problem reported at once and each message naming its flag.
+ */
+
+import { parseDuration } from '../core/duration.js';
+
+export type ShutdownMode = 'finish' | 'handback';
+export const SHUTDOWN_MODES: readonly ShutdownMode[] = ['finish', 'handback'];
+export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+export const LOG_FORMATS = ['json', 'pretty'] as const;
+
+/** The flags as commander hands them over (absent when not given). */
+export interface AgentFlags {
+  server?: string;
+  id?: string;
+  labels?: string;
+  capabilities?: string;
+  slots?: string;
+  token?: string;
+  once?: boolean;
+  ti?: string;
+  onShutdown?: string;
+  shutdownGrace?: string;
+  killGrace?: string;
+  logFormat?: string;
+  logLevel?: string;
+}
+
+/** Facts about the process that defaults depend on; passed in so parsing stays pure. */
+export interface AgentEnvironment {
+  hostname: string;
+  pid: number;
+  isTTY: boolean;
+  /** LEOFLOW_AGENT_TOKEN. */
+  token?: string | undefined;
+}
+
+export interface AgentConfig {
+  serverUrl: string;
+  agentId: string;
+  labels: Record<string, string>;
+  capabilities: string[];
+  slots: number;
+  token: string;
+  /** The task instance of a one-shot agent (`--once --ti ID`); null for a long-lived agent. */
+  onlyTiId: string | null;
+  onShutdown: ShutdownMode;
+  shutdownGraceMs: number;
+  killGraceMs: number;
+  logFormat: (typeof LOG_FORMATS)[number];
+  logLevel: (typeof LOG_LEVELS)[number];
+}
+
+export class AgentConfigError extends Error {
+  readonly problems: string[];
+  constructor(problems: string[]) {
+    super(problems.join('\n'));
+    this.name = 'AgentConfigError';
+    this.problems = problems;
+  }
+}
+
+/** As Hello.agent_id allows: letters, digits, '_', '.', '-', ':'. */
+const AGENT_ID = /^[A-Za-z0-9_.:-]+$/;
+const INT64_MAX = 2n ** 63n - 1n;
+
+export function parseAgentFlags(flags: AgentFlags, env: AgentEnvironment): AgentConfig {
+  const problems: string[] = [];
+  /** Runs one check; a throw becomes a problem prefixed with the flag. */
+  const check = <T>(flag: string, fallback: T, fn: () => T): T => {
+    try {
+      return fn();
+    } catch (err) {
+      problems.push(`${flag}: ${(err as Error).message}`);
+      return fallback;
+    }
+  };
+
+  const serverUrl = check('--server', '', () => parseServerUrl(flags.server ?? 'http://127.0.0.1:7070'));
+  const agentId = check('--id', '', () => {
+    if (flags.id === undefined) return defaultAgentId(env.hostname, env.pid);
+    if (!AGENT_ID.test(flags.id)) throw new Error(`must be letters, digits, '_', '.', '-' or ':', got ${JSON.stringify(flags.id)}`);
+    return flags.id;
+  });
+  const labels = check('--labels', {}, () => parseLabels(flags.labels ?? ''));
+  const capabilities = check('--capabilities', [], () => parseCapabilities(flags.capabilities ?? ''));
+  const slots = check('--slots', 1, () => positiveInteger(flags.slots ?? '1'));
+
+  let onlyTiId: string | null = null;
+  if (flags.once && flags.ti === undefined) problems.push('--once: requires --ti ID (the task instance to run)');
+  else if (!flags.once && flags.ti !== undefined) problems.push('--ti: only with --once');
+  else if (flags.ti !== undefined) onlyTiId = check('--ti', null, () => taskInstanceId(flags.ti!));
+
+  const onShutdown = check('--on-shutdown', 'finish', () => oneOf(flags.onShutdown ?? 'finish', SHUTDOWN_MODES));
+  const shutdownGraceMs = check('--shutdown-grace', 30_000, () => parseDuration(flags.shutdownGrace ?? '30s'));
+  const killGraceMs = check('--kill-grace', 10_000, () => parseDuration(flags.killGrace ?? '10s'));
+  const logFormat = check('--log-format', 'json', () => oneOf(flags.logFormat ?? (env.isTTY ? 'pretty' : 'json'), LOG_FORMATS));
+  const logLevel = check('--log-level', 'info', () => oneOf(flags.logLevel ?? 'info', LOG_LEVELS));
+
+  if (problems.length > 0) throw new AgentConfigError(problems);
+  return {
+    serverUrl,
+    agentId,
+    labels,
+    capabilities,
+    slots,
+    token: flags.token ?? env.token ?? '',
+    onlyTiId,
+    onShutdown,
+    shutdownGraceMs,
+    killGraceMs,
+    logFormat,
+    logLevel,
+  };
+}
+
+/** `gpu=nvidia,zone=a` → { gpu: 'nvidia', zone: 'a' }; an empty string is no labels. */
+export function parseLabels(raw: string): Record<string, string> {
+  const labels: Record<string, string> = {};
+  if (raw.trim() === '') return labels;
+  for (const item of raw.split(',')) {
+    const eq = item.indexOf('=');
+    const key = eq === -1 ? '' : item.slice(0, eq).trim();
+    if (key === '') throw new Error(`expected k=v pairs separated by commas, got ${JSON.stringify(item)}`);
+    if (Object.hasOwn(labels, key)) throw new Error(`label ${JSON.stringify(key)} given twice`);
+    labels[key] = item.slice(eq + 1).trim();
+  }
+  return labels;
+}
+
+/** `docker,python3` → ['docker', 'python3']; an empty string is none. */
+export function parseCapabilities(raw: string): string[] {
+  if (raw.trim() === '') return [];
+  const names = raw.split(',').map((s) => s.trim());
+  const bad = names.find((n) => n === '' || /[\s=]/.test(n));
+  if (bad !== undefined) throw new Error(`expected names separated by commas, got ${JSON.stringify(raw)}`);
+  return [...new Set(names)];
+}
+
+/** hostname-pid, with anything Hello.agent_id does not allow replaced by '-'. */
+export function defaultAgentId(hostname: string, pid: number): string {
+  const host = hostname.replace(/[^A-Za-z0-9_.:-]/g, '-') || 'agent';
+  return `${host}-${pid}`;
+}
+
+function parseServerUrl(raw: string): string {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new Error(`expected an http:// or https:// URL, got ${JSON.stringify(raw)}`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`expected an http:// or https:// URL, got ${JSON.stringify(raw)}`);
+  return raw;
+}
+
+function positiveInteger(raw: string): number {
+  const n = /^\d+$/.test(raw) ? Number(raw) : NaN;
+  if (!Number.isSafeInteger(n) || n < 1 || n > 2 ** 31 - 1) throw new Error(`must be a positive integer, got ${JSON.stringify(raw)}`);
+  return n;
+}
+
+function taskInstanceId(raw: string): string {
+  if (!/^[1-9]\d{0,18}$/.test(raw) || BigInt(raw) > INT64_MAX) throw new Error(`must be a task instance id (a positive integer), got ${JSON.stringify(raw)}`);
+  return raw;
+}
+
+function oneOf<T extends string>(raw: string, allowed: readonly T[]): T {
+  if (!(allowed as readonly string[]).includes(raw)) throw new Error(`must be one of ${allowed.join(', ')}, got ${JSON.stringify(raw)}`);
+  return raw as T;
+}

@@ -1,0 +1,298 @@
+/**
+ * The agent runtime: keeps one Connect stream open to the control plane (reconnecting with
+ * jittered backoff), runs what it is assigned, and stops gracefully.
+ */
+
+import { create } from '@bufbuild/protobuf';
+import type { Logger } from 'pino';
+import { HelloSchema, ProtocolVersion, type ConnectResponse, type Hello } from '../gen/leoflow/v1/agent_pb.js';
+import type { ShutdownMode } from './agent-config.js';
+import { AgentFatalError } from './agent-fatal-error.js';
+import { createAgentServiceClient } from './agent-service-client.js';
+import { AgentSession } from './agent-session.js';
+import { AttemptRunner } from './attempt-runner.js';
+import { Backoff, type BackoffOptions } from './backoff.js';
+import type { LogBatcherOptions } from './log-batcher.js';
+
+export interface RunAgentOptions {
+  /** http://host:port or https://host:port of any control-plane replica. */
+  serverUrl: string;
+  agentId: string;
+  labels?: Record<string, string>;
+  capabilities?: string[];
+  /** Attempts run at once (the control plane enforces it). Default 1. */
+  slots?: number;
+  token?: string;
+  /** One-shot agent: take only the current attempt of this ti, exit once it is acknowledged. */
+  onlyTiId?: string | null;
+  /** What stop() does by default. Default 'finish'. */
+  onShutdown?: ShutdownMode;
+  /** Default 30_000. */
+  shutdownGraceMs?: number;
+  /** Between SIGTERM and SIGKILL when stopping a task. Default 10_000. */
+  killGraceMs?: number;
+  logger: Logger;
+  /** No Welcome this long after Hello: reconnect. Default 10_000. */
+  welcomeTimeoutMs?: number;
+  /** Keepalive interval when Welcome names none. Default 5_000. */
+  defaultKeepaliveMs?: number;
+  /** Reconnect delays. Default 100 ms doubling to 10 s, full jitter. */
+  backoff?: BackoffOptions;
+  /** HTTP/2 PING interval (grpc.keepalive_time_ms). Default 10_000. */
+  http2KeepaliveMs?: number;
+  /** How long output lines wait to be batched into one Log. Default 100. */
+  logFlushMs?: number;
+  logBatcher?: LogBatcherOptions;
+  /** After the agent stopped its tasks at shutdown, how long it waits for their FinishedAck. Default 5_000. */
+  ackWaitMs?: number;
+}
+
+export interface AgentExit {
+  /** stopped: by stop(); completed: a one-shot agent's attempt was acknowledged (or it was drained). */
+  reason: 'stopped' | 'completed' | 'killed';
+  /** Attempts whose end the control plane had not acknowledged: its heartbeat reaper will retry them. */
+  unacknowledged: number;
+}
+
+export interface AgentHandle {
+  readonly agentId: string;
+  /** Settles when the agent has stopped; rejects with AgentFatalError when refused at Hello. */
+  readonly done: Promise<AgentExit>;
+  /** Graceful stop (see RunAgentOptions.onShutdown); a second call may escalate finish → handback. */
+  stop(mode?: ShutdownMode): Promise<AgentExit>;
+  /** Stops at once: SIGKILLs every task's process group and reports nothing. */
+  kill(): void;
+  /** True while a stream is open and welcomed. */
+  readonly connected: boolean;
+  /** Attempts held now. */
+  readonly held: number;
+}
+
+/** Starts the agent; it runs until stopped, killed, completed (--once) or refused. */
+export function runAgent(options: RunAgentOptions): AgentHandle {
+  const runtime = new AgentRuntime(options);
+  const done = runtime.run();
+  done.catch(() => {}); // the caller observes `done`; this only prevents an unhandled rejection
+  return {
+    agentId: options.agentId,
+    done,
+    stop: (mode) => runtime.stop(mode ?? options.onShutdown ?? 'finish').then(() => done),
+    kill: () => runtime.kill(),
+    get connected() {
+      return runtime.connected;
+    },
+    get held() {
+      return runtime.held;
+    },
+  };
+}
+
+class AgentRuntime {
+  readonly #o: RunAgentOptions;
+  readonly #log: Logger;
+  readonly #runner: AttemptRunner;
+  readonly #backoff: Backoff;
+  #session: AgentSession | null = null;
+  #exit: AgentExit | null = null;
+  #stopping: Promise<void> | null = null;
+  #drained = false;
+  #assigned = false;
+  #wakeSleep: (() => void) | null = null;
+  readonly #waiters = new Set<() => void>();
+
+  constructor(o: RunAgentOptions) {
+    this.#o = o;
+    this.#log = o.logger;
+    this.#backoff = new Backoff(o.backoff);
+    this.#runner = new AttemptRunner({
+      logger: o.logger,
+      killGraceMs: o.killGraceMs ?? 10_000,
+      logFlushMs: o.logFlushMs ?? 100,
+      ...(o.logBatcher ? { logBatcher: o.logBatcher } : {}),
+      wake: () => this.#session?.pump(),
+      changed: () => this.#changed(),
+    });
+  }
+
+  get connected(): boolean {
+    return this.#session?.welcomed ?? false;
+  }
+
+  get held(): number {
+    return this.#runner.size;
+  }
+
+  async run(): Promise<AgentExit> {
+    const log = this.#log;
+    log.info({ server: this.#o.serverUrl, slots: this.#o.slots ?? 1, labels: this.#o.labels ?? {}, onlyTiId: this.#o.onlyTiId ?? undefined }, 'agent starting');
+    try {
+      while (this.#exit === null) {
+        const client = createAgentServiceClient({ serverUrl: this.#o.serverUrl, http2KeepaliveMs: this.#o.http2KeepaliveMs ?? 10_000 });
+        const session = new AgentSession({
+          client,
+          logger: log,
+          welcomeTimeoutMs: this.#o.welcomeTimeoutMs ?? 10_000,
+          defaultKeepaliveMs: this.#o.defaultKeepaliveMs ?? 5_000,
+          peer: {
+            outbox: this.#runner.outbox,
+            hello: () => this.#hello(),
+            welcomed: (w) => {
+              const { resumed, superseded } = this.#runner.welcome(w);
+              log.info({ replica: w.replicaId, resumed, superseded }, 'connected');
+            },
+            received: (m) => this.#received(m),
+            acked: (seq) => this.#runner.acked(seq),
+            held: () => this.#runner.refs(),
+            beforeWrite: () => this.#runner.flushLogs(),
+          },
+        });
+        this.#session = session;
+        const end = await session.run();
+        this.#session = null;
+        client.close();
+        // Whatever the stream did not confirm is written again on the next one.
+        this.#runner.outbox.rewind();
+        if (end.kind === 'fatal') throw new AgentFatalError(end.code, end.message);
+        if (this.#exit !== null) break;
+        if (end.welcomed && end.durationMs >= this.#backoff.maxMs) this.#backoff.reset();
+        const delayMs = this.#backoff.next();
+        log.warn({ reason: end.reason, delayMs, held: this.#runner.size }, 'stream ended: reconnecting');
+        await this.#sleep(delayMs);
+      }
+    } catch (err) {
+      if (err instanceof AgentFatalError) {
+        log.fatal({ code: err.code, held: this.#runner.size }, err.message);
+        // Nothing can be reported any more: stop the tasks; the heartbeat reaper retries them.
+        this.#runner.stopAll('the control plane refused the agent');
+      }
+      throw err;
+    } finally {
+      await this.#runner.close();
+    }
+    const exit = this.#exit!;
+    log.info(exit, 'agent stopped');
+    return exit;
+  }
+
+  stop(mode: ShutdownMode): Promise<void> {
+    if (this.#stopping === null) {
+      this.#stopping = this.#shutdown(mode);
+    } else if (mode === 'handback') {
+      // A second, harsher request: stop what still runs now (the waits below then end early).
+      this.#handback();
+    }
+    return this.#stopping;
+  }
+
+  kill(): void {
+    this.#runner.killAll();
+    this.#end({ reason: 'killed', unacknowledged: this.#runner.size });
+    this.#session?.close('killed', 'cancel');
+  }
+
+  async #shutdown(mode: ShutdownMode): Promise<void> {
+    const graceMs = this.#o.shutdownGraceMs ?? 30_000;
+    this.#log.info({ mode, held: this.#runner.size, graceMs }, 'shutting down');
+    if (mode === 'finish') {
+      await this.#waitFor(() => this.#runner.size === 0, graceMs);
+    }
+    if (this.#exit === null && this.#runner.size > 0) {
+      this.#handback();
+      const waitMs = mode === 'handback' ? graceMs : (this.#o.killGraceMs ?? 10_000) + (this.#o.ackWaitMs ?? 5_000);
+      await this.#waitFor(() => this.#runner.size === 0, waitMs);
+    }
+    const unacknowledged = this.#runner.size;
+    if (unacknowledged > 0) this.#log.warn({ unacknowledged }, 'exiting with unacknowledged attempts: the control plane will retry them after its heartbeat threshold');
+    this.#end({ reason: 'stopped', unacknowledged });
+  }
+
+  #handback(): void {
+    const reason = `agent ${this.#o.agentId} shut down before the task ended`;
+    this.#runner.refuseNew('the agent is shutting down');
+    const n = this.#runner.stopAll(reason);
+    if (n > 0) this.#log.info({ stopped: n }, 'stopping running attempts: they are reported failed and retried under their retry policy');
+  }
+
+  #hello(): Hello {
+    return create(HelloSchema, {
+      protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+      agentId: this.#o.agentId,
+      labels: this.#o.labels ?? {},
+      capabilities: this.#o.capabilities ?? [],
+      slots: this.#o.slots ?? 1,
+      token: this.#o.token ?? '',
+      held: this.#runner.refs(),
+      onlyTiId: this.#o.onlyTiId ?? '0',
+    });
+  }
+
+  #received(msg: ConnectResponse): void {
+    switch (msg.msg.case) {
+      case 'assign':
+        this.#assigned = true;
+        if (this.#drained) this.#log.warn({ tiId: msg.msg.value.attempt?.tiId }, 'Assign after Drain: running it (the agent was undrained)');
+        if (this.#runner.runningCount >= (this.#o.slots ?? 1)) this.#log.warn({ slots: this.#o.slots ?? 1 }, 'Assign beyond the slots this agent offered: running it');
+        this.#drained = false;
+        this.#runner.assign(msg.msg.value);
+        return;
+      case 'cancel':
+        this.#runner.cancel(msg.msg.value);
+        return;
+      case 'drain':
+        this.#drained = true;
+        this.#log.info({ reason: msg.msg.value.reason, held: this.#runner.size }, 'drained: no new work will come; finishing what is held');
+        this.#changed();
+        return;
+      case 'finishedAck':
+        this.#runner.finishedAck(msg.msg.value);
+        return;
+    }
+  }
+
+  /** Re-checks every wait, and whether a one-shot agent is done. */
+  #changed(): void {
+    for (const check of [...this.#waiters]) check();
+    if (this.#o.onlyTiId && this.#runner.size === 0 && (this.#assigned || this.#drained) && this.#stopping === null) {
+      this.#end({ reason: 'completed', unacknowledged: 0 });
+    }
+  }
+
+  /** Ends the run: closes the stream politely and stops reconnecting. */
+  #end(exit: AgentExit): void {
+    if (this.#exit !== null) return;
+    this.#exit = exit;
+    this.#session?.close(exit.reason, 'end');
+    this.#wakeSleep?.();
+    for (const check of [...this.#waiters]) check();
+  }
+
+  /** Resolves when `pred` holds, the agent is ending, or `ms` passed. */
+  #waitFor(pred: () => boolean, ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const check = () => {
+        if (!pred() && this.#exit === null) return;
+        clearTimeout(timer);
+        this.#waiters.delete(check);
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        this.#waiters.delete(check);
+        resolve();
+      }, ms);
+      this.#waiters.add(check);
+      check();
+    });
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.#wakeSleep = null;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.#wakeSleep = done;
+    });
+  }
+}

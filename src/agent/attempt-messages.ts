@@ -1,0 +1,75 @@
+/**
+ * Translation between the wire (Assign, AttemptRef, Finished) and the executor's attempts and
+ * results. Pure.
+ */
+
+import { create } from '@bufbuild/protobuf';
+import type { Duration } from '@bufbuild/protobuf/wkt';
+import type { Attempt, AttemptResult } from '../core/attempt.js';
+import {
+  AttemptOutcome,
+  AttemptRefSchema,
+  FinishedSchema,
+  type Assign,
+  type AttemptRef,
+  type Finished,
+} from '../gen/leoflow/v1/agent_pb.js';
+
+/** Identity of one attempt: the same ti, try and token mean the same attempt. */
+export function attemptKey(ref: { tiId: string; tryNumber: number; attemptToken: string }): string {
+  return `${ref.tiId}/${ref.tryNumber}/${ref.attemptToken}`;
+}
+
+export function refOf(attempt: Attempt): AttemptRef {
+  return create(AttemptRefSchema, { tiId: attempt.tiId, tryNumber: attempt.tryNumber, attemptToken: attempt.attemptToken });
+}
+
+/** The attempt an Assign asks for. Throws when the Assign does not name one. */
+export function attemptFromAssign(assign: Assign): Attempt {
+  const ref = assign.attempt;
+  if (!ref || ref.tiId === '0' || ref.tiId === '' || ref.attemptToken === '') {
+    throw new Error('Assign without an attempt (ti_id, try_number, attempt_token)');
+  }
+  return {
+    tiId: ref.tiId,
+    runId: assign.runId,
+    dagId: assign.dagId,
+    taskId: assign.taskId,
+    tryNumber: ref.tryNumber,
+    maxTries: assign.maxTries,
+    attemptToken: ref.attemptToken,
+    dispatchKey: `${assign.dagId}-${assign.runId}-${assign.taskId}-${ref.tryNumber}`,
+    command: [...assign.command],
+    env: { ...assign.env },
+    cwd: assign.cwd === '' ? null : assign.cwd,
+    timeoutMs: assign.timeout ? positiveMs(assign.timeout) : null,
+  };
+}
+
+const OUTCOMES: Record<AttemptResult['outcome'], AttemptOutcome> = {
+  success: AttemptOutcome.SUCCESS,
+  failed: AttemptOutcome.FAILED,
+  timed_out: AttemptOutcome.TIMED_OUT,
+  cancelled: AttemptOutcome.CANCELLED,
+  spawn_failed: AttemptOutcome.SPAWN_FAILED,
+  // The agent's executor never decides this on its own (its heartbeat keeps every attempt);
+  // should it happen, the attempt was stopped, which is what CANCELLED says.
+  superseded: AttemptOutcome.CANCELLED,
+};
+
+/** The Finished report of an attempt's result. */
+export function finishedOf(attempt: Attempt, result: AttemptResult): Finished {
+  return create(FinishedSchema, {
+    attempt: refOf(attempt),
+    outcome: OUTCOMES[result.outcome],
+    exitCode: result.exitCode ?? undefined,
+    signal: result.signal ?? '',
+    error: result.error ?? '',
+  });
+}
+
+/** A Duration in whole milliseconds; null for zero or negative (no timeout). */
+export function positiveMs(d: Duration): number | null {
+  const ms = Number(d.seconds) * 1000 + Math.floor(d.nanos / 1_000_000);
+  return ms > 0 ? ms : null;
+}

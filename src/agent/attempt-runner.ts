@@ -1,0 +1,292 @@
+/**
+ * Runs the attempts assigned to an agent (through the subprocess executor) and keeps every
+ * report about them in the outbox until the control plane has it. It knows nothing of streams:
+ * the runtime feeds it what arrives and a session writes its outbox.
+ */
+
+import { create } from '@bufbuild/protobuf';
+import type { Logger } from 'pino';
+import type { Attempt, AttemptReporter, AttemptResult } from '../core/attempt.js';
+import type { Executor } from '../executors/executor.js';
+import { createSubprocessExecutor } from '../executors/subprocess.js';
+import { ConnectRequestSchema, type Assign, type AttemptRef, type Cancel, type ConnectRequest, type FinishedAck, type Welcome } from '../gen/leoflow/v1/agent_pb.js';
+import { attemptFromAssign, attemptKey, finishedOf } from './attempt-messages.js';
+import { HeldAttempts, type HeldAttempt } from './held-attempts.js';
+import { LogBatcher, type LogBatch, type LogBatcherOptions } from './log-batcher.js';
+import { Outbox } from './outbox.js';
+
+export interface AttemptRunnerOptions {
+  logger: Logger;
+  killGraceMs: number;
+  /** How long output lines wait to be batched. */
+  logFlushMs: number;
+  logBatcher?: LogBatcherOptions;
+  /** Something was queued in the outbox: write it if a stream is up. */
+  wake(): void;
+  /** The set of held attempts changed (one ended, was acknowledged or forgotten). */
+  changed(): void;
+}
+
+/** The executor runs one process per ti; a newer try waits for the older one to be gone. */
+interface ExecutorSlot {
+  held: HeldAttempt;
+  gone: Promise<void>;
+  markGone: () => void;
+}
+
+/** The executor's own heartbeat must not stop anything: the control plane says what to stop. */
+const EXECUTOR_HEARTBEAT_MS = 3_600_000;
+
+export class AttemptRunner {
+  readonly outbox = new Outbox<ConnectRequest>();
+  readonly #held = new HeldAttempts();
+  readonly #batcher: LogBatcher;
+  readonly #executor: Executor;
+  readonly #slots = new Map<string, ExecutorSlot>();
+  readonly #opts: AttemptRunnerOptions;
+  readonly #log: Logger;
+  #flushTimer: NodeJS.Timeout | null = null;
+  /** Set while shutting down with handback: a late Assign is answered FAILED, not run. */
+  #refuse: string | null = null;
+
+  constructor(opts: AttemptRunnerOptions) {
+    this.#opts = opts;
+    this.#log = opts.logger;
+    this.#batcher = new LogBatcher(opts.logBatcher);
+    this.#executor = createSubprocessExecutor({
+      reporter: this.#reporter(),
+      logger: opts.logger,
+      killGraceMs: opts.killGraceMs,
+      heartbeatIntervalMs: EXECUTOR_HEARTBEAT_MS,
+    });
+  }
+
+  /** Attempts held (running, or ended and awaiting FinishedAck). */
+  get size(): number {
+    return this.#held.size;
+  }
+
+  get runningCount(): number {
+    return this.#held.running().length;
+  }
+
+  refs(): AttemptRef[] {
+    return this.#held.refs();
+  }
+
+  assign(msg: Assign): void {
+    let attempt: Attempt;
+    try {
+      attempt = attemptFromAssign(msg);
+    } catch (err) {
+      this.#log.error({ err }, 'invalid Assign ignored');
+      return;
+    }
+    const ids = { tiId: attempt.tiId, try: attempt.tryNumber };
+    if (this.#held.get(attemptKey(attempt))) {
+      this.#log.warn(ids, 'duplicate Assign ignored: attempt already held');
+      return;
+    }
+    for (const older of this.#held.ofTi(attempt.tiId)) {
+      if (older.phase === 'running') this.#supersede(older, `try ${attempt.tryNumber} of the same task instance was assigned`);
+    }
+    const held = this.#held.add(attempt);
+    if (this.#refuse !== null) {
+      this.#log.warn(ids, 'Assign while shutting down: not started, reported failed');
+      this.#reportFinished(held, { exitCode: null, signal: null, error: `not started: ${this.#refuse}`, outcome: 'failed' });
+      return;
+    }
+    this.#log.info({ ...ids, dagId: attempt.dagId, taskId: attempt.taskId, timeoutMs: attempt.timeoutMs }, 'attempt assigned');
+    void this.#dispatch(held);
+  }
+
+  cancel(msg: Cancel): void {
+    const held = msg.attempt ? this.#held.get(attemptKey(msg.attempt)) : undefined;
+    if (!held) {
+      this.#log.debug({ tiId: msg.attempt?.tiId, try: msg.attempt?.tryNumber }, 'Cancel for an attempt not held here ignored');
+      return;
+    }
+    if (held.phase !== 'running') return; // its Finished is on the way already
+    const reason = msg.reason || 'cancelled by the control plane';
+    this.#log.info({ tiId: held.attempt.tiId, try: held.attempt.tryNumber, reason }, 'cancelling attempt');
+    this.#stop(held, reason);
+  }
+
+  finishedAck(msg: FinishedAck): void {
+    const held = msg.attempt ? this.#held.get(attemptKey(msg.attempt)) : undefined;
+    if (!held || held.phase !== 'ended') {
+      this.#log.debug({ tiId: msg.attempt?.tiId, try: msg.attempt?.tryNumber }, 'FinishedAck for no ended attempt ignored');
+      return;
+    }
+    this.#forget(held);
+    const ids = { tiId: held.attempt.tiId, try: held.attempt.tryNumber };
+    if (msg.applied) this.#log.info(ids, 'attempt acknowledged');
+    else this.#log.warn(ids, 'attempt report refused (superseded): forgotten');
+    this.#opts.changed();
+  }
+
+  /** Applies Welcome to the attempts named in Hello.held. */
+  welcome(msg: Welcome): { resumed: number; superseded: number } {
+    const resumed = new Set(msg.resumed.map(attemptKey));
+    const superseded = new Set(msg.superseded.map(attemptKey));
+    for (const held of this.#held.all()) {
+      if (superseded.has(held.key)) this.#supersede(held, 'the control plane no longer wants it (Welcome.superseded)');
+      else if (!resumed.has(held.key)) {
+        // Do no harm: keep it; a stale report is refused and answered with Cancel.
+        this.#log.warn({ tiId: held.attempt.tiId, try: held.attempt.tryNumber }, 'Welcome names held attempt neither resumed nor superseded: keeping it');
+      }
+    }
+    return { resumed: resumed.size, superseded: superseded.size };
+  }
+
+  /** KeepaliveAck: what was written before that Keepalive is confirmed. */
+  acked(seq: number): void {
+    this.#batcher.release(this.outbox.confirm(seq));
+  }
+
+  /** Answers Assigns from now on with Finished FAILED instead of running them. */
+  refuseNew(reason: string): void {
+    this.#refuse = reason;
+  }
+
+  /** Stops every running attempt; each is reported FAILED with `reason`. Returns how many. */
+  stopAll(reason: string): number {
+    const running = this.#held.running();
+    for (const held of running) {
+      held.stop = { kind: 'shutdown', reason };
+      this.#stop(held, reason);
+    }
+    return running.length;
+  }
+
+  /** SIGKILLs every process group at once (the agent must exit now). */
+  killAll(): void {
+    for (const { held } of this.#slots.values()) {
+      if (held.pid === null) continue;
+      try {
+        process.kill(-held.pid, 'SIGKILL');
+      } catch {
+        // ESRCH: already gone.
+      }
+    }
+  }
+
+  /** Moves the buffered lines of open attempts into the outbox. */
+  flushLogs(): void {
+    this.#moveLogs(this.#batcher.take());
+  }
+
+  /** Stops the executor: waits for every process to be over (SIGTERM, then SIGKILL). */
+  async close(): Promise<void> {
+    if (this.#flushTimer) clearTimeout(this.#flushTimer);
+    this.#flushTimer = null;
+    this.#refuse ??= 'the agent has stopped';
+    await this.#executor.shutdown(0);
+  }
+
+  async #dispatch(held: HeldAttempt): Promise<void> {
+    const tiId = held.attempt.tiId;
+    for (let slot = this.#slots.get(tiId); slot; slot = this.#slots.get(tiId)) await slot.gone;
+    if (held.forgotten || held.phase !== 'running') return;
+    let markGone!: () => void;
+    const gone = new Promise<void>((resolve) => (markGone = resolve));
+    this.#slots.set(tiId, { held, gone, markGone });
+    try {
+      await this.#executor.dispatch(held.attempt);
+    } catch (err) {
+      this.#releaseSlot(held.attempt);
+      this.#reportFinished(held, { exitCode: null, signal: null, error: `not started: ${(err as Error).message}`, outcome: 'spawn_failed' });
+    }
+  }
+
+  /** Stops a running attempt; one still waiting for its slot is settled as CANCELLED at once. */
+  #stop(held: HeldAttempt, reason: string): void {
+    if (this.#slots.get(held.attempt.tiId)?.held === held) this.#executor.cancel(held.attempt.tiId, reason);
+    else if (!held.forgotten) this.#reportFinished(held, { exitCode: null, signal: null, error: reason, outcome: 'cancelled' });
+  }
+
+  #supersede(held: HeldAttempt, reason: string): void {
+    this.#log.info({ tiId: held.attempt.tiId, try: held.attempt.tryNumber, reason }, 'attempt superseded: stopping it, reporting nothing more');
+    held.stop = { kind: 'superseded', reason };
+    const wasRunning = held.phase === 'running';
+    this.#forget(held);
+    if (wasRunning && this.#slots.get(held.attempt.tiId)?.held === held) this.#executor.cancel(held.attempt.tiId, `superseded: ${reason}`);
+    this.#opts.changed();
+  }
+
+  #forget(held: HeldAttempt): void {
+    this.#held.forget(held.key);
+    this.#batcher.release(this.outbox.remove(held.key));
+    this.#batcher.forget(held.key);
+  }
+
+  #releaseSlot(attempt: Attempt): void {
+    const slot = this.#slots.get(attempt.tiId);
+    if (slot?.held.attempt !== attempt) return;
+    this.#slots.delete(attempt.tiId);
+    slot.markGone();
+  }
+
+  #reportFinished(held: HeldAttempt, result: AttemptResult): void {
+    if (held.phase === 'ended') return;
+    held.phase = 'ended';
+    const final = held.stop?.kind === 'shutdown' && result.outcome === 'cancelled' ? { ...result, outcome: 'failed' as const, error: held.stop.reason } : result;
+    this.#batcher.open(held.key);
+    this.#moveLogs(this.#batcher.takeKey(held.key, true));
+    this.outbox.push({ key: held.key, kind: 'finished', message: create(ConnectRequestSchema, { msg: { case: 'finished', value: finishedOf(held.attempt, final) } }), lines: 0 });
+    const { tiId, tryNumber } = held.attempt;
+    this.#log.info({ tiId, try: tryNumber, outcome: final.outcome, exitCode: final.exitCode, signal: final.signal, error: final.error }, 'attempt finished');
+    this.#opts.wake();
+    this.#opts.changed();
+  }
+
+  #moveLogs(batches: LogBatch[]): void {
+    for (const { key, entries } of batches) {
+      const held = this.#held.get(key);
+      if (!held) {
+        this.#batcher.release(entries.length);
+        continue;
+      }
+      const message = create(ConnectRequestSchema, { msg: { case: 'log', value: { attempt: held.ref, entries } } });
+      this.outbox.push({ key, kind: 'log', message, lines: entries.length });
+    }
+  }
+
+  #scheduleFlush(): void {
+    if (this.#flushTimer) return;
+    this.#flushTimer = setTimeout(() => {
+      this.#flushTimer = null;
+      this.flushLogs();
+      this.#opts.wake();
+    }, this.#opts.logFlushMs);
+  }
+
+  #reporter(): AttemptReporter {
+    return {
+      started: async (attempt, { pid }) => {
+        const held = this.#held.of(attempt);
+        if (!held || held.forgotten) return true; // being stopped already; nothing to report
+        held.pid = pid;
+        this.outbox.push({ key: held.key, kind: 'started', message: create(ConnectRequestSchema, { msg: { case: 'started', value: { attempt: held.ref, pid: pid ?? 0 } } }), lines: 0 });
+        this.#batcher.open(held.key);
+        this.#log.info({ tiId: attempt.tiId, try: attempt.tryNumber, pid }, 'attempt started');
+        this.#opts.wake();
+        return true;
+      },
+      log: (attempt, stream, line) => {
+        const held = this.#held.of(attempt);
+        if (!held || held.forgotten) return;
+        this.#batcher.push(held.key, stream, line);
+        this.#scheduleFlush();
+      },
+      // Every live attempt stays current as far as the executor knows; Cancel says otherwise.
+      heartbeat: async (attempts) => new Set(attempts.map((a) => a.tiId)),
+      finished: async (attempt, result) => {
+        this.#releaseSlot(attempt);
+        const held = this.#held.of(attempt);
+        if (!held || held.forgotten) return;
+        this.#reportFinished(held, result);
+      },
+    };
+  }
+}

@@ -1,0 +1,24 @@
+/**
+ * The agent runtime: the client side of AgentService.Connect. Imports gen, core and the
+ * subprocess executor only (never db, scheduler or server).
+ *
+ * Internal modules (not exported here): agent-session (one stream), attempt-runner (the
+ * executor and the reports), held-attempts, outbox, log-batcher, attempt-messages,
+ * agent-service-client.
+ */
+
+export { runAgent, type AgentExit, type AgentHandle, type RunAgentOptions } from './agent-runtime.js';
+export { AgentFatalError } from './agent-fatal-error.js';
+export {
+  AgentConfigError,
+  defaultAgentId,
+  parseAgentFlags,
+  parseCapabilities,
+  parseLabels,
+  SHUTDOWN_MODES,
+  type AgentConfig,
+  type AgentEnvironment,
+  type AgentFlags,
+  type ShutdownMode,
+} from './agent-config.js';
+export { Backoff, type BackoffOptions } from './backoff.js';

@@ -1,0 +1,84 @@
+import os from 'node:os';
+import type { Command } from 'commander';
+import { AgentConfigError, parseAgentFlags, type AgentFlags } from '../../agent/agent-config.js';
+
+const AFTER_HELP = `
+On SIGTERM or Ctrl-C (a second signal SIGKILLs the tasks and exits at once, code 130):
+  --on-shutdown finish    (default) take no new work; let running tasks end and report them, and
+                          exit once the control plane acknowledged them, waiting up to
+                          --shutdown-grace. Tasks still running then are handled as by handback.
+  --on-shutdown handback  stop running tasks now (SIGTERM, SIGKILL after --kill-grace) and report
+                          them failed ("agent … shut down before the task ended"), so the control
+                          plane retries them, on any agent, under their retry policy: the try counts.
+                          An Assign that still arrives is reported failed, not run.
+Either way no task is lost: a report the agent cannot deliver before it exits (the control plane
+is unreachable) leaves the task to the control plane's heartbeat reaper, which retries it once its
+heartbeat threshold has passed; a task that ended but was not acknowledged may then run again.
+
+--once --ti ID: a one-shot agent (the Kubernetes executor's pod entry point): it takes only the
+current attempt of task instance ID and exits 0 once its end is acknowledged, whatever the task's
+outcome (the outcome is in the control plane), or once drained with nothing to run.
+
+Exit codes: 0 stopped or done, 1 refused by the control plane (e.g. an unknown protocol version or
+a wrong token: not retried), 2 invalid flags, 130 killed by a second signal.`;
+
+export function registerAgent(program: Command): void {
+  program
+    .command('agent')
+    .description('run an agent: connect to the control plane (--server) and run the tasks it assigns')
+    .option('--id <name>', 'agent id, unique in the fleet: letters, digits, _ . - : (default: hostname-pid)')
+    .option('--labels <k=v,...>', 'placement labels, e.g. gpu=nvidia,zone=a')
+    .option('--capabilities <a,b,...>', 'placement capabilities, e.g. docker,python3')
+    .option('--slots <n>', 'tasks run at once (default 1)')
+    .option('--token <token>', 'shared secret, when the control plane requires one [env LEOFLOW_AGENT_TOKEN]')
+    .option('--once', 'one-shot: run the current attempt of --ti, then exit')
+    .option('--ti <id>', 'the task instance of a one-shot agent (with --once)')
+    .option('--on-shutdown <mode>', 'finish | handback: what SIGTERM does to running tasks (default finish)')
+    .option('--shutdown-grace <duration>', 'how long a graceful stop waits, e.g. 30s (default 30s)')
+    .option('--kill-grace <duration>', 'time between SIGTERM and SIGKILL when stopping a task (default 10s)')
+    .option('--log-format <format>', 'json | pretty (default: pretty at a terminal, json otherwise)')
+    .option('--log-level <level>', 'trace | debug | info | warn | error | fatal | silent (default info)')
+    .addHelpText('after', AFTER_HELP)
+    .action(async (flags: AgentFlags, cmd: Command) => {
+      const { server } = cmd.optsWithGlobals<{ server: string }>();
+      let config;
+      try {
+        config = parseAgentFlags({ ...flags, server }, { hostname: os.hostname(), pid: process.pid, isTTY: process.stdout.isTTY === true, token: process.env.LEOFLOW_AGENT_TOKEN });
+      } catch (err) {
+        if (!(err instanceof AgentConfigError)) throw err;
+        for (const p of err.problems) process.stderr.write(`leoflow agent: ${p}\n`);
+        process.exit(2);
+      }
+      // Loaded here, not at the top: the client commands should not pay for grpc-js and pino.
+      const { createLogger } = await import('../../server/logger.js');
+      const { AgentFatalError, runAgent } = await import('../../agent/index.js');
+      const logger = createLogger({ level: config.logLevel, format: config.logFormat }).child({ agentId: config.agentId });
+      const agent = runAgent({ ...config, logger });
+
+      let signals = 0;
+      const onSignal = (signal: NodeJS.Signals) => {
+        signals++;
+        if (signals > 1) {
+          logger.warn({ signal }, 'second signal: killing the tasks and exiting now');
+          agent.kill();
+          process.exit(130);
+        }
+        logger.info({ signal, onShutdown: config.onShutdown }, 'received signal: stopping gracefully');
+        // How it ends (or fails) is reported below, through agent.done.
+        agent.stop(config.onShutdown).catch(() => {});
+      };
+      process.on('SIGTERM', onSignal);
+      process.on('SIGINT', onSignal);
+
+      try {
+        await agent.done;
+        process.exit(0);
+      } catch (err) {
+        if (err instanceof AgentFatalError) {
+          process.stderr.write(`leoflow agent: ${err.message}\n`);
+          process.exit(1);
+        }
+        throw err;
+      }
+    });
+}

@@ -1,0 +1,124 @@
+import { describe, expect, it } from 'vitest';
+import { AgentConfigError, defaultAgentId, parseAgentFlags, parseCapabilities, parseLabels, type AgentFlags } from '../../src/agent/agent-config.js';
+
+const env = { hostname: 'worker-1.example', pid: 4242, isTTY: false };
+
+function problems(flags: AgentFlags): string[] {
+  try {
+    parseAgentFlags(flags, env);
+  } catch (err) {
+    if (err instanceof AgentConfigError) return err.problems;
+    throw err;
+  }
+  throw new Error('expected AgentConfigError');
+}
+
+describe('leoflow agent flags', () => {
+  it('defaults', () => {
+    expect(parseAgentFlags({}, env)).toEqual({
+      serverUrl: 'http://127.0.0.1:7070',
+      agentId: 'worker-1.example-4242',
+      labels: {},
+      capabilities: [],
+      slots: 1,
+      token: '',
+      onlyTiId: null,
+      onShutdown: 'finish',
+      shutdownGraceMs: 30_000,
+      killGraceMs: 10_000,
+      logFormat: 'json',
+      logLevel: 'info',
+    });
+    expect(parseAgentFlags({}, { ...env, isTTY: true }).logFormat).toBe('pretty');
+  });
+
+  it('parses every flag', () => {
+    const c = parseAgentFlags(
+      {
+        server: 'https://cp.example:443',
+        id: 'gpu-box:1',
+        labels: 'gpu=nvidia, zone=a,empty=',
+        capabilities: 'docker,python3,docker',
+        slots: '4',
+        once: true,
+        ti: '9007199254740993',
+        onShutdown: 'handback',
+        shutdownGrace: '1m',
+        killGrace: '500ms',
+        logFormat: 'pretty',
+        logLevel: 'debug',
+      },
+      { ...env, token: 'from-env' },
+    );
+    expect(c).toMatchObject({
+      serverUrl: 'https://cp.example:443',
+      agentId: 'gpu-box:1',
+      labels: { gpu: 'nvidia', zone: 'a', empty: '' },
+      capabilities: ['docker', 'python3'],
+      slots: 4,
+      token: 'from-env',
+      onlyTiId: '9007199254740993',
+      onShutdown: 'handback',
+      shutdownGraceMs: 60_000,
+      killGraceMs: 500,
+      logFormat: 'pretty',
+      logLevel: 'debug',
+    });
+    expect(parseAgentFlags({ token: 'flag' }, { ...env, token: 'env' }).token).toBe('flag');
+  });
+
+  it('reports every problem at once, each naming its flag', () => {
+    expect(
+      problems({
+        server: 'ftp://x',
+        id: 'has space',
+        labels: 'gpu',
+        capabilities: 'a,,b',
+        slots: '0',
+        once: true,
+        onShutdown: 'later',
+        shutdownGrace: 'soon',
+        killGrace: '-1s',
+        logFormat: 'xml',
+        logLevel: 'loud',
+      }),
+    ).toEqual([
+      '--server: expected an http:// or https:// URL, got "ftp://x"',
+      `--id: must be letters, digits, '_', '.', '-' or ':', got "has space"`,
+      '--labels: expected k=v pairs separated by commas, got "gpu"',
+      '--capabilities: expected names separated by commas, got "a,,b"',
+      '--slots: must be a positive integer, got "0"',
+      '--once: requires --ti ID (the task instance to run)',
+      '--on-shutdown: must be one of finish, handback, got "later"',
+      '--shutdown-grace: expected a duration like "30s", "5m" or "1h30m", got "soon"',
+      '--kill-grace: expected a duration like "30s", "5m" or "1h30m", got "-1s"',
+      '--log-format: must be one of json, pretty, got "xml"',
+      '--log-level: must be one of trace, debug, info, warn, error, fatal, silent, got "loud"',
+    ]);
+  });
+
+  it('checks --slots, --ti and --once together', () => {
+    for (const slots of ['1.5', '-2', 'two', '', '2147483648']) {
+      expect(problems({ slots })).toEqual([`--slots: must be a positive integer, got ${JSON.stringify(slots)}`]);
+    }
+    expect(problems({ ti: '5' })).toEqual(['--ti: only with --once']);
+    expect(problems({ once: true, ti: '0' })).toEqual(['--ti: must be a task instance id (a positive integer), got "0"']);
+    expect(problems({ once: true, ti: '9223372036854775808' })).toEqual(['--ti: must be a task instance id (a positive integer), got "9223372036854775808"']);
+    expect(parseAgentFlags({ once: true, ti: '9223372036854775807' }, env).onlyTiId).toBe('9223372036854775807');
+  });
+
+  it('labels and capabilities', () => {
+    expect(parseLabels('')).toEqual({});
+    expect(parseLabels('a=1,b=x=y')).toEqual({ a: '1', b: 'x=y' });
+    expect(() => parseLabels('a=1,gpu')).toThrow('expected k=v pairs separated by commas, got "gpu"');
+    expect(() => parseLabels('=v')).toThrow('expected k=v pairs separated by commas, got "=v"');
+    expect(() => parseLabels('a=1,a=2')).toThrow('label "a" given twice');
+    expect(parseCapabilities(' docker , gpu ')).toEqual(['docker', 'gpu']);
+    expect(() => parseCapabilities('a=b')).toThrow('expected names separated by commas, got "a=b"');
+  });
+
+  it('default id is hostname-pid, made valid', () => {
+    expect(defaultAgentId('my host/x', 7)).toBe('my-host-x-7');
+    expect(defaultAgentId('', 7)).toBe('agent-7');
+  });
+});
