@@ -49,7 +49,7 @@ export interface SessionDeps {
   onFleetChanged(): void;
   /** An attempt ended: the scheduler should step. */
   onFinished(): void;
-  onRejected(report: 'started' | 'log' | 'finished' | 'keepalive'): void;
+  onRejected(report: 'hello' | 'started' | 'log' | 'finished' | 'keepalive'): void;
 }
 
 const AGENT_ID = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
@@ -179,6 +179,11 @@ export class AgentSession implements AgentHandle {
     const resumed = held.filter((r) => current.has(r.attemptToken));
     const superseded = held.filter((r) => !current.has(r.attemptToken));
     for (const r of resumed) this.#held.set(r.tiId, r);
+    // The agent still holds attempts that were given to someone else meanwhile: a zombie's claim.
+    for (const r of superseded) {
+      this.deps.onRejected('hello');
+      this.#log.warn({ tiId: r.tiId, try: r.tryNumber }, 'agent reconnected holding a superseded attempt: it is told to stop it');
+    }
     this.#out.push({
       msg: {
         case: 'welcome',

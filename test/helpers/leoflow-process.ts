@@ -138,3 +138,48 @@ export async function waitFor<T>(what: string, check: () => Promise<T | null | u
     await new Promise((r) => setTimeout(r, everyMs));
   }
 }
+
+export interface AgentProcess {
+  child: ChildProcess;
+  output(): string;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** SIGTERM and wait (SIGKILL after timeoutMs). */
+  stop(timeoutMs?: number): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+/** Starts a real `leoflow agent` process against `server` (a URL). */
+export function startAgent(server: string, args: string[]): AgentProcess {
+  const child = spawn(process.execPath, [BIN, '--server', server, 'agent', '--log-format', 'json', ...args], {
+    cwd: ROOT,
+    env: process.env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  live.add(child);
+  let out = '';
+  child.stdout!.setEncoding('utf8').on('data', (c: string) => (out += c));
+  child.stderr!.setEncoding('utf8').on('data', (c: string) => (out += c));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on('exit', (code, signal) => {
+      live.delete(child);
+      resolve({ code, signal });
+    }),
+  );
+  return {
+    child,
+    output: () => out,
+    exited,
+    async stop(timeoutMs = 20_000) {
+      if (child.exitCode !== null || child.signalCode !== null) return exited;
+      try {
+        child.kill('SIGCONT');
+      } catch {
+        // gone
+      }
+      child.kill('SIGTERM');
+      const t = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+      const r = await exited;
+      clearTimeout(t);
+      return r;
+    },
+  };
+}

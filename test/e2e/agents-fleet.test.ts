@@ -1,0 +1,230 @@
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createClients, type Clients } from '../../src/cli/client.js';
+import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
+import { startTcpProxy } from '../helpers/tcp-proxy.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+
+/**
+ * A fleet of real `leoflow agent` processes against the real server: placement, slots and
+ * max-parallel (asserted from the events log), drain, an agent SIGKILLed, a network blip, and a
+ * frozen (zombie) agent.
+ */
+
+let db: TestDatabase;
+let server: ServerProcess;
+let api: Clients;
+let tmp: string;
+let agents: AgentProcess[] = [];
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-fleet-'));
+  server = await startServer({
+    env: { DATABASE_URL: db.url },
+    args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '2s', '--tick-interval', '200ms', '--dispatch-workers', '4', '--dispatch-queue', '64'],
+  });
+  api = createClients(server.url);
+});
+afterEach(async () => {
+  await Promise.all(agents.map((a) => a.stop(5000)));
+  agents = [];
+});
+afterAll(async () => {
+  await server?.stop();
+  await db?.drop();
+  await rm(tmp, { recursive: true, force: true });
+});
+
+async function agent(id: string, args: string[], url = server.url): Promise<AgentProcess> {
+  const a = startAgent(url, ['--id', id, ...args]);
+  agents.push(a);
+  await waitFor(`agent ${id} connected`, async () => (await api.cluster.listAgents({})).agents.some((x) => x.agentId === id && x.connected), 20_000);
+  return a;
+}
+
+async function apply(name: string, yaml: string): Promise<void> {
+  const file = path.join(tmp, `${name}.yaml`);
+  await writeFile(file, yaml);
+  const r = await cli(server.url, ['dag', 'apply', file]);
+  expect(r.code, r.stderr).toBe(0);
+}
+
+async function waitRuns(runIds: string[], timeoutMs = 40_000): Promise<string[]> {
+  await waitFor('runs ended', async () => {
+    const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
+    return rows.every((r) => ['success', 'failed', 'cancelled'].includes(r.state));
+  }, timeoutMs);
+  const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[]) order by id`;
+  return rows.map((r) => r.state);
+}
+
+interface Interval {
+  ti: string;
+  task: string;
+  agent: string;
+  from: number;
+  to: number;
+}
+
+/** Each attempt's life on its agent, from the events log: claimed (queued) → ended. */
+async function attempts(runIds: string[]): Promise<Interval[]> {
+  const ev = await db.sql<{ ti_id: string; to: string; try: string; agent_id: string | null; task_id: string; at: Date }[]>`
+    select ti_id, payload->>'to' as to, payload->>'try' as try, payload->>'agent_id' as agent_id, payload->>'task_id' as task_id, at
+    from events where run_id = any(${runIds}::bigint[]) and kind = 'ti.state' order by seq`;
+  const open = new Map<string, Interval>();
+  const out: Interval[] = [];
+  for (const e of ev) {
+    const key = `${e.ti_id}/${e.try}`;
+    if (e.to === 'queued') open.set(key, { ti: e.ti_id, task: e.task_id, agent: e.agent_id!, from: e.at.getTime(), to: Infinity });
+    else if (['success', 'failed', 'up_for_retry', 'cancelled'].includes(e.to) && open.has(key)) {
+      const i = open.get(key)!;
+      i.to = e.at.getTime();
+      out.push(i);
+      open.delete(key);
+    }
+  }
+  return [...out, ...open.values()];
+}
+
+function maxConcurrent(intervals: Interval[]): number {
+  const points = intervals.flatMap((i) => [
+    { t: i.from, d: 1 },
+    { t: i.to, d: -1 },
+  ]);
+  points.sort((a, b) => a.t - b.t || a.d - b.d);
+  let cur = 0;
+  let max = 0;
+  for (const p of points) max = Math.max(max, (cur += p.d));
+  return max;
+}
+
+describe('a fleet of agents', () => {
+  it('places by labels, spreads load, and respects slots and max_parallel_per_agent', async () => {
+    await agent('a1', ['--labels', 'zone=a', '--slots', '2']);
+    await agent('a2', ['--labels', 'zone=a', '--slots', '1']);
+    await agent('b1', ['--labels', 'zone=b', '--slots', '3']);
+    const sleepy = (id: string, zone: string, extra = '') =>
+      `  - id: ${id}\n    executor: agents\n    command: ["sh", "-c", "sleep 0.4; echo ${id} done"]\n    placement: { labels: { zone: ${zone} }${extra} }\n`;
+    await apply('place', 'dag_id: place\ntasks:\n' + ['wa0', 'wa1', 'wa2', 'wa3'].map((t) => sleepy(t, 'a')).join('') + ['wb0', 'wb1', 'wb2'].map((t) => sleepy(t, 'b')).join(''));
+    await apply('maxpar', 'dag_id: maxpar\ntasks:\n' + sleepy('w', 'a', ', max_parallel_per_agent: 1'));
+
+    const runIds = [(await api.workflow.triggerRun({ dagId: 'place' })).run!.runId];
+    for (let i = 0; i < 4; i++) runIds.push((await api.workflow.triggerRun({ dagId: 'maxpar' })).run!.runId);
+    expect(await waitRuns(runIds)).toEqual(Array(5).fill('success'));
+
+    const all = await attempts(runIds);
+    expect(all).toHaveLength(7 + 4);
+    for (const i of all) expect(i.agent, `${i.task} placed on ${i.agent}`).toMatch(i.task.startsWith('wb') ? /^b1$/ : /^a[12]$/);
+    // Load spread over both zone-a agents; slots never exceeded.
+    expect(new Set(all.filter((i) => !i.task.startsWith('wb')).map((i) => i.agent))).toEqual(new Set(['a1', 'a2']));
+    expect(maxConcurrent(all.filter((i) => i.agent === 'a1'))).toBeLessThanOrEqual(2);
+    expect(maxConcurrent(all.filter((i) => i.agent === 'a2'))).toBeLessThanOrEqual(1);
+    // max_parallel_per_agent: 1 for `w`, across its four runs.
+    for (const a of ['a1', 'a2']) expect(maxConcurrent(all.filter((i) => i.task === 'w' && i.agent === a))).toBeLessThanOrEqual(1);
+    const logs = await cli(server.url, ['logs', runIds[0]!, '--task', 'wb0']);
+    expect(logs.stdout).toMatch(/^\[wb0 #1\] wb0 done$/m);
+
+    // Drained: new work goes elsewhere.
+    await cli(server.url, ['agents', 'drain', 'a1']);
+    const more = [];
+    for (let i = 0; i < 3; i++) more.push((await api.workflow.triggerRun({ dagId: 'maxpar' })).run!.runId);
+    expect(await waitRuns(more)).toEqual(Array(3).fill('success'));
+    expect(new Set((await attempts(more)).map((i) => i.agent))).toEqual(new Set(['a2']));
+    await cli(server.url, ['agents', 'drain', 'a1', '--undrain']);
+  });
+
+  it('retries elsewhere the work of an agent that is SIGKILLed, after the heartbeat threshold', async () => {
+    const pidFile = path.join(tmp, 'k.pid');
+    const k1 = await agent('k1', ['--labels', 'zone=k']);
+    const k2 = await agent('k2', ['--labels', 'zone=k']);
+    await apply('kill', `dag_id: kill\ntasks:\n  - id: long\n    executor: agents\n    retries: 1\n    retry_delay: 100ms\n    placement: { labels: { zone: k } }\n    command: ["sh", "-c", "if [ $LEOFLOW_TRY_NUMBER -ge 2 ]; then echo second; exit 0; fi; echo $$ > ${pidFile}; sleep 30"]\n`);
+    const runId = (await api.workflow.triggerRun({ dagId: 'kill' })).run!.runId;
+    const holder = await waitFor('long running', async () => {
+      const [t] = await db.sql<{ state: string; agent_id: string }[]>`select state, agent_id from task_instances where run_id = ${runId}`;
+      return t?.state === 'running' && (await readFile(pidFile, 'utf8').catch(() => '')) ? t.agent_id : null;
+    });
+    const victim = holder === 'k1' ? k1 : k2;
+    victim.child.kill('SIGKILL');
+    // The agent's task runs in its own process group and outlives it; stop it as an operator would.
+    try {
+      process.kill(-Number(await readFile(pidFile, 'utf8')), 'SIGKILL');
+    } catch {
+      // already gone
+    }
+    expect(await waitRuns([runId])).toEqual(['success']);
+    const [t] = await db.sql<{ try_number: number; agent_id: string }[]>`select try_number, agent_id from task_instances where run_id = ${runId}`;
+    expect(t).toMatchObject({ try_number: 2, agent_id: holder === 'k1' ? 'k2' : 'k1' });
+    const lost = await db.sql`select 1 from events where run_id = ${runId} and payload->>'reason' = 'agent_lost'`;
+    expect(lost.length).toBe(1);
+  });
+
+  it('loses nothing and runs nothing twice across a network blip', async () => {
+    const proxy = await startTcpProxy({ host: '127.0.0.1', port: Number(new URL(server.url).port) });
+    try {
+      const marks = path.join(tmp, 'blip.log');
+      await agent('n1', ['--labels', 'zone=n', '--slots', '4'], `http://127.0.0.1:${proxy.port}`);
+      await apply(
+        'blip',
+        'dag_id: blip\ntasks:\n' +
+          [0, 1, 2, 3]
+            .map((i) => `  - id: n${i}\n    executor: agents\n    placement: { labels: { zone: n } }\n    command: ["sh", "-c", "echo $LEOFLOW_TASK_ID $LEOFLOW_TRY_NUMBER >> ${marks}; echo start; sleep 1.5; echo end"]\n`)
+            .join(''),
+      );
+      const runId = (await api.workflow.triggerRun({ dagId: 'blip' })).run!.runId;
+      await waitFor('all running', async () => {
+        const rows = await db.sql<{ state: string }[]>`select state from task_instances where run_id = ${runId}`;
+        return rows.every((r) => r.state === 'running');
+      });
+      proxy.cut();
+      expect(await waitRuns([runId])).toEqual(['success']);
+      const tis = await db.sql<{ task_id: string; try_number: number; agent_id: string }[]>`select task_id, try_number, agent_id from task_instances where run_id = ${runId} order by task_id`;
+      expect(tis.map((t) => [t.task_id, t.try_number, t.agent_id])).toEqual([0, 1, 2, 3].map((i) => [`n${i}`, 1, 'n1']));
+      expect((await readFile(marks, 'utf8')).trim().split('\n').sort()).toEqual(['n0 1', 'n1 1', 'n2 1', 'n3 1']);
+      // Every line, including those written while the stream was cut, is in the logs once.
+      const logs = await db.sql<{ n: number }[]>`
+        select count(*)::int as n from task_logs l join task_instances t on t.id = l.ti_id where t.run_id = ${runId} and l.stream = 'stdout'`;
+      expect(logs[0]!.n).toBe(8);
+      expect((await db.sql`select 1 from events where run_id = ${runId} and payload->>'reason' = 'agent_lost'`).length).toBe(0);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('refuses a frozen (zombie) agent its superseded attempt when it comes back', async () => {
+    const pidFile = path.join(tmp, 'z.pid');
+    const z1 = await agent('z1', ['--labels', 'zone=z']);
+    const z2 = await agent('z2', ['--labels', 'zone=z']);
+    await apply('zombie', `dag_id: zombie\ntasks:\n  - id: slow\n    executor: agents\n    retries: 1\n    retry_delay: 100ms\n    placement: { labels: { zone: z } }\n    command: ["sh", "-c", "if [ $LEOFLOW_TRY_NUMBER -ge 2 ]; then echo try-2; exit 0; fi; echo $$ > ${pidFile}; sleep 6; echo try-1-late"]\n`);
+    const before = metricSum(await scrapeMetrics(server.metricsUrl), 'stale_reports_rejected_total');
+    const runId = (await api.workflow.triggerRun({ dagId: 'zombie' })).run!.runId;
+    const holder = await waitFor('slow running', async () => {
+      const [t] = await db.sql<{ state: string; agent_id: string }[]>`select state, agent_id from task_instances where run_id = ${runId}`;
+      return t?.state === 'running' && (await readFile(pidFile, 'utf8').catch(() => '')) ? t.agent_id : null;
+    });
+    const zombie = holder === 'z1' ? z1 : z2;
+    zombie.child.kill('SIGSTOP');
+    expect(await waitRuns([runId])).toEqual(['success']);
+    const [done] = await db.sql`select try_number, state, agent_id, exit_code from task_instances where run_id = ${runId}`;
+    expect(done).toMatchObject({ try_number: 2, state: 'success', agent_id: holder === 'z1' ? 'z2' : 'z1' });
+
+    zombie.child.kill('SIGCONT');
+    await waitFor('zombie refused', async () => metricSum(await scrapeMetrics(server.metricsUrl), 'stale_reports_rejected_total') > before, 20_000);
+    const try1 = Number(await readFile(pidFile, 'utf8'));
+    await waitFor('try 1 stopped', async () => {
+      try {
+        process.kill(try1, 0);
+        return false;
+      } catch {
+        return true;
+      }
+    }, 15_000);
+    const [after] = await db.sql`select try_number, state, agent_id, exit_code from task_instances where run_id = ${runId}`;
+    expect(after).toEqual(done);
+    const late = await db.sql`select 1 from task_logs l join task_instances t on t.id = l.ti_id where t.run_id = ${runId} and l.line = 'try-1-late'`;
+    expect(late.length).toBe(0);
+  });
+});
