@@ -17,12 +17,13 @@ export interface AgentRow {
 /** Records an agent's Hello: it is now held by this replica's session. Draining survives reconnects. */
 export async function connectAgent(
   sql: Sql,
-  a: { agentId: string; labels: Record<string, string>; capabilities: string[]; slots: number; replicaId: string; sessionId: string; protocolVersion: number },
+  a: { agentId: string; labels: Record<string, string>; capabilities: string[]; slots: number; replicaId: string; sessionId: string; protocolVersion: number; oneShot?: boolean },
 ): Promise<{ draining: boolean }> {
   const [row] = await sql<{ draining: boolean }[]>`
-    insert into agents (agent_id, labels, capabilities, slots, connected_replica, session_id, last_seen_at, connected_at, protocol_version)
-    values (${a.agentId}, ${sql.json(a.labels)}, ${sql.json(a.capabilities)}, ${a.slots}, ${a.replicaId}, ${a.sessionId}, now(), now(), ${a.protocolVersion})
+    insert into agents (agent_id, labels, capabilities, slots, connected_replica, session_id, last_seen_at, connected_at, protocol_version, draining)
+    values (${a.agentId}, ${sql.json(a.labels)}, ${sql.json(a.capabilities)}, ${a.slots}, ${a.replicaId}, ${a.sessionId}, now(), now(), ${a.protocolVersion}, ${a.oneShot ?? false})
     on conflict (agent_id) do update set labels = excluded.labels, capabilities = excluded.capabilities,
+      draining = agents.draining or excluded.draining,
       slots = excluded.slots, connected_replica = excluded.connected_replica, session_id = excluded.session_id,
       last_seen_at = now(), connected_at = now(), protocol_version = excluded.protocol_version
     returning draining`;

@@ -23,7 +23,8 @@ export const SUPPORTED_PROTOCOL_VERSIONS = [ProtocolVersion.PROTOCOL_VERSION_1];
 
 /** The store operations a session reports through, each fenced by the attempt's token. */
 export interface SessionStore {
-  connectAgent(hello: { agentId: string; labels: Record<string, string>; capabilities: string[]; slots: number; sessionId: string; protocolVersion: number }): Promise<{ draining: boolean }>;
+  /** A one-shot agent is recorded as draining: it takes only its own task instance. */
+  connectAgent(hello: { agentId: string; labels: Record<string, string>; capabilities: string[]; slots: number; sessionId: string; protocolVersion: number; oneShot: boolean }): Promise<{ draining: boolean }>;
   disconnectAgent(agentId: string, sessionId: string): Promise<void>;
   /** The attempt tokens, of these, that are still current for this agent. */
   currentAttempts(agentId: string, refs: HeldRef[]): Promise<Set<string>>;
@@ -115,6 +116,9 @@ export class AgentSession implements AgentHandle {
 
   assign(a: Attempt): boolean {
     if (this.#out.closed) return false;
+    // The same attempt can reach the stream twice (placement and a one-shot claim, or a
+    // notification racing a reconnect): send it once.
+    if (this.#held.get(a.tiId)?.attemptToken === a.attemptToken) return true;
     this.#held.set(a.tiId, { tiId: a.tiId, tryNumber: a.tryNumber, attemptToken: a.attemptToken });
     this.#log.info({ tiId: a.tiId, runId: a.runId, taskId: a.taskId, try: a.tryNumber }, `assigned ${a.taskId} to agent ${this.agentId}`);
     return this.#out.push({
@@ -173,6 +177,7 @@ export class AgentSession implements AgentHandle {
       slots: hello.slots,
       sessionId: this.sessionId,
       protocolVersion: hello.protocolVersion,
+      oneShot: hello.onlyTiId !== '0' && hello.onlyTiId !== '',
     });
     const held = hello.held.map((r, i) => ref(r, `hello.held[${i}]`));
     const current = await store.currentAttempts(hello.agentId, held);

@@ -190,3 +190,25 @@ describe('AgentService.Connect (control-plane side)', () => {
     await second.done;
   });
 });
+
+describe('one-shot agent (leoflow agent --once --ti)', () => {
+  it('runs exactly its task instance and exits', async () => {
+    const { startAgent } = await import('../helpers/leoflow-process.js');
+    const file = path.join(tmp, 'once.yaml');
+    await writeFile(file, 'dag_id: once\ntasks:\n  - id: job\n    executor: agents\n    command: ["sh", "-c", "echo one-shot $LEOFLOW_TRY_NUMBER"]\n');
+    expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
+    const api = createClients(server.url);
+    const runId = (await api.workflow.triggerRun({ dagId: 'once' })).run!.runId;
+    const tiId = await waitFor('ti scheduled', async () => {
+      const r = await api.workflow.getRun({ runId });
+      return r.taskInstances[0]!.state === 2 ? r.taskInstances[0]!.tiId : null;
+    });
+    const agent = startAgent(server.url, ['--id', 'pod-once-1', '--once', '--ti', tiId]);
+    const exit = await Promise.race([agent.exited, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`one-shot agent did not exit:\n${agent.output()}`)), 20_000))]);
+    expect(exit.code, agent.output()).toBe(0);
+    const r = await api.workflow.getRun({ runId });
+    expect(r.run!.state).toBe(3);
+    expect(r.taskInstances[0]).toMatchObject({ agentId: 'pod-once-1', tryNumber: 1, exitCode: 0 });
+    expect((await cli(server.url, ['logs', runId])).stdout).toContain('[job #1] one-shot 1');
+  });
+});
