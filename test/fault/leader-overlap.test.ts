@@ -12,6 +12,7 @@ import { createDispatchPool, type DispatchPool } from '../../src/dispatch/pool.j
 import type { DispatchItem, SchedulerContext } from '../../src/scheduler/context.js';
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { dag, task } from '../helpers/spec-builders.js';
 
 /**
  * Fault: two leaders step at the same time (a brief overlap, forced here). Two complete scheduler
@@ -25,29 +26,6 @@ const logger = pino({ level: 'silent' });
 const OK: AttemptResult = { exitCode: 0, signal: null, error: null, outcome: 'success' };
 const FAIL: AttemptResult = { exitCode: 1, signal: null, error: 'exit code 1', outcome: 'failed' };
 const MINUTE = 60_000;
-
-function task(id: string, over: Partial<TaskSpec> = {}): TaskSpec {
-  return {
-    id,
-    command: ['true'],
-    dependsOn: [],
-    triggerRule: 'all_success',
-    retries: 0,
-    retryDelayMs: 20,
-    maxRetryDelayMs: 1000,
-    timeoutMs: null,
-    env: {},
-    cwd: null,
-    executor: 'default',
-    image: null,
-    placement: null,
-    ...over,
-  };
-}
-
-function dag(dagId: string, tasks: TaskSpec[], over: Partial<DagSpec> = {}): DagSpec {
-  return { dagId, description: '', schedule: null, timezone: 'UTC', catchup: false, startDate: null, maxActiveRuns: 16, tags: [], tasks, ...over };
-}
 
 /** start → 17 parallel tasks + flaky (fails its first try) → join: 20 tasks. */
 const MIDDLE = [...Array.from({ length: 17 }, (_, i) => `m${String(i).padStart(2, '0')}`), 'flaky'];

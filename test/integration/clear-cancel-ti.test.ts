@@ -13,6 +13,7 @@ import { finalizeRun } from '../../src/db/finalize-run.js';
 import { createRun, getRun, transitionRun, type RunRow } from '../../src/db/runs.js';
 import { getTi, listTis, transitionTis, type TiRow } from '../../src/db/tis.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { dag, task } from '../helpers/spec-builders.js';
 
 /**
  * Clearing (retry by hand) and cancelling one task instance, on real Postgres: the guarded moves,
@@ -30,29 +31,6 @@ beforeEach(async () => {
   await db.sql`delete from dags`;
   await db.sql`delete from events`;
 });
-
-function task(id: string, over: Partial<TaskSpec> = {}): TaskSpec {
-  return {
-    id,
-    command: ['true'],
-    dependsOn: [],
-    triggerRule: 'all_success',
-    retries: 0,
-    retryDelayMs: 0,
-    maxRetryDelayMs: 0,
-    timeoutMs: null,
-    env: {},
-    cwd: null,
-    executor: 'default',
-    image: null,
-    placement: null,
-    ...over,
-  };
-}
-
-function dag(dagId: string, tasks: TaskSpec[]): DagSpec {
-  return { dagId, description: '', schedule: null, timezone: 'UTC', catchup: false, startDate: null, maxActiveRuns: 16, tags: [], tasks };
-}
 
 /** a → b → c → e, d independent; b has 2 retries in the spec. */
 const chain = (dagId: string) =>

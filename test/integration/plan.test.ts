@@ -14,6 +14,10 @@ import type { DispatchItem, SchedulerContext } from '../../src/scheduler/context
 import { createScheduledRuns } from '../../src/scheduler/phases/create-scheduled-runs.js';
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { dag, task as baseTask } from '../helpers/spec-builders.js';
+
+/** This file's tasks echo their id unless told otherwise. */
+const task: typeof baseTask = (id, over = {}) => baseTask(id, { command: ['sh', '-c', `echo ${id}`], ...over });
 
 const logger = pino({ level: 'silent' });
 const BOUND = { timeout: 15_000 };
@@ -30,40 +34,6 @@ beforeEach(async () => {
   await db.sql`delete from dags`;
   await db.sql`delete from events`;
 });
-
-function task(id: string, over: Partial<TaskSpec> = {}): TaskSpec {
-  return {
-    id,
-    command: ['sh', '-c', `echo ${id}`],
-    dependsOn: [],
-    triggerRule: 'all_success',
-    retries: 0,
-    retryDelayMs: 1000,
-    maxRetryDelayMs: 60_000,
-    timeoutMs: null,
-    env: {},
-    cwd: null,
-    executor: 'default',
-    image: null,
-    placement: null,
-    ...over,
-  };
-}
-
-function dag(dagId: string, tasks: TaskSpec[], over: Partial<DagSpec> = {}): DagSpec {
-  return {
-    dagId,
-    description: '',
-    schedule: null,
-    timezone: 'UTC',
-    catchup: false,
-    startDate: null,
-    maxActiveRuns: 16,
-    tags: [],
-    tasks,
-    ...over,
-  };
-}
 
 interface Harness {
   ctx: SchedulerContext;

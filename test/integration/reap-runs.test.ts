@@ -9,6 +9,7 @@ import type { SchedulerContext } from '../../src/scheduler/context.js';
 import { reapRuns } from '../../src/scheduler/phases/reap-runs.js';
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { dag, task } from '../helpers/spec-builders.js';
 
 const logger = pino({ level: 'silent' });
 const BOUND = { timeout: 20_000 };
@@ -26,39 +27,6 @@ beforeEach(async () => {
   await db.sql`delete from dags`;
   await db.sql`delete from events`;
 });
-
-function task(id: string, over: Partial<TaskSpec> = {}): TaskSpec {
-  return {
-    id,
-    command: ['true'],
-    dependsOn: [],
-    triggerRule: 'all_success',
-    retries: 0,
-    retryDelayMs: 1000,
-    maxRetryDelayMs: 60_000,
-    timeoutMs: null,
-    env: {},
-    cwd: null,
-    executor: 'default',
-    image: null,
-    placement: null,
-    ...over,
-  };
-}
-
-function dag(dagId: string, tasks: TaskSpec[]): DagSpec {
-  return {
-    dagId,
-    description: '',
-    schedule: null,
-    timezone: 'UTC',
-    catchup: false,
-    startDate: null,
-    maxActiveRuns: 1000,
-    tags: [],
-    tasks,
-  };
-}
 
 interface Harness {
   ctx: SchedulerContext;

@@ -12,6 +12,7 @@ import { finalizeRun } from '../../src/db/finalize-run.js';
 import { createRun, getRun, transitionRun, type RunRow } from '../../src/db/runs.js';
 import { getTi, listTis, transitionTis, type TiRow } from '../../src/db/tis.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { dag, task } from '../helpers/spec-builders.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -24,40 +25,6 @@ beforeEach(async () => {
   await db.sql`delete from dags`;
   await db.sql`delete from events`;
 });
-
-function task(id: string, over: Partial<TaskSpec> = {}): TaskSpec {
-  return {
-    id,
-    command: ['true'],
-    dependsOn: [],
-    triggerRule: 'all_success',
-    retries: 0,
-    retryDelayMs: 1000,
-    maxRetryDelayMs: 60_000,
-    timeoutMs: null,
-    env: {},
-    cwd: null,
-    executor: 'default',
-    image: null,
-    placement: null,
-    ...over,
-  };
-}
-
-function dag(dagId: string, tasks: TaskSpec[], over: Partial<DagSpec> = {}): DagSpec {
-  return {
-    dagId,
-    description: `test dag ${dagId}`,
-    schedule: null,
-    timezone: 'UTC',
-    catchup: false,
-    startDate: null,
-    maxActiveRuns: 16,
-    tags: ['test'],
-    tasks,
-    ...over,
-  };
-}
 
 let runSeq = 0;
 /** Applies the DAG (idempotent) and creates a fresh queued run with one TI per task. */

@@ -1,0 +1,37 @@
+import type { DagSpec, TaskSpec } from '../../src/core/dag-spec.js';
+
+/** A task spec as the parser would produce it, with every default filled; override what matters. */
+export function task(id: string, over: Partial<TaskSpec> = {}): TaskSpec {
+  return {
+    id,
+    command: ['true'],
+    dependsOn: [],
+    triggerRule: 'all_success',
+    retries: 0,
+    retryDelayMs: 1000,
+    maxRetryDelayMs: 60_000,
+    timeoutMs: null,
+    env: {},
+    cwd: null,
+    executor: 'default',
+    image: null,
+    placement: null,
+    ...over,
+  };
+}
+
+/** A DAG spec with every default filled. */
+export function dag(dagId: string, tasks: TaskSpec[], over: Partial<DagSpec> = {}): DagSpec {
+  return {
+    dagId,
+    description: '',
+    schedule: null,
+    timezone: 'UTC',
+    catchup: false,
+    startDate: null,
+    maxActiveRuns: 16,
+    tags: [],
+    tasks,
+    ...over,
+  };
+}
