@@ -24,6 +24,8 @@ export interface RunDecision {
   reasons: Map<string, string | null>;
   /** Set when, after these moves, every task instance is terminal. */
   outcome: 'success' | 'failed' | null;
+  /** The earliest backoff still running, if any: when this run next needs a step. */
+  nextRetryAt: Date | null;
 }
 
 type Verdict = 'run' | 'upstream_failed' | 'skipped' | 'wait';
@@ -97,7 +99,7 @@ export function topologicalOrder(tasks: readonly TaskSpec[]): TaskSpec[] {
 }
 
 export function advanceRun(tasks: readonly TaskSpec[], tis: ReadonlyMap<string, TiView>, now: Date): RunDecision {
-  const d: RunDecision = { schedule: [], retry: [], upstreamFailed: [], skipped: [], reasons: new Map(), outcome: null };
+  const d: RunDecision = { schedule: [], retry: [], upstreamFailed: [], skipped: [], reasons: new Map(), outcome: null, nextRetryAt: null };
   const states = new Map<string, TiState>();
   for (const [id, ti] of tis) states.set(id, ti.state);
 
@@ -133,6 +135,7 @@ export function advanceRun(tasks: readonly TaskSpec[], tis: ReadonlyMap<string, 
         setReason(task.id, null);
       } else {
         setReason(task.id, `RETRY_BACKOFF_UNTIL:${ti.nextTryAt.toISOString()}`);
+        if (d.nextRetryAt === null || ti.nextTryAt < d.nextRetryAt) d.nextRetryAt = ti.nextTryAt;
       }
     }
   }

@@ -56,4 +56,6 @@ export interface SchedulerContext {
   /** A queued/running attempt without a sign of life for this long is reaped. */
   heartbeatThresholdMs: number;
   health: DbHealth;
+  /** Asks for a step at this time (a retry's backoff ends), so it does not wait for the tick. */
+  wakeAt(at: Date): void;
 }

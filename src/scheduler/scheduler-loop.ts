@@ -14,6 +14,8 @@ export interface SchedulerLoop {
   start(): void;
   /** Asks for a step as soon as possible. A burst of nudges costs one step (coalesced). */
   nudge(): void;
+  /** Asks for a step at a given time (the earliest request wins; the tick still runs). */
+  wakeAt(at: Date): void;
   /** Stops after the step in progress, if any. */
   stop(): Promise<void>;
 }
@@ -27,6 +29,7 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
   let stepping: Promise<void> | null = null;
   let pending = false;
   let timer: NodeJS.Timeout | null = null;
+  let wake: { at: number; timer: NodeJS.Timeout } | null = null;
 
   const schedule = (delayMs: number) => {
     if (!running) return;
@@ -68,8 +71,23 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
         schedule(0);
       }
     },
+    wakeAt(at) {
+      const ms = at.getTime() - Date.now();
+      if (!running || ms >= opts.tickMs) return; // the tick comes first anyway
+      if (wake && wake.at <= at.getTime()) return;
+      if (wake) clearTimeout(wake.timer);
+      wake = {
+        at: at.getTime(),
+        timer: setTimeout(() => {
+          wake = null;
+          this.nudge();
+        }, Math.max(0, ms)),
+      };
+    },
     async stop() {
       running = false;
+      if (wake) clearTimeout(wake.timer);
+      wake = null;
       if (timer) clearTimeout(timer);
       timer = null;
       await stepping;

@@ -147,6 +147,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       runOrphanThresholdMs: config.runOrphanThresholdMs,
       heartbeatThresholdMs: config.heartbeatThresholdMs,
       health: { healthySince: new Date() },
+      wakeAt: (at) => loop.wakeAt(at),
     };
 
     let isLeader = false;

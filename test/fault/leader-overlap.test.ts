@@ -102,6 +102,7 @@ function createStack(name: string, skewMs: number): Stack {
     runOrphanThresholdMs: 300_000,
     heartbeatThresholdMs: 90_000,
     health: { healthySince: new Date(0) },
+    wakeAt: () => {},
   };
   stacks.push(s);
   return s;

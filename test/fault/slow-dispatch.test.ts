@@ -136,6 +136,7 @@ async function startScheduler(workers: number, capacity: number): Promise<Schedu
     runOrphanThresholdMs: 300_000,
     heartbeatThresholdMs: 90_000,
     health: { healthySince: new Date(0) },
+    wakeAt: () => {},
   };
   s.loop = createSchedulerLoop({
     tickMs: TICK_MS,

@@ -62,6 +62,7 @@ function harness(over: Partial<SchedulerContext> = {}): Harness {
     runOrphanThresholdMs: 300_000,
     heartbeatThresholdMs: 90_000,
     health: { healthySince: new Date(0) },
+    wakeAt: () => {},
     ...over,
   };
   return h;
@@ -250,7 +251,11 @@ describe('plan', () => {
 
     h.offered.length = 0;
     h.clock.now = new Date(nextTryAt.getTime() - 1);
+    const wakes: Date[] = [];
+    h.ctx.wakeAt = (at) => wakes.push(at);
     const r = await stepOk(h);
+    // The loop is asked to step when the backoff ends, not at some later tick.
+    expect(wakes).toEqual([nextTryAt]);
     expect(r.offered).toBe(0);
     expect(h.offered).toEqual([]);
     let a = (await tiMap(run.id)).get('a')!;

@@ -67,6 +67,7 @@ function harness(over: Partial<SchedulerContext> = {}): Harness {
     runOrphanThresholdMs: 300_000,
     heartbeatThresholdMs: THRESHOLD_MS,
     health: { healthySince: new Date(0) },
+    wakeAt: () => {},
     ...over,
   };
   return h;

@@ -52,6 +52,7 @@ function harness(): Harness {
     runOrphanThresholdMs: THRESHOLD_MS,
     heartbeatThresholdMs: 90_000,
     health: { healthySince: new Date(0) },
+    wakeAt: () => {},
   };
   return h;
 }

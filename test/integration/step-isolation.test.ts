@@ -71,6 +71,7 @@ function harness(sql: Sql = db.sql): Harness {
     runOrphanThresholdMs: 60_000,
     heartbeatThresholdMs: HEARTBEAT_MS,
     health: { healthySince: new Date(0) },
+    wakeAt: () => {},
   };
   return h;
 }

@@ -171,7 +171,7 @@ describe('advanceRun', () => {
       tis({ a: view('scheduled', { pendingReason: 'DISPATCH_QUEUE_FULL' }), b: 'queued', c: 'running' }),
       NOW,
     );
-    expect(d).toEqual({ schedule: [], retry: [], upstreamFailed: [], skipped: [], reasons: new Map(), outcome: null });
+    expect(d).toEqual({ schedule: [], retry: [], upstreamFailed: [], skipped: [], reasons: new Map(), outcome: null, nextRetryAt: null });
   });
 
   describe('retries', () => {
@@ -182,6 +182,7 @@ describe('advanceRun', () => {
       const d = advanceRun(tasks, tis({ a: view('up_for_retry', { nextTryAt: until }), b: 'none' }), NOW);
       expect(d.retry).toEqual([]);
       expect(d.reasons.get('a')).toBe('RETRY_BACKOFF_UNTIL:2026-03-01T12:00:00.001Z');
+      expect(d.nextRetryAt).toEqual(until);
       expect(d.outcome).toBeNull();
     });
 

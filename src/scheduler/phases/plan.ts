@@ -159,6 +159,7 @@ async function advanceOne(
       return 0;
     }
   }
+  if (decision.nextRetryAt) ctx.wakeAt(decision.nextRetryAt);
   for (const [taskId, reason] of decision.reasons) reasons.set(byTask.get(taskId)!.id, reason);
 
   if (decision.outcome) {

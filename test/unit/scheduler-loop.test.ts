@@ -1,0 +1,90 @@
+import pino from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createSchedulerLoop, type SchedulerLoop } from '../../src/scheduler/scheduler-loop.js';
+
+const logger = pino({ level: 'silent' });
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+let loop: SchedulerLoop | undefined;
+afterEach(async () => {
+  await loop?.stop();
+  loop = undefined;
+});
+
+describe('scheduler loop', () => {
+  it('steps on the tick, and not at all while it may not step', async () => {
+    let steps = 0;
+    let leader = false;
+    loop = createSchedulerLoop({ tickMs: 30, logger, canStep: () => leader, step: async () => void steps++ });
+    loop.start();
+    await sleep(100);
+    expect(steps).toBe(0);
+    leader = true;
+    await sleep(100);
+    expect(steps).toBeGreaterThanOrEqual(2);
+  });
+
+  it('coalesces a burst of nudges during a step into one more step', async () => {
+    const starts: number[] = [];
+    let release!: () => void;
+    loop = createSchedulerLoop({
+      tickMs: 10_000,
+      logger,
+      canStep: () => true,
+      step: async () => {
+        starts.push(Date.now());
+        if (starts.length === 1) await new Promise<void>((r) => (release = r));
+      },
+    });
+    loop.start();
+    await sleep(20);
+    expect(starts).toHaveLength(1);
+    for (let i = 0; i < 10; i++) loop.nudge();
+    release();
+    await sleep(50);
+    expect(starts).toHaveLength(2);
+  });
+
+  it('steps at a requested time before the tick (a retry coming due), and never two at once', async () => {
+    const starts: number[] = [];
+    let inStep = 0;
+    let overlap = false;
+    loop = createSchedulerLoop({
+      tickMs: 10_000,
+      logger,
+      canStep: () => true,
+      step: async () => {
+        overlap ||= inStep > 0;
+        inStep++;
+        starts.push(Date.now());
+        await sleep(5);
+        inStep--;
+      },
+    });
+    loop.start();
+    await sleep(20);
+    const t0 = Date.now();
+    loop.wakeAt(new Date(t0 + 80));
+    loop.wakeAt(new Date(t0 + 300)); // later than the one pending: ignored
+    await sleep(200);
+    expect(starts).toHaveLength(2);
+    expect(starts[1]! - t0).toBeGreaterThanOrEqual(70);
+    expect(starts[1]! - t0).toBeLessThan(180);
+    expect(overlap).toBe(false);
+  });
+
+  it('keeps stepping after a step throws', async () => {
+    let steps = 0;
+    loop = createSchedulerLoop({
+      tickMs: 20,
+      logger,
+      canStep: () => true,
+      step: async () => {
+        steps++;
+        throw new Error('boom');
+      },
+    });
+    loop.start();
+    await sleep(100);
+    expect(steps).toBeGreaterThanOrEqual(3);
+  });
+});
