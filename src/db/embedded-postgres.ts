@@ -69,6 +69,22 @@ async function postgresIds(): Promise<Ids> {
   }
 }
 
+/**
+ * As root, Postgres runs as the `postgres` user, which must be able to walk down to the state
+ * directory. A home folder like /root is usually closed to it: say so, rather than let initdb fail
+ * with "Permission denied" on a file the user never named.
+ */
+async function assertReachable(dir: string, ids: Ids): Promise<void> {
+  try {
+    await run('test', ['-x', dir, '-a', '-r', dir], { uid: ids.uid, gid: ids.gid });
+  } catch {
+    throw new Error(
+      `the embedded Postgres runs as the "postgres" user (Leoflow runs as root), which cannot reach ${dir}: ` +
+        `make its parent folders searchable (chmod o+x) or choose a --state-dir it can reach, e.g. /var/lib/leoflow`,
+    );
+  }
+}
+
 async function own(p: string, ids: Ids): Promise<void> {
   if (ids.uid !== undefined && ids.gid !== undefined) await chown(p, ids.uid, ids.gid);
 }
@@ -114,7 +130,10 @@ export async function startEmbeddedPostgres(opts: EmbeddedPostgresOptions): Prom
 
   await mkdir(stateDir, { recursive: true });
   // The postgres user must be able to reach its data directory.
-  if (ids.uid !== undefined) await chmod(stateDir, 0o755);
+  if (ids.uid !== undefined) {
+    await chmod(stateDir, 0o755);
+    await assertReachable(stateDir, ids);
+  }
 
   let password: string;
   if (!existsSync(path.join(dataDir, 'PG_VERSION'))) {
@@ -174,7 +193,10 @@ function launch(postgresBin: string, dataDir: string, port: number, ids: Ids, lo
     const child = spawn(
       postgresBin,
       ['-D', dataDir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
-      { ...ids, env: { ...process.env, LC_ALL: 'C' }, stdio: ['ignore', 'ignore', 'pipe'] },
+      // Its own process group: a Ctrl-C at the terminal reaches the whole foreground group, and
+      // Postgres must not stop before the server has recorded the tasks it lets finish. The
+      // server stops it last; one left behind by a killed server is adopted at the next start.
+      { ...ids, env: { ...process.env, LC_ALL: 'C' }, stdio: ['ignore', 'ignore', 'pipe'], detached: true },
     );
     let output = '';
     let ready = false;

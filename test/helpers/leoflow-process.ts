@@ -27,11 +27,13 @@ process.on('exit', () => {
  * Starts the real `leoflow server` process (the compiled build, as a user runs it) and resolves
  * once it logs that it is ready. `args` are extra flags; `env` is merged over process.env.
  */
-export async function startServer(opts: { args?: string[]; env?: Record<string, string | undefined>; cwd?: string; readyTimeoutMs?: number } = {}): Promise<ServerProcess> {
+export async function startServer(opts: { args?: string[]; env?: Record<string, string | undefined>; cwd?: string; readyTimeoutMs?: number; ownProcessGroup?: boolean } = {}): Promise<ServerProcess> {
   const child = spawn(process.execPath, [BIN, 'server', '--listen', '127.0.0.1:0', '--metrics-listen', '127.0.0.1:0', '--log-format', 'json', ...(opts.args ?? [])], {
     cwd: opts.cwd ?? ROOT,
     env: { ...process.env, ...opts.env },
     stdio: ['ignore', 'pipe', 'pipe'],
+    // Its own process group, like a program started at a terminal (whose Ctrl-C reaches the group).
+    detached: opts.ownProcessGroup ?? false,
   });
   live.add(child);
   const logs: Record<string, unknown>[] = [];
