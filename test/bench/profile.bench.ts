@@ -1,0 +1,218 @@
+import { spawn } from 'node:child_process';
+import { appendFile, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import pino from 'pino';
+import { describe, expect, it } from 'vitest';
+import { createClients } from '../../src/cli/client.js';
+import { getDag } from '../../src/db/dags.js';
+import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../src/db/embedded-postgres.js';
+import { createRun } from '../../src/db/runs.js';
+import { createSql, type Sql } from '../../src/db/sql.js';
+import { freePort } from '../helpers/global-setup.js';
+import { ROOT, cli, waitFor } from '../helpers/leoflow-process.js';
+import { startInstantAgent } from './instant-agent.js';
+import { STATS_SETTLE_MS, round, sleep, xacts } from './pg-xacts.js';
+import { report } from './report.js';
+
+/**
+ * Where the time goes, for BENCHMARKS.md's explanations: not part of `npm run bench` (skipped
+ * unless LEOFLOW_BENCH_PROFILE=1). An embedded Postgres of its own with pg_stat_statements
+ * loaded; the server run with `--cpu-prof`; (1) the throughput workload (2,000 runs of a one-task
+ * DAG through an instant agent of 10 slots, queued while paused) and (2) chain-40 through an
+ * instant agent (3 runs). For each: SQL statements per task by pg_stat_statements (calls and
+ * time), and the server's CPU profile by function (self time).
+ *
+ *   LEOFLOW_BENCH_PROFILE=1 npx vitest run --config test/bench/vitest.config.ts test/bench/profile.bench.ts
+ */
+
+const TASKS = 2000;
+const logger = pino({ level: 'warn' });
+
+interface Statement {
+  query: string;
+  calls: number;
+  ms: number;
+}
+
+async function statements(sql: Sql): Promise<Statement[]> {
+  const rows = await sql<{ query: string; calls: string; ms: number }[]>`
+    select query, calls, total_exec_time as ms from pg_stat_statements
+    where dbid = (select oid from pg_database where datname = current_database())
+      and query not ilike '%pg_stat_statements%' and query not ilike '%count(*)::int as n from dag_runs%'`;
+  return rows.map((r) => ({ query: r.query.replace(/\s+/g, ' ').trim(), calls: Number(r.calls), ms: Number(r.ms) }));
+}
+
+/** Self time by function from a .cpuprofile (samples × time deltas), idle excluded. */
+async function profileTop(file: string, n: number) {
+  const prof = JSON.parse(await readFile(file, 'utf8')) as {
+    nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }[];
+    samples: number[];
+    timeDeltas: number[];
+  };
+  const byId = new Map(prof.nodes.map((nd) => [nd.id, nd]));
+  const parent = new Map<number, number>();
+  for (const nd of prof.nodes) for (const c of nd.children ?? []) parent.set(c, nd.id);
+  /** The package (node_modules/x) or Leoflow folder (dist/x) of the nearest frame, self or caller,
+   *  that is not Node's own: who a native write or a GC pause is done for. */
+  const owner = (id: number): string => {
+    for (let cur: number | undefined = id; cur !== undefined; cur = parent.get(cur)) {
+      const u = byId.get(cur)!.callFrame.url;
+      const m = /\/(node_modules\/(?:@[^/]+\/)?[^/]+)\//.exec(u) ?? /\/(dist\/[^/]+)\//.exec(u);
+      if (m) return m[1]!;
+    }
+    return byId.get(id)!.callFrame.functionName || '(anonymous)';
+  };
+  const attributed = new Map<string, number>();
+  const self = new Map<string, number>();
+  const byArea = new Map<string, number>();
+  let total = 0;
+  prof.samples.forEach((id, i) => {
+    const cf = byId.get(id)!.callFrame;
+    const us = prof.timeDeltas[i] ?? 0;
+    if (cf.functionName === '(idle)') return;
+    total += us;
+    const where = cf.url.replace(/^file:\/\//, '').replace(/^.*\/(node_modules\/)/, '$1').replace(/^.*\/(dist\/)/, '$1');
+    const key = `${cf.functionName || '(anonymous)'} ${where}:${cf.lineNumber + 1}`;
+    self.set(key, (self.get(key) ?? 0) + us);
+    const area = cf.url === '' ? cf.functionName : where.startsWith('node_modules/') ? where.split('/').slice(0, where.startsWith('node_modules/@') ? 3 : 2).join('/') : where.startsWith('dist/') ? where.split('/').slice(0, 2).join('/') : where.startsWith('node:') ? 'node: internals' : where;
+    byArea.set(area, (byArea.get(area) ?? 0) + us);
+    const o = owner(id);
+    attributed.set(o, (attributed.get(o) ?? 0) + us);
+  });
+  const top = (m: Map<string, number>) => [...m].sort((a, b) => b[1] - a[1]).slice(0, n).map(([k, us]) => ({ what: k, 'self ms': round(us / 1000, 0), share: `${round((100 * us) / total, 1)} %` }));
+  return { totalMs: total / 1000, functions: top(self), areas: top(byArea), attributed: top(attributed) };
+}
+
+/** `leoflow server` under `node --cpu-prof` (not allowed in NODE_OPTIONS, so spawned here);
+ *  the profile is written when it exits on SIGTERM. */
+async function withServer<T>(pgUrl: string, profDir: string, fn: (url: string) => Promise<T>): Promise<T> {
+  const child = spawn(process.execPath, ['--cpu-prof', `--cpu-prof-dir=${profDir}`, path.join(ROOT, 'bin/leoflow.js'), 'server', '--listen', '127.0.0.1:0', '--metrics-listen', '127.0.0.1:0', '--log-format', 'json', '--heartbeat-interval', '1s', '--dispatch-workers', '16', '--dispatch-queue', '256'], {
+    cwd: ROOT,
+    env: { ...process.env, DATABASE_URL: pgUrl },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+  try {
+    const url = await new Promise<string>((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error('server not ready in 30 s')), 30_000);
+      let buf = '';
+      child.stdout!.setEncoding('utf8').on('data', (c: string) => {
+        buf += c;
+        const m = /"listen":"([^"]+)"[^\n]*ready/.exec(buf);
+        if (m) {
+          clearTimeout(t);
+          resolve(`http://${m[1]}`);
+        }
+      });
+      void exited.then((code) => reject(new Error(`server exited (${code}) before ready`)));
+    });
+    return await fn(url);
+  } finally {
+    child.kill('SIGTERM');
+    const killer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+    expect(await exited).toBe(0);
+    clearTimeout(killer);
+  }
+}
+
+async function newestProfile(dir: string): Promise<string> {
+  const files = await Promise.all((await readdir(dir)).filter((f) => f.endsWith('.cpuprofile')).map(async (f) => ({ f: path.join(dir, f), size: (await stat(path.join(dir, f))).size })));
+  return files.sort((a, b) => b.size - a.size)[0]!.f; // the main thread's (worker threads' are tiny)
+}
+
+function perTask(st: Statement[], tasks: number) {
+  const total = st.reduce((n, s) => n + s.calls, 0);
+  const rows = [...st].sort((a, b) => b.calls - a.calls).slice(0, 25).map((s) => ({ 'calls/task': round(s.calls / tasks, 2), 'ms/task': round(s.ms / tasks, 3), statement: s.query.slice(0, 150) }));
+  return { total, perTask: total / tasks, rows, byTime: [...st].sort((a, b) => b.ms - a.ms).slice(0, 10).map((s) => ({ 'ms/task': round(s.ms / tasks, 3), 'calls/task': round(s.calls / tasks, 2), statement: s.query.slice(0, 150) })) };
+}
+
+describe.skipIf(!process.env.LEOFLOW_BENCH_PROFILE)('profile', () => {
+  it('profiles the throughput and chain workloads', async () => {
+    const stateDir = await mkdtemp(path.join(os.tmpdir(), 'leoflow-prof-pg-'));
+    const tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-prof-'));
+    const port = await freePort();
+    let pg: EmbeddedPostgres | null = await startEmbeddedPostgres({ stateDir, port, logger });
+    await pg.stop();
+    await appendFile(path.join(stateDir, 'pgdata', 'postgresql.conf'), "\nshared_preload_libraries = 'pg_stat_statements'\n");
+    pg = await startEmbeddedPostgres({ stateDir, port, logger });
+    const sql = createSql(pg.url, { max: 2 });
+    try {
+      await sql`create extension if not exists pg_stat_statements`;
+      const out: Record<string, unknown> = {};
+
+      // (1) throughput
+      const tpDir = path.join(tmp, 'tp');
+      out.throughput = await withServer(pg.url, tpDir, async (url) => {
+        await writeFile(path.join(tmp, 'tp.yaml'), 'dag_id: tp\nmax_active_runs: 100000\ntasks:\n  - id: t\n    executor: agents\n    command: ["true"]\n');
+        expect((await cli(url, ['dag', 'apply', path.join(tmp, 'tp.yaml')])).code).toBe(0);
+        const api = createClients(url);
+        await api.workflow.pauseDag({ dagId: 'tp', paused: true });
+        const dag = (await getDag(sql, 'tp'))!;
+        for (let i = 0; i < TASKS; i += 500) {
+          await sql.begin(async (tx) => {
+            for (let j = i; j < i + 500; j++) await createRun(tx, { dagId: 'tp', dagVersion: dag.version, spec: dag.spec, runKey: `p_${j}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+          });
+        }
+        const agent = startInstantAgent(url, { agentId: 'prof', slots: 10 });
+        try {
+          await waitFor('agent', async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected), 30_000, 50);
+          await sleep(1500);
+          await sql`select pg_stat_statements_reset()`;
+          const x0 = await xacts(sql, 'leoflow');
+          const t = performance.now();
+          await api.workflow.pauseDag({ dagId: 'tp', paused: false });
+          await waitFor('all done', async () => (await sql<{ n: number }[]>`select count(*)::int as n from dag_runs where state = 'success'`)[0]!.n >= TASKS, 600_000, 100);
+          const secs = (performance.now() - t) / 1000;
+          await sleep(STATS_SETTLE_MS);
+          const xactPerTask = ((await xacts(sql, 'leoflow')) - x0) / TASKS;
+          return { seconds: secs, xactPerTask, ...perTask(await statements(sql), TASKS) };
+        } finally {
+          await agent.close();
+        }
+      });
+      (out.throughput as Record<string, unknown>).cpu = await profileTop(await newestProfile(tpDir), 20);
+
+      // (2) chain-40 through an instant agent
+      const chDir = path.join(tmp, 'chain');
+      out.chain = await withServer(pg.url, chDir, async (url) => {
+        const lines = ['dag_id: chain', 'tasks:'];
+        for (let i = 0; i < 40; i++) lines.push(`  - id: t${String(i).padStart(2, '0')}`, '    executor: agents', '    command: ["true"]', ...(i ? [`    depends_on: [t${String(i - 1).padStart(2, '0')}]`] : []));
+        await writeFile(path.join(tmp, 'chain.yaml'), lines.join('\n') + '\n');
+        expect((await cli(url, ['dag', 'apply', path.join(tmp, 'chain.yaml')])).code).toBe(0);
+        const api = createClients(url);
+        const agent = startInstantAgent(url, { agentId: 'prof-chain', slots: 1 });
+        try {
+          await waitFor('agent', async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected), 30_000, 50);
+          await sleep(1500);
+          await sql`select pg_stat_statements_reset()`;
+          for (let r = 0; r < 3; r++) {
+            const runId = (await api.workflow.triggerRun({ dagId: 'chain' })).run!.runId;
+            await waitFor('chain done', async () => (await sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`)[0]!.state === 'success', 60_000, 20);
+          }
+          return perTask(await statements(sql), 120);
+        } finally {
+          await agent.close();
+        }
+      });
+      (out.chain as Record<string, unknown>).cpu = await profileTop(await newestProfile(chDir), 20);
+
+      const tp = out.throughput as ReturnType<typeof perTask> & { cpu: Awaited<ReturnType<typeof profileTop>>; seconds: number; xactPerTask: number };
+      const ch = out.chain as ReturnType<typeof perTask> & { cpu: Awaited<ReturnType<typeof profileTop>> };
+      await report('profile-throughput-sql', tp.rows, { statementsPerTask: tp.perTask, xactPerTask: tp.xactPerTask, seconds: tp.seconds, byTime: tp.byTime });
+      await report('profile-throughput-sql-by-time', tp.byTime);
+      await report('profile-throughput-cpu-functions', tp.cpu.functions, { busyMs: tp.cpu.totalMs });
+      await report('profile-throughput-cpu-areas', tp.cpu.areas, { busyMs: tp.cpu.totalMs });
+      await report('profile-throughput-cpu-attributed', tp.cpu.attributed, { busyMs: tp.cpu.totalMs });
+      await report('profile-chain-sql', ch.rows, { statementsPerTask: ch.perTask, byTime: ch.byTime });
+      await report('profile-chain-cpu-functions', ch.cpu.functions, { busyMs: ch.cpu.totalMs });
+      await report('profile-chain-cpu-attributed', ch.cpu.attributed, { busyMs: ch.cpu.totalMs });
+      process.stdout.write(`\nthroughput: ${round(tp.xactPerTask, 2)} transactions per task (pg_stat_database, harness polls included); statements per task: throughput ${round(tp.perTask, 1)}, chain ${round(ch.perTask, 1)}; server busy ${round(tp.cpu.totalMs / 1000, 1)} s CPU for ${TASKS} tasks in ${round(tp.seconds, 1)} s\n`);
+    } finally {
+      await sql.end({ timeout: 5 });
+      await pg.stop();
+      await rm(stateDir, { recursive: true, force: true });
+      await rm(tmp, { recursive: true, force: true });
+    }
+  });
+});
