@@ -3,8 +3,12 @@ import type { Logger } from 'pino';
 export interface SchedulerLoopOptions {
   tickMs: number;
   logger: Logger;
-  /** Runs one step; must not throw (step() never does), but a throw is still caught here. */
-  step(): Promise<unknown>;
+  /**
+   * Runs one step; must not throw (step() never does), but a throw is still caught here.
+   * `full` at least once per tick (every phase); `light` for a nudge in between (planning only:
+   * the reapers and the cron check are about time passing, which the tick already covers).
+   */
+  step(kind: 'full' | 'light'): Promise<unknown>;
   /** Whether this replica may step now (it holds the leader lock). */
   canStep(): boolean;
   onStepDone?(seconds: number): void;
@@ -30,6 +34,7 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
   let pending = false;
   let timer: NodeJS.Timeout | null = null;
   let wake: { at: number; timer: NodeJS.Timeout } | null = null;
+  let lastFullAt = 0;
 
   const schedule = (delayMs: number) => {
     if (!running) return;
@@ -47,8 +52,11 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
     pending = false;
     if (opts.canStep()) {
       const started = performance.now();
+      // However many nudges keep coming, a full step still happens once per tick.
+      const kind = Date.now() - lastFullAt >= opts.tickMs ? 'full' : 'light';
+      if (kind === 'full') lastFullAt = Date.now();
       stepping = opts
-        .step()
+        .step(kind)
         .catch((err: unknown) => opts.logger.error({ err }, 'scheduler step threw'))
         .then(() => opts.onStepDone?.((performance.now() - started) / 1000));
       await stepping;

@@ -15,11 +15,12 @@ export interface StepResult {
 }
 
 /**
- * One reconciliation step: plan, reap orphaned runs, reap attempts whose heartbeat went stale.
+ * One reconciliation step: plan, reap orphaned runs, reap attempts whose heartbeat went stale
+ * (a `light` step, for a nudge between ticks, only plans).
  * Each phase is isolated: an error in one is counted and logged, and the next phase runs anyway.
  * The step itself never throws.
  */
-export async function step(ctx: SchedulerContext): Promise<StepResult> {
+export async function step(ctx: SchedulerContext, kind: 'full' | 'light' = 'full'): Promise<StepResult> {
   const result: StepResult = { plan: null, reapRuns: null, reapHeartbeats: null, failedPhases: [] };
   const phase = async <K extends 'plan' | 'reapRuns' | 'reapHeartbeats'>(name: K, run: () => Promise<NonNullable<StepResult[K]>>) => {
     try {
@@ -33,7 +34,10 @@ export async function step(ctx: SchedulerContext): Promise<StepResult> {
       ctx.counters.error(PHASE_NAMES[name], err);
     }
   };
-  await phase('plan', () => plan(ctx));
+  await phase('plan', () => plan(ctx, { cron: kind === 'full' }));
+  // A light step (a nudge between ticks) only plans: what the reapers and the cron check look
+  // for depends on time passing, and the next full step comes within one tick.
+  if (kind === 'light') return result;
   await phase('reapRuns', () => reapRuns(ctx));
   await phase('reapHeartbeats', () => reapHeartbeats(ctx));
   return result;

@@ -154,7 +154,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     const loop = createSchedulerLoop({
       tickMs: config.tickMs,
       logger: schedLogger,
-      step: () => step(ctx),
+      step: (kind) => step(ctx, kind),
       canStep: () => isLeader,
       onStepDone: (seconds) => {
         metrics.tickDuration.observe(seconds);

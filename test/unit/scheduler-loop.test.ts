@@ -88,3 +88,28 @@ describe('scheduler loop', () => {
     expect(steps).toBeGreaterThanOrEqual(3);
   });
 });
+
+describe('full and light steps', () => {
+  it('runs a full step at least once per tick however many nudges arrive, and light ones between', async () => {
+    const kinds: { kind: string; at: number }[] = [];
+    loop = createSchedulerLoop({
+      tickMs: 100,
+      logger,
+      canStep: () => true,
+      step: async (kind) => {
+        kinds.push({ kind, at: Date.now() });
+        await sleep(2);
+      },
+    });
+    loop.start();
+    const until = Date.now() + 450;
+    while (Date.now() < until) {
+      loop.nudge();
+      await sleep(5);
+    }
+    const full = kinds.filter((k) => k.kind === 'full');
+    expect(kinds.filter((k) => k.kind === 'light').length).toBeGreaterThan(10);
+    expect(full.length).toBeGreaterThanOrEqual(4);
+    for (let i = 1; i < full.length; i++) expect(full[i]!.at - full[i - 1]!.at).toBeLessThan(200);
+  });
+});

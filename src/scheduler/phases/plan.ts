@@ -19,13 +19,15 @@ export interface PlanResult {
  * run by its trigger rules in isolation (one run's failure never stops the others), finalize runs
  * whose task instances are all terminal, and offer scheduled task instances to the dispatch pool.
  */
-export async function plan(ctx: SchedulerContext): Promise<PlanResult> {
+export async function plan(ctx: SchedulerContext, opts: { cron: boolean } = { cron: true }): Promise<PlanResult> {
   const result: PlanResult = { runsCreated: 0, runsStarted: 0, runsAdvanced: 0, runsFinalized: 0, offered: 0, errors: 0 };
-  try {
-    result.runsCreated = (await createScheduledRuns(ctx)).created;
-  } catch (err) {
-    result.errors++;
-    ctx.counters.error('plan.cron', err);
+  if (opts.cron) {
+    try {
+      result.runsCreated = (await createScheduledRuns(ctx)).created;
+    } catch (err) {
+      result.errors++;
+      ctx.counters.error('plan.cron', err);
+    }
   }
 
   const runs = await activeRuns(ctx.sql, ctx.maxRunsPerStep);
