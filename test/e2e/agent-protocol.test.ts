@@ -206,8 +206,9 @@ describe('one-shot agent (leoflow agent --once --ti)', () => {
     const agent = startAgent(server.url, ['--id', 'pod-once-1', '--once', '--ti', tiId]);
     const exit = await Promise.race([agent.exited, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`one-shot agent did not exit:\n${agent.output()}`)), 20_000))]);
     expect(exit.code, agent.output()).toBe(0);
+    // The agent leaves once its Finished is acknowledged; the run ends at the step that follows.
+    await waitFor('run success', async () => (await api.workflow.getRun({ runId })).run!.state === 3);
     const r = await api.workflow.getRun({ runId });
-    expect(r.run!.state).toBe(3);
     expect(r.taskInstances[0]).toMatchObject({ agentId: 'pod-once-1', tryNumber: 1, exitCode: 0 });
     expect((await cli(server.url, ['logs', runId])).stdout).toContain('[job #1] one-shot 1');
   });
