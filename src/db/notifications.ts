@@ -37,7 +37,7 @@ export function listen(databaseUrl: string, logger: Logger, onNotify: (channel: 
   const connect = async () => {
     timer = null;
     if (closed) return;
-    const c = new pg.Client({ connectionString: databaseUrl, application_name: 'leoflow-listen' });
+    const c = new pg.Client({ connectionString: databaseUrl, application_name: 'leoflow-listen', connectionTimeoutMillis: 10_000, keepAlive: true });
     client = c;
     const retry = (why: string) => {
       if (client !== c || closed) return;

@@ -61,7 +61,14 @@ export function createLeaderElector(opts: LeaderElectorOptions): LeaderElector {
   const campaign = async () => {
     retryTimer = null;
     if (stopped) return;
-    const c = new pg.Client({ connectionString: opts.databaseUrl, application_name: `leoflow:${opts.replicaId}` });
+    // A bounded connect (a server still starting can leave it hanging) and TCP keepalives (a
+    // server that vanished without closing the socket is noticed by the kernel, not never).
+    const c = new pg.Client({
+      connectionString: opts.databaseUrl,
+      application_name: `leoflow:${opts.replicaId}`,
+      connectionTimeoutMillis: 10_000,
+      keepAlive: true,
+    });
     client = c;
     c.on('error', (err) => {
       if (client === c) depose(`lock session error: ${err.message}`);
