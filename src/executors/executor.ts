@@ -19,6 +19,12 @@ export interface Executor {
   /** Number of attempts held now. */
   readonly activeCount: number;
   /**
+   * Whether this attempt is known alive in this process (its process runs here). The heartbeat
+   * reaper never reaps such an attempt, whatever its heartbeat column says: after a database
+   * outage the column can lag behind the truth.
+   */
+  holdsLive?(tiId: string, attemptToken: string): boolean;
+  /**
    * Stops taking work and waits up to `waitMs` for live attempts to end on their own; then
    * stops the rest (reported as failed so that retries apply) and resolves when all are reported.
    */

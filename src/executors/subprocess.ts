@@ -95,6 +95,12 @@ class SubprocessExecutor implements Executor {
     return this.#live.size;
   }
 
+  /** Whether this attempt's process is alive here: a positive sign of life no reaper may ignore. */
+  holdsLive(tiId: string, attemptToken: string): boolean {
+    const run = this.#live.get(tiId);
+    return run !== undefined && run.attempt.attemptToken === attemptToken && !run.over;
+  }
+
   async dispatch(attempt: Attempt): Promise<void> {
     if (this.#shutdown) throw new Error(`subprocess executor is shutting down: not starting ${attempt.tiId}`);
     const stale = this.#live.get(attempt.tiId);

@@ -58,4 +58,6 @@ export interface SchedulerContext {
   health: DbHealth;
   /** Asks for a step at this time (a retry's backoff ends), so it does not wait for the tick. */
   wakeAt(at: Date): void;
+  /** Whether this replica itself runs this attempt now (optional: absent means "not known"). */
+  heldLive?(tiId: string, attemptToken: string): boolean;
 }

@@ -148,6 +148,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       heartbeatThresholdMs: config.heartbeatThresholdMs,
       health: { healthySince: new Date() },
       wakeAt: (at) => loop.wakeAt(at),
+      heldLive: (tiId, token) => [...executors.values()].some((e) => e.holdsLive?.(tiId, token) ?? false),
     };
 
     let isLeader = false;

@@ -143,7 +143,7 @@ describe('reapHeartbeats', () => {
     const h = harness();
 
     const r = await reapHeartbeats(h.ctx);
-    expect(r).toEqual({ candidates: 1, retried: 1, failed: 0, errors: 0, heldOff: false });
+    expect(r).toEqual({ candidates: 1, retried: 1, failed: 0, errors: 0, heldLive: 0, heldOff: false });
     const row = await ti(a.tiId);
     // The lost attempt's token dies with it: nothing its holder reports later can match.
     expect(row).toMatchObject({ state: 'up_for_retry', try_number: 1, pid: null, attempt_token: null });
@@ -166,7 +166,7 @@ describe('reapHeartbeats', () => {
     expect(h.errors).toEqual([]);
 
     // Once reaped, the row is no longer a candidate: a second pass changes nothing.
-    expect(await reapHeartbeats(h.ctx)).toEqual({ candidates: 0, retried: 0, failed: 0, errors: 0, heldOff: false });
+    expect(await reapHeartbeats(h.ctx)).toEqual({ candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: false });
     expect(h.reaped).toHaveLength(1);
   });
 
@@ -196,7 +196,7 @@ describe('reapHeartbeats', () => {
     const before = [await ti(fresh.tiId), await ti(long.tiId)];
     const h = harness();
 
-    expect(await reapHeartbeats(h.ctx)).toEqual({ candidates: 0, retried: 0, failed: 0, errors: 0, heldOff: false });
+    expect(await reapHeartbeats(h.ctx)).toEqual({ candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: false });
     expect([await ti(fresh.tiId), await ti(long.tiId)]).toEqual(before);
     expect(h.reaped).toEqual([]);
     expect(h.agentLost).toEqual([]);
@@ -283,7 +283,7 @@ describe('reapHeartbeats', () => {
     const h = harness({ health: { healthySince: since } });
     h.clock.now = since;
 
-    expect(await reapHeartbeats(h.ctx)).toEqual({ candidates: 0, retried: 0, failed: 0, errors: 0, heldOff: true });
+    expect(await reapHeartbeats(h.ctx)).toEqual({ candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: true });
     h.clock.now = new Date(since.getTime() + THRESHOLD_MS - 1);
     expect((await reapHeartbeats(h.ctx)).heldOff).toBe(true);
     expect((await ti(a.tiId)).state).toBe('running');
@@ -309,7 +309,7 @@ describe('reapHeartbeats', () => {
     const h = harness();
     try {
       const r = await reapHeartbeats(h.ctx);
-      expect(r).toEqual({ candidates: 3, retried: 1, failed: 1, errors: 1, heldOff: false });
+      expect(r).toEqual({ candidates: 3, retried: 1, failed: 1, errors: 1, heldLive: 0, heldOff: false });
     } finally {
       await db.sql.unsafe(`drop trigger test_fail_bad_ti on task_instances; drop function test_fail_bad_ti();`);
     }
@@ -342,12 +342,12 @@ describe('reapHeartbeats', () => {
 
     const s1 = await step(h.ctx);
     expect(s1.failedPhases).toEqual([]);
-    expect(s1.reapHeartbeats).toEqual({ candidates: 100, retried: 0, failed: 100, errors: 0, heldOff: false });
+    expect(s1.reapHeartbeats).toEqual({ candidates: 100, retried: 0, failed: 100, errors: 0, heldLive: 0, heldOff: false });
     expect(await count('failed')).toBe(100);
     expect(await count('running')).toBe(20);
 
     const s2 = await step(h.ctx);
-    expect(s2.reapHeartbeats).toEqual({ candidates: 20, retried: 0, failed: 20, errors: 0, heldOff: false });
+    expect(s2.reapHeartbeats).toEqual({ candidates: 20, retried: 0, failed: 20, errors: 0, heldLive: 0, heldOff: false });
     expect(await count('failed')).toBe(120);
     expect(h.reaped).toEqual([
       { kind: 'ti', count: 100 },
@@ -413,5 +413,35 @@ describe('reapHeartbeats', () => {
     expect(stored).toEqual([{ try_number: 2, line: 'try 2 line' }]);
     expect(rejected).toEqual([1, 2]);
     expect(h.errors).toEqual([]);
+  });
+});
+
+describe('a sign of life in this replica', () => {
+  it('beats a stale heartbeat column: an attempt whose process runs here is never reaped', async () => {
+    const { claimAttempt } = await import('../../src/db/attempts/claim-attempt.js');
+    const { startAttempt } = await import('../../src/db/attempts/start-attempt.js');
+    const { upsertDag } = await import('../../src/db/dags.js');
+    const { createRun } = await import('../../src/db/runs.js');
+    const spec = dag('alive_here', [task('a', { retries: 1 })]);
+    const { dag: row } = await upsertDag(db.sql, spec, 'alive_here.yaml');
+    const { run } = await db.sql.begin((tx) =>
+      createRun(tx, { dagId: spec.dagId, dagVersion: row.version, spec, runKey: 'k', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+    );
+    const [ti] = await db.sql<{ id: string }[]>`select id from task_instances where run_id = ${run.id}`;
+    await db.sql`update task_instances set state = 'scheduled' where id = ${ti!.id}`;
+    await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
+    const claim = (await claimAttempt(db.sql, ti!.id, 'subprocess'))!;
+    await startAttempt(db.sql, { tiId: ti!.id, ...claim }, { pid: 1, agentId: null });
+    await db.sql`update task_instances set heartbeat_at = now() - interval '1 hour' where id = ${ti!.id}`;
+
+    const h = harness();
+    h.ctx.heldLive = (tiId, token) => tiId === ti!.id && token === claim.attemptToken;
+    const r = await reapHeartbeats(h.ctx);
+    expect(r).toMatchObject({ candidates: 1, retried: 0, failed: 0, heldLive: 1 });
+    expect((await getTi(db.sql, ti!.id))!.state).toBe('running');
+
+    // Once this replica no longer runs it, the stale column decides.
+    h.ctx.heldLive = () => false;
+    expect(await reapHeartbeats(h.ctx)).toMatchObject({ retried: 1, heldLive: 0 });
   });
 });

@@ -10,6 +10,8 @@ export interface ReapHeartbeatsResult {
   retried: number;
   failed: number;
   errors: number;
+  /** Stale in the database but alive in this replica, so left alone. */
+  heldLive: number;
   /** Set when the phase held off because the database was unreachable too recently. */
   heldOff: boolean;
 }
@@ -21,7 +23,7 @@ export interface ReapHeartbeatsResult {
  * isolated; one that fails to write does not stop the others.
  */
 export async function reapHeartbeats(ctx: SchedulerContext): Promise<ReapHeartbeatsResult> {
-  const result: ReapHeartbeatsResult = { candidates: 0, retried: 0, failed: 0, errors: 0, heldOff: false };
+  const result: ReapHeartbeatsResult = { candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: false };
   if (ctx.now().getTime() - ctx.health.healthySince.getTime() < ctx.heartbeatThresholdMs) {
     result.heldOff = true;
     return result;
@@ -29,6 +31,12 @@ export async function reapHeartbeats(ctx: SchedulerContext): Promise<ReapHeartbe
   const candidates = await staleAttempts(ctx.sql, ctx.heartbeatThresholdMs, MAX_CANDIDATES);
   result.candidates = candidates.length;
   for (const c of candidates) {
+    // A positive sign of life beats a stale column: the attempt's process runs in this very
+    // replica (its heartbeat writes were lost to a database outage). Never reap it.
+    if (ctx.heldLive?.(c.id, c.attempt_token)) {
+      result.heldLive++;
+      continue;
+    }
     try {
       const verdict = await reapAttempt(ctx.sql, c, ctx.heartbeatThresholdMs);
       if (verdict === 'skipped') continue;
