@@ -12,6 +12,7 @@ import { createSchedulerLoop, type SchedulerLoop } from '../../src/scheduler/sch
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { waitFor } from '../helpers/leoflow-process.js';
+import { task } from '../helpers/spec-builders.js';
 
 /**
  * Fault: dispatch is slower than the tick (500 ms per dispatch, 50 TIs queued at once). The tick
@@ -41,24 +42,6 @@ beforeEach(async () => {
   // The planner looks at every active run of the database: each test starts from an empty one.
   await db.sql`delete from dags`;
 });
-
-function task(id: string): TaskSpec {
-  return {
-    id,
-    command: ['true'],
-    dependsOn: [],
-    triggerRule: 'all_success',
-    retries: 0,
-    retryDelayMs: 1000,
-    maxRetryDelayMs: 60_000,
-    timeoutMs: null,
-    env: {},
-    cwd: null,
-    executor: 'default',
-    image: null,
-    placement: null,
-  };
-}
 
 async function triggerWide(dagId: string): Promise<string> {
   const spec: DagSpec = {

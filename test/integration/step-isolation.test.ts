@@ -12,6 +12,7 @@ import type { SchedulerContext } from '../../src/scheduler/context.js';
 import { reapHeartbeats } from '../../src/scheduler/phases/reap-heartbeats.js';
 import { step, type StepResult } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { task } from '../helpers/spec-builders.js';
 
 const logger = pino({ level: 'silent' });
 const BOUND = { timeout: 20_000 };
@@ -28,24 +29,6 @@ beforeEach(async () => {
   await db.sql`delete from dags`;
   await db.sql`delete from events`;
 });
-
-function task(id: string): TaskSpec {
-  return {
-    id,
-    command: ['true'],
-    dependsOn: [],
-    triggerRule: 'all_success',
-    retries: 0,
-    retryDelayMs: 1000,
-    maxRetryDelayMs: 60_000,
-    timeoutMs: null,
-    env: {},
-    cwd: null,
-    executor: 'default',
-    image: null,
-    placement: null,
-  };
-}
 
 function dag(dagId: string, tasks: TaskSpec[]): DagSpec {
   return { dagId, description: '', schedule: null, timezone: 'UTC', catchup: false, startDate: null, maxActiveRuns: 16, tags: [], tasks };
