@@ -1,10 +1,9 @@
 import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, AttemptResult } from '../core/attempt.js';
-import { finishAttempt, type FinishVerdict } from './attempts/finish-attempt.js';
+import type { FinishVerdict } from './attempts/finish-attempt.js';
 import { flushHeartbeats } from './attempts/flush-heartbeats.js';
-import { startAttempt } from './attempts/start-attempt.js';
+import type { ReportBatcher } from './attempts/report-batcher.js';
 import type { LogWriter } from './log-writer.js';
-import { retryOnConnectionError } from './retry-on-connection-error.js';
 import type { Sql } from './sql.js';
 
 export interface AttemptStoreHooks {
@@ -14,17 +13,14 @@ export interface AttemptStoreHooks {
   onRejected?(attempt: Attempt, report: 'started' | 'finished' | 'heartbeat'): void;
 }
 
-/** How long an attempt's start and end reports are retried while the database is unreachable. */
-const REPORT_RETRY_MS = 10 * 60_000;
-
 /**
  * The reporter every executor writes through: each report is fenced by (ti, try, token), so a
  * zombie's report for a superseded attempt is refused and never applied.
  */
-export function createAttemptStore(sql: Sql, logs: LogWriter, logger: Logger, hooks: AttemptStoreHooks = {}): AttemptReporter {
+export function createAttemptStore(sql: Sql, reports: ReportBatcher, logs: LogWriter, logger: Logger, hooks: AttemptStoreHooks = {}): AttemptReporter {
   return {
     async started(attempt, info) {
-      const ok = await retryOnConnectionError(() => startAttempt(sql, attempt, { pid: info.pid, agentId: null }), { maxMs: REPORT_RETRY_MS });
+      const ok = await reports.started(attempt, { pid: info.pid, agentId: null });
       if (!ok) {
         hooks.onRejected?.(attempt, 'started');
         logger.warn({ tiId: attempt.tiId, runId: attempt.runId, try: attempt.tryNumber }, 'start report refused: attempt superseded');
@@ -42,12 +38,10 @@ export function createAttemptStore(sql: Sql, logs: LogWriter, logger: Logger, ho
     async finished(attempt: Attempt, result: AttemptResult) {
       await logs.flush();
       logs.forget(attempt.tiId, attempt.tryNumber);
-      // An attempt's end must not be lost to a database blip: retried until the database answers
-      // (the reaper holds off after an outage, so the attempt is not declared lost meanwhile).
-      const verdict = await retryOnConnectionError(() => finishAttempt(sql, attempt, result), {
-        maxMs: REPORT_RETRY_MS,
-        onRetry: (err, n) => n === 1 && logger.warn({ tiId: attempt.tiId, try: attempt.tryNumber, err: (err as Error).message }, 'database unreachable: retrying the end report'),
-      });
+      // An attempt's end must not be lost to a database blip: the batcher retries it until the
+      // database answers (the reaper holds off after an outage, so the attempt is not declared
+      // lost meanwhile).
+      const { verdict } = await reports.finished(attempt, result);
       const ids = { tiId: attempt.tiId, runId: attempt.runId, dagId: attempt.dagId, taskId: attempt.taskId, try: attempt.tryNumber };
       if (verdict === 'rejected') {
         if (result.outcome !== 'superseded') hooks.onRejected?.(attempt, 'finished');

@@ -65,7 +65,8 @@ export async function clearTaskInstance(sql: Sql, req: { runId: string; taskId: 
     if (isTerminalRun(run.state)) {
       const rows = await tx`
         with moved as (
-          update dag_runs set state = 'running', started_at = now(), ended_at = null, settled_at = null
+          update dag_runs set state = 'running', started_at = now(), ended_at = null, settled_at = null,
+            plan_epoch = plan_epoch + 1
           where id = ${req.runId} and state = any(${RUN_REOPEN_FROM as string[]}::text[])
           returning id)
         insert into events (run_id, kind, payload)
@@ -73,8 +74,9 @@ export async function clearTaskInstance(sql: Sql, req: { runId: string; taskId: 
         returning run_id`;
       if (rows.count === 1) reopenedFrom = run.state;
     } else {
-      // Not settled any more: the run has work again.
-      await tx`update dag_runs set settled_at = null where id = ${req.runId}`;
+      // Not settled any more: the run has work again. The epoch tells a planner that read the run
+      // before this clear that its decision is stale (runs.ts, applyPlan).
+      await tx`update dag_runs set settled_at = null, plan_epoch = plan_epoch + 1 where id = ${req.runId}`;
     }
 
     const order = new Map(ids.map((id, i) => [id, i]));

@@ -17,6 +17,8 @@ export interface RunRow {
   started_at: Date | null;
   ended_at: Date | null;
   settled_at: Date | null;
+  /** Bumped by a clear; the planner's writes are guarded on it (apply-plan.ts). A bigint, as text. */
+  plan_epoch: string;
 }
 
 export interface NewRun {
@@ -71,12 +73,17 @@ export async function listRuns(sql: Sql, opts: { dagId?: string; limit: number }
 }
 
 /** Runs the planner looks at: queued or running, not poisoned, oldest first, with whether
- *  their DAG is paused. */
-export async function activeRuns(sql: Sql, limit: number): Promise<(RunRow & { dag_paused: boolean })[]> {
-  return sql<(RunRow & { dag_paused: boolean })[]>`
-    select r.*, d.paused as dag_paused from dag_runs r join dags d on d.dag_id = r.dag_id
-    where r.state in ('queued', 'running') and r.poison_error is null
-    order by r.id limit ${limit}`;
+ *  their DAG is paused; only those of `runIds` when given (a targeted step). */
+export async function activeRuns(sql: Sql, limit: number, runIds: string[] | null = null): Promise<(RunRow & { dag_paused: boolean })[]> {
+  return runIds
+    ? sql<(RunRow & { dag_paused: boolean })[]>`
+        select r.*, d.paused as dag_paused from dag_runs r join dags d on d.dag_id = r.dag_id
+        where r.id = any(${runIds}::bigint[]) and r.state in ('queued', 'running') and r.poison_error is null
+        order by r.id limit ${limit}`
+    : sql<(RunRow & { dag_paused: boolean })[]>`
+        select r.*, d.paused as dag_paused from dag_runs r join dags d on d.dag_id = r.dag_id
+        where r.state in ('queued', 'running') and r.poison_error is null
+        order by r.id limit ${limit}`;
 }
 
 /** Number of running runs per DAG, for max_active_runs. */

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { Attempt } from '../core/attempt.js';
-import type { PlacementSpec } from '../core/dag-spec.js';
+import type { TaskSpec } from '../core/dag-spec.js';
 import { placeAttempt, type AgentView } from '../core/placement.js';
 import type { AgentRegistry } from './agent-registry.js';
 import type { Executor } from './executor.js';
@@ -15,8 +15,9 @@ export interface AgentsStore {
   availableAgents(): Promise<AvailableAgent[]>;
   /** Attempts of this task (by DAG and task id) each agent holds now. */
   taskLoad(runId: string, taskId: string): Promise<Map<string, number>>;
-  /** Claims the TI for a new attempt on this agent; null if someone else moved it. */
-  claim(tiId: string, agentId: string): Promise<Attempt | null>;
+  /** Claims each TI for its agent, all in one write. The attempts claimed, by ti id; a TI
+   *  missing was moved by someone else first. */
+  claim(claims: { work: AgentsWork; agentId: string }[]): Promise<Map<string, Attempt>>;
   /** Undoes a claim that could not be delivered. */
   release(attempt: Attempt, reason: string): Promise<void>;
   setPendingReason(tiId: string, reason: string): Promise<void>;
@@ -27,24 +28,37 @@ export interface AgentsStore {
 export interface AgentsWork {
   tiId: string;
   runId: string;
+  dagId: string;
   taskId: string;
-  placement: PlacementSpec | null;
+  task: TaskSpec;
+  conf: Record<string, unknown>;
+  logicalDate: Date;
   /** The reason last shown for this TI, so an unchanged one is not written again. */
   pendingReason: string | null;
 }
 
 export type AgentsDispatchOutcome = { kind: 'assigned'; agentId: string } | { kind: 'waiting'; reason: string } | { kind: 'lost' };
 
+interface Waiting {
+  work: AgentsWork;
+  resolve(o: AgentsDispatchOutcome): void;
+  reject(err: unknown): void;
+}
+
 /**
  * The standalone-agent executor: chooses an agent for a scheduled TI (placement rules in
  * core/placement.ts), claims the TI for it, and delivers the Assign down the agent's stream —
  * directly when this replica holds it, else through a notification to the replica that does.
- * Placement decisions are serialized, so two drainers never both take an agent's last slot.
+ *
+ * Placement is serialized: the work waiting when a round begins is placed in order against one
+ * view of the fleet (each placement taking its slot in the view, so two never take an agent's
+ * last slot), then claimed in one write. Work arriving meanwhile waits for the next round.
  */
 export class AgentsExecutor implements Executor {
   readonly kind = 'agents';
-  #chain: Promise<unknown> = Promise.resolve();
-  #cache: { at: number; agents: AvailableAgent[] } | null = null;
+  #waiting: Waiting[] = [];
+  #round: Promise<void> | null = null;
+  #cache: { fetchedAt: number; agents: AvailableAgent[] } | null = null;
 
   constructor(
     private readonly deps: { registry: AgentRegistry; store: AgentsStore; replicaId: string; logger: Logger; cacheMs: number },
@@ -52,9 +66,10 @@ export class AgentsExecutor implements Executor {
 
   /** Place, claim and deliver one TI. Never throws for "no agent": it says why the TI waits. */
   placeAndDispatch(work: AgentsWork): Promise<AgentsDispatchOutcome> {
-    const next = this.#chain.then(() => this.#placeAndDispatch(work));
-    this.#chain = next.catch(() => {});
-    return next;
+    return new Promise((resolve, reject) => {
+      this.#waiting.push({ work, resolve, reject });
+      this.#round ??= this.#rounds();
+    });
   }
 
   /** Forget the cached fleet view (an agent connected, left, or was drained). */
@@ -62,29 +77,80 @@ export class AgentsExecutor implements Executor {
     this.#cache = null;
   }
 
+  /**
+   * An attempt of this agent ended (its Finished arrived at `seenAt`, performance.now()): its slot
+   * is free again in the cached view. Only a view read before that moment counted the attempt; a
+   * later one already left it out, and is left alone.
+   */
+  released(agentId: string, seenAt: number): void {
+    const agent = this.#cache && this.#cache.fetchedAt <= seenAt ? this.#cache.agents.find((a) => a.agentId === agentId) : undefined;
+    if (agent && agent.running > 0) agent.running--;
+  }
+
   async #agents(): Promise<AvailableAgent[]> {
-    if (this.#cache && Date.now() - this.#cache.at < this.deps.cacheMs) return this.#cache.agents;
+    if (this.#cache && performance.now() - this.#cache.fetchedAt < this.deps.cacheMs) return this.#cache.agents;
     const agents = await this.deps.store.availableAgents();
-    this.#cache = { at: Date.now(), agents };
+    this.#cache = { fetchedAt: performance.now(), agents };
     return agents;
   }
 
-  async #placeAndDispatch(work: AgentsWork): Promise<AgentsDispatchOutcome> {
-    const agents = await this.#agents();
-    const load = work.placement?.maxParallelPerAgent ? await this.deps.store.taskLoad(work.runId, work.taskId) : new Map<string, number>();
-    const views = agents.map((a) => ({ ...a, runningThisTask: load.get(a.agentId) ?? 0 }));
-    const placement = placeAttempt(work.placement, views);
-    if (placement.kind === 'waiting') {
-      if (work.pendingReason !== placement.reason) await this.deps.store.setPendingReason(work.tiId, placement.reason);
-      return placement;
+  async #rounds(): Promise<void> {
+    while (this.#waiting.length > 0) {
+      const batch = this.#waiting;
+      this.#waiting = [];
+      try {
+        await this.#placeRound(batch);
+      } catch (err) {
+        for (const w of batch) w.reject(err);
+      }
     }
-    const agent = agents.find((a) => a.agentId === placement.agentId)!;
-    const attempt = await this.deps.store.claim(work.tiId, agent.agentId);
-    if (!attempt) return { kind: 'lost' };
-    // Count the slot as taken in the cached view until the next refresh.
-    agent.running++;
-    await this.dispatch(attempt);
-    return { kind: 'assigned', agentId: agent.agentId };
+    this.#round = null;
+  }
+
+  async #placeRound(batch: Waiting[]): Promise<void> {
+    const agents = await this.#agents();
+    const placed: { w: Waiting; agent: AvailableAgent }[] = [];
+    // max_parallel_per_agent counts this round's own placements of the task too.
+    const addedLoad = new Map<string, number>();
+    for (const w of batch) {
+      const { work } = w;
+      const key = (agentId: string) => `${work.dagId}\u0000${work.taskId}\u0000${agentId}`;
+      const load = work.task.placement?.maxParallelPerAgent ? await this.deps.store.taskLoad(work.runId, work.taskId) : new Map<string, number>();
+      const views = agents.map((a) => ({ ...a, runningThisTask: (load.get(a.agentId) ?? 0) + (addedLoad.get(key(a.agentId)) ?? 0) }));
+      const placement = placeAttempt(work.task.placement, views);
+      if (placement.kind === 'waiting') {
+        if (work.pendingReason !== placement.reason) await this.deps.store.setPendingReason(work.tiId, placement.reason);
+        w.resolve(placement);
+        continue;
+      }
+      const agent = agents.find((a) => a.agentId === placement.agentId)!;
+      // The slot is taken in the cached view until the next refresh (or until released).
+      agent.running++;
+      addedLoad.set(key(agent.agentId), (addedLoad.get(key(agent.agentId)) ?? 0) + 1);
+      placed.push({ w, agent });
+    }
+    if (placed.length === 0) return;
+    let claimed: Map<string, Attempt>;
+    try {
+      claimed = await this.deps.store.claim(placed.map((p) => ({ work: p.w.work, agentId: p.agent.agentId })));
+    } catch (err) {
+      for (const p of placed) p.agent.running--;
+      throw err;
+    }
+    for (const { w, agent } of placed) {
+      const attempt = claimed.get(w.work.tiId);
+      if (!attempt) {
+        agent.running--;
+        w.resolve({ kind: 'lost' });
+        continue;
+      }
+      try {
+        await this.dispatch(attempt);
+        w.resolve({ kind: 'assigned', agentId: agent.agentId });
+      } catch (err) {
+        w.reject(err);
+      }
+    }
   }
 
   /** Delivers a claimed attempt to its agent. */
@@ -113,6 +179,6 @@ export class AgentsExecutor implements Executor {
 
   /** Nothing runs in this process: agents keep their work across a control-plane restart. */
   async shutdown(): Promise<void> {
-    await this.#chain;
+    while (this.#round) await this.#round;
   }
 }

@@ -1,14 +1,21 @@
 import type { Logger } from 'pino';
 
+/**
+ * What a step plans: every active run, or only the runs named by the nudges since the last step
+ * (a TI of theirs ended, they were triggered). A targeted step reads and writes only those runs,
+ * so a finished task costs one run's reads, not every active run's.
+ */
+export type StepTarget = { all: true } | { all: false; runIds: string[] };
+
 export interface SchedulerLoopOptions {
   tickMs: number;
   logger: Logger;
   /**
    * Runs one step; must not throw (step() never does), but a throw is still caught here.
-   * `full` at least once per tick (every phase); `light` for a nudge in between (planning only:
-   * the reapers and the cron check are about time passing, which the tick already covers).
+   * `full` at least once per tick (every phase, every run); `light` for a nudge in between
+   * (planning only: the reapers and the cron check are about time passing, which the tick covers).
    */
-  step(kind: 'full' | 'light'): Promise<unknown>;
+  step(kind: 'full' | 'light', target: StepTarget): Promise<unknown>;
   /** Whether this replica may step now (it holds the leader lock). */
   canStep(): boolean;
   onStepDone?(seconds: number): void;
@@ -16,8 +23,11 @@ export interface SchedulerLoopOptions {
 
 export interface SchedulerLoop {
   start(): void;
-  /** Asks for a step as soon as possible. A burst of nudges costs one step (coalesced). */
-  nudge(): void;
+  /**
+   * Asks for a step as soon as possible, for these runs only, or for every run when none are
+   * named. A burst of nudges costs one step (coalesced, the named runs merged).
+   */
+  nudge(runIds?: readonly string[]): void;
   /** Asks for a step at a given time (the earliest request wins; the tick still runs). */
   wakeAt(at: Date): void;
   /** Stops after the step in progress, if any. */
@@ -35,6 +45,9 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
   let timer: NodeJS.Timeout | null = null;
   let wake: { at: number; timer: NodeJS.Timeout } | null = null;
   let lastFullAt = 0;
+  // What the nudges since the last step asked for.
+  let wantAll = false;
+  let wantRuns = new Set<string>();
 
   const schedule = (delayMs: number) => {
     if (!running) return;
@@ -55,30 +68,41 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
       // However many nudges keep coming, a full step still happens once per tick.
       const kind = Date.now() - lastFullAt >= opts.tickMs ? 'full' : 'light';
       if (kind === 'full') lastFullAt = Date.now();
+      const target: StepTarget = kind === 'full' || wantAll || wantRuns.size === 0 ? { all: true } : { all: false, runIds: [...wantRuns] };
+      wantAll = false;
+      wantRuns = new Set();
       stepping = opts
-        .step(kind)
+        .step(kind, target)
         .catch((err: unknown) => opts.logger.error({ err }, 'scheduler step threw'))
         .then(() => opts.onStepDone?.((performance.now() - started) / 1000));
       await stepping;
       stepping = null;
+    } else {
+      wantAll = false;
+      wantRuns = new Set();
     }
     schedule(pending ? 0 : opts.tickMs);
+  };
+
+  const nudge = (runIds?: readonly string[]) => {
+    if (!running) return;
+    if (runIds && runIds.length > 0) for (const id of runIds) wantRuns.add(id);
+    else wantAll = true;
+    if (stepping) pending = true;
+    else if (!timer || pending === false) {
+      pending = true;
+      schedule(0);
+    }
   };
 
   return {
     start() {
       if (running) return;
       running = true;
+      wantAll = true;
       schedule(0);
     },
-    nudge() {
-      if (!running) return;
-      if (stepping) pending = true;
-      else if (!timer || pending === false) {
-        pending = true;
-        schedule(0);
-      }
-    },
+    nudge,
     wakeAt(at) {
       const ms = at.getTime() - Date.now();
       if (!running || ms >= opts.tickMs) return; // the tick comes first anyway
@@ -88,7 +112,7 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
         at: at.getTime(),
         timer: setTimeout(() => {
           wake = null;
-          this.nudge();
+          nudge();
         }, Math.max(0, ms)),
       };
     },

@@ -1,5 +1,6 @@
 import { isConnectionError } from '../db/is-connection-error.js';
 import type { SchedulerContext } from './context.js';
+import type { StepTarget } from './scheduler-loop.js';
 import { plan, type PlanResult } from './phases/plan.js';
 import { reapHeartbeats, type ReapHeartbeatsResult } from './phases/reap-heartbeats.js';
 import { reapRuns, type ReapRunsResult } from './phases/reap-runs.js';
@@ -16,11 +17,12 @@ export interface StepResult {
 
 /**
  * One reconciliation step: plan, reap orphaned runs, reap attempts whose heartbeat went stale
- * (a `light` step, for a nudge between ticks, only plans).
+ * (a `light` step, for a nudge between ticks, only plans, and only the nudged runs when the
+ * nudges named them).
  * Each phase is isolated: an error in one is counted and logged, and the next phase runs anyway.
  * The step itself never throws.
  */
-export async function step(ctx: SchedulerContext, kind: 'full' | 'light' = 'full'): Promise<StepResult> {
+export async function step(ctx: SchedulerContext, kind: 'full' | 'light' = 'full', target: StepTarget = { all: true }): Promise<StepResult> {
   const result: StepResult = { plan: null, reapRuns: null, reapHeartbeats: null, failedPhases: [] };
   const phase = async <K extends 'plan' | 'reapRuns' | 'reapHeartbeats'>(name: K, run: () => Promise<NonNullable<StepResult[K]>>) => {
     try {
@@ -34,7 +36,7 @@ export async function step(ctx: SchedulerContext, kind: 'full' | 'light' = 'full
       ctx.counters.error(PHASE_NAMES[name], err);
     }
   };
-  await phase('plan', () => plan(ctx, { cron: kind === 'full' }));
+  await phase('plan', () => plan(ctx, { cron: kind === 'full', runIds: kind === 'full' || target.all ? null : target.runIds }));
   // A light step (a nudge between ticks) only plans: what the reapers and the cron check look
   // for depends on time passing, and the next full step comes within one tick.
   if (kind === 'light') return result;

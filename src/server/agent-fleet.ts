@@ -1,6 +1,9 @@
 import type { Logger } from 'pino';
+import type { Attempt } from '../core/attempt.js';
 import { availableAgents, taskLoadByAgent, touchAgents } from '../db/agents.js';
-import { claimAttempt } from '../db/attempts/claim-attempt.js';
+import { claimAttempts } from '../db/attempts/claim-attempt.js';
+import type { ReportBatcher } from '../db/attempts/report-batcher.js';
+import { attemptEnv } from '../core/attempt-env.js';
 import { flushHeartbeats } from '../db/attempts/flush-heartbeats.js';
 import { releaseClaim } from '../db/attempts/release-claim.js';
 import { loadAttempt } from '../db/load-attempt.js';
@@ -23,8 +26,9 @@ export interface AgentFleetOptions {
   replicaId: string;
   keepaliveMs: number;
   agentToken: string | null;
-  /** Asks this replica's scheduler to step (a no-op unless it leads). */
-  nudgeLocal(): void;
+  reports: ReportBatcher;
+  /** Asks the leader, wherever it is, to step (for these runs only, when named). */
+  nudge(runIds?: string[]): void;
 }
 
 /**
@@ -44,12 +48,6 @@ export function createAgentFleet(o: AgentFleetOptions) {
     Math.min(1000, o.keepaliveMs),
   );
 
-  /** Tells the leader, wherever it is, to step now. */
-  const nudgeEverywhere = () => {
-    o.nudgeLocal();
-    void notify(sql, CHANNELS.nudge).catch((err: unknown) => log.warn({ err }, 'could not notify the other replicas'));
-  };
-
   const executor = new AgentsExecutor({
     registry,
     replicaId: o.replicaId,
@@ -66,7 +64,30 @@ export function createAgentFleet(o: AgentFleetOptions) {
           connectedReplica: a.connected_replica!,
         })),
       taskLoad: (runId, taskId) => taskLoadByAgent(sql, runId, taskId),
-      claim: async (tiId, agentId) => ((await claimAttempt(sql, tiId, 'agents', agentId)) ? loadAttempt(sql, tiId, agentId) : null),
+      claim: async (claims) => {
+        const made = await claimAttempts(sql, 'agents', claims.map((c) => ({ tiId: c.work.tiId, agentId: c.agentId })));
+        const out = new Map<string, Attempt>();
+        for (const { work: w, agentId } of claims) {
+          const c = made.get(w.tiId);
+          if (!c) continue;
+          out.set(w.tiId, {
+            tiId: w.tiId,
+            runId: w.runId,
+            dagId: w.dagId,
+            taskId: w.taskId,
+            tryNumber: c.tryNumber,
+            maxTries: c.maxTries,
+            attemptToken: c.attemptToken,
+            dispatchKey: c.dispatchKey,
+            command: w.task.command,
+            env: attemptEnv({ dagId: w.dagId, runId: w.runId, taskId: w.taskId, tiId: w.tiId, tryNumber: c.tryNumber, maxTries: c.maxTries, logicalDate: w.logicalDate, conf: w.conf, taskEnv: w.task.env }),
+            cwd: w.task.cwd,
+            timeoutMs: w.task.timeoutMs,
+            agentId,
+          });
+        }
+        return out;
+      },
       release: async (attempt, reason) => {
         await releaseClaim(sql, attempt, reason);
       },
@@ -76,7 +97,7 @@ export function createAgentFleet(o: AgentFleetOptions) {
   });
 
   const sessionDeps: SessionDeps = {
-    store: createSessionStore(sql, o.logs, o.replicaId),
+    store: createSessionStore(sql, o.reports, o.logs, o.replicaId),
     registry,
     heartbeats,
     logger: log,
@@ -85,12 +106,12 @@ export function createAgentFleet(o: AgentFleetOptions) {
     agentToken: o.agentToken,
     onFleetChanged: () => {
       executor.invalidate();
-      nudgeEverywhere();
+      o.nudge();
     },
-    onFinished: () => {
+    onFinished: (agentId, runId, seenAt) => {
       // A slot was freed: the cached fleet view would still count it as taken.
-      executor.invalidate();
-      nudgeEverywhere();
+      executor.released(agentId, seenAt);
+      o.nudge(runId ? [runId] : undefined);
     },
     onRejected: (report) => o.metrics.staleReportsRejected.inc({ report }),
   };

@@ -1,19 +1,18 @@
 import type { Attempt, AttemptResult } from '../core/attempt.js';
 import { connectAgent, disconnectAgent } from '../db/agents.js';
 import { claimAttempt } from '../db/attempts/claim-attempt.js';
-import { finishAttempt } from '../db/attempts/finish-attempt.js';
-import { startAttempt } from '../db/attempts/start-attempt.js';
+import type { ReportBatcher } from '../db/attempts/report-batcher.js';
 import { loadAttempt } from '../db/load-attempt.js';
 import type { LogWriter } from '../db/log-writer.js';
-import { retryOnConnectionError } from '../db/retry-on-connection-error.js';
 import type { Sql } from '../db/sql.js';
 import type { SessionStore } from './agent-session.js';
 
-/** Reports from agents are retried through a database blip, like the subprocess executor's. */
-const REPORT_RETRY_MS = 60_000;
-
-/** The store side of agent sessions, every report fenced by the attempt's try number and token. */
-export function createSessionStore(sql: Sql, logs: LogWriter, replicaId: string): SessionStore {
+/**
+ * The store side of agent sessions, every report fenced by the attempt's try number and token.
+ * Starts and ends go through the replica's report batcher (retried through a database blip, and
+ * written together with every other attempt's reports).
+ */
+export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWriter, replicaId: string): SessionStore {
   return {
     connectAgent: (h) => connectAgent(sql, { ...h, replicaId }),
     disconnectAgent: (agentId, sessionId) => disconnectAgent(sql, agentId, sessionId),
@@ -40,7 +39,7 @@ export function createSessionStore(sql: Sql, logs: LogWriter, replicaId: string)
     },
 
     async started(ref, pid, agentId) {
-      if (await retryOnConnectionError(() => startAttempt(sql, ref, { pid, agentId }), { maxMs: REPORT_RETRY_MS })) return true;
+      if (await reports.started(ref, { pid, agentId })) return true;
       // Sent again after a reconnect, for an attempt already running: not a zombie.
       const [row] = await sql`
         select 1 from task_instances where id = ${ref.tiId} and try_number = ${ref.tryNumber}
@@ -55,13 +54,13 @@ export function createSessionStore(sql: Sql, logs: LogWriter, replicaId: string)
     async finished(ref, result: AttemptResult) {
       await logs.flush();
       logs.forget(ref.tiId, ref.tryNumber);
-      const verdict = await retryOnConnectionError(() => finishAttempt(sql, ref, result), { maxMs: REPORT_RETRY_MS });
-      if (verdict !== 'rejected') return 'applied';
+      const { verdict, runId } = await reports.finished(ref, result);
+      if (verdict !== 'rejected') return { outcome: 'applied', runId };
       // Sent again after a reconnect, for an end already recorded: not a zombie.
       const [row] = await sql<{ ended: boolean }[]>`
         select state in ('success', 'failed', 'up_for_retry', 'cancelled') and ended_at is not null as ended
         from task_instances where id = ${ref.tiId} and try_number = ${ref.tryNumber} and attempt_token = ${ref.attemptToken}`;
-      return row?.ended ? 'applied' : 'refused';
+      return { outcome: row?.ended ? 'applied' : 'refused', runId: null };
     },
 
     async claimOnly(tiId, agentId) {

@@ -32,7 +32,8 @@ export interface SessionStore {
   undelivered(agentId: string): Promise<Attempt[]>;
   started(ref: HeldRef, pid: number, agentId: string): Promise<boolean>;
   log(ref: HeldRef, stream: LogStream, line: string, seq: number): void;
-  finished(ref: HeldRef, result: AttemptResult): Promise<'applied' | 'refused'>;
+  /** `runId` is the attempt's run when this call recorded the end (for a targeted step). */
+  finished(ref: HeldRef, result: AttemptResult): Promise<{ outcome: 'applied' | 'refused'; runId: string | null }>;
   /** Claims a one-shot agent's task instance for it (`--once --ti`). */
   claimOnly(tiId: string, agentId: string): Promise<Attempt | null>;
 }
@@ -48,8 +49,9 @@ export interface SessionDeps {
   agentToken: string | null;
   /** An agent connected or left: placement must look again. */
   onFleetChanged(): void;
-  /** An attempt ended: the scheduler should step. */
-  onFinished(): void;
+  /** An attempt ended (in this run, when known; its Finished arrived at `seenAt`,
+   *  performance.now()): its slot is free, and the scheduler should step. */
+  onFinished(agentId: string, runId: string | null, seenAt: number): void;
   onRejected(report: 'hello' | 'started' | 'log' | 'finished' | 'keepalive'): void;
 }
 
@@ -254,6 +256,15 @@ export class AgentSession implements AgentHandle {
     }
   }
 
+  /** A report being written: if the store gives up on it (the database stayed unreachable), the
+   *  stream is closed, and the agent reconnects and sends it again. */
+  #track(write: Promise<void>): void {
+    write.catch((err: unknown) => {
+      this.#log.error({ err }, 'could not record an agent report; closing the stream');
+      this.#out.close(new ConnectError(`agent report not recorded: ${(err as Error).message}`, Code.Unavailable));
+    });
+  }
+
   #superseded(refs: HeldRef[]): void {
     for (const r of refs) {
       // Ended (and acknowledged) since the keepalive that listed it: not a zombie.
@@ -278,10 +289,15 @@ export class AgentSession implements AgentHandle {
       case 'started': {
         const r = ref(req.msg.value.attempt, 'started.attempt');
         this.#held.set(r.tiId, r);
-        if (!(await store.started(r, req.msg.value.pid, this.agentId))) {
-          this.deps.onRejected('started');
-          this.#out.push({ msg: { case: 'cancel', value: { attempt: r, reason: 'attempt superseded' } } });
-        }
+        // Not awaited: the replica's report batcher writes this with every other report waiting,
+        // in order (an attempt's Started before its Finished), while this loop reads on.
+        this.#track(
+          store.started(r, req.msg.value.pid, this.agentId).then((ok) => {
+            if (ok) return;
+            this.deps.onRejected('started');
+            this.#out.push({ msg: { case: 'cancel', value: { attempt: r, reason: 'attempt superseded' } } });
+          }),
+        );
         return;
       }
       case 'log': {
@@ -294,11 +310,15 @@ export class AgentSession implements AgentHandle {
       }
       case 'finished': {
         const r = ref(req.msg.value.attempt, 'finished.attempt');
-        const verdict = await store.finished(r, resultOf(req.msg.value));
-        if (verdict === 'refused') this.deps.onRejected('finished');
-        this.#held.delete(r.tiId);
-        this.#out.push({ msg: { case: 'finishedAck', value: { attempt: r, applied: verdict === 'applied' } } });
-        this.deps.onFinished();
+        const seenAt = performance.now();
+        this.#track(
+          store.finished(r, resultOf(req.msg.value)).then(({ outcome, runId }) => {
+            if (outcome === 'refused') this.deps.onRejected('finished');
+            if (this.#held.get(r.tiId)?.attemptToken === r.attemptToken) this.#held.delete(r.tiId);
+            this.#out.push({ msg: { case: 'finishedAck', value: { attempt: r, applied: outcome === 'applied' } } });
+            this.deps.onFinished(this.agentId, runId, seenAt);
+          }),
+        );
         return;
       }
       case 'hello':

@@ -6,9 +6,10 @@ import type { Attempt } from '../core/attempt.js';
 import { attemptEnv } from '../core/attempt-env.js';
 import { createAttemptStore } from '../db/attempt-store.js';
 import { claimAttempt } from '../db/attempts/claim-attempt.js';
+import { createReportBatcher } from '../db/attempts/report-batcher.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../db/embedded-postgres.js';
 import { createLogWriter } from '../db/log-writer.js';
-import { CHANNELS, listen } from '../db/notifications.js';
+import { CHANNELS, listen, notify } from '../db/notifications.js';
 import { migrate } from '../db/migrate.js';
 import { createSql } from '../db/sql.js';
 import { createDispatchPool } from '../dispatch/pool.js';
@@ -29,6 +30,9 @@ import type { Config } from './config.js';
 import { createDagParser } from './dag-parser.js';
 import { createMetrics, schedulerCounters, serveMetrics } from './metrics.js';
 import { createWorkflowService } from './workflow-service.js';
+
+/** How long an attempt's start and end reports are retried while the database is unreachable. */
+const REPORT_RETRY_MS = 10 * 60_000;
 
 export interface ControlPlane {
   /** The address the API listens on (the port is the real one when 0 was asked). */
@@ -60,21 +64,28 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
 
     const metrics = createMetrics();
     const logs = createLogWriter(sql, logger, { flushMs: 50, maxBatch: 500, onRejected: (n) => metrics.staleReportsRejected.inc({ report: 'log' }, n) });
-    // Set once the loop exists; a finished attempt nudges the scheduler to plan its successors.
-    let nudge = () => {};
-    const reporter = createAttemptStore(sql, logs, logger, {
-      onFinished: () => nudge(),
+    // Every attempt's start and end report on this replica, from the subprocess executor and from
+    // agent streams alike, is written by one group-commit batcher.
+    const reports = createReportBatcher(sql, {
+      retryMs: REPORT_RETRY_MS,
+      onRetry: (err) => logger.warn({ err: (err as Error).message }, 'database unreachable: retrying attempt reports'),
+    });
+    // Set once the loop exists: asks the leader, here or on another replica, to step.
+    let nudge: (runIds?: string[]) => void = () => {};
+    const reporter = createAttemptStore(sql, reports, logs, logger, {
+      onFinished: (attempt) => nudge([attempt.runId]),
       onRejected: (_attempt, report) => metrics.staleReportsRejected.inc({ report }),
     });
     const fleet = createAgentFleet({
       sql,
       logs,
+      reports,
       logger,
       metrics,
       replicaId: config.replicaId,
       keepaliveMs: config.heartbeatIntervalMs,
       agentToken: config.agentToken,
-      nudgeLocal: () => nudge(),
+      nudge: (runIds) => nudge(runIds),
     });
     const executors = new Map<string, Executor>();
     executors.set(
@@ -83,17 +94,27 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     );
     executors.set('agents', fleet.executor);
 
+    // Set when the pool refused an offer (it was full): once it has drained to half, the planner
+    // is asked for a step over every run, so the TIs it refused are offered again without
+    // waiting for the tick.
+    let refused = false;
     const pool = createDispatchPool<DispatchItem>({
       workers: config.dispatchWorkers,
       capacity: config.dispatchQueue,
       key: (item) => item.tiId,
       logger,
-      onDispatched: (_item, seconds) => metrics.dispatchLatency.observe(seconds),
+      onDispatched: (_item, seconds) => {
+        metrics.dispatchLatency.observe(seconds);
+        if (refused && pool.depth <= config.dispatchQueue / 2) {
+          refused = false;
+          loop.nudge();
+        }
+      },
       dispatch: async (item) => {
         if (item.executor === 'agents') {
           // Placement first: the agent is chosen before the claim, and a TI with no eligible
           // agent stays scheduled, saying why.
-          await fleet.executor.placeAndDispatch({ tiId: item.tiId, runId: item.runId, taskId: item.taskId, placement: item.task.placement, pendingReason: item.pendingReason });
+          await fleet.executor.placeAndDispatch(item);
           return;
         }
         const executor = executors.get(item.executor);
@@ -136,7 +157,10 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       now: () => new Date(),
       offer: (item) => {
         const outcome = pool.offer(item);
-        if (outcome === 'full') metrics.dispatchAtCapacity.inc();
+        if (outcome === 'full') {
+          metrics.dispatchAtCapacity.inc();
+          refused = true;
+        }
         metrics.dispatchQueueDepth.set(pool.depth);
         return outcome;
       },
@@ -155,14 +179,33 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     const loop = createSchedulerLoop({
       tickMs: config.tickMs,
       logger: schedLogger,
-      step: (kind) => step(ctx, kind),
+      step: (kind, target) => step(ctx, kind, target),
       canStep: () => isLeader,
       onStepDone: (seconds) => {
         metrics.tickDuration.observe(seconds);
         metrics.dispatchQueueDepth.set(pool.depth);
       },
     });
-    nudge = () => loop.nudge();
+    // Nudges for the leader: stepped here when this replica leads, else sent to the leader over
+    // NOTIFY, the runs named in the payload (coalesced: one notification per turn of the loop).
+    let toNotify: { all: boolean; runIds: Set<string> } | null = null;
+    nudge = (runIds) => {
+      if (isLeader) return loop.nudge(runIds);
+      if (!toNotify) {
+        toNotify = { all: false, runIds: new Set() };
+        setImmediate(() => {
+          const n = toNotify!;
+          toNotify = null;
+          // NOTIFY payloads are limited to 8000 bytes: a longer list becomes "every run".
+          const ids = [...n.runIds].join(',');
+          void notify(sql, CHANNELS.nudge, n.all || ids.length > 7000 ? '' : ids).catch((err: unknown) =>
+            logger.warn({ err }, 'could not notify the leader'),
+          );
+        });
+      }
+      if (runIds && runIds.length > 0) for (const id of runIds) toNotify.runIds.add(id);
+      else toNotify.all = true;
+    };
     const leader = createLeaderElector({
       databaseUrl,
       replicaId: config.replicaId,
@@ -195,7 +238,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
             sql,
             logger,
             parseDag: (source, file) => parser.parse(source, file),
-            nudge: () => loop.nudge(),
+            nudge: (runIds) => nudge(runIds),
             stopLocal: (tiIds, reason) => {
               for (const id of tiIds) if (!executors.get('subprocess')!.cancel(id, reason)) fleet.cancel(id, reason);
             },
@@ -240,7 +283,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     }
 
     const listener = listen(databaseUrl, logger, (channel, payload) => {
-      if (channel === CHANNELS.nudge) loop.nudge();
+      if (channel === CHANNELS.nudge) loop.nudge(payload === '' ? undefined : payload.split(','));
       else void fleet.onNotification(channel, payload).catch((err: unknown) => logger.error({ err, channel, payload }, 'notification failed'));
     });
     cleanups.push(() => listener.close());
@@ -263,6 +306,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
           await pool.close();
           await Promise.all([...executors.values()].map((e) => e.shutdown(config.shutdownGraceMs)));
           await fleet.close();
+          await reports.drain();
           await listener.close();
           await logs.close();
           // Release the lock only once our tasks are recorded, so a standby never sees them half-done.

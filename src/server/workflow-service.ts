@@ -20,7 +20,8 @@ export interface WorkflowDeps {
   logger: Logger;
   parseDag(source: string, file: string): Promise<DagSpec>;
   /** Asks the scheduler to step now (a run was triggered or cancelled). */
-  nudge(): void;
+  /** Asks the leader to step, for these runs only when named. */
+  nudge(runIds?: string[]): void;
   /** Stops the processes of these task instances if this replica holds them. */
   stopLocal(tiIds: string[], reason: string): void;
   defaultExecutor: string;
@@ -131,7 +132,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       });
       if (result.created) {
         deps.logger.info({ runId: result.run.id, dagId, runKey }, 'run triggered');
-        deps.nudge();
+        deps.nudge([result.run.id]);
       }
       return { run: runToProto(result.run), created: result.created };
     },
@@ -182,7 +183,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
         { runId, taskId, cleared: outcome.cleared.map((t) => t.task_id), reopenedFrom: outcome.reopenedFrom ?? undefined },
         outcome.reopenedFrom ? `cleared ${taskId}; run re-opened` : `cleared ${taskId}`,
       );
-      deps.nudge();
+      deps.nudge([runId]);
       return { run: runToProto(outcome.run), cleared: outcome.cleared.map(tiToProto) };
     },
 
@@ -198,7 +199,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       if (outcome.mayHoldProcess) deps.stopLocal([outcome.ti.id], `task ${taskId} of run ${runId} cancelled`);
       deps.logger.info({ runId, taskId, tiId: outcome.ti.id, was: outcome.was }, `task ${taskId} cancelled`);
       // The run goes on by its trigger rules: plan its downstream now.
-      deps.nudge();
+      deps.nudge([runId]);
       return { taskInstance: tiToProto(outcome.ti) };
     },
 

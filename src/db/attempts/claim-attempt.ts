@@ -17,20 +17,33 @@ export interface Claim {
  * then does nothing, which is what makes a duplicate dispatch harmless.
  */
 export async function claimAttempt(sql: Sql, tiId: string, executor: string, agentId: string | null = null): Promise<Claim | null> {
-  const [row] = await sql<{ try_number: number; max_tries: number; attempt_token: string; dispatch_key: string }[]>`
-    with claimed as (
+  return (await claimAttempts(sql, executor, [{ tiId, agentId }])).get(tiId) ?? null;
+}
+
+/**
+ * Claims many task instances in one statement, each for its agent (null: not an agent's), with
+ * the same row-by-row guard as a single claim. Resolves the claims made, by ti id; a TI missing
+ * from the map was claimed by someone else first, or cancelled.
+ */
+export async function claimAttempts(sql: Sql, executor: string, claims: { tiId: string; agentId: string | null }[]): Promise<Map<string, Claim>> {
+  if (claims.length === 0) return new Map();
+  const rows = await sql<{ id: string; try_number: number; max_tries: number; attempt_token: string; dispatch_key: string }[]>`
+    with c as (
+      select * from unnest(${claims.map((c) => c.tiId)}::bigint[], ${claims.map((c) => c.agentId) as string[]}::text[]) as c(id, agent_id)),
+    claimed as (
       update task_instances ti set
         state = 'queued', try_number = ti.try_number + 1, attempt_token = gen_random_uuid(),
         dispatch_key = r.dag_id || '-' || ti.run_id || '-' || ti.task_id || '-' || (ti.try_number + 1),
         executor = ${executor}, queued_at = now(), started_at = null, heartbeat_at = null, ended_at = null,
-        exit_code = null, error = null, pid = null, agent_id = ${agentId}, pending_reason = null, next_try_at = null
-      from dag_runs r
-      where ti.id = ${tiId} and ti.state = any(${CLAIM_FROM}::text[]) and r.id = ti.run_id and r.state = 'running'
-      returning ti.id, ti.run_id, ti.task_id, ti.try_number, ti.max_tries, ti.attempt_token, ti.dispatch_key),
+        exit_code = null, error = null, pid = null, agent_id = c.agent_id, pending_reason = null, next_try_at = null
+      from c, dag_runs r
+      where ti.id = c.id and ti.state = any(${CLAIM_FROM}::text[]) and r.id = ti.run_id and r.state = 'running'
+      returning ti.id, ti.run_id, ti.task_id, ti.try_number, ti.max_tries, ti.attempt_token, ti.dispatch_key, ti.agent_id),
     ev as (
       insert into events (run_id, ti_id, kind, payload)
-      select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'queued', 'try', try_number, 'agent_id', ${agentId}::text) from claimed)
-    select try_number, max_tries, attempt_token, dispatch_key from claimed`;
-  if (!row) return null;
-  return { tryNumber: row.try_number, maxTries: row.max_tries, attemptToken: row.attempt_token, dispatchKey: row.dispatch_key };
+      select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'queued', 'try', try_number, 'agent_id', agent_id) from claimed)
+    select id, try_number, max_tries, attempt_token, dispatch_key from claimed`;
+  return new Map(
+    rows.map((r) => [r.id, { tryNumber: r.try_number, maxTries: r.max_tries, attemptToken: r.attempt_token, dispatchKey: r.dispatch_key }]),
+  );
 }

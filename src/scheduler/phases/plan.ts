@@ -1,7 +1,8 @@
-import { advanceRun, type TiView } from '../../core/advance-run.js';
-import { activeRuns, poisonRun, runningCounts, transitionRun, type RunRow } from '../../db/runs.js';
-import { finalizeRun } from '../../db/finalize-run.js';
-import { listTisOfRuns, setPendingReasons, transitionTis, type TiRow } from '../../db/tis.js';
+import { advanceRun, type RunDecision, type TiView } from '../../core/advance-run.js';
+import { applyPlans, finalizeRuns, type AppliedPlans, type RunPlan, type TiMove } from '../../db/apply-plan.js';
+import { isConnectionError } from '../../db/is-connection-error.js';
+import { activeRuns, poisonRun, runningCounts, type RunRow } from '../../db/runs.js';
+import { listTisOfRuns, setPendingReasons, type TiRow } from '../../db/tis.js';
 import type { DispatchItem, SchedulerContext } from '../context.js';
 import { createScheduledRuns } from './create-scheduled-runs.js';
 
@@ -14,12 +15,29 @@ export interface PlanResult {
   errors: number;
 }
 
+type ActiveRun = RunRow & { dag_paused: boolean };
+
+/** A run decided in this step, waiting for its writes. */
+interface Decided {
+  run: ActiveRun;
+  tis: TiRow[];
+  byTask: Map<string, TiRow>;
+  decision: RunDecision;
+  plan: RunPlan | null;
+}
+
 /**
- * Phase 1: create due cron runs, start queued runs within max_active_runs, advance every running
- * run by its trigger rules in isolation (one run's failure never stops the others), finalize runs
- * whose task instances are all terminal, and offer scheduled task instances to the dispatch pool.
+ * Phase 1: create due cron runs, start queued runs within max_active_runs, advance running runs
+ * by their trigger rules, finalize runs whose task instances are all terminal, and offer
+ * scheduled task instances to the dispatch pool.
+ *
+ * Every run is decided in memory from one read, and the writes of all runs go out together: one
+ * statement for the moves (and run starts), one for the runs that end, one for changed pending
+ * reasons, however many runs there are. A run's decision that throws poisons that run only; a
+ * write refused by the database for one run is retried run by run so it cannot hold up the others.
+ * With `runIds` (a targeted step: these runs were nudged) only those runs are read.
  */
-export async function plan(ctx: SchedulerContext, opts: { cron: boolean } = { cron: true }): Promise<PlanResult> {
+export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?: string[] | null } = { cron: true }): Promise<PlanResult> {
   const result: PlanResult = { runsCreated: 0, runsStarted: 0, runsAdvanced: 0, runsFinalized: 0, offered: 0, errors: 0 };
   if (opts.cron) {
     try {
@@ -30,18 +48,25 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean } = { cr
     }
   }
 
-  const runs = await activeRuns(ctx.sql, ctx.maxRunsPerStep);
+  const targeted = opts.runIds ?? null;
+  if (targeted && targeted.length === 0) return result;
+  let runs: ActiveRun[];
+  let tiRows: TiRow[];
+  if (targeted) {
+    // The ids are known: both reads go out at once.
+    [runs, tiRows] = await Promise.all([activeRuns(ctx.sql, ctx.maxRunsPerStep, targeted), listTisOfRuns(ctx.sql, targeted)]);
+  } else {
+    runs = await activeRuns(ctx.sql, ctx.maxRunsPerStep);
+    tiRows = runs.length === 0 ? [] : await listTisOfRuns(ctx.sql, runs.map((r) => r.id));
+  }
   if (runs.length === 0) return result;
   const tisByRun = new Map<string, TiRow[]>();
-  for (const ti of await listTisOfRuns(ctx.sql, runs.map((r) => r.id))) {
-    (tisByRun.get(ti.run_id) ?? tisByRun.set(ti.run_id, []).get(ti.run_id)!).push(ti);
-  }
+  for (const ti of tiRows) (tisByRun.get(ti.run_id) ?? tisByRun.set(ti.run_id, []).get(ti.run_id)!).push(ti);
   const reasons = new Map<string, string | null>();
 
-  const advance = async (run: RunRow & { dag_paused: boolean }) => {
+  const decide = async (run: ActiveRun, start: boolean, into: Decided[]) => {
     try {
-      result.offered += await advanceOne(ctx, run, tisByRun.get(run.id) ?? [], reasons, result);
-      result.runsAdvanced++;
+      into.push(await decideRun(ctx, run, tisByRun.get(run.id) ?? [], start));
     } catch (err) {
       result.errors++;
       ctx.counters.error('plan.advance', err, { runId: run.id, dagId: run.dag_id });
@@ -50,29 +75,26 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean } = { cr
 
   // Running runs first, so a run that ends in this step frees its max_active_runs slot for a
   // queued run of the same DAG in this same step.
-  for (const run of runs) if (run.state === 'running') await advance(run);
+  const running: Decided[] = [];
+  for (const run of runs) if (run.state === 'running') await decide(run, false, running);
+  await writeAndOffer(ctx, running, reasons, result);
 
-  // Then start queued runs, oldest first, while their DAG has room, and advance them at once.
+  // Then queued runs, oldest first, while their DAG has room, advanced at once.
   const queued = runs.filter((r) => r.state === 'queued');
-  const counts = await runningCounts(ctx.sql, [...new Set(queued.map((r) => r.dag_id))]);
-  for (const run of queued) {
-    const n = counts.get(run.dag_id) ?? 0;
-    const blocked = run.dag_paused ? 'DAG_PAUSED' : n >= run.spec.maxActiveRuns ? 'MAX_ACTIVE_RUNS' : null;
-    if (blocked) {
-      for (const ti of tisByRun.get(run.id) ?? []) if (ti.pending_reason !== blocked) reasons.set(ti.id, blocked);
-      continue;
+  if (queued.length > 0) {
+    const starting: Decided[] = [];
+    const counts = await runningCounts(ctx.sql, [...new Set(queued.map((r) => r.dag_id))]);
+    for (const run of queued) {
+      const n = counts.get(run.dag_id) ?? 0;
+      const blocked = run.dag_paused ? 'DAG_PAUSED' : n >= run.spec.maxActiveRuns ? 'MAX_ACTIVE_RUNS' : null;
+      if (blocked) {
+        for (const ti of tisByRun.get(run.id) ?? []) if (ti.pending_reason !== blocked) reasons.set(ti.id, blocked);
+        continue;
+      }
+      counts.set(run.dag_id, n + 1);
+      await decide(run, true, starting);
     }
-    let started = false;
-    try {
-      started = await transitionRun(ctx.sql, run.id, 'running');
-    } catch (err) {
-      result.errors++;
-      ctx.counters.error('plan.start', err, { runId: run.id, dagId: run.dag_id });
-    }
-    if (!started) continue;
-    counts.set(run.dag_id, n + 1);
-    result.runsStarted++;
-    await advance(run);
+    await writeAndOffer(ctx, starting, reasons, result);
   }
 
   try {
@@ -84,20 +106,63 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean } = { cr
   return result;
 }
 
+/** Writes the decided runs' moves (one statement), ends the runs that are done (one more), and
+ *  offers what is scheduled. */
+async function writeAndOffer(ctx: SchedulerContext, decided: Decided[], reasons: Map<string, string | null>, result: PlanResult): Promise<void> {
+  if (decided.length === 0) return;
+  const applied = await applyAll(ctx, decided.flatMap((d) => (d.plan ? [d.plan] : [])), result);
+  const ending: { runId: string; epoch: string; outcome: 'success' | 'failed' }[] = [];
+  for (const d of decided) {
+    // A plan that did not apply (a clear since the read, or the write failed): the next step
+    // decides again from a fresh read.
+    if (d.plan && !applied.runs.has(d.run.id)) continue;
+    if (d.plan?.start) result.runsStarted++;
+    result.runsAdvanced++;
+    if (d.decision.nextRetryAt) ctx.wakeAt(d.decision.nextRetryAt);
+    for (const [taskId, reason] of d.decision.reasons) reasons.set(d.byTask.get(taskId)!.id, reason);
+    if (d.decision.outcome) ending.push({ runId: d.run.id, epoch: d.run.plan_epoch, outcome: d.decision.outcome });
+    else result.offered += offerScheduled(ctx, d, applied, reasons);
+  }
+  if (ending.length === 0) return;
+  try {
+    result.runsFinalized += (await finalizeRuns(ctx.sql, ending)).size;
+  } catch (err) {
+    result.errors++;
+    ctx.counters.error('plan.finalize', err);
+  }
+}
+
+/** All runs' writes in one statement; if the database refuses it (not a lost connection), run by
+ *  run, so one run's bad write cannot stop every other run. */
+async function applyAll(ctx: SchedulerContext, plans: RunPlan[], result: PlanResult): Promise<AppliedPlans> {
+  const none: AppliedPlans = { runs: new Set(), started: new Set(), moved: new Set() };
+  if (plans.length === 0) return none;
+  try {
+    return await applyPlans(ctx.sql, plans);
+  } catch (err) {
+    if (isConnectionError(err) || plans.length === 1) {
+      result.errors++;
+      ctx.counters.error('plan.write', err, plans.length === 1 ? { runId: plans[0]!.runId } : {});
+      return none;
+    }
+  }
+  for (const p of plans) {
+    try {
+      const one = await applyPlans(ctx.sql, [p]);
+      for (const id of one.runs) none.runs.add(id);
+      for (const id of one.started) none.started.add(id);
+      for (const id of one.moved) none.moved.add(id);
+    } catch (err) {
+      result.errors++;
+      ctx.counters.error('plan.write', err, { runId: p.runId });
+    }
+  }
+  return none;
+}
+
 /** Reasons the planner itself sets; those of a dispatcher (e.g. NO_AGENT_WITH_LABELS) are left alone. */
 function isPlannerReason(reason: string | null): boolean {
   return reason !== null && (['DISPATCH_QUEUE_FULL', 'DAG_PAUSED', 'MAX_ACTIVE_RUNS', 'RUN_QUEUED', 'UPSTREAM_RUNNING'].includes(reason) || reason.startsWith('NO_EXECUTOR:'));
-}
-
-/** The tasks a decision rests on: the ones it moves and their direct upstreams. */
-function dependsOnMoves(run: RunRow, d: { schedule: string[]; retry: string[]; upstreamFailed: string[]; skipped: string[] }): Set<string> {
-  const spec = new Map(run.spec.tasks.map((t) => [t.id, t]));
-  const out = new Set<string>();
-  for (const id of [...d.schedule, ...d.retry, ...d.upstreamFailed, ...d.skipped]) {
-    out.add(id);
-    for (const up of spec.get(id)?.dependsOn ?? []) out.add(up);
-  }
-  return out;
 }
 
 /** Thrown by the pure part of advancing: the run itself is bad, not the database. */
@@ -105,17 +170,12 @@ class PoisonRunError extends Error {
   override readonly name = 'PoisonRunError';
 }
 
-async function advanceOne(
-  ctx: SchedulerContext,
-  run: RunRow & { dag_paused: boolean },
-  tis: TiRow[],
-  reasons: Map<string, string | null>,
-  result: PlanResult,
-): Promise<number> {
+/** Decides one run's moves in memory (no writes, except marking a run whose rules throw). */
+async function decideRun(ctx: SchedulerContext, run: ActiveRun, tis: TiRow[], start: boolean): Promise<Decided> {
   const views = new Map<string, TiView>(
     tis.map((ti) => [ti.task_id, { state: ti.state, nextTryAt: ti.next_try_at, pendingReason: ti.pending_reason }]),
   );
-  let decision;
+  let decision: RunDecision;
   try {
     decision = advanceRun(run.spec.tasks, views, ctx.now());
   } catch (err) {
@@ -134,48 +194,27 @@ async function advanceOne(
     decision.schedule = [];
     decision.retry = [];
   }
+  const move = (taskIds: string[], from: TiMove['from'], to: TiMove['to']): TiMove[] => taskIds.map((id) => ({ tiId: byTask.get(id)!.id, from, to }));
+  const moves = [
+    ...move(decision.schedule, 'none', 'scheduled'),
+    ...move(decision.retry, 'up_for_retry', 'scheduled'),
+    ...move(decision.upstreamFailed, 'none', 'upstream_failed'),
+    ...move(decision.skipped, 'none', 'skipped'),
+  ];
+  const plan = start || moves.length > 0 ? { runId: run.id, epoch: run.plan_epoch, start, moves } : null;
+  return { run, tis, byTask, decision, plan };
+}
 
-  const moved =
-    decision.schedule.length + decision.retry.length + decision.upstreamFailed.length + decision.skipped.length > 0;
-  if (moved) {
-    const applied = await ctx.sql.begin(async (tx) => {
-      // The decision was made from a read outside this transaction. Every move of a TI is
-      // forward except a clear (terminal → none), which locks the run row; so lock it too and
-      // check that the tasks this decision rests on (the moved ones and their upstreams) did not
-      // move since the read, or a stale "upstream failed" could land on a task just cleared.
-      // Other tasks finishing meanwhile cannot invalidate it. If one moved, the next step decides.
-      await tx`select 1 from dag_runs where id = ${run.id} for update`;
-      const now = await tx<{ task_id: string; state: string }[]>`
-        select task_id, state from task_instances where run_id = ${run.id} and task_id = any(${[...dependsOnMoves(run, decision)]}::text[])`;
-      if (now.some((t) => byTask.get(t.task_id)?.state !== t.state)) return false;
-      // Guarded on the state each decision was read in, so a stale read (another leader moved on)
-      // never pulls a claimed attempt back to scheduled.
-      await transitionTis(tx, run.id, decision.schedule, 'scheduled', { from: ['none'] });
-      await transitionTis(tx, run.id, decision.retry, 'scheduled', { from: ['up_for_retry'] });
-      await transitionTis(tx, run.id, decision.upstreamFailed, 'upstream_failed', { endedNow: true });
-      await transitionTis(tx, run.id, decision.skipped, 'skipped', { endedNow: true });
-      return true;
-    });
-    if (!applied) {
-      ctx.logger.debug({ runId: run.id }, 'run changed while it was being planned; planning it again next step');
-      return 0;
-    }
-  }
-  if (decision.nextRetryAt) ctx.wakeAt(decision.nextRetryAt);
-  for (const [taskId, reason] of decision.reasons) reasons.set(byTask.get(taskId)!.id, reason);
-
-  if (decision.outcome) {
-    if (await finalizeRun(ctx.sql, run.id, decision.outcome)) result.runsFinalized++;
-    return 0;
-  }
-
+/** Offers every scheduled TI of a run: the ones just scheduled and those a full queue refused
+ *  before. Returns how many the pool accepted. */
+function offerScheduled(ctx: SchedulerContext, d: Decided, applied: AppliedPlans, reasons: Map<string, string | null>): number {
+  const { run, tis, byTask } = d;
   if (run.dag_paused) {
     for (const ti of tis) if (ti.state === 'scheduled' && ti.pending_reason !== 'DAG_PAUSED') reasons.set(ti.id, 'DAG_PAUSED');
     return 0;
   }
-
-  // Offer every scheduled TI: the ones just scheduled and those a full queue refused before.
-  const justScheduled = new Set([...decision.schedule, ...decision.retry]);
+  const justScheduled = new Set<string>();
+  for (const taskId of [...d.decision.schedule, ...d.decision.retry]) if (applied.moved.has(byTask.get(taskId)!.id)) justScheduled.add(taskId);
   const scheduled = new Set(justScheduled);
   for (const ti of tis) if (ti.state === 'scheduled') scheduled.add(ti.task_id);
   let offered = 0;
@@ -204,7 +243,7 @@ async function advanceOne(
     // A full queue says so; an accepted offer clears only that reason (a dispatcher may set its
     // own, e.g. NO_AGENT_WITH_LABELS, which must not flap every step).
     if (outcome === 'full' && ti.pending_reason !== 'DISPATCH_QUEUE_FULL') reasons.set(ti.id, 'DISPATCH_QUEUE_FULL');
-    if (outcome === 'accepted' && isPlannerReason(ti.pending_reason)) reasons.set(ti.id, null);
+    if (outcome === 'accepted' && isPlannerReason(ti.pending_reason) && !justScheduled.has(taskId)) reasons.set(ti.id, null);
   }
   return offered;
 }

@@ -1,0 +1,113 @@
+import { TERMINAL_TI_STATES, legalTiFrom, type TiState } from '../core/states.js';
+import type { Sql } from './sql.js';
+
+/** One task instance moved by the planner, from the state its decision was read in. */
+export interface TiMove {
+  tiId: string;
+  from: TiState;
+  to: 'scheduled' | 'upstream_failed' | 'skipped';
+}
+
+/** The planner's writes for one run, decided from a read of the run at `epoch`. */
+export interface RunPlan {
+  runId: string;
+  /** dag_runs.plan_epoch as read: a clear since then voids this plan. */
+  epoch: string;
+  /** queued → running first (max_active_runs was checked by the caller). */
+  start: boolean;
+  moves: TiMove[];
+}
+
+export interface AppliedPlans {
+  /** Runs whose plan applied (started, or still running at the epoch read). */
+  runs: Set<string>;
+  /** Of those, the runs started now. */
+  started: Set<string>;
+  /** Task instances actually moved (one another writer moved first is left alone). */
+  moved: Set<string>;
+}
+
+/**
+ * Applies the planner's decisions for many runs in one statement, each state change recorded in
+ * the events log in the same statement.
+ *
+ * Guards, row by row, so no decision made from a stale read ever lands:
+ * - a run's part applies only while its `plan_epoch` is the one read. A clear, the one move of a
+ *   task instance backwards, bumps it with the run row locked; the no-op update below takes the
+ *   same row lock, and Postgres re-checks the epoch on the row version the clear left;
+ * - a task instance moves only from the state its decision was read in (`from`), so a TI
+ *   another leader has meanwhile claimed is never pulled back, and forward moves of other tasks
+ *   (which never invalidate a decision) are harmless.
+ */
+export async function applyPlans(sql: Sql, plans: RunPlan[]): Promise<AppliedPlans> {
+  const out: AppliedPlans = { runs: new Set(), started: new Set(), moved: new Set() };
+  if (plans.length === 0) return out;
+  const moves = plans.flatMap((p) => p.moves);
+  for (const m of moves) {
+    if (!legalTiFrom(m.to).includes(m.from)) throw new Error(`illegal planner move ${m.from} → ${m.to} for task instance ${m.tiId}`);
+  }
+  const rows = await sql<{ kind: 'run' | 'started' | 'ti'; id: string }[]>`
+    with want as (
+      select * from unnest(${plans.map((p) => p.runId)}::bigint[], ${plans.map((p) => p.epoch)}::bigint[], ${plans.map((p) => (p.start ? 'true' : 'false'))}::text[]::bool[])
+        as w(run_id, epoch, start)),
+    started as (
+      update dag_runs r set state = 'running', started_at = now()
+      from want w where r.id = w.run_id and w.start and r.state = 'queued' and r.plan_epoch = w.epoch
+      returning r.id),
+    started_ev as (
+      insert into events (run_id, kind, payload) select id, 'run.state', '{"to": "running"}'::jsonb from started),
+    kept as (
+      update dag_runs r set plan_epoch = r.plan_epoch
+      from want w where r.id = w.run_id and not w.start and r.state = 'running' and r.plan_epoch = w.epoch
+      returning r.id),
+    m as (
+      select * from unnest(${moves.map((m) => m.tiId)}::bigint[], ${moves.map((m) => m.from)}::text[], ${moves.map((m) => m.to)}::text[])
+        as m(id, from_state, to_state)),
+    moved as (
+      update task_instances t set state = m.to_state, pending_reason = null,
+        ended_at = case when m.to_state = any(${TERMINAL_TI_STATES as string[]}::text[]) then now() else t.ended_at end
+      from m
+      where t.id = m.id and t.state = m.from_state
+        and t.run_id in (select id from started union all select id from kept)
+      returning t.id, t.run_id, t.task_id, t.try_number, t.state),
+    ev as (
+      insert into events (run_id, ti_id, kind, payload)
+      select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number) from moved)
+    select 'started' as kind, id from started
+    union all select 'run', id from kept
+    union all select 'ti', id from moved`;
+  for (const r of rows) {
+    if (r.kind === 'ti') out.moved.add(r.id);
+    else {
+      out.runs.add(r.id);
+      if (r.kind === 'started') out.started.add(r.id);
+    }
+  }
+  return out;
+}
+
+/**
+ * running → success | failed for many runs in one statement, each only if every task instance
+ * of the run is terminal at the moment of the write and the run's `plan_epoch` is still the one
+ * the decision was read at: a clear that re-opened task instances since (it bumps the epoch with
+ * the run row locked, and Postgres re-checks the epoch on the row version the clear left) voids
+ * the decision. Resolves the runs that ended.
+ */
+export async function finalizeRuns(sql: Sql, runs: { runId: string; epoch: string; outcome: 'success' | 'failed' }[]): Promise<Set<string>> {
+  if (runs.length === 0) return new Set();
+  const rows = await sql<{ id: string }[]>`
+    with want as (
+      select * from unnest(${runs.map((r) => r.runId)}::bigint[], ${runs.map((r) => r.epoch)}::bigint[], ${runs.map((r) => r.outcome)}::text[])
+        as w(run_id, epoch, outcome)),
+    moved as (
+      update dag_runs r set state = w.outcome, ended_at = now(), settled_at = coalesce(r.settled_at, now())
+      from want w
+      where r.id = w.run_id and r.state = 'running' and r.plan_epoch = w.epoch
+        and not exists (select 1 from task_instances ti where ti.run_id = r.id
+                        and ti.state <> all(${TERMINAL_TI_STATES as string[]}::text[]))
+      returning r.id, r.state),
+    ev as (
+      insert into events (run_id, kind, payload) select id, 'run.state', jsonb_build_object('to', state) from moved)
+    select id from moved`;
+  return new Set(rows.map((r) => r.id));
+}
