@@ -20,7 +20,8 @@ export interface AgentsStore {
   claim(claims: { work: AgentsWork; agentId: string }[]): Promise<Map<string, Attempt>>;
   /** Undoes a claim that could not be delivered. */
   release(attempt: Attempt, reason: string): Promise<void>;
-  setPendingReason(tiId: string, reason: string): Promise<void>;
+  /** Writes the reasons these TIs wait (one write for all). */
+  setPendingReasons(reasons: Map<string, string>): Promise<void>;
   /** Asks the replica holding the agent's stream to deliver the attempt. */
   notifyAssign(agentId: string, tiId: string): Promise<void>;
 }
@@ -45,6 +46,13 @@ interface Waiting {
   reject(err: unknown): void;
 }
 
+/** Reasons that pass as soon as a slot frees: such work is parked here, not dropped. */
+const CAPACITY_REASONS = new Set(['AGENT_SLOTS_FULL', 'AGENT_MAX_PARALLEL']);
+/** Parked work beyond this is dropped (it stays scheduled, and the tick offers it again). */
+const MAX_PARKED = 10_000;
+/** At most this often, a round that found free slots and nothing left to place asks for more. */
+const HUNGRY_EVERY_MS = 100;
+
 /**
  * The standalone-agent executor: chooses an agent for a scheduled TI (placement rules in
  * core/placement.ts), claims the TI for it, and delivers the Assign down the agent's stream —
@@ -53,28 +61,65 @@ interface Waiting {
  * Placement is serialized: the work waiting when a round begins is placed in order against one
  * view of the fleet (each placement taking its slot in the view, so two never take an agent's
  * last slot), then claimed in one write. Work arriving meanwhile waits for the next round.
+ *
+ * Work that waits only for capacity (every eligible agent's slots taken) is parked here, oldest
+ * first, and placed in the round that follows a slot freeing, without going back through the
+ * scheduler. Parking is only a hint kept in memory: the TI stays `scheduled` in the database (its
+ * reason says why), so a crash loses nothing and the tick offers it again.
  */
 export class AgentsExecutor implements Executor {
   readonly kind = 'agents';
   #waiting: Waiting[] = [];
   #round: Promise<void> | null = null;
   #cache: { fetchedAt: number; agents: AvailableAgent[] } | null = null;
+  #parked = new Map<string, AgentsWork>();
+  #hungryAt = 0;
+  #wake = false;
 
   constructor(
-    private readonly deps: { registry: AgentRegistry; store: AgentsStore; replicaId: string; logger: Logger; cacheMs: number },
+    private readonly deps: {
+      registry: AgentRegistry;
+      store: AgentsStore;
+      replicaId: string;
+      logger: Logger;
+      cacheMs: number;
+      /** Slots are free and nothing is left to place: the scheduler may have more to offer. */
+      onHungry?(): void;
+    },
   ) {}
+
+  /** Whether this TI is parked here, waiting for a slot (offering it again changes nothing). */
+  parks(tiId: string): boolean {
+    return this.#parked.has(tiId);
+  }
+
+  get parkedCount(): number {
+    return this.#parked.size;
+  }
+
+  #kick(): void {
+    if (this.#round) this.#wake = true;
+    else this.#round = this.#rounds();
+  }
+
+  /** Tries the parked work again (the tick calls this: a slot may have freed on an agent of
+   *  another replica, which this one only learns from a fresh view of the fleet). */
+  retryParked(): void {
+    if (this.#parked.size > 0) this.#kick();
+  }
 
   /** Place, claim and deliver one TI. Never throws for "no agent": it says why the TI waits. */
   placeAndDispatch(work: AgentsWork): Promise<AgentsDispatchOutcome> {
     return new Promise((resolve, reject) => {
       this.#waiting.push({ work, resolve, reject });
-      this.#round ??= this.#rounds();
+      this.#kick();
     });
   }
 
   /** Forget the cached fleet view (an agent connected, left, or was drained). */
   invalidate(): void {
     this.#cache = null;
+    if (this.#parked.size > 0) this.#kick();
   }
 
   /**
@@ -85,6 +130,7 @@ export class AgentsExecutor implements Executor {
   released(agentId: string, seenAt: number): void {
     const agent = this.#cache && this.#cache.fetchedAt <= seenAt ? this.#cache.agents.find((a) => a.agentId === agentId) : undefined;
     if (agent && agent.running > 0) agent.running--;
+    if (this.#parked.size > 0) this.#kick();
   }
 
   async #agents(): Promise<AvailableAgent[]> {
@@ -95,21 +141,29 @@ export class AgentsExecutor implements Executor {
   }
 
   async #rounds(): Promise<void> {
-    while (this.#waiting.length > 0) {
-      const batch = this.#waiting;
+    do {
+      this.#wake = false;
+      if (this.#waiting.length === 0 && this.#parked.size === 0) break;
+      // Parked work first (it has waited longest), then what arrived since the last round.
+      const batch: Waiting[] = [...this.#parked.values()].map((work) => ({ work, resolve: () => {}, reject: () => {} }));
+      this.#parked.clear();
+      batch.push(...this.#waiting);
       this.#waiting = [];
       try {
         await this.#placeRound(batch);
       } catch (err) {
         for (const w of batch) w.reject(err);
       }
-    }
+      // Another round only for new work, or a slot freed meanwhile; else parked work waits for
+      // released(), invalidate() or retryParked().
+    } while (this.#wake || this.#waiting.length > 0);
     this.#round = null;
   }
 
   async #placeRound(batch: Waiting[]): Promise<void> {
     const agents = await this.#agents();
     const placed: { w: Waiting; agent: AvailableAgent }[] = [];
+    const reasons = new Map<string, string>();
     // max_parallel_per_agent counts this round's own placements of the task too.
     const addedLoad = new Map<string, number>();
     for (const w of batch) {
@@ -119,7 +173,10 @@ export class AgentsExecutor implements Executor {
       const views = agents.map((a) => ({ ...a, runningThisTask: (load.get(a.agentId) ?? 0) + (addedLoad.get(key(a.agentId)) ?? 0) }));
       const placement = placeAttempt(work.task.placement, views);
       if (placement.kind === 'waiting') {
-        if (work.pendingReason !== placement.reason) await this.deps.store.setPendingReason(work.tiId, placement.reason);
+        if (work.pendingReason !== placement.reason) reasons.set(work.tiId, placement.reason);
+        if (CAPACITY_REASONS.has(placement.reason) && this.#parked.size < MAX_PARKED) {
+          this.#parked.set(work.tiId, { ...work, pendingReason: placement.reason });
+        }
         w.resolve(placement);
         continue;
       }
@@ -128,6 +185,11 @@ export class AgentsExecutor implements Executor {
       agent.running++;
       addedLoad.set(key(agent.agentId), (addedLoad.get(key(agent.agentId)) ?? 0) + 1);
       placed.push({ w, agent });
+    }
+    if (reasons.size > 0) await this.deps.store.setPendingReasons(reasons);
+    if (this.#parked.size === 0 && agents.some((a) => a.running < a.slots) && performance.now() - this.#hungryAt >= HUNGRY_EVERY_MS) {
+      this.#hungryAt = performance.now();
+      this.deps.onHungry?.();
     }
     if (placed.length === 0) return;
     let claimed: Map<string, Attempt>;

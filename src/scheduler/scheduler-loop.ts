@@ -42,7 +42,7 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
   let running = false;
   let stepping: Promise<void> | null = null;
   let pending = false;
-  let timer: NodeJS.Timeout | null = null;
+  let timer: { cancel(): void } | null = null;
   let wake: { at: number; timer: NodeJS.Timeout } | null = null;
   let lastFullAt = 0;
   // What the nudges since the last step asked for.
@@ -51,8 +51,15 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
 
   const schedule = (delayMs: number) => {
     if (!running) return;
-    if (timer) clearTimeout(timer);
-    timer = setTimeout(() => void runStep(), delayMs);
+    timer?.cancel();
+    // A nudge steps on the next turn of the event loop (setTimeout(0) would wait a millisecond).
+    if (delayMs === 0) {
+      const h = setImmediate(() => void runStep());
+      timer = { cancel: () => clearImmediate(h) };
+    } else {
+      const h = setTimeout(() => void runStep(), delayMs);
+      timer = { cancel: () => clearTimeout(h) };
+    }
   };
 
   const runStep = async () => {
@@ -120,7 +127,7 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
       running = false;
       if (wake) clearTimeout(wake.timer);
       wake = null;
-      if (timer) clearTimeout(timer);
+      timer?.cancel();
       timer = null;
       await stepping;
     },

@@ -53,6 +53,9 @@ export function createAgentFleet(o: AgentFleetOptions) {
     replicaId: o.replicaId,
     logger: log,
     cacheMs: 200,
+    // Free slots and nothing left to place: runs waiting to start (or TIs the pool refused)
+    // may be there; ask for a step over every run.
+    onHungry: () => o.nudge(),
     store: {
       availableAgents: async () =>
         (await availableAgents(sql, freshMs)).map((a) => ({
@@ -91,7 +94,7 @@ export function createAgentFleet(o: AgentFleetOptions) {
       release: async (attempt, reason) => {
         await releaseClaim(sql, attempt, reason);
       },
-      setPendingReason: (tiId, reason) => setPendingReasons(sql, new Map([[tiId, reason]])),
+      setPendingReasons: (reasons) => setPendingReasons(sql, reasons),
       notifyAssign: (agentId, tiId) => notify(sql, CHANNELS.assign, `${agentId} ${tiId}`),
     },
   });

@@ -156,6 +156,11 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       logger: schedLogger,
       now: () => new Date(),
       offer: (item) => {
+        // Parked in the agents executor, waiting for a slot: it is placed when one frees.
+        if (item.executor === 'agents' && fleet.executor.parks(item.tiId)) {
+          fleet.executor.retryParked();
+          return 'duplicate';
+        }
         const outcome = pool.offer(item);
         if (outcome === 'full') {
           metrics.dispatchAtCapacity.inc();

@@ -119,7 +119,11 @@ async function writeAndOffer(ctx: SchedulerContext, decided: Decided[], reasons:
     if (d.plan?.start) result.runsStarted++;
     result.runsAdvanced++;
     if (d.decision.nextRetryAt) ctx.wakeAt(d.decision.nextRetryAt);
-    for (const [taskId, reason] of d.decision.reasons) reasons.set(d.byTask.get(taskId)!.id, reason);
+    for (const [taskId, reason] of d.decision.reasons) {
+      // A move clears the reason in the same write.
+      const id = d.byTask.get(taskId)!.id;
+      if (!applied.moved.has(id)) reasons.set(id, reason);
+    }
     if (d.decision.outcome) ending.push({ runId: d.run.id, epoch: d.run.plan_epoch, outcome: d.decision.outcome });
     else result.offered += offerScheduled(ctx, d, applied, reasons);
   }
