@@ -144,15 +144,12 @@ export class AgentsExecutor implements Executor {
     do {
       this.#wake = false;
       if (this.#waiting.length === 0 && this.#parked.size === 0) break;
-      // Parked work first (it has waited longest), then what arrived since the last round.
-      const batch: Waiting[] = [...this.#parked.values()].map((work) => ({ work, resolve: () => {}, reject: () => {} }));
-      this.#parked.clear();
-      batch.push(...this.#waiting);
+      const fresh = this.#waiting;
       this.#waiting = [];
       try {
-        await this.#placeRound(batch);
+        await this.#placeRound(fresh);
       } catch (err) {
-        for (const w of batch) w.reject(err);
+        for (const w of fresh) w.reject(err);
       }
       // Another round only for new work, or a slot freed meanwhile; else parked work waits for
       // released(), invalidate() or retryParked().
@@ -160,57 +157,92 @@ export class AgentsExecutor implements Executor {
     this.#round = null;
   }
 
-  async #placeRound(batch: Waiting[]): Promise<void> {
+  /**
+   * One round: parked work first (it has waited longest), while any agent has a free slot, then
+   * the work that arrived since the last round; then one claim for everything placed.
+   */
+  async #placeRound(fresh: Waiting[]): Promise<void> {
     const agents = await this.#agents();
-    const placed: { w: Waiting; agent: AvailableAgent }[] = [];
-    const reasons = new Map<string, string>();
+    // One view of the fleet for the round; a placement takes its slot in it (and in the cache).
+    const views = new Map(agents.map((a) => [a.agentId, { ...a, runningThisTask: 0 }]));
+    const all = [...views.values()];
+    const anyFree = () => all.some((v) => v.running < v.slots);
     // max_parallel_per_agent counts this round's own placements of the task too.
     const addedLoad = new Map<string, number>();
-    for (const w of batch) {
-      const { work } = w;
-      const key = (agentId: string) => `${work.dagId}\u0000${work.taskId}\u0000${agentId}`;
-      const load = work.task.placement?.maxParallelPerAgent ? await this.deps.store.taskLoad(work.runId, work.taskId) : new Map<string, number>();
-      const views = agents.map((a) => ({ ...a, runningThisTask: (load.get(a.agentId) ?? 0) + (addedLoad.get(key(a.agentId)) ?? 0) }));
-      const placement = placeAttempt(work.task.placement, views);
-      if (placement.kind === 'waiting') {
-        if (work.pendingReason !== placement.reason) reasons.set(work.tiId, placement.reason);
-        if (CAPACITY_REASONS.has(placement.reason) && this.#parked.size < MAX_PARKED) {
-          this.#parked.set(work.tiId, { ...work, pendingReason: placement.reason });
-        }
-        w.resolve(placement);
+    const loadKey = (w: AgentsWork, agentId: string) => `${w.dagId}\u0000${w.taskId}\u0000${agentId}`;
+    const placed: { work: AgentsWork; agent: AvailableAgent; resolve(o: AgentsDispatchOutcome): void; reject(err: unknown): void }[] = [];
+    const reasons = new Map<string, string>();
+
+    const place = async (work: AgentsWork) => {
+      let candidates = all;
+      if (work.task.placement?.maxParallelPerAgent) {
+        const load = await this.deps.store.taskLoad(work.runId, work.taskId);
+        candidates = all.map((v) => ({ ...v, runningThisTask: (load.get(v.agentId) ?? 0) + (addedLoad.get(loadKey(work, v.agentId)) ?? 0) }));
+      }
+      const placement = placeAttempt(work.task.placement, candidates);
+      if (placement.kind === 'placed') {
+        const agent = agents.find((a) => a.agentId === placement.agentId)!;
+        // The slot is taken in the cached view until the next refresh (or until released).
+        agent.running++;
+        views.get(agent.agentId)!.running++;
+        addedLoad.set(loadKey(work, agent.agentId), (addedLoad.get(loadKey(work, agent.agentId)) ?? 0) + 1);
+        return { placement, agent };
+      }
+      if (work.pendingReason !== placement.reason) reasons.set(work.tiId, placement.reason);
+      return { placement, agent: null };
+    };
+
+    for (const [tiId, work] of this.#parked) {
+      if (!anyFree()) break; // nothing parked can be placed: leave the rest as it is
+      const { placement, agent } = await place(work);
+      if (agent) {
+        this.#parked.delete(tiId);
+        placed.push({ work, agent, resolve: () => {}, reject: () => {} });
+      } else if (placement.kind === 'waiting') {
+        if (CAPACITY_REASONS.has(placement.reason)) work.pendingReason = placement.reason;
+        else this.#parked.delete(tiId); // no eligible agent any more: the scheduler offers it again
+      }
+    }
+    for (const w of fresh) {
+      const { placement, agent } = await place(w.work);
+      if (agent) {
+        placed.push({ work: w.work, agent, resolve: w.resolve, reject: w.reject });
         continue;
       }
-      const agent = agents.find((a) => a.agentId === placement.agentId)!;
-      // The slot is taken in the cached view until the next refresh (or until released).
-      agent.running++;
-      addedLoad.set(key(agent.agentId), (addedLoad.get(key(agent.agentId)) ?? 0) + 1);
-      placed.push({ w, agent });
+      if (placement.kind === 'waiting' && CAPACITY_REASONS.has(placement.reason) && this.#parked.size < MAX_PARKED) {
+        this.#parked.set(w.work.tiId, { ...w.work, pendingReason: placement.reason });
+      }
+      w.resolve(placement);
     }
+
     if (reasons.size > 0) await this.deps.store.setPendingReasons(reasons);
-    if (this.#parked.size === 0 && agents.some((a) => a.running < a.slots) && performance.now() - this.#hungryAt >= HUNGRY_EVERY_MS) {
+    if (this.#parked.size === 0 && anyFree() && performance.now() - this.#hungryAt >= HUNGRY_EVERY_MS) {
       this.#hungryAt = performance.now();
       this.deps.onHungry?.();
     }
     if (placed.length === 0) return;
     let claimed: Map<string, Attempt>;
     try {
-      claimed = await this.deps.store.claim(placed.map((p) => ({ work: p.w.work, agentId: p.agent.agentId })));
+      claimed = await this.deps.store.claim(placed.map((p) => ({ work: p.work, agentId: p.agent.agentId })));
     } catch (err) {
-      for (const p of placed) p.agent.running--;
-      throw err;
+      for (const p of placed) {
+        p.agent.running--;
+        p.reject(err);
+      }
+      return;
     }
-    for (const { w, agent } of placed) {
-      const attempt = claimed.get(w.work.tiId);
+    for (const p of placed) {
+      const attempt = claimed.get(p.work.tiId);
       if (!attempt) {
-        agent.running--;
-        w.resolve({ kind: 'lost' });
+        p.agent.running--;
+        p.resolve({ kind: 'lost' });
         continue;
       }
       try {
         await this.dispatch(attempt);
-        w.resolve({ kind: 'assigned', agentId: agent.agentId });
+        p.resolve({ kind: 'assigned', agentId: p.agent.agentId });
       } catch (err) {
-        w.reject(err);
+        p.reject(err);
       }
     }
   }
