@@ -54,8 +54,6 @@ export async function applyPlans(sql: Sql, plans: RunPlan[]): Promise<AppliedPla
       update dag_runs r set state = 'running', started_at = now()
       from want w where r.id = w.run_id and w.start and r.state = 'queued' and r.plan_epoch = w.epoch
       returning r.id),
-    started_ev as (
-      insert into events (run_id, kind, payload) select id, 'run.state', '{"to": "running"}'::jsonb from started),
     kept as (
       update dag_runs r set plan_epoch = r.plan_epoch
       from want w where r.id = w.run_id and not w.start and r.state = 'running' and r.plan_epoch = w.epoch
@@ -71,8 +69,13 @@ export async function applyPlans(sql: Sql, plans: RunPlan[]): Promise<AppliedPla
         and t.run_id in (select id from started union all select id from kept)
       returning t.id, t.run_id, t.task_id, t.try_number, t.state),
     ev as (
+      -- One insert, run starts first: the log reads "run running", then its tasks' moves.
       insert into events (run_id, ti_id, kind, payload)
-      select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number) from moved)
+      select run_id, ti_id, kind, payload from (
+        select 0 as o, id as run_id, null::bigint as ti_id, 'run.state' as kind, '{"to": "running"}'::jsonb as payload from started
+        union all
+        select 1, run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number) from moved) e
+      order by o, ti_id)
     select 'started' as kind, id from started
     union all select 'run', id from kept
     union all select 'ti', id from moved`;

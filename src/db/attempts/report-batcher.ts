@@ -6,6 +6,9 @@ import { finishAttempt, type FinishVerdict } from './finish-attempt.js';
 
 const START_FROM = legalTiFrom('running') as string[];
 
+/** One attempt, as every report names it. */
+const key = (tiId: string, tryNumber: number, token: string) => `${tiId}/${tryNumber}/${token}`;
+
 export interface FinishRecorded {
   verdict: FinishVerdict;
   /** The attempt's run when the end was recorded, for a targeted scheduler step. */
@@ -46,7 +49,7 @@ export function createReportBatcher(sql: Sql, opts: { retryMs: number; onRetry?(
   const writeStarts = async (ops: Extract<Op, { kind: 'start' }>[]) => {
     if (ops.length === 0) return;
     try {
-      const rows = await retry(() => sql<{ id: string; token: string }[]>`
+      const rows = await retry(() => sql<{ id: string; try_number: number; token: string }[]>`
         with r as (
           select * from unnest(${ops.map((o) => o.a.tiId)}::bigint[], ${ops.map((o) => o.a.tryNumber)}::int[],
                                ${ops.map((o) => o.a.attemptToken)}::uuid[], ${ops.map((o) => o.pid) as number[]}::int[],
@@ -61,9 +64,9 @@ export function createReportBatcher(sql: Sql, opts: { retryMs: number; onRetry?(
           insert into events (run_id, ti_id, kind, payload)
           select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'running', 'try', try_number, 'pid', pid, 'agent_id', agent_id)
           from moved)
-        select id, attempt_token as token from moved`);
-      const done = new Set(rows.map((r) => `${r.id}/${r.token}`));
-      for (const o of ops) o.resolve(done.has(`${o.a.tiId}/${o.a.attemptToken}`));
+        select id, try_number, attempt_token as token from moved`);
+      const done = new Set(rows.map((r) => key(r.id, r.try_number, r.token)));
+      for (const o of ops) o.resolve(done.has(key(o.a.tiId, o.a.tryNumber, o.a.attemptToken)));
     } catch (err) {
       for (const o of ops) o.reject(err);
     }
@@ -72,7 +75,7 @@ export function createReportBatcher(sql: Sql, opts: { retryMs: number; onRetry?(
   const writeEnds = async (ops: Extract<Op, { kind: 'finish' }>[]) => {
     if (ops.length === 0) return;
     try {
-      const rows = await retry(() => sql<{ id: string; token: string; run_id: string; state: FinishVerdict }[]>`
+      const rows = await retry(() => sql<{ id: string; try_number: number; token: string; run_id: string; state: FinishVerdict }[]>`
         with r as (
           select * from unnest(${ops.map((o) => o.a.tiId)}::bigint[], ${ops.map((o) => o.a.tryNumber)}::int[],
                                ${ops.map((o) => o.a.attemptToken)}::uuid[], ${ops.map((o) => (o.result.outcome === 'success' ? 'true' : 'false'))}::text[]::bool[],
@@ -92,10 +95,10 @@ export function createReportBatcher(sql: Sql, opts: { retryMs: number; onRetry?(
           insert into events (run_id, ti_id, kind, payload)
           select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number,
                  'exit_code', exit_code, 'error', error, 'next_try_at', next_try_at) from moved)
-        select id, attempt_token as token, run_id, state from moved`);
-      const done = new Map(rows.map((r) => [`${r.id}/${r.token}`, r]));
+        select id, try_number, attempt_token as token, run_id, state from moved`);
+      const done = new Map(rows.map((r) => [key(r.id, r.try_number, r.token), r]));
       for (const o of ops) {
-        const row = done.get(`${o.a.tiId}/${o.a.attemptToken}`);
+        const row = done.get(key(o.a.tiId, o.a.tryNumber, o.a.attemptToken));
         o.resolve(row ? { verdict: row.state, runId: row.run_id } : { verdict: 'rejected', runId: null });
       }
     } catch (err) {

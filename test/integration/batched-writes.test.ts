@@ -1,0 +1,231 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { DagSpec } from '../../src/core/dag-spec.js';
+import { applyPlans, finalizeRuns } from '../../src/db/apply-plan.js';
+import { claimAttempts } from '../../src/db/attempts/claim-attempt.js';
+import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
+import { clearTaskInstance } from '../../src/db/clear-task-instance.js';
+import { upsertDag } from '../../src/db/dags.js';
+import { createRun, getRun, type RunRow } from '../../src/db/runs.js';
+import type { Sql } from '../../src/db/sql.js';
+import { listTis, type TiRow } from '../../src/db/tis.js';
+import { dag, task } from '../helpers/spec-builders.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+
+/**
+ * The hot paths' multi-row writes (issue #5): the planner's moves for many runs in one statement,
+ * guarded per run by the plan epoch and per TI by the state read; the report batcher's group
+ * commit of starts and ends; the batched claim. Each test counts the statements it causes.
+ */
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+afterAll(async () => {
+  await db.drop();
+});
+beforeEach(async () => {
+  await db.sql`delete from dags`;
+  await db.sql`delete from events`;
+});
+
+/** The pool, counting the statements sent through it (a tagged-template call is one statement). */
+function counting(sql: Sql): { sql: Sql; count(): number } {
+  let n = 0;
+  const proxy = new Proxy(sql, {
+    apply(target, thisArg, args) {
+      n++;
+      return Reflect.apply(target as never, thisArg, args);
+    },
+  });
+  return { sql: proxy, count: () => n };
+}
+
+let runSeq = 0;
+async function newRun(spec: DagSpec): Promise<{ run: RunRow; tis: Map<string, TiRow> }> {
+  const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
+  const { run } = await db.sql.begin((tx) =>
+    createRun(tx, { dagId: spec.dagId, dagVersion: row.version, spec, runKey: `r${++runSeq}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+  );
+  return { run, tis: new Map((await listTis(db.sql, run.id)).map((t) => [t.task_id, t])) };
+}
+
+const chain = (id: string) => dag(id, [task('a'), task('b', { dependsOn: ['a'] })]);
+
+async function states(runId: string): Promise<Record<string, string>> {
+  return Object.fromEntries((await listTis(db.sql, runId)).map((t) => [t.task_id, t.state]));
+}
+
+describe('applyPlans', () => {
+  it('starts runs and moves task instances of many runs in one statement, each move in the events log', async () => {
+    const runs = await Promise.all([newRun(chain('p1')), newRun(chain('p2')), newRun(chain('p3'))]);
+    const c = counting(db.sql);
+    const applied = await applyPlans(
+      c.sql,
+      runs.map(({ run, tis }) => ({ runId: run.id, epoch: run.plan_epoch, start: true, moves: [{ tiId: tis.get('a')!.id, from: 'none' as const, to: 'scheduled' as const }] })),
+    );
+    expect(c.count()).toBe(1);
+    expect([...applied.started].sort()).toEqual(runs.map((r) => r.run.id).sort());
+    expect(applied.moved.size).toBe(3);
+    for (const { run, tis } of runs) {
+      expect((await getRun(db.sql, run.id))!.state).toBe('running');
+      expect(await states(run.id)).toEqual({ a: 'scheduled', b: 'none' });
+      const ev = await db.sql<{ kind: string; to: string }[]>`select kind, payload->>'to' as to from events where run_id = ${run.id} order by seq`;
+      expect(ev.map((e) => `${e.kind}:${e.to}`)).toEqual(['run.state:queued', 'run.state:running', 'ti.state:scheduled']);
+      expect((await listTis(db.sql, run.id)).find((t) => t.id === tis.get('a')!.id)!.pending_reason).toBeNull();
+    }
+  });
+
+  it('drops the plan of a run cleared since the read, and applies the others', async () => {
+    const one = await newRun(chain('c1'));
+    const two = await newRun(chain('c2'));
+    for (const r of [one, two]) {
+      await db.sql`update dag_runs set state = 'running' where id = ${r.run.id}`;
+      await db.sql`update task_instances set state = 'failed', ended_at = now() where id = ${r.tis.get('a')!.id}`;
+    }
+    // Both runs read now: a failed, so b is upstream_failed.
+    const read = await Promise.all([one, two].map(async (r) => (await getRun(db.sql, r.run.id))!));
+    // Meanwhile an operator clears a of run one: a is none again, and the epoch moves on.
+    expect((await clearTaskInstance(db.sql, { runId: one.run.id, taskId: 'a', downstream: true })).kind).toBe('cleared');
+    const applied = await applyPlans(
+      db.sql,
+      [one, two].map((r, i) => ({ runId: r.run.id, epoch: read[i]!.plan_epoch, start: false, moves: [{ tiId: r.tis.get('b')!.id, from: 'none' as const, to: 'upstream_failed' as const }] })),
+    );
+    expect([...applied.runs]).toEqual([two.run.id]);
+    expect(await states(one.run.id)).toEqual({ a: 'none', b: 'none' });
+    expect(await states(two.run.id)).toEqual({ a: 'failed', b: 'upstream_failed' });
+  });
+
+  it('leaves a task instance alone when another writer moved it since the read', async () => {
+    const { run, tis } = await newRun(chain('m1'));
+    await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
+    const read = (await getRun(db.sql, run.id))!;
+    // Another leader scheduled and claimed a first.
+    await db.sql`update task_instances set state = 'scheduled' where id = ${tis.get('a')!.id}`;
+    expect((await claimAttempts(db.sql, 'subprocess', [{ tiId: tis.get('a')!.id, agentId: null }])).size).toBe(1);
+    const applied = await applyPlans(db.sql, [{ runId: run.id, epoch: read.plan_epoch, start: false, moves: [{ tiId: tis.get('a')!.id, from: 'none', to: 'scheduled' }] }]);
+    expect(applied.runs.has(run.id)).toBe(true);
+    expect(applied.moved.size).toBe(0);
+    expect(await states(run.id)).toEqual({ a: 'queued', b: 'none' });
+  });
+
+  it('refuses a move the state table forbids, naming it', async () => {
+    const { run, tis } = await newRun(chain('x1'));
+    await expect(applyPlans(db.sql, [{ runId: run.id, epoch: '0', start: false, moves: [{ tiId: tis.get('a')!.id, from: 'success', to: 'scheduled' }] }])).rejects.toThrow(
+      `illegal planner move success → scheduled for task instance ${tis.get('a')!.id}`,
+    );
+  });
+});
+
+describe('finalizeRuns', () => {
+  it('ends every run whose task instances are all terminal, in one statement, and no other', async () => {
+    const done = await newRun(chain('f1'));
+    const busy = await newRun(chain('f2'));
+    const cleared = await newRun(chain('f3'));
+    for (const r of [done, busy, cleared]) {
+      await db.sql`update dag_runs set state = 'running' where id = ${r.run.id}`;
+      await db.sql`update task_instances set state = 'success', ended_at = now() where run_id = ${r.run.id}`;
+    }
+    await db.sql`update task_instances set state = 'running' where id = ${busy.tis.get('b')!.id}`;
+    const read = await Promise.all([done, busy, cleared].map(async (r) => (await getRun(db.sql, r.run.id))!));
+    await clearTaskInstance(db.sql, { runId: cleared.run.id, taskId: 'b', downstream: false });
+    const c = counting(db.sql);
+    const ended = await finalizeRuns(c.sql, read.map((r) => ({ runId: r.id, epoch: r.plan_epoch, outcome: 'success' as const })));
+    expect(c.count()).toBe(1);
+    expect([...ended]).toEqual([done.run.id]);
+    expect((await getRun(db.sql, done.run.id))!.state).toBe('success');
+    expect((await getRun(db.sql, busy.run.id))!.state).toBe('running');
+    expect((await getRun(db.sql, cleared.run.id))!.state).toBe('running');
+  });
+});
+
+describe('report batcher', () => {
+  async function claimed(n: number) {
+    const spec = dag(`rb${++runSeq}`, Array.from({ length: n }, (_, i) => task(`t${i}`)));
+    const { run, tis } = await newRun(spec);
+    await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
+    await db.sql`update task_instances set state = 'scheduled' where run_id = ${run.id}`;
+    const claims = await claimAttempts(db.sql, 'agents', [...tis.values()].map((t) => ({ tiId: t.id, agentId: 'agent-1' })));
+    return { run, attempts: [...claims].map(([tiId, c]) => ({ tiId, tryNumber: c.tryNumber, attemptToken: c.attemptToken })) };
+  }
+
+  it('writes reports that arrive together as one statement for the starts and one for the ends, in order', async () => {
+    const { run, attempts } = await claimed(20);
+    const c = counting(db.sql);
+    const reports = createReportBatcher(c.sql, { retryMs: 1000 });
+    // Each attempt's Started and Finished arrive back to back, all in the same turn.
+    const results = await Promise.all(
+      attempts.map(async (a, i) => {
+        const started = reports.started(a, { pid: 100 + i, agentId: 'agent-1' });
+        const finished = reports.finished(a, { outcome: i % 2 === 0 ? 'success' : 'failed', exitCode: i % 2, signal: null, error: i % 2 ? 'exit code 1' : null });
+        return { started: await started, finished: await finished };
+      }),
+    );
+    expect(c.count()).toBe(2);
+    expect(results.every((r) => r.started)).toBe(true);
+    expect(results.map((r) => r.finished)).toEqual(attempts.map((_, i) => ({ verdict: i % 2 === 0 ? 'success' : 'failed', runId: run.id })));
+    // Every attempt went queued → running → its end, recorded in that order.
+    for (const a of attempts) {
+      const ev = await db.sql<{ to: string }[]>`select payload->>'to' as to from events where ti_id = ${a.tiId} order by seq`;
+      expect(ev.map((e) => e.to).slice(-2)).toEqual(['running', ev.at(-1)!.to === 'success' ? 'success' : 'failed']);
+      const [ti] = await db.sql<{ started_at: Date | null; pid: number | null }[]>`select started_at, pid from task_instances where id = ${a.tiId}`;
+      expect(ti!.started_at).not.toBeNull();
+    }
+  });
+
+  it('refuses, row by row, reports of superseded attempts and keeps the others', async () => {
+    const { attempts } = await claimed(3);
+    const reports = createReportBatcher(db.sql, { retryMs: 1000 });
+    const [good, stale, alsoGood] = attempts as [(typeof attempts)[0], (typeof attempts)[0], (typeof attempts)[0]];
+    const wrong = { ...stale, attemptToken: '00000000-0000-4000-8000-000000000000' };
+    const [s1, s2, s3] = await Promise.all([
+      reports.started(good, { pid: 1, agentId: 'agent-1' }),
+      reports.started(wrong, { pid: 2, agentId: 'agent-1' }),
+      reports.started(alsoGood, { pid: 3, agentId: 'agent-1' }),
+    ]);
+    expect([s1, s2, s3]).toEqual([true, false, true]);
+    const [f1, f2] = await Promise.all([
+      reports.finished(good, { outcome: 'success', exitCode: 0, signal: null, error: null }),
+      reports.finished({ ...good, tryNumber: good.tryNumber + 1 }, { outcome: 'success', exitCode: 0, signal: null, error: null }),
+    ]);
+    expect(f1.verdict).toBe('success');
+    expect(f2).toEqual({ verdict: 'rejected', runId: null });
+    const rows = await db.sql<{ id: string; state: string }[]>`select id, state from task_instances where id = any(${attempts.map((a) => a.tiId)}::bigint[]) order by id`;
+    expect(Object.fromEntries(rows.map((r) => [r.id, r.state]))).toEqual({ [good.tiId]: 'success', [stale.tiId]: 'queued', [alsoGood.tiId]: 'running' });
+  });
+
+  it('writes a report that arrives while a write is in flight with the next batch', async () => {
+    const { attempts } = await claimed(3);
+    const c = counting(db.sql);
+    const reports = createReportBatcher(c.sql, { retryMs: 1000 });
+    const first = reports.started(attempts[0]!, { pid: 1, agentId: 'agent-1' });
+    await new Promise((r) => setImmediate(r)); // the first write is on its way
+    const later = [reports.started(attempts[1]!, { pid: 2, agentId: 'agent-1' }), reports.started(attempts[2]!, { pid: 3, agentId: 'agent-1' })];
+    expect(await Promise.all([first, ...later])).toEqual([true, true, true]);
+    expect(c.count()).toBe(2);
+    await reports.drain();
+  });
+});
+
+describe('claimAttempts', () => {
+  it('claims many task instances for their agents in one statement', async () => {
+    const spec = dag('cl', [task('a'), task('b'), task('c')]);
+    const { run, tis } = await newRun(spec);
+    await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
+    await db.sql`update task_instances set state = 'scheduled' where run_id = ${run.id} and task_id in ('a', 'b')`;
+    const c = counting(db.sql);
+    const made = await claimAttempts(c.sql, 'agents', [
+      { tiId: tis.get('a')!.id, agentId: 'x' },
+      { tiId: tis.get('b')!.id, agentId: 'y' },
+      { tiId: tis.get('c')!.id, agentId: 'x' }, // not scheduled: not claimed
+    ]);
+    expect(c.count()).toBe(1);
+    expect([...made.keys()].sort()).toEqual([tis.get('a')!.id, tis.get('b')!.id].sort());
+    const rows = await listTis(db.sql, run.id);
+    expect(rows.map((t) => [t.task_id, t.state, t.agent_id, t.try_number])).toEqual([
+      ['a', 'queued', 'x', 1],
+      ['b', 'queued', 'y', 1],
+      ['c', 'none', null, 0],
+    ]);
+  });
+});
