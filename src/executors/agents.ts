@@ -73,7 +73,7 @@ export class AgentsExecutor implements Executor {
   #round: Promise<void> | null = null;
   #cache: { fetchedAt: number; agents: AvailableAgent[] } | null = null;
   #parked = new Map<string, AgentsWork>();
-  #hungryAt = 0;
+  #hungryAt = Number.NEGATIVE_INFINITY;
   #wake = false;
 
   constructor(
@@ -144,13 +144,7 @@ export class AgentsExecutor implements Executor {
     do {
       this.#wake = false;
       if (this.#waiting.length === 0 && this.#parked.size === 0) break;
-      const fresh = this.#waiting;
-      this.#waiting = [];
-      try {
-        await this.#placeRound(fresh);
-      } catch (err) {
-        for (const w of fresh) w.reject(err);
-      }
+      await this.#placeRound();
       // Another round only for new work, or a slot freed meanwhile; else parked work waits for
       // released(), invalidate() or retryParked().
     } while (this.#wake || this.#waiting.length > 0);
@@ -161,8 +155,17 @@ export class AgentsExecutor implements Executor {
    * One round: parked work first (it has waited longest), while any agent has a free slot, then
    * the work that arrived since the last round; then one claim for everything placed.
    */
-  async #placeRound(fresh: Waiting[]): Promise<void> {
-    const agents = await this.#agents();
+  async #placeRound(): Promise<void> {
+    let agents: AvailableAgent[];
+    try {
+      agents = await this.#agents();
+    } catch (err) {
+      for (const w of this.#waiting.splice(0)) w.reject(err);
+      return;
+    }
+    // Taken after the fleet read: work offered in the same turn as the first joins this round.
+    const fresh = this.#waiting;
+    this.#waiting = [];
     // One view of the fleet for the round; a placement takes its slot in it (and in the cache).
     const views = new Map(agents.map((a) => [a.agentId, { ...a, runningThisTask: 0 }]));
     const all = [...views.values()];
@@ -194,7 +197,14 @@ export class AgentsExecutor implements Executor {
 
     for (const [tiId, work] of this.#parked) {
       if (!anyFree()) break; // nothing parked can be placed: leave the rest as it is
-      const { placement, agent } = await place(work);
+      let outcome: Awaited<ReturnType<typeof place>>;
+      try {
+        outcome = await place(work);
+      } catch {
+        this.#parked.delete(tiId); // still scheduled: the tick offers it again
+        continue;
+      }
+      const { placement, agent } = outcome;
       if (agent) {
         this.#parked.delete(tiId);
         placed.push({ work, agent, resolve: () => {}, reject: () => {} });
@@ -204,7 +214,14 @@ export class AgentsExecutor implements Executor {
       }
     }
     for (const w of fresh) {
-      const { placement, agent } = await place(w.work);
+      let outcome: Awaited<ReturnType<typeof place>>;
+      try {
+        outcome = await place(w.work);
+      } catch (err) {
+        w.reject(err);
+        continue;
+      }
+      const { placement, agent } = outcome;
       if (agent) {
         placed.push({ work: w.work, agent, resolve: w.resolve, reject: w.reject });
         continue;

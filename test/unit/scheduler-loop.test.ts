@@ -1,6 +1,6 @@
 import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createSchedulerLoop, type SchedulerLoop } from '../../src/scheduler/scheduler-loop.js';
+import { createSchedulerLoop, type SchedulerLoop, type StepTarget } from '../../src/scheduler/scheduler-loop.js';
 
 const logger = pino({ level: 'silent' });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -111,5 +111,33 @@ describe('full and light steps', () => {
     expect(kinds.filter((k) => k.kind === 'light').length).toBeGreaterThan(10);
     expect(full.length).toBeGreaterThanOrEqual(4);
     for (let i = 1; i < full.length; i++) expect(full[i]!.at - full[i - 1]!.at).toBeLessThan(200);
+  });
+});
+
+describe('targeted steps', () => {
+  it('plans only the runs named by the nudges since the last step, merged; an unnamed nudge plans every run', async () => {
+    const targets: StepTarget[] = [];
+    let release!: () => void;
+    loop = createSchedulerLoop({
+      tickMs: 10_000,
+      logger,
+      canStep: () => true,
+      step: async (_kind, target) => {
+        targets.push(target);
+        if (targets.length === 2) await new Promise<void>((r) => (release = r));
+      },
+    });
+    loop.start(); // the first step after start plans every run (full)
+    await sleep(20);
+    loop.nudge(['7']);
+    await sleep(20); // step 2 (light, run 7) is held open
+    loop.nudge(['8', '9']);
+    loop.nudge(['9']);
+    release();
+    await sleep(20);
+    loop.nudge(['10']);
+    loop.nudge();
+    await sleep(20);
+    expect(targets).toEqual([{ all: true }, { all: false, runIds: ['7'] }, { all: false, runIds: ['8', '9'] }, { all: true }]);
   });
 });

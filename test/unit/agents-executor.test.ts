@@ -1,0 +1,98 @@
+import pino from 'pino';
+import { describe, expect, it } from 'vitest';
+import type { Attempt } from '../../src/core/attempt.js';
+import { AgentRegistry, type AgentHandle } from '../../src/executors/agent-registry.js';
+import { AgentsExecutor, type AgentsStore, type AgentsWork, type AvailableAgent } from '../../src/executors/agents.js';
+import { task } from '../helpers/spec-builders.js';
+
+/**
+ * The agents executor against a fake store: placement in rounds, one claim per round, and work
+ * that waits only for a slot parked and placed, oldest first, when a slot frees.
+ */
+
+const logger = pino({ level: 'silent' });
+
+function work(n: number, over: Partial<AgentsWork> = {}): AgentsWork {
+  return { tiId: String(n), runId: String(n), dagId: 'd', taskId: 't', task: task('t', { executor: 'agents' }), conf: {}, logicalDate: new Date(0), pendingReason: null, ...over };
+}
+
+function setup(agents: AvailableAgent[]) {
+  const claims: string[][] = [];
+  const reasons: Map<string, string>[] = [];
+  const delivered: string[] = [];
+  let hungry = 0;
+  const store: AgentsStore = {
+    availableAgents: async () => agents.map((a) => ({ ...a })),
+    taskLoad: async () => new Map(),
+    claim: async (cs) => {
+      claims.push(cs.map((c) => c.work.tiId));
+      return new Map(
+        cs.map((c) => [
+          c.work.tiId,
+          { tiId: c.work.tiId, runId: c.work.runId, dagId: 'd', taskId: 't', tryNumber: 1, maxTries: 1, attemptToken: `tok-${c.work.tiId}`, dispatchKey: 'k', command: ['true'], env: {}, cwd: null, timeoutMs: null, agentId: c.agentId } satisfies Attempt,
+        ]),
+      );
+    },
+    release: async () => {},
+    setPendingReasons: async (r) => void reasons.push(new Map(r)),
+    notifyAssign: async () => {},
+  };
+  const registry = new AgentRegistry();
+  for (const a of agents) {
+    const handle: AgentHandle = { agentId: a.agentId, sessionId: 's', assign: (at) => (delivered.push(`${at.tiId}@${a.agentId}`), true), cancel: () => true, drain: () => {}, holds: () => false };
+    registry.register(handle);
+  }
+  const executor = new AgentsExecutor({ registry, store, replicaId: 'r', logger, cacheMs: 60_000, onHungry: () => hungry++ });
+  return { executor, claims, reasons, delivered, hungry: () => hungry };
+}
+
+const agent = (agentId: string, slots: number, running = 0): AvailableAgent => ({ agentId, labels: {}, capabilities: [], slots, running, connectedReplica: 'r' });
+const settle = () => new Promise((r) => setTimeout(r, 10));
+
+describe('AgentsExecutor', () => {
+  it('places the work waiting when a round begins with one claim, and parks what waits for a slot', async () => {
+    const t = setup([agent('a', 2)]);
+    const outcomes = await Promise.all([1, 2, 3, 4, 5].map((n) => t.executor.placeAndDispatch(work(n))));
+    expect(outcomes.map((o) => o.kind)).toEqual(['assigned', 'assigned', 'waiting', 'waiting', 'waiting']);
+    expect(t.claims).toEqual([['1', '2']]);
+    expect(t.delivered).toEqual(['1@a', '2@a']);
+    // The three reasons are written together.
+    expect(t.reasons).toEqual([new Map([['3', 'AGENT_SLOTS_FULL'], ['4', 'AGENT_SLOTS_FULL'], ['5', 'AGENT_SLOTS_FULL']])]);
+    expect(t.executor.parkedCount).toBe(3);
+    expect(t.executor.parks('3')).toBe(true);
+
+    // A slot frees: the oldest parked work goes, without the scheduler offering it again.
+    t.executor.released('a', performance.now());
+    await settle();
+    expect(t.claims).toEqual([['1', '2'], ['3']]);
+    expect(t.executor.parks('3')).toBe(false);
+    // Both free: the next two in order, in one claim; the reason is not written again.
+    t.executor.released('a', performance.now());
+    t.executor.released('a', performance.now());
+    await settle();
+    expect(t.claims.at(-1)).toEqual(['4', '5']);
+    expect(t.delivered).toEqual(['1@a', '2@a', '3@a', '4@a', '5@a']);
+    expect(t.reasons).toHaveLength(1);
+    expect(t.executor.parkedCount).toBe(0);
+  });
+
+  it('does not park work no agent can ever take, and asks for more work when slots are left over', async () => {
+    const t = setup([agent('a', 4)]);
+    const o = await t.executor.placeAndDispatch(work(1, { task: task('t', { executor: 'agents', placement: { labels: { gpu: 'yes' }, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: null } }) }));
+    expect(o).toEqual({ kind: 'waiting', reason: 'NO_AGENT_WITH_LABELS:gpu=yes' });
+    expect(t.executor.parkedCount).toBe(0);
+    await settle();
+    expect(t.hungry()).toBe(1);
+  });
+
+  it('counts a freed slot only in a fleet view read before the attempt ended', async () => {
+    const t = setup([agent('a', 1)]);
+    expect((await t.executor.placeAndDispatch(work(1))).kind).toBe('assigned');
+    expect((await t.executor.placeAndDispatch(work(2))).kind).toBe('waiting');
+    // An end seen before the view was read: the view already left it out; no second slot appears.
+    t.executor.released('a', 0);
+    await settle();
+    expect(t.claims).toEqual([['1']]);
+    expect(t.executor.parks('2')).toBe(true);
+  });
+});
