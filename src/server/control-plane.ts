@@ -288,7 +288,12 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     }
 
     const listener = listen(databaseUrl, logger, (channel, payload) => {
-      if (channel === CHANNELS.nudge) loop.nudge(payload === '' ? undefined : payload.split(','));
+      if (channel === CHANNELS.nudge) {
+        // Something happened on another replica, maybe an attempt ending on one of its agents:
+        // this replica's view of the agents' free slots is stale.
+        fleet.executor.invalidate();
+        loop.nudge(payload === '' ? undefined : payload.split(','));
+      }
       else void fleet.onNotification(channel, payload).catch((err: unknown) => logger.error({ err, channel, payload }, 'notification failed'));
     });
     cleanups.push(() => listener.close());
