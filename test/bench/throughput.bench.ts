@@ -34,8 +34,10 @@ const KINDS = (process.env.LEOFLOW_BENCH_AGENTS ?? 'instant,process').split(',')
 /** Bound on one throughput window; a configuration that has not finished by then is reported with what it did. */
 const WINDOW_LIMIT_MS = Number(process.env.LEOFLOW_BENCH_WINDOW_MS ?? 240_000);
 const POLL_MS = 50;
-/** Pro's pool (16 drainers, queue 256) and a 1 s tick; see BENCHMARKS.md for why. */
-const SERVER_ARGS = (process.env.LEOFLOW_BENCH_SERVER_ARGS ?? '--dispatch-workers 16 --dispatch-queue 256').split(' ').filter(Boolean);
+/** Pro's pool (16 drainers, queue 256) and a 1 s tick; see BENCHMARKS.md for why. Server logs at
+ *  warn: the peers run with their loggers silenced, and at info the server writes two lines per
+ *  task, which the harness (the same process as the instant agent) reads and parses. */
+const SERVER_ARGS = (process.env.LEOFLOW_BENCH_SERVER_ARGS ?? '--dispatch-workers 16 --dispatch-queue 256 --log-level warn').split(' ').filter(Boolean);
 const MAX_ACTIVE_RUNS = Number(process.env.LEOFLOW_BENCH_MAX_ACTIVE_RUNS ?? 100_000);
 
 interface Setup {
