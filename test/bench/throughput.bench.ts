@@ -34,10 +34,10 @@ const KINDS = (process.env.LEOFLOW_BENCH_AGENTS ?? 'instant,process').split(',')
 /** Bound on one throughput window; a configuration that has not finished by then is reported with what it did. */
 const WINDOW_LIMIT_MS = Number(process.env.LEOFLOW_BENCH_WINDOW_MS ?? 240_000);
 const POLL_MS = 50;
-/** Pro's pool (16 drainers, queue 256) and a 1 s tick; see BENCHMARKS.md for why. Server logs at
- *  warn: the peers run with their loggers silenced, and at info the server writes two lines per
- *  task, which the harness (the same process as the instant agent) reads and parses. */
-const SERVER_ARGS = (process.env.LEOFLOW_BENCH_SERVER_ARGS ?? '--dispatch-workers 16 --dispatch-queue 256 --log-level warn').split(' ').filter(Boolean);
+/** Pro's pool (16 drainers, queue 256) and a 1 s tick; see BENCHMARKS.md for why. The server logs
+ *  at warn (`quiet`): the peers run with their loggers silenced, and at info the server writes two
+ *  lines per task, which the harness (the same process as the instant agent) reads and parses. */
+const SERVER_ARGS = (process.env.LEOFLOW_BENCH_SERVER_ARGS ?? '--dispatch-workers 16 --dispatch-queue 256').split(' ').filter(Boolean);
 const MAX_ACTIVE_RUNS = Number(process.env.LEOFLOW_BENCH_MAX_ACTIVE_RUNS ?? 100_000);
 
 interface Setup {
@@ -52,7 +52,7 @@ async function setup(paused: boolean): Promise<Setup> {
   const db = await createTestDatabase();
   let s: ServerProcess | null = null;
   try {
-    s = await startServer({ env: { DATABASE_URL: db.url }, args: ['--heartbeat-interval', '1s', ...SERVER_ARGS] });
+    s = await startServer({ env: { DATABASE_URL: db.url }, args: ['--heartbeat-interval', '1s', ...SERVER_ARGS], quiet: true });
     const file = path.join(tmp, 'tp.yaml');
     await writeFile(file, `dag_id: tp\nmax_active_runs: ${MAX_ACTIVE_RUNS}\ntasks:\n  - id: t\n    executor: agents\n    command: ["true"]\n`);
     expect((await cli(s.url, ['dag', 'apply', file])).code).toBe(0);

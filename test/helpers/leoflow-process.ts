@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { freePort } from './global-setup.js';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const BIN = fileURLToPath(new URL('../../bin/leoflow.js', import.meta.url));
@@ -27,8 +28,20 @@ process.on('exit', () => {
  * Starts the real `leoflow server` process (the compiled build, as a user runs it) and resolves
  * once it logs that it is ready. `args` are extra flags; `env` is merged over process.env.
  */
-export async function startServer(opts: { args?: string[]; env?: Record<string, string | undefined>; cwd?: string; readyTimeoutMs?: number; ownProcessGroup?: boolean } = {}): Promise<ServerProcess> {
-  const child = spawn(process.execPath, [BIN, 'server', '--listen', '127.0.0.1:0', '--metrics-listen', '127.0.0.1:0', '--log-format', 'json', ...(opts.args ?? [])], {
+export async function startServer(
+  opts: {
+    args?: string[];
+    env?: Record<string, string | undefined>;
+    cwd?: string;
+    readyTimeoutMs?: number;
+    ownProcessGroup?: boolean;
+    /** Logs at warn only (benchmarks): ready is then told by the metrics endpoint answering. */
+    quiet?: boolean;
+  } = {},
+): Promise<ServerProcess> {
+  const ports = opts.quiet ? [await freePort(), await freePort()] : [0, 0];
+  const quietArgs = opts.quiet ? ['--log-level', 'warn'] : [];
+  const child = spawn(process.execPath, [BIN, 'server', '--listen', `127.0.0.1:${ports[0]}`, '--metrics-listen', `127.0.0.1:${ports[1]}`, '--log-format', 'json', ...quietArgs, ...(opts.args ?? [])], {
     cwd: opts.cwd ?? ROOT,
     env: { ...process.env, ...opts.env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -72,6 +85,21 @@ export async function startServer(opts: { args?: string[]; env?: Record<string, 
     });
     child.stderr!.setEncoding('utf8');
     child.stderr!.on('data', (c: string) => (stderr += c));
+    if (opts.quiet) {
+      const poll = async () => {
+        for (;;) {
+          if (child.exitCode !== null || child.signalCode !== null) return;
+          const ok = await fetch(`http://127.0.0.1:${ports[1]}/metrics`).then((r) => r.ok, () => false);
+          if (ok) {
+            clearTimeout(timer);
+            logs.push({ listen: `127.0.0.1:${ports[0]}`, metrics: `127.0.0.1:${ports[1]}`, msg: 'ready (metrics answering)' });
+            return resolve(`http://127.0.0.1:${ports[0]}`);
+          }
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      };
+      void poll();
+    }
     void exited.then(({ code, signal }) => {
       clearTimeout(timer);
       reject(new Error(`server exited before ready (code ${code}, signal ${signal}):\n${stderr}\n${JSON.stringify(logs.slice(-5))}`));

@@ -29,16 +29,22 @@ beforeEach(async () => {
   await db.sql`delete from events`;
 });
 
-/** The pool, counting the statements sent through it (a tagged-template call is one statement). */
+/** The pool, counting the statements sent through it or through a connection it reserved (a
+ *  tagged-template call is one statement). */
 function counting(sql: Sql): { sql: Sql; count(): number } {
   let n = 0;
-  const proxy = new Proxy(sql, {
-    apply(target, thisArg, args) {
-      n++;
-      return Reflect.apply(target as never, thisArg, args);
-    },
-  });
-  return { sql: proxy, count: () => n };
+  const count = <T extends object>(target: T): T =>
+    new Proxy(target, {
+      apply(t, thisArg, args) {
+        n++;
+        return Reflect.apply(t as never, thisArg, args);
+      },
+      get(t, prop, receiver) {
+        if (prop !== 'reserve') return Reflect.get(t, prop, receiver);
+        return async () => count(await (t as unknown as Sql).reserve());
+      },
+    });
+  return { sql: count(sql), count: () => n };
 }
 
 let runSeq = 0;
@@ -149,7 +155,7 @@ describe('report batcher', () => {
     return { run, attempts: [...claims].map(([tiId, c]) => ({ tiId, tryNumber: c.tryNumber, attemptToken: c.attemptToken })) };
   }
 
-  it('writes reports that arrive together as one statement for the starts and one for the ends, in order', async () => {
+  it('writes reports that arrive together as one statement for the starts and one for the ends, in order, pipelined', async () => {
     const { run, attempts } = await claimed(20);
     const c = counting(db.sql);
     const reports = createReportBatcher(c.sql, { retryMs: 1000 });

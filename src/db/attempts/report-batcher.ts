@@ -1,5 +1,6 @@
 import type { AttemptKey, AttemptResult } from '../../core/attempt.js';
 import { ATTEMPT_END_FROM, legalTiFrom } from '../../core/states.js';
+import { isConnectionError } from '../is-connection-error.js';
 import { retryOnConnectionError } from '../retry-on-connection-error.js';
 import type { Sql } from '../sql.js';
 import { finishAttempt, type FinishVerdict } from './finish-attempt.js';
@@ -31,9 +32,10 @@ type Op =
 /**
  * Group commit for the reports of every attempt on this replica, whichever executor or agent
  * stream they come from: the starts waiting when a write begins go out as one multi-row
- * statement, then the ends as another. A report arriving while a write is in flight waits for it
- * and joins the next batch, so one report alone costs what it did before (no timer, no added
- * latency), and a thousand arriving together cost two statements.
+ * statement and the ends as another, sent back to back on one connection (one round trip). A
+ * report arriving while a write is in flight waits for it and joins the next batch, so one report
+ * alone costs what it did before (no timer, no added latency), and a thousand arriving together
+ * cost two statements.
  *
  * Order is kept: a batch's starts are written before its ends, and a batch only after the one
  * before it, so an attempt's Started is never applied after its Finished. Every write is fenced
@@ -46,10 +48,12 @@ export function createReportBatcher(sql: Sql, opts: { retryMs: number; onRetry?(
 
   const retry = <T>(op: () => Promise<T>) => retryOnConnectionError(op, { maxMs: opts.retryMs, onRetry: (err, n) => n === 1 && opts.onRetry?.(err) });
 
-  const writeStarts = async (ops: Extract<Op, { kind: 'start' }>[]) => {
-    if (ops.length === 0) return;
-    try {
-      const rows = await retry(() => sql<{ id: string; try_number: number; token: string }[]>`
+  type StartOp = Extract<Op, { kind: 'start' }>;
+  type EndOp = Extract<Op, { kind: 'finish' }>;
+  type StartRow = { id: string; try_number: number; token: string };
+  type EndRow = { id: string; try_number: number; token: string; run_id: string; state: FinishVerdict };
+
+  const startsQuery = (on: Sql, ops: StartOp[]) => on<StartRow[]>`
         with r as (
           select * from unnest(${ops.map((o) => o.a.tiId)}::bigint[], ${ops.map((o) => o.a.tryNumber)}::int[],
                                ${ops.map((o) => o.a.attemptToken)}::uuid[], ${ops.map((o) => o.pid) as number[]}::int[],
@@ -64,18 +68,9 @@ export function createReportBatcher(sql: Sql, opts: { retryMs: number; onRetry?(
           insert into events (run_id, ti_id, kind, payload)
           select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'running', 'try', try_number, 'pid', pid, 'agent_id', agent_id)
           from moved)
-        select id, try_number, attempt_token as token from moved`);
-      const done = new Set(rows.map((r) => key(r.id, r.try_number, r.token)));
-      for (const o of ops) o.resolve(done.has(key(o.a.tiId, o.a.tryNumber, o.a.attemptToken)));
-    } catch (err) {
-      for (const o of ops) o.reject(err);
-    }
-  };
+        select id, try_number, attempt_token as token from moved`;
 
-  const writeEnds = async (ops: Extract<Op, { kind: 'finish' }>[]) => {
-    if (ops.length === 0) return;
-    try {
-      const rows = await retry(() => sql<{ id: string; try_number: number; token: string; run_id: string; state: FinishVerdict }[]>`
+  const endsQuery = (on: Sql, ops: EndOp[]) => on<EndRow[]>`
         with r as (
           select * from unnest(${ops.map((o) => o.a.tiId)}::bigint[], ${ops.map((o) => o.a.tryNumber)}::int[],
                                ${ops.map((o) => o.a.attemptToken)}::uuid[], ${ops.map((o) => (o.result.outcome === 'success' ? 'true' : 'false'))}::text[]::bool[],
@@ -95,25 +90,77 @@ export function createReportBatcher(sql: Sql, opts: { retryMs: number; onRetry?(
           insert into events (run_id, ti_id, kind, payload)
           select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number,
                  'exit_code', exit_code, 'error', error, 'next_try_at', next_try_at) from moved)
-        select id, try_number, attempt_token as token, run_id, state from moved`);
-      const done = new Map(rows.map((r) => [key(r.id, r.try_number, r.token), r]));
-      for (const o of ops) {
-        const row = done.get(key(o.a.tiId, o.a.tryNumber, o.a.attemptToken));
-        o.resolve(row ? { verdict: row.state, runId: row.run_id } : { verdict: 'rejected', runId: null });
-      }
+        select id, try_number, attempt_token as token, run_id, state from moved`;
+
+  const settleStarts = (ops: StartOp[], rows: StartRow[]) => {
+    const done = new Set(rows.map((r) => key(r.id, r.try_number, r.token)));
+    for (const o of ops) o.resolve(done.has(key(o.a.tiId, o.a.tryNumber, o.a.attemptToken)));
+  };
+
+  const settleEnds = (ops: EndOp[], rows: EndRow[]) => {
+    const done = new Map(rows.map((r) => [key(r.id, r.try_number, r.token), r]));
+    for (const o of ops) {
+      const row = done.get(key(o.a.tiId, o.a.tryNumber, o.a.attemptToken));
+      o.resolve(row ? { verdict: row.state, runId: row.run_id } : { verdict: 'rejected', runId: null });
+    }
+  };
+
+  /** Through the pool, retried through a database blip. */
+  const writeStarts = async (ops: StartOp[]) => {
+    if (ops.length === 0) return;
+    try {
+      settleStarts(ops, await retry(() => startsQuery(sql, ops)));
     } catch (err) {
       for (const o of ops) o.reject(err);
     }
+  };
+
+  const writeEnds = async (ops: EndOp[]) => {
+    if (ops.length === 0) return;
+    try {
+      settleEnds(ops, await retry(() => endsQuery(sql, ops)));
+    } catch (err) {
+      for (const o of ops) o.reject(err);
+    }
+  };
+
+  /**
+   * Starts and ends on one reserved connection, sent back to back: one round trip, and Postgres
+   * runs them in that order. A part lost to a connection error is written again through the
+   * pool, starts before ends, so the order holds on the retry too.
+   */
+  const writeBoth = async (starts: StartOp[], ends: EndOp[]) => {
+    let conn: Awaited<ReturnType<Sql['reserve']>>;
+    try {
+      conn = await sql.reserve();
+    } catch {
+      await writeStarts(starts);
+      return writeEnds(ends);
+    }
+    const on = conn as unknown as Sql;
+    const [s, e] = await Promise.allSettled([startsQuery(on, starts), endsQuery(on, ends)]);
+    conn.release();
+    if (s.status === 'fulfilled') settleStarts(starts, s.value);
+    else if (isConnectionError(s.reason)) await writeStarts(starts);
+    else for (const o of starts) o.reject(s.reason);
+    if (e.status === 'fulfilled') settleEnds(ends, e.value);
+    else if (isConnectionError(e.reason)) await writeEnds(ends);
+    else for (const o of ends) o.reject(e.reason);
   };
 
   const flush = async () => {
     while (queue.length > 0) {
       const batch = queue;
       queue = [];
-      await writeStarts(batch.filter((o): o is Extract<Op, { kind: 'start' }> => o.kind === 'start'));
-      const ends = batch.filter((o): o is Extract<Op, { kind: 'finish' }> => o.kind === 'finish');
+      const starts = batch.filter((o): o is StartOp => o.kind === 'start');
+      const ends = batch.filter((o): o is EndOp => o.kind === 'finish');
       // Superseded and cancelled ends have their own rules (finish-attempt.ts); they are rare.
-      await writeEnds(ends.filter((o) => o.result.outcome !== 'cancelled' && o.result.outcome !== 'superseded'));
+      const plainEnds = ends.filter((o) => o.result.outcome !== 'cancelled' && o.result.outcome !== 'superseded');
+      if (starts.length > 0 && plainEnds.length > 0) await writeBoth(starts, plainEnds);
+      else {
+        await writeStarts(starts);
+        await writeEnds(plainEnds);
+      }
       for (const o of ends) {
         if (o.result.outcome !== 'cancelled' && o.result.outcome !== 'superseded') continue;
         try {
