@@ -34,30 +34,34 @@ export interface NewRun {
 }
 
 /**
- * Creates a run and one task instance per task, in the caller's transaction. Idempotent on
- * (dag_id, run_key): a second call returns the existing run with created = false.
+ * Creates a run and one task instance per task, and records it in the events log, in one
+ * statement (in the caller's transaction, if any). Idempotent on (dag_id, run_key): a second call
+ * returns the existing run with created = false.
  */
-export async function createRun(tx: TxSql, run: NewRun): Promise<{ run: RunRow; created: boolean }> {
+export async function createRun(tx: Sql | TxSql, run: NewRun): Promise<{ run: RunRow; created: boolean }> {
+  const tasks = run.spec.tasks;
   const [inserted] = await tx<RunRow[]>`
-    insert into dag_runs (dag_id, run_key, run_type, dag_version, spec, logical_date, conf)
-    values (${run.dagId}, ${run.runKey}, ${run.runType}, ${run.dagVersion}, ${tx.json(run.spec as never)},
-            ${run.logicalDate}, ${tx.json(run.conf as never)})
-    on conflict (dag_id, run_key) do nothing
-    returning *`;
+    with run as (
+      insert into dag_runs (dag_id, run_key, run_type, dag_version, spec, logical_date, conf)
+      values (${run.dagId}, ${run.runKey}, ${run.runType}, ${run.dagVersion}, ${tx.json(run.spec as never)},
+              ${run.logicalDate}, ${tx.json(run.conf as never)})
+      on conflict (dag_id, run_key) do nothing
+      returning *),
+    tis as (
+      insert into task_instances (run_id, task_id, max_tries, executor, retry_delay_ms, max_retry_delay_ms, pending_reason)
+      select run.id, t.task_id, t.max_tries, t.executor, t.retry_delay_ms, t.max_retry_delay_ms, 'RUN_QUEUED'
+      from run, unnest(${tasks.map((t) => t.id)}::text[], ${tasks.map((t) => t.retries + 1)}::int[],
+                       ${tasks.map((t) => (t.executor === 'default' ? run.defaultExecutor : t.executor))}::text[],
+                       ${tasks.map((t) => t.retryDelayMs)}::bigint[], ${tasks.map((t) => t.maxRetryDelayMs)}::bigint[])
+           as t(task_id, max_tries, executor, retry_delay_ms, max_retry_delay_ms)),
+    ev as (
+      insert into events (run_id, kind, payload)
+      select id, 'run.state', ${tx.json({ to: 'queued', run_key: run.runKey, run_type: run.runType } as never)} from run)
+    select * from run`;
   if (!inserted) {
     const [existing] = await tx<RunRow[]>`select * from dag_runs where dag_id = ${run.dagId} and run_key = ${run.runKey}`;
     return { run: existing!, created: false };
   }
-  const tasks = run.spec.tasks;
-  await tx`
-    insert into task_instances (run_id, task_id, max_tries, executor, retry_delay_ms, max_retry_delay_ms, pending_reason)
-    select ${inserted.id}::bigint, t.task_id, t.max_tries, t.executor, t.retry_delay_ms, t.max_retry_delay_ms, 'RUN_QUEUED'
-    from unnest(${tasks.map((t) => t.id)}::text[], ${tasks.map((t) => t.retries + 1)}::int[],
-                ${tasks.map((t) => (t.executor === 'default' ? run.defaultExecutor : t.executor))}::text[],
-                ${tasks.map((t) => t.retryDelayMs)}::bigint[], ${tasks.map((t) => t.maxRetryDelayMs)}::bigint[])
-         as t(task_id, max_tries, executor, retry_delay_ms, max_retry_delay_ms)`;
-  await tx`insert into events (run_id, kind, payload)
-           values (${inserted.id}, 'run.state', ${tx.json({ to: 'queued', run_key: run.runKey, run_type: run.runType } as never)})`;
   return { run: inserted, created: true };
 }
 
@@ -72,27 +76,26 @@ export async function listRuns(sql: Sql, opts: { dagId?: string; limit: number }
     : sql<RunRow[]>`select * from dag_runs order by id desc limit ${opts.limit}`;
 }
 
-/** Runs the planner looks at: queued or running, not poisoned, oldest first, with whether
- *  their DAG is paused; only those of `runIds` when given (a targeted step). */
-export async function activeRuns(sql: Sql, limit: number, runIds: string[] | null = null): Promise<(RunRow & { dag_paused: boolean })[]> {
-  return runIds
-    ? sql<(RunRow & { dag_paused: boolean })[]>`
-        select r.*, d.paused as dag_paused from dag_runs r join dags d on d.dag_id = r.dag_id
-        where r.id = any(${runIds}::bigint[]) and r.state in ('queued', 'running') and r.poison_error is null
-        order by r.id limit ${limit}`
-    : sql<(RunRow & { dag_paused: boolean })[]>`
-        select r.*, d.paused as dag_paused from dag_runs r join dags d on d.dag_id = r.dag_id
-        where r.state in ('queued', 'running') and r.poison_error is null
-        order by r.id limit ${limit}`;
-}
+/** A run as the planner reads it: with whether its DAG is paused and, for a queued run, how many
+ *  runs of its DAG were running at the read (for max_active_runs). */
+export type ActiveRunRow = RunRow & { dag_paused: boolean; running_in_dag: number | null };
 
-/** Number of running runs per DAG, for max_active_runs. */
-export async function runningCounts(sql: Sql, dagIds: string[]): Promise<Map<string, number>> {
-  if (dagIds.length === 0) return new Map();
-  const rows = await sql<{ dag_id: string; n: number }[]>`
-    select dag_id, count(*)::int as n from dag_runs
-    where state = 'running' and dag_id = any(${dagIds}::text[]) group by dag_id`;
-  return new Map(rows.map((r) => [r.dag_id, r.n]));
+/** Runs the planner looks at: queued or running, not poisoned, oldest first; only those of
+ *  `runIds` when given (a targeted step). One round trip, the running counts included. */
+export async function activeRuns(sql: Sql, limit: number, runIds: string[] | null = null): Promise<ActiveRunRow[]> {
+  return sql<ActiveRunRow[]>`
+    with q as (
+      select r.*, d.paused as dag_paused from dag_runs r join dags d on d.dag_id = r.dag_id
+      where r.state in ('queued', 'running') and r.poison_error is null
+        ${runIds ? sql`and r.id = any(${runIds}::bigint[])` : sql``}
+      order by r.id limit ${limit}),
+    c as (
+      select x.dag_id, count(*)::int as n from dag_runs x
+      where x.state = 'running' and x.dag_id in (select dag_id from q where state = 'queued')
+      group by x.dag_id)
+    select q.*, case when q.state = 'queued' then coalesce(c.n, 0) end as running_in_dag
+    from q left join c on c.dag_id = q.dag_id
+    order by q.id`;
 }
 
 /**

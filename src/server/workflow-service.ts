@@ -116,10 +116,12 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       }
       const now = new Date();
       const runKey = req.runKey || `manual__${now.toISOString()}__${randomBytes(3).toString('hex')}`;
-      const result = await sql.begin(async (tx) => {
-        const dag = await getDag(tx, dagId);
+      // Two round trips, no transaction: a DAG applied in between only means the run was
+      // triggered just before it (the run keeps the version it was created from).
+      const result = await (async () => {
+        const dag = await getDag(sql, dagId);
         if (!dag) throw new NotFoundError(`DAG "${dagId}" not found`);
-        return createRun(tx, {
+        return createRun(sql, {
           dagId,
           dagVersion: dag.version,
           spec: dag.spec,
@@ -129,7 +131,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
           conf,
           defaultExecutor: deps.defaultExecutor,
         });
-      });
+      })();
       if (result.created) {
         deps.logger.info({ runId: result.run.id, dagId, runKey }, 'run triggered');
         deps.nudge([result.run.id]);

@@ -1,7 +1,7 @@
 import { advanceRun, type RunDecision, type TiView } from '../../core/advance-run.js';
 import { applyPlans, finalizeRuns, type AppliedPlans, type RunPlan, type TiMove } from '../../db/apply-plan.js';
 import { isConnectionError } from '../../db/is-connection-error.js';
-import { activeRuns, poisonRun, runningCounts, type RunRow } from '../../db/runs.js';
+import { activeRuns, poisonRun, type ActiveRunRow } from '../../db/runs.js';
 import { listTisOfRuns, setPendingReasons, type TiRow } from '../../db/tis.js';
 import type { DispatchItem, SchedulerContext } from '../context.js';
 import { createScheduledRuns } from './create-scheduled-runs.js';
@@ -15,7 +15,7 @@ export interface PlanResult {
   errors: number;
 }
 
-type ActiveRun = RunRow & { dag_paused: boolean };
+type ActiveRun = ActiveRunRow;
 
 /** A run decided in this step, waiting for its writes. */
 interface Decided {
@@ -77,13 +77,16 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
   // queued run of the same DAG in this same step.
   const running: Decided[] = [];
   for (const run of runs) if (run.state === 'running') await decide(run, false, running);
-  await writeAndOffer(ctx, running, reasons, result);
+  const ended = await writeAndOffer(ctx, running, reasons, result);
 
   // Then queued runs, oldest first, while their DAG has room, advanced at once.
   const queued = runs.filter((r) => r.state === 'queued');
   if (queued.length > 0) {
     const starting: Decided[] = [];
-    const counts = await runningCounts(ctx.sql, [...new Set(queued.map((r) => r.dag_id))]);
+    // Running runs per DAG as read with the runs, less those that ended in this step.
+    const counts = new Map<string, number>();
+    for (const r of queued) counts.set(r.dag_id, r.running_in_dag ?? 0);
+    for (const r of runs) if (ended.has(r.id) && counts.has(r.dag_id)) counts.set(r.dag_id, counts.get(r.dag_id)! - 1);
     for (const run of queued) {
       const n = counts.get(run.dag_id) ?? 0;
       const blocked = run.dag_paused ? 'DAG_PAUSED' : n >= run.spec.maxActiveRuns ? 'MAX_ACTIVE_RUNS' : null;
@@ -108,8 +111,8 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
 
 /** Writes the decided runs' moves (one statement), ends the runs that are done (one more), and
  *  offers what is scheduled. */
-async function writeAndOffer(ctx: SchedulerContext, decided: Decided[], reasons: Map<string, string | null>, result: PlanResult): Promise<void> {
-  if (decided.length === 0) return;
+async function writeAndOffer(ctx: SchedulerContext, decided: Decided[], reasons: Map<string, string | null>, result: PlanResult): Promise<Set<string>> {
+  if (decided.length === 0) return new Set();
   const applied = await applyAll(ctx, decided.flatMap((d) => (d.plan ? [d.plan] : [])), result);
   const ending: { runId: string; epoch: string; outcome: 'success' | 'failed' }[] = [];
   for (const d of decided) {
@@ -127,12 +130,15 @@ async function writeAndOffer(ctx: SchedulerContext, decided: Decided[], reasons:
     if (d.decision.outcome) ending.push({ runId: d.run.id, epoch: d.run.plan_epoch, outcome: d.decision.outcome });
     else result.offered += offerScheduled(ctx, d, applied, reasons);
   }
-  if (ending.length === 0) return;
+  if (ending.length === 0) return new Set();
   try {
-    result.runsFinalized += (await finalizeRuns(ctx.sql, ending)).size;
+    const ended = await finalizeRuns(ctx.sql, ending);
+    result.runsFinalized += ended.size;
+    return ended;
   } catch (err) {
     result.errors++;
     ctx.counters.error('plan.finalize', err);
+    return new Set();
   }
 }
 
