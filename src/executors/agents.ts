@@ -102,6 +102,11 @@ export class AgentsExecutor implements Executor {
     else this.#round = this.#rounds();
   }
 
+  /** Drops the parked work (this replica no longer leads: the new leader offers it again). */
+  forgetParked(): void {
+    this.#parked.clear();
+  }
+
   /** Tries the parked work again (the tick calls this: a slot may have freed on an agent of
    *  another replica, which this one only learns from a fresh view of the fleet). */
   retryParked(): void {

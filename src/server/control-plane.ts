@@ -228,6 +228,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       },
       onDeposed: () => {
         isLeader = false;
+        fleet.executor.forgetParked();
         metrics.leader.set(0);
       },
     });

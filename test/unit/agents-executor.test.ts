@@ -85,6 +85,17 @@ describe('AgentsExecutor', () => {
     expect(t.hungry()).toBe(1);
   });
 
+  it('forgets parked work when told to (leadership lost): a freed slot then places nothing', async () => {
+    const t = setup([agent('a', 1)]);
+    await t.executor.placeAndDispatch(work(1));
+    await t.executor.placeAndDispatch(work(2));
+    expect(t.executor.parkedCount).toBe(1);
+    t.executor.forgetParked();
+    t.executor.released('a', performance.now());
+    await settle();
+    expect(t.claims).toEqual([['1']]);
+  });
+
   it('counts a freed slot only in a fleet view read before the attempt ended', async () => {
     const t = setup([agent('a', 1)]);
     expect((await t.executor.placeAndDispatch(work(1))).kind).toBe('assigned');
