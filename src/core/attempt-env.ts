@@ -1,3 +1,6 @@
+import type { Attempt } from './attempt.js';
+import type { TaskSpec } from './dag-spec.js';
+
 /** What the environment of an attempt's process is built from. */
 export interface AttemptEnvInput {
   dagId: string;
@@ -24,5 +27,39 @@ export function attemptEnv(i: AttemptEnvInput): Record<string, string> {
     LEOFLOW_LOGICAL_DATE: i.logicalDate.toISOString(),
     LEOFLOW_RUN_CONF: JSON.stringify(i.conf),
     ...i.taskEnv,
+  };
+}
+
+/** What a dispatcher knows of a scheduled task instance before it claims it. */
+export interface AttemptWork {
+  tiId: string;
+  runId: string;
+  dagId: string;
+  taskId: string;
+  task: TaskSpec;
+  conf: Record<string, unknown>;
+  logicalDate: Date;
+}
+
+/** The attempt a claim made of a scheduled task instance, with its process's environment. */
+export function attemptOf(
+  w: AttemptWork,
+  claim: { tryNumber: number; maxTries: number; attemptToken: string; dispatchKey: string },
+  agentId?: string,
+): Attempt {
+  return {
+    tiId: w.tiId,
+    runId: w.runId,
+    dagId: w.dagId,
+    taskId: w.taskId,
+    tryNumber: claim.tryNumber,
+    maxTries: claim.maxTries,
+    attemptToken: claim.attemptToken,
+    dispatchKey: claim.dispatchKey,
+    command: w.task.command,
+    env: attemptEnv({ dagId: w.dagId, runId: w.runId, taskId: w.taskId, tiId: w.tiId, tryNumber: claim.tryNumber, maxTries: claim.maxTries, logicalDate: w.logicalDate, conf: w.conf, taskEnv: w.task.env }),
+    cwd: w.task.cwd,
+    timeoutMs: w.task.timeoutMs,
+    ...(agentId ? { agentId } : {}),
   };
 }

@@ -1,5 +1,5 @@
 import type { Attempt } from '../core/attempt.js';
-import { attemptEnv } from '../core/attempt-env.js';
+import { attemptOf } from '../core/attempt-env.js';
 import type { DagSpec } from '../core/dag-spec.js';
 import type { Sql } from './sql.js';
 
@@ -19,19 +19,9 @@ export async function loadAttempt(sql: Sql, tiId: string, agentId: string): Prom
   if (!row) return null;
   const task = row.spec.tasks.find((t) => t.id === row.task_id);
   if (!task) return null;
-  return {
-    tiId: row.id,
-    runId: row.run_id,
-    dagId: row.dag_id,
-    taskId: row.task_id,
-    tryNumber: row.try_number,
-    maxTries: row.max_tries,
-    attemptToken: row.attempt_token,
-    dispatchKey: row.dispatch_key,
-    command: task.command,
-    env: attemptEnv({ dagId: row.dag_id, runId: row.run_id, taskId: row.task_id, tiId: row.id, tryNumber: row.try_number, maxTries: row.max_tries, logicalDate: row.logical_date, conf: row.conf, taskEnv: task.env }),
-    cwd: task.cwd,
-    timeoutMs: task.timeoutMs,
+  return attemptOf(
+    { tiId: row.id, runId: row.run_id, dagId: row.dag_id, taskId: row.task_id, task, conf: row.conf, logicalDate: row.logical_date },
+    { tryNumber: row.try_number, maxTries: row.max_tries, attemptToken: row.attempt_token, dispatchKey: row.dispatch_key },
     agentId,
-  };
+  );
 }

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { Attempt } from '../core/attempt.js';
-import type { TaskSpec } from '../core/dag-spec.js';
+import type { AttemptWork } from '../core/attempt-env.js';
 import { placeAttempt, type AgentView } from '../core/placement.js';
 import type { AgentRegistry } from './agent-registry.js';
 import type { Executor } from './executor.js';
@@ -26,14 +26,8 @@ export interface AgentsStore {
   notifyAssign(agentId: string, tiId: string): Promise<void>;
 }
 
-export interface AgentsWork {
-  tiId: string;
-  runId: string;
-  dagId: string;
-  taskId: string;
-  task: TaskSpec;
-  conf: Record<string, unknown>;
-  logicalDate: Date;
+/** A scheduled TI offered to the agents executor. */
+export interface AgentsWork extends AttemptWork {
   /** The reason last shown for this TI, so an unchanged one is not written again. */
   pendingReason: string | null;
 }

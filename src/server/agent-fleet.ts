@@ -1,9 +1,9 @@
 import type { Logger } from 'pino';
 import type { Attempt } from '../core/attempt.js';
+import { attemptOf } from '../core/attempt-env.js';
 import { availableAgents, taskLoadByAgent, touchAgents } from '../db/agents.js';
 import { claimAttempts } from '../db/attempts/claim-attempt.js';
 import type { ReportBatcher } from '../db/attempts/report-batcher.js';
-import { attemptEnv } from '../core/attempt-env.js';
 import { flushHeartbeats } from '../db/attempts/flush-heartbeats.js';
 import { releaseClaim } from '../db/attempts/release-claim.js';
 import { loadAttempt } from '../db/load-attempt.js';
@@ -73,21 +73,7 @@ export function createAgentFleet(o: AgentFleetOptions) {
         for (const { work: w, agentId } of claims) {
           const c = made.get(w.tiId);
           if (!c) continue;
-          out.set(w.tiId, {
-            tiId: w.tiId,
-            runId: w.runId,
-            dagId: w.dagId,
-            taskId: w.taskId,
-            tryNumber: c.tryNumber,
-            maxTries: c.maxTries,
-            attemptToken: c.attemptToken,
-            dispatchKey: c.dispatchKey,
-            command: w.task.command,
-            env: attemptEnv({ dagId: w.dagId, runId: w.runId, taskId: w.taskId, tiId: w.tiId, tryNumber: c.tryNumber, maxTries: c.maxTries, logicalDate: w.logicalDate, conf: w.conf, taskEnv: w.task.env }),
-            cwd: w.task.cwd,
-            timeoutMs: w.task.timeoutMs,
-            agentId,
-          });
+          out.set(w.tiId, attemptOf(w, c, agentId));
         }
         return out;
       },

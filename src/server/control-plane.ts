@@ -2,8 +2,7 @@ import http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { connectNodeAdapter } from '@connectrpc/connect-node';
 import type { Logger } from 'pino';
-import type { Attempt } from '../core/attempt.js';
-import { attemptEnv } from '../core/attempt-env.js';
+import { attemptOf } from '../core/attempt-env.js';
 import { createAttemptStore } from '../db/attempt-store.js';
 import { claimAttempt } from '../db/attempts/claim-attempt.js';
 import { createReportBatcher } from '../db/attempts/report-batcher.js';
@@ -121,30 +120,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         if (!executor) throw new Error(`no executor "${item.executor}" on this replica`);
         const claim = await claimAttempt(sql, item.tiId, item.executor);
         if (!claim) return; // someone else claimed it, or it was cancelled: nothing to do
-        const attempt: Attempt = {
-          tiId: item.tiId,
-          runId: item.runId,
-          dagId: item.dagId,
-          taskId: item.taskId,
-          tryNumber: claim.tryNumber,
-          maxTries: claim.maxTries,
-          attemptToken: claim.attemptToken,
-          dispatchKey: claim.dispatchKey,
-          command: item.task.command,
-          env: attemptEnv({
-            dagId: item.dagId,
-            runId: item.runId,
-            taskId: item.taskId,
-            tiId: item.tiId,
-            tryNumber: claim.tryNumber,
-            maxTries: claim.maxTries,
-            logicalDate: item.logicalDate,
-            conf: item.conf,
-            taskEnv: item.task.env,
-          }),
-          cwd: item.task.cwd,
-          timeoutMs: item.task.timeoutMs,
-        };
+        const attempt = attemptOf(item, claim);
         logger.debug({ tiId: item.tiId, runId: item.runId, taskId: item.taskId, try: claim.tryNumber }, 'dispatching');
         await executor.dispatch(attempt);
       },
