@@ -6,6 +6,20 @@ export interface TiMove {
   tiId: string;
   from: TiState;
   to: 'scheduled' | 'upstream_failed' | 'skipped';
+  /**
+   * For a move to `scheduled`: also claim it, in the same statement, for a new attempt on this
+   * executor (scheduled → queued, both moves in the events log). The caller has room to dispatch
+   * it at once; it saves the dispatcher its own claim's round trip.
+   */
+  claimFor?: string;
+}
+
+/** A claim made with the move: what the dispatcher would have got from its own claim. */
+export interface MoveClaim {
+  tryNumber: number;
+  maxTries: number;
+  attemptToken: string;
+  dispatchKey: string;
 }
 
 /** The planner's writes for one run, decided from a read of the run at `epoch`. */
@@ -25,6 +39,8 @@ export interface AppliedPlans {
   started: Set<string>;
   /** Task instances actually moved (one another writer moved first is left alone). */
   moved: Set<string>;
+  /** Of those, the ones claimed with the move, by ti id. */
+  claims: Map<string, MoveClaim>;
 }
 
 /**
@@ -40,13 +56,18 @@ export interface AppliedPlans {
  *   (which never invalidate a decision) are harmless.
  */
 export async function applyPlans(sql: Sql, plans: RunPlan[]): Promise<AppliedPlans> {
-  const out: AppliedPlans = { runs: new Set(), started: new Set(), moved: new Set() };
+  const out: AppliedPlans = { runs: new Set(), started: new Set(), moved: new Set(), claims: new Map() };
   if (plans.length === 0) return out;
-  const moves = plans.flatMap((p) => p.moves);
-  for (const m of moves) {
+  const all = plans.flatMap((p) => p.moves);
+  for (const m of all) {
     if (!legalTiFrom(m.to).includes(m.from)) throw new Error(`illegal planner move ${m.from} → ${m.to} for task instance ${m.tiId}`);
+    if (m.claimFor !== undefined && (m.to !== 'scheduled' || !legalTiFrom('queued').includes('scheduled'))) {
+      throw new Error(`illegal planner claim of task instance ${m.tiId}: only a move to scheduled can be claimed`);
+    }
   }
-  const rows = await sql<{ kind: 'run' | 'started' | 'ti'; id: string }[]>`
+  const moves = all.filter((m) => m.claimFor === undefined);
+  const claiming = all.filter((m) => m.claimFor !== undefined);
+  const rows = await sql<{ kind: 'run' | 'started' | 'ti' | 'claim'; id: string; try_number: number | null; max_tries: number | null; token: string | null; dispatch_key: string | null }[]>`
     with want as (
       select * from unnest(${plans.map((p) => p.runId)}::bigint[], ${plans.map((p) => p.epoch)}::bigint[], ${plans.map((p) => (p.start ? 'true' : 'false'))}::text[]::bool[])
         as w(run_id, epoch, start)),
@@ -68,20 +89,42 @@ export async function applyPlans(sql: Sql, plans: RunPlan[]): Promise<AppliedPla
       where t.id = m.id and t.state = m.from_state
         and t.run_id in (select id from started union all select id from kept)
       returning t.id, t.run_id, t.task_id, t.try_number, t.state),
+    c as (
+      select * from unnest(${claiming.map((m) => m.tiId)}::bigint[], ${claiming.map((m) => m.from)}::text[], ${claiming.map((m) => m.claimFor!)}::text[])
+        as c(id, from_state, executor)),
+    claimed as (
+      update task_instances t set
+        state = 'queued', try_number = t.try_number + 1, attempt_token = gen_random_uuid(),
+        dispatch_key = r.dag_id || '-' || t.run_id || '-' || t.task_id || '-' || (t.try_number + 1),
+        executor = c.executor, queued_at = now(), started_at = null, heartbeat_at = null, ended_at = null,
+        exit_code = null, error = null, pid = null, agent_id = null, pending_reason = null, next_try_at = null
+      from c, dag_runs r
+      where t.id = c.id and t.state = c.from_state and r.id = t.run_id
+        and t.run_id in (select id from started union all select id from kept)
+      returning t.id, t.run_id, t.task_id, t.try_number, t.max_tries, t.attempt_token, t.dispatch_key),
     ev as (
-      -- One insert, run starts first: the log reads "run running", then its tasks' moves.
+      -- One insert, run starts first: the log reads "run running", then its tasks' moves (a
+      -- claimed task: scheduled, then queued).
       insert into events (run_id, ti_id, kind, payload)
       select run_id, ti_id, kind, payload from (
         select 0 as o, id as run_id, null::bigint as ti_id, 'run.state' as kind, '{"to": "running"}'::jsonb as payload from started
         union all
-        select 1, run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number) from moved) e
+        select 1, run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number) from moved
+        union all
+        select 1, run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'scheduled', 'try', try_number - 1) from claimed
+        union all
+        select 2, run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'queued', 'try', try_number, 'agent_id', null) from claimed) e
       order by o, ti_id)
-    select 'started' as kind, id from started
-    union all select 'run', id from kept
-    union all select 'ti', id from moved`;
+    select 'started' as kind, id, null::int as try_number, null::int as max_tries, null::uuid as token, null::text as dispatch_key from started
+    union all select 'run', id, null, null, null, null from kept
+    union all select 'ti', id, null, null, null, null from moved
+    union all select 'claim', id, try_number, max_tries, attempt_token, dispatch_key from claimed`;
   for (const r of rows) {
     if (r.kind === 'ti') out.moved.add(r.id);
-    else {
+    else if (r.kind === 'claim') {
+      out.moved.add(r.id);
+      out.claims.set(r.id, { tryNumber: r.try_number!, maxTries: r.max_tries!, attemptToken: r.token!, dispatchKey: r.dispatch_key! });
+    } else {
       out.runs.add(r.id);
       if (r.kind === 'started') out.started.add(r.id);
     }

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { TaskSpec } from '../core/dag-spec.js';
 import type { OfferResult } from '../dispatch/pool.js';
+import type { MoveClaim } from '../db/apply-plan.js';
 import type { Sql } from '../db/sql.js';
 
 /** What the dispatch pool needs to turn a scheduled TI into an attempt, read by the planner. */
@@ -15,6 +16,8 @@ export interface DispatchItem {
   logicalDate: Date;
   /** The reason the TI shows now, so a dispatcher does not write an unchanged one again. */
   pendingReason: string | null;
+  /** Set when the planner claimed the TI with its move to scheduled: dispatch it as it is. */
+  claim?: MoveClaim;
 }
 
 /** What the scheduler counts (Prometheus in production, plain counters in tests). */
@@ -58,6 +61,12 @@ export interface SchedulerContext {
   health: DbHealth;
   /** Asks for a step at this time (a retry's backoff ends), so it does not wait for the tick. */
   wakeAt(at: Date): void;
+  /**
+   * How many TIs of this executor the dispatch pool takes at once now, so the planner may claim
+   * them with their move (0, or absent: never; an executor that places its work, like agents,
+   * claims it itself). An offer of a claimed TI must then be accepted, or its claim released.
+   */
+  claimRoom?(executor: string): number;
   /** Whether this replica itself runs this attempt now (optional: absent means "not known"). */
   heldLive?(tiId: string, attemptToken: string): boolean;
 }

@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import { attemptOf } from '../core/attempt-env.js';
 import { createAttemptStore } from '../db/attempt-store.js';
 import { claimAttempt } from '../db/attempts/claim-attempt.js';
+import { releaseClaim } from '../db/attempts/release-claim.js';
 import { createReportBatcher } from '../db/attempts/report-batcher.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../db/embedded-postgres.js';
 import { createLogWriter } from '../db/log-writer.js';
@@ -118,7 +119,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         }
         const executor = executors.get(item.executor);
         if (!executor) throw new Error(`no executor "${item.executor}" on this replica`);
-        const claim = await claimAttempt(sql, item.tiId, item.executor);
+        const claim = item.claim ?? (await claimAttempt(sql, item.tiId, item.executor));
         if (!claim) return; // someone else claimed it, or it was cancelled: nothing to do
         const attempt = attemptOf(item, claim);
         logger.debug({ tiId: item.tiId, runId: item.runId, taskId: item.taskId, try: claim.tryNumber }, 'dispatching');
@@ -138,6 +139,14 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
           return 'duplicate';
         }
         const outcome = pool.offer(item);
+        if (outcome !== 'accepted' && item.claim) {
+          // Claimed with its move but not taken after all: give the claim back at once rather
+          // than leave an attempt queued that no one will start.
+          const { tryNumber, attemptToken } = item.claim;
+          void releaseClaim(sql, { tiId: item.tiId, tryNumber, attemptToken }, outcome === 'full' ? 'DISPATCH_QUEUE_FULL' : 'DISPATCH_REFUSED').catch((err: unknown) =>
+            logger.error({ err, tiId: item.tiId }, 'could not release a claim the dispatch pool refused'),
+          );
+        }
         if (outcome === 'full') {
           metrics.dispatchAtCapacity.inc();
           refused = true;
@@ -146,6 +155,9 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         return outcome;
       },
       executors: new Set(executors.keys()),
+      // The subprocess executor needs no placement: the planner may claim its TIs with their
+      // move, as many as the pool takes now.
+      claimRoom: (executor) => (executor === 'subprocess' ? Math.max(0, config.dispatchQueue - pool.depth) : 0),
       defaultExecutor: config.executor,
       counters: schedulerCounters(metrics, (phase, err, ids) => schedLogger.error({ err, phase, ...ids }, `scheduler error in ${phase}`)),
       maxRunsPerStep: 1000,

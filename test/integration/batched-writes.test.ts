@@ -115,6 +115,34 @@ describe('applyPlans', () => {
     expect(await states(run.id)).toEqual({ a: 'queued', b: 'none' });
   });
 
+  it('claims a task instance with its move when asked: scheduled then queued, try 1, in the same statement', async () => {
+    const { run, tis } = await newRun(chain('k1'));
+    const other = await newRun(chain('k2'));
+    // Another writer scheduled k2's a first: its claim with the move does not happen.
+    await db.sql`update dag_runs set state = 'running' where id = ${other.run.id}`;
+    await db.sql`update task_instances set state = 'scheduled' where id = ${other.tis.get('a')!.id}`;
+    const c = counting(db.sql);
+    const applied = await applyPlans(c.sql, [
+      { runId: run.id, epoch: run.plan_epoch, start: true, moves: [{ tiId: tis.get('a')!.id, from: 'none', to: 'scheduled', claimFor: 'subprocess' }] },
+      { runId: other.run.id, epoch: other.run.plan_epoch, start: false, moves: [{ tiId: other.tis.get('a')!.id, from: 'none', to: 'scheduled', claimFor: 'subprocess' }] },
+    ]);
+    expect(c.count()).toBe(1);
+    expect([...applied.claims.keys()]).toEqual([tis.get('a')!.id]);
+    const claim = applied.claims.get(tis.get('a')!.id)!;
+    expect(claim.tryNumber).toBe(1);
+    expect(claim.dispatchKey).toBe(`k1-${run.id}-a-1`);
+    const [row] = await db.sql<{ state: string; try_number: number; attempt_token: string; queued_at: Date | null }[]>`
+      select state, try_number, attempt_token, queued_at from task_instances where id = ${tis.get('a')!.id}`;
+    expect(row).toMatchObject({ state: 'queued', try_number: 1, attempt_token: claim.attemptToken });
+    expect(row!.queued_at).not.toBeNull();
+    const ev = await db.sql<{ to: string; try: number }[]>`select payload->>'to' as to, (payload->>'try')::int as try from events where ti_id = ${tis.get('a')!.id} order by seq`;
+    expect(ev).toEqual([{ to: 'scheduled', try: 0 }, { to: 'queued', try: 1 }]);
+    expect(await states(other.run.id)).toEqual({ a: 'scheduled', b: 'none' });
+    await expect(
+      applyPlans(db.sql, [{ runId: run.id, epoch: run.plan_epoch, start: false, moves: [{ tiId: tis.get('b')!.id, from: 'none', to: 'skipped', claimFor: 'subprocess' }] }]),
+    ).rejects.toThrow(`illegal planner claim of task instance ${tis.get('b')!.id}: only a move to scheduled can be claimed`);
+  });
+
   it('refuses a move the state table forbids, naming it', async () => {
     const { run, tis } = await newRun(chain('x1'));
     await expect(applyPlans(db.sql, [{ runId: run.id, epoch: '0', start: false, moves: [{ tiId: tis.get('a')!.id, from: 'success', to: 'scheduled' }] }])).rejects.toThrow(

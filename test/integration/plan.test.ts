@@ -120,6 +120,23 @@ async function executeTask(runId: string, taskId: string, result: AttemptResult)
 }
 
 describe('plan', () => {
+  it('claims with the move as many TIs as the pool can take now, and offers them claimed', BOUND, async () => {
+    const spec = dag('p_claim', [task('a'), task('b'), task('c', { dependsOn: ['a', 'b'] })]);
+    const run = await trigger(spec);
+    const asked: string[] = [];
+    const h = harness({ claimRoom: (executor) => (asked.push(executor), 1) });
+    const r = await stepOk(h);
+    expect(r).toMatchObject({ runsStarted: 1, offered: 2, errors: 0 });
+    expect(asked).toEqual(['subprocess']);
+    const tis = await tiMap(run.id);
+    const [claimed, scheduled] = [...tis.values()].filter((t) => t.task_id !== 'c').sort((x, y) => x.state.localeCompare(y.state));
+    expect(claimed).toMatchObject({ state: 'queued', try_number: 1 });
+    expect(scheduled).toMatchObject({ state: 'scheduled', try_number: 0 });
+    const items = new Map(h.offered.map((i) => [i.tiId, i]));
+    expect(items.get(claimed!.id)!.claim).toEqual({ tryNumber: 1, maxTries: 1, attemptToken: claimed!.attempt_token, dispatchKey: `p_claim-${run.id}-${claimed!.task_id}-1` });
+    expect(items.get(scheduled!.id)!.claim).toBeUndefined();
+  });
+
   it('starts a queued run, schedules and offers its root tasks', BOUND, async () => {
     const spec = dag('p_start', [task('a'), task('b'), task('c', { dependsOn: ['a', 'b'] })]);
     const run = await trigger(spec, { k: 'v' });

@@ -113,6 +113,7 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
  *  offers what is scheduled. */
 async function writeAndOffer(ctx: SchedulerContext, decided: Decided[], reasons: Map<string, string | null>, result: PlanResult): Promise<Set<string>> {
   if (decided.length === 0) return new Set();
+  claimWithTheMove(ctx, decided);
   const applied = await applyAll(ctx, decided.flatMap((d) => (d.plan ? [d.plan] : [])), result);
   const ending: { runId: string; epoch: string; outcome: 'success' | 'failed' }[] = [];
   for (const d of decided) {
@@ -142,10 +143,34 @@ async function writeAndOffer(ctx: SchedulerContext, decided: Decided[], reasons:
   }
 }
 
+/**
+ * Marks moves to `scheduled` to be claimed in the same statement, for executors that need no
+ * placement, as many as the dispatch pool can take at once (`ctx.claimRoom`): the dispatcher then
+ * starts the attempt without a claim of its own, one round trip sooner. A TI beyond the room is
+ * only scheduled, and claimed by the dispatcher as before.
+ */
+function claimWithTheMove(ctx: SchedulerContext, decided: Decided[]): void {
+  if (!ctx.claimRoom) return;
+  const room = new Map<string, number>();
+  for (const d of decided) {
+    if (!d.plan) continue;
+    const byId = new Map(d.tis.map((t) => [t.id, t]));
+    for (const m of d.plan.moves) {
+      if (m.to !== 'scheduled') continue;
+      const executor = byId.get(m.tiId)?.executor;
+      if (!executor || !ctx.executors.has(executor)) continue;
+      const left = room.get(executor) ?? ctx.claimRoom(executor);
+      if (left <= 0) continue;
+      room.set(executor, left - 1);
+      m.claimFor = executor;
+    }
+  }
+}
+
 /** All runs' writes in one statement; if the database refuses it (not a lost connection), run by
  *  run, so one run's bad write cannot stop every other run. */
 async function applyAll(ctx: SchedulerContext, plans: RunPlan[], result: PlanResult): Promise<AppliedPlans> {
-  const none: AppliedPlans = { runs: new Set(), started: new Set(), moved: new Set() };
+  const none: AppliedPlans = { runs: new Set(), started: new Set(), moved: new Set(), claims: new Map() };
   if (plans.length === 0) return none;
   try {
     return await applyPlans(ctx.sql, plans);
@@ -162,6 +187,7 @@ async function applyAll(ctx: SchedulerContext, plans: RunPlan[], result: PlanRes
       for (const id of one.runs) none.runs.add(id);
       for (const id of one.started) none.started.add(id);
       for (const id of one.moved) none.moved.add(id);
+      for (const [id, c] of one.claims) none.claims.set(id, c);
     } catch (err) {
       result.errors++;
       ctx.counters.error('plan.write', err, { runId: p.runId });
@@ -247,6 +273,7 @@ function offerScheduled(ctx: SchedulerContext, d: Decided, applied: AppliedPlans
       logicalDate: run.logical_date,
       // A TI moved to scheduled in this step had its reason cleared by the move.
       pendingReason: justScheduled.has(taskId) ? null : ti.pending_reason,
+      claim: justScheduled.has(taskId) ? applied.claims.get(ti.id) : undefined,
     };
     const outcome = ctx.offer(item);
     if (outcome === 'accepted') offered++;
