@@ -1,11 +1,9 @@
 import type { AttemptKey, AttemptResult } from '../../core/attempt.js';
-import { ATTEMPT_END_FROM, legalTiFrom } from '../../core/states.js';
 import { isConnectionError } from '../is-connection-error.js';
 import { retryOnConnectionError } from '../retry-on-connection-error.js';
 import type { Sql } from '../sql.js';
-import { finishAttempt, type FinishVerdict } from './finish-attempt.js';
-
-const START_FROM = legalTiFrom('running') as string[];
+import { finishAttempt, finishAttempts, type FinishedRow, type FinishVerdict } from './finish-attempt.js';
+import { startAttempts, type StartedRow } from './start-attempt.js';
 
 /** One attempt, as every report names it. */
 const key = (tiId: string, tryNumber: number, token: string) => `${tiId}/${tryNumber}/${token}`;
@@ -50,54 +48,15 @@ export function createReportBatcher(sql: Sql, opts: { retryMs: number; onRetry?(
 
   type StartOp = Extract<Op, { kind: 'start' }>;
   type EndOp = Extract<Op, { kind: 'finish' }>;
-  type StartRow = { id: string; try_number: number; token: string };
-  type EndRow = { id: string; try_number: number; token: string; run_id: string; state: FinishVerdict };
+  const startsQuery = (on: Sql, ops: StartOp[]) => startAttempts(on, ops.map((o) => ({ ...o.a, pid: o.pid, agentId: o.agentId })));
+  const endsQuery = (on: Sql, ops: EndOp[]) => finishAttempts(on, ops.map((o) => ({ ...o.a, result: o.result })));
 
-  const startsQuery = (on: Sql, ops: StartOp[]) => on<StartRow[]>`
-        with r as (
-          select * from unnest(${ops.map((o) => o.a.tiId)}::bigint[], ${ops.map((o) => o.a.tryNumber)}::int[],
-                               ${ops.map((o) => o.a.attemptToken)}::uuid[], ${ops.map((o) => o.pid) as number[]}::int[],
-                               ${ops.map((o) => o.agentId) as string[]}::text[])
-            as r(id, try, token, pid, agent_id)),
-        moved as (
-          update task_instances t set state = 'running', started_at = now(), heartbeat_at = now(), pid = r.pid, agent_id = r.agent_id
-          from r
-          where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token and t.state = any(${START_FROM}::text[])
-          returning t.id, t.run_id, t.task_id, t.try_number, t.pid, t.agent_id, t.attempt_token),
-        ev as (
-          insert into events (run_id, ti_id, kind, payload)
-          select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'running', 'try', try_number, 'pid', pid, 'agent_id', agent_id)
-          from moved)
-        select id, try_number, attempt_token as token from moved`;
-
-  const endsQuery = (on: Sql, ops: EndOp[]) => on<EndRow[]>`
-        with r as (
-          select * from unnest(${ops.map((o) => o.a.tiId)}::bigint[], ${ops.map((o) => o.a.tryNumber)}::int[],
-                               ${ops.map((o) => o.a.attemptToken)}::uuid[], ${ops.map((o) => (o.result.outcome === 'success' ? 'true' : 'false'))}::text[]::bool[],
-                               ${ops.map((o) => o.result.exitCode) as number[]}::int[], ${ops.map((o) => o.result.error) as string[]}::text[])
-            as r(id, try, token, ok, exit_code, error)),
-        moved as (
-          update task_instances t set
-            state = case when r.ok then 'success' when t.try_number < t.max_tries then 'up_for_retry' else 'failed' end,
-            next_try_at = case when not r.ok and t.try_number < t.max_tries
-              then now() + least(t.retry_delay_ms * power(2, least(t.try_number - 1, 30)), t.max_retry_delay_ms) * interval '1 millisecond'
-              end,
-            ended_at = now(), exit_code = r.exit_code, error = r.error, pid = null
-          from r
-          where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token and t.state = any(${ATTEMPT_END_FROM as string[]}::text[])
-          returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.error, t.next_try_at, t.attempt_token),
-        ev as (
-          insert into events (run_id, ti_id, kind, payload)
-          select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number,
-                 'exit_code', exit_code, 'error', error, 'next_try_at', next_try_at) from moved)
-        select id, try_number, attempt_token as token, run_id, state from moved`;
-
-  const settleStarts = (ops: StartOp[], rows: StartRow[]) => {
+  const settleStarts = (ops: StartOp[], rows: StartedRow[]) => {
     const done = new Set(rows.map((r) => key(r.id, r.try_number, r.token)));
     for (const o of ops) o.resolve(done.has(key(o.a.tiId, o.a.tryNumber, o.a.attemptToken)));
   };
 
-  const settleEnds = (ops: EndOp[], rows: EndRow[]) => {
+  const settleEnds = (ops: EndOp[], rows: FinishedRow[]) => {
     const done = new Map(rows.map((r) => [key(r.id, r.try_number, r.token), r]));
     for (const o of ops) {
       const row = done.get(key(o.a.tiId, o.a.tryNumber, o.a.attemptToken));

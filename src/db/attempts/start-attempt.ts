@@ -3,22 +3,47 @@ import type { Sql } from '../sql.js';
 
 const START_FROM = legalTiFrom('running') as string[];
 
+/** One attempt's start, as reported: fenced by try number and token. */
+export interface StartReport {
+  tiId: string;
+  tryNumber: number;
+  attemptToken: string;
+  pid: number | null;
+  agentId: string | null;
+}
+
+/** The attempts `startAttempts` moved to running. */
+export type StartedRow = { id: string; try_number: number; token: string };
+
+/**
+ * queued → running for many attempts in one statement, each only if it is still the current
+ * attempt (fenced by try number and token), each move in the events log. Resolves the rows moved;
+ * an attempt missing from them was superseded.
+ */
+export function startAttempts(sql: Sql, reports: StartReport[]) {
+  return sql<StartedRow[]>`
+    with r as (
+      select * from unnest(${reports.map((o) => o.tiId)}::bigint[], ${reports.map((o) => o.tryNumber)}::int[],
+                           ${reports.map((o) => o.attemptToken)}::uuid[], ${reports.map((o) => o.pid) as number[]}::int[],
+                           ${reports.map((o) => o.agentId) as string[]}::text[])
+        as r(id, try, token, pid, agent_id)),
+    moved as (
+      update task_instances t set state = 'running', started_at = now(), heartbeat_at = now(), pid = r.pid, agent_id = r.agent_id
+      from r
+      where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token and t.state = any(${START_FROM}::text[])
+      returning t.id, t.run_id, t.task_id, t.try_number, t.pid, t.agent_id, t.attempt_token),
+    ev as (
+      insert into events (run_id, ti_id, kind, payload)
+      select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'running', 'try', try_number, 'pid', pid, 'agent_id', agent_id)
+      from moved)
+    select id, try_number, attempt_token as token from moved`;
+}
+
 /** queued → running for the current attempt only (fenced by try number and token). */
 export async function startAttempt(
   sql: Sql,
   a: { tiId: string; tryNumber: number; attemptToken: string },
   info: { pid: number | null; agentId: string | null },
 ): Promise<boolean> {
-  const rows = await sql`
-    with moved as (
-      update task_instances set state = 'running', started_at = now(), heartbeat_at = now(),
-        pid = ${info.pid}, agent_id = ${info.agentId}
-      where id = ${a.tiId} and try_number = ${a.tryNumber} and attempt_token = ${a.attemptToken}
-        and state = any(${START_FROM}::text[])
-      returning id, run_id, task_id, try_number)
-    insert into events (run_id, ti_id, kind, payload)
-    select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'running', 'try', try_number,
-                                                      'pid', ${info.pid}::int, 'agent_id', ${info.agentId}::text) from moved
-    returning ti_id`;
-  return rows.count === 1;
+  return (await startAttempts(sql, [{ ...a, pid: info.pid, agentId: info.agentId }])).length === 1;
 }
