@@ -9,7 +9,7 @@ import { startAttempt } from '../../src/db/attempts/start-attempt.js';
 import { cancelTaskInstance } from '../../src/db/cancel-task-instance.js';
 import { clearTaskInstance } from '../../src/db/clear-task-instance.js';
 import { upsertDag } from '../../src/db/dags.js';
-import { finalizeRun } from '../../src/db/finalize-run.js';
+import { finalizeRuns } from '../../src/db/apply-plan.js';
 import { createRun, getRun, transitionRun, type RunRow } from '../../src/db/runs.js';
 import { getTi, listTis, transitionTis, type TiRow } from '../../src/db/tis.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
@@ -90,7 +90,7 @@ async function plan(runId: string): Promise<void> {
   const d = advanceRun(run.spec.tasks, views, new Date());
   await transitionTis(db.sql, runId, d.upstreamFailed, 'upstream_failed', { endedNow: true });
   await transitionTis(db.sql, runId, d.skipped, 'skipped', { endedNow: true });
-  if (d.outcome) await finalizeRun(db.sql, runId, d.outcome);
+  if (d.outcome) await finalizeRuns(db.sql, [{ runId, epoch: run.plan_epoch, outcome: d.outcome }]);
 }
 
 /**
@@ -294,17 +294,19 @@ describe('clearTaskInstance', () => {
     const run = await newRun(spec);
     await transitionRun(db.sql, run.id, 'running');
     await runAttempt(run.id, 'a', fail);
-    // The clear's transaction, held open after its writes; the planner finalizes meanwhile
-    // (it read every TI as ended just before).
+    // The planner read the run (every TI ended) just before the clear.
+    const read = (await getRun(db.sql, run.id))!;
+    // The clear's transaction (its writes, as clearTaskInstance makes them), held open; the
+    // planner's finalize waits on the run row meanwhile.
     const reserved = await db.sql.reserve();
     try {
       await reserved`begin`;
-      await reserved`select 1 from dag_runs where id = ${run.id} for update`;
+      await reserved`update dag_runs set settled_at = null, plan_epoch = plan_epoch + 1 where id = ${run.id}`;
       await reserved`update task_instances set state = 'none' where run_id = ${run.id}`;
-      const finalizing = finalizeRun(db.sql, run.id, 'failed');
+      const finalizing = finalizeRuns(db.sql, [{ runId: run.id, epoch: read.plan_epoch, outcome: 'failed' }]);
       await waitForLockWait();
       await reserved`commit`;
-      expect(await finalizing).toBe(false);
+      expect([...(await finalizing)]).toEqual([]);
     } finally {
       reserved.release();
     }

@@ -8,7 +8,7 @@ import { finishAttempt } from '../../src/db/attempts/finish-attempt.js';
 import { flushHeartbeats } from '../../src/db/attempts/flush-heartbeats.js';
 import { startAttempt } from '../../src/db/attempts/start-attempt.js';
 import { upsertDag } from '../../src/db/dags.js';
-import { finalizeRun } from '../../src/db/finalize-run.js';
+import { finalizeRuns } from '../../src/db/apply-plan.js';
 import { createRun, getRun, transitionRun, type RunRow } from '../../src/db/runs.js';
 import { getTi, listTis, transitionTis, type TiRow } from '../../src/db/tis.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
@@ -343,7 +343,13 @@ describe('attempt reports are fenced', () => {
   });
 });
 
-describe('finalizeRun', () => {
+describe('finalizeRuns', () => {
+  /** Ends the run as the planner does: at the epoch it reads now. */
+  async function finalize(runId: string, outcome: 'success' | 'failed'): Promise<boolean> {
+    const read = (await getRun(db.sql, runId))!;
+    return (await finalizeRuns(db.sql, [{ runId, epoch: read.plan_epoch, outcome }])).has(runId);
+  }
+
   it('refuses while a TI is not terminal, then finalizes once', async () => {
     const { run, tis } = await newRun(dag('z1', [task('a'), task('b'), task('c')]));
     await transitionRun(db.sql, run.id, 'running');
@@ -351,18 +357,18 @@ describe('finalizeRun', () => {
     await forceTi(tis.get('b')!.id, 'skipped');
     for (const live of ['none', 'scheduled', 'queued', 'running', 'up_for_retry'] as const) {
       await forceTi(tis.get('c')!.id, live);
-      expect(await finalizeRun(db.sql, run.id, 'success'), live).toBe(false);
+      expect(await finalize(run.id, 'success'), live).toBe(false);
       expect((await getRun(db.sql, run.id))!.state).toBe('running');
     }
     await forceTi(tis.get('c')!.id, 'failed');
     await db.sql`delete from events`;
-    expect(await finalizeRun(db.sql, run.id, 'failed')).toBe(true);
+    expect(await finalize(run.id, 'failed')).toBe(true);
     const row = (await getRun(db.sql, run.id))!;
     expect(row.state).toBe('failed');
     expect(row.ended_at).toBeInstanceOf(Date);
     expect(row.settled_at).toBeInstanceOf(Date);
     expect(await events({ runId: run.id })).toEqual([{ kind: 'run.state', payload: { to: 'failed' } }]);
-    expect(await finalizeRun(db.sql, run.id, 'success')).toBe(false);
+    expect(await finalize(run.id, 'success')).toBe(false);
     expect((await getRun(db.sql, run.id))!.state).toBe('failed');
     expect(await events({ runId: run.id })).toHaveLength(1);
   });
@@ -370,7 +376,7 @@ describe('finalizeRun', () => {
   it('does not finalize a run that is not running', async () => {
     const { run, tis } = await newRun(dag('z2', [task('a')]));
     await forceTi(tis.get('a')!.id, 'success');
-    expect(await finalizeRun(db.sql, run.id, 'success')).toBe(false);
+    expect(await finalize(run.id, 'success')).toBe(false);
     expect((await getRun(db.sql, run.id))!.state).toBe('queued');
   });
 });
