@@ -120,21 +120,30 @@ async function executeTask(runId: string, taskId: string, result: AttemptResult)
 }
 
 describe('plan', () => {
-  it('claims with the move as many TIs as the pool can take now, and offers them claimed', BOUND, async () => {
+  it('claims with the move when the pool can take every TI it offers, and offers them claimed', BOUND, async () => {
     const spec = dag('p_claim', [task('a'), task('b'), task('c', { dependsOn: ['a', 'b'] })]);
     const run = await trigger(spec);
     const asked: string[] = [];
-    const h = harness({ claimRoom: (executor) => (asked.push(executor), 1) });
+    const h = harness({ claimRoom: (executor) => (asked.push(executor), 2) });
     const r = await stepOk(h);
     expect(r).toMatchObject({ runsStarted: 1, offered: 2, errors: 0 });
     expect(asked).toEqual(['subprocess']);
     const tis = await tiMap(run.id);
-    const [claimed, scheduled] = [...tis.values()].filter((t) => t.task_id !== 'c').sort((x, y) => x.state.localeCompare(y.state));
-    expect(claimed).toMatchObject({ state: 'queued', try_number: 1 });
-    expect(scheduled).toMatchObject({ state: 'scheduled', try_number: 0 });
-    const items = new Map(h.offered.map((i) => [i.tiId, i]));
-    expect(items.get(claimed!.id)!.claim).toEqual({ tryNumber: 1, maxTries: 1, attemptToken: claimed!.attempt_token, dispatchKey: `p_claim-${run.id}-${claimed!.task_id}-1` });
-    expect(items.get(scheduled!.id)!.claim).toBeUndefined();
+    expect(tis.get('a')).toMatchObject({ state: 'queued', try_number: 1 });
+    expect(tis.get('b')).toMatchObject({ state: 'queued', try_number: 1 });
+    const items = new Map(h.offered.map((i) => [i.taskId, i]));
+    expect(items.get('a')!.claim).toEqual({ tryNumber: 1, maxTries: 1, attemptToken: tis.get('a')!.attempt_token, dispatchKey: `p_claim-${run.id}-a-1` });
+    expect(items.get('b')!.claim?.attemptToken).toBe(tis.get('b')!.attempt_token);
+  });
+
+  it('claims nothing ahead when the pool has room for fewer TIs than the step offers', BOUND, async () => {
+    const spec = dag('p_noclaim', [task('a'), task('b')]);
+    const run = await trigger(spec);
+    const h = harness({ claimRoom: () => 1 });
+    expect(await stepOk(h)).toMatchObject({ runsStarted: 1, offered: 2, errors: 0 });
+    const tis = await tiMap(run.id);
+    expect([tis.get('a')!.state, tis.get('b')!.state]).toEqual(['scheduled', 'scheduled']);
+    expect(h.offered.map((i) => i.claim)).toEqual([undefined, undefined]);
   });
 
   it('starts a queued run, schedules and offers its root tasks', BOUND, async () => {

@@ -145,25 +145,29 @@ async function writeAndOffer(ctx: SchedulerContext, decided: Decided[], reasons:
 
 /**
  * Marks moves to `scheduled` to be claimed in the same statement, for executors that need no
- * placement, as many as the dispatch pool can take at once (`ctx.claimRoom`): the dispatcher then
- * starts the attempt without a claim of its own, one round trip sooner. A TI beyond the room is
- * only scheduled, and claimed by the dispatcher as before.
+ * placement, when the dispatch pool can take at once every TI of that executor this step will
+ * offer (`ctx.claimRoom`): the dispatcher then starts the attempt without a claim of its own, one
+ * round trip sooner. With less room than that, nothing is claimed ahead (the pool takes offers
+ * in order, and a claimed TI it refused would have to be given back), and the dispatcher claims
+ * as before.
  */
 function claimWithTheMove(ctx: SchedulerContext, decided: Decided[]): void {
   if (!ctx.claimRoom) return;
-  const room = new Map<string, number>();
+  const offers = new Map<string, TiMove[]>();
+  const waiting = new Map<string, number>();
   for (const d of decided) {
-    if (!d.plan) continue;
+    if (d.run.dag_paused) continue;
     const byId = new Map(d.tis.map((t) => [t.id, t]));
-    for (const m of d.plan.moves) {
-      if (m.to !== 'scheduled') continue;
+    for (const t of d.tis) if (t.state === 'scheduled') waiting.set(t.executor, (waiting.get(t.executor) ?? 0) + 1);
+    for (const m of d.plan?.moves ?? []) {
       const executor = byId.get(m.tiId)?.executor;
-      if (!executor || !ctx.executors.has(executor)) continue;
-      const left = room.get(executor) ?? ctx.claimRoom(executor);
-      if (left <= 0) continue;
-      room.set(executor, left - 1);
-      m.claimFor = executor;
+      if (m.to !== 'scheduled' || !executor || !ctx.executors.has(executor)) continue;
+      (offers.get(executor) ?? offers.set(executor, []).get(executor)!).push(m);
     }
+  }
+  for (const [executor, moves] of offers) {
+    if (moves.length + (waiting.get(executor) ?? 0) > ctx.claimRoom(executor)) continue;
+    for (const m of moves) m.claimFor = executor;
   }
 }
 
