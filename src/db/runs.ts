@@ -1,6 +1,6 @@
 import type { DagSpec } from '../core/dag-spec.js';
 import { runMoveFrom, type RunState } from '../core/states.js';
-import type { Sql, TxSql } from './sql.js';
+import type { PendingQuery, Sql, TxSql } from './sql.js';
 
 export interface RunRow {
   id: string;
@@ -80,14 +80,28 @@ export async function listRuns(sql: Sql, opts: { dagId?: string; limit: number }
  *  runs of its DAG were running at the read (for max_active_runs). */
 export type ActiveRunRow = RunRow & { dag_paused: boolean; running_in_dag: number | null };
 
-/** Runs the planner looks at: queued or running, not poisoned, oldest first; only those of
- *  `runIds` when given (a targeted step). One round trip, the running counts included. */
-export async function activeRuns(sql: Sql, limit: number, runIds: string[] | null = null): Promise<ActiveRunRow[]> {
+/** Which active runs to read: these runs; the runs of these TIs (read right after their ends
+ *  were written); or the oldest queued runs, of these DAGs or of any. */
+export type ActiveRunsOf = { runIds: string[] } | { ofTis: string[] } | { queuedOf: string[] | 'any' };
+
+/** Runs the planner looks at: queued or running, not poisoned, oldest first (all of them without
+ *  `of`). One round trip, the running counts included. Not sent until awaited or `execute()`d,
+ *  so a caller can choose its place in a connection's pipeline. */
+export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = null): PendingQuery<ActiveRunRow[]> {
+  const only =
+    of === null
+      ? sql``
+      : 'runIds' in of
+        ? sql`and r.id = any(${of.runIds}::bigint[])`
+        : 'ofTis' in of
+          ? sql`and r.id in (select run_id from task_instances where id = any(${of.ofTis}::bigint[]))`
+          : of.queuedOf === 'any'
+            ? sql`and r.state = 'queued'`
+            : sql`and r.state = 'queued' and r.dag_id = any(${of.queuedOf}::text[])`;
   return sql<ActiveRunRow[]>`
     with q as (
       select r.*, d.paused as dag_paused from dag_runs r join dags d on d.dag_id = r.dag_id
-      where r.state in ('queued', 'running') and r.poison_error is null
-        ${runIds ? sql`and r.id = any(${runIds}::bigint[])` : sql``}
+      where r.state in ('queued', 'running') and r.poison_error is null ${only}
       order by r.id limit ${limit}),
     c as (
       select x.dag_id, count(*)::int as n from dag_runs x

@@ -3,6 +3,8 @@ import postgres from 'postgres';
 /** The main pool: postgres.js, for pipelining and tagged-template SQL on the hot paths. */
 export type Sql = postgres.Sql<Record<string, never>>;
 export type TxSql = postgres.TransactionSql<Record<string, never>>;
+/** A query not yet sent: postgres.js sends it when it is awaited or `execute()`d. */
+export type PendingQuery<T extends readonly postgres.MaybeRow[]> = postgres.PendingQuery<T>;
 
 export interface SqlOptions {
   max?: number;

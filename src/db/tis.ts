@@ -1,5 +1,5 @@
 import { legalTiFrom, type TiState } from '../core/states.js';
-import type { Sql, TxSql } from './sql.js';
+import type { PendingQuery, Sql, TxSql } from './sql.js';
 
 export interface TiRow {
   id: string;
@@ -31,6 +31,12 @@ export async function listTis(sql: Sql | TxSql, runId: string): Promise<TiRow[]>
 export async function listTisOfRuns(sql: Sql, runIds: string[]): Promise<TiRow[]> {
   if (runIds.length === 0) return [];
   return sql<TiRow[]>`select * from task_instances where run_id = any(${runIds}::bigint[]) order by id`;
+}
+
+/** Every task instance of the runs of these TIs. Not sent until awaited or `execute()`d. */
+export function listTisOfRunsOfTis(sql: Sql, tiIds: string[]): PendingQuery<TiRow[]> {
+  return sql<TiRow[]>`
+    select * from task_instances where run_id in (select run_id from task_instances where id = any(${tiIds}::bigint[])) order by id`;
 }
 
 export async function getTi(sql: Sql | TxSql, tiId: string): Promise<TiRow | null> {

@@ -3,6 +3,7 @@ import type { TaskSpec } from '../core/dag-spec.js';
 import type { OfferResult } from '../dispatch/pool.js';
 import type { MoveClaim } from '../db/apply-plan.js';
 import type { Sql } from '../db/sql.js';
+import type { PrefetchedRuns } from './prefetched-runs.js';
 
 /** What the dispatch pool needs to turn a scheduled TI into an attempt, read by the planner. */
 export interface DispatchItem {
@@ -67,6 +68,17 @@ export interface SchedulerContext {
    * claims it itself). An offer of a claimed TI must then be accepted, or its claim released.
    */
   claimRoom?(executor: string): number;
+  /** Runs read ahead of their step, right behind their attempts' ends (optional). */
+  prefetched?: PrefetchedRuns;
+  /**
+   * DAGs whose queued runs the planner last saw held back by max_active_runs: when a run of one
+   * ends in a targeted step, its queued runs are read and started in that step. A hint kept in
+   * memory (the tick starts them anyway); absent: such runs wait for the tick.
+   */
+  heldBackDags?: Set<string>;
+  /** How many more offers the dispatch pool takes now: a step asked for queued runs starts no
+   *  more than that (absent: `maxRunsPerStep`). */
+  offerRoom?(): number;
   /** Whether this replica itself runs this attempt now (optional: absent means "not known"). */
   heldLive?(tiId: string, attemptToken: string): boolean;
 }

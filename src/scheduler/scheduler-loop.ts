@@ -2,10 +2,11 @@ import type { Logger } from 'pino';
 
 /**
  * What a step plans: every active run, or only the runs named by the nudges since the last step
- * (a TI of theirs ended, they were triggered). A targeted step reads and writes only those runs,
- * so a finished task costs one run's reads, not every active run's.
+ * (a TI of theirs ended, they were triggered) and, with `queued`, the oldest queued runs (an
+ * executor has room for more work). A targeted step reads and writes only those runs, so a
+ * finished task costs one run's reads, not every active run's.
  */
-export type StepTarget = { all: true } | { all: false; runIds: string[] };
+export type StepTarget = { all: true } | { all: false; runIds: string[]; queued: boolean };
 
 export interface SchedulerLoopOptions {
   tickMs: number;
@@ -28,6 +29,8 @@ export interface SchedulerLoop {
    * named. A burst of nudges costs one step (coalesced, the named runs merged).
    */
   nudge(runIds?: readonly string[]): void;
+  /** Asks for a step that starts the oldest queued runs (coalesced with the other nudges). */
+  nudgeQueued(): void;
   /** Asks for a step at a given time (the earliest request wins; the tick still runs). */
   wakeAt(at: Date): void;
   /** Stops after the step in progress, if any. */
@@ -48,6 +51,7 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
   // What the nudges since the last step asked for.
   let wantAll = false;
   let wantRuns = new Set<string>();
+  let wantQueued = false;
 
   const schedule = (delayMs: number) => {
     if (!running) return;
@@ -75,9 +79,11 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
       // However many nudges keep coming, a full step still happens once per tick.
       const kind = Date.now() - lastFullAt >= opts.tickMs ? 'full' : 'light';
       if (kind === 'full') lastFullAt = Date.now();
-      const target: StepTarget = kind === 'full' || wantAll || wantRuns.size === 0 ? { all: true } : { all: false, runIds: [...wantRuns] };
+      const target: StepTarget =
+        kind === 'full' || wantAll || (wantRuns.size === 0 && !wantQueued) ? { all: true } : { all: false, runIds: [...wantRuns], queued: wantQueued };
       wantAll = false;
       wantRuns = new Set();
+      wantQueued = false;
       stepping = opts
         .step(kind, target)
         .catch((err: unknown) => opts.logger.error({ err }, 'scheduler step threw'))
@@ -87,13 +93,15 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
     } else {
       wantAll = false;
       wantRuns = new Set();
+      wantQueued = false;
     }
     schedule(pending ? 0 : opts.tickMs);
   };
 
-  const nudge = (runIds?: readonly string[]) => {
+  const nudge = (runIds?: readonly string[], queued = false) => {
     if (!running) return;
-    if (runIds && runIds.length > 0) for (const id of runIds) wantRuns.add(id);
+    if (queued) wantQueued = true;
+    else if (runIds && runIds.length > 0) for (const id of runIds) wantRuns.add(id);
     else wantAll = true;
     if (stepping) pending = true;
     else if (!timer || pending === false) {
@@ -109,7 +117,8 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
       wantAll = true;
       schedule(0);
     },
-    nudge,
+    nudge: (runIds) => nudge(runIds),
+    nudgeQueued: () => nudge(undefined, true),
     wakeAt(at) {
       const ms = at.getTime() - Date.now();
       if (!running || ms >= opts.tickMs) return; // the tick comes first anyway

@@ -27,8 +27,11 @@ export interface AgentFleetOptions {
   keepaliveMs: number;
   agentToken: string | null;
   reports: ReportBatcher;
-  /** Asks the leader, wherever it is, to step (for these runs only, when named). */
-  nudge(runIds?: string[]): void;
+  /** Asks the leader, wherever it is, to step (for these runs only, when named); `finished`:
+   *  attempts of theirs ended. */
+  nudge(runIds?: string[], cause?: 'finished'): void;
+  /** Asks the scheduler (this replica leads: it placed the work) to start queued runs. */
+  nudgeQueued(): void;
 }
 
 /**
@@ -53,9 +56,10 @@ export function createAgentFleet(o: AgentFleetOptions) {
     replicaId: o.replicaId,
     logger: log,
     cacheMs: 200,
-    // Free slots and nothing left to place: runs waiting to start (or TIs the pool refused)
-    // may be there; ask for a step over every run.
-    onHungry: () => o.nudge(),
+    // Free slots and nothing left to place: runs waiting to start may be there; ask for a step
+    // that reads the oldest queued runs only (TIs the pool refused are offered again once it
+    // drains, and the tick covers the rest).
+    onHungry: () => o.nudgeQueued(),
     store: {
       availableAgents: async () =>
         (await availableAgents(sql, freshMs)).map((a) => ({
@@ -100,7 +104,7 @@ export function createAgentFleet(o: AgentFleetOptions) {
     onFinished: (agentId, runId, seenAt) => {
       // A slot was freed: the cached fleet view would still count it as taken.
       executor.released(agentId, seenAt);
-      o.nudge(runId ? [runId] : undefined);
+      o.nudge(runId ? [runId] : undefined, 'finished');
     },
     onRejected: (report) => o.metrics.staleReportsRejected.inc({ report }),
   };

@@ -19,6 +19,7 @@ import { AgentService } from '../gen/leoflow/v1/agent_pb.js';
 import { ClusterService } from '../gen/leoflow/v1/cluster_pb.js';
 import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
 import type { DispatchItem, SchedulerContext } from '../scheduler/context.js';
+import { PrefetchedRuns } from '../scheduler/prefetched-runs.js';
 import { createLeaderElector } from '../scheduler/leader.js';
 import { createSchedulerLoop } from '../scheduler/scheduler-loop.js';
 import { step } from '../scheduler/step.js';
@@ -66,14 +67,22 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     const logs = createLogWriter(sql, logger, { flushMs: 50, maxBatch: 500, onRejected: (n) => metrics.staleReportsRejected.inc({ report: 'log' }, n) });
     // Every attempt's start and end report on this replica, from the subprocess executor and from
     // agent streams alike, is written by one group-commit batcher.
+    // On the leader, the runs of the attempts that ended are read in the same round trip as the
+    // ends' write, for the step that follows (it then reads nothing first).
+    const MAX_RUNS_PER_STEP = 1000;
+    const prefetched = new PrefetchedRuns(MAX_RUNS_PER_STEP);
+    let isLeader = false;
     const reports = createReportBatcher(sql, {
       retryMs: REPORT_RETRY_MS,
       onRetry: (err) => logger.warn({ err: (err as Error).message }, 'database unreachable: retrying attempt reports'),
+      afterEnds: (on, tiIds) => (isLeader ? prefetched.readAfter(on, tiIds) : null),
     });
-    // Set once the loop exists: asks the leader, here or on another replica, to step.
-    let nudge: (runIds?: string[]) => void = () => {};
+    // Set once the loop exists: asks the leader, here or on another replica, to step. `finished`:
+    // attempts of these runs ended (and their runs may have been read right behind the write);
+    // any other cause marks the runs changed, so a read taken before is not used.
+    let nudge: (runIds?: string[], cause?: 'finished') => void = () => {};
     const reporter = createAttemptStore(sql, reports, logs, logger, {
-      onFinished: (attempt) => nudge([attempt.runId]),
+      onFinished: (attempt) => nudge([attempt.runId], 'finished'),
       onRejected: (_attempt, report) => metrics.staleReportsRejected.inc({ report }),
     });
     const fleet = createAgentFleet({
@@ -85,7 +94,9 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       replicaId: config.replicaId,
       keepaliveMs: config.heartbeatIntervalMs,
       agentToken: config.agentToken,
-      nudge: (runIds) => nudge(runIds),
+      nudge: (runIds, cause) => nudge(runIds, cause),
+      // Only the leader places work, so only the leader's agents executor is ever hungry.
+      nudgeQueued: () => isLeader && loop.nudgeQueued(),
     });
     const executors = new Map<string, Executor>();
     executors.set(
@@ -160,7 +171,10 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       claimRoom: (executor) => (executor === 'subprocess' ? Math.max(0, config.dispatchQueue - pool.depth) : 0),
       defaultExecutor: config.executor,
       counters: schedulerCounters(metrics, (phase, err, ids) => schedLogger.error({ err, phase, ...ids }, `scheduler error in ${phase}`)),
-      maxRunsPerStep: 1000,
+      maxRunsPerStep: MAX_RUNS_PER_STEP,
+      prefetched,
+      heldBackDags: new Set(),
+      offerRoom: () => Math.max(0, config.dispatchQueue - pool.depth),
       runOrphanThresholdMs: config.runOrphanThresholdMs,
       heartbeatThresholdMs: config.heartbeatThresholdMs,
       health: { healthySince: new Date() },
@@ -168,7 +182,6 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       heldLive: (tiId, token) => [...executors.values()].some((e) => e.holdsLive?.(tiId, token) ?? false),
     };
 
-    let isLeader = false;
     const loop = createSchedulerLoop({
       tickMs: config.tickMs,
       logger: schedLogger,
@@ -182,7 +195,8 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     // Nudges for the leader: stepped here when this replica leads, else sent to the leader over
     // NOTIFY, the runs named in the payload (coalesced: one notification per turn of the loop).
     let toNotify: { all: boolean; runIds: Set<string> } | null = null;
-    nudge = (runIds) => {
+    nudge = (runIds, cause) => {
+      if (cause !== 'finished') prefetched.changed(runIds);
       if (isLeader) return loop.nudge(runIds);
       if (!toNotify) {
         toNotify = { all: false, runIds: new Set() };
@@ -216,6 +230,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       },
       onDeposed: () => {
         isLeader = false;
+        prefetched.clear();
         fleet.executor.forgetParked();
         metrics.leader.set(0);
       },
@@ -281,7 +296,9 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         // Something happened on another replica, maybe an attempt ending on one of its agents:
         // this replica's view of the agents' free slots is stale.
         fleet.executor.invalidate();
-        loop.nudge(payload === '' ? undefined : payload.split(','));
+        const runIds = payload === '' ? undefined : payload.split(',');
+        prefetched.changed(runIds);
+        loop.nudge(runIds);
       }
       else void fleet.onNotification(channel, payload).catch((err: unknown) => logger.error({ err, channel, payload }, 'notification failed'));
     });

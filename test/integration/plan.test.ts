@@ -331,6 +331,47 @@ describe('plan', () => {
     expect(h.offered.some((it) => it.runId === r2.id)).toBe(true);
   });
 
+  it('starts a run held back by MAX_ACTIVE_RUNS in the targeted step that ends the run before it, not at the next tick', BOUND, async () => {
+    const spec = dag('p_max_targeted', [task('a')], { maxActiveRuns: 1 });
+    const other = dag('p_max_other', [task('a')], { maxActiveRuns: 1 });
+    const r1 = await trigger(spec);
+    const r2 = await trigger(spec);
+    const h = harness({ heldBackDags: new Set() });
+    await stepOk(h); // full: r1 starts, r2 is held back
+    expect(h.ctx.heldBackDags).toEqual(new Set(['p_max_targeted']));
+    const o1 = await trigger(other); // queued, never named by a nudge: left to the tick
+    expect(await executeTask(r1.id, 'a', OK)).toBe('success');
+
+    // The nudge of r1's end names r1 only.
+    const r = (await step(h.ctx, 'light', { all: false, runIds: [r1.id], queued: false })).plan!;
+    expect(r).toMatchObject({ runsFinalized: 1, runsStarted: 1, errors: 0 });
+    expect(await runState(r1.id)).toBe('success');
+    expect(await runState(r2.id)).toBe('running');
+    expect(await runState(o1.id)).toBe('queued');
+    expect((await tiMap(r2.id)).get('a')).toMatchObject({ state: 'scheduled', pending_reason: null });
+    // Nothing else is held back now; a third run would be held back again by the running r2.
+    expect(h.ctx.heldBackDags).toEqual(new Set());
+    const r3 = await trigger(spec);
+    expect(await executeTask(r2.id, 'a', OK)).toBe('success');
+    const again = (await step(h.ctx, 'light', { all: false, runIds: [r2.id, r3.id], queued: false })).plan!;
+    expect(again).toMatchObject({ runsFinalized: 1, runsStarted: 1 });
+    expect(await runState(r3.id)).toBe('running');
+  });
+
+  it('starts the oldest queued runs, no more than the pool takes, when a step asks for queued runs', BOUND, async () => {
+    const spec = dag('p_queued', [task('a')], { maxActiveRuns: 100 });
+    const runs = [];
+    for (let i = 0; i < 5; i++) runs.push(await trigger(spec));
+    const h = harness({ offerRoom: () => 3 });
+    const r = (await step(h.ctx, 'light', { all: false, runIds: [], queued: true })).plan!;
+    expect(r).toMatchObject({ runsStarted: 3, offered: 3, errors: 0 });
+    expect(await Promise.all(runs.map((x) => runState(x.id)))).toEqual(['running', 'running', 'running', 'queued', 'queued']);
+    // No room: nothing is read or started.
+    const none = (await step(harness({ offerRoom: () => 0 }).ctx, 'light', { all: false, runIds: [], queued: true })).plan!;
+    expect(none.runsStarted).toBe(0);
+    expect(await runState(runs[3]!.id)).toBe('queued');
+  });
+
   it('leaves a TI scheduled with DISPATCH_QUEUE_FULL when the pool is full, and offers it again', BOUND, async () => {
     const run = await trigger(dag('p_full', [task('a')]));
     const h = harness();

@@ -138,6 +138,27 @@ describe('targeted steps', () => {
     loop.nudge(['10']);
     loop.nudge();
     await sleep(20);
-    expect(targets).toEqual([{ all: true }, { all: false, runIds: ['7'] }, { all: false, runIds: ['8', '9'] }, { all: true }]);
+    expect(targets).toEqual([{ all: true }, { all: false, runIds: ['7'], queued: false }, { all: false, runIds: ['8', '9'], queued: false }, { all: true }]);
+  });
+
+  it('asks a step for the oldest queued runs when nudged for them, merged with the named runs', async () => {
+    const targets: StepTarget[] = [];
+    loop = createSchedulerLoop({
+      tickMs: 10_000,
+      logger,
+      canStep: () => true,
+      step: async (_kind, target) => {
+        targets.push(target);
+      },
+    });
+    loop.start();
+    await sleep(20);
+    loop.nudgeQueued();
+    await sleep(20);
+    loop.nudgeQueued();
+    loop.nudge(['4']);
+    loop.nudgeQueued();
+    await sleep(20);
+    expect(targets).toEqual([{ all: true }, { all: false, runIds: [], queued: true }, { all: false, runIds: ['4'], queued: true }]);
   });
 });

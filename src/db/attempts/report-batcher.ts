@@ -27,6 +27,18 @@ type Op =
   | { kind: 'start'; a: AttemptKey; pid: number | null; agentId: string | null; resolve(ok: boolean): void; reject(err: unknown): void }
   | { kind: 'finish'; a: AttemptKey; result: AttemptResult; resolve(r: FinishRecorded): void; reject(err: unknown): void };
 
+export interface ReportBatcherOptions {
+  retryMs: number;
+  onRetry?(err: unknown): void;
+  /**
+   * Called with the connection the ends were just sent on, before their answer: the queries it
+   * `execute()`s before returning are pipelined behind them (Postgres runs them after the ends
+   * are committed), in the same round trip; the ends are settled once it has answered too. Null:
+   * nothing to send this time.
+   */
+  afterEnds?(on: Sql, tiIds: string[]): Promise<void> | null;
+}
+
 /**
  * Group commit for the reports of every attempt on this replica, whichever executor or agent
  * stream they come from: the starts waiting when a write begins go out as one multi-row
@@ -40,7 +52,7 @@ type Op =
  * by (ti, try number, attempt token) row by row, exactly as the single-row writes were, and is
  * retried through a database blip (`retryMs`): repeating a fenced write is harmless.
  */
-export function createReportBatcher(sql: Sql, opts: { retryMs: number; onRetry?(err: unknown): void }): ReportBatcher {
+export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): ReportBatcher {
   let queue: Op[] = [];
   let flushing: Promise<void> | null = null;
 
@@ -84,11 +96,12 @@ export function createReportBatcher(sql: Sql, opts: { retryMs: number; onRetry?(
   };
 
   /**
-   * Starts and ends on one reserved connection, sent back to back: one round trip, and Postgres
-   * runs them in that order. A part lost to a connection error is written again through the
-   * pool, starts before ends, so the order holds on the retry too.
+   * Starts and ends (either may be empty) on one reserved connection, sent back to back, then
+   * what `afterEnds` sends: one round trip, and Postgres runs them in that order. A part lost to a
+   * connection error is written again through the pool, starts before ends, so the order holds on
+   * the retry too.
    */
-  const writeBoth = async (starts: StartOp[], ends: EndOp[]) => {
+  const writeTogether = async (starts: StartOp[], ends: EndOp[]) => {
     let conn: Awaited<ReturnType<Sql['reserve']>>;
     try {
       conn = await sql.reserve();
@@ -97,7 +110,12 @@ export function createReportBatcher(sql: Sql, opts: { retryMs: number; onRetry?(
       return writeEnds(ends);
     }
     const on = conn as unknown as Sql;
-    const [s, e] = await Promise.allSettled([startsQuery(on, starts), endsQuery(on, ends)]);
+    // The order on the wire is the order of the execute() calls (a postgres.js query is sent only
+    // when executed or awaited, and Promise.allSettled would await them a microtask later).
+    const none = Promise.resolve([]);
+    const sent = [starts.length > 0 ? startsQuery(on, starts).execute() : none, ends.length > 0 ? endsQuery(on, ends).execute() : none] as const;
+    const after = ends.length > 0 ? opts.afterEnds?.(on, ends.map((o) => o.a.tiId)) : undefined;
+    const [s, e] = await Promise.allSettled([...sent, after]);
     conn.release();
     if (s.status === 'fulfilled') settleStarts(starts, s.value);
     else if (isConnectionError(s.reason)) await writeStarts(starts);
@@ -115,7 +133,7 @@ export function createReportBatcher(sql: Sql, opts: { retryMs: number; onRetry?(
       const ends = batch.filter((o): o is EndOp => o.kind === 'finish');
       // Superseded and cancelled ends have their own rules (finish-attempt.ts); they are rare.
       const plainEnds = ends.filter((o) => o.result.outcome !== 'cancelled' && o.result.outcome !== 'superseded');
-      if (starts.length > 0 && plainEnds.length > 0) await writeBoth(starts, plainEnds);
+      if ((starts.length > 0 && plainEnds.length > 0) || (plainEnds.length > 0 && opts.afterEnds)) await writeTogether(starts, plainEnds);
       else {
         await writeStarts(starts);
         await writeEnds(plainEnds);

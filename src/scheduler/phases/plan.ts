@@ -4,6 +4,7 @@ import { isConnectionError } from '../../db/is-connection-error.js';
 import { activeRuns, poisonRun, type ActiveRunRow } from '../../db/runs.js';
 import { listTisOfRuns, setPendingReasons, type TiRow } from '../../db/tis.js';
 import type { DispatchItem, SchedulerContext } from '../context.js';
+import type { RunRead } from '../prefetched-runs.js';
 import { createScheduledRuns } from './create-scheduled-runs.js';
 
 export interface PlanResult {
@@ -37,7 +38,7 @@ interface Decided {
  * write refused by the database for one run is retried run by run so it cannot hold up the others.
  * With `runIds` (a targeted step: these runs were nudged) only those runs are read.
  */
-export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?: string[] | null } = { cron: true }): Promise<PlanResult> {
+export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?: string[] | null; queued?: boolean } = { cron: true }): Promise<PlanResult> {
   const result: PlanResult = { runsCreated: 0, runsStarted: 0, runsAdvanced: 0, runsFinalized: 0, offered: 0, errors: 0 };
   if (opts.cron) {
     try {
@@ -48,14 +49,31 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
     }
   }
 
-  const targeted = opts.runIds ?? null;
-  if (targeted && targeted.length === 0) return result;
+  // A targeted step: these runs and, with `queued`, the oldest queued runs; else every run.
+  const targeted = opts.runIds || opts.queued ? (opts.runIds ?? []) : null;
+  if (targeted && targeted.length === 0 && !opts.queued) return result;
   let runs: ActiveRun[];
   let tiRows: TiRow[];
   if (targeted) {
-    // The ids are known: both reads go out at once.
-    [runs, tiRows] = await Promise.all([activeRuns(ctx.sql, ctx.maxRunsPerStep, targeted), listTisOfRuns(ctx.sql, targeted)]);
+    // Runs read right behind the ends of their attempts need no read of their own; for the rest
+    // the ids are known, so both reads go out at once.
+    const ahead = ctx.prefetched?.take(targeted) ?? new Map<string, RunRead>();
+    const rest = ahead.size === 0 ? targeted : targeted.filter((id) => !ahead.has(id));
+    [runs, tiRows] = rest.length === 0 ? [[], []] : await Promise.all([activeRuns(ctx.sql, ctx.maxRunsPerStep, { runIds: rest }), listTisOfRuns(ctx.sql, rest)]);
+    for (const { run, tis } of ahead.values()) {
+      runs.push(run);
+      tiRows.push(...tis);
+    }
+    if (opts.queued) {
+      const room = Math.min(ctx.maxRunsPerStep, ctx.offerRoom?.() ?? ctx.maxRunsPerStep);
+      const more = room > 0 ? await readQueued(ctx, result, 'any', new Set(runs.map((r) => r.id)), room) : { runs: [], tis: [] };
+      runs.push(...more.runs);
+      tiRows.push(...more.tis);
+    }
+    runs.sort((a, b) => compareIds(a.id, b.id));
   } else {
+    // Everything is read now: reads kept from before are older than this one.
+    ctx.prefetched?.clear();
     runs = await activeRuns(ctx.sql, ctx.maxRunsPerStep);
     tiRows = runs.length === 0 ? [] : await listTisOfRuns(ctx.sql, runs.map((r) => r.id));
   }
@@ -80,17 +98,35 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
   const ended = await writeAndOffer(ctx, running, reasons, result);
 
   // Then queued runs, oldest first, while their DAG has room, advanced at once.
-  const queued = runs.filter((r) => r.state === 'queued');
+  let queued = runs.filter((r) => r.state === 'queued');
+  // Running runs per DAG as read with the runs, less those that ended in this step.
+  const counts = new Map<string, number>();
+  for (const r of queued) counts.set(r.dag_id, r.running_in_dag ?? 0);
+  for (const r of runs) if (ended.has(r.id) && counts.has(r.dag_id)) counts.set(r.dag_id, counts.get(r.dag_id)! - 1);
+  const heldBack = ctx.heldBackDags;
+  const roomMade = targeted && heldBack ? [...new Set(runs.filter((r) => ended.has(r.id) && heldBack.has(r.dag_id)).map((r) => r.dag_id))] : [];
+  if (roomMade.length > 0) {
+    // A run that ended made room in a DAG whose queued runs were held back: they start now, not
+    // at the next tick. They are read after the ends were written, so their running counts
+    // already leave the ended runs out.
+    const dags = roomMade;
+    for (const d of dags) heldBack!.delete(d);
+    const more = await readQueued(ctx, result, dags, new Set(), ctx.maxRunsPerStep);
+    const fresh = new Set(dags);
+    const byId = new Set(more.runs.map((r) => r.id));
+    queued = [...queued.filter((r) => !fresh.has(r.dag_id) && !byId.has(r.id)), ...more.runs].sort((a, b) => compareIds(a.id, b.id));
+    for (const d of dags) counts.delete(d);
+    for (const r of more.runs) counts.set(r.dag_id, r.running_in_dag ?? 0);
+    for (const id of byId) tisByRun.set(id, []);
+    for (const ti of more.tis) tisByRun.get(ti.run_id)?.push(ti);
+  }
   if (queued.length > 0) {
     const starting: Decided[] = [];
-    // Running runs per DAG as read with the runs, less those that ended in this step.
-    const counts = new Map<string, number>();
-    for (const r of queued) counts.set(r.dag_id, r.running_in_dag ?? 0);
-    for (const r of runs) if (ended.has(r.id) && counts.has(r.dag_id)) counts.set(r.dag_id, counts.get(r.dag_id)! - 1);
     for (const run of queued) {
       const n = counts.get(run.dag_id) ?? 0;
       const blocked = run.dag_paused ? 'DAG_PAUSED' : n >= run.spec.maxActiveRuns ? 'MAX_ACTIVE_RUNS' : null;
       if (blocked) {
+        if (blocked === 'MAX_ACTIVE_RUNS') ctx.heldBackDags?.add(run.dag_id);
         for (const ti of tisByRun.get(run.id) ?? []) if (ti.pending_reason !== blocked) reasons.set(ti.id, blocked);
         continue;
       }
@@ -198,6 +234,28 @@ async function applyAll(ctx: SchedulerContext, plans: RunPlan[], result: PlanRes
     }
   }
   return none;
+}
+
+/**
+ * The oldest queued runs (of these DAGs, or of any; at most `limit`) and their task instances, leaving out the
+ * runs in `skip` (already read). Two round trips: the task instances are read by the ids of the
+ * runs read, so a run is never decided without its task instances. A failed read is counted and
+ * reads as nothing: the tick starts those runs instead.
+ */
+async function readQueued(ctx: SchedulerContext, result: PlanResult, dags: string[] | 'any', skip: Set<string>, limit: number): Promise<{ runs: ActiveRun[]; tis: TiRow[] }> {
+  try {
+    const runs = (await activeRuns(ctx.sql, limit, { queuedOf: dags })).filter((r) => !skip.has(r.id));
+    return { runs, tis: await listTisOfRuns(ctx.sql, runs.map((r) => r.id)) };
+  } catch (err) {
+    result.errors++;
+    ctx.counters.error('plan.read-queued', err);
+    return { runs: [], tis: [] };
+  }
+}
+
+/** Orders bigint ids kept as decimal strings (as `order by id` does). */
+function compareIds(a: string, b: string): number {
+  return a.length - b.length || (a < b ? -1 : a > b ? 1 : 0);
 }
 
 /** Reasons the planner itself sets; those of a dispatcher (e.g. NO_AGENT_WITH_LABELS) are left alone. */

@@ -1,0 +1,109 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { claimAttempts } from '../../src/db/attempts/claim-attempt.js';
+import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
+import { upsertDag } from '../../src/db/dags.js';
+import { createRun } from '../../src/db/runs.js';
+import type { Sql } from '../../src/db/sql.js';
+import { listTis } from '../../src/db/tis.js';
+import { PrefetchedRuns } from '../../src/scheduler/prefetched-runs.js';
+import { dag, task } from '../helpers/spec-builders.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+
+/**
+ * The leader reads the runs of the attempts that ended in the same round trip as the ends' write
+ * (pipelined behind it on one connection), so the step that follows reads nothing first. The read
+ * must see the ends it follows, and a read overtaken by other news about its run must not be used.
+ */
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+afterAll(async () => {
+  await db.drop();
+});
+
+let seq = 0;
+/** A running run of a two-task chain whose first task is claimed and running. */
+async function runningChain() {
+  const spec = dag(`pf${++seq}`, [task('a'), task('b', { dependsOn: ['a'] })]);
+  const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
+  const { run } = await db.sql.begin((tx) =>
+    createRun(tx, { dagId: spec.dagId, dagVersion: row.version, spec, runKey: 'r', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+  );
+  const a = (await listTis(db.sql, run.id)).find((t) => t.task_id === 'a')!;
+  await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
+  await db.sql`update task_instances set state = 'scheduled' where id = ${a.id}`;
+  const claim = (await claimAttempts(db.sql, 'agents', [{ tiId: a.id, agentId: 'agent-1' }])).get(a.id)!;
+  const attempt = { tiId: a.id, tryNumber: claim.tryNumber, attemptToken: claim.attemptToken };
+  await db.sql`update task_instances set state = 'running' where id = ${a.id}`;
+  return { runId: run.id, attempt };
+}
+
+/** The pool, telling how many statements (tagged-template calls) went straight to it and how many
+ *  connections were reserved from it. */
+function watching(sql: Sql): { sql: Sql; direct(): number; reserved(): number } {
+  let direct = 0;
+  let reserved = 0;
+  const pool = new Proxy(sql, {
+    apply(t, thisArg, args) {
+      direct++;
+      return Reflect.apply(t as never, thisArg, args);
+    },
+    get(t, prop, receiver) {
+      if (prop !== 'reserve') return Reflect.get(t, prop, receiver);
+      return () => (reserved++, t.reserve());
+    },
+  });
+  return { sql: pool, direct: () => direct, reserved: () => reserved };
+}
+
+const success = { outcome: 'success' as const, exitCode: 0, signal: null, error: null };
+
+describe('runs read behind the ends', () => {
+  it('sees the end it follows (the read is sent after the write on the same connection)', async () => {
+    const { runId, attempt } = await runningChain();
+    const prefetched = new PrefetchedRuns(100);
+    const w = watching(db.sql);
+    const reports = createReportBatcher(w.sql, { retryMs: 1000, afterEnds: (on, tiIds) => prefetched.readAfter(on, tiIds) });
+    expect(await reports.finished(attempt, success)).toEqual({ verdict: 'success', runId });
+    // The end and the reads all went down one reserved connection, none through the pool.
+    expect([w.reserved(), w.direct()]).toEqual([1, 0]);
+    const read = prefetched.take([runId]).get(runId);
+    expect(read?.run.state).toBe('running');
+    expect(Object.fromEntries(read!.tis.map((t) => [t.task_id, t.state]))).toEqual({ a: 'success', b: 'none' });
+    // Taken once: a second step finds nothing kept and reads for itself.
+    expect(prefetched.take([runId]).size).toBe(0);
+  });
+
+  it('does not keep a read its run changed after (a clear, a cancel, news from another replica)', async () => {
+    const { runId, attempt } = await runningChain();
+    const prefetched = new PrefetchedRuns(100);
+    const reports = createReportBatcher(db.sql, {
+      retryMs: 1000,
+      afterEnds: (on, tiIds) => {
+        const reading = prefetched.readAfter(on, tiIds);
+        // The run changes while its read is on the wire.
+        prefetched.changed([runId]);
+        return reading;
+      },
+    });
+    await reports.finished(attempt, success);
+    expect(prefetched.take([runId]).size).toBe(0);
+  });
+
+  it('drops every kept read when told everything changed, and keeps nothing of a run no longer active', async () => {
+    const one = await runningChain();
+    const two = await runningChain();
+    const prefetched = new PrefetchedRuns(100);
+    const reports = createReportBatcher(db.sql, { retryMs: 1000, afterEnds: (on, tiIds) => prefetched.readAfter(on, tiIds) });
+    await reports.finished(one.attempt, success);
+    expect(prefetched.size).toBe(1);
+    prefetched.changed(); // no runs named: everything
+    expect(prefetched.size).toBe(0);
+
+    await db.sql`update dag_runs set state = 'failed' where id = ${two.runId}`;
+    await reports.finished(two.attempt, success);
+    expect(prefetched.take([two.runId]).size).toBe(0);
+  });
+});
