@@ -36,7 +36,7 @@ export function createAttemptStore(sql: Sql, reports: ReportBatcher, logs: LogWr
       return current;
     },
     async finished(attempt: Attempt, result: AttemptResult) {
-      await logs.flush();
+      // Its log lines are written ahead of the end, with it (the report batcher sends them).
       logs.forget(attempt.tiId, attempt.tryNumber);
       // An attempt's end must not be lost to a database blip: the batcher retries it until the
       // database answers (the reaper holds off after an outage, so the attempt is not declared

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { LogStream } from '../core/attempt.js';
+import { isConnectionError } from './is-connection-error.js';
 import { retryOnConnectionError } from './retry-on-connection-error.js';
 import type { Sql } from './sql.js';
 
@@ -22,6 +23,15 @@ export interface LogWriter {
   write(tiId: string, tryNumber: number, attemptToken: string, stream: LogStream, line: string, seq?: number): void;
   /** Writes everything buffered so far. */
   flush(): Promise<void>;
+  /** Whether a write is in flight (`sendOn` must then wait for `flush()` first). */
+  readonly busy: boolean;
+  /**
+   * Writes everything buffered so far on `on`, the statement sent before this returns, so it goes
+   * ahead of whatever is sent on `on` next (the report batcher sends an attempt's lines ahead of
+   * its end, in the same round trip). Only when not `busy`. Resolves once written, retried through
+   * the pool after a lost connection; never rejects (a failure is logged, as for every flush).
+   */
+  sendOn(on: Sql): Promise<void>;
   /** Forgets the sequence counter of an attempt that has ended. */
   forget(tiId: string, tryNumber: number): void;
   close(): Promise<void>;
@@ -41,10 +51,10 @@ export function createLogWriter(
   let timer: NodeJS.Timeout | null = null;
   let inFlight: Promise<void> = Promise.resolve();
 
-  const doFlush = async (batch: Pending[]) => {
-    try {
-      // Fenced like every report: lines of a superseded attempt (a zombie) are not stored.
-      const written = await retryOnConnectionError(() => sql`
+  /** Batches taken from the buffer and not yet written. */
+  let busy = 0;
+  // Fenced like every report: lines of a superseded attempt (a zombie) are not stored.
+  const insert = (on: Sql, batch: Pending[]) => on`
         insert into task_logs (ti_id, try_number, seq, stream, line, at)
         select u.ti_id, u.try_number, u.seq, u.stream, u.line, u.at
         from unnest(${batch.map((p) => p.tiId)}::bigint[], ${batch.map((p) => p.tryNumber)}::int[],
@@ -53,13 +63,27 @@ export function createLogWriter(
                     ${batch.map((p) => p.attemptToken)}::uuid[])
              as u(ti_id, try_number, seq, stream, line, at, token)
         join task_instances t on t.id = u.ti_id and t.try_number = u.try_number and t.attempt_token = u.token
-        on conflict do nothing`, { maxMs: 60_000 });
+        on conflict do nothing`;
+
+  /** Settles one batch taken from the buffer (counted in `busy`): `first` is its first try, on
+   *  whatever connection; a lost connection is retried through the pool. */
+  const settle = async (batch: Pending[], first: () => Promise<{ count: number }>) => {
+    try {
+      let written: { count: number };
+      try {
+        written = await first();
+      } catch (err) {
+        if (!isConnectionError(err)) throw err;
+        written = await retryOnConnectionError(() => insert(sql, batch), { maxMs: 60_000 });
+      }
       if (written.count < batch.length) {
         opts.onRejected?.(batch.length - written.count);
         logger.warn({ lines: batch.length - written.count }, 'log lines of a superseded attempt refused');
       }
     } catch (err) {
       logger.error({ err, lines: batch.length }, 'failed to write task log lines');
+    } finally {
+      busy--;
     }
   };
 
@@ -71,8 +95,9 @@ export function createLogWriter(
     if (buffer.length === 0) return inFlight;
     const batch = buffer;
     buffer = [];
+    busy++;
     // Chained so lines of one attempt are written in order even across flushes.
-    inFlight = inFlight.then(() => doFlush(batch));
+    inFlight = inFlight.then(() => settle(batch, () => insert(sql, batch)));
     return inFlight;
   };
 
@@ -87,6 +112,23 @@ export function createLogWriter(
       else timer ??= setTimeout(() => void flush(), opts.flushMs);
     },
     flush,
+    get busy() {
+      return busy > 0;
+    },
+    sendOn(on) {
+      if (busy > 0) throw new Error('log writer: sendOn while a write is in flight');
+      if (timer) {
+        clearTimeout(timer);
+        timer = null;
+      }
+      if (buffer.length === 0) return Promise.resolve();
+      const batch = buffer;
+      buffer = [];
+      busy++;
+      const sent = insert(on, batch).execute();
+      inFlight = settle(batch, () => sent);
+      return inFlight;
+    },
     forget(tiId, tryNumber) {
       seqs.delete(`${tiId}/${tryNumber}`);
     },

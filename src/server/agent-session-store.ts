@@ -52,7 +52,7 @@ export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWr
     },
 
     async finished(ref, result: AttemptResult) {
-      await logs.flush();
+      // Its log lines are written ahead of the end, with it (the report batcher sends them).
       logs.forget(ref.tiId, ref.tryNumber);
       const { verdict, runId } = await reports.finished(ref, result);
       if (verdict !== 'rejected') return { outcome: 'applied', runId };

@@ -74,6 +74,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     let isLeader = false;
     const reports = createReportBatcher(sql, {
       retryMs: REPORT_RETRY_MS,
+      logs,
       onRetry: (err) => logger.warn({ err: (err as Error).message }, 'database unreachable: retrying attempt reports'),
       afterEnds: (on, tiIds) => (isLeader ? prefetched.readAfter(on, tiIds) : null),
     });

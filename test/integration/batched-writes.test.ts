@@ -1,3 +1,4 @@
+import pino from 'pino';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { DagSpec } from '../../src/core/dag-spec.js';
 import { applyPlans, finalizeRuns } from '../../src/db/apply-plan.js';
@@ -5,11 +6,15 @@ import { claimAttempts } from '../../src/db/attempts/claim-attempt.js';
 import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
 import { clearTaskInstance } from '../../src/db/clear-task-instance.js';
 import { upsertDag } from '../../src/db/dags.js';
+import { createLogWriter } from '../../src/db/log-writer.js';
 import { createRun, getRun, type RunRow } from '../../src/db/runs.js';
 import type { Sql } from '../../src/db/sql.js';
 import { listTis, type TiRow } from '../../src/db/tis.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+
+/** A log writer with nothing to write (these tests are about the reports). */
+const noLogs = () => createLogWriter(db.sql, pino({ level: 'silent' }), { flushMs: 60_000, maxBatch: 1000 });
 
 /**
  * The hot paths' multi-row writes (issue #5): the planner's moves for many runs in one statement,
@@ -186,7 +191,7 @@ describe('report batcher', () => {
   it('writes reports that arrive together as one statement for the starts and one for the ends, in order, pipelined', async () => {
     const { run, attempts } = await claimed(20);
     const c = counting(db.sql);
-    const reports = createReportBatcher(c.sql, { retryMs: 1000 });
+    const reports = createReportBatcher(c.sql, { retryMs: 1000, logs: noLogs() });
     // Each attempt's Started and Finished arrive back to back, all in the same turn.
     const results = await Promise.all(
       attempts.map(async (a, i) => {
@@ -209,7 +214,7 @@ describe('report batcher', () => {
 
   it('refuses, row by row, reports of superseded attempts and keeps the others', async () => {
     const { attempts } = await claimed(3);
-    const reports = createReportBatcher(db.sql, { retryMs: 1000 });
+    const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: noLogs() });
     const [good, stale, alsoGood] = attempts as [(typeof attempts)[0], (typeof attempts)[0], (typeof attempts)[0]];
     const wrong = { ...stale, attemptToken: '00000000-0000-4000-8000-000000000000' };
     const [s1, s2, s3] = await Promise.all([
@@ -228,10 +233,46 @@ describe('report batcher', () => {
     expect(Object.fromEntries(rows.map((r) => [r.id, r.state]))).toEqual({ [good.tiId]: 'success', [stale.tiId]: 'queued', [alsoGood.tiId]: 'running' });
   });
 
+  it("writes an attempt's buffered log lines ahead of its end, on the same connection, in the same round trip", async () => {
+    const { attempts } = await claimed(1);
+    const a = attempts[0]!;
+    const logs = createLogWriter(db.sql, pino({ level: 'silent' }), { flushMs: 60_000, maxBatch: 1000 });
+    const c = counting(db.sql);
+    const reports = createReportBatcher(c.sql, { retryMs: 1000, logs });
+    expect(await reports.started(a, { pid: 1, agentId: 'agent-1' })).toBe(true);
+    const before = c.count();
+    logs.write(a.tiId, a.tryNumber, a.attemptToken, 'stdout', 'one');
+    logs.write(a.tiId, a.tryNumber, a.attemptToken, 'stderr', 'two');
+    expect(await reports.finished(a, { outcome: 'success', exitCode: 0, signal: null, error: null })).toMatchObject({ verdict: 'success' });
+    // The lines' insert and the end: two statements, nothing before them.
+    expect(c.count() - before).toBe(2);
+    const lines = await db.sql<{ line: string }[]>`select line from task_logs where ti_id = ${a.tiId} order by seq`;
+    expect(lines.map((l) => l.line)).toEqual(['one', 'two']);
+  });
+
+  it('lets a log flush already in flight land before the end it precedes', async () => {
+    const { attempts } = await claimed(1);
+    const a = attempts[0]!;
+    const logs = createLogWriter(db.sql, pino({ level: 'silent' }), { flushMs: 60_000, maxBatch: 1000 });
+    const reports = createReportBatcher(db.sql, { retryMs: 1000, logs });
+    await reports.started(a, { pid: 1, agentId: 'agent-1' });
+    logs.write(a.tiId, a.tryNumber, a.attemptToken, 'stdout', 'early');
+    const flushing = logs.flush();
+    expect(logs.busy).toBe(true);
+    logs.write(a.tiId, a.tryNumber, a.attemptToken, 'stdout', 'late');
+    const ended = reports.finished(a, { outcome: 'success', exitCode: 0, signal: null, error: null });
+    await Promise.all([flushing, ended]);
+    // Both lines are there once the end is; the end's own statement came after them.
+    const rows = await db.sql<{ line: string; before: boolean }[]>`
+      select l.line, l.xmin::text::bigint < t.xmin::text::bigint as before from task_logs l join task_instances t on t.id = l.ti_id
+      where l.ti_id = ${a.tiId} order by l.seq`;
+    expect(rows).toEqual([{ line: 'early', before: true }, { line: 'late', before: true }]);
+  });
+
   it('writes a report that arrives while a write is in flight with the next batch', async () => {
     const { attempts } = await claimed(3);
     const c = counting(db.sql);
-    const reports = createReportBatcher(c.sql, { retryMs: 1000 });
+    const reports = createReportBatcher(c.sql, { retryMs: 1000, logs: noLogs() });
     const first = reports.started(attempts[0]!, { pid: 1, agentId: 'agent-1' });
     await new Promise((r) => setImmediate(r)); // the first write is on its way
     const later = [reports.started(attempts[1]!, { pid: 2, agentId: 'agent-1' }), reports.started(attempts[2]!, { pid: 3, agentId: 'agent-1' })];

@@ -1,6 +1,7 @@
 import type { AttemptKey, AttemptResult } from '../../core/attempt.js';
 import { isConnectionError } from '../is-connection-error.js';
 import { retryOnConnectionError } from '../retry-on-connection-error.js';
+import type { LogWriter } from '../log-writer.js';
 import type { Sql } from '../sql.js';
 import { finishAttempt, finishAttempts, type FinishedRow, type FinishVerdict } from './finish-attempt.js';
 import { startAttempts, type StartedRow } from './start-attempt.js';
@@ -29,6 +30,12 @@ type Op =
 
 export interface ReportBatcherOptions {
   retryMs: number;
+  /**
+   * The task log lines: whatever is buffered when a batch with ends is written goes ahead of it,
+   * on its connection, so an attempt's lines are stored no later than its end (one who sees the
+   * run end and reads its logs gets every line) without a round trip of their own.
+   */
+  logs: Pick<LogWriter, 'busy' | 'flush' | 'sendOn'>;
   onRetry?(err: unknown): void;
   /**
    * Called with the connection the ends were just sent on, before their answer: the queries it
@@ -48,7 +55,9 @@ export interface ReportBatcherOptions {
  * cost two statements.
  *
  * Order is kept: a batch's starts are written before its ends, and a batch only after the one
- * before it, so an attempt's Started is never applied after its Finished. Every write is fenced
+ * before it, so an attempt's Started is never applied after its Finished; the log lines buffered
+ * when a batch with ends is written go ahead of it, so an attempt's lines are never stored after
+ * its end. Every write is fenced
  * by (ti, try number, attempt token) row by row, exactly as the single-row writes were, and is
  * retried through a database blip (`retryMs`): repeating a fenced write is harmless.
  */
@@ -96,26 +105,31 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
   };
 
   /**
-   * Starts and ends (either may be empty) on one reserved connection, sent back to back, then
-   * what `afterEnds` sends: one round trip, and Postgres runs them in that order. A part lost to a
-   * connection error is written again through the pool, starts before ends, so the order holds on
-   * the retry too.
+   * The buffered log lines, the starts and the ends (starts may be empty) on one reserved
+   * connection, sent back to back, then what `afterEnds` sends: one round trip, and Postgres runs
+   * them in that order. A part lost to a connection error is written again through the pool,
+   * lines before starts before ends, so the order holds on the retry too.
    */
   const writeTogether = async (starts: StartOp[], ends: EndOp[]) => {
     let conn: Awaited<ReturnType<Sql['reserve']>>;
     try {
       conn = await sql.reserve();
     } catch {
+      await opts.logs.flush();
       await writeStarts(starts);
       return writeEnds(ends);
     }
     const on = conn as unknown as Sql;
+    // Log lines already on their way through the pool must land first (rare: a timed flush).
+    while (opts.logs.busy) await opts.logs.flush();
     // The order on the wire is the order of the execute() calls (a postgres.js query is sent only
     // when executed or awaited, and Promise.allSettled would await them a microtask later).
     const none = Promise.resolve([]);
+    const lines = opts.logs.sendOn(on);
     const sent = [starts.length > 0 ? startsQuery(on, starts).execute() : none, ends.length > 0 ? endsQuery(on, ends).execute() : none] as const;
     const after = ends.length > 0 ? opts.afterEnds?.(on, ends.map((o) => o.a.tiId)) : undefined;
-    const [s, e] = await Promise.allSettled([...sent, after]);
+    // The lines settle first: retried through the pool after a lost connection, before the ends are.
+    const [s, e] = await Promise.allSettled([...sent, after, lines]);
     conn.release();
     if (s.status === 'fulfilled') settleStarts(starts, s.value);
     else if (isConnectionError(s.reason)) await writeStarts(starts);
@@ -133,11 +147,9 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
       const ends = batch.filter((o): o is EndOp => o.kind === 'finish');
       // Superseded and cancelled ends have their own rules (finish-attempt.ts); they are rare.
       const plainEnds = ends.filter((o) => o.result.outcome !== 'cancelled' && o.result.outcome !== 'superseded');
-      if ((starts.length > 0 && plainEnds.length > 0) || (plainEnds.length > 0 && opts.afterEnds)) await writeTogether(starts, plainEnds);
-      else {
-        await writeStarts(starts);
-        await writeEnds(plainEnds);
-      }
+      if (plainEnds.length > 0) await writeTogether(starts, plainEnds);
+      else await writeStarts(starts);
+      if (plainEnds.length < ends.length) await opts.logs.flush();
       for (const o of ends) {
         if (o.result.outcome !== 'cancelled' && o.result.outcome !== 'superseded') continue;
         try {
