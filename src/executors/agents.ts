@@ -77,8 +77,8 @@ export class AgentsExecutor implements Executor {
       replicaId: string;
       logger: Logger;
       cacheMs: number;
-      /** Slots are free and nothing is left to place: the scheduler may have more to offer. */
-      onHungry?(): void;
+      /** Slots are free (this many) and nothing is left to place: the scheduler may have more to offer. */
+      onHungry?(freeSlots: number): void;
     },
   ) {}
 
@@ -234,7 +234,7 @@ export class AgentsExecutor implements Executor {
     if (reasons.size > 0) await this.deps.store.setPendingReasons(reasons);
     if (this.#parked.size === 0 && anyFree() && performance.now() - this.#hungryAt >= HUNGRY_EVERY_MS) {
       this.#hungryAt = performance.now();
-      this.deps.onHungry?.();
+      this.deps.onHungry?.(all.reduce((n, v) => n + Math.max(0, v.slots - v.running), 0));
     }
     if (placed.length === 0) return;
     let claimed: Map<string, Attempt>;

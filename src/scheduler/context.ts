@@ -76,8 +76,8 @@ export interface SchedulerContext {
    * memory (the tick starts them anyway); absent: such runs wait for the tick.
    */
   heldBackDags?: Set<string>;
-  /** How many more offers the dispatch pool takes now: a step asked for queued runs starts no
-   *  more than that (absent: `maxRunsPerStep`). */
+  /** How many more offers the dispatch pool takes now: a step asked for queued runs starts that
+   *  many, or as many as it was asked for if that is more (absent: `maxRunsPerStep`). */
   offerRoom?(): number;
   /** Whether this replica itself runs this attempt now (optional: absent means "not known"). */
   heldLive?(tiId: string, attemptToken: string): boolean;

@@ -2,11 +2,11 @@ import type { Logger } from 'pino';
 
 /**
  * What a step plans: every active run, or only the runs named by the nudges since the last step
- * (a TI of theirs ended, they were triggered) and, with `queued`, the oldest queued runs (an
- * executor has room for more work). A targeted step reads and writes only those runs, so a
+ * (a TI of theirs ended, they were triggered) and the oldest queued runs, at least `queued` of
+ * them (an executor has that many free slots and nothing to put in them). A targeted step reads and writes only those runs, so a
  * finished task costs one run's reads, not every active run's.
  */
-export type StepTarget = { all: true } | { all: false; runIds: string[]; queued: boolean };
+export type StepTarget = { all: true } | { all: false; runIds: string[]; queued: number };
 
 export interface SchedulerLoopOptions {
   tickMs: number;
@@ -29,8 +29,9 @@ export interface SchedulerLoop {
    * named. A burst of nudges costs one step (coalesced, the named runs merged).
    */
   nudge(runIds?: readonly string[]): void;
-  /** Asks for a step that starts the oldest queued runs (coalesced with the other nudges). */
-  nudgeQueued(): void;
+  /** Asks for a step that starts the oldest queued runs, at least `atLeast` of them (coalesced
+   *  with the other nudges: the largest ask wins). */
+  nudgeQueued(atLeast: number): void;
   /** Asks for a step at a given time (the earliest request wins; the tick still runs). */
   wakeAt(at: Date): void;
   /** Stops after the step in progress, if any. */
@@ -51,7 +52,7 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
   // What the nudges since the last step asked for.
   let wantAll = false;
   let wantRuns = new Set<string>();
-  let wantQueued = false;
+  let wantQueued = 0;
 
   const schedule = (delayMs: number) => {
     if (!running) return;
@@ -80,10 +81,10 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
       const kind = Date.now() - lastFullAt >= opts.tickMs ? 'full' : 'light';
       if (kind === 'full') lastFullAt = Date.now();
       const target: StepTarget =
-        kind === 'full' || wantAll || (wantRuns.size === 0 && !wantQueued) ? { all: true } : { all: false, runIds: [...wantRuns], queued: wantQueued };
+        kind === 'full' || wantAll || (wantRuns.size === 0 && wantQueued === 0) ? { all: true } : { all: false, runIds: [...wantRuns], queued: wantQueued };
       wantAll = false;
       wantRuns = new Set();
-      wantQueued = false;
+      wantQueued = 0;
       stepping = opts
         .step(kind, target)
         .catch((err: unknown) => opts.logger.error({ err }, 'scheduler step threw'))
@@ -93,14 +94,14 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
     } else {
       wantAll = false;
       wantRuns = new Set();
-      wantQueued = false;
+      wantQueued = 0;
     }
     schedule(pending ? 0 : opts.tickMs);
   };
 
-  const nudge = (runIds?: readonly string[], queued = false) => {
+  const nudge = (runIds?: readonly string[], queued = 0) => {
     if (!running) return;
-    if (queued) wantQueued = true;
+    if (queued > 0) wantQueued = Math.max(wantQueued, queued);
     else if (runIds && runIds.length > 0) for (const id of runIds) wantRuns.add(id);
     else wantAll = true;
     if (stepping) pending = true;
@@ -118,7 +119,7 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
       schedule(0);
     },
     nudge: (runIds) => nudge(runIds),
-    nudgeQueued: () => nudge(undefined, true),
+    nudgeQueued: (atLeast) => nudge(undefined, Math.max(1, atLeast)),
     wakeAt(at) {
       const ms = at.getTime() - Date.now();
       if (!running || ms >= opts.tickMs) return; // the tick comes first anyway

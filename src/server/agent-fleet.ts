@@ -30,8 +30,9 @@ export interface AgentFleetOptions {
   /** Asks the leader, wherever it is, to step (for these runs only, when named); `finished`:
    *  attempts of theirs ended. */
   nudge(runIds?: string[], cause?: 'finished'): void;
-  /** Asks the scheduler (this replica leads: it placed the work) to start queued runs. */
-  nudgeQueued(): void;
+  /** Asks the scheduler (this replica leads: it placed the work) to start queued runs, at least
+   *  this many. */
+  nudgeQueued(atLeast: number): void;
 }
 
 /**
@@ -59,7 +60,7 @@ export function createAgentFleet(o: AgentFleetOptions) {
     // Free slots and nothing left to place: runs waiting to start may be there; ask for a step
     // that reads the oldest queued runs only (TIs the pool refused are offered again once it
     // drains, and the tick covers the rest).
-    onHungry: () => o.nudgeQueued(),
+    onHungry: (freeSlots) => o.nudgeQueued(freeSlots),
     store: {
       availableAgents: async () =>
         (await availableAgents(sql, freshMs)).map((a) => ({

@@ -97,7 +97,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       agentToken: config.agentToken,
       nudge: (runIds, cause) => nudge(runIds, cause),
       // Only the leader places work, so only the leader's agents executor is ever hungry.
-      nudgeQueued: () => isLeader && loop.nudgeQueued(),
+      nudgeQueued: (atLeast) => isLeader && loop.nudgeQueued(atLeast),
     });
     const executors = new Map<string, Executor>();
     executors.set(

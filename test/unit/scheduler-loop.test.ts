@@ -138,10 +138,10 @@ describe('targeted steps', () => {
     loop.nudge(['10']);
     loop.nudge();
     await sleep(20);
-    expect(targets).toEqual([{ all: true }, { all: false, runIds: ['7'], queued: false }, { all: false, runIds: ['8', '9'], queued: false }, { all: true }]);
+    expect(targets).toEqual([{ all: true }, { all: false, runIds: ['7'], queued: 0 }, { all: false, runIds: ['8', '9'], queued: 0 }, { all: true }]);
   });
 
-  it('asks a step for the oldest queued runs when nudged for them, merged with the named runs', async () => {
+  it('asks a step for the oldest queued runs when nudged for them (the largest ask), merged with the named runs', async () => {
     const targets: StepTarget[] = [];
     loop = createSchedulerLoop({
       tickMs: 10_000,
@@ -153,12 +153,13 @@ describe('targeted steps', () => {
     });
     loop.start();
     await sleep(20);
-    loop.nudgeQueued();
+    loop.nudgeQueued(3);
     await sleep(20);
-    loop.nudgeQueued();
+    loop.nudgeQueued(2);
     loop.nudge(['4']);
-    loop.nudgeQueued();
+    loop.nudgeQueued(5);
+    loop.nudgeQueued(1);
     await sleep(20);
-    expect(targets).toEqual([{ all: true }, { all: false, runIds: [], queued: true }, { all: false, runIds: ['4'], queued: true }]);
+    expect(targets).toEqual([{ all: true }, { all: false, runIds: [], queued: 3 }, { all: false, runIds: ['4'], queued: 5 }]);
   });
 });

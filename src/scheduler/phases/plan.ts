@@ -38,7 +38,7 @@ interface Decided {
  * write refused by the database for one run is retried run by run so it cannot hold up the others.
  * With `runIds` (a targeted step: these runs were nudged) only those runs are read.
  */
-export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?: string[] | null; queued?: boolean } = { cron: true }): Promise<PlanResult> {
+export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?: string[] | null; queued?: number } = { cron: true }): Promise<PlanResult> {
   const result: PlanResult = { runsCreated: 0, runsStarted: 0, runsAdvanced: 0, runsFinalized: 0, offered: 0, errors: 0 };
   if (opts.cron) {
     try {
@@ -65,7 +65,8 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
       tiRows.push(...tis);
     }
     if (opts.queued) {
-      const room = Math.min(ctx.maxRunsPerStep, ctx.offerRoom?.() ?? ctx.maxRunsPerStep);
+      // As many as the dispatch pool takes now, and at least as many as were asked for.
+      const room = Math.min(ctx.maxRunsPerStep, Math.max(opts.queued, ctx.offerRoom?.() ?? ctx.maxRunsPerStep));
       const more = room > 0 ? await readQueued(ctx, result, 'any', new Set(runs.map((r) => r.id)), room) : { runs: [], tis: [] };
       runs.push(...more.runs);
       tiRows.push(...more.tis);
