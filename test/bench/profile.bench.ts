@@ -24,9 +24,14 @@ import { report } from './report.js';
  * time), and the server's CPU profile by function (self time).
  *
  *   LEOFLOW_BENCH_PROFILE=1 npx vitest run --config test/bench/vitest.config.ts test/bench/profile.bench.ts
+ *
+ * LEOFLOW_BENCH_PROFILE_SLOTS (10) and LEOFLOW_BENCH_PROFILE_TASKS (2000) change the throughput
+ * workload's concurrency and size.
  */
 
-const TASKS = 2000;
+const TASKS = Number(process.env.LEOFLOW_BENCH_PROFILE_TASKS ?? 2000);
+/** The instant agent's slots in the throughput workload (the peers' concurrency). */
+const SLOTS = Number(process.env.LEOFLOW_BENCH_PROFILE_SLOTS ?? 10);
 const logger = pino({ level: 'warn' });
 
 interface Statement {
@@ -151,10 +156,10 @@ describe.skipIf(!process.env.LEOFLOW_BENCH_PROFILE)('profile', () => {
         const dag = (await getDag(sql, 'tp'))!;
         for (let i = 0; i < TASKS; i += 500) {
           await sql.begin(async (tx) => {
-            for (let j = i; j < i + 500; j++) await createRun(tx, { dagId: 'tp', dagVersion: dag.version, spec: dag.spec, runKey: `p_${j}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+            for (let j = i; j < Math.min(TASKS, i + 500); j++) await createRun(tx, { dagId: 'tp', dagVersion: dag.version, spec: dag.spec, runKey: `p_${j}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
           });
         }
-        const agent = startInstantAgent(url, { agentId: 'prof', slots: 10 });
+        const agent = startInstantAgent(url, { agentId: 'prof', slots: SLOTS });
         try {
           await waitFor('agent', async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected), 30_000, 50);
           await sleep(1500);

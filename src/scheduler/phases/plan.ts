@@ -36,7 +36,9 @@ interface Decided {
  * statement for the moves (and run starts), one for the runs that end, one for changed pending
  * reasons, however many runs there are. A run's decision that throws poisons that run only; a
  * write refused by the database for one run is retried run by run so it cannot hold up the others.
- * With `runIds` (a targeted step: these runs were nudged) only those runs are read.
+ * With `runIds` (a targeted step: these runs were nudged) only those runs are read, with `queued`
+ * the oldest queued runs too. Without them, the step reads the oldest queued runs and the next
+ * page of running runs (`ctx.sweep`), `maxRunsPerStep` of each.
  */
 export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?: string[] | null; queued?: number } = { cron: true }): Promise<PlanResult> {
   const result: PlanResult = { runsCreated: 0, runsStarted: 0, runsAdvanced: 0, runsFinalized: 0, offered: 0, errors: 0 };
@@ -75,7 +77,15 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
   } else {
     // Everything is read now: reads kept from before are older than this one.
     ctx.prefetched?.clear();
-    runs = await activeRuns(ctx.sql, ctx.maxRunsPerStep);
+    // The oldest queued runs (so a run waits behind older queued runs only, never behind running
+    // ones, however many there are), and the next page of running runs.
+    const after = ctx.sweep?.after ?? '0';
+    const [queued, running] = await Promise.all([
+      activeRuns(ctx.sql, ctx.maxRunsPerStep, { queuedOf: 'any' }),
+      activeRuns(ctx.sql, ctx.maxRunsPerStep, { runningAfter: after }),
+    ]);
+    if (ctx.sweep) ctx.sweep.after = running.length < ctx.maxRunsPerStep ? '0' : running.at(-1)!.id;
+    runs = [...running, ...queued].sort((a, b) => compareIds(a.id, b.id));
     tiRows = runs.length === 0 ? [] : await listTisOfRuns(ctx.sql, runs.map((r) => r.id));
   }
   if (runs.length === 0) return result;
