@@ -81,9 +81,8 @@ export async function listRuns(sql: Sql, opts: { dagId?: string; limit: number }
 export type ActiveRunRow = RunRow & { dag_paused: boolean; running_in_dag: number | null };
 
 /** Which active runs to read: these runs; the runs of these TIs (read right after their ends
- *  were written); the oldest queued runs, of these DAGs or of any; or the running runs after
- *  this id. */
-export type ActiveRunsOf = { runIds: string[] } | { ofTis: string[] } | { queuedOf: string[] | 'any' } | { runningAfter: string };
+ *  were written); the oldest queued runs, of these DAGs or of any; or the oldest running runs. */
+export type ActiveRunsOf = { runIds: string[] } | { ofTis: string[] } | { queuedOf: string[] | 'any' } | { running: true };
 
 /** Runs the planner looks at: queued or running, not poisoned, oldest first (all of them without
  *  `of`). One round trip, the running counts included. Not sent until awaited or `execute()`d,
@@ -96,8 +95,8 @@ export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = nu
         ? sql`and r.id = any(${of.runIds}::bigint[])`
         : 'ofTis' in of
           ? sql`and r.id in (select run_id from task_instances where id = any(${of.ofTis}::bigint[]))`
-          : 'runningAfter' in of
-            ? sql`and r.state = 'running' and r.id > ${of.runningAfter}::bigint`
+          : 'running' in of
+            ? sql`and r.state = 'running'`
             : of.queuedOf === 'any'
               ? sql`and r.state = 'queued'`
               : sql`and r.state = 'queued' and r.dag_id = any(${of.queuedOf}::text[])`;

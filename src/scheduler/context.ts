@@ -53,14 +53,8 @@ export interface SchedulerContext {
   /** The executor of a task declared `executor: default`. */
   defaultExecutor: string;
   counters: SchedulerCounters;
-  /** At most this many queued runs (the oldest), and this many running runs, are planned per step. */
+  /** At most this many active runs are planned per step (oldest first; see plan.ts). */
   maxRunsPerStep: number;
-  /**
-   * Where the next step over every run takes up the running runs: each reads the next
-   * `maxRunsPerStep` of them by id, wrapping around, so every running run is looked at within a
-   * few ticks however many there are (absent: always the oldest).
-   */
-  sweep?: { after: string };
   /** A running run with nothing in flight for this long is finalized by the run reaper. */
   runOrphanThresholdMs: number;
   /** A queued/running attempt without a sign of life for this long is reaped. */

@@ -173,7 +173,6 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       defaultExecutor: config.executor,
       counters: schedulerCounters(metrics, (phase, err, ids) => schedLogger.error({ err, phase, ...ids }, `scheduler error in ${phase}`)),
       maxRunsPerStep: MAX_RUNS_PER_STEP,
-      sweep: { after: '0' },
       prefetched,
       heldBackDags: new Set(),
       offerRoom: () => Math.max(0, config.dispatchQueue - pool.depth),

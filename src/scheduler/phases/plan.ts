@@ -37,8 +37,8 @@ interface Decided {
  * reasons, however many runs there are. A run's decision that throws poisons that run only; a
  * write refused by the database for one run is retried run by run so it cannot hold up the others.
  * With `runIds` (a targeted step: these runs were nudged) only those runs are read, with `queued`
- * the oldest queued runs too. Without them, the step reads the oldest queued runs and the next
- * page of running runs (`ctx.sweep`), `maxRunsPerStep` of each.
+ * the oldest queued runs too. Without them, the step reads the oldest running runs and the oldest
+ * queued runs, `maxRunsPerStep` in all but at least one queued run.
  */
 export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?: string[] | null; queued?: number } = { cron: true }): Promise<PlanResult> {
   const result: PlanResult = { runsCreated: 0, runsStarted: 0, runsAdvanced: 0, runsFinalized: 0, offered: 0, errors: 0 };
@@ -77,14 +77,11 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
   } else {
     // Everything is read now: reads kept from before are older than this one.
     ctx.prefetched?.clear();
-    // The oldest queued runs (so a run waits behind older queued runs only, never behind running
-    // ones, however many there are), and the next page of running runs.
-    const after = ctx.sweep?.after ?? '0';
-    const [queued, running] = await Promise.all([
-      activeRuns(ctx.sql, ctx.maxRunsPerStep, { queuedOf: 'any' }),
-      activeRuns(ctx.sql, ctx.maxRunsPerStep, { runningAfter: after }),
-    ]);
-    if (ctx.sweep) ctx.sweep.after = running.length < ctx.maxRunsPerStep ? '0' : running.at(-1)!.id;
+    // The oldest running runs, then the oldest queued runs up to `maxRunsPerStep` active runs in
+    // all, but always at least one: a queued run (a cron run, say) makes progress however many
+    // older runs are running, and a backlog starts no faster than runs end.
+    const running = await activeRuns(ctx.sql, ctx.maxRunsPerStep, { running: true });
+    const queued = await activeRuns(ctx.sql, Math.max(1, ctx.maxRunsPerStep - running.length), { queuedOf: 'any' });
     runs = [...running, ...queued].sort((a, b) => compareIds(a.id, b.id));
     tiRows = runs.length === 0 ? [] : await listTisOfRuns(ctx.sql, runs.map((r) => r.id));
   }
