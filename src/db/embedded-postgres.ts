@@ -47,7 +47,7 @@ async function binaries(): Promise<Binaries> {
   }
 }
 
-interface Ids {
+export interface Ids {
   uid?: number;
   gid?: number;
 }
@@ -81,6 +81,23 @@ async function assertReachable(dir: string, ids: Ids): Promise<void> {
     throw new Error(
       `the embedded Postgres runs as the "postgres" user (Leoflow runs as root), which cannot reach ${dir}: ` +
         `make its parent folders searchable (chmod o+x) or choose a --state-dir it can reach, e.g. /var/lib/leoflow`,
+    );
+  }
+}
+
+/**
+ * Likewise for the Postgres binaries, which live in node_modules: a project checked out under a
+ * closed folder (a home like /root, a `mktemp -d` folder) hides them from the `postgres` user, and
+ * initdb would fail with an empty message.
+ */
+export async function assertRunnable(file: string, ids: Ids): Promise<void> {
+  try {
+    await run('test', ['-x', file], { uid: ids.uid, gid: ids.gid });
+  } catch {
+    throw new Error(
+      `the embedded Postgres runs as the "postgres" user (Leoflow runs as root), which cannot run ${file}: ` +
+        `make the folders above the project searchable (chmod o+x), move the project where that user can reach it, ` +
+        `run Leoflow as another user, or set DATABASE_URL to use a Postgres server`,
     );
   }
 }
@@ -133,6 +150,7 @@ export async function startEmbeddedPostgres(opts: EmbeddedPostgresOptions): Prom
   if (ids.uid !== undefined) {
     await chmod(stateDir, 0o755);
     await assertReachable(stateDir, ids);
+    await assertRunnable(bin.initdb, ids);
   }
 
   let password: string;
