@@ -1,4 +1,3 @@
-import pino from 'pino';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { DagSpec } from '../../src/core/dag-spec.js';
 import { applyPlans, finalizeRuns } from '../../src/db/apply-plan.js';
@@ -6,15 +5,12 @@ import { claimAttempts } from '../../src/db/attempts/claim-attempt.js';
 import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
 import { clearTaskInstance } from '../../src/db/clear-task-instance.js';
 import { upsertDag } from '../../src/db/dags.js';
-import { createLogWriter } from '../../src/db/log-writer.js';
 import { createRun, getRun, type RunRow } from '../../src/db/runs.js';
 import type { Sql } from '../../src/db/sql.js';
 import { listTis, type TiRow } from '../../src/db/tis.js';
 import { dag, task } from '../helpers/spec-builders.js';
+import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
-
-/** A log writer with nothing to write (these tests are about the reports). */
-const noLogs = () => createLogWriter(db.sql, pino({ level: 'silent' }), { flushMs: 60_000, maxBatch: 1000 });
 
 /**
  * The hot paths' multi-row writes (issue #5): the planner's moves for many runs in one statement,
@@ -191,7 +187,7 @@ describe('report batcher', () => {
   it('writes reports that arrive together as one statement for the starts and one for the ends, in order, pipelined', async () => {
     const { run, attempts } = await claimed(20);
     const c = counting(db.sql);
-    const reports = createReportBatcher(c.sql, { retryMs: 1000, logs: noLogs() });
+    const reports = createReportBatcher(c.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
     // Each attempt's Started and Finished arrive back to back, all in the same turn.
     const results = await Promise.all(
       attempts.map(async (a, i) => {
@@ -214,7 +210,7 @@ describe('report batcher', () => {
 
   it('refuses, row by row, reports of superseded attempts and keeps the others', async () => {
     const { attempts } = await claimed(3);
-    const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: noLogs() });
+    const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
     const [good, stale, alsoGood] = attempts as [(typeof attempts)[0], (typeof attempts)[0], (typeof attempts)[0]];
     const wrong = { ...stale, attemptToken: '00000000-0000-4000-8000-000000000000' };
     const [s1, s2, s3] = await Promise.all([
@@ -236,7 +232,7 @@ describe('report batcher', () => {
   it("writes an attempt's buffered log lines ahead of its end, on the same connection, in the same round trip", async () => {
     const { attempts } = await claimed(1);
     const a = attempts[0]!;
-    const logs = createLogWriter(db.sql, pino({ level: 'silent' }), { flushMs: 60_000, maxBatch: 1000 });
+    const logs = quietLogWriter(db.sql);
     const c = counting(db.sql);
     const reports = createReportBatcher(c.sql, { retryMs: 1000, logs });
     expect(await reports.started(a, { pid: 1, agentId: 'agent-1' })).toBe(true);
@@ -253,7 +249,7 @@ describe('report batcher', () => {
   it('lets a log flush already in flight land before the end it precedes', async () => {
     const { attempts } = await claimed(1);
     const a = attempts[0]!;
-    const logs = createLogWriter(db.sql, pino({ level: 'silent' }), { flushMs: 60_000, maxBatch: 1000 });
+    const logs = quietLogWriter(db.sql);
     const reports = createReportBatcher(db.sql, { retryMs: 1000, logs });
     await reports.started(a, { pid: 1, agentId: 'agent-1' });
     logs.write(a.tiId, a.tryNumber, a.attemptToken, 'stdout', 'early');
@@ -272,7 +268,7 @@ describe('report batcher', () => {
   it('writes a report that arrives while a write is in flight with the next batch', async () => {
     const { attempts } = await claimed(3);
     const c = counting(db.sql);
-    const reports = createReportBatcher(c.sql, { retryMs: 1000, logs: noLogs() });
+    const reports = createReportBatcher(c.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
     const first = reports.started(attempts[0]!, { pid: 1, agentId: 'agent-1' });
     await new Promise((r) => setImmediate(r)); // the first write is on its way
     const later = [reports.started(attempts[1]!, { pid: 2, agentId: 'agent-1' }), reports.started(attempts[2]!, { pid: 3, agentId: 'agent-1' })];

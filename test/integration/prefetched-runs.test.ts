@@ -1,18 +1,14 @@
-import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { claimAttempts } from '../../src/db/attempts/claim-attempt.js';
 import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
 import { upsertDag } from '../../src/db/dags.js';
-import { createLogWriter } from '../../src/db/log-writer.js';
 import { createRun } from '../../src/db/runs.js';
 import type { Sql } from '../../src/db/sql.js';
 import { listTis } from '../../src/db/tis.js';
 import { PrefetchedRuns } from '../../src/scheduler/prefetched-runs.js';
 import { dag, task } from '../helpers/spec-builders.js';
+import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
-
-/** A log writer with nothing to write (these tests are about the reports). */
-const noLogs = () => createLogWriter(db.sql, pino({ level: 'silent' }), { flushMs: 60_000, maxBatch: 1000 });
 
 /**
  * The leader reads the runs of the attempts that ended in the same round trip as the ends' write
@@ -70,7 +66,7 @@ describe('runs read behind the ends', () => {
     const { runId, attempt } = await runningChain();
     const prefetched = new PrefetchedRuns(100);
     const w = watching(db.sql);
-    const reports = createReportBatcher(w.sql, { retryMs: 1000, logs: noLogs(), afterEnds: (on, tiIds) => prefetched.readAfter(on, tiIds) });
+    const reports = createReportBatcher(w.sql, { retryMs: 1000, logs: quietLogWriter(db.sql), afterEnds: (on, tiIds) => prefetched.readAfter(on, tiIds) });
     expect(await reports.finished(attempt, success)).toEqual({ verdict: 'success', runId });
     // The end and the reads all went down one reserved connection, none through the pool.
     expect([w.reserved(), w.direct()]).toEqual([1, 0]);
@@ -86,7 +82,7 @@ describe('runs read behind the ends', () => {
     const prefetched = new PrefetchedRuns(100);
     const reports = createReportBatcher(db.sql, {
       retryMs: 1000,
-      logs: noLogs(),
+      logs: quietLogWriter(db.sql),
       afterEnds: (on, tiIds) => {
         const reading = prefetched.readAfter(on, tiIds);
         // The run changes while its read is on the wire.
@@ -102,7 +98,7 @@ describe('runs read behind the ends', () => {
     const one = await runningChain();
     const two = await runningChain();
     const prefetched = new PrefetchedRuns(100);
-    const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: noLogs(), afterEnds: (on, tiIds) => prefetched.readAfter(on, tiIds) });
+    const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql), afterEnds: (on, tiIds) => prefetched.readAfter(on, tiIds) });
     await reports.finished(one.attempt, success);
     expect(prefetched.size).toBe(1);
     prefetched.changed(); // no runs named: everything
