@@ -105,7 +105,10 @@ export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = nu
       select r.*, d.paused as dag_paused from dag_runs r join dags d on d.dag_id = r.dag_id
       where r.state in ('queued', 'running') and r.poison_error is null ${only}
       order by r.id limit ${limit}),
-    c as (
+    -- Materialized: counted once. Inlined, the planner may rescan it for every run read (it did,
+    -- with statistics taken before a bulk load: one read took over 10 s and stalled the scheduler
+    -- until autovacuum analyzed the table again).
+    c as materialized (
       select x.dag_id, count(*)::int as n from dag_runs x
       where x.state = 'running' and x.dag_id in (select dag_id from q where state = 'queued')
       group by x.dag_id)

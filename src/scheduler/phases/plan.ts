@@ -117,13 +117,12 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
     // A run that ended made room in a DAG whose queued runs were held back: they start now, not
     // at the next tick. They are read after the ends were written, so their running counts
     // already leave the ended runs out.
-    const dags = roomMade;
-    for (const d of dags) heldBack!.delete(d);
-    const more = await readQueued(ctx, result, dags, new Set(), ctx.maxRunsPerStep);
-    const fresh = new Set(dags);
+    for (const d of roomMade) heldBack!.delete(d);
+    const more = await readQueued(ctx, result, roomMade, new Set(), ctx.maxRunsPerStep);
+    const fresh = new Set(roomMade);
     const byId = new Set(more.runs.map((r) => r.id));
     queued = [...queued.filter((r) => !fresh.has(r.dag_id) && !byId.has(r.id)), ...more.runs].sort((a, b) => compareIds(a.id, b.id));
-    for (const d of dags) counts.delete(d);
+    for (const d of roomMade) counts.delete(d);
     for (const r of more.runs) counts.set(r.dag_id, r.running_in_dag ?? 0);
     for (const id of byId) tisByRun.set(id, []);
     for (const ti of more.tis) tisByRun.get(ti.run_id)?.push(ti);
@@ -245,10 +244,10 @@ async function applyAll(ctx: SchedulerContext, plans: RunPlan[], result: PlanRes
 }
 
 /**
- * The oldest queued runs (of these DAGs, or of any; at most `limit`) and their task instances, leaving out the
- * runs in `skip` (already read). Two round trips: the task instances are read by the ids of the
- * runs read, so a run is never decided without its task instances. A failed read is counted and
- * reads as nothing: the tick starts those runs instead.
+ * The oldest queued runs (of these DAGs, or of any; at most `limit`) and their task instances,
+ * leaving out the runs in `skip` (already read). Two round trips: the task instances are read by
+ * the ids of the runs read, so a run is never decided without its task instances. A failed read
+ * is counted and reads as nothing: the tick starts those runs instead.
  */
 async function readQueued(ctx: SchedulerContext, result: PlanResult, dags: string[] | 'any', skip: Set<string>, limit: number): Promise<{ runs: ActiveRun[]; tis: TiRow[] }> {
   try {
