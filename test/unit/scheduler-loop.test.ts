@@ -115,50 +115,52 @@ describe('full and light steps', () => {
 });
 
 describe('targeted steps', () => {
-  it('plans only the runs named by the nudges since the last step, merged; an unnamed nudge plans every run', async () => {
+  /** A loop with a long tick whose steps record what they were asked to plan (`during`: then
+   *  awaited inside the step). */
+  function recording(during?: (targets: StepTarget[]) => Promise<void>): { targets: StepTarget[]; l: SchedulerLoop } {
     const targets: StepTarget[] = [];
-    let release!: () => void;
-    loop = createSchedulerLoop({
+    const l = createSchedulerLoop({
       tickMs: 10_000,
       logger,
       canStep: () => true,
       step: async (_kind, target) => {
         targets.push(target);
-        if (targets.length === 2) await new Promise<void>((r) => (release = r));
+        await during?.(targets);
       },
     });
-    loop.start(); // the first step after start plans every run (full)
+    loop = l; // stopped after each test
+    return { targets, l };
+  }
+
+  it('plans only the runs named by the nudges since the last step, merged; an unnamed nudge plans every run', async () => {
+    let release!: () => void;
+    const { targets, l } = recording(async (t) => {
+      if (t.length === 2) await new Promise<void>((r) => (release = r));
+    });
+    l.start(); // the first step after start plans every run (full)
     await sleep(20);
-    loop.nudge(['7']);
+    l.nudge(['7']);
     await sleep(20); // step 2 (light, run 7) is held open
-    loop.nudge(['8', '9']);
-    loop.nudge(['9']);
+    l.nudge(['8', '9']);
+    l.nudge(['9']);
     release();
     await sleep(20);
-    loop.nudge(['10']);
-    loop.nudge();
+    l.nudge(['10']);
+    l.nudge();
     await sleep(20);
     expect(targets).toEqual([{ all: true }, { all: false, runIds: ['7'], queued: 0 }, { all: false, runIds: ['8', '9'], queued: 0 }, { all: true }]);
   });
 
   it('asks a step for the oldest queued runs when nudged for them (the largest ask), merged with the named runs', async () => {
-    const targets: StepTarget[] = [];
-    loop = createSchedulerLoop({
-      tickMs: 10_000,
-      logger,
-      canStep: () => true,
-      step: async (_kind, target) => {
-        targets.push(target);
-      },
-    });
-    loop.start();
+    const { targets, l } = recording();
+    l.start();
     await sleep(20);
-    loop.nudgeQueued(3);
+    l.nudgeQueued(3);
     await sleep(20);
-    loop.nudgeQueued(2);
-    loop.nudge(['4']);
-    loop.nudgeQueued(5);
-    loop.nudgeQueued(1);
+    l.nudgeQueued(2);
+    l.nudge(['4']);
+    l.nudgeQueued(5);
+    l.nudgeQueued(1);
     await sleep(20);
     expect(targets).toEqual([{ all: true }, { all: false, runIds: [], queued: 3 }, { all: false, runIds: ['4'], queued: 5 }]);
   });
