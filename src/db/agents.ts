@@ -68,10 +68,12 @@ export async function setDraining(sql: Sql, agentId: string, draining: boolean):
  * Agents that can take work now: connected, not draining, seen within `freshMs` (a deaf stream
  * stops being seen), with their current load. The placement itself is decided in memory.
  */
-export async function availableAgents(sql: Sql, freshMs: number): Promise<AgentRow[]> {
-  return sql<AgentRow[]>`
-    select a.*, (select count(*)::int from task_instances t where t.agent_id = a.agent_id and t.state in ('queued', 'running')) as running
-    from agents a
+export async function availableAgents(sql: Sql, freshMs: number): Promise<(AgentRow & { holding: string[] })[]> {
+  return sql<(AgentRow & { holding: string[] })[]>`
+    select a.*, h.running, h.holding
+    from agents a,
+      lateral (select count(*)::int as running, coalesce(array_agg(t.attempt_token::text), '{}') as holding
+               from task_instances t where t.agent_id = a.agent_id and t.state in ('queued', 'running')) h
     where a.connected_replica is not null and not a.draining
       and a.last_seen_at > now() - ${freshMs} * interval '1 millisecond'`;
 }

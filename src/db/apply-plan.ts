@@ -1,5 +1,5 @@
 import { TERMINAL_TI_STATES, legalTiFrom, type TiState } from '../core/states.js';
-import type { Sql } from './sql.js';
+import type { PendingQuery, Sql } from './sql.js';
 
 /** One task instance moved by the planner, from the state its decision was read in. */
 export interface TiMove {
@@ -30,6 +30,12 @@ export interface RunPlan {
   /** queued → running first (max_active_runs was checked by the caller). */
   start: boolean;
   moves: TiMove[];
+  /**
+   * For a plan decided ahead of a read (plan-ahead.ts): the states its decision assumed, as the
+   * database must hold them when the plan is applied, or no part of it applies. `active`: any
+   * state that is not terminal. The run's DAG must not be paused either.
+   */
+  expect?: { tiId: string; state: TiState | 'active' }[];
 }
 
 export interface AppliedPlans {
@@ -48,16 +54,29 @@ export interface AppliedPlans {
  * the events log in the same statement.
  *
  * Guards, row by row, so no decision made from a stale read ever lands:
- * - a run's part applies only while its `plan_epoch` is the one read. A clear, the one move of a
- *   task instance backwards, bumps it with the run row locked; the no-op update below takes the
- *   same row lock, and Postgres re-checks the epoch on the row version the clear left;
+ * - a run's part applies only while its `plan_epoch` is the one read and it is not poisoned. A
+ *   clear, the one move of a task instance backwards, bumps the epoch with the run row locked; the
+ *   no-op update below takes the same row lock, and Postgres re-checks the epoch on the row
+ *   version the clear left;
  * - a task instance moves only from the state its decision was read in (`from`), so a TI
  *   another leader has meanwhile claimed is never pulled back, and forward moves of other tasks
- *   (which never invalidate a decision) are harmless.
+ *   (which never invalidate a decision) are harmless;
+ * - a plan decided from states assumed rather than read (`expect`) applies only if the database
+ *   holds every one of them at the write, and the run's DAG is not paused: the decision is then
+ *   the one a read at that moment would have given.
  */
 export async function applyPlans(sql: Sql, plans: RunPlan[]): Promise<AppliedPlans> {
-  const out: AppliedPlans = { runs: new Set(), started: new Set(), moved: new Set(), claims: new Map() };
-  if (plans.length === 0) return out;
+  if (plans.length === 0) return emptyApplied();
+  return appliedFrom(await applyPlansQuery(sql, plans));
+}
+
+type AppliedRow = { kind: 'run' | 'started' | 'ti' | 'claim'; id: string; try_number: number | null; max_tries: number | null; token: string | null; dispatch_key: string | null };
+
+const emptyApplied = (): AppliedPlans => ({ runs: new Set(), started: new Set(), moved: new Set(), claims: new Map() });
+
+/** The statement of `applyPlans`, not sent until awaited or `execute()`d (so a caller can choose
+ *  its place in a connection's pipeline); `appliedFrom` reads its answer. Plans must not be empty. */
+export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<AppliedRow[]> {
   const all = plans.flatMap((p) => p.moves);
   for (const m of all) {
     if (!legalTiFrom(m.to).includes(m.from)) throw new Error(`illegal planner move ${m.from} → ${m.to} for task instance ${m.tiId}`);
@@ -67,17 +86,32 @@ export async function applyPlans(sql: Sql, plans: RunPlan[]): Promise<AppliedPla
   }
   const moves = all.filter((m) => m.claimFor === undefined);
   const claiming = all.filter((m) => m.claimFor !== undefined);
-  const rows = await sql<{ kind: 'run' | 'started' | 'ti' | 'claim'; id: string; try_number: number | null; max_tries: number | null; token: string | null; dispatch_key: string | null }[]>`
+  const expect = plans.flatMap((p) => (p.expect ?? []).map((e) => ({ runId: p.runId, ...e })));
+  return sql<AppliedRow[]>`
     with want as (
-      select * from unnest(${plans.map((p) => p.runId)}::bigint[], ${plans.map((p) => p.epoch)}::bigint[], ${plans.map((p) => (p.start ? 'true' : 'false'))}::text[]::bool[])
-        as w(run_id, epoch, start)),
+      select * from unnest(${plans.map((p) => p.runId)}::bigint[], ${plans.map((p) => p.epoch)}::bigint[], ${plans.map((p) => (p.start ? 'true' : 'false'))}::text[]::bool[],
+                           ${plans.map((p) => (p.expect ? 'true' : 'false'))}::text[]::bool[])
+        as w(run_id, epoch, start, guarded)),
+    x as (
+      select * from unnest(${expect.map((e) => e.runId)}::bigint[], ${expect.map((e) => e.tiId)}::bigint[], ${expect.map((e) => e.state)}::text[])
+        as x(run_id, ti_id, state)),
+    -- Plans decided ahead of a read whose assumptions do not hold (any more): none of it applies.
+    spoiled as (
+      select x.run_id from x join task_instances t on t.id = x.ti_id and t.run_id = x.run_id
+      where case when x.state = 'active' then t.state = any(${TERMINAL_TI_STATES as string[]}::text[]) else t.state <> x.state end
+      union all
+      select x.run_id from x where not exists (select 1 from task_instances t where t.id = x.ti_id and t.run_id = x.run_id)
+      union all
+      select w.run_id from want w join dag_runs r on r.id = w.run_id join dags d on d.dag_id = r.dag_id where w.guarded and d.paused),
     started as (
       update dag_runs r set state = 'running', started_at = now()
-      from want w where r.id = w.run_id and w.start and r.state = 'queued' and r.plan_epoch = w.epoch
+      from want w where r.id = w.run_id and w.start and r.state = 'queued' and r.plan_epoch = w.epoch and r.poison_error is null
+        and r.id not in (select run_id from spoiled)
       returning r.id),
     kept as (
       update dag_runs r set plan_epoch = r.plan_epoch
-      from want w where r.id = w.run_id and not w.start and r.state = 'running' and r.plan_epoch = w.epoch
+      from want w where r.id = w.run_id and not w.start and r.state = 'running' and r.plan_epoch = w.epoch and r.poison_error is null
+        and r.id not in (select run_id from spoiled)
       returning r.id),
     m as (
       select * from unnest(${moves.map((m) => m.tiId)}::bigint[], ${moves.map((m) => m.from)}::text[], ${moves.map((m) => m.to)}::text[])
@@ -119,6 +153,11 @@ export async function applyPlans(sql: Sql, plans: RunPlan[]): Promise<AppliedPla
     union all select 'run', id, null, null, null, null from kept
     union all select 'ti', id, null, null, null, null from moved
     union all select 'claim', id, try_number, max_tries, attempt_token, dispatch_key from claimed`;
+}
+
+/** What a statement of `applyPlansQuery` applied. */
+export function appliedFrom(rows: readonly AppliedRow[]): AppliedPlans {
+  const out = emptyApplied();
   for (const r of rows) {
     if (r.kind === 'ti') out.moved.add(r.id);
     else if (r.kind === 'claim') {

@@ -5,9 +5,17 @@ import { placeAttempt, type AgentView } from '../core/placement.js';
 import type { AgentRegistry } from './agent-registry.js';
 import type { Executor } from './executor.js';
 
-/** A connected agent as the store reports it, with the replica holding its stream. */
-export interface AvailableAgent extends Omit<AgentView, 'runningThisTask'> {
+/** A connected agent as the store reports it, with the replica holding its stream and the
+ *  attempts (by attempt token) that take its slots. */
+export interface AvailableAgent extends Omit<AgentView, 'runningThisTask' | 'running'> {
   connectedReplica: string;
+  holding: string[];
+}
+
+/** An agent in the cached fleet view: `running` is always `holding.size`. */
+interface FleetAgent extends Omit<AvailableAgent, 'holding'> {
+  holding: Set<string>;
+  running: number;
 }
 
 /** The store operations the agents executor needs (passed in: executors never import db). */
@@ -40,10 +48,15 @@ interface Waiting {
   reject(err: unknown): void;
 }
 
+/** How a slot taken by a placement is counted until its claim names the attempt. */
+const placing = (tiId: string) => `placing:${tiId}`;
+
 /** Reasons that pass as soon as a slot frees: such work is parked here, not dropped. */
 const CAPACITY_REASONS = new Set(['AGENT_SLOTS_FULL', 'AGENT_MAX_PARALLEL']);
 /** Parked work beyond this is dropped (it stays scheduled, and the tick offers it again). */
 const MAX_PARKED = 10_000;
+/** Ends seen (Finished arrived) kept for the fleet views in flight; beyond this, the oldest go. */
+const MAX_ENDING = 10_000;
 /** At most this often, a round that found free slots and nothing left to place asks for more. */
 const HUNGRY_EVERY_MS = 100;
 
@@ -65,7 +78,10 @@ export class AgentsExecutor implements Executor {
   readonly kind = 'agents';
   #waiting: Waiting[] = [];
   #round: Promise<void> | null = null;
-  #cache: { fetchedAt: number; agents: AvailableAgent[] } | null = null;
+  #cache: { fetchedAt: number; agents: FleetAgent[] } | null = null;
+  /** Attempts whose Finished has arrived (their slot is free on the agent), by attempt token, with
+   *  when their end was recorded (null: not yet; the database still counts them). */
+  #ending = new Map<string, { recordedAt: number | null }>();
   #parked = new Map<string, AgentsWork>();
   #hungryAt = Number.NEGATIVE_INFINITY;
   #wake = false;
@@ -122,19 +138,48 @@ export class AgentsExecutor implements Executor {
   }
 
   /**
-   * An attempt of this agent ended (its Finished arrived at `seenAt`, performance.now()): its slot
-   * is free again in the cached view. Only a view read before that moment counted the attempt; a
-   * later one already left it out, and is left alone.
+   * An attempt's Finished arrived from its agent: the process is over, so its slot is free now,
+   * before its end is written. The slot is counted by attempt, so it is freed exactly once: in
+   * the cached view if that view counts it, and in every view read until the end is recorded
+   * (the database still shows the attempt running until then).
    */
-  released(agentId: string, seenAt: number): void {
-    const agent = this.#cache && this.#cache.fetchedAt <= seenAt ? this.#cache.agents.find((a) => a.agentId === agentId) : undefined;
-    if (agent && agent.running > 0) agent.running--;
+  finishing(agentId: string, attemptToken: string): void {
+    this.#ending.set(attemptToken, { recordedAt: null });
+    const agent = this.#cache?.agents.find((a) => a.agentId === agentId);
+    if (agent?.holding.delete(attemptToken)) agent.running--;
     if (this.#parked.size > 0) this.#kick();
   }
 
-  async #agents(): Promise<AvailableAgent[]> {
+  /** The end of an attempt that had finished was written (or refused): a view read from now on
+   *  no longer counts it. */
+  recorded(attemptToken: string): void {
+    const e = this.#ending.get(attemptToken);
+    if (e) e.recordedAt = performance.now();
+    // Kept a while for views already on their way; the oldest go first.
+    while (this.#ending.size > MAX_ENDING) this.#ending.delete(this.#ending.keys().next().value!);
+  }
+
+  /** A placement's claim answered: its slot is now counted by its attempt, or freed (not claimed). */
+  #claimed(agentId: string, tiId: string, attemptToken: string | null): void {
+    // The view of now (it may have been read again since the placement).
+    const agent = this.#cache?.agents.find((a) => a.agentId === agentId);
+    if (!agent || !agent.holding.delete(placing(tiId))) return;
+    if (attemptToken !== null && !this.#ending.has(attemptToken)) agent.holding.add(attemptToken);
+    agent.running = agent.holding.size;
+  }
+
+  async #agents(): Promise<FleetAgent[]> {
     if (this.#cache && performance.now() - this.#cache.fetchedAt < this.deps.cacheMs) return this.#cache.agents;
-    const agents = await this.deps.store.availableAgents();
+    const sentAt = performance.now();
+    const rows = await this.deps.store.availableAgents();
+    const agents = rows.map((row) => {
+      // Finished, but recorded only after this read was sent: the read may still count it.
+      const holding = new Set(row.holding.filter((token) => {
+        const e = this.#ending.get(token);
+        return !e || (e.recordedAt !== null && e.recordedAt < sentAt);
+      }));
+      return { ...row, holding, running: holding.size };
+    });
     this.#cache = { fetchedAt: performance.now(), agents };
     return agents;
   }
@@ -155,7 +200,7 @@ export class AgentsExecutor implements Executor {
    * the work that arrived since the last round; then one claim for everything placed.
    */
   async #placeRound(): Promise<void> {
-    let agents: AvailableAgent[];
+    let agents: FleetAgent[];
     try {
       agents = await this.#agents();
     } catch (err) {
@@ -172,7 +217,7 @@ export class AgentsExecutor implements Executor {
     // max_parallel_per_agent counts this round's own placements of the task too.
     const addedLoad = new Map<string, number>();
     const loadKey = (w: AgentsWork, agentId: string) => `${w.dagId}\u0000${w.taskId}\u0000${agentId}`;
-    const placed: { work: AgentsWork; agent: AvailableAgent; resolve(o: AgentsDispatchOutcome): void; reject(err: unknown): void }[] = [];
+    const placed: { work: AgentsWork; agent: FleetAgent; resolve(o: AgentsDispatchOutcome): void; reject(err: unknown): void }[] = [];
     const reasons = new Map<string, string>();
 
     const place = async (work: AgentsWork) => {
@@ -184,7 +229,9 @@ export class AgentsExecutor implements Executor {
       const placement = placeAttempt(work.task.placement, candidates);
       if (placement.kind === 'placed') {
         const agent = agents.find((a) => a.agentId === placement.agentId)!;
-        // The slot is taken in the cached view until the next refresh (or until released).
+        // The slot is taken in the cached view until the next refresh (or until its attempt
+        // finishes): by the TI until the claim names the attempt.
+        agent.holding.add(placing(work.tiId));
         agent.running++;
         views.get(agent.agentId)!.running++;
         addedLoad.set(loadKey(work, agent.agentId), (addedLoad.get(loadKey(work, agent.agentId)) ?? 0) + 1);
@@ -242,15 +289,15 @@ export class AgentsExecutor implements Executor {
       claimed = await this.deps.store.claim(placed.map((p) => ({ work: p.work, agentId: p.agent.agentId })));
     } catch (err) {
       for (const p of placed) {
-        p.agent.running--;
+        this.#claimed(p.agent.agentId, p.work.tiId, null);
         p.reject(err);
       }
       return;
     }
     for (const p of placed) {
       const attempt = claimed.get(p.work.tiId);
+      this.#claimed(p.agent.agentId, p.work.tiId, attempt?.attemptToken ?? null);
       if (!attempt) {
-        p.agent.running--;
         p.resolve({ kind: 'lost' });
         continue;
       }

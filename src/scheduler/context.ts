@@ -3,6 +3,7 @@ import type { TaskSpec } from '../core/dag-spec.js';
 import type { OfferResult } from '../dispatch/pool.js';
 import type { MoveClaim } from '../db/apply-plan.js';
 import type { Sql } from '../db/sql.js';
+import type { KnownRuns } from './known-runs.js';
 import type { PrefetchedRuns } from './prefetched-runs.js';
 
 /** What the dispatch pool needs to turn a scheduled TI into an attempt, read by the planner. */
@@ -70,6 +71,8 @@ export interface SchedulerContext {
   claimRoom?(executor: string): number;
   /** Runs read ahead of their step, right behind their attempts' ends (optional). */
   prefetched?: PrefetchedRuns;
+  /** What the planner last knew of each running run, to plan it ahead of an end (optional). */
+  known?: KnownRuns;
   /**
    * DAGs whose queued runs the planner last saw held back by max_active_runs: when a run of one
    * ends in a targeted step, its queued runs are read and started in that step. A hint kept in

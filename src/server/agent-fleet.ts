@@ -68,7 +68,7 @@ export function createAgentFleet(o: AgentFleetOptions) {
           labels: a.labels,
           capabilities: a.capabilities,
           slots: a.slots,
-          running: a.running,
+          holding: a.holding,
           connectedReplica: a.connected_replica!,
         })),
       taskLoad: (runId, taskId) => taskLoadByAgent(sql, runId, taskId),
@@ -102,9 +102,10 @@ export function createAgentFleet(o: AgentFleetOptions) {
       executor.invalidate();
       o.nudge();
     },
-    onFinished: (agentId, runId, seenAt) => {
-      // A slot was freed: the cached fleet view would still count it as taken.
-      executor.released(agentId, seenAt);
+    // An agent's slot is free as soon as its Finished arrives, before the end is written.
+    onFinishing: (agentId, attemptToken) => executor.finishing(agentId, attemptToken),
+    onFinished: (_agentId, runId, attemptToken) => {
+      executor.recorded(attemptToken);
       o.nudge(runId ? [runId] : undefined, 'finished');
     },
     onRejected: (report) => o.metrics.staleReportsRejected.inc({ report }),

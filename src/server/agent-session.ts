@@ -49,9 +49,10 @@ export interface SessionDeps {
   agentToken: string | null;
   /** An agent connected or left: placement must look again. */
   onFleetChanged(): void;
-  /** An attempt ended (in this run, when known; its Finished arrived at `seenAt`,
-   *  performance.now()): its slot is free, and the scheduler should step. */
-  onFinished(agentId: string, runId: string | null, seenAt: number): void;
+  /** An attempt's Finished arrived (not written yet): its process is over, its slot free. */
+  onFinishing(agentId: string, attemptToken: string): void;
+  /** An attempt's end was written or refused (in this run, when known): the scheduler should step. */
+  onFinished(agentId: string, runId: string | null, attemptToken: string): void;
   onRejected(report: 'hello' | 'started' | 'log' | 'finished' | 'keepalive'): void;
 }
 
@@ -310,13 +311,13 @@ export class AgentSession implements AgentHandle {
       }
       case 'finished': {
         const r = ref(req.msg.value.attempt, 'finished.attempt');
-        const seenAt = performance.now();
+        this.deps.onFinishing(this.agentId, r.attemptToken);
         this.#track(
           store.finished(r, resultOf(req.msg.value)).then(({ outcome, runId }) => {
             if (outcome === 'refused') this.deps.onRejected('finished');
             if (this.#held.get(r.tiId)?.attemptToken === r.attemptToken) this.#held.delete(r.tiId);
             this.#out.push({ msg: { case: 'finishedAck', value: { attempt: r, applied: outcome === 'applied' } } });
-            this.deps.onFinished(this.agentId, runId, seenAt);
+            this.deps.onFinished(this.agentId, runId, r.attemptToken);
           }),
         );
         return;

@@ -19,6 +19,8 @@ import { AgentService } from '../gen/leoflow/v1/agent_pb.js';
 import { ClusterService } from '../gen/leoflow/v1/cluster_pb.js';
 import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
 import type { DispatchItem, SchedulerContext } from '../scheduler/context.js';
+import { KnownRuns } from '../scheduler/known-runs.js';
+import { planAhead } from '../scheduler/phases/plan.js';
 import { PrefetchedRuns } from '../scheduler/prefetched-runs.js';
 import { createLeaderElector } from '../scheduler/leader.js';
 import { createSchedulerLoop } from '../scheduler/scheduler-loop.js';
@@ -71,12 +73,22 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     // ends' write, for the step that follows (it then reads nothing first).
     const MAX_RUNS_PER_STEP = 1000;
     const prefetched = new PrefetchedRuns(MAX_RUNS_PER_STEP);
+    const known = new KnownRuns();
     let isLeader = false;
+    let stopping = false;
     const reports = createReportBatcher(sql, {
       retryMs: REPORT_RETRY_MS,
       logs,
       onRetry: (err) => logger.warn({ err: (err as Error).message }, 'database unreachable: retrying attempt reports'),
-      afterEnds: (on, tiIds) => (isLeader ? prefetched.readAfter(on, tiIds) : null),
+      afterEnds: (on, ends) => {
+        if (!isLeader) return null;
+        // Planning ahead is stepping: a replica that is stopping plans nothing new.
+        if (stopping) return prefetched.readAfter(on, ends.map((e) => e.tiId));
+        // The next tasks' moves first, then the reads for the step that follows: both behind the ends.
+        const planned = planAhead(ctx, on, ends);
+        const read = prefetched.readAfter(on, ends.map((e) => e.tiId));
+        return planned ? Promise.all([planned, read]).then(() => {}) : read;
+      },
     });
     // Set once the loop exists: asks the leader, here or on another replica, to step. `finished`:
     // attempts of these runs ended (and their runs may have been read right behind the write);
@@ -174,6 +186,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       counters: schedulerCounters(metrics, (phase, err, ids) => schedLogger.error({ err, phase, ...ids }, `scheduler error in ${phase}`)),
       maxRunsPerStep: MAX_RUNS_PER_STEP,
       prefetched,
+      known,
       heldBackDags: new Set(),
       offerRoom: () => Math.max(0, config.dispatchQueue - pool.depth),
       runOrphanThresholdMs: config.runOrphanThresholdMs,
@@ -197,7 +210,10 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     // NOTIFY, the runs named in the payload (coalesced: one notification per turn of the loop).
     let toNotify: { all: boolean; runIds: Set<string> } | null = null;
     nudge = (runIds, cause) => {
-      if (cause !== 'finished') prefetched.changed(runIds);
+      if (cause !== 'finished') {
+        prefetched.changed(runIds);
+        known.forget(runIds);
+      }
       if (isLeader) return loop.nudge(runIds);
       if (!toNotify) {
         toNotify = { all: false, runIds: new Set() };
@@ -232,6 +248,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       onDeposed: () => {
         isLeader = false;
         prefetched.clear();
+        known.forget();
         fleet.executor.forgetParked();
         metrics.leader.set(0);
       },
@@ -299,6 +316,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         fleet.executor.invalidate();
         const runIds = payload === '' ? undefined : payload.split(',');
         prefetched.changed(runIds);
+        known.forget(runIds);
         loop.nudge(runIds);
       }
       else void fleet.onNotification(channel, payload).catch((err: unknown) => logger.error({ err, channel, payload }, 'notification failed'));
@@ -319,6 +337,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       close() {
         closing ??= (async () => {
           logger.info('shutting down: no new work; waiting for running tasks');
+          stopping = true;
           await loop.stop();
           await pool.close();
           await Promise.all([...executors.values()].map((e) => e.shutdown(config.shutdownGraceMs)));

@@ -64,6 +64,7 @@ async function waitRuns(runIds: string[], timeoutMs = 40_000): Promise<string[]>
 
 interface Interval {
   ti: string;
+  try: string;
   task: string;
   agent: string;
   from: number;
@@ -79,7 +80,7 @@ async function attempts(runIds: string[]): Promise<Interval[]> {
   const out: Interval[] = [];
   for (const e of ev) {
     const key = `${e.ti_id}/${e.try}`;
-    if (e.to === 'queued') open.set(key, { ti: e.ti_id, task: e.task_id, agent: e.agent_id!, from: e.at.getTime(), to: Infinity });
+    if (e.to === 'queued') open.set(key, { ti: e.ti_id, try: e.try, task: e.task_id, agent: e.agent_id!, from: e.at.getTime(), to: Infinity });
     else if (['success', 'failed', 'up_for_retry', 'cancelled'].includes(e.to) && open.has(key)) {
       const i = open.get(key)!;
       i.to = e.at.getTime();
@@ -107,8 +108,11 @@ describe('a fleet of agents', () => {
     await agent('a1', ['--labels', 'zone=a', '--slots', '2']);
     await agent('a2', ['--labels', 'zone=a', '--slots', '1']);
     await agent('b1', ['--labels', 'zone=b', '--slots', '3']);
+    // Each task records its own process's life (start and end, on the machine's clock).
+    const lives = path.join(tmp, 'lives.log');
+    const mark = (what: string) => `echo $LEOFLOW_TI_ID $LEOFLOW_TRY_NUMBER ${what} $(date +%s%N) >> ${lives}`;
     const sleepy = (id: string, zone: string, extra = '') =>
-      `  - id: ${id}\n    executor: agents\n    command: ["sh", "-c", "sleep 0.4; echo ${id} done"]\n    placement: { labels: { zone: ${zone} }${extra} }\n`;
+      `  - id: ${id}\n    executor: agents\n    command: ["sh", "-c", "${mark('start')}; sleep 0.4; echo ${id} done; ${mark('end')}"]\n    placement: { labels: { zone: ${zone} }${extra} }\n`;
     await apply('place', 'dag_id: place\ntasks:\n' + ['wa0', 'wa1', 'wa2', 'wa3'].map((t) => sleepy(t, 'a')).join('') + ['wb0', 'wb1', 'wb2'].map((t) => sleepy(t, 'b')).join(''));
     await apply('maxpar', 'dag_id: maxpar\ntasks:\n' + sleepy('w', 'a', ', max_parallel_per_agent: 1'));
 
@@ -119,10 +123,25 @@ describe('a fleet of agents', () => {
     const all = await attempts(runIds);
     expect(all).toHaveLength(7 + 4);
     for (const i of all) expect(i.agent, `${i.task} placed on ${i.agent}`).toMatch(i.task.startsWith('wb') ? /^b1$/ : /^a[12]$/);
-    // Load spread over both zone-a agents; slots never exceeded.
+    // Load spread over both zone-a agents.
     expect(new Set(all.filter((i) => !i.task.startsWith('wb')).map((i) => i.agent))).toEqual(new Set(['a1', 'a2']));
-    expect(maxConcurrent(all.filter((i) => i.agent === 'a1'))).toBeLessThanOrEqual(2);
-    expect(maxConcurrent(all.filter((i) => i.agent === 'a2'))).toBeLessThanOrEqual(1);
+    // Slots never exceeded: an agent's slot is free once its task's process is over (it may be
+    // given the next attempt before that end is written), so count the processes' own lives.
+    const agentOf = new Map(all.map((i) => [`${i.ti}/${i.try}`, i.agent]));
+    const life = new Map<string, Interval>();
+    for (const line of (await readFile(lives, 'utf8')).trim().split('\n')) {
+      const [ti, tryNumber, what, ns] = line.split(' ') as [string, string, 'start' | 'end', string];
+      const key = `${ti}/${tryNumber}`;
+      const i = life.get(key) ?? life.set(key, { ti, try: tryNumber, task: '', agent: agentOf.get(key)!, from: Infinity, to: Infinity }).get(key)!;
+      i[what === 'start' ? 'from' : 'to'] = Number(BigInt(ns) / 1000n) / 1000;
+    }
+    expect(life.size).toBe(all.length);
+    const lived = [...life.values()];
+    expect(maxConcurrent(lived.filter((i) => i.agent === 'a1'))).toBeLessThanOrEqual(2);
+    expect(maxConcurrent(lived.filter((i) => i.agent === 'a2'))).toBeLessThanOrEqual(1);
+    expect(maxConcurrent(lived.filter((i) => i.agent === 'b1'))).toBeLessThanOrEqual(3);
+    // And no agent was ever sent an attempt beyond the slots it offered (it would say so).
+    for (const a of agents) expect(a.output()).not.toMatch(/Assign beyond the slots/);
     // max_parallel_per_agent: 1 for `w`, across its four runs.
     for (const a of ['a1', 'a2']) expect(maxConcurrent(all.filter((i) => i.task === 'w' && i.agent === a))).toBeLessThanOrEqual(1);
     const logs = await cli(server.url, ['logs', runIds[0]!, '--task', 'wb0']);

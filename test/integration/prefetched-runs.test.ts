@@ -66,7 +66,7 @@ describe('runs read behind the ends', () => {
     const { runId, attempt } = await runningChain();
     const prefetched = new PrefetchedRuns(100);
     const w = watching(db.sql);
-    const reports = createReportBatcher(w.sql, { retryMs: 1000, logs: quietLogWriter(db.sql), afterEnds: (on, tiIds) => prefetched.readAfter(on, tiIds) });
+    const reports = createReportBatcher(w.sql, { retryMs: 1000, logs: quietLogWriter(db.sql), afterEnds: (on, ends) => prefetched.readAfter(on, ends.map((e) => e.tiId)) });
     expect(await reports.finished(attempt, success)).toEqual({ verdict: 'success', runId });
     // The end and the reads all went down one reserved connection, none through the pool.
     expect([w.reserved(), w.direct()]).toEqual([1, 0]);
@@ -83,8 +83,8 @@ describe('runs read behind the ends', () => {
     const reports = createReportBatcher(db.sql, {
       retryMs: 1000,
       logs: quietLogWriter(db.sql),
-      afterEnds: (on, tiIds) => {
-        const reading = prefetched.readAfter(on, tiIds);
+      afterEnds: (on, ends) => {
+        const reading = prefetched.readAfter(on, ends.map((e) => e.tiId));
         // The run changes while its read is on the wire.
         prefetched.changed([runId]);
         return reading;
@@ -98,7 +98,7 @@ describe('runs read behind the ends', () => {
     const one = await runningChain();
     const two = await runningChain();
     const prefetched = new PrefetchedRuns(100);
-    const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql), afterEnds: (on, tiIds) => prefetched.readAfter(on, tiIds) });
+    const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql), afterEnds: (on, ends) => prefetched.readAfter(on, ends.map((e) => e.tiId)) });
     await reports.finished(one.attempt, success);
     expect(prefetched.size).toBe(1);
     prefetched.changed(); // no runs named: everything

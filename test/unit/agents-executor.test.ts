@@ -43,10 +43,10 @@ function setup(agents: AvailableAgent[]) {
     registry.register(handle);
   }
   const executor = new AgentsExecutor({ registry, store, replicaId: 'r', logger, cacheMs: 60_000, onHungry: (free) => hungry.push(free) });
-  return { executor, claims, reasons, delivered, hungry: () => hungry };
+  return { executor, store, claims, reasons, delivered, hungry: () => hungry };
 }
 
-const agent = (agentId: string, slots: number, running = 0): AvailableAgent => ({ agentId, labels: {}, capabilities: [], slots, running, connectedReplica: 'r' });
+const agent = (agentId: string, slots: number, holding: string[] = []): AvailableAgent => ({ agentId, labels: {}, capabilities: [], slots, holding, connectedReplica: 'r' });
 const settle = () => new Promise((r) => setTimeout(r, 10));
 
 describe('AgentsExecutor', () => {
@@ -62,13 +62,13 @@ describe('AgentsExecutor', () => {
     expect(t.executor.parks('3')).toBe(true);
 
     // A slot frees: the oldest parked work goes, without the scheduler offering it again.
-    t.executor.released('a', performance.now());
+    t.executor.finishing('a', 'tok-1');
     await settle();
     expect(t.claims).toEqual([['1', '2'], ['3']]);
     expect(t.executor.parks('3')).toBe(false);
     // Both free: the next two in order, in one claim; the reason is not written again.
-    t.executor.released('a', performance.now());
-    t.executor.released('a', performance.now());
+    t.executor.finishing('a', 'tok-2');
+    t.executor.finishing('a', 'tok-3');
     await settle();
     expect(t.claims.at(-1)).toEqual(['4', '5']);
     expect(t.delivered).toEqual(['1@a', '2@a', '3@a', '4@a', '5@a']);
@@ -92,19 +92,38 @@ describe('AgentsExecutor', () => {
     await t.executor.placeAndDispatch(work(2));
     expect(t.executor.parkedCount).toBe(1);
     t.executor.forgetParked();
-    t.executor.released('a', performance.now());
+    t.executor.finishing('a', 'tok-1');
     await settle();
     expect(t.claims).toEqual([['1']]);
   });
 
-  it('counts a freed slot only in a fleet view read before the attempt ended', async () => {
+  it('frees a slot once per attempt: a Finished repeated, or of an attempt the view does not count, frees nothing', async () => {
     const t = setup([agent('a', 1)]);
     expect((await t.executor.placeAndDispatch(work(1))).kind).toBe('assigned');
     expect((await t.executor.placeAndDispatch(work(2))).kind).toBe('waiting');
-    // An end seen before the view was read: the view already left it out; no second slot appears.
-    t.executor.released('a', 0);
+    expect((await t.executor.placeAndDispatch(work(3))).kind).toBe('waiting');
+    t.executor.finishing('a', 'tok-unknown');
     await settle();
     expect(t.claims).toEqual([['1']]);
-    expect(t.executor.parks('2')).toBe(true);
+    t.executor.finishing('a', 'tok-1');
+    t.executor.finishing('a', 'tok-1');
+    await settle();
+    // One slot, one placement: 3 still waits for 2's slot.
+    expect(t.claims).toEqual([['1'], ['2']]);
+    expect(t.executor.parks('3')).toBe(true);
+  });
+
+  it('leaves out of a fleet view read before an end was recorded the attempts whose Finished arrived', async () => {
+    // The database still counts tok-9 (its end is not written yet), but its Finished arrived.
+    const agents = [agent('a', 1, ['tok-9'])];
+    const t = setup(agents);
+    t.executor.finishing('a', 'tok-9');
+    expect((await t.executor.placeAndDispatch(work(1))).kind).toBe('assigned');
+    // Recorded now: a view read from now on no longer counts it in the database either.
+    t.executor.recorded('tok-9');
+    agents[0]!.holding = ['tok-1'];
+    t.executor.invalidate();
+    expect((await t.executor.placeAndDispatch(work(2))).kind).toBe('waiting');
+    expect(t.claims).toEqual([['1']]);
   });
 });

@@ -28,6 +28,12 @@ type Op =
   | { kind: 'start'; a: AttemptKey; pid: number | null; agentId: string | null; resolve(ok: boolean): void; reject(err: unknown): void }
   | { kind: 'finish'; a: AttemptKey; result: AttemptResult; resolve(r: FinishRecorded): void; reject(err: unknown): void };
 
+/** An attempt's end as sent (not yet answered: it may still be refused as stale). */
+export interface EndSent {
+  tiId: string;
+  outcome: AttemptResult['outcome'];
+}
+
 export interface ReportBatcherOptions {
   retryMs: number;
   /**
@@ -43,7 +49,7 @@ export interface ReportBatcherOptions {
    * are committed), in the same round trip; the ends are settled once it has answered too. Null:
    * nothing to send this time.
    */
-  afterEnds?(on: Sql, tiIds: string[]): Promise<void> | null;
+  afterEnds?(on: Sql, ends: EndSent[]): Promise<void> | null;
 }
 
 /**
@@ -127,7 +133,7 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
     const none = Promise.resolve([]);
     const lines = opts.logs.sendOn(on);
     const sent = [starts.length > 0 ? startsQuery(on, starts).execute() : none, ends.length > 0 ? endsQuery(on, ends).execute() : none] as const;
-    const after = ends.length > 0 ? opts.afterEnds?.(on, ends.map((o) => o.a.tiId)) : undefined;
+    const after = ends.length > 0 ? opts.afterEnds?.(on, ends.map((o) => ({ tiId: o.a.tiId, outcome: o.result.outcome }))) : undefined;
     // The lines settle first: retried through the pool after a lost connection, before the ends are.
     const [s, e] = await Promise.allSettled([...sent, after, lines]);
     conn.release();

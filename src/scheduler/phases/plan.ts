@@ -1,7 +1,9 @@
 import { advanceRun, type RunDecision, type TiView } from '../../core/advance-run.js';
-import { applyPlans, finalizeRuns, type AppliedPlans, type RunPlan, type TiMove } from '../../db/apply-plan.js';
+import { isTerminalTi } from '../../core/states.js';
+import { applyPlans, applyPlansQuery, appliedFrom, finalizeRuns, type AppliedPlans, type RunPlan, type TiMove } from '../../db/apply-plan.js';
 import { isConnectionError } from '../../db/is-connection-error.js';
 import { activeRuns, poisonRun, type ActiveRunRow } from '../../db/runs.js';
+import type { Sql } from '../../db/sql.js';
 import { listTisOfRuns, setPendingReasons, type TiRow } from '../../db/tis.js';
 import type { DispatchItem, SchedulerContext } from '../context.js';
 import type { RunRead } from '../prefetched-runs.js';
@@ -96,6 +98,7 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
     } catch (err) {
       result.errors++;
       ctx.counters.error('plan.advance', err, { runId: run.id, dagId: run.dag_id });
+      ctx.known?.forget([run.id]);
     }
   };
 
@@ -162,7 +165,10 @@ async function writeAndOffer(ctx: SchedulerContext, decided: Decided[], reasons:
   for (const d of decided) {
     // A plan that did not apply (a clear since the read, or the write failed): the next step
     // decides again from a fresh read.
-    if (d.plan && !applied.runs.has(d.run.id)) continue;
+    if (d.plan && !applied.runs.has(d.run.id)) {
+      ctx.known?.forget([d.run.id]);
+      continue;
+    }
     if (d.plan?.start) result.runsStarted++;
     result.runsAdvanced++;
     if (d.decision.nextRetryAt) ctx.wakeAt(d.decision.nextRetryAt);
@@ -171,8 +177,13 @@ async function writeAndOffer(ctx: SchedulerContext, decided: Decided[], reasons:
       const id = d.byTask.get(taskId)!.id;
       if (!applied.moved.has(id)) reasons.set(id, reason);
     }
-    if (d.decision.outcome) ending.push({ runId: d.run.id, epoch: d.run.plan_epoch, outcome: d.decision.outcome });
-    else result.offered += offerScheduled(ctx, d, applied, reasons);
+    if (d.decision.outcome) {
+      ending.push({ runId: d.run.id, epoch: d.run.plan_epoch, outcome: d.decision.outcome });
+      ctx.known?.forget([d.run.id]);
+    } else {
+      result.offered += offerScheduled(ctx, d, applied, reasons);
+      rememberAfter(ctx, d, applied);
+    }
   }
   if (ending.length === 0) return new Set();
   try {
@@ -184,6 +195,99 @@ async function writeAndOffer(ctx: SchedulerContext, decided: Decided[], reasons:
     ctx.counters.error('plan.finalize', err);
     return new Set();
   }
+}
+
+/** Keeps what the planner now knows of a run it decided: as read, with the moves that applied. */
+function rememberAfter(ctx: SchedulerContext, d: Decided, applied: AppliedPlans): void {
+  if (!ctx.known) return;
+  if (d.run.dag_paused) return ctx.known.forget([d.run.id]);
+  const to = new Map<string, TiRow['state']>();
+  for (const m of d.plan?.moves ?? []) if (applied.moved.has(m.tiId)) to.set(m.tiId, applied.claims.has(m.tiId) ? 'queued' : m.to);
+  ctx.known.remember({
+    run: applied.started.has(d.run.id) ? { ...d.run, state: 'running' } : d.run,
+    tis: d.tis.map((t) => (to.has(t.id) ? { ...t, state: to.get(t.id)!, pending_reason: null } : t)),
+  });
+}
+
+/**
+ * Plans the runs of attempts whose ends were just sent on `on` and are not answered yet, and sends
+ * the moves on `on` right behind them: the next tasks are scheduled (and, for an executor that
+ * needs no placement, claimed) in the round trip that records the ends, instead of one round trip
+ * after it. Leader only; returns null when no run could be planned ahead.
+ *
+ * A run is planned from what the planner last knew of it (`ctx.known`), with these attempts
+ * ended in success: only successes are planned ahead (a failure's state depends on its tries),
+ * and only runs that go on (a run that ends, a retry coming due, a paused DAG: the step that
+ * follows the ends decides those as before). The plan states every upstream state its moves
+ * assumed, and the database applies none of it unless each holds at the write, the ends just
+ * recorded included (apply-plan.ts): a plan from an out-of-date memory, or after an end that was
+ * refused, moves nothing. The step that follows the ends then reads the run as always.
+ */
+export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId: string; outcome: string }[]): Promise<void> | null {
+  const known = ctx.known;
+  if (!known) return null;
+  const succeeded = new Map<string, Set<string>>();
+  const reads = new Map<string, RunRead>();
+  for (const e of ends) {
+    if (e.outcome !== 'success') continue;
+    const read = known.ofTi(e.tiId);
+    if (!read || read.run.state !== 'running' || read.run.dag_paused) continue;
+    reads.set(read.run.id, read);
+    (succeeded.get(read.run.id) ?? succeeded.set(read.run.id, new Set()).get(read.run.id)!).add(e.tiId);
+  }
+  const decided: Decided[] = [];
+  for (const [runId, read] of reads) {
+    const ended = succeeded.get(runId)!;
+    if (read.tis.some((t) => ended.has(t.id) && isTerminalTi(t.state))) continue; // not what was known: read it
+    const tis = read.tis.map((t) => (ended.has(t.id) ? { ...t, state: 'success' as const } : t));
+    let d: Decided;
+    try {
+      d = decideFrom(read.run, tis, false, ctx.now());
+    } catch {
+      continue; // the step that follows reads the run, and poisons it
+    }
+    if (d.decision.outcome || !d.plan) continue;
+    // A retry's backoff is read, never assumed.
+    const retrying = new Set(d.decision.retry.map((id) => d.byTask.get(id)!.id));
+    d.plan.moves = d.plan.moves.filter((m) => !retrying.has(m.tiId));
+    d.decision.retry = [];
+    if (d.plan.moves.length === 0) continue;
+    const spec = new Map(read.run.spec.tasks.map((t) => [t.id, t]));
+    const expect = new Map<string, TiRow['state'] | 'active'>();
+    for (const taskId of [...d.decision.schedule, ...d.decision.upstreamFailed, ...d.decision.skipped]) {
+      for (const dep of spec.get(taskId)!.dependsOn) {
+        const up = d.byTask.get(dep)!;
+        expect.set(up.id, isTerminalTi(up.state) ? up.state : 'active');
+      }
+    }
+    d.plan.expect = [...expect].map(([tiId, state]) => ({ tiId, state }));
+    decided.push(d);
+  }
+  if (decided.length === 0) return null;
+  claimWithTheMove(ctx, decided);
+  // Sent now, before anything is awaited: right behind the ends on the wire.
+  const sent = applyPlansQuery(on, decided.map((d) => d.plan!)).execute();
+  return (async () => {
+    let applied: AppliedPlans;
+    try {
+      applied = appliedFrom(await sent);
+    } catch (err) {
+      // Nothing applied (one statement): the step that follows the ends plans these runs.
+      known.forget(decided.map((d) => d.run.id));
+      if (!isConnectionError(err)) ctx.counters.error('plan.ahead', err);
+      return;
+    }
+    const reasons = new Map<string, string | null>();
+    for (const d of decided) {
+      if (!applied.runs.has(d.run.id)) {
+        known.forget([d.run.id]);
+        continue;
+      }
+      offerScheduled(ctx, d, applied, reasons);
+      rememberAfter(ctx, d, applied);
+    }
+    // A refused offer's reason is left to the step that follows the ends (it offers again).
+  })();
 }
 
 /**
@@ -277,17 +381,21 @@ class PoisonRunError extends Error {
 
 /** Decides one run's moves in memory (no writes, except marking a run whose rules throw). */
 async function decideRun(ctx: SchedulerContext, run: ActiveRun, tis: TiRow[], start: boolean): Promise<Decided> {
-  const views = new Map<string, TiView>(
-    tis.map((ti) => [ti.task_id, { state: ti.state, nextTryAt: ti.next_try_at, pendingReason: ti.pending_reason }]),
-  );
-  let decision: RunDecision;
   try {
-    decision = advanceRun(run.spec.tasks, views, ctx.now());
+    return decideFrom(run, tis, start, ctx.now());
   } catch (err) {
     // A run that cannot be advanced would throw on every tick: mark it and move on.
     await poisonRun(ctx.sql, run.id, (err as Error).message);
     throw new PoisonRunError(`run ${run.id} poisoned: ${(err as Error).message}`, { cause: err });
   }
+}
+
+/** Decides one run's moves in memory; throws when the run's rules cannot be applied. */
+function decideFrom(run: ActiveRun, tis: TiRow[], start: boolean, now: Date): Decided {
+  const views = new Map<string, TiView>(
+    tis.map((ti) => [ti.task_id, { state: ti.state, nextTryAt: ti.next_try_at, pendingReason: ti.pending_reason }]),
+  );
+  const decision: RunDecision = advanceRun(run.spec.tasks, views, now);
   const byTask = new Map(tis.map((ti) => [ti.task_id, ti]));
   if (run.dag_paused) {
     // A paused DAG starts nothing new: running attempts finish, failures still propagate and the

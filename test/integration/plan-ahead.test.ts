@@ -1,0 +1,212 @@
+import pino from 'pino';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { AttemptKey, AttemptResult } from '../../src/core/attempt.js';
+import type { DagSpec } from '../../src/core/dag-spec.js';
+import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
+import { startAttempt } from '../../src/db/attempts/start-attempt.js';
+import { upsertDag } from '../../src/db/dags.js';
+import { createRun, type RunRow } from '../../src/db/runs.js';
+import type { Sql } from '../../src/db/sql.js';
+import { listTis } from '../../src/db/tis.js';
+import type { DispatchItem, SchedulerContext } from '../../src/scheduler/context.js';
+import { KnownRuns } from '../../src/scheduler/known-runs.js';
+import { planAhead } from '../../src/scheduler/phases/plan.js';
+import { PrefetchedRuns } from '../../src/scheduler/prefetched-runs.js';
+import { step } from '../../src/scheduler/step.js';
+import { quietLogWriter } from '../helpers/quiet-log-writer.js';
+import { dag, task } from '../helpers/spec-builders.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+
+/**
+ * Planning ahead of an end: the leader decides a run from what it last knew of it, with the
+ * attempt that is ending taken as a success, and sends the next tasks' moves (and claims) right
+ * behind the end on the same connection, in the same round trip. The database applies such a plan
+ * only if every state it assumed holds at the write: an end refused, an out-of-date memory or a
+ * paused DAG moves nothing.
+ */
+
+const logger = pino({ level: 'silent' });
+const OK: AttemptResult = { exitCode: 0, signal: null, error: null, outcome: 'success' };
+const FAIL: AttemptResult = { exitCode: 1, signal: null, error: 'exit code 1', outcome: 'failed' };
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+afterAll(async () => {
+  await db.drop();
+});
+beforeEach(async () => {
+  await db.sql`delete from dags`;
+});
+
+/** A leader's context with a memory of runs, a pool that takes everything, and the batcher that
+ *  plans ahead of the ends it writes; counts what goes through the pool and what is reserved. */
+function leader() {
+  const offered: DispatchItem[] = [];
+  const errors: string[] = [];
+  const known = new KnownRuns();
+  const prefetched = new PrefetchedRuns(100);
+  let direct = 0;
+  let reserved = 0;
+  const watched = new Proxy(db.sql, {
+    apply(t, thisArg, args) {
+      direct++;
+      return Reflect.apply(t as never, thisArg, args);
+    },
+    get(t, prop, receiver) {
+      if (prop !== 'reserve') return Reflect.get(t, prop, receiver);
+      return () => (reserved++, t.reserve());
+    },
+  }) as Sql;
+  const ctx: SchedulerContext = {
+    sql: db.sql,
+    logger,
+    now: () => new Date(),
+    offer: (item) => (offered.push(item), 'accepted'),
+    executors: new Set(['subprocess', 'agents']),
+    defaultExecutor: 'subprocess',
+    counters: { error: (phase, err) => errors.push(`${phase}: ${(err as Error).message}`), reaped: () => {}, agentLost: () => {} },
+    maxRunsPerStep: 100,
+    runOrphanThresholdMs: 300_000,
+    heartbeatThresholdMs: 90_000,
+    health: { healthySince: new Date(0) },
+    wakeAt: () => {},
+    claimRoom: (executor) => (executor === 'subprocess' ? 100 : 0),
+    prefetched,
+    known,
+  };
+  const reports = createReportBatcher(watched, {
+    retryMs: 1000,
+    logs: quietLogWriter(db.sql),
+    afterEnds: (on, ends) => {
+      const planned = planAhead(ctx, on, ends);
+      const read = prefetched.readAfter(on, ends.map((e) => e.tiId));
+      return planned ? Promise.all([planned, read]).then(() => {}) : read;
+    },
+  });
+  return { ctx, known, offered, errors, reports, counts: () => ({ direct, reserved }), reset: () => ((direct = 0), (reserved = 0), (offered.length = 0)) };
+}
+
+async function trigger(spec: DagSpec): Promise<RunRow> {
+  const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
+  const { run } = await db.sql.begin((tx) =>
+    createRun(tx, { dagId: spec.dagId, dagVersion: row.version, spec, runKey: 'r', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+  );
+  return run;
+}
+
+async function states(runId: string): Promise<Record<string, string>> {
+  return Object.fromEntries((await listTis(db.sql, runId)).map((t) => [t.task_id, t.state]));
+}
+
+/** The attempt claimed with its move and offered for this task, started. */
+async function started(offered: DispatchItem[], taskId: string): Promise<AttemptKey> {
+  const item = offered.find((o) => o.taskId === taskId);
+  expect(item?.claim, `${taskId} offered with its claim`).toBeDefined();
+  const a = { tiId: item!.tiId, tryNumber: item!.claim!.tryNumber, attemptToken: item!.claim!.attemptToken };
+  expect(await startAttempt(db.sql, a, { pid: 1, agentId: null })).toBe(true);
+  return a;
+}
+
+describe('planning ahead of an end', () => {
+  it('claims the next task of a chain in the round trip that records the end, and offers it claimed', async () => {
+    const l = leader();
+    const run = await trigger(dag('ahead_chain', [task('a'), task('b', { dependsOn: ['a'] }), task('c', { dependsOn: ['b'] })]));
+    await step(l.ctx);
+    const a = await started(l.offered, 'a');
+    expect(l.known.ofTi(a.tiId)?.run.id).toBe(run.id);
+    l.reset();
+
+    // No step between the end and the next claim: the end's write carries it.
+    expect(await l.reports.finished(a, OK)).toEqual({ verdict: 'success', runId: run.id });
+    expect(await states(run.id)).toEqual({ a: 'success', b: 'queued', c: 'none' });
+    expect(l.offered.map((o) => o.taskId)).toEqual(['b']);
+    // The end, the plan and the run's reads went down one reserved connection, nothing else.
+    expect(l.counts()).toEqual({ direct: 0, reserved: 1 });
+    const events = await db.sql<{ payload: { task_id: string; to: string } }[]>`
+      select payload from events where run_id = ${run.id} and kind = 'ti.state' and payload->>'task_id' = 'b' order by seq`;
+    expect(events.map((e) => e.payload.to)).toEqual(['scheduled', 'queued']);
+
+    // And again from what the plan ahead itself left in memory.
+    const b = await started(l.offered, 'b');
+    l.reset();
+    await l.reports.finished(b, OK);
+    expect(await states(run.id)).toEqual({ a: 'success', b: 'success', c: 'queued' });
+    expect(l.errors).toEqual([]);
+  });
+
+  it('moves nothing when the end is refused (a stale attempt): its success was only assumed', async () => {
+    const l = leader();
+    const run = await trigger(dag('ahead_refused', [task('a'), task('b', { dependsOn: ['a'] })]));
+    await step(l.ctx);
+    const a = await started(l.offered, 'a');
+    l.reset();
+    const stale = { ...a, attemptToken: '00000000-0000-4000-8000-000000000000' };
+    expect((await l.reports.finished(stale, OK)).verdict).toBe('rejected');
+    expect(await states(run.id)).toEqual({ a: 'running', b: 'none' });
+    expect(l.offered).toEqual([]);
+    expect(l.errors).toEqual([]);
+  });
+
+  it('moves nothing when the memory is out of date: an upstream state it assumed does not hold', async () => {
+    const l = leader();
+    // c runs once a and b both succeed.
+    const run = await trigger(dag('ahead_stale', [task('a'), task('b'), task('c', { dependsOn: ['a', 'b'] })]));
+    await step(l.ctx);
+    const a = await started(l.offered, 'a');
+    const b = await started(l.offered, 'b');
+    // b fails, but the memory is told it succeeded (as a memory gone stale would say).
+    await l.reports.finished(b, FAIL);
+    const read = l.known.ofTi(a.tiId)!;
+    l.known.remember({ ...read, tis: read.tis.map((t) => (t.task_id === 'b' ? { ...t, state: 'success' } : t)) });
+    l.reset();
+    await l.reports.finished(a, OK);
+    // Not scheduled on a success that never happened; the step that follows decides from a read.
+    expect(await states(run.id)).toEqual({ a: 'success', b: 'failed', c: 'none' });
+    expect(l.offered).toEqual([]);
+    await step(l.ctx);
+    expect(await states(run.id)).toEqual({ a: 'success', b: 'failed', c: 'upstream_failed' });
+  });
+
+  it('moves nothing in a DAG paused since the memory was taken', async () => {
+    const l = leader();
+    const run = await trigger(dag('ahead_paused', [task('a'), task('b', { dependsOn: ['a'] })]));
+    await step(l.ctx);
+    const a = await started(l.offered, 'a');
+    await db.sql`update dags set paused = true where dag_id = 'ahead_paused'`;
+    l.reset();
+    await l.reports.finished(a, OK);
+    expect(await states(run.id)).toEqual({ a: 'success', b: 'none' });
+    expect(l.offered).toEqual([]);
+  });
+
+  it('plans ahead only successes of runs that go on: a failure, or the last task, is left to the step', async () => {
+    const l = leader();
+    const run = await trigger(dag('ahead_fail', [task('a'), task('b', { dependsOn: ['a'] })]));
+    await step(l.ctx);
+    const a = await started(l.offered, 'a');
+    l.reset();
+    await l.reports.finished(a, FAIL);
+    expect(await states(run.id)).toEqual({ a: 'failed', b: 'none' });
+    expect(l.offered).toEqual([]);
+    expect(planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'failed' }])).toBeNull();
+
+    const last = await trigger(dag('ahead_last', [task('only')]));
+    await step(l.ctx);
+    const only = await started(l.offered, 'only');
+    expect(planAhead(l.ctx, db.sql, [{ tiId: only.tiId, outcome: 'success' }])).toBeNull();
+    expect((await listTis(db.sql, last.id))[0]!.state).toBe('running');
+  });
+
+  it('schedules a task of a placing executor without claiming it (the executor places and claims it)', async () => {
+    const l = leader();
+    const run = await trigger(dag('ahead_agents', [task('a'), task('b', { dependsOn: ['a'], executor: 'agents' })]));
+    await step(l.ctx);
+    const a = await started(l.offered, 'a');
+    l.reset();
+    await l.reports.finished(a, OK);
+    expect(await states(run.id)).toEqual({ a: 'success', b: 'scheduled' });
+    expect(l.offered.map((o) => [o.taskId, o.executor, o.claim])).toEqual([['b', 'agents', undefined]]);
+  });
+});
