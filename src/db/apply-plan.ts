@@ -12,6 +12,8 @@ export interface TiMove {
    * it at once; it saves the dispatcher its own claim's round trip.
    */
   claimFor?: string;
+  /** With `claimFor`: the agent the executor placed the attempt on (null or absent: none). */
+  agentId?: string | null;
 }
 
 /** A claim made with the move: what the dispatcher would have got from its own claim. */
@@ -20,6 +22,8 @@ export interface MoveClaim {
   maxTries: number;
   attemptToken: string;
   dispatchKey: string;
+  /** The agent it was claimed for, if placed on one with the move. */
+  agentId: string | null;
 }
 
 /** The planner's writes for one run, decided from a read of the run at `epoch`. */
@@ -70,7 +74,15 @@ export async function applyPlans(sql: Sql, plans: RunPlan[]): Promise<AppliedPla
   return appliedFrom(await applyPlansQuery(sql, plans));
 }
 
-type AppliedRow = { kind: 'run' | 'started' | 'ti' | 'claim'; id: string; try_number: number | null; max_tries: number | null; token: string | null; dispatch_key: string | null };
+type AppliedRow = {
+  kind: 'run' | 'started' | 'ti' | 'claim';
+  id: string;
+  try_number: number | null;
+  max_tries: number | null;
+  token: string | null;
+  dispatch_key: string | null;
+  agent_id: string | null;
+};
 
 const emptyApplied = (): AppliedPlans => ({ runs: new Set(), started: new Set(), moved: new Set(), claims: new Map() });
 
@@ -124,18 +136,19 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
         and t.run_id in (select id from started union all select id from kept)
       returning t.id, t.run_id, t.task_id, t.try_number, t.state),
     c as (
-      select * from unnest(${claiming.map((m) => m.tiId)}::bigint[], ${claiming.map((m) => m.from)}::text[], ${claiming.map((m) => m.claimFor!)}::text[])
-        as c(id, from_state, executor)),
+      select * from unnest(${claiming.map((m) => m.tiId)}::bigint[], ${claiming.map((m) => m.from)}::text[], ${claiming.map((m) => m.claimFor!)}::text[],
+                           ${claiming.map((m) => m.agentId ?? null) as string[]}::text[])
+        as c(id, from_state, executor, agent_id)),
     claimed as (
       update task_instances t set
         state = 'queued', try_number = t.try_number + 1, attempt_token = gen_random_uuid(),
         dispatch_key = r.dag_id || '-' || t.run_id || '-' || t.task_id || '-' || (t.try_number + 1),
         executor = c.executor, queued_at = now(), started_at = null, heartbeat_at = null, ended_at = null,
-        exit_code = null, error = null, pid = null, agent_id = null, pending_reason = null, next_try_at = null
+        exit_code = null, error = null, pid = null, agent_id = c.agent_id, pending_reason = null, next_try_at = null
       from c, dag_runs r
       where t.id = c.id and t.state = c.from_state and r.id = t.run_id
         and t.run_id in (select id from started union all select id from kept)
-      returning t.id, t.run_id, t.task_id, t.try_number, t.max_tries, t.attempt_token, t.dispatch_key),
+      returning t.id, t.run_id, t.task_id, t.try_number, t.max_tries, t.attempt_token, t.dispatch_key, t.agent_id),
     ev as (
       -- One insert, run starts first: the log reads "run running", then its tasks' moves (a
       -- claimed task: scheduled, then queued).
@@ -147,12 +160,12 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
         union all
         select 1, run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'scheduled', 'try', try_number - 1) from claimed
         union all
-        select 2, run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'queued', 'try', try_number, 'agent_id', null) from claimed) e
+        select 2, run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'queued', 'try', try_number, 'agent_id', agent_id) from claimed) e
       order by o, ti_id)
-    select 'started' as kind, id, null::int as try_number, null::int as max_tries, null::uuid as token, null::text as dispatch_key from started
-    union all select 'run', id, null, null, null, null from kept
-    union all select 'ti', id, null, null, null, null from moved
-    union all select 'claim', id, try_number, max_tries, attempt_token, dispatch_key from claimed`;
+    select 'started' as kind, id, null::int as try_number, null::int as max_tries, null::uuid as token, null::text as dispatch_key, null::text as agent_id from started
+    union all select 'run', id, null, null, null, null, null from kept
+    union all select 'ti', id, null, null, null, null, null from moved
+    union all select 'claim', id, try_number, max_tries, attempt_token, dispatch_key, agent_id from claimed`;
 }
 
 /** What a statement of `applyPlansQuery` applied. */
@@ -162,7 +175,7 @@ export function appliedFrom(rows: readonly AppliedRow[]): AppliedPlans {
     if (r.kind === 'ti') out.moved.add(r.id);
     else if (r.kind === 'claim') {
       out.moved.add(r.id);
-      out.claims.set(r.id, { tryNumber: r.try_number!, maxTries: r.max_tries!, attemptToken: r.token!, dispatchKey: r.dispatch_key! });
+      out.claims.set(r.id, { tryNumber: r.try_number!, maxTries: r.max_tries!, attemptToken: r.token!, dispatchKey: r.dispatch_key!, agentId: r.agent_id });
     } else {
       out.runs.add(r.id);
       if (r.kind === 'started') out.started.add(r.id);

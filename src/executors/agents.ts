@@ -82,6 +82,8 @@ export class AgentsExecutor implements Executor {
   /** Attempts whose Finished has arrived (their slot is free on the agent), by attempt token, with
    *  when their end was recorded (null: not yet; the database still counts them). */
   #ending = new Map<string, { recordedAt: number | null }>();
+  /** TIs placed with `placeNow` whose claim has not answered yet: TI → agent. */
+  #placedAhead = new Map<string, string>();
   #parked = new Map<string, AgentsWork>();
   #hungryAt = Number.NEGATIVE_INFINITY;
   #wake = false;
@@ -159,6 +161,41 @@ export class AgentsExecutor implements Executor {
     while (this.#ending.size > MAX_ENDING) this.#ending.delete(this.#ending.keys().next().value!);
   }
 
+  /**
+   * Places one TI at once, from the cached view of the fleet, for a claim made elsewhere (the
+   * planner claims it with its move): the agent's slot is taken in the view until `placed` says
+   * how the claim went. Null when it cannot be placed without waiting: the view is not fresh, a
+   * round is placing (its own view would not see this one), older work is waiting or parked, the
+   * task limits its attempts per agent (that needs a read), or no agent has a free slot for it.
+   */
+  placeNow(work: { tiId: string; task: AgentsWork['task'] }): string | null {
+    const cache = this.#cache;
+    if (!cache || performance.now() - cache.fetchedAt >= this.deps.cacheMs) return null;
+    if (this.#round || this.#waiting.length > 0 || this.#parked.size > 0) return null;
+    if (work.task.placement?.maxParallelPerAgent) return null;
+    const placement = placeAttempt(work.task.placement, cache.agents.map((a) => ({ ...a, runningThisTask: 0 })));
+    if (placement.kind !== 'placed') return null;
+    const agent = cache.agents.find((a) => a.agentId === placement.agentId)!;
+    agent.holding.add(placing(work.tiId));
+    agent.running++;
+    this.#placedAhead.set(work.tiId, agent.agentId);
+    return agent.agentId;
+  }
+
+  /** The claim of a TI placed with `placeNow` was made (its attempt's token) or not (null). */
+  placed(agentId: string, tiId: string, attemptToken: string | null): void {
+    this.#placedAhead.delete(tiId);
+    this.#claimed(agentId, tiId, attemptToken);
+    if (attemptToken === null && this.#parked.size > 0) this.#kick();
+  }
+
+  /** A claimed attempt was given back before it reached its agent: its slot is free again. */
+  dropped(agentId: string, attemptToken: string): void {
+    const agent = this.#cache?.agents.find((a) => a.agentId === agentId);
+    if (agent?.holding.delete(attemptToken)) agent.running--;
+    if (this.#parked.size > 0) this.#kick();
+  }
+
   /** A placement's claim answered: its slot is now counted by its attempt, or freed (not claimed). */
   #claimed(agentId: string, tiId: string, attemptToken: string | null): void {
     // The view of now (it may have been read again since the placement).
@@ -178,6 +215,8 @@ export class AgentsExecutor implements Executor {
         const e = this.#ending.get(token);
         return !e || (e.recordedAt !== null && e.recordedAt < sentAt);
       }));
+      // Placed with `placeNow`, the claim not answered yet: the read may have been taken before it.
+      for (const [tiId, agentId] of this.#placedAhead) if (agentId === row.agentId) holding.add(placing(tiId));
       return { ...row, holding, running: holding.size };
     });
     this.#cache = { fetchedAt: performance.now(), agents };

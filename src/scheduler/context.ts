@@ -65,10 +65,21 @@ export interface SchedulerContext {
   wakeAt(at: Date): void;
   /**
    * How many TIs of this executor the dispatch pool takes at once now, so the planner may claim
-   * them with their move (0, or absent: never; an executor that places its work, like agents,
-   * claims it itself). An offer of a claimed TI must then be accepted, or its claim released.
+   * them with their move (0, or absent: never; the work of an executor that places it, like
+   * agents, is claimed with its move only when `placeNow` places it). An offer of a claimed TI
+   * must then be accepted, or its claim released.
    */
   claimRoom?(executor: string): number;
+  /**
+   * Places a TI of an executor that places its work (agents) at once, from the executor's current
+   * view of the fleet, so the planner can claim it with its move for that agent (with room in the
+   * pool, as `claimRoom` says); the slot stays taken until `placed` tells how the claim went. Null:
+   * it cannot be placed now without waiting (no fresh view, older work waiting, no free slot...):
+   * the TI is offered unclaimed and the executor places it as before.
+   */
+  placeNow?(work: { tiId: string; executor: string; task: TaskSpec }): string | null;
+  /** The claim of a TI placed with `placeNow` was made (its attempt's token) or not (null). */
+  placed?(agentId: string, tiId: string, attemptToken: string | null): void;
   /** Runs read ahead of their step, right behind their attempts' ends (optional). */
   prefetched?: PrefetchedRuns;
   /** What the planner last knew of each running run, to plan it ahead of an end (optional). */

@@ -136,9 +136,10 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       },
       dispatch: async (item) => {
         if (item.executor === 'agents') {
-          // Placement first: the agent is chosen before the claim, and a TI with no eligible
-          // agent stays scheduled, saying why.
-          await fleet.executor.placeAndDispatch(item);
+          // Placed and claimed with its move: deliver it. Else placement first: the agent is
+          // chosen before the claim, and a TI with no eligible agent stays scheduled, saying why.
+          if (item.claim?.agentId) await fleet.executor.dispatch(attemptOf(item, item.claim, item.claim.agentId));
+          else await fleet.executor.placeAndDispatch(item);
           return;
         }
         const executor = executors.get(item.executor);
@@ -166,7 +167,8 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         if (outcome !== 'accepted' && item.claim) {
           // Claimed with its move but not taken after all: give the claim back at once rather
           // than leave an attempt queued that no one will start.
-          const { tryNumber, attemptToken } = item.claim;
+          const { tryNumber, attemptToken, agentId } = item.claim;
+          if (agentId) fleet.executor.dropped(agentId, attemptToken);
           void releaseClaim(sql, { tiId: item.tiId, tryNumber, attemptToken }, outcome === 'full' ? 'DISPATCH_QUEUE_FULL' : 'DISPATCH_REFUSED').catch((err: unknown) =>
             logger.error({ err, tiId: item.tiId }, 'could not release a claim the dispatch pool refused'),
           );
@@ -179,9 +181,12 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         return outcome;
       },
       executors: new Set(executors.keys()),
-      // The subprocess executor needs no placement: the planner may claim its TIs with their
-      // move, as many as the pool takes now.
-      claimRoom: (executor) => (executor === 'subprocess' ? Math.max(0, config.dispatchQueue - pool.depth) : 0),
+      // The planner may claim TIs with their move, as many as the pool takes now: the subprocess
+      // executor's need no placement, and agent work is claimed for the agent placed on now.
+      claimRoom: () => Math.max(0, config.dispatchQueue - pool.depth),
+      // Agent work too, when the executor can place it at once from its view of the fleet.
+      placeNow: (work) => (work.executor === 'agents' ? fleet.executor.placeNow(work) : null),
+      placed: (agentId, tiId, attemptToken) => fleet.executor.placed(agentId, tiId, attemptToken),
       defaultExecutor: config.executor,
       counters: schedulerCounters(metrics, (phase, err, ids) => schedLogger.error({ err, phase, ...ids }, `scheduler error in ${phase}`)),
       maxRunsPerStep: MAX_RUNS_PER_STEP,

@@ -209,4 +209,47 @@ describe('planning ahead of an end', () => {
     expect(await states(run.id)).toEqual({ a: 'success', b: 'scheduled' });
     expect(l.offered.map((o) => [o.taskId, o.executor, o.claim])).toEqual([['b', 'agents', undefined]]);
   });
+
+  it('claims agent work with its move for the agent the executor places it on at once, and says how the claim went', async () => {
+    const l = leader();
+    const placed: [string, string, string | null][] = [];
+    let free = true;
+    l.ctx.claimRoom = () => 100;
+    l.ctx.placeNow = (w) => (w.executor === 'agents' && free ? 'agent-7' : null);
+    l.ctx.placed = (agentId, tiId, token) => placed.push([agentId, tiId, token]);
+    const spec = dag('ahead_placed', [task('a'), task('b', { dependsOn: ['a'], executor: 'agents' }), task('c', { dependsOn: ['a'], executor: 'agents' })]);
+    const run = await trigger(spec);
+    await step(l.ctx);
+    const a = await started(l.offered, 'a');
+    l.reset();
+    // Ahead of a's end: b placed on agent-7, c finds no agent free and is offered unclaimed.
+    l.ctx.placeNow = (w) => (w.executor === 'agents' && free ? ((free = false), 'agent-7') : null);
+    await l.reports.finished(a, OK);
+    expect(await states(run.id)).toEqual({ a: 'success', b: 'queued', c: 'scheduled' });
+    const b = l.offered.find((o) => o.taskId === 'b')!;
+    expect(b.claim?.agentId).toBe('agent-7');
+    expect(l.offered.find((o) => o.taskId === 'c')?.claim).toBeUndefined();
+    expect(placed).toEqual([['agent-7', b.tiId, b.claim!.attemptToken]]);
+    const [row] = await db.sql<{ agent_id: string | null }[]>`select agent_id from task_instances where id = ${b.tiId}`;
+    expect(row!.agent_id).toBe('agent-7');
+    const [ev] = await db.sql<{ agent: string | null }[]>`
+      select payload->>'agent_id' as agent from events where ti_id = ${b.tiId} and payload->>'to' = 'queued'`;
+    expect(ev!.agent).toBe('agent-7');
+  });
+
+  it('gives a placement back when its plan does not apply', async () => {
+    const l = leader();
+    const placed: [string, string, string | null][] = [];
+    l.ctx.claimRoom = () => 100;
+    l.ctx.placed = (agentId, tiId, token) => placed.push([agentId, tiId, token]);
+    const run = await trigger(dag('ahead_unplaced', [task('a'), task('b', { dependsOn: ['a'], executor: 'agents' })]));
+    await step(l.ctx);
+    const a = await started(l.offered, 'a');
+    l.ctx.placeNow = () => 'agent-7';
+    await db.sql`update dags set paused = true where dag_id = 'ahead_unplaced'`;
+    await l.reports.finished(a, OK);
+    const b = (await listTis(db.sql, run.id)).find((t) => t.task_id === 'b')!;
+    expect(b.state).toBe('none');
+    expect(placed).toEqual([['agent-7', b.id, null]]);
+  });
 });

@@ -132,7 +132,7 @@ describe('plan', () => {
     expect(tis.get('a')).toMatchObject({ state: 'queued', try_number: 1 });
     expect(tis.get('b')).toMatchObject({ state: 'queued', try_number: 1 });
     const items = new Map(h.offered.map((i) => [i.taskId, i]));
-    expect(items.get('a')!.claim).toEqual({ tryNumber: 1, maxTries: 1, attemptToken: tis.get('a')!.attempt_token, dispatchKey: `p_claim-${run.id}-a-1` });
+    expect(items.get('a')!.claim).toEqual({ tryNumber: 1, maxTries: 1, attemptToken: tis.get('a')!.attempt_token, dispatchKey: `p_claim-${run.id}-a-1`, agentId: null });
     expect(items.get('b')!.claim?.attemptToken).toBe(tis.get('b')!.attempt_token);
   });
 

@@ -126,4 +126,55 @@ describe('AgentsExecutor', () => {
     expect((await t.executor.placeAndDispatch(work(2))).kind).toBe('waiting');
     expect(t.claims).toEqual([['1']]);
   });
+
+  it('places at once from a fresh view for a claim made with the move, and only then', async () => {
+    const agents = [agent('a', 2)];
+    const t = setup(agents);
+    const w = (n: number) => ({ tiId: String(n), task: task('t', { executor: 'agents' }) });
+    // No view read yet: it would need a read.
+    expect(t.executor.placeNow(w(1))).toBeNull();
+    expect((await t.executor.placeAndDispatch(work(1))).kind).toBe('assigned');
+    await settle(); // the round is over
+    expect(t.executor.placeNow(w(2))).toBe('a');
+    // Both slots taken (1 claimed, 2 placed and its claim on the wire): nothing more, now or in a round.
+    expect(t.executor.placeNow(w(3))).toBeNull();
+    expect((await t.executor.placeAndDispatch(work(4))).kind).toBe('waiting');
+    // Parked work waits first: nothing is placed ahead of it, even with a slot free.
+    t.executor.placed('a', '2', null);
+    await settle();
+    expect(t.claims.at(-1)).toEqual(['4']);
+    t.executor.finishing('a', 'tok-4');
+    expect(t.executor.parkedCount).toBe(0);
+    await settle();
+    expect(t.executor.placeNow(w(5))).toBe('a');
+    // A task limited per agent needs a read of its load.
+    const limited = task('t', { executor: 'agents', placement: { labels: {}, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: 1 } });
+    expect(t.executor.placeNow({ tiId: '6', task: limited })).toBeNull();
+  });
+
+  it('counts a placement made at once in a view read while its claim is on the wire, and frees it with the claim', async () => {
+    const agents = [agent('a', 1)];
+    const t = setup(agents);
+    t.executor.invalidate();
+    expect((await t.executor.placeAndDispatch(work(1))).kind).toBe('assigned');
+    t.executor.finishing('a', 'tok-1');
+    await settle();
+    expect(t.executor.placeNow({ tiId: '2', task: task('t', { executor: 'agents' }) })).toBe('a');
+    // A fresh read that does not show the claim of 2 yet: its slot is still taken.
+    t.executor.invalidate();
+    expect((await t.executor.placeAndDispatch(work(3))).kind).toBe('waiting');
+    // The claim was not made after all: the slot goes to the parked work.
+    t.executor.placed('a', '2', null);
+    await settle();
+    expect(t.claims).toEqual([['1'], ['3']]);
+  });
+
+  it('frees the slot of a claimed attempt given back before it reached its agent', async () => {
+    const t = setup([agent('a', 1)]);
+    expect((await t.executor.placeAndDispatch(work(1))).kind).toBe('assigned');
+    expect((await t.executor.placeAndDispatch(work(2))).kind).toBe('waiting');
+    t.executor.dropped('a', 'tok-1');
+    await settle();
+    expect(t.claims).toEqual([['1'], ['2']]);
+  });
 });

@@ -5,6 +5,7 @@ import { isConnectionError } from '../../db/is-connection-error.js';
 import { activeRuns, poisonRun, type ActiveRunRow } from '../../db/runs.js';
 import type { Sql } from '../../db/sql.js';
 import { listTisOfRuns, setPendingReasons, type TiRow } from '../../db/tis.js';
+import type { TaskSpec } from '../../core/dag-spec.js';
 import type { DispatchItem, SchedulerContext } from '../context.js';
 import type { RunRead } from '../prefetched-runs.js';
 import { createScheduledRuns } from './create-scheduled-runs.js';
@@ -161,6 +162,7 @@ async function writeAndOffer(ctx: SchedulerContext, decided: Decided[], reasons:
   if (decided.length === 0) return new Set();
   claimWithTheMove(ctx, decided);
   const applied = await applyAll(ctx, decided.flatMap((d) => (d.plan ? [d.plan] : [])), result);
+  settlePlacements(ctx, decided, applied);
   const ending: { runId: string; epoch: string; outcome: 'success' | 'failed' }[] = [];
   for (const d of decided) {
     // A plan that did not apply (a clear since the read, or the write failed): the next step
@@ -273,10 +275,12 @@ export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId:
       applied = appliedFrom(await sent);
     } catch (err) {
       // Nothing applied (one statement): the step that follows the ends plans these runs.
+      settlePlacements(ctx, decided, appliedFrom([]));
       known.forget(decided.map((d) => d.run.id));
       if (!isConnectionError(err)) ctx.counters.error('plan.ahead', err);
       return;
     }
+    settlePlacements(ctx, decided, applied);
     const reasons = new Map<string, string | null>();
     for (const d of decided) {
       if (!applied.runs.has(d.run.id)) {
@@ -300,21 +304,43 @@ export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId:
  */
 function claimWithTheMove(ctx: SchedulerContext, decided: Decided[]): void {
   if (!ctx.claimRoom) return;
-  const offers = new Map<string, TiMove[]>();
+  const offers = new Map<string, { move: TiMove; task: TaskSpec }[]>();
   const waiting = new Map<string, number>();
   for (const d of decided) {
     if (d.run.dag_paused) continue;
     const byId = new Map(d.tis.map((t) => [t.id, t]));
+    const tasks = new Map(d.run.spec.tasks.map((t) => [t.id, t]));
     for (const t of d.tis) if (t.state === 'scheduled') waiting.set(t.executor, (waiting.get(t.executor) ?? 0) + 1);
     for (const m of d.plan?.moves ?? []) {
-      const executor = byId.get(m.tiId)?.executor;
-      if (m.to !== 'scheduled' || !executor || !ctx.executors.has(executor)) continue;
-      (offers.get(executor) ?? offers.set(executor, []).get(executor)!).push(m);
+      const ti = byId.get(m.tiId);
+      const task = ti && tasks.get(ti.task_id);
+      if (m.to !== 'scheduled' || !ti || !task || !ctx.executors.has(ti.executor)) continue;
+      (offers.get(ti.executor) ?? offers.set(ti.executor, []).get(ti.executor)!).push({ move: m, task });
     }
   }
   for (const [executor, moves] of offers) {
     if (moves.length + (waiting.get(executor) ?? 0) > ctx.claimRoom(executor)) continue;
-    for (const m of moves) m.claimFor = executor;
+    if (executor !== 'agents') {
+      for (const { move } of moves) move.claimFor = executor;
+      continue;
+    }
+    // Agent work is claimed for the agent it is placed on now, oldest first; the first that cannot
+    // be placed at once stops it (later work never overtakes it), and the rest are offered as before.
+    for (const { move, task } of moves) {
+      const agentId = ctx.placeNow?.({ tiId: move.tiId, executor, task }) ?? null;
+      if (agentId === null) break;
+      move.claimFor = executor;
+      move.agentId = agentId;
+    }
+  }
+}
+
+/** Tells the executor how the claims of the TIs it placed with `placeNow` went (their slots). */
+function settlePlacements(ctx: SchedulerContext, decided: readonly Decided[], applied: AppliedPlans): void {
+  for (const d of decided) {
+    for (const m of d.plan?.moves ?? []) {
+      if (m.agentId) ctx.placed?.(m.agentId, m.tiId, applied.claims.get(m.tiId)?.attemptToken ?? null);
+    }
   }
 }
 
