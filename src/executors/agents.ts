@@ -55,8 +55,11 @@ const placing = (tiId: string) => `placing:${tiId}`;
 const CAPACITY_REASONS = new Set(['AGENT_SLOTS_FULL', 'AGENT_MAX_PARALLEL']);
 /** Parked work beyond this is dropped (it stays scheduled, and the tick offers it again). */
 const MAX_PARKED = 10_000;
-/** Ends seen (Finished arrived) kept for the fleet views in flight; beyond this, the oldest go. */
+/** Ends seen (Finished arrived) and claims answered, kept for the fleet views in flight; beyond
+ *  this many, the oldest go. */
 const MAX_ENDING = 10_000;
+/** Claims answered longer ago than this are visible to any fleet read still on its way. */
+const RECENT_MS = 10_000;
 /** At most this often, a round that found free slots and nothing left to place asks for more. */
 const HUNGRY_EVERY_MS = 100;
 
@@ -84,6 +87,8 @@ export class AgentsExecutor implements Executor {
   #ending = new Map<string, { recordedAt: number | null }>();
   /** TIs placed with `placeNow` whose claim has not answered yet: TI → agent. */
   #placedAhead = new Map<string, string>();
+  /** Claims answered lately, by attempt token: a view read sent before one may not show it. */
+  #recentClaims = new Map<string, { agentId: string; at: number }>();
   #parked = new Map<string, AgentsWork>();
   #hungryAt = Number.NEGATIVE_INFINITY;
   #wake = false;
@@ -182,6 +187,20 @@ export class AgentsExecutor implements Executor {
     return agent.agentId;
   }
 
+  /** Reads the fleet again if the cached view is too old for `placeNow` (never rejects: a failed
+   *  read only leaves work to be placed as before). */
+  async freshen(): Promise<void> {
+    if (this.#round || (this.#cache && performance.now() - this.#cache.fetchedAt < this.deps.cacheMs / 2)) return;
+    let view: FleetAgent[];
+    try {
+      view = await this.#read();
+    } catch {
+      return; // placed as before, by a round
+    }
+    // A round that began meanwhile places on the view it took: it is left alone.
+    if (!this.#round) this.#cache = { fetchedAt: performance.now(), agents: view };
+  }
+
   /** The claim of a TI placed with `placeNow` was made (its attempt's token) or not (null). */
   placed(agentId: string, tiId: string, attemptToken: string | null): void {
     this.#placedAhead.delete(tiId);
@@ -198,29 +217,47 @@ export class AgentsExecutor implements Executor {
 
   /** A placement's claim answered: its slot is now counted by its attempt, or freed (not claimed). */
   #claimed(agentId: string, tiId: string, attemptToken: string | null): void {
+    if (attemptToken !== null) {
+      this.#recentClaims.set(attemptToken, { agentId, at: performance.now() });
+      // Kept while a view read before them may still be on its way; the oldest go first.
+      for (const [token, c] of this.#recentClaims) {
+        if (this.#recentClaims.size <= MAX_ENDING && c.at > performance.now() - RECENT_MS) break;
+        this.#recentClaims.delete(token);
+      }
+    }
     // The view of now (it may have been read again since the placement).
     const agent = this.#cache?.agents.find((a) => a.agentId === agentId);
-    if (!agent || !agent.holding.delete(placing(tiId))) return;
+    if (!agent) return;
+    agent.holding.delete(placing(tiId));
     if (attemptToken !== null && !this.#ending.has(attemptToken)) agent.holding.add(attemptToken);
     agent.running = agent.holding.size;
   }
 
   async #agents(): Promise<FleetAgent[]> {
     if (this.#cache && performance.now() - this.#cache.fetchedAt < this.deps.cacheMs) return this.#cache.agents;
+    const agents = await this.#read();
+    this.#cache = { fetchedAt: performance.now(), agents };
+    return agents;
+  }
+
+  /**
+   * The fleet as the database shows it, reconciled exactly with what the database may not show
+   * yet: attempts whose Finished arrived (their slot is free) until their end was recorded before
+   * the read was sent; placements whose claim has not answered; claims answered after the read was
+   * sent (it may have been taken before them).
+   */
+  async #read(): Promise<FleetAgent[]> {
     const sentAt = performance.now();
     const rows = await this.deps.store.availableAgents();
-    const agents = rows.map((row) => {
-      // Finished, but recorded only after this read was sent: the read may still count it.
+    return rows.map((row) => {
       const holding = new Set(row.holding.filter((token) => {
         const e = this.#ending.get(token);
         return !e || (e.recordedAt !== null && e.recordedAt < sentAt);
       }));
-      // Placed with `placeNow`, the claim not answered yet: the read may have been taken before it.
+      for (const [token, c] of this.#recentClaims) if (c.agentId === row.agentId && c.at >= sentAt && !this.#ending.has(token)) holding.add(token);
       for (const [tiId, agentId] of this.#placedAhead) if (agentId === row.agentId) holding.add(placing(tiId));
       return { ...row, holding, running: holding.size };
     });
-    this.#cache = { fetchedAt: performance.now(), agents };
-    return agents;
   }
 
   async #rounds(): Promise<void> {

@@ -80,6 +80,9 @@ export interface SchedulerContext {
   placeNow?(work: { tiId: string; executor: string; task: TaskSpec }): string | null;
   /** The claim of a TI placed with `placeNow` was made (its attempt's token) or not (null). */
   placed?(agentId: string, tiId: string, attemptToken: string | null): void;
+  /** Brings what `placeNow` places from up to date if it is getting old: a step reads it with the
+   *  runs, at the same time (never rejects). */
+  freshenPlacement?(): Promise<void>;
   /** Runs read ahead of their step, right behind their attempts' ends (optional). */
   prefetched?: PrefetchedRuns;
   /** What the planner last knew of each running run, to plan it ahead of an end (optional). */

@@ -187,6 +187,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       // Agent work too, when the executor can place it at once from its view of the fleet.
       placeNow: (work) => (work.executor === 'agents' ? fleet.executor.placeNow(work) : null),
       placed: (agentId, tiId, attemptToken) => fleet.executor.placed(agentId, tiId, attemptToken),
+      freshenPlacement: () => fleet.executor.freshen(),
       defaultExecutor: config.executor,
       counters: schedulerCounters(metrics, (phase, err, ids) => schedLogger.error({ err, phase, ...ids }, `scheduler error in ${phase}`)),
       maxRunsPerStep: MAX_RUNS_PER_STEP,

@@ -177,4 +177,32 @@ describe('AgentsExecutor', () => {
     await settle();
     expect(t.claims).toEqual([['1'], ['2']]);
   });
+
+  it('counts a claim answered while a fleet read was on its way, which the read may not show', async () => {
+    const agents = [agent('a', 1)];
+    const t = setup(agents);
+    expect((await t.executor.placeAndDispatch(work(1))).kind).toBe('assigned');
+    t.executor.finishing('a', 'tok-1');
+    t.executor.recorded('tok-1');
+    await settle();
+    expect(t.executor.placeNow({ tiId: '2', task: task('t', { executor: 'agents' }) })).toBe('a');
+    // The view is read again (it had grown old) while 2's claim is on the wire...
+    t.executor.invalidate();
+    let answer!: () => void;
+    const read = t.store.availableAgents;
+    t.store.availableAgents = async () => {
+      const snapshot = await read(); // taken before 2's claim committed
+      await new Promise<void>((r) => (answer = r));
+      return snapshot;
+    };
+    const freshening = t.executor.freshen();
+    await settle();
+    // ...and the claim answers before the read does.
+    t.executor.placed('a', '2', 'tok-2');
+    answer();
+    await freshening;
+    t.store.availableAgents = read;
+    expect((await t.executor.placeAndDispatch(work(3))).kind).toBe('waiting');
+    expect(t.claims).toEqual([['1']]);
+  });
 });

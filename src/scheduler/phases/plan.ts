@@ -59,11 +59,15 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
   if (targeted && targeted.length === 0 && !opts.queued) return result;
   let runs: ActiveRun[];
   let tiRows: TiRow[];
+  let freshened: Promise<void> | undefined;
   if (targeted) {
     // Runs read right behind the ends of their attempts need no read of their own; for the rest
     // the ids are known, so both reads go out at once.
     const ahead = ctx.prefetched?.take(targeted) ?? new Map<string, RunRead>();
     const rest = ahead.size === 0 ? targeted : targeted.filter((id) => !ahead.has(id));
+    // A step that reads runs reads along with them what the agents executor places from, so agent
+    // work can be claimed with its move (a step that reads nothing does not wait for it).
+    if (rest.length > 0 || opts.queued) freshened = ctx.freshenPlacement?.();
     [runs, tiRows] = rest.length === 0 ? [[], []] : await Promise.all([activeRuns(ctx.sql, ctx.maxRunsPerStep, { runIds: rest }), listTisOfRuns(ctx.sql, rest)]);
     for (const { run, tis } of ahead.values()) {
       runs.push(run);
@@ -80,6 +84,7 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
   } else {
     // Everything is read now: reads kept from before are older than this one.
     ctx.prefetched?.clear();
+    freshened = ctx.freshenPlacement?.();
     // The oldest running runs, then the oldest queued runs up to `maxRunsPerStep` active runs in
     // all, but always at least one: a queued run (a cron run, say) makes progress however many
     // older runs are running, and a backlog starts no faster than runs end.
@@ -88,6 +93,7 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
     runs = [...running, ...queued].sort((a, b) => compareIds(a.id, b.id));
     tiRows = runs.length === 0 ? [] : await listTisOfRuns(ctx.sql, runs.map((r) => r.id));
   }
+  await freshened;
   if (runs.length === 0) return result;
   const tisByRun = new Map<string, TiRow[]>();
   for (const ti of tiRows) (tisByRun.get(ti.run_id) ?? tisByRun.set(ti.run_id, []).get(ti.run_id)!).push(ti);
