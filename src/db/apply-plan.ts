@@ -58,6 +58,7 @@ export interface AppliedPlans {
  * the events log in the same statement.
  *
  * Guards, row by row, so no decision made from a stale read ever lands:
+ * - a run starts only if its DAG's `max_active_runs` has room at the write;
  * - a run's part applies only while its `plan_epoch` is the one read and it is not poisoned. A
  *   clear, the one move of a task instance backwards, bumps the epoch with the run row locked; the
  *   no-op update below takes the same row lock, and Postgres re-checks the epoch on the row
@@ -115,10 +116,24 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
       select x.run_id from x where not exists (select 1 from task_instances t where t.id = x.ti_id and t.run_id = x.run_id)
       union all
       select w.run_id from want w join dag_runs r on r.id = w.run_id join dags d on d.dag_id = r.dag_id where w.guarded and d.paused),
+    -- max_active_runs, checked again at the write: the runs of a DAG started here, in order,
+    -- fit with those running now (a count read before, or given with a run, may be old).
+    -- Each computed once (materialized), the running runs counted once per DAG.
+    starting as materialized (
+      select w.run_id, r.dag_id, row_number() over (partition by r.dag_id order by w.run_id) as n,
+             (r.spec->>'maxActiveRuns')::int as max_runs
+      from want w join dag_runs r on r.id = w.run_id where w.start),
+    busy as materialized (
+      select x.dag_id, count(*) as n from dag_runs x
+      where x.state = 'running' and x.dag_id in (select dag_id from starting)
+      group by x.dag_id),
+    room as materialized (
+      select s.run_id from starting s left join busy b on b.dag_id = s.dag_id
+      where s.n + coalesce(b.n, 0) <= coalesce(s.max_runs, 2147483647)),
     started as (
       update dag_runs r set state = 'running', started_at = now()
       from want w where r.id = w.run_id and w.start and r.state = 'queued' and r.plan_epoch = w.epoch and r.poison_error is null
-        and r.id not in (select run_id from spoiled)
+        and r.id not in (select run_id from spoiled) and r.id in (select run_id from room)
       returning r.id),
     kept as (
       update dag_runs r set plan_epoch = r.plan_epoch

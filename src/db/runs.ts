@@ -1,6 +1,7 @@
 import type { DagSpec } from '../core/dag-spec.js';
 import { runMoveFrom, type RunState } from '../core/states.js';
 import type { PendingQuery, Sql, TxSql } from './sql.js';
+import type { TiRow } from './tis.js';
 
 export interface RunRow {
   id: string;
@@ -33,14 +34,22 @@ export interface NewRun {
   defaultExecutor: string;
 }
 
+/** A run just created, as the planner reads it: its task instances, and the runs of its DAG running
+ *  at its creation (for max_active_runs). */
+export interface CreatedRunRead {
+  tis: TiRow[];
+  runningInDag: number;
+}
+
 /**
  * Creates a run and one task instance per task, and records it in the events log, in one
  * statement (in the caller's transaction, if any). Idempotent on (dag_id, run_key): a second call
- * returns the existing run with created = false.
+ * returns the existing run with created = false. A run created comes with what the planner would
+ * read of it (`read`), so it can be planned without reading it again.
  */
-export async function createRun(tx: Sql | TxSql, run: NewRun): Promise<{ run: RunRow; created: boolean }> {
+export async function createRun(tx: Sql | TxSql, run: NewRun): Promise<{ run: RunRow; created: boolean; read?: CreatedRunRead }> {
   const tasks = run.spec.tasks;
-  const [inserted] = await tx<RunRow[]>`
+  const [inserted] = await tx<(RunRow & { running_in_dag: number; tis_json: Record<string, unknown>[] })[]>`
     with run as (
       insert into dag_runs (dag_id, run_key, run_type, dag_version, spec, logical_date, conf)
       values (${run.dagId}, ${run.runKey}, ${run.runType}, ${run.dagVersion}, ${tx.json(run.spec as never)},
@@ -53,16 +62,38 @@ export async function createRun(tx: Sql | TxSql, run: NewRun): Promise<{ run: Ru
       from run, unnest(${tasks.map((t) => t.id)}::text[], ${tasks.map((t) => t.retries + 1)}::int[],
                        ${tasks.map((t) => (t.executor === 'default' ? run.defaultExecutor : t.executor))}::text[],
                        ${tasks.map((t) => t.retryDelayMs)}::bigint[], ${tasks.map((t) => t.maxRetryDelayMs)}::bigint[])
-           as t(task_id, max_tries, executor, retry_delay_ms, max_retry_delay_ms)),
+           as t(task_id, max_tries, executor, retry_delay_ms, max_retry_delay_ms)
+      returning *),
     ev as (
       insert into events (run_id, kind, payload)
       select id, 'run.state', ${tx.json({ to: 'queued', run_key: run.runKey, run_type: run.runType } as never)} from run)
-    select * from run`;
+    select run.*,
+      (select count(*)::int from dag_runs x where x.dag_id = run.dag_id and x.state = 'running') as running_in_dag,
+      (select coalesce(jsonb_agg(to_jsonb(t) order by t.id), '[]'::jsonb) from tis t) as tis_json
+    from run`;
   if (!inserted) {
     const [existing] = await tx<RunRow[]>`select * from dag_runs where dag_id = ${run.dagId} and run_key = ${run.runKey}`;
     return { run: existing!, created: false };
   }
-  return { run: inserted, created: true };
+  const { running_in_dag: runningInDag, tis_json: tisJson, ...created } = inserted;
+  return { run: created, created: true, read: { runningInDag, tis: tisJson.map(tiFromJson) } };
+}
+
+/** A task instance row as `to_jsonb` gives it: ids back to decimal strings, times to Dates. */
+function tiFromJson(j: Record<string, unknown>): TiRow {
+  const date = (v: unknown) => (v === null || v === undefined ? null : new Date(v as string));
+  return {
+    ...(j as unknown as TiRow),
+    id: String(j.id),
+    run_id: String(j.run_id),
+    // Not in TiRow's type, but in a read's rows: bigints as decimal strings there too.
+    ...({ retry_delay_ms: String(j.retry_delay_ms), max_retry_delay_ms: String(j.max_retry_delay_ms) } as object),
+    next_try_at: date(j.next_try_at),
+    queued_at: date(j.queued_at),
+    started_at: date(j.started_at),
+    heartbeat_at: date(j.heartbeat_at),
+    ended_at: date(j.ended_at),
+  };
 }
 
 export async function getRun(sql: Sql | TxSql, runId: string): Promise<RunRow | null> {

@@ -63,6 +63,13 @@ export class PrefetchedRuns {
     while (this.#reads.size > MAX_KEPT) this.#reads.delete(this.#reads.keys().next().value!);
   }
 
+  /** Keeps a read taken just now some other way (a run as created), for its step. */
+  keep(read: RunRead): void {
+    this.changed([read.run.id]);
+    this.#reads.set(read.run.id, { seq: ++this.#seq, read });
+    while (this.#reads.size > MAX_KEPT) this.#reads.delete(this.#reads.keys().next().value!);
+  }
+
   /** These runs changed in a way no kept read shows (every run, when none are named). */
   changed(runIds?: readonly string[]): void {
     if (!runIds || runIds.length === 0) return this.clear();

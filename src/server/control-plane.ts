@@ -272,6 +272,13 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
             logger,
             parseDag: (source, file) => parser.parse(source, file),
             nudge: (runIds) => nudge(runIds),
+            // On the leader the step plans the new run from the rows that created it.
+            runCreated: (read) => {
+              if (!isLeader) return nudge([read.run.id]);
+              known.forget([read.run.id]);
+              prefetched.keep(read);
+              loop.nudge([read.run.id]);
+            },
             stopLocal: (tiIds, reason) => {
               for (const id of tiIds) if (!executors.get('subprocess')!.cancel(id, reason)) fleet.cancel(id, reason);
             },

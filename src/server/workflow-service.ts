@@ -13,15 +13,18 @@ import type { Sql } from '../db/sql.js';
 import { listTis } from '../db/tis.js';
 import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError, parseId, toConnectError } from './errors.js';
+import type { RunRead } from '../scheduler/prefetched-runs.js';
 import { dagToProto, logToProto, runToProto, tiToProto } from './to-proto.js';
 
 export interface WorkflowDeps {
   sql: Sql;
   logger: Logger;
   parseDag(source: string, file: string): Promise<DagSpec>;
-  /** Asks the scheduler to step now (a run was triggered or cancelled). */
   /** Asks the leader to step, for these runs only when named. */
   nudge(runIds?: string[]): void;
+  /** A run was triggered: asks the leader to step for it, with the run as the planner would read
+   *  it (optional: without it, `nudge`). */
+  runCreated?(read: RunRead): void;
   /** Stops the processes of these task instances if this replica holds them. */
   stopLocal(tiIds: string[], reason: string): void;
   defaultExecutor: string;
@@ -118,23 +121,23 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       const runKey = req.runKey || `manual__${now.toISOString()}__${randomBytes(3).toString('hex')}`;
       // Two round trips, no transaction: a DAG applied in between only means the run was
       // triggered just before it (the run keeps the version it was created from).
-      const result = await (async () => {
-        const dag = await getDag(sql, dagId);
-        if (!dag) throw new NotFoundError(`DAG "${dagId}" not found`);
-        return createRun(sql, {
-          dagId,
-          dagVersion: dag.version,
-          spec: dag.spec,
-          runKey,
-          runType: 'manual',
-          logicalDate: now,
-          conf,
-          defaultExecutor: deps.defaultExecutor,
-        });
-      })();
+      const dag = await getDag(sql, dagId);
+      if (!dag) throw new NotFoundError(`DAG "${dagId}" not found`);
+      const result = await createRun(sql, {
+        dagId,
+        dagVersion: dag.version,
+        spec: dag.spec,
+        runKey,
+        runType: 'manual',
+        logicalDate: now,
+        conf,
+        defaultExecutor: deps.defaultExecutor,
+      });
       if (result.created) {
         deps.logger.info({ runId: result.run.id, dagId, runKey }, 'run triggered');
-        deps.nudge([result.run.id]);
+        if (result.read && deps.runCreated) {
+          deps.runCreated({ run: { ...result.run, dag_paused: dag.paused, running_in_dag: result.read.runningInDag }, tis: result.read.tis });
+        } else deps.nudge([result.run.id]);
       }
       return { run: runToProto(result.run), created: result.created };
     },

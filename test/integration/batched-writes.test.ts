@@ -144,6 +144,17 @@ describe('applyPlans', () => {
     ).rejects.toThrow(`illegal planner claim of task instance ${tis.get('b')!.id}: only a move to scheduled can be claimed`);
   });
 
+  it('starts no more runs of a DAG than its max_active_runs leaves room for at the write, whatever the planner was told', async () => {
+    const spec = { ...dag('p_max', [task('a')]), maxActiveRuns: 2 };
+    const [one, two, three] = [await newRun(spec), await newRun(spec), await newRun(spec)];
+    await db.sql`update dag_runs set state = 'running' where id = ${one.run.id}`;
+    // Told (from an old count) that nothing runs: two and three would both start.
+    const start = (r: { run: RunRow }) => ({ runId: r.run.id, epoch: r.run.plan_epoch, start: true, moves: [] });
+    const applied = await applyPlans(db.sql, [start(two), start(three)]);
+    expect([...applied.started]).toEqual([two.run.id]);
+    expect((await getRun(db.sql, three.run.id))!.state).toBe('queued');
+  });
+
   it('refuses a move the state table forbids, naming it', async () => {
     const { run, tis } = await newRun(chain('x1'));
     await expect(applyPlans(db.sql, [{ runId: run.id, epoch: '0', start: false, moves: [{ tiId: tis.get('a')!.id, from: 'success', to: 'scheduled' }] }])).rejects.toThrow(

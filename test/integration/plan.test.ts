@@ -12,6 +12,7 @@ import { listTis, type TiRow } from '../../src/db/tis.js';
 import { createDispatchPool, type OfferResult } from '../../src/dispatch/pool.js';
 import type { DispatchItem, SchedulerContext } from '../../src/scheduler/context.js';
 import { createScheduledRuns } from '../../src/scheduler/phases/create-scheduled-runs.js';
+import { PrefetchedRuns } from '../../src/scheduler/prefetched-runs.js';
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { dag, task as baseTask } from '../helpers/spec-builders.js';
@@ -343,6 +344,25 @@ describe('plan', () => {
     expect(await Promise.all([...running, ...late].map((r) => runState(r.id)))).toEqual(['running', 'running', 'running', 'running', 'queued']);
     expect((await stepOk(h)).runsStarted).toBe(1);
     expect(await runState(late[1]!.id)).toBe('running');
+  });
+
+  it('holds back a run whose start max_active_runs refuses at the write (planned from an old count), and starts it when room is made', BOUND, async () => {
+    const spec = dag('p_max_write', [task('a')], { maxActiveRuns: 1 });
+    const r1 = await trigger(spec);
+    const h = harness({ heldBackDags: new Set(), prefetched: new PrefetchedRuns(100) });
+    await stepOk(h); // r1 starts
+    // r2 as created, with a count taken before r1 started (as a trigger racing the step would).
+    const { dag: row } = await upsertDag(db.sql, spec, 'p_max_write.yaml');
+    const r2 = await createRun(db.sql, { dagId: spec.dagId, dagVersion: row.version, spec, runKey: 'second', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+    h.ctx.prefetched!.keep({ run: { ...r2.run, dag_paused: false, running_in_dag: 0 }, tis: r2.read!.tis });
+    const r = (await step(h.ctx, 'light', { all: false, runIds: [r2.run.id], queued: 0 })).plan!;
+    expect(r.runsStarted).toBe(0);
+    expect(await runState(r2.run.id)).toBe('queued');
+    expect(h.ctx.heldBackDags).toEqual(new Set(['p_max_write']));
+    // r1 ends: the step that ends it starts r2.
+    expect(await executeTask(r1.id, 'a', OK)).toBe('success');
+    expect((await step(h.ctx, 'light', { all: false, runIds: [r1.id], queued: 0 })).plan).toMatchObject({ runsFinalized: 1, runsStarted: 1 });
+    expect(await runState(r2.run.id)).toBe('running');
   });
 
   it('starts a run held back by MAX_ACTIVE_RUNS in the targeted step that ends the run before it, not at the next tick', BOUND, async () => {

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { claimAttempts } from '../../src/db/attempts/claim-attempt.js';
 import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
 import { upsertDag } from '../../src/db/dags.js';
-import { createRun } from '../../src/db/runs.js';
+import { activeRuns, createRun } from '../../src/db/runs.js';
 import type { Sql } from '../../src/db/sql.js';
 import { listTis } from '../../src/db/tis.js';
 import { PrefetchedRuns } from '../../src/scheduler/prefetched-runs.js';
@@ -107,5 +107,31 @@ describe('runs read behind the ends', () => {
     await db.sql`update dag_runs set state = 'failed' where id = ${two.runId}`;
     await reports.finished(two.attempt, success);
     expect(prefetched.take([two.runId]).size).toBe(0);
+  });
+
+  it('keeps a run as created (the rows that created it are what the planner reads), until it changes', async () => {
+    const spec = dag(`pf${++seq}`, [task('a'), task('b', { dependsOn: ['a'] })]);
+    const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
+    const make = (key: string) =>
+      createRun(db.sql, { dagId: spec.dagId, dagVersion: row.version, spec, runKey: key, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+    const first = await make('one');
+    await db.sql`update dag_runs set state = 'running' where id = ${first.run.id}`;
+    const created = await make('two');
+    expect(created.created).toBe(true);
+    // Exactly what a read of the run gives, its DAG's running runs counted.
+    expect(created.read!.tis).toEqual(await listTis(db.sql, created.run.id));
+    const [read] = await activeRuns(db.sql, 10, { runIds: [created.run.id] });
+    expect(created.read!.runningInDag).toBe(1);
+    expect(read!.running_in_dag).toBe(1);
+    expect({ ...created.run, dag_paused: false, running_in_dag: 1 }).toEqual(read);
+    // Not created again: nothing to plan from.
+    expect((await make('two')).read).toBeUndefined();
+
+    const prefetched = new PrefetchedRuns(100);
+    prefetched.keep({ run: read!, tis: created.read!.tis });
+    expect(prefetched.take([created.run.id]).get(created.run.id)?.tis).toHaveLength(2);
+    prefetched.keep({ run: read!, tis: created.read!.tis });
+    prefetched.changed([created.run.id]);
+    expect(prefetched.take([created.run.id]).size).toBe(0);
   });
 });

@@ -65,9 +65,10 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
     // the ids are known, so both reads go out at once.
     const ahead = ctx.prefetched?.take(targeted) ?? new Map<string, RunRead>();
     const rest = ahead.size === 0 ? targeted : targeted.filter((id) => !ahead.has(id));
-    // A step that reads runs reads along with them what the agents executor places from, so agent
-    // work can be claimed with its move (a step that reads nothing does not wait for it).
-    if (rest.length > 0 || opts.queued) freshened = ctx.freshenPlacement?.();
+    // A step that reads runs, or starts one, reads along with them what the agents executor
+    // places from if it is getting old, so agent work can be claimed with its move (a step that
+    // only goes on with runs read behind their ends does not wait for it).
+    if (rest.length > 0 || opts.queued || [...ahead.values()].some((r) => r.run.state === 'queued')) freshened = ctx.freshenPlacement?.();
     [runs, tiRows] = rest.length === 0 ? [[], []] : await Promise.all([activeRuns(ctx.sql, ctx.maxRunsPerStep, { runIds: rest }), listTisOfRuns(ctx.sql, rest)]);
     for (const { run, tis } of ahead.values()) {
       runs.push(run);
@@ -175,6 +176,8 @@ async function writeAndOffer(ctx: SchedulerContext, decided: Decided[], reasons:
     // decides again from a fresh read.
     if (d.plan && !applied.runs.has(d.run.id)) {
       ctx.known?.forget([d.run.id]);
+      // A start refused for max_active_runs at the write: the DAG's next run to end starts it.
+      if (d.plan.start) ctx.heldBackDags?.add(d.run.dag_id);
       continue;
     }
     if (d.plan?.start) result.runsStarted++;
