@@ -276,6 +276,27 @@ describe('report batcher', () => {
     expect(rows).toEqual([{ line: 'early', before: true }, { line: 'late', before: true }]);
   });
 
+  it('writes a Started that arrives while the reads behind an end are on their way without waiting for them, and settles the end after them', async () => {
+    const { attempts } = await claimed(2);
+    const [a, b] = attempts as [(typeof attempts)[0], (typeof attempts)[0]];
+    await db.sql`update task_instances set state = 'running' where id = ${a.tiId}`;
+    const order: string[] = [];
+    const reports = createReportBatcher(db.sql, {
+      retryMs: 1000,
+      logs: quietLogWriter(db.sql),
+      // A slow read behind the end, as a run's read could be.
+      afterEnds: (on) => on`select pg_sleep(0.3)`.execute().then(() => void order.push('reads')),
+    });
+    const ended = reports.finished(a, { outcome: 'success', exitCode: 0, signal: null, error: null }).then((r) => (order.push('end settled'), r));
+    await new Promise((r) => setTimeout(r, 50)); // the end is written, the read still runs
+    const started = await reports.started(b, { pid: 1, agentId: 'agent-1' });
+    order.push('start written');
+    expect(started).toBe(true);
+    expect((await ended).verdict).toBe('success');
+    expect(order).toEqual(['start written', 'reads', 'end settled']);
+    await reports.drain();
+  });
+
   it('writes a report that arrives while a write is in flight with the next batch', async () => {
     const { attempts } = await claimed(3);
     const c = counting(db.sql);

@@ -70,6 +70,8 @@ export interface ReportBatcherOptions {
 export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): ReportBatcher {
   let queue: Op[] = [];
   let flushing: Promise<void> | null = null;
+  /** Ends written whose settling waits for the reads sent behind them. */
+  const settlingEnds = new Set<Promise<void>>();
 
   const retry = <T>(op: () => Promise<T>) => retryOnConnectionError(op, { maxMs: opts.retryMs, onRetry: (err, n) => n === 1 && opts.onRetry?.(err) });
 
@@ -113,7 +115,8 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
   /**
    * The buffered log lines, the starts and the ends (starts may be empty) on one reserved
    * connection, sent back to back, then what `afterEnds` sends: one round trip, and Postgres runs
-   * them in that order. A part lost to a connection error is written again through the pool,
+   * them in that order. Once the lines, starts and ends have answered, the next batch may go (a
+   * Started that came meanwhile is not held up by the reads behind these ends). A part lost to a connection error is written again through the pool,
    * lines before starts before ends, so the order holds on the retry too.
    */
   const writeTogether = async (starts: StartOp[], ends: EndOp[]) => {
@@ -135,7 +138,20 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
     const sent = [starts.length > 0 ? startsQuery(on, starts).execute() : none, ends.length > 0 ? endsQuery(on, ends).execute() : none] as const;
     const after = ends.length > 0 ? opts.afterEnds?.(on, ends.map((o) => ({ tiId: o.a.tiId, outcome: o.result.outcome }))) : undefined;
     // The lines settle first: retried through the pool after a lost connection, before the ends are.
-    const [s, e] = await Promise.allSettled([...sent, after, lines]);
+    const [s, e] = await Promise.allSettled([...sent, lines]);
+    if (s.status === 'fulfilled' && e.status === 'fulfilled') {
+      settleStarts(starts, s.value);
+      // Written: the next batch need not wait. The ends are settled once what was sent behind them
+      // has answered too (the step an end nudges plans from those reads).
+      const settling = Promise.allSettled([after]).then(() => {
+        conn.release();
+        settleEnds(ends, e.value);
+      });
+      settlingEnds.add(settling);
+      void settling.finally(() => settlingEnds.delete(settling));
+      return;
+    }
+    await Promise.allSettled([after]);
     conn.release();
     if (s.status === 'fulfilled') settleStarts(starts, s.value);
     else if (isConnectionError(s.reason)) await writeStarts(starts);
@@ -180,7 +196,10 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
     started: (a, info) => new Promise<boolean>((resolve, reject) => enqueue({ kind: 'start', a, pid: info.pid, agentId: info.agentId, resolve, reject })),
     finished: (a, result) => new Promise<FinishRecorded>((resolve, reject) => enqueue({ kind: 'finish', a, result, resolve, reject })),
     async drain() {
-      while (flushing) await flushing;
+      while (flushing || settlingEnds.size > 0) {
+        await flushing;
+        await Promise.all(settlingEnds);
+      }
     },
   };
 }
