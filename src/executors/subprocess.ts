@@ -208,22 +208,20 @@ class SubprocessExecutor implements Executor {
     }
     run.child = child;
     run.pid = child.pid ?? null;
-    // A known pid means the process exists (uv_spawn returns after exec): watch it before any event.
-    if (run.pid !== null) this.#watch(run, child);
+    if (run.pid !== null) {
+      // A known pid means the process exists (uv_spawn returns after exec): it has started, so
+      // say so now rather than a turn of the event loop later, when its 'spawn' event comes.
+      this.#watch(run, child);
+      // After a successful spawn 'error' only means a signal could not be sent.
+      child.on('error', (err) => this.#logError(attempt, err, 'child process error'));
+      this.#system(run, `started pid ${run.pid}: ${formatCommand(attempt.command)}`);
+      return Promise.resolve(null);
+    }
     return new Promise((resolve) => {
       child.on('error', (err) => {
-        if (run.pid === null) {
-          child.stdout?.destroy();
-          child.stderr?.destroy();
-          resolve(`failed to start ${JSON.stringify(file)}${where}: ${errorMessage(err)}`);
-        } else {
-          // After a successful spawn 'error' only means a signal could not be sent.
-          this.#logError(attempt, err, 'child process error');
-        }
-      });
-      child.once('spawn', () => {
-        this.#system(run, `started pid ${run.pid}: ${formatCommand(attempt.command)}`);
-        resolve(null);
+        child.stdout?.destroy();
+        child.stderr?.destroy();
+        resolve(`failed to start ${JSON.stringify(file)}${where}: ${errorMessage(err)}`);
       });
     });
   }

@@ -172,6 +172,21 @@ describe('subprocess executor', () => {
     expect(executor.activeCount).toBe(0);
   });
 
+  it('reports Started as soon as the spawn returns a pid, before the next turn of the event loop', async () => {
+    const { reporter, executor } = setup();
+    const a = attempt(['sleep', '0.2']);
+    let ticked = false;
+    process.nextTick(() => (ticked = true));
+    const dispatching = executor.dispatch(a);
+    // Only microtasks have run since the spawn: its 'spawn' event (a nextTick) has not come yet.
+    await Promise.resolve();
+    await Promise.resolve();
+    expect(ticked).toBe(false);
+    expect(reporter.startedCalls).toEqual([{ tiId: a.tiId, pid: expect.any(Number) }]);
+    await dispatching;
+    expect((await reporter.finishedOf(a.tiId)).outcome).toBe('success');
+  });
+
   it('reports a non-zero exit as failed with the exit code', async () => {
     const { reporter, executor } = setup();
     const a = attempt(['sh', '-c', 'exit 3']);
