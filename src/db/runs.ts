@@ -1,5 +1,6 @@
 import type { DagSpec } from '../core/dag-spec.js';
 import { runMoveFrom, type RunState } from '../core/states.js';
+import type postgres from 'postgres';
 import type { PendingQuery, Sql, TxSql } from './sql.js';
 import type { TiRow } from './tis.js';
 
@@ -48,35 +49,56 @@ export interface CreatedRunRead {
  * read of it (`read`), so it can be planned without reading it again.
  */
 export async function createRun(tx: Sql | TxSql, run: NewRun): Promise<{ run: RunRow; created: boolean; read?: CreatedRunRead }> {
-  const tasks = run.spec.tasks;
-  const [inserted] = await tx<(RunRow & { running_in_dag: number; tis_json: Record<string, unknown>[] })[]>`
-    with run as (
+  const source = tx`select ${run.dagId}::text as dag_id, ${run.dagVersion}::int as version, ${tx.json(run.spec as never)}::jsonb as spec, null::bool as paused`;
+  return (await insertRun(tx, source, run))!;
+}
+
+/**
+ * `createRun` of the DAG's current version, read in the same statement (one round trip for
+ * TriggerRun). Null when there is no such DAG. The read it returns knows whether the DAG is paused.
+ */
+export async function createRunOfDag(sql: Sql, run: Omit<NewRun, 'dagVersion' | 'spec'>): Promise<{ run: RunRow; created: boolean; read?: CreatedRunRead & { dagPaused: boolean } } | null> {
+  const source = sql`select dag_id, version, spec, paused from dags where dag_id = ${run.dagId}`;
+  const made = await insertRun(sql, source, run);
+  if (!made?.read) return made as { run: RunRow; created: boolean } | null;
+  return { ...made, read: { ...made.read, dagPaused: made.read.dagPaused! } };
+}
+
+/** The statement of both: the task instances are made from the run's spec snapshot. Null when
+ *  `source` gave no DAG and no run has the key. */
+async function insertRun(
+  tx: Sql | TxSql,
+  source: PendingQuery<postgres.Row[]>,
+  run: Omit<NewRun, 'dagVersion' | 'spec'>,
+): Promise<{ run: RunRow; created: boolean; read?: CreatedRunRead & { dagPaused: boolean | null } } | null> {
+  const [inserted] = await tx<(RunRow & { dag_paused: boolean | null; running_in_dag: number; tis_json: Record<string, unknown>[] })[]>`
+    with src as (${source}),
+    run as (
       insert into dag_runs (dag_id, run_key, run_type, dag_version, spec, logical_date, conf)
-      values (${run.dagId}, ${run.runKey}, ${run.runType}, ${run.dagVersion}, ${tx.json(run.spec as never)},
-              ${run.logicalDate}, ${tx.json(run.conf as never)})
+      select dag_id, ${run.runKey}, ${run.runType}, version, spec, ${run.logicalDate}, ${tx.json(run.conf as never)} from src
       on conflict (dag_id, run_key) do nothing
       returning *),
     tis as (
       insert into task_instances (run_id, task_id, max_tries, executor, retry_delay_ms, max_retry_delay_ms, pending_reason)
-      select run.id, t.task_id, t.max_tries, t.executor, t.retry_delay_ms, t.max_retry_delay_ms, 'RUN_QUEUED'
-      from run, unnest(${tasks.map((t) => t.id)}::text[], ${tasks.map((t) => t.retries + 1)}::int[],
-                       ${tasks.map((t) => (t.executor === 'default' ? run.defaultExecutor : t.executor))}::text[],
-                       ${tasks.map((t) => t.retryDelayMs)}::bigint[], ${tasks.map((t) => t.maxRetryDelayMs)}::bigint[])
-           as t(task_id, max_tries, executor, retry_delay_ms, max_retry_delay_ms)
+      select run.id, t->>'id', (t->>'retries')::int + 1,
+             case when t->>'executor' = 'default' then ${run.defaultExecutor} else t->>'executor' end,
+             (t->>'retryDelayMs')::bigint, (t->>'maxRetryDelayMs')::bigint, 'RUN_QUEUED'
+      from run, jsonb_array_elements(run.spec->'tasks') with ordinality as e(t, n)
+      order by e.n
       returning *),
     ev as (
       insert into events (run_id, kind, payload)
       select id, 'run.state', ${tx.json({ to: 'queued', run_key: run.runKey, run_type: run.runType } as never)} from run)
-    select run.*,
+    select run.*, (select paused from src) as dag_paused,
       (select count(*)::int from dag_runs x where x.dag_id = run.dag_id and x.state = 'running') as running_in_dag,
       (select coalesce(jsonb_agg(to_jsonb(t) order by t.id), '[]'::jsonb) from tis t) as tis_json
     from run`;
   if (!inserted) {
     const [existing] = await tx<RunRow[]>`select * from dag_runs where dag_id = ${run.dagId} and run_key = ${run.runKey}`;
-    return { run: existing!, created: false };
+    return existing ? { run: existing, created: false } : null;
   }
-  const { running_in_dag: runningInDag, tis_json: tisJson, ...created } = inserted;
-  return { run: created, created: true, read: { runningInDag, tis: tisJson.map(tiFromJson) } };
+  const { dag_paused: dagPaused, running_in_dag: runningInDag, tis_json: tisJson, ...created } = inserted;
+  return { run: created, created: true, read: { dagPaused, runningInDag, tis: tisJson.map(tiFromJson) } };
 }
 
 /** A task instance row as `to_jsonb` gives it: ids back to decimal strings, times to Dates. */

@@ -8,7 +8,7 @@ import { readRunLogs } from '../db/logs.js';
 import { cancelRun } from '../db/cancel-run.js';
 import { cancelTaskInstance } from '../db/cancel-task-instance.js';
 import { clearTaskInstance } from '../db/clear-task-instance.js';
-import { createRun, getRun, listRuns } from '../db/runs.js';
+import { createRunOfDag, getRun, listRuns } from '../db/runs.js';
 import type { Sql } from '../db/sql.js';
 import { listTis } from '../db/tis.js';
 import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
@@ -119,24 +119,13 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       }
       const now = new Date();
       const runKey = req.runKey || `manual__${now.toISOString()}__${randomBytes(3).toString('hex')}`;
-      // Two round trips, no transaction: a DAG applied in between only means the run was
-      // triggered just before it (the run keeps the version it was created from).
-      const dag = await getDag(sql, dagId);
-      if (!dag) throw new NotFoundError(`DAG "${dagId}" not found`);
-      const result = await createRun(sql, {
-        dagId,
-        dagVersion: dag.version,
-        spec: dag.spec,
-        runKey,
-        runType: 'manual',
-        logicalDate: now,
-        conf,
-        defaultExecutor: deps.defaultExecutor,
-      });
+      // One statement: the DAG's current version is read and the run made from it.
+      const result = await createRunOfDag(sql, { dagId, runKey, runType: 'manual', logicalDate: now, conf, defaultExecutor: deps.defaultExecutor });
+      if (!result) throw new NotFoundError(`DAG "${dagId}" not found`);
       if (result.created) {
         deps.logger.info({ runId: result.run.id, dagId, runKey }, 'run triggered');
         if (result.read && deps.runCreated) {
-          deps.runCreated({ run: { ...result.run, dag_paused: dag.paused, running_in_dag: result.read.runningInDag }, tis: result.read.tis });
+          deps.runCreated({ run: { ...result.run, dag_paused: result.read.dagPaused, running_in_dag: result.read.runningInDag }, tis: result.read.tis });
         } else deps.nudge([result.run.id]);
       }
       return { run: runToProto(result.run), created: result.created };

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { claimAttempts } from '../../src/db/attempts/claim-attempt.js';
 import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
 import { upsertDag } from '../../src/db/dags.js';
-import { activeRuns, createRun } from '../../src/db/runs.js';
+import { activeRuns, createRun, createRunOfDag } from '../../src/db/runs.js';
 import type { Sql } from '../../src/db/sql.js';
 import { listTis } from '../../src/db/tis.js';
 import { PrefetchedRuns } from '../../src/scheduler/prefetched-runs.js';
@@ -133,5 +133,27 @@ describe('runs read behind the ends', () => {
     prefetched.keep({ run: read!, tis: created.read!.tis });
     prefetched.changed([created.run.id]);
     expect(prefetched.take([created.run.id]).size).toBe(0);
+  });
+
+  it("creates a run of the DAG's current version in one statement, knowing whether the DAG is paused, or says there is no such DAG", async () => {
+    const spec = dag(`pf${++seq}`, [task('a'), task('b', { dependsOn: ['a'], executor: 'agents', retries: 2 })]);
+    await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
+    const { dag: v2 } = await upsertDag(db.sql, { ...spec, description: 'v2' }, `${spec.dagId}.yaml`);
+    await db.sql`update dags set paused = true where dag_id = ${spec.dagId}`;
+    const made = { dagId: spec.dagId, runKey: 'k', runType: 'manual' as const, logicalDate: new Date(), conf: { x: 1 }, defaultExecutor: 'subprocess' };
+    const created = await createRunOfDag(db.sql, made);
+    expect(created!.created).toBe(true);
+    expect(created!.run.dag_version).toBe(v2.version);
+    expect(created!.read!.dagPaused).toBe(true);
+    expect(created!.read!.tis).toEqual(await listTis(db.sql, created!.run.id));
+    // The task instances as createRun makes them from a spec: max tries, executors, the reason.
+    expect(created!.read!.tis.map((t) => [t.task_id, t.max_tries, t.executor, t.state, t.pending_reason])).toEqual([
+      ['a', 1, 'subprocess', 'none', 'RUN_QUEUED'],
+      ['b', 3, 'agents', 'none', 'RUN_QUEUED'],
+    ]);
+    const again = await createRunOfDag(db.sql, made);
+    expect(again).toMatchObject({ created: false, run: { id: created!.run.id } });
+    expect(again!.read).toBeUndefined();
+    expect(await createRunOfDag(db.sql, { ...made, dagId: 'no_such_dag' })).toBeNull();
   });
 });
