@@ -70,6 +70,9 @@ export interface SchedulerContext {
    * must then be accepted, or its claim released.
    */
   claimRoom?(executor: string): number;
+  /** Holds this much of the room `claimRoom` gives until the returned function is called (the
+   *  claims made with their moves are offered by then): two steps never count the same room. */
+  holdRoom?(n: number): () => void;
   /**
    * Places a TI of an executor that places its work (agents) at once, from the executor's current
    * view of the fleet, so the planner can claim it with its move for that agent (with room in the

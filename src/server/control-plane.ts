@@ -122,6 +122,8 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     // is asked for a step over every run, so the TIs it refused are offered again without
     // waiting for the tick.
     let refused = false;
+    // Room in the pool held for claims made with their moves and not offered yet (see plan.ts).
+    let roomHeld = 0;
     const pool = createDispatchPool<DispatchItem>({
       workers: config.dispatchWorkers,
       capacity: config.dispatchQueue,
@@ -163,7 +165,8 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
           fleet.executor.retryParked();
           return 'duplicate';
         }
-        const outcome = pool.offer(item);
+        // The room held for claims made with their moves is theirs: other work sees it taken.
+        const outcome = !item.claim && pool.depth + roomHeld >= config.dispatchQueue ? 'full' : pool.offer(item);
         if (outcome !== 'accepted' && item.claim) {
           // Claimed with its move but not taken after all: give the claim back at once rather
           // than leave an attempt queued that no one will start.
@@ -183,7 +186,15 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       executors: new Set(executors.keys()),
       // The planner may claim TIs with their move, as many as the pool takes now: the subprocess
       // executor's need no placement, and agent work is claimed for the agent placed on now.
-      claimRoom: () => Math.max(0, config.dispatchQueue - pool.depth),
+      claimRoom: () => Math.max(0, config.dispatchQueue - pool.depth - roomHeld),
+      holdRoom: (n) => {
+        roomHeld += n;
+        let held = true;
+        return () => {
+          if (held) roomHeld -= n;
+          held = false;
+        };
+      },
       // Agent work too, when the executor can place it at once from its view of the fleet.
       placeNow: (work) => (work.executor === 'agents' ? fleet.executor.placeNow(work) : null),
       placed: (agentId, tiId, attemptToken) => fleet.executor.placed(agentId, tiId, attemptToken),
@@ -194,7 +205,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       prefetched,
       known,
       heldBackDags: new Set(),
-      offerRoom: () => Math.max(0, config.dispatchQueue - pool.depth),
+      offerRoom: () => Math.max(0, config.dispatchQueue - pool.depth - roomHeld),
       runOrphanThresholdMs: config.runOrphanThresholdMs,
       heartbeatThresholdMs: config.heartbeatThresholdMs,
       health: { healthySince: new Date() },

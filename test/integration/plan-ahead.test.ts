@@ -252,4 +252,35 @@ describe('planning ahead of an end', () => {
     expect(b.state).toBe('none');
     expect(placed).toEqual([['agent-7', b.id, null]]);
   });
+
+  it('holds the room its claims take until they are offered, so a step meanwhile cannot count it too', async () => {
+    const l = leader();
+    const log: string[] = [];
+    let held = 0;
+    l.ctx.claimRoom = () => 1 - held;
+    l.ctx.holdRoom = (n) => {
+      held += n;
+      log.push(`hold ${n}`);
+      return () => {
+        held -= n;
+        log.push(`unhold ${n}`);
+      };
+    };
+    const offer = l.ctx.offer;
+    l.ctx.offer = (item) => (log.push(`offer ${item.taskId}${item.claim ? ' claimed' : ''}`), offer(item));
+    const run = await trigger(dag('ahead_room', [task('a'), task('b', { dependsOn: ['a'] })]));
+    await step(l.ctx);
+    expect(log).toEqual(['hold 1', 'offer a claimed', 'unhold 1']);
+    const a = await started(l.offered, 'a');
+    log.length = 0;
+    await db.sql`update task_instances set state = 'success', ended_at = now() where id = ${a.tiId}`;
+    // Planned ahead of a's end (as the batcher does, right behind it): while its claim is on the
+    // wire the room is taken.
+    const ahead = planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'success' }])!;
+    expect(l.ctx.claimRoom('subprocess')).toBe(0);
+    await ahead;
+    expect(l.ctx.claimRoom('subprocess')).toBe(1);
+    expect(log).toEqual(['hold 1', 'offer b claimed', 'unhold 1']);
+    expect(await states(run.id)).toEqual({ a: 'success', b: 'queued' });
+  });
 });

@@ -167,10 +167,36 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
  *  offers what is scheduled. */
 async function writeAndOffer(ctx: SchedulerContext, decided: Decided[], reasons: Map<string, string | null>, result: PlanResult): Promise<Set<string>> {
   if (decided.length === 0) return new Set();
-  claimWithTheMove(ctx, decided);
-  const applied = await applyAll(ctx, decided.flatMap((d) => (d.plan ? [d.plan] : [])), result);
-  settlePlacements(ctx, decided, applied);
+  const unhold = claimWithTheMove(ctx, decided);
   const ending: { runId: string; epoch: string; outcome: 'success' | 'failed' }[] = [];
+  try {
+    const applied = await applyAll(ctx, decided.flatMap((d) => (d.plan ? [d.plan] : [])), result);
+    settlePlacements(ctx, decided, applied);
+    decideOffers(ctx, decided, applied, reasons, result, ending);
+  } finally {
+    unhold();
+  }
+  if (ending.length === 0) return new Set();
+  try {
+    const ended = await finalizeRuns(ctx.sql, ending);
+    result.runsFinalized += ended.size;
+    return ended;
+  } catch (err) {
+    result.errors++;
+    ctx.counters.error('plan.finalize', err);
+    return new Set();
+  }
+}
+
+/** After the writes: what applied is offered (and remembered), what ends is listed in `ending`. */
+function decideOffers(
+  ctx: SchedulerContext,
+  decided: Decided[],
+  applied: AppliedPlans,
+  reasons: Map<string, string | null>,
+  result: PlanResult,
+  ending: { runId: string; epoch: string; outcome: 'success' | 'failed' }[],
+): void {
   for (const d of decided) {
     // A plan that did not apply (a clear since the read, or the write failed): the next step
     // decides again from a fresh read.
@@ -195,16 +221,6 @@ async function writeAndOffer(ctx: SchedulerContext, decided: Decided[], reasons:
       result.offered += offerScheduled(ctx, d, applied, reasons);
       rememberAfter(ctx, d, applied);
     }
-  }
-  if (ending.length === 0) return new Set();
-  try {
-    const ended = await finalizeRuns(ctx.sql, ending);
-    result.runsFinalized += ended.size;
-    return ended;
-  } catch (err) {
-    result.errors++;
-    ctx.counters.error('plan.finalize', err);
-    return new Set();
   }
 }
 
@@ -275,31 +291,35 @@ export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId:
     decided.push(d);
   }
   if (decided.length === 0) return null;
-  claimWithTheMove(ctx, decided);
+  const unhold = claimWithTheMove(ctx, decided);
   // Sent now, before anything is awaited: right behind the ends on the wire.
   const sent = applyPlansQuery(on, decided.map((d) => d.plan!)).execute();
   return (async () => {
-    let applied: AppliedPlans;
     try {
-      applied = appliedFrom(await sent);
-    } catch (err) {
-      // Nothing applied (one statement): the step that follows the ends plans these runs.
-      settlePlacements(ctx, decided, appliedFrom([]));
-      known.forget(decided.map((d) => d.run.id));
-      if (!isConnectionError(err)) ctx.counters.error('plan.ahead', err);
-      return;
-    }
-    settlePlacements(ctx, decided, applied);
-    const reasons = new Map<string, string | null>();
-    for (const d of decided) {
-      if (!applied.runs.has(d.run.id)) {
-        known.forget([d.run.id]);
-        continue;
+      let applied: AppliedPlans;
+      try {
+        applied = appliedFrom(await sent);
+      } catch (err) {
+        // Nothing applied (one statement): the step that follows the ends plans these runs.
+        settlePlacements(ctx, decided, appliedFrom([]));
+        known.forget(decided.map((d) => d.run.id));
+        if (!isConnectionError(err)) ctx.counters.error('plan.ahead', err);
+        return;
       }
-      offerScheduled(ctx, d, applied, reasons);
-      rememberAfter(ctx, d, applied);
+      settlePlacements(ctx, decided, applied);
+      const reasons = new Map<string, string | null>();
+      for (const d of decided) {
+        if (!applied.runs.has(d.run.id)) {
+          known.forget([d.run.id]);
+          continue;
+        }
+        offerScheduled(ctx, d, applied, reasons);
+        rememberAfter(ctx, d, applied);
+      }
+      // A refused offer's reason is left to the step that follows the ends (it offers again).
+    } finally {
+      unhold();
     }
-    // A refused offer's reason is left to the step that follows the ends (it offers again).
   })();
 }
 
@@ -309,10 +329,15 @@ export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId:
  * offer (`ctx.claimRoom`): the dispatcher then starts the attempt without a claim of its own, one
  * round trip sooner. With less room than that, nothing is claimed ahead (the pool takes offers
  * in order, and a claimed TI it refused would have to be given back), and the dispatcher claims
- * as before.
+ * as before. The room claimed is held (`ctx.holdRoom`) until the returned function is called,
+ * once the claims are offered: another step or plan ahead in the meantime cannot count it too.
  */
-function claimWithTheMove(ctx: SchedulerContext, decided: Decided[]): void {
-  if (!ctx.claimRoom) return;
+function claimWithTheMove(ctx: SchedulerContext, decided: Decided[]): () => void {
+  const holds: (() => void)[] = [];
+  const unhold = () => {
+    for (const h of holds.splice(0)) h();
+  };
+  if (!ctx.claimRoom) return unhold;
   const offers = new Map<string, { move: TiMove; task: TaskSpec }[]>();
   const waiting = new Map<string, number>();
   for (const d of decided) {
@@ -329,19 +354,25 @@ function claimWithTheMove(ctx: SchedulerContext, decided: Decided[]): void {
   }
   for (const [executor, moves] of offers) {
     if (moves.length + (waiting.get(executor) ?? 0) > ctx.claimRoom(executor)) continue;
+    let claimed = 0;
     if (executor !== 'agents') {
       for (const { move } of moves) move.claimFor = executor;
-      continue;
+      claimed = moves.length;
+    } else {
+      // Agent work is claimed for the agent it is placed on now, oldest first; the first that
+      // cannot be placed at once stops it (later work never overtakes it), and the rest are
+      // offered as before.
+      for (const { move, task } of moves) {
+        const agentId = ctx.placeNow?.({ tiId: move.tiId, executor, task }) ?? null;
+        if (agentId === null) break;
+        move.claimFor = executor;
+        move.agentId = agentId;
+        claimed++;
+      }
     }
-    // Agent work is claimed for the agent it is placed on now, oldest first; the first that cannot
-    // be placed at once stops it (later work never overtakes it), and the rest are offered as before.
-    for (const { move, task } of moves) {
-      const agentId = ctx.placeNow?.({ tiId: move.tiId, executor, task }) ?? null;
-      if (agentId === null) break;
-      move.claimFor = executor;
-      move.agentId = agentId;
-    }
+    if (claimed > 0 && ctx.holdRoom) holds.push(ctx.holdRoom(claimed));
   }
+  return unhold;
 }
 
 /** Tells the executor how the claims of the TIs it placed with `placeNow` went (their slots). */
