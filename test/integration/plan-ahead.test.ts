@@ -6,7 +6,6 @@ import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
 import { startAttempt } from '../../src/db/attempts/start-attempt.js';
 import { upsertDag } from '../../src/db/dags.js';
 import { createRun, type RunRow } from '../../src/db/runs.js';
-import type { Sql } from '../../src/db/sql.js';
 import { listTis } from '../../src/db/tis.js';
 import type { DispatchItem, SchedulerContext } from '../../src/scheduler/context.js';
 import { KnownRuns } from '../../src/scheduler/known-runs.js';
@@ -16,6 +15,7 @@ import { step } from '../../src/scheduler/step.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { watching } from '../helpers/watching-sql.js';
 
 /**
  * Planning ahead of an end: the leader decides a run from what it last knew of it, with the
@@ -47,18 +47,8 @@ function leader() {
   const errors: string[] = [];
   const known = new KnownRuns();
   const prefetched = new PrefetchedRuns(100);
-  let direct = 0;
-  let reserved = 0;
-  const watched = new Proxy(db.sql, {
-    apply(t, thisArg, args) {
-      direct++;
-      return Reflect.apply(t as never, thisArg, args);
-    },
-    get(t, prop, receiver) {
-      if (prop !== 'reserve') return Reflect.get(t, prop, receiver);
-      return () => (reserved++, t.reserve());
-    },
-  }) as Sql;
+  const watched = watching(db.sql);
+  const base = { direct: 0, reserved: 0 };
   const ctx: SchedulerContext = {
     sql: db.sql,
     logger,
@@ -76,7 +66,7 @@ function leader() {
     prefetched,
     known,
   };
-  const reports = createReportBatcher(watched, {
+  const reports = createReportBatcher(watched.sql, {
     retryMs: 1000,
     logs: quietLogWriter(db.sql),
     afterEnds: (on, ends) => {
@@ -85,7 +75,7 @@ function leader() {
       return planned ? Promise.all([planned, read]).then(() => {}) : read;
     },
   });
-  return { ctx, known, offered, errors, reports, counts: () => ({ direct, reserved }), reset: () => ((direct = 0), (reserved = 0), (offered.length = 0)) };
+  return { ctx, known, offered, errors, reports, counts: () => ({ direct: watched.direct() - base.direct, reserved: watched.reserved() - base.reserved }), reset: () => ((base.direct = watched.direct()), (base.reserved = watched.reserved()), (offered.length = 0)) };
 }
 
 async function trigger(spec: DagSpec): Promise<RunRow> {

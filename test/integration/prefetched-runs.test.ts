@@ -3,12 +3,12 @@ import { claimAttempts } from '../../src/db/attempts/claim-attempt.js';
 import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
 import { upsertDag } from '../../src/db/dags.js';
 import { activeRuns, createRun, createRunOfDag } from '../../src/db/runs.js';
-import type { Sql } from '../../src/db/sql.js';
 import { listTis } from '../../src/db/tis.js';
 import { PrefetchedRuns } from '../../src/scheduler/prefetched-runs.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { watching } from '../helpers/watching-sql.js';
 
 /**
  * The leader reads the runs of the attempts that ended in the same round trip as the ends' write
@@ -39,24 +39,6 @@ async function runningChain() {
   const attempt = { tiId: a.id, tryNumber: claim.tryNumber, attemptToken: claim.attemptToken };
   await db.sql`update task_instances set state = 'running' where id = ${a.id}`;
   return { runId: run.id, attempt };
-}
-
-/** The pool, telling how many statements (tagged-template calls) went straight to it and how many
- *  connections were reserved from it. */
-function watching(sql: Sql): { sql: Sql; direct(): number; reserved(): number } {
-  let direct = 0;
-  let reserved = 0;
-  const pool = new Proxy(sql, {
-    apply(t, thisArg, args) {
-      direct++;
-      return Reflect.apply(t as never, thisArg, args);
-    },
-    get(t, prop, receiver) {
-      if (prop !== 'reserve') return Reflect.get(t, prop, receiver);
-      return () => (reserved++, t.reserve());
-    },
-  });
-  return { sql: pool, direct: () => direct, reserved: () => reserved };
 }
 
 const success = { outcome: 'success' as const, exitCode: 0, signal: null, error: null };
