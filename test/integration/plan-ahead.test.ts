@@ -99,12 +99,18 @@ async function started(offered: DispatchItem[], taskId: string): Promise<Attempt
   return a;
 }
 
+/** A run of `spec` triggered and stepped by this leader, its task `a` claimed with its move and
+ *  started. */
+async function aStarted(l: ReturnType<typeof leader>, spec: DagSpec): Promise<{ run: RunRow; a: AttemptKey }> {
+  const run = await trigger(spec);
+  await step(l.ctx);
+  return { run, a: await started(l.offered, 'a') };
+}
+
 describe('planning ahead of an end', () => {
   it('claims the next task of a chain in the round trip that records the end, and offers it claimed', async () => {
     const l = leader();
-    const run = await trigger(dag('ahead_chain', [task('a'), task('b', { dependsOn: ['a'] }), task('c', { dependsOn: ['b'] })]));
-    await step(l.ctx);
-    const a = await started(l.offered, 'a');
+    const { run, a } = await aStarted(l, dag('ahead_chain', [task('a'), task('b', { dependsOn: ['a'] }), task('c', { dependsOn: ['b'] })]));
     expect(l.known.ofTi(a.tiId)?.run.id).toBe(run.id);
     l.reset();
 
@@ -128,9 +134,7 @@ describe('planning ahead of an end', () => {
 
   it('moves nothing when the end is refused (a stale attempt): its success was only assumed', async () => {
     const l = leader();
-    const run = await trigger(dag('ahead_refused', [task('a'), task('b', { dependsOn: ['a'] })]));
-    await step(l.ctx);
-    const a = await started(l.offered, 'a');
+    const { run, a } = await aStarted(l, dag('ahead_refused', [task('a'), task('b', { dependsOn: ['a'] })]));
     l.reset();
     const stale = { ...a, attemptToken: '00000000-0000-4000-8000-000000000000' };
     expect((await l.reports.finished(stale, OK)).verdict).toBe('rejected');
@@ -142,9 +146,7 @@ describe('planning ahead of an end', () => {
   it('moves nothing when the memory is out of date: an upstream state it assumed does not hold', async () => {
     const l = leader();
     // c runs once a and b both succeed.
-    const run = await trigger(dag('ahead_stale', [task('a'), task('b'), task('c', { dependsOn: ['a', 'b'] })]));
-    await step(l.ctx);
-    const a = await started(l.offered, 'a');
+    const { run, a } = await aStarted(l, dag('ahead_stale', [task('a'), task('b'), task('c', { dependsOn: ['a', 'b'] })]));
     const b = await started(l.offered, 'b');
     // b fails, but the memory is told it succeeded (as a memory gone stale would say).
     await l.reports.finished(b, FAIL);
@@ -161,9 +163,7 @@ describe('planning ahead of an end', () => {
 
   it('moves nothing in a DAG paused since the memory was taken', async () => {
     const l = leader();
-    const run = await trigger(dag('ahead_paused', [task('a'), task('b', { dependsOn: ['a'] })]));
-    await step(l.ctx);
-    const a = await started(l.offered, 'a');
+    const { run, a } = await aStarted(l, dag('ahead_paused', [task('a'), task('b', { dependsOn: ['a'] })]));
     await db.sql`update dags set paused = true where dag_id = 'ahead_paused'`;
     l.reset();
     await l.reports.finished(a, OK);
@@ -173,9 +173,7 @@ describe('planning ahead of an end', () => {
 
   it('plans ahead only successes of runs that go on: a failure, or the last task, is left to the step', async () => {
     const l = leader();
-    const run = await trigger(dag('ahead_fail', [task('a'), task('b', { dependsOn: ['a'] })]));
-    await step(l.ctx);
-    const a = await started(l.offered, 'a');
+    const { run, a } = await aStarted(l, dag('ahead_fail', [task('a'), task('b', { dependsOn: ['a'] })]));
     l.reset();
     await l.reports.finished(a, FAIL);
     expect(await states(run.id)).toEqual({ a: 'failed', b: 'none' });
@@ -191,9 +189,7 @@ describe('planning ahead of an end', () => {
 
   it('schedules a task of a placing executor without claiming it (the executor places and claims it)', async () => {
     const l = leader();
-    const run = await trigger(dag('ahead_agents', [task('a'), task('b', { dependsOn: ['a'], executor: 'agents' })]));
-    await step(l.ctx);
-    const a = await started(l.offered, 'a');
+    const { run, a } = await aStarted(l, dag('ahead_agents', [task('a'), task('b', { dependsOn: ['a'], executor: 'agents' })]));
     l.reset();
     await l.reports.finished(a, OK);
     expect(await states(run.id)).toEqual({ a: 'success', b: 'scheduled' });
@@ -208,9 +204,7 @@ describe('planning ahead of an end', () => {
     l.ctx.placeNow = (w) => (w.executor === 'agents' && free ? 'agent-7' : null);
     l.ctx.placed = (agentId, tiId, token) => placed.push([agentId, tiId, token]);
     const spec = dag('ahead_placed', [task('a'), task('b', { dependsOn: ['a'], executor: 'agents' }), task('c', { dependsOn: ['a'], executor: 'agents' })]);
-    const run = await trigger(spec);
-    await step(l.ctx);
-    const a = await started(l.offered, 'a');
+    const { run, a } = await aStarted(l, spec);
     l.reset();
     // Ahead of a's end: b placed on agent-7, c finds no agent free and is offered unclaimed.
     l.ctx.placeNow = (w) => (w.executor === 'agents' && free ? ((free = false), 'agent-7') : null);
@@ -232,9 +226,7 @@ describe('planning ahead of an end', () => {
     const placed: [string, string, string | null][] = [];
     l.ctx.claimRoom = () => 100;
     l.ctx.placed = (agentId, tiId, token) => placed.push([agentId, tiId, token]);
-    const run = await trigger(dag('ahead_unplaced', [task('a'), task('b', { dependsOn: ['a'], executor: 'agents' })]));
-    await step(l.ctx);
-    const a = await started(l.offered, 'a');
+    const { run, a } = await aStarted(l, dag('ahead_unplaced', [task('a'), task('b', { dependsOn: ['a'], executor: 'agents' })]));
     l.ctx.placeNow = () => 'agent-7';
     await db.sql`update dags set paused = true where dag_id = 'ahead_unplaced'`;
     await l.reports.finished(a, OK);
