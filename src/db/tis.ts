@@ -76,13 +76,21 @@ export async function transitionTis(
   return rows.map((r) => r.ti_id);
 }
 
-/** Writes pending reasons that changed (one statement for all of them). */
+/**
+ * Writes pending reasons that changed (one statement for all of them). A reason is a hint for
+ * the reader, rewritten at every step: a row another writer holds (a step overlapping this one,
+ * a claim) is skipped rather than waited for, so two such writes over the same rows in different
+ * orders can never deadlock.
+ */
 export async function setPendingReasons(sql: Sql | TxSql, reasons: Map<string, string | null>): Promise<void> {
   if (reasons.size === 0) return;
   const ids = [...reasons.keys()];
   const values = ids.map((id) => reasons.get(id) ?? null);
   await sql`
-    update task_instances t set pending_reason = r.reason
-    from unnest(${ids}::bigint[], ${values as string[]}::text[]) as r(id, reason)
-    where t.id = r.id and t.state in ('none', 'scheduled', 'up_for_retry')`;
+    with r as (select * from unnest(${ids}::bigint[], ${values as string[]}::text[]) as r(id, reason)),
+    free as (
+      select t.id, r.reason from task_instances t join r on t.id = r.id
+      where t.state in ('none', 'scheduled', 'up_for_retry')
+      for update of t skip locked)
+    update task_instances t set pending_reason = free.reason from free where t.id = free.id`;
 }

@@ -1,13 +1,13 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { DagSpec } from '../../src/core/dag-spec.js';
-import { applyPlans, finalizeRuns } from '../../src/db/apply-plan.js';
+import { PLANS_PER_STATEMENT, applyPlans, finalizeRuns } from '../../src/db/apply-plan.js';
 import { claimAttempts } from '../../src/db/attempts/claim-attempt.js';
 import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
 import { clearTaskInstance } from '../../src/db/clear-task-instance.js';
 import { upsertDag } from '../../src/db/dags.js';
 import { createRun, getRun, type RunRow } from '../../src/db/runs.js';
 import type { Sql } from '../../src/db/sql.js';
-import { listTis, type TiRow } from '../../src/db/tis.js';
+import { listTis, setPendingReasons, type TiRow } from '../../src/db/tis.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
@@ -155,11 +155,60 @@ describe('applyPlans', () => {
     expect((await getRun(db.sql, three.run.id))!.state).toBe('queued');
   });
 
+  it('applies more plans than one statement takes a statement at a time: max_active_runs holds across them', async () => {
+    const spec = { ...dag('p_many', [task('a')]), maxActiveRuns: PLANS_PER_STATEMENT + 50 };
+    const runs: { run: RunRow; tis: Map<string, TiRow> }[] = [];
+    for (let i = 0; i < PLANS_PER_STATEMENT * 2 + 50; i++) runs.push(await newRun(spec));
+    const c = counting(db.sql);
+    const applied = await applyPlans(
+      c.sql,
+      runs.map(({ run, tis }) => ({ runId: run.id, epoch: run.plan_epoch, start: true, moves: [{ tiId: tis.get('a')!.id, from: 'none' as const, to: 'scheduled' as const }] })),
+    );
+    expect(c.count()).toBe(3);
+    const fit = runs.slice(0, spec.maxActiveRuns);
+    expect([...applied.started].sort()).toEqual(fit.map((r) => r.run.id).sort());
+    expect([...applied.moved].sort()).toEqual(fit.map((r) => r.tis.get('a')!.id).sort());
+    const [n] = await db.sql<{ running: number; scheduled: number }[]>`
+      select (select count(*)::int from dag_runs where dag_id = 'p_many' and state = 'running') as running,
+             (select count(*)::int from task_instances t join dag_runs r on r.id = t.run_id where r.dag_id = 'p_many' and t.state = 'scheduled') as scheduled`;
+    expect(n).toEqual({ running: spec.maxActiveRuns, scheduled: spec.maxActiveRuns });
+  });
+
   it('refuses a move the state table forbids, naming it', async () => {
     const { run, tis } = await newRun(chain('x1'));
     await expect(applyPlans(db.sql, [{ runId: run.id, epoch: '0', start: false, moves: [{ tiId: tis.get('a')!.id, from: 'success', to: 'scheduled' }] }])).rejects.toThrow(
       `illegal planner move success → scheduled for task instance ${tis.get('a')!.id}`,
     );
+  });
+});
+
+describe('setPendingReasons', () => {
+  it('skips a row another writer holds instead of waiting for it, and writes the others', async () => {
+    const { tis } = await newRun(chain('pr1'));
+    const [a, b] = [tis.get('a')!.id, tis.get('b')!.id];
+    const reserved = await db.sql.reserve();
+    try {
+      await reserved`begin`;
+      await reserved`select 1 from task_instances where id = ${a} for update`;
+      // Waiting for the lock would hang here until the transaction ends (and two such writes
+      // over the same rows in opposite orders could deadlock).
+      await setPendingReasons(
+        db.sql,
+        new Map([
+          [a, 'DAG_PAUSED'],
+          [b, 'DAG_PAUSED'],
+        ]),
+      );
+      await reserved`commit`;
+    } finally {
+      reserved.release();
+    }
+    const reasons = async () =>
+      Object.fromEntries((await db.sql<{ id: string; reason: string | null }[]>`select id, pending_reason as reason from task_instances where id in (${a}, ${b})`).map((r) => [r.id, r.reason]));
+    expect(await reasons()).toEqual({ [a]: 'RUN_QUEUED', [b]: 'DAG_PAUSED' });
+    // The next step's write, with the row free again, lands.
+    await setPendingReasons(db.sql, new Map([[a, 'DAG_PAUSED']]));
+    expect(await reasons()).toEqual({ [a]: 'DAG_PAUSED', [b]: 'DAG_PAUSED' });
   });
 });
 
