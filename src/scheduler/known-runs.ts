@@ -17,6 +17,8 @@ const MAX_KNOWN = 10_000;
 export class KnownRuns {
   #runs = new Map<string, RunRead>();
   #runOfTi = new Map<string, string>();
+  /** Runs ended ahead of their step (their DAG by run id), until a step takes them. */
+  #endedAhead = new Map<string, string>();
 
   /** The run and task instances as they are now, as far as this replica's planner knows. */
   remember(read: RunRead): void {
@@ -37,9 +39,33 @@ export class KnownRuns {
     if (!runIds || runIds.length === 0) {
       this.#runs.clear();
       this.#runOfTi.clear();
+      this.#endedAhead.clear();
       return;
     }
     for (const id of runIds) this.#drop(id);
+  }
+
+  /**
+   * This run was ended in the round trip of its last attempt's end (plan.ts, `planAhead`): the
+   * step that follows that end has nothing to read or decide for it, only the room it made in
+   * its DAG (`takeEnded`).
+   */
+  endedAhead(runId: string, dagId: string): void {
+    this.#drop(runId);
+    this.#endedAhead.set(runId, dagId);
+    while (this.#endedAhead.size > MAX_KNOWN) this.#endedAhead.delete(this.#endedAhead.keys().next().value!);
+  }
+
+  /** Of these runs, the ones ended ahead (run id → DAG id), no longer kept here. */
+  takeEnded(runIds: readonly string[]): Map<string, string> {
+    const out = new Map<string, string>();
+    for (const id of runIds) {
+      const dagId = this.#endedAhead.get(id);
+      if (dagId === undefined) continue;
+      this.#endedAhead.delete(id);
+      out.set(id, dagId);
+    }
+    return out;
   }
 
   get size(): number {

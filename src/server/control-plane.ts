@@ -85,9 +85,10 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         // Planning ahead is stepping: a replica that is stopping plans nothing new.
         if (stopping) return prefetched.readAfter(on, ends.map((e) => e.tiId));
         // The next tasks' moves first, then the reads for the step that follows: both behind the ends.
+        // A run ended with its last attempt needs no read for its step.
         const planned = planAhead(ctx, on, ends);
-        const read = prefetched.readAfter(on, ends.map((e) => e.tiId));
-        return planned ? Promise.all([planned, read]).then(() => {}) : read;
+        const read = prefetched.readAfter(on, ends.filter((e) => !planned.endingTis.has(e.tiId)).map((e) => e.tiId));
+        return planned.done ? Promise.all([planned.done, read]).then(() => {}) : read;
       },
     });
     // Set once the loop exists: asks the leader, here or on another replica, to step. `finished`:

@@ -65,25 +65,30 @@ function leader() {
     claimRoom: (executor) => (executor === 'subprocess' ? 100 : 0),
     prefetched,
     known,
+    heldBackDags: new Set(),
   };
   const reports = createReportBatcher(watched.sql, {
     retryMs: 1000,
     logs: quietLogWriter(db.sql),
     afterEnds: (on, ends) => {
       const planned = planAhead(ctx, on, ends);
-      const read = prefetched.readAfter(on, ends.map((e) => e.tiId));
-      return planned ? Promise.all([planned, read]).then(() => {}) : read;
+      const read = prefetched.readAfter(on, ends.filter((e) => !planned.endingTis.has(e.tiId)).map((e) => e.tiId));
+      return planned.done ? Promise.all([planned.done, read]).then(() => {}) : read;
     },
   });
   return { ctx, known, offered, errors, reports, counts: () => ({ direct: watched.direct() - base.direct, reserved: watched.reserved() - base.reserved }), reset: () => ((base.direct = watched.direct()), (base.reserved = watched.reserved()), (offered.length = 0)) };
 }
 
-async function trigger(spec: DagSpec): Promise<RunRow> {
+async function trigger(spec: DagSpec, runKey = 'r'): Promise<RunRow> {
   const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
   const { run } = await db.sql.begin((tx) =>
-    createRun(tx, { dagId: spec.dagId, dagVersion: row.version, spec, runKey: 'r', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+    createRun(tx, { dagId: spec.dagId, dagVersion: row.version, spec, runKey, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
   );
   return run;
+}
+
+async function runState(runId: string): Promise<string> {
+  return (await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`)[0]!.state;
 }
 
 async function states(runId: string): Promise<Record<string, string>> {
@@ -171,20 +176,63 @@ describe('planning ahead of an end', () => {
     expect(l.offered).toEqual([]);
   });
 
-  it('plans ahead only successes of runs that go on: a failure, or the last task, is left to the step', async () => {
+  it('plans ahead only successes: a failure is left to the step', async () => {
     const l = leader();
     const { run, a } = await aStarted(l, dag('ahead_fail', [task('a'), task('b', { dependsOn: ['a'] })]));
     l.reset();
     await l.reports.finished(a, FAIL);
     expect(await states(run.id)).toEqual({ a: 'failed', b: 'none' });
     expect(l.offered).toEqual([]);
-    expect(planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'failed' }])).toBeNull();
+    expect(planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'failed' }])).toEqual({ done: null, endingTis: new Set() });
+  });
 
-    const last = await trigger(dag('ahead_last', [task('only')]));
+  it('ends a run in the round trip that records the end of its last task; the step that follows reads nothing for it', async () => {
+    const l = leader();
+    const { run, a } = await aStarted(l, dag('ahead_last', [task('a')]));
+    l.reset();
+    expect(await l.reports.finished(a, OK)).toEqual({ verdict: 'success', runId: run.id });
+    // Ended before any step, by the end's own round trip: no read went with it.
+    expect(await runState(run.id)).toBe('success');
+    expect(l.counts()).toEqual({ direct: 0, reserved: 1 });
+    const events = await db.sql<{ to: string }[]>`select payload->>'to' as to from events where run_id = ${run.id} and kind = 'run.state' order by seq`;
+    expect(events.map((e) => e.to)).toEqual(['queued', 'running', 'success']);
+    // The step the end nudges has nothing to read or write.
+    l.reset();
+    const result = await step(l.ctx, 'light', { all: false, runIds: [run.id], queued: 0 });
+    expect(result.plan?.runsFinalized).toBe(1);
+    expect(l.counts()).toEqual({ direct: 0, reserved: 0 });
+    expect(l.errors).toEqual([]);
+  });
+
+  it('does not end a run when a state it assumed does not hold; the step decides it from a read', async () => {
+    const l = leader();
+    const { run, a } = await aStarted(l, dag('ahead_last_stale', [task('a'), task('b')]));
+    const b = await started(l.offered, 'b');
+    await l.reports.finished(b, FAIL);
+    // The memory says b succeeded (as a memory gone stale would).
+    const read = l.known.ofTi(a.tiId) ?? { run: { ...run, state: 'running' as const, dag_paused: false, running_in_dag: null }, tis: await listTis(db.sql, run.id) };
+    l.known.remember({ ...read, tis: read.tis.map((t) => (t.task_id === 'b' ? { ...t, state: 'success' } : t.task_id === 'a' ? { ...t, state: 'running' } : t)) } as never);
+    await l.reports.finished(a, OK);
+    expect(await runState(run.id)).toBe('running');
+    await step(l.ctx, 'light', { all: false, runIds: [run.id], queued: 0 });
+    expect(await runState(run.id)).toBe('failed');
+    expect(l.errors).toEqual([]);
+  });
+
+  it('a run ended ahead makes room at once for a run held back by max_active_runs', async () => {
+    const l = leader();
+    const spec = { ...dag('ahead_room_runs', [task('a')]), maxActiveRuns: 1 };
+    const { run, a } = await aStarted(l, spec);
+    const second = await trigger({ ...spec }, 'r2');
     await step(l.ctx);
-    const only = await started(l.offered, 'only');
-    expect(planAhead(l.ctx, db.sql, [{ tiId: only.tiId, outcome: 'success' }])).toBeNull();
-    expect((await listTis(db.sql, last.id))[0]!.state).toBe('running');
+    expect(await runState(second.id)).toBe('queued');
+    expect(l.ctx.heldBackDags!.has('ahead_room_runs')).toBe(true);
+    await l.reports.finished(a, OK);
+    expect(await runState(run.id)).toBe('success');
+    // The step the end nudges starts the run held back, without waiting for a step over every run.
+    await step(l.ctx, 'light', { all: false, runIds: [run.id], queued: 0 });
+    expect(await runState(second.id)).toBe('running');
+    expect(await states(second.id)).toEqual({ a: 'queued' });
   });
 
   it('schedules a task of a placing executor without claiming it (the executor places and claims it)', async () => {
@@ -258,9 +306,9 @@ describe('planning ahead of an end', () => {
     await db.sql`update task_instances set state = 'success', ended_at = now() where id = ${a.tiId}`;
     // Planned ahead of a's end (as the batcher does, right behind it): while its claim is on the
     // wire the room is taken.
-    const ahead = planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'success' }])!;
+    const ahead = planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'success' }]);
     expect(l.ctx.claimRoom('subprocess')).toBe(0);
-    await ahead;
+    await ahead.done;
     expect(l.ctx.claimRoom('subprocess')).toBe(1);
     expect(log).toEqual(['hold 1', 'offer b claimed', 'unhold 1']);
     expect(await states(run.id)).toEqual({ a: 'success', b: 'queued' });

@@ -1,6 +1,6 @@
 import { advanceRun, type RunDecision, type TiView } from '../../core/advance-run.js';
 import { isTerminalTi } from '../../core/states.js';
-import { applyPlans, applyPlansQuery, appliedFrom, finalizeRuns, type AppliedPlans, type RunPlan, type TiMove } from '../../db/apply-plan.js';
+import { applyPlans, applyPlansQuery, appliedFrom, finalizeRuns, finalizeRunsQuery, type AppliedPlans, type RunEnd, type RunPlan, type TiMove } from '../../db/apply-plan.js';
 import { isConnectionError } from '../../db/is-connection-error.js';
 import { activeRuns, poisonRun, type ActiveRunRow } from '../../db/runs.js';
 import type { Sql } from '../../db/sql.js';
@@ -55,8 +55,16 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
   }
 
   // A targeted step: these runs and, with `queued`, the oldest queued runs; else every run.
-  const targeted = opts.runIds || opts.queued ? (opts.runIds ?? []) : null;
-  if (targeted && targeted.length === 0 && !opts.queued) return result;
+  let targeted = opts.runIds || opts.queued ? (opts.runIds ?? []) : null;
+  // Runs ended in the round trip of their last attempt's end have nothing left to read or decide;
+  // only the room they made in a DAG whose queued runs were held back counts (below).
+  const endedAhead = targeted ? (ctx.known?.takeEnded(targeted) ?? new Map<string, string>()) : new Map<string, string>();
+  if (endedAhead.size > 0) {
+    targeted = targeted!.filter((id) => !endedAhead.has(id));
+    result.runsFinalized += endedAhead.size;
+  }
+  const heldBackEndedAhead = [...new Set(endedAhead.values())].filter((d) => ctx.heldBackDags?.has(d));
+  if (targeted && targeted.length === 0 && !opts.queued && heldBackEndedAhead.length === 0) return result;
   let runs: ActiveRun[];
   let tiRows: TiRow[];
   let freshened: Promise<void> | undefined;
@@ -95,7 +103,7 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
     tiRows = runs.length === 0 ? [] : await listTisOfRuns(ctx.sql, runs.map((r) => r.id));
   }
   await freshened;
-  if (runs.length === 0) return result;
+  if (runs.length === 0 && heldBackEndedAhead.length === 0) return result;
   const tisByRun = new Map<string, TiRow[]>();
   for (const ti of tiRows) (tisByRun.get(ti.run_id) ?? tisByRun.set(ti.run_id, []).get(ti.run_id)!).push(ti);
   const reasons = new Map<string, string | null>();
@@ -123,7 +131,7 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
   for (const r of queued) counts.set(r.dag_id, r.running_in_dag ?? 0);
   for (const r of runs) if (ended.has(r.id) && counts.has(r.dag_id)) counts.set(r.dag_id, counts.get(r.dag_id)! - 1);
   const heldBack = ctx.heldBackDags;
-  const roomMade = targeted && heldBack ? [...new Set(runs.filter((r) => ended.has(r.id) && heldBack.has(r.dag_id)).map((r) => r.dag_id))] : [];
+  const roomMade = targeted && heldBack ? [...new Set([...runs.filter((r) => ended.has(r.id) && heldBack.has(r.dag_id)).map((r) => r.dag_id), ...heldBackEndedAhead])] : [];
   if (roomMade.length > 0) {
     // A run that ended made room in a DAG whose queued runs were held back: they start now, not
     // at the next tick. They are read after the ends were written, so their running counts
@@ -238,21 +246,23 @@ function rememberAfter(ctx: SchedulerContext, d: Decided, applied: AppliedPlans)
 
 /**
  * Plans the runs of attempts whose ends were just sent on `on` and are not answered yet, and sends
- * the moves on `on` right behind them: the next tasks are scheduled (and, for an executor that
+ * the writes on `on` right behind them: the next tasks are scheduled (and, for an executor that
  * needs no placement, claimed) in the round trip that records the ends, instead of one round trip
- * after it. Leader only; returns null when no run could be planned ahead.
+ * after it, and a run whose last task instances these were ends in it too. Leader only.
  *
  * A run is planned from what the planner last knew of it (`ctx.known`), with these attempts
  * ended in success: only successes are planned ahead (a failure's state depends on its tries),
- * and only runs that go on (a run that ends, a retry coming due, a paused DAG: the step that
- * follows the ends decides those as before). The plan states every upstream state its moves
- * assumed, and the database applies none of it unless each holds at the write, the ends just
- * recorded included (apply-plan.ts): a plan from an out-of-date memory, or after an end that was
- * refused, moves nothing. The step that follows the ends then reads the run as always.
+ * and only runs that go on or end (a retry coming due, a paused DAG: the step that follows the
+ * ends decides those as before). A plan states every upstream state its moves assumed, and a
+ * run's end every task instance's state; the database applies none of it unless each holds at
+ * the write, the ends just recorded included (apply-plan.ts): a plan from an out-of-date memory,
+ * or after an end that was refused, writes nothing, and the step that follows the ends reads the
+ * run as always. A run ended here is not read again (`endingTis`, `KnownRuns.endedAhead`).
  */
-export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId: string; outcome: string }[]): Promise<void> | null {
+export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId: string; outcome: string }[]): PlannedAhead {
+  const endingTis = new Set<string>();
   const known = ctx.known;
-  if (!known) return null;
+  if (!known) return { done: null, endingTis };
   const succeeded = new Map<string, Set<string>>();
   const reads = new Map<string, RunRead>();
   for (const e of ends) {
@@ -263,6 +273,7 @@ export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId:
     (succeeded.get(read.run.id) ?? succeeded.set(read.run.id, new Set()).get(read.run.id)!).add(e.tiId);
   }
   const decided: Decided[] = [];
+  const ending: (RunEnd & { dagId: string })[] = [];
   for (const [runId, read] of reads) {
     const ended = succeeded.get(runId)!;
     if (read.tis.some((t) => ended.has(t.id) && isTerminalTi(t.state))) continue; // not what was known: read it
@@ -273,7 +284,15 @@ export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId:
     } catch {
       continue; // the step that follows reads the run, and poisons it
     }
-    if (d.decision.outcome || !d.plan) continue;
+    if (d.decision.outcome) {
+      // Its last task instances ended: the run ends in this round trip too, if every state
+      // assumed holds at the write (a run that still has moves to make is left to the step).
+      if (d.plan && d.plan.moves.length > 0) continue;
+      ending.push({ runId, dagId: read.run.dag_id, epoch: read.run.plan_epoch, outcome: d.decision.outcome, expect: tis.map((t) => ({ tiId: t.id, state: t.state })) });
+      for (const id of ended) endingTis.add(id);
+      continue;
+    }
+    if (!d.plan) continue;
     // A retry's backoff is read, never assumed.
     const retrying = new Set(d.decision.retry.map((id) => d.byTask.get(id)!.id));
     d.plan.moves = d.plan.moves.filter((m) => !retrying.has(m.tiId));
@@ -290,37 +309,75 @@ export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId:
     d.plan.expect = [...expect].map(([tiId, state]) => ({ tiId, state }));
     decided.push(d);
   }
-  if (decided.length === 0) return null;
+  if (decided.length === 0 && ending.length === 0) return { done: null, endingTis };
+  // These runs get no read behind their ends: one kept from before them must not be used either
+  // (if the end does not apply, the step reads the run).
+  if (ending.length > 0) ctx.prefetched?.changed(ending.map((e) => e.runId));
   const unhold = claimWithTheMove(ctx, decided);
   // Sent now, before anything is awaited: right behind the ends on the wire.
-  const sent = applyPlansQuery(on, decided.map((d) => d.plan!)).execute();
-  return (async () => {
+  const sent = decided.length > 0 ? applyPlansQuery(on, decided.map((d) => d.plan!)).execute() : null;
+  const endsSent = ending.length > 0 ? finalizeRunsQuery(on, ending).execute() : null;
+
+  const settleMoves = async () => {
+    if (!sent) return;
+    let applied: AppliedPlans;
     try {
-      let applied: AppliedPlans;
-      try {
-        applied = appliedFrom(await sent);
-      } catch (err) {
-        // Nothing applied (one statement): the step that follows the ends plans these runs.
-        settlePlacements(ctx, decided, appliedFrom([]));
-        known.forget(decided.map((d) => d.run.id));
-        if (!isConnectionError(err)) ctx.counters.error('plan.ahead', err);
-        return;
+      applied = appliedFrom(await sent);
+    } catch (err) {
+      // Nothing applied (one statement): the step that follows the ends plans these runs.
+      settlePlacements(ctx, decided, appliedFrom([]));
+      known.forget(decided.map((d) => d.run.id));
+      if (!isConnectionError(err)) ctx.counters.error('plan.ahead', err);
+      return;
+    }
+    settlePlacements(ctx, decided, applied);
+    const reasons = new Map<string, string | null>();
+    for (const d of decided) {
+      if (!applied.runs.has(d.run.id)) {
+        known.forget([d.run.id]);
+        continue;
       }
-      settlePlacements(ctx, decided, applied);
-      const reasons = new Map<string, string | null>();
-      for (const d of decided) {
-        if (!applied.runs.has(d.run.id)) {
-          known.forget([d.run.id]);
-          continue;
-        }
-        offerScheduled(ctx, d, applied, reasons);
-        rememberAfter(ctx, d, applied);
-      }
-      // A refused offer's reason is left to the step that follows the ends (it offers again).
+      offerScheduled(ctx, d, applied, reasons);
+      rememberAfter(ctx, d, applied);
+    }
+    // A refused offer's reason is left to the step that follows the ends (it offers again).
+  };
+
+  const settleEnds = async () => {
+    if (!endsSent) return;
+    let done: Set<string>;
+    try {
+      done = new Set((await endsSent).map((r) => r.id));
+    } catch (err) {
+      done = new Set();
+      if (!isConnectionError(err)) ctx.counters.error('plan.ahead', err);
+    }
+    // A run not ended here (an assumption that did not hold) is read and decided by the step.
+    for (const e of ending) {
+      if (done.has(e.runId)) known.endedAhead(e.runId, e.dagId);
+      else known.forget([e.runId]);
+    }
+  };
+
+  const done = (async () => {
+    try {
+      await Promise.all([settleMoves(), settleEnds()]);
     } finally {
       unhold();
     }
   })();
+  return { done, endingTis };
+}
+
+/** What `planAhead` sent behind the ends. */
+export interface PlannedAhead {
+  /** Settles once its answers are in (never rejects); null when nothing was sent. */
+  done: Promise<void> | null;
+  /**
+   * The ended task instances whose runs were ended with them (if the states assumed hold): the
+   * step that follows has nothing to read for them.
+   */
+  endingTis: Set<string>;
 }
 
 /**
