@@ -5,6 +5,8 @@ export type Sql = postgres.Sql<Record<string, never>>;
 export type TxSql = postgres.TransactionSql<Record<string, never>>;
 /** A query not yet sent: postgres.js sends it when it is awaited or `execute()`d. */
 export type PendingQuery<T extends readonly postgres.MaybeRow[]> = postgres.PendingQuery<T>;
+/** A piece of a statement, put into another with `${fragment}`. */
+export type Fragment = postgres.Fragment;
 
 export interface SqlOptions {
   max?: number;

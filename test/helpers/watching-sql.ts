@@ -1,14 +1,30 @@
 import type { Sql } from '../../src/db/sql.js';
 
-/** The pool, telling how many statements (tagged-template calls) went straight to it and how many
- *  connections were reserved from it. */
+/**
+ * Counts a tagged-template call as a statement once it is sent (awaited or `execute()`d): a call
+ * put into another statement as a fragment is never sent on its own, and is not counted.
+ */
+export function countWhenSent<Q extends object>(query: Q, count: () => void): Q {
+  let counted = false;
+  const once = () => {
+    if (!counted) (counted = true), count();
+  };
+  const q = query as unknown as { then: (...a: unknown[]) => unknown; execute: () => unknown };
+  const then = q.then.bind(q);
+  const execute = q.execute.bind(q);
+  q.then = (...a: unknown[]) => (once(), then(...a));
+  q.execute = () => (once(), execute());
+  return query;
+}
+
+/** The pool, telling how many statements went straight to it and how many connections were
+ *  reserved from it. */
 export function watching(sql: Sql): { sql: Sql; direct(): number; reserved(): number } {
   let direct = 0;
   let reserved = 0;
   const pool = new Proxy(sql, {
     apply(t, thisArg, args) {
-      direct++;
-      return Reflect.apply(t as never, thisArg, args);
+      return countWhenSent(Reflect.apply(t as never, thisArg, args) as object, () => direct++);
     },
     get(t, prop, receiver) {
       if (prop !== 'reserve') return Reflect.get(t, prop, receiver);

@@ -10,6 +10,7 @@ import type { Sql } from '../../src/db/sql.js';
 import { listTis, setPendingReasons, type TiRow } from '../../src/db/tis.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
+import { countWhenSent } from '../helpers/watching-sql.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -31,14 +32,13 @@ beforeEach(async () => {
 });
 
 /** The pool, counting the statements sent through it or through a connection it reserved (a
- *  tagged-template call is one statement). */
+ *  tagged-template call sent; one put into another as a fragment is part of that one). */
 function counting(sql: Sql): { sql: Sql; count(): number } {
   let n = 0;
   const count = <T extends object>(target: T): T =>
     new Proxy(target, {
       apply(t, thisArg, args) {
-        n++;
-        return Reflect.apply(t as never, thisArg, args);
+        return countWhenSent(Reflect.apply(t as never, thisArg, args) as object, () => n++);
       },
       get(t, prop, receiver) {
         if (prop !== 'reserve') return Reflect.get(t, prop, receiver);
@@ -172,6 +172,31 @@ describe('applyPlans', () => {
       select (select count(*)::int from dag_runs where dag_id = 'p_many' and state = 'running') as running,
              (select count(*)::int from task_instances t join dag_runs r on r.id = t.run_id where r.dag_id = 'p_many' and t.state = 'scheduled') as scheduled`;
     expect(n).toEqual({ running: spec.maxActiveRuns, scheduled: spec.maxActiveRuns });
+  });
+
+  it('sends only the parts a batch needs: a plan that only keeps its run, one that only moves, one that only claims', async () => {
+    const [keep, move, claim] = [await newRun(chain('o1')), await newRun(chain('o2')), await newRun(chain('o3'))];
+    for (const r of [keep, move, claim]) await db.sql`update dag_runs set state = 'running' where id = ${r.run.id}`;
+    const kept = await applyPlans(db.sql, [{ runId: keep.run.id, epoch: keep.run.plan_epoch, start: false, moves: [] }]);
+    expect([...kept.runs]).toEqual([keep.run.id]);
+    expect(kept.moved.size + kept.started.size + kept.claims.size).toBe(0);
+    const moved = await applyPlans(db.sql, [{ runId: move.run.id, epoch: move.run.plan_epoch, start: false, moves: [{ tiId: move.tis.get('a')!.id, from: 'none', to: 'scheduled' }] }]);
+    expect([...moved.moved]).toEqual([move.tis.get('a')!.id]);
+    expect(moved.claims.size).toBe(0);
+    const claimed = await applyPlans(db.sql, [
+      { runId: claim.run.id, epoch: claim.run.plan_epoch, start: false, moves: [{ tiId: claim.tis.get('a')!.id, from: 'none', to: 'scheduled', claimFor: 'subprocess' }] },
+    ]);
+    expect([...claimed.claims.keys()]).toEqual([claim.tis.get('a')!.id]);
+    expect(await states(keep.run.id)).toEqual({ a: 'none', b: 'none' });
+    expect(await states(move.run.id)).toEqual({ a: 'scheduled', b: 'none' });
+    expect(await states(claim.run.id)).toEqual({ a: 'queued', b: 'none' });
+    const ev = await db.sql<{ run_id: string; to: string }[]>`
+      select run_id, payload->>'to' as to from events where run_id in (${keep.run.id}, ${move.run.id}, ${claim.run.id}) and kind = 'ti.state' order by seq`;
+    expect(ev.map((e) => [e.run_id, e.to])).toEqual([
+      [move.run.id, 'scheduled'],
+      [claim.run.id, 'scheduled'],
+      [claim.run.id, 'queued'],
+    ]);
   });
 
   it('refuses a move the state table forbids, naming it', async () => {
