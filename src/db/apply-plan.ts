@@ -276,18 +276,23 @@ export function finalizeRunsQuery(sql: Sql, runs: RunEnd[]): PendingQuery<{ id: 
     with want as (
       select * from unnest(${runs.map((r) => r.runId)}::bigint[], ${runs.map((r) => r.epoch)}::bigint[], ${runs.map((r) => r.outcome)}::text[])
         as w(run_id, epoch, outcome)),
+    ${
+      expect.length > 0
+        ? sql`
     x as (
       select * from unnest(${expect.map((e) => e.runId)}::bigint[], ${expect.map((e) => e.tiId)}::bigint[], ${expect.map((e) => e.state)}::text[])
         as x(run_id, ti_id, state)),
     -- Ends decided from states assumed that do not hold: those runs are left alone.
     spoiled as (
       select x.run_id from x left join task_instances t on t.id = x.ti_id and t.run_id = x.run_id
-      where t.state is distinct from x.state),
+      where t.state is distinct from x.state),`
+        : sql``
+    }
     moved as (
       update dag_runs r set state = w.outcome, ended_at = now(), settled_at = coalesce(r.settled_at, now())
       from want w
       where r.id = w.run_id and r.state = 'running' and r.plan_epoch = w.epoch
-        and r.id not in (select run_id from spoiled)
+        ${expect.length > 0 ? sql`and r.id not in (select run_id from spoiled)` : sql``}
         and not exists (select 1 from task_instances ti where ti.run_id = r.id
                         and ti.state <> all(${TERMINAL_TI_STATES as string[]}::text[]))
       returning r.id, r.state),
