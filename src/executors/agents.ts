@@ -82,6 +82,8 @@ export class AgentsExecutor implements Executor {
   #waiting: Waiting[] = [];
   #round: Promise<void> | null = null;
   #cache: { fetchedAt: number; agents: FleetAgent[] } | null = null;
+  /** Counts `invalidate()` calls: a view read before one (an agent drained meanwhile, say) is not kept. */
+  #invalidations = 0;
   /** Attempts whose Finished has arrived (their slot is free on the agent), by attempt token, with
    *  when their end was recorded (null: not yet; the database still counts them). */
   #ending = new Map<string, { recordedAt: number | null }>();
@@ -141,6 +143,7 @@ export class AgentsExecutor implements Executor {
   /** Forget the cached fleet view (an agent connected, left, or was drained). */
   invalidate(): void {
     this.#cache = null;
+    this.#invalidations++;
     if (this.#parked.size > 0) this.#kick();
   }
 
@@ -191,14 +194,16 @@ export class AgentsExecutor implements Executor {
    *  read only leaves work to be placed as before). */
   async freshen(): Promise<void> {
     if (this.#round || (this.#cache && performance.now() - this.#cache.fetchedAt < this.deps.cacheMs / 2)) return;
+    const invalidations = this.#invalidations;
     let view: FleetAgent[];
     try {
       view = await this.#read();
     } catch {
       return; // placed as before, by a round
     }
-    // A round that began meanwhile places on the view it took: it is left alone.
-    if (!this.#round) this.#cache = { fetchedAt: performance.now(), agents: view };
+    // A round that began meanwhile places on the view it took: it is left alone. A view read
+    // before the fleet changed (an agent drained, gone, connected) would place on what was.
+    if (!this.#round && invalidations === this.#invalidations) this.#cache = { fetchedAt: performance.now(), agents: view };
   }
 
   /** The claim of a TI placed with `placeNow` was made (its attempt's token) or not (null). */
@@ -235,9 +240,17 @@ export class AgentsExecutor implements Executor {
 
   async #agents(): Promise<FleetAgent[]> {
     if (this.#cache && performance.now() - this.#cache.fetchedAt < this.deps.cacheMs) return this.#cache.agents;
-    const agents = await this.#read();
-    this.#cache = { fetchedAt: performance.now(), agents };
-    return agents;
+    // Read again if the fleet changed while the read was on its way (an agent drained must get
+    // no more work); a few times at most, then the last read is used but not kept.
+    for (let tries = 1; ; tries++) {
+      const invalidations = this.#invalidations;
+      const agents = await this.#read();
+      if (invalidations === this.#invalidations) {
+        this.#cache = { fetchedAt: performance.now(), agents };
+        return agents;
+      }
+      if (tries === 3) return agents;
+    }
   }
 
   /**

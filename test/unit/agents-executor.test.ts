@@ -178,6 +178,37 @@ describe('AgentsExecutor', () => {
     expect(t.claims).toEqual([['1'], ['2']]);
   });
 
+  it('keeps no view of the fleet read before it changed (an agent drained while the read was on its way)', async () => {
+    const fleet = [agent('a1', 2), agent('a2', 2)];
+    const t = setup(fleet);
+    const w = (n: number) => ({ tiId: String(n), task: task('t', { executor: 'agents' }) });
+    let answer!: () => void;
+    const read = t.store.availableAgents;
+    // A read taken while a1 could still take work, answered only after a1 was drained.
+    t.store.availableAgents = async () => {
+      const snapshot = await read();
+      await new Promise<void>((r) => (answer = r));
+      return snapshot;
+    };
+    const freshening = t.executor.freshen();
+    await settle();
+    fleet.splice(0, 1); // a1 drained: the database no longer offers it
+    t.executor.invalidate();
+    answer();
+    await freshening;
+    expect(t.executor.placeNow(w(1))).toBeNull();
+    // A round whose read was overtaken by the change reads again before it places.
+    fleet.splice(0, fleet.length, agent('a1', 2));
+    const placing = t.executor.placeAndDispatch(work(2));
+    await settle(); // its read (a1 free) is on its way
+    fleet.splice(0, 1); // a1 drained
+    t.executor.invalidate();
+    t.store.availableAgents = read;
+    answer();
+    expect(await placing).toMatchObject({ kind: 'waiting' });
+    expect(t.delivered).toEqual([]);
+  });
+
   it('counts a claim answered while a fleet read was on its way, which the read may not show', async () => {
     const agents = [agent('a', 1)];
     const t = setup(agents);
