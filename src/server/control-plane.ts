@@ -20,7 +20,7 @@ import { ClusterService } from '../gen/leoflow/v1/cluster_pb.js';
 import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
 import type { DispatchItem, SchedulerContext } from '../scheduler/context.js';
 import { KnownRuns } from '../scheduler/known-runs.js';
-import { planAhead } from '../scheduler/phases/plan.js';
+import { sendBehindEnds } from '../scheduler/phases/plan.js';
 import { PrefetchedRuns } from '../scheduler/prefetched-runs.js';
 import { createLeaderElector } from '../scheduler/leader.js';
 import { createSchedulerLoop } from '../scheduler/scheduler-loop.js';
@@ -84,11 +84,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         if (!isLeader) return null;
         // Planning ahead is stepping: a replica that is stopping plans nothing new.
         if (stopping) return prefetched.readAfter(on, ends.map((e) => e.tiId));
-        // The next tasks' moves first, then the reads for the step that follows: both behind the ends.
-        // A run ended with its last attempt needs no read for its step.
-        const planned = planAhead(ctx, on, ends);
-        const read = prefetched.readAfter(on, ends.filter((e) => !planned.endingTis.has(e.tiId)).map((e) => e.tiId));
-        return planned.done ? Promise.all([planned.done, read]).then(() => {}) : read;
+        return sendBehindEnds(ctx, prefetched, on, ends);
       },
     });
     // Set once the loop exists: asks the leader, here or on another replica, to step. `finished`:

@@ -199,6 +199,26 @@ describe('applyPlans', () => {
     ]);
   });
 
+  it('starts a run, moves one task instance and claims another in one statement', async () => {
+    const { run, tis } = await newRun(dag('all_parts', [task('a'), task('b')]));
+    const c = counting(db.sql);
+    const applied = await applyPlans(c.sql, [
+      {
+        runId: run.id,
+        epoch: run.plan_epoch,
+        start: true,
+        moves: [
+          { tiId: tis.get('a')!.id, from: 'none', to: 'scheduled' },
+          { tiId: tis.get('b')!.id, from: 'none', to: 'scheduled', claimFor: 'subprocess' },
+        ],
+      },
+    ]);
+    expect(c.count()).toBe(1);
+    expect([...applied.started]).toEqual([run.id]);
+    expect([...applied.claims.keys()]).toEqual([tis.get('b')!.id]);
+    expect(await states(run.id)).toEqual({ a: 'scheduled', b: 'queued' });
+  });
+
   it('refuses a move the state table forbids, naming it', async () => {
     const { run, tis } = await newRun(chain('x1'));
     await expect(applyPlans(db.sql, [{ runId: run.id, epoch: '0', start: false, moves: [{ tiId: tis.get('a')!.id, from: 'success', to: 'scheduled' }] }])).rejects.toThrow(

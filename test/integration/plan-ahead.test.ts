@@ -9,7 +9,7 @@ import { createRun, type RunRow } from '../../src/db/runs.js';
 import { listTis } from '../../src/db/tis.js';
 import type { DispatchItem, SchedulerContext } from '../../src/scheduler/context.js';
 import { KnownRuns } from '../../src/scheduler/known-runs.js';
-import { planAhead } from '../../src/scheduler/phases/plan.js';
+import { planAhead, sendBehindEnds } from '../../src/scheduler/phases/plan.js';
 import { PrefetchedRuns } from '../../src/scheduler/prefetched-runs.js';
 import { step } from '../../src/scheduler/step.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
@@ -70,11 +70,7 @@ function leader() {
   const reports = createReportBatcher(watched.sql, {
     retryMs: 1000,
     logs: quietLogWriter(db.sql),
-    afterEnds: (on, ends) => {
-      const planned = planAhead(ctx, on, ends);
-      const read = prefetched.readAfter(on, ends.filter((e) => !planned.endingTis.has(e.tiId)).map((e) => e.tiId));
-      return planned.done ? Promise.all([planned.done, read]).then(() => {}) : read;
-    },
+    afterEnds: (on, ends) => sendBehindEnds(ctx, prefetched, on, ends),
   });
   return { ctx, known, offered, errors, reports, counts: () => ({ direct: watched.direct() - base.direct, reserved: watched.reserved() - base.reserved }), reset: () => ((base.direct = watched.direct()), (base.reserved = watched.reserved()), (offered.length = 0)) };
 }

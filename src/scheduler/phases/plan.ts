@@ -7,7 +7,7 @@ import type { Sql } from '../../db/sql.js';
 import { listTisOfRuns, setPendingReasons, type TiRow } from '../../db/tis.js';
 import type { TaskSpec } from '../../core/dag-spec.js';
 import type { DispatchItem, SchedulerContext } from '../context.js';
-import type { RunRead } from '../prefetched-runs.js';
+import type { PrefetchedRuns, RunRead } from '../prefetched-runs.js';
 import { createScheduledRuns } from './create-scheduled-runs.js';
 
 export interface PlanResult {
@@ -367,6 +367,17 @@ export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId:
     }
   })();
   return { done, endingTis };
+}
+
+/**
+ * What the leader sends behind the ends the report batcher writes, on the same connection: the
+ * plans ahead of those ends, then the reads of their runs for the step that follows (none for a
+ * run ended with its last attempt). Settles once all of it has answered.
+ */
+export function sendBehindEnds(ctx: SchedulerContext, prefetched: PrefetchedRuns, on: Sql, ends: readonly { tiId: string; outcome: string }[]): Promise<void> {
+  const planned = planAhead(ctx, on, ends);
+  const read = prefetched.readAfter(on, ends.filter((e) => !planned.endingTis.has(e.tiId)).map((e) => e.tiId));
+  return planned.done ? Promise.all([planned.done, read]).then(() => {}) : read;
 }
 
 /** What `planAhead` sent behind the ends. */
