@@ -1,7 +1,7 @@
 import type { DagSpec } from '../core/dag-spec.js';
 import { runMoveFrom, type RunState } from '../core/states.js';
 import type postgres from 'postgres';
-import type { PendingQuery, Sql, TxSql } from './sql.js';
+import type { Fragment, PendingQuery, Sql, TxSql } from './sql.js';
 import type { TiRow } from './tis.js';
 
 export interface RunRow {
@@ -138,26 +138,33 @@ export type ActiveRunRow = RunRow & { dag_paused: boolean; running_in_dag: numbe
 export type ActiveRunsOf = { runIds: string[] } | { ofTis: string[] } | { queuedOf: string[] | 'any' } | { running: true };
 
 /** Runs the planner looks at: queued or running, not poisoned, oldest first (all of them without
- *  `of`). One round trip, the running counts included. Not sent until awaited or `execute()`d,
+ *  `of`; queued runs of paused DAGs after the others). One round trip, the running counts included. Not sent until awaited or `execute()`d,
  *  so a caller can choose its place in a connection's pipeline. */
 export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = null): PendingQuery<ActiveRunRow[]> {
-  const only =
-    of === null
-      ? sql``
-      : 'runIds' in of
-        ? sql`and r.id = any(${of.runIds}::bigint[])`
-        : 'ofTis' in of
-          ? sql`and r.id in (select run_id from task_instances where id = any(${of.ofTis}::bigint[]))`
-          : 'running' in of
-            ? sql`and r.state = 'running'`
-            : of.queuedOf === 'any'
-              ? sql`and r.state = 'queued'`
-              : sql`and r.state = 'queued' and r.dag_id = any(${of.queuedOf}::text[])`;
-  return sql<ActiveRunRow[]>`
-    with q as (
+  const read = (where: Fragment) => sql`
       select r.*, d.paused as dag_paused from dag_runs r join dags d on d.dag_id = r.dag_id
-      where r.state in ('queued', 'running') and r.poison_error is null ${only}
-      order by r.id limit ${limit}),
+      where r.state in ('queued', 'running') and r.poison_error is null ${where}
+      order by r.id limit ${limit}`;
+  const queuedOf = of !== null && 'queuedOf' in of ? (of.queuedOf === 'any' ? sql`and r.state = 'queued'` : sql`and r.state = 'queued' and r.dag_id = any(${of.queuedOf}::text[])`) : null;
+  const runs =
+    queuedOf !== null
+      ? // The queued runs of paused DAGs last: they start nothing (the step only gives their tasks
+        // the reason), and a backlog of them, older than everything else, must not fill the
+        // read and keep every other DAG's queued runs from starting.
+        sql`
+      select * from ((${read(sql`${queuedOf} and not d.paused`)}) union all (${read(sql`${queuedOf} and d.paused`)})) u
+      order by dag_paused, id limit ${limit}`
+      : read(
+          of === null
+            ? sql``
+            : 'runIds' in of
+              ? sql`and r.id = any(${of.runIds}::bigint[])`
+              : 'ofTis' in of
+                ? sql`and r.id in (select run_id from task_instances where id = any(${of.ofTis}::bigint[]))`
+                : sql`and r.state = 'running'`,
+        );
+  return sql<ActiveRunRow[]>`
+    with q as (${runs}),
     -- Materialized: counted once. Inlined, the planner may rescan it for every run read (it did,
     -- with statistics taken before a bulk load: one read took over 10 s and stalled the scheduler
     -- until autovacuum analyzed the table again).

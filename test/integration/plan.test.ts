@@ -596,4 +596,21 @@ describe('paused DAGs', () => {
     expect(h.offered.map((i) => `${i.runId}:${i.taskId}`).sort()).toEqual([`${r1.id}:a`, `${r2.id}:a`, `${r2.id}:c`].sort());
     expect((await tiMap(r1.id)).get('a')!.pending_reason).toBeNull();
   });
+
+  it("keep no other DAG's queued run from starting, however many of their queued runs are older", BOUND, async () => {
+    // More queued runs of a paused DAG than a step reads, all older than the run that can start.
+    const paused = dag('p_backlog', [task('a')], { maxActiveRuns: 100 });
+    const backlog = [];
+    for (let i = 0; i < 3; i++) backlog.push(await trigger(paused));
+    await db.sql`update dags set paused = true where dag_id = 'p_backlog'`;
+    const other = await trigger(dag('p_other', [task('a')]));
+    const h = harness({ maxRunsPerStep: 2 });
+    await stepOk(h);
+    expect(await runState(other.id)).toBe('running');
+    expect(h.offered.map((i) => i.runId)).toEqual([other.id]);
+    // The backlog is read once there is room, and says why it waits.
+    await stepOk(h);
+    for (const r of backlog) expect(await runState(r.id)).toBe('queued');
+    expect((await listTis(db.sql, backlog[0]!.id))[0]!.pending_reason).toBe('DAG_PAUSED');
+  });
 });
