@@ -33,10 +33,18 @@ export async function listTisOfRuns(sql: Sql, runIds: string[]): Promise<TiRow[]
   return sql<TiRow[]>`select * from task_instances where run_id = any(${runIds}::bigint[]) order by id`;
 }
 
-/** Every task instance of the runs of these TIs. Not sent until awaited or `execute()`d. */
+/**
+ * Every task instance of the runs of these TIs. Not sent until awaited or `execute()`d. Sent on
+ * the reports pool, whose plans are generic and kept: each run's task instances are looked up by
+ * its id (the `offset 0` keeps the lookup a nested loop on the run's index), so the plan stays an
+ * index lookup even when it was made before the table had statistics (a new database: a plan
+ * made then joined by hashing the whole table, 2.5 ms at 10,000 task instances).
+ */
 export function listTisOfRunsOfTis(sql: Sql, tiIds: string[]): PendingQuery<TiRow[]> {
   return sql<TiRow[]>`
-    select * from task_instances where run_id in (select run_id from task_instances where id = any(${tiIds}::bigint[])) order by id`;
+    select t.* from (select distinct run_id from task_instances where id = any(${tiIds}::bigint[])) e
+    cross join lateral (select * from task_instances t where t.run_id = e.run_id offset 0) t
+    order by t.id`;
 }
 
 export async function getTi(sql: Sql | TxSql, tiId: string): Promise<TiRow | null> {

@@ -20,6 +20,8 @@ import type { Metrics } from './metrics.js';
 
 export interface AgentFleetOptions {
   sql: Sql;
+  /** The pool for the claims (generic plans, see `createSql`); `sql` when not given. */
+  claimSql?: Sql;
   logs: LogWriter;
   logger: Logger;
   metrics: Metrics;
@@ -73,7 +75,7 @@ export function createAgentFleet(o: AgentFleetOptions) {
         })),
       taskLoad: (runId, taskId) => taskLoadByAgent(sql, runId, taskId),
       claim: async (claims) => {
-        const made = await claimAttempts(sql, 'agents', claims.map((c) => ({ tiId: c.work.tiId, agentId: c.agentId })));
+        const made = await claimAttempts(o.claimSql ?? sql, 'agents', claims.map((c) => ({ tiId: c.work.tiId, agentId: c.agentId })));
         const out = new Map<string, Attempt>();
         for (const { work: w, agentId } of claims) {
           const c = made.get(w.tiId);

@@ -61,6 +61,9 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
   // Room for every dispatch drainer plus the scheduler, the API and the heartbeats, so a burst of
   // dispatches never makes the tick wait for a connection.
   const sql = createSql(databaseUrl, { max: 10 + config.dispatchWorkers, applicationName: `leoflow-pool:${config.replicaId}` });
+  // The attempt reports (and what rides behind their ends) and the agents' claims: statements
+  // that find their rows by id, planned once per connection instead of once per batch.
+  const reportSql = createSql(databaseUrl, { max: 4, applicationName: `leoflow-reports:${config.replicaId}`, genericPlans: true });
   const cleanups: (() => Promise<unknown>)[] = [];
   try {
     await migrate(sql, logger);
@@ -76,7 +79,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     const known = new KnownRuns();
     let isLeader = false;
     let stopping = false;
-    const reports = createReportBatcher(sql, {
+    const reports = createReportBatcher(reportSql, {
       retryMs: REPORT_RETRY_MS,
       logs,
       onRetry: (err) => logger.warn({ err: (err as Error).message }, 'database unreachable: retrying attempt reports'),
@@ -97,6 +100,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     });
     const fleet = createAgentFleet({
       sql,
+      claimSql: reportSql,
       logs,
       reports,
       logger,
@@ -377,7 +381,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
           });
           await parser.close();
           await metricsServer?.close();
-          await sql.end({ timeout: 5 });
+          await Promise.all([sql.end({ timeout: 5 }), reportSql.end({ timeout: 5 })]);
           await embedded?.stop();
           logger.info('stopped');
         })();
@@ -386,7 +390,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     };
   } catch (err) {
     for (const c of cleanups) await c().catch(() => {});
-    await sql.end({ timeout: 1 }).catch(() => {});
+    await Promise.all([sql.end({ timeout: 1 }).catch(() => {}), reportSql.end({ timeout: 1 }).catch(() => {})]);
     await embedded?.stop();
     throw err;
   }

@@ -40,14 +40,16 @@ interface Statement {
   ms: number;
   /** Planning time (track_planning is on here): a custom plan per execution shows up only here. */
   planMs: number;
+  /** Times planned: equal to calls when every execution gets a custom plan, 0 for a cached generic plan. */
+  plans: number;
 }
 
 async function statements(sql: Sql): Promise<Statement[]> {
-  const rows = await sql<{ query: string; calls: string; ms: number; plan_ms: number }[]>`
-    select query, calls, total_exec_time as ms, total_plan_time as plan_ms from pg_stat_statements
+  const rows = await sql<{ query: string; calls: string; ms: number; plan_ms: number; plans: string }[]>`
+    select query, calls, plans, total_exec_time as ms, total_plan_time as plan_ms from pg_stat_statements
     where dbid = (select oid from pg_database where datname = current_database())
       and query not ilike '%pg_stat_statements%' and query not ilike '%count(*)::int as n from dag_runs%'`;
-  return rows.map((r) => ({ query: r.query.replace(/\s+/g, ' ').trim(), calls: Number(r.calls), ms: Number(r.ms), planMs: Number(r.plan_ms) }));
+  return rows.map((r) => ({ query: r.query.replace(/\s+/g, ' ').trim(), calls: Number(r.calls), ms: Number(r.ms), planMs: Number(r.plan_ms), plans: Number(r.plans) }));
 }
 
 /** Self time by function from a .cpuprofile (samples × time deltas), idle excluded. */
@@ -159,7 +161,7 @@ async function newestProfile(dir: string): Promise<string> {
 function perTask(st: Statement[], tasks: number) {
   const total = st.reduce((n, s) => n + s.calls, 0);
   const rows = [...st].sort((a, b) => b.calls - a.calls).slice(0, 25).map((s) => ({ 'calls/task': round(s.calls / tasks, 2), 'ms/task': round(s.ms / tasks, 3), 'plan ms/task': round(s.planMs / tasks, 3), statement: s.query.slice(0, 150) }));
-  return { total, perTask: total / tasks, rows, byTime: [...st].sort((a, b) => b.ms + b.planMs - a.ms - a.planMs).slice(0, 10).map((s) => ({ 'ms/task': round(s.ms / tasks, 3), 'plan ms/task': round(s.planMs / tasks, 3), 'calls/task': round(s.calls / tasks, 2), statement: s.query.slice(0, 150) })) };
+  return { total, perTask: total / tasks, rows, byTime: [...st].sort((a, b) => b.ms + b.planMs - a.ms - a.planMs).slice(0, 10).map((s) => ({ 'ms/task': round(s.ms / tasks, 3), 'plan ms/task': round(s.planMs / tasks, 3), 'calls/task': round(s.calls / tasks, 2), 'planned/call': round(s.plans / Math.max(1, s.calls), 2), statement: s.query.slice(0, 150) })) };
 }
 
 describe.skipIf(!process.env.LEOFLOW_BENCH_PROFILE)('profile', () => {
@@ -169,7 +171,7 @@ describe.skipIf(!process.env.LEOFLOW_BENCH_PROFILE)('profile', () => {
     const port = await freePort();
     let pg: EmbeddedPostgres | null = await startEmbeddedPostgres({ stateDir, port, logger });
     await pg.stop();
-    await appendFile(path.join(stateDir, 'pgdata', 'postgresql.conf'), "\nshared_preload_libraries = 'pg_stat_statements'\npg_stat_statements.track_planning = on\n");
+    await appendFile(path.join(stateDir, 'pgdata', 'postgresql.conf'), "\nshared_preload_libraries = 'pg_stat_statements'\npg_stat_statements.track_planning = on\n" + (process.env.LEOFLOW_BENCH_PROFILE_PG_CONF ?? '') + '\n');
     pg = await startEmbeddedPostgres({ stateDir, port, logger });
     const sql = createSql(pg.url, { max: 2 });
     try {
