@@ -26,7 +26,8 @@ import { report } from './report.js';
  *   LEOFLOW_BENCH_PROFILE=1 npx vitest run --config test/bench/vitest.config.ts test/bench/profile.bench.ts
  *
  * LEOFLOW_BENCH_PROFILE_SLOTS (10) and LEOFLOW_BENCH_PROFILE_TASKS (2000) change the throughput
- * workload's concurrency and size.
+ * workload's concurrency and size; LEOFLOW_BENCH_PROFILE_PG_CONF is appended to the profile's
+ * postgresql.conf (e.g. `plan_cache_mode = force_generic_plan`, to compare plans).
  */
 
 const TASKS = Number(process.env.LEOFLOW_BENCH_PROFILE_TASKS ?? 2000);
