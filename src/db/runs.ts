@@ -138,14 +138,20 @@ export type ActiveRunRow = RunRow & { dag_paused: boolean; running_in_dag: numbe
 export type ActiveRunsOf = { runIds: string[] } | { ofTis: string[] } | { queuedOf: string[] | 'any' } | { running: true };
 
 /** Runs the planner looks at: queued or running, not poisoned, oldest first (all of them without
- *  `of`; queued runs of paused DAGs after the others). One round trip, the running counts included. Not sent until awaited or `execute()`d,
- *  so a caller can choose its place in a connection's pipeline. */
+ *  `of`; queued runs of paused DAGs after the others). One round trip, the running counts
+ *  included. Not sent until awaited or `execute()`d, so a caller can choose its place in a
+ *  connection's pipeline. */
 export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = null): PendingQuery<ActiveRunRow[]> {
   const read = (where: Fragment) => sql`
       select r.*, d.paused as dag_paused from dag_runs r join dags d on d.dag_id = r.dag_id
       where r.state in ('queued', 'running') and r.poison_error is null ${where}
       order by r.id limit ${limit}`;
-  const queuedOf = of !== null && 'queuedOf' in of ? (of.queuedOf === 'any' ? sql`and r.state = 'queued'` : sql`and r.state = 'queued' and r.dag_id = any(${of.queuedOf}::text[])`) : null;
+  const queuedOf =
+    of === null || !('queuedOf' in of)
+      ? null
+      : of.queuedOf === 'any'
+        ? sql`and r.state = 'queued'`
+        : sql`and r.state = 'queued' and r.dag_id = any(${of.queuedOf}::text[])`;
   const runs =
     queuedOf !== null
       ? // The queued runs of paused DAGs last: they start nothing (the step only gives their tasks
