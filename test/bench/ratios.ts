@@ -1,5 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
+import { inject } from 'vitest';
 import { ROOT } from '../helpers/leoflow-process.js';
 import { round } from './pg-xacts.js';
 import { report } from './report.js';
@@ -8,7 +9,8 @@ import { report } from './report.js';
  * Leoflow/peer ratios and issue #5's goals, from the results the other benchmark files wrote
  * (test/bench/results/*.json). Each of chain40, throughput, peers and slow-dispatch calls this
  * at its end, so whichever runs last in `npm run bench` prints the full table; a file whose
- * results are missing is named instead.
+ * results are missing is named instead, and results from before this run (a file run alone, or
+ * one that has not run yet in a full run) are named with their time above the tables.
  */
 
 interface Chain40 {
@@ -74,7 +76,12 @@ export async function reportRatios(): Promise<void> {
   rows.push({ measure: 'chain of 40: step p50 ms (leoflow: agent, start → next start)', leoflow: round(a.startToStartP50, 2), 'graphile-worker': round(graphile.chain.stepP50, 2), 'pg-boss': round(pgBoss.chain.stepP50, 2), 'leoflow/graphile': x(a.startToStartP50, graphile.chain.stepP50), 'leoflow/pg-boss': x(a.startToStartP50, pgBoss.chain.stepP50), 'leoflow of pgbench (1 / 8 clients)': '' });
   rows.push({ measure: 'chain of 40: step p50 ms (leoflow: subprocess, finish → next start)', leoflow: round(sp.overheadP50, 2), 'graphile-worker': round(graphile.chain.stepP50, 2), 'pg-boss': round(pgBoss.chain.stepP50, 2), 'leoflow/graphile': x(sp.overheadP50, graphile.chain.stepP50), 'leoflow/pg-boss': x(sp.overheadP50, pgBoss.chain.stepP50), 'leoflow of pgbench (1 / 8 clients)': '' });
   const sources = { chain40: chain!.at, throughput: tp!.at, peers: peers!.at, slowDispatch: slow!.at };
-  await report('ratios', rows, { sources });
+  const started = inject('benchRunStartedAt');
+  const earlier = Object.entries(sources).filter(([, at]) => at < started);
+  if (earlier.length > 0) {
+    process.stdout.write(`\n(ratios and goals below use results of an earlier run: ${earlier.map(([k, at]) => `${k} at ${at}`).join(', ')})\n`);
+  }
+  await report('ratios', rows, { sources, earlier: Object.fromEntries(earlier) });
 
   // Issue #5's goals.
   const goals: Record<string, string | number>[] = [];
@@ -92,5 +99,5 @@ export async function reportRatios(): Promise<void> {
     const p99 = Number(pro['tick p99 ms']);
     goals.push({ goal: 'tick p99 under slow dispatch < 100 ms (Pro pool)', today: `${p99} ms`, verdict: verdict(p99 < 100, `${x(p99, 100)} the goal`) });
   }
-  await report('goals', goals, { sources });
+  await report('goals', goals, { sources, earlier: Object.fromEntries(earlier) });
 }

@@ -5,7 +5,7 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['test/bench/**/*.bench.ts'],
-    globalSetup: ['test/helpers/global-setup.ts'],
+    globalSetup: ['test/helpers/global-setup.ts', 'test/bench/run-started.ts'],
     fileParallelism: false,
     testTimeout: 600_000,
     hookTimeout: 120_000,
