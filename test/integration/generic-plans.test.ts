@@ -1,4 +1,3 @@
-import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
 import { claimAttempts } from '../../src/db/attempts/claim-attempt.js';
@@ -7,11 +6,9 @@ import { upsertDag } from '../../src/db/dags.js';
 import { createRun } from '../../src/db/runs.js';
 import { createSql, type Sql } from '../../src/db/sql.js';
 import { listTis, listTisOfRunsOfTis } from '../../src/db/tis.js';
-import type { DispatchItem, SchedulerContext } from '../../src/scheduler/context.js';
-import { KnownRuns } from '../../src/scheduler/known-runs.js';
 import { sendBehindEnds } from '../../src/scheduler/phases/plan.js';
-import { PrefetchedRuns } from '../../src/scheduler/prefetched-runs.js';
 import { step } from '../../src/scheduler/step.js';
+import { leaderContext } from '../helpers/leader-context.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
@@ -85,7 +82,7 @@ describe('the reports pool', () => {
 
   it('sends no statement that scans a growing table whole, on the way of a chain, its lines, its claims and a failure', async () => {
     const rec = recording(generic);
-    const { ctx, offered } = leader();
+    const { ctx, offered, errors } = leaderContext(db.sql);
     const logs = quietLogWriter(rec.sql);
     const reports = createReportBatcher(rec.sql, { retryMs: 1000, logs, afterEnds: (on, ends) => sendBehindEnds(ctx, ctx.prefetched!, on, ends) });
     const spec = dag('chain', [task('a'), task('b', { dependsOn: ['a'] }), task('c', { dependsOn: ['b'] }), task('d')]);
@@ -106,6 +103,7 @@ describe('the reports pool', () => {
     await reports.drain();
     // d failed, so nothing was planned ahead of its end and the run's end is the step's.
     await step(ctx);
+    expect(errors).toEqual([]);
     expect(Object.fromEntries((await listTis(db.sql, run.id)).map((t) => [t.task_id, t.state]))).toEqual({ a: 'success', b: 'success', c: 'success', d: 'failed' });
     expect((await db.sql<{ state: string }[]>`select state from dag_runs where id = ${run.id}`)[0]!.state).toBe('failed');
     // The agents executor's claims go through this pool too.
@@ -168,28 +166,4 @@ function recording(sql: Sql): { sql: Sql; statements(): string[] } {
     });
   // A fragment is never sent, so never built: only statements have a text.
   return { sql: wrap(sql), statements: () => [...new Set(made.flatMap((q) => (q.statement ? [q.statement.string] : [])))] };
-}
-
-/** A leader's context whose pool takes every offer, with room to claim subprocess work with its move. */
-function leader(): { ctx: SchedulerContext; offered: DispatchItem[] } {
-  const offered: DispatchItem[] = [];
-  const ctx: SchedulerContext = {
-    sql: db.sql,
-    logger: pino({ level: 'silent' }),
-    now: () => new Date(),
-    offer: (item) => (offered.push(item), 'accepted'),
-    executors: new Set(['subprocess', 'agents']),
-    defaultExecutor: 'subprocess',
-    counters: { error: (phase, err) => { throw new Error(`${phase}: ${(err as Error).message}`); }, reaped: () => {}, agentLost: () => {} },
-    maxRunsPerStep: 100,
-    runOrphanThresholdMs: 300_000,
-    heartbeatThresholdMs: 90_000,
-    health: { healthySince: new Date(0) },
-    wakeAt: () => {},
-    claimRoom: (executor) => (executor === 'subprocess' ? 100 : 0),
-    prefetched: new PrefetchedRuns(100),
-    known: new KnownRuns(),
-    heldBackDags: new Set(),
-  };
-  return { ctx, offered };
 }

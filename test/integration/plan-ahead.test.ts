@@ -1,4 +1,3 @@
-import pino from 'pino';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { AttemptKey, AttemptResult } from '../../src/core/attempt.js';
 import type { DagSpec } from '../../src/core/dag-spec.js';
@@ -7,14 +6,13 @@ import { startAttempt } from '../../src/db/attempts/start-attempt.js';
 import { upsertDag } from '../../src/db/dags.js';
 import { createRun, type RunRow } from '../../src/db/runs.js';
 import { listTis } from '../../src/db/tis.js';
-import type { DispatchItem, SchedulerContext } from '../../src/scheduler/context.js';
-import { KnownRuns } from '../../src/scheduler/known-runs.js';
+import type { DispatchItem } from '../../src/scheduler/context.js';
 import { planAhead, sendBehindEnds } from '../../src/scheduler/phases/plan.js';
-import { PrefetchedRuns } from '../../src/scheduler/prefetched-runs.js';
 import { step } from '../../src/scheduler/step.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { leaderContext } from '../helpers/leader-context.js';
 import { watching } from '../helpers/watching-sql.js';
 
 /**
@@ -25,7 +23,6 @@ import { watching } from '../helpers/watching-sql.js';
  * paused DAG moves nothing.
  */
 
-const logger = pino({ level: 'silent' });
 const OK: AttemptResult = { exitCode: 0, signal: null, error: null, outcome: 'success' };
 const FAIL: AttemptResult = { exitCode: 1, signal: null, error: 'exit code 1', outcome: 'failed' };
 
@@ -43,30 +40,11 @@ beforeEach(async () => {
 /** A leader's context with a memory of runs, a pool that takes everything, and the batcher that
  *  plans ahead of the ends it writes; counts what goes through the pool and what is reserved. */
 function leader() {
-  const offered: DispatchItem[] = [];
-  const errors: string[] = [];
-  const known = new KnownRuns();
-  const prefetched = new PrefetchedRuns(100);
   const watched = watching(db.sql);
   const base = { direct: 0, reserved: 0 };
-  const ctx: SchedulerContext = {
-    sql: db.sql,
-    logger,
-    now: () => new Date(),
-    offer: (item) => (offered.push(item), 'accepted'),
-    executors: new Set(['subprocess', 'agents']),
-    defaultExecutor: 'subprocess',
-    counters: { error: (phase, err) => errors.push(`${phase}: ${(err as Error).message}`), reaped: () => {}, agentLost: () => {} },
-    maxRunsPerStep: 100,
-    runOrphanThresholdMs: 300_000,
-    heartbeatThresholdMs: 90_000,
-    health: { healthySince: new Date(0) },
-    wakeAt: () => {},
-    claimRoom: (executor) => (executor === 'subprocess' ? 100 : 0),
-    prefetched,
-    known,
-    heldBackDags: new Set(),
-  };
+  const { ctx, offered, errors } = leaderContext(db.sql);
+  const known = ctx.known!;
+  const prefetched = ctx.prefetched!;
   const reports = createReportBatcher(watched.sql, {
     retryMs: 1000,
     logs: quietLogWriter(db.sql),
