@@ -64,6 +64,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
   // The attempt reports (and what rides behind their ends) and the agents' claims: statements
   // that find their rows by id, planned once per connection instead of once per batch.
   const reportSql = createSql(databaseUrl, { max: 4, applicationName: `leoflow-reports:${config.replicaId}`, genericPlans: true });
+  const endPools = (timeout: number) => Promise.all([sql, reportSql].map((pool) => pool.end({ timeout }).catch(() => {})));
   const cleanups: (() => Promise<unknown>)[] = [];
   try {
     await migrate(sql, logger);
@@ -381,7 +382,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
           });
           await parser.close();
           await metricsServer?.close();
-          await Promise.all([sql.end({ timeout: 5 }), reportSql.end({ timeout: 5 })]);
+          await endPools(5);
           await embedded?.stop();
           logger.info('stopped');
         })();
@@ -390,7 +391,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     };
   } catch (err) {
     for (const c of cleanups) await c().catch(() => {});
-    await Promise.all([sql.end({ timeout: 1 }).catch(() => {}), reportSql.end({ timeout: 1 }).catch(() => {})]);
+    await endPools(1);
     await embedded?.stop();
     throw err;
   }

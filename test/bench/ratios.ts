@@ -77,11 +77,11 @@ export async function reportRatios(): Promise<void> {
   rows.push({ measure: 'chain of 40: step p50 ms (leoflow: subprocess, finish → next start)', leoflow: round(sp.overheadP50, 2), 'graphile-worker': round(graphile.chain.stepP50, 2), 'pg-boss': round(pgBoss.chain.stepP50, 2), 'leoflow/graphile': x(sp.overheadP50, graphile.chain.stepP50), 'leoflow/pg-boss': x(sp.overheadP50, pgBoss.chain.stepP50), 'leoflow of pgbench (1 / 8 clients)': '' });
   const sources = { chain40: chain!.at, throughput: tp!.at, peers: peers!.at, slowDispatch: slow!.at };
   const started = inject('benchRunStartedAt');
-  const earlier = Object.entries(sources).filter(([, at]) => at < started);
-  if (earlier.length > 0) {
-    process.stdout.write(`\n(ratios and goals below use results of an earlier run: ${earlier.map(([k, at]) => `${k} at ${at}`).join(', ')})\n`);
+  const earlier = Object.fromEntries(Object.entries(sources).filter(([, at]) => at < started));
+  if (Object.keys(earlier).length > 0) {
+    process.stdout.write(`\n(ratios and goals below use results of an earlier run: ${Object.entries(earlier).map(([k, at]) => `${k} at ${at}`).join(', ')})\n`);
   }
-  await report('ratios', rows, { sources, earlier: Object.fromEntries(earlier) });
+  await report('ratios', rows, { sources, earlier });
 
   // Issue #5's goals.
   const goals: Record<string, string | number>[] = [];
@@ -99,5 +99,5 @@ export async function reportRatios(): Promise<void> {
     const p99 = Number(pro['tick p99 ms']);
     goals.push({ goal: 'tick p99 under slow dispatch < 100 ms (Pro pool)', today: `${p99} ms`, verdict: verdict(p99 < 100, `${x(p99, 100)} the goal`) });
   }
-  await report('goals', goals, { sources, earlier: Object.fromEntries(earlier) });
+  await report('goals', goals, { sources, earlier });
 }
