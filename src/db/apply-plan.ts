@@ -113,6 +113,9 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
   const moves = all.filter((m) => m.claimFor === undefined);
   const claiming = all.filter((m) => m.claimFor !== undefined);
   const expect = plans.flatMap((p) => (p.expect ?? []).map((e) => ({ runId: p.runId, ...e })));
+  // Each run is found by its key, stated outright: joined only to the plans, Postgres may read
+  // every running run through their index instead (see finalizeRunsQuery).
+  const runIds = plans.map((p) => p.runId);
   // Only the parts a batch needs are sent (the others would be empty): the statement is planned
   // anew for every batch, and its planning time grows with its parts (1.3 ms for all of them,
   // more than its execution for one chain step).
@@ -170,14 +173,14 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
       where s.n + coalesce(b.n, 0) <= coalesce(s.max_runs, 2147483647)),
     started as (
       update dag_runs r set state = 'running', started_at = now()
-      from want w where r.id = w.run_id and w.start and r.state = 'queued' and r.plan_epoch = w.epoch and r.poison_error is null
+      from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and w.start and r.state = 'queued' and r.plan_epoch = w.epoch and r.poison_error is null
         and r.id not in (select run_id from spoiled) and r.id in (select run_id from room)
       returning r.id),`
         : sql``
     }
     kept as (
       update dag_runs r set plan_epoch = r.plan_epoch
-      from want w where r.id = w.run_id and not w.start and r.state = 'running' and r.plan_epoch = w.epoch and r.poison_error is null
+      from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and not w.start and r.state = 'running' and r.plan_epoch = w.epoch and r.poison_error is null
         and r.id not in (select run_id from spoiled)
       returning r.id),
     ${
@@ -288,10 +291,13 @@ export function finalizeRunsQuery(sql: Sql, runs: RunEnd[]): PendingQuery<{ id: 
       where t.state is distinct from x.state),`
         : sql``
     }
+    -- The runs are found by their key, stated outright: joined only to the plans, Postgres may
+    -- read every running run through their index and hash the batch against them (it did, with
+    -- statistics and a kept plan: 0.5 ms a call at 1,000 running runs, growing with them).
     moved as (
       update dag_runs r set state = w.outcome, ended_at = now(), settled_at = coalesce(r.settled_at, now())
       from want w
-      where r.id = w.run_id and r.state = 'running' and r.plan_epoch = w.epoch
+      where r.id = w.run_id and r.id = any(${runs.map((r) => r.runId)}::bigint[]) and r.state = 'running' and r.plan_epoch = w.epoch
         ${expect.length > 0 ? sql`and r.id not in (select run_id from spoiled)` : sql``}
         and not exists (select 1 from task_instances ti where ti.run_id = r.id
                         and ti.state <> all(${TERMINAL_TI_STATES as string[]}::text[]))

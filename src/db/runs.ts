@@ -142,10 +142,15 @@ export type ActiveRunsOf = { runIds: string[] } | { ofTis: string[] } | { queued
  *  included. Not sent until awaited or `execute()`d, so a caller can choose its place in a
  *  connection's pipeline. */
 export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = null): PendingQuery<ActiveRunRow[]> {
-  const read = (where: Fragment) => sql`
-      select r.*, d.paused as dag_paused from dag_runs r join dags d on d.dag_id = r.dag_id
+  const read = (where: Fragment, from: Fragment = sql`dag_runs`) => sql`
+      select r.*, d.paused as dag_paused from ${from} r join dags d on d.dag_id = r.dag_id
       where r.state in ('queued', 'running') and r.poison_error is null ${where}
       order by r.id limit ${limit}`;
+  // Runs named by key are read by key alone (the fence keeps the state test out of the scan):
+  // a kept plan made before the table had statistics otherwise read the index of every active
+  // run, end to end, and intersected it with the keys (reads behind ends go on the reports pool,
+  // whose plans are kept).
+  const byKey = (ids: Fragment) => read(sql``, sql`(select * from dag_runs where id = any(${ids}) offset 0)`);
   const queuedOf =
     of === null || !('queuedOf' in of)
       ? null
@@ -160,15 +165,14 @@ export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = nu
         sql`
       select * from ((${read(sql`${queuedOf} and not d.paused`)}) union all (${read(sql`${queuedOf} and d.paused`)})) u
       order by dag_paused, id limit ${limit}`
-      : read(
-          of === null
-            ? sql``
-            : 'runIds' in of
-              ? sql`and r.id = any(${of.runIds}::bigint[])`
-              : 'ofTis' in of
-                ? sql`and r.id in (select run_id from task_instances where id = any(${of.ofTis}::bigint[]))`
-                : sql`and r.state = 'running'`,
-        );
+      : of === null
+        ? read(sql``)
+        : 'runIds' in of
+          ? byKey(sql`${of.runIds}::bigint[]`)
+          : 'ofTis' in of
+            ? // The runs' ids first, an array computed once, each TI found by its key.
+              byKey(sql`array(select run_id from task_instances where id = any(${of.ofTis}::bigint[]))`)
+            : read(sql`and r.state = 'running'`);
   return sql<ActiveRunRow[]>`
     with q as (${runs}),
     -- Materialized: counted once. Inlined, the planner may rescan it for every run read (it did,
