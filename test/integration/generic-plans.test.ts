@@ -145,6 +145,11 @@ describe('the reports pool', () => {
     // Ended behind b's end: no step ran since.
     expect((await db.sql<{ state: string }[]>`select state from dag_runs where id = ${run.id}`)[0]!.state).toBe('success');
     expect(rec.statements().some((s) => /update dag_runs r set state = w\.outcome/.test(s)), 'the run ended behind the end').toBe(true);
+    // And the agents executor's claims, among those running runs.
+    const waiting = (await db.sql<{ id: string }[]>`
+      update task_instances t set state = 'scheduled' from dag_runs r
+      where r.id = t.run_id and r.run_key in ('r3', 'r4') returning t.id`).map((t) => t.id);
+    expect((await claimAttempts(rec.sql, 'agents', waiting.map((tiId) => ({ tiId, agentId: 'a1' })))).size).toBe(2);
     // It found the run by its key (it read every running run, 0.5 ms a call at 1,000 of them),
     // and so did every other statement on the way, with these statistics too.
     for (const text of rec.statements()) expect(await wholeScans(text), text).toEqual([]);
