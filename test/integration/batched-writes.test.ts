@@ -289,7 +289,7 @@ describe('report batcher', () => {
     return { run, attempts: [...claims].map(([tiId, c]) => ({ tiId, tryNumber: c.tryNumber, attemptToken: c.attemptToken })) };
   }
 
-  it('writes reports that arrive together as one statement for the starts and one for the ends, in order, pipelined', async () => {
+  it("writes an attempt's Started and Finished that arrive together once, in one statement, both moves in the events log in order", async () => {
     const { run, attempts } = await claimed(20);
     const c = counting(db.sql);
     const reports = createReportBatcher(c.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
@@ -301,16 +301,62 @@ describe('report batcher', () => {
         return { started: await started, finished: await finished };
       }),
     );
-    expect(c.count()).toBe(2);
+    // One UPDATE statement writes a row at most once: one row version a TI, not two.
+    expect(c.count()).toBe(1);
     expect(results.every((r) => r.started)).toBe(true);
     expect(results.map((r) => r.finished)).toEqual(attempts.map((_, i) => ({ verdict: i % 2 === 0 ? 'success' : 'failed', runId: run.id })));
-    // Every attempt went queued → running → its end, recorded in that order.
-    for (const a of attempts) {
-      const ev = await db.sql<{ to: string }[]>`select payload->>'to' as to from events where ti_id = ${a.tiId} order by seq`;
-      expect(ev.map((e) => e.to).slice(-2)).toEqual(['running', ev.at(-1)!.to === 'success' ? 'success' : 'failed']);
-      const [ti] = await db.sql<{ started_at: Date | null; pid: number | null }[]>`select started_at, pid from task_instances where id = ${a.tiId}`;
-      expect(ti!.started_at).not.toBeNull();
+    for (const [i, a] of attempts.entries()) {
+      // queued → running → its end, recorded in that order, the running move with its pid.
+      const ev = await db.sql<{ to: string; pid: number | null }[]>`
+        select payload->>'to' as to, (payload->>'pid')::int as pid from events where ti_id = ${a.tiId} order by seq`;
+      expect(ev.map((e) => e.to)).toEqual(['queued', 'running', i % 2 === 0 ? 'success' : 'failed']);
+      expect(ev[1]!.pid).toBe(100 + i);
+      const [ti] = await db.sql<{ state: string; started: boolean; ordered: boolean; agent_id: string; exit_code: number; error: string | null; pid: number | null }[]>`
+        select state, started_at is not null as started, started_at <= ended_at as ordered, agent_id, exit_code, error, pid from task_instances where id = ${a.tiId}`;
+      expect(ti).toEqual({ state: i % 2 === 0 ? 'success' : 'failed', started: true, ordered: true, agent_id: 'agent-1', exit_code: i % 2, error: i % 2 ? 'exit code 1' : null, pid: null });
     }
+  });
+
+  it('writes a batch of starts, starts with their ends, and ends as three statements in one round trip, each fenced row by row', async () => {
+    const { run, attempts } = await claimed(6);
+    const [onlyStart, startAndEnd, onlyEnd, resent, stale, twice] = attempts as [(typeof attempts)[0], (typeof attempts)[0], (typeof attempts)[0], (typeof attempts)[0], (typeof attempts)[0], (typeof attempts)[0]];
+    const setup = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
+    expect(await Promise.all([setup.started(onlyEnd, { pid: 1, agentId: 'agent-1' }), setup.started(resent, { pid: 2, agentId: 'agent-1' })])).toEqual([true, true]);
+    const c = counting(db.sql);
+    const reports = createReportBatcher(c.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
+    const ok = { outcome: 'success', exitCode: 0, signal: null, error: null } as const;
+    const wrong = { ...stale, attemptToken: '00000000-0000-4000-8000-000000000000' };
+    const out = await Promise.all([
+      reports.started(onlyStart, { pid: 10, agentId: 'agent-1' }),
+      reports.started(startAndEnd, { pid: 11, agentId: 'agent-1' }),
+      reports.finished(startAndEnd, ok),
+      reports.finished(onlyEnd, ok),
+      // Sent again after a reconnect: it is running already, so it is only ended.
+      reports.started(resent, { pid: 2, agentId: 'agent-1' }),
+      reports.finished(resent, ok),
+      reports.started(wrong, { pid: 12, agentId: 'agent-1' }),
+      reports.finished(wrong, ok),
+      reports.started(twice, { pid: 13, agentId: 'agent-1' }),
+      reports.finished(twice, ok),
+      reports.finished(twice, ok),
+    ]);
+    const applied = { verdict: 'success', runId: run.id };
+    expect(out).toEqual([true, true, applied, applied, true, applied, false, { verdict: 'rejected', runId: null }, true, applied, applied]);
+    expect(c.count()).toBe(3);
+    const rows = await db.sql<{ id: string; state: string }[]>`select id, state from task_instances where id = any(${attempts.map((a) => a.tiId)}::bigint[])`;
+    expect(Object.fromEntries(rows.map((r) => [r.id, r.state]))).toEqual({
+      [onlyStart.tiId]: 'running',
+      [startAndEnd.tiId]: 'success',
+      [onlyEnd.tiId]: 'success',
+      [resent.tiId]: 'success',
+      [stale.tiId]: 'queued',
+      [twice.tiId]: 'success',
+    });
+    // Every move logged once, in order: none for the refused reports, no second running for the resent one.
+    const moves = async (tiId: string) => (await db.sql<{ to: string }[]>`select payload->>'to' as to from events where ti_id = ${tiId} order by seq`).map((e) => e.to);
+    expect(await moves(resent.tiId)).toEqual(['queued', 'running', 'success']);
+    expect(await moves(twice.tiId)).toEqual(['queued', 'running', 'success']);
+    expect(await moves(stale.tiId)).toEqual(['queued']);
   });
 
   it('refuses, row by row, reports of superseded attempts and keeps the others', async () => {

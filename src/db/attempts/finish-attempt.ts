@@ -1,6 +1,9 @@
 import type { AttemptResult } from '../../core/attempt.js';
 import { ATTEMPT_END_FROM, legalTiFrom } from '../../core/states.js';
-import type { Sql } from '../sql.js';
+import type { Fragment, Sql } from '../sql.js';
+
+const START_FROM = legalTiFrom('running') as string[];
+const START_OR_END_FROM = [...new Set([...START_FROM, ...ATTEMPT_END_FROM])];
 
 export type FinishVerdict = 'success' | 'failed' | 'up_for_retry' | 'cancelled' | 'rejected';
 
@@ -34,32 +37,81 @@ export async function finishAttempt(
 /** The attempts `finishAttempts` ended, with the state each ended in. */
 export type FinishedRow = { id: string; try_number: number; token: string; run_id: string; state: Exclude<FinishVerdict, 'cancelled' | 'rejected'> };
 
+type End = { tiId: string; tryNumber: number; attemptToken: string; result: AttemptResult };
+
+/** The reports as rows `r(id, try, token, ok, exit_code, error, …extra)`: one array a column. */
+const endsTable = (sql: Sql, ends: End[], extra?: Fragment) => sql`
+  select * from unnest(${ends.map((o) => o.tiId)}::bigint[], ${ends.map((o) => o.tryNumber)}::int[],
+                       ${ends.map((o) => o.attemptToken)}::uuid[], ${ends.map((o) => (o.result.outcome === 'success' ? 'true' : 'false'))}::text[]::bool[],
+                       ${ends.map((o) => o.result.exitCode) as number[]}::int[], ${ends.map((o) => o.result.error) as string[]}::text[]${extra ?? sql``})`;
+
+/** An end's columns for TI `t` and its report `r`: success, or failed / up_for_retry by the TI's own tries and backoff. */
+const endColumns = (sql: Sql) => sql`
+  state = case when r.ok then 'success' when t.try_number < t.max_tries then 'up_for_retry' else 'failed' end,
+  next_try_at = case when not r.ok and t.try_number < t.max_tries
+    then now() + least(t.retry_delay_ms * power(2, least(t.try_number - 1, 30)), t.max_retry_delay_ms) * interval '1 millisecond'
+    end,
+  ended_at = now(), exit_code = r.exit_code, error = r.error, pid = null`;
+
+/** The events-log payload of an end, from the row the end wrote. */
+const endEvent = (sql: Sql) => sql`jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number,
+  'exit_code', exit_code, 'error', error, 'next_try_at', next_try_at)`;
+
 /**
  * Records the end of many attempts in one statement — success, or failed / up_for_retry by the
  * TI's own tries and backoff — each only if it is still the current attempt (fenced by try number
  * and token), each move in the events log. Cancelled and superseded ends go through
  * `finishAttempt`, which has its own rules. Resolves the rows ended.
  */
-export function finishAttempts(sql: Sql, ends: { tiId: string; tryNumber: number; attemptToken: string; result: AttemptResult }[]) {
+export function finishAttempts(sql: Sql, ends: End[]) {
   return sql<FinishedRow[]>`
-    with r as (
-      select * from unnest(${ends.map((o) => o.tiId)}::bigint[], ${ends.map((o) => o.tryNumber)}::int[],
-                           ${ends.map((o) => o.attemptToken)}::uuid[], ${ends.map((o) => (o.result.outcome === 'success' ? 'true' : 'false'))}::text[]::bool[],
-                           ${ends.map((o) => o.result.exitCode) as number[]}::int[], ${ends.map((o) => o.result.error) as string[]}::text[])
-        as r(id, try, token, ok, exit_code, error)),
+    with r as (${endsTable(sql, ends)} as r(id, try, token, ok, exit_code, error)),
     moved as (
-      update task_instances t set
-        state = case when r.ok then 'success' when t.try_number < t.max_tries then 'up_for_retry' else 'failed' end,
-        next_try_at = case when not r.ok and t.try_number < t.max_tries
-          then now() + least(t.retry_delay_ms * power(2, least(t.try_number - 1, 30)), t.max_retry_delay_ms) * interval '1 millisecond'
-          end,
-        ended_at = now(), exit_code = r.exit_code, error = r.error, pid = null
+      update task_instances t set ${endColumns(sql)}
       from r
       where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token and t.state = any(${ATTEMPT_END_FROM as string[]}::text[])
       returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.error, t.next_try_at, t.attempt_token),
     ev as (
       insert into events (run_id, ti_id, kind, payload)
-      select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number,
-             'exit_code', exit_code, 'error', error, 'next_try_at', next_try_at) from moved)
+      select run_id, id, 'ti.state', ${endEvent(sql)} from moved)
     select id, try_number, attempt_token as token, run_id, state from moved`;
+}
+
+/** The attempts `startAndFinishAttempts` ended; `started`: it was queued, and is started too. */
+export type StartedAndFinishedRow = FinishedRow & { started: boolean };
+
+/**
+ * The Started and the Finished of the same attempts, arriving together (a task that ends within
+ * a batch of reports): one write a TI instead of two, queued → running → its end in one row
+ * version, with both moves in the events log, in order. An attempt already running (its Started
+ * sent again after a reconnect) is only ended. Fenced like the two it stands for; resolves the
+ * rows ended, and an attempt missing from them was superseded (neither report applies).
+ */
+export function startAndFinishAttempts(sql: Sql, reports: (End & { pid: number | null; agentId: string | null })[]) {
+  const extra = sql`, ${reports.map((o) => o.pid) as number[]}::int[], ${reports.map((o) => o.agentId) as string[]}::text[]`;
+  return sql<StartedAndFinishedRow[]>`
+    with r as (${endsTable(sql, reports, extra)} as r(id, try, token, ok, exit_code, error, pid, agent_id)),
+    was as (
+      select t.id, t.state = any(${START_FROM}::text[]) as starting
+      from task_instances t join r on t.id = r.id and t.try_number = r.try and t.attempt_token = r.token
+      where t.state = any(${START_OR_END_FROM}::text[])
+      for no key update of t),
+    moved as (
+      update task_instances t set ${endColumns(sql)},
+        started_at = case when w.starting then now() else t.started_at end,
+        heartbeat_at = case when w.starting then now() else t.heartbeat_at end,
+        agent_id = case when w.starting then r.agent_id else t.agent_id end
+      from r join was w on w.id = r.id
+      where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token and t.state = any(${START_OR_END_FROM}::text[])
+      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.error, t.next_try_at, t.attempt_token, t.agent_id, w.starting, r.pid),
+    ev as (
+      insert into events (run_id, ti_id, kind, payload)
+      select run_id, ti_id, 'ti.state', payload from (
+        select 0 as o, run_id, id as ti_id,
+               jsonb_build_object('task_id', task_id, 'to', 'running', 'try', try_number, 'pid', pid, 'agent_id', agent_id) as payload
+        from moved where starting
+        union all
+        select 1, run_id, id, ${endEvent(sql)} from moved) e
+      order by ti_id, o)
+    select id, try_number, attempt_token as token, run_id, state, starting as started from moved`;
 }

@@ -3,7 +3,7 @@ import { isConnectionError } from '../is-connection-error.js';
 import { retryOnConnectionError } from '../retry-on-connection-error.js';
 import type { LogWriter } from '../log-writer.js';
 import type { Sql } from '../sql.js';
-import { finishAttempt, finishAttempts, type FinishedRow, type FinishVerdict } from './finish-attempt.js';
+import { finishAttempt, finishAttempts, startAndFinishAttempts, type FinishedRow, type FinishVerdict } from './finish-attempt.js';
 import { startAttempts, type StartedRow } from './start-attempt.js';
 
 /** One attempt, as every report names it. */
@@ -58,7 +58,9 @@ export interface ReportBatcherOptions {
  * statement and the ends as another, sent back to back on one connection (one round trip). A
  * report arriving while a write is in flight waits for it and joins the next batch, so one report
  * alone costs what it did before (no timer, no added latency), and a thousand arriving together
- * cost two statements.
+ * cost two statements. An attempt whose Started and Finished are in the same batch (a short task,
+ * or any task under load) is written once, by a third statement: one new row version of its TI
+ * instead of two, both moves still in the events log.
  *
  * Order is kept: a batch's starts are written before its ends, and a batch only after the one
  * before it, so an attempt's Started is never applied after its Finished; the log lines buffered
@@ -77,8 +79,12 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
 
   type StartOp = Extract<Op, { kind: 'start' }>;
   type EndOp = Extract<Op, { kind: 'finish' }>;
+  /** An attempt's Started and Finished in the same batch: written as one. */
+  type BothOp = { start: StartOp; end: EndOp };
   const startsQuery = (on: Sql, ops: StartOp[]) => startAttempts(on, ops.map((o) => ({ ...o.a, pid: o.pid, agentId: o.agentId })));
   const endsQuery = (on: Sql, ops: EndOp[]) => finishAttempts(on, ops.map((o) => ({ ...o.a, result: o.result })));
+  const bothQuery = (on: Sql, ops: BothOp[]) =>
+    startAndFinishAttempts(on, ops.map(({ start, end }) => ({ ...end.a, result: end.result, pid: start.pid, agentId: start.agentId })));
 
   const settleStarts = (ops: StartOp[], rows: StartedRow[]) => {
     const done = new Set(rows.map((r) => key(r.id, r.try_number, r.token)));
@@ -91,6 +97,12 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
       const row = done.get(key(o.a.tiId, o.a.tryNumber, o.a.attemptToken));
       o.resolve(row ? { verdict: row.state, runId: row.run_id } : { verdict: 'rejected', runId: null });
     }
+  };
+
+  /** A row back: the attempt was current, so its Started applies too (it is running, or was). */
+  const settleBoth = (ops: BothOp[], rows: FinishedRow[]) => {
+    settleStarts(ops.map((o) => o.start), rows);
+    settleEnds(ops.map((o) => o.end), rows);
   };
 
   /** Through the pool, retried through a database blip. */
@@ -112,20 +124,34 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
     }
   };
 
+  const writeBoth = async (ops: BothOp[]) => {
+    if (ops.length === 0) return;
+    try {
+      settleBoth(ops, await retry(() => bothQuery(sql, ops)));
+    } catch (err) {
+      for (const o of ops) {
+        o.start.reject(err);
+        o.end.reject(err);
+      }
+    }
+  };
+
   /**
-   * The buffered log lines, the starts and the ends (starts may be empty) on one reserved
-   * connection, sent back to back, then what `afterEnds` sends: one round trip, and Postgres runs
-   * them in that order. Once the lines, starts and ends have answered, the next batch may go (a
-   * Started that came meanwhile is not held up by the reads behind these ends). A part lost to a connection error is written again through the pool,
-   * lines before starts before ends, so the order holds on the retry too.
+   * The buffered log lines, the starts, the attempts started and ended together, and the ends (any
+   * of the three may be empty, not all) on one reserved connection, sent back to back, then what
+   * `afterEnds` sends: one round trip, and Postgres runs them in that order. Once the lines and
+   * the reports have answered, the next batch may go (a Started that came meanwhile is not held
+   * up by the reads behind these ends). A part lost to a connection error is written again
+   * through the pool, lines before starts before ends, so the order holds on the retry too.
    */
-  const writeTogether = async (starts: StartOp[], ends: EndOp[]) => {
+  const writeTogether = async (starts: StartOp[], both: BothOp[], ends: EndOp[]) => {
     let conn: Awaited<ReturnType<Sql['reserve']>>;
     try {
       conn = await sql.reserve();
     } catch {
       await opts.logs.flush();
       await writeStarts(starts);
+      await writeBoth(both);
       return writeEnds(ends);
     }
     const on = conn as unknown as Sql;
@@ -135,17 +161,23 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
     // when executed or awaited, and Promise.allSettled would await them a microtask later).
     const none = Promise.resolve([]);
     const lines = opts.logs.sendOn(on);
-    const sent = [starts.length > 0 ? startsQuery(on, starts).execute() : none, ends.length > 0 ? endsQuery(on, ends).execute() : none] as const;
-    const after = ends.length > 0 ? opts.afterEnds?.(on, ends.map((o) => ({ tiId: o.a.tiId, outcome: o.result.outcome }))) : undefined;
+    const sent = [
+      starts.length > 0 ? startsQuery(on, starts).execute() : none,
+      both.length > 0 ? bothQuery(on, both).execute() : none,
+      ends.length > 0 ? endsQuery(on, ends).execute() : none,
+    ] as const;
+    const allEnds = [...both.map((o) => o.end), ...ends];
+    const after = opts.afterEnds?.(on, allEnds.map((o) => ({ tiId: o.a.tiId, outcome: o.result.outcome })));
     // The lines settle first: retried through the pool after a lost connection, before the ends are.
-    const [s, e] = await Promise.allSettled([...sent, lines]);
-    if (s.status === 'fulfilled' && e.status === 'fulfilled') {
+    const [s, b, e] = await Promise.allSettled([...sent, lines]);
+    if (s.status === 'fulfilled' && b.status === 'fulfilled' && e.status === 'fulfilled') {
       settleStarts(starts, s.value);
+      settleStarts(both.map((o) => o.start), b.value);
       // Written: the next batch need not wait. The ends are settled once what was sent behind them
       // has answered too (the step an end nudges plans from those reads).
       const settling = Promise.allSettled([after]).then(() => {
         conn.release();
-        settleEnds(ends, e.value);
+        settleEnds(allEnds, [...b.value, ...e.value]);
       });
       settlingEnds.add(settling);
       void settling.finally(() => settlingEnds.delete(settling));
@@ -156,6 +188,13 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
     if (s.status === 'fulfilled') settleStarts(starts, s.value);
     else if (isConnectionError(s.reason)) await writeStarts(starts);
     else for (const o of starts) o.reject(s.reason);
+    if (b.status === 'fulfilled') settleBoth(both, b.value);
+    else if (isConnectionError(b.reason)) await writeBoth(both);
+    else
+      for (const o of both) {
+        o.start.reject(b.reason);
+        o.end.reject(b.reason);
+      }
     if (e.status === 'fulfilled') settleEnds(ends, e.value);
     else if (isConnectionError(e.reason)) await writeEnds(ends);
     else for (const o of ends) o.reject(e.reason);
@@ -165,15 +204,30 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
     while (queue.length > 0) {
       const batch = queue;
       queue = [];
-      const starts = batch.filter((o): o is StartOp => o.kind === 'start');
       const ends = batch.filter((o): o is EndOp => o.kind === 'finish');
       // Superseded and cancelled ends have their own rules (finish-attempt.ts); they are rare.
-      const plainEnds = ends.filter((o) => o.result.outcome !== 'cancelled' && o.result.outcome !== 'superseded');
-      if (plainEnds.length > 0) await writeTogether(starts, plainEnds);
+      const plain = (o: EndOp) => o.result.outcome !== 'cancelled' && o.result.outcome !== 'superseded';
+      // An attempt that started and ended within the batch is written once (an end sent twice
+      // pairs once; the other goes with the ends, where the fence settles it like the first).
+      const unpaired = new Map<string, EndOp[]>();
+      for (const o of ends.filter(plain)) {
+        const k = key(o.a.tiId, o.a.tryNumber, o.a.attemptToken);
+        unpaired.set(k, [...(unpaired.get(k) ?? []), o]);
+      }
+      const both: BothOp[] = [];
+      const starts: StartOp[] = [];
+      for (const o of batch) {
+        if (o.kind !== 'start') continue;
+        const end = unpaired.get(key(o.a.tiId, o.a.tryNumber, o.a.attemptToken))?.shift();
+        if (end) both.push({ start: o, end });
+        else starts.push(o);
+      }
+      const plainEnds = [...unpaired.values()].flat();
+      if (both.length > 0 || plainEnds.length > 0) await writeTogether(starts, both, plainEnds);
       else await writeStarts(starts);
-      if (plainEnds.length < ends.length) await opts.logs.flush();
+      if (ends.some((o) => !plain(o))) await opts.logs.flush();
       for (const o of ends) {
-        if (o.result.outcome !== 'cancelled' && o.result.outcome !== 'superseded') continue;
+        if (plain(o)) continue;
         try {
           const verdict = await retry(() => finishAttempt(sql, o.a, o.result));
           o.resolve({ verdict, runId: null });
