@@ -8,6 +8,8 @@ type Msg = Parameters<ReturnType<typeof createClient<typeof AgentService>>['conn
 export interface InstantAgent {
   /** Assigns received so far. */
   readonly assigned: number;
+  /** Ends the server acknowledged as written so far (FinishedAck applied). */
+  readonly acked: number;
   close(): Promise<void>;
 }
 
@@ -23,9 +25,11 @@ export function startInstantAgent(baseUrl: string, opts: { agentId: string; slot
   out.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: opts.agentId, slots: opts.slots } } } as Msg);
   let seq = 1n;
   let assigned = 0;
+  let acked = 0;
   const pump = setInterval(() => out.push({ msg: { case: 'keepalive', value: { seq: seq++, held: [] } } } as Msg), opts.keepaliveMs ?? 1000);
   const done = (async () => {
     for await (const m of client.connect(out)) {
+      if (m.msg.case === 'finishedAck' && m.msg.value.applied) acked++;
       if (m.msg.case !== 'assign') continue;
       const attempt = m.msg.value.attempt!;
       assigned++;
@@ -37,6 +41,9 @@ export function startInstantAgent(baseUrl: string, opts: { agentId: string; slot
   return {
     get assigned() {
       return assigned;
+    },
+    get acked() {
+      return acked;
     },
     async close() {
       clearInterval(pump);

@@ -201,7 +201,10 @@ describe.skipIf(!process.env.LEOFLOW_BENCH_PROFILE)('profile', () => {
           const [server0, pg0] = [await cpuMsOf(serverPid), await postgresCpuMs(path.join(stateDir, 'pgdata'))];
           const t = performance.now();
           await api.workflow.pauseDag({ dagId: 'tp', paused: false });
-          await waitFor('all done', async () => (await sql<{ n: number }[]>`select count(*)::int as n from dag_runs where state = 'success'`)[0]!.n >= TASKS, 600_000, 100);
+          // The database is asked only once the agent has every end acknowledged: a count of the
+          // runs every 100 ms was 0.04 ms of Postgres CPU a task, in the figures measured here.
+          await waitFor('all ends acknowledged', async () => agent.acked >= TASKS, 600_000, 5);
+          await waitFor('all done', async () => (await sql<{ n: number }[]>`select count(*)::int as n from dag_runs where state = 'success'`)[0]!.n >= TASKS, 60_000, 5);
           const secs = (performance.now() - t) / 1000;
           const cpuMsPerTask = { server: ((await cpuMsOf(serverPid)) - server0) / TASKS, postgres: ((await postgresCpuMs(path.join(stateDir, 'pgdata'))) - pg0) / TASKS };
           await sleep(STATS_SETTLE_MS);
