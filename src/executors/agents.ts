@@ -42,6 +42,14 @@ export interface AgentsWork extends AttemptWork {
 
 export type AgentsDispatchOutcome = { kind: 'assigned'; agentId: string } | { kind: 'waiting'; reason: string } | { kind: 'lost' };
 
+/** Work a round placed on an agent, waiting for its claim. */
+interface Placed {
+  work: AgentsWork;
+  agent: FleetAgent;
+  resolve(o: AgentsDispatchOutcome): void;
+  reject(err: unknown): void;
+}
+
 interface Waiting {
   work: AgentsWork;
   resolve(o: AgentsDispatchOutcome): void;
@@ -278,14 +286,20 @@ export class AgentsExecutor implements Executor {
   }
 
   async #rounds(): Promise<void> {
-    do {
-      this.#wake = false;
-      if (this.#waiting.length === 0 && this.#parked.size === 0) break;
-      await this.#placeRound();
-      // Another round only for new work, or a slot freed meanwhile; else parked work waits for
-      // released(), invalidate() or retryParked().
-    } while (this.#wake || this.#waiting.length > 0);
-    this.#round = null;
+    try {
+      do {
+        this.#wake = false;
+        if (this.#waiting.length === 0 && this.#parked.size === 0) break;
+        await this.#placeRound();
+        // Another round only for new work, or a slot freed meanwhile; else parked work waits for
+        // released(), invalidate() or retryParked().
+      } while (this.#wake || this.#waiting.length > 0);
+    } catch (err) {
+      // A round settles all its work itself; this is a bug, and must not stop every round after it.
+      this.deps.logger.error({ err }, 'placement round failed');
+    } finally {
+      this.#round = null;
+    }
   }
 
   /**
@@ -310,7 +324,7 @@ export class AgentsExecutor implements Executor {
     // max_parallel_per_agent counts this round's own placements of the task too.
     const addedLoad = new Map<string, number>();
     const loadKey = (w: AgentsWork, agentId: string) => `${w.dagId}\u0000${w.taskId}\u0000${agentId}`;
-    const placed: { work: AgentsWork; agent: FleetAgent; resolve(o: AgentsDispatchOutcome): void; reject(err: unknown): void }[] = [];
+    const placed: Placed[] = [];
     const reasons = new Map<string, string>();
 
     const place = async (work: AgentsWork) => {
@@ -371,12 +385,26 @@ export class AgentsExecutor implements Executor {
       w.resolve(placement);
     }
 
-    if (reasons.size > 0) await this.deps.store.setPendingReasons(reasons);
-    if (this.#parked.size === 0 && anyFree() && performance.now() - this.#hungryAt >= HUNGRY_EVERY_MS) {
-      this.#hungryAt = performance.now();
-      this.deps.onHungry?.(all.reduce((n, v) => n + Math.max(0, v.slots - v.running), 0));
+    // Why the rest waits is only shown to users: it is written alongside the claim, not ahead of
+    // it, and a failed write leaves the old reason (the TIs are placed all the same).
+    const reasonsWritten =
+      reasons.size > 0
+        ? this.deps.store.setPendingReasons(reasons).catch((err: unknown) => this.deps.logger.warn({ err, tis: reasons.size }, 'could not record why task instances wait'))
+        : null;
+    try {
+      if (this.#parked.size === 0 && anyFree() && performance.now() - this.#hungryAt >= HUNGRY_EVERY_MS) {
+        this.#hungryAt = performance.now();
+        this.deps.onHungry?.(all.reduce((n, v) => n + Math.max(0, v.slots - v.running), 0));
+      }
+      if (placed.length > 0) await this.#claimAndDeliver(placed);
+    } finally {
+      // The next round begins once this one's writes are done.
+      await reasonsWritten;
     }
-    if (placed.length === 0) return;
+  }
+
+  /** One claim for everything a round placed, then each Assign. */
+  async #claimAndDeliver(placed: Placed[]): Promise<void> {
     let claimed: Map<string, Attempt>;
     try {
       claimed = await this.deps.store.claim(placed.map((p) => ({ work: p.work, agentId: p.agent.agentId })));

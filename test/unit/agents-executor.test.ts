@@ -16,7 +16,7 @@ function work(n: number, over: Partial<AgentsWork> = {}): AgentsWork {
   return { tiId: String(n), runId: String(n), dagId: 'd', taskId: 't', task: task('t', { executor: 'agents' }), conf: {}, logicalDate: new Date(0), pendingReason: null, ...over };
 }
 
-function setup(agents: AvailableAgent[]) {
+function setup(agents: AvailableAgent[], over: Partial<AgentsStore> = {}) {
   const claims: string[][] = [];
   const reasons: Map<string, string>[] = [];
   const delivered: string[] = [];
@@ -36,6 +36,7 @@ function setup(agents: AvailableAgent[]) {
     release: async () => {},
     setPendingReasons: async (r) => void reasons.push(new Map(r)),
     notifyAssign: async () => {},
+    ...over,
   };
   const registry = new AgentRegistry();
   for (const a of agents) {
@@ -74,6 +75,45 @@ describe('AgentsExecutor', () => {
     expect(t.delivered).toEqual(['1@a', '2@a', '3@a', '4@a', '5@a']);
     expect(t.reasons).toHaveLength(1);
     expect(t.executor.parkedCount).toBe(0);
+  });
+
+  it('writes why work waits alongside the claim, not ahead of it, and begins the next round once it is written', async () => {
+    let written!: () => void;
+    const order: string[] = [];
+    const t = setup([agent('a', 1)], {
+      setPendingReasons: (r) => {
+        order.push(`reasons ${[...r.keys()].join(',')}`);
+        return new Promise<void>((resolve) => (written = resolve));
+      },
+    });
+    const claim = t.store.claim;
+    t.store.claim = (cs) => (order.push(`claim ${cs.map((c) => c.work.tiId).join(',')}`), claim(cs));
+    const outcomes = Promise.all([1, 2].map((n) => t.executor.placeAndDispatch(work(n))));
+    await settle();
+    // Claimed and delivered while the reasons' write is still on its way.
+    expect(order).toEqual(['reasons 2', 'claim 1']);
+    expect(t.delivered).toEqual(['1@a']);
+    // A slot frees meanwhile: the round after waits for the write.
+    t.executor.finishing('a', 'tok-1');
+    await settle();
+    expect(order).toEqual(['reasons 2', 'claim 1']);
+    written();
+    expect((await outcomes).map((o) => o.kind)).toEqual(['assigned', 'waiting']);
+    await settle();
+    expect(order).toEqual(['reasons 2', 'claim 1', 'claim 2']);
+    expect(t.delivered).toEqual(['1@a', '2@a']);
+  });
+
+  it('places work all the same when why other work waits cannot be written, and goes on placing after', async () => {
+    const t = setup([agent('a', 1)], { setPendingReasons: async () => Promise.reject(new Error('connection terminated')) });
+    const outcomes = await Promise.all([1, 2, 3].map((n) => t.executor.placeAndDispatch(work(n))));
+    expect(outcomes.map((o) => o.kind)).toEqual(['assigned', 'waiting', 'waiting']);
+    t.executor.finishing('a', 'tok-1');
+    await settle();
+    t.executor.finishing('a', 'tok-2');
+    await settle();
+    expect(t.claims).toEqual([['1'], ['2'], ['3']]);
+    expect(t.delivered).toEqual(['1@a', '2@a', '3@a']);
   });
 
   it('does not park work no agent can ever take, and asks for more work when slots are left over', async () => {
