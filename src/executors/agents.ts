@@ -68,8 +68,18 @@ const MAX_PARKED = 10_000;
 const MAX_ENDING = 10_000;
 /** Claims answered longer ago than this are visible to any fleet read still on its way. */
 const RECENT_MS = 10_000;
-/** At most this often, a round that found free slots and nothing left to place asks for more. */
+/** At most this often, a round that found the parked work running low asks for more. */
 const HUNGRY_EVERY_MS = 100;
+/**
+ * The parked work runs low below this many TIs, or this many times the fleet's slots if more:
+ * more is asked for then, not once it is gone, so slots do not stand empty while the scheduler
+ * starts the next runs (at concurrency 10, slots stood free with nothing parked a third of the
+ * time when it was asked for only once the parked work was gone).
+ */
+const LOW_WATER_MIN = 64;
+/** How long parked work waits before why it waits is written (see `reasonAfterMs`). */
+const REASON_AFTER_MS = 1000;
+const LOW_WATER_SLOTS = 4;
 
 /**
  * The standalone-agent executor: chooses an agent for a scheduled TI (placement rules in
@@ -100,6 +110,8 @@ export class AgentsExecutor implements Executor {
   /** Claims answered lately, by attempt token: a view read sent before one may not show it. */
   #recentClaims = new Map<string, { agentId: string; at: number }>();
   #parked = new Map<string, AgentsWork>();
+  /** Parked TIs whose reason is not written yet, oldest first, with the reason and since when. */
+  #reasonDue = new Map<string, { reason: string; since: number }>();
   #hungryAt = Number.NEGATIVE_INFINITY;
   #wake = false;
 
@@ -110,8 +122,12 @@ export class AgentsExecutor implements Executor {
       replicaId: string;
       logger: Logger;
       cacheMs: number;
-      /** Slots are free (this many) and nothing is left to place: the scheduler may have more to offer. */
-      onHungry?(freeSlots: number): void;
+      /** How long work waits for a slot before why it waits is written (default 1 s): a TI placed
+       *  sooner shows no reason, and costs no write for it. */
+      reasonAfterMs?: number;
+      /** The parked work runs low (or slots are free and none is left): the scheduler may have
+       *  more to offer; `wanted` is what would fill the free slots and the parked work again. */
+      onHungry?(wanted: number): void;
     },
   ) {}
 
@@ -132,6 +148,7 @@ export class AgentsExecutor implements Executor {
   /** Drops the parked work (this replica no longer leads: the new leader offers it again). */
   forgetParked(): void {
     this.#parked.clear();
+    this.#reasonDue.clear();
   }
 
   /** Tries the parked work again (the tick calls this: a slot may have freed on an agent of
@@ -344,8 +361,21 @@ export class AgentsExecutor implements Executor {
         addedLoad.set(loadKey(work, agent.agentId), (addedLoad.get(loadKey(work, agent.agentId)) ?? 0) + 1);
         return { placement, agent };
       }
-      if (work.pendingReason !== placement.reason) reasons.set(work.tiId, placement.reason);
       return { placement, agent: null };
+    };
+    /** Parked work waiting for a slot: its reason is written once it has waited long enough. */
+    const reasonLater = (work: AgentsWork, reason: string) => {
+      const due = this.#reasonDue.get(work.tiId);
+      if (work.pendingReason === reason) this.#reasonDue.delete(work.tiId);
+      else if (due) due.reason = reason;
+      else this.#reasonDue.set(work.tiId, { reason, since: performance.now() });
+    };
+    const reasonNow = (work: AgentsWork, reason: string) => {
+      if (work.pendingReason !== reason) reasons.set(work.tiId, reason);
+    };
+    const unpark = (tiId: string) => {
+      this.#parked.delete(tiId);
+      this.#reasonDue.delete(tiId);
     };
 
     for (const [tiId, work] of this.#parked) {
@@ -354,16 +384,19 @@ export class AgentsExecutor implements Executor {
       try {
         outcome = await place(work);
       } catch {
-        this.#parked.delete(tiId); // still scheduled: the tick offers it again
+        unpark(tiId); // still scheduled: the tick offers it again
         continue;
       }
       const { placement, agent } = outcome;
       if (agent) {
-        this.#parked.delete(tiId);
+        unpark(tiId);
         placed.push({ work, agent, resolve: () => {}, reject: () => {} });
       } else if (placement.kind === 'waiting') {
-        if (CAPACITY_REASONS.has(placement.reason)) work.pendingReason = placement.reason;
-        else this.#parked.delete(tiId); // no eligible agent any more: the scheduler offers it again
+        if (CAPACITY_REASONS.has(placement.reason)) reasonLater(work, placement.reason);
+        else {
+          reasonNow(work, placement.reason);
+          unpark(tiId); // no eligible agent any more: the scheduler offers it again
+        }
       }
     }
     for (const w of fresh) {
@@ -380,9 +413,21 @@ export class AgentsExecutor implements Executor {
         continue;
       }
       if (placement.kind === 'waiting' && CAPACITY_REASONS.has(placement.reason) && this.#parked.size < MAX_PARKED) {
-        this.#parked.set(w.work.tiId, { ...w.work, pendingReason: placement.reason });
-      }
+        const work = { ...w.work };
+        this.#parked.set(work.tiId, work);
+        reasonLater(work, placement.reason);
+      } else if (placement.kind === 'waiting') reasonNow(w.work, placement.reason);
       w.resolve(placement);
+    }
+    // The reasons of work parked long enough, oldest first.
+    const dueBy = performance.now() - (this.deps.reasonAfterMs ?? REASON_AFTER_MS);
+    for (const [tiId, due] of this.#reasonDue) {
+      if (due.since > dueBy) break;
+      this.#reasonDue.delete(tiId);
+      const work = this.#parked.get(tiId);
+      if (!work) continue;
+      reasons.set(tiId, due.reason);
+      work.pendingReason = due.reason;
     }
 
     // Why the rest waits is only shown to users: it is written alongside the claim, not ahead of
@@ -392,9 +437,11 @@ export class AgentsExecutor implements Executor {
         ? this.deps.store.setPendingReasons(reasons).catch((err: unknown) => this.deps.logger.warn({ err, tis: reasons.size }, 'could not record why task instances wait'))
         : null;
     try {
-      if (this.#parked.size === 0 && anyFree() && performance.now() - this.#hungryAt >= HUNGRY_EVERY_MS) {
+      const slots = all.reduce((n, v) => n + v.slots, 0);
+      const lowWater = Math.max(LOW_WATER_MIN, LOW_WATER_SLOTS * slots);
+      if (this.#parked.size < lowWater && (anyFree() || this.#parked.size > 0) && performance.now() - this.#hungryAt >= HUNGRY_EVERY_MS) {
         this.#hungryAt = performance.now();
-        this.deps.onHungry?.(all.reduce((n, v) => n + Math.max(0, v.slots - v.running), 0));
+        this.deps.onHungry?.(Math.max(all.reduce((n, v) => n + Math.max(0, v.slots - v.running), 0), lowWater - this.#parked.size));
       }
       if (placed.length > 0) await this.#claimAndDeliver(placed);
     } finally {

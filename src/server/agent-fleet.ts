@@ -59,10 +59,10 @@ export function createAgentFleet(o: AgentFleetOptions) {
     replicaId: o.replicaId,
     logger: log,
     cacheMs: 200,
-    // Free slots and nothing left to place: runs waiting to start may be there; ask for a step
-    // that reads the oldest queued runs only (TIs the pool refused are offered again once it
-    // drains, and the tick covers the rest).
-    onHungry: (freeSlots) => o.nudgeQueued(freeSlots),
+    // The parked work runs low: runs waiting to start may be there; ask for a step that reads
+    // the oldest queued runs only (TIs the pool refused are offered again once it drains, and the
+    // tick covers the rest).
+    onHungry: (wanted) => o.nudgeQueued(wanted),
     store: {
       availableAgents: async () =>
         (await availableAgents(sql, freshMs)).map((a) => ({

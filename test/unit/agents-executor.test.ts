@@ -16,7 +16,8 @@ function work(n: number, over: Partial<AgentsWork> = {}): AgentsWork {
   return { tiId: String(n), runId: String(n), dagId: 'd', taskId: 't', task: task('t', { executor: 'agents' }), conf: {}, logicalDate: new Date(0), pendingReason: null, ...over };
 }
 
-function setup(agents: AvailableAgent[], over: Partial<AgentsStore> = {}) {
+/** `reasonAfterMs` is 0 unless said: why work waits is written in the round that parks it. */
+function setup(agents: AvailableAgent[], over: Partial<AgentsStore> = {}, reasonAfterMs = 0) {
   const claims: string[][] = [];
   const reasons: Map<string, string>[] = [];
   const delivered: string[] = [];
@@ -43,7 +44,7 @@ function setup(agents: AvailableAgent[], over: Partial<AgentsStore> = {}) {
     const handle: AgentHandle = { agentId: a.agentId, sessionId: 's', assign: (at) => (delivered.push(`${at.tiId}@${a.agentId}`), true), cancel: () => true, drain: () => {}, holds: () => false };
     registry.register(handle);
   }
-  const executor = new AgentsExecutor({ registry, store, replicaId: 'r', logger, cacheMs: 60_000, onHungry: (free) => hungry.push(free) });
+  const executor = new AgentsExecutor({ registry, store, replicaId: 'r', logger, cacheMs: 60_000, reasonAfterMs, onHungry: (free) => hungry.push(free) });
   return { executor, store, claims, reasons, delivered, hungry: () => hungry };
 }
 
@@ -116,14 +117,63 @@ describe('AgentsExecutor', () => {
     expect(t.delivered).toEqual(['1@a', '2@a', '3@a']);
   });
 
+  it('writes why parked work waits only once it has waited long enough: work placed sooner costs no write', async () => {
+    const t = setup([agent('a', 1)], {}, 150);
+    await Promise.all([1, 2, 3].map((n) => t.executor.placeAndDispatch(work(n))));
+    expect(t.executor.parkedCount).toBe(2);
+    expect(t.reasons).toEqual([]);
+    // 2 is placed within 150 ms: no reason is ever written for it.
+    t.executor.finishing('a', 'tok-1');
+    await settle();
+    expect(t.claims).toEqual([['1'], ['2']]);
+    expect(t.reasons).toEqual([]);
+    // 3 has waited 150 ms by the next round (the tick retries the parked work): its reason is written, once.
+    await new Promise((r) => setTimeout(r, 160));
+    t.executor.retryParked();
+    await settle();
+    expect(t.reasons).toEqual([new Map([['3', 'AGENT_SLOTS_FULL']])]);
+    t.executor.retryParked();
+    await settle();
+    expect(t.reasons).toHaveLength(1);
+    // A reason that is not about capacity (no agent has the labels) is written at once.
+    await t.executor.placeAndDispatch(work(4, { task: task('t', { executor: 'agents', placement: { labels: { gpu: 'yes' }, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: null } }) }));
+    expect(t.reasons.at(-1)).toEqual(new Map([['4', 'NO_AGENT_WITH_LABELS:gpu=yes']]));
+  });
+
   it('does not park work no agent can ever take, and asks for more work when slots are left over', async () => {
     const t = setup([agent('a', 4)]);
     const o = await t.executor.placeAndDispatch(work(1, { task: task('t', { executor: 'agents', placement: { labels: { gpu: 'yes' }, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: null } }) }));
     expect(o).toEqual({ kind: 'waiting', reason: 'NO_AGENT_WITH_LABELS:gpu=yes' });
     expect(t.executor.parkedCount).toBe(0);
     await settle();
-    // Once, with the free slots it has: the scheduler starts at least that many queued runs.
-    expect(t.hungry()).toEqual([4]);
+    // Once, for enough to fill the parked work to its low-water mark (64; more than the 4 free slots).
+    expect(t.hungry()).toEqual([64]);
+  });
+
+  it('asks for more work while the parked work runs low, before it is gone, at most every 100 ms', async () => {
+    // 20 slots: the low-water mark is 4 × 20 = 80 parked TIs.
+    const t = setup([agent('a', 20)]);
+    const first = await Promise.all(Array.from({ length: 30 }, (_, i) => t.executor.placeAndDispatch(work(i + 1))));
+    expect(first.filter((o) => o.kind === 'assigned')).toHaveLength(20);
+    expect(t.executor.parkedCount).toBe(10);
+    // No slot is free, but 10 parked are below 80: the scheduler is asked for 70 more.
+    expect(t.hungry()).toEqual([70]);
+    // A slot frees within 100 ms: placed, but not asked again yet.
+    t.executor.finishing('a', 'tok-1');
+    await settle();
+    expect(t.executor.parkedCount).toBe(9);
+    expect(t.hungry()).toEqual([70]);
+    await new Promise((r) => setTimeout(r, 110));
+    t.executor.finishing('a', 'tok-2');
+    await settle();
+    expect(t.hungry()).toEqual([70, 72]);
+  });
+
+  it('does not ask for more work while enough is parked', async () => {
+    const t = setup([agent('a', 1)]);
+    await Promise.all(Array.from({ length: 70 }, (_, i) => t.executor.placeAndDispatch(work(i + 1))));
+    expect(t.executor.parkedCount).toBe(69);
+    expect(t.hungry()).toEqual([]);
   });
 
   it('forgets parked work when told to (leadership lost): a freed slot then places nothing', async () => {
