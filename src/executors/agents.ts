@@ -72,14 +72,13 @@ const RECENT_MS = 10_000;
 const HUNGRY_EVERY_MS = 100;
 /**
  * The parked work runs low below this many TIs, or this many times the fleet's slots if more:
- * more is asked for then, not once it is gone, so slots do not stand empty while the scheduler
- * starts the next runs (at concurrency 10, slots stood free with nothing parked a third of the
- * time when it was asked for only once the parked work was gone).
+ * more is asked for then, not once it is gone and a slot is free (at concurrency 10 the bench
+ * did 5–45 % more tasks a second so: BENCHMARKS.md, the session of c40a0ec).
  */
 const LOW_WATER_MIN = 64;
+const LOW_WATER_SLOTS = 4;
 /** How long parked work waits before why it waits is written (see `reasonAfterMs`). */
 const REASON_AFTER_MS = 1000;
-const LOW_WATER_SLOTS = 4;
 
 /**
  * The standalone-agent executor: chooses an agent for a scheduled TI (placement rules in
