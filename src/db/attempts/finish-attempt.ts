@@ -1,8 +1,8 @@
 import type { AttemptResult } from '../../core/attempt.js';
 import { ATTEMPT_END_FROM, legalTiFrom } from '../../core/states.js';
 import type { Fragment, Sql } from '../sql.js';
+import { START_FROM, startEvent } from './start-attempt.js';
 
-const START_FROM = legalTiFrom('running') as string[];
 const START_OR_END_FROM = [...new Set([...START_FROM, ...ATTEMPT_END_FROM])];
 
 export type FinishVerdict = 'success' | 'failed' | 'up_for_retry' | 'cancelled' | 'rejected';
@@ -77,9 +77,6 @@ export function finishAttempts(sql: Sql, ends: End[]) {
     select id, try_number, attempt_token as token, run_id, state from moved`;
 }
 
-/** The attempts `startAndFinishAttempts` ended; `started`: it was queued, and is started too. */
-export type StartedAndFinishedRow = FinishedRow & { started: boolean };
-
 /**
  * The Started and the Finished of the same attempts, arriving together (a task that ends within
  * a batch of reports): one write a TI instead of two, queued → running → its end in one row
@@ -89,7 +86,7 @@ export type StartedAndFinishedRow = FinishedRow & { started: boolean };
  */
 export function startAndFinishAttempts(sql: Sql, reports: (End & { pid: number | null; agentId: string | null })[]) {
   const extra = sql`, ${reports.map((o) => o.pid) as number[]}::int[], ${reports.map((o) => o.agentId) as string[]}::text[]`;
-  return sql<StartedAndFinishedRow[]>`
+  return sql<FinishedRow[]>`
     with r as (${endsTable(sql, reports, extra)} as r(id, try, token, ok, exit_code, error, pid, agent_id)),
     was as (
       select t.id, t.state = any(${START_FROM}::text[]) as starting
@@ -107,11 +104,9 @@ export function startAndFinishAttempts(sql: Sql, reports: (End & { pid: number |
     ev as (
       insert into events (run_id, ti_id, kind, payload)
       select run_id, ti_id, 'ti.state', payload from (
-        select 0 as o, run_id, id as ti_id,
-               jsonb_build_object('task_id', task_id, 'to', 'running', 'try', try_number, 'pid', pid, 'agent_id', agent_id) as payload
-        from moved where starting
+        select 0 as o, run_id, id as ti_id, ${startEvent(sql)} as payload from moved where starting
         union all
         select 1, run_id, id, ${endEvent(sql)} from moved) e
       order by ti_id, o)
-    select id, try_number, attempt_token as token, run_id, state, starting as started from moved`;
+    select id, try_number, attempt_token as token, run_id, state from moved`;
 }

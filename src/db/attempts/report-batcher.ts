@@ -212,7 +212,7 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
       const unpaired = new Map<string, EndOp[]>();
       for (const o of ends.filter(plain)) {
         const k = key(o.a.tiId, o.a.tryNumber, o.a.attemptToken);
-        unpaired.set(k, [...(unpaired.get(k) ?? []), o]);
+        (unpaired.get(k) ?? unpaired.set(k, []).get(k)!).push(o);
       }
       const both: BothOp[] = [];
       const starts: StartOp[] = [];

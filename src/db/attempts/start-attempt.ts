@@ -1,7 +1,11 @@
 import { legalTiFrom } from '../../core/states.js';
 import type { Sql } from '../sql.js';
 
-const START_FROM = legalTiFrom('running') as string[];
+/** The states an attempt may be started from. */
+export const START_FROM = legalTiFrom('running') as string[];
+
+/** The events-log payload of a start, from a row with task_id, try_number, pid and agent_id. */
+export const startEvent = (sql: Sql) => sql`jsonb_build_object('task_id', task_id, 'to', 'running', 'try', try_number, 'pid', pid, 'agent_id', agent_id)`;
 
 /** One attempt's start, as reported: fenced by try number and token. */
 export interface StartReport {
@@ -34,8 +38,7 @@ export function startAttempts(sql: Sql, reports: StartReport[]) {
       returning t.id, t.run_id, t.task_id, t.try_number, t.pid, t.agent_id, t.attempt_token),
     ev as (
       insert into events (run_id, ti_id, kind, payload)
-      select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'running', 'try', try_number, 'pid', pid, 'agent_id', agent_id)
-      from moved)
+      select run_id, id, 'ti.state', ${startEvent(sql)} from moved)
     select id, try_number, attempt_token as token from moved`;
 }
 
