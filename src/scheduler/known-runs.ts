@@ -17,6 +17,13 @@ const MAX_KNOWN = 10_000;
 export class KnownRuns {
   #runs = new Map<string, RunRead>();
   #runOfTi = new Map<string, string>();
+  /** Runs whose memory is what the database holds now, as far as planning goes (`markCurrent`). */
+  #current = new Set<string>();
+  #seq = 0;
+  /** When each run last changed in a way its memory may not show (an end on its way, a forget). */
+  #changedAt = new Map<string, number>();
+  /** Every run changed at or before this (everything was forgotten). */
+  #floor = 0;
   /** Runs ended ahead of their step (their DAG by run id), until a step takes them. */
   #endedAhead = new Map<string, string>();
 
@@ -40,9 +47,72 @@ export class KnownRuns {
       this.#runs.clear();
       this.#runOfTi.clear();
       this.#endedAhead.clear();
+      this.#current.clear();
+      this.#changedAt.clear();
+      this.#floor = ++this.#seq;
       return;
     }
-    for (const id of runIds) this.#drop(id);
+    for (const id of runIds) {
+      this.#drop(id);
+      this.#changed(id);
+    }
+  }
+
+  /** Why these task instances wait, as just written (null: no reason), where remembered. */
+  noteReasons(reasons: ReadonlyMap<string, string | null>): void {
+    const byRun = new Map<string, Map<string, string | null>>();
+    for (const [tiId, reason] of reasons) {
+      const runId = this.#runOfTi.get(tiId);
+      if (runId !== undefined) (byRun.get(runId) ?? byRun.set(runId, new Map()).get(runId)!).set(tiId, reason);
+    }
+    // New rows, not changed ones: a step may be deciding from the old read right now.
+    for (const [runId, of] of byRun) {
+      const read = this.#runs.get(runId)!;
+      this.#runs.set(runId, { ...read, tis: read.tis.map((t) => (of.has(t.id) ? { ...t, pending_reason: of.get(t.id)! } : t)) });
+    }
+  }
+
+  /** A point in this memory's history, for `markCurrent`. */
+  now(): number {
+    return this.#seq;
+  }
+
+  /** An end of this task instance's run is on its way, which the memory may not show. */
+  stale(tiId: string): void {
+    const runId = this.#runOfTi.get(tiId);
+    if (runId !== undefined) this.#changed(runId);
+  }
+
+  /**
+   * This run's memory is current: a plan decided from it at `since` (`now()`), which assumed the
+   * ends then on their way, has just applied, so the database checked every state the plan
+   * assumed and made every move the memory now shows. Unless the run changed in any other way
+   * since (`stale`, `forget`), the step that follows those ends may decide from the memory
+   * instead of reading the run (`takeCurrent`).
+   */
+  markCurrent(runId: string, since: number): void {
+    if (this.#runs.has(runId) && since >= this.#floor && (this.#changedAt.get(runId) ?? 0) <= since) this.#current.add(runId);
+  }
+
+  /** Of these runs, the ones whose memory is current, as reads (each taken once). */
+  takeCurrent(runIds: readonly string[]): Map<string, RunRead> {
+    const out = new Map<string, RunRead>();
+    for (const id of runIds) {
+      if (!this.#current.delete(id)) continue;
+      const read = this.#runs.get(id);
+      if (read) out.set(id, read);
+    }
+    return out;
+  }
+
+  #changed(runId: string): void {
+    this.#current.delete(runId);
+    this.#changedAt.set(runId, ++this.#seq);
+    // A mark matters only to plans on their way: past the bound, refuse every plan so far instead.
+    if (this.#changedAt.size > MAX_KNOWN) {
+      this.#changedAt.clear();
+      this.#floor = this.#seq;
+    }
   }
 
   /**
@@ -72,7 +142,9 @@ export class KnownRuns {
     return this.#runs.size;
   }
 
+  /** Drops the memory of a run (a remembered run is not current until `markCurrent` says so). */
   #drop(runId: string): void {
+    this.#current.delete(runId);
     const read = this.#runs.get(runId);
     if (!read) return;
     this.#runs.delete(runId);

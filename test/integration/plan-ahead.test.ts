@@ -103,6 +103,15 @@ describe('planning ahead of an end', () => {
       select payload from events where run_id = ${run.id} and kind = 'ti.state' and payload->>'task_id' = 'b' order by seq`;
     expect(events.map((e) => e.payload.to)).toEqual(['scheduled', 'queued']);
 
+    // The plan applied, so the memory it left is current: no read of the run went behind the end,
+    // and the step the end nudges decides from that memory, reading and writing nothing.
+    expect(l.ctx.prefetched!.size).toBe(0);
+    const watched = watching(db.sql);
+    const after = await step({ ...l.ctx, sql: watched.sql }, 'light', { all: false, runIds: [run.id], queued: 0 });
+    expect(after.plan?.runsAdvanced).toBe(1);
+    expect({ direct: watched.direct(), reserved: watched.reserved() }).toEqual({ direct: 0, reserved: 0 });
+    expect(await states(run.id)).toEqual({ a: 'success', b: 'queued', c: 'none' });
+
     // And again from what the plan ahead itself left in memory.
     const b = await started(l.offered, 'b');
     l.reset();
@@ -131,13 +140,69 @@ describe('planning ahead of an end', () => {
     await l.reports.finished(b, FAIL);
     const read = l.known.ofTi(a.tiId)!;
     l.known.remember({ ...read, tis: read.tis.map((t) => (t.task_id === 'b' ? { ...t, state: 'success' } : t)) });
+    // (b's end had its read sent behind it; the step it nudged would have taken it.)
+    l.ctx.prefetched!.clear();
     l.reset();
     await l.reports.finished(a, OK);
     // Not scheduled on a success that never happened; the step that follows decides from a read.
     expect(await states(run.id)).toEqual({ a: 'success', b: 'failed', c: 'none' });
     expect(l.offered).toEqual([]);
-    await step(l.ctx);
+    // No read went behind the end (the plan was to leave a current memory), so the step the end
+    // nudges reads the run itself: its two reads, then c's move and the run's end.
+    expect(l.ctx.prefetched!.size).toBe(0);
+    const watched = watching(db.sql);
+    await step({ ...l.ctx, sql: watched.sql }, 'light', { all: false, runIds: [run.id], queued: 0 });
+    expect(watched.direct()).toBe(4);
     expect(await states(run.id)).toEqual({ a: 'success', b: 'failed', c: 'upstream_failed' });
+    expect(await runState(run.id)).toBe('failed');
+  });
+
+  it('leaves the memory current only if nothing else reached the run while the plan was on its way', async () => {
+    const spec = dag('ahead_current', [task('a'), task('b'), task('c', { dependsOn: ['a'] })]);
+    // Planned and applied with nothing in between: the memory is current, once.
+    {
+      const l = leader();
+      const { run, a } = await aStarted(l, spec);
+      await started(l.offered, 'b');
+      await db.sql`update task_instances set state = 'success', ended_at = now() where id = ${a.tiId}`;
+      const planned = planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'success' }]);
+      expect(planned.readless).toEqual(new Set([a.tiId]));
+      await planned.done;
+      expect(await states(run.id)).toEqual({ a: 'success', b: 'running', c: 'queued' });
+      expect([...l.known.takeCurrent([run.id]).keys()]).toEqual([run.id]);
+      expect(l.known.takeCurrent([run.id]).size).toBe(0);
+    }
+    // Another end of the run on its way meanwhile (b's): the plan applies, the memory is not current.
+    for (const meanwhile of ['stale', 'forget'] as const) {
+      await db.sql`delete from dags`;
+      const l = leader();
+      const { run, a } = await aStarted(l, spec);
+      const b = await started(l.offered, 'b');
+      await db.sql`update task_instances set state = 'success', ended_at = now() where id = ${a.tiId}`;
+      const planned = planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'success' }]);
+      if (meanwhile === 'stale') l.known.stale(b.tiId);
+      else {
+        // Forgotten (a clear, say) and remembered again from a read before the plan answered.
+        const read = l.known.ofTi(a.tiId)!;
+        l.known.forget([run.id]);
+        l.known.remember(read);
+      }
+      await planned.done;
+      expect(await states(run.id)).toEqual({ a: 'success', b: 'running', c: 'queued' });
+      expect(l.known.takeCurrent([run.id]).size).toBe(0);
+    }
+  });
+
+  it('reads behind the ends of a run with a failure among them, planned ahead or not', async () => {
+    const l = leader();
+    const { run, a } = await aStarted(l, dag('ahead_mixed', [task('a'), task('b'), task('c', { dependsOn: ['a'] })]));
+    const b = await started(l.offered, 'b');
+    l.reset();
+    // Both ends in one batch: a's success plans c ahead, b's failure is the step's.
+    await Promise.all([l.reports.finished(a, OK), l.reports.finished(b, FAIL)]);
+    expect(await states(run.id)).toEqual({ a: 'success', b: 'failed', c: 'queued' });
+    expect(l.ctx.prefetched!.size).toBe(1);
+    expect(l.known.takeCurrent([run.id]).size).toBe(0);
   });
 
   it('moves nothing in a DAG paused since the memory was taken', async () => {
@@ -157,7 +222,7 @@ describe('planning ahead of an end', () => {
     await l.reports.finished(a, FAIL);
     expect(await states(run.id)).toEqual({ a: 'failed', b: 'none' });
     expect(l.offered).toEqual([]);
-    expect(planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'failed' }])).toEqual({ done: null, endingTis: new Set() });
+    expect(planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'failed' }])).toEqual({ done: null, endingTis: new Set(), readless: new Set() });
   });
 
   it('ends a run in the round trip that records the end of its last task; the step that follows reads nothing for it', async () => {
