@@ -14,16 +14,23 @@ import { percentile, report } from './report.js';
  * executor (the server's default) and (b) one real `leoflow agent` process (--slots 1). By the
  * server's clock (task_instances timestamps): per-task overhead = task i's ended_at → task i+1's
  * started_at (39 gaps per run), and start → next start (overhead plus the task itself: spawn and
- * `true`). Medians of the 3 runs' p50/p99/totals.
+ * `true`). Medians of the 3 runs' p50/p99/totals. The same chains again with tasks that run 20 ms
+ * (`sleep 0.02`), for what a start costs when its task is not a no-op.
  */
 
 const TASKS = 40;
 const REPS = 3;
 
-function chainYaml(dagId: string, executor: 'default' | 'agents'): string {
+/** The no-op of the issue, and a task that runs a while (20 ms): a start's own costs can hide
+ *  behind a task that runs (the ready shell is made then: src/executors/ready-shell.ts), not
+ *  behind one that ends at once. */
+const NO_OP = '["true"]';
+const RUNS_20MS = '["sleep", "0.02"]';
+
+function chainYaml(dagId: string, executor: 'default' | 'agents', command = NO_OP): string {
   const lines = [`dag_id: ${dagId}`, 'max_active_runs: 1', 'tasks:'];
   for (let i = 0; i < TASKS; i++) {
-    lines.push(`  - id: t${String(i).padStart(2, '0')}`, '    command: ["true"]');
+    lines.push(`  - id: t${String(i).padStart(2, '0')}`, `    command: ${command}`);
     if (executor === 'agents') lines.push('    executor: agents');
     if (i > 0) lines.push(`    depends_on: [t${String(i - 1).padStart(2, '0')}]`);
   }
@@ -100,6 +107,8 @@ describe('chain-40', () => {
     try {
       await writeFile(path.join(tmp, 'chain_sub.yaml'), chainYaml('chain_sub', 'default'));
       await writeFile(path.join(tmp, 'chain_agent.yaml'), chainYaml('chain_agent', 'agents'));
+      await writeFile(path.join(tmp, 'chain_sub_20ms.yaml'), chainYaml('chain_sub_20ms', 'default', RUNS_20MS));
+      await writeFile(path.join(tmp, 'chain_agent_20ms.yaml'), chainYaml('chain_agent_20ms', 'agents', RUNS_20MS));
       // The server's defaults (Lite: subprocess executor, 1 dispatch worker, queue 1, 1 s tick).
       s = await startServer({ env: { DATABASE_URL: db.url } });
       expect((await cli(s.url, ['dag', 'apply', tmp])).code).toBe(0);
@@ -110,20 +119,34 @@ describe('chain-40', () => {
       // One warm-up run of each, not counted: statements prepared, code paths compiled.
       await runChain(db, s, 'chain_sub');
       await runChain(db, s, 'chain_agent');
+      await runChain(db, s, 'chain_sub_20ms');
+      await runChain(db, s, 'chain_agent_20ms');
       const sub: RepResult[] = [];
       const viaAgent: RepResult[] = [];
+      const sub20: RepResult[] = [];
+      const viaAgent20: RepResult[] = [];
       for (let i = 0; i < REPS; i++) {
         sub.push(await runChain(db, s, 'chain_sub'));
         viaAgent.push(await runChain(db, s, 'chain_agent'));
+        sub20.push(await runChain(db, s, 'chain_sub_20ms'));
+        viaAgent20.push(await runChain(db, s, 'chain_agent_20ms'));
       }
-      await report('chain40', [summarize('subprocess (server default)', sub), summarize('standalone agent (leoflow agent --slots 1)', viaAgent)], {
+      const rows = [
+        summarize('subprocess (server default)', sub),
+        summarize('standalone agent (leoflow agent --slots 1)', viaAgent),
+        summarize('subprocess, tasks of 20 ms (sleep 0.02)', sub20),
+        summarize('standalone agent, tasks of 20 ms (sleep 0.02)', viaAgent20),
+      ];
+      await report('chain40', rows, {
         tasks: TASKS,
         repetitions: REPS,
         definition: 'overhead = task_instances.ended_at of task i → started_at of task i+1 (server clock), split at task i+1 queued_at (its claim); medians over the repetitions',
-        reps: { subprocess: sub, agent: viaAgent },
+        reps: { subprocess: sub, agent: viaAgent, subprocess20ms: sub20, agent20ms: viaAgent20 },
         summary: {
           subprocess: { overheadP50: median(sub.map((r) => r.gapP50)), overheadP99: median(sub.map((r) => r.gapP99)), startToStartP50: median(sub.map((r) => r.startToStartP50)) },
           agent: { overheadP50: median(viaAgent.map((r) => r.gapP50)), overheadP99: median(viaAgent.map((r) => r.gapP99)), startToStartP50: median(viaAgent.map((r) => r.startToStartP50)) },
+          subprocess20ms: { overheadP50: median(sub20.map((r) => r.gapP50)), startToStartP50: median(sub20.map((r) => r.startToStartP50)) },
+          agent20ms: { overheadP50: median(viaAgent20.map((r) => r.gapP50)), startToStartP50: median(viaAgent20.map((r) => r.startToStartP50)) },
         },
       });
       await reportRatios();

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -97,7 +98,8 @@ function attempt(command: string[], over: Partial<Attempt> = {}): Attempt {
   };
 }
 
-function setup(opts: { killGraceMs?: number; heartbeatIntervalMs?: number; outputDrainMs?: number } = {}) {
+function setup(opts: { killGraceMs?: number; heartbeatIntervalMs?: number; outputDrainMs?: number; readyShell?: boolean } = {}) {
+  const starts: ('spawn' | 'ready-shell')[] = [];
   const reporter = new FakeReporter();
   const logLines: string[] = [];
   const logger = pino(
@@ -115,9 +117,11 @@ function setup(opts: { killGraceMs?: number; heartbeatIntervalMs?: number; outpu
     killGraceMs: opts.killGraceMs ?? 200,
     heartbeatIntervalMs: opts.heartbeatIntervalMs ?? 50,
     ...(opts.outputDrainMs === undefined ? {} : { outputDrainMs: opts.outputDrainMs }),
+    ...(opts.readyShell === undefined ? {} : { readyShell: opts.readyShell }),
+    onStart: (how) => starts.push(how),
   });
   executors.push(executor);
-  return { reporter, executor, logLines };
+  return { reporter, executor, logLines, starts };
 }
 
 async function waitFor(cond: () => boolean, timeoutMs: number, what: string): Promise<void> {
@@ -448,6 +452,131 @@ describe('subprocess executor', () => {
     expect(errors.some((e) => e.msg.startsWith('reporting started failed') && e.tiId === a.tiId)).toBe(true);
     expect(errors.some((e) => e.msg === 'reporting finished failed' && e.tryNumber === 1)).toBe(true);
     expect(errors.some((e) => e.msg === 'reporting a log line failed')).toBe(true);
+  });
+});
+
+/** Children of this process that are ready shells (`/bin/sh -s`). */
+function readyShellPids(): number[] {
+  const out = execFileSync('ps', ['--ppid', String(process.pid), '-o', 'pid=,args='], { encoding: 'utf8' });
+  return out.split('\n').filter((l) => /\/bin\/sh -s$/.test(l.trim())).map((l) => Number(l.trim().split(/\s+/)[0]));
+}
+
+describe('subprocess executor, from a ready shell', () => {
+  /** An executor whose next start comes from its ready shell (one attempt run first to make it). */
+  async function primed() {
+    const env = setup();
+    const first = attempt(['true']);
+    await env.executor.dispatch(first);
+    await env.reporter.finishedOf(first.tiId);
+    expect(env.starts).toEqual(['spawn']);
+    await waitFor(() => readyShellPids().length > 0, 2000, 'a ready shell');
+    return env;
+  }
+
+  it('runs the command with its arguments exactly as given, stdin empty, in its own process group', async () => {
+    const { reporter, executor, starts } = await primed();
+    const args = ["it's", 'two words', 'a\nnewline', '$HOME `id` $(id) \\ " *', 'é ✓', '', '-x'];
+    const script = 'console.log(JSON.stringify(process.argv.slice(1))); let n = 0; process.stdin.on("data", (d) => (n += d.length)).on("end", () => console.log(`stdin ${n}`)); console.log(`group ${process.pid === -(-require("child_process").execSync("ps -o pgid= -p " + process.pid).toString().trim()) ? "own" : "other"}`)';
+    const a = attempt([process.execPath, '-e', script, ...args]);
+    await executor.dispatch(a);
+    expect(await reporter.finishedOf(a.tiId)).toEqual({ exitCode: 0, signal: null, error: null, outcome: 'success' });
+    expect(starts).toEqual(['spawn', 'ready-shell']);
+    const out = reporter.lines(a.tiId, 'stdout');
+    expect(JSON.parse(out[0]!)).toEqual(args);
+    expect(out.slice(1).sort()).toEqual(['group own', 'stdin 0']);
+    expect(reporter.lines(a.tiId, 'system')[0]).toMatch(new RegExp(`^started pid ${reporter.pidOf(a.tiId)}: `));
+  });
+
+  it('passes attempt.env on top of the inherited environment and runs in attempt.cwd', async () => {
+    process.env.LEOFLOW_INHERITED = 'from-parent';
+    try {
+      const { reporter, executor, starts } = await primed();
+      const dir = tempDir();
+      const a = attempt(['sh', '-c', 'printf "%s|%s|%s\\n" "$LEOFLOW_TEST_VAR" "$LEOFLOW_INHERITED" "$(pwd)"'], {
+        env: { LEOFLOW_TEST_VAR: "it's a\nvalue" },
+        cwd: dir,
+      });
+      await executor.dispatch(a);
+      await reporter.finishedOf(a.tiId);
+      expect(reporter.lines(a.tiId, 'stdout')).toEqual(["it's a", `value|from-parent|${dir}`]);
+      expect(starts).toEqual(['spawn', 'ready-shell']);
+    } finally {
+      delete process.env.LEOFLOW_INHERITED;
+    }
+  });
+
+  it('reports exit codes and the output of a command that exits at once, and kills by signal as before', async () => {
+    const { reporter, executor, starts } = await primed();
+    const a = attempt(['sh', '-c', 'echo out; echo err >&2; exit 3']);
+    await executor.dispatch(a);
+    expect(await reporter.finishedOf(a.tiId)).toEqual({ exitCode: 3, signal: null, error: 'exit code 3', outcome: 'failed' });
+    // Every line, the start's first (stdout and stderr are two pipes: their order is not kept).
+    const logged = reporter.logs.filter((l) => l.tiId === a.tiId).map((l) => `${l.stream}: ${l.line}`);
+    expect(logged[0]).toBe(`system: started pid ${reporter.pidOf(a.tiId)}: sh -c 'echo out; echo err >&2; exit 3'`);
+    expect(logged.slice(1, 3).sort()).toEqual(['stderr: err', 'stdout: out']);
+    expect(logged.slice(3)).toEqual(['system: exited with code 3']);
+    await waitFor(() => readyShellPids().length > 0, 2000, 'a ready shell');
+    const b = attempt(['sleep', '30']);
+    await executor.dispatch(b);
+    expect(executor.cancel(b.tiId, 'stop it')).toBe(true);
+    expect(await reporter.finishedOf(b.tiId)).toEqual({ exitCode: null, signal: 'SIGTERM', error: 'stop it', outcome: 'cancelled' });
+    expect(starts).toEqual(['spawn', 'ready-shell', 'ready-shell']);
+  });
+
+  it('spawns what a shell would not run exactly as spawn() does, with the same errors as ever', async () => {
+    const { reporter, executor, starts } = await primed();
+    const missing = attempt(['nosuchcmd-leoflow', '--flag']);
+    await executor.dispatch(missing);
+    expect(reporter.finishedCalls.find((c) => c.tiId === missing.tiId)?.result).toEqual({
+      exitCode: null,
+      signal: null,
+      error: 'failed to start "nosuchcmd-leoflow": spawn nosuchcmd-leoflow ENOENT',
+      outcome: 'spawn_failed',
+    });
+    const noDir = attempt(['sh', '-c', 'true'], { cwd: '/nonexistent/leoflow' });
+    await executor.dispatch(noDir);
+    expect(reporter.finishedCalls.find((c) => c.tiId === noDir.tiId)?.result.error).toBe('failed to start "sh" in /nonexistent/leoflow: spawn sh ENOENT');
+    // An environment name no shell can export: spawned, and the child still gets it.
+    const oddName = attempt([process.execPath, '-e', 'console.log(process.env["odd-name"])'], { env: { 'odd-name': 'yes' } });
+    await executor.dispatch(oddName);
+    await reporter.finishedOf(oddName.tiId);
+    expect(reporter.lines(oddName.tiId, 'stdout')).toEqual(['yes']);
+    expect(starts).toEqual(['spawn', 'spawn']);
+    // The ready shell is still there for the next one.
+    const next = attempt(['true']);
+    await executor.dispatch(next);
+    await reporter.finishedOf(next.tiId);
+    expect(starts).toEqual(['spawn', 'spawn', 'ready-shell']);
+  });
+
+  it('spawns when the ready shell died meanwhile, and makes another', async () => {
+    const { reporter, executor, starts } = await primed();
+    for (const pid of readyShellPids()) process.kill(pid, 'SIGKILL');
+    await waitFor(() => readyShellPids().length === 0, 2000, 'the ready shell gone');
+    const a = attempt(['sh', '-c', 'echo hi']);
+    await executor.dispatch(a);
+    expect((await reporter.finishedOf(a.tiId)).outcome).toBe('success');
+    expect(reporter.lines(a.tiId, 'stdout')).toEqual(['hi']);
+    await waitFor(() => readyShellPids().length > 0, 2000, 'a new ready shell');
+    const b = attempt(['true']);
+    await executor.dispatch(b);
+    expect((await reporter.finishedOf(b.tiId)).outcome).toBe('success');
+    expect(starts).toEqual(['spawn', 'spawn', 'ready-shell']);
+  });
+
+  it('leaves no shell behind at shutdown, and keeps none when switched off', async () => {
+    const { executor } = await primed();
+    await executor.shutdown(0);
+    await waitFor(() => readyShellPids().length === 0, 2000, 'the ready shell gone');
+    const off = setup({ readyShell: false });
+    for (let i = 0; i < 2; i++) {
+      const a = attempt(['true']);
+      await off.executor.dispatch(a);
+      await off.reporter.finishedOf(a.tiId);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+    expect(off.starts).toEqual(['spawn', 'spawn']);
+    expect(readyShellPids()).toEqual([]);
   });
 });
 
