@@ -184,7 +184,7 @@ class SubprocessExecutor implements Executor {
     }
     // The next attempt's shell is made while this one runs, if it runs a while (else when it
     // ends): then the fork holds this thread while it would wait anyway (ready-shell.ts).
-    if (this.#shells) setTimeout(() => !run.over && this.#shells?.refill(), REFILL_WHILE_RUNNING_MS).unref();
+    if (this.#shells) setTimeout(() => !run.over && this.#refillShell(), REFILL_WHILE_RUNNING_MS).unref();
   }
 
   cancel(tiId: string, reason: string): boolean {
@@ -212,6 +212,17 @@ class SubprocessExecutor implements Executor {
     if (this.#heartbeatTimer) clearTimeout(this.#heartbeatTimer);
     this.#heartbeatTimer = null;
     await this.#heartbeatInFlight;
+  }
+
+  /**
+   * Makes the next ready shell while this executor runs at most one attempt. A ready shell is for
+   * the latency of a lone start (a chain's next task), and only such a start takes it
+   * (`#fromReadyShell`). Busier, attempts are spawned: a ready shell costs an exec more than a
+   * spawn, and its fork would hold up the other attempts' output and exits (taken by any start,
+   * the real agent's `true` tasks went 15 % slower at 10 at once).
+   */
+  #refillShell(): void {
+    if (this.#live.size <= 1) this.#shells?.refill();
   }
 
   /** Returns null once the child has spawned, or the reason it could not start. */
@@ -265,7 +276,8 @@ class SubprocessExecutor implements Executor {
    */
   #fromReadyShell(run: Running): Promise<string | null> | null {
     const shells = this.#shells;
-    if (!shells) return null;
+    // Only a lone start (this attempt is the only one live here): see #refillShell.
+    if (!shells || this.#live.size > 1) return null;
     const { command, env, cwd } = run.attempt;
     const lines = execLines(command, env, cwd);
     if (lines === null || (cwd !== null && !isDirectory(cwd))) return null;
@@ -398,7 +410,7 @@ class SubprocessExecutor implements Executor {
       try {
         const reported = this.#reporter.finished(run.attempt, result);
         // Or while this end is on its way, for an attempt that did not run long.
-        this.#shells?.refill();
+        this.#refillShell();
         await reported;
       } catch (err) {
         this.#logError(run.attempt, err, 'reporting finished failed');

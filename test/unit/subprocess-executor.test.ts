@@ -564,6 +564,22 @@ describe('subprocess executor, from a ready shell', () => {
     expect(starts).toEqual(['spawn', 'spawn', 'ready-shell']);
   });
 
+  it('serves only a lone start: with another attempt running, an attempt is spawned', async () => {
+    const { reporter, executor, starts } = await primed();
+    const long = attempt(['sleep', '30']);
+    await executor.dispatch(long);
+    // A shell is made ready again while the lone attempt runs...
+    await waitFor(() => readyShellPids().length > 0, 2000, 'a ready shell');
+    // ...but the next start is not a lone one.
+    const other = attempt(['sh', '-c', 'echo other']);
+    await executor.dispatch(other);
+    await reporter.finishedOf(other.tiId);
+    expect(reporter.lines(other.tiId, 'stdout')).toEqual(['other']);
+    expect(starts).toEqual(['spawn', 'ready-shell', 'spawn']);
+    executor.cancel(long.tiId, 'done');
+    expect((await reporter.finishedOf(long.tiId)).outcome).toBe('cancelled');
+  });
+
   it('leaves no shell behind at shutdown, and keeps none when switched off', async () => {
     const { executor } = await primed();
     await executor.shutdown(0);
