@@ -116,7 +116,13 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     const executors = new Map<string, Executor>();
     executors.set(
       'subprocess',
-      createSubprocessExecutor({ reporter, logger: logger.child({ executor: 'subprocess' }), killGraceMs: config.killGraceMs, heartbeatIntervalMs: config.heartbeatIntervalMs }),
+      createSubprocessExecutor({
+        reporter,
+        logger: logger.child({ executor: 'subprocess' }),
+        killGraceMs: config.killGraceMs,
+        heartbeatIntervalMs: config.heartbeatIntervalMs,
+        onStart: (how) => metrics.taskStarts.inc({ how: how === 'ready-shell' ? 'ready_shell' : 'spawn' }),
+      }),
     );
     executors.set('agents', fleet.executor);
 

@@ -4,7 +4,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import type { SchedulerCounters } from '../scheduler/context.js';
 
 /**
- * The Prometheus metrics of one replica, with the names DESIGN.md gives. Served over plain
+ * The Prometheus metrics of one replica, with the names DESIGN.md gives (and `task_starts_total`). Served over plain
  * HTTP/1.1 on their own port: Prometheus does not scrape h2c, which the API port speaks.
  */
 export function createMetrics() {
@@ -32,6 +32,12 @@ export function createMetrics() {
     schedulerPanics: new Counter({ name: 'scheduler_panics_total', help: 'Errors caught while stepping (the step went on), by phase', labelNames: ['phase'], registers: [registry] }),
     leader: new Gauge({ name: 'leader', help: '1 while this replica holds the leader lock', registers: [registry] }),
     staleReportsRejected: new Counter({ name: 'stale_reports_rejected_total', help: 'Reports for a superseded attempt, refused and not applied', labelNames: ['report'], registers: [registry] }),
+    taskStarts: new Counter({
+      name: 'task_starts_total',
+      help: "Attempts' processes started by this replica's subprocess executor: how=spawn (a fork of the server) or how=ready_shell (a shell kept ready, for a lone start)",
+      labelNames: ['how'],
+      registers: [registry],
+    }),
   };
   m.leader.set(0);
   return m;

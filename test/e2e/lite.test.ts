@@ -4,6 +4,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 
 /**
  * The Lite edition end to end, as a user drives it: the real `leoflow server` process on a real
@@ -80,6 +81,24 @@ describe('leoflow lite, end to end', () => {
     expect(logs.stdout).toMatch(/^\[greet #1\] .+/m);
     expect(logs.stdout).toMatch(/^\[goodbye #1\] .+/m);
     expect(logs.stdout).toMatch(/^\[greet #1 leoflow\] exited with code 0$/m);
+  });
+
+  it('starts a chain\'s next task from the ready shell, and counts how each task was started', async () => {
+    const file = path.join(tmp, 'ready_chain.yaml');
+    await writeFile(file, 'dag_id: ready_chain\ntasks:\n  - id: a\n    command: ["sleep", "0.05"]\n  - id: b\n    command: ["sh", "-c", "echo from b"]\n    depends_on: [a]\n');
+    expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
+    const before = await scrapeMetrics(server.metricsUrl);
+    const r = await cli(server.url, ['run', 'trigger', 'ready_chain', '--wait']);
+    expect(r.code, r.stdout + r.stderr).toBe(0);
+    const after = await scrapeMetrics(server.metricsUrl);
+    const delta = (how: string) => (after.get(`task_starts_total{how="${how}"}`) ?? 0) - (before.get(`task_starts_total{how="${how}"}`) ?? 0);
+    // Both tasks were started; b, alone and after a ran 50 ms, from the shell made meanwhile.
+    expect(delta('spawn') + delta('ready_shell')).toBe(2);
+    expect(delta('ready_shell')).toBeGreaterThanOrEqual(1);
+    const logs = await cli(server.url, ['logs', runIdOf(r.stdout), '--task', 'b']);
+    expect(logs.stdout).toMatch(/^\[b #1 leoflow\] started pid \d+: sh -c 'echo from b'$/m);
+    expect(logs.stdout).toMatch(/^\[b #1\] from b$/m);
+    expect(logs.stdout).toMatch(/^\[b #1 leoflow\] exited with code 0$/m);
   });
 
   it('runs the fan-out example: flaky fails once, is retried and succeeds', async () => {
