@@ -180,20 +180,22 @@ export class ReadyShells {
     this.#refill.unref();
   }
 
+  /** No shell can be started here: every attempt is spawned from now on. */
+  #giveUp(err: unknown): void {
+    this.#logger.warn({ err, shell: this.#shell }, 'could not start a ready shell; attempts are spawned directly');
+    this.#closed = true;
+  }
+
   #spawnShell(): ChildProcess | null {
     let shell: ChildProcess;
     try {
       shell = spawn(this.#shell, ['-s'], { detached: true, stdio: ['pipe', 'pipe', 'pipe', 'pipe'], env: process.env });
     } catch (err) {
-      this.#logger.warn({ err, shell: this.#shell }, 'could not start a ready shell; attempts are spawned directly');
-      this.#closed = true;
+      this.#giveUp(err);
       return null;
     }
     if (shell.pid === undefined) {
-      shell.once('error', (err) => {
-        this.#logger.warn({ err, shell: this.#shell }, 'could not start a ready shell; attempts are spawned directly');
-        this.#closed = true;
-      });
+      shell.once('error', (err) => this.#giveUp(err));
       return null;
     }
     shell.on('error', () => {});

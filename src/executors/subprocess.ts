@@ -4,7 +4,7 @@ import type { Readable } from 'node:stream';
 import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, AttemptResult, Executor, LogStream } from './executor.js';
 import { LineSplitter } from './line-splitter.js';
-import { ReadyShells, execLines } from './ready-shell.js';
+import { ReadyShells, execLines, shellQuote } from './ready-shell.js';
 
 export interface SubprocessExecutorOptions {
   reporter: AttemptReporter;
@@ -527,6 +527,6 @@ function errorMessage(err: unknown): string {
 
 /** Shell-like quoting so a human can read (and usually paste) what was run. */
 function formatCommand(command: string[]): string {
-  const text = command.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replaceAll("'", `'\\''`)}'`)).join(' ');
+  const text = command.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : shellQuote(a))).join(' ');
   return text.length > 500 ? `${text.slice(0, 500)}…` : text;
 }
