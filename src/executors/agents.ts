@@ -112,6 +112,8 @@ export class AgentsExecutor implements Executor {
   /** Parked TIs whose reason is not written yet, oldest first, with the reason and since when. */
   #reasonDue = new Map<string, { reason: string; since: number }>();
   #hungryAt = Number.NEGATIVE_INFINITY;
+  /** An ask for more work made too soon after the last one, waiting for its turn. */
+  #hungryLater: NodeJS.Timeout | null = null;
   #wake = false;
 
   constructor(
@@ -436,17 +438,37 @@ export class AgentsExecutor implements Executor {
         ? this.deps.store.setPendingReasons(reasons).catch((err: unknown) => this.deps.logger.warn({ err, tis: reasons.size }, 'could not record why task instances wait'))
         : null;
     try {
-      const slots = all.reduce((n, v) => n + v.slots, 0);
-      const lowWater = Math.max(LOW_WATER_MIN, LOW_WATER_SLOTS * slots);
-      if (this.#parked.size < lowWater && (anyFree() || this.#parked.size > 0) && performance.now() - this.#hungryAt >= HUNGRY_EVERY_MS) {
-        this.#hungryAt = performance.now();
-        this.deps.onHungry?.(Math.max(all.reduce((n, v) => n + Math.max(0, v.slots - v.running), 0), lowWater - this.#parked.size));
-      }
+      this.#askIfHungry(all);
       if (placed.length > 0) await this.#claimAndDeliver(placed);
     } finally {
       // The next round begins once this one's writes are done.
       await reasonsWritten;
     }
+  }
+
+  /**
+   * Asks the scheduler for more work when the parked work runs low, or slots are free and none is
+   * parked: for what would fill the free slots and the parked work again. At most every
+   * `HUNGRY_EVERY_MS`; an ask that comes sooner is made once that time has passed, if the fleet
+   * (as last seen) still wants work then. Dropped instead, the last ask of a burst was lost
+   * whenever the burst's work all ended within the interval: nothing was parked, no round ran
+   * again, and the backlog waited for the tick (a second's stall at concurrency 50).
+   */
+  #askIfHungry(fleet: readonly { slots: number; running: number }[]): void {
+    const slots = fleet.reduce((n, v) => n + v.slots, 0);
+    const free = fleet.reduce((n, v) => n + Math.max(0, v.slots - v.running), 0);
+    const lowWater = Math.max(LOW_WATER_MIN, LOW_WATER_SLOTS * slots);
+    if (this.#parked.size >= lowWater || (free === 0 && this.#parked.size === 0)) return;
+    const wait = this.#hungryAt + HUNGRY_EVERY_MS - performance.now();
+    if (wait > 0) {
+      this.#hungryLater ??= setTimeout(() => {
+        this.#hungryLater = null;
+        if (this.#cache) this.#askIfHungry(this.#cache.agents);
+      }, wait);
+      return;
+    }
+    this.#hungryAt = performance.now();
+    this.deps.onHungry?.(Math.max(free, lowWater - this.#parked.size));
   }
 
   /** One claim for everything a round placed, then each Assign. */
@@ -504,5 +526,7 @@ export class AgentsExecutor implements Executor {
   /** Nothing runs in this process: agents keep their work across a control-plane restart. */
   async shutdown(): Promise<void> {
     while (this.#round) await this.#round;
+    if (this.#hungryLater) clearTimeout(this.#hungryLater);
+    this.#hungryLater = null;
   }
 }

@@ -163,10 +163,31 @@ describe('AgentsExecutor', () => {
     await settle();
     expect(t.executor.parkedCount).toBe(9);
     expect(t.hungry()).toEqual([70]);
+    // Once the 100 ms have passed, the ask held back is made, with nothing else happening
+    // meanwhile: for 71, what the 9 parked lack.
     await new Promise((r) => setTimeout(r, 110));
+    expect(t.hungry()).toEqual([70, 71]);
     t.executor.finishing('a', 'tok-2');
     await settle();
-    expect(t.hungry()).toEqual([70, 72]);
+    expect(t.hungry()).toEqual([70, 71]);
+    await new Promise((r) => setTimeout(r, 110));
+    expect(t.hungry()).toEqual([70, 71, 72]);
+  });
+
+  it('makes an ask held back by the 100 ms limit even once every slot is free and nothing is parked', async () => {
+    // The work asked for all ends within 100 ms: no round runs again, so the ask held back is
+    // the only way the backlog starts before the tick.
+    const t = setup([agent('a', 4)]);
+    await t.executor.placeAndDispatch(work(1));
+    expect(t.hungry()).toEqual([64]);
+    // Within 100 ms: placed, and the ask it would make is held back.
+    await t.executor.placeAndDispatch(work(2));
+    expect(t.hungry()).toEqual([64]);
+    t.executor.finishing('a', 'tok-1');
+    t.executor.finishing('a', 'tok-2');
+    await new Promise((r) => setTimeout(r, 110));
+    expect(t.hungry()).toEqual([64, 64]);
+    expect(t.executor.parkedCount).toBe(0);
   });
 
   it('does not ask for more work while enough is parked', async () => {
