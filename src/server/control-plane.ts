@@ -61,10 +61,14 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
   // Room for every dispatch drainer plus the scheduler, the API and the heartbeats, so a burst of
   // dispatches never makes the tick wait for a connection.
   const sql = createSql(databaseUrl, { max: 10 + config.dispatchWorkers, applicationName: `leoflow-pool:${config.replicaId}` });
-  // The attempt reports (and what rides behind their ends) and the agents' claims: statements
-  // that find their rows by id, planned once per connection instead of once per batch.
+  // The attempt reports and what rides behind their ends: statements that find their rows by id,
+  // planned once per connection instead of once per batch.
   const reportSql = createSql(databaseUrl, { max: 4, applicationName: `leoflow-reports:${config.replicaId}`, genericPlans: true });
-  const endPools = (timeout: number) => Promise.all([sql, reportSql].map((pool) => pool.end({ timeout }).catch(() => {})));
+  // The agents' claims, likewise, on a connection of their own: a report batch holds a reports
+  // connection reserved until what rides behind its ends has answered, and a claim waiting for one
+  // holds a freed agent slot idle (placement rounds claim one at a time, so one is enough).
+  const claimSql = createSql(databaseUrl, { max: 1, applicationName: `leoflow-claims:${config.replicaId}`, genericPlans: true });
+  const endPools = (timeout: number) => Promise.all([sql, reportSql, claimSql].map((pool) => pool.end({ timeout }).catch(() => {})));
   const cleanups: (() => Promise<unknown>)[] = [];
   try {
     await migrate(sql, logger);
@@ -101,7 +105,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     });
     const fleet = createAgentFleet({
       sql,
-      claimSql: reportSql,
+      claimSql,
       logs,
       reports,
       logger,

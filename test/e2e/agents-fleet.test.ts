@@ -144,6 +144,12 @@ describe('a fleet of agents', () => {
     for (const a of agents) expect(a.output()).not.toMatch(/Assign beyond the slots/);
     // max_parallel_per_agent: 1 for `w`, across its four runs.
     for (const a of ['a1', 'a2']) expect(maxConcurrent(all.filter((i) => i.task === 'w' && i.agent === a))).toBeLessThanOrEqual(1);
+    // Placement rounds' claims (a task with max_parallel_per_agent is always claimed by one) have
+    // a connection of their own, never waiting for one the report batches hold.
+    const claimConns = await db.sql<{ query: string }[]>`
+      select query from pg_stat_activity where datname = current_database() and application_name like 'leoflow-claims:%'`;
+    expect(claimConns).toHaveLength(1);
+    expect(claimConns[0]!.query).toMatch(/claimed as \(\s*update task_instances/);
     const logs = await cli(server.url, ['logs', runIds[0]!, '--task', 'wb0']);
     expect(logs.stdout).toMatch(/^\[wb0 #1\] wb0 done$/m);
 

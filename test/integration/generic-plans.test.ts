@@ -14,8 +14,8 @@ import { dag, task } from '../helpers/spec-builders.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
- * The reports pool (attempt reports, what rides behind their ends, the agents' claims) plans each
- * statement once per connection and keeps the plan. A kept plan may have been made before the
+ * The reports pool (attempt reports, what rides behind their ends) and the claims connection (the
+ * agents' claims) plan each statement once per connection and keep the plan. A kept plan may have been made before the
  * tables had statistics (a new database, or a burst that autovacuum has not analyzed yet), so its
  * statements must find their rows through an index whatever the statistics say.
  */
