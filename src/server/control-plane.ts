@@ -56,7 +56,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
   if (!databaseUrl) {
     embedded = await startEmbeddedPostgres({ stateDir: config.stateDir, port: config.embeddedPgPort, logger: logger.child({ component: 'postgres' }) });
     databaseUrl = embedded.url;
-    logger.info({ port: config.embeddedPgPort, dataDir: `${config.stateDir}/pgdata` }, 'embedded Postgres ready');
+    logger.info({ port: config.embeddedPgPort, dataDir: embedded.dataDir }, 'embedded Postgres ready');
   }
   // Room for every dispatch drainer plus the scheduler, the API and the heartbeats, so a burst of
   // dispatches never makes the tick wait for a connection.

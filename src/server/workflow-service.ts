@@ -73,7 +73,8 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
   const impl: ServiceImpl<typeof WorkflowService> = {
     async applyDag(req) {
       const file = req.filename || '<request>';
-      if (req.source.trim() === '') throw new InvalidArgumentError('source', 'is required (the DAG file text)');
+      // With a file name, an empty source is the parser's to report: it names the file.
+      if (req.source.trim() === '' && req.filename === '') throw new InvalidArgumentError('source', 'is required (the DAG file text)');
       if (Buffer.byteLength(req.source) > MAX_SOURCE_BYTES) throw new InvalidArgumentError('source', `is larger than ${MAX_SOURCE_BYTES} bytes`);
       const spec = await deps.parseDag(req.source, file);
       const { dag, outcome } = await upsertDag(sql, spec, req.source);

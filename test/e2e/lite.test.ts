@@ -65,6 +65,15 @@ describe('leoflow lite, end to end', () => {
     expect(JSON.parse(list.stdout).map((d: { dag_id: string }) => d.dag_id)).toEqual(['fan_out', 'hello']);
   });
 
+  it('names the file when a DAG file is empty', async () => {
+    const file = path.join(tmp, 'empty.yaml');
+    await writeFile(file, '');
+    const r = await cli(server.url, ['dag', 'apply', file]);
+    expect(r.code).toBe(1);
+    const rel = path.relative(process.cwd(), file);
+    expect(r.stderr).toBe(`${rel}: invalid DAG:\n  ${rel}: (root): the file is empty; a DAG file needs at least dag_id and tasks\n`);
+  });
+
   it('runs hello to success with logs, exit codes and one try each', async () => {
     const r = await cli(server.url, ['run', 'trigger', 'hello', '--wait']);
     expect(r.code, r.stdout + r.stderr).toBe(0);

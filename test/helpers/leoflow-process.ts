@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { freePort } from './global-setup.js';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const BIN = fileURLToPath(new URL('../../bin/leoflow.js', import.meta.url));
+export const BIN = fileURLToPath(new URL('../../bin/leoflow.js', import.meta.url));
 
 export interface ServerProcess {
   child: ChildProcess;

@@ -338,12 +338,14 @@ describe('parseDag: document-level errors', () => {
     ['- a\n- b\n', 'a list'],
     ['just a string\n', '"just a string"'],
     ['42\n', '42'],
-    ['', 'an empty document'],
-    ['# only a comment\n', 'an empty document'],
   ])('rejects a document that is not a mapping: %j', (source, got) => {
     expect(issuesOf(source)).toEqual([
       { path: '', message: `expected the document to be a mapping with at least dag_id and tasks, got ${got}` },
     ]);
+  });
+
+  it.each(['', '\n\n', '# only a comment\n'])('says an empty file is empty: %j', (source) => {
+    expect(issuesOf(source)).toEqual([{ path: '', message: 'the file is empty; a DAG file needs at least dag_id and tasks' }]);
   });
 
   it('rejects a source over 1 MiB before parsing it', () => {

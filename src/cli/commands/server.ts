@@ -59,7 +59,10 @@ export function registerServer(program: Command): void {
     try {
       plane = await startControlPlane(config, logger);
     } catch (err) {
-      logger.fatal({ err }, `could not start: ${(err as Error).message}`);
+      // One plain line whatever the log format: a person reads it, at a terminal or in CI's
+      // output; the stack is there for who asks for debug logs.
+      logger.debug({ err }, 'could not start');
+      process.stderr.write(`leoflow server: could not start: ${(err as Error).message}\n`);
       process.exitCode = 1;
       return;
     }
