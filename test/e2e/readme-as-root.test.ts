@@ -131,7 +131,7 @@ describe.skipIf(!asRoot || nested || !isClone)(`README commands in a closed home
       stagedData = moved[1]!.to;
       expect(records.filter((r) => Array.isArray(r.moved))).toHaveLength(1);
 
-      const run = await runIn(clone, 'npx', ['leoflow', '--server', `http://127.0.0.1:${port}`, 'run', 'trigger', 'hello', '--wait'], userEnv({}), 60_000);
+      const run = await runIn(clone, 'bin/leoflow.js', ['--server', `http://127.0.0.1:${port}`, 'run', 'trigger', 'hello', '--wait'], userEnv({}), 60_000);
       expect(run.code, run.stdout + run.stderr).toBe(0);
       expect(run.stdout).toMatch(/^run 1 success in/m);
     } finally {
