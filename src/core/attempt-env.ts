@@ -1,5 +1,5 @@
 import type { Attempt } from './attempt.js';
-import type { TaskSpec } from './dag-spec.js';
+import type { Claim, WorkItem } from './work-item.js';
 
 /** What the environment of an attempt's process is built from. */
 export interface AttemptEnvInput {
@@ -30,23 +30,8 @@ export function attemptEnv(i: AttemptEnvInput): Record<string, string> {
   };
 }
 
-/** What a dispatcher knows of a scheduled task instance before it claims it. */
-export interface AttemptWork {
-  tiId: string;
-  runId: string;
-  dagId: string;
-  taskId: string;
-  task: TaskSpec;
-  conf: Record<string, unknown>;
-  logicalDate: Date;
-}
-
 /** The attempt a claim made of a scheduled task instance, with its process's environment. */
-export function attemptOf(
-  w: AttemptWork,
-  claim: { tryNumber: number; maxTries: number; attemptToken: string; dispatchKey: string },
-  agentId?: string,
-): Attempt {
+export function attemptOf(w: Omit<WorkItem, 'executor' | 'pendingReason' | 'claim'>, claim: Omit<Claim, 'agentId'>, agentId?: string): Attempt {
   return {
     tiId: w.tiId,
     runId: w.runId,

@@ -1,4 +1,5 @@
 import { TERMINAL_TI_STATES, legalTiFrom, type TiState } from '../core/states.js';
+import type { Claim } from '../core/work-item.js';
 import type { Fragment, PendingQuery, Sql } from './sql.js';
 
 /** One task instance moved by the planner, from the state its decision was read in. */
@@ -16,15 +17,6 @@ export interface TiMove {
   agentId?: string | null;
 }
 
-/** A claim made with the move: what the dispatcher would have got from its own claim. */
-export interface MoveClaim {
-  tryNumber: number;
-  maxTries: number;
-  attemptToken: string;
-  dispatchKey: string;
-  /** The agent it was claimed for, if placed on one with the move. */
-  agentId: string | null;
-}
 
 /** The planner's writes for one run, decided from a read of the run at `epoch`. */
 export interface RunPlan {
@@ -50,7 +42,7 @@ export interface AppliedPlans {
   /** Task instances actually moved (one another writer moved first is left alone). */
   moved: Set<string>;
   /** Of those, the ones claimed with the move, by ti id. */
-  claims: Map<string, MoveClaim>;
+  claims: Map<string, Claim>;
 }
 
 /**

@@ -1,9 +1,9 @@
 import type { Logger } from 'pino';
 import type { Attempt } from '../core/attempt.js';
-import type { AttemptWork } from '../core/attempt-env.js';
+import type { WorkItem } from '../core/work-item.js';
 import { placeAttempt, type AgentView } from '../core/placement.js';
 import type { AgentRegistry } from './agent-registry.js';
-import type { Executor } from './executor.js';
+import type { PlacingExecutor } from './executor.js';
 
 /** A connected agent as the store reports it, with the replica holding its stream and the
  *  attempts (by attempt token) that take its slots. */
@@ -25,7 +25,7 @@ export interface AgentsStore {
   taskLoad(runId: string, taskId: string): Promise<Map<string, number>>;
   /** Claims each TI for its agent, all in one write. The attempts claimed, by ti id; a TI
    *  missing was moved by someone else first. */
-  claim(claims: { work: AgentsWork; agentId: string }[]): Promise<Map<string, Attempt>>;
+  claim(claims: { work: WorkItem; agentId: string }[]): Promise<Map<string, Attempt>>;
   /** Undoes a claim that could not be delivered. */
   release(attempt: Attempt, reason: string): Promise<void>;
   /** Writes the reasons these TIs wait (one write for all). */
@@ -34,24 +34,18 @@ export interface AgentsStore {
   notifyAssign(agentId: string, tiId: string): Promise<void>;
 }
 
-/** A scheduled TI offered to the agents executor. */
-export interface AgentsWork extends AttemptWork {
-  /** The reason last shown for this TI, so an unchanged one is not written again. */
-  pendingReason: string | null;
-}
-
 export type AgentsDispatchOutcome = { kind: 'assigned'; agentId: string } | { kind: 'waiting'; reason: string } | { kind: 'lost' };
 
 /** Work a round placed on an agent, waiting for its claim. */
 interface Placed {
-  work: AgentsWork;
+  work: WorkItem;
   agent: FleetAgent;
   resolve(o: AgentsDispatchOutcome): void;
   reject(err: unknown): void;
 }
 
 interface Waiting {
-  work: AgentsWork;
+  work: WorkItem;
   resolve(o: AgentsDispatchOutcome): void;
   reject(err: unknown): void;
 }
@@ -94,7 +88,7 @@ const REASON_AFTER_MS = 1000;
  * scheduler. Parking is only a hint kept in memory: the TI stays `scheduled` in the database (its
  * reason says why), so a crash loses nothing and the tick offers it again.
  */
-export class AgentsExecutor implements Executor {
+export class AgentsExecutor implements PlacingExecutor {
   readonly kind = 'agents';
   #waiting: Waiting[] = [];
   #round: Promise<void> | null = null;
@@ -108,7 +102,7 @@ export class AgentsExecutor implements Executor {
   #placedAhead = new Map<string, string>();
   /** Claims answered lately, by attempt token: a view read sent before one may not show it. */
   #recentClaims = new Map<string, { agentId: string; at: number }>();
-  #parked = new Map<string, AgentsWork>();
+  #parked = new Map<string, WorkItem>();
   /** Parked TIs whose reason is not written yet, oldest first, with the reason and since when. */
   #reasonDue = new Map<string, { reason: string; since: number }>();
   #hungryAt = Number.NEGATIVE_INFINITY;
@@ -159,7 +153,7 @@ export class AgentsExecutor implements Executor {
   }
 
   /** Place, claim and deliver one TI. Never throws for "no agent": it says why the TI waits. */
-  placeAndDispatch(work: AgentsWork): Promise<AgentsDispatchOutcome> {
+  placeAndDispatch(work: WorkItem): Promise<AgentsDispatchOutcome> {
     return new Promise((resolve, reject) => {
       this.#waiting.push({ work, resolve, reject });
       this.#kick();
@@ -202,7 +196,7 @@ export class AgentsExecutor implements Executor {
    * round is placing (its own view would not see this one), older work is waiting or parked, the
    * task limits its attempts per agent (that needs a read), or no agent has a free slot for it.
    */
-  placeNow(work: { tiId: string; task: AgentsWork['task'] }): string | null {
+  placeNow(work: { tiId: string; task: WorkItem['task'] }): string | null {
     const cache = this.#cache;
     if (!cache || performance.now() - cache.fetchedAt >= this.deps.cacheMs) return null;
     if (this.#round || this.#waiting.length > 0 || this.#parked.size > 0) return null;
@@ -341,11 +335,11 @@ export class AgentsExecutor implements Executor {
     const anyFree = () => all.some((v) => v.running < v.slots);
     // max_parallel_per_agent counts this round's own placements of the task too.
     const addedLoad = new Map<string, number>();
-    const loadKey = (w: AgentsWork, agentId: string) => `${w.dagId}\u0000${w.taskId}\u0000${agentId}`;
+    const loadKey = (w: WorkItem, agentId: string) => `${w.dagId}\u0000${w.taskId}\u0000${agentId}`;
     const placed: Placed[] = [];
     const reasons = new Map<string, string>();
 
-    const place = async (work: AgentsWork) => {
+    const place = async (work: WorkItem) => {
       let candidates = all;
       if (work.task.placement?.maxParallelPerAgent) {
         const load = await this.deps.store.taskLoad(work.runId, work.taskId);
@@ -365,13 +359,13 @@ export class AgentsExecutor implements Executor {
       return { placement, agent: null };
     };
     /** Parked work waiting for a slot: its reason is written once it has waited long enough. */
-    const reasonLater = (work: AgentsWork, reason: string) => {
+    const reasonLater = (work: WorkItem, reason: string) => {
       const due = this.#reasonDue.get(work.tiId);
       if (work.pendingReason === reason) this.#reasonDue.delete(work.tiId);
       else if (due) due.reason = reason;
       else this.#reasonDue.set(work.tiId, { reason, since: performance.now() });
     };
-    const reasonNow = (work: AgentsWork, reason: string) => {
+    const reasonNow = (work: WorkItem, reason: string) => {
       if (work.pendingReason !== reason) reasons.set(work.tiId, reason);
     };
     const unpark = (tiId: string) => {

@@ -1,26 +1,8 @@
 import type { Logger } from 'pino';
-import type { TaskSpec } from '../core/dag-spec.js';
-import type { OfferResult } from '../dispatch/pool.js';
-import type { MoveClaim } from '../db/apply-plan.js';
+import type { Dispatcher } from '../dispatch/dispatcher.js';
 import type { Sql } from '../db/sql.js';
 import type { KnownRuns } from './known-runs.js';
 import type { PrefetchedRuns } from './prefetched-runs.js';
-
-/** What the dispatch pool needs to turn a scheduled TI into an attempt, read by the planner. */
-export interface DispatchItem {
-  tiId: string;
-  runId: string;
-  dagId: string;
-  taskId: string;
-  executor: string;
-  task: TaskSpec;
-  conf: Record<string, unknown>;
-  logicalDate: Date;
-  /** The reason the TI shows now, so a dispatcher does not write an unchanged one again. */
-  pendingReason: string | null;
-  /** Set when the planner claimed the TI with its move to scheduled: dispatch it as it is. */
-  claim?: MoveClaim;
-}
 
 /** What the scheduler counts (Prometheus in production, plain counters in tests). */
 export interface SchedulerCounters {
@@ -47,10 +29,8 @@ export interface SchedulerContext {
   sql: Sql;
   logger: Logger;
   now(): Date;
-  /** Offers a scheduled TI to the dispatch pool; never blocks. */
-  offer(item: DispatchItem): OfferResult;
-  /** Executor kinds this control plane can run; a TI needing another one waits with a reason. */
-  executors: ReadonlySet<string>;
+  /** Where scheduled TIs go: the pool, the executors, claims and placement (one object). */
+  dispatcher: Dispatcher;
   /** The executor of a task declared `executor: default`. */
   defaultExecutor: string;
   counters: SchedulerCounters;
@@ -63,29 +43,6 @@ export interface SchedulerContext {
   health: DbHealth;
   /** Asks for a step at this time (a retry's backoff ends), so it does not wait for the tick. */
   wakeAt(at: Date): void;
-  /**
-   * How many TIs of this executor the dispatch pool takes at once now, so the planner may claim
-   * them with their move (0, or absent: never; the work of an executor that places it, like
-   * agents, is claimed with its move only when `placeNow` places it). An offer of a claimed TI
-   * must then be accepted, or its claim released.
-   */
-  claimRoom?(executor: string): number;
-  /** Holds this much of the room `claimRoom` gives until the returned function is called (the
-   *  claims made with their moves are offered by then): two steps never count the same room. */
-  holdRoom?(n: number): () => void;
-  /**
-   * Places a TI of an executor that places its work (agents) at once, from the executor's current
-   * view of the fleet, so the planner can claim it with its move for that agent (with room in the
-   * pool, as `claimRoom` says); the slot stays taken until `placed` tells how the claim went. Null:
-   * it cannot be placed now without waiting (no fresh view, older work waiting, no free slot...):
-   * the TI is offered unclaimed and the executor places it as before.
-   */
-  placeNow?(work: { tiId: string; executor: string; task: TaskSpec }): string | null;
-  /** The claim of a TI placed with `placeNow` was made (its attempt's token) or not (null). */
-  placed?(agentId: string, tiId: string, attemptToken: string | null): void;
-  /** Brings what `placeNow` places from up to date if it is getting old: a step reads it with the
-   *  runs, at the same time (never rejects). */
-  freshenPlacement?(): Promise<void>;
   /** Runs read ahead of their step, right behind their attempts' ends (optional). */
   prefetched?: PrefetchedRuns;
   /** What the planner last knew of each running run, to plan it ahead of an end (optional). */
@@ -96,9 +53,4 @@ export interface SchedulerContext {
    * memory (the tick starts them anyway); absent: such runs wait for the tick.
    */
   heldBackDags?: Set<string>;
-  /** How many more offers the dispatch pool takes now: a step asked for queued runs starts that
-   *  many, or as many as it was asked for if that is more (absent: `maxRunsPerStep`). */
-  offerRoom?(): number;
-  /** Whether this replica itself runs this attempt now (optional: absent means "not known"). */
-  heldLive?(tiId: string, attemptToken: string): boolean;
 }

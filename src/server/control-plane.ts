@@ -2,23 +2,22 @@ import http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { connectNodeAdapter } from '@connectrpc/connect-node';
 import type { Logger } from 'pino';
-import { attemptOf } from '../core/attempt-env.js';
 import { createAttemptStore } from '../db/attempt-store.js';
 import { claimAttempt } from '../db/attempts/claim-attempt.js';
 import { releaseClaim } from '../db/attempts/release-claim.js';
 import { createReportBatcher } from '../db/attempts/report-batcher.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../db/embedded-postgres.js';
 import { createLogWriter } from '../db/log-writer.js';
-import { CHANNELS, listen, notify } from '../db/notifications.js';
+import { CHANNELS, listen } from '../db/notifications.js';
 import { migrate } from '../db/migrate.js';
 import { createSql } from '../db/sql.js';
-import { createDispatchPool } from '../dispatch/pool.js';
+import { createDispatcher } from '../dispatch/dispatcher.js';
 import type { Executor } from '../executors/executor.js';
 import { createSubprocessExecutor } from '../executors/subprocess.js';
 import { AgentService } from '../gen/leoflow/v1/agent_pb.js';
 import { ClusterService } from '../gen/leoflow/v1/cluster_pb.js';
 import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
-import type { DispatchItem, SchedulerContext } from '../scheduler/context.js';
+import type { SchedulerContext } from '../scheduler/context.js';
 import { KnownRuns } from '../scheduler/known-runs.js';
 import { sendBehindEnds } from '../scheduler/phases/plan.js';
 import { PrefetchedRuns } from '../scheduler/prefetched-runs.js';
@@ -32,6 +31,7 @@ import { createClusterService } from './cluster-service.js';
 import type { Config } from './config.js';
 import { createDagParser } from './dag-parser.js';
 import { createMetrics, schedulerCounters, serveMetrics } from './metrics.js';
+import { createNudger, type Nudge } from './nudger.js';
 import { createWorkflowService } from './workflow-service.js';
 
 /** How long an attempt's start and end reports are retried while the database is unreachable. */
@@ -98,7 +98,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     // Set once the loop exists: asks the leader, here or on another replica, to step. `finished`:
     // attempts of these runs ended (and their runs may have been read right behind the write);
     // any other cause marks the runs changed, so a read taken before is not used.
-    let nudge: (runIds?: string[], cause?: 'finished') => void = () => {};
+    let nudge: Nudge = () => {};
     const reporter = createAttemptStore(sql, reports, logs, logger, {
       onFinished: (attempt) => nudge([attempt.runId], 'finished'),
       onRejected: (_attempt, report) => metrics.staleReportsRejected.inc({ report }),
@@ -130,40 +130,19 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     );
     executors.set('agents', fleet.executor);
 
-    // Set when the pool refused an offer (it was full): once it has drained to half, the planner
-    // is asked for a step over every run, so the TIs it refused are offered again without
-    // waiting for the tick.
-    let refused = false;
-    // Room in the pool held for claims made with their moves and not offered yet (see plan.ts).
-    let roomHeld = 0;
-    const pool = createDispatchPool<DispatchItem>({
+    const dispatcher = createDispatcher({
       workers: config.dispatchWorkers,
       capacity: config.dispatchQueue,
-      key: (item) => item.tiId,
+      executors,
+      store: { claim: (tiId, executor) => claimAttempt(sql, tiId, executor), release: (claim, reason) => releaseClaim(sql, claim, reason) },
       logger,
-      onDispatched: (_item, seconds) => {
-        metrics.dispatchLatency.observe(seconds);
-        if (refused && pool.depth <= config.dispatchQueue / 2) {
-          refused = false;
-          loop.nudge();
-        }
+      metrics: {
+        dispatched: (seconds) => metrics.dispatchLatency.observe(seconds),
+        atCapacity: () => metrics.dispatchAtCapacity.inc(),
+        depth: (n) => metrics.dispatchQueueDepth.set(n),
       },
-      dispatch: async (item) => {
-        if (item.executor === 'agents') {
-          // Placed and claimed with its move: deliver it. Else placement first: the agent is
-          // chosen before the claim, and a TI with no eligible agent stays scheduled, saying why.
-          if (item.claim?.agentId) await fleet.executor.dispatch(attemptOf(item, item.claim, item.claim.agentId));
-          else await fleet.executor.placeAndDispatch(item);
-          return;
-        }
-        const executor = executors.get(item.executor);
-        if (!executor) throw new Error(`no executor "${item.executor}" on this replica`);
-        const claim = item.claim ?? (await claimAttempt(sql, item.tiId, item.executor));
-        if (!claim) return; // someone else claimed it, or it was cancelled: nothing to do
-        const attempt = attemptOf(item, claim);
-        logger.debug({ tiId: item.tiId, runId: item.runId, taskId: item.taskId, try: claim.tryNumber }, 'dispatching');
-        await executor.dispatch(attempt);
-      },
+      // TIs the full pool refused are offered again once it has drained, without waiting for the tick.
+      onRoom: () => loop.nudge(),
     });
 
     const schedLogger = logger.child({ component: 'scheduler' });
@@ -171,58 +150,17 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       sql,
       logger: schedLogger,
       now: () => new Date(),
-      offer: (item) => {
-        // Parked in the agents executor, waiting for a slot: it is placed when one frees.
-        if (item.executor === 'agents' && fleet.executor.parks(item.tiId)) {
-          fleet.executor.retryParked();
-          return 'duplicate';
-        }
-        // The room held for claims made with their moves is theirs: other work sees it taken.
-        const outcome = !item.claim && pool.depth + roomHeld >= config.dispatchQueue ? 'full' : pool.offer(item);
-        if (outcome !== 'accepted' && item.claim) {
-          // Claimed with its move but not taken after all: give the claim back at once rather
-          // than leave an attempt queued that no one will start.
-          const { tryNumber, attemptToken, agentId } = item.claim;
-          if (agentId) fleet.executor.dropped(agentId, attemptToken);
-          void releaseClaim(sql, { tiId: item.tiId, tryNumber, attemptToken }, outcome === 'full' ? 'DISPATCH_QUEUE_FULL' : 'DISPATCH_REFUSED').catch((err: unknown) =>
-            logger.error({ err, tiId: item.tiId }, 'could not release a claim the dispatch pool refused'),
-          );
-        }
-        if (outcome === 'full') {
-          metrics.dispatchAtCapacity.inc();
-          refused = true;
-        }
-        metrics.dispatchQueueDepth.set(pool.depth);
-        return outcome;
-      },
-      executors: new Set(executors.keys()),
-      // The planner may claim TIs with their move, as many as the pool takes now: the subprocess
-      // executor's need no placement, and agent work is claimed for the agent placed on now.
-      claimRoom: () => Math.max(0, config.dispatchQueue - pool.depth - roomHeld),
-      holdRoom: (n) => {
-        roomHeld += n;
-        let held = true;
-        return () => {
-          if (held) roomHeld -= n;
-          held = false;
-        };
-      },
-      // Agent work too, when the executor can place it at once from its view of the fleet.
-      placeNow: (work) => (work.executor === 'agents' ? fleet.executor.placeNow(work) : null),
-      placed: (agentId, tiId, attemptToken) => fleet.executor.placed(agentId, tiId, attemptToken),
-      freshenPlacement: () => fleet.executor.freshen(),
+      dispatcher,
       defaultExecutor: config.executor,
       counters: schedulerCounters(metrics, (phase, err, ids) => schedLogger.error({ err, phase, ...ids }, `scheduler error in ${phase}`)),
       maxRunsPerStep: MAX_RUNS_PER_STEP,
       prefetched,
       known,
       heldBackDags: new Set(),
-      offerRoom: () => Math.max(0, config.dispatchQueue - pool.depth - roomHeld),
       runOrphanThresholdMs: config.runOrphanThresholdMs,
       heartbeatThresholdMs: config.heartbeatThresholdMs,
       health: { healthySince: new Date() },
       wakeAt: (at) => loop.wakeAt(at),
-      heldLive: (tiId, token) => [...executors.values()].some((e) => e.holdsLive?.(tiId, token) ?? false),
     };
 
     const loop = createSchedulerLoop({
@@ -232,33 +170,18 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       canStep: () => isLeader,
       onStepDone: (seconds) => {
         metrics.tickDuration.observe(seconds);
-        metrics.dispatchQueueDepth.set(pool.depth);
       },
     });
-    // Nudges for the leader: stepped here when this replica leads, else sent to the leader over
-    // NOTIFY, the runs named in the payload (coalesced: one notification per turn of the loop).
-    let toNotify: { all: boolean; runIds: Set<string> } | null = null;
-    nudge = (runIds, cause) => {
-      if (cause !== 'finished') {
+    nudge = createNudger({
+      sql,
+      logger,
+      isLeader: () => isLeader,
+      step: (runIds) => loop.nudge(runIds),
+      changed: (runIds) => {
         prefetched.changed(runIds);
         known.forget(runIds);
-      }
-      if (isLeader) return loop.nudge(runIds);
-      if (!toNotify) {
-        toNotify = { all: false, runIds: new Set() };
-        setImmediate(() => {
-          const n = toNotify!;
-          toNotify = null;
-          // NOTIFY payloads are limited to 8000 bytes: a longer list becomes "every run".
-          const ids = [...n.runIds].join(',');
-          void notify(sql, CHANNELS.nudge, n.all || ids.length > 7000 ? '' : ids).catch((err: unknown) =>
-            logger.warn({ err }, 'could not notify the leader'),
-          );
-        });
-      }
-      if (runIds && runIds.length > 0) for (const id of runIds) toNotify.runIds.add(id);
-      else toNotify.all = true;
-    };
+      },
+    });
     const leader = createLeaderElector({
       databaseUrl,
       replicaId: config.replicaId,
@@ -278,7 +201,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         isLeader = false;
         prefetched.clear();
         known.forget();
-        fleet.executor.forgetParked();
+        dispatcher.forgetParked();
         metrics.leader.set(0);
       },
     });
@@ -303,7 +226,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
               loop.nudge([read.run.id]);
             },
             stopLocal: (tiIds, reason) => {
-              for (const id of tiIds) if (!executors.get('subprocess')!.cancel(id, reason)) fleet.cancel(id, reason);
+              for (const id of tiIds) if (!dispatcher.cancel(id, reason)) fleet.cancel(id, reason);
             },
             defaultExecutor: config.executor,
             logPollMs: 200,
@@ -375,7 +298,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
           logger.info('shutting down: no new work; waiting for running tasks');
           stopping = true;
           await loop.stop();
-          await pool.close();
+          await dispatcher.close();
           await Promise.all([...executors.values()].map((e) => e.shutdown(config.shutdownGraceMs)));
           await fleet.close();
           await reports.drain();

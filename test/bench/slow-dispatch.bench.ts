@@ -7,7 +7,9 @@ import { startAttempt } from '../../src/db/attempts/start-attempt.js';
 import { upsertDag } from '../../src/db/dags.js';
 import { createRun } from '../../src/db/runs.js';
 import { createDispatchPool, type DispatchPool } from '../../src/dispatch/pool.js';
-import type { DispatchItem, SchedulerContext } from '../../src/scheduler/context.js';
+import type { WorkItem } from '../../src/core/work-item.js';
+import type { SchedulerContext } from '../../src/scheduler/context.js';
+import { testDispatcher } from '../helpers/test-dispatcher.js';
 import { createSchedulerLoop, type SchedulerLoop } from '../../src/scheduler/scheduler-loop.js';
 import { step } from '../../src/scheduler/step.js';
 import { waitFor } from '../helpers/leoflow-process.js';
@@ -50,7 +52,7 @@ async function triggerWide(db: TestDatabase, dagId: string): Promise<string> {
 
 interface Scheduler {
   loop: SchedulerLoop;
-  pool: DispatchPool<DispatchItem>;
+  pool: DispatchPool<WorkItem>;
   steps: number[];
   recording: boolean;
   errors: unknown[];
@@ -60,7 +62,7 @@ interface Scheduler {
 async function startScheduler(db: TestDatabase, workers: number, capacity: number): Promise<Scheduler> {
   await Promise.all(Array.from({ length: 10 }, () => db.sql`select 1`));
   const s: Scheduler = { steps: [], recording: false, errors: [], loop: undefined as never, pool: undefined as never, stop: undefined as never };
-  s.pool = createDispatchPool<DispatchItem>({
+  s.pool = createDispatchPool<WorkItem>({
     workers,
     capacity,
     key: (item) => item.tiId,
@@ -80,8 +82,7 @@ async function startScheduler(db: TestDatabase, workers: number, capacity: numbe
     sql: db.sql,
     logger,
     now: () => new Date(),
-    offer: (item) => s.pool.offer(item),
-    executors: new Set(['subprocess']),
+    dispatcher: testDispatcher({ offer: (item) => s.pool.offer(item), executors: new Set(['subprocess']) }),
     defaultExecutor: 'subprocess',
     counters: { error: (_phase, err) => s.errors.push(err), reaped: () => {}, agentLost: () => {} },
     maxRunsPerStep: 1000,

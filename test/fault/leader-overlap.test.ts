@@ -9,7 +9,9 @@ import { upsertDag } from '../../src/db/dags.js';
 import { createRun } from '../../src/db/runs.js';
 import { createSql, type Sql } from '../../src/db/sql.js';
 import { createDispatchPool, type DispatchPool } from '../../src/dispatch/pool.js';
-import type { DispatchItem, SchedulerContext } from '../../src/scheduler/context.js';
+import type { WorkItem } from '../../src/core/work-item.js';
+import type { SchedulerContext } from '../../src/scheduler/context.js';
+import { testDispatcher } from '../helpers/test-dispatcher.js';
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
@@ -39,7 +41,7 @@ const MANUAL_RUNS = 5;
 interface Stack {
   name: string;
   sql: Sql;
-  pool: DispatchPool<DispatchItem>;
+  pool: DispatchPool<WorkItem>;
   ctx: SchedulerContext;
   errors: { phase: string; err: unknown; ids?: Record<string, unknown> }[];
   /** Every attempt this stack's executor claimed (and so ran). */
@@ -68,7 +70,7 @@ const clock = { now: 0 };
 function createStack(name: string, skewMs: number): Stack {
   const sql = createSql(db.url, { max: 4, applicationName: `leoflow-overlap-${name}` });
   const s: Stack = { name, sql, errors: [], claimed: [], refused: 0, pool: undefined as never, ctx: undefined as never };
-  s.pool = createDispatchPool<DispatchItem>({
+  s.pool = createDispatchPool<WorkItem>({
     workers: 4,
     capacity: 256,
     key: (item) => item.tiId,
@@ -94,8 +96,7 @@ function createStack(name: string, skewMs: number): Stack {
     sql,
     logger,
     now: () => new Date(clock.now + skewMs),
-    offer: (item) => s.pool.offer(item),
-    executors: new Set(['subprocess']),
+    dispatcher: testDispatcher({ offer: (item) => s.pool.offer(item), executors: new Set(['subprocess']) }),
     defaultExecutor: 'subprocess',
     counters: { error: (phase, err, ids) => s.errors.push({ phase, err, ids }), reaped: () => {}, agentLost: () => {} },
     maxRunsPerStep: 1000,

@@ -7,7 +7,9 @@ import { startAttempt } from '../../src/db/attempts/start-attempt.js';
 import { upsertDag } from '../../src/db/dags.js';
 import { createRun } from '../../src/db/runs.js';
 import { createDispatchPool, type DispatchPool } from '../../src/dispatch/pool.js';
-import type { DispatchItem, SchedulerContext } from '../../src/scheduler/context.js';
+import type { WorkItem } from '../../src/core/work-item.js';
+import type { SchedulerContext } from '../../src/scheduler/context.js';
+import { testDispatcher } from '../helpers/test-dispatcher.js';
 import { createSchedulerLoop, type SchedulerLoop } from '../../src/scheduler/scheduler-loop.js';
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
@@ -75,7 +77,7 @@ function p99(samples: number[]): number {
 
 interface Scheduler {
   loop: SchedulerLoop;
-  pool: DispatchPool<DispatchItem>;
+  pool: DispatchPool<WorkItem>;
   /** Seconds each step took while `recording`, as the loop reports them. */
   steps: number[];
   recording: boolean;
@@ -89,7 +91,7 @@ async function startScheduler(workers: number, capacity: number): Promise<Schedu
   // Open the pool's connections first: connecting is start-up cost, not tick cost.
   await Promise.all(Array.from({ length: 10 }, () => db.sql`select 1`));
   const s: Scheduler = { steps: [], recording: false, errors: [], loop: undefined as never, pool: undefined as never, stop: undefined as never };
-  s.pool = createDispatchPool<DispatchItem>({
+  s.pool = createDispatchPool<WorkItem>({
     workers,
     capacity,
     key: (item) => item.tiId,
@@ -111,8 +113,7 @@ async function startScheduler(workers: number, capacity: number): Promise<Schedu
     sql: db.sql,
     logger,
     now: () => new Date(),
-    offer: (item) => s.pool.offer(item),
-    executors: new Set(['subprocess']),
+    dispatcher: testDispatcher({ offer: (item) => s.pool.offer(item), executors: new Set(['subprocess']) }),
     defaultExecutor: 'subprocess',
     counters: { error: (_phase, err) => s.errors.push(err), reaped: () => {}, agentLost: () => {} },
     maxRunsPerStep: 1000,

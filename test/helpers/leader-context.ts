@@ -1,23 +1,30 @@
 import pino from 'pino';
 import type { Sql } from '../../src/db/sql.js';
-import type { DispatchItem, SchedulerContext } from '../../src/scheduler/context.js';
+import type { WorkItem } from '../../src/core/work-item.js';
+import type { SchedulerContext } from '../../src/scheduler/context.js';
+import { testDispatcher, type DispatcherParts } from './test-dispatcher.js';
 import { KnownRuns } from '../../src/scheduler/known-runs.js';
 import { PrefetchedRuns } from '../../src/scheduler/prefetched-runs.js';
 
 /**
  * A leader's scheduler context as the server builds it for planning ahead: a memory of runs and
  * of reads, a pool that takes every offer (kept in `offered`), room to claim subprocess work with
- * its move, and every phase's error kept in `errors`. `over` replaces any of it.
+ * its move, and every phase's error kept in `errors`. `over` replaces any of it; `parts` are the
+ * dispatcher's, to change between steps.
  */
-export function leaderContext(sql: Sql, over: Partial<SchedulerContext> = {}): { ctx: SchedulerContext; offered: DispatchItem[]; errors: string[] } {
-  const offered: DispatchItem[] = [];
+export function leaderContext(sql: Sql, over: Partial<SchedulerContext> = {}): { ctx: SchedulerContext; parts: DispatcherParts; offered: WorkItem[]; errors: string[] } {
+  const offered: WorkItem[] = [];
   const errors: string[] = [];
+  const parts: DispatcherParts = {
+    offer: (item) => (offered.push(item), 'accepted'),
+    executors: new Set(['subprocess', 'agents']),
+    claimRoom: (executor) => (executor === 'subprocess' ? 100 : 0),
+  };
   const ctx: SchedulerContext = {
     sql,
     logger: pino({ level: 'silent' }),
     now: () => new Date(),
-    offer: (item) => (offered.push(item), 'accepted'),
-    executors: new Set(['subprocess', 'agents']),
+    dispatcher: testDispatcher(parts),
     defaultExecutor: 'subprocess',
     counters: { error: (phase, err) => errors.push(`${phase}: ${(err as Error).message}`), reaped: () => {}, agentLost: () => {} },
     maxRunsPerStep: 100,
@@ -25,11 +32,10 @@ export function leaderContext(sql: Sql, over: Partial<SchedulerContext> = {}): {
     heartbeatThresholdMs: 90_000,
     health: { healthySince: new Date(0) },
     wakeAt: () => {},
-    claimRoom: (executor) => (executor === 'subprocess' ? 100 : 0),
     prefetched: new PrefetchedRuns(100),
     known: new KnownRuns(),
     heldBackDags: new Set(),
     ...over,
   };
-  return { ctx, offered, errors };
+  return { ctx, parts, offered, errors };
 }

@@ -6,7 +6,7 @@ import { startAttempt } from '../../src/db/attempts/start-attempt.js';
 import { upsertDag } from '../../src/db/dags.js';
 import { createRun, type RunRow } from '../../src/db/runs.js';
 import { listTis } from '../../src/db/tis.js';
-import type { DispatchItem } from '../../src/scheduler/context.js';
+import type { WorkItem } from '../../src/core/work-item.js';
 import { planAhead, sendBehindEnds } from '../../src/scheduler/phases/plan.js';
 import { step } from '../../src/scheduler/step.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
@@ -42,7 +42,7 @@ beforeEach(async () => {
 function leader() {
   const watched = watching(db.sql);
   const base = { direct: 0, reserved: 0 };
-  const { ctx, offered, errors } = leaderContext(db.sql);
+  const { ctx, parts, offered, errors } = leaderContext(db.sql);
   const known = ctx.known!;
   const prefetched = ctx.prefetched!;
   const reports = createReportBatcher(watched.sql, {
@@ -50,7 +50,7 @@ function leader() {
     logs: quietLogWriter(db.sql),
     afterEnds: (on, ends) => sendBehindEnds(ctx, prefetched, on, ends),
   });
-  return { ctx, known, offered, errors, reports, counts: () => ({ direct: watched.direct() - base.direct, reserved: watched.reserved() - base.reserved }), reset: () => ((base.direct = watched.direct()), (base.reserved = watched.reserved()), (offered.length = 0)) };
+  return { ctx, parts, known, offered, errors, reports, counts: () => ({ direct: watched.direct() - base.direct, reserved: watched.reserved() - base.reserved }), reset: () => ((base.direct = watched.direct()), (base.reserved = watched.reserved()), (offered.length = 0)) };
 }
 
 async function trigger(spec: DagSpec, runKey = 'r'): Promise<RunRow> {
@@ -70,7 +70,7 @@ async function states(runId: string): Promise<Record<string, string>> {
 }
 
 /** The attempt claimed with its move and offered for this task, started. */
-async function started(offered: DispatchItem[], taskId: string): Promise<AttemptKey> {
+async function started(offered: WorkItem[], taskId: string): Promise<AttemptKey> {
   const item = offered.find((o) => o.taskId === taskId);
   expect(item?.claim, `${taskId} offered with its claim`).toBeDefined();
   const a = { tiId: item!.tiId, tryNumber: item!.claim!.tryNumber, attemptToken: item!.claim!.attemptToken };
@@ -287,14 +287,14 @@ describe('planning ahead of an end', () => {
     const l = leader();
     const placed: [string, string, string | null][] = [];
     let free = true;
-    l.ctx.claimRoom = () => 100;
-    l.ctx.placeNow = (w) => (w.executor === 'agents' && free ? 'agent-7' : null);
-    l.ctx.placed = (agentId, tiId, token) => placed.push([agentId, tiId, token]);
+    l.parts.claimRoom = () => 100;
+    l.parts.placeNow = (w) => (w.executor === 'agents' && free ? 'agent-7' : null);
+    l.parts.placed = (agentId, tiId, token) => placed.push([agentId, tiId, token]);
     const spec = dag('ahead_placed', [task('a'), task('b', { dependsOn: ['a'], executor: 'agents' }), task('c', { dependsOn: ['a'], executor: 'agents' })]);
     const { run, a } = await aStarted(l, spec);
     l.reset();
     // Ahead of a's end: b placed on agent-7, c finds no agent free and is offered unclaimed.
-    l.ctx.placeNow = (w) => (w.executor === 'agents' && free ? ((free = false), 'agent-7') : null);
+    l.parts.placeNow = (w) => (w.executor === 'agents' && free ? ((free = false), 'agent-7') : null);
     await l.reports.finished(a, OK);
     expect(await states(run.id)).toEqual({ a: 'success', b: 'queued', c: 'scheduled' });
     const b = l.offered.find((o) => o.taskId === 'b')!;
@@ -311,10 +311,10 @@ describe('planning ahead of an end', () => {
   it('gives a placement back when its plan does not apply', async () => {
     const l = leader();
     const placed: [string, string, string | null][] = [];
-    l.ctx.claimRoom = () => 100;
-    l.ctx.placed = (agentId, tiId, token) => placed.push([agentId, tiId, token]);
+    l.parts.claimRoom = () => 100;
+    l.parts.placed = (agentId, tiId, token) => placed.push([agentId, tiId, token]);
     const { run, a } = await aStarted(l, dag('ahead_unplaced', [task('a'), task('b', { dependsOn: ['a'], executor: 'agents' })]));
-    l.ctx.placeNow = () => 'agent-7';
+    l.parts.placeNow = () => 'agent-7';
     await db.sql`update dags set paused = true where dag_id = 'ahead_unplaced'`;
     await l.reports.finished(a, OK);
     const b = (await listTis(db.sql, run.id)).find((t) => t.task_id === 'b')!;
@@ -326,8 +326,8 @@ describe('planning ahead of an end', () => {
     const l = leader();
     const log: string[] = [];
     let held = 0;
-    l.ctx.claimRoom = () => 1 - held;
-    l.ctx.holdRoom = (n) => {
+    l.parts.claimRoom = () => 1 - held;
+    l.parts.holdRoom = (n) => {
       held += n;
       log.push(`hold ${n}`);
       return () => {
@@ -335,8 +335,8 @@ describe('planning ahead of an end', () => {
         log.push(`unhold ${n}`);
       };
     };
-    const offer = l.ctx.offer;
-    l.ctx.offer = (item) => (log.push(`offer ${item.taskId}${item.claim ? ' claimed' : ''}`), offer(item));
+    const offer = l.parts.offer;
+    l.parts.offer = (item) => (log.push(`offer ${item.taskId}${item.claim ? ' claimed' : ''}`), offer(item));
     const run = await trigger(dag('ahead_room', [task('a'), task('b', { dependsOn: ['a'] })]));
     await step(l.ctx);
     expect(log).toEqual(['hold 1', 'offer a claimed', 'unhold 1']);
@@ -346,9 +346,9 @@ describe('planning ahead of an end', () => {
     // Planned ahead of a's end (as the batcher does, right behind it): while its claim is on the
     // wire the room is taken.
     const ahead = planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'success' }]);
-    expect(l.ctx.claimRoom('subprocess')).toBe(0);
+    expect(l.parts.claimRoom!('subprocess')).toBe(0);
     await ahead.done;
-    expect(l.ctx.claimRoom('subprocess')).toBe(1);
+    expect(l.parts.claimRoom!('subprocess')).toBe(1);
     expect(log).toEqual(['hold 1', 'offer b claimed', 'unhold 1']);
     expect(await states(run.id)).toEqual({ a: 'success', b: 'queued' });
   });

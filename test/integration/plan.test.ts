@@ -10,12 +10,14 @@ import { createRun, getRun, type RunRow } from '../../src/db/runs.js';
 import { createSql } from '../../src/db/sql.js';
 import { listTis, type TiRow } from '../../src/db/tis.js';
 import { createDispatchPool, type OfferResult } from '../../src/dispatch/pool.js';
-import type { DispatchItem, SchedulerContext } from '../../src/scheduler/context.js';
+import type { WorkItem } from '../../src/core/work-item.js';
+import type { SchedulerContext } from '../../src/scheduler/context.js';
 import { createScheduledRuns } from '../../src/scheduler/phases/create-scheduled-runs.js';
 import { PrefetchedRuns } from '../../src/scheduler/prefetched-runs.js';
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { dag, task as baseTask } from '../helpers/spec-builders.js';
+import { testDispatcher, type DispatcherParts } from '../helpers/test-dispatcher.js';
 
 /** This file's tasks echo their id unless told otherwise. */
 const task: typeof baseTask = (id, over = {}) => baseTask(id, { command: ['sh', '-c', `echo ${id}`], ...over });
@@ -39,24 +41,36 @@ beforeEach(async () => {
 interface Harness {
   ctx: SchedulerContext;
   /** Every item the planner offered, whatever the answer. */
-  offered: DispatchItem[];
+  offered: WorkItem[];
   errors: { phase: string; err: unknown; ids: Record<string, unknown> | undefined }[];
   /** null: the real clock. */
   clock: { now: Date | null };
   answer: { next: OfferResult };
 }
 
-function harness(over: Partial<SchedulerContext> = {}): Harness {
+function harness(over: Partial<SchedulerContext> & Partial<DispatcherParts> = {}): Harness {
   const h: Harness = { offered: [], errors: [], clock: { now: null }, answer: { next: 'accepted' }, ctx: undefined as never };
+  const { offer, executors, claimRoom, holdRoom, placeNow, placed, offerRoom, heldLive, ...ctxOver } = over;
+  const parts: DispatcherParts = {
+    offer:
+      offer ??
+      ((item) => {
+        h.offered.push(item);
+        return h.answer.next;
+      }),
+    executors: executors ?? new Set(['subprocess']),
+    claimRoom,
+    holdRoom,
+    placeNow,
+    placed,
+    offerRoom,
+    heldLive,
+  };
   h.ctx = {
     sql: db.sql,
     logger,
     now: () => h.clock.now ?? new Date(),
-    offer: (item) => {
-      h.offered.push(item);
-      return h.answer.next;
-    },
-    executors: new Set(['subprocess']),
+    dispatcher: testDispatcher(parts),
     defaultExecutor: 'subprocess',
     counters: { error: (phase, err, ids) => h.errors.push({ phase, err, ids }), reaped: () => {}, agentLost: () => {} },
     maxRunsPerStep: 100,
@@ -64,7 +78,7 @@ function harness(over: Partial<SchedulerContext> = {}): Harness {
     heartbeatThresholdMs: 90_000,
     health: { healthySince: new Date(0) },
     wakeAt: () => {},
-    ...over,
+    ...ctxOver,
   };
   return h;
 }
@@ -194,7 +208,7 @@ describe('plan', () => {
     ]);
     const run = await trigger(spec);
     const order: string[] = [];
-    const pool = createDispatchPool<DispatchItem>({
+    const pool = createDispatchPool<WorkItem>({
       workers: 2,
       capacity: 8,
       key: (i) => i.tiId,

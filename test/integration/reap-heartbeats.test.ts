@@ -12,11 +12,13 @@ import { reapAttempt } from '../../src/db/reap/reap-attempt.js';
 import { staleAttempts } from '../../src/db/reap/stale-attempts.js';
 import { createRun, transitionRun, type RunRow } from '../../src/db/runs.js';
 import { getTi, listTis, transitionTis, type TiRow } from '../../src/db/tis.js';
-import type { DispatchItem, SchedulerContext } from '../../src/scheduler/context.js';
+import type { WorkItem } from '../../src/core/work-item.js';
+import type { SchedulerContext } from '../../src/scheduler/context.js';
 import { reapHeartbeats } from '../../src/scheduler/phases/reap-heartbeats.js';
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
+import { testDispatcher, type DispatcherParts } from '../helpers/test-dispatcher.js';
 
 const logger = pino({ level: 'silent' });
 const BOUND = { timeout: 20_000 };
@@ -38,7 +40,8 @@ beforeEach(async () => {
 
 interface Harness {
   ctx: SchedulerContext;
-  offered: DispatchItem[];
+  parts: DispatcherParts;
+  offered: WorkItem[];
   errors: { phase: string; err: unknown; ids: Record<string, unknown> | undefined }[];
   reaped: { kind: 'run' | 'ti'; count: number }[];
   agentLost: number[];
@@ -47,16 +50,13 @@ interface Harness {
 }
 
 function harness(over: Partial<SchedulerContext> = {}): Harness {
-  const h: Harness = { offered: [], errors: [], reaped: [], agentLost: [], clock: { now: null }, ctx: undefined as never };
+  const h: Harness = { offered: [], errors: [], reaped: [], agentLost: [], clock: { now: null }, ctx: undefined as never, parts: undefined as never };
+  h.parts = { offer: (item) => (h.offered.push(item), 'accepted'), executors: new Set(['subprocess']) };
   h.ctx = {
     sql: db.sql,
     logger,
     now: () => h.clock.now ?? new Date(),
-    offer: (item) => {
-      h.offered.push(item);
-      return 'accepted';
-    },
-    executors: new Set(['subprocess']),
+    dispatcher: testDispatcher(h.parts),
     defaultExecutor: 'subprocess',
     counters: {
       error: (phase, err, ids) => h.errors.push({ phase, err, ids }),
@@ -435,13 +435,13 @@ describe('a sign of life in this replica', () => {
     await db.sql`update task_instances set heartbeat_at = now() - interval '1 hour' where id = ${ti!.id}`;
 
     const h = harness();
-    h.ctx.heldLive = (tiId, token) => tiId === ti!.id && token === claim.attemptToken;
+    h.parts.heldLive = (tiId, token) => tiId === ti!.id && token === claim.attemptToken;
     const r = await reapHeartbeats(h.ctx);
     expect(r).toMatchObject({ candidates: 1, retried: 0, failed: 0, heldLive: 1 });
     expect((await getTi(db.sql, ti!.id))!.state).toBe('running');
 
     // Once this replica no longer runs it, the stale column decides.
-    h.ctx.heldLive = () => false;
+    h.parts.heldLive = () => false;
     expect(await reapHeartbeats(h.ctx)).toMatchObject({ retried: 1, heldLive: 0 });
   });
 });

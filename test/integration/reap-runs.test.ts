@@ -10,6 +10,7 @@ import { reapRuns } from '../../src/scheduler/phases/reap-runs.js';
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
+import { testDispatcher } from '../helpers/test-dispatcher.js';
 
 const logger = pino({ level: 'silent' });
 const BOUND = { timeout: 20_000 };
@@ -40,8 +41,7 @@ function harness(): Harness {
     sql: db.sql,
     logger,
     now: () => new Date(),
-    offer: () => 'accepted',
-    executors: new Set(['subprocess']),
+    dispatcher: testDispatcher({ offer: () => 'accepted', executors: new Set(['subprocess']) }),
     defaultExecutor: 'subprocess',
     counters: {
       error: (phase, err, ids) => h.errors.push({ phase, err, ids }),

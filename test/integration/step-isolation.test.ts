@@ -13,6 +13,7 @@ import { reapHeartbeats } from '../../src/scheduler/phases/reap-heartbeats.js';
 import { step, type StepResult } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { task } from '../helpers/spec-builders.js';
+import { testDispatcher } from '../helpers/test-dispatcher.js';
 
 const logger = pino({ level: 'silent' });
 const BOUND = { timeout: 20_000 };
@@ -46,8 +47,7 @@ function harness(sql: Sql = db.sql): Harness {
     sql,
     logger,
     now: () => h.clock.now ?? new Date(),
-    offer: () => 'accepted',
-    executors: new Set(['subprocess']),
+    dispatcher: testDispatcher({ offer: () => 'accepted', executors: new Set(['subprocess']) }),
     defaultExecutor: 'subprocess',
     counters: { error: (phase, err, ids) => h.errors.push({ phase, err, ids }), reaped: () => {}, agentLost: () => {} },
     maxRunsPerStep: 100,

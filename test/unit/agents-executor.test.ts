@@ -2,7 +2,8 @@ import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import type { Attempt } from '../../src/core/attempt.js';
 import { AgentRegistry, type AgentHandle } from '../../src/executors/agent-registry.js';
-import { AgentsExecutor, type AgentsStore, type AgentsWork, type AvailableAgent } from '../../src/executors/agents.js';
+import type { WorkItem } from '../../src/core/work-item.js';
+import { AgentsExecutor, type AgentsStore, type AvailableAgent } from '../../src/executors/agents.js';
 import { task } from '../helpers/spec-builders.js';
 
 /**
@@ -12,8 +13,8 @@ import { task } from '../helpers/spec-builders.js';
 
 const logger = pino({ level: 'silent' });
 
-function work(n: number, over: Partial<AgentsWork> = {}): AgentsWork {
-  return { tiId: String(n), runId: String(n), dagId: 'd', taskId: 't', task: task('t', { executor: 'agents' }), conf: {}, logicalDate: new Date(0), pendingReason: null, ...over };
+function work(n: number, over: Partial<WorkItem> = {}): WorkItem {
+  return { tiId: String(n), runId: String(n), dagId: 'd', taskId: 't', executor: 'agents', task: task('t', { executor: 'agents' }), conf: {}, logicalDate: new Date(0), pendingReason: null, ...over };
 }
 
 /** `reasonAfterMs` is 0 unless said: why work waits is written in the round that parks it. */

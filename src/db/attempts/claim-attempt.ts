@@ -1,14 +1,10 @@
 import { legalTiFrom } from '../../core/states.js';
+import type { Claim } from '../../core/work-item.js';
 import type { Sql } from '../sql.js';
 
 const CLAIM_FROM = legalTiFrom('queued') as string[];
 
-export interface Claim {
-  tryNumber: number;
-  maxTries: number;
-  attemptToken: string;
-  dispatchKey: string;
-}
+export type { Claim };
 
 /**
  * Claims a scheduled task instance for a new attempt: scheduled → queued, try_number + 1, a new
@@ -27,7 +23,7 @@ export async function claimAttempt(sql: Sql, tiId: string, executor: string, age
  */
 export async function claimAttempts(sql: Sql, executor: string, claims: { tiId: string; agentId: string | null }[]): Promise<Map<string, Claim>> {
   if (claims.length === 0) return new Map();
-  const rows = await sql<{ id: string; try_number: number; max_tries: number; attempt_token: string; dispatch_key: string }[]>`
+  const rows = await sql<{ id: string; try_number: number; max_tries: number; attempt_token: string; dispatch_key: string; agent_id: string | null }[]>`
     with c as (
       select * from unnest(${claims.map((c) => c.tiId)}::bigint[], ${claims.map((c) => c.agentId) as string[]}::text[]) as c(id, agent_id)),
     claimed as (
@@ -42,8 +38,8 @@ export async function claimAttempts(sql: Sql, executor: string, claims: { tiId: 
     ev as (
       insert into events (run_id, ti_id, kind, payload)
       select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'queued', 'try', try_number, 'agent_id', agent_id) from claimed)
-    select id, try_number, max_tries, attempt_token, dispatch_key from claimed`;
+    select id, try_number, max_tries, attempt_token, dispatch_key, agent_id from claimed`;
   return new Map(
-    rows.map((r) => [r.id, { tryNumber: r.try_number, maxTries: r.max_tries, attemptToken: r.attempt_token, dispatchKey: r.dispatch_key }]),
+    rows.map((r) => [r.id, { tryNumber: r.try_number, maxTries: r.max_tries, attemptToken: r.attempt_token, dispatchKey: r.dispatch_key, agentId: r.agent_id }]),
   );
 }

@@ -5,8 +5,9 @@ import { isConnectionError } from '../../db/is-connection-error.js';
 import { activeRuns, poisonRun, type ActiveRunRow } from '../../db/runs.js';
 import type { Sql } from '../../db/sql.js';
 import { listTisOfRuns, setPendingReasons, type TiRow } from '../../db/tis.js';
-import type { TaskSpec } from '../../core/dag-spec.js';
-import type { DispatchItem, SchedulerContext } from '../context.js';
+import type { WorkItem } from '../../core/work-item.js';
+import type { ClaimCandidate, ClaimsAhead } from '../../dispatch/dispatcher.js';
+import type { SchedulerContext } from '../context.js';
 import type { PrefetchedRuns, RunRead } from '../prefetched-runs.js';
 import { createScheduledRuns } from './create-scheduled-runs.js';
 
@@ -78,7 +79,7 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
     // A step that reads runs, or starts one, reads along with them what the agents executor
     // places from if it is getting old, so agent work can be claimed with its move (a step that
     // only goes on with runs read behind their ends does not wait for it).
-    if (rest.length > 0 || opts.queued || [...ahead.values()].some((r) => r.run.state === 'queued')) freshened = ctx.freshenPlacement?.();
+    if (rest.length > 0 || opts.queued || [...ahead.values()].some((r) => r.run.state === 'queued')) freshened = ctx.dispatcher.freshenPlacement();
     [runs, tiRows] = rest.length === 0 ? [[], []] : await Promise.all([activeRuns(ctx.sql, ctx.maxRunsPerStep, { runIds: rest }), listTisOfRuns(ctx.sql, rest)]);
     for (const { run, tis } of ahead.values()) {
       runs.push(run);
@@ -86,7 +87,7 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
     }
     if (opts.queued) {
       // As many as the dispatch pool takes now, and at least as many as were asked for.
-      const room = Math.min(ctx.maxRunsPerStep, Math.max(opts.queued, ctx.offerRoom?.() ?? ctx.maxRunsPerStep));
+      const room = Math.min(ctx.maxRunsPerStep, Math.max(opts.queued, ctx.dispatcher.room()));
       const more = room > 0 ? await readQueued(ctx, result, 'any', new Set(runs.map((r) => r.id)), room) : { runs: [], tis: [] };
       runs.push(...more.runs);
       tiRows.push(...more.tis);
@@ -95,7 +96,7 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
   } else {
     // Everything is read now: reads kept from before are older than this one.
     ctx.prefetched?.clear();
-    freshened = ctx.freshenPlacement?.();
+    freshened = ctx.dispatcher.freshenPlacement();
     // The oldest running runs, then the oldest queued runs up to `maxRunsPerStep` active runs in
     // all, but always at least one: a queued run (a cron run, say) makes progress however many
     // older runs are running, and a backlog starts no faster than runs end.
@@ -179,14 +180,14 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
  *  offers what is scheduled. */
 async function writeAndOffer(ctx: SchedulerContext, decided: Decided[], reasons: Map<string, string | null>, result: PlanResult): Promise<Set<string>> {
   if (decided.length === 0) return new Set();
-  const unhold = claimWithTheMove(ctx, decided);
+  const ahead = claimWithTheMove(ctx, decided);
   const ending: { runId: string; epoch: string; outcome: 'success' | 'failed' }[] = [];
   try {
     const applied = await applyAll(ctx, decided.flatMap((d) => (d.plan ? [d.plan] : [])), result);
-    settlePlacements(ctx, decided, applied);
+    ahead.answered(applied.claims);
     decideOffers(ctx, decided, applied, reasons, result, ending);
   } finally {
-    unhold();
+    ahead.done();
   }
   if (ending.length === 0) return new Set();
   try {
@@ -329,7 +330,7 @@ export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId:
   // These runs get no read behind their ends: one kept from before them must not be used either
   // (if the end does not apply, the step reads the run).
   if (ending.length > 0) ctx.prefetched?.changed(ending.map((e) => e.runId));
-  const unhold = claimWithTheMove(ctx, decided);
+  const ahead = claimWithTheMove(ctx, decided);
   // Sent now, before anything is awaited: right behind the ends on the wire.
   const sent = decided.length > 0 ? applyPlansQuery(on, decided.map((d) => d.plan!)).execute() : null;
   const endsSent = ending.length > 0 ? finalizeRunsQuery(on, ending).execute() : null;
@@ -341,12 +342,12 @@ export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId:
       applied = appliedFrom(await sent);
     } catch (err) {
       // Nothing applied (one statement): the step that follows the ends plans these runs.
-      settlePlacements(ctx, decided, appliedFrom([]));
+      ahead.answered(new Map());
       known.forget(decided.map((d) => d.run.id));
       if (!isConnectionError(err)) ctx.counters.error('plan.ahead', err);
       return;
     }
-    settlePlacements(ctx, decided, applied);
+    ahead.answered(applied.claims);
     const reasons = new Map<string, string | null>();
     for (const d of decided) {
       if (!applied.runs.has(d.run.id)) {
@@ -380,7 +381,7 @@ export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId:
     try {
       await Promise.all([settleMoves(), settleEnds()]);
     } finally {
-      unhold();
+      ahead.done();
     }
   })();
   return { done, endingTis, readless };
@@ -416,21 +417,14 @@ export interface PlannedAhead {
 }
 
 /**
- * Marks moves to `scheduled` to be claimed in the same statement, for executors that need no
- * placement, when the dispatch pool can take at once every TI of that executor this step will
- * offer (`ctx.claimRoom`): the dispatcher then starts the attempt without a claim of its own, one
- * round trip sooner. With less room than that, nothing is claimed ahead (the pool takes offers
- * in order, and a claimed TI it refused would have to be given back), and the dispatcher claims
- * as before. The room claimed is held (`ctx.holdRoom`) until the returned function is called,
- * once the claims are offered: another step or plan ahead in the meantime cannot count it too.
+ * Marks the moves to `scheduled` that the dispatcher takes at once to be claimed in the same
+ * statement (`Dispatcher.claimAhead`): the attempt then starts without a claim of its own, one
+ * round trip sooner. The caller tells the result how the write went and when the claims are
+ * offered.
  */
-function claimWithTheMove(ctx: SchedulerContext, decided: Decided[]): () => void {
-  const holds: (() => void)[] = [];
-  const unhold = () => {
-    for (const h of holds.splice(0)) h();
-  };
-  if (!ctx.claimRoom) return unhold;
-  const offers = new Map<string, { move: TiMove; task: TaskSpec }[]>();
+function claimWithTheMove(ctx: SchedulerContext, decided: Decided[]): ClaimsAhead {
+  const candidates: ClaimCandidate[] = [];
+  const moves = new Map<string, TiMove>();
   const waiting = new Map<string, number>();
   for (const d of decided) {
     if (d.run.dag_paused) continue;
@@ -440,40 +434,18 @@ function claimWithTheMove(ctx: SchedulerContext, decided: Decided[]): () => void
     for (const m of d.plan?.moves ?? []) {
       const ti = byId.get(m.tiId);
       const task = ti && tasks.get(ti.task_id);
-      if (m.to !== 'scheduled' || !ti || !task || !ctx.executors.has(ti.executor)) continue;
-      (offers.get(ti.executor) ?? offers.set(ti.executor, []).get(ti.executor)!).push({ move: m, task });
+      if (m.to !== 'scheduled' || !ti || !task) continue;
+      candidates.push({ tiId: m.tiId, executor: ti.executor, task });
+      moves.set(m.tiId, m);
     }
   }
-  for (const [executor, moves] of offers) {
-    if (moves.length + (waiting.get(executor) ?? 0) > ctx.claimRoom(executor)) continue;
-    let claimed = 0;
-    if (executor !== 'agents') {
-      for (const { move } of moves) move.claimFor = executor;
-      claimed = moves.length;
-    } else {
-      // Agent work is claimed for the agent it is placed on now, oldest first; the first that
-      // cannot be placed at once stops it (later work never overtakes it), and the rest are
-      // offered as before.
-      for (const { move, task } of moves) {
-        const agentId = ctx.placeNow?.({ tiId: move.tiId, executor, task }) ?? null;
-        if (agentId === null) break;
-        move.claimFor = executor;
-        move.agentId = agentId;
-        claimed++;
-      }
-    }
-    if (claimed > 0 && ctx.holdRoom) holds.push(ctx.holdRoom(claimed));
+  const ahead = ctx.dispatcher.claimAhead(candidates, waiting);
+  for (const [tiId, c] of ahead.claims) {
+    const move = moves.get(tiId)!;
+    move.claimFor = c.executor;
+    if (c.agentId) move.agentId = c.agentId;
   }
-  return unhold;
-}
-
-/** Tells the executor how the claims of the TIs it placed with `placeNow` went (their slots). */
-function settlePlacements(ctx: SchedulerContext, decided: readonly Decided[], applied: AppliedPlans): void {
-  for (const d of decided) {
-    for (const m of d.plan?.moves ?? []) {
-      if (m.agentId) ctx.placed?.(m.agentId, m.tiId, applied.claims.get(m.tiId)?.attemptToken ?? null);
-    }
-  }
+  return ahead;
 }
 
 /** All runs' writes in one statement; if the database refuses it (not a lost connection), run by
@@ -592,12 +564,12 @@ function offerScheduled(ctx: SchedulerContext, d: Decided, applied: AppliedPlans
   const tasks = new Map(run.spec.tasks.map((t) => [t.id, t]));
   for (const taskId of scheduled) {
     const ti = byTask.get(taskId)!;
-    if (!ctx.executors.has(ti.executor)) {
+    if (!ctx.dispatcher.executors.has(ti.executor)) {
       const reason = `NO_EXECUTOR:${ti.executor}`;
       if (ti.pending_reason !== reason) reasons.set(ti.id, reason);
       continue;
     }
-    const item: DispatchItem = {
+    const item: WorkItem = {
       tiId: ti.id,
       runId: run.id,
       dagId: run.dag_id,
@@ -610,7 +582,7 @@ function offerScheduled(ctx: SchedulerContext, d: Decided, applied: AppliedPlans
       pendingReason: justScheduled.has(taskId) ? null : ti.pending_reason,
       claim: justScheduled.has(taskId) ? applied.claims.get(ti.id) : undefined,
     };
-    const outcome = ctx.offer(item);
+    const outcome = ctx.dispatcher.offer(item);
     if (outcome === 'accepted') offered++;
     // A full queue says so; an accepted offer clears only that reason (a dispatcher may set its
     // own, e.g. NO_AGENT_WITH_LABELS, which must not flap every step).

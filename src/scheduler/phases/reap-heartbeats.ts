@@ -33,7 +33,7 @@ export async function reapHeartbeats(ctx: SchedulerContext): Promise<ReapHeartbe
   for (const c of candidates) {
     // A positive sign of life beats a stale column: the attempt's process runs in this very
     // replica (its heartbeat writes were lost to a database outage). Never reap it.
-    if (ctx.heldLive?.(c.id, c.attempt_token)) {
+    if (ctx.dispatcher.holdsLive(c.id, c.attempt_token)) {
       result.heldLive++;
       continue;
     }

@@ -1,0 +1,182 @@
+import type { Logger } from 'pino';
+import { attemptOf } from '../core/attempt-env.js';
+import type { Claim, WorkItem } from '../core/work-item.js';
+import type { Executor, PlacingExecutor } from '../executors/executor.js';
+import { chooseClaimsAhead, type ClaimCandidate, type ClaimsAhead } from './claims-ahead.js';
+import { createDispatchPool, type OfferResult } from './pool.js';
+
+export type { ClaimCandidate, ClaimsAhead };
+
+/** The store operations the dispatcher needs (passed in: it is driven without a database in tests). */
+export interface DispatchStore {
+  /** Claims a scheduled TI for a new attempt on this executor; null when someone else moved it first. */
+  claim(tiId: string, executor: string): Promise<Claim | null>;
+  /** Gives a claim back (queued → scheduled) with the reason the TI waits. */
+  release(claim: { tiId: string; tryNumber: number; attemptToken: string }, reason: string): Promise<unknown>;
+}
+
+/** What the dispatcher tells the metrics. */
+export interface DispatchMetrics {
+  dispatched(seconds: number): void;
+  atCapacity(): void;
+  depth(n: number): void;
+}
+
+export interface DispatcherOptions {
+  /** Drainers working at once, and items waiting at most (the edition's dispatch pool). */
+  workers: number;
+  capacity: number;
+  /** The executors of this replica by kind. One that places its work (agents) gets it unclaimed. */
+  executors: ReadonlyMap<string, Executor>;
+  store: DispatchStore;
+  logger: Logger;
+  metrics?: DispatchMetrics;
+  /** The pool refused offers and has drained to half since: the scheduler may offer them again. */
+  onRoom?(): void;
+}
+
+/**
+ * Everything between "this TI is scheduled" and "an executor has it": the bounded pool, routing
+ * to the executor, claiming and releasing claims, the room in the pool and backpressure, and
+ * placement for executors that place their work. The scheduler holds one of these.
+ */
+export interface Dispatcher {
+  /** Executor kinds this replica runs; a TI needing another waits, saying so. */
+  readonly executors: ReadonlySet<string>;
+  /** Offers a scheduled TI; never blocks. A TI claimed with its move and not accepted is given back. */
+  offer(item: WorkItem): OfferResult;
+  /** How many more offers the pool takes now. */
+  room(): number;
+  /**
+   * Of these moves to `scheduled`, the ones to claim in the planner's own write: all of an
+   * executor's when the pool takes them at once with the TIs of it already waiting (`waiting`),
+   * and for work that is placed, those placed now in order until one cannot be. Their room in
+   * the pool is held until `done()`.
+   */
+  claimAhead(candidates: readonly ClaimCandidate[], waiting: ReadonlyMap<string, number>): ClaimsAhead;
+  /** Reads what placement places from again if it is getting old (never rejects). */
+  freshenPlacement(): Promise<void>;
+  /** Whether an executor of this replica runs this attempt now. */
+  holdsLive(tiId: string, attemptToken: string): boolean;
+  /** Stops a live attempt held here; false if no executor of this replica holds it. */
+  cancel(tiId: string, reason: string): boolean;
+  /** This replica no longer leads: work parked for placement is dropped (still scheduled). */
+  forgetParked(): void;
+  /** Stops taking offers and waits for the dispatches in flight. */
+  close(): Promise<void>;
+}
+
+function isPlacing(e: Executor): e is PlacingExecutor {
+  return typeof (e as Partial<PlacingExecutor>).placeAndDispatch === 'function';
+}
+
+export function createDispatcher(o: DispatcherOptions): Dispatcher {
+  const { logger, store } = o;
+  const placing = new Map<string, PlacingExecutor>();
+  for (const [kind, e] of o.executors) if (isPlacing(e)) placing.set(kind, e);
+  // The pool refused an offer: once it has drained to half, the scheduler is told there is room.
+  let refused = false;
+  // Room held for claims made with their moves and not offered yet.
+  let roomHeld = 0;
+  const room = () => Math.max(0, o.capacity - pool.depth - roomHeld);
+
+  const pool = createDispatchPool<WorkItem>({
+    workers: o.workers,
+    capacity: o.capacity,
+    key: (item) => item.tiId,
+    logger,
+    onDispatched: (_item, seconds) => {
+      o.metrics?.dispatched(seconds);
+      if (refused && pool.depth <= o.capacity / 2) {
+        refused = false;
+        o.onRoom?.();
+      }
+    },
+    dispatch: async (item) => {
+      const executor = o.executors.get(item.executor);
+      if (!executor) throw new Error(`no executor "${item.executor}" on this replica`);
+      const placer = placing.get(item.executor);
+      if (placer) {
+        // Placed and claimed with its move: deliver it. Else placement first: the agent is chosen
+        // before the claim, and a TI that cannot be placed stays scheduled, saying why.
+        if (item.claim?.agentId) await placer.dispatch(attemptOf(item, item.claim, item.claim.agentId));
+        else await placer.placeAndDispatch(item);
+        return;
+      }
+      const claim = item.claim ?? (await store.claim(item.tiId, item.executor));
+      if (!claim) return; // someone else claimed it, or it was cancelled: nothing to do
+      logger.debug({ tiId: item.tiId, runId: item.runId, taskId: item.taskId, try: claim.tryNumber }, 'dispatching');
+      await executor.dispatch(attemptOf(item, claim));
+    },
+  });
+
+  const giveBack = (item: WorkItem, reason: string) => {
+    const { tryNumber, attemptToken, agentId } = item.claim!;
+    if (agentId) placing.get(item.executor)?.dropped(agentId, attemptToken);
+    void store.release({ tiId: item.tiId, tryNumber, attemptToken }, reason).catch((err: unknown) => logger.error({ err, tiId: item.tiId }, 'could not release a claim the dispatch pool refused'));
+  };
+
+  return {
+    executors: new Set(o.executors.keys()),
+
+    offer(item) {
+      // Parked for placement, waiting for a slot: it is placed when one frees.
+      const placer = placing.get(item.executor);
+      if (placer?.parks(item.tiId)) {
+        placer.retryParked();
+        return 'duplicate';
+      }
+      // The room held for claims made with their moves is theirs: other work sees it taken.
+      const outcome = !item.claim && pool.depth + roomHeld >= o.capacity ? 'full' : pool.offer(item);
+      // Claimed with its move but not taken after all: give the claim back at once rather than
+      // leave an attempt queued that no one will start.
+      if (outcome !== 'accepted' && item.claim) giveBack(item, outcome === 'full' ? 'DISPATCH_QUEUE_FULL' : 'DISPATCH_REFUSED');
+      if (outcome === 'full') {
+        o.metrics?.atCapacity();
+        refused = true;
+      }
+      o.metrics?.depth(pool.depth);
+      return outcome;
+    },
+
+    room,
+
+    claimAhead(candidates, waiting) {
+      return chooseClaimsAhead(candidates, waiting, {
+        executors: this.executors,
+        room,
+        hold: (n) => {
+          roomHeld += n;
+          let held = true;
+          return () => {
+            if (held) roomHeld -= n;
+            held = false;
+          };
+        },
+        places: (executor) => placing.has(executor),
+        placeNow: (c) => placing.get(c.executor)!.placeNow({ tiId: c.tiId, task: c.task }),
+        placed: (executor, agentId, tiId, token) => placing.get(executor)!.placed(agentId, tiId, token),
+      });
+    },
+
+    async freshenPlacement() {
+      await Promise.all([...placing.values()].map((p) => p.freshen()));
+    },
+
+    holdsLive(tiId, attemptToken) {
+      return [...o.executors.values()].some((e) => e.holdsLive?.(tiId, attemptToken) ?? false);
+    },
+
+    cancel(tiId, reason) {
+      return [...o.executors.values()].some((e) => e.cancel(tiId, reason));
+    },
+
+    forgetParked() {
+      for (const p of placing.values()) p.forgetParked();
+    },
+
+    async close() {
+      await pool.close();
+    },
+  };
+}
