@@ -1,7 +1,7 @@
 import { Piscina } from 'piscina';
 
 import { DagValidationError, type DagSpec } from '../core/dag-spec.js';
-import { checkDagSourceSize } from '../core/parse-dag.js';
+import { checkDagSourceSize } from '../core/dag/check-dag-source-size.js';
 import type { ParseDagInput, ParseDagResult } from './parse-dag-worker.js';
 
 /** Options of {@link createDagParser}. */

@@ -7,7 +7,7 @@
  * rebuilds it from `{ ok: false, file, issues }`.
  */
 import { DagValidationError, type DagIssue, type DagSpec } from '../core/dag-spec.js';
-import { parseDag } from '../core/parse-dag.js';
+import { parseDag } from '../core/dag/parse-dag.js';
 
 export interface ParseDagInput {
   source: string;

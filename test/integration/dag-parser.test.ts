@@ -10,7 +10,7 @@ type DagParserModule = typeof import('../../src/server/dag-parser.js');
 type DagSpecModule = typeof import('../../src/core/dag-spec.js');
 
 const dist = (path: string): URL => new URL(`../../dist/${path}`, import.meta.url);
-for (const path of ['server/dag-parser.js', 'server/parse-dag-worker.js', 'core/parse-dag.js']) {
+for (const path of ['server/dag-parser.js', 'server/parse-dag-worker.js', 'core/dag/parse-dag.js']) {
   if (!existsSync(dist(path))) throw new Error(`dist/${path} is missing: run \`npx tsc -p tsconfig.build.json\` first`);
 }
 // The same module instances the pool uses, so instanceof holds.

@@ -3,7 +3,8 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 
 import { DagValidationError, type DagIssue, type TaskSpec } from '../../src/core/dag-spec.js';
-import { MAX_DAG_SOURCE_BYTES, parseDag } from '../../src/core/parse-dag.js';
+import { MAX_DAG_SOURCE_BYTES } from '../../src/core/dag/check-dag-source-size.js';
+import { parseDag } from '../../src/core/dag/parse-dag.js';
 
 const FILE = 'dags/test.yaml';
 
@@ -671,7 +672,7 @@ describe('parseDag: the task graph', () => {
 
 describe('timeout bound', () => {
   it('refuses a timeout longer than a Node timer can hold', async () => {
-    const { parseDag } = await import('../../src/core/parse-dag.js');
+    const { parseDag } = await import('../../src/core/dag/parse-dag.js');
     expect(() => parseDag('dag_id: d\ntasks:\n  - id: a\n    command: ["true"]\n    timeout: 25d\n', 'd.yaml')).toThrow(
       /tasks\[0\]\.timeout: must be at most 24d \(leave timeout out for no timeout\), got "25d"/,
     );

@@ -1,0 +1,181 @@
+/**
+ * One entry of `tasks`: its fields read in file order, then the checks within the task
+ * (required keys, retry delays, self-dependencies), then the defaults filled in. What a task
+ * refers to outside itself is checked later, across tasks, in `check-task-graph.ts`.
+ */
+import { EXECUTOR_KINDS, TRIGGER_RULES, type DagIssue, type TaskSpec } from '../dag-spec.js';
+import { formatDuration } from '../duration.js';
+import { isMapping, readDuration, readEnum, readId, readInteger, readString, readStringMap } from './field-readers.js';
+import { describe, expected, keyPath, missing, unknownKey } from './issue-messages.js';
+import { readPlacement } from './read-placement.js';
+
+/** Timers in Node hold at most 2^31−1 ms (~24.8 days); a longer one would fire at once. */
+export const MAX_TIMEOUT_MS = 24 * 86_400_000;
+
+const DEFAULT_RETRY_DELAY_MS = 10_000;
+const DEFAULT_MAX_RETRY_DELAY_MS = 3_600_000;
+
+const TASK_KEYS = [
+  'id', 'command', 'depends_on', 'trigger_rule', 'retries', 'retry_delay', 'max_retry_delay', 'timeout', 'env',
+  'cwd', 'executor', 'image', 'placement',
+] as const;
+
+/** A task as read, before the checks across tasks: what they need, and the spec if it is whole. */
+export interface TaskDraft {
+  index: number;
+  id: string | undefined;
+  /** A string id that failed validation: already reported, so references to it are not. */
+  invalidId: string | undefined;
+  /** Valid, distinct, non-self dependencies with the path of their entry. */
+  deps: { id: string; path: string }[];
+  spec: TaskSpec | undefined;
+}
+
+/** Reads the task at `tasks[index]`; `spec` is set only when its id and command could be read. */
+export function readTask(item: unknown, index: number, path: string, issues: DagIssue[]): TaskDraft {
+  const draft: TaskDraft = { index, id: undefined, invalidId: undefined, deps: [], spec: undefined };
+  if (!isMapping(item)) {
+    issues.push(expected('a task mapping with at least id and command', item, path));
+    return draft;
+  }
+  const task: Partial<TaskSpec> = {};
+  let maxRetryDelayPath = '';
+  for (const [key, value] of Object.entries(item)) {
+    const p = keyPath(path, key);
+    switch (key) {
+      case 'id':
+        task.id = draft.id = readId(value, p, issues);
+        if (draft.id === undefined && typeof value === 'string') draft.invalidId = value;
+        break;
+      case 'command':
+        task.command = readCommand(value, p, issues);
+        break;
+      case 'depends_on':
+        draft.deps = readDependsOn(value, p, issues);
+        break;
+      case 'trigger_rule':
+        task.triggerRule = readEnum(value, p, TRIGGER_RULES, issues);
+        break;
+      case 'retries':
+        task.retries = readInteger(value, p, 0, 100, issues);
+        break;
+      case 'retry_delay':
+        task.retryDelayMs = readDuration(value, p, issues);
+        break;
+      case 'max_retry_delay':
+        task.maxRetryDelayMs = readDuration(value, p, issues);
+        maxRetryDelayPath = p;
+        break;
+      case 'timeout':
+        task.timeoutMs = value === null ? null : readTimeout(value, p, issues);
+        break;
+      case 'env':
+        task.env = readStringMap(value, p, issues, 'environment variable');
+        break;
+      case 'cwd':
+        task.cwd = value === null ? null : readString(value, p, issues, { nonEmpty: true, noNul: true });
+        break;
+      case 'executor':
+        task.executor = readEnum(value, p, EXECUTOR_KINDS, issues);
+        break;
+      case 'image':
+        task.image = value === null ? null : readString(value, p, issues, { nonEmpty: true });
+        break;
+      case 'placement':
+        task.placement = value === null ? null : readPlacement(value, p, issues);
+        break;
+      default:
+        issues.push(unknownKey(key, p, TASK_KEYS));
+    }
+  }
+  if (!Object.hasOwn(item, 'id')) issues.push(missing('id', `${path}.id`));
+  if (!Object.hasOwn(item, 'command')) issues.push(missing('command', `${path}.command`));
+
+  const retryDelayMs = task.retryDelayMs ?? DEFAULT_RETRY_DELAY_MS;
+  // A long retry_delay raises the default cap instead of contradicting it.
+  const maxRetryDelayMs = task.maxRetryDelayMs ?? Math.max(DEFAULT_MAX_RETRY_DELAY_MS, retryDelayMs);
+  const retryDelayValid = !Object.hasOwn(item, 'retry_delay') || task.retryDelayMs !== undefined;
+  if (task.maxRetryDelayMs !== undefined && retryDelayValid && maxRetryDelayMs < retryDelayMs) {
+    issues.push({
+      path: maxRetryDelayPath,
+      message: `must be at least retry_delay (${formatDuration(retryDelayMs)}), got ${formatDuration(maxRetryDelayMs)}`,
+    });
+  }
+  if (draft.id !== undefined) {
+    // Self-dependencies are reported here, with the task, and kept out of the graph checks.
+    draft.deps = draft.deps.filter((dep) => {
+      if (dep.id !== draft.id) return true;
+      issues.push({ path: dep.path, message: `task "${dep.id}" depends on itself` });
+      return false;
+    });
+  }
+  if (task.id === undefined || task.command === undefined) return draft;
+  draft.spec = {
+    id: task.id,
+    command: task.command,
+    dependsOn: draft.deps.map((d) => d.id),
+    triggerRule: task.triggerRule ?? 'all_success',
+    retries: task.retries ?? 0,
+    retryDelayMs,
+    maxRetryDelayMs,
+    timeoutMs: task.timeoutMs ?? null,
+    env: task.env ?? {},
+    cwd: task.cwd ?? null,
+    executor: task.executor ?? 'default',
+    image: task.image ?? null,
+    placement: task.placement ?? null,
+  };
+  return draft;
+}
+
+function readCommand(value: unknown, path: string, issues: DagIssue[]): string[] | undefined {
+  const what = 'a non-empty list of strings (argv) or a non-empty shell command string';
+  if (typeof value === 'string') {
+    if (value.trim() === '') issues.push(expected(what, value, path));
+    else if (value.includes('\0')) issues.push({ path, message: 'must not contain a NUL character' });
+    else return ['sh', '-c', value];
+    return undefined;
+  }
+  if (!Array.isArray(value) || value.length === 0) {
+    issues.push(expected(what, value, path));
+    return undefined;
+  }
+  const before = issues.length;
+  const argv = value.map((arg, i) =>
+    readString(arg, `${path}[${i}]`, issues, { nonEmpty: i === 0, noNul: true, quoteHint: true }),
+  );
+  if (issues.length > before) return undefined;
+  return argv.filter((a): a is string => a !== undefined);
+}
+
+function readDependsOn(value: unknown, path: string, issues: DagIssue[]): TaskDraft['deps'] {
+  if (!Array.isArray(value)) {
+    issues.push(expected('a list of task ids', value, path));
+    return [];
+  }
+  const deps: TaskDraft['deps'] = [];
+  const seen = new Set<string>();
+  value.forEach((dep, i) => {
+    const p = `${path}[${i}]`;
+    if (typeof dep !== 'string') issues.push(expected('a task id', dep, p));
+    else if (seen.has(dep)) issues.push({ path: p, message: `duplicate dependency "${dep}"` });
+    else {
+      seen.add(dep);
+      deps.push({ id: dep, path: p });
+    }
+  });
+  return deps;
+}
+
+function readTimeout(value: unknown, path: string, issues: DagIssue[]): number | undefined {
+  const ms = readDuration(value, path, issues);
+  if (ms === 0) {
+    issues.push({ path, message: `must be greater than 0 (leave timeout out for no timeout), got ${describe(value)}` });
+    return undefined;
+  }
+  if (ms !== undefined && ms > MAX_TIMEOUT_MS) {
+    issues.push({ path, message: `must be at most 24d (leave timeout out for no timeout), got ${describe(value)}` });
+    return undefined;
+  }
+  return ms;
+}
