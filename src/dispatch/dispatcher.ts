@@ -1,8 +1,9 @@
 import type { Logger } from 'pino';
 import { attemptOf } from '../core/attempt-env.js';
 import type { Claim, WorkItem } from '../core/work-item.js';
-import type { Executor, PlacingExecutor } from '../executors/executor.js';
+import type { Executor } from '../executors/executor.js';
 import { chooseClaimsAhead, type ClaimCandidate, type ClaimsAhead } from './claims-ahead.js';
+import type { Placement } from './placement.js';
 import { createDispatchPool, type OfferResult } from './pool.js';
 
 export type { ClaimCandidate, ClaimsAhead };
@@ -26,8 +27,10 @@ export interface DispatcherOptions {
   /** Drainers working at once, and items waiting at most (the edition's dispatch pool). */
   workers: number;
   capacity: number;
-  /** The executors of this replica by kind. One that places its work (agents) gets it unclaimed. */
+  /** The executors of this replica by kind. */
   executors: ReadonlyMap<string, Executor>;
+  /** For the executors whose work is placed before it is claimed (agents): their placement. */
+  placements?: ReadonlyMap<string, Placement>;
   store: DispatchStore;
   logger: Logger;
   metrics?: DispatchMetrics;
@@ -66,14 +69,9 @@ export interface Dispatcher {
   close(): Promise<void>;
 }
 
-function isPlacing(e: Executor): e is PlacingExecutor {
-  return typeof (e as Partial<PlacingExecutor>).placeAndDispatch === 'function';
-}
-
 export function createDispatcher(o: DispatcherOptions): Dispatcher {
   const { logger, store } = o;
-  const placing = new Map<string, PlacingExecutor>();
-  for (const [kind, e] of o.executors) if (isPlacing(e)) placing.set(kind, e);
+  const placing: ReadonlyMap<string, Placement> = o.placements ?? new Map();
   // The pool refused an offer: once it has drained to half, the scheduler is told there is room.
   let refused = false;
   // Room held for claims made with their moves and not offered yet.
@@ -99,7 +97,7 @@ export function createDispatcher(o: DispatcherOptions): Dispatcher {
       if (placer) {
         // Placed and claimed with its move: deliver it. Else placement first: the agent is chosen
         // before the claim, and a TI that cannot be placed stays scheduled, saying why.
-        if (item.claim?.agentId) await placer.dispatch(attemptOf(item, item.claim, item.claim.agentId));
+        if (item.claim?.agentId) await executor.dispatch(attemptOf(item, item.claim, item.claim.agentId));
         else await placer.placeAndDispatch(item);
         return;
       }
@@ -177,6 +175,7 @@ export function createDispatcher(o: DispatcherOptions): Dispatcher {
 
     async close() {
       await pool.close();
+      await Promise.all([...placing.values()].map((p) => p.close()));
     },
   };
 }

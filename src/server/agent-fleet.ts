@@ -12,6 +12,7 @@ import { CHANNELS, notify, type Channel } from '../db/notifications.js';
 import type { Sql } from '../db/sql.js';
 import { setPendingReasons } from '../db/tis.js';
 import { AgentRegistry } from '../executors/agent-registry.js';
+import { AgentPlacement } from '../dispatch/agent-placement.js';
 import { AgentsExecutor } from '../executors/agents.js';
 import type { SessionDeps } from './agent-session.js';
 import { createSessionStore } from './agent-session-store.js';
@@ -39,7 +40,7 @@ export interface AgentFleetOptions {
 
 /**
  * The standalone-agent side of one replica: the registry of the agent streams it holds, their
- * batched heartbeats, the agents executor, and the notifications replicas exchange so that work
+ * batched heartbeats, the agents executor and the placement of work on agents, and the notifications replicas exchange so that work
  * placed by the leader reaches an agent connected to another replica.
  */
 export function createAgentFleet(o: AgentFleetOptions) {
@@ -54,9 +55,18 @@ export function createAgentFleet(o: AgentFleetOptions) {
     Math.min(1000, o.keepaliveMs),
   );
 
-  const executor = new AgentsExecutor({
+  const executor: AgentsExecutor = new AgentsExecutor({
     registry,
-    replicaId: o.replicaId,
+    store: {
+      release: async (attempt, reason) => {
+        await releaseClaim(sql, attempt, reason);
+      },
+      notifyAssign: (agentId, tiId) => notify(sql, CHANNELS.assign, `${agentId} ${tiId}`),
+    },
+    onAgentGone: () => placement.invalidate(),
+  });
+  const placement: AgentPlacement = new AgentPlacement({
+    deliver: (attempt) => executor.dispatch(attempt),
     logger: log,
     cacheMs: 200,
     // The parked work runs low: runs waiting to start may be there; ask for a step that reads
@@ -84,11 +94,7 @@ export function createAgentFleet(o: AgentFleetOptions) {
         }
         return out;
       },
-      release: async (attempt, reason) => {
-        await releaseClaim(sql, attempt, reason);
-      },
       setPendingReasons: (reasons) => setPendingReasons(sql, reasons),
-      notifyAssign: (agentId, tiId) => notify(sql, CHANNELS.assign, `${agentId} ${tiId}`),
     },
   });
 
@@ -101,13 +107,13 @@ export function createAgentFleet(o: AgentFleetOptions) {
     keepaliveMs: o.keepaliveMs,
     agentToken: o.agentToken,
     onFleetChanged: () => {
-      executor.invalidate();
+      placement.invalidate();
       o.nudge();
     },
     // An agent's slot is free as soon as its Finished arrives, before the end is written.
-    onFinishing: (agentId, attemptToken) => executor.finishing(agentId, attemptToken),
+    onFinishing: (agentId, attemptToken) => placement.finishing(agentId, attemptToken),
     onFinished: (_agentId, runId, attemptToken) => {
-      executor.recorded(attemptToken);
+      placement.recorded(attemptToken);
       o.nudge(runId ? [runId] : undefined, 'finished');
     },
     onRejected: (report) => o.metrics.staleReportsRejected.inc({ report }),
@@ -116,6 +122,7 @@ export function createAgentFleet(o: AgentFleetOptions) {
   return {
     registry,
     executor,
+    placement,
     sessionDeps,
     /** Stops an attempt held by an agent anywhere: here at once, elsewhere through a notification. */
     cancel(tiId: string, reason: string): void {
@@ -124,7 +131,7 @@ export function createAgentFleet(o: AgentFleetOptions) {
     /** Sends Drain to an agent, wherever its stream is. */
     drain(agentId: string): void {
       const local = registry.get(agentId);
-      executor.invalidate();
+      placement.invalidate();
       if (local) local.drain('drained by an operator');
       else void notify(sql, CHANNELS.drain, agentId).catch(() => {});
     },
@@ -139,13 +146,13 @@ export function createAgentFleet(o: AgentFleetOptions) {
       } else if (channel === CHANNELS.cancel) {
         executor.cancel(payload, 'cancelled');
       } else if (channel === CHANNELS.drain) {
-        executor.invalidate();
+        placement.invalidate();
         registry.get(payload)?.drain('drained by an operator');
       }
     },
     async close(): Promise<void> {
       await heartbeats.close();
-      await executor.shutdown();
+      await placement.close();
     },
   };
 }

@@ -134,6 +134,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       workers: config.dispatchWorkers,
       capacity: config.dispatchQueue,
       executors,
+      placements: new Map([['agents', fleet.placement]]),
       store: { claim: (tiId, executor) => claimAttempt(sql, tiId, executor), release: (claim, reason) => releaseClaim(sql, claim, reason) },
       logger,
       metrics: {
@@ -272,7 +273,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       if (channel === CHANNELS.nudge) {
         // Something happened on another replica, maybe an attempt ending on one of its agents:
         // this replica's view of the agents' free slots is stale.
-        fleet.executor.invalidate();
+        fleet.placement.invalidate();
         const runIds = payload === '' ? undefined : payload.split(',');
         prefetched.changed(runIds);
         known.forget(runIds);

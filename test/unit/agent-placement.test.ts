@@ -3,12 +3,14 @@ import { describe, expect, it } from 'vitest';
 import type { Attempt } from '../../src/core/attempt.js';
 import { AgentRegistry, type AgentHandle } from '../../src/executors/agent-registry.js';
 import type { WorkItem } from '../../src/core/work-item.js';
-import { AgentsExecutor, type AgentsStore, type AvailableAgent } from '../../src/executors/agents.js';
+import { AgentPlacement, type AvailableAgent, type PlacementStore } from '../../src/dispatch/agent-placement.js';
+import { AgentsExecutor } from '../../src/executors/agents.js';
 import { task } from '../helpers/spec-builders.js';
 
 /**
- * The agents executor against a fake store: placement in rounds, one claim per round, and work
- * that waits only for a slot parked and placed, oldest first, when a slot frees.
+ * Placement on agents against a fake store, delivering through the real agents executor: placement
+ * in rounds, one claim per round, and work that waits only for a slot parked and placed, oldest
+ * first, when a slot frees.
  */
 
 const logger = pino({ level: 'silent' });
@@ -18,12 +20,12 @@ function work(n: number, over: Partial<WorkItem> = {}): WorkItem {
 }
 
 /** `reasonAfterMs` is 0 unless said: why work waits is written in the round that parks it. */
-function setup(agents: AvailableAgent[], over: Partial<AgentsStore> = {}, reasonAfterMs = 0) {
+function setup(agents: AvailableAgent[], over: Partial<PlacementStore> = {}, reasonAfterMs = 0) {
   const claims: string[][] = [];
   const reasons: Map<string, string>[] = [];
   const delivered: string[] = [];
   const hungry: number[] = [];
-  const store: AgentsStore = {
+  const store: PlacementStore = {
     availableAgents: async () => agents.map((a) => ({ ...a })),
     taskLoad: async () => new Map(),
     claim: async (cs) => {
@@ -35,9 +37,7 @@ function setup(agents: AvailableAgent[], over: Partial<AgentsStore> = {}, reason
         ]),
       );
     },
-    release: async () => {},
     setPendingReasons: async (r) => void reasons.push(new Map(r)),
-    notifyAssign: async () => {},
     ...over,
   };
   const registry = new AgentRegistry();
@@ -45,38 +45,39 @@ function setup(agents: AvailableAgent[], over: Partial<AgentsStore> = {}, reason
     const handle: AgentHandle = { agentId: a.agentId, sessionId: 's', assign: (at) => (delivered.push(`${at.tiId}@${a.agentId}`), true), cancel: () => true, drain: () => {}, holds: () => false };
     registry.register(handle);
   }
-  const executor = new AgentsExecutor({ registry, store, replicaId: 'r', logger, cacheMs: 60_000, reasonAfterMs, onHungry: (free) => hungry.push(free) });
-  return { executor, store, claims, reasons, delivered, hungry: () => hungry };
+  const executor: AgentsExecutor = new AgentsExecutor({ registry, store: { release: async () => {}, notifyAssign: async () => {} }, onAgentGone: () => placement.invalidate() });
+  const placement: AgentPlacement = new AgentPlacement({ store, deliver: (a) => executor.dispatch(a), logger, cacheMs: 60_000, reasonAfterMs, onHungry: (free) => hungry.push(free) });
+  return { placement, store, claims, reasons, delivered, hungry: () => hungry };
 }
 
 const agent = (agentId: string, slots: number, holding: string[] = []): AvailableAgent => ({ agentId, labels: {}, capabilities: [], slots, holding, connectedReplica: 'r' });
 const settle = () => new Promise((r) => setTimeout(r, 10));
 
-describe('AgentsExecutor', () => {
+describe('AgentPlacement', () => {
   it('places the work waiting when a round begins with one claim, and parks what waits for a slot', async () => {
     const t = setup([agent('a', 2)]);
-    const outcomes = await Promise.all([1, 2, 3, 4, 5].map((n) => t.executor.placeAndDispatch(work(n))));
+    const outcomes = await Promise.all([1, 2, 3, 4, 5].map((n) => t.placement.placeAndDispatch(work(n))));
     expect(outcomes.map((o) => o.kind)).toEqual(['assigned', 'assigned', 'waiting', 'waiting', 'waiting']);
     expect(t.claims).toEqual([['1', '2']]);
     expect(t.delivered).toEqual(['1@a', '2@a']);
     // The three reasons are written together.
     expect(t.reasons).toEqual([new Map([['3', 'AGENT_SLOTS_FULL'], ['4', 'AGENT_SLOTS_FULL'], ['5', 'AGENT_SLOTS_FULL']])]);
-    expect(t.executor.parkedCount).toBe(3);
-    expect(t.executor.parks('3')).toBe(true);
+    expect(t.placement.parkedCount).toBe(3);
+    expect(t.placement.parks('3')).toBe(true);
 
     // A slot frees: the oldest parked work goes, without the scheduler offering it again.
-    t.executor.finishing('a', 'tok-1');
+    t.placement.finishing('a', 'tok-1');
     await settle();
     expect(t.claims).toEqual([['1', '2'], ['3']]);
-    expect(t.executor.parks('3')).toBe(false);
+    expect(t.placement.parks('3')).toBe(false);
     // Both free: the next two in order, in one claim; the reason is not written again.
-    t.executor.finishing('a', 'tok-2');
-    t.executor.finishing('a', 'tok-3');
+    t.placement.finishing('a', 'tok-2');
+    t.placement.finishing('a', 'tok-3');
     await settle();
     expect(t.claims.at(-1)).toEqual(['4', '5']);
     expect(t.delivered).toEqual(['1@a', '2@a', '3@a', '4@a', '5@a']);
     expect(t.reasons).toHaveLength(1);
-    expect(t.executor.parkedCount).toBe(0);
+    expect(t.placement.parkedCount).toBe(0);
   });
 
   it('writes why work waits alongside the claim, not ahead of it, and begins the next round once it is written', async () => {
@@ -90,13 +91,13 @@ describe('AgentsExecutor', () => {
     });
     const claim = t.store.claim;
     t.store.claim = (cs) => (order.push(`claim ${cs.map((c) => c.work.tiId).join(',')}`), claim(cs));
-    const outcomes = Promise.all([1, 2].map((n) => t.executor.placeAndDispatch(work(n))));
+    const outcomes = Promise.all([1, 2].map((n) => t.placement.placeAndDispatch(work(n))));
     await settle();
     // Claimed and delivered while the reasons' write is still on its way.
     expect(order).toEqual(['reasons 2', 'claim 1']);
     expect(t.delivered).toEqual(['1@a']);
     // A slot frees meanwhile: the round after waits for the write.
-    t.executor.finishing('a', 'tok-1');
+    t.placement.finishing('a', 'tok-1');
     await settle();
     expect(order).toEqual(['reasons 2', 'claim 1']);
     written();
@@ -108,11 +109,11 @@ describe('AgentsExecutor', () => {
 
   it('places work all the same when why other work waits cannot be written, and goes on placing after', async () => {
     const t = setup([agent('a', 1)], { setPendingReasons: async () => Promise.reject(new Error('connection terminated')) });
-    const outcomes = await Promise.all([1, 2, 3].map((n) => t.executor.placeAndDispatch(work(n))));
+    const outcomes = await Promise.all([1, 2, 3].map((n) => t.placement.placeAndDispatch(work(n))));
     expect(outcomes.map((o) => o.kind)).toEqual(['assigned', 'waiting', 'waiting']);
-    t.executor.finishing('a', 'tok-1');
+    t.placement.finishing('a', 'tok-1');
     await settle();
-    t.executor.finishing('a', 'tok-2');
+    t.placement.finishing('a', 'tok-2');
     await settle();
     expect(t.claims).toEqual([['1'], ['2'], ['3']]);
     expect(t.delivered).toEqual(['1@a', '2@a', '3@a']);
@@ -120,32 +121,32 @@ describe('AgentsExecutor', () => {
 
   it('writes why parked work waits only once it has waited long enough: work placed sooner costs no write', async () => {
     const t = setup([agent('a', 1)], {}, 150);
-    await Promise.all([1, 2, 3].map((n) => t.executor.placeAndDispatch(work(n))));
-    expect(t.executor.parkedCount).toBe(2);
+    await Promise.all([1, 2, 3].map((n) => t.placement.placeAndDispatch(work(n))));
+    expect(t.placement.parkedCount).toBe(2);
     expect(t.reasons).toEqual([]);
     // 2 is placed within 150 ms: no reason is ever written for it.
-    t.executor.finishing('a', 'tok-1');
+    t.placement.finishing('a', 'tok-1');
     await settle();
     expect(t.claims).toEqual([['1'], ['2']]);
     expect(t.reasons).toEqual([]);
     // 3 has waited 150 ms by the next round (the tick retries the parked work): its reason is written, once.
     await new Promise((r) => setTimeout(r, 160));
-    t.executor.retryParked();
+    t.placement.retryParked();
     await settle();
     expect(t.reasons).toEqual([new Map([['3', 'AGENT_SLOTS_FULL']])]);
-    t.executor.retryParked();
+    t.placement.retryParked();
     await settle();
     expect(t.reasons).toHaveLength(1);
     // A reason that is not about capacity (no agent has the labels) is written at once.
-    await t.executor.placeAndDispatch(work(4, { task: task('t', { executor: 'agents', placement: { labels: { gpu: 'yes' }, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: null } }) }));
+    await t.placement.placeAndDispatch(work(4, { task: task('t', { executor: 'agents', placement: { labels: { gpu: 'yes' }, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: null } }) }));
     expect(t.reasons.at(-1)).toEqual(new Map([['4', 'NO_AGENT_WITH_LABELS:gpu=yes']]));
   });
 
   it('does not park work no agent can ever take, and asks for more work when slots are left over', async () => {
     const t = setup([agent('a', 4)]);
-    const o = await t.executor.placeAndDispatch(work(1, { task: task('t', { executor: 'agents', placement: { labels: { gpu: 'yes' }, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: null } }) }));
+    const o = await t.placement.placeAndDispatch(work(1, { task: task('t', { executor: 'agents', placement: { labels: { gpu: 'yes' }, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: null } }) }));
     expect(o).toEqual({ kind: 'waiting', reason: 'NO_AGENT_WITH_LABELS:gpu=yes' });
-    expect(t.executor.parkedCount).toBe(0);
+    expect(t.placement.parkedCount).toBe(0);
     await settle();
     // Once, for enough to fill the parked work to its low-water mark (64; more than the 4 free slots).
     expect(t.hungry()).toEqual([64]);
@@ -154,21 +155,21 @@ describe('AgentsExecutor', () => {
   it('asks for more work while the parked work runs low, before it is gone, at most every 100 ms', async () => {
     // 20 slots: the low-water mark is 4 × 20 = 80 parked TIs.
     const t = setup([agent('a', 20)]);
-    const first = await Promise.all(Array.from({ length: 30 }, (_, i) => t.executor.placeAndDispatch(work(i + 1))));
+    const first = await Promise.all(Array.from({ length: 30 }, (_, i) => t.placement.placeAndDispatch(work(i + 1))));
     expect(first.filter((o) => o.kind === 'assigned')).toHaveLength(20);
-    expect(t.executor.parkedCount).toBe(10);
+    expect(t.placement.parkedCount).toBe(10);
     // No slot is free, but 10 parked are below 80: the scheduler is asked for 70 more.
     expect(t.hungry()).toEqual([70]);
     // A slot frees within 100 ms: placed, but not asked again yet.
-    t.executor.finishing('a', 'tok-1');
+    t.placement.finishing('a', 'tok-1');
     await settle();
-    expect(t.executor.parkedCount).toBe(9);
+    expect(t.placement.parkedCount).toBe(9);
     expect(t.hungry()).toEqual([70]);
     // Once the 100 ms have passed, the ask held back is made, with nothing else happening
     // meanwhile: for 71, what the 9 parked lack.
     await new Promise((r) => setTimeout(r, 110));
     expect(t.hungry()).toEqual([70, 71]);
-    t.executor.finishing('a', 'tok-2');
+    t.placement.finishing('a', 'tok-2');
     await settle();
     expect(t.hungry()).toEqual([70, 71]);
     await new Promise((r) => setTimeout(r, 110));
@@ -179,63 +180,63 @@ describe('AgentsExecutor', () => {
     // The work asked for all ends within 100 ms: no round runs again, so the ask held back is
     // the only way the backlog starts before the tick.
     const t = setup([agent('a', 4)]);
-    await t.executor.placeAndDispatch(work(1));
+    await t.placement.placeAndDispatch(work(1));
     expect(t.hungry()).toEqual([64]);
     // Within 100 ms: placed, and the ask it would make is held back.
-    await t.executor.placeAndDispatch(work(2));
+    await t.placement.placeAndDispatch(work(2));
     expect(t.hungry()).toEqual([64]);
-    t.executor.finishing('a', 'tok-1');
-    t.executor.finishing('a', 'tok-2');
+    t.placement.finishing('a', 'tok-1');
+    t.placement.finishing('a', 'tok-2');
     await new Promise((r) => setTimeout(r, 110));
     expect(t.hungry()).toEqual([64, 64]);
-    expect(t.executor.parkedCount).toBe(0);
+    expect(t.placement.parkedCount).toBe(0);
   });
 
   it('does not ask for more work while enough is parked', async () => {
     const t = setup([agent('a', 1)]);
-    await Promise.all(Array.from({ length: 70 }, (_, i) => t.executor.placeAndDispatch(work(i + 1))));
-    expect(t.executor.parkedCount).toBe(69);
+    await Promise.all(Array.from({ length: 70 }, (_, i) => t.placement.placeAndDispatch(work(i + 1))));
+    expect(t.placement.parkedCount).toBe(69);
     expect(t.hungry()).toEqual([]);
   });
 
   it('forgets parked work when told to (leadership lost): a freed slot then places nothing', async () => {
     const t = setup([agent('a', 1)]);
-    await t.executor.placeAndDispatch(work(1));
-    await t.executor.placeAndDispatch(work(2));
-    expect(t.executor.parkedCount).toBe(1);
-    t.executor.forgetParked();
-    t.executor.finishing('a', 'tok-1');
+    await t.placement.placeAndDispatch(work(1));
+    await t.placement.placeAndDispatch(work(2));
+    expect(t.placement.parkedCount).toBe(1);
+    t.placement.forgetParked();
+    t.placement.finishing('a', 'tok-1');
     await settle();
     expect(t.claims).toEqual([['1']]);
   });
 
   it('frees a slot once per attempt: a Finished repeated, or of an attempt the view does not count, frees nothing', async () => {
     const t = setup([agent('a', 1)]);
-    expect((await t.executor.placeAndDispatch(work(1))).kind).toBe('assigned');
-    expect((await t.executor.placeAndDispatch(work(2))).kind).toBe('waiting');
-    expect((await t.executor.placeAndDispatch(work(3))).kind).toBe('waiting');
-    t.executor.finishing('a', 'tok-unknown');
+    expect((await t.placement.placeAndDispatch(work(1))).kind).toBe('assigned');
+    expect((await t.placement.placeAndDispatch(work(2))).kind).toBe('waiting');
+    expect((await t.placement.placeAndDispatch(work(3))).kind).toBe('waiting');
+    t.placement.finishing('a', 'tok-unknown');
     await settle();
     expect(t.claims).toEqual([['1']]);
-    t.executor.finishing('a', 'tok-1');
-    t.executor.finishing('a', 'tok-1');
+    t.placement.finishing('a', 'tok-1');
+    t.placement.finishing('a', 'tok-1');
     await settle();
     // One slot, one placement: 3 still waits for 2's slot.
     expect(t.claims).toEqual([['1'], ['2']]);
-    expect(t.executor.parks('3')).toBe(true);
+    expect(t.placement.parks('3')).toBe(true);
   });
 
   it('leaves out of a fleet view read before an end was recorded the attempts whose Finished arrived', async () => {
     // The database still counts tok-9 (its end is not written yet), but its Finished arrived.
     const agents = [agent('a', 1, ['tok-9'])];
     const t = setup(agents);
-    t.executor.finishing('a', 'tok-9');
-    expect((await t.executor.placeAndDispatch(work(1))).kind).toBe('assigned');
+    t.placement.finishing('a', 'tok-9');
+    expect((await t.placement.placeAndDispatch(work(1))).kind).toBe('assigned');
     // Recorded now: a view read from now on no longer counts it in the database either.
-    t.executor.recorded('tok-9');
+    t.placement.recorded('tok-9');
     agents[0]!.holding = ['tok-1'];
-    t.executor.invalidate();
-    expect((await t.executor.placeAndDispatch(work(2))).kind).toBe('waiting');
+    t.placement.invalidate();
+    expect((await t.placement.placeAndDispatch(work(2))).kind).toBe('waiting');
     expect(t.claims).toEqual([['1']]);
   });
 
@@ -244,48 +245,48 @@ describe('AgentsExecutor', () => {
     const t = setup(agents);
     const w = (n: number) => ({ tiId: String(n), task: task('t', { executor: 'agents' }) });
     // No view read yet: it would need a read.
-    expect(t.executor.placeNow(w(1))).toBeNull();
-    expect((await t.executor.placeAndDispatch(work(1))).kind).toBe('assigned');
+    expect(t.placement.placeNow(w(1))).toBeNull();
+    expect((await t.placement.placeAndDispatch(work(1))).kind).toBe('assigned');
     await settle(); // the round is over
-    expect(t.executor.placeNow(w(2))).toBe('a');
+    expect(t.placement.placeNow(w(2))).toBe('a');
     // Both slots taken (1 claimed, 2 placed and its claim on the wire): nothing more, now or in a round.
-    expect(t.executor.placeNow(w(3))).toBeNull();
-    expect((await t.executor.placeAndDispatch(work(4))).kind).toBe('waiting');
+    expect(t.placement.placeNow(w(3))).toBeNull();
+    expect((await t.placement.placeAndDispatch(work(4))).kind).toBe('waiting');
     // Parked work waits first: nothing is placed ahead of it, even with a slot free.
-    t.executor.placed('a', '2', null);
+    t.placement.placed('a', '2', null);
     await settle();
     expect(t.claims.at(-1)).toEqual(['4']);
-    t.executor.finishing('a', 'tok-4');
-    expect(t.executor.parkedCount).toBe(0);
+    t.placement.finishing('a', 'tok-4');
+    expect(t.placement.parkedCount).toBe(0);
     await settle();
-    expect(t.executor.placeNow(w(5))).toBe('a');
+    expect(t.placement.placeNow(w(5))).toBe('a');
     // A task limited per agent needs a read of its load.
     const limited = task('t', { executor: 'agents', placement: { labels: {}, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: 1 } });
-    expect(t.executor.placeNow({ tiId: '6', task: limited })).toBeNull();
+    expect(t.placement.placeNow({ tiId: '6', task: limited })).toBeNull();
   });
 
   it('counts a placement made at once in a view read while its claim is on the wire, and frees it with the claim', async () => {
     const agents = [agent('a', 1)];
     const t = setup(agents);
-    t.executor.invalidate();
-    expect((await t.executor.placeAndDispatch(work(1))).kind).toBe('assigned');
-    t.executor.finishing('a', 'tok-1');
+    t.placement.invalidate();
+    expect((await t.placement.placeAndDispatch(work(1))).kind).toBe('assigned');
+    t.placement.finishing('a', 'tok-1');
     await settle();
-    expect(t.executor.placeNow({ tiId: '2', task: task('t', { executor: 'agents' }) })).toBe('a');
+    expect(t.placement.placeNow({ tiId: '2', task: task('t', { executor: 'agents' }) })).toBe('a');
     // A fresh read that does not show the claim of 2 yet: its slot is still taken.
-    t.executor.invalidate();
-    expect((await t.executor.placeAndDispatch(work(3))).kind).toBe('waiting');
+    t.placement.invalidate();
+    expect((await t.placement.placeAndDispatch(work(3))).kind).toBe('waiting');
     // The claim was not made after all: the slot goes to the parked work.
-    t.executor.placed('a', '2', null);
+    t.placement.placed('a', '2', null);
     await settle();
     expect(t.claims).toEqual([['1'], ['3']]);
   });
 
   it('frees the slot of a claimed attempt given back before it reached its agent', async () => {
     const t = setup([agent('a', 1)]);
-    expect((await t.executor.placeAndDispatch(work(1))).kind).toBe('assigned');
-    expect((await t.executor.placeAndDispatch(work(2))).kind).toBe('waiting');
-    t.executor.dropped('a', 'tok-1');
+    expect((await t.placement.placeAndDispatch(work(1))).kind).toBe('assigned');
+    expect((await t.placement.placeAndDispatch(work(2))).kind).toBe('waiting');
+    t.placement.dropped('a', 'tok-1');
     await settle();
     expect(t.claims).toEqual([['1'], ['2']]);
   });
@@ -302,19 +303,19 @@ describe('AgentsExecutor', () => {
       await new Promise<void>((r) => (answer = r));
       return snapshot;
     };
-    const freshening = t.executor.freshen();
+    const freshening = t.placement.freshen();
     await settle();
     fleet.splice(0, 1); // a1 drained: the database no longer offers it
-    t.executor.invalidate();
+    t.placement.invalidate();
     answer();
     await freshening;
-    expect(t.executor.placeNow(w(1))).toBeNull();
+    expect(t.placement.placeNow(w(1))).toBeNull();
     // A round whose read was overtaken by the change reads again before it places.
     fleet.splice(0, fleet.length, agent('a1', 2));
-    const placing = t.executor.placeAndDispatch(work(2));
+    const placing = t.placement.placeAndDispatch(work(2));
     await settle(); // its read (a1 free) is on its way
     fleet.splice(0, 1); // a1 drained
-    t.executor.invalidate();
+    t.placement.invalidate();
     t.store.availableAgents = read;
     answer();
     expect(await placing).toMatchObject({ kind: 'waiting' });
@@ -324,13 +325,13 @@ describe('AgentsExecutor', () => {
   it('counts a claim answered while a fleet read was on its way, which the read may not show', async () => {
     const agents = [agent('a', 1)];
     const t = setup(agents);
-    expect((await t.executor.placeAndDispatch(work(1))).kind).toBe('assigned');
-    t.executor.finishing('a', 'tok-1');
-    t.executor.recorded('tok-1');
+    expect((await t.placement.placeAndDispatch(work(1))).kind).toBe('assigned');
+    t.placement.finishing('a', 'tok-1');
+    t.placement.recorded('tok-1');
     await settle();
-    expect(t.executor.placeNow({ tiId: '2', task: task('t', { executor: 'agents' }) })).toBe('a');
+    expect(t.placement.placeNow({ tiId: '2', task: task('t', { executor: 'agents' }) })).toBe('a');
     // The view is read again (it had grown old) while 2's claim is on the wire...
-    t.executor.invalidate();
+    t.placement.invalidate();
     let answer!: () => void;
     const read = t.store.availableAgents;
     t.store.availableAgents = async () => {
@@ -338,14 +339,14 @@ describe('AgentsExecutor', () => {
       await new Promise<void>((r) => (answer = r));
       return snapshot;
     };
-    const freshening = t.executor.freshen();
+    const freshening = t.placement.freshen();
     await settle();
     // ...and the claim answers before the read does.
-    t.executor.placed('a', '2', 'tok-2');
+    t.placement.placed('a', '2', 'tok-2');
     answer();
     await freshening;
     t.store.availableAgents = read;
-    expect((await t.executor.placeAndDispatch(work(3))).kind).toBe('waiting');
+    expect((await t.placement.placeAndDispatch(work(3))).kind).toBe('waiting');
     expect(t.claims).toEqual([['1']]);
   });
 });
