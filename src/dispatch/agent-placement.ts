@@ -61,8 +61,8 @@ const RECENT_MS = 10_000;
 const HUNGRY_EVERY_MS = 100;
 /**
  * The parked work runs low below this many TIs, or this many times the fleet's slots if more:
- * more is asked for then, not once it is gone and a slot is free (at concurrency 10 the bench
- * did 5–45 % more tasks a second so: BENCHMARKS.md, the session of c40a0ec).
+ * more is asked for then, not once it is gone and a slot is free, so a freed slot finds work
+ * already parked instead of waiting for a step.
  */
 const LOW_WATER_MIN = 64;
 const LOW_WATER_SLOTS = 4;

@@ -9,9 +9,9 @@ import type { Logger } from 'pino';
  * that attempt's process: `cd` to its directory, `export` its environment, `exec` its command.
  * The attempt's process is then the shell's, pid and process group included, and it starts
  * without a fork of this process on its way: `spawn()` forks the whole server or agent (its page
- * tables grow with its heap) and waits for the child's exec, 1.4–2.5 ms here, where writing to a
- * ready shell and seeing it exec takes ~0.5 ms (BENCHMARKS.md, the session of this change). The
- * fork is still paid, for the next ready shell, but off the attempt's way.
+ * tables grow with its heap) and waits for the child's exec, which takes several times longer
+ * than writing to a ready shell and seeing it exec. The fork is still paid, for the next ready
+ * shell, but off the attempt's way.
  *
  * Only what a shell runs exactly as `spawn()` would is started this way (`execLines`); anything
  * else, or no shell ready, is spawned as before. Where a shell cannot say how it went, nothing is

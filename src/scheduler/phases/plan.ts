@@ -410,8 +410,8 @@ export interface PlannedAhead {
   /**
    * The ended task instances whose runs were planned ahead from memory: if the plan applies, the
    * step that follows decides from that memory, now current (`KnownRuns.takeCurrent`), and if it
-   * does not, reads the run itself. No read is sent behind them (a read of a run of 40 task
-   * instances behind every end took the chain's next start ~1 ms later: BENCHMARKS.md).
+   * does not, reads the run itself. No read is sent behind them: a whole run's read behind every
+   * end would delay the next start of a chain.
    */
   readless: Set<string>;
 }
