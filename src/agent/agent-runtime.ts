@@ -9,7 +9,7 @@ import { HelloSchema, ProtocolVersion, type ConnectResponse, type Hello } from '
 import type { ShutdownMode } from './agent-config.js';
 import { AgentFatalError } from './agent-fatal-error.js';
 import { createAgentServiceClient } from './agent-service-client.js';
-import { AgentSession } from './agent-session.js';
+import { ControlPlaneSession } from './control-plane-session.js';
 import { AttemptRunner } from './attempt-runner.js';
 import { Backoff, type BackoffOptions } from './backoff.js';
 import type { LogBatcherOptions } from './log-batcher.js';
@@ -92,7 +92,7 @@ class AgentRuntime {
   readonly #log: Logger;
   readonly #runner: AttemptRunner;
   readonly #backoff: Backoff;
-  #session: AgentSession | null = null;
+  #session: ControlPlaneSession | null = null;
   #exit: AgentExit | null = null;
   #stopping: Promise<void> | null = null;
   #drained = false;
@@ -128,7 +128,7 @@ class AgentRuntime {
     try {
       while (this.#exit === null) {
         const client = createAgentServiceClient({ serverUrl: this.#o.serverUrl, http2KeepaliveMs: this.#o.http2KeepaliveMs ?? 10_000 });
-        const session = new AgentSession({
+        const session = new ControlPlaneSession({
           client,
           logger: log,
           welcomeTimeoutMs: this.#o.welcomeTimeoutMs ?? 10_000,

@@ -14,7 +14,7 @@ import { setPendingReasons } from '../db/tis.js';
 import { AgentRegistry } from '../executors/agent-registry.js';
 import { AgentPlacement } from '../dispatch/agent-placement.js';
 import { AgentsExecutor } from '../executors/agents.js';
-import type { SessionDeps } from './agent-session.js';
+import type { AgentConnectionDeps } from './agent-connection.js';
 import { createSessionStore } from './agent-session-store.js';
 import { HeartbeatBuffer } from './heartbeat-buffer.js';
 import type { Metrics } from './metrics.js';
@@ -98,7 +98,7 @@ export function createAgentFleet(o: AgentFleetOptions) {
     },
   });
 
-  const sessionDeps: SessionDeps = {
+  const sessionDeps: AgentConnectionDeps = {
     store: createSessionStore(sql, o.reports, o.logs, o.replicaId),
     registry,
     heartbeats,

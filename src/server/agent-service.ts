@@ -1,12 +1,12 @@
 import type { ServiceImpl } from '@connectrpc/connect';
 import { AgentService } from '../gen/leoflow/v1/agent_pb.js';
-import { AgentSession, type SessionDeps } from './agent-session.js';
+import { AgentConnection, type AgentConnectionDeps } from './agent-connection.js';
 
-/** `AgentService.Connect`: one AgentSession per stream (see agent-session.ts). */
-export function createAgentService(deps: SessionDeps): ServiceImpl<typeof AgentService> {
+/** `AgentService.Connect`: one AgentConnection per stream (see agent-connection.ts). */
+export function createAgentService(deps: AgentConnectionDeps): ServiceImpl<typeof AgentService> {
   return {
     async *connect(requests, context) {
-      yield* new AgentSession(deps).run(requests, context.signal);
+      yield* new AgentConnection(deps).run(requests, context.signal);
     },
   };
 }

@@ -5,7 +5,7 @@ import type { ReportBatcher } from '../db/attempts/report-batcher.js';
 import { loadAttempt } from '../db/load-attempt.js';
 import type { LogWriter } from '../db/log-writer.js';
 import type { Sql } from '../db/sql.js';
-import type { SessionStore } from './agent-session.js';
+import type { SessionStore } from './agent-connection.js';
 
 /**
  * The store side of agent sessions, every report fenced by the attempt's try number and token.

@@ -38,7 +38,7 @@ export interface SessionStore {
   claimOnly(tiId: string, agentId: string): Promise<Attempt | null>;
 }
 
-export interface SessionDeps {
+export interface AgentConnectionDeps {
   store: SessionStore;
   registry: AgentRegistry;
   heartbeats: HeartbeatBuffer;
@@ -103,7 +103,7 @@ function resultOf(f: Finished): AttemptResult {
  * A stream that stops delivering keepalives — a deaf stream behind a live connection — is closed
  * after three intervals, so it is never assigned work nor counted as a heartbeat again.
  */
-export class AgentSession implements AgentHandle {
+export class AgentConnection implements AgentHandle {
   readonly sessionId = randomUUID();
   agentId = '';
   readonly #out = new AsyncQueue<Response>();
@@ -111,7 +111,7 @@ export class AgentSession implements AgentHandle {
   #lastKeepalive = Date.now();
   #log: Logger;
 
-  constructor(private readonly deps: SessionDeps) {
+  constructor(private readonly deps: AgentConnectionDeps) {
     this.#log = deps.logger;
   }
 

@@ -1,5 +1,6 @@
 /**
- * One Connect stream, from Hello to its end: waits (bounded) for Welcome, then writes the
+ * The agent's side of one Connect stream (the control plane's is `server/agent-connection.ts`),
+ * from Hello to its end: waits (bounded) for Welcome, then writes the
  * outbox, sends Keepalive every interval, and closes the stream when it goes deaf. It holds no
  * state that outlives the stream; the runtime decides what to do with what arrives.
  */
@@ -53,7 +54,7 @@ export interface SessionOptions {
   defaultKeepaliveMs: number;
 }
 
-export class AgentSession {
+export class ControlPlaneSession {
   readonly #opts: SessionOptions;
   readonly #log: Logger;
   #call: ConnectCall | null = null;
