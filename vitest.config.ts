@@ -8,6 +8,8 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     globalSetup: ['test/helpers/global-setup.ts'],
+    // Fails a file that leaves a process, a server or a connection behind.
+    setupFiles: ['test/helpers/leak-check.ts'],
     testTimeout: 30_000,
     hookTimeout: 60_000,
     projects: [
