@@ -246,8 +246,8 @@ export interface RunEnd {
   epoch: string;
   outcome: 'success' | 'failed';
   /**
-   * For an end decided ahead of a read (plan.ts, `planAhead`): every task instance's state as the
-   * decision assumed it; the run ends only if the database holds each of them at the write.
+   * For an end decided ahead of a read (plan-ahead.ts, `planAhead`): every task instance's state
+   * as the decision assumed it; the run ends only if the database holds each of them at the write.
    */
   expect?: { tiId: string; state: TiState }[];
 }

@@ -1,8 +1,7 @@
 import type { Logger } from 'pino';
 import type { Dispatcher } from '../dispatch/dispatcher.js';
 import type { Sql } from '../db/sql.js';
-import type { KnownRuns } from './known-runs.js';
-import type { PrefetchedRuns } from './prefetched-runs.js';
+import type { PlannerMemory } from './planner-memory.js';
 
 /** What the scheduler counts (Prometheus in production, plain counters in tests). */
 export interface SchedulerCounters {
@@ -43,10 +42,11 @@ export interface SchedulerContext {
   health: DbHealth;
   /** Asks for a step at this time (a retry's backoff ends), so it does not wait for the tick. */
   wakeAt(at: Date): void;
-  /** Runs read ahead of their step, right behind their attempts' ends (optional). */
-  prefetched?: PrefetchedRuns;
-  /** What the planner last knew of each running run, to plan it ahead of an end (optional). */
-  known?: KnownRuns;
+  /**
+   * What the planner holds of runs between steps (optional): reads taken behind their attempts'
+   * ends, what it last knew of each running run (to plan it ahead of an end), runs ended ahead.
+   */
+  memory?: PlannerMemory;
   /**
    * DAGs whose queued runs the planner last saw held back by max_active_runs: when a run of one
    * ends in a targeted step, its queued runs are read and started in that step. A hint kept in

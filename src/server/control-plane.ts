@@ -18,10 +18,9 @@ import { AgentService } from '../gen/leoflow/v1/agent_pb.js';
 import { ClusterService } from '../gen/leoflow/v1/cluster_pb.js';
 import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
 import type { SchedulerContext } from '../scheduler/context.js';
-import { KnownRuns } from '../scheduler/known-runs.js';
-import { sendBehindEnds } from '../scheduler/phases/plan.js';
-import { PrefetchedRuns } from '../scheduler/prefetched-runs.js';
 import { createLeaderElector } from '../scheduler/leader.js';
+import { registerPlanBehindEnds } from '../scheduler/plan-ahead.js';
+import { PlannerMemory } from '../scheduler/planner-memory.js';
 import { createSchedulerLoop } from '../scheduler/scheduler-loop.js';
 import { step } from '../scheduler/step.js';
 import { createAgentFleet } from './agent-fleet.js';
@@ -77,23 +76,14 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     const logs = createLogWriter(sql, logger, { flushMs: 50, maxBatch: 500, onRejected: (n) => metrics.staleReportsRejected.inc({ report: 'log' }, n) });
     // Every attempt's start and end report on this replica, from the subprocess executor and from
     // agent streams alike, is written by one group-commit batcher.
-    // On the leader, the runs of the attempts that ended are read in the same round trip as the
-    // ends' write, for the step that follows (it then reads nothing first).
     const MAX_RUNS_PER_STEP = 1000;
-    const prefetched = new PrefetchedRuns(MAX_RUNS_PER_STEP);
-    const known = new KnownRuns();
+    const memory = new PlannerMemory(MAX_RUNS_PER_STEP);
     let isLeader = false;
     let stopping = false;
     const reports = createReportBatcher(reportSql, {
       retryMs: REPORT_RETRY_MS,
       logs,
       onRetry: (err) => logger.warn({ err: (err as Error).message }, 'database unreachable: retrying attempt reports'),
-      afterEnds: (on, ends) => {
-        if (!isLeader) return null;
-        // Planning ahead is stepping: a replica that is stopping plans nothing new.
-        if (stopping) return prefetched.readAfter(on, ends.map((e) => e.tiId));
-        return sendBehindEnds(ctx, prefetched, on, ends);
-      },
     });
     // Set once the loop exists: asks the leader, here or on another replica, to step. `finished`:
     // attempts of these runs ended (and their runs may have been read right behind the write);
@@ -155,14 +145,16 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       defaultExecutor: config.executor,
       counters: schedulerCounters(metrics, (phase, err, ids) => schedLogger.error({ err, phase, ...ids }, `scheduler error in ${phase}`)),
       maxRunsPerStep: MAX_RUNS_PER_STEP,
-      prefetched,
-      known,
+      memory,
       heldBackDags: new Set(),
       runOrphanThresholdMs: config.runOrphanThresholdMs,
       heartbeatThresholdMs: config.heartbeatThresholdMs,
       health: { healthySince: new Date() },
       wakeAt: (at) => loop.wakeAt(at),
     };
+    // On the leader, the plans ahead of the ends the batcher writes and the reads of their runs,
+    // for the step that follows, go in the same round trip as the ends' write.
+    registerPlanBehindEnds(reports.endsSent, ctx, { leading: () => isLeader, stopping: () => stopping });
 
     const loop = createSchedulerLoop({
       tickMs: config.tickMs,
@@ -178,10 +170,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       logger,
       isLeader: () => isLeader,
       step: (runIds) => loop.nudge(runIds),
-      changed: (runIds) => {
-        prefetched.changed(runIds);
-        known.forget(runIds);
-      },
+      changed: (runIds) => memory.changed(runIds),
     });
     const leader = createLeaderElector({
       databaseUrl,
@@ -200,8 +189,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       },
       onDeposed: () => {
         isLeader = false;
-        prefetched.clear();
-        known.forget();
+        memory.clear();
         dispatcher.forgetParked();
         metrics.leader.set(0);
       },
@@ -222,8 +210,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
             // On the leader the step plans the new run from the rows that created it.
             runCreated: (read) => {
               if (!isLeader) return nudge([read.run.id]);
-              known.forget([read.run.id]);
-              prefetched.keep(read);
+              memory.keepRead(read);
               loop.nudge([read.run.id]);
             },
             stopLocal: (tiIds, reason) => {
@@ -275,8 +262,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         // this replica's view of the agents' free slots is stale.
         fleet.placement.invalidate();
         const runIds = payload === '' ? undefined : payload.split(',');
-        prefetched.changed(runIds);
-        known.forget(runIds);
+        memory.changed(runIds);
         loop.nudge(runIds);
       }
       else void fleet.onNotification(channel, payload).catch((err: unknown) => logger.error({ err, channel, payload }, 'notification failed'));

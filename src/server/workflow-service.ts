@@ -13,7 +13,7 @@ import type { Sql } from '../db/sql.js';
 import { listTis } from '../db/tis.js';
 import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError, parseId, toConnectError } from './errors.js';
-import type { RunRead } from '../scheduler/prefetched-runs.js';
+import type { RunRead } from '../scheduler/planner-memory.js';
 import { dagToProto, logToProto, runToProto, tiToProto } from './to-proto.js';
 
 export interface WorkflowDeps {

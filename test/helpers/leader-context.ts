@@ -3,8 +3,7 @@ import type { Sql } from '../../src/db/sql.js';
 import type { WorkItem } from '../../src/core/work-item.js';
 import type { SchedulerContext } from '../../src/scheduler/context.js';
 import { testDispatcher, type DispatcherParts } from './test-dispatcher.js';
-import { KnownRuns } from '../../src/scheduler/known-runs.js';
-import { PrefetchedRuns } from '../../src/scheduler/prefetched-runs.js';
+import { PlannerMemory } from '../../src/scheduler/planner-memory.js';
 
 /**
  * A leader's scheduler context as the server builds it for planning ahead: a memory of runs and
@@ -32,8 +31,7 @@ export function leaderContext(sql: Sql, over: Partial<SchedulerContext> = {}): {
     heartbeatThresholdMs: 90_000,
     health: { healthySince: new Date(0) },
     wakeAt: () => {},
-    prefetched: new PrefetchedRuns(100),
-    known: new KnownRuns(),
+    memory: new PlannerMemory(100),
     heldBackDags: new Set(),
     ...over,
   };

@@ -421,12 +421,9 @@ describe('report batcher', () => {
     const [a, b] = attempts as [(typeof attempts)[0], (typeof attempts)[0]];
     await db.sql`update task_instances set state = 'running' where id = ${a.tiId}`;
     const order: string[] = [];
-    const reports = createReportBatcher(db.sql, {
-      retryMs: 1000,
-      logs: quietLogWriter(db.sql),
-      // A slow read behind the end, as a run's read could be.
-      afterEnds: (on) => on`select pg_sleep(0.3)`.execute().then(() => void order.push('reads')),
-    });
+    const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
+    // A slow read behind the end, as a run's read could be.
+    reports.endsSent.register((on) => on`select pg_sleep(0.3)`.execute().then(() => void order.push('reads')));
     const ended = reports.finished(a, { outcome: 'success', exitCode: 0, signal: null, error: null }).then((r) => (order.push('end settled'), r));
     await new Promise((r) => setTimeout(r, 50)); // the end is written, the read still runs
     const started = await reports.started(b, { pid: 1, agentId: 'agent-1' });

@@ -6,7 +6,7 @@ import { upsertDag } from '../../src/db/dags.js';
 import { createRun } from '../../src/db/runs.js';
 import { createSql, type Sql } from '../../src/db/sql.js';
 import { listTis, listTisOfRunsOfTis } from '../../src/db/tis.js';
-import { sendBehindEnds } from '../../src/scheduler/phases/plan.js';
+import { planBehindEnds } from '../../src/scheduler/plan-ahead.js';
 import { step } from '../../src/scheduler/step.js';
 import { leaderContext } from '../helpers/leader-context.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
@@ -84,7 +84,8 @@ describe('the reports pool', () => {
     const rec = recording(generic);
     const { ctx, offered, errors } = leaderContext(db.sql);
     const logs = quietLogWriter(rec.sql);
-    const reports = createReportBatcher(rec.sql, { retryMs: 1000, logs, afterEnds: (on, ends) => sendBehindEnds(ctx, ctx.prefetched!, on, ends) });
+    const reports = createReportBatcher(rec.sql, { retryMs: 1000, logs });
+    reports.endsSent.register((on, ends) => planBehindEnds(ctx, on, ends));
     const spec = dag('chain', [task('a'), task('b', { dependsOn: ['a'] }), task('c', { dependsOn: ['b'] }), task('d')]);
     const { dag: row } = await upsertDag(db.sql, spec, 'chain.yaml');
     const { run } = await db.sql.begin((tx) => createRun(tx, { dagId: 'chain', dagVersion: row.version, spec, runKey: 'c', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }));
@@ -127,7 +128,8 @@ describe('the reports pool', () => {
     await db.sql`analyze dag_runs, task_instances`;
     const rec = recording(generic);
     const { ctx, offered, errors } = leaderContext(db.sql);
-    const reports = createReportBatcher(rec.sql, { retryMs: 1000, logs: quietLogWriter(rec.sql), afterEnds: (on, ends) => sendBehindEnds(ctx, ctx.prefetched!, on, ends) });
+    const reports = createReportBatcher(rec.sql, { retryMs: 1000, logs: quietLogWriter(rec.sql) });
+    reports.endsSent.register((on, ends) => planBehindEnds(ctx, on, ends));
     const spec = dag('pair', [task('a'), task('b', { dependsOn: ['a'] })]);
     const { dag: row } = await upsertDag(db.sql, spec, 'pair.yaml');
     const { run } = await db.sql.begin((tx) => createRun(tx, { dagId: 'pair', dagVersion: row.version, spec, runKey: 'p', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }));

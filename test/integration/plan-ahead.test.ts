@@ -7,7 +7,7 @@ import { upsertDag } from '../../src/db/dags.js';
 import { createRun, type RunRow } from '../../src/db/runs.js';
 import { listTis } from '../../src/db/tis.js';
 import type { WorkItem } from '../../src/core/work-item.js';
-import { planAhead, sendBehindEnds } from '../../src/scheduler/phases/plan.js';
+import { planAhead, planBehindEnds } from '../../src/scheduler/plan-ahead.js';
 import { step } from '../../src/scheduler/step.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { dag, task } from '../helpers/spec-builders.js';
@@ -43,14 +43,10 @@ function leader() {
   const watched = watching(db.sql);
   const base = { direct: 0, reserved: 0 };
   const { ctx, parts, offered, errors } = leaderContext(db.sql);
-  const known = ctx.known!;
-  const prefetched = ctx.prefetched!;
-  const reports = createReportBatcher(watched.sql, {
-    retryMs: 1000,
-    logs: quietLogWriter(db.sql),
-    afterEnds: (on, ends) => sendBehindEnds(ctx, prefetched, on, ends),
-  });
-  return { ctx, parts, known, offered, errors, reports, counts: () => ({ direct: watched.direct() - base.direct, reserved: watched.reserved() - base.reserved }), reset: () => ((base.direct = watched.direct()), (base.reserved = watched.reserved()), (offered.length = 0)) };
+  const memory = ctx.memory!;
+  const reports = createReportBatcher(watched.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
+  reports.endsSent.register((on, ends) => planBehindEnds(ctx, on, ends));
+  return { ctx, parts, memory, offered, errors, reports, counts: () => ({ direct: watched.direct() - base.direct, reserved: watched.reserved() - base.reserved }), reset: () => ((base.direct = watched.direct()), (base.reserved = watched.reserved()), (offered.length = 0)) };
 }
 
 async function trigger(spec: DagSpec, runKey = 'r'): Promise<RunRow> {
@@ -90,7 +86,7 @@ describe('planning ahead of an end', () => {
   it('claims the next task of a chain in the round trip that records the end, and offers it claimed', async () => {
     const l = leader();
     const { run, a } = await aStarted(l, dag('ahead_chain', [task('a'), task('b', { dependsOn: ['a'] }), task('c', { dependsOn: ['b'] })]));
-    expect(l.known.ofTi(a.tiId)?.run.id).toBe(run.id);
+    expect(l.memory.ofTi(a.tiId)?.run.id).toBe(run.id);
     l.reset();
 
     // No step between the end and the next claim: the end's write carries it.
@@ -105,7 +101,7 @@ describe('planning ahead of an end', () => {
 
     // The plan applied, so the memory it left is current: no read of the run went behind the end,
     // and the step the end nudges decides from that memory, reading and writing nothing.
-    expect(l.ctx.prefetched!.size).toBe(0);
+    expect(l.ctx.memory!.readsKept).toBe(0);
     const watched = watching(db.sql);
     const after = await step({ ...l.ctx, sql: watched.sql }, 'light', { all: false, runIds: [run.id], queued: 0 });
     expect(after.plan?.runsAdvanced).toBe(1);
@@ -138,10 +134,10 @@ describe('planning ahead of an end', () => {
     const b = await started(l.offered, 'b');
     // b fails, but the memory is told it succeeded (as a memory gone stale would say).
     await l.reports.finished(b, FAIL);
-    const read = l.known.ofTi(a.tiId)!;
-    l.known.remember({ ...read, tis: read.tis.map((t) => (t.task_id === 'b' ? { ...t, state: 'success' } : t)) });
+    const read = l.memory.ofTi(a.tiId)!;
+    l.memory.remember({ ...read, tis: read.tis.map((t) => (t.task_id === 'b' ? { ...t, state: 'success' } : t)) });
     // (b's end had its read sent behind it; the step it nudged would have taken it.)
-    l.ctx.prefetched!.clear();
+    l.ctx.memory!.dropReads();
     l.reset();
     await l.reports.finished(a, OK);
     // Not scheduled on a success that never happened; the step that follows decides from a read.
@@ -149,7 +145,7 @@ describe('planning ahead of an end', () => {
     expect(l.offered).toEqual([]);
     // No read went behind the end (the plan was to leave a current memory), so the step the end
     // nudges reads the run itself: its two reads, then c's move and the run's end.
-    expect(l.ctx.prefetched!.size).toBe(0);
+    expect(l.ctx.memory!.readsKept).toBe(0);
     const watched = watching(db.sql);
     await step({ ...l.ctx, sql: watched.sql }, 'light', { all: false, runIds: [run.id], queued: 0 });
     expect(watched.direct()).toBe(4);
@@ -166,11 +162,11 @@ describe('planning ahead of an end', () => {
       await started(l.offered, 'b');
       await db.sql`update task_instances set state = 'success', ended_at = now() where id = ${a.tiId}`;
       const planned = planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'success' }]);
-      expect(planned.readless).toEqual(new Set([a.tiId]));
+      expect(planned.plannedFromMemory).toEqual(new Set([a.tiId]));
       await planned.done;
       expect(await states(run.id)).toEqual({ a: 'success', b: 'running', c: 'queued' });
-      expect([...l.known.takeCurrent([run.id]).keys()]).toEqual([run.id]);
-      expect(l.known.takeCurrent([run.id]).size).toBe(0);
+      expect([...l.memory.takeCurrent([run.id]).keys()]).toEqual([run.id]);
+      expect(l.memory.takeCurrent([run.id]).size).toBe(0);
     }
     // Another end of the run on its way meanwhile (b's): the plan applies, the memory is not current.
     for (const meanwhile of ['stale', 'forget'] as const) {
@@ -180,16 +176,16 @@ describe('planning ahead of an end', () => {
       const b = await started(l.offered, 'b');
       await db.sql`update task_instances set state = 'success', ended_at = now() where id = ${a.tiId}`;
       const planned = planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'success' }]);
-      if (meanwhile === 'stale') l.known.stale(b.tiId);
+      if (meanwhile === 'stale') l.memory.endsOnTheirWay([b.tiId]);
       else {
         // Forgotten (a clear, say) and remembered again from a read before the plan answered.
-        const read = l.known.ofTi(a.tiId)!;
-        l.known.forget([run.id]);
-        l.known.remember(read);
+        const read = l.memory.ofTi(a.tiId)!;
+        l.memory.forget([run.id]);
+        l.memory.remember(read);
       }
       await planned.done;
       expect(await states(run.id)).toEqual({ a: 'success', b: 'running', c: 'queued' });
-      expect(l.known.takeCurrent([run.id]).size).toBe(0);
+      expect(l.memory.takeCurrent([run.id]).size).toBe(0);
     }
   });
 
@@ -201,8 +197,8 @@ describe('planning ahead of an end', () => {
     // Both ends in one batch: a's success plans c ahead, b's failure is the step's.
     await Promise.all([l.reports.finished(a, OK), l.reports.finished(b, FAIL)]);
     expect(await states(run.id)).toEqual({ a: 'success', b: 'failed', c: 'queued' });
-    expect(l.ctx.prefetched!.size).toBe(1);
-    expect(l.known.takeCurrent([run.id]).size).toBe(0);
+    expect(l.ctx.memory!.readsKept).toBe(1);
+    expect(l.memory.takeCurrent([run.id]).size).toBe(0);
   });
 
   it('moves nothing in a DAG paused since the memory was taken', async () => {
@@ -222,7 +218,7 @@ describe('planning ahead of an end', () => {
     await l.reports.finished(a, FAIL);
     expect(await states(run.id)).toEqual({ a: 'failed', b: 'none' });
     expect(l.offered).toEqual([]);
-    expect(planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'failed' }])).toEqual({ done: null, endingTis: new Set(), readless: new Set() });
+    expect(planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'failed' }])).toEqual({ done: null, endingTis: new Set(), plannedFromMemory: new Set() });
   });
 
   it('ends a run in the round trip that records the end of its last task; the step that follows reads nothing for it', async () => {
@@ -249,8 +245,8 @@ describe('planning ahead of an end', () => {
     const b = await started(l.offered, 'b');
     await l.reports.finished(b, FAIL);
     // The memory says b succeeded (as a memory gone stale would).
-    const read = l.known.ofTi(a.tiId) ?? { run: { ...run, state: 'running' as const, dag_paused: false, running_in_dag: null }, tis: await listTis(db.sql, run.id) };
-    l.known.remember({ ...read, tis: read.tis.map((t) => (t.task_id === 'b' ? { ...t, state: 'success' } : t.task_id === 'a' ? { ...t, state: 'running' } : t)) } as never);
+    const read = l.memory.ofTi(a.tiId) ?? { run: { ...run, state: 'running' as const, dag_paused: false, running_in_dag: null }, tis: await listTis(db.sql, run.id) };
+    l.memory.remember({ ...read, tis: read.tis.map((t) => (t.task_id === 'b' ? { ...t, state: 'success' } : t.task_id === 'a' ? { ...t, state: 'running' } : t)) } as never);
     await l.reports.finished(a, OK);
     expect(await runState(run.id)).toBe('running');
     await step(l.ctx, 'light', { all: false, runIds: [run.id], queued: 0 });

@@ -13,7 +13,7 @@ import { createDispatchPool, type OfferResult } from '../../src/dispatch/pool.js
 import type { WorkItem } from '../../src/core/work-item.js';
 import type { SchedulerContext } from '../../src/scheduler/context.js';
 import { createScheduledRuns } from '../../src/scheduler/phases/create-scheduled-runs.js';
-import { PrefetchedRuns } from '../../src/scheduler/prefetched-runs.js';
+import { PlannerMemory } from '../../src/scheduler/planner-memory.js';
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { dag, task as baseTask } from '../helpers/spec-builders.js';
@@ -363,12 +363,12 @@ describe('plan', () => {
   it('holds back a run whose start max_active_runs refuses at the write (planned from an old count), and starts it when room is made', BOUND, async () => {
     const spec = dag('p_max_write', [task('a')], { maxActiveRuns: 1 });
     const r1 = await trigger(spec);
-    const h = harness({ heldBackDags: new Set(), prefetched: new PrefetchedRuns(100) });
+    const h = harness({ heldBackDags: new Set(), memory: new PlannerMemory(100) });
     await stepOk(h); // r1 starts
     // r2 as created, with a count taken before r1 started (as a trigger racing the step would).
     const { dag: row } = await upsertDag(db.sql, spec, 'p_max_write.yaml');
     const r2 = await createRun(db.sql, { dagId: spec.dagId, dagVersion: row.version, spec, runKey: 'second', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
-    h.ctx.prefetched!.keep({ run: { ...r2.run, dag_paused: false, running_in_dag: 0 }, tis: r2.read!.tis });
+    h.ctx.memory!.keepRead({ run: { ...r2.run, dag_paused: false, running_in_dag: 0 }, tis: r2.read!.tis });
     const r = (await step(h.ctx, 'light', { all: false, runIds: [r2.run.id], queued: 0 })).plan!;
     expect(r.runsStarted).toBe(0);
     expect(await runState(r2.run.id)).toBe('queued');

@@ -3,6 +3,7 @@ import { isConnectionError } from '../is-connection-error.js';
 import { retryOnConnectionError } from '../retry-on-connection-error.js';
 import type { LogWriter } from '../log-writer.js';
 import type { Sql } from '../sql.js';
+import type { EndsSentListener, EndsSentPort } from './ends-sent-port.js';
 import { finishAttempt, finishAttempts, startAndFinishAttempts, type FinishedRow, type FinishVerdict } from './finish-attempt.js';
 import { startAttempts, type StartedRow } from './start-attempt.js';
 
@@ -22,17 +23,17 @@ export interface ReportBatcher {
   finished(a: AttemptKey, result: AttemptResult): Promise<FinishRecorded>;
   /** Resolves once every report handed in so far is written (or has failed). */
   drain(): Promise<void>;
+  /**
+   * Each batch of ends, as sent on its connection and before their answer: what the registrant
+   * sends on that connection rides right behind them (in the same round trip), and the ends settle
+   * once it has answered too.
+   */
+  readonly endsSent: EndsSentPort;
 }
 
 type Op =
   | { kind: 'start'; a: AttemptKey; pid: number | null; agentId: string | null; resolve(ok: boolean): void; reject(err: unknown): void }
   | { kind: 'finish'; a: AttemptKey; result: AttemptResult; resolve(r: FinishRecorded): void; reject(err: unknown): void };
-
-/** An attempt's end as sent (not yet answered: it may still be refused as stale). */
-export interface EndSent {
-  tiId: string;
-  outcome: AttemptResult['outcome'];
-}
 
 export interface ReportBatcherOptions {
   retryMs: number;
@@ -43,13 +44,6 @@ export interface ReportBatcherOptions {
    */
   logs: Pick<LogWriter, 'busy' | 'flush' | 'sendOn'>;
   onRetry?(err: unknown): void;
-  /**
-   * Called with the connection the ends were just sent on, before their answer: the queries it
-   * `execute()`s before returning are pipelined behind them (Postgres runs them after the ends
-   * are committed), in the same round trip; the ends are settled once it has answered too. Null:
-   * nothing to send this time.
-   */
-  afterEnds?(on: Sql, ends: EndSent[]): Promise<void> | null;
 }
 
 /**
@@ -72,8 +66,19 @@ export interface ReportBatcherOptions {
 export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): ReportBatcher {
   let queue: Op[] = [];
   let flushing: Promise<void> | null = null;
-  /** Ends written whose settling waits for the reads sent behind them. */
+  /** Ends written whose settling waits for what was sent behind them. */
   const settlingEnds = new Set<Promise<void>>();
+  /** Told of each batch of ends as sent (`endsSent`). */
+  let behindEnds: EndsSentListener | null = null;
+  const endsSent: EndsSentPort = {
+    register(listener) {
+      if (behindEnds) throw new Error('a listener is already registered for the ends sent');
+      behindEnds = listener;
+      return () => {
+        if (behindEnds === listener) behindEnds = null;
+      };
+    },
+  };
 
   const retry = <T>(op: () => Promise<T>) => retryOnConnectionError(op, { maxMs: opts.retryMs, onRetry: (err, n) => n === 1 && opts.onRetry?.(err) });
 
@@ -139,10 +144,10 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
   /**
    * The buffered log lines, the starts, the attempts started and ended together, and the ends (any
    * of the three may be empty, not all) on one reserved connection, sent back to back, then what
-   * `afterEnds` sends: one round trip, and Postgres runs them in that order. Once the lines and
-   * the reports have answered, the next batch may go (a Started that came meanwhile is not held
-   * up by the reads behind these ends). A part lost to a connection error is written again
-   * through the pool, lines before starts before ends, so the order holds on the retry too.
+   * the registrant of `endsSent` sends: one round trip, and Postgres runs them in that order. Once
+   * the lines and the reports have answered, the next batch may go (a Started that came meanwhile
+   * is not held up by what rides behind these ends). A part lost to a connection error is written
+   * again through the pool, lines before starts before ends, so the order holds on the retry too.
    */
   const writeTogether = async (starts: StartOp[], both: BothOp[], ends: EndOp[]) => {
     let conn: Awaited<ReturnType<Sql['reserve']>>;
@@ -167,14 +172,14 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
       ends.length > 0 ? endsQuery(on, ends).execute() : none,
     ] as const;
     const allEnds = [...both.map((o) => o.end), ...ends];
-    const after = opts.afterEnds?.(on, allEnds.map((o) => ({ tiId: o.a.tiId, outcome: o.result.outcome })));
+    const after = behindEnds?.(on, allEnds.map((o) => ({ tiId: o.a.tiId, outcome: o.result.outcome })));
     // The lines settle first: retried through the pool after a lost connection, before the ends are.
     const [s, b, e] = await Promise.allSettled([...sent, lines]);
     if (s.status === 'fulfilled' && b.status === 'fulfilled' && e.status === 'fulfilled') {
       settleStarts(starts, s.value);
       settleStarts(both.map((o) => o.start), b.value);
       // Written: the next batch need not wait. The ends are settled once what was sent behind them
-      // has answered too (the step an end nudges plans from those reads).
+      // has answered too (what an end wakes may count on what rode behind it).
       const settling = Promise.allSettled([after]).then(() => {
         conn.release();
         settleEnds(allEnds, [...b.value, ...e.value]);
@@ -255,5 +260,6 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
         await Promise.all(settlingEnds);
       }
     },
+    endsSent,
   };
 }

@@ -1,14 +1,13 @@
-import { advanceRun, type RunDecision, type TiView } from '../../core/advance-run.js';
-import { isTerminalTi } from '../../core/states.js';
-import { applyPlans, applyPlansQuery, appliedFrom, finalizeRuns, finalizeRunsQuery, type AppliedPlans, type RunEnd, type RunPlan, type TiMove } from '../../db/apply-plan.js';
+import { applyPlans, finalizeRuns, type AppliedPlans, type RunPlan } from '../../db/apply-plan.js';
 import { isConnectionError } from '../../db/is-connection-error.js';
 import { activeRuns, poisonRun, type ActiveRunRow } from '../../db/runs.js';
-import type { Sql } from '../../db/sql.js';
 import { listTisOfRuns, setPendingReasons, type TiRow } from '../../db/tis.js';
-import type { WorkItem } from '../../core/work-item.js';
-import type { ClaimCandidate, ClaimsAhead } from '../../dispatch/dispatcher.js';
+import { claimWithTheMove } from '../claim-with-the-move.js';
 import type { SchedulerContext } from '../context.js';
-import type { PrefetchedRuns, RunRead } from '../prefetched-runs.js';
+import { decideRun, type DecidedRun } from '../decide-run.js';
+import { offerScheduled } from '../offer-scheduled.js';
+import type { RunRead } from '../planner-memory.js';
+import { rememberDecided } from '../remember-decided.js';
 import { createScheduledRuns } from './create-scheduled-runs.js';
 
 export interface PlanResult {
@@ -21,15 +20,6 @@ export interface PlanResult {
 }
 
 type ActiveRun = ActiveRunRow;
-
-/** A run decided in this step, waiting for its writes. */
-interface Decided {
-  run: ActiveRun;
-  tis: TiRow[];
-  byTask: Map<string, TiRow>;
-  decision: RunDecision;
-  plan: RunPlan | null;
-}
 
 /**
  * Phase 1: create due cron runs, start queued runs within max_active_runs, advance running runs
@@ -59,7 +49,7 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
   let targeted = opts.runIds || opts.queued ? (opts.runIds ?? []) : null;
   // Runs ended in the round trip of their last attempt's end have nothing left to read or decide;
   // only the room they made in a DAG whose queued runs were held back counts (below).
-  const endedAhead = targeted ? (ctx.known?.takeEnded(targeted) ?? new Map<string, string>()) : new Map<string, string>();
+  const endedAhead = targeted ? (ctx.memory?.takeEnded(targeted) ?? new Map<string, string>()) : new Map<string, string>();
   if (endedAhead.size > 0) {
     targeted = targeted!.filter((id) => !endedAhead.has(id));
     result.runsFinalized += endedAhead.size;
@@ -72,9 +62,9 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
   if (targeted) {
     // Runs read right behind the ends of their attempts need no read of their own; for the rest
     // the ids are known, so both reads go out at once.
-    const ahead = ctx.prefetched?.take(targeted) ?? new Map<string, RunRead>();
+    const ahead = ctx.memory?.takeReads(targeted) ?? new Map<string, RunRead>();
     // Runs whose plan ahead applied are decided from the planner's memory of them, now current.
-    for (const [id, read] of ctx.known?.takeCurrent(targeted.filter((id) => !ahead.has(id))) ?? []) ahead.set(id, read);
+    for (const [id, read] of ctx.memory?.takeCurrent(targeted.filter((id) => !ahead.has(id))) ?? []) ahead.set(id, read);
     const rest = ahead.size === 0 ? targeted : targeted.filter((id) => !ahead.has(id));
     // A step that reads runs, or starts one, reads along with them what the agents executor
     // places from if it is getting old, so agent work can be claimed with its move (a step that
@@ -95,7 +85,7 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
     runs.sort((a, b) => compareIds(a.id, b.id));
   } else {
     // Everything is read now: reads kept from before are older than this one.
-    ctx.prefetched?.clear();
+    ctx.memory?.dropReads();
     freshened = ctx.dispatcher.freshenPlacement();
     // The oldest running runs, then the oldest queued runs up to `maxRunsPerStep` active runs in
     // all, but always at least one: a queued run (a cron run, say) makes progress however many
@@ -111,19 +101,19 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
   for (const ti of tiRows) (tisByRun.get(ti.run_id) ?? tisByRun.set(ti.run_id, []).get(ti.run_id)!).push(ti);
   const reasons = new Map<string, string | null>();
 
-  const decide = async (run: ActiveRun, start: boolean, into: Decided[]) => {
+  const decide = async (run: ActiveRun, start: boolean, into: DecidedRun[]) => {
     try {
-      into.push(await decideRun(ctx, run, tisByRun.get(run.id) ?? [], start));
+      into.push(await decideOrPoison(ctx, run, tisByRun.get(run.id) ?? [], start));
     } catch (err) {
       result.errors++;
       ctx.counters.error('plan.advance', err, { runId: run.id, dagId: run.dag_id });
-      ctx.known?.forget([run.id]);
+      ctx.memory?.forget([run.id]);
     }
   };
 
   // Running runs first, so a run that ends in this step frees its max_active_runs slot for a
   // queued run of the same DAG in this same step.
-  const running: Decided[] = [];
+  const running: DecidedRun[] = [];
   for (const run of runs) if (run.state === 'running') await decide(run, false, running);
   const ended = await writeAndOffer(ctx, running, reasons, result);
 
@@ -150,7 +140,7 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
     for (const ti of more.tis) tisByRun.get(ti.run_id)?.push(ti);
   }
   if (queued.length > 0) {
-    const starting: Decided[] = [];
+    const starting: DecidedRun[] = [];
     for (const run of queued) {
       const n = counts.get(run.dag_id) ?? 0;
       const blocked = run.dag_paused ? 'DAG_PAUSED' : n >= run.spec.maxActiveRuns ? 'MAX_ACTIVE_RUNS' : null;
@@ -168,7 +158,7 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
   try {
     await setPendingReasons(ctx.sql, reasons);
     // So that a step deciding from memory does not write them again.
-    ctx.known?.noteReasons(reasons);
+    ctx.memory?.noteReasons(reasons);
   } catch (err) {
     result.errors++;
     ctx.counters.error('plan.reasons', err);
@@ -178,7 +168,7 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
 
 /** Writes the decided runs' moves (one statement), ends the runs that are done (one more), and
  *  offers what is scheduled. */
-async function writeAndOffer(ctx: SchedulerContext, decided: Decided[], reasons: Map<string, string | null>, result: PlanResult): Promise<Set<string>> {
+async function writeAndOffer(ctx: SchedulerContext, decided: DecidedRun[], reasons: Map<string, string | null>, result: PlanResult): Promise<Set<string>> {
   if (decided.length === 0) return new Set();
   const ahead = claimWithTheMove(ctx, decided);
   const ending: { runId: string; epoch: string; outcome: 'success' | 'failed' }[] = [];
@@ -204,7 +194,7 @@ async function writeAndOffer(ctx: SchedulerContext, decided: Decided[], reasons:
 /** After the writes: what applied is offered (and remembered), what ends is listed in `ending`. */
 function decideOffers(
   ctx: SchedulerContext,
-  decided: Decided[],
+  decided: DecidedRun[],
   applied: AppliedPlans,
   reasons: Map<string, string | null>,
   result: PlanResult,
@@ -214,7 +204,7 @@ function decideOffers(
     // A plan that did not apply (a clear since the read, or the write failed): the next step
     // decides again from a fresh read.
     if (d.plan && !applied.runs.has(d.run.id)) {
-      ctx.known?.forget([d.run.id]);
+      ctx.memory?.forget([d.run.id]);
       // A start refused for max_active_runs at the write: the DAG's next run to end starts it.
       if (d.plan.start) ctx.heldBackDags?.add(d.run.dag_id);
       continue;
@@ -229,223 +219,12 @@ function decideOffers(
     }
     if (d.decision.outcome) {
       ending.push({ runId: d.run.id, epoch: d.run.plan_epoch, outcome: d.decision.outcome });
-      ctx.known?.forget([d.run.id]);
+      ctx.memory?.forget([d.run.id]);
     } else {
       result.offered += offerScheduled(ctx, d, applied, reasons);
-      rememberAfter(ctx, d, applied);
+      if (ctx.memory) rememberDecided(ctx.memory, d, applied);
     }
   }
-}
-
-/** Keeps what the planner now knows of a run it decided: as read, with the moves that applied. */
-function rememberAfter(ctx: SchedulerContext, d: Decided, applied: AppliedPlans): void {
-  if (!ctx.known) return;
-  if (d.run.dag_paused) return ctx.known.forget([d.run.id]);
-  const to = new Map<string, TiRow['state']>();
-  for (const m of d.plan?.moves ?? []) if (applied.moved.has(m.tiId)) to.set(m.tiId, applied.claims.has(m.tiId) ? 'queued' : m.to);
-  ctx.known.remember({
-    run: applied.started.has(d.run.id) ? { ...d.run, state: 'running' } : d.run,
-    tis: d.tis.map((t) => (to.has(t.id) ? { ...t, state: to.get(t.id)!, pending_reason: null } : t)),
-  });
-}
-
-/**
- * Plans the runs of attempts whose ends were just sent on `on` and are not answered yet, and sends
- * the writes on `on` right behind them: the next tasks are scheduled (and, for an executor that
- * needs no placement, claimed) in the round trip that records the ends, instead of one round trip
- * after it, and a run whose last task instances these were ends in it too. Leader only.
- *
- * A run is planned from what the planner last knew of it (`ctx.known`), with these attempts
- * ended in success: only successes are planned ahead (a failure's state depends on its tries),
- * and only runs that go on or end (a retry coming due, a paused DAG: the step that follows the
- * ends decides those as before). A plan states every upstream state its moves assumed, and a
- * run's end every task instance's state; the database applies none of it unless each holds at
- * the write, the ends just recorded included (apply-plan.ts): a plan from an out-of-date memory,
- * or after an end that was refused, writes nothing, and the step that follows the ends reads the
- * run as always. A run ended here is not read again (`endingTis`, `KnownRuns.endedAhead`).
- */
-export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId: string; outcome: string }[]): PlannedAhead {
-  const endingTis = new Set<string>();
-  const readless = new Set<string>();
-  const known = ctx.known;
-  if (!known) return { done: null, endingTis, readless };
-  // Every end makes its run's memory out of date until a plan that assumed it applies.
-  for (const e of ends) known.stale(e.tiId);
-  const since = known.now();
-  const succeeded = new Map<string, Set<string>>();
-  const reads = new Map<string, RunRead>();
-  /** Runs with an end here that is not a success: their memory cannot become current. */
-  const otherEnds = new Set<string>();
-  for (const e of ends) {
-    const read = known.ofTi(e.tiId);
-    if (e.outcome !== 'success') {
-      if (read) otherEnds.add(read.run.id);
-      continue;
-    }
-    if (!read || read.run.state !== 'running' || read.run.dag_paused) continue;
-    reads.set(read.run.id, read);
-    (succeeded.get(read.run.id) ?? succeeded.set(read.run.id, new Set()).get(read.run.id)!).add(e.tiId);
-  }
-  const decided: Decided[] = [];
-  const ending: (RunEnd & { dagId: string })[] = [];
-  for (const [runId, read] of reads) {
-    const ended = succeeded.get(runId)!;
-    if (read.tis.some((t) => ended.has(t.id) && isTerminalTi(t.state))) continue; // not what was known: read it
-    const tis = read.tis.map((t) => (ended.has(t.id) ? { ...t, state: 'success' as const } : t));
-    let d: Decided;
-    try {
-      d = decideFrom(read.run, tis, false, ctx.now());
-    } catch {
-      continue; // the step that follows reads the run, and poisons it
-    }
-    if (d.decision.outcome) {
-      // Its last task instances ended: the run ends in this round trip too, if every state
-      // assumed holds at the write (a run that still has moves to make is left to the step).
-      if (d.plan && d.plan.moves.length > 0) continue;
-      ending.push({ runId, dagId: read.run.dag_id, epoch: read.run.plan_epoch, outcome: d.decision.outcome, expect: tis.map((t) => ({ tiId: t.id, state: t.state })) });
-      for (const id of ended) endingTis.add(id);
-      continue;
-    }
-    if (!d.plan) continue;
-    // A retry's backoff is read, never assumed.
-    const retrying = new Set(d.decision.retry.map((id) => d.byTask.get(id)!.id));
-    d.plan.moves = d.plan.moves.filter((m) => !retrying.has(m.tiId));
-    d.decision.retry = [];
-    if (d.plan.moves.length === 0) continue;
-    const spec = new Map(read.run.spec.tasks.map((t) => [t.id, t]));
-    const expect = new Map<string, TiRow['state'] | 'active'>();
-    for (const taskId of [...d.decision.schedule, ...d.decision.upstreamFailed, ...d.decision.skipped]) {
-      for (const dep of spec.get(taskId)!.dependsOn) {
-        const up = d.byTask.get(dep)!;
-        expect.set(up.id, isTerminalTi(up.state) ? up.state : 'active');
-      }
-    }
-    d.plan.expect = [...expect].map(([tiId, state]) => ({ tiId, state }));
-    decided.push(d);
-    // If the plan applies, the memory it leaves is current (markCurrent below) and the step that
-    // follows decides from it: these ends need no read of their run behind them.
-    if (!otherEnds.has(runId)) for (const id of ended) readless.add(id);
-  }
-  if (decided.length === 0 && ending.length === 0) return { done: null, endingTis, readless };
-  // These runs get no read behind their ends: one kept from before them must not be used either
-  // (if the end does not apply, the step reads the run).
-  if (ending.length > 0) ctx.prefetched?.changed(ending.map((e) => e.runId));
-  const ahead = claimWithTheMove(ctx, decided);
-  // Sent now, before anything is awaited: right behind the ends on the wire.
-  const sent = decided.length > 0 ? applyPlansQuery(on, decided.map((d) => d.plan!)).execute() : null;
-  const endsSent = ending.length > 0 ? finalizeRunsQuery(on, ending).execute() : null;
-
-  const settleMoves = async () => {
-    if (!sent) return;
-    let applied: AppliedPlans;
-    try {
-      applied = appliedFrom(await sent);
-    } catch (err) {
-      // Nothing applied (one statement): the step that follows the ends plans these runs.
-      ahead.answered(new Map());
-      known.forget(decided.map((d) => d.run.id));
-      if (!isConnectionError(err)) ctx.counters.error('plan.ahead', err);
-      return;
-    }
-    ahead.answered(applied.claims);
-    const reasons = new Map<string, string | null>();
-    for (const d of decided) {
-      if (!applied.runs.has(d.run.id)) {
-        known.forget([d.run.id]);
-        continue;
-      }
-      offerScheduled(ctx, d, applied, reasons);
-      rememberAfter(ctx, d, applied);
-      if (!otherEnds.has(d.run.id)) known.markCurrent(d.run.id, since);
-    }
-    // A refused offer's reason is left to the step that follows the ends (it offers again).
-  };
-
-  const settleEnds = async () => {
-    if (!endsSent) return;
-    let done: Set<string>;
-    try {
-      done = new Set((await endsSent).map((r) => r.id));
-    } catch (err) {
-      done = new Set();
-      if (!isConnectionError(err)) ctx.counters.error('plan.ahead', err);
-    }
-    // A run not ended here (an assumption that did not hold) is read and decided by the step.
-    for (const e of ending) {
-      if (done.has(e.runId)) known.endedAhead(e.runId, e.dagId);
-      else known.forget([e.runId]);
-    }
-  };
-
-  const done = (async () => {
-    try {
-      await Promise.all([settleMoves(), settleEnds()]);
-    } finally {
-      ahead.done();
-    }
-  })();
-  return { done, endingTis, readless };
-}
-
-/**
- * What the leader sends behind the ends the report batcher writes, on the same connection: the
- * plans ahead of those ends, then the reads of their runs for the step that follows (none for a
- * run ended with its last attempt). Settles once all of it has answered.
- */
-export function sendBehindEnds(ctx: SchedulerContext, prefetched: PrefetchedRuns, on: Sql, ends: readonly { tiId: string; outcome: string }[]): Promise<void> {
-  const planned = planAhead(ctx, on, ends);
-  const read = prefetched.readAfter(on, ends.filter((e) => !planned.endingTis.has(e.tiId) && !planned.readless.has(e.tiId)).map((e) => e.tiId));
-  return planned.done ? Promise.all([planned.done, read]).then(() => {}) : read;
-}
-
-/** What `planAhead` sent behind the ends. */
-export interface PlannedAhead {
-  /** Settles once its answers are in (never rejects); null when nothing was sent. */
-  done: Promise<void> | null;
-  /**
-   * The ended task instances whose runs were ended with them (if the states assumed hold): the
-   * step that follows has nothing to read for them.
-   */
-  endingTis: Set<string>;
-  /**
-   * The ended task instances whose runs were planned ahead from memory: if the plan applies, the
-   * step that follows decides from that memory, now current (`KnownRuns.takeCurrent`), and if it
-   * does not, reads the run itself. No read is sent behind them: a whole run's read behind every
-   * end would delay the next start of a chain.
-   */
-  readless: Set<string>;
-}
-
-/**
- * Marks the moves to `scheduled` that the dispatcher takes at once to be claimed in the same
- * statement (`Dispatcher.claimAhead`): the attempt then starts without a claim of its own, one
- * round trip sooner. The caller tells the result how the write went and when the claims are
- * offered.
- */
-function claimWithTheMove(ctx: SchedulerContext, decided: Decided[]): ClaimsAhead {
-  const candidates: ClaimCandidate[] = [];
-  const moves = new Map<string, TiMove>();
-  const waiting = new Map<string, number>();
-  for (const d of decided) {
-    if (d.run.dag_paused) continue;
-    const byId = new Map(d.tis.map((t) => [t.id, t]));
-    const tasks = new Map(d.run.spec.tasks.map((t) => [t.id, t]));
-    for (const t of d.tis) if (t.state === 'scheduled') waiting.set(t.executor, (waiting.get(t.executor) ?? 0) + 1);
-    for (const m of d.plan?.moves ?? []) {
-      const ti = byId.get(m.tiId);
-      const task = ti && tasks.get(ti.task_id);
-      if (m.to !== 'scheduled' || !ti || !task) continue;
-      candidates.push({ tiId: m.tiId, executor: ti.executor, task });
-      moves.set(m.tiId, m);
-    }
-  }
-  const ahead = ctx.dispatcher.claimAhead(candidates, waiting);
-  for (const [tiId, c] of ahead.claims) {
-    const move = moves.get(tiId)!;
-    move.claimFor = c.executor;
-    if (c.agentId) move.agentId = c.agentId;
-  }
-  return ahead;
 }
 
 /** All runs' writes in one statement; if the database refuses it (not a lost connection), run by
@@ -499,20 +278,15 @@ function compareIds(a: string, b: string): number {
   return a.length - b.length || (a < b ? -1 : a > b ? 1 : 0);
 }
 
-/** Reasons the planner itself sets; those of a dispatcher (e.g. NO_AGENT_WITH_LABELS) are left alone. */
-function isPlannerReason(reason: string | null): boolean {
-  return reason !== null && (['DISPATCH_QUEUE_FULL', 'DAG_PAUSED', 'MAX_ACTIVE_RUNS', 'RUN_QUEUED', 'UPSTREAM_RUNNING'].includes(reason) || reason.startsWith('NO_EXECUTOR:'));
-}
-
 /** Thrown by the pure part of advancing: the run itself is bad, not the database. */
 class PoisonRunError extends Error {
   override readonly name = 'PoisonRunError';
 }
 
-/** Decides one run's moves in memory (no writes, except marking a run whose rules throw). */
-async function decideRun(ctx: SchedulerContext, run: ActiveRun, tis: TiRow[], start: boolean): Promise<Decided> {
+/** Decides one run's moves in memory (no writes, except marking a run whose rules throw poisoned). */
+async function decideOrPoison(ctx: SchedulerContext, run: ActiveRun, tis: TiRow[], start: boolean): Promise<DecidedRun> {
   try {
-    return decideFrom(run, tis, start, ctx.now());
+    return decideRun(run, tis, start, ctx.now());
   } catch (err) {
     // A run that cannot be advanced would throw on every tick: mark it and move on.
     await poisonRun(ctx.sql, run.id, (err as Error).message);
@@ -520,74 +294,3 @@ async function decideRun(ctx: SchedulerContext, run: ActiveRun, tis: TiRow[], st
   }
 }
 
-/** Decides one run's moves in memory; throws when the run's rules cannot be applied. */
-function decideFrom(run: ActiveRun, tis: TiRow[], start: boolean, now: Date): Decided {
-  const views = new Map<string, TiView>(
-    tis.map((ti) => [ti.task_id, { state: ti.state, nextTryAt: ti.next_try_at, pendingReason: ti.pending_reason }]),
-  );
-  const decision: RunDecision = advanceRun(run.spec.tasks, views, now);
-  const byTask = new Map(tis.map((ti) => [ti.task_id, ti]));
-  if (run.dag_paused) {
-    // A paused DAG starts nothing new: running attempts finish, failures still propagate and the
-    // run can still end, but what would be scheduled waits, saying why.
-    for (const taskId of [...decision.schedule, ...decision.retry]) {
-      if (byTask.get(taskId)!.pending_reason !== 'DAG_PAUSED') decision.reasons.set(taskId, 'DAG_PAUSED');
-      else decision.reasons.delete(taskId);
-    }
-    decision.schedule = [];
-    decision.retry = [];
-  }
-  const move = (taskIds: string[], from: TiMove['from'], to: TiMove['to']): TiMove[] => taskIds.map((id) => ({ tiId: byTask.get(id)!.id, from, to }));
-  const moves = [
-    ...move(decision.schedule, 'none', 'scheduled'),
-    ...move(decision.retry, 'up_for_retry', 'scheduled'),
-    ...move(decision.upstreamFailed, 'none', 'upstream_failed'),
-    ...move(decision.skipped, 'none', 'skipped'),
-  ];
-  const plan = start || moves.length > 0 ? { runId: run.id, epoch: run.plan_epoch, start, moves } : null;
-  return { run, tis, byTask, decision, plan };
-}
-
-/** Offers every scheduled TI of a run: the ones just scheduled and those a full queue refused
- *  before. Returns how many the pool accepted. */
-function offerScheduled(ctx: SchedulerContext, d: Decided, applied: AppliedPlans, reasons: Map<string, string | null>): number {
-  const { run, tis, byTask } = d;
-  if (run.dag_paused) {
-    for (const ti of tis) if (ti.state === 'scheduled' && ti.pending_reason !== 'DAG_PAUSED') reasons.set(ti.id, 'DAG_PAUSED');
-    return 0;
-  }
-  const justScheduled = new Set<string>();
-  for (const taskId of [...d.decision.schedule, ...d.decision.retry]) if (applied.moved.has(byTask.get(taskId)!.id)) justScheduled.add(taskId);
-  const scheduled = new Set(justScheduled);
-  for (const ti of tis) if (ti.state === 'scheduled') scheduled.add(ti.task_id);
-  let offered = 0;
-  const tasks = new Map(run.spec.tasks.map((t) => [t.id, t]));
-  for (const taskId of scheduled) {
-    const ti = byTask.get(taskId)!;
-    if (!ctx.dispatcher.executors.has(ti.executor)) {
-      const reason = `NO_EXECUTOR:${ti.executor}`;
-      if (ti.pending_reason !== reason) reasons.set(ti.id, reason);
-      continue;
-    }
-    const item: WorkItem = {
-      tiId: ti.id,
-      runId: run.id,
-      dagId: run.dag_id,
-      taskId,
-      executor: ti.executor,
-      task: tasks.get(taskId)!,
-      conf: run.conf,
-      logicalDate: run.logical_date,
-      // A TI moved to scheduled in this step had its reason cleared by the move.
-      pendingReason: justScheduled.has(taskId) ? null : ti.pending_reason,
-      claim: justScheduled.has(taskId) ? applied.claims.get(ti.id) : undefined,
-    };
-    const outcome = ctx.dispatcher.offer(item);
-    if (outcome === 'accepted') offered++;
-    // A full queue says so; an accepted offer clears only that reason (a dispatcher may set its
-    // own, e.g. NO_AGENT_WITH_LABELS, which must not flap every step).
-    if (outcome === 'full' && ti.pending_reason !== 'DISPATCH_QUEUE_FULL') reasons.set(ti.id, 'DISPATCH_QUEUE_FULL');
-    if (outcome === 'accepted' && isPlannerReason(ti.pending_reason) && !justScheduled.has(taskId)) reasons.set(ti.id, null);
-  }
-  return offered;
-}

@@ -4,7 +4,7 @@ import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
 import { upsertDag } from '../../src/db/dags.js';
 import { activeRuns, createRun, createRunOfDag } from '../../src/db/runs.js';
 import { listTis } from '../../src/db/tis.js';
-import { PrefetchedRuns } from '../../src/scheduler/prefetched-runs.js';
+import { PlannerMemory } from '../../src/scheduler/planner-memory.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
@@ -46,49 +46,48 @@ const success = { outcome: 'success' as const, exitCode: 0, signal: null, error:
 describe('runs read behind the ends', () => {
   it('sees the end it follows (the read is sent after the write on the same connection)', async () => {
     const { runId, attempt } = await runningChain();
-    const prefetched = new PrefetchedRuns(100);
+    const memory = new PlannerMemory(100);
     const w = watching(db.sql);
-    const reports = createReportBatcher(w.sql, { retryMs: 1000, logs: quietLogWriter(db.sql), afterEnds: (on, ends) => prefetched.readAfter(on, ends.map((e) => e.tiId)) });
+    const reports = createReportBatcher(w.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
+    reports.endsSent.register((on, ends) => memory.readBehindEnds(on, ends.map((e) => e.tiId)));
     expect(await reports.finished(attempt, success)).toEqual({ verdict: 'success', runId });
     // The end and the reads all went down one reserved connection, none through the pool.
     expect([w.reserved(), w.direct()]).toEqual([1, 0]);
-    const read = prefetched.take([runId]).get(runId);
+    const read = memory.takeReads([runId]).get(runId);
     expect(read?.run.state).toBe('running');
     expect(Object.fromEntries(read!.tis.map((t) => [t.task_id, t.state]))).toEqual({ a: 'success', b: 'none' });
     // Taken once: a second step finds nothing kept and reads for itself.
-    expect(prefetched.take([runId]).size).toBe(0);
+    expect(memory.takeReads([runId]).size).toBe(0);
   });
 
   it('does not keep a read its run changed after (a clear, a cancel, news from another replica)', async () => {
     const { runId, attempt } = await runningChain();
-    const prefetched = new PrefetchedRuns(100);
-    const reports = createReportBatcher(db.sql, {
-      retryMs: 1000,
-      logs: quietLogWriter(db.sql),
-      afterEnds: (on, ends) => {
-        const reading = prefetched.readAfter(on, ends.map((e) => e.tiId));
-        // The run changes while its read is on the wire.
-        prefetched.changed([runId]);
-        return reading;
-      },
+    const memory = new PlannerMemory(100);
+    const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
+    reports.endsSent.register((on, ends) => {
+      const reading = memory.readBehindEnds(on, ends.map((e) => e.tiId));
+      // The run changes while its read is on the wire.
+      memory.changed([runId]);
+      return reading;
     });
     await reports.finished(attempt, success);
-    expect(prefetched.take([runId]).size).toBe(0);
+    expect(memory.takeReads([runId]).size).toBe(0);
   });
 
   it('drops every kept read when told everything changed, and keeps nothing of a run no longer active', async () => {
     const one = await runningChain();
     const two = await runningChain();
-    const prefetched = new PrefetchedRuns(100);
-    const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql), afterEnds: (on, ends) => prefetched.readAfter(on, ends.map((e) => e.tiId)) });
+    const memory = new PlannerMemory(100);
+    const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
+    reports.endsSent.register((on, ends) => memory.readBehindEnds(on, ends.map((e) => e.tiId)));
     await reports.finished(one.attempt, success);
-    expect(prefetched.size).toBe(1);
-    prefetched.changed(); // no runs named: everything
-    expect(prefetched.size).toBe(0);
+    expect(memory.readsKept).toBe(1);
+    memory.changed(); // no runs named: everything
+    expect(memory.readsKept).toBe(0);
 
     await db.sql`update dag_runs set state = 'failed' where id = ${two.runId}`;
     await reports.finished(two.attempt, success);
-    expect(prefetched.take([two.runId]).size).toBe(0);
+    expect(memory.takeReads([two.runId]).size).toBe(0);
   });
 
   it('keeps a run as created (the rows that created it are what the planner reads), until it changes', async () => {
@@ -109,12 +108,12 @@ describe('runs read behind the ends', () => {
     // Not created again: nothing to plan from.
     expect((await make('two')).read).toBeUndefined();
 
-    const prefetched = new PrefetchedRuns(100);
-    prefetched.keep({ run: read!, tis: created.read!.tis });
-    expect(prefetched.take([created.run.id]).get(created.run.id)?.tis).toHaveLength(2);
-    prefetched.keep({ run: read!, tis: created.read!.tis });
-    prefetched.changed([created.run.id]);
-    expect(prefetched.take([created.run.id]).size).toBe(0);
+    const memory = new PlannerMemory(100);
+    memory.keepRead({ run: read!, tis: created.read!.tis });
+    expect(memory.takeReads([created.run.id]).get(created.run.id)?.tis).toHaveLength(2);
+    memory.keepRead({ run: read!, tis: created.read!.tis });
+    memory.changed([created.run.id]);
+    expect(memory.takeReads([created.run.id]).size).toBe(0);
   });
 
   it("creates a run of the DAG's current version in one statement, knowing whether the DAG is paused, or says there is no such DAG", async () => {

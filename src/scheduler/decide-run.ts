@@ -1,0 +1,46 @@
+import { advanceRun, type RunDecision, type TiView } from '../core/advance-run.js';
+import type { RunPlan, TiMove } from '../db/apply-plan.js';
+import type { ActiveRunRow } from '../db/runs.js';
+import type { TiRow } from '../db/tis.js';
+
+/** A run decided in memory, waiting for its writes. */
+export interface DecidedRun {
+  run: ActiveRunRow;
+  tis: TiRow[];
+  byTask: Map<string, TiRow>;
+  decision: RunDecision;
+  /** The run's moves (and start) to write; null: nothing to write. */
+  plan: RunPlan | null;
+}
+
+/**
+ * Decides one run's moves in memory from the run and its task instances as read (or as known),
+ * writing nothing: the step decides from what it read, a plan ahead from what it knew. Throws when
+ * the run's rules cannot be applied.
+ */
+export function decideRun(run: ActiveRunRow, tis: TiRow[], start: boolean, now: Date): DecidedRun {
+  const views = new Map<string, TiView>(
+    tis.map((ti) => [ti.task_id, { state: ti.state, nextTryAt: ti.next_try_at, pendingReason: ti.pending_reason }]),
+  );
+  const decision: RunDecision = advanceRun(run.spec.tasks, views, now);
+  const byTask = new Map(tis.map((ti) => [ti.task_id, ti]));
+  if (run.dag_paused) {
+    // A paused DAG starts nothing new: running attempts finish, failures still propagate and the
+    // run can still end, but what would be scheduled waits, saying why.
+    for (const taskId of [...decision.schedule, ...decision.retry]) {
+      if (byTask.get(taskId)!.pending_reason !== 'DAG_PAUSED') decision.reasons.set(taskId, 'DAG_PAUSED');
+      else decision.reasons.delete(taskId);
+    }
+    decision.schedule = [];
+    decision.retry = [];
+  }
+  const move = (taskIds: string[], from: TiMove['from'], to: TiMove['to']): TiMove[] => taskIds.map((id) => ({ tiId: byTask.get(id)!.id, from, to }));
+  const moves = [
+    ...move(decision.schedule, 'none', 'scheduled'),
+    ...move(decision.retry, 'up_for_retry', 'scheduled'),
+    ...move(decision.upstreamFailed, 'none', 'upstream_failed'),
+    ...move(decision.skipped, 'none', 'skipped'),
+  ];
+  const plan = start || moves.length > 0 ? { runId: run.id, epoch: run.plan_epoch, start, moves } : null;
+  return { run, tis, byTask, decision, plan };
+}

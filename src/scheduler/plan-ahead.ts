@@ -1,0 +1,195 @@
+import { isTerminalTi } from '../core/states.js';
+import { applyPlansQuery, appliedFrom, finalizeRunsQuery, type AppliedPlans, type RunEnd } from '../db/apply-plan.js';
+import type { EndSent, EndsSentPort } from '../db/attempts/ends-sent-port.js';
+import { isConnectionError } from '../db/is-connection-error.js';
+import type { Sql } from '../db/sql.js';
+import type { TiRow } from '../db/tis.js';
+import { claimWithTheMove } from './claim-with-the-move.js';
+import type { SchedulerContext } from './context.js';
+import { decideRun, type DecidedRun } from './decide-run.js';
+import { offerScheduled } from './offer-scheduled.js';
+import type { RunRead } from './planner-memory.js';
+import { rememberDecided } from './remember-decided.js';
+
+/** What `planAhead` sent behind the ends. */
+export interface PlannedAhead {
+  /** Settles once its answers are in (never rejects); null when nothing was sent. */
+  done: Promise<void> | null;
+  /**
+   * The ended task instances whose runs were ended with them (if the states assumed hold): the
+   * step that follows has nothing to read for them.
+   */
+  endingTis: Set<string>;
+  /**
+   * The ended task instances whose runs were planned ahead from memory: if the plan applies, the
+   * step that follows decides from that memory, now current (`PlannerMemory.takeCurrent`), and if
+   * it does not, reads the run itself. No read is sent behind them: a whole run's read
+   * behind every end would delay the next start of a chain.
+   */
+  plannedFromMemory: Set<string>;
+}
+
+/**
+ * Registers on the report batcher's port what the leader sends behind every batch of ends it
+ * writes (`planBehindEnds`). A replica that does not lead sends nothing; one that is stopping sends
+ * only the reads (planning ahead is stepping, and a replica that is stopping plans nothing new).
+ * Returns the function that deregisters it.
+ */
+export function registerPlanBehindEnds(port: EndsSentPort, ctx: SchedulerContext, when: { leading(): boolean; stopping(): boolean }): () => void {
+  return port.register((on, ends) => {
+    if (!when.leading()) return null;
+    if (when.stopping()) return ctx.memory?.readBehindEnds(on, ends.map((e) => e.tiId)) ?? null;
+    return planBehindEnds(ctx, on, ends);
+  });
+}
+
+/**
+ * What the leader sends behind the ends the report batcher writes, on the same connection: the
+ * plans ahead of those ends, then the reads of their runs for the step that follows (none for a
+ * run ended with its last attempt, or planned ahead from memory). Settles once all of it has
+ * answered; null without a planner memory (nothing to plan from or keep reads in).
+ */
+export function planBehindEnds(ctx: SchedulerContext, on: Sql, ends: readonly EndSent[]): Promise<void> | null {
+  const memory = ctx.memory;
+  if (!memory) return null;
+  const planned = planAhead(ctx, on, ends);
+  const read = memory.readBehindEnds(on, ends.filter((e) => !planned.endingTis.has(e.tiId) && !planned.plannedFromMemory.has(e.tiId)).map((e) => e.tiId));
+  return planned.done ? Promise.all([planned.done, read]).then(() => {}) : read;
+}
+
+/**
+ * Plans the runs of attempts whose ends were just sent on `on` and are not answered yet, and sends
+ * the writes on `on` right behind them: the next tasks are scheduled (and, for an executor that
+ * needs no placement, claimed) in the round trip that records the ends, instead of one round trip
+ * after it, and a run whose last task instances these were ends in it too. Leader only.
+ *
+ * A run is planned from what the planner last knew of it (`ctx.memory`), with these attempts
+ * ended in success: only successes are planned ahead (a failure's state depends on its tries),
+ * and only runs that go on or end (a retry coming due, a paused DAG: the step that follows the
+ * ends decides those as before). A plan states every upstream state its moves assumed, and a
+ * run's end every task instance's state; the database applies none of it unless each holds at
+ * the write, the ends just recorded included (apply-plan.ts): a plan from an out-of-date memory,
+ * or after an end that was refused, writes nothing, and the step that follows the ends reads the
+ * run as always. A run ended here is not read again (`endingTis`, `PlannerMemory.endedAhead`).
+ */
+export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId: string; outcome: string }[]): PlannedAhead {
+  const endingTis = new Set<string>();
+  const plannedFromMemory = new Set<string>();
+  const memory = ctx.memory;
+  if (!memory) return { done: null, endingTis, plannedFromMemory };
+  // Every end makes its run's memory out of date until a plan that assumed it applies.
+  const since = memory.endsOnTheirWay(ends.map((e) => e.tiId));
+  const succeeded = new Map<string, Set<string>>();
+  const reads = new Map<string, RunRead>();
+  /** Runs with an end here that is not a success: their memory cannot become current. */
+  const otherEnds = new Set<string>();
+  for (const e of ends) {
+    const read = memory.ofTi(e.tiId);
+    if (e.outcome !== 'success') {
+      if (read) otherEnds.add(read.run.id);
+      continue;
+    }
+    if (!read || read.run.state !== 'running' || read.run.dag_paused) continue;
+    reads.set(read.run.id, read);
+    (succeeded.get(read.run.id) ?? succeeded.set(read.run.id, new Set()).get(read.run.id)!).add(e.tiId);
+  }
+  const decided: DecidedRun[] = [];
+  const ending: (RunEnd & { dagId: string })[] = [];
+  for (const [runId, read] of reads) {
+    const ended = succeeded.get(runId)!;
+    if (read.tis.some((t) => ended.has(t.id) && isTerminalTi(t.state))) continue; // not what was known: read it
+    const tis = read.tis.map((t) => (ended.has(t.id) ? { ...t, state: 'success' as const } : t));
+    let d: DecidedRun;
+    try {
+      d = decideRun(read.run, tis, false, ctx.now());
+    } catch {
+      continue; // the step that follows reads the run, and poisons it
+    }
+    if (d.decision.outcome) {
+      // Its last task instances ended: the run ends in this round trip too, if every state
+      // assumed holds at the write (a run that still has moves to make is left to the step).
+      if (d.plan && d.plan.moves.length > 0) continue;
+      ending.push({ runId, dagId: read.run.dag_id, epoch: read.run.plan_epoch, outcome: d.decision.outcome, expect: tis.map((t) => ({ tiId: t.id, state: t.state })) });
+      for (const id of ended) endingTis.add(id);
+      continue;
+    }
+    if (!d.plan) continue;
+    // A retry's backoff is read, never assumed.
+    const retrying = new Set(d.decision.retry.map((id) => d.byTask.get(id)!.id));
+    d.plan.moves = d.plan.moves.filter((m) => !retrying.has(m.tiId));
+    d.decision.retry = [];
+    if (d.plan.moves.length === 0) continue;
+    const spec = new Map(read.run.spec.tasks.map((t) => [t.id, t]));
+    const expect = new Map<string, TiRow['state'] | 'active'>();
+    for (const taskId of [...d.decision.schedule, ...d.decision.upstreamFailed, ...d.decision.skipped]) {
+      for (const dep of spec.get(taskId)!.dependsOn) {
+        const up = d.byTask.get(dep)!;
+        expect.set(up.id, isTerminalTi(up.state) ? up.state : 'active');
+      }
+    }
+    d.plan.expect = [...expect].map(([tiId, state]) => ({ tiId, state }));
+    decided.push(d);
+    // If the plan applies, the memory it leaves is current (markCurrent below) and the step that
+    // follows decides from it: these ends need no read of their run behind them.
+    if (!otherEnds.has(runId)) for (const id of ended) plannedFromMemory.add(id);
+  }
+  if (decided.length === 0 && ending.length === 0) return { done: null, endingTis, plannedFromMemory };
+  // These runs get no read behind their ends: one kept from before them must not be used either
+  // (if the end does not apply, the step reads the run).
+  if (ending.length > 0) memory.dropReads(ending.map((e) => e.runId));
+  const ahead = claimWithTheMove(ctx, decided);
+  // Sent now, before anything is awaited: right behind the ends on the wire.
+  const sent = decided.length > 0 ? applyPlansQuery(on, decided.map((d) => d.plan!)).execute() : null;
+  const endsSent = ending.length > 0 ? finalizeRunsQuery(on, ending).execute() : null;
+
+  const settleMoves = async () => {
+    if (!sent) return;
+    let applied: AppliedPlans;
+    try {
+      applied = appliedFrom(await sent);
+    } catch (err) {
+      // Nothing applied (one statement): the step that follows the ends plans these runs.
+      ahead.answered(new Map());
+      memory.forget(decided.map((d) => d.run.id));
+      if (!isConnectionError(err)) ctx.counters.error('plan.ahead', err);
+      return;
+    }
+    ahead.answered(applied.claims);
+    const reasons = new Map<string, string | null>();
+    for (const d of decided) {
+      if (!applied.runs.has(d.run.id)) {
+        memory.forget([d.run.id]);
+        continue;
+      }
+      offerScheduled(ctx, d, applied, reasons);
+      rememberDecided(memory, d, applied);
+      if (!otherEnds.has(d.run.id)) memory.markCurrent(d.run.id, since);
+    }
+    // A refused offer's reason is left to the step that follows the ends (it offers again).
+  };
+
+  const settleEnds = async () => {
+    if (!endsSent) return;
+    let done: Set<string>;
+    try {
+      done = new Set((await endsSent).map((r) => r.id));
+    } catch (err) {
+      done = new Set();
+      if (!isConnectionError(err)) ctx.counters.error('plan.ahead', err);
+    }
+    // A run not ended here (an assumption that did not hold) is read and decided by the step.
+    for (const e of ending) {
+      if (done.has(e.runId)) memory.endedAhead(e.runId, e.dagId);
+      else memory.forget([e.runId]);
+    }
+  };
+
+  const done = (async () => {
+    try {
+      await Promise.all([settleMoves(), settleEnds()]);
+    } finally {
+      ahead.done();
+    }
+  })();
+  return { done, endingTis, plannedFromMemory };
+}

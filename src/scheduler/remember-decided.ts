@@ -1,0 +1,19 @@
+import type { AppliedPlans } from '../db/apply-plan.js';
+import type { TiRow } from '../db/tis.js';
+import type { DecidedRun } from './decide-run.js';
+import type { PlannerMemory } from './planner-memory.js';
+
+/**
+ * Remembers a run the planner decided and wrote, as it now knows it: as read, with the moves that
+ * applied (a move claimed with it is `queued`) and the run started if its start applied. A run of
+ * a paused DAG is forgotten instead: nothing is planned ahead of its ends.
+ */
+export function rememberDecided(memory: PlannerMemory, d: DecidedRun, applied: AppliedPlans): void {
+  if (d.run.dag_paused) return memory.forget([d.run.id]);
+  const to = new Map<string, TiRow['state']>();
+  for (const m of d.plan?.moves ?? []) if (applied.moved.has(m.tiId)) to.set(m.tiId, applied.claims.has(m.tiId) ? 'queued' : m.to);
+  memory.remember({
+    run: applied.started.has(d.run.id) ? { ...d.run, state: 'running' } : d.run,
+    tis: d.tis.map((t) => (to.has(t.id) ? { ...t, state: to.get(t.id)!, pending_reason: null } : t)),
+  });
+}
