@@ -434,6 +434,14 @@ describe('report batcher', () => {
     await reports.drain();
   });
 
+  it('takes one registrant at a time for what rides behind the ends', () => {
+    const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
+    const deregister = reports.endsSent.register(() => null);
+    expect(() => reports.endsSent.register(() => null)).toThrow(/already registered/);
+    deregister();
+    expect(() => reports.endsSent.register(() => null)).not.toThrow();
+  });
+
   it('writes a report that arrives while a write is in flight with the next batch', async () => {
     const { attempts } = await claimed(3);
     const c = counting(db.sql);
