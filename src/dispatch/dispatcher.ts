@@ -34,8 +34,6 @@ export interface DispatcherOptions {
   store: DispatchStore;
   logger: Logger;
   metrics?: DispatchMetrics;
-  /** The pool refused offers and has drained to half since: the scheduler may offer them again. */
-  onRoom?(): void;
 }
 
 /**
@@ -65,6 +63,9 @@ export interface Dispatcher {
   cancel(tiId: string, reason: string): boolean;
   /** This replica no longer leads: work parked for placement is dropped (still scheduled). */
   forgetParked(): void;
+  /** Calls `listener` when the pool refused offers and has drained to half since: the scheduler
+   *  may offer them again. One listener. */
+  whenRoom(listener: () => void): void;
   /** Stops taking offers and waits for the dispatches in flight. */
   close(): Promise<void>;
 }
@@ -74,6 +75,7 @@ export function createDispatcher(o: DispatcherOptions): Dispatcher {
   const placing: ReadonlyMap<string, Placement> = o.placements ?? new Map();
   // The pool refused an offer: once it has drained to half, the scheduler is told there is room.
   let refused = false;
+  let onRoom: (() => void) | null = null;
   // Room held for claims made with their moves and not offered yet.
   let roomHeld = 0;
   const room = () => Math.max(0, o.capacity - pool.depth - roomHeld);
@@ -87,7 +89,7 @@ export function createDispatcher(o: DispatcherOptions): Dispatcher {
       o.metrics?.dispatched(seconds);
       if (refused && pool.depth <= o.capacity / 2) {
         refused = false;
-        o.onRoom?.();
+        onRoom?.();
       }
     },
     dispatch: async (item) => {
@@ -167,6 +169,10 @@ export function createDispatcher(o: DispatcherOptions): Dispatcher {
 
     cancel(tiId, reason) {
       return [...o.executors.values()].some((e) => e.cancel(tiId, reason));
+    },
+
+    whenRoom(listener) {
+      onRoom = listener;
     },
 
     forgetParked() {

@@ -41,6 +41,7 @@ export function testDispatcher(parts: DispatcherParts): Dispatcher {
     holdsLive: (tiId, token) => parts.heldLive?.(tiId, token) ?? false,
     cancel: () => false,
     forgetParked: () => {},
+    whenRoom: () => {},
     close: async () => {},
   };
 }

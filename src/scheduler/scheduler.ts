@@ -1,0 +1,141 @@
+import type { Logger } from 'pino';
+import type { EndsSentPort } from '../db/attempts/ends-sent-port.js';
+import type { Sql } from '../db/sql.js';
+import type { Dispatcher } from '../dispatch/dispatcher.js';
+import type { RunRead } from './planner-memory.js';
+import type { SchedulerCounters } from './context.js';
+import { createLeaderElector, type LeaderElector } from './leader.js';
+import { createNudger, type Nudge } from './nudger.js';
+import { registerPlanBehindEnds } from './plan-ahead.js';
+import { PlannerMemory } from './planner-memory.js';
+import { createSchedulerLoop } from './scheduler-loop.js';
+import { step } from './step.js';
+
+/** At most this many active runs are planned per step. */
+const MAX_RUNS_PER_STEP = 1000;
+
+export interface SchedulerOptions {
+  sql: Sql;
+  /** For the leader's lock session, outside the pool. */
+  databaseUrl: string;
+  replicaId: string;
+  logger: Logger;
+  dispatcher: Dispatcher;
+  /** The ends the report batcher sends: on the leader, the plans of their runs ride behind them. */
+  endsSent: EndsSentPort;
+  tickMs: number;
+  leaderWatchdogMs: number;
+  runOrphanThresholdMs: number;
+  heartbeatThresholdMs: number;
+  defaultExecutor: string;
+  counters: SchedulerCounters;
+  /** What the scheduler reports to metrics: each step's duration, and whether it leads. */
+  observe: { stepped(seconds: number): void; leading(yes: boolean): void };
+}
+
+export interface Scheduler {
+  /** Asks the leader, here or on another replica, to step (for these runs when named). */
+  readonly nudge: Nudge;
+  /** Asks for a step that starts at least this many queued runs (this replica leads). */
+  nudgeQueued(atLeast: number): void;
+  /** A run was created here: on the leader, the step plans it from the rows that created it. */
+  runCreated(read: RunRead): void;
+  /** Another replica said these runs (all when absent) changed. */
+  notified(runIds?: string[]): void;
+  readonly leader: LeaderElector;
+  start(): void;
+  /** No new steps; waits for the step in progress. */
+  stop(): Promise<void>;
+  /** Gives up the leader lock (once what this replica ran is recorded). */
+  resign(): Promise<void>;
+}
+
+/**
+ * The scheduler of one replica: the planner's memory, the step's context, the loop that runs the
+ * phases, the leader election that lets it step, and the nudges that wake it. Every replica has
+ * one; only the leader steps.
+ */
+export function createScheduler(o: SchedulerOptions): Scheduler {
+  const logger = o.logger.child({ component: 'scheduler' });
+  const memory = new PlannerMemory(MAX_RUNS_PER_STEP);
+  let isLeader = false;
+  let stopping = false;
+  const ctx = {
+    sql: o.sql,
+    logger,
+    now: () => new Date(),
+    dispatcher: o.dispatcher,
+    defaultExecutor: o.defaultExecutor,
+    counters: o.counters,
+    maxRunsPerStep: MAX_RUNS_PER_STEP,
+    memory,
+    heldBackDags: new Set<string>(),
+    runOrphanThresholdMs: o.runOrphanThresholdMs,
+    heartbeatThresholdMs: o.heartbeatThresholdMs,
+    health: { healthySince: new Date() },
+    wakeAt: (at: Date) => loop.wakeAt(at),
+  };
+  // On the leader, the plans ahead of the ends the batcher writes and the reads of their runs,
+  // for the step that follows, go in the same round trip as the ends' write.
+  registerPlanBehindEnds(o.endsSent, ctx, { leading: () => isLeader, stopping: () => stopping });
+  const loop = createSchedulerLoop({
+    tickMs: o.tickMs,
+    logger,
+    step: (kind, target) => step(ctx, kind, target),
+    canStep: () => isLeader,
+    onStepDone: (seconds) => o.observe.stepped(seconds),
+  });
+  // TIs the full pool refused are offered again once it has drained, without waiting for the tick.
+  o.dispatcher.whenRoom(() => loop.nudge());
+  const nudge = createNudger({ sql: o.sql, logger, isLeader: () => isLeader, step: (runIds) => loop.nudge(runIds), changed: (runIds) => memory.changed(runIds) });
+  const leader = createLeaderElector({
+    databaseUrl: o.databaseUrl,
+    replicaId: o.replicaId,
+    logger,
+    watchdogMs: o.leaderWatchdogMs,
+    retryMs: 1000,
+    onElected: () => {
+      // A replica that did not lead did not step, so it saw no failing phase even if Postgres
+      // was down the whole time (a lost lock session is usually that): heartbeats may not have
+      // been writable either. Give them a full threshold to catch up before reaping.
+      ctx.health.healthySince = new Date();
+      isLeader = true;
+      o.observe.leading(true);
+      loop.nudge();
+    },
+    onDeposed: () => {
+      isLeader = false;
+      memory.clear();
+      o.dispatcher.forgetParked();
+      o.observe.leading(false);
+    },
+  });
+
+  return {
+    nudge,
+    nudgeQueued: (atLeast) => {
+      // Only the leader places work, so only the leader is asked for more.
+      if (isLeader) loop.nudgeQueued(atLeast);
+    },
+    runCreated: (read) => {
+      if (!isLeader) return nudge([read.run.id]);
+      memory.keepRead(read);
+      loop.nudge([read.run.id]);
+    },
+    notified: (runIds) => {
+      memory.changed(runIds);
+      loop.nudge(runIds);
+    },
+    leader,
+    start: () => {
+      loop.start();
+      leader.start();
+    },
+    stop: async () => {
+      // Planning ahead is stepping: a replica that is stopping plans nothing new.
+      stopping = true;
+      await loop.stop();
+    },
+    resign: () => leader.stop(),
+  };
+}

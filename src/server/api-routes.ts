@@ -1,0 +1,44 @@
+import { connectNodeAdapter } from '@connectrpc/connect-node';
+import type { Logger } from 'pino';
+import type { Sql } from '../db/sql.js';
+import type { Dispatcher } from '../dispatch/dispatcher.js';
+import { AgentService } from '../gen/leoflow/v1/agent_pb.js';
+import { ClusterService } from '../gen/leoflow/v1/cluster_pb.js';
+import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
+import type { Scheduler } from '../scheduler/scheduler.js';
+import type { AgentFleet } from './agent-fleet.js';
+import { createAgentService } from './agent-service.js';
+import { createClusterService } from './cluster-service.js';
+import type { Config } from './config.js';
+import type { DagParser } from './dag-parser.js';
+import { createWorkflowService } from './workflow-service.js';
+
+/** The API's three services, on what the replica was wired with, as one HTTP/2 handler. */
+export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser: DagParser; scheduler: Scheduler; dispatcher: Dispatcher; fleet: AgentFleet }) {
+  const { sql, logger, config, parser, scheduler, dispatcher, fleet } = o;
+  return connectNodeAdapter({
+    routes(router) {
+      router.service(
+        WorkflowService,
+        createWorkflowService({
+          sql,
+          logger,
+          parseDag: (source, file) => parser.parse(source, file),
+          nudge: (runIds) => scheduler.nudge(runIds),
+          runCreated: (read) => scheduler.runCreated(read),
+          // An attempt held here is stopped at once; one held by an agent elsewhere, through its replica.
+          stopLocal: (tiIds, reason) => {
+            for (const id of tiIds) if (!dispatcher.cancel(id, reason)) fleet.cancel(id, reason);
+          },
+          defaultExecutor: config.executor,
+          logPollMs: 200,
+        }),
+      );
+      router.service(
+        ClusterService,
+        createClusterService({ sql, replicaId: config.replicaId, edition: config.edition, leader: scheduler.leader, agentFreshMs: 3 * config.heartbeatIntervalMs, drained: (agentId) => fleet.drain(agentId) }),
+      );
+      router.service(AgentService, createAgentService(fleet.sessionDeps));
+    },
+  });
+}

@@ -1,0 +1,58 @@
+import type { Logger } from 'pino';
+import { startEmbeddedPostgres, type EmbeddedPostgres } from '../db/embedded-postgres.js';
+import { migrate } from '../db/migrate.js';
+import { createSql, type Sql } from '../db/sql.js';
+import type { Config } from './config.js';
+
+/** The database of one replica: its URL and the pools each kind of work uses. */
+export interface Database {
+  readonly url: string;
+  /** The main pool: the scheduler, the API, the dispatch drainers, the heartbeats. */
+  readonly sql: Sql;
+  /** The attempt reports and what rides behind their ends. */
+  readonly reportSql: Sql;
+  /** The agents' claims. */
+  readonly claimSql: Sql;
+  /** Ends the pools (waiting up to `timeoutS` for queries in flight) and stops an embedded Postgres. */
+  close(timeoutS: number): Promise<void>;
+}
+
+/**
+ * Opens the database a replica runs on: the configured URL, or in Lite without one an embedded
+ * Postgres; then its pools, and the migrations applied.
+ */
+export async function openDatabase(config: Config, logger: Logger): Promise<Database> {
+  let embedded: EmbeddedPostgres | null = null;
+  let url = config.databaseUrl;
+  if (!url) {
+    embedded = await startEmbeddedPostgres({ stateDir: config.stateDir, port: config.embeddedPgPort, logger: logger.child({ component: 'postgres' }) });
+    url = embedded.url;
+    logger.info({ port: config.embeddedPgPort, dataDir: embedded.dataDir }, 'embedded Postgres ready');
+  }
+  // Room for every dispatch drainer plus the scheduler, the API and the heartbeats, so a burst of
+  // dispatches never makes the tick wait for a connection.
+  const sql = createSql(url, { max: 10 + config.dispatchWorkers, applicationName: `leoflow-pool:${config.replicaId}` });
+  // Statements that find their rows by id, planned once per connection instead of once per batch.
+  const reportSql = createSql(url, { max: 4, applicationName: `leoflow-reports:${config.replicaId}`, genericPlans: true });
+  // The agents' claims, likewise, on a connection of their own: a report batch holds a reports
+  // connection reserved until what rides behind its ends has answered, and a claim waiting for one
+  // holds a freed agent slot idle (placement rounds claim one at a time, so one is enough).
+  const claimSql = createSql(url, { max: 1, applicationName: `leoflow-claims:${config.replicaId}`, genericPlans: true });
+  const db: Database = {
+    url,
+    sql,
+    reportSql,
+    claimSql,
+    async close(timeoutS) {
+      await Promise.all([sql, reportSql, claimSql].map((pool) => pool.end({ timeout: timeoutS }).catch(() => {})));
+      await embedded?.stop();
+    },
+  };
+  try {
+    await migrate(sql, logger);
+  } catch (err) {
+    await db.close(1);
+    throw err;
+  }
+  return db;
+}
