@@ -1,5 +1,5 @@
 import pino from 'pino';
-import { describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Attempt } from '../../src/core/attempt.js';
 import { AgentRegistry, type AgentHandle } from '../../src/executors/agent-registry.js';
 import type { WorkItem } from '../../src/core/work-item.js';
@@ -51,9 +51,22 @@ function setup(agents: AvailableAgent[], over: Partial<PlacementStore> = {}, rea
 }
 
 const agent = (agentId: string, slots: number, holding: string[] = []): AvailableAgent => ({ agentId, labels: {}, capabilities: [], slots, holding, connectedReplica: 'r' });
-const settle = () => new Promise((r) => setTimeout(r, 10));
+/**
+ * Lets the rounds in flight run to where they wait (the fake store answers in promises, no
+ * timer): one turn of the event loop, with the fake clock standing still.
+ */
+const settle = () => vi.advanceTimersByTimeAsync(0);
 
 describe('AgentPlacement', () => {
+  // Placement reads performance.now() (when parked work's reason is due, the 100 ms between asks
+  // for more work) and holds an ask back with setTimeout: both run on the fake clock.
+  beforeEach(() => {
+    vi.useFakeTimers();
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
   it('places the work waiting when a round begins with one claim, and parks what waits for a slot', async () => {
     const t = setup([agent('a', 2)]);
     const outcomes = await Promise.all([1, 2, 3, 4, 5].map((n) => t.placement.placeAndDispatch(work(n))));
@@ -130,7 +143,7 @@ describe('AgentPlacement', () => {
     expect(t.claims).toEqual([['1'], ['2']]);
     expect(t.reasons).toEqual([]);
     // 3 has waited 150 ms by the next round (the tick retries the parked work): its reason is written, once.
-    await new Promise((r) => setTimeout(r, 160));
+    await vi.advanceTimersByTimeAsync(160);
     t.placement.retryParked();
     await settle();
     expect(t.reasons).toEqual([new Map([['3', 'AGENT_SLOTS_FULL']])]);
@@ -167,12 +180,12 @@ describe('AgentPlacement', () => {
     expect(t.hungry()).toEqual([70]);
     // Once the 100 ms have passed, the ask held back is made, with nothing else happening
     // meanwhile: for 71, what the 9 parked lack.
-    await new Promise((r) => setTimeout(r, 110));
+    await vi.advanceTimersByTimeAsync(110);
     expect(t.hungry()).toEqual([70, 71]);
     t.placement.finishing('a', 'tok-2');
     await settle();
     expect(t.hungry()).toEqual([70, 71]);
-    await new Promise((r) => setTimeout(r, 110));
+    await vi.advanceTimersByTimeAsync(110);
     expect(t.hungry()).toEqual([70, 71, 72]);
   });
 
@@ -187,7 +200,7 @@ describe('AgentPlacement', () => {
     expect(t.hungry()).toEqual([64]);
     t.placement.finishing('a', 'tok-1');
     t.placement.finishing('a', 'tok-2');
-    await new Promise((r) => setTimeout(r, 110));
+    await vi.advanceTimersByTimeAsync(110);
     expect(t.hungry()).toEqual([64, 64]);
     expect(t.placement.parkedCount).toBe(0);
   });

@@ -1,5 +1,5 @@
 import pino from 'pino';
-import { describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createDispatchPool } from '../../src/dispatch/pool.js';
 
 const logger = pino({ level: 'silent' });
@@ -11,6 +11,14 @@ function gate() {
 }
 
 describe('dispatch pool', () => {
+  // The pool has no timer of its own; the dispatches below that take time sleep on the fake clock.
+  beforeEach(() => {
+    vi.useFakeTimers();
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
   it('never blocks: refuses when full, dedupes waiting and in-flight items, and drains with N workers', async () => {
     const g = gate();
     const started: string[] = [];
@@ -32,7 +40,7 @@ describe('dispatch pool', () => {
     expect(pool.depth).toBe(1);
     expect(pool.inFlight).toBe(1);
     g.open();
-    await new Promise((r) => setTimeout(r, 10));
+    await vi.advanceTimersByTimeAsync(0); // a and b's dispatches settle (promises only)
     expect(started).toEqual(['a', 'b']);
     expect(pool.depth).toBe(0);
     expect(pool.offer('a')).toBe('accepted'); // done: may be offered again
@@ -55,13 +63,13 @@ describe('dispatch pool', () => {
       dispatch: async (n) => {
         running++;
         max = Math.max(max, running);
-        await new Promise((r) => setTimeout(r, 5));
+        await new Promise((r) => setTimeout(r, 5)); // on the fake clock
         running--;
         if (n === 4) throw new Error('boom');
       },
     });
     for (let i = 0; i < 10; i++) expect(pool.offer(i)).toBe('accepted');
-    await new Promise((r) => setTimeout(r, 100));
+    await vi.advanceTimersByTimeAsync(100);
     expect(max).toBe(3);
     expect(errors).toEqual(['4']);
     expect(done).toHaveLength(9);

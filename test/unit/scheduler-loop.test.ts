@@ -1,13 +1,23 @@
 import pino from 'pino';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createSchedulerLoop, type SchedulerLoop, type StepTarget } from '../../src/scheduler/scheduler-loop.js';
 
 const logger = pino({ level: 'silent' });
+/** How long a step takes, in the steps below: on the fake clock. */
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 let loop: SchedulerLoop | undefined;
+// The loop's tick, wakeAt and nudges are setTimeout/setImmediate, and it tells full steps from
+// light ones by Date.now(): all on the fake clock, moved on by the tests.
+beforeEach(() => {
+  vi.useFakeTimers();
+});
 afterEach(async () => {
-  await loop?.stop();
+  const stopping = loop?.stop();
   loop = undefined;
+  // A step still sleeping on the fake clock ends once its time has passed.
+  await vi.advanceTimersByTimeAsync(10);
+  await stopping;
+  vi.useRealTimers();
 });
 
 describe('scheduler loop', () => {
@@ -16,10 +26,10 @@ describe('scheduler loop', () => {
     let leader = false;
     loop = createSchedulerLoop({ tickMs: 30, logger, canStep: () => leader, step: async () => void steps++ });
     loop.start();
-    await sleep(100);
+    await vi.advanceTimersByTimeAsync(100);
     expect(steps).toBe(0);
     leader = true;
-    await sleep(100);
+    await vi.advanceTimersByTimeAsync(100);
     expect(steps).toBeGreaterThanOrEqual(2);
   });
 
@@ -36,11 +46,11 @@ describe('scheduler loop', () => {
       },
     });
     loop.start();
-    await sleep(20);
+    await vi.advanceTimersByTimeAsync(20);
     expect(starts).toHaveLength(1);
     for (let i = 0; i < 10; i++) loop.nudge();
     release();
-    await sleep(50);
+    await vi.advanceTimersByTimeAsync(50);
     expect(starts).toHaveLength(2);
   });
 
@@ -61,11 +71,11 @@ describe('scheduler loop', () => {
       },
     });
     loop.start();
-    await sleep(20);
+    await vi.advanceTimersByTimeAsync(20);
     const t0 = Date.now();
     loop.wakeAt(new Date(t0 + 80));
     loop.wakeAt(new Date(t0 + 300)); // later than the one pending: ignored
-    await sleep(200);
+    await vi.advanceTimersByTimeAsync(200);
     expect(starts).toHaveLength(2);
     expect(starts[1]! - t0).toBeGreaterThanOrEqual(70);
     expect(starts[1]! - t0).toBeLessThan(180);
@@ -84,7 +94,7 @@ describe('scheduler loop', () => {
       },
     });
     loop.start();
-    await sleep(100);
+    await vi.advanceTimersByTimeAsync(100);
     expect(steps).toBeGreaterThanOrEqual(3);
   });
 });
@@ -105,7 +115,7 @@ describe('full and light steps', () => {
     const until = Date.now() + 450;
     while (Date.now() < until) {
       loop.nudge();
-      await sleep(5);
+      await vi.advanceTimersByTimeAsync(5);
     }
     const full = kinds.filter((k) => k.kind === 'full');
     expect(kinds.filter((k) => k.kind === 'light').length).toBeGreaterThan(10);
@@ -138,30 +148,30 @@ describe('targeted steps', () => {
       if (t.length === 2) await new Promise<void>((r) => (release = r));
     });
     l.start(); // the first step after start plans every run (full)
-    await sleep(20);
+    await vi.advanceTimersByTimeAsync(20);
     l.nudge(['7']);
-    await sleep(20); // step 2 (light, run 7) is held open
+    await vi.advanceTimersByTimeAsync(20); // step 2 (light, run 7) is held open
     l.nudge(['8', '9']);
     l.nudge(['9']);
     release();
-    await sleep(20);
+    await vi.advanceTimersByTimeAsync(20);
     l.nudge(['10']);
     l.nudge();
-    await sleep(20);
+    await vi.advanceTimersByTimeAsync(20);
     expect(targets).toEqual([{ all: true }, { all: false, runIds: ['7'], queued: 0 }, { all: false, runIds: ['8', '9'], queued: 0 }, { all: true }]);
   });
 
   it('asks a step for the oldest queued runs when nudged for them (the largest ask), merged with the named runs', async () => {
     const { targets, l } = recording();
     l.start();
-    await sleep(20);
+    await vi.advanceTimersByTimeAsync(20);
     l.nudgeQueued(3);
-    await sleep(20);
+    await vi.advanceTimersByTimeAsync(20);
     l.nudgeQueued(2);
     l.nudge(['4']);
     l.nudgeQueued(5);
     l.nudgeQueued(1);
-    await sleep(20);
+    await vi.advanceTimersByTimeAsync(20);
     expect(targets).toEqual([{ all: true }, { all: false, runIds: [], queued: 3 }, { all: false, runIds: ['4'], queued: 5 }]);
   });
 });
