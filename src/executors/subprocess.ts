@@ -83,6 +83,9 @@ export function createSubprocessExecutor(opts: SubprocessExecutorOptions): Execu
   return new SubprocessExecutor(opts);
 }
 
+// Longer than our files usually are: an attempt's whole life here (start from a ready shell or a
+// spawn, output, exit, stop, heartbeat) is one state machine over `Running`, and it reads best in
+// one place. The attempt supervisor (a shim that outlives this process) will take its process half.
 class SubprocessExecutor implements Executor {
   readonly kind = 'subprocess';
   readonly #reporter: AttemptReporter;
