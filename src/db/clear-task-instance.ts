@@ -29,9 +29,9 @@ export type ClearOutcome =
 export async function clearTaskInstance(sql: Sql, req: { runId: string; taskId: string; downstream: boolean }): Promise<ClearOutcome> {
   return sql.begin(async (tx) => {
     // Run row first, then its TIs (the order every writer of both takes). A planner's write for
-    // this run (apply-plan.ts: moves, finalize) waits on this lock, then finds the plan epoch this
-    // clear bumped and drops its decision, so a run cannot end over a task instance the clear
-    // just made `none` again, nor get a stale "upstream failed".
+    // this run (plan/apply-plans.ts, plan/finalize-runs.ts) waits on this lock, then finds the
+    // plan epoch this clear bumped and drops its decision, so a run cannot end over a task
+    // instance the clear just made `none` again, nor get a stale "upstream failed".
     const [run] = await tx<RunRow[]>`select * from dag_runs where id = ${req.runId} for update`;
     if (!run) return { kind: 'run_not_found' as const };
     if (!run.spec.tasks.some((t) => t.id === req.taskId)) return { kind: 'task_not_found' as const, run };

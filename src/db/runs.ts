@@ -19,7 +19,7 @@ export interface RunRow {
   started_at: Date | null;
   ended_at: Date | null;
   settled_at: Date | null;
-  /** Bumped by a clear; the planner's writes are guarded on it (apply-plan.ts). A bigint, as text. */
+  /** Bumped by a clear; the planner's writes are guarded on it (db/plan/). A bigint, as text. */
   plan_epoch: string;
 }
 

@@ -1,4 +1,4 @@
-import type { TiMove } from '../db/apply-plan.js';
+import type { TiMove } from '../db/plan/run-plan.js';
 import type { ClaimCandidate, ClaimsAhead } from '../dispatch/dispatcher.js';
 import type { SchedulerContext } from './context.js';
 import type { DecidedRun } from './decide-run.js';

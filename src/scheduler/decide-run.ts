@@ -1,5 +1,5 @@
 import { advanceRun, type RunDecision, type TiView } from '../core/advance-run.js';
-import type { RunPlan, TiMove } from '../db/apply-plan.js';
+import type { RunPlan, TiMove } from '../db/plan/run-plan.js';
 import type { ActiveRunRow } from '../db/runs.js';
 import type { TiRow } from '../db/tis.js';
 

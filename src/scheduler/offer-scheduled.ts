@@ -1,5 +1,5 @@
 import type { WorkItem } from '../core/work-item.js';
-import type { AppliedPlans } from '../db/apply-plan.js';
+import type { AppliedPlans } from '../db/plan/run-plan.js';
 import type { SchedulerContext } from './context.js';
 import type { DecidedRun } from './decide-run.js';
 import { isPlannerReason } from './is-planner-reason.js';

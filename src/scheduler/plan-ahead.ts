@@ -1,5 +1,7 @@
 import { isTerminalTi } from '../core/states.js';
-import { applyPlansQuery, appliedFrom, finalizeRunsQuery, type AppliedPlans, type RunEnd } from '../db/apply-plan.js';
+import { applyPlansQuery, appliedFrom } from '../db/plan/apply-plans.js';
+import { finalizeRunsQuery, type RunEnd } from '../db/plan/finalize-runs.js';
+import type { AppliedPlans } from '../db/plan/run-plan.js';
 import type { EndSent, EndsSentPort } from '../db/attempts/ends-sent-port.js';
 import { isConnectionError } from '../db/is-connection-error.js';
 import type { Sql } from '../db/sql.js';
@@ -68,9 +70,10 @@ export function planBehindEnds(ctx: SchedulerContext, on: Sql, ends: readonly En
  * and only runs that go on or end (a retry coming due, a paused DAG: the step that follows the
  * ends decides those as before). A plan states every upstream state its moves assumed, and a
  * run's end every task instance's state; the database applies none of it unless each holds at
- * the write, the ends just recorded included (apply-plan.ts): a plan from an out-of-date memory,
- * or after an end that was refused, writes nothing, and the step that follows the ends reads the
- * run as always. A run ended here is not read again (`endingTis`, `PlannerMemory.endedAhead`).
+ * the write, the ends just recorded included (db/plan/apply-plans.ts, finalize-runs.ts): a plan
+ * from an out-of-date memory, or after an end that was refused, writes nothing, and the step
+ * that follows the ends reads the run as always. A run ended here is not read again
+ * (`endingTis`, `PlannerMemory.endedAhead`).
  */
 export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId: string; outcome: string }[]): PlannedAhead {
   const endingTis = new Set<string>();

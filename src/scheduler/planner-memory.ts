@@ -22,11 +22,11 @@ const MAX_RUNS = 10_000;
  * - the runs ended ahead, in the round trip of their last attempt's end.
  *
  * All of it is a hint, never truth: every planner write is guarded by the run's plan epoch and
- * the states it assumed (apply-plan.ts), so an out-of-date hint costs a plan that does not apply
- * or a read later, never a wrong move. News of a run from anywhere else (a trigger, a clear, a
- * cancel, another replica) is told with `changed`, which drops everything held of it and refuses
- * what is still on its way; a replica that stops leading calls `clear`. The other methods are the
- * planner's own bookkeeping of what it read, decided and sent.
+ * the states it assumed (db/plan/apply-plans.ts), so an out-of-date hint costs a plan that does
+ * not apply or a read later, never a wrong move. News of a run from anywhere else (a trigger, a
+ * clear, a cancel, another replica) is told with `changed`, which drops everything held of it and
+ * refuses what is still on its way; a replica that stops leading calls `clear`. The other methods
+ * are the planner's own bookkeeping of what it read, decided and sent.
  */
 export class PlannerMemory {
   /** One history for the whole memory: every event that may outdate something takes a number. */

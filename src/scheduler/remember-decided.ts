@@ -1,4 +1,4 @@
-import type { AppliedPlans } from '../db/apply-plan.js';
+import type { AppliedPlans } from '../db/plan/run-plan.js';
 import type { TiRow } from '../db/tis.js';
 import type { DecidedRun } from './decide-run.js';
 import type { PlannerMemory } from './planner-memory.js';

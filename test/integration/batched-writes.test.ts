@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { DagSpec } from '../../src/core/dag-spec.js';
-import { PLANS_PER_STATEMENT, applyPlans, finalizeRuns } from '../../src/db/apply-plan.js';
+import { PLANS_PER_STATEMENT, applyPlans } from '../../src/db/plan/apply-plans.js';
+import { finalizeRuns } from '../../src/db/plan/finalize-runs.js';
 import { claimAttempts } from '../../src/db/attempts/claim-attempt.js';
 import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
 import { clearTaskInstance } from '../../src/db/clear-task-instance.js';

@@ -9,7 +9,7 @@ import { startAttempt } from '../../src/db/attempts/start-attempt.js';
 import { cancelTaskInstance } from '../../src/db/cancel-task-instance.js';
 import { clearTaskInstance } from '../../src/db/clear-task-instance.js';
 import { upsertDag } from '../../src/db/dags.js';
-import { finalizeRuns } from '../../src/db/apply-plan.js';
+import { finalizeRuns } from '../../src/db/plan/finalize-runs.js';
 import { createRun, getRun, transitionRun, type RunRow } from '../../src/db/runs.js';
 import { getTi, listTis, transitionTis, type TiRow } from '../../src/db/tis.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';

@@ -8,7 +8,7 @@ import { finishAttempt } from '../../src/db/attempts/finish-attempt.js';
 import { flushHeartbeats } from '../../src/db/attempts/flush-heartbeats.js';
 import { startAttempt } from '../../src/db/attempts/start-attempt.js';
 import { upsertDag } from '../../src/db/dags.js';
-import { finalizeRuns } from '../../src/db/apply-plan.js';
+import { finalizeRuns } from '../../src/db/plan/finalize-runs.js';
 import { createRun, getRun, transitionRun, type RunRow } from '../../src/db/runs.js';
 import { getTi, listTis, transitionTis, type TiRow } from '../../src/db/tis.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';

@@ -1,4 +1,6 @@
-import { applyPlans, finalizeRuns, type AppliedPlans, type RunPlan } from '../../db/apply-plan.js';
+import { applyPlans } from '../../db/plan/apply-plans.js';
+import { finalizeRuns } from '../../db/plan/finalize-runs.js';
+import type { AppliedPlans, RunPlan } from '../../db/plan/run-plan.js';
 import { isConnectionError } from '../../db/is-connection-error.js';
 import { activeRuns, poisonRun, type ActiveRunRow } from '../../db/runs.js';
 import { listTisOfRuns, setPendingReasons, type TiRow } from '../../db/tis.js';
