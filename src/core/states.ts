@@ -71,7 +71,10 @@ export const TERMINAL_TI_STATES: readonly TiState[] = [
 ];
 export const TERMINAL_RUN_STATES: readonly RunState[] = ['success', 'failed', 'cancelled'];
 
-/** States in which a task instance may hold a live process somewhere. */
+/**
+ * States in which a task instance may hold a live process somewhere (the list of index
+ * `task_instances_agent`).
+ */
 export const ACTIVE_TI_STATES: readonly TiState[] = ['queued', 'running'];
 
 /** States from which an attempt's end may be recorded, whatever the outcome. */
@@ -136,3 +139,48 @@ export function isTiState(value: string): value is TiState {
 export function isRunState(value: string): value is RunState {
   return (RUN_STATES as readonly string[]).includes(value);
 }
+
+/*
+ * Named sets of states for the guards the database layer writes (`WHERE state IN (…)`), so no
+ * statement spells a state list of its own. Some are the predicates of partial indexes
+ * (src/db/migrations): changing one of those means changing its index too.
+ */
+
+/** Runs that have not ended: the ones the planner reads (the list of index `dag_runs_active`). */
+export const ACTIVE_RUN_STATES: readonly RunState[] = RUN_STATES.filter((s) => !isTerminalRun(s));
+
+/** Runs waiting to start: queued until max_active_runs has room (the ordinary start's from). */
+export const RUN_START_FROM: readonly RunState[] = runMoveFrom('running');
+
+/**
+ * Runs that have started and not ended: what max_active_runs counts (index `dag_runs_running`),
+ * the runs whose task instances the planner moves and a dispatcher claims.
+ */
+export const STARTED_RUN_STATES: readonly RunState[] = ACTIVE_RUN_STATES.filter((s) => !RUN_START_FROM.includes(s));
+
+/** The states a run may end from, to success or failed alike (the planner's end, the reaper's). */
+export const RUN_END_FROM: readonly RunState[] = runMoveFrom('success').filter((s) => runMoveFrom('failed').includes(s));
+
+/**
+ * Task instances claimed for an attempt that has not started: the claim waits to be delivered,
+ * and may be given back (→ scheduled).
+ */
+export const CLAIMED_TI_STATES: readonly TiState[] = ACTIVE_TI_STATES.filter((s) => canTransitionTi(s, 'scheduled'));
+
+/** Task instances whose attempt has started and not ended. */
+export const STARTED_TI_STATES: readonly TiState[] = ACTIVE_TI_STATES.filter((s) => !CLAIMED_TI_STATES.includes(s));
+
+/** The states an attempt's recorded end leaves its task instance in (a cancelled one included). */
+export const ATTEMPT_ENDED_TI_STATES: readonly TiState[] = ['success', 'failed', 'up_for_retry', 'cancelled'];
+
+/** Task instances waiting with no attempt (upstream, a slot, a backoff): a pending reason says why. */
+export const WAITING_TI_STATES: readonly TiState[] = TI_STATES.filter((s) => !isTerminalTi(s) && !ACTIVE_TI_STATES.includes(s));
+
+/**
+ * Task instances with work that moves on without the planner (a dispatch, an attempt, a
+ * backoff): a run with one of these is not settled. The list of index `task_instances_live`.
+ */
+export const UNSETTLED_TI_STATES: readonly TiState[] = ['scheduled', 'queued', 'running', 'up_for_retry'];
+
+/** A run all of whose task instances are in these states ended well (the run reaper's verdict). */
+export const SUCCEEDED_TI_STATES: readonly TiState[] = ['success', 'skipped'];

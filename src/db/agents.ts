@@ -1,3 +1,5 @@
+import { ACTIVE_TI_STATES } from '../core/states.js';
+import { inlineLiterals } from './inline-literals.js';
 import type { Sql } from './sql.js';
 
 export interface AgentRow {
@@ -48,13 +50,13 @@ export async function touchAgents(sql: Sql, sessions: { agentId: string; session
 
 export async function listAgents(sql: Sql): Promise<AgentRow[]> {
   return sql<AgentRow[]>`
-    select a.*, (select count(*)::int from task_instances t where t.agent_id = a.agent_id and t.state in ('queued', 'running')) as running
+    select a.*, (select count(*)::int from task_instances t where t.agent_id = a.agent_id and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})) as running
     from agents a order by a.agent_id`;
 }
 
 export async function getAgent(sql: Sql, agentId: string): Promise<AgentRow | null> {
   const [row] = await sql<AgentRow[]>`
-    select a.*, (select count(*)::int from task_instances t where t.agent_id = a.agent_id and t.state in ('queued', 'running')) as running
+    select a.*, (select count(*)::int from task_instances t where t.agent_id = a.agent_id and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})) as running
     from agents a where a.agent_id = ${agentId}`;
   return row ?? null;
 }
@@ -73,7 +75,7 @@ export async function availableAgents(sql: Sql, freshMs: number): Promise<(Agent
     select a.*, h.running, h.holding
     from agents a,
       lateral (select count(*)::int as running, coalesce(array_agg(t.attempt_token::text), '{}') as holding
-               from task_instances t where t.agent_id = a.agent_id and t.state in ('queued', 'running')) h
+               from task_instances t where t.agent_id = a.agent_id and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})) h
     where a.connected_replica is not null and not a.draining
       and a.last_seen_at > now() - ${freshMs} * interval '1 millisecond'`;
 }
@@ -84,7 +86,7 @@ export async function taskLoadByAgent(sql: Sql, runId: string, taskId: string): 
   const rows = await sql<{ agent_id: string; n: number }[]>`
     select t.agent_id, count(*)::int as n from task_instances t
     join dag_runs r on r.id = t.run_id
-    where t.state in ('queued', 'running') and t.agent_id is not null and t.task_id = ${taskId}
+    where t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)}) and t.agent_id is not null and t.task_id = ${taskId}
       and r.dag_id = (select dag_id from dag_runs where id = ${runId})
     group by t.agent_id`;
   return new Map(rows.map((r) => [r.agent_id, r.n]));

@@ -1,6 +1,11 @@
+import { legalTiFrom } from '../core/states.js';
+import { EVENT_KIND, tiEvents } from './events/record-events.js';
+import { inlineLiterals } from './inline-literals.js';
 import type { RunRow } from './runs.js';
 import { transitionRun, getRun } from './runs.js';
 import type { Sql } from './sql.js';
+
+const CANCEL_FROM = legalTiFrom('cancelled');
 
 export type CancelOutcome =
   | { kind: 'not_found' }
@@ -20,16 +25,14 @@ export async function cancelRun(sql: Sql, runId: string): Promise<CancelOutcome>
     const rows = await tx<{ id: string; was: string }[]>`
       with old as (
         select id, state from task_instances
-        where run_id = ${runId} and state in ('none', 'scheduled', 'queued', 'running', 'up_for_retry')
+        where run_id = ${runId} and state in (${inlineLiterals(tx, CANCEL_FROM)})
         for update),
       moved as (
         update task_instances t set state = 'cancelled', ended_at = now(),
           pending_reason = null, error = coalesce(t.error, 'run cancelled')
         from old where t.id = old.id
         returning t.id, t.run_id, t.task_id, t.try_number, old.state as was),
-      ev as (
-        insert into events (run_id, ti_id, kind, payload)
-        select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'cancelled', 'try', try_number) from moved)
+      ev as (${tiEvents(tx, EVENT_KIND.tiState, tx`moved`, tx`jsonb_build_object('task_id', task_id, 'to', 'cancelled', 'try', try_number)`)})
       select id, was from moved`;
     const run = (await getRun(tx, runId))!;
     return { kind: 'cancelled' as const, run, stoppedTiIds: rows.filter((r) => r.was === 'queued' || r.was === 'running').map((r) => r.id) };

@@ -1,4 +1,5 @@
 import { ACTIVE_TI_STATES, legalTiFrom, type TiState } from '../core/states.js';
+import { EVENT_KIND, tiEvents } from './events/record-events.js';
 import type { Sql } from './sql.js';
 import type { TiRow } from './tis.js';
 
@@ -21,6 +22,8 @@ export type CancelTiOutcome =
  */
 export async function cancelTaskInstance(sql: Sql, runId: string, taskId: string): Promise<CancelTiOutcome> {
   return sql.begin(async (tx) => {
+    const cancelledEvent = tx`jsonb_build_object('task_id', task_id, 'to', 'cancelled', 'from', was, 'try', try_number,
+      'reason', ${CANCELLED_BY_USER}::text)`;
     const [moved] = await tx<(TiRow & { was: TiState })[]>`
       with old as (
         select id, state from task_instances
@@ -31,10 +34,7 @@ export async function cancelTaskInstance(sql: Sql, runId: string, taskId: string
           pending_reason = null, next_try_at = null
         from old where t.id = old.id
         returning t.*, old.state as was),
-      ev as (
-        insert into events (run_id, ti_id, kind, payload)
-        select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'cancelled', 'from', was, 'try', try_number,
-               'reason', ${CANCELLED_BY_USER}::text) from moved)
+      ev as (${tiEvents(tx, EVENT_KIND.tiState, tx`moved`, cancelledEvent)})
       select * from moved`;
     if (moved) {
       const { was, ...ti } = moved;

@@ -1,5 +1,6 @@
 import { downstreamTaskIds } from '../core/downstream.js';
 import { RUN_REOPEN_FROM, isTerminalRun, isTerminalTi, legalTiFrom } from '../core/states.js';
+import { EVENT_KIND, runEvents, tiEvents } from './events/record-events.js';
 import { getRun, type RunRow } from './runs.js';
 import type { Sql } from './sql.js';
 import type { TiRow } from './tis.js';
@@ -43,6 +44,8 @@ export async function clearTaskInstance(sql: Sql, req: { runId: string; taskId: 
     if (!isTerminalTi(target.state)) return { kind: 'not_ended' as const, ti: target };
 
     const retries = new Map(run.spec.tasks.map((t) => [t.id, t.retries]));
+    const clearedEvent = tx`jsonb_build_object('task_id', task_id, 'to', 'none', 'from', was, 'try', try_number,
+      'max_tries', max_tries, 'reason', 'cleared')`;
     const moved = await tx<(TiRow & { was: string })[]>`
       with old as (
         select t.id, t.state, r.retries from task_instances t
@@ -56,10 +59,7 @@ export async function clearTaskInstance(sql: Sql, req: { runId: string; taskId: 
           queued_at = null, started_at = null, heartbeat_at = null, ended_at = null, exit_code = null, error = null
         from old where t.id = old.id
         returning t.*, old.state as was),
-      ev as (
-        insert into events (run_id, ti_id, kind, payload)
-        select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'none', 'from', was, 'try', try_number,
-               'max_tries', max_tries, 'reason', 'cleared') from moved)
+      ev as (${tiEvents(tx, EVENT_KIND.tiState, tx`moved`, clearedEvent)})
       select * from moved`;
 
     let reopenedFrom: RunRow['state'] | null = null;
@@ -70,8 +70,7 @@ export async function clearTaskInstance(sql: Sql, req: { runId: string; taskId: 
             plan_epoch = plan_epoch + 1
           where id = ${req.runId} and state = any(${RUN_REOPEN_FROM as string[]}::text[])
           returning id)
-        insert into events (run_id, kind, payload)
-        select id, 'run.state', ${tx.json({ to: 'running', from: run.state, reason: 'cleared', task_id: req.taskId } as never)} from moved
+        ${runEvents(tx, EVENT_KIND.runState, tx`moved`, tx`${tx.json({ to: 'running', from: run.state, reason: 'cleared', task_id: req.taskId } as never)}`)}
         returning run_id`;
       if (rows.count === 1) reopenedFrom = run.state;
     } else {

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { DagSpec } from '../core/dag-spec.js';
 import { firstFireTimeAtOrAfter, latestFireTime } from '../core/schedule.js';
+import { EVENT_KIND, eventKind, insertEvents } from './events/record-events.js';
 import type { Sql, TxSql } from './sql.js';
 
 export interface DagRow {
@@ -65,8 +66,7 @@ export async function upsertDag(sql: Sql, spec: DagSpec, source: string, now = n
         start_date = excluded.start_date, max_active_runs = excluded.max_active_runs,
         next_run_at = excluded.next_run_at, version = dags.version + 1, updated_at = now()
       returning *`;
-    await tx`insert into events (kind, payload)
-             values ('dag.applied', ${tx.json({ dag_id: spec.dagId, version: dag!.version } as never)})`;
+    await insertEvents(tx, tx`values (null, null, ${eventKind(tx, EVENT_KIND.dagApplied)}, ${tx.json({ dag_id: spec.dagId, version: dag!.version } as never)})`);
     return { dag: dag!, outcome: existing ? ('updated' as const) : ('created' as const) };
   });
 }

@@ -1,6 +1,8 @@
 import type { Attempt } from '../core/attempt.js';
 import { attemptOf } from '../core/attempt-env.js';
 import type { DagSpec } from '../core/dag-spec.js';
+import { ACTIVE_TI_STATES } from '../core/states.js';
+import { inlineLiterals } from './inline-literals.js';
 import type { Sql } from './sql.js';
 
 /**
@@ -15,7 +17,7 @@ export async function loadAttempt(sql: Sql, tiId: string, agentId: string): Prom
     select t.id, t.run_id, t.task_id, t.try_number, t.max_tries, t.attempt_token, t.dispatch_key,
            r.dag_id, r.spec, r.conf, r.logical_date
     from task_instances t join dag_runs r on r.id = t.run_id
-    where t.id = ${tiId} and t.agent_id = ${agentId} and t.state in ('queued', 'running')`;
+    where t.id = ${tiId} and t.agent_id = ${agentId} and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})`;
   if (!row) return null;
   const task = row.spec.tasks.find((t) => t.id === row.task_id);
   if (!task) return null;

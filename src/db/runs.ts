@@ -1,6 +1,8 @@
 import type { DagSpec } from '../core/dag-spec.js';
-import { runMoveFrom, type RunState } from '../core/states.js';
+import { ACTIVE_RUN_STATES, RUN_START_FROM, STARTED_RUN_STATES, runMoveFrom, type RunState } from '../core/states.js';
 import type postgres from 'postgres';
+import { EVENT_KIND, runEvents } from './events/record-events.js';
+import { inlineLiterals } from './inline-literals.js';
 import type { Fragment, PendingQuery, Sql, TxSql } from './sql.js';
 import type { TiRow } from './tis.js';
 
@@ -86,11 +88,9 @@ async function insertRun(
       from run, jsonb_array_elements(run.spec->'tasks') with ordinality as e(t, n)
       order by e.n
       returning *),
-    ev as (
-      insert into events (run_id, kind, payload)
-      select id, 'run.state', ${tx.json({ to: 'queued', run_key: run.runKey, run_type: run.runType } as never)} from run)
+    ev as (${runEvents(tx, EVENT_KIND.runState, tx`run`, tx`${tx.json({ to: 'queued', run_key: run.runKey, run_type: run.runType } as never)}`)})
     select run.*, (select paused from src) as dag_paused,
-      (select count(*)::int from dag_runs x where x.dag_id = run.dag_id and x.state = 'running') as running_in_dag,
+      (select count(*)::int from dag_runs x where x.dag_id = run.dag_id and x.state in (${inlineLiterals(tx, STARTED_RUN_STATES)})) as running_in_dag,
       (select coalesce(jsonb_agg(to_jsonb(t) order by t.id), '[]'::jsonb) from tis t) as tis_json
     from run`;
   if (!inserted) {
@@ -144,19 +144,21 @@ export type ActiveRunsOf = { runIds: string[] } | { ofTis: string[] } | { queued
 export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = null): PendingQuery<ActiveRunRow[]> {
   const read = (where: Fragment, from: Fragment = sql`dag_runs`) => sql`
       select r.*, d.paused as dag_paused from ${from} r join dags d on d.dag_id = r.dag_id
-      where r.state in ('queued', 'running') and r.poison_error is null ${where}
+      where r.state in (${inlineLiterals(sql, ACTIVE_RUN_STATES)}) and r.poison_error is null ${where}
       order by r.id limit ${limit}`;
   // Runs named by key are read by key alone (the fence keeps the state test out of the scan):
   // a kept plan made before the table had statistics otherwise read the index of every active
   // run, end to end, and intersected it with the keys (reads behind ends go on the reports pool,
   // whose plans are kept).
   const byKey = (ids: Fragment) => read(sql``, sql`(select * from dag_runs where id = any(${ids}) offset 0)`);
+  const queuedStates = inlineLiterals(sql, RUN_START_FROM);
+  const startedStates = inlineLiterals(sql, STARTED_RUN_STATES);
   const queuedOf =
     of === null || !('queuedOf' in of)
       ? null
       : of.queuedOf === 'any'
-        ? sql`and r.state = 'queued'`
-        : sql`and r.state = 'queued' and r.dag_id = any(${of.queuedOf}::text[])`;
+        ? sql`and r.state in (${queuedStates})`
+        : sql`and r.state in (${queuedStates}) and r.dag_id = any(${of.queuedOf}::text[])`;
   const runs =
     queuedOf !== null
       ? // The queued runs of paused DAGs last: they start nothing (the step only gives their tasks
@@ -172,7 +174,7 @@ export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = nu
           : 'ofTis' in of
             ? // The runs' ids first, an array computed once, each TI found by its key.
               byKey(sql`array(select run_id from task_instances where id = any(${of.ofTis}::bigint[]))`)
-            : read(sql`and r.state = 'running'`);
+            : read(sql`and r.state in (${startedStates})`);
   return sql<ActiveRunRow[]>`
     with q as (${runs}),
     -- Materialized: counted once. Inlined, the planner may rescan it for every run read (it did,
@@ -180,9 +182,9 @@ export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = nu
     -- until autovacuum analyzed the table again).
     c as materialized (
       select x.dag_id, count(*)::int as n from dag_runs x
-      where x.state = 'running' and x.dag_id in (select dag_id from q where state = 'queued')
+      where x.state in (${startedStates}) and x.dag_id in (select dag_id from q where state in (${queuedStates}))
       group by x.dag_id)
-    select q.*, case when q.state = 'queued' then coalesce(c.n, 0) end as running_in_dag
+    select q.*, case when q.state in (${queuedStates}) then coalesce(c.n, 0) end as running_in_dag
     from q left join c on c.dag_id = q.dag_id
     order by q.id`;
 }
@@ -203,8 +205,7 @@ export async function transitionRun(sql: Sql | TxSql, runId: string, to: RunStat
         ended_at = case when ${terminal} then now() else ended_at end
       where id = ${runId} and state = any(${from as string[]}::text[])
       returning id)
-    insert into events (run_id, kind, payload)
-    select id, 'run.state', ${sql.json({ ...payload, to } as never)} from moved
+    ${runEvents(sql, EVENT_KIND.runState, sql`moved`, sql`${sql.json({ ...payload, to } as never)}`)}
     returning run_id`;
   return rows.count === 1;
 }
@@ -213,5 +214,5 @@ export async function transitionRun(sql: Sql | TxSql, runId: string, to: RunStat
 export async function poisonRun(sql: Sql, runId: string, error: string): Promise<void> {
   await sql`
     with p as (update dag_runs set poison_error = ${error} where id = ${runId} and poison_error is null returning id)
-    insert into events (run_id, kind, payload) select id, 'run.poisoned', ${sql.json({ error } as never)} from p`;
+    ${runEvents(sql, EVENT_KIND.runPoisoned, sql`p`, sql`${sql.json({ error } as never)}`)}`;
 }

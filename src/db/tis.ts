@@ -1,4 +1,6 @@
-import { legalTiFrom, type TiState } from '../core/states.js';
+import { WAITING_TI_STATES, legalTiFrom, type TiState } from '../core/states.js';
+import { EVENT_KIND, tiEvents } from './events/record-events.js';
+import { inlineLiterals } from './inline-literals.js';
 import type { PendingQuery, Sql, TxSql } from './sql.js';
 
 export interface TiRow {
@@ -79,8 +81,7 @@ export async function transitionTis(
         ended_at = case when ${fields.endedNow ?? false} then now() else ended_at end
       where run_id = ${runId} and task_id = any(${taskIds}::text[]) and state = any(${from as string[]}::text[])
       returning id, run_id, task_id, try_number)
-    insert into events (run_id, ti_id, kind, payload)
-    select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', ${to}::text, 'try', try_number) from moved
+    ${tiEvents(sql, EVENT_KIND.tiState, sql`moved`, sql`jsonb_build_object('task_id', task_id, 'to', ${to}::text, 'try', try_number)`)}
     returning ti_id`;
   return rows.map((r) => r.ti_id);
 }
@@ -99,7 +100,7 @@ export async function setPendingReasons(sql: Sql | TxSql, reasons: Map<string, s
     with r as (select * from unnest(${ids}::bigint[], ${values as string[]}::text[]) as r(id, reason)),
     free as (
       select t.id, r.reason from task_instances t join r on t.id = r.id
-      where t.state in ('none', 'scheduled', 'up_for_retry')
+      where t.state in (${inlineLiterals(sql, WAITING_TI_STATES)})
       for update of t skip locked)
     update task_instances t set pending_reason = free.reason from free where t.id = free.id`;
 }

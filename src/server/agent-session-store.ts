@@ -1,7 +1,9 @@
 import type { Attempt, AttemptResult } from '../core/attempt.js';
+import { ACTIVE_TI_STATES, ATTEMPT_ENDED_TI_STATES, CLAIMED_TI_STATES, STARTED_TI_STATES } from '../core/states.js';
 import { connectAgent, disconnectAgent } from '../db/agents.js';
 import { claimAttempt } from '../db/attempts/claim-attempt.js';
 import type { ReportBatcher } from '../db/attempts/report-batcher.js';
+import { inlineLiterals } from '../db/inline-literals.js';
 import { loadAttempt } from '../db/load-attempt.js';
 import type { LogWriter } from '../db/log-writer.js';
 import type { Sql } from '../db/sql.js';
@@ -23,13 +25,13 @@ export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWr
         select t.attempt_token as token from task_instances t
         join unnest(${refs.map((r) => r.tiId)}::bigint[], ${refs.map((r) => r.tryNumber)}::int[], ${refs.map((r) => r.attemptToken)}::uuid[])
           as h(id, try, token) on t.id = h.id and t.try_number = h.try and t.attempt_token = h.token
-        where t.agent_id = ${agentId} and t.state in ('queued', 'running')`;
+        where t.agent_id = ${agentId} and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})`;
       return new Set(rows.map((r) => r.token));
     },
 
     async undelivered(agentId) {
       const rows = await sql<{ id: string }[]>`
-        select id from task_instances where agent_id = ${agentId} and state = 'queued' order by id`;
+        select id from task_instances where agent_id = ${agentId} and state in (${inlineLiterals(sql, CLAIMED_TI_STATES)}) order by id`;
       const out: Attempt[] = [];
       for (const r of rows) {
         const a = await loadAttempt(sql, r.id, agentId);
@@ -43,7 +45,7 @@ export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWr
       // Sent again after a reconnect, for an attempt already running: not a zombie.
       const [row] = await sql`
         select 1 from task_instances where id = ${ref.tiId} and try_number = ${ref.tryNumber}
-          and attempt_token = ${ref.attemptToken} and state = 'running' and agent_id = ${agentId}`;
+          and attempt_token = ${ref.attemptToken} and state in (${inlineLiterals(sql, STARTED_TI_STATES)}) and agent_id = ${agentId}`;
       return row !== undefined;
     },
 
@@ -58,7 +60,7 @@ export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWr
       if (verdict !== 'rejected') return { outcome: 'applied', runId };
       // Sent again after a reconnect, for an end already recorded: not a zombie.
       const [row] = await sql<{ ended: boolean }[]>`
-        select state in ('success', 'failed', 'up_for_retry', 'cancelled') and ended_at is not null as ended
+        select state in (${inlineLiterals(sql, ATTEMPT_ENDED_TI_STATES)}) and ended_at is not null as ended
         from task_instances where id = ${ref.tiId} and try_number = ${ref.tryNumber} and attempt_token = ${ref.attemptToken}`;
       return { outcome: row?.ended ? 'applied' : 'refused', runId: null };
     },

@@ -1,6 +1,9 @@
-import { legalTiFrom } from '../../core/states.js';
+import { STARTED_RUN_STATES, legalTiFrom } from '../../core/states.js';
 import type { Claim } from '../../core/work-item.js';
+import { EVENT_KIND, tiEvents } from '../events/record-events.js';
+import { inlineLiterals } from '../inline-literals.js';
 import type { Sql } from '../sql.js';
+import { claimEvent, claimReturning, claimSet } from './claim-write.js';
 
 const CLAIM_FROM = legalTiFrom('queued') as string[];
 
@@ -27,17 +30,11 @@ export async function claimAttempts(sql: Sql, executor: string, claims: { tiId: 
     with c as (
       select * from unnest(${claims.map((c) => c.tiId)}::bigint[], ${claims.map((c) => c.agentId) as string[]}::text[]) as c(id, agent_id)),
     claimed as (
-      update task_instances ti set
-        state = 'queued', try_number = ti.try_number + 1, attempt_token = gen_random_uuid(),
-        dispatch_key = r.dag_id || '-' || ti.run_id || '-' || ti.task_id || '-' || (ti.try_number + 1),
-        executor = ${executor}, queued_at = now(), started_at = null, heartbeat_at = null, ended_at = null,
-        exit_code = null, error = null, pid = null, agent_id = c.agent_id, pending_reason = null, next_try_at = null
+      update task_instances t set ${claimSet(sql, sql`${executor}`)}
       from c, dag_runs r
-      where ti.id = c.id and ti.state = any(${CLAIM_FROM}::text[]) and r.id = ti.run_id and r.state = 'running'
-      returning ti.id, ti.run_id, ti.task_id, ti.try_number, ti.max_tries, ti.attempt_token, ti.dispatch_key, ti.agent_id),
-    ev as (
-      insert into events (run_id, ti_id, kind, payload)
-      select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'queued', 'try', try_number, 'agent_id', agent_id) from claimed)
+      where t.id = c.id and t.state = any(${CLAIM_FROM}::text[]) and r.id = t.run_id and r.state in (${inlineLiterals(sql, STARTED_RUN_STATES)})
+      returning ${claimReturning(sql)}),
+    ev as (${tiEvents(sql, EVENT_KIND.tiState, sql`claimed`, claimEvent(sql))})
     select id, try_number, max_tries, attempt_token, dispatch_key, agent_id from claimed`;
   return new Map(
     rows.map((r) => [r.id, { tryNumber: r.try_number, maxTries: r.max_tries, attemptToken: r.attempt_token, dispatchKey: r.dispatch_key, agentId: r.agent_id }]),

@@ -1,5 +1,6 @@
 import type { AttemptResult } from '../../core/attempt.js';
 import { ATTEMPT_END_FROM, legalTiFrom } from '../../core/states.js';
+import { EVENT_KIND, eventKind, insertEvents, tiEvents } from '../events/record-events.js';
 import type { Fragment, Sql } from '../sql.js';
 import { START_FROM, startEvent } from './start-attempt.js';
 
@@ -71,9 +72,7 @@ export function finishAttempts(sql: Sql, ends: End[]) {
       from r
       where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token and t.state = any(${ATTEMPT_END_FROM as string[]}::text[])
       returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.error, t.next_try_at, t.attempt_token),
-    ev as (
-      insert into events (run_id, ti_id, kind, payload)
-      select run_id, id, 'ti.state', ${endEvent(sql)} from moved)
+    ev as (${tiEvents(sql, EVENT_KIND.tiState, sql`moved`, endEvent(sql))})
     select id, try_number, attempt_token as token, run_id, state from moved`;
 }
 
@@ -86,6 +85,13 @@ export function finishAttempts(sql: Sql, ends: End[]) {
  */
 export function startAndFinishAttempts(sql: Sql, reports: (End & { pid: number | null; agentId: string | null })[]) {
   const extra = sql`, ${reports.map((o) => o.pid) as number[]}::int[], ${reports.map((o) => o.agentId) as string[]}::text[]`;
+  // Each attempt's start (if it was not running yet), then its end.
+  const events = sql`
+    select run_id, ti_id, ${eventKind(sql, EVENT_KIND.tiState)}, payload from (
+      select 0 as o, run_id, id as ti_id, ${startEvent(sql)} as payload from moved where starting
+      union all
+      select 1, run_id, id, ${endEvent(sql)} from moved) e
+    order by ti_id, o`;
   return sql<FinishedRow[]>`
     with r as (${endsTable(sql, reports, extra)} as r(id, try, token, ok, exit_code, error, pid, agent_id)),
     was as (
@@ -101,12 +107,6 @@ export function startAndFinishAttempts(sql: Sql, reports: (End & { pid: number |
       from r join was w on w.id = r.id
       where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token and t.state = any(${START_OR_END_FROM}::text[])
       returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.error, t.next_try_at, t.attempt_token, t.agent_id, w.starting, r.pid),
-    ev as (
-      insert into events (run_id, ti_id, kind, payload)
-      select run_id, ti_id, 'ti.state', payload from (
-        select 0 as o, run_id, id as ti_id, ${startEvent(sql)} as payload from moved where starting
-        union all
-        select 1, run_id, id, ${endEvent(sql)} from moved) e
-      order by ti_id, o)
+    ev as (${insertEvents(sql, events)})
     select id, try_number, attempt_token as token, run_id, state from moved`;
 }

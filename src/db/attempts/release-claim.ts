@@ -1,3 +1,6 @@
+import { CLAIMED_TI_STATES } from '../../core/states.js';
+import { EVENT_KIND, tiEvents } from '../events/record-events.js';
+import { inlineLiterals } from '../inline-literals.js';
 import type { Sql } from '../sql.js';
 
 /**
@@ -10,10 +13,9 @@ export async function releaseClaim(sql: Sql, a: { tiId: string; tryNumber: numbe
     with moved as (
       update task_instances set state = 'scheduled', try_number = try_number - 1, attempt_token = null,
         dispatch_key = null, agent_id = null, queued_at = null, pending_reason = ${reason}
-      where id = ${a.tiId} and try_number = ${a.tryNumber} and attempt_token = ${a.attemptToken} and state = 'queued'
+      where id = ${a.tiId} and try_number = ${a.tryNumber} and attempt_token = ${a.attemptToken} and state in (${inlineLiterals(sql, CLAIMED_TI_STATES)})
       returning id, run_id, task_id, try_number)
-    insert into events (run_id, ti_id, kind, payload)
-    select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', 'scheduled', 'try', try_number, 'reason', ${reason}::text) from moved
+    ${tiEvents(sql, EVENT_KIND.tiState, sql`moved`, sql`jsonb_build_object('task_id', task_id, 'to', 'scheduled', 'try', try_number, 'reason', ${reason}::text)`)}
     returning ti_id`;
   return rows.count === 1;
 }

@@ -1,4 +1,5 @@
 import { legalTiFrom } from '../../core/states.js';
+import { EVENT_KIND, tiEvents } from '../events/record-events.js';
 import type { Sql } from '../sql.js';
 
 /** The states an attempt may be started from. */
@@ -36,9 +37,7 @@ export function startAttempts(sql: Sql, reports: StartReport[]) {
       from r
       where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token and t.state = any(${START_FROM}::text[])
       returning t.id, t.run_id, t.task_id, t.try_number, t.pid, t.agent_id, t.attempt_token),
-    ev as (
-      insert into events (run_id, ti_id, kind, payload)
-      select run_id, id, 'ti.state', ${startEvent(sql)} from moved)
+    ev as (${tiEvents(sql, EVENT_KIND.tiState, sql`moved`, startEvent(sql))})
     select id, try_number, attempt_token as token from moved`;
 }
 

@@ -1,4 +1,7 @@
-import { TERMINAL_TI_STATES, legalTiFrom } from '../../core/states.js';
+import { RUN_START_FROM, STARTED_RUN_STATES, TERMINAL_TI_STATES, legalTiFrom } from '../../core/states.js';
+import { claimEvent, claimReturning, claimSet } from '../attempts/claim-write.js';
+import { EVENT_KIND, eventKind, insertEvents } from '../events/record-events.js';
+import { inlineLiterals } from '../inline-literals.js';
 import type { Fragment, PendingQuery, Sql } from '../sql.js';
 import type { AppliedPlans, RunPlan } from './run-plan.js';
 
@@ -71,13 +74,16 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
   const starts = plans.some((p) => p.start);
   const union = (parts: Fragment[]) => parts.reduce((all, part) => sql`${all} union all ${part}`);
   const applying = starts ? sql`select id from started union all select id from kept` : sql`select id from kept`;
+  const startedStates = inlineLiterals(sql, STARTED_RUN_STATES);
+  const runState = eventKind(sql, EVENT_KIND.runState);
+  const tiState = eventKind(sql, EVENT_KIND.tiState);
   const events = [
-    ...(starts ? [sql`select 0 as o, id as run_id, null::bigint as ti_id, 'run.state' as kind, '{"to": "running"}'::jsonb as payload from started`] : []),
-    ...(moves.length > 0 ? [sql`select 1 as o, run_id, id as ti_id, 'ti.state' as kind, jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number) as payload from moved`] : []),
+    ...(starts ? [sql`select 0 as o, id as run_id, null::bigint as ti_id, ${runState} as kind, '{"to": "running"}'::jsonb as payload from started`] : []),
+    ...(moves.length > 0 ? [sql`select 1 as o, run_id, id as ti_id, ${tiState} as kind, jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number) as payload from moved`] : []),
     ...(claiming.length > 0
       ? [
-          sql`select 1 as o, run_id, id as ti_id, 'ti.state' as kind, jsonb_build_object('task_id', task_id, 'to', 'scheduled', 'try', try_number - 1) as payload from claimed`,
-          sql`select 2 as o, run_id, id as ti_id, 'ti.state' as kind, jsonb_build_object('task_id', task_id, 'to', 'queued', 'try', try_number, 'agent_id', agent_id) as payload from claimed`,
+          sql`select 1 as o, run_id, id as ti_id, ${tiState} as kind, jsonb_build_object('task_id', task_id, 'to', 'scheduled', 'try', try_number - 1) as payload from claimed`,
+          sql`select 2 as o, run_id, id as ti_id, ${tiState} as kind, ${claimEvent(sql)} as payload from claimed`,
         ]
       : []),
   ];
@@ -115,21 +121,21 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
       from want w join dag_runs r on r.id = w.run_id where w.start),
     busy as materialized (
       select x.dag_id, count(*) as n from dag_runs x
-      where x.state = 'running' and x.dag_id in (select dag_id from starting)
+      where x.state in (${startedStates}) and x.dag_id in (select dag_id from starting)
       group by x.dag_id),
     room as materialized (
       select s.run_id from starting s left join busy b on b.dag_id = s.dag_id
       where s.n + coalesce(b.n, 0) <= coalesce(s.max_runs, 2147483647)),
     started as (
       update dag_runs r set state = 'running', started_at = now()
-      from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and w.start and r.state = 'queued' and r.plan_epoch = w.epoch and r.poison_error is null
+      from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and w.start and r.state in (${inlineLiterals(sql, RUN_START_FROM)}) and r.plan_epoch = w.epoch and r.poison_error is null
         and r.id not in (select run_id from spoiled) and r.id in (select run_id from room)
       returning r.id),`
         : sql``
     }
     kept as (
       update dag_runs r set plan_epoch = r.plan_epoch
-      from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and not w.start and r.state = 'running' and r.plan_epoch = w.epoch and r.poison_error is null
+      from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and not w.start and r.state in (${startedStates}) and r.plan_epoch = w.epoch and r.poison_error is null
         and r.id not in (select run_id from spoiled)
       returning r.id),
     ${
@@ -154,16 +160,14 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
       select * from unnest(${claiming.map((m) => m.tiId)}::bigint[], ${claiming.map((m) => m.from)}::text[], ${claiming.map((m) => m.claimFor!)}::text[],
                            ${claiming.map((m) => m.agentId ?? null) as string[]}::text[])
         as c(id, from_state, executor, agent_id)),
+    -- The claim every claimer makes (claim-write.ts), guarded here by the state the move was
+    -- decided from, in a run this statement applies to.
     claimed as (
-      update task_instances t set
-        state = 'queued', try_number = t.try_number + 1, attempt_token = gen_random_uuid(),
-        dispatch_key = r.dag_id || '-' || t.run_id || '-' || t.task_id || '-' || (t.try_number + 1),
-        executor = c.executor, queued_at = now(), started_at = null, heartbeat_at = null, ended_at = null,
-        exit_code = null, error = null, pid = null, agent_id = c.agent_id, pending_reason = null, next_try_at = null
+      update task_instances t set ${claimSet(sql, sql`c.executor`)}
       from c, dag_runs r
       where t.id = c.id and t.state = c.from_state and r.id = t.run_id
         and t.run_id in (${applying})
-      returning t.id, t.run_id, t.task_id, t.try_number, t.max_tries, t.attempt_token, t.dispatch_key, t.agent_id),`
+      returning ${claimReturning(sql)}),`
         : sql``
     }
     ${
@@ -172,9 +176,7 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
     ev as (
       -- One insert, run starts first: the log reads "run running", then its tasks' moves (a
       -- claimed task: scheduled, then queued).
-      insert into events (run_id, ti_id, kind, payload)
-      select run_id, ti_id, kind, payload from (${union(events)}) e
-      order by o, ti_id),`
+      ${insertEvents(sql, sql`select run_id, ti_id, kind, payload from (${union(events)}) e order by o, ti_id`)}),`
         : sql``
     }
     answer as (${union(answer)})

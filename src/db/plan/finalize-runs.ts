@@ -1,4 +1,6 @@
-import { TERMINAL_TI_STATES, type TiState } from '../../core/states.js';
+import { RUN_END_FROM, TERMINAL_TI_STATES, type TiState } from '../../core/states.js';
+import { EVENT_KIND, runEvents } from '../events/record-events.js';
+import { inlineLiterals } from '../inline-literals.js';
 import type { PendingQuery, Sql } from '../sql.js';
 
 /** A run to end, decided from a read at `epoch`. */
@@ -50,12 +52,11 @@ export function finalizeRunsQuery(sql: Sql, runs: RunEnd[]): PendingQuery<{ id: 
     moved as (
       update dag_runs r set state = w.outcome, ended_at = now(), settled_at = coalesce(r.settled_at, now())
       from want w
-      where r.id = w.run_id and r.id = any(${runs.map((r) => r.runId)}::bigint[]) and r.state = 'running' and r.plan_epoch = w.epoch
+      where r.id = w.run_id and r.id = any(${runs.map((r) => r.runId)}::bigint[]) and r.state in (${inlineLiterals(sql, RUN_END_FROM)}) and r.plan_epoch = w.epoch
         ${expect.length > 0 ? sql`and r.id not in (select run_id from spoiled)` : sql``}
         and not exists (select 1 from task_instances ti where ti.run_id = r.id
                         and ti.state <> all(${TERMINAL_TI_STATES as string[]}::text[]))
       returning r.id, r.state),
-    ev as (
-      insert into events (run_id, kind, payload) select id, 'run.state', jsonb_build_object('to', state) from moved)
+    ev as (${runEvents(sql, EVENT_KIND.runState, sql`moved`, sql`jsonb_build_object('to', state)`)})
     select id from moved`;
 }

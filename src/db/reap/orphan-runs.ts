@@ -1,7 +1,9 @@
+import { RUN_END_FROM, SUCCEEDED_TI_STATES, UNSETTLED_TI_STATES } from '../../core/states.js';
+import { EVENT_KIND, runEvents } from '../events/record-events.js';
+import { inlineLiterals } from '../inline-literals.js';
 import type { Sql } from '../sql.js';
 
-/** Task-instance states in which a run still has work that may move. */
-const UNSETTLED = ['scheduled', 'queued', 'running', 'up_for_retry'];
+const UNSETTLED = UNSETTLED_TI_STATES as string[];
 
 /**
  * Running runs with nothing left in flight — every TI terminal or never started — that have been
@@ -11,7 +13,7 @@ const UNSETTLED = ['scheduled', 'queued', 'running', 'up_for_retry'];
 export async function orphanRuns(sql: Sql, thresholdMs: number, limit: number): Promise<{ id: string; dag_id: string }[]> {
   return sql<{ id: string; dag_id: string }[]>`
     select r.id, r.dag_id from dag_runs r
-    where r.state = 'running'
+    where r.state in (${inlineLiterals(sql, RUN_END_FROM)})
       and not exists (select 1 from task_instances t where t.run_id = r.id and t.state = any(${UNSETTLED}::text[]))
       and greatest(r.started_at, (select max(t.ended_at) from task_instances t where t.run_id = r.id))
           < now() - ${thresholdMs} * interval '1 millisecond'
@@ -30,18 +32,16 @@ export async function reapRun(sql: Sql, runId: string, thresholdMs: number): Pro
     with moved as (
       update dag_runs r set
         state = case when exists (select 1 from task_instances t where t.run_id = r.id
-                                  and t.state not in ('success', 'skipped')) then 'failed' else 'success' end,
+                                  and t.state not in (${inlineLiterals(sql, SUCCEEDED_TI_STATES)})) then 'failed' else 'success' end,
         ended_at = now(), settled_at = coalesce(settled_at, now())
-      where r.id = ${runId} and r.state = 'running'
+      where r.id = ${runId} and r.state in (${inlineLiterals(sql, RUN_END_FROM)})
         and not exists (select 1 from task_instances t where t.run_id = r.id and t.state = any(${UNSETTLED}::text[]))
         -- Re-checked in the write: a run cleared or unpaused since the read is left alone.
         and greatest(r.started_at, (select max(t.ended_at) from task_instances t where t.run_id = r.id))
             < now() - ${thresholdMs} * interval '1 millisecond'
         and not exists (select 1 from dags d where d.dag_id = r.dag_id and d.paused)
       returning r.id, r.state),
-    ev as (
-      insert into events (run_id, kind, payload)
-      select id, 'run.state', jsonb_build_object('to', state, 'reason', 'orphan_reaped') from moved)
+    ev as (${runEvents(sql, EVENT_KIND.runState, sql`moved`, sql`jsonb_build_object('to', state, 'reason', 'orphan_reaped')`)})
     select state from moved`;
   return row?.state ?? null;
 }

@@ -1,4 +1,5 @@
 import { ACTIVE_TI_STATES } from '../../core/states.js';
+import { EVENT_KIND, tiEvents } from '../events/record-events.js';
 import type { Sql } from '../sql.js';
 import type { StaleAttempt } from './stale-attempts.js';
 
@@ -13,6 +14,8 @@ export type ReapVerdict = 'up_for_retry' | 'failed' | 'skipped';
  */
 export async function reapAttempt(sql: Sql, a: StaleAttempt, thresholdMs: number): Promise<ReapVerdict> {
   const error = `agent_lost: no heartbeat for more than ${Math.round(thresholdMs / 1000)}s (last sign of life ${a.last_seen.toISOString()})`;
+  const lostEvent = sql`jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number,
+    'reason', 'agent_lost', 'error', error, 'next_try_at', next_try_at)`;
   const [row] = await sql<{ state: ReapVerdict }[]>`
     with moved as (
       update task_instances set
@@ -27,10 +30,7 @@ export async function reapAttempt(sql: Sql, a: StaleAttempt, thresholdMs: number
         and state = any(${ACTIVE_TI_STATES as string[]}::text[])
         and coalesce(heartbeat_at, started_at, queued_at) < now() - ${thresholdMs} * interval '1 millisecond'
       returning id, run_id, task_id, try_number, state, error, next_try_at),
-    ev as (
-      insert into events (run_id, ti_id, kind, payload)
-      select run_id, id, 'ti.state', jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number,
-             'reason', 'agent_lost', 'error', error, 'next_try_at', next_try_at) from moved)
+    ev as (${tiEvents(sql, EVENT_KIND.tiState, sql`moved`, lostEvent)})
     select state from moved`;
   return row?.state ?? 'skipped';
 }
