@@ -4,6 +4,7 @@ import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
 import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import { isRunEnded } from '../helpers/run-ends.js';
 import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { startTcpProxy } from '../helpers/tcp-proxy.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
@@ -56,7 +57,7 @@ async function apply(name: string, yaml: string): Promise<void> {
 async function waitRuns(runIds: string[], timeoutMs = 40_000): Promise<string[]> {
   await waitFor('runs ended', async () => {
     const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
-    return rows.every((r) => ['success', 'failed', 'cancelled'].includes(r.state));
+    return rows.every((r) => isRunEnded(r.state));
   }, timeoutMs);
   const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[]) order by id`;
   return rows.map((r) => r.state);

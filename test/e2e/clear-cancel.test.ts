@@ -5,6 +5,7 @@ import { Code, ConnectError } from '@connectrpc/connect';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
 import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { isRunEnded } from '../helpers/run-ends.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -49,7 +50,7 @@ async function applyDag(name: string, yaml: string): Promise<void> {
 async function ended(runId: string, timeoutMs = 30_000) {
   return waitFor(`run ${runId} to end`, async () => {
     const s = await show(runId);
-    return ['success', 'failed', 'cancelled'].includes(s.state) ? s : null;
+    return isRunEnded(s.state) ? s : null;
   }, timeoutMs);
 }
 

@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
-import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { cli, serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 
 /**
  * Stop the control plane mid-run and start it again: the run finishes, nothing is lost and no
@@ -26,11 +26,7 @@ afterAll(async () => {
   await rm(tmp, { recursive: true, force: true });
 });
 
-async function start(): Promise<ServerProcess> {
-  const s = await startServer({ env: { DATABASE_URL: db.url }, args: ['--heartbeat-interval', '200ms', '--heartbeat-threshold', '5s'] });
-  servers.push(s);
-  return s;
-}
+const start = serverLauncher({ databaseUrl: () => db.url, args: ['--heartbeat-interval', '200ms', '--heartbeat-threshold', '5s'], servers });
 
 describe('restart mid-run', () => {
   it('finishes the run after a graceful stop and a new start, running each task exactly once', async () => {

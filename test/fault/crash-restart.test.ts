@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { cli, serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -28,11 +28,7 @@ afterAll(async () => {
   await rm(tmp, { recursive: true, force: true });
 });
 
-async function start(): Promise<ServerProcess> {
-  const s = await startServer({ env: { DATABASE_URL: db.url }, args: FLAGS });
-  servers.push(s);
-  return s;
-}
+const start = serverLauncher({ databaseUrl: () => db.url, args: FLAGS, servers });
 
 describe('control plane SIGKILLed mid-tick', () => {
   it('resumes from the database: every run finishes, no attempt runs twice', async () => {

@@ -7,7 +7,8 @@ import { createClients } from '../../src/cli/client.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../src/db/embedded-postgres.js';
 import { createSql, type Sql } from '../../src/db/sql.js';
 import { freePort } from '../helpers/global-setup.js';
-import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { cli, serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { runEnds } from '../helpers/run-ends.js';
 
 /**
  * DB connections dropped / Postgres restarted → the scheduler recovers without a restart of
@@ -26,7 +27,7 @@ let sql: Sql;
 /** On the maintenance database, so terminating the leoflow database's backends spares it. */
 let admin: Sql;
 let tmp: string;
-let server: ServerProcess | undefined;
+const servers: ServerProcess[] = [];
 
 beforeAll(async () => {
   stateDir = await mkdtemp(path.join(os.tmpdir(), 'leoflow-fault-pg-'));
@@ -38,12 +39,11 @@ beforeAll(async () => {
 });
 
 afterEach(async () => {
-  await server?.kill();
-  server = undefined;
+  for (const s of servers.splice(0)) await s.kill();
 });
 
 afterAll(async () => {
-  await server?.kill();
+  for (const s of servers.splice(0)) await s.kill();
   await sql?.end({ timeout: 1 }).catch(() => {});
   await admin?.end({ timeout: 1 }).catch(() => {});
   await pg?.stop();
@@ -51,10 +51,7 @@ afterAll(async () => {
   if (tmp) await rm(tmp, { recursive: true, force: true });
 });
 
-async function start(flags = FLAGS): Promise<ServerProcess> {
-  server = await startServer({ env: { DATABASE_URL: pg!.url }, args: flags });
-  return server;
-}
+const start = serverLauncher({ databaseUrl: () => pg!.url, servers });
 
 /** A query that may hit a connection the fault just killed: such a poll counts as "not yet". */
 async function tryQuery<T>(q: () => Promise<T>): Promise<T | null> {
@@ -70,18 +67,8 @@ async function tiState(runId: string, taskId: string): Promise<string | null> {
   return rows?.[0]?.state ?? null;
 }
 
-async function runEnds(runId: string, timeoutMs = 30_000): Promise<string> {
-  return waitFor(
-    `run ${runId} ended`,
-    async () => {
-      const rows = await tryQuery(() => sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`);
-      const state = rows?.[0]?.state;
-      return state && ['success', 'failed', 'cancelled'].includes(state) ? state : null;
-    },
-    timeoutMs,
-    100,
-  );
-}
+/** How this file waits for a run's end: 30 s, every 100 ms, a poll the fault cut counting as "not yet". */
+const ENDS = { timeoutMs: 30_000, everyMs: 100, tolerateErrors: true };
 
 async function applyAndTrigger(s: ServerProcess, dagId: string, tasks: string[]): Promise<string> {
   const file = path.join(tmp, `${dagId}.yaml`);
@@ -112,7 +99,7 @@ async function leaderOf(s: ServerProcess): Promise<string> {
 
 describe('database faults, on a dedicated Postgres', () => {
   it('connections dropped mid-run: the run still succeeds, same process, the leader lock is taken again', async () => {
-    const s = await start();
+    const s = await start(FLAGS);
     const pid = s.child.pid;
     const chain = ['t1', 't2', 't3', 't4', 't5'].flatMap((id, i) => [
       `  - id: ${id}`,
@@ -134,7 +121,7 @@ describe('database faults, on a dedicated Postgres', () => {
     // At least the lock session and one pool connection of the server.
     expect(killed[0]!.n).toBeGreaterThanOrEqual(2);
 
-    expect(await runEnds(runId)).toBe('success');
+    expect(await runEnds(sql, runId, ENDS)).toBe('success');
     const tis = await sql<{ task_id: string; state: string; try_number: number }[]>`
       select task_id, state, try_number from task_instances where run_id = ${runId} order by task_id`;
     expect(tis.map((t) => `${t.task_id}:${t.state}:${t.try_number}`)).toEqual(['t1:success:1', 't2:success:1', 't3:success:1', 't4:success:1', 't5:success:1']);
@@ -190,7 +177,7 @@ async function restartMidTask(opts: { flags: string[]; sleepS: number; downMs: n
   pg = await startEmbeddedPostgres({ stateDir, port, logger });
   expect(s.logs.some((l) => l.msg === 'lost leadership'), 'the outage cost the lock session').toBe(true);
 
-  expect(await runEnds(runId)).toBe('success');
+  expect(await runEnds(sql, runId, ENDS)).toBe('success');
   const [ti] = await sql<{ state: string; try_number: number; exit_code: number }[]>`
     select state, try_number, exit_code from task_instances where run_id = ${runId}`;
   expect(ti).toEqual({ state: 'success', try_number: 1, exit_code: 0 });
@@ -199,7 +186,7 @@ async function restartMidTask(opts: { flags: string[]; sleepS: number; downMs: n
 
   // A run triggered after the restart goes through as usual.
   const next = await applyAndTrigger(s, `${dagId}_after`, ['  - id: quick', '    command: ["sh", "-c", "echo ok"]']);
-  expect(await runEnds(next)).toBe('success');
+  expect(await runEnds(sql, next, ENDS)).toBe('success');
   expect(await leaderOf(s)).toBeTruthy();
 
   const metrics = await (await fetch(s.metricsUrl)).text();

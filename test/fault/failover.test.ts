@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { cli, serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -30,11 +30,7 @@ afterAll(async () => {
   await rm(tmp, { recursive: true, force: true });
 });
 
-async function start(replicaId: string): Promise<ServerProcess> {
-  const s = await startServer({ env: { DATABASE_URL: db.url }, args: [...FLAGS, '--replica-id', replicaId] });
-  servers.push(s);
-  return s;
-}
+const start = serverLauncher({ databaseUrl: () => db.url, args: FLAGS, servers });
 
 describe('leader failover', () => {
   it('the standby leads within watchdog + tick after the leader is killed, and every run completes', async () => {
@@ -49,10 +45,10 @@ describe('leader failover', () => {
     ]);
     await writeFile(file, ['dag_id: work', 'tasks:', ...tasks.flat(), ''].join('\n'));
 
-    const a = await start('replica-a');
+    const a = await start(['--replica-id', 'replica-a']);
     const api = createClients(a.url);
     await waitFor('a leads', async () => (await api.cluster.getLeader({})).leaderId === 'replica-a');
-    const b = await start('replica-b');
+    const b = await start(['--replica-id', 'replica-b']);
     const apiB = createClients(b.url);
     expect((await apiB.cluster.getLeader({})).leaderId).toBe('replica-a');
 

@@ -11,7 +11,7 @@ import { createSql, type Sql } from '../../src/db/sql.js';
 import { createDispatchPool, type DispatchPool } from '../../src/dispatch/pool.js';
 import type { WorkItem } from '../../src/core/work-item.js';
 import type { SchedulerContext } from '../../src/scheduler/context.js';
-import { testDispatcher } from '../helpers/test-dispatcher.js';
+import { schedulerHarness, type PhaseError } from '../helpers/scheduler-harness.js';
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
@@ -43,7 +43,7 @@ interface Stack {
   sql: Sql;
   pool: DispatchPool<WorkItem>;
   ctx: SchedulerContext;
-  errors: { phase: string; err: unknown; ids?: Record<string, unknown> }[];
+  errors: PhaseError[];
   /** Every attempt this stack's executor claimed (and so ran). */
   claimed: { tiId: string; taskId: string; tryNumber: number; dispatchKey: string }[];
   /** Claims refused because the other leader's dispatcher got there first. */
@@ -69,7 +69,8 @@ const clock = { now: 0 };
 
 function createStack(name: string, skewMs: number): Stack {
   const sql = createSql(db.url, { max: 4, applicationName: `leoflow-overlap-${name}` });
-  const s: Stack = { name, sql, errors: [], claimed: [], refused: 0, pool: undefined as never, ctx: undefined as never };
+  const h = schedulerHarness(sql, { offer: (item) => s.pool.offer(item), now: () => new Date(clock.now + skewMs), maxRunsPerStep: 1000 });
+  const s: Stack = { name, sql, errors: h.errors, claimed: [], refused: 0, pool: undefined as never, ctx: h.ctx };
   s.pool = createDispatchPool<WorkItem>({
     workers: 4,
     capacity: 256,
@@ -92,19 +93,6 @@ function createStack(name: string, skewMs: number): Stack {
     },
     onError: (item, err) => s.errors.push({ phase: 'dispatch', err, ids: { tiId: item.tiId } }),
   });
-  s.ctx = {
-    sql,
-    logger,
-    now: () => new Date(clock.now + skewMs),
-    dispatcher: testDispatcher({ offer: (item) => s.pool.offer(item), executors: new Set(['subprocess']) }),
-    defaultExecutor: 'subprocess',
-    counters: { error: (phase, err, ids) => s.errors.push({ phase, err, ids }), reaped: () => {}, agentLost: () => {} },
-    maxRunsPerStep: 1000,
-    runOrphanThresholdMs: 300_000,
-    heartbeatThresholdMs: 90_000,
-    health: { healthySince: new Date(0) },
-    wakeAt: () => {},
-  };
   stacks.push(s);
   return s;
 }

@@ -4,6 +4,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { runEnds } from '../helpers/run-ends.js';
 
 /**
  * A task that runs far longer than the heartbeat threshold, while its holder keeps heartbeating,
@@ -75,10 +76,7 @@ describe('a task running 5x the heartbeat threshold', () => {
       select extract(epoch from now() - heartbeat_at)::float8 as age from task_instances where run_id = ${runId} and task_id = 'slow'`;
     expect(fresh!.age).toBeLessThan(1);
 
-    const state = await waitFor('run ended', async () => {
-      const [row] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
-      return row && ['success', 'failed', 'cancelled'].includes(row.state) ? row.state : null;
-    });
+    const state = await runEnds(db.sql, runId);
     expect(state).toBe('success');
     const [ti] = await db.sql<{ state: string; try_number: number; exit_code: number; error: string | null; ran_ms: number }[]>`
       select state, try_number, exit_code, error, extract(epoch from ended_at - started_at)::float8 * 1000 as ran_ms

@@ -8,8 +8,7 @@ import { upsertDag } from '../../src/db/dags.js';
 import { createRun } from '../../src/db/runs.js';
 import { createDispatchPool, type DispatchPool } from '../../src/dispatch/pool.js';
 import type { WorkItem } from '../../src/core/work-item.js';
-import type { SchedulerContext } from '../../src/scheduler/context.js';
-import { testDispatcher } from '../helpers/test-dispatcher.js';
+import { schedulerHarness, type PhaseError } from '../helpers/scheduler-harness.js';
 import { createSchedulerLoop, type SchedulerLoop } from '../../src/scheduler/scheduler-loop.js';
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
@@ -81,7 +80,7 @@ interface Scheduler {
   /** Seconds each step took while `recording`, as the loop reports them. */
   steps: number[];
   recording: boolean;
-  errors: unknown[];
+  errors: PhaseError[];
   stop(): Promise<void>;
 }
 
@@ -90,7 +89,8 @@ interface Scheduler {
 async function startScheduler(workers: number, capacity: number): Promise<Scheduler> {
   // Open the pool's connections first: connecting is start-up cost, not tick cost.
   await Promise.all(Array.from({ length: 10 }, () => db.sql`select 1`));
-  const s: Scheduler = { steps: [], recording: false, errors: [], loop: undefined as never, pool: undefined as never, stop: undefined as never };
+  const h = schedulerHarness(db.sql, { offer: (item) => s.pool.offer(item), maxRunsPerStep: 1000 });
+  const s: Scheduler = { steps: [], recording: false, errors: h.errors, loop: undefined as never, pool: undefined as never, stop: undefined as never };
   s.pool = createDispatchPool<WorkItem>({
     workers,
     capacity,
@@ -107,32 +107,19 @@ async function startScheduler(workers: number, capacity: number): Promise<Schedu
       await finishAttempt(db.sql, a, { exitCode: 0, signal: null, error: null, outcome: 'success' });
       s.loop.nudge();
     },
-    onError: (_item, err) => s.errors.push(err),
+    onError: (item, err) => s.errors.push({ phase: 'dispatch', err, ids: { tiId: item.tiId } }),
   });
-  const ctx: SchedulerContext = {
-    sql: db.sql,
-    logger,
-    now: () => new Date(),
-    dispatcher: testDispatcher({ offer: (item) => s.pool.offer(item), executors: new Set(['subprocess']) }),
-    defaultExecutor: 'subprocess',
-    counters: { error: (_phase, err) => s.errors.push(err), reaped: () => {}, agentLost: () => {} },
-    maxRunsPerStep: 1000,
-    runOrphanThresholdMs: 300_000,
-    heartbeatThresholdMs: 90_000,
-    health: { healthySince: new Date(0) },
-    wakeAt: () => {},
-  };
   s.loop = createSchedulerLoop({
     tickMs: TICK_MS,
     logger,
-    step: () => step(ctx),
+    step: () => step(h.ctx),
     canStep: () => true,
     onStepDone: (seconds) => {
       if (s.recording) s.steps.push(seconds);
     },
   });
   // One step on the empty database, so the statements are prepared before the clock starts.
-  await step(ctx);
+  await step(h.ctx);
   s.stop = async () => {
     await s.loop.stop();
     await s.pool.close();

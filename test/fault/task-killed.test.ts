@@ -3,7 +3,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
-import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { cli, serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { runEnds } from '../helpers/run-ends.js';
 
 /**
  * Task process SIGKILLed → retried or failed. The tasks record each try in a file and write
@@ -35,11 +36,7 @@ afterAll(async () => {
   if (tmp) await rm(tmp, { recursive: true, force: true });
 });
 
-async function start(): Promise<ServerProcess> {
-  const s = await startServer({ env: { DATABASE_URL: db.url }, args: FLAGS });
-  servers.push(s);
-  return s;
-}
+const start = serverLauncher({ databaseUrl: () => db.url, args: FLAGS, servers });
 
 function alive(pid: number): boolean {
   try {
@@ -106,17 +103,6 @@ async function runningPid(runId: string, pidFile: string): Promise<number> {
   return pid;
 }
 
-async function runEnds(runId: string, timeoutMs = 20_000): Promise<string> {
-  return waitFor(
-    `run ${runId} ended`,
-    async () => {
-      const [row] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
-      return row && ['success', 'failed', 'cancelled'].includes(row.state) ? row.state : null;
-    },
-    timeoutMs,
-  );
-}
-
 async function tis(runId: string) {
   return db.sql<{ task_id: string; state: string; try_number: number; exit_code: number | null; error: string | null }[]>`
     select task_id, state, try_number, exit_code, error from task_instances where run_id = ${runId} order by task_id`;
@@ -151,7 +137,7 @@ describe('task process SIGKILLed', () => {
 
     process.kill(pid, 'SIGKILL');
 
-    expect(await runEnds(runId)).toBe('success');
+    expect(await runEnds(db.sql, runId)).toBe('success');
     expect(await tis(runId)).toEqual([
       { task_id: 'after', state: 'success', try_number: 1, exit_code: 0, error: null },
       { task_id: 'victim', state: 'success', try_number: 2, exit_code: 0, error: null },
@@ -173,7 +159,7 @@ describe('task process SIGKILLed', () => {
 
     process.kill(pid, 'SIGKILL');
 
-    expect(await runEnds(runId)).toBe('failed');
+    expect(await runEnds(db.sql, runId)).toBe('failed');
     expect(await tis(runId)).toEqual([
       { task_id: 'after', state: 'upstream_failed', try_number: 0, exit_code: null, error: null },
       { task_id: 'victim', state: 'failed', try_number: 1, exit_code: null, error: 'killed by SIGKILL' },
@@ -201,7 +187,7 @@ describe('task process SIGKILLed', () => {
     // The reaper holds off for one threshold after start (DbHealth), then needs the last
     // heartbeat to be a threshold old: with 1 s, the retry comes within a few seconds.
     const second = await start();
-    expect(await runEnds(runId)).toBe('success');
+    expect(await runEnds(db.sql, runId)).toBe('success');
 
     const victim = await moves(runId, 'victim');
     expect(victim.map((m) => `${m.to}/${m.try}`)).toEqual(['scheduled/0', 'queued/1', 'running/1', 'up_for_retry/1', 'scheduled/1', 'queued/2', 'running/2', 'success/2']);

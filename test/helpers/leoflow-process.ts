@@ -127,6 +127,19 @@ export async function startServer(
   };
 }
 
+/**
+ * A launcher of `leoflow server` processes on one database: each is started with `args` and then
+ * the call's own, and kept in `servers` for the file's hooks to stop. `databaseUrl` is read at
+ * each start (the database is usually made in a beforeAll).
+ */
+export function serverLauncher(opts: { databaseUrl: () => string; args?: readonly string[]; servers: ServerProcess[] }): (extraArgs?: readonly string[]) => Promise<ServerProcess> {
+  return async (extraArgs = []) => {
+    const s = await startServer({ env: { DATABASE_URL: opts.databaseUrl() }, args: [...(opts.args ?? []), ...extraArgs] });
+    opts.servers.push(s);
+    return s;
+  };
+}
+
 export interface CliResult {
   code: number | null;
   stdout: string;

@@ -8,7 +8,7 @@ import { createSql, type Sql } from '../../src/db/sql.js';
 import { listTis, listTisOfRunsOfTis } from '../../src/db/tis.js';
 import { planBehindEnds } from '../../src/scheduler/plan-ahead.js';
 import { step } from '../../src/scheduler/step.js';
-import { leaderContext } from '../helpers/leader-context.js';
+import { leaderHarness } from '../helpers/scheduler-harness.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
@@ -82,7 +82,7 @@ describe('the reports pool', () => {
 
   it('sends no statement that scans a growing table whole, on the way of a chain, its lines, its claims and a failure', async () => {
     const rec = recording(generic);
-    const { ctx, offered, errors } = leaderContext(db.sql);
+    const { ctx, offered, errors } = leaderHarness(db.sql);
     const logs = quietLogWriter(rec.sql);
     const reports = createReportBatcher(rec.sql, { retryMs: 1000, logs });
     reports.endsSent.register((on, ends) => planBehindEnds(ctx, on, ends));
@@ -127,7 +127,7 @@ describe('the reports pool', () => {
     await db.sql`update dag_runs set state = 'running', started_at = now() where dag_id = 'history' and run_key <> 'r0'`;
     await db.sql`analyze dag_runs, task_instances`;
     const rec = recording(generic);
-    const { ctx, offered, errors } = leaderContext(db.sql);
+    const { ctx, offered, errors } = leaderHarness(db.sql);
     const reports = createReportBatcher(rec.sql, { retryMs: 1000, logs: quietLogWriter(rec.sql) });
     reports.endsSent.register((on, ends) => planBehindEnds(ctx, on, ends));
     const spec = dag('pair', [task('a'), task('b', { dependsOn: ['a'] })]);

@@ -12,7 +12,7 @@ import { step } from '../../src/scheduler/step.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
-import { leaderContext } from '../helpers/leader-context.js';
+import { leaderHarness } from '../helpers/scheduler-harness.js';
 import { watching } from '../helpers/watching-sql.js';
 
 /**
@@ -42,7 +42,7 @@ beforeEach(async () => {
 function leader() {
   const watched = watching(db.sql);
   const base = { direct: 0, reserved: 0 };
-  const { ctx, parts, offered, errors } = leaderContext(db.sql);
+  const { ctx, parts, offered, errors } = leaderHarness(db.sql);
   const memory = ctx.memory!;
   const reports = createReportBatcher(watched.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
   reports.endsSent.register((on, ends) => planBehindEnds(ctx, on, ends));

@@ -9,15 +9,14 @@ import { getDag, upsertDag } from '../../src/db/dags.js';
 import { createRun, getRun, type RunRow } from '../../src/db/runs.js';
 import { createSql } from '../../src/db/sql.js';
 import { listTis, type TiRow } from '../../src/db/tis.js';
-import { createDispatchPool, type OfferResult } from '../../src/dispatch/pool.js';
+import { createDispatchPool } from '../../src/dispatch/pool.js';
 import type { WorkItem } from '../../src/core/work-item.js';
-import type { SchedulerContext } from '../../src/scheduler/context.js';
 import { createScheduledRuns } from '../../src/scheduler/phases/create-scheduled-runs.js';
 import { PlannerMemory } from '../../src/scheduler/planner-memory.js';
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { dag, task as baseTask } from '../helpers/spec-builders.js';
-import { testDispatcher, type DispatcherParts } from '../helpers/test-dispatcher.js';
+import { schedulerHarness, type HarnessOptions, type SchedulerHarness } from '../helpers/scheduler-harness.js';
 
 /** This file's tasks echo their id unless told otherwise. */
 const task: typeof baseTask = (id, over = {}) => baseTask(id, { command: ['sh', '-c', `echo ${id}`], ...over });
@@ -38,53 +37,10 @@ beforeEach(async () => {
   await db.sql`delete from events`;
 });
 
-interface Harness {
-  ctx: SchedulerContext;
-  /** Every item the planner offered, whatever the answer. */
-  offered: WorkItem[];
-  errors: { phase: string; err: unknown; ids: Record<string, unknown> | undefined }[];
-  /** null: the real clock. */
-  clock: { now: Date | null };
-  answer: { next: OfferResult };
-}
-
-function harness(over: Partial<SchedulerContext> & Partial<DispatcherParts> = {}): Harness {
-  const h: Harness = { offered: [], errors: [], clock: { now: null }, answer: { next: 'accepted' }, ctx: undefined as never };
-  const { offer, executors, claimRoom, holdRoom, placeNow, placed, offerRoom, heldLive, ...ctxOver } = over;
-  const parts: DispatcherParts = {
-    offer:
-      offer ??
-      ((item) => {
-        h.offered.push(item);
-        return h.answer.next;
-      }),
-    executors: executors ?? new Set(['subprocess']),
-    claimRoom,
-    holdRoom,
-    placeNow,
-    placed,
-    offerRoom,
-    heldLive,
-  };
-  h.ctx = {
-    sql: db.sql,
-    logger,
-    now: () => h.clock.now ?? new Date(),
-    dispatcher: testDispatcher(parts),
-    defaultExecutor: 'subprocess',
-    counters: { error: (phase, err, ids) => h.errors.push({ phase, err, ids }), reaped: () => {}, agentLost: () => {} },
-    maxRunsPerStep: 100,
-    runOrphanThresholdMs: 300_000,
-    heartbeatThresholdMs: 90_000,
-    health: { healthySince: new Date(0) },
-    wakeAt: () => {},
-    ...ctxOver,
-  };
-  return h;
-}
+const harness = (over: HarnessOptions = {}) => schedulerHarness(db.sql, over);
 
 /** Steps once and checks the step itself reported no failed phase. */
-async function stepOk(h: Harness) {
+async function stepOk(h: SchedulerHarness) {
   const r = await step(h.ctx);
   expect(r.failedPhases).toEqual([]);
   expect(r.plan).not.toBeNull();

@@ -12,13 +12,11 @@ import { reapAttempt } from '../../src/db/reap/reap-attempt.js';
 import { staleAttempts } from '../../src/db/reap/stale-attempts.js';
 import { createRun, transitionRun, type RunRow } from '../../src/db/runs.js';
 import { getTi, listTis, transitionTis, type TiRow } from '../../src/db/tis.js';
-import type { WorkItem } from '../../src/core/work-item.js';
-import type { SchedulerContext } from '../../src/scheduler/context.js';
 import { reapHeartbeats } from '../../src/scheduler/phases/reap-heartbeats.js';
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
-import { testDispatcher, type DispatcherParts } from '../helpers/test-dispatcher.js';
+import { schedulerHarness, type HarnessOptions } from '../helpers/scheduler-harness.js';
 
 const logger = pino({ level: 'silent' });
 const BOUND = { timeout: 20_000 };
@@ -38,40 +36,7 @@ beforeEach(async () => {
   await db.sql`delete from events`;
 });
 
-interface Harness {
-  ctx: SchedulerContext;
-  parts: DispatcherParts;
-  offered: WorkItem[];
-  errors: { phase: string; err: unknown; ids: Record<string, unknown> | undefined }[];
-  reaped: { kind: 'run' | 'ti'; count: number }[];
-  agentLost: number[];
-  /** null: the real clock. */
-  clock: { now: Date | null };
-}
-
-function harness(over: Partial<SchedulerContext> = {}): Harness {
-  const h: Harness = { offered: [], errors: [], reaped: [], agentLost: [], clock: { now: null }, ctx: undefined as never, parts: undefined as never };
-  h.parts = { offer: (item) => (h.offered.push(item), 'accepted'), executors: new Set(['subprocess']) };
-  h.ctx = {
-    sql: db.sql,
-    logger,
-    now: () => h.clock.now ?? new Date(),
-    dispatcher: testDispatcher(h.parts),
-    defaultExecutor: 'subprocess',
-    counters: {
-      error: (phase, err, ids) => h.errors.push({ phase, err, ids }),
-      reaped: (kind, count) => h.reaped.push({ kind, count }),
-      agentLost: (count) => h.agentLost.push(count),
-    },
-    maxRunsPerStep: 100,
-    runOrphanThresholdMs: 300_000,
-    heartbeatThresholdMs: THRESHOLD_MS,
-    health: { healthySince: new Date(0) },
-    wakeAt: () => {},
-    ...over,
-  };
-  return h;
-}
+const harness = (over: HarnessOptions = {}) => schedulerHarness(db.sql, { heartbeatThresholdMs: THRESHOLD_MS, ...over });
 
 let runSeq = 0;
 /** A running run of `spec`, its task instances still `none`. */

@@ -1,18 +1,15 @@
-import pino from 'pino';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { TiState } from '../../src/core/states.js';
 import type { DagSpec, TaskSpec } from '../../src/core/dag-spec.js';
 import { upsertDag } from '../../src/db/dags.js';
 import { orphanRuns, reapRun } from '../../src/db/reap/orphan-runs.js';
 import { createRun, getRun, poisonRun, transitionRun, type RunRow } from '../../src/db/runs.js';
-import type { SchedulerContext } from '../../src/scheduler/context.js';
 import { reapRuns } from '../../src/scheduler/phases/reap-runs.js';
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
-import { testDispatcher } from '../helpers/test-dispatcher.js';
+import { schedulerHarness } from '../helpers/scheduler-harness.js';
 
-const logger = pino({ level: 'silent' });
 const BOUND = { timeout: 20_000 };
 const THRESHOLD_MS = 60_000;
 
@@ -29,33 +26,7 @@ beforeEach(async () => {
   await db.sql`delete from events`;
 });
 
-interface Harness {
-  ctx: SchedulerContext;
-  errors: { phase: string; err: unknown; ids: Record<string, unknown> | undefined }[];
-  reaped: { kind: 'run' | 'ti'; count: number }[];
-}
-
-function harness(): Harness {
-  const h: Harness = { errors: [], reaped: [], ctx: undefined as never };
-  h.ctx = {
-    sql: db.sql,
-    logger,
-    now: () => new Date(),
-    dispatcher: testDispatcher({ offer: () => 'accepted', executors: new Set(['subprocess']) }),
-    defaultExecutor: 'subprocess',
-    counters: {
-      error: (phase, err, ids) => h.errors.push({ phase, err, ids }),
-      reaped: (kind, count) => h.reaped.push({ kind, count }),
-      agentLost: () => {},
-    },
-    maxRunsPerStep: 100,
-    runOrphanThresholdMs: THRESHOLD_MS,
-    heartbeatThresholdMs: 90_000,
-    health: { healthySince: new Date(0) },
-    wakeAt: () => {},
-  };
-  return h;
-}
+const harness = () => schedulerHarness(db.sql, { runOrphanThresholdMs: THRESHOLD_MS });
 
 const SPEC = dag('rr', [task('a'), task('b'), task('c')]);
 let runSeq = 0;

@@ -1,5 +1,4 @@
 import net from 'node:net';
-import pino from 'pino';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { DagSpec, TaskSpec } from '../../src/core/dag-spec.js';
 import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
@@ -8,14 +7,12 @@ import { upsertDag } from '../../src/db/dags.js';
 import { createRun, getRun, transitionRun, type RunRow } from '../../src/db/runs.js';
 import { createSql, type Sql } from '../../src/db/sql.js';
 import { getTi, listTis, transitionTis } from '../../src/db/tis.js';
-import type { SchedulerContext } from '../../src/scheduler/context.js';
 import { reapHeartbeats } from '../../src/scheduler/phases/reap-heartbeats.js';
 import { step, type StepResult } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { task } from '../helpers/spec-builders.js';
-import { testDispatcher } from '../helpers/test-dispatcher.js';
+import { schedulerHarness } from '../helpers/scheduler-harness.js';
 
-const logger = pino({ level: 'silent' });
 const BOUND = { timeout: 20_000 };
 const HEARTBEAT_MS = 5_000;
 
@@ -35,29 +32,7 @@ function dag(dagId: string, tasks: TaskSpec[]): DagSpec {
   return { dagId, description: '', schedule: null, timezone: 'UTC', catchup: false, startDate: null, maxActiveRuns: 16, tags: [], tasks };
 }
 
-interface Harness {
-  ctx: SchedulerContext;
-  errors: { phase: string; err: unknown; ids: Record<string, unknown> | undefined }[];
-  clock: { now: Date | null };
-}
-
-function harness(sql: Sql = db.sql): Harness {
-  const h: Harness = { errors: [], clock: { now: null }, ctx: undefined as never };
-  h.ctx = {
-    sql,
-    logger,
-    now: () => h.clock.now ?? new Date(),
-    dispatcher: testDispatcher({ offer: () => 'accepted', executors: new Set(['subprocess']) }),
-    defaultExecutor: 'subprocess',
-    counters: { error: (phase, err, ids) => h.errors.push({ phase, err, ids }), reaped: () => {}, agentLost: () => {} },
-    maxRunsPerStep: 100,
-    runOrphanThresholdMs: 60_000,
-    heartbeatThresholdMs: HEARTBEAT_MS,
-    health: { healthySince: new Date(0) },
-    wakeAt: () => {},
-  };
-  return h;
-}
+const harness = (sql: Sql = db.sql) => schedulerHarness(sql, { runOrphanThresholdMs: 60_000, heartbeatThresholdMs: HEARTBEAT_MS });
 
 let runSeq = 0;
 async function runningRun(spec: DagSpec): Promise<RunRow> {

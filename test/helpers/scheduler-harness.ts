@@ -1,0 +1,103 @@
+import pino from 'pino';
+import type { WorkItem } from '../../src/core/work-item.js';
+import type { Sql } from '../../src/db/sql.js';
+import type { OfferResult } from '../../src/dispatch/pool.js';
+import type { SchedulerContext } from '../../src/scheduler/context.js';
+import { PlannerMemory } from '../../src/scheduler/planner-memory.js';
+import { testDispatcher, type DispatcherParts } from './test-dispatcher.js';
+
+/** One error a phase (or, where a test routes it here, a dispatch) reported. */
+export interface PhaseError {
+  phase: string;
+  err: unknown;
+  ids: Record<string, unknown> | undefined;
+}
+
+/** A scheduler context for tests, and what went through it. */
+export interface SchedulerHarness {
+  ctx: SchedulerContext;
+  /** The dispatcher's parts, read at each call: a test may replace one between steps. */
+  parts: DispatcherParts;
+  /** Every item offered, whatever the answer and wherever `offer` sent it. */
+  offered: WorkItem[];
+  errors: PhaseError[];
+  reaped: { kind: 'run' | 'ti'; count: number }[];
+  agentLost: number[];
+  /** What `ctx.now()` reads; null: the real clock. */
+  clock: { now: Date | null };
+  /** What offers are answered when no `offer` is given. */
+  answer: { next: OfferResult };
+}
+
+/** Any field of the context, any part of the dispatcher (see `schedulerHarness`). */
+export type HarnessOptions = Partial<SchedulerContext> & Partial<DispatcherParts>;
+
+const silent = pino({ level: 'silent' });
+
+/**
+ * A scheduler context on `sql` with a scripted dispatcher (test-dispatcher.ts) that records every
+ * offer and answers `answer.next` (or passes it on to `offer`); errors, reaped counts and lost
+ * agents are kept; the clock is `clock.now` when set. Defaults: subprocess executor only, 100 runs
+ * per step, run orphan threshold 300 s, heartbeat threshold 90 s, healthy since the epoch, no
+ * planner memory. `over` replaces any context field or dispatcher part.
+ */
+export function schedulerHarness(sql: Sql, over: HarnessOptions = {}): SchedulerHarness {
+  const { offer, executors, claimRoom, holdRoom, placeNow, placed, offerRoom, heldLive, ...ctxOver } = over;
+  const h: SchedulerHarness = {
+    offered: [],
+    errors: [],
+    reaped: [],
+    agentLost: [],
+    clock: { now: null },
+    answer: { next: 'accepted' },
+    parts: undefined as never,
+    ctx: undefined as never,
+  };
+  h.parts = {
+    offer: (item) => {
+      h.offered.push(item);
+      return offer ? offer(item) : h.answer.next;
+    },
+    executors: executors ?? new Set(['subprocess']),
+    claimRoom,
+    holdRoom,
+    placeNow,
+    placed,
+    offerRoom,
+    heldLive,
+  };
+  h.ctx = {
+    sql,
+    logger: silent,
+    now: () => h.clock.now ?? new Date(),
+    dispatcher: testDispatcher(h.parts),
+    defaultExecutor: 'subprocess',
+    counters: {
+      error: (phase, err, ids) => h.errors.push({ phase, err, ids }),
+      reaped: (kind, count) => h.reaped.push({ kind, count }),
+      agentLost: (count) => h.agentLost.push(count),
+    },
+    maxRunsPerStep: 100,
+    runOrphanThresholdMs: 300_000,
+    heartbeatThresholdMs: 90_000,
+    health: { healthySince: new Date(0) },
+    wakeAt: () => {},
+    ...ctxOver,
+  };
+  return h;
+}
+
+/**
+ * A leader's context as the server builds it for planning ahead: a memory of runs and of reads,
+ * held-back DAGs, executors subprocess and agents, and room to claim subprocess work with its
+ * move (100; none for agents). `over` replaces any of it.
+ */
+export function leaderHarness(sql: Sql, over: HarnessOptions = {}): SchedulerHarness {
+  return schedulerHarness(sql, {
+    executors: new Set(['subprocess', 'agents']),
+    claimRoom: (executor) => (executor === 'subprocess' ? 100 : 0),
+    memory: new PlannerMemory(100),
+    heldBackDags: new Set(),
+    ...over,
+  });
+}
