@@ -2,7 +2,7 @@
  * The agent runtime: the client side of AgentService.Connect. Imports gen, core and the
  * subprocess executor only (never db, scheduler or server).
  *
- * Internal modules (not exported here): agent-session (one stream), attempt-runner (the
+ * Internal modules (not exported here): control-plane-session (one stream), attempt-runner (the
  * executor and the reports), held-attempts, outbox, log-batcher, attempt-messages,
  * agent-service-client.
  */
