@@ -1,35 +1,16 @@
-import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BIN, ROOT } from '../helpers/leoflow-process.js';
+import { BIN, runCommand } from '../helpers/leoflow-process.js';
 
 /**
  * A server that cannot start says why in one plain line and exits non-zero, whether its output
  * goes to a terminal or to a pipe (CI, systemd, a script), and whatever the log format.
  */
 
-function run(cmd: string, args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: '', LEOFLOW_EDITION: '' };
-    delete env.DATABASE_URL;
-    delete env.LEOFLOW_EDITION;
-    const child = spawn(cmd, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
-    child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`${cmd} ${args.join(' ')} did not exit within 30 s:\n${stdout}${stderr}`));
-    }, 30_000);
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
+/** A new user's environment: no database URL, no edition of ours. */
+const run = (cmd: string, args: string[]) => runCommand(cmd, args, { timeoutMs: 30_000, env: { DATABASE_URL: undefined, LEOFLOW_EDITION: undefined } });
 
 // A state directory that cannot be made: its parent is a file.
 let tmp: string;

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from './global-setup.js';
 
@@ -147,9 +148,21 @@ export interface CliResult {
 }
 
 /** Runs the real `leoflow` CLI against a server. */
-export function cli(server: string | null, args: string[], opts: { timeoutMs?: number; cwd?: string; env?: Record<string, string> } = {}): Promise<CliResult> {
+export function cli(server: string | null, args: string[], opts: RunOptions = {}): Promise<CliResult> {
+  return runCommand(process.execPath, [BIN, ...(server ? ['--server', server] : []), ...args], opts);
+}
+
+export interface RunOptions {
+  timeoutMs?: number;
+  cwd?: string;
+  /** Merged over process.env; an undefined value unsets the variable. */
+  env?: Record<string, string | undefined>;
+}
+
+/** Runs a command to its exit, collecting its output; killed (and the promise rejected) at the timeout. */
+export function runCommand(cmd: string, args: string[], opts: RunOptions = {}): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...(server ? ['--server', server] : []), ...args], {
+    const child = spawn(cmd, args, {
       cwd: opts.cwd ?? ROOT,
       env: { ...process.env, ...opts.env },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -161,7 +174,7 @@ export function cli(server: string | null, args: string[], opts: { timeoutMs?: n
     child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
-      reject(new Error(`leoflow ${args.join(' ')} took longer than ${opts.timeoutMs ?? 60000} ms\n${stdout}\n${stderr}`));
+      reject(new Error(`${path.basename(cmd)} ${args.join(' ')} took longer than ${opts.timeoutMs ?? 60000} ms\n${stdout}\n${stderr}`));
     }, opts.timeoutMs ?? 60_000);
     child.on('exit', (code) => {
       clearTimeout(timer);
