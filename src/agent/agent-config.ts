@@ -23,6 +23,7 @@ export interface AgentFlags {
   onShutdown?: string;
   shutdownGrace?: string;
   killGrace?: string;
+  stateDir?: string;
   logFormat?: string;
   logLevel?: string;
 }
@@ -48,6 +49,9 @@ export interface AgentConfig {
   onShutdown: ShutdownMode;
   shutdownGraceMs: number;
   killGraceMs: number;
+  /** Where the shims of this agent's tasks keep their output and exit status, so that a
+   *  restarted agent with the same id re-attaches to them. */
+  stateDir: string;
   logFormat: (typeof LOG_FORMATS)[number];
   logLevel: (typeof LOG_LEVELS)[number];
 }
@@ -95,6 +99,11 @@ export function parseAgentFlags(flags: AgentFlags, env: AgentEnvironment): Agent
   const onShutdown = check('--on-shutdown', 'finish', () => oneOf(flags.onShutdown ?? 'finish', SHUTDOWN_MODES));
   const shutdownGraceMs = check('--shutdown-grace', 30_000, () => parseDuration(flags.shutdownGrace ?? '30s'));
   const killGraceMs = check('--kill-grace', 10_000, () => parseDuration(flags.killGrace ?? '10s'));
+  const stateDir = check('--state-dir', '', () => {
+    const dir = flags.stateDir ?? `.leoflow/agents/${agentId}`;
+    if (dir.trim() === '' || dir.includes('\0')) throw new Error(`must be a directory path, got ${JSON.stringify(dir)}`);
+    return dir;
+  });
   const logFormat = check('--log-format', 'json', () => oneOf(flags.logFormat ?? (env.isTTY ? 'pretty' : 'json'), LOG_FORMATS));
   const logLevel = check('--log-level', 'info', () => oneOf(flags.logLevel ?? 'info', LOG_LEVELS));
 
@@ -110,6 +119,7 @@ export function parseAgentFlags(flags: AgentFlags, env: AgentEnvironment): Agent
     onShutdown,
     shutdownGraceMs,
     killGraceMs,
+    stateDir,
     logFormat,
     logLevel,
   };

@@ -3,6 +3,7 @@
  * jittered backoff), runs what it is assigned, and stops gracefully.
  */
 
+import path from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import type { Logger } from 'pino';
 import { HelloSchema, ProtocolVersion, type ConnectResponse, type Hello } from '../gen/leoflow/v1/agent_pb.js';
@@ -31,6 +32,8 @@ export interface RunAgentOptions {
   shutdownGraceMs?: number;
   /** Between SIGTERM and SIGKILL when stopping a task. Default 10_000. */
   killGraceMs?: number;
+  /** The agent's state directory: its tasks' shims keep their output and status under it. */
+  stateDir: string;
   logger: Logger;
   /** No Welcome this long after Hello: reconnect. Default 10_000. */
   welcomeTimeoutMs?: number;
@@ -106,6 +109,7 @@ class AgentRuntime {
     this.#backoff = new Backoff(o.backoff);
     this.#runner = new AttemptRunner({
       logger: o.logger,
+      attemptsDir: path.join(o.stateDir, 'attempts'),
       killGraceMs: o.killGraceMs ?? 10_000,
       logFlushMs: o.logFlushMs ?? 100,
       ...(o.logBatcher ? { logBatcher: o.logBatcher } : {}),
@@ -125,6 +129,7 @@ class AgentRuntime {
   async run(): Promise<AgentExit> {
     const log = this.#log;
     log.info({ server: this.#o.serverUrl, slots: this.#o.slots ?? 1, labels: this.#o.labels ?? {}, onlyTiId: this.#o.onlyTiId ?? undefined }, 'agent starting');
+    this.#runner.holdLeftovers();
     try {
       while (this.#exit === null) {
         const client = createAgentServiceClient({ serverUrl: this.#o.serverUrl, http2KeepaliveMs: this.#o.http2KeepaliveMs ?? 10_000 });

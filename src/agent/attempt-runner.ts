@@ -7,8 +7,8 @@
 import { create } from '@bufbuild/protobuf';
 import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, AttemptResult } from '../core/attempt.js';
-import type { Executor } from '../executors/executor.js';
-import { createSubprocessExecutor } from '../executors/subprocess.js';
+import { AttemptDir } from '../executors/process/attempt-dir.js';
+import { createSubprocessExecutor, type SubprocessExecutor } from '../executors/subprocess.js';
 import { ConnectRequestSchema, type Assign, type AttemptRef, type Cancel, type ConnectRequest, type FinishedAck, type Welcome } from '../gen/leoflow/v1/agent_pb.js';
 import { attemptFromAssign, attemptKey, finishedOf } from './attempt-messages.js';
 import { HeldAttempts, type HeldAttempt } from './held-attempts.js';
@@ -17,6 +17,8 @@ import { Outbox } from './outbox.js';
 
 export interface AttemptRunnerOptions {
   logger: Logger;
+  /** Where each attempt's shim keeps its output and exit status (`<state dir>/attempts`). */
+  attemptsDir: string;
   killGraceMs: number;
   /** How long output lines wait to be batched. */
   logFlushMs: number;
@@ -41,7 +43,12 @@ export class AttemptRunner {
   readonly outbox = new Outbox<ConnectRequest>();
   readonly #held = new HeldAttempts();
   readonly #batcher: LogBatcher;
-  readonly #executor: Executor;
+  readonly #executor: SubprocessExecutor;
+  readonly #attemptsDir: string;
+  /** Attempts an earlier process of this agent left under their shims, until Welcome says which
+   *  are still current (and how much of their logs the control plane has). */
+  readonly #leftovers = new Set<string>();
+  readonly #logsSoFar = new Map<string, { stdout: number; stderr: number }>();
   readonly #slots = new Map<string, ExecutorSlot>();
   readonly #opts: AttemptRunnerOptions;
   readonly #log: Logger;
@@ -53,9 +60,11 @@ export class AttemptRunner {
     this.#opts = opts;
     this.#log = opts.logger;
     this.#batcher = new LogBatcher(opts.logBatcher);
+    this.#attemptsDir = opts.attemptsDir;
     this.#executor = createSubprocessExecutor({
       reporter: this.#reporter(),
       logger: opts.logger,
+      attemptsDir: opts.attemptsDir,
       killGraceMs: opts.killGraceMs,
       heartbeatIntervalMs: EXECUTOR_HEARTBEAT_MS,
     });
@@ -125,16 +134,46 @@ export class AttemptRunner {
     this.#opts.changed();
   }
 
+  /**
+   * Holds the attempts an earlier process of this agent left under their shims (it crashed or
+   * was killed), so the first Hello names them; Welcome then says which to re-attach to.
+   * Returns how many.
+   */
+  holdLeftovers(): number {
+    AttemptDir.claimRoot(this.#attemptsDir);
+    for (const dir of AttemptDir.list(this.#attemptsDir)) {
+      const attempt = dir.readAttempt();
+      if (attempt === null || this.#held.get(attemptKey(attempt))) continue;
+      const held = this.#held.add(attempt);
+      this.#leftovers.add(held.key);
+      this.#slots.set(attempt.tiId, { held, ...goneSignal() });
+    }
+    if (this.#leftovers.size > 0) this.#log.info({ attempts: this.#leftovers.size }, 'attempts left by an earlier process of this agent: asking the control plane which are current');
+    return this.#leftovers.size;
+  }
+
   /** Applies Welcome to the attempts named in Hello.held. */
   welcome(msg: Welcome): { resumed: number; superseded: number } {
     const resumed = new Set(msg.resumed.map(attemptKey));
     const superseded = new Set(msg.superseded.map(attemptKey));
+    for (const so of msg.logsSoFar) {
+      if (!so.attempt) continue;
+      const key = attemptKey(so.attempt);
+      this.#logsSoFar.set(key, { stdout: so.stdoutLines, stderr: so.stderrLines });
+      this.#batcher.continueAfter(key, so.lastSeq);
+    }
     for (const held of this.#held.all()) {
       if (superseded.has(held.key)) this.#supersede(held, 'the control plane no longer wants it (Welcome.superseded)');
       else if (!resumed.has(held.key)) {
         // Do no harm: keep it; a stale report is refused and answered with Cancel.
         this.#log.warn({ tiId: held.attempt.tiId, try: held.attempt.tryNumber }, 'Welcome names held attempt neither resumed nor superseded: keeping it');
       }
+    }
+    if (this.#leftovers.size > 0) {
+      // Re-attached once the control plane has said which are current: a superseded one is no
+      // longer held, so its shim is stopped and nothing about it is reported.
+      this.#leftovers.clear();
+      void this.#executor.adopt().catch((err: unknown) => this.#log.error({ err }, 'adopting the attempts left by an earlier process failed'));
     }
     return { resumed: resumed.size, superseded: superseded.size };
   }
@@ -188,9 +227,7 @@ export class AttemptRunner {
     const tiId = held.attempt.tiId;
     for (let slot = this.#slots.get(tiId); slot; slot = this.#slots.get(tiId)) await slot.gone;
     if (held.forgotten || held.phase !== 'running') return;
-    let markGone!: () => void;
-    const gone = new Promise<void>((resolve) => (markGone = resolve));
-    this.#slots.set(tiId, { held, gone, markGone });
+    this.#slots.set(tiId, { held, ...goneSignal() });
     try {
       await this.#executor.dispatch(held.attempt);
     } catch (err) {
@@ -222,7 +259,8 @@ export class AttemptRunner {
 
   #releaseSlot(attempt: Attempt): void {
     const slot = this.#slots.get(attempt.tiId);
-    if (slot?.held.attempt !== attempt) return;
+    // By key: an attempt re-attached after a restart is read from its folder twice.
+    if (!slot || slot.held.key !== attemptKey(attempt)) return;
     this.#slots.delete(attempt.tiId);
     slot.markGone();
   }
@@ -252,6 +290,14 @@ export class AttemptRunner {
     }
   }
 
+  /** By object for the attempts started here; by key for one re-read from its folder. */
+  #heldOf(attempt: Attempt): HeldAttempt | undefined {
+    const held = this.#held.of(attempt);
+    if (held) return held;
+    const byKey = this.#held.get(attemptKey(attempt));
+    return byKey && byKey.attempt.attemptToken === attempt.attemptToken ? byKey : undefined;
+  }
+
   #scheduleFlush(): void {
     if (this.#flushTimer) return;
     this.#flushTimer = setTimeout(() => {
@@ -264,8 +310,9 @@ export class AttemptRunner {
   #reporter(): AttemptReporter {
     return {
       started: async (attempt, { pid }) => {
-        const held = this.#held.of(attempt);
-        if (!held || held.forgotten) return true; // being stopped already; nothing to report
+        const held = this.#heldOf(attempt);
+        // Superseded (being stopped already, or a leftover the control plane no longer wants).
+        if (!held || held.forgotten) return false;
         held.pid = pid;
         this.outbox.push({ key: held.key, kind: 'started', message: create(ConnectRequestSchema, { msg: { case: 'started', value: { attempt: held.ref, pid: pid ?? 0 } } }), lines: 0 });
         this.#batcher.open(held.key);
@@ -274,19 +321,27 @@ export class AttemptRunner {
         return true;
       },
       log: (attempt, stream, line) => {
-        const held = this.#held.of(attempt);
+        const held = this.#heldOf(attempt);
         if (!held || held.forgotten) return;
         this.#batcher.push(held.key, stream, line);
         this.#scheduleFlush();
       },
       // Every live attempt stays current as far as the executor knows; Cancel says otherwise.
       heartbeat: async (attempts) => new Set(attempts.map((a) => a.tiId)),
+      // What Welcome said, for an attempt re-attached after a restart.
+      logsSoFar: async (attempt) => this.#logsSoFar.get(attemptKey(attempt)) ?? { stdout: 0, stderr: 0 },
       finished: async (attempt, result) => {
         this.#releaseSlot(attempt);
-        const held = this.#held.of(attempt);
+        const held = this.#heldOf(attempt);
         if (!held || held.forgotten) return;
         this.#reportFinished(held, result);
       },
     };
   }
+}
+
+function goneSignal(): { gone: Promise<void>; markGone: () => void } {
+  let markGone!: () => void;
+  const gone = new Promise<void>((resolve) => (markGone = resolve));
+  return { gone, markGone };
 }

@@ -71,6 +71,12 @@ export class LogBatcher {
     this.#add(log, stream, line);
   }
 
+  /** Numbers the next lines of `key` after `seq` (the control plane holds up to it already). */
+  continueAfter(key: string, seq: number): void {
+    const log = this.#log(key);
+    log.nextSeq = Math.max(log.nextSeq, seq + 1);
+  }
+
   /** From now on the lines of `key` can be taken. */
   open(key: string): void {
     this.#log(key).open = true;

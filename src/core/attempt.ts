@@ -57,4 +57,9 @@ export interface AttemptReporter {
   heartbeat(attempts: Attempt[]): Promise<Set<string>>;
   /** Records the end of the attempt (after flushing its log lines). */
   finished(attempt: Attempt, result: AttemptResult): Promise<void>;
+  /**
+   * For an attempt re-attached after a restart: how many lines of each output its log holds
+   * already (a re-attached tail starts after them), and the log numbers lines on from there.
+   */
+  logsSoFar(attempt: Attempt): Promise<{ stdout: number; stderr: number }>;
 }

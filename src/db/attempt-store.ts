@@ -4,6 +4,7 @@ import type { FinishVerdict } from './attempts/finish-attempt.js';
 import { flushHeartbeats } from './attempts/flush-heartbeats.js';
 import type { ReportBatcher } from './attempts/report-batcher.js';
 import type { LogWriter } from './log-writer.js';
+import { logsSoFar } from './logs.js';
 import type { Sql } from './sql.js';
 
 export interface AttemptStoreHooks {
@@ -34,6 +35,11 @@ export function createAttemptStore(sql: Sql, reports: ReportBatcher, logs: LogWr
       const current = await flushHeartbeats(sql, attempts);
       for (const a of attempts) if (!current.has(a.tiId)) hooks.onRejected?.(a, 'heartbeat');
       return current;
+    },
+    async logsSoFar(attempt) {
+      const so = (await logsSoFar(sql, [attempt])).get(`${attempt.tiId}/${attempt.tryNumber}`)!;
+      logs.continueAfter(attempt.tiId, attempt.tryNumber, so.lastSeq);
+      return so;
     },
     async finished(attempt: Attempt, result: AttemptResult) {
       // Its log lines are written ahead of the end, with it (the report batcher sends them).

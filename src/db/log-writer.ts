@@ -32,6 +32,8 @@ export interface LogWriter {
    * the pool after a lost connection; never rejects (a failure is logged, as for every flush).
    */
   sendOn(on: Sql): Promise<void>;
+  /** Numbers this attempt's next lines after `seq` (for an attempt re-attached after a restart). */
+  continueAfter(tiId: string, tryNumber: number, seq: number): void;
   /** Forgets the sequence counter of an attempt that has ended. */
   forget(tiId: string, tryNumber: number): void;
   close(): Promise<void>;
@@ -128,6 +130,10 @@ export function createLogWriter(
       const sent = insert(on, batch).execute();
       inFlight = settle(batch, () => sent);
       return inFlight;
+    },
+    continueAfter(tiId, tryNumber, seq) {
+      const key = `${tiId}/${tryNumber}`;
+      seqs.set(key, Math.max(seq, seqs.get(key) ?? 0));
     },
     forget(tiId, tryNumber) {
       seqs.delete(`${tiId}/${tryNumber}`);

@@ -32,3 +32,33 @@ export async function readRunLogs(
     limit ${q.limit}`;
   return rows;
 }
+
+/** How much of one attempt's log is stored: lines of each output, and the highest seq. */
+export interface LogsSoFar {
+  stdout: number;
+  stderr: number;
+  lastSeq: number;
+}
+
+/**
+ * How much of each of these attempts' logs is stored, keyed `<ti id>/<try>`: a task re-attached
+ * after a restart has its output read on from there, so its log ends whole with no line twice.
+ */
+export async function logsSoFar(sql: Sql, attempts: { tiId: string; tryNumber: number }[]): Promise<Map<string, LogsSoFar>> {
+  const out = new Map<string, LogsSoFar>(attempts.map((a) => [`${a.tiId}/${a.tryNumber}`, { stdout: 0, stderr: 0, lastSeq: 0 }]));
+  if (attempts.length === 0) return out;
+  const rows = await sql<{ ti_id: string; try_number: number; stream: string; lines: number; last: number }[]>`
+    select l.ti_id, l.try_number, l.stream, count(*)::int as lines, max(l.seq) as last
+    from task_logs l
+    join unnest(${attempts.map((a) => a.tiId)}::bigint[], ${attempts.map((a) => a.tryNumber)}::int[]) as a(id, try)
+      on l.ti_id = a.id and l.try_number = a.try
+    group by l.ti_id, l.try_number, l.stream`;
+  for (const r of rows) {
+    const so = out.get(`${r.ti_id}/${r.try_number}`);
+    if (!so) continue;
+    if (r.stream === 'stdout') so.stdout = r.lines;
+    if (r.stream === 'stderr') so.stderr = r.lines;
+    so.lastSeq = Math.max(so.lastSeq, r.last);
+  }
+  return out;
+}

@@ -1,27 +1,23 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { statSync } from 'node:fs';
-import type { Readable } from 'node:stream';
+import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, AttemptResult, Executor, LogStream } from './executor.js';
-import { LineSplitter } from './line-splitter.js';
-import { ReadyShells, execLines, shellQuote } from './ready-shell.js';
+import { AttemptDir, type ExitStatus } from './process/attempt-dir.js';
+import { killOrphans } from './process/orphans.js';
+import { ReadyShells } from './process/ready-shell.js';
+import { shellQuote } from './process/shim.js';
+import { ShimProcess } from './process/shim-process.js';
 
 export interface SubprocessExecutorOptions {
   reporter: AttemptReporter;
   logger: Logger;
+  /** Where each attempt's shim keeps its output and exit status (`<state dir>/attempts`). */
+  attemptsDir: string;
   /** Time between SIGTERM and SIGKILL when an attempt is stopped. */
   killGraceMs: number;
   heartbeatIntervalMs: number;
   /**
-   * How long to keep reading output after the task's process exited. Bounded because a
-   * descendant that left the process group (setsid, a daemon) may hold the pipes open forever.
-   * Default 2000.
-   */
-  outputDrainMs?: number;
-  /**
-   * Start attempts from a shell kept ready (ready-shell.ts) when it can run them exactly as
-   * `spawn()` would: ~1–2 ms sooner, with the fork off their way. Default true; the shell is
-   * /bin/sh unless `readyShell` names another.
+   * Keep a shim's shell ready for the next lone start (ready-shell.ts): ~1–2 ms sooner, with the
+   * fork off its way. Default true; the shell is /bin/sh unless `readyShell` names another.
    */
   readyShell?: boolean | string;
   /** Told how each attempt's process was started (for metrics and tests). */
@@ -47,22 +43,19 @@ interface StopRequest {
 /** One attempt from dispatch until its process is over (exited and its output read). */
 interface Running {
   attempt: Attempt;
-  child: ChildProcess | null;
-  /** Also the process group id: the child leads its own group (`detached`). */
-  pid: number | null;
+  process: ShimProcess | null;
+  /** Its folder in the attempts folder, removed once its end is recorded. */
+  dir: AttemptDir | null;
   /** Settles when `started` has, so `finished` never overtakes it in the store. */
   startedReport: Deferred;
   /** Heartbeats are sent only after `started`, or the store could not yet know the attempt. */
   startSettled: boolean;
-  exit: { code: number | null; signal: NodeJS.Signals | null } | null;
-  openStreams: number;
-  /** Output read before the process is known to have started (a ready shell's), logged after. */
-  held: ['stdout' | 'stderr', string][] | null;
+  /** How the task ended; null while it runs. */
+  exit: ExitStatus | null;
   stop: StopRequest | null;
   killSent: boolean;
   timeoutTimer: NodeJS.Timeout | null;
   graceTimer: NodeJS.Timeout | null;
-  drainTimer: NodeJS.Timeout | null;
   /** Set once the process is over; from then on only its `finished` report is pending. */
   over: boolean;
   /** Settles when `finished` has been reported (or its failure logged). */
@@ -74,25 +67,37 @@ interface Deferred {
   resolve: () => void;
 }
 
+/** What `adopt` found in the attempts folder after a restart. */
+export interface Adopted {
+  /** Still running under their shim: supervised here again, as the same try. */
+  reattached: number;
+  /** Ended while no one watched: their real outcome recorded now. */
+  recorded: number;
+  /** Task processes of attempts no one could re-attach to, killed. */
+  killed: number;
+}
+
 /**
- * Runs each attempt as a child process group of the control plane (Lite edition). The child's
- * liveness is its heartbeat, so there is no per-task agent to start; the store's answer to the
- * heartbeat is how an attempt learns it was superseded, reaped or cancelled elsewhere.
+ * Runs each attempt under a shim (process/shim.ts), a supervisor of its own process group that
+ * outlives this process (Lite edition, and each agent). The task's liveness is its heartbeat, so
+ * there is no per-task agent to start; the store's answer to the heartbeat is how an attempt
+ * learns it was superseded, reaped or cancelled elsewhere. After a crash or a restart, `adopt`
+ * re-attaches to the shims left running and records the real outcome of those that ended.
  */
-export function createSubprocessExecutor(opts: SubprocessExecutorOptions): Executor {
+export function createSubprocessExecutor(opts: SubprocessExecutorOptions): SubprocessExecutor {
   return new SubprocessExecutor(opts);
 }
 
-// Longer than our files usually are: an attempt's whole life here (start from a ready shell or a
-// spawn, output, exit, stop, heartbeat) is one state machine over `Running`, and it reads best in
-// one place. The attempt supervisor (a shim that outlives this process) will take its process half.
-class SubprocessExecutor implements Executor {
+// Longer than our files usually are: an attempt's whole life here (start, output, exit, stop,
+// heartbeat, adoption) is one state machine over `Running`, and it reads best in one place. The
+// process half (the shim, its files, re-attaching) is in process/.
+export class SubprocessExecutor implements Executor {
   readonly kind = 'subprocess';
   readonly #reporter: AttemptReporter;
   readonly #logger: Logger;
+  readonly #root: string;
   readonly #killGraceMs: number;
   readonly #heartbeatIntervalMs: number;
-  readonly #outputDrainMs: number;
   /** Attempts whose process may still be running, by ti id. */
   readonly #live = new Map<string, Running>();
   /** `finished` reports in flight; shutdown waits for them. */
@@ -100,19 +105,20 @@ class SubprocessExecutor implements Executor {
   #shutdown: Promise<void> | null = null;
   #heartbeatTimer: NodeJS.Timeout | null = null;
   #heartbeatInFlight: Promise<void> | null = null;
-  readonly #shells: ReadyShells | null;
+  readonly #shells: ReadyShells;
+  readonly #keepReady: boolean;
   readonly #onStart: SubprocessExecutorOptions['onStart'];
 
   constructor(opts: SubprocessExecutorOptions) {
     const shell = opts.readyShell ?? true;
-    this.#shells = shell === false ? null : new ReadyShells({ logger: opts.logger, ...(typeof shell === 'string' ? { shell } : {}) });
-    if (this.#shells && !this.#shells.usable) this.#shells = null;
+    this.#shells = new ReadyShells({ logger: opts.logger, ...(typeof shell === 'string' ? { shell } : {}) });
+    this.#keepReady = shell !== false;
     this.#onStart = opts.onStart;
     this.#reporter = opts.reporter;
     this.#logger = opts.logger;
+    this.#root = path.resolve(opts.attemptsDir);
     this.#killGraceMs = opts.killGraceMs;
     this.#heartbeatIntervalMs = opts.heartbeatIntervalMs;
-    this.#outputDrainMs = opts.outputDrainMs ?? 2000;
   }
 
   get activeCount(): number {
@@ -145,35 +151,25 @@ class SubprocessExecutor implements Executor {
       );
       return;
     }
-    const run: Running = {
-      attempt,
-      child: null,
-      pid: null,
-      startedReport: deferred(),
-      startSettled: false,
-      exit: null,
-      openStreams: 0,
-      held: null,
-      stop: null,
-      killSent: false,
-      timeoutTimer: null,
-      graceTimer: null,
-      drainTimer: null,
-      over: false,
-      done: deferred(),
-    };
-    this.#live.set(attempt.tiId, run);
-
-    const spawnError = await this.#spawn(run);
-    if (spawnError !== null) {
+    const run = this.#track(attempt, null);
+    let start;
+    try {
+      start = await this.#startOnlyHere(run);
+    } catch (err) {
+      start = { ok: false as const, error: `failed to start ${JSON.stringify(attempt.command[0])}: ${errorMessage(err)}` };
+    }
+    if (!start.ok) {
       run.startedReport.resolve();
-      this.#system(run, spawnError);
-      this.#finish(run, { exitCode: null, signal: null, error: spawnError, outcome: 'spawn_failed' });
+      this.#system(run, start.error);
+      this.#finish(run, { exitCode: null, signal: null, error: start.error, outcome: 'spawn_failed' });
       await run.done.promise;
       return;
     }
+    this.#onStart?.(start.how);
+    this.#system(run, `started pid ${start.process.pid}: ${formatCommand(attempt.command)}`);
+    this.#supervise(run, start.process);
     try {
-      const current = await this.#reporter.started(attempt, { pid: run.pid });
+      const current = await this.#reporter.started(attempt, { pid: start.process.pid });
       if (!current) {
         this.#stop(run, { outcome: 'superseded', error: 'attempt superseded before it started', signal: 'SIGKILL' });
       }
@@ -187,7 +183,7 @@ class SubprocessExecutor implements Executor {
     }
     // The next attempt's shell is made while this one runs, if it runs a while (else when it
     // ends): then the fork holds this thread while it would wait anyway (ready-shell.ts).
-    if (this.#shells) setTimeout(() => !run.over && this.#refillShell(), REFILL_WHILE_RUNNING_MS).unref();
+    setTimeout(() => !run.over && this.#refillShell(), REFILL_WHILE_RUNNING_MS).unref();
   }
 
   cancel(tiId: string, reason: string): boolean {
@@ -196,16 +192,116 @@ class SubprocessExecutor implements Executor {
     return this.#stop(run, { outcome: 'cancelled', error: reason, note: `cancelled: ${reason}`, signal: 'SIGTERM' });
   }
 
+  /**
+   * After a restart, before any new work: re-attaches to every shim still running in the attempts
+   * folder and supervises it again as the same try (or stops it, when the store says it is no
+   * longer current), records the real outcome of each attempt that ended meanwhile, with its log
+   * made whole, and kills the task processes of any attempt whose folder is gone.
+   */
+  async adopt(): Promise<Adopted> {
+    AttemptDir.claimRoot(this.#root);
+    const found: Adopted = { reattached: 0, recorded: 0, killed: 0 };
+    const kept = new Set<string>();
+    for (const dir of AttemptDir.list(this.#root)) {
+      const attempt = dir.readAttempt();
+      if (attempt === null || this.#live.has(attempt.tiId)) continue;
+      kept.add(dir.path);
+      try {
+        if (await this.#adoptOne(attempt, dir)) found.reattached++;
+        else found.recorded++;
+      } catch (err) {
+        // Left for the next start (or the heartbeat reaper): nothing was recorded wrongly.
+        this.#logError(attempt, err, 'could not adopt an attempt left by an earlier process');
+      }
+    }
+    found.killed = killOrphans(this.#root, kept).length;
+    if (found.reattached + found.recorded + found.killed > 0) this.#logger.info(found, 'adopted the attempts an earlier process left');
+    return found;
+  }
+
   shutdown(waitMs: number): Promise<void> {
     this.#shutdown ??= this.#drainAndStop(waitMs);
     return this.#shutdown;
+  }
+
+  async #adoptOne(attempt: Attempt, dir: AttemptDir): Promise<boolean> {
+    const skip = await this.#reporter.logsSoFar(attempt);
+    const run = this.#track(attempt, null);
+    run.dir = dir;
+    const onLine = (stream: LogStream, line: string) => this.#log(attempt, stream, line);
+    const shim = ShimProcess.reattach(dir, { onLine }, skip);
+    if (shim) {
+      this.#system(run, `re-attached to pid ${shim.pid} after a restart`);
+      this.#supervise(run, shim);
+    } else {
+      ShimProcess.readRest(dir, { onLine }, skip);
+    }
+    // Idempotent for an attempt already recorded running; moves one whose start was never
+    // recorded. False: it is no longer current (reaped, cancelled or retried meanwhile).
+    const current = await this.#reporter.started(attempt, { pid: shim?.pid ?? null });
+    run.startSettled = true;
+    run.startedReport.resolve();
+    if (shim) {
+      if (!current) this.#stop(run, { outcome: 'superseded', error: 'attempt no longer current after a restart', signal: 'SIGTERM' });
+      this.#scheduleHeartbeat();
+      return true;
+    }
+    const status = dir.readStatus();
+    this.#system(run, status ? `ended while no one watched: ${describe(status)}` : 'its supervisor was killed before the task ended: no exit status');
+    this.#onExit(run, status);
+    return false;
+  }
+
+  #track(attempt: Attempt, proc: ShimProcess | null): Running {
+    const run: Running = {
+      attempt,
+      process: proc,
+      dir: proc?.dir ?? null,
+      startedReport: deferred(),
+      startSettled: false,
+      exit: null,
+      stop: null,
+      killSent: false,
+      timeoutTimer: null,
+      graceTimer: null,
+      over: false,
+      done: deferred(),
+    };
+    this.#live.set(attempt.tiId, run);
+    return run;
+  }
+
+  /** Starts from the ready shell only a lone start (this attempt is the only one live here). */
+  #startOnlyHere(run: Running) {
+    const onLine = (stream: LogStream, line: string) => this.#log(run.attempt, stream, line);
+    return ShimProcess.start(this.#shells, this.#root, run.attempt, { onLine }, { useReady: this.#live.size <= 1 });
+  }
+
+  /** The timeout, and the end of the attempt's process. */
+  #supervise(run: Running, proc: ShimProcess): void {
+    run.process = proc;
+    run.dir = proc.dir;
+    const { timeoutMs } = run.attempt;
+    if (timeoutMs !== null) {
+      run.timeoutTimer = setTimeout(() => {
+        run.timeoutTimer = null;
+        this.#stop(run, { outcome: 'timed_out', error: `timed out after ${timeoutMs} ms`, signal: 'SIGTERM' });
+      }, timeoutMs);
+    }
+    void proc.ended.then(
+      (status) => this.#onExit(run, status),
+      (err) => {
+        this.#logError(run.attempt, err, 'watching the task failed');
+        this.#onExit(run, null);
+      },
+    );
   }
 
   async #drainAndStop(waitMs: number): Promise<void> {
     // Dispatch refuses from here on, so this snapshot holds every attempt there will be.
     const all = Promise.all([...this.#live.values(), ...this.#reporting].map((r) => r.done.promise));
     let limit: NodeJS.Timeout | undefined;
-    this.#shells?.close();
+    this.#shells.close();
     await Promise.race([all, new Promise<void>((resolve) => (limit = setTimeout(resolve, waitMs)))]);
     clearTimeout(limit);
     for (const run of this.#live.values()) {
@@ -219,176 +315,22 @@ class SubprocessExecutor implements Executor {
 
   /**
    * Makes the next ready shell while this executor runs at most one attempt. A ready shell is for
-   * the latency of a lone start (a chain's next task), and only such a start takes it
-   * (`#fromReadyShell`). Busier, attempts are spawned: a ready shell costs an exec more than a
-   * spawn, and its fork would hold up the other attempts' output and exits (taken by any start,
-   * the real agent's `true` tasks went 15 % slower at 10 at once).
+   * the latency of a lone start (a chain's next task), and only such a start takes it. Busier,
+   * each start makes its own: a ready shell's fork would hold up the other attempts' exits.
    */
   #refillShell(): void {
-    if (this.#live.size <= 1) this.#shells?.refill();
+    if (this.#keepReady && this.#live.size <= 1) this.#shells.refill();
   }
 
-  /** Returns null once the child has spawned, or the reason it could not start. */
-  #spawn(run: Running): Promise<string | null> {
-    const [file] = run.attempt.command;
-    if (file === undefined || file === '') return Promise.resolve('failed to start: empty command');
-    return this.#fromReadyShell(run) ?? this.#spawnDirect(run);
-  }
-
-  /** Spawns the attempt's process (a fork of this one, then its exec). */
-  #spawnDirect(run: Running): Promise<string | null> {
-    const { attempt } = run;
-    const [file, ...args] = attempt.command as [string, ...string[]];
-    const where = attempt.cwd ? ` in ${attempt.cwd}` : '';
-    let child: ChildProcess;
-    try {
-      child = spawn(file, args, {
-        detached: true,
-        stdio: ['ignore', 'pipe', 'pipe'],
-        cwd: attempt.cwd ?? undefined,
-        env: { ...process.env, ...attempt.env },
-      });
-    } catch (err) {
-      // Invalid arguments (a NUL byte, say) throw instead of emitting 'error'.
-      return Promise.resolve(`failed to start ${JSON.stringify(file)}${where}: ${errorMessage(err)}`);
-    }
-    run.child = child;
-    run.pid = child.pid ?? null;
-    if (run.pid !== null) {
-      this.#onStart?.('spawn');
-      // A known pid means the process exists (uv_spawn returns after exec): it has started, so
-      // say so now rather than a turn of the event loop later, when its 'spawn' event comes.
-      this.#watch(run, child);
-      // After a successful spawn 'error' only means a signal could not be sent.
-      child.on('error', (err) => this.#logError(attempt, err, 'child process error'));
-      this.#system(run, `started pid ${run.pid}: ${formatCommand(attempt.command)}`);
-      return Promise.resolve(null);
-    }
-    return new Promise((resolve) => {
-      child.on('error', (err) => {
-        child.stdout?.destroy();
-        child.stderr?.destroy();
-        resolve(`failed to start ${JSON.stringify(file)}${where}: ${errorMessage(err)}`);
-      });
-    });
-  }
-
-  /**
-   * Starts the attempt from the ready shell, if there is one and the shell would run it exactly as
-   * `spawn()` does; null when it is to be spawned (ready-shell.ts says what is checked first).
-   */
-  #fromReadyShell(run: Running): Promise<string | null> | null {
-    const shells = this.#shells;
-    // Only a lone start (this attempt is the only one live here): see #refillShell.
-    if (!shells || this.#live.size > 1) return null;
-    const { command, env, cwd } = run.attempt;
-    const lines = execLines(command, env, cwd);
-    if (lines === null || (cwd !== null && !isDirectory(cwd))) return null;
-    if (!shells.findsExecutable(command[0]!, env.PATH ?? process.env.PATH, cwd)) return null;
-    const shell = shells.take();
-    if (!shell) return null;
-    return (async () => {
-      // Output is read from now on, and held until the start is logged: a command that exits at
-      // once may be gone before its start is seen, and Node drains the output no one reads on
-      // the turn after an exit. Its exit is kept for the same reason (both may come in one turn,
-      // in either order, with the end of the shell's pipe).
-      run.child = shell;
-      run.held = [];
-      this.#readOutput(run, shell);
-      let exited: [number | null, NodeJS.Signals | null] | null = null;
-      const early = (code: number | null, signal: NodeJS.Signals | null) => (exited = [code, signal]);
-      shell.once('exit', early);
-      const started = await shells.start(shell, lines);
-      shell.off('exit', early);
-      if (!started.ok) {
-        // Not this attempt's process after all (it has written nothing): dropped.
-        run.child = null;
-        run.held = null;
-        run.openStreams = 0;
-        shell.stdout?.destroy();
-        shell.stderr?.destroy();
-        if (started.reason === 'gone') return this.#spawnDirect(run);
-        // The directory went away since it was checked; the shell exits by itself.
-        return `failed to start ${JSON.stringify(command[0])} in ${cwd}: cannot enter the directory`;
-      }
-      run.pid = shell.pid ?? null;
-      this.#onStart?.('ready-shell');
-      this.#system(run, `started pid ${run.pid}: ${formatCommand(command)}`);
-      const held = run.held;
-      run.held = null;
-      for (const [name, line] of held) this.#log(run.attempt, name, line);
-      this.#watchExit(run, shell);
-      const gone: [number | null, NodeJS.Signals | null] | null = exited;
-      if (gone) this.#onExit(run, gone[0], gone[1]);
-      return null;
-    })();
-  }
-
-  #watch(run: Running, child: ChildProcess): void {
-    this.#readOutput(run, child);
-    this.#watchExit(run, child);
-  }
-
-  /** The timeout, and the exit of the attempt's process. */
-  #watchExit(run: Running, child: ChildProcess): void {
-    const { timeoutMs } = run.attempt;
-    if (timeoutMs !== null) {
-      run.timeoutTimer = setTimeout(() => {
-        run.timeoutTimer = null;
-        this.#stop(run, { outcome: 'timed_out', error: `timed out after ${timeoutMs} ms`, signal: 'SIGTERM' });
-      }, timeoutMs);
-    }
-    child.once('exit', (code, signal) => this.#onExit(run, code, signal));
-  }
-
-  #readOutput(run: Running, child: ChildProcess): void {
-    for (const [stream, name] of [
-      [child.stdout, 'stdout'],
-      [child.stderr, 'stderr'],
-    ] as const) {
-      if (stream) this.#readLines(run, child, stream, name);
-    }
-  }
-
-  /** Reads one output stream of `child` by lines, for as long as `child` is the attempt's process. */
-  #readLines(run: Running, child: ChildProcess, stream: Readable, name: 'stdout' | 'stderr'): void {
-    const splitter = new LineSplitter();
-    run.openStreams++;
-    const out = (line: string) => (run.held ? run.held.push([name, line]) : this.#log(run.attempt, name, line));
-    stream.on('data', (chunk: Buffer) => {
-      if (run.child !== child) return;
-      for (const line of splitter.push(chunk)) out(line);
-    });
-    stream.on('error', (err) => this.#logError(run.attempt, err, `reading ${name} failed`));
-    stream.once('close', () => {
-      if (run.child !== child) return;
-      for (const line of splitter.end()) out(line);
-      run.openStreams--;
-      this.#finishIfOver(run);
-    });
-  }
-
-  #onExit(run: Running, code: number | null, signal: NodeJS.Signals | null): void {
-    run.exit = { code, signal };
+  /** `status` null: the shim left no exit status (its group was SIGKILLed). */
+  #onExit(run: Running, status: ExitStatus | null): void {
+    if (run.exit !== null || run.over) return;
+    run.exit = status ?? { exitCode: null, signal: 'SIGKILL' };
     clearTimers(run);
-    // The task is over when its leader is: descendants left in the group must not outlive it.
-    if (run.pid !== null) this.#signalGroup(run, 'SIGKILL');
-    if (run.openStreams > 0) {
-      run.drainTimer = setTimeout(() => {
-        run.drainTimer = null;
-        this.#system(run, `output still open ${this.#outputDrainMs} ms after exit (a process left the group?): closing it`);
-        run.child?.stdout?.destroy();
-        run.child?.stderr?.destroy();
-      }, this.#outputDrainMs);
-    }
-    this.#finishIfOver(run);
-  }
-
-  #finishIfOver(run: Running): void {
-    if (run.over || run.exit === null || run.openStreams > 0) return;
-    const { code, signal } = run.exit;
-    const how = code !== null ? `exit code ${code}` : `killed by ${signal}`;
-    this.#system(run, code !== null ? `exited with code ${code}` : `killed by ${signal}`);
+    const { exitCode: code, signal } = run.exit;
+    const how = describe(run.exit);
+    if (status === null && !run.killSent) this.#system(run, 'the task\'s supervisor was killed (no exit status): counted as killed by SIGKILL');
+    else this.#system(run, code !== null ? `exited with code ${code}` : `killed by ${signal}`);
     const base = { exitCode: code, signal };
     const result: AttemptResult = run.stop
       ? { ...base, error: run.stop.error, outcome: run.stop.outcome }
@@ -399,8 +341,9 @@ class SubprocessExecutor implements Executor {
   }
 
   /**
-   * Reports the end exactly once; `run.done` settles after. The ti id is freed first so that
-   * the next try of the same ti can be dispatched while this report is still in flight.
+   * Reports the end exactly once; `run.done` settles after, and the attempt's folder is removed
+   * then (until its end is recorded, it is what a restart adopts). The ti id is freed first so
+   * that the next try of the same ti can be dispatched while this report is still in flight.
    */
   #finish(run: Running, result: AttemptResult): void {
     if (run.over) return;
@@ -415,6 +358,7 @@ class SubprocessExecutor implements Executor {
         // Or while this end is on its way, for an attempt that did not run long.
         this.#refillShell();
         await reported;
+        run.dir?.remove();
       } catch (err) {
         this.#logError(run.attempt, err, 'reporting finished failed');
       }
@@ -425,10 +369,10 @@ class SubprocessExecutor implements Executor {
 
   /** Returns false when there is no process left to stop. */
   #stop(run: Running, req: StopRequest): boolean {
-    if (run.over || run.exit !== null || run.pid === null) return false;
+    if (run.over || run.exit !== null || run.process === null) return false;
     if (run.stop === null) run.stop = req;
     else if (req.signal === 'SIGTERM' || run.killSent) return true;
-    this.#system(run, `${req.note ?? req.error}: sending ${req.signal} to process group ${run.pid}`);
+    this.#system(run, `${req.note ?? req.error}: sending ${req.signal} to process group ${run.process.pid}`);
     if (req.signal === 'SIGKILL') {
       run.killSent = true;
       this.#signalGroup(run, 'SIGKILL');
@@ -445,11 +389,10 @@ class SubprocessExecutor implements Executor {
   }
 
   #signalGroup(run: Running, signal: 'SIGTERM' | 'SIGKILL'): void {
-    if (run.pid === null) return;
     try {
-      process.kill(-run.pid, signal);
+      run.process?.signalGroup(signal);
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ESRCH') this.#logError(run.attempt, err, `sending ${signal} failed`);
+      this.#logError(run.attempt, err, `sending ${signal} failed`);
     }
   }
 
@@ -505,12 +448,8 @@ class SubprocessExecutor implements Executor {
   }
 }
 
-function isDirectory(p: string): boolean {
-  try {
-    return statSync(p).isDirectory();
-  } catch {
-    return false;
-  }
+function describe(status: ExitStatus): string {
+  return status.exitCode !== null ? `exit code ${status.exitCode}` : `killed by ${status.signal}`;
 }
 
 function deferred(): Deferred {
@@ -520,8 +459,8 @@ function deferred(): Deferred {
 }
 
 function clearTimers(run: Running): void {
-  for (const t of [run.timeoutTimer, run.graceTimer, run.drainTimer]) if (t) clearTimeout(t);
-  run.timeoutTimer = run.graceTimer = run.drainTimer = null;
+  for (const t of [run.timeoutTimer, run.graceTimer]) if (t) clearTimeout(t);
+  run.timeoutTimer = run.graceTimer = null;
 }
 
 function errorMessage(err: unknown): string {

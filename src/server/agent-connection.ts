@@ -4,6 +4,7 @@ import { durationFromMs } from '@bufbuild/protobuf/wkt';
 import { Code, ConnectError } from '@connectrpc/connect';
 import type { Logger } from 'pino';
 import type { Attempt, AttemptResult, LogStream } from '../core/attempt.js';
+import type { LogsSoFar } from '../db/logs.js';
 import type { AgentHandle, AgentRegistry } from '../executors/agent-registry.js';
 import {
   AttemptOutcome,
@@ -28,6 +29,8 @@ export interface SessionStore {
   disconnectAgent(agentId: string, sessionId: string): Promise<void>;
   /** The attempt tokens, of these, that are still current for this agent. */
   currentAttempts(agentId: string, refs: HeldRef[]): Promise<Set<string>>;
+  /** How much of each attempt's log is stored (for attempts an agent re-attached to). */
+  logsSoFar(refs: HeldRef[]): Promise<Map<string, LogsSoFar>>;
   /** The attempts given to this agent that it has not yet been told about (queued for it). */
   undelivered(agentId: string): Promise<Attempt[]>;
   started(ref: HeldRef, pid: number, agentId: string): Promise<boolean>;
@@ -187,6 +190,7 @@ export class AgentConnection implements AgentHandle {
     const resumed = held.filter((r) => current.has(r.attemptToken));
     const superseded = held.filter((r) => !current.has(r.attemptToken));
     for (const r of resumed) this.#held.set(r.tiId, r);
+    const logs = await store.logsSoFar(resumed);
     // The agent still holds attempts that were given to someone else meanwhile: a zombie's claim.
     for (const r of superseded) {
       this.deps.onRejected('hello');
@@ -201,6 +205,10 @@ export class AgentConnection implements AgentHandle {
           keepaliveInterval: durationFromMs(this.deps.keepaliveMs),
           resumed,
           superseded,
+          logsSoFar: resumed.map((r) => {
+            const so = logs.get(`${r.tiId}/${r.tryNumber}`);
+            return { attempt: r, stdoutLines: so?.stdout ?? 0, stderrLines: so?.stderr ?? 0, lastSeq: so?.lastSeq ?? 0 };
+          }),
         },
       },
     });

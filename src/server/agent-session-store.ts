@@ -6,6 +6,7 @@ import type { ReportBatcher } from '../db/attempts/report-batcher.js';
 import { inlineLiterals } from '../db/inline-literals.js';
 import { loadAttempt } from '../db/load-attempt.js';
 import type { LogWriter } from '../db/log-writer.js';
+import { logsSoFar } from '../db/logs.js';
 import type { Sql } from '../db/sql.js';
 import type { SessionStore } from './agent-connection.js';
 
@@ -28,6 +29,8 @@ export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWr
         where t.agent_id = ${agentId} and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})`;
       return new Set(rows.map((r) => r.token));
     },
+
+    logsSoFar: (refs) => logsSoFar(sql, refs),
 
     async undelivered(agentId) {
       const rows = await sql<{ id: string }[]>`

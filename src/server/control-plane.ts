@@ -1,3 +1,4 @@
+import path from 'node:path';
 import type { Logger } from 'pino';
 import { createAttemptStore } from '../db/attempt-store.js';
 import { claimAttempt } from '../db/attempts/claim-attempt.js';
@@ -68,17 +69,16 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       nudge: (runIds, cause) => scheduler?.nudge(runIds, cause),
       nudgeQueued: (atLeast) => scheduler?.nudgeQueued(atLeast),
     });
+    const subprocess = createSubprocessExecutor({
+      reporter,
+      logger: logger.child({ executor: 'subprocess' }),
+      attemptsDir: path.join(config.stateDir, 'attempts'),
+      killGraceMs: config.killGraceMs,
+      heartbeatIntervalMs: config.heartbeatIntervalMs,
+      onStart: (how) => metrics.taskStarts.inc({ how: how === 'ready-shell' ? 'ready_shell' : 'spawn' }),
+    });
     const executors = new Map<string, Executor>([
-      [
-        'subprocess',
-        createSubprocessExecutor({
-          reporter,
-          logger: logger.child({ executor: 'subprocess' }),
-          killGraceMs: config.killGraceMs,
-          heartbeatIntervalMs: config.heartbeatIntervalMs,
-          onStart: (how) => metrics.taskStarts.inc({ how: how === 'ready-shell' ? 'ready_shell' : 'spawn' }),
-        }),
-      ],
+      ['subprocess', subprocess],
       ['agents', fleet.executor],
     ]);
     const dispatcher = createDispatcher({
@@ -134,6 +134,9 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     });
     cleanups.push(() => listener.close());
 
+    // The tasks an earlier process of this replica left running are supervised again (and those
+    // that ended meanwhile recorded) before this one schedules anything.
+    await subprocess.adopt();
     sched.start();
     const { host, port } = api.address;
     logger.info(

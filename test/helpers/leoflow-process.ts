@@ -1,4 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from './global-setup.js';
@@ -21,9 +23,18 @@ export interface ServerProcess {
 }
 
 const live = new Set<ChildProcess>();
+const scratch = new Set<string>();
 process.on('exit', () => {
   for (const c of live) c.kill('SIGKILL');
+  for (const d of scratch) rmSync(d, { recursive: true, force: true });
 });
+
+/** A temporary folder removed when the test process exits. */
+export function scratchDir(prefix: string): string {
+  const dir = mkdtempSync(path.join(os.tmpdir(), prefix));
+  scratch.add(dir);
+  return dir;
+}
 
 /**
  * Starts the real `leoflow server` process (the compiled build, as a user runs it) and resolves
@@ -42,7 +53,10 @@ export async function startServer(
 ): Promise<ServerProcess> {
   const ports = opts.quiet ? [await freePort(), await freePort()] : [0, 0];
   const quietArgs = opts.quiet ? ['--log-level', 'warn'] : [];
-  const child = spawn(process.execPath, [BIN, 'server', '--listen', `127.0.0.1:${ports[0]}`, '--metrics-listen', `127.0.0.1:${ports[1]}`, '--log-format', 'json', ...quietArgs, ...(opts.args ?? [])], {
+  // A state directory of its own, unless the test chose one (to restart onto it) or a folder to
+  // run in: servers share nothing through the repository's .leoflow.
+  const stateArgs = opts.args?.includes('--state-dir') || opts.cwd ? [] : ['--state-dir', scratchDir('leoflow-state-')];
+  const child = spawn(process.execPath, [BIN, 'server', '--listen', `127.0.0.1:${ports[0]}`, '--metrics-listen', `127.0.0.1:${ports[1]}`, '--log-format', 'json', ...quietArgs, ...stateArgs, ...(opts.args ?? [])], {
     cwd: opts.cwd ?? ROOT,
     env: { ...process.env, ...opts.env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -205,7 +219,8 @@ export interface AgentProcess {
 
 /** Starts a real `leoflow agent` process against `server` (a URL). */
 export function startAgent(server: string, args: string[]): AgentProcess {
-  const child = spawn(process.execPath, [BIN, '--server', server, 'agent', '--log-format', 'json', ...args], {
+  const stateArgs = args.includes('--state-dir') ? [] : ['--state-dir', scratchDir('leoflow-agent-state-')];
+  const child = spawn(process.execPath, [BIN, '--server', server, 'agent', '--log-format', 'json', ...stateArgs, ...args], {
     cwd: ROOT,
     env: process.env,
     stdio: ['ignore', 'pipe', 'pipe'],

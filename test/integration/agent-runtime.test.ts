@@ -4,7 +4,9 @@
  * graceful stops; and the real `leoflow agent` command's wiring and exit codes.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { durationFromMs, type Duration } from '@bufbuild/protobuf/wkt';
 import { pino } from 'pino';
@@ -17,6 +19,7 @@ const logger = pino({ level: process.env.AGENT_TEST_LOG ?? 'silent' });
 const fakes: FakeAgentService[] = [];
 const agents: AgentHandle[] = [];
 const children = new Set<ChildProcess>();
+const stateDirs: string[] = [];
 
 afterEach(async () => {
   for (const a of agents.splice(0)) {
@@ -25,6 +28,7 @@ afterEach(async () => {
   }
   for (const c of children) c.kill('SIGKILL');
   children.clear();
+  for (const d of stateDirs.splice(0)) rmSync(d, { recursive: true, force: true });
   await Promise.all(fakes.splice(0).map((f) => f.close()));
 });
 
@@ -35,7 +39,10 @@ async function fake(opts: ConstructorParameters<typeof FakeAgentService>[0] = {}
 }
 
 function agent(f: FakeAgentService, opts: Partial<RunAgentOptions> = {}): AgentHandle {
+  const stateDir = mkdtempSync(join(tmpdir(), 'leoflow-agent-'));
+  stateDirs.push(stateDir);
   const a = runAgent({
+    stateDir,
     serverUrl: f.url,
     agentId: 'test-agent',
     labels: { zone: 'a' },

@@ -6,7 +6,7 @@ import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Attempt, AttemptReporter, AttemptResult, Executor, LogStream } from '../../src/executors/executor.js';
-import { LineSplitter } from '../../src/executors/line-splitter.js';
+import { LineSplitter } from '../../src/executors/process/line-splitter.js';
 import { SHUTDOWN_ERROR, createSubprocessExecutor } from '../../src/executors/subprocess.js';
 
 /** Records every call; `started` and `heartbeat` answer as configured. */
@@ -39,6 +39,11 @@ class FakeReporter implements AttemptReporter {
 
   async finished(attempt: Attempt, result: AttemptResult): Promise<void> {
     this.finishedCalls.push({ tiId: attempt.tiId, result, at: Date.now() });
+  }
+
+  logsStored = { stdout: 0, stderr: 0 };
+  async logsSoFar(): Promise<{ stdout: number; stderr: number }> {
+    return this.logsStored;
   }
 
   lines(tiId: string, stream: LogStream): string[] {
@@ -111,17 +116,19 @@ function setup(opts: { killGraceMs?: number; heartbeatIntervalMs?: number; outpu
       },
     }),
   );
+  const attemptsDir = mkdtempSync(join(tmpdir(), 'leoflow-attempts-'));
+  tempDirs.push(attemptsDir);
   const executor = createSubprocessExecutor({
     reporter,
     logger,
+    attemptsDir,
     killGraceMs: opts.killGraceMs ?? 200,
     heartbeatIntervalMs: opts.heartbeatIntervalMs ?? 50,
-    ...(opts.outputDrainMs === undefined ? {} : { outputDrainMs: opts.outputDrainMs }),
     ...(opts.readyShell === undefined ? {} : { readyShell: opts.readyShell }),
     onStart: (how) => starts.push(how),
   });
   executors.push(executor);
-  return { reporter, executor, logLines, starts };
+  return { reporter, executor, logLines, starts, attemptsDir };
 }
 
 async function waitFor(cond: () => boolean, timeoutMs: number, what: string): Promise<void> {
@@ -176,19 +183,13 @@ describe('subprocess executor', () => {
     expect(executor.activeCount).toBe(0);
   });
 
-  it('reports Started as soon as the spawn returns a pid, before the next turn of the event loop', async () => {
-    const { reporter, executor } = setup();
-    const a = attempt(['sleep', '0.2']);
-    let ticked = false;
-    process.nextTick(() => (ticked = true));
-    const dispatching = executor.dispatch(a);
-    // Only microtasks have run since the spawn: its 'spawn' event (a nextTick) has not come yet.
-    await Promise.resolve();
-    await Promise.resolve();
-    expect(ticked).toBe(false);
+  it('reports Started with the pid of the shim, which leads the task\'s process group', async () => {
+    const { reporter, executor } = setup({ readyShell: false });
+    const a = attempt(['sh', '-c', 'ps -o pgid= -p $$']);
+    await executor.dispatch(a);
     expect(reporter.startedCalls).toEqual([{ tiId: a.tiId, pid: expect.any(Number) }]);
-    await dispatching;
     expect((await reporter.finishedOf(a.tiId)).outcome).toBe('success');
+    expect(Number(reporter.lines(a.tiId, 'stdout')[0])).toBe(reporter.pidOf(a.tiId));
   });
 
   it('reports a non-zero exit as failed with the exit code', async () => {
@@ -261,7 +262,7 @@ describe('subprocess executor', () => {
     await executor.dispatch(a);
     const result = reporter.finishedCalls[0]?.result;
     expect(result?.outcome).toBe('spawn_failed');
-    expect(result?.error).toBe('failed to start "sh" in /nonexistent/leoflow: spawn sh ENOENT');
+    expect(result?.error).toBe('failed to start "sh" in /nonexistent/leoflow: no such directory');
     expect(reporter.startedCalls).toEqual([]);
   });
 
@@ -303,9 +304,8 @@ describe('subprocess executor', () => {
     await expectGone(grandchild);
   });
 
-  it('kills what is left of the group once the leader exits, without waiting for the pipes', async () => {
-    const { reporter, executor } = setup({ outputDrainMs: 3000 });
-    // The background sleep inherits stdout and would hold it open for 30 s.
+  it('kills what is left of the group once the task exits', async () => {
+    const { reporter, executor } = setup();
     const a = attempt(['sh', '-c', 'sleep 30 & echo $!']);
     await executor.dispatch(a);
     const dispatchedAt = Date.now();
@@ -317,18 +317,15 @@ describe('subprocess executor', () => {
     await expectGone(grandchild);
   });
 
-  it('stops reading output a bounded time after exit when a process that left the group holds the pipes', async () => {
-    const { reporter, executor } = setup({ outputDrainMs: 300 });
-    // The pause lets setsid run before the leader exits and the executor kills the group.
+  it('a process that left the group (setsid) does not hold up the end: output is a file, not a pipe', async () => {
+    const { reporter, executor } = setup();
     const a = attempt(['sh', '-c', 'setsid sleep 30 & echo $!; sleep 0.2']);
     await executor.dispatch(a);
-    await waitFor(() => reporter.lines(a.tiId, 'stdout').length > 0, 2000, 'escaped pid');
-    spawnedPids.add(Number(reporter.lines(a.tiId, 'stdout')[0]));
+    const dispatchedAt = Date.now();
     const result = await reporter.finishedOf(a.tiId, 2000);
+    spawnedPids.add(Number(reporter.lines(a.tiId, 'stdout')[0]));
     expect(result.outcome).toBe('success');
-    expect(reporter.lines(a.tiId, 'system')).toContain(
-      'output still open 300 ms after exit (a process left the group?): closing it',
-    );
+    expect(reporter.finishedCalls[0]!.at - dispatchedAt).toBeLessThan(1000);
     expect(executor.activeCount).toBe(0);
   });
 
@@ -473,17 +470,17 @@ describe('subprocess executor, from a ready shell', () => {
     return env;
   }
 
-  it('runs the command with its arguments exactly as given, stdin empty, in its own process group', async () => {
+  it('runs the command with its arguments exactly as given, stdin empty, in the group its shim leads', async () => {
     const { reporter, executor, starts } = await primed();
     const args = ["it's", 'two words', 'a\nnewline', '$HOME `id` $(id) \\ " *', 'é ✓', '', '-x'];
-    const script = 'console.log(JSON.stringify(process.argv.slice(1))); let n = 0; process.stdin.on("data", (d) => (n += d.length)).on("end", () => console.log(`stdin ${n}`)); console.log(`group ${process.pid === -(-require("child_process").execSync("ps -o pgid= -p " + process.pid).toString().trim()) ? "own" : "other"}`)';
+    const script = 'console.log(JSON.stringify(process.argv.slice(1))); let n = 0; process.stdin.on("data", (d) => (n += d.length)).on("end", () => console.log(`stdin ${n}`)); console.log(`group ${require("child_process").execSync("ps -o pgid= -p " + process.pid).toString().trim()}`)';
     const a = attempt([process.execPath, '-e', script, ...args]);
     await executor.dispatch(a);
     expect(await reporter.finishedOf(a.tiId)).toEqual({ exitCode: 0, signal: null, error: null, outcome: 'success' });
     expect(starts).toEqual(['spawn', 'ready-shell']);
     const out = reporter.lines(a.tiId, 'stdout');
     expect(JSON.parse(out[0]!)).toEqual(args);
-    expect(out.slice(1).sort()).toEqual(['group own', 'stdin 0']);
+    expect(out.slice(1).sort()).toEqual([`group ${reporter.pidOf(a.tiId)}`, 'stdin 0']);
     expect(reporter.lines(a.tiId, 'system')[0]).toMatch(new RegExp(`^started pid ${reporter.pidOf(a.tiId)}: `));
   });
 
@@ -523,7 +520,7 @@ describe('subprocess executor, from a ready shell', () => {
     expect(starts).toEqual(['spawn', 'ready-shell', 'ready-shell']);
   });
 
-  it('spawns what a shell would not run exactly as spawn() does, with the same errors as ever', async () => {
+  it('refuses what no process could be given, with the error spawn() would give, and keeps the ready shell', async () => {
     const { reporter, executor, starts } = await primed();
     const missing = attempt(['nosuchcmd-leoflow', '--flag']);
     await executor.dispatch(missing);
@@ -535,18 +532,21 @@ describe('subprocess executor, from a ready shell', () => {
     });
     const noDir = attempt(['sh', '-c', 'true'], { cwd: '/nonexistent/leoflow' });
     await executor.dispatch(noDir);
-    expect(reporter.finishedCalls.find((c) => c.tiId === noDir.tiId)?.result.error).toBe('failed to start "sh" in /nonexistent/leoflow: spawn sh ENOENT');
-    // An environment name no shell can export: spawned, and the child still gets it.
-    const oddName = attempt([process.execPath, '-e', 'console.log(process.env["odd-name"])'], { env: { 'odd-name': 'yes' } });
+    expect(reporter.finishedCalls.find((c) => c.tiId === noDir.tiId)?.result.error).toBe('failed to start "sh" in /nonexistent/leoflow: no such directory');
+    const oddName = attempt([process.execPath, '-e', '0'], { env: { 'odd-name': 'yes' } });
     await executor.dispatch(oddName);
-    await reporter.finishedOf(oddName.tiId);
-    expect(reporter.lines(oddName.tiId, 'stdout')).toEqual(['yes']);
-    expect(starts).toEqual(['spawn', 'spawn']);
+    expect(reporter.finishedCalls.find((c) => c.tiId === oddName.tiId)?.result.error).toBe(
+      `failed to start ${JSON.stringify(process.execPath)}: environment name "odd-name" is not a shell name ([A-Za-z_][A-Za-z0-9_]*)`,
+    );
+    const nul = attempt(['sh', '-c', 'echo a\0b']);
+    await executor.dispatch(nul);
+    expect(reporter.finishedCalls.find((c) => c.tiId === nul.tiId)?.result.outcome).toBe('spawn_failed');
+    expect(starts).toEqual(['spawn']);
     // The ready shell is still there for the next one.
     const next = attempt(['true']);
     await executor.dispatch(next);
     await reporter.finishedOf(next.tiId);
-    expect(starts).toEqual(['spawn', 'spawn', 'ready-shell']);
+    expect(starts).toEqual(['spawn', 'ready-shell']);
   });
 
   it('spawns when the ready shell died meanwhile, and makes another', async () => {

@@ -36,6 +36,7 @@ export function registerAgent(program: Command): void {
     .option('--on-shutdown <mode>', 'finish | handback: what SIGTERM does to running tasks (default finish)')
     .option('--shutdown-grace <duration>', 'how long a graceful stop waits, e.g. 30s (default 30s)')
     .option('--kill-grace <duration>', 'time between SIGTERM and SIGKILL when stopping a task (default 10s)')
+    .option('--state-dir <dir>', "where the agent's tasks keep their output and exit status, so a restart with the same --id re-attaches to them (default .leoflow/agents/<id>)")
     .option('--log-format <format>', 'json | pretty (default: pretty at a terminal, json otherwise)')
     .option('--log-level <level>', 'trace | debug | info | warn | error | fatal | silent (default info)')
     .addHelpText('after', AFTER_HELP)

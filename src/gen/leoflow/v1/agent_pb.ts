@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leoflow/v1/agent.proto.
  */
 export const file_leoflow_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChZsZW9mbG93L3YxL2FnZW50LnByb3RvEgpsZW9mbG93LnYxItkBCg5Db25uZWN0UmVxdWVzdBIiCgVoZWxsbxgBIAEoCzIRLmxlb2Zsb3cudjEuSGVsbG9IABImCgdzdGFydGVkGAIgASgLMhMubGVvZmxvdy52MS5TdGFydGVkSAASHgoDbG9nGAMgASgLMg8ubGVvZmxvdy52MS5Mb2dIABIoCghmaW5pc2hlZBgEIAEoCzIULmxlb2Zsb3cudjEuRmluaXNoZWRIABIqCglrZWVwYWxpdmUYBSABKAsyFS5sZW9mbG93LnYxLktlZXBhbGl2ZUgAQgUKA21zZyKUAgoPQ29ubmVjdFJlc3BvbnNlEiYKB3dlbGNvbWUYASABKAsyEy5sZW9mbG93LnYxLldlbGNvbWVIABIkCgZhc3NpZ24YAiABKAsyEi5sZW9mbG93LnYxLkFzc2lnbkgAEiQKBmNhbmNlbBgDIAEoCzISLmxlb2Zsb3cudjEuQ2FuY2VsSAASIgoFZHJhaW4YBCABKAsyES5sZW9mbG93LnYxLkRyYWluSAASMQoNa2VlcGFsaXZlX2FjaxgFIAEoCzIYLmxlb2Zsb3cudjEuS2VlcGFsaXZlQWNrSAASLwoMZmluaXNoZWRfYWNrGAYgASgLMhcubGVvZmxvdy52MS5GaW5pc2hlZEFja0gAQgUKA21zZyJKCgpBdHRlbXB0UmVmEhEKBXRpX2lkGAEgASgDQgIwARISCgp0cnlfbnVtYmVyGAIgASgFEhUKDWF0dGVtcHRfdG9rZW4YAyABKAkioAIKBUhlbGxvEjUKEHByb3RvY29sX3ZlcnNpb24YASABKA4yGy5sZW9mbG93LnYxLlByb3RvY29sVmVyc2lvbhIQCghhZ2VudF9pZBgCIAEoCRItCgZsYWJlbHMYAyADKAsyHS5sZW9mbG93LnYxLkhlbGxvLkxhYmVsc0VudHJ5EhQKDGNhcGFiaWxpdGllcxgEIAMoCRINCgVzbG90cxgFIAEoBRINCgV0b2tlbhgGIAEoCRIkCgRoZWxkGAcgAygLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEhYKCm9ubHlfdGlfaWQYCCABKANCAjABGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi4AEKB1dlbGNvbWUSNQoQcHJvdG9jb2xfdmVyc2lvbhgBIAEoDjIbLmxlb2Zsb3cudjEuUHJvdG9jb2xWZXJzaW9uEhIKCnJlcGxpY2FfaWQYAiABKAkSNQoSa2VlcGFsaXZlX2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEicKB3Jlc3VtZWQYBCADKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSKgoKc3VwZXJzZWRlZBgFIAMoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZiKZAgoGQXNzaWduEicKB2F0dGVtcHQYASABKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSDgoGZGFnX2lkGAIgASgJEhIKBnJ1bl9pZBgDIAEoA0ICMAESDwoHdGFza19pZBgEIAEoCRIRCgltYXhfdHJpZXMYBSABKAUSDwoHY29tbWFuZBgGIAMoCRIoCgNlbnYYByADKAsyGy5sZW9mbG93LnYxLkFzc2lnbi5FbnZFbnRyeRILCgNjd2QYCCABKAkSKgoHdGltZW91dBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIj8KB1N0YXJ0ZWQSJwoHYXR0ZW1wdBgBIAEoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZhILCgNwaWQYAiABKAUiVQoDTG9nEicKB2F0dGVtcHQYASABKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSJQoHZW50cmllcxgCIAMoCzIULmxlb2Zsb3cudjEuTG9nRW50cnkiNQoITG9nRW50cnkSCwoDc2VxGAEgASgFEg4KBnN0cmVhbRgCIAEoCRIMCgRsaW5lGAMgASgJIqUBCghGaW5pc2hlZBInCgdhdHRlbXB0GAEgASgLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEisKB291dGNvbWUYAiABKA4yGi5sZW9mbG93LnYxLkF0dGVtcHRPdXRjb21lEhYKCWV4aXRfY29kZRgDIAEoBUgAiAEBEg4KBnNpZ25hbBgEIAEoCRINCgVlcnJvchgFIAEoCUIMCgpfZXhpdF9jb2RlIj4KCUtlZXBhbGl2ZRILCgNzZXEYASABKAQSJAoEaGVsZBgCIAMoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZiIbCgxLZWVwYWxpdmVBY2sSCwoDc2VxGAEgASgEIkcKC0ZpbmlzaGVkQWNrEicKB2F0dGVtcHQYASABKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSDwoHYXBwbGllZBgCIAEoCCJBCgZDYW5jZWwSJwoHYXR0ZW1wdBgBIAEoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZhIOCgZyZWFzb24YAiABKAkiFwoFRHJhaW4SDgoGcmVhc29uGAEgASgJKksKD1Byb3RvY29sVmVyc2lvbhIgChxQUk9UT0NPTF9WRVJTSU9OX1VOU1BFQ0lGSUVEEAASFgoSUFJPVE9DT0xfVkVSU0lPTl8xEAEqygEKDkF0dGVtcHRPdXRjb21lEh8KG0FUVEVNUFRfT1VUQ09NRV9VTlNQRUNJRklFRBAAEhsKF0FUVEVNUFRfT1VUQ09NRV9TVUNDRVNTEAESGgoWQVRURU1QVF9PVVRDT01FX0ZBSUxFRBACEh0KGUFUVEVNUFRfT1VUQ09NRV9USU1FRF9PVVQQAxIdChlBVFRFTVBUX09VVENPTUVfQ0FOQ0VMTEVEEAQSIAocQVRURU1QVF9PVVRDT01FX1NQQVdOX0ZBSUxFRBAFMlYKDEFnZW50U2VydmljZRJGCgdDb25uZWN0EhoubGVvZmxvdy52MS5Db25uZWN0UmVxdWVzdBobLmxlb2Zsb3cudjEuQ29ubmVjdFJlc3BvbnNlKAEwAWIGcHJvdG8z", [file_google_protobuf_duration]);
+  fileDesc("ChZsZW9mbG93L3YxL2FnZW50LnByb3RvEgpsZW9mbG93LnYxItkBCg5Db25uZWN0UmVxdWVzdBIiCgVoZWxsbxgBIAEoCzIRLmxlb2Zsb3cudjEuSGVsbG9IABImCgdzdGFydGVkGAIgASgLMhMubGVvZmxvdy52MS5TdGFydGVkSAASHgoDbG9nGAMgASgLMg8ubGVvZmxvdy52MS5Mb2dIABIoCghmaW5pc2hlZBgEIAEoCzIULmxlb2Zsb3cudjEuRmluaXNoZWRIABIqCglrZWVwYWxpdmUYBSABKAsyFS5sZW9mbG93LnYxLktlZXBhbGl2ZUgAQgUKA21zZyKUAgoPQ29ubmVjdFJlc3BvbnNlEiYKB3dlbGNvbWUYASABKAsyEy5sZW9mbG93LnYxLldlbGNvbWVIABIkCgZhc3NpZ24YAiABKAsyEi5sZW9mbG93LnYxLkFzc2lnbkgAEiQKBmNhbmNlbBgDIAEoCzISLmxlb2Zsb3cudjEuQ2FuY2VsSAASIgoFZHJhaW4YBCABKAsyES5sZW9mbG93LnYxLkRyYWluSAASMQoNa2VlcGFsaXZlX2FjaxgFIAEoCzIYLmxlb2Zsb3cudjEuS2VlcGFsaXZlQWNrSAASLwoMZmluaXNoZWRfYWNrGAYgASgLMhcubGVvZmxvdy52MS5GaW5pc2hlZEFja0gAQgUKA21zZyJKCgpBdHRlbXB0UmVmEhEKBXRpX2lkGAEgASgDQgIwARISCgp0cnlfbnVtYmVyGAIgASgFEhUKDWF0dGVtcHRfdG9rZW4YAyABKAkioAIKBUhlbGxvEjUKEHByb3RvY29sX3ZlcnNpb24YASABKA4yGy5sZW9mbG93LnYxLlByb3RvY29sVmVyc2lvbhIQCghhZ2VudF9pZBgCIAEoCRItCgZsYWJlbHMYAyADKAsyHS5sZW9mbG93LnYxLkhlbGxvLkxhYmVsc0VudHJ5EhQKDGNhcGFiaWxpdGllcxgEIAMoCRINCgVzbG90cxgFIAEoBRINCgV0b2tlbhgGIAEoCRIkCgRoZWxkGAcgAygLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEhYKCm9ubHlfdGlfaWQYCCABKANCAjABGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEijAIKB1dlbGNvbWUSNQoQcHJvdG9jb2xfdmVyc2lvbhgBIAEoDjIbLmxlb2Zsb3cudjEuUHJvdG9jb2xWZXJzaW9uEhIKCnJlcGxpY2FfaWQYAiABKAkSNQoSa2VlcGFsaXZlX2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEicKB3Jlc3VtZWQYBCADKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSKgoKc3VwZXJzZWRlZBgFIAMoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZhIqCgtsb2dzX3NvX2ZhchgHIAMoCzIVLmxlb2Zsb3cudjEuTG9nc1NvRmFyInIKCUxvZ3NTb0ZhchInCgdhdHRlbXB0GAEgASgLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEhQKDHN0ZG91dF9saW5lcxgCIAEoBRIUCgxzdGRlcnJfbGluZXMYAyABKAUSEAoIbGFzdF9zZXEYBCABKAUimQIKBkFzc2lnbhInCgdhdHRlbXB0GAEgASgLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEg4KBmRhZ19pZBgCIAEoCRISCgZydW5faWQYAyABKANCAjABEg8KB3Rhc2tfaWQYBCABKAkSEQoJbWF4X3RyaWVzGAUgASgFEg8KB2NvbW1hbmQYBiADKAkSKAoDZW52GAcgAygLMhsubGVvZmxvdy52MS5Bc3NpZ24uRW52RW50cnkSCwoDY3dkGAggASgJEioKB3RpbWVvdXQYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24aKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI/CgdTdGFydGVkEicKB2F0dGVtcHQYASABKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSCwoDcGlkGAIgASgFIlUKA0xvZxInCgdhdHRlbXB0GAEgASgLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEiUKB2VudHJpZXMYAiADKAsyFC5sZW9mbG93LnYxLkxvZ0VudHJ5IjUKCExvZ0VudHJ5EgsKA3NlcRgBIAEoBRIOCgZzdHJlYW0YAiABKAkSDAoEbGluZRgDIAEoCSKlAQoIRmluaXNoZWQSJwoHYXR0ZW1wdBgBIAEoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZhIrCgdvdXRjb21lGAIgASgOMhoubGVvZmxvdy52MS5BdHRlbXB0T3V0Y29tZRIWCglleGl0X2NvZGUYAyABKAVIAIgBARIOCgZzaWduYWwYBCABKAkSDQoFZXJyb3IYBSABKAlCDAoKX2V4aXRfY29kZSI+CglLZWVwYWxpdmUSCwoDc2VxGAEgASgEEiQKBGhlbGQYAiADKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYiGwoMS2VlcGFsaXZlQWNrEgsKA3NlcRgBIAEoBCJHCgtGaW5pc2hlZEFjaxInCgdhdHRlbXB0GAEgASgLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEg8KB2FwcGxpZWQYAiABKAgiQQoGQ2FuY2VsEicKB2F0dGVtcHQYASABKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSDgoGcmVhc29uGAIgASgJIhcKBURyYWluEg4KBnJlYXNvbhgBIAEoCSpLCg9Qcm90b2NvbFZlcnNpb24SIAocUFJPVE9DT0xfVkVSU0lPTl9VTlNQRUNJRklFRBAAEhYKElBST1RPQ09MX1ZFUlNJT05fMRABKsoBCg5BdHRlbXB0T3V0Y29tZRIfChtBVFRFTVBUX09VVENPTUVfVU5TUEVDSUZJRUQQABIbChdBVFRFTVBUX09VVENPTUVfU1VDQ0VTUxABEhoKFkFUVEVNUFRfT1VUQ09NRV9GQUlMRUQQAhIdChlBVFRFTVBUX09VVENPTUVfVElNRURfT1VUEAMSHQoZQVRURU1QVF9PVVRDT01FX0NBTkNFTExFRBAEEiAKHEFUVEVNUFRfT1VUQ09NRV9TUEFXTl9GQUlMRUQQBTJWCgxBZ2VudFNlcnZpY2USRgoHQ29ubmVjdBIaLmxlb2Zsb3cudjEuQ29ubmVjdFJlcXVlc3QaGy5sZW9mbG93LnYxLkNvbm5lY3RSZXNwb25zZSgBMAFiBnByb3RvMw", [file_google_protobuf_duration]);
 
 /**
  * An agent's message on the stream.
@@ -254,6 +254,14 @@ export type Welcome = Message<"leoflow.v1.Welcome"> & {
    * @generated from field: repeated leoflow.v1.AttemptRef superseded = 5;
    */
   superseded: AttemptRef[];
+
+  /**
+   * For each resumed attempt: how much of its log the control plane holds, so an agent that
+   * re-attached to it after a restart sends the rest of its output, and nothing twice.
+   *
+   * @generated from field: repeated leoflow.v1.LogsSoFar logs_so_far = 7;
+   */
+  logsSoFar: LogsSoFar[];
 };
 
 /**
@@ -262,6 +270,44 @@ export type Welcome = Message<"leoflow.v1.Welcome"> & {
  */
 export const WelcomeSchema: GenMessage<Welcome> = /*@__PURE__*/
   messageDesc(file_leoflow_v1_agent, 4);
+
+/**
+ * How much of one attempt's log is stored.
+ *
+ * @generated from message leoflow.v1.LogsSoFar
+ */
+export type LogsSoFar = Message<"leoflow.v1.LogsSoFar"> & {
+  /**
+   * @generated from field: leoflow.v1.AttemptRef attempt = 1;
+   */
+  attempt?: AttemptRef | undefined;
+
+  /**
+   * Lines stored of each output.
+   *
+   * @generated from field: int32 stdout_lines = 2;
+   */
+  stdoutLines: number;
+
+  /**
+   * @generated from field: int32 stderr_lines = 3;
+   */
+  stderrLines: number;
+
+  /**
+   * The highest seq stored (0 for none): the agent numbers the next line after it.
+   *
+   * @generated from field: int32 last_seq = 4;
+   */
+  lastSeq: number;
+};
+
+/**
+ * Describes the message leoflow.v1.LogsSoFar.
+ * Use `create(LogsSoFarSchema)` to create a new message.
+ */
+export const LogsSoFarSchema: GenMessage<LogsSoFar> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_agent, 5);
 
 /**
  * Run an attempt.
@@ -328,7 +374,7 @@ export type Assign = Message<"leoflow.v1.Assign"> & {
  * Use `create(AssignSchema)` to create a new message.
  */
 export const AssignSchema: GenMessage<Assign> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_agent, 5);
+  messageDesc(file_leoflow_v1_agent, 6);
 
 /**
  * The attempt's process runs.
@@ -352,7 +398,7 @@ export type Started = Message<"leoflow.v1.Started"> & {
  * Use `create(StartedSchema)` to create a new message.
  */
 export const StartedSchema: GenMessage<Started> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_agent, 6);
+  messageDesc(file_leoflow_v1_agent, 7);
 
 /**
  * Output lines of an attempt, in order. seq numbers lines per attempt from 1, with no gaps, so a
@@ -377,7 +423,7 @@ export type Log = Message<"leoflow.v1.Log"> & {
  * Use `create(LogSchema)` to create a new message.
  */
 export const LogSchema: GenMessage<Log> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_agent, 7);
+  messageDesc(file_leoflow_v1_agent, 8);
 
 /**
  * @generated from message leoflow.v1.LogEntry
@@ -406,7 +452,7 @@ export type LogEntry = Message<"leoflow.v1.LogEntry"> & {
  * Use `create(LogEntrySchema)` to create a new message.
  */
 export const LogEntrySchema: GenMessage<LogEntry> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_agent, 8);
+  messageDesc(file_leoflow_v1_agent, 9);
 
 /**
  * @generated from message leoflow.v1.Finished
@@ -449,7 +495,7 @@ export type Finished = Message<"leoflow.v1.Finished"> & {
  * Use `create(FinishedSchema)` to create a new message.
  */
 export const FinishedSchema: GenMessage<Finished> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_agent, 9);
+  messageDesc(file_leoflow_v1_agent, 10);
 
 /**
  * @generated from message leoflow.v1.Keepalive
@@ -475,7 +521,7 @@ export type Keepalive = Message<"leoflow.v1.Keepalive"> & {
  * Use `create(KeepaliveSchema)` to create a new message.
  */
 export const KeepaliveSchema: GenMessage<Keepalive> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_agent, 10);
+  messageDesc(file_leoflow_v1_agent, 11);
 
 /**
  * @generated from message leoflow.v1.KeepaliveAck
@@ -492,7 +538,7 @@ export type KeepaliveAck = Message<"leoflow.v1.KeepaliveAck"> & {
  * Use `create(KeepaliveAckSchema)` to create a new message.
  */
 export const KeepaliveAckSchema: GenMessage<KeepaliveAck> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_agent, 11);
+  messageDesc(file_leoflow_v1_agent, 12);
 
 /**
  * The Finished of this attempt was handled: applied, or refused because the attempt is no
@@ -519,7 +565,7 @@ export type FinishedAck = Message<"leoflow.v1.FinishedAck"> & {
  * Use `create(FinishedAckSchema)` to create a new message.
  */
 export const FinishedAckSchema: GenMessage<FinishedAck> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_agent, 12);
+  messageDesc(file_leoflow_v1_agent, 13);
 
 /**
  * Stop an attempt.
@@ -543,7 +589,7 @@ export type Cancel = Message<"leoflow.v1.Cancel"> & {
  * Use `create(CancelSchema)` to create a new message.
  */
 export const CancelSchema: GenMessage<Cancel> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_agent, 13);
+  messageDesc(file_leoflow_v1_agent, 14);
 
 /**
  * Take no new work; finish what you hold.
@@ -562,7 +608,7 @@ export type Drain = Message<"leoflow.v1.Drain"> & {
  * Use `create(DrainSchema)` to create a new message.
  */
 export const DrainSchema: GenMessage<Drain> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_agent, 14);
+  messageDesc(file_leoflow_v1_agent, 15);
 
 /**
  * The version of this protocol. Hello.protocol_version must name it; a control plane that does

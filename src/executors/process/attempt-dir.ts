@@ -1,0 +1,136 @@
+import { constants as osConstants } from 'node:os';
+import { mkdirSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import type { Attempt } from '../../core/attempt.js';
+import { identify, isSameProcess, type ProcessIdentity } from './process-identity.js';
+
+/** How a task's process ended, as its shim recorded it. */
+export interface ExitStatus {
+  exitCode: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+const SIGNAL_NAMES = new Map(Object.entries(osConstants.signals).map(([name, n]) => [n, name as NodeJS.Signals]));
+
+/** A shell's `$?`: 128 + n says the process was killed by signal n. */
+export function exitStatusOf(code: number): ExitStatus {
+  const signal = code > 128 ? SIGNAL_NAMES.get(code - 128) : undefined;
+  return signal ? { exitCode: null, signal } : { exitCode: code, signal: null };
+}
+
+/**
+ * The folder in the state directory where one attempt's shim keeps what outlives its parent:
+ * the attempt itself (to re-attach to it after a restart), the shim's identity, the task's output
+ * and, once it is over, its exit status. Written with synchronous calls: they are few and small,
+ * and they sit on a task's start, where a round trip through the thread pool costs more.
+ */
+export class AttemptDir {
+  readonly path: string;
+
+  constructor(dir: string) {
+    this.path = dir;
+  }
+
+  /** Makes the folder of a new attempt, its record and its empty output files. */
+  static create(root: string, attempt: Attempt): AttemptDir {
+    mkdirSync(root, { recursive: true, mode: 0o700 });
+    const dir = new AttemptDir(path.join(path.resolve(root), `${attempt.tiId}.${attempt.tryNumber}.${attempt.attemptToken}`));
+    // A duplicate dispatch of the same attempt reuses its folder: it is the same attempt.
+    mkdirSync(dir.path, { recursive: true, mode: 0o700 });
+    writeFileSync(dir.#file('attempt.json'), JSON.stringify(attempt), { mode: 0o600 });
+    for (const out of ['stdout', 'stderr'] as const) writeFileSync(dir.output(out), '', { mode: 0o600, flag: 'a' });
+    return dir;
+  }
+
+  /**
+   * Makes this process the one supervisor of the attempts under `root`, or throws naming the live
+   * process that is: two servers or agents sharing a state directory would adopt, and kill, each
+   * other's tasks.
+   */
+  static claimRoot(root: string): void {
+    mkdirSync(root, { recursive: true, mode: 0o700 });
+    const file = path.join(root, 'owner.json');
+    const me = identify(process.pid) ?? { pid: process.pid, startTicks: null, bootId: null };
+    for (let tries = 0; tries < 2; tries++) {
+      try {
+        writeFileSync(file, JSON.stringify(me), { mode: 0o600, flag: 'wx' });
+        return;
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      }
+      let owner: ProcessIdentity | null = null;
+      try {
+        owner = JSON.parse(readFileSync(file, 'utf8')) as ProcessIdentity;
+      } catch {
+        // Torn or unreadable: its writer is gone.
+      }
+      if (owner !== null && owner.pid === me.pid && owner.startTicks === me.startTicks) return;
+      if (owner !== null && isSameProcess(owner)) {
+        throw new Error(`${root} is in use by process ${owner.pid}: give each server or agent its own --state-dir`);
+      }
+      unlinkSync(file);
+    }
+    throw new Error(`${root}: could not claim it (another process claimed it at the same time)`);
+  }
+
+  /** Every attempt folder under `root` (none when it does not exist). */
+  static list(root: string): AttemptDir[] {
+    let names: string[];
+    try {
+      names = readdirSync(root);
+    } catch {
+      return [];
+    }
+    return names.filter((n) => /^\d+\.\d+\.[0-9a-f-]+$/.test(n)).map((n) => new AttemptDir(path.join(path.resolve(root), n)));
+  }
+
+  output(stream: 'stdout' | 'stderr'): string {
+    return this.#file(stream);
+  }
+
+  /** Where the shim writes the exit status. */
+  get statusFile(): string {
+    return this.#file('status');
+  }
+
+  recordShim(id: ProcessIdentity): void {
+    writeFileSync(this.#file('shim.json'), JSON.stringify(id), { mode: 0o600 });
+  }
+
+  readAttempt(): Attempt | null {
+    return this.#readJson<Attempt>('attempt.json');
+  }
+
+  readShim(): ProcessIdentity | null {
+    return this.#readJson<ProcessIdentity>('shim.json');
+  }
+
+  /** The exit status, once the shim has written it whole (a newline ends it). */
+  readStatus(): ExitStatus | null {
+    let text: string;
+    try {
+      text = readFileSync(this.statusFile, 'utf8');
+    } catch {
+      return null;
+    }
+    if (!text.endsWith('\n')) return null;
+    const code = Number(text.trim());
+    return Number.isInteger(code) && code >= 0 ? exitStatusOf(code) : null;
+  }
+
+  remove(): void {
+    rmSync(this.path, { recursive: true, force: true });
+  }
+
+  #file(name: string): string {
+    return path.join(this.path, name);
+  }
+
+  #readJson<T>(name: string): T | null {
+    try {
+      return JSON.parse(readFileSync(this.#file(name), 'utf8')) as T;
+    } catch {
+      return null;
+    }
+  }
+}

@@ -1,0 +1,152 @@
+import type { ChildProcess } from 'node:child_process';
+import { statSync } from 'node:fs';
+import type { Attempt } from '../../core/attempt.js';
+import { AttemptDir, type ExitStatus } from './attempt-dir.js';
+import { OutputTail } from './output-tail.js';
+import { identify, isSameProcess, type ProcessIdentity } from './process-identity.js';
+import type { ReadyShells } from './ready-shell.js';
+import { shimLines } from './shim.js';
+
+export type OutputStream = 'stdout' | 'stderr';
+
+/** Lines of each output already in the attempt's log: a re-attached tail starts after them. */
+export interface LogsSoFar {
+  stdout: number;
+  stderr: number;
+}
+
+export interface ShimProcessOptions {
+  onLine(stream: OutputStream, line: string): void;
+}
+
+export type ShimStart = { ok: true; process: ShimProcess; how: 'ready-shell' | 'spawn' } | { ok: false; error: string };
+
+/** A re-attached shim is not our child: its end is seen by looking this often. */
+const REATTACHED_POLL_MS = 200;
+
+/**
+ * One task's process under its shim (shim.ts), as its parent sees it: started here, or re-attached
+ * after a restart. `ended` settles when the shim is gone and the output is read to its end, with
+ * the task's exit status, or null when the shim left none (its group was SIGKILLed).
+ */
+export class ShimProcess {
+  readonly dir: AttemptDir;
+  /** The shim's pid, which is also the task's process group. */
+  readonly pid: number;
+  readonly ended: Promise<ExitStatus | null>;
+  readonly #identity: ProcessIdentity;
+  readonly #tails: OutputTail[];
+  #gone = false;
+
+  private constructor(dir: AttemptDir, identity: ProcessIdentity, opts: ShimProcessOptions, skip: LogsSoFar, exited: Promise<void>) {
+    this.dir = dir;
+    this.pid = identity.pid;
+    this.#identity = identity;
+    this.#tails = (['stdout', 'stderr'] as const).map((s) => new OutputTail(dir.output(s), (line) => opts.onLine(s, line), { skipLines: skip[s] }));
+    this.ended = exited.then(() => {
+      this.#gone = true;
+      // The task is over when its shim is: whatever is left in the group (the task itself, when
+      // only the shim was killed) must not run on unsupervised.
+      killGroup(this.pid);
+      for (const tail of this.#tails) tail.finish();
+      return dir.readStatus();
+    });
+  }
+
+  /**
+   * Starts `attempt` under a shim: the ready one if there is one, else one made now. Refuses, with
+   * the reason, what no process could be started for (the words say what `spawn()` would have).
+   */
+  static async start(shells: ReadyShells, root: string, attempt: Attempt, opts: ShimProcessOptions, how: { useReady: boolean }): Promise<ShimStart> {
+    const { command, env, cwd } = attempt;
+    const file = command[0] ?? '';
+    const where = cwd ? ` in ${cwd}` : '';
+    const failed = (why: string): ShimStart => ({ ok: false, error: `failed to start ${JSON.stringify(file)}${where}: ${why}` });
+    if (file === '') return { ok: false, error: 'failed to start: empty command' };
+    if (cwd !== null && !isDirectory(cwd)) return failed('no such directory');
+    const missing = shells.cannotExecute(file, env.PATH ?? process.env.PATH, cwd);
+    if (missing) return failed(`spawn ${file} ${missing}`);
+    const dir = AttemptDir.create(root, attempt);
+    const shim = shimLines(command, env, cwd, { dir: dir.path, stdout: dir.output('stdout'), stderr: dir.output('stderr'), status: dir.statusFile });
+    if ('error' in shim) {
+      dir.remove();
+      return failed(shim.error);
+    }
+    let shell = how.useReady ? shells.take() : null;
+    for (let tries = 0; tries < 2; tries++) {
+      const started = shell ? 'ready-shell' : 'spawn';
+      shell ??= shells.spawnNow();
+      if (!shell || shell.pid === undefined) break;
+      // Its exit may come in the same turn as its start, for a task that ends at once.
+      const exited = exitOf(shell);
+      const result = await shells.start(shell, shim.lines);
+      if (result.ok) {
+        const identity = identify(shell.pid) ?? { pid: shell.pid, startTicks: null, bootId: null };
+        dir.recordShim(identity);
+        return { ok: true, process: new ShimProcess(dir, identity, opts, { stdout: 0, stderr: 0 }, exited), how: started };
+      }
+      if (result.reason === 'cwd') {
+        dir.remove();
+        return failed('cannot enter the directory');
+      }
+      // A ready shell that died while it waited (killed by someone): a new one, once.
+      shell = null;
+    }
+    dir.remove();
+    return failed('no shell to supervise it (/bin/sh could not be started)');
+  }
+
+  /**
+   * Re-attaches to the shim of an attempt started by an earlier process (after a crash or a
+   * restart), or null when the shim is gone (then `dir.readStatus()` says how the task ended).
+   */
+  static reattach(dir: AttemptDir, opts: ShimProcessOptions, skip: LogsSoFar): ShimProcess | null {
+    const identity = dir.readShim();
+    if (identity === null || !isSameProcess(identity)) return null;
+    const exited = new Promise<void>((resolve) => {
+      const timer = setInterval(() => {
+        if (dir.readStatus() !== null || !isSameProcess(identity)) {
+          clearInterval(timer);
+          resolve();
+        }
+      }, REATTACHED_POLL_MS);
+    });
+    return new ShimProcess(dir, identity, opts, skip, exited);
+  }
+
+  /** Reads an ended attempt's output from where its log stopped, to the end. */
+  static readRest(dir: AttemptDir, opts: ShimProcessOptions, skip: LogsSoFar): void {
+    for (const s of ['stdout', 'stderr'] as const) new OutputTail(dir.output(s), (line) => opts.onLine(s, line), { skipLines: skip[s] }).finish();
+  }
+
+  /** Signals the task's whole process group (never a process that merely reuses the pid). */
+  signalGroup(signal: 'SIGTERM' | 'SIGKILL'): void {
+    if (this.#gone || !isSameProcess(this.#identity)) return;
+    try {
+      process.kill(-this.pid, signal);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ESRCH') throw err;
+    }
+  }
+}
+
+function killGroup(pid: number): void {
+  try {
+    process.kill(-pid, 'SIGKILL');
+  } catch {
+    // ESRCH: nothing left in it.
+  }
+}
+
+function exitOf(shell: ChildProcess): Promise<void> {
+  if (shell.exitCode !== null || shell.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => shell.once('exit', () => resolve()));
+}
+
+function isDirectory(p: string): boolean {
+  try {
+    return statSync(p).isDirectory();
+  } catch {
+    return false;
+  }
+}
