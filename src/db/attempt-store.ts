@@ -1,5 +1,7 @@
 import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, AttemptResult } from '../core/attempt.js';
+import { STARTED_TI_STATES } from '../core/states.js';
+import { inlineLiterals } from './inline-literals.js';
 import type { FinishVerdict } from './attempts/finish-attempt.js';
 import { flushHeartbeats } from './attempts/flush-heartbeats.js';
 import type { ReportBatcher } from './attempts/report-batcher.js';
@@ -14,6 +16,13 @@ export interface AttemptStoreHooks {
   onRejected?(attempt: Attempt, report: 'started' | 'finished' | 'heartbeat'): void;
 }
 
+async function isRunning(sql: Sql, a: Attempt): Promise<boolean> {
+  const [row] = await sql`
+    select 1 from task_instances where id = ${a.tiId} and try_number = ${a.tryNumber} and attempt_token = ${a.attemptToken}
+      and state in (${inlineLiterals(sql, STARTED_TI_STATES)})`;
+  return row !== undefined;
+}
+
 /**
  * The reporter every executor writes through: each report is fenced by (ti, try, token), so a
  * zombie's report for a superseded attempt is refused and never applied.
@@ -21,7 +30,8 @@ export interface AttemptStoreHooks {
 export function createAttemptStore(sql: Sql, reports: ReportBatcher, logs: LogWriter, logger: Logger, hooks: AttemptStoreHooks = {}): AttemptReporter {
   return {
     async started(attempt, info) {
-      const ok = await reports.started(attempt, { pid: info.pid, agentId: null });
+      // Said again for an attempt already running (re-attached after a restart): still current.
+      const ok = (await reports.started(attempt, { pid: info.pid, agentId: null })) || (await isRunning(sql, attempt));
       if (!ok) {
         hooks.onRejected?.(attempt, 'started');
         logger.warn({ tiId: attempt.tiId, runId: attempt.runId, try: attempt.tryNumber }, 'start report refused: attempt superseded');

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -47,10 +48,17 @@ function alive(pid: number): boolean {
   }
 }
 
-/** SIGKILL to the whole group the task leads (the shell and its `sleep`). */
+/** SIGKILL to the whole group the task is in (its shim, the shell and its `sleep`). */
 function killGroup(pid: number): void {
+  let group = pid;
   try {
-    process.kill(-pid, 'SIGKILL');
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    group = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
+  } catch {
+    // gone already, or no /proc: the pid is the best guess
+  }
+  try {
+    process.kill(-group, 'SIGKILL');
   } catch {
     // already gone
   }
@@ -115,19 +123,6 @@ async function moves(runId: string, taskId: string) {
     from events where run_id = ${runId} and kind = 'ti.state' and payload->>'task_id' = ${taskId} order by seq`;
 }
 
-async function metricsText(server: ServerProcess): Promise<string> {
-  const res = await fetch(server.metricsUrl);
-  expect(res.status).toBe(200);
-  return res.text();
-}
-
-function metricValue(text: string, series: string): number | null {
-  for (const line of text.split('\n')) {
-    if (line.startsWith(`${series} `)) return Number(line.slice(series.length + 1));
-  }
-  return null;
-}
-
 describe('task process SIGKILLed', () => {
   it('with a retry left: up_for_retry "killed by SIGKILL", try 2 succeeds, the run succeeds', async () => {
     const server = await start();
@@ -167,40 +162,31 @@ describe('task process SIGKILLed', () => {
     expect((await readFile(ran, 'utf8')).trim().split('\n')).toEqual(['victim 1']);
   });
 
-  it('agent gone: the control plane is SIGKILLed mid-task; a new one reaps the attempt as agent_lost and retries it', async () => {
-    const first = await start();
-    const { ran, pidFile } = await applyDag(first, 'agent_gone', 1);
-    const runId = await trigger(first, 'agent_gone');
+  it('machine gone: the control plane and the task\'s shim are SIGKILLed; the restart records the attempt killed and retries it', async () => {
+    const stateDir = path.join(tmp, 'machine-gone.state');
+    const first = await start(['--state-dir', stateDir]);
+    const { ran, pidFile } = await applyDag(first, 'machine_gone', 1);
+    const runId = await trigger(first, 'machine_gone');
     const pid = await runningPid(runId, pidFile);
 
+    // As a reboot would: the server, and the task with its shim (its whole process group).
     await first.kill();
-    // The task leads its own process group (detached), so it survives its control plane and
-    // would keep running, unsupervised, until its sleep ends. Nothing can report it any more: kill
-    // it as an operator (or the machine's reboot) would, then let the reaper notice.
-    expect(alive(pid)).toBe(true);
     killGroup(pid);
-    await waitFor('orphaned task gone', async () => !alive(pid), 5000);
-    const [orphan] = await db.sql<{ state: string; try_number: number }[]>`
-      select state, try_number from task_instances where run_id = ${runId} and task_id = 'victim'`;
-    expect(orphan).toEqual({ state: 'running', try_number: 1 });
+    await waitFor('task and shim gone', async () => !alive(pid), 5000);
 
-    // The reaper holds off for one threshold after start (DbHealth), then needs the last
-    // heartbeat to be a threshold old: with 1 s, the retry comes within a few seconds.
-    const second = await start();
+    // The attempt's folder says the shim died with no exit status: recorded at once as killed,
+    // without waiting for the heartbeat threshold, and retried under the task's policy.
+    const second = await start(['--state-dir', stateDir]);
     expect(await runEnds(db.sql, runId)).toBe('success');
 
     const victim = await moves(runId, 'victim');
     expect(victim.map((m) => `${m.to}/${m.try}`)).toEqual(['scheduled/0', 'queued/1', 'running/1', 'up_for_retry/1', 'scheduled/1', 'queued/2', 'running/2', 'success/2']);
-    expect(victim[3]!.reason).toBe('agent_lost');
-    expect(victim[3]!.error).toMatch(/^agent_lost: /);
+    expect(victim[3]!.error).toBe('killed by SIGKILL');
+    expect(victim[3]!.reason).not.toBe('agent_lost');
     const [v] = (await tis(runId)).filter((t) => t.task_id === 'victim');
     expect(v).toMatchObject({ state: 'success', try_number: 2, exit_code: 0 });
     expect((await readFile(ran, 'utf8')).trim().split('\n')).toEqual(['victim 1', 'victim 2', 'after 1']);
-
-    const metrics = await metricsText(second);
-    expect(metricValue(metrics, 'agent_lost_tasks_total')).toBe(1);
-    expect(metricValue(metrics, 'orphan_reaped_total{kind="ti"}')).toBe(1);
+    expect(second.logs.some((l) => l.msg === 'adopted the attempts an earlier process left' && l.recorded === 1)).toBe(true);
     expect((await second.stop()).code).toBe(0);
   });
 });
-

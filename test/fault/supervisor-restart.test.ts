@@ -1,0 +1,186 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { cli, serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { runEnds } from '../helpers/run-ends.js';
+
+/**
+ * The control plane SIGKILLed while a task runs (Lite, subprocess executor). The task runs under
+ * its shim, which outlives the server: a server restarted on the same state directory re-attaches
+ * to it and records its real end, once, as the same try, with its whole log. Where the state
+ * directory is gone, the restart kills the orphaned task before another try can start.
+ *
+ * Each task appends to a ledger ("start TRY PID", "end TRY") and waits for a `go` file, so the
+ * test decides whether it ends before or after the restart. A short heartbeat threshold makes a
+ * lost attempt visible fast: without adoption the reaper would retry it while it still runs.
+ */
+
+const FLAGS = ['--heartbeat-interval', '200ms', '--heartbeat-threshold', '1s', '--tick-interval', '200ms', '--kill-grace', '300ms'];
+
+let db: TestDatabase;
+let tmp: string;
+const servers: ServerProcess[] = [];
+const taskPids = new Set<number>();
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-fault-shim-'));
+});
+
+afterEach(async () => {
+  for (const pid of taskPids) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // gone
+    }
+  }
+  taskPids.clear();
+  for (const s of servers.splice(0)) await s.kill();
+});
+
+afterAll(async () => {
+  await db?.drop();
+  if (tmp) await rm(tmp, { recursive: true, force: true });
+});
+
+const launch = serverLauncher({ databaseUrl: () => db.url, args: FLAGS, servers });
+
+/** Whether the process runs (a zombie, killed and not yet reaped, does not). */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+interface Case {
+  dagId: string;
+  ledger: string;
+  go: string;
+  stateDir: string;
+}
+
+async function setUp(dagId: string, retries: number): Promise<Case & { server: ServerProcess; runId: string; pid: number }> {
+  const c: Case = { dagId, ledger: path.join(tmp, `${dagId}.ledger`), go: path.join(tmp, `${dagId}.go`), stateDir: path.join(tmp, `${dagId}.state`) };
+  const script = [
+    `echo "start $LEOFLOW_TRY_NUMBER $$" >> ${c.ledger}`,
+    'echo line-before',
+    `while [ ! -e ${c.go} ]; do sleep 0.05; done`,
+    'echo line-after',
+    'echo to-stderr >&2',
+    `echo "end $LEOFLOW_TRY_NUMBER" >> ${c.ledger}`,
+  ].join('; ');
+  const file = path.join(tmp, `${dagId}.yaml`);
+  await writeFile(file, [`dag_id: ${dagId}`, 'tasks:', '  - id: work', `    command: ["sh", "-c", ${JSON.stringify(script)}]`, `    retries: ${retries}`, '    retry_delay: 100ms', ''].join('\n'));
+  const server = await launch(['--state-dir', c.stateDir]);
+  const applied = await cli(server.url, ['dag', 'apply', file]);
+  expect(applied.code, applied.stderr).toBe(0);
+  const t = await cli(server.url, ['run', 'trigger', dagId, '-o', 'json']);
+  expect(t.code, t.stderr).toBe(0);
+  const runId = JSON.parse(t.stdout).run_id as string;
+  const started = await waitFor('try 1 started', async () => (await ledger(c)).find((l) => l.startsWith('start 1 ')) ?? null);
+  const pid = Number(started.split(' ')[2]);
+  taskPids.add(pid);
+  await waitFor('try 1 running in the database', async () => (await attempt(runId))?.state === 'running');
+  return { ...c, server, runId, pid };
+}
+
+async function ledger(c: Case): Promise<string[]> {
+  return (await readFile(c.ledger, 'utf8').catch(() => '')).split('\n').filter((l) => l !== '');
+}
+
+async function attempt(runId: string) {
+  const [row] = await db.sql<{ id: string; state: string; try_number: number; exit_code: number | null; error: string | null }[]>`
+    select id, state, try_number, exit_code, error from task_instances where run_id = ${runId} and task_id = 'work'`;
+  return row;
+}
+
+async function logOf(runId: string): Promise<string[]> {
+  const rows = await db.sql<{ try_number: number; stream: string; line: string }[]>`
+    select l.try_number, l.stream, l.line from task_logs l join task_instances t on t.id = l.ti_id
+    where t.run_id = ${runId} order by l.try_number, l.seq`;
+  return rows.filter((r) => r.stream !== 'system').map((r) => `${r.try_number} ${r.stream} ${r.line}`);
+}
+
+async function tries(runId: string): Promise<string[]> {
+  const rows = await db.sql<{ to: string; try: number; reason: string | null }[]>`
+    select payload->>'to' as to, (payload->>'try')::int as try, payload->>'reason' as reason
+    from events where run_id = ${runId} and kind = 'ti.state' order by seq`;
+  return rows.map((r) => `${r.to}/${r.try}${r.reason ? `:${r.reason}` : ''}`);
+}
+
+describe('the control plane SIGKILLed while a task runs', () => {
+  it('a restart re-attaches to the running task: it ends once, as try 1, with its whole log', async () => {
+    const c = await setUp('shim_reattach', 1);
+    await c.server.kill();
+    // The shim keeps the task running with no server at all, past the heartbeat threshold.
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(alive(c.pid)).toBe(true);
+
+    const second = await launch(['--state-dir', c.stateDir]);
+    // Past the threshold again, now with a server that could reap it: it must not.
+    await new Promise((r) => setTimeout(r, 2000));
+    expect(await attempt(c.runId)).toMatchObject({ state: 'running', try_number: 1 });
+    await writeFile(c.go, '');
+
+    expect(await runEnds(db.sql, c.runId)).toBe('success');
+    expect(await attempt(c.runId)).toMatchObject({ state: 'success', try_number: 1, exit_code: 0 });
+    expect(await ledger(c)).toEqual([`start 1 ${c.pid}`, 'end 1']);
+    expect((await logOf(c.runId)).sort()).toEqual(['1 stderr to-stderr', '1 stdout line-after', '1 stdout line-before']);
+    expect(await tries(c.runId)).toEqual(['scheduled/0', 'queued/1', 'running/1', 'success/1']);
+    expect(second.logs.some((l) => l.msg === 'adopted the attempts an earlier process left' && l.reattached === 1)).toBe(true);
+    expect((await second.stop()).code).toBe(0);
+  });
+
+  it('a task that ended while no server ran is recorded with its real outcome, even with no retry left', async () => {
+    const c = await setUp('shim_ended', 0);
+    await c.server.kill();
+    await writeFile(c.go, '');
+    await waitFor('try 1 ended on its own', async () => (await ledger(c)).includes('end 1'));
+    await waitFor('its process gone', async () => !alive(c.pid));
+
+    const second = await launch(['--state-dir', c.stateDir]);
+    expect(await runEnds(db.sql, c.runId)).toBe('success');
+    expect(await attempt(c.runId)).toMatchObject({ state: 'success', try_number: 1, exit_code: 0 });
+    expect((await logOf(c.runId)).sort()).toEqual(['1 stderr to-stderr', '1 stdout line-after', '1 stdout line-before']);
+    expect(await tries(c.runId)).toEqual(['scheduled/0', 'queued/1', 'running/1', 'success/1']);
+    // Its folder is gone once its end is recorded.
+    await waitFor('attempt folder removed', async () => !existsSync(path.join(c.stateDir, 'attempts')) || (await readdirNames(path.join(c.stateDir, 'attempts'))).every((n) => n === 'owner.json'));
+    expect((await second.stop()).code).toBe(0);
+  });
+
+  it('with the state directory gone, the restart kills the orphaned task before try 2 starts', async () => {
+    const c = await setUp('shim_gone', 1);
+    await c.server.kill();
+    expect(alive(c.pid)).toBe(true);
+    await rm(c.stateDir, { recursive: true, force: true });
+
+    const second = await launch(['--state-dir', c.stateDir]);
+    // Killed at start, before the scheduler could retry it.
+    expect(alive(c.pid)).toBe(false);
+    await writeFile(c.go, '');
+    expect(await runEnds(db.sql, c.runId)).toBe('success');
+    const lines = await ledger(c);
+    expect(lines[0]).toBe(`start 1 ${c.pid}`);
+    expect(lines.slice(1).map((l) => l.split(' ').slice(0, 2).join(' '))).toEqual(['start 2', 'end 2']);
+    expect(await attempt(c.runId)).toMatchObject({ state: 'success', try_number: 2 });
+    expect(second.logs.some((l) => l.msg === 'adopted the attempts an earlier process left' && l.killed === 1)).toBe(true);
+    expect((await second.stop()).code).toBe(0);
+  });
+});
+
+async function readdirNames(dir: string): Promise<string[]> {
+  const { readdir } = await import('node:fs/promises');
+  return readdir(dir).catch(() => []);
+}
