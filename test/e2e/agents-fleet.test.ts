@@ -4,6 +4,7 @@ import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
 import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import { killGroupOf } from '../helpers/process-group.js';
 import { isRunEnded } from '../helpers/run-ends.js';
 import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { startTcpProxy } from '../helpers/tcp-proxy.js';
@@ -175,12 +176,9 @@ describe('a fleet of agents', () => {
     });
     const victim = holder === 'k1' ? k1 : k2;
     victim.child.kill('SIGKILL');
-    // The agent's task runs in its own process group and outlives it; stop it as an operator would.
-    try {
-      process.kill(-Number(await readFile(pidFile, 'utf8')), 'SIGKILL');
-    } catch {
-      // already gone
-    }
+    // The agent's task runs under its shim and outlives it; this agent never comes back, so
+    // stop the task as an operator (or the machine's end) would.
+    killGroupOf(Number(await readFile(pidFile, 'utf8')));
     expect(await waitRuns([runId])).toEqual(['success']);
     const [t] = await db.sql<{ try_number: number; agent_id: string }[]>`select try_number, agent_id from task_instances where run_id = ${runId}`;
     expect(t).toMatchObject({ try_number: 2, agent_id: holder === 'k1' ? 'k2' : 'k1' });

@@ -1,10 +1,10 @@
-import { readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { cli, serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { isAlive as alive, killGroupOf as killGroup } from '../helpers/process-group.js';
 import { runEnds } from '../helpers/run-ends.js';
 
 /**
@@ -38,31 +38,6 @@ afterAll(async () => {
 });
 
 const start = serverLauncher({ databaseUrl: () => db.url, args: FLAGS, servers });
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/** SIGKILL to the whole group the task is in (its shim, the shell and its `sleep`). */
-function killGroup(pid: number): void {
-  let group = pid;
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    group = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
-  } catch {
-    // gone already, or no /proc: the pid is the best guess
-  }
-  try {
-    process.kill(-group, 'SIGKILL');
-  } catch {
-    // already gone
-  }
-}
 
 /**
  * A DAG of `victim` (retries as given; try 1 writes its pid and sleeps, later tries succeed at

@@ -34,6 +34,8 @@ export class OutputTail {
     } catch {
       this.#pollInstead();
     }
+    // What was written before the watch began (a task that prints at once) is read now.
+    this.#soon();
   }
 
   /** Reads to the end of the file now, then stops following it; a last unfinished line counts. */
