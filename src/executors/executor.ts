@@ -25,6 +25,12 @@ export interface Executor {
    */
   holdsLive?(tiId: string, attemptToken: string): boolean;
   /**
+   * At start, before any dispatch: takes back the attempts an earlier process of this replica
+   * left running (re-attached and supervised again, or their real end recorded), and proves dead
+   * those it cannot take back. Executors with nothing that outlives them have none.
+   */
+  adopt?(): Promise<unknown>;
+  /**
    * Stops taking work and waits up to `waitMs` for live attempts to end on their own; then
    * stops the rest (reported as failed so that retries apply) and resolves when all are reported.
    */

@@ -69,7 +69,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       nudge: (runIds, cause) => scheduler?.nudge(runIds, cause),
       nudgeQueued: (atLeast) => scheduler?.nudgeQueued(atLeast),
     });
-    const subprocess = createSubprocessExecutor({
+    const subprocess: Executor = createSubprocessExecutor({
       reporter,
       logger: logger.child({ executor: 'subprocess' }),
       attemptsDir: path.join(config.stateDir, 'attempts'),
@@ -136,7 +136,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
 
     // The tasks an earlier process of this replica left running are supervised again (and those
     // that ended meanwhile recorded) before this one schedules anything.
-    await subprocess.adopt();
+    for (const executor of executors.values()) await executor.adopt?.();
     sched.start();
     const { host, port } = api.address;
     logger.info(
