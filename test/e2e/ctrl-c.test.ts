@@ -28,7 +28,9 @@ describe('Ctrl-C on the Lite server (embedded Postgres)', () => {
   it('lets the running task finish and records it before Postgres stops', async () => {
     const dags = path.join(dir, 'dags');
     await mkdir(dags);
-    await writeFile(path.join(dags, 'slow.yaml'), 'dag_id: slow\ntasks:\n  - id: work\n    command: ["sh", "-c", "echo begin; sleep 2; echo end"]\n');
+    // It runs until the test says so: a slow machine's polling cannot miss it running.
+    const go = path.join(dir, 'go');
+    await writeFile(path.join(dags, 'slow.yaml'), `dag_id: slow\ntasks:\n  - id: work\n    command: ["sh", "-c", "echo begin; while [ ! -e ${go} ]; do sleep 0.05; done; sleep 0.5; echo end"]\n`);
     const args = ['--dags', dags, '--state-dir', path.join(dir, 'state'), '--embedded-pg-port', String(await freePort())];
     const env = { DATABASE_URL: undefined };
     const first = await startServer({ args, env, ownProcessGroup: true, readyTimeoutMs: 60_000 });
@@ -40,6 +42,7 @@ describe('Ctrl-C on the Lite server (embedded Postgres)', () => {
       return JSON.parse(r.stdout).task_instances[0].state === 'running';
     });
     process.kill(-first.child.pid!, 'SIGINT'); // the whole group, as a terminal does
+    await writeFile(go, '');
     const exit = await Promise.race([first.exited, new Promise<null>((r) => setTimeout(() => r(null), 30_000))]);
     expect(exit, 'the server did not stop within 30 s of Ctrl-C').not.toBeNull();
     expect(exit!.code).toBe(0);
