@@ -3,6 +3,7 @@ import type { EndsSentPort } from '../db/attempts/ends-sent-port.js';
 import type { Sql } from '../db/sql.js';
 import type { Dispatcher } from '../dispatch/dispatcher.js';
 import type { RunRead } from './planner-memory.js';
+import { createCanceller, type Cancel } from './canceller.js';
 import type { SchedulerCounters } from './context.js';
 import { createLeaderElector, type LeaderElector } from './leader.js';
 import { createNudger, type Nudge } from './nudger.js';
@@ -42,6 +43,10 @@ export interface Scheduler {
   runCreated(read: RunRead): void;
   /** Another replica said these runs (all when absent) changed. */
   notified(runIds?: string[]): void;
+  /** Stops an attempt wherever it runs: here at once, on another replica over NOTIFY. */
+  readonly cancel: Cancel;
+  /** Another replica asked for an attempt to be stopped (the payload of its notification). */
+  cancelNotified(payload: string): void;
   readonly leader: LeaderElector;
   start(): void;
   /** No new steps; waits for the step in progress. */
@@ -60,6 +65,7 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
   const memory = new PlannerMemory(MAX_RUNS_PER_STEP);
   let isLeader = false;
   let stopping = false;
+  const canceller = createCanceller({ sql: o.sql, logger, dispatcher: o.dispatcher });
   const ctx = {
     sql: o.sql,
     logger,
@@ -126,6 +132,8 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
       memory.changed(runIds);
       loop.nudge(runIds);
     },
+    cancel: canceller.cancel,
+    cancelNotified: (payload) => canceller.notified(payload),
     leader,
     start: () => {
       loop.start();

@@ -113,7 +113,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
 
     const parser = createDagParser({ maxThreads: 1, timeoutMs: 10_000 });
     cleanups.push(() => parser.close());
-    const routes = apiRoutes({ sql, logger, config, parser, scheduler: sched, dispatcher, fleet });
+    const routes = apiRoutes({ sql, logger, config, parser, scheduler: sched, fleet });
     const api = await serveApi(routes, config.listenHost, config.listenPort);
     cleanups.push(() => api.close());
     const metricsServer = config.metricsListen ? await serveMetrics(metrics, config.metricsListen.host, config.metricsListen.port) : null;
@@ -130,6 +130,9 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         // this replica's view of the agents' free slots is stale.
         fleet.placement.invalidate();
         sched.notified(payload === '' ? undefined : payload.split(','));
+      } else if (channel === CHANNELS.cancel) {
+        // Whichever executor of this replica holds it: a subprocess, or an agent's stream.
+        sched.cancelNotified(payload);
       } else void fleet.onNotification(channel, payload).catch((err: unknown) => logger.error({ err, channel, payload }, 'notification failed'));
     });
     cleanups.push(() => listener.close());
