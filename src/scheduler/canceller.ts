@@ -3,8 +3,12 @@ import { CHANNELS, notify } from '../db/notifications.js';
 import type { Sql } from '../db/sql.js';
 import type { Dispatcher } from '../dispatch/dispatcher.js';
 
-/** Stops an attempt wherever it runs. */
-export type Cancel = (tiId: string, reason: string) => void;
+/**
+ * Stops an attempt wherever it runs. Resolves once it is stopped here or the notification is sent
+ * (never rejects): notifications arrive in the order they were sent, so a cancel awaited before
+ * the next try is placed reaches the other replicas before that try's Assign does.
+ */
+export type Cancel = (tiId: string, reason: string) => Promise<void>;
 
 /**
  * Cancels from anywhere in this replica, for an attempt held anywhere: stopped here at once when
@@ -14,9 +18,9 @@ export type Cancel = (tiId: string, reason: string) => void;
  */
 export function createCanceller(o: { sql: Sql; logger: Logger; dispatcher: Dispatcher }): { cancel: Cancel; notified(payload: string): void } {
   return {
-    cancel(tiId, reason) {
+    async cancel(tiId, reason) {
       if (o.dispatcher.cancel(tiId, reason)) return;
-      void notify(o.sql, CHANNELS.cancel, `${tiId} ${reason}`).catch((err: unknown) => o.logger.warn({ err, tiId }, 'could not send a cancel to the other replicas'));
+      await notify(o.sql, CHANNELS.cancel, `${tiId} ${reason}`).catch((err: unknown) => o.logger.warn({ err, tiId }, 'could not send a cancel to the other replicas'));
     },
     notified(payload) {
       const space = payload.indexOf(' ');

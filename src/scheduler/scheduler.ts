@@ -28,6 +28,8 @@ export interface SchedulerOptions {
   leaderWatchdogMs: number;
   runOrphanThresholdMs: number;
   heartbeatThresholdMs: number;
+  /** How long past its timeout a running attempt may go before the leader ends it itself. */
+  timeoutGraceMs: number;
   defaultExecutor: string;
   counters: SchedulerCounters;
   /** What the scheduler reports to metrics: each step's duration, and whether it leads. */
@@ -78,6 +80,8 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
     heldBackDags: new Set<string>(),
     runOrphanThresholdMs: o.runOrphanThresholdMs,
     heartbeatThresholdMs: o.heartbeatThresholdMs,
+    timeoutGraceMs: o.timeoutGraceMs,
+    cancel: canceller.cancel,
     health: { healthySince: new Date() },
     wakeAt: (at: Date) => loop.wakeAt(at),
   };

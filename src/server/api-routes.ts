@@ -27,7 +27,7 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser:
           runCreated: (read) => scheduler.runCreated(read),
           // An attempt held here is stopped at once; one held elsewhere, through its replica.
           stopAttempts: (tiIds, reason) => {
-            for (const id of tiIds) scheduler.cancel(id, reason);
+            for (const id of tiIds) void scheduler.cancel(id, reason);
           },
           defaultExecutor: config.executor,
           logPollMs: 200,

@@ -105,6 +105,9 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       leaderWatchdogMs: config.leaderWatchdogMs,
       runOrphanThresholdMs: config.runOrphanThresholdMs,
       heartbeatThresholdMs: config.heartbeatThresholdMs,
+      // A holder stops a task at its timeout, kills it a kill grace later and reports the end; a
+      // keepalive interval more covers the report's way here.
+      timeoutGraceMs: config.killGraceMs + config.heartbeatIntervalMs,
       defaultExecutor: config.executor,
       counters: schedulerCounters(metrics, (phase, err, ids) => logger.error({ err, phase, ...ids, component: 'scheduler' }, `scheduler error in ${phase}`)),
       observe: { stepped: (seconds) => metrics.tickDuration.observe(seconds), leading: (yes) => metrics.leader.set(yes ? 1 : 0) },
