@@ -22,6 +22,12 @@ import { createMetrics, schedulerCounters, serveMetrics } from './metrics.js';
 /** How long an attempt's start and end reports are retried while the database is unreachable. */
 const REPORT_RETRY_MS = 10 * 60_000;
 
+/**
+ * The least time allowed for a holder's end to reach the database once it has killed a task at
+ * its timeout: a subprocess's output is read for up to 2 s after it exits, then the end is sent.
+ */
+const END_REPORT_MS = 5_000;
+
 export interface ControlPlane {
   /** The address the API listens on (the port is the real one when 0 was asked). */
   readonly address: { host: string; port: number };
@@ -105,9 +111,9 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       leaderWatchdogMs: config.leaderWatchdogMs,
       runOrphanThresholdMs: config.runOrphanThresholdMs,
       heartbeatThresholdMs: config.heartbeatThresholdMs,
-      // A holder stops a task at its timeout, kills it a kill grace later and reports the end; a
-      // keepalive interval more covers the report's way here.
-      timeoutGraceMs: config.killGraceMs + config.heartbeatIntervalMs,
+      // A holder stops a task at its timeout, kills it a kill grace later and reports the end: a
+      // keepalive interval more, and never less than END_REPORT_MS, covers the report's way here.
+      timeoutGraceMs: config.killGraceMs + Math.max(config.heartbeatIntervalMs, END_REPORT_MS),
       defaultExecutor: config.executor,
       counters: schedulerCounters(metrics, (phase, err, ids) => logger.error({ err, phase, ...ids, component: 'scheduler' }, `scheduler error in ${phase}`)),
       observe: { stepped: (seconds) => metrics.tickDuration.observe(seconds), leading: (yes) => metrics.leader.set(yes ? 1 : 0) },
