@@ -14,8 +14,8 @@ export type CancelOutcome =
 
 /**
  * Cancels a run and every task instance of it that has not ended, in one transaction. Returns
- * the TIs that may hold a live process (queued/running), so their holder can stop them; a holder
- * elsewhere learns it at its next heartbeat, which no longer matches a running attempt.
+ * the TIs that may hold a live process (queued/running), so their holder can be told to stop them
+ * (its next heartbeat, which no longer matches a running attempt, would tell it too).
  */
 export async function cancelRun(sql: Sql, runId: string): Promise<CancelOutcome> {
   return sql.begin(async (tx) => {

@@ -16,9 +16,8 @@ export type CancelTiOutcome =
 /**
  * Cancels one task instance that has not ended (guarded by the state table, with an event). The
  * run is left to its trigger rules: the planner treats the cancelled TI as failed upstream.
- * `mayHoldProcess` is true when it was queued or running, so its holder must stop the process; a
- * holder on another replica learns it at its next heartbeat, which no longer matches a running
- * attempt.
+ * `mayHoldProcess` is true when it was queued or running, so its holder must be told to stop the
+ * process (its next heartbeat, which no longer matches a running attempt, would tell it too).
  */
 export async function cancelTaskInstance(sql: Sql, runId: string, taskId: string): Promise<CancelTiOutcome> {
   return sql.begin(async (tx) => {

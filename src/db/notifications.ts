@@ -8,7 +8,8 @@ export const CHANNELS = {
   nudge: 'leoflow_nudge',
   /** `<agentId> <tiId>`: deliver this attempt to this agent, if you hold its stream. */
   assign: 'leoflow_assign',
-  /** `<tiId>`: stop this attempt, if one of your agents holds it. */
+  /** `<tiId> <reason>`: stop this attempt, if one of your executors (a subprocess, an agent's
+   *  stream) holds it. */
   cancel: 'leoflow_cancel',
   /** `<agentId>`: send Drain to this agent, if you hold its stream. */
   drain: 'leoflow_drain',

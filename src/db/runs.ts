@@ -81,10 +81,10 @@ async function insertRun(
       on conflict (dag_id, run_key) do nothing
       returning *),
     tis as (
-      insert into task_instances (run_id, task_id, max_tries, executor, retry_delay_ms, max_retry_delay_ms, pending_reason)
+      insert into task_instances (run_id, task_id, max_tries, executor, retry_delay_ms, max_retry_delay_ms, timeout_ms, pending_reason)
       select run.id, t->>'id', (t->>'retries')::int + 1,
              case when t->>'executor' = 'default' then ${run.defaultExecutor} else t->>'executor' end,
-             (t->>'retryDelayMs')::bigint, (t->>'maxRetryDelayMs')::bigint, 'RUN_QUEUED'
+             (t->>'retryDelayMs')::bigint, (t->>'maxRetryDelayMs')::bigint, (t->>'timeoutMs')::int, 'RUN_QUEUED'
       from run, jsonb_array_elements(run.spec->'tasks') with ordinality as e(t, n)
       order by e.n
       returning *),

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Dispatcher } from '../dispatch/dispatcher.js';
 import type { Sql } from '../db/sql.js';
+import type { Cancel } from './canceller.js';
 import type { PlannerMemory } from './planner-memory.js';
 
 /** What the scheduler counts (Prometheus in production, plain counters in tests). */
@@ -11,6 +12,8 @@ export interface SchedulerCounters {
   reaped(kind: 'run' | 'ti', count: number): void;
   /** Of the attempts reaped, those whose holder was lost (no heartbeat). */
   agentLost(count: number): void;
+  /** Of the attempts reaped, those ended because they ran past their timeout. */
+  timedOut(count: number): void;
 }
 
 /**
@@ -39,6 +42,13 @@ export interface SchedulerContext {
   runOrphanThresholdMs: number;
   /** A queued/running attempt without a sign of life for this long is reaped. */
   heartbeatThresholdMs: number;
+  /**
+   * A running attempt this long past its timeout is ended by the leader: its holder was told the
+   * timeout and should have stopped it (SIGTERM, the kill grace, SIGKILL) and reported the end.
+   */
+  timeoutGraceMs: number;
+  /** Stops an attempt wherever its holder is (here at once, elsewhere over NOTIFY). */
+  cancel: Cancel;
   health: DbHealth;
   /** Asks for a step at this time (a retry's backoff ends), so it does not wait for the tick. */
   wakeAt(at: Date): void;

@@ -3,6 +3,7 @@ import type { EndsSentPort } from '../db/attempts/ends-sent-port.js';
 import type { Sql } from '../db/sql.js';
 import type { Dispatcher } from '../dispatch/dispatcher.js';
 import type { RunRead } from './planner-memory.js';
+import { createCanceller, type Cancel } from './canceller.js';
 import type { SchedulerCounters } from './context.js';
 import { createLeaderElector, type LeaderElector } from './leader.js';
 import { createNudger, type Nudge } from './nudger.js';
@@ -27,6 +28,8 @@ export interface SchedulerOptions {
   leaderWatchdogMs: number;
   runOrphanThresholdMs: number;
   heartbeatThresholdMs: number;
+  /** How long past its timeout a running attempt may go before the leader ends it itself. */
+  timeoutGraceMs: number;
   defaultExecutor: string;
   counters: SchedulerCounters;
   /** What the scheduler reports to metrics: each step's duration, and whether it leads. */
@@ -42,6 +45,10 @@ export interface Scheduler {
   runCreated(read: RunRead): void;
   /** Another replica said these runs (all when absent) changed. */
   notified(runIds?: string[]): void;
+  /** Stops an attempt wherever it runs: here at once, on another replica over NOTIFY. */
+  readonly cancel: Cancel;
+  /** Another replica asked for an attempt to be stopped (the payload of its notification). */
+  cancelNotified(payload: string): void;
   readonly leader: LeaderElector;
   start(): void;
   /** No new steps; waits for the step in progress. */
@@ -60,6 +67,7 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
   const memory = new PlannerMemory(MAX_RUNS_PER_STEP);
   let isLeader = false;
   let stopping = false;
+  const canceller = createCanceller({ sql: o.sql, logger, dispatcher: o.dispatcher });
   const ctx = {
     sql: o.sql,
     logger,
@@ -72,6 +80,8 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
     heldBackDags: new Set<string>(),
     runOrphanThresholdMs: o.runOrphanThresholdMs,
     heartbeatThresholdMs: o.heartbeatThresholdMs,
+    timeoutGraceMs: o.timeoutGraceMs,
+    cancel: canceller.cancel,
     health: { healthySince: new Date() },
     wakeAt: (at: Date) => loop.wakeAt(at),
   };
@@ -126,6 +136,8 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
       memory.changed(runIds);
       loop.nudge(runIds);
     },
+    cancel: canceller.cancel,
+    cancelNotified: (payload) => canceller.notified(payload),
     leader,
     start: () => {
       loop.start();

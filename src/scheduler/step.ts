@@ -4,27 +4,29 @@ import type { StepTarget } from './scheduler-loop.js';
 import { plan, type PlanResult } from './phases/plan.js';
 import { reapHeartbeats, type ReapHeartbeatsResult } from './phases/reap-heartbeats.js';
 import { reapRuns, type ReapRunsResult } from './phases/reap-runs.js';
+import { reapTimeouts, type ReapTimeoutsResult } from './phases/reap-timeouts.js';
 
-const PHASE_NAMES = { plan: 'plan', reapRuns: 'reap-runs', reapHeartbeats: 'reap-heartbeats' } as const;
+const PHASE_NAMES = { plan: 'plan', reapRuns: 'reap-runs', reapHeartbeats: 'reap-heartbeats', reapTimeouts: 'reap-timeouts' } as const;
 
 export interface StepResult {
   plan: PlanResult | null;
   reapRuns: ReapRunsResult | null;
   reapHeartbeats: ReapHeartbeatsResult | null;
+  reapTimeouts: ReapTimeoutsResult | null;
   /** Phases that threw; the others still ran. */
   failedPhases: string[];
 }
 
 /**
- * One reconciliation step: plan, reap orphaned runs, reap attempts whose heartbeat went stale
- * (a `light` step, for a nudge between ticks, only plans, and only the nudged runs when the
+ * One reconciliation step: plan, reap orphaned runs, reap attempts whose heartbeat went stale,
+ * end attempts that ran past their timeout (a `light` step, for a nudge between ticks, only plans, and only the nudged runs when the
  * nudges named them).
  * Each phase is isolated: an error in one is counted and logged, and the next phase runs anyway.
  * The step itself never throws.
  */
 export async function step(ctx: SchedulerContext, kind: 'full' | 'light' = 'full', target: StepTarget = { all: true }): Promise<StepResult> {
-  const result: StepResult = { plan: null, reapRuns: null, reapHeartbeats: null, failedPhases: [] };
-  const phase = async <K extends 'plan' | 'reapRuns' | 'reapHeartbeats'>(name: K, run: () => Promise<NonNullable<StepResult[K]>>) => {
+  const result: StepResult = { plan: null, reapRuns: null, reapHeartbeats: null, reapTimeouts: null, failedPhases: [] };
+  const phase = async <K extends keyof typeof PHASE_NAMES>(name: K, run: () => Promise<NonNullable<StepResult[K]>>) => {
     try {
       result[name] = (await run()) as StepResult[K];
     } catch (err) {
@@ -43,5 +45,6 @@ export async function step(ctx: SchedulerContext, kind: 'full' | 'light' = 'full
   if (kind === 'light') return result;
   await phase('reapRuns', () => reapRuns(ctx));
   await phase('reapHeartbeats', () => reapHeartbeats(ctx));
+  await phase('reapTimeouts', () => reapTimeouts(ctx));
   return result;
 }

@@ -124,10 +124,6 @@ export function createAgentFleet(o: AgentFleetOptions) {
     executor,
     placement,
     sessionDeps,
-    /** Stops an attempt held by an agent anywhere: here at once, elsewhere through a notification. */
-    cancel(tiId: string, reason: string): void {
-      if (!executor.cancel(tiId, reason)) void notify(sql, CHANNELS.cancel, tiId).catch(() => {});
-    },
     /** Sends Drain to an agent, wherever its stream is. */
     drain(agentId: string): void {
       const local = registry.get(agentId);
@@ -143,8 +139,6 @@ export function createAgentFleet(o: AgentFleetOptions) {
         if (!handle || !tiId) return;
         const attempt = await loadAttempt(sql, tiId, agentId!);
         if (attempt && !handle.holds(tiId) && !handle.assign(attempt)) await releaseClaim(sql, attempt, `AGENT_GONE:${agentId}`);
-      } else if (channel === CHANNELS.cancel) {
-        executor.cancel(payload, 'cancelled');
       } else if (channel === CHANNELS.drain) {
         placement.invalidate();
         registry.get(payload)?.drain('drained by an operator');

@@ -1,7 +1,6 @@
 import { connectNodeAdapter } from '@connectrpc/connect-node';
 import type { Logger } from 'pino';
 import type { Sql } from '../db/sql.js';
-import type { Dispatcher } from '../dispatch/dispatcher.js';
 import { AgentService } from '../gen/leoflow/v1/agent_pb.js';
 import { ClusterService } from '../gen/leoflow/v1/cluster_pb.js';
 import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
@@ -14,8 +13,8 @@ import type { DagParser } from './dag-parser.js';
 import { createWorkflowService } from './workflow-service.js';
 
 /** The API's three services, on what the replica was wired with, as one HTTP/2 handler. */
-export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser: DagParser; scheduler: Scheduler; dispatcher: Dispatcher; fleet: AgentFleet }) {
-  const { sql, logger, config, parser, scheduler, dispatcher, fleet } = o;
+export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet }) {
+  const { sql, logger, config, parser, scheduler, fleet } = o;
   return connectNodeAdapter({
     routes(router) {
       router.service(
@@ -26,9 +25,9 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser:
           parseDag: (source, file) => parser.parse(source, file),
           nudge: (runIds) => scheduler.nudge(runIds),
           runCreated: (read) => scheduler.runCreated(read),
-          // An attempt held here is stopped at once; one held by an agent elsewhere, through its replica.
-          stopLocal: (tiIds, reason) => {
-            for (const id of tiIds) if (!dispatcher.cancel(id, reason)) fleet.cancel(id, reason);
+          // An attempt held here is stopped at once; one held elsewhere, through its replica.
+          stopAttempts: (tiIds, reason) => {
+            for (const id of tiIds) void scheduler.cancel(id, reason);
           },
           defaultExecutor: config.executor,
           logPollMs: 200,

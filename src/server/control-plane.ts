@@ -22,6 +22,12 @@ import { createMetrics, schedulerCounters, serveMetrics } from './metrics.js';
 /** How long an attempt's start and end reports are retried while the database is unreachable. */
 const REPORT_RETRY_MS = 10 * 60_000;
 
+/**
+ * The least time allowed for a holder's end to reach the database once it has killed a task at
+ * its timeout: a subprocess's output is read for up to 2 s after it exits, then the end is sent.
+ */
+const END_REPORT_MS = 5_000;
+
 export interface ControlPlane {
   /** The address the API listens on (the port is the real one when 0 was asked). */
   readonly address: { host: string; port: number };
@@ -105,6 +111,9 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       leaderWatchdogMs: config.leaderWatchdogMs,
       runOrphanThresholdMs: config.runOrphanThresholdMs,
       heartbeatThresholdMs: config.heartbeatThresholdMs,
+      // A holder stops a task at its timeout, kills it a kill grace later and reports the end: a
+      // keepalive interval more, and never less than END_REPORT_MS, covers the report's way here.
+      timeoutGraceMs: config.killGraceMs + Math.max(config.heartbeatIntervalMs, END_REPORT_MS),
       defaultExecutor: config.executor,
       counters: schedulerCounters(metrics, (phase, err, ids) => logger.error({ err, phase, ...ids, component: 'scheduler' }, `scheduler error in ${phase}`)),
       observe: { stepped: (seconds) => metrics.tickDuration.observe(seconds), leading: (yes) => metrics.leader.set(yes ? 1 : 0) },
@@ -113,7 +122,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
 
     const parser = createDagParser({ maxThreads: 1, timeoutMs: 10_000 });
     cleanups.push(() => parser.close());
-    const routes = apiRoutes({ sql, logger, config, parser, scheduler: sched, dispatcher, fleet });
+    const routes = apiRoutes({ sql, logger, config, parser, scheduler: sched, fleet });
     const api = await serveApi(routes, config.listenHost, config.listenPort);
     cleanups.push(() => api.close());
     const metricsServer = config.metricsListen ? await serveMetrics(metrics, config.metricsListen.host, config.metricsListen.port) : null;
@@ -130,6 +139,9 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         // this replica's view of the agents' free slots is stale.
         fleet.placement.invalidate();
         sched.notified(payload === '' ? undefined : payload.split(','));
+      } else if (channel === CHANNELS.cancel) {
+        // Whichever executor of this replica holds it: a subprocess, or an agent's stream.
+        sched.cancelNotified(payload);
       } else void fleet.onNotification(channel, payload).catch((err: unknown) => logger.error({ err, channel, payload }, 'notification failed'));
     });
     cleanups.push(() => listener.close());

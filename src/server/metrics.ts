@@ -21,6 +21,7 @@ export function createMetrics() {
     orphanReaped: new Counter({ name: 'orphan_reaped_total', help: 'Runs (kind=run) and attempts (kind=ti) ended by a reaper', labelNames: ['kind'], registers: [registry] }),
     orphanReapErrors: new Counter({ name: 'orphan_reap_errors_total', help: 'Errors while reaping, by reaper', labelNames: ['kind'], registers: [registry] }),
     agentLost: new Counter({ name: 'agent_lost_tasks_total', help: 'Attempts reaped because their holder stopped heartbeating', registers: [registry] }),
+    timedOut: new Counter({ name: 'timeouts_enforced_total', help: 'Attempts the leader ended because they ran past their timeout and the kill grace (their holder did not stop them)', registers: [registry] }),
     dispatchQueueDepth: new Gauge({ name: 'dispatch_queue_depth', help: 'Task instances waiting in the dispatch queue', registers: [registry] }),
     dispatchAtCapacity: new Counter({ name: 'dispatch_at_capacity_total', help: 'Offers refused because the dispatch queue was full', registers: [registry] }),
     dispatchLatency: new Histogram({
@@ -51,7 +52,7 @@ export function schedulerCounters(m: Metrics, log: (phase: string, err: unknown,
     error(phase, err, ids) {
       m.schedulerPanics.inc({ phase });
       if (phase.startsWith('reap-runs')) m.orphanReapErrors.inc({ kind: 'run' });
-      if (phase.startsWith('reap-heartbeats')) m.orphanReapErrors.inc({ kind: 'ti' });
+      if (phase.startsWith('reap-heartbeats') || phase.startsWith('reap-timeouts')) m.orphanReapErrors.inc({ kind: 'ti' });
       log(phase, err, ids);
     },
     reaped(kind, count) {
@@ -59,6 +60,9 @@ export function schedulerCounters(m: Metrics, log: (phase: string, err: unknown,
     },
     agentLost(count) {
       m.agentLost.inc(count);
+    },
+    timedOut(count) {
+      m.timedOut.inc(count);
     },
   };
 }

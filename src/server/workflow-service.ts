@@ -25,8 +25,8 @@ export interface WorkflowDeps {
   /** A run was triggered: asks the leader to step for it, with the run as the planner would read
    *  it (optional: without it, `nudge`). */
   runCreated?(read: RunRead): void;
-  /** Stops the processes of these task instances if this replica holds them. */
-  stopLocal(tiIds: string[], reason: string): void;
+  /** Stops the attempts of these task instances, wherever they run. */
+  stopAttempts(tiIds: string[], reason: string): void;
   defaultExecutor: string;
   /** How often a following TailLogs looks for new lines. */
   logPollMs: number;
@@ -151,7 +151,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       const outcome = await cancelRun(sql, runId);
       if (outcome.kind === 'not_found') throw new NotFoundError(`run ${runId} not found`);
       if (outcome.kind === 'already_ended') throw new FailedPreconditionError(`run ${runId} has already ended (${outcome.run.state})`);
-      deps.stopLocal(outcome.stoppedTiIds, `run ${runId} cancelled`);
+      deps.stopAttempts(outcome.stoppedTiIds, `run ${runId} cancelled`);
       deps.logger.info({ runId, stopped: outcome.stoppedTiIds.length }, 'run cancelled');
       deps.nudge();
       return { run: runToProto(outcome.run) };
@@ -191,7 +191,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       if (outcome.kind === 'already_ended') {
         throw new FailedPreconditionError(`task "${taskId}" of run ${runId} has already ended (${outcome.ti.state})`);
       }
-      if (outcome.mayHoldProcess) deps.stopLocal([outcome.ti.id], `task ${taskId} of run ${runId} cancelled`);
+      if (outcome.mayHoldProcess) deps.stopAttempts([outcome.ti.id], `task ${taskId} of run ${runId} cancelled`);
       deps.logger.info({ runId, taskId, tiId: outcome.ti.id, was: outcome.was }, `task ${taskId} cancelled`);
       // The run goes on by its trigger rules: plan its downstream now.
       deps.nudge([runId]);

@@ -23,6 +23,9 @@ export interface SchedulerHarness {
   errors: PhaseError[];
   reaped: { kind: 'run' | 'ti'; count: number }[];
   agentLost: number[];
+  timedOut: number[];
+  /** Every cancel a phase sent, wherever it would go. */
+  cancelled: { tiId: string; reason: string }[];
   /** What `ctx.now()` reads; null: the real clock. */
   clock: { now: Date | null };
   /** What offers are answered when no `offer` is given. */
@@ -38,8 +41,8 @@ const silent = pino({ level: 'silent' });
  * A scheduler context on `sql` with a scripted dispatcher (test-dispatcher.ts) that records every
  * offer and answers `answer.next` (or passes it on to `offer`); errors, reaped counts and lost
  * agents are kept; the clock is `clock.now` when set. Defaults: subprocess executor only, 100 runs
- * per step, run orphan threshold 300 s, heartbeat threshold 90 s, healthy since the epoch, no
- * planner memory. `over` replaces any context field or dispatcher part.
+ * per step, run orphan threshold 300 s, heartbeat threshold 90 s, timeout grace 15 s (cancels
+ * recorded in `cancelled`), healthy since the epoch, no planner memory. `over` replaces any context field or dispatcher part.
  */
 export function schedulerHarness(sql: Sql, over: HarnessOptions = {}): SchedulerHarness {
   const { offer, executors, claimRoom, holdRoom, placeNow, placed, offerRoom, heldLive, ...ctxOver } = over;
@@ -48,6 +51,8 @@ export function schedulerHarness(sql: Sql, over: HarnessOptions = {}): Scheduler
     errors: [],
     reaped: [],
     agentLost: [],
+    timedOut: [],
+    cancelled: [],
     clock: { now: null },
     answer: { next: 'accepted' },
     parts: undefined as never,
@@ -76,10 +81,15 @@ export function schedulerHarness(sql: Sql, over: HarnessOptions = {}): Scheduler
       error: (phase, err, ids) => h.errors.push({ phase, err, ids }),
       reaped: (kind, count) => h.reaped.push({ kind, count }),
       agentLost: (count) => h.agentLost.push(count),
+      timedOut: (count) => h.timedOut.push(count),
     },
     maxRunsPerStep: 100,
     runOrphanThresholdMs: 300_000,
     heartbeatThresholdMs: 90_000,
+    timeoutGraceMs: 15_000,
+    cancel: async (tiId, reason) => {
+      h.cancelled.push({ tiId, reason });
+    },
     health: { healthySince: new Date(0) },
     wakeAt: () => {},
     ...ctxOver,

@@ -1,3 +1,7 @@
+import { createClient, type Client } from '@connectrpc/connect';
+import { createGrpcTransport } from '@connectrpc/connect-node';
+import { AgentService, type AttemptRef, type ConnectResponse } from '../../src/gen/leoflow/v1/agent_pb.js';
+
 /** An async queue usable both as a request stream and as an inbox with `next()`. */
 export class AsyncInbox<T> implements AsyncIterable<T> {
   readonly #items: T[] = [];
@@ -43,3 +47,37 @@ export class AsyncInbox<T> implements AsyncIterable<T> {
   }
 }
 
+
+/** What a scripted agent sends on its stream. */
+export type AgentMessage = Parameters<Client<typeof AgentService>['connect']>[0] extends AsyncIterable<infer T> ? T : never;
+
+/**
+ * A hand-written agent on a real server's AgentService.Connect, driven message by message the way
+ * an agent in another language (or a broken one) would. The test pushes what it says in `outbox`
+ * and reads what it gets from `inbox` (keepalive acks left out). With `keepaliveMs` it keeps
+ * alive on its own, listing the attempts in `held`, as a real agent lists those it runs.
+ */
+export function scriptedAgent(baseUrl: string, opts: { keepaliveMs?: number } = {}) {
+  const client = createClient(AgentService, createGrpcTransport({ baseUrl }));
+  const outbox = new AsyncInbox<AgentMessage>();
+  const stream = client.connect(outbox);
+  const inbox = new AsyncInbox<ConnectResponse>();
+  const held = new Map<string, AttemptRef>();
+  let seq = 1n;
+  const pump = opts.keepaliveMs
+    ? setInterval(() => outbox.push({ msg: { case: 'keepalive', value: { seq: seq++, held: [...held.values()] } } }), opts.keepaliveMs)
+    : null;
+  const done = (async () => {
+    for await (const m of stream) if (m.msg.case !== 'keepaliveAck') inbox.push(m);
+  })()
+    .then(
+      () => inbox.close(),
+      (err: unknown) => inbox.close(err),
+    )
+    .finally(() => pump && clearInterval(pump));
+  const close = () => {
+    if (pump) clearInterval(pump);
+    outbox.close();
+  };
+  return { outbox, inbox, held, done, close };
+}

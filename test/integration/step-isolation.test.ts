@@ -124,11 +124,12 @@ describe('step isolation', () => {
     h.clock.now = t0;
 
     const r = await step(h.ctx);
-    // The heartbeat reaper does not even query: the failures before it put it on hold-off.
+    // The attempt reapers do not even query: the failures before them put them on hold-off.
     expect(r).toEqual({
       plan: null,
       reapRuns: null,
       reapHeartbeats: { candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: true },
+      reapTimeouts: { candidates: 0, retried: 0, failed: 0, errors: 0, heldOff: true },
       failedPhases: ['plan', 'reapRuns'],
     });
     expect(h.errors.map((e) => e.phase)).toEqual(['plan.cron', 'plan', 'reap-runs']);
@@ -151,6 +152,7 @@ describe('step isolation', () => {
       expect(r.plan).toBeNull();
       expect(r.reapRuns).toBeNull();
       expect(r.reapHeartbeats!.heldOff).toBe(true);
+      expect(r.reapTimeouts!.heldOff).toBe(true);
       expect(h.errors.map((e) => e.phase)).toEqual(['plan.cron', 'plan', 'reap-runs']);
     } finally {
       await sql.end({ timeout: 1 });

@@ -15,8 +15,10 @@ const DESIGN_METRICS: Record<string, string> = {
   scheduler_panics_total: 'counter',
   leader: 'gauge',
   stale_reports_rejected_total: 'counter',
-  // Beyond DESIGN.md's list ("at least"): how the subprocess executor started each attempt.
+  // Beyond DESIGN.md's list ("at least"): how the subprocess executor started each attempt, and
+  // the attempts the leader ended because their holder let them run past their timeout.
   task_starts_total: 'counter',
+  timeouts_enforced_total: 'counter',
 };
 
 async function values(m: Metrics, name: string): Promise<{ value: number; labels: Record<string, unknown> }[]> {
@@ -41,7 +43,7 @@ function request(port: number, path: string, method = 'GET'): Promise<{ status: 
 }
 
 describe('metrics', () => {
-  it('registers exactly the metrics DESIGN.md names and task_starts_total, besides the process defaults', async () => {
+  it('registers exactly the metrics DESIGN.md names and ours beyond them, besides the process defaults', async () => {
     const m = createMetrics();
     const defaults = new Registry();
     collectDefaultMetrics({ register: defaults });
