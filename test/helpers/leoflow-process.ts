@@ -13,6 +13,8 @@ export interface ServerProcess {
   metricsUrl: string;
   /** Every JSON log record the server printed so far. */
   logs: Record<string, unknown>[];
+  /** What the server wrote to stderr so far (an uncaught exception lands there). */
+  stderr(): string;
   /** Resolves with the exit code (or signal) once the process has exited. */
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   /** SIGTERM, then wait for a graceful exit (SIGKILL after timeoutMs). */
@@ -112,6 +114,7 @@ export async function startServer(
     url,
     metricsUrl: `http://${String(ready.metrics)}/metrics`,
     logs,
+    stderr: () => stderr,
     exited,
     async stop(timeoutMs = 30_000) {
       if (child.exitCode !== null || child.signalCode !== null) return exited;
@@ -203,11 +206,14 @@ export interface AgentProcess {
   stop(timeoutMs?: number): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
-/** Starts a real `leoflow agent` process against `server` (a URL). */
-export function startAgent(server: string, args: string[]): AgentProcess {
+/**
+ * Starts a real `leoflow agent` process against `server` (a URL). `env` is merged over
+ * process.env; `cwd` is the project's root unless given.
+ */
+export function startAgent(server: string, args: string[], opts: { cwd?: string; env?: Record<string, string | undefined> } = {}): AgentProcess {
   const child = spawn(process.execPath, [BIN, '--server', server, 'agent', '--log-format', 'json', ...args], {
-    cwd: ROOT,
-    env: process.env,
+    cwd: opts.cwd ?? ROOT,
+    env: { ...process.env, ...opts.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   live.add(child);
