@@ -25,7 +25,8 @@ import { cli, waitFor } from '../helpers/leoflow-process.js';
  *
  * LEOFLOW_CHAOS_SEED=N replays a schedule of faults (the seed is printed, and named in every
  * failure); LEOFLOW_CHAOS_SECONDS=N makes the faults last N seconds (default 50; `npm run chaos`
- * is a 10-minute soak).
+ * is a 10-minute soak); LEOFLOW_CHAOS_KEEP=1 keeps its folder (ledger, DAGs, every process's
+ * output) for a look afterwards.
  */
 
 const seed = chaosSeed();
@@ -103,10 +104,33 @@ const t0Ms = Date.now();
 const notes: string[] = [];
 const note = (what: string) => notes.push(`t+${((Date.now() - t0Ms) / 1000).toFixed(3)}s ${what}`);
 
+/**
+ * Every replica's address for each agent when `leoflow agent` takes several (it then fails over
+ * between them), else its own replica's only. LEOFLOW_CHAOS_AGENT_SERVERS=own|all decides instead.
+ */
+async function agentServers(): Promise<'own' | 'all'> {
+  const forced = process.env.LEOFLOW_CHAOS_AGENT_SERVERS;
+  if (forced === 'own' || forced === 'all') return forced;
+  if (forced) throw new Error(`LEOFLOW_CHAOS_AGENT_SERVERS must be own or all, got ${JSON.stringify(forced)}`);
+  const help = await cli(null, ['agent', '--help']);
+  return /--server takes several|one or more/.test(help.stdout) ? 'all' : 'own';
+}
+
 beforeAll(async () => {
-  console.log(`chaos seed ${seed}, ${FAULT_SECONDS} s of faults (replay: LEOFLOW_CHAOS_SEED=${seed})`);
   dir = await mkdtemp(path.join(os.tmpdir(), 'leoflow-chaos-'));
-  cluster = await ChaosCluster.start({ dir, marker: randomUUID(), replicas: 2, agents: 3, serverFlags: SERVER_FLAGS, agentFlags: AGENT_FLAGS, note });
+  const servers = await agentServers();
+  console.log(`chaos seed ${seed}, ${FAULT_SECONDS} s of faults, agents given ${servers === 'all' ? 'every replica' : 'their own replica only'}, in ${dir} (replay: LEOFLOW_CHAOS_SEED=${seed})`);
+  cluster = await ChaosCluster.start({
+    dir,
+    logDir: path.join(dir, 'logs'),
+    marker: randomUUID(),
+    replicas: 2,
+    agents: 3,
+    serverFlags: SERVER_FLAGS,
+    agentFlags: AGENT_FLAGS,
+    agentServers: servers,
+    note,
+  });
 }, 90_000);
 
 afterAll(async () => {
@@ -114,7 +138,8 @@ afterAll(async () => {
   await sql?.end({ timeout: 1 }).catch(() => {});
   const closed = await cluster?.close();
   if (closed && closed.swept.length > 0) console.log(`processes of the test still alive at the end, killed:\n${closed.swept.join('\n')}`);
-  if (dir) await rm(dir, { recursive: true, force: true });
+  // LEOFLOW_CHAOS_KEEP=1 keeps the folder: the ledger, the DAGs and every process's output.
+  if (dir && process.env.LEOFLOW_CHAOS_KEEP !== '1') await rm(dir, { recursive: true, force: true });
 }, 60_000);
 
 describe('chaos', () => {

@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import pino from 'pino';
@@ -29,6 +29,8 @@ interface Proc {
   gone(): boolean;
   /** The last things it said: for the report of an exit nobody asked for. */
   tail(): string;
+  /** Everything it said (written to the logs folder when it exits). */
+  output(): string;
 }
 
 export class Member {
@@ -62,6 +64,10 @@ export interface ChaosClusterOptions {
   agents: number;
   serverFlags: readonly string[];
   agentFlags: readonly string[];
+  /** Whether each agent is given its own replica's address only, or every replica's (own first). */
+  agentServers: 'own' | 'all';
+  /** Each process's output is written here when it exits. */
+  logDir: string;
   /** A line for the test's event log. */
   note(what: string): void;
 }
@@ -90,6 +96,7 @@ export class ChaosCluster {
 
   static async start(opts: ChaosClusterOptions): Promise<ChaosCluster> {
     const c = new ChaosCluster(opts);
+    await mkdir(opts.logDir, { recursive: true });
     c.#pgPort = await freePort();
     c.#pg = await c.#startPostgres();
     for (let i = 0; i < opts.replicas; i++) {
@@ -109,6 +116,7 @@ export class ChaosCluster {
           exited: s.exited,
           gone: () => s.child.exitCode !== null || s.child.signalCode !== null,
           tail: () => `${s.logs.slice(-4).map((l) => JSON.stringify(l)).join('\n')}\n${s.stderr().slice(-3000)}`,
+          output: () => `${s.logs.map((l) => JSON.stringify(l)).join('\n')}\n${s.stderr()}`,
         };
       });
       c.#urls.set(m, url);
@@ -123,13 +131,17 @@ export class ChaosCluster {
       const cwd = path.join(opts.dir, name);
       await mkdir(cwd, { recursive: true });
       const replica = c.replicas[i % c.replicas.length]!;
+      // Its own replica first; the others after it when the agent takes several addresses.
+      const servers = opts.agentServers === 'all' ? [replica, ...c.replicas.filter((r) => r !== replica)] : [replica];
+      const serverArg = servers.map((r) => c.#urls.get(r)!).join(',');
       const m = new Member(name, 'agent', async () => {
-        const a = startAgent(c.#urls.get(replica)!, ['--id', name, ...opts.agentFlags], { cwd, env: { [MARKER_VAR]: opts.marker } });
+        const a = startAgent(serverArg, ['--id', name, ...opts.agentFlags], { cwd, env: { [MARKER_VAR]: opts.marker } });
         return {
           pid: a.child.pid!,
           exited: a.exited,
           gone: () => a.child.exitCode !== null || a.child.signalCode !== null,
           tail: () => a.output().slice(-3000),
+          output: () => a.output(),
         };
       });
       c.agents.push(m);
@@ -326,6 +338,11 @@ export class ChaosCluster {
   }
 
   #exited(m: Member, proc: Proc, code: number | null, signal: NodeJS.Signals | null): void {
+    try {
+      writeFileSync(path.join(this.#opts.logDir, `${m.name}-${proc.pid}.log`), proc.output());
+    } catch {
+      // the folder is gone (the test is over)
+    }
     if (m.proc !== proc) return;
     m.proc = null;
     m.status = 'down';

@@ -25,8 +25,8 @@ export interface DbTi {
   state: string;
   tryNumber: number;
   tries: Map<number, DbTry>;
-  /** Every move of the TI, compact, in order: for the failure messages. */
-  history: string[];
+  /** Every move of the TI, in order: for the failure messages. */
+  history: { atMs: number; move: string }[];
 }
 
 export interface DbRun {
@@ -64,7 +64,7 @@ export async function readDbRecord(sql: Sql): Promise<DbRecord> {
     const n = Number(p.try);
     const reason = typeof p.reason === 'string' ? p.reason : null;
     const agent = typeof p.agent_id === 'string' ? p.agent_id : null;
-    ti.history.push(`${to}#${n}${reason ? `(${reason})` : ''}${agent ? `@${agent}` : ''} ${e.at.toISOString().slice(11, 23)}`);
+    ti.history.push({ atMs: e.at.getTime(), move: `${to}#${n}${reason ? `(${reason})` : ''}${agent ? `@${agent}` : ''}` });
     const tryOf = (k: number) => {
       let t = ti.tries.get(k);
       if (!t) ti.tries.set(k, (t = { try: k, claims: 0, agents: [], started: false, outcome: null, reason: null }));

@@ -67,7 +67,7 @@ function formatter(ev: ChaosEvidence): Formatter {
     context(ti, fromMs, toMs) {
       const faults = ev.faults.filter((f) => f.target !== '-' && f.atMs >= fromMs - FAULT_WINDOW_MS && f.atMs <= toMs + 1000);
       return [
-        `    database: ${ti ? `TI ${ti.id} now ${ti.state}#${ti.tryNumber}; ${ti.history.join(' → ')}` : 'no such task instance'}`,
+        `    database: ${ti ? `TI ${ti.id} now ${ti.state}#${ti.tryNumber}; ${ti.history.map((h) => `${h.move} ${at(h.atMs)}`).join(' → ')}` : 'no such task instance'}`,
         `    faults from ${FAULT_WINDOW_MS / 1000} s before: ${faults.length === 0 ? 'none' : faults.map((f) => `${at(f.atMs)} ${f.kind} ${f.target} (${f.detail})`).join('; ')}`,
       ].join('\n');
     },
@@ -186,7 +186,7 @@ export function summarize(ev: ChaosEvidence): string {
   const count = <T>(items: T[], key: (t: T) => string) => [...groupBy(items, key)].map(([k, v]) => `${k} ${v.length}`).join(', ');
   const tries = [...ev.db.tis.values()].flatMap((t) => [...t.tries.values()]);
   return [
-    `seed ${ev.seed}`,
+    `seed ${ev.seed}; t+0 is ${new Date(ev.t0Ms).toISOString()}`,
     `runs: ${ev.db.runs.length} (${count(ev.db.runs, (r) => r.state)})`,
     `attempts in the database: ${tries.length} (lost: ${tries.filter((t) => t.reason === 'agent_lost').length}, claimed more than once: ${tries.filter((t) => t.claims > 1).length})`,
     `executions in the ledger: ${ev.ledger.executions.length} (${ev.ledger.lines.length} lines, ${ev.ledger.malformed.length} malformed)`,
