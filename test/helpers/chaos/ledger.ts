@@ -58,7 +58,7 @@ export function executionKey(e: { run: string; task: string; try: number; pid: n
 
 /**
  * The script every chaos task runs (`sh <script>`): start line, a line of output, a sleep of
- * 50–800 ms, a line of output (not with CHAOS_QUIET_END=1), end line, exit. CHAOS_FAIL_FIRST_TRY=1
+ * 50–800 ms (CHAOS_SLEEP_MS), a line of output (not with CHAOS_QUIET_END=1), end line, exit. CHAOS_FAIL_FIRST_TRY=1
  * makes its first try exit 3. A task that prints after its supervisor died is killed by SIGPIPE
  * (its output is a pipe to that supervisor); a quiet one lives on: both kinds are in the DAGs.
  * The sleep runs in the background so a SIGTERM is handled at once (the trap writes a term line);
@@ -77,7 +77,7 @@ export function ledgerTaskScript(ledgerPath: string): string {
     "trap 'line term 143; exit 143' TERM INT HUP",
     'line start -',
     'echo "start $LEOFLOW_TASK_ID try $LEOFLOW_TRY_NUMBER"',
-    'ms=$(( $$ % 751 + 50 ))',
+    'ms=${CHAOS_SLEEP_MS:-$(( $$ % 751 + 50 ))}',
     'sleep "$(( ms / 1000 )).$(printf %03d $(( ms % 1000 )))" >/dev/null 2>&1 &',
     'wait $!',
     'code=0',

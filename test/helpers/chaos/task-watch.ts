@@ -87,7 +87,7 @@ export function watchTasks(opts: { ledgerPath: string; scriptPath: string; every
 
   const alive = (t: WatchedTask): boolean => {
     const s = procStat(t.line.pid);
-    return s !== null && s.state !== 'Z' && s.startTime === t.startTime;
+    return s !== null && s.state !== 'Z' && s.state !== 'X' && s.startTime === t.startTime;
   };
 
   const poll = () => {
