@@ -33,16 +33,16 @@ const seed = chaosSeed();
 const FAULT_SECONDS = chaosSeconds();
 /** Upper bounds of the phases after the faults: recoveries, then every run's end. */
 const SETTLE_MS = 30_000;
-const DRAIN_MS = 45_000;
+const DRAIN_MS = 60_000;
 
 const SERVER_FLAGS = [
   '--tick-interval', '200ms',
   '--leader-watchdog', '1s',
   '--heartbeat-interval', '500ms',
-  // Above the longest stall the faults cause on their own (a replica stopped or Postgres down
-  // for 3 s, a replica back within 3 s), so a live attempt is never judged lost merely because
-  // the faults outlasted the threshold.
-  '--heartbeat-threshold', '10s',
+  // Well above the longest stall the faults cause on their own (a replica stopped or Postgres
+  // down for 3 s, a killed process started again 3 s later, plus its start-up on a busy machine),
+  // so a live attempt is never judged lost merely because a fault outlasted the threshold.
+  '--heartbeat-threshold', '15s',
   '--kill-grace', '500ms',
   '--shutdown-grace', '3s',
   '--dispatch-workers', '4',
@@ -105,21 +105,25 @@ const notes: string[] = [];
 const note = (what: string) => notes.push(`t+${((Date.now() - t0Ms) / 1000).toFixed(3)}s ${what}`);
 
 /**
- * Every replica's address for each agent when `leoflow agent` takes several (it then fails over
- * between them), else its own replica's only. LEOFLOW_CHAOS_AGENT_SERVERS=own|all decides instead.
+ * What this build's `leoflow agent` takes, from its help: several --server addresses (each agent
+ * is then given every replica, its own first, and fails over between them; else its own replica
+ * only; LEOFLOW_CHAOS_AGENT_SERVERS=own|all decides instead), and --state-dir (each agent then
+ * keeps one across its restarts, so a restarted agent finds its tasks again).
  */
-async function agentServers(): Promise<'own' | 'all'> {
+async function agentCapabilities(): Promise<{ servers: 'own' | 'all'; stateDir: boolean }> {
+  const help = (await cli(null, ['agent', '--help'])).stdout;
   const forced = process.env.LEOFLOW_CHAOS_AGENT_SERVERS;
-  if (forced === 'own' || forced === 'all') return forced;
-  if (forced) throw new Error(`LEOFLOW_CHAOS_AGENT_SERVERS must be own or all, got ${JSON.stringify(forced)}`);
-  const help = await cli(null, ['agent', '--help']);
-  return /--server takes several|one or more/.test(help.stdout) ? 'all' : 'own';
+  if (forced && forced !== 'own' && forced !== 'all') throw new Error(`LEOFLOW_CHAOS_AGENT_SERVERS must be own or all, got ${JSON.stringify(forced)}`);
+  const servers = (forced as 'own' | 'all' | undefined) ?? (/--server takes several|one or more/.test(help) ? 'all' : 'own');
+  return { servers, stateDir: help.includes('--state-dir') };
 }
 
 beforeAll(async () => {
   dir = await mkdtemp(path.join(os.tmpdir(), 'leoflow-chaos-'));
-  const servers = await agentServers();
-  console.log(`chaos seed ${seed}, ${FAULT_SECONDS} s of faults, agents given ${servers === 'all' ? 'every replica' : 'their own replica only'}, in ${dir} (replay: LEOFLOW_CHAOS_SEED=${seed})`);
+  const agents = await agentCapabilities();
+  console.log(
+    `chaos seed ${seed}, ${FAULT_SECONDS} s of faults, agents given ${agents.servers === 'all' ? 'every replica' : 'their own replica only'}${agents.stateDir ? ' and a state directory each' : ''}, in ${dir} (replay: LEOFLOW_CHAOS_SEED=${seed})`,
+  );
   cluster = await ChaosCluster.start({
     dir,
     logDir: path.join(dir, 'logs'),
@@ -128,7 +132,8 @@ beforeAll(async () => {
     agents: 3,
     serverFlags: SERVER_FLAGS,
     agentFlags: AGENT_FLAGS,
-    agentServers: servers,
+    agentServers: agents.servers,
+    agentStateDir: agents.stateDir,
     note,
   });
 }, 90_000);

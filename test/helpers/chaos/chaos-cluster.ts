@@ -66,6 +66,8 @@ export interface ChaosClusterOptions {
   agentFlags: readonly string[];
   /** Whether each agent is given its own replica's address only, or every replica's (own first). */
   agentServers: 'own' | 'all';
+  /** Whether to give each agent `--state-dir`, one folder kept across its restarts. */
+  agentStateDir: boolean;
   /** Each process's output is written here when it exits. */
   logDir: string;
   /** A line for the test's event log. */
@@ -135,7 +137,8 @@ export class ChaosCluster {
       const servers = opts.agentServers === 'all' ? [replica, ...c.replicas.filter((r) => r !== replica)] : [replica];
       const serverArg = servers.map((r) => c.#urls.get(r)!).join(',');
       const m = new Member(name, 'agent', async () => {
-        const a = startAgent(serverArg, ['--id', name, ...opts.agentFlags], { cwd, env: { [MARKER_VAR]: opts.marker } });
+        const stateArgs = opts.agentStateDir ? ['--state-dir', path.join(cwd, 'state')] : [];
+        const a = startAgent(serverArg, ['--id', name, ...stateArgs, ...opts.agentFlags], { cwd, env: { [MARKER_VAR]: opts.marker } });
         return {
           pid: a.child.pid!,
           exited: a.exited,
