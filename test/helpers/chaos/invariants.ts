@@ -185,10 +185,23 @@ function replicaExits(ev: ChaosEvidence, fmt: Formatter): string[] {
 export function summarize(ev: ChaosEvidence): string {
   const count = <T>(items: T[], key: (t: T) => string) => [...groupBy(items, key)].map(([k, v]) => `${k} ${v.length}`).join(', ');
   const tries = [...ev.db.tis.values()].flatMap((t) => [...t.tries.values()]);
+  // What the ledger says of each attempt the reaper declared lost.
+  const byAttempt = groupBy(ev.ledger.executions, attemptKey);
+  const lostFates = [...ev.db.tis.values()].flatMap((ti) =>
+    [...ti.tries.values()]
+      .filter((t) => t.reason === 'agent_lost')
+      .map((t) => {
+        const execs = byAttempt.get(attemptKey({ run: ti.run, task: ti.task, try: t.try })) ?? [];
+        if (execs.length === 0) return 'never started';
+        if (execs.some((e) => e.endKind === 'end' && e.exit === 0)) return 'exited 0';
+        if (execs.some((e) => e.endKind !== null)) return 'ended otherwise';
+        return 'died without an end line';
+      }),
+  );
   return [
     `seed ${ev.seed}; t+0 is ${new Date(ev.t0Ms).toISOString()}`,
     `runs: ${ev.db.runs.length} (${count(ev.db.runs, (r) => r.state)})`,
-    `attempts in the database: ${tries.length} (lost: ${tries.filter((t) => t.reason === 'agent_lost').length}, claimed more than once: ${tries.filter((t) => t.claims > 1).length})`,
+    `attempts in the database: ${tries.length} (claimed more than once: ${tries.filter((t) => t.claims > 1).length}; declared lost: ${lostFates.length}${lostFates.length > 0 ? `, of which in the ledger: ${count(lostFates, (f) => f)}` : ''})`,
     `executions in the ledger: ${ev.ledger.executions.length} (${ev.ledger.lines.length} lines, ${ev.ledger.malformed.length} malformed)`,
     `faults: ${ev.faults.length} (${count(ev.faults, (f) => (f.target === '-' ? `${f.kind} skipped` : f.kind))})`,
     `task processes SIGKILLed by the harness: ${ev.kills.length}`,
