@@ -11,6 +11,7 @@ import { runFaultLoop, runTriggerLoop, type FaultRecord, type HarnessKill } from
 import { checkInvariants, summarize } from '../helpers/chaos/invariants.js';
 import { ledgerTaskScript, readLedger } from '../helpers/chaos/ledger.js';
 import { chaosSeed, createPrng } from '../helpers/chaos/prng.js';
+import { stallReport } from '../helpers/chaos/stall-report.js';
 import { watchTasks, type TaskWatch } from '../helpers/chaos/task-watch.js';
 import { cli, waitFor } from '../helpers/leoflow-process.js';
 
@@ -193,6 +194,7 @@ describe('chaos', () => {
         250,
       ).catch(() => false);
       note(drained ? 'every run terminal' : `runs still not terminal after ${DRAIN_MS} ms`);
+      const stall = drained ? '' : await stallReport(sql, c);
       await waitFor('no task process running', async () => (watch!.poll(), watch!.live().length === 0), 10_000, 100).catch(() => note(`task processes still running: ${watch!.live().map((t) => t.key).join(', ')}`));
       watch.poll();
       watch.stop();
@@ -209,8 +211,9 @@ describe('chaos', () => {
           `timeline:\n${notes.join('\n')}`,
         ].join('\n'),
       );
+      if (stall) console.log(`the cluster when the drain gave up:\n${stall}`);
       for (const r of results) {
-        const shown = r.violations.slice(0, 20).join('\n');
+        const shown = [...r.violations.slice(0, 20), ...(r.name === 'every run terminal' && stall ? [`the cluster when the drain gave up:\n${stall}`] : [])].join('\n');
         const more = r.violations.length > 20 ? `\n… and ${r.violations.length - 20} more` : '';
         if (r.violations.length > 0) console.log(`${r.name}: ${r.violations.length} violation(s)\n${shown}${more}`);
         expect.soft(r.violations.length, `${r.name} (seed ${seed}; replay with LEOFLOW_CHAOS_SEED=${seed}):\n${shown}${more}`).toBe(0);
