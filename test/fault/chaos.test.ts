@@ -140,6 +140,8 @@ beforeAll(async () => {
 }, 90_000);
 
 afterAll(async () => {
+  // The timeline is printed with the checks; a test that failed before them prints it here.
+  if (notes.length > 0) console.log(`timeline (seed ${seed}):\n${notes.join('\n')}`);
   watch?.stop();
   await sql?.end({ timeout: 1 }).catch(() => {});
   const closed = await cluster?.close();
@@ -181,7 +183,8 @@ describe('chaos', () => {
       note(`faults over; triggers: ${triggers.ok} accepted, ${triggers.failed} failed`);
 
       // Settle: every process back, then every run's end (bounded), then the last task processes gone.
-      await c.settle(SETTLE_MS);
+      const notBack = await c.settle(SETTLE_MS);
+      if (notBack.length > 0) note(`not back ${SETTLE_MS} ms after the faults: ${notBack.join(', ')}`);
       sql = createSql(c.pg.url, { max: 2, applicationName: 'leoflow-chaos-test' });
       const terminal = TERMINAL_RUN_STATES as readonly string[];
       const drained = await waitFor(
@@ -208,7 +211,7 @@ describe('chaos', () => {
           `triggers: ${triggers.ok} accepted, ${triggers.failed} failed`,
           ...(ledger.malformed.length > 0 ? [`malformed ledger lines (a harness problem, not Leoflow's):\n${ledger.malformed.join('\n')}`] : []),
           ...results.map((r) => `${r.violations.length === 0 ? 'ok  ' : 'FAIL'} ${r.name}${r.violations.length > 0 ? ` (${r.violations.length})` : ''}`),
-          `timeline:\n${notes.join('\n')}`,
+          `timeline:\n${notes.splice(0).join('\n')}`,
         ].join('\n'),
       );
       if (stall) console.log(`the cluster when the drain gave up:\n${stall}`);
