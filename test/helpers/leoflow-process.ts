@@ -65,7 +65,7 @@ export async function startServer(
     const timer = setTimeout(() => {
       // Never leave a process behind, even when the test fails here.
       child.kill('SIGKILL');
-      reject(new Error(`server not ready after ${opts.readyTimeoutMs ?? 30000} ms:\n${buf}${stderr}`));
+      reject(new Error(`server not ready after ${opts.readyTimeoutMs ?? 30000} ms:\n${logs.slice(-10).map((l) => JSON.stringify(l)).join('\n')}\n${buf}${stderr}`));
     }, opts.readyTimeoutMs ?? 30_000);
     child.stdout!.setEncoding('utf8');
     child.stdout!.on('data', (chunk: string) => {

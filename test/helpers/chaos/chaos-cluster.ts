@@ -340,7 +340,13 @@ export class ChaosCluster {
         void proc.exited.then(({ code, signal }) => this.#exited(m, proc, code, signal));
         return;
       } catch (err) {
-        this.#opts.note(`${m.name} did not start: ${(err as Error).message.split('\n')[0]}`);
+        const file = path.join(this.#opts.logDir, `${m.name}-start-failure-${Date.now()}.log`);
+        try {
+          writeFileSync(file, (err as Error).message);
+        } catch {
+          // the folder is gone (the test is over)
+        }
+        this.#opts.note(`${m.name} did not start: ${(err as Error).message.split('\n')[0]} (${path.basename(file)})`);
         if (Date.now() > deadline) throw err;
         await sleep(1000);
       }
