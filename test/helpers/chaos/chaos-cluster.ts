@@ -1,6 +1,7 @@
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
+import pg from 'pg';
 import pino from 'pino';
 import { createClients, type Clients } from '../../../src/cli/client.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../../src/db/embedded-postgres.js';
@@ -341,8 +342,9 @@ export class ChaosCluster {
         return;
       } catch (err) {
         const file = path.join(this.#opts.logDir, `${m.name}-start-failure-${Date.now()}.log`);
+        const sessions = this.#pg && !this.#pgBusy ? await databaseSessions(this.#pg.url) : 'Postgres down';
         try {
-          writeFileSync(file, (err as Error).message);
+          writeFileSync(file, `${(err as Error).message}\n\ndatabase sessions right after:\n${sessions}\n`);
         } catch {
           // the folder is gone (the test is over)
         }
@@ -374,6 +376,27 @@ export class ChaosCluster {
         m.busy = false;
       })(),
     );
+  }
+}
+
+/**
+ * Every session of the database and what it waits for, read with node-postgres (not postgres.js,
+ * whose crash on a server restart is one of the things under test), bounded in time.
+ */
+async function databaseSessions(url: string): Promise<string> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 3000, query_timeout: 3000 });
+  try {
+    await client.connect();
+    const { rows } = await client.query(`
+      select a.pid, a.application_name as app, a.state, a.wait_event_type as wait_type, a.wait_event as wait,
+        round(extract(epoch from now() - a.state_change))::int as state_for_s, left(regexp_replace(a.query, '\\s+', ' ', 'g'), 160) as query,
+        (select string_agg(l.locktype || ':' || l.mode, ',') from pg_locks l where l.pid = a.pid and not l.granted) as waits_for
+      from pg_stat_activity a where a.datname = current_database() and a.pid <> pg_backend_pid() order by a.application_name, a.pid`);
+    return rows.map((r) => JSON.stringify(r)).join('\n');
+  } catch (err) {
+    return `could not read them: ${(err as Error).message}`;
+  } finally {
+    await client.end().catch(() => {});
   }
 }
 
