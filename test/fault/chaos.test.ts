@@ -162,7 +162,9 @@ describe('chaos', () => {
       for (const [id, yaml] of Object.entries(dags)) {
         const file = path.join(dir, `${id}.yaml`);
         await writeFile(file, yaml);
-        const r = await cli(c.urlOf(c.replicas[0]!), ['dag', 'apply', file]);
+        // Applying is idempotent; a busy machine can push its parse past the server's time limit.
+        let r = await cli(c.urlOf(c.replicas[0]!), ['dag', 'apply', file]);
+        for (let i = 0; i < 3 && r.code !== 0 && /took longer than/.test(r.stderr); i++) r = await cli(c.urlOf(c.replicas[0]!), ['dag', 'apply', file]);
         expect(r.code, r.stderr).toBe(0);
       }
       await waitFor('every agent connected', async () => {
