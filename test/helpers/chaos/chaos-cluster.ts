@@ -112,7 +112,7 @@ export class ChaosCluster {
         const s = await startServer({
           env: { DATABASE_URL: c.pg.url, [MARKER_VAR]: opts.marker },
           args: [...opts.serverFlags, '--replica-id', name, '--listen', `127.0.0.1:${port}`, '--metrics-listen', `127.0.0.1:${metrics}`, '--state-dir', stateDir],
-          readyTimeoutMs: 20_000,
+          readyTimeoutMs: 30_000,
         });
         return {
           pid: s.child.pid!,
