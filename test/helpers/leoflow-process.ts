@@ -15,6 +15,8 @@ export interface ServerProcess {
   metricsUrl: string;
   /** Every JSON log record the server printed so far. */
   logs: Record<string, unknown>[];
+  /** What the server wrote to stderr so far (an uncaught exception lands there). */
+  stderr(): string;
   /** Resolves with the exit code (or signal) once the process has exited. */
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   /** SIGTERM, then wait for a graceful exit (SIGKILL after timeoutMs). */
@@ -77,7 +79,7 @@ export async function startServer(
     const timer = setTimeout(() => {
       // Never leave a process behind, even when the test fails here.
       child.kill('SIGKILL');
-      reject(new Error(`server not ready after ${opts.readyTimeoutMs ?? 30000} ms:\n${buf}${stderr}`));
+      reject(new Error(`server not ready after ${opts.readyTimeoutMs ?? 30000} ms:\n${logs.slice(-10).map((l) => JSON.stringify(l)).join('\n')}\n${buf}${stderr}`));
     }, opts.readyTimeoutMs ?? 30_000);
     child.stdout!.setEncoding('utf8');
     child.stdout!.on('data', (chunk: string) => {
@@ -126,6 +128,7 @@ export async function startServer(
     url,
     metricsUrl: `http://${String(ready.metrics)}/metrics`,
     logs,
+    stderr: () => stderr,
     exited,
     async stop(timeoutMs = 30_000) {
       if (child.exitCode !== null || child.signalCode !== null) return exited;
@@ -217,12 +220,16 @@ export interface AgentProcess {
   stop(timeoutMs?: number): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
-/** Starts a real `leoflow agent` process against `server` (a URL). */
-export function startAgent(server: string, args: string[]): AgentProcess {
+/**
+ * Starts a real `leoflow agent` process against `server` (a URL), with a state directory of its
+ * own unless `args` name one. `env` is merged over process.env; `cwd` is the project's root unless
+ * given.
+ */
+export function startAgent(server: string, args: string[], opts: { cwd?: string; env?: Record<string, string | undefined> } = {}): AgentProcess {
   const stateArgs = args.includes('--state-dir') ? [] : ['--state-dir', scratchDir('leoflow-agent-state-')];
   const child = spawn(process.execPath, [BIN, '--server', server, 'agent', '--log-format', 'json', ...stateArgs, ...args], {
-    cwd: ROOT,
-    env: process.env,
+    cwd: opts.cwd ?? ROOT,
+    env: { ...process.env, ...opts.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   live.add(child);
