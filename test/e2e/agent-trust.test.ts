@@ -2,11 +2,20 @@ import { randomUUID } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { create, type MessageInitShape } from '@bufbuild/protobuf';
 import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { AgentService, AttemptOutcome, ProtocolVersion, type AttemptRef, type ConnectRequest, type ConnectResponse } from '../../src/gen/leoflow/v1/agent_pb.js';
+import {
+  AgentService,
+  AttemptOutcome,
+  ConnectRequestSchema,
+  ProtocolVersion,
+  type AttemptRef,
+  type ConnectRequest,
+  type ConnectResponse,
+} from '../../src/gen/leoflow/v1/agent_pb.js';
 import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { AsyncInbox } from '../helpers/scripted-agent.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
@@ -60,6 +69,8 @@ afterAll(async () => {
   await rm(tmp, { recursive: true, force: true });
 });
 
+type Msg = MessageInitShape<typeof ConnectRequestSchema>['msg'];
+
 /**
  * A scripted agent process: Hello with its own incarnation (or the one given, for the same process
  * reconnecting); then it keeps alive every 150 ms listing `held()` (bad agents list what they like).
@@ -68,13 +79,12 @@ function agentProcess(o: { agentId: string; pool: string; slots?: number; incarn
   const incarnationId = o.incarnationId ?? randomUUID();
   const client = createClient(AgentService, createGrpcTransport({ baseUrl: server.url }));
   const outbox = new AsyncInbox<ConnectRequest>();
-  const stream = client.connect(outbox as AsyncIterable<never>);
+  const stream = client.connect(outbox);
   const inbox = new AsyncInbox<ConnectResponse>();
   let seq = 1n;
-  outbox.push({
-    msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: o.agentId, labels: { pool: o.pool }, slots: o.slots ?? 1, held: o.held ?? [], incarnationId } },
-  } as ConnectRequest);
-  const pump = setInterval(() => outbox.push({ msg: { case: 'keepalive', value: { seq: seq++, held: o.keepaliveHeld?.() ?? [] } } } as ConnectRequest), 150);
+  const send = (msg: Msg) => outbox.push(create(ConnectRequestSchema, { msg }));
+  send({ case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: o.agentId, labels: { pool: o.pool }, slots: o.slots ?? 1, held: o.held ?? [], incarnationId } });
+  const pump = setInterval(() => send({ case: 'keepalive', value: { seq: seq++, held: o.keepaliveHeld?.() ?? [] } }), 150);
   /** How the stream ended: null when the server ended it OK. */
   const ended = (async () => {
     for await (const m of stream) if (m.msg.case !== 'keepaliveAck') inbox.push(m);
@@ -86,7 +96,7 @@ function agentProcess(o: { agentId: string; pool: string; slots?: number; incarn
     incarnationId,
     inbox,
     ended,
-    send: (m: ConnectRequest['msg']) => outbox.push({ msg: m } as ConnectRequest),
+    send,
     /** The next message of this kind (others are skipped). */
     async next<K extends NonNullable<ConnectResponse['msg']['case']>>(kind: K, timeoutMs = 10_000): Promise<Extract<ConnectResponse['msg'], { case: K }>['value']> {
       for (;;) {
@@ -253,11 +263,11 @@ describe('a bad report harms only its sender', () => {
   });
 
   it('refuses other broken reports by name: a ti id that is not a number, a try number below 1, an unknown outcome', async () => {
-    const cases: [ConnectRequest['msg'], string][] = [
-      [{ case: 'started', value: { attempt: { tiId: '-5', tryNumber: 1, attemptToken: randomUUID() }, pid: 1 } } as never, 'started.attempt.ti_id: must be a positive 64-bit integer, got "-5"'],
-      [{ case: 'log', value: { attempt: { tiId: '5', tryNumber: 0, attemptToken: randomUUID() }, entries: [] } } as never, 'log.attempt.try_number: must be at least 1, got 0'],
+    const cases: [Msg, string][] = [
+      [{ case: 'started', value: { attempt: { tiId: '-5', tryNumber: 1, attemptToken: randomUUID() }, pid: 1 } }, 'started.attempt.ti_id: must be a positive 64-bit integer, got "-5"'],
+      [{ case: 'log', value: { attempt: { tiId: '5', tryNumber: 0, attemptToken: randomUUID() }, entries: [] } }, 'log.attempt.try_number: must be at least 1, got 0'],
       [
-        { case: 'finished', value: { attempt: { tiId: '5', tryNumber: 1, attemptToken: randomUUID() }, outcome: 42 } } as never,
+        { case: 'finished', value: { attempt: { tiId: '5', tryNumber: 1, attemptToken: randomUUID() }, outcome: 42 as AttemptOutcome } },
         'finished.outcome: must be one of SUCCESS, FAILED, TIMED_OUT, CANCELLED, SPAWN_FAILED, got 42',
       ],
     ];

@@ -17,6 +17,8 @@ const DESIGN_METRICS: Record<string, string> = {
   stale_reports_rejected_total: 'counter',
   // Beyond DESIGN.md's list ("at least"): how the subprocess executor started each attempt.
   task_starts_total: 'counter',
+  // Agents' messages refused for breaking the protocol's rules (a bad client harms only itself).
+  agent_messages_invalid_total: 'counter',
 };
 
 async function values(m: Metrics, name: string): Promise<{ value: number; labels: Record<string, unknown> }[]> {
