@@ -9,7 +9,7 @@ import type { AgentHandle, AgentRegistry, AssignResult } from '../executors/agen
 import { ConnectResponseSchema, ProtocolVersion, type ConnectRequest, type Hello } from '../gen/leoflow/v1/agent_pb.js';
 import { AsyncQueue } from './async-queue.js';
 import type { HeartbeatBuffer, HeartbeatSource, HeldRef } from './heartbeat-buffer.js';
-import { AgentMessageError, parseReport, validateHelloFields, type AgentReport } from './validate-agent-message.js';
+import { AgentMessageError, parseReport, validateHelloFields } from './validate-agent-message.js';
 
 type Response = MessageInitShape<typeof ConnectResponseSchema>;
 
