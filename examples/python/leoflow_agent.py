@@ -35,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from typing import IO, Iterator, Optional
 
 import grpc
@@ -43,6 +44,9 @@ from leoflow.v1 import agent_pb2_grpc
 
 log = logging.getLogger("leoflow-agent")
 _STOP = object()  # ends a stream's request iterator (half-closes the stream)
+# Made once per process and sent in every Hello: the control plane then tells this process from a
+# restarted one, and never sends an attempt given to one of them to the other.
+INCARNATION_ID = str(uuid.uuid4())
 
 
 class Attempt:
@@ -221,7 +225,8 @@ class Agent:
         q: "queue.Queue[object]" = queue.Queue()
         hello = pb.Hello(protocol_version=self.args.protocol_version, agent_id=self.args.id,
                          labels=self.args.labels, capabilities=self.args.capabilities,
-                         slots=self.args.slots, token=self.args.token, held=self.held())
+                         slots=self.args.slots, token=self.args.token, held=self.held(),
+                         incarnation_id=INCARNATION_ID)
 
         def requests() -> Iterator[pb.ConnectRequest]:
             yield pb.ConnectRequest(hello=hello)

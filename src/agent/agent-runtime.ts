@@ -13,6 +13,7 @@ import { createAgentServiceClient } from './agent-service-client.js';
 import { ControlPlaneSession } from './control-plane-session.js';
 import { AttemptRunner } from './attempt-runner.js';
 import { Backoff, type BackoffOptions } from './backoff.js';
+import { PROCESS_INCARNATION_ID } from './incarnation.js';
 import type { LogBatcherOptions } from './log-batcher.js';
 
 export interface RunAgentOptions {
@@ -48,6 +49,11 @@ export interface RunAgentOptions {
   logBatcher?: LogBatcherOptions;
   /** After the agent stopped its tasks at shutdown, how long it waits for their FinishedAck. Default 5_000. */
   ackWaitMs?: number;
+  /**
+   * This process's incarnation (Hello.incarnation_id). Default: the one made for the process; a
+   * test that stands for a restarted agent within one process passes a new one.
+   */
+  incarnationId?: string;
 }
 
 export interface AgentExit {
@@ -128,7 +134,7 @@ class AgentRuntime {
 
   async run(): Promise<AgentExit> {
     const log = this.#log;
-    log.info({ server: this.#o.serverUrl, slots: this.#o.slots ?? 1, labels: this.#o.labels ?? {}, onlyTiId: this.#o.onlyTiId ?? undefined }, 'agent starting');
+    log.info({ server: this.#o.serverUrl, incarnation: this.#o.incarnationId ?? PROCESS_INCARNATION_ID, slots: this.#o.slots ?? 1, labels: this.#o.labels ?? {}, onlyTiId: this.#o.onlyTiId ?? undefined }, 'agent starting');
     this.#runner.holdLeftovers();
     try {
       while (this.#exit === null) {
@@ -228,6 +234,7 @@ class AgentRuntime {
       token: this.#o.token ?? '',
       held: this.#runner.refs(),
       onlyTiId: this.#o.onlyTiId ?? '0',
+      incarnationId: this.#o.incarnationId ?? PROCESS_INCARNATION_ID,
     });
   }
 

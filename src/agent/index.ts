@@ -4,7 +4,7 @@
  *
  * Internal modules (not exported here): control-plane-session (one stream), attempt-runner (the
  * executor and the reports), held-attempts, outbox, log-batcher, attempt-messages,
- * agent-service-client.
+ * agent-service-client, incarnation (this process's id in every Hello).
  */
 
 export { runAgent, type AgentExit, type AgentHandle, type RunAgentOptions } from './agent-runtime.js';

@@ -12,24 +12,43 @@ export interface AgentRow {
   session_id: string | null;
   last_seen_at: Date | null;
   connected_at: Date | null;
+  /** The agent process that said Hello last. */
+  incarnation_id: string | null;
   /** Attempts it holds now (queued or running), counted from task_instances. */
   running: number;
 }
 
-/** Records an agent's Hello: it is now held by this replica's session. Draining survives reconnects. */
+/**
+ * Records an agent's Hello: it is now held by this replica's session. Draining survives reconnects.
+ * Null, and nothing written, when another process of the agent (another incarnation) holds it on a
+ * stream seen within `liveMs`: a duplicate agent id never takes a live agent's place.
+ */
 export async function connectAgent(
   sql: Sql,
-  a: { agentId: string; labels: Record<string, string>; capabilities: string[]; slots: number; replicaId: string; sessionId: string; protocolVersion: number; oneShot?: boolean },
-): Promise<{ draining: boolean }> {
+  a: {
+    agentId: string;
+    labels: Record<string, string>;
+    capabilities: string[];
+    slots: number;
+    replicaId: string;
+    sessionId: string;
+    protocolVersion: number;
+    incarnationId: string;
+    liveMs: number;
+    oneShot?: boolean;
+  },
+): Promise<{ draining: boolean } | null> {
   const [row] = await sql<{ draining: boolean }[]>`
-    insert into agents (agent_id, labels, capabilities, slots, connected_replica, session_id, last_seen_at, connected_at, protocol_version, draining)
-    values (${a.agentId}, ${sql.json(a.labels)}, ${sql.json(a.capabilities)}, ${a.slots}, ${a.replicaId}, ${a.sessionId}, now(), now(), ${a.protocolVersion}, ${a.oneShot ?? false})
+    insert into agents (agent_id, labels, capabilities, slots, connected_replica, session_id, last_seen_at, connected_at, protocol_version, draining, incarnation_id)
+    values (${a.agentId}, ${sql.json(a.labels)}, ${sql.json(a.capabilities)}, ${a.slots}, ${a.replicaId}, ${a.sessionId}, now(), now(), ${a.protocolVersion}, ${a.oneShot ?? false}, ${a.incarnationId})
     on conflict (agent_id) do update set labels = excluded.labels, capabilities = excluded.capabilities,
       draining = agents.draining or excluded.draining,
       slots = excluded.slots, connected_replica = excluded.connected_replica, session_id = excluded.session_id,
-      last_seen_at = now(), connected_at = now(), protocol_version = excluded.protocol_version
+      last_seen_at = now(), connected_at = now(), protocol_version = excluded.protocol_version, incarnation_id = excluded.incarnation_id
+    where agents.session_id is null or agents.incarnation_id is null or agents.incarnation_id = excluded.incarnation_id
+      or agents.last_seen_at < now() - ${a.liveMs} * interval '1 millisecond'
     returning draining`;
-  return { draining: row!.draining };
+  return row ? { draining: row.draining } : null;
 }
 
 /** The session ended: the agent is disconnected, unless a newer session already holds it. */

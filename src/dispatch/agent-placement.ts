@@ -473,20 +473,24 @@ export class AgentPlacement implements Placement {
       }
       return;
     }
-    for (const p of placed) {
-      const attempt = claimed.get(p.work.tiId);
-      this.#claimed(p.agent.agentId, p.work.tiId, attempt?.attemptToken ?? null);
-      if (!attempt) {
-        p.resolve({ kind: 'lost' });
-        continue;
-      }
-      try {
-        await this.deps.deliver(attempt);
-        p.resolve({ kind: 'assigned', agentId: p.agent.agentId });
-      } catch (err) {
-        p.reject(err);
-      }
-    }
+    // Delivered together: each Assign is recorded as sent to its agent's process first, and the
+    // records of one round are one write.
+    await Promise.all(
+      placed.map(async (p) => {
+        const attempt = claimed.get(p.work.tiId);
+        this.#claimed(p.agent.agentId, p.work.tiId, attempt?.attemptToken ?? null);
+        if (!attempt) {
+          p.resolve({ kind: 'lost' });
+          return;
+        }
+        try {
+          await this.deps.deliver(attempt);
+          p.resolve({ kind: 'assigned', agentId: p.agent.agentId });
+        } catch (err) {
+          p.reject(err);
+        }
+      }),
+    );
   }
 
   /** Waits for the round in flight; no more asks for work. */

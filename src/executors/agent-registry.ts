@@ -4,17 +4,31 @@ import type { Attempt } from '../core/attempt.js';
  * The agents whose streams this replica holds, by agent id. A session registers on Hello and
  * deregisters when its stream ends (in a `finally`); the agents executor delivers through it.
  */
+/**
+ * What became of an Assign: `sent` down the stream; `gone`, the stream is closing and nothing was
+ * sent (the claim may be given back); `refused`, the attempt was given to another process of the
+ * agent, or is no longer current, so it must not be sent here (nor its claim given back).
+ */
+export type AssignResult = 'sent' | 'gone' | 'refused';
+
 export interface AgentHandle {
   readonly agentId: string;
   readonly sessionId: string;
-  /** Pushes an Assign down the stream. False if the stream is closing. */
-  assign(attempt: Attempt): boolean;
+  /** The agent process on the other end of the stream (Hello.incarnation_id). */
+  readonly incarnationId: string;
+  /**
+   * Pushes an Assign down the stream, once its delivery to this agent process is recorded: an
+   * attempt is never sent, with the same token, to two processes.
+   */
+  assign(attempt: Attempt): Promise<AssignResult>;
   /** Pushes a Cancel for one attempt. */
   cancel(tiId: string, reason: string): boolean;
   /** Pushes a Drain. */
   drain(reason: string): void;
   /** The ti ids of the attempts it holds (as last reported or assigned). */
   holds(tiId: string): boolean;
+  /** Ends the stream (a newer stream of the same agent process took over). */
+  close(reason: string): void;
 }
 
 export class AgentRegistry {

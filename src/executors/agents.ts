@@ -31,7 +31,8 @@ export class AgentsExecutor implements Executor {
     const agentId = attempt.agentId!;
     const local = this.deps.registry.get(agentId);
     if (local) {
-      if (!local.assign(attempt)) {
+      // Refused: another process of the agent has it, or it is over; its end is decided there.
+      if ((await local.assign(attempt)) === 'gone') {
         this.deps.onAgentGone(agentId);
         await this.deps.store.release(attempt, `AGENT_GONE:${agentId}`);
       }

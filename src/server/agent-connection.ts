@@ -5,34 +5,58 @@ import { Code, ConnectError } from '@connectrpc/connect';
 import type { Logger } from 'pino';
 import type { Attempt, AttemptResult, LogStream } from '../core/attempt.js';
 import type { LogsSoFar } from '../db/logs.js';
-import type { AgentHandle, AgentRegistry } from '../executors/agent-registry.js';
-import {
-  AttemptOutcome,
-  ConnectResponseSchema,
-  ProtocolVersion,
-  type AttemptRef,
-  type ConnectRequest,
-  type Finished,
-  type Hello,
-} from '../gen/leoflow/v1/agent_pb.js';
+import type { AgentHandle, AgentRegistry, AssignResult } from '../executors/agent-registry.js';
+import { ConnectResponseSchema, ProtocolVersion, type ConnectRequest, type Hello } from '../gen/leoflow/v1/agent_pb.js';
 import { AsyncQueue } from './async-queue.js';
-import type { HeartbeatBuffer, HeldRef } from './heartbeat-buffer.js';
+import type { HeartbeatBuffer, HeartbeatSource, HeldRef } from './heartbeat-buffer.js';
+import { AgentMessageError, parseReport, validateHelloFields } from './validate-agent-message.js';
 
 type Response = MessageInitShape<typeof ConnectResponseSchema>;
 
 export const SUPPORTED_PROTOCOL_VERSIONS = [ProtocolVersion.PROTOCOL_VERSION_1];
 
+/** An attempt ended at Hello because an earlier process of the agent was given it. */
+export interface AbandonedAttempt {
+  tiId: string;
+  runId: string;
+  taskId: string;
+  tryNumber: number;
+  verdict: 'up_for_retry' | 'failed';
+  /** The earlier process (incarnation) that was given it. */
+  deliveredTo: string;
+}
+
 /** The store operations a session reports through, each fenced by the attempt's token. */
 export interface SessionStore {
-  /** A one-shot agent is recorded as draining: it takes only its own task instance. */
-  connectAgent(hello: { agentId: string; labels: Record<string, string>; capabilities: string[]; slots: number; sessionId: string; protocolVersion: number; oneShot: boolean }): Promise<{ draining: boolean }>;
+  /**
+   * A one-shot agent is recorded as draining: it takes only its own task instance. Null, and
+   * nothing written, when another process of the agent holds it on a stream seen within `liveMs`.
+   */
+  connectAgent(hello: {
+    agentId: string;
+    labels: Record<string, string>;
+    capabilities: string[];
+    slots: number;
+    sessionId: string;
+    protocolVersion: number;
+    incarnationId: string;
+    liveMs: number;
+    oneShot: boolean;
+  }): Promise<{ draining: boolean } | null>;
   disconnectAgent(agentId: string, sessionId: string): Promise<void>;
-  /** The attempt tokens, of these, that are still current for this agent. */
-  currentAttempts(agentId: string, refs: HeldRef[]): Promise<Set<string>>;
+  /** The attempt tokens, of these, that are still current for this agent; each is now this process's. */
+  currentAttempts(agentId: string, incarnationId: string, refs: HeldRef[]): Promise<Set<string>>;
+  /**
+   * Ends, as lost, the attempts of this agent that an earlier process of it was given and this
+   * one does not hold (call after `currentAttempts`): they are retried with a new token.
+   */
+  endAbandoned(agentId: string, incarnationId: string): Promise<AbandonedAttempt[]>;
   /** How much of each attempt's log is stored (for attempts an agent re-attached to). */
   logsSoFar(refs: HeldRef[]): Promise<Map<string, LogsSoFar>>;
-  /** The attempts given to this agent that it has not yet been told about (queued for it). */
-  undelivered(agentId: string): Promise<Attempt[]>;
+  /** The attempts given to this agent that no process of it has been sent (queued for it), or only this one. */
+  undelivered(agentId: string, incarnationId: string): Promise<Attempt[]>;
+  /** Records that the attempt is sent to this process; false when it must not be (another has it, or it is over). */
+  deliver(attempt: Attempt, agentId: string, incarnationId: string): Promise<boolean>;
   started(ref: HeldRef, pid: number, agentId: string): Promise<boolean>;
   log(ref: HeldRef, stream: LogStream, line: string, seq: number): void;
   /** `runId` is the attempt's run when this call recorded the end (for a targeted step). */
@@ -40,6 +64,8 @@ export interface SessionStore {
   /** Claims a one-shot agent's task instance for it (`--once --ti`). */
   claimOnly(tiId: string, agentId: string): Promise<Attempt | null>;
 }
+
+export type AgentMessageKind = 'hello' | 'started' | 'log' | 'finished' | 'keepalive';
 
 export interface AgentConnectionDeps {
   store: SessionStore;
@@ -56,48 +82,29 @@ export interface AgentConnectionDeps {
   onFinishing(agentId: string, attemptToken: string): void;
   /** An attempt's end was written or refused (in this run, when known): the scheduler should step. */
   onFinished(agentId: string, runId: string | null, attemptToken: string): void;
-  onRejected(report: 'hello' | 'started' | 'log' | 'finished' | 'keepalive'): void;
+  /** Attempts an earlier process of an agent was given were ended at its Hello: their retries follow. */
+  onAbandoned(attempts: AbandonedAttempt[]): void;
+  /** A message refused: `stale`, about a superseded attempt; `invalid`, breaking the protocol's rules. */
+  onRejected(report: AgentMessageKind, why: 'stale' | 'invalid'): void;
 }
 
-const AGENT_ID = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
 const HELLO_TIMEOUT_MS = 10_000;
 
-function ref(r: AttemptRef | undefined, field: string): HeldRef {
-  if (!r || r.tiId === '' || r.tiId === '0' || r.attemptToken === '' || r.tryNumber < 1) {
-    throw new ConnectError(`${field}: an attempt (ti_id, try_number, attempt_token) is required`, Code.InvalidArgument);
-  }
-  return { tiId: r.tiId, tryNumber: r.tryNumber, attemptToken: r.attemptToken };
-}
-
-function validateHello(h: Hello, agentToken: string | null): void {
+/** The version and the token: refusals a retry cannot fix, with codes of their own. */
+function checkHelloAccess(h: Hello, agentToken: string | null): void {
   if (!SUPPORTED_PROTOCOL_VERSIONS.includes(h.protocolVersion)) {
     throw new ConnectError(
       `agent speaks protocol version ${h.protocolVersion}; this control plane speaks ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')}`,
       Code.FailedPrecondition,
     );
   }
-  if (!AGENT_ID.test(h.agentId)) {
-    throw new ConnectError(`hello.agent_id: must be 1-128 letters, digits, '_', '.', ':' or '-', got ${JSON.stringify(h.agentId)}`, Code.InvalidArgument);
-  }
-  if (!Number.isInteger(h.slots) || h.slots < 1 || h.slots > 10_000) {
-    throw new ConnectError(`hello.slots: must be between 1 and 10000, got ${h.slots}`, Code.InvalidArgument);
-  }
   if (agentToken !== null && h.token !== agentToken) throw new ConnectError('hello.token: wrong or missing agent token', Code.Unauthenticated);
 }
 
-function resultOf(f: Finished): AttemptResult {
-  const outcome =
-    f.outcome === AttemptOutcome.SUCCESS ? 'success'
-    : f.outcome === AttemptOutcome.TIMED_OUT ? 'timed_out'
-    : f.outcome === AttemptOutcome.CANCELLED ? 'cancelled'
-    : f.outcome === AttemptOutcome.SPAWN_FAILED ? 'spawn_failed'
-    : 'failed';
-  return {
-    outcome,
-    exitCode: f.exitCode ?? null,
-    signal: (f.signal || null) as NodeJS.Signals | null,
-    error: f.error || (outcome === 'failed' && f.exitCode !== undefined ? `exit code ${f.exitCode}` : null),
-  };
+/** The kind of a message, for counting a refusal (an empty one counts with Hello: the protocol's own). */
+function kindOf(req: ConnectRequest): AgentMessageKind {
+  const c = req.msg.case;
+  return c === 'started' || c === 'log' || c === 'finished' || c === 'keepalive' ? c : 'hello';
 }
 
 /**
@@ -105,10 +112,15 @@ function resultOf(f: Finished): AttemptResult {
  * the agent's reports, and always deregistered (and the agent marked disconnected) in `finally`.
  * A stream that stops delivering keepalives — a deaf stream behind a live connection — is closed
  * after three intervals, so it is never assigned work nor counted as a heartbeat again.
+ *
+ * Every report is checked whole before it joins a write shared with other agents; one that breaks
+ * the rules ends this stream alone with INVALID_ARGUMENT. Each Assign is recorded as sent to this
+ * agent process (its incarnation) before it is sent, so no attempt reaches two processes.
  */
 export class AgentConnection implements AgentHandle {
   readonly sessionId = randomUUID();
   agentId = '';
+  incarnationId = '';
   readonly #out = new AsyncQueue<Response>();
   readonly #held = new Map<string, HeldRef>();
   #lastKeepalive = Date.now();
@@ -120,18 +132,32 @@ export class AgentConnection implements AgentHandle {
 
   // --- AgentHandle: what the executor and the control plane push down the stream ---------
 
-  assign(a: Attempt): boolean {
-    if (this.#out.closed) return false;
+  async assign(a: Attempt): Promise<AssignResult> {
+    if (this.#out.closed) return 'gone';
     // The same attempt can reach the stream twice (placement and a one-shot claim, or a
-    // notification racing a reconnect): send it once.
-    if (this.#held.get(a.tiId)?.attemptToken === a.attemptToken) return true;
-    this.#held.set(a.tiId, { tiId: a.tiId, tryNumber: a.tryNumber, attemptToken: a.attemptToken });
+    // notification racing a reconnect): send it once. Taken before the delivery is recorded, so
+    // a second call meanwhile sends nothing either.
+    if (this.#held.get(a.tiId)?.attemptToken === a.attemptToken) return 'sent';
+    const ref = { tiId: a.tiId, tryNumber: a.tryNumber, attemptToken: a.attemptToken };
+    this.#held.set(a.tiId, ref);
+    let recorded: boolean;
+    try {
+      recorded = await this.deps.store.deliver(a, this.agentId, this.incarnationId);
+    } catch (err) {
+      if (this.#held.get(a.tiId) === ref) this.#held.delete(a.tiId);
+      throw err;
+    }
+    if (!recorded) {
+      if (this.#held.get(a.tiId) === ref) this.#held.delete(a.tiId);
+      this.#log.warn({ tiId: a.tiId, runId: a.runId, try: a.tryNumber }, `attempt not sent to agent ${this.agentId}: another process of the agent was given it, or it is over`);
+      return 'refused';
+    }
     this.#log.info({ tiId: a.tiId, runId: a.runId, taskId: a.taskId, try: a.tryNumber }, `assigned ${a.taskId} to agent ${this.agentId}`);
-    return this.#out.push({
+    const pushed = this.#out.push({
       msg: {
         case: 'assign',
         value: {
-          attempt: { tiId: a.tiId, tryNumber: a.tryNumber, attemptToken: a.attemptToken },
+          attempt: ref,
           dagId: a.dagId,
           runId: a.runId,
           taskId: a.taskId,
@@ -143,6 +169,8 @@ export class AgentConnection implements AgentHandle {
         },
       },
     });
+    // Closed while the delivery was recorded: nothing was sent, so the claim may be given back.
+    return pushed ? 'sent' : 'gone';
   }
 
   cancel(tiId: string, reason: string): boolean {
@@ -159,6 +187,11 @@ export class AgentConnection implements AgentHandle {
     return this.#held.has(tiId);
   }
 
+  close(reason: string): void {
+    this.#log.info(`agent ${this.agentId} stream closed: ${reason}`);
+    this.#out.close(new ConnectError(reason, Code.Aborted));
+  }
+
   // --- the stream ------------------------------------------------------------------------
 
   async *run(requests: AsyncIterable<ConnectRequest>, signal: AbortSignal): AsyncGenerator<Response> {
@@ -171,31 +204,51 @@ export class AgentConnection implements AgentHandle {
       throw new ConnectError('the first message on the stream must be Hello', Code.InvalidArgument);
     }
     const hello = first.value.msg.value;
-    validateHello(hello, this.deps.agentToken);
+    checkHelloAccess(hello, this.deps.agentToken);
+    const held = this.#valid('hello', () => validateHelloFields(hello));
     this.agentId = hello.agentId;
-    this.#log = this.deps.logger.child({ agentId: hello.agentId, session: this.sessionId.slice(0, 8) });
+    this.incarnationId = hello.incarnationId;
+    this.#log = this.deps.logger.child({ agentId: hello.agentId, session: this.sessionId.slice(0, 8), incarnation: hello.incarnationId.slice(0, 8) });
     const { store, registry } = this.deps;
 
-    const { draining } = await store.connectAgent({
+    // A live stream of this agent id from another process: a duplicate id never takes its place.
+    // The same process (its stream half-dead, it reconnected) takes over its own.
+    const live = registry.get(hello.agentId);
+    if (live && live.incarnationId !== hello.incarnationId) throw this.#heldElsewhere();
+    const connected = await store.connectAgent({
       agentId: hello.agentId,
       labels: hello.labels,
       capabilities: hello.capabilities,
       slots: hello.slots,
       sessionId: this.sessionId,
       protocolVersion: hello.protocolVersion,
+      incarnationId: hello.incarnationId,
+      liveMs: 3 * this.deps.keepaliveMs,
       oneShot: hello.onlyTiId !== '0' && hello.onlyTiId !== '',
     });
-    const held = hello.held.map((r, i) => ref(r, `hello.held[${i}]`));
-    const current = await store.currentAttempts(hello.agentId, held);
+    if (!connected) throw this.#heldElsewhere();
+    if (live) live.close(`replaced by a newer stream of the same agent process (session ${this.sessionId.slice(0, 8)})`);
+
+    const current = await store.currentAttempts(hello.agentId, hello.incarnationId, held);
     const resumed = held.filter((r) => current.has(r.attemptToken));
     const superseded = held.filter((r) => !current.has(r.attemptToken));
     for (const r of resumed) this.#held.set(r.tiId, r);
     const logs = await store.logsSoFar(resumed);
     // The agent still holds attempts that were given to someone else meanwhile: a zombie's claim.
     for (const r of superseded) {
-      this.deps.onRejected('hello');
+      this.deps.onRejected('hello', 'stale');
       this.#log.warn({ tiId: r.tiId, try: r.tryNumber }, 'agent reconnected holding a superseded attempt: it is told to stop it');
     }
+    // What an earlier process of this agent was given and this one does not hold is over: retried
+    // with a new token, never sent here with the old one.
+    const abandoned = await store.endAbandoned(hello.agentId, hello.incarnationId);
+    for (const a of abandoned) {
+      this.#log.warn(
+        { tiId: a.tiId, runId: a.runId, taskId: a.taskId, try: a.tryNumber, verdict: a.verdict, earlierIncarnation: a.deliveredTo },
+        `task ${a.taskId} lost: agent ${hello.agentId} restarted and no longer holds it: ${a.verdict}`,
+      );
+    }
+    if (abandoned.length > 0) this.deps.onAbandoned(abandoned);
     this.#out.push({
       msg: {
         case: 'welcome',
@@ -214,7 +267,12 @@ export class AgentConnection implements AgentHandle {
     });
     this.#log.info({ labels: hello.labels, slots: hello.slots, resumed: resumed.length, superseded: superseded.length }, `agent ${hello.agentId} connected`);
     registry.register(this);
-    const source = { agentId: this.agentId, sessionId: this.sessionId, superseded: (refs: HeldRef[]) => this.#superseded(refs) };
+    const source: HeartbeatSource = {
+      agentId: this.agentId,
+      sessionId: this.sessionId,
+      superseded: (refs) => this.#superseded(refs),
+      refused: (err) => this.#out.close(new ConnectError(`heartbeat not recorded: ${(err as Error).message}`, Code.InvalidArgument)),
+    };
     this.deps.heartbeats.note(source, resumed);
 
     const deafCheck = setInterval(() => {
@@ -232,11 +290,12 @@ export class AgentConnection implements AgentHandle {
         // was reconnecting), or the one TI of a one-shot agent.
         if (hello.onlyTiId !== '0' && hello.onlyTiId !== '') {
           const a = await store.claimOnly(hello.onlyTiId, this.agentId);
-          if (a) this.assign(a);
-          this.drain(a ? 'one-shot agent: no more work after this attempt' : `task instance ${hello.onlyTiId} has no attempt for this agent`);
+          const sent = a !== null && (await this.assign(a)) === 'sent';
+          this.drain(sent ? 'one-shot agent: no more work after this attempt' : `task instance ${hello.onlyTiId} has no attempt for this agent`);
         } else {
-          for (const a of await store.undelivered(this.agentId)) if (!this.#held.has(a.tiId)) this.assign(a);
-          if (draining) this.drain('agent is drained');
+          const undelivered = await store.undelivered(this.agentId, this.incarnationId);
+          await Promise.all(undelivered.filter((a) => !this.#held.has(a.tiId)).map((a) => this.assign(a)));
+          if (connected.draining) this.drain('agent is drained');
         }
         this.deps.onFleetChanged();
         for (;;) {
@@ -265,6 +324,29 @@ export class AgentConnection implements AgentHandle {
     }
   }
 
+  #heldElsewhere(): ConnectError {
+    this.#log.warn(`agent ${this.agentId} refused: another process holds this agent id on a live stream`);
+    return new ConnectError(
+      `agent_id ${JSON.stringify(this.agentId)} is held by another process on a live stream (a different hello.incarnation_id): agent ids must be unique; retry once that stream has ended`,
+      Code.AlreadyExists,
+    );
+  }
+
+  /**
+   * Checks a message by `check`: one that breaks a rule is counted, logged in one line, and ends
+   * this stream (and no other) with INVALID_ARGUMENT naming the field and the rule.
+   */
+  #valid<T>(kind: AgentMessageKind, check: () => T): T {
+    try {
+      return check();
+    } catch (err) {
+      if (!(err instanceof AgentMessageError)) throw err;
+      this.deps.onRejected(kind, 'invalid');
+      this.#log.warn({ report: kind, field: err.field, rule: err.rule }, `agent message refused: ${err.message}`);
+      throw new ConnectError(err.message, Code.InvalidArgument);
+    }
+  }
+
   /** A report being written: if the store gives up on it (the database stayed unreachable), the
    *  stream is closed, and the agent reconnects and sends it again. */
   #track(write: Promise<void>): void {
@@ -279,50 +361,46 @@ export class AgentConnection implements AgentHandle {
       // Ended (and acknowledged) since the keepalive that listed it: not a zombie.
       const held = this.#held.get(r.tiId);
       if (!held || held.attemptToken !== r.attemptToken) continue;
-      this.deps.onRejected('keepalive');
+      this.deps.onRejected('keepalive', 'stale');
       this.#log.warn({ tiId: r.tiId, try: r.tryNumber }, 'agent holds a superseded attempt: cancelling it');
       this.#out.push({ msg: { case: 'cancel', value: { attempt: r, reason: 'attempt superseded (declared lost or cancelled)' } } });
     }
   }
 
-  async #handle(req: ConnectRequest, source: { agentId: string; sessionId: string; superseded(refs: HeldRef[]): void }): Promise<void> {
+  async #handle(req: ConnectRequest, source: HeartbeatSource): Promise<void> {
     const { store } = this.deps;
-    switch (req.msg.case) {
+    const report = this.#valid(kindOf(req), () => parseReport(req));
+    switch (report.type) {
       case 'keepalive': {
         this.#lastKeepalive = Date.now();
-        const held = req.msg.value.held.map((r, i) => ref(r, `keepalive.held[${i}]`));
-        this.deps.heartbeats.note(source, held);
-        this.#out.push({ msg: { case: 'keepaliveAck', value: { seq: req.msg.value.seq } } });
+        this.deps.heartbeats.note(source, report.held);
+        this.#out.push({ msg: { case: 'keepaliveAck', value: { seq: report.seq } } });
         return;
       }
       case 'started': {
-        const r = ref(req.msg.value.attempt, 'started.attempt');
+        const r = report.ref;
         this.#held.set(r.tiId, r);
         // Not awaited: the replica's report batcher writes this with every other report waiting,
         // in order (an attempt's Started before its Finished), while this loop reads on.
         this.#track(
-          store.started(r, req.msg.value.pid, this.agentId).then((ok) => {
+          store.started(r, report.pid, this.agentId).then((ok) => {
             if (ok) return;
-            this.deps.onRejected('started');
+            this.deps.onRejected('started', 'stale');
             this.#out.push({ msg: { case: 'cancel', value: { attempt: r, reason: 'attempt superseded' } } });
           }),
         );
         return;
       }
       case 'log': {
-        const r = ref(req.msg.value.attempt, 'log.attempt');
-        for (const e of req.msg.value.entries) {
-          const stream: LogStream = e.stream === 'stderr' ? 'stderr' : e.stream === 'system' ? 'system' : 'stdout';
-          store.log(r, stream, e.line, e.seq);
-        }
+        for (const e of report.entries) store.log(report.ref, e.stream, e.line, e.seq);
         return;
       }
       case 'finished': {
-        const r = ref(req.msg.value.attempt, 'finished.attempt');
+        const r = report.ref;
         this.deps.onFinishing(this.agentId, r.attemptToken);
         this.#track(
-          store.finished(r, resultOf(req.msg.value)).then(({ outcome, runId }) => {
-            if (outcome === 'refused') this.deps.onRejected('finished');
+          store.finished(r, report.result).then(({ outcome, runId }) => {
+            if (outcome === 'refused') this.deps.onRejected('finished', 'stale');
             if (this.#held.get(r.tiId)?.attemptToken === r.attemptToken) this.#held.delete(r.tiId);
             this.#out.push({ msg: { case: 'finishedAck', value: { attempt: r, applied: outcome === 'applied' } } });
             this.deps.onFinished(this.agentId, runId, r.attemptToken);
@@ -330,10 +408,6 @@ export class AgentConnection implements AgentHandle {
         );
         return;
       }
-      case 'hello':
-        throw new ConnectError('Hello may only be sent once, first', Code.InvalidArgument);
-      default:
-        throw new ConnectError('empty message on the agent stream', Code.InvalidArgument);
     }
   }
 }

@@ -116,7 +116,12 @@ export function createAgentFleet(o: AgentFleetOptions) {
       placement.recorded(attemptToken);
       o.nudge(runId ? [runId] : undefined, 'finished');
     },
-    onRejected: (report) => o.metrics.staleReportsRejected.inc({ report }),
+    // Their retries wait for their backoff; the step that follows sees them.
+    onAbandoned: (attempts) => {
+      o.metrics.agentLost.inc(attempts.length);
+      o.nudge([...new Set(attempts.map((a) => a.runId))], 'finished');
+    },
+    onRejected: (report, why) => (why === 'stale' ? o.metrics.staleReportsRejected : o.metrics.invalidAgentMessages).inc({ report }),
   };
 
   return {
@@ -138,7 +143,9 @@ export function createAgentFleet(o: AgentFleetOptions) {
         const handle = agentId ? registry.get(agentId) : undefined;
         if (!handle || !tiId) return;
         const attempt = await loadAttempt(sql, tiId, agentId!);
-        if (attempt && !handle.holds(tiId) && !handle.assign(attempt)) await releaseClaim(sql, attempt, `AGENT_GONE:${agentId}`);
+        if (attempt && !handle.holds(tiId) && (await handle.assign(attempt)) === 'gone') await releaseClaim(sql, attempt, `AGENT_GONE:${agentId}`);
+      } else if (channel === CHANNELS.cancel) {
+        executor.cancel(payload, 'cancelled');
       } else if (channel === CHANNELS.drain) {
         placement.invalidate();
         registry.get(payload)?.drain('drained by an operator');

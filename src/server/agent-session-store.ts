@@ -2,6 +2,8 @@ import type { Attempt, AttemptResult } from '../core/attempt.js';
 import { ACTIVE_TI_STATES, ATTEMPT_ENDED_TI_STATES, CLAIMED_TI_STATES, STARTED_TI_STATES } from '../core/states.js';
 import { connectAgent, disconnectAgent } from '../db/agents.js';
 import { claimAttempt } from '../db/attempts/claim-attempt.js';
+import { endAbandonedAttempts } from '../db/attempts/end-abandoned-attempts.js';
+import { createDeliveryRecorder } from '../db/attempts/record-deliveries.js';
 import type { ReportBatcher } from '../db/attempts/report-batcher.js';
 import { inlineLiterals } from '../db/inline-literals.js';
 import { loadAttempt } from '../db/load-attempt.js';
@@ -13,28 +15,41 @@ import type { SessionStore } from './agent-connection.js';
 /**
  * The store side of agent sessions, every report fenced by the attempt's try number and token.
  * Starts and ends go through the replica's report batcher (retried through a database blip, and
- * written together with every other attempt's reports).
+ * written together with every other attempt's reports). Each attempt is bound to the agent process
+ * (incarnation) it is sent to, so it is never sent to two.
  */
 export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWriter, replicaId: string): SessionStore {
+  const recordDelivery = createDeliveryRecorder(sql);
   return {
     connectAgent: (h) => connectAgent(sql, { ...h, replicaId }),
     disconnectAgent: (agentId, sessionId) => disconnectAgent(sql, agentId, sessionId),
 
-    async currentAttempts(agentId, refs) {
+    async currentAttempts(agentId, incarnationId, refs) {
       if (refs.length === 0) return new Set();
+      // Bound to the process that holds them now: one that outlived its agent's restart (re-attached
+      // by the new process) is this process's from here on.
       const rows = await sql<{ token: string }[]>`
-        select t.attempt_token as token from task_instances t
-        join unnest(${refs.map((r) => r.tiId)}::bigint[], ${refs.map((r) => r.tryNumber)}::int[], ${refs.map((r) => r.attemptToken)}::uuid[])
-          as h(id, try, token) on t.id = h.id and t.try_number = h.try and t.attempt_token = h.token
-        where t.agent_id = ${agentId} and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})`;
+        update task_instances t set delivered_to = ${incarnationId}::uuid
+        from unnest(${refs.map((r) => r.tiId)}::bigint[], ${refs.map((r) => r.tryNumber)}::int[], ${refs.map((r) => r.attemptToken)}::uuid[])
+          as h(id, try, token)
+        where t.id = h.id and t.try_number = h.try and t.attempt_token = h.token
+          and t.agent_id = ${agentId} and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})
+        returning t.attempt_token as token`;
       return new Set(rows.map((r) => r.token));
     },
 
     logsSoFar: (refs) => logsSoFar(sql, refs),
 
-    async undelivered(agentId) {
+    async endAbandoned(agentId, incarnationId) {
+      const rows = await endAbandonedAttempts(sql, agentId, incarnationId);
+      return rows.map((r) => ({ tiId: r.id, runId: r.run_id, taskId: r.task_id, tryNumber: r.try_number, verdict: r.state, deliveredTo: r.delivered_to }));
+    },
+
+    async undelivered(agentId, incarnationId) {
       const rows = await sql<{ id: string }[]>`
-        select id from task_instances where agent_id = ${agentId} and state in (${inlineLiterals(sql, CLAIMED_TI_STATES)}) order by id`;
+        select id from task_instances where agent_id = ${agentId} and state in (${inlineLiterals(sql, CLAIMED_TI_STATES)})
+          and (delivered_to is null or delivered_to = ${incarnationId}::uuid)
+        order by id`;
       const out: Attempt[] = [];
       for (const r of rows) {
         const a = await loadAttempt(sql, r.id, agentId);
@@ -42,6 +57,8 @@ export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWr
       }
       return out;
     },
+
+    deliver: (attempt, agentId, incarnationId) => recordDelivery({ tiId: attempt.tiId, attemptToken: attempt.attemptToken, agentId, incarnationId }),
 
     async started(ref, pid, agentId) {
       if (await reports.started(ref, { pid, agentId })) return true;

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { AttemptKey } from '../core/attempt.js';
+import { isolateFailures } from '../db/isolate-failures.js';
 
 export type HeldRef = AttemptKey;
 
@@ -9,6 +10,8 @@ export interface HeartbeatSource {
   sessionId: string;
   /** Called after a flush with the held attempts that are no longer current. */
   superseded(refs: HeldRef[]): void;
+  /** The database refused this source's keepalive (its values), and only its: end its stream. */
+  refused(err: unknown): void;
 }
 
 export interface HeartbeatStore {
@@ -21,7 +24,9 @@ export interface HeartbeatStore {
 /**
  * Keepalives from every agent stream of this replica, turned into heartbeats in batches: each
  * flush is one write for all attempts of all agents and one for the agents' last-seen times,
- * never one write per keepalive.
+ * never one write per keepalive. Keepalives are validated before they get here; should the
+ * database still refuse a flush for one agent's values, the flush is split until only that agent's
+ * keepalive fails, so the others' heartbeats are written.
  */
 export class HeartbeatBuffer {
   readonly #pending = new Map<HeartbeatSource, HeldRef[]>();
@@ -57,18 +62,25 @@ export class HeartbeatBuffer {
 
   async #write(batch: [HeartbeatSource, HeldRef[]][]): Promise<void> {
     try {
-      const refs = batch.flatMap(([, held]) => held);
-      const [current] = await Promise.all([
-        this.store.flushHeartbeats(refs),
-        this.store.touchAgents(batch.map(([s]) => ({ agentId: s.agentId, sessionId: s.sessionId }))),
-      ]);
-      for (const [source, held] of batch) {
-        const gone = held.filter((r) => !current.has(r.tiId));
-        if (gone.length > 0) source.superseded(gone);
-      }
+      await isolateFailures(batch, (part) => this.#writePart(part), ([source], err) => {
+        this.logger.warn({ agentId: source.agentId, err: (err as Error).message }, `heartbeat of agent ${source.agentId} refused by the database: closing its stream`);
+        source.refused(err);
+      });
     } catch (err) {
       // Do no harm: a failed flush stops nothing; the next keepalive tries again.
       this.logger.error({ err, agents: batch.length }, 'heartbeat flush failed');
+    }
+  }
+
+  async #writePart(part: [HeartbeatSource, HeldRef[]][]): Promise<void> {
+    const refs = part.flatMap(([, held]) => held);
+    const [current] = await Promise.all([
+      this.store.flushHeartbeats(refs),
+      this.store.touchAgents(part.map(([s]) => ({ agentId: s.agentId, sessionId: s.sessionId }))),
+    ]);
+    for (const [source, held] of part) {
+      const gone = held.filter((r) => !current.has(r.tiId));
+      if (gone.length > 0) source.superseded(gone);
     }
   }
 

@@ -20,7 +20,7 @@ export function createMetrics() {
     }),
     orphanReaped: new Counter({ name: 'orphan_reaped_total', help: 'Runs (kind=run) and attempts (kind=ti) ended by a reaper', labelNames: ['kind'], registers: [registry] }),
     orphanReapErrors: new Counter({ name: 'orphan_reap_errors_total', help: 'Errors while reaping, by reaper', labelNames: ['kind'], registers: [registry] }),
-    agentLost: new Counter({ name: 'agent_lost_tasks_total', help: 'Attempts reaped because their holder stopped heartbeating', registers: [registry] }),
+    agentLost: new Counter({ name: 'agent_lost_tasks_total', help: 'Attempts ended as lost because their holder stopped heartbeating, or its agent restarted without them', registers: [registry] }),
     timedOut: new Counter({ name: 'timeouts_enforced_total', help: 'Attempts the leader ended because they ran past their timeout and the kill grace (their holder did not stop them)', registers: [registry] }),
     dispatchQueueDepth: new Gauge({ name: 'dispatch_queue_depth', help: 'Task instances waiting in the dispatch queue', registers: [registry] }),
     dispatchAtCapacity: new Counter({ name: 'dispatch_at_capacity_total', help: 'Offers refused because the dispatch queue was full', registers: [registry] }),
@@ -33,6 +33,12 @@ export function createMetrics() {
     schedulerPanics: new Counter({ name: 'scheduler_panics_total', help: 'Errors caught while stepping (the step went on), by phase', labelNames: ['phase'], registers: [registry] }),
     leader: new Gauge({ name: 'leader', help: '1 while this replica holds the leader lock', registers: [registry] }),
     staleReportsRejected: new Counter({ name: 'stale_reports_rejected_total', help: 'Reports for a superseded attempt, refused and not applied', labelNames: ['report'], registers: [registry] }),
+    invalidAgentMessages: new Counter({
+      name: 'agent_messages_invalid_total',
+      help: "Agents' messages that broke the protocol's rules (a token that is not a UUID, …): refused, and the sender's stream ended",
+      labelNames: ['report'],
+      registers: [registry],
+    }),
     taskStarts: new Counter({
       name: 'task_starts_total',
       help: "Attempts' processes started by this replica's subprocess executor: how=spawn (a fork of the server) or how=ready_shell (a shell kept ready, for a lone start)",

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -25,7 +26,7 @@ type Msg = Parameters<ReturnType<typeof createClient<typeof AgentService>>['conn
 function scriptedAgent(baseUrl: string, agentId: string, keepaliveMs: number, onAssign?: (m: ConnectResponse, out: AsyncInbox<Msg>) => void) {
   const client = createClient(AgentService, createGrpcTransport({ baseUrl }));
   const out = new AsyncInbox<Msg>();
-  out.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId, slots: 4 } } } as Msg);
+  out.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId, slots: 4, incarnationId: randomUUID() } } } as Msg);
   let seq = 1n;
   const pump = setInterval(() => out.push({ msg: { case: 'keepalive', value: { seq: seq++, held: [] } } } as Msg), keepaliveMs);
   const done = (async () => {

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
 import { AgentService, AttemptOutcome, ProtocolVersion } from '../../src/gen/leoflow/v1/agent_pb.js';
@@ -22,7 +23,7 @@ export interface InstantAgent {
 export function startInstantAgent(baseUrl: string, opts: { agentId: string; slots: number; keepaliveMs?: number; onAssign?: (tiId: string, at: number) => void }): InstantAgent {
   const client = createClient(AgentService, createGrpcTransport({ baseUrl }));
   const out = new AsyncInbox<Msg>();
-  out.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: opts.agentId, slots: opts.slots } } } as Msg);
+  out.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: opts.agentId, slots: opts.slots, incarnationId: randomUUID() } } } as Msg);
   let seq = 1n;
   let assigned = 0;
   let acked = 0;

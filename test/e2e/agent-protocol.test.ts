@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { AsyncInbox } from '../helpers/scripted-agent.js';
 import os from 'node:os';
@@ -58,7 +59,7 @@ function connect(opts: { keepalive?: boolean } = { keepalive: true }) {
 describe('AgentService.Connect (control-plane side)', () => {
   it('refuses an unknown protocol version with a clear error', async () => {
     const { outbox, inbox } = connect({ keepalive: false });
-    outbox.push({ msg: { case: 'hello', value: { protocolVersion: 99 as ProtocolVersion, agentId: 'old-agent', slots: 1 } } });
+    outbox.push({ msg: { case: 'hello', value: { protocolVersion: 99 as ProtocolVersion, agentId: 'old-agent', slots: 1, incarnationId: randomUUID() } } });
     const err = await inbox.next().then(
       () => null,
       (e: unknown) => ConnectError.from(e),
@@ -77,7 +78,7 @@ describe('AgentService.Connect (control-plane side)', () => {
     });
 
     const { outbox, inbox, done, close } = connect();
-    outbox.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'gpu-1', labels: { gpu: 'nvidia' }, slots: 2 } } });
+    outbox.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'gpu-1', labels: { gpu: 'nvidia' }, slots: 2, incarnationId: randomUUID() } } });
     const welcome = await inbox.next();
     expect(welcome.msg.case).toBe('welcome');
     const connectedAt = Date.now();
@@ -125,7 +126,7 @@ describe('AgentService.Connect (control-plane side)', () => {
   it('closes a deaf stream (no keepalives) and stops counting the agent as connected', async () => {
     const api = createClients(server.url);
     const { outbox, inbox } = connect({ keepalive: false });
-    outbox.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'deaf-1', slots: 1 } } });
+    outbox.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'deaf-1', slots: 1, incarnationId: randomUUID() } } });
     expect((await inbox.next()).msg.case).toBe('welcome');
     // Say nothing more: the connection stays up, but no keepalive arrives.
     const err = await (async () => {
@@ -142,8 +143,10 @@ describe('AgentService.Connect (control-plane side)', () => {
 
   it('resumes held work after a reconnect, supersedes what is no longer current, drains and cancels', async () => {
     const api = createClients(server.url);
+    // One agent process, reconnecting: the same incarnation on both streams.
+    const incarnationId = randomUUID();
     const hello = (held: { tiId: string; tryNumber: number; attemptToken: string }[] = []) => ({
-      msg: { case: 'hello' as const, value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'gpu-2', labels: { gpu: 'nvidia' }, slots: 1, held } },
+      msg: { case: 'hello' as const, value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'gpu-2', labels: { gpu: 'nvidia' }, slots: 1, held, incarnationId } },
     });
     const first = connect();
     first.outbox.push(hello());

@@ -3,11 +3,15 @@ import type { DagSpec } from '../../src/core/dag-spec.js';
 import { PLANS_PER_STATEMENT, applyPlans } from '../../src/db/plan/apply-plans.js';
 import { finalizeRuns } from '../../src/db/plan/finalize-runs.js';
 import { claimAttempts } from '../../src/db/attempts/claim-attempt.js';
+import { flushHeartbeats } from '../../src/db/attempts/flush-heartbeats.js';
 import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
+import { touchAgents } from '../../src/db/agents.js';
 import { clearTaskInstance } from '../../src/db/clear-task-instance.js';
 import { upsertDag } from '../../src/db/dags.js';
 import { createRun, getRun, type RunRow } from '../../src/db/runs.js';
 import type { Sql } from '../../src/db/sql.js';
+import { HeartbeatBuffer, type HeartbeatSource } from '../../src/server/heartbeat-buffer.js';
+import pino from 'pino';
 import { listTis, setPendingReasons, type TiRow } from '../../src/db/tis.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
@@ -453,6 +457,82 @@ describe('report batcher', () => {
     expect(await Promise.all([first, ...later])).toEqual([true, true, true]);
     expect(c.count()).toBe(2);
     await reports.drain();
+  });
+});
+
+describe('a batch poisoned by one member', () => {
+  async function claimed(n: number) {
+    const spec = dag(`pb${++runSeq}`, Array.from({ length: n }, (_, i) => task(`t${i}`)));
+    const { run, tis } = await newRun(spec);
+    await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
+    await db.sql`update task_instances set state = 'scheduled' where run_id = ${run.id}`;
+    const claims = await claimAttempts(db.sql, 'agents', [...tis.values()].map((t) => ({ tiId: t.id, agentId: 'agent-1' })));
+    return { run, attempts: [...claims].map(([tiId, c]) => ({ tiId, tryNumber: c.tryNumber, attemptToken: c.attemptToken })) };
+  }
+  const ok = { outcome: 'success', exitCode: 0, signal: null, error: null } as const;
+  const settled = <T>(p: Promise<T>) => p.then((v) => ({ ok: v }), (err: unknown) => ({ code: (err as { code?: string }).code }));
+
+  it('the report batcher splits it: only the report the database refuses fails, every other report of the batch is written', async () => {
+    const { run, attempts } = await claimed(5);
+    const [s1, s2, both, e1, e2] = attempts as [(typeof attempts)[0], (typeof attempts)[0], (typeof attempts)[0], (typeof attempts)[0], (typeof attempts)[0]];
+    const setup = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
+    expect(await Promise.all([setup.started(e1, { pid: 1, agentId: 'agent-1' }), setup.started(e2, { pid: 2, agentId: 'agent-1' })])).toEqual([true, true]);
+    const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
+    // A token that is no UUID: Postgres refuses the whole statement it is in (22P02).
+    const poison = { ...s2, attemptToken: 'not-a-uuid' };
+    const out = await Promise.all([
+      settled(reports.started(s1, { pid: 10, agentId: 'agent-1' })),
+      settled(reports.started(poison, { pid: 11, agentId: 'agent-2' })),
+      settled(reports.started(s2, { pid: 12, agentId: 'agent-1' })),
+      settled(reports.started(both, { pid: 13, agentId: 'agent-1' })),
+      settled(reports.finished(both, ok)),
+      settled(reports.started({ ...poison, tiId: both.tiId }, { pid: 14, agentId: 'agent-2' })),
+      settled(reports.finished({ ...poison, tiId: both.tiId }, ok)),
+      settled(reports.finished(e1, ok)),
+      settled(reports.finished({ ...poison, tiId: e1.tiId }, ok)),
+      settled(reports.finished(e2, { outcome: 'failed', exitCode: 3, signal: null, error: 'exit code 3' })),
+    ]);
+    const applied = { ok: { verdict: 'success', runId: run.id } };
+    expect(out).toEqual([
+      { ok: true },
+      { code: '22P02' },
+      { ok: true },
+      { ok: true },
+      applied,
+      { code: '22P02' },
+      { code: '22P02' },
+      applied,
+      { code: '22P02' },
+      { ok: { verdict: 'failed', runId: run.id } },
+    ]);
+    const rows = await db.sql<{ id: string; state: string }[]>`select id, state from task_instances where id = any(${attempts.map((a) => a.tiId)}::bigint[])`;
+    expect(Object.fromEntries(rows.map((r) => [r.id, r.state]))).toEqual({
+      [s1.tiId]: 'running',
+      [s2.tiId]: 'running',
+      [both.tiId]: 'success',
+      [e1.tiId]: 'success',
+      [e2.tiId]: 'failed',
+    });
+  });
+
+  it("the heartbeat buffer splits it: one agent's refused keepalive closes its stream alone, the others' heartbeats are written", async () => {
+    const { attempts } = await claimed(3);
+    await db.sql`update task_instances set heartbeat_at = null where id = any(${attempts.map((a) => a.tiId)}::bigint[])`;
+    const refused: string[] = [];
+    const source = (agentId: string): HeartbeatSource => ({ agentId, sessionId: '00000000-0000-4000-8000-00000000000' + agentId.slice(-1), superseded: () => {}, refused: () => refused.push(agentId) });
+    const buffer = new HeartbeatBuffer(
+      { flushHeartbeats: (refs) => flushHeartbeats(db.sql, refs), touchAgents: (s) => touchAgents(db.sql, s) },
+      pino({ level: 'silent' }),
+      60_000,
+    );
+    buffer.note(source('agent-1'), [attempts[0]!]);
+    buffer.note(source('agent-2'), [attempts[1]!, { ...attempts[2]!, attemptToken: 'not-a-uuid' }]);
+    buffer.note(source('agent-3'), [attempts[2]!]);
+    await buffer.flush();
+    expect(refused).toEqual(['agent-2']);
+    const rows = await db.sql<{ id: string; beat: boolean }[]>`
+      select id, heartbeat_at is not null as beat from task_instances where id = any(${attempts.map((a) => a.tiId)}::bigint[])`;
+    expect(Object.fromEntries(rows.map((r) => [r.id, r.beat]))).toEqual({ [attempts[0]!.tiId]: true, [attempts[1]!.tiId]: false, [attempts[2]!.tiId]: true });
   });
 });
 

@@ -19,6 +19,8 @@ const DESIGN_METRICS: Record<string, string> = {
   // the attempts the leader ended because their holder let them run past their timeout.
   task_starts_total: 'counter',
   timeouts_enforced_total: 'counter',
+  // Agents' messages refused for breaking the protocol's rules (a bad client harms only itself).
+  agent_messages_invalid_total: 'counter',
 };
 
 async function values(m: Metrics, name: string): Promise<{ value: number; labels: Record<string, unknown> }[]> {

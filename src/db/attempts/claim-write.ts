@@ -4,7 +4,8 @@ import type { Fragment, Sql } from '../sql.js';
  * What a claim writes, shared by the two statements that claim (a dispatcher's `claimAttempts`,
  * and the planner's move claimed with it in `applyPlansQuery`) so a claim is defined once:
  * scheduled → queued, try_number + 1, a new random attempt token, the deterministic dispatch key,
- * the executor and agent, and the last attempt's traces cleared. The SET list of an update of
+ * the executor and agent, and the last attempt's traces cleared (its delivery to an agent process
+ * among them). The SET list of an update of
  * task instance `t` from its run `r` and a row `c` with the `agent_id`; each statement keeps its
  * own guard.
  */
@@ -13,7 +14,8 @@ export function claimSet(sql: Sql, executor: Fragment): Fragment {
     state = 'queued', try_number = t.try_number + 1, attempt_token = gen_random_uuid(),
     dispatch_key = r.dag_id || '-' || t.run_id || '-' || t.task_id || '-' || (t.try_number + 1),
     executor = ${executor}, queued_at = now(), started_at = null, heartbeat_at = null, ended_at = null,
-    exit_code = null, error = null, pid = null, agent_id = c.agent_id, pending_reason = null, next_try_at = null`;
+    exit_code = null, error = null, pid = null, agent_id = c.agent_id, pending_reason = null, next_try_at = null,
+    delivered_to = null`;
 }
 
 /** The RETURNING list of a claim: what a `Claim` is made of, and what `claimEvent` reads. */

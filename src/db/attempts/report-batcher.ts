@@ -1,5 +1,7 @@
 import type { AttemptKey, AttemptResult } from '../../core/attempt.js';
 import { isConnectionError } from '../is-connection-error.js';
+import { isDataError } from '../is-data-error.js';
+import { isolateFailures } from '../isolate-failures.js';
 import { retryOnConnectionError } from '../retry-on-connection-error.js';
 import type { LogWriter } from '../log-writer.js';
 import type { Sql } from '../sql.js';
@@ -110,34 +112,36 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
     settleEnds(ops.map((o) => o.end), rows);
   };
 
-  /** Through the pool, retried through a database blip. */
+  /**
+   * Through the pool, retried through a database blip. A batch the database refuses for one
+   * report's values is split until only that report fails (its sender's stream is closed), so the
+   * other agents' reports in it are written.
+   */
   const writeStarts = async (ops: StartOp[]) => {
-    if (ops.length === 0) return;
     try {
-      settleStarts(ops, await retry(() => startsQuery(sql, ops)));
+      await isolateFailures(ops, async (part) => settleStarts(part, await retry(() => startsQuery(sql, part))), (o, err) => o.reject(err));
     } catch (err) {
       for (const o of ops) o.reject(err);
     }
   };
 
   const writeEnds = async (ops: EndOp[]) => {
-    if (ops.length === 0) return;
     try {
-      settleEnds(ops, await retry(() => endsQuery(sql, ops)));
+      await isolateFailures(ops, async (part) => settleEnds(part, await retry(() => endsQuery(sql, part))), (o, err) => o.reject(err));
     } catch (err) {
       for (const o of ops) o.reject(err);
     }
   };
 
   const writeBoth = async (ops: BothOp[]) => {
-    if (ops.length === 0) return;
+    const fail = (o: BothOp, err: unknown) => {
+      o.start.reject(err);
+      o.end.reject(err);
+    };
     try {
-      settleBoth(ops, await retry(() => bothQuery(sql, ops)));
+      await isolateFailures(ops, async (part) => settleBoth(part, await retry(() => bothQuery(sql, part))), fail);
     } catch (err) {
-      for (const o of ops) {
-        o.start.reject(err);
-        o.end.reject(err);
-      }
+      for (const o of ops) fail(o, err);
     }
   };
 
@@ -190,18 +194,21 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
     }
     await Promise.allSettled([after]);
     conn.release();
+    // A part lost to a connection, or refused for one report's values, is written again through
+    // the pool (split, in the second case, until only the guilty report fails).
+    const again = (err: unknown) => isConnectionError(err) || isDataError(err);
     if (s.status === 'fulfilled') settleStarts(starts, s.value);
-    else if (isConnectionError(s.reason)) await writeStarts(starts);
+    else if (again(s.reason)) await writeStarts(starts);
     else for (const o of starts) o.reject(s.reason);
     if (b.status === 'fulfilled') settleBoth(both, b.value);
-    else if (isConnectionError(b.reason)) await writeBoth(both);
+    else if (again(b.reason)) await writeBoth(both);
     else
       for (const o of both) {
         o.start.reject(b.reason);
         o.end.reject(b.reason);
       }
     if (e.status === 'fulfilled') settleEnds(ends, e.value);
-    else if (isConnectionError(e.reason)) await writeEnds(ends);
+    else if (again(e.reason)) await writeEnds(ends);
     else for (const o of ends) o.reject(e.reason);
   };
 

@@ -1,0 +1,28 @@
+import type { Fragment, Sql } from '../sql.js';
+
+/**
+ * What ending a lost attempt writes, shared by the heartbeat reaper (`reapAttempt`) and the end of
+ * an attempt an agent's earlier process was given (`endAbandonedAttempts`), so a loss is defined
+ * once: up_for_retry with the TI's own backoff if tries remain, else failed, with `error`; the
+ * token dies with the attempt, so nothing its holder reports afterwards is applied. The SET list
+ * of an update of `task_instances`; each statement keeps its own guard.
+ */
+export function lostSet(sql: Sql, error: Fragment): Fragment {
+  return sql`
+    state = case when try_number < max_tries then 'up_for_retry' else 'failed' end,
+    next_try_at = case when try_number < max_tries
+      then now() + least(retry_delay_ms * power(2, least(try_number - 1, 30)), max_retry_delay_ms) * interval '1 millisecond'
+      end,
+    ended_at = now(), error = ${error}, pid = null, attempt_token = null`;
+}
+
+/** The RETURNING list of a loss: what `lostEvent` reads. */
+export function lostReturning(sql: Sql): Fragment {
+  return sql`id, run_id, task_id, try_number, state, error, next_try_at`;
+}
+
+/** The events-log payload of a loss, `reason` naming why (`agent_lost`, `agent_restarted`). */
+export function lostEvent(sql: Sql, reason: string): Fragment {
+  return sql`jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number,
+    'reason', ${reason}::text, 'error', error, 'next_try_at', next_try_at)`;
+}

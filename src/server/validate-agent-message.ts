@@ -1,0 +1,126 @@
+/**
+ * The rules an agent's messages must keep, checked before anything is written. A report joins
+ * writes shared with every other agent of the replica (the heartbeat flush, the report batch), so
+ * a value the database would refuse is refused here instead, to its sender alone: a bad client
+ * harms only itself.
+ */
+
+import type { AttemptResult, LogStream } from '../core/attempt.js';
+import { AttemptOutcome, type AttemptRef, type ConnectRequest, type Finished, type Hello } from '../gen/leoflow/v1/agent_pb.js';
+import type { HeldRef } from './heartbeat-buffer.js';
+
+/** A message that breaks a rule: `field` is its path in the message, `rule` what it must be. */
+export class AgentMessageError extends Error {
+  constructor(
+    readonly field: string,
+    readonly rule: string,
+    got?: unknown,
+  ) {
+    super(got === undefined ? `${field}: ${rule}` : `${field}: ${rule}, got ${shown(got)}`);
+    this.name = 'AgentMessageError';
+  }
+}
+
+/** An agent's report after validation: what the connection applies. */
+export type AgentReport =
+  | { type: 'keepalive'; seq: bigint; held: HeldRef[] }
+  | { type: 'started'; ref: HeldRef; pid: number }
+  | { type: 'log'; ref: HeldRef; entries: { seq: number; stream: LogStream; line: string }[] }
+  | { type: 'finished'; ref: HeldRef; result: AttemptResult };
+
+const AGENT_ID = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const POSITIVE_INT64 = /^[1-9][0-9]{0,18}$/;
+const INT64_MAX = 9223372036854775807n;
+const SIGNAL = /^SIG[A-Z0-9+-]{1,16}$/;
+const LOG_STREAMS: readonly LogStream[] = ['stdout', 'stderr', 'system'];
+/** Longest Finished.error kept: a reason for a human, not a log. */
+const MAX_ERROR_CHARS = 16_384;
+
+const OUTCOMES = new Map<number, AttemptResult['outcome']>([
+  [AttemptOutcome.SUCCESS, 'success'],
+  [AttemptOutcome.FAILED, 'failed'],
+  [AttemptOutcome.TIMED_OUT, 'timed_out'],
+  [AttemptOutcome.CANCELLED, 'cancelled'],
+  [AttemptOutcome.SPAWN_FAILED, 'spawn_failed'],
+]);
+
+/** The value as the error message shows it: quoted, and cut short. */
+function shown(v: unknown): string {
+  const s = typeof v === 'bigint' ? v.toString() : JSON.stringify(v) ?? String(v);
+  return s.length > 80 ? `${s.slice(0, 80)}…` : s;
+}
+
+export function isUuid(s: string): boolean {
+  return UUID.test(s);
+}
+
+/** An attempt named in a report: (ti_id, try_number, attempt_token), each checked. */
+export function attemptRef(r: AttemptRef | undefined, field: string): HeldRef {
+  if (!r) throw new AgentMessageError(field, 'an attempt (ti_id, try_number, attempt_token) is required');
+  if (!POSITIVE_INT64.test(r.tiId) || BigInt(r.tiId) > INT64_MAX) throw new AgentMessageError(`${field}.ti_id`, 'must be a positive 64-bit integer', r.tiId);
+  if (!Number.isInteger(r.tryNumber) || r.tryNumber < 1) throw new AgentMessageError(`${field}.try_number`, 'must be at least 1', r.tryNumber);
+  if (!UUID.test(r.attemptToken)) throw new AgentMessageError(`${field}.attempt_token`, 'must be a UUID (the token of the Assign)', r.attemptToken);
+  return { tiId: r.tiId, tryNumber: r.tryNumber, attemptToken: r.attemptToken };
+}
+
+/** A text that is stored: Postgres text cannot hold NUL. */
+function storableText(s: string, field: string, maxChars: number): string {
+  if (s.includes('\0')) throw new AgentMessageError(field, 'must not contain NUL characters', s);
+  if (s.length > maxChars) throw new AgentMessageError(field, `must be at most ${maxChars} characters`, `${s.length} characters`);
+  return s;
+}
+
+/** A Hello's fields other than the version and the token (checked by the connection first). */
+export function validateHelloFields(h: Hello): HeldRef[] {
+  if (!AGENT_ID.test(h.agentId)) {
+    throw new AgentMessageError('hello.agent_id', "must be 1-128 letters, digits, '_', '.', ':' or '-'", h.agentId);
+  }
+  if (!UUID.test(h.incarnationId)) {
+    throw new AgentMessageError('hello.incarnation_id', 'must be a UUID made once per agent process', h.incarnationId);
+  }
+  if (!Number.isInteger(h.slots) || h.slots < 1 || h.slots > 10_000) throw new AgentMessageError('hello.slots', 'must be between 1 and 10000', h.slots);
+  if (h.onlyTiId !== '' && h.onlyTiId !== '0' && !POSITIVE_INT64.test(h.onlyTiId)) {
+    throw new AgentMessageError('hello.only_ti_id', 'must be 0 or a positive 64-bit integer', h.onlyTiId);
+  }
+  return h.held.map((r, i) => attemptRef(r, `hello.held[${i}]`));
+}
+
+function finishedResult(f: Finished): AttemptResult {
+  const outcome = OUTCOMES.get(f.outcome);
+  if (!outcome) throw new AgentMessageError('finished.outcome', `must be one of ${[...OUTCOMES.keys()].map((k) => AttemptOutcome[k]).join(', ')}`, f.outcome);
+  if (f.signal !== '' && !SIGNAL.test(f.signal)) throw new AgentMessageError('finished.signal', "must be empty or a signal name such as 'SIGKILL'", f.signal);
+  const error = storableText(f.error, 'finished.error', MAX_ERROR_CHARS);
+  return {
+    outcome,
+    exitCode: f.exitCode ?? null,
+    signal: (f.signal || null) as NodeJS.Signals | null,
+    error: error || (outcome === 'failed' && f.exitCode !== undefined ? `exit code ${f.exitCode}` : null),
+  };
+}
+
+/** An agent's message after its Hello, checked whole before any of it is applied. */
+export function parseReport(req: ConnectRequest): AgentReport {
+  switch (req.msg.case) {
+    case 'keepalive':
+      return { type: 'keepalive', seq: req.msg.value.seq, held: req.msg.value.held.map((r, i) => attemptRef(r, `keepalive.held[${i}]`)) };
+    case 'started':
+      return { type: 'started', ref: attemptRef(req.msg.value.attempt, 'started.attempt'), pid: req.msg.value.pid };
+    case 'log': {
+      const ref = attemptRef(req.msg.value.attempt, 'log.attempt');
+      const entries = req.msg.value.entries.map((e, i) => {
+        if (!Number.isInteger(e.seq) || e.seq < 1) throw new AgentMessageError(`log.entries[${i}].seq`, 'must be at least 1', e.seq);
+        // An unknown stream name is kept as stdout: output is never refused for its label.
+        const stream: LogStream = LOG_STREAMS.includes(e.stream as LogStream) ? (e.stream as LogStream) : 'stdout';
+        return { seq: e.seq, stream, line: e.line };
+      });
+      return { type: 'log', ref, entries };
+    }
+    case 'finished':
+      return { type: 'finished', ref: attemptRef(req.msg.value.attempt, 'finished.attempt'), result: finishedResult(req.msg.value) };
+    case 'hello':
+      throw new AgentMessageError('hello', 'may only be sent once, first on the stream');
+    default:
+      throw new AgentMessageError('msg', 'must be one of started, log, finished, keepalive (got an empty message)');
+  }
+}
