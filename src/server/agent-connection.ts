@@ -48,6 +48,10 @@ export interface AgentConnectionDeps {
   logger: Logger;
   replicaId: string;
   keepaliveMs: number;
+  /** Sent in Welcome: the longest reconnect delay agents should use (see agent-fleet.ts). */
+  maxReconnectBackoffMs: number;
+  /** True once this replica is shutting down: a new agent stream is refused (UNAVAILABLE). */
+  leaving(): boolean;
   /** Shared secret agents must present; null when none is required. */
   agentToken: string | null;
   /** An agent connected or left: placement must look again. */
@@ -112,6 +116,7 @@ export class AgentConnection implements AgentHandle {
   readonly #out = new AsyncQueue<Response>();
   readonly #held = new Map<string, HeldRef>();
   #lastKeepalive = Date.now();
+  #goneAway = false;
   #log: Logger;
 
   constructor(private readonly deps: AgentConnectionDeps) {
@@ -121,7 +126,7 @@ export class AgentConnection implements AgentHandle {
   // --- AgentHandle: what the executor and the control plane push down the stream ---------
 
   assign(a: Attempt): boolean {
-    if (this.#out.closed) return false;
+    if (this.#out.closed || this.#goneAway) return false;
     // The same attempt can reach the stream twice (placement and a one-shot claim, or a
     // notification racing a reconnect): send it once.
     if (this.#held.get(a.tiId)?.attemptToken === a.attemptToken) return true;
@@ -155,6 +160,13 @@ export class AgentConnection implements AgentHandle {
     this.#out.push({ msg: { case: 'drain', value: { reason } } });
   }
 
+  goAway(reason: string): void {
+    if (this.#goneAway) return;
+    this.#goneAway = true;
+    this.#log.info({ reason }, `told agent ${this.agentId} to reconnect elsewhere`);
+    this.#out.push({ msg: { case: 'reconnect', value: { reason } } });
+  }
+
   holds(tiId: string): boolean {
     return this.#held.has(tiId);
   }
@@ -185,6 +197,12 @@ export class AgentConnection implements AgentHandle {
       protocolVersion: hello.protocolVersion,
       oneShot: hello.onlyTiId !== '0' && hello.onlyTiId !== '',
     });
+    // Checked after the write: the replica's agents are marked gone when it starts to leave, and
+    // a Hello written after that is undone here.
+    if (this.deps.leaving()) {
+      await store.disconnectAgent(hello.agentId, this.sessionId).catch(() => {});
+      throw new ConnectError(`replica ${this.deps.replicaId} is shutting down: connect to another`, Code.Unavailable);
+    }
     const held = hello.held.map((r, i) => ref(r, `hello.held[${i}]`));
     const current = await store.currentAttempts(hello.agentId, held);
     const resumed = held.filter((r) => current.has(r.attemptToken));
@@ -203,6 +221,7 @@ export class AgentConnection implements AgentHandle {
           protocolVersion: hello.protocolVersion,
           replicaId: this.deps.replicaId,
           keepaliveInterval: durationFromMs(this.deps.keepaliveMs),
+          maxReconnectBackoff: durationFromMs(this.deps.maxReconnectBackoffMs),
           resumed,
           superseded,
           logsSoFar: resumed.map((r) => {

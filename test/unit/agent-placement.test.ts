@@ -42,7 +42,7 @@ function setup(agents: AvailableAgent[], over: Partial<PlacementStore> = {}, rea
   };
   const registry = new AgentRegistry();
   for (const a of agents) {
-    const handle: AgentHandle = { agentId: a.agentId, sessionId: 's', assign: (at) => (delivered.push(`${at.tiId}@${a.agentId}`), true), cancel: () => true, drain: () => {}, holds: () => false };
+    const handle: AgentHandle = { agentId: a.agentId, sessionId: 's', assign: (at) => (delivered.push(`${at.tiId}@${a.agentId}`), true), cancel: () => true, drain: () => {}, goAway: () => {}, holds: () => false };
     registry.register(handle);
   }
   const executor: AgentsExecutor = new AgentsExecutor({ registry, store: { release: async () => {}, notifyAssign: async () => {} }, onAgentGone: () => placement.invalidate() });
