@@ -9,6 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { runAgent, type AgentHandle, type RunAgentOptions } from '../../src/agent/index.js';
 import { AttemptOutcome } from '../../src/gen/leoflow/v1/agent_pb.js';
 import { FakeAgentService, type FakeOptions } from '../helpers/fake-agent-service.js';
+import { cli } from '../helpers/leoflow-process.js';
 
 const logger = pino({ level: process.env.AGENT_TEST_LOG ?? 'silent' });
 const fakes: FakeAgentService[] = [];
@@ -134,5 +135,21 @@ describe('agent failover between control-plane addresses', () => {
     const tookMs = Date.now() - back;
     // At most one bounded delay, plus the connection itself.
     expect(tookMs).toBeLessThan(BOUND_MS + 500);
+  });
+
+  it('leoflow agent takes --server repeated or comma-separated, names a bad address, and client commands take one', async () => {
+    const b1 = await fake({ replicaId: 'b' });
+    const dead = await deadUrl();
+    const bad = await cli(dead, ['agent', '--server', `${b1.url},b:7070`, '--id', 'cli-agent']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('leoflow agent: --server: address 3 of 3: expected an http:// or https:// URL, got "b:7070"\n');
+    // The first address is down: the agent goes on to the second, then exits on Drain with --once.
+    b1.onConnect = (s) => s.send({ case: 'drain', value: { reason: 'test' } });
+    const once = await cli(dead, ['agent', '--server', b1.url, '--id', 'cli-agent', '--once', '--ti', '7', '--log-format', 'json'], { timeoutMs: 20_000 });
+    expect(once.code, once.stdout + once.stderr).toBe(0);
+    expect(b1.streams.map((s) => s.hello.agentId)).toEqual(['cli-agent']);
+    const client = await cli(dead, ['--server', b1.url, 'dag', 'list']);
+    expect(client.code).toBe(1);
+    expect(client.stderr).toContain('--server: this command talks to one control-plane address');
   });
 });
