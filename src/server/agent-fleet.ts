@@ -183,10 +183,16 @@ export function createAgentFleet(o: AgentFleetOptions) {
      */
     async leave(): Promise<void> {
       leaving = true;
-      const n = await disconnectReplica(sql, o.replicaId);
+      try {
+        const n = await disconnectReplica(sql, o.replicaId);
+        log.info({ agents: n }, 'shutting down: no more work is placed on the agents of this replica');
+      } catch (err) {
+        // The stop goes on: its agents still move, and an Assign that can no longer reach one is
+        // given back or sent again when it reconnects.
+        log.error({ err }, 'shutting down: could not show this replica\'s agents as disconnected');
+      }
       placement.invalidate();
       o.nudge();
-      log.info({ agents: n }, 'shutting down: no more work is placed on the agents of this replica');
     },
     /**
      * Step 3 of a graceful stop (after `leave()` and after leadership is released): tells every
