@@ -200,7 +200,7 @@ export class AgentConnection implements AgentHandle {
     // Checked after the write: the replica's agents are marked gone when it starts to leave, and
     // a Hello written after that is undone here.
     if (this.deps.leaving()) {
-      await store.disconnectAgent(hello.agentId, this.sessionId).catch(() => {});
+      await store.disconnectAgent(hello.agentId, this.sessionId).catch((err: unknown) => this.#log.error({ err }, 'could not mark a refused agent disconnected'));
       throw new ConnectError(`replica ${this.deps.replicaId} is shutting down: connect to another`, Code.Unavailable);
     }
     const held = hello.held.map((r, i) => ref(r, `hello.held[${i}]`));
