@@ -4,6 +4,9 @@
  * that is down costs one try; and the reconnect backoff honours Welcome.max_reconnect_backoff, so
  * an agent is back soon after its replica is.
  */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { runAgent, type AgentHandle, type RunAgentOptions } from '../../src/agent/index.js';
@@ -14,6 +17,7 @@ import { cli } from '../helpers/leoflow-process.js';
 const logger = pino({ level: process.env.AGENT_TEST_LOG ?? 'silent' });
 const fakes: FakeAgentService[] = [];
 const agents: AgentHandle[] = [];
+const stateDirs: string[] = [];
 
 afterEach(async () => {
   for (const a of agents.splice(0)) {
@@ -21,7 +25,14 @@ afterEach(async () => {
     await a.done.catch(() => {});
   }
   await Promise.all(fakes.splice(0).map((f) => f.close()));
+  for (const d of stateDirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
+
+function stateDir(): string {
+  const d = mkdtempSync(join(tmpdir(), 'leoflow-failover-agent-'));
+  stateDirs.push(d);
+  return d;
+}
 
 async function fake(opts: FakeOptions = {}, port = 0): Promise<FakeAgentService> {
   // Keepalives slow enough that a loaded machine does not make a stream look deaf.
@@ -47,6 +58,7 @@ async function deadUrl(): Promise<string> {
 
 function agent(serverUrls: string[], opts: Partial<RunAgentOptions> = {}): AgentHandle {
   const a = runAgent({
+    stateDir: stateDir(),
     serverUrls,
     agentId: 'failover-agent',
     logger,
@@ -140,12 +152,13 @@ describe('agent failover between control-plane addresses', () => {
   it('leoflow agent takes --server repeated or comma-separated, names a bad address, and client commands take one', async () => {
     const b1 = await fake({ replicaId: 'b' });
     const dead = await deadUrl();
-    const bad = await cli(dead, ['agent', '--server', `${b1.url},b:7070`, '--id', 'cli-agent']);
+    const dir = stateDir();
+    const bad = await cli(dead, ['agent', '--server', `${b1.url},b:7070`, '--id', 'cli-agent', '--state-dir', dir]);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('leoflow agent: --server: address 3 of 3: expected an http:// or https:// URL, got "b:7070"\n');
     // The first address is down: the agent goes on to the second, then exits on Drain with --once.
     b1.onConnect = (s) => s.send({ case: 'drain', value: { reason: 'test' } });
-    const once = await cli(dead, ['agent', '--server', b1.url, '--id', 'cli-agent', '--once', '--ti', '7', '--log-format', 'json'], { timeoutMs: 20_000 });
+    const once = await cli(dead, ['agent', '--server', b1.url, '--id', 'cli-agent', '--state-dir', dir, '--once', '--ti', '7', '--log-format', 'json'], { timeoutMs: 20_000 });
     expect(once.code, once.stdout + once.stderr).toBe(0);
     expect(b1.streams.map((s) => s.hello.agentId)).toEqual(['cli-agent']);
     const client = await cli(dead, ['--server', b1.url, 'dag', 'list']);
