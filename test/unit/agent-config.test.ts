@@ -26,6 +26,7 @@ describe('leoflow agent flags', () => {
       onShutdown: 'finish',
       shutdownGraceMs: 30_000,
       killGraceMs: 10_000,
+      stateDir: '.leoflow/agents/worker-1.example-4242',
       logFormat: 'json',
       logLevel: 'info',
     });
