@@ -12,6 +12,7 @@ export const LOG_FORMATS = ['json', 'pretty'] as const;
 
 /** The flags as commander hands them over (absent when not given). */
 export interface AgentFlags {
+  /** One address, or several separated by commas (a repeated --server arrives joined so). */
   server?: string;
   id?: string;
   labels?: string;
@@ -38,7 +39,8 @@ export interface AgentEnvironment {
 }
 
 export interface AgentConfig {
-  serverUrl: string;
+  /** The control-plane replicas to connect to, tried in turn (at least one). */
+  serverUrls: string[];
   agentId: string;
   labels: Record<string, string>;
   capabilities: string[];
@@ -68,6 +70,8 @@ export class AgentConfigError extends Error {
 /** As Hello.agent_id allows: letters, digits, '_', '.', '-', ':'. */
 const AGENT_ID = /^[A-Za-z0-9_.:-]+$/;
 const INT64_MAX = 2n ** 63n - 1n;
+/** More addresses than this is a mistake, not a cluster. */
+export const MAX_SERVERS = 16;
 
 export function parseAgentFlags(flags: AgentFlags, env: AgentEnvironment): AgentConfig {
   const problems: string[] = [];
@@ -81,7 +85,7 @@ export function parseAgentFlags(flags: AgentFlags, env: AgentEnvironment): Agent
     }
   };
 
-  const serverUrl = check('--server', '', () => parseServerUrl(flags.server ?? 'http://127.0.0.1:7070'));
+  const serverUrls = check('--server', [], () => parseServerUrls(flags.server ?? 'http://127.0.0.1:7070'));
   const agentId = check('--id', '', () => {
     if (flags.id === undefined) return defaultAgentId(env.hostname, env.pid);
     if (!AGENT_ID.test(flags.id)) throw new Error(`must be letters, digits, '_', '.', '-' or ':', got ${JSON.stringify(flags.id)}`);
@@ -109,7 +113,7 @@ export function parseAgentFlags(flags: AgentFlags, env: AgentEnvironment): Agent
 
   if (problems.length > 0) throw new AgentConfigError(problems);
   return {
-    serverUrl,
+    serverUrls,
     agentId,
     labels,
     capabilities,
@@ -154,15 +158,31 @@ export function defaultAgentId(hostname: string, pid: number): string {
   return `${host}-${pid}`;
 }
 
-function parseServerUrl(raw: string): string {
-  let url: URL;
+/**
+ * `http://a:7070,http://b:7070` → both, each checked: the error names the bad address (and its
+ * place when there are several), a duplicate, or too many.
+ */
+export function parseServerUrls(raw: string): string[] {
+  const items = raw.split(',').map((s) => s.trim());
+  if (items.length > MAX_SERVERS) throw new Error(`at most ${MAX_SERVERS} addresses, got ${items.length}`);
+  const urls: string[] = [];
+  items.forEach((item, i) => {
+    const where = items.length > 1 ? `address ${i + 1} of ${items.length}: ` : '';
+    if (item === '') throw new Error(`${where}empty address in ${JSON.stringify(raw)}`);
+    if (!isHttpUrl(item)) throw new Error(`${where}expected an http:// or https:// URL, got ${JSON.stringify(item)}`);
+    if (urls.includes(item)) throw new Error(`${where}${JSON.stringify(item)} given twice`);
+    urls.push(item);
+  });
+  return urls;
+}
+
+function isHttpUrl(raw: string): boolean {
   try {
-    url = new URL(raw);
+    const url = new URL(raw);
+    return url.protocol === 'http:' || url.protocol === 'https:';
   } catch {
-    throw new Error(`expected an http:// or https:// URL, got ${JSON.stringify(raw)}`);
+    return false;
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`expected an http:// or https:// URL, got ${JSON.stringify(raw)}`);
-  return raw;
 }
 
 function positiveInteger(raw: string): number {

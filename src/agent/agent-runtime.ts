@@ -1,6 +1,7 @@
 /**
  * The agent runtime: keeps one Connect stream open to the control plane (reconnecting with
- * jittered backoff), runs what it is assigned, and stops gracefully.
+ * jittered backoff, bounded by what Welcome says, to each of its addresses in turn), runs what it
+ * is assigned, and stops gracefully.
  */
 
 import path from 'node:path';
@@ -12,13 +13,18 @@ import { AgentFatalError } from './agent-fatal-error.js';
 import { createAgentServiceClient } from './agent-service-client.js';
 import { ControlPlaneSession } from './control-plane-session.js';
 import { AttemptRunner } from './attempt-runner.js';
+import { positiveMs } from './attempt-messages.js';
 import { Backoff, type BackoffOptions } from './backoff.js';
 import { PROCESS_INCARNATION_ID } from './incarnation.js';
 import type { LogBatcherOptions } from './log-batcher.js';
 
 export interface RunAgentOptions {
-  /** http://host:port or https://host:port of any control-plane replica. */
-  serverUrl: string;
+  /**
+   * http://host:port or https://host:port of control-plane replicas (any of them serves agents).
+   * Each reconnect goes to the next one, round robin: a replica that is gone or going away
+   * (Reconnect) is left for the next at once.
+   */
+  serverUrls: readonly string[];
   agentId: string;
   labels?: Record<string, string>;
   capabilities?: string[];
@@ -40,7 +46,7 @@ export interface RunAgentOptions {
   welcomeTimeoutMs?: number;
   /** Keepalive interval when Welcome names none. Default 5_000. */
   defaultKeepaliveMs?: number;
-  /** Reconnect delays. Default 100 ms doubling to 10 s, full jitter. */
+  /** Reconnect delays. Default 100 ms doubling to 10 s, full jitter; Welcome may bound them lower. */
   backoff?: BackoffOptions;
   /** HTTP/2 PING interval (grpc.keepalive_time_ms). Default 10_000. */
   http2KeepaliveMs?: number;
@@ -108,8 +114,13 @@ class AgentRuntime {
   #assigned = false;
   #wakeSleep: (() => void) | null = null;
   readonly #waiters = new Set<() => void>();
+  /** Index in serverUrls of the address the next stream goes to. */
+  #server = 0;
+  /** Reconnects asked for by the control plane in a row, each followed at once. */
+  #toldToGo = 0;
 
   constructor(o: RunAgentOptions) {
+    if (o.serverUrls.length === 0) throw new RangeError('runAgent: serverUrls must name at least one control-plane address');
     this.#o = o;
     this.#log = o.logger;
     this.#backoff = new Backoff(o.backoff);
@@ -134,11 +145,13 @@ class AgentRuntime {
 
   async run(): Promise<AgentExit> {
     const log = this.#log;
-    log.info({ server: this.#o.serverUrl, incarnation: this.#o.incarnationId ?? PROCESS_INCARNATION_ID, slots: this.#o.slots ?? 1, labels: this.#o.labels ?? {}, onlyTiId: this.#o.onlyTiId ?? undefined }, 'agent starting');
+    const urls = this.#o.serverUrls;
+    log.info({ servers: urls, incarnation: this.#o.incarnationId ?? PROCESS_INCARNATION_ID, slots: this.#o.slots ?? 1, labels: this.#o.labels ?? {}, onlyTiId: this.#o.onlyTiId ?? undefined }, 'agent starting');
     this.#runner.holdLeftovers();
     try {
       while (this.#exit === null) {
-        const client = createAgentServiceClient({ serverUrl: this.#o.serverUrl, http2KeepaliveMs: this.#o.http2KeepaliveMs ?? 10_000 });
+        const serverUrl = urls[this.#server]!;
+        const client = createAgentServiceClient({ serverUrl, http2KeepaliveMs: this.#o.http2KeepaliveMs ?? 10_000 });
         const session = new ControlPlaneSession({
           client,
           logger: log,
@@ -148,8 +161,9 @@ class AgentRuntime {
             outbox: this.#runner.outbox,
             hello: () => this.#hello(),
             welcomed: (w) => {
+              this.#backoff.bound(w.maxReconnectBackoff ? positiveMs(w.maxReconnectBackoff) ?? undefined : undefined);
               const { resumed, superseded } = this.#runner.welcome(w);
-              log.info({ replica: w.replicaId, resumed, superseded }, 'connected');
+              log.info({ replica: w.replicaId, server: serverUrl, resumed, superseded, maxBackoffMs: this.#backoff.maxMs }, 'connected');
             },
             received: (m) => this.#received(m),
             acked: (seq) => this.#runner.acked(seq),
@@ -165,9 +179,22 @@ class AgentRuntime {
         this.#runner.outbox.rewind();
         if (end.kind === 'fatal') throw new AgentFatalError(end.code, end.message);
         if (this.#exit !== null) break;
-        if (end.welcomed && end.durationMs >= this.#backoff.maxMs) this.#backoff.reset();
+        // Any replica serves agents: the next stream goes to the next address, so one that is
+        // gone costs a single try.
+        this.#server = (this.#server + 1) % urls.length;
+        if (end.welcomed && end.durationMs >= this.#backoff.maxMs) {
+          this.#backoff.reset();
+          this.#toldToGo = 0;
+        }
+        // Told to go (the replica is shutting down): at once, elsewhere, with what it holds. Once
+        // per address in a row at most: a replica that says so again at once gets the backoff.
+        if (end.reconnect && this.#toldToGo < urls.length) {
+          this.#toldToGo++;
+          log.info({ reason: end.reason, to: urls[this.#server], held: this.#runner.size }, 'the control plane asked for a reconnect: reconnecting now');
+          continue;
+        }
         const delayMs = this.#backoff.next();
-        log.warn({ reason: end.reason, delayMs, held: this.#runner.size }, 'stream ended: reconnecting');
+        log.warn({ reason: end.reason, delayMs, to: urls[this.#server], held: this.#runner.size }, 'stream ended: reconnecting');
         await this.#sleep(delayMs);
       }
     } catch (err) {

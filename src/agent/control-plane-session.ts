@@ -25,7 +25,8 @@ import type { Outbox } from './outbox.js';
 export const DEAF_AFTER_INTERVALS = 3;
 
 export type SessionEnd =
-  | { kind: 'closed'; welcomed: boolean; durationMs: number; reason: string }
+  /** `reconnect`: the control plane asked the agent to go elsewhere (it is shutting down). */
+  | { kind: 'closed'; welcomed: boolean; durationMs: number; reason: string; reconnect: boolean }
   /** Refused at Hello with a status a retry cannot fix. */
   | { kind: 'fatal'; code: number; message: string };
 
@@ -34,7 +35,7 @@ export interface SessionPeer {
   hello(): Hello;
   /** Welcome arrived; called before anything is written after it. */
   welcomed(welcome: Welcome): void;
-  /** Assign, Cancel, Drain, FinishedAck. */
+  /** Assign, Cancel, Drain, FinishedAck (Reconnect ends the session instead). */
   received(msg: ConnectResponse): void;
   /** KeepaliveAck `seq`: everything written before Keepalive `seq` was taken. */
   acked(seq: number): void;
@@ -62,6 +63,7 @@ export class ControlPlaneSession {
   #ended = false;
   #blocked = false;
   #closeReason: string | null = null;
+  #toldToReconnect = false;
   #keepaliveSeq = 0;
   #lastAckAt = 0;
   #intervalMs = 0;
@@ -94,7 +96,7 @@ export class ControlPlaneSession {
           return;
         }
         const reason = this.#closeReason ?? (s.code === 0 ? 'the control plane ended the stream' : `${codeName(s.code)}: ${statusMessage(s.details)}`);
-        resolve({ kind: 'closed', welcomed: this.#welcomed, durationMs: Date.now() - started, reason });
+        resolve({ kind: 'closed', welcomed: this.#welcomed, durationMs: Date.now() - started, reason, reconnect: this.#toldToReconnect });
       });
       call.write(create(ConnectRequestSchema, { msg: { case: 'hello', value: this.#opts.peer.hello() } }));
       this.#later(this.#opts.welcomeTimeoutMs, () => {
@@ -159,6 +161,12 @@ export class ControlPlaneSession {
         return;
       case undefined:
         this.#log.warn('empty message from the control plane ignored');
+        return;
+      case 'reconnect':
+        // Ended politely, so the control plane still takes what was written before; whatever it
+        // did not confirm is written again on the next stream.
+        this.#toldToReconnect = true;
+        this.close(`the control plane asked for a reconnect: ${msg.msg.value.reason}`, 'end');
         return;
       default:
         this.#opts.peer.received(msg);

@@ -8,14 +8,26 @@ import { registerLogs } from './commands/logs.js';
 import { registerRun } from './commands/run.js';
 import { registerServer } from './commands/server.js';
 
+/** A repeated --server is kept whole, joined with commas (`leoflow agent` takes several). */
+let serverGiven = false;
+const addServer = (value: string, previous: string): string => {
+  const out = serverGiven ? `${previous},${value}` : value;
+  serverGiven = true;
+  return out;
+};
+
 const program = new Command('leoflow')
   .description('Leoflow: DAGs of tasks, run on time, exactly as often as they should')
-  .option('-s, --server <url>', 'control-plane API address [env LEOFLOW_SERVER]', process.env.LEOFLOW_SERVER ?? 'http://127.0.0.1:7070')
+  .option('-s, --server <url>', 'control-plane API address; `leoflow agent` takes several (repeated or comma-separated) [env LEOFLOW_SERVER]', addServer, process.env.LEOFLOW_SERVER ?? 'http://127.0.0.1:7070')
   .showHelpAfterError()
   .exitOverride();
 
 let clients: Clients | undefined;
-const getClients = () => (clients ??= createClients(program.opts<{ server: string }>().server));
+const getClients = () => {
+  const server = program.opts<{ server: string }>().server;
+  if (server.includes(',')) throw new Error(`--server: this command talks to one control-plane address, got ${JSON.stringify(server)} (only \`leoflow agent\` takes several)`);
+  return (clients ??= createClients(server));
+};
 
 registerServer(program);
 registerDag(program, getClients);

@@ -58,6 +58,15 @@ export async function disconnectAgent(sql: Sql, agentId: string, sessionId: stri
     where agent_id = ${agentId} and session_id = ${sessionId}`;
 }
 
+/**
+ * This replica is shutting down: every agent it holds is shown disconnected from now on (its
+ * stream stays open until the agent has moved), so no replica places work on them any more.
+ */
+export async function disconnectReplica(sql: Sql, replicaId: string): Promise<number> {
+  const rows = await sql`update agents set connected_replica = null, session_id = null where connected_replica = ${replicaId}`;
+  return rows.count;
+}
+
 /** One write for the last-seen time of every agent that kept alive since the last flush. */
 export async function touchAgents(sql: Sql, sessions: { agentId: string; sessionId: string }[]): Promise<void> {
   if (sessions.length === 0) return;

@@ -4,8 +4,8 @@ import type { Executor } from './executor.js';
 
 /** The store operations the agents executor needs (passed in: executors never import db). */
 export interface AgentsStore {
-  /** Undoes a claim that could not be delivered. */
-  release(attempt: Attempt, reason: string): Promise<void>;
+  /** Undoes a claim that this agent stream (`closedSessionId`) could not take. */
+  release(attempt: Attempt, reason: string, closedSessionId: string): Promise<void>;
   /** Asks the replica holding the agent's stream to deliver the attempt. */
   notifyAssign(agentId: string, tiId: string): Promise<void>;
 }
@@ -34,7 +34,7 @@ export class AgentsExecutor implements Executor {
       // Refused: another process of the agent has it, or it is over; its end is decided there.
       if ((await local.assign(attempt)) === 'gone') {
         this.deps.onAgentGone(agentId);
-        await this.deps.store.release(attempt, `AGENT_GONE:${agentId}`);
+        await this.deps.store.release(attempt, `AGENT_GONE:${agentId}`, local.sessionId);
       }
       return;
     }

@@ -74,6 +74,10 @@ export interface AgentConnectionDeps {
   logger: Logger;
   replicaId: string;
   keepaliveMs: number;
+  /** Sent in Welcome: the longest reconnect delay agents should use (see agent-fleet.ts). */
+  maxReconnectBackoffMs: number;
+  /** True once this replica is shutting down: a new agent stream is refused (UNAVAILABLE). */
+  leaving(): boolean;
   /** Shared secret agents must present; null when none is required. */
   agentToken: string | null;
   /** An agent connected or left: placement must look again. */
@@ -124,6 +128,7 @@ export class AgentConnection implements AgentHandle {
   readonly #out = new AsyncQueue<Response>();
   readonly #held = new Map<string, HeldRef>();
   #lastKeepalive = Date.now();
+  #goneAway = false;
   #log: Logger;
 
   constructor(private readonly deps: AgentConnectionDeps) {
@@ -133,7 +138,7 @@ export class AgentConnection implements AgentHandle {
   // --- AgentHandle: what the executor and the control plane push down the stream ---------
 
   async assign(a: Attempt): Promise<AssignResult> {
-    if (this.#out.closed) return 'gone';
+    if (this.#out.closed || this.#goneAway) return 'gone';
     // The same attempt can reach the stream twice (placement and a one-shot claim, or a
     // notification racing a reconnect): send it once. Taken before the delivery is recorded, so
     // a second call meanwhile sends nothing either.
@@ -183,6 +188,13 @@ export class AgentConnection implements AgentHandle {
     this.#out.push({ msg: { case: 'drain', value: { reason } } });
   }
 
+  goAway(reason: string): void {
+    if (this.#goneAway) return;
+    this.#goneAway = true;
+    this.#log.info({ reason }, `told agent ${this.agentId} to reconnect elsewhere`);
+    this.#out.push({ msg: { case: 'reconnect', value: { reason } } });
+  }
+
   holds(tiId: string): boolean {
     return this.#held.has(tiId);
   }
@@ -227,6 +239,12 @@ export class AgentConnection implements AgentHandle {
       oneShot: hello.onlyTiId !== '0' && hello.onlyTiId !== '',
     });
     if (!connected) throw this.#heldElsewhere();
+    // Checked after the write: the replica's agents are marked gone when it starts to leave, and
+    // a Hello written after that is undone here.
+    if (this.deps.leaving()) {
+      await store.disconnectAgent(hello.agentId, this.sessionId).catch((err: unknown) => this.#log.error({ err }, 'could not mark a refused agent disconnected'));
+      throw new ConnectError(`replica ${this.deps.replicaId} is shutting down: connect to another`, Code.Unavailable);
+    }
     if (live) live.close(`replaced by a newer stream of the same agent process (session ${this.sessionId.slice(0, 8)})`);
 
     const current = await store.currentAttempts(hello.agentId, hello.incarnationId, held);
@@ -256,6 +274,7 @@ export class AgentConnection implements AgentHandle {
           protocolVersion: hello.protocolVersion,
           replicaId: this.deps.replicaId,
           keepaliveInterval: durationFromMs(this.deps.keepaliveMs),
+          maxReconnectBackoff: durationFromMs(this.deps.maxReconnectBackoffMs),
           resumed,
           superseded,
           logsSoFar: resumed.map((r) => {

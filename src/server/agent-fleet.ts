@@ -1,11 +1,11 @@
 import type { Logger } from 'pino';
 import type { Attempt } from '../core/attempt.js';
 import { attemptOf } from '../core/attempt-env.js';
-import { availableAgents, taskLoadByAgent, touchAgents } from '../db/agents.js';
+import { availableAgents, disconnectReplica, taskLoadByAgent, touchAgents } from '../db/agents.js';
 import { claimAttempts } from '../db/attempts/claim-attempt.js';
 import type { ReportBatcher } from '../db/attempts/report-batcher.js';
 import { flushHeartbeats } from '../db/attempts/flush-heartbeats.js';
-import { releaseClaim } from '../db/attempts/release-claim.js';
+import { releaseUndelivered } from '../db/attempts/release-undelivered.js';
 import { loadAttempt } from '../db/load-attempt.js';
 import type { LogWriter } from '../db/log-writer.js';
 import { CHANNELS, notify, type Channel } from '../db/notifications.js';
@@ -28,6 +28,8 @@ export interface AgentFleetOptions {
   metrics: Metrics;
   replicaId: string;
   keepaliveMs: number;
+  /** The heartbeat reaper's threshold: agents are told to reconnect well within it. */
+  heartbeatThresholdMs: number;
   agentToken: string | null;
   reports: ReportBatcher;
   /** Asks the leader, wherever it is, to step (for these runs only, when named); `finished`:
@@ -36,6 +38,18 @@ export interface AgentFleetOptions {
   /** Asks the scheduler (this replica leads: it placed the work) to start queued runs, at least
    *  this many. */
   nudgeQueued(atLeast: number): void;
+}
+
+/** Agents never wait longer than this between reconnect attempts, whatever the threshold. */
+const MAX_RECONNECT_BACKOFF_MS = 10_000;
+
+/**
+ * The longest reconnect delay agents are told to use (Welcome.max_reconnect_backoff): a quarter
+ * of the heartbeat threshold, so that an agent cut off from its replica comes back, through a few
+ * failed tries, before the reaper declares its attempts lost (finished or not).
+ */
+export function maxReconnectBackoffMs(heartbeatThresholdMs: number): number {
+  return Math.max(1, Math.min(MAX_RECONNECT_BACKOFF_MS, Math.floor(heartbeatThresholdMs / 4)));
 }
 
 /**
@@ -55,11 +69,20 @@ export function createAgentFleet(o: AgentFleetOptions) {
     Math.min(1000, o.keepaliveMs),
   );
 
+  /** Set once this replica starts to shut down: its agents are sent elsewhere. */
+  let leaving = false;
+  /** Gives back an attempt a stream of this replica could not take, unless the agent has a newer
+   *  session (which delivers it). */
+  const giveBack = (attempt: Attempt, closedSessionId: string, reason: string) =>
+    releaseUndelivered(sql, { ...attempt, agentId: attempt.agentId! }, closedSessionId, reason);
+
   const executor: AgentsExecutor = new AgentsExecutor({
     registry,
     store: {
-      release: async (attempt, reason) => {
-        await releaseClaim(sql, attempt, reason);
+      release: async (attempt, reason, closedSessionId) => {
+        const { heldBy } = await giveBack(attempt, closedSessionId, reason);
+        // The agent moved to another replica meanwhile: ask it to deliver (it may have already).
+        if (heldBy !== null && heldBy !== o.replicaId) await notify(sql, CHANNELS.assign, `${attempt.agentId} ${attempt.tiId}`);
       },
       notifyAssign: (agentId, tiId) => notify(sql, CHANNELS.assign, `${agentId} ${tiId}`),
     },
@@ -105,6 +128,8 @@ export function createAgentFleet(o: AgentFleetOptions) {
     logger: log,
     replicaId: o.replicaId,
     keepaliveMs: o.keepaliveMs,
+    maxReconnectBackoffMs: maxReconnectBackoffMs(o.heartbeatThresholdMs),
+    leaving: () => leaving,
     agentToken: o.agentToken,
     onFleetChanged: () => {
       placement.invalidate();
@@ -143,13 +168,50 @@ export function createAgentFleet(o: AgentFleetOptions) {
         const handle = agentId ? registry.get(agentId) : undefined;
         if (!handle || !tiId) return;
         const attempt = await loadAttempt(sql, tiId, agentId!);
-        if (attempt && !handle.holds(tiId) && (await handle.assign(attempt)) === 'gone') await releaseClaim(sql, attempt, `AGENT_GONE:${agentId}`);
+        // Not forwarded when kept for another replica's session: that replica had this notification too.
+        if (attempt && !handle.holds(tiId) && (await handle.assign(attempt)) === 'gone') await giveBack(attempt, handle.sessionId, `AGENT_GONE:${agentId}`);
       } else if (channel === CHANNELS.cancel) {
         executor.cancel(payload, 'cancelled');
       } else if (channel === CHANNELS.drain) {
         placement.invalidate();
         registry.get(payload)?.drain('drained by an operator');
       }
+    },
+    /**
+     * Step 1 of a graceful stop: no replica places work on this one's agents any more. They are
+     * shown disconnected (their streams stay open, and deliver what was placed before), a new
+     * agent stream is refused, and the leader is told to read the fleet again.
+     */
+    async leave(): Promise<void> {
+      leaving = true;
+      try {
+        const n = await disconnectReplica(sql, o.replicaId);
+        log.info({ agents: n }, 'shutting down: no more work is placed on the agents of this replica');
+      } catch (err) {
+        // The stop goes on: its agents still move, and an Assign that can no longer reach one is
+        // given back or sent again when it reconnects.
+        log.error({ err }, 'shutting down: could not show this replica\'s agents as disconnected');
+      }
+      placement.invalidate();
+      o.nudge();
+    },
+    /**
+     * Step 3 of a graceful stop (after `leave()` and after leadership is released): tells every
+     * agent of this replica to reconnect elsewhere, and waits (at most `waitMs`) for their
+     * streams to close. Agents keep their attempts and send again what was not acknowledged.
+     * Resolves how many were still connected at the end.
+     */
+    async sendAway(waitMs: number): Promise<number> {
+      const deadline = Date.now() + waitMs;
+      const reason = `replica ${o.replicaId} is shutting down`;
+      for (;;) {
+        // Every pass: a stream that opened just before `leave()` registers a little later.
+        for (const handle of registry.all()) handle.goAway(reason);
+        if (registry.size === 0 || Date.now() >= deadline) break;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      if (registry.size > 0) log.warn({ agents: registry.size, waitMs }, 'agents still connected after being told to reconnect elsewhere: their streams are closed');
+      return registry.size;
     },
     async close(): Promise<void> {
       await heartbeats.close();

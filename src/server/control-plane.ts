@@ -21,6 +21,12 @@ import { createMetrics, schedulerCounters, serveMetrics } from './metrics.js';
 
 /** How long an attempt's start and end reports are retried while the database is unreachable. */
 const REPORT_RETRY_MS = 10 * 60_000;
+/**
+ * How long a stopping replica waits for its agents to move once told to: one that honours
+ * Reconnect goes within a round trip; one that does not would not go within any wait, and its
+ * stream is closed with the API.
+ */
+const AGENTS_MOVE_WAIT_MS = 5_000;
 
 /**
  * The least time allowed for a holder's end to reach the database once it has killed a task at
@@ -32,7 +38,11 @@ export interface ControlPlane {
   /** The address the API listens on (the port is the real one when 0 was asked). */
   readonly address: { host: string; port: number };
   readonly databaseUrl: string;
-  /** Graceful stop: no new work, running tasks finish (up to shutdown_grace), then everything closes. */
+  /**
+   * Graceful stop, in an order that loses nothing: no more work placed here or on this replica's
+   * agents; leadership released; agents sent to another replica; running subprocess tasks finish
+   * (up to shutdown_grace); the listeners (LISTEN and the API) close last.
+   */
   close(): Promise<void>;
 }
 
@@ -71,6 +81,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       metrics,
       replicaId: config.replicaId,
       keepaliveMs: config.heartbeatIntervalMs,
+      heartbeatThresholdMs: config.heartbeatThresholdMs,
       agentToken: config.agentToken,
       nudge: (runIds, cause) => scheduler?.nudge(runIds, cause),
       nudgeQueued: (atLeast) => scheduler?.nudgeQueued(atLeast),
@@ -163,15 +174,22 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       close() {
         closing ??= (async () => {
           logger.info('shutting down: no new work; waiting for running tasks');
+          // 1. Nothing more is placed here nor, by any replica, on this replica's agents; what
+          //    was placed already is delivered, down streams that are still open.
           await sched.stop();
+          await fleet.leave();
           await dispatcher.close();
-          await Promise.all([...executors.values()].map((e) => e.shutdown(config.shutdownGraceMs)));
+          // 2. Another replica leads from now on, placing on other agents only. Whatever ends
+          //    here meanwhile is recorded here and nudges it over NOTIFY.
+          await sched.resign();
+          // 3. Agents move to another replica with their attempts, while subprocess tasks end.
+          await Promise.all([fleet.sendAway(Math.min(AGENTS_MOVE_WAIT_MS, config.shutdownGraceMs)), ...[...executors.values()].map((e) => e.shutdown(config.shutdownGraceMs))]);
           await fleet.close();
           await reports.drain();
-          await listener.close();
           await logs.close();
-          // Release the lock only once our tasks are recorded, so a standby never sees them half-done.
-          await sched.resign();
+          // 4. The listeners last: until now an Assign notified for an agent of this replica
+          //    reaches its stream, or is given back.
+          await listener.close();
           await api.close();
           await parser.close();
           await metricsServer?.close();

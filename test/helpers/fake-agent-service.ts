@@ -92,6 +92,10 @@ export interface FakeOptions {
   keepaliveIntervalMs?: number;
   /** Versions spoken; a Hello naming another is refused with FAILED_PRECONDITION. */
   versions?: number[];
+  /** Welcome.max_reconnect_backoff; unset when not given. */
+  maxReconnectBackoffMs?: number;
+  /** Welcome.replica_id. Default 'fake'. */
+  replicaId?: string;
 }
 
 export class FakeAgentService {
@@ -99,6 +103,8 @@ export class FakeAgentService {
   url = '';
   keepaliveIntervalMs: number;
   versions: number[];
+  maxReconnectBackoffMs: number | undefined;
+  replicaId: string;
   ackFinished = true;
   /** False: accept Hello but never answer it (the agent must give up and reconnect). */
   sendWelcome = true;
@@ -119,6 +125,8 @@ export class FakeAgentService {
   constructor(opts: FakeOptions = {}) {
     this.keepaliveIntervalMs = opts.keepaliveIntervalMs ?? 100;
     this.versions = opts.versions ?? [ProtocolVersion.PROTOCOL_VERSION_1];
+    this.maxReconnectBackoffMs = opts.maxReconnectBackoffMs;
+    this.replicaId = opts.replicaId ?? 'fake';
   }
 
   async start(port = 0): Promise<this> {
@@ -181,7 +189,14 @@ export class FakeAgentService {
     const superseded = hello.held.filter((h) => this.isSuperseded(h));
     if (this.sendWelcome) stream.send({
       case: 'welcome',
-      value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, replicaId: 'fake', keepaliveInterval: durationFromMs(this.keepaliveIntervalMs), resumed, superseded },
+      value: {
+        protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+        replicaId: this.replicaId,
+        keepaliveInterval: durationFromMs(this.keepaliveIntervalMs),
+        ...(this.maxReconnectBackoffMs === undefined ? {} : { maxReconnectBackoff: durationFromMs(this.maxReconnectBackoffMs) }),
+        resumed,
+        superseded,
+      },
     });
     this.onConnect(stream);
     void (async () => {

@@ -43,7 +43,7 @@ function agent(f: FakeAgentService, opts: Partial<RunAgentOptions> = {}): AgentH
   stateDirs.push(stateDir);
   const a = runAgent({
     stateDir,
-    serverUrl: f.url,
+    serverUrls: [f.url],
     agentId: 'test-agent',
     labels: { zone: 'a' },
     logger,
@@ -260,7 +260,7 @@ describe('agent runtime', () => {
     const f = await fake();
     const url = f.url;
     await f.close();
-    const a = agent(f, { serverUrl: url });
+    const a = agent(f, { serverUrls: [url] });
     await new Promise((r) => setTimeout(r, 300));
     expect(a.connected).toBe(false);
     // Same port again: the agent finds it on its next try.

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { AgentConfigError, defaultAgentId, parseAgentFlags, parseCapabilities, parseLabels, type AgentFlags } from '../../src/agent/agent-config.js';
+import { AgentConfigError, defaultAgentId, MAX_SERVERS, parseAgentFlags, parseCapabilities, parseLabels, type AgentFlags } from '../../src/agent/agent-config.js';
 
 const env = { hostname: 'worker-1.example', pid: 4242, isTTY: false };
 
@@ -16,7 +16,7 @@ function problems(flags: AgentFlags): string[] {
 describe('leoflow agent flags', () => {
   it('defaults', () => {
     expect(parseAgentFlags({}, env)).toEqual({
-      serverUrl: 'http://127.0.0.1:7070',
+      serverUrls: ['http://127.0.0.1:7070'],
       agentId: 'worker-1.example-4242',
       labels: {},
       capabilities: [],
@@ -26,6 +26,7 @@ describe('leoflow agent flags', () => {
       onShutdown: 'finish',
       shutdownGraceMs: 30_000,
       killGraceMs: 10_000,
+      stateDir: '.leoflow/agents/worker-1.example-4242',
       logFormat: 'json',
       logLevel: 'info',
     });
@@ -51,7 +52,7 @@ describe('leoflow agent flags', () => {
       { ...env, token: 'from-env' },
     );
     expect(c).toMatchObject({
-      serverUrl: 'https://cp.example:443',
+      serverUrls: ['https://cp.example:443'],
       agentId: 'gpu-box:1',
       labels: { gpu: 'nvidia', zone: 'a', empty: '' },
       capabilities: ['docker', 'python3'],
@@ -95,6 +96,17 @@ describe('leoflow agent flags', () => {
       '--log-format: must be one of json, pretty, got "xml"',
       '--log-level: must be one of trace, debug, info, warn, error, fatal, silent, got "loud"',
     ]);
+  });
+
+  it('--server takes several addresses (repeated, joined with commas), each checked and named when bad', () => {
+    expect(parseAgentFlags({ server: 'http://a:7070,https://b:7443' }, env).serverUrls).toEqual(['http://a:7070', 'https://b:7443']);
+    expect(parseAgentFlags({ server: ' http://a:7070 , http://b:7070 ' }, env).serverUrls).toEqual(['http://a:7070', 'http://b:7070']);
+    expect(problems({ server: 'http://a:7070,b:7070' })).toEqual(['--server: address 2 of 2: expected an http:// or https:// URL, got "b:7070"']);
+    expect(problems({ server: 'http://a:7070,,http://b:7070' })).toEqual(['--server: address 2 of 3: empty address in "http://a:7070,,http://b:7070"']);
+    expect(problems({ server: 'http://a:7070,http://a:7070' })).toEqual(['--server: address 2 of 2: "http://a:7070" given twice']);
+    const many = Array.from({ length: MAX_SERVERS + 1 }, (_, i) => `http://cp${i}:7070`).join(',');
+    expect(problems({ server: many })).toEqual([`--server: at most ${MAX_SERVERS} addresses, got ${MAX_SERVERS + 1}`]);
+    expect(parseAgentFlags({ server: many.split(',').slice(0, MAX_SERVERS).join(',') }, env).serverUrls).toHaveLength(MAX_SERVERS);
   });
 
   it('checks --slots, --ti and --once together', () => {

@@ -49,6 +49,7 @@ function setup(agents: AvailableAgent[], over: Partial<PlacementStore> = {}, rea
       assign: async (at) => (delivered.push(`${at.tiId}@${a.agentId}`), 'sent'),
       cancel: () => true,
       drain: () => {},
+      goAway: () => {},
       holds: () => false,
       close: () => {},
     };

@@ -3,6 +3,11 @@ import type { Command } from 'commander';
 import { AgentConfigError, parseAgentFlags, type AgentFlags } from '../../agent/agent-config.js';
 
 const AFTER_HELP = `
+--server takes several control-plane replicas (repeat it, or separate addresses with commas):
+  leoflow agent --server http://cp-a:7070 --server http://cp-b:7070
+Each reconnect goes to the next address in turn. A replica that shuts down gracefully tells its
+agents to reconnect elsewhere at once; they keep their running tasks.
+
 On SIGTERM or Ctrl-C (a second signal SIGKILLs the tasks and exits at once, code 130):
   --on-shutdown finish    (default) take no new work; let running tasks end and report them, and
                           exit once the control plane acknowledged them, waiting up to
@@ -25,7 +30,7 @@ a wrong token: not retried), 2 invalid flags, 130 killed by a second signal.`;
 export function registerAgent(program: Command): void {
   program
     .command('agent')
-    .description('run an agent: connect to the control plane (--server) and run the tasks it assigns')
+    .description('run an agent: connect to the control plane (--server, one or more) and run the tasks it assigns')
     .option('--id <name>', 'agent id, unique in the fleet: letters, digits, _ . - : (default: hostname-pid)')
     .option('--labels <k=v,...>', 'placement labels, e.g. gpu=nvidia,zone=a')
     .option('--capabilities <a,b,...>', 'placement capabilities, e.g. docker,python3')

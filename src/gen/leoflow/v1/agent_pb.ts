@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leoflow/v1/agent.proto.
  */
 export const file_leoflow_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChZsZW9mbG93L3YxL2FnZW50LnByb3RvEgpsZW9mbG93LnYxItkBCg5Db25uZWN0UmVxdWVzdBIiCgVoZWxsbxgBIAEoCzIRLmxlb2Zsb3cudjEuSGVsbG9IABImCgdzdGFydGVkGAIgASgLMhMubGVvZmxvdy52MS5TdGFydGVkSAASHgoDbG9nGAMgASgLMg8ubGVvZmxvdy52MS5Mb2dIABIoCghmaW5pc2hlZBgEIAEoCzIULmxlb2Zsb3cudjEuRmluaXNoZWRIABIqCglrZWVwYWxpdmUYBSABKAsyFS5sZW9mbG93LnYxLktlZXBhbGl2ZUgAQgUKA21zZyKUAgoPQ29ubmVjdFJlc3BvbnNlEiYKB3dlbGNvbWUYASABKAsyEy5sZW9mbG93LnYxLldlbGNvbWVIABIkCgZhc3NpZ24YAiABKAsyEi5sZW9mbG93LnYxLkFzc2lnbkgAEiQKBmNhbmNlbBgDIAEoCzISLmxlb2Zsb3cudjEuQ2FuY2VsSAASIgoFZHJhaW4YBCABKAsyES5sZW9mbG93LnYxLkRyYWluSAASMQoNa2VlcGFsaXZlX2FjaxgFIAEoCzIYLmxlb2Zsb3cudjEuS2VlcGFsaXZlQWNrSAASLwoMZmluaXNoZWRfYWNrGAYgASgLMhcubGVvZmxvdy52MS5GaW5pc2hlZEFja0gAQgUKA21zZyJKCgpBdHRlbXB0UmVmEhEKBXRpX2lkGAEgASgDQgIwARISCgp0cnlfbnVtYmVyGAIgASgFEhUKDWF0dGVtcHRfdG9rZW4YAyABKAkiuAIKBUhlbGxvEjUKEHByb3RvY29sX3ZlcnNpb24YASABKA4yGy5sZW9mbG93LnYxLlByb3RvY29sVmVyc2lvbhIQCghhZ2VudF9pZBgCIAEoCRItCgZsYWJlbHMYAyADKAsyHS5sZW9mbG93LnYxLkhlbGxvLkxhYmVsc0VudHJ5EhQKDGNhcGFiaWxpdGllcxgEIAMoCRINCgVzbG90cxgFIAEoBRINCgV0b2tlbhgGIAEoCRIkCgRoZWxkGAcgAygLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEhYKCm9ubHlfdGlfaWQYCCABKANCAjABEhYKDmluY2FybmF0aW9uX2lkGAkgASgJGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEijAIKB1dlbGNvbWUSNQoQcHJvdG9jb2xfdmVyc2lvbhgBIAEoDjIbLmxlb2Zsb3cudjEuUHJvdG9jb2xWZXJzaW9uEhIKCnJlcGxpY2FfaWQYAiABKAkSNQoSa2VlcGFsaXZlX2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEicKB3Jlc3VtZWQYBCADKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSKgoKc3VwZXJzZWRlZBgFIAMoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZhIqCgtsb2dzX3NvX2ZhchgHIAMoCzIVLmxlb2Zsb3cudjEuTG9nc1NvRmFyInIKCUxvZ3NTb0ZhchInCgdhdHRlbXB0GAEgASgLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEhQKDHN0ZG91dF9saW5lcxgCIAEoBRIUCgxzdGRlcnJfbGluZXMYAyABKAUSEAoIbGFzdF9zZXEYBCABKAUimQIKBkFzc2lnbhInCgdhdHRlbXB0GAEgASgLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEg4KBmRhZ19pZBgCIAEoCRISCgZydW5faWQYAyABKANCAjABEg8KB3Rhc2tfaWQYBCABKAkSEQoJbWF4X3RyaWVzGAUgASgFEg8KB2NvbW1hbmQYBiADKAkSKAoDZW52GAcgAygLMhsubGVvZmxvdy52MS5Bc3NpZ24uRW52RW50cnkSCwoDY3dkGAggASgJEioKB3RpbWVvdXQYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24aKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI/CgdTdGFydGVkEicKB2F0dGVtcHQYASABKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSCwoDcGlkGAIgASgFIlUKA0xvZxInCgdhdHRlbXB0GAEgASgLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEiUKB2VudHJpZXMYAiADKAsyFC5sZW9mbG93LnYxLkxvZ0VudHJ5IjUKCExvZ0VudHJ5EgsKA3NlcRgBIAEoBRIOCgZzdHJlYW0YAiABKAkSDAoEbGluZRgDIAEoCSKlAQoIRmluaXNoZWQSJwoHYXR0ZW1wdBgBIAEoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZhIrCgdvdXRjb21lGAIgASgOMhoubGVvZmxvdy52MS5BdHRlbXB0T3V0Y29tZRIWCglleGl0X2NvZGUYAyABKAVIAIgBARIOCgZzaWduYWwYBCABKAkSDQoFZXJyb3IYBSABKAlCDAoKX2V4aXRfY29kZSI+CglLZWVwYWxpdmUSCwoDc2VxGAEgASgEEiQKBGhlbGQYAiADKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYiGwoMS2VlcGFsaXZlQWNrEgsKA3NlcRgBIAEoBCJHCgtGaW5pc2hlZEFjaxInCgdhdHRlbXB0GAEgASgLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEg8KB2FwcGxpZWQYAiABKAgiQQoGQ2FuY2VsEicKB2F0dGVtcHQYASABKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSDgoGcmVhc29uGAIgASgJIhcKBURyYWluEg4KBnJlYXNvbhgBIAEoCSpLCg9Qcm90b2NvbFZlcnNpb24SIAocUFJPVE9DT0xfVkVSU0lPTl9VTlNQRUNJRklFRBAAEhYKElBST1RPQ09MX1ZFUlNJT05fMRABKsoBCg5BdHRlbXB0T3V0Y29tZRIfChtBVFRFTVBUX09VVENPTUVfVU5TUEVDSUZJRUQQABIbChdBVFRFTVBUX09VVENPTUVfU1VDQ0VTUxABEhoKFkFUVEVNUFRfT1VUQ09NRV9GQUlMRUQQAhIdChlBVFRFTVBUX09VVENPTUVfVElNRURfT1VUEAMSHQoZQVRURU1QVF9PVVRDT01FX0NBTkNFTExFRBAEEiAKHEFUVEVNUFRfT1VUQ09NRV9TUEFXTl9GQUlMRUQQBTJWCgxBZ2VudFNlcnZpY2USRgoHQ29ubmVjdBIaLmxlb2Zsb3cudjEuQ29ubmVjdFJlcXVlc3QaGy5sZW9mbG93LnYxLkNvbm5lY3RSZXNwb25zZSgBMAFiBnByb3RvMw", [file_google_protobuf_duration]);
+  fileDesc("ChZsZW9mbG93L3YxL2FnZW50LnByb3RvEgpsZW9mbG93LnYxItkBCg5Db25uZWN0UmVxdWVzdBIiCgVoZWxsbxgBIAEoCzIRLmxlb2Zsb3cudjEuSGVsbG9IABImCgdzdGFydGVkGAIgASgLMhMubGVvZmxvdy52MS5TdGFydGVkSAASHgoDbG9nGAMgASgLMg8ubGVvZmxvdy52MS5Mb2dIABIoCghmaW5pc2hlZBgEIAEoCzIULmxlb2Zsb3cudjEuRmluaXNoZWRIABIqCglrZWVwYWxpdmUYBSABKAsyFS5sZW9mbG93LnYxLktlZXBhbGl2ZUgAQgUKA21zZyLAAgoPQ29ubmVjdFJlc3BvbnNlEiYKB3dlbGNvbWUYASABKAsyEy5sZW9mbG93LnYxLldlbGNvbWVIABIkCgZhc3NpZ24YAiABKAsyEi5sZW9mbG93LnYxLkFzc2lnbkgAEiQKBmNhbmNlbBgDIAEoCzISLmxlb2Zsb3cudjEuQ2FuY2VsSAASIgoFZHJhaW4YBCABKAsyES5sZW9mbG93LnYxLkRyYWluSAASMQoNa2VlcGFsaXZlX2FjaxgFIAEoCzIYLmxlb2Zsb3cudjEuS2VlcGFsaXZlQWNrSAASLwoMZmluaXNoZWRfYWNrGAYgASgLMhcubGVvZmxvdy52MS5GaW5pc2hlZEFja0gAEioKCXJlY29ubmVjdBgHIAEoCzIVLmxlb2Zsb3cudjEuUmVjb25uZWN0SABCBQoDbXNnIkoKCkF0dGVtcHRSZWYSEQoFdGlfaWQYASABKANCAjABEhIKCnRyeV9udW1iZXIYAiABKAUSFQoNYXR0ZW1wdF90b2tlbhgDIAEoCSK4AgoFSGVsbG8SNQoQcHJvdG9jb2xfdmVyc2lvbhgBIAEoDjIbLmxlb2Zsb3cudjEuUHJvdG9jb2xWZXJzaW9uEhAKCGFnZW50X2lkGAIgASgJEi0KBmxhYmVscxgDIAMoCzIdLmxlb2Zsb3cudjEuSGVsbG8uTGFiZWxzRW50cnkSFAoMY2FwYWJpbGl0aWVzGAQgAygJEg0KBXNsb3RzGAUgASgFEg0KBXRva2VuGAYgASgJEiQKBGhlbGQYByADKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSFgoKb25seV90aV9pZBgIIAEoA0ICMAESFgoOaW5jYXJuYXRpb25faWQYCSABKAkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLGAgoHV2VsY29tZRI1ChBwcm90b2NvbF92ZXJzaW9uGAEgASgOMhsubGVvZmxvdy52MS5Qcm90b2NvbFZlcnNpb24SEgoKcmVwbGljYV9pZBgCIAEoCRI1ChJrZWVwYWxpdmVfaW50ZXJ2YWwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SJwoHcmVzdW1lZBgEIAMoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZhIqCgpzdXBlcnNlZGVkGAUgAygLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEjgKFW1heF9yZWNvbm5lY3RfYmFja29mZhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIqCgtsb2dzX3NvX2ZhchgHIAMoCzIVLmxlb2Zsb3cudjEuTG9nc1NvRmFyInIKCUxvZ3NTb0ZhchInCgdhdHRlbXB0GAEgASgLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEhQKDHN0ZG91dF9saW5lcxgCIAEoBRIUCgxzdGRlcnJfbGluZXMYAyABKAUSEAoIbGFzdF9zZXEYBCABKAUimQIKBkFzc2lnbhInCgdhdHRlbXB0GAEgASgLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEg4KBmRhZ19pZBgCIAEoCRISCgZydW5faWQYAyABKANCAjABEg8KB3Rhc2tfaWQYBCABKAkSEQoJbWF4X3RyaWVzGAUgASgFEg8KB2NvbW1hbmQYBiADKAkSKAoDZW52GAcgAygLMhsubGVvZmxvdy52MS5Bc3NpZ24uRW52RW50cnkSCwoDY3dkGAggASgJEioKB3RpbWVvdXQYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24aKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI/CgdTdGFydGVkEicKB2F0dGVtcHQYASABKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSCwoDcGlkGAIgASgFIlUKA0xvZxInCgdhdHRlbXB0GAEgASgLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEiUKB2VudHJpZXMYAiADKAsyFC5sZW9mbG93LnYxLkxvZ0VudHJ5IjUKCExvZ0VudHJ5EgsKA3NlcRgBIAEoBRIOCgZzdHJlYW0YAiABKAkSDAoEbGluZRgDIAEoCSKlAQoIRmluaXNoZWQSJwoHYXR0ZW1wdBgBIAEoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZhIrCgdvdXRjb21lGAIgASgOMhoubGVvZmxvdy52MS5BdHRlbXB0T3V0Y29tZRIWCglleGl0X2NvZGUYAyABKAVIAIgBARIOCgZzaWduYWwYBCABKAkSDQoFZXJyb3IYBSABKAlCDAoKX2V4aXRfY29kZSI+CglLZWVwYWxpdmUSCwoDc2VxGAEgASgEEiQKBGhlbGQYAiADKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYiGwoMS2VlcGFsaXZlQWNrEgsKA3NlcRgBIAEoBCJHCgtGaW5pc2hlZEFjaxInCgdhdHRlbXB0GAEgASgLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEg8KB2FwcGxpZWQYAiABKAgiQQoGQ2FuY2VsEicKB2F0dGVtcHQYASABKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSDgoGcmVhc29uGAIgASgJIhcKBURyYWluEg4KBnJlYXNvbhgBIAEoCSIbCglSZWNvbm5lY3QSDgoGcmVhc29uGAEgASgJKksKD1Byb3RvY29sVmVyc2lvbhIgChxQUk9UT0NPTF9WRVJTSU9OX1VOU1BFQ0lGSUVEEAASFgoSUFJPVE9DT0xfVkVSU0lPTl8xEAEqygEKDkF0dGVtcHRPdXRjb21lEh8KG0FUVEVNUFRfT1VUQ09NRV9VTlNQRUNJRklFRBAAEhsKF0FUVEVNUFRfT1VUQ09NRV9TVUNDRVNTEAESGgoWQVRURU1QVF9PVVRDT01FX0ZBSUxFRBACEh0KGUFUVEVNUFRfT1VUQ09NRV9USU1FRF9PVVQQAxIdChlBVFRFTVBUX09VVENPTUVfQ0FOQ0VMTEVEEAQSIAocQVRURU1QVF9PVVRDT01FX1NQQVdOX0ZBSUxFRBAFMlYKDEFnZW50U2VydmljZRJGCgdDb25uZWN0EhoubGVvZmxvdy52MS5Db25uZWN0UmVxdWVzdBobLmxlb2Zsb3cudjEuQ29ubmVjdFJlc3BvbnNlKAEwAWIGcHJvdG8z", [file_google_protobuf_duration]);
 
 /**
  * An agent's message on the stream.
@@ -108,6 +108,12 @@ export type ConnectResponse = Message<"leoflow.v1.ConnectResponse"> & {
      */
     value: FinishedAck;
     case: "finishedAck";
+  } | {
+    /**
+     * @generated from field: leoflow.v1.Reconnect reconnect = 7;
+     */
+    value: Reconnect;
+    case: "reconnect";
   } | { case: undefined; value?: undefined };
 };
 
@@ -267,6 +273,15 @@ export type Welcome = Message<"leoflow.v1.Welcome"> & {
    * @generated from field: repeated leoflow.v1.AttemptRef superseded = 5;
    */
   superseded: AttemptRef[];
+
+  /**
+   * The longest delay to wait between reconnect attempts from now on (a fraction of the control
+   * plane's heartbeat threshold, so an agent cut off comes back before its attempts are declared
+   * lost). Unset: the agent's own maximum.
+   *
+   * @generated from field: google.protobuf.Duration max_reconnect_backoff = 6;
+   */
+  maxReconnectBackoff?: Duration | undefined;
 
   /**
    * For each resumed attempt: how much of its log the control plane holds, so an agent that
@@ -624,6 +639,28 @@ export const DrainSchema: GenMessage<Drain> = /*@__PURE__*/
   messageDesc(file_leoflow_v1_agent, 15);
 
 /**
+ * This replica is going away (a graceful stop): end this stream and connect to another address
+ * now, keeping the attempts you hold.
+ *
+ * @generated from message leoflow.v1.Reconnect
+ */
+export type Reconnect = Message<"leoflow.v1.Reconnect"> & {
+  /**
+   * For a human: "replica r1 is shutting down".
+   *
+   * @generated from field: string reason = 1;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message leoflow.v1.Reconnect.
+ * Use `create(ReconnectSchema)` to create a new message.
+ */
+export const ReconnectSchema: GenMessage<Reconnect> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_agent, 16);
+
+/**
  * The version of this protocol. Hello.protocol_version must name it; a control plane that does
  * not speak the agent's version ends the stream at once with FAILED_PRECONDITION, saying which
  * versions it speaks.
@@ -726,6 +763,10 @@ export const AttemptOutcomeSchema: GenEnum<AttemptOutcome> = /*@__PURE__*/
  *      - FinishedAck: your Finished for that attempt was recorded (or refused as superseded);
  *        forget the attempt. Until then keep it in Keepalive.held and Hello.held, and send its
  *        Finished again after a reconnect if Welcome lists it as resumed.
+ *      - Reconnect: this replica is going away. End the stream and connect at once to another
+ *        control-plane address you know, keeping your attempts running (list them in Hello.held)
+ *        and sending again every report not yet acknowledged. Nothing more is assigned to you on
+ *        this stream.
  *   4. Send Keepalive every Welcome.keepalive_interval, listing the attempts you hold. It proves
  *      the stream works in both directions, and counts as the heartbeat of every attempt it
  *      lists. An agent whose keepalives stop is treated as gone: after the heartbeat threshold
@@ -736,8 +777,10 @@ export const AttemptOutcomeSchema: GenEnum<AttemptOutcome> = /*@__PURE__*/
  * was declared lost and given to someone else, or cancelled — is refused and never applied; the
  * control plane answers with Cancel for it, so stop it.
  *
- * When the stream breaks, reconnect with a jittered exponential backoff and say in Hello.held
- * what you still run: if those attempts are still current you keep them, and nothing runs twice.
+ * When the stream breaks, reconnect with a jittered exponential backoff, no longer than
+ * Welcome.max_reconnect_backoff, trying each control-plane address you know in turn, and say in
+ * Hello.held what you still run: if those attempts are still current you keep them, and nothing
+ * runs twice.
  *
  * A report that breaks the rules (a token that is not a UUID, a ti_id that is not a positive
  * integer, a try_number below 1, an unknown outcome, …) ends its own stream with
