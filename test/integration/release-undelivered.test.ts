@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 /**
  * Giving back an attempt that an agent stream could not take, against real Postgres: released
  * while no other session of the agent holds it (that session may have sent the attempt already),
