@@ -22,7 +22,7 @@ const TASKS = 40;
 const REPS = 3;
 
 /** The no-op of the issue, and a task that runs a while (20 ms): a start's own costs can hide
- *  behind a task that runs (the ready shell is made then: src/executors/ready-shell.ts), not
+ *  behind a task that runs (the ready shell is made then: src/executors/process/ready-shell.ts), not
  *  behind one that ends at once. */
 const NO_OP = '["true"]';
 const RUNS_20MS = '["sleep", "0.02"]';

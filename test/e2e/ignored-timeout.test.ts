@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -68,7 +69,7 @@ describe('an agent that ignores its timeout', () => {
     const api = createClients(server.url);
     const agent = scriptedAgent(server.url, { keepaliveMs: 150 });
     try {
-      agent.outbox.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'deaf-to-timeouts', slots: 2 } } });
+      agent.outbox.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'deaf-to-timeouts', slots: 2, incarnationId: randomUUID() } } });
       expect((await agent.inbox.next()).msg.case).toBe('welcome');
       const runId = (await api.workflow.triggerRun({ dagId: 'slow' })).run!.runId;
 
