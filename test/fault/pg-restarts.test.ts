@@ -1,0 +1,125 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import pino from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createClients } from '../../src/cli/client.js';
+import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../src/db/embedded-postgres.js';
+import { createSql, type Sql } from '../../src/db/sql.js';
+import { freePort } from '../helpers/global-setup.js';
+import { serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { isRunEnded } from '../helpers/run-ends.js';
+
+/**
+ * "The scheduler never dies", whatever the database driver does: a replica under continuous load
+ * while its Postgres is restarted again and again. Each restart drops every connection of every
+ * pool at once, in the middle of transactions, reserved connections and buffered writes (where
+ * postgres.js 3.4.9 threw from a timer and ended the process). The replica must live through all
+ * of them and finish every run it accepted. Like db-outage.test.ts, this runs on a Postgres of its
+ * own, whatever TEST_DATABASE_URL says.
+ */
+
+const RESTARTS = 20;
+/** Up this long under load between two restarts, then down this long. */
+const UP_MS = 1000;
+const DOWN_MS = 200;
+/** A trigger every this often while the restarts go on. */
+const TRIGGER_EVERY_MS = 100;
+/** The whole test, restarts and drain included. */
+const BUDGET_MS = 90_000;
+// The heartbeat threshold is well above an outage, so no live task is reaped for one.
+const FLAGS = ['--tick-interval', '200ms', '--heartbeat-interval', '500ms', '--heartbeat-threshold', '15s', '--leader-watchdog', '1s'];
+const DAG = [
+  'dag_id: load',
+  'max_active_runs: 1000',
+  'tasks:',
+  '  - id: root',
+  '    command: ["true"]',
+  ...['a', 'b', 'c'].flatMap((id) => [`  - id: ${id}`, '    command: ["true"]', '    depends_on: [root]']),
+  '',
+].join('\n');
+
+const logger = pino({ level: 'warn' });
+let stateDir: string;
+let port: number;
+let pg: EmbeddedPostgres | undefined;
+/** The test's own reads (postgres.js reconnects after each restart). */
+let sql: Sql;
+const servers: ServerProcess[] = [];
+
+beforeAll(async () => {
+  stateDir = await mkdtemp(path.join(os.tmpdir(), 'leoflow-fault-restarts-'));
+  port = await freePort();
+  pg = await startEmbeddedPostgres({ stateDir, port, logger });
+  sql = createSql(pg.url, { max: 2, applicationName: 'leoflow-test' });
+});
+
+afterAll(async () => {
+  for (const s of servers.splice(0)) await s.kill();
+  await sql?.end({ timeout: 1 }).catch(() => {});
+  await pg?.stop();
+  if (stateDir) await rm(stateDir, { recursive: true, force: true });
+});
+
+const start = serverLauncher({ databaseUrl: () => pg!.url, servers });
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Why the server is gone, with what it said last, or null while it lives. */
+function exitOf(s: ServerProcess): string | null {
+  if (s.child.exitCode === null && s.child.signalCode === null) return null;
+  return `exit code ${s.child.exitCode}, signal ${s.child.signalCode}\n${s.stderr().slice(-2000)}`;
+}
+
+describe('Postgres restarted under load', () => {
+  it(`${RESTARTS} restarts: the replica never exits, and every run it accepted succeeds`, async () => {
+    const began = Date.now();
+    const s = await start(FLAGS);
+    const api = createClients(s.url);
+    await api.workflow.applyDag({ source: DAG, filename: 'load.yaml' });
+
+    // The load: a run triggered every 100 ms. While Postgres is down a trigger fails, as it would
+    // for any client, and the loop goes on; only the runs the server accepted are counted.
+    const runIds: string[] = [];
+    let refused = 0;
+    let loading = true;
+    const load = (async () => {
+      while (loading) {
+        try {
+          runIds.push((await api.workflow.triggerRun({ dagId: 'load' }, { timeoutMs: 5000 })).run!.runId);
+        } catch {
+          refused++;
+        }
+        await sleep(TRIGGER_EVERY_MS);
+      }
+    })();
+
+    try {
+      for (let i = 1; i <= RESTARTS; i++) {
+        await sleep(UP_MS);
+        await pg!.stop();
+        await sleep(DOWN_MS);
+        pg = await startEmbeddedPostgres({ stateDir, port, logger });
+        expect(exitOf(s), `the replica after restart ${i}`).toBeNull();
+      }
+    } finally {
+      loading = false;
+      await load;
+    }
+    expect(runIds.length, `runs accepted (${refused} triggers refused while Postgres was down)`).toBeGreaterThan(RESTARTS * 5);
+
+    const states = await waitFor(
+      `all ${runIds.length} runs ended`,
+      async () => {
+        if (exitOf(s)) return { exited: exitOf(s) };
+        const rows = await sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`.catch(() => null);
+        return rows && rows.length === runIds.length && rows.every((r) => isRunEnded(r.state)) ? rows.map((r) => r.state) : null;
+      },
+      Math.max(5000, BUDGET_MS - (Date.now() - began)),
+      100,
+    );
+    expect(exitOf(s), 'the replica at the end').toBeNull();
+    expect(new Set(states as string[])).toEqual(new Set(['success']));
+    expect(Date.now() - began).toBeLessThan(BUDGET_MS);
+    expect((await s.stop()).code).toBe(0);
+  });
+});
