@@ -1,6 +1,10 @@
 import postgres from 'postgres';
 
-/** The main pool: postgres.js, for pipelining and tagged-template SQL on the hot paths. */
+/**
+ * The main pool: postgres.js, for pipelining and tagged-template SQL on the hot paths. The driver is
+ * vendored with a patch (vendor/README.md): as released, a connection lost at the wrong moment (a
+ * Postgres restart) threw from its timers and ended the process, or left a pool unable to serve.
+ */
 export type Sql = postgres.Sql<Record<string, never>>;
 export type TxSql = postgres.TransactionSql<Record<string, never>>;
 /** A query not yet sent: postgres.js sends it when it is awaited or `execute()`d. */

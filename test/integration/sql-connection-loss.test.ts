@@ -3,7 +3,9 @@ import postgres from 'postgres';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { isConnectionError } from '../../src/db/is-connection-error.js';
 import { createSql, type Sql } from '../../src/db/sql.js';
-import { startTcpProxy } from '../helpers/tcp-proxy.js';
+import { freePort } from '../helpers/global-setup.js';
+import { waitFor } from '../helpers/leoflow-process.js';
+import { startTcpProxy, type TcpProxyOptions } from '../helpers/tcp-proxy.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -16,13 +18,17 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
 let db: TestDatabase;
 const pools: Sql[] = [];
 const closers: (() => Promise<void>)[] = [];
-/** Errors thrown from the driver's timers: each one ends a replica that has no test runner around it. */
+/**
+ * Errors thrown from the driver's timers, and its promises rejected with no one to handle them:
+ * each one ends a replica, which has no test runner around it.
+ */
 const uncaught: unknown[] = [];
 const onUncaught = (err: unknown) => uncaught.push(err);
 
 beforeAll(async () => {
   db = await createTestDatabase();
   process.on('uncaughtException', onUncaught);
+  process.on('unhandledRejection', onUncaught);
 });
 
 afterEach(async () => {
@@ -33,13 +39,14 @@ afterEach(async () => {
 
 afterAll(async () => {
   process.off('uncaughtException', onUncaught);
+  process.off('unhandledRejection', onUncaught);
   await db.drop();
 });
 
 /** A pool of one connection to the test database through a proxy the test can cut. */
-async function poolBehindProxy(): Promise<{ sql: Sql; cut(): void }> {
+async function poolBehindProxy(opts: TcpProxyOptions = {}): Promise<{ sql: Sql; cut(): void }> {
   const u = new URL(db.url);
-  const proxy = await startTcpProxy({ host: u.hostname, port: Number(u.port) });
+  const proxy = await startTcpProxy({ host: u.hostname, port: Number(u.port) }, opts);
   closers.push(() => proxy.close());
   u.port = String(proxy.port);
   const sql = createSql(u.toString(), { max: 1, applicationName: 'leoflow-test-loss' });
@@ -94,6 +101,24 @@ describe('a connection lost under the driver', () => {
     expect(uncaught).toEqual([]);
   });
 
+  it('a transaction whose connection was lost runs none of its later statements, not even once the pool has connected again', async () => {
+    const { sql, cut } = await poolBehindProxy();
+    let late: Promise<Outcome> | undefined;
+    const tx = sql.begin(async (t) => {
+      await t`select 1`;
+      setTimeout(cut, 50);
+      await t`select pg_sleep(1)`.catch(() => {});
+      // The pool's only connection is made again, for a query outside the transaction ...
+      await sql`select 2`;
+      // ... and a statement of the lost transaction must not run there, outside any transaction.
+      late = outcome(t`select 3 as x`);
+    });
+    expect(await outcome(tx)).toEqual({ error: 'connection error' });
+    await waitFor('the late statement sent', async () => late, 5000);
+    expect(await late).toEqual({ error: 'connection error' });
+    expect(uncaught).toEqual([]);
+  });
+
   it('queries waiting behind a reserved connection are rejected when it closes, not left pending forever', async () => {
     const { sql, cut } = await poolBehindProxy();
     const reserved = await sql.reserve();
@@ -142,6 +167,52 @@ describe('a connection lost under the driver', () => {
     // was appended to the dead session's buffer and never sent.
     expect(await outcome(sql`select 7 as x`, 5000)).toEqual({ ok: [{ x: 7 }] });
     expect(await outcome(sql`select 8 as x`, 5000)).toEqual({ ok: [{ x: 8 }] });
+    expect(uncaught).toEqual([]);
+  });
+
+  it('a new connection lost while the driver reads the array types: nothing is left unhandled, and the reservation that waited for it is served', async () => {
+    // postgres.js reads the catalog's array types as the first statement of every connection, on
+    // a promise of its own; a reservation (the report batcher's) waits for that connection.
+    const { sql } = await poolBehindProxy({ cutOnceWhenClientSends: 'typarray' });
+    const reservation = sql.reserve().then(async (reserved) => {
+      try {
+        return await reserved`select 9 as x`;
+      } finally {
+        reserved.release();
+      }
+    });
+    expect(await outcome(reservation)).toEqual({ ok: [{ x: 9 }] });
+    expect(await outcome(sql`select 10 as x`)).toEqual({ ok: [{ x: 10 }] });
+    await settle();
+    expect(uncaught.map(String)).toEqual([]);
+  });
+
+  it('a backend terminated mid-query (a FATAL, then the close): the next query is not failed with the dead session\'s error', async () => {
+    const victim = createSql(db.url, { max: 1, applicationName: 'leoflow-test-victim' });
+    pools.push(victim);
+    await victim`select 1`;
+    const busy = victim`select pg_sleep(5)`.execute();
+    const sleeping = () => db.sql`select pid from pg_stat_activity where application_name = 'leoflow-test-victim' and datname = ${db.name} and state = 'active'`;
+    await waitFor('the sleep running', async () => (await sleeping()).length > 0, 5000);
+    await db.sql`select pg_terminate_backend(pid) from pg_stat_activity where application_name = 'leoflow-test-victim' and datname = ${db.name}`;
+    expect(await outcome(busy)).toEqual({ error: 'connection error' });
+    // Postgres 57P01 "terminating connection due to administrator command" belonged to the old session.
+    expect(await outcome(victim`select 11 as x`)).toEqual({ ok: [{ x: 11 }] });
+    expect(uncaught).toEqual([]);
+  });
+
+  it('a reservation refused while Postgres is unreachable takes no connection from the pool once it is back', async () => {
+    const u = new URL(db.url);
+    const target = { host: u.hostname, port: Number(u.port) };
+    u.port = String(await freePort()); // nothing listens there yet
+    const sql = createSql(u.toString(), { max: 1, applicationName: 'leoflow-test-loss' });
+    pools.push(sql);
+    expect(await outcome(sql.reserve())).toEqual({ error: 'connection error' });
+    const proxy = await startTcpProxy(target, { port: Number(u.port) });
+    closers.push(() => proxy.close());
+    // The pool connects again in the background; the refused reservation must not be handed it.
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(await outcome(sql`select 12 as x`)).toEqual({ ok: [{ x: 12 }] });
     expect(uncaught).toEqual([]);
   });
 });
