@@ -40,6 +40,13 @@ export interface SqlOptions {
  */
 const GENERIC_PLANS = { plan_cache_mode: 'force_generic_plan', enable_seqscan: 'off', enable_bitmapscan: 'off', jit: 'off' };
 
+/**
+ * Seconds before the n-th connection attempt in a row after failures. postgres.js waits up to
+ * min(3^n / 100, 20) s, so a Postgres down for a few seconds (a restart) left a pool idle for up
+ * to 20 s after it was back; the scheduler should notice within half a second.
+ */
+const reconnectDelayS = (attempt: number) => Math.min(0.05 * 2 ** attempt, 0.5);
+
 export function createSql(url: string, opts: SqlOptions = {}): Sql {
   return postgres(url, {
     max: opts.max ?? 10,
@@ -49,5 +56,6 @@ export function createSql(url: string, opts: SqlOptions = {}): Sql {
     connection: { application_name: opts.applicationName ?? 'leoflow', ...(opts.genericPlans ? GENERIC_PLANS : {}) },
     idle_timeout: 60,
     connect_timeout: 10,
+    backoff: reconnectDelayS,
   }) as Sql;
 }
