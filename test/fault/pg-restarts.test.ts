@@ -7,8 +7,7 @@ import { createClients } from '../../src/cli/client.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../src/db/embedded-postgres.js';
 import { createSql, type Sql } from '../../src/db/sql.js';
 import { freePort } from '../helpers/global-setup.js';
-import { serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
-import { isRunEnded } from '../helpers/run-ends.js';
+import { serverLauncher, type ServerProcess } from '../helpers/leoflow-process.js';
 
 /**
  * "The scheduler never dies", whatever the database driver does: a replica under continuous load
