@@ -73,7 +73,7 @@ export interface Adopted {
   reattached: number;
   /** Ended while no one watched: their real outcome recorded now. */
   recorded: number;
-  /** Task processes of attempts no one could re-attach to, killed. */
+  /** Attempts no one could re-attach to whose task processes were found running, and killed. */
   killed: number;
 }
 
@@ -214,7 +214,7 @@ export class SubprocessExecutor implements Executor {
         this.#logError(attempt, err, 'could not adopt an attempt left by an earlier process');
       }
     }
-    found.killed = killOrphans(this.#root, kept).length;
+    found.killed = new Set(killOrphans(this.#root, kept).map((o) => o.attemptDir)).size;
     if (found.reattached + found.recorded + found.killed > 0) this.#logger.info(found, 'adopted the attempts an earlier process left');
     return found;
   }
