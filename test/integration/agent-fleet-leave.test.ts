@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 /**
  * A replica's agent fleet during a graceful stop, in process against real Postgres: Welcome
  * carries the reconnect bound; `leave()` shows the agents disconnected (no replica places on
@@ -50,7 +51,7 @@ async function claimedFor(agentId: string): Promise<string> {
 function openStream(connection: AgentConnection, agentId: string) {
   const requests = new AsyncQueue<ConnectRequest>();
   const received: ConnectResponse[] = [];
-  requests.push(create(ConnectRequestSchema, { msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId, slots: 2 } } }));
+  requests.push(create(ConnectRequestSchema, { msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId, slots: 2, incarnationId: randomUUID() } } }));
   const ended = (async (): Promise<void> => {
     // The handler yields init shapes: made whole, they read as messages.
     for await (const r of connection.run(requests, new AbortController().signal)) received.push(create(ConnectResponseSchema, r));
@@ -58,7 +59,7 @@ function openStream(connection: AgentConnection, agentId: string) {
   return { requests, received, ended, kinds: () => received.map((r) => r.msg.case) };
 }
 
-async function until<T>(what: string, fn: () => T | undefined | false | Promise<T | undefined | false>, ms = 5000): Promise<T> {
+async function until<T>(what: string, fn: () => T | undefined | false | Promise<T | undefined | false>, ms = 20_000): Promise<T> {
   const deadline = Date.now() + ms;
   for (;;) {
     const v = await fn();
