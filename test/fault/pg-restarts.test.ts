@@ -5,7 +5,6 @@ import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../src/db/embedded-postgres.js';
-import { createSql, type Sql } from '../../src/db/sql.js';
 import { freePort } from '../helpers/global-setup.js';
 import { serverLauncher, type ServerProcess } from '../helpers/leoflow-process.js';
 
@@ -43,19 +42,16 @@ let stateDir: string;
 let port: number;
 let pg: EmbeddedPostgres | undefined;
 /** The test's own reads (postgres.js reconnects after each restart). */
-let sql: Sql;
 const servers: ServerProcess[] = [];
 
 beforeAll(async () => {
   stateDir = await mkdtemp(path.join(os.tmpdir(), 'leoflow-fault-restarts-'));
   port = await freePort();
   pg = await startEmbeddedPostgres({ stateDir, port, logger });
-  sql = createSql(pg.url, { max: 2, applicationName: 'leoflow-test' });
 });
 
 afterAll(async () => {
   for (const s of servers.splice(0)) await s.kill();
-  await sql?.end({ timeout: 1 }).catch(() => {});
   await pg?.stop();
   if (stateDir) await rm(stateDir, { recursive: true, force: true });
 });
