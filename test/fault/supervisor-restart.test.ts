@@ -5,7 +5,7 @@ import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { cli, serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
-import { isAlive as alive } from '../helpers/process-group.js';
+import { isAlive as alive, killGroupOf as killGroup } from '../helpers/process-group.js';
 import { runEnds } from '../helpers/run-ends.js';
 
 /**
@@ -32,13 +32,7 @@ beforeAll(async () => {
 });
 
 afterEach(async () => {
-  for (const pid of taskPids) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // gone
-    }
-  }
+  for (const pid of taskPids) killGroup(pid);
   taskPids.clear();
   for (const s of servers.splice(0)) await s.kill();
 });

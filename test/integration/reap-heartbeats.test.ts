@@ -1,7 +1,6 @@
 import pino from 'pino';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
-import type { DagSpec, TaskSpec } from '../../src/core/dag-spec.js';
 import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
 import { finishAttempt } from '../../src/db/attempts/finish-attempt.js';
 import { flushHeartbeats } from '../../src/db/attempts/flush-heartbeats.js';
@@ -10,10 +9,11 @@ import { upsertDag } from '../../src/db/dags.js';
 import { createLogWriter } from '../../src/db/log-writer.js';
 import { reapAttempt } from '../../src/db/reap/reap-attempt.js';
 import { staleAttempts } from '../../src/db/reap/stale-attempts.js';
-import { createRun, transitionRun, type RunRow } from '../../src/db/runs.js';
-import { getTi, listTis, transitionTis, type TiRow } from '../../src/db/tis.js';
+import { createRun } from '../../src/db/runs.js';
+import { getTi, transitionTis, type TiRow } from '../../src/db/tis.js';
 import { reapHeartbeats } from '../../src/scheduler/phases/reap-heartbeats.js';
 import { step } from '../../src/scheduler/step.js';
+import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { schedulerHarness, type HarnessOptions } from '../helpers/scheduler-harness.js';
@@ -38,45 +38,7 @@ beforeEach(async () => {
 
 const harness = (over: HarnessOptions = {}) => schedulerHarness(db.sql, { heartbeatThresholdMs: THRESHOLD_MS, ...over });
 
-let runSeq = 0;
-/** A running run of `spec`, its task instances still `none`. */
-async function runningRun(spec: DagSpec): Promise<{ run: RunRow; tis: Map<string, TiRow> }> {
-  const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
-  const { run } = await db.sql.begin((tx) =>
-    createRun(tx, {
-      dagId: spec.dagId,
-      dagVersion: row.version,
-      spec,
-      runKey: `manual__${++runSeq}`,
-      runType: 'manual',
-      logicalDate: new Date('2026-02-01T00:00:00Z'),
-      conf: {},
-      defaultExecutor: 'subprocess',
-    }),
-  );
-  expect(await transitionRun(db.sql, run.id, 'running')).toBe(true);
-  return { run, tis: new Map((await listTis(db.sql, run.id)).map((t) => [t.task_id, t])) };
-}
-
-interface AttemptRef {
-  tiId: string;
-  tryNumber: number;
-  attemptToken: string;
-}
-
-/** What a dispatcher does: scheduled → queued with a new attempt. */
-async function claim(runId: string, ti: TiRow): Promise<AttemptRef> {
-  if (ti.state === 'none' || ti.state === 'up_for_retry') await transitionTis(db.sql, runId, [ti.task_id], 'scheduled');
-  const c = await claimAttempt(db.sql, ti.id, 'subprocess');
-  expect(c, `claim of ${ti.task_id}`).not.toBeNull();
-  return { tiId: ti.id, tryNumber: c!.tryNumber, attemptToken: c!.attemptToken };
-}
-/** Claimed and started: running, with a fresh heartbeat. */
-async function started(runId: string, ti: TiRow): Promise<AttemptRef> {
-  const a = await claim(runId, ti);
-  expect(await startAttempt(db.sql, a, { pid: 4242, agentId: 'agent-1' })).toBe(true);
-  return a;
-}
+const { runningRun, claim, started } = attemptFixtures(() => db.sql, 'subprocess');
 
 /** Ages every sign of life of a TI by the given SQL interval (`heartbeat_at` etc. keep their nulls). */
 async function age(tiId: string, interval = '10 minutes') {

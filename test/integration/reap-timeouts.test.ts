@@ -1,18 +1,15 @@
 import { readFile } from 'node:fs/promises';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
-import type { DagSpec } from '../../src/core/dag-spec.js';
-import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
 import { finishAttempt } from '../../src/db/attempts/finish-attempt.js';
 import { flushHeartbeats } from '../../src/db/attempts/flush-heartbeats.js';
 import { startAttempt } from '../../src/db/attempts/start-attempt.js';
-import { upsertDag } from '../../src/db/dags.js';
 import { overdueAttempts } from '../../src/db/reap/overdue-attempts.js';
 import { timeOutAttempt } from '../../src/db/reap/time-out-attempt.js';
-import { createRun, transitionRun, type RunRow } from '../../src/db/runs.js';
-import { getTi, listTis, transitionTis, type TiRow } from '../../src/db/tis.js';
+import { getTi, type TiRow } from '../../src/db/tis.js';
 import { reapTimeouts } from '../../src/scheduler/phases/reap-timeouts.js';
 import { step } from '../../src/scheduler/step.js';
+import { attemptFixtures, type AttemptRef } from '../helpers/attempt-fixtures.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { schedulerHarness, type HarnessOptions } from '../helpers/scheduler-harness.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
@@ -41,36 +38,7 @@ beforeEach(async () => {
 
 const harness = (over: HarnessOptions = {}) => schedulerHarness(db.sql, { timeoutGraceMs: GRACE_MS, ...over });
 
-let runSeq = 0;
-async function runningRun(spec: DagSpec): Promise<{ run: RunRow; tis: Map<string, TiRow> }> {
-  const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
-  const { run } = await db.sql.begin((tx) =>
-    createRun(tx, {
-      dagId: spec.dagId,
-      dagVersion: row.version,
-      spec,
-      runKey: `manual__${++runSeq}`,
-      runType: 'manual',
-      logicalDate: new Date('2026-02-01T00:00:00Z'),
-      conf: {},
-      defaultExecutor: 'agents',
-    }),
-  );
-  expect(await transitionRun(db.sql, run.id, 'running')).toBe(true);
-  return { run, tis: new Map((await listTis(db.sql, run.id)).map((t) => [t.task_id, t])) };
-}
-
-interface AttemptRef {
-  tiId: string;
-  tryNumber: number;
-  attemptToken: string;
-}
-
-async function claim(runId: string, ti: TiRow): Promise<AttemptRef> {
-  await transitionTis(db.sql, runId, [ti.task_id], 'scheduled');
-  const c = (await claimAttempt(db.sql, ti.id, 'agents'))!;
-  return { tiId: ti.id, tryNumber: c.tryNumber, attemptToken: c.attemptToken };
-}
+const { runningRun, claim } = attemptFixtures(() => db.sql, 'agents');
 
 /** Claimed and started `agoMs` ago on agent-1, its heartbeat fresh. */
 async function startedAgo(runId: string, ti: TiRow, agoMs: number): Promise<AttemptRef> {
