@@ -25,17 +25,11 @@ import { cli, waitFor } from '../helpers/leoflow-process.js';
  * that succeeded recorded as failed; no replica dead by itself.
  *
  * LEOFLOW_CHAOS_SEED=N replays a schedule of faults (the seed is printed, and named in every
- * failure); LEOFLOW_CHAOS_SECONDS=N makes the faults last N seconds (default 50; `npm run chaos`
- * is a 10-minute soak); LEOFLOW_CHAOS_KEEP=1 keeps its folder (ledger, DAGs, every process's
- * output) for a look afterwards.
+ * failure); LEOFLOW_CHAOS_SECONDS=N makes the faults last N seconds (default 50 in `npm test`;
+ * `npm run chaos` is a 10-minute soak); LEOFLOW_CHAOS_KEEP=1 keeps its folder (ledger, DAGs,
+ * every process's output) for a look afterwards.
  */
 
-/**
- * Run by `npm run chaos` (LEOFLOW_CHAOS=1), not by `npm test` for now: its safety checks hold, but
- * on a busy machine some runs have not ended within the drain (a liveness stall after faults,
- * open in issue 22), and a suite that fails at random lands nothing.
- */
-const ENABLED = process.env.LEOFLOW_CHAOS === '1';
 const seed = chaosSeed();
 const FAULT_SECONDS = chaosSeconds();
 /** Upper bounds of the phases after the faults: recoveries, then every run's end. */
@@ -126,7 +120,6 @@ async function agentCapabilities(): Promise<{ servers: 'own' | 'all'; stateDir: 
 }
 
 beforeAll(async () => {
-  if (!ENABLED) return;
   dir = await mkdtemp(path.join(os.tmpdir(), 'leoflow-chaos-'));
   const agents = await agentCapabilities();
   console.log(
@@ -147,7 +140,6 @@ beforeAll(async () => {
 }, 90_000);
 
 afterAll(async () => {
-  if (!ENABLED) return;
   // The timeline is printed with the checks; a test that failed before them prints it here.
   if (notes.length > 0) console.log(`timeline (seed ${seed}):\n${notes.join('\n')}`);
   watch?.stop();
@@ -158,7 +150,7 @@ afterAll(async () => {
   if (dir && process.env.LEOFLOW_CHAOS_KEEP !== '1') await rm(dir, { recursive: true, force: true });
 }, 60_000);
 
-describe.skipIf(!ENABLED)('chaos (LEOFLOW_CHAOS=1, or npm run chaos)', () => {
+describe('chaos', () => {
   it(
     `keeps every promise under random faults (seed ${seed})`,
     async () => {
