@@ -161,6 +161,9 @@ class Attempt:
         if proc is None or proc.poll() is not None:
             return
         log.info("%s: stopping (%s)", self.name, error or reason)
+        # The control plane's grace wins: it fails the attempt once that grace is over.
+        a = self.assign
+        grace = a.kill_grace.ToMilliseconds() / 1000 if a.HasField("kill_grace") else self.agent.kill_grace
 
         def kill() -> None:
             for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -169,7 +172,7 @@ class Attempt:
                 except ProcessLookupError:
                     return
                 try:
-                    proc.wait(timeout=self.agent.kill_grace)
+                    proc.wait(timeout=grace)
                     return
                 except subprocess.TimeoutExpired:
                     pass
@@ -370,7 +373,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--slots", type=int, default=1, help="attempts run at once (default 1)")
     p.add_argument("--token", default=os.environ.get("LEOFLOW_AGENT_TOKEN", ""),
                    help="shared secret, if the control plane requires one (or LEOFLOW_AGENT_TOKEN)")
-    p.add_argument("--kill-grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
+    p.add_argument("--kill-grace", type=float, default=5.0,
+                   help="seconds between SIGTERM and SIGKILL, when the control plane sends no Assign.kill_grace")
     p.add_argument("--max-tasks", type=int, default=0, help="exit 0 once N results were acknowledged")
     p.add_argument("--exit-when-drained", action="store_true", help="exit 0 when drained and idle")
     p.add_argument("--protocol-version", type=int, default=pb.PROTOCOL_VERSION_1, help=argparse.SUPPRESS)

@@ -37,7 +37,8 @@ export interface RunAgentOptions {
   onShutdown?: ShutdownMode;
   /** Default 30_000. */
   shutdownGraceMs?: number;
-  /** Between SIGTERM and SIGKILL when stopping a task. Default 10_000. */
+  /** Between SIGTERM and SIGKILL when stopping a task whose Assign names no kill grace (an older
+   *  control plane). Default 10_000. */
   killGraceMs?: number;
   /** The agent's state directory: its tasks' shims keep their output and status under it. */
   stateDir: string;
@@ -236,7 +237,7 @@ class AgentRuntime {
     }
     if (this.#exit === null && this.#runner.size > 0) {
       this.#handback();
-      const waitMs = mode === 'handback' ? graceMs : (this.#o.killGraceMs ?? 10_000) + (this.#o.ackWaitMs ?? 5_000);
+      const waitMs = mode === 'handback' ? graceMs : this.#runner.longestKillGraceMs() + (this.#o.ackWaitMs ?? 5_000);
       await this.#waitFor(() => this.#runner.size === 0, waitMs);
     }
     const unacknowledged = this.#runner.size;

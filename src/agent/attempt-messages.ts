@@ -43,6 +43,8 @@ export function attemptFromAssign(assign: Assign): Attempt {
     env: { ...assign.env },
     cwd: assign.cwd === '' ? null : assign.cwd,
     timeoutMs: assign.timeout ? positiveMs(assign.timeout) : null,
+    // The control plane's grace, when it sends one: it fails the attempt that outlives it.
+    killGraceMs: assign.killGrace ? durationMs(assign.killGrace) : undefined,
   };
 }
 
@@ -68,8 +70,13 @@ export function finishedOf(attempt: Attempt, result: AttemptResult): Finished {
   });
 }
 
+/** A Duration in whole milliseconds; a negative one is 0. */
+export function durationMs(d: Duration): number {
+  return Math.max(0, Number(d.seconds) * 1000 + Math.floor(d.nanos / 1_000_000));
+}
+
 /** A Duration in whole milliseconds; null for zero or negative (no timeout). */
 export function positiveMs(d: Duration): number | null {
-  const ms = Number(d.seconds) * 1000 + Math.floor(d.nanos / 1_000_000);
+  const ms = durationMs(d);
   return ms > 0 ? ms : null;
 }

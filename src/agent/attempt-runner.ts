@@ -19,6 +19,7 @@ export interface AttemptRunnerOptions {
   logger: Logger;
   /** Where each attempt's shim keeps its output and exit status (`<state dir>/attempts`). */
   attemptsDir: string;
+  /** Time between SIGTERM and SIGKILL for an attempt whose Assign names no kill grace. */
   killGraceMs: number;
   /** How long output lines wait to be batched. */
   logFlushMs: number;
@@ -83,6 +84,11 @@ export class AttemptRunner {
     return this.#held.refs();
   }
 
+  /** The longest time between SIGTERM and SIGKILL of the running attempts (0 for none). */
+  longestKillGraceMs(): number {
+    return Math.max(0, ...this.#held.running().map((h) => h.attempt.killGraceMs ?? this.#opts.killGraceMs));
+  }
+
   assign(msg: Assign): void {
     let attempt: Attempt;
     try {
@@ -105,7 +111,7 @@ export class AttemptRunner {
       this.#reportFinished(held, { exitCode: null, signal: null, error: `not started: ${this.#refuse}`, outcome: 'failed' });
       return;
     }
-    this.#log.info({ ...ids, dagId: attempt.dagId, taskId: attempt.taskId, timeoutMs: attempt.timeoutMs }, 'attempt assigned');
+    this.#log.info({ ...ids, dagId: attempt.dagId, taskId: attempt.taskId, timeoutMs: attempt.timeoutMs, killGraceMs: attempt.killGraceMs ?? this.#opts.killGraceMs }, 'attempt assigned');
     void this.#dispatch(held);
   }
 

@@ -21,6 +21,12 @@ export interface Attempt {
   cwd: string | null;
   /** Execution timeout; null for none. */
   timeoutMs: number | null;
+  /**
+   * Time between SIGTERM and SIGKILL when it is stopped; absent: the executor's own. An agent
+   * takes it from Assign.kill_grace: the control plane fails an attempt that outlives its timeout
+   * by its own grace, so its grace is the one to keep.
+   */
+  killGraceMs?: number;
   /** The agent chosen for it, for the agents executor; absent otherwise. */
   agentId?: string;
 }

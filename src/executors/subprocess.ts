@@ -12,7 +12,7 @@ export interface SubprocessExecutorOptions {
   logger: Logger;
   /** Where each attempt's shim keeps its output and exit status (`<state dir>/attempts`). */
   attemptsDir: string;
-  /** Time between SIGTERM and SIGKILL when an attempt is stopped. */
+  /** Time between SIGTERM and SIGKILL when an attempt is stopped, unless it names its own. */
   killGraceMs: number;
   heartbeatIntervalMs: number;
   /**
@@ -379,12 +379,13 @@ export class SubprocessExecutor implements Executor {
       return true;
     }
     this.#signalGroup(run, 'SIGTERM');
+    const graceMs = run.attempt.killGraceMs ?? this.#killGraceMs;
     run.graceTimer = setTimeout(() => {
       run.graceTimer = null;
-      this.#system(run, `still running ${this.#killGraceMs} ms after SIGTERM: sending SIGKILL`);
+      this.#system(run, `still running ${graceMs} ms after SIGTERM: sending SIGKILL`);
       run.killSent = true;
       this.#signalGroup(run, 'SIGKILL');
-    }, this.#killGraceMs);
+    }, graceMs);
     return true;
   }
 

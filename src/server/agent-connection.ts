@@ -74,6 +74,8 @@ export interface AgentConnectionDeps {
   logger: Logger;
   replicaId: string;
   keepaliveMs: number;
+  /** Sent in each Assign: the grace the control plane allows a stopped attempt (`--kill-grace`). */
+  killGraceMs: number;
   /** Sent in Welcome: the longest reconnect delay agents should use (see agent-fleet.ts). */
   maxReconnectBackoffMs: number;
   /** True once this replica is shutting down: a new agent stream is refused (UNAVAILABLE). */
@@ -171,6 +173,7 @@ export class AgentConnection implements AgentHandle {
           env: a.env,
           cwd: a.cwd ?? '',
           timeout: a.timeoutMs === null ? undefined : durationFromMs(a.timeoutMs),
+          killGrace: durationFromMs(this.deps.killGraceMs),
         },
       },
     });

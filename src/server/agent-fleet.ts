@@ -28,6 +28,8 @@ export interface AgentFleetOptions {
   metrics: Metrics;
   replicaId: string;
   keepaliveMs: number;
+  /** The server's `--kill-grace`: agents stop the attempts they are given with it. */
+  killGraceMs: number;
   /** The heartbeat reaper's threshold: agents are told to reconnect well within it. */
   heartbeatThresholdMs: number;
   agentToken: string | null;
@@ -128,6 +130,7 @@ export function createAgentFleet(o: AgentFleetOptions) {
     logger: log,
     replicaId: o.replicaId,
     keepaliveMs: o.keepaliveMs,
+    killGraceMs: o.killGraceMs,
     maxReconnectBackoffMs: maxReconnectBackoffMs(o.heartbeatThresholdMs),
     leaving: () => leaving,
     agentToken: o.agentToken,

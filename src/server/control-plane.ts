@@ -81,6 +81,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       metrics,
       replicaId: config.replicaId,
       keepaliveMs: config.heartbeatIntervalMs,
+      killGraceMs: config.killGraceMs,
       heartbeatThresholdMs: config.heartbeatThresholdMs,
       agentToken: config.agentToken,
       nudge: (runIds, cause) => scheduler?.nudge(runIds, cause),

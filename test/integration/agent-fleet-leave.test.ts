@@ -75,7 +75,7 @@ describe('an agent fleet leaving (graceful stop)', () => {
     const reports = createReportBatcher(db.sql, { retryMs: 1000, logs });
     const fleet = createAgentFleet({
       sql: db.sql, logs, reports, logger: pino({ level: 'silent' }), metrics: createMetrics(), replicaId: 'r1',
-      keepaliveMs: 60_000, heartbeatThresholdMs: 4000, agentToken: null, nudge: () => {}, nudgeQueued: () => {},
+      keepaliveMs: 60_000, killGraceMs: 10_000, heartbeatThresholdMs: 4000, agentToken: null, nudge: () => {}, nudgeQueued: () => {},
     });
     try {
       const s = openStream(new AgentConnection(fleet.sessionDeps), 'x1');
@@ -89,6 +89,9 @@ describe('an agent fleet leaving (graceful stop)', () => {
       const before = await claimedFor('x1');
       await fleet.onNotification(CHANNELS.assign, `x1 ${before}`);
       await until('Assign', () => s.kinds().includes('assign'));
+      // It carries the fleet's kill grace, which the agent stops it with.
+      const assign = s.received.find((r) => r.msg.case === 'assign')!.msg;
+      if (assign.case === 'assign') expect(assign.value.killGrace).toMatchObject({ seconds: 10n, nanos: 0 });
 
       // 1. No replica places on it any more; a new stream is refused.
       await fleet.leave();

@@ -292,6 +292,19 @@ describe('subprocess executor', () => {
     expect(() => process.kill(pid, 0)).toThrow(expect.objectContaining({ code: 'ESRCH' }));
   });
 
+  it("uses the attempt's own kill grace over the executor's", async () => {
+    const { reporter, executor } = setup({ killGraceMs: 60_000 });
+    const a = attempt(['sh', '-c', 'trap "" TERM; sleep 30'], { timeoutMs: 300, killGraceMs: 200 });
+    await executor.dispatch(a);
+    const dispatchedAt = Date.now();
+    const pid = reporter.pidOf(a.tiId);
+    const result = await reporter.finishedOf(a.tiId, 4000);
+    expect(result).toEqual({ exitCode: null, signal: 'SIGKILL', error: 'timed out after 300 ms', outcome: 'timed_out' });
+    expect(reporter.finishedCalls[0]!.at - dispatchedAt).toBeGreaterThanOrEqual(300 + 200 - 20);
+    expect(reporter.lines(a.tiId, 'system')).toContain('still running 200 ms after SIGTERM: sending SIGKILL');
+    expect(() => process.kill(pid, 0)).toThrow(expect.objectContaining({ code: 'ESRCH' }));
+  });
+
   it('on timeout kills grandchildren with the group', async () => {
     const { reporter, executor } = setup();
     const a = attempt(['sh', '-c', 'sleep 30 & echo $!; wait'], { timeoutMs: 300 });

@@ -12,7 +12,7 @@ On SIGTERM or Ctrl-C (a second signal SIGKILLs the tasks and exits at once, code
   --on-shutdown finish    (default) take no new work; let running tasks end and report them, and
                           exit once the control plane acknowledged them, waiting up to
                           --shutdown-grace. Tasks still running then are handled as by handback.
-  --on-shutdown handback  stop running tasks now (SIGTERM, SIGKILL after --kill-grace) and report
+  --on-shutdown handback  stop running tasks now (SIGTERM, SIGKILL after the kill grace) and report
                           them failed ("agent … shut down before the task ended"), so the control
                           plane retries them, on any agent, under their retry policy: the try counts.
                           An Assign that still arrives is reported failed, not run.
@@ -40,7 +40,7 @@ export function registerAgent(program: Command): void {
     .option('--ti <id>', 'the task instance of a one-shot agent (with --once)')
     .option('--on-shutdown <mode>', 'finish | handback: what SIGTERM does to running tasks (default finish)')
     .option('--shutdown-grace <duration>', 'how long a graceful stop waits, e.g. 30s (default 30s)')
-    .option('--kill-grace <duration>', 'time between SIGTERM and SIGKILL when stopping a task (default 10s)')
+    .option('--kill-grace <duration>', "time between SIGTERM and SIGKILL when stopping a task (default 10s); the control plane's own --kill-grace, sent with each task, overrides it (an older control plane sends none)")
     .option('--state-dir <dir>', "where the agent's tasks keep their output and exit status, so a restart with the same --id re-attaches to them (default .leoflow/agents/<id>)")
     .option('--log-format <format>', 'json | pretty (default: pretty at a terminal, json otherwise)')
     .option('--log-level <level>', 'trace | debug | info | warn | error | fatal | silent (default info)')
