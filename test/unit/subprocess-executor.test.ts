@@ -7,7 +7,7 @@ import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Attempt, AttemptReporter, AttemptResult, Executor, LogStream } from '../../src/executors/executor.js';
 import { LineSplitter } from '../../src/executors/process/line-splitter.js';
-import { SHUTDOWN_ERROR, createSubprocessExecutor } from '../../src/executors/subprocess.js';
+import { SHUTDOWN_ERROR, createSubprocessExecutor } from '../../src/executors/subprocess/subprocess-executor.js';
 
 /** Records every call; `started` and `heartbeat` answer as configured. */
 class FakeReporter implements AttemptReporter {
@@ -357,6 +357,18 @@ describe('subprocess executor', () => {
     });
     expect(executor.cancel(a.tiId, 'again')).toBe(false);
     await expectGone(reporter.pidOf(a.tiId));
+  });
+
+  it('a cancel in the instant after the start still reaches the task as SIGTERM, not only the grace\'s SIGKILL', async () => {
+    // Sent before the task's exec, the SIGTERM would reach its shim alone (shim.ts): the task
+    // would run on to the SIGKILL. Many starts, so the instant is hit.
+    const { reporter, executor } = setup({ killGraceMs: 2000 });
+    for (let i = 0; i < 20; i++) {
+      const a = attempt(['sleep', '30']);
+      await executor.dispatch(a);
+      executor.cancel(a.tiId, 'at once');
+      expect(await reporter.finishedOf(a.tiId, 5000), `start ${i + 1}`).toMatchObject({ signal: 'SIGTERM', outcome: 'cancelled' });
+    }
   });
 
   it('heartbeats live attempts and stops one the store no longer considers current', async () => {

@@ -63,6 +63,32 @@ export function processGroupOf(pid: number): number | null {
   return Number.isInteger(group) && group > 0 ? group : null;
 }
 
+/**
+ * Whether `pid` has a child that has exec'd another program (its command line is no longer a
+ * copy of its parent's), or null when the system does not say (no /proc children list). A zombie
+ * child counts: it ran something.
+ */
+export function hasExecedChild(pid: number): boolean | null {
+  let children: string;
+  let own: string;
+  try {
+    children = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8');
+    own = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+  } catch {
+    return null;
+  }
+  for (const child of children.split(' ')) {
+    if (child === '') continue;
+    try {
+      if (readFileSync(`/proc/${child}/cmdline`, 'utf8') !== own) return true;
+    } catch {
+      // Gone between the two reads: it ran, and ended.
+      return true;
+    }
+  }
+  return false;
+}
+
 function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);

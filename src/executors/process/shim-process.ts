@@ -3,7 +3,7 @@ import { statSync } from 'node:fs';
 import type { Attempt } from '../../core/attempt.js';
 import { AttemptDir, type ExitStatus } from './attempt-dir.js';
 import { OutputTail } from './output-tail.js';
-import { identify, isSameProcess, type ProcessIdentity } from './process-identity.js';
+import { hasExecedChild, identify, isSameProcess, type ProcessIdentity } from './process-identity.js';
 import type { ReadyShells } from './ready-shell.js';
 import { shimLines } from './shim.js';
 
@@ -23,6 +23,9 @@ export type ShimStart = { ok: true; process: ShimProcess; how: 'ready-shell' | '
 
 /** A re-attached shim is not our child: its end is seen by looking this often. */
 const REATTACHED_POLL_MS = 200;
+/** A SIGTERM waits for the task's exec, looking this often, at most this long (then it is sent). */
+const TERM_POLL_MS = 2;
+const TERM_WAIT_MAX_MS = 1000;
 
 /**
  * One task's process under its shim (shim.ts), as its parent sees it: started here, or re-attached
@@ -119,13 +122,35 @@ export class ShimProcess {
     for (const s of ['stdout', 'stderr'] as const) new OutputTail(dir.output(s), (line) => opts.onLine(s, line), { skipLines: skip[s] }).finish();
   }
 
-  /** Signals the task's whole process group (never a process that merely reuses the pid). */
+  /**
+   * Signals the task's whole process group (never a process that merely reuses the pid). A
+   * SIGTERM waits until the task has exec'd (a few ms at most after its start): sent in the instant
+   * before, it would reach the shim alone, which holds it until the task ends (shim.ts), and the
+   * task would only meet the SIGKILL after the grace.
+   */
   signalGroup(signal: 'SIGTERM' | 'SIGKILL'): void {
     if (this.#gone || !isSameProcess(this.#identity)) return;
+    if (signal === 'SIGTERM' && hasExecedChild(this.pid) === false) {
+      this.#termOnceStarted(Date.now() + TERM_WAIT_MAX_MS);
+      return;
+    }
     try {
       process.kill(-this.pid, signal);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ESRCH') throw err;
+    }
+  }
+
+  #termOnceStarted(deadline: number): void {
+    if (this.#gone || !isSameProcess(this.#identity)) return;
+    if (hasExecedChild(this.pid) === false && Date.now() < deadline) {
+      setTimeout(() => this.#termOnceStarted(deadline), TERM_POLL_MS);
+      return;
+    }
+    try {
+      process.kill(-this.pid, 'SIGTERM');
+    } catch {
+      // Gone meanwhile (ESRCH), or not ours to signal: the grace's SIGKILL follows either way.
     }
   }
 }

@@ -9,7 +9,9 @@
  *
  * A signal the shim receives while the task runs (the group's SIGTERM on cancel or timeout) waits
  * until the task is over (a trap runs after the foreground command, in a POSIX shell), so the
- * status is written for a task stopped that way too; only SIGKILL of the group leaves none.
+ * status is written for a task stopped that way too; only SIGKILL of the group leaves none. A
+ * signal that lands after the shim decided to start the task and before the task's exec reaches
+ * the shim alone, so the parent sends its SIGTERM only once the task has exec'd (shim-process.ts).
  */
 
 /** Extra pipe of a shim to its parent: "cwd" comes on it when `cd` failed, "." just before the

@@ -1,11 +1,11 @@
 import path from 'node:path';
 import type { Logger } from 'pino';
-import type { Attempt, AttemptReporter, AttemptResult, Executor, LogStream } from './executor.js';
-import { AttemptDir, type ExitStatus } from './process/attempt-dir.js';
-import { killOrphans } from './process/orphans.js';
-import { ReadyShells } from './process/ready-shell.js';
-import { shellQuote } from './process/shim.js';
-import { ShimProcess } from './process/shim-process.js';
+import type { Attempt, AttemptReporter, AttemptResult, Executor, LogStream } from '../executor.js';
+import { AttemptDir, type ExitStatus } from '../process/attempt-dir.js';
+import { killOrphans } from '../process/orphans.js';
+import { ReadyShells } from '../process/ready-shell.js';
+import { shellQuote } from '../process/shim.js';
+import { ShimProcess } from '../process/shim-process.js';
 
 export interface SubprocessExecutorOptions {
   reporter: AttemptReporter;
