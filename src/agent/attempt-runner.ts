@@ -8,7 +8,7 @@ import { create } from '@bufbuild/protobuf';
 import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, AttemptResult } from '../core/attempt.js';
 import { AttemptDir } from '../executors/process/attempt-dir.js';
-import { createSubprocessExecutor, type SubprocessExecutor } from '../executors/subprocess.js';
+import { createSubprocessExecutor, type SubprocessExecutor } from '../executors/subprocess/subprocess-executor.js';
 import { ConnectRequestSchema, type Assign, type AttemptRef, type Cancel, type ConnectRequest, type FinishedAck, type Welcome } from '../gen/leoflow/v1/agent_pb.js';
 import { attemptFromAssign, attemptKey, finishedOf } from './attempt-messages.js';
 import { HeldAttempts, type HeldAttempt } from './held-attempts.js';

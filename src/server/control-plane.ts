@@ -8,7 +8,7 @@ import { createLogWriter } from '../db/log-writer.js';
 import { CHANNELS, listen } from '../db/notifications.js';
 import { createDispatcher } from '../dispatch/dispatcher.js';
 import type { Executor } from '../executors/executor.js';
-import { createSubprocessExecutor } from '../executors/subprocess.js';
+import { createSubprocessExecutor } from '../executors/subprocess/subprocess-executor.js';
 import { createScheduler, type Scheduler } from '../scheduler/scheduler.js';
 import { createAgentFleet } from './agent-fleet.js';
 import { apiRoutes } from './api-routes.js';
