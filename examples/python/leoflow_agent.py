@@ -4,22 +4,30 @@
 It speaks the agent side of ``proto/leoflow/v1/agent.proto`` (AgentService.Connect, one
 bidirectional gRPC stream). The conversation:
 
-1. Open Connect and send Hello (protocol version, agent id, labels, slots, held attempts).
-2. Wait for Welcome: it gives the keepalive interval and says which held attempts are still
-   current (resumed: keep them) and which are not (superseded: stop them, never report them).
+1. Open Connect and send Hello (protocol version, agent id, labels, slots, held attempts, and
+   the incarnation id: a random id made once per process).
+2. Wait for Welcome (at most 10 s, else try the next address): it gives the keepalive interval,
+   the longest reconnect backoff to use, and says which held attempts are still current
+   (resumed: keep them) and which are not (superseded: stop them, never report them).
 3. Then react to Assign (run a command as a new process group, report Started, Log lines and
-   Finished), Cancel (stop the group, finish CANCELLED), Drain (no new work), KeepaliveAck and
-   FinishedAck (the result is recorded: forget the attempt).
+   Finished), Cancel (stop the group, finish CANCELLED), Drain (no new work), KeepaliveAck,
+   FinishedAck (the result is recorded: forget the attempt) and Reconnect (the replica is
+   stopping: end the stream and connect to the next address at once, keeping the attempts).
 4. Send Keepalive every interval, listing every attempt held. No KeepaliveAck for 3 intervals
    means the stream is deaf: drop it and reconnect.
 
-On any stream error it reconnects with jittered exponential backoff, saying in Hello.held what
-it still holds, so nothing runs twice. FAILED_PRECONDITION before Welcome (e.g. an unsupported
-protocol version) is fatal: the message is printed and the agent exits with status 2.
+It may be given several control-plane addresses (--server repeated, or separated by commas):
+any replica serves agents, so every new stream goes to the next address in turn, and one that
+is down costs a single try. On any stream error it reconnects with jittered exponential backoff,
+never longer than Welcome.max_reconnect_backoff, saying in Hello.held what it still holds, so
+nothing runs twice. FAILED_PRECONDITION before Welcome (e.g. an unsupported protocol version) is
+fatal: the message is printed and the agent exits with status 2.
 
 Generate the stubs first (see README.md), then:
     PYTHONPATH=/tmp/leoflow-py /usr/bin/python3 leoflow_agent.py --server 127.0.0.1:7070 \\
         --labels lang=python --slots 2
+or, knowing two replicas:
+    ... leoflow_agent.py --server cp-a:7070 --server cp-b:7070 --labels lang=python
 """
 from __future__ import annotations
 
@@ -47,6 +55,41 @@ _STOP = object()  # ends a stream's request iterator (half-closes the stream)
 # Made once per process and sent in every Hello: the control plane then tells this process from a
 # restarted one, and never sends an attempt given to one of them to the other.
 INCARNATION_ID = str(uuid.uuid4())
+# No Welcome this long after Hello: the address is not answering; drop the stream, try the next.
+WELCOME_TIMEOUT = 10.0
+MAX_SERVERS = 16  # more addresses than this is a mistake, not a cluster
+# A fresh channel per stream, on a connection of its own (gRPC shares connections between channels
+# to one address by default): after a broken or deaf stream the agent wants a new connection, not
+# one the old channel is still backing off from.
+CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0), ("grpc.use_local_subchannel_pool", 1)]
+
+
+class Backoff:
+    """Reconnect delays: exponential with full jitter (a random delay between 0 and a ceiling that
+    doubles per try), so a fleet of agents cut off by one restart does not come back in lockstep.
+
+    The control plane bounds the ceiling (Welcome.max_reconnect_backoff, a fraction of its
+    heartbeat threshold): an agent that stays away longer has its attempts declared lost.
+    """
+
+    def __init__(self, initial: float = 0.1, maximum: float = 10.0) -> None:
+        self.initial, self.maximum = initial, maximum
+        self.limit = maximum  # the agent's own maximum, or the control plane's bound if lower
+        self.tries = 0
+
+    def bound(self, seconds: float) -> None:
+        """Welcome.max_reconnect_backoff: it lowers the ceiling, never raises the agent's own."""
+        if seconds > 0:
+            self.limit = min(self.maximum, seconds)
+
+    def next(self) -> float:
+        ceiling = min(self.limit, self.initial * 2 ** min(self.tries, 30))
+        self.tries += 1
+        return random.uniform(0, ceiling)
+
+    def reset(self) -> None:
+        """After a stream that proved healthy: the next delay starts small again."""
+        self.tries = 0
 
 
 class Attempt:
@@ -194,6 +237,7 @@ class Agent:
         self.exit_code: Optional[int] = None
         self.call: Optional[grpc.Future] = None
         self.wake = threading.Event()
+        self.backoff = Backoff()
 
     def send(self, msg: pb.ConnectRequest) -> bool:
         """Queues a message on the live stream; False when there is none (it is kept for later)."""
@@ -208,23 +252,40 @@ class Agent:
             return [a.ref for a in self.attempts.values()]
 
     def run(self) -> int:
-        """Connects, and reconnects with jittered exponential backoff, until done."""
-        opts = [("grpc.enable_http_proxy", 0)]
-        with grpc.insecure_channel(re.sub(r"^https?://", "", self.args.server), options=opts) as ch:
-            stub = agent_pb2_grpc.AgentServiceStub(ch)
-            failures = 0
-            while self.exit_code is None:
-                welcomed = self.session(stub)
-                if self.exit_code is not None:
-                    break
-                failures = 0 if welcomed else failures + 1
-                delay = random.uniform(0.5, 1.0) * min(30.0, 0.5 * 2 ** failures)
-                log.info("reconnecting in %.1fs", delay)
-                self.wake.wait(delay)
+        """Connects to each address in turn, reconnecting with backoff (or at once when told to)."""
+        servers = self.args.servers
+        i = 0  # the address the next stream goes to
+        told_to_go = 0  # Reconnects followed at once, in a row
+        while self.exit_code is None:
+            began = time.monotonic()
+            with grpc.insecure_channel(servers[i], options=CHANNEL_OPTIONS) as channel:
+                welcomed, reconnect = self.session(agent_pb2_grpc.AgentServiceStub(channel), servers[i])
+            if self.exit_code is not None:
+                break
+            # Any replica serves agents: the next stream goes to the next address, so one that is
+            # down costs a single try.
+            i = (i + 1) % len(servers)
+            # A stream that lasted proves the way works; one that broke at once does not, so a
+            # replica that fails every stream just after Welcome still gets growing delays.
+            if welcomed and time.monotonic() - began >= self.backoff.limit:
+                self.backoff.reset()
+                told_to_go = 0
+            # Told to go (the replica is stopping): at once, elsewhere. Once per address in a row at
+            # most: replicas that all say so at once get the backoff.
+            if reconnect and told_to_go < len(servers):
+                told_to_go += 1
+                log.info("reconnecting to %s now (%d attempts held)", servers[i], len(self.held()))
+                continue
+            delay = self.backoff.next()
+            log.info("reconnecting to %s in %.2fs", servers[i], delay)
+            self.wake.wait(delay)
         return self.exit_code
 
-    def session(self, stub: agent_pb2_grpc.AgentServiceStub) -> bool:
-        """One stream: Hello, Welcome, then messages until it breaks. True if it was welcomed."""
+    def session(self, stub: agent_pb2_grpc.AgentServiceStub, address: str) -> tuple[bool, bool]:
+        """One stream: Hello, Welcome, then messages until it ends.
+
+        Returns (welcomed, told to reconnect elsewhere).
+        """
         q: "queue.Queue[object]" = queue.Queue()
         hello = pb.Hello(protocol_version=self.args.protocol_version, agent_id=self.args.id,
                          labels=self.args.labels, capabilities=self.args.capabilities,
@@ -236,16 +297,22 @@ class Agent:
             while (m := q.get()) is not _STOP:
                 yield m  # type: ignore[misc]
 
+        log.info("connecting to %s", address)
         call = stub.Connect(requests())
         self.call = call
         stop_ka = threading.Event()
         welcomed = False
+        reconnect = False
+        no_welcome = threading.Timer(WELCOME_TIMEOUT, call.cancel)
+        no_welcome.daemon = True
+        no_welcome.start()
         try:
             for resp in call:
                 kind = resp.WhichOneof("msg")
                 if kind == "welcome":
                     welcomed = True
-                    self.on_welcome(resp.welcome, q, call, stop_ka)
+                    no_welcome.cancel()
+                    self.on_welcome(resp.welcome, q, call, stop_ka, address)
                 elif not welcomed:
                     log.warning("ignoring %s before Welcome", kind)
                 elif kind == "assign":
@@ -262,29 +329,57 @@ class Agent:
                     self.last_ack = time.monotonic()
                 elif kind == "finished_ack":
                     self.on_finished_ack(resp.finished_ack)
+                elif kind == "reconnect" and not reconnect:
+                    log.info("told to reconnect elsewhere: %s", resp.reconnect.reason)
+                    reconnect = True
+                    self.leave(q, call, stop_ka)
                 if self.exit_code is not None:
                     break
             else:
-                log.warning("the control plane closed the stream")
+                if not reconnect:
+                    log.warning("the control plane closed the stream")
         except grpc.RpcError as e:
             if self.exit_code is None and not welcomed and e.code() == grpc.StatusCode.FAILED_PRECONDITION:
                 print(f"leoflow-agent: refused by the control plane: {e.details()}", file=sys.stderr)
                 self.exit_code = 2
-            elif self.exit_code is None:
-                log.warning("stream error: %s %s", e.code().name, e.details())
+            elif self.exit_code is None and not reconnect:
+                # Cancelled here, before Welcome, only by the Welcome timeout.
+                why = (f"no Welcome within {WELCOME_TIMEOUT:.0f}s"
+                       if not welcomed and e.code() == grpc.StatusCode.CANCELLED else e.details())
+                log.warning("stream error from %s: %s %s", address, e.code().name, why)
         finally:
+            no_welcome.cancel()
             stop_ka.set()
             with self.lock:
                 self.out = None
             q.put(_STOP)
             call.cancel()
-        return welcomed
+        return welcomed, reconnect
+
+    def leave(self, q: "queue.Queue[object]", call: grpc.Future, stop_ka: threading.Event) -> None:
+        """Ends a stream politely after Reconnect: the replica still takes what was written before.
+
+        Reports from now on wait for the next stream, as while disconnected: there, after Welcome,
+        those of the resumed attempts are sent. The control plane ends its side once it has read
+        the end of ours; the stream is cancelled if it has not within a second.
+        """
+        with self.lock:
+            self.out = None
+        stop_ka.set()
+        q.put(_STOP)
+        timer = threading.Timer(1.0, call.cancel)
+        timer.daemon = True
+        timer.start()
 
     def on_welcome(self, w: pb.Welcome, q: "queue.Queue[object]", call: grpc.Future,
-                   stop_ka: threading.Event) -> None:
+                   stop_ka: threading.Event, address: str) -> None:
         """Stops superseded attempts, opens the stream to reports, resends what resumed ones lost."""
         interval = w.keepalive_interval.ToMilliseconds() / 1000 or 5.0
-        log.info("welcomed by replica %s (keepalive every %.1fs)", w.replica_id, interval)
+        # Back well within the heartbeat threshold after a break, or the attempts are declared lost.
+        if w.HasField("max_reconnect_backoff"):
+            self.backoff.bound(w.max_reconnect_backoff.ToMilliseconds() / 1000)
+        log.info("welcomed by replica %s at %s (keepalive every %.1fs, reconnect backoff at most %.2fs)",
+                 w.replica_id, address, interval, self.backoff.limit)
         resumed = {r.attempt_token for r in w.resumed}
         with self.lock:
             gone = [a for t, a in self.attempts.items() if t not in resumed]
@@ -364,8 +459,9 @@ class Agent:
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="A Leoflow agent: runs task attempts for the control plane.")
-    p.add_argument("--server", default=os.environ.get("LEOFLOW_SERVER", "127.0.0.1:7070"),
-                   help="control plane host:port (default 127.0.0.1:7070, or LEOFLOW_SERVER)")
+    p.add_argument("--server", action="append", metavar="HOST:PORT",
+                   help="a control-plane replica; repeat it or separate addresses with commas to give "
+                        "several, tried in turn (default 127.0.0.1:7070, or LEOFLOW_SERVER)")
     p.add_argument("--id", default=re.sub(r"[^A-Za-z0-9_.:-]", "-", f"py-{socket.gethostname()}"),
                    help="agent id, unique in the fleet (default py-HOSTNAME)")
     p.add_argument("--labels", default="", help="placement labels, k=v,k2=v2")
@@ -379,6 +475,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--exit-when-drained", action="store_true", help="exit 0 when drained and idle")
     p.add_argument("--protocol-version", type=int, default=pb.PROTOCOL_VERSION_1, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    try:
+        args.servers = parse_servers(args.server or [os.environ.get("LEOFLOW_SERVER", "127.0.0.1:7070")])
+    except ValueError as e:
+        p.error(f"--server: {e}")
     if args.slots < 1:
         p.error("--slots must be at least 1")
     try:
@@ -387,6 +487,27 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         p.error(f"--labels: expected k=v,k2=v2, got {args.labels!r}")
     args.capabilities = [c for c in args.capabilities.split(",") if c]
     return args
+
+
+def parse_servers(raw: list[str]) -> list[str]:
+    """`--server a:7070 --server b:7070` or `--server a:7070,b:7070` → ['a:7070', 'b:7070'].
+
+    An http:// prefix is dropped (this agent speaks plaintext gRPC). The error names the bad
+    address, and its place when there are several.
+    """
+    items = [item.strip() for r in raw for item in r.split(",")]
+    if len(items) > MAX_SERVERS:
+        raise ValueError(f"at most {MAX_SERVERS} addresses, got {len(items)}")
+    servers: list[str] = []
+    for n, item in enumerate(items, 1):
+        where = f"address {n} of {len(items)}: " if len(items) > 1 else ""
+        address = re.sub(r"^http://", "", item)
+        if not re.fullmatch(r"[^\s/]+:\d+", address):
+            raise ValueError(f"{where}expected HOST:PORT, got {item!r}")
+        if address in servers:
+            raise ValueError(f"{where}{item!r} given twice")
+        servers.append(address)
+    return servers
 
 
 def main() -> int:

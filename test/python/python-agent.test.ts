@@ -1,75 +1,31 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ROOT, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { generateStubs, killPythonProcesses, PY, PY_DIR, runPython, startPython, stopPython, type PythonProcess } from '../helpers/python-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
  * The agent protocol from another language: the Python agent in examples/python (grpcio, stubs
  * generated from proto/ by generate.sh) runs a DAG's tasks against the real `leoflow server`, and
  * trigger_and_wait.py drives WorkflowService from Python. Needs Debian's python3-grpcio,
- * python3-grpc-tools and protobuf-compiler (see .ci/run).
+ * python3-grpc-tools and protobuf-compiler (see .ci/run). Failover between replicas is in
+ * python-agent-failover.test.ts.
  */
 
-const PY = '/usr/bin/python3';
-const DIR = path.join(ROOT, 'examples/python');
-
-interface Proc {
-  child: ChildProcess;
-  stdout: string;
-  stderr: string;
-  exited: Promise<number | null>;
-}
-
-const live = new Set<ChildProcess>();
 let tmp: string;
 let stubs: string;
 let db: TestDatabase;
 let server: ServerProcess;
 let target: string; // host:port of the server, for the Python side
 
-/** Starts a process with the stubs on PYTHONPATH; it is SIGKILLed after timeoutMs at the latest. */
-function start(cmd: string, args: string[], timeoutMs: number): Proc {
-  const child = spawn(cmd, args, {
-    cwd: ROOT,
-    env: { ...process.env, PYTHONPATH: stubs, PYTHONUNBUFFERED: '1' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  live.add(child);
-  const p: Proc = { child, stdout: '', stderr: '', exited: undefined as never };
-  child.stdout!.setEncoding('utf8').on('data', (c: string) => (p.stdout += c));
-  child.stderr!.setEncoding('utf8').on('data', (c: string) => (p.stderr += c));
-  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-  p.exited = new Promise((resolve) =>
-    child.on('exit', (code, signal) => {
-      clearTimeout(timer);
-      live.delete(child);
-      resolve(signal ? -1 : code);
-    }),
-  );
-  return p;
-}
+const start = (args: string[], timeoutMs: number): PythonProcess => startPython(stubs, args, timeoutMs);
+const run = (args: string[], timeoutMs?: number) => runPython(stubs, args, timeoutMs);
 
-async function run(cmd: string, args: string[], timeoutMs = 60_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const p = start(cmd, args, timeoutMs);
-  const code = await p.exited;
-  return { code, stdout: p.stdout, stderr: p.stderr };
-}
-
-/** SIGTERM, then SIGKILL after a grace period. */
-async function stop(p: Proc | undefined): Promise<void> {
-  if (!p || p.child.exitCode !== null || p.child.signalCode !== null) return;
-  p.child.kill('SIGTERM');
-  const t = setTimeout(() => p.child.kill('SIGKILL'), 5_000);
-  await p.exited;
-  clearTimeout(t);
-}
-
-function startAgent(id: string, extra: string[] = []): Proc {
-  return start(PY, [`${DIR}/leoflow_agent.py`, '--server', target, '--id', id, '--labels', 'lang=python', '--slots', '2', '--kill-grace', '1', ...extra], 90_000);
+function startAgent(id: string, extra: string[] = []): PythonProcess {
+  return start([`${PY_DIR}/leoflow_agent.py`, '--server', target, '--id', id, '--labels', 'lang=python', '--slots', '2', '--kill-grace', '1', ...extra], 90_000);
 }
 
 interface RunJson {
@@ -80,7 +36,7 @@ interface RunJson {
 /** Applies a DAG file with trigger_and_wait.py, triggers it and waits for the run's end. */
 async function triggerAndWait(dagFile: string): Promise<{ code: number | null; stdout: string; stderr: string; result: RunJson }> {
   const out = path.join(tmp, `${path.basename(dagFile)}.json`);
-  const r = await run(PY, [`${DIR}/trigger_and_wait.py`, '--server', target, '--timeout', '60', '--logs', '--json-out', out, dagFile], 80_000);
+  const r = await run([`${PY_DIR}/trigger_and_wait.py`, '--server', target, '--timeout', '60', '--logs', '--json-out', out, dagFile], 80_000);
   let result: RunJson;
   try {
     result = JSON.parse(await readFile(out, 'utf8')) as RunJson;
@@ -97,17 +53,14 @@ function agentTask(id: string, command: string[], more: Record<string, unknown> 
 beforeAll(async () => {
   tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-python-'));
   stubs = path.join(tmp, 'stubs');
-  const gen = await run('bash', [`${DIR}/generate.sh`, stubs]);
-  expect(gen.code, `generate.sh failed:\n${gen.stdout}${gen.stderr}`).toBe(0);
-  const imp = await run(PY, ['-c', 'from leoflow.v1 import agent_pb2_grpc, workflow_pb2_grpc']);
-  expect(imp.code, `the generated stubs do not import:\n${imp.stderr}`).toBe(0);
+  await generateStubs(stubs);
   db = await createTestDatabase();
   server = await startServer({ env: { DATABASE_URL: db.url } });
   target = new URL(server.url).host;
 }, 90_000);
 
 afterAll(async () => {
-  for (const c of live) c.kill('SIGKILL');
+  await killPythonProcesses();
   await server?.stop();
   await db?.drop();
   if (tmp) await rm(tmp, { recursive: true, force: true });
@@ -165,7 +118,7 @@ describe('a Python agent over AgentService', () => {
       expect(code, `the agent did not exit after 4 acknowledged results:\n${agent.stderr}`).toBe(0);
       expect(agent.stderr).toContain('done: 4 results acknowledged');
     } finally {
-      await stop(agent);
+      await stopPython(agent);
     }
   });
 
@@ -176,7 +129,7 @@ describe('a Python agent over AgentService', () => {
       expect(code, agent.stderr).toBe(2);
       expect(agent.stderr).toMatch(/refused by the control plane: .*protocol version 99/);
     } finally {
-      await stop(agent);
+      await stopPython(agent);
     }
   });
 });
