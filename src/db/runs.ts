@@ -138,7 +138,7 @@ export type ActiveRunRow = RunRow & { dag_paused: boolean; running_in_dag: numbe
 export type ActiveRunsOf = { runIds: string[] } | { ofTis: string[] } | { queuedOf: string[] | 'any' } | { running: true };
 
 /** Runs the planner looks at: queued or running, not poisoned, oldest first (all of them without
- *  `of`; queued runs of paused DAGs after the others). One round trip, the running counts
+ *  `of`; queued runs taken fairly across DAGs). One round trip, the running counts
  *  included. Not sent until awaited or `execute()`d, so a caller can choose its place in a
  *  connection's pipeline. */
 export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = null): PendingQuery<ActiveRunRow[]> {
@@ -153,20 +153,24 @@ export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = nu
   const byKey = (ids: Fragment) => read(sql``, sql`(select * from dag_runs where id = any(${ids}) offset 0)`);
   const queuedStates = inlineLiterals(sql, RUN_START_FROM);
   const startedStates = inlineLiterals(sql, STARTED_RUN_STATES);
-  const queuedOf =
-    of === null || !('queuedOf' in of)
-      ? null
-      : of.queuedOf === 'any'
-        ? sql`and r.state in (${queuedStates})`
-        : sql`and r.state in (${queuedStates}) and r.dag_id = any(${of.queuedOf}::text[])`;
   const runs =
-    queuedOf !== null
-      ? // The queued runs of paused DAGs last: they start nothing (the step only gives their tasks
-        // the reason), and a backlog of them, older than everything else, must not fill the
-        // read and keep every other DAG's queued runs from starting.
+    of !== null && 'queuedOf' in of
+      ? // Fair across DAGs: each DAG's oldest queued runs, as many as it has room for under
+        // max_active_runs and one more (so the step says why the rest wait and knows the DAG is
+        // held back), then taken in turn: every DAG's first, then every DAG's second…
+        // DAGs with room before those without, paused DAGs last (they start nothing). So one
+        // DAG's backlog, however old, never keeps another DAG's run from starting.
         sql`
-      select * from ((${read(sql`${queuedOf} and not d.paused`)}) union all (${read(sql`${queuedOf} and d.paused`)})) u
-      order by dag_paused, id limit ${limit}`
+      select r.*, d.paused as dag_paused from dags d
+      cross join lateral (
+        select count(*)::int as n from dag_runs x where x.dag_id = d.dag_id and x.state in (${startedStates})) c
+      cross join lateral (
+        select * from dag_runs r
+        where r.dag_id = d.dag_id and r.state in (${queuedStates}) and r.poison_error is null
+        order by r.id limit least(${limit}, greatest(0, d.max_active_runs - c.n) + 1)) r
+      ${of.queuedOf === 'any' ? sql`` : sql`where d.dag_id = any(${of.queuedOf}::text[])`}
+      order by d.paused, c.n < d.max_active_runs desc, row_number() over (partition by d.dag_id order by r.id), r.id
+      limit ${limit}`
       : of === null
         ? read(sql``)
         : 'runIds' in of

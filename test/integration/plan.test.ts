@@ -316,6 +316,32 @@ describe('plan', () => {
     expect(await runState(late[1]!.id)).toBe('running');
   });
 
+  it('starts another DAG\'s run in the first step, however long one DAG\'s backlog of older queued runs', BOUND, async () => {
+    const busy = dag('p_fair_busy', [task('a')], { maxActiveRuns: 2 });
+    const backlog = [];
+    for (let i = 0; i < 8; i++) backlog.push(await trigger(busy));
+    const h = harness({ maxRunsPerStep: 3 });
+    await stepOk(h); // two of the backlog start; six wait on max_active_runs
+    const late = await trigger(dag('p_fair_late', [task('a')]));
+    // Three active runs a step, two of them running: what is left must not all go to the backlog.
+    expect((await stepOk(h)).runsStarted).toBe(1);
+    expect(await runState(late.id)).toBe('running');
+    expect(h.offered.some((i) => i.runId === late.id)).toBe(true);
+    expect(await Promise.all(backlog.map((r) => runState(r.id)))).toEqual(['running', 'running', ...Array(6).fill('queued')]);
+  });
+
+  it('starts queued runs of several DAGs in turn, not oldest first across them', BOUND, async () => {
+    const a = dag('p_turn_a', [task('a')], { maxActiveRuns: 100 });
+    const b = dag('p_turn_b', [task('a')], { maxActiveRuns: 100 });
+    const as = [];
+    for (let i = 0; i < 4; i++) as.push(await trigger(a));
+    const bs = [await trigger(b), await trigger(b)];
+    // A step that may start two: one of each DAG, though all of a's are older.
+    const r = (await step(harness({ offerRoom: () => 2 }).ctx, 'light', { all: false, runIds: [], queued: 2 })).plan!;
+    expect(r.runsStarted).toBe(2);
+    expect(await Promise.all([...as, ...bs].map((x) => runState(x.id)))).toEqual(['running', 'queued', 'queued', 'queued', 'running', 'queued']);
+  });
+
   it('holds back a run whose start max_active_runs refuses at the write (planned from an old count), and starts it when room is made', BOUND, async () => {
     const spec = dag('p_max_write', [task('a')], { maxActiveRuns: 1 });
     const r1 = await trigger(spec);
