@@ -3,6 +3,7 @@ import type { Dispatcher } from '../dispatch/dispatcher.js';
 import type { Sql } from '../db/sql.js';
 import type { Cancel } from './canceller.js';
 import type { PlannerMemory } from './planner-memory.js';
+import type { RoomWaiters } from './room-waiters.js';
 
 /** What the scheduler counts (Prometheus in production, plain counters in tests). */
 export interface SchedulerCounters {
@@ -63,4 +64,6 @@ export interface SchedulerContext {
    * memory (the tick starts them anyway); absent: such runs wait for the tick.
    */
   heldBackDags?: Set<string>;
+  /** Runs whose TIs the full dispatch pool refused, offered again when it drains (absent: at the tick). */
+  roomWaiters?: RoomWaiters;
 }

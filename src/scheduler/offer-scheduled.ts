@@ -45,7 +45,10 @@ export function offerScheduled(ctx: SchedulerContext, d: DecidedRun, applied: Ap
     if (outcome === 'accepted') offered++;
     // A full queue says so; an accepted offer clears only that reason (a dispatcher may set its
     // own, e.g. NO_AGENT_WITH_LABELS, which must not flap every step).
-    if (outcome === 'full' && ti.pending_reason !== 'DISPATCH_QUEUE_FULL') reasons.set(ti.id, 'DISPATCH_QUEUE_FULL');
+    if (outcome === 'full') {
+      ctx.roomWaiters?.refused(run.id);
+      if (ti.pending_reason !== 'DISPATCH_QUEUE_FULL') reasons.set(ti.id, 'DISPATCH_QUEUE_FULL');
+    }
     if (outcome === 'accepted' && isPlannerReason(ti.pending_reason) && !justScheduled.has(taskId)) reasons.set(ti.id, null);
   }
   return offered;

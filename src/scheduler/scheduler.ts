@@ -9,6 +9,7 @@ import { createLeaderElector, type LeaderElector } from './leader.js';
 import { createNudger, type Nudge } from './nudger.js';
 import { registerPlanBehindEnds } from './plan-ahead.js';
 import { PlannerMemory } from './planner-memory.js';
+import { RoomWaiters } from './room-waiters.js';
 import { createSchedulerLoop } from './scheduler-loop.js';
 import { step } from './step.js';
 
@@ -65,6 +66,7 @@ export interface Scheduler {
 export function createScheduler(o: SchedulerOptions): Scheduler {
   const logger = o.logger.child({ component: 'scheduler' });
   const memory = new PlannerMemory(MAX_RUNS_PER_STEP);
+  const roomWaiters = new RoomWaiters();
   let isLeader = false;
   let stopping = false;
   const canceller = createCanceller({ sql: o.sql, logger, dispatcher: o.dispatcher });
@@ -78,6 +80,7 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
     maxRunsPerStep: MAX_RUNS_PER_STEP,
     memory,
     heldBackDags: new Set<string>(),
+    roomWaiters,
     runOrphanThresholdMs: o.runOrphanThresholdMs,
     heartbeatThresholdMs: o.heartbeatThresholdMs,
     timeoutGraceMs: o.timeoutGraceMs,
@@ -95,8 +98,12 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
     canStep: () => isLeader,
     onStepDone: (seconds) => o.observe.stepped(seconds),
   });
-  // TIs the full pool refused are offered again once it has drained, without waiting for the tick.
-  o.dispatcher.whenRoom(() => loop.nudge());
+  // TIs the full pool refused are offered again once it has drained, without waiting for the
+  // tick: the runs refused longest ago, as many as there is room for.
+  o.dispatcher.whenRoom(() => {
+    const runIds = roomWaiters.take(Math.max(1, o.dispatcher.room()));
+    if (runIds.length > 0) loop.nudge(runIds);
+  });
   const nudge = createNudger({ sql: o.sql, logger, isLeader: () => isLeader, step: (runIds) => loop.nudge(runIds), changed: (runIds) => memory.changed(runIds) });
   const leader = createLeaderElector({
     databaseUrl: o.databaseUrl,
@@ -116,6 +123,7 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
     onDeposed: () => {
       isLeader = false;
       memory.clear();
+      roomWaiters.clear();
       o.dispatcher.forgetParked();
       o.observe.leading(false);
     },

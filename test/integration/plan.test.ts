@@ -13,6 +13,7 @@ import { createDispatchPool } from '../../src/dispatch/pool.js';
 import type { WorkItem } from '../../src/core/work-item.js';
 import { createScheduledRuns } from '../../src/scheduler/phases/create-scheduled-runs.js';
 import { PlannerMemory } from '../../src/scheduler/planner-memory.js';
+import { RoomWaiters } from '../../src/scheduler/room-waiters.js';
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { dag, task as baseTask } from '../helpers/spec-builders.js';
@@ -422,6 +423,29 @@ describe('plan', () => {
     expect(h.offered).toHaveLength(3);
     expect(h.offered.every((i) => i.taskId === 'a')).toBe(true);
     expect((await tiMap(run.id)).get('a')).toMatchObject({ state: 'scheduled', pending_reason: null });
+  });
+
+  it('lists the runs a full pool refused, oldest refusal first, so the drain offers again only as many as there is room for', BOUND, async () => {
+    const runs = [];
+    for (const id of ['p_wait_1', 'p_wait_2', 'p_wait_3']) runs.push(await trigger(dag(id, [task('a')])));
+    const waiters = new RoomWaiters();
+    const h = harness({ roomWaiters: waiters });
+    h.answer.next = 'full';
+    await stepOk(h);
+    expect(waiters.size).toBe(3);
+    // The pool has room for one: the run refused first, and only it, is read and offered again.
+    const first = waiters.take(1);
+    expect(first).toEqual([runs[0]!.id]);
+    h.answer.next = 'accepted';
+    h.offered.length = 0;
+    const r = (await step(h.ctx, 'light', { all: false, runIds: first, queued: 0 })).plan!;
+    expect(r.offered).toBe(1);
+    expect(h.offered.map((i) => i.runId)).toEqual([runs[0]!.id]);
+    expect(waiters.take(10)).toEqual([runs[1]!.id, runs[2]!.id]);
+    // Refused again when read again: listed again, behind the others.
+    h.answer.next = 'full';
+    await step(h.ctx, 'light', { all: false, runIds: [runs[1]!.id], queued: 0 });
+    expect(waiters.take(10)).toEqual([runs[1]!.id]);
   });
 
   it('keeps a TI whose executor is not available waiting with NO_EXECUTOR:<kind>', BOUND, async () => {

@@ -98,6 +98,8 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
     tiRows = runs.length === 0 ? [] : await listTisOfRuns(ctx.sql, runs.map((r) => r.id));
   }
   await freshened;
+  // Their work is offered again now: a refusal in this step lists them again.
+  ctx.roomWaiters?.reading(runs.map((r) => r.id));
   if (runs.length === 0 && heldBackEndedAhead.length === 0) return result;
   const tisByRun = new Map<string, TiRow[]>();
   for (const ti of tiRows) (tisByRun.get(ti.run_id) ?? tisByRun.set(ti.run_id, []).get(ti.run_id)!).push(ti);
