@@ -37,8 +37,10 @@ export interface SchedulerContext {
   /** The executor of a task declared `executor: default`. */
   defaultExecutor: string;
   counters: SchedulerCounters;
-  /** At most this many active runs are planned per step (oldest first; see plan.ts). */
+  /** At most this many active runs are planned per step (see plan.ts). */
   maxRunsPerStep: number;
+  /** A full step's sweep reads this many running runs on from `sweep.cursor` (see plan.ts). */
+  sweepRunsPerStep?: number;
   /** A running run with nothing in flight for this long is finalized by the run reaper. */
   runOrphanThresholdMs: number;
   /** A queued/running attempt without a sign of life for this long is reaped. */
@@ -53,6 +55,13 @@ export interface SchedulerContext {
   health: DbHealth;
   /** Asks for a step at this time (a retry's backoff ends), so it does not wait for the tick. */
   wakeAt(at: Date): void;
+  /** Asks for a step of these runs as soon as this one is over (absent: the tick). */
+  nudge?(runIds: string[]): void;
+  /**
+   * Where the full step's sweep of running runs goes on from (the last run id it read; '0' to
+   * start over). Absent: every full step reads from the oldest.
+   */
+  sweep?: { cursor: string };
   /**
    * What the planner holds of runs between steps (optional): reads taken behind their attempts'
    * ends, what it last knew of each running run (to plan it ahead of an end), runs ended ahead.

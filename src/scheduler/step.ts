@@ -46,5 +46,9 @@ export async function step(ctx: SchedulerContext, kind: 'full' | 'light' = 'full
   await phase('reapRuns', () => reapRuns(ctx));
   await phase('reapHeartbeats', () => reapHeartbeats(ctx));
   await phase('reapTimeouts', () => reapTimeouts(ctx));
+  // The runs of ended attempts are planned at once (a retry, or the failure's consequences), not
+  // when the sweep comes round to them.
+  const reaped = [...(result.reapHeartbeats?.runIds ?? []), ...(result.reapTimeouts?.runIds ?? [])];
+  if (reaped.length > 0) ctx.nudge?.([...new Set(reaped)]);
   return result;
 }

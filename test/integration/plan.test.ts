@@ -303,32 +303,30 @@ describe('plan', () => {
     expect(h.offered.some((it) => it.runId === r2.id)).toBe(true);
   });
 
-  it('starts a queued run even behind more running runs than a step reads, one a step', BOUND, async () => {
+  it('starts queued runs even behind more running runs than a step reads', BOUND, async () => {
     const spec = dag('p_behind', [task('a')], { maxActiveRuns: 100 });
     const running = [await trigger(spec), await trigger(spec), await trigger(spec)];
     await stepOk(harness()); // all three start
     const late = [await trigger(spec), await trigger(spec)];
 
-    // Two active runs a step: the two oldest running ones fill it, yet one queued run starts.
+    // Two active runs a step: the running ones fill it, yet queued runs still start.
     const h = harness({ maxRunsPerStep: 2 });
-    expect((await stepOk(h)).runsStarted).toBe(1);
-    expect(await Promise.all([...running, ...late].map((r) => runState(r.id)))).toEqual(['running', 'running', 'running', 'running', 'queued']);
-    expect((await stepOk(h)).runsStarted).toBe(1);
-    expect(await runState(late[1]!.id)).toBe('running');
+    expect((await stepOk(h)).runsStarted).toBe(2);
+    expect(await Promise.all([...running, ...late].map((r) => runState(r.id)))).toEqual(Array(5).fill('running'));
   });
 
   it('starts another DAG\'s run in the first step, however long one DAG\'s backlog of older queued runs', BOUND, async () => {
     const busy = dag('p_fair_busy', [task('a')], { maxActiveRuns: 2 });
     const backlog = [];
-    for (let i = 0; i < 8; i++) backlog.push(await trigger(busy));
+    // More queued runs than a full step reads, however few are running.
+    for (let i = 0; i < 130; i++) backlog.push(await trigger(busy));
     const h = harness({ maxRunsPerStep: 3 });
-    await stepOk(h); // two of the backlog start; six wait on max_active_runs
+    await stepOk(h); // two of the backlog start; the rest wait on max_active_runs
     const late = await trigger(dag('p_fair_late', [task('a')]));
-    // Three active runs a step, two of them running: what is left must not all go to the backlog.
     expect((await stepOk(h)).runsStarted).toBe(1);
     expect(await runState(late.id)).toBe('running');
     expect(h.offered.some((i) => i.runId === late.id)).toBe(true);
-    expect(await Promise.all(backlog.map((r) => runState(r.id)))).toEqual(['running', 'running', ...Array(6).fill('queued')]);
+    expect(await Promise.all(backlog.map((r) => runState(r.id)))).toEqual(['running', 'running', ...Array(128).fill('queued')]);
   });
 
   it('starts queued runs of several DAGs in turn, not oldest first across them', BOUND, async () => {
@@ -423,6 +421,58 @@ describe('plan', () => {
     expect(h.offered).toHaveLength(3);
     expect(h.offered.every((i) => i.taskId === 'a')).toBe(true);
     expect((await tiMap(run.id)).get('a')).toMatchObject({ state: 'scheduled', pending_reason: null });
+  });
+
+  it('sweeps the running runs a stretch a full step, so each is looked at within a known number of steps however many there are', BOUND, async () => {
+    const spec = dag('p_sweep', [task('a')], { maxActiveRuns: 100 });
+    const runs = [];
+    for (let i = 0; i < 7; i++) runs.push(await trigger(spec));
+    await stepOk(harness()); // all start
+    // Six tasks run on (nothing to decide); the last one ends with no nudge: nothing but a read
+    // of its run can end the run, and the six older runs fill any read of the oldest.
+    const live = runs.slice(0, 6).map((r) => r.id);
+    await db.sql`update task_instances set state = 'running', try_number = 1, attempt_token = gen_random_uuid(), queued_at = now(),
+                   started_at = now(), heartbeat_at = now() where run_id = any(${live}::bigint[])`;
+    expect(await executeTask(runs[6]!.id, 'a', OK)).toBe('success');
+    const h = harness({ sweepRunsPerStep: 3, sweep: { cursor: '0' } });
+    expect((await stepOk(h)).runsFinalized).toBe(0);
+    expect(h.ctx.sweep).toEqual({ cursor: runs[2]!.id });
+    expect((await stepOk(h)).runsFinalized).toBe(0);
+    expect((await stepOk(h)).runsFinalized).toBe(1);
+    expect(await runState(runs[6]!.id)).toBe('success');
+    // The last stretch was short: the sweep starts over.
+    expect(h.ctx.sweep).toEqual({ cursor: '0' });
+  });
+
+  it('reads a run with a retry due or a task waiting to be offered in every full step, wherever the sweep is', BOUND, async () => {
+    const spec = dag('p_sweep_due', [task('a', { retries: 1, retryDelayMs: 0 })], { maxActiveRuns: 100 });
+    const runs = [];
+    for (let i = 0; i < 4; i++) runs.push(await trigger(spec));
+    await stepOk(harness());
+    for (const r of runs.slice(0, 3)) expect(await executeTask(r.id, 'a', OK)).toBe('success');
+    // The last run's try fails: its retry is due at once, and no nudge says so.
+    expect(await executeTask(runs[3]!.id, 'a', FAIL)).toBe('up_for_retry');
+    const h = harness({ sweepRunsPerStep: 1, sweep: { cursor: '0' } });
+    const r = await stepOk(h);
+    // The sweep read the first run only; the run with its retry due was read as well.
+    expect(r.runsFinalized).toBe(1);
+    expect((await tiMap(runs[3]!.id)).get('a')).toMatchObject({ state: 'scheduled', try_number: 1 });
+    expect(h.offered.map((i) => i.runId)).toEqual([runs[3]!.id]);
+    expect(await runState(runs[1]!.id)).toBe('running');
+  });
+
+  it('plans at once the runs of the attempts the reapers ended, not when the sweep comes round', BOUND, async () => {
+    const spec = dag('p_reaped', [task('a'), task('b', { dependsOn: ['a'] })], { maxActiveRuns: 100 });
+    const run = await trigger(spec);
+    await stepOk(harness());
+    const a = (await tiMap(run.id)).get('a')!;
+    await db.sql`update task_instances set state = 'running', try_number = 1, attempt_token = gen_random_uuid(), queued_at = now() - interval '1 hour',
+                   started_at = now() - interval '1 hour', heartbeat_at = now() - interval '1 hour' where id = ${a.id}`;
+    const nudged: string[][] = [];
+    const h = harness({ heartbeatThresholdMs: 5_000, nudge: (ids) => nudged.push(ids) });
+    const r = await step(h.ctx);
+    expect(r.reapHeartbeats).toMatchObject({ failed: 1, runIds: [run.id] });
+    expect(nudged).toEqual([[run.id]]);
   });
 
   it('lists the runs a full pool refused, oldest refusal first, so the drain offers again only as many as there is room for', BOUND, async () => {

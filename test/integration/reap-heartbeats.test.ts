@@ -70,7 +70,7 @@ describe('reapHeartbeats', () => {
     const h = harness();
 
     const r = await reapHeartbeats(h.ctx);
-    expect(r).toEqual({ candidates: 1, retried: 1, failed: 0, errors: 0, heldLive: 0, heldOff: false });
+    expect(r).toEqual({ candidates: 1, retried: 1, failed: 0, errors: 0, heldLive: 0, heldOff: false, runIds: [run.id] });
     const row = await ti(a.tiId);
     // The lost attempt's token dies with it: nothing its holder reports later can match.
     expect(row).toMatchObject({ state: 'up_for_retry', try_number: 1, pid: null, attempt_token: null });
@@ -93,7 +93,7 @@ describe('reapHeartbeats', () => {
     expect(h.errors).toEqual([]);
 
     // Once reaped, the row is no longer a candidate: a second pass changes nothing.
-    expect(await reapHeartbeats(h.ctx)).toEqual({ candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: false });
+    expect(await reapHeartbeats(h.ctx)).toEqual({ candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: false, runIds: [] });
     expect(h.reaped).toHaveLength(1);
   });
 
@@ -123,7 +123,7 @@ describe('reapHeartbeats', () => {
     const before = [await ti(fresh.tiId), await ti(long.tiId)];
     const h = harness();
 
-    expect(await reapHeartbeats(h.ctx)).toEqual({ candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: false });
+    expect(await reapHeartbeats(h.ctx)).toEqual({ candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: false, runIds: [] });
     expect([await ti(fresh.tiId), await ti(long.tiId)]).toEqual(before);
     expect(h.reaped).toEqual([]);
     expect(h.agentLost).toEqual([]);
@@ -210,7 +210,7 @@ describe('reapHeartbeats', () => {
     const h = harness({ health: { healthySince: since } });
     h.clock.now = since;
 
-    expect(await reapHeartbeats(h.ctx)).toEqual({ candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: true });
+    expect(await reapHeartbeats(h.ctx)).toEqual({ candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: true, runIds: [] });
     h.clock.now = new Date(since.getTime() + THRESHOLD_MS - 1);
     expect((await reapHeartbeats(h.ctx)).heldOff).toBe(true);
     expect((await ti(a.tiId)).state).toBe('running');
@@ -236,7 +236,8 @@ describe('reapHeartbeats', () => {
     const h = harness();
     try {
       const r = await reapHeartbeats(h.ctx);
-      expect(r).toEqual({ candidates: 3, retried: 1, failed: 1, errors: 1, heldLive: 0, heldOff: false });
+      expect(r).toMatchObject({ candidates: 3, retried: 1, failed: 1, errors: 1, heldLive: 0, heldOff: false });
+      expect(r.runIds).toHaveLength(2);
     } finally {
       await db.sql.unsafe(`drop trigger test_fail_bad_ti on task_instances; drop function test_fail_bad_ti();`);
     }
@@ -269,12 +270,14 @@ describe('reapHeartbeats', () => {
 
     const s1 = await step(h.ctx);
     expect(s1.failedPhases).toEqual([]);
-    expect(s1.reapHeartbeats).toEqual({ candidates: 100, retried: 0, failed: 100, errors: 0, heldLive: 0, heldOff: false });
+    expect(s1.reapHeartbeats).toMatchObject({ candidates: 100, retried: 0, failed: 100, errors: 0, heldLive: 0, heldOff: false });
+    expect(s1.reapHeartbeats!.runIds).toHaveLength(100);
     expect(await count('failed')).toBe(100);
     expect(await count('running')).toBe(20);
 
     const s2 = await step(h.ctx);
-    expect(s2.reapHeartbeats).toEqual({ candidates: 20, retried: 0, failed: 20, errors: 0, heldLive: 0, heldOff: false });
+    expect(s2.reapHeartbeats).toMatchObject({ candidates: 20, retried: 0, failed: 20, errors: 0, heldLive: 0, heldOff: false });
+    expect(s2.reapHeartbeats!.runIds).toHaveLength(20);
     expect(await count('failed')).toBe(120);
     expect(h.reaped).toEqual([
       { kind: 'ti', count: 100 },

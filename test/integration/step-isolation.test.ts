@@ -128,8 +128,8 @@ describe('step isolation', () => {
     expect(r).toEqual({
       plan: null,
       reapRuns: null,
-      reapHeartbeats: { candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: true },
-      reapTimeouts: { candidates: 0, retried: 0, failed: 0, errors: 0, heldOff: true },
+      reapHeartbeats: { candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: true, runIds: [] },
+      reapTimeouts: { candidates: 0, retried: 0, failed: 0, errors: 0, heldOff: true, runIds: [] },
       failedPhases: ['plan', 'reapRuns'],
     });
     expect(h.errors.map((e) => e.phase)).toEqual(['plan.cron', 'plan', 'reap-runs']);

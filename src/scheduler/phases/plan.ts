@@ -23,6 +23,10 @@ export interface PlanResult {
 
 type ActiveRun = ActiveRunRow;
 
+/** However many runs are running, a full step reads this many queued runs: one DAG each, at the
+ *  least (they are read fairly across DAGs), so no DAG's queued runs wait on another's. */
+const MIN_QUEUED_PER_STEP = 100;
+
 /**
  * Phase 1: create due cron runs, start queued runs within max_active_runs, advance running runs
  * by their trigger rules, finalize runs whose task instances are all terminal, and offer
@@ -33,8 +37,8 @@ type ActiveRun = ActiveRunRow;
  * reasons, however many runs there are. A run's decision that throws poisons that run only; a
  * write refused by the database for one run is retried run by run so it cannot hold up the others.
  * With `runIds` (a targeted step: these runs were nudged) only those runs are read, with `queued`
- * the oldest queued runs too. Without them, the step reads the oldest running runs and the oldest
- * queued runs, `maxRunsPerStep` in all but at least one queued run.
+ * the oldest queued runs too. Without them (a full step), the running runs with work waiting on
+ * the planner, the sweep's next stretch of running runs, and queued runs taken fairly across DAGs.
  */
 export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?: string[] | null; queued?: number } = { cron: true }): Promise<PlanResult> {
   const result: PlanResult = { runsCreated: 0, runsStarted: 0, runsAdvanced: 0, runsFinalized: 0, offered: 0, errors: 0 };
@@ -89,11 +93,20 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
     // Everything is read now: reads kept from before are older than this one.
     ctx.memory?.dropReads();
     freshened = ctx.dispatcher.freshenPlacement();
-    // The oldest running runs, then the oldest queued runs up to `maxRunsPerStep` active runs in
-    // all, but always at least one: a queued run (a cron run, say) makes progress however many
-    // older runs are running, and a backlog starts no faster than runs end.
-    const running = await activeRuns(ctx.sql, ctx.maxRunsPerStep, { running: true });
-    const queued = await activeRuns(ctx.sql, Math.max(1, ctx.maxRunsPerStep - running.length), { queuedOf: 'any' });
+    // Running runs: those with work waiting on the planner (a scheduled TI not yet claimed, a
+    // retry due), and the sweep's next stretch, on from where the last full step stopped, so
+    // every running run is looked at within a known number of ticks however many there are,
+    // while a step reads only a bounded number of them. Then queued runs, fairly across DAGs, up
+    // to `maxRunsPerStep` active runs in all but always some: a queued run (a cron run, say) makes
+    // progress however many runs are running.
+    const sweepSize = ctx.sweepRunsPerStep ?? ctx.maxRunsPerStep;
+    const [waiting, swept] = await Promise.all([
+      activeRuns(ctx.sql, ctx.maxRunsPerStep, { waiting: true }),
+      activeRuns(ctx.sql, sweepSize, { running: true, after: ctx.sweep?.cursor ?? '0' }),
+    ]);
+    if (ctx.sweep) ctx.sweep.cursor = swept.length < sweepSize ? '0' : swept[swept.length - 1]!.id;
+    const running = [...new Map([...waiting, ...swept].map((r) => [r.id, r])).values()];
+    const queued = await activeRuns(ctx.sql, Math.max(MIN_QUEUED_PER_STEP, ctx.maxRunsPerStep - running.length), { queuedOf: 'any' });
     runs = [...running, ...queued].sort((a, b) => compareIds(a.id, b.id));
     tiRows = runs.length === 0 ? [] : await listTisOfRuns(ctx.sql, runs.map((r) => r.id));
   }

@@ -14,6 +14,8 @@ export interface ReapHeartbeatsResult {
   heldLive: number;
   /** Set when the phase held off because the database was unreachable too recently. */
   heldOff: boolean;
+  /** The runs of the attempts it ended: they have moves to decide now. */
+  runIds: string[];
 }
 
 /**
@@ -23,7 +25,7 @@ export interface ReapHeartbeatsResult {
  * isolated; one that fails to write does not stop the others.
  */
 export async function reapHeartbeats(ctx: SchedulerContext): Promise<ReapHeartbeatsResult> {
-  const result: ReapHeartbeatsResult = { candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: false };
+  const result: ReapHeartbeatsResult = { candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: false, runIds: [] };
   if (ctx.now().getTime() - ctx.health.healthySince.getTime() < ctx.heartbeatThresholdMs) {
     result.heldOff = true;
     return result;
@@ -40,6 +42,7 @@ export async function reapHeartbeats(ctx: SchedulerContext): Promise<ReapHeartbe
     try {
       const verdict = await reapAttempt(ctx.sql, c, ctx.heartbeatThresholdMs);
       if (verdict === 'skipped') continue;
+      result.runIds.push(c.run_id);
       if (verdict === 'up_for_retry') result.retried++;
       else result.failed++;
       ctx.logger.warn(

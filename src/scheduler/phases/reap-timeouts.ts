@@ -12,6 +12,8 @@ export interface ReapTimeoutsResult {
   errors: number;
   /** Set when the phase held off because the database was unreachable too recently. */
   heldOff: boolean;
+  /** The runs of the attempts it ended: they have moves to decide now. */
+  runIds: string[];
 }
 
 /**
@@ -24,7 +26,7 @@ export interface ReapTimeoutsResult {
  * still be on its way.
  */
 export async function reapTimeouts(ctx: SchedulerContext): Promise<ReapTimeoutsResult> {
-  const result: ReapTimeoutsResult = { candidates: 0, retried: 0, failed: 0, errors: 0, heldOff: false };
+  const result: ReapTimeoutsResult = { candidates: 0, retried: 0, failed: 0, errors: 0, heldOff: false, runIds: [] };
   if (ctx.now().getTime() - ctx.health.healthySince.getTime() < ctx.heartbeatThresholdMs) {
     result.heldOff = true;
     return result;
@@ -35,6 +37,7 @@ export async function reapTimeouts(ctx: SchedulerContext): Promise<ReapTimeoutsR
     try {
       const verdict = await timeOutAttempt(ctx.sql, c, ctx.timeoutGraceMs);
       if (verdict === 'skipped') continue;
+      result.runIds.push(c.run_id);
       if (verdict === 'up_for_retry') result.retried++;
       else result.failed++;
       await ctx.cancel(c.id, `timed out after ${c.timeout_ms} ms`);
