@@ -136,8 +136,8 @@ export type ActiveRunRow = RunRow & { dag_paused: boolean; running_in_dag: numbe
 /** Which active runs to read: these runs; the runs of these TIs (read right after their ends
  *  were written); the oldest queued runs, of these DAGs or of any; the running runs after a run id
  *  (a sweep's next stretch; from the oldest without `after`); or the running runs with work waiting
- *  on the planner (a TI scheduled but not yet claimed, or a retry due). */
-export type ActiveRunsOf = { runIds: string[] } | { ofTis: string[] } | { queuedOf: string[] | 'any' } | { running: true; after?: string } | { waiting: true };
+ *  on the planner: a retry due, and with `all` a TI scheduled but not yet claimed too. */
+export type ActiveRunsOf = { runIds: string[] } | { ofTis: string[] } | { queuedOf: string[] | 'any' } | { running: true; after?: string } | { waiting: 'retries' | 'all' };
 
 /** Runs the planner looks at: queued or running, not poisoned, oldest first (all of them without
  *  `of`; queued runs taken fairly across DAGs). One round trip, the running counts
@@ -184,7 +184,7 @@ export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = nu
               ? // By the TIs' live index: as many rows as there is work waiting, not as there are runs.
                 read(sql`and r.state in (${startedStates}) and r.id in (
                   select t.run_id from task_instances t
-                  where t.state = 'scheduled' or (t.state = 'up_for_retry' and (t.next_try_at is null or t.next_try_at <= now())))`)
+                  where ${of.waiting === 'all' ? sql`t.state = 'scheduled' or` : sql``} (t.state = 'up_for_retry' and (t.next_try_at is null or t.next_try_at <= now())))`)
               : read(sql`and r.state in (${startedStates}) and r.id > ${of.after ?? '0'}::bigint`);
   return sql<ActiveRunRow[]>`
     with q as (${runs}),

@@ -1,12 +1,14 @@
 import type { Logger } from 'pino';
 
 /**
- * What a step plans: every active run, or only the runs named by the nudges since the last step
+ * What a step plans: every active run that may have something to decide (`asked`: a nudge asked
+ * for it, e.g. an agent connected, so every task waiting to be offered is read too), or only the
+ * runs named by the nudges since the last step
  * (a TI of theirs ended, they were triggered) and the oldest queued runs, at least `queued` of
  * them (an executor has that many free slots and nothing to put in them). A targeted step reads and writes only those runs, so a
  * finished task costs one run's reads, not every active run's.
  */
-export type StepTarget = { all: true } | { all: false; runIds: string[]; queued: number };
+export type StepTarget = { all: true; asked?: boolean } | { all: false; runIds: string[]; queued: number };
 
 export interface SchedulerLoopOptions {
   tickMs: number;
@@ -81,7 +83,9 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
       const kind = Date.now() - lastFullAt >= opts.tickMs ? 'full' : 'light';
       if (kind === 'full') lastFullAt = Date.now();
       const target: StepTarget =
-        kind === 'full' || wantAll || (wantRuns.size === 0 && wantQueued === 0) ? { all: true } : { all: false, runIds: [...wantRuns], queued: wantQueued };
+        kind === 'full' || wantAll || (wantRuns.size === 0 && wantQueued === 0)
+          ? { all: true, asked: wantAll }
+          : { all: false, runIds: [...wantRuns], queued: wantQueued };
       wantAll = false;
       wantRuns = new Set();
       wantQueued = 0;

@@ -39,7 +39,8 @@ export async function step(ctx: SchedulerContext, kind: 'full' | 'light' = 'full
     }
   };
   const everything = kind === 'full' || target.all;
-  await phase('plan', () => plan(ctx, { cron: kind === 'full', runIds: everything ? null : target.runIds, queued: everything ? 0 : target.queued }));
+  const waiting = target.all && target.asked ? 'all' : 'retries';
+  await phase('plan', () => plan(ctx, { cron: kind === 'full', runIds: everything ? null : target.runIds, queued: everything ? 0 : target.queued, waiting }));
   // A light step (a nudge between ticks) only plans: what the reapers and the cron check look
   // for depends on time passing, and the next full step comes within one tick.
   if (kind === 'light') return result;

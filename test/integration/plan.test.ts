@@ -444,7 +444,7 @@ describe('plan', () => {
     expect(h.ctx.sweep).toEqual({ cursor: '0' });
   });
 
-  it('reads a run with a retry due or a task waiting to be offered in every full step, wherever the sweep is', BOUND, async () => {
+  it('reads a run with a retry due in every full step, wherever the sweep is', BOUND, async () => {
     const spec = dag('p_sweep_due', [task('a', { retries: 1, retryDelayMs: 0 })], { maxActiveRuns: 100 });
     const runs = [];
     for (let i = 0; i < 4; i++) runs.push(await trigger(spec));
@@ -459,6 +459,23 @@ describe('plan', () => {
     expect((await tiMap(runs[3]!.id)).get('a')).toMatchObject({ state: 'scheduled', try_number: 1 });
     expect(h.offered.map((i) => i.runId)).toEqual([runs[3]!.id]);
     expect(await runState(runs[1]!.id)).toBe('running');
+  });
+
+  it('offers again the tasks waiting to be offered beyond the sweep when a nudge asks for everything, not at every tick', BOUND, async () => {
+    const runs = [];
+    for (let i = 0; i < 4; i++) runs.push(await trigger(dag('p_asked', [task('a')], { maxActiveRuns: 100 })));
+    const h = harness({ sweepRunsPerStep: 1, sweep: { cursor: '0' } });
+    h.answer.next = 'full';
+    await step(h.ctx, 'light', { all: true, asked: true }); // all start; every offer refused
+    h.offered.length = 0;
+    h.answer.next = 'accepted';
+    // The tick: its sweep's stretch only.
+    await step(h.ctx, 'full', { all: true });
+    expect(h.offered.map((i) => i.runId)).toEqual([runs[0]!.id]);
+    h.offered.length = 0;
+    // An agent connected (say): every task waiting is offered again.
+    await step(h.ctx, 'light', { all: true, asked: true });
+    expect(h.offered.map((i) => i.runId).sort()).toEqual(runs.map((r) => r.id).sort());
   });
 
   it('plans at once the runs of the attempts the reapers ended, not when the sweep comes round', BOUND, async () => {

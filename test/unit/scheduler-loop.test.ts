@@ -142,7 +142,7 @@ describe('targeted steps', () => {
     return { targets, l };
   }
 
-  it('plans only the runs named by the nudges since the last step, merged; an unnamed nudge plans every run', async () => {
+  it('plans only the runs named by the nudges since the last step, merged; an unnamed nudge asks for every run', async () => {
     let release!: () => void;
     const { targets, l } = recording(async (t) => {
       if (t.length === 2) await new Promise<void>((r) => (release = r));
@@ -158,7 +158,7 @@ describe('targeted steps', () => {
     l.nudge(['10']);
     l.nudge();
     await vi.advanceTimersByTimeAsync(20);
-    expect(targets).toEqual([{ all: true }, { all: false, runIds: ['7'], queued: 0 }, { all: false, runIds: ['8', '9'], queued: 0 }, { all: true }]);
+    expect(targets).toEqual([{ all: true, asked: true }, { all: false, runIds: ['7'], queued: 0 }, { all: false, runIds: ['8', '9'], queued: 0 }, { all: true, asked: true }]);
   });
 
   it('asks a step for the oldest queued runs when nudged for them (the largest ask), merged with the named runs', async () => {
@@ -172,6 +172,6 @@ describe('targeted steps', () => {
     l.nudgeQueued(5);
     l.nudgeQueued(1);
     await vi.advanceTimersByTimeAsync(20);
-    expect(targets).toEqual([{ all: true }, { all: false, runIds: [], queued: 3 }, { all: false, runIds: ['4'], queued: 5 }]);
+    expect(targets).toEqual([{ all: true, asked: true }, { all: false, runIds: [], queued: 3 }, { all: false, runIds: ['4'], queued: 5 }]);
   });
 });

@@ -40,7 +40,10 @@ const MIN_QUEUED_PER_STEP = 100;
  * the oldest queued runs too. Without them (a full step), the running runs with work waiting on
  * the planner, the sweep's next stretch of running runs, and queued runs taken fairly across DAGs.
  */
-export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?: string[] | null; queued?: number } = { cron: true }): Promise<PlanResult> {
+export async function plan(
+  ctx: SchedulerContext,
+  opts: { cron: boolean; runIds?: string[] | null; queued?: number; waiting?: 'retries' | 'all' } = { cron: true },
+): Promise<PlanResult> {
   const result: PlanResult = { runsCreated: 0, runsStarted: 0, runsAdvanced: 0, runsFinalized: 0, offered: 0, errors: 0 };
   if (opts.cron) {
     try {
@@ -93,15 +96,17 @@ export async function plan(ctx: SchedulerContext, opts: { cron: boolean; runIds?
     // Everything is read now: reads kept from before are older than this one.
     ctx.memory?.dropReads();
     freshened = ctx.dispatcher.freshenPlacement();
-    // Running runs: those with work waiting on the planner (a scheduled TI not yet claimed, a
-    // retry due), and the sweep's next stretch, on from where the last full step stopped, so
-    // every running run is looked at within a known number of ticks however many there are,
-    // while a step reads only a bounded number of them. Then queued runs, fairly across DAGs, up
-    // to `maxRunsPerStep` active runs in all but always some: a queued run (a cron run, say) makes
-    // progress however many runs are running.
+    // Running runs: those with work waiting on the planner (a retry due; when a nudge asked for
+    // everything, e.g. an agent connected or this replica was elected, every TI scheduled and not
+    // yet claimed too, since what it waited for may have come: the tick leaves those to the
+    // events that concern them and to the sweep), and the sweep's next stretch, on from where the
+    // last full step stopped, so every running run is looked at within a known number of ticks
+    // however many there are, while a step reads only a bounded number of them. Then queued
+    // runs, fairly across DAGs, up to `maxRunsPerStep` active runs in all but always some: a
+    // queued run (a cron run, say) makes progress however many runs are running.
     const sweepSize = ctx.sweepRunsPerStep ?? ctx.maxRunsPerStep;
     const [waiting, swept] = await Promise.all([
-      activeRuns(ctx.sql, ctx.maxRunsPerStep, { waiting: true }),
+      activeRuns(ctx.sql, ctx.maxRunsPerStep, { waiting: opts.waiting ?? 'all' }),
       activeRuns(ctx.sql, sweepSize, { running: true, after: ctx.sweep?.cursor ?? '0' }),
     ]);
     if (ctx.sweep) ctx.sweep.cursor = swept.length < sweepSize ? '0' : swept[swept.length - 1]!.id;
