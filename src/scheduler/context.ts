@@ -58,10 +58,11 @@ export interface SchedulerContext {
   /** Asks for a step of these runs as soon as this one is over (absent: the tick). */
   nudge?(runIds: string[]): void;
   /**
-   * Where the full step's sweep of running runs goes on from (the last run id it read; '0' to
-   * start over). Absent: every full step reads from the oldest.
+   * Where the full step's sweeps of running runs go on from (the last run id each read; '0' to
+   * start over): the planner's, and the orphaned-run reaper's. Absent: every full step reads
+   * from the oldest, and the reaper looks at every running run.
    */
-  sweep?: { cursor: string };
+  sweep?: { cursor: string; orphansAfter?: string };
   /**
    * What the planner holds of runs between steps (optional): reads taken behind their attempts'
    * ends, what it last knew of each running run (to plan it ahead of an end), runs ended ahead.

@@ -8,7 +8,7 @@ import { reapRuns } from '../../src/scheduler/phases/reap-runs.js';
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
-import { schedulerHarness } from '../helpers/scheduler-harness.js';
+import { schedulerHarness, type HarnessOptions } from '../helpers/scheduler-harness.js';
 
 const BOUND = { timeout: 20_000 };
 const THRESHOLD_MS = 60_000;
@@ -26,7 +26,7 @@ beforeEach(async () => {
   await db.sql`delete from events`;
 });
 
-const harness = () => schedulerHarness(db.sql, { runOrphanThresholdMs: THRESHOLD_MS });
+const harness = (over: HarnessOptions = {}) => schedulerHarness(db.sql, { runOrphanThresholdMs: THRESHOLD_MS, ...over });
 
 const SPEC = dag('rr', [task('a'), task('b'), task('c')]);
 let runSeq = 0;
@@ -211,7 +211,7 @@ describe('reapRuns', () => {
 
   it('re-checks in the write: a run whose TI was re-opened after the read is left running', BOUND, async () => {
     const run = await runWith({ a: 'success', b: 'failed', c: 'success' });
-    const candidates = await orphanRuns(db.sql, THRESHOLD_MS, 100);
+    const candidates = (await orphanRuns(db.sql, THRESHOLD_MS, 100)).runs;
     expect(candidates).toEqual([{ id: run.id, dag_id: 'rr' }]);
     // Between the read and the write, b is cleared and scheduled again.
     await db.sql`update task_instances set state = 'scheduled', ended_at = null where run_id = ${run.id} and task_id = 'b'`;
@@ -219,6 +219,27 @@ describe('reapRuns', () => {
     expect(await reapRun(db.sql, run.id, THRESHOLD_MS)).toBeNull();
     expect((await getRun(db.sql, run.id))!.state).toBe('running');
     expect((await runEvents(run.id)).some((e) => e.payload.reason === 'orphan_reaped')).toBe(false);
+  });
+
+  it('with a sweep, looks at a stretch of the running runs a step and goes round them all', BOUND, async () => {
+    // A live run among the orphans: looked at, never reaped, and it counts in the stretch.
+    const runs = [
+      await runWith({ a: 'success', b: 'success', c: 'success' }),
+      await runWith({ a: 'running' }),
+      await runWith({ a: 'success', b: 'success', c: 'success' }),
+      await runWith({ a: 'success', b: 'success', c: 'success' }),
+      await runWith({ a: 'success', b: 'success', c: 'success' }),
+    ];
+    const h = harness({ sweep: { cursor: '0' }, sweepRunsPerStep: 2 });
+    const finalized = async () => (await Promise.all(runs.map(async (r) => (await getRun(db.sql, r.id))!.state))).map((st) => st !== 'running');
+    expect(await reapRuns(h.ctx)).toMatchObject({ candidates: 1, finalized: 1 });
+    expect(h.ctx.sweep!.orphansAfter).toBe(runs[1]!.id);
+    expect(await finalized()).toEqual([true, false, false, false, false]);
+    expect(await reapRuns(h.ctx)).toMatchObject({ candidates: 2, finalized: 2 });
+    // The last stretch was short (one run left of two): the next starts over.
+    expect(await reapRuns(h.ctx)).toMatchObject({ candidates: 1, finalized: 1 });
+    expect(h.ctx.sweep!.orphansAfter).toBe('0');
+    expect(await finalized()).toEqual([true, false, true, true, true]);
   });
 
   it('is harmless when two leaders reap at once or one after the other', BOUND, async () => {
@@ -255,12 +276,12 @@ describe('paused DAGs', () => {
     const run = await runWith({ a: 'success', b: 'none', c: 'none' });
     await db.sql`update dags set paused = true where dag_id = 'rr'`;
     try {
-      expect(await orphanRuns(db.sql, THRESHOLD_MS, 100)).toEqual([]);
+      expect((await orphanRuns(db.sql, THRESHOLD_MS, 100)).runs).toEqual([]);
       expect(await reapRun(db.sql, run.id, THRESHOLD_MS)).toBeNull();
       expect((await getRun(db.sql, run.id))!.state).toBe('running');
     } finally {
       await db.sql`update dags set paused = false where dag_id = 'rr'`;
     }
-    expect(await orphanRuns(db.sql, THRESHOLD_MS, 100)).toEqual([{ id: run.id, dag_id: 'rr' }]);
+    expect((await orphanRuns(db.sql, THRESHOLD_MS, 100)).runs).toEqual([{ id: run.id, dag_id: 'rr' }]);
   });
 });

@@ -1,0 +1,156 @@
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { createClients } from '../../src/cli/client.js';
+import { scrapeMetrics } from '../helpers/scrape-metrics.js';
+import { startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { round } from './pg-xacts.js';
+import { report } from './report.js';
+
+/**
+ * scale: what an idle scheduler costs as the number of active runs grows, and whether a backlog
+ * of one DAG delays another's. (1) 0 / 100 / 1,000 / 5,000 running runs, each with a task
+ * running on an agent (written with SQL; the heartbeat threshold is an hour, so nothing is
+ * reaped), and nothing happening: over 20 s, the steps' mean and p50/p99 (from the server's
+ * `tick_duration_seconds` histogram, so a p is its bucket's upper bound), steps a second, and
+ * the server's CPU. Ratios to the 0-active run. (2) 5,000 queued runs of one DAG
+ * (`max_active_runs: 2`), then a cron run of another DAG: its created → started (Infinity when it
+ * has not started 150 s after the apply).
+ */
+
+const ACTIVE = [0, 100, 1000, 5000];
+const WINDOW_MS = 20_000;
+const BUCKET = /^tick_duration_seconds_bucket\{le="([^"]+)"\}$/;
+
+/** The running runs of `scale`, each with its one task running on agent `ghost`. */
+async function runningRuns(db: TestDatabase, n: number): Promise<void> {
+  if (n === 0) return;
+  await db.sql`
+    insert into dag_runs (dag_id, run_key, run_type, dag_version, spec, logical_date, state, started_at)
+    select d.dag_id, 'bulk__' || g, 'manual', d.version, d.spec, now(), 'running', now()
+    from dags d, generate_series(1, ${n}) g where d.dag_id = 'scale'`;
+  await db.sql`
+    insert into task_instances (run_id, task_id, try_number, max_tries, state, attempt_token, executor, agent_id, queued_at, started_at, heartbeat_at)
+    select r.id, 'a', 1, 1, 'running', gen_random_uuid(), 'agents', 'ghost', now(), now(), now()
+    from dag_runs r where r.dag_id = 'scale'`;
+  await db.sql`analyze`;
+}
+
+function cpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  // utime and stime, fields 14 and 15, in clock ticks (100 a second on Linux).
+  return (Number(f[11]) + Number(f[12])) / 100;
+}
+
+interface Steps {
+  count: number;
+  sum: number;
+  buckets: [number, number][];
+}
+
+async function steps(s: ServerProcess): Promise<Steps> {
+  const m = await scrapeMetrics(s.metricsUrl);
+  const buckets: [number, number][] = [];
+  for (const [k, v] of m) {
+    const b = BUCKET.exec(k);
+    if (b) buckets.push([b[1] === '+Inf' ? Infinity : Number(b[1]), v]);
+  }
+  return { count: m.get('tick_duration_seconds_count') ?? 0, sum: m.get('tick_duration_seconds_sum') ?? 0, buckets: buckets.sort((a, b) => a[0] - b[0]) };
+}
+
+/** The upper bound, in ms, of the bucket the p-th percentile of the window's steps falls in. */
+function bucketPercentile(before: Steps, after: Steps, p: number): number {
+  const n = after.count - before.count;
+  for (const [le, v] of after.buckets) {
+    const inWindow = v - (before.buckets.find(([l]) => l === le)?.[1] ?? 0);
+    if (inWindow >= (p / 100) * n) return le * 1000;
+  }
+  return Infinity;
+}
+
+async function idleCost(n: number): Promise<Record<string, number>> {
+  const db = await createTestDatabase();
+  let s: ServerProcess | null = null;
+  try {
+    s = await startServer({ env: { DATABASE_URL: db.url }, quiet: true, args: ['--heartbeat-threshold', '1h'] });
+    const api = createClients(s.url);
+    await api.workflow.applyDag({ source: 'dag_id: scale\nmax_active_runs: 10000\ntasks:\n  - id: a\n    executor: agents\n    command: ["true"]\n', filename: 'scale.yaml' });
+    await runningRuns(db, n);
+    // The first steps read everything once (the new leader offers what waits): not counted.
+    await new Promise((r) => setTimeout(r, 5000));
+    const [before, cpu0, t0] = [await steps(s), cpuSeconds(s.child.pid!), performance.now()];
+    await new Promise((r) => setTimeout(r, WINDOW_MS));
+    const [after, cpu1, t1] = [await steps(s), cpuSeconds(s.child.pid!), performance.now()];
+    const seconds = (t1 - t0) / 1000;
+    const count = after.count - before.count;
+    return {
+      steps: count,
+      stepsPerS: count / seconds,
+      meanMs: count === 0 ? 0 : ((after.sum - before.sum) / count) * 1000,
+      p50Ms: bucketPercentile(before, after, 50),
+      p99Ms: bucketPercentile(before, after, 99),
+      cpuPct: ((cpu1 - cpu0) / seconds) * 100,
+    };
+  } finally {
+    await s?.kill();
+    await db.drop();
+  }
+}
+
+/** 5,000 queued runs of one DAG, then a cron run of another: its created → started. */
+async function startBehindBacklog(): Promise<number> {
+  const db = await createTestDatabase();
+  let s: ServerProcess | null = null;
+  try {
+    s = await startServer({ env: { DATABASE_URL: db.url }, quiet: true, args: ['--heartbeat-threshold', '1h'] });
+    const api = createClients(s.url);
+    await api.workflow.applyDag({ source: 'dag_id: backlog\nmax_active_runs: 2\ntasks:\n  - id: a\n    executor: agents\n    command: ["true"]\n', filename: 'backlog.yaml' });
+    await db.sql`
+      insert into dag_runs (dag_id, run_key, run_type, dag_version, spec, logical_date)
+      select d.dag_id, 'bulk__' || g, 'manual', d.version, d.spec, now() from dags d, generate_series(1, 5000) g where d.dag_id = 'backlog'`;
+    await db.sql`
+      insert into task_instances (run_id, task_id, max_tries, executor)
+      select r.id, 'a', 1, 'agents' from dag_runs r where r.dag_id = 'backlog'`;
+    await db.sql`analyze`;
+    await api.workflow.applyDag({ source: 'dag_id: cron_late\nschedule: "* * * * *"\ntasks:\n  - id: a\n    executor: agents\n    command: ["true"]\n', filename: 'cron_late.yaml' });
+    // Infinity: not started within the bound (a cron run is created within a minute of the apply).
+    let ms = Infinity;
+    await waitFor('the cron run started', async () => {
+      const [r] = await db.sql<{ ms: number | null }[]>`
+        select extract(epoch from started_at - created_at) * 1000 as ms from dag_runs where dag_id = 'cron_late' order by id limit 1`;
+      if (r?.ms === null || r?.ms === undefined) return false;
+      ms = Number(r.ms);
+      return true;
+    }, 150_000, 100).catch(() => {});
+    return ms;
+  } finally {
+    await s?.kill();
+    await db.drop();
+  }
+}
+
+describe('scale', () => {
+  it('measures the idle step cost as active runs grow, and a start behind another DAG\'s backlog', async () => {
+    const results: Record<string, number>[] = [];
+    for (const n of ACTIVE) results.push(await idleCost(n));
+    const base = results[0]!;
+    const rows = ACTIVE.map((n, i) => {
+      const r = results[i]!;
+      return {
+        'active runs': n,
+        'steps/s': round(r.stepsPerS!, 2),
+        'step mean ms': round(r.meanMs!, 2),
+        'step p50 ≤ ms': r.p50Ms!,
+        'step p99 ≤ ms': r.p99Ms!,
+        'CPU % of a core': round(r.cpuPct!, 1),
+        'mean / 0-active': round(r.meanMs! / Math.max(base.meanMs!, 0.001), 2),
+        'CPU / 0-active': round(r.cpuPct! / Math.max(base.cpuPct!, 0.1), 2),
+      };
+    });
+    const behind = await startBehindBacklog();
+    await report('scale', rows, { cronRunBehind5000QueuedMs: round(behind, 1) });
+    process.stdout.write(`a cron run of another DAG behind 5,000 queued runs: created → started ${round(behind, 1)} ms\n`);
+    expect(results.every((r) => r.steps! > 0)).toBe(true);
+  });
+});
