@@ -51,6 +51,8 @@ export interface TaskSpec {
   image: string | null;
   /** null when the task has no placement constraints. */
   placement: PlacementSpec | null;
+  /** Higher first among the work waiting to start; absent: the DAG's (`taskPriority`). */
+  priority?: number;
 }
 
 export interface DagSpec {
@@ -65,8 +67,19 @@ export interface DagSpec {
   /** ISO-8601 instant; null means "from when the DAG was first applied". */
   startDate: string | null;
   maxActiveRuns: number;
+  /** Orders this DAG's queued runs and tasks among others' within fairness; absent: 0. */
+  priority?: number;
   tags: string[];
   tasks: TaskSpec[];
+}
+
+/** Priorities range over these, both ends included. */
+export const PRIORITY_RANGE = { min: -1000, max: 1000 } as const;
+
+/** A task's priority: its own, else its DAG's, else 0 (absent from specs that set none, so an
+ *  unchanged file keeps its hash and version). */
+export function taskPriority(dag: Pick<DagSpec, 'priority'>, task: Pick<TaskSpec, 'priority'>): number {
+  return task.priority ?? dag.priority ?? 0;
 }
 
 /** One problem found in a DAG file. `path` is the field's path, e.g. `tasks[2].retry_delay`. */

@@ -159,7 +159,8 @@ export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = nu
     of !== null && 'queuedOf' in of
       ? // Fair across DAGs: each DAG's oldest queued runs, as many as it has room for under
         // max_active_runs and one more (so the step says why the rest wait and knows the DAG is
-        // held back), then taken in turn: every DAG's first, then every DAG's second…
+        // held back), then taken in turn: every DAG's first, then every DAG's second… (of those,
+        // the DAGs of higher `priority` first).
         // DAGs with room before those without, paused DAGs last (they start nothing). So one
         // DAG's backlog, however old, never keeps another DAG's run from starting.
         sql`
@@ -171,7 +172,8 @@ export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = nu
         where r.dag_id = d.dag_id and r.state in (${queuedStates}) and r.poison_error is null
         order by r.id limit least(${limit}, greatest(0, d.max_active_runs - c.n) + 1)) r
       ${of.queuedOf === 'any' ? sql`` : sql`where d.dag_id = any(${of.queuedOf}::text[])`}
-      order by d.paused, c.n < d.max_active_runs desc, row_number() over (partition by d.dag_id order by r.id), r.id
+      order by d.paused, c.n < d.max_active_runs desc, row_number() over (partition by d.dag_id order by r.id),
+        coalesce((d.spec->>'priority')::int, 0) desc, r.id
       limit ${limit}`
       : of === null
         ? read(sql``)

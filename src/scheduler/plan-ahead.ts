@@ -9,7 +9,7 @@ import type { TiRow } from '../db/tis.js';
 import { claimWithTheMove } from './claim-with-the-move.js';
 import type { SchedulerContext } from './context.js';
 import { decideRun, type DecidedRun } from './decide-run.js';
-import { offerScheduled } from './offer-scheduled.js';
+import { offerInOrder, scheduledOffers, type PendingOffer } from './offer-scheduled.js';
 import type { RunRead } from './planner-memory.js';
 import { rememberDecided } from './remember-decided.js';
 
@@ -159,15 +159,17 @@ export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId:
     }
     ahead.answered(applied.claims);
     const reasons = new Map<string, string | null>();
+    const offers: PendingOffer[] = [];
     for (const d of decided) {
       if (!applied.runs.has(d.run.id)) {
         memory.forget([d.run.id]);
         continue;
       }
-      offerScheduled(ctx, d, applied, reasons);
+      offers.push(...scheduledOffers(ctx, d, applied, reasons));
       rememberDecided(memory, d, applied);
       if (!otherEnds.has(d.run.id)) memory.markCurrent(d.run.id, since);
     }
+    offerInOrder(ctx, offers, reasons);
     // A refused offer's reason is left to the step that follows the ends (it offers again).
   };
 

@@ -341,6 +341,24 @@ describe('plan', () => {
     expect(await Promise.all([...as, ...bs].map((x) => runState(x.id)))).toEqual(['running', 'queued', 'queued', 'queued', 'running', 'queued']);
   });
 
+  it('offers a step\'s tasks higher priority first: the task\'s own, else its DAG\'s', BOUND, async () => {
+    const low = await trigger(dag('p_prio_low', [task('x')]));
+    const high = await trigger(dag('p_prio_high', [task('a', { priority: 1 }), task('b', { priority: 10 }), task('c')], { priority: 5 }));
+    const h = harness();
+    await stepOk(h);
+    expect(h.offered.map((i) => `${i.runId === low.id ? 'low' : 'high'}:${i.taskId}`)).toEqual(['high:b', 'high:c', 'high:a', 'low:x']);
+    // By age alone, low's task would go first.
+    expect(BigInt(high.id)).toBeGreaterThan(BigInt(low.id));
+  });
+
+  it('starts the queued run of the DAG of higher priority first, within fairness', BOUND, async () => {
+    const plain = await trigger(dag('p_qprio_plain', [task('a')], { maxActiveRuns: 100 }));
+    const urgent = await trigger(dag('p_qprio_urgent', [task('a')], { maxActiveRuns: 100, priority: 50 }));
+    const r = (await step(harness({ offerRoom: () => 1 }).ctx, 'light', { all: false, runIds: [], queued: 1 })).plan!;
+    expect(r.runsStarted).toBe(1);
+    expect([await runState(plain.id), await runState(urgent.id)]).toEqual(['queued', 'running']);
+  });
+
   it('holds back a run whose start max_active_runs refuses at the write (planned from an old count), and starts it when room is made', BOUND, async () => {
     const spec = dag('p_max_write', [task('a')], { maxActiveRuns: 1 });
     const r1 = await trigger(spec);

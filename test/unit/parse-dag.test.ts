@@ -49,13 +49,22 @@ const TASK_DEFAULTS: Omit<TaskSpec, 'id' | 'command'> = {
   placement: null,
 };
 
-const DAG_KEYS = 'dag_id, description, schedule, timezone, catchup, start_date, max_active_runs, tags, tasks';
+const DAG_KEYS = 'dag_id, description, schedule, timezone, catchup, start_date, max_active_runs, priority, tags, tasks';
 const TASK_KEYS =
-  'id, command, depends_on, trigger_rule, retries, retry_delay, max_retry_delay, timeout, env, cwd, executor, image, placement';
+  'id, command, depends_on, trigger_rule, retries, retry_delay, max_retry_delay, timeout, env, cwd, executor, image, placement, priority';
 const PLACEMENT_KEYS = 'labels, capabilities, allowed_agents, forbidden_agents, max_parallel_per_agent';
 const DURATION = 'expected a duration like "30s", "5m" or "1h30m"';
 
 describe('parseDag: valid files', () => {
+  it('reads priorities on the DAG and its tasks, and leaves them out of a spec that sets none (its hash unchanged)', () => {
+    const spec = parseDag(dag('priority: -5', 'priority: 10\n'), FILE);
+    expect(spec.priority).toBe(10);
+    expect(spec.tasks[0]!.priority).toBe(-5);
+    expect(issuesOf(dag('', 'priority: -1001\n'))).toEqual([{ path: 'priority', message: 'expected an integer from -1000 to 1000, got -1001' }]);
+    const plain = parseDag(dag(), FILE);
+    expect('priority' in plain || 'priority' in plain.tasks[0]!).toBe(false);
+  });
+
   it('fills every default', () => {
     expect(parseDag(dag(), FILE)).toEqual({
       dagId: 't',
@@ -499,6 +508,8 @@ describe('parseDag: type errors', () => {
     ['placement: { forbidden_agents: [a, a] }', 'tasks[0].placement.forbidden_agents[1]', 'duplicate agent id "a"'],
     ['placement: { max_parallel_per_agent: 0 }', 'tasks[0].placement.max_parallel_per_agent', 'expected a positive integer, got 0'],
     ['depends_on: a', 'tasks[0].depends_on', 'expected a list of task ids, got "a"'],
+    ['priority: 1001', 'tasks[0].priority', 'expected an integer from -1000 to 1000, got 1001'],
+    ['priority: high', 'tasks[0].priority', 'expected an integer from -1000 to 1000, got "high"'],
   ])('rejects a bad task field: %s', (line, path, message) => {
     expect(issuesOf(dag(line))).toEqual([{ path, message }]);
   });

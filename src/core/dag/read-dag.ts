@@ -2,7 +2,7 @@
  * The top-level mapping of a DAG file: each key read in file order, then the required keys, then
  * the defaults filled in. Task-level reading lives in `read-tasks.ts`.
  */
-import type { DagIssue, DagSpec } from '../dag-spec.js';
+import { PRIORITY_RANGE, type DagIssue, type DagSpec } from '../dag-spec.js';
 import { isMapping, MAX_INT4, readBoolean, readId, readInteger, readString, readStringList } from './field-readers.js';
 import { describe, expected, keyPath, missing, unknownKey } from './issue-messages.js';
 import { readSchedule } from './read-schedule.js';
@@ -14,7 +14,7 @@ const DEFAULT_TIMEZONE = 'UTC';
 const DEFAULT_MAX_ACTIVE_RUNS = 16;
 
 const DAG_KEYS = [
-  'dag_id', 'description', 'schedule', 'timezone', 'catchup', 'start_date', 'max_active_runs', 'tags', 'tasks',
+  'dag_id', 'description', 'schedule', 'timezone', 'catchup', 'start_date', 'max_active_runs', 'priority', 'tags', 'tasks',
 ] as const;
 
 /**
@@ -59,6 +59,9 @@ export function readDag(root: unknown, issues: DagIssue[]): DagSpec | undefined 
       case 'max_active_runs':
         dag.maxActiveRuns = readInteger(value, path, 1, MAX_INT4, issues);
         break;
+      case 'priority':
+        dag.priority = readInteger(value, path, PRIORITY_RANGE.min, PRIORITY_RANGE.max, issues);
+        break;
       case 'tags':
         dag.tags = readStringList(value, path, issues, 'tag');
         break;
@@ -81,6 +84,7 @@ export function readDag(root: unknown, issues: DagIssue[]): DagSpec | undefined 
     catchup: dag.catchup ?? false,
     startDate: dag.startDate ?? null,
     maxActiveRuns: dag.maxActiveRuns ?? DEFAULT_MAX_ACTIVE_RUNS,
+    ...(dag.priority !== undefined ? { priority: dag.priority } : {}),
     tags: dag.tags ?? [],
     tasks: dag.tasks,
   };

@@ -3,7 +3,7 @@
  * (required keys, retry delays, self-dependencies), then the defaults filled in. What a task
  * refers to outside itself is checked later, across tasks, in `check-task-graph.ts`.
  */
-import { EXECUTOR_KINDS, TRIGGER_RULES, type DagIssue, type TaskSpec } from '../dag-spec.js';
+import { EXECUTOR_KINDS, PRIORITY_RANGE, TRIGGER_RULES, type DagIssue, type TaskSpec } from '../dag-spec.js';
 import { formatDuration } from '../duration.js';
 import { isMapping, readDuration, readEnum, readId, readInteger, readString, readStringMap } from './field-readers.js';
 import { describe, expected, keyPath, missing, unknownKey } from './issue-messages.js';
@@ -17,7 +17,7 @@ const DEFAULT_MAX_RETRY_DELAY_MS = 3_600_000;
 
 const TASK_KEYS = [
   'id', 'command', 'depends_on', 'trigger_rule', 'retries', 'retry_delay', 'max_retry_delay', 'timeout', 'env',
-  'cwd', 'executor', 'image', 'placement',
+  'cwd', 'executor', 'image', 'placement', 'priority',
 ] as const;
 
 /** A task as read, before the checks across tasks: what they need, and the spec if it is whole. */
@@ -84,6 +84,9 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       case 'placement':
         task.placement = value === null ? null : readPlacement(value, p, issues);
         break;
+      case 'priority':
+        task.priority = readInteger(value, p, PRIORITY_RANGE.min, PRIORITY_RANGE.max, issues);
+        break;
       default:
         issues.push(unknownKey(key, p, TASK_KEYS));
     }
@@ -124,6 +127,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
     executor: task.executor ?? 'default',
     image: task.image ?? null,
     placement: task.placement ?? null,
+    ...(task.priority !== undefined ? { priority: task.priority } : {}),
   };
   return draft;
 }

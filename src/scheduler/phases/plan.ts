@@ -7,7 +7,7 @@ import { listTisOfRuns, setPendingReasons, type TiRow } from '../../db/tis.js';
 import { claimWithTheMove } from '../claim-with-the-move.js';
 import type { SchedulerContext } from '../context.js';
 import { decideRun, type DecidedRun } from '../decide-run.js';
-import { offerScheduled } from '../offer-scheduled.js';
+import { offerInOrder, scheduledOffers, type PendingOffer } from '../offer-scheduled.js';
 import type { RunRead } from '../planner-memory.js';
 import { rememberDecided } from '../remember-decided.js';
 import { createScheduledRuns } from './create-scheduled-runs.js';
@@ -222,6 +222,7 @@ function decideOffers(
   result: PlanResult,
   ending: { runId: string; epoch: string; outcome: 'success' | 'failed' }[],
 ): void {
+  const offers: PendingOffer[] = [];
   for (const d of decided) {
     // A plan that did not apply (a clear since the read, or the write failed): the next step
     // decides again from a fresh read.
@@ -243,10 +244,11 @@ function decideOffers(
       ending.push({ runId: d.run.id, epoch: d.run.plan_epoch, outcome: d.decision.outcome });
       ctx.memory?.forget([d.run.id]);
     } else {
-      result.offered += offerScheduled(ctx, d, applied, reasons);
+      offers.push(...scheduledOffers(ctx, d, applied, reasons));
       if (ctx.memory) rememberDecided(ctx.memory, d, applied);
     }
   }
+  result.offered += offerInOrder(ctx, offers, reasons);
 }
 
 /** All runs' writes in one statement; if the database refuses it (not a lost connection), run by
