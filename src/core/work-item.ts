@@ -16,6 +16,8 @@ export interface WorkItem {
   logicalDate: Date;
   /** The reason the TI shows now, so an unchanged one is not written again. */
   pendingReason: string | null;
+  /** Higher is placed first among work waiting for a slot (`taskPriority`); absent: 0. */
+  priority?: number;
   /** Set when the planner claimed the TI with its move to scheduled: dispatch it as it is. */
   claim?: Claim;
 }

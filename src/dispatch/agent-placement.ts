@@ -293,6 +293,15 @@ export class AgentPlacement implements Placement {
     });
   }
 
+  /** Parked work, higher priority first, then oldest first (sorted only when a priority is set). */
+  #parkedInOrder(): Iterable<[string, WorkItem]> {
+    let prioritized = false;
+    for (const w of this.#parked.values()) if (w.priority) prioritized = true;
+    if (!prioritized) return this.#parked;
+    // A copy: placing deletes from the map while the loop goes on.
+    return [...this.#parked].sort(([, a], [, b]) => (b.priority ?? 0) - (a.priority ?? 0));
+  }
+
   async #rounds(): Promise<void> {
     try {
       do {
@@ -369,7 +378,7 @@ export class AgentPlacement implements Placement {
       this.#reasonDue.delete(tiId);
     };
 
-    for (const [tiId, work] of this.#parked) {
+    for (const [tiId, work] of this.#parkedInOrder()) {
       if (!anyFree()) break; // nothing parked can be placed: leave the rest as it is
       let outcome: Awaited<ReturnType<typeof place>>;
       try {

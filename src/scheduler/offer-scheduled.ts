@@ -41,6 +41,7 @@ export function scheduledOffers(ctx: SchedulerContext, d: DecidedRun, applied: A
     }
     const task = tasks.get(taskId)!;
     const just = justScheduled.has(taskId);
+    const priority = taskPriority(run.spec, task);
     offers.push({
       item: {
         tiId: ti.id,
@@ -53,10 +54,11 @@ export function scheduledOffers(ctx: SchedulerContext, d: DecidedRun, applied: A
         logicalDate: run.logical_date,
         pendingReason: just ? null : ti.pending_reason,
         claim: just ? applied.claims.get(ti.id) : undefined,
+        ...(priority !== 0 ? { priority } : {}),
       },
       ti,
       justScheduled: just,
-      priority: taskPriority(run.spec, task),
+      priority,
     });
   }
   return offers;

@@ -103,6 +103,23 @@ describe('AgentPlacement', () => {
     expect(t.placement.parkedCount).toBe(0);
   });
 
+  it('places parked work of higher priority first when a slot frees, then the oldest', async () => {
+    const t = setup([agent('a', 1)]);
+    const first = t.placement.placeAndDispatch(work(1));
+    const parked = [work(2), work(3, { priority: 5 }), work(4), work(5, { priority: 5 })].map((w) => t.placement.placeAndDispatch(w));
+    await Promise.all([first, ...parked]);
+    expect(t.placement.parkedCount).toBe(4);
+    const placedOne = async (token: string) => {
+      t.placement.finishing('a', token);
+      await settle();
+      return t.claims.at(-1)![0]!;
+    };
+    expect(await placedOne('tok-1')).toBe('3');
+    expect(await placedOne('tok-3')).toBe('5');
+    expect(await placedOne('tok-5')).toBe('2');
+    expect(await placedOne('tok-2')).toBe('4');
+  });
+
   it('writes why work waits alongside the claim, not ahead of it, and begins the next round once it is written', async () => {
     let written!: () => void;
     const order: string[] = [];
