@@ -298,6 +298,8 @@ describe('a duplicate agent id', () => {
 
     const listed = (await api().cluster.listAgents({})).agents.find((a) => a.agentId === 'dup-1')!;
     expect(listed).toMatchObject({ connected: true, slots: 2, labels: { pool: 'dup' } });
+    // Its Started is written in a batch of its own (not before the refusal, on a busy machine).
+    await waitFor('the live agent\'s attempt running', async () => (await tiRow(held.tiId)).state === 'running', 10_000);
     expect(await tiRow(held.tiId)).toMatchObject({ state: 'running', delivered_to: live.incarnationId });
     // It still gets work.
     const run2 = (await api().workflow.triggerRun({ dagId: 'dup' })).run!.runId;
