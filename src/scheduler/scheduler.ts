@@ -5,6 +5,7 @@ import type { Dispatcher } from '../dispatch/dispatcher.js';
 import type { RunRead } from './planner-memory.js';
 import { createCanceller, type Cancel } from './canceller.js';
 import type { SchedulerCounters } from './context.js';
+import { createHistoryKeeper, type HistoryKeeperCounters } from './history-keeper.js';
 import { createLeaderElector, type LeaderElector } from './leader.js';
 import { createNudger, type Nudge } from './nudger.js';
 import { registerPlanBehindEnds } from './plan-ahead.js';
@@ -32,6 +33,9 @@ export interface SchedulerOptions {
   timeoutGraceMs: number;
   defaultExecutor: string;
   counters: SchedulerCounters;
+  /** Finished runs are removed this long after they ended (null: kept); see history-keeper.ts. */
+  retentionMs: number | null;
+  historyCounters: HistoryKeeperCounters;
   /** What the scheduler reports to metrics: each step's duration, and whether it leads. */
   observe: { stepped(seconds: number): void; leading(yes: boolean): void };
 }
@@ -97,6 +101,15 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
   });
   // TIs the full pool refused are offered again once it has drained, without waiting for the tick.
   o.dispatcher.whenRoom(() => loop.nudge());
+  // Beside the loop, not in it: removing history must never lengthen a step.
+  const history = createHistoryKeeper({
+    sql: o.sql,
+    logger,
+    retentionMs: o.retentionMs,
+    leading: () => isLeader && !stopping,
+    now: () => new Date(),
+    counters: o.historyCounters,
+  });
   const nudge = createNudger({ sql: o.sql, logger, isLeader: () => isLeader, step: (runIds) => loop.nudge(runIds), changed: (runIds) => memory.changed(runIds) });
   const leader = createLeaderElector({
     databaseUrl: o.databaseUrl,
@@ -141,12 +154,13 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
     leader,
     start: () => {
       loop.start();
+      history.start();
       leader.start();
     },
     stop: async () => {
       // Planning ahead is stepping: a replica that is stopping plans nothing new.
       stopping = true;
-      await loop.stop();
+      await Promise.all([loop.stop(), history.stop()]);
     },
     resign: () => leader.stop(),
   };
