@@ -3,8 +3,8 @@ import { inlineLiterals } from '../inline-literals.js';
 import type { Sql } from '../sql.js';
 
 export interface FinishedRunsQuery {
-  /** Runs that ended (success, failed, cancelled) before this time. */
-  endedBefore: Date;
+  /** Runs that ended (success, failed, cancelled) before this time; absent: whenever they ended. */
+  endedBefore?: Date;
   /** Only this DAG's runs (by its index), when given. */
   dagId?: string;
   /** Runs with an id above this one ('0' to start). */
@@ -32,9 +32,10 @@ export interface FinishedRunsPage {
  * finished, or ended since), not the whole table. Reads only; the caller removes or counts.
  */
 export async function pageOfFinishedRuns(sql: Sql, q: FinishedRunsQuery): Promise<FinishedRunsPage> {
+  const before = q.endedBefore ?? null;
   const rows = await sql<{ id: string; young: boolean; finished: boolean; tis: number }[]>`
-    select r.id, r.created_at >= ${q.endedBefore} as young,
-      (r.state in (${inlineLiterals(sql, TERMINAL_RUN_STATES)}) and r.ended_at < ${q.endedBefore}) as finished,
+    select r.id, coalesce(r.created_at >= ${before}::timestamptz, false) as young,
+      (r.state in (${inlineLiterals(sql, TERMINAL_RUN_STATES)}) and coalesce(r.ended_at < ${before}::timestamptz, true)) as finished,
       (select count(*) from task_instances t where t.run_id = r.id)::int as tis
     from dag_runs r
     where r.id > ${q.after}::bigint ${q.dagId === undefined ? sql`` : sql`and r.dag_id = ${q.dagId}`}

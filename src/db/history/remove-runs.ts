@@ -34,19 +34,23 @@ const guardOf = (sql: Sql | TxSql, g: RemovalGuard): Fragment =>
  */
 export async function removeRuns(sql: Sql, runIds: string[], guard: RemovalGuard): Promise<HistoryCounts> {
   if (runIds.length === 0) return NO_HISTORY;
-  return sql.begin(async (tx) => {
-    const [gone] = await tx<{ runs: string[]; tis: string[] }[]>`
-      with r as (delete from dag_runs where id = any(${runIds}::bigint[]) and ${guardOf(tx, guard)} returning id),
-      t as (delete from task_instances where run_id in (select id from r) returning id)
-      select coalesce((select array_agg(id) from r), '{}') as runs, coalesce((select array_agg(id) from t), '{}') as tis`;
-    const { runs, tis } = gone!;
-    if (runs.length === 0) return NO_HISTORY;
-    const [rows] = await tx<{ events: number; logs: number }[]>`
-      with e as (delete from events where run_id = any(${runs}::bigint[]) returning 1),
-      l as (delete from task_logs where ti_id = any(${tis}::bigint[]) returning 1)
-      select (select count(*) from e)::int as events, (select count(*) from l)::int as logs`;
-    return { runs: runs.length, taskInstances: tis.length, events: rows!.events, taskLogs: rows!.logs };
-  });
+  return sql.begin((tx) => removeRunsIn(tx, runIds, guard));
+}
+
+/** `removeRuns` in the caller's transaction. */
+export async function removeRunsIn(tx: TxSql, runIds: string[], guard: RemovalGuard): Promise<HistoryCounts> {
+  if (runIds.length === 0) return NO_HISTORY;
+  const [gone] = await tx<{ runs: string[]; tis: string[] }[]>`
+    with r as (delete from dag_runs where id = any(${runIds}::bigint[]) and ${guardOf(tx, guard)} returning id),
+    t as (delete from task_instances where run_id in (select id from r) returning id)
+    select coalesce((select array_agg(id) from r), '{}') as runs, coalesce((select array_agg(id) from t), '{}') as tis`;
+  const { runs, tis } = gone!;
+  if (runs.length === 0) return NO_HISTORY;
+  const [rows] = await tx<{ events: number; logs: number }[]>`
+    with e as (delete from events where run_id = any(${runs}::bigint[]) returning 1),
+    l as (delete from task_logs where ti_id = any(${tis}::bigint[]) returning 1)
+    select (select count(*) from e)::int as events, (select count(*) from l)::int as logs`;
+  return { runs: runs.length, taskInstances: tis.length, events: rows!.events, taskLogs: rows!.logs };
 }
 
 /** What `removeRuns` would remove of these runs now; writes nothing. */
