@@ -5,7 +5,8 @@ import type { Dispatcher } from '../dispatch/dispatcher.js';
 import type { RunRead } from './planner-memory.js';
 import { createCanceller, type Cancel } from './canceller.js';
 import type { SchedulerCounters } from './context.js';
-import { createHistoryKeeper, type HistoryKeeperCounters } from './history-keeper.js';
+import { createHistoryKeeper } from './history-keeper.js';
+import { createHistoryRound, type HistoryKeeperCounters } from './history-round.js';
 import { createLeaderElector, type LeaderElector } from './leader.js';
 import { createNudger, type Nudge } from './nudger.js';
 import { registerPlanBehindEnds } from './plan-ahead.js';
@@ -103,12 +104,9 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
   o.dispatcher.whenRoom(() => loop.nudge());
   // Beside the loop, not in it: removing history must never lengthen a step.
   const history = createHistoryKeeper({
-    sql: o.sql,
-    logger,
-    retentionMs: o.retentionMs,
+    round: createHistoryRound({ sql: o.sql, logger, retentionMs: o.retentionMs, now: () => new Date(), counters: o.historyCounters }),
     leading: () => isLeader && !stopping,
-    now: () => new Date(),
-    counters: o.historyCounters,
+    failed: (err) => o.historyCounters.error(err, { what: 'round' }),
   });
   const nudge = createNudger({ sql: o.sql, logger, isLeader: () => isLeader, step: (runIds) => loop.nudge(runIds), changed: (runIds) => memory.changed(runIds) });
   const leader = createLeaderElector({

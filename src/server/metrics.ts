@@ -2,7 +2,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { SchedulerCounters } from '../scheduler/context.js';
-import type { HistoryKeeperCounters } from '../scheduler/history-keeper.js';
+import type { HistoryKeeperCounters } from '../scheduler/history-round.js';
 
 /**
  * The Prometheus metrics of one replica, with the names DESIGN.md gives (and `task_starts_total`). Served over plain

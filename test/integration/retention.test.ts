@@ -1,6 +1,6 @@
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createHistoryKeeper, type HistoryKeeper, type HistoryRound } from '../../src/scheduler/history-keeper.js';
+import { createHistoryRound, type HistoryRound } from '../../src/scheduler/history-round.js';
 import { daysAgo, layOutPartitions, partitionNames, pastRun, storedOf, type PastRun } from '../helpers/history-fixtures.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -18,22 +18,30 @@ afterAll(async () => {
 /** Task instance ids of run `id`: id·10 + 0…n−1, so runs 1–100 have theirs in [10, 1010), and so on. */
 const tis = (id: number, n = 3) => Array.from({ length: n }, (_, k) => id * 10 + k);
 
-function keeper(clock: { now: Date }, errors: unknown[]): HistoryKeeper {
-  return createHistoryKeeper({
+type Round = () => Promise<HistoryRound>;
+
+/** The leader's rounds, the first one fresh (as after an election). */
+function keeper(clock: { now: Date }, errors: unknown[]): Round {
+  const round = createHistoryRound({
     sql: db.sql,
     logger: pino({ level: 'silent' }),
     retentionMs: 30 * DAY_MS,
-    leading: () => true,
     now: () => clock.now,
     counters: { runsRemoved: () => {}, partitionAdded: () => {}, partitionDropped: () => {}, rowsSwept: () => {}, error: (err) => errors.push(err) },
   });
+  let fresh = true;
+  return () => {
+    const r = round(fresh);
+    fresh = false;
+    return r;
+  };
 }
 
 /** Rounds until the keeper says nothing more is waiting (at most `max`). */
-async function settle(k: HistoryKeeper, max = 100): Promise<HistoryRound[]> {
+async function settle(round: Round, max = 100): Promise<HistoryRound[]> {
   const rounds: HistoryRound[] = [];
   for (let i = 0; i < max; i++) {
-    const r = await k.round();
+    const r = await round();
     rounds.push(r);
     if (!r.more) return rounds;
   }
