@@ -79,13 +79,17 @@ export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => 
     }
   };
 
-  /** Marks the partitions of `table` overlapping owner ids [lo, hi] (all of them when absent). */
-  const markDirty = (table: HistoryTable, parts: Partition[], fallback: string | null, lo?: bigint, hi?: bigint) => {
+  /**
+   * Marks the partitions of `table` overlapping owner ids [lo, hi], and the default partition
+   * unless one range holds them all (it holds rows only of ids no range covered when they were
+   * written); without ids, every range, and the default partition too when `withFallback`.
+   */
+  const markDirty = (table: HistoryTable, parts: Partition[], fallback: string | null, ids: [bigint, bigint] | null, withFallback = false) => {
     const d = dirty.get(table.name)!;
-    for (const p of parts) {
-      if (lo === undefined || hi === undefined || ((p.from === null || p.from <= hi) && (p.to === null || lo < p.to))) d.names.add(p.name);
-    }
-    if (fallback) d.names.add(fallback);
+    const overlaps = (p: Partition, lo: bigint, hi: bigint) => (p.from === null || p.from <= hi) && (p.to === null || lo < p.to);
+    const holds = (p: Partition, lo: bigint, hi: bigint) => (p.from === null || p.from <= lo) && (p.to === null || hi < p.to);
+    for (const p of parts) if (!ids || overlaps(p, ids[0], ids[1])) d.names.add(p.name);
+    if (fallback && (ids ? !parts.some((p) => holds(p, ids[0], ids[1])) : withFallback)) d.names.add(fallback);
   };
 
   /** Drops or sweeps one dirty partition of `table` (skipping those with nothing to do). */
@@ -150,12 +154,14 @@ export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => 
     const result: HistoryRound = { partitionsAdded: 0, runsRemoved: 0, partitionsDropped: 0, rowsSwept: 0, more: false };
     const now = o.now();
     if (fresh || now.getTime() - lastFullCheck >= FULL_CHECK_MS) {
+      // Every range again (a probe or two each); the default partition, whose sweep reads all of
+      // it, only for a new leader.
       lastFullCheck = now.getTime();
       cursor = '0';
       for (const t of HISTORY_TABLES) {
         await isolated('list partitions', { table: t.name }, async () => {
           const parts = await listPartitions(o.sql, t);
-          markDirty(t, parts.ranges, parts.fallback);
+          markDirty(t, parts.ranges, parts.fallback, null, fresh);
         });
       }
     }
@@ -183,7 +189,7 @@ export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => 
         for (const [t, ids] of [[EVENTS, removed.runIds], [TASK_LOGS, removed.tiIds]] as const) {
           if (!ids) continue;
           const parts = await listPartitions(o.sql, t);
-          markDirty(t, parts.ranges, parts.fallback, ids[0], ids[1]);
+          markDirty(t, parts.ranges, parts.fallback, ids);
         }
       });
     }

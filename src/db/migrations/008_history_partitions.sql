@@ -58,9 +58,11 @@ begin
   -- Events were numbered by the old table's identity: the new one goes on after them.
   perform setval(pg_get_serial_sequence('events', 'seq'), greatest((select max(seq) from events_p0), (select max(seq) from events_default), 0) + 1, false);
   execute format('alter table events attach partition events_p0 for values from (minvalue) to (%s)', next_run);
-  execute format('create table events_p%s partition of events for values from (%s) to (%s)', next_run, next_run, next_run + 10000);
+  -- Wide enough that a burst right after the upgrade (or in a new installation) does not outrun
+  -- it before the keeper has measured a rate and added ranges sized by it.
+  execute format('create table events_p%s partition of events for values from (%s) to (%s)', next_run, next_run, next_run + 100000);
   execute format('alter table task_logs attach partition task_logs_p0 for values from (minvalue) to (%s)', next_ti);
-  execute format('create table task_logs_p%s partition of task_logs for values from (%s) to (%s)', next_ti, next_ti, next_ti + 100000);
+  execute format('create table task_logs_p%s partition of task_logs for values from (%s) to (%s)', next_ti, next_ti, next_ti + 1000000);
 end $$;
 
 -- Built on the new partitions; the first partitions' own indexes are attached, not rebuilt.
