@@ -31,6 +31,8 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser:
             for (const id of tiIds) void scheduler.cancel(id, reason);
           },
           defaultExecutor: config.executor,
+          // The holder's kill grace, the output read after the exit (2 s) and the report's way here.
+          attemptsEndWithinMs: config.killGraceMs + 5_000,
           dagFilesDefining: (dagId) => dagFilesDefining(config.dags, dagId, (source, file) => parser.parse(source, file)),
           logPollMs: 200,
         }),

@@ -31,6 +31,8 @@ export interface WorkflowDeps {
   /** Stops the attempts of these task instances, wherever they run. */
   stopAttempts(tiIds: string[], reason: string): void;
   defaultExecutor: string;
+  /** How long a stopped attempt may take to be recorded ended (`dag delete --force` waits for it). */
+  attemptsEndWithinMs: number;
   /** Files among the server's start-up DAG paths that define this DAG (they would bring it back). */
   dagFilesDefining?(dagId: string): Promise<string[]>;
   /** How often a following TailLogs looks for new lines. */

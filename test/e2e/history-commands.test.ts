@@ -186,7 +186,7 @@ describe('leoflow dag delete', () => {
 
     const refused = await cli(server.url, ['dag', 'delete', 'doomed', '--yes']);
     expect(refused.code).toBe(1);
-    expect(refused.stderr).toBe(`leoflow: [failed_precondition] DAG "doomed" has 1 run that has not ended (${finishedRun}): cancel it first, or force (--force) to cancel them and delete\n`);
+    expect(refused.stderr).toBe(`leoflow: [failed_precondition] DAG "doomed" has 1 run that has not ended (${finishedRun}): cancel it first, or force (--force) to cancel it and delete\n`);
     expect(await historyOf('doomed')).toEqual(doomedBefore);
     const unconfirmed = await cli(server.url, ['dag', 'delete', 'doomed', '--force']);
     expect(unconfirmed.stderr).toBe('leoflow: dag delete removes DAG doomed and all its history for good: pass --yes to go ahead\n');

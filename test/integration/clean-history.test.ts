@@ -92,7 +92,8 @@ describe('dag delete', () => {
   const deps = (stopped: { tiIds: string[]; reason: string }[]) => ({
     sql: db.sql,
     logger: pino({ level: 'silent' }),
-    stopAttempts: (tiIds: string[], reason: string) => stopped.push({ tiIds, reason }),
+    stopAttempts: (tiIds: string[], reason: string): void => void stopped.push({ tiIds, reason }),
+    attemptsEndWithinMs: 2000,
   });
 
   it('removes everything of the DAG (its runs, their task instances, events and lines, its own events) and nothing of another', async () => {
@@ -111,20 +112,34 @@ describe('dag delete', () => {
     await expect(deleteDagWithHistory(deps(stopped), 'a', false)).rejects.toThrow(new NotFoundError('DAG "a" not found'));
   });
 
-  it('refuses while a run has not ended, removing nothing; with force it pauses the DAG, cancels the run, stops its attempts, then removes it all', async () => {
+  it('refuses while a run has not ended, removing nothing; with force it pauses the DAG, cancels the run, stops its attempts, waits for their ends, then removes it all', async () => {
     await pastRun(db.sql, { id: 1, dagId: 'a', state: 'success', createdAt: daysAgo(now, 2), endedAt: daysAgo(now, 2), tiIds: tis(1) });
     await pastRun(db.sql, { id: 2, dagId: 'a', state: 'running', createdAt: daysAgo(now, 1), tiIds: tis(2) });
     await pastRun(db.sql, { id: 3, dagId: 'a', state: 'queued', createdAt: daysAgo(now, 1), tiIds: tis(3) });
+    await db.sql`update task_instances set pid = 4242 where run_id = 2`;
     const stopped: { tiIds: string[]; reason: string }[] = [];
+    const holder = deps(stopped);
+    // The holder stops the processes and, 300 ms later, records their last line and their ends.
+    const recorded: Promise<void>[] = [];
+    holder.stopAttempts = (tiIds, reason) => {
+      stopped.push({ tiIds, reason });
+      recorded.push(
+        new Promise<void>((r) => setTimeout(r, 300)).then(async () => {
+          await db.sql`insert into task_logs (ti_id, try_number, seq, stream, line) values (20, 1, 99, 'system', 'killed by SIGTERM')`;
+          await db.sql`update task_instances set pid = null where id = any(${tiIds}::bigint[])`;
+        }),
+      );
+    };
     await expect(deleteDagWithHistory(deps(stopped), 'a', false)).rejects.toThrow(
       new FailedPreconditionError('DAG "a" has 2 runs that have not ended (2, 3): cancel them first, or force (--force) to cancel them and delete'),
     );
     for (const id of [1, 2, 3]) expect(await stored(id)).toEqual(whole);
-    const out = await deleteDagWithHistory(deps(stopped), 'a', true);
+    const out = await deleteDagWithHistory(holder, 'a', true);
+    await Promise.all(recorded);
     expect(out.cancelledRunIds).toEqual(['2', '3']);
     // Run 2's two attempts were running: each is stopped wherever it runs.
     expect(stopped).toEqual([{ tiIds: ['20', '21'], reason: 'DAG a deleted' }]);
-    expect(out.removed).toMatchObject({ runs: 3, taskInstances: 6, taskLogs: 18 });
+    expect(out.removed).toMatchObject({ runs: 3, taskInstances: 6, taskLogs: 19 });
     for (const id of [1, 2, 3]) expect(await stored(id)).toEqual(none);
     expect(await db.sql`select 1 from dags`).toEqual([]);
   });

@@ -796,7 +796,8 @@ export const WorkflowService: GenService<{
    * DeleteDag removes a DAG and all its history: its runs, their task instances, events and
    * log lines, and the DAG's own events. A DAG with runs that have not ended (queued or
    * running): FAILED_PRECONDITION, unless force, which first pauses the DAG and cancels those
-   * runs (their running tasks are stopped, as by CancelRun), then removes everything. Unknown
+   * runs (their running tasks are stopped, as by CancelRun, and their ends waited for, up to the
+   * server's kill grace and 5 s), then removes everything. Unknown
    * DAG: NOT_FOUND. A DAG file the server applies at start-up brings the DAG back (with no
    * history) at its next start: dag_files names such files.
    *
