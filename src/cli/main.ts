@@ -4,6 +4,7 @@ import { createClients, type Clients } from './client.js';
 import { registerAgent } from './commands/agent.js';
 import { registerAgents } from './commands/agents.js';
 import { registerDag } from './commands/dag.js';
+import { registerDb } from './commands/db.js';
 import { registerLogs } from './commands/logs.js';
 import { registerRun } from './commands/run.js';
 import { registerServer } from './commands/server.js';
@@ -35,6 +36,7 @@ registerRun(program, getClients);
 registerLogs(program, getClients);
 registerAgent(program);
 registerAgents(program, getClients);
+registerDb(program, getClients);
 
 try {
   await program.parseAsync(process.argv);

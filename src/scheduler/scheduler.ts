@@ -5,6 +5,8 @@ import type { Dispatcher } from '../dispatch/dispatcher.js';
 import type { RunRead } from './planner-memory.js';
 import { createCanceller, type Cancel } from './canceller.js';
 import type { SchedulerCounters } from './context.js';
+import { createHistoryKeeper } from './history-keeper.js';
+import { createHistoryRound, type HistoryKeeperCounters } from './history-round.js';
 import { createLeaderElector, type LeaderElector } from './leader.js';
 import { createNudger, type Nudge } from './nudger.js';
 import { registerPlanBehindEnds } from './plan-ahead.js';
@@ -40,6 +42,9 @@ export interface SchedulerOptions {
   timeoutGraceMs: number;
   defaultExecutor: string;
   counters: SchedulerCounters;
+  /** Finished runs are removed this long after they ended (null: kept); see history-keeper.ts. */
+  retentionMs: number | null;
+  historyCounters: HistoryKeeperCounters;
   /** What the scheduler reports to metrics: each step's duration, and whether it leads. */
   observe: { stepped(seconds: number): void; leading(yes: boolean): void };
 }
@@ -114,6 +119,12 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
     const runIds = roomWaiters.take(Math.max(1, o.dispatcher.room()));
     if (runIds.length > 0) loop.nudge(runIds);
   });
+  // Beside the loop, not in it: removing history must never lengthen a step.
+  const history = createHistoryKeeper({
+    round: createHistoryRound({ sql: o.sql, logger, retentionMs: o.retentionMs, now: () => new Date(), counters: o.historyCounters }),
+    leading: () => isLeader && !stopping,
+    failed: (err) => o.historyCounters.error(err, { what: 'round' }),
+  });
   const nudge = createNudger({ sql: o.sql, logger, isLeader: () => isLeader, step: (runIds) => loop.nudge(runIds), changed: (runIds) => memory.changed(runIds) });
   const leader = createLeaderElector({
     databaseUrl: o.databaseUrl,
@@ -159,12 +170,13 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
     leader,
     start: () => {
       loop.start();
+      history.start();
       leader.start();
     },
     stop: async () => {
       // Planning ahead is stepping: a replica that is stopping plans nothing new.
       stopping = true;
-      await loop.stop();
+      await Promise.all([loop.stop(), history.stop()]);
     },
     resign: () => leader.stop(),
   };

@@ -10,6 +10,7 @@ import { createAgentService } from './agent-service.js';
 import { createClusterService } from './cluster-service.js';
 import type { Config } from './config.js';
 import type { DagParser } from './dag-parser.js';
+import { dagFilesDefining } from './dag-files-defining.js';
 import { createWorkflowService } from './workflow-service.js';
 
 /** The API's three services, on what the replica was wired with, as one HTTP/2 handler. */
@@ -30,6 +31,9 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser:
             for (const id of tiIds) void scheduler.cancel(id, reason);
           },
           defaultExecutor: config.executor,
+          // The holder's kill grace, the output read after the exit (2 s) and the report's way here.
+          attemptsEndWithinMs: config.killGraceMs + 5_000,
+          dagFilesDefining: (dagId) => dagFilesDefining(config.dags, dagId, (source, file) => parser.parse(source, file)),
           logPollMs: 200,
         }),
       );

@@ -37,6 +37,9 @@ export interface Config {
   killGraceMs: number;
   shutdownGraceMs: number;
   leaderWatchdogMs: number;
+  /** Finished runs, with their task instances, events and logs, are removed this long after they
+   *  ended; null: kept for ever. */
+  retentionMs: number | null;
   /** Shared secret agents must send in Hello; null when agents need none. */
   agentToken: string | null;
   logLevel: string;
@@ -71,6 +74,7 @@ export const SETTINGS = {
   kill_grace: { flag: '--kill-grace', env: 'LEOFLOW_KILL_GRACE', kind: 'duration' },
   shutdown_grace: { flag: '--shutdown-grace', env: 'LEOFLOW_SHUTDOWN_GRACE', kind: 'duration' },
   leader_watchdog: { flag: '--leader-watchdog', env: 'LEOFLOW_LEADER_WATCHDOG', kind: 'duration' },
+  retention: { flag: '--retention', env: 'LEOFLOW_RETENTION', kind: 'duration' },
   agent_token: { flag: '--agent-token', env: 'LEOFLOW_AGENT_TOKEN', kind: 'string' },
   log_level: { flag: '--log-level', env: 'LEOFLOW_LOG_LEVEL', kind: 'string' },
   log_format: { flag: '--log-format', env: 'LEOFLOW_LOG_FORMAT', kind: 'string' },
@@ -145,6 +149,15 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     if (typeof v !== 'string' || v.trim() === '') throw new Error(`must be a non-empty string, got ${JSON.stringify(v)}`);
     return v.trim();
   };
+  // A plain number would be seconds to parseDuration, and "30" means 30 days to most readers of a
+  // retention setting: only 0 may go without a unit.
+  const retention = (v: unknown) => {
+    if (v === 'off' || v === 0 || v === '0') return null;
+    if (typeof v === 'number' || /^\s*\d+\s*$/.test(String(v))) throw new Error(`must be a duration with a unit, such as 30d, or off (or 0), got ${JSON.stringify(v)}`);
+    const ms = parseDuration(v);
+    if (ms <= 0) throw new Error(`must be a positive duration such as 30d, or off, got ${JSON.stringify(v)}`);
+    return ms;
+  };
   const list = (v: unknown) => (Array.isArray(v) ? v.map(String) : String(v).split(',')).map((s) => s.trim()).filter(Boolean);
 
   const hostPort = (example: string) => (v: unknown) => {
@@ -200,6 +213,7 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     killGraceMs: get('kill_grace', duration, 10_000),
     shutdownGraceMs: get('shutdown_grace', duration, 30_000),
     leaderWatchdogMs: get('leader_watchdog', duration, 5_000),
+    retentionMs: get('retention', retention, null as number | null),
     agentToken: get('agent_token', nonEmpty, null as string | null),
     logLevel: get('log_level', oneOf(LOG_LEVELS), 'info'),
     logFormat: get('log_format', oneOf(LOG_FORMATS), process.stdout.isTTY ? 'pretty' : 'json'),

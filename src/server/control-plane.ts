@@ -17,7 +17,7 @@ import { applyDagPaths } from './apply-dag-paths.js';
 import type { Config } from './config.js';
 import { createDagParser } from './dag-parser.js';
 import { openDatabase } from './database.js';
-import { createMetrics, schedulerCounters, serveMetrics } from './metrics.js';
+import { createMetrics, historyCounters, schedulerCounters, serveMetrics } from './metrics.js';
 
 /** How long an attempt's start and end reports are retried while the database is unreachable. */
 const REPORT_RETRY_MS = 10 * 60_000;
@@ -128,6 +128,8 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       timeoutGraceMs: config.killGraceMs + Math.max(config.heartbeatIntervalMs, END_REPORT_MS),
       defaultExecutor: config.executor,
       counters: schedulerCounters(metrics, (phase, err, ids) => logger.error({ err, phase, ...ids, component: 'scheduler' }, `scheduler error in ${phase}`)),
+      retentionMs: config.retentionMs,
+      historyCounters: historyCounters(metrics, (err, ids) => logger.error({ err, ...ids, component: 'history' }, `history keeper: ${String(ids.what)} failed`)),
       observe: { stepped: (seconds) => metrics.tickDuration.observe(seconds), leading: (yes) => metrics.leader.set(yes ? 1 : 0) },
     });
     scheduler = sched;

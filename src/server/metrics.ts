@@ -2,6 +2,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { SchedulerCounters } from '../scheduler/context.js';
+import type { HistoryKeeperCounters } from '../scheduler/history-round.js';
 
 /**
  * The Prometheus metrics of one replica, with the names DESIGN.md gives (and `task_starts_total`). Served over plain
@@ -45,6 +46,20 @@ export function createMetrics() {
       labelNames: ['how'],
       registers: [registry],
     }),
+    historyRunsRemoved: new Counter({ name: 'history_runs_removed_total', help: 'Finished runs removed by retention (with their task instances)', registers: [registry] }),
+    historyPartitions: new Counter({
+      name: 'history_partitions_total',
+      help: 'Partitions of the history tables (events, task_logs) added ahead of need (op=added) or dropped once no owner of their range was left (op=dropped)',
+      labelNames: ['table', 'op'],
+      registers: [registry],
+    }),
+    historyRowsSwept: new Counter({
+      name: 'history_rows_swept_total',
+      help: 'Rows of removed runs deleted one by one from a partition that a run still going kept from being dropped',
+      labelNames: ['table'],
+      registers: [registry],
+    }),
+    historyErrors: new Counter({ name: 'history_errors_total', help: 'Errors caught while keeping the history (the keeper went on)', registers: [registry] }),
   };
   m.leader.set(0);
   return m;
@@ -69,6 +84,20 @@ export function schedulerCounters(m: Metrics, log: (phase: string, err: unknown,
     },
     timedOut(count) {
       m.timedOut.inc(count);
+    },
+  };
+}
+
+/** The history keeper's counters, backed by the metrics and the log. */
+export function historyCounters(m: Metrics, log: (err: unknown, ids: Record<string, unknown>) => void): HistoryKeeperCounters {
+  return {
+    runsRemoved: (runs) => m.historyRunsRemoved.inc(runs),
+    partitionAdded: (table) => m.historyPartitions.inc({ table, op: 'added' }),
+    partitionDropped: (table) => m.historyPartitions.inc({ table, op: 'dropped' }),
+    rowsSwept: (table, rows) => m.historyRowsSwept.inc({ table }, rows),
+    error(err, ids) {
+      m.historyErrors.inc();
+      log(err, ids);
     },
   };
 }

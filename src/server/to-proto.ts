@@ -3,6 +3,7 @@ import { durationFromMs, timestampFromDate } from '@bufbuild/protobuf/wkt';
 import type { TaskSpec } from '../core/dag-spec.js';
 import type { RunState, TiState } from '../core/states.js';
 import type { DagRow } from '../db/dags.js';
+import type { HistoryCounts } from '../db/history/remove-runs.js';
 import type { LogRow } from '../db/logs.js';
 import type { RunRow } from '../db/runs.js';
 import type { TiRow } from '../db/tis.js';
@@ -19,6 +20,7 @@ import {
   type Run,
   type TaskInstance,
 } from '../gen/leoflow/v1/types_pb.js';
+import { HistoryCountsSchema, type HistoryCounts as PbHistoryCounts } from '../gen/leoflow/v1/workflow_pb.js';
 
 /** Row → message conversions, kept apart from the handlers so each handler reads as its logic. */
 
@@ -123,4 +125,8 @@ export function logToProto(l: LogRow): LogLine {
     line: l.line,
     at: ts(l.at),
   });
+}
+
+export function countsToProto(c: HistoryCounts): PbHistoryCounts {
+  return create(HistoryCountsSchema, { runs: BigInt(c.runs), taskInstances: BigInt(c.taskInstances), events: BigInt(c.events), taskLogs: BigInt(c.taskLogs) });
 }

@@ -11,10 +11,13 @@ import { clearTaskInstance } from '../db/clear-task-instance.js';
 import { createRunOfDag, getRun, listRuns } from '../db/runs.js';
 import type { Sql } from '../db/sql.js';
 import { listTis } from '../db/tis.js';
+import { timestampDate } from '@bufbuild/protobuf/wkt';
 import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
+import { cleanHistory } from './clean-history.js';
+import { deleteDagWithHistory } from './delete-dag.js';
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError, parseId, toConnectError } from './errors.js';
 import type { RunRead } from '../scheduler/planner-memory.js';
-import { dagToProto, logToProto, runToProto, tiToProto } from './to-proto.js';
+import { countsToProto, dagToProto, logToProto, runToProto, tiToProto } from './to-proto.js';
 
 export interface WorkflowDeps {
   sql: Sql;
@@ -28,6 +31,10 @@ export interface WorkflowDeps {
   /** Stops the attempts of these task instances, wherever they run. */
   stopAttempts(tiIds: string[], reason: string): void;
   defaultExecutor: string;
+  /** How long a stopped attempt may take to be recorded ended (`dag delete --force` waits for it). */
+  attemptsEndWithinMs: number;
+  /** Files among the server's start-up DAG paths that define this DAG (they would bring it back). */
+  dagFilesDefining?(dagId: string): Promise<string[]>;
   /** How often a following TailLogs looks for new lines. */
   logPollMs: number;
 }
@@ -121,7 +128,11 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       const now = new Date();
       const runKey = req.runKey || `manual__${now.toISOString()}__${randomBytes(3).toString('hex')}`;
       // One statement: the DAG's current version is read and the run made from it.
-      const result = await createRunOfDag(sql, { dagId, runKey, runType: 'manual', logicalDate: now, conf, defaultExecutor: deps.defaultExecutor });
+      const result = await createRunOfDag(sql, { dagId, runKey, runType: 'manual', logicalDate: now, conf, defaultExecutor: deps.defaultExecutor }).catch((err: unknown) => {
+        // 23503: the DAG was deleted while the run was being made (its foreign key found no DAG).
+        if ((err as { code?: string }).code === '23503') return null;
+        throw err;
+      });
       if (!result) throw new NotFoundError(`DAG "${dagId}" not found`);
       if (result.created) {
         deps.logger.info({ runId: result.run.id, dagId, runKey }, 'run triggered');
@@ -196,6 +207,32 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       // The run goes on by its trigger rules: plan its downstream now.
       deps.nudge([runId]);
       return { taskInstance: tiToProto(outcome.ti) };
+    },
+
+    async deleteDag(req) {
+      const dagId = required('dag_id', req.dagId);
+      const { removed, cancelledRunIds } = await deleteDagWithHistory(deps, dagId, req.force);
+      deps.logger.info({ dagId, ...removed, cancelledRunIds }, `deleted DAG ${dagId} and its history`);
+      if (cancelledRunIds.length > 0) deps.nudge(cancelledRunIds);
+      const dagFiles = (await deps.dagFilesDefining?.(dagId).catch((err: unknown) => {
+        deps.logger.warn({ err, dagId }, 'could not look for the DAG in the start-up DAG files');
+        return [];
+      })) ?? [];
+      return { removed: countsToProto(removed), cancelledRunIds, dagFiles };
+    },
+
+    async cleanHistory(req) {
+      if (!req.before) throw new InvalidArgumentError('before', 'is required: runs that ended before this time are removed');
+      const before = timestampDate(req.before);
+      if (Number.isNaN(before.getTime())) throw new InvalidArgumentError('before', 'is not a valid time');
+      if (before.getTime() > Date.now()) {
+        throw new InvalidArgumentError('before', `${before.toISOString()} is in the future: only runs that have ended can be removed, so give a time that has passed`);
+      }
+      const dagId = req.dagId || undefined;
+      if (dagId !== undefined && !(await getDag(sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
+      const counts = await cleanHistory(sql, { endedBefore: before, dagId, dryRun: req.dryRun });
+      if (!req.dryRun) deps.logger.info({ before: before.toISOString(), dagId, ...counts }, 'removed finished runs and their history (db clean)');
+      return { counts: countsToProto(counts), dryRun: req.dryRun };
     },
 
     async *tailLogs(req, context) {

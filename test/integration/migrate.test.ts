@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadMigrations, migrate } from '../../src/db/migrate.js';
+import { loadMigrations, migrate, type Migration } from '../../src/db/migrate.js';
+import type { Sql } from '../../src/db/sql.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 let db: TestDatabase;
@@ -26,8 +27,10 @@ describe('migrate', () => {
     try {
       const counts = await Promise.all([migrate(a), migrate(b)]);
       expect(counts[0]! + counts[1]!).toBe((await loadMigrations()).length);
+      // Partitions of the history tables are tables too: the list is of the rest.
       const tables = await db.sql<{ t: string }[]>`
-        select table_name as t from information_schema.tables where table_schema = 'public' order by 1`;
+        select c.relname as t from pg_class c join pg_namespace n on n.oid = c.relnamespace
+        where n.nspname = 'public' and c.relkind in ('r', 'p') and not c.relispartition order by 1`;
       expect(tables.map((r) => r.t)).toEqual(
         ['agents', 'dag_runs', 'dags', 'events', 'leoflow_migrations', 'task_instances', 'task_logs'].sort(),
       );
@@ -35,5 +38,63 @@ describe('migrate', () => {
       await a.end();
       await b.end();
     }
+  });
+});
+
+/** Applies these migrations as `migrate` would, each in its transaction with its row. */
+async function apply(sql: Sql, migrations: Migration[]): Promise<void> {
+  await sql`create table if not exists leoflow_migrations (id integer primary key, name text not null, applied_at timestamptz not null default now())`;
+  for (const m of migrations) {
+    await sql.begin(async (tx) => {
+      await tx`insert into leoflow_migrations (id, name) values (${m.id}, ${m.name})`;
+      await tx.unsafe(m.sql);
+    });
+  }
+}
+
+describe('migration 008 (history partitioned by owner id)', () => {
+  it('migrates a database with history in it: every row kept, in the first partition, and new rows go on from there', async () => {
+    await db.sql.unsafe('drop schema public cascade; create schema public; drop table if exists leoflow_migrations');
+    const all = await loadMigrations();
+    await apply(db.sql, all.filter((m) => m.id < 8));
+    // History as 007 left it: two runs of three tasks, their events and lines, and a DAG's event.
+    await db.sql`insert into dags (dag_id, spec, source, spec_hash, max_active_runs) values ('etl', '{"tasks": []}', '', 'h', 1)`;
+    await db.sql`insert into events (run_id, ti_id, kind, payload) values (null, null, 'dag.applied', '{"dag_id": "etl", "version": 1}')`;
+    await db.sql`
+      insert into dag_runs (dag_id, run_key, run_type, dag_version, spec, logical_date, state, ended_at)
+      select 'etl', 'k' || g, 'manual', 1, '{}', now(), 'success', now() from generate_series(1, 2) g`;
+    await db.sql`insert into task_instances (run_id, task_id, max_tries, executor, state) select r.id, 't' || g, 1, 'subprocess', 'success' from dag_runs r, generate_series(1, 3) g`;
+    await db.sql`insert into events (run_id, ti_id, kind, payload) select run_id, id, 'ti.state', '{"to": "success"}' from task_instances`;
+    await db.sql`insert into task_logs (ti_id, try_number, seq, stream, line) select t.id, 1, g, 'stdout', 'line ' || g from task_instances t, generate_series(1, 4) g`;
+    const before = {
+      events: await db.sql`select seq::text, run_id::text, ti_id::text, kind, payload, at from events order by seq`,
+      logs: await db.sql`select ti_id::text, try_number, seq, stream, line, at from task_logs order by 1, 2, 3`,
+    };
+
+    expect(await migrate(db.sql)).toBe(all.filter((m) => m.id >= 8).length);
+
+    expect(await db.sql`select seq::text, run_id::text, ti_id::text, kind, payload, at from events order by seq`).toEqual(before.events);
+    expect(await db.sql`select ti_id::text, try_number, seq, stream, line, at from task_logs order by 1, 2, 3`).toEqual(before.logs);
+    const where = await db.sql<{ t: string; n: number }[]>`
+      select tableoid::regclass::text as t, count(*)::int as n from events group by 1
+      union all select tableoid::regclass::text, count(*)::int from task_logs group by 1 order by 1`;
+    expect(where).toEqual([
+      { t: 'events_default', n: 1 },
+      { t: 'events_p0', n: 6 },
+      { t: 'task_logs_p0', n: 24 },
+    ]);
+    // New history goes to the range above the old, numbered on after the old events.
+    await db.sql`insert into dag_runs (dag_id, run_key, run_type, dag_version, spec, logical_date) values ('etl', 'k3', 'manual', 1, '{}', now())`;
+    const [ev] = await db.sql<{ seq: string; t: string }[]>`
+      insert into events (run_id, kind) select max(id), 'run.state' from dag_runs returning seq::text, tableoid::regclass::text as t`;
+    expect(ev).toEqual({ seq: '8', t: 'events_p3' });
+    // A line is stored once, however often it is sent (an agent resending after a reconnect).
+    await db.sql`insert into task_instances (run_id, task_id, max_tries, executor) select max(id), 't1', 1, 'subprocess' from dag_runs`;
+    for (let i = 0; i < 2; i++) {
+      await db.sql`insert into task_logs (ti_id, try_number, seq, stream, line) select max(id), 1, 1, 'stdout', 'again' from task_instances on conflict do nothing`;
+    }
+    const [lines] = await db.sql<{ n: number; t: string }[]>`
+      select count(*)::int as n, min(tableoid::regclass::text) as t from task_logs where ti_id = (select max(id) from task_instances)`;
+    expect(lines).toEqual({ n: 1, t: 'task_logs_p7' });
   });
 });

@@ -71,6 +71,16 @@ describe('config', () => {
     ]);
   });
 
+  it('reads the retention per edition, in days or off', () => {
+    expect(loadConfig({}, {}, '/srv').retentionMs).toBe(30 * 86_400_000);
+    expect(loadConfig({ edition: 'pro', executor: 'subprocess' }, { DATABASE_URL: 'postgres://127.0.0.1/x' }, '/srv').retentionMs).toBe(90 * 86_400_000);
+    expect(loadConfig({ retention: '7d12h' }, {}, '/srv').retentionMs).toBe(7.5 * 86_400_000);
+    expect(loadConfig({}, { LEOFLOW_RETENTION: 'off' }, '/srv').retentionMs).toBeNull();
+    expect(loadConfig({ retention: '0' }, {}, '/srv').retentionMs).toBeNull();
+    expect(problems({ retention: '30' })).toEqual(['--retention: must be a duration with a unit, such as 30d, or off (or 0), got "30"']);
+    expect(problems({ retention: 'forever' })).toEqual(['--retention: expected a duration like "30s", "5m" or "1h30m", got "forever"']);
+  });
+
   it('rejects an unknown edition', () => {
     expect(problems({ edition: 'enterprise' })).toEqual(['--edition: must be one of lite, pro, got "enterprise"']);
   });

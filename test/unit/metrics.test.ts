@@ -21,6 +21,11 @@ const DESIGN_METRICS: Record<string, string> = {
   timeouts_enforced_total: 'counter',
   // Agents' messages refused for breaking the protocol's rules (a bad client harms only itself).
   agent_messages_invalid_total: 'counter',
+  // The history keeper (retention): runs removed, partitions added and dropped, rows swept, errors.
+  history_runs_removed_total: 'counter',
+  history_partitions_total: 'counter',
+  history_rows_swept_total: 'counter',
+  history_errors_total: 'counter',
 };
 
 async function values(m: Metrics, name: string): Promise<{ value: number; labels: Record<string, unknown> }[]> {

@@ -3,7 +3,9 @@ import path from 'node:path';
 import type { Command } from 'commander';
 import { expandDagPaths } from '../../server/expand-dag-paths.js';
 import type { Clients } from '../client.js';
+import { confirm } from '../confirm.js';
 import { table, time } from '../format.js';
+import { countsJson } from './db.js';
 
 export function registerDag(program: Command, clients: () => Clients): void {
   const dag = program.command('dag').description('apply and inspect DAGs');
@@ -58,4 +60,36 @@ export function registerDag(program: Command, clients: () => Clients): void {
         process.stdout.write(`DAG ${res.dag!.dagId} ${paused ? 'paused' : 'unpaused'}\n`);
       });
   }
+
+  dag
+    .command('delete')
+    .description('delete a DAG and all its history: runs, task instances, events, logs')
+    .argument('<dag_id>')
+    .option('--force', 'cancel its runs that have not ended (stopping their tasks), then delete; without it such runs refuse the delete')
+    .option('-y, --yes', 'do not ask for confirmation')
+    .option('-o, --output <format>', 'text | json', 'text')
+    .action(async (dagId: string, opts: { force?: boolean; yes?: boolean; output: string }) => {
+      if (!opts.yes) {
+        const refusal = `dag delete removes DAG ${dagId} and all its history for good: pass --yes to go ahead`;
+        if (!(await confirm(`Delete DAG ${dagId} with all its runs, task instances, events and logs?`, refusal))) {
+          process.stdout.write('nothing was deleted\n');
+          return;
+        }
+      }
+      const res = await clients().workflow.deleteDag({ dagId, force: opts.force ?? false });
+      if (opts.output === 'json') {
+        process.stdout.write(JSON.stringify({ dag_id: dagId, removed: countsJson(res.removed), cancelled_run_ids: res.cancelledRunIds, dag_files: res.dagFiles }) + '\n');
+        return;
+      }
+      const c = countsJson(res.removed);
+      const n = (count: number | undefined, one: string, many: string) => `${count ?? 0} ${count === 1 ? one : many}`;
+      let out =
+        `DAG ${dagId} deleted: ${n(c.dag_runs, 'run', 'runs')}, ${n(c.task_instances, 'task instance', 'task instances')}, ` +
+        `${n(c.events, 'event', 'events')} and ${n(c.task_logs, 'log line', 'log lines')} removed\n`;
+      if (res.cancelledRunIds.length > 0) out += `cancelled first (they had not ended): run${res.cancelledRunIds.length === 1 ? '' : 's'} ${res.cancelledRunIds.join(', ')}\n`;
+      for (const file of res.dagFiles) {
+        out += `note: ${file} defines DAG ${dagId} and is among the server's --dags: the server applies it again at its next start (with no history); remove the file to keep the DAG deleted\n`;
+      }
+      process.stdout.write(out);
+    });
 }

@@ -20,6 +20,7 @@ const HELP: Record<SettingKey, string> = {
   kill_grace: 'time between SIGTERM and SIGKILL when stopping a task',
   shutdown_grace: 'how long a graceful stop waits for running tasks',
   leader_watchdog: 'how often the leader checks its lock session',
+  retention: 'remove finished runs (tasks, events, logs) this long after they ended, e.g. 30d; off keeps them',
   agent_token: 'shared secret agents must present in Hello (default: none)',
   log_level: 'trace | debug | info | warn | error | fatal | silent',
   log_format: 'json | pretty (default: pretty at a terminal, json otherwise)',

@@ -4,6 +4,8 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Dag, LogLine, Run, TaskInstance } from "./types_pb.js";
 import { file_leoflow_v1_types } from "./types_pb.js";
 import type { Message } from "@bufbuild/protobuf";
@@ -12,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leoflow/v1/workflow.proto.
  */
 export const file_leoflow_v1_workflow: GenFile = /*@__PURE__*/
-  fileDesc("ChlsZW9mbG93L3YxL3dvcmtmbG93LnByb3RvEgpsZW9mbG93LnYxIjMKD0FwcGx5RGFnUmVxdWVzdBIOCgZzb3VyY2UYASABKAkSEAoIZmlsZW5hbWUYAiABKAkiQQoQQXBwbHlEYWdSZXNwb25zZRIcCgNkYWcYASABKAsyDy5sZW9mbG93LnYxLkRhZxIPCgdvdXRjb21lGAIgASgJIh8KDUdldERhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJIi4KDkdldERhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIhEKD0xpc3REYWdzUmVxdWVzdCIxChBMaXN0RGFnc1Jlc3BvbnNlEh0KBGRhZ3MYASADKAsyDy5sZW9mbG93LnYxLkRhZyIxCg9QYXVzZURhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg4KBnBhdXNlZBgCIAEoCCIwChBQYXVzZURhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIkcKEVRyaWdnZXJSdW5SZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRIPCgdydW5fa2V5GAIgASgJEhEKCWNvbmZfanNvbhgDIAEoCSJDChJUcmlnZ2VyUnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCIjCg1HZXRSdW5SZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAEiYAoOR2V0UnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SMAoOdGFza19pbnN0YW5jZXMYAiADKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSIwCg9MaXN0UnVuc1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFIjEKEExpc3RSdW5zUmVzcG9uc2USHQoEcnVucxgBIAMoCzIPLmxlb2Zsb3cudjEuUnVuIiYKEENhbmNlbFJ1blJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASIxChFDYW5jZWxSdW5SZXNwb25zZRIcCgNydW4YASABKAsyDy5sZW9mbG93LnYxLlJ1biIuChhMaXN0VGFza0luc3RhbmNlc1JlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASJNChlMaXN0VGFza0luc3RhbmNlc1Jlc3BvbnNlEjAKDnRhc2tfaW5zdGFuY2VzGAEgAygLMhgubGVvZmxvdy52MS5UYXNrSW5zdGFuY2UiUwoYQ2xlYXJUYXNrSW5zdGFuY2VSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESDwoHdGFza19pZBgCIAEoCRISCgpkb3duc3RyZWFtGAMgASgIImQKGUNsZWFyVGFza0luc3RhbmNlUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SKQoHY2xlYXJlZBgCIAMoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlIkAKGUNhbmNlbFRhc2tJbnN0YW5jZVJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJIk0KGkNhbmNlbFRhc2tJbnN0YW5jZVJlc3BvbnNlEi8KDXRhc2tfaW5zdGFuY2UYASABKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSJaCg9UYWlsTG9nc1JlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJEhIKCnRyeV9udW1iZXIYAyABKAUSDgoGZm9sbG93GAQgASgIIjYKEFRhaWxMb2dzUmVzcG9uc2USIgoFbGluZXMYASADKAsyEy5sZW9mbG93LnYxLkxvZ0xpbmUyuAcKD1dvcmtmbG93U2VydmljZRJFCghBcHBseURhZxIbLmxlb2Zsb3cudjEuQXBwbHlEYWdSZXF1ZXN0GhwubGVvZmxvdy52MS5BcHBseURhZ1Jlc3BvbnNlEj8KBkdldERhZxIZLmxlb2Zsb3cudjEuR2V0RGFnUmVxdWVzdBoaLmxlb2Zsb3cudjEuR2V0RGFnUmVzcG9uc2USRQoITGlzdERhZ3MSGy5sZW9mbG93LnYxLkxpc3REYWdzUmVxdWVzdBocLmxlb2Zsb3cudjEuTGlzdERhZ3NSZXNwb25zZRJFCghQYXVzZURhZxIbLmxlb2Zsb3cudjEuUGF1c2VEYWdSZXF1ZXN0GhwubGVvZmxvdy52MS5QYXVzZURhZ1Jlc3BvbnNlEksKClRyaWdnZXJSdW4SHS5sZW9mbG93LnYxLlRyaWdnZXJSdW5SZXF1ZXN0Gh4ubGVvZmxvdy52MS5UcmlnZ2VyUnVuUmVzcG9uc2USPwoGR2V0UnVuEhkubGVvZmxvdy52MS5HZXRSdW5SZXF1ZXN0GhoubGVvZmxvdy52MS5HZXRSdW5SZXNwb25zZRJFCghMaXN0UnVucxIbLmxlb2Zsb3cudjEuTGlzdFJ1bnNSZXF1ZXN0GhwubGVvZmxvdy52MS5MaXN0UnVuc1Jlc3BvbnNlEkgKCUNhbmNlbFJ1bhIcLmxlb2Zsb3cudjEuQ2FuY2VsUnVuUmVxdWVzdBodLmxlb2Zsb3cudjEuQ2FuY2VsUnVuUmVzcG9uc2USYAoRTGlzdFRhc2tJbnN0YW5jZXMSJC5sZW9mbG93LnYxLkxpc3RUYXNrSW5zdGFuY2VzUmVxdWVzdBolLmxlb2Zsb3cudjEuTGlzdFRhc2tJbnN0YW5jZXNSZXNwb25zZRJgChFDbGVhclRhc2tJbnN0YW5jZRIkLmxlb2Zsb3cudjEuQ2xlYXJUYXNrSW5zdGFuY2VSZXF1ZXN0GiUubGVvZmxvdy52MS5DbGVhclRhc2tJbnN0YW5jZVJlc3BvbnNlEmMKEkNhbmNlbFRhc2tJbnN0YW5jZRIlLmxlb2Zsb3cudjEuQ2FuY2VsVGFza0luc3RhbmNlUmVxdWVzdBomLmxlb2Zsb3cudjEuQ2FuY2VsVGFza0luc3RhbmNlUmVzcG9uc2USRwoIVGFpbExvZ3MSGy5sZW9mbG93LnYxLlRhaWxMb2dzUmVxdWVzdBocLmxlb2Zsb3cudjEuVGFpbExvZ3NSZXNwb25zZTABYgZwcm90bzM", [file_leoflow_v1_types]);
+  fileDesc("ChlsZW9mbG93L3YxL3dvcmtmbG93LnByb3RvEgpsZW9mbG93LnYxIjMKD0FwcGx5RGFnUmVxdWVzdBIOCgZzb3VyY2UYASABKAkSEAoIZmlsZW5hbWUYAiABKAkiQQoQQXBwbHlEYWdSZXNwb25zZRIcCgNkYWcYASABKAsyDy5sZW9mbG93LnYxLkRhZxIPCgdvdXRjb21lGAIgASgJIh8KDUdldERhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJIi4KDkdldERhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIhEKD0xpc3REYWdzUmVxdWVzdCIxChBMaXN0RGFnc1Jlc3BvbnNlEh0KBGRhZ3MYASADKAsyDy5sZW9mbG93LnYxLkRhZyIxCg9QYXVzZURhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg4KBnBhdXNlZBgCIAEoCCIwChBQYXVzZURhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIkcKEVRyaWdnZXJSdW5SZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRIPCgdydW5fa2V5GAIgASgJEhEKCWNvbmZfanNvbhgDIAEoCSJDChJUcmlnZ2VyUnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCIjCg1HZXRSdW5SZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAEiYAoOR2V0UnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SMAoOdGFza19pbnN0YW5jZXMYAiADKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSIwCg9MaXN0UnVuc1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFIjEKEExpc3RSdW5zUmVzcG9uc2USHQoEcnVucxgBIAMoCzIPLmxlb2Zsb3cudjEuUnVuIiYKEENhbmNlbFJ1blJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASIxChFDYW5jZWxSdW5SZXNwb25zZRIcCgNydW4YASABKAsyDy5sZW9mbG93LnYxLlJ1biIuChhMaXN0VGFza0luc3RhbmNlc1JlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASJNChlMaXN0VGFza0luc3RhbmNlc1Jlc3BvbnNlEjAKDnRhc2tfaW5zdGFuY2VzGAEgAygLMhgubGVvZmxvdy52MS5UYXNrSW5zdGFuY2UiUwoYQ2xlYXJUYXNrSW5zdGFuY2VSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESDwoHdGFza19pZBgCIAEoCRISCgpkb3duc3RyZWFtGAMgASgIImQKGUNsZWFyVGFza0luc3RhbmNlUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SKQoHY2xlYXJlZBgCIAMoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlIkAKGUNhbmNlbFRhc2tJbnN0YW5jZVJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJIk0KGkNhbmNlbFRhc2tJbnN0YW5jZVJlc3BvbnNlEi8KDXRhc2tfaW5zdGFuY2UYASABKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSJaCg9UYWlsTG9nc1JlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJEhIKCnRyeV9udW1iZXIYAyABKAUSDgoGZm9sbG93GAQgASgIIjYKEFRhaWxMb2dzUmVzcG9uc2USIgoFbGluZXMYASADKAsyEy5sZW9mbG93LnYxLkxvZ0xpbmUiWAoNSGlzdG9yeUNvdW50cxIMCgRydW5zGAEgASgDEhYKDnRhc2tfaW5zdGFuY2VzGAIgASgDEg4KBmV2ZW50cxgDIAEoAxIRCgl0YXNrX2xvZ3MYBCABKAMiMQoQRGVsZXRlRGFnUmVxdWVzdBIOCgZkYWdfaWQYASABKAkSDQoFZm9yY2UYAiABKAgicQoRRGVsZXRlRGFnUmVzcG9uc2USKgoHcmVtb3ZlZBgBIAEoCzIZLmxlb2Zsb3cudjEuSGlzdG9yeUNvdW50cxIdChFjYW5jZWxsZWRfcnVuX2lkcxgCIAMoA0ICMAESEQoJZGFnX2ZpbGVzGAMgAygJImIKE0NsZWFuSGlzdG9yeVJlcXVlc3QSKgoGYmVmb3JlGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZkYWdfaWQYAiABKAkSDwoHZHJ5X3J1bhgDIAEoCCJSChRDbGVhbkhpc3RvcnlSZXNwb25zZRIpCgZjb3VudHMYASABKAsyGS5sZW9mbG93LnYxLkhpc3RvcnlDb3VudHMSDwoHZHJ5X3J1bhgCIAEoCDLVCAoPV29ya2Zsb3dTZXJ2aWNlEkUKCEFwcGx5RGFnEhsubGVvZmxvdy52MS5BcHBseURhZ1JlcXVlc3QaHC5sZW9mbG93LnYxLkFwcGx5RGFnUmVzcG9uc2USPwoGR2V0RGFnEhkubGVvZmxvdy52MS5HZXREYWdSZXF1ZXN0GhoubGVvZmxvdy52MS5HZXREYWdSZXNwb25zZRJFCghMaXN0RGFncxIbLmxlb2Zsb3cudjEuTGlzdERhZ3NSZXF1ZXN0GhwubGVvZmxvdy52MS5MaXN0RGFnc1Jlc3BvbnNlEkUKCFBhdXNlRGFnEhsubGVvZmxvdy52MS5QYXVzZURhZ1JlcXVlc3QaHC5sZW9mbG93LnYxLlBhdXNlRGFnUmVzcG9uc2USSwoKVHJpZ2dlclJ1bhIdLmxlb2Zsb3cudjEuVHJpZ2dlclJ1blJlcXVlc3QaHi5sZW9mbG93LnYxLlRyaWdnZXJSdW5SZXNwb25zZRI/CgZHZXRSdW4SGS5sZW9mbG93LnYxLkdldFJ1blJlcXVlc3QaGi5sZW9mbG93LnYxLkdldFJ1blJlc3BvbnNlEkUKCExpc3RSdW5zEhsubGVvZmxvdy52MS5MaXN0UnVuc1JlcXVlc3QaHC5sZW9mbG93LnYxLkxpc3RSdW5zUmVzcG9uc2USSAoJQ2FuY2VsUnVuEhwubGVvZmxvdy52MS5DYW5jZWxSdW5SZXF1ZXN0Gh0ubGVvZmxvdy52MS5DYW5jZWxSdW5SZXNwb25zZRJgChFMaXN0VGFza0luc3RhbmNlcxIkLmxlb2Zsb3cudjEuTGlzdFRhc2tJbnN0YW5jZXNSZXF1ZXN0GiUubGVvZmxvdy52MS5MaXN0VGFza0luc3RhbmNlc1Jlc3BvbnNlEmAKEUNsZWFyVGFza0luc3RhbmNlEiQubGVvZmxvdy52MS5DbGVhclRhc2tJbnN0YW5jZVJlcXVlc3QaJS5sZW9mbG93LnYxLkNsZWFyVGFza0luc3RhbmNlUmVzcG9uc2USYwoSQ2FuY2VsVGFza0luc3RhbmNlEiUubGVvZmxvdy52MS5DYW5jZWxUYXNrSW5zdGFuY2VSZXF1ZXN0GiYubGVvZmxvdy52MS5DYW5jZWxUYXNrSW5zdGFuY2VSZXNwb25zZRJHCghUYWlsTG9ncxIbLmxlb2Zsb3cudjEuVGFpbExvZ3NSZXF1ZXN0GhwubGVvZmxvdy52MS5UYWlsTG9nc1Jlc3BvbnNlMAESSAoJRGVsZXRlRGFnEhwubGVvZmxvdy52MS5EZWxldGVEYWdSZXF1ZXN0Gh0ubGVvZmxvdy52MS5EZWxldGVEYWdSZXNwb25zZRJRCgxDbGVhbkhpc3RvcnkSHy5sZW9mbG93LnYxLkNsZWFuSGlzdG9yeVJlcXVlc3QaIC5sZW9mbG93LnYxLkNsZWFuSGlzdG9yeVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp, file_leoflow_v1_types]);
 
 /**
  * @generated from message leoflow.v1.ApplyDagRequest
@@ -522,6 +524,155 @@ export const TailLogsResponseSchema: GenMessage<TailLogsResponse> = /*@__PURE__*
   messageDesc(file_leoflow_v1_workflow, 23);
 
 /**
+ * HistoryCounts are rows of each table of a run's history, removed or to be removed.
+ *
+ * @generated from message leoflow.v1.HistoryCounts
+ */
+export type HistoryCounts = Message<"leoflow.v1.HistoryCounts"> & {
+  /**
+   * @generated from field: int64 runs = 1;
+   */
+  runs: bigint;
+
+  /**
+   * @generated from field: int64 task_instances = 2;
+   */
+  taskInstances: bigint;
+
+  /**
+   * @generated from field: int64 events = 3;
+   */
+  events: bigint;
+
+  /**
+   * @generated from field: int64 task_logs = 4;
+   */
+  taskLogs: bigint;
+};
+
+/**
+ * Describes the message leoflow.v1.HistoryCounts.
+ * Use `create(HistoryCountsSchema)` to create a new message.
+ */
+export const HistoryCountsSchema: GenMessage<HistoryCounts> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 24);
+
+/**
+ * @generated from message leoflow.v1.DeleteDagRequest
+ */
+export type DeleteDagRequest = Message<"leoflow.v1.DeleteDagRequest"> & {
+  /**
+   * @generated from field: string dag_id = 1;
+   */
+  dagId: string;
+
+  /**
+   * Cancel the DAG's runs that have not ended, then delete. Without it such runs refuse the delete.
+   *
+   * @generated from field: bool force = 2;
+   */
+  force: boolean;
+};
+
+/**
+ * Describes the message leoflow.v1.DeleteDagRequest.
+ * Use `create(DeleteDagRequestSchema)` to create a new message.
+ */
+export const DeleteDagRequestSchema: GenMessage<DeleteDagRequest> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 25);
+
+/**
+ * @generated from message leoflow.v1.DeleteDagResponse
+ */
+export type DeleteDagResponse = Message<"leoflow.v1.DeleteDagResponse"> & {
+  /**
+   * What was removed, the DAG's runs and their history.
+   *
+   * @generated from field: leoflow.v1.HistoryCounts removed = 1;
+   */
+  removed?: HistoryCounts | undefined;
+
+  /**
+   * The runs that had not ended, cancelled first (with force).
+   *
+   * @generated from field: repeated int64 cancelled_run_ids = 2 [jstype = JS_STRING];
+   */
+  cancelledRunIds: string[];
+
+  /**
+   * DAG files among the server's start-up DAG paths (--dags) that define this DAG: the server
+   * applies them again when it starts, bringing the DAG back.
+   *
+   * @generated from field: repeated string dag_files = 3;
+   */
+  dagFiles: string[];
+};
+
+/**
+ * Describes the message leoflow.v1.DeleteDagResponse.
+ * Use `create(DeleteDagResponseSchema)` to create a new message.
+ */
+export const DeleteDagResponseSchema: GenMessage<DeleteDagResponse> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 26);
+
+/**
+ * @generated from message leoflow.v1.CleanHistoryRequest
+ */
+export type CleanHistoryRequest = Message<"leoflow.v1.CleanHistoryRequest"> & {
+  /**
+   * Runs that ended before this time. Required; not in the future.
+   *
+   * @generated from field: google.protobuf.Timestamp before = 1;
+   */
+  before?: Timestamp | undefined;
+
+  /**
+   * Only this DAG's runs; empty for every DAG.
+   *
+   * @generated from field: string dag_id = 2;
+   */
+  dagId: string;
+
+  /**
+   * Count what would be removed; write nothing.
+   *
+   * @generated from field: bool dry_run = 3;
+   */
+  dryRun: boolean;
+};
+
+/**
+ * Describes the message leoflow.v1.CleanHistoryRequest.
+ * Use `create(CleanHistoryRequestSchema)` to create a new message.
+ */
+export const CleanHistoryRequestSchema: GenMessage<CleanHistoryRequest> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 27);
+
+/**
+ * @generated from message leoflow.v1.CleanHistoryResponse
+ */
+export type CleanHistoryResponse = Message<"leoflow.v1.CleanHistoryResponse"> & {
+  /**
+   * Removed, or with dry_run what would be.
+   *
+   * @generated from field: leoflow.v1.HistoryCounts counts = 1;
+   */
+  counts?: HistoryCounts | undefined;
+
+  /**
+   * @generated from field: bool dry_run = 2;
+   */
+  dryRun: boolean;
+};
+
+/**
+ * Describes the message leoflow.v1.CleanHistoryResponse.
+ * Use `create(CleanHistoryResponseSchema)` to create a new message.
+ */
+export const CleanHistoryResponseSchema: GenMessage<CleanHistoryResponse> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 28);
+
+/**
  * WorkflowService manages DAGs and their runs.
  *
  * @generated from service leoflow.v1.WorkflowService
@@ -640,6 +791,37 @@ export const WorkflowService: GenService<{
     methodKind: "server_streaming";
     input: typeof TailLogsRequestSchema;
     output: typeof TailLogsResponseSchema;
+  },
+  /**
+   * DeleteDag removes a DAG and all its history: its runs, their task instances, events and
+   * log lines, and the DAG's own events. A DAG with runs that have not ended (queued or
+   * running): FAILED_PRECONDITION, unless force, which first pauses the DAG and cancels those
+   * runs (their running tasks are stopped, as by CancelRun, and their ends waited for, up to the
+   * server's kill grace and 5 s), then removes everything. Unknown
+   * DAG: NOT_FOUND. A DAG file the server applies at start-up brings the DAG back (with no
+   * history) at its next start: dag_files names such files.
+   *
+   * @generated from rpc leoflow.v1.WorkflowService.DeleteDag
+   */
+  deleteDag: {
+    methodKind: "unary";
+    input: typeof DeleteDagRequestSchema;
+    output: typeof DeleteDagResponseSchema;
+  },
+  /**
+   * CleanHistory removes the runs that ended (success, failed, cancelled) before `before`, of
+   * one DAG or of all, with their task instances, events and log lines, in batches of a few
+   * thousand task instances, each batch in one transaction. Runs that have not ended are never
+   * removed. With dry_run nothing is written and the counts are what would be removed.
+   * `before` missing or in the future, or a dag_id that names no DAG: INVALID_ARGUMENT or
+   * NOT_FOUND.
+   *
+   * @generated from rpc leoflow.v1.WorkflowService.CleanHistory
+   */
+  cleanHistory: {
+    methodKind: "unary";
+    input: typeof CleanHistoryRequestSchema;
+    output: typeof CleanHistoryResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_leoflow_v1_workflow, 0);

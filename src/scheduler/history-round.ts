@@ -1,0 +1,203 @@
+import type { Logger } from 'pino';
+import { addPartitionAhead } from '../db/history/add-partition-ahead.js';
+import { dropEmptyPartition, ownerRangeEmpty } from '../db/history/drop-empty-partition.js';
+import { EVENTS, HISTORY_TABLES, TASK_LOGS, type HistoryTable } from '../db/history/history-tables.js';
+import { currentPartition, listPartitions, maxOwnerId, type Partition } from '../db/history/list-partitions.js';
+import { pageOfFinishedRuns } from '../db/history/page-of-finished-runs.js';
+import { removeExpiredRuns } from '../db/history/remove-expired-runs.js';
+import { onlyUnfinishedOwnersLeft, sweepOrphans } from '../db/history/sweep-orphans.js';
+import type { Sql } from '../db/sql.js';
+
+/** Runs read per round, and the task instances one round removes at most (with their runs). */
+const SCAN_RUNS = 1000;
+const MAX_TIS_PER_ROUND = 5000;
+/** Rows of history one round deletes at most from a partition that cannot be dropped. */
+const SWEEP_ROWS = 5000;
+/** How long a partition drop waits for the table's lock before a later round tries again. */
+const DROP_LOCK_TIMEOUT_MS = 100;
+/** Every partition is looked at again this often (another replica's `db clean` may have emptied one). */
+const FULL_CHECK_MS = 10 * 60_000;
+
+/** What the history rounds count (Prometheus in production). */
+export interface HistoryKeeperCounters {
+  runsRemoved(runs: number, taskInstances: number): void;
+  partitionAdded(table: string): void;
+  partitionDropped(table: string): void;
+  rowsSwept(table: string, rows: number): void;
+  /** An error caught in a round (the round went on with its other parts). */
+  error(err: unknown, ids: Record<string, unknown>): void;
+}
+
+export interface HistoryRoundOptions {
+  sql: Sql;
+  logger: Logger;
+  /** Finished runs are removed this long after they ended; null keeps them (partitions are still added). */
+  retentionMs: number | null;
+  now(): Date;
+  counters: HistoryKeeperCounters;
+}
+
+/** What one round did. */
+export interface HistoryRound {
+  partitionsAdded: number;
+  runsRemoved: number;
+  partitionsDropped: number;
+  rowsSwept: number;
+  /** Whether more is waiting (the next round comes soon). */
+  more: boolean;
+}
+
+/** Partitions a round has still to look at, by table, and where a sweep of one goes on from. */
+interface Dirty {
+  names: Set<string>;
+  sweepFrom: Map<string, bigint>;
+}
+
+/**
+ * One round of the leader's upkeep of finished history, bounded (a thousand runs read, a few
+ * thousand task instances removed, one partition dropped or a few thousand rows swept per table):
+ * adds the next partitions of the history tables ahead of need; removes a batch of runs whose
+ * retention has passed, with their task instances; drops partitions that have no run (task
+ * instance) left; and deletes what is left of removed runs in partitions that a run still going
+ * keeps from being dropped. Keeps between rounds where its reading of runs is and which partitions
+ * it has yet to look at; `fresh` (a new leader, which knows nothing of what the last one left half
+ * done) starts both over.
+ */
+export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => Promise<HistoryRound> {
+  const logger = o.logger.child({ component: 'history' });
+  let lastFullCheck = 0;
+  /** Where the reading of runs goes on from, within one pass over the runs below the cutoff. */
+  let cursor = '0';
+  const dirty = new Map<string, Dirty>(HISTORY_TABLES.map((t) => [t.name, { names: new Set(), sweepFrom: new Map() }]));
+
+  const isolated = async <T>(what: string, ids: Record<string, unknown>, fn: () => Promise<T>): Promise<T | null> => {
+    try {
+      return await fn();
+    } catch (err) {
+      o.counters.error(err, { what, ...ids });
+      return null;
+    }
+  };
+
+  /**
+   * Marks the partitions of `table` overlapping owner ids [lo, hi], and the default partition
+   * unless one range holds them all (it holds rows only of ids no range covered when they were
+   * written); without ids, every range, and the default partition too when `withFallback`.
+   */
+  const markDirty = (table: HistoryTable, parts: Partition[], fallback: string | null, ids: [bigint, bigint] | null, withFallback = false) => {
+    const d = dirty.get(table.name)!;
+    const overlaps = (p: Partition, lo: bigint, hi: bigint) => (p.from === null || p.from <= hi) && (p.to === null || lo < p.to);
+    const holds = (p: Partition, lo: bigint, hi: bigint) => (p.from === null || p.from <= lo) && (p.to === null || hi < p.to);
+    for (const p of parts) if (!ids || overlaps(p, ids[0], ids[1])) d.names.add(p.name);
+    if (fallback && (ids ? !parts.some((p) => holds(p, ids[0], ids[1])) : withFallback)) d.names.add(fallback);
+  };
+
+  /** Drops or sweeps one dirty partition of `table` (skipping those with nothing to do). */
+  const tendOne = async (table: HistoryTable, result: HistoryRound): Promise<void> => {
+    const d = dirty.get(table.name)!;
+    if (d.names.size === 0) return;
+    const parts = await listPartitions(o.sql, table);
+    const maxId = await maxOwnerId(o.sql, table);
+    const below = currentPartition(parts, maxId)?.from ?? maxId;
+    for (const name of [...d.names]) {
+      if (name === parts.fallback) {
+        // The default partition is never dropped: what it holds of removed runs is swept.
+        const swept = await sweepOrphans(o.sql, table, name, d.sweepFrom.get(name) ?? 0n, SWEEP_ROWS);
+        if (swept.deleted > 0) {
+          o.counters.rowsSwept(table.name, swept.deleted);
+          result.rowsSwept += swept.deleted;
+        }
+        if (swept.next === null) {
+          d.names.delete(name);
+          d.sweepFrom.delete(name);
+        } else d.sweepFrom.set(name, swept.next);
+        if (swept.deleted > 0 || swept.next !== null) return;
+        continue;
+      }
+      const p = parts.ranges.find((r) => r.name === name);
+      // Gone (dropped by another leader), or a partition new rows still go to: nothing to do.
+      if (!p || p.to === null || p.to > below) {
+        d.names.delete(name);
+        d.sweepFrom.delete(name);
+        continue;
+      }
+      if (await ownerRangeEmpty(o.sql, table, p)) {
+        if (await dropEmptyPartition(o.sql, table, p, DROP_LOCK_TIMEOUT_MS)) {
+          d.names.delete(name);
+          d.sweepFrom.delete(name);
+          o.counters.partitionDropped(table.name);
+          result.partitionsDropped++;
+          logger.info({ table: table.name, partition: name, from: String(p.from), to: String(p.to) }, `dropped ${name}: no owner of its range is left`);
+        }
+        return;
+      }
+      if (await onlyUnfinishedOwnersLeft(o.sql, table, p)) {
+        const swept = await sweepOrphans(o.sql, table, name, d.sweepFrom.get(name) ?? p.from ?? 0n, SWEEP_ROWS);
+        if (swept.deleted > 0) {
+          o.counters.rowsSwept(table.name, swept.deleted);
+          result.rowsSwept += swept.deleted;
+        }
+        if (swept.next === null || (p.to !== null && swept.next >= p.to)) {
+          d.names.delete(name);
+          d.sweepFrom.delete(name);
+        } else d.sweepFrom.set(name, swept.next);
+        if (swept.deleted > 0) return;
+        continue;
+      }
+      // Finished runs of its range are still kept: their removal will mark it again.
+      d.names.delete(name);
+      d.sweepFrom.delete(name);
+    }
+  };
+
+  return async (fresh) => {
+    const result: HistoryRound = { partitionsAdded: 0, runsRemoved: 0, partitionsDropped: 0, rowsSwept: 0, more: false };
+    const now = o.now();
+    if (fresh || now.getTime() - lastFullCheck >= FULL_CHECK_MS) {
+      // Every range again (a probe or two each); the default partition, whose sweep reads all of
+      // it, only for a new leader.
+      lastFullCheck = now.getTime();
+      cursor = '0';
+      for (const t of HISTORY_TABLES) {
+        await isolated('list partitions', { table: t.name }, async () => {
+          const parts = await listPartitions(o.sql, t);
+          markDirty(t, parts.ranges, parts.fallback, null, fresh);
+        });
+      }
+    }
+    for (const t of HISTORY_TABLES) {
+      const added = await isolated('add partition', { table: t.name }, () => addPartitionAhead(o.sql, t, now));
+      if (added) {
+        result.partitionsAdded++;
+        o.counters.partitionAdded(t.name);
+        logger.info({ table: t.name, partition: added.name, from: String(added.from), to: String(added.to) }, `added partition ${added.name}`);
+      }
+    }
+    if (o.retentionMs !== null) {
+      const cutoff = new Date(now.getTime() - o.retentionMs);
+      await isolated('remove expired runs', { cutoff: cutoff.toISOString() }, async () => {
+        const page = await pageOfFinishedRuns(o.sql, { endedBefore: cutoff, after: cursor, scan: SCAN_RUNS, maxTis: MAX_TIS_PER_ROUND });
+        cursor = page.next ?? '0';
+        if (page.next !== null) result.more = true;
+        if (page.ids.length === 0) return;
+        const removed = await removeExpiredRuns(o.sql, page.ids, cutoff);
+        if (removed.runs === 0) return;
+        result.runsRemoved += removed.runs;
+        result.more = true;
+        o.counters.runsRemoved(removed.runs, removed.taskInstances);
+        logger.debug({ runs: removed.runs, taskInstances: removed.taskInstances, cutoff }, 'removed finished runs past their retention');
+        for (const [t, ids] of [[EVENTS, removed.runIds], [TASK_LOGS, removed.tiIds]] as const) {
+          if (!ids) continue;
+          const parts = await listPartitions(o.sql, t);
+          markDirty(t, parts.ranges, parts.fallback, ids);
+        }
+      });
+    }
+    for (const t of HISTORY_TABLES) {
+      await isolated('tend partitions', { table: t.name }, () => tendOne(t, result));
+      if (dirty.get(t.name)!.names.size > 0) result.more = true;
+    }
+    if (result.partitionsDropped > 0 || result.rowsSwept > 0) result.more = true;
+    return result;
+  };
+}

@@ -1,0 +1,32 @@
+import { pageOfFinishedRuns } from '../db/history/page-of-finished-runs.js';
+import { addCounts, countRuns, NO_HISTORY, removeRuns, type HistoryCounts } from '../db/history/remove-runs.js';
+import type { Sql } from '../db/sql.js';
+
+/** Runs read per batch, and the task instances one batch removes at most (with their runs). */
+const SCAN_RUNS = 1000;
+const MAX_TIS_PER_BATCH = 5000;
+
+export interface CleanQuery {
+  /** Runs that ended before this time; absent: whenever they ended. */
+  endedBefore?: Date;
+  dagId?: string;
+  dryRun: boolean;
+}
+
+/**
+ * Removes (or, dry, counts) the finished runs a query names, with their task instances, events
+ * and log lines, a batch at a time, each batch one transaction: a clean of years of history never
+ * holds one transaction open for long nor locks more than a batch. Runs that have not ended are
+ * never touched.
+ */
+export async function cleanHistory(sql: Sql, q: CleanQuery): Promise<HistoryCounts> {
+  let total = NO_HISTORY;
+  let after = '0';
+  for (;;) {
+    const page = await pageOfFinishedRuns(sql, { endedBefore: q.endedBefore, dagId: q.dagId, after, scan: SCAN_RUNS, maxTis: MAX_TIS_PER_BATCH });
+    const guard = { endedBefore: q.endedBefore };
+    total = addCounts(total, await (q.dryRun ? countRuns(sql, page.ids, guard) : removeRuns(sql, page.ids, guard)));
+    if (page.next === null) return total;
+    after = page.next;
+  }
+}
