@@ -76,16 +76,23 @@ export async function touchAgents(sql: Sql, sessions: { agentId: string; session
     where a.agent_id = s.agent_id and a.session_id = s.session_id`;
 }
 
-export async function listAgents(sql: Sql): Promise<AgentRow[]> {
-  return sql<AgentRow[]>`
-    select a.*, (select count(*)::int from task_instances t where t.agent_id = a.agent_id and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})) as running
-    from agents a order by a.agent_id`;
+/** An agent as the API shows it (`Agent` in cluster.proto): its stored columns the API reads,
+ *  and the attempts it holds. */
+export type AgentView = Pick<AgentRow, 'agent_id' | 'labels' | 'capabilities' | 'slots' | 'draining' | 'connected_replica' | 'last_seen_at' | 'running'>;
+
+/** The columns of an agent read for `AgentView`, and its held attempts counted. */
+function agentView(sql: Sql) {
+  return sql`
+    a.agent_id, a.labels, a.capabilities, a.slots, a.draining, a.connected_replica, a.last_seen_at,
+    (select count(*)::int from task_instances t where t.agent_id = a.agent_id and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})) as running`;
 }
 
-export async function getAgent(sql: Sql, agentId: string): Promise<AgentRow | null> {
-  const [row] = await sql<AgentRow[]>`
-    select a.*, (select count(*)::int from task_instances t where t.agent_id = a.agent_id and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})) as running
-    from agents a where a.agent_id = ${agentId}`;
+export async function listAgents(sql: Sql): Promise<AgentView[]> {
+  return sql<AgentView[]>`select ${agentView(sql)} from agents a order by a.agent_id`;
+}
+
+export async function getAgent(sql: Sql, agentId: string): Promise<AgentView | null> {
+  const [row] = await sql<AgentView[]>`select ${agentView(sql)} from agents a where a.agent_id = ${agentId}`;
   return row ?? null;
 }
 

@@ -1,16 +1,15 @@
 import { legalTiFrom } from '../core/states.js';
 import { EVENT_KIND, tiEvents } from './events/record-events.js';
 import { inlineLiterals } from './inline-literals.js';
-import type { RunRow } from './runs.js';
-import { transitionRun, getRun } from './runs.js';
+import { RUN_VIEW_COLUMNS, getRunView, transitionRun, type RunView } from './runs.js';
 import type { Sql } from './sql.js';
 
 const CANCEL_FROM = legalTiFrom('cancelled');
 
 export type CancelOutcome =
   | { kind: 'not_found' }
-  | { kind: 'already_ended'; run: RunRow }
-  | { kind: 'cancelled'; run: RunRow; stoppedTiIds: string[] };
+  | { kind: 'already_ended'; run: RunView }
+  | { kind: 'cancelled'; run: RunView; stoppedTiIds: string[] };
 
 /**
  * Cancels a run and every task instance of it that has not ended, in one transaction. Returns
@@ -19,7 +18,7 @@ export type CancelOutcome =
  */
 export async function cancelRun(sql: Sql, runId: string): Promise<CancelOutcome> {
   return sql.begin(async (tx) => {
-    const [locked] = await tx<RunRow[]>`select * from dag_runs where id = ${runId} for update`;
+    const [locked] = await tx<RunView[]>`select ${tx(RUN_VIEW_COLUMNS)} from dag_runs where id = ${runId} for update`;
     if (!locked) return { kind: 'not_found' as const };
     if (!(await transitionRun(tx, runId, 'cancelled'))) return { kind: 'already_ended' as const, run: locked };
     const rows = await tx<{ id: string; was: string }[]>`
@@ -34,7 +33,7 @@ export async function cancelRun(sql: Sql, runId: string): Promise<CancelOutcome>
         returning t.id, t.run_id, t.task_id, t.try_number, old.state as was),
       ev as (${tiEvents(tx, EVENT_KIND.tiState, tx`moved`, tx`jsonb_build_object('task_id', task_id, 'to', 'cancelled', 'try', try_number)`)})
       select id, was from moved`;
-    const run = (await getRun(tx, runId))!;
+    const run = (await getRunView(tx, runId))!;
     return { kind: 'cancelled' as const, run, stoppedTiIds: rows.filter((r) => r.was === 'queued' || r.was === 'running').map((r) => r.id) };
   });
 }

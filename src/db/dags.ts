@@ -76,13 +76,30 @@ export async function getDag(sql: Sql | TxSql, dagId: string): Promise<DagRow | 
   return row ?? null;
 }
 
-export async function listDags(sql: Sql): Promise<DagRow[]> {
-  return sql<DagRow[]>`select * from dags order by dag_id`;
+/** The columns of a DAG the API shows (`Dag` in types.proto), and no others: not its file's text
+ *  (`source`, up to 1 MB), which no response carries. */
+export const DAG_VIEW_COLUMNS = ['dag_id', 'spec', 'schedule', 'catchup', 'max_active_runs', 'paused', 'version', 'updated_at', 'next_run_at'] as const;
+
+/** A DAG as the API shows it. */
+export type DagView = Pick<DagRow, (typeof DAG_VIEW_COLUMNS)[number]>;
+
+export async function getDagView(sql: Sql | TxSql, dagId: string): Promise<DagView | null> {
+  const [row] = await sql<DagView[]>`select ${sql(DAG_VIEW_COLUMNS)} from dags where dag_id = ${dagId}`;
+  return row ?? null;
 }
 
-export async function setDagPaused(sql: Sql, dagId: string, paused: boolean): Promise<DagRow | null> {
-  const [row] = await sql<DagRow[]>`
-    update dags set paused = ${paused}, updated_at = now() where dag_id = ${dagId} returning *`;
+export async function dagExists(sql: Sql | TxSql, dagId: string): Promise<boolean> {
+  const [row] = await sql`select 1 from dags where dag_id = ${dagId}`;
+  return row !== undefined;
+}
+
+export async function listDags(sql: Sql): Promise<DagView[]> {
+  return sql<DagView[]>`select ${sql(DAG_VIEW_COLUMNS)} from dags order by dag_id`;
+}
+
+export async function setDagPaused(sql: Sql, dagId: string, paused: boolean): Promise<DagView | null> {
+  const [row] = await sql<DagView[]>`
+    update dags set paused = ${paused}, updated_at = now() where dag_id = ${dagId} returning ${sql(DAG_VIEW_COLUMNS)}`;
   return row ?? null;
 }
 

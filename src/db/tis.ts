@@ -1,4 +1,4 @@
-import { WAITING_TI_STATES, legalTiFrom, type TiState } from '../core/states.js';
+import { WAITING_TI_STATES, legalTiFrom, type RunState, type TiState } from '../core/states.js';
 import { EVENT_KIND, tiEvents } from './events/record-events.js';
 import { inlineLiterals } from './inline-literals.js';
 import type { PendingQuery, Sql, TxSql } from './sql.js';
@@ -27,6 +27,35 @@ export interface TiRow {
 
 export async function listTis(sql: Sql | TxSql, runId: string): Promise<TiRow[]> {
   return sql<TiRow[]>`select * from task_instances where run_id = ${runId} order by id`;
+}
+
+/** The columns of a task instance the API shows (`TaskInstance` in types.proto), and no others. */
+export const TI_VIEW_COLUMNS = [
+  'id', 'run_id', 'task_id', 'state', 'try_number', 'max_tries', 'executor', 'agent_id', 'queued_at', 'started_at',
+  'heartbeat_at', 'ended_at', 'exit_code', 'error', 'pending_reason', 'next_try_at',
+] as const;
+
+/** A task instance as the API shows it. */
+export type TiView = Pick<TiRow, (typeof TI_VIEW_COLUMNS)[number]>;
+
+/**
+ * A run's state and the states of its task instances (of one task, when named), in one
+ * statement: all a log follower needs to know whether its selection has ended. Null when there
+ * is no such run.
+ */
+export async function runAndTiStates(sql: Sql | TxSql, runId: string, taskId?: string): Promise<{ run: RunState; tis: TiState[] } | null> {
+  const [row] = await sql<{ run: RunState; tis: TiState[] }[]>`
+    select r.state as run, coalesce(array_agg(t.state order by t.id) filter (where t.id is not null), '{}') as tis
+    from dag_runs r
+    left join task_instances t on t.run_id = r.id and (${taskId ?? null}::text is null or t.task_id = ${taskId ?? null})
+    where r.id = ${runId}
+    group by r.state`;
+  return row ?? null;
+}
+
+/** The task instances of a run as the API shows them, in creation (spec) order. */
+export async function listTiViews(sql: Sql | TxSql, runId: string): Promise<TiView[]> {
+  return sql<TiView[]>`select ${sql(TI_VIEW_COLUMNS)} from task_instances where run_id = ${runId} order by id`;
 }
 
 /** Task instances of many runs at once (the planner reads all active runs' TIs in one query). */

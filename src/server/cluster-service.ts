@@ -1,6 +1,6 @@
 import type { ServiceImpl } from '@connectrpc/connect';
 import { timestampFromDate } from '@bufbuild/protobuf/wkt';
-import { getAgent, listAgents, setDraining, type AgentRow } from '../db/agents.js';
+import { getAgent, listAgents, setDraining, type AgentView } from '../db/agents.js';
 import { currentLeaderId } from '../db/leader.js';
 import type { Sql } from '../db/sql.js';
 import { ClusterService } from '../gen/leoflow/v1/cluster_pb.js';
@@ -18,7 +18,7 @@ export interface ClusterDeps {
   drained(agentId: string): void;
 }
 
-function agentToProto(a: AgentRow, freshMs: number) {
+function agentToProto(a: AgentView, freshMs: number) {
   const connected = a.connected_replica !== null && a.last_seen_at !== null && Date.now() - a.last_seen_at.getTime() < freshMs;
   return {
     agentId: a.agent_id,

@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import { ACTIVE_RUN_STATES } from '../core/states.js';
 import { attemptsStillRunning } from '../db/attempts/attempts-still-running.js';
 import { cancelRun } from '../db/cancel-run.js';
-import { getDag, setDagPaused } from '../db/dags.js';
+import { dagExists, setDagPaused } from '../db/dags.js';
 import { removeDag } from '../db/history/remove-dag.js';
 import { addCounts, type HistoryCounts } from '../db/history/remove-runs.js';
 import { inlineLiterals } from '../db/inline-literals.js';
@@ -33,7 +33,7 @@ const POLL_MS = 100;
  * in one last transaction (src/db/history/remove-dag.ts).
  */
 export async function deleteDagWithHistory(deps: DeleteDagDeps, dagId: string, force: boolean): Promise<{ removed: HistoryCounts; cancelledRunIds: string[] }> {
-  if (!(await getDag(deps.sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
+  if (!(await dagExists(deps.sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
   const cancelledRunIds: string[] = [];
   let removed: HistoryCounts = { runs: 0, taskInstances: 0, events: 0, taskLogs: 0 };
   for (let round = 0; ; round++) {

@@ -2,11 +2,11 @@ import { create } from '@bufbuild/protobuf';
 import { durationFromMs, timestampFromDate } from '@bufbuild/protobuf/wkt';
 import type { TaskSpec } from '../core/dag-spec.js';
 import type { RunState, TiState } from '../core/states.js';
-import type { DagRow } from '../db/dags.js';
+import type { DagView } from '../db/dags.js';
 import type { HistoryCounts } from '../db/history/remove-runs.js';
 import type { LogRow } from '../db/logs.js';
-import type { RunRow } from '../db/runs.js';
-import type { TiRow } from '../db/tis.js';
+import type { RunView } from '../db/runs.js';
+import type { TiView } from '../db/tis.js';
 import {
   DagSchema,
   LogLineSchema,
@@ -63,7 +63,7 @@ function taskToProto(t: TaskSpec) {
   });
 }
 
-export function dagToProto(d: DagRow): Dag {
+export function dagToProto(d: DagView): Dag {
   return create(DagSchema, {
     dagId: d.dag_id,
     description: d.spec.description,
@@ -78,7 +78,7 @@ export function dagToProto(d: DagRow): Dag {
   });
 }
 
-export function runToProto(r: RunRow): Run {
+export function runToProto(r: RunView): Run {
   return create(RunSchema, {
     runId: r.id,
     dagId: r.dag_id,
@@ -94,7 +94,7 @@ export function runToProto(r: RunRow): Run {
   });
 }
 
-export function tiToProto(t: TiRow): TaskInstance {
+export function tiToProto(t: TiView): TaskInstance {
   return create(TaskInstanceSchema, {
     tiId: t.id,
     runId: t.run_id,

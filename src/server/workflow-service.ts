@@ -3,14 +3,14 @@ import type { ServiceImpl } from '@connectrpc/connect';
 import type { Logger } from 'pino';
 import type { DagSpec } from '../core/dag-spec.js';
 import { isTerminalRun, isTerminalTi } from '../core/states.js';
-import { getDag, listDags, setDagPaused, upsertDag } from '../db/dags.js';
+import { dagExists, getDagView, listDags, setDagPaused, upsertDag } from '../db/dags.js';
 import { readRunLogs } from '../db/logs.js';
 import { cancelRun } from '../db/cancel-run.js';
 import { cancelTaskInstance } from '../db/cancel-task-instance.js';
 import { clearTaskInstance } from '../db/clear-task-instance.js';
-import { createRunOfDag, getRun, listRuns } from '../db/runs.js';
+import { createRunOfDag, getRunView, listRuns } from '../db/runs.js';
 import type { Sql } from '../db/sql.js';
-import { listTis } from '../db/tis.js';
+import { listTiViews, runAndTiStates } from '../db/tis.js';
 import { timestampDate } from '@bufbuild/protobuf/wkt';
 import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
 import { cleanHistory } from './clean-history.js';
@@ -91,7 +91,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
     },
 
     async getDag(req) {
-      const dag = await getDag(sql, required('dag_id', req.dagId));
+      const dag = await getDagView(sql, required('dag_id', req.dagId));
       if (!dag) throw new NotFoundError(`DAG "${req.dagId}" not found`);
       return { dag: dagToProto(dag) };
     },
@@ -145,15 +145,16 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
 
     async getRun(req) {
       const runId = parseId('run_id', req.runId);
-      const run = await getRun(sql, runId);
+      const [run, tis] = await Promise.all([getRunView(sql, runId), listTiViews(sql, runId)]);
       if (!run) throw new NotFoundError(`run ${runId} not found`);
-      return { run: runToProto(run), taskInstances: (await listTis(sql, runId)).map(tiToProto) };
+      return { run: runToProto(run), taskInstances: tis.map(tiToProto) };
     },
 
     async listRuns(req) {
       if (req.limit < 0 || req.limit > 1000) throw new InvalidArgumentError('limit', `must be between 0 and 1000, got ${req.limit}`);
-      if (req.dagId && !(await getDag(sql, req.dagId))) throw new NotFoundError(`DAG "${req.dagId}" not found`);
       const runs = await listRuns(sql, { dagId: req.dagId || undefined, limit: req.limit || 50 });
+      // A DAG with runs exists (they are deleted with it): only an empty list needs the check.
+      if (req.dagId && runs.length === 0 && !(await dagExists(sql, req.dagId))) throw new NotFoundError(`DAG "${req.dagId}" not found`);
       return { runs: runs.map(runToProto) };
     },
 
@@ -170,8 +171,10 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
 
     async listTaskInstances(req) {
       const runId = parseId('run_id', req.runId);
-      if (!(await getRun(sql, runId))) throw new NotFoundError(`run ${runId} not found`);
-      return { taskInstances: (await listTis(sql, runId)).map(tiToProto) };
+      const tis = await listTiViews(sql, runId);
+      // Every run has task instances (a DAG has tasks): only none needs the run looked up.
+      if (tis.length === 0 && !(await getRunView(sql, runId))) throw new NotFoundError(`run ${runId} not found`);
+      return { taskInstances: tis.map(tiToProto) };
     },
 
     async clearTaskInstance(req) {
@@ -229,7 +232,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
         throw new InvalidArgumentError('before', `${before.toISOString()} is in the future: only runs that have ended can be removed, so give a time that has passed`);
       }
       const dagId = req.dagId || undefined;
-      if (dagId !== undefined && !(await getDag(sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
+      if (dagId !== undefined && !(await dagExists(sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
       const counts = await cleanHistory(sql, { endedBefore: before, dagId, dryRun: req.dryRun });
       if (!req.dryRun) deps.logger.info({ before: before.toISOString(), dagId, ...counts }, 'removed finished runs and their history (db clean)');
       return { counts: countsToProto(counts), dryRun: req.dryRun };
@@ -238,12 +241,11 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
     async *tailLogs(req, context) {
       const runId = parseId('run_id', req.runId);
       if (req.tryNumber < 0) throw new InvalidArgumentError('try_number', `must be 0 (all) or positive, got ${req.tryNumber}`);
-      const run = await getRun(sql, runId);
-      if (!run) throw new NotFoundError(`run ${runId} not found`);
       const taskId = req.taskId || undefined;
-      if (taskId && !run.spec.tasks.some((t) => t.id === taskId)) {
-        throw new NotFoundError(`run ${runId} has no task "${taskId}"`);
-      }
+      const states = await runAndTiStates(sql, runId, taskId);
+      if (!states) throw new NotFoundError(`run ${runId} not found`);
+      // A run has a task instance for each task of its spec.
+      if (taskId && states.tis.length === 0) throw new NotFoundError(`run ${runId} has no task "${taskId}"`);
       const after = new Map<string, number>();
       for (;;) {
         // Read whether everything has ended before reading lines, so no line written just
@@ -265,10 +267,8 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
 }
 
 async function selectionEnded(sql: Sql, runId: string, taskId: string | undefined): Promise<boolean> {
-  const run = await getRun(sql, runId);
-  if (!run) return true;
-  const tis = await listTis(sql, runId);
-  const selected = taskId ? tis.filter((t) => t.task_id === taskId) : tis;
-  if (taskId) return selected.every((t) => isTerminalTi(t.state)) || isTerminalRun(run.state);
-  return isTerminalRun(run.state) && selected.every((t) => isTerminalTi(t.state) || t.state === 'none');
+  const states = await runAndTiStates(sql, runId, taskId);
+  if (!states) return true;
+  if (taskId) return states.tis.every(isTerminalTi) || isTerminalRun(states.run);
+  return isTerminalRun(states.run) && states.tis.every((s) => isTerminalTi(s) || s === 'none');
 }
