@@ -55,3 +55,13 @@ export async function migrate(sql: Sql, logger?: Logger): Promise<number> {
   }
   return count;
 }
+
+/**
+ * The migrations this build knows that the database has not recorded, by file name: what a
+ * replica that does not migrate (an observer) waits for, and what readiness reports.
+ */
+export async function pendingMigrations(sql: Sql): Promise<string[]> {
+  const [{ exists } = { exists: false }] = await sql<{ exists: boolean }[]>`select to_regclass('leoflow_migrations') is not null as exists`;
+  const applied = exists ? new Set((await sql<{ id: number }[]>`select id from leoflow_migrations`).map((r) => r.id)) : new Set<number>();
+  return (await loadMigrations()).filter((m) => !applied.has(m.id)).map((m) => m.name);
+}

@@ -38,6 +38,11 @@ export interface SchedulerLoop {
   wakeAt(at: Date): void;
   /** Stops after the step in progress, if any. */
   stop(): Promise<void>;
+  /**
+   * When the loop last made progress (began a turn, or ended a step), and since when a step has
+   * been in progress (null: none): a liveness probe tells a stuck loop by these.
+   */
+  progress(): { at: number; stepSince: number | null };
 }
 
 /**
@@ -51,6 +56,8 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
   let timer: { cancel(): void } | null = null;
   let wake: { at: number; timer: NodeJS.Timeout } | null = null;
   let lastFullAt = 0;
+  let progressAt = Date.now();
+  let stepSince: number | null = null;
   // What the nudges since the last step asked for.
   let wantAll = false;
   let wantRuns = new Set<string>();
@@ -72,6 +79,7 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
   const runStep = async () => {
     timer = null;
     if (!running) return;
+    progressAt = Date.now();
     if (stepping) {
       pending = true;
       return;
@@ -89,12 +97,15 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
       wantAll = false;
       wantRuns = new Set();
       wantQueued = 0;
+      stepSince = Date.now();
       stepping = opts
         .step(kind, target)
         .catch((err: unknown) => opts.logger.error({ err }, 'scheduler step threw'))
         .then(() => opts.onStepDone?.((performance.now() - started) / 1000));
       await stepping;
       stepping = null;
+      stepSince = null;
+      progressAt = Date.now();
     } else {
       wantAll = false;
       wantRuns = new Set();
@@ -137,6 +148,7 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
         }, Math.max(0, ms)),
       };
     },
+    progress: () => ({ at: progressAt, stepSince }),
     async stop() {
       running = false;
       if (wake) clearTimeout(wake.timer);

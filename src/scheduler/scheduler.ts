@@ -45,6 +45,8 @@ export interface SchedulerOptions {
   /** Finished runs are removed this long after they ended (null: kept); see history-keeper.ts. */
   retentionMs: number | null;
   historyCounters: HistoryKeeperCounters;
+  /** False for a replica that never leads (role worker or observer): it never campaigns. */
+  campaigns: boolean;
   /** What the scheduler reports to metrics: each step's duration, and whether it leads. */
   observe: { stepped(seconds: number): void; leading(yes: boolean): void };
 }
@@ -63,6 +65,10 @@ export interface Scheduler {
   /** Another replica asked for an attempt to be stopped (the payload of its notification). */
   cancelNotified(payload: string): void;
   readonly leader: LeaderElector;
+  /** Resolves true once this replica leads, or false when `timeoutMs` passes first. */
+  leadership(timeoutMs: number): Promise<boolean>;
+  /** The loop's progress, for the liveness probe (see SchedulerLoop.progress). */
+  loopProgress(): { at: number; stepSince: number | null };
   start(): void;
   /** No new steps; waits for the step in progress. */
   stop(): Promise<void>;
@@ -81,6 +87,7 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
   const roomWaiters = new RoomWaiters();
   let isLeader = false;
   let stopping = false;
+  const electedWaiters = new Set<() => void>();
   const canceller = createCanceller({ sql: o.sql, logger, dispatcher: o.dispatcher });
   const ctx = {
     sql: o.sql,
@@ -139,6 +146,7 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
       ctx.health.healthySince = new Date();
       isLeader = true;
       o.observe.leading(true);
+      for (const w of electedWaiters) w();
       loop.nudge();
     },
     onDeposed: () => {
@@ -168,10 +176,23 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
     cancel: canceller.cancel,
     cancelNotified: (payload) => canceller.notified(payload),
     leader,
+    leadership: (timeoutMs) =>
+      new Promise<boolean>((resolve) => {
+        if (isLeader) return resolve(true);
+        const done = (yes: boolean) => {
+          clearTimeout(timer);
+          electedWaiters.delete(elected);
+          resolve(yes);
+        };
+        const elected = () => done(true);
+        const timer = setTimeout(() => done(false), timeoutMs);
+        electedWaiters.add(elected);
+      }),
+    loopProgress: () => loop.progress(),
     start: () => {
       loop.start();
       history.start();
-      leader.start();
+      if (o.campaigns) leader.start();
     },
     stop: async () => {
       // Planning ahead is stepping: a replica that is stopping plans nothing new.

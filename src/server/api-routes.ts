@@ -9,14 +9,20 @@ import type { AgentFleet } from './agent-fleet.js';
 import { createAgentService } from './agent-service.js';
 import { createClusterService } from './cluster-service.js';
 import type { Config } from './config.js';
+import type { Health } from './health.js';
+import { roleGuard } from './role-guard.js';
 import type { DagParser } from './dag-parser.js';
 import { dagFilesDefining } from './dag-files-defining.js';
 import { createWorkflowService } from './workflow-service.js';
 
-/** The API's three services, on what the replica was wired with, as one HTTP/2 handler. */
-export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet }) {
-  const { sql, logger, config, parser, scheduler, fleet } = o;
+/**
+ * The API's three services, on what the replica was wired with, as one HTTP/2 handler, behind
+ * the guard of the replica's role.
+ */
+export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet; health: Health }) {
+  const { sql, logger, config, parser, scheduler, fleet, health } = o;
   return connectNodeAdapter({
+    interceptors: [roleGuard(config.role, config.replicaId)],
     routes(router) {
       router.service(
         WorkflowService,
@@ -39,7 +45,7 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser:
       );
       router.service(
         ClusterService,
-        createClusterService({ sql, replicaId: config.replicaId, edition: config.edition, leader: scheduler.leader, agentFreshMs: 3 * config.heartbeatIntervalMs, drained: (agentId) => fleet.drain(agentId) }),
+        createClusterService({ sql, replicaId: config.replicaId, edition: config.edition, role: config.role, leader: scheduler.leader, health, agentFreshMs: 3 * config.heartbeatIntervalMs, drained: (agentId) => fleet.drain(agentId) }),
       );
       router.service(AgentService, createAgentService(fleet.sessionDeps));
     },

@@ -4,6 +4,8 @@ import type { AddressInfo } from 'node:net';
 /** The API's HTTP/2 server: gRPC, gRPC-Web and Connect on one port. */
 export interface ApiServer {
   readonly address: { host: string; port: number };
+  /** True while the port accepts connections. */
+  listening(): boolean;
   /** Stops accepting, closes the sessions (destroying those still open after 2 s). */
   close(): Promise<void>;
 }
@@ -26,6 +28,7 @@ export async function serveApi(handler: (req: http2.Http2ServerRequest, res: htt
   const addr = server.address() as AddressInfo;
   return {
     address: { host: addr.address, port: addr.port },
+    listening: () => server.listening,
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());

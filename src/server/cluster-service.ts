@@ -2,16 +2,20 @@ import type { ServiceImpl } from '@connectrpc/connect';
 import { timestampFromDate } from '@bufbuild/protobuf/wkt';
 import { getAgent, listAgents, setDraining, type AgentView } from '../db/agents.js';
 import { currentLeaderId } from '../db/leader.js';
+import { listReplicas } from '../db/replicas.js';
 import type { Sql } from '../db/sql.js';
 import { ClusterService } from '../gen/leoflow/v1/cluster_pb.js';
 import { LEADER_LOCK_KEY, type LeaderElector } from '../scheduler/leader.js';
 import { InvalidArgumentError, NotFoundError, toConnectError } from './errors.js';
+import type { Health } from './health.js';
 
 export interface ClusterDeps {
   sql: Sql;
   replicaId: string;
   edition: string;
+  role: string;
   leader: LeaderElector;
+  health: Health;
   /** An agent is "connected" while its stream is open and it was seen this recently. */
   agentFreshMs: number;
   /** Tells the replica holding the agent's stream to send Drain now. */
@@ -33,17 +37,48 @@ function agentToProto(a: AgentView, freshMs: number) {
   };
 }
 
+/** The leader's id and every replica connected to the database, each with its role. */
+async function replicasWithLeader(sql: Sql) {
+  const [leaderId, replicas] = await Promise.all([currentLeaderId(sql, LEADER_LOCK_KEY), listReplicas(sql)]);
+  return {
+    leaderId: leaderId ?? '',
+    replicas: replicas.map((r) => ({ replicaId: r.replicaId, role: r.role, leader: r.replicaId === leaderId, connectedSince: timestampFromDate(r.connectedSince) })),
+  };
+}
+
 export function createClusterService(deps: ClusterDeps): ServiceImpl<typeof ClusterService> {
   return {
     async getLeader() {
       try {
-        const leaderId = await currentLeaderId(deps.sql, LEADER_LOCK_KEY);
+        const { leaderId, replicas } = await replicasWithLeader(deps.sql);
         const since = deps.leader.leadingSince;
         return {
-          leaderId: leaderId ?? '',
+          leaderId,
           replicaId: deps.replicaId,
           leadingSince: since ? timestampFromDate(since) : undefined,
           edition: deps.edition,
+          role: deps.role,
+          replicas,
+        };
+      } catch (err) {
+        throw toConnectError(err);
+      }
+    },
+    async getHealth() {
+      try {
+        const [live, ready] = await Promise.all([deps.health.live(), deps.health.ready()]);
+        // The replicas are read only when the database answers: health must answer regardless.
+        const replicas = ready.checks.find((c) => c.name === 'database')?.ok ? (await replicasWithLeader(deps.sql).catch(() => null))?.replicas ?? [] : [];
+        return {
+          replicaId: deps.replicaId,
+          role: deps.role,
+          edition: deps.edition,
+          leader: deps.leader.isLeader,
+          live: live.ok,
+          ready: ready.ok,
+          liveChecks: live.checks,
+          readyChecks: ready.checks,
+          replicas,
         };
       } catch (err) {
         throw toConnectError(err);

@@ -12,11 +12,28 @@ export type Edition = (typeof EDITIONS)[number];
 export const EXECUTORS = ['subprocess', 'kubernetes'] as const;
 export const LOG_FORMATS = ['json', 'pretty'] as const;
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+/**
+ * What a replica does besides serving reads: `auto` campaigns and leads if elected; `leader` must
+ * lead (it fails at start when it cannot within leader_timeout); `worker` serves the API and agent
+ * streams but never campaigns; `observer` serves reads only.
+ */
+export const ROLES = ['auto', 'leader', 'worker', 'observer'] as const;
+export type Role = (typeof ROLES)[number];
+/**
+ * A replica id names its Postgres sessions (`application_name`, 63 bytes at most, where the
+ * longest prefix, `leoflow-replica:observer:`, takes 25): longer ids would be cut and misread.
+ */
+export const MAX_REPLICA_ID = 38;
 
 /** The compiled, validated configuration of a control-plane replica. Durations in ms. */
 export interface Config {
   edition: Edition;
   replicaId: string;
+  role: Role;
+  /** How long a replica of role `leader` waits for the lock at start before giving up. */
+  leaderTimeoutMs: number;
+  /** /healthz fails when the scheduler loop has made no progress (a turn, a step ended) this long. */
+  loopStallMs: number;
   listenHost: string;
   listenPort: number;
   /** null when metrics are off. */
@@ -58,6 +75,9 @@ type Kind = 'string' | 'duration' | 'positive-int' | 'port' | 'list';
 export const SETTINGS = {
   edition: { flag: '--edition', env: 'LEOFLOW_EDITION', kind: 'string' },
   replica_id: { flag: '--replica-id', env: 'LEOFLOW_REPLICA_ID', kind: 'string' },
+  role: { flag: '--role', env: 'LEOFLOW_ROLE', kind: 'string' },
+  leader_timeout: { flag: '--leader-timeout', env: 'LEOFLOW_LEADER_TIMEOUT', kind: 'duration' },
+  loop_stall_threshold: { flag: '--loop-stall-threshold', env: 'LEOFLOW_LOOP_STALL_THRESHOLD', kind: 'duration' },
   listen: { flag: '--listen', env: 'LEOFLOW_LISTEN', kind: 'string' },
   metrics_listen: { flag: '--metrics-listen', env: 'LEOFLOW_METRICS_LISTEN', kind: 'string' },
   database: { flag: '--database-url', env: 'DATABASE_URL', kind: 'string' },
@@ -193,9 +213,24 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     problems.push(`${pick('executor', defaults)!.source}: the kubernetes executor is not part of this build yet; use --executor subprocess`);
   }
 
+  const replicaId = (v: unknown) => {
+    const id = nonEmpty(v);
+    if (!/^[A-Za-z0-9._-]+$/.test(id)) throw new Error(`must be letters, digits, '.', '_' or '-', got ${JSON.stringify(id)}`);
+    if (id.length > MAX_REPLICA_ID) throw new Error(`must be at most ${MAX_REPLICA_ID} characters (it names the replica's Postgres sessions), got ${id.length}`);
+    return id;
+  };
+  const role = get('role', oneOf(ROLES), 'auto');
+  const dags = get('dags', list, []).map((d) => path.resolve(cwd, d));
+  // An observer writes nothing through the API, and applying DAG files at start is a write.
+  if (role === 'observer' && dags.length > 0) problems.push(`${pick('dags', defaults)!.source}: a replica with role observer applies no DAG files; apply them from a replica of another role`);
+
   const config: Config = {
     edition,
-    replicaId: get('replica_id', nonEmpty, `${os.hostname()}-${process.pid}-${randomBytes(2).toString('hex')}`),
+    // The host part is cut so the default always fits MAX_REPLICA_ID (a pod name can be 63 long).
+    replicaId: get('replica_id', replicaId, `${os.hostname().replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 24)}-${process.pid}-${randomBytes(2).toString('hex')}`),
+    role,
+    leaderTimeoutMs: get('leader_timeout', duration, 30_000),
+    loopStallMs: get('loop_stall_threshold', duration, 60_000),
     listenHost: listen.host,
     listenPort: listen.port,
     metricsListen,
@@ -203,7 +238,7 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     stateDir: path.resolve(cwd, get('state_dir', nonEmpty, '.leoflow')),
     embeddedPgPort: get('embedded_pg_port', port, 54329),
     executor,
-    dags: get('dags', list, []).map((d) => path.resolve(cwd, d)),
+    dags,
     tickMs: get('tick_interval', duration, 1000),
     dispatchWorkers: get('dispatch_workers', positiveInt, 1),
     dispatchQueue: get('dispatch_queue', positiveInt, 1),
@@ -222,6 +257,9 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     problems.push(
       `heartbeat_threshold (${config.heartbeatThresholdMs} ms) must be at least 3 × heartbeat_interval (${config.heartbeatIntervalMs} ms), or a live task could be reaped`,
     );
+  }
+  if (config.loopStallMs < 3 * config.tickMs) {
+    problems.push(`loop_stall_threshold (${config.loopStallMs} ms) must be at least 3 × tick_interval (${config.tickMs} ms), or a loop keeping its pace would be called stalled`);
   }
   if (problems.length > 0) throw new ConfigError(problems);
   return config;

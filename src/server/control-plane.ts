@@ -5,10 +5,14 @@ import { claimAttempt } from '../db/attempts/claim-attempt.js';
 import { releaseClaim } from '../db/attempts/release-claim.js';
 import { createReportBatcher } from '../db/attempts/report-batcher.js';
 import { createLogWriter } from '../db/log-writer.js';
+import { pendingMigrations } from '../db/migrate.js';
 import { CHANNELS, listen } from '../db/notifications.js';
+import { replicaSessionName } from '../db/replicas.js';
 import { createDispatcher } from '../dispatch/dispatcher.js';
 import type { Executor } from '../executors/executor.js';
 import { createSubprocessExecutor } from '../executors/subprocess/subprocess-executor.js';
+import { currentLeaderId } from '../db/leader.js';
+import { LEADER_LOCK_KEY } from '../scheduler/leader.js';
 import { createScheduler, type Scheduler } from '../scheduler/scheduler.js';
 import { createAgentFleet } from './agent-fleet.js';
 import { apiRoutes } from './api-routes.js';
@@ -17,6 +21,7 @@ import { applyDagPaths } from './apply-dag-paths.js';
 import type { Config } from './config.js';
 import { createDagParser } from './dag-parser.js';
 import { openDatabase } from './database.js';
+import { createHealth } from './health.js';
 import { createMetrics, historyCounters, schedulerCounters, serveMetrics } from './metrics.js';
 
 /** How long an attempt's start and end reports are retried while the database is unreachable. */
@@ -56,8 +61,9 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
   const db = await openDatabase(config, logger);
   const { sql } = db;
   const cleanups: (() => Promise<unknown>)[] = [];
+  let ready: { plane: ControlPlane; leadership: Scheduler['leadership']; apiServer: { address: { host: string; port: number } }; metricsServer: { address: { address: string; port: number } } | null };
   try {
-    const metrics = createMetrics();
+    const metrics = createMetrics({ role: config.role });
     const logs = createLogWriter(sql, logger, { flushMs: 50, maxBatch: 500, onRejected: (n) => metrics.staleReportsRejected.inc({ report: 'log' }, n) });
     // Every attempt's start and end report on this replica, from the subprocess executor and from
     // agent streams alike, is written by one group-commit batcher.
@@ -131,15 +137,29 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       retentionMs: config.retentionMs,
       historyCounters: historyCounters(metrics, (err, ids) => logger.error({ err, ...ids, component: 'history' }, `history keeper: ${String(ids.what)} failed`)),
       observe: { stepped: (seconds) => metrics.tickDuration.observe(seconds), leading: (yes) => metrics.leader.set(yes ? 1 : 0) },
+      // A worker and an observer never lead: they serve, and leave the lock to the others.
+      campaigns: config.role === 'auto' || config.role === 'leader',
     });
     scheduler = sched;
+    let closing: Promise<void> | null = null;
 
     const parser = createDagParser({ maxThreads: 1, timeoutMs: 10_000 });
     cleanups.push(() => parser.close());
-    const routes = apiRoutes({ sql, logger, config, parser, scheduler: sched, fleet });
-    const api = await serveApi(routes, config.listenHost, config.listenPort);
-    cleanups.push(() => api.close());
-    const metricsServer = config.metricsListen ? await serveMetrics(metrics, config.metricsListen.host, config.metricsListen.port) : null;
+    let api: { listening(): boolean } | null = null;
+    const health = createHealth({
+      loopProgress: () => sched.loopProgress(),
+      loopStallMs: config.loopStallMs,
+      pingDatabase: async () => void (await db.healthSql`select 1`),
+      pendingMigrations: () => pendingMigrations(db.healthSql),
+      apiListening: () => api?.listening() ?? false,
+      stopping: () => closing !== null,
+      databaseTimeoutMs: 2_000,
+    });
+    const routes = apiRoutes({ sql, logger, config, parser, scheduler: sched, fleet, health });
+    const apiServer = await serveApi(routes, config.listenHost, config.listenPort);
+    api = apiServer;
+    cleanups.push(() => apiServer.close());
+    const metricsServer = config.metricsListen ? await serveMetrics(metrics, config.metricsListen.host, config.metricsListen.port, health) : null;
     if (metricsServer) cleanups.push(() => metricsServer.close());
 
     if (config.dags.length > 0) {
@@ -157,22 +177,16 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         // Whichever executor of this replica holds it: a subprocess, or an agent's stream.
         sched.cancelNotified(payload);
       } else void fleet.onNotification(channel, payload).catch((err: unknown) => logger.error({ err, channel, payload }, 'notification failed'));
-    });
+    }, replicaSessionName(config.role, config.replicaId));
     cleanups.push(() => listener.close());
 
     // The tasks an earlier process of this replica left running are supervised again (and those
     // that ended meanwhile recorded) before this one schedules anything.
     for (const executor of executors.values()) await executor.adopt?.();
     sched.start();
-    const { host, port } = api.address;
-    logger.info(
-      { listen: `${host}:${port}`, metrics: metricsServer ? `${metricsServer.address.address}:${metricsServer.address.port}` : 'off', edition: config.edition, replicaId: config.replicaId, startupMs: Math.round(performance.now() - started) },
-      `Leoflow ${config.edition} ready on http://${host}:${port}`,
-    );
 
-    let closing: Promise<void> | null = null;
-    return {
-      address: api.address,
+    const plane: ControlPlane = {
+      address: apiServer.address,
       databaseUrl: db.url,
       close() {
         closing ??= (async () => {
@@ -193,7 +207,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
           // 4. The listeners last: until now an Assign notified for an agent of this replica
           //    reaches its stream, or is given back.
           await listener.close();
-          await api.close();
+          await apiServer.close();
           await parser.close();
           await metricsServer?.close();
           await db.close(5);
@@ -202,9 +216,32 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         return closing;
       },
     };
+    ready = { plane, leadership: sched.leadership, apiServer, metricsServer };
   } catch (err) {
     for (const c of cleanups) await c().catch(() => {});
     await db.close(1);
     throw err;
   }
+  // A replica that must lead and cannot stops whole: its API served reads meanwhile.
+  const { plane, leadership, apiServer, metricsServer } = ready;
+  if (config.role === 'leader' && !(await leadership(config.leaderTimeoutMs))) {
+    const holder = await currentLeaderId(db.sql, LEADER_LOCK_KEY).catch(() => null);
+    await plane.close();
+    throw new Error(
+      `role leader: could not become leader within ${config.leaderTimeoutMs / 1000}s (${holder ? `replica "${holder}" leads` : 'no replica leads: is the database reachable?'}); use --role auto to stand by, or raise --leader-timeout`,
+    );
+  }
+  const { host, port } = apiServer.address;
+  logger.info(
+    {
+      listen: `${host}:${port}`,
+      metrics: metricsServer ? `${metricsServer.address.address}:${metricsServer.address.port}` : 'off',
+      edition: config.edition,
+      role: config.role,
+      replicaId: config.replicaId,
+      startupMs: Math.round(performance.now() - started),
+    },
+    `Leoflow ${config.edition} ready on http://${host}:${port} (role ${config.role})`,
+  );
+  return plane;
 }

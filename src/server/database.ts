@@ -13,13 +13,16 @@ export interface Database {
   readonly reportSql: Sql;
   /** The agents' claims. */
   readonly claimSql: Sql;
+  /** The readiness probe's round trips, on a connection of their own so a busy pool never fails it. */
+  readonly healthSql: Sql;
   /** Ends the pools (waiting up to `timeoutS` for queries in flight) and stops an embedded Postgres. */
   close(timeoutS: number): Promise<void>;
 }
 
 /**
  * Opens the database a replica runs on: the configured URL, or in Lite without one an embedded
- * Postgres; then its pools, and the migrations applied.
+ * Postgres; then its pools, and the migrations applied, unless the replica is an observer, which
+ * writes nothing (its readiness waits for another replica to apply them).
  */
 export async function openDatabase(config: Config, logger: Logger): Promise<Database> {
   let embedded: EmbeddedPostgres | null = null;
@@ -38,18 +41,20 @@ export async function openDatabase(config: Config, logger: Logger): Promise<Data
   // connection reserved until what rides behind its ends has answered, and a claim waiting for one
   // holds a freed agent slot idle (placement rounds claim one at a time, so one is enough).
   const claimSql = createSql(url, { max: 1, applicationName: `leoflow-claims:${config.replicaId}`, genericPlans: true });
+  const healthSql = createSql(url, { max: 1, applicationName: `leoflow-health:${config.replicaId}` });
   const db: Database = {
     url,
     sql,
     reportSql,
     claimSql,
+    healthSql,
     async close(timeoutS) {
-      await Promise.all([sql, reportSql, claimSql].map((pool) => pool.end({ timeout: timeoutS }).catch(() => {})));
+      await Promise.all([sql, reportSql, claimSql, healthSql].map((pool) => pool.end({ timeout: timeoutS }).catch(() => {})));
       await embedded?.stop();
     },
   };
   try {
-    await migrate(sql, logger);
+    if (config.role !== 'observer') await migrate(sql, logger);
   } catch (err) {
     await db.close(1);
     throw err;

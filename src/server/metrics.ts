@@ -3,14 +3,18 @@ import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { SchedulerCounters } from '../scheduler/context.js';
 import type { HistoryKeeperCounters } from '../scheduler/history-round.js';
+import { healthText, type Health } from './health.js';
 
 /**
  * The Prometheus metrics of one replica, with the names DESIGN.md gives (and `task_starts_total`). Served over plain
  * HTTP/1.1 on their own port: Prometheus does not scrape h2c, which the API port speaks.
  */
-export function createMetrics() {
+export function createMetrics(opts: { role?: string } = {}) {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
+  // The role is a label of the leader gauge, so one query over every replica's series shows
+  // which leads and what each was started as.
+  const leader = new Gauge({ name: 'leader', help: '1 while this replica holds the leader lock; role: what it was started as (auto, leader, worker, observer)', labelNames: ['role'], registers: [registry] });
   const m = {
     registry,
     tickDuration: new Histogram({
@@ -32,7 +36,7 @@ export function createMetrics() {
       registers: [registry],
     }),
     schedulerPanics: new Counter({ name: 'scheduler_panics_total', help: 'Errors caught while stepping (the step went on), by phase', labelNames: ['phase'], registers: [registry] }),
-    leader: new Gauge({ name: 'leader', help: '1 while this replica holds the leader lock', registers: [registry] }),
+    leader: leader.labels({ role: opts.role ?? 'auto' }),
     staleReportsRejected: new Counter({ name: 'stale_reports_rejected_total', help: 'Reports for a superseded attempt, refused and not applied', labelNames: ['report'], registers: [registry] }),
     invalidAgentMessages: new Counter({
       name: 'agent_messages_invalid_total',
@@ -102,8 +106,26 @@ export function historyCounters(m: Metrics, log: (err: unknown, ids: Record<stri
   };
 }
 
-export async function serveMetrics(m: Metrics, host: string, port: number): Promise<{ address: AddressInfo; close(): Promise<void> }> {
+/**
+ * Serves `/metrics`, and with `health` the probes: `/healthz` (liveness) and `/readyz`
+ * (readiness), 200 when every check passes, 503 with a short body naming what failed.
+ */
+export async function serveMetrics(m: Metrics, host: string, port: number, health?: Health): Promise<{ address: AddressInfo; close(): Promise<void> }> {
   const server = http.createServer((req, res) => {
+    const probe = req.method === 'GET' && health ? ({ '/healthz': 'live', '/readyz': 'ready' } as const)[req.url?.split('?')[0] ?? ''] : undefined;
+    if (probe && health) {
+      (probe === 'live' ? health.live() : health.ready()).then(
+        (r) => {
+          res.writeHead(r.ok ? 200 : 503, { 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' });
+          res.end(healthText(probe, r));
+        },
+        (err: Error) => {
+          res.writeHead(503, { 'content-type': 'text/plain; charset=utf-8' });
+          res.end(`not ${probe}: the check failed: ${err.message}\n`);
+        },
+      );
+      return;
+    }
     if (req.method === 'GET' && (req.url === '/metrics' || req.url?.startsWith('/metrics?'))) {
       m.registry.metrics().then(
         (text) => {
@@ -118,7 +140,7 @@ export async function serveMetrics(m: Metrics, host: string, port: number): Prom
       return;
     }
     res.writeHead(404, { 'content-type': 'text/plain' });
-    res.end('not found: metrics are at /metrics\n');
+    res.end(health ? 'not found: this port serves /metrics, /healthz and /readyz\n' : 'not found: metrics are at /metrics\n');
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

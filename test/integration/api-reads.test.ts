@@ -53,7 +53,9 @@ beforeAll(async () => {
     sql: pool,
     replicaId: 'r1',
     edition: 'lite',
+    role: 'auto',
     leader: { leadingSince: null } as unknown as LeaderElector,
+    health: { live: async () => ({ ok: true, checks: [] }), ready: async () => ({ ok: true, checks: [] }) },
     agentFreshMs: 10_000,
     drained: () => {},
   }) as unknown as Record<string, Handler>;

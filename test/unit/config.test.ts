@@ -90,4 +90,34 @@ describe('config', () => {
       'heartbeat_threshold (20000 ms) must be at least 3 × heartbeat_interval (10000 ms), or a live task could be reaped',
     ]);
   });
+
+  it('reads the role from the flag or LEOFLOW_ROLE, auto by default, with its leader timeout', () => {
+    expect(loadConfig({}, {}, '/srv')).toMatchObject({ role: 'auto', leaderTimeoutMs: 30_000, loopStallMs: 60_000 });
+    expect(loadConfig({}, { LEOFLOW_ROLE: 'worker' }, '/srv').role).toBe('worker');
+    expect(loadConfig({ role: 'leader', leader_timeout: '5s' }, { LEOFLOW_ROLE: 'worker' }, '/srv')).toMatchObject({ role: 'leader', leaderTimeoutMs: 5000 });
+    expect(problems({ role: 'boss' })).toEqual(['--role: must be one of auto, leader, worker, observer, got "boss"']);
+    expect(problems({}, { LEOFLOW_ROLE: 'Observer' })).toEqual(['LEOFLOW_ROLE (environment): must be one of auto, leader, worker, observer, got "Observer"']);
+    expect(problems({ role: 'leader', leader_timeout: 'never' })).toEqual(['--leader-timeout: expected a duration like "30s", "5m" or "1h30m", got "never"']);
+  });
+
+  it('refuses DAG files to apply on an observer, which writes nothing', () => {
+    expect(problems({ role: 'observer', dags: 'examples' })).toEqual([
+      '--dags: a replica with role observer applies no DAG files; apply them from a replica of another role',
+    ]);
+    expect(loadConfig({ role: 'observer' }, {}, '/srv').role).toBe('observer');
+  });
+
+  it('refuses a replica id too long for its Postgres session names, or with odd characters', () => {
+    expect(problems({ replica_id: 'r'.repeat(39) })).toEqual([
+      "--replica-id: must be at most 38 characters (it names the replica's Postgres sessions), got 39",
+    ]);
+    expect(problems({ replica_id: 'a b' })).toEqual([`--replica-id: must be letters, digits, '.', '_' or '-', got "a b"`]);
+    expect(loadConfig({}, {}, '/srv').replicaId.length).toBeLessThanOrEqual(38);
+  });
+
+  it('refuses a loop stall threshold the loop would cross at its own pace', () => {
+    expect(problems({ loop_stall_threshold: '2s', tick_interval: '1s' })).toEqual([
+      'loop_stall_threshold (2000 ms) must be at least 3 × tick_interval (1000 ms), or a loop keeping its pace would be called stalled',
+    ]);
+  });
 });

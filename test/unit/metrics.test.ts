@@ -57,7 +57,8 @@ describe('metrics', () => {
     const defaultNames = new Set((await defaults.getMetricsAsJSON()).map((x) => x.name));
     const ours = (await m.registry.getMetricsAsJSON()).filter((x) => !defaultNames.has(x.name));
     expect(Object.fromEntries(ours.map((x) => [x.name, String(x.type)]))).toEqual(DESIGN_METRICS);
-    expect(await values(m, 'leader')).toEqual([{ value: 0, labels: {} }]);
+    expect(await values(m, 'leader')).toEqual([{ value: 0, labels: { role: 'auto' } }]);
+    expect(await values(createMetrics({ role: 'observer' }), 'leader')).toEqual([{ value: 0, labels: { role: 'observer' } }]);
   });
 
   it('keeps the metrics of two instances apart', async () => {
@@ -121,7 +122,7 @@ describe('metrics', () => {
       expect(ok.type).toBe(m.registry.contentType);
       expect(ok.type).toMatch(/^text\/plain; version=0\.0\.4/);
       for (const name of Object.keys(DESIGN_METRICS)) expect(ok.body).toContain(`# TYPE ${name} ${DESIGN_METRICS[name]}`);
-      expect(ok.body).toMatch(/^leader 1$/m);
+      expect(ok.body).toMatch(/^leader\{role="auto"\} 1$/m);
       expect(ok.body).toMatch(/^orphan_reaped_total\{kind="run"\} 2$/m);
       expect(ok.body).toMatch(/^tick_duration_seconds_count 0$/m);
 

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leoflow/v1/cluster.proto.
  */
 export const file_leoflow_v1_cluster: GenFile = /*@__PURE__*/
-  fileDesc("ChhsZW9mbG93L3YxL2NsdXN0ZXIucHJvdG8SCmxlb2Zsb3cudjEiEgoQR2V0TGVhZGVyUmVxdWVzdCJ+ChFHZXRMZWFkZXJSZXNwb25zZRIRCglsZWFkZXJfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIxCg1sZWFkaW5nX3NpbmNlGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdlZGl0aW9uGAQgASgJIp8CCgVBZ2VudBIQCghhZ2VudF9pZBgBIAEoCRItCgZsYWJlbHMYAiADKAsyHS5sZW9mbG93LnYxLkFnZW50LkxhYmVsc0VudHJ5EhQKDGNhcGFiaWxpdGllcxgDIAMoCRINCgVzbG90cxgEIAEoBRIQCghkcmFpbmluZxgFIAEoCBIRCgljb25uZWN0ZWQYBiABKAgSGQoRY29ubmVjdGVkX3JlcGxpY2EYByABKAkSMAoMbGFzdF9zZWVuX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdydW5uaW5nGAkgASgFGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiEwoRTGlzdEFnZW50c1JlcXVlc3QiNwoSTGlzdEFnZW50c1Jlc3BvbnNlEiEKBmFnZW50cxgBIAMoCzIRLmxlb2Zsb3cudjEuQWdlbnQiNgoRRHJhaW5BZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSDwoHdW5kcmFpbhgCIAEoCCI2ChJEcmFpbkFnZW50UmVzcG9uc2USIAoFYWdlbnQYASABKAsyES5sZW9mbG93LnYxLkFnZW50MvQBCg5DbHVzdGVyU2VydmljZRJICglHZXRMZWFkZXISHC5sZW9mbG93LnYxLkdldExlYWRlclJlcXVlc3QaHS5sZW9mbG93LnYxLkdldExlYWRlclJlc3BvbnNlEksKCkxpc3RBZ2VudHMSHS5sZW9mbG93LnYxLkxpc3RBZ2VudHNSZXF1ZXN0Gh4ubGVvZmxvdy52MS5MaXN0QWdlbnRzUmVzcG9uc2USSwoKRHJhaW5BZ2VudBIdLmxlb2Zsb3cudjEuRHJhaW5BZ2VudFJlcXVlc3QaHi5sZW9mbG93LnYxLkRyYWluQWdlbnRSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("ChhsZW9mbG93L3YxL2NsdXN0ZXIucHJvdG8SCmxlb2Zsb3cudjEiEgoQR2V0TGVhZGVyUmVxdWVzdCKzAQoRR2V0TGVhZGVyUmVzcG9uc2USEQoJbGVhZGVyX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSMQoNbGVhZGluZ19zaW5jZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHZWRpdGlvbhgEIAEoCRIMCgRyb2xlGAUgASgJEiUKCHJlcGxpY2FzGAYgAygLMhMubGVvZmxvdy52MS5SZXBsaWNhInAKB1JlcGxpY2ESEgoKcmVwbGljYV9pZBgBIAEoCRIMCgRyb2xlGAIgASgJEg4KBmxlYWRlchgDIAEoCBIzCg9jb25uZWN0ZWRfc2luY2UYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIhIKEEdldEhlYWx0aFJlcXVlc3QiNwoLSGVhbHRoQ2hlY2sSDAoEbmFtZRgBIAEoCRIKCgJvaxgCIAEoCBIOCgZkZXRhaWwYAyABKAki9wEKEUdldEhlYWx0aFJlc3BvbnNlEhIKCnJlcGxpY2FfaWQYASABKAkSDAoEcm9sZRgCIAEoCRIPCgdlZGl0aW9uGAMgASgJEg4KBmxlYWRlchgEIAEoCBIMCgRsaXZlGAUgASgIEg0KBXJlYWR5GAYgASgIEiwKC2xpdmVfY2hlY2tzGAcgAygLMhcubGVvZmxvdy52MS5IZWFsdGhDaGVjaxItCgxyZWFkeV9jaGVja3MYCCADKAsyFy5sZW9mbG93LnYxLkhlYWx0aENoZWNrEiUKCHJlcGxpY2FzGAkgAygLMhMubGVvZmxvdy52MS5SZXBsaWNhIp8CCgVBZ2VudBIQCghhZ2VudF9pZBgBIAEoCRItCgZsYWJlbHMYAiADKAsyHS5sZW9mbG93LnYxLkFnZW50LkxhYmVsc0VudHJ5EhQKDGNhcGFiaWxpdGllcxgDIAMoCRINCgVzbG90cxgEIAEoBRIQCghkcmFpbmluZxgFIAEoCBIRCgljb25uZWN0ZWQYBiABKAgSGQoRY29ubmVjdGVkX3JlcGxpY2EYByABKAkSMAoMbGFzdF9zZWVuX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdydW5uaW5nGAkgASgFGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiEwoRTGlzdEFnZW50c1JlcXVlc3QiNwoSTGlzdEFnZW50c1Jlc3BvbnNlEiEKBmFnZW50cxgBIAMoCzIRLmxlb2Zsb3cudjEuQWdlbnQiNgoRRHJhaW5BZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSDwoHdW5kcmFpbhgCIAEoCCI2ChJEcmFpbkFnZW50UmVzcG9uc2USIAoFYWdlbnQYASABKAsyES5sZW9mbG93LnYxLkFnZW50Mr4CCg5DbHVzdGVyU2VydmljZRJICglHZXRMZWFkZXISHC5sZW9mbG93LnYxLkdldExlYWRlclJlcXVlc3QaHS5sZW9mbG93LnYxLkdldExlYWRlclJlc3BvbnNlEkgKCUdldEhlYWx0aBIcLmxlb2Zsb3cudjEuR2V0SGVhbHRoUmVxdWVzdBodLmxlb2Zsb3cudjEuR2V0SGVhbHRoUmVzcG9uc2USSwoKTGlzdEFnZW50cxIdLmxlb2Zsb3cudjEuTGlzdEFnZW50c1JlcXVlc3QaHi5sZW9mbG93LnYxLkxpc3RBZ2VudHNSZXNwb25zZRJLCgpEcmFpbkFnZW50Eh0ubGVvZmxvdy52MS5EcmFpbkFnZW50UmVxdWVzdBoeLmxlb2Zsb3cudjEuRHJhaW5BZ2VudFJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message leoflow.v1.GetLeaderRequest
@@ -56,6 +56,20 @@ export type GetLeaderResponse = Message<"leoflow.v1.GetLeaderResponse"> & {
    * @generated from field: string edition = 4;
    */
   edition: string;
+
+  /**
+   * Role of the answering replica: auto, leader, worker or observer.
+   *
+   * @generated from field: string role = 5;
+   */
+  role: string;
+
+  /**
+   * Every replica connected to the database now (the leader among them), by replica id.
+   *
+   * @generated from field: repeated leoflow.v1.Replica replicas = 6;
+   */
+  replicas: Replica[];
 };
 
 /**
@@ -64,6 +78,153 @@ export type GetLeaderResponse = Message<"leoflow.v1.GetLeaderResponse"> & {
  */
 export const GetLeaderResponseSchema: GenMessage<GetLeaderResponse> = /*@__PURE__*/
   messageDesc(file_leoflow_v1_cluster, 1);
+
+/**
+ * Replica is one control-plane process serving the shared database.
+ *
+ * @generated from message leoflow.v1.Replica
+ */
+export type Replica = Message<"leoflow.v1.Replica"> & {
+  /**
+   * @generated from field: string replica_id = 1;
+   */
+  replicaId: string;
+
+  /**
+   * auto, leader, worker or observer: what it was started as.
+   *
+   * @generated from field: string role = 2;
+   */
+  role: string;
+
+  /**
+   * True for the replica holding the leader lock.
+   *
+   * @generated from field: bool leader = 3;
+   */
+  leader: boolean;
+
+  /**
+   * When its session with the database began (its start, or its last reconnect).
+   *
+   * @generated from field: google.protobuf.Timestamp connected_since = 4;
+   */
+  connectedSince?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message leoflow.v1.Replica.
+ * Use `create(ReplicaSchema)` to create a new message.
+ */
+export const ReplicaSchema: GenMessage<Replica> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_cluster, 2);
+
+/**
+ * @generated from message leoflow.v1.GetHealthRequest
+ */
+export type GetHealthRequest = Message<"leoflow.v1.GetHealthRequest"> & {
+};
+
+/**
+ * Describes the message leoflow.v1.GetHealthRequest.
+ * Use `create(GetHealthRequestSchema)` to create a new message.
+ */
+export const GetHealthRequestSchema: GenMessage<GetHealthRequest> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_cluster, 3);
+
+/**
+ * HealthCheck is one check of a replica's liveness or readiness.
+ *
+ * @generated from message leoflow.v1.HealthCheck
+ */
+export type HealthCheck = Message<"leoflow.v1.HealthCheck"> & {
+  /**
+   * e.g. "database", "migrations", "api", "scheduler_loop".
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: bool ok = 2;
+   */
+  ok: boolean;
+
+  /**
+   * What was seen, e.g. "2 pending: 009_x.sql, 010_y.sql"; why it failed when not ok.
+   *
+   * @generated from field: string detail = 3;
+   */
+  detail: string;
+};
+
+/**
+ * Describes the message leoflow.v1.HealthCheck.
+ * Use `create(HealthCheckSchema)` to create a new message.
+ */
+export const HealthCheckSchema: GenMessage<HealthCheck> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_cluster, 4);
+
+/**
+ * @generated from message leoflow.v1.GetHealthResponse
+ */
+export type GetHealthResponse = Message<"leoflow.v1.GetHealthResponse"> & {
+  /**
+   * @generated from field: string replica_id = 1;
+   */
+  replicaId: string;
+
+  /**
+   * @generated from field: string role = 2;
+   */
+  role: string;
+
+  /**
+   * @generated from field: string edition = 3;
+   */
+  edition: string;
+
+  /**
+   * @generated from field: bool leader = 4;
+   */
+  leader: boolean;
+
+  /**
+   * All of live_checks passed (what /healthz answers).
+   *
+   * @generated from field: bool live = 5;
+   */
+  live: boolean;
+
+  /**
+   * All of ready_checks passed (what /readyz answers).
+   *
+   * @generated from field: bool ready = 6;
+   */
+  ready: boolean;
+
+  /**
+   * @generated from field: repeated leoflow.v1.HealthCheck live_checks = 7;
+   */
+  liveChecks: HealthCheck[];
+
+  /**
+   * @generated from field: repeated leoflow.v1.HealthCheck ready_checks = 8;
+   */
+  readyChecks: HealthCheck[];
+
+  /**
+   * @generated from field: repeated leoflow.v1.Replica replicas = 9;
+   */
+  replicas: Replica[];
+};
+
+/**
+ * Describes the message leoflow.v1.GetHealthResponse.
+ * Use `create(GetHealthResponseSchema)` to create a new message.
+ */
+export const GetHealthResponseSchema: GenMessage<GetHealthResponse> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_cluster, 5);
 
 /**
  * @generated from message leoflow.v1.Agent
@@ -126,7 +287,7 @@ export type Agent = Message<"leoflow.v1.Agent"> & {
  * Use `create(AgentSchema)` to create a new message.
  */
 export const AgentSchema: GenMessage<Agent> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_cluster, 2);
+  messageDesc(file_leoflow_v1_cluster, 6);
 
 /**
  * @generated from message leoflow.v1.ListAgentsRequest
@@ -139,7 +300,7 @@ export type ListAgentsRequest = Message<"leoflow.v1.ListAgentsRequest"> & {
  * Use `create(ListAgentsRequestSchema)` to create a new message.
  */
 export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_cluster, 3);
+  messageDesc(file_leoflow_v1_cluster, 7);
 
 /**
  * @generated from message leoflow.v1.ListAgentsResponse
@@ -156,7 +317,7 @@ export type ListAgentsResponse = Message<"leoflow.v1.ListAgentsResponse"> & {
  * Use `create(ListAgentsResponseSchema)` to create a new message.
  */
 export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_cluster, 4);
+  messageDesc(file_leoflow_v1_cluster, 8);
 
 /**
  * @generated from message leoflow.v1.DrainAgentRequest
@@ -178,7 +339,7 @@ export type DrainAgentRequest = Message<"leoflow.v1.DrainAgentRequest"> & {
  * Use `create(DrainAgentRequestSchema)` to create a new message.
  */
 export const DrainAgentRequestSchema: GenMessage<DrainAgentRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_cluster, 5);
+  messageDesc(file_leoflow_v1_cluster, 9);
 
 /**
  * @generated from message leoflow.v1.DrainAgentResponse
@@ -195,7 +356,7 @@ export type DrainAgentResponse = Message<"leoflow.v1.DrainAgentResponse"> & {
  * Use `create(DrainAgentResponseSchema)` to create a new message.
  */
 export const DrainAgentResponseSchema: GenMessage<DrainAgentResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_cluster, 6);
+  messageDesc(file_leoflow_v1_cluster, 10);
 
 /**
  * ClusterService describes the control plane itself.
@@ -204,12 +365,26 @@ export const DrainAgentResponseSchema: GenMessage<DrainAgentResponse> = /*@__PUR
  */
 export const ClusterService: GenService<{
   /**
+   * GetLeader names the leader, the answering replica and its role, and every replica serving
+   * the database now with its role.
+   *
    * @generated from rpc leoflow.v1.ClusterService.GetLeader
    */
   getLeader: {
     methodKind: "unary";
     input: typeof GetLeaderRequestSchema;
     output: typeof GetLeaderResponseSchema;
+  },
+  /**
+   * GetHealth reports the answering replica's liveness and readiness checks (the same as its
+   * /healthz and /readyz), and every replica with its role.
+   *
+   * @generated from rpc leoflow.v1.ClusterService.GetHealth
+   */
+  getHealth: {
+    methodKind: "unary";
+    input: typeof GetHealthRequestSchema;
+    output: typeof GetHealthResponseSchema;
   },
   /**
    * ListAgents lists the agents known to the control plane, connected or not.

@@ -1,0 +1,52 @@
+import { Code, ConnectError, type Interceptor } from '@connectrpc/connect';
+import type { DescMethod } from '@bufbuild/protobuf';
+import { AgentService } from '../gen/leoflow/v1/agent_pb.js';
+import { ClusterService } from '../gen/leoflow/v1/cluster_pb.js';
+import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
+import type { Role } from './config.js';
+
+const w = WorkflowService.method;
+
+/**
+ * The RPCs that change something: every other one only reads. A dry run of a removal
+ * (`CleanHistory`/`DeleteDag` with dry_run) is refused too: it is asked of a replica that may
+ * remove, and an observer answers reads of the data, not rehearsals of writes.
+ */
+export const WRITE_RPCS: readonly DescMethod[] = [
+  w.applyDag,
+  w.pauseDag,
+  w.triggerRun,
+  w.cancelRun,
+  w.clearTaskInstance,
+  w.cancelTaskInstance,
+  w.deleteDag,
+  w.cleanHistory,
+  ClusterService.method.drainAgent,
+];
+
+const key = (m: DescMethod) => `${m.parent.typeName}/${m.name}`;
+const WRITES = new Set(WRITE_RPCS.map(key));
+const AGENT_STREAM = key(AgentService.method.connect);
+
+/**
+ * What a replica's role allows through its API, checked before any handler runs. An observer
+ * refuses every write with PERMISSION_DENIED naming its role. It takes no agent stream either:
+ * a stream writes (the agent's row, its heartbeats, its attempts' starts and ends). That refusal is
+ * UNAVAILABLE, not PERMISSION_DENIED, because an agent stops for good on PERMISSION_DENIED at
+ * Hello while the fix is only another address: behind a Service that also selects observers, its
+ * next connection lands elsewhere.
+ */
+export function roleGuard(role: Role, replicaId: string): Interceptor {
+  return (next) => async (req) => {
+    if (role === 'observer') {
+      const k = `${req.service.typeName}/${req.method.name}`;
+      if (WRITES.has(k)) {
+        throw new ConnectError(`${req.method.name} is a write, and replica "${replicaId}" has role observer (read-only): send it to a replica with role auto, leader or worker`, Code.PermissionDenied);
+      }
+      if (k === AGENT_STREAM) {
+        throw new ConnectError(`replica "${replicaId}" has role observer and takes no agent streams: connect to a replica with role auto, leader or worker`, Code.Unavailable);
+      }
+    }
+    return next(req);
+  };
+}
