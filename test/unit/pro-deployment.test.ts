@@ -1,0 +1,264 @@
+import { execFileSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { parseAllDocuments } from 'yaml';
+import { ConfigError, loadConfig, SETTINGS, type Config, type SettingKey } from '../../src/server/config.js';
+import { serveMetrics, createMetrics } from '../../src/server/metrics.js';
+
+/**
+ * The Pro deployment (`editions/pro/kubernetes/`, `editions/pro/Containerfile`) read as Kubernetes
+ * and a container builder would, and checked against the code it deploys: the probes hit the
+ * endpoints and port the server serves, the container's flags and environment are accepted by the
+ * real configuration code, RBAC stays in one namespace without wildcards, and the image runs the
+ * real entry point as a non-root user. (No cluster and no container engine run here.)
+ */
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const DIR = path.join(ROOT, 'editions/pro/kubernetes');
+
+type Obj = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+function readManifests(): { file: string; obj: Obj }[] {
+  const out: { file: string; obj: Obj }[] = [];
+  for (const file of readdirSync(DIR).filter((f) => f.endsWith('.yaml') && f !== 'kustomization.yaml')) {
+    for (const doc of parseAllDocuments(readFileSync(path.join(DIR, file), 'utf8'))) {
+      expect(doc.errors, file).toEqual([]);
+      out.push({ file, obj: doc.toJS() as Obj });
+    }
+  }
+  return out;
+}
+
+const manifests = readManifests();
+const kustomization = (parseAllDocuments(readFileSync(path.join(DIR, 'kustomization.yaml'), 'utf8'))[0]!.toJS() as Obj);
+const ofKind = (kind: string) => manifests.filter((m) => m.obj.kind === kind).map((m) => m.obj);
+const one = (kind: string) => {
+  const all = ofKind(kind);
+  expect(all, kind).toHaveLength(1);
+  return all[0]!;
+};
+const deployment = one('Deployment');
+const pod = deployment.spec.template.spec;
+const container = pod.containers[0];
+const configMap = one('ConfigMap');
+const proDefaults = JSON.parse(readFileSync(path.join(ROOT, 'editions/pro/config.json'), 'utf8')) as Record<string, string>;
+
+/** The configuration a replica of this Deployment compiles: its args as flags, its environment. */
+function deployedConfig(): Config {
+  const [command, ...rest] = container.args as string[];
+  expect(command).toBe('server');
+  const flagToKey = new Map(Object.entries(SETTINGS).map(([k, s]) => [s.flag, k as SettingKey]));
+  const flags: Partial<Record<SettingKey, string>> = {};
+  for (let i = 0; i < rest.length; i += 2) {
+    const key = flagToKey.get(rest[i]!);
+    expect(key, `container arg ${rest[i]} is not a flag of leoflow server`).toBeDefined();
+    flags[key!] = rest[i + 1]!;
+  }
+  const env: NodeJS.ProcessEnv = { ...configMap.data };
+  for (const e of container.env as Obj[]) {
+    if (e.valueFrom?.secretKeyRef) env[e.name] = 'postgres://leoflow@db.example.internal:5432/leoflow';
+    else if (e.valueFrom?.fieldRef?.fieldPath === 'metadata.name') env[e.name] = 'leoflow-7c9d8f6b5d-x2x7q';
+    else env[e.name] = e.value;
+  }
+  try {
+    return loadConfig(flags, env, '/app');
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    // The one problem allowed: this build may lack the Kubernetes executor (Pro's default), which
+    // the deployment is for; every other problem is the manifest's.
+    const others = err.problems.filter((p) => !p.includes('the kubernetes executor is not part of this build'));
+    expect(others).toEqual([]);
+    return loadConfig({ ...flags, executor: 'subprocess' }, env, '/app');
+  }
+}
+
+describe('Pro Kubernetes manifests', () => {
+  it('lists every manifest in the kustomization, all in one namespace, each with the required fields', () => {
+    const files = readdirSync(DIR).filter((f) => f.endsWith('.yaml') && f !== 'kustomization.yaml');
+    expect([...kustomization.resources].sort()).toEqual(files.sort());
+    const ns = kustomization.namespace;
+    expect(ns).toMatch(/^[a-z0-9-]+$/);
+    for (const { file, obj } of manifests) {
+      expect(obj.apiVersion, file).toEqual(expect.any(String));
+      expect(obj.kind, file).toEqual(expect.any(String));
+      expect(obj.metadata?.name, file).toMatch(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/);
+      expect(obj.metadata?.namespace, file).toBe(ns);
+    }
+    expect(manifests.map((m) => m.obj.kind).sort()).toEqual(['ConfigMap', 'Deployment', 'PodDisruptionBudget', 'Role', 'RoleBinding', 'Service', 'Service', 'ServiceAccount']);
+  });
+
+  it('runs three replicas whose selector matches their pods, under the service account', () => {
+    expect(deployment.spec.replicas).toBe(3);
+    const labels = deployment.spec.template.metadata.labels;
+    expect(labels).toMatchObject(deployment.spec.selector.matchLabels);
+    expect(pod.serviceAccountName).toBe(one('ServiceAccount').metadata.name);
+    expect(container.envFrom).toEqual([{ configMapRef: { name: configMap.metadata.name } }]);
+    expect(container.resources.requests).toEqual({ cpu: expect.any(String), memory: expect.any(String) });
+    const pdb = one('PodDisruptionBudget');
+    expect(labels).toMatchObject(pdb.spec.selector.matchLabels);
+    expect(pdb.spec.maxUnavailable).toBeLessThan(deployment.spec.replicas);
+  });
+
+  it('passes flags and environment the real configuration code accepts, with the database URL from a Secret', () => {
+    for (const key of Object.keys(configMap.data)) {
+      expect(Object.values(SETTINGS).map((s) => s.env), `ConfigMap key ${key}`).toContain(key);
+    }
+    const dbEnv = (container.env as Obj[]).find((e) => e.name === SETTINGS.database.env)!;
+    expect(dbEnv.valueFrom.secretKeyRef).toEqual({ name: expect.any(String), key: expect.any(String) });
+    expect(configMap.data[SETTINGS.database.env]).toBeUndefined();
+    const config = deployedConfig();
+    expect(config).toMatchObject({ edition: 'pro', role: 'auto', dispatchWorkers: 16, dispatchQueue: 256, replicaId: 'leoflow-7c9d8f6b5d-x2x7q' });
+    // A graceful stop fits in the pod's grace period.
+    expect(pod.terminationGracePeriodSeconds * 1000).toBeGreaterThan(config.shutdownGraceMs);
+  });
+
+  it('points the probes at /healthz and /readyz on the port the server serves its metrics on, and those answer', async () => {
+    const config = deployedConfig();
+    const port = (name: string | number) => (typeof name === 'number' ? name : (container.ports as Obj[]).find((p) => p.name === name)!.containerPort);
+    expect(config.metricsListen).not.toBeNull();
+    expect(config.metricsListen!.port).toBe(Number(proDefaults.metrics_listen!.split(':')[1]));
+    expect(config.listenPort).toBe(Number(proDefaults.listen!.split(':')[1]));
+    for (const probe of ['startupProbe', 'livenessProbe', 'readinessProbe']) {
+      expect(port(container[probe].httpGet.port), probe).toBe(config.metricsListen!.port);
+    }
+    expect(container.livenessProbe.httpGet.path).toBe('/healthz');
+    expect(container.readinessProbe.httpGet.path).toBe('/readyz');
+    expect(port('grpc')).toBe(config.listenPort);
+
+    // The paths are the server's own: its metrics port answers them (404 for any other path).
+    const health = { live: async () => ({ ok: true, checks: [] }), ready: async () => ({ ok: true, checks: [] }) };
+    const server = await serveMetrics(createMetrics(), '127.0.0.1', 0, health);
+    try {
+      for (const probe of ['startupProbe', 'livenessProbe', 'readinessProbe']) {
+        const res = await fetch(`http://127.0.0.1:${server.address.port}${container[probe].httpGet.path}`);
+        expect(res.status, probe).toBe(200);
+      }
+      expect((await fetch(`http://127.0.0.1:${server.address.port}/health`)).status).toBe(404);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('has a Service for the API and one for metrics, each selecting the pods on a port they expose', () => {
+    const services = ofKind('Service');
+    const ports = new Map((container.ports as Obj[]).map((p) => [p.name, p.containerPort]));
+    for (const s of services) expect(deployment.spec.template.metadata.labels).toMatchObject(s.spec.selector);
+    const targets = services.flatMap((s) => (s.spec.ports as Obj[]).map((p) => p.targetPort));
+    expect(targets.sort()).toEqual(['grpc', 'metrics']);
+    for (const t of targets) expect(ports.has(t)).toBe(true);
+  });
+
+  it('runs as a non-root user on a read-only root file system, the state directory on an emptyDir', () => {
+    expect(pod.securityContext).toMatchObject({ runAsNonRoot: true });
+    expect(pod.securityContext.runAsUser).toBeGreaterThan(0);
+    expect(container.securityContext).toMatchObject({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } });
+    const config = deployedConfig();
+    const mount = (container.volumeMounts as Obj[]).find((m) => m.mountPath === config.stateDir);
+    expect(mount, `a volume at the state directory ${config.stateDir}`).toBeDefined();
+    expect((pod.volumes as Obj[]).find((v) => v.name === mount!.name)).toMatchObject({ emptyDir: expect.any(Object) });
+  });
+
+  it('binds a Role limited to pods, pods/log and events in its namespace, with no wildcard', () => {
+    expect(ofKind('ClusterRole')).toEqual([]);
+    expect(ofKind('ClusterRoleBinding')).toEqual([]);
+    const role = one('Role');
+    for (const rule of role.rules as Obj[]) {
+      for (const field of ['apiGroups', 'resources', 'verbs']) {
+        expect(rule[field], field).toEqual(expect.any(Array));
+        for (const v of rule[field]) expect(v, `${field} of ${JSON.stringify(rule)}`).not.toContain('*');
+      }
+      expect(rule.apiGroups).toEqual(['']);
+      expect(rule.nonResourceURLs).toBeUndefined();
+      expect(rule.resourceNames).toBeUndefined();
+      for (const r of rule.resources) expect(['pods', 'pods/log', 'events']).toContain(r);
+      for (const v of rule.verbs) expect(['get', 'list', 'watch', 'create', 'delete']).toContain(v);
+    }
+    expect((role.rules as Obj[]).flatMap((r) => r.resources).sort()).toEqual(['events', 'pods', 'pods/log']);
+    const binding = one('RoleBinding');
+    expect(binding.roleRef).toEqual({ apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: role.metadata.name });
+    expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: pod.serviceAccountName, namespace: role.metadata.namespace }]);
+  });
+
+  let kubectl = false;
+  try {
+    execFileSync('kubectl', ['version', '--client'], { stdio: 'ignore' });
+    kubectl = true;
+  } catch {
+    // no kubectl here: the kustomization is checked by hand above
+  }
+  it.skipIf(!kubectl)('builds with kubectl kustomize into the same objects', () => {
+    const out = execFileSync('kubectl', ['kustomize', DIR], { encoding: 'utf8' });
+    const built = parseAllDocuments(out).map((d) => d.toJS() as Obj);
+    expect(built.map((o) => `${o.kind}/${o.metadata.name}`).sort()).toEqual(manifests.map((m) => `${m.obj.kind}/${m.obj.metadata.name}`).sort());
+  });
+});
+
+/** A Containerfile's instructions, stage by stage (continuation lines joined, comments dropped). */
+function parseContainerfile(text: string): { from: string; name: string | null; steps: { op: string; args: string }[] }[] {
+  const lines = text.replace(/\\\n/g, ' ').split('\n').map((l) => l.trim()).filter((l) => l !== '' && !l.startsWith('#'));
+  const stages: { from: string; name: string | null; steps: { op: string; args: string }[] }[] = [];
+  for (const line of lines) {
+    const [, op, args] = /^(\w+)\s+(.*)$/.exec(line)!;
+    if (op!.toUpperCase() === 'FROM') {
+      const m = /^(\S+)(?:\s+AS\s+(\S+))?$/i.exec(args!)!;
+      stages.push({ from: m[1]!, name: m[2] ?? null, steps: [] });
+    } else stages.at(-1)!.steps.push({ op: op!.toUpperCase(), args: args! });
+  }
+  return stages;
+}
+
+describe('Pro Containerfile', () => {
+  const stages = parseContainerfile(readFileSync(path.join(ROOT, 'editions/pro/Containerfile'), 'utf8'));
+  const runtime = stages.at(-1)!;
+  const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { bin: Record<string, string>; dependencies: Record<string, string> };
+
+  it('builds in stages on a Node 20 slim base', () => {
+    expect(stages.length).toBeGreaterThanOrEqual(2);
+    for (const s of stages) expect(s.from).toMatch(/(^|\/)node:20(\.\d+)*-(\w+-)?slim$/);
+  });
+
+  it('copies only paths that exist in the repository, and from stages that exist', () => {
+    const names = new Set(stages.map((s) => s.name).filter(Boolean));
+    for (const s of stages) {
+      for (const step of s.steps.filter((x) => x.op === 'COPY')) {
+        const parts = step.args.split(/\s+/);
+        const from = parts.find((p) => p.startsWith('--from='));
+        const paths = parts.filter((p) => !p.startsWith('--'));
+        const sources = paths.slice(0, -1);
+        expect(sources.length, step.args).toBeGreaterThan(0);
+        if (from) expect(names.has(from.slice('--from='.length)), step.args).toBe(true);
+        else for (const src of sources) expect(existsSync(path.join(ROOT, src)), `COPY ${src}`).toBe(true);
+      }
+    }
+  });
+
+  it('brings into the runtime stage everything the server reads at run time', () => {
+    const copied = runtime.steps.filter((x) => x.op === 'COPY').map((x) => x.args.split(/\s+/).filter((p) => !p.startsWith('--')).at(-1)!.replace(/^\.\//, '').replace(/\/$/, ''));
+    const tsconfig = JSON.parse(readFileSync(path.join(ROOT, 'tsconfig.build.json'), 'utf8')) as { compilerOptions: { outDir: string } };
+    // The compiled code, the command, the edition defaults, the migrations migrate.ts reads, the
+    // dependencies, and the vendored driver that node_modules links to.
+    for (const need of [tsconfig.compilerOptions.outDir, 'bin', 'editions', 'src/db/migrations', 'node_modules', 'package.json']) expect(copied).toContain(need);
+    expect(pkg.dependencies.postgres).toBe('file:vendor/postgres');
+    expect(copied).toContain('vendor');
+  });
+
+  it('runs the package bin as a non-root numeric user, with `server` and flags the server accepts', () => {
+    const workdir = runtime.steps.filter((x) => x.op === 'WORKDIR').at(-1)!.args;
+    const user = runtime.steps.filter((x) => x.op === 'USER').at(-1)!.args;
+    const [uid, gid] = user.split(':').map(Number);
+    expect(uid).toBeGreaterThan(0);
+    expect(gid).toBeGreaterThan(0);
+    expect(uid).toBe(deployment.spec.template.spec.securityContext.runAsUser);
+    const entrypoint = JSON.parse(runtime.steps.find((x) => x.op === 'ENTRYPOINT')!.args) as string[];
+    expect(entrypoint).toEqual(['node', path.posix.join(workdir, pkg.bin.leoflow!)]);
+    expect(existsSync(path.join(ROOT, pkg.bin.leoflow!))).toBe(true);
+    const cmd = JSON.parse(runtime.steps.find((x) => x.op === 'CMD')!.args) as string[];
+    expect(cmd[0]).toBe('server');
+    const flags = new Set(Object.values(SETTINGS).map((s) => s.flag));
+    for (let i = 1; i < cmd.length; i += 2) expect(flags.has(cmd[i] as never), cmd[i]).toBe(true);
+    // The state directory the Deployment mounts is the Pro default, owned by that user in the image.
+    expect(runtime.steps.find((x) => x.op === 'RUN' && x.args.includes(proDefaults.state_dir!))?.args).toContain(`chown ${user} ${proDefaults.state_dir}`);
+  });
+});
