@@ -15,6 +15,7 @@ import { schedulerHarness, type PhaseError } from '../helpers/scheduler-harness.
 import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
+import { EDITIONS, editionPool } from '../helpers/editions.js';
 
 /**
  * Fault: two leaders step at the same time (a brief overlap, forced here). Two complete scheduler
@@ -53,27 +54,16 @@ interface Stack {
 let db: TestDatabase;
 const stacks: Stack[] = [];
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  for (const s of stacks) {
-    await s.pool.close();
-    await s.sql.end({ timeout: 5 });
-  }
-  await db?.drop();
-});
-
 /** One simulated clock for both leaders (leader b runs a little ahead, as real clocks do). */
 const clock = { now: 0 };
 
-function createStack(name: string, skewMs: number): Stack {
+function createStack(name: string, skewMs: number, pool: { workers: number; capacity: number }): Stack {
   const sql = createSql(db.url, { max: 4, applicationName: `leoflow-overlap-${name}` });
   const h = schedulerHarness(sql, { offer: (item) => s.pool.offer(item), now: () => new Date(clock.now + skewMs), maxRunsPerStep: 1000 });
   const s: Stack = { name, sql, errors: h.errors, claimed: [], refused: 0, pool: undefined as never, ctx: h.ctx };
   s.pool = createDispatchPool<WorkItem>({
-    workers: 4,
-    capacity: 256,
+    workers: pool.workers,
+    capacity: pool.capacity,
     key: (item) => item.tiId,
     logger,
     // The fake executor: claim → start → finish, as the subprocess executor would report.
@@ -97,8 +87,22 @@ function createStack(name: string, skewMs: number): Stack {
   return s;
 }
 
-describe('leader overlap', () => {
-  it('two leaders stepping at once leave no mixed or duplicated state', async () => {
+// Against each edition's dispatch pool: Lite's single drainer with a queue of one (offers refused
+// and retried at the next step), Pro's 16 drainers racing the other leader's 16.
+describe.each(EDITIONS)('leader overlap ($edition pool)', ({ edition }) => {
+  const pool = editionPool(edition);
+  beforeAll(async () => {
+    db = await createTestDatabase();
+  });
+  afterAll(async () => {
+    for (const s of stacks.splice(0)) {
+      await s.pool.close();
+      await s.sql.end({ timeout: 5 });
+    }
+    await db?.drop();
+  });
+
+  it(`two leaders stepping at once leave no mixed or duplicated state (${pool.workers} drainers, queue ${pool.capacity} each)`, async () => {
     // The simulated clock starts at a whole minute a little in the future (so retry backoffs,
     // computed from the database's now(), elapse on the next step) and moves 15 s per iteration.
     const t0 = Math.ceil((Date.now() + 5000) / MINUTE) * MINUTE;
@@ -126,8 +130,8 @@ describe('leader overlap', () => {
       );
     }
 
-    const a = createStack('a', 0);
-    const b = createStack('b', 1500);
+    const a = createStack('a', 0, pool);
+    const b = createStack('b', 1500, pool);
     // The clock stops after 9 iterations, at t0 + 2 min: fire times t0 - 3 min … t0 + 2 min (b's
     // skew adds none: it is less than a minute).
     const CLOCK_STEPS = 9;

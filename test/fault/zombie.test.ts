@@ -4,6 +4,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { EDITIONS } from '../helpers/editions.js';
 import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -11,32 +12,34 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * A zombie: the leader freezes (SIGSTOP) while its task runs. Postgres ends the frozen leader's
  * idle lock session, the standby leads, declares the attempt lost and runs try 2. When the old
  * leader wakes up, everything it reports about try 1 — heartbeat, log lines, its end — is
- * refused and counted, and changes nothing.
+ * refused and counted, and changes nothing. Against both editions: the reports go through what
+ * each edition wires (Pro's larger pools), and fencing must hold in both.
  */
 
-let db: TestDatabase;
-let tmp: string;
-const servers: ServerProcess[] = [];
 const FLAGS = ['--leader-watchdog', '500ms', '--tick-interval', '200ms', '--heartbeat-interval', '200ms', '--heartbeat-threshold', '1s', '--kill-grace', '200ms'];
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-zombie-'));
-});
-afterAll(async () => {
-  for (const s of servers) {
-    try {
-      s.child.kill('SIGCONT');
-    } catch {
-      // already gone
-    }
-    await s.kill();
-  }
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
-});
+describe.each(EDITIONS)('zombie report after reassignment ($edition)', ({ edition, flags }) => {
+  let db: TestDatabase;
+  let tmp: string;
+  const servers: ServerProcess[] = [];
 
-describe('zombie report after reassignment', () => {
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-zombie-'));
+  });
+  afterAll(async () => {
+    for (const s of servers) {
+      try {
+        s.child.kill('SIGCONT');
+      } catch {
+        // already gone
+      }
+      await s.kill();
+    }
+    await db?.drop();
+    await rm(tmp, { recursive: true, force: true });
+  });
+
   it('is rejected, counted and never applied', async () => {
     const pidFile = path.join(tmp, 'try1.pid');
     const file = path.join(tmp, 'z.yaml');
@@ -52,10 +55,11 @@ describe('zombie report after reassignment', () => {
         '',
       ].join('\n'),
     );
-    const a = await startServer({ env: { DATABASE_URL: db.url }, args: [...FLAGS, '--replica-id', 'zombie-a'] });
+    const a = await startServer({ env: { DATABASE_URL: db.url }, args: [...flags, ...FLAGS, '--replica-id', 'zombie-a'] });
     servers.push(a);
     await waitFor('a leads', async () => (await createClients(a.url).cluster.getLeader({})).leaderId === 'zombie-a');
-    const b = await startServer({ env: { DATABASE_URL: db.url }, args: [...FLAGS, '--replica-id', 'zombie-b'] });
+    expect((await createClients(a.url).cluster.getLeader({})).edition).toBe(edition);
+    const b = await startServer({ env: { DATABASE_URL: db.url }, args: [...flags, ...FLAGS, '--replica-id', 'zombie-b'] });
     servers.push(b);
     expect((await cli(b.url, ['dag', 'apply', file])).code).toBe(0);
     const runId = (await createClients(b.url).workflow.triggerRun({ dagId: 'z' })).run!.runId;

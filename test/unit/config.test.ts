@@ -121,3 +121,23 @@ describe('config', () => {
     ]);
   });
 });
+
+describe('editions', () => {
+  it('differ only in the levers an edition may set, so a contract test that does not start a server covers both', async () => {
+    // What DESIGN.md lets an edition change: its name, where it listens, its database, its state
+    // folder, its executor and dispatch pool, its retention. Settings only one edition has (an
+    // executor's own) are that edition's. Everything else the state machine, the reapers and
+    // fencing depend on (tick, thresholds, heartbeats, grace periods, watchdog) must be equal:
+    // the integration tests of those run once, without an edition, and stand for both.
+    const { readFileSync } = await import('node:fs');
+    const read = (e: string) => JSON.parse(readFileSync(new URL(`../../editions/${e}/config.json`, import.meta.url), 'utf8')) as Record<string, unknown>;
+    const lite = read('lite');
+    const pro = read('pro');
+    const mayDiffer = new Set(['edition', 'listen', 'metrics_listen', 'database', 'state_dir', 'executor', 'dispatch_workers', 'dispatch_queue', 'retention']);
+    const differ = Object.keys(lite).filter((k) => k in pro && JSON.stringify(lite[k]) !== JSON.stringify(pro[k]));
+    expect(differ.filter((k) => !mayDiffer.has(k))).toEqual([]);
+    for (const k of ['tick_interval', 'run_orphan_threshold', 'heartbeat_threshold', 'heartbeat_interval', 'kill_grace', 'leader_watchdog']) {
+      expect(k in lite && k in pro, k).toBe(true);
+    }
+  });
+});

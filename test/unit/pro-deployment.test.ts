@@ -49,7 +49,7 @@ const proDefaults = JSON.parse(readFileSync(path.join(ROOT, 'editions/pro/config
 function deployedConfig(): Config {
   const [command, ...rest] = container.args as string[];
   expect(command).toBe('server');
-  const flagToKey = new Map(Object.entries(SETTINGS).map(([k, s]) => [s.flag, k as SettingKey]));
+  const flagToKey = new Map<string, SettingKey>(Object.entries(SETTINGS).map(([k, s]) => [s.flag, k as SettingKey]));
   const flags: Partial<Record<SettingKey, string>> = {};
   for (let i = 0; i < rest.length; i += 2) {
     const key = flagToKey.get(rest[i]!);
@@ -256,8 +256,8 @@ describe('Pro Containerfile', () => {
     expect(existsSync(path.join(ROOT, pkg.bin.leoflow!))).toBe(true);
     const cmd = JSON.parse(runtime.steps.find((x) => x.op === 'CMD')!.args) as string[];
     expect(cmd[0]).toBe('server');
-    const flags = new Set(Object.values(SETTINGS).map((s) => s.flag));
-    for (let i = 1; i < cmd.length; i += 2) expect(flags.has(cmd[i] as never), cmd[i]).toBe(true);
+    const flags = new Set<string>(Object.values(SETTINGS).map((s) => s.flag));
+    for (let i = 1; i < cmd.length; i += 2) expect(flags.has(cmd[i]!), cmd[i]).toBe(true);
     // The state directory the Deployment mounts is the Pro default, owned by that user in the image.
     expect(runtime.steps.find((x) => x.op === 'RUN' && x.args.includes(proDefaults.state_dir!))?.args).toContain(`chown ${user} ${proDefaults.state_dir}`);
   });
