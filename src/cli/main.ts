@@ -6,6 +6,7 @@ import { registerAgents } from './commands/agents.js';
 import { registerDag } from './commands/dag.js';
 import { registerDb } from './commands/db.js';
 import { registerLogs } from './commands/logs.js';
+import { registerReplicas } from './commands/replicas.js';
 import { registerRun } from './commands/run.js';
 import { registerServer } from './commands/server.js';
 
@@ -36,6 +37,7 @@ registerRun(program, getClients);
 registerLogs(program, getClients);
 registerAgent(program);
 registerAgents(program, getClients);
+registerReplicas(program, getClients);
 registerDb(program, getClients);
 
 try {

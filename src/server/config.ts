@@ -32,7 +32,8 @@ export interface Config {
   role: Role;
   /** How long a replica of role `leader` waits for the lock at start before giving up. */
   leaderTimeoutMs: number;
-  /** /healthz fails when the scheduler loop has made no progress (a turn, a step ended) this long. */
+  /** /healthz fails when the scheduler loop has made no progress (a turn, a step ended) this long
+   *  (default: 60 s, or five ticks when that is longer). */
   loopStallMs: number;
   listenHost: string;
   listenPort: number;
@@ -230,7 +231,7 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     replicaId: get('replica_id', replicaId, `${os.hostname().replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 24)}-${process.pid}-${randomBytes(2).toString('hex')}`),
     role,
     leaderTimeoutMs: get('leader_timeout', duration, 30_000),
-    loopStallMs: get('loop_stall_threshold', duration, 60_000),
+    loopStallMs: 0, // below: its default follows the tick
     listenHost: listen.host,
     listenPort: listen.port,
     metricsListen,
@@ -258,7 +259,11 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
       `heartbeat_threshold (${config.heartbeatThresholdMs} ms) must be at least 3 × heartbeat_interval (${config.heartbeatIntervalMs} ms), or a live task could be reaped`,
     );
   }
-  if (config.loopStallMs < 3 * config.tickMs) {
+  // Given, it must leave the loop room to keep its pace; not given, 60 s or five ticks, whichever
+  // is longer (a slow tick must not make a healthy loop look stalled).
+  const stall = get('loop_stall_threshold', duration, null as number | null);
+  config.loopStallMs = stall ?? Math.max(60_000, 5 * config.tickMs);
+  if (stall !== null && config.loopStallMs < 3 * config.tickMs) {
     problems.push(`loop_stall_threshold (${config.loopStallMs} ms) must be at least 3 × tick_interval (${config.tickMs} ms), or a loop keeping its pace would be called stalled`);
   }
   if (problems.length > 0) throw new ConfigError(problems);

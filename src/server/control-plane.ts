@@ -4,6 +4,7 @@ import { createAttemptStore } from '../db/attempt-store.js';
 import { claimAttempt } from '../db/attempts/claim-attempt.js';
 import { releaseClaim } from '../db/attempts/release-claim.js';
 import { createReportBatcher } from '../db/attempts/report-batcher.js';
+import { currentLeaderId } from '../db/leader.js';
 import { createLogWriter } from '../db/log-writer.js';
 import { pendingMigrations } from '../db/migrate.js';
 import { CHANNELS, listen } from '../db/notifications.js';
@@ -11,7 +12,6 @@ import { replicaSessionName } from '../db/replicas.js';
 import { createDispatcher } from '../dispatch/dispatcher.js';
 import type { Executor } from '../executors/executor.js';
 import { createSubprocessExecutor } from '../executors/subprocess/subprocess-executor.js';
-import { currentLeaderId } from '../db/leader.js';
 import { LEADER_LOCK_KEY } from '../scheduler/leader.js';
 import { createScheduler, type Scheduler } from '../scheduler/scheduler.js';
 import { createAgentFleet } from './agent-fleet.js';
@@ -61,7 +61,8 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
   const db = await openDatabase(config, logger);
   const { sql } = db;
   const cleanups: (() => Promise<unknown>)[] = [];
-  let ready: { plane: ControlPlane; leadership: Scheduler['leadership']; apiServer: { address: { host: string; port: number } }; metricsServer: { address: { address: string; port: number } } | null };
+  // What the start hands on once wired: the replica, its wait for leadership, its ready log line.
+  let ready: { plane: ControlPlane; leadership: Scheduler['leadership']; announce(): void };
   try {
     const metrics = createMetrics({ role: config.role });
     const logs = createLogWriter(sql, logger, { flushMs: 50, maxBatch: 500, onRejected: (n) => metrics.staleReportsRejected.inc({ report: 'log' }, n) });
@@ -216,14 +217,27 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         return closing;
       },
     };
-    ready = { plane, leadership: sched.leadership, apiServer, metricsServer };
+    const { host, port } = apiServer.address;
+    const announce = () =>
+      logger.info(
+        {
+          listen: `${host}:${port}`,
+          metrics: metricsServer ? `${metricsServer.address.address}:${metricsServer.address.port}` : 'off',
+          edition: config.edition,
+          role: config.role,
+          replicaId: config.replicaId,
+          startupMs: Math.round(performance.now() - started),
+        },
+        `Leoflow ${config.edition} ready on http://${host}:${port} (role ${config.role})`,
+      );
+    ready = { plane, leadership: sched.leadership, announce };
   } catch (err) {
     for (const c of cleanups) await c().catch(() => {});
     await db.close(1);
     throw err;
   }
   // A replica that must lead and cannot stops whole: its API served reads meanwhile.
-  const { plane, leadership, apiServer, metricsServer } = ready;
+  const { plane, leadership, announce } = ready;
   if (config.role === 'leader' && !(await leadership(config.leaderTimeoutMs))) {
     const holder = await currentLeaderId(db.sql, LEADER_LOCK_KEY).catch(() => null);
     await plane.close();
@@ -231,17 +245,6 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       `role leader: could not become leader within ${config.leaderTimeoutMs / 1000}s (${holder ? `replica "${holder}" leads` : 'no replica leads: is the database reachable?'}); use --role auto to stand by, or raise --leader-timeout`,
     );
   }
-  const { host, port } = apiServer.address;
-  logger.info(
-    {
-      listen: `${host}:${port}`,
-      metrics: metricsServer ? `${metricsServer.address.address}:${metricsServer.address.port}` : 'off',
-      edition: config.edition,
-      role: config.role,
-      replicaId: config.replicaId,
-      startupMs: Math.round(performance.now() - started),
-    },
-    `Leoflow ${config.edition} ready on http://${host}:${port} (role ${config.role})`,
-  );
+  announce();
   return plane;
 }

@@ -81,6 +81,16 @@ describe('replica roles (Pro edition)', () => {
       expect(health.readyChecks.map((c) => c.name)).toEqual(['serving', 'api', 'database', 'migrations']);
       expect(health.replicas).toHaveLength(3);
     }
+    const listed = await cli(observer.url, ['replicas', '-o', 'json']);
+    expect(listed.code, listed.stderr).toBe(0);
+    expect(JSON.parse(listed.stdout)).toEqual({
+      leader_id: 'pro-auto',
+      answered_by: 'pro-observer',
+      edition: 'pro',
+      replicas: expected.map((r) => ({ replica_id: r.replicaId, role: r.role, leader: r.leader })),
+    });
+    const shown = await cli(worker.url, ['replicas']);
+    expect(shown.stdout).toMatch(/^pro-worker \(answered\)\s+worker\s+no\s/m);
     expect(await leaderGauge(auto)).toEqual([['leader{role="auto"}', 1]]);
     expect(await leaderGauge(worker)).toEqual([['leader{role="worker"}', 0]]);
     expect(await leaderGauge(observer)).toEqual([['leader{role="observer"}', 0]]);

@@ -115,7 +115,9 @@ describe('config', () => {
     expect(loadConfig({}, {}, '/srv').replicaId.length).toBeLessThanOrEqual(38);
   });
 
-  it('refuses a loop stall threshold the loop would cross at its own pace', () => {
+  it('refuses a loop stall threshold the loop would cross at its own pace, and follows a slow tick by default', () => {
+    expect(loadConfig({ tick_interval: '30s' }, {}, '/srv').loopStallMs).toBe(150_000);
+    expect(loadConfig({ tick_interval: '200ms', loop_stall_threshold: '1s' }, {}, '/srv').loopStallMs).toBe(1000);
     expect(problems({ loop_stall_threshold: '2s', tick_interval: '1s' })).toEqual([
       'loop_stall_threshold (2000 ms) must be at least 3 × tick_interval (1000 ms), or a loop keeping its pace would be called stalled',
     ]);

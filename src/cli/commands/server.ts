@@ -6,7 +6,7 @@ const HELP: Record<SettingKey, string> = {
   replica_id: 'name of this replica, at most 38 of [A-Za-z0-9._-] (default: host-pid-random)',
   role: 'auto (campaign, lead if elected) | leader (must lead: fail at start otherwise) | worker (serve, never campaign) | observer (read-only API)',
   leader_timeout: 'with --role leader: how long to wait for leadership at start before failing, e.g. 30s',
-  loop_stall_threshold: '/healthz fails when the scheduler loop made no progress this long, e.g. 60s',
+  loop_stall_threshold: '/healthz fails when the scheduler loop made no progress this long (default 60s, or 5 ticks if longer)',
   listen: 'HOST:PORT for the API (gRPC, gRPC-Web and Connect)',
   metrics_listen: 'HOST:PORT for Prometheus metrics at /metrics (HTTP/1.1), or off',
   database: 'postgres:// URL; without it, Lite starts an embedded Postgres',
