@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseDuration } from '../core/duration.js';
 import { dns1123LabelProblem } from '../core/kubernetes-names.js';
+import type { KubeconfigSource } from '../executors/kubernetes/load-kube-config.js';
 
 /** Edition files sit at the package root; `dist/server` and `src/server` are at the same depth. */
 const EDITIONS_DIR = new URL('../../editions/', import.meta.url);
@@ -48,9 +49,6 @@ export interface Config {
   /** The kubernetes executor's settings; null when it is not this replica's executor. */
   kubernetes: KubernetesConfig | null;
 }
-
-/** Where the Kubernetes API's address and credentials come from. */
-export type KubeconfigSource = { kind: 'auto' } | { kind: 'in-cluster' } | { kind: 'file'; path: string };
 
 /** The kubernetes executor's settings. Durations in ms. */
 export interface KubernetesConfig {
