@@ -1,0 +1,792 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { defaultPod } from './default-pod.js';
+import { EventRecorder } from './event-recorder.js';
+import { FakeKubelet, type ImageRule } from './fake-kubelet.js';
+import { FakeScheduler, isTerminal, makeNodes, now, type NodesOption } from './fake-scheduler.js';
+import { parseFieldSelector } from './field-selector.js';
+import { parseLabelSelector } from './label-selector.js';
+import { ObjectStore, type KubeObject, type Resource } from './object-store.js';
+import { checkQuotas, type Quota } from './resource-quota.js';
+import {
+  StatusError, alreadyExists, badRequest, expired, forbidden, invalidObject, methodNotAllowed, notFound, statusFor, unauthorized,
+  type StatusDetails,
+} from './status.js';
+import { validatePod } from './validate-pod.js';
+import { WatchStream, type OpenWatch } from './watch-stream.js';
+
+/**
+ * A fake Kubernetes API server for `v1` pods and events, spoken to over HTTP by the real
+ * @kubernetes/client-node through a kubeconfig. Its answers follow the API reference: Status
+ * objects for every failure, 201 on create, watch events as newline-delimited JSON with bookmarks
+ * and 410 Expired after compaction, one global resourceVersion. A fake scheduler and kubelet move
+ * pods through their phases and run each container's command as a local process; tests inject
+ * latency and failures and read back what the server saw. See index.ts for the whole contract.
+ */
+export type Verb = 'get' | 'list' | 'watch' | 'create' | 'delete' | 'deletecollection' | 'update' | 'patch';
+
+export interface FakeKubeApiOptions {
+  /** Latency added to every request before it is served (default 0). */
+  latencyMs?: number;
+  /** Namespaces that exist (default ['default']). */
+  namespaces?: string[];
+  /** The bearer token the kubeconfig carries, with every right (default random). */
+  token?: string;
+  /** 'processes' (default): the fake scheduler and kubelet move pods and run their commands. 'manual': nothing moves unless the test says so. */
+  kubelet?: 'processes' | 'manual';
+  /** The fake nodes (default 3 nodes of 4 cpu and 8Gi). */
+  nodes?: NodesOption;
+  /** How often a watch that allows bookmarks gets one (default 1000 ms; a real server sends one about every minute). */
+  bookmarkIntervalMs?: number;
+  /** Delays of the fake control plane (defaults: schedule 5 ms, kubelet start 10 ms, pull 10 ms, back-off 200 ms, config retry 200 ms). */
+  timing?: Partial<{ scheduleMs: number; startMs: number; pullMs: number; backoffMs: number; configRetryMs: number }>;
+  /** Environment every container process starts with, before its own env (default PATH and HOME of this process). */
+  baseEnv?: Record<string, string>;
+  /** Working directory of container processes without a workingDir (default this process's). */
+  cwd?: string;
+}
+
+/** A rule for a token other than the main one: what it may do, RBAC-style. */
+export interface AccessRule {
+  verbs: Array<Verb | '*'>;
+  /** `pods`, `pods/log`, `events`, `namespaces`, `nodes`, or '*'. */
+  resources: string[];
+  /** Namespaces the rule applies in (a Role); absent for every namespace (a ClusterRole). */
+  namespaces?: string[];
+}
+
+export interface FailureRule {
+  verb?: Verb | '*';
+  resource?: string;
+  namespace?: string;
+  name?: string;
+  /** An HTTP status answered with the matching Status, or 'reset' to drop the connection without an answer. */
+  status: number | 'reset';
+  reason?: string;
+  message?: string;
+  retryAfterSeconds?: number;
+  details?: StatusDetails;
+  /** How many matching requests fail (default 1). */
+  times?: number;
+  /** Serve the request (its effect happens) and then answer with the failure: a response lost after commit. */
+  afterEffect?: boolean;
+}
+
+export interface RequestRecord {
+  verb: Verb | 'discovery';
+  method: string;
+  path: string;
+  resource?: string;
+  namespace?: string;
+  name?: string;
+  status: number;
+  /** When it arrived (epoch ms) and how long it took to answer (including injected latency). */
+  at: number;
+  durationMs: number;
+}
+
+interface Route {
+  verb: Verb | 'discovery';
+  resource?: string;
+  subresource?: string;
+  namespace?: string;
+  name?: string;
+  discovery?: string;
+}
+
+export class FakeKubeApi {
+  url = '';
+  kubeconfigPath = '';
+  readonly token: string;
+  private readonly store = new ObjectStore();
+  private readonly recorder = new EventRecorder(this.store);
+  private readonly scheduler: FakeScheduler | undefined;
+  private readonly kubelet: FakeKubelet;
+  private readonly server: Server;
+  private readonly sockets = new Set<Socket>();
+  private readonly watches = new Set<WatchStream>();
+  private readonly namespaces = new Map<string, KubeObject>();
+  private readonly serviceAccounts = new Set<string>();
+  private readonly tokens = new Map<string, { user: string; rules: AccessRule[] }>();
+  private readonly quotas = new Map<string, Quota[]>();
+  private readonly secrets = new Map<string, Record<string, string>>();
+  private readonly configMaps = new Map<string, Record<string, string>>();
+  private readonly imageRules: Array<{ match: string | RegExp; rule: ImageRule }> = [];
+  private readonly latency = new Map<string, number>();
+  private failures: Array<FailureRule & { left: number }> = [];
+  private readonly log: RequestRecord[] = [];
+  private readonly creates = new Map<string, number>();
+  private readonly createPosts = new Map<string, number>();
+  private readonly manualTimers = new Set<NodeJS.Timeout>();
+  private readonly bookmarkIntervalMs: number;
+  private readonly manual: boolean;
+  private tmp = '';
+  private closed = false;
+
+  constructor(private readonly opts: FakeKubeApiOptions = {}) {
+    this.token = opts.token ?? randomBytes(16).toString('hex');
+    this.manual = opts.kubelet === 'manual';
+    this.bookmarkIntervalMs = opts.bookmarkIntervalMs ?? 1000;
+    this.latency.set('*', opts.latencyMs ?? 0);
+    for (const ns of opts.namespaces ?? ['default']) this.addNamespace(ns);
+    const t = { scheduleMs: 5, startMs: 10, pullMs: 10, backoffMs: 200, configRetryMs: 200, ...opts.timing };
+    this.kubelet = new FakeKubelet(this.store, this.recorder, {
+      startDelayMs: t.startMs,
+      pullDelayMs: t.pullMs,
+      backoffMs: t.backoffMs,
+      configRetryMs: t.configRetryMs,
+      imageRule: (image) => this.imageRule(image),
+      secret: (ns, name) => this.secrets.get(`${ns}/${name}`),
+      configMap: (ns, name) => this.configMaps.get(`${ns}/${name}`),
+      baseEnv: opts.baseEnv ?? { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/' },
+      cwd: opts.cwd ?? process.cwd(),
+      onFreed: () => this.scheduler?.retryPending(),
+    });
+    if (!this.manual) {
+      this.scheduler = new FakeScheduler(this.store, this.recorder, makeNodes(opts.nodes ?? { count: 3, cpu: '4', memory: '8Gi' }), t.scheduleMs, (ns, name) =>
+        this.kubelet.admit(ns, name),
+      );
+    }
+    this.server = createServer((req, res) => void this.handle(req, res));
+    this.server.keepAliveTimeout = 60_000;
+    this.server.on('connection', (s) => {
+      this.sockets.add(s);
+      s.on('close', () => this.sockets.delete(s));
+    });
+  }
+
+  async listen(): Promise<void> {
+    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
+    const addr = this.server.address();
+    if (addr === null || typeof addr === 'string') throw new Error('fake kube api: no address');
+    this.url = `http://127.0.0.1:${addr.port}`;
+    this.tmp = await mkdtemp(join(tmpdir(), 'fake-kube-'));
+    this.kubeconfigPath = await this.kubeconfigFor(this.token, 'default');
+  }
+
+  /** A kubeconfig file for this server and `token`, its context selected. */
+  async kubeconfigFor(token: string, name = `user-${this.log.length}-${randomBytes(3).toString('hex')}`): Promise<string> {
+    const config = {
+      apiVersion: 'v1',
+      kind: 'Config',
+      clusters: [{ name: 'fake', cluster: { server: this.url, 'insecure-skip-tls-verify': true } }],
+      users: [{ name, user: { token } }],
+      contexts: [{ name: 'fake', context: { cluster: 'fake', user: name, namespace: 'default' } }],
+      'current-context': 'fake',
+    };
+    const path = join(this.tmp, `kubeconfig-${name}.json`);
+    await writeFile(path, JSON.stringify(config, null, 2));
+    return path;
+  }
+
+  // ---- test controls -------------------------------------------------------------------------
+
+  addNamespace(name: string): void {
+    this.namespaces.set(name, {
+      kind: 'Namespace',
+      apiVersion: 'v1',
+      metadata: { name, uid: randomUUID(), resourceVersion: String(this.store.resourceVersion), creationTimestamp: now(), labels: { 'kubernetes.io/metadata.name': name } },
+      spec: { finalizers: ['kubernetes'] },
+      status: { phase: 'Active' },
+    });
+    this.serviceAccounts.add(`${name}/default`);
+  }
+
+  addServiceAccount(namespace: string, name: string): void {
+    this.serviceAccounts.add(`${namespace}/${name}`);
+  }
+
+  /** Another bearer token, allowed only what `rules` say (none: it is authenticated and may do nothing). */
+  grantToken(token: string, rules: AccessRule[], user = `system:serviceaccount:default:${token.slice(0, 8)}`): void {
+    this.tokens.set(token, { user, rules });
+  }
+
+  setQuota(namespace: string, quota: Quota): void {
+    const list = (this.quotas.get(namespace) ?? []).filter((q) => q.name !== quota.name);
+    this.quotas.set(namespace, [...list, quota]);
+  }
+
+  setSecret(namespace: string, name: string, data: Record<string, string>): void {
+    this.secrets.set(`${namespace}/${name}`, data);
+  }
+
+  setConfigMap(namespace: string, name: string, data: Record<string, string>): void {
+    this.configMaps.set(`${namespace}/${name}`, data);
+  }
+
+  /** A rule for images equal to (string) or matching (RegExp) `match`; the latest added wins. */
+  setImageRule(match: string | RegExp, rule: ImageRule): void {
+    this.imageRules.unshift({ match, rule });
+  }
+
+  setLatency(ms: number, verb?: Verb): void {
+    this.latency.set(verb ?? '*', ms);
+  }
+
+  failNext(rule: FailureRule): void {
+    this.failures.push({ ...rule, left: rule.times ?? 1 });
+  }
+
+  // ---- introspection -------------------------------------------------------------------------
+
+  pods(namespace?: string): any[] {
+    return this.store.list('pods', namespace);
+  }
+
+  pod(namespace: string, name: string): any | undefined {
+    return this.store.get('pods', namespace, name);
+  }
+
+  events(namespace?: string, podName?: string): any[] {
+    return this.store.list('events', namespace).filter((e) => podName === undefined || e.involvedObject?.name === podName);
+  }
+
+  /** Successful creates of this pod name (a create answered 409 is not one). */
+  createCount(namespace: string, name: string): number {
+    return this.creates.get(`${namespace}/${name}`) ?? 0;
+  }
+
+  /** Every POST naming this pod, whatever its answer. */
+  createAttempts(namespace: string, name: string): number {
+    return this.createPosts.get(`${namespace}/${name}`) ?? 0;
+  }
+
+  requests(): RequestRecord[] {
+    return [...this.log];
+  }
+
+  openWatches(): OpenWatch[] {
+    return [...this.watches].map((w) => ({ ...w.info }));
+  }
+
+  /** Pids of the container processes now alive. */
+  processes(): number[] {
+    return this.kubelet.pids();
+  }
+
+  resourceVersion(): string {
+    return String(this.store.resourceVersion);
+  }
+
+  containerLogs(namespace: string, name: string, container?: string): string | undefined {
+    return this.kubelet.logs(namespace, name, container);
+  }
+
+  // ---- driving pods ----------------------------------------------------------------------------
+
+  /** Replaces the given top-level status fields (manual driving); a MODIFIED event follows. */
+  setPodStatus(namespace: string, name: string, status: Record<string, unknown>): void {
+    const updated = this.store.update('pods', namespace, name, (p) => {
+      p.status = { ...p.status, ...structuredClone(status) };
+    });
+    if (!updated) throw new Error(`fake kube api: no pod ${namespace}/${name}`);
+    if (isTerminal(updated)) this.scheduler?.retryPending();
+  }
+
+  /** Sets spec.nodeName (manual driving: the pod is bound, so a delete is graceful). */
+  bindPod(namespace: string, name: string, nodeName = 'node-1'): void {
+    if (!this.store.update('pods', namespace, name, (p) => (p.spec.nodeName = nodeName))) throw new Error(`fake kube api: no pod ${namespace}/${name}`);
+  }
+
+  /** An event about a pod, as the scheduler or kubelet would record it (manual driving). */
+  addPodEvent(namespace: string, name: string, e: { type?: 'Normal' | 'Warning'; reason: string; message: string; component?: string }): void {
+    const pod = this.store.get('pods', namespace, name);
+    if (!pod) throw new Error(`fake kube api: no pod ${namespace}/${name}`);
+    this.recorder.record(pod, { type: e.type ?? 'Warning', reason: e.reason, message: e.message, component: e.component ?? 'kubelet' });
+  }
+
+  /**
+   * Someone else deletes the pod: by default a force delete (`kubectl delete --force
+   * --grace-period=0`): its processes are killed and DELETED is sent at once; with a grace period,
+   * a graceful delete as `kubectl delete` does.
+   */
+  deleteFromOutside(namespace: string, name: string, opts: { gracePeriodSeconds?: number } = {}): void {
+    if (!this.store.get('pods', namespace, name)) throw new Error(`fake kube api: no pod ${namespace}/${name}`);
+    this.deletePod(namespace, name, opts.gracePeriodSeconds ?? 0);
+  }
+
+  /**
+   * The node running this pod is lost: its processes die with it (unless `kill: false`, a
+   * partition: they go on running unseen), every pod on it turns phase Unknown with Ready=False
+   * (NodeLost), no pod is scheduled there any more, and a graceful delete of its pods stays
+   * Terminating (no kubelet confirms it) until a force delete.
+   */
+  loseNode(namespace: string, name: string, opts: { kill?: boolean } = {}): void {
+    const pod = this.store.get('pods', namespace, name);
+    const nodeName = pod?.spec?.nodeName;
+    if (!nodeName) throw new Error(`fake kube api: pod ${namespace}/${name} is not on a node`);
+    const node = this.scheduler?.nodes.find((n) => n.name === nodeName);
+    if (node) node.lost = true;
+    const lost = this.kubelet.loseNode(nodeName, opts.kill ?? true);
+    const onNode = lost.length > 0 ? lost : [pod];
+    for (const p of onNode) {
+      this.store.update('pods', p.metadata.namespace!, p.metadata.name, (q) => {
+        if (isTerminal(q)) return;
+        q.status.phase = 'Unknown';
+        q.status.reason = 'NodeLost';
+        q.status.message = `Node ${nodeName} which was running pod ${q.metadata.name} is unresponsive`;
+        q.status.conditions = (q.status.conditions ?? []).map((c: any) => (c.type === 'Ready' ? { ...c, status: 'False', reason: 'NodeLost', lastTransitionTime: now() } : c));
+      });
+    }
+  }
+
+  /**
+   * Compaction: every resourceVersion up to now is gone, so a watch or a continue from one gets
+   * 410 Expired. `expireWatches` also ends the open watches with the ERROR event an etcd-backed
+   * watch gets when its revision is compacted.
+   */
+  compact(opts: { expireWatches?: boolean } = {}): void {
+    this.store.compact();
+    if (opts.expireWatches) for (const w of [...this.watches]) w.expire();
+  }
+
+  /** Ends every open watch from the server's side (the client must watch again). */
+  closeWatches(): void {
+    for (const w of [...this.watches]) w.close();
+  }
+
+  /** Kills every process the fake started (by pid, whole groups), closes every connection and removes the kubeconfigs. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.scheduler?.close();
+    for (const t of this.manualTimers) clearTimeout(t);
+    for (const w of [...this.watches]) w.close();
+    await this.kubelet.close();
+    await new Promise<void>((resolve) => {
+      this.server.close(() => resolve());
+      for (const s of this.sockets) s.destroy();
+    });
+    if (this.tmp) await rm(this.tmp, { recursive: true, force: true });
+  }
+
+  // ---- serving -------------------------------------------------------------------------------
+
+  private imageRule(image: string): ImageRule {
+    for (const { match, rule } of this.imageRules) {
+      if (typeof match === 'string' ? match === image : match.test(image)) return rule;
+    }
+    if (image.includes('nonexistent')) {
+      const repo = image.includes('/') ? image : `docker.io/library/${image}`;
+      return {
+        pullError: `rpc error: code = NotFound desc = failed to pull and unpack image "${repo}": failed to resolve reference "${repo}": ${repo}: not found`,
+      };
+    }
+    return {};
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const at = Date.now();
+    const url = new URL(req.url ?? '/', 'http://fake');
+    let route: Route | undefined;
+    const record = (status: number) => {
+      const r: RequestRecord = { verb: route?.verb ?? 'discovery', method: req.method ?? 'GET', path: url.pathname + url.search, status, at, durationMs: Date.now() - at };
+      if (route?.resource) r.resource = route.subresource ? `${route.resource}/${route.subresource}` : route.resource;
+      if (route?.namespace) r.namespace = route.namespace;
+      if (route?.name) r.name = route.name;
+      this.log.push(r);
+    };
+    try {
+      route = this.route(req.method ?? 'GET', url);
+      const body = await readBody(req);
+      if (route.discovery === 'public') return this.reply(res, 200, this.discovery(url.pathname), record);
+      const who = this.authenticate(req);
+      const delay = this.latency.get(route.verb) ?? this.latency.get('*') ?? 0;
+      if (delay > 0) await new Promise((r) => setTimeout(r, delay));
+      if (this.closed) return void res.destroy();
+      const failure = this.takeFailure(route);
+      if (failure && !failure.afterEffect) return this.fail(res, failure, record);
+      this.authorize(who, route);
+      if (route.verb === 'watch') return await this.watch(route, url, res, record);
+      const [code, payload] = this.serve(route, url, body);
+      if (failure) return this.fail(res, failure, record);
+      this.reply(res, code, payload, record);
+    } catch (err) {
+      if (err instanceof StatusError) return this.reply(res, err.code, err.status, record, err.headers());
+      this.reply(res, 500, statusFor(500, String((err as Error)?.stack ?? err)).status, record);
+    }
+  }
+
+  private reply(res: ServerResponse, code: number, payload: unknown, record: (s: number) => void, headers: Record<string, string> = {}): void {
+    record(code);
+    if (res.headersSent) return void res.end();
+    const text = typeof payload === 'string' ? payload : JSON.stringify(payload);
+    res.writeHead(code, { 'Content-Type': typeof payload === 'string' ? 'text/plain' : 'application/json', 'Cache-Control': 'no-cache, private', ...headers });
+    res.end(text);
+  }
+
+  private fail(res: ServerResponse, f: FailureRule, record: (s: number) => void): void {
+    if (f.status === 'reset') {
+      record(0);
+      res.socket?.destroy();
+      return;
+    }
+    const details = f.retryAfterSeconds !== undefined ? { ...f.details, retryAfterSeconds: f.retryAfterSeconds } : f.details;
+    const err = statusFor(f.status, f.message, details, f.reason);
+    this.reply(res, f.status, err.status, record, err.headers());
+  }
+
+  private takeFailure(route: Route): FailureRule | undefined {
+    const i = this.failures.findIndex(
+      (f) =>
+        (f.verb === undefined || f.verb === '*' || f.verb === route.verb) &&
+        (f.resource === undefined || f.resource === route.resource) &&
+        (f.namespace === undefined || f.namespace === route.namespace) &&
+        (f.name === undefined || f.name === route.name),
+    );
+    if (i < 0) return undefined;
+    const f = this.failures[i]!;
+    if (--f.left <= 0) this.failures.splice(i, 1);
+    return f;
+  }
+
+  private route(method: string, url: URL): Route {
+    const parts = url.pathname.split('/').filter((p) => p !== '').map(decodeURIComponent);
+    const path = parts.join('/');
+    if (['version', 'healthz', 'readyz', 'livez'].includes(path)) return { verb: 'discovery', discovery: 'public' };
+    if (path === 'api' || path === 'apis' || path === 'api/v1') return { verb: 'discovery', discovery: path };
+    if (parts[0] !== 'api' || parts[1] !== 'v1') throw notFoundPath();
+    let rest = parts.slice(2);
+    let watch = ['1', 'true'].includes(url.searchParams.get('watch') ?? '');
+    if (rest[0] === 'watch') {
+      watch = true;
+      rest = rest.slice(1);
+    }
+    const r: Route = { verb: 'get' };
+    if (rest[0] === 'namespaces' && rest.length >= 3) {
+      r.namespace = rest[1]!;
+      r.resource = rest[2]!;
+      if (rest[3] !== undefined) r.name = rest[3];
+      if (rest[4] !== undefined) r.subresource = rest[4];
+      if (rest.length > 5) throw notFoundPath();
+    } else if (rest.length >= 1 && rest.length <= 2) {
+      r.resource = rest[0]!;
+      if (rest[1] !== undefined) r.name = rest[1];
+    } else throw notFoundPath();
+    if (!['pods', 'events', 'namespaces', 'nodes'].includes(r.resource!)) throw notFoundPath();
+    if (r.subresource !== undefined && !(r.resource === 'pods' && r.subresource === 'log')) throw notFoundPath();
+    switch (method) {
+      case 'GET':
+        r.verb = watch ? 'watch' : r.name !== undefined ? 'get' : 'list';
+        break;
+      case 'POST':
+        r.verb = 'create';
+        break;
+      case 'DELETE':
+        r.verb = r.name !== undefined ? 'delete' : 'deletecollection';
+        break;
+      case 'PUT':
+        r.verb = 'update';
+        break;
+      case 'PATCH':
+        r.verb = 'patch';
+        break;
+      default:
+        throw methodNotAllowed();
+    }
+    return r;
+  }
+
+  private authenticate(req: IncomingMessage): { user: string; rules: AccessRule[] | 'all' } {
+    const m = /^Bearer\s+(\S+)$/i.exec(req.headers.authorization ?? '');
+    if (!m) throw unauthorized();
+    if (m[1] === this.token) return { user: 'kubernetes-admin', rules: 'all' };
+    const t = this.tokens.get(m[1]!);
+    if (!t) throw unauthorized();
+    return t;
+  }
+
+  /** RBAC's answer, worded as the authorizer words a denial. */
+  private authorize(who: { user: string; rules: AccessRule[] | 'all' }, route: Route): void {
+    if (route.discovery !== undefined || who.rules === 'all') return;
+    const resource = route.subresource ? `${route.resource}/${route.subresource}` : route.resource!;
+    const verb = route.verb === 'watch' && route.name !== undefined ? 'watch' : route.verb;
+    const ok = who.rules.some(
+      (r) =>
+        (r.verbs.includes('*') || r.verbs.includes(verb as Verb)) &&
+        (r.resources.includes('*') || r.resources.includes(resource)) &&
+        (r.namespaces === undefined || (route.namespace !== undefined && r.namespaces.includes(route.namespace))),
+    );
+    if (ok) return;
+    const scope = route.namespace !== undefined ? `in the namespace "${route.namespace}"` : 'at the cluster scope';
+    throw forbidden(route.resource!, route.name, `User "${who.user}" cannot ${verb} resource "${resource}" in API group "" ${scope}`);
+  }
+
+  private discovery(path: string): unknown {
+    const p = path.replace(/^\/+|\/+$/g, '');
+    if (p === 'version') return { major: '1', minor: '31', gitVersion: 'v1.31.0-fake', gitCommit: 'fake', gitTreeState: 'clean', buildDate: '2026-01-01T00:00:00Z', goVersion: 'go1.22', compiler: 'gc', platform: 'linux/amd64' };
+    if (p === 'api') return { kind: 'APIVersions', versions: ['v1'], serverAddressByClientCIDRs: [{ clientCIDR: '0.0.0.0/0', serverAddress: this.url.replace('http://', '') }] };
+    if (p === 'apis') return { kind: 'APIGroupList', apiVersion: 'v1', groups: [] };
+    if (p === 'api/v1') {
+      const res = (name: string, kind: string, namespaced: boolean, verbs: string[]) => ({ name, singularName: name === kind.toLowerCase() + 's' ? kind.toLowerCase() : '', namespaced, kind, verbs });
+      return {
+        kind: 'APIResourceList',
+        groupVersion: 'v1',
+        resources: [
+          { ...res('pods', 'Pod', true, ['create', 'delete', 'get', 'list', 'watch']), shortNames: ['po'] },
+          { ...res('pods/log', 'Pod', true, ['get']), singularName: '' },
+          { ...res('events', 'Event', true, ['get', 'list', 'watch']), shortNames: ['ev'] },
+          { ...res('namespaces', 'Namespace', false, ['get', 'list']), shortNames: ['ns'] },
+          { ...res('nodes', 'Node', false, ['get', 'list']), shortNames: ['no'] },
+        ],
+      };
+    }
+    return 'ok';
+  }
+
+  private serve(route: Route, url: URL, body: string): [number, unknown] {
+    if (route.discovery !== undefined) return [200, this.discovery(url.pathname)];
+    const resource = route.resource!;
+    if (resource === 'namespaces') return this.serveNamespaces(route);
+    if (resource === 'nodes') return this.serveNodes(route);
+    if (route.verb === 'get' && route.subresource === 'log') return this.serveLog(route, url);
+    if (route.verb === 'list') return [200, this.list(resource as Resource, route.namespace, url)];
+    if (route.verb === 'get') {
+      const o = this.store.get(resource as Resource, route.namespace!, route.name!);
+      if (!o) throw notFound(resource, route.name!);
+      return [200, o];
+    }
+    if (resource === 'pods' && route.verb === 'create') return [201, this.createPod(route.namespace, body, url)];
+    if (resource === 'pods' && route.verb === 'delete') return [200, this.deletePodRequest(route.namespace!, route.name!, body, url)];
+    throw methodNotAllowed();
+  }
+
+  private serveNamespaces(route: Route): [number, unknown] {
+    if (route.verb === 'get') {
+      const ns = this.namespaces.get(route.name!);
+      if (!ns) throw notFound('namespaces', route.name!);
+      return [200, ns];
+    }
+    if (route.verb === 'list') {
+      return [200, { kind: 'NamespaceList', apiVersion: 'v1', metadata: { resourceVersion: String(this.store.resourceVersion) }, items: [...this.namespaces.values()].map(stripKind) }];
+    }
+    throw methodNotAllowed();
+  }
+
+  private serveNodes(route: Route): [number, unknown] {
+    const nodes = (this.scheduler?.nodes ?? []).map((n) => ({
+      kind: 'Node',
+      apiVersion: 'v1',
+      metadata: { name: n.name, labels: n.labels, resourceVersion: String(this.store.resourceVersion) },
+      spec: n.lost ? { taints: [{ key: 'node.kubernetes.io/unreachable', effect: 'NoExecute' }] } : {},
+      status: {
+        capacity: { cpu: n.cpu, memory: n.memory, pods: String(n.pods) },
+        allocatable: { cpu: n.cpu, memory: n.memory, pods: String(n.pods) },
+        conditions: [{ type: 'Ready', status: n.lost ? 'Unknown' : 'True', reason: n.lost ? 'NodeStatusUnknown' : 'KubeletReady' }],
+      },
+    }));
+    if (route.verb === 'get') {
+      const n = nodes.find((x) => x.metadata.name === route.name);
+      if (!n) throw notFound('nodes', route.name!);
+      return [200, n];
+    }
+    if (route.verb === 'list') return [200, { kind: 'NodeList', apiVersion: 'v1', metadata: { resourceVersion: String(this.store.resourceVersion) }, items: nodes.map(stripKind) }];
+    throw methodNotAllowed();
+  }
+
+  private serveLog(route: Route, url: URL): [number, unknown] {
+    const pod = this.store.get('pods', route.namespace!, route.name!);
+    if (!pod) throw notFound('pods', route.name!);
+    const container = url.searchParams.get('container') ?? undefined;
+    const names = pod.spec.containers.map((c: any) => c.name);
+    if (container === undefined && names.length > 1) {
+      throw badRequest(`a container name must be specified for pod ${route.name}, choose one of: [${names.join(' ')}]`);
+    }
+    const name = container ?? names[0];
+    if (!names.includes(name)) throw badRequest(`container ${name} is not valid for pod ${route.name}`);
+    const text = this.kubelet.logs(route.namespace!, route.name!, name);
+    if (text === undefined) {
+      const waiting = pod.status?.containerStatuses?.find((c: any) => c.name === name)?.state?.waiting?.reason ?? 'ContainerCreating';
+      throw badRequest(`container "${name}" in pod "${route.name}" is waiting to start: ${waiting}`);
+    }
+    const tail = url.searchParams.get('tailLines');
+    if (tail !== null) return [200, text.split('\n').slice(-(Number(tail) + 1)).join('\n')];
+    return [200, text];
+  }
+
+  /** A list with selectors, paged by `limit`/`continue` (a continue token from before a compaction is 410 Expired). */
+  private list(resource: Resource, namespace: string | undefined, url: URL): unknown {
+    const labels = parseLabelSelector(url.searchParams.get('labelSelector'));
+    const fields = parseFieldSelector(resource, url.searchParams.get('fieldSelector'));
+    let items = this.store.list(resource, namespace).filter((o) => labels(o.metadata.labels) && fields(o));
+    let listRv = this.store.resourceVersion;
+    const rvParam = url.searchParams.get('resourceVersion');
+    const match = url.searchParams.get('resourceVersionMatch');
+    if (rvParam && rvParam !== '0' && match === 'Exact' && Number(rvParam) !== listRv) {
+      if (Number(rvParam) < this.store.compactedResourceVersion) throw expired(`too old resource version: ${rvParam} (${this.store.compactedResourceVersion})`);
+      throw badRequest(`the fake serves resourceVersionMatch=Exact only for the current resourceVersion ${listRv}`);
+    }
+    const cont = url.searchParams.get('continue');
+    if (cont) {
+      let token: { rv: number; start: string };
+      try {
+        token = JSON.parse(Buffer.from(cont, 'base64').toString()) as { rv: number; start: string };
+      } catch {
+        throw badRequest('continue key is not valid: illegal base64 data');
+      }
+      if (token.rv < this.store.compactedResourceVersion) {
+        throw expired(
+          'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.',
+        );
+      }
+      listRv = token.rv;
+      items = items.filter((o) => `${o.metadata.namespace}/${o.metadata.name}` > token.start);
+    }
+    const metadata: Record<string, unknown> = { resourceVersion: String(listRv) };
+    const limit = Number(url.searchParams.get('limit') ?? 0);
+    if (limit > 0 && items.length > limit) {
+      const last = items[limit - 1]!;
+      metadata.continue = Buffer.from(JSON.stringify({ rv: listRv, start: `${last.metadata.namespace}/${last.metadata.name}` })).toString('base64');
+      metadata.remainingItemCount = items.length - limit;
+      items = items.slice(0, limit);
+    }
+    return { kind: resource === 'pods' ? 'PodList' : 'EventList', apiVersion: 'v1', metadata, items: items.map(stripKind) };
+  }
+
+  private createPod(namespace: string | undefined, body: string, url: URL): KubeObject {
+    let input: any;
+    try {
+      input = JSON.parse(body);
+    } catch (err) {
+      throw badRequest(`couldn't get version/kind; json parse error: ${(err as Error).message}`);
+    }
+    if (typeof input !== 'object' || input === null || Array.isArray(input)) throw badRequest('the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf');
+    if (input.kind !== undefined && input.kind !== 'Pod') throw badRequest(`the API version in the data (${input.apiVersion}) does not match the expected API version (v1)`);
+    const ns = namespace!;
+    if (input.metadata?.namespace !== undefined && input.metadata.namespace !== '' && input.metadata.namespace !== ns) {
+      throw badRequest('the namespace of the provided object does not match the namespace sent on the request');
+    }
+    input.metadata ??= {};
+    if (!input.metadata.name && input.metadata.generateName) input.metadata.name = `${input.metadata.generateName}${randomBytes(3).toString('hex').slice(0, 5)}`;
+    const name: string = input.metadata.name ?? '';
+    if (name) this.createPosts.set(`${ns}/${name}`, (this.createPosts.get(`${ns}/${name}`) ?? 0) + 1);
+    if (!this.namespaces.has(ns)) throw notFound('namespaces', ns);
+    const sa = input.spec?.serviceAccountName ?? input.spec?.serviceAccount ?? 'default';
+    if (typeof sa === 'string' && !this.serviceAccounts.has(`${ns}/${sa}`)) {
+      throw forbidden('pods', name || undefined, `error looking up service account ${ns}/${sa}: serviceaccount "${sa}" not found`);
+    }
+    const errors = validatePod(input);
+    if (errors.length > 0) throw invalidObject('Pod', name, errors);
+    const pod = defaultPod(input, ns);
+    const quotaError = checkQuotas(this.quotas.get(ns) ?? [], pod, this.store.list('pods', ns).filter((p) => !isTerminal(p)));
+    if (quotaError) throw forbidden('pods', name, quotaError);
+    if (this.store.get('pods', ns, name)) throw alreadyExists('pods', name);
+    if (url.searchParams.getAll('dryRun').includes('All')) return { ...pod, kind: 'Pod', apiVersion: 'v1' };
+    const created = this.store.create('pods', pod);
+    this.creates.set(`${ns}/${name}`, (this.creates.get(`${ns}/${name}`) ?? 0) + 1);
+    this.scheduler?.enqueue(ns, name);
+    return created;
+  }
+
+  private deletePodRequest(namespace: string, name: string, body: string, url: URL): KubeObject {
+    let options: any = {};
+    if (body.trim() !== '') {
+      try {
+        options = JSON.parse(body) ?? {};
+      } catch (err) {
+        throw badRequest(`couldn't get version/kind; json parse error: ${(err as Error).message}`);
+      }
+    }
+    const pod = this.store.get('pods', namespace, name);
+    if (!pod) throw notFound('pods', name);
+    const pre = options.preconditions ?? {};
+    if (pre.uid && pre.uid !== pod.metadata.uid) {
+      throw statusFor(409, `Operation cannot be fulfilled on pods "${name}": Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${pod.metadata.uid}`, { name, kind: 'pods' }, 'Conflict');
+    }
+    if (pre.resourceVersion && pre.resourceVersion !== pod.metadata.resourceVersion) {
+      throw statusFor(409, `Operation cannot be fulfilled on pods "${name}": Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${pod.metadata.resourceVersion}`, { name, kind: 'pods' }, 'Conflict');
+    }
+    const q = url.searchParams.get('gracePeriodSeconds');
+    const grace = options.gracePeriodSeconds ?? (q !== null ? Number(q) : undefined);
+    if (grace !== undefined && (!Number.isInteger(grace) || grace < 0)) throw badRequest(`invalid gracePeriodSeconds: ${grace}`);
+    return this.deletePod(namespace, name, grace);
+  }
+
+  /**
+   * The pod strategy's graceful delete: an unscheduled or finished pod, or grace 0, goes at once;
+   * otherwise deletionTimestamp and deletionGracePeriodSeconds are set (MODIFIED) and the kubelet
+   * stops the pod and removes it. A later delete may only shorten the grace.
+   */
+  private deletePod(namespace: string, name: string, requestedGrace: number | undefined): KubeObject {
+    const pod = this.store.get('pods', namespace, name)!;
+    let grace = requestedGrace ?? pod.spec.terminationGracePeriodSeconds ?? 30;
+    if (!pod.spec.nodeName || isTerminal(pod)) grace = 0;
+    if (grace === 0) {
+      const gone = this.store.remove('pods', namespace, name)!;
+      this.kubelet.forget(namespace, name);
+      this.scheduler?.retryPending();
+      return gone;
+    }
+    const current = pod.metadata.deletionGracePeriodSeconds as number | undefined;
+    const deadline = pod.metadata.deletionTimestamp ? Date.parse(pod.metadata.deletionTimestamp) : Infinity;
+    if (current !== undefined && Date.now() + grace * 1000 >= deadline) return pod;
+    const updated = this.store.update('pods', namespace, name, (p) => {
+      p.metadata.deletionTimestamp = new Date(Date.now() + grace * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
+      p.metadata.deletionGracePeriodSeconds = grace;
+    })!;
+    if (this.manual) {
+      const t = setTimeout(() => {
+        this.manualTimers.delete(t);
+        this.store.remove('pods', namespace, name);
+      }, grace * 1000);
+      this.manualTimers.add(t);
+    } else {
+      this.kubelet.terminate(namespace, name, grace);
+    }
+    return updated;
+  }
+
+  private async watch(route: Route, url: URL, res: ServerResponse, record: (s: number) => void): Promise<void> {
+    const resource = route.resource as Resource;
+    if (resource !== 'pods' && resource !== 'events') throw methodNotAllowed();
+    const p = url.searchParams;
+    let fieldSelector = p.get('fieldSelector') ?? undefined;
+    if (route.name !== undefined) fieldSelector = [fieldSelector, `metadata.name=${route.name}`].filter(Boolean).join(',');
+    const timeout = p.get('timeoutSeconds');
+    const req: ConstructorParameters<typeof WatchStream>[1] = {
+      resource,
+      labels: parseLabelSelector(p.get('labelSelector')),
+      fields: parseFieldSelector(resource, fieldSelector),
+      resourceVersion: p.get('resourceVersion') ?? '',
+      allowBookmarks: ['1', 'true'].includes(p.get('allowWatchBookmarks') ?? ''),
+      sendInitialEvents: p.get('sendInitialEvents') === 'true',
+      bookmarkIntervalMs: this.bookmarkIntervalMs,
+    };
+    if (route.namespace !== undefined) req.namespace = route.namespace;
+    if (timeout !== null) req.timeoutSeconds = Number(timeout);
+    const ls = p.get('labelSelector');
+    if (ls) req.labelSelector = ls;
+    if (fieldSelector) req.fieldSelector = fieldSelector;
+    const w = new WatchStream(this.store, req, res, (x) => this.watches.delete(x));
+    this.watches.add(w);
+    try {
+      await w.start();
+      record(200);
+    } catch (err) {
+      this.watches.delete(w);
+      throw err;
+    }
+  }
+}
+
+function stripKind(o: KubeObject): KubeObject {
+  const { kind: _k, apiVersion: _a, ...rest } = o;
+  return rest as KubeObject;
+}
+
+function notFoundPath(): StatusError {
+  return statusFor(404, 'the server could not find the requested resource', { causes: [{ reason: 'UnexpectedServerResponse', message: '404 page not found' }] }, 'NotFound');
+}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}

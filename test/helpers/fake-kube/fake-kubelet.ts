@@ -1,0 +1,539 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import type { EventRecorder } from './event-recorder.js';
+import { now } from './fake-scheduler.js';
+import type { KubeObject, ObjectStore } from './object-store.js';
+import { isValidImageReference } from './validate-pod.js';
+
+/**
+ * The kubelet of every fake node: it pulls (by rule), resolves the env, and runs each container's
+ * `command` + `args` as a LOCAL process in its own process group, with the container's env, and
+ * reports what happens in the pod's status and in events, as a kubelet does: ContainerCreating,
+ * ErrImagePull / ImagePullBackOff, InvalidImageName, CreateContainerConfigError, Running,
+ * terminated with the exit code (Completed / Error), restarts per restartPolicy with
+ * CrashLoopBackOff, and on deletion SIGTERM to the group, SIGKILL after the grace period, the final
+ * status, then the pod's removal.
+ */
+export interface ImageRule {
+  /** Pull fails with this message (ErrImagePull, then ImagePullBackOff, retried with backoff). */
+  pullError?: string;
+  /** ENTRYPOINT of the image, used when a container has no `command`. */
+  entrypoint?: string[];
+}
+
+export interface KubeletOptions {
+  /** Delay between binding and the kubelet's first status (ContainerCreating). */
+  startDelayMs: number;
+  /** How long a pull takes. */
+  pullDelayMs: number;
+  /** First back-off of a failed pull or a crashed container; doubles up to 8 times. */
+  backoffMs: number;
+  /** How often a container held by CreateContainerConfigError is tried again. */
+  configRetryMs: number;
+  /** The rule for an image: by the test (setImageRule), else by convention (names containing `nonexistent` fail to pull). */
+  imageRule: (image: string) => ImageRule;
+  secret: (namespace: string, name: string) => Record<string, string> | undefined;
+  configMap: (namespace: string, name: string) => Record<string, string> | undefined;
+  /** Environment every container starts with (PATH, HOME...), before the container's own env. */
+  baseEnv: Record<string, string>;
+  cwd: string;
+  /** Called when a pod's resources are freed (terminal or gone), for the scheduler. */
+  onFreed: () => void;
+}
+
+interface ContainerRuntime {
+  name: string;
+  child?: ChildProcess;
+  pid?: number;
+  containerId?: string;
+  restartCount: number;
+  logs: string;
+  running: boolean;
+  exited?: Promise<void>;
+}
+
+interface PodRuntime {
+  namespace: string;
+  name: string;
+  uid: string;
+  containers: Map<string, ContainerRuntime>;
+  timers: Set<NodeJS.Timeout>;
+  /** Set once deletion began or the node was lost: nothing is started any more. */
+  stopping: boolean;
+  /** The node is lost: exits are not reported (no kubelet is left to report them). */
+  silent: boolean;
+  killTimer?: NodeJS.Timeout;
+}
+
+const LOG_LIMIT = 1 << 20;
+
+export class FakeKubelet {
+  private readonly pods = new Map<string, PodRuntime>();
+  /** Every process ever started and still alive, by pid, for close(). */
+  private readonly live = new Map<number, ChildProcess>();
+
+  constructor(
+    private readonly store: ObjectStore,
+    private readonly recorder: EventRecorder,
+    private readonly opts: KubeletOptions,
+  ) {}
+
+  /** Pids of the container processes now alive. */
+  pids(): number[] {
+    return [...this.live.keys()];
+  }
+
+  logs(namespace: string, name: string, container?: string): string | undefined {
+    const rt = this.pods.get(`${namespace}/${name}`);
+    if (!rt) return undefined;
+    const c = container ? rt.containers.get(container) : [...rt.containers.values()][0];
+    return c?.logs;
+  }
+
+  /** The pod was bound to a node: start it. */
+  admit(namespace: string, name: string): void {
+    const pod = this.store.get('pods', namespace, name);
+    if (!pod) return;
+    const rt: PodRuntime = { namespace, name, uid: pod.metadata.uid!, containers: new Map(), timers: new Set(), stopping: false, silent: false };
+    for (const c of pod.spec.containers) rt.containers.set(c.name, { name: c.name, restartCount: 0, logs: '', running: false });
+    this.pods.set(`${namespace}/${name}`, rt);
+    this.later(rt, this.opts.startDelayMs, () => {
+      const ip = `10.244.0.${1 + (Number.parseInt(rt.uid.slice(0, 4), 16) % 250)}`;
+      this.patchStatus(rt, (s, p) => {
+        s.hostIP = '192.168.0.' + (1 + Number(p.spec.nodeName.replace(/\D/g, '') || 0));
+        s.hostIPs = [{ ip: s.hostIP }];
+        s.podIP = ip;
+        s.podIPs = [{ ip }];
+        s.startTime = now();
+        s.containerStatuses = p.spec.containers.map((c: any) => ({
+          name: c.name,
+          state: { waiting: { reason: 'ContainerCreating' } },
+          lastState: {},
+          ready: false,
+          restartCount: 0,
+          image: c.image,
+          imageID: '',
+          started: false,
+        }));
+      });
+      for (const c of pod.spec.containers) void this.runContainer(rt, c);
+    });
+  }
+
+  /**
+   * Graceful deletion: SIGTERM to each running container's group, SIGKILL after `graceSeconds`,
+   * then the final status and the pod's removal.
+   */
+  terminate(namespace: string, name: string, graceSeconds: number): void {
+    const rt = this.pods.get(`${namespace}/${name}`);
+    if (!rt) {
+      this.store.remove('pods', namespace, name);
+      this.opts.onFreed();
+      return;
+    }
+    if (rt.silent) return; // No kubelet answers for a lost node: the pod stays Terminating until forced.
+    if (rt.stopping) {
+      // A second delete with a shorter grace shortens the wait, as the kubelet does.
+      if (rt.killTimer) clearTimeout(rt.killTimer);
+      rt.killTimer = setTimeout(() => this.killAll(rt, 'SIGKILL'), graceSeconds * 1000);
+      return;
+    }
+    rt.stopping = true;
+    for (const t of rt.timers) clearTimeout(t);
+    rt.timers.clear();
+    const pod = this.store.get('pods', namespace, name);
+    for (const c of rt.containers.values()) {
+      if (!c.running) continue;
+      if (pod) this.recorder.record(pod, { type: 'Normal', reason: 'Killing', message: `Stopping container ${c.name}`, component: 'kubelet', container: c.name });
+      signalGroup(c.pid, 'SIGTERM');
+    }
+    rt.killTimer = setTimeout(() => this.killAll(rt, 'SIGKILL'), graceSeconds * 1000);
+    void this.finishWhenStopped(rt);
+  }
+
+  /** A force delete or a deletion from outside: the processes are killed, the object is already gone. */
+  forget(namespace: string, name: string): void {
+    const rt = this.pods.get(`${namespace}/${name}`);
+    if (!rt) return;
+    rt.stopping = true;
+    rt.silent = true;
+    for (const t of rt.timers) clearTimeout(t);
+    if (rt.killTimer) clearTimeout(rt.killTimer);
+    this.killAll(rt, 'SIGKILL');
+    this.pods.delete(`${namespace}/${name}`);
+  }
+
+  /** The node of these pods is lost: its processes die with it (when `kill`) and nothing more is reported. */
+  loseNode(nodeName: string, kill: boolean): KubeObject[] {
+    const lost: KubeObject[] = [];
+    for (const rt of this.pods.values()) {
+      const pod = this.store.get('pods', rt.namespace, rt.name);
+      if (!pod || pod.spec.nodeName !== nodeName) continue;
+      rt.stopping = true;
+      rt.silent = true;
+      for (const t of rt.timers) clearTimeout(t);
+      if (kill) this.killAll(rt, 'SIGKILL');
+      lost.push(pod);
+    }
+    return lost;
+  }
+
+  /** SIGKILL to every process group started, and waits for each to be reaped. */
+  async close(): Promise<void> {
+    for (const rt of this.pods.values()) {
+      rt.stopping = true;
+      rt.silent = true;
+      for (const t of rt.timers) clearTimeout(t);
+      if (rt.killTimer) clearTimeout(rt.killTimer);
+    }
+    const waits = [...this.live.values()].map((child) => new Promise<void>((resolve) => {
+      if (child.exitCode !== null || child.signalCode !== null) return resolve();
+      child.once('close', () => resolve());
+    }));
+    for (const pid of this.live.keys()) signalGroup(pid, 'SIGKILL');
+    await Promise.all(waits);
+    this.pods.clear();
+  }
+
+  private killAll(rt: PodRuntime, signal: NodeJS.Signals): void {
+    for (const c of rt.containers.values()) if (c.running) signalGroup(c.pid, signal);
+  }
+
+  private async finishWhenStopped(rt: PodRuntime): Promise<void> {
+    await Promise.all([...rt.containers.values()].map((c) => c.exited ?? Promise.resolve()));
+    if (rt.killTimer) clearTimeout(rt.killTimer);
+    if (rt.silent) return;
+    this.pods.delete(`${rt.namespace}/${rt.name}`);
+    // The kubelet's last status (a terminal phase) and then its delete with grace 0.
+    this.patchStatus(rt, () => undefined, true);
+    this.store.remove('pods', rt.namespace, rt.name);
+    this.opts.onFreed();
+  }
+
+  private later(rt: PodRuntime, ms: number, fn: () => void): void {
+    if (rt.stopping) return;
+    const t = setTimeout(() => {
+      rt.timers.delete(t);
+      if (!rt.stopping) fn();
+    }, ms);
+    rt.timers.add(t);
+  }
+
+  private sleep(rt: PodRuntime, ms: number): Promise<boolean> {
+    return new Promise((resolve) => {
+      if (rt.stopping) return resolve(false);
+      const t = setTimeout(() => {
+        rt.timers.delete(t);
+        resolve(!rt.stopping);
+      }, ms);
+      rt.timers.add(t);
+    });
+  }
+
+  private event(rt: PodRuntime, type: 'Normal' | 'Warning', reason: string, message: string, container?: string): void {
+    const pod = this.store.get('pods', rt.namespace, rt.name);
+    if (!pod) return;
+    const e = { type, reason, message, component: 'kubelet' as const };
+    this.recorder.record(pod, container ? { ...e, container } : e);
+  }
+
+  private setContainer(rt: PodRuntime, name: string, change: (cs: any) => void): void {
+    this.patchStatus(rt, (s) => {
+      const cs = (s.containerStatuses ?? []).find((x: any) => x.name === name);
+      if (cs) change(cs);
+    });
+  }
+
+  /** Runs one container through pull, config and start; restarts it per the pod's restartPolicy. */
+  private async runContainer(rt: PodRuntime, spec: any): Promise<void> {
+    const image: string = spec.image;
+    if (!isValidImageReference(image)) {
+      const msg = `Failed to apply default image tag "${image}": couldn't parse image name "${image}": invalid reference format`;
+      this.event(rt, 'Warning', 'InspectFailed', msg, spec.name);
+      this.event(rt, 'Warning', 'Failed', 'Error: InvalidImageName', spec.name);
+      this.setContainer(rt, spec.name, (cs) => (cs.state = { waiting: { reason: 'InvalidImageName', message: msg } }));
+      return;
+    }
+    if (!(await this.pull(rt, spec))) return;
+    for (;;) {
+      const env = await this.resolveEnv(rt, spec);
+      if (env === undefined) return;
+      const argv: string[] = [...(spec.command ?? this.opts.imageRule(image).entrypoint ?? []), ...(spec.args ?? [])];
+      const c = rt.containers.get(spec.name)!;
+      const exit = await this.start(rt, spec, c, argv, env);
+      if (exit === undefined || rt.stopping) return;
+      const policy = rt.stopping ? 'Never' : (this.store.get('pods', rt.namespace, rt.name)?.spec.restartPolicy ?? 'Always');
+      if (policy === 'Never' || (policy === 'OnFailure' && exit === 0)) {
+        this.afterContainerEnd(rt);
+        return;
+      }
+      const delay = this.opts.backoffMs * 2 ** Math.min(c.restartCount, 8);
+      const pod = this.store.get('pods', rt.namespace, rt.name);
+      const who = `${spec.name} pod=${rt.name}_${rt.namespace}(${rt.uid})`;
+      this.setContainer(rt, spec.name, (cs) => {
+        cs.lastState = { terminated: cs.state.terminated };
+        cs.state = { waiting: { reason: 'CrashLoopBackOff', message: `back-off ${Math.round(delay / 1000)}s restarting failed container=${who}` } };
+      });
+      if (pod) this.event(rt, 'Warning', 'BackOff', `Back-off restarting failed container ${spec.name} in pod ${rt.name}_${rt.namespace}(${rt.uid})`, spec.name);
+      if (!(await this.sleep(rt, delay))) return;
+      c.restartCount++;
+      this.setContainer(rt, spec.name, (cs) => (cs.restartCount = c.restartCount));
+    }
+  }
+
+  private async pull(rt: PodRuntime, spec: any): Promise<boolean> {
+    const image: string = spec.image;
+    for (let attempt = 0; ; attempt++) {
+      this.event(rt, 'Normal', 'Pulling', `Pulling image "${image}"`, spec.name);
+      if (!(await this.sleep(rt, this.opts.pullDelayMs))) return false;
+      const error = this.opts.imageRule(image).pullError;
+      if (error === undefined) {
+        this.event(rt, 'Normal', 'Pulled', `Successfully pulled image "${image}" in ${this.opts.pullDelayMs}ms (${this.opts.pullDelayMs}ms including waiting). Image size: 4194304 bytes.`, spec.name);
+        return true;
+      }
+      const msg = `Failed to pull image "${image}": ${error}`;
+      this.event(rt, 'Warning', 'Failed', msg, spec.name);
+      this.event(rt, 'Warning', 'Failed', 'Error: ErrImagePull', spec.name);
+      this.setContainer(rt, spec.name, (cs) => (cs.state = { waiting: { reason: 'ErrImagePull', message: error } }));
+      if (!(await this.sleep(rt, this.opts.backoffMs))) return false;
+      this.event(rt, 'Normal', 'BackOff', `Back-off pulling image "${image}"`, spec.name);
+      this.event(rt, 'Warning', 'Failed', 'Error: ImagePullBackOff', spec.name);
+      this.setContainer(rt, spec.name, (cs) => (cs.state = { waiting: { reason: 'ImagePullBackOff', message: `Back-off pulling image "${image}": ErrImagePull: ${error}` } }));
+      if (!(await this.sleep(rt, this.opts.backoffMs * 2 ** Math.min(attempt, 8)))) return false;
+    }
+  }
+
+  /** The container's env with valueFrom resolved; waits in CreateContainerConfigError while a source is missing. */
+  private async resolveEnv(rt: PodRuntime, spec: any): Promise<Record<string, string> | undefined> {
+    for (;;) {
+      const pod = this.store.get('pods', rt.namespace, rt.name);
+      if (!pod) return undefined;
+      const env: Record<string, string> = { ...this.opts.baseEnv, HOSTNAME: rt.name };
+      let problem: string | undefined;
+      for (const e of spec.env ?? []) {
+        if (e.valueFrom === undefined || e.valueFrom === null) {
+          env[e.name] = expandRefs(String(e.value ?? ''), env);
+          continue;
+        }
+        const from = e.valueFrom;
+        const ref = from.secretKeyRef ?? from.configMapKeyRef;
+        if (ref) {
+          const kind = from.secretKeyRef ? 'secret' : 'configmap';
+          const data = from.secretKeyRef ? this.opts.secret(rt.namespace, ref.name) : this.opts.configMap(rt.namespace, ref.name);
+          if (data === undefined) {
+            if (ref.optional) continue;
+            problem = `${kind} "${ref.name}" not found`;
+            break;
+          }
+          if (!(ref.key in data)) {
+            if (ref.optional) continue;
+            problem = `couldn't find key ${ref.key} in ${from.secretKeyRef ? 'Secret' : 'ConfigMap'} ${rt.namespace}/${ref.name}`;
+            break;
+          }
+          env[e.name] = data[ref.key]!;
+        } else if (from.fieldRef) {
+          const value = fieldRefValue(pod, from.fieldRef.fieldPath);
+          if (value === undefined) {
+            problem = `unsupported fieldPath: ${from.fieldRef.fieldPath}`;
+            break;
+          }
+          env[e.name] = value;
+        } else if (from.resourceFieldRef) {
+          const c = pod.spec.containers.find((x: any) => x.name === (from.resourceFieldRef.containerName || spec.name));
+          const [kind, res] = String(from.resourceFieldRef.resource).split('.') as [string, string];
+          env[e.name] = String(c?.resources?.[kind === 'limits' ? 'limits' : 'requests']?.[res] ?? '0');
+        }
+      }
+      if (problem === undefined) return env;
+      this.event(rt, 'Warning', 'Failed', `Error: ${problem}`, spec.name);
+      this.setContainer(rt, spec.name, (cs) => (cs.state = { waiting: { reason: 'CreateContainerConfigError', message: problem } }));
+      if (!(await this.sleep(rt, this.opts.configRetryMs))) return undefined;
+    }
+  }
+
+  /** Spawns the process; resolves with its exit code when it ends (undefined if never started or stopped). */
+  private start(rt: PodRuntime, spec: any, c: ContainerRuntime, argv: string[], env: Record<string, string>): Promise<number | undefined> {
+    const startError = (detail: string) => {
+      const msg = `failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: error during container init: ${detail}: unknown`;
+      this.event(rt, 'Warning', 'Failed', `Error: ${msg}`, spec.name);
+      this.setContainer(rt, spec.name, (cs) => {
+        cs.state = { terminated: { exitCode: 128, reason: 'StartError', message: msg, startedAt: '1970-01-01T00:00:00Z', finishedAt: now(), containerID: cs.containerID } };
+      });
+    };
+    c.containerId = `containerd://${randomBytes(32).toString('hex')}`;
+    this.event(rt, 'Normal', 'Created', `Created container: ${spec.name}`, spec.name);
+    if (argv.length === 0) {
+      startError('exec: no command: the fake knows no ENTRYPOINT for this image (give the container a command, or the image an entrypoint with setImageRule)');
+      return Promise.resolve(1);
+    }
+    let child: ChildProcess;
+    try {
+      child = spawn(argv[0]!, argv.slice(1), { env, cwd: spec.workingDir || this.opts.cwd, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    } catch (err) {
+      startError(`exec: "${argv[0]}": ${(err as Error).message}`);
+      return Promise.resolve(128);
+    }
+    return new Promise((resolve) => {
+      let started = false;
+      const keep = (chunk: Buffer) => {
+        c.logs = (c.logs + chunk.toString()).slice(-LOG_LIMIT);
+      };
+      child.stdout!.on('data', keep);
+      child.stderr!.on('data', keep);
+      let markExited: () => void = () => undefined;
+      c.exited = new Promise((r) => (markExited = r));
+      child.once('error', (err: NodeJS.ErrnoException) => {
+        if (started) return;
+        c.running = false;
+        markExited();
+        if (!rt.silent) startError(err.code === 'ENOENT' ? `exec: "${argv[0]}": executable file not found in $PATH` : `exec: "${argv[0]}": ${err.message}`);
+        resolve(128);
+      });
+      child.once('spawn', () => {
+        started = true;
+        c.child = child;
+        c.pid = child.pid!;
+        c.running = true;
+        this.live.set(child.pid!, child);
+        const startedAt = now();
+        this.event(rt, 'Normal', 'Started', `Started container ${spec.name}`, spec.name);
+        this.setContainer(rt, spec.name, (cs) => {
+          cs.state = { running: { startedAt } };
+          cs.ready = true;
+          cs.started = true;
+          cs.containerID = c.containerId;
+          cs.imageID = `docker.io/library/${spec.image.split(':')[0]}@sha256:${createHash('sha256').update(spec.image).digest('hex')}`;
+        });
+        if (rt.stopping) signalGroup(child.pid, 'SIGTERM'); // deleted while it was being started
+        // When a container's first process ends, the container ends: whatever it left behind dies with it.
+        child.once('exit', () => signalGroup(child.pid, 'SIGKILL'));
+        child.once('close', (code, signal) => {
+          this.live.delete(child.pid!);
+          c.running = false;
+          const exitCode = code ?? 128 + signalNumber(signal);
+          if (!rt.silent) {
+            this.setContainer(rt, spec.name, (cs) => {
+              cs.state = { terminated: { exitCode, reason: exitCode === 0 ? 'Completed' : 'Error', startedAt, finishedAt: now(), containerID: c.containerId } };
+              cs.ready = false;
+              cs.started = false;
+            });
+          }
+          markExited();
+          resolve(exitCode);
+        });
+      });
+    });
+  }
+
+  /** After a container ended for good: a terminal pod frees its node's resources. */
+  private afterContainerEnd(rt: PodRuntime): void {
+    const pod = this.store.get('pods', rt.namespace, rt.name);
+    if (pod && (pod.status?.phase === 'Succeeded' || pod.status?.phase === 'Failed')) this.opts.onFreed();
+  }
+
+  /**
+   * Changes the status and recomputes the phase and conditions from the containers, as the kubelet's
+   * getPhase does: any container waiting (never run) → Pending; any running → Running; all stopped →
+   * Succeeded if all exited 0, else Failed (Never), or Running while a restart is due.
+   */
+  private patchStatus(rt: PodRuntime, change: (status: any, pod: KubeObject) => void, final = false): void {
+    this.store.update('pods', rt.namespace, rt.name, (p) => {
+      const s = (p.status ??= { phase: 'Pending' });
+      change(s, p);
+      const statuses: any[] = s.containerStatuses ?? [];
+      let waiting = 0;
+      let running = 0;
+      let stopped = 0;
+      let succeeded = 0;
+      for (const cs of statuses) {
+        if (final && cs.state.running) {
+          // Deletion ended it: the last report has it terminated by the signal.
+          cs.state = { terminated: { exitCode: 137, reason: 'Error', startedAt: cs.state.running.startedAt, finishedAt: now(), containerID: cs.containerID } };
+        }
+        if (cs.state.running) running++;
+        else if (cs.state.terminated) {
+          stopped++;
+          if (cs.state.terminated.exitCode === 0) succeeded++;
+        } else if (cs.lastState?.terminated) stopped++;
+        else waiting++;
+      }
+      const policy = p.spec.restartPolicy ?? 'Always';
+      let phase: string;
+      if (final) phase = stopped > 0 && succeeded === stopped && waiting === 0 ? 'Succeeded' : 'Failed';
+      else if (waiting > 0) phase = 'Pending';
+      else if (running > 0) phase = 'Running';
+      else if (stopped > 0) {
+        if (policy === 'Always') phase = 'Running';
+        else if (succeeded === stopped) phase = 'Succeeded';
+        else if (policy === 'Never') phase = 'Failed';
+        else phase = 'Running';
+      } else phase = 'Pending';
+      // A terminal phase never goes back (the kubelet's rule since 1.27).
+      if (s.phase === 'Succeeded' || s.phase === 'Failed') phase = s.phase;
+      s.phase = phase;
+      const terminal = phase === 'Succeeded' || phase === 'Failed';
+      const unready = statuses.filter((cs) => !cs.ready).map((cs) => cs.name);
+      const ready = unready.length === 0 && statuses.length > 0;
+      const readyCond = ready
+        ? { status: 'True' }
+        : terminal
+          ? { status: 'False', reason: 'PodCompleted' }
+          : { status: 'False', reason: 'ContainersNotReady', message: `containers with unready status: [${unready.join(' ')}]` };
+      const conds = new Map<string, any>((s.conditions ?? []).map((c: any) => [c.type, c]));
+      const set = (type: string, v: any) => {
+        const prev = conds.get(type);
+        const same = prev && prev.status === v.status && prev.reason === v.reason;
+        conds.set(type, { type, ...v, lastProbeTime: null, lastTransitionTime: same ? prev.lastTransitionTime : now() });
+      };
+      set('PodReadyToStartContainers', { status: terminal ? 'False' : 'True' });
+      set('Initialized', { status: 'True' });
+      set('Ready', readyCond);
+      set('ContainersReady', readyCond);
+      const order = ['PodReadyToStartContainers', 'Initialized', 'Ready', 'ContainersReady', 'PodScheduled'];
+      s.conditions = [...conds.values()].sort((a, b) => order.indexOf(a.type) - order.indexOf(b.type));
+    });
+  }
+}
+
+function signalGroup(pid: number | undefined, signal: NodeJS.Signals): void {
+  if (pid === undefined) return;
+  try {
+    process.kill(-pid, signal);
+  } catch {
+    try {
+      process.kill(pid, signal);
+    } catch {
+      // already gone
+    }
+  }
+}
+
+function signalNumber(signal: NodeJS.Signals | null): number {
+  if (!signal) return 0;
+  return (
+    { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGABRT: 6, SIGKILL: 9, SIGSEGV: 11, SIGPIPE: 13, SIGALRM: 14, SIGTERM: 15 } as Record<string, number>
+  )[signal] ?? 0;
+}
+
+/** `$(VAR)` references to earlier variables, as the kubelet expands them (`$$` escapes). */
+function expandRefs(value: string, env: Record<string, string>): string {
+  return value.replace(/\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)/g, (m, name: string | undefined) => {
+    if (m === '$$') return '$';
+    return name !== undefined && name in env ? env[name]! : m;
+  });
+}
+
+function fieldRefValue(pod: KubeObject, path: string): string | undefined {
+  const m = /^metadata\.(labels|annotations)\['(.+)'\]$/.exec(path);
+  if (m) return pod.metadata[m[1]!]?.[m[2]!] ?? '';
+  switch (path) {
+    case 'metadata.name': return pod.metadata.name;
+    case 'metadata.namespace': return pod.metadata.namespace;
+    case 'metadata.uid': return pod.metadata.uid;
+    case 'spec.nodeName': return pod.spec.nodeName ?? '';
+    case 'spec.serviceAccountName': return pod.spec.serviceAccountName ?? '';
+    case 'status.hostIP': return pod.status?.hostIP ?? '';
+    case 'status.podIP': return pod.status?.podIP ?? '';
+    default: return undefined;
+  }
+}

@@ -1,0 +1,458 @@
+/**
+ * The fake Kubernetes API server (test/helpers/fake-kube), driven by the real
+ * @kubernetes/client-node through its kubeconfig. What is checked is what the Kubernetes API
+ * reference specifies: Status objects (kind, apiVersion, status, message, reason, details, code),
+ * 201 on create, the watch event stream with bookmarks and 410 Expired after compaction, and pods
+ * moving through their phases with their waiting reasons and events, their containers run as real
+ * local processes.
+ */
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import * as k8s from '@kubernetes/client-node';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { isAlive } from '../helpers/process-group.js';
+import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
+
+let api: FakeKubeApi;
+let kc: k8s.KubeConfig;
+let core: k8s.CoreV1Api;
+const dirs: string[] = [];
+
+beforeAll(async () => {
+  api = await startFakeKubeApi({ namespaces: ['default', 'jobs'], bookmarkIntervalMs: 100, timing: { backoffMs: 100 } });
+  kc = new k8s.KubeConfig();
+  kc.loadFromFile(api.kubeconfigPath);
+  core = kc.makeApiClient(k8s.CoreV1Api);
+});
+
+afterAll(async () => {
+  await api.close();
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+let seq = 0;
+function uniqueName(prefix = 'p'): string {
+  return `${prefix}-${++seq}-${Date.now().toString(36)}`;
+}
+
+function pod(name: string, container: Partial<k8s.V1Container> = {}, spec: Partial<k8s.V1PodSpec> = {}, labels?: Record<string, string>): k8s.V1Pod {
+  return {
+    metadata: labels ? { name, labels } : { name },
+    spec: { restartPolicy: 'Never', containers: [{ name: 'main', image: 'busybox:1.36', command: ['sh', '-c', 'sleep 30'], ...container }], ...spec },
+  };
+}
+
+async function until<T>(what: string, get: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await get();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** The ApiException client-node throws, with its Status body parsed. */
+async function refusal(p: Promise<unknown>): Promise<{ code: number; body: any; headers: Record<string, string> }> {
+  try {
+    await p;
+  } catch (err) {
+    const e = err as k8s.ApiException<string>;
+    return { code: e.code, body: typeof e.body === 'string' ? JSON.parse(e.body) : e.body, headers: e.headers };
+  }
+  throw new Error('the request succeeded');
+}
+
+function expectStatus(body: any, code: number, reason: string): void {
+  expect(body).toMatchObject({ kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', reason, code });
+  expect(typeof body.message).toBe('string');
+}
+
+describe('create', () => {
+  it('creates with 201 and the server-set fields, and refuses a duplicate name with 409 AlreadyExists', async () => {
+    const name = uniqueName();
+    const res = await core.createNamespacedPodWithHttpInfo({ namespace: 'default', body: pod(name) });
+    expect(res.httpStatusCode).toBe(201);
+    const p = res.data;
+    expect(p.kind).toBe('Pod');
+    expect(p.metadata?.uid).toMatch(/^[0-9a-f-]{36}$/);
+    expect(Number(p.metadata?.resourceVersion)).toBeGreaterThan(0);
+    expect(p.metadata?.namespace).toBe('default');
+    expect(p.spec?.terminationGracePeriodSeconds).toBe(30);
+    expect(p.status?.phase).toBe('Pending');
+    expect(p.status?.qosClass).toBe('BestEffort');
+    const dup = await refusal(core.createNamespacedPod({ namespace: 'default', body: pod(name) }));
+    expect(dup.code).toBe(409);
+    expectStatus(dup.body, 409, 'AlreadyExists');
+    expect(dup.body.message).toBe(`pods "${name}" already exists`);
+    expect(dup.body.details).toEqual({ name, kind: 'pods' });
+    expect(api.createCount('default', name)).toBe(1);
+    expect(api.createAttempts('default', name)).toBe(2);
+  });
+
+  it('refuses invalid specs with 422 Invalid and one cause per field error', async () => {
+    const cases: Array<[k8s.V1Pod, string, string]> = [
+      [{ metadata: { name: 'Bad_Name' }, spec: { containers: [{ name: 'c', image: 'x' }] } }, 'metadata.name', 'FieldValueInvalid'],
+      [{ metadata: { name: 'a'.repeat(254) }, spec: { containers: [{ name: 'c', image: 'x' }] } }, 'metadata.name', 'FieldValueInvalid'],
+      [{ metadata: { name: 'no-containers' }, spec: { containers: [] } }, 'spec.containers', 'FieldValueRequired'],
+      [{ metadata: { name: 'no-image' }, spec: { containers: [{ name: 'c' } as k8s.V1Container] } }, 'spec.containers[0].image', 'FieldValueRequired'],
+      [{ metadata: { name: 'no-cname' }, spec: { containers: [{ image: 'x' } as k8s.V1Container] } }, 'spec.containers[0].name', 'FieldValueRequired'],
+      [{ metadata: { name: 'bad-label', labels: { 'bad key': 'v' } }, spec: { containers: [{ name: 'c', image: 'x' }] } }, 'metadata.labels', 'FieldValueInvalid'],
+      [{ metadata: { name: 'long-label', labels: { k: 'v'.repeat(64) } }, spec: { containers: [{ name: 'c', image: 'x' }] } }, 'metadata.labels', 'FieldValueInvalid'],
+      [{ metadata: { name: 'bad-cpu' }, spec: { containers: [{ name: 'c', image: 'x', resources: { requests: { cpu: 'lots' } } }] } }, 'spec.containers[0].resources.requests[cpu]', 'FieldValueInvalid'],
+      [{ metadata: { name: 'bad-policy' }, spec: { restartPolicy: 'Sometimes', containers: [{ name: 'c', image: 'x' }] } }, 'spec.restartPolicy', 'FieldValueNotSupported'],
+    ];
+    for (const [body, field, causeReason] of cases) {
+      const r = await refusal(core.createNamespacedPod({ namespace: 'default', body }));
+      expect(r.code, field).toBe(422);
+      expectStatus(r.body, 422, 'Invalid');
+      expect(r.body.message).toContain(`Pod "${body.metadata!.name}" is invalid: `);
+      expect(r.body.details.kind).toBe('Pod');
+      expect(r.body.details.causes).toContainEqual(expect.objectContaining({ field, reason: causeReason }));
+    }
+    // A 63-character label value and a 253-character pod name are the limits, not past them.
+    const ok = await core.createNamespacedPod({ namespace: 'default', body: { metadata: { name: `${'a'.repeat(240)}-${++seq}`, labels: { k: 'v'.repeat(63) } }, spec: { containers: [{ name: 'c', image: 'x', command: ['true'] }] } } });
+    expect(ok.metadata?.name?.length).toBeGreaterThan(240);
+  });
+
+  it('answers 404 for a namespace that does not exist', async () => {
+    const r = await refusal(core.createNamespacedPod({ namespace: 'nowhere', body: pod(uniqueName()) }));
+    expectStatus(r.body, 404, 'NotFound');
+    expect(r.body.message).toBe('namespaces "nowhere" not found');
+    expect(r.body.details).toEqual({ name: 'nowhere', kind: 'namespaces' });
+  });
+
+  it('answers 401 without a known bearer token, and 403 Forbidden as RBAC words it for a token without the right', async () => {
+    const res = await fetch(`${api.url}/api/v1/namespaces/default/pods`);
+    expect(res.status).toBe(401);
+    expectStatus(await res.json(), 401, 'Unauthorized');
+    api.grantToken('reader-token', [{ verbs: ['get', 'list', 'watch'], resources: ['pods'], namespaces: ['default'] }], 'system:serviceaccount:default:reader');
+    const rk = new k8s.KubeConfig();
+    rk.loadFromFile(await api.kubeconfigFor('reader-token'));
+    const reader = rk.makeApiClient(k8s.CoreV1Api);
+    await reader.listNamespacedPod({ namespace: 'default' });
+    const r = await refusal(reader.createNamespacedPod({ namespace: 'default', body: pod(uniqueName()) }));
+    expectStatus(r.body, 403, 'Forbidden');
+    expect(r.body.message).toBe('pods is forbidden: User "system:serviceaccount:default:reader" cannot create resource "pods" in API group "" in the namespace "default"');
+    const other = await refusal(reader.listNamespacedPod({ namespace: 'jobs' }));
+    expect(other.code).toBe(403);
+    const stranger = new k8s.KubeConfig();
+    stranger.loadFromFile(await api.kubeconfigFor('who-is-this'));
+    expect((await refusal(stranger.makeApiClient(k8s.CoreV1Api).listNamespacedPod({ namespace: 'default' }))).code).toBe(401);
+  });
+
+  it('refuses a create over a ResourceQuota with 403 and the quota message, and a missing service account with 403', async () => {
+    api.setQuota('jobs', { name: 'compute', hard: { pods: '2', 'requests.cpu': '1' } });
+    const small = (n: string, cpu: string) => pod(n, { resources: { requests: { cpu }, limits: { cpu } } });
+    await core.createNamespacedPod({ namespace: 'jobs', body: small(uniqueName(), '500m') });
+    const name = uniqueName();
+    const r = await refusal(core.createNamespacedPod({ namespace: 'jobs', body: small(name, '600m') }));
+    expectStatus(r.body, 403, 'Forbidden');
+    expect(r.body.message).toBe(`pods "${name}" is forbidden: exceeded quota: compute, requested: requests.cpu=600m, used: requests.cpu=500m, limited: requests.cpu=1`);
+    const bare = await refusal(core.createNamespacedPod({ namespace: 'jobs', body: pod(name) }));
+    expect(bare.body.message).toBe(`pods "${name}" is forbidden: failed quota: compute: must specify requests.cpu for: main`);
+    const sa = await refusal(core.createNamespacedPod({ namespace: 'default', body: pod(name, {}, { serviceAccountName: 'runner' }) }));
+    expect(sa.body.message).toBe(`pods "${name}" is forbidden: error looking up service account default/runner: serviceaccount "runner" not found`);
+    api.addServiceAccount('default', 'runner');
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name, {}, { serviceAccountName: 'runner' }) });
+  });
+
+  it('injects 429 with Retry-After, 500, 503, a quota refusal and a lost response, per verb and times', async () => {
+    api.failNext({ verb: 'create', status: 429, retryAfterSeconds: 3, times: 2 });
+    for (let i = 0; i < 2; i++) {
+      const r = await refusal(core.createNamespacedPod({ namespace: 'default', body: pod(uniqueName()) }));
+      expectStatus(r.body, 429, 'TooManyRequests');
+      expect(r.body.details.retryAfterSeconds).toBe(3);
+      expect(r.headers['retry-after']).toBe('3');
+    }
+    api.failNext({ verb: 'list', status: 500, message: 'etcdserver: request timed out' });
+    const r500 = await refusal(core.listNamespacedPod({ namespace: 'default' }));
+    expectStatus(r500.body, 500, 'InternalError');
+    expect(r500.body.message).toBe('Internal error occurred: etcdserver: request timed out');
+    api.failNext({ verb: 'get', status: 503, retryAfterSeconds: 1 });
+    const r503 = await refusal(core.readNamespacedPod({ namespace: 'default', name: 'x' }));
+    expectStatus(r503.body, 503, 'ServiceUnavailable');
+    expect(r503.headers['retry-after']).toBe('1');
+    const name = uniqueName();
+    api.failNext({ verb: 'create', namespace: 'default', status: 403, message: `pods "${name}" is forbidden: exceeded quota: q, requested: pods=1, used: pods=5, limited: pods=5` });
+    const q = await refusal(core.createNamespacedPod({ namespace: 'default', body: pod(name) }));
+    expectStatus(q.body, 403, 'Forbidden');
+    expect(api.createCount('default', name)).toBe(0);
+    // The create takes effect, its answer is lost: the retry meets 409.
+    api.failNext({ verb: 'create', status: 'reset', afterEffect: true });
+    await expect(core.createNamespacedPod({ namespace: 'default', body: pod(name) })).rejects.toThrow();
+    expect(api.createCount('default', name)).toBe(1);
+    expect((await refusal(core.createNamespacedPod({ namespace: 'default', body: pod(name) }))).code).toBe(409);
+    // Everything is back to normal once the rules are used up.
+    await core.listNamespacedPod({ namespace: 'default' });
+  });
+
+  it('adds the injected latency to each request of the verb', async () => {
+    api.setLatency(150, 'list');
+    const t0 = Date.now();
+    await core.listNamespacedPod({ namespace: 'default' });
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(140);
+    api.setLatency(0, 'list');
+    const last = api.requests().filter((r) => r.verb === 'list').at(-1)!;
+    expect(last.durationMs).toBeGreaterThanOrEqual(140);
+    expect(last.path).toBe('/api/v1/namespaces/default/pods');
+  });
+});
+
+describe('list and get', () => {
+  it('lists by label selector (equality, in, notin, existence) and field selector, with the list resourceVersion', async () => {
+    const run = uniqueName('run');
+    for (const [i, task] of ['a', 'b', 'c'].entries()) {
+      const labels: Record<string, string> = { 'leoflow.io/run': run, 'leoflow.io/task': task };
+      if (i === 0) labels['leoflow.io/retry'] = 'yes';
+      await core.createNamespacedPod({ namespace: 'default', body: pod(`${run}-${task}`, {}, {}, labels) });
+    }
+    const names = async (labelSelector: string, fieldSelector?: string) => {
+      const l = await core.listNamespacedPod(fieldSelector ? { namespace: 'default', labelSelector, fieldSelector } : { namespace: 'default', labelSelector });
+      expect(l.kind).toBe('PodList');
+      expect(Number(l.metadata?.resourceVersion)).toBeGreaterThan(0);
+      return l.items.map((p) => p.metadata!.labels!['leoflow.io/task']).sort();
+    };
+    expect(await names(`leoflow.io/run=${run}`)).toEqual(['a', 'b', 'c']);
+    expect(await names(`leoflow.io/run==${run},leoflow.io/task in (a, c)`)).toEqual(['a', 'c']);
+    expect(await names(`leoflow.io/run=${run},leoflow.io/task notin (a)`)).toEqual(['b', 'c']);
+    expect(await names(`leoflow.io/run=${run},leoflow.io/retry`)).toEqual(['a']);
+    expect(await names(`leoflow.io/run=${run},!leoflow.io/retry`)).toEqual(['b', 'c']);
+    expect(await names(`leoflow.io/run=${run},leoflow.io/task!=b`)).toEqual(['a', 'c']);
+    expect(await names(`leoflow.io/run=${run}`, `metadata.name=${run}-b`)).toEqual(['b']);
+    const bad = await refusal(core.listNamespacedPod({ namespace: 'default', fieldSelector: 'spec.image=x' }));
+    expectStatus(bad.body, 400, 'BadRequest');
+    expect(bad.body.message).toBe('field label not supported: spec.image');
+    const all = await core.listPodForAllNamespaces({ labelSelector: `leoflow.io/run=${run}`, limit: 2 });
+    expect(all.items).toHaveLength(2);
+    const rest = await core.listPodForAllNamespaces({ labelSelector: `leoflow.io/run=${run}`, limit: 2, _continue: all.metadata!._continue! });
+    expect(rest.items).toHaveLength(1);
+  });
+
+  it('gets a pod, and answers 404 NotFound for a missing one', async () => {
+    const name = uniqueName();
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name) });
+    expect((await core.readNamespacedPod({ namespace: 'default', name })).metadata?.name).toBe(name);
+    const r = await refusal(core.readNamespacedPod({ namespace: 'default', name: 'missing' }));
+    expectStatus(r.body, 404, 'NotFound');
+    expect(r.body.message).toBe('pods "missing" not found');
+    expect(r.body.details).toEqual({ name: 'missing', kind: 'pods' });
+  });
+});
+
+describe('pods as processes', () => {
+  it('runs the container command with its env: sh -c "exit 3" ends Failed with exit code 3 and reason Error', async () => {
+    const name = uniqueName();
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', 'echo "token=$LEOFLOW_TOKEN host=$HOSTNAME"; exit 3'], env: [{ name: 'LEOFLOW_TOKEN', value: 't0k' }] }) });
+    const p = await until('Failed', () => api.pod('default', name)?.status?.phase === 'Failed' && api.pod('default', name));
+    const cs = p.status.containerStatuses[0];
+    expect(cs.state.terminated).toMatchObject({ exitCode: 3, reason: 'Error' });
+    expect(cs.containerID).toMatch(/^containerd:\/\//);
+    expect(p.status.conditions.find((c: any) => c.type === 'Ready')).toMatchObject({ status: 'False', reason: 'PodCompleted' });
+    expect(await core.readNamespacedPodLog({ namespace: 'default', name })).toBe(`token=t0k host=${name}\n`);
+    const reasons = (await core.listNamespacedEvent({ namespace: 'default', fieldSelector: `involvedObject.name=${name}` })).items.map((e) => e.reason);
+    expect(reasons).toEqual(expect.arrayContaining(['Scheduled', 'Pulling', 'Pulled', 'Created', 'Started']));
+  });
+
+  it('moves Pending (ContainerCreating) → Running → Succeeded, each change a MODIFIED event in order', async () => {
+    const name = uniqueName();
+    const w = new k8s.Watch(kc);
+    const seen: Array<{ type: string; phase?: string; waiting?: string; running?: boolean; exitCode?: number; rv: number }> = [];
+    const created = await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', 'sleep 0.3'] }) });
+    const ctl = await w.watch(`/api/v1/namespaces/default/pods`, { resourceVersion: created.metadata!.resourceVersion, fieldSelector: `metadata.name=${name}` }, (type, o) => {
+      const st = o.status?.containerStatuses?.[0]?.state;
+      seen.push({ type, phase: o.status?.phase, waiting: st?.waiting?.reason, running: st?.running !== undefined, exitCode: st?.terminated?.exitCode, rv: Number(o.metadata.resourceVersion) });
+    }, () => undefined);
+    await until('Succeeded', () => seen.some((s) => s.phase === 'Succeeded'));
+    ctl.abort();
+    expect(seen.every((s) => s.type === 'MODIFIED')).toBe(true);
+    expect(seen.map((s) => s.rv)).toEqual([...seen.map((s) => s.rv)].sort((a, b) => a - b));
+    const phases = seen.map((s) => `${s.phase}${s.waiting ? `/${s.waiting}` : ''}${s.running ? '/running' : ''}`);
+    expect(phases).toContain('Pending/ContainerCreating');
+    expect(phases).toContain('Running/running');
+    expect(seen.at(-1)).toMatchObject({ phase: 'Succeeded', exitCode: 0 });
+  });
+
+  it('delete with a grace period: deletionTimestamp (MODIFIED), SIGTERM to the process, then DELETED', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'fake-kube-test-'));
+    dirs.push(dir);
+    const name = uniqueName();
+    const marker = join(dir, 'term');
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', `trap 'echo term > ${marker}; exit 0' TERM; while true; do sleep 0.05; done`] }) });
+    await until('Running', () => api.pod('default', name)?.status?.phase === 'Running');
+    const pid = api.processes().at(-1)!;
+    const types: string[] = [];
+    const w = new k8s.Watch(kc);
+    const ctl = await w.watch('/api/v1/namespaces/default/pods', { resourceVersion: api.resourceVersion(), fieldSelector: `metadata.name=${name}` }, (type, o) => types.push(`${type}${o.metadata.deletionTimestamp ? '+ts' : ''}`), () => undefined);
+    const answer = await core.deleteNamespacedPod({ namespace: 'default', name, gracePeriodSeconds: 5 });
+    expect(answer.metadata?.deletionTimestamp).toBeDefined();
+    expect(answer.metadata?.deletionGracePeriodSeconds).toBe(5);
+    await until('DELETED', () => types.includes('DELETED+ts'));
+    ctl.abort();
+    expect(types[0]).toBe('MODIFIED+ts');
+    expect(readFileSync(marker, 'utf8')).toBe('term\n');
+    expect(isAlive(pid)).toBe(false);
+    const killing = api.events('default', name).find((e) => e.reason === 'Killing');
+    expect(killing?.message).toBe('Stopping container main');
+    expect((await refusal(core.deleteNamespacedPod({ namespace: 'default', name }))).code).toBe(404);
+  });
+
+  it('SIGKILLs a process that ignores SIGTERM once the grace period is over', async () => {
+    const name = uniqueName();
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', "trap '' TERM; while true; do sleep 0.05; done"] }) });
+    await until('Running', () => api.pod('default', name)?.status?.phase === 'Running');
+    const t0 = Date.now();
+    await core.deleteNamespacedPod({ namespace: 'default', name, body: { gracePeriodSeconds: 1 } });
+    await until('gone', () => !api.pod('default', name));
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(900);
+  });
+
+  it('close() leaves no process behind', async () => {
+    const other = await startFakeKubeApi();
+    const okc = new k8s.KubeConfig();
+    okc.loadFromFile(other.kubeconfigPath);
+    const c = okc.makeApiClient(k8s.CoreV1Api);
+    await c.createNamespacedPod({ namespace: 'default', body: pod('sleeper', { command: ['sh', '-c', 'sleep 100 & sleep 100'] }) });
+    await until('Running', () => other.pod('default', 'sleeper')?.status?.phase === 'Running');
+    const pids = other.processes();
+    expect(pids).toHaveLength(1);
+    await other.close();
+    expect(pids.every((p) => !isAlive(p))).toBe(true);
+    expect(existsSync(other.kubeconfigPath)).toBe(false);
+  });
+});
+
+describe('pods that cannot start', () => {
+  const reasonOf = (name: string) => api.pod('default', name)?.status?.containerStatuses?.[0]?.state?.waiting?.reason;
+
+  it('an image that cannot be pulled: ErrImagePull, then ImagePullBackOff, with Failed and BackOff events', async () => {
+    const name = uniqueName();
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { image: 'registry.example.com/nonexistent:1' }) });
+    await until('ErrImagePull', () => reasonOf(name) === 'ErrImagePull');
+    await until('ImagePullBackOff', () => reasonOf(name) === 'ImagePullBackOff');
+    expect(api.pod('default', name).status.phase).toBe('Pending');
+    const events = (await core.listNamespacedEvent({ namespace: 'default', fieldSelector: `involvedObject.name=${name}` })).items;
+    expect(events.map((e) => e.message)).toEqual(expect.arrayContaining(['Error: ErrImagePull', 'Error: ImagePullBackOff', 'Back-off pulling image "registry.example.com/nonexistent:1"']));
+    expect(events.find((e) => e.message?.startsWith('Failed to pull image'))?.type).toBe('Warning');
+    await core.deleteNamespacedPod({ namespace: 'default', name });
+    await until('gone', () => !api.pod('default', name));
+  });
+
+  it('an invalid image name: InvalidImageName', async () => {
+    const name = uniqueName();
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { image: 'Not A Valid/Image' }) });
+    await until('InvalidImageName', () => reasonOf(name) === 'InvalidImageName');
+    expect(api.events('default', name).map((e) => e.message)).toContain('Error: InvalidImageName');
+  });
+
+  it('an env var from a missing secret: CreateContainerConfigError, and it starts once the secret exists', async () => {
+    const name = uniqueName();
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: pod(name, { command: ['sh', '-c', 'echo "$PASSWORD"'], env: [{ name: 'PASSWORD', valueFrom: { secretKeyRef: { name: 'db', key: 'password' } } }] }),
+    });
+    await until('CreateContainerConfigError', () => reasonOf(name) === 'CreateContainerConfigError');
+    expect(api.pod('default', name).status.containerStatuses[0].state.waiting.message).toBe('secret "db" not found');
+    expect(api.events('default', name).map((e) => e.message)).toContain('Error: secret "db" not found');
+    api.setSecret('default', 'db', { password: 's3cret' });
+    await until('Succeeded', () => api.pod('default', name)?.status?.phase === 'Succeeded');
+    expect(api.containerLogs('default', name)).toBe('s3cret\n');
+  });
+
+  it('requests beyond every node: Unschedulable with the scheduler message and a FailedScheduling event', async () => {
+    const name = uniqueName();
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { resources: { requests: { cpu: '64' } } }) });
+    const cond = await until('Unschedulable', () => api.pod('default', name)?.status?.conditions?.find((c: any) => c.type === 'PodScheduled' && c.status === 'False'));
+    expect(cond.reason).toBe('Unschedulable');
+    expect(cond.message).toBe('0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.');
+    const ev = (await core.listNamespacedEvent({ namespace: 'default', fieldSelector: `involvedObject.name=${name},reason=FailedScheduling` })).items;
+    expect(ev).toHaveLength(1);
+    expect(ev[0]).toMatchObject({ type: 'Warning', message: cond.message, source: { component: 'default-scheduler' } });
+    // Never bound: a delete removes it at once.
+    const gone = await core.deleteNamespacedPod({ namespace: 'default', name, gracePeriodSeconds: 30 });
+    expect(gone.metadata?.name).toBe(name);
+    expect(api.pod('default', name)).toBeUndefined();
+  });
+
+  it('a lost node turns its pods Unknown, and a pod deleted from outside is DELETED while it runs', async () => {
+    const a = uniqueName();
+    const b = uniqueName();
+    await core.createNamespacedPod({ namespace: 'default', body: pod(a) });
+    await core.createNamespacedPod({ namespace: 'default', body: pod(b) });
+    await until('both running', () => api.pod('default', a)?.status?.phase === 'Running' && api.pod('default', b)?.status?.phase === 'Running');
+    api.loseNode('default', a);
+    const lost = api.pod('default', a);
+    expect(lost.status.phase).toBe('Unknown');
+    expect(lost.status.reason).toBe('NodeLost');
+    const types: string[] = [];
+    const ctl = await new k8s.Watch(kc).watch('/api/v1/namespaces/default/pods', { resourceVersion: api.resourceVersion(), fieldSelector: `metadata.name=${b}` }, (t) => types.push(t), () => undefined);
+    api.deleteFromOutside('default', b);
+    await until('DELETED', () => types.includes('DELETED'));
+    ctl.abort();
+    expect(api.pod('default', b)).toBeUndefined();
+    api.deleteFromOutside('default', a);
+  });
+});
+
+describe('watch', () => {
+  it('streams the changes after a resourceVersion, with bookmarks carrying the latest resourceVersion', async () => {
+    const list = await core.listNamespacedPod({ namespace: 'jobs' });
+    const from = list.metadata!.resourceVersion!;
+    const events: Array<{ type: string; rv: string; name?: string }> = [];
+    const ctl = await new k8s.Watch(kc).watch('/api/v1/namespaces/jobs/pods', { resourceVersion: from, allowWatchBookmarks: true }, (type, o) => events.push({ type, rv: o.metadata.resourceVersion, name: o.metadata.name }), () => undefined);
+    const name = uniqueName();
+    api.setQuota('jobs', { name: 'compute', hard: {} });
+    await core.createNamespacedPod({ namespace: 'jobs', body: pod(name, { command: ['true'] }) });
+    await until('a bookmark after the pod ended', () => events.some((e) => e.type === 'BOOKMARK' && Number(e.rv) >= Number(api.pod('jobs', name)?.metadata.resourceVersion ?? Infinity)));
+    ctl.abort();
+    expect(events[0]).toMatchObject({ type: 'ADDED', name });
+    expect(events.filter((e) => e.type !== 'BOOKMARK').every((e) => e.name === name)).toBe(true);
+    expect(events.filter((e) => e.type === 'BOOKMARK').every((e) => e.name === undefined)).toBe(true);
+  });
+
+  it('answers a watch from a compacted resourceVersion with an ERROR event carrying 410 Expired, then ends it', async () => {
+    const before = api.resourceVersion();
+    await core.createNamespacedPod({ namespace: 'default', body: pod(uniqueName()) });
+    api.compact();
+    const got: any[] = [];
+    const ended = new Promise<unknown>((resolve) => {
+      void new k8s.Watch(kc).watch('/api/v1/namespaces/default/pods', { resourceVersion: before }, (type, o) => got.push({ type, o }), resolve);
+    });
+    expect(await ended).toBeNull();
+    expect(got).toHaveLength(1);
+    expect(got[0].type).toBe('ERROR');
+    expect(got[0].o).toMatchObject({ kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'Expired', code: 410 });
+    expect(got[0].o.message).toMatch(/^too old resource version: \d+ \(\d+\)$/);
+  });
+
+  it('an informer (client-node ListWatch) relists after 410 and after the server closes its watch', async () => {
+    const ns = 'jobs';
+    const informer = k8s.makeInformer(kc, `/api/v1/namespaces/${ns}/pods`, () => core.listNamespacedPod({ namespace: ns }));
+    const added: string[] = [];
+    const errors: unknown[] = [];
+    informer.on('add', (o) => added.push(o.metadata!.name!));
+    informer.on('error', (e) => errors.push(e));
+    await informer.start();
+    const lists = () => api.requests().filter((r) => r.verb === 'list' && r.namespace === ns).length;
+    const watches = () => api.requests().filter((r) => r.verb === 'watch' && r.namespace === ns).length;
+    await until('watching', () => api.openWatches().some((w) => w.namespace === ns));
+    const listsBefore = lists();
+    const first = uniqueName();
+    await core.createNamespacedPod({ namespace: ns, body: pod(first, { command: ['true'] }) });
+    await until('added', () => added.includes(first));
+    // Closed by the server: it watches again from where it was, without a list.
+    const w0 = watches();
+    api.closeWatches();
+    await until('re-watch', () => watches() > w0 && api.openWatches().some((w) => w.namespace === ns));
+    expect(lists()).toBe(listsBefore);
+    // Compacted under an open watch: ERROR 410, then a relist.
+    api.compact({ expireWatches: true });
+    await until('relist', () => lists() > listsBefore && api.openWatches().some((w) => w.namespace === ns));
+    const second = uniqueName();
+    await core.createNamespacedPod({ namespace: ns, body: pod(second, { command: ['true'] }) });
+    await until('added after relist', () => added.includes(second));
+    expect(errors).toEqual([]);
+    await informer.stop();
+  });
+});
