@@ -8,6 +8,7 @@ import { endLostAttempt } from '../db/attempts/end-lost-attempt.js';
 import { notePendingReason } from '../db/attempts/note-pending-reason.js';
 import { releaseClaim } from '../db/attempts/release-claim.js';
 import { createReportBatcher } from '../db/attempts/report-batcher.js';
+import { forgetAgent } from '../db/forget-agent.js';
 import { createLogWriter } from '../db/log-writer.js';
 import type { Sql } from '../db/sql.js';
 import { CHANNELS, listen } from '../db/notifications.js';
@@ -246,6 +247,7 @@ function startKubernetesExecutor(
         return true;
       },
       pending: (a, reason) => notePendingReason(d.sql, a, reason),
+      podGone: (name) => forgetAgent(d.sql, name),
       active: () => activeAttemptsOf(d.sql, 'kubernetes'),
     },
     logger: d.logger.child({ executor: 'kubernetes' }),

@@ -98,6 +98,8 @@ describe('the kubernetes executor against the fake API server', () => {
     const lines = await db.sql<{ line: string }[]>`select line from task_logs where ti_id = ${t.id} and stream = 'stdout'`;
     expect(lines.map((l) => l.line)).toContain('hello from say');
     await waitFor('the succeeded pod deleted', async () => kube.pod(NS, podOf(t)) === undefined, 10_000);
+    // Its agent (named after the pod) is forgotten with it: no row per pod piles up.
+    await waitFor('the pod\'s agent forgotten', async () => (await db.sql`select 1 from agents where agent_id = ${podOf(t)}`).length === 0, 10_000);
   });
 
   it('fails an attempt whose image cannot be pulled at once, with the pod\'s reason, and retries it', { timeout: 60_000 }, async () => {

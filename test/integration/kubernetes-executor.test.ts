@@ -44,6 +44,7 @@ function executor(over: Partial<KubernetesExecutorOptions> = {}, active: { attem
       },
       pending: async (a, reason) => void rec.pending.push({ tiId: a.tiId, reason }),
       active: async () => active,
+      podGone: async () => {},
     },
     logger: pino({ level: process.env.KLOG ?? 'silent' }),
     sweepMs: 50,

@@ -16,6 +16,8 @@ export interface KubernetesStore {
   lost(attempt: Attempt, error: string): Promise<boolean>;
   /** The pending reason of an attempt still queued (null clears it). */
   pending(attempt: Attempt, reason: string | null): Promise<void>;
+  /** A pod is gone: its agent (named after it) is forgotten. */
+  podGone(podName: string): Promise<void>;
   /** Every attempt of this executor still queued or running (at a change of leader). */
   active(): Promise<{ attempt: Attempt; running: boolean }[]>;
 }
@@ -331,6 +333,7 @@ export class KubernetesExecutor implements Executor {
       this.#finishedAt.delete(key);
       for (const w of this.#gone.get(key) ?? []) w();
       this.#gone.delete(key);
+      void this.#o.store.podGone(pod.metadata!.name!).catch((err: unknown) => this.#log.warn({ err, pod: pod.metadata?.name }, 'could not forget the agent of a deleted pod'));
     }
     const p = this.#byPod.get(key);
     if (p) this.#onPod(p, type, pod);
