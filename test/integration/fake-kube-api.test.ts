@@ -456,3 +456,79 @@ describe('watch', () => {
     await informer.stop();
   });
 });
+
+describe('watch edges', () => {
+  it('a watch from a resourceVersion the server has not reached ends with an ERROR event carrying 504 Timeout', async () => {
+    const ahead = String(Number(api.resourceVersion()) + 1_000_000);
+    const got: any[] = [];
+    const ended = new Promise<unknown>((resolve) => {
+      void new k8s.Watch(kc).watch('/api/v1/namespaces/default/pods', { resourceVersion: ahead }, (type, o) => got.push({ type, o }), resolve);
+    });
+    await ended;
+    expect(got).toHaveLength(1);
+    expect(got[0].type).toBe('ERROR');
+    expect(got[0].o).toMatchObject({ kind: 'Status', reason: 'Timeout', code: 504, details: { retryAfterSeconds: 1 } });
+    expect(got[0].o.message).toBe(`Timeout: Too large resource version: ${ahead}, current: ${api.resourceVersion()}`);
+  });
+
+  it('keeps only historyLimit changes per resource: a watch from behind the window gets 410, one inside it replays', async () => {
+    const small = await startFakeKubeApi({ kubelet: 'manual', historyLimit: 3 });
+    try {
+      const skc = new k8s.KubeConfig();
+      skc.loadFromFile(small.kubeconfigPath);
+      const c = skc.makeApiClient(k8s.CoreV1Api);
+      const start = small.resourceVersion();
+      for (let i = 0; i < 5; i++) await c.createNamespacedPod({ namespace: 'default', body: pod(`w${i}`) });
+      const watchFrom = async (rv: string) => {
+        const got: Array<{ type: string; code?: number; name?: string }> = [];
+        const ctl = await new k8s.Watch(skc).watch('/api/v1/namespaces/default/pods', { resourceVersion: rv }, (type, o) => got.push({ type, code: o.code, name: o.metadata?.name }), () => undefined);
+        await new Promise((r) => setTimeout(r, 150));
+        ctl.abort();
+        return got;
+      };
+      expect(await watchFrom(start)).toEqual([{ type: 'ERROR', code: 410, name: undefined }]);
+      const inside = await watchFrom(String(Number(small.resourceVersion()) - 3));
+      expect(inside.map((e) => `${e.type} ${e.name}`)).toEqual(['ADDED w2', 'ADDED w3', 'ADDED w4']);
+    } finally {
+      await small.close();
+    }
+  });
+
+  it('a watch with resourceVersion 0 or none starts with the current objects as ADDED; sendInitialEvents ends them with a bookmark', async () => {
+    const ns = 'jobs';
+    const names = (await core.listNamespacedPod({ namespace: ns })).items.map((p) => p.metadata!.name!).sort();
+    const got: Array<{ type: string; name?: string; end?: string }> = [];
+    const ctl = await new k8s.Watch(kc).watch(`/api/v1/namespaces/${ns}/pods`, { sendInitialEvents: true, resourceVersionMatch: 'NotOlderThan', allowWatchBookmarks: true }, (type, o) => got.push({ type, name: o.metadata?.name, end: o.metadata?.annotations?.['k8s.io/initial-events-end'] }), () => undefined);
+    await until('initial-events-end', () => got.some((e) => e.end === 'true'));
+    ctl.abort();
+    const end = got.findIndex((e) => e.end === 'true');
+    expect(got.slice(0, end).map((e) => e.name).sort()).toEqual(names);
+    expect(got.slice(0, end).every((e) => e.type === 'ADDED')).toBe(true);
+  });
+});
+
+describe('connection', () => {
+  it('serves HTTPS with a CA in the kubeconfig, and in-cluster config from a service account mount', async () => {
+    const secure = await startFakeKubeApi({ tls: true, kubelet: 'manual' });
+    const saved = { host: process.env.KUBERNETES_SERVICE_HOST, port: process.env.KUBERNETES_SERVICE_PORT };
+    try {
+      expect(secure.url).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
+      const skc = new k8s.KubeConfig();
+      skc.loadFromFile(secure.kubeconfigPath);
+      expect(skc.getCurrentCluster()?.skipTLSVerify).toBeFalsy();
+      await skc.makeApiClient(k8s.CoreV1Api).createNamespacedPod({ namespace: 'default', body: pod('over-tls') });
+      const mount = await secure.serviceAccountMount({ namespace: 'default' });
+      Object.assign(process.env, mount.env);
+      const inCluster = new k8s.KubeConfig();
+      inCluster.loadFromCluster(mount.pathPrefix);
+      const list = await inCluster.makeApiClient(k8s.CoreV1Api).listNamespacedPod({ namespace: inCluster.getContextObject(inCluster.getCurrentContext())!.namespace! });
+      expect(list.items.map((p) => p.metadata?.name)).toEqual(['over-tls']);
+    } finally {
+      for (const [k, v] of [['KUBERNETES_SERVICE_HOST', saved.host], ['KUBERNETES_SERVICE_PORT', saved.port]] as const) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+      await secure.close();
+    }
+  });
+});

@@ -18,20 +18,22 @@ export interface PodEvent {
 }
 
 export class EventRecorder {
+  /** The event already recorded for (pod uid, reason, message, component), by name. */
+  private readonly seen = new Map<string, string>();
+
   constructor(private readonly store: ObjectStore) {}
 
   record(pod: KubeObject, e: PodEvent): void {
     const ns = pod.metadata.namespace ?? 'default';
     const now = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
-    const same = this.store
-      .list('events', ns)
-      .find((ev) => ev.involvedObject?.uid === pod.metadata.uid && ev.reason === e.reason && ev.message === e.message && ev.source?.component === e.component);
-    if (same) {
-      this.store.update('events', ns, same.metadata.name, (ev) => {
+    const key = `${pod.metadata.uid}\n${e.reason}\n${e.message}\n${e.component}`;
+    const same = this.seen.get(key);
+    if (same !== undefined) {
+      const bumped = this.store.update('events', ns, same, (ev) => {
         ev.count = (ev.count ?? 1) + 1;
         ev.lastTimestamp = now;
       });
-      return;
+      if (bumped) return;
     }
     const involvedObject: Record<string, string> = {
       kind: 'Pod',
@@ -44,9 +46,11 @@ export class EventRecorder {
     if (e.container) involvedObject.fieldPath = `spec.containers{${e.container}}`;
     const source: Record<string, string> = { component: e.component };
     if (e.component === 'kubelet' && pod.spec?.nodeName) source.host = pod.spec.nodeName;
+    const name = `${pod.metadata.name}.${randomBytes(8).toString('hex')}`;
+    this.seen.set(key, name);
     this.store.create('events', {
       metadata: {
-        name: `${pod.metadata.name}.${randomBytes(8).toString('hex')}`,
+        name,
         namespace: ns,
         uid: crypto.randomUUID(),
         creationTimestamp: now,

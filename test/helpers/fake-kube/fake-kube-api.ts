@@ -1,5 +1,8 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createTlsServer } from 'node:https';
+import { promisify } from 'node:util';
 import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -32,6 +35,12 @@ export type Verb = 'get' | 'list' | 'watch' | 'create' | 'delete' | 'deletecolle
 export interface FakeKubeApiOptions {
   /** Latency added to every request before it is served (default 0). */
   latencyMs?: number;
+  /**
+   * Serve HTTPS with a fresh self-signed certificate for 127.0.0.1, which the kubeconfig trusts
+   * (certificate-authority-data), as a cluster does; needed for `serviceAccountMount()` (in-cluster
+   * config). Default false: plain HTTP, the kubeconfig with insecure-skip-tls-verify.
+   */
+  tls?: boolean;
   /** Namespaces that exist (default ['default']). */
   namespaces?: string[];
   /** The bearer token the kubeconfig carries, with every right (default random). */
@@ -40,6 +49,8 @@ export interface FakeKubeApiOptions {
   kubelet?: 'processes' | 'manual';
   /** The fake nodes (default 3 nodes of 4 cpu and 8Gi). */
   nodes?: NodesOption;
+  /** How many changes of each resource a watch can start behind (the watch cache window; default 100,000): older resourceVersions get 410 Expired. */
+  historyLimit?: number;
   /** How often a watch that allows bookmarks gets one (default 1000 ms; a real server sends one about every minute). */
   bookmarkIntervalMs?: number;
   /** Delays of the fake control plane (defaults: schedule 5 ms, kubelet start 10 ms, pull 10 ms, back-off 200 ms, config retry 200 ms). */
@@ -102,11 +113,12 @@ export class FakeKubeApi {
   url = '';
   kubeconfigPath = '';
   readonly token: string;
-  private readonly store = new ObjectStore();
-  private readonly recorder = new EventRecorder(this.store);
+  private readonly store: ObjectStore;
+  private readonly recorder: EventRecorder;
   private readonly scheduler: FakeScheduler | undefined;
   private readonly kubelet: FakeKubelet;
-  private readonly server: Server;
+  private server: Server | undefined;
+  private caPem = '';
   private readonly sockets = new Set<Socket>();
   private readonly watches = new Set<WatchStream>();
   private readonly namespaces = new Map<string, KubeObject>();
@@ -128,6 +140,8 @@ export class FakeKubeApi {
   private closed = false;
 
   constructor(private readonly opts: FakeKubeApiOptions = {}) {
+    this.store = new ObjectStore(1000, opts.historyLimit);
+    this.recorder = new EventRecorder(this.store);
     this.token = opts.token ?? randomBytes(16).toString('hex');
     this.manual = opts.kubelet === 'manual';
     this.bookmarkIntervalMs = opts.bookmarkIntervalMs ?? 1000;
@@ -151,21 +165,52 @@ export class FakeKubeApi {
         this.kubelet.admit(ns, name),
       );
     }
-    this.server = createServer((req, res) => void this.handle(req, res));
-    this.server.keepAliveTimeout = 60_000;
-    this.server.on('connection', (s) => {
-      this.sockets.add(s);
-      s.on('close', () => this.sockets.delete(s));
-    });
   }
 
   async listen(): Promise<void> {
-    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
-    const addr = this.server.address();
-    if (addr === null || typeof addr === 'string') throw new Error('fake kube api: no address');
-    this.url = `http://127.0.0.1:${addr.port}`;
     this.tmp = await mkdtemp(join(tmpdir(), 'fake-kube-'));
+    const handler = (req: IncomingMessage, res: ServerResponse) => void this.handle(req, res);
+    let server: Server;
+    if (this.opts.tls) {
+      const key = join(this.tmp, 'apiserver.key');
+      const cert = join(this.tmp, 'apiserver.crt');
+      await promisify(execFile)('openssl', [
+        'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2',
+        '-keyout', key, '-out', cert, '-subj', '/CN=kube-apiserver', '-addext', 'subjectAltName=IP:127.0.0.1,DNS:localhost',
+      ]);
+      this.caPem = await readFile(cert, 'utf8');
+      server = createTlsServer({ key: await readFile(key), cert: this.caPem }, handler) as unknown as Server;
+    } else {
+      server = createServer(handler);
+    }
+    server.keepAliveTimeout = 60_000;
+    server.on('connection', (s: Socket) => {
+      this.sockets.add(s);
+      s.on('close', () => this.sockets.delete(s));
+    });
+    this.server = server;
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const addr = server.address();
+    if (addr === null || typeof addr === 'string') throw new Error('fake kube api: no address');
+    this.url = `${this.opts.tls ? 'https' : 'http'}://127.0.0.1:${addr.port}`;
     this.kubeconfigPath = await this.kubeconfigFor(this.token, 'default');
+  }
+
+  /**
+   * What a pod's service account mount and environment would give it, for
+   * `KubeConfig.loadFromCluster(pathPrefix)` with `env` set in process.env: token, ca.crt and
+   * namespace under `<pathPrefix>/var/run/secrets/kubernetes.io/serviceaccount/`. Needs `tls`.
+   */
+  async serviceAccountMount(opts: { namespace?: string; token?: string } = {}): Promise<{ pathPrefix: string; env: { KUBERNETES_SERVICE_HOST: string; KUBERNETES_SERVICE_PORT: string } }> {
+    if (!this.opts.tls) throw new Error('fake kube api: in-cluster config needs HTTPS; start it with { tls: true }');
+    const pathPrefix = join(this.tmp, `in-cluster-${randomBytes(4).toString('hex')}`);
+    const dir = join(pathPrefix, 'var/run/secrets/kubernetes.io/serviceaccount');
+    await mkdir(dir, { recursive: true });
+    await writeFile(join(dir, 'token'), opts.token ?? this.token);
+    await writeFile(join(dir, 'ca.crt'), this.caPem);
+    await writeFile(join(dir, 'namespace'), opts.namespace ?? 'default');
+    const port = new URL(this.url).port;
+    return { pathPrefix, env: { KUBERNETES_SERVICE_HOST: '127.0.0.1', KUBERNETES_SERVICE_PORT: port } };
   }
 
   /** A kubeconfig file for this server and `token`, its context selected. */
@@ -173,7 +218,12 @@ export class FakeKubeApi {
     const config = {
       apiVersion: 'v1',
       kind: 'Config',
-      clusters: [{ name: 'fake', cluster: { server: this.url, 'insecure-skip-tls-verify': true } }],
+      clusters: [{
+        name: 'fake',
+        cluster: this.opts.tls
+          ? { server: this.url, 'certificate-authority-data': Buffer.from(this.caPem).toString('base64') }
+          : { server: this.url, 'insecure-skip-tls-verify': true },
+      }],
       users: [{ name, user: { token } }],
       contexts: [{ name: 'fake', context: { cluster: 'fake', user: name, namespace: 'default' } }],
       'current-context': 'fake',
@@ -242,7 +292,7 @@ export class FakeKubeApi {
   }
 
   events(namespace?: string, podName?: string): any[] {
-    return this.store.list('events', namespace).filter((e) => podName === undefined || e.involvedObject?.name === podName);
+    return this.store.list('events', namespace, (e) => podName === undefined || e.involvedObject?.name === podName);
   }
 
   /** Successful creates of this pod name (a create answered 409 is not one). */
@@ -357,10 +407,13 @@ export class FakeKubeApi {
     for (const t of this.manualTimers) clearTimeout(t);
     for (const w of [...this.watches]) w.close();
     await this.kubelet.close();
-    await new Promise<void>((resolve) => {
-      this.server.close(() => resolve());
-      for (const s of this.sockets) s.destroy();
-    });
+    const server = this.server;
+    if (server) {
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        for (const s of this.sockets) s.destroy();
+      });
+    }
     if (this.tmp) await rm(this.tmp, { recursive: true, force: true });
   }
 
@@ -612,7 +665,7 @@ export class FakeKubeApi {
   private list(resource: Resource, namespace: string | undefined, url: URL): unknown {
     const labels = parseLabelSelector(url.searchParams.get('labelSelector'));
     const fields = parseFieldSelector(resource, url.searchParams.get('fieldSelector'));
-    let items = this.store.list(resource, namespace).filter((o) => labels(o.metadata.labels) && fields(o));
+    let items = this.store.list(resource, namespace, (o) => labels(o.metadata.labels) && fields(o));
     let listRv = this.store.resourceVersion;
     const rvParam = url.searchParams.get('resourceVersion');
     const match = url.searchParams.get('resourceVersionMatch');
@@ -672,7 +725,8 @@ export class FakeKubeApi {
     const errors = validatePod(input);
     if (errors.length > 0) throw invalidObject('Pod', name, errors);
     const pod = defaultPod(input, ns);
-    const quotaError = checkQuotas(this.quotas.get(ns) ?? [], pod, this.store.list('pods', ns).filter((p) => !isTerminal(p)));
+    const quotas = this.quotas.get(ns) ?? [];
+    const quotaError = quotas.length > 0 ? checkQuotas(quotas, pod, this.store.scan('pods', ns, (p) => !isTerminal(p))) : undefined;
     if (quotaError) throw forbidden('pods', name, quotaError);
     if (this.store.get('pods', ns, name)) throw alreadyExists('pods', name);
     if (url.searchParams.getAll('dryRun').includes('All')) return { ...pod, kind: 'Pod', apiVersion: 'v1' };

@@ -97,7 +97,7 @@ export class FakeScheduler {
       return;
     }
     const want = podRequests(pod);
-    const all = this.store.list('pods').filter((p) => p.spec?.nodeName && !isTerminal(p));
+    const all = this.store.scan('pods', undefined, (p) => Boolean(p.spec?.nodeName) && !isTerminal(p));
     const reasons = new Map<string, number>();
     const count = (r: string) => reasons.set(r, (reasons.get(r) ?? 0) + 1);
     let chosen: FakeNode | undefined;

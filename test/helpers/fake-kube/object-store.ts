@@ -34,16 +34,28 @@ export class ObjectStore {
   /** resourceVersions at or below this are compacted away: watching from them is 410 Gone. */
   private compactedRv: number;
   private readonly objects = new Map<Resource, Map<string, KubeObject>>([['pods', new Map()], ['events', new Map()]]);
-  private history: Change[] = [];
+  /** Each resource's recent changes, oldest first: its watch cache window. */
+  private readonly history = new Map<Resource, Change[]>([['pods', []], ['events', []]]);
+  /** The resourceVersion just before each resource's window: watching from below it is 410 Gone. */
+  private readonly windowStart = new Map<Resource, number>();
   private readonly listeners = new Set<(c: Change) => void>();
 
-  constructor(startRv = 1000) {
+  /**
+   * @param historyLimit how many changes of each resource a watch can be replayed from, as the
+   * API server's watch cache keeps a window of them; older resourceVersions get 410 Expired.
+   */
+  constructor(startRv = 1000, private readonly historyLimit = 100_000) {
     this.rv = startRv;
     this.compactedRv = startRv;
   }
 
   get resourceVersion(): number {
     return this.rv;
+  }
+
+  /** The oldest resourceVersion a watch of `resource` can start from. */
+  oldestWatchable(resource: Resource): number {
+    return Math.max(this.compactedRv, this.windowStart.get(resource) ?? 0);
   }
 
   get compactedResourceVersion(): number {
@@ -55,12 +67,18 @@ export class ObjectStore {
     return o ? structuredClone(o) : undefined;
   }
 
-  /** Sorted by namespace then name, as etcd returns keys. */
-  list(resource: Resource, namespace?: string): KubeObject[] {
+  /** Copies, sorted by namespace then name, as etcd returns keys. */
+  list(resource: Resource, namespace?: string, filter?: (o: KubeObject) => boolean): KubeObject[] {
+    return this.scan(resource, namespace, filter).map((o) => structuredClone(o));
+  }
+
+  /** The stored objects themselves, for reads inside the fake that change nothing (no copies). */
+  scan(resource: Resource, namespace?: string, filter?: (o: KubeObject) => boolean): readonly KubeObject[] {
     const out: KubeObject[] = [];
-    for (const [key, o] of this.objects.get(resource)!) if (namespace === undefined || key.startsWith(`${namespace}/`)) out.push(o);
-    out.sort((a, b) => keyOf(a).localeCompare(keyOf(b)));
-    return out.map((o) => structuredClone(o));
+    for (const [key, o] of this.objects.get(resource)!) {
+      if ((namespace === undefined || key.startsWith(`${namespace}/`)) && (filter === undefined || filter(o))) out.push(o);
+    }
+    return out.sort((a, b) => compareKeys(keyOf(a), keyOf(b)));
   }
 
   create(resource: Resource, object: KubeObject): KubeObject {
@@ -98,15 +116,23 @@ export class ObjectStore {
     return structuredClone(gone);
   }
 
-  /** Changes after `rv`, or undefined when some of them were compacted away. */
-  since(rv: number): Change[] | undefined {
-    if (rv < this.compactedRv) return undefined;
-    return this.history.filter((c) => c.rv > rv);
+  /** Changes of `resource` after `rv`, or undefined when some of them are out of the window or compacted away. */
+  since(resource: Resource, rv: number): Change[] | undefined {
+    if (rv < this.oldestWatchable(resource)) return undefined;
+    const h = this.history.get(resource)!;
+    let lo = 0;
+    let hi = h.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (h[mid]!.rv <= rv) lo = mid + 1;
+      else hi = mid;
+    }
+    return h.slice(lo);
   }
 
   compact(): void {
     this.compactedRv = this.rv;
-    this.history = [];
+    for (const h of this.history.values()) h.length = 0;
   }
 
   subscribe(listener: (c: Change) => void): () => void {
@@ -115,9 +141,19 @@ export class ObjectStore {
   }
 
   private emit(change: Change): void {
-    this.history.push(change);
+    const h = this.history.get(change.resource)!;
+    h.push(change);
+    if (h.length > this.historyLimit) {
+      const dropped = h.splice(0, h.length - this.historyLimit);
+      this.windowStart.set(change.resource, dropped.at(-1)!.rv);
+    }
     for (const l of [...this.listeners]) l(change);
   }
+}
+
+/** Byte order, as etcd sorts its keys. */
+function compareKeys(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
 }
 
 function keyOf(o: KubeObject): string {

@@ -42,7 +42,7 @@ function list(entries: Array<[string, number]>): string {
 }
 
 /** The reason a create is refused (after `pods "x" is forbidden: `), or undefined when every quota admits it. */
-export function checkQuotas(quotas: Quota[], pod: KubeObject, existing: KubeObject[]): string | undefined {
+export function checkQuotas(quotas: Quota[], pod: KubeObject, existing: readonly KubeObject[]): string | undefined {
   const want = usageOf(pod);
   for (const q of quotas) {
     const missing: string[] = [];

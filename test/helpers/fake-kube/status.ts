@@ -158,7 +158,7 @@ export function methodNotAllowed(): StatusError {
 }
 
 export function tooLargeResourceVersion(requested: number, current: number): StatusError {
-  return failure(504, 'Timeout', `Too large resource version: ${requested}, current: ${current}`, {
+  return failure(504, 'Timeout', `Timeout: Too large resource version: ${requested}, current: ${current}`, {
     causes: [{ reason: 'ResourceVersionTooLarge', message: 'Too large resource version' }],
     retryAfterSeconds: 1,
   });

@@ -59,26 +59,33 @@ export class WatchStream {
     res.on('close', () => this.end());
   }
 
-  /** Sends the response head and the replayed events; throws a StatusError before the head when the request cannot be served. */
+  /**
+   * Sends the response head, then the replayed events. Past authentication and a well-formed
+   * resourceVersion, the real server reports every failure as an ERROR event on a 200 stream (the
+   * cacher's errWatcher): a version older than its window is 410 Expired, one newer than its own
+   * that does not arrive within 3 s is 504 Timeout.
+   */
   async start(): Promise<void> {
     const requested = this.req.resourceVersion;
     const fromCurrentState = requested === '' || requested === '0' || this.req.sendInitialEvents;
-    let replay: Change[] | undefined = [];
-    let initial: KubeObject[] = [];
-    let rv = 0;
-    if (!fromCurrentState) {
-      rv = Number(requested);
-      if (!/^\d+$/.test(requested)) throw badRequest(`invalid resource version: ${JSON.stringify(requested)}`);
-      if (rv > this.store.resourceVersion) await this.waitFor(rv);
-      replay = this.store.since(rv);
-    } else {
-      initial = this.store.list(this.req.resource, this.req.namespace).filter((o) => this.matches(o));
-    }
+    if (!fromCurrentState && !/^\d+$/.test(requested)) throw badRequest(`invalid resource version: ${JSON.stringify(requested)}`);
+    const rv = fromCurrentState ? 0 : Number(requested);
+    const failure = !fromCurrentState && rv > this.store.resourceVersion ? await this.waitFor(rv) : undefined;
+    if (this.ended) return;
     this.res.writeHead(200, { 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked', 'Cache-Control': 'no-cache, private' });
     this.res.flushHeaders();
+    if (failure) {
+      this.sendError(failure);
+      this.close();
+      return;
+    }
+    let replay: Change[] | undefined = [];
+    let initial: KubeObject[] = [];
+    if (fromCurrentState) initial = this.store.list(this.req.resource, this.req.namespace, (o) => this.matches(o));
+    else replay = this.store.since(this.req.resource, rv);
     if (replay === undefined) {
       // The cacher's message for a version older than its window; the stream ends after it.
-      this.sendError(expired(`too old resource version: ${rv} (${this.store.compactedResourceVersion})`).status);
+      this.sendError(expired(`too old resource version: ${rv} (${this.store.oldestWatchable(this.req.resource)})`).status);
       this.close();
       return;
     }
@@ -108,12 +115,15 @@ export class WatchStream {
     this.close();
   }
 
-  private async waitFor(rv: number): Promise<void> {
+  /** Undefined once the store reaches `rv`, or the Status of the timeout. */
+  private async waitFor(rv: number): Promise<Status | undefined> {
     const deadline = Date.now() + TOO_LARGE_WAIT_MS;
     while (this.store.resourceVersion < rv) {
-      if (Date.now() > deadline || this.ended) throw tooLargeResourceVersion(rv, this.store.resourceVersion);
+      if (Date.now() > deadline) return tooLargeResourceVersion(rv, this.store.resourceVersion).status;
+      if (this.ended) return undefined;
       await new Promise((r) => setTimeout(r, 25));
     }
+    return undefined;
   }
 
   private matches(o: KubeObject): boolean {
