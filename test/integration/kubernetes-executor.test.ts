@@ -207,3 +207,51 @@ describe('kubernetes executor', () => {
     await waitFor('failed removed after its keep', async () => kube.pod(NS, podName(bad)) === undefined, 5_000);
   });
 });
+
+describe('kubernetes executor: credentials and refusals', () => {
+  it('talks to the API over TLS with the in-cluster service account (token, CA, $KUBERNETES_SERVICE_HOST)', async () => {
+    await kube.close();
+    kube = await startFakeKubeApi({ namespaces: [NS], kubelet: 'manual', tls: true });
+    const mount = await kube.serviceAccountMount({ namespace: NS });
+    const saved = { ...process.env };
+    Object.assign(process.env, mount.env);
+    let kubeConfig;
+    try {
+      kubeConfig = loadKubeConfig({ kind: 'in-cluster' }, mount.pathPrefix);
+    } finally {
+      for (const k of Object.keys(mount.env)) if (saved[k] === undefined) delete process.env[k];
+    }
+    const { ex, rec } = executor({ kubeConfig });
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    expect(rec.finished).toEqual([]);
+    expect(kube.createCount(NS, podName(a))).toBe(1);
+  });
+
+  it('fails the attempt with the API server\'s reason on an RBAC denial and on a quota, with one create each', async () => {
+    kube.grantToken('reader', [{ verbs: ['get', 'list', 'watch'], resources: ['pods'], namespaces: [NS] }]);
+    const { ex, rec } = executor({ kubeConfig: loadKubeConfig({ kind: 'file', path: await kube.kubeconfigFor('reader') }) });
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    expect(rec.finished[0]!.result.error).toMatch(/^POD_CREATE_REFUSED:403 Forbidden: pods is forbidden: User "[^"]+" cannot create resource "pods"/);
+    expect(kube.createAttempts(NS, podName(a))).toBeLessThanOrEqual(1);
+
+    kube.setQuota(NS, { name: 'small', hard: { pods: '0' } });
+    const quota = executor();
+    await quota.ex.lead(true);
+    const b = attempt();
+    await quota.ex.dispatch(b);
+    expect(quota.rec.finished[0]!.result.error).toMatch(/^POD_CREATE_REFUSED:403 QuotaExceeded: .*exceeded quota: small/);
+    expect(kube.createAttempts(NS, podName(b))).toBe(1);
+  });
+
+  it('fails the attempt on an invalid pod (422) with the field the API server names', async () => {
+    const { ex, rec } = executor();
+    await ex.lead(true);
+    const a = attempt({ pod: { image: null, kubernetes: { resources: { limits: { cpu: '1' }, requests: { cpu: '2' } } } } });
+    await ex.dispatch(a);
+    expect(rec.finished[0]!.result.error).toMatch(/^POD_CREATE_REFUSED:422 Invalid: /);
+  });
+});
