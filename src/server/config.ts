@@ -57,7 +57,8 @@ export interface KubernetesConfig {
   /** The image pods run (the Leoflow image) unless a task names its own. */
   image: string;
   kubeconfig: KubeconfigSource;
-  /** The control plane's API as pods reach it (e.g. the Service's name), given to `leoflow agent --server`. */
+  /** The control plane's API as pods reach it (e.g. the Service's name), given to `leoflow agent --server`
+   *  (several, comma-separated, tried in turn). */
   serverUrl: string;
   /** The pod's program for `agent --once …` (the `leoflow` command on the image's PATH). */
   agentCommand: string[];
@@ -248,8 +249,8 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
         if (s === 'in-cluster') return { kind: 'in-cluster' };
         return { kind: 'file', path: path.resolve(cwd, s) };
       }, { kind: 'auto' }),
-      serverUrl: get('pod_server_url', (v) => {
-        const s = nonEmpty(v);
+      // Usually one (the Service); several, separated by commas, are tried in turn by the pod's agent.
+      serverUrl: get('pod_server_url', (v) => list(v).map((s) => {
         let u: URL;
         try {
           u = new URL(s);
@@ -258,7 +259,7 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
         }
         if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`must be an http:// or https:// URL, got protocol ${JSON.stringify(u.protocol)}`);
         return s;
-      }, ''),
+      }).join(',') || nonEmpty(''), ''),
       agentCommand: get('pod_agent_command', (v) => {
         const l = list(v);
         if (l.length === 0) throw new Error('must name a program, e.g. leoflow');
