@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -5,7 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { podName } from '../../src/executors/kubernetes/pod-identity.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
 import { freePort } from '../helpers/global-setup.js';
-import { BIN, cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { BIN, cli, runCommand, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -183,6 +185,14 @@ describe('the kubernetes executor against the fake API server', () => {
     expect((await tiOf(runId)).state).toBe('cancelled');
   });
 
+  it('counts pods created, create errors by reason and pod start latency', async () => {
+    // Before the restart below: the counters are this server's.
+    const m = await scrapeMetrics(server.metricsUrl);
+    expect(metricSum(m, 'kubernetes_pods_created_total')).toBeGreaterThan(0);
+    expect(m.get('kubernetes_pod_create_errors_total{reason="TooManyRequests"}')).toBeGreaterThanOrEqual(1);
+    expect(metricSum(m, 'kubernetes_pod_start_latency_seconds_count')).toBeGreaterThan(0);
+  });
+
   it('after a SIGKILL, the next server adopts the running pod: the run finishes with one pod', { timeout: 90_000 }, async () => {
     await apply('survive', 'dag_id: survive\ntasks:\n  - id: s\n    command: ["sh", "-c", "sleep 4; echo survived"]\n');
     const runId = await trigger('survive');
@@ -196,4 +206,23 @@ describe('the kubernetes executor against the fake API server', () => {
     expect(done).toMatchObject({ state: 'success', try_number: 1 });
     expect(kube.createCount(NS, podOf(t))).toBe(1);
   });
+
+  it('gives a pod\'s agent only the attempt whose token it carries: a late pod never claims a task instance', { timeout: 60_000 }, async () => {
+    // A task waiting for an agent that does not exist: scheduled, no attempt.
+    await apply('waits', 'dag_id: waits\ntasks:\n  - id: w\n    command: ["true"]\n    executor: agents\n    placement: { labels: { nowhere: "yes" } }\n');
+    const runId = await trigger('waits');
+    const t = await waitFor('scheduled', async () => {
+      const x = await tiOf(runId);
+      return x.state === 'scheduled' ? x : null;
+    }, 20_000);
+    const once = (env: Record<string, string>) => runCommand(process.execPath, [BIN, 'agent', '--once', '--ti', t.id, '--server', server.url, '--id', `late-${env.LEOFLOW_ATTEMPT_TOKEN ? 'pod' : 'agent'}`, '--state-dir', path.join(tmp, 'late')], { env, timeoutMs: 30_000 });
+    const late = await once({ LEOFLOW_ATTEMPT_TOKEN: randomUUID() });
+    expect(late.code, late.stderr).toBe(0);
+    expect(await tiOf(runId)).toMatchObject({ state: 'scheduled', try_number: 0 });
+    // Without a token (a one-shot agent of the fleet), the same Hello claims it: the difference is the token.
+    const claimer = await once({});
+    expect(claimer.code, claimer.stderr).toBe(0);
+    expect((await tiOf(runId)).try_number).toBe(1);
+  });
+
 });
