@@ -185,6 +185,15 @@ describe('the kubernetes executor against the fake API server', () => {
     expect((await tiOf(runId)).state).toBe('cancelled');
   });
 
+  it('ends an attempt past its timeout and removes its pod', { timeout: 60_000 }, async () => {
+    await apply('slow', 'dag_id: slow\ntasks:\n  - id: s\n    command: ["sleep", "60"]\n    timeout: 2s\n');
+    const runId = await trigger('slow');
+    const t = await ended(runId);
+    expect(t.state).toBe('failed');
+    expect(t.error).toMatch(/timed out/);
+    await waitFor('the pod gone', async () => kube.pod(NS, podOf(t)) === undefined, 15_000);
+  });
+
   it('counts pods created, create errors by reason and pod start latency', async () => {
     // Before the restart below: the counters are this server's.
     const m = await scrapeMetrics(server.metricsUrl);

@@ -255,3 +255,17 @@ describe('kubernetes executor: credentials and refusals', () => {
     expect(rec.finished[0]!.result.error).toMatch(/^POD_CREATE_REFUSED:422 Invalid: /);
   });
 });
+
+describe('kubernetes executor: pending', () => {
+  it('fails a pod scheduled but never running past the pending timeout, with its last reason', async () => {
+    const { ex, rec } = executor({ pods: { namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 400, keepSucceededMs: 0, keepFailedMs: 60_000 } });
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    kube.bindPod(NS, podName(a));
+    kube.setPodStatus(NS, podName(a), { phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'True' }], containerStatuses: [{ name: 'task', ready: false, restartCount: 0, image: 'x', imageID: '', state: { waiting: { reason: 'ContainerCreating' } } }] });
+    await waitFor('failed', async () => rec.finished.length > 0, 5_000);
+    expect(rec.finished[0]!.result.error).toBe('POD_PENDING_TIMEOUT:ContainerCreating (pending longer than 0s)');
+    expect(rec.pending.map((p) => p.reason)).toContain('POD_PENDING:ContainerCreating');
+  });
+});

@@ -152,7 +152,14 @@ export class KubernetesExecutor implements Executor {
     if (this.#leading || this.#shutdown) return;
     this.#leading = true;
     const epoch = this.#epoch;
-    const rows = await this.#o.store.active();
+    let rows;
+    try {
+      rows = await this.#o.store.active();
+    } catch (err) {
+      // Not adopted: the next lead tries again; meanwhile the heartbeat reaper is the safety net.
+      this.#leading = false;
+      throw err;
+    }
     const active = rows.map((r) => r.attempt);
     const running = new Set(rows.filter((r) => r.running).map((r) => r.attempt.tiId));
     const namespaces = new Set([this.#o.pods.namespace, ...active.map((a) => podNamespace(a, this.#o.pods))]);
@@ -400,9 +407,16 @@ export class KubernetesExecutor implements Executor {
   /** Pending timeouts, and finished pods removed once their retention has passed. */
   #sweep(): void {
     const now = performance.now();
+    const limit = this.#o.pods.podPendingTimeoutMs;
+    const longer = `(pending longer than ${Math.round(limit / 1000)}s)`;
     for (const p of this.#live.values()) {
-      if (!p.over && p.unschedulableSince !== null && now - p.unschedulableSince >= this.#o.pods.podPendingTimeoutMs) {
-        void this.#fail(p, `POD_UNSCHEDULABLE:${(p.pendingReason ?? '').replace(/^POD_PENDING:(Unschedulable:)?/, '')} (pending longer than ${Math.round(this.#o.pods.podPendingTimeoutMs / 1000)}s)`, 0);
+      if (p.over || p.running) continue;
+      if (p.unschedulableSince !== null && now - p.unschedulableSince >= limit) {
+        void this.#fail(p, `POD_UNSCHEDULABLE:${(p.pendingReason ?? '').replace(/^POD_PENDING:(Unschedulable:)?/, '')} ${longer}`, 0);
+      } else if (p.unschedulableSince === null && now - p.createdAt >= limit) {
+        // Scheduled but never running (a volume that does not mount, a sandbox that does not
+        // start): held live while pending, so this bound is the only one it has.
+        void this.#fail(p, `POD_PENDING_TIMEOUT:${(p.pendingReason ?? 'POD_PENDING').replace(/^POD_PENDING:?/, '') || 'no reason given'} ${longer}`, 0);
       }
     }
     const wall = Date.now();
