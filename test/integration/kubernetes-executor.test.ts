@@ -269,3 +269,19 @@ describe('kubernetes executor: pending', () => {
     expect(rec.pending.map((p) => p.reason)).toContain('POD_PENDING:ContainerCreating');
   });
 });
+
+describe('kubernetes executor: a hung create', () => {
+  it('sends a create again when the first gets no answer in time; the pod is created once', async () => {
+    const { ex, rec } = executor({ requestTimeoutMs: 300 });
+    await ex.lead(true);
+    kube.setLatency(1_000, 'create');
+    const a = attempt();
+    const dispatched = ex.dispatch(a);
+    await new Promise((r) => setTimeout(r, 350));
+    kube.setLatency(0, 'create');
+    await dispatched;
+    expect(rec.finished).toEqual([]);
+    expect(kube.createCount(NS, podName(a))).toBe(1);
+    await waitFor('both creates arrived', async () => kube.createAttempts(NS, podName(a)) === 2, 3_000);
+  });
+});

@@ -44,6 +44,8 @@ export interface KubernetesExecutorOptions {
   createRetryMs?: number;
   /** How long a retry waits for an earlier try's pod to be gone. Default: its grace period + 30 s. */
   previousGoneMs?: number;
+  /** A create unanswered this long is sent again. Default 30 s. */
+  requestTimeoutMs?: number;
   /** How often pending timeouts and finished pods' retention are looked at. Default 1 s. */
   sweepMs?: number;
 }
@@ -66,6 +68,11 @@ interface PodAttempt {
 
 const BACKOFF_MIN_MS = 200;
 const BACKOFF_MAX_MS = 10_000;
+/**
+ * A create with no answer this long is sent again (a hung connection must not hold a drainer for
+ * ever); if the first one landed after all, the second gets AlreadyExists.
+ */
+const REQUEST_TIMEOUT_MS = 30_000;
 /** Retry-After beyond this is capped: the drainer comes back to look. */
 const RETRY_AFTER_MAX_MS = 60_000;
 
@@ -230,7 +237,7 @@ export class KubernetesExecutor implements Executor {
       p.createdAt = performance.now();
       let verdict;
       try {
-        await this.#api.createNamespacedPod({ namespace: p.namespace, body });
+        await answerWithin(this.#api.createNamespacedPod({ namespace: p.namespace, body }), this.#o.requestTimeoutMs ?? REQUEST_TIMEOUT_MS);
         this.#o.metrics?.podCreated();
         this.#log.debug({ tiId: p.attempt.tiId, try: p.attempt.tryNumber, pod: p.name, namespace: p.namespace }, 'pod created');
         return true;
@@ -481,6 +488,20 @@ export class KubernetesExecutor implements Executor {
       if ((err as { code?: number }).code === 404) return;
       this.#log.warn({ namespace, pod: name, err: (err as Error).message.split('\n')[0] }, 'could not delete a pod (the next sweep or leader tries again)');
     }
+  }
+}
+
+/** The request's answer, or a rejection without a status code (a retry) when none comes in time. */
+async function answerWithin<T>(request: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer from the API server within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([request, timeout]);
+  } finally {
+    clearTimeout(timer);
+    request.catch(() => {});
   }
 }
 
