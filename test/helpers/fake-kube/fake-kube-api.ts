@@ -14,6 +14,7 @@ import { FakeScheduler, isTerminal, makeNodes, now, type NodesOption } from './f
 import { parseFieldSelector } from './field-selector.js';
 import { parseLabelSelector } from './label-selector.js';
 import { ObjectStore, type KubeObject, type Resource } from './object-store.js';
+import { toTable, wantsTable } from './print-table.js';
 import { checkQuotas, type Quota } from './resource-quota.js';
 import {
   StatusError, alreadyExists, badRequest, expired, forbidden, invalidObject, methodNotAllowed, notFound, statusFor, unauthorized,
@@ -273,6 +274,11 @@ export class FakeKubeApi {
     this.imageRules.unshift({ match, rule });
   }
 
+  /** The image is already on every node: no pull for IfNotPresent, and Never may use it. */
+  preloadImage(image: string): void {
+    for (const n of this.scheduler?.nodes ?? []) this.kubelet.holdImage(n.name, image);
+  }
+
   setLatency(ms: number, verb?: Verb): void {
     this.latency.set(verb ?? '*', ms);
   }
@@ -455,8 +461,13 @@ export class FakeKubeApi {
       if (failure && !failure.afterEffect) return this.fail(res, failure, record);
       this.authorize(who, route);
       if (route.verb === 'watch') return await this.watch(route, url, res, record);
-      const [code, payload] = this.serve(route, url, body);
+      let [code, payload] = this.serve(route, url, body);
       if (failure) return this.fail(res, failure, record);
+      if ((route.verb === 'list' || route.verb === 'get') && !route.subresource && (route.resource === 'pods' || route.resource === 'events') && wantsTable(req.headers.accept)) {
+        const p = payload as any;
+        const items = route.verb === 'list' ? p.items : [p];
+        payload = toTable(route.resource, items, route.verb === 'list' ? p.metadata.resourceVersion : p.metadata.resourceVersion);
+      }
       this.reply(res, code, payload, record);
     } catch (err) {
       if (err instanceof StatusError) return this.reply(res, err.code, err.status, record, err.headers());
