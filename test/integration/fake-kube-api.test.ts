@@ -596,3 +596,63 @@ describe('connection', () => {
     }
   });
 });
+
+describe('wire format and manual driving', () => {
+  it('streams a watch on /api/v1/watch/… as newline-delimited {type, object} JSON', async () => {
+    const manual = await startFakeKubeApi({ kubelet: 'manual', bookmarkIntervalMs: 50 });
+    try {
+      const from = manual.resourceVersion();
+      const ctl = new AbortController();
+      const res = await fetch(`${manual.url}/api/v1/watch/namespaces/default/pods?resourceVersion=${from}&allowWatchBookmarks=true`, { headers: { authorization: `Bearer ${manual.token}` }, signal: ctl.signal });
+      expect(res.status).toBe(200);
+      expect(res.headers.get('content-type')).toBe('application/json');
+      const mkc = new k8s.KubeConfig();
+      mkc.loadFromFile(manual.kubeconfigPath);
+      await mkc.makeApiClient(k8s.CoreV1Api).createNamespacedPod({ namespace: 'default', body: pod('wire') });
+      const reader = res.body!.getReader();
+      let text = '';
+      const added = () => text.indexOf('"type":"ADDED"');
+      while (added() < 0 || !text.slice(added()).includes('"BOOKMARK"')) text += new TextDecoder().decode((await reader.read()).value);
+      ctl.abort();
+      expect(text.endsWith('\n')).toBe(true);
+      const events = text.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l));
+      for (const e of events) expect(Object.keys(e).sort()).toEqual(['object', 'type']);
+      const first = events.find((e) => e.type !== 'BOOKMARK');
+      expect(first.type).toBe('ADDED');
+      expect(first.object).toMatchObject({ kind: 'Pod', apiVersion: 'v1', metadata: { name: 'wire', namespace: 'default' } });
+      const bookmark = events.at(-1);
+      expect(bookmark.object).toEqual({ kind: 'Pod', apiVersion: 'v1', metadata: { resourceVersion: manual.resourceVersion(), creationTimestamp: null } });
+    } finally {
+      await manual.close();
+    }
+  });
+
+  it('in manual mode nothing moves until the test drives it: setPodStatus, bindPod, addPodEvent, and a delete after the grace period', async () => {
+    const manual = await startFakeKubeApi({ kubelet: 'manual' });
+    try {
+      const mkc = new k8s.KubeConfig();
+      mkc.loadFromFile(manual.kubeconfigPath);
+      const c = mkc.makeApiClient(k8s.CoreV1Api);
+      await c.createNamespacedPod({ namespace: 'default', body: pod('driven') });
+      await new Promise((r) => setTimeout(r, 100));
+      expect(manual.pod('default', 'driven').spec.nodeName).toBeUndefined();
+      expect(manual.processes()).toEqual([]);
+      const seen: string[] = [];
+      const ctl = await new k8s.Watch(mkc).watch('/api/v1/namespaces/default/pods', { resourceVersion: manual.resourceVersion() }, (t, o) => seen.push(`${t} ${o.status?.phase}`), () => undefined);
+      manual.bindPod('default', 'driven', 'node-2');
+      manual.setPodStatus('default', 'driven', { phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'True' }], containerStatuses: [{ name: 'main', ready: false, restartCount: 0, image: 'busybox:1.36', imageID: '', state: { waiting: { reason: 'ImagePullBackOff', message: 'Back-off pulling image' } } }] });
+      manual.addPodEvent('default', 'driven', { reason: 'Failed', message: 'Error: ImagePullBackOff' });
+      manual.setPodStatus('default', 'driven', { phase: 'Running' });
+      await until('three MODIFIED', () => seen.length >= 3);
+      expect(seen).toEqual(['MODIFIED Pending', 'MODIFIED Pending', 'MODIFIED Running']);
+      const events = await c.listNamespacedEvent({ namespace: 'default', fieldSelector: 'involvedObject.name=driven' });
+      expect(events.items.map((e) => [e.type, e.reason, e.message])).toEqual([['Warning', 'Failed', 'Error: ImagePullBackOff']]);
+      const answer = await c.deleteNamespacedPod({ namespace: 'default', name: 'driven', gracePeriodSeconds: 1 });
+      expect(answer.metadata?.deletionGracePeriodSeconds).toBe(1);
+      await until('DELETED', () => seen.includes('DELETED Running'), 3000);
+      ctl.abort();
+    } finally {
+      await manual.close();
+    }
+  });
+});
