@@ -230,6 +230,13 @@ describe('list and get', () => {
     expect(rest.items).toHaveLength(1);
   });
 
+  it('gives a container HOSTNAME, the pod name cut to 63 characters', async () => {
+    const name = `${'h'.repeat(62)}-${'x'.repeat(10)}-${++seq}`;
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', 'echo "$HOSTNAME"'] }) });
+    await until('Succeeded', () => api.pod('default', name)?.status?.phase === 'Succeeded');
+    expect(api.containerLogs('default', name)).toBe(`${'h'.repeat(62)}\n`);
+  });
+
   it('gets a pod, and answers 404 NotFound for a missing one', async () => {
     const name = uniqueName();
     await core.createNamespacedPod({ namespace: 'default', body: pod(name) });
@@ -385,6 +392,8 @@ describe('pods that cannot start', () => {
     const lost = api.pod('default', a);
     expect(lost.status.phase).toBe('Unknown');
     expect(lost.status.reason).toBe('NodeLost');
+    expect(lost.status.conditions.find((c: any) => c.type === 'Ready')).toMatchObject({ status: 'False', reason: 'NodeLost' });
+    expect(api.events('default', a).find((e) => e.reason === 'NodeNotReady')).toMatchObject({ type: 'Warning', source: { component: 'node-controller' } });
     const types: string[] = [];
     const ctl = await new k8s.Watch(kc).watch('/api/v1/namespaces/default/pods', { resourceVersion: api.resourceVersion(), fieldSelector: `metadata.name=${b}` }, (t) => types.push(t), () => undefined);
     api.deleteFromOutside('default', b);
@@ -556,6 +565,30 @@ describe('watch edges', () => {
     } finally {
       await small.close();
     }
+  });
+
+  it('a list at a resourceVersion the server has not reached is answered 504 Timeout after 3 s', async () => {
+    const ahead = String(Number(api.resourceVersion()) + 1_000_000);
+    const r = await refusal(core.listNamespacedPod({ namespace: 'default', resourceVersion: ahead, resourceVersionMatch: 'NotOlderThan' }));
+    expectStatus(r.body, 504, 'Timeout');
+    expect(r.body.details).toMatchObject({ causes: [{ reason: 'ResourceVersionTooLarge', message: 'Too large resource version' }], retryAfterSeconds: 1 });
+  });
+
+  it('an HTTP 410 on a watch request (injected) makes an informer relist', async () => {
+    const informer = k8s.makeInformer(kc, '/api/v1/namespaces/default/pods', () => core.listNamespacedPod({ namespace: 'default' }));
+    const errors: unknown[] = [];
+    informer.on('error', (e) => errors.push(e));
+    await informer.start();
+    await until('watching', () => api.openWatches().some((w) => w.namespace === 'default' && w.resourceVersion !== ''));
+    const lists = () => api.requests().filter((r) => r.verb === 'list' && r.namespace === 'default').length;
+    const before = lists();
+    api.failNext({ verb: 'watch', namespace: 'default', status: 410, message: 'too old resource version: 1 (2)' });
+    api.closeWatches();
+    await until('relisted and watching', () => lists() > before && api.openWatches().some((w) => w.namespace === 'default'));
+    const gone = api.requests().filter((r) => r.verb === 'watch' && r.status === 410);
+    expect(gone.length).toBeGreaterThanOrEqual(1);
+    expect(errors).toEqual([]);
+    await informer.stop();
   });
 
   it('a watch with resourceVersion 0 or none starts with the current objects as ADDED; sendInitialEvents ends them with a bookmark', async () => {

@@ -17,7 +17,7 @@ import { ObjectStore, type KubeObject, type Resource } from './object-store.js';
 import { toTable, wantsTable } from './print-table.js';
 import { checkQuotas, type Quota } from './resource-quota.js';
 import {
-  StatusError, alreadyExists, badRequest, expired, forbidden, invalidObject, methodNotAllowed, notFound, statusFor, unauthorized,
+  StatusError, alreadyExists, badRequest, expired, forbidden, invalidObject, methodNotAllowed, notFound, statusFor, tooLargeResourceVersion, unauthorized,
   type StatusDetails,
 } from './status.js';
 import { validatePod } from './validate-pod.js';
@@ -380,6 +380,7 @@ export class FakeKubeApi {
     const lost = this.kubelet.loseNode(nodeName, opts.kill ?? true);
     const onNode = lost.length > 0 ? lost : [pod];
     for (const p of onNode) {
+      if (!isTerminal(p)) this.recorder.record(p, { type: 'Warning', reason: 'NodeNotReady', message: 'Node is not ready', component: 'node-controller' });
       this.store.update('pods', p.metadata.namespace!, p.metadata.name, (q) => {
         if (isTerminal(q)) return;
         q.status.phase = 'Unknown';
@@ -461,6 +462,7 @@ export class FakeKubeApi {
       if (failure && !failure.afterEffect) return this.fail(res, failure, record);
       this.authorize(who, route);
       if (route.verb === 'watch') return await this.watch(route, url, res, record);
+      if (route.verb === 'list') await this.waitForListVersion(url);
       let [code, payload] = this.serve(route, url, body);
       if (failure) return this.fail(res, failure, record);
       if ((route.verb === 'list' || route.verb === 'get') && !route.subresource && (route.resource === 'pods' || route.resource === 'events') && wantsTable(req.headers.accept)) {
@@ -670,6 +672,20 @@ export class FakeKubeApi {
     const tail = url.searchParams.get('tailLines');
     if (tail !== null) return [200, text.split('\n').slice(-(Number(tail) + 1)).join('\n')];
     return [200, text];
+  }
+
+  /**
+   * A list at `resourceVersion=N` (NotOlderThan) must be at least that fresh: the server waits up
+   * to 3 s for a version it has not reached, then answers 504 Timeout (the watch cache's rule).
+   */
+  private async waitForListVersion(url: URL): Promise<void> {
+    const rv = url.searchParams.get('resourceVersion');
+    if (!rv || rv === '0' || !/^\d+$/.test(rv) || url.searchParams.get('resourceVersionMatch') === 'Exact') return;
+    const deadline = Date.now() + 3000;
+    while (this.store.resourceVersion < Number(rv)) {
+      if (Date.now() > deadline) throw tooLargeResourceVersion(Number(rv), this.store.resourceVersion);
+      await new Promise((r) => setTimeout(r, 25));
+    }
   }
 
   /** A list with selectors, paged by `limit`/`continue` (a continue token from before a compaction is 410 Expired). */

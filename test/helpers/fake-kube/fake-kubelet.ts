@@ -360,7 +360,7 @@ export class FakeKubelet {
     for (;;) {
       const pod = this.store.get('pods', rt.namespace, rt.name);
       if (!pod) return undefined;
-      const env: Record<string, string> = { ...this.opts.baseEnv, HOSTNAME: rt.name };
+      const env: Record<string, string> = { ...this.opts.baseEnv, HOSTNAME: hostnameOf(rt.name) };
       let problem: string | undefined;
       for (const e of spec.env ?? []) {
         if (e.valueFrom === undefined || e.valueFrom === null) {
@@ -545,6 +545,11 @@ export class FakeKubelet {
       s.conditions = [...conds.values()].sort((a, b) => order.indexOf(a.type) - order.indexOf(b.type));
     });
   }
+}
+
+/** The pod's hostname: its name cut to 63 characters, without a trailing '-' or '.' (the kubelet's rule). */
+function hostnameOf(podName: string): string {
+  return podName.length <= 63 ? podName : podName.slice(0, 63).replace(/[-.]+$/, '');
 }
 
 function signalGroup(pid: number | undefined, signal: NodeJS.Signals): void {
