@@ -101,6 +101,7 @@ describe('create', () => {
       [{ metadata: { name: 'bad-label', labels: { 'bad key': 'v' } }, spec: { containers: [{ name: 'c', image: 'x' }] } }, 'metadata.labels', 'FieldValueInvalid'],
       [{ metadata: { name: 'long-label', labels: { k: 'v'.repeat(64) } }, spec: { containers: [{ name: 'c', image: 'x' }] } }, 'metadata.labels', 'FieldValueInvalid'],
       [{ metadata: { name: 'bad-cpu' }, spec: { containers: [{ name: 'c', image: 'x', resources: { requests: { cpu: 'lots' } } }] } }, 'spec.containers[0].resources.requests[cpu]', 'FieldValueInvalid'],
+      [{ metadata: { name: 'bad-annotation', annotations: { 'leoflow.io/ok': 'x', 'not ok/at all': 'y' } }, spec: { containers: [{ name: 'c', image: 'x' }] } }, 'metadata.annotations', 'FieldValueInvalid'],
       [{ metadata: { name: 'bad-policy' }, spec: { restartPolicy: 'Sometimes', containers: [{ name: 'c', image: 'x' }] } }, 'spec.restartPolicy', 'FieldValueNotSupported'],
     ];
     for (const [body, field, causeReason] of cases) {
@@ -380,6 +381,26 @@ describe('pods that cannot start', () => {
     const gone = await core.deleteNamespacedPod({ namespace: 'default', name, gracePeriodSeconds: 30 });
     expect(gone.metadata?.name).toBe(name);
     expect(api.pod('default', name)).toBeUndefined();
+  });
+
+  it('a nodeSelector no node matches, or a taint the pod does not tolerate: Unschedulable, preemption not helpful', async () => {
+    const tainted = await startFakeKubeApi({ kubelet: 'processes', nodes: { count: 2, cpu: '2', memory: '4Gi', labels: { pool: 'batch' }, taints: [{ key: 'dedicated', value: 'leoflow', effect: 'NoSchedule' }] } });
+    try {
+      const tkc = new k8s.KubeConfig();
+      tkc.loadFromFile(tainted.kubeconfigPath);
+      const c = tkc.makeApiClient(k8s.CoreV1Api);
+      const message = async (name: string) =>
+        (await until('Unschedulable', () => tainted.pod('default', name)?.status?.conditions?.find((x: any) => x.type === 'PodScheduled' && x.status === 'False'))).message;
+      await c.createNamespacedPod({ namespace: 'default', body: pod('no-toleration', { command: ['true'] }) });
+      expect(await message('no-toleration')).toBe('0/2 nodes are available: 2 node(s) had untolerated taint {dedicated: leoflow}. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.');
+      const tolerations = [{ key: 'dedicated', operator: 'Equal', value: 'leoflow', effect: 'NoSchedule' }];
+      await c.createNamespacedPod({ namespace: 'default', body: pod('wrong-pool', { command: ['true'] }, { tolerations, nodeSelector: { pool: 'gpu' } }) });
+      expect(await message('wrong-pool')).toBe("0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.");
+      await c.createNamespacedPod({ namespace: 'default', body: pod('fits', { command: ['true'] }, { tolerations, nodeSelector: { pool: 'batch' } }) });
+      await until('Succeeded', () => tainted.pod('default', 'fits')?.status?.phase === 'Succeeded');
+    } finally {
+      await tainted.close();
+    }
   });
 
   it('a lost node turns its pods Unknown, and a pod deleted from outside is DELETED while it runs', async () => {
