@@ -612,6 +612,21 @@ describe('watch edges', () => {
     await informer.stop();
   });
 
+  it('closeWatches({ abrupt: true }) drops the connection: client-node reports an error, not a clean end', async () => {
+    const done: unknown[] = [];
+    await new k8s.Watch(kc).watch('/api/v1/namespaces/default/pods', { resourceVersion: api.resourceVersion() }, () => undefined, (err) => done.push(err));
+    await until('watching', () => api.openWatches().length > 0);
+    api.closeWatches({ abrupt: true });
+    await until('done', () => done.length > 0);
+    expect(done[0]).toBeInstanceOf(Error);
+    const clean: unknown[] = [];
+    await new k8s.Watch(kc).watch('/api/v1/namespaces/default/pods', { resourceVersion: api.resourceVersion() }, () => undefined, (err) => clean.push(err));
+    await until('watching', () => api.openWatches().length > 0);
+    api.closeWatches();
+    await until('done', () => clean.length > 0);
+    expect(clean[0]).toBeNull();
+  });
+
   it('a watch with resourceVersion 0 or none starts with the current objects as ADDED; sendInitialEvents ends them with a bookmark', async () => {
     const ns = 'jobs';
     const names = (await core.listNamespacedPod({ namespace: ns })).items.map((p) => p.metadata!.name!).sort();

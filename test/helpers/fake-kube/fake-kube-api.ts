@@ -401,9 +401,16 @@ export class FakeKubeApi {
     if (opts.expireWatches) for (const w of [...this.watches]) w.expire();
   }
 
-  /** Ends every open watch from the server's side (the client must watch again). */
-  closeWatches(): void {
-    for (const w of [...this.watches]) w.close();
+  /**
+   * Ends every open watch from the server's side (the client must watch again): cleanly, as an API
+   * server ends a watch at its timeout, or with `abrupt` by dropping the connection mid-stream, as
+   * a restart or a network cut does (client-node's Watch then reports an error, not a clean end).
+   */
+  closeWatches(opts: { abrupt?: boolean } = {}): void {
+    for (const w of [...this.watches]) {
+      if (opts.abrupt) w.reset();
+      else w.close();
+    }
   }
 
   /** Kills every process the fake started (by pid, whole groups), closes every connection and removes the kubeconfigs. */
