@@ -224,8 +224,14 @@ export class FakeKubelet {
       if (rt.killTimer) clearTimeout(rt.killTimer);
     }
     const waits = [...this.live.values()].map((child) => new Promise<void>((resolve) => {
-      if (child.exitCode !== null || child.signalCode !== null) return resolve();
-      child.once('close', () => resolve());
+      const done = () => {
+        // A process that left the group may still hold the pipes: they are ours to close.
+        child.stdout?.destroy();
+        child.stderr?.destroy();
+        resolve();
+      };
+      if (child.exitCode !== null || child.signalCode !== null) return done();
+      child.once('exit', done);
     }));
     for (const pid of this.live.keys()) signalGroup(pid, 'SIGKILL');
     await Promise.all(waits);
@@ -458,7 +464,14 @@ export class FakeKubelet {
         });
         if (rt.stopping) signalGroup(child.pid, 'SIGTERM'); // deleted while it was being started
         // When a container's first process ends, the container ends: whatever it left behind dies with it.
-        child.once('exit', () => signalGroup(child.pid, 'SIGKILL'));
+        child.once('exit', () => {
+          signalGroup(child.pid, 'SIGKILL');
+          // The output ends with the container, even if a process that left its group holds the pipes.
+          setTimeout(() => {
+            child.stdout?.destroy();
+            child.stderr?.destroy();
+          }, 500).unref();
+        });
         child.once('close', (code, signal) => {
           this.live.delete(child.pid!);
           c.running = false;
@@ -501,6 +514,9 @@ export class FakeKubelet {
         if (final && cs.state.running) {
           // Deletion ended it: the last report has it terminated by the signal.
           cs.state = { terminated: { exitCode: 137, reason: 'Error', startedAt: cs.state.running.startedAt, finishedAt: now(), containerID: cs.containerID } };
+        } else if (final && cs.state.waiting) {
+          // Never started before the deletion: the kubelet reports it as it does since 1.27.
+          cs.state = { terminated: { exitCode: 137, reason: 'ContainerStatusUnknown', message: 'The container could not be located when the pod was terminated', startedAt: null, finishedAt: null } };
         }
         if (cs.state.running) running++;
         else if (cs.state.terminated) {
@@ -552,16 +568,13 @@ function hostnameOf(podName: string): string {
   return podName.length <= 63 ? podName : podName.slice(0, 63).replace(/[-.]+$/, '');
 }
 
+/** A signal to the process group the container's process leads (spawned detached); nothing when the group is gone. */
 function signalGroup(pid: number | undefined, signal: NodeJS.Signals): void {
   if (pid === undefined) return;
   try {
     process.kill(-pid, signal);
   } catch {
-    try {
-      process.kill(pid, signal);
-    } catch {
-      // already gone
-    }
+    // the group is gone
   }
 }
 

@@ -59,7 +59,8 @@ import { FakeKubeApi, type FakeKubeApiOptions } from './fake-kube-api.js';
  * `events()`, `createCount()` (successful creates of a name), `createAttempts()`, `requests()`
  * (verb, path, status, arrival, duration), `openWatches()`, `processes()`, `containerLogs()`.
  * `close()` SIGKILLs every process group it started and waits for each, and closes every
- * connection.
+ * connection. A container is its process group: a process that leaves it (setsid) is beyond the
+ * fake's reach, where a real runtime would end it with the container's cgroup.
  */
 export async function startFakeKubeApi(opts: FakeKubeApiOptions = {}): Promise<FakeKubeApi> {
   const api = new FakeKubeApi(opts);
