@@ -227,8 +227,18 @@ describe('list and get', () => {
     expect(bad.body.message).toBe('field label not supported: spec.image');
     const all = await core.listPodForAllNamespaces({ labelSelector: `leoflow.io/run=${run}`, limit: 2 });
     expect(all.items).toHaveLength(2);
+    expect(all.metadata?.remainingItemCount).toBe(1);
     const rest = await core.listPodForAllNamespaces({ labelSelector: `leoflow.io/run=${run}`, limit: 2, _continue: all.metadata!._continue! });
     expect(rest.items).toHaveLength(1);
+    expect(rest.metadata?.resourceVersion).toBe(all.metadata?.resourceVersion);
+    expect(rest.metadata?._continue).toBeUndefined();
+    // A continue token from before a compaction is 410 Expired.
+    const page = await core.listPodForAllNamespaces({ labelSelector: `leoflow.io/run=${run}`, limit: 1 });
+    await core.createNamespacedPod({ namespace: 'default', body: pod(`${run}-later`) });
+    api.compact();
+    const stale = await refusal(core.listPodForAllNamespaces({ labelSelector: `leoflow.io/run=${run}`, limit: 1, _continue: page.metadata!._continue! }));
+    expectStatus(stale.body, 410, 'Expired');
+    expect(stale.body.message).toMatch(/^The provided continue parameter is too old to display a consistent list result/);
   });
 
   it('gives a container HOSTNAME, the pod name cut to 63 characters', async () => {
@@ -610,6 +620,15 @@ describe('watch edges', () => {
     expect(gone.length).toBeGreaterThanOrEqual(1);
     expect(errors).toEqual([]);
     await informer.stop();
+  });
+
+  it('ends a watch cleanly after its timeoutSeconds', async () => {
+    const t0 = Date.now();
+    const ended = await new Promise<unknown>((resolve) => {
+      void new k8s.Watch(kc).watch('/api/v1/namespaces/default/pods', { resourceVersion: api.resourceVersion(), timeoutSeconds: 1 }, () => undefined, resolve);
+    });
+    expect(ended).toBeNull();
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(950);
   });
 
   it('closeWatches({ abrupt: true }) drops the connection: client-node reports an error, not a clean end', async () => {
