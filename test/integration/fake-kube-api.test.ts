@@ -101,6 +101,7 @@ describe('create', () => {
       [{ metadata: { name: 'bad-label', labels: { 'bad key': 'v' } }, spec: { containers: [{ name: 'c', image: 'x' }] } }, 'metadata.labels', 'FieldValueInvalid'],
       [{ metadata: { name: 'long-label', labels: { k: 'v'.repeat(64) } }, spec: { containers: [{ name: 'c', image: 'x' }] } }, 'metadata.labels', 'FieldValueInvalid'],
       [{ metadata: { name: 'bad-cpu' }, spec: { containers: [{ name: 'c', image: 'x', resources: { requests: { cpu: 'lots' } } }] } }, 'spec.containers[0].resources.requests[cpu]', 'FieldValueInvalid'],
+      [{ metadata: { name: 'bad-annotation', annotations: { 'leoflow.io/ok': 'x', 'not ok/at all': 'y' } }, spec: { containers: [{ name: 'c', image: 'x' }] } }, 'metadata.annotations', 'FieldValueInvalid'],
       [{ metadata: { name: 'bad-policy' }, spec: { restartPolicy: 'Sometimes', containers: [{ name: 'c', image: 'x' }] } }, 'spec.restartPolicy', 'FieldValueNotSupported'],
     ];
     for (const [body, field, causeReason] of cases) {
@@ -226,8 +227,25 @@ describe('list and get', () => {
     expect(bad.body.message).toBe('field label not supported: spec.image');
     const all = await core.listPodForAllNamespaces({ labelSelector: `leoflow.io/run=${run}`, limit: 2 });
     expect(all.items).toHaveLength(2);
+    expect(all.metadata?.remainingItemCount).toBe(1);
     const rest = await core.listPodForAllNamespaces({ labelSelector: `leoflow.io/run=${run}`, limit: 2, _continue: all.metadata!._continue! });
     expect(rest.items).toHaveLength(1);
+    expect(rest.metadata?.resourceVersion).toBe(all.metadata?.resourceVersion);
+    expect(rest.metadata?._continue).toBeUndefined();
+    // A continue token from before a compaction is 410 Expired.
+    const page = await core.listPodForAllNamespaces({ labelSelector: `leoflow.io/run=${run}`, limit: 1 });
+    await core.createNamespacedPod({ namespace: 'default', body: pod(`${run}-later`) });
+    api.compact();
+    const stale = await refusal(core.listPodForAllNamespaces({ labelSelector: `leoflow.io/run=${run}`, limit: 1, _continue: page.metadata!._continue! }));
+    expectStatus(stale.body, 410, 'Expired');
+    expect(stale.body.message).toMatch(/^The provided continue parameter is too old to display a consistent list result/);
+  });
+
+  it('gives a container HOSTNAME, the pod name cut to 63 characters', async () => {
+    const name = `${'h'.repeat(62)}-${'x'.repeat(10)}-${++seq}`;
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', 'echo "$HOSTNAME"'] }) });
+    await until('Succeeded', () => api.pod('default', name)?.status?.phase === 'Succeeded');
+    expect(api.containerLogs('default', name)).toBe(`${'h'.repeat(62)}\n`);
   });
 
   it('gets a pod, and answers 404 NotFound for a missing one', async () => {
@@ -252,7 +270,7 @@ describe('pods as processes', () => {
     expect(p.status.conditions.find((c: any) => c.type === 'Ready')).toMatchObject({ status: 'False', reason: 'PodCompleted' });
     expect(await core.readNamespacedPodLog({ namespace: 'default', name })).toBe(`token=t0k host=${name}\n`);
     const reasons = (await core.listNamespacedEvent({ namespace: 'default', fieldSelector: `involvedObject.name=${name}` })).items.map((e) => e.reason);
-    expect(reasons).toEqual(expect.arrayContaining(['Scheduled', 'Pulling', 'Pulled', 'Created', 'Started']));
+    expect(reasons).toEqual(expect.arrayContaining(['Scheduled', 'Pulled', 'Created', 'Started']));
   });
 
   it('moves Pending (ContainerCreating) → Running → Succeeded, each change a MODIFIED event in order', async () => {
@@ -375,6 +393,26 @@ describe('pods that cannot start', () => {
     expect(api.pod('default', name)).toBeUndefined();
   });
 
+  it('a nodeSelector no node matches, or a taint the pod does not tolerate: Unschedulable, preemption not helpful', async () => {
+    const tainted = await startFakeKubeApi({ kubelet: 'processes', nodes: { count: 2, cpu: '2', memory: '4Gi', labels: { pool: 'batch' }, taints: [{ key: 'dedicated', value: 'leoflow', effect: 'NoSchedule' }] } });
+    try {
+      const tkc = new k8s.KubeConfig();
+      tkc.loadFromFile(tainted.kubeconfigPath);
+      const c = tkc.makeApiClient(k8s.CoreV1Api);
+      const message = async (name: string) =>
+        (await until('Unschedulable', () => tainted.pod('default', name)?.status?.conditions?.find((x: any) => x.type === 'PodScheduled' && x.status === 'False'))).message;
+      await c.createNamespacedPod({ namespace: 'default', body: pod('no-toleration', { command: ['true'] }) });
+      expect(await message('no-toleration')).toBe('0/2 nodes are available: 2 node(s) had untolerated taint {dedicated: leoflow}. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.');
+      const tolerations = [{ key: 'dedicated', operator: 'Equal', value: 'leoflow', effect: 'NoSchedule' }];
+      await c.createNamespacedPod({ namespace: 'default', body: pod('wrong-pool', { command: ['true'] }, { tolerations, nodeSelector: { pool: 'gpu' } }) });
+      expect(await message('wrong-pool')).toBe("0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.");
+      await c.createNamespacedPod({ namespace: 'default', body: pod('fits', { command: ['true'] }, { tolerations, nodeSelector: { pool: 'batch' } }) });
+      await until('Succeeded', () => tainted.pod('default', 'fits')?.status?.phase === 'Succeeded');
+    } finally {
+      await tainted.close();
+    }
+  });
+
   it('a lost node turns its pods Unknown, and a pod deleted from outside is DELETED while it runs', async () => {
     const a = uniqueName();
     const b = uniqueName();
@@ -385,6 +423,8 @@ describe('pods that cannot start', () => {
     const lost = api.pod('default', a);
     expect(lost.status.phase).toBe('Unknown');
     expect(lost.status.reason).toBe('NodeLost');
+    expect(lost.status.conditions.find((c: any) => c.type === 'Ready')).toMatchObject({ status: 'False', reason: 'NodeLost' });
+    expect(api.events('default', a).find((e) => e.reason === 'NodeNotReady')).toMatchObject({ type: 'Warning', source: { component: 'node-controller' } });
     const types: string[] = [];
     const ctl = await new k8s.Watch(kc).watch('/api/v1/namespaces/default/pods', { resourceVersion: api.resourceVersion(), fieldSelector: `metadata.name=${b}` }, (t) => types.push(t), () => undefined);
     api.deleteFromOutside('default', b);
@@ -392,6 +432,70 @@ describe('pods that cannot start', () => {
     ctl.abort();
     expect(api.pod('default', b)).toBeUndefined();
     api.deleteFromOutside('default', a);
+  });
+});
+
+describe('kubelet details', () => {
+  const stateOf = (name: string, i = 0) => api.pod('default', name)?.status?.containerStatuses?.[i]?.state;
+
+  it('restartPolicy OnFailure restarts a failing container with CrashLoopBackOff and a rising restartCount', async () => {
+    const name = uniqueName();
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', 'exit 1'] }, { restartPolicy: 'OnFailure' }) });
+    const cs = await until('two restarts', () => {
+      const c = api.pod('default', name)?.status?.containerStatuses?.[0];
+      return c?.restartCount >= 2 && c;
+    });
+    expect(cs.lastState.terminated).toMatchObject({ exitCode: 1, reason: 'Error' });
+    expect(api.pod('default', name).status.phase).toBe('Running');
+    expect(api.events('default', name).some((e) => e.reason === 'BackOff' && e.message.startsWith('Back-off restarting failed container main'))).toBe(true);
+    await core.deleteNamespacedPod({ namespace: 'default', name, gracePeriodSeconds: 1 });
+    await until('gone', () => !api.pod('default', name));
+  });
+
+  it('imagePullPolicy Never: ErrImageNeverPull unless the image is on the node', async () => {
+    const name = uniqueName();
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { image: 'leoflow:local', imagePullPolicy: 'Never', command: ['true'] }) });
+    await until('ErrImageNeverPull', () => stateOf(name)?.waiting?.reason === 'ErrImageNeverPull');
+    api.preloadImage('leoflow:local');
+    const other = uniqueName();
+    await core.createNamespacedPod({ namespace: 'default', body: pod(other, { image: 'leoflow:local', imagePullPolicy: 'Never', command: ['true'] }) });
+    await until('Succeeded', () => api.pod('default', other)?.status?.phase === 'Succeeded');
+    expect(api.events('default', other).find((e) => e.reason === 'Pulled')?.message).toBe('Container image "leoflow:local" already present on machine');
+  });
+
+  it('activeDeadlineSeconds: the pod fails with DeadlineExceeded and its process is stopped', async () => {
+    const name = uniqueName();
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name, {}, { activeDeadlineSeconds: 1 }) });
+    await until('Running', () => api.pod('default', name)?.status?.phase === 'Running');
+    const pid = api.processes().at(-1)!;
+    const p = await until('DeadlineExceeded', () => api.pod('default', name)?.status?.reason === 'DeadlineExceeded' && api.pod('default', name), 5000);
+    expect(p.status).toMatchObject({ phase: 'Failed', message: 'Pod was active on the node longer than the specified deadline' });
+    await until('stopped', () => stateOf(name)?.terminated);
+    expect(stateOf(name).terminated.exitCode).toBe(143);
+    expect(isAlive(pid)).toBe(false);
+  });
+
+  it('a pod on a lost node stays Terminating after a graceful delete (no kubelet answers) until a force delete', async () => {
+    const name = uniqueName();
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name) });
+    await until('Running', () => api.pod('default', name)?.status?.phase === 'Running');
+    api.loseNode('default', name);
+    await core.deleteNamespacedPod({ namespace: 'default', name, gracePeriodSeconds: 1 });
+    await new Promise((r) => setTimeout(r, 1300));
+    const stuck = api.pod('default', name);
+    expect(stuck.metadata.deletionTimestamp).toBeDefined();
+    expect(stuck.status.phase).toBe('Unknown');
+    await core.deleteNamespacedPod({ namespace: 'default', name, gracePeriodSeconds: 0 });
+    expect(api.pod('default', name)).toBeUndefined();
+  });
+
+  it('a delete with a stale uid precondition is refused with 409 Conflict', async () => {
+    const name = uniqueName();
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name) });
+    const r = await refusal(core.deleteNamespacedPod({ namespace: 'default', name, body: { preconditions: { uid: '00000000-0000-0000-0000-000000000000' } } }));
+    expectStatus(r.body, 409, 'Conflict');
+    expect(r.body.message).toMatch(/^Operation cannot be fulfilled on pods ".+": Precondition failed: UID in precondition: 0{8}-/);
+    expect(api.pod('default', name)).toBeDefined();
   });
 });
 
@@ -494,6 +598,54 @@ describe('watch edges', () => {
     }
   });
 
+  it('a list at a resourceVersion the server has not reached is answered 504 Timeout after 3 s', async () => {
+    const ahead = String(Number(api.resourceVersion()) + 1_000_000);
+    const r = await refusal(core.listNamespacedPod({ namespace: 'default', resourceVersion: ahead, resourceVersionMatch: 'NotOlderThan' }));
+    expectStatus(r.body, 504, 'Timeout');
+    expect(r.body.details).toMatchObject({ causes: [{ reason: 'ResourceVersionTooLarge', message: 'Too large resource version' }], retryAfterSeconds: 1 });
+  });
+
+  it('an HTTP 410 on a watch request (injected) makes an informer relist', async () => {
+    const informer = k8s.makeInformer(kc, '/api/v1/namespaces/default/pods', () => core.listNamespacedPod({ namespace: 'default' }));
+    const errors: unknown[] = [];
+    informer.on('error', (e) => errors.push(e));
+    await informer.start();
+    await until('watching', () => api.openWatches().some((w) => w.namespace === 'default' && w.resourceVersion !== ''));
+    const lists = () => api.requests().filter((r) => r.verb === 'list' && r.namespace === 'default').length;
+    const before = lists();
+    api.failNext({ verb: 'watch', namespace: 'default', status: 410, message: 'too old resource version: 1 (2)' });
+    api.closeWatches();
+    await until('relisted and watching', () => lists() > before && api.openWatches().some((w) => w.namespace === 'default'));
+    const gone = api.requests().filter((r) => r.verb === 'watch' && r.status === 410);
+    expect(gone.length).toBeGreaterThanOrEqual(1);
+    expect(errors).toEqual([]);
+    await informer.stop();
+  });
+
+  it('ends a watch cleanly after its timeoutSeconds', async () => {
+    const t0 = Date.now();
+    const ended = await new Promise<unknown>((resolve) => {
+      void new k8s.Watch(kc).watch('/api/v1/namespaces/default/pods', { resourceVersion: api.resourceVersion(), timeoutSeconds: 1 }, () => undefined, resolve);
+    });
+    expect(ended).toBeNull();
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(950);
+  });
+
+  it('closeWatches({ abrupt: true }) drops the connection: client-node reports an error, not a clean end', async () => {
+    const done: unknown[] = [];
+    await new k8s.Watch(kc).watch('/api/v1/namespaces/default/pods', { resourceVersion: api.resourceVersion() }, () => undefined, (err) => done.push(err));
+    await until('watching', () => api.openWatches().length > 0);
+    api.closeWatches({ abrupt: true });
+    await until('done', () => done.length > 0);
+    expect(done[0]).toBeInstanceOf(Error);
+    const clean: unknown[] = [];
+    await new k8s.Watch(kc).watch('/api/v1/namespaces/default/pods', { resourceVersion: api.resourceVersion() }, () => undefined, (err) => clean.push(err));
+    await until('watching', () => api.openWatches().length > 0);
+    api.closeWatches();
+    await until('done', () => clean.length > 0);
+    expect(clean[0]).toBeNull();
+  });
+
   it('a watch with resourceVersion 0 or none starts with the current objects as ADDED; sendInitialEvents ends them with a bookmark', async () => {
     const ns = 'jobs';
     const names = (await core.listNamespacedPod({ namespace: ns })).items.map((p) => p.metadata!.name!).sort();
@@ -529,6 +681,66 @@ describe('connection', () => {
         else process.env[k] = v;
       }
       await secure.close();
+    }
+  });
+});
+
+describe('wire format and manual driving', () => {
+  it('streams a watch on /api/v1/watch/… as newline-delimited {type, object} JSON', async () => {
+    const manual = await startFakeKubeApi({ kubelet: 'manual', bookmarkIntervalMs: 50 });
+    try {
+      const from = manual.resourceVersion();
+      const ctl = new AbortController();
+      const res = await fetch(`${manual.url}/api/v1/watch/namespaces/default/pods?resourceVersion=${from}&allowWatchBookmarks=true`, { headers: { authorization: `Bearer ${manual.token}` }, signal: ctl.signal });
+      expect(res.status).toBe(200);
+      expect(res.headers.get('content-type')).toBe('application/json');
+      const mkc = new k8s.KubeConfig();
+      mkc.loadFromFile(manual.kubeconfigPath);
+      await mkc.makeApiClient(k8s.CoreV1Api).createNamespacedPod({ namespace: 'default', body: pod('wire') });
+      const reader = res.body!.getReader();
+      let text = '';
+      const added = () => text.indexOf('"type":"ADDED"');
+      while (added() < 0 || !text.slice(added()).includes('"BOOKMARK"')) text += new TextDecoder().decode((await reader.read()).value);
+      ctl.abort();
+      expect(text.endsWith('\n')).toBe(true);
+      const events = text.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l));
+      for (const e of events) expect(Object.keys(e).sort()).toEqual(['object', 'type']);
+      const first = events.find((e) => e.type !== 'BOOKMARK');
+      expect(first.type).toBe('ADDED');
+      expect(first.object).toMatchObject({ kind: 'Pod', apiVersion: 'v1', metadata: { name: 'wire', namespace: 'default' } });
+      const bookmark = events.at(-1);
+      expect(bookmark.object).toEqual({ kind: 'Pod', apiVersion: 'v1', metadata: { resourceVersion: manual.resourceVersion(), creationTimestamp: null } });
+    } finally {
+      await manual.close();
+    }
+  });
+
+  it('in manual mode nothing moves until the test drives it: setPodStatus, bindPod, addPodEvent, and a delete after the grace period', async () => {
+    const manual = await startFakeKubeApi({ kubelet: 'manual' });
+    try {
+      const mkc = new k8s.KubeConfig();
+      mkc.loadFromFile(manual.kubeconfigPath);
+      const c = mkc.makeApiClient(k8s.CoreV1Api);
+      await c.createNamespacedPod({ namespace: 'default', body: pod('driven') });
+      await new Promise((r) => setTimeout(r, 100));
+      expect(manual.pod('default', 'driven').spec.nodeName).toBeUndefined();
+      expect(manual.processes()).toEqual([]);
+      const seen: string[] = [];
+      const ctl = await new k8s.Watch(mkc).watch('/api/v1/namespaces/default/pods', { resourceVersion: manual.resourceVersion() }, (t, o) => seen.push(`${t} ${o.status?.phase}`), () => undefined);
+      manual.bindPod('default', 'driven', 'node-2');
+      manual.setPodStatus('default', 'driven', { phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'True' }], containerStatuses: [{ name: 'main', ready: false, restartCount: 0, image: 'busybox:1.36', imageID: '', state: { waiting: { reason: 'ImagePullBackOff', message: 'Back-off pulling image' } } }] });
+      manual.addPodEvent('default', 'driven', { reason: 'Failed', message: 'Error: ImagePullBackOff' });
+      manual.setPodStatus('default', 'driven', { phase: 'Running' });
+      await until('three MODIFIED', () => seen.length >= 3);
+      expect(seen).toEqual(['MODIFIED Pending', 'MODIFIED Pending', 'MODIFIED Running']);
+      const events = await c.listNamespacedEvent({ namespace: 'default', fieldSelector: 'involvedObject.name=driven' });
+      expect(events.items.map((e) => [e.type, e.reason, e.message])).toEqual([['Warning', 'Failed', 'Error: ImagePullBackOff']]);
+      const answer = await c.deleteNamespacedPod({ namespace: 'default', name: 'driven', gracePeriodSeconds: 1 });
+      expect(answer.metadata?.deletionGracePeriodSeconds).toBe(1);
+      await until('DELETED', () => seen.includes('DELETED Running'), 3000);
+      ctl.abort();
+    } finally {
+      await manual.close();
     }
   });
 });

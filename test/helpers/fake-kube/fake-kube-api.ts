@@ -14,9 +14,10 @@ import { FakeScheduler, isTerminal, makeNodes, now, type NodesOption } from './f
 import { parseFieldSelector } from './field-selector.js';
 import { parseLabelSelector } from './label-selector.js';
 import { ObjectStore, type KubeObject, type Resource } from './object-store.js';
+import { toTable, wantsTable } from './print-table.js';
 import { checkQuotas, type Quota } from './resource-quota.js';
 import {
-  StatusError, alreadyExists, badRequest, expired, forbidden, invalidObject, methodNotAllowed, notFound, statusFor, unauthorized,
+  StatusError, alreadyExists, badRequest, expired, forbidden, invalidObject, methodNotAllowed, notFound, statusFor, tooLargeResourceVersion, unauthorized,
   type StatusDetails,
 } from './status.js';
 import { validatePod } from './validate-pod.js';
@@ -273,6 +274,11 @@ export class FakeKubeApi {
     this.imageRules.unshift({ match, rule });
   }
 
+  /** The image is already on every node: no pull for IfNotPresent, and Never may use it. */
+  preloadImage(image: string): void {
+    for (const n of this.scheduler?.nodes ?? []) this.kubelet.holdImage(n.name, image);
+  }
+
   setLatency(ms: number, verb?: Verb): void {
     this.latency.set(verb ?? '*', ms);
   }
@@ -374,6 +380,7 @@ export class FakeKubeApi {
     const lost = this.kubelet.loseNode(nodeName, opts.kill ?? true);
     const onNode = lost.length > 0 ? lost : [pod];
     for (const p of onNode) {
+      if (!isTerminal(p)) this.recorder.record(p, { type: 'Warning', reason: 'NodeNotReady', message: 'Node is not ready', component: 'node-controller' });
       this.store.update('pods', p.metadata.namespace!, p.metadata.name, (q) => {
         if (isTerminal(q)) return;
         q.status.phase = 'Unknown';
@@ -394,9 +401,16 @@ export class FakeKubeApi {
     if (opts.expireWatches) for (const w of [...this.watches]) w.expire();
   }
 
-  /** Ends every open watch from the server's side (the client must watch again). */
-  closeWatches(): void {
-    for (const w of [...this.watches]) w.close();
+  /**
+   * Ends every open watch from the server's side (the client must watch again): cleanly, as an API
+   * server ends a watch at its timeout, or with `abrupt` by dropping the connection mid-stream, as
+   * a restart or a network cut does (client-node's Watch then reports an error, not a clean end).
+   */
+  closeWatches(opts: { abrupt?: boolean } = {}): void {
+    for (const w of [...this.watches]) {
+      if (opts.abrupt) w.reset();
+      else w.close();
+    }
   }
 
   /** Kills every process the fake started (by pid, whole groups), closes every connection and removes the kubeconfigs. */
@@ -455,8 +469,14 @@ export class FakeKubeApi {
       if (failure && !failure.afterEffect) return this.fail(res, failure, record);
       this.authorize(who, route);
       if (route.verb === 'watch') return await this.watch(route, url, res, record);
-      const [code, payload] = this.serve(route, url, body);
+      if (route.verb === 'list') await this.waitForListVersion(url);
+      let [code, payload] = this.serve(route, url, body);
       if (failure) return this.fail(res, failure, record);
+      if ((route.verb === 'list' || route.verb === 'get') && !route.subresource && (route.resource === 'pods' || route.resource === 'events') && wantsTable(req.headers.accept)) {
+        const p = payload as any;
+        const items = route.verb === 'list' ? p.items : [p];
+        payload = toTable(route.resource, items, route.verb === 'list' ? p.metadata.resourceVersion : p.metadata.resourceVersion);
+      }
       this.reply(res, code, payload, record);
     } catch (err) {
       if (err instanceof StatusError) return this.reply(res, err.code, err.status, record, err.headers());
@@ -659,6 +679,20 @@ export class FakeKubeApi {
     const tail = url.searchParams.get('tailLines');
     if (tail !== null) return [200, text.split('\n').slice(-(Number(tail) + 1)).join('\n')];
     return [200, text];
+  }
+
+  /**
+   * A list at `resourceVersion=N` (NotOlderThan) must be at least that fresh: the server waits up
+   * to 3 s for a version it has not reached, then answers 504 Timeout (the watch cache's rule).
+   */
+  private async waitForListVersion(url: URL): Promise<void> {
+    const rv = url.searchParams.get('resourceVersion');
+    if (!rv || rv === '0' || !/^\d+$/.test(rv) || url.searchParams.get('resourceVersionMatch') === 'Exact') return;
+    const deadline = Date.now() + 3000;
+    while (this.store.resourceVersion < Number(rv)) {
+      if (Date.now() > deadline) throw tooLargeResourceVersion(Number(rv), this.store.resourceVersion);
+      await new Promise((r) => setTimeout(r, 25));
+    }
   }
 
   /** A list with selectors, paged by `limit`/`continue` (a continue token from before a compaction is 410 Expired). */

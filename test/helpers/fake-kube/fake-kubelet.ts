@@ -55,11 +55,14 @@ interface ContainerRuntime {
 interface PodRuntime {
   namespace: string;
   name: string;
+  node: string;
   uid: string;
   containers: Map<string, ContainerRuntime>;
   timers: Set<NodeJS.Timeout>;
-  /** Set once deletion began or the node was lost: nothing is started any more. */
+  /** Set once deletion began, the deadline passed or the node was lost: nothing is started any more. */
   stopping: boolean;
+  /** Set once a graceful deletion began. */
+  deleting?: boolean;
   /** The node is lost: exits are not reported (no kubelet is left to report them). */
   silent: boolean;
   killTimer?: NodeJS.Timeout;
@@ -69,6 +72,8 @@ const LOG_LIMIT = 1 << 20;
 
 export class FakeKubelet {
   private readonly pods = new Map<string, PodRuntime>();
+  /** Images each node holds (`node\nimage`), for imagePullPolicy IfNotPresent and Never. */
+  private readonly images = new Set<string>();
   /** Every process ever started and still alive, by pid, for close(). */
   private readonly live = new Map<number, ChildProcess>();
 
@@ -94,7 +99,7 @@ export class FakeKubelet {
   admit(namespace: string, name: string): void {
     const pod = this.store.get('pods', namespace, name);
     if (!pod) return;
-    const rt: PodRuntime = { namespace, name, uid: pod.metadata.uid!, containers: new Map(), timers: new Set(), stopping: false, silent: false };
+    const rt: PodRuntime = { namespace, name, node: pod.spec.nodeName ?? '', uid: pod.metadata.uid!, containers: new Map(), timers: new Set(), stopping: false, silent: false };
     for (const c of pod.spec.containers) rt.containers.set(c.name, { name: c.name, restartCount: 0, logs: '', running: false });
     this.pods.set(`${namespace}/${name}`, rt);
     this.later(rt, this.opts.startDelayMs, () => {
@@ -117,6 +122,37 @@ export class FakeKubelet {
         }));
       });
       for (const c of pod.spec.containers) void this.runContainer(rt, c);
+      const deadline = pod.spec.activeDeadlineSeconds;
+      if (typeof deadline === 'number') this.later(rt, deadline * 1000, () => this.deadlineExceeded(rt));
+    });
+  }
+
+  /** Preloads an image on a node, as for imagePullPolicy IfNotPresent or Never. */
+  holdImage(node: string, image: string): void {
+    this.images.add(`${node}\n${image}`);
+  }
+
+  /** activeDeadlineSeconds passed: the pod fails (DeadlineExceeded) and its containers are stopped with its grace period. */
+  private deadlineExceeded(rt: PodRuntime): void {
+    const message = 'Pod was active on the node longer than the specified deadline';
+    this.event(rt, 'Normal', 'DeadlineExceeded', message);
+    const pod = this.store.update('pods', rt.namespace, rt.name, (p) => {
+      p.status.phase = 'Failed';
+      p.status.reason = 'DeadlineExceeded';
+      p.status.message = message;
+    });
+    rt.stopping = true;
+    for (const t of rt.timers) clearTimeout(t);
+    rt.timers.clear();
+    for (const c of rt.containers.values()) {
+      if (!c.running) continue;
+      this.event(rt, 'Normal', 'Killing', `Stopping container ${c.name}`, c.name);
+      signalGroup(c.pid, 'SIGTERM');
+    }
+    rt.killTimer = setTimeout(() => this.killAll(rt, 'SIGKILL'), (pod?.spec.terminationGracePeriodSeconds ?? 30) * 1000);
+    void Promise.all([...rt.containers.values()].map((c) => c.exited ?? Promise.resolve())).then(() => {
+      if (rt.killTimer) clearTimeout(rt.killTimer);
+      this.opts.onFreed();
     });
   }
 
@@ -132,12 +168,13 @@ export class FakeKubelet {
       return;
     }
     if (rt.silent) return; // No kubelet answers for a lost node: the pod stays Terminating until forced.
-    if (rt.stopping) {
+    if (rt.deleting) {
       // A second delete with a shorter grace shortens the wait, as the kubelet does.
       if (rt.killTimer) clearTimeout(rt.killTimer);
       rt.killTimer = setTimeout(() => this.killAll(rt, 'SIGKILL'), graceSeconds * 1000);
       return;
     }
+    rt.deleting = true;
     rt.stopping = true;
     for (const t of rt.timers) clearTimeout(t);
     rt.timers.clear();
@@ -187,8 +224,14 @@ export class FakeKubelet {
       if (rt.killTimer) clearTimeout(rt.killTimer);
     }
     const waits = [...this.live.values()].map((child) => new Promise<void>((resolve) => {
-      if (child.exitCode !== null || child.signalCode !== null) return resolve();
-      child.once('close', () => resolve());
+      const done = () => {
+        // A process that left the group may still hold the pipes: they are ours to close.
+        child.stdout?.destroy();
+        child.stderr?.destroy();
+        resolve();
+      };
+      if (child.exitCode !== null || child.signalCode !== null) return done();
+      child.once('exit', done);
     }));
     for (const pid of this.live.keys()) signalGroup(pid, 'SIGKILL');
     await Promise.all(waits);
@@ -281,13 +324,28 @@ export class FakeKubelet {
     }
   }
 
+  /** The image pull as imagePullPolicy says: Always pulls, IfNotPresent pulls once per node, Never never does. */
   private async pull(rt: PodRuntime, spec: any): Promise<boolean> {
     const image: string = spec.image;
+    const key = `${rt.node}\n${image}`;
+    const policy = spec.imagePullPolicy ?? 'IfNotPresent';
+    if (policy !== 'Always' && this.images.has(key)) {
+      this.event(rt, 'Normal', 'Pulled', `Container image "${image}" already present on machine`, spec.name);
+      return true;
+    }
+    if (policy === 'Never') {
+      const msg = `Container image "${image}" is not present with pull policy of Never`;
+      this.event(rt, 'Warning', 'ErrImageNeverPull', msg, spec.name);
+      this.event(rt, 'Warning', 'Failed', 'Error: ErrImageNeverPull', spec.name);
+      this.setContainer(rt, spec.name, (cs) => (cs.state = { waiting: { reason: 'ErrImageNeverPull', message: msg } }));
+      return false;
+    }
     for (let attempt = 0; ; attempt++) {
       this.event(rt, 'Normal', 'Pulling', `Pulling image "${image}"`, spec.name);
       if (!(await this.sleep(rt, this.opts.pullDelayMs))) return false;
       const error = this.opts.imageRule(image).pullError;
       if (error === undefined) {
+        this.images.add(key);
         this.event(rt, 'Normal', 'Pulled', `Successfully pulled image "${image}" in ${this.opts.pullDelayMs}ms (${this.opts.pullDelayMs}ms including waiting). Image size: 4194304 bytes.`, spec.name);
         return true;
       }
@@ -308,7 +366,7 @@ export class FakeKubelet {
     for (;;) {
       const pod = this.store.get('pods', rt.namespace, rt.name);
       if (!pod) return undefined;
-      const env: Record<string, string> = { ...this.opts.baseEnv, HOSTNAME: rt.name };
+      const env: Record<string, string> = { ...this.opts.baseEnv, HOSTNAME: hostnameOf(rt.name) };
       let problem: string | undefined;
       for (const e of spec.env ?? []) {
         if (e.valueFrom === undefined || e.valueFrom === null) {
@@ -406,7 +464,14 @@ export class FakeKubelet {
         });
         if (rt.stopping) signalGroup(child.pid, 'SIGTERM'); // deleted while it was being started
         // When a container's first process ends, the container ends: whatever it left behind dies with it.
-        child.once('exit', () => signalGroup(child.pid, 'SIGKILL'));
+        child.once('exit', () => {
+          signalGroup(child.pid, 'SIGKILL');
+          // The output ends with the container, even if a process that left its group holds the pipes.
+          setTimeout(() => {
+            child.stdout?.destroy();
+            child.stderr?.destroy();
+          }, 500).unref();
+        });
         child.once('close', (code, signal) => {
           this.live.delete(child.pid!);
           c.running = false;
@@ -449,6 +514,9 @@ export class FakeKubelet {
         if (final && cs.state.running) {
           // Deletion ended it: the last report has it terminated by the signal.
           cs.state = { terminated: { exitCode: 137, reason: 'Error', startedAt: cs.state.running.startedAt, finishedAt: now(), containerID: cs.containerID } };
+        } else if (final && cs.state.waiting) {
+          // Never started before the deletion: the kubelet reports it as it does since 1.27.
+          cs.state = { terminated: { exitCode: 137, reason: 'ContainerStatusUnknown', message: 'The container could not be located when the pod was terminated', startedAt: null, finishedAt: null } };
         }
         if (cs.state.running) running++;
         else if (cs.state.terminated) {
@@ -495,16 +563,18 @@ export class FakeKubelet {
   }
 }
 
+/** The pod's hostname: its name cut to 63 characters, without a trailing '-' or '.' (the kubelet's rule). */
+function hostnameOf(podName: string): string {
+  return podName.length <= 63 ? podName : podName.slice(0, 63).replace(/[-.]+$/, '');
+}
+
+/** A signal to the process group the container's process leads (spawned detached); nothing when the group is gone. */
 function signalGroup(pid: number | undefined, signal: NodeJS.Signals): void {
   if (pid === undefined) return;
   try {
     process.kill(-pid, signal);
   } catch {
-    try {
-      process.kill(pid, signal);
-    } catch {
-      // already gone
-    }
+    // the group is gone
   }
 }
 

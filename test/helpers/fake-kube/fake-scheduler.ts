@@ -9,8 +9,15 @@ import { parseQuantity } from './quantity.js';
  * PodScheduled=False/Unschedulable and a FailedScheduling event worded as the scheduler words it,
  * and is tried again when a pod ends or goes away (as the scheduler requeues on cluster events).
  */
+export interface Taint {
+  key: string;
+  value?: string;
+  effect: 'NoSchedule' | 'PreferNoSchedule' | 'NoExecute';
+}
+
 export interface FakeNode {
   name: string;
+  taints: Taint[];
   cpu: string;
   memory: string;
   pods: number;
@@ -24,12 +31,14 @@ export interface NodesOption {
   memory: string;
   /** Labels every node gets, besides kubernetes.io/hostname and kubernetes.io/os. */
   labels?: Record<string, string>;
+  /** Taints every node has: a pod must tolerate the NoSchedule and NoExecute ones to land there. */
+  taints?: Taint[];
 }
 
 export function makeNodes(opt: NodesOption): FakeNode[] {
   return Array.from({ length: opt.count }, (_, i) => {
     const name = `node-${i + 1}`;
-    return { name, cpu: opt.cpu, memory: opt.memory, pods: 110, labels: { 'kubernetes.io/hostname': name, 'kubernetes.io/os': 'linux', ...opt.labels }, lost: false };
+    return { name, taints: opt.taints ?? [], cpu: opt.cpu, memory: opt.memory, pods: 110, labels: { 'kubernetes.io/hostname': name, 'kubernetes.io/os': 'linux', ...opt.labels }, lost: false };
   });
 }
 
@@ -42,6 +51,16 @@ export function podRequests(pod: KubeObject): { cpu: number; memory: number } {
     memory += parseQuantity(c.resources?.requests?.memory) ?? 0;
   }
   return { cpu, memory };
+}
+
+/** The first NoSchedule/NoExecute taint no toleration of the pod matches (the TaintToleration filter). */
+function untolerated(pod: KubeObject, taints: Taint[]): Taint | undefined {
+  const tolerations: any[] = pod.spec?.tolerations ?? [];
+  return taints.find((t) => t.effect !== 'PreferNoSchedule' && !tolerations.some((tol) => {
+    if (tol.effect && tol.effect !== t.effect) return false;
+    if ((tol.operator ?? 'Equal') === 'Exists') return !tol.key || tol.key === t.key;
+    return tol.key === t.key && (tol.value ?? '') === (t.value ?? '');
+  }));
 }
 
 export function isTerminal(pod: KubeObject): boolean {
@@ -101,11 +120,11 @@ export class FakeScheduler {
     const reasons = new Map<string, number>();
     const count = (r: string) => reasons.set(r, (reasons.get(r) ?? 0) + 1);
     let chosen: FakeNode | undefined;
-    let selectorOnly = true;
+    // Preemption helps only where resources were short; a selector or a taint it cannot change.
+    let unresolvable = true;
     for (const node of this.nodes) {
       if (node.lost) {
         count("node(s) had untolerated taint {node.kubernetes.io/unreachable: }");
-        selectorOnly = false;
         continue;
       }
       const selector = (pod.spec?.nodeSelector ?? {}) as Record<string, string>;
@@ -113,7 +132,12 @@ export class FakeScheduler {
         count("node(s) didn't match Pod's node affinity/selector");
         continue;
       }
-      selectorOnly = false;
+      const taint = untolerated(pod, node.taints);
+      if (taint) {
+        count(`node(s) had untolerated taint {${taint.key}: ${taint.value ?? ''}}`);
+        continue;
+      }
+      unresolvable = false;
       const onNode = all.filter((p) => p.spec.nodeName === node.name);
       const used = onNode.reduce((acc, p) => {
         const r = podRequests(p);
@@ -136,7 +160,7 @@ export class FakeScheduler {
     }
     const n = this.nodes.length;
     const histogram = [...reasons].map(([r, c]) => `${c} ${r}`).sort().join(', ');
-    const preemption = selectorOnly ? `${n} Preemption is not helpful for scheduling.` : `${n} No preemption victims found for incoming pod.`;
+    const preemption = unresolvable ? `${n} Preemption is not helpful for scheduling.` : `${n} No preemption victims found for incoming pod.`;
     const message = `0/${n} nodes are available: ${histogram}. preemption: 0/${n} nodes are available: ${preemption}`;
     this.unschedulable.add(key);
     const cond = (pod.status?.conditions ?? []).find((c: any) => c.type === 'PodScheduled');

@@ -41,23 +41,43 @@ function validateDns1123Label(field: string, value: string): FieldError[] {
   return errs;
 }
 
+function validateQualifiedName(field: string, k: string): FieldError[] {
+  const errs: FieldError[] = [];
+  const slash = k.indexOf('/');
+  const prefix = slash >= 0 ? k.slice(0, slash) : undefined;
+  const name = slash >= 0 ? k.slice(slash + 1) : k;
+  if (prefix !== undefined) {
+    if (prefix === '') errs.push(invalid(field, k, 'prefix part must be non-empty'));
+    else if (prefix.length > 253 || !DNS1123_SUBDOMAIN.test(prefix)) errs.push(invalid(field, k, `prefix part ${SUBDOMAIN_MSG}`));
+  }
+  if (name === '') errs.push(invalid(field, k, 'name part must be non-empty'));
+  else {
+    if (name.length > 63) errs.push(invalid(field, k, `name part ${maxLen(63)}`));
+    if (!QUALIFIED_NAME.test(name)) errs.push(invalid(field, k, QUALIFIED_MSG));
+  }
+  return errs;
+}
+
+/** Annotation keys are qualified names; all values together at most 256 KiB. */
+function validateAnnotations(field: string, annotations: unknown): FieldError[] {
+  if (annotations === undefined || annotations === null) return [];
+  if (typeof annotations !== 'object') return [invalid(field, annotations, 'must be a map of strings')];
+  const errs: FieldError[] = [];
+  let size = 0;
+  for (const [k, v] of Object.entries(annotations as Record<string, unknown>)) {
+    errs.push(...validateQualifiedName(field, k));
+    size += k.length + String(v).length;
+  }
+  if (size > 256 * 1024) errs.push({ type: 'FieldValueTooLong', field, message: `Too long: may not be more than ${256 * 1024} bytes` });
+  return errs;
+}
+
 function validateLabels(field: string, labels: unknown): FieldError[] {
   if (labels === undefined || labels === null) return [];
   if (typeof labels !== 'object') return [invalid(field, labels, 'must be a map of strings')];
   const errs: FieldError[] = [];
   for (const [k, v] of Object.entries(labels as Record<string, unknown>)) {
-    const slash = k.indexOf('/');
-    const prefix = slash >= 0 ? k.slice(0, slash) : undefined;
-    const name = slash >= 0 ? k.slice(slash + 1) : k;
-    if (prefix !== undefined) {
-      if (prefix === '') errs.push(invalid(field, k, 'prefix part must be non-empty'));
-      else if (prefix.length > 253 || !DNS1123_SUBDOMAIN.test(prefix)) errs.push(invalid(field, k, `prefix part ${SUBDOMAIN_MSG}`));
-    }
-    if (name === '') errs.push(invalid(field, k, 'name part must be non-empty'));
-    else {
-      if (name.length > 63) errs.push(invalid(field, k, `name part ${maxLen(63)}`));
-      if (!QUALIFIED_NAME.test(name)) errs.push(invalid(field, k, QUALIFIED_MSG));
-    }
+    errs.push(...validateQualifiedName(field, k));
     if (typeof v !== 'string') errs.push(invalid(field, v, 'must be a string'));
     else {
       if (v.length > 63) errs.push(invalid(field, v, maxLen(63)));
@@ -166,6 +186,7 @@ export function validatePod(pod: any): FieldError[] {
   if (!name) errs.push(required('metadata.name', 'name or generateName is required'));
   else errs.push(...validateSubdomain('metadata.name', name));
   errs.push(...validateLabels('metadata.labels', pod?.metadata?.labels));
+  errs.push(...validateAnnotations('metadata.annotations', pod?.metadata?.annotations));
   const spec = pod?.spec;
   if (!spec) return [...errs, required('spec.containers')];
   errs.push(...validateContainers(spec.containers));

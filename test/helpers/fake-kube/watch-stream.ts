@@ -109,6 +109,12 @@ export class WatchStream {
     this.end();
   }
 
+  /** Drops the connection under the stream without ending it. */
+  reset(): void {
+    this.res.socket?.destroy();
+    this.end();
+  }
+
   /** The etcd compaction error an established watch gets (etcd3 watcher's interpretWatchError), then the end. */
   expire(): void {
     this.sendError(expired('The resourceVersion for the provided watch is too old.').status);
