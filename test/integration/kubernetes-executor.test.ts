@@ -285,3 +285,37 @@ describe('kubernetes executor: a hung create', () => {
     await waitFor('both creates arrived', async () => kube.createAttempts(NS, podName(a)) === 2, 3_000);
   });
 });
+
+describe('kubernetes executor: adoption during a leader overlap', () => {
+  it('does not delete the pod of an attempt claimed after its first read (by the leader before it): it reads again and follows it', async () => {
+    const old = executor();
+    await old.ex.lead(true);
+    const late = attempt();
+    await old.ex.dispatch(late);
+    await old.ex.lead(false);
+    let reads = 0;
+    // First read: the attempt is not claimed yet; the second sees it.
+    const rec: Recorded = { finished: [], lost: [], pending: [] };
+    const ex = createKubernetesExecutor({
+      kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
+      pods: { namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 },
+      reporter: { started: async () => true, log: () => {}, heartbeat: async () => new Set(), logsSoFar: async () => ({ stdout: 0, stderr: 0 }), finished: async (a, result) => void rec.finished.push({ tiId: a.tiId, result }) },
+      store: {
+        lost: async (a, error) => {
+          rec.lost.push({ tiId: a.tiId, tryNumber: a.tryNumber, error });
+          return true;
+        },
+        pending: async () => {},
+        active: async () => (reads++ === 0 ? [] : [{ attempt: late, running: false }]),
+        podGone: async () => {},
+      },
+      logger: pino({ level: 'silent' }),
+    });
+    executors.push(ex);
+    await ex.lead(true);
+    expect(reads).toBe(2);
+    expect(kube.pod(NS, podName(late))).toBeDefined();
+    kube.deleteFromOutside(NS, podName(late));
+    await waitFor('followed: its deletion ends the attempt', async () => rec.lost.some((l) => l.tiId === late.tiId));
+  });
+});

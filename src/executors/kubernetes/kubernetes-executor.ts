@@ -174,7 +174,7 @@ export class KubernetesExecutor implements Executor {
     if (epoch !== this.#epoch) return;
     const byKey = new Map(active.map((a) => [`${a.tiId}/${a.tryNumber}`, a]));
     let adopted = 0;
-    let deleted = 0;
+    const strays: { namespace: string; name: string; key: string }[] = [];
     for (const w of this.#watches.values()) {
       for (const pod of [...w.pods()]) {
         const key = attemptOfPod(pod.metadata?.labels);
@@ -187,12 +187,29 @@ export class KubernetesExecutor implements Executor {
             adopted++;
             this.#onPod(p, 'MODIFIED', pod);
           }
-        } else if (cond.kind !== 'succeeded' && cond.kind !== 'failed') {
-          // Its attempt is over (ended, reaped, retried): the pod must not run on beside the next.
-          deleted++;
-          void this.#deletePod(w.namespace, pod.metadata!.name!, 0);
+        } else if (cond.kind !== 'succeeded' && cond.kind !== 'failed' && !this.#byPod.has(`${w.namespace}/${pod.metadata!.name}`)) {
+          strays.push({ namespace: w.namespace, name: pod.metadata!.name!, key: `${key.tiId}/${key.tryNumber}` });
         }
       }
+    }
+    // Its attempt is over (ended, reaped, retried): the pod must not run on beside the next. Read
+    // again first: an attempt claimed since the first read (by the leader before us, in an
+    // overlap) has a pod that is not a stray.
+    const current = strays.length === 0 ? new Map<string, Attempt>() : new Map((await this.#o.store.active()).map((r) => [`${r.attempt.tiId}/${r.attempt.tryNumber}`, r.attempt]));
+    let deleted = 0;
+    for (const s of strays) {
+      if (this.#byPod.has(`${s.namespace}/${s.name}`) || epoch !== this.#epoch) continue;
+      const late = current.get(s.key);
+      const pod = this.#watches.get(s.namespace)?.get(s.name);
+      if (late && podName(late) === s.name) {
+        if (pod && !this.#live.has(late.tiId)) {
+          adopted++;
+          this.#onPod(this.#track(late, s.namespace, performance.now()), 'MODIFIED', pod);
+        }
+        continue;
+      }
+      deleted++;
+      void this.#deletePod(s.namespace, s.name, 0);
     }
     const missing = active.filter((a) => !this.#live.has(a.tiId));
     for (const a of missing) {
