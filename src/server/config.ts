@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseDuration } from '../core/duration.js';
-import { dns1123LabelProblem } from '../core/kubernetes-names.js';
+import { dns1123LabelProblem, dns1123SubdomainProblem } from '../core/kubernetes-names.js';
 import type { KubeconfigSource } from '../executors/kubernetes/load-kube-config.js';
 
 /** Edition files sit at the package root; `dist/server` and `src/server` are at the same depth. */
@@ -67,6 +67,9 @@ export interface KubernetesConfig {
   /** How long a finished pod is kept before it is deleted: succeeded (0: at once), failed. */
   keepSucceededMs: number;
   keepFailedMs: number;
+  /** The Secret (and key) in the pods' namespace holding the agent token, so pod specs never
+   *  carry it; null: the token is written into the pod's env (readable by whoever reads pods). */
+  agentTokenSecret: { name: string; key: string } | null;
 }
 
 /** A configuration value as given, with where it came from, for error messages. */
@@ -109,6 +112,7 @@ export const SETTINGS = {
   pod_pending_timeout: { flag: '--pod-pending-timeout', env: 'LEOFLOW_POD_PENDING_TIMEOUT', kind: 'duration' },
   pod_keep_succeeded: { flag: '--pod-keep-succeeded', env: 'LEOFLOW_POD_KEEP_SUCCEEDED', kind: 'duration' },
   pod_keep_failed: { flag: '--pod-keep-failed', env: 'LEOFLOW_POD_KEEP_FAILED', kind: 'duration' },
+  pod_agent_token_secret: { flag: '--pod-agent-token-secret', env: 'LEOFLOW_POD_AGENT_TOKEN_SECRET', kind: 'string' },
 } as const satisfies Record<string, { flag: string; env: string; kind: Kind }>;
 
 export type SettingKey = keyof typeof SETTINGS;
@@ -268,6 +272,13 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
       podPendingTimeoutMs: get('pod_pending_timeout', duration, 300_000),
       keepSucceededMs: get('pod_keep_succeeded', keep, 0),
       keepFailedMs: get('pod_keep_failed', keep, 3_600_000),
+      agentTokenSecret: get('pod_agent_token_secret', (v) => {
+        const [name, key = 'agent-token', ...rest] = nonEmpty(v).split('/');
+        const why = rest.length > 0 ? 'has more than one "/"' : dns1123SubdomainProblem(name!);
+        if (why) throw new Error(`must be SECRET or SECRET/KEY (a Secret's name, a DNS-1123 subdomain), got ${JSON.stringify(v)}: ${why}`);
+        if (!/^[-._a-zA-Z0-9]+$/.test(key)) throw new Error(`the key must be letters, digits, "-", "_" or ".", got ${JSON.stringify(key)}`);
+        return { name: name!, key };
+      }, null as { name: string; key: string } | null),
     };
     if (pick('pod_server_url', defaults) === undefined) problems.push('the kubernetes executor needs the address pods reach the control plane at: set --pod-server-url or LEOFLOW_POD_SERVER_URL (e.g. http://leoflow:7070)');
   }

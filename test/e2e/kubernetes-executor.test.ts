@@ -234,4 +234,21 @@ describe('the kubernetes executor against the fake API server', () => {
     expect((await tiOf(runId)).try_number).toBe(1);
   });
 
+
+  it('gives pods the agent token from a Secret, never in their spec, when --pod-agent-token-secret names one', { timeout: 90_000 }, async () => {
+    const token = randomUUID();
+    kube.setSecret(NS, 'leoflow-agent', { 'agent-token': token });
+    await server.stop();
+    server = await startPro(['--agent-token', token, '--pod-agent-token-secret', 'leoflow-agent']);
+    await apply('tokened', 'dag_id: tokened\ntasks:\n  - id: t\n    command: ["sleep", "2"]\n');
+    const runId = await trigger('tokened');
+    const t = await waitFor('running: its agent got in with the token', async () => {
+      const x = await tiOf(runId);
+      return x.state === 'running' ? x : null;
+    }, 30_000);
+    const pod = kube.pod(NS, podOf(t));
+    expect(pod.spec.containers[0].env).toContainEqual({ name: 'LEOFLOW_AGENT_TOKEN', valueFrom: { secretKeyRef: { name: 'leoflow-agent', key: 'agent-token' } } });
+    expect(JSON.stringify(pod)).not.toContain(token);
+    expect((await ended(runId)).state).toBe('success');
+  });
 });

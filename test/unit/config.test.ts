@@ -65,7 +65,13 @@ describe('config', () => {
       podPendingTimeoutMs: 300_000,
       keepSucceededMs: 0,
       keepFailedMs: 3_600_000,
+      agentTokenSecret: null,
     });
+    expect(loadConfig({ edition: 'pro', kubernetes_image: 'x', pod_agent_token_secret: 'leoflow-agent' }, env, '/srv').kubernetes!.agentTokenSecret).toEqual({ name: 'leoflow-agent', key: 'agent-token' });
+    expect(loadConfig({ edition: 'pro', kubernetes_image: 'x', pod_agent_token_secret: 'leoflow/token' }, env, '/srv').kubernetes!.agentTokenSecret).toEqual({ name: 'leoflow', key: 'token' });
+    expect(problems({ edition: 'pro', kubernetes_image: 'x', pod_agent_token_secret: 'Bad_Name' }, env)).toEqual([
+      '--pod-agent-token-secret: must be SECRET or SECRET/KEY (a Secret\'s name, a DNS-1123 subdomain), got "Bad_Name": must be a DNS-1123 subdomain: lower-case letters, digits, "-" and ".", starting and ending with a letter or digit',
+    ]);
     const k = loadConfig(
       { executor: 'kubernetes', kubeconfig: 'kube/config', pod_server_url: 'http://cp:7070', pod_keep_failed: '10m' },
       { LEOFLOW_KUBERNETES_IMAGE: 'leoflow:dev', LEOFLOW_KUBERNETES_NAMESPACE: 'jobs', LEOFLOW_POD_PENDING_TIMEOUT: '30s', LEOFLOW_POD_AGENT_COMMAND: 'node,/app/dist/cli/main.js' },

@@ -32,6 +32,7 @@ const HELP: Record<SettingKey, string> = {
   pod_pending_timeout: 'kubernetes executor: fail an attempt whose pod stays unschedulable this long, e.g. 5m',
   pod_keep_succeeded: 'kubernetes executor: keep a succeeded pod this long before deleting it (0: at once)',
   pod_keep_failed: 'kubernetes executor: keep a failed pod this long before deleting it, e.g. 1h',
+  pod_agent_token_secret: "kubernetes executor: SECRET[/KEY] (key default agent-token) in the pods' namespace holding --agent-token, so pod specs never carry it",
 };
 
 /** commander's option name → our setting key (`--tick-interval` → tickInterval → tick_interval). */

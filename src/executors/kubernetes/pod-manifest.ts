@@ -21,6 +21,8 @@ export interface PodSettings {
   killGraceMs: number;
   /** The agents' shared secret, when the control plane requires one. */
   agentToken: string | null;
+  /** Where pods read the agent token from instead (a Secret in their namespace); null: `agentToken` in the env. */
+  agentTokenSecret?: { name: string; key: string } | null;
 }
 
 /** Time for the agent, once its task is stopped, to send the end and its last log lines. */
@@ -41,7 +43,9 @@ export function podManifest(attempt: Attempt, s: PodSettings): V1Pod {
   const env = [
     // The attempt this pod runs, and nothing else (agent --once, Hello.only_attempt_token).
     { name: 'LEOFLOW_ATTEMPT_TOKEN', value: attempt.attemptToken },
-    ...(s.agentToken !== null ? [{ name: 'LEOFLOW_AGENT_TOKEN', value: s.agentToken }] : []),
+    ...(s.agentTokenSecret
+      ? [{ name: 'LEOFLOW_AGENT_TOKEN', valueFrom: { secretKeyRef: { name: s.agentTokenSecret.name, key: s.agentTokenSecret.key } } }]
+      : s.agentToken !== null ? [{ name: 'LEOFLOW_AGENT_TOKEN', value: s.agentToken }] : []),
   ];
   const tolerations: V1Toleration[] | undefined = k?.tolerations?.map((t) => ({ ...t }));
   return {
