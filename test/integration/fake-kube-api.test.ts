@@ -297,8 +297,9 @@ describe('pods as processes', () => {
     dirs.push(dir);
     const name = uniqueName();
     const marker = join(dir, 'term');
-    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', `trap 'echo term > ${marker}; exit 0' TERM; while true; do sleep 0.05; done`] }) });
-    await until('Running', () => api.pod('default', name)?.status?.phase === 'Running');
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', `trap 'echo term > ${marker}; exit 0' TERM; echo ready; while true; do sleep 0.05; done`] }) });
+    // Running is reported when the process starts; its trap is set a moment later.
+    await until('trap set', () => api.containerLogs('default', name) === 'ready\n');
     const pid = api.processes().at(-1)!;
     const types: string[] = [];
     const w = new k8s.Watch(kc);
@@ -318,8 +319,8 @@ describe('pods as processes', () => {
 
   it('SIGKILLs a process that ignores SIGTERM once the grace period is over', async () => {
     const name = uniqueName();
-    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', "trap '' TERM; while true; do sleep 0.05; done"] }) });
-    await until('Running', () => api.pod('default', name)?.status?.phase === 'Running');
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', "trap '' TERM; echo ready; while true; do sleep 0.05; done"] }) });
+    await until('trap set', () => api.containerLogs('default', name) === 'ready\n');
     const t0 = Date.now();
     await core.deleteNamespacedPod({ namespace: 'default', name, body: { gracePeriodSeconds: 1 } });
     await until('gone', () => !api.pod('default', name));

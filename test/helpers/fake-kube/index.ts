@@ -69,7 +69,9 @@ export async function startFakeKubeApi(opts: FakeKubeApiOptions = {}): Promise<F
 }
 
 export { FakeKubeApi };
-export type { AccessRule, FailureRule, FakeKubeApiOptions, RequestRecord, Verb } from './fake-kube-api.js';
+export type { AccessRule } from './access-control.js';
+export type { Verb } from './api-route.js';
+export type { FailureRule, FakeKubeApiOptions, RequestRecord } from './fake-kube-api.js';
 export type { ImageRule } from './fake-kubelet.js';
 export type { NodesOption } from './fake-scheduler.js';
 export type { Quota } from './resource-quota.js';
