@@ -490,6 +490,28 @@ describe('kubelet details', () => {
     expect(api.pod('default', name)).toBeUndefined();
   });
 
+  it('PATCH and PUT change labels, annotations and images, refuse other spec changes with 422, and a stale resourceVersion with 409', async () => {
+    const name = uniqueName();
+    const created = await core.createNamespacedPod({ namespace: 'default', body: pod(name, {}, {}, { app: 'a' }) });
+    // client-node sends a JSON patch (application/json-patch+json) by default.
+    const patched = await core.patchNamespacedPod({ namespace: 'default', name, body: [{ op: 'add', path: '/metadata/labels/leoflow.io~1adopted', value: 'yes' }, { op: 'add', path: '/metadata/annotations', value: { note: 'x' } }] });
+    expect(patched.metadata?.labels).toEqual({ app: 'a', 'leoflow.io/adopted': 'yes' });
+    expect(patched.metadata?.annotations).toEqual({ note: 'x' });
+    expect(Number(patched.metadata?.resourceVersion)).toBeGreaterThan(Number(created.metadata?.resourceVersion));
+    const forbidden = await refusal(core.patchNamespacedPod({ namespace: 'default', name, body: [{ op: 'replace', path: '/spec/restartPolicy', value: 'Always' }] }));
+    expectStatus(forbidden.body, 422, 'Invalid');
+    expect(forbidden.body.message).toMatch(/^Pod ".+" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers\[\*\].image`/);
+    const badLabel = await refusal(core.patchNamespacedPod({ namespace: 'default', name, body: [{ op: 'add', path: '/metadata/labels/bad key', value: 'x' }] }));
+    expect(badLabel.body.details.causes[0].field).toBe('metadata.labels');
+    const current = await core.readNamespacedPod({ namespace: 'default', name });
+    current.spec!.containers[0]!.image = 'busybox:1.37';
+    const replaced = await core.replaceNamespacedPod({ namespace: 'default', name, body: current });
+    expect(replaced.spec?.containers[0]?.image).toBe('busybox:1.37');
+    const stale = await refusal(core.replaceNamespacedPod({ namespace: 'default', name, body: current }));
+    expectStatus(stale.body, 409, 'Conflict');
+    expect(stale.body.message).toBe(`Operation cannot be fulfilled on pods "${name}": the object has been modified; please apply your changes to the latest version and try again`);
+  });
+
   it('a delete with a stale uid precondition is refused with 409 Conflict', async () => {
     const name = uniqueName();
     await core.createNamespacedPod({ namespace: 'default', body: pod(name) });

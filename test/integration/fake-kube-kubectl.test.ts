@@ -59,6 +59,9 @@ describe.skipIf(!hasKubectl)('kubectl against the fake API server', () => {
     const events = (await kubectl('get', 'events', '--field-selector', 'involvedObject.name=hello', '-o', 'json')).out;
     expect(JSON.parse(events).items.map((e: { reason: string }) => e.reason)).toEqual(expect.arrayContaining(['Scheduled', 'Pulling', 'Pulled', 'Created', 'Started']));
     expect((await kubectl('describe', 'pod', 'hello')).out).toMatch(/Successfully assigned default\/hello to node-\d/);
+    expect((await kubectl('label', 'pod', 'hello', 'tier=batch')).out.trim()).toBe('pod/hello labeled');
+    expect((await kubectl('annotate', 'pod', 'hello', 'leoflow.io/note=checked')).out.trim()).toBe('pod/hello annotated');
+    expect(api.pod('default', 'hello').metadata).toMatchObject({ labels: { app: 'hello', tier: 'batch' }, annotations: { 'leoflow.io/note': 'checked' } });
     expect((await kubectl('delete', 'pod', 'hello', '--grace-period=1')).out.trim()).toBe('pod "hello" deleted');
     expect(api.pod('default', 'hello')).toBeUndefined();
   });

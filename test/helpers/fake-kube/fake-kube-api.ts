@@ -21,6 +21,7 @@ import { listObjects, stripKind } from './list-objects.js';
 import { ObjectStore, type KubeObject, type Resource } from './object-store.js';
 import { toTable, wantsTable } from './print-table.js';
 import { checkQuotas, type Quota } from './resource-quota.js';
+import { applyPatch, checkPodUpdate, patchTypeOf } from './update-pod.js';
 import {
   StatusError, alreadyExists, badRequest, forbidden, invalidObject, methodNotAllowed, notFound, statusFor, tooLargeResourceVersion, unauthorized,
   type StatusDetails,
@@ -456,7 +457,7 @@ export class FakeKubeApi {
       authorize(who, route);
       if (route.verb === 'watch') return await this.watch(route, url, res, record);
       if (route.verb === 'list') await this.waitForListVersion(url);
-      let [code, payload] = this.serve(route, url, body);
+      let [code, payload] = this.serve(route, url, body, req.headers['content-type']);
       if (failure) return this.fail(res, failure, record);
       if ((route.verb === 'list' || route.verb === 'get') && !route.subresource && (route.resource === 'pods' || route.resource === 'events') && wantsTable(req.headers.accept)) {
         const p = payload as any;
@@ -512,7 +513,7 @@ export class FakeKubeApi {
     return t;
   }
 
-  private serve(route: Route, url: URL, body: string): [number, unknown] {
+  private serve(route: Route, url: URL, body: string, contentType?: string): [number, unknown] {
     if (route.discovery !== undefined) return [200, discoveryDocument(url.pathname, new URL(this.url).host)];
     const resource = route.resource!;
     if (resource === 'namespaces') return this.serveNamespaces(route);
@@ -526,6 +527,7 @@ export class FakeKubeApi {
     }
     if (resource === 'pods' && route.verb === 'create') return [201, this.createPod(route.namespace, body, url)];
     if (resource === 'pods' && route.verb === 'delete') return [200, this.deletePodRequest(route.namespace!, route.name!, body, url)];
+    if (resource === 'pods' && route.name !== undefined && (route.verb === 'patch' || route.verb === 'update')) return [200, this.updatePod(route, body, contentType)];
     throw methodNotAllowed();
   }
 
@@ -630,6 +632,30 @@ export class FakeKubeApi {
     this.creates.set(`${ns}/${name}`, (this.creates.get(`${ns}/${name}`) ?? 0) + 1);
     this.scheduler?.enqueue(ns, name);
     return created;
+  }
+
+  /** PATCH or PUT of a pod: its metadata, container images, deadline and added tolerations may change. */
+  private updatePod(route: Route, body: string, contentType: string | undefined): KubeObject {
+    const ns = route.namespace!;
+    const old = this.store.get('pods', ns, route.name!);
+    if (!old) throw notFound('pods', route.name!);
+    let next: KubeObject;
+    if (route.verb === 'patch') next = applyPatch(old, patchTypeOf(contentType), body);
+    else {
+      try {
+        next = JSON.parse(body);
+      } catch (err) {
+        throw badRequest(`couldn't get version/kind; json parse error: ${(err as Error).message}`);
+      }
+      if (!next?.metadata?.resourceVersion) {
+        throw invalidObject('Pod', route.name!, [{ type: 'FieldValueInvalid', field: 'metadata.resourceVersion', message: 'Invalid value: 0x0: must be specified for an update' }]);
+      }
+    }
+    const stored = checkPodUpdate(old, next);
+    return this.store.update('pods', ns, route.name!, (p) => {
+      p.metadata = stored.metadata;
+      p.spec = stored.spec;
+    })!;
   }
 
   private deletePodRequest(namespace: string, name: string, body: string, url: URL): KubeObject {

@@ -12,13 +12,16 @@ import { FakeKubeApi, type FakeKubeApiOptions } from './fake-kube-api.js';
  *   missing namespace; 403 for a missing service account, an RBAC denial or a ResourceQuota), get,
  *   list (label selectors `=`, `==`, `!=`, `in`, `notin`, existence; field selectors on the
  *   indexed fields; limit/continue), delete (grace from DeleteOptions or the query, uid and
- *   resourceVersion preconditions), watch, and `pods/{name}/log`;
+ *   resourceVersion preconditions), patch (JSON, merge and strategic merge) and update (PUT)
+ *   within what a pod update may change (labels, annotations, images, deadline, added
+ *   tolerations: 422 otherwise; a stale resourceVersion: 409), watch, and `pods/{name}/log`;
  * - events (list, get, watch; fieldSelector `involvedObject.name=…`), recorded by the fake
  *   scheduler and kubelet as real ones are (Scheduled, FailedScheduling, Pulling, Pulled, Failed,
  *   BackOff, ErrImageNeverPull, InspectFailed, Created, Started, Killing, DeadlineExceeded), a
  *   repeat counted on the same event;
  * - namespaces and nodes (get, list), discovery (/version, /api, /api/v1, /apis) and server-side
- *   tables (`as=Table`) for kubectl. Not served: PUT/PATCH (405), OpenAPI documents, other kinds.
+ *   tables (`as=Table`) for kubectl. Not served: deletecollection, server-side apply, status
+ *   subresources, OpenAPI documents (kubectl needs `--validate=false`), other kinds (405 or 404).
  *
  * resourceVersion: one global counter every write bumps (pods and events alike); lists carry it;
  * a DELETED event carries the deletion's version. Watches (`?watch=1` or `/api/v1/watch/…`) send
