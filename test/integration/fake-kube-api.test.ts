@@ -189,6 +189,26 @@ describe('create', () => {
     await core.listNamespacedPod({ namespace: 'default' });
   });
 
+  it('limitInflight answers 429 with Retry-After past the limit of requests served at once', async () => {
+    api.setLatency(200, 'get');
+    api.limitInflight(2, 2);
+    try {
+      const results = await Promise.allSettled(Array.from({ length: 5 }, () => core.readNamespace({ name: 'default' })));
+      const refused = results.filter((r) => r.status === 'rejected').map((r) => (r as PromiseRejectedResult).reason as k8s.ApiException<string>);
+      expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(2);
+      expect(refused).toHaveLength(3);
+      for (const e of refused) {
+        expect(e.code).toBe(429);
+        expect(e.headers['retry-after']).toBe('2');
+        expect(JSON.parse(e.body)).toMatchObject({ kind: 'Status', reason: 'TooManyRequests', message: 'Too many requests, please try again later.', details: { retryAfterSeconds: 2 } });
+      }
+    } finally {
+      api.limitInflight(undefined);
+      api.setLatency(0, 'get');
+    }
+    await core.readNamespace({ name: 'default' });
+  });
+
   it('adds the injected latency to each request of the verb', async () => {
     api.setLatency(150, 'list');
     const t0 = Date.now();

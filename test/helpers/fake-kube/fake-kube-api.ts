@@ -23,7 +23,7 @@ import { toTable, wantsTable } from './print-table.js';
 import { checkQuotas, type Quota } from './resource-quota.js';
 import { applyPatch, checkPodUpdate, patchTypeOf } from './update-pod.js';
 import {
-  StatusError, alreadyExists, badRequest, forbidden, invalidObject, methodNotAllowed, notFound, statusFor, tooLargeResourceVersion, unauthorized,
+  StatusError, alreadyExists, badRequest, forbidden, invalidObject, methodNotAllowed, notFound, statusFor, tooLargeResourceVersion, tooManyRequests, unauthorized,
   type StatusDetails,
 } from './status.js';
 import { validatePod } from './validate-pod.js';
@@ -118,6 +118,8 @@ export class FakeKubeApi {
   private readonly imageRules: Array<{ match: string | RegExp; rule: ImageRule }> = [];
   private readonly latency = new Map<string, number>();
   private failures: Array<FailureRule & { left: number }> = [];
+  private inflightLimit: { max: number; retryAfterSeconds: number } | undefined;
+  private inflight = 0;
   private readonly log: RequestRecord[] = [];
   private readonly creates = new Map<string, number>();
   private readonly createPosts = new Map<string, number>();
@@ -268,6 +270,15 @@ export class FakeKubeApi {
 
   setLatency(ms: number, verb?: Verb): void {
     this.latency.set(verb ?? '*', ms);
+  }
+
+  /**
+   * At most `max` requests served at once (watches aside, as long-running requests): the next one
+   * is answered 429 TooManyRequests with Retry-After, as API Priority and Fairness answers when its
+   * queues are full. Undefined lifts the limit.
+   */
+  limitInflight(max: number | undefined, retryAfterSeconds = 1): void {
+    this.inflightLimit = max === undefined ? undefined : { max, retryAfterSeconds };
   }
 
   failNext(rule: FailureRule): void {
@@ -437,6 +448,7 @@ export class FakeKubeApi {
     const at = Date.now();
     const url = new URL(req.url ?? '/', 'http://fake');
     let route: Route | undefined;
+    let counted = false;
     const record = (status: number) => {
       const r: RequestRecord = { verb: route?.verb ?? 'discovery', method: req.method ?? 'GET', path: url.pathname + url.search, status, at, durationMs: Date.now() - at };
       if (route?.resource) r.resource = route.subresource ? `${route.resource}/${route.subresource}` : route.resource;
@@ -449,6 +461,12 @@ export class FakeKubeApi {
       const body = await readBody(req);
       if (route.discovery === 'public') return this.reply(res, 200, discoveryDocument(url.pathname, new URL(this.url).host), record);
       const who = this.authenticate(req);
+      if (route.verb !== 'watch' && this.inflightLimit !== undefined) {
+        // API Priority and Fairness, reduced to one queue without waiting: past the limit, 429.
+        if (this.inflight >= this.inflightLimit.max) throw tooManyRequests(this.inflightLimit.retryAfterSeconds);
+        this.inflight++;
+        counted = true;
+      }
       const delay = this.latency.get(route.verb) ?? this.latency.get('*') ?? 0;
       if (delay > 0) await new Promise((r) => setTimeout(r, delay));
       if (this.closed) return void res.destroy();
@@ -468,6 +486,8 @@ export class FakeKubeApi {
     } catch (err) {
       if (err instanceof StatusError) return this.reply(res, err.code, err.status, record, err.headers());
       this.reply(res, 500, statusFor(500, String((err as Error)?.stack ?? err)).status, record);
+    } finally {
+      if (counted) this.inflight--;
     }
   }
 

@@ -58,7 +58,8 @@ import { FakeKubeApi, type FakeKubeApiOptions } from './fake-kube-api.js';
  * Authentication is the kubeconfig's bearer token (none or unknown: 401); `grantToken` adds
  * tokens with RBAC-like rules. Latency (`setLatency`, per verb, before the request is served) and
  * failures (`failNext`: any status with its Status body and Retry-After, or a dropped connection,
- * before or after the request takes effect) are injectable. Introspection: `pods()`, `pod()`,
+ * before or after the request takes effect) are injectable, and `limitInflight` answers 429 past
+ * a number of requests served at once, as API Priority and Fairness does. Introspection: `pods()`, `pod()`,
  * `events()`, `createCount()` (successful creates of a name), `createAttempts()`, `requests()`
  * (verb, path, status, arrival, duration), `openWatches()`, `processes()`, `containerLogs()`.
  * `close()` SIGKILLs every process group it started and waits for each, and closes every
