@@ -547,10 +547,11 @@ describe('watch', () => {
     const list = await core.listNamespacedPod({ namespace: 'jobs' });
     const from = list.metadata!.resourceVersion!;
     const events: Array<{ type: string; rv: string; name?: string }> = [];
-    const ctl = await new k8s.Watch(kc).watch('/api/v1/namespaces/jobs/pods', { resourceVersion: from, allowWatchBookmarks: true }, (type, o) => events.push({ type, rv: o.metadata.resourceVersion, name: o.metadata.name }), () => undefined);
     const name = uniqueName();
+    // Only this test's pod: others in the namespace may change meanwhile.
+    const ctl = await new k8s.Watch(kc).watch('/api/v1/namespaces/jobs/pods', { resourceVersion: from, allowWatchBookmarks: true, labelSelector: `test=${name}` }, (type, o) => events.push({ type, rv: o.metadata.resourceVersion, name: o.metadata.name }), () => undefined);
     api.setQuota('jobs', { name: 'compute', hard: {} });
-    await core.createNamespacedPod({ namespace: 'jobs', body: pod(name, { command: ['true'] }) });
+    await core.createNamespacedPod({ namespace: 'jobs', body: pod(name, { command: ['true'] }, {}, { test: name }) });
     await until('a bookmark after the pod ended', () => events.some((e) => e.type === 'BOOKMARK' && Number(e.rv) >= Number(api.pod('jobs', name)?.metadata.resourceVersion ?? Infinity)));
     ctl.abort();
     expect(events[0]).toMatchObject({ type: 'ADDED', name });
