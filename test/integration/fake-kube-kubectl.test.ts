@@ -79,4 +79,15 @@ describe.skipIf(!hasKubectl)('kubectl against the fake API server', () => {
     const dup = await kubectl('create', '--validate=false', '-f', manifest);
     expect(dup.err.trim()).toBe('Error from server (AlreadyExists): error when creating "' + manifest + '": pods "twice" already exists');
   });
+
+  it('deletes pods by label selector (a DELETE on the collection)', async () => {
+    for (const [name, group] of [['g1', 'a'], ['g2', 'a'], ['g3', 'b']] as const) {
+      const manifest = join(dir, `${name}.json`);
+      writeFileSync(manifest, JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name, labels: { group } }, spec: { containers: [{ name: 'c', image: 'busybox', command: ['sleep', '30'] }] } }));
+      await kubectl('create', '--validate=false', '-f', manifest);
+    }
+    const out = await kubectl('delete', 'pods', '-l', 'group=a', '--grace-period=1');
+    expect(out.out.trim().split('\n').sort()).toEqual(['pod "g1" deleted', 'pod "g2" deleted']);
+    expect(api.pods('default').map((p) => p.metadata.name).filter((n: string) => n.startsWith('g'))).toEqual(['g3']);
+  });
 });

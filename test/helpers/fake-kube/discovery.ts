@@ -13,7 +13,7 @@ export function discoveryDocument(path: string, serverAddress: string): unknown 
       kind: 'APIResourceList',
       groupVersion: 'v1',
       resources: [
-        { ...res('pods', 'Pod', true, ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch']), shortNames: ['po'] },
+        { ...res('pods', 'Pod', true, ['create', 'delete', 'deletecollection', 'get', 'list', 'patch', 'update', 'watch']), shortNames: ['po'] },
         { ...res('pods/log', 'Pod', true, ['get']), singularName: '' },
         { ...res('events', 'Event', true, ['get', 'list', 'watch']), shortNames: ['ev'] },
         { ...res('namespaces', 'Namespace', false, ['get', 'list']), shortNames: ['ns'] },

@@ -547,6 +547,7 @@ export class FakeKubeApi {
     }
     if (resource === 'pods' && route.verb === 'create') return [201, this.createPod(route.namespace, body, url)];
     if (resource === 'pods' && route.verb === 'delete') return [200, this.deletePodRequest(route.namespace!, route.name!, body, url)];
+    if (resource === 'pods' && route.verb === 'deletecollection' && route.namespace !== undefined) return [200, this.deletePods(route.namespace, body, url)];
     if (resource === 'pods' && route.name !== undefined && (route.verb === 'patch' || route.verb === 'update')) return [200, this.updatePod(route, body, contentType)];
     throw methodNotAllowed();
   }
@@ -676,6 +677,13 @@ export class FakeKubeApi {
       p.metadata = stored.metadata;
       p.spec = stored.spec;
     })!;
+  }
+
+  /** DELETE on the collection: every pod the selectors match is deleted as one DELETE would; the answer lists them. */
+  private deletePods(namespace: string, body: string, url: URL): unknown {
+    const list = listObjects(this.store, 'pods', namespace, url) as { metadata: Record<string, unknown>; items: KubeObject[] };
+    const items = list.items.map((p) => stripKind(this.deletePodRequest(namespace, p.metadata.name, body, url)));
+    return { kind: 'PodList', apiVersion: 'v1', metadata: { resourceVersion: String(this.store.resourceVersion) }, items };
   }
 
   private deletePodRequest(namespace: string, name: string, body: string, url: URL): KubeObject {

@@ -20,7 +20,7 @@ import { FakeKubeApi, type FakeKubeApiOptions } from './fake-kube-api.js';
  *   BackOff, ErrImageNeverPull, InspectFailed, Created, Started, Killing, DeadlineExceeded), a
  *   repeat counted on the same event;
  * - namespaces and nodes (get, list), discovery (/version, /api, /api/v1, /apis) and server-side
- *   tables (`as=Table`) for kubectl. Not served: deletecollection, server-side apply, status
+ *   tables (`as=Table`) for kubectl; delete of a collection of pods by selector. Not served: server-side apply, status
  *   subresources, OpenAPI documents (kubectl needs `--validate=false`), other kinds (405 or 404).
  *
  * resourceVersion: one global counter every write bumps (pods and events alike); lists carry it;
