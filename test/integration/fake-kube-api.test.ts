@@ -189,6 +189,26 @@ describe('create', () => {
     await core.listNamespacedPod({ namespace: 'default' });
   });
 
+  it('limitInflight answers 429 with Retry-After past the limit of requests served at once', async () => {
+    api.setLatency(200, 'get');
+    api.limitInflight(2, 2);
+    try {
+      const results = await Promise.allSettled(Array.from({ length: 5 }, () => core.readNamespace({ name: 'default' })));
+      const refused = results.filter((r) => r.status === 'rejected').map((r) => (r as PromiseRejectedResult).reason as k8s.ApiException<string>);
+      expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(2);
+      expect(refused).toHaveLength(3);
+      for (const e of refused) {
+        expect(e.code).toBe(429);
+        expect(e.headers['retry-after']).toBe('2');
+        expect(JSON.parse(e.body)).toMatchObject({ kind: 'Status', reason: 'TooManyRequests', message: 'Too many requests, please try again later.', details: { retryAfterSeconds: 2 } });
+      }
+    } finally {
+      api.limitInflight(undefined);
+      api.setLatency(0, 'get');
+    }
+    await core.readNamespace({ name: 'default' });
+  });
+
   it('adds the injected latency to each request of the verb', async () => {
     api.setLatency(150, 'list');
     const t0 = Date.now();
@@ -297,8 +317,9 @@ describe('pods as processes', () => {
     dirs.push(dir);
     const name = uniqueName();
     const marker = join(dir, 'term');
-    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', `trap 'echo term > ${marker}; exit 0' TERM; while true; do sleep 0.05; done`] }) });
-    await until('Running', () => api.pod('default', name)?.status?.phase === 'Running');
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', `trap 'echo term > ${marker}; exit 0' TERM; echo ready; while true; do sleep 0.05; done`] }) });
+    // Running is reported when the process starts; its trap is set a moment later.
+    await until('trap set', () => api.containerLogs('default', name) === 'ready\n');
     const pid = api.processes().at(-1)!;
     const types: string[] = [];
     const w = new k8s.Watch(kc);
@@ -318,8 +339,8 @@ describe('pods as processes', () => {
 
   it('SIGKILLs a process that ignores SIGTERM once the grace period is over', async () => {
     const name = uniqueName();
-    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', "trap '' TERM; while true; do sleep 0.05; done"] }) });
-    await until('Running', () => api.pod('default', name)?.status?.phase === 'Running');
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', "trap '' TERM; echo ready; while true; do sleep 0.05; done"] }) });
+    await until('trap set', () => api.containerLogs('default', name) === 'ready\n');
     const t0 = Date.now();
     await core.deleteNamespacedPod({ namespace: 'default', name, body: { gracePeriodSeconds: 1 } });
     await until('gone', () => !api.pod('default', name));
@@ -489,6 +510,28 @@ describe('kubelet details', () => {
     expect(api.pod('default', name)).toBeUndefined();
   });
 
+  it('PATCH and PUT change labels, annotations and images, refuse other spec changes with 422, and a stale resourceVersion with 409', async () => {
+    const name = uniqueName();
+    const created = await core.createNamespacedPod({ namespace: 'default', body: pod(name, {}, {}, { app: 'a' }) });
+    // client-node sends a JSON patch (application/json-patch+json) by default.
+    const patched = await core.patchNamespacedPod({ namespace: 'default', name, body: [{ op: 'add', path: '/metadata/labels/leoflow.io~1adopted', value: 'yes' }, { op: 'add', path: '/metadata/annotations', value: { note: 'x' } }] });
+    expect(patched.metadata?.labels).toEqual({ app: 'a', 'leoflow.io/adopted': 'yes' });
+    expect(patched.metadata?.annotations).toEqual({ note: 'x' });
+    expect(Number(patched.metadata?.resourceVersion)).toBeGreaterThan(Number(created.metadata?.resourceVersion));
+    const forbidden = await refusal(core.patchNamespacedPod({ namespace: 'default', name, body: [{ op: 'replace', path: '/spec/restartPolicy', value: 'Always' }] }));
+    expectStatus(forbidden.body, 422, 'Invalid');
+    expect(forbidden.body.message).toMatch(/^Pod ".+" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers\[\*\].image`/);
+    const badLabel = await refusal(core.patchNamespacedPod({ namespace: 'default', name, body: [{ op: 'add', path: '/metadata/labels/bad key', value: 'x' }] }));
+    expect(badLabel.body.details.causes[0].field).toBe('metadata.labels');
+    const current = await core.readNamespacedPod({ namespace: 'default', name });
+    current.spec!.containers[0]!.image = 'busybox:1.37';
+    const replaced = await core.replaceNamespacedPod({ namespace: 'default', name, body: current });
+    expect(replaced.spec?.containers[0]?.image).toBe('busybox:1.37');
+    const stale = await refusal(core.replaceNamespacedPod({ namespace: 'default', name, body: current }));
+    expectStatus(stale.body, 409, 'Conflict');
+    expect(stale.body.message).toBe(`Operation cannot be fulfilled on pods "${name}": the object has been modified; please apply your changes to the latest version and try again`);
+  });
+
   it('a delete with a stale uid precondition is refused with 409 Conflict', async () => {
     const name = uniqueName();
     await core.createNamespacedPod({ namespace: 'default', body: pod(name) });
@@ -504,10 +547,11 @@ describe('watch', () => {
     const list = await core.listNamespacedPod({ namespace: 'jobs' });
     const from = list.metadata!.resourceVersion!;
     const events: Array<{ type: string; rv: string; name?: string }> = [];
-    const ctl = await new k8s.Watch(kc).watch('/api/v1/namespaces/jobs/pods', { resourceVersion: from, allowWatchBookmarks: true }, (type, o) => events.push({ type, rv: o.metadata.resourceVersion, name: o.metadata.name }), () => undefined);
     const name = uniqueName();
+    // Only this test's pod: others in the namespace may change meanwhile.
+    const ctl = await new k8s.Watch(kc).watch('/api/v1/namespaces/jobs/pods', { resourceVersion: from, allowWatchBookmarks: true, labelSelector: `test=${name}` }, (type, o) => events.push({ type, rv: o.metadata.resourceVersion, name: o.metadata.name }), () => undefined);
     api.setQuota('jobs', { name: 'compute', hard: {} });
-    await core.createNamespacedPod({ namespace: 'jobs', body: pod(name, { command: ['true'] }) });
+    await core.createNamespacedPod({ namespace: 'jobs', body: pod(name, { command: ['true'] }, {}, { test: name }) });
     await until('a bookmark after the pod ended', () => events.some((e) => e.type === 'BOOKMARK' && Number(e.rv) >= Number(api.pod('jobs', name)?.metadata.resourceVersion ?? Infinity)));
     ctl.abort();
     expect(events[0]).toMatchObject({ type: 'ADDED', name });

@@ -59,6 +59,9 @@ describe.skipIf(!hasKubectl)('kubectl against the fake API server', () => {
     const events = (await kubectl('get', 'events', '--field-selector', 'involvedObject.name=hello', '-o', 'json')).out;
     expect(JSON.parse(events).items.map((e: { reason: string }) => e.reason)).toEqual(expect.arrayContaining(['Scheduled', 'Pulling', 'Pulled', 'Created', 'Started']));
     expect((await kubectl('describe', 'pod', 'hello')).out).toMatch(/Successfully assigned default\/hello to node-\d/);
+    expect((await kubectl('label', 'pod', 'hello', 'tier=batch')).out.trim()).toBe('pod/hello labeled');
+    expect((await kubectl('annotate', 'pod', 'hello', 'leoflow.io/note=checked')).out.trim()).toBe('pod/hello annotated');
+    expect(api.pod('default', 'hello').metadata).toMatchObject({ labels: { app: 'hello', tier: 'batch' }, annotations: { 'leoflow.io/note': 'checked' } });
     expect((await kubectl('delete', 'pod', 'hello', '--grace-period=1')).out.trim()).toBe('pod "hello" deleted');
     expect(api.pod('default', 'hello')).toBeUndefined();
   });
@@ -75,5 +78,16 @@ describe.skipIf(!hasKubectl)('kubectl against the fake API server', () => {
     await kubectl('create', '--validate=false', '-f', manifest);
     const dup = await kubectl('create', '--validate=false', '-f', manifest);
     expect(dup.err.trim()).toBe('Error from server (AlreadyExists): error when creating "' + manifest + '": pods "twice" already exists');
+  });
+
+  it('deletes pods by label selector (a DELETE on the collection)', async () => {
+    for (const [name, group] of [['g1', 'a'], ['g2', 'a'], ['g3', 'b']] as const) {
+      const manifest = join(dir, `${name}.json`);
+      writeFileSync(manifest, JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name, labels: { group } }, spec: { containers: [{ name: 'c', image: 'busybox', command: ['sleep', '30'] }] } }));
+      await kubectl('create', '--validate=false', '-f', manifest);
+    }
+    const out = await kubectl('delete', 'pods', '-l', 'group=a', '--grace-period=1');
+    expect(out.out.trim().split('\n').sort()).toEqual(['pod "g1" deleted', 'pod "g2" deleted']);
+    expect(api.pods('default').map((p) => p.metadata.name).filter((n: string) => n.startsWith('g'))).toEqual(['g3']);
   });
 });

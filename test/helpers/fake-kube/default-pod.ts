@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { now } from './fake-scheduler.js';
+import { now } from './timestamp.js';
 import type { KubeObject } from './object-store.js';
 
 /**

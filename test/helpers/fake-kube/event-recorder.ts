@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { KubeObject, ObjectStore } from './object-store.js';
+import { now } from './timestamp.js';
 
 /**
  * Core v1 Events about pods, as the scheduler and the kubelet record them: named
@@ -25,13 +26,13 @@ export class EventRecorder {
 
   record(pod: KubeObject, e: PodEvent): void {
     const ns = pod.metadata.namespace ?? 'default';
-    const now = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+    const at = now();
     const key = `${pod.metadata.uid}\n${e.reason}\n${e.message}\n${e.component}`;
     const same = this.seen.get(key);
     if (same !== undefined) {
       const bumped = this.store.update('events', ns, same, (ev) => {
         ev.count = (ev.count ?? 1) + 1;
-        ev.lastTimestamp = now;
+        ev.lastTimestamp = at;
       });
       if (bumped) return;
     }
@@ -53,14 +54,14 @@ export class EventRecorder {
         name,
         namespace: ns,
         uid: crypto.randomUUID(),
-        creationTimestamp: now,
+        creationTimestamp: at,
       },
       involvedObject,
       reason: e.reason,
       message: e.message,
       source,
-      firstTimestamp: now,
-      lastTimestamp: now,
+      firstTimestamp: at,
+      lastTimestamp: at,
       count: 1,
       type: e.type,
       eventTime: null,

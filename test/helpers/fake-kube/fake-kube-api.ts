@@ -2,22 +2,28 @@ import { execFile } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createTlsServer } from 'node:https';
-import { promisify } from 'node:util';
+import { randomBytes, randomUUID } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { randomBytes, randomUUID } from 'node:crypto';
+import { promisify } from 'node:util';
+import { authorize, type AccessRule, type Identity } from './access-control.js';
+import { parseRoute, type Route, type Verb } from './api-route.js';
 import { defaultPod } from './default-pod.js';
+import { discoveryDocument } from './discovery.js';
 import { EventRecorder } from './event-recorder.js';
 import { FakeKubelet, type ImageRule } from './fake-kubelet.js';
-import { FakeScheduler, isTerminal, makeNodes, now, type NodesOption } from './fake-scheduler.js';
+import { FakeScheduler, isTerminal, makeNodes, type NodesOption } from './fake-scheduler.js';
+import { now } from './timestamp.js';
 import { parseFieldSelector } from './field-selector.js';
 import { parseLabelSelector } from './label-selector.js';
+import { listObjects, stripKind } from './list-objects.js';
 import { ObjectStore, type KubeObject, type Resource } from './object-store.js';
 import { toTable, wantsTable } from './print-table.js';
 import { checkQuotas, type Quota } from './resource-quota.js';
+import { applyPatch, checkPodUpdate, patchTypeOf } from './update-pod.js';
 import {
-  StatusError, alreadyExists, badRequest, expired, forbidden, invalidObject, methodNotAllowed, notFound, statusFor, tooLargeResourceVersion, unauthorized,
+  StatusError, alreadyExists, badRequest, forbidden, invalidObject, methodNotAllowed, notFound, statusFor, tooLargeResourceVersion, tooManyRequests, unauthorized,
   type StatusDetails,
 } from './status.js';
 import { validatePod } from './validate-pod.js';
@@ -31,7 +37,6 @@ import { WatchStream, type OpenWatch } from './watch-stream.js';
  * pods through their phases and run each container's command as a local process; tests inject
  * latency and failures and read back what the server saw. See index.ts for the whole contract.
  */
-export type Verb = 'get' | 'list' | 'watch' | 'create' | 'delete' | 'deletecollection' | 'update' | 'patch';
 
 export interface FakeKubeApiOptions {
   /** Latency added to every request before it is served (default 0). */
@@ -60,15 +65,6 @@ export interface FakeKubeApiOptions {
   baseEnv?: Record<string, string>;
   /** Working directory of container processes without a workingDir (default this process's). */
   cwd?: string;
-}
-
-/** A rule for a token other than the main one: what it may do, RBAC-style. */
-export interface AccessRule {
-  verbs: Array<Verb | '*'>;
-  /** `pods`, `pods/log`, `events`, `namespaces`, `nodes`, or '*'. */
-  resources: string[];
-  /** Namespaces the rule applies in (a Role); absent for every namespace (a ClusterRole). */
-  namespaces?: string[];
 }
 
 export interface FailureRule {
@@ -101,15 +97,6 @@ export interface RequestRecord {
   durationMs: number;
 }
 
-interface Route {
-  verb: Verb | 'discovery';
-  resource?: string;
-  subresource?: string;
-  namespace?: string;
-  name?: string;
-  discovery?: string;
-}
-
 export class FakeKubeApi {
   url = '';
   kubeconfigPath = '';
@@ -131,6 +118,8 @@ export class FakeKubeApi {
   private readonly imageRules: Array<{ match: string | RegExp; rule: ImageRule }> = [];
   private readonly latency = new Map<string, number>();
   private failures: Array<FailureRule & { left: number }> = [];
+  private inflightLimit: { max: number; retryAfterSeconds: number } | undefined;
+  private inflight = 0;
   private readonly log: RequestRecord[] = [];
   private readonly creates = new Map<string, number>();
   private readonly createPosts = new Map<string, number>();
@@ -281,6 +270,15 @@ export class FakeKubeApi {
 
   setLatency(ms: number, verb?: Verb): void {
     this.latency.set(verb ?? '*', ms);
+  }
+
+  /**
+   * At most `max` requests served at once (watches aside, as long-running requests): the next one
+   * is answered 429 TooManyRequests with Retry-After, as API Priority and Fairness answers when its
+   * queues are full. Undefined lifts the limit.
+   */
+  limitInflight(max: number | undefined, retryAfterSeconds = 1): void {
+    this.inflightLimit = max === undefined ? undefined : { max, retryAfterSeconds };
   }
 
   failNext(rule: FailureRule): void {
@@ -450,6 +448,7 @@ export class FakeKubeApi {
     const at = Date.now();
     const url = new URL(req.url ?? '/', 'http://fake');
     let route: Route | undefined;
+    let counted = false;
     const record = (status: number) => {
       const r: RequestRecord = { verb: route?.verb ?? 'discovery', method: req.method ?? 'GET', path: url.pathname + url.search, status, at, durationMs: Date.now() - at };
       if (route?.resource) r.resource = route.subresource ? `${route.resource}/${route.subresource}` : route.resource;
@@ -458,19 +457,25 @@ export class FakeKubeApi {
       this.log.push(r);
     };
     try {
-      route = this.route(req.method ?? 'GET', url);
+      route = parseRoute(req.method ?? 'GET', url);
       const body = await readBody(req);
-      if (route.discovery === 'public') return this.reply(res, 200, this.discovery(url.pathname), record);
+      if (route.discovery === 'public') return this.reply(res, 200, discoveryDocument(url.pathname, new URL(this.url).host), record);
       const who = this.authenticate(req);
+      if (route.verb !== 'watch' && this.inflightLimit !== undefined) {
+        // API Priority and Fairness, reduced to one queue without waiting: past the limit, 429.
+        if (this.inflight >= this.inflightLimit.max) throw tooManyRequests(this.inflightLimit.retryAfterSeconds);
+        this.inflight++;
+        counted = true;
+      }
       const delay = this.latency.get(route.verb) ?? this.latency.get('*') ?? 0;
       if (delay > 0) await new Promise((r) => setTimeout(r, delay));
       if (this.closed) return void res.destroy();
       const failure = this.takeFailure(route);
       if (failure && !failure.afterEffect) return this.fail(res, failure, record);
-      this.authorize(who, route);
+      authorize(who, route);
       if (route.verb === 'watch') return await this.watch(route, url, res, record);
       if (route.verb === 'list') await this.waitForListVersion(url);
-      let [code, payload] = this.serve(route, url, body);
+      let [code, payload] = this.serve(route, url, body, req.headers['content-type']);
       if (failure) return this.fail(res, failure, record);
       if ((route.verb === 'list' || route.verb === 'get') && !route.subresource && (route.resource === 'pods' || route.resource === 'events') && wantsTable(req.headers.accept)) {
         const p = payload as any;
@@ -481,6 +486,8 @@ export class FakeKubeApi {
     } catch (err) {
       if (err instanceof StatusError) return this.reply(res, err.code, err.status, record, err.headers());
       this.reply(res, 500, statusFor(500, String((err as Error)?.stack ?? err)).status, record);
+    } finally {
+      if (counted) this.inflight--;
     }
   }
 
@@ -517,54 +524,7 @@ export class FakeKubeApi {
     return f;
   }
 
-  private route(method: string, url: URL): Route {
-    const parts = url.pathname.split('/').filter((p) => p !== '').map(decodeURIComponent);
-    const path = parts.join('/');
-    if (['version', 'healthz', 'readyz', 'livez'].includes(path)) return { verb: 'discovery', discovery: 'public' };
-    if (path === 'api' || path === 'apis' || path === 'api/v1') return { verb: 'discovery', discovery: path };
-    if (parts[0] !== 'api' || parts[1] !== 'v1') throw notFoundPath();
-    let rest = parts.slice(2);
-    let watch = ['1', 'true'].includes(url.searchParams.get('watch') ?? '');
-    if (rest[0] === 'watch') {
-      watch = true;
-      rest = rest.slice(1);
-    }
-    const r: Route = { verb: 'get' };
-    if (rest[0] === 'namespaces' && rest.length >= 3) {
-      r.namespace = rest[1]!;
-      r.resource = rest[2]!;
-      if (rest[3] !== undefined) r.name = rest[3];
-      if (rest[4] !== undefined) r.subresource = rest[4];
-      if (rest.length > 5) throw notFoundPath();
-    } else if (rest.length >= 1 && rest.length <= 2) {
-      r.resource = rest[0]!;
-      if (rest[1] !== undefined) r.name = rest[1];
-    } else throw notFoundPath();
-    if (!['pods', 'events', 'namespaces', 'nodes'].includes(r.resource!)) throw notFoundPath();
-    if (r.subresource !== undefined && !(r.resource === 'pods' && r.subresource === 'log')) throw notFoundPath();
-    switch (method) {
-      case 'GET':
-        r.verb = watch ? 'watch' : r.name !== undefined ? 'get' : 'list';
-        break;
-      case 'POST':
-        r.verb = 'create';
-        break;
-      case 'DELETE':
-        r.verb = r.name !== undefined ? 'delete' : 'deletecollection';
-        break;
-      case 'PUT':
-        r.verb = 'update';
-        break;
-      case 'PATCH':
-        r.verb = 'patch';
-        break;
-      default:
-        throw methodNotAllowed();
-    }
-    return r;
-  }
-
-  private authenticate(req: IncomingMessage): { user: string; rules: AccessRule[] | 'all' } {
+  private authenticate(req: IncomingMessage): Identity {
     const m = /^Bearer\s+(\S+)$/i.exec(req.headers.authorization ?? '');
     if (!m) throw unauthorized();
     if (m[1] === this.token) return { user: 'kubernetes-admin', rules: 'all' };
@@ -573,51 +533,13 @@ export class FakeKubeApi {
     return t;
   }
 
-  /** RBAC's answer, worded as the authorizer words a denial. */
-  private authorize(who: { user: string; rules: AccessRule[] | 'all' }, route: Route): void {
-    if (route.discovery !== undefined || who.rules === 'all') return;
-    const resource = route.subresource ? `${route.resource}/${route.subresource}` : route.resource!;
-    const verb = route.verb === 'watch' && route.name !== undefined ? 'watch' : route.verb;
-    const ok = who.rules.some(
-      (r) =>
-        (r.verbs.includes('*') || r.verbs.includes(verb as Verb)) &&
-        (r.resources.includes('*') || r.resources.includes(resource)) &&
-        (r.namespaces === undefined || (route.namespace !== undefined && r.namespaces.includes(route.namespace))),
-    );
-    if (ok) return;
-    const scope = route.namespace !== undefined ? `in the namespace "${route.namespace}"` : 'at the cluster scope';
-    throw forbidden(route.resource!, route.name, `User "${who.user}" cannot ${verb} resource "${resource}" in API group "" ${scope}`);
-  }
-
-  private discovery(path: string): unknown {
-    const p = path.replace(/^\/+|\/+$/g, '');
-    if (p === 'version') return { major: '1', minor: '31', gitVersion: 'v1.31.0-fake', gitCommit: 'fake', gitTreeState: 'clean', buildDate: '2026-01-01T00:00:00Z', goVersion: 'go1.22', compiler: 'gc', platform: 'linux/amd64' };
-    if (p === 'api') return { kind: 'APIVersions', versions: ['v1'], serverAddressByClientCIDRs: [{ clientCIDR: '0.0.0.0/0', serverAddress: this.url.replace('http://', '') }] };
-    if (p === 'apis') return { kind: 'APIGroupList', apiVersion: 'v1', groups: [] };
-    if (p === 'api/v1') {
-      const res = (name: string, kind: string, namespaced: boolean, verbs: string[]) => ({ name, singularName: name === kind.toLowerCase() + 's' ? kind.toLowerCase() : '', namespaced, kind, verbs });
-      return {
-        kind: 'APIResourceList',
-        groupVersion: 'v1',
-        resources: [
-          { ...res('pods', 'Pod', true, ['create', 'delete', 'get', 'list', 'watch']), shortNames: ['po'] },
-          { ...res('pods/log', 'Pod', true, ['get']), singularName: '' },
-          { ...res('events', 'Event', true, ['get', 'list', 'watch']), shortNames: ['ev'] },
-          { ...res('namespaces', 'Namespace', false, ['get', 'list']), shortNames: ['ns'] },
-          { ...res('nodes', 'Node', false, ['get', 'list']), shortNames: ['no'] },
-        ],
-      };
-    }
-    return 'ok';
-  }
-
-  private serve(route: Route, url: URL, body: string): [number, unknown] {
-    if (route.discovery !== undefined) return [200, this.discovery(url.pathname)];
+  private serve(route: Route, url: URL, body: string, contentType?: string): [number, unknown] {
+    if (route.discovery !== undefined) return [200, discoveryDocument(url.pathname, new URL(this.url).host)];
     const resource = route.resource!;
     if (resource === 'namespaces') return this.serveNamespaces(route);
     if (resource === 'nodes') return this.serveNodes(route);
     if (route.verb === 'get' && route.subresource === 'log') return this.serveLog(route, url);
-    if (route.verb === 'list') return [200, this.list(resource as Resource, route.namespace, url)];
+    if (route.verb === 'list') return [200, listObjects(this.store, resource as Resource, route.namespace, url)];
     if (route.verb === 'get') {
       const o = this.store.get(resource as Resource, route.namespace!, route.name!);
       if (!o) throw notFound(resource, route.name!);
@@ -625,6 +547,8 @@ export class FakeKubeApi {
     }
     if (resource === 'pods' && route.verb === 'create') return [201, this.createPod(route.namespace, body, url)];
     if (resource === 'pods' && route.verb === 'delete') return [200, this.deletePodRequest(route.namespace!, route.name!, body, url)];
+    if (resource === 'pods' && route.verb === 'deletecollection' && route.namespace !== undefined) return [200, this.deletePods(route.namespace, body, url)];
+    if (resource === 'pods' && route.name !== undefined && (route.verb === 'patch' || route.verb === 'update')) return [200, this.updatePod(route, body, contentType)];
     throw methodNotAllowed();
   }
 
@@ -695,45 +619,6 @@ export class FakeKubeApi {
     }
   }
 
-  /** A list with selectors, paged by `limit`/`continue` (a continue token from before a compaction is 410 Expired). */
-  private list(resource: Resource, namespace: string | undefined, url: URL): unknown {
-    const labels = parseLabelSelector(url.searchParams.get('labelSelector'));
-    const fields = parseFieldSelector(resource, url.searchParams.get('fieldSelector'));
-    let items = this.store.list(resource, namespace, (o) => labels(o.metadata.labels) && fields(o));
-    let listRv = this.store.resourceVersion;
-    const rvParam = url.searchParams.get('resourceVersion');
-    const match = url.searchParams.get('resourceVersionMatch');
-    if (rvParam && rvParam !== '0' && match === 'Exact' && Number(rvParam) !== listRv) {
-      if (Number(rvParam) < this.store.compactedResourceVersion) throw expired(`too old resource version: ${rvParam} (${this.store.compactedResourceVersion})`);
-      throw badRequest(`the fake serves resourceVersionMatch=Exact only for the current resourceVersion ${listRv}`);
-    }
-    const cont = url.searchParams.get('continue');
-    if (cont) {
-      let token: { rv: number; start: string };
-      try {
-        token = JSON.parse(Buffer.from(cont, 'base64').toString()) as { rv: number; start: string };
-      } catch {
-        throw badRequest('continue key is not valid: illegal base64 data');
-      }
-      if (token.rv < this.store.compactedResourceVersion) {
-        throw expired(
-          'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.',
-        );
-      }
-      listRv = token.rv;
-      items = items.filter((o) => `${o.metadata.namespace}/${o.metadata.name}` > token.start);
-    }
-    const metadata: Record<string, unknown> = { resourceVersion: String(listRv) };
-    const limit = Number(url.searchParams.get('limit') ?? 0);
-    if (limit > 0 && items.length > limit) {
-      const last = items[limit - 1]!;
-      metadata.continue = Buffer.from(JSON.stringify({ rv: listRv, start: `${last.metadata.namespace}/${last.metadata.name}` })).toString('base64');
-      metadata.remainingItemCount = items.length - limit;
-      items = items.slice(0, limit);
-    }
-    return { kind: resource === 'pods' ? 'PodList' : 'EventList', apiVersion: 'v1', metadata, items: items.map(stripKind) };
-  }
-
   private createPod(namespace: string | undefined, body: string, url: URL): KubeObject {
     let input: any;
     try {
@@ -768,6 +653,37 @@ export class FakeKubeApi {
     this.creates.set(`${ns}/${name}`, (this.creates.get(`${ns}/${name}`) ?? 0) + 1);
     this.scheduler?.enqueue(ns, name);
     return created;
+  }
+
+  /** PATCH or PUT of a pod: its metadata, container images, deadline and added tolerations may change. */
+  private updatePod(route: Route, body: string, contentType: string | undefined): KubeObject {
+    const ns = route.namespace!;
+    const old = this.store.get('pods', ns, route.name!);
+    if (!old) throw notFound('pods', route.name!);
+    let next: KubeObject;
+    if (route.verb === 'patch') next = applyPatch(old, patchTypeOf(contentType), body);
+    else {
+      try {
+        next = JSON.parse(body);
+      } catch (err) {
+        throw badRequest(`couldn't get version/kind; json parse error: ${(err as Error).message}`);
+      }
+      if (!next?.metadata?.resourceVersion) {
+        throw invalidObject('Pod', route.name!, [{ type: 'FieldValueInvalid', field: 'metadata.resourceVersion', message: 'Invalid value: 0x0: must be specified for an update' }]);
+      }
+    }
+    const stored = checkPodUpdate(old, next);
+    return this.store.update('pods', ns, route.name!, (p) => {
+      p.metadata = stored.metadata;
+      p.spec = stored.spec;
+    })!;
+  }
+
+  /** DELETE on the collection: every pod the selectors match is deleted as one DELETE would; the answer lists them. */
+  private deletePods(namespace: string, body: string, url: URL): unknown {
+    const list = listObjects(this.store, 'pods', namespace, url) as { metadata: Record<string, unknown>; items: KubeObject[] };
+    const items = list.items.map((p) => stripKind(this.deletePodRequest(namespace, p.metadata.name, body, url)));
+    return { kind: 'PodList', apiVersion: 'v1', metadata: { resourceVersion: String(this.store.resourceVersion) }, items };
   }
 
   private deletePodRequest(namespace: string, name: string, body: string, url: URL): KubeObject {
@@ -859,15 +775,6 @@ export class FakeKubeApi {
       throw err;
     }
   }
-}
-
-function stripKind(o: KubeObject): KubeObject {
-  const { kind: _k, apiVersion: _a, ...rest } = o;
-  return rest as KubeObject;
-}
-
-function notFoundPath(): StatusError {
-  return statusFor(404, 'the server could not find the requested resource', { causes: [{ reason: 'UnexpectedServerResponse', message: '404 page not found' }] }, 'NotFound');
 }
 
 function readBody(req: IncomingMessage): Promise<string> {

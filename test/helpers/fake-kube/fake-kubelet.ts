@@ -1,8 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import type { EventRecorder } from './event-recorder.js';
-import { now } from './fake-scheduler.js';
+import { now } from './timestamp.js';
 import type { KubeObject, ObjectStore } from './object-store.js';
+import { containerEnv } from './container-env.js';
+import { summarizeStatus } from './pod-status.js';
 import { isValidImageReference } from './validate-pod.js';
 
 /**
@@ -366,43 +368,13 @@ export class FakeKubelet {
     for (;;) {
       const pod = this.store.get('pods', rt.namespace, rt.name);
       if (!pod) return undefined;
-      const env: Record<string, string> = { ...this.opts.baseEnv, HOSTNAME: hostnameOf(rt.name) };
-      let problem: string | undefined;
-      for (const e of spec.env ?? []) {
-        if (e.valueFrom === undefined || e.valueFrom === null) {
-          env[e.name] = expandRefs(String(e.value ?? ''), env);
-          continue;
-        }
-        const from = e.valueFrom;
-        const ref = from.secretKeyRef ?? from.configMapKeyRef;
-        if (ref) {
-          const kind = from.secretKeyRef ? 'secret' : 'configmap';
-          const data = from.secretKeyRef ? this.opts.secret(rt.namespace, ref.name) : this.opts.configMap(rt.namespace, ref.name);
-          if (data === undefined) {
-            if (ref.optional) continue;
-            problem = `${kind} "${ref.name}" not found`;
-            break;
-          }
-          if (!(ref.key in data)) {
-            if (ref.optional) continue;
-            problem = `couldn't find key ${ref.key} in ${from.secretKeyRef ? 'Secret' : 'ConfigMap'} ${rt.namespace}/${ref.name}`;
-            break;
-          }
-          env[e.name] = data[ref.key]!;
-        } else if (from.fieldRef) {
-          const value = fieldRefValue(pod, from.fieldRef.fieldPath);
-          if (value === undefined) {
-            problem = `unsupported fieldPath: ${from.fieldRef.fieldPath}`;
-            break;
-          }
-          env[e.name] = value;
-        } else if (from.resourceFieldRef) {
-          const c = pod.spec.containers.find((x: any) => x.name === (from.resourceFieldRef.containerName || spec.name));
-          const [kind, res] = String(from.resourceFieldRef.resource).split('.') as [string, string];
-          env[e.name] = String(c?.resources?.[kind === 'limits' ? 'limits' : 'requests']?.[res] ?? '0');
-        }
-      }
-      if (problem === undefined) return env;
+      const resolved = containerEnv(pod, spec, {
+        baseEnv: this.opts.baseEnv,
+        secret: (name) => this.opts.secret(rt.namespace, name),
+        configMap: (name) => this.opts.configMap(rt.namespace, name),
+      });
+      if ('env' in resolved) return resolved.env;
+      const problem = resolved.problem;
       this.event(rt, 'Warning', 'Failed', `Error: ${problem}`, spec.name);
       this.setContainer(rt, spec.name, (cs) => (cs.state = { waiting: { reason: 'CreateContainerConfigError', message: problem } }));
       if (!(await this.sleep(rt, this.opts.configRetryMs))) return undefined;
@@ -505,68 +477,11 @@ export class FakeKubelet {
     this.store.update('pods', rt.namespace, rt.name, (p) => {
       const s = (p.status ??= { phase: 'Pending' });
       change(s, p);
-      const statuses: any[] = s.containerStatuses ?? [];
-      let waiting = 0;
-      let running = 0;
-      let stopped = 0;
-      let succeeded = 0;
-      for (const cs of statuses) {
-        if (final && cs.state.running) {
-          // Deletion ended it: the last report has it terminated by the signal.
-          cs.state = { terminated: { exitCode: 137, reason: 'Error', startedAt: cs.state.running.startedAt, finishedAt: now(), containerID: cs.containerID } };
-        } else if (final && cs.state.waiting) {
-          // Never started before the deletion: the kubelet reports it as it does since 1.27.
-          cs.state = { terminated: { exitCode: 137, reason: 'ContainerStatusUnknown', message: 'The container could not be located when the pod was terminated', startedAt: null, finishedAt: null } };
-        }
-        if (cs.state.running) running++;
-        else if (cs.state.terminated) {
-          stopped++;
-          if (cs.state.terminated.exitCode === 0) succeeded++;
-        } else if (cs.lastState?.terminated) stopped++;
-        else waiting++;
-      }
-      const policy = p.spec.restartPolicy ?? 'Always';
-      let phase: string;
-      if (final) phase = stopped > 0 && succeeded === stopped && waiting === 0 ? 'Succeeded' : 'Failed';
-      else if (waiting > 0) phase = 'Pending';
-      else if (running > 0) phase = 'Running';
-      else if (stopped > 0) {
-        if (policy === 'Always') phase = 'Running';
-        else if (succeeded === stopped) phase = 'Succeeded';
-        else if (policy === 'Never') phase = 'Failed';
-        else phase = 'Running';
-      } else phase = 'Pending';
-      // A terminal phase never goes back (the kubelet's rule since 1.27).
-      if (s.phase === 'Succeeded' || s.phase === 'Failed') phase = s.phase;
-      s.phase = phase;
-      const terminal = phase === 'Succeeded' || phase === 'Failed';
-      const unready = statuses.filter((cs) => !cs.ready).map((cs) => cs.name);
-      const ready = unready.length === 0 && statuses.length > 0;
-      const readyCond = ready
-        ? { status: 'True' }
-        : terminal
-          ? { status: 'False', reason: 'PodCompleted' }
-          : { status: 'False', reason: 'ContainersNotReady', message: `containers with unready status: [${unready.join(' ')}]` };
-      const conds = new Map<string, any>((s.conditions ?? []).map((c: any) => [c.type, c]));
-      const set = (type: string, v: any) => {
-        const prev = conds.get(type);
-        const same = prev && prev.status === v.status && prev.reason === v.reason;
-        conds.set(type, { type, ...v, lastProbeTime: null, lastTransitionTime: same ? prev.lastTransitionTime : now() });
-      };
-      set('PodReadyToStartContainers', { status: terminal ? 'False' : 'True' });
-      set('Initialized', { status: 'True' });
-      set('Ready', readyCond);
-      set('ContainersReady', readyCond);
-      const order = ['PodReadyToStartContainers', 'Initialized', 'Ready', 'ContainersReady', 'PodScheduled'];
-      s.conditions = [...conds.values()].sort((a, b) => order.indexOf(a.type) - order.indexOf(b.type));
+      summarizeStatus(s, p.spec.restartPolicy ?? 'Always', final);
     });
   }
 }
 
-/** The pod's hostname: its name cut to 63 characters, without a trailing '-' or '.' (the kubelet's rule). */
-function hostnameOf(podName: string): string {
-  return podName.length <= 63 ? podName : podName.slice(0, 63).replace(/[-.]+$/, '');
-}
 
 /** A signal to the process group the container's process leads (spawned detached); nothing when the group is gone. */
 function signalGroup(pid: number | undefined, signal: NodeJS.Signals): void {
@@ -585,25 +500,4 @@ function signalNumber(signal: NodeJS.Signals | null): number {
   )[signal] ?? 0;
 }
 
-/** `$(VAR)` references to earlier variables, as the kubelet expands them (`$$` escapes). */
-function expandRefs(value: string, env: Record<string, string>): string {
-  return value.replace(/\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)/g, (m, name: string | undefined) => {
-    if (m === '$$') return '$';
-    return name !== undefined && name in env ? env[name]! : m;
-  });
-}
 
-function fieldRefValue(pod: KubeObject, path: string): string | undefined {
-  const m = /^metadata\.(labels|annotations)\['(.+)'\]$/.exec(path);
-  if (m) return pod.metadata[m[1]!]?.[m[2]!] ?? '';
-  switch (path) {
-    case 'metadata.name': return pod.metadata.name;
-    case 'metadata.namespace': return pod.metadata.namespace;
-    case 'metadata.uid': return pod.metadata.uid;
-    case 'spec.nodeName': return pod.spec.nodeName ?? '';
-    case 'spec.serviceAccountName': return pod.spec.serviceAccountName ?? '';
-    case 'status.hostIP': return pod.status?.hostIP ?? '';
-    case 'status.podIP': return pod.status?.podIP ?? '';
-    default: return undefined;
-  }
-}

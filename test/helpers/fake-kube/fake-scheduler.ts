@@ -1,6 +1,7 @@
 import type { EventRecorder } from './event-recorder.js';
 import type { KubeObject, ObjectStore } from './object-store.js';
 import { parseQuantity } from './quantity.js';
+import { now } from './timestamp.js';
 
 /**
  * The default scheduler, reduced to what decides whether a pod can start: each fake node's
@@ -201,8 +202,4 @@ export class FakeScheduler {
     this.recorder.record(bound, { type: 'Normal', reason: 'Scheduled', message: `Successfully assigned ${ns}/${pod.metadata.name} to ${node.name}`, component: 'default-scheduler' });
     this.onBound(ns, pod.metadata.name);
   }
-}
-
-export function now(): string {
-  return new Date().toISOString().replace(/\.\d+Z$/, 'Z');
 }

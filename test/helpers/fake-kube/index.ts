@@ -12,13 +12,16 @@ import { FakeKubeApi, type FakeKubeApiOptions } from './fake-kube-api.js';
  *   missing namespace; 403 for a missing service account, an RBAC denial or a ResourceQuota), get,
  *   list (label selectors `=`, `==`, `!=`, `in`, `notin`, existence; field selectors on the
  *   indexed fields; limit/continue), delete (grace from DeleteOptions or the query, uid and
- *   resourceVersion preconditions), watch, and `pods/{name}/log`;
+ *   resourceVersion preconditions), patch (JSON, merge and strategic merge) and update (PUT)
+ *   within what a pod update may change (labels, annotations, images, deadline, added
+ *   tolerations: 422 otherwise; a stale resourceVersion: 409), watch, and `pods/{name}/log`;
  * - events (list, get, watch; fieldSelector `involvedObject.name=…`), recorded by the fake
  *   scheduler and kubelet as real ones are (Scheduled, FailedScheduling, Pulling, Pulled, Failed,
  *   BackOff, ErrImageNeverPull, InspectFailed, Created, Started, Killing, DeadlineExceeded), a
  *   repeat counted on the same event;
  * - namespaces and nodes (get, list), discovery (/version, /api, /api/v1, /apis) and server-side
- *   tables (`as=Table`) for kubectl. Not served: PUT/PATCH (405), OpenAPI documents, other kinds.
+ *   tables (`as=Table`) for kubectl; delete of a collection of pods by selector. Not served: server-side apply, status
+ *   subresources, OpenAPI documents (kubectl needs `--validate=false`), other kinds (405 or 404).
  *
  * resourceVersion: one global counter every write bumps (pods and events alike); lists carry it;
  * a DELETED event carries the deletion's version. Watches (`?watch=1` or `/api/v1/watch/…`) send
@@ -55,7 +58,8 @@ import { FakeKubeApi, type FakeKubeApiOptions } from './fake-kube-api.js';
  * Authentication is the kubeconfig's bearer token (none or unknown: 401); `grantToken` adds
  * tokens with RBAC-like rules. Latency (`setLatency`, per verb, before the request is served) and
  * failures (`failNext`: any status with its Status body and Retry-After, or a dropped connection,
- * before or after the request takes effect) are injectable. Introspection: `pods()`, `pod()`,
+ * before or after the request takes effect) are injectable, and `limitInflight` answers 429 past
+ * a number of requests served at once, as API Priority and Fairness does. Introspection: `pods()`, `pod()`,
  * `events()`, `createCount()` (successful creates of a name), `createAttempts()`, `requests()`
  * (verb, path, status, arrival, duration), `openWatches()`, `processes()`, `containerLogs()`.
  * `close()` SIGKILLs every process group it started and waits for each, and closes every
@@ -69,7 +73,9 @@ export async function startFakeKubeApi(opts: FakeKubeApiOptions = {}): Promise<F
 }
 
 export { FakeKubeApi };
-export type { AccessRule, FailureRule, FakeKubeApiOptions, RequestRecord, Verb } from './fake-kube-api.js';
+export type { AccessRule } from './access-control.js';
+export type { Verb } from './api-route.js';
+export type { FailureRule, FakeKubeApiOptions, RequestRecord } from './fake-kube-api.js';
 export type { ImageRule } from './fake-kubelet.js';
 export type { NodesOption } from './fake-scheduler.js';
 export type { Quota } from './resource-quota.js';

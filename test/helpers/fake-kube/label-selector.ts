@@ -30,17 +30,18 @@ function splitTerms(text: string): string[] {
 }
 
 const KEY = /^([A-Za-z0-9][-A-Za-z0-9_./]*)?[A-Za-z0-9]$/;
+const VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
 
 function parseTerm(term: string): Requirement {
   let m = /^!\s*(\S+)$/.exec(term);
   if (m) return { op: 'notexists', key: key(m[1]!, term) };
   m = /^(\S+?)\s+(in|notin)\s*\(([^)]*)\)$/.exec(term);
   if (m) {
-    const values = m[3]!.split(',').map((v) => v.trim());
+    const values = m[3]!.split(',').map((v) => value(v.trim(), term));
     return { op: m[2] as 'in' | 'notin', key: key(m[1]!, term), values };
   }
   m = /^([^=!\s]+)\s*(==|=|!=)\s*(\S*)$/.exec(term);
-  if (m) return { op: m[2] === '!=' ? 'neq' : 'eq', key: key(m[1]!, term), value: m[3]! };
+  if (m) return { op: m[2] === '!=' ? 'neq' : 'eq', key: key(m[1]!, term), value: value(m[3]!, term) };
   if (KEY.test(term)) return { op: 'exists', key: term };
   throw badRequest(`unable to parse requirement: found '${term}', expected: in, notin, =, ==, !=, gt, lt`);
 }
@@ -48,6 +49,11 @@ function parseTerm(term: string): Requirement {
 function key(k: string, term: string): string {
   if (!KEY.test(k)) throw badRequest(`unable to parse requirement: invalid label key "${k}" in "${term}"`);
   return k;
+}
+
+function value(v: string, term: string): string {
+  if (v.length > 63 || !VALUE.test(v)) throw badRequest(`unable to parse requirement: invalid label value: "${v}" in "${term}": must be no more than 63 characters and consist of alphanumeric characters, '-', '_' or '.', starting and ending with an alphanumeric character`);
+  return v;
 }
 
 export function parseLabelSelector(text: string | null | undefined): LabelSelector {
