@@ -86,9 +86,11 @@ it(`dispatches ${TASKS} task instances at ${LATENCY_MS} ms API latency with the 
 
   expect(slowApi.steps).toBeGreaterThan(50);
   // p99 under 100 ms: at most 1 % of the steps over it; where the machine makes the baseline's
-  // steps slow already, no more than the baseline's share of them (and one step of slack).
+  // steps slow already, no more than the baseline's share of them, with three steps of slack for
+  // a machine shared with other work (a dispatch made in the step would make nearly every step of
+  // the burst slow, 500 ms each).
   const share = (b: { steps: number; slow: number }) => b.slow / Math.max(1, b.steps);
-  const allowed = fast.slow <= Math.floor(fast.steps / 100) ? Math.floor(slowApi.steps / 100) : Math.ceil(share(fast) * slowApi.steps) + 1;
+  const allowed = fast.slow <= Math.floor(fast.steps / 100) ? Math.floor(slowApi.steps / 100) : Math.ceil(share(fast) * slowApi.steps) + 3;
   expect(slowApi.slow, `at ${LATENCY_MS} ms: ${slowApi.slow} of ${slowApi.steps} steps over 100 ms; at no latency: ${fast.slow} of ${fast.steps}`).toBeLessThanOrEqual(allowed);
   for (const t of slowApi.tis) expect(kube.createCount(NS, t.pod), t.pod).toBe(1);
   expect(kube.requests().filter((q) => q.verb === 'create').length - creates).toBe(TASKS);
