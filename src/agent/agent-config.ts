@@ -36,6 +36,8 @@ export interface AgentEnvironment {
   isTTY: boolean;
   /** LEOFLOW_AGENT_TOKEN. */
   token?: string | undefined;
+  /** LEOFLOW_ATTEMPT_TOKEN: the attempt a one-shot agent was started for (set in a pod's env). */
+  attemptToken?: string | undefined;
 }
 
 export interface AgentConfig {
@@ -48,6 +50,8 @@ export interface AgentConfig {
   token: string;
   /** The task instance of a one-shot agent (`--once --ti ID`); null for a long-lived agent. */
   onlyTiId: string | null;
+  /** With onlyTiId, from LEOFLOW_ATTEMPT_TOKEN: run exactly this attempt of it, never claim one. */
+  onlyAttemptToken: string | null;
   onShutdown: ShutdownMode;
   shutdownGraceMs: number;
   killGraceMs: number;
@@ -100,6 +104,13 @@ export function parseAgentFlags(flags: AgentFlags, env: AgentEnvironment): Agent
   else if (!flags.once && flags.ti !== undefined) problems.push('--ti: only with --once');
   else if (flags.ti !== undefined) onlyTiId = check('--ti', null, () => taskInstanceId(flags.ti!));
 
+  let onlyAttemptToken: string | null = null;
+  if (env.attemptToken !== undefined && env.attemptToken !== '') {
+    if (onlyTiId === null) problems.push('LEOFLOW_ATTEMPT_TOKEN: only with --once --ti ID');
+    else if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(env.attemptToken)) problems.push(`LEOFLOW_ATTEMPT_TOKEN: must be an attempt token (a UUID), got ${JSON.stringify(env.attemptToken)}`);
+    else onlyAttemptToken = env.attemptToken;
+  }
+
   const onShutdown = check('--on-shutdown', 'finish', () => oneOf(flags.onShutdown ?? 'finish', SHUTDOWN_MODES));
   const shutdownGraceMs = check('--shutdown-grace', 30_000, () => parseDuration(flags.shutdownGrace ?? '30s'));
   const killGraceMs = check('--kill-grace', 10_000, () => parseDuration(flags.killGrace ?? '10s'));
@@ -120,6 +131,7 @@ export function parseAgentFlags(flags: AgentFlags, env: AgentEnvironment): Agent
     slots,
     token: flags.token ?? env.token ?? '',
     onlyTiId,
+    onlyAttemptToken,
     onShutdown,
     shutdownGraceMs,
     killGraceMs,

@@ -33,6 +33,8 @@ export interface RunAgentOptions {
   token?: string;
   /** One-shot agent: take only the current attempt of this ti, exit once it is acknowledged. */
   onlyTiId?: string | null;
+  /** With onlyTiId: the token of the one attempt it was started for (a Kubernetes pod's). */
+  onlyAttemptToken?: string | null;
   /** What stop() does by default. Default 'finish'. */
   onShutdown?: ShutdownMode;
   /** Default 30_000. */
@@ -262,6 +264,7 @@ class AgentRuntime {
       token: this.#o.token ?? '',
       held: this.#runner.refs(),
       onlyTiId: this.#o.onlyTiId ?? '0',
+      onlyAttemptToken: this.#o.onlyAttemptToken ?? '',
       incarnationId: this.#o.incarnationId ?? PROCESS_INCARNATION_ID,
     });
   }

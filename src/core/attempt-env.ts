@@ -46,5 +46,6 @@ export function attemptOf(w: Omit<WorkItem, 'executor' | 'pendingReason' | 'clai
     cwd: w.task.cwd,
     timeoutMs: w.task.timeoutMs,
     ...(agentId ? { agentId } : {}),
+    ...(w.task.image !== null || w.task.kubernetes ? { pod: { image: w.task.image, ...(w.task.kubernetes ? { kubernetes: w.task.kubernetes } : {}) } } : {}),
   };
 }

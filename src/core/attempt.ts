@@ -4,6 +4,8 @@
  * the other.
  */
 
+import type { KubernetesSpec } from './dag-spec.js';
+
 /** One attempt of one task instance, as claimed by the dispatcher. */
 export interface Attempt {
   tiId: string;
@@ -29,6 +31,8 @@ export interface Attempt {
   killGraceMs?: number;
   /** The agent chosen for it, for the agents executor; absent otherwise. */
   agentId?: string;
+  /** The task's image and `kubernetes:` block, for the kubernetes executor; absent when it has neither. */
+  pod?: { image: string | null; kubernetes?: KubernetesSpec };
 }
 
 /** What identifies one attempt in every report about it. */

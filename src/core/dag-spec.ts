@@ -29,6 +29,29 @@ export interface PlacementSpec {
   maxParallelPerAgent: number | null;
 }
 
+/** A pod toleration, as the Kubernetes API spells it (fields absent when not given). */
+export interface TolerationSpec {
+  key?: string;
+  operator?: 'Exists' | 'Equal';
+  value?: string;
+  effect?: 'NoSchedule' | 'PreferNoSchedule' | 'NoExecute';
+  tolerationSeconds?: number;
+}
+
+/**
+ * A task's `kubernetes:` block: what its pods differ in from the edition's defaults. Only the
+ * fields the file gives are present.
+ */
+export interface KubernetesSpec {
+  image?: string;
+  /** Resource name → quantity (`cpu: "500m"`, `memory: 4Gi`), as strings. */
+  resources?: { requests?: Record<string, string>; limits?: Record<string, string> };
+  namespace?: string;
+  serviceAccount?: string;
+  nodeSelector?: Record<string, string>;
+  tolerations?: TolerationSpec[];
+}
+
 export interface TaskSpec {
   id: string;
   /** argv; the first element is the program. Never run through a shell unless the user asks. */
@@ -51,6 +74,9 @@ export interface TaskSpec {
   image: string | null;
   /** null when the task has no placement constraints. */
   placement: PlacementSpec | null;
+  /** The pod of each attempt, for the kubernetes executor; absent when the file has no `kubernetes:`
+   *  block (so an unchanged file keeps its hash and version). */
+  kubernetes?: KubernetesSpec;
   /** Higher first among the work waiting to start; absent: the DAG's (`taskPriority`). */
   priority?: number;
 }

@@ -168,7 +168,9 @@ export function createDispatcher(o: DispatcherOptions): Dispatcher {
     },
 
     cancel(tiId, reason) {
-      return [...o.executors.values()].some((e) => e.cancel(tiId, reason));
+      // Every executor is told, not only the first that holds it: a pod's attempt is held both by
+      // the kubernetes executor (which deletes the pod) and by the agent stream of its pod.
+      return [...o.executors.values()].map((e) => e.cancel(tiId, reason)).some(Boolean);
     },
 
     whenRoom(listener) {

@@ -63,6 +63,11 @@ export interface SessionStore {
   finished(ref: HeldRef, result: AttemptResult): Promise<{ outcome: 'applied' | 'refused'; runId: string | null }>;
   /** Claims a one-shot agent's task instance for it (`--once --ti`). */
   claimOnly(tiId: string, agentId: string): Promise<Attempt | null>;
+  /**
+   * The attempt of this TI with this token, taken by this agent if no other agent has it and it
+   * is still queued or running: what a pod started for one attempt runs. Never claims.
+   */
+  takeAttempt(tiId: string, attemptToken: string, agentId: string): Promise<Attempt | null>;
 }
 
 export type AgentMessageKind = 'hello' | 'started' | 'log' | 'finished' | 'keepalive';
@@ -311,7 +316,9 @@ export class AgentConnection implements AgentHandle {
         // Work given to this agent before it connected here (by another replica, or while it
         // was reconnecting), or the one TI of a one-shot agent.
         if (hello.onlyTiId !== '0' && hello.onlyTiId !== '') {
-          const a = await store.claimOnly(hello.onlyTiId, this.agentId);
+          const a = hello.onlyAttemptToken !== ''
+            ? await store.takeAttempt(hello.onlyTiId, hello.onlyAttemptToken, this.agentId)
+            : await store.claimOnly(hello.onlyTiId, this.agentId);
           const sent = a !== null && (await this.assign(a)) === 'sent';
           this.drain(sent ? 'one-shot agent: no more work after this attempt' : `task instance ${hello.onlyTiId} has no attempt for this agent`);
         } else {

@@ -85,6 +85,15 @@ export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWr
       return { outcome: row?.ended ? 'applied' : 'refused', runId: null };
     },
 
+    async takeAttempt(tiId, attemptToken, agentId) {
+      const [row] = await sql`
+        update task_instances set agent_id = ${agentId}
+        where id = ${tiId} and attempt_token = ${attemptToken}::uuid and (agent_id is null or agent_id = ${agentId})
+          and state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})
+        returning id`;
+      return row ? loadAttempt(sql, tiId, agentId) : null;
+    },
+
     async claimOnly(tiId, agentId) {
       const existing = await loadAttempt(sql, tiId, agentId);
       if (existing) return existing;

@@ -3,6 +3,8 @@ import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseDuration } from '../core/duration.js';
+import { dns1123LabelProblem, dns1123SubdomainProblem } from '../core/kubernetes-names.js';
+import type { KubeconfigSource } from '../executors/kubernetes/load-kube-config.js';
 
 /** Edition files sit at the package root; `dist/server` and `src/server` are at the same depth. */
 const EDITIONS_DIR = new URL('../../editions/', import.meta.url);
@@ -62,6 +64,30 @@ export interface Config {
   agentToken: string | null;
   logLevel: string;
   logFormat: 'json' | 'pretty';
+  /** The kubernetes executor's settings; null when it is not this replica's executor. */
+  kubernetes: KubernetesConfig | null;
+}
+
+/** The kubernetes executor's settings. Durations in ms. */
+export interface KubernetesConfig {
+  /** Namespace of the pods of tasks that name none. */
+  namespace: string;
+  /** The image pods run (the Leoflow image) unless a task names its own. */
+  image: string;
+  kubeconfig: KubeconfigSource;
+  /** The control plane's API as pods reach it (e.g. the Service's name), given to `leoflow agent --server`
+   *  (several, comma-separated, tried in turn). */
+  serverUrl: string;
+  /** The pod's program for `agent --once …` (the `leoflow` command on the image's PATH). */
+  agentCommand: string[];
+  /** A pod unschedulable for this long fails its attempt. */
+  podPendingTimeoutMs: number;
+  /** How long a finished pod is kept before it is deleted: succeeded (0: at once), failed. */
+  keepSucceededMs: number;
+  keepFailedMs: number;
+  /** The Secret (and key) in the pods' namespace holding the agent token, so pod specs never
+   *  carry it; null: the token is written into the pod's env (readable by whoever reads pods). */
+  agentTokenSecret: { name: string; key: string } | null;
 }
 
 /** A configuration value as given, with where it came from, for error messages. */
@@ -99,6 +125,15 @@ export const SETTINGS = {
   agent_token: { flag: '--agent-token', env: 'LEOFLOW_AGENT_TOKEN', kind: 'string' },
   log_level: { flag: '--log-level', env: 'LEOFLOW_LOG_LEVEL', kind: 'string' },
   log_format: { flag: '--log-format', env: 'LEOFLOW_LOG_FORMAT', kind: 'string' },
+  kubernetes_namespace: { flag: '--kubernetes-namespace', env: 'LEOFLOW_KUBERNETES_NAMESPACE', kind: 'string' },
+  kubernetes_image: { flag: '--kubernetes-image', env: 'LEOFLOW_KUBERNETES_IMAGE', kind: 'string' },
+  kubeconfig: { flag: '--kubeconfig', env: 'LEOFLOW_KUBECONFIG', kind: 'string' },
+  pod_server_url: { flag: '--pod-server-url', env: 'LEOFLOW_POD_SERVER_URL', kind: 'string' },
+  pod_agent_command: { flag: '--pod-agent-command', env: 'LEOFLOW_POD_AGENT_COMMAND', kind: 'list' },
+  pod_pending_timeout: { flag: '--pod-pending-timeout', env: 'LEOFLOW_POD_PENDING_TIMEOUT', kind: 'duration' },
+  pod_keep_succeeded: { flag: '--pod-keep-succeeded', env: 'LEOFLOW_POD_KEEP_SUCCEEDED', kind: 'duration' },
+  pod_keep_failed: { flag: '--pod-keep-failed', env: 'LEOFLOW_POD_KEEP_FAILED', kind: 'duration' },
+  pod_agent_token_secret: { flag: '--pod-agent-token-secret', env: 'LEOFLOW_POD_AGENT_TOKEN_SECRET', kind: 'string' },
 } as const satisfies Record<string, { flag: string; env: string; kind: Kind }>;
 
 export type SettingKey = keyof typeof SETTINGS;
@@ -210,8 +245,63 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
   } else databaseUrl = database;
 
   const executor = get('executor', oneOf(EXECUTORS), 'subprocess');
+  // Read only for the executor that uses them: a Lite replica is not asked for an image.
+  let kubernetes: KubernetesConfig | null = null;
   if (executor === 'kubernetes') {
-    problems.push(`${pick('executor', defaults)!.source}: the kubernetes executor is not part of this build yet; use --executor subprocess`);
+    const image = get('kubernetes_image', (v) => {
+      const s = nonEmpty(v);
+      if (/\s/.test(s)) throw new Error(`must be an image reference without spaces, got ${JSON.stringify(s)}`);
+      return s;
+    }, null as string | null);
+    if (image === 'required' || (image === null && pick('kubernetes_image', defaults) === undefined)) problems.push('the kubernetes executor needs the image its pods run (the Leoflow image): set --kubernetes-image or LEOFLOW_KUBERNETES_IMAGE');
+    const keep = (v: unknown) => {
+      if (v === 0 || v === '0') return 0;
+      const ms = parseDuration(v);
+      if (ms > 24 * 86_400_000) throw new Error(`must be at most 24d, got ${JSON.stringify(v)}`);
+      return ms;
+    };
+    kubernetes = {
+      namespace: get('kubernetes_namespace', (v) => {
+        const s = nonEmpty(v);
+        const why = dns1123LabelProblem(s);
+        if (why) throw new Error(`${why}, got ${JSON.stringify(s)}`);
+        return s;
+      }, 'default'),
+      image: image ?? '',
+      kubeconfig: get('kubeconfig', (v): KubeconfigSource => {
+        const s = nonEmpty(v);
+        if (s === 'auto') return { kind: 'auto' };
+        if (s === 'in-cluster') return { kind: 'in-cluster' };
+        return { kind: 'file', path: path.resolve(cwd, s) };
+      }, { kind: 'auto' }),
+      // Usually one (the Service); several, separated by commas, are tried in turn by the pod's agent.
+      serverUrl: get('pod_server_url', (v) => list(v).map((s) => {
+        let u: URL;
+        try {
+          u = new URL(s);
+        } catch {
+          throw new Error(`must be an http:// or https:// URL of the control plane as pods reach it (e.g. http://leoflow:7070), got ${JSON.stringify(s)}`);
+        }
+        if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`must be an http:// or https:// URL, got protocol ${JSON.stringify(u.protocol)}`);
+        return s;
+      }).join(',') || nonEmpty(''), ''),
+      agentCommand: get('pod_agent_command', (v) => {
+        const l = list(v);
+        if (l.length === 0) throw new Error('must name a program, e.g. leoflow');
+        return l;
+      }, ['leoflow']),
+      podPendingTimeoutMs: get('pod_pending_timeout', duration, 300_000),
+      keepSucceededMs: get('pod_keep_succeeded', keep, 0),
+      keepFailedMs: get('pod_keep_failed', keep, 3_600_000),
+      agentTokenSecret: get('pod_agent_token_secret', (v) => {
+        const [name, key = 'agent-token', ...rest] = nonEmpty(v).split('/');
+        const why = rest.length > 0 ? 'has more than one "/"' : dns1123SubdomainProblem(name!);
+        if (why) throw new Error(`must be SECRET or SECRET/KEY (a Secret's name, a DNS-1123 subdomain), got ${JSON.stringify(v)}: ${why}`);
+        if (!/^[-._a-zA-Z0-9]+$/.test(key)) throw new Error(`the key must be letters, digits, "-", "_" or ".", got ${JSON.stringify(key)}`);
+        return { name: name!, key };
+      }, null as { name: string; key: string } | null),
+    };
+    if (pick('pod_server_url', defaults) === undefined) problems.push('the kubernetes executor needs the address pods reach the control plane at: set --pod-server-url or LEOFLOW_POD_SERVER_URL (e.g. http://leoflow:7070)');
   }
 
   const replicaId = (v: unknown) => {
@@ -253,6 +343,7 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     agentToken: get('agent_token', nonEmpty, null as string | null),
     logLevel: get('log_level', oneOf(LOG_LEVELS), 'info'),
     logFormat: get('log_format', oneOf(LOG_FORMATS), process.stdout.isTTY ? 'pretty' : 'json'),
+    kubernetes,
   };
   if (config.heartbeatIntervalMs * 3 > config.heartbeatThresholdMs) {
     problems.push(

@@ -1,16 +1,24 @@
 import path from 'node:path';
 import type { Logger } from 'pino';
+import type { AttemptReporter } from '../core/attempt.js';
 import { createAttemptStore } from '../db/attempt-store.js';
+import { activeAttemptsOf } from '../db/attempts/active-attempts-of.js';
 import { claimAttempt } from '../db/attempts/claim-attempt.js';
+import { endLostAttempt } from '../db/attempts/end-lost-attempt.js';
+import { notePendingReason } from '../db/attempts/note-pending-reason.js';
 import { releaseClaim } from '../db/attempts/release-claim.js';
 import { createReportBatcher } from '../db/attempts/report-batcher.js';
+import { forgetAgent } from '../db/forget-agent.js';
 import { currentLeaderId } from '../db/leader.js';
 import { createLogWriter } from '../db/log-writer.js';
 import { pendingMigrations } from '../db/migrate.js';
+import type { Sql } from '../db/sql.js';
 import { CHANNELS, listen } from '../db/notifications.js';
 import { replicaSessionName } from '../db/replicas.js';
 import { createDispatcher } from '../dispatch/dispatcher.js';
 import type { Executor } from '../executors/executor.js';
+import { createKubernetesExecutor, type KubernetesExecutor } from '../executors/kubernetes/kubernetes-executor.js';
+import { loadKubeConfig } from '../executors/kubernetes/load-kube-config.js';
 import { createSubprocessExecutor } from '../executors/subprocess/subprocess-executor.js';
 import { LEADER_LOCK_KEY } from '../scheduler/leader.js';
 import { createScheduler, type Scheduler } from '../scheduler/scheduler.js';
@@ -22,7 +30,7 @@ import type { Config } from './config.js';
 import { createDagParser } from './dag-parser.js';
 import { openDatabase } from './database.js';
 import { createHealth } from './health.js';
-import { createMetrics, historyCounters, schedulerCounters, serveMetrics } from './metrics.js';
+import { createMetrics, historyCounters, schedulerCounters, serveMetrics, type Metrics } from './metrics.js';
 
 /** How long an attempt's start and end reports are retried while the database is unreachable. */
 const REPORT_RETRY_MS = 10 * 60_000;
@@ -102,8 +110,12 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       heartbeatIntervalMs: config.heartbeatIntervalMs,
       onStart: (how) => metrics.taskStarts.inc({ how: how === 'ready-shell' ? 'ready_shell' : 'spawn' }),
     });
+    const kubernetes = config.kubernetes ? startKubernetesExecutor(config, { sql, reporter, logger, metrics, nudge: (runIds) => scheduler?.nudge(runIds, 'finished') }) : null;
+    // A pod's agent streams to some replica: a cancel reaches both the pod (deleted, with its
+    // grace) and, on that replica, its agent.
     const executors = new Map<string, Executor>([
       ['subprocess', subprocess],
+      ...(kubernetes ? [['kubernetes', kubernetes] as const] : []),
       ['agents', fleet.executor],
     ]);
     const dispatcher = createDispatcher({
@@ -137,7 +149,14 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       counters: schedulerCounters(metrics, (phase, err, ids) => logger.error({ err, phase, ...ids, component: 'scheduler' }, `scheduler error in ${phase}`)),
       retentionMs: config.retentionMs,
       historyCounters: historyCounters(metrics, (err, ids) => logger.error({ err, ...ids, component: 'history' }, `history keeper: ${String(ids.what)} failed`)),
-      observe: { stepped: (seconds) => metrics.tickDuration.observe(seconds), leading: (yes) => metrics.leader.set(yes ? 1 : 0) },
+      observe: {
+        stepped: (seconds) => metrics.tickDuration.observe(seconds),
+        leading: (yes) => {
+          metrics.leader.set(yes ? 1 : 0);
+          // The leader follows the pods: it adopts them on taking the lead.
+          void kubernetes?.lead(yes).catch((err: unknown) => logger.error({ err }, 'kubernetes executor: could not adopt the pods on taking the lead'));
+        },
+      },
       // A worker and an observer never lead: they serve, and leave the lock to the others.
       campaigns: config.role === 'auto' || config.role === 'leader',
     });
@@ -247,4 +266,35 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
   }
   announce();
   return plane;
+}
+
+/** The kubernetes executor of a replica whose config has one, on the store operations it needs. */
+function startKubernetesExecutor(
+  config: Config,
+  d: { sql: Sql; reporter: AttemptReporter; logger: Logger; metrics: Metrics; nudge(runIds: string[]): void },
+): KubernetesExecutor {
+  const k = config.kubernetes!;
+  return createKubernetesExecutor({
+    kubeConfig: loadKubeConfig(k.kubeconfig),
+    pods: { ...k, killGraceMs: config.killGraceMs, agentToken: config.agentToken },
+    reporter: d.reporter,
+    store: {
+      lost: async (a, error) => {
+        const runId = await endLostAttempt(d.sql, a, error, 'pod_lost');
+        if (runId === null) return false;
+        d.metrics.agentLost.inc();
+        d.nudge([runId]);
+        return true;
+      },
+      pending: (a, reason) => notePendingReason(d.sql, a, reason),
+      podGone: (name) => forgetAgent(d.sql, name),
+      active: () => activeAttemptsOf(d.sql, 'kubernetes'),
+    },
+    logger: d.logger.child({ executor: 'kubernetes' }),
+    metrics: {
+      podCreated: () => d.metrics.podsCreated.inc(),
+      podCreateError: (reason) => d.metrics.podCreateErrors.inc({ reason }),
+      podStarted: (seconds) => d.metrics.podStartLatency.observe(seconds),
+    },
+  });
 }

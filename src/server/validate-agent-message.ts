@@ -83,6 +83,10 @@ export function validateHelloFields(h: Hello): HeldRef[] {
   if (h.onlyTiId !== '' && h.onlyTiId !== '0' && !POSITIVE_INT64.test(h.onlyTiId)) {
     throw new AgentMessageError('hello.only_ti_id', 'must be 0 or a positive 64-bit integer', h.onlyTiId);
   }
+  if (h.onlyAttemptToken !== '') {
+    if (h.onlyTiId === '' || h.onlyTiId === '0') throw new AgentMessageError('hello.only_attempt_token', 'only with only_ti_id', h.onlyAttemptToken);
+    if (!UUID.test(h.onlyAttemptToken)) throw new AgentMessageError('hello.only_attempt_token', 'must be empty or an attempt token (a UUID)', h.onlyAttemptToken);
+  }
   return h.held.map((r, i) => attemptRef(r, `hello.held[${i}]`));
 }
 

@@ -23,6 +23,7 @@ describe('leoflow agent flags', () => {
       slots: 1,
       token: '',
       onlyTiId: null,
+      onlyAttemptToken: null,
       onShutdown: 'finish',
       shutdownGraceMs: 30_000,
       killGraceMs: 10_000,
@@ -117,6 +118,22 @@ describe('leoflow agent flags', () => {
     expect(problems({ once: true, ti: '0' })).toEqual(['--ti: must be a task instance id (a positive integer), got "0"']);
     expect(problems({ once: true, ti: '9223372036854775808' })).toEqual(['--ti: must be a task instance id (a positive integer), got "9223372036854775808"']);
     expect(parseAgentFlags({ once: true, ti: '9223372036854775807' }, env).onlyTiId).toBe('9223372036854775807');
+  });
+
+  it('takes the attempt token of a pod from LEOFLOW_ATTEMPT_TOKEN, only with --once --ti', () => {
+    const token = '0b5f3c0e-8d6a-4d43-9c43-2f1d1f4e9a10';
+    expect(parseAgentFlags({ once: true, ti: '7' }, { ...env, attemptToken: token }).onlyAttemptToken).toBe(token);
+    expect(parseAgentFlags({ once: true, ti: '7' }, { ...env, attemptToken: '' }).onlyAttemptToken).toBeNull();
+    const bad = (flags: AgentFlags, attemptToken: string) => {
+      try {
+        parseAgentFlags(flags, { ...env, attemptToken });
+      } catch (err) {
+        return (err as AgentConfigError).problems;
+      }
+      return [];
+    };
+    expect(bad({}, token)).toEqual(['LEOFLOW_ATTEMPT_TOKEN: only with --once --ti ID']);
+    expect(bad({ once: true, ti: '7' }, 'x')).toEqual(['LEOFLOW_ATTEMPT_TOKEN: must be an attempt token (a UUID), got "x"']);
   });
 
   it('labels and capabilities', () => {

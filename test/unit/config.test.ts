@@ -49,9 +49,54 @@ describe('config', () => {
     expect(c).toMatchObject({ edition: 'pro', dispatchWorkers: 16, dispatchQueue: 256 });
   });
 
-  it('says the kubernetes executor is not in this build rather than pretending', () => {
-    expect(problems({ edition: 'pro' }, { DATABASE_URL: 'postgres://127.0.0.1/x' })).toEqual([
-      'editions/pro/config.json executor: the kubernetes executor is not part of this build yet; use --executor subprocess',
+  it('reads the kubernetes executor settings, Pro\'s default, and asks for the image its pods run', () => {
+    const env = { DATABASE_URL: 'postgres://127.0.0.1/x' };
+    expect(problems({ edition: 'pro' }, env)).toEqual([
+      'the kubernetes executor needs the image its pods run (the Leoflow image): set --kubernetes-image or LEOFLOW_KUBERNETES_IMAGE',
+    ]);
+    const c = loadConfig({ edition: 'pro', kubernetes_image: 'ghcr.io/acme/leoflow:1.0' }, env, '/srv');
+    expect(c.executor).toBe('kubernetes');
+    expect(c.kubernetes).toEqual({
+      namespace: 'leoflow',
+      image: 'ghcr.io/acme/leoflow:1.0',
+      kubeconfig: { kind: 'auto' },
+      serverUrl: 'http://leoflow:7070',
+      agentCommand: ['leoflow'],
+      podPendingTimeoutMs: 300_000,
+      keepSucceededMs: 0,
+      keepFailedMs: 3_600_000,
+      agentTokenSecret: null,
+    });
+    expect(loadConfig({ edition: 'pro', kubernetes_image: 'x', pod_agent_token_secret: 'leoflow-agent' }, env, '/srv').kubernetes!.agentTokenSecret).toEqual({ name: 'leoflow-agent', key: 'agent-token' });
+    expect(loadConfig({ edition: 'pro', kubernetes_image: 'x', pod_agent_token_secret: 'leoflow/token' }, env, '/srv').kubernetes!.agentTokenSecret).toEqual({ name: 'leoflow', key: 'token' });
+    expect(problems({ edition: 'pro', kubernetes_image: 'x', pod_agent_token_secret: 'Bad_Name' }, env)).toEqual([
+      '--pod-agent-token-secret: must be SECRET or SECRET/KEY (a Secret\'s name, a DNS-1123 subdomain), got "Bad_Name": must be a DNS-1123 subdomain: lower-case letters, digits, "-" and ".", starting and ending with a letter or digit',
+    ]);
+    const k = loadConfig(
+      { executor: 'kubernetes', kubeconfig: 'kube/config', pod_server_url: 'http://cp:7070', pod_keep_failed: '10m' },
+      { LEOFLOW_KUBERNETES_IMAGE: 'leoflow:dev', LEOFLOW_KUBERNETES_NAMESPACE: 'jobs', LEOFLOW_POD_PENDING_TIMEOUT: '30s', LEOFLOW_POD_AGENT_COMMAND: 'node,/app/dist/cli/main.js' },
+      '/srv',
+    ).kubernetes;
+    expect(k).toMatchObject({ namespace: 'jobs', kubeconfig: { kind: 'file', path: '/srv/kube/config' }, podPendingTimeoutMs: 30_000, keepFailedMs: 600_000, agentCommand: ['node', '/app/dist/cli/main.js'] });
+    expect(loadConfig({ executor: 'kubernetes', kubeconfig: 'in-cluster', pod_server_url: 'http://cp:7070', kubernetes_image: 'x' }, {}, '/srv').kubernetes!.kubeconfig).toEqual({ kind: 'in-cluster' });
+    expect(loadConfig({}, {}, '/srv').kubernetes).toBeNull();
+  });
+
+  it('reports every bad kubernetes setting with its flag or variable', () => {
+    expect(
+      problems(
+        { executor: 'kubernetes', kubernetes_namespace: 'Jobs', kubernetes_image: 'a b', pod_server_url: 'leoflow:7070', pod_pending_timeout: '0s' },
+        { LEOFLOW_POD_KEEP_FAILED: 'soon' },
+      ),
+    ).toEqual([
+      '--kubernetes-image: must be an image reference without spaces, got "a b"',
+      '--kubernetes-namespace: must be a DNS-1123 label: lower-case letters, digits and "-", starting and ending with a letter or digit, got "Jobs"',
+      '--pod-server-url: must be an http:// or https:// URL, got protocol "leoflow:"',
+      '--pod-pending-timeout: must be a positive duration, got "0s"',
+      'LEOFLOW_POD_KEEP_FAILED (environment): expected a duration like "30s", "5m" or "1h30m", got "soon"',
+    ]);
+    expect(problems({ executor: 'kubernetes', kubernetes_image: 'x' })).toEqual([
+      'the kubernetes executor needs the address pods reach the control plane at: set --pod-server-url or LEOFLOW_POD_SERVER_URL (e.g. http://leoflow:7070)',
     ]);
   });
 

@@ -21,7 +21,8 @@ is unreachable) leaves the task to the control plane's heartbeat reaper, which r
 heartbeat threshold has passed; a task that ended but was not acknowledged may then run again.
 
 --once --ti ID: a one-shot agent (the Kubernetes executor's pod entry point): it takes only the
-current attempt of task instance ID and exits 0 once its end is acknowledged, whatever the task's
+current attempt of task instance ID (exactly the attempt whose token LEOFLOW_ATTEMPT_TOKEN names,
+when set: a pod gets only the attempt it was created for) and exits 0 once its end is acknowledged, whatever the task's
 outcome (the outcome is in the control plane), or once drained with nothing to run.
 
 Exit codes: 0 stopped or done, 1 refused by the control plane (e.g. an unknown protocol version or
@@ -49,7 +50,7 @@ export function registerAgent(program: Command): void {
       const { server } = cmd.optsWithGlobals<{ server: string }>();
       let config;
       try {
-        config = parseAgentFlags({ ...flags, server }, { hostname: os.hostname(), pid: process.pid, isTTY: process.stdout.isTTY === true, token: process.env.LEOFLOW_AGENT_TOKEN });
+        config = parseAgentFlags({ ...flags, server }, { hostname: os.hostname(), pid: process.pid, isTTY: process.stdout.isTTY === true, token: process.env.LEOFLOW_AGENT_TOKEN, attemptToken: process.env.LEOFLOW_ATTEMPT_TOKEN });
       } catch (err) {
         if (!(err instanceof AgentConfigError)) throw err;
         for (const p of err.problems) process.stderr.write(`leoflow agent: ${p}\n`);

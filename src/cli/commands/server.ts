@@ -27,6 +27,15 @@ const HELP: Record<SettingKey, string> = {
   agent_token: 'shared secret agents must present in Hello (default: none)',
   log_level: 'trace | debug | info | warn | error | fatal | silent',
   log_format: 'json | pretty (default: pretty at a terminal, json otherwise)',
+  kubernetes_namespace: 'kubernetes executor: namespace of the pods of tasks that name none',
+  kubernetes_image: 'kubernetes executor: the image pods run (the Leoflow image), unless a task names its own',
+  kubeconfig: 'kubernetes executor: auto ($KUBECONFIG, ~/.kube/config, else in-cluster) | in-cluster | a kubeconfig file',
+  pod_server_url: 'kubernetes executor: the API as pods reach it, e.g. http://leoflow:7070 (the Service)',
+  pod_agent_command: "kubernetes executor: the pod's leoflow program (comma-separated argv, default leoflow)",
+  pod_pending_timeout: 'kubernetes executor: fail an attempt whose pod stays unschedulable this long, e.g. 5m',
+  pod_keep_succeeded: 'kubernetes executor: keep a succeeded pod this long before deleting it (0: at once)',
+  pod_keep_failed: 'kubernetes executor: keep a failed pod this long before deleting it, e.g. 1h',
+  pod_agent_token_secret: "kubernetes executor: SECRET[/KEY] (key default agent-token) in the pods' namespace holding --agent-token, so pod specs never carry it",
 };
 
 /** commander's option name → our setting key (`--tick-interval` → tickInterval → tick_interval). */

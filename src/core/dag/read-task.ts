@@ -7,6 +7,7 @@ import { EXECUTOR_KINDS, PRIORITY_RANGE, TRIGGER_RULES, type DagIssue, type Task
 import { formatDuration } from '../duration.js';
 import { isMapping, readDuration, readEnum, readId, readInteger, readString, readStringMap } from './field-readers.js';
 import { describe, expected, keyPath, missing, unknownKey } from './issue-messages.js';
+import { readKubernetes } from './read-kubernetes.js';
 import { readPlacement } from './read-placement.js';
 
 /** Timers in Node hold at most 2^31−1 ms (~24.8 days); a longer one would fire at once. */
@@ -17,7 +18,7 @@ const DEFAULT_MAX_RETRY_DELAY_MS = 3_600_000;
 
 const TASK_KEYS = [
   'id', 'command', 'depends_on', 'trigger_rule', 'retries', 'retry_delay', 'max_retry_delay', 'timeout', 'env',
-  'cwd', 'executor', 'image', 'placement', 'priority',
+  'cwd', 'executor', 'image', 'placement', 'priority', 'kubernetes',
 ] as const;
 
 /** A task as read, before the checks across tasks: what they need, and the spec if it is whole. */
@@ -87,6 +88,9 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       case 'priority':
         task.priority = readInteger(value, p, PRIORITY_RANGE.min, PRIORITY_RANGE.max, issues);
         break;
+      case 'kubernetes':
+        if (value !== null) task.kubernetes = readKubernetes(value, p, issues);
+        break;
       default:
         issues.push(unknownKey(key, p, TASK_KEYS));
     }
@@ -128,6 +132,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
     image: task.image ?? null,
     placement: task.placement ?? null,
     ...(task.priority !== undefined ? { priority: task.priority } : {}),
+    ...(task.kubernetes !== undefined ? { kubernetes: task.kubernetes } : {}),
   };
   return draft;
 }

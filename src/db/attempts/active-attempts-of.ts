@@ -1,0 +1,31 @@
+import type { Attempt } from '../../core/attempt.js';
+import { attemptOf } from '../../core/attempt-env.js';
+import type { DagSpec } from '../../core/dag-spec.js';
+import { ACTIVE_TI_STATES } from '../../core/states.js';
+import { inlineLiterals } from '../inline-literals.js';
+import type { Sql } from '../sql.js';
+
+/**
+ * Every attempt of one executor still queued or running, rebuilt from the database: what a new
+ * leader matches against the pods it lists. Read once per change of leader.
+ */
+export async function activeAttemptsOf(sql: Sql, executor: string): Promise<{ attempt: Attempt; running: boolean }[]> {
+  const rows = await sql<
+    { id: string; run_id: string; task_id: string; state: string; try_number: number; max_tries: number; attempt_token: string; dispatch_key: string; dag_id: string; spec: DagSpec; conf: Record<string, unknown>; logical_date: Date }[]
+  >`
+    select t.id, t.run_id, t.task_id, t.state, t.try_number, t.max_tries, t.attempt_token, t.dispatch_key,
+           r.dag_id, r.spec, r.conf, r.logical_date
+    from task_instances t join dag_runs r on r.id = t.run_id
+    where t.executor = ${executor} and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})`;
+  const out: { attempt: Attempt; running: boolean }[] = [];
+  for (const row of rows) {
+    const task = row.spec.tasks.find((t) => t.id === row.task_id);
+    if (!task) continue;
+    const attempt = attemptOf(
+      { tiId: row.id, runId: row.run_id, dagId: row.dag_id, taskId: row.task_id, task, conf: row.conf, logicalDate: row.logical_date },
+      { tryNumber: row.try_number, maxTries: row.max_tries, attemptToken: row.attempt_token, dispatchKey: row.dispatch_key },
+    );
+    out.push({ attempt, running: row.state !== 'queued' });
+  }
+  return out;
+}

@@ -1,0 +1,50 @@
+/**
+ * What a pod's status says about its attempt, read from the phase, the conditions and the
+ * containers' states: still coming (and why), never going to start (with the pod's own reason),
+ * running, or over.
+ */
+import type { V1Pod } from '@kubernetes/client-node';
+
+/** Container waiting reasons no wait will cure: the attempt fails at once, with this reason. */
+export const CANNOT_START_REASONS: ReadonlySet<string> = new Set([
+  'ErrImagePull', 'ImagePullBackOff', 'InvalidImageName', 'ErrImageNeverPull', 'CreateContainerConfigError',
+]);
+
+export type PodCondition =
+  /** Not running yet. `reason` is what the TI's pending reason says (null: nothing worth saying). */
+  | { kind: 'pending'; reason: string | null; unschedulable: boolean }
+  | { kind: 'cannot-start'; reason: string }
+  | { kind: 'running' }
+  | { kind: 'succeeded' }
+  | { kind: 'failed'; reason: string }
+  /** Its node stopped answering: the pod's fate is unknown. */
+  | { kind: 'lost'; reason: string };
+
+const cut = (s: string | undefined, n = 300) => (s ?? '').replace(/\s+/g, ' ').trim().slice(0, n);
+const withMessage = (reason: string, message: string | undefined) => (cut(message) === '' ? reason : `${reason}:${cut(message)}`);
+
+export function podCondition(pod: V1Pod): PodCondition {
+  const status = pod.status ?? {};
+  const phase = status.phase ?? 'Pending';
+  const containers = [...(status.initContainerStatuses ?? []), ...(status.containerStatuses ?? [])];
+  if (phase === 'Unknown' || status.reason === 'NodeLost') return { kind: 'lost', reason: withMessage(status.reason ?? 'Unknown', status.message ?? 'the node of the pod stopped reporting') };
+  if (phase === 'Succeeded') return { kind: 'succeeded' };
+  if (phase === 'Failed') {
+    const term = containers.map((c) => c.state?.terminated).find((t) => t !== undefined);
+    if (status.reason) return { kind: 'failed', reason: withMessage(status.reason, status.message) };
+    if (term) return { kind: 'failed', reason: withMessage(term.reason ?? 'Error', `exit code ${term.exitCode}${term.message ? ` ${term.message}` : ''}`) };
+    return { kind: 'failed', reason: withMessage('Failed', status.message) };
+  }
+  if (phase === 'Running') return { kind: 'running' };
+  for (const c of containers) {
+    const w = c.state?.waiting;
+    if (w?.reason && CANNOT_START_REASONS.has(w.reason)) return { kind: 'cannot-start', reason: withMessage(w.reason, w.message) };
+  }
+  const scheduled = (status.conditions ?? []).find((c) => c.type === 'PodScheduled');
+  if (scheduled?.status === 'False') {
+    const reason = scheduled.reason ?? 'Unschedulable';
+    return { kind: 'pending', reason: `POD_PENDING:${withMessage(reason, scheduled.message)}`, unschedulable: reason === 'Unschedulable' };
+  }
+  const waiting = containers.map((c) => c.state?.waiting).find((w) => w?.reason);
+  return { kind: 'pending', reason: waiting?.reason ? `POD_PENDING:${withMessage(waiting.reason, waiting.message)}` : null, unschedulable: false };
+}

@@ -1,0 +1,85 @@
+/**
+ * The pod of one attempt: the edition's image (or the task's own) running `leoflow agent --once`
+ * for exactly this attempt, which connects back to the control plane and runs the task's command
+ * as any agent does. The task's `kubernetes:` block adds resources, namespace, service account,
+ * node selector and tolerations.
+ */
+import type { V1Pod, V1Toleration } from '@kubernetes/client-node';
+import type { Attempt } from '../../core/attempt.js';
+import { ANNOTATION, podLabels, podName } from './pod-identity.js';
+
+export interface PodSettings {
+  /** Namespace of tasks that name none. */
+  namespace: string;
+  /** The Leoflow image, for tasks that name none. */
+  image: string;
+  /** The control plane's API as pods reach it. */
+  serverUrl: string;
+  /** The `leoflow` program in the image. */
+  agentCommand: string[];
+  /** Between SIGTERM and SIGKILL of the task inside the pod; the pod's grace period adds a margin. */
+  killGraceMs: number;
+  /** The agents' shared secret, when the control plane requires one. */
+  agentToken: string | null;
+  /** Where pods read the agent token from instead (a Secret in their namespace); null: `agentToken` in the env. */
+  agentTokenSecret?: { name: string; key: string } | null;
+}
+
+/** Time for the agent, once its task is stopped, to send the end and its last log lines. */
+const REPORT_MARGIN_S = 5;
+
+export function podNamespace(attempt: Attempt, s: Pick<PodSettings, 'namespace'>): string {
+  return attempt.pod?.kubernetes?.namespace ?? s.namespace;
+}
+
+/** Seconds the pod is given between SIGTERM and SIGKILL when it is deleted. */
+export function podGraceSeconds(killGraceMs: number): number {
+  return Math.ceil(killGraceMs / 1000) + REPORT_MARGIN_S;
+}
+
+export function podManifest(attempt: Attempt, s: PodSettings): V1Pod {
+  const k = attempt.pod?.kubernetes;
+  const name = podName(attempt);
+  const env = [
+    // The attempt this pod runs, and nothing else (agent --once, Hello.only_attempt_token).
+    { name: 'LEOFLOW_ATTEMPT_TOKEN', value: attempt.attemptToken },
+    ...(s.agentTokenSecret
+      ? [{ name: 'LEOFLOW_AGENT_TOKEN', valueFrom: { secretKeyRef: { name: s.agentTokenSecret.name, key: s.agentTokenSecret.key } } }]
+      : s.agentToken !== null ? [{ name: 'LEOFLOW_AGENT_TOKEN', value: s.agentToken }] : []),
+  ];
+  const tolerations: V1Toleration[] | undefined = k?.tolerations?.map((t) => ({ ...t }));
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: {
+      name,
+      namespace: podNamespace(attempt, s),
+      labels: podLabels(attempt),
+      annotations: { [ANNOTATION.dag]: attempt.dagId, [ANNOTATION.task]: attempt.taskId },
+    },
+    spec: {
+      // One pod per attempt: a retry is a new attempt, with a new pod, decided by the control plane.
+      restartPolicy: 'Never',
+      terminationGracePeriodSeconds: podGraceSeconds(s.killGraceMs),
+      ...(k?.serviceAccount ? { serviceAccountName: k.serviceAccount } : { automountServiceAccountToken: false }),
+      ...(k?.nodeSelector ? { nodeSelector: { ...k.nodeSelector } } : {}),
+      ...(tolerations ? { tolerations } : {}),
+      containers: [
+        {
+          name: 'task',
+          image: k?.image ?? attempt.pod?.image ?? s.image,
+          command: [
+            ...s.agentCommand,
+            'agent', '--once', '--ti', attempt.tiId, '--server', s.serverUrl, '--id', name,
+            // Deleting the pod (cancel, timeout) stops the task at once and reports it, rather
+            // than letting it finish; the kill grace the control plane sends is the one used.
+            '--on-shutdown', 'handback', '--state-dir', `/tmp/leoflow/${name}`,
+            '--log-format', 'json',
+          ],
+          env,
+          ...(k?.resources ? { resources: { ...(k.resources.requests ? { requests: { ...k.resources.requests } } : {}), ...(k.resources.limits ? { limits: { ...k.resources.limits } } : {}) } } : {}),
+        },
+      ],
+    },
+  };
+}

@@ -1,0 +1,107 @@
+import { randomUUID } from 'node:crypto';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import pino from 'pino';
+import { expect, it } from 'vitest';
+import type { Attempt } from '../../src/core/attempt.js';
+import { createDispatchPool } from '../../src/dispatch/pool.js';
+import { createKubernetesExecutor } from '../../src/executors/kubernetes/kubernetes-executor.js';
+import { loadKubeConfig } from '../../src/executors/kubernetes/load-kube-config.js';
+import { startFakeKubeApi } from '../helpers/fake-kube/index.js';
+import { freePort } from '../helpers/global-setup.js';
+import { BIN, cli, startServer, waitFor } from '../helpers/leoflow-process.js';
+import { createTestDatabase } from '../helpers/test-database.js';
+import { percentile, report } from './report.js';
+
+/**
+ * The kubernetes executor against the fake API server. (1) Pods dispatched per second through
+ * Pro's pool (16 drainers) when every API request takes 100 ms or 500 ms, next to the ceiling of
+ * 16 / latency: the executor in-process, its creates the only work, the fake's kubelet manual.
+ * (2) Trigger → pod created → attempt started, p50/p99: the real `leoflow server --edition pro`
+ * and pods running the real `leoflow agent --once` (a Node start each), at 100 ms API latency,
+ * one single-task run at a time.
+ */
+
+const NS = 'leoflow';
+const DRAINERS = 16;
+const logger = pino({ level: 'silent' });
+
+it('pods dispatched per second at 100 ms and 500 ms API latency, against the ceiling 16 / latency', async () => {
+  const rows: Record<string, string | number>[] = [];
+  for (const latencyMs of [100, 500]) {
+    const kube = await startFakeKubeApi({ namespaces: [NS], kubelet: 'manual' });
+    const ex = createKubernetesExecutor({
+      kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
+      pods: { namespace: NS, image: 'leoflow:bench', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 10_000, agentToken: null, podPendingTimeoutMs: 600_000, keepSucceededMs: 0, keepFailedMs: 3_600_000 },
+      reporter: { started: async () => true, log: () => {}, heartbeat: async () => new Set(), logsSoFar: async () => ({ stdout: 0, stderr: 0 }), finished: async () => {} },
+      store: { lost: async () => false, pending: async () => {}, active: async () => [], podGone: async () => {} },
+      logger,
+    });
+    await ex.lead(true);
+    kube.setLatency(latencyMs);
+    const n = Math.round((DRAINERS * 5 * 1000) / latencyMs);
+    let done = 0;
+    const pool = createDispatchPool<Attempt>({ workers: DRAINERS, capacity: 256 * 8, key: (a) => a.tiId, logger, dispatch: (a) => ex.dispatch(a), onDispatched: () => void done++ });
+    const started = performance.now();
+    for (let i = 0; i < n; i++) {
+      pool.offer({ tiId: String(i + 1), runId: String(i + 1), dagId: 'bench', taskId: 't', tryNumber: 1, maxTries: 1, attemptToken: randomUUID(), dispatchKey: 'k', command: ['true'], env: {}, cwd: null, timeoutMs: null });
+    }
+    await waitFor('every pod created', async () => done === n, 120_000, 5);
+    const seconds = (performance.now() - started) / 1000;
+    expect(kube.pods(NS).length).toBe(n);
+    const ceiling = DRAINERS / (latencyMs / 1000);
+    rows.push({ 'API latency ms': latencyMs, pods: n, 'pods/s': +(n / seconds).toFixed(1), 'ceiling 16/latency': ceiling, 'of ceiling': `${Math.round((100 * n) / seconds / ceiling)} %` });
+    await pool.close();
+    await ex.shutdown(0);
+    await kube.close();
+  }
+  await report('kubernetes-dispatch', rows, { load: os.loadavg() });
+});
+
+it('trigger → pod created → attempt started, p50/p99, at 100 ms API latency', async () => {
+  const RUNS = 20;
+  const db = await createTestDatabase();
+  const kube = await startFakeKubeApi({ namespaces: [NS], latencyMs: 100 });
+  const tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-kube-bench-'));
+  const port = await freePort();
+  const server = await startServer({
+    env: { DATABASE_URL: db.url },
+    args: ['--edition', 'pro', '--listen', `127.0.0.1:${port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS, '--kubernetes-image', 'leoflow:bench', '--pod-server-url', `http://127.0.0.1:${port}`, '--pod-agent-command', `${process.execPath},${BIN}`],
+  });
+  try {
+    const file = path.join(tmp, 'one.yaml');
+    await writeFile(file, 'dag_id: one\ntasks:\n  - { id: t, command: ["true"] }\n');
+    const applied = await cli(server.url, ['dag', 'apply', file]);
+    expect(applied.code, applied.stderr + applied.stdout).toBe(0);
+    const toCreated: number[] = [];
+    const toStarted: number[] = [];
+    const { createClients } = await import('../../src/cli/client.js');
+    const api = createClients(server.url);
+    for (let i = 0; i < RUNS; i++) {
+      const since = kube.requests().length;
+      const t0 = Date.now();
+      const runId = (await api.workflow.triggerRun({ dagId: 'one', runKey: `r${i}` })).run!.runId;
+      const startedAt = await waitFor('started', async () => {
+        const [t] = await db.sql<{ started_at: Date | null; state: string }[]>`select started_at, state from task_instances where run_id = ${runId}`;
+        return t?.started_at ?? null;
+      }, 60_000, 5);
+      const create = kube.requests().slice(since).find((r) => r.verb === 'create' && r.status === 201)!;
+      toCreated.push(create.at + create.durationMs - t0);
+      toStarted.push(startedAt.getTime() - t0);
+      await waitFor('run over', async () => {
+        const [r] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
+        return r?.state === 'success';
+      }, 60_000, 20);
+    }
+    await report('kubernetes-start-latency', [
+      { step: 'trigger → pod created', 'p50 ms': percentile(toCreated, 50), 'p99 ms': percentile(toCreated, 99), runs: RUNS },
+      { step: 'trigger → attempt started (agent in the pod)', 'p50 ms': percentile(toStarted, 50), 'p99 ms': percentile(toStarted, 99), runs: RUNS },
+    ], { load: os.loadavg(), apiLatencyMs: 100 });
+  } finally {
+    await server.stop();
+    await kube.close();
+    await db.drop();
+    await rm(tmp, { recursive: true, force: true });
+  }
+});

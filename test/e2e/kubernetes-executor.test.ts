@@ -1,0 +1,254 @@
+import { randomUUID } from 'node:crypto';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { podName } from '../../src/executors/kubernetes/pod-identity.js';
+import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
+import { freePort } from '../helpers/global-setup.js';
+import { BIN, cli, runCommand, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+
+/**
+ * The Pro edition's kubernetes executor, end to end: the real `leoflow server --edition pro`
+ * talks through @kubernetes/client-node and a kubeconfig to the fake API server, whose kubelet
+ * runs each pod's command, the real `leoflow agent --once`, which connects back and runs the
+ * task. Each failure shape a real cluster shows ends its attempt with the pod's own reason.
+ */
+
+const NS = 'leoflow';
+let db: TestDatabase;
+let kube: FakeKubeApi;
+let tmp: string;
+let server: ServerProcess;
+let port: number;
+
+interface Ti {
+  id: string;
+  state: string;
+  try_number: number;
+  error: string | null;
+  pending_reason: string | null;
+  dag_id: string;
+  run_id: string;
+  task_id: string;
+}
+
+async function startPro(extra: string[] = []): Promise<ServerProcess> {
+  return startServer({
+    env: { DATABASE_URL: db.url },
+    args: [
+      '--edition', 'pro', '--listen', `127.0.0.1:${port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS,
+      '--kubernetes-image', 'leoflow:test', '--pod-server-url', `http://127.0.0.1:${port}`, '--pod-agent-command', `${process.execPath},${BIN}`,
+      '--pod-pending-timeout', '3s', '--kill-grace', '2s', '--pod-keep-failed', '0', ...extra,
+    ],
+  });
+}
+
+async function apply(name: string, yaml: string): Promise<void> {
+  const file = path.join(tmp, `${name}.yaml`);
+  await writeFile(file, yaml);
+  const r = await cli(server.url, ['dag', 'apply', file]);
+  expect(r.code, r.stderr).toBe(0);
+}
+
+async function trigger(dagId: string): Promise<string> {
+  const r = await cli(server.url, ['run', 'trigger', dagId, '--output', 'json']);
+  expect(r.code, r.stderr).toBe(0);
+  return String((JSON.parse(r.stdout) as { run_id: string }).run_id);
+}
+
+async function tiOf(runId: string): Promise<Ti> {
+  const [t] = await db.sql<Ti[]>`
+    select t.id, t.state, t.try_number, t.error, t.pending_reason, r.dag_id, t.run_id, t.task_id
+    from task_instances t join dag_runs r on r.id = t.run_id where t.run_id = ${runId}`;
+  return t!;
+}
+
+async function ended(runId: string, timeoutMs = 30_000): Promise<Ti> {
+  return waitFor(`run ${runId} over`, async () => {
+    const [r] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
+    return r && ['success', 'failed', 'cancelled'].includes(r.state) ? tiOf(runId) : null;
+  }, timeoutMs, 50);
+}
+
+const podOf = (t: Ti, tryNumber = t.try_number) => podName({ dagId: t.dag_id, runId: t.run_id, taskId: t.task_id, tiId: t.id, tryNumber });
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  kube = await startFakeKubeApi({ namespaces: [NS] });
+  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-kube-'));
+  port = await freePort();
+  server = await startPro();
+}, 60_000);
+
+afterAll(async () => {
+  await server?.stop();
+  await kube?.close();
+  await db?.drop();
+  await rm(tmp, { recursive: true, force: true });
+});
+
+describe('the kubernetes executor against the fake API server', () => {
+  it('runs a task in its pod: one create, the agent inside reports it, the succeeded pod is removed', { timeout: 60_000 }, async () => {
+    await apply('hello', 'dag_id: hello\ntasks:\n  - id: say\n    command: ["sh", "-c", "echo hello from $LEOFLOW_TASK_ID"]\n');
+    const runId = await trigger('hello');
+    const t = await ended(runId);
+    expect(t).toMatchObject({ state: 'success', try_number: 1 });
+    expect(kube.createCount(NS, podOf(t))).toBe(1);
+    const lines = await db.sql<{ line: string }[]>`select line from task_logs where ti_id = ${t.id} and stream = 'stdout'`;
+    expect(lines.map((l) => l.line)).toContain('hello from say');
+    await waitFor('the succeeded pod deleted', async () => kube.pod(NS, podOf(t)) === undefined, 10_000);
+    // Its agent (named after the pod) is forgotten with it: no row per pod piles up.
+    await waitFor('the pod\'s agent forgotten', async () => (await db.sql`select 1 from agents where agent_id = ${podOf(t)}`).length === 0, 10_000);
+  });
+
+  it('fails an attempt whose image cannot be pulled at once, with the pod\'s reason, and retries it', { timeout: 60_000 }, async () => {
+    await apply('pull', 'dag_id: pull\ntasks:\n  - id: p\n    command: ["true"]\n    retries: 1\n    retry_delay: 1s\n    kubernetes: { image: registry.example/nonexistent:1 }\n');
+    const runId = await trigger('pull');
+    const t = await ended(runId);
+    expect(t.state).toBe('failed');
+    expect(t.try_number).toBe(2);
+    expect(t.error).toMatch(/^POD_CANNOT_START:(ErrImagePull|ImagePullBackOff)/);
+    await waitFor('both pods deleted', async () => kube.pod(NS, podOf(t, 1)) === undefined && kube.pod(NS, podOf(t, 2)) === undefined, 10_000);
+  });
+
+  it('says why a pod is pending, then fails it unschedulable past --pod-pending-timeout', { timeout: 60_000 }, async () => {
+    await apply('big', 'dag_id: big\ntasks:\n  - id: b\n    command: ["true"]\n    kubernetes: { resources: { requests: { cpu: "64" } } }\n');
+    const runId = await trigger('big');
+    const pending = await waitFor('the pod\'s pending reason', async () => {
+      const r = (await tiOf(runId)).pending_reason;
+      return r?.startsWith('POD_') ? r : null;
+    }, 10_000);
+    expect(pending).toMatch(/^POD_PENDING:Unschedulable:0\/3 nodes are available/);
+    const show = await cli(server.url, ['run', 'show', runId]);
+    expect(show.stdout).toContain('POD_PENDING:Unschedulable');
+    const t = await ended(runId);
+    expect(t.state).toBe('failed');
+    expect(t.error).toMatch(/^POD_UNSCHEDULABLE:0\/3 nodes are available.*\(pending longer than 3s\)$/);
+    await waitFor('the pod deleted', async () => kube.pod(NS, podOf(t)) === undefined, 10_000);
+  });
+
+  it('fails an attempt whose create the API server refuses, once per try, never in a loop', { timeout: 60_000 }, async () => {
+    await apply('nowhere', 'dag_id: nowhere\ntasks:\n  - id: n\n    command: ["true"]\n    retries: 1\n    retry_delay: 1s\n    kubernetes: { namespace: missing }\n');
+    const runId = await trigger('nowhere');
+    const t = await ended(runId);
+    expect(t.state).toBe('failed');
+    expect(t.error).toMatch(/^POD_CREATE_REFUSED:404 NotFound: namespaces "missing" not found/);
+    expect(kube.createAttempts('missing', podOf(t, 1))).toBe(1);
+    expect(kube.createAttempts('missing', podOf(t, 2))).toBe(1);
+  });
+
+  it('retries a create refused with 429 after its Retry-After, and creates the pod once', { timeout: 60_000 }, async () => {
+    await apply('busy', 'dag_id: busy\ntasks:\n  - id: x\n    command: ["true"]\n');
+    kube.failNext({ verb: 'create', namespace: NS, status: 429, retryAfterSeconds: 1 });
+    const started = Date.now();
+    const runId = await trigger('busy');
+    const t = await ended(runId);
+    expect(t.state).toBe('success');
+    const creates = kube.requests().filter((r) => r.verb === 'create' && r.namespace === NS && r.at >= started);
+    expect(creates.map((r) => r.status)).toEqual([429, 201]);
+    expect(creates[1]!.at - creates[0]!.at, 'the second create waited for Retry-After').toBeGreaterThanOrEqual(1000);
+    expect(kube.createCount(NS, podOf(t))).toBe(1);
+  });
+
+  it('ends an attempt whose pod is deleted from outside as lost at once, and retries it', { timeout: 60_000 }, async () => {
+    await apply('doomed', 'dag_id: doomed\ntasks:\n  - id: d\n    command: ["sh", "-c", "[ \\"$LEOFLOW_TRY_NUMBER\\" = 1 ] && sleep 60; echo try $LEOFLOW_TRY_NUMBER"]\n    retries: 1\n    retry_delay: 1s\n');
+    const runId = await trigger('doomed');
+    const first = await waitFor('try 1 running', async () => {
+      const t = await tiOf(runId);
+      return t.state === 'running' ? t : null;
+    }, 20_000);
+    const at = Date.now();
+    kube.deleteFromOutside(NS, podOf(first));
+    const lost = await waitFor('try 1 lost', async () => {
+      const [e] = await db.sql<{ payload: { error: string } }[]>`select payload from events where ti_id = ${first.id} and payload->>'reason' = 'pod_lost'`;
+      return e?.payload ?? null;
+    }, 10_000);
+    expect(Date.now() - at).toBeLessThan(5_000);
+    expect(lost.error).toMatch(/^POD_DELETED: pod lf-doomed-d-[0-9a-f]{12} in namespace leoflow was deleted/);
+    const t = await ended(runId);
+    expect(t).toMatchObject({ state: 'success', try_number: 2 });
+  });
+
+  it('deletes the pod of a cancelled attempt', { timeout: 60_000 }, async () => {
+    await apply('long', 'dag_id: long\ntasks:\n  - id: l\n    command: ["sleep", "60"]\n');
+    const runId = await trigger('long');
+    const t = await waitFor('running', async () => {
+      const x = await tiOf(runId);
+      return x.state === 'running' ? x : null;
+    }, 20_000);
+    const r = await cli(server.url, ['run', 'cancel', runId]);
+    expect(r.code, r.stderr).toBe(0);
+    await waitFor('the pod gone', async () => kube.pod(NS, podOf(t)) === undefined, 15_000);
+    expect((await tiOf(runId)).state).toBe('cancelled');
+  });
+
+  it('ends an attempt past its timeout and removes its pod', { timeout: 60_000 }, async () => {
+    await apply('slow', 'dag_id: slow\ntasks:\n  - id: s\n    command: ["sleep", "60"]\n    timeout: 2s\n');
+    const runId = await trigger('slow');
+    const t = await ended(runId);
+    expect(t.state).toBe('failed');
+    expect(t.error).toMatch(/timed out/);
+    await waitFor('the pod gone', async () => kube.pod(NS, podOf(t)) === undefined, 15_000);
+  });
+
+  it('counts pods created, create errors by reason and pod start latency', async () => {
+    // Before the restart below: the counters are this server's.
+    const m = await scrapeMetrics(server.metricsUrl);
+    expect(metricSum(m, 'kubernetes_pods_created_total')).toBeGreaterThan(0);
+    expect(m.get('kubernetes_pod_create_errors_total{reason="TooManyRequests"}')).toBeGreaterThanOrEqual(1);
+    expect(metricSum(m, 'kubernetes_pod_start_latency_seconds_count')).toBeGreaterThan(0);
+  });
+
+  it('after a SIGKILL, the next server adopts the running pod: the run finishes with one pod', { timeout: 90_000 }, async () => {
+    await apply('survive', 'dag_id: survive\ntasks:\n  - id: s\n    command: ["sh", "-c", "sleep 4; echo survived"]\n');
+    const runId = await trigger('survive');
+    const t = await waitFor('running', async () => {
+      const x = await tiOf(runId);
+      return x.state === 'running' ? x : null;
+    }, 20_000);
+    await server.kill();
+    server = await startPro();
+    const done = await ended(runId, 60_000);
+    expect(done).toMatchObject({ state: 'success', try_number: 1 });
+    expect(kube.createCount(NS, podOf(t))).toBe(1);
+  });
+
+  it('gives a pod\'s agent only the attempt whose token it carries: a late pod never claims a task instance', { timeout: 60_000 }, async () => {
+    // A task waiting for an agent that does not exist: scheduled, no attempt.
+    await apply('waits', 'dag_id: waits\ntasks:\n  - id: w\n    command: ["true"]\n    executor: agents\n    placement: { labels: { nowhere: "yes" } }\n');
+    const runId = await trigger('waits');
+    const t = await waitFor('scheduled', async () => {
+      const x = await tiOf(runId);
+      return x.state === 'scheduled' ? x : null;
+    }, 20_000);
+    const once = (env: Record<string, string>) => runCommand(process.execPath, [BIN, 'agent', '--once', '--ti', t.id, '--server', server.url, '--id', `late-${env.LEOFLOW_ATTEMPT_TOKEN ? 'pod' : 'agent'}`, '--state-dir', path.join(tmp, 'late')], { env, timeoutMs: 30_000 });
+    const late = await once({ LEOFLOW_ATTEMPT_TOKEN: randomUUID() });
+    expect(late.code, late.stderr).toBe(0);
+    expect(await tiOf(runId)).toMatchObject({ state: 'scheduled', try_number: 0 });
+    // Without a token (a one-shot agent of the fleet), the same Hello claims it: the difference is the token.
+    const claimer = await once({});
+    expect(claimer.code, claimer.stderr).toBe(0);
+    expect((await tiOf(runId)).try_number).toBe(1);
+  });
+
+
+  it('gives pods the agent token from a Secret, never in their spec, when --pod-agent-token-secret names one', { timeout: 90_000 }, async () => {
+    const token = randomUUID();
+    kube.setSecret(NS, 'leoflow-agent', { 'agent-token': token });
+    await server.stop();
+    server = await startPro(['--agent-token', token, '--pod-agent-token-secret', 'leoflow-agent']);
+    await apply('tokened', 'dag_id: tokened\ntasks:\n  - id: t\n    command: ["sleep", "2"]\n');
+    const runId = await trigger('tokened');
+    const t = await waitFor('running: its agent got in with the token', async () => {
+      const x = await tiOf(runId);
+      return x.state === 'running' ? x : null;
+    }, 30_000);
+    const pod = kube.pod(NS, podOf(t));
+    expect(pod.spec.containers[0].env).toContainEqual({ name: 'LEOFLOW_AGENT_TOKEN', valueFrom: { secretKeyRef: { name: 'leoflow-agent', key: 'agent-token' } } });
+    expect(JSON.stringify(pod)).not.toContain(token);
+    expect((await ended(runId)).state).toBe('success');
+  });
+});

@@ -1,0 +1,321 @@
+import { randomUUID } from 'node:crypto';
+import { loadKubeConfig } from '../../src/executors/kubernetes/load-kube-config.js';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { Attempt, AttemptResult } from '../../src/core/attempt.js';
+import { createKubernetesExecutor, type KubernetesExecutor, type KubernetesExecutorOptions } from '../../src/executors/kubernetes/kubernetes-executor.js';
+import { podName } from '../../src/executors/kubernetes/pod-identity.js';
+import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
+import { waitFor } from '../helpers/leoflow-process.js';
+import { pino } from 'pino';
+
+/**
+ * The kubernetes executor on its own, through the real client-node, against the fake API server
+ * with its kubelet in manual mode: the test moves each pod, and checks what the executor writes
+ * (through a recording store) and sends to the API server.
+ */
+
+const NS = 'jobs';
+let kube: FakeKubeApi;
+const executors: KubernetesExecutor[] = [];
+
+interface Recorded {
+  finished: { tiId: string; result: AttemptResult }[];
+  lost: { tiId: string; tryNumber: number; error: string }[];
+  pending: { tiId: string; reason: string | null }[];
+}
+
+function executor(over: Partial<KubernetesExecutorOptions> = {}, active: { attempt: Attempt; running: boolean }[] = []): { ex: KubernetesExecutor; rec: Recorded } {
+  const rec: Recorded = { finished: [], lost: [], pending: [] };
+  const ex = createKubernetesExecutor({
+    kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
+    pods: { namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 },
+    reporter: {
+      started: async () => true,
+      log: () => {},
+      heartbeat: async () => new Set(),
+      logsSoFar: async () => ({ stdout: 0, stderr: 0 }),
+      finished: async (a, result) => void rec.finished.push({ tiId: a.tiId, result }),
+    },
+    store: {
+      lost: async (a, error) => {
+        if (rec.lost.some((l) => l.tiId === a.tiId && l.tryNumber === a.tryNumber)) return false;
+        rec.lost.push({ tiId: a.tiId, tryNumber: a.tryNumber, error });
+        return true;
+      },
+      pending: async (a, reason) => void rec.pending.push({ tiId: a.tiId, reason }),
+      active: async () => active,
+      podGone: async () => {},
+    },
+    logger: pino({ level: process.env.KLOG ?? 'silent' }),
+    sweepMs: 50,
+    ...over,
+  });
+  executors.push(ex);
+  return { ex, rec };
+}
+
+let nextTi = 100;
+function attempt(over: Partial<Attempt> = {}): Attempt {
+  const tiId = String(nextTi++);
+  return { tiId, runId: String(nextTi + 5000), dagId: 'etl-a', taskId: 'load', tryNumber: 1, maxTries: 3, attemptToken: randomUUID(), dispatchKey: 'k', command: ['true'], env: {}, cwd: null, timeoutMs: null, ...over };
+}
+
+const running = { phase: 'Running', conditions: [{ type: 'PodScheduled', status: 'True' }], containerStatuses: [{ name: 'task', ready: true, restartCount: 0, image: 'leoflow:test', imageID: '', state: { running: { startedAt: new Date().toISOString() } } }] };
+
+beforeEach(async () => {
+  kube = await startFakeKubeApi({ namespaces: [NS], kubelet: 'manual', bookmarkIntervalMs: 100 });
+});
+afterEach(async () => {
+  for (const e of executors.splice(0)) await e.shutdown(0);
+  await kube.close();
+});
+
+describe('kubernetes executor', () => {
+  it('creates one pod when two leaders (an overlap) dispatch the same attempt: the second gets AlreadyExists and follows it', async () => {
+    const a = attempt();
+    const one = executor();
+    const two = executor();
+    await Promise.all([one.ex.lead(true), two.ex.lead(true)]);
+    await Promise.all([one.ex.dispatch(a), two.ex.dispatch(a)]);
+    const name = podName(a);
+    expect(kube.createCount(NS, name)).toBe(1);
+    expect(kube.createAttempts(NS, name)).toBe(2);
+    expect([...one.rec.finished, ...two.rec.finished]).toEqual([]);
+    // Both follow it: the pod never starting is seen by each (the guarded write keeps one).
+    expect(one.ex.holdsLive(a.tiId, a.attemptToken) && two.ex.holdsLive(a.tiId, a.attemptToken)).toBe(true);
+  });
+
+  it('labels the pod for dag, run, task and try, and runs leoflow agent --once for exactly this attempt', async () => {
+    const { ex } = executor();
+    await ex.lead(true);
+    const a = attempt({ dagId: 'a-1', taskId: 'x', pod: { image: null, kubernetes: { resources: { requests: { cpu: '250m' } }, nodeSelector: { pool: 'etl' } } } });
+    await ex.dispatch(a);
+    const pod = kube.pod(NS, podName(a));
+    expect(pod.metadata.labels).toMatchObject({ 'app.kubernetes.io/managed-by': 'leoflow', 'leoflow.io/dag': 'a-1',  'leoflow.io/run-id': a.runId, 'leoflow.io/task': 'x', 'leoflow.io/ti-id': a.tiId, 'leoflow.io/try': '1' });
+    expect(pod.spec.restartPolicy).toBe('Never');
+    expect(pod.spec.nodeSelector).toEqual({ pool: 'etl' });
+    const c = pod.spec.containers[0];
+    expect(c.command).toEqual(['leoflow', 'agent', '--once', '--ti', a.tiId, '--server', 'http://cp:7070', '--id', podName(a), '--on-shutdown', 'handback', '--state-dir', `/tmp/leoflow/${podName(a)}`, '--log-format', 'json']);
+    expect(c.env).toEqual([{ name: 'LEOFLOW_ATTEMPT_TOKEN', value: a.attemptToken }]);
+    expect(c.resources.requests).toEqual({ cpu: '250m' });
+    // DAG a + task 1-x names another pod than DAG a-1 + task x.
+    expect(podName({ ...a, dagId: 'a', taskId: '1-x' })).not.toBe(podName(a));
+  });
+
+  it('fails an attempt at once when its container cannot start, deletes its pod, and stops holding it', async () => {
+    const { ex, rec } = executor();
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    expect(ex.holdsLive(a.tiId, a.attemptToken)).toBe(true);
+    kube.setPodStatus(NS, podName(a), { phase: 'Pending', containerStatuses: [{ name: 'task', ready: false, restartCount: 0, image: 'x', imageID: '', state: { waiting: { reason: 'CreateContainerConfigError', message: 'secret "db" not found' } } }] });
+    await waitFor('the end reported', async () => rec.finished.length > 0);
+    expect(rec.finished[0]!.result).toMatchObject({ outcome: 'spawn_failed', error: 'POD_CANNOT_START:CreateContainerConfigError:secret "db" not found' });
+    await waitFor('the pod deleted', async () => kube.pod(NS, podName(a)) === undefined);
+    expect(ex.holdsLive(a.tiId, a.attemptToken)).toBe(false);
+  });
+
+  it('ends the attempt as lost when its node is lost, and deletes the pod', async () => {
+    const { ex, rec } = executor();
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    kube.bindPod(NS, podName(a));
+    kube.setPodStatus(NS, podName(a), running);
+    await waitFor('running seen', async () => !ex.holdsLive(a.tiId, a.attemptToken));
+    kube.loseNode(NS, podName(a));
+    await waitFor('lost', async () => rec.lost.length > 0);
+    expect(rec.lost[0]!.error).toMatch(/^POD_LOST:NodeLost/);
+    await waitFor('a delete sent', async () => kube.requests().some((r) => r.verb === 'delete' && r.name === podName(a)));
+  });
+
+  it('keeps watching through a compaction (410 Gone: it lists again) and still sees a pod deleted meanwhile', async () => {
+    const { ex, rec } = executor();
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    const listsBefore = kube.requests().filter((r) => r.verb === 'list').length;
+    kube.compact({ expireWatches: true });
+    kube.deleteFromOutside(NS, podName(a));
+    await waitFor('lost', async () => rec.lost.length > 0);
+    expect(rec.lost[0]!.error).toMatch(/^POD_DELETED: pod lf-etl-a-load-[0-9a-f]{12} in namespace jobs was deleted/);
+    await waitFor('a list again', async () => kube.requests().filter((r) => r.verb === 'list').length > listsBefore);
+  });
+
+  it('deletes the pod of an earlier try and sees it gone before creating the next try\'s', async () => {
+    const { ex } = executor();
+    await ex.lead(true);
+    const first = attempt();
+    await ex.dispatch(first);
+    const second = { ...first, tryNumber: 2, attemptToken: randomUUID() };
+    await ex.dispatch(second);
+    const log = kube.requests();
+    const del = log.findIndex((r) => r.verb === 'delete' && r.name === podName(first));
+    const lastCreate = log.map((r) => r.verb).lastIndexOf('create');
+    expect(del).toBeGreaterThanOrEqual(0);
+    expect(del, 'the earlier pod is deleted before the next is created').toBeLessThan(lastCreate);
+    expect(kube.pod(NS, podName(first))).toBeUndefined();
+    expect(kube.pod(NS, podName(second))).toBeDefined();
+  });
+
+  it('refuses to start a try beside an earlier try\'s pod that will not go (a lost node), saying why', async () => {
+    const { ex, rec } = executor({ previousGoneMs: 300 });
+    await ex.lead(true);
+    const first = attempt();
+    await ex.dispatch(first);
+    kube.bindPod(NS, podName(first));
+    kube.setPodStatus(NS, podName(first), running);
+    const second = { ...first, tryNumber: 2, attemptToken: randomUUID() };
+    await ex.dispatch(second);
+    expect(rec.finished.find((f) => f.tiId === second.tiId)?.result.error).toMatch(/^POD_PREVIOUS_TRY_NOT_GONE: the pod of an earlier try \(lf-etl-a-load-[0-9a-f]{12}\) was not gone within 0s/);
+    expect(kube.createCount(NS, podName(second))).toBe(0);
+  });
+
+  it('on taking the lead adopts the pods of live attempts, deletes those of attempts that are over, creates missing ones of queued attempts', async () => {
+    const first = executor();
+    await first.ex.lead(true);
+    const live = attempt();
+    const over = attempt();
+    await first.ex.dispatch(live);
+    await first.ex.dispatch(over);
+    kube.setPodStatus(NS, podName(live), running);
+    await first.ex.lead(false);
+    const queued = attempt();
+    const goneRunning = attempt();
+    const next = executor({}, [{ attempt: live, running: true }, { attempt: queued, running: false }, { attempt: goneRunning, running: true }]);
+    await next.ex.lead(true);
+    await waitFor('the over one deleted', async () => kube.pod(NS, podName(over)) === undefined);
+    await waitFor('the queued one created', async () => kube.createCount(NS, podName(queued)) === 1);
+    expect(kube.createCount(NS, podName(live))).toBe(1);
+    expect(next.rec.lost).toEqual([expect.objectContaining({ tiId: goneRunning.tiId, error: expect.stringMatching(/^POD_GONE: no pod/) })]);
+    // The adopted pod is followed: its deletion ends its attempt.
+    kube.deleteFromOutside(NS, podName(live));
+    await waitFor('adopted pod lost', async () => next.rec.lost.some((l) => l.tiId === live.tiId));
+  });
+
+  it('removes finished pods per the retention: succeeded at once, failed after keep_failed', async () => {
+    const { ex } = executor({ pods: { namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 600 } });
+    await ex.lead(true);
+    const ok = attempt();
+    const bad = attempt();
+    await ex.dispatch(ok);
+    await ex.dispatch(bad);
+    kube.setPodStatus(NS, podName(ok), { phase: 'Succeeded' });
+    kube.setPodStatus(NS, podName(bad), { phase: 'Failed', reason: 'Error' });
+    await waitFor('succeeded removed', async () => kube.pod(NS, podName(ok)) === undefined, 2_000);
+    expect(kube.pod(NS, podName(bad))).toBeDefined();
+    await waitFor('failed removed after its keep', async () => kube.pod(NS, podName(bad)) === undefined, 5_000);
+  });
+});
+
+describe('kubernetes executor: credentials and refusals', () => {
+  it('talks to the API over TLS with the in-cluster service account (token, CA, $KUBERNETES_SERVICE_HOST)', async () => {
+    await kube.close();
+    kube = await startFakeKubeApi({ namespaces: [NS], kubelet: 'manual', tls: true });
+    const mount = await kube.serviceAccountMount({ namespace: NS });
+    const saved = { ...process.env };
+    Object.assign(process.env, mount.env);
+    let kubeConfig;
+    try {
+      kubeConfig = loadKubeConfig({ kind: 'in-cluster' }, mount.pathPrefix);
+    } finally {
+      for (const k of Object.keys(mount.env)) if (saved[k] === undefined) delete process.env[k];
+    }
+    const { ex, rec } = executor({ kubeConfig });
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    expect(rec.finished).toEqual([]);
+    expect(kube.createCount(NS, podName(a))).toBe(1);
+  });
+
+  it('fails the attempt with the API server\'s reason on an RBAC denial and on a quota, with one create each', async () => {
+    kube.grantToken('reader', [{ verbs: ['get', 'list', 'watch'], resources: ['pods'], namespaces: [NS] }]);
+    const { ex, rec } = executor({ kubeConfig: loadKubeConfig({ kind: 'file', path: await kube.kubeconfigFor('reader') }) });
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    expect(rec.finished[0]!.result.error).toMatch(/^POD_CREATE_REFUSED:403 Forbidden: pods is forbidden: User "[^"]+" cannot create resource "pods"/);
+    expect(kube.createAttempts(NS, podName(a))).toBeLessThanOrEqual(1);
+
+    kube.setQuota(NS, { name: 'small', hard: { pods: '0' } });
+    const quota = executor();
+    await quota.ex.lead(true);
+    const b = attempt();
+    await quota.ex.dispatch(b);
+    expect(quota.rec.finished[0]!.result.error).toMatch(/^POD_CREATE_REFUSED:403 QuotaExceeded: .*exceeded quota: small/);
+    expect(kube.createAttempts(NS, podName(b))).toBe(1);
+  });
+
+  it('fails the attempt on an invalid pod (422) with the field the API server names', async () => {
+    const { ex, rec } = executor();
+    await ex.lead(true);
+    const a = attempt({ pod: { image: null, kubernetes: { resources: { limits: { cpu: '1' }, requests: { cpu: '2' } } } } });
+    await ex.dispatch(a);
+    expect(rec.finished[0]!.result.error).toMatch(/^POD_CREATE_REFUSED:422 Invalid: /);
+  });
+});
+
+describe('kubernetes executor: pending', () => {
+  it('fails a pod scheduled but never running past the pending timeout, with its last reason', async () => {
+    const { ex, rec } = executor({ pods: { namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 400, keepSucceededMs: 0, keepFailedMs: 60_000 } });
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    kube.bindPod(NS, podName(a));
+    kube.setPodStatus(NS, podName(a), { phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'True' }], containerStatuses: [{ name: 'task', ready: false, restartCount: 0, image: 'x', imageID: '', state: { waiting: { reason: 'ContainerCreating' } } }] });
+    await waitFor('failed', async () => rec.finished.length > 0, 5_000);
+    expect(rec.finished[0]!.result.error).toBe('POD_PENDING_TIMEOUT:ContainerCreating (pending longer than 0s)');
+    expect(rec.pending.map((p) => p.reason)).toContain('POD_PENDING:ContainerCreating');
+  });
+});
+
+describe('kubernetes executor: a hung create', () => {
+  it('sends a create again when the first gets no answer in time; the pod is created once', async () => {
+    const { ex, rec } = executor({ requestTimeoutMs: 300 });
+    await ex.lead(true);
+    kube.setLatency(1_000, 'create');
+    const a = attempt();
+    const dispatched = ex.dispatch(a);
+    await new Promise((r) => setTimeout(r, 350));
+    kube.setLatency(0, 'create');
+    await dispatched;
+    expect(rec.finished).toEqual([]);
+    expect(kube.createCount(NS, podName(a))).toBe(1);
+    await waitFor('both creates arrived', async () => kube.createAttempts(NS, podName(a)) === 2, 3_000);
+  });
+});
+
+describe('kubernetes executor: adoption during a leader overlap', () => {
+  it('does not delete the pod of an attempt claimed after its first read (by the leader before it): it reads again and follows it', async () => {
+    const old = executor();
+    await old.ex.lead(true);
+    const late = attempt();
+    await old.ex.dispatch(late);
+    await old.ex.lead(false);
+    let reads = 0;
+    // First read: the attempt is not claimed yet; the second sees it.
+    const rec: Recorded = { finished: [], lost: [], pending: [] };
+    const ex = createKubernetesExecutor({
+      kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
+      pods: { namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 },
+      reporter: { started: async () => true, log: () => {}, heartbeat: async () => new Set(), logsSoFar: async () => ({ stdout: 0, stderr: 0 }), finished: async (a, result) => void rec.finished.push({ tiId: a.tiId, result }) },
+      store: {
+        lost: async (a, error) => {
+          rec.lost.push({ tiId: a.tiId, tryNumber: a.tryNumber, error });
+          return true;
+        },
+        pending: async () => {},
+        active: async () => (reads++ === 0 ? [] : [{ attempt: late, running: false }]),
+        podGone: async () => {},
+      },
+      logger: pino({ level: 'silent' }),
+    });
+    executors.push(ex);
+    await ex.lead(true);
+    expect(reads).toBe(2);
+    expect(kube.pod(NS, podName(late))).toBeDefined();
+    kube.deleteFromOutside(NS, podName(late));
+    await waitFor('followed: its deletion ends the attempt', async () => rec.lost.some((l) => l.tiId === late.tiId));
+  });
+});

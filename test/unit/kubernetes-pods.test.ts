@@ -1,0 +1,126 @@
+import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { V1Pod } from '@kubernetes/client-node';
+import { describe, expect, it } from 'vitest';
+import { apiVerdict } from '../../src/executors/kubernetes/api-error.js';
+import { loadKubeConfig } from '../../src/executors/kubernetes/load-kube-config.js';
+import { podCondition } from '../../src/executors/kubernetes/pod-condition.js';
+import { attemptOfPod, labelValue, podLabels, podName } from '../../src/executors/kubernetes/pod-identity.js';
+import { dns1123LabelProblem, labelValueProblem, parseQuantity } from '../../src/core/kubernetes-names.js';
+
+const id = { dagId: 'etl', runId: '12', taskId: 'load', tiId: '345', tryNumber: 1 };
+
+describe('pod names and labels', () => {
+  it('names each attempt with a valid DNS-1123 label, the same every time, another for each try', () => {
+    const name = podName(id);
+    expect(name).toMatch(/^lf-etl-load-[0-9a-f]{12}$/);
+    expect(podName(id)).toBe(name);
+    expect(podName({ ...id, tryNumber: 2 })).not.toBe(name);
+  });
+
+  it('tells ids that contain "-" apart (a-1 + x is not a + 1-x)', () => {
+    const a = podName({ ...id, dagId: 'a-1', taskId: 'x' });
+    const b = podName({ ...id, dagId: 'a', taskId: '1-x' });
+    expect(a).not.toBe(b);
+  });
+
+  it('stays within 63 characters and the DNS-1123 alphabet for any id', () => {
+    for (const dagId of ['A'.repeat(100), 'Upper_Case.dots', '-', '9'.repeat(100), 'x']) {
+      const n = podName({ ...id, dagId, taskId: 'T_' + 'b'.repeat(98) });
+      expect(dns1123LabelProblem(n), n).toBeNull();
+    }
+  });
+
+  it('makes label values valid: ids kept when they are, cut with a hash when too long or ending badly', () => {
+    expect(labelValue('etl')).toBe('etl');
+    const long = labelValue('d'.repeat(100));
+    expect(labelValueProblem(long)).toBeNull();
+    expect(long).not.toBe(labelValue('d'.repeat(99)));
+    expect(labelValueProblem(labelValue('ends.with.'))).toBeNull();
+    const labels = podLabels({ ...id, dagId: 'x'.repeat(100) });
+    for (const v of Object.values(labels)) expect(labelValueProblem(v)).toBeNull();
+    expect(attemptOfPod(labels)).toEqual({ tiId: '345', tryNumber: 1 });
+    expect(attemptOfPod({ 'leoflow.io/ti-id': '345' })).toBeNull();
+  });
+});
+
+describe('resource quantities', () => {
+  it('reads the forms Kubernetes accepts, and nothing else', () => {
+    expect(parseQuantity('500m')).toBe(0.5);
+    expect(parseQuantity('2')).toBe(2);
+    expect(parseQuantity('4Gi')).toBe(4 * 2 ** 30);
+    expect(parseQuantity('1e3')).toBe(1000);
+    expect(parseQuantity('1.5G')).toBe(1.5e9);
+    for (const bad of ['', '-1', '2x', 'Gi', '1 Gi', '1gi']) expect(parseQuantity(bad), bad).toBeNull();
+  });
+});
+
+const pod = (status: V1Pod['status']): V1Pod => ({ metadata: { name: 'p' }, status });
+const waiting = (reason: string, message?: string) => pod({ phase: 'Pending', containerStatuses: [{ name: 'task', image: 'i', imageID: '', ready: false, restartCount: 0, state: { waiting: { reason, message } } }] });
+
+describe('what a pod status means', () => {
+  it('fails at once on the reasons no wait will cure, with the message', () => {
+    for (const r of ['ErrImagePull', 'ImagePullBackOff', 'InvalidImageName', 'CreateContainerConfigError']) {
+      expect(podCondition(waiting(r, 'because'))).toEqual({ kind: 'cannot-start', reason: `${r}:because` });
+    }
+    expect(podCondition(waiting('ContainerCreating'))).toEqual({ kind: 'pending', reason: 'POD_PENDING:ContainerCreating', unschedulable: false });
+  });
+
+  it('says why an unscheduled pod waits, from its PodScheduled condition', () => {
+    const p = pod({ phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message: '0/3 nodes are available: 3 Insufficient cpu.' }] });
+    expect(podCondition(p)).toEqual({ kind: 'pending', reason: 'POD_PENDING:Unschedulable:0/3 nodes are available: 3 Insufficient cpu.', unschedulable: true });
+    expect(podCondition(pod({ phase: 'Pending' }))).toEqual({ kind: 'pending', reason: null, unschedulable: false });
+  });
+
+  it('reads running, succeeded, failed (with the container\'s reason) and a lost node', () => {
+    expect(podCondition(pod({ phase: 'Running' }))).toEqual({ kind: 'running' });
+    expect(podCondition(pod({ phase: 'Succeeded' }))).toEqual({ kind: 'succeeded' });
+    const oom = pod({ phase: 'Failed', containerStatuses: [{ name: 'task', image: 'i', imageID: '', ready: false, restartCount: 0, state: { terminated: { exitCode: 137, reason: 'OOMKilled' } } }] });
+    expect(podCondition(oom)).toEqual({ kind: 'failed', reason: 'OOMKilled:exit code 137' });
+    expect(podCondition(pod({ phase: 'Failed', reason: 'Evicted', message: 'The node was low on resource: memory.' }))).toEqual({ kind: 'failed', reason: 'Evicted:The node was low on resource: memory.' });
+    expect(podCondition(pod({ phase: 'Unknown' })).kind).toBe('lost');
+    expect(podCondition(pod({ phase: 'Running', reason: 'NodeLost', message: 'Node n1 is unresponsive' }))).toEqual({ kind: 'lost', reason: 'NodeLost:Node n1 is unresponsive' });
+  });
+});
+
+describe('what an API answer to a create means', () => {
+  const err = (code: number, body: object, headers: Record<string, string> = {}) => ({ code, body: JSON.stringify(body), headers });
+  it('takes AlreadyExists as success, refuses for good on 403/404/422 and quota, retries 429/5xx and no answer', () => {
+    expect(apiVerdict(err(409, { reason: 'AlreadyExists' }))).toEqual({ kind: 'exists' });
+    expect(apiVerdict(err(403, { reason: 'Forbidden', message: 'pods is forbidden: User "x" cannot create resource "pods"' }))).toMatchObject({ kind: 'refused', code: 403, reason: 'Forbidden' });
+    expect(apiVerdict(err(403, { reason: 'Forbidden', message: 'pods "p" is forbidden: exceeded quota: q, requested: cpu=2' }))).toMatchObject({ kind: 'refused', reason: 'QuotaExceeded' });
+    expect(apiVerdict(err(404, { reason: 'NotFound', message: 'namespaces "x" not found' }))).toEqual({ kind: 'refused', code: 404, reason: 'NotFound', message: 'namespaces "x" not found' });
+    expect(apiVerdict(err(422, { reason: 'Invalid', message: 'bad' }))).toMatchObject({ kind: 'refused', reason: 'Invalid' });
+    expect(apiVerdict(err(429, { reason: 'TooManyRequests' }, { 'retry-after': '3' }))).toEqual({ kind: 'retry', reason: 'TooManyRequests', afterMs: 3000, message: '' });
+    expect(apiVerdict(err(503, {}))).toMatchObject({ kind: 'retry', reason: 'InternalError', afterMs: null });
+    expect(apiVerdict(new Error('connect ECONNREFUSED 127.0.0.1:1'))).toMatchObject({ kind: 'retry', reason: 'Unreachable' });
+  });
+});
+
+describe('kubeconfig sources', () => {
+  it('reads the service account of a pod in-cluster: its token, CA and $KUBERNETES_SERVICE_HOST', () => {
+    const root = mkdtempSync(path.join(os.tmpdir(), 'leoflow-sa-'));
+    const dir = path.join(root, 'var/run/secrets/kubernetes.io/serviceaccount');
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(path.join(dir, 'token'), 'sa-token');
+    writeFileSync(path.join(dir, 'ca.crt'), 'ca');
+    writeFileSync(path.join(dir, 'namespace'), 'leoflow');
+    const saved = { host: process.env.KUBERNETES_SERVICE_HOST, port: process.env.KUBERNETES_SERVICE_PORT };
+    try {
+      process.env.KUBERNETES_SERVICE_HOST = '10.0.0.1';
+      process.env.KUBERNETES_SERVICE_PORT = '443';
+      const kc = loadKubeConfig({ kind: 'in-cluster' }, root);
+      expect(kc.getCurrentCluster()!.server).toBe('https://10.0.0.1:443');
+      delete process.env.KUBERNETES_SERVICE_HOST;
+      expect(() => loadKubeConfig({ kind: 'in-cluster' }, root)).toThrow('kubeconfig (in-cluster): KUBERNETES_SERVICE_HOST is not set: this process does not run in a pod');
+    } finally {
+      if (saved.host === undefined) delete process.env.KUBERNETES_SERVICE_HOST;
+      else process.env.KUBERNETES_SERVICE_HOST = saved.host;
+      if (saved.port === undefined) delete process.env.KUBERNETES_SERVICE_PORT;
+      else process.env.KUBERNETES_SERVICE_PORT = saved.port;
+      rmSync(root, { recursive: true, force: true });
+    }
+    expect(() => loadKubeConfig({ kind: 'file', path: '/nonexistent/kubeconfig' })).toThrow(/^kubeconfig \(\/nonexistent\/kubeconfig\): /);
+  });
+});
