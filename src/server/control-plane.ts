@@ -93,7 +93,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       attemptsDir: path.join(config.stateDir, 'attempts'),
       killGraceMs: config.killGraceMs,
       heartbeatIntervalMs: config.heartbeatIntervalMs,
-      onStart: (how) => metrics.taskStarts.inc({ how: how === 'ready-shell' ? 'ready_shell' : 'spawn' }),
+      onStart: (how) => metrics.taskStarts.inc({ how: how.replace('-', '_') }),
     });
     const executors = new Map<string, Executor>([
       ['subprocess', subprocess],

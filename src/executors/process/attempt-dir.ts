@@ -93,6 +93,13 @@ export class AttemptDir {
     return this.#file('status');
   }
 
+  /** Writes the lines of a shim that a shell reads from a file (spawn-helper.ts); returns its path. */
+  writeShimScript(lines: string): string {
+    const file = this.#file('shim.sh');
+    writeFileSync(file, lines, { mode: 0o600 });
+    return file;
+  }
+
   recordShim(id: ProcessIdentity): void {
     writeFileSync(this.#file('shim.json'), JSON.stringify(id), { mode: 0o600 });
   }

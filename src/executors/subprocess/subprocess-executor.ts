@@ -5,7 +5,8 @@ import { AttemptDir, type ExitStatus } from '../process/attempt-dir.js';
 import { killOrphans } from '../process/orphans.js';
 import { ReadyShells } from '../process/ready-shell.js';
 import { shellQuote } from '../process/shim.js';
-import { ShimProcess } from '../process/shim-process.js';
+import { ShimProcess, type StartedHow } from '../process/shim-process.js';
+import { SpawnHelper } from '../process/spawn-helper.js';
 
 export interface SubprocessExecutorOptions {
   reporter: AttemptReporter;
@@ -20,8 +21,14 @@ export interface SubprocessExecutorOptions {
    * fork off its way. Default true; the shell is /bin/sh unless `readyShell` names another.
    */
   readyShell?: boolean | string;
+  /**
+   * Start shims through a small shell that forks them (spawn-helper.ts) when no ready shell
+   * serves the start, instead of a `spawn()` that forks this whole process. Default true (where
+   * `setsid` is on the PATH).
+   */
+  spawnHelper?: boolean;
   /** Told how each attempt's process was started (for metrics and tests). */
-  onStart?(how: 'spawn' | 'ready-shell'): void;
+  onStart?(how: StartedHow): void;
 }
 
 export const SHUTDOWN_ERROR = 'control plane shut down before the task ended';
@@ -106,6 +113,7 @@ export class SubprocessExecutor implements Executor {
   #heartbeatTimer: NodeJS.Timeout | null = null;
   #heartbeatInFlight: Promise<void> | null = null;
   readonly #shells: ReadyShells;
+  readonly #helper: SpawnHelper | null;
   readonly #keepReady: boolean;
   readonly #onStart: SubprocessExecutorOptions['onStart'];
 
@@ -113,6 +121,7 @@ export class SubprocessExecutor implements Executor {
     const shell = opts.readyShell ?? true;
     this.#shells = new ReadyShells({ logger: opts.logger, ...(typeof shell === 'string' ? { shell } : {}) });
     this.#keepReady = shell !== false;
+    this.#helper = opts.spawnHelper === false ? null : new SpawnHelper({ logger: opts.logger });
     this.#onStart = opts.onStart;
     this.#reporter = opts.reporter;
     this.#logger = opts.logger;
@@ -274,7 +283,7 @@ export class SubprocessExecutor implements Executor {
   /** Starts from the ready shell only a lone start (this attempt is the only one live here). */
   #startOnlyHere(run: Running) {
     const onLine = (stream: LogStream, line: string) => this.#log(run.attempt, stream, line);
-    return ShimProcess.start(this.#shells, this.#root, run.attempt, { onLine }, { useReady: this.#live.size <= 1 });
+    return ShimProcess.start(this.#shells, this.#helper, this.#root, run.attempt, { onLine }, { useReady: this.#live.size <= 1 });
   }
 
   /** The timeout, and the end of the attempt's process. */
@@ -308,6 +317,7 @@ export class SubprocessExecutor implements Executor {
       this.#stop(run, { outcome: 'failed', error: SHUTDOWN_ERROR, signal: 'SIGTERM' });
     }
     await all;
+    this.#helper?.close();
     if (this.#heartbeatTimer) clearTimeout(this.#heartbeatTimer);
     this.#heartbeatTimer = null;
     await this.#heartbeatInFlight;
