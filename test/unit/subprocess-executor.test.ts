@@ -676,6 +676,17 @@ describe('subprocess executor, through the spawn helper', () => {
     expect(await reporter.finishedOf(long.tiId)).toMatchObject({ signal: 'SIGTERM', outcome: 'cancelled' });
   });
 
+  it("passes the task's words exactly, even lines that look like the end of the shim's here-document", async () => {
+    const { reporter, executor, starts } = setup({ readyShell: false, spawnHelper: true });
+    const ends = Array.from({ length: 40 }, (_, i) => `LEOFLOW_SHIM_${i}`).join('\n');
+    const args = [`a\n${ends}\nb`, "it's", '$(id) `id` \\'];
+    const a = attempt(['sh', '-c', 'printf "%s|" "$@" "$LEOFLOW_TEST_VAR"', 'sh', ...args], { env: { LEOFLOW_TEST_VAR: `${ends}\n'` } });
+    await executor.dispatch(a);
+    expect((await reporter.finishedOf(a.tiId)).outcome).toBe('success');
+    expect(reporter.lines(a.tiId, 'stdout').join('\n')).toBe(`${[...args, `${ends}\n'`].join('|')}|`);
+    expect(starts).toEqual(['spawn-helper']);
+  });
+
   it('sees the end of a shim killed alone, which says nothing, and kills what is left of its group', async () => {
     const { reporter, executor, starts } = setup({ readyShell: false, spawnHelper: true });
     const a = attempt(['sh', '-c', 'echo $$; sleep 30']);

@@ -1,5 +1,6 @@
 import { constants as osConstants } from 'node:os';
 import { mkdirSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { Attempt } from '../../core/attempt.js';
 import { identify, isSameProcess, type ProcessIdentity } from './process-identity.js';
@@ -93,13 +94,6 @@ export class AttemptDir {
     return this.#file('status');
   }
 
-  /** Writes the lines of a shim that a shell reads from a file (spawn-helper.ts); returns its path. */
-  writeShimScript(lines: string): string {
-    const file = this.#file('shim.sh');
-    writeFileSync(file, lines, { mode: 0o600 });
-    return file;
-  }
-
   recordShim(id: ProcessIdentity): void {
     writeFileSync(this.#file('shim.json'), JSON.stringify(id), { mode: 0o600 });
   }
@@ -127,6 +121,12 @@ export class AttemptDir {
 
   remove(): void {
     rmSync(this.path, { recursive: true, force: true });
+  }
+
+  /** Removes the folder off this thread: once an attempt's end is recorded, nothing waits on it, and
+   *  its half-dozen unlinks can each wait on the file system's journal. */
+  removeLater(): Promise<void> {
+    return rm(this.path, { recursive: true, force: true });
   }
 
   #file(name: string): string {

@@ -125,7 +125,7 @@ export class ShimProcess {
     if ('error' in shim) throw new Error(`shim lines refused after being accepted: ${shim.error}`);
     let said!: () => void;
     const endSaid = new Promise<void>((resolve) => (said = resolve));
-    const started = await helper.start(n, dir.path, dir.writeShimScript(shim.lines), () => said());
+    const started = await helper.start(n, dir.path, shim.lines, () => said());
     if (!started.ok) return started.reason;
     const identity = identify(started.pid) ?? { pid: started.pid, startTicks: null, bootId: null };
     dir.recordShim(identity);

@@ -63,11 +63,11 @@ export class SpawnHelper {
   }
 
   /**
-   * Starts the shim whose lines are in `script` (a file in `attemptDir`) as start `n`. Resolves as
+   * Starts the shim of `lines` (from shimLines, with `n`) as start `n`. Resolves as
    * the task starts, with the shim's pid, or with why not: it could not enter the directory, or it
    * never came (the helper is gone; then no process of it runs: they are found and killed first).
    */
-  start(n: number, attemptDir: string, script: string, onEnd: () => void): Promise<HelperStart> {
+  start(n: number, attemptDir: string, lines: string, onEnd: () => void): Promise<HelperStart> {
     const helper = this.#helper();
     if (!helper?.stdin?.writable) return Promise.resolve({ ok: false, reason: 'gone' });
     return new Promise((resolve) => {
@@ -77,9 +77,11 @@ export class SpawnHelper {
       // Known before the start settles: a task that ends at once says so in the same read.
       this.#ends.set(n, onEnd);
       // The helper's child execs `setsid`, which makes it a session and group leader and execs the
-      // shim's shell: one pid all along, the helper's child (`$!`).
+      // shim's shell: one pid all along, the helper's child (`$!`). The shell reads the lines from
+      // a here-document (a pipe), as a ready shell reads them from its stdin: no file to write.
       const q = shellQuote;
-      helper.stdin!.write(`${ATTEMPT_DIR_ENV}=${q(attemptDir)} ${q(this.#setsid!)} ${q(this.#shell)} ${q(script)} </dev/null ${STATUS_FD}>&1 >/dev/null 2>&1 &\n`);
+      const end = hereDocEnd(lines, n);
+      helper.stdin!.write(`${ATTEMPT_DIR_ENV}=${q(attemptDir)} ${q(this.#setsid!)} ${q(this.#shell)} -s ${STATUS_FD}>&1 >/dev/null 2>&1 <<'${end}' &\n${lines}${end}\n`);
     });
   }
 
@@ -179,6 +181,14 @@ export class SpawnHelper {
       p.resolve({ ok: false, reason: 'gone' });
     }
   }
+}
+
+/** A here-document's last line that none of `lines` is (the lines are the task's own words). */
+function hereDocEnd(lines: string, n: number): string {
+  const taken = new Set(lines.split('\n'));
+  let end = `LEOFLOW_SHIM_${n}`;
+  while (taken.has(end)) end += '_';
+  return end;
 }
 
 /** The executable `name` on `pathVar`, or null. */

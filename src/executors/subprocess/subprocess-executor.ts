@@ -368,7 +368,7 @@ export class SubprocessExecutor implements Executor {
         // Or while this end is on its way, for an attempt that did not run long.
         this.#refillShell();
         await reported;
-        run.dir?.remove();
+        await run.dir?.removeLater();
       } catch (err) {
         this.#logError(run.attempt, err, 'reporting finished failed');
       }
