@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { copyFile, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -24,7 +24,8 @@ import { report } from './report.js';
  *
  * LEOFLOW_BENCH_AGENT_TASKS (10000), LEOFLOW_BENCH_AGENT_CONCURRENCY ("10,50"),
  * LEOFLOW_BENCH_AGENT_PROFILE=1 runs the agent under `node --cpu-prof` and prints where its main
- * thread spent its time (self time by function and by area).
+ * thread spent its time (self time by function and by area); LEOFLOW_BENCH_AGENT_PROFILE_TO=FILE
+ * keeps the profile (for a viewer, or to see who calls what).
  */
 
 const N = Number(process.env.LEOFLOW_BENCH_AGENT_TASKS ?? 10_000);
@@ -97,7 +98,9 @@ async function measure(c: number): Promise<Measured> {
     let profile = null;
     if (profDir) {
       const files = await Promise.all((await readdir(profDir)).map(async (f) => ({ f: path.join(profDir, f), size: (await stat(path.join(profDir, f))).size })));
-      profile = await profileTop(files.sort((a, b) => b.size - a.size)[0]!.f, 15);
+      const main = files.sort((a, b) => b.size - a.size)[0]!.f;
+      profile = await profileTop(main, 15);
+      if (process.env.LEOFLOW_BENCH_AGENT_PROFILE_TO) await copyFile(main, process.env.LEOFLOW_BENCH_AGENT_PROFILE_TO);
     }
     return { concurrency: c, done: w!.done, tasksPerSec: w!.done / (Number(w!.ms) / 1000), agentCpuMsPerTask: (cpu1 - cpu0) / w!.done, windowMs: Number(w!.ms), load, profile };
   } finally {

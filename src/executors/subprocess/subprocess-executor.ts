@@ -192,7 +192,7 @@ export class SubprocessExecutor implements Executor {
     }
     // The next attempt's shell is made while this one runs, if it runs a while (else when it
     // ends): then the fork holds this thread while it would wait anyway (ready-shell.ts).
-    setTimeout(() => !run.over && this.#refillShell(), REFILL_WHILE_RUNNING_MS).unref();
+    setTimeout(() => !run.over && this.#refillShell(1), REFILL_WHILE_RUNNING_MS).unref();
   }
 
   cancel(tiId: string, reason: string): boolean {
@@ -327,9 +327,14 @@ export class SubprocessExecutor implements Executor {
    * Makes the next ready shell while this executor runs at most one attempt. A ready shell is for
    * the latency of a lone start (a chain's next task), and only such a start takes it. Busier,
    * each start makes its own: a ready shell's fork would hold up the other attempts' exits.
+   * `maxLive`: how many attempts may be live, this one included while it runs. With the spawn
+   * helper, a busy start costs this thread little, so a shell is made at an end only when none is
+   * left live, also when the fork comes: under load, such forks were most of what starts cost.
    */
-  #refillShell(): void {
-    if (this.#keepReady && this.#live.size <= 1) this.#shells.refill();
+  #refillShell(maxLive: number): void {
+    if (!this.#keepReady) return;
+    const wanted = () => this.#live.size <= maxLive;
+    if (wanted()) this.#shells.refill(wanted);
   }
 
   /** `status` null: the shim left no exit status (its group was SIGKILLed). */
@@ -366,7 +371,7 @@ export class SubprocessExecutor implements Executor {
       try {
         const reported = this.#reporter.finished(run.attempt, result);
         // Or while this end is on its way, for an attempt that did not run long.
-        this.#refillShell();
+        this.#refillShell(this.#helper?.usable ? 0 : 1);
         await reported;
         await run.dir?.removeLater();
       } catch (err) {
