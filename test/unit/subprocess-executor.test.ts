@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -722,6 +722,17 @@ describe('subprocess executor, through the spawn helper', () => {
     expect(starts[0]).toBe('spawn-helper');
     expect(['spawn-helper', 'spawn']).toContain(starts[1]);
     expect(starts[2]).toBe('spawn-helper');
+  });
+
+  it("removes each attempt's folder once its end is recorded, also one holding a file of the task's", async () => {
+    const { reporter, executor, attemptsDir } = setup({ readyShell: false, spawnHelper: true });
+    const plain = attempt(['true']);
+    const extra = attempt(['sh', '-c', 'echo x > "$LEOFLOW_ATTEMPT_DIR/mine"']);
+    await Promise.all([executor.dispatch(plain), executor.dispatch(extra)]);
+    await reporter.finishedOf(plain.tiId);
+    expect((await reporter.finishedOf(extra.tiId)).outcome).toBe('success');
+    const left = () => readdirSync(attemptsDir).filter((n) => n !== 'owner.json');
+    await waitFor(() => left().length === 0, 2000, 'the folders removed');
   });
 
   it('without `setsid` on the PATH, shims are spawned as before', async () => {

@@ -1,6 +1,6 @@
 import { constants as osConstants } from 'node:os';
 import { mkdirSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
-import { rm } from 'node:fs/promises';
+import { rm, rmdir, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import type { Attempt } from '../../core/attempt.js';
 import { identify, isSameProcess, type ProcessIdentity } from './process-identity.js';
@@ -18,6 +18,9 @@ export function exitStatusOf(code: number): ExitStatus {
   const signal = code > 128 ? SIGNAL_NAMES.get(code - 128) : undefined;
   return signal ? { exitCode: null, signal } : { exitCode: code, signal: null };
 }
+
+/** Every file an attempt's folder holds. */
+const FILES = ['attempt.json', 'shim.json', 'stdout', 'stderr', 'status'] as const;
 
 /**
  * The folder in the state directory where one attempt's shim keeps what outlives its parent:
@@ -124,9 +127,19 @@ export class AttemptDir {
   }
 
   /** Removes the folder off this thread: once an attempt's end is recorded, nothing waits on it, and
-   *  its half-dozen unlinks can each wait on the file system's journal. */
-  removeLater(): Promise<void> {
-    return rm(this.path, { recursive: true, force: true });
+   *  its half-dozen unlinks can each wait on the file system's journal. The files it holds are
+   *  known, so they are unlinked by name (a recursive removal lists and stats them first); any
+   *  other file found in it is removed the long way. */
+  async removeLater(): Promise<void> {
+    const gone = (err: NodeJS.ErrnoException) => {
+      if (err.code !== 'ENOENT') throw err;
+    };
+    try {
+      await Promise.all(FILES.map((f) => unlink(this.#file(f)).catch(gone)));
+      await rmdir(this.path).catch(gone);
+    } catch {
+      await rm(this.path, { recursive: true, force: true });
+    }
   }
 
   #file(name: string): string {
