@@ -81,7 +81,7 @@ export class SpawnHelper {
       // a here-document (a pipe), as a ready shell reads them from its stdin: no file to write.
       const q = shellQuote;
       const end = hereDocEnd(lines, n);
-      helper.stdin!.write(`${ATTEMPT_DIR_ENV}=${q(attemptDir)} ${q(this.#setsid!)} ${q(this.#shell)} -s ${STATUS_FD}>&1 >/dev/null 2>&1 <<'${end}' &\n${lines}${end}\n`);
+      tell(helper, `${ATTEMPT_DIR_ENV}=${q(attemptDir)} ${q(this.#setsid!)} ${q(this.#shell)} -s ${STATUS_FD}>&1 >/dev/null 2>&1 <<'${end}' &\n${lines}${end}\n`);
     });
   }
 
@@ -159,7 +159,7 @@ export class SpawnHelper {
         ended: () => {
           this.#ends.delete(id);
           // Its parent reaps it; a helper started since is not its parent (it was handed to PID 1).
-          if (helper === this.#child) helper.stdin?.write(`wait ${Number(pid)}\n`);
+          if (helper === this.#child) tell(helper, `wait ${Number(pid)}\n`);
         },
       });
       return;
@@ -181,6 +181,18 @@ export class SpawnHelper {
       p.resolve({ ok: false, reason: 'gone' });
     }
   }
+}
+
+/** Writes to the helper, the writes of this turn in one go (a burst of starts or ends, one wake-up
+ *  of the helper instead of one each). */
+function tell(helper: ChildProcess, text: string): void {
+  const stdin = helper.stdin;
+  if (!stdin || !stdin.writable) return;
+  if (stdin.writableCorked === 0) {
+    stdin.cork();
+    process.nextTick(() => stdin.uncork());
+  }
+  stdin.write(text);
 }
 
 /** A here-document's last line that none of `lines` is (the lines are the task's own words). */
