@@ -213,6 +213,21 @@ describe.each([{ helper: false }, { helper: true }])('subprocess executor (spawn
     expect(Number(reporter.lines(a.tiId, 'stdout')[0])).toBe(reporter.pidOf(a.tiId));
   });
 
+  it('streams the lines of tasks that run a while as they come, each whole, two tasks writing at once', async () => {
+    const { reporter, executor } = setup();
+    const script = (tag: string) => `printf '${tag}-first '; sleep 0.15; echo ${tag}-line; printf '${tag}-partial'; sleep 0.15; echo ' ${tag}-rest'; sleep 30`;
+    const a = attempt(['sh', '-c', script('a')]);
+    const b = attempt(['sh', '-c', script('b')]);
+    await Promise.all([executor.dispatch(a), executor.dispatch(b)]);
+    await waitFor(() => reporter.lines(a.tiId, 'stdout').length === 2 && reporter.lines(b.tiId, 'stdout').length === 2, 3000, 'both lines of both tasks while they run');
+    for (const [t, tag] of [[a, 'a'], [b, 'b']] as const) expect(reporter.lines(t.tiId, 'stdout')).toEqual([`${tag}-first ${tag}-line`, `${tag}-partial ${tag}-rest`]);
+    expect(reporter.finishedCalls).toEqual([]);
+    executor.cancel(a.tiId, 'done');
+    executor.cancel(b.tiId, 'done');
+    await reporter.finishedOf(a.tiId);
+    await reporter.finishedOf(b.tiId);
+  });
+
   it('reports a non-zero exit as failed with the exit code', async () => {
     const { reporter, executor } = setup();
     const a = attempt(['sh', '-c', 'exit 3']);

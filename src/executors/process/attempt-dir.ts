@@ -37,10 +37,16 @@ export class AttemptDir {
 
   /** Makes the folder of a new attempt, its record and its empty output files. */
   static create(root: string, attempt: Attempt): AttemptDir {
-    mkdirSync(root, { recursive: true, mode: 0o700 });
     const dir = new AttemptDir(path.join(path.resolve(root), `${attempt.tiId}.${attempt.tryNumber}.${attempt.attemptToken}`));
-    // A duplicate dispatch of the same attempt reuses its folder: it is the same attempt.
-    mkdirSync(dir.path, { recursive: true, mode: 0o700 });
+    // One call when the root is there (every start but the first); a duplicate dispatch of the
+    // same attempt reuses its folder: it is the same attempt.
+    try {
+      mkdirSync(dir.path, { mode: 0o700 });
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT') mkdirSync(dir.path, { recursive: true, mode: 0o700 });
+      else if (code !== 'EEXIST') throw err;
+    }
     writeFileSync(dir.#file('attempt.json'), JSON.stringify(attempt), { mode: 0o600 });
     for (const out of ['stdout', 'stderr'] as const) writeFileSync(dir.output(out), '', { mode: 0o600, flag: 'a' });
     return dir;
