@@ -14,8 +14,8 @@
  * the shim alone, so the parent sends its SIGTERM only once the task has exec'd (shim-process.ts).
  *
  * A shim started by the spawn helper (spawn-helper.ts) shares its reporting pipe with every other
- * shim of that helper: it tags what it says with its start's number, and says one thing more, once
- * the status is written ("<n> end"). It keeps the pipe while the task runs (the task does not get
+ * shim of that helper: it tags what it says with its start's number (and its pid), and says one
+ * thing more, once the status is written ("<n> end"). It keeps the pipe while the task runs (the task does not get
  * it) and ignores SIGPIPE before that last write, so a parent gone meanwhile changes nothing.
  */
 
@@ -65,7 +65,8 @@ export function shimLines(
   const q = shellQuote;
   const lines: string[] = [];
   const tag = shared === null ? '' : `${shared} `;
-  if (cwd !== null) lines.push(`cd -- ${q(cwd)} 2>/dev/null || { echo '${tag}cwd' >&${STATUS_FD}; exit 127; }`);
+  const cwdFailed = shared === null ? 'echo cwd' : `echo "${tag}cwd $$"`;
+  if (cwd !== null) lines.push(`cd -- ${q(cwd)} 2>/dev/null || { ${cwdFailed} >&${STATUS_FD}; exit 127; }`);
   for (const [k, v] of Object.entries(env)) lines.push(`export ${k}=${q(v)}`);
   lines.push(`export ${ATTEMPT_DIR_ENV}=${q(files.dir)}`);
   // Handlers, not ignores: the task gets the default dispositions back at its exec. A signal that

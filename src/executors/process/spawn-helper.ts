@@ -17,7 +17,7 @@ import { ATTEMPT_DIR_ENV, STATUS_FD, shellQuote } from './shim.js';
  * where PID 1 does not reap (an agent that is itself a container's PID 1).
  *
  * Every shim of a helper reports on one pipe, the helper's stdout, tagged with its start's number
- * (shim.ts): "<n> . <pid>" as the task starts, "<n> cwd" when it could not enter the directory,
+ * (shim.ts): "<n> . <pid>" as the task starts, "<n> cwd <pid>" when it could not enter the directory,
  * "<n> end" once the status is written. A shim killed by SIGKILL says nothing more: its parent
  * (here) watches its pid for that (shim-process.ts).
  */
@@ -165,6 +165,8 @@ export class SpawnHelper {
       return;
     }
     this.#ends.delete(id);
+    // A shim that could not enter the directory exits at once: its parent reaps it.
+    if (what === 'cwd' && Number(pid) > 0 && pending.helper === this.#child) tell(pending.helper, `wait ${Number(pid)}\n`);
     pending.resolve({ ok: false, reason: what === 'cwd' ? 'cwd' : 'gone' });
   }
 
