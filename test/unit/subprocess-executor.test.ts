@@ -691,6 +691,16 @@ describe('subprocess executor, through the spawn helper', () => {
     expect(await reporter.finishedOf(long.tiId)).toMatchObject({ signal: 'SIGTERM', outcome: 'cancelled' });
   });
 
+  it('passes an environment larger than a pipe holds', async () => {
+    const { reporter, executor, starts } = setup({ readyShell: false, spawnHelper: true });
+    const big = 'x'.repeat(100_000); // over a pipe's 64 KiB, under one string's 128 KiB limit at exec
+    const a = attempt(['sh', '-c', 'printf "%s\\n" "${#LEOFLOW_BIG}"'], { env: { LEOFLOW_BIG: big } });
+    await executor.dispatch(a);
+    expect((await reporter.finishedOf(a.tiId)).outcome).toBe('success');
+    expect(reporter.lines(a.tiId, 'stdout')).toEqual(['100000']);
+    expect(starts).toEqual(['spawn-helper']);
+  });
+
   it("passes the task's words exactly, even lines that look like the end of the shim's here-document", async () => {
     const { reporter, executor, starts } = setup({ readyShell: false, spawnHelper: true });
     const ends = Array.from({ length: 40 }, (_, i) => `LEOFLOW_SHIM_${i}`).join('\n');
