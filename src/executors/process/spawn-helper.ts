@@ -6,7 +6,8 @@ import { killAttemptGroups } from './orphans.js';
 import { ATTEMPT_DIR_ENV, STATUS_FD, shellQuote } from './shim.js';
 
 /**
- * A speed seam, safe to skip when reading the shim: with it off, every start is a `spawn()`.
+ * A speed seam, safe to skip when reading the shim: with it off (`spawnHelper: false`, or no
+ * `setsid`), a start that finds no ready shell is a `spawn()`, and nothing else changes.
  *
  * A small shell, started once, that starts shims on request: a busy agent or server writes it one
  * line a start instead of calling `spawn()`, which forks the whole Node process (~100 MB, ~1 ms of
