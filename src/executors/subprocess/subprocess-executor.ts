@@ -327,14 +327,13 @@ export class SubprocessExecutor implements Executor {
    * Makes the next ready shell while this executor runs at most one attempt. A ready shell is for
    * the latency of a lone start (a chain's next task), and only such a start takes it. Busier,
    * each start makes its own: a ready shell's fork would hold up the other attempts' exits.
-   * `maxLive`: how many attempts may be live, this one included while it runs. With the spawn
+   * `maxLive`: how many attempts may be live now, this one included while it runs. With the spawn
    * helper, a busy start costs this thread little, so a shell is made at an end only when none is
-   * left live, also when the fork comes: under load, such forks were most of what starts cost.
+   * left live (under load, such forks were most of what starts cost); when the fork comes, the
+   * next lone start may have begun meanwhile (a chain's next task): the shell is for the one after.
    */
   #refillShell(maxLive: number): void {
-    if (!this.#keepReady) return;
-    const wanted = () => this.#live.size <= maxLive;
-    if (wanted()) this.#shells.refill(wanted);
+    if (this.#keepReady && this.#live.size <= maxLive) this.#shells.refill(() => this.#live.size <= 1);
   }
 
   /** `status` null: the shim left no exit status (its group was SIGKILLed). */
