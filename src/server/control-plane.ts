@@ -108,7 +108,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       attemptsDir: path.join(config.stateDir, 'attempts'),
       killGraceMs: config.killGraceMs,
       heartbeatIntervalMs: config.heartbeatIntervalMs,
-      onStart: (how) => metrics.taskStarts.inc({ how: how === 'ready-shell' ? 'ready_shell' : 'spawn' }),
+      onStart: (how) => metrics.taskStarts.inc({ how: how.replace('-', '_') }),
     });
     const kubernetes = config.kubernetes ? startKubernetesExecutor(config, { sql, reporter, logger, metrics, nudge: (runIds) => scheduler?.nudge(runIds, 'finished') }) : null;
     // A pod's agent streams to some replica: a cancel reaches both the pod (deleted, with its

@@ -54,7 +54,7 @@ export function createMetrics(opts: { role?: string } = {}) {
     }),
     taskStarts: new Counter({
       name: 'task_starts_total',
-      help: "Attempts' processes started by this replica's subprocess executor: how=spawn (a fork of the server) or how=ready_shell (a shell kept ready, for a lone start)",
+      help: "Attempts' processes started by this replica's subprocess executor: how=spawn (a fork of the server), how=ready_shell (a shell kept ready, for a lone start) or how=spawn_helper (forked by a small shell kept for busy starts)",
       labelNames: ['how'],
       registers: [registry],
     }),

@@ -92,6 +92,22 @@ describe('leoflow lite, end to end', () => {
     expect(logs.stdout).toMatch(/^\[greet #1 leoflow\] exited with code 0$/m);
   });
 
+  it('starts tasks that run side by side through the spawn helper, and counts them so', async () => {
+    const file = path.join(tmp, 'side_by_side.yaml');
+    await writeFile(file, 'dag_id: side_by_side\ntasks:\n' + ['a', 'b', 'c'].map((id) => `  - id: ${id}\n    command: ["sh", "-c", "sleep 0.3; echo from ${id}"]\n`).join(''));
+    expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
+    const before = await scrapeMetrics(server.metricsUrl);
+    const r = await cli(server.url, ['run', 'trigger', 'side_by_side', '--wait']);
+    expect(r.code, r.stdout + r.stderr).toBe(0);
+    const after = await scrapeMetrics(server.metricsUrl);
+    const delta = (how: string) => (after.get(`task_starts_total{how="${how}"}`) ?? 0) - (before.get(`task_starts_total{how="${how}"}`) ?? 0);
+    // At most one of the three was a lone start; the others found an attempt running.
+    expect(delta('spawn') + delta('ready_shell') + delta('spawn_helper')).toBe(3);
+    expect(delta('spawn_helper')).toBeGreaterThanOrEqual(2);
+    const logs = await cli(server.url, ['logs', runIdOf(r.stdout)]);
+    for (const id of ['a', 'b', 'c']) expect(logs.stdout).toMatch(new RegExp(`^\\[${id} #1\\] from ${id}$`, 'm'));
+  });
+
   it('starts a chain\'s next task from the ready shell, and counts how each task was started', async () => {
     const file = path.join(tmp, 'ready_chain.yaml');
     await writeFile(file, 'dag_id: ready_chain\ntasks:\n  - id: a\n    command: ["sleep", "0.05"]\n  - id: b\n    command: ["sh", "-c", "echo from b"]\n    depends_on: [a]\n');
@@ -102,7 +118,7 @@ describe('leoflow lite, end to end', () => {
     const after = await scrapeMetrics(server.metricsUrl);
     const delta = (how: string) => (after.get(`task_starts_total{how="${how}"}`) ?? 0) - (before.get(`task_starts_total{how="${how}"}`) ?? 0);
     // Both tasks were started; b, alone and after a ran 50 ms, from the shell made meanwhile.
-    expect(delta('spawn') + delta('ready_shell')).toBe(2);
+    expect(delta('spawn') + delta('ready_shell') + delta('spawn_helper')).toBe(2);
     expect(delta('ready_shell')).toBeGreaterThanOrEqual(1);
     const logs = await cli(server.url, ['logs', runIdOf(r.stdout), '--task', 'b']);
     expect(logs.stdout).toMatch(/^\[b #1 leoflow\] started pid \d+: sh -c 'echo from b'$/m);

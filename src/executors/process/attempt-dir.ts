@@ -1,5 +1,6 @@
 import { constants as osConstants } from 'node:os';
 import { mkdirSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import { rm, rmdir, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import type { Attempt } from '../../core/attempt.js';
 import { identify, isSameProcess, type ProcessIdentity } from './process-identity.js';
@@ -18,6 +19,9 @@ export function exitStatusOf(code: number): ExitStatus {
   return signal ? { exitCode: null, signal } : { exitCode: code, signal: null };
 }
 
+/** Every file an attempt's folder holds. */
+const FILES = ['attempt.json', 'shim.json', 'stdout', 'stderr', 'status'] as const;
+
 /**
  * The folder in the state directory where one attempt's shim keeps what outlives its parent:
  * the attempt itself (to re-attach to it after a restart), the shim's identity, the task's output
@@ -33,10 +37,16 @@ export class AttemptDir {
 
   /** Makes the folder of a new attempt, its record and its empty output files. */
   static create(root: string, attempt: Attempt): AttemptDir {
-    mkdirSync(root, { recursive: true, mode: 0o700 });
     const dir = new AttemptDir(path.join(path.resolve(root), `${attempt.tiId}.${attempt.tryNumber}.${attempt.attemptToken}`));
-    // A duplicate dispatch of the same attempt reuses its folder: it is the same attempt.
-    mkdirSync(dir.path, { recursive: true, mode: 0o700 });
+    // One call when the root is there (every start but the first); a duplicate dispatch of the
+    // same attempt reuses its folder: it is the same attempt.
+    try {
+      mkdirSync(dir.path, { mode: 0o700 });
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT') mkdirSync(dir.path, { recursive: true, mode: 0o700 });
+      else if (code !== 'EEXIST') throw err;
+    }
     writeFileSync(dir.#file('attempt.json'), JSON.stringify(attempt), { mode: 0o600 });
     for (const out of ['stdout', 'stderr'] as const) writeFileSync(dir.output(out), '', { mode: 0o600, flag: 'a' });
     return dir;
@@ -120,6 +130,22 @@ export class AttemptDir {
 
   remove(): void {
     rmSync(this.path, { recursive: true, force: true });
+  }
+
+  /** Removes the folder off this thread: once an attempt's end is recorded, nothing waits on it, and
+   *  its half-dozen unlinks can each wait on the file system's journal. The files it holds are
+   *  known, so they are unlinked by name (a recursive removal lists and stats them first); any
+   *  other file found in it is removed the long way. */
+  async removeLater(): Promise<void> {
+    const gone = (err: NodeJS.ErrnoException) => {
+      if (err.code !== 'ENOENT') throw err;
+    };
+    try {
+      await Promise.all(FILES.map((f) => unlink(this.#file(f)).catch(gone)));
+      await rmdir(this.path).catch(gone);
+    } catch {
+      await rm(this.path, { recursive: true, force: true });
+    }
   }
 
   #file(name: string): string {

@@ -17,7 +17,20 @@ export interface Orphan {
  * Only Linux lists processes with their environment (/proc); elsewhere nothing is found.
  */
 export function killOrphans(root: string, keep: ReadonlySet<string>): Orphan[] {
-  const prefix = `${ATTEMPT_DIR_ENV}=${path.resolve(root)}${path.sep}`;
+  return killGroupsOf(`${path.resolve(root)}${path.sep}`, (dir) => !keep.has(dir));
+}
+
+/**
+ * Kills every process group whose processes carry one of `dirs` as their attempt's folder: the
+ * shims (and their tasks) of starts that are given up on, found by the folder the spawn helper
+ * puts in their environment (spawn-helper.ts).
+ */
+export function killAttemptGroups(dirs: ReadonlySet<string>): Orphan[] {
+  return dirs.size === 0 ? [] : killGroupsOf('', (dir) => dirs.has(dir));
+}
+
+function killGroupsOf(dirPrefix: string, chosen: (attemptDir: string) => boolean): Orphan[] {
+  const prefix = `${ATTEMPT_DIR_ENV}=${dirPrefix}`;
   const ownGroup = processGroupOf(process.pid);
   const found: Orphan[] = [];
   let pids: string[];
@@ -37,7 +50,7 @@ export function killOrphans(root: string, keep: ReadonlySet<string>): Orphan[] {
     const entry = environ.split('\0').find((e) => e.startsWith(prefix));
     if (entry === undefined) continue;
     const attemptDir = entry.slice(ATTEMPT_DIR_ENV.length + 1);
-    if (keep.has(attemptDir)) continue;
+    if (!chosen(attemptDir)) continue;
     const group = processGroupOf(pid);
     if (group === null || group === ownGroup || group <= 1) continue;
     found.push({ pid, group, attemptDir });

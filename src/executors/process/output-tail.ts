@@ -5,6 +5,13 @@ import { LineSplitter } from './line-splitter.js';
 const CHUNK_BYTES = 256 * 1024;
 /** When the file cannot be watched (no inotify left), it is read this often. */
 const POLL_MS = 250;
+/** A file is followed (watched) once its task has run this long: a busy executor's tasks are
+ *  mostly over by then, and their output is read at their end without a watch set up and torn
+ *  down (inotify's add and remove were ~5 % of an agent's thread running `true` tasks). */
+const FOLLOW_AFTER_MS = 50;
+
+/** Reads are synchronous and the line splitter copies what it keeps, so one buffer serves all. */
+let shared: Buffer | null = null;
 
 /**
  * Follows one output file of a task (its shim appends to it) and hands its lines on as they
@@ -16,11 +23,12 @@ export class OutputTail {
   readonly #fd: number;
   readonly #onLine: (line: string) => void;
   readonly #splitter = new LineSplitter();
-  readonly #buffer = Buffer.allocUnsafe(CHUNK_BYTES);
+  readonly #buffer = (shared ??= Buffer.allocUnsafe(CHUNK_BYTES));
   #position = 0;
   #skip: number;
   #watcher: FSWatcher | null = null;
   #poll: NodeJS.Timeout | null = null;
+  #follow: NodeJS.Timeout | null;
   #queued = false;
   #closed = false;
 
@@ -28,13 +36,18 @@ export class OutputTail {
     this.#fd = openSync(file, 'r');
     this.#onLine = onLine;
     this.#skip = opts.skipLines ?? 0;
+    this.#follow = setTimeout(() => this.#startFollowing(file), FOLLOW_AFTER_MS);
+  }
+
+  #startFollowing(file: string): void {
+    this.#follow = null;
     try {
       this.#watcher = watch(file, { persistent: false }, () => this.#soon());
       this.#watcher.on('error', () => this.#pollInstead());
     } catch {
       this.#pollInstead();
     }
-    // What was written before the watch began (a task that prints at once) is read now.
+    // What was written before the watch began is read now.
     this.#soon();
   }
 
@@ -49,6 +62,7 @@ export class OutputTail {
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
+    if (this.#follow) clearTimeout(this.#follow);
     this.#watcher?.close();
     if (this.#poll) clearInterval(this.#poll);
     closeSync(this.#fd);

@@ -143,12 +143,13 @@ export class ReadyShells {
    * Makes a shell ready a moment from now, unless one is. A timer, not an immediate: the writes
    * the caller just queued (a database client's, an HTTP/2 session's) go out on the immediates of
    * this turn and the next, before the fork holds the thread (as long as a `spawn()` does).
+   * `stillWanted` is asked again then.
    */
-  refill(): void {
+  refill(stillWanted: () => boolean = () => true): void {
     if (this.#closed || this.#refill || (this.#ready && alive(this.#ready))) return;
     this.#refill = setTimeout(() => {
       this.#refill = null;
-      if (!this.#closed && !(this.#ready && alive(this.#ready))) this.#ready = this.#spawnShell();
+      if (!this.#closed && !(this.#ready && alive(this.#ready)) && stillWanted()) this.#ready = this.#spawnShell();
     }, REFILL_AFTER_MS);
     this.#refill.unref();
   }

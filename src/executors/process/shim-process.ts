@@ -6,6 +6,7 @@ import { OutputTail } from './output-tail.js';
 import { hasExecedChild, identify, isSameProcess, type ProcessIdentity } from './process-identity.js';
 import type { ReadyShells } from './ready-shell.js';
 import { shimLines } from './shim.js';
+import type { SpawnHelper } from './spawn-helper.js';
 
 export type OutputStream = 'stdout' | 'stderr';
 
@@ -19,10 +20,17 @@ export interface ShimProcessOptions {
   onLine(stream: OutputStream, line: string): void;
 }
 
-export type ShimStart = { ok: true; process: ShimProcess; how: 'ready-shell' | 'spawn' } | { ok: false; error: string };
+/** How a shim was started: a ready shell, the spawn helper, or a `spawn()` of its own. */
+export type StartedHow = 'ready-shell' | 'spawn-helper' | 'spawn';
+
+export type ShimStart = { ok: true; process: ShimProcess; how: StartedHow } | { ok: false; error: string };
 
 /** A re-attached shim is not our child: its end is seen by looking this often. */
 const REATTACHED_POLL_MS = 200;
+/** A shim the spawn helper started says when it ends; killed, it cannot: it is looked at this often,
+ *  and this often once we have sent its group SIGKILL. */
+const HELPER_STARTED_POLL_MS = 1000;
+const KILLED_POLL_MS = 5;
 /** A SIGTERM waits for the task's exec, looking this often, at most this long (then it is sent). */
 const TERM_POLL_MS = 2;
 const TERM_WAIT_MAX_MS = 1000;
@@ -39,10 +47,13 @@ export class ShimProcess {
   readonly ended: Promise<ExitStatus | null>;
   readonly #identity: ProcessIdentity;
   readonly #tails: OutputTail[];
+  /** Looks for the end sooner, once the group was sent SIGKILL (a shim that is not our child). */
+  readonly #killed: () => void;
   #gone = false;
 
-  private constructor(dir: AttemptDir, identity: ProcessIdentity, opts: ShimProcessOptions, skip: LogsSoFar, exited: Promise<void>) {
+  private constructor(dir: AttemptDir, identity: ProcessIdentity, opts: ShimProcessOptions, skip: LogsSoFar, exited: Promise<void>, killed: () => void = () => {}) {
     this.dir = dir;
+    this.#killed = killed;
     this.pid = identity.pid;
     this.#identity = identity;
     this.#tails = (['stdout', 'stderr'] as const).map((s) => new OutputTail(dir.output(s), (line) => opts.onLine(s, line), { skipLines: skip[s] }));
@@ -60,7 +71,7 @@ export class ShimProcess {
    * Starts `attempt` under a shim: the ready one if there is one, else one made now. Refuses, with
    * the reason, what no process could be started for (the words say what `spawn()` would have).
    */
-  static async start(shells: ReadyShells, root: string, attempt: Attempt, opts: ShimProcessOptions, how: { useReady: boolean }): Promise<ShimStart> {
+  static async start(shells: ReadyShells, helper: SpawnHelper | null, root: string, attempt: Attempt, opts: ShimProcessOptions, how: { useReady: boolean }): Promise<ShimStart> {
     const { command, env, cwd } = attempt;
     const file = command[0] ?? '';
     const where = cwd ? ` in ${cwd}` : '';
@@ -76,6 +87,15 @@ export class ShimProcess {
       return failed(shim.error);
     }
     let shell = how.useReady ? shells.take() : null;
+    if (!shell && helper?.usable) {
+      const byHelper = await ShimProcess.#startByHelper(helper, dir, attempt, opts);
+      if (byHelper === 'cwd') {
+        dir.remove();
+        return failed('cannot enter the directory');
+      }
+      if (byHelper !== 'gone') return { ok: true, process: byHelper, how: 'spawn-helper' };
+      // The helper is gone (its starts are proved dead): a start of our own, as without one.
+    }
     for (let tries = 0; tries < 2; tries++) {
       const started = shell ? 'ready-shell' : 'spawn';
       shell ??= shells.spawnNow();
@@ -97,6 +117,20 @@ export class ShimProcess {
     }
     dir.remove();
     return failed('no shell to supervise it (/bin/sh could not be started)');
+  }
+
+  static async #startByHelper(helper: SpawnHelper, dir: AttemptDir, attempt: Attempt, opts: ShimProcessOptions): Promise<ShimProcess | 'cwd' | 'gone'> {
+    const n = helper.nextNumber();
+    const shim = shimLines(attempt.command, attempt.env, attempt.cwd, { dir: dir.path, stdout: dir.output('stdout'), stderr: dir.output('stderr'), status: dir.statusFile }, n);
+    if ('error' in shim) throw new Error(`shim lines refused after being accepted: ${shim.error}`);
+    let said!: () => void;
+    const endSaid = new Promise<void>((resolve) => (said = resolve));
+    const started = await helper.start(n, dir.path, shim.lines, () => said());
+    if (!started.ok) return started.reason;
+    const identity = identify(started.pid) ?? { pid: started.pid, startTicks: null, bootId: null };
+    dir.recordShim(identity);
+    const watch = watchEnd(identity, endSaid, started.ended);
+    return new ShimProcess(dir, identity, opts, { stdout: 0, stderr: 0 }, watch.exited, watch.killed);
   }
 
   /**
@@ -139,6 +173,7 @@ export class ShimProcess {
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ESRCH') throw err;
     }
+    if (signal === 'SIGKILL') this.#killed();
   }
 
   #termOnceStarted(deadline: number): void {
@@ -161,6 +196,31 @@ function killGroup(pid: number): void {
   } catch {
     // ESRCH: nothing left in it.
   }
+}
+
+/**
+ * The end of a shim that is not our child (the spawn helper's): when it says so, or when its pid
+ * no longer names it (it was killed and said nothing), looked at slowly, and often once `killed`.
+ */
+function watchEnd(identity: ProcessIdentity, said: Promise<void>, ended: () => void): { exited: Promise<void>; killed: () => void } {
+  let timer: NodeJS.Timeout | null = null;
+  let over = false;
+  let resolve!: () => void;
+  const exited = new Promise<void>((r) => (resolve = r));
+  const end = () => {
+    if (over) return;
+    over = true;
+    if (timer) clearTimeout(timer);
+    ended();
+    resolve();
+  };
+  const look = (ms: number) => {
+    if (timer) clearTimeout(timer);
+    timer = setTimeout(() => (isSameProcess(identity) ? look(ms) : end()), ms);
+  };
+  void said.then(end);
+  look(HELPER_STARTED_POLL_MS);
+  return { exited, killed: () => !over && look(KILLED_POLL_MS) };
 }
 
 function exitOf(shell: ChildProcess): Promise<void> {

@@ -12,10 +12,15 @@
  * status is written for a task stopped that way too; only SIGKILL of the group leaves none. A
  * signal that lands after the shim decided to start the task and before the task's exec reaches
  * the shim alone, so the parent sends its SIGTERM only once the task has exec'd (shim-process.ts).
+ *
+ * A shim started by the spawn helper (spawn-helper.ts) shares its reporting pipe with every other
+ * shim of that helper: it tags what it says with its start's number (and its pid), and says one
+ * thing more, once the status is written ("<n> end"). It keeps the pipe while the task runs (the task does not get
+ * it) and ignores SIGPIPE before that last write, so a parent gone meanwhile changes nothing.
  */
 
 /** Extra pipe of a shim to its parent: "cwd" comes on it when `cd` failed, "." just before the
- *  task starts; then it is closed. */
+ *  task starts; then it is closed (or kept, on a shared pipe: see above). */
 export const STATUS_FD = 3;
 
 /** The task's environment names the attempt's folder, so a shim whose folder is gone can still be
@@ -42,7 +47,14 @@ export interface ShimFiles {
  * (no process can be given one), an environment name a shell cannot export, an empty command or
  * one a shell would read as an option.
  */
-export function shimLines(command: readonly string[], env: Readonly<Record<string, string>>, cwd: string | null, files: ShimFiles): { lines: string } | { error: string } {
+export function shimLines(
+  command: readonly string[],
+  env: Readonly<Record<string, string>>,
+  cwd: string | null,
+  files: ShimFiles,
+  /** The start's number on a pipe shared by many shims (spawn-helper.ts); none for a pipe of its own. */
+  shared: number | null = null,
+): { lines: string } | { error: string } {
   const [file] = command;
   if (file === undefined || file === '') return { error: 'empty command' };
   if (file.startsWith('-')) return { error: `the command ${JSON.stringify(file)} starts with "-"` };
@@ -52,16 +64,24 @@ export function shimLines(command: readonly string[], env: Readonly<Record<strin
   if (badName !== undefined) return { error: `environment name ${JSON.stringify(badName)} is not a shell name ([A-Za-z_][A-Za-z0-9_]*)` };
   const q = shellQuote;
   const lines: string[] = [];
-  if (cwd !== null) lines.push(`cd -- ${q(cwd)} 2>/dev/null || { echo cwd >&${STATUS_FD}; exit 127; }`);
+  const tag = shared === null ? '' : `${shared} `;
+  const cwdFailed = shared === null ? 'echo cwd' : `echo "${tag}cwd $$"`;
+  if (cwd !== null) lines.push(`cd -- ${q(cwd)} 2>/dev/null || { ${cwdFailed} >&${STATUS_FD}; exit 127; }`);
   for (const [k, v] of Object.entries(env)) lines.push(`export ${k}=${q(v)}`);
   lines.push(`export ${ATTEMPT_DIR_ENV}=${q(files.dir)}`);
   // Handlers, not ignores: the task gets the default dispositions back at its exec. A signal that
   // came before the task started stops it from starting, as it would have stopped the task.
   lines.push(`trap 'leoflow_signal=15' TERM; trap 'leoflow_signal=2' INT; trap 'leoflow_signal=1' HUP`);
-  lines.push(`printf . >&${STATUS_FD}`);
-  lines.push(`exec ${STATUS_FD}>&-`);
-  lines.push(`if [ -z "$leoflow_signal" ]; then ${command.map(q).join(' ')} </dev/null >>${q(files.stdout)} 2>>${q(files.stderr)}; leoflow_status=$?; else leoflow_status=$((128 + leoflow_signal)); fi`);
+  if (shared === null) {
+    lines.push(`printf . >&${STATUS_FD}`);
+    lines.push(`exec ${STATUS_FD}>&-`);
+  } else {
+    lines.push(`echo "${tag}. $$" >&${STATUS_FD}`);
+  }
+  const keptFrom = shared === null ? '' : ` ${STATUS_FD}>&-`;
+  lines.push(`if [ -z "$leoflow_signal" ]; then ${command.map(q).join(' ')} </dev/null >>${q(files.stdout)} 2>>${q(files.stderr)}${keptFrom}; leoflow_status=$?; else leoflow_status=$((128 + leoflow_signal)); fi`);
   lines.push(`echo $leoflow_status >${q(files.status)}`);
+  if (shared !== null) lines.push(`trap '' PIPE; echo '${tag}end' >&${STATUS_FD} 2>/dev/null`);
   lines.push('kill -KILL 0');
   return { lines: lines.join('\n') + '\n' };
 }

@@ -5,7 +5,8 @@ import { AttemptDir, type ExitStatus } from '../process/attempt-dir.js';
 import { killOrphans } from '../process/orphans.js';
 import { ReadyShells } from '../process/ready-shell.js';
 import { shellQuote } from '../process/shim.js';
-import { ShimProcess } from '../process/shim-process.js';
+import { ShimProcess, type StartedHow } from '../process/shim-process.js';
+import { SpawnHelper } from '../process/spawn-helper.js';
 
 export interface SubprocessExecutorOptions {
   reporter: AttemptReporter;
@@ -20,8 +21,14 @@ export interface SubprocessExecutorOptions {
    * fork off its way. Default true; the shell is /bin/sh unless `readyShell` names another.
    */
   readyShell?: boolean | string;
+  /**
+   * Start shims through a small shell that forks them (spawn-helper.ts) when no ready shell
+   * serves the start, instead of a `spawn()` that forks this whole process. Default true (where
+   * `setsid` is on the PATH).
+   */
+  spawnHelper?: boolean;
   /** Told how each attempt's process was started (for metrics and tests). */
-  onStart?(how: 'spawn' | 'ready-shell'): void;
+  onStart?(how: StartedHow): void;
 }
 
 export const SHUTDOWN_ERROR = 'control plane shut down before the task ended';
@@ -106,6 +113,7 @@ export class SubprocessExecutor implements Executor {
   #heartbeatTimer: NodeJS.Timeout | null = null;
   #heartbeatInFlight: Promise<void> | null = null;
   readonly #shells: ReadyShells;
+  readonly #helper: SpawnHelper | null;
   readonly #keepReady: boolean;
   readonly #onStart: SubprocessExecutorOptions['onStart'];
 
@@ -113,6 +121,7 @@ export class SubprocessExecutor implements Executor {
     const shell = opts.readyShell ?? true;
     this.#shells = new ReadyShells({ logger: opts.logger, ...(typeof shell === 'string' ? { shell } : {}) });
     this.#keepReady = shell !== false;
+    this.#helper = opts.spawnHelper === false ? null : new SpawnHelper({ logger: opts.logger });
     this.#onStart = opts.onStart;
     this.#reporter = opts.reporter;
     this.#logger = opts.logger;
@@ -183,7 +192,7 @@ export class SubprocessExecutor implements Executor {
     }
     // The next attempt's shell is made while this one runs, if it runs a while (else when it
     // ends): then the fork holds this thread while it would wait anyway (ready-shell.ts).
-    setTimeout(() => !run.over && this.#refillShell(), REFILL_WHILE_RUNNING_MS).unref();
+    setTimeout(() => !run.over && this.#refillShell(1), REFILL_WHILE_RUNNING_MS).unref();
   }
 
   cancel(tiId: string, reason: string): boolean {
@@ -274,7 +283,7 @@ export class SubprocessExecutor implements Executor {
   /** Starts from the ready shell only a lone start (this attempt is the only one live here). */
   #startOnlyHere(run: Running) {
     const onLine = (stream: LogStream, line: string) => this.#log(run.attempt, stream, line);
-    return ShimProcess.start(this.#shells, this.#root, run.attempt, { onLine }, { useReady: this.#live.size <= 1 });
+    return ShimProcess.start(this.#shells, this.#helper, this.#root, run.attempt, { onLine }, { useReady: this.#live.size <= 1 });
   }
 
   /** The timeout, and the end of the attempt's process. */
@@ -308,6 +317,7 @@ export class SubprocessExecutor implements Executor {
       this.#stop(run, { outcome: 'failed', error: SHUTDOWN_ERROR, signal: 'SIGTERM' });
     }
     await all;
+    this.#helper?.close();
     if (this.#heartbeatTimer) clearTimeout(this.#heartbeatTimer);
     this.#heartbeatTimer = null;
     await this.#heartbeatInFlight;
@@ -317,9 +327,13 @@ export class SubprocessExecutor implements Executor {
    * Makes the next ready shell while this executor runs at most one attempt. A ready shell is for
    * the latency of a lone start (a chain's next task), and only such a start takes it. Busier,
    * each start makes its own: a ready shell's fork would hold up the other attempts' exits.
+   * `maxLive`: how many attempts may be live now, this one included while it runs. With the spawn
+   * helper, a busy start costs this thread little, so a shell is made at an end only when none is
+   * left live (under load, such forks were most of what starts cost); when the fork comes, the
+   * next lone start may have begun meanwhile (a chain's next task): the shell is for the one after.
    */
-  #refillShell(): void {
-    if (this.#keepReady && this.#live.size <= 1) this.#shells.refill();
+  #refillShell(maxLive: number): void {
+    if (this.#keepReady && this.#live.size <= maxLive) this.#shells.refill(() => this.#live.size <= 1);
   }
 
   /** `status` null: the shim left no exit status (its group was SIGKILLed). */
@@ -356,9 +370,9 @@ export class SubprocessExecutor implements Executor {
       try {
         const reported = this.#reporter.finished(run.attempt, result);
         // Or while this end is on its way, for an attempt that did not run long.
-        this.#refillShell();
+        this.#refillShell(this.#helper?.usable ? 0 : 1);
         await reported;
-        run.dir?.remove();
+        await run.dir?.removeLater();
       } catch (err) {
         this.#logError(run.attempt, err, 'reporting finished failed');
       }
