@@ -1,3 +1,4 @@
+import { keptRunsFrom } from '../db/history/kept-runs-from.js';
 import { pageOfFinishedRuns } from '../db/history/page-of-finished-runs.js';
 import { addCounts, countRuns, NO_HISTORY, removeRuns, type HistoryCounts } from '../db/history/remove-runs.js';
 import type { Sql } from '../db/sql.js';
@@ -6,10 +7,20 @@ import type { Sql } from '../db/sql.js';
 const SCAN_RUNS = 1000;
 const MAX_TIS_PER_BATCH = 5000;
 
+/**
+ * Runs of each DAG that `db clean` keeps unless told otherwise: its latest finished one, as
+ * `airflow db clean` does, so a clean never leaves a DAG without its last outcome (what `run list`
+ * and a dashboard show of it). More than MAX_KEEP_LAST is a history, which `--before` keeps.
+ */
+export const DEFAULT_KEEP_LAST = 1;
+export const MAX_KEEP_LAST = 10_000;
+
 export interface CleanQuery {
   /** Runs that ended before this time; absent: whenever they ended. */
   endedBefore?: Date;
   dagId?: string;
+  /** Each DAG's latest finished runs kept whatever their age; absent or 0: none. */
+  keepLast?: number;
   dryRun: boolean;
 }
 
@@ -22,8 +33,9 @@ export interface CleanQuery {
 export async function cleanHistory(sql: Sql, q: CleanQuery): Promise<HistoryCounts> {
   let total = NO_HISTORY;
   let after = '0';
+  const keptFrom = q.keepLast ? await keptRunsFrom(sql, q.keepLast, q.dagId) : undefined;
   for (;;) {
-    const page = await pageOfFinishedRuns(sql, { endedBefore: q.endedBefore, dagId: q.dagId, after, scan: SCAN_RUNS, maxTis: MAX_TIS_PER_BATCH });
+    const page = await pageOfFinishedRuns(sql, { endedBefore: q.endedBefore, dagId: q.dagId, after, scan: SCAN_RUNS, maxTis: MAX_TIS_PER_BATCH, keptFrom });
     const guard = { endedBefore: q.endedBefore };
     total = addCounts(total, await (q.dryRun ? countRuns(sql, page.ids, guard) : removeRuns(sql, page.ids, guard)));
     if (page.next === null) return total;

@@ -13,7 +13,7 @@ import type { Sql } from '../db/sql.js';
 import { listTiViews, runAndTiStates } from '../db/tis.js';
 import { timestampDate } from '@bufbuild/protobuf/wkt';
 import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
-import { cleanHistory } from './clean-history.js';
+import { cleanHistory, DEFAULT_KEEP_LAST, MAX_KEEP_LAST } from './clean-history.js';
 import { deleteDagWithHistory } from './delete-dag.js';
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError, parseId, toConnectError } from './errors.js';
 import type { RunRead } from '../scheduler/planner-memory.js';
@@ -231,10 +231,14 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       if (before.getTime() > Date.now()) {
         throw new InvalidArgumentError('before', `${before.toISOString()} is in the future: only runs that have ended can be removed, so give a time that has passed`);
       }
+      const keepLast = req.keepLast ?? DEFAULT_KEEP_LAST;
+      if (keepLast < 0 || keepLast > MAX_KEEP_LAST) {
+        throw new InvalidArgumentError('keep_last', `must be 0 to ${MAX_KEEP_LAST} (each DAG's latest finished runs to keep), got ${keepLast}: to keep more history, give an earlier before`);
+      }
       const dagId = req.dagId || undefined;
       if (dagId !== undefined && !(await dagExists(sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
-      const counts = await cleanHistory(sql, { endedBefore: before, dagId, dryRun: req.dryRun });
-      if (!req.dryRun) deps.logger.info({ before: before.toISOString(), dagId, ...counts }, 'removed finished runs and their history (db clean)');
+      const counts = await cleanHistory(sql, { endedBefore: before, dagId, keepLast, dryRun: req.dryRun });
+      if (!req.dryRun) deps.logger.info({ before: before.toISOString(), dagId, keepLast, ...counts }, 'removed finished runs and their history (db clean)');
       return { counts: countsToProto(counts), dryRun: req.dryRun };
     },
 
