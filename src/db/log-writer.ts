@@ -55,7 +55,10 @@ export function createLogWriter(
 
   /** Batches taken from the buffer and not yet written. */
   let busy = 0;
-  // Fenced like every report: lines of a superseded attempt (a zombie) are not stored.
+  // Fenced like every report: lines of a superseded attempt (a zombie) are not stored. The fence
+  // holds its task instance (key share) until the lines commit: `db clean` deleting it waits for
+  // them and then deletes them too, or has deleted it first and then none is stored, so a line
+  // written as its task instance is removed is never left behind.
   const insert = (on: Sql, batch: Pending[]) => on`
         insert into task_logs (ti_id, try_number, seq, stream, line, at)
         select u.ti_id, u.try_number, u.seq, u.stream, u.line, u.at
@@ -65,6 +68,7 @@ export function createLogWriter(
                     ${batch.map((p) => p.attemptToken)}::uuid[])
              as u(ti_id, try_number, seq, stream, line, at, token)
         join task_instances t on t.id = u.ti_id and t.try_number = u.try_number and t.attempt_token = u.token
+        for key share of t
         on conflict do nothing`;
 
   /** Settles one batch taken from the buffer (counted in `busy`): `first` is its first try, on
