@@ -56,10 +56,13 @@ export function createLogWriter(
   /** Batches taken from the buffer and not yet written. */
   let busy = 0;
   // Fenced like every report: lines of a superseded attempt (a zombie) are not stored. The fence
-  // holds its task instance (key share) until the lines commit: `db clean` deleting it waits for
-  // them and then deletes them too, or has deleted it first and then none is stored, so a line
-  // written as its task instance is removed is never left behind.
+  // holds each task instance of the batch (key share, once each) until the lines commit: `db
+  // clean` deleting one waits for them and then deletes them too, or has deleted it first and then
+  // none is stored, so a line written as its task instance is removed is never left behind.
   const insert = (on: Sql, batch: Pending[]) => on`
+        with t as (
+          select id, try_number, attempt_token from task_instances
+          where id = any(${[...new Set(batch.map((p) => p.tiId))]}::bigint[]) for key share)
         insert into task_logs (ti_id, try_number, seq, stream, line, at)
         select u.ti_id, u.try_number, u.seq, u.stream, u.line, u.at
         from unnest(${batch.map((p) => p.tiId)}::bigint[], ${batch.map((p) => p.tryNumber)}::int[],
@@ -67,8 +70,7 @@ export function createLogWriter(
                     ${batch.map((p) => p.line)}::text[], ${batch.map((p) => p.at.toISOString())}::timestamptz[],
                     ${batch.map((p) => p.attemptToken)}::uuid[])
              as u(ti_id, try_number, seq, stream, line, at, token)
-        join task_instances t on t.id = u.ti_id and t.try_number = u.try_number and t.attempt_token = u.token
-        for key share of t
+        join t on t.id = u.ti_id and t.try_number = u.try_number and t.attempt_token = u.token
         on conflict do nothing`;
 
   /** Settles one batch taken from the buffer (counted in `busy`): `first` is its first try, on
