@@ -24,6 +24,11 @@ export interface CleanQuery {
   dryRun: boolean;
 }
 
+/** Per DAG, the run id from which on `--keep-last` keeps its runs; undefined when none are kept. */
+export async function keptFor(sql: Sql, q: CleanQuery): Promise<Map<string, string> | undefined> {
+  return q.keepLast ? keptRunsFrom(sql, q.keepLast, q.dagId) : undefined;
+}
+
 /**
  * Removes (or, dry, counts) the finished runs a query names, with their task instances, events
  * and log lines, a batch at a time, each batch one transaction: a clean of years of history never
@@ -32,13 +37,23 @@ export interface CleanQuery {
  */
 export async function cleanHistory(sql: Sql, q: CleanQuery): Promise<HistoryCounts> {
   let total = NO_HISTORY;
+  for await (total of cleanBatches(sql, q, await keptFor(sql, q)));
+  return total;
+}
+
+/**
+ * `cleanHistory` a batch at a time: yields the totals so far after each batch has committed, so
+ * a caller can show progress, and stop between batches (by returning) with exactly those removed.
+ */
+export async function* cleanBatches(sql: Sql, q: CleanQuery, keptFrom: Map<string, string> | undefined): AsyncGenerator<HistoryCounts, void> {
+  let total = NO_HISTORY;
   let after = '0';
-  const keptFrom = q.keepLast ? await keptRunsFrom(sql, q.keepLast, q.dagId) : undefined;
   for (;;) {
     const page = await pageOfFinishedRuns(sql, { endedBefore: q.endedBefore, dagId: q.dagId, after, scan: SCAN_RUNS, maxTis: MAX_TIS_PER_BATCH, keptFrom });
     const guard = { endedBefore: q.endedBefore };
     total = addCounts(total, await (q.dryRun ? countRuns(sql, page.ids, guard) : removeRuns(sql, page.ids, guard)));
-    if (page.next === null) return total;
+    yield total;
+    if (page.next === null) return;
     after = page.next;
   }
 }

@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { bulkPastRuns } from '../helpers/history-fixtures.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -150,7 +151,7 @@ describe('leoflow db clean', () => {
     const slowBefore = await historyOf('slow');
     const clean = await cli(server.url, ['db', 'clean', '--before', cutoff, '--keep-last', '0', '--yes', '-o', 'json']);
     expect(clean.code, clean.stderr).toBe(0);
-    expect(JSON.parse(clean.stdout)).toEqual({ ...counted, dry_run: false });
+    expect(JSON.parse(clean.stdout)).toEqual({ ...counted, dry_run: false, stopped: false });
     expect(await leftOf(old, tiIds)).toBe(0);
     expect(await historyOf('slow')).toEqual(slowBefore);
     expect((await historyOf('alpha')).runs).toBe(1);
@@ -174,6 +175,40 @@ describe('leoflow db clean', () => {
     expect(JSON.parse(all.stdout)).toMatchObject({ keep_last: 0, counts: { dag_runs: 1, task_instances: 2 } });
     expect((await historyOf('alpha')).runs).toBe(0);
     expect(await historyOf('beta')).toEqual(betaBefore);
+  });
+
+  it('Ctrl-C stops a large clean after the batch under way and says exactly what was removed; the same command then goes on', async () => {
+    // 10,000 runs of 5 task instances: 10 batches of 5,000 task instances.
+    await bulkPastRuns(db.sql, { dagId: 'bulk', runs: 10_000, tisPerRun: 5, daysBack: 30 });
+    const bulk = () => historyOf('bulk');
+    const full = await bulk();
+    expect(full).toMatchObject({ runs: 10_000, tis: 50_000, events: 160_000, logs: 150_000 });
+    const args = ['db', 'clean', '--before', new Date().toISOString(), '--dag', 'bulk', '--keep-last', '0', '--yes', '-o', 'json'];
+    const interrupted = await cli(server.url, args, {
+      timeoutMs: 120_000,
+      onSpawn: (child) => {
+        // Interrupt once the first batch is gone (as an operator would, watching it go).
+        void waitFor('a first batch removed', async () => (await db.sql<{ n: number }[]>`select count(*)::int as n from dag_runs where dag_id = 'bulk'`)[0]!.n < 10_000, 60_000, 20).then(() =>
+          child.kill('SIGINT'),
+        );
+      },
+    });
+    expect(interrupted.code, interrupted.stderr).toBe(130);
+    expect(interrupted.stderr).toContain('stopping after the batch under way (Ctrl-C again to leave now)\n');
+    const out = JSON.parse(interrupted.stdout) as { stopped: boolean; counts: Record<string, number> };
+    const left = await bulk();
+    expect(out.stopped).toBe(true);
+    expect(left.runs).toBeGreaterThan(0);
+    // What it says went is exactly what went; what is left is whole.
+    expect(out.counts).toEqual({ dag_runs: full.runs - left.runs, task_instances: full.tis - left.tis, events: full.events - left.events, task_logs: full.logs - left.logs });
+    expect(left).toEqual({ runs: left.runs, tis: 5 * left.runs, events: 16 * left.runs, logs: 15 * left.runs, dagEvents: 0 });
+
+    const rest = await cli(server.url, args, { timeoutMs: 120_000 });
+    expect(rest.code, rest.stderr).toBe(0);
+    expect(JSON.parse(rest.stdout)).toMatchObject({ stopped: false, counts: { dag_runs: left.runs, task_instances: left.tis, events: left.events, task_logs: left.logs } });
+    // No terminal: progress comes as plain lines, on stderr, at most one a second.
+    for (const line of rest.stderr.split('\n').filter(Boolean)) expect(line).toMatch(/^removed \d+ of \d+ runs, \d+ of \d+ task instances$/);
+    expect((await bulk()).runs).toBe(0);
   });
 });
 

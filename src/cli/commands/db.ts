@@ -5,6 +5,7 @@ import type { Clients } from '../client.js';
 import { confirm } from '../confirm.js';
 import { table } from '../format.js';
 import { parseTime } from '../parse-time.js';
+import { watchClean } from '../watch-clean.js';
 import { DEFAULT_KEEP_LAST, MAX_KEEP_LAST } from '../../server/clean-history.js';
 
 /** `--keep-last`: a whole number; its range is the server's to check (it names the limit). */
@@ -52,9 +53,10 @@ export function registerDb(program: Command, clients: () => Clients): void {
       const keepLast = parseKeepLast(opts.keepLast);
       const req = { before: timestampFromDate(before), dagId: opts.dag ?? '', keepLast };
       const what = `finished runs of ${opts.dag ? `DAG ${opts.dag}` : 'every DAG'} that ended before ${before.toISOString()}${keptPhrase(keepLast)}`;
-      const show = (res: { counts?: HistoryCounts; dryRun: boolean }, done: string) => {
+      const show = (res: { counts?: HistoryCounts; dryRun: boolean; stopped?: boolean }, done: string) => {
         if (opts.output === 'json') {
-          process.stdout.write(JSON.stringify({ dry_run: res.dryRun, before: before.toISOString(), dag_id: opts.dag ?? null, keep_last: keepLast, counts: countsJson(res.counts) }) + '\n');
+          const stopped = res.dryRun ? {} : { stopped: res.stopped ?? false };
+          process.stdout.write(JSON.stringify({ dry_run: res.dryRun, ...stopped, before: before.toISOString(), dag_id: opts.dag ?? null, keep_last: keepLast, counts: countsJson(res.counts) }) + '\n');
           return;
         }
         process.stdout.write(`${what}:\n${countsTable(res.counts)}\n${done}\n`);
@@ -76,6 +78,8 @@ export function registerDb(program: Command, clients: () => Clients): void {
           return;
         }
       }
-      show(await clients().workflow.cleanHistory({ ...req, dryRun: false }), 'removed');
+      const { removed, stopped } = await watchClean(clients(), req);
+      show({ counts: removed, dryRun: false, stopped }, stopped ? 'stopped (Ctrl-C) after the batch under way: the rows above were removed, the rest is kept; the same command goes on' : 'removed');
+      if (stopped) process.exitCode = 130;
     });
 }
