@@ -11,8 +11,8 @@ import { report } from './report.js';
  * history-reads: what a year of history costs the API's reads. The reads GetRun, ListRuns,
  * ListTaskInstances and TailLogs make (the same functions, on the harness's clock, driver parsing
  * included), on a small database (one DAG, a few runs) and again after 1 M task instances of
- * finished history are added with SQL (100,000 runs of 10 tasks, 4 events and 3 log lines a task,
- * over a year), then ANALYZE. p50 and p99 of REPS calls each; ratios to the small database.
+ * finished history are added with SQL (100,000 runs of 10 tasks over a year: 3 events and 3 log
+ * lines a task, an event a run), then ANALYZE. p50 and p99 of REPS calls each; ratios to the small database.
  */
 
 const RUNS = Number(process.env.LEOFLOW_BENCH_HISTORY_RUNS ?? 100_000);
