@@ -116,7 +116,6 @@ describe('leader overlap', () => {
         createRun(tx, {
           dagId: fanSpec.dagId,
           dagVersion: fanRow.version,
-          spec: fanSpec,
           runKey: `manual__${i}`,
           runType: 'manual',
           logicalDate: new Date(t0),

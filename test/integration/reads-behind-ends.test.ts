@@ -30,7 +30,7 @@ async function runningChain() {
   const spec = dag(`pf${++seq}`, [task('a'), task('b', { dependsOn: ['a'] })]);
   const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
   const { run } = await db.sql.begin((tx) =>
-    createRun(tx, { dagId: spec.dagId, dagVersion: row.version, spec, runKey: 'r', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+    createRun(tx, { dagId: spec.dagId, dagVersion: row.version, runKey: 'r', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
   );
   const a = (await listTis(db.sql, run.id)).find((t) => t.task_id === 'a')!;
   await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
@@ -94,7 +94,7 @@ describe('runs read behind the ends', () => {
     const spec = dag(`pf${++seq}`, [task('a'), task('b', { dependsOn: ['a'] })]);
     const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
     const make = (key: string) =>
-      createRun(db.sql, { dagId: spec.dagId, dagVersion: row.version, spec, runKey: key, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+      createRun(db.sql, { dagId: spec.dagId, dagVersion: row.version, runKey: key, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
     const first = await make('one');
     await db.sql`update dag_runs set state = 'running' where id = ${first.run.id}`;
     const created = await make('two');
