@@ -548,10 +548,11 @@ describe('plan', () => {
   it('marks a poison run and still advances the other runs of the same step', BOUND, async () => {
     const ghostSpec = dag('p_ghost', [task('a')]);
     const ghost = await trigger(ghostSpec);
-    await db.sql`update dag_runs set spec = ${db.sql.json({ ...ghostSpec, tasks: [task('a'), task('ghost', { dependsOn: ['a'] })] } as never)} where id = ${ghost.id}`;
+    // Its run's version is the DAG's only one: corrupted, it corrupts this run alone.
+    await db.sql`update dag_versions set spec = ${db.sql.json({ ...ghostSpec, tasks: [task('a'), task('ghost', { dependsOn: ['a'] })] } as never)} where dag_id = 'p_ghost'`;
     const cycleSpec = dag('p_cycle', [task('x'), task('y')]);
     const cycle = await trigger(cycleSpec);
-    await db.sql`update dag_runs set spec = ${db.sql.json({ ...cycleSpec, tasks: [task('x', { dependsOn: ['y'] }), task('y', { dependsOn: ['x'] })] } as never)} where id = ${cycle.id}`;
+    await db.sql`update dag_versions set spec = ${db.sql.json({ ...cycleSpec, tasks: [task('x', { dependsOn: ['y'] }), task('y', { dependsOn: ['x'] })] } as never)} where dag_id = 'p_cycle'`;
     const good = await trigger(dag('p_good', [task('g')]));
 
     const h = harness();
