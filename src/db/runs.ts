@@ -198,7 +198,10 @@ export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = nu
         select * from dag_runs r
         where r.dag_id = d.dag_id and r.state in (${queuedStates}) and r.poison_error is null
         order by r.id limit least(${limit}, greatest(0, d.max_active_runs - c.n) + 1)) r
-      ${of.queuedOf === 'any' ? sql`` : sql`where d.dag_id = any(${of.queuedOf}::text[])`}
+      -- Only the DAGs with a queued run have their running runs counted (5,000 running runs
+      -- counted every tick, with none queued, were most of an idle step's read).
+      where exists (select 1 from dag_runs q where q.dag_id = d.dag_id and q.state in (${queuedStates}))
+      ${of.queuedOf === 'any' ? sql`` : sql`and d.dag_id = any(${of.queuedOf}::text[])`}
       order by d.paused, c.n < d.max_active_runs desc, row_number() over (partition by d.dag_id order by r.id),
         coalesce((d.spec->>'priority')::int, 0) desc, r.id
       limit ${limit}`

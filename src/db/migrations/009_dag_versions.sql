@@ -26,3 +26,7 @@ select dag_id, version, spec, max_active_runs, updated_at from dags
 on conflict (dag_id, version) do nothing;
 
 alter table dag_runs drop column spec;
+
+-- The queued runs of a DAG, by the index of them alone (issue 23): the planner's read of queued
+-- runs looks here every tick, and the index of active runs would walk past every running run.
+create index dag_runs_queued on dag_runs (dag_id, id) where state = 'queued';

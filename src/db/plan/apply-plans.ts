@@ -127,16 +127,19 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
     room as materialized (
       select s.run_id from starting s left join busy b on b.dag_id = s.dag_id
       where s.n + coalesce(b.n, 0) <= s.max_runs),
+    -- The state guards of these two are parameters, not literals: a literal matches the predicate
+    -- of a partial index of runs by state, and a kept (generic) plan then walked that index
+    -- instead of looking the runs up by their keys.
     started as (
       update dag_runs r set state = 'running', started_at = now()
-      from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and w.start and r.state in (${inlineLiterals(sql, RUN_START_FROM)}) and r.plan_epoch = w.epoch and r.poison_error is null
+      from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and w.start and r.state = any(${RUN_START_FROM as string[]}::text[]) and r.plan_epoch = w.epoch and r.poison_error is null
         and r.id not in (select run_id from spoiled) and r.id in (select run_id from room)
       returning r.id),`
         : sql``
     }
     kept as (
       update dag_runs r set plan_epoch = r.plan_epoch
-      from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and not w.start and r.state in (${startedStates}) and r.plan_epoch = w.epoch and r.poison_error is null
+      from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and not w.start and r.state = any(${STARTED_RUN_STATES as string[]}::text[]) and r.plan_epoch = w.epoch and r.poison_error is null
         and r.id not in (select run_id from spoiled)
       returning r.id),
     ${
