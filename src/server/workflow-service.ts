@@ -156,7 +156,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       if (result.created) {
         deps.logger.info({ runId: result.run.id, dagId, runKey }, 'run triggered');
         if (result.read && deps.runCreated) {
-          deps.runCreated({ run: { ...result.run, dag_paused: result.read.dagPaused, running_in_dag: result.read.runningInDag }, tis: result.read.tis });
+          deps.runCreated({ run: { ...result.run, spec: result.read.spec, dag_paused: result.read.dagPaused, running_in_dag: result.read.runningInDag }, tis: result.read.tis });
         } else deps.nudge([result.run.id]);
       }
       return { run: runToProto(result.run), created: result.created };

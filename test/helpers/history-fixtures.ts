@@ -49,9 +49,12 @@ export async function pastRun(sql: Sql, r: PastRun): Promise<void> {
     insert into dags (dag_id, spec, source, spec_hash, max_active_runs)
     values (${r.dagId}, '{"tasks": []}', '', 'fixture', 1000) on conflict do nothing`;
   await sql`
-    insert into dag_runs (id, dag_id, run_key, run_type, dag_version, spec, logical_date, state, created_at, started_at, ended_at)
+    insert into dag_versions (dag_id, version, spec, max_active_runs)
+    values (${r.dagId}, 1, '{"tasks": []}', 1000) on conflict do nothing`;
+  await sql`
+    insert into dag_runs (id, dag_id, run_key, run_type, dag_version, logical_date, state, created_at, started_at, ended_at)
     overriding system value
-    values (${r.id}, ${r.dagId}, ${`k${r.id}`}, 'manual', 1, '{"tasks": []}', ${r.createdAt}, ${r.state}, ${r.createdAt},
+    values (${r.id}, ${r.dagId}, ${`k${r.id}`}, 'manual', 1, ${r.createdAt}, ${r.state}, ${r.createdAt},
             ${r.state === 'queued' ? null : r.createdAt}, ${finished ? r.endedAt! : null})`;
   for (const [i, tiId] of r.tiIds.entries()) {
     await sql`

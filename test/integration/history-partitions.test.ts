@@ -118,8 +118,8 @@ describe('history partitions', () => {
       // commits, the drop sees the run and keeps the partition.
       const commit = await holdOpen(other, async (tx) => {
         await tx`insert into dags (dag_id, spec, source, spec_hash, max_active_runs) values ('late', '{}', '', 'h', 1)`;
-        await tx`insert into dag_runs (id, dag_id, run_key, run_type, dag_version, spec, logical_date) overriding system value
-                 values (7, 'late', 'k7', 'manual', 1, '{}', now())`;
+        await tx`insert into dag_runs (id, dag_id, run_key, run_type, dag_version, logical_date) overriding system value
+                 values (7, 'late', 'k7', 'manual', 1, now())`;
         await tx`insert into events (run_id, kind) values (7, 'run.state')`;
       });
       const dropping = dropEmptyPartition(db.sql, EVENTS, first, 5000);
