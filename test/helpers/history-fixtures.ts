@@ -104,8 +104,11 @@ export async function bulkPastRuns(sql: Sql, o: { dagId: string; runs: number; t
     insert into dags (dag_id, spec, source, spec_hash, max_active_runs)
     values (${o.dagId}, '{"tasks": []}', '', 'fixture', 1000) on conflict do nothing`;
   await sql`
-    insert into dag_runs (dag_id, run_key, run_type, dag_version, spec, logical_date, state, created_at, started_at, ended_at)
-    select ${o.dagId}, 'bulk' || g, 'manual', 1, '{"tasks": []}', x.t, 'success', x.t, x.t, x.t
+    insert into dag_versions (dag_id, version, spec, max_active_runs)
+    values (${o.dagId}, 1, '{"tasks": []}', 1000) on conflict do nothing`;
+  await sql`
+    insert into dag_runs (dag_id, run_key, run_type, dag_version, logical_date, state, created_at, started_at, ended_at)
+    select ${o.dagId}, 'bulk' || g, 'manual', 1, x.t, 'success', x.t, x.t, x.t
     from generate_series(1, ${o.runs}::int) g, lateral (select now() - ${o.daysBack}::int * interval '1 day' + g * interval '1 second' as t) x
     order by g`;
   await sql`
