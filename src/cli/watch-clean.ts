@@ -1,5 +1,4 @@
 import { create } from '@bufbuild/protobuf';
-import ora from 'ora';
 import { WatchCleanHistoryRequestSchema, type CleanHistoryRequest, type HistoryCounts, type WatchCleanHistoryRequest } from '../gen/leoflow/v1/workflow_pb.js';
 import type { Clients } from './client.js';
 
@@ -15,8 +14,8 @@ const PLAIN_EVERY_MS = 1000;
 const of = (done: bigint | undefined, all: bigint | undefined) => `${done ?? 0n} of ${all ?? 0n}`;
 
 /**
- * Runs a clean through WatchCleanHistory and shows how far it got: a spinner on stderr at a
- * terminal, a plain line at most every second otherwise (stdout stays the result's alone). The
+ * Runs a clean through WatchCleanHistory and shows how far it got: a line on stderr redrawn in
+ * place at a terminal, a plain line at most every second otherwise (stdout stays the result's alone). The
  * first Ctrl-C asks the server to stop after the batch under way and waits for what it removed;
  * a second one leaves at once.
  */
@@ -28,7 +27,18 @@ export async function watchClean(clients: Clients, req: Omit<CleanHistoryRequest
     if (await stopAsked) yield create(WatchCleanHistoryRequestSchema, { action: { case: 'stop', value: true } });
   }
 
-  const spinner = process.stderr.isTTY ? ora({ stream: process.stderr, discardStdin: false, text: 'counting what to remove' }).start() : null;
+  // At a terminal, one line of stderr redrawn in place (carriage return, erase line).
+  const spinner = process.stderr.isTTY
+    ? {
+        set text(t: string) {
+          process.stderr.write(`\r\x1b[2K${t}`);
+        },
+        stop() {
+          process.stderr.write('\r\x1b[2K');
+        },
+      }
+    : null;
+  if (spinner) spinner.text = 'counting what to remove';
   let interrupted = false;
   const onSigint = () => {
     if (interrupted) process.exit(130);
