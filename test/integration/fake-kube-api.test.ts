@@ -523,9 +523,19 @@ describe('kubelet details', () => {
     expect(forbidden.body.message).toMatch(/^Pod ".+" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers\[\*\].image`/);
     const badLabel = await refusal(core.patchNamespacedPod({ namespace: 'default', name, body: [{ op: 'add', path: '/metadata/labels/bad key', value: 'x' }] }));
     expect(badLabel.body.details.causes[0].field).toBe('metadata.labels');
-    const current = await core.readNamespacedPod({ namespace: 'default', name });
-    current.spec!.containers[0]!.image = 'busybox:1.37';
-    const replaced = await core.replaceNamespacedPod({ namespace: 'default', name, body: current });
+    // Read, change, replace, as a client does: the fake kubelet may report on the pod between the
+    // read and the replace (a 409 then, as from a real API server), so the client reads again.
+    let current = await core.readNamespacedPod({ namespace: 'default', name });
+    let replaced: Awaited<ReturnType<typeof core.replaceNamespacedPod>> | undefined;
+    for (let attempt = 1; !replaced; attempt++) {
+      current.spec!.containers[0]!.image = 'busybox:1.37';
+      try {
+        replaced = await core.replaceNamespacedPod({ namespace: 'default', name, body: current });
+      } catch (err) {
+        if ((err as { code?: number }).code !== 409 || attempt === 10) throw err;
+        current = await core.readNamespacedPod({ namespace: 'default', name });
+      }
+    }
     expect(replaced.spec?.containers[0]?.image).toBe('busybox:1.37');
     const stale = await refusal(core.replaceNamespacedPod({ namespace: 'default', name, body: current }));
     expectStatus(stale.body, 409, 'Conflict');
