@@ -89,6 +89,8 @@ const REQUEST_TIMEOUT_MS = 30_000;
 const LOG_TAIL_LINES = 20;
 const LOG_TAIL_BYTES = 8192;
 const LOG_TAIL_CHARS = 2000;
+/** The attempt's end waits for its log tail this long at most: a slow API server must not hold its retry. */
+const LOG_TAIL_WAIT_MS = 5000;
 /** Retry-After beyond this is capped: the drainer comes back to look. */
 const RETRY_AFTER_MAX_MS = 60_000;
 
@@ -540,7 +542,7 @@ export class KubernetesExecutor implements Executor {
    */
   async #logTail(p: PodAttempt): Promise<string> {
     try {
-      const text = await answerWithin(this.#api.readNamespacedPodLog({ namespace: p.namespace, name: p.name, container: 'task', tailLines: LOG_TAIL_LINES, limitBytes: LOG_TAIL_BYTES }), this.#o.requestTimeoutMs ?? REQUEST_TIMEOUT_MS);
+      const text = await answerWithin(this.#api.readNamespacedPodLog({ namespace: p.namespace, name: p.name, container: 'task', tailLines: LOG_TAIL_LINES, limitBytes: LOG_TAIL_BYTES }), Math.min(LOG_TAIL_WAIT_MS, this.#o.requestTimeoutMs ?? REQUEST_TIMEOUT_MS));
       const lines = String(text).split('\n').map((l) => l.trimEnd()).filter((l) => l !== '').slice(-LOG_TAIL_LINES);
       const joined = lines.join(' | ');
       return joined.length > LOG_TAIL_CHARS ? `…${joined.slice(-LOG_TAIL_CHARS)}` : joined;
