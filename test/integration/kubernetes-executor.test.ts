@@ -344,6 +344,22 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
     expect(lists.length).toBeLessThanOrEqual(8);
   });
 
+  it('has one events list of a pod in flight at a time when the API server is slow', async () => {
+    const { ex, rec } = executor({ pendingEventsMs: 50 });
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    kube.bindPod(NS, podName(a));
+    kube.addPodEvent(NS, podName(a), { reason: 'FailedCreatePodSandBox', message: 'failed to create pod sandbox: network not ready' });
+    kube.setLatency(600, 'list');
+    await waitFor('the event as the pending reason', async () => rec.pending.some((p) => p.reason === 'POD_PENDING:FailedCreatePodSandBox:failed to create pod sandbox: network not ready'), 5_000);
+    await new Promise((r) => setTimeout(r, 600));
+    const lists = kube.requests().filter((r) => r.path.includes('/events'));
+    // About 1.2 s of 600 ms lists, one after the other (not one per 50 ms sweep).
+    expect(lists.length).toBeGreaterThan(0);
+    expect(lists.length).toBeLessThanOrEqual(4);
+  });
+
   it('lists no events for a pod whose status says why it waits', async () => {
     const { ex, rec } = executor({ pendingEventsMs: 100 });
     await ex.lead(true);

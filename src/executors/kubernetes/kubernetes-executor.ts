@@ -69,7 +69,7 @@ interface PodAttempt {
   statusReason: string | null;
   /** Its latest Warning event as a pending reason, used while the status gives only a generic one. */
   eventReason: string | null;
-  /** When its events were last listed (ms, performance clock); null: never. */
+  /** When its events were last listed (ms, performance clock); null: never. Infinity while a list is in flight (a slow API server gets one at a time). */
   eventsAt: number | null;
   /** Unschedulable since (ms), for the pending timeout; null while it is not. */
   unschedulableSince: number | null;
@@ -453,8 +453,8 @@ export class KubernetesExecutor implements Executor {
     for (const p of this.#live.values()) {
       if (p.over || p.running) continue;
       if (isGenericPending(p.statusReason) && now - p.createdAt >= eventsMs && (p.eventsAt === null || now - p.eventsAt >= eventsMs)) {
-        p.eventsAt = now;
-        void this.#readEvents(p);
+        p.eventsAt = Number.POSITIVE_INFINITY;
+        void this.#readEvents(p).finally(() => (p.eventsAt = performance.now()));
       }
       if (p.unschedulableSince !== null && now - p.unschedulableSince >= limit) {
         void this.#fail(p, `POD_UNSCHEDULABLE:${(p.pendingReason ?? '').replace(/^POD_PENDING:(Unschedulable:)?/, '')} ${longer}`, 0);
