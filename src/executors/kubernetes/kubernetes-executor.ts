@@ -98,8 +98,9 @@ const RETRY_AFTER_MAX_MS = 60_000;
  * Runs each attempt as one pod (pod-manifest.ts) that runs `leoflow agent --once` for exactly
  * that attempt; its keepalives on the agent stream are the attempt's heartbeats. One watch per
  * namespace (pod-watch.ts) follows every pod: a pod that can never start, or that is lost, ends
- * its attempt at once with the pod's own reason; a pending pod's reason is the TI's pending
- * reason. Only the leader creates and follows pods: on taking the lead it lists them by label,
+ * its attempt at once with the pod's own reason (a failed one's with its last log lines); a
+ * pending pod's reason is the TI's pending reason (its latest Warning event when its status says
+ * only ContainerCreating). Only the leader creates and follows pods: on taking the lead it lists them by label,
  * adopts those of live attempts and deletes those of attempts that are over (`lead`).
  */
 export class KubernetesExecutor implements Executor {
