@@ -1,7 +1,7 @@
 import { downstreamTaskIds } from '../core/downstream.js';
 import { RUN_REOPEN_FROM, isTerminalRun, isTerminalTi, legalTiFrom } from '../core/states.js';
 import { EVENT_KIND, runEvents, tiEvents } from './events/record-events.js';
-import { getRun, type RunRow } from './runs.js';
+import { getRun, type RunRow, type RunWithSpec } from './runs.js';
 import type { Sql } from './sql.js';
 import type { TiRow } from './tis.js';
 
@@ -19,7 +19,7 @@ export type ClearOutcome =
  * downstream of it, in one transaction:
  * - each goes back to `none` with its try_number kept, so its next attempt is try_number + 1,
  *   and a fresh budget of retries: max_tries = try_number + retries + 1, retries read from the
- *   run's snapshot of the DAG (a DAG applied since does not change the run);
+ *   run's version of the DAG (a DAG applied since does not change the run);
  * - its last attempt's outcome (error, exit code, times, pid) is cleared, and so is its attempt
  *   token, so a late report of that attempt (a cancelled process still dying) is refused by the
  *   fence instead of ending the cleared TI;
@@ -33,17 +33,20 @@ export async function clearTaskInstance(sql: Sql, req: { runId: string; taskId: 
     // this run (plan/apply-plans.ts, plan/finalize-runs.ts) waits on this lock, then finds the
     // plan epoch this clear bumped and drops its decision, so a run cannot end over a task
     // instance the clear just made `none` again, nor get a stale "upstream failed".
-    const [run] = await tx<RunRow[]>`select * from dag_runs where id = ${req.runId} for update`;
-    if (!run) return { kind: 'run_not_found' as const };
-    if (!run.spec.tasks.some((t) => t.id === req.taskId)) return { kind: 'task_not_found' as const, run };
+    const [found] = await tx<RunWithSpec[]>`
+      select r.*, v.spec from dag_runs r join dag_versions v on v.dag_id = r.dag_id and v.version = r.dag_version
+      where r.id = ${req.runId} for update of r`;
+    if (!found) return { kind: 'run_not_found' as const };
+    const { spec, ...run } = found;
+    if (!spec.tasks.some((t) => t.id === req.taskId)) return { kind: 'task_not_found' as const, run };
 
-    const ids = [req.taskId, ...(req.downstream ? downstreamTaskIds(run.spec.tasks, req.taskId) : [])];
+    const ids = [req.taskId, ...(req.downstream ? downstreamTaskIds(spec.tasks, req.taskId) : [])];
     const [target] = await tx<TiRow[]>`
       select * from task_instances where run_id = ${req.runId} and task_id = ${req.taskId} for update`;
     if (!target) return { kind: 'task_not_found' as const, run };
     if (!isTerminalTi(target.state)) return { kind: 'not_ended' as const, ti: target };
 
-    const retries = new Map(run.spec.tasks.map((t) => [t.id, t.retries]));
+    const retries = new Map(spec.tasks.map((t) => [t.id, t.retries]));
     const clearedEvent = tx`jsonb_build_object('task_id', task_id, 'to', 'none', 'from', was, 'try', try_number,
       'max_tries', max_tries, 'reason', 'cleared')`;
     const moved = await tx<(TiRow & { was: string })[]>`

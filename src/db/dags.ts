@@ -40,8 +40,9 @@ export function initialNextRunAt(spec: DagSpec, now: Date): Date | null {
 }
 
 /**
- * Stores a validated DAG. The version goes up only when the spec changed; the schedule's next
- * run is recomputed only when the schedule itself changed, so re-applying a file is a no-op.
+ * Stores a validated DAG and its version (`dag_versions`, what runs are made from). The version
+ * goes up only when the spec changed; the schedule's next run is recomputed only when the
+ * schedule itself changed, so re-applying a file is a no-op.
  */
 export async function upsertDag(sql: Sql, spec: DagSpec, source: string, now = new Date()): Promise<{ dag: DagRow; outcome: ApplyOutcome }> {
   const hash = specHash(spec);
@@ -55,7 +56,10 @@ export async function upsertDag(sql: Sql, spec: DagSpec, source: string, now = n
       existing.catchup !== spec.catchup ||
       (existing.start_date?.toISOString() ?? null) !== (spec.startDate ? new Date(spec.startDate).toISOString() : null);
     const nextRunAt = scheduleChanged ? initialNextRunAt(spec, now) : existing!.next_run_at;
+    // The version is written by the statement that bumps it: a run made from it (createRun)
+    // finds it whatever commits first.
     const [dag] = await tx<DagRow[]>`
+      with d as (
       insert into dags (dag_id, spec, source, spec_hash, schedule, timezone, catchup, start_date,
                         max_active_runs, next_run_at)
       values (${spec.dagId}, ${tx.json(spec as never)}, ${source}, ${hash}, ${spec.schedule}, ${spec.timezone},
@@ -65,7 +69,11 @@ export async function upsertDag(sql: Sql, spec: DagSpec, source: string, now = n
         schedule = excluded.schedule, timezone = excluded.timezone, catchup = excluded.catchup,
         start_date = excluded.start_date, max_active_runs = excluded.max_active_runs,
         next_run_at = excluded.next_run_at, version = dags.version + 1, updated_at = now()
-      returning *`;
+      returning *),
+      v as (
+        insert into dag_versions (dag_id, version, spec, max_active_runs)
+        select dag_id, version, spec, max_active_runs from d)
+      select * from d`;
     await insertEvents(tx, tx`values (null, null, ${eventKind(tx, EVENT_KIND.dagApplied)}, ${tx.json({ dag_id: spec.dagId, version: dag!.version } as never)})`);
     return { dag: dag!, outcome: existing ? ('updated' as const) : ('created' as const) };
   });

@@ -15,8 +15,9 @@ export async function loadAttempt(sql: Sql, tiId: string, agentId: string): Prom
     { id: string; run_id: string; task_id: string; try_number: number; max_tries: number; attempt_token: string; dispatch_key: string; dag_id: string; spec: DagSpec; conf: Record<string, unknown>; logical_date: Date }[]
   >`
     select t.id, t.run_id, t.task_id, t.try_number, t.max_tries, t.attempt_token, t.dispatch_key,
-           r.dag_id, r.spec, r.conf, r.logical_date
+           r.dag_id, v.spec, r.conf, r.logical_date
     from task_instances t join dag_runs r on r.id = t.run_id
+    join dag_versions v on v.dag_id = r.dag_id and v.version = r.dag_version
     where t.id = ${tiId} and t.agent_id = ${agentId} and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})`;
   if (!row) return null;
   const task = row.spec.tasks.find((t) => t.id === row.task_id);

@@ -55,8 +55,15 @@ export function createLogWriter(
 
   /** Batches taken from the buffer and not yet written. */
   let busy = 0;
-  // Fenced like every report: lines of a superseded attempt (a zombie) are not stored.
+  // Fenced like every report: lines of a superseded attempt (a zombie) are not stored. The fence
+  // holds each task instance of the batch (key share, once each) until the lines commit: `db
+  // clean` deleting one waits for them and then deletes them too, or has deleted it first and then
+  // none is stored, so a line written as its task instance is removed is never left behind. In id
+  // order, as `db clean` locks them, so neither waits on the other in a cycle.
   const insert = (on: Sql, batch: Pending[]) => on`
+        with t as (
+          select id, try_number, attempt_token from task_instances
+          where id = any(${[...new Set(batch.map((p) => p.tiId))]}::bigint[]) order by id for key share)
         insert into task_logs (ti_id, try_number, seq, stream, line, at)
         select u.ti_id, u.try_number, u.seq, u.stream, u.line, u.at
         from unnest(${batch.map((p) => p.tiId)}::bigint[], ${batch.map((p) => p.tryNumber)}::int[],
@@ -64,7 +71,7 @@ export function createLogWriter(
                     ${batch.map((p) => p.line)}::text[], ${batch.map((p) => p.at.toISOString())}::timestamptz[],
                     ${batch.map((p) => p.attemptToken)}::uuid[])
              as u(ti_id, try_number, seq, stream, line, at, token)
-        join task_instances t on t.id = u.ti_id and t.try_number = u.try_number and t.attempt_token = u.token
+        join t on t.id = u.ti_id and t.try_number = u.try_number and t.attempt_token = u.token
         on conflict do nothing`;
 
   /** Settles one batch taken from the buffer (counted in `busy`): `first` is its first try, on

@@ -11,8 +11,8 @@ export interface RunRow {
   dag_id: string;
   run_key: string;
   run_type: 'manual' | 'scheduled';
+  /** The version of its DAG the run was made from (its spec in `dag_versions`). */
   dag_version: number;
-  spec: DagSpec;
   logical_date: Date;
   state: RunState;
   conf: Record<string, unknown>;
@@ -25,10 +25,13 @@ export interface RunRow {
   plan_epoch: string;
 }
 
+/** A run with the spec of the DAG version it was made from. */
+export type RunWithSpec = RunRow & { spec: DagSpec };
+
 export interface NewRun {
   dagId: string;
+  /** A version stored in `dag_versions` (upsertDag writes each): the run is made from its spec. */
   dagVersion: number;
-  spec: DagSpec;
   runKey: string;
   runType: 'manual' | 'scheduled';
   logicalDate: Date;
@@ -42,6 +45,8 @@ export interface NewRun {
 export interface CreatedRunRead {
   tis: TiRow[];
   runningInDag: number;
+  /** The spec of the version the run was made from. */
+  spec: DagSpec;
 }
 
 /**
@@ -51,33 +56,36 @@ export interface CreatedRunRead {
  * read of it (`read`), so it can be planned without reading it again.
  */
 export async function createRun(tx: Sql | TxSql, run: NewRun): Promise<{ run: RunRow; created: boolean; read?: CreatedRunRead }> {
-  const source = tx`select ${run.dagId}::text as dag_id, ${run.dagVersion}::int as version, ${tx.json(run.spec as never)}::jsonb as spec, null::bool as paused`;
-  return (await insertRun(tx, source, run))!;
+  const source = tx`select dag_id, version, spec, null::bool as paused from dag_versions where dag_id = ${run.dagId} and version = ${run.dagVersion}`;
+  const made = await insertRun(tx, source, run);
+  if (!made) throw new Error(`DAG ${run.dagId} has no version ${run.dagVersion}`);
+  return made;
 }
 
 /**
  * `createRun` of the DAG's current version, read in the same statement (one round trip for
  * TriggerRun). Null when there is no such DAG. The read it returns knows whether the DAG is paused.
  */
-export async function createRunOfDag(sql: Sql, run: Omit<NewRun, 'dagVersion' | 'spec'>): Promise<{ run: RunRow; created: boolean; read?: CreatedRunRead & { dagPaused: boolean } } | null> {
+export async function createRunOfDag(sql: Sql, run: Omit<NewRun, 'dagVersion'>): Promise<{ run: RunRow; created: boolean; read?: CreatedRunRead & { dagPaused: boolean } } | null> {
+  // The DAG's spec is its current version's (upsertDag writes both in one statement): one probe.
   const source = sql`select dag_id, version, spec, paused from dags where dag_id = ${run.dagId}`;
   const made = await insertRun(sql, source, run);
   if (!made?.read) return made as { run: RunRow; created: boolean } | null;
   return { ...made, read: { ...made.read, dagPaused: made.read.dagPaused! } };
 }
 
-/** The statement of both: the task instances are made from the run's spec snapshot. Null when
+/** The statement of both: the task instances are made from the version's spec. Null when
  *  `source` gave no DAG and no run has the key. */
 async function insertRun(
   tx: Sql | TxSql,
   source: PendingQuery<postgres.Row[]>,
-  run: Omit<NewRun, 'dagVersion' | 'spec'>,
+  run: Omit<NewRun, 'dagVersion'>,
 ): Promise<{ run: RunRow; created: boolean; read?: CreatedRunRead & { dagPaused: boolean | null } } | null> {
-  const [inserted] = await tx<(RunRow & { dag_paused: boolean | null; running_in_dag: number; tis_json: Record<string, unknown>[] })[]>`
+  const [inserted] = await tx<(RunRow & { dag_paused: boolean | null; running_in_dag: number; tis_json: Record<string, unknown>[]; spec: DagSpec })[]>`
     with src as (${source}),
     run as (
-      insert into dag_runs (dag_id, run_key, run_type, dag_version, spec, logical_date, conf)
-      select dag_id, ${run.runKey}, ${run.runType}, version, spec, ${run.logicalDate}, ${tx.json(run.conf as never)} from src
+      insert into dag_runs (dag_id, run_key, run_type, dag_version, logical_date, conf)
+      select dag_id, ${run.runKey}, ${run.runType}, version, ${run.logicalDate}, ${tx.json(run.conf as never)} from src
       on conflict (dag_id, run_key) do nothing
       returning *),
     tis as (
@@ -85,11 +93,11 @@ async function insertRun(
       select run.id, t->>'id', (t->>'retries')::int + 1,
              case when t->>'executor' = 'default' then ${run.defaultExecutor} else t->>'executor' end,
              (t->>'retryDelayMs')::bigint, (t->>'maxRetryDelayMs')::bigint, (t->>'timeoutMs')::int, 'RUN_QUEUED'
-      from run, jsonb_array_elements(run.spec->'tasks') with ordinality as e(t, n)
+      from run, src, jsonb_array_elements(src.spec->'tasks') with ordinality as e(t, n)
       order by e.n
       returning *),
     ev as (${runEvents(tx, EVENT_KIND.runState, tx`run`, tx`${tx.json({ to: 'queued', run_key: run.runKey, run_type: run.runType } as never)}`)})
-    select run.*, (select paused from src) as dag_paused,
+    select run.*, (select paused from src) as dag_paused, (select spec from src) as spec,
       (select count(*)::int from dag_runs x where x.dag_id = run.dag_id and x.state in (${inlineLiterals(tx, STARTED_RUN_STATES)})) as running_in_dag,
       (select coalesce(jsonb_agg(to_jsonb(t) order by t.id), '[]'::jsonb) from tis t) as tis_json
     from run`;
@@ -97,8 +105,8 @@ async function insertRun(
     const [existing] = await tx<RunRow[]>`select * from dag_runs where dag_id = ${run.dagId} and run_key = ${run.runKey}`;
     return existing ? { run: existing, created: false } : null;
   }
-  const { dag_paused: dagPaused, running_in_dag: runningInDag, tis_json: tisJson, ...created } = inserted;
-  return { run: created, created: true, read: { dagPaused, runningInDag, tis: tisJson.map(tiFromJson) } };
+  const { dag_paused: dagPaused, running_in_dag: runningInDag, tis_json: tisJson, spec, ...created } = inserted;
+  return { run: created, created: true, read: { dagPaused, runningInDag, spec, tis: tisJson.map(tiFromJson) } };
 }
 
 /** A task instance row as `to_jsonb` gives it: ids back to decimal strings, times to Dates. */
@@ -124,8 +132,7 @@ export async function getRun(sql: Sql | TxSql, runId: string): Promise<RunRow | 
 }
 
 /** The columns of a run the API shows (`Run` in types.proto), and no others: a read for the API
- *  leaves out what it would drop, such as the DAG spec (1–10 KB a run, its reading the most of
- *  a list's time in Postgres). */
+ *  leaves out what it would drop (the spec is not in the row: it is the version's). */
 export const RUN_VIEW_COLUMNS = ['id', 'dag_id', 'run_key', 'run_type', 'dag_version', 'logical_date', 'state', 'conf', 'created_at', 'started_at', 'ended_at'] as const;
 
 /** A run as the API shows it. */
@@ -146,7 +153,12 @@ export async function listRuns(sql: Sql, opts: { dagId?: string; limit: number }
 
 /** A run as the planner reads it: with whether its DAG is paused and, for a queued run, how many
  *  runs of its DAG were running at the read (for max_active_runs). */
-export type ActiveRunRow = RunRow & { dag_paused: boolean; running_in_dag: number | null };
+export type ActiveRunRow = RunWithSpec & { dag_paused: boolean; running_in_dag: number | null };
+
+/** A read not sent until awaited or `execute()`d. */
+export interface ActiveRunsRead extends PromiseLike<ActiveRunRow[]> {
+  execute(): Promise<ActiveRunRow[]>;
+}
 
 /** Which active runs to read: these runs; the runs of these TIs (read right after their ends
  *  were written); the oldest queued runs, of these DAGs or of any; the running runs after a run id
@@ -158,7 +170,7 @@ export type ActiveRunsOf = { runIds: string[] } | { ofTis: string[] } | { queued
  *  `of`; queued runs taken fairly across DAGs). One round trip, the running counts
  *  included. Not sent until awaited or `execute()`d, so a caller can choose its place in a
  *  connection's pipeline. */
-export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = null): PendingQuery<ActiveRunRow[]> {
+export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = null): ActiveRunsRead {
   const read = (where: Fragment, from: Fragment = sql`dag_runs`) => sql`
       select r.*, d.paused as dag_paused from ${from} r join dags d on d.dag_id = r.dag_id
       where r.state in (${inlineLiterals(sql, ACTIVE_RUN_STATES)}) and r.poison_error is null ${where}
@@ -186,7 +198,10 @@ export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = nu
         select * from dag_runs r
         where r.dag_id = d.dag_id and r.state in (${queuedStates}) and r.poison_error is null
         order by r.id limit least(${limit}, greatest(0, d.max_active_runs - c.n) + 1)) r
-      ${of.queuedOf === 'any' ? sql`` : sql`where d.dag_id = any(${of.queuedOf}::text[])`}
+      -- Only the DAGs with a queued run have their running runs counted (5,000 running runs
+      -- counted every tick, with none queued, were most of an idle step's read).
+      where exists (select 1 from dag_runs q where q.dag_id = d.dag_id and q.state in (${queuedStates}))
+      ${of.queuedOf === 'any' ? sql`` : sql`and d.dag_id = any(${of.queuedOf}::text[])`}
       order by d.paused, c.n < d.max_active_runs desc, row_number() over (partition by d.dag_id order by r.id),
         coalesce((d.spec->>'priority')::int, 0) desc, r.id
       limit ${limit}`
@@ -203,7 +218,9 @@ export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = nu
                   select t.run_id from task_instances t
                   where ${of.waiting === 'all' ? sql`t.state = 'scheduled' or` : sql``} (t.state = 'up_for_retry' and (t.next_try_at is null or t.next_try_at <= now())))`)
               : read(sql`and r.state in (${startedStates}) and r.id > ${of.after ?? '0'}::bigint`);
-  return sql<ActiveRunRow[]>`
+  // Each version's spec is sent once, with the first of its runs (in the order sent), and shared
+  // by the others: most runs read together are of a few versions, and a spec is 1–13 KB.
+  const rows = sql<(Omit<ActiveRunRow, 'spec'> & { spec: DagSpec | null })[]>`
     with q as (${runs}),
     -- Materialized: counted once. Inlined, the planner may rescan it for every run read (it did,
     -- with statistics taken before a bulk load: one read took over 10 s and stalled the scheduler
@@ -212,9 +229,26 @@ export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = nu
       select x.dag_id, count(*)::int as n from dag_runs x
       where x.state in (${startedStates}) and x.dag_id in (select dag_id from q where state in (${queuedStates}))
       group by x.dag_id)
-    select q.*, case when q.state in (${queuedStates}) then coalesce(c.n, 0) end as running_in_dag
+    select q.*, case when q.state in (${queuedStates}) then coalesce(c.n, 0) end as running_in_dag,
+      case when row_number() over (partition by q.dag_id, q.dag_version order by q.id) = 1 then v.spec end as spec
     from q left join c on c.dag_id = q.dag_id
+    join dag_versions v on v.dag_id = q.dag_id and v.version = q.dag_version
     order by q.id`;
+  return {
+    execute: () => rows.execute().then(withSpecs),
+    then: (onFulfilled, onRejected) => rows.then(withSpecs).then(onFulfilled, onRejected),
+  };
+}
+
+/** Gives every run the spec its version's first run was sent with. */
+function withSpecs(rows: readonly (Omit<ActiveRunRow, 'spec'> & { spec: DagSpec | null })[]): ActiveRunRow[] {
+  const specs = new Map<string, DagSpec>();
+  for (const r of rows) {
+    const key = `${r.dag_version}:${r.dag_id}`;
+    if (r.spec) specs.set(key, r.spec);
+    else r.spec = specs.get(key)!;
+  }
+  return rows as ActiveRunRow[];
 }
 
 /**

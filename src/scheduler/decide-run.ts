@@ -1,13 +1,13 @@
 import { advanceRun, type RunDecision, type TiView } from '../core/advance-run.js';
 import type { RunPlan, TiMove } from '../db/plan/run-plan.js';
 import type { ActiveRunRow } from '../db/runs.js';
-import type { TiRow } from '../db/tis.js';
+import type { PlannerTi } from '../db/tis.js';
 
 /** A run decided in memory, waiting for its writes. */
 export interface DecidedRun {
   run: ActiveRunRow;
-  tis: TiRow[];
-  byTask: Map<string, TiRow>;
+  tis: PlannerTi[];
+  byTask: Map<string, PlannerTi>;
   decision: RunDecision;
   /** The run's moves (and start) to write; null: nothing to write. */
   plan: RunPlan | null;
@@ -18,7 +18,7 @@ export interface DecidedRun {
  * writing nothing: the step decides from what it read, a plan ahead from what it knew. Throws when
  * the run's rules cannot be applied.
  */
-export function decideRun(run: ActiveRunRow, tis: TiRow[], start: boolean, now: Date): DecidedRun {
+export function decideRun(run: ActiveRunRow, tis: PlannerTi[], start: boolean, now: Date): DecidedRun {
   const views = new Map<string, TiView>(
     tis.map((ti) => [ti.task_id, { state: ti.state, nextTryAt: ti.next_try_at, pendingReason: ti.pending_reason }]),
   );

@@ -166,7 +166,7 @@ export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => 
       }
     }
     for (const t of HISTORY_TABLES) {
-      const added = await isolated('add partition', { table: t.name }, () => addPartitionAhead(o.sql, t, now));
+      const added = await isolated('add partition', { table: t.name }, () => addPartitionAhead(o.sql, t, now, o.retentionMs));
       if (added) {
         result.partitionsAdded++;
         o.counters.partitionAdded(t.name);

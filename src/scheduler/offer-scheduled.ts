@@ -1,7 +1,7 @@
 import { taskPriority } from '../core/dag-spec.js';
 import type { WorkItem } from '../core/work-item.js';
 import type { AppliedPlans } from '../db/plan/run-plan.js';
-import type { TiRow } from '../db/tis.js';
+import type { PlannerTi } from '../db/tis.js';
 import type { SchedulerContext } from './context.js';
 import type { DecidedRun } from './decide-run.js';
 import { isPlannerReason } from './is-planner-reason.js';
@@ -9,7 +9,7 @@ import { isPlannerReason } from './is-planner-reason.js';
 /** A scheduled TI to offer, with what decides its reason once the dispatcher has answered. */
 export interface PendingOffer {
   item: WorkItem;
-  ti: TiRow;
+  ti: PlannerTi;
   /** Moved to scheduled in this step: its reason was cleared by the move. */
   justScheduled: boolean;
   priority: number;

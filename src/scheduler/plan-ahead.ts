@@ -5,7 +5,7 @@ import type { AppliedPlans } from '../db/plan/run-plan.js';
 import type { EndSent, EndsSentPort } from '../db/attempts/ends-sent-port.js';
 import { isConnectionError } from '../db/is-connection-error.js';
 import type { Sql } from '../db/sql.js';
-import type { TiRow } from '../db/tis.js';
+import type { PlannerTi } from '../db/tis.js';
 import { claimWithTheMove } from './claim-with-the-move.js';
 import type { SchedulerContext } from './context.js';
 import { decideRun, type DecidedRun } from './decide-run.js';
@@ -123,7 +123,7 @@ export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId:
     d.decision.retry = [];
     if (d.plan.moves.length === 0) continue;
     const spec = new Map(read.run.spec.tasks.map((t) => [t.id, t]));
-    const expect = new Map<string, TiRow['state'] | 'active'>();
+    const expect = new Map<string, PlannerTi['state'] | 'active'>();
     for (const taskId of [...d.decision.schedule, ...d.decision.upstreamFailed, ...d.decision.skipped]) {
       for (const dep of spec.get(taskId)!.dependsOn) {
         const up = d.byTask.get(dep)!;

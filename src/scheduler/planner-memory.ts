@@ -1,11 +1,11 @@
 import { activeRuns, type ActiveRunRow } from '../db/runs.js';
 import type { Sql } from '../db/sql.js';
-import { listTisOfRunsOfTis, type TiRow } from '../db/tis.js';
+import { listTisOfRunsOfTis, type PlannerTi } from '../db/tis.js';
 
 /** One run as the planner reads it: the run and its task instances. */
 export interface RunRead {
   run: ActiveRunRow;
-  tis: TiRow[];
+  tis: PlannerTi[];
 }
 
 /** Beyond this many runs of one kind, the ones kept longest ago are dropped. */
@@ -101,13 +101,13 @@ export class PlannerMemory {
     const runsQ = activeRuns(on, this.readLimit, { ofTis: tiIds }).execute();
     const tisQ = listTisOfRunsOfTis(on, tiIds).execute();
     let runs: ActiveRunRow[];
-    let tis: TiRow[];
+    let tis: PlannerTi[];
     try {
       [runs, tis] = await Promise.all([runsQ, tisQ]);
     } catch {
       return;
     }
-    const byRun = new Map<string, TiRow[]>();
+    const byRun = new Map<string, PlannerTi[]>();
     for (const ti of tis) (byRun.get(ti.run_id) ?? byRun.set(ti.run_id, []).get(ti.run_id)!).push(ti);
     if (seq <= this.#readsFloor) return;
     for (const run of runs) {

@@ -1,5 +1,5 @@
 import type { AppliedPlans } from '../db/plan/run-plan.js';
-import type { TiRow } from '../db/tis.js';
+import type { PlannerTi } from '../db/tis.js';
 import type { DecidedRun } from './decide-run.js';
 import type { PlannerMemory } from './planner-memory.js';
 
@@ -10,7 +10,7 @@ import type { PlannerMemory } from './planner-memory.js';
  */
 export function rememberDecided(memory: PlannerMemory, d: DecidedRun, applied: AppliedPlans): void {
   if (d.run.dag_paused) return memory.forget([d.run.id]);
-  const to = new Map<string, TiRow['state']>();
+  const to = new Map<string, PlannerTi['state']>();
   for (const m of d.plan?.moves ?? []) if (applied.moved.has(m.tiId)) to.set(m.tiId, applied.claims.has(m.tiId) ? 'queued' : m.to);
   memory.remember({
     run: applied.started.has(d.run.id) ? { ...d.run, state: 'running' } : d.run,

@@ -9,7 +9,7 @@ const w = WorkflowService.method;
 
 /**
  * The RPCs that change something: every other one only reads. A dry run of a removal
- * (`CleanHistory`/`DeleteDag` with dry_run) is refused too: it is asked of a replica that may
+ * (`CleanHistory`, `WatchCleanHistory` or `DeleteDag` with dry_run) is refused too: it is asked of a replica that may
  * remove, and an observer answers reads of the data, not rehearsals of writes.
  */
 export const WRITE_RPCS: readonly DescMethod[] = [
@@ -21,6 +21,7 @@ export const WRITE_RPCS: readonly DescMethod[] = [
   w.cancelTaskInstance,
   w.deleteDag,
   w.cleanHistory,
+  w.watchCleanHistory,
   ClusterService.method.drainAgent,
 ];
 

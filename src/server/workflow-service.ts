@@ -12,8 +12,9 @@ import { createRunOfDag, getRunView, listRuns } from '../db/runs.js';
 import type { Sql } from '../db/sql.js';
 import { listTiViews, runAndTiStates } from '../db/tis.js';
 import { timestampDate } from '@bufbuild/protobuf/wkt';
-import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
-import { cleanHistory } from './clean-history.js';
+import { WorkflowService, type CleanHistoryRequest } from '../gen/leoflow/v1/workflow_pb.js';
+import { NO_HISTORY } from '../db/history/remove-runs.js';
+import { cleanBatches, cleanHistory, DEFAULT_KEEP_LAST, keptFor, MAX_KEEP_LAST, type CleanQuery } from './clean-history.js';
 import { deleteDagWithHistory } from './delete-dag.js';
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError, parseId, toConnectError } from './errors.js';
 import type { RunRead } from '../scheduler/planner-memory.js';
@@ -77,6 +78,24 @@ function guarded<T extends object>(logger: Logger, impl: T): T {
 
 export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof WorkflowService> {
   const { sql } = deps;
+
+  /** A clean's request checked (the same for CleanHistory and WatchCleanHistory), before anything is read. */
+  async function cleanQueryOf(req: CleanHistoryRequest): Promise<CleanQuery> {
+    if (!req.before) throw new InvalidArgumentError('before', 'is required: runs that ended before this time are removed');
+    const before = timestampDate(req.before);
+    if (Number.isNaN(before.getTime())) throw new InvalidArgumentError('before', 'is not a valid time');
+    if (before.getTime() > Date.now()) {
+      throw new InvalidArgumentError('before', `${before.toISOString()} is in the future: only runs that have ended can be removed, so give a time that has passed`);
+    }
+    const keepLast = req.keepLast ?? DEFAULT_KEEP_LAST;
+    if (keepLast < 0 || keepLast > MAX_KEEP_LAST) {
+      throw new InvalidArgumentError('keep_last', `must be 0 to ${MAX_KEEP_LAST} (each DAG's latest finished runs to keep), got ${keepLast}: to keep more history, give an earlier before`);
+    }
+    const dagId = req.dagId || undefined;
+    if (dagId !== undefined && !(await dagExists(sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
+    return { endedBefore: before, dagId, keepLast, dryRun: req.dryRun };
+  }
+
   const impl: ServiceImpl<typeof WorkflowService> = {
     async applyDag(req) {
       const file = req.filename || '<request>';
@@ -137,7 +156,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       if (result.created) {
         deps.logger.info({ runId: result.run.id, dagId, runKey }, 'run triggered');
         if (result.read && deps.runCreated) {
-          deps.runCreated({ run: { ...result.run, dag_paused: result.read.dagPaused, running_in_dag: result.read.runningInDag }, tis: result.read.tis });
+          deps.runCreated({ run: { ...result.run, spec: result.read.spec, dag_paused: result.read.dagPaused, running_in_dag: result.read.runningInDag }, tis: result.read.tis });
         } else deps.nudge([result.run.id]);
       }
       return { run: runToProto(result.run), created: result.created };
@@ -225,17 +244,49 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
     },
 
     async cleanHistory(req) {
-      if (!req.before) throw new InvalidArgumentError('before', 'is required: runs that ended before this time are removed');
-      const before = timestampDate(req.before);
-      if (Number.isNaN(before.getTime())) throw new InvalidArgumentError('before', 'is not a valid time');
-      if (before.getTime() > Date.now()) {
-        throw new InvalidArgumentError('before', `${before.toISOString()} is in the future: only runs that have ended can be removed, so give a time that has passed`);
-      }
-      const dagId = req.dagId || undefined;
-      if (dagId !== undefined && !(await dagExists(sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
-      const counts = await cleanHistory(sql, { endedBefore: before, dagId, dryRun: req.dryRun });
-      if (!req.dryRun) deps.logger.info({ before: before.toISOString(), dagId, ...counts }, 'removed finished runs and their history (db clean)');
+      const q = await cleanQueryOf(req);
+      const counts = await cleanHistory(sql, q);
+      if (!req.dryRun) deps.logger.info({ before: q.endedBefore?.toISOString(), dagId: q.dagId, keepLast: q.keepLast, ...counts }, 'removed finished runs and their history (db clean)');
       return { counts: countsToProto(counts), dryRun: req.dryRun };
+    },
+
+    async *watchCleanHistory(reqs, context) {
+      const requests = reqs[Symbol.asyncIterator]();
+      const first = await requests.next();
+      if (first.done || first.value.action.case !== 'start') throw new InvalidArgumentError('start', 'the first message must name the clean (start)');
+      const start = first.value.action.value;
+      if (start.dryRun) throw new InvalidArgumentError('start.dry_run', 'a watched clean removes; count what it would remove with CleanHistory');
+      const q = await cleanQueryOf(start);
+      let stop = false;
+      // A stop asked for, or the caller gone: either ends the clean after the batch under way.
+      void (async () => {
+        for (let r = await requests.next(); !r.done; r = await requests.next()) {
+          if (r.value.action.case === 'stop' && r.value.action.value) {
+            stop = true;
+            return;
+          }
+        }
+      })().catch(() => undefined);
+      const keptFrom = await keptFor(sql, q);
+      let expected = NO_HISTORY;
+      for await (expected of cleanBatches(sql, { ...q, dryRun: true }, keptFrom));
+      yield { removed: countsToProto(NO_HISTORY), expected: countsToProto(expected) };
+      let removed = NO_HISTORY;
+      let stopped = false;
+      const batches = cleanBatches(sql, q, keptFrom);
+      for (;;) {
+        if (stop || context.signal.aborted) {
+          stopped = true;
+          await batches.return();
+          break;
+        }
+        const next = await batches.next();
+        if (next.done) break;
+        removed = next.value;
+        yield { removed: countsToProto(removed), expected: countsToProto(expected) };
+      }
+      deps.logger.info({ before: q.endedBefore?.toISOString(), dagId: q.dagId, keepLast: q.keepLast, stopped, ...removed }, 'removed finished runs and their history (db clean)');
+      yield { removed: countsToProto(removed), expected: countsToProto(expected), finished: true, stopped };
     },
 
     async *tailLogs(req, context) {

@@ -73,7 +73,7 @@ async function measure(c: number): Promise<Measured> {
     for (let i = 0; i < N; i += 500) {
       await db.sql.begin(async (tx) => {
         for (let j = i; j < Math.min(N, i + 500); j++) {
-          await createRun(tx, { dagId: 'tp', dagVersion: dag.version, spec: dag.spec, runKey: `bench_${j}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+          await createRun(tx, { dagId: 'tp', dagVersion: dag.version, runKey: `bench_${j}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
         }
       });
     }

@@ -149,7 +149,7 @@ describe.skipIf(!process.env.LEOFLOW_BENCH_PROFILE)('profile', () => {
         const dag = (await getDag(sql, 'tp'))!;
         for (let i = 0; i < TASKS; i += 500) {
           await sql.begin(async (tx) => {
-            for (let j = i; j < Math.min(TASKS, i + 500); j++) await createRun(tx, { dagId: 'tp', dagVersion: dag.version, spec: dag.spec, runKey: `p_${j}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+            for (let j = i; j < Math.min(TASKS, i + 500); j++) await createRun(tx, { dagId: 'tp', dagVersion: dag.version, runKey: `p_${j}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
           });
         }
         const agent = startInstantAgent(url, { agentId: 'prof', slots: SLOTS });

@@ -74,9 +74,9 @@ async function generateDay(sql: Sql, template: string, d: number, start: Date): 
     await tx`create temporary table tmpl_ti on commit drop as
       select *, row_number() over (order by id) - 1 as k from task_instances where run_id = ${template}`;
     await tx`
-      insert into dag_runs (id, dag_id, run_key, run_type, dag_version, spec, logical_date, state, conf, created_at, started_at, ended_at, settled_at, plan_epoch)
+      insert into dag_runs (id, dag_id, run_key, run_type, dag_version, logical_date, state, conf, created_at, started_at, ended_at, settled_at, plan_epoch)
       overriding system value
-      select ${runBase} + s.g, r.dag_id, 'day' || ${d} || '_' || s.g, r.run_type, r.dag_version, r.spec, r.logical_date + s.by, r.state, r.conf,
+      select ${runBase} + s.g, r.dag_id, 'day' || ${d} || '_' || s.g, r.run_type, r.dag_version, r.logical_date + s.by, r.state, r.conf,
         r.created_at + s.by, r.started_at + s.by, r.ended_at + s.by, r.settled_at + s.by, 0
       from dag_runs r, shift s where r.id = ${template}`;
     await tx`

@@ -13,26 +13,41 @@ import { report } from './report.js';
  * running on an agent (written with SQL; the heartbeat threshold is an hour, so nothing is
  * reaped), and nothing happening: over 20 s, the steps' mean and p50/p99 (from the server's
  * `tick_duration_seconds` histogram, so a p is its bucket's upper bound), steps a second, and
- * the server's CPU. Ratios to the 0-active run. (2) 5,000 queued runs of one DAG
+ * the server's CPU. Then 5,000 running runs of which 1,000 have their task scheduled and
+ * waiting on the dispatch queue (no agent is connected: the queue is full and refuses them, the
+ * issue's goal case). Ratios to the 0-active run. (2) 5,000 queued runs of one DAG
  * (`max_active_runs: 2`), then a cron run of another DAG: its created → started (Infinity when it
  * has not started 150 s after the apply).
  */
 
-const ACTIVE = [0, 100, 1000, 5000];
+/** Running runs, and how many of them wait on the dispatch queue. */
+const ACTIVE: { runs: number; waiting: number }[] = [
+  { runs: 0, waiting: 0 },
+  { runs: 100, waiting: 0 },
+  { runs: 1000, waiting: 0 },
+  { runs: 5000, waiting: 0 },
+  { runs: 5000, waiting: 1000 },
+];
 const WINDOW_MS = 20_000;
 const BUCKET = /^tick_duration_seconds_bucket\{le="([^"]+)"\}$/;
 
-/** The running runs of `scale`, each with its one task running on agent `ghost`. */
-async function runningRuns(db: TestDatabase, n: number): Promise<void> {
+/** The running runs of `scale`: the newest `waiting` with their one task scheduled (to offer;
+ *  no agent is connected, so the dispatch queue stays full), the others with it running on agent
+ *  `ghost`. */
+async function runningRuns(db: TestDatabase, n: number, waiting: number): Promise<void> {
   if (n === 0) return;
   await db.sql`
-    insert into dag_runs (dag_id, run_key, run_type, dag_version, spec, logical_date, state, started_at)
-    select d.dag_id, 'bulk__' || g, 'manual', d.version, d.spec, now(), 'running', now()
+    insert into dag_runs (dag_id, run_key, run_type, dag_version, logical_date, state, started_at)
+    select d.dag_id, 'bulk__' || g, 'manual', d.version, now(), 'running', now()
     from dags d, generate_series(1, ${n}) g where d.dag_id = 'scale'`;
   await db.sql`
     insert into task_instances (run_id, task_id, try_number, max_tries, state, attempt_token, executor, agent_id, queued_at, started_at, heartbeat_at)
     select r.id, 'a', 1, 1, 'running', gen_random_uuid(), 'agents', 'ghost', now(), now(), now()
-    from dag_runs r where r.dag_id = 'scale'`;
+    from dag_runs r where r.dag_id = 'scale' order by r.id limit ${n - waiting}`;
+  await db.sql`
+    insert into task_instances (run_id, task_id, max_tries, state, executor)
+    select r.id, 'a', 1, 'scheduled', 'agents'
+    from dag_runs r where r.dag_id = 'scale' and not exists (select 1 from task_instances t where t.run_id = r.id)`;
   await db.sql`analyze`;
 }
 
@@ -69,14 +84,14 @@ function bucketPercentile(before: Steps, after: Steps, p: number): number {
   return Infinity;
 }
 
-async function idleCost(n: number): Promise<Record<string, number>> {
+async function idleCost(n: number, waiting: number): Promise<Record<string, number>> {
   const db = await createTestDatabase();
   let s: ServerProcess | null = null;
   try {
     s = await startServer({ env: { DATABASE_URL: db.url }, quiet: true, args: ['--heartbeat-threshold', '1h'] });
     const api = createClients(s.url);
     await api.workflow.applyDag({ source: 'dag_id: scale\nmax_active_runs: 10000\ntasks:\n  - id: a\n    executor: agents\n    command: ["true"]\n', filename: 'scale.yaml' });
-    await runningRuns(db, n);
+    await runningRuns(db, n, waiting);
     // The first steps read everything once (the new leader offers what waits): not counted.
     await new Promise((r) => setTimeout(r, 5000));
     const [before, cpu0, t0] = [await steps(s), cpuSeconds(s.child.pid!), performance.now()];
@@ -107,8 +122,8 @@ async function startBehindBacklog(): Promise<number> {
     const api = createClients(s.url);
     await api.workflow.applyDag({ source: 'dag_id: backlog\nmax_active_runs: 2\ntasks:\n  - id: a\n    executor: agents\n    command: ["true"]\n', filename: 'backlog.yaml' });
     await db.sql`
-      insert into dag_runs (dag_id, run_key, run_type, dag_version, spec, logical_date)
-      select d.dag_id, 'bulk__' || g, 'manual', d.version, d.spec, now() from dags d, generate_series(1, 5000) g where d.dag_id = 'backlog'`;
+      insert into dag_runs (dag_id, run_key, run_type, dag_version, logical_date)
+      select d.dag_id, 'bulk__' || g, 'manual', d.version, now() from dags d, generate_series(1, 5000) g where d.dag_id = 'backlog'`;
     await db.sql`
       insert into task_instances (run_id, task_id, max_tries, executor)
       select r.id, 'a', 1, 'agents' from dag_runs r where r.dag_id = 'backlog'`;
@@ -133,12 +148,12 @@ async function startBehindBacklog(): Promise<number> {
 describe('scale', () => {
   it('measures the idle step cost as active runs grow, and a start behind another DAG\'s backlog', async () => {
     const results: Record<string, number>[] = [];
-    for (const n of ACTIVE) results.push(await idleCost(n));
+    for (const a of ACTIVE) results.push(await idleCost(a.runs, a.waiting));
     const base = results[0]!;
-    const rows = ACTIVE.map((n, i) => {
+    const rows = ACTIVE.map((a, i) => {
       const r = results[i]!;
       return {
-        'active runs': n,
+        'active runs': a.waiting > 0 ? `${a.runs} (${a.waiting} waiting on dispatch)` : a.runs,
         'steps/s': round(r.stepsPerS!, 2),
         'step mean ms': round(r.meanMs!, 2),
         'step p50 ≤ ms': r.p50Ms!,

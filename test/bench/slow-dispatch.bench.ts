@@ -44,7 +44,7 @@ async function triggerWide(db: TestDatabase, dagId: string): Promise<string> {
   };
   const { dag } = await upsertDag(db.sql, spec, `${dagId}.yaml`);
   const { run } = await db.sql.begin((tx) =>
-    createRun(tx, { dagId, dagVersion: dag.version, spec, runKey: 'manual__1', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+    createRun(tx, { dagId, dagVersion: dag.version, runKey: 'manual__1', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
   );
   return run.id;
 }

@@ -66,7 +66,7 @@ describe.skipIf(!process.env.LEOFLOW_BENCH_STALL_HUNT)('stall hunt', () => {
           for (let i = 0; i < N; i += 500) {
             await db.sql.begin(async (tx) => {
               for (let j = i; j < Math.min(N, i + 500); j++) {
-                await createRun(tx, { dagId: 'tp', dagVersion: dag.version, spec: dag.spec, runKey: `s${j}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+                await createRun(tx, { dagId: 'tp', dagVersion: dag.version, runKey: `s${j}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
               }
             });
           }

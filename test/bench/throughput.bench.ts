@@ -102,7 +102,7 @@ async function enqueueRuns(db: TestDatabase, n: number): Promise<void> {
   for (let i = 0; i < n; i += 500) {
     await db.sql.begin(async (tx) => {
       for (let j = i; j < Math.min(n, i + 500); j++) {
-        await createRun(tx, { dagId: 'tp', dagVersion: dag.version, spec: dag.spec, runKey: `bench_${j}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+        await createRun(tx, { dagId: 'tp', dagVersion: dag.version, runKey: `bench_${j}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
       }
     });
   }

@@ -141,12 +141,18 @@ describe('replica roles (Pro edition)', () => {
     expect((await api.cluster.listAgents({})).agents.map((a) => a.agentId)).toEqual(['roles-agent']);
 
     const before = await db.sql`select (select count(*) from dag_runs) as runs, (select count(*) from events) as events, (select count(*) from dags) as dags`;
-    expect(WRITE_RPCS.length).toBe(9);
+    expect(WRITE_RPCS.length).toBe(10);
     for (const m of WRITE_RPCS) {
-      const client = (m.parent.typeName === ClusterService.typeName ? api.cluster : api.workflow) as unknown as Record<string, (req: object) => Promise<unknown>>;
+      const client = (m.parent.typeName === ClusterService.typeName ? api.cluster : api.workflow) as unknown as Record<string, (req: unknown) => Promise<unknown> | AsyncIterable<unknown>>;
       // A request that would pass validation where one is needed: the guard answers before any handler.
       const req = { dagId: 'mixed', runId: run!.runId, agentId: 'roles-agent', source: 'dag_id: x\ntasks: [{id: a, command: [true]}]\n', filename: 'x.yaml' };
-      const err = await client[m.localName]!(req).then(
+      // A streaming write (WatchCleanHistory) is refused at its first message read.
+      const call = async () => {
+        if (m.methodKind === 'unary') return client[m.localName]!(req);
+        const messages = (async function* () { yield req; })();
+        for await (const _ of client[m.localName]!(m.methodKind === 'bidi_streaming' ? messages : req) as AsyncIterable<unknown>) void _;
+      };
+      const err = await call().then(
         () => null,
         (e: unknown) => ConnectError.from(e),
       );

@@ -120,7 +120,6 @@ describe.each(EDITIONS)('leader overlap ($edition pool)', ({ edition }) => {
         createRun(tx, {
           dagId: fanSpec.dagId,
           dagVersion: fanRow.version,
-          spec: fanSpec,
           runKey: `manual__${i}`,
           runType: 'manual',
           logicalDate: new Date(t0),

@@ -62,7 +62,7 @@ const spec: DagSpec = {
 async function crashedRun(key: string, states: Record<string, string>, opts: { poison?: string; endedAgoS?: number } = {}): Promise<string> {
   const { dag } = await upsertDag(db.sql, spec, 'crashed.yaml');
   const { run } = await db.sql.begin((tx) =>
-    createRun(tx, { dagId: spec.dagId, dagVersion: dag.version, spec, runKey: key, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+    createRun(tx, { dagId: spec.dagId, dagVersion: dag.version, runKey: key, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
   );
   await db.sql`update dag_runs set state = 'running', started_at = now() - interval '10 seconds', poison_error = ${opts.poison ?? null} where id = ${run.id}`;
   const ago = `${opts.endedAgoS ?? 3} seconds`;

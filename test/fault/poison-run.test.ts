@@ -66,10 +66,18 @@ describe('poison run', () => {
     await trigger();
     const victim = await trigger();
 
-    // While its first task runs, corrupt the victim's snapshot: `a` now depends on a task that
-    // does not exist, so topologicalOrder never reaches it and advanceRun throws.
+    // While its first task runs, corrupt the victim's spec: it is moved to a version of its own
+    // in which `a` depends on a task that does not exist, so topologicalOrder never reaches it and
+    // advanceRun throws.
     await waitFor('victim a running', async () => (await tiStates(victim)).find((t) => t.task_id === 'a')?.state === 'running', 10_000, 20);
-    const corrupted = await db.sql`update dag_runs set spec = jsonb_set(spec, '{tasks,0,dependsOn}', '["ghost"]') where id = ${victim} and spec->'tasks'->0->>'id' = 'a'`;
+    const corrupted = await db.sql`
+      with bad as (
+        insert into dag_versions (dag_id, version, spec, max_active_runs)
+        select v.dag_id, 1000, jsonb_set(v.spec, '{tasks,0,dependsOn}', '["ghost"]'), v.max_active_runs
+        from dag_runs r join dag_versions v on v.dag_id = r.dag_id and v.version = r.dag_version
+        where r.id = ${victim} and v.spec->'tasks'->0->>'id' = 'a'
+        returning dag_id, version)
+      update dag_runs r set dag_version = bad.version from bad where r.id = ${victim}`;
     expect(corrupted.count).toBe(1);
     // More runs arrive while the victim is being poisoned.
     while (runIds.length < RUNS) await trigger();

@@ -29,7 +29,6 @@ export function attemptFixtures(db: () => Sql, executor: 'subprocess' | 'agents'
       createRun(tx, {
         dagId: spec.dagId,
         dagVersion: row.version,
-        spec,
         runKey: `manual__${++runSeq}`,
         runType: 'manual',
         logicalDate: new Date('2026-02-01T00:00:00Z'),

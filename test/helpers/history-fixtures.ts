@@ -49,9 +49,12 @@ export async function pastRun(sql: Sql, r: PastRun): Promise<void> {
     insert into dags (dag_id, spec, source, spec_hash, max_active_runs)
     values (${r.dagId}, '{"tasks": []}', '', 'fixture', 1000) on conflict do nothing`;
   await sql`
-    insert into dag_runs (id, dag_id, run_key, run_type, dag_version, spec, logical_date, state, created_at, started_at, ended_at)
+    insert into dag_versions (dag_id, version, spec, max_active_runs)
+    values (${r.dagId}, 1, '{"tasks": []}', 1000) on conflict do nothing`;
+  await sql`
+    insert into dag_runs (id, dag_id, run_key, run_type, dag_version, logical_date, state, created_at, started_at, ended_at)
     overriding system value
-    values (${r.id}, ${r.dagId}, ${`k${r.id}`}, 'manual', 1, '{"tasks": []}', ${r.createdAt}, ${r.state}, ${r.createdAt},
+    values (${r.id}, ${r.dagId}, ${`k${r.id}`}, 'manual', 1, ${r.createdAt}, ${r.state}, ${r.createdAt},
             ${r.state === 'queued' ? null : r.createdAt}, ${finished ? r.endedAt! : null})`;
   for (const [i, tiId] of r.tiIds.entries()) {
     await sql`
@@ -88,4 +91,40 @@ export async function partitionNames(sql: Sql, table: 'events' | 'task_logs'): P
     where i.inhparent = ${table}::regclass
     order by pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT', c.relname`;
   return rows.map((r) => r.name);
+}
+
+/**
+ * Many finished runs of one DAG, written with a few set-based statements (ids from the sequences,
+ * in creation order, as the server makes them): `runs` runs a second apart from `daysBack` days
+ * ago, each with `tisPerRun` task instances, 3 events and 3 log lines a task instance and one
+ * event a run.
+ */
+export async function bulkPastRuns(sql: Sql, o: { dagId: string; runs: number; tisPerRun: number; daysBack: number }): Promise<void> {
+  await sql`
+    insert into dags (dag_id, spec, source, spec_hash, max_active_runs)
+    values (${o.dagId}, '{"tasks": []}', '', 'fixture', 1000) on conflict do nothing`;
+  await sql`
+    insert into dag_versions (dag_id, version, spec, max_active_runs)
+    values (${o.dagId}, 1, '{"tasks": []}', 1000) on conflict do nothing`;
+  await sql`
+    insert into dag_runs (dag_id, run_key, run_type, dag_version, logical_date, state, created_at, started_at, ended_at)
+    select ${o.dagId}, 'bulk' || g, 'manual', 1, x.t, 'success', x.t, x.t, x.t
+    from generate_series(1, ${o.runs}::int) g, lateral (select now() - ${o.daysBack}::int * interval '1 day' + g * interval '1 second' as t) x
+    order by g`;
+  await sql`
+    insert into task_instances (run_id, task_id, try_number, max_tries, state, executor, ended_at)
+    select r.id, 't' || i, 1, 1, 'success', 'subprocess', r.ended_at
+    from dag_runs r, generate_series(1, ${o.tisPerRun}::int) i where r.dag_id = ${o.dagId} order by r.id, i`;
+  await sql`
+    insert into events (run_id, ti_id, kind, payload, at)
+    select t.run_id, t.id, 'ti.state', jsonb_build_object('task_id', t.task_id, 'to', s), t.ended_at
+    from task_instances t join dag_runs r on r.id = t.run_id, unnest(array['scheduled', 'queued', 'running']) s
+    where r.dag_id = ${o.dagId}`;
+  await sql`
+    insert into events (run_id, ti_id, kind, payload, at)
+    select id, null, 'run.state', '{"to": "queued"}', created_at from dag_runs where dag_id = ${o.dagId}`;
+  await sql`
+    insert into task_logs (ti_id, try_number, seq, stream, line, at)
+    select t.id, 1, g, 'stdout', 'line ' || g, t.ended_at
+    from task_instances t join dag_runs r on r.id = t.run_id, generate_series(1, 3) g where r.dag_id = ${o.dagId}`;
 }

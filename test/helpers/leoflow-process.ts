@@ -174,6 +174,8 @@ export interface RunOptions {
   cwd?: string;
   /** Merged over process.env; an undefined value unsets the variable. */
   env?: Record<string, string | undefined>;
+  /** Called with the process once it is started (to signal it, say). */
+  onSpawn?: (child: ChildProcess) => void;
 }
 
 /** Runs a command to its exit, collecting its output; killed (and the promise rejected) at the timeout. */
@@ -185,6 +187,7 @@ export function runCommand(cmd: string, args: string[], opts: RunOptions = {}): 
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     live.add(child);
+    opts.onSpawn?.(child);
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));

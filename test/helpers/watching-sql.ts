@@ -10,6 +10,8 @@ export function countWhenSent<Q extends object>(query: Q, count: () => void): Q 
     if (!counted) (counted = true), count();
   };
   const q = query as unknown as { then: (...a: unknown[]) => unknown; execute: () => unknown };
+  // A helper call (`sql(columns)`, `sql.json(x)`) makes a piece of a statement, never sent alone.
+  if (typeof q.execute !== 'function') return query;
   const then = q.then.bind(q);
   const execute = q.execute.bind(q);
   q.then = (...a: unknown[]) => (once(), then(...a));

@@ -57,7 +57,7 @@ let runSeq = 0;
 async function newRun(spec: DagSpec): Promise<{ run: RunRow; tis: Map<string, TiRow> }> {
   const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
   const { run } = await db.sql.begin((tx) =>
-    createRun(tx, { dagId: spec.dagId, dagVersion: row.version, spec, runKey: `r${++runSeq}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+    createRun(tx, { dagId: spec.dagId, dagVersion: row.version, runKey: `r${++runSeq}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
   );
   return { run, tis: new Map((await listTis(db.sql, run.id)).map((t) => [t.task_id, t])) };
 }

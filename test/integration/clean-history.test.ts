@@ -64,6 +64,31 @@ describe('db clean', () => {
     for (const id of [4, 5, 6, 7]) expect(await stored(id), `run ${id}`).toEqual(whole);
   });
 
+  it('--keep-last keeps each DAG its N latest finished runs whatever their age, counted the same dry, and never counts a run that has not ended', async () => {
+    const cutoff = daysAgo(now, 1);
+    // DAG a: finished 1..4, then a running run 5 (the latest, but not finished); DAG b: one finished run.
+    for (const id of [1, 2, 3, 4]) await pastRun(db.sql, { id, dagId: 'a', state: 'success', createdAt: daysAgo(now, 30 - id), endedAt: daysAgo(now, 30 - id), tiIds: tis(id) });
+    await pastRun(db.sql, { id: 5, dagId: 'a', state: 'running', createdAt: daysAgo(now, 20), tiIds: tis(5) });
+    await pastRun(db.sql, { id: 6, dagId: 'b', state: 'failed', createdAt: daysAgo(now, 19), endedAt: daysAgo(now, 19), tiIds: tis(6) });
+    await pastRun(db.sql, { id: 7, dagId: 'c', state: 'success', createdAt: daysAgo(now, 18), endedAt: daysAgo(now, 18), tiIds: tis(7) });
+    await pastRun(db.sql, { id: 8, dagId: 'c', state: 'success', createdAt: daysAgo(now, 17), endedAt: daysAgo(now, 17), tiIds: tis(8) });
+
+    const before = await everything();
+    expect(await cleanHistory(db.sql, { endedBefore: cutoff, keepLast: 2, dryRun: true })).toEqual({ runs: 2, taskInstances: 4, events: 14, taskLogs: 12 });
+    expect(await everything()).toBe(before);
+    expect(await cleanHistory(db.sql, { endedBefore: cutoff, keepLast: 1, dagId: 'a', dryRun: true })).toMatchObject({ runs: 3 });
+    expect(await cleanHistory(db.sql, { endedBefore: cutoff, keepLast: 2, dryRun: false })).toEqual({ runs: 2, taskInstances: 4, events: 14, taskLogs: 12 });
+    for (const id of [1, 2]) expect(await stored(id), `run ${id}`).toEqual(none);
+    for (const id of [3, 4, 5, 6, 7, 8]) expect(await stored(id), `run ${id}`).toEqual(whole);
+    expect(await cleanHistory(db.sql, { endedBefore: cutoff, keepLast: 1, dryRun: false })).toEqual({ runs: 2, taskInstances: 4, events: 14, taskLogs: 12 });
+    for (const id of [1, 2, 3, 7]) expect(await stored(id), `run ${id}`).toEqual(none);
+    for (const id of [4, 5, 6, 8]) expect(await stored(id), `run ${id}`).toEqual(whole);
+    // Each DAG's latest finished run again: nothing more to remove.
+    expect(await cleanHistory(db.sql, { endedBefore: cutoff, keepLast: 1, dryRun: false })).toEqual({ runs: 0, taskInstances: 0, events: 0, taskLogs: 0 });
+    expect(await cleanHistory(db.sql, { endedBefore: cutoff, keepLast: 0, dryRun: false })).toMatchObject({ runs: 3 });
+    expect(await stored(5)).toEqual(whole);
+  });
+
   it('reads runs in pages bounded by task instances, and stops at the first run made after the time', async () => {
     for (let id = 1; id <= 6; id++) await pastRun(db.sql, { id, dagId: 'a', state: 'success', createdAt: daysAgo(now, 20 - id), endedAt: daysAgo(now, 20 - id), tiIds: tis(id) });
     await pastRun(db.sql, { id: 7, dagId: 'a', state: 'success', createdAt: daysAgo(now, 1), endedAt: daysAgo(now, 1), tiIds: tis(7) });

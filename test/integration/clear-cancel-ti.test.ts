@@ -49,7 +49,6 @@ async function newRun(spec: DagSpec): Promise<RunRow> {
     createRun(tx, {
       dagId: spec.dagId,
       dagVersion: row.version,
-      spec,
       runKey: `manual__${++runSeq}`,
       runType: 'manual',
       logicalDate: new Date(),
@@ -86,8 +85,10 @@ async function runAttempt(runId: string, taskId: string, result: AttemptResult):
 /** What the planner would do next, applied: the trigger rules, then finalize when all ended. */
 async function plan(runId: string): Promise<void> {
   const run = (await getRun(db.sql, runId))!;
+  const [version] = await db.sql<{ spec: DagSpec }[]>`select spec from dag_versions where dag_id = ${run.dag_id} and version = ${run.dag_version}`;
+  const spec = version!.spec;
   const views = new Map<string, TiView>([...(await tisOf(runId))].map(([id, t]) => [id, { state: t.state, nextTryAt: null, pendingReason: t.pending_reason }]));
-  const d = advanceRun(run.spec.tasks, views, new Date());
+  const d = advanceRun(spec.tasks, views, new Date());
   await transitionTis(db.sql, runId, d.upstreamFailed, 'upstream_failed', { endedNow: true });
   await transitionTis(db.sql, runId, d.skipped, 'skipped', { endedNow: true });
   if (d.outcome) await finalizeRuns(db.sql, [{ runId, epoch: run.plan_epoch, outcome: d.outcome }]);

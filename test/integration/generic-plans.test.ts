@@ -41,7 +41,7 @@ beforeAll(async () => {
   const { dag: row } = await upsertDag(db.sql, spec, 'history.yaml');
   await db.sql.begin(async (tx) => {
     for (let i = 0; i < 3000; i++) {
-      await createRun(tx, { dagId: 'history', dagVersion: row.version, spec, runKey: `r${i}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+      await createRun(tx, { dagId: 'history', dagVersion: row.version, runKey: `r${i}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
     }
   });
   // History, not work: the scheduler leaves these runs queued.
@@ -92,7 +92,7 @@ describe('the reports pool', () => {
     reports.endsSent.register((on, ends) => planBehindEnds(ctx, on, ends));
     const spec = dag('chain', [task('a'), task('b', { dependsOn: ['a'] }), task('c', { dependsOn: ['b'] }), task('d')]);
     const { dag: row } = await upsertDag(db.sql, spec, 'chain.yaml');
-    const { run } = await db.sql.begin((tx) => createRun(tx, { dagId: 'chain', dagVersion: row.version, spec, runKey: 'c', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }));
+    const { run } = await db.sql.begin((tx) => createRun(tx, { dagId: 'chain', dagVersion: row.version, runKey: 'c', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }));
     await step(ctx);
     // Each task: started, a line, ended; b and c claimed behind the ends before them, the run
     // ended behind the last; d fails (nothing planned ahead: the runs are read behind its end).
@@ -136,7 +136,7 @@ describe('the reports pool', () => {
     reports.endsSent.register((on, ends) => planBehindEnds(ctx, on, ends));
     const spec = dag('pair', [task('a'), task('b', { dependsOn: ['a'] })]);
     const { dag: row } = await upsertDag(db.sql, spec, 'pair.yaml');
-    const { run } = await db.sql.begin((tx) => createRun(tx, { dagId: 'pair', dagVersion: row.version, spec, runKey: 'p', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }));
+    const { run } = await db.sql.begin((tx) => createRun(tx, { dagId: 'pair', dagVersion: row.version, runKey: 'p', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }));
     await step(ctx);
     for (const taskId of ['a', 'b']) {
       // b was claimed behind a's end, without a step.

@@ -23,6 +23,8 @@ beforeEach(async () => {
 });
 
 const now = new Date('2026-06-01T12:00:00Z');
+const DAY = 86_400_000;
+const THIRTY_DAYS = 30 * DAY;
 
 /** One-task runs `from`…`to` (task instance id = run id), made `ageMs` before `now`. */
 async function runs(from: number, to: number, ageMs: number, state: 'success' | 'running' = 'success') {
@@ -35,20 +37,20 @@ async function runs(from: number, to: number, ageMs: number, state: 'success' | 
 describe('history partitions', () => {
   it('adds the next range once the newest is half used, sized for a day at the rate its ids were used', async () => {
     await runs(1, 49, 3_600_000);
-    expect(await addPartitionAhead(db.sql, EVENTS, now)).toBeNull();
+    expect(await addPartitionAhead(db.sql, EVENTS, now, THIRTY_DAYS)).toBeNull();
     await runs(50, 60, 3_600_000);
     // 60 runs in the hour since the range's first: 1,440 a day.
-    expect(await addPartitionAhead(db.sql, EVENTS, now)).toEqual({ name: 'events_p101', from: 101n, to: 1541n });
+    expect(await addPartitionAhead(db.sql, EVENTS, now, THIRTY_DAYS)).toEqual({ name: 'events_p101', from: 101n, to: 1541n });
     expect((await listPartitions(db.sql, EVENTS)).ranges.map((p) => [p.from, p.to])).toEqual([
       [null, 1n],
       [1n, 101n],
       [101n, 1541n],
     ]);
-    expect(await addPartitionAhead(db.sql, EVENTS, now)).toBeNull();
+    expect(await addPartitionAhead(db.sql, EVENTS, now, THIRTY_DAYS)).toBeNull();
     // Task instances likewise: 600 since the first one's run, an hour ago, is 14,400 a day.
-    expect(await addPartitionAhead(db.sql, TASK_LOGS, now)).toBeNull();
+    expect(await addPartitionAhead(db.sql, TASK_LOGS, now, THIRTY_DAYS)).toBeNull();
     await runs(61, 600, 0);
-    expect(await addPartitionAhead(db.sql, TASK_LOGS, now)).toEqual({ name: 'task_logs_p1001', from: 1001n, to: 15401n });
+    expect(await addPartitionAhead(db.sql, TASK_LOGS, now, THIRTY_DAYS)).toEqual({ name: 'task_logs_p1001', from: 1001n, to: 15401n });
     // What the new ranges hold: rows of the runs (task instances) in them, with the same checks.
     await runs(1200, 1200, 0);
     const [where] = await db.sql<{ e: string; l: string }[]>`
@@ -58,15 +60,40 @@ describe('history partitions', () => {
     await expect(db.sql`insert into task_logs (ti_id, try_number, seq, stream, line) values (1200, 1, 9, 'neither', 'x')`).rejects.toMatchObject({ code: '23514' });
   });
 
+  it('sizes a range for a thirtieth of the retention period, a day at least', async () => {
+    // 60 runs in the hour since the range's first: 1,440 a day.
+    await runs(1, 60, 3_600_000);
+    expect(await addPartitionAhead(db.sql, EVENTS, now, 90 * DAY)).toEqual({ name: 'events_p101', from: 101n, to: 101n + 3n * 1440n });
+    await db.sql`drop table events_p101`;
+    expect(await addPartitionAhead(db.sql, EVENTS, now, 7 * DAY)).toEqual({ name: 'events_p101', from: 101n, to: 1541n });
+    await db.sql`drop table events_p101`;
+    // Off, at this rate: a day's worth, as long as the ids used so far are fewer.
+    expect(await addPartitionAhead(db.sql, EVENTS, now, null)).toEqual({ name: 'events_p101', from: 101n, to: 1541n });
+  });
+
+  it('with retention off makes each range as wide as every id used so far, so their number grows with the logarithm of the history and not one a day', async () => {
+    const month = 30 * DAY;
+    // A quiet installation (a few runs a day): a day's worth is less than the least span, 1,000.
+    await runs(1, 60, month);
+    expect(await addPartitionAhead(db.sql, EVENTS, now, null)).toEqual({ name: 'events_p101', from: 101n, to: 1101n });
+    await runs(1090, 1090, month);
+    // With retention on, the least span again; off, as wide as the 1,090 ids used.
+    expect(await addPartitionAhead(db.sql, EVENTS, now, null)).toEqual({ name: 'events_p1101', from: 1101n, to: 2191n });
+    await runs(2000, 2000, month);
+    expect(await addPartitionAhead(db.sql, EVENTS, now, null)).toEqual({ name: 'events_p2191', from: 2191n, to: 4191n });
+    await runs(4000, 4000, month);
+    expect(await addPartitionAhead(db.sql, EVENTS, now, THIRTY_DAYS)).toEqual({ name: 'events_p4191', from: 4191n, to: 5191n });
+  });
+
   it('gives a quiet installation ranges of at least the least span', async () => {
     await runs(1, 60, 86_400_000 * 30);
-    expect(await addPartitionAhead(db.sql, EVENTS, now)).toEqual({ name: 'events_p101', from: 101n, to: 1101n });
+    expect(await addPartitionAhead(db.sql, EVENTS, now, THIRTY_DAYS)).toEqual({ name: 'events_p101', from: 101n, to: 1101n });
   });
 
   it('when ids have outrun every range, their rows wait in the default partition and the new range starts above them', async () => {
     await runs(1, 1, 3_600_000);
     await runs(150, 150, 0);
-    const added = await addPartitionAhead(db.sql, EVENTS, now);
+    const added = await addPartitionAhead(db.sql, EVENTS, now, THIRTY_DAYS);
     expect(added!.from! > 150n).toBe(true);
     const [row] = await db.sql<{ t: string }[]>`select tableoid::regclass::text as t from events where run_id = 150 limit 1`;
     expect(row!.t).toBe('events_default');
@@ -74,7 +101,7 @@ describe('history partitions', () => {
 
   it('drops a partition only under the table lock, waiting no longer than its timeout, and not if a run of its range appeared meanwhile', async () => {
     await runs(150, 150, 0);
-    await addPartitionAhead(db.sql, EVENTS, now);
+    await addPartitionAhead(db.sql, EVENTS, now, THIRTY_DAYS);
     const parts = await listPartitions(db.sql, EVENTS);
     const first = parts.ranges.find((p) => p.name === 'events_p1')!;
     const other = createSql(db.url, { max: 1 });
@@ -91,8 +118,8 @@ describe('history partitions', () => {
       // commits, the drop sees the run and keeps the partition.
       const commit = await holdOpen(other, async (tx) => {
         await tx`insert into dags (dag_id, spec, source, spec_hash, max_active_runs) values ('late', '{}', '', 'h', 1)`;
-        await tx`insert into dag_runs (id, dag_id, run_key, run_type, dag_version, spec, logical_date) overriding system value
-                 values (7, 'late', 'k7', 'manual', 1, '{}', now())`;
+        await tx`insert into dag_runs (id, dag_id, run_key, run_type, dag_version, logical_date) overriding system value
+                 values (7, 'late', 'k7', 'manual', 1, now())`;
         await tx`insert into events (run_id, kind) values (7, 'run.state')`;
       });
       const dropping = dropEmptyPartition(db.sql, EVENTS, first, 5000);

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadMigrations, migrate, type Migration } from '../../src/db/migrate.js';
+import { activeRuns } from '../../src/db/runs.js';
 import type { Sql } from '../../src/db/sql.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -32,7 +33,7 @@ describe('migrate', () => {
         select c.relname as t from pg_class c join pg_namespace n on n.oid = c.relnamespace
         where n.nspname = 'public' and c.relkind in ('r', 'p') and not c.relispartition order by 1`;
       expect(tables.map((r) => r.t)).toEqual(
-        ['agents', 'dag_runs', 'dags', 'events', 'leoflow_migrations', 'task_instances', 'task_logs'].sort(),
+        ['agents', 'dag_runs', 'dag_versions', 'dags', 'events', 'leoflow_migrations', 'task_instances', 'task_logs'].sort(),
       );
     } finally {
       await a.end();
@@ -84,7 +85,7 @@ describe('migration 008 (history partitioned by owner id)', () => {
       { t: 'task_logs_p0', n: 24 },
     ]);
     // New history goes to the range above the old, numbered on after the old events.
-    await db.sql`insert into dag_runs (dag_id, run_key, run_type, dag_version, spec, logical_date) values ('etl', 'k3', 'manual', 1, '{}', now())`;
+    await db.sql`insert into dag_runs (dag_id, run_key, run_type, dag_version, logical_date) values ('etl', 'k3', 'manual', 1, now())`;
     const [ev] = await db.sql<{ seq: string; t: string }[]>`
       insert into events (run_id, kind) select max(id), 'run.state' from dag_runs returning seq::text, tableoid::regclass::text as t`;
     expect(ev).toEqual({ seq: '8', t: 'events_p3' });
@@ -96,5 +97,51 @@ describe('migration 008 (history partitioned by owner id)', () => {
     const [lines] = await db.sql<{ n: number; t: string }[]>`
       select count(*)::int as n, min(tableoid::regclass::text) as t from task_logs where ti_id = (select max(id) from task_instances)`;
     expect(lines).toEqual({ n: 1, t: 'task_logs_p7' });
+  });
+});
+
+describe('migration 009 (runs reference a DAG version)', () => {
+  it('migrates a database with runs in it: every run reads the spec it was made from, and each version is stored once', async () => {
+    await db.sql.unsafe('drop schema public cascade; create schema public; drop table if exists leoflow_migrations');
+    const all = await loadMigrations();
+    await apply(db.sql, all.filter((m) => m.id < 9));
+    // As 008 left it: `etl` applied twice, with runs of both versions each holding its copy of the
+    // spec; `idle` applied once and never run.
+    const spec = (dagId: string, version: number, maxActiveRuns: number) => ({
+      dagId,
+      maxActiveRuns,
+      tasks: Array.from({ length: version + 1 }, (_, i) => ({ id: `t${i}`, dependsOn: [], retries: version })),
+    });
+    const v1 = spec('etl', 1, 2);
+    const v2 = spec('etl', 2, 5);
+    const idle = spec('idle', 1, 1);
+    await db.sql`insert into dags (dag_id, spec, source, spec_hash, max_active_runs, version)
+      values ('etl', ${db.sql.json(v2)}, '', 'h2', 5, 2), ('idle', ${db.sql.json(idle)}, '', 'h', 1, 1)`;
+    await db.sql`
+      insert into dag_runs (dag_id, run_key, run_type, dag_version, spec, logical_date, state, ended_at)
+      select 'etl', 'old' || g, 'manual', 1, ${db.sql.json(v1)}, now(), 'success', now() from generate_series(1, 3) g`;
+    await db.sql`
+      insert into dag_runs (dag_id, run_key, run_type, dag_version, spec, logical_date)
+      select 'etl', 'new' || g, 'manual', 2, ${db.sql.json(v2)}, now() from generate_series(1, 2) g`;
+    const before = await db.sql<{ id: string; spec: unknown }[]>`select id::text, spec from dag_runs order by id`;
+
+    expect(await migrate(db.sql)).toBe(all.filter((m) => m.id >= 9).length);
+
+    const columns = await db.sql`select column_name from information_schema.columns where table_name = 'dag_runs' and column_name = 'spec'`;
+    expect(columns).toHaveLength(0);
+    const after = await db.sql<{ id: string; spec: unknown }[]>`
+      select r.id::text, v.spec from dag_runs r join dag_versions v on v.dag_id = r.dag_id and v.version = r.dag_version order by r.id`;
+    expect(after).toEqual(before);
+    expect(await db.sql`select dag_id, version, spec, max_active_runs from dag_versions order by 1, 2`).toEqual([
+      { dag_id: 'etl', version: 1, spec: v1, max_active_runs: 2 },
+      { dag_id: 'etl', version: 2, spec: v2, max_active_runs: 5 },
+      { dag_id: 'idle', version: 1, spec: idle, max_active_runs: 1 },
+    ]);
+    // The planner's read gives each active run its version's spec.
+    const read = await activeRuns(db.sql, 100);
+    expect(read.map((r) => [r.run_key, r.spec])).toEqual([
+      ['new1', v2],
+      ['new2', v2],
+    ]);
   });
 });

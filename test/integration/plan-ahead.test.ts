@@ -52,7 +52,7 @@ function leader() {
 async function trigger(spec: DagSpec, runKey = 'r'): Promise<RunRow> {
   const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
   const { run } = await db.sql.begin((tx) =>
-    createRun(tx, { dagId: spec.dagId, dagVersion: row.version, spec, runKey, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+    createRun(tx, { dagId: spec.dagId, dagVersion: row.version, runKey, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
   );
   return run;
 }

@@ -55,7 +55,6 @@ async function trigger(spec: DagSpec, conf: Record<string, unknown> = {}): Promi
     createRun(tx, {
       dagId: spec.dagId,
       dagVersion: row.version,
-      spec,
       runKey: `manual__${++runSeq}`,
       runType: 'manual',
       logicalDate: new Date('2026-02-01T00:00:00Z'),
@@ -366,8 +365,8 @@ describe('plan', () => {
     await stepOk(h); // r1 starts
     // r2 as created, with a count taken before r1 started (as a trigger racing the step would).
     const { dag: row } = await upsertDag(db.sql, spec, 'p_max_write.yaml');
-    const r2 = await createRun(db.sql, { dagId: spec.dagId, dagVersion: row.version, spec, runKey: 'second', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
-    h.ctx.memory!.keepRead({ run: { ...r2.run, dag_paused: false, running_in_dag: 0 }, tis: r2.read!.tis });
+    const r2 = await createRun(db.sql, { dagId: spec.dagId, dagVersion: row.version, runKey: 'second', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+    h.ctx.memory!.keepRead({ run: { ...r2.run, spec: r2.read!.spec, dag_paused: false, running_in_dag: 0 }, tis: r2.read!.tis });
     const r = (await step(h.ctx, 'light', { all: false, runIds: [r2.run.id], queued: 0 })).plan!;
     expect(r.runsStarted).toBe(0);
     expect(await runState(r2.run.id)).toBe('queued');
@@ -549,10 +548,11 @@ describe('plan', () => {
   it('marks a poison run and still advances the other runs of the same step', BOUND, async () => {
     const ghostSpec = dag('p_ghost', [task('a')]);
     const ghost = await trigger(ghostSpec);
-    await db.sql`update dag_runs set spec = ${db.sql.json({ ...ghostSpec, tasks: [task('a'), task('ghost', { dependsOn: ['a'] })] } as never)} where id = ${ghost.id}`;
+    // Its run's version is the DAG's only one: corrupted, it corrupts this run alone.
+    await db.sql`update dag_versions set spec = ${db.sql.json({ ...ghostSpec, tasks: [task('a'), task('ghost', { dependsOn: ['a'] })] } as never)} where dag_id = 'p_ghost'`;
     const cycleSpec = dag('p_cycle', [task('x'), task('y')]);
     const cycle = await trigger(cycleSpec);
-    await db.sql`update dag_runs set spec = ${db.sql.json({ ...cycleSpec, tasks: [task('x', { dependsOn: ['y'] }), task('y', { dependsOn: ['x'] })] } as never)} where id = ${cycle.id}`;
+    await db.sql`update dag_versions set spec = ${db.sql.json({ ...cycleSpec, tasks: [task('x', { dependsOn: ['y'] }), task('y', { dependsOn: ['x'] })] } as never)} where dag_id = 'p_cycle'`;
     const good = await trigger(dag('p_good', [task('g')]));
 
     const h = harness();

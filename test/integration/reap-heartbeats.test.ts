@@ -355,7 +355,7 @@ describe('a sign of life in this replica', () => {
     const spec = dag('alive_here', [task('a', { retries: 1 })]);
     const { dag: row } = await upsertDag(db.sql, spec, 'alive_here.yaml');
     const { run } = await db.sql.begin((tx) =>
-      createRun(tx, { dagId: spec.dagId, dagVersion: row.version, spec, runKey: 'k', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+      createRun(tx, { dagId: spec.dagId, dagVersion: row.version, runKey: 'k', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
     );
     const [ti] = await db.sql<{ id: string }[]>`select id from task_instances where run_id = ${run.id}`;
     await db.sql`update task_instances set state = 'scheduled' where id = ${ti!.id}`;

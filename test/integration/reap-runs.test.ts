@@ -42,7 +42,6 @@ async function runWith(
     createRun(tx, {
       dagId: spec.dagId,
       dagVersion: row.version,
-      spec,
       runKey: `manual__${++runSeq}`,
       runType: 'manual',
       logicalDate: new Date('2026-02-01T00:00:00Z'),
@@ -152,7 +151,6 @@ describe('reapRuns', () => {
         await createRun(tx, {
           dagId: spec.dagId,
           dagVersion: row.version,
-          spec,
           runKey: `manual__many_${i}`,
           runType: 'manual',
           logicalDate: new Date('2026-02-01T00:00:00Z'),

@@ -165,9 +165,16 @@ describe('migration 007', () => {
     const text = await readFile(new URL('../../src/db/migrations/007_task_timeout.sql', import.meta.url), 'utf8');
     // The backfill alone (the column exists already).
     const backfill = text.slice(text.indexOf('update task_instances'));
-    await db.sql.unsafe(backfill);
-    const rows = await db.sql<{ task_id: string; timeout_ms: number | null }[]>`
-      select task_id, timeout_ms from task_instances where run_id = ${run.id} order by task_id`;
+    const rows = await db.sql.begin(async (tx) => {
+      // As 007 found it: each run holding its spec (009 moved it to dag_versions).
+      await tx`alter table dag_runs add column spec jsonb`;
+      await tx`update dag_runs r set spec = v.spec from dag_versions v where v.dag_id = r.dag_id and v.version = r.dag_version`;
+      await tx.unsafe(backfill);
+      const read = await tx<{ task_id: string; timeout_ms: number | null }[]>`
+        select task_id, timeout_ms from task_instances where run_id = ${run.id} order by task_id`;
+      await tx`alter table dag_runs drop column spec`;
+      return read;
+    });
     expect(rows).toEqual([
       { task_id: 'a', timeout_ms: 3000 },
       { task_id: 'b', timeout_ms: null },

@@ -32,7 +32,7 @@ async function claimedFor(agentId: string) {
   const spec = dag('undelivered', [task('t', { executor: 'agents' })]);
   const { dag: row } = await upsertDag(db.sql, spec, 'undelivered.yaml');
   const { run } = await db.sql.begin((tx) =>
-    createRun(tx, { dagId: spec.dagId, dagVersion: row.version, spec, runKey: `manual__${++runSeq}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'agents' }),
+    createRun(tx, { dagId: spec.dagId, dagVersion: row.version, runKey: `manual__${++runSeq}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'agents' }),
   );
   const [ti] = await listTis(db.sql, run.id);
   await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;

@@ -34,7 +34,6 @@ async function newRun(spec: DagSpec): Promise<{ run: RunRow; tis: Map<string, Ti
     createRun(tx, {
       dagId: spec.dagId,
       dagVersion: row.version,
-      spec,
       runKey: `manual__${++runSeq}`,
       runType: 'manual',
       logicalDate: new Date(),

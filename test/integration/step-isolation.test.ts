@@ -41,7 +41,6 @@ async function runningRun(spec: DagSpec): Promise<RunRow> {
     createRun(tx, {
       dagId: spec.dagId,
       dagVersion: row.version,
-      spec,
       runKey: `manual__${++runSeq}`,
       runType: 'manual',
       logicalDate: new Date('2026-02-01T00:00:00Z'),

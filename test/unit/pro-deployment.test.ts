@@ -4,7 +4,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
-import { ConfigError, loadConfig, SETTINGS, type Config, type SettingKey } from '../../src/server/config.js';
+import { loadConfig, SETTINGS, type Config, type SettingKey } from '../../src/server/config.js';
 import { serveMetrics, createMetrics } from '../../src/server/metrics.js';
 
 /**
@@ -62,16 +62,7 @@ function deployedConfig(): Config {
     else if (e.valueFrom?.fieldRef?.fieldPath === 'metadata.name') env[e.name] = 'leoflow-7c9d8f6b5d-x2x7q';
     else env[e.name] = e.value;
   }
-  try {
-    return loadConfig(flags, env, '/app');
-  } catch (err) {
-    if (!(err instanceof ConfigError)) throw err;
-    // The one problem allowed: this build may lack the Kubernetes executor (Pro's default), which
-    // the deployment is for; every other problem is the manifest's.
-    const others = err.problems.filter((p) => !p.includes('the kubernetes executor is not part of this build'));
-    expect(others).toEqual([]);
-    return loadConfig({ ...flags, executor: 'subprocess' }, env, '/app');
-  }
+  return loadConfig(flags, env, '/app');
 }
 
 describe('Pro Kubernetes manifests', () => {
@@ -112,6 +103,19 @@ describe('Pro Kubernetes manifests', () => {
     expect(config).toMatchObject({ edition: 'pro', role: 'auto', dispatchWorkers: 16, dispatchQueue: 256, replicaId: 'leoflow-7c9d8f6b5d-x2x7q' });
     // A graceful stop fits in the pod's grace period.
     expect(pod.terminationGracePeriodSeconds * 1000).toBeGreaterThan(config.shutdownGraceMs);
+  });
+
+  it('runs the Kubernetes executor, its task pods on the deployment\'s own image, kept equal by the kustomization', () => {
+    const config = deployedConfig();
+    expect(config.executor).toBe('kubernetes');
+    const imageEnv = (container.env as Obj[]).find((e) => e.name === SETTINGS.kubernetes_image.env)!;
+    expect(imageEnv.value).toBe(container.image);
+    expect(kustomization.replacements).toEqual([
+      expect.objectContaining({
+        source: expect.objectContaining({ kind: 'Deployment', fieldPath: 'spec.template.spec.containers.[name=leoflow].image' }),
+        targets: [expect.objectContaining({ fieldPaths: [`spec.template.spec.containers.[name=leoflow].env.[name=${SETTINGS.kubernetes_image.env}].value`] })],
+      }),
+    ]);
   });
 
   it('points the probes at /healthz and /readyz on the port the server serves its metrics on, and those answer', async () => {

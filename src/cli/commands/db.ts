@@ -5,6 +5,22 @@ import type { Clients } from '../client.js';
 import { confirm } from '../confirm.js';
 import { table } from '../format.js';
 import { parseTime } from '../parse-time.js';
+import { watchClean } from '../watch-clean.js';
+import { DEFAULT_KEEP_LAST, MAX_KEEP_LAST } from '../../server/clean-history.js';
+
+/** `--keep-last`: a whole number; its range is the server's to check (it names the limit). */
+function parseKeepLast(value: string): number {
+  const n = Number(value);
+  if (!/^-?\d+$/.test(value) || !Number.isSafeInteger(n) || Math.abs(n) > 2 ** 31 - 1) {
+    throw new Error(`--keep-last: must be a whole number from 0 to ${MAX_KEEP_LAST}, got ${JSON.stringify(value)}`);
+  }
+  return n;
+}
+
+function keptPhrase(keepLast: number): string {
+  if (keepLast === 0) return '';
+  return keepLast === 1 ? ", but each DAG's latest finished run" : `, but each DAG's latest ${keepLast} finished runs`;
+}
 
 /** Counts by table, as `db clean` and `dag delete` show them. */
 export function countsTable(c: HistoryCounts | undefined): string {
@@ -28,16 +44,19 @@ export function registerDb(program: Command, clients: () => Clients): void {
     .description('remove finished runs (success, failed, cancelled) that ended before a time, with their task instances, events and logs; runs that have not ended are kept')
     .requiredOption('--before <time>', 'runs that ended before this: YYYY-MM-DD (midnight UTC) or a time with its zone (2026-01-31T18:00:00Z)')
     .option('--dag <dag_id>', 'only this DAG')
+    .option('--keep-last <n>', `keep each DAG's N latest finished runs whatever their age (0 keeps none; at most ${MAX_KEEP_LAST})`, String(DEFAULT_KEEP_LAST))
     .option('--dry-run', 'remove nothing; say what would be removed, per table')
     .option('-y, --yes', 'do not ask for confirmation')
     .option('-o, --output <format>', 'table | json', 'table')
-    .action(async (opts: { before: string; dag?: string; dryRun?: boolean; yes?: boolean; output: string }) => {
+    .action(async (opts: { before: string; dag?: string; keepLast: string; dryRun?: boolean; yes?: boolean; output: string }) => {
       const before = parseTime('--before', opts.before);
-      const req = { before: timestampFromDate(before), dagId: opts.dag ?? '' };
-      const what = `finished runs of ${opts.dag ? `DAG ${opts.dag}` : 'every DAG'} that ended before ${before.toISOString()}`;
-      const show = (res: { counts?: HistoryCounts; dryRun: boolean }, done: string) => {
+      const keepLast = parseKeepLast(opts.keepLast);
+      const req = { before: timestampFromDate(before), dagId: opts.dag ?? '', keepLast };
+      const what = `finished runs of ${opts.dag ? `DAG ${opts.dag}` : 'every DAG'} that ended before ${before.toISOString()}${keptPhrase(keepLast)}`;
+      const show = (res: { counts?: HistoryCounts; dryRun: boolean; stopped?: boolean }, done: string) => {
         if (opts.output === 'json') {
-          process.stdout.write(JSON.stringify({ dry_run: res.dryRun, before: before.toISOString(), dag_id: opts.dag ?? null, counts: countsJson(res.counts) }) + '\n');
+          const stopped = res.dryRun ? {} : { stopped: res.stopped ?? false };
+          process.stdout.write(JSON.stringify({ dry_run: res.dryRun, ...stopped, before: before.toISOString(), dag_id: opts.dag ?? null, keep_last: keepLast, counts: countsJson(res.counts) }) + '\n');
           return;
         }
         process.stdout.write(`${what}:\n${countsTable(res.counts)}\n${done}\n`);
@@ -59,6 +78,8 @@ export function registerDb(program: Command, clients: () => Clients): void {
           return;
         }
       }
-      show(await clients().workflow.cleanHistory({ ...req, dryRun: false }), 'removed');
+      const { removed, stopped } = await watchClean(clients(), req);
+      show({ counts: removed, dryRun: false, stopped }, stopped ? 'stopped (Ctrl-C) after the batch under way: the rows above were removed, the rest is kept; the same command goes on' : 'removed');
+      if (stopped) process.exitCode = 130;
     });
 }

@@ -6,18 +6,23 @@ const DAY_MS = 86_400_000n;
 /** A rate measured over less than this is too noisy to size a day by. */
 const MIN_ELAPSED_MS = 600_000n;
 const MAX_SPAN = 1_000_000_000n;
+/** Partitions a retention period is cut into: about this many stay, whatever the period. */
+const PARTITIONS_PER_RETENTION = 30n;
 
 /**
  * Adds the next partition of a history table before the newest one fills: once owner ids reach
- * half of the top range, a range right above it, sized for about a day at the rate the top range's
- * ids were used (at least `minSpan`), so a partition holds about a day of history whatever the
- * load. When ids have outrun every range (no leader made one in time, and their rows went to the
+ * half of the top range, a range right above it, sized at the rate the top range's ids were used
+ * (at least `minSpan`) for a thirtieth of the retention period (a day at least), so about 30
+ * partitions are kept whatever the load and the period: a day each at 30 days, three at 90. With
+ * retention off (`retentionMs` null) nothing is ever dropped, and the new range is as wide as every
+ * id used so far (a day's worth at least): their number grows with the logarithm of the history,
+ * not one a day, until ranges reach MAX_SPAN ids. When ids have outrun every range (no leader made one in time, and their rows went to the
  * default partition meanwhile), the new range starts a margin above the highest id, where no row
  * can be on its way yet. Attaching does not block writers (a SHARE UPDATE EXCLUSIVE lock on the
  * table; the default partition, which it checks holds no row of the range, is locked briefly).
  * Resolves the partition added, or null when none was needed or another replica just added it.
  */
-export async function addPartitionAhead(sql: Sql, table: HistoryTable, now: Date): Promise<Partition | null> {
+export async function addPartitionAhead(sql: Sql, table: HistoryTable, now: Date, retentionMs: number | null): Promise<Partition | null> {
   const parts = await listPartitions(sql, table);
   const top = parts.ranges.at(-1);
   if (!top || top.to === null) return null;
@@ -26,7 +31,9 @@ export async function addPartitionAhead(sql: Sql, table: HistoryTable, now: Date
   const outrun = maxId >= top.to;
   if (!outrun && maxId - from < (top.to - from) / 2n) return null;
 
-  const span = await spanForADay(sql, table, from, maxId, now);
+  const period = retentionMs === null ? DAY_MS : BigInt(Math.round(retentionMs)) / PARTITIONS_PER_RETENTION;
+  const forPeriod = await spanFor(sql, table, from, maxId, now, period > DAY_MS ? period : DAY_MS);
+  const span = retentionMs === null && maxId > forPeriod ? (maxId < MAX_SPAN ? maxId : MAX_SPAN) : forPeriod;
   const margin = span / 10n > table.minSpan ? span / 10n : table.minSpan;
   const lo = outrun ? maxId + margin : top.to;
   const partition: Partition = { name: `${table.name}_p${lo}`, from: lo, to: lo + span };
@@ -45,8 +52,8 @@ export async function addPartitionAhead(sql: Sql, table: HistoryTable, now: Date
   return partition;
 }
 
-/** Owner ids used per day, from how fast the top range was used since its first owner was made. */
-async function spanForADay(sql: Sql, table: HistoryTable, from: bigint, maxId: bigint, now: Date): Promise<bigint> {
+/** Owner ids used in `periodMs`, from how fast the top range was used since its first owner was made. */
+async function spanFor(sql: Sql, table: HistoryTable, from: bigint, maxId: bigint, now: Date, periodMs: bigint): Promise<bigint> {
   const first =
     table.owner === 'dag_runs'
       ? await sql<{ at: Date }[]>`select created_at as at from dag_runs where id >= ${String(from)} order by id limit 1`
@@ -56,7 +63,7 @@ async function spanForADay(sql: Sql, table: HistoryTable, from: bigint, maxId: b
   let span = table.minSpan;
   if (first[0] && maxId >= from) {
     const elapsed = BigInt(Math.max(0, now.getTime() - first[0].at.getTime()));
-    span = ((maxId - from + 1n) * DAY_MS) / (elapsed > MIN_ELAPSED_MS ? elapsed : MIN_ELAPSED_MS);
+    span = ((maxId - from + 1n) * periodMs) / (elapsed > MIN_ELAPSED_MS ? elapsed : MIN_ELAPSED_MS);
   }
   return span < table.minSpan ? table.minSpan : span > MAX_SPAN ? MAX_SPAN : span;
 }

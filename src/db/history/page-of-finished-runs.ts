@@ -13,6 +13,8 @@ export interface FinishedRunsQuery {
   scan: number;
   /** A page stops before the run that would take its task instances past this (it has one run at least). */
   maxTis: number;
+  /** Per DAG, the run id from which on its runs are kept (`keptRunsFrom`); a DAG absent from it keeps every run. */
+  keptFrom?: Map<string, string>;
 }
 
 export interface FinishedRunsPage {
@@ -33,11 +35,14 @@ export interface FinishedRunsPage {
  */
 export async function pageOfFinishedRuns(sql: Sql, q: FinishedRunsQuery): Promise<FinishedRunsPage> {
   const before = q.endedBefore ?? null;
+  const kept = q.keptFrom ? [...q.keptFrom] : null;
   const rows = await sql<{ id: string; young: boolean; finished: boolean; tis: number }[]>`
     select r.id, coalesce(r.created_at >= ${before}::timestamptz, false) as young,
-      (r.state in (${inlineLiterals(sql, TERMINAL_RUN_STATES)}) and coalesce(r.ended_at < ${before}::timestamptz, true)) as finished,
+      (r.state in (${inlineLiterals(sql, TERMINAL_RUN_STATES)}) and coalesce(r.ended_at < ${before}::timestamptz, true)
+        ${kept === null ? sql`` : sql`and r.id < coalesce(k.from_id, 0)`}) as finished,
       (select count(*) from task_instances t where t.run_id = r.id)::int as tis
     from dag_runs r
+    ${kept === null ? sql`` : sql`left join unnest(${kept.map(([d]) => d)}::text[], ${kept.map(([, f]) => f)}::bigint[]) k(dag_id, from_id) on k.dag_id = r.dag_id`}
     where r.id > ${q.after}::bigint ${q.dagId === undefined ? sql`` : sql`and r.dag_id = ${q.dagId}`}
     order by r.id
     limit ${q.scan}`;

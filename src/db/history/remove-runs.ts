@@ -21,8 +21,10 @@ export interface RemovalGuard {
   endedBefore?: Date;
 }
 
-const guardOf = (sql: Sql | TxSql, g: RemovalGuard): Fragment =>
-  sql`state in (${inlineLiterals(sql, TERMINAL_RUN_STATES)}) ${g.endedBefore ? sql`and ended_at < ${g.endedBefore}` : sql``}`;
+const guardOf = (sql: Sql | TxSql, g: RemovalGuard, alias?: string): Fragment => {
+  const col = (c: string) => (alias ? sql`${sql(alias)}.${sql(c)}` : sql`${sql(c)}`);
+  return sql`${col('state')} in (${inlineLiterals(sql, TERMINAL_RUN_STATES)}) ${g.endedBefore ? sql`and ${col('ended_at')} < ${g.endedBefore}` : sql``}`;
+};
 
 /**
  * Removes these runs with everything of theirs — task instances, events, log lines — in one
@@ -40,6 +42,12 @@ export async function removeRuns(sql: Sql, runIds: string[], guard: RemovalGuard
 /** `removeRuns` in the caller's transaction. */
 export async function removeRunsIn(tx: TxSql, runIds: string[], guard: RemovalGuard): Promise<HistoryCounts> {
   if (runIds.length === 0) return NO_HISTORY;
+  // The task instances are locked first, in id order: the log writer locks those it writes lines
+  // of (key share) in the same order, so the two wait for each other and never deadlock.
+  await tx`
+    select t.id from task_instances t join dag_runs r on r.id = t.run_id
+    where r.id = any(${runIds}::bigint[]) and ${guardOf(tx, guard, 'r')}
+    order by t.id for update of t`;
   const [gone] = await tx<{ runs: string[]; tis: string[] }[]>`
     with r as (delete from dag_runs where id = any(${runIds}::bigint[]) and ${guardOf(tx, guard)} returning id),
     t as (delete from task_instances where run_id in (select id from r) returning id)

@@ -117,25 +117,29 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
     -- Each computed once (materialized), the running runs counted once per DAG.
     starting as materialized (
       select w.run_id, r.dag_id, row_number() over (partition by r.dag_id order by w.run_id) as n,
-             (r.spec->>'maxActiveRuns')::int as max_runs
-      from want w join dag_runs r on r.id = w.run_id where w.start),
+             v.max_active_runs as max_runs
+      from want w join dag_runs r on r.id = w.run_id
+      join dag_versions v on v.dag_id = r.dag_id and v.version = r.dag_version where w.start),
     busy as materialized (
       select x.dag_id, count(*) as n from dag_runs x
       where x.state in (${startedStates}) and x.dag_id in (select dag_id from starting)
       group by x.dag_id),
     room as materialized (
       select s.run_id from starting s left join busy b on b.dag_id = s.dag_id
-      where s.n + coalesce(b.n, 0) <= coalesce(s.max_runs, 2147483647)),
+      where s.n + coalesce(b.n, 0) <= s.max_runs),
+    -- The state guards of these two are parameters, not literals: a literal matches the predicate
+    -- of a partial index of runs by state, and a kept (generic) plan then walked that index
+    -- instead of looking the runs up by their keys.
     started as (
       update dag_runs r set state = 'running', started_at = now()
-      from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and w.start and r.state in (${inlineLiterals(sql, RUN_START_FROM)}) and r.plan_epoch = w.epoch and r.poison_error is null
+      from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and w.start and r.state = any(${RUN_START_FROM as string[]}::text[]) and r.plan_epoch = w.epoch and r.poison_error is null
         and r.id not in (select run_id from spoiled) and r.id in (select run_id from room)
       returning r.id),`
         : sql``
     }
     kept as (
       update dag_runs r set plan_epoch = r.plan_epoch
-      from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and not w.start and r.state in (${startedStates}) and r.plan_epoch = w.epoch and r.poison_error is null
+      from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and not w.start and r.state = any(${STARTED_RUN_STATES as string[]}::text[]) and r.plan_epoch = w.epoch and r.poison_error is null
         and r.id not in (select run_id from spoiled)
       returning r.id),
     ${

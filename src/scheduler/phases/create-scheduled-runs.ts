@@ -49,7 +49,6 @@ async function createForDag(ctx: SchedulerContext, dag: DagRow, now: Date): Prom
       const r = await createRun(tx, {
         dagId: dag.dag_id,
         dagVersion: dag.version,
-        spec: dag.spec,
         runKey: `scheduled__${logicalDate.toISOString()}`,
         runType: 'scheduled',
         logicalDate,

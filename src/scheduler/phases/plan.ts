@@ -3,7 +3,7 @@ import { finalizeRuns } from '../../db/plan/finalize-runs.js';
 import type { AppliedPlans, RunPlan } from '../../db/plan/run-plan.js';
 import { isConnectionError } from '../../db/is-connection-error.js';
 import { activeRuns, poisonRun, type ActiveRunRow } from '../../db/runs.js';
-import { listTisOfRuns, setPendingReasons, type TiRow } from '../../db/tis.js';
+import { listTisOfRuns, setPendingReasons, type PlannerTi } from '../../db/tis.js';
 import { claimWithTheMove } from '../claim-with-the-move.js';
 import type { SchedulerContext } from '../context.js';
 import { decideRun, type DecidedRun } from '../decide-run.js';
@@ -66,7 +66,7 @@ export async function plan(
   const heldBackEndedAhead = [...new Set(endedAhead.values())].filter((d) => ctx.heldBackDags?.has(d));
   if (targeted && targeted.length === 0 && !opts.queued && heldBackEndedAhead.length === 0) return result;
   let runs: ActiveRun[];
-  let tiRows: TiRow[];
+  let tiRows: PlannerTi[];
   let freshened: Promise<void> | undefined;
   if (targeted) {
     // Runs read right behind the ends of their attempts need no read of their own; for the rest
@@ -119,7 +119,7 @@ export async function plan(
   // Their work is offered again now: a refusal in this step lists them again.
   ctx.roomWaiters?.reading(runs.map((r) => r.id));
   if (runs.length === 0 && heldBackEndedAhead.length === 0) return result;
-  const tisByRun = new Map<string, TiRow[]>();
+  const tisByRun = new Map<string, PlannerTi[]>();
   for (const ti of tiRows) (tisByRun.get(ti.run_id) ?? tisByRun.set(ti.run_id, []).get(ti.run_id)!).push(ti);
   const reasons = new Map<string, string | null>();
 
@@ -286,7 +286,7 @@ async function applyAll(ctx: SchedulerContext, plans: RunPlan[], result: PlanRes
  * the ids of the runs read, so a run is never decided without its task instances. A failed read
  * is counted and reads as nothing: the tick starts those runs instead.
  */
-async function readQueued(ctx: SchedulerContext, result: PlanResult, dags: string[] | 'any', skip: Set<string>, limit: number): Promise<{ runs: ActiveRun[]; tis: TiRow[] }> {
+async function readQueued(ctx: SchedulerContext, result: PlanResult, dags: string[] | 'any', skip: Set<string>, limit: number): Promise<{ runs: ActiveRun[]; tis: PlannerTi[] }> {
   try {
     const runs = (await activeRuns(ctx.sql, limit, { queuedOf: dags })).filter((r) => !skip.has(r.id));
     return { runs, tis: await listTisOfRuns(ctx.sql, runs.map((r) => r.id)) };
@@ -308,7 +308,7 @@ class PoisonRunError extends Error {
 }
 
 /** Decides one run's moves in memory (no writes, except marking a run whose rules throw poisoned). */
-async function decideOrPoison(ctx: SchedulerContext, run: ActiveRun, tis: TiRow[], start: boolean): Promise<DecidedRun> {
+async function decideOrPoison(ctx: SchedulerContext, run: ActiveRun, tis: PlannerTi[], start: boolean): Promise<DecidedRun> {
   try {
     return decideRun(run, tis, start, ctx.now());
   } catch (err) {

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leoflow/v1/workflow.proto.
  */
 export const file_leoflow_v1_workflow: GenFile = /*@__PURE__*/
-  fileDesc("ChlsZW9mbG93L3YxL3dvcmtmbG93LnByb3RvEgpsZW9mbG93LnYxIjMKD0FwcGx5RGFnUmVxdWVzdBIOCgZzb3VyY2UYASABKAkSEAoIZmlsZW5hbWUYAiABKAkiQQoQQXBwbHlEYWdSZXNwb25zZRIcCgNkYWcYASABKAsyDy5sZW9mbG93LnYxLkRhZxIPCgdvdXRjb21lGAIgASgJIh8KDUdldERhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJIi4KDkdldERhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIhEKD0xpc3REYWdzUmVxdWVzdCIxChBMaXN0RGFnc1Jlc3BvbnNlEh0KBGRhZ3MYASADKAsyDy5sZW9mbG93LnYxLkRhZyIxCg9QYXVzZURhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg4KBnBhdXNlZBgCIAEoCCIwChBQYXVzZURhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIkcKEVRyaWdnZXJSdW5SZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRIPCgdydW5fa2V5GAIgASgJEhEKCWNvbmZfanNvbhgDIAEoCSJDChJUcmlnZ2VyUnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCIjCg1HZXRSdW5SZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAEiYAoOR2V0UnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SMAoOdGFza19pbnN0YW5jZXMYAiADKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSIwCg9MaXN0UnVuc1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFIjEKEExpc3RSdW5zUmVzcG9uc2USHQoEcnVucxgBIAMoCzIPLmxlb2Zsb3cudjEuUnVuIiYKEENhbmNlbFJ1blJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASIxChFDYW5jZWxSdW5SZXNwb25zZRIcCgNydW4YASABKAsyDy5sZW9mbG93LnYxLlJ1biIuChhMaXN0VGFza0luc3RhbmNlc1JlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASJNChlMaXN0VGFza0luc3RhbmNlc1Jlc3BvbnNlEjAKDnRhc2tfaW5zdGFuY2VzGAEgAygLMhgubGVvZmxvdy52MS5UYXNrSW5zdGFuY2UiUwoYQ2xlYXJUYXNrSW5zdGFuY2VSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESDwoHdGFza19pZBgCIAEoCRISCgpkb3duc3RyZWFtGAMgASgIImQKGUNsZWFyVGFza0luc3RhbmNlUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SKQoHY2xlYXJlZBgCIAMoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlIkAKGUNhbmNlbFRhc2tJbnN0YW5jZVJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJIk0KGkNhbmNlbFRhc2tJbnN0YW5jZVJlc3BvbnNlEi8KDXRhc2tfaW5zdGFuY2UYASABKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSJaCg9UYWlsTG9nc1JlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJEhIKCnRyeV9udW1iZXIYAyABKAUSDgoGZm9sbG93GAQgASgIIjYKEFRhaWxMb2dzUmVzcG9uc2USIgoFbGluZXMYASADKAsyEy5sZW9mbG93LnYxLkxvZ0xpbmUiWAoNSGlzdG9yeUNvdW50cxIMCgRydW5zGAEgASgDEhYKDnRhc2tfaW5zdGFuY2VzGAIgASgDEg4KBmV2ZW50cxgDIAEoAxIRCgl0YXNrX2xvZ3MYBCABKAMiMQoQRGVsZXRlRGFnUmVxdWVzdBIOCgZkYWdfaWQYASABKAkSDQoFZm9yY2UYAiABKAgicQoRRGVsZXRlRGFnUmVzcG9uc2USKgoHcmVtb3ZlZBgBIAEoCzIZLmxlb2Zsb3cudjEuSGlzdG9yeUNvdW50cxIdChFjYW5jZWxsZWRfcnVuX2lkcxgCIAMoA0ICMAESEQoJZGFnX2ZpbGVzGAMgAygJImIKE0NsZWFuSGlzdG9yeVJlcXVlc3QSKgoGYmVmb3JlGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZkYWdfaWQYAiABKAkSDwoHZHJ5X3J1bhgDIAEoCCJSChRDbGVhbkhpc3RvcnlSZXNwb25zZRIpCgZjb3VudHMYASABKAsyGS5sZW9mbG93LnYxLkhpc3RvcnlDb3VudHMSDwoHZHJ5X3J1bhgCIAEoCDLVCAoPV29ya2Zsb3dTZXJ2aWNlEkUKCEFwcGx5RGFnEhsubGVvZmxvdy52MS5BcHBseURhZ1JlcXVlc3QaHC5sZW9mbG93LnYxLkFwcGx5RGFnUmVzcG9uc2USPwoGR2V0RGFnEhkubGVvZmxvdy52MS5HZXREYWdSZXF1ZXN0GhoubGVvZmxvdy52MS5HZXREYWdSZXNwb25zZRJFCghMaXN0RGFncxIbLmxlb2Zsb3cudjEuTGlzdERhZ3NSZXF1ZXN0GhwubGVvZmxvdy52MS5MaXN0RGFnc1Jlc3BvbnNlEkUKCFBhdXNlRGFnEhsubGVvZmxvdy52MS5QYXVzZURhZ1JlcXVlc3QaHC5sZW9mbG93LnYxLlBhdXNlRGFnUmVzcG9uc2USSwoKVHJpZ2dlclJ1bhIdLmxlb2Zsb3cudjEuVHJpZ2dlclJ1blJlcXVlc3QaHi5sZW9mbG93LnYxLlRyaWdnZXJSdW5SZXNwb25zZRI/CgZHZXRSdW4SGS5sZW9mbG93LnYxLkdldFJ1blJlcXVlc3QaGi5sZW9mbG93LnYxLkdldFJ1blJlc3BvbnNlEkUKCExpc3RSdW5zEhsubGVvZmxvdy52MS5MaXN0UnVuc1JlcXVlc3QaHC5sZW9mbG93LnYxLkxpc3RSdW5zUmVzcG9uc2USSAoJQ2FuY2VsUnVuEhwubGVvZmxvdy52MS5DYW5jZWxSdW5SZXF1ZXN0Gh0ubGVvZmxvdy52MS5DYW5jZWxSdW5SZXNwb25zZRJgChFMaXN0VGFza0luc3RhbmNlcxIkLmxlb2Zsb3cudjEuTGlzdFRhc2tJbnN0YW5jZXNSZXF1ZXN0GiUubGVvZmxvdy52MS5MaXN0VGFza0luc3RhbmNlc1Jlc3BvbnNlEmAKEUNsZWFyVGFza0luc3RhbmNlEiQubGVvZmxvdy52MS5DbGVhclRhc2tJbnN0YW5jZVJlcXVlc3QaJS5sZW9mbG93LnYxLkNsZWFyVGFza0luc3RhbmNlUmVzcG9uc2USYwoSQ2FuY2VsVGFza0luc3RhbmNlEiUubGVvZmxvdy52MS5DYW5jZWxUYXNrSW5zdGFuY2VSZXF1ZXN0GiYubGVvZmxvdy52MS5DYW5jZWxUYXNrSW5zdGFuY2VSZXNwb25zZRJHCghUYWlsTG9ncxIbLmxlb2Zsb3cudjEuVGFpbExvZ3NSZXF1ZXN0GhwubGVvZmxvdy52MS5UYWlsTG9nc1Jlc3BvbnNlMAESSAoJRGVsZXRlRGFnEhwubGVvZmxvdy52MS5EZWxldGVEYWdSZXF1ZXN0Gh0ubGVvZmxvdy52MS5EZWxldGVEYWdSZXNwb25zZRJRCgxDbGVhbkhpc3RvcnkSHy5sZW9mbG93LnYxLkNsZWFuSGlzdG9yeVJlcXVlc3QaIC5sZW9mbG93LnYxLkNsZWFuSGlzdG9yeVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp, file_leoflow_v1_types]);
+  fileDesc("ChlsZW9mbG93L3YxL3dvcmtmbG93LnByb3RvEgpsZW9mbG93LnYxIjMKD0FwcGx5RGFnUmVxdWVzdBIOCgZzb3VyY2UYASABKAkSEAoIZmlsZW5hbWUYAiABKAkiQQoQQXBwbHlEYWdSZXNwb25zZRIcCgNkYWcYASABKAsyDy5sZW9mbG93LnYxLkRhZxIPCgdvdXRjb21lGAIgASgJIh8KDUdldERhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJIi4KDkdldERhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIhEKD0xpc3REYWdzUmVxdWVzdCIxChBMaXN0RGFnc1Jlc3BvbnNlEh0KBGRhZ3MYASADKAsyDy5sZW9mbG93LnYxLkRhZyIxCg9QYXVzZURhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg4KBnBhdXNlZBgCIAEoCCIwChBQYXVzZURhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIkcKEVRyaWdnZXJSdW5SZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRIPCgdydW5fa2V5GAIgASgJEhEKCWNvbmZfanNvbhgDIAEoCSJDChJUcmlnZ2VyUnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCIjCg1HZXRSdW5SZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAEiYAoOR2V0UnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SMAoOdGFza19pbnN0YW5jZXMYAiADKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSIwCg9MaXN0UnVuc1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFIjEKEExpc3RSdW5zUmVzcG9uc2USHQoEcnVucxgBIAMoCzIPLmxlb2Zsb3cudjEuUnVuIiYKEENhbmNlbFJ1blJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASIxChFDYW5jZWxSdW5SZXNwb25zZRIcCgNydW4YASABKAsyDy5sZW9mbG93LnYxLlJ1biIuChhMaXN0VGFza0luc3RhbmNlc1JlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASJNChlMaXN0VGFza0luc3RhbmNlc1Jlc3BvbnNlEjAKDnRhc2tfaW5zdGFuY2VzGAEgAygLMhgubGVvZmxvdy52MS5UYXNrSW5zdGFuY2UiUwoYQ2xlYXJUYXNrSW5zdGFuY2VSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESDwoHdGFza19pZBgCIAEoCRISCgpkb3duc3RyZWFtGAMgASgIImQKGUNsZWFyVGFza0luc3RhbmNlUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SKQoHY2xlYXJlZBgCIAMoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlIkAKGUNhbmNlbFRhc2tJbnN0YW5jZVJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJIk0KGkNhbmNlbFRhc2tJbnN0YW5jZVJlc3BvbnNlEi8KDXRhc2tfaW5zdGFuY2UYASABKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSJaCg9UYWlsTG9nc1JlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJEhIKCnRyeV9udW1iZXIYAyABKAUSDgoGZm9sbG93GAQgASgIIjYKEFRhaWxMb2dzUmVzcG9uc2USIgoFbGluZXMYASADKAsyEy5sZW9mbG93LnYxLkxvZ0xpbmUiWAoNSGlzdG9yeUNvdW50cxIMCgRydW5zGAEgASgDEhYKDnRhc2tfaW5zdGFuY2VzGAIgASgDEg4KBmV2ZW50cxgDIAEoAxIRCgl0YXNrX2xvZ3MYBCABKAMiMQoQRGVsZXRlRGFnUmVxdWVzdBIOCgZkYWdfaWQYASABKAkSDQoFZm9yY2UYAiABKAgicQoRRGVsZXRlRGFnUmVzcG9uc2USKgoHcmVtb3ZlZBgBIAEoCzIZLmxlb2Zsb3cudjEuSGlzdG9yeUNvdW50cxIdChFjYW5jZWxsZWRfcnVuX2lkcxgCIAMoA0ICMAESEQoJZGFnX2ZpbGVzGAMgAygJIogBChNDbGVhbkhpc3RvcnlSZXF1ZXN0EioKBmJlZm9yZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGZGFnX2lkGAIgASgJEg8KB2RyeV9ydW4YAyABKAgSFgoJa2VlcF9sYXN0GAQgASgFSACIAQFCDAoKX2tlZXBfbGFzdCJmChhXYXRjaENsZWFuSGlzdG9yeVJlcXVlc3QSMAoFc3RhcnQYASABKAsyHy5sZW9mbG93LnYxLkNsZWFuSGlzdG9yeVJlcXVlc3RIABIOCgRzdG9wGAIgASgISABCCAoGYWN0aW9uIpcBChlXYXRjaENsZWFuSGlzdG9yeVJlc3BvbnNlEioKB3JlbW92ZWQYASABKAsyGS5sZW9mbG93LnYxLkhpc3RvcnlDb3VudHMSKwoIZXhwZWN0ZWQYAiABKAsyGS5sZW9mbG93LnYxLkhpc3RvcnlDb3VudHMSEAoIZmluaXNoZWQYAyABKAgSDwoHc3RvcHBlZBgEIAEoCCJSChRDbGVhbkhpc3RvcnlSZXNwb25zZRIpCgZjb3VudHMYASABKAsyGS5sZW9mbG93LnYxLkhpc3RvcnlDb3VudHMSDwoHZHJ5X3J1bhgCIAEoCDK7CQoPV29ya2Zsb3dTZXJ2aWNlEkUKCEFwcGx5RGFnEhsubGVvZmxvdy52MS5BcHBseURhZ1JlcXVlc3QaHC5sZW9mbG93LnYxLkFwcGx5RGFnUmVzcG9uc2USPwoGR2V0RGFnEhkubGVvZmxvdy52MS5HZXREYWdSZXF1ZXN0GhoubGVvZmxvdy52MS5HZXREYWdSZXNwb25zZRJFCghMaXN0RGFncxIbLmxlb2Zsb3cudjEuTGlzdERhZ3NSZXF1ZXN0GhwubGVvZmxvdy52MS5MaXN0RGFnc1Jlc3BvbnNlEkUKCFBhdXNlRGFnEhsubGVvZmxvdy52MS5QYXVzZURhZ1JlcXVlc3QaHC5sZW9mbG93LnYxLlBhdXNlRGFnUmVzcG9uc2USSwoKVHJpZ2dlclJ1bhIdLmxlb2Zsb3cudjEuVHJpZ2dlclJ1blJlcXVlc3QaHi5sZW9mbG93LnYxLlRyaWdnZXJSdW5SZXNwb25zZRI/CgZHZXRSdW4SGS5sZW9mbG93LnYxLkdldFJ1blJlcXVlc3QaGi5sZW9mbG93LnYxLkdldFJ1blJlc3BvbnNlEkUKCExpc3RSdW5zEhsubGVvZmxvdy52MS5MaXN0UnVuc1JlcXVlc3QaHC5sZW9mbG93LnYxLkxpc3RSdW5zUmVzcG9uc2USSAoJQ2FuY2VsUnVuEhwubGVvZmxvdy52MS5DYW5jZWxSdW5SZXF1ZXN0Gh0ubGVvZmxvdy52MS5DYW5jZWxSdW5SZXNwb25zZRJgChFMaXN0VGFza0luc3RhbmNlcxIkLmxlb2Zsb3cudjEuTGlzdFRhc2tJbnN0YW5jZXNSZXF1ZXN0GiUubGVvZmxvdy52MS5MaXN0VGFza0luc3RhbmNlc1Jlc3BvbnNlEmAKEUNsZWFyVGFza0luc3RhbmNlEiQubGVvZmxvdy52MS5DbGVhclRhc2tJbnN0YW5jZVJlcXVlc3QaJS5sZW9mbG93LnYxLkNsZWFyVGFza0luc3RhbmNlUmVzcG9uc2USYwoSQ2FuY2VsVGFza0luc3RhbmNlEiUubGVvZmxvdy52MS5DYW5jZWxUYXNrSW5zdGFuY2VSZXF1ZXN0GiYubGVvZmxvdy52MS5DYW5jZWxUYXNrSW5zdGFuY2VSZXNwb25zZRJHCghUYWlsTG9ncxIbLmxlb2Zsb3cudjEuVGFpbExvZ3NSZXF1ZXN0GhwubGVvZmxvdy52MS5UYWlsTG9nc1Jlc3BvbnNlMAESSAoJRGVsZXRlRGFnEhwubGVvZmxvdy52MS5EZWxldGVEYWdSZXF1ZXN0Gh0ubGVvZmxvdy52MS5EZWxldGVEYWdSZXNwb25zZRJRCgxDbGVhbkhpc3RvcnkSHy5sZW9mbG93LnYxLkNsZWFuSGlzdG9yeVJlcXVlc3QaIC5sZW9mbG93LnYxLkNsZWFuSGlzdG9yeVJlc3BvbnNlEmQKEVdhdGNoQ2xlYW5IaXN0b3J5EiQubGVvZmxvdy52MS5XYXRjaENsZWFuSGlzdG9yeVJlcXVlc3QaJS5sZW9mbG93LnYxLldhdGNoQ2xlYW5IaXN0b3J5UmVzcG9uc2UoATABYgZwcm90bzM", [file_google_protobuf_timestamp, file_leoflow_v1_types]);
 
 /**
  * @generated from message leoflow.v1.ApplyDagRequest
@@ -639,6 +639,15 @@ export type CleanHistoryRequest = Message<"leoflow.v1.CleanHistoryRequest"> & {
    * @generated from field: bool dry_run = 3;
    */
   dryRun: boolean;
+
+  /**
+   * Each DAG's keep_last latest finished runs (by creation) are kept whatever their age, so a
+   * DAG's last outcome survives a clean. Unset: 1, as `airflow db clean` keeps each DAG's latest
+   * run; 0 keeps none; at most 10000.
+   *
+   * @generated from field: optional int32 keep_last = 4;
+   */
+  keepLast?: number | undefined;
 };
 
 /**
@@ -647,6 +656,80 @@ export type CleanHistoryRequest = Message<"leoflow.v1.CleanHistoryRequest"> & {
  */
 export const CleanHistoryRequestSchema: GenMessage<CleanHistoryRequest> = /*@__PURE__*/
   messageDesc(file_leoflow_v1_workflow, 27);
+
+/**
+ * @generated from message leoflow.v1.WatchCleanHistoryRequest
+ */
+export type WatchCleanHistoryRequest = Message<"leoflow.v1.WatchCleanHistoryRequest"> & {
+  /**
+   * @generated from oneof leoflow.v1.WatchCleanHistoryRequest.action
+   */
+  action: {
+    /**
+     * The first message: what to remove (dry_run must be false).
+     *
+     * @generated from field: leoflow.v1.CleanHistoryRequest start = 1;
+     */
+    value: CleanHistoryRequest;
+    case: "start";
+  } | {
+    /**
+     * Stop after the batch being removed.
+     *
+     * @generated from field: bool stop = 2;
+     */
+    value: boolean;
+    case: "stop";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message leoflow.v1.WatchCleanHistoryRequest.
+ * Use `create(WatchCleanHistoryRequestSchema)` to create a new message.
+ */
+export const WatchCleanHistoryRequestSchema: GenMessage<WatchCleanHistoryRequest> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 28);
+
+/**
+ * @generated from message leoflow.v1.WatchCleanHistoryResponse
+ */
+export type WatchCleanHistoryResponse = Message<"leoflow.v1.WatchCleanHistoryResponse"> & {
+  /**
+   * Removed so far (all told, not this batch's).
+   *
+   * @generated from field: leoflow.v1.HistoryCounts removed = 1;
+   */
+  removed?: HistoryCounts | undefined;
+
+  /**
+   * What the clean had found to remove when it began (what a dry run would say then); a
+   * progress display's total. Runs that end meanwhile are not in it, nor removed.
+   *
+   * @generated from field: leoflow.v1.HistoryCounts expected = 2;
+   */
+  expected?: HistoryCounts | undefined;
+
+  /**
+   * The last message: nothing more will be removed.
+   *
+   * @generated from field: bool finished = 3;
+   */
+  finished: boolean;
+
+  /**
+   * With finished: it ended on a stop request, with runs left to remove.
+   *
+   * @generated from field: bool stopped = 4;
+   */
+  stopped: boolean;
+};
+
+/**
+ * Describes the message leoflow.v1.WatchCleanHistoryResponse.
+ * Use `create(WatchCleanHistoryResponseSchema)` to create a new message.
+ */
+export const WatchCleanHistoryResponseSchema: GenMessage<WatchCleanHistoryResponse> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 29);
 
 /**
  * @generated from message leoflow.v1.CleanHistoryResponse
@@ -670,7 +753,7 @@ export type CleanHistoryResponse = Message<"leoflow.v1.CleanHistoryResponse"> & 
  * Use `create(CleanHistoryResponseSchema)` to create a new message.
  */
 export const CleanHistoryResponseSchema: GenMessage<CleanHistoryResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 28);
+  messageDesc(file_leoflow_v1_workflow, 30);
 
 /**
  * WorkflowService manages DAGs and their runs.
@@ -812,9 +895,9 @@ export const WorkflowService: GenService<{
    * CleanHistory removes the runs that ended (success, failed, cancelled) before `before`, of
    * one DAG or of all, with their task instances, events and log lines, in batches of a few
    * thousand task instances, each batch in one transaction. Runs that have not ended are never
-   * removed. With dry_run nothing is written and the counts are what would be removed.
-   * `before` missing or in the future, or a dag_id that names no DAG: INVALID_ARGUMENT or
-   * NOT_FOUND.
+   * removed, nor each DAG's keep_last latest finished runs. With dry_run nothing is written and
+   * the counts are what would be removed. `before` missing or in the future, or keep_last out of
+   * range: INVALID_ARGUMENT; a dag_id that names no DAG: NOT_FOUND.
    *
    * @generated from rpc leoflow.v1.WorkflowService.CleanHistory
    */
@@ -822,6 +905,21 @@ export const WorkflowService: GenService<{
     methodKind: "unary";
     input: typeof CleanHistoryRequestSchema;
     output: typeof CleanHistoryResponseSchema;
+  },
+  /**
+   * WatchCleanHistory is CleanHistory (never dry) that says how far it got after each batch and
+   * can be stopped: the first request names the clean (`start`, as CleanHistory takes it); a
+   * later `stop` makes it stop after the batch it is removing, whose removal is then reported
+   * too. The last response has `finished` set, with the totals removed: exactly what went, since
+   * each batch is one transaction and the stream ends only after the last one committed. The
+   * same errors as CleanHistory, before anything is removed.
+   *
+   * @generated from rpc leoflow.v1.WorkflowService.WatchCleanHistory
+   */
+  watchCleanHistory: {
+    methodKind: "bidi_streaming";
+    input: typeof WatchCleanHistoryRequestSchema;
+    output: typeof WatchCleanHistoryResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_leoflow_v1_workflow, 0);
