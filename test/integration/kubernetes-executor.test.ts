@@ -319,3 +319,77 @@ describe('kubernetes executor: adoption during a leader overlap', () => {
     await waitFor('followed: its deletion ends the attempt', async () => rec.lost.some((l) => l.tiId === late.tiId));
   });
 });
+
+describe('kubernetes executor: why a pod waits, and what a failed pod said', () => {
+  it('makes the latest Warning event the pending reason when the status says only ContainerCreating, listing events rate-limited', async () => {
+    const { ex, rec } = executor({ pendingEventsMs: 200 });
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    const name = podName(a);
+    kube.bindPod(NS, name);
+    kube.setPodStatus(NS, name, { phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'True' }], containerStatuses: [{ name: 'task', ready: false, restartCount: 0, image: 'x', imageID: '', state: { waiting: { reason: 'ContainerCreating' } } }] });
+    kube.addPodEvent(NS, name, { type: 'Normal', reason: 'Scheduled', message: `Successfully assigned ${NS}/${name} to node-1`, component: 'default-scheduler' });
+    kube.addPodEvent(NS, name, { reason: 'FailedMount', message: 'MountVolume.SetUp failed for volume "data" : configmap "etl-config" not found' });
+    const want = 'POD_PENDING:FailedMount:MountVolume.SetUp failed for volume "data" : configmap "etl-config" not found';
+    await waitFor('the event as the pending reason', async () => rec.pending.some((p) => p.reason === want), 5_000);
+    expect(rec.pending.map((p) => p.reason)).toEqual(['POD_PENDING:ContainerCreating', want]);
+    // A later watch event with the same bare status keeps the event's reason.
+    kube.setPodStatus(NS, name, { phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'True' }], containerStatuses: [{ name: 'task', ready: false, restartCount: 0, image: 'x', imageID: '', state: { waiting: { reason: 'ContainerCreating' } } }], message: 'still' });
+    await new Promise((r) => setTimeout(r, 700));
+    expect(rec.pending.at(-1)!.reason).toBe(want);
+    // Rate-limited per pod: about one list per 200 ms, not one per sweep (50 ms).
+    const lists = kube.requests().filter((r) => r.verb === 'list' && r.path.includes('/events'));
+    expect(lists.length).toBeGreaterThan(0);
+    expect(lists.length).toBeLessThanOrEqual(8);
+  });
+
+  it('has one events list of a pod in flight at a time when the API server is slow', async () => {
+    const { ex, rec } = executor({ pendingEventsMs: 50 });
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    kube.bindPod(NS, podName(a));
+    kube.addPodEvent(NS, podName(a), { reason: 'FailedCreatePodSandBox', message: 'failed to create pod sandbox: network not ready' });
+    kube.setLatency(600, 'list');
+    await waitFor('the event as the pending reason', async () => rec.pending.some((p) => p.reason === 'POD_PENDING:FailedCreatePodSandBox:failed to create pod sandbox: network not ready'), 5_000);
+    await new Promise((r) => setTimeout(r, 600));
+    const lists = kube.requests().filter((r) => r.path.includes('/events'));
+    // About 1.2 s of 600 ms lists, one after the other (not one per 50 ms sweep).
+    expect(lists.length).toBeGreaterThan(0);
+    expect(lists.length).toBeLessThanOrEqual(4);
+  });
+
+  it('lists no events for a pod whose status says why it waits', async () => {
+    const { ex, rec } = executor({ pendingEventsMs: 100 });
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    kube.setPodStatus(NS, podName(a), { phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message: '0/3 nodes are available: 3 Insufficient cpu.' }] });
+    kube.addPodEvent(NS, podName(a), { reason: 'FailedScheduling', message: '0/3 nodes are available: 3 Insufficient cpu.', component: 'default-scheduler' });
+    await waitFor('pending reason', async () => rec.pending.length > 0);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(rec.pending.map((p) => p.reason)).toEqual(['POD_PENDING:Unschedulable:0/3 nodes are available: 3 Insufficient cpu.']);
+    expect(kube.requests().filter((r) => r.path.includes('/events'))).toEqual([]);
+  });
+
+  it('puts the last lines of a pod that failed before its agent reported (leoflow not in the image: exit 127) in the attempt\'s error', async () => {
+    await kube.close();
+    kube = await startFakeKubeApi({ namespaces: [NS] });
+    const noisy = Array.from({ length: 30 }, (_, i) => `line ${i}`).join('\n');
+    const { ex, rec } = executor({ pods: { namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['sh', '-c', `echo '${noisy}'; echo 'sh: 1: leoflow: not found' >&2; exit 127`, 'sh'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 } });
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    await waitFor('the attempt lost', async () => rec.lost.length > 0, 10_000);
+    const error = rec.lost[0]!.error;
+    expect(error).toMatch(/^POD_FAILED:Error:exit code 127; last lines: /);
+    expect(error).toContain('sh: 1: leoflow: not found');
+    // The tail only: the first lines are not there, the last ones are.
+    expect(error).toContain('line 29');
+    expect(error).not.toContain('line 5 ');
+    expect(error).not.toContain('line 0 ');
+    expect(error.length).toBeLessThan(2200);
+    expect(kube.requests().filter((r) => r.path.includes(`/pods/${podName(a)}/log`)).length).toBe(1);
+  });
+});

@@ -2,7 +2,8 @@ import { CoreV1Api, type KubeConfig, type V1Pod } from '@kubernetes/client-node'
 import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, Executor } from '../executor.js';
 import { apiVerdict } from './api-error.js';
-import { podCondition } from './pod-condition.js';
+import { latestWarning } from './latest-warning.js';
+import { isGenericPending, podCondition } from './pod-condition.js';
 import { attemptOfPod, LABEL, labelValue, POD_SELECTOR, podName } from './pod-identity.js';
 import { podGraceSeconds, podManifest, podNamespace, type PodSettings } from './pod-manifest.js';
 import { PodWatch } from './pod-watch.js';
@@ -48,6 +49,11 @@ export interface KubernetesExecutorOptions {
   requestTimeoutMs?: number;
   /** How often pending timeouts and finished pods' retention are looked at. Default 1 s. */
   sweepMs?: number;
+  /**
+   * A pod pending this long with no reason in its status has its events listed for one, and again
+   * at most this often. Default 5 s.
+   */
+  pendingEventsMs?: number;
 }
 
 /** One attempt whose pod this executor follows, from before its create until its pod is over. */
@@ -59,6 +65,12 @@ interface PodAttempt {
   createdAt: number;
   /** The pending reason written last, so an unchanged one is not written again. */
   pendingReason: string | null;
+  /** The pending reason the pod's status gives (null: none). */
+  statusReason: string | null;
+  /** Its latest Warning event as a pending reason, used while the status gives only a generic one. */
+  eventReason: string | null;
+  /** When its events were last listed (ms, performance clock); null: never. Infinity while a list is in flight (a slow API server gets one at a time). */
+  eventsAt: number | null;
   /** Unschedulable since (ms), for the pending timeout; null while it is not. */
   unschedulableSince: number | null;
   running: boolean;
@@ -73,6 +85,12 @@ const BACKOFF_MAX_MS = 10_000;
  * ever); if the first one landed after all, the second gets AlreadyExists.
  */
 const REQUEST_TIMEOUT_MS = 30_000;
+/** A failed pod's log tail in its attempt's error: at most these lines, bytes read, and characters kept. */
+const LOG_TAIL_LINES = 20;
+const LOG_TAIL_BYTES = 8192;
+const LOG_TAIL_CHARS = 2000;
+/** The attempt's end waits for its log tail this long at most: a slow API server must not hold its retry. */
+const LOG_TAIL_WAIT_MS = 5000;
 /** Retry-After beyond this is capped: the drainer comes back to look. */
 const RETRY_AFTER_MAX_MS = 60_000;
 
@@ -80,8 +98,9 @@ const RETRY_AFTER_MAX_MS = 60_000;
  * Runs each attempt as one pod (pod-manifest.ts) that runs `leoflow agent --once` for exactly
  * that attempt; its keepalives on the agent stream are the attempt's heartbeats. One watch per
  * namespace (pod-watch.ts) follows every pod: a pod that can never start, or that is lost, ends
- * its attempt at once with the pod's own reason; a pending pod's reason is the TI's pending
- * reason. Only the leader creates and follows pods: on taking the lead it lists them by label,
+ * its attempt at once with the pod's own reason (a failed one's with its last log lines); a
+ * pending pod's reason is the TI's pending reason (its latest Warning event when its status says
+ * only ContainerCreating). Only the leader creates and follows pods: on taking the lead it lists them by label,
  * adopts those of live attempts and deletes those of attempts that are over (`lead`).
  */
 export class KubernetesExecutor implements Executor {
@@ -386,10 +405,8 @@ export class KubernetesExecutor implements Executor {
       case 'pending':
         if (cond.unschedulable) p.unschedulableSince ??= performance.now();
         else p.unschedulableSince = null;
-        if (cond.reason !== p.pendingReason) {
-          p.pendingReason = cond.reason;
-          void this.#o.store.pending(p.attempt, cond.reason).catch((err: unknown) => this.#log.warn({ err, tiId: p.attempt.tiId }, 'could not write a pending reason'));
-        }
+        p.statusReason = cond.reason;
+        this.#notePending(p);
         return;
       case 'cannot-start':
         // It will never start; deleted at once so that it cannot start later beside the retry.
@@ -415,7 +432,7 @@ export class KubernetesExecutor implements Executor {
       case 'failed':
         p.over = true;
         this.#untrack(p);
-        void this.#lose(p, `POD_FAILED:${cond.reason}`);
+        void this.#lose(p, `POD_FAILED:${cond.reason}`, true);
         return;
       case 'lost':
         // Its node stopped answering: the pod may run on there, which no one can prove otherwise.
@@ -433,8 +450,13 @@ export class KubernetesExecutor implements Executor {
     const now = performance.now();
     const limit = this.#o.pods.podPendingTimeoutMs;
     const longer = `(pending longer than ${Math.round(limit / 1000)}s)`;
+    const eventsMs = this.#o.pendingEventsMs ?? 5000;
     for (const p of this.#live.values()) {
       if (p.over || p.running) continue;
+      if (isGenericPending(p.statusReason) && now - p.createdAt >= eventsMs && (p.eventsAt === null || now - p.eventsAt >= eventsMs)) {
+        p.eventsAt = Number.POSITIVE_INFINITY;
+        void this.#readEvents(p).finally(() => (p.eventsAt = performance.now()));
+      }
       if (p.unschedulableSince !== null && now - p.unschedulableSince >= limit) {
         void this.#fail(p, `POD_UNSCHEDULABLE:${(p.pendingReason ?? '').replace(/^POD_PENDING:(Unschedulable:)?/, '')} ${longer}`, 0);
       } else if (p.unschedulableSince === null && now - p.createdAt >= limit) {
@@ -462,7 +484,7 @@ export class KubernetesExecutor implements Executor {
   }
 
   #track(attempt: Attempt, namespace: string, createdAt: number): PodAttempt {
-    const p: PodAttempt = { attempt, name: podName(attempt), namespace, createdAt, pendingReason: null, unschedulableSince: null, running: false, over: false };
+    const p: PodAttempt = { attempt, name: podName(attempt), namespace, createdAt, pendingReason: null, statusReason: null, eventReason: null, eventsAt: null, unschedulableSince: null, running: false, over: false };
     this.#live.set(attempt.tiId, p);
     this.#byPod.set(`${namespace}/${p.name}`, p);
     return p;
@@ -488,7 +510,54 @@ export class KubernetesExecutor implements Executor {
     }
   }
 
-  async #lose(p: PodAttempt, error: string): Promise<void> {
+  /** Writes the pod's pending reason if it changed: its status's, or its latest warning's when the status's is generic. */
+  #notePending(p: PodAttempt): void {
+    const reason = isGenericPending(p.statusReason) && p.eventReason !== null ? p.eventReason : p.statusReason;
+    if (reason === p.pendingReason) return;
+    p.pendingReason = reason;
+    void this.#o.store.pending(p.attempt, reason).catch((err: unknown) => this.#log.warn({ err, tiId: p.attempt.tiId }, 'could not write a pending reason'));
+  }
+
+  /**
+   * A pod long pending with no reason in its status (a volume that does not mount, a sandbox that
+   * does not start): its latest Warning event says why. Listed from the sweep, rate-limited per
+   * pod, not per watch event: a pod that starts quickly costs no list.
+   */
+  async #readEvents(p: PodAttempt): Promise<void> {
+    try {
+      const list = await this.#api.listNamespacedEvent({ namespace: p.namespace, fieldSelector: `involvedObject.name=${p.name}` });
+      const uid = this.#watches.get(p.namespace)?.get(p.name)?.metadata?.uid;
+      const reason = latestWarning(list.items, uid);
+      if (reason === null || p.over || p.running) return;
+      p.eventReason = reason;
+      this.#notePending(p);
+    } catch (err) {
+      this.#log.debug({ pod: p.name, namespace: p.namespace, err: (err as Error).message.split('\n')[0] }, 'could not list the events of a pending pod');
+    }
+  }
+
+  /**
+   * The last lines its container wrote, for a pod that failed without its agent reporting the end
+   * (an image without `leoflow`, an agent that could not reach the server): bounded, and '' when
+   * they cannot be read (RBAC without pods/log, the pod gone).
+   */
+  async #logTail(p: PodAttempt): Promise<string> {
+    try {
+      const text = await answerWithin(this.#api.readNamespacedPodLog({ namespace: p.namespace, name: p.name, container: 'task', tailLines: LOG_TAIL_LINES, limitBytes: LOG_TAIL_BYTES }), Math.min(LOG_TAIL_WAIT_MS, this.#o.requestTimeoutMs ?? REQUEST_TIMEOUT_MS));
+      const lines = String(text).split('\n').map((l) => l.trimEnd()).filter((l) => l !== '').slice(-LOG_TAIL_LINES);
+      const joined = lines.join(' | ');
+      return joined.length > LOG_TAIL_CHARS ? `…${joined.slice(-LOG_TAIL_CHARS)}` : joined;
+    } catch (err) {
+      this.#log.debug({ pod: p.name, namespace: p.namespace, err: (err as Error).message.split('\n')[0] }, 'could not read the log of a failed pod');
+      return '';
+    }
+  }
+
+  async #lose(p: PodAttempt, error: string, withLogTail = false): Promise<void> {
+    if (withLogTail) {
+      const tail = await this.#logTail(p);
+      if (tail !== '') error = `${error}; last lines: ${tail}`;
+    }
     try {
       if (await this.#o.store.lost(p.attempt, error)) {
         this.#log.warn({ tiId: p.attempt.tiId, runId: p.attempt.runId, taskId: p.attempt.taskId, try: p.attempt.tryNumber, pod: p.name, error }, `task ${p.attempt.taskId} lost: ${error}`);

@@ -21,7 +21,7 @@ export type PodCondition =
   | { kind: 'lost'; reason: string };
 
 const cut = (s: string | undefined, n = 300) => (s ?? '').replace(/\s+/g, ' ').trim().slice(0, n);
-const withMessage = (reason: string, message: string | undefined) => (cut(message) === '' ? reason : `${reason}:${cut(message)}`);
+export const withMessage = (reason: string, message: string | undefined) => (cut(message) === '' ? reason : `${reason}:${cut(message)}`);
 
 export function podCondition(pod: V1Pod): PodCondition {
   const status = pod.status ?? {};
@@ -47,4 +47,12 @@ export function podCondition(pod: V1Pod): PodCondition {
   }
   const waiting = containers.map((c) => c.state?.waiting).find((w) => w?.reason);
   return { kind: 'pending', reason: waiting?.reason ? `POD_PENDING:${withMessage(waiting.reason, waiting.message)}` : null, unschedulable: false };
+}
+
+/**
+ * A pending reason that tells nothing the pod's events may not tell better: none, or the
+ * kubelet's bare ContainerCreating / PodInitializing (a volume that does not mount shows only there).
+ */
+export function isGenericPending(reason: string | null): boolean {
+  return reason === null || reason === 'POD_PENDING:ContainerCreating' || reason === 'POD_PENDING:PodInitializing';
 }
