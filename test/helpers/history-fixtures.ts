@@ -45,12 +45,7 @@ export interface PastRun {
 export async function pastRun(sql: Sql, r: PastRun): Promise<void> {
   const finished = r.state === 'success' || r.state === 'failed' || r.state === 'cancelled';
   const tiState: TiState = r.state === 'running' ? 'running' : r.state === 'queued' ? 'none' : r.state === 'success' ? 'success' : r.state === 'failed' ? 'failed' : 'cancelled';
-  await sql`
-    insert into dags (dag_id, spec, source, spec_hash, max_active_runs)
-    values (${r.dagId}, '{"tasks": []}', '', 'fixture', 1000) on conflict do nothing`;
-  await sql`
-    insert into dag_versions (dag_id, version, spec, max_active_runs)
-    values (${r.dagId}, 1, '{"tasks": []}', 1000) on conflict do nothing`;
+  await fixtureDag(sql, r.dagId);
   await sql`
     insert into dag_runs (id, dag_id, run_key, run_type, dag_version, logical_date, state, created_at, started_at, ended_at)
     overriding system value
@@ -100,12 +95,7 @@ export async function partitionNames(sql: Sql, table: 'events' | 'task_logs'): P
  * event a run.
  */
 export async function bulkPastRuns(sql: Sql, o: { dagId: string; runs: number; tisPerRun: number; daysBack: number }): Promise<void> {
-  await sql`
-    insert into dags (dag_id, spec, source, spec_hash, max_active_runs)
-    values (${o.dagId}, '{"tasks": []}', '', 'fixture', 1000) on conflict do nothing`;
-  await sql`
-    insert into dag_versions (dag_id, version, spec, max_active_runs)
-    values (${o.dagId}, 1, '{"tasks": []}', 1000) on conflict do nothing`;
+  await fixtureDag(sql, o.dagId);
   await sql`
     insert into dag_runs (dag_id, run_key, run_type, dag_version, logical_date, state, created_at, started_at, ended_at)
     select ${o.dagId}, 'bulk' || g, 'manual', 1, x.t, 'success', x.t, x.t, x.t
@@ -127,4 +117,14 @@ export async function bulkPastRuns(sql: Sql, o: { dagId: string; runs: number; t
     insert into task_logs (ti_id, try_number, seq, stream, line, at)
     select t.id, 1, g, 'stdout', 'line ' || g, t.ended_at
     from task_instances t join dag_runs r on r.id = t.run_id, generate_series(1, 3) g where r.dag_id = ${o.dagId}`;
+}
+
+/** The DAG past runs belong to, with the version 1 they name, unless it is there already. */
+async function fixtureDag(sql: Sql, dagId: string): Promise<void> {
+  await sql`
+    insert into dags (dag_id, spec, source, spec_hash, max_active_runs)
+    values (${dagId}, '{"tasks": []}', '', 'fixture', 1000) on conflict do nothing`;
+  await sql`
+    insert into dag_versions (dag_id, version, spec, max_active_runs)
+    values (${dagId}, 1, '{"tasks": []}', 1000) on conflict do nothing`;
 }
