@@ -3,7 +3,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { podName } from '../../src/executors/kubernetes/pod-identity.js';
+import { LABEL } from '../../src/executors/kubernetes/pod-identity.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
 import { freePort } from '../helpers/global-setup.js';
 import { BIN, cli, runCommand, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
@@ -73,7 +73,8 @@ async function ended(runId: string, timeoutMs = 30_000): Promise<Ti> {
   }, timeoutMs, 50);
 }
 
-const podOf = (t: Ti, tryNumber = t.try_number) => podName({ dagId: t.dag_id, runId: t.run_id, taskId: t.task_id, tiId: t.id, tryNumber });
+/** The pod of a TI's try, by the labels of what was POSTed (its name hashes the attempt's token). */
+const podOf = (t: Ti, tryNumber = t.try_number) => kube.postedPodName({ [LABEL.ti]: t.id, [LABEL.try]: String(tryNumber) }) ?? `(no pod posted for ti ${t.id} try ${tryNumber})`;
 
 beforeAll(async () => {
   db = await createTestDatabase();

@@ -72,11 +72,11 @@ it('a standby leads after the leader is SIGKILLed, adopts the live pods, and eve
     return rows.length === 2 && rows.every((r) => r.state !== 'running' && r.state !== 'queued');
   }, 90_000, 200);
 
-  const tis = await db.sql<{ id: string; run_id: string; task_id: string; state: string; try_number: number }[]>`
-    select id, run_id, task_id, state, try_number from task_instances where run_id = any(${runs}::bigint[])`;
+  const tis = await db.sql<{ id: string; run_id: string; task_id: string; state: string; try_number: number; attempt_token: string }[]>`
+    select id, run_id, task_id, state, try_number, attempt_token from task_instances where run_id = any(${runs}::bigint[])`;
   expect(tis.map((t) => t.state)).toEqual(Array(6).fill('success'));
   for (const t of tis) {
     expect(t.try_number).toBe(1);
-    expect(kube.createCount(NS, podName({ dagId: 'work', runId: t.run_id, taskId: t.task_id, tiId: t.id, tryNumber: 1 }))).toBe(1);
+    expect(kube.createCount(NS, podName({ dagId: 'work', runId: t.run_id, taskId: t.task_id, tiId: t.id, tryNumber: 1, attemptToken: t.attempt_token }))).toBe(1);
   }
 });

@@ -64,8 +64,9 @@ async function burst(key: string, latencyMs: number): Promise<{ steps: number; s
   const r = await cli(server.url, ['run', 'trigger', 'wide', '--key', key, '--output', 'json']);
   const runId = (JSON.parse(r.stdout) as { run_id: string }).run_id;
   const tis = await waitFor('every pod created', async () => {
-    const rows = await db.sql<{ id: string; task_id: string; try_number: number; state: string }[]>`select id, task_id, try_number, state from task_instances where run_id = ${runId}`;
-    const names = rows.map((t) => podName({ dagId: 'wide', runId, taskId: t.task_id, tiId: t.id, tryNumber: t.try_number }));
+    const rows = await db.sql<{ id: string; task_id: string; try_number: number; state: string; attempt_token: string | null }[]>`select id, task_id, try_number, state, attempt_token from task_instances where run_id = ${runId}`;
+    if (rows.some((t) => t.attempt_token === null)) return null;
+    const names = rows.map((t) => podName({ dagId: 'wide', runId, taskId: t.task_id, tiId: t.id, tryNumber: t.try_number, attemptToken: t.attempt_token! }));
     return rows.length === TASKS && names.every((n) => kube.pod(NS, n) !== undefined) ? rows.map((t, i) => ({ ...t, pod: names[i]! })) : null;
   }, 60_000, 100);
   const tookMs = Date.now() - started;

@@ -193,6 +193,24 @@ describe('kubernetes executor', () => {
     await waitFor('adopted pod lost', async () => next.rec.lost.some((l) => l.tiId === live.tiId));
   });
 
+  it('never takes a pod left by an earlier database (same ids, another token) for a new attempt: its own pod is created, the old one deleted', async () => {
+    // Ids start again after a database is reset: the old pod has this attempt's dag, run, task,
+    // ti and try, and runs on with a token the new database never issued.
+    const fresh = attempt();
+    const old = { ...fresh, attemptToken: randomUUID() };
+    const before = executor();
+    await before.ex.lead(true);
+    await before.ex.dispatch(old);
+    kube.setPodStatus(NS, podName(old), running);
+    await before.ex.lead(false);
+    const after = executor({}, [{ attempt: fresh, running: false }]);
+    await after.ex.lead(true);
+    await waitFor('the new attempt\'s own pod created', async () => kube.createCount(NS, podName(fresh)) === 1);
+    await waitFor('the old pod deleted', async () => kube.pod(NS, podName(old)) === undefined);
+    expect(podName(fresh)).not.toBe(podName(old));
+    expect(after.rec.lost).toEqual([]);
+  });
+
   it('removes finished pods per the retention: succeeded at once, failed after keep_failed', async () => {
     const { ex } = executor({ pods: { namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 600 } });
     await ex.lead(true);

@@ -9,7 +9,7 @@ import { podCondition } from '../../src/executors/kubernetes/pod-condition.js';
 import { attemptOfPod, labelValue, podLabels, podName } from '../../src/executors/kubernetes/pod-identity.js';
 import { dns1123LabelProblem, labelValueProblem, parseQuantity } from '../../src/core/kubernetes-names.js';
 
-const id = { dagId: 'etl', runId: '12', taskId: 'load', tiId: '345', tryNumber: 1 };
+const id = { dagId: 'etl', runId: '12', taskId: 'load', tiId: '345', tryNumber: 1, attemptToken: '0b9c2c39-4f1e-4a51-9b7e-3d2f0c9a1e11' };
 
 describe('pod names and labels', () => {
   it('names each attempt with a valid DNS-1123 label, the same every time, another for each try', () => {
@@ -17,6 +17,13 @@ describe('pod names and labels', () => {
     expect(name).toMatch(/^lf-etl-load-[0-9a-f]{12}$/);
     expect(podName(id)).toBe(name);
     expect(podName({ ...id, tryNumber: 2 })).not.toBe(name);
+  });
+
+  it('names another attempt of the same ids (a database reset starts ids again) another pod, with no trace of the token', () => {
+    const other = podName({ ...id, attemptToken: 'f3a1e0d2-7c55-4d0e-8a3b-1e2f4a5b6c7d' });
+    expect(other).not.toBe(podName(id));
+    expect(other).toMatch(/^lf-etl-load-[0-9a-f]{12}$/);
+    expect(podName(id)).not.toContain(id.attemptToken.slice(0, 8));
   });
 
   it('tells ids that contain "-" apart (a-1 + x is not a + 1-x)', () => {

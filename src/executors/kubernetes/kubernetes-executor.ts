@@ -1,12 +1,16 @@
 import { CoreV1Api, type KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, Executor } from '../executor.js';
-import { apiVerdict } from './api-error.js';
-import { latestWarning } from './latest-warning.js';
+import { createPod } from './create-pod.js';
+import { expiredFinishedPods } from './finished-pods.js';
+import { readLatestWarning } from './latest-warning.js';
+import { PodAttempts, type PodAttempt } from './pod-attempts.js';
 import { isGenericPending, podCondition } from './pod-condition.js';
-import { attemptOfPod, LABEL, labelValue, POD_SELECTOR, podName } from './pod-identity.js';
+import { LABEL, labelValue, POD_SELECTOR, podName } from './pod-identity.js';
+import { podLogTail } from './pod-log-tail.js';
 import { podGraceSeconds, podManifest, podNamespace, type PodSettings } from './pod-manifest.js';
 import { PodWatch } from './pod-watch.js';
+import { attemptKey, podsAtLead } from './pods-at-lead.js';
 
 /** The store operations the executor needs beyond the reporter (passed in: executors never import db). */
 export interface KubernetesStore {
@@ -56,43 +60,13 @@ export interface KubernetesExecutorOptions {
   pendingEventsMs?: number;
 }
 
-/** One attempt whose pod this executor follows, from before its create until its pod is over. */
-interface PodAttempt {
-  attempt: Attempt;
-  name: string;
-  namespace: string;
-  /** When the create was sent (ms, performance clock): the start latency is measured from here. */
-  createdAt: number;
-  /** The pending reason written last, so an unchanged one is not written again. */
-  pendingReason: string | null;
-  /** The pending reason the pod's status gives (null: none). */
-  statusReason: string | null;
-  /** Its latest Warning event as a pending reason, used while the status gives only a generic one. */
-  eventReason: string | null;
-  /** When its events were last listed (ms, performance clock); null: never. Infinity while a list is in flight (a slow API server gets one at a time). */
-  eventsAt: number | null;
-  /** Unschedulable since (ms), for the pending timeout; null while it is not. */
-  unschedulableSince: number | null;
-  running: boolean;
-  /** Set once its end is decided here (failed to start, lost) or its pod is over: nothing more is reported. */
-  over: boolean;
-}
-
-const BACKOFF_MIN_MS = 200;
-const BACKOFF_MAX_MS = 10_000;
 /**
  * A create with no answer this long is sent again (a hung connection must not hold a drainer for
  * ever); if the first one landed after all, the second gets AlreadyExists.
  */
 const REQUEST_TIMEOUT_MS = 30_000;
-/** A failed pod's log tail in its attempt's error: at most these lines, bytes read, and characters kept. */
-const LOG_TAIL_LINES = 20;
-const LOG_TAIL_BYTES = 8192;
-const LOG_TAIL_CHARS = 2000;
 /** The attempt's end waits for its log tail this long at most: a slow API server must not hold its retry. */
 const LOG_TAIL_WAIT_MS = 5000;
-/** Retry-After beyond this is capped: the drainer comes back to look. */
-const RETRY_AFTER_MAX_MS = 60_000;
 
 /**
  * Runs each attempt as one pod (pod-manifest.ts) that runs `leoflow agent --once` for exactly
@@ -109,9 +83,7 @@ export class KubernetesExecutor implements Executor {
   readonly #api: CoreV1Api;
   readonly #log: Logger;
   readonly #watches = new Map<string, PodWatch>();
-  /** By ti id, and by pod name (`namespace/name`). */
-  readonly #live = new Map<string, PodAttempt>();
-  readonly #byPod = new Map<string, PodAttempt>();
+  readonly #live = new PodAttempts();
   /** Waiters for a pod to be gone, by `namespace/name`. */
   readonly #gone = new Map<string, (() => void)[]>();
   /** When each finished pod was first seen finished (ms, wall clock), for retention. */
@@ -138,7 +110,7 @@ export class KubernetesExecutor implements Executor {
    * yet: the heartbeat reaper must not take its attempt. Once it runs, its keepalives speak for it.
    */
   holdsLive(tiId: string, attemptToken: string): boolean {
-    const p = this.#live.get(tiId);
+    const p = this.#live.byTi(tiId);
     return p !== undefined && p.attempt.attemptToken === attemptToken && !p.over && !p.running;
   }
 
@@ -154,7 +126,7 @@ export class KubernetesExecutor implements Executor {
   }
 
   cancel(tiId: string, reason: string): boolean {
-    const p = this.#live.get(tiId);
+    const p = this.#live.byTi(tiId);
     if (!p) return false;
     this.#log.info({ tiId, pod: p.name, namespace: p.namespace, reason }, 'deleting the pod of a stopped attempt');
     void this.#deletePod(p.namespace, p.name, podGraceSeconds(this.#o.pods.killGraceMs));
@@ -191,46 +163,34 @@ export class KubernetesExecutor implements Executor {
     const namespaces = new Set([this.#o.pods.namespace, ...active.map((a) => podNamespace(a, this.#o.pods))]);
     await Promise.all([...namespaces].map((ns) => this.#watch(ns).ready));
     if (epoch !== this.#epoch) return;
-    const byKey = new Map(active.map((a) => [`${a.tiId}/${a.tryNumber}`, a]));
+    const found = podsAtLead(active, this.#watches.values(), (ns, name) => this.#live.byPod(ns, name) !== undefined);
     let adopted = 0;
-    const strays: { namespace: string; name: string; key: string }[] = [];
-    for (const w of this.#watches.values()) {
-      for (const pod of [...w.pods()]) {
-        const key = attemptOfPod(pod.metadata?.labels);
-        if (!key) continue;
-        const attempt = byKey.get(`${key.tiId}/${key.tryNumber}`);
-        const cond = podCondition(pod);
-        if (attempt && podName(attempt) === pod.metadata!.name) {
-          if (!this.#live.has(attempt.tiId)) {
-            const p = this.#track(attempt, w.namespace, pod.metadata!.creationTimestamp ? performance.now() - (Date.now() - new Date(pod.metadata!.creationTimestamp).getTime()) : performance.now());
-            adopted++;
-            this.#onPod(p, 'MODIFIED', pod);
-          }
-        } else if (cond.kind !== 'succeeded' && cond.kind !== 'failed' && !this.#byPod.has(`${w.namespace}/${pod.metadata!.name}`)) {
-          strays.push({ namespace: w.namespace, name: pod.metadata!.name!, key: `${key.tiId}/${key.tryNumber}` });
-        }
-      }
+    for (const { attempt, namespace, pod } of found.adopt) {
+      if (this.#live.byTi(attempt.tiId)) continue;
+      const created = pod.metadata!.creationTimestamp;
+      this.#onPod(this.#live.track(attempt, namespace, created ? performance.now() - (Date.now() - new Date(created).getTime()) : performance.now()), 'MODIFIED', pod);
+      adopted++;
     }
     // Its attempt is over (ended, reaped, retried): the pod must not run on beside the next. Read
     // again first: an attempt claimed since the first read (by the leader before us, in an
     // overlap) has a pod that is not a stray.
-    const current = strays.length === 0 ? new Map<string, Attempt>() : new Map((await this.#o.store.active()).map((r) => [`${r.attempt.tiId}/${r.attempt.tryNumber}`, r.attempt]));
+    const current = found.strays.length === 0 ? new Map<string, Attempt>() : new Map((await this.#o.store.active()).map((r) => [attemptKey(r.attempt), r.attempt]));
     let deleted = 0;
-    for (const s of strays) {
-      if (this.#byPod.has(`${s.namespace}/${s.name}`) || epoch !== this.#epoch) continue;
+    for (const s of found.strays) {
+      if (this.#live.byPod(s.namespace, s.name) || epoch !== this.#epoch) continue;
       const late = current.get(s.key);
       const pod = this.#watches.get(s.namespace)?.get(s.name);
       if (late && podName(late) === s.name) {
-        if (pod && !this.#live.has(late.tiId)) {
+        if (pod && !this.#live.byTi(late.tiId)) {
           adopted++;
-          this.#onPod(this.#track(late, s.namespace, performance.now()), 'MODIFIED', pod);
+          this.#onPod(this.#live.track(late, s.namespace, performance.now()), 'MODIFIED', pod);
         }
         continue;
       }
       deleted++;
       void this.#deletePod(s.namespace, s.name, 0);
     }
-    const missing = active.filter((a) => !this.#live.has(a.tiId));
+    const missing = active.filter((a) => !this.#live.byTi(a.tiId));
     for (const a of missing) {
       if (!running.has(a.tiId)) {
         // Queued, its pod never created or not yet visible: create it (idempotent by its name).
@@ -255,7 +215,7 @@ export class KubernetesExecutor implements Executor {
     const watch = this.#watch(namespace);
     await watch.ready;
     if (!(await this.#earlierTriesGone(watch, attempt))) return;
-    const p = this.#track(attempt, namespace, performance.now());
+    const p = this.#live.track(attempt, namespace, performance.now());
     const created = await this.#create(p);
     if (!created) return;
     // The watch may have told of the pod before the create answered: look at it now.
@@ -263,46 +223,36 @@ export class KubernetesExecutor implements Executor {
     if (pod) this.#onPod(p, 'MODIFIED', pod);
   }
 
-  /** Sends the create until the server answers for good; false when the attempt was ended here. */
+  /** Sends the create until the server answers for good (create-pod.ts); false when the attempt was ended here. */
   async #create(p: PodAttempt): Promise<boolean> {
-    const body = podManifest(p.attempt, this.#o.pods);
-    const deadline = performance.now() + (this.#o.createRetryMs ?? 300_000);
     const epoch = this.#epoch;
-    let backoff = BACKOFF_MIN_MS;
-    for (;;) {
-      p.createdAt = performance.now();
-      let verdict;
-      try {
-        await answerWithin(this.#api.createNamespacedPod({ namespace: p.namespace, body }), this.#o.requestTimeoutMs ?? REQUEST_TIMEOUT_MS);
+    const outcome = await createPod({
+      api: this.#api,
+      namespace: p.namespace,
+      body: podManifest(p.attempt, this.#o.pods),
+      log: this.#log,
+      retryMs: this.#o.createRetryMs ?? 300_000,
+      requestTimeoutMs: this.#o.requestTimeoutMs ?? REQUEST_TIMEOUT_MS,
+      stillWanted: () => !this.#shutdown && epoch === this.#epoch && !p.over,
+      onSend: () => (p.createdAt = performance.now()),
+      onError: (reason) => this.#o.metrics?.podCreateError(reason),
+    });
+    switch (outcome.kind) {
+      case 'created':
         this.#o.metrics?.podCreated();
         this.#log.debug({ tiId: p.attempt.tiId, try: p.attempt.tryNumber, pod: p.name, namespace: p.namespace }, 'pod created');
         return true;
-      } catch (err) {
-        verdict = apiVerdict(err);
-      }
-      if (verdict.kind === 'exists') {
+      case 'exists':
         // A leader overlap or a retried create: the pod of this attempt is there, by its name.
         this.#log.info({ tiId: p.attempt.tiId, pod: p.name }, 'pod exists already (AlreadyExists): following it');
         return true;
-      }
-      this.#o.metrics?.podCreateError(verdict.reason);
-      if (verdict.kind === 'refused') {
-        await this.#fail(p, `POD_CREATE_REFUSED:${verdict.code} ${verdict.reason}${verdict.message ? `: ${verdict.message}` : ''}`);
+      case 'failed':
+        await this.#fail(p, outcome.error);
         return false;
-      }
-      const wait = Math.min(RETRY_AFTER_MAX_MS, verdict.afterMs ?? backoff / 2 + Math.random() * (backoff / 2));
-      backoff = Math.min(BACKOFF_MAX_MS, backoff * 2);
-      if (performance.now() + wait > deadline) {
-        await this.#fail(p, `POD_CREATE_FAILED:${verdict.reason}: the API server did not take the pod within ${Math.round((this.#o.createRetryMs ?? 300_000) / 1000)}s${verdict.message ? `: ${verdict.message}` : ''}`);
-        return false;
-      }
-      this.#log.warn({ tiId: p.attempt.tiId, pod: p.name, reason: verdict.reason, retryInMs: Math.round(wait) }, 'pod create not taken: retrying');
-      await new Promise((r) => setTimeout(r, wait));
-      if (this.#shutdown || epoch !== this.#epoch || p.over) {
+      case 'abandoned':
         // No longer ours to create: the next leader lists the queued attempt and creates it.
-        this.#untrack(p);
+        this.#live.untrack(p);
         return false;
-      }
     }
   }
 
@@ -331,7 +281,7 @@ export class KubernetesExecutor implements Executor {
     }));
     if (gone.every(Boolean)) return true;
     const error = `POD_PREVIOUS_TRY_NOT_GONE: the pod of an earlier try (${names.filter((_, i) => !gone[i]).join(', ')}) was not gone within ${Math.round(waitMs / 1000)}s; not starting beside it`;
-    const p = this.#track(attempt, watch.namespace, performance.now());
+    const p = this.#live.track(attempt, watch.namespace, performance.now());
     await this.#fail(p, error);
     return false;
   }
@@ -373,7 +323,6 @@ export class KubernetesExecutor implements Executor {
     if (this.#sweepTimer) clearInterval(this.#sweepTimer);
     this.#sweepTimer = null;
     this.#live.clear();
-    this.#byPod.clear();
     this.#finishedAt.clear();
   }
 
@@ -385,18 +334,18 @@ export class KubernetesExecutor implements Executor {
       this.#gone.delete(key);
       void this.#o.store.podGone(pod.metadata!.name!).catch((err: unknown) => this.#log.warn({ err, pod: pod.metadata?.name }, 'could not forget the agent of a deleted pod'));
     }
-    const p = this.#byPod.get(key);
+    const p = this.#live.byPod(namespace, pod.metadata!.name!);
     if (p) this.#onPod(p, type, pod);
   }
 
   /** What a pod's change means for its attempt. */
   #onPod(p: PodAttempt, type: 'ADDED' | 'MODIFIED' | 'DELETED', pod: V1Pod): void {
     if (p.over) {
-      if (type === 'DELETED') this.#untrack(p);
+      if (type === 'DELETED') this.#live.untrack(p);
       return;
     }
     if (type === 'DELETED') {
-      this.#untrack(p);
+      this.#live.untrack(p);
       void this.#lose(p, `POD_DELETED: pod ${p.name} in namespace ${p.namespace} was deleted before its attempt ended`);
       return;
     }
@@ -426,12 +375,12 @@ export class KubernetesExecutor implements Executor {
         // The agent exits 0 once its attempt's end is recorded: nothing to say, unless it never
         // got its attempt (it was over before the pod started), which the guarded write ignores.
         p.over = true;
-        this.#untrack(p);
+        this.#live.untrack(p);
         void this.#o.store.lost(p.attempt, `POD_SUCCEEDED_WITHOUT_REPORT: pod ${p.name} ended without the attempt's end being recorded`).catch(() => {});
         return;
       case 'failed':
         p.over = true;
-        this.#untrack(p);
+        this.#live.untrack(p);
         void this.#lose(p, `POD_FAILED:${cond.reason}`, true);
         return;
       case 'lost':
@@ -465,35 +414,7 @@ export class KubernetesExecutor implements Executor {
         void this.#fail(p, `POD_PENDING_TIMEOUT:${(p.pendingReason ?? 'POD_PENDING').replace(/^POD_PENDING:?/, '') || 'no reason given'} ${longer}`, 0);
       }
     }
-    const wall = Date.now();
-    for (const w of this.#watches.values()) {
-      for (const pod of w.pods()) {
-        const cond = podCondition(pod);
-        if (cond.kind !== 'succeeded' && cond.kind !== 'failed') continue;
-        const key = `${w.namespace}/${pod.metadata!.name}`;
-        if (pod.metadata?.deletionTimestamp) continue;
-        const since = this.#finishedAt.get(key) ?? finishedTime(pod) ?? wall;
-        this.#finishedAt.set(key, since);
-        const keep = cond.kind === 'succeeded' ? this.#o.pods.keepSucceededMs : this.#o.pods.keepFailedMs;
-        if (wall - since >= keep) {
-          this.#finishedAt.set(key, Number.POSITIVE_INFINITY);
-          void this.#deletePod(w.namespace, pod.metadata!.name!, 0);
-        }
-      }
-    }
-  }
-
-  #track(attempt: Attempt, namespace: string, createdAt: number): PodAttempt {
-    const p: PodAttempt = { attempt, name: podName(attempt), namespace, createdAt, pendingReason: null, statusReason: null, eventReason: null, eventsAt: null, unschedulableSince: null, running: false, over: false };
-    this.#live.set(attempt.tiId, p);
-    this.#byPod.set(`${namespace}/${p.name}`, p);
-    return p;
-  }
-
-  #untrack(p: PodAttempt): void {
-    if (this.#live.get(p.attempt.tiId) === p) this.#live.delete(p.attempt.tiId);
-    const key = `${p.namespace}/${p.name}`;
-    if (this.#byPod.get(key) === p) this.#byPod.delete(key);
+    for (const pod of expiredFinishedPods(this.#watches.values(), this.#finishedAt, this.#o.pods, Date.now())) void this.#deletePod(pod.namespace, pod.name, 0);
   }
 
   /** The attempt failed here (its pod refused or never going to start): reported, its retries apply. */
@@ -502,7 +423,7 @@ export class KubernetesExecutor implements Executor {
     p.over = true;
     this.#log.warn({ tiId: p.attempt.tiId, runId: p.attempt.runId, taskId: p.attempt.taskId, try: p.attempt.tryNumber, pod: p.name, error }, `task ${p.attempt.taskId}: ${error}`);
     if (deleteGraceS !== undefined) await this.#deletePod(p.namespace, p.name, deleteGraceS);
-    this.#untrack(p);
+    this.#live.untrack(p);
     try {
       await this.#o.reporter.finished(p.attempt, { outcome: 'spawn_failed', exitCode: null, signal: null, error });
     } catch (err) {
@@ -525,9 +446,7 @@ export class KubernetesExecutor implements Executor {
    */
   async #readEvents(p: PodAttempt): Promise<void> {
     try {
-      const list = await this.#api.listNamespacedEvent({ namespace: p.namespace, fieldSelector: `involvedObject.name=${p.name}` });
-      const uid = this.#watches.get(p.namespace)?.get(p.name)?.metadata?.uid;
-      const reason = latestWarning(list.items, uid);
+      const reason = await readLatestWarning(this.#api, p.namespace, p.name, this.#watches.get(p.namespace)?.get(p.name)?.metadata?.uid);
       if (reason === null || p.over || p.running) return;
       p.eventReason = reason;
       this.#notePending(p);
@@ -536,26 +455,9 @@ export class KubernetesExecutor implements Executor {
     }
   }
 
-  /**
-   * The last lines its container wrote, for a pod that failed without its agent reporting the end
-   * (an image without `leoflow`, an agent that could not reach the server): bounded, and '' when
-   * they cannot be read (RBAC without pods/log, the pod gone).
-   */
-  async #logTail(p: PodAttempt): Promise<string> {
-    try {
-      const text = await answerWithin(this.#api.readNamespacedPodLog({ namespace: p.namespace, name: p.name, container: 'task', tailLines: LOG_TAIL_LINES, limitBytes: LOG_TAIL_BYTES }), Math.min(LOG_TAIL_WAIT_MS, this.#o.requestTimeoutMs ?? REQUEST_TIMEOUT_MS));
-      const lines = String(text).split('\n').map((l) => l.trimEnd()).filter((l) => l !== '').slice(-LOG_TAIL_LINES);
-      const joined = lines.join(' | ');
-      return joined.length > LOG_TAIL_CHARS ? `…${joined.slice(-LOG_TAIL_CHARS)}` : joined;
-    } catch (err) {
-      this.#log.debug({ pod: p.name, namespace: p.namespace, err: (err as Error).message.split('\n')[0] }, 'could not read the log of a failed pod');
-      return '';
-    }
-  }
-
   async #lose(p: PodAttempt, error: string, withLogTail = false): Promise<void> {
     if (withLogTail) {
-      const tail = await this.#logTail(p);
+      const tail = await podLogTail(this.#api, p.namespace, p.name, Math.min(LOG_TAIL_WAIT_MS, this.#o.requestTimeoutMs ?? REQUEST_TIMEOUT_MS), this.#log);
       if (tail !== '') error = `${error}; last lines: ${tail}`;
     }
     try {
@@ -575,27 +477,6 @@ export class KubernetesExecutor implements Executor {
       this.#log.warn({ namespace, pod: name, err: (err as Error).message.split('\n')[0] }, 'could not delete a pod (the next sweep or leader tries again)');
     }
   }
-}
-
-/** The request's answer, or a rejection without a status code (a retry) when none comes in time. */
-async function answerWithin<T>(request: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer from the API server within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([request, timeout]);
-  } finally {
-    clearTimeout(timer);
-    request.catch(() => {});
-  }
-}
-
-/** When the pod's containers ended (ms), if it says. */
-function finishedTime(pod: V1Pod): number | null {
-  const times = (pod.status?.containerStatuses ?? []).map((c) => c.state?.terminated?.finishedAt).filter((t): t is Date => t !== undefined && t !== null);
-  if (times.length === 0) return null;
-  return Math.max(...times.map((t) => new Date(t).getTime()));
 }
 
 export function createKubernetesExecutor(o: KubernetesExecutorOptions): KubernetesExecutor {

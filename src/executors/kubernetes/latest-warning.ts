@@ -2,7 +2,7 @@
  * The pending reason a pod's events give when its status gives none: its latest Warning event
  * (FailedMount, FailedCreatePodSandBox, FailedScheduling...), as `POD_PENDING:<reason>:<message>`.
  */
-import type { CoreV1Event } from '@kubernetes/client-node';
+import type { CoreV1Api, CoreV1Event } from '@kubernetes/client-node';
 import { withMessage } from './pod-condition.js';
 
 const when = (e: CoreV1Event): number => {
@@ -19,4 +19,10 @@ export function latestWarning(events: readonly CoreV1Event[], podUid?: string): 
     if (best === null || when(e) >= when(best)) best = e;
   }
   return best ? `POD_PENDING:${withMessage(best.reason!, best.message)}` : null;
+}
+
+/** The latest Warning event of one pod, listed from the API server; null when it has none. */
+export async function readLatestWarning(api: CoreV1Api, namespace: string, name: string, podUid?: string): Promise<string | null> {
+  const list = await api.listNamespacedEvent({ namespace, fieldSelector: `involvedObject.name=${name}` });
+  return latestWarning(list.items, podUid);
 }

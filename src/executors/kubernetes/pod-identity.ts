@@ -1,8 +1,11 @@
 /**
- * The name and labels of an attempt's pod. The name is a pure function of (dag, run, task, try),
- * so two leaders (or a retried dispatch) name the same pod and the API server's AlreadyExists
- * collapses the duplicate; a hash of the ids, joined unambiguously, keeps `a-1`+`x` and `a`+`1-x`
- * apart, and the readable part is only a hint for humans.
+ * The name and labels of an attempt's pod. The name is a pure function of the attempt (dag, run,
+ * task, try and its token), so two leaders (or a retried dispatch) name the same pod and the API
+ * server's AlreadyExists collapses the duplicate; a hash of them, joined unambiguously, keeps
+ * `a-1`+`x` and `a`+`1-x` apart, and the readable part is only a hint for humans. The token makes
+ * it one attempt's alone: ids start again after a database is reset, and a pod left by the old
+ * one must never answer a create (AlreadyExists) or an adoption for a new attempt. Only a hash of
+ * the token is in the name: the token is the pod agent's credential.
  */
 import { createHash } from 'node:crypto';
 import { labelValueProblem } from '../../core/kubernetes-names.js';
@@ -27,6 +30,7 @@ export interface PodIdentity {
   taskId: string;
   tiId: string;
   tryNumber: number;
+  attemptToken: string;
 }
 
 const hash = (parts: unknown[], hexChars: number) => createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, hexChars);
@@ -34,7 +38,7 @@ const hash = (parts: unknown[], hexChars: number) => createHash('sha256').update
 /** `lf-<dag>-<task>-<hash>`: a DNS-1123 label of at most 63 characters, one per attempt. */
 export function podName(p: PodIdentity): string {
   const slug = `${p.dagId}-${p.taskId}`.toLowerCase().replace(/[^a-z0-9-]+/g, '-').replace(/-+/g, '-').slice(0, 40).replace(/^-+|-+$/g, '');
-  return `lf-${slug === '' ? '' : `${slug}-`}${hash([p.dagId, p.runId, p.taskId, p.tryNumber], 12)}`;
+  return `lf-${slug === '' ? '' : `${slug}-`}${hash([p.dagId, p.runId, p.taskId, p.tryNumber, p.attemptToken], 12)}`;
 }
 
 /** A label value for `s`: itself when valid, else a cut of it with a hash of the whole. */

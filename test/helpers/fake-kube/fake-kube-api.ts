@@ -123,6 +123,8 @@ export class FakeKubeApi {
   private readonly log: RequestRecord[] = [];
   private readonly creates = new Map<string, number>();
   private readonly createPosts = new Map<string, number>();
+  /** The labels of every pod name POSTed, by `namespace/name`, in order. */
+  private readonly postedLabels = new Map<string, Record<string, string>>();
   private readonly manualTimers = new Set<NodeJS.Timeout>();
   private readonly bookmarkIntervalMs: number;
   private readonly manual: boolean;
@@ -307,6 +309,18 @@ export class FakeKubeApi {
   /** Every POST naming this pod, whatever its answer. */
   createAttempts(namespace: string, name: string): number {
     return this.createPosts.get(`${namespace}/${name}`) ?? 0;
+  }
+
+  /**
+   * The name of the first pod POSTed (to this namespace, or to any) with all of these labels,
+   * whatever its answer: a name hashing a secret the test does not know is found by its labels.
+   */
+  postedPodName(labels: Record<string, string>, namespace?: string): string | undefined {
+    for (const [key, have] of this.postedLabels) {
+      const [ns, name] = [key.slice(0, key.indexOf('/')), key.slice(key.indexOf('/') + 1)];
+      if ((namespace === undefined || ns === namespace) && Object.entries(labels).every(([k, v]) => have[k] === v)) return name;
+    }
+    return undefined;
   }
 
   requests(): RequestRecord[] {
@@ -635,7 +649,10 @@ export class FakeKubeApi {
     input.metadata ??= {};
     if (!input.metadata.name && input.metadata.generateName) input.metadata.name = `${input.metadata.generateName}${randomBytes(3).toString('hex').slice(0, 5)}`;
     const name: string = input.metadata.name ?? '';
-    if (name) this.createPosts.set(`${ns}/${name}`, (this.createPosts.get(`${ns}/${name}`) ?? 0) + 1);
+    if (name) {
+      this.createPosts.set(`${ns}/${name}`, (this.createPosts.get(`${ns}/${name}`) ?? 0) + 1);
+      if (input.metadata.labels && typeof input.metadata.labels === 'object') this.postedLabels.set(`${ns}/${name}`, { ...input.metadata.labels });
+    }
     if (!this.namespaces.has(ns)) throw notFound('namespaces', ns);
     const sa = input.spec?.serviceAccountName ?? input.spec?.serviceAccount ?? 'default';
     if (typeof sa === 'string' && !this.serviceAccounts.has(`${ns}/${sa}`)) {

@@ -60,7 +60,7 @@ import { FakeKubeApi, type FakeKubeApiOptions } from './fake-kube-api.js';
  * failures (`failNext`: any status with its Status body and Retry-After, or a dropped connection,
  * before or after the request takes effect) are injectable, and `limitInflight` answers 429 past
  * a number of requests served at once, as API Priority and Fairness does. Introspection: `pods()`, `pod()`,
- * `events()`, `createCount()` (successful creates of a name), `createAttempts()`, `requests()`
+ * `events()`, `createCount()` (successful creates of a name), `createAttempts()`, `postedPodName()` (a pod's name by its labels), `requests()`
  * (verb, path, status, arrival, duration), `openWatches()`, `processes()`, `containerLogs()`.
  * `close()` SIGKILLs every process group it started and waits for each, and closes every
  * connection. A container is its process group: a process that leaves it (setsid) is beyond the
