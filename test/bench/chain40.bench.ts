@@ -4,6 +4,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { median, round } from './pg-xacts.js';
 import { reportRatios } from './ratios.js';
@@ -121,6 +122,7 @@ describe('chain-40', () => {
       await runChain(db, s, 'chain_agent');
       await runChain(db, s, 'chain_sub_20ms');
       await runChain(db, s, 'chain_agent_20ms');
+      const startsBefore = await scrapeMetrics(s.metricsUrl);
       const sub: RepResult[] = [];
       const viaAgent: RepResult[] = [];
       const sub20: RepResult[] = [];
@@ -131,6 +133,9 @@ describe('chain-40', () => {
         sub20.push(await runChain(db, s, 'chain_sub_20ms'));
         viaAgent20.push(await runChain(db, s, 'chain_agent_20ms'));
       }
+      const startsAfter = await scrapeMetrics(s.metricsUrl);
+      const starts = Object.fromEntries([...startsAfter].filter(([k]) => k.startsWith('task_starts_total{')).map(([k, v]) => [k.slice('task_starts_total'.length), v - (startsBefore.get(k) ?? 0)]));
+      console.log('server starts by how', JSON.stringify(starts));
       const rows = [
         summarize('subprocess (server default)', sub),
         summarize('standalone agent (leoflow agent --slots 1)', viaAgent),
@@ -142,6 +147,7 @@ describe('chain-40', () => {
         repetitions: REPS,
         definition: 'overhead = task_instances.ended_at of task i → started_at of task i+1 (server clock), split at task i+1 queued_at (its claim); medians over the repetitions',
         reps: { subprocess: sub, agent: viaAgent, subprocess20ms: sub20, agent20ms: viaAgent20 },
+        serverStartsByHow: starts,
         summary: {
           subprocess: { overheadP50: median(sub.map((r) => r.gapP50)), overheadP99: median(sub.map((r) => r.gapP99)), startToStartP50: median(sub.map((r) => r.startToStartP50)) },
           agent: { overheadP50: median(viaAgent.map((r) => r.gapP50)), overheadP99: median(viaAgent.map((r) => r.gapP99)), startToStartP50: median(viaAgent.map((r) => r.startToStartP50)) },
