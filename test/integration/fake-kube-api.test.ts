@@ -289,6 +289,8 @@ describe('pods as processes', () => {
     expect(cs.containerID).toMatch(/^containerd:\/\//);
     expect(p.status.conditions.find((c: any) => c.type === 'Ready')).toMatchObject({ status: 'False', reason: 'PodCompleted' });
     expect(await core.readNamespacedPodLog({ namespace: 'default', name })).toBe(`token=t0k host=${name}\n`);
+    expect(await core.readNamespacedPodLog({ namespace: 'default', name, limitBytes: 9 })).toBe('token=t0k');
+    expect(await core.readNamespacedPodLog({ namespace: 'default', name, tailLines: 1, limitBytes: 5 })).toBe('token');
     const reasons = (await core.listNamespacedEvent({ namespace: 'default', fieldSelector: `involvedObject.name=${name}` })).items.map((e) => e.reason);
     expect(reasons).toEqual(expect.arrayContaining(['Scheduled', 'Pulled', 'Created', 'Started']));
   });

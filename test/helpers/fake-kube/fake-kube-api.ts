@@ -614,9 +614,13 @@ export class FakeKubeApi {
       const waiting = pod.status?.containerStatuses?.find((c: any) => c.name === name)?.state?.waiting?.reason ?? 'ContainerCreating';
       throw badRequest(`container "${name}" in pod "${route.name}" is waiting to start: ${waiting}`);
     }
+    // The kubelet's order: the last tailLines lines, then at most limitBytes of them (a cut line
+    // included, as the API reference warns).
     const tail = url.searchParams.get('tailLines');
-    if (tail !== null) return [200, text.split('\n').slice(-(Number(tail) + 1)).join('\n')];
-    return [200, text];
+    const lines = tail !== null ? text.split('\n').slice(-(Number(tail) + 1)).join('\n') : text;
+    const limit = url.searchParams.get('limitBytes');
+    if (limit !== null && !(Number.isInteger(Number(limit)) && Number(limit) > 0)) throw badRequest(`limitBytes: Invalid value: ${limit}: must be greater than 0`);
+    return [200, limit !== null ? Buffer.from(lines).subarray(0, Number(limit)).toString() : lines];
   }
 
   /**
