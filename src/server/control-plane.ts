@@ -2,6 +2,7 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import type { AttemptReporter } from '../core/attempt.js';
 import { createAttemptStore } from '../db/attempt-store.js';
+import { readClusterGauges } from '../db/cluster-gauges.js';
 import { activeAttemptsOf } from '../db/attempts/active-attempts-of.js';
 import { claimAttempt } from '../db/attempts/claim-attempt.js';
 import { endLostAttempt } from '../db/attempts/end-lost-attempt.js';
@@ -80,6 +81,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       retryMs: REPORT_RETRY_MS,
       logs,
       onRetry: (err) => logger.warn({ err: (err as Error).message }, 'database unreachable: retrying attempt reports'),
+      observe: { started: metrics.attemptStarted, ended: metrics.attemptEnded },
     });
     // The scheduler is built once the dispatcher exists; what reports to it before goes through here.
     let scheduler: Scheduler | null = null;
@@ -118,6 +120,8 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       ...(kubernetes ? [['kubernetes', kubernetes] as const] : []),
       ['agents', fleet.executor],
     ]);
+    metrics.sources.agentsConnected = () => fleet.registry.size;
+    metrics.dispatchQueueCapacity.set(config.dispatchQueue);
     const dispatcher = createDispatcher({
       workers: config.dispatchWorkers,
       capacity: config.dispatchQueue,
@@ -153,6 +157,8 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         stepped: (seconds) => metrics.tickDuration.observe(seconds),
         leading: (yes) => {
           metrics.leader.set(yes ? 1 : 0);
+          // One replica reports the cluster's gauges, so a sum over replicas counts each run once.
+          metrics.sources.cluster = yes ? () => readClusterGauges(sql) : () => null;
           // The leader follows the pods: it adopts them on taking the lead.
           void kubernetes?.lead(yes).catch((err: unknown) => logger.error({ err }, 'kubernetes executor: could not adopt the pods on taking the lead'));
         },
