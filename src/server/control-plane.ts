@@ -12,7 +12,7 @@ import { createReportBatcher } from '../db/attempts/report-batcher.js';
 import { forgetAgent } from '../db/forget-agent.js';
 import { currentLeaderId } from '../db/leader.js';
 import { createLogWriter } from '../db/log-writer.js';
-import { pendingMigrations } from '../db/migrate.js';
+import { latestMigration, pendingMigrations } from '../db/migrate.js';
 import type { Sql } from '../db/sql.js';
 import { CHANNELS, listen } from '../db/notifications.js';
 import { replicaSessionName } from '../db/replicas.js';
@@ -122,6 +122,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     ]);
     metrics.sources.agentsConnected = () => fleet.registry.size;
     metrics.dispatchQueueCapacity.set(config.dispatchQueue);
+    let queueDepth = 0;
     const dispatcher = createDispatcher({
       workers: config.dispatchWorkers,
       capacity: config.dispatchQueue,
@@ -132,7 +133,10 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       metrics: {
         dispatched: (seconds) => metrics.dispatchLatency.observe(seconds),
         atCapacity: () => metrics.dispatchAtCapacity.inc(),
-        depth: (n) => metrics.dispatchQueueDepth.set(n),
+        depth: (n) => {
+          queueDepth = n;
+          metrics.dispatchQueueDepth.set(n);
+        },
       },
     });
     const sched = createScheduler({
@@ -177,11 +181,12 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       loopStallMs: config.loopStallMs,
       pingDatabase: async () => void (await db.healthSql`select 1`),
       pendingMigrations: () => pendingMigrations(db.healthSql),
+      latestMigration: () => latestMigration(db.healthSql),
       apiListening: () => api?.listening() ?? false,
       stopping: () => closing !== null,
       databaseTimeoutMs: 2_000,
     });
-    const routes = apiRoutes({ sql, logger, config, parser, scheduler: sched, fleet, health });
+    const routes = apiRoutes({ sql, logger, config, parser, scheduler: sched, fleet, health, dispatchQueueDepth: () => queueDepth });
     const apiServer = await serveApi(routes, config.listenHost, config.listenPort);
     api = apiServer;
     cleanups.push(() => apiServer.close());
