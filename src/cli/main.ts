@@ -7,6 +7,7 @@ import { registerDag } from './commands/dag.js';
 import { registerDb } from './commands/db.js';
 import { registerLogs } from './commands/logs.js';
 import { registerReplicas } from './commands/replicas.js';
+import { registerStatus } from './commands/status.js';
 import { registerRun } from './commands/run.js';
 import { registerServer } from './commands/server.js';
 
@@ -38,6 +39,7 @@ registerLogs(program, getClients);
 registerAgent(program);
 registerAgents(program, getClients);
 registerReplicas(program, getClients);
+registerStatus(program, getClients);
 registerDb(program, getClients);
 
 try {

@@ -56,6 +56,14 @@ export async function migrate(sql: Sql, logger?: Logger): Promise<number> {
   return count;
 }
 
+/** The newest migration the database has recorded (its file name), or null before any. */
+export async function latestMigration(sql: Sql): Promise<string | null> {
+  const [{ exists } = { exists: false }] = await sql<{ exists: boolean }[]>`select to_regclass('leoflow_migrations') is not null as exists`;
+  if (!exists) return null;
+  const [row] = await sql<{ name: string }[]>`select name from leoflow_migrations order by id desc limit 1`;
+  return row?.name ?? null;
+}
+
 /**
  * The migrations this build knows that the database has not recorded, by file name: what a
  * replica that does not migrate (an observer) waits for, and what readiness reports.

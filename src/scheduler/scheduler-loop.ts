@@ -40,9 +40,10 @@ export interface SchedulerLoop {
   stop(): Promise<void>;
   /**
    * When the loop last made progress (began a turn, or ended a step), and since when a step has
-   * been in progress (null: none): a liveness probe tells a stuck loop by these.
+   * been in progress (null: none): a liveness probe tells a stuck loop by these. And when the
+   * last full step began (null: none yet), for how late it is.
    */
-  progress(): { at: number; stepSince: number | null };
+  progress(): { at: number; stepSince: number | null; lastFullAt: number | null };
 }
 
 /**
@@ -148,7 +149,7 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
         }, Math.max(0, ms)),
       };
     },
-    progress: () => ({ at: progressAt, stepSince }),
+    progress: () => ({ at: progressAt, stepSince, lastFullAt: lastFullAt === 0 ? null : lastFullAt }),
     async stop() {
       running = false;
       if (wake) clearTimeout(wake.timer);

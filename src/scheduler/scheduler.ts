@@ -68,7 +68,7 @@ export interface Scheduler {
   /** Resolves true once this replica leads, or false when `timeoutMs` passes first. */
   leadership(timeoutMs: number): Promise<boolean>;
   /** The loop's progress, for the liveness probe (see SchedulerLoop.progress). */
-  loopProgress(): { at: number; stepSince: number | null };
+  loopProgress(): { at: number; stepSince: number | null; lastFullAt: number | null };
   start(): void;
   /** No new steps; waits for the step in progress. */
   stop(): Promise<void>;

@@ -19,7 +19,7 @@ import { createWorkflowService } from './workflow-service.js';
  * The API's three services, on what the replica was wired with, as one HTTP/2 handler, behind
  * the guard of the replica's role.
  */
-export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet; health: Health }) {
+export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet; health: Health; dispatchQueueDepth(): number }) {
   const { sql, logger, config, parser, scheduler, fleet, health } = o;
   return connectNodeAdapter({
     interceptors: [roleGuard(config.role, config.replicaId)],
@@ -45,7 +45,20 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser:
       );
       router.service(
         ClusterService,
-        createClusterService({ sql, replicaId: config.replicaId, edition: config.edition, role: config.role, leader: scheduler.leader, health, agentFreshMs: 3 * config.heartbeatIntervalMs, drained: (agentId) => fleet.drain(agentId) }),
+        createClusterService({
+          sql,
+          replicaId: config.replicaId,
+          edition: config.edition,
+          role: config.role,
+          leader: scheduler.leader,
+          health,
+          agentFreshMs: 3 * config.heartbeatIntervalMs,
+          heartbeatThresholdMs: config.heartbeatThresholdMs,
+          tickMs: config.tickMs,
+          dispatchQueue: () => ({ depth: o.dispatchQueueDepth(), capacity: config.dispatchQueue }),
+          lastFullStepAt: () => scheduler.loopProgress().lastFullAt,
+          drained: (agentId) => fleet.drain(agentId),
+        }),
       );
       router.service(AgentService, createAgentService(fleet.sessionDeps));
     },

@@ -1,10 +1,11 @@
 import type { ServiceImpl } from '@connectrpc/connect';
 import { timestampFromDate } from '@bufbuild/protobuf/wkt';
+import { agentHealth, type AgentHealth as Health_ } from '../core/agent-health.js';
 import { getAgent, listAgents, setDraining, type AgentView } from '../db/agents.js';
 import { currentLeaderId } from '../db/leader.js';
 import { listReplicas } from '../db/replicas.js';
 import type { Sql } from '../db/sql.js';
-import { ClusterService } from '../gen/leoflow/v1/cluster_pb.js';
+import { AgentHealth, ClusterService } from '../gen/leoflow/v1/cluster_pb.js';
 import { LEADER_LOCK_KEY, type LeaderElector } from '../scheduler/leader.js';
 import { InvalidArgumentError, NotFoundError, toConnectError } from './errors.js';
 import type { Health } from './health.js';
@@ -18,11 +19,21 @@ export interface ClusterDeps {
   health: Health;
   /** An agent is "connected" while its stream is open and it was seen this recently. */
   agentFreshMs: number;
+  /** Silent longer than this, an agent is dead: the heartbeat reaper has ended its attempts. */
+  heartbeatThresholdMs: number;
+  tickMs: number;
+  /** This replica's dispatch queue. */
+  dispatchQueue(): { depth: number; capacity: number };
+  /** When this replica began its last full step (ms), while it leads; null otherwise. */
+  lastFullStepAt(): number | null;
   /** Tells the replica holding the agent's stream to send Drain now. */
   drained(agentId: string): void;
 }
 
-function agentToProto(a: AgentView, freshMs: number) {
+const HEALTH: Record<Health_, AgentHealth> = { healthy: AgentHealth.HEALTHY, stale: AgentHealth.STALE, dead: AgentHealth.DEAD };
+
+function agentToProto(a: AgentView, deps: Pick<ClusterDeps, 'agentFreshMs' | 'heartbeatThresholdMs'>) {
+  const freshMs = deps.agentFreshMs;
   const connected = a.connected_replica !== null && a.last_seen_at !== null && Date.now() - a.last_seen_at.getTime() < freshMs;
   return {
     agentId: a.agent_id,
@@ -34,6 +45,7 @@ function agentToProto(a: AgentView, freshMs: number) {
     connectedReplica: a.connected_replica ?? '',
     lastSeenAt: a.last_seen_at ? timestampFromDate(a.last_seen_at) : undefined,
     running: a.running,
+    health: HEALTH[agentHealth({ connected: a.connected_replica !== null, lastSeenAt: a.last_seen_at }, { freshMs, thresholdMs: deps.heartbeatThresholdMs, now: Date.now() })],
   };
 }
 
@@ -67,8 +79,12 @@ export function createClusterService(deps: ClusterDeps): ServiceImpl<typeof Clus
     async getHealth() {
       try {
         const [live, ready] = await Promise.all([deps.health.live(), deps.health.ready()]);
-        // The replicas are read only when the database answers: health must answer regardless.
-        const replicas = ready.checks.find((c) => c.name === 'database')?.ok ? (await replicasWithLeader(deps.sql).catch(() => null))?.replicas ?? [] : [];
+        // The cluster is read only when the database answers: health must answer regardless.
+        const reachable = ready.checks.find((c) => c.name === 'database')?.ok === true;
+        const [cluster, agents] = reachable ? await Promise.all([replicasWithLeader(deps.sql).catch(() => null), listAgents(deps.sql).catch(() => null)]) : [null, null];
+        const count = (h: AgentHealth) => (agents ?? []).filter((a) => agentToProto(a, deps).health === h).length;
+        const fullAt = deps.leader.isLeader ? deps.lastFullStepAt() : null;
+        const queue = deps.dispatchQueue();
         return {
           replicaId: deps.replicaId,
           role: deps.role,
@@ -78,7 +94,18 @@ export function createClusterService(deps: ClusterDeps): ServiceImpl<typeof Clus
           ready: ready.ok,
           liveChecks: live.checks,
           readyChecks: ready.checks,
-          replicas,
+          replicas: cluster?.replicas ?? [],
+          databaseReachable: reachable,
+          databaseLatencyMs: ready.figures?.databaseLatencyMs ?? 0,
+          migrationsVersion: ready.figures?.migrationsVersion ?? '',
+          leaderId: cluster?.leaderId ?? '',
+          agentsHealthy: count(AgentHealth.HEALTHY),
+          agentsStale: count(AgentHealth.STALE),
+          agentsDead: count(AgentHealth.DEAD),
+          dispatchQueueDepth: queue.depth,
+          dispatchQueueCapacity: queue.capacity,
+          lastFullStepAt: fullAt !== null ? timestampFromDate(new Date(fullAt)) : undefined,
+          lastFullStepLateMs: fullAt !== null ? BigInt(Math.max(0, Math.round(Date.now() - fullAt - deps.tickMs))) : 0n,
         };
       } catch (err) {
         throw toConnectError(err);
@@ -86,7 +113,7 @@ export function createClusterService(deps: ClusterDeps): ServiceImpl<typeof Clus
     },
     async listAgents() {
       try {
-        return { agents: (await listAgents(deps.sql)).map((a) => agentToProto(a, deps.agentFreshMs)) };
+        return { agents: (await listAgents(deps.sql)).map((a) => agentToProto(a, deps)) };
       } catch (err) {
         throw toConnectError(err);
       }
@@ -96,7 +123,7 @@ export function createClusterService(deps: ClusterDeps): ServiceImpl<typeof Clus
         if (req.agentId.trim() === '') throw new InvalidArgumentError('agent_id', 'is required');
         if (!(await setDraining(deps.sql, req.agentId, !req.undrain))) throw new NotFoundError(`agent "${req.agentId}" not found`);
         if (!req.undrain) deps.drained(req.agentId);
-        return { agent: agentToProto((await getAgent(deps.sql, req.agentId))!, deps.agentFreshMs) };
+        return { agent: agentToProto((await getAgent(deps.sql, req.agentId))!, deps) };
       } catch (err) {
         throw toConnectError(err);
       }

@@ -2,6 +2,7 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import type { AttemptReporter } from '../core/attempt.js';
 import { createAttemptStore } from '../db/attempt-store.js';
+import { readClusterGauges } from '../db/cluster-gauges.js';
 import { activeAttemptsOf } from '../db/attempts/active-attempts-of.js';
 import { claimAttempt } from '../db/attempts/claim-attempt.js';
 import { endLostAttempt } from '../db/attempts/end-lost-attempt.js';
@@ -11,7 +12,7 @@ import { createReportBatcher } from '../db/attempts/report-batcher.js';
 import { forgetAgent } from '../db/forget-agent.js';
 import { currentLeaderId } from '../db/leader.js';
 import { createLogWriter } from '../db/log-writer.js';
-import { pendingMigrations } from '../db/migrate.js';
+import { latestMigration, pendingMigrations } from '../db/migrate.js';
 import type { Sql } from '../db/sql.js';
 import { CHANNELS, listen } from '../db/notifications.js';
 import { replicaSessionName } from '../db/replicas.js';
@@ -80,6 +81,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       retryMs: REPORT_RETRY_MS,
       logs,
       onRetry: (err) => logger.warn({ err: (err as Error).message }, 'database unreachable: retrying attempt reports'),
+      observe: { started: metrics.attemptStarted, ended: metrics.attemptEnded },
     });
     // The scheduler is built once the dispatcher exists; what reports to it before goes through here.
     let scheduler: Scheduler | null = null;
@@ -118,6 +120,9 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       ...(kubernetes ? [['kubernetes', kubernetes] as const] : []),
       ['agents', fleet.executor],
     ]);
+    metrics.sources.agentsConnected = () => fleet.registry.size;
+    metrics.dispatchQueueCapacity.set(config.dispatchQueue);
+    let queueDepth = 0;
     const dispatcher = createDispatcher({
       workers: config.dispatchWorkers,
       capacity: config.dispatchQueue,
@@ -128,7 +133,10 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       metrics: {
         dispatched: (seconds) => metrics.dispatchLatency.observe(seconds),
         atCapacity: () => metrics.dispatchAtCapacity.inc(),
-        depth: (n) => metrics.dispatchQueueDepth.set(n),
+        depth: (n) => {
+          queueDepth = n;
+          metrics.dispatchQueueDepth.set(n);
+        },
       },
     });
     const sched = createScheduler({
@@ -153,6 +161,8 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         stepped: (seconds) => metrics.tickDuration.observe(seconds),
         leading: (yes) => {
           metrics.leader.set(yes ? 1 : 0);
+          // One replica reports the cluster's gauges, so a sum over replicas counts each run once.
+          metrics.sources.cluster = yes ? () => readClusterGauges(sql) : () => null;
           // The leader follows the pods: it adopts them on taking the lead.
           void kubernetes?.lead(yes).catch((err: unknown) => logger.error({ err }, 'kubernetes executor: could not adopt the pods on taking the lead'));
         },
@@ -171,11 +181,12 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       loopStallMs: config.loopStallMs,
       pingDatabase: async () => void (await db.healthSql`select 1`),
       pendingMigrations: () => pendingMigrations(db.healthSql),
+      latestMigration: () => latestMigration(db.healthSql),
       apiListening: () => api?.listening() ?? false,
       stopping: () => closing !== null,
       databaseTimeoutMs: 2_000,
     });
-    const routes = apiRoutes({ sql, logger, config, parser, scheduler: sched, fleet, health });
+    const routes = apiRoutes({ sql, logger, config, parser, scheduler: sched, fleet, health, dispatchQueueDepth: () => queueDepth });
     const apiServer = await serveApi(routes, config.listenHost, config.listenPort);
     api = apiServer;
     cleanups.push(() => apiServer.close());

@@ -8,6 +8,8 @@ export interface HealthCheck {
 export interface HealthReport {
   ok: boolean;
   checks: HealthCheck[];
+  /** Readiness's measurements: the database's answer time (ms) and its newest migration, when it answered. */
+  figures?: { databaseLatencyMs?: number; migrationsVersion?: string | null };
 }
 
 /** What `/healthz` and `/readyz` (and `GetHealth`) answer from. */
@@ -27,6 +29,8 @@ export interface HealthOptions {
   pingDatabase(): Promise<void>;
   /** The migrations this build knows that the database has not applied. */
   pendingMigrations(): Promise<string[]>;
+  /** The newest migration the database has applied. */
+  latestMigration?(): Promise<string | null>;
   apiListening(): boolean;
   /** True once a graceful stop has begun: the replica takes no new requests. */
   stopping(): boolean;
@@ -78,26 +82,31 @@ export function createHealth(o: HealthOptions): Health {
     },
     async ready() {
       const checks: HealthCheck[] = [];
+      const figures: NonNullable<HealthReport['figures']> = {};
       checks.push(o.stopping() ? { name: 'serving', ok: false, detail: 'stopping' } : { name: 'serving', ok: true, detail: 'not stopping' });
       checks.push(o.apiListening() ? { name: 'api', ok: true, detail: 'listening' } : { name: 'api', ok: false, detail: 'not listening' });
       let reachable = false;
       try {
+        const t0 = performance.now();
         await within(o.pingDatabase(), o.databaseTimeoutMs, 'the database');
+        figures.databaseLatencyMs = performance.now() - t0;
         reachable = true;
-        checks.push({ name: 'database', ok: true, detail: 'reachable' });
+        checks.push({ name: 'database', ok: true, detail: `reachable (${figures.databaseLatencyMs.toFixed(1)} ms)` });
       } catch (err) {
         checks.push({ name: 'database', ok: false, detail: `unreachable: ${(err as Error).message}` });
       }
       if (!reachable) checks.push({ name: 'migrations', ok: false, detail: 'unknown: the database is unreachable' });
       else {
         try {
-          const pending = await within(o.pendingMigrations(), o.databaseTimeoutMs, 'the database');
-          checks.push(pending.length === 0 ? { name: 'migrations', ok: true, detail: 'all applied' } : { name: 'migrations', ok: false, detail: `${pending.length} pending: ${pending.join(', ')}` });
+          const [pending, latest] = await within(Promise.all([o.pendingMigrations(), o.latestMigration?.() ?? Promise.resolve(null)]), o.databaseTimeoutMs, 'the database');
+          figures.migrationsVersion = latest;
+          const newest = latest ? ` (newest ${latest})` : '';
+          checks.push(pending.length === 0 ? { name: 'migrations', ok: true, detail: `all applied${newest}` } : { name: 'migrations', ok: false, detail: `${pending.length} pending: ${pending.join(', ')}${newest}` });
         } catch (err) {
           checks.push({ name: 'migrations', ok: false, detail: `unknown: ${(err as Error).message}` });
         }
       }
-      return { ok: checks.every((c) => c.ok), checks };
+      return { ok: checks.every((c) => c.ok), checks, figures };
     },
   };
 }

@@ -1,9 +1,24 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { ClusterGauges } from '../db/cluster-gauges.js';
 import type { SchedulerCounters } from '../scheduler/context.js';
 import type { HistoryKeeperCounters } from '../scheduler/history-round.js';
+import { boundedLabel } from './bounded-label.js';
 import { healthText, type Health } from './health.js';
+
+/** DAGs given a series of their own in the per-DAG metrics; any further one is `dag="other"`. */
+const MAX_DAG_SERIES = 200;
+/** The leader's read of the cluster gauges serves scrapes this long (several Prometheus servers, or a fast scrape interval, cost one read). */
+const CLUSTER_READ_MS = 5_000;
+
+/** Where the gauges read at a scrape come from: set by the wiring once the parts exist. */
+export interface MetricSources {
+  /** Agent streams open on this replica. */
+  agentsConnected(): number;
+  /** The cluster's active runs and waiting tasks, read by the leader only (null elsewhere, so one series set is reported). */
+  cluster(): Promise<ClusterGauges> | null;
+}
 
 /**
  * The Prometheus metrics of one replica, with the names DESIGN.md gives (and `task_starts_total`). Served over plain
@@ -11,6 +26,14 @@ import { healthText, type Health } from './health.js';
  */
 export function createMetrics(opts: { role?: string } = {}) {
   const registry = new Registry();
+  const sources: MetricSources = { agentsConnected: () => 0, cluster: () => null };
+  const dagLabel = boundedLabel(MAX_DAG_SERIES);
+  let clusterRead: { at: number; value: Promise<ClusterGauges | null> } | null = null;
+  const readCluster = (): Promise<ClusterGauges | null> => {
+    const now = Date.now();
+    if (!clusterRead || now - clusterRead.at >= CLUSTER_READ_MS) clusterRead = { at: now, value: sources.cluster() ?? Promise.resolve(null) };
+    return clusterRead.value.catch(() => null);
+  };
   collectDefaultMetrics({ register: registry });
   // The role is a label of the leader gauge, so one query over every replica's series shows
   // which leads and what each was started as.
@@ -73,8 +96,66 @@ export function createMetrics(opts: { role?: string } = {}) {
     }),
     historyErrors: new Counter({ name: 'history_errors_total', help: 'Errors caught while keeping the history (the keeper went on)', registers: [registry] }),
   };
+  const clusterGauge = (name: string, help: string, labelNames: string[], fill: (g: Gauge, c: ClusterGauges) => void) =>
+    new Gauge({
+      name,
+      help,
+      labelNames,
+      registers: [registry],
+      async collect() {
+        const c = await readCluster();
+        this.reset();
+        if (c) fill(this, c);
+      },
+    });
+  const cluster = {
+    runs: clusterGauge('runs', 'Active runs by state (queued, running); reported by the leader only', ['state'], (g, c) => {
+      g.set({ state: 'queued' }, c.runs.queued);
+      g.set({ state: 'running' }, c.runs.running);
+    }),
+    waiting: clusterGauge('task_instances_waiting', 'Task instances ready to run and not running yet (scheduled, claimed and not started, or a retry that is due), by executor; reported by the leader only', ['executor'], (g, c) => {
+      for (const w of c.waiting) g.set({ executor: w.executor }, w.count);
+    }),
+    oldestWait: clusterGauge('task_oldest_wait_seconds', 'How long the longest-waiting task instance of each executor has been ready without running; reported by the leader only', ['executor'], (g, c) => {
+      for (const w of c.waiting) g.set({ executor: w.executor }, w.oldestS);
+    }),
+  };
+  const more = {
+    sources,
+    cluster,
+    agentsConnected: new Gauge({
+      name: 'agents_connected',
+      help: 'Agent streams open on this replica',
+      registers: [registry],
+      collect() {
+        this.set(sources.agentsConnected());
+      },
+    }),
+    dispatchQueueCapacity: new Gauge({ name: 'dispatch_queue_capacity', help: 'Task instances the dispatch queue holds at most (dispatch_queue_depth against it is how full it is)', registers: [registry] }),
+    taskDuration: new Histogram({
+      name: 'task_duration_seconds',
+      help: 'How long attempts ran (started → ended), by DAG (at most 200 DAGs, then dag="other") and how the attempt ended (success, failed, up_for_retry)',
+      labelNames: ['dag', 'outcome'],
+      buckets: [0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 14400],
+      registers: [registry],
+    }),
+    taskQueueWait: new Histogram({
+      name: 'task_queue_wait_seconds',
+      help: 'How long attempts waited to start once ready (scheduled, or a retry due → started), by DAG (at most 200 DAGs, then dag="other")',
+      labelNames: ['dag'],
+      buckets: [0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600],
+      registers: [registry],
+    }),
+    /** A start and an end written, as the report batcher tells them. */
+    attemptStarted(dagId: string, waitedS: number | null) {
+      if (waitedS !== null) more.taskQueueWait.observe({ dag: dagLabel(dagId) }, Math.max(0, waitedS));
+    },
+    attemptEnded(dagId: string, outcome: string, ranS: number | null) {
+      if (ranS !== null) more.taskDuration.observe({ dag: dagLabel(dagId), outcome }, Math.max(0, ranS));
+    },
+  };
   m.leader.set(0);
-  return m;
+  return { ...m, ...more };
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;

@@ -57,6 +57,10 @@ beforeAll(async () => {
     leader: { leadingSince: null } as unknown as LeaderElector,
     health: { live: async () => ({ ok: true, checks: [] }), ready: async () => ({ ok: true, checks: [] }) },
     agentFreshMs: 10_000,
+    heartbeatThresholdMs: 90_000,
+    tickMs: 1000,
+    dispatchQueue: () => ({ depth: 0, capacity: 1 }),
+    lastFullStepAt: () => null,
     drained: () => {},
   }) as unknown as Record<string, Handler>;
   await call(workflow.applyDag!, { source: YAML, filename: 'reads.yaml' });

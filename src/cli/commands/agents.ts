@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import type { Agent } from '../../gen/leoflow/v1/cluster_pb.js';
+import { AgentHealth, type Agent } from '../../gen/leoflow/v1/cluster_pb.js';
 import type { Clients } from '../client.js';
 import { table, time } from '../format.js';
 
@@ -9,9 +9,15 @@ function labelsText(a: Agent): string {
     .join(',');
 }
 
+/** healthy, stale or dead, by its last keepalive. */
+export function healthText(h: AgentHealth): string {
+  return h === AgentHealth.HEALTHY ? 'healthy' : h === AgentHealth.STALE ? 'stale' : h === AgentHealth.DEAD ? 'dead' : 'unknown';
+}
+
 function agentJson(a: Agent) {
   return {
     agent_id: a.agentId,
+    health: healthText(a.health),
     connected: a.connected,
     draining: a.draining,
     slots: a.slots,
@@ -27,7 +33,7 @@ export function registerAgents(program: Command, clients: () => Clients): void {
 
   agents
     .command('list')
-    .description('list agents, connected or not')
+    .description('list agents, connected or not, each healthy, stale (silent past a few keepalives) or dead (past the heartbeat threshold: its attempts were retried)')
     .option('-o, --output <format>', 'table | json', 'table')
     .action(async (opts: { output: string }) => {
       const res = await clients().cluster.listAgents({});
@@ -37,9 +43,10 @@ export function registerAgents(program: Command, clients: () => Clients): void {
       }
       process.stdout.write(
         table(
-          ['AGENT', 'CONNECTED', 'DRAINING', 'RUNNING', 'SLOTS', 'LABELS', 'CAPABILITIES', 'REPLICA', 'LAST SEEN'],
+          ['AGENT', 'HEALTH', 'CONNECTED', 'DRAINING', 'RUNNING', 'SLOTS', 'LABELS', 'CAPABILITIES', 'REPLICA', 'LAST SEEN'],
           res.agents.map((a) => [
             a.agentId,
+            healthText(a.health),
             a.connected ? 'yes' : 'no',
             a.draining ? 'yes' : 'no',
             String(a.running),

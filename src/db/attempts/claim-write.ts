@@ -4,8 +4,9 @@ import type { Fragment, Sql } from '../sql.js';
  * What a claim writes, shared by the two statements that claim (a dispatcher's `claimAttempts`,
  * and the planner's move claimed with it in `applyPlansQuery`) so a claim is defined once:
  * scheduled → queued, try_number + 1, a new random attempt token, the deterministic dispatch key,
- * the executor and agent, and the last attempt's traces cleared (its delivery to an agent process
- * among them). The SET list of an update of
+ * the executor and agent, since when it was ready (when it was scheduled, a retry's due time, or
+ * now for a move claimed with it), and the last attempt's traces cleared (its delivery to an agent
+ * process among them). The SET list of an update of
  * task instance `t` from its run `r` and a row `c` with the `agent_id`; each statement keeps its
  * own guard.
  */
@@ -15,7 +16,8 @@ export function claimSet(sql: Sql, executor: Fragment): Fragment {
     dispatch_key = r.dag_id || '-' || t.run_id || '-' || t.task_id || '-' || (t.try_number + 1),
     executor = ${executor}, queued_at = now(), started_at = null, heartbeat_at = null, ended_at = null,
     exit_code = null, error = null, pid = null, agent_id = c.agent_id, pending_reason = null, next_try_at = null,
-    delivered_to = null`;
+    delivered_to = null,
+    ready_at = case t.state when 'scheduled' then coalesce(t.ready_at, now()) when 'up_for_retry' then least(coalesce(t.next_try_at, now()), now()) else now() end`;
 }
 
 /** The RETURNING list of a claim: what a `Claim` is made of, and what `claimEvent` reads. */

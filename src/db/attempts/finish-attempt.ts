@@ -35,8 +35,13 @@ export async function finishAttempt(
   return row?.state ?? 'rejected';
 }
 
-/** The attempts `finishAttempts` ended, with the state each ended in. */
-export type FinishedRow = { id: string; try_number: number; token: string; run_id: string; state: Exclude<FinishVerdict, 'cancelled' | 'rejected'> };
+/** The attempts `finishAttempts` ended, with the state each ended in, its DAG and how long it ran (s). */
+export type FinishedRow = { id: string; try_number: number; token: string; run_id: string; state: Exclude<FinishVerdict, 'cancelled' | 'rejected'>; dag_id: string; ran_s: number | null };
+
+/** Of an end written with its start (`startAndFinishAttempts`): the wait, when it started here. */
+export type StartedAndFinishedRow = FinishedRow & { waited_s: number | null };
+
+const endFigures = (sql: Sql) => sql`(select d.dag_id from dag_runs d where d.id = run_id) as dag_id, extract(epoch from ended_at - started_at)::float8 as ran_s`;
 
 type End = { tiId: string; tryNumber: number; attemptToken: string; result: AttemptResult };
 
@@ -71,9 +76,9 @@ export function finishAttempts(sql: Sql, ends: End[]) {
       update task_instances t set ${endColumns(sql)}
       from r
       where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token and t.state = any(${ATTEMPT_END_FROM as string[]}::text[])
-      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.error, t.next_try_at, t.attempt_token),
+      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.error, t.next_try_at, t.attempt_token, t.started_at, t.ended_at),
     ev as (${tiEvents(sql, EVENT_KIND.tiState, sql`moved`, endEvent(sql))})
-    select id, try_number, attempt_token as token, run_id, state from moved`;
+    select id, try_number, attempt_token as token, run_id, state, ${endFigures(sql)} from moved`;
 }
 
 /**
@@ -92,7 +97,7 @@ export function startAndFinishAttempts(sql: Sql, reports: (End & { pid: number |
       union all
       select 1, run_id, id, ${endEvent(sql)} from moved) e
     order by ti_id, o`;
-  return sql<FinishedRow[]>`
+  return sql<StartedAndFinishedRow[]>`
     with r as (${endsTable(sql, reports, extra)} as r(id, try, token, ok, exit_code, error, pid, agent_id)),
     was as (
       select t.id, t.state = any(${START_FROM}::text[]) as starting
@@ -106,7 +111,9 @@ export function startAndFinishAttempts(sql: Sql, reports: (End & { pid: number |
         agent_id = case when w.starting then r.agent_id else t.agent_id end
       from r join was w on w.id = r.id
       where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token and t.state = any(${START_OR_END_FROM}::text[])
-      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.error, t.next_try_at, t.attempt_token, t.agent_id, w.starting, r.pid),
+      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.error, t.next_try_at, t.attempt_token, t.agent_id, w.starting, r.pid, t.started_at, t.ended_at, t.ready_at),
     ev as (${insertEvents(sql, events)})
-    select id, try_number, attempt_token as token, run_id, state from moved`;
+    select id, try_number, attempt_token as token, run_id, state, ${endFigures(sql)},
+      case when starting then extract(epoch from started_at - ready_at)::float8 end as waited_s
+    from moved`;
 }

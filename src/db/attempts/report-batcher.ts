@@ -6,7 +6,7 @@ import { retryOnConnectionError } from '../retry-on-connection-error.js';
 import type { LogWriter } from '../log-writer.js';
 import type { Sql } from '../sql.js';
 import type { EndsSentListener, EndsSentPort } from './ends-sent-port.js';
-import { finishAttempt, finishAttempts, startAndFinishAttempts, type FinishedRow, type FinishVerdict } from './finish-attempt.js';
+import { finishAttempt, finishAttempts, startAndFinishAttempts, type FinishedRow, type FinishVerdict, type StartedAndFinishedRow } from './finish-attempt.js';
 import { startAttempts, type StartedRow } from './start-attempt.js';
 
 /** One attempt, as every report names it. */
@@ -46,6 +46,11 @@ export interface ReportBatcherOptions {
    */
   logs: Pick<LogWriter, 'busy' | 'flush' | 'sendOn'>;
   onRetry?(err: unknown): void;
+  /** Told of each start and end written, with its DAG: how long it waited (ready → started) and ran (s). */
+  observe?: {
+    started(dagId: string, waitedS: number | null): void;
+    ended(dagId: string, state: FinishedRow['state'], ranS: number | null): void;
+  };
 }
 
 /**
@@ -94,11 +99,13 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
     startAndFinishAttempts(on, ops.map(({ start, end }) => ({ ...end.a, result: end.result, pid: start.pid, agentId: start.agentId })));
 
   const settleStarts = (ops: StartOp[], rows: StartedRow[]) => {
+    for (const r of rows) opts.observe?.started(r.dag_id, r.waited_s);
     const done = new Set(rows.map((r) => key(r.id, r.try_number, r.token)));
     for (const o of ops) o.resolve(done.has(key(o.a.tiId, o.a.tryNumber, o.a.attemptToken)));
   };
 
   const settleEnds = (ops: EndOp[], rows: FinishedRow[]) => {
+    for (const r of rows) opts.observe?.ended(r.dag_id, r.state, r.ran_s);
     const done = new Map(rows.map((r) => [key(r.id, r.try_number, r.token), r]));
     for (const o of ops) {
       const row = done.get(key(o.a.tiId, o.a.tryNumber, o.a.attemptToken));
@@ -107,8 +114,11 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
   };
 
   /** A row back: the attempt was current, so its Started applies too (it is running, or was). */
-  const settleBoth = (ops: BothOp[], rows: FinishedRow[]) => {
-    settleStarts(ops.map((o) => o.start), rows);
+  const settleBoth = (ops: BothOp[], rows: StartedAndFinishedRow[]) => {
+    // A row whose attempt was running already (its Started sent again) has no wait.
+    for (const r of rows) if (r.waited_s !== null) opts.observe?.started(r.dag_id, r.waited_s);
+    const done = new Set(rows.map((r) => key(r.id, r.try_number, r.token)));
+    for (const o of ops) o.start.resolve(done.has(key(o.start.a.tiId, o.start.a.tryNumber, o.start.a.attemptToken)));
     settleEnds(ops.map((o) => o.end), rows);
   };
 

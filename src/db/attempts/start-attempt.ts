@@ -17,8 +17,11 @@ export interface StartReport {
   agentId: string | null;
 }
 
-/** The attempts `startAttempts` moved to running. */
-export type StartedRow = { id: string; try_number: number; token: string };
+/** The attempts `startAttempts` moved to running, each with its DAG and how long it waited (ready → started, s). */
+export type StartedRow = { id: string; try_number: number; token: string; dag_id: string; waited_s: number | null };
+
+/** The DAG of a row with a run_id, and its wait (ready → started), for the metrics. */
+export const startFigures = (sql: Sql) => sql`(select d.dag_id from dag_runs d where d.id = run_id) as dag_id, extract(epoch from started_at - ready_at)::float8 as waited_s`;
 
 /**
  * queued → running for many attempts in one statement, each only if it is still the current
@@ -36,9 +39,9 @@ export function startAttempts(sql: Sql, reports: StartReport[]) {
       update task_instances t set state = 'running', started_at = now(), heartbeat_at = now(), pid = r.pid, agent_id = r.agent_id
       from r
       where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token and t.state = any(${START_FROM}::text[])
-      returning t.id, t.run_id, t.task_id, t.try_number, t.pid, t.agent_id, t.attempt_token),
+      returning t.id, t.run_id, t.task_id, t.try_number, t.pid, t.agent_id, t.attempt_token, t.started_at, t.ready_at),
     ev as (${tiEvents(sql, EVENT_KIND.tiState, sql`moved`, startEvent(sql))})
-    select id, try_number, attempt_token as token from moved`;
+    select id, try_number, attempt_token as token, ${startFigures(sql)} from moved`;
 }
 
 /** queued → running for the current attempt only (fenced by try number and token). */

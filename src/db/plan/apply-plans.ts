@@ -150,7 +150,8 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
         as m(id, from_state, to_state)),
     moved as (
       update task_instances t set state = m.to_state, pending_reason = null,
-        ended_at = case when m.to_state = any(${TERMINAL_TI_STATES as string[]}::text[]) then now() else t.ended_at end
+        ended_at = case when m.to_state = any(${TERMINAL_TI_STATES as string[]}::text[]) then now() else t.ended_at end,
+        ready_at = case when m.to_state = 'scheduled' then now() else t.ready_at end
       from m
       where t.id = m.id and t.state = m.from_state
         and t.run_id in (${applying})

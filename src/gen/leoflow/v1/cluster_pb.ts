@@ -2,8 +2,8 @@
 // @generated from file leoflow/v1/cluster.proto (package leoflow.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leoflow/v1/cluster.proto.
  */
 export const file_leoflow_v1_cluster: GenFile = /*@__PURE__*/
-  fileDesc("ChhsZW9mbG93L3YxL2NsdXN0ZXIucHJvdG8SCmxlb2Zsb3cudjEiEgoQR2V0TGVhZGVyUmVxdWVzdCKzAQoRR2V0TGVhZGVyUmVzcG9uc2USEQoJbGVhZGVyX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSMQoNbGVhZGluZ19zaW5jZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHZWRpdGlvbhgEIAEoCRIMCgRyb2xlGAUgASgJEiUKCHJlcGxpY2FzGAYgAygLMhMubGVvZmxvdy52MS5SZXBsaWNhInAKB1JlcGxpY2ESEgoKcmVwbGljYV9pZBgBIAEoCRIMCgRyb2xlGAIgASgJEg4KBmxlYWRlchgDIAEoCBIzCg9jb25uZWN0ZWRfc2luY2UYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIhIKEEdldEhlYWx0aFJlcXVlc3QiNwoLSGVhbHRoQ2hlY2sSDAoEbmFtZRgBIAEoCRIKCgJvaxgCIAEoCBIOCgZkZXRhaWwYAyABKAki9wEKEUdldEhlYWx0aFJlc3BvbnNlEhIKCnJlcGxpY2FfaWQYASABKAkSDAoEcm9sZRgCIAEoCRIPCgdlZGl0aW9uGAMgASgJEg4KBmxlYWRlchgEIAEoCBIMCgRsaXZlGAUgASgIEg0KBXJlYWR5GAYgASgIEiwKC2xpdmVfY2hlY2tzGAcgAygLMhcubGVvZmxvdy52MS5IZWFsdGhDaGVjaxItCgxyZWFkeV9jaGVja3MYCCADKAsyFy5sZW9mbG93LnYxLkhlYWx0aENoZWNrEiUKCHJlcGxpY2FzGAkgAygLMhMubGVvZmxvdy52MS5SZXBsaWNhIp8CCgVBZ2VudBIQCghhZ2VudF9pZBgBIAEoCRItCgZsYWJlbHMYAiADKAsyHS5sZW9mbG93LnYxLkFnZW50LkxhYmVsc0VudHJ5EhQKDGNhcGFiaWxpdGllcxgDIAMoCRINCgVzbG90cxgEIAEoBRIQCghkcmFpbmluZxgFIAEoCBIRCgljb25uZWN0ZWQYBiABKAgSGQoRY29ubmVjdGVkX3JlcGxpY2EYByABKAkSMAoMbGFzdF9zZWVuX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdydW5uaW5nGAkgASgFGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiEwoRTGlzdEFnZW50c1JlcXVlc3QiNwoSTGlzdEFnZW50c1Jlc3BvbnNlEiEKBmFnZW50cxgBIAMoCzIRLmxlb2Zsb3cudjEuQWdlbnQiNgoRRHJhaW5BZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSDwoHdW5kcmFpbhgCIAEoCCI2ChJEcmFpbkFnZW50UmVzcG9uc2USIAoFYWdlbnQYASABKAsyES5sZW9mbG93LnYxLkFnZW50Mr4CCg5DbHVzdGVyU2VydmljZRJICglHZXRMZWFkZXISHC5sZW9mbG93LnYxLkdldExlYWRlclJlcXVlc3QaHS5sZW9mbG93LnYxLkdldExlYWRlclJlc3BvbnNlEkgKCUdldEhlYWx0aBIcLmxlb2Zsb3cudjEuR2V0SGVhbHRoUmVxdWVzdBodLmxlb2Zsb3cudjEuR2V0SGVhbHRoUmVzcG9uc2USSwoKTGlzdEFnZW50cxIdLmxlb2Zsb3cudjEuTGlzdEFnZW50c1JlcXVlc3QaHi5sZW9mbG93LnYxLkxpc3RBZ2VudHNSZXNwb25zZRJLCgpEcmFpbkFnZW50Eh0ubGVvZmxvdy52MS5EcmFpbkFnZW50UmVxdWVzdBoeLmxlb2Zsb3cudjEuRHJhaW5BZ2VudFJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("ChhsZW9mbG93L3YxL2NsdXN0ZXIucHJvdG8SCmxlb2Zsb3cudjEiEgoQR2V0TGVhZGVyUmVxdWVzdCKzAQoRR2V0TGVhZGVyUmVzcG9uc2USEQoJbGVhZGVyX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSMQoNbGVhZGluZ19zaW5jZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHZWRpdGlvbhgEIAEoCRIMCgRyb2xlGAUgASgJEiUKCHJlcGxpY2FzGAYgAygLMhMubGVvZmxvdy52MS5SZXBsaWNhInAKB1JlcGxpY2ESEgoKcmVwbGljYV9pZBgBIAEoCRIMCgRyb2xlGAIgASgJEg4KBmxlYWRlchgDIAEoCBIzCg9jb25uZWN0ZWRfc2luY2UYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIhIKEEdldEhlYWx0aFJlcXVlc3QiNwoLSGVhbHRoQ2hlY2sSDAoEbmFtZRgBIAEoCRIKCgJvaxgCIAEoCBIOCgZkZXRhaWwYAyABKAkiuAQKEUdldEhlYWx0aFJlc3BvbnNlEhIKCnJlcGxpY2FfaWQYASABKAkSDAoEcm9sZRgCIAEoCRIPCgdlZGl0aW9uGAMgASgJEg4KBmxlYWRlchgEIAEoCBIMCgRsaXZlGAUgASgIEg0KBXJlYWR5GAYgASgIEiwKC2xpdmVfY2hlY2tzGAcgAygLMhcubGVvZmxvdy52MS5IZWFsdGhDaGVjaxItCgxyZWFkeV9jaGVja3MYCCADKAsyFy5sZW9mbG93LnYxLkhlYWx0aENoZWNrEiUKCHJlcGxpY2FzGAkgAygLMhMubGVvZmxvdy52MS5SZXBsaWNhEhoKEmRhdGFiYXNlX3JlYWNoYWJsZRgKIAEoCBIbChNkYXRhYmFzZV9sYXRlbmN5X21zGAsgASgBEhoKEm1pZ3JhdGlvbnNfdmVyc2lvbhgMIAEoCRIRCglsZWFkZXJfaWQYDSABKAkSFgoOYWdlbnRzX2hlYWx0aHkYDiABKAUSFAoMYWdlbnRzX3N0YWxlGA8gASgFEhMKC2FnZW50c19kZWFkGBAgASgFEhwKFGRpc3BhdGNoX3F1ZXVlX2RlcHRoGBEgASgFEh8KF2Rpc3BhdGNoX3F1ZXVlX2NhcGFjaXR5GBIgASgFEjUKEWxhc3RfZnVsbF9zdGVwX2F0GBMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIeChZsYXN0X2Z1bGxfc3RlcF9sYXRlX21zGBQgASgDIsgCCgVBZ2VudBIQCghhZ2VudF9pZBgBIAEoCRItCgZsYWJlbHMYAiADKAsyHS5sZW9mbG93LnYxLkFnZW50LkxhYmVsc0VudHJ5EhQKDGNhcGFiaWxpdGllcxgDIAMoCRINCgVzbG90cxgEIAEoBRIQCghkcmFpbmluZxgFIAEoCBIRCgljb25uZWN0ZWQYBiABKAgSGQoRY29ubmVjdGVkX3JlcGxpY2EYByABKAkSMAoMbGFzdF9zZWVuX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdydW5uaW5nGAkgASgFEicKBmhlYWx0aBgKIAEoDjIXLmxlb2Zsb3cudjEuQWdlbnRIZWFsdGgaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASITChFMaXN0QWdlbnRzUmVxdWVzdCI3ChJMaXN0QWdlbnRzUmVzcG9uc2USIQoGYWdlbnRzGAEgAygLMhEubGVvZmxvdy52MS5BZ2VudCI2ChFEcmFpbkFnZW50UmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCRIPCgd1bmRyYWluGAIgASgIIjYKEkRyYWluQWdlbnRSZXNwb25zZRIgCgVhZ2VudBgBIAEoCzIRLmxlb2Zsb3cudjEuQWdlbnQqdAoLQWdlbnRIZWFsdGgSHAoYQUdFTlRfSEVBTFRIX1VOU1BFQ0lGSUVEEAASGAoUQUdFTlRfSEVBTFRIX0hFQUxUSFkQARIWChJBR0VOVF9IRUFMVEhfU1RBTEUQAhIVChFBR0VOVF9IRUFMVEhfREVBRBADMr4CCg5DbHVzdGVyU2VydmljZRJICglHZXRMZWFkZXISHC5sZW9mbG93LnYxLkdldExlYWRlclJlcXVlc3QaHS5sZW9mbG93LnYxLkdldExlYWRlclJlc3BvbnNlEkgKCUdldEhlYWx0aBIcLmxlb2Zsb3cudjEuR2V0SGVhbHRoUmVxdWVzdBodLmxlb2Zsb3cudjEuR2V0SGVhbHRoUmVzcG9uc2USSwoKTGlzdEFnZW50cxIdLmxlb2Zsb3cudjEuTGlzdEFnZW50c1JlcXVlc3QaHi5sZW9mbG93LnYxLkxpc3RBZ2VudHNSZXNwb25zZRJLCgpEcmFpbkFnZW50Eh0ubGVvZmxvdy52MS5EcmFpbkFnZW50UmVxdWVzdBoeLmxlb2Zsb3cudjEuRHJhaW5BZ2VudFJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message leoflow.v1.GetLeaderRequest
@@ -217,6 +217,76 @@ export type GetHealthResponse = Message<"leoflow.v1.GetHealthResponse"> & {
    * @generated from field: repeated leoflow.v1.Replica replicas = 9;
    */
   replicas: Replica[];
+
+  /**
+   * The database answered `select 1` within the readiness bound, and how long it took.
+   *
+   * @generated from field: bool database_reachable = 10;
+   */
+  databaseReachable: boolean;
+
+  /**
+   * @generated from field: double database_latency_ms = 11;
+   */
+  databaseLatencyMs: number;
+
+  /**
+   * The newest migration applied (e.g. "014_ready_at.sql"); empty when the database is unreachable.
+   *
+   * @generated from field: string migrations_version = 12;
+   */
+  migrationsVersion: string;
+
+  /**
+   * Replica id of the leader; empty while none leads.
+   *
+   * @generated from field: string leader_id = 13;
+   */
+  leaderId: string;
+
+  /**
+   * Agents by their last keepalive (see Agent.health), over the whole cluster.
+   *
+   * @generated from field: int32 agents_healthy = 14;
+   */
+  agentsHealthy: number;
+
+  /**
+   * @generated from field: int32 agents_stale = 15;
+   */
+  agentsStale: number;
+
+  /**
+   * @generated from field: int32 agents_dead = 16;
+   */
+  agentsDead: number;
+
+  /**
+   * The answering replica's dispatch queue: task instances in it, and how many it holds.
+   *
+   * @generated from field: int32 dispatch_queue_depth = 17;
+   */
+  dispatchQueueDepth: number;
+
+  /**
+   * @generated from field: int32 dispatch_queue_capacity = 18;
+   */
+  dispatchQueueCapacity: number;
+
+  /**
+   * When the answering replica began its last full step (every phase, every run), while it leads;
+   * unset on a replica that does not lead (ask the leader).
+   *
+   * @generated from field: google.protobuf.Timestamp last_full_step_at = 19;
+   */
+  lastFullStepAt?: Timestamp | undefined;
+
+  /**
+   * How much later than the tick interval that full step is by now (0: on time).
+   *
+   * @generated from field: int64 last_full_step_late_ms = 20;
+   */
+  lastFullStepLateMs: bigint;
 };
 
 /**
@@ -280,6 +350,11 @@ export type Agent = Message<"leoflow.v1.Agent"> & {
    * @generated from field: int32 running = 9;
    */
   running: number;
+
+  /**
+   * @generated from field: leoflow.v1.AgentHealth health = 10;
+   */
+  health: AgentHealth;
 };
 
 /**
@@ -357,6 +432,47 @@ export type DrainAgentResponse = Message<"leoflow.v1.DrainAgentResponse"> & {
  */
 export const DrainAgentResponseSchema: GenMessage<DrainAgentResponse> = /*@__PURE__*/
   messageDesc(file_leoflow_v1_cluster, 10);
+
+/**
+ * AgentHealth is an agent's state by its last keepalive.
+ *
+ * @generated from enum leoflow.v1.AgentHealth
+ */
+export enum AgentHealth {
+  /**
+   * @generated from enum value: AGENT_HEALTH_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Its stream is open and it kept alive within three keepalive intervals.
+   *
+   * @generated from enum value: AGENT_HEALTH_HEALTHY = 1;
+   */
+  HEALTHY = 1,
+
+  /**
+   * Not heard from for longer than that, but within the heartbeat threshold: its attempts are
+   * still its own (a network blip; it may come back).
+   *
+   * @generated from enum value: AGENT_HEALTH_STALE = 2;
+   */
+  STALE = 2,
+
+  /**
+   * Not heard from for longer than the heartbeat threshold (or never): its attempts were
+   * ended as lost and retried.
+   *
+   * @generated from enum value: AGENT_HEALTH_DEAD = 3;
+   */
+  DEAD = 3,
+}
+
+/**
+ * Describes the enum leoflow.v1.AgentHealth.
+ */
+export const AgentHealthSchema: GenEnum<AgentHealth> = /*@__PURE__*/
+  enumDesc(file_leoflow_v1_cluster, 0);
 
 /**
  * ClusterService describes the control plane itself.

@@ -1,0 +1,14 @@
+/**
+ * An agent's state by its last keepalive, as an operator reads it: healthy while its stream is
+ * open and it keeps alive; stale once it has been silent longer than a few keepalives but less
+ * than the heartbeat threshold (its attempts are still its own: a network blip it may come back
+ * from); dead past the threshold, when the heartbeat reaper has ended its attempts as lost.
+ */
+export type AgentHealth = 'healthy' | 'stale' | 'dead';
+
+export function agentHealth(a: { connected: boolean; lastSeenAt: Date | null }, o: { freshMs: number; thresholdMs: number; now: number }): AgentHealth {
+  if (a.lastSeenAt === null) return 'dead';
+  const silentMs = o.now - a.lastSeenAt.getTime();
+  if (a.connected && silentMs < o.freshMs) return 'healthy';
+  return silentMs < o.thresholdMs ? 'stale' : 'dead';
+}
