@@ -1,3 +1,4 @@
+import { LIMITS } from './limits.js';
 /**
  * The validated, normalized form of a DAG file. This is what `dags.spec` stores (jsonb) and what
  * each run snapshots at trigger time, so a DAG applied mid-run never changes a run in flight.
@@ -121,8 +122,12 @@ export class DagValidationError extends Error {
     readonly file: string,
     readonly issues: DagIssue[],
   ) {
-    super(
-      `${file}: invalid DAG:\n` + issues.map((i) => `  ${file}: ${i.path || '(root)'}: ${i.message}`).join('\n'),
-    );
+    // The first issues in full, then a count: a file with thousands of bad tasks must still give
+    // an error small enough to travel (it goes back in an HTTP/2 header).
+    const line = (i: DagIssue) => `${i.path || '(root)'}: ${i.message}`;
+    const cut = (t: string) => (t.length > LIMITS.dagErrorChars ? `${t.slice(0, LIMITS.dagErrorChars)}…` : t);
+    const shown = issues.slice(0, LIMITS.dagErrors).map((i) => `  ${file}: ${cut(line(i))}`);
+    const more = issues.length > LIMITS.dagErrors ? `\n  … and ${issues.length - LIMITS.dagErrors} more` : '';
+    super(`${file}: invalid DAG:\n` + shown.join('\n') + more);
   }
 }

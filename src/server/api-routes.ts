@@ -1,4 +1,5 @@
 import { connectNodeAdapter } from '@connectrpc/connect-node';
+import { LIMITS } from '../core/limits.js';
 import type { Logger } from 'pino';
 import type { Sql } from '../db/sql.js';
 import { AgentService } from '../gen/leoflow/v1/agent_pb.js';
@@ -22,6 +23,8 @@ import { createWorkflowService } from './workflow-service.js';
 export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet; health: Health; dispatchQueueDepth(): number }) {
   const { sql, logger, config, parser, scheduler, fleet, health } = o;
   return connectNodeAdapter({
+    // A message past this is refused (RESOURCE_EXHAUSTED, naming the limit) before it is parsed.
+    readMaxBytes: LIMITS.requestBytes,
     interceptors: [roleGuard(config.role, config.replicaId)],
     routes(router) {
       router.service(

@@ -1,4 +1,5 @@
 import { Code, ConnectError } from '@connectrpc/connect';
+import { echo } from '../core/check-text.js';
 import { DagValidationError } from '../core/dag-spec.js';
 import { DagParserError } from './dag-parser.js';
 
@@ -44,7 +45,7 @@ export function toConnectError(err: unknown): ConnectError {
 /** Parses an int64 id given as a decimal string; names the field when it is not one. */
 export function parseId(field: string, value: string): string {
   if (!/^[1-9]\d{0,18}$/.test(value)) {
-    throw new InvalidArgumentError(field, value === '' || value === '0' ? 'is required' : `must be a positive integer id, got ${JSON.stringify(value)}`);
+    throw new InvalidArgumentError(field, value === '' || value === '0' ? 'is required' : `must be a positive integer id, got ${echo(value)}`);
   }
   return value;
 }

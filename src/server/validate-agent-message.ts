@@ -6,6 +6,8 @@
  */
 
 import type { AttemptResult, LogStream } from '../core/attempt.js';
+import { unstorable } from '../core/check-text.js';
+import { LIMITS } from '../core/limits.js';
 import { AttemptOutcome, type AttemptRef, type ConnectRequest, type Finished, type Hello } from '../gen/leoflow/v1/agent_pb.js';
 import type { HeldRef } from './heartbeat-buffer.js';
 
@@ -66,7 +68,8 @@ export function attemptRef(r: AttemptRef | undefined, field: string): HeldRef {
 
 /** A text that is stored: Postgres text cannot hold NUL. */
 function storableText(s: string, field: string, maxChars: number): string {
-  if (s.includes('\0')) throw new AgentMessageError(field, 'must not contain NUL characters', s);
+  const bad = unstorable(s);
+  if (bad) throw new AgentMessageError(field, bad, s);
   if (s.length > maxChars) throw new AgentMessageError(field, `must be at most ${maxChars} characters`, `${s.length} characters`);
   return s;
 }
@@ -87,7 +90,26 @@ export function validateHelloFields(h: Hello): HeldRef[] {
     if (h.onlyTiId === '' || h.onlyTiId === '0') throw new AgentMessageError('hello.only_attempt_token', 'only with only_ti_id', h.onlyAttemptToken);
     if (!UUID.test(h.onlyAttemptToken)) throw new AgentMessageError('hello.only_attempt_token', 'must be empty or an attempt token (a UUID)', h.onlyAttemptToken);
   }
+  const labels = Object.entries(h.labels);
+  if (labels.length > LIMITS.labels) throw new AgentMessageError('hello.labels', `must be at most ${LIMITS.labels}`, `${labels.length} labels`);
+  for (const [k, v] of labels) {
+    storableText(k, `hello.labels key`, LIMITS.labelKeyChars);
+    if (k === '') throw new AgentMessageError('hello.labels', 'keys must not be empty');
+    storableText(v, `hello.labels[${shown(k)}]`, LIMITS.labelValueChars);
+  }
+  if (h.capabilities.length > LIMITS.capabilities) throw new AgentMessageError('hello.capabilities', `must be at most ${LIMITS.capabilities}`, `${h.capabilities.length} capabilities`);
+  h.capabilities.forEach((c, i) => storableText(c, `hello.capabilities[${i}]`, LIMITS.capabilityChars));
   return h.held.map((r, i) => attemptRef(r, `hello.held[${i}]`));
+}
+
+/**
+ * A line of output as stored: unstorable characters replaced (output is never refused for its
+ * bytes), and a line past LIMITS.logLineChars cut, with a marker saying how much was dropped.
+ */
+export function storableLine(line: string): string {
+  let s = unstorable(line) === null ? line : line.replaceAll('\0', '\uFFFD').replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, '\uFFFD');
+  if (s.length > LIMITS.logLineChars) s = `${s.slice(0, LIMITS.logLineChars)}… [line cut: ${s.length - LIMITS.logLineChars} more characters]`;
+  return s;
 }
 
 function finishedResult(f: Finished): AttemptResult {
@@ -112,11 +134,12 @@ export function parseReport(req: ConnectRequest): AgentReport {
       return { type: 'started', ref: attemptRef(req.msg.value.attempt, 'started.attempt'), pid: req.msg.value.pid };
     case 'log': {
       const ref = attemptRef(req.msg.value.attempt, 'log.attempt');
+      if (req.msg.value.entries.length > LIMITS.logEntries) throw new AgentMessageError('log.entries', `must be at most ${LIMITS.logEntries} a message`, `${req.msg.value.entries.length} entries`);
       const entries = req.msg.value.entries.map((e, i) => {
         if (!Number.isInteger(e.seq) || e.seq < 1) throw new AgentMessageError(`log.entries[${i}].seq`, 'must be at least 1', e.seq);
         // An unknown stream name is kept as stdout: output is never refused for its label.
         const stream: LogStream = LOG_STREAMS.includes(e.stream as LogStream) ? (e.stream as LogStream) : 'stdout';
-        return { seq: e.seq, stream, line: e.line };
+        return { seq: e.seq, stream, line: storableLine(e.line) };
       });
       return { type: 'log', ref, entries };
     }

@@ -103,7 +103,7 @@ tasks:
     command: transform --fast
     depends_on: [extract]
     trigger_rule: none_failed
-    executor: kubernetes
+    executor: agents
     image: ghcr.io/acme/transform:1.4
     placement:
       labels: { gpu: nvidia, "kubernetes.io/arch": amd64 }
@@ -141,7 +141,7 @@ tasks:
           command: ['sh', '-c', 'transform --fast'],
           dependsOn: ['extract'],
           triggerRule: 'none_failed',
-          executor: 'kubernetes',
+          executor: 'agents',
           image: 'ghcr.io/acme/transform:1.4',
           placement: {
             labels: { gpu: 'nvidia', 'kubernetes.io/arch': 'amd64' },
@@ -153,6 +153,15 @@ tasks:
         },
       ],
     });
+  });
+
+  it('refuses placement on a task whose executor is not agents (it would be ignored)', () => {
+    for (const executor of ['subprocess', 'kubernetes']) {
+      expect(issuesOf(tasks(`{id: a, command: "true", executor: ${executor}, placement: {labels: {gpu: nvidia}}}`))).toEqual([
+        { path: 'tasks[0].placement', message: `applies only to tasks with executor: agents; this task's executor is ${executor}` },
+      ]);
+    }
+    expect(parseDag(tasks('{id: a, command: "true", executor: agents, placement: {labels: {gpu: nvidia}}}'), FILE).tasks[0]?.placement?.labels).toEqual({ gpu: 'nvidia' });
   });
 
   it('turns a command string into sh -c, and keeps an argv list as is', () => {

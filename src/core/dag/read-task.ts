@@ -108,6 +108,10 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       message: `must be at least retry_delay (${formatDuration(retryDelayMs)}), got ${formatDuration(maxRetryDelayMs)}`,
     });
   }
+  if (task.placement && (task.executor === 'subprocess' || task.executor === 'kubernetes')) {
+    // Placement chooses among agents: on another executor it would be silently ignored.
+    issues.push({ path: `${path}.placement`, message: `applies only to tasks with executor: agents; this task's executor is ${task.executor}` });
+  }
   if (draft.id !== undefined) {
     // Self-dependencies are reported here, with the task, and kept out of the graph checks.
     draft.deps = draft.deps.filter((dep) => {
