@@ -30,6 +30,15 @@ const DESIGN_METRICS: Record<string, string> = {
   kubernetes_pods_created_total: 'counter',
   kubernetes_pod_create_errors_total: 'counter',
   kubernetes_pod_start_latency_seconds: 'histogram',
+  // Health and alerts (issue 26): agent streams open, the queue's size, the tasks' wait and run
+  // time by DAG, and the leader's view of the active runs and the waiting tasks.
+  agents_connected: 'gauge',
+  dispatch_queue_capacity: 'gauge',
+  task_duration_seconds: 'histogram',
+  task_queue_wait_seconds: 'histogram',
+  runs: 'gauge',
+  task_instances_waiting: 'gauge',
+  task_oldest_wait_seconds: 'gauge',
 };
 
 async function values(m: Metrics, name: string): Promise<{ value: number; labels: Record<string, unknown> }[]> {
