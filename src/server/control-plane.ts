@@ -176,7 +176,8 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       databaseTimeoutMs: 2_000,
     });
     const routes = apiRoutes({ sql, logger, config, parser, scheduler: sched, fleet, health });
-    const apiServer = await serveApi(routes, config.listenHost, config.listenPort);
+    const tls = config.tls && { cert: config.tls.cert, key: config.tls.key, clientCa: config.tls.clientCa, rejectUnauthorized: config.tls.clientAuth === 'all' };
+    const apiServer = await serveApi(routes, config.listenHost, config.listenPort, tls);
     api = apiServer;
     cleanups.push(() => apiServer.close());
     const metricsServer = config.metricsListen ? await serveMetrics(metrics, config.metricsListen.host, config.metricsListen.port, health) : null;
