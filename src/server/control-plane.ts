@@ -242,13 +242,14 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       logger.info(
         {
           listen: `${host}:${port}`,
+          tls: config.tls ? (config.tls.clientCa ? `mtls-${config.tls.clientAuth}` : 'on') : 'off',
           metrics: metricsServer ? `${metricsServer.address.address}:${metricsServer.address.port}` : 'off',
           edition: config.edition,
           role: config.role,
           replicaId: config.replicaId,
           startupMs: Math.round(performance.now() - started),
         },
-        `Leoflow ${config.edition} ready on http://${host}:${port} (role ${config.role})`,
+        `Leoflow ${config.edition} ready on ${config.tls ? 'https' : 'http'}://${host}:${port} (role ${config.role})`,
       );
     ready = { plane, leadership: sched.leadership, announce };
   } catch (err) {
