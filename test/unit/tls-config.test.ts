@@ -1,0 +1,147 @@
+import { chmodSync, copyFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AgentConfigError, parseAgentFlags } from '../../src/agent/agent-config.js';
+import { clientTls } from '../../src/cli/client-tls.js';
+import { ConfigError, loadConfig } from '../../src/server/config.js';
+import { readCertificateFile } from '../../src/server/pem-files.js';
+import { checkAgentCertificate } from '../../src/server/tls-identity.js';
+import { makeTestPki, type TestPki } from '../helpers/test-certs.js';
+
+let pki: TestPki;
+let other: TestPki;
+beforeAll(() => {
+  pki = makeTestPki();
+  other = makeTestPki('other-ca');
+});
+afterAll(() => {
+  pki?.remove();
+  other?.remove();
+});
+
+function problems(flags: Parameters<typeof loadConfig>[0], env: NodeJS.ProcessEnv = {}): string[] {
+  try {
+    loadConfig(flags, env, '/srv');
+  } catch (err) {
+    if (err instanceof ConfigError) return err.problems;
+    throw err;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+describe('the server\'s TLS settings', () => {
+  it('reads a certificate, its key and a client CA, from flags or the environment', () => {
+    expect(loadConfig({}, {}, '/srv').tls).toBeNull();
+    const c = loadConfig({ tls_cert: pki.server.cert, tls_key: pki.server.key }, {}, '/srv').tls!;
+    expect(c.cert.toString()).toContain('BEGIN CERTIFICATE');
+    expect(c.key.toString()).toContain('PRIVATE KEY');
+    expect(c.clientCa).toBeNull();
+    const m = loadConfig({}, { LEOFLOW_TLS_CERT: pki.server.cert, LEOFLOW_TLS_KEY: pki.server.key, LEOFLOW_TLS_CLIENT_CA: pki.ca, LEOFLOW_TLS_CLIENT_AUTH: 'all' }, '/srv').tls!;
+    expect(m.clientCa!.toString()).toContain('BEGIN CERTIFICATE');
+    expect(m.clientAuth).toBe('all');
+    expect(loadConfig({ tls_cert: pki.server.cert, tls_key: pki.server.key, tls_client_ca: pki.ca }, {}, '/srv').tls!.clientAuth).toBe('agents');
+  });
+
+  it('names a missing half of the pair', () => {
+    expect(problems({ tls_cert: pki.server.cert })).toEqual(['--tls-cert: TLS needs both a certificate and its key: set --tls-key (LEOFLOW_TLS_KEY) too']);
+    expect(problems({}, { LEOFLOW_TLS_KEY: pki.server.key })).toEqual(['LEOFLOW_TLS_KEY (environment): TLS needs both a certificate and its key: set --tls-cert (LEOFLOW_TLS_CERT) too']);
+  });
+
+  it('names a missing, unreadable or non-PEM file', () => {
+    expect(problems({ tls_cert: '/nonexistent/cert.pem', tls_key: pki.server.key })).toEqual(['--tls-cert/--tls-key: cannot read /nonexistent/cert.pem: no such file']);
+    expect(problems({ tls_cert: pki.server.key, tls_key: pki.server.key })).toEqual([`--tls-cert/--tls-key: ${pki.server.key} holds no PEM certificate (-----BEGIN CERTIFICATE-----)`]);
+    expect(problems({ tls_cert: pki.server.cert, tls_key: pki.server.cert })[0]).toMatch(new RegExp(`^--tls-cert/--tls-key: ${pki.server.cert} holds no PEM private key`));
+    expect(problems({ tls_cert: pki.server.cert, tls_key: pki.dir })).toEqual([`--tls-cert/--tls-key: cannot read ${pki.dir}: is a directory`]);
+    if (process.getuid?.() !== 0) {
+      const locked = path.join(pki.dir, 'locked.key');
+      copyFileSync(pki.server.key, locked);
+      chmodSync(locked, 0);
+      expect(problems({ tls_cert: pki.server.cert, tls_key: locked })).toEqual([`--tls-cert/--tls-key: cannot read ${locked}: permission denied`]);
+    }
+  });
+
+  it('refuses a key that is not the certificate\'s', () => {
+    expect(problems({ tls_cert: pki.server.cert, tls_key: other.server.key })).toEqual([
+      `--tls-cert/--tls-key: ${other.server.key} is not the private key of the certificate in ${pki.server.cert} (they do not match)`,
+    ]);
+  });
+
+  it('refuses client-certificate settings without TLS, and a bad client CA', () => {
+    expect(problems({ tls_client_ca: pki.ca })).toEqual(['--tls-client-ca: client certificates need TLS on the API port: set --tls-cert and --tls-key too']);
+    expect(problems({ tls_cert: pki.server.cert, tls_key: pki.server.key, tls_client_auth: 'all' })).toEqual(['--tls-client-auth: only with --tls-client-ca (the CA client certificates are checked against)']);
+    expect(problems({ tls_cert: pki.server.cert, tls_key: pki.server.key, tls_client_ca: pki.ca, tls_client_auth: 'some' })).toEqual(['--tls-client-auth: must be one of agents, all, got "some"']);
+    expect(problems({ tls_cert: pki.server.cert, tls_key: pki.server.key, tls_client_ca: '/nonexistent/ca.pem' })).toEqual(['--tls-client-ca: cannot read /nonexistent/ca.pem: no such file']);
+  });
+
+  it('refuses an expired certificate, or one not yet valid, saying when', () => {
+    expect(() => readCertificateFile(pki.server.cert, new Date(Date.now() + 10 * 86_400_000))).toThrow(/server\.crt: the certificate \(CN=localhost\) expired on \d{4}-/);
+    expect(() => readCertificateFile(pki.server.cert, new Date(Date.now() - 86_400_000))).toThrow(/server\.crt: the certificate \(CN=localhost\) is not valid before \d{4}-/);
+  });
+
+  it('reads --pod-ca as a Secret or ConfigMap key', () => {
+    const env = { DATABASE_URL: 'postgres://127.0.0.1/x' };
+    const k = (v: string) => loadConfig({ edition: 'pro', kubernetes_image: 'x', pod_ca: v }, env, '/srv').kubernetes!.podCa;
+    expect(k('secret:leoflow-tls')).toEqual({ kind: 'secret', name: 'leoflow-tls', key: 'ca.crt' });
+    expect(k('configmap:root-ca/bundle.pem')).toEqual({ kind: 'configmap', name: 'root-ca', key: 'bundle.pem' });
+    expect(problems({ edition: 'pro', kubernetes_image: 'x', pod_ca: 'leoflow-tls' }, env)).toEqual([
+      '--pod-ca: must be secret:NAME[/KEY] or configmap:NAME[/KEY] (the CA pods\' agents verify the control plane with; KEY defaults to ca.crt), got "leoflow-tls": is not of that form',
+    ]);
+  });
+});
+
+describe('the identity rule at Hello', () => {
+  const cert = (o: Partial<{ verified: boolean; error: string | null; commonName: string | null }>) => ({ verified: true, error: null, commonName: 'agent-a', ...o });
+  const refusal = (f: () => void) => {
+    try {
+      f();
+    } catch (err) {
+      return { code: (err as { code: number }).code, message: (err as Error).message };
+    }
+    return null;
+  };
+
+  it('checks nothing when the server asks for no certificate, and lets an agent say Hello as its CN', () => {
+    expect(refusal(() => checkAgentCertificate(undefined, 'anyone'))).toBeNull();
+    expect(refusal(() => checkAgentCertificate(cert({}), 'agent-a'))).toBeNull();
+  });
+
+  it('refuses another agent\'s id with PERMISSION_DENIED naming both, and a missing or unverified certificate with UNAUTHENTICATED', () => {
+    expect(refusal(() => checkAgentCertificate(cert({}), 'agent-b'))).toEqual({ code: 7, message: '[permission_denied] hello.agent_id: the TLS client certificate is agent "agent-a"\'s, but Hello says agent "agent-b"' });
+    expect(refusal(() => checkAgentCertificate(null, 'agent-b'))?.code).toBe(16);
+    expect(refusal(() => checkAgentCertificate(cert({ verified: false, error: 'UNABLE_TO_VERIFY_LEAF_SIGNATURE' }), 'agent-a'))).toEqual({
+      code: 16,
+      message: '[unauthenticated] agent "agent-a": its TLS client certificate (CN=agent-a) is not signed by this control plane\'s --tls-client-ca (UNABLE_TO_VERIFY_LEAF_SIGNATURE)',
+    });
+  });
+});
+
+describe('clients\' TLS flags', () => {
+  const env = { hostname: 'h', pid: 1, isTTY: false };
+  const agentProblems = (flags: Parameters<typeof parseAgentFlags>[0], e: Parameters<typeof parseAgentFlags>[1] = env) => {
+    try {
+      parseAgentFlags(flags, e);
+    } catch (err) {
+      if (err instanceof AgentConfigError) return err.problems;
+      throw err;
+    }
+    return [];
+  };
+
+  it('the agent: a certificate needs its key, and TLS files need https:// servers', () => {
+    expect(agentProblems({ server: 'https://cp:7070', tlsCert: 'a.crt' })).toEqual(['--tls-key: a client certificate needs both --tls-cert and --tls-key (LEOFLOW_AGENT_TLS_CERT, LEOFLOW_AGENT_TLS_KEY)']);
+    expect(agentProblems({ server: 'https://cp-a:7070,http://cp-b:7070', caFile: 'ca.crt' })).toEqual(['--server: --ca-file is for https:// addresses, but http://cp-b:7070 is plain http://']);
+    const c = parseAgentFlags({ server: 'https://cp:7070' }, { ...env, caFile: 'ca.crt', tlsCert: 'a.crt', tlsKey: 'a.key' });
+    expect(c).toMatchObject({ caFile: 'ca.crt', tlsCertFile: 'a.crt', tlsKeyFile: 'a.key' });
+  });
+
+  it('the CLI: each file\'s problem names its flag', () => {
+    expect(clientTls({})).toBeNull();
+    expect(() => clientTls({ caFile: '/nonexistent/ca.pem' })).toThrow('--ca-file: cannot read /nonexistent/ca.pem: no such file');
+    expect(() => clientTls({ caFile: pki.ca, clientCert: pki.client('cli').cert })).toThrow('--client-key: a client certificate needs its key, and a key its certificate');
+    expect(() => clientTls({ clientCert: pki.client('cli').cert, clientKey: other.client('cli').key })).toThrow(/^--client-cert\/--client-key: .* is not the private key of the certificate in /);
+    const notPem = path.join(pki.dir, 'not.pem');
+    writeFileSync(notPem, 'hello');
+    expect(() => clientTls({ caFile: notPem })).toThrow(`--ca-file: ${notPem} holds no PEM certificate (-----BEGIN CERTIFICATE-----)`);
+    expect(clientTls({ caFile: pki.ca })!.ca!.toString()).toContain('BEGIN CERTIFICATE');
+  });
+});
