@@ -145,3 +145,22 @@ describe('clients\' TLS flags', () => {
     expect(clientTls({ caFile: pki.ca })!.ca!.toString()).toContain('BEGIN CERTIFICATE');
   });
 });
+
+describe("a pod's CA", () => {
+  const attempt = { tiId: '7', runId: '3', dagId: 'd', taskId: 't', tryNumber: 1, maxTries: 1, attemptToken: '2b1e4b0e-6d5f-4c39-9a55-0c1b8f0e7a11', dispatchKey: 'k', command: ['true'], env: {}, cwd: null, timeoutMs: null };
+  const settings = { namespace: 'jobs', image: 'leoflow:1', serverUrl: 'https://leoflow:7070', agentCommand: ['leoflow'], killGraceMs: 10_000, agentToken: null };
+
+  it('mounts the one key of the Secret or ConfigMap read-only and points the agent at it', async () => {
+    const { podManifest } = await import('../../src/executors/kubernetes/pod-manifest.js');
+    const plain = podManifest(attempt, settings);
+    expect(plain.spec!.volumes).toBeUndefined();
+    expect(plain.spec!.containers[0]!.env!.map((e) => e.name)).not.toContain('LEOFLOW_CA_FILE');
+    const fromSecret = podManifest(attempt, { ...settings, podCa: { kind: 'secret', name: 'leoflow-tls', key: 'ca.crt' } });
+    expect(fromSecret.spec!.volumes).toEqual([{ name: 'leoflow-ca', secret: { secretName: 'leoflow-tls', items: [{ key: 'ca.crt', path: 'ca.crt' }] } }]);
+    const c = fromSecret.spec!.containers[0]!;
+    expect(c.volumeMounts).toEqual([{ name: 'leoflow-ca', mountPath: '/etc/leoflow/ca', readOnly: true }]);
+    expect(c.env).toContainEqual({ name: 'LEOFLOW_CA_FILE', value: '/etc/leoflow/ca/ca.crt' });
+    const fromMap = podManifest(attempt, { ...settings, podCa: { kind: 'configmap', name: 'root-ca', key: 'bundle.pem' } });
+    expect(fromMap.spec!.volumes).toEqual([{ name: 'leoflow-ca', configMap: { name: 'root-ca', items: [{ key: 'bundle.pem', path: 'ca.crt' }] } }]);
+  });
+});
