@@ -2,6 +2,7 @@ import { ConnectError } from '@connectrpc/connect';
 import { Command, CommanderError } from 'commander';
 import { createClients, type Clients } from './client.js';
 import { clientTls } from './client-tls.js';
+import { tlsFailure } from './tls-failure.js';
 import { registerAgent } from './commands/agent.js';
 import { registerAgents } from './commands/agents.js';
 import { registerDag } from './commands/dag.js';
@@ -53,7 +54,7 @@ try {
   if (err instanceof ConnectError) {
     // "[not_found] run 7 not found" → "leoflow: not_found: run 7 not found"
     const server = program.opts<{ server: string }>().server;
-    const msg = err.code === 14 ? `cannot reach the control plane at ${server} (${err.rawMessage}); is \`leoflow server\` running?` : err.message;
+    const msg = tlsFailure(err, server) ?? (err.code === 14 ? `cannot reach the control plane at ${server} (${err.rawMessage}); is \`leoflow server\` running?` : err.message);
     process.stderr.write(`leoflow: ${msg}\n`);
   } else {
     process.stderr.write(`leoflow: ${(err as Error).message}\n`);
