@@ -139,7 +139,7 @@ async function helloAs(url: string, agentId: string, tls: AgentTls): Promise<{ w
     return await new Promise((resolve) => {
       const timer = setTimeout(() => resolve({ welcome: null, err: { code: -1, details: 'no answer in 15 s' } }), 15_000);
       call.on('data', (m: ConnectResponse) => (clearTimeout(timer), resolve({ welcome: m, err: null })));
-      // connect-node percent-encodes grpc-message more than grpc-js decodes (':' ',' ';').
+      // connect-node percent-encodes grpc-message more than grpc-js decodes (as control-plane-session.ts says).
       call.on('error', (e: { code: number; details: string }) => (clearTimeout(timer), resolve({ welcome: null, err: { code: e.code, details: decodeURIComponent(e.details) } })));
       call.write(create(ConnectRequestSchema, { msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId, slots: 1, incarnationId: randomUUID(), labels: { pool: 'none' } } } }));
     });
@@ -203,7 +203,7 @@ describe('mTLS: agents are who their certificates say', () => {
     agents.push(run);
     const exit = await Promise.race([run.exited, new Promise<null>((r) => setTimeout(() => r(null), 20_000))]);
     expect(exit?.code, run.output()).toBe(1);
-    expect(run.output()).toContain('presented no TLS client certificate');
+    expect(run.output()).toContain('control plane refused the agent: UNAUTHENTICATED: agent \\"agent-c\\" presented no TLS client certificate; this control plane requires one signed by its --tls-client-ca for agent streams');
   });
 
   it('the agent checks its certificate against its --id before connecting', async () => {
