@@ -13,6 +13,8 @@ export interface ApiTls {
 /** The API's HTTP/2 server: gRPC, gRPC-Web and Connect on one port. */
 export interface ApiServer {
   readonly address: { host: string; port: number };
+  /** New connections get this certificate, key and client CA (a rotation); open ones keep theirs. */
+  setTls(tls: Pick<ApiTls, 'cert' | 'key' | 'clientCa'>): void;
   /** True while the port accepts connections. */
   listening(): boolean;
   /** Stops accepting, closes the sessions (destroying those still open after 2 s). */
@@ -51,6 +53,10 @@ export async function serveApi(handler: (req: http2.Http2ServerRequest, res: htt
   const addr = server.address() as AddressInfo;
   return {
     address: { host: addr.address, port: addr.port },
+    setTls: (t) => {
+      if (!tls) throw new Error('the API port was started without TLS');
+      (server as http2.Http2SecureServer).setSecureContext({ cert: t.cert, key: t.key, minVersion: 'TLSv1.2', ...(t.clientCa ? { ca: t.clientCa } : {}) });
+    },
     listening: () => server.listening,
     close: () =>
       new Promise<void>((resolve) => {

@@ -76,6 +76,8 @@ export const TLS_CLIENT_AUTH = ['agents', 'all'] as const;
 
 /** The API port's TLS: the files' contents, read and checked at start-up. */
 export interface TlsConfig {
+  /** The files, read again on SIGHUP and when they change (certificate rotation). */
+  files: { cert: string; key: string; clientCa: string | null };
   cert: Buffer;
   key: Buffer;
   /** CA of agents' client certificates (mTLS); null: agents are not asked for one. */
@@ -376,7 +378,7 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
         problems.push(`${caRaw!.source}: ${(err as Error).message}`);
       }
     }
-    return pair ? { cert: pair.cert, key: pair.key, clientCa, clientAuth } : null;
+    return pair ? { files: { cert: certFile, key: keyFile, clientCa: caFile }, cert: pair.cert, key: pair.key, clientCa, clientAuth } : null;
   }
 
   const replicaId = (v: unknown) => {

@@ -25,6 +25,7 @@ import { createScheduler, type Scheduler } from '../scheduler/scheduler.js';
 import { createAgentFleet } from './agent-fleet.js';
 import { apiRoutes } from './api-routes.js';
 import { serveApi } from './api-server.js';
+import { startTlsReloader } from './tls-reloader.js';
 import { applyDagPaths } from './apply-dag-paths.js';
 import type { Config } from './config.js';
 import { createDagParser } from './dag-parser.js';
@@ -57,6 +58,8 @@ export interface ControlPlane {
    * (up to shutdown_grace); the listeners (LISTEN and the API) close last.
    */
   close(): Promise<void>;
+  /** Reads the TLS files again (SIGHUP); false when there is no TLS or nothing changed. */
+  reloadTls(): boolean;
 }
 
 /**
@@ -180,6 +183,8 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     const apiServer = await serveApi(routes, config.listenHost, config.listenPort, tls);
     api = apiServer;
     cleanups.push(() => apiServer.close());
+    const tlsReloader = config.tls ? startTlsReloader(config.tls, (t) => apiServer.setTls(t), logger) : null;
+    if (tlsReloader) cleanups.push(async () => tlsReloader.stop());
     const metricsServer = config.metricsListen ? await serveMetrics(metrics, config.metricsListen.host, config.metricsListen.port, health) : null;
     if (metricsServer) cleanups.push(() => metricsServer.close());
 
@@ -209,6 +214,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     const plane: ControlPlane = {
       address: apiServer.address,
       databaseUrl: db.url,
+      reloadTls: () => tlsReloader?.reload('SIGHUP') ?? false,
       close() {
         closing ??= (async () => {
           logger.info('shutting down: no new work; waiting for running tasks');

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { copyFile, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import http2 from 'node:http2';
 import https from 'node:https';
 import os from 'node:os';
@@ -235,6 +235,45 @@ describe('--tls-client-auth all', () => {
     const withCert = await cli(httpsUrl(server), ['--ca-file', pki.ca, '--client-cert', op.cert, '--client-key', op.key, 'agents', 'list']);
     expect(withCert.stderr).toBe('');
     expect(withCert.code).toBe(0);
+  });
+});
+
+describe('certificate rotation', () => {
+  let db: TestDatabase;
+  let server: ServerProcess;
+  let certFile: string;
+  let keyFile: string;
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    certFile = path.join(tmp, 'rotating.crt');
+    keyFile = path.join(tmp, 'rotating.key');
+    await copyFile(pki.server.cert, certFile);
+    await copyFile(pki.server.key, keyFile);
+    server = await startServer({ env: { DATABASE_URL: db.url }, args: ['--tls-cert', certFile, '--tls-key', keyFile] });
+  });
+  afterAll(async () => {
+    await server?.stop();
+    await db?.drop();
+  });
+  const logged = (text: string) => waitFor(`log "${text}"`, async () => server.logs.some((l) => String(l.msg).includes(text)), 15_000);
+
+  it('SIGHUP puts a new certificate in use without a restart, and keeps the old one when the new files are bad', async () => {
+    expect((await cli(httpsUrl(server), ['--ca-file', pki.ca, 'agents', 'list'])).code).toBe(0);
+    // A half-written rotation: the certificate changed, the key not yet.
+    await copyFile(other.server.cert, certFile);
+    server.child.kill('SIGHUP');
+    await logged('TLS files not reloaded, the certificate in use is kept');
+    expect(String(server.logs.find((l) => String(l.msg).startsWith('TLS files not reloaded'))!.msg)).toContain('is not the private key of the certificate');
+    expect((await cli(httpsUrl(server), ['--ca-file', pki.ca, 'agents', 'list'])).code).toBe(0);
+    // The rotation completed.
+    await copyFile(other.server.key, keyFile);
+    server.child.kill('SIGHUP');
+    await logged('TLS certificate reloaded');
+    const rotated = await cli(httpsUrl(server), ['--ca-file', other.ca, 'agents', 'list']);
+    expect(rotated.stderr).toBe('');
+    expect(rotated.code).toBe(0);
+    expect((await cli(httpsUrl(server), ['--ca-file', pki.ca, 'agents', 'list'])).stderr).toMatch(/cannot verify the control plane's TLS certificate/);
+    expect(server.child.exitCode).toBeNull();
   });
 });
 

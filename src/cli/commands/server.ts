@@ -100,6 +100,8 @@ export function registerServer(program: Command): void {
         },
       );
     };
+    // A rotated certificate is put in use without a restart (the files are also checked each minute).
+    process.on('SIGHUP', () => void plane.reloadTls());
     process.on('SIGTERM', () => stop('SIGTERM'));
     process.on('SIGINT', () => stop('SIGINT'));
   });
