@@ -206,6 +206,17 @@ describe('mTLS: agents are who their certificates say', () => {
     expect(run.output()).toContain('control plane refused the agent: UNAUTHENTICATED: agent \\"agent-c\\" presented no TLS client certificate; this control plane requires one signed by its --tls-client-ca for agent streams');
   });
 
+  it('an agent that cannot verify the server says why, and keeps trying', async () => {
+    const a = pki.client('agent-d');
+    const run = startAgent(httpsUrl(server), ['--ca-file', other.ca, '--tls-cert', a.cert, '--tls-key', a.key]);
+    agents.push(run);
+    await waitFor('the agent to say why', async () => /stream ended: reconnecting/.test(run.output()), 15_000).catch(() => {
+      throw new Error(run.output());
+    });
+    expect(run.output()).toMatch(/"reason":"UNAVAILABLE: [^"]*(self-signed certificate|unable to verify)[^"]*".*"msg":"stream ended: reconnecting"/);
+    expect(run.child.exitCode).toBeNull();
+  });
+
   it('the agent checks its certificate against its --id before connecting', async () => {
     const a = pki.client('agent-a');
     const run = startAgent(httpsUrl(server), ['--ca-file', pki.ca, '--tls-cert', a.cert, '--tls-key', a.key, '--id', 'agent-b']);
