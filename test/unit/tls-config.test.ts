@@ -164,3 +164,27 @@ describe("a pod's CA", () => {
     expect(fromMap.spec!.volumes).toEqual([{ name: 'leoflow-ca', configMap: { name: 'root-ca', items: [{ key: 'bundle.pem', path: 'ca.crt' }] } }]);
   });
 });
+
+describe("the README's certificates", () => {
+  it('the openssl commands of "Pro with TLS" make a CA, a server certificate and an agent certificate that Leoflow accepts', async () => {
+    const { execFileSync } = await import('node:child_process');
+    const { mkdtempSync, readFileSync, rmSync } = await import('node:fs');
+    const os = await import('node:os');
+    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+    const section = readme.slice(readme.indexOf('## Pro with TLS'));
+    const block = /```sh\n([\s\S]*?)```/.exec(section)![1]!;
+    expect(block).toContain('openssl req -x509');
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'leoflow-readme-pki-'));
+    try {
+      execFileSync('bash', ['-euo', 'pipefail', '-c', block], { cwd: dir, stdio: 'pipe' });
+      const c = loadConfig({ tls_cert: 'server.crt', tls_key: 'server.key', tls_client_ca: 'ca.crt' }, {}, dir).tls!;
+      expect(c.clientCa).not.toBeNull();
+      const agent = readCertificateFile(path.join(dir, 'gpu-1.crt')).certs[0]!;
+      expect(agent.subject).toBe('CN=gpu-1');
+      expect(agent.checkIssued(readCertificateFile(path.join(dir, 'ca.crt')).certs[0]!)).toBe(true);
+      expect(readCertificateFile(path.join(dir, 'server.crt')).certs[0]!.subjectAltName).toBe('DNS:leoflow, DNS:localhost, IP Address:127.0.0.1');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
