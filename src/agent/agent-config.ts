@@ -27,6 +27,11 @@ export interface AgentFlags {
   stateDir?: string;
   logFormat?: string;
   logLevel?: string;
+  /** PEM CA an https:// server must chain to (global --ca-file). */
+  caFile?: string;
+  /** The agent's TLS client certificate and key, for a control plane with --tls-client-ca. */
+  tlsCert?: string;
+  tlsKey?: string;
 }
 
 /** Facts about the process that defaults depend on; passed in so parsing stays pure. */
@@ -38,6 +43,10 @@ export interface AgentEnvironment {
   token?: string | undefined;
   /** LEOFLOW_ATTEMPT_TOKEN: the attempt a one-shot agent was started for (set in a pod's env). */
   attemptToken?: string | undefined;
+  /** LEOFLOW_CA_FILE, LEOFLOW_AGENT_TLS_CERT, LEOFLOW_AGENT_TLS_KEY. */
+  caFile?: string | undefined;
+  tlsCert?: string | undefined;
+  tlsKey?: string | undefined;
 }
 
 export interface AgentConfig {
@@ -60,6 +69,10 @@ export interface AgentConfig {
   stateDir: string;
   logFormat: (typeof LOG_FORMATS)[number];
   logLevel: (typeof LOG_LEVELS)[number];
+  /** Files read at start (the command reads them): the CA and the client certificate; null when not given. */
+  caFile: string | null;
+  tlsCertFile: string | null;
+  tlsKeyFile: string | null;
 }
 
 export class AgentConfigError extends Error {
@@ -122,8 +135,18 @@ export function parseAgentFlags(flags: AgentFlags, env: AgentEnvironment): Agent
   const logFormat = check('--log-format', 'json', () => oneOf(flags.logFormat ?? (env.isTTY ? 'pretty' : 'json'), LOG_FORMATS));
   const logLevel = check('--log-level', 'info', () => oneOf(flags.logLevel ?? 'info', LOG_LEVELS));
 
+  const caFile = flags.caFile || env.caFile || null;
+  const tlsCertFile = flags.tlsCert || env.tlsCert || null;
+  const tlsKeyFile = flags.tlsKey || env.tlsKey || null;
+  if ((tlsCertFile === null) !== (tlsKeyFile === null)) problems.push(`${tlsCertFile === null ? '--tls-cert' : '--tls-key'}: a client certificate needs both --tls-cert and --tls-key (LEOFLOW_AGENT_TLS_CERT, LEOFLOW_AGENT_TLS_KEY)`);
+  const plain = serverUrls.filter((u) => !u.startsWith('https:'));
+  if ((caFile !== null || tlsCertFile !== null) && plain.length > 0) problems.push(`--server: ${caFile !== null ? '--ca-file' : '--tls-cert'} is for https:// addresses, but ${plain.join(', ')} ${plain.length === 1 ? 'is' : 'are'} plain http://`);
+
   if (problems.length > 0) throw new AgentConfigError(problems);
   return {
+    caFile,
+    tlsCertFile,
+    tlsKeyFile,
     serverUrls,
     agentId,
     labels,

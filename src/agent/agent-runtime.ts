@@ -10,7 +10,7 @@ import type { Logger } from 'pino';
 import { HelloSchema, ProtocolVersion, type ConnectResponse, type Hello } from '../gen/leoflow/v1/agent_pb.js';
 import type { ShutdownMode } from './agent-config.js';
 import { AgentFatalError } from './agent-fatal-error.js';
-import { createAgentServiceClient } from './agent-service-client.js';
+import { createAgentServiceClient, type AgentTls } from './agent-service-client.js';
 import { ControlPlaneSession } from './control-plane-session.js';
 import { AttemptRunner } from './attempt-runner.js';
 import { positiveMs } from './attempt-messages.js';
@@ -31,6 +31,8 @@ export interface RunAgentOptions {
   /** Attempts run at once (the control plane enforces it). Default 1. */
   slots?: number;
   token?: string;
+  /** For https:// servers: the CA (null: the system's roots) and the agent's client certificate (mTLS). */
+  tls?: AgentTls | null;
   /** One-shot agent: take only the current attempt of this ti, exit once it is acknowledged. */
   onlyTiId?: string | null;
   /** With onlyTiId: the token of the one attempt it was started for (a Kubernetes pod's). */
@@ -154,7 +156,7 @@ class AgentRuntime {
     try {
       while (this.#exit === null) {
         const serverUrl = urls[this.#server]!;
-        const client = createAgentServiceClient({ serverUrl, http2KeepaliveMs: this.#o.http2KeepaliveMs ?? 10_000 });
+        const client = createAgentServiceClient({ serverUrl, http2KeepaliveMs: this.#o.http2KeepaliveMs ?? 10_000, tls: this.#o.tls ?? null });
         const session = new ControlPlaneSession({
           client,
           logger: log,

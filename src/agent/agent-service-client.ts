@@ -19,13 +19,21 @@ export interface AgentServiceClient {
 }
 
 export interface AgentServiceClientOptions {
-  /** http://host:port (plaintext HTTP/2) or https://host:port (TLS with the system's roots). */
+  /** http://host:port (plaintext HTTP/2) or https://host:port (TLS, verified with `tls.ca` or the system's roots). */
   serverUrl: string;
   /**
    * HTTP/2 PING interval. It keeps NATs and proxies from dropping an idle connection and finds a
    * dead one; it cannot find a deaf stream, which is what the app-level Keepalive is for.
    */
   http2KeepaliveMs: number;
+  /** PEM contents: the CA to verify the server with (null: the system's roots), the client certificate (mTLS). */
+  tls?: AgentTls | null;
+}
+
+export interface AgentTls {
+  ca: Buffer | null;
+  cert: Buffer | null;
+  key: Buffer | null;
 }
 
 /**
@@ -36,7 +44,7 @@ export function createAgentServiceClient(opts: AgentServiceClientOptions): Agent
   const url = new URL(opts.serverUrl);
   const tls = url.protocol === 'https:';
   const port = url.port || (tls ? '443' : '80');
-  const client = new grpc.Client(`${url.hostname}:${port}`, tls ? grpc.credentials.createSsl() : grpc.credentials.createInsecure(), {
+  const client = new grpc.Client(`${url.hostname}:${port}`, tls ? grpc.credentials.createSsl(opts.tls?.ca ?? null, opts.tls?.key ?? null, opts.tls?.cert ?? null) : grpc.credentials.createInsecure(), {
     'grpc.keepalive_time_ms': opts.http2KeepaliveMs,
     'grpc.keepalive_timeout_ms': Math.min(20_000, Math.max(1_000, opts.http2KeepaliveMs)),
     'grpc.keepalive_permit_without_calls': 1,

@@ -1,6 +1,8 @@
 import { ConnectError } from '@connectrpc/connect';
 import { Command, CommanderError } from 'commander';
 import { createClients, type Clients } from './client.js';
+import { clientTls } from './client-tls.js';
+import { tlsFailure } from './tls-failure.js';
 import { registerAgent } from './commands/agent.js';
 import { registerAgents } from './commands/agents.js';
 import { registerDag } from './commands/dag.js';
@@ -22,6 +24,9 @@ const addServer = (value: string, previous: string): string => {
 const program = new Command('leoflow')
   .description('Leoflow: DAGs of tasks, run on time, exactly as often as they should')
   .option('-s, --server <url>', 'control-plane API address; `leoflow agent` takes several (repeated or comma-separated) [env LEOFLOW_SERVER]', addServer, process.env.LEOFLOW_SERVER ?? 'http://127.0.0.1:7070')
+  .option('--ca-file <file>', 'PEM CA that an https:// --server must present a certificate from (default: the system roots) [env LEOFLOW_CA_FILE]', process.env.LEOFLOW_CA_FILE || undefined)
+  .option('--client-cert <file>', 'PEM client certificate, for a server started with --tls-client-auth all (with --client-key) [env LEOFLOW_CLIENT_CERT]', process.env.LEOFLOW_CLIENT_CERT || undefined)
+  .option('--client-key <file>', 'PEM private key of --client-cert [env LEOFLOW_CLIENT_KEY]', process.env.LEOFLOW_CLIENT_KEY || undefined)
   .showHelpAfterError()
   .exitOverride();
 
@@ -29,7 +34,7 @@ let clients: Clients | undefined;
 const getClients = () => {
   const server = program.opts<{ server: string }>().server;
   if (server.includes(',')) throw new Error(`--server: this command talks to one control-plane address, got ${JSON.stringify(server)} (only \`leoflow agent\` takes several)`);
-  return (clients ??= createClients(server));
+  return (clients ??= createClients(server, clientTls(program.opts())));
 };
 
 registerServer(program);
@@ -51,7 +56,7 @@ try {
   if (err instanceof ConnectError) {
     // "[not_found] run 7 not found" → "leoflow: not_found: run 7 not found"
     const server = program.opts<{ server: string }>().server;
-    const msg = err.code === 14 ? `cannot reach the control plane at ${server} (${err.rawMessage}); is \`leoflow server\` running?` : err.message;
+    const msg = tlsFailure(err, server) ?? (err.code === 14 ? `cannot reach the control plane at ${server} (${err.rawMessage}); is \`leoflow server\` running?` : err.message);
     process.stderr.write(`leoflow: ${msg}\n`);
   } else {
     process.stderr.write(`leoflow: ${(err as Error).message}\n`);

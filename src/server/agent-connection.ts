@@ -8,6 +8,7 @@ import type { LogsSoFar } from '../db/logs.js';
 import type { AgentHandle, AgentRegistry, AssignResult } from '../executors/agent-registry.js';
 import { ConnectResponseSchema, ProtocolVersion, type ConnectRequest, type Hello } from '../gen/leoflow/v1/agent_pb.js';
 import { AsyncQueue } from './async-queue.js';
+import { checkAgentCertificate, type ClientCertificate } from './tls-identity.js';
 import type { HeartbeatBuffer, HeartbeatSource, HeldRef } from './heartbeat-buffer.js';
 import { AgentMessageError, parseReport, validateHelloFields } from './validate-agent-message.js';
 
@@ -214,7 +215,7 @@ export class AgentConnection implements AgentHandle {
 
   // --- the stream ------------------------------------------------------------------------
 
-  async *run(requests: AsyncIterable<ConnectRequest>, signal: AbortSignal): AsyncGenerator<Response> {
+  async *run(requests: AsyncIterable<ConnectRequest>, signal: AbortSignal, clientCert?: ClientCertificate | null): AsyncGenerator<Response> {
     const it = requests[Symbol.asyncIterator]();
     const first = await Promise.race([
       it.next(),
@@ -225,6 +226,7 @@ export class AgentConnection implements AgentHandle {
     }
     const hello = first.value.msg.value;
     checkHelloAccess(hello, this.deps.agentToken);
+    checkAgentCertificate(clientCert, hello.agentId);
     const held = this.#valid('hello', () => validateHelloFields(hello));
     this.agentId = hello.agentId;
     this.incarnationId = hello.incarnationId;

@@ -1,12 +1,13 @@
 import type { ServiceImpl } from '@connectrpc/connect';
 import { AgentService } from '../gen/leoflow/v1/agent_pb.js';
 import { AgentConnection, type AgentConnectionDeps } from './agent-connection.js';
+import { clientCertificateKey } from './tls-identity.js';
 
 /** `AgentService.Connect`: one AgentConnection per stream (see agent-connection.ts). */
 export function createAgentService(deps: AgentConnectionDeps): ServiceImpl<typeof AgentService> {
   return {
     async *connect(requests, context) {
-      yield* new AgentConnection(deps).run(requests, context.signal);
+      yield* new AgentConnection(deps).run(requests, context.signal, context.values.get(clientCertificateKey));
     },
   };
 }

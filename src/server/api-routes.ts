@@ -1,3 +1,4 @@
+import { createContextValues } from '@connectrpc/connect';
 import { connectNodeAdapter } from '@connectrpc/connect-node';
 import { LIMITS } from '../core/limits.js';
 import type { Logger } from 'pino';
@@ -14,6 +15,7 @@ import type { Health } from './health.js';
 import { roleGuard } from './role-guard.js';
 import type { DagParser } from './dag-parser.js';
 import { dagFilesDefining } from './dag-files-defining.js';
+import { clientCertificateKey, clientCertificateOf } from './tls-identity.js';
 import { createWorkflowService } from './workflow-service.js';
 
 /**
@@ -22,9 +24,16 @@ import { createWorkflowService } from './workflow-service.js';
  */
 export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet; health: Health; dispatchQueueDepth(): number }) {
   const { sql, logger, config, parser, scheduler, fleet, health } = o;
+  // With mTLS on, each request carries its connection's client certificate, for the Hello check.
+  const askCertificate = config.tls?.clientCa != null;
   return connectNodeAdapter({
     // A message past this is refused (RESOURCE_EXHAUSTED, naming the limit) before it is parsed.
     readMaxBytes: LIMITS.requestBytes,
+    contextValues: (req) => {
+      const values = createContextValues();
+      if (askCertificate) values.set(clientCertificateKey, clientCertificateOf(req));
+      return values;
+    },
     interceptors: [roleGuard(config.role, config.replicaId)],
     routes(router) {
       router.service(

@@ -5,6 +5,7 @@ import path from 'node:path';
 import { parseDuration } from '../core/duration.js';
 import { dns1123LabelProblem, dns1123SubdomainProblem } from '../core/kubernetes-names.js';
 import type { KubeconfigSource } from '../executors/kubernetes/load-kube-config.js';
+import { readCertificateAndKey, readCertificateFile } from './pem-files.js';
 
 /** Edition files sit at the package root; `dist/server` and `src/server` are at the same depth. */
 const EDITIONS_DIR = new URL('../../editions/', import.meta.url);
@@ -62,10 +63,28 @@ export interface Config {
   retentionMs: number | null;
   /** Shared secret agents must send in Hello; null when agents need none. */
   agentToken: string | null;
+  /** TLS on the API port; null: plain HTTP/2 (h2c) and HTTP/1.1. */
+  tls: TlsConfig | null;
   logLevel: string;
   logFormat: 'json' | 'pretty';
   /** The kubernetes executor's settings; null when it is not this replica's executor. */
   kubernetes: KubernetesConfig | null;
+}
+
+/** Who must present a client certificate signed by the client CA: agent streams only, or every call. */
+export const TLS_CLIENT_AUTH = ['agents', 'all'] as const;
+
+/** The API port's TLS: the files' contents, read and checked at start-up. */
+export interface TlsConfig {
+  /** The files, read again on SIGHUP and when they change (certificate rotation). */
+  files: { cert: string; key: string; clientCa: string | null };
+  cert: Buffer;
+  key: Buffer;
+  /** CA of agents' client certificates (mTLS); null: agents are not asked for one. */
+  clientCa: Buffer | null;
+  /** With clientCa: `agents` (an agent stream needs a certificate, other calls do not) or `all`
+   *  (the handshake refuses any client without one). */
+  clientAuth: (typeof TLS_CLIENT_AUTH)[number];
 }
 
 /** The kubernetes executor's settings. Durations in ms. */
@@ -88,6 +107,15 @@ export interface KubernetesConfig {
   /** The Secret (and key) in the pods' namespace holding the agent token, so pod specs never
    *  carry it; null: the token is written into the pod's env (readable by whoever reads pods). */
   agentTokenSecret: { name: string; key: string } | null;
+  /** A Secret or ConfigMap (and key) in the pods' namespace holding the CA that pods' agents verify
+   *  the control plane with (LEOFLOW_CA_FILE); null: none mounted. */
+  podCa: PodCaSource | null;
+}
+
+export interface PodCaSource {
+  kind: 'secret' | 'configmap';
+  name: string;
+  key: string;
 }
 
 /** A configuration value as given, with where it came from, for error messages. */
@@ -123,6 +151,10 @@ export const SETTINGS = {
   leader_watchdog: { flag: '--leader-watchdog', env: 'LEOFLOW_LEADER_WATCHDOG', kind: 'duration' },
   retention: { flag: '--retention', env: 'LEOFLOW_RETENTION', kind: 'duration' },
   agent_token: { flag: '--agent-token', env: 'LEOFLOW_AGENT_TOKEN', kind: 'string' },
+  tls_cert: { flag: '--tls-cert', env: 'LEOFLOW_TLS_CERT', kind: 'string' },
+  tls_key: { flag: '--tls-key', env: 'LEOFLOW_TLS_KEY', kind: 'string' },
+  tls_client_ca: { flag: '--tls-client-ca', env: 'LEOFLOW_TLS_CLIENT_CA', kind: 'string' },
+  tls_client_auth: { flag: '--tls-client-auth', env: 'LEOFLOW_TLS_CLIENT_AUTH', kind: 'string' },
   log_level: { flag: '--log-level', env: 'LEOFLOW_LOG_LEVEL', kind: 'string' },
   log_format: { flag: '--log-format', env: 'LEOFLOW_LOG_FORMAT', kind: 'string' },
   kubernetes_namespace: { flag: '--kubernetes-namespace', env: 'LEOFLOW_KUBERNETES_NAMESPACE', kind: 'string' },
@@ -134,6 +166,7 @@ export const SETTINGS = {
   pod_keep_succeeded: { flag: '--pod-keep-succeeded', env: 'LEOFLOW_POD_KEEP_SUCCEEDED', kind: 'duration' },
   pod_keep_failed: { flag: '--pod-keep-failed', env: 'LEOFLOW_POD_KEEP_FAILED', kind: 'duration' },
   pod_agent_token_secret: { flag: '--pod-agent-token-secret', env: 'LEOFLOW_POD_AGENT_TOKEN_SECRET', kind: 'string' },
+  pod_ca: { flag: '--pod-ca', env: 'LEOFLOW_POD_CA', kind: 'string' },
 } as const satisfies Record<string, { flag: string; env: string; kind: Kind }>;
 
 export type SettingKey = keyof typeof SETTINGS;
@@ -300,8 +333,52 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
         if (!/^[-._a-zA-Z0-9]+$/.test(key)) throw new Error(`the key must be letters, digits, "-", "_" or ".", got ${JSON.stringify(key)}`);
         return { name: name!, key };
       }, null as { name: string; key: string } | null),
+      podCa: get('pod_ca', (v): PodCaSource => {
+        const m = /^(secret|configmap):([^/]+)(?:\/(.+))?$/.exec(nonEmpty(v));
+        const why = !m ? 'is not of that form' : dns1123SubdomainProblem(m[2]!) ?? (m[3] !== undefined && !/^[-._a-zA-Z0-9]+$/.test(m[3]) ? `the key must be letters, digits, "-", "_" or ".", got ${JSON.stringify(m[3])}` : null);
+        if (why) throw new Error(`must be secret:NAME[/KEY] or configmap:NAME[/KEY] (the CA pods' agents verify the control plane with; KEY defaults to ca.crt), got ${JSON.stringify(v)}: ${why}`);
+        return { kind: m![1] as PodCaSource['kind'], name: m![2]!, key: m![3] ?? 'ca.crt' };
+      }, null as PodCaSource | null),
     };
     if (pick('pod_server_url', defaults) === undefined) problems.push('the kubernetes executor needs the address pods reach the control plane at: set --pod-server-url or LEOFLOW_POD_SERVER_URL (e.g. http://leoflow:7070)');
+  }
+
+  const tls = readTls();
+  function readTls(): TlsConfig | null {
+    const file = (v: unknown) => path.resolve(cwd, nonEmpty(v));
+    const certRaw = pick('tls_cert', defaults);
+    const keyRaw = pick('tls_key', defaults);
+    const caRaw = pick('tls_client_ca', defaults);
+    const authRaw = pick('tls_client_auth', defaults);
+    const certFile = get('tls_cert', file, null as string | null);
+    const keyFile = get('tls_key', file, null as string | null);
+    const caFile = get('tls_client_ca', file, null as string | null);
+    const clientAuth = get('tls_client_auth', oneOf(TLS_CLIENT_AUTH), 'agents');
+    if (certFile === null && keyFile === null) {
+      if (caRaw) problems.push(`${caRaw.source}: client certificates need TLS on the API port: set --tls-cert and --tls-key too`);
+      if (authRaw) problems.push(`${authRaw.source}: only with --tls-client-ca (the CA client certificates are checked against)`);
+      return null;
+    }
+    if (certFile === null || keyFile === null) {
+      if (certRaw || keyRaw) problems.push(`${(certRaw ?? keyRaw)!.source}: TLS needs both a certificate and its key: set ${certFile === null ? '--tls-cert (LEOFLOW_TLS_CERT)' : '--tls-key (LEOFLOW_TLS_KEY)'} too`);
+      return null;
+    }
+    if (authRaw && caFile === null && !caRaw) problems.push(`${authRaw.source}: only with --tls-client-ca (the CA client certificates are checked against)`);
+    let pair: { cert: Buffer; key: Buffer } | null = null;
+    try {
+      pair = readCertificateAndKey(certFile, keyFile);
+    } catch (err) {
+      problems.push(`--tls-cert/--tls-key: ${(err as Error).message}`);
+    }
+    let clientCa: Buffer | null = null;
+    if (caFile !== null) {
+      try {
+        clientCa = readCertificateFile(caFile).pem;
+      } catch (err) {
+        problems.push(`${caRaw!.source}: ${(err as Error).message}`);
+      }
+    }
+    return pair ? { files: { cert: certFile, key: keyFile, clientCa: caFile }, cert: pair.cert, key: pair.key, clientCa, clientAuth } : null;
   }
 
   const replicaId = (v: unknown) => {
@@ -341,6 +418,7 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     leaderWatchdogMs: get('leader_watchdog', duration, 5_000),
     retentionMs: get('retention', retention, null as number | null),
     agentToken: get('agent_token', nonEmpty, null as string | null),
+    tls,
     logLevel: get('log_level', oneOf(LOG_LEVELS), 'info'),
     logFormat: get('log_format', oneOf(LOG_FORMATS), process.stdout.isTTY ? 'pretty' : 'json'),
     kubernetes,

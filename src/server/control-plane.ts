@@ -26,6 +26,7 @@ import { createScheduler, type Scheduler } from '../scheduler/scheduler.js';
 import { createAgentFleet } from './agent-fleet.js';
 import { apiRoutes } from './api-routes.js';
 import { serveApi } from './api-server.js';
+import { startTlsReloader } from './tls-reloader.js';
 import { applyDagPaths } from './apply-dag-paths.js';
 import type { Config } from './config.js';
 import { createDagParser } from './dag-parser.js';
@@ -58,6 +59,8 @@ export interface ControlPlane {
    * (up to shutdown_grace); the listeners (LISTEN and the API) close last.
    */
   close(): Promise<void>;
+  /** Reads the TLS files again (SIGHUP); false when there is no TLS or nothing changed. */
+  reloadTls(): boolean;
 }
 
 /**
@@ -187,9 +190,16 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       databaseTimeoutMs: 2_000,
     });
     const routes = apiRoutes({ sql, logger, config, parser, scheduler: sched, fleet, health, dispatchQueueDepth: () => queueDepth });
-    const apiServer = await serveApi(routes, config.listenHost, config.listenPort);
+    const tls = config.tls && { cert: config.tls.cert, key: config.tls.key, clientCa: config.tls.clientCa, rejectUnauthorized: config.tls.clientAuth === 'all' };
+    const apiServer = await serveApi(routes, config.listenHost, config.listenPort, tls);
     api = apiServer;
     cleanups.push(() => apiServer.close());
+    const tlsReloader = config.tls ? startTlsReloader(config.tls, (t) => apiServer.setTls(t), logger) : null;
+    if (config.tls?.clientCa && config.kubernetes) {
+      // Each pod's agent is named after its pod and has no certificate of that name to present.
+      logger.warn('--tls-client-ca is set and the kubernetes executor is on: pods\' agents present no client certificate, so their streams will be refused (UNAUTHENTICATED) and their attempts fail; use agents with certificates (executor: agents) or leave mTLS off for now');
+    }
+    if (tlsReloader) cleanups.push(async () => tlsReloader.stop());
     const metricsServer = config.metricsListen ? await serveMetrics(metrics, config.metricsListen.host, config.metricsListen.port, health) : null;
     if (metricsServer) cleanups.push(() => metricsServer.close());
 
@@ -219,6 +229,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     const plane: ControlPlane = {
       address: apiServer.address,
       databaseUrl: db.url,
+      reloadTls: () => tlsReloader?.reload('SIGHUP') ?? false,
       close() {
         closing ??= (async () => {
           logger.info('shutting down: no new work; waiting for running tasks');
@@ -252,13 +263,14 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       logger.info(
         {
           listen: `${host}:${port}`,
+          tls: config.tls ? (config.tls.clientCa ? `mtls-${config.tls.clientAuth}` : 'on') : 'off',
           metrics: metricsServer ? `${metricsServer.address.address}:${metricsServer.address.port}` : 'off',
           edition: config.edition,
           role: config.role,
           replicaId: config.replicaId,
           startupMs: Math.round(performance.now() - started),
         },
-        `Leoflow ${config.edition} ready on http://${host}:${port} (role ${config.role})`,
+        `Leoflow ${config.edition} ready on ${config.tls ? 'https' : 'http'}://${host}:${port} (role ${config.role})`,
       );
     ready = { plane, leadership: sched.leadership, announce };
   } catch (err) {

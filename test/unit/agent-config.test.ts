@@ -30,6 +30,9 @@ describe('leoflow agent flags', () => {
       stateDir: '.leoflow/agents/worker-1.example-4242',
       logFormat: 'json',
       logLevel: 'info',
+      caFile: null,
+      tlsCertFile: null,
+      tlsKeyFile: null,
     });
     expect(parseAgentFlags({}, { ...env, isTTY: true }).logFormat).toBe('pretty');
   });

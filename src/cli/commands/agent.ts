@@ -1,6 +1,48 @@
 import os from 'node:os';
 import type { Command } from 'commander';
-import { AgentConfigError, parseAgentFlags, type AgentFlags } from '../../agent/agent-config.js';
+import { AgentConfigError, parseAgentFlags, type AgentConfig, type AgentFlags } from '../../agent/agent-config.js';
+import type { AgentTls } from '../../agent/agent-service-client.js';
+import { readCertificateAndKey, readCertificateFile } from '../../server/pem-files.js';
+
+/** The certificate's CN, or undefined when it cannot be read (readAgentTls then says why). */
+function commonNameOf(file: string): string | undefined {
+  try {
+    return cnOf(readCertificateFile(file).certs[0]!.subject);
+  } catch {
+    return undefined;
+  }
+}
+
+function cnOf(subject: string): string | undefined {
+  return /^CN=(.*)$/m.exec(subject)?.[1];
+}
+
+/** The agent's CA and client certificate files read and checked now, not at the first connection. */
+function readAgentTls(c: AgentConfig): AgentTls | null {
+  if (c.caFile === null && c.tlsCertFile === null) return null;
+  const problems: string[] = [];
+  let ca: Buffer | null = null;
+  let pair: { cert: Buffer; key: Buffer } | null = null;
+  if (c.caFile !== null) {
+    try {
+      ca = readCertificateFile(c.caFile).pem;
+    } catch (err) {
+      problems.push(`--ca-file: ${(err as Error).message}`);
+    }
+  }
+  if (c.tlsCertFile !== null && c.tlsKeyFile !== null) {
+    try {
+      const p = readCertificateAndKey(c.tlsCertFile, c.tlsKeyFile);
+      const cn = cnOf(p.leaf.subject);
+      if (cn !== c.agentId) problems.push(`--tls-cert: the certificate is for agent ${JSON.stringify(cn ?? '(no CN)')} (its CN), but this agent's --id is ${JSON.stringify(c.agentId)}; the control plane would refuse it`);
+      pair = p;
+    } catch (err) {
+      problems.push(`--tls-cert/--tls-key: ${(err as Error).message}`);
+    }
+  }
+  if (problems.length > 0) throw new AgentConfigError(problems);
+  return { ca, cert: pair?.cert ?? null, key: pair?.key ?? null };
+}
 
 const AFTER_HELP = `
 --server takes several control-plane replicas (repeat it, or separate addresses with commas):
@@ -32,11 +74,13 @@ export function registerAgent(program: Command): void {
   program
     .command('agent')
     .description('run an agent: connect to the control plane (--server, one or more) and run the tasks it assigns')
-    .option('--id <name>', 'agent id, unique in the fleet: letters, digits, _ . - : (default: hostname-pid)')
+    .option('--id <name>', "agent id, unique in the fleet: letters, digits, _ . - : (default: --tls-cert's CN, else hostname-pid)")
     .option('--labels <k=v,...>', 'placement labels, e.g. gpu=nvidia,zone=a')
     .option('--capabilities <a,b,...>', 'placement capabilities, e.g. docker,python3')
     .option('--slots <n>', 'tasks run at once (default 1)')
     .option('--token <token>', 'shared secret, when the control plane requires one [env LEOFLOW_AGENT_TOKEN]')
+    .option('--tls-cert <file>', 'PEM client certificate whose CN is this agent id, for a control plane with --tls-client-ca (with --tls-key) [env LEOFLOW_AGENT_TLS_CERT]')
+    .option('--tls-key <file>', 'PEM private key of --tls-cert [env LEOFLOW_AGENT_TLS_KEY]')
     .option('--once', 'one-shot: run the current attempt of --ti, then exit')
     .option('--ti <id>', 'the task instance of a one-shot agent (with --once)')
     .option('--on-shutdown <mode>', 'finish | handback: what SIGTERM does to running tasks (default finish)')
@@ -47,10 +91,23 @@ export function registerAgent(program: Command): void {
     .option('--log-level <level>', 'trace | debug | info | warn | error | fatal | silent (default info)')
     .addHelpText('after', AFTER_HELP)
     .action(async (flags: AgentFlags, cmd: Command) => {
-      const { server } = cmd.optsWithGlobals<{ server: string }>();
+      const { server, caFile } = cmd.optsWithGlobals<{ server: string; caFile?: string }>();
       let config;
+      let tls;
       try {
-        config = parseAgentFlags({ ...flags, server }, { hostname: os.hostname(), pid: process.pid, isTTY: process.stdout.isTTY === true, token: process.env.LEOFLOW_AGENT_TOKEN, attemptToken: process.env.LEOFLOW_ATTEMPT_TOKEN });
+        // With a client certificate and no --id, the agent is who its certificate says.
+        const certFile = flags.tlsCert || process.env.LEOFLOW_AGENT_TLS_CERT;
+        const id = flags.id ?? (certFile ? commonNameOf(certFile) : undefined);
+        config = parseAgentFlags({ ...flags, server, ...(caFile ? { caFile } : {}), ...(id !== undefined ? { id } : {}) }, {
+          hostname: os.hostname(),
+          pid: process.pid,
+          isTTY: process.stdout.isTTY === true,
+          token: process.env.LEOFLOW_AGENT_TOKEN,
+          attemptToken: process.env.LEOFLOW_ATTEMPT_TOKEN,
+          tlsCert: process.env.LEOFLOW_AGENT_TLS_CERT,
+          tlsKey: process.env.LEOFLOW_AGENT_TLS_KEY,
+        });
+        tls = readAgentTls(config);
       } catch (err) {
         if (!(err instanceof AgentConfigError)) throw err;
         for (const p of err.problems) process.stderr.write(`leoflow agent: ${p}\n`);
@@ -60,7 +117,7 @@ export function registerAgent(program: Command): void {
       const { createLogger } = await import('../../server/logger.js');
       const { AgentFatalError, runAgent } = await import('../../agent/index.js');
       const logger = createLogger({ level: config.logLevel, format: config.logFormat }).child({ agentId: config.agentId });
-      const agent = runAgent({ ...config, logger });
+      const agent = runAgent({ ...config, tls, logger });
 
       let signals = 0;
       const onSignal = (signal: NodeJS.Signals) => {

@@ -25,6 +25,10 @@ const HELP: Record<SettingKey, string> = {
   leader_watchdog: 'how often the leader checks its lock session',
   retention: 'remove finished runs (tasks, events, logs) this long after they ended, e.g. 30d; off keeps them',
   agent_token: 'shared secret agents must present in Hello (default: none)',
+  tls_cert: 'PEM certificate (chain) of the API port: serve gRPC, gRPC-Web and Connect over TLS (with --tls-key)',
+  tls_key: 'PEM private key of --tls-cert (unencrypted)',
+  tls_client_ca: "mTLS: PEM CA of agents' client certificates; an agent stream must then present one whose CN is its agent id",
+  tls_client_auth: 'with --tls-client-ca: agents (default: only agent streams need a client certificate) | all (every client, the CLI too)',
   log_level: 'trace | debug | info | warn | error | fatal | silent',
   log_format: 'json | pretty (default: pretty at a terminal, json otherwise)',
   kubernetes_namespace: 'kubernetes executor: namespace of the pods of tasks that name none',
@@ -36,6 +40,7 @@ const HELP: Record<SettingKey, string> = {
   pod_keep_succeeded: 'kubernetes executor: keep a succeeded pod this long before deleting it (0: at once)',
   pod_keep_failed: 'kubernetes executor: keep a failed pod this long before deleting it, e.g. 1h',
   pod_agent_token_secret: "kubernetes executor: SECRET[/KEY] (key default agent-token) in the pods' namespace holding --agent-token, so pod specs never carry it",
+  pod_ca: "kubernetes executor: secret:NAME[/KEY] or configmap:NAME[/KEY] (key default ca.crt) in the pods' namespace: the CA pods' agents verify an https:// --pod-server-url with",
 };
 
 /** commander's option name → our setting key (`--tick-interval` → tickInterval → tick_interval). */
@@ -95,6 +100,8 @@ export function registerServer(program: Command): void {
         },
       );
     };
+    // A rotated certificate is put in use without a restart (the files are also checked each minute).
+    process.on('SIGHUP', () => void plane.reloadTls());
     process.on('SIGTERM', () => stop('SIGTERM'));
     process.on('SIGINT', () => stop('SIGINT'));
   });

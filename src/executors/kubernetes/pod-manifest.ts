@@ -23,7 +23,14 @@ export interface PodSettings {
   agentToken: string | null;
   /** Where pods read the agent token from instead (a Secret in their namespace); null: `agentToken` in the env. */
   agentTokenSecret?: { name: string; key: string } | null;
+  /** A Secret or ConfigMap key in the pod's namespace holding the CA the pod's agent verifies an
+   *  https:// serverUrl with; null: the image's system roots. */
+  podCa?: { kind: 'secret' | 'configmap'; name: string; key: string } | null;
 }
+
+/** Where the CA is mounted in a pod (read-only), and the file the agent is pointed at. */
+export const POD_CA_DIR = '/etc/leoflow/ca';
+const POD_CA_FILE = 'ca.crt';
 
 /** Time for the agent, once its task is stopped, to send the end and its last log lines. */
 const REPORT_MARGIN_S = 5;
@@ -46,7 +53,15 @@ export function podManifest(attempt: Attempt, s: PodSettings): V1Pod {
     ...(s.agentTokenSecret
       ? [{ name: 'LEOFLOW_AGENT_TOKEN', valueFrom: { secretKeyRef: { name: s.agentTokenSecret.name, key: s.agentTokenSecret.key } } }]
       : s.agentToken !== null ? [{ name: 'LEOFLOW_AGENT_TOKEN', value: s.agentToken }] : []),
+    ...(s.podCa ? [{ name: 'LEOFLOW_CA_FILE', value: `${POD_CA_DIR}/${POD_CA_FILE}` }] : []),
   ];
+  // Only the one key is projected, under a fixed name, so the Secret may hold other keys too.
+  const caItems = s.podCa ? [{ key: s.podCa.key, path: POD_CA_FILE }] : [];
+  const caVolume = s.podCa
+    ? s.podCa.kind === 'secret'
+      ? { name: 'leoflow-ca', secret: { secretName: s.podCa.name, items: caItems } }
+      : { name: 'leoflow-ca', configMap: { name: s.podCa.name, items: caItems } }
+    : null;
   const tolerations: V1Toleration[] | undefined = k?.tolerations?.map((t) => ({ ...t }));
   return {
     apiVersion: 'v1',
@@ -64,6 +79,7 @@ export function podManifest(attempt: Attempt, s: PodSettings): V1Pod {
       ...(k?.serviceAccount ? { serviceAccountName: k.serviceAccount } : { automountServiceAccountToken: false }),
       ...(k?.nodeSelector ? { nodeSelector: { ...k.nodeSelector } } : {}),
       ...(tolerations ? { tolerations } : {}),
+      ...(caVolume ? { volumes: [caVolume] } : {}),
       containers: [
         {
           name: 'task',
@@ -77,6 +93,7 @@ export function podManifest(attempt: Attempt, s: PodSettings): V1Pod {
             '--log-format', 'json',
           ],
           env,
+          ...(caVolume ? { volumeMounts: [{ name: caVolume.name, mountPath: POD_CA_DIR, readOnly: true }] } : {}),
           ...(k?.resources ? { resources: { ...(k.resources.requests ? { requests: { ...k.resources.requests } } : {}), ...(k.resources.limits ? { limits: { ...k.resources.limits } } : {}) } } : {}),
         },
       ],
