@@ -5,8 +5,10 @@
  */
 import { EXECUTOR_KINDS, PRIORITY_RANGE, TRIGGER_RULES, type DagIssue, type TaskSpec } from '../dag-spec.js';
 import { formatDuration } from '../duration.js';
-import { isMapping, readDuration, readEnum, readId, readInteger, readString, readStringMap } from './field-readers.js';
+import { describeSecretRef } from '../secret-ref.js';
+import { isMapping, readDuration, readEnum, readId, readInteger, readString } from './field-readers.js';
 import { describe, expected, keyPath, missing, unknownKey } from './issue-messages.js';
+import { readEnv, type TaskEnv } from './read-env.js';
 import { readKubernetes } from './read-kubernetes.js';
 import { readPlacement } from './read-placement.js';
 
@@ -40,6 +42,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
     return draft;
   }
   const task: Partial<TaskSpec> = {};
+  let taskEnv: TaskEnv | undefined;
   let maxRetryDelayPath = '';
   for (const [key, value] of Object.entries(item)) {
     const p = keyPath(path, key);
@@ -71,7 +74,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
         task.timeoutMs = value === null ? null : readTimeout(value, p, issues);
         break;
       case 'env':
-        task.env = readStringMap(value, p, issues, 'environment variable');
+        taskEnv = readEnv(value, p, issues);
         break;
       case 'cwd':
         task.cwd = value === null ? null : readString(value, p, issues, { nonEmpty: true, noNul: true });
@@ -108,6 +111,13 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       message: `must be at least retry_delay (${formatDuration(retryDelayMs)}), got ${formatDuration(maxRetryDelayMs)}`,
     });
   }
+  const executor = task.executor ?? 'default';
+  for (const [name, ref] of Object.entries(taskEnv?.secretEnv ?? {})) {
+    // Only a pod can be given a Secret of the cluster; 'default' is checked where the edition is known.
+    if ('kubernetes' in ref && executor !== 'kubernetes' && executor !== 'default') {
+      issues.push({ path: `${keyPath(path, 'env')}.${name}.secret.kubernetes`, message: `a kubernetes secret (${describeSecretRef(ref)}) needs executor: kubernetes; this task's executor is ${executor}` });
+    }
+  }
   if (draft.id !== undefined) {
     // Self-dependencies are reported here, with the task, and kept out of the graph checks.
     draft.deps = draft.deps.filter((dep) => {
@@ -126,9 +136,10 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
     retryDelayMs,
     maxRetryDelayMs,
     timeoutMs: task.timeoutMs ?? null,
-    env: task.env ?? {},
+    env: taskEnv?.env ?? {},
+    ...(taskEnv?.secretEnv !== undefined ? { secretEnv: taskEnv.secretEnv } : {}),
     cwd: task.cwd ?? null,
-    executor: task.executor ?? 'default',
+    executor,
     image: task.image ?? null,
     placement: task.placement ?? null,
     ...(task.priority !== undefined ? { priority: task.priority } : {}),
