@@ -22,3 +22,41 @@ export function describeSecretRef(ref: SecretRef): string {
   if ('file' in ref) return `file ${ref.file}`;
   return `kubernetes ${ref.kubernetes.name}/${ref.kubernetes.key}`;
 }
+
+/** The shape of `leoflow.v1.SecretRef` on the wire (a oneof `source`), without importing the generated code. */
+export type SecretRefWire = {
+  source:
+    | { case: 'env'; value: string }
+    | { case: 'file'; value: string }
+    | { case: 'kubernetes'; value: { name: string; key: string } }
+    | { case: undefined; value?: undefined };
+};
+
+/** A map of references as the API and Assign carry them. */
+export function secretEnvToWire(refs: Readonly<Record<string, SecretRef>> | undefined): Record<string, SecretRefWire> {
+  const out: Record<string, SecretRefWire> = {};
+  for (const [name, ref] of Object.entries(refs ?? {})) {
+    out[name] = 'env' in ref
+      ? { source: { case: 'env', value: ref.env } }
+      : 'file' in ref
+        ? { source: { case: 'file', value: ref.file } }
+        : { source: { case: 'kubernetes', value: { name: ref.kubernetes.name, key: ref.kubernetes.key } } };
+  }
+  return out;
+}
+
+/** References read back from the wire; throws naming the variable whose reference has no source. */
+export function secretEnvFromWire(wire: Readonly<Record<string, SecretRefWire>>): Record<string, SecretRef> | undefined {
+  const entries = Object.entries(wire);
+  if (entries.length === 0) return undefined;
+  const out: [string, SecretRef][] = [];
+  for (const [name, w] of entries) {
+    const s = w.source;
+    if (s.case === 'env' || s.case === 'file') {
+      if (s.value === '') throw new Error(`secret_env ${name}: empty ${s.case}`);
+      out.push([name, s.case === 'env' ? { env: s.value } : { file: s.value }]);
+    } else if (s.case === 'kubernetes') out.push([name, { kubernetes: { name: s.value.name, key: s.value.key } }]);
+    else throw new Error(`secret_env ${name}: a SecretRef with no source (env, file or kubernetes)`);
+  }
+  return Object.fromEntries(out);
+}
