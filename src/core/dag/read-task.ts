@@ -5,7 +5,7 @@
  */
 import { EXECUTOR_KINDS, PRIORITY_RANGE, TRIGGER_RULES, type DagIssue, type TaskSpec } from '../dag-spec.js';
 import { formatDuration } from '../duration.js';
-import { describeSecretRef } from '../secret-ref.js';
+import { secretExecutorIssues } from './check-secret-executor.js';
 import { isMapping, readDuration, readEnum, readId, readInteger, readString } from './field-readers.js';
 import { describe, expected, keyPath, missing, unknownKey } from './issue-messages.js';
 import { readEnv, type TaskEnv } from './read-env.js';
@@ -112,12 +112,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
     });
   }
   const executor = task.executor ?? 'default';
-  for (const [name, ref] of Object.entries(taskEnv?.secretEnv ?? {})) {
-    // Only a pod can be given a Secret of the cluster; 'default' is checked where the edition is known.
-    if ('kubernetes' in ref && executor !== 'kubernetes' && executor !== 'default') {
-      issues.push({ path: `${keyPath(path, 'env')}.${name}.secret.kubernetes`, message: `a kubernetes secret (${describeSecretRef(ref)}) needs executor: kubernetes; this task's executor is ${executor}` });
-    }
-  }
+  issues.push(...secretExecutorIssues({ secretEnv: taskEnv?.secretEnv }, path, executor));
   if (draft.id !== undefined) {
     // Self-dependencies are reported here, with the task, and kept out of the graph checks.
     draft.deps = draft.deps.filter((dep) => {
