@@ -111,8 +111,6 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       message: `must be at least retry_delay (${formatDuration(retryDelayMs)}), got ${formatDuration(maxRetryDelayMs)}`,
     });
   }
-  const executor = task.executor ?? 'default';
-  issues.push(...secretExecutorIssues({ secretEnv: taskEnv?.secretEnv }, path, executor));
   if (draft.id !== undefined) {
     // Self-dependencies are reported here, with the task, and kept out of the graph checks.
     draft.deps = draft.deps.filter((dep) => {
@@ -121,6 +119,8 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       return false;
     });
   }
+  const executor = task.executor ?? 'default';
+  issues.push(...secretExecutorIssues({ secretEnv: taskEnv?.secretEnv }, path, executor));
   if (task.id === undefined || task.command === undefined) return draft;
   draft.spec = {
     id: task.id,
