@@ -85,6 +85,11 @@ TOKEN: { secret: { kubernetes: { name: my-secret, key: token.txt } } }`, '    ex
     }]);
   });
 
+  it('reports a Kubernetes Secret off the kubernetes executor beside the other bad entries', () => {
+    const issues = issuesOf(dag('T: { secret: { kubernetes: { name: s, key: k } } }\nB: { secret: { file: rel } }', '    executor: agents\n'));
+    expect(issues.map((i) => i.path)).toEqual(['tasks[0].env.B.secret.file', 'tasks[0].env.T.secret.kubernetes']);
+  });
+
   it('checks a task on the default executor once the server knows its default', () => {
     const spec = parseDag(dag('TOKEN: { secret: { kubernetes: { name: s, key: k } } }\nA: { secret: { env: A } }'), FILE);
     expect(defaultExecutorSecretIssues(spec, 'kubernetes')).toEqual([]);

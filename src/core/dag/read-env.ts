@@ -23,13 +23,16 @@ export interface TaskEnv {
   secretEnv?: Record<string, SecretRef>;
 }
 
-/** Reads `env:` at `path`; undefined having recorded every issue when any entry is wrong. */
+/**
+ * Reads `env:` at `path`, recording every issue. The entries that could be read come back even when
+ * others could not, so the checks that follow (a secret against the task's executor) report too;
+ * any issue makes the whole file invalid, so a partial result is never stored.
+ */
 export function readEnv(value: unknown, path: string, issues: DagIssue[]): TaskEnv | undefined {
   if (!isMapping(value)) {
     issues.push(expected('a mapping of environment variable names to strings or { secret: … }', value, path));
     return undefined;
   }
-  const before = issues.length;
   const env: [string, string][] = [];
   const secrets: [string, SecretRef][] = [];
   for (const [name, v] of Object.entries(value)) {
@@ -46,7 +49,6 @@ export function readEnv(value: unknown, path: string, issues: DagIssue[]): TaskE
     const s = readString(v, p, issues, { noNul: true, quoteHint: true });
     if (s !== undefined) env.push([name, s]);
   }
-  if (issues.length > before) return undefined;
   // fromEntries defines own properties, so a key such as "__proto__" stays a plain key.
   return { env: Object.fromEntries(env), ...(secrets.length > 0 ? { secretEnv: Object.fromEntries(secrets) } : {}) };
 }
