@@ -42,16 +42,16 @@ export function podManifest(attempt: Attempt, s: PodSettings): V1Pod {
   const k = attempt.pod?.kubernetes;
   const name = podName(attempt);
   const env = [
-    // The attempt this pod runs, and nothing else (agent --once, Hello.only_attempt_token).
-    { name: 'LEOFLOW_ATTEMPT_TOKEN', value: attempt.attemptToken },
-    ...(s.agentTokenSecret
-      ? [{ name: 'LEOFLOW_AGENT_TOKEN', valueFrom: { secretKeyRef: { name: s.agentTokenSecret.name, key: s.agentTokenSecret.key } } }]
-      : s.agentToken !== null ? [{ name: 'LEOFLOW_AGENT_TOKEN', value: s.agentToken }] : []),
     // The task's Kubernetes Secrets, by reference: the kubelet gives the values to the pod, and the
     // agent inside reads each from its own environment under the variable's name. A missing Secret
     // or key keeps the pod from starting (CreateContainerConfigError), which fails the attempt.
     ...Object.entries(attempt.secretEnv ?? {}).flatMap(([name, ref]) =>
       'kubernetes' in ref ? [{ name, valueFrom: { secretKeyRef: { name: ref.kubernetes.name, key: ref.kubernetes.key } } }] : []),
+    // The attempt this pod runs, and nothing else (agent --once, Hello.only_attempt_token).
+    { name: 'LEOFLOW_ATTEMPT_TOKEN', value: attempt.attemptToken },
+    ...(s.agentTokenSecret
+      ? [{ name: 'LEOFLOW_AGENT_TOKEN', valueFrom: { secretKeyRef: { name: s.agentTokenSecret.name, key: s.agentTokenSecret.key } } }]
+      : s.agentToken !== null ? [{ name: 'LEOFLOW_AGENT_TOKEN', value: s.agentToken }] : []),
   ];
   const tolerations: V1Toleration[] | undefined = k?.tolerations?.map((t) => ({ ...t }));
   return {
