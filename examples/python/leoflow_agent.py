@@ -64,6 +64,42 @@ MAX_SERVERS = 16  # more addresses than this is a mistake, not a cluster
 CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0), ("grpc.use_local_subchannel_pool", 1)]
 
 
+
+MAX_SECRET_FILE_BYTES = 64 * 1024
+
+
+def resolve_secrets(refs) -> tuple[dict[str, str], str]:
+    """Assign.secret_env resolved on this machine, or the reason one cannot be (naming the
+    variable and where it was looked for, never a value). Values are never logged."""
+    out: dict[str, str] = {}
+    for name, ref in refs.items():
+        source = ref.WhichOneof("source")
+        where = f"{source} {ref.env or ref.file or (ref.kubernetes.name + '/' + ref.kubernetes.key)}"
+        if source == "env":
+            value = os.environ.get(ref.env)
+            if value is None:
+                return {}, f"secret {name} ({where}): environment variable {ref.env} is not set where the task starts"
+        elif source == "file":
+            try:
+                with open(ref.file, "rb") as f:
+                    data = f.read(MAX_SECRET_FILE_BYTES + 1)
+            except OSError as e:
+                return {}, f"secret {name} ({where}): cannot read {ref.file}: {e.strerror}"
+            if len(data) > MAX_SECRET_FILE_BYTES:
+                return {}, f"secret {name} ({where}): {ref.file} is larger than {MAX_SECRET_FILE_BYTES} bytes"
+            value = data.decode("utf-8", errors="replace")
+        elif source == "kubernetes":
+            # Only a pod is given a Kubernetes Secret, under the variable's own name.
+            value = os.environ.get(name)
+            if value is None:
+                return {}, f"secret {name} ({where}): a Kubernetes Secret is given only to a pod of the kubernetes executor"
+        else:
+            return {}, f"secret {name}: a SecretRef with no source"
+        if "\0" in value:
+            return {}, f"secret {name} ({where}): the value holds a NUL byte"
+        out[name] = value
+    return out, ""
+
 class Backoff:
     """Reconnect delays: exponential with full jitter (a random delay between 0 and a ceiling that
     doubles per try), so a fleet of agents cut off by one restart does not come back in lockstep.
@@ -117,9 +153,12 @@ class Attempt:
         a = self.assign
         if not a.command:
             return self._finish(pb.ATTEMPT_OUTCOME_SPAWN_FAILED, None, "", "empty command")
+        secrets, problem = resolve_secrets(a.secret_env)
+        if problem:
+            return self._finish(pb.ATTEMPT_OUTCOME_SPAWN_FAILED, None, "", problem)
         try:
             self.proc = subprocess.Popen(
-                list(a.command), cwd=a.cwd or None, env={**os.environ, **dict(a.env)},
+                list(a.command), cwd=a.cwd or None, env={**os.environ, **dict(a.env), **secrets},
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True)  # its own session, so its own process group
         except OSError as e:

@@ -6,6 +6,7 @@
 import { create } from '@bufbuild/protobuf';
 import type { Duration } from '@bufbuild/protobuf/wkt';
 import type { Attempt, AttemptResult } from '../core/attempt.js';
+import { secretEnvFromWire, type SecretRef } from '../core/secret-ref.js';
 import {
   AttemptOutcome,
   AttemptRefSchema,
@@ -41,11 +42,16 @@ export function attemptFromAssign(assign: Assign): Attempt {
     dispatchKey: `${assign.dagId}-${assign.runId}-${assign.taskId}-${ref.tryNumber}`,
     command: [...assign.command],
     env: { ...assign.env },
+    ...withSecretEnv(secretEnvFromWire(assign.secretEnv)),
     cwd: assign.cwd === '' ? null : assign.cwd,
     timeoutMs: assign.timeout ? positiveMs(assign.timeout) : null,
     // The control plane's grace, when it sends one: it fails the attempt that outlives it.
     killGraceMs: assign.killGrace ? durationMs(assign.killGrace) : undefined,
   };
+}
+
+function withSecretEnv(refs: Record<string, SecretRef> | undefined): { secretEnv?: Record<string, SecretRef> } {
+  return refs === undefined ? {} : { secretEnv: refs };
 }
 
 const OUTCOMES: Record<AttemptResult['outcome'], AttemptOutcome> = {

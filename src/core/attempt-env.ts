@@ -43,6 +43,7 @@ export function attemptOf(w: Omit<WorkItem, 'executor' | 'pendingReason' | 'clai
     dispatchKey: claim.dispatchKey,
     command: w.task.command,
     env: attemptEnv({ dagId: w.dagId, runId: w.runId, taskId: w.taskId, tiId: w.tiId, tryNumber: claim.tryNumber, maxTries: claim.maxTries, logicalDate: w.logicalDate, conf: w.conf, taskEnv: w.task.env }),
+    ...(w.task.secretEnv ? { secretEnv: w.task.secretEnv } : {}),
     cwd: w.task.cwd,
     timeoutMs: w.task.timeoutMs,
     ...(agentId ? { agentId } : {}),

@@ -5,6 +5,7 @@
  */
 
 import type { KubernetesSpec } from './dag-spec.js';
+import type { SecretRef } from './secret-ref.js';
 
 /** One attempt of one task instance, as claimed by the dispatcher. */
 export interface Attempt {
@@ -20,6 +21,11 @@ export interface Attempt {
   dispatchKey: string;
   command: string[];
   env: Record<string, string>;
+  /**
+   * Variables whose values the executor reads when it starts the process (secret-ref.ts): only the
+   * references travel and are stored, never a value. Absent when the task has none.
+   */
+  secretEnv?: Record<string, SecretRef>;
   cwd: string | null;
   /** Execution timeout; null for none. */
   timeoutMs: number | null;

@@ -4,6 +4,7 @@ import { LIMITS } from './limits.js';
  * each run snapshots at trigger time, so a DAG applied mid-run never changes a run in flight.
  * Durations are milliseconds; optional fields are filled with their defaults by the parser.
  */
+import type { SecretRef } from './secret-ref.js';
 
 export const TRIGGER_RULES = [
   'all_success',
@@ -67,6 +68,9 @@ export interface TaskSpec {
   /** Execution timeout of one attempt; null for none. */
   timeoutMs: number | null;
   env: Record<string, string>;
+  /** Variables whose values are secrets: where the executor reads each, never the value. Absent
+   *  when there are none (so an unchanged file keeps its hash and version). */
+  secretEnv?: Record<string, SecretRef>;
   /** Working directory of the command; null for the control plane's own. */
   cwd: string | null;
   /** 'default' means the edition's executor. */

@@ -4,6 +4,7 @@ import { durationFromMs } from '@bufbuild/protobuf/wkt';
 import { Code, ConnectError } from '@connectrpc/connect';
 import type { Logger } from 'pino';
 import type { Attempt, AttemptResult, LogStream } from '../core/attempt.js';
+import { secretEnvToWire } from '../core/secret-ref.js';
 import type { LogsSoFar } from '../db/logs.js';
 import type { AgentHandle, AgentRegistry, AssignResult } from '../executors/agent-registry.js';
 import { ConnectResponseSchema, ProtocolVersion, type ConnectRequest, type Hello } from '../gen/leoflow/v1/agent_pb.js';
@@ -177,6 +178,8 @@ export class AgentConnection implements AgentHandle {
           maxTries: a.maxTries,
           command: a.command,
           env: a.env,
+          // References only: the agent reads the values on its own machine.
+          secretEnv: secretEnvToWire(a.secretEnv),
           cwd: a.cwd ?? '',
           timeout: a.timeoutMs === null ? undefined : durationFromMs(a.timeoutMs),
           killGrace: durationFromMs(this.deps.killGraceMs),

@@ -176,7 +176,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     scheduler = sched;
     let closing: Promise<void> | null = null;
 
-    const parser = createDagParser({ maxThreads: 1, timeoutMs: 10_000 });
+    const parser = createDagParser({ maxThreads: 1, timeoutMs: 10_000, defaultExecutor: config.executor });
     cleanups.push(() => parser.close());
     let api: { listening(): boolean } | null = null;
     const health = createHealth({

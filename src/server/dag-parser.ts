@@ -2,6 +2,7 @@ import { Piscina } from 'piscina';
 
 import { DagValidationError, type DagSpec } from '../core/dag-spec.js';
 import { checkDagSourceSize } from '../core/dag/check-dag-source-size.js';
+import { defaultExecutorSecretIssues } from '../core/dag/check-secret-executor.js';
 import type { ParseDagInput, ParseDagResult } from './parse-dag-worker.js';
 
 /** Options of {@link createDagParser}. */
@@ -14,6 +15,8 @@ export interface DagParserOptions {
   maxQueue?: number;
   /** Errors of idle workers, which no parse is waiting on; default: a process warning. */
   onError?: (err: Error) => void;
+  /** The executor of tasks that name none (the edition's); checks what only it can run. Default: not checked. */
+  defaultExecutor?: string;
 }
 
 /** Parses DAG files on worker threads; see {@link createDagParser}. */
@@ -110,7 +113,11 @@ export function createDagParser(opts: DagParserOptions = {}): DagParser {
     } finally {
       inFlight -= 1;
     }
-    if (result.ok) return result.spec;
+    if (result.ok) {
+      const issues = opts.defaultExecutor === undefined ? [] : defaultExecutorSecretIssues(result.spec, opts.defaultExecutor);
+      if (issues.length > 0) throw new DagValidationError(file, issues);
+      return result.spec;
+    }
     throw new DagValidationError(result.file, result.issues);
   }
 

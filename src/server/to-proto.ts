@@ -1,6 +1,7 @@
 import { create } from '@bufbuild/protobuf';
 import { durationFromMs, timestampFromDate } from '@bufbuild/protobuf/wkt';
 import type { TaskSpec } from '../core/dag-spec.js';
+import { secretEnvToWire } from '../core/secret-ref.js';
 import type { RunState, TiState } from '../core/states.js';
 import type { DagView } from '../db/dags.js';
 import type { HistoryCounts } from '../db/history/remove-runs.js';
@@ -58,6 +59,7 @@ function taskToProto(t: TaskSpec) {
     maxRetryDelay: durationFromMs(t.maxRetryDelayMs),
     timeout: t.timeoutMs === null ? undefined : durationFromMs(t.timeoutMs),
     env: t.env,
+    secretEnv: secretEnvToWire(t.secretEnv),
     executor: t.executor,
     image: t.image ?? '',
   });

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -235,6 +235,36 @@ describe('the kubernetes executor against the fake API server', () => {
     expect((await tiOf(runId)).try_number).toBe(1);
   });
 
+
+  it('gives a task its Kubernetes Secret by secretKeyRef: the value reaches the task, never the pod spec, the API or the logs', { timeout: 60_000 }, async () => {
+    const value = `kube-secret-${randomUUID()}`;
+    kube.setSecret(NS, 'task-secret', { token: value });
+    const out = path.join(tmp, 'kube-secret.out');
+    await apply('kubesecret', `dag_id: kubesecret\ntasks:\n  - id: k\n    command: ["sh", "-c", "printf %s \\"$TOKEN\\" > ${out}; echo wrote it; sleep 2"]\n    env:\n      TOKEN: { secret: { kubernetes: { name: task-secret, key: token } } }\n`);
+    const runId = await trigger('kubesecret');
+    const running = await waitFor('running', async () => {
+      const x = await tiOf(runId);
+      return x.state === 'running' ? x : null;
+    }, 30_000);
+    const posted = kube.pod(NS, podOf(running));
+    const t = await ended(runId);
+    expect(t.state, t.error ?? '').toBe('success');
+    expect(await readFile(out, 'utf8')).toBe(value);
+    expect(posted.spec.containers[0].env).toContainEqual({ name: 'TOKEN', valueFrom: { secretKeyRef: { name: 'task-secret', key: 'token' } } });
+    expect(JSON.stringify(posted)).not.toContain(value);
+    const show = await cli(server.url, ['dag', 'show', 'kubesecret']);
+    expect(show.stdout).toContain('  TOKEN=<secret: kubernetes task-secret/token>\n');
+    const lines = await db.sql<{ line: string }[]>`select line from task_logs where ti_id = ${t.id}`;
+    expect(lines.map((l) => l.line)).toContain('wrote it');
+    expect(JSON.stringify(lines) + JSON.stringify(server.logs) + server.stderr()).not.toContain(value);
+  });
+
+  it('fails an attempt whose Kubernetes Secret is missing at once, with the pod\'s reason naming the Secret', { timeout: 60_000 }, async () => {
+    await apply('nosecret', 'dag_id: nosecret\ntasks:\n  - id: n\n    command: ["true"]\n    env:\n      TOKEN: { secret: { kubernetes: { name: absent-secret, key: token } } }\n');
+    const t = await ended(await trigger('nosecret'));
+    expect(t.state).toBe('failed');
+    expect(t.error).toBe('POD_CANNOT_START:CreateContainerConfigError:secret "absent-secret" not found');
+  });
 
   it('gives pods the agent token from a Secret, never in their spec, when --pod-agent-token-secret names one', { timeout: 90_000 }, async () => {
     const token = randomUUID();

@@ -34,11 +34,11 @@ export async function generateStubs(dir: string): Promise<void> {
   if (imp.code !== 0) throw new Error(`the generated stubs do not import:\n${imp.stderr}`);
 }
 
-/** Starts `python3 args…` with the stubs in `stubs` on PYTHONPATH; SIGKILLed after timeoutMs. */
-export function startPython(stubs: string, args: string[], timeoutMs: number): PythonProcess {
+/** Starts `python3 args…` with the stubs in `stubs` on PYTHONPATH (and `env` over ours); SIGKILLed after timeoutMs. */
+export function startPython(stubs: string, args: string[], timeoutMs: number, env: Record<string, string> = {}): PythonProcess {
   const child = spawn(PY, args, {
     cwd: ROOT,
-    env: { ...process.env, PYTHONPATH: stubs, PYTHONUNBUFFERED: '1' },
+    env: { ...process.env, ...env, PYTHONPATH: stubs, PYTHONUNBUFFERED: '1' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   live.add(child);

@@ -21,11 +21,11 @@ let db: TestDatabase;
 let server: ServerProcess;
 let target: string; // host:port of the server, for the Python side
 
-const start = (args: string[], timeoutMs: number): PythonProcess => startPython(stubs, args, timeoutMs);
+const start = (args: string[], timeoutMs: number, env: Record<string, string> = {}): PythonProcess => startPython(stubs, args, timeoutMs, env);
 const run = (args: string[], timeoutMs?: number) => runPython(stubs, args, timeoutMs);
 
-function startAgent(id: string, extra: string[] = []): PythonProcess {
-  return start([`${PY_DIR}/leoflow_agent.py`, '--server', target, '--id', id, '--labels', 'lang=python', '--slots', '2', '--kill-grace', '1', ...extra], 90_000);
+function startAgent(id: string, extra: string[] = [], env: Record<string, string> = {}): PythonProcess {
+  return start([`${PY_DIR}/leoflow_agent.py`, '--server', target, '--id', id, '--labels', 'lang=python', '--slots', '2', '--kill-grace', '1', ...extra], 90_000, env);
 }
 
 interface RunJson {
@@ -117,6 +117,32 @@ describe('a Python agent over AgentService', () => {
       const code = await Promise.race([agent.exited, new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 20_000))]);
       expect(code, `the agent did not exit after 4 acknowledged results:\n${agent.stderr}`).toBe(0);
       expect(agent.stderr).toContain('done: 4 results acknowledged');
+    } finally {
+      await stopPython(agent);
+    }
+  });
+
+  it('resolves secret variables on its own machine, and fails an attempt whose secret is missing by name', async () => {
+    const value = `py-secret-${randomBytes(8).toString('hex')}`;
+    const agent = startAgent(`py-secrets-${randomBytes(3).toString('hex')}`, [], { PY_AGENT_SECRET: value });
+    try {
+      await waitFor('the Python agent to be welcomed', async () => agent.stderr.includes('welcomed by replica'), 30_000);
+      const out = path.join(tmp, 'py-secret.out');
+      const file = path.join(tmp, 'py_secrets.json');
+      await writeFile(file, JSON.stringify({
+        dag_id: 'py_secrets',
+        tasks: [
+          agentTask('uses', ['sh', '-c', `printf %s "$TOKEN" > ${out}; echo wrote it`], { env: { TOKEN: { secret: { env: 'PY_AGENT_SECRET' } } } }),
+          agentTask('lacks', ['sh', '-c', 'echo should not run'], { env: { NOPE: { secret: { env: 'PY_NOT_SET' } } } }),
+        ],
+      }));
+      const r = await triggerAndWait(file);
+      expect(await readFile(out, 'utf8')).toBe(value);
+      const byTask = Object.fromEntries(r.result.task_instances.map((t) => [t.task_id, t]));
+      expect(byTask.uses!.state).toBe('TASK_STATE_SUCCESS');
+      expect(byTask.lacks).toMatchObject({ state: 'TASK_STATE_FAILED', error: 'secret NOPE (env PY_NOT_SET): environment variable PY_NOT_SET is not set where the task starts' });
+      expect(r.stdout).not.toContain('should not run');
+      expect(r.stdout + r.stderr + agent.stderr + agent.stdout + JSON.stringify(server.logs)).not.toContain(value);
     } finally {
       await stopPython(agent);
     }

@@ -498,7 +498,7 @@ describe('parseDag: type errors', () => {
     ['timeout: forever', 'tasks[0].timeout', `${DURATION}, got "forever"`],
     ['timeout: 0s', 'tasks[0].timeout', 'must be greater than 0 (leave timeout out for no timeout), got "0s"'],
     ['retry_delay: 1m\nmax_retry_delay: 30s', 'tasks[0].max_retry_delay', 'must be at least retry_delay (1m), got 30s'],
-    ['env: [A=1]', 'tasks[0].env', 'expected a mapping of environment variable names to string values, got a list'],
+    ['env: [A=1]', 'tasks[0].env', 'expected a mapping of environment variable names to strings or { secret: … }, got a list'],
     ['env: { PORT: 8080 }', 'tasks[0].env.PORT', 'expected a string, got 8080 (quote it: "8080")'],
     ['env: { DEBUG: true }', 'tasks[0].env.DEBUG', 'expected a string, got true (quote it: "true")'],
     ['env: { NOTHING: null }', 'tasks[0].env.NOTHING', 'expected a string, got null'],

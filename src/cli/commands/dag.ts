@@ -4,6 +4,7 @@ import type { Command } from 'commander';
 import { expandDagPaths } from '../../server/expand-dag-paths.js';
 import type { Clients } from '../client.js';
 import { confirm } from '../confirm.js';
+import { secretRefJson, taskEnvLines } from '../task-env-lines.js';
 import { table, time } from '../format.js';
 import { countsJson } from './db.js';
 
@@ -48,6 +49,31 @@ export function registerDag(program: Command, clients: () => Clients): void {
           dags.map((d) => [d.dagId, String(d.version), String(d.tasks.length), d.schedule || '-', d.paused ? 'yes' : 'no', time(d.nextRunAt)]),
         ) + '\n',
       );
+    });
+
+  dag
+    .command('show')
+    .description('show a DAG and its tasks (secret variables by reference: Leoflow never holds their values)')
+    .argument('<dag_id>')
+    .option('-o, --output <format>', 'text | json', 'text')
+    .action(async (dagId: string, opts: { output: string }) => {
+      const d = (await clients().workflow.getDag({ dagId })).dag!;
+      if (opts.output === 'json') {
+        const tasks = d.tasks.map((t) => ({
+          id: t.id, command: t.command, depends_on: t.dependsOn, executor: t.executor, env: t.env,
+          secret_env: Object.fromEntries(Object.entries(t.secretEnv).map(([k, r]) => [k, secretRefJson(r.source)])),
+        }));
+        process.stdout.write(JSON.stringify({ dag_id: d.dagId, version: d.version, schedule: d.schedule, paused: d.paused, tasks }) + '\n');
+        return;
+      }
+      const lines = [`DAG ${d.dagId}, version ${d.version}, schedule ${d.schedule || '-'}, paused ${d.paused ? 'yes' : 'no'}, next run ${time(d.nextRunAt)}`];
+      if (d.description) lines.push(d.description);
+      lines.push('', table(['TASK', 'EXECUTOR', 'DEPENDS ON', 'COMMAND'], d.tasks.map((t) => [t.id, t.executor, t.dependsOn.join(',') || '-', t.command.join(' ')])));
+      for (const t of d.tasks) {
+        const env = taskEnvLines(t);
+        if (env.length > 0) lines.push('', `env of ${t.id}:`, ...env.map((l) => `  ${l}`));
+      }
+      process.stdout.write(lines.join('\n') + '\n');
     });
 
   for (const [name, paused] of [['pause', true], ['unpause', false]] as const) {

@@ -13,7 +13,7 @@ export const MAX_INT4 = 2_147_483_647;
 
 const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$/;
 const ID_RULE = 'an id of 1-100 letters, digits, "_", "." or "-", starting with a letter or digit';
-const ENV_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
+export const ENV_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /** A YAML mapping, as `toJS` returns it: a plain object, never a list or null. */
 export function isMapping(value: unknown): value is Record<string, unknown> {

@@ -5,8 +5,10 @@
  */
 import { EXECUTOR_KINDS, PRIORITY_RANGE, TRIGGER_RULES, type DagIssue, type TaskSpec } from '../dag-spec.js';
 import { formatDuration } from '../duration.js';
-import { isMapping, readDuration, readEnum, readId, readInteger, readString, readStringMap } from './field-readers.js';
+import { secretExecutorIssues } from './check-secret-executor.js';
+import { isMapping, readDuration, readEnum, readId, readInteger, readString } from './field-readers.js';
 import { describe, expected, keyPath, missing, unknownKey } from './issue-messages.js';
+import { readEnv, type TaskEnv } from './read-env.js';
 import { readKubernetes } from './read-kubernetes.js';
 import { readPlacement } from './read-placement.js';
 
@@ -40,6 +42,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
     return draft;
   }
   const task: Partial<TaskSpec> = {};
+  let taskEnv: TaskEnv | undefined;
   let maxRetryDelayPath = '';
   for (const [key, value] of Object.entries(item)) {
     const p = keyPath(path, key);
@@ -71,7 +74,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
         task.timeoutMs = value === null ? null : readTimeout(value, p, issues);
         break;
       case 'env':
-        task.env = readStringMap(value, p, issues, 'environment variable');
+        taskEnv = readEnv(value, p, issues);
         break;
       case 'cwd':
         task.cwd = value === null ? null : readString(value, p, issues, { nonEmpty: true, noNul: true });
@@ -120,6 +123,8 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       return false;
     });
   }
+  const executor = task.executor ?? 'default';
+  issues.push(...secretExecutorIssues({ secretEnv: taskEnv?.secretEnv }, path, executor));
   if (task.id === undefined || task.command === undefined) return draft;
   draft.spec = {
     id: task.id,
@@ -130,9 +135,10 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
     retryDelayMs,
     maxRetryDelayMs,
     timeoutMs: task.timeoutMs ?? null,
-    env: task.env ?? {},
+    env: taskEnv?.env ?? {},
+    ...(taskEnv?.secretEnv !== undefined ? { secretEnv: taskEnv.secretEnv } : {}),
     cwd: task.cwd ?? null,
-    executor: task.executor ?? 'default',
+    executor,
     image: task.image ?? null,
     placement: task.placement ?? null,
     ...(task.priority !== undefined ? { priority: task.priority } : {}),

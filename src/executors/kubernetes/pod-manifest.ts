@@ -2,7 +2,8 @@
  * The pod of one attempt: the edition's image (or the task's own) running `leoflow agent --once`
  * for exactly this attempt, which connects back to the control plane and runs the task's command
  * as any agent does. The task's `kubernetes:` block adds resources, namespace, service account,
- * node selector and tolerations.
+ * node selector and tolerations. Its Kubernetes Secrets (a task env entry's `secret: { kubernetes }`)
+ * are `secretKeyRef`s: no value is ever in the manifest.
  */
 import type { V1Pod, V1Toleration } from '@kubernetes/client-node';
 import type { Attempt } from '../../core/attempt.js';
@@ -48,6 +49,11 @@ export function podManifest(attempt: Attempt, s: PodSettings): V1Pod {
   const k = attempt.pod?.kubernetes;
   const name = podName(attempt);
   const env = [
+    // The task's Kubernetes Secrets, by reference: the kubelet gives the values to the pod, and the
+    // agent inside reads each from its own environment under the variable's name. A missing Secret
+    // or key keeps the pod from starting (CreateContainerConfigError), which fails the attempt.
+    ...Object.entries(attempt.secretEnv ?? {}).flatMap(([name, ref]) =>
+      'kubernetes' in ref ? [{ name, valueFrom: { secretKeyRef: { name: ref.kubernetes.name, key: ref.kubernetes.key } } }] : []),
     // The attempt this pod runs, and nothing else (agent --once, Hello.only_attempt_token).
     { name: 'LEOFLOW_ATTEMPT_TOKEN', value: attempt.attemptToken },
     ...(s.agentTokenSecret

@@ -5,6 +5,7 @@ import { AttemptDir, type ExitStatus } from './attempt-dir.js';
 import { OutputTail } from './output-tail.js';
 import { hasExecedChild, identify, isSameProcess, type ProcessIdentity } from './process-identity.js';
 import type { ReadyShells } from './ready-shell.js';
+import { resolveSecretEnv } from './resolve-secret-env.js';
 import { shimLines } from './shim.js';
 import type { SpawnHelper } from './spawn-helper.js';
 
@@ -80,15 +81,19 @@ export class ShimProcess {
     if (cwd !== null && !isDirectory(cwd)) return failed('no such directory');
     const missing = shells.cannotExecute(file, env.PATH ?? process.env.PATH, cwd);
     if (missing) return failed(`spawn ${file} ${missing}`);
+    // Resolved here and kept in this call only: the attempt (and its record on disk) holds the references.
+    const secrets = resolveSecretEnv(attempt.secretEnv);
+    if (!secrets.ok) return failed(secrets.error);
+    const fullEnv = { ...env, ...secrets.env };
     const dir = AttemptDir.create(root, attempt);
-    const shim = shimLines(command, env, cwd, { dir: dir.path, stdout: dir.output('stdout'), stderr: dir.output('stderr'), status: dir.statusFile });
+    const shim = shimLines(command, fullEnv, cwd, { dir: dir.path, stdout: dir.output('stdout'), stderr: dir.output('stderr'), status: dir.statusFile });
     if ('error' in shim) {
       dir.remove();
       return failed(shim.error);
     }
     let shell = how.useReady ? shells.take() : null;
     if (!shell && helper?.usable) {
-      const byHelper = await ShimProcess.#startByHelper(helper, dir, attempt, opts);
+      const byHelper = await ShimProcess.#startByHelper(helper, dir, attempt, fullEnv, opts);
       if (byHelper === 'cwd') {
         dir.remove();
         return failed('cannot enter the directory');
@@ -119,9 +124,9 @@ export class ShimProcess {
     return failed('no shell to supervise it (/bin/sh could not be started)');
   }
 
-  static async #startByHelper(helper: SpawnHelper, dir: AttemptDir, attempt: Attempt, opts: ShimProcessOptions): Promise<ShimProcess | 'cwd' | 'gone'> {
+  static async #startByHelper(helper: SpawnHelper, dir: AttemptDir, attempt: Attempt, env: Record<string, string>, opts: ShimProcessOptions): Promise<ShimProcess | 'cwd' | 'gone'> {
     const n = helper.nextNumber();
-    const shim = shimLines(attempt.command, attempt.env, attempt.cwd, { dir: dir.path, stdout: dir.output('stdout'), stderr: dir.output('stderr'), status: dir.statusFile }, n);
+    const shim = shimLines(attempt.command, env, attempt.cwd, { dir: dir.path, stdout: dir.output('stdout'), stderr: dir.output('stderr'), status: dir.statusFile }, n);
     if ('error' in shim) throw new Error(`shim lines refused after being accepted: ${shim.error}`);
     let said!: () => void;
     const endSaid = new Promise<void>((resolve) => (said = resolve));

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leoflow/v1/types.proto.
  */
 export const file_leoflow_v1_types: GenFile = /*@__PURE__*/
-  fileDesc("ChZsZW9mbG93L3YxL3R5cGVzLnByb3RvEgpsZW9mbG93LnYxIusCCghUYXNrU3BlYxIKCgJpZBgBIAEoCRIPCgdjb21tYW5kGAIgAygJEhIKCmRlcGVuZHNfb24YAyADKAkSFAoMdHJpZ2dlcl9ydWxlGAQgASgJEg8KB3JldHJpZXMYBSABKAUSLgoLcmV0cnlfZGVsYXkYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPbWF4X3JldHJ5X2RlbGF5GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEioKB3RpbWVvdXQYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoDZW52GAkgAygLMh0ubGVvZmxvdy52MS5UYXNrU3BlYy5FbnZFbnRyeRIQCghleGVjdXRvchgKIAEoCRINCgVpbWFnZRgLIAEoCRoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIo0CCgNEYWcSDgoGZGFnX2lkGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEhAKCHNjaGVkdWxlGAMgASgJEg8KB2NhdGNodXAYBCABKAgSFwoPbWF4X2FjdGl2ZV9ydW5zGAUgASgFEg4KBnBhdXNlZBgGIAEoCBIPCgd2ZXJzaW9uGAcgASgFEiMKBXRhc2tzGAggAygLMhQubGVvZmxvdy52MS5UYXNrU3BlYxIuCgp1cGRhdGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtuZXh0X3J1bl9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi2QIKA1J1bhISCgZydW5faWQYASABKANCAjABEg4KBmRhZ19pZBgCIAEoCRIPCgdydW5fa2V5GAMgASgJEiMKBXN0YXRlGAQgASgOMhQubGVvZmxvdy52MS5SdW5TdGF0ZRIwCgxsb2dpY2FsX2RhdGUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWNvbmZfanNvbhgGIAEoCRITCgtkYWdfdmVyc2lvbhgHIAEoBRIuCgpjcmVhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzdGFydGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIcnVuX3R5cGUYCyABKAki9AMKDFRhc2tJbnN0YW5jZRIRCgV0aV9pZBgBIAEoA0ICMAESEgoGcnVuX2lkGAIgASgDQgIwARIPCgd0YXNrX2lkGAMgASgJEiQKBXN0YXRlGAQgASgOMhUubGVvZmxvdy52MS5UYXNrU3RhdGUSEgoKdHJ5X251bWJlchgFIAEoBRIRCgltYXhfdHJpZXMYBiABKAUSEAoIZXhlY3V0b3IYByABKAkSEAoIYWdlbnRfaWQYCCABKAkSLQoJcXVldWVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzdGFydGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxoZWFydGJlYXRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCglleGl0X2NvZGUYDSABKAVIAIgBARINCgVlcnJvchgOIAEoCRIWCg5wZW5kaW5nX3JlYXNvbhgPIAEoCRIvCgtuZXh0X3RyeV9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCDAoKX2V4aXRfY29kZSKUAQoHTG9nTGluZRIRCgV0aV9pZBgBIAEoA0ICMAESDwoHdGFza19pZBgCIAEoCRISCgp0cnlfbnVtYmVyGAMgASgFEgsKA3NlcRgEIAEoBRIOCgZzdHJlYW0YBSABKAkSDAoEbGluZRgGIAEoCRImCgJhdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAqmAEKCFJ1blN0YXRlEhkKFVJVTl9TVEFURV9VTlNQRUNJRklFRBAAEhQKEFJVTl9TVEFURV9RVUVVRUQQARIVChFSVU5fU1RBVEVfUlVOTklORxACEhUKEVJVTl9TVEFURV9TVUNDRVNTEAMSFAoQUlVOX1NUQVRFX0ZBSUxFRBAEEhcKE1JVTl9TVEFURV9DQU5DRUxMRUQQBSqjAgoJVGFza1N0YXRlEhoKFlRBU0tfU1RBVEVfVU5TUEVDSUZJRUQQABITCg9UQVNLX1NUQVRFX05PTkUQARIYChRUQVNLX1NUQVRFX1NDSEVEVUxFRBACEhUKEVRBU0tfU1RBVEVfUVVFVUVEEAMSFgoSVEFTS19TVEFURV9SVU5OSU5HEAQSFgoSVEFTS19TVEFURV9TVUNDRVNTEAUSFQoRVEFTS19TVEFURV9GQUlMRUQQBhIbChdUQVNLX1NUQVRFX1VQX0ZPUl9SRVRSWRAHEh4KGlRBU0tfU1RBVEVfVVBTVFJFQU1fRkFJTEVEEAgSFgoSVEFTS19TVEFURV9TS0lQUEVEEAkSGAoUVEFTS19TVEFURV9DQU5DRUxMRUQQCmIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChZsZW9mbG93L3YxL3R5cGVzLnByb3RvEgpsZW9mbG93LnYxIu0DCghUYXNrU3BlYxIKCgJpZBgBIAEoCRIPCgdjb21tYW5kGAIgAygJEhIKCmRlcGVuZHNfb24YAyADKAkSFAoMdHJpZ2dlcl9ydWxlGAQgASgJEg8KB3JldHJpZXMYBSABKAUSLgoLcmV0cnlfZGVsYXkYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPbWF4X3JldHJ5X2RlbGF5GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEioKB3RpbWVvdXQYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoDZW52GAkgAygLMh0ubGVvZmxvdy52MS5UYXNrU3BlYy5FbnZFbnRyeRIQCghleGVjdXRvchgKIAEoCRINCgVpbWFnZRgLIAEoCRI3CgpzZWNyZXRfZW52GAwgAygLMiMubGVvZmxvdy52MS5UYXNrU3BlYy5TZWNyZXRFbnZFbnRyeRoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGkcKDlNlY3JldEVudkVudHJ5EgsKA2tleRgBIAEoCRIkCgV2YWx1ZRgCIAEoCzIVLmxlb2Zsb3cudjEuU2VjcmV0UmVmOgI4ASJrCglTZWNyZXRSZWYSDQoDZW52GAEgASgJSAASDgoEZmlsZRgCIAEoCUgAEjUKCmt1YmVybmV0ZXMYAyABKAsyHy5sZW9mbG93LnYxLkt1YmVybmV0ZXNTZWNyZXRLZXlIAEIICgZzb3VyY2UiMAoTS3ViZXJuZXRlc1NlY3JldEtleRIMCgRuYW1lGAEgASgJEgsKA2tleRgCIAEoCSKNAgoDRGFnEg4KBmRhZ19pZBgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIQCghzY2hlZHVsZRgDIAEoCRIPCgdjYXRjaHVwGAQgASgIEhcKD21heF9hY3RpdmVfcnVucxgFIAEoBRIOCgZwYXVzZWQYBiABKAgSDwoHdmVyc2lvbhgHIAEoBRIjCgV0YXNrcxgIIAMoCzIULmxlb2Zsb3cudjEuVGFza1NwZWMSLgoKdXBkYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLbmV4dF9ydW5fYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wItkCCgNSdW4SEgoGcnVuX2lkGAEgASgDQgIwARIOCgZkYWdfaWQYAiABKAkSDwoHcnVuX2tleRgDIAEoCRIjCgVzdGF0ZRgEIAEoDjIULmxlb2Zsb3cudjEuUnVuU3RhdGUSMAoMbG9naWNhbF9kYXRlGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCgljb25mX2pzb24YBiABKAkSEwoLZGFnX3ZlcnNpb24YByABKAUSLgoKY3JlYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHJ1bl90eXBlGAsgASgJIvQDCgxUYXNrSW5zdGFuY2USEQoFdGlfaWQYASABKANCAjABEhIKBnJ1bl9pZBgCIAEoA0ICMAESDwoHdGFza19pZBgDIAEoCRIkCgVzdGF0ZRgEIAEoDjIVLmxlb2Zsb3cudjEuVGFza1N0YXRlEhIKCnRyeV9udW1iZXIYBSABKAUSEQoJbWF4X3RyaWVzGAYgASgFEhAKCGV4ZWN1dG9yGAcgASgJEhAKCGFnZW50X2lkGAggASgJEi0KCXF1ZXVlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMaGVhcnRiZWF0X2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoJZXhpdF9jb2RlGA0gASgFSACIAQESDQoFZXJyb3IYDiABKAkSFgoOcGVuZGluZ19yZWFzb24YDyABKAkSLwoLbmV4dF90cnlfYXQYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgwKCl9leGl0X2NvZGUilAEKB0xvZ0xpbmUSEQoFdGlfaWQYASABKANCAjABEg8KB3Rhc2tfaWQYAiABKAkSEgoKdHJ5X251bWJlchgDIAEoBRILCgNzZXEYBCABKAUSDgoGc3RyZWFtGAUgASgJEgwKBGxpbmUYBiABKAkSJgoCYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wKpgBCghSdW5TdGF0ZRIZChVSVU5fU1RBVEVfVU5TUEVDSUZJRUQQABIUChBSVU5fU1RBVEVfUVVFVUVEEAESFQoRUlVOX1NUQVRFX1JVTk5JTkcQAhIVChFSVU5fU1RBVEVfU1VDQ0VTUxADEhQKEFJVTl9TVEFURV9GQUlMRUQQBBIXChNSVU5fU1RBVEVfQ0FOQ0VMTEVEEAUqowIKCVRhc2tTdGF0ZRIaChZUQVNLX1NUQVRFX1VOU1BFQ0lGSUVEEAASEwoPVEFTS19TVEFURV9OT05FEAESGAoUVEFTS19TVEFURV9TQ0hFRFVMRUQQAhIVChFUQVNLX1NUQVRFX1FVRVVFRBADEhYKElRBU0tfU1RBVEVfUlVOTklORxAEEhYKElRBU0tfU1RBVEVfU1VDQ0VTUxAFEhUKEVRBU0tfU1RBVEVfRkFJTEVEEAYSGwoXVEFTS19TVEFURV9VUF9GT1JfUkVUUlkQBxIeChpUQVNLX1NUQVRFX1VQU1RSRUFNX0ZBSUxFRBAIEhYKElRBU0tfU1RBVEVfU0tJUFBFRBAJEhgKFFRBU0tfU1RBVEVfQ0FOQ0VMTEVEEApiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * TaskSpec is one task of a DAG, as validated from the DAG file.
@@ -65,6 +65,8 @@ export type TaskSpec = Message<"leoflow.v1.TaskSpec"> & {
   timeout?: Duration | undefined;
 
   /**
+   * Plain environment values, as the DAG file gives them.
+   *
    * @generated from field: map<string, string> env = 9;
    */
   env: { [key: string]: string };
@@ -78,6 +80,14 @@ export type TaskSpec = Message<"leoflow.v1.TaskSpec"> & {
    * @generated from field: string image = 11;
    */
   image: string;
+
+  /**
+   * Environment variables whose values are secrets: where the executor reads each one, never the
+   * value (Leoflow never holds it).
+   *
+   * @generated from field: map<string, leoflow.v1.SecretRef> secret_env = 12;
+   */
+  secretEnv: { [key: string]: SecretRef };
 };
 
 /**
@@ -86,6 +96,74 @@ export type TaskSpec = Message<"leoflow.v1.TaskSpec"> & {
  */
 export const TaskSpecSchema: GenMessage<TaskSpec> = /*@__PURE__*/
   messageDesc(file_leoflow_v1_types, 0);
+
+/**
+ * Where the process that starts a task reads a secret environment variable's value from.
+ *
+ * @generated from message leoflow.v1.SecretRef
+ */
+export type SecretRef = Message<"leoflow.v1.SecretRef"> & {
+  /**
+   * @generated from oneof leoflow.v1.SecretRef.source
+   */
+  source: {
+    /**
+     * A variable of that process's own environment (the server in Lite, the agent process).
+     *
+     * @generated from field: string env = 1;
+     */
+    value: string;
+    case: "env";
+  } | {
+    /**
+     * An absolute path on that machine; the whole file (at most 64 KiB, no NUL byte) is the value.
+     *
+     * @generated from field: string file = 2;
+     */
+    value: string;
+    case: "file";
+  } | {
+    /**
+     * A key of a Kubernetes Secret in the pod's namespace (kubernetes executor only): the pod gets
+     * it as a secretKeyRef under the variable's own name.
+     *
+     * @generated from field: leoflow.v1.KubernetesSecretKey kubernetes = 3;
+     */
+    value: KubernetesSecretKey;
+    case: "kubernetes";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message leoflow.v1.SecretRef.
+ * Use `create(SecretRefSchema)` to create a new message.
+ */
+export const SecretRefSchema: GenMessage<SecretRef> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_types, 1);
+
+/**
+ * One key of a Kubernetes Secret.
+ *
+ * @generated from message leoflow.v1.KubernetesSecretKey
+ */
+export type KubernetesSecretKey = Message<"leoflow.v1.KubernetesSecretKey"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string key = 2;
+   */
+  key: string;
+};
+
+/**
+ * Describes the message leoflow.v1.KubernetesSecretKey.
+ * Use `create(KubernetesSecretKeySchema)` to create a new message.
+ */
+export const KubernetesSecretKeySchema: GenMessage<KubernetesSecretKey> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_types, 2);
 
 /**
  * Dag is a DAG as stored by the control plane.
@@ -153,7 +231,7 @@ export type Dag = Message<"leoflow.v1.Dag"> & {
  * Use `create(DagSchema)` to create a new message.
  */
 export const DagSchema: GenMessage<Dag> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_types, 1);
+  messageDesc(file_leoflow_v1_types, 3);
 
 /**
  * Run is one DAG run.
@@ -228,7 +306,7 @@ export type Run = Message<"leoflow.v1.Run"> & {
  * Use `create(RunSchema)` to create a new message.
  */
 export const RunSchema: GenMessage<Run> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_types, 2);
+  messageDesc(file_leoflow_v1_types, 4);
 
 /**
  * TaskInstance is one task within one run, with its latest attempt.
@@ -328,7 +406,7 @@ export type TaskInstance = Message<"leoflow.v1.TaskInstance"> & {
  * Use `create(TaskInstanceSchema)` to create a new message.
  */
 export const TaskInstanceSchema: GenMessage<TaskInstance> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_types, 3);
+  messageDesc(file_leoflow_v1_types, 5);
 
 /**
  * LogLine is one line written by a task attempt.
@@ -379,7 +457,7 @@ export type LogLine = Message<"leoflow.v1.LogLine"> & {
  * Use `create(LogLineSchema)` to create a new message.
  */
 export const LogLineSchema: GenMessage<LogLine> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_types, 4);
+  messageDesc(file_leoflow_v1_types, 6);
 
 /**
  * RunState is the state of one DAG run.

@@ -1,0 +1,162 @@
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { toJsonString } from '@bufbuild/protobuf';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createClients, type Clients } from '../../src/cli/client.js';
+import { ListDagsResponseSchema } from '../../src/gen/leoflow/v1/workflow_pb.js';
+import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+
+/**
+ * Secret task variables end to end: the values reach the task's process (which writes them to a
+ * file of its own, never to its log), while the DAG as GetDag/ListDags return it, the CLI, the
+ * server's and the agent's logs and the whole database (events included) hold only references.
+ * Lite's server resolves for its subprocess executor; an agent resolves on its own machine.
+ */
+
+let db: TestDatabase;
+let server: ServerProcess;
+let agent: AgentProcess;
+let api: Clients;
+let tmp: string;
+
+// Random, so that a trace anywhere can only have come from the resolved value.
+const SERVER_SECRET = `srv-${randomBytes(12).toString('hex')}`;
+const FILE_SECRET = `file-${randomBytes(12).toString('hex')}`;
+const AGENT_SECRET = `agt-${randomBytes(12).toString('hex')}`;
+const VALUES = [SERVER_SECRET, FILE_SECRET, AGENT_SECRET];
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-secrets-'));
+  await writeFile(path.join(tmp, 'api-key'), FILE_SECRET, { mode: 0o600 });
+  server = await startServer({
+    env: { DATABASE_URL: db.url, E2E_DB_PASSWORD: SERVER_SECRET, E2E_AGENT_ONLY: undefined },
+    args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '5s', '--tick-interval', '200ms'],
+  });
+  api = createClients(server.url);
+  // The agent has a secret the server does not, and lacks the server's.
+  agent = startAgent(server.url, ['--id', 'secret-agent'], { env: { E2E_AGENT_ONLY: AGENT_SECRET, E2E_DB_PASSWORD: undefined } });
+  await waitFor('agent connected', async () => (await api.cluster.listAgents({})).agents.some((a) => a.agentId === 'secret-agent' && a.connected), 20_000);
+}, 60_000);
+
+afterAll(async () => {
+  await agent?.stop(5000);
+  await server?.stop();
+  await db?.drop();
+  await rm(tmp, { recursive: true, force: true });
+});
+
+const writeTo = (out: string, ...vars: string[]) =>
+  `["sh", "-c", "printf '%s|' ${vars.map((v) => `\\"$${v}\\"`).join(' ')} > ${out}; echo wrote ${vars.length} values"]`;
+
+async function apply(name: string, yaml: string) {
+  const file = path.join(tmp, `${name}.yaml`);
+  await writeFile(file, yaml);
+  return cli(server.url, ['dag', 'apply', file]);
+}
+
+async function trigger(dagId: string): Promise<{ runId: string; stdout: string }> {
+  const r = await cli(server.url, ['run', 'trigger', dagId, '--wait'], { timeoutMs: 60_000 });
+  const m = /^run (\d+) of /m.exec(r.stdout);
+  if (!m) throw new Error(`no run id in: ${r.stdout}${r.stderr}`);
+  return { runId: m[1]!, stdout: r.stdout + r.stderr };
+}
+
+function expectNoSecret(where: string, text: string): void {
+  for (const v of VALUES) expect(text.includes(v), `${where} holds a secret value`).toBe(false);
+}
+
+describe('secret task variables', () => {
+  it('gives the values to the task (Lite, server-resolved; an agent, agent-resolved) and shows only references', async () => {
+    const outLite = path.join(tmp, 'lite.out');
+    const outAgent = path.join(tmp, 'agent.out');
+    const applied = await apply('secrets', `dag_id: secrets
+tasks:
+  - id: lite
+    command: ${writeTo(outLite, 'DB_PASSWORD', 'API_KEY')}
+    env:
+      PLAIN: visible
+      DB_PASSWORD: { secret: { env: E2E_DB_PASSWORD } }
+      API_KEY: { secret: { file: ${path.join(tmp, 'api-key')} } }
+  - id: remote
+    executor: agents
+    command: ${writeTo(outAgent, 'TOKEN', 'API_KEY')}
+    env:
+      TOKEN: { secret: { env: E2E_AGENT_ONLY } }
+      API_KEY: { secret: { file: ${path.join(tmp, 'api-key')} } }
+`);
+    expect(applied.code, applied.stderr).toBe(0);
+    const { runId, stdout } = await trigger('secrets');
+    expect(stdout).toMatch(/lite\s+success/);
+    expect(stdout).toMatch(/remote\s+success/);
+    expect(await readFile(outLite, 'utf8')).toBe(`${SERVER_SECRET}|${FILE_SECRET}|`);
+    expect(await readFile(outAgent, 'utf8')).toBe(`${AGENT_SECRET}|${FILE_SECRET}|`);
+
+    const show = await cli(server.url, ['dag', 'show', 'secrets']);
+    expect(show.code, show.stderr).toBe(0);
+    expect(show.stdout).toContain('  DB_PASSWORD=<secret: env E2E_DB_PASSWORD>\n');
+    expect(show.stdout).toContain(`  API_KEY=<secret: file ${path.join(tmp, 'api-key')}>\n`);
+    expect(show.stdout).toContain('  PLAIN=visible\n');
+    const json = await cli(server.url, ['dag', 'show', 'secrets', '-o', 'json']);
+    expect(JSON.parse(json.stdout).tasks[0].secret_env).toEqual({ DB_PASSWORD: { env: 'E2E_DB_PASSWORD' }, API_KEY: { file: path.join(tmp, 'api-key') } });
+
+    const texts: [string, string][] = [
+      ['dag show', show.stdout + json.stdout],
+      ['ListDags', toJsonString(ListDagsResponseSchema, await api.workflow.listDags({}))],
+      ['run trigger --wait', stdout],
+      ['run show', (await cli(server.url, ['run', 'show', runId, '-o', 'json'])).stdout],
+      ['logs', (await cli(server.url, ['logs', runId])).stdout],
+      ['the server log', JSON.stringify(server.logs) + server.stderr()],
+      ['the agent log', agent.output()],
+    ];
+    for (const [where, text] of texts) expectNoSecret(where, text);
+    expect(texts[4]![1]).toContain('wrote 2 values');
+  }, 90_000);
+
+  it('fails an attempt whose secret is missing, naming the variable, and retries it', async () => {
+    const applied = await apply('missing', `dag_id: missing
+tasks:
+  - id: needs
+    retries: 1
+    retry_delay: 1s
+    command: [sh, -c, "echo should not run"]
+    env:
+      NOPE: { secret: { env: E2E_NOT_SET_ANYWHERE } }
+`);
+    expect(applied.code, applied.stderr).toBe(0);
+    const { runId } = await trigger('missing');
+    const shown = JSON.parse((await cli(server.url, ['run', 'show', runId, '-o', 'json'])).stdout);
+    const ti = shown.task_instances[0];
+    expect(shown.state).toBe('failed');
+    expect(ti.state).toBe('failed');
+    expect(ti.try_number).toBe(2);
+    expect(ti.error).toMatch(/secret NOPE \(env E2E_NOT_SET_ANYWHERE\): environment variable E2E_NOT_SET_ANYWHERE is not set where the task starts/);
+    const logs = (await cli(server.url, ['logs', runId])).stdout;
+    expect(logs).toMatch(/secret NOPE \(env E2E_NOT_SET_ANYWHERE\)/);
+    expect(logs).not.toContain('should not run');
+  }, 60_000);
+
+  it('refuses a Kubernetes Secret on a task the server would run as a subprocess, at apply', async () => {
+    const r = await apply('kube-on-lite', `dag_id: kube_on_lite
+tasks:
+  - id: t
+    command: [env]
+    env:
+      TOKEN: { secret: { kubernetes: { name: my-secret, key: token } } }
+`);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("tasks[0].env.TOKEN.secret.kubernetes: a Kubernetes Secret (kubernetes my-secret/token) is only given to pods: it needs executor: kubernetes, and this task's executor is subprocess (the server's default)");
+  });
+
+  it('stores no secret value anywhere in the database (events, DAG versions, logs)', async () => {
+    const { stdout } = await promisify(execFile)('pg_dump', ['--data-only', db.url], { maxBuffer: 64 * 1024 * 1024 });
+    expect(stdout).toContain('E2E_DB_PASSWORD');
+    expectNoSecret('the database', stdout);
+    expectNoSecret('the server log', JSON.stringify(server.logs) + server.stderr());
+  });
+});
