@@ -4,6 +4,8 @@
  * Durations are milliseconds; optional fields are filled with their defaults by the parser.
  */
 
+import { MAX_DAG_ISSUES_SHOWN } from './limits.js';
+
 export const TRIGGER_RULES = [
   'all_success',
   'all_done',
@@ -121,8 +123,10 @@ export class DagValidationError extends Error {
     readonly file: string,
     readonly issues: DagIssue[],
   ) {
-    super(
-      `${file}: invalid DAG:\n` + issues.map((i) => `  ${file}: ${i.path || '(root)'}: ${i.message}`).join('\n'),
-    );
+    // The first issues, then a count: a file with hundreds of broken tasks still gets an answer
+    // that fits a terminal and a gRPC status.
+    const shown = issues.slice(0, MAX_DAG_ISSUES_SHOWN).map((i) => `  ${file}: ${i.path || '(root)'}: ${i.message}`);
+    const more = issues.length - shown.length;
+    super(`${file}: invalid DAG:\n` + shown.join('\n') + (more > 0 ? `\n  and ${more} more issues` : ''));
   }
 }

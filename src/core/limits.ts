@@ -48,16 +48,16 @@ export function logLineCutMarker(droppedChars: number): string {
  *  hostile agent, refused before its lines are written. */
 export const MAX_LOG_ENTRIES_PER_MESSAGE = 1000;
 
-/** Most issues listed in one DAG error: the rest are counted ("and M more"), so the answer stays
- *  far under an HTTP/2 frame and a terminal's scrollback. */
-export const MAX_DAG_ISSUES_SHOWN = 50;
+/** Most issues listed in one DAG error: the rest are counted ("and M more"), so the answer fits
+ *  the error message limit below (an issue line can be 300 characters) and a screen. */
+export const MAX_DAG_ISSUES_SHOWN = 20;
 
 /** Longest value quoted back in an error message. */
 export const MAX_ECHOED_CHARS = 80;
 
 /** Longest error message the API sends: a message is for a human, and a gRPC status travels in a
- *  header, where a huge one resets the stream. */
-export const MAX_ERROR_MESSAGE_CHARS = 8 * 1024;
+ *  header, where a huge one resets the stream (grpc-js refuses metadata past 8 KiB by default). */
+export const MAX_ERROR_MESSAGE_CHARS = 7 * 1024;
 
 /** A value as an error message quotes it: JSON-quoted and cut short. */
 export function echoed(value: unknown): string {

@@ -1,4 +1,6 @@
-import { connectNodeAdapter } from '@connectrpc/connect-node';
+import { MAX_REQUEST_BYTES } from '../core/limits.js';
+import { checkRequestFields } from './check-request-fields.js';
+import { apiAdapter } from './api-adapter.js';
 import type { Logger } from 'pino';
 import type { Sql } from '../db/sql.js';
 import { AgentService } from '../gen/leoflow/v1/agent_pb.js';
@@ -21,8 +23,12 @@ import { createWorkflowService } from './workflow-service.js';
  */
 export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet; health: Health; dispatchQueueDepth(): number }) {
   const { sql, logger, config, parser, scheduler, fleet, health } = o;
-  return connectNodeAdapter({
-    interceptors: [roleGuard(config.role, config.replicaId)],
+  return apiAdapter({
+    logger,
+    checkedServices: new Set([WorkflowService.typeName, ClusterService.typeName]),
+    interceptors: [roleGuard(config.role, config.replicaId), checkRequestFields()],
+    // Past this a request is refused (RESOURCE_EXHAUSTED, naming the limit) before it is decoded.
+    readMaxBytes: MAX_REQUEST_BYTES,
     routes(router) {
       router.service(
         WorkflowService,

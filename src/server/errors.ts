@@ -1,4 +1,5 @@
 import { Code, ConnectError } from '@connectrpc/connect';
+import { echoed, MAX_ERROR_MESSAGE_CHARS } from '../core/limits.js';
 import { DagValidationError } from '../core/dag-spec.js';
 import { DagParserError } from './dag-parser.js';
 
@@ -28,6 +29,13 @@ export class FailedPreconditionError extends Error {
  * and surfaces as INTERNAL without leaking internals beyond its message.
  */
 export function toConnectError(err: unknown): ConnectError {
+  const ce = wireError(err);
+  // A status travels in a header: a huge message would reset the stream instead of arriving.
+  if (ce.rawMessage.length <= MAX_ERROR_MESSAGE_CHARS) return ce;
+  return new ConnectError(`${ce.rawMessage.slice(0, MAX_ERROR_MESSAGE_CHARS)}… (message cut at ${MAX_ERROR_MESSAGE_CHARS} characters)`, ce.code);
+}
+
+function wireError(err: unknown): ConnectError {
   if (err instanceof ConnectError) return err;
   if (err instanceof DagValidationError) return new ConnectError(err.message, Code.InvalidArgument);
   if (err instanceof DagParserError) {
@@ -44,7 +52,7 @@ export function toConnectError(err: unknown): ConnectError {
 /** Parses an int64 id given as a decimal string; names the field when it is not one. */
 export function parseId(field: string, value: string): string {
   if (!/^[1-9]\d{0,18}$/.test(value)) {
-    throw new InvalidArgumentError(field, value === '' || value === '0' ? 'is required' : `must be a positive integer id, got ${JSON.stringify(value)}`);
+    throw new InvalidArgumentError(field, value === '' || value === '0' ? 'is required' : `must be a positive integer id, got ${echoed(value)}`);
   }
   return value;
 }

@@ -2,6 +2,8 @@ import { randomBytes } from 'node:crypto';
 import type { ServiceImpl } from '@connectrpc/connect';
 import type { Logger } from 'pino';
 import type { DagSpec } from '../core/dag-spec.js';
+import { MAX_DAG_SOURCE_BYTES } from '../core/limits.js';
+import { ConfJsonError, readConfJson } from '../core/read-conf-json.js';
 import { isTerminalRun, isTerminalTi } from '../core/states.js';
 import { dagExists, getDagView, listDags, setDagPaused, upsertDag } from '../db/dags.js';
 import { readRunLogs } from '../db/logs.js';
@@ -40,7 +42,6 @@ export interface WorkflowDeps {
   logPollMs: number;
 }
 
-const MAX_SOURCE_BYTES = 1024 * 1024;
 
 function required(field: string, value: string): string {
   if (value.trim() === '') throw new InvalidArgumentError(field, 'is required');
@@ -101,7 +102,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       const file = req.filename || '<request>';
       // With a file name, an empty source is the parser's to report: it names the file.
       if (req.source.trim() === '' && req.filename === '') throw new InvalidArgumentError('source', 'is required (the DAG file text)');
-      if (Buffer.byteLength(req.source) > MAX_SOURCE_BYTES) throw new InvalidArgumentError('source', `is larger than ${MAX_SOURCE_BYTES} bytes`);
+      if (Buffer.byteLength(req.source) > MAX_DAG_SOURCE_BYTES) throw new InvalidArgumentError('source', `is larger than ${MAX_DAG_SOURCE_BYTES} bytes`);
       const spec = await deps.parseDag(req.source, file);
       const { dag, outcome } = await upsertDag(sql, spec, req.source);
       deps.logger.info({ dagId: spec.dagId, version: dag.version, outcome, file }, 'applied DAG');
@@ -128,18 +129,12 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
 
     async triggerRun(req) {
       const dagId = required('dag_id', req.dagId);
-      let conf: Record<string, unknown> = {};
-      if (req.confJson.trim() !== '') {
-        let parsed: unknown;
-        try {
-          parsed = JSON.parse(req.confJson);
-        } catch (err) {
-          throw new InvalidArgumentError('conf_json', `is not valid JSON: ${(err as Error).message}`);
-        }
-        if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
-          throw new InvalidArgumentError('conf_json', 'must be a JSON object');
-        }
-        conf = parsed as Record<string, unknown>;
+      let conf: Record<string, unknown>;
+      try {
+        conf = readConfJson(req.confJson);
+      } catch (err) {
+        if (err instanceof ConfJsonError) throw new InvalidArgumentError('conf_json', err.message);
+        throw err;
       }
       if (req.runKey !== '' && !/^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}$/.test(req.runKey)) {
         throw new InvalidArgumentError('run_key', 'must be 1-200 characters of letters, digits and _ . : + -, starting with a letter or digit');

@@ -4,9 +4,9 @@
  * before it copies it to a worker thread.
  */
 import type { DagIssue } from '../dag-spec.js';
+import { MAX_DAG_SOURCE_BYTES } from '../limits.js';
 
-/** A DAG file larger than this is rejected before it is parsed. */
-export const MAX_DAG_SOURCE_BYTES = 1024 * 1024;
+export { MAX_DAG_SOURCE_BYTES };
 
 /**
  * The size check alone, so a caller can refuse an oversized file before copying it anywhere

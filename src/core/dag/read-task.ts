@@ -95,6 +95,10 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
         issues.push(unknownKey(key, p, TASK_KEYS));
     }
   }
+  // Placement chooses among agents: on any other executor it would be silently ignored.
+  if (task.placement && task.executor !== undefined && task.executor !== 'agents' && task.executor !== 'default') {
+    issues.push({ path: keyPath(path, 'placement'), message: `applies only to tasks run by agents (executor: agents), but this task's executor is ${task.executor}` });
+  }
   if (!Object.hasOwn(item, 'id')) issues.push(missing('id', `${path}.id`));
   if (!Object.hasOwn(item, 'command')) issues.push(missing('command', `${path}.command`));
 

@@ -1,0 +1,92 @@
+/**
+ * Every string of an API request checked before its handler runs: no NUL (Postgres text cannot
+ * hold it), no lone surrogate (it has no UTF-8 form, and Postgres refuses it), and no longer than
+ * its limit. It walks the request's schema, so a field added to a proto is checked without being
+ * listed here. The fields whose limit is in bytes (a DAG source, a run conf) are measured by
+ * their handlers, which say more about them.
+ */
+import { ScalarType, type DescMessage } from '@bufbuild/protobuf';
+import { Code, ConnectError, type ContextValues, type Interceptor } from '@connectrpc/connect';
+import { AgentService } from '../gen/leoflow/v1/agent_pb.js';
+import { MAX_ID_CHARS, MAX_STRING_CHARS } from '../core/limits.js';
+import { throwIfMalformed } from './malformed-body.js';
+
+/** Measured by their handlers, in bytes. */
+const SIZED_BY_HANDLER = new Set(['source', 'conf_json']);
+
+/** A lone surrogate: with the `u` flag, a proper pair is one code point and does not match. */
+const LONE_SURROGATE = /\p{Surrogate}/u;
+
+function limitOf(name: string): number {
+  return name.endsWith('_id') || name === 'run_key' || name === 'filename' ? MAX_ID_CHARS : MAX_STRING_CHARS;
+}
+
+function invalid(message: string): ConnectError {
+  return new ConnectError(message, Code.InvalidArgument);
+}
+
+/** One string of a request: `path` names it in the error, `name` chooses its limit. */
+export function checkRequestString(path: string, name: string, s: string): void {
+  if (s.includes('\0')) throw invalid(`${path}: must not contain NUL characters`);
+  if (LONE_SURROGATE.test(s)) throw invalid(`${path}: is not valid Unicode (it holds a lone surrogate, which has no UTF-8 form)`);
+  const max = limitOf(name);
+  if (!SIZED_BY_HANDLER.has(name) && s.length > max) throw invalid(`${path}: is ${s.length} characters, more than the limit of ${max}`);
+}
+
+/** Every string field of `msg`, nested messages, lists and maps included. */
+export function checkRequestMessage(desc: DescMessage, msg: Record<string, unknown>, prefix = ''): void {
+  for (const f of desc.fields) {
+    const holder = f.oneof ? (msg[f.oneof.localName] as { case?: string; value?: unknown } | undefined) : undefined;
+    if (f.oneof && holder?.case !== f.localName) continue;
+    const value = f.oneof ? holder?.value : msg[f.localName];
+    const path = `${prefix}${f.name}`;
+    switch (f.fieldKind) {
+      case 'scalar':
+        if (f.scalar === ScalarType.STRING && typeof value === 'string') checkRequestString(path, f.name, value);
+        break;
+      case 'enum':
+        break;
+      case 'message':
+        if (value && typeof value === 'object') checkRequestMessage(f.message, value as Record<string, unknown>, `${path}.`);
+        break;
+      case 'list':
+        (value as unknown[]).forEach((v, i) => {
+          if (f.listKind === 'scalar' && f.scalar === ScalarType.STRING) checkRequestString(`${path}[${i}]`, f.name, v as string);
+          if (f.listKind === 'message') checkRequestMessage(f.message, v as Record<string, unknown>, `${path}[${i}].`);
+        });
+        break;
+      case 'map':
+        for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
+          checkRequestString(`${path} key`, f.name, k);
+          if (f.mapKind === 'scalar' && typeof v === 'string') checkRequestString(`${path}[${JSON.stringify(k.slice(0, 40))}]`, f.name, v);
+          if (f.mapKind === 'message') checkRequestMessage(f.message, v as Record<string, unknown>, `${path}.`);
+        }
+        break;
+    }
+  }
+}
+
+async function* checkedStream(desc: DescMessage, messages: AsyncIterable<Record<string, unknown>>, values: ContextValues): AsyncIterable<Record<string, unknown>> {
+  for await (const m of messages) {
+    throwIfMalformed(values);
+    checkRequestMessage(desc, m);
+    yield m;
+  }
+}
+
+/**
+ * The interceptor of the Workflow and Cluster services: a body that did not decode, or a string
+ * that breaks its rule, is refused with INVALID_ARGUMENT naming the field and the limit.
+ */
+export function checkRequestFields(): Interceptor {
+  return (next) => async (req) => {
+    // An agent's messages have their own rules (validate-agent-message.ts).
+    if (req.service.typeName === AgentService.typeName) return next(req);
+    if (!req.stream) {
+      throwIfMalformed(req.contextValues);
+      checkRequestMessage(req.method.input, req.message as unknown as Record<string, unknown>);
+      return next(req);
+    }
+    return next({ ...req, message: checkedStream(req.method.input, req.message as AsyncIterable<Record<string, unknown>>, req.contextValues) as typeof req.message });
+  };
+}
