@@ -127,6 +127,6 @@ export class DagValidationError extends Error {
     // that fits a terminal and a gRPC status.
     const shown = issues.slice(0, MAX_DAG_ISSUES_SHOWN).map((i) => `  ${file}: ${i.path || '(root)'}: ${i.message}`);
     const more = issues.length - shown.length;
-    super(`${file}: invalid DAG:\n` + shown.join('\n') + (more > 0 ? `\n  and ${more} more issues` : ''));
+    super(`${file}: invalid DAG:\n` + shown.join('\n') + (more > 0 ? `\n  and ${more} more issue${more === 1 ? '' : 's'}` : ''));
   }
 }

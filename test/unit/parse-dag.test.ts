@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 
 import { DagValidationError, type DagIssue, type TaskSpec } from '../../src/core/dag-spec.js';
 import { MAX_DAG_SOURCE_BYTES } from '../../src/core/dag/check-dag-source-size.js';
+import { MAX_DAG_ISSUES_SHOWN } from '../../src/core/limits.js';
 import { parseDag } from '../../src/core/dag/parse-dag.js';
 
 const FILE = 'dags/test.yaml';
@@ -103,7 +104,7 @@ tasks:
     command: transform --fast
     depends_on: [extract]
     trigger_rule: none_failed
-    executor: kubernetes
+    executor: agents
     image: ghcr.io/acme/transform:1.4
     placement:
       labels: { gpu: nvidia, "kubernetes.io/arch": amd64 }
@@ -141,7 +142,7 @@ tasks:
           command: ['sh', '-c', 'transform --fast'],
           dependsOn: ['extract'],
           triggerRule: 'none_failed',
-          executor: 'kubernetes',
+          executor: 'agents',
           image: 'ghcr.io/acme/transform:1.4',
           placement: {
             labels: { gpu: 'nvidia', 'kubernetes.io/arch': 'amd64' },
@@ -741,5 +742,30 @@ kubernetes:
     ['kubernetes: { tolerations: [{ key: gpu, tolerate: 5 }] }', 'tasks[0].kubernetes.tolerations[0].tolerate', 'unknown key "tolerate"; allowed keys: key, operator, value, effect, toleration_seconds'],
   ])('rejects a bad kubernetes field: %s', (line, path, message) => {
     expect(issuesOf(dag(line))).toEqual([{ path, message }]);
+  });
+});
+
+describe('placement needs the agents executor', () => {
+  const task = (executor: string) => `dag_id: p\ntasks:\n  - id: a\n    command: [echo]\n${executor}    placement: { labels: { gpu: nvidia } }\n`;
+  it.each(['subprocess', 'kubernetes'])('refuses placement on a task whose executor is %s', (executor) => {
+    expect(() => parseDag(task(`    executor: ${executor}\n`), 'p.yaml')).toThrow(new RegExp(`tasks\\[0\\]\\.placement: applies only to tasks run by agents \\(executor: agents\\), but this task's executor is ${executor}`));
+  });
+  it('takes placement with executor agents, or the server default', () => {
+    expect(parseDag(task('    executor: agents\n'), 'p.yaml').tasks[0]!.placement!.labels).toEqual({ gpu: 'nvidia' });
+    expect(parseDag(task(''), 'p.yaml').tasks[0]!.placement!.labels).toEqual({ gpu: 'nvidia' });
+  });
+});
+
+describe('a DAG error with many issues', () => {
+  it('lists the first MAX_DAG_ISSUES_SHOWN, then counts the rest', () => {
+    const tasks = (n: number) => Array.from({ length: n }, (_, i) => `  - id: "bad ${i}"\n    command: [echo]\n`).join('');
+    let err: DagValidationError | undefined;
+    try { parseDag(`dag_id: m\ntasks:\n${tasks(MAX_DAG_ISSUES_SHOWN)}`, 'm.yaml'); } catch (e) { err = e as DagValidationError; }
+    expect(err!.issues).toHaveLength(MAX_DAG_ISSUES_SHOWN);
+    expect(err!.message).not.toMatch(/more issues/);
+    try { parseDag(`dag_id: m\ntasks:\n${tasks(MAX_DAG_ISSUES_SHOWN + 1)}`, 'm.yaml'); } catch (e) { err = e as DagValidationError; }
+    expect(err!.issues).toHaveLength(MAX_DAG_ISSUES_SHOWN + 1);
+    expect(err!.message.split('\n')).toHaveLength(MAX_DAG_ISSUES_SHOWN + 2);
+    expect(err!.message).toMatch(/\n  and 1 more issue$/);
   });
 });
