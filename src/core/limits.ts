@@ -36,8 +36,9 @@ export const MAX_LABEL_VALUE_CHARS = 256;
 export const MAX_CAPABILITY_CHARS = 128;
 
 /** Longest log line kept: longer lines are cut here and marked, so one runaway line (a minified
- *  bundle, a binary dump) cannot fill a Log message or a page of `run logs`. */
-export const MAX_LOG_LINE_CHARS = 16 * 1024;
+ *  bundle, a binary dump) cannot fill the log table or a page of `run logs`. Our own output
+ *  reader splits lines at 64 KiB already (line-splitter.ts); this holds any agent to it. */
+export const MAX_LOG_LINE_CHARS = 64 * 1024;
 
 /** What a cut log line ends with, so a reader sees that it was cut and by how much. */
 export function logLineCutMarker(droppedChars: number): string {

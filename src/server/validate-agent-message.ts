@@ -8,6 +8,10 @@
 import type { AttemptResult, LogStream } from '../core/attempt.js';
 import { AttemptOutcome, type AttemptRef, type ConnectRequest, type Finished, type Hello } from '../gen/leoflow/v1/agent_pb.js';
 import type { HeldRef } from './heartbeat-buffer.js';
+import {
+  echoed, logLineCutMarker, MAX_AGENT_CAPABILITIES, MAX_AGENT_LABELS, MAX_CAPABILITY_CHARS, MAX_LABEL_KEY_CHARS, MAX_LABEL_VALUE_CHARS,
+  MAX_LOG_ENTRIES_PER_MESSAGE, MAX_LOG_LINE_CHARS,
+} from '../core/limits.js';
 
 /** A message that breaks a rule: `field` is its path in the message, `rule` what it must be. */
 export class AgentMessageError extends Error {
@@ -46,10 +50,8 @@ const OUTCOMES = new Map<number, AttemptResult['outcome']>([
 ]);
 
 /** The value as the error message shows it: quoted, and cut short. */
-function shown(v: unknown): string {
-  const s = typeof v === 'bigint' ? v.toString() : JSON.stringify(v) ?? String(v);
-  return s.length > 80 ? `${s.slice(0, 80)}…` : s;
-}
+const shown = echoed;
+const LONE_SURROGATE = /\p{Surrogate}/u;
 
 export function isUuid(s: string): boolean {
   return UUID.test(s);
@@ -87,7 +89,35 @@ export function validateHelloFields(h: Hello): HeldRef[] {
     if (h.onlyTiId === '' || h.onlyTiId === '0') throw new AgentMessageError('hello.only_attempt_token', 'only with only_ti_id', h.onlyAttemptToken);
     if (!UUID.test(h.onlyAttemptToken)) throw new AgentMessageError('hello.only_attempt_token', 'must be empty or an attempt token (a UUID)', h.onlyAttemptToken);
   }
+  checkPlacementFacts(h);
   return h.held.map((r, i) => attemptRef(r, `hello.held[${i}]`));
+}
+
+/** A label or capability: stored, printed by `agents list`, and matched for every task. */
+function placementText(s: string, field: string, maxChars: number): void {
+  if (s === '') throw new AgentMessageError(field, 'must not be empty');
+  if (LONE_SURROGATE.test(s)) throw new AgentMessageError(field, 'must be valid Unicode (no lone surrogate)', s);
+  storableText(s, field, maxChars);
+}
+
+/** The labels and capabilities of a Hello: counts and sizes bounded (see core/limits.ts). */
+function checkPlacementFacts(h: Hello): void {
+  const labels = Object.entries(h.labels);
+  if (labels.length > MAX_AGENT_LABELS) throw new AgentMessageError('hello.labels', `must have at most ${MAX_AGENT_LABELS} labels`, `${labels.length} labels`);
+  for (const [k, v] of labels) {
+    placementText(k, 'hello.labels key', MAX_LABEL_KEY_CHARS);
+    if (v !== '') placementText(v, `hello.labels[${echoed(k)}]`, MAX_LABEL_VALUE_CHARS);
+  }
+  if (h.capabilities.length > MAX_AGENT_CAPABILITIES) {
+    throw new AgentMessageError('hello.capabilities', `must have at most ${MAX_AGENT_CAPABILITIES} capabilities`, `${h.capabilities.length} capabilities`);
+  }
+  h.capabilities.forEach((c, i) => placementText(c, `hello.capabilities[${i}]`, MAX_CAPABILITY_CHARS));
+}
+
+/** A log line as stored: a line past the limit is cut and marked, never refused. */
+export function keptLogLine(line: string): string {
+  if (line.length <= MAX_LOG_LINE_CHARS) return line;
+  return line.slice(0, MAX_LOG_LINE_CHARS) + logLineCutMarker(line.length - MAX_LOG_LINE_CHARS);
 }
 
 function finishedResult(f: Finished): AttemptResult {
@@ -112,11 +142,13 @@ export function parseReport(req: ConnectRequest): AgentReport {
       return { type: 'started', ref: attemptRef(req.msg.value.attempt, 'started.attempt'), pid: req.msg.value.pid };
     case 'log': {
       const ref = attemptRef(req.msg.value.attempt, 'log.attempt');
+      const count = req.msg.value.entries.length;
+      if (count > MAX_LOG_ENTRIES_PER_MESSAGE) throw new AgentMessageError('log.entries', `must have at most ${MAX_LOG_ENTRIES_PER_MESSAGE} entries per Log message (send more messages)`, `${count} entries`);
       const entries = req.msg.value.entries.map((e, i) => {
         if (!Number.isInteger(e.seq) || e.seq < 1) throw new AgentMessageError(`log.entries[${i}].seq`, 'must be at least 1', e.seq);
         // An unknown stream name is kept as stdout: output is never refused for its label.
         const stream: LogStream = LOG_STREAMS.includes(e.stream as LogStream) ? (e.stream as LogStream) : 'stdout';
-        return { seq: e.seq, stream, line: e.line };
+        return { seq: e.seq, stream, line: keptLogLine(e.line) };
       });
       return { type: 'log', ref, entries };
     }
