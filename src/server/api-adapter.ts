@@ -4,14 +4,21 @@
  * {@link checkedBody} first, so a protobuf body that does not decode is the caller's error.
  */
 import type http2 from 'node:http2';
-import { Code, ConnectError, createConnectRouter, createContextValues, type ConnectRouter, type ConnectRouterOptions } from '@connectrpc/connect';
+import { Code, ConnectError, createConnectRouter, createContextValues, type ConnectRouter, type ConnectRouterOptions, type ContextValues } from '@connectrpc/connect';
 import { uResponseNotFound } from '@connectrpc/connect/protocol';
 import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from '@connectrpc/connect-node';
 import type { Logger } from 'pino';
 import { checkedBody } from './malformed-body.js';
 
 export function apiAdapter(
-  options: ConnectRouterOptions & { routes(router: ConnectRouter): void; checkedServices: ReadonlySet<string>; logger: Logger },
+  options: ConnectRouterOptions & {
+    routes(router: ConnectRouter): void;
+    /** Services (type names) whose protobuf bodies are decoded on the way in. */
+    checkedServices: ReadonlySet<string>;
+    /** Per-request context values, as connect-node's `contextValues` option. */
+    contextValues?(req: http2.Http2ServerRequest): ContextValues;
+    logger: Logger;
+  },
 ): (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void {
   const router = createConnectRouter({ acceptCompression: [compressionGzip, compressionBrotli], ...options });
   options.routes(router);
@@ -23,11 +30,17 @@ export function apiAdapter(
       res.end();
       return;
     }
-    const values = createContextValues();
+    const values = options.contextValues?.(req) ?? createContextValues();
     const uReq = universalRequestFromNodeRequest(req, res, undefined, values);
     if (options.checkedServices.has(uHandler.service.typeName) && typeof uReq.body === 'object' && uReq.body !== null && Symbol.asyncIterator in uReq.body) {
       const compressed = (req.headers['content-encoding'] ?? 'identity') !== 'identity';
-      uReq.body = checkedBody(uReq.body as AsyncIterable<Uint8Array>, String(req.headers['content-type'] ?? ''), compressed, uHandler.method.input, values);
+      uReq.body = checkedBody(uReq.body as AsyncIterable<Uint8Array>, {
+        contentType: String(req.headers['content-type'] ?? ''),
+        compressed,
+        input: uHandler.method.input,
+        values,
+        maxBytes: options.readMaxBytes ?? 0xffffffff,
+      });
     }
     uHandler(uReq)
       .then((uRes) => {

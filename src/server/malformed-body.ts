@@ -9,7 +9,6 @@
  */
 import { fromBinary, type DescMessage } from '@bufbuild/protobuf';
 import { Code, ConnectError, createContextKey, type ContextValues } from '@connectrpc/connect';
-import { MAX_REQUEST_BYTES } from '../core/limits.js';
 
 /** Why the request's last message did not decode, if it did not. */
 export const malformedBody = createContextKey<string | undefined>(undefined, { description: 'why the request body did not decode' });
@@ -30,10 +29,14 @@ function decodes(input: DescMessage, bytes: Uint8Array, values: ContextValues): 
 
 /**
  * The body of a request to a checked method, with each message that does not decode replaced by
- * an empty one. A compressed message, or one past the request size limit, is passed on as it is
+ * an empty one. A compressed message, or one past `maxBytes` (the adapter's `readMaxBytes`), is passed on as it is
  * (connect-node decompresses it, or refuses it for its size).
  */
-export async function* checkedBody(body: AsyncIterable<Uint8Array>, contentType: string, compressed: boolean, input: DescMessage, values: ContextValues): AsyncIterable<Uint8Array> {
+export async function* checkedBody(
+  body: AsyncIterable<Uint8Array>,
+  o: { contentType: string; compressed: boolean; input: DescMessage; values: ContextValues; maxBytes: number },
+): AsyncIterable<Uint8Array> {
+  const { contentType, compressed, input, values, maxBytes } = o;
   const type = contentType.split(';')[0]?.trim().toLowerCase() ?? '';
   const binary = type === 'application/proto' || type.endsWith('+proto') || type === 'application/grpc' || type === 'application/grpc-web';
   if (!binary) return yield* body;
@@ -45,7 +48,7 @@ export async function* checkedBody(body: AsyncIterable<Uint8Array>, contentType:
     for await (const c of body) {
       chunks.push(Buffer.from(c));
       size += c.byteLength;
-      if (size > MAX_REQUEST_BYTES) {
+      if (size > maxBytes) {
         yield Buffer.concat(chunks);
         return yield* body;
       }
@@ -60,7 +63,7 @@ export async function* checkedBody(body: AsyncIterable<Uint8Array>, contentType:
     while (buf.length >= 5) {
       const flags = buf[0]!;
       const length = buf.readUInt32BE(1);
-      if (length > MAX_REQUEST_BYTES) {
+      if (length > maxBytes) {
         yield buf;
         return yield* body;
       }
