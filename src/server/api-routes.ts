@@ -1,4 +1,4 @@
-import { MAX_ID_CHARS, MAX_REQUEST_BYTES, MAX_STRING_CHARS } from '../core/limits.js';
+import { echoed, MAX_ID_CHARS, MAX_REQUEST_BYTES, MAX_STRING_CHARS } from '../core/limits.js';
 import { checkRequestFields } from './check-request-fields.js';
 import { apiAdapter } from './api-adapter.js';
 import type { Logger } from 'pino';
@@ -26,7 +26,7 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser:
   return apiAdapter({
     logger,
     checkedServices: new Set([WorkflowService.typeName, ClusterService.typeName]),
-    interceptors: [roleGuard(config.role, config.replicaId), checkRequestFields({ idChars: MAX_ID_CHARS, stringChars: MAX_STRING_CHARS })],
+    interceptors: [roleGuard(config.role, config.replicaId), checkRequestFields({ idChars: MAX_ID_CHARS, stringChars: MAX_STRING_CHARS, echo: echoed })],
     // Past this a request is refused (RESOURCE_EXHAUSTED, naming the limit) before it is decoded.
     readMaxBytes: MAX_REQUEST_BYTES,
     routes(router) {

@@ -20,6 +20,8 @@ const LONE_SURROGATE = /\p{Surrogate}/u;
 export interface StringLimits {
   idChars: number;
   stringChars: number;
+  /** A value as an error message quotes it (cut short). */
+  echo(value: string): string;
 }
 
 function limitOf(name: string, limits: StringLimits): number {
@@ -32,10 +34,10 @@ function invalid(message: string): ConnectError {
 
 /** One string of a request: `path` names it in the error, `name` chooses its limit. */
 export function checkRequestString(path: string, name: string, s: string, limits: StringLimits): void {
-  if (s.includes('\0')) throw invalid(`${path}: must not contain NUL characters`);
-  if (LONE_SURROGATE.test(s)) throw invalid(`${path}: is not valid Unicode (it holds a lone surrogate, which has no UTF-8 form)`);
+  if (s.includes('\0')) throw invalid(`${path}: must not contain NUL characters, got ${limits.echo(s)}`);
+  if (LONE_SURROGATE.test(s)) throw invalid(`${path}: must be valid Unicode (it has a lone surrogate), got ${limits.echo(s)}`);
   const max = limitOf(name, limits);
-  if (!SIZED_BY_HANDLER.has(name) && s.length > max) throw invalid(`${path}: is ${s.length} characters, more than the limit of ${max}`);
+  if (!SIZED_BY_HANDLER.has(name) && s.length > max) throw invalid(`${path}: must be at most ${max} characters, got ${s.length}: ${limits.echo(s)}`);
 }
 
 /** Every string field of `msg`, nested messages, lists and maps included. */
