@@ -12,6 +12,10 @@ export const LIMITS = {
   confDepth: 32,
   /** A DAG, task or agent id, a run key or any other name given in a request. */
   idChars: 256,
+  /** Any other string of an API request (a description, a file name): bounded all the same. */
+  stringChars: 4096,
+  /** A whole error message: a status travels in an HTTP/2 header, where a huge one resets the stream. */
+  errorMessageChars: 7 * 1024,
   /** A value quoted back in an error message: messages travel in HTTP/2 headers (grpc-message), where a long one resets the stream. */
   echoChars: 120,
   /** The errors of one DAG file listed in full: after them, "and N more". */

@@ -1,6 +1,8 @@
 import { createContextValues } from '@connectrpc/connect';
-import { connectNodeAdapter } from '@connectrpc/connect-node';
+import { echo } from '../core/check-text.js';
 import { LIMITS } from '../core/limits.js';
+import { apiAdapter } from './api-adapter.js';
+import { checkRequestFields } from './check-request-fields.js';
 import type { Logger } from 'pino';
 import type { Sql } from '../db/sql.js';
 import { AgentService } from '../gen/leoflow/v1/agent_pb.js';
@@ -26,15 +28,18 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser:
   const { sql, logger, config, parser, scheduler, fleet, health } = o;
   // With mTLS on, each request carries its connection's client certificate, for the Hello check.
   const askCertificate = config.tls?.clientCa != null;
-  return connectNodeAdapter({
-    // A message past this is refused (RESOURCE_EXHAUSTED, naming the limit) before it is parsed.
+  return apiAdapter({
+    logger,
+    // Their bodies are decoded first, so one that does not decode is INVALID_ARGUMENT (api-adapter.ts).
+    checkedServices: new Set([WorkflowService.typeName, ClusterService.typeName]),
+    // A message past this is refused (RESOURCE_EXHAUSTED, naming the limit) before it is decoded.
     readMaxBytes: LIMITS.requestBytes,
     contextValues: (req) => {
       const values = createContextValues();
       if (askCertificate) values.set(clientCertificateKey, clientCertificateOf(req));
       return values;
     },
-    interceptors: [roleGuard(config.role, config.replicaId)],
+    interceptors: [roleGuard(config.role, config.replicaId), checkRequestFields({ idChars: LIMITS.idChars, stringChars: LIMITS.stringChars, echo })],
     routes(router) {
       router.service(
         WorkflowService,

@@ -1,5 +1,6 @@
 import { Code, ConnectError } from '@connectrpc/connect';
 import { echo } from '../core/check-text.js';
+import { LIMITS } from '../core/limits.js';
 import { DagValidationError } from '../core/dag-spec.js';
 import { DagParserError } from './dag-parser.js';
 
@@ -29,6 +30,13 @@ export class FailedPreconditionError extends Error {
  * and surfaces as INTERNAL without leaking internals beyond its message.
  */
 export function toConnectError(err: unknown): ConnectError {
+  const ce = wireError(err);
+  // A status travels in a header: a huge message would reset the stream instead of arriving.
+  if (ce.rawMessage.length <= LIMITS.errorMessageChars) return ce;
+  return new ConnectError(`${ce.rawMessage.slice(0, LIMITS.errorMessageChars)}… (message cut at ${LIMITS.errorMessageChars} characters)`, ce.code);
+}
+
+function wireError(err: unknown): ConnectError {
   if (err instanceof ConnectError) return err;
   if (err instanceof DagValidationError) return new ConnectError(err.message, Code.InvalidArgument);
   if (err instanceof DagParserError) {

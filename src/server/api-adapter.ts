@@ -1,0 +1,57 @@
+/**
+ * The API's HTTP handler: connect-node's adapter (`connectNodeAdapter`, whose body this follows)
+ * with one addition: the bodies of the Workflow and Cluster services' methods go through
+ * {@link checkedBody} first, so a protobuf body that does not decode is the caller's error.
+ */
+import type http2 from 'node:http2';
+import { Code, ConnectError, createConnectRouter, createContextValues, type ConnectRouter, type ConnectRouterOptions, type ContextValues } from '@connectrpc/connect';
+import { uResponseNotFound } from '@connectrpc/connect/protocol';
+import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from '@connectrpc/connect-node';
+import type { Logger } from 'pino';
+import { checkedBody } from './malformed-body.js';
+
+export function apiAdapter(
+  options: ConnectRouterOptions & {
+    routes(router: ConnectRouter): void;
+    /** Services (type names) whose protobuf bodies are decoded on the way in. */
+    checkedServices: ReadonlySet<string>;
+    /** Per-request context values, as connect-node's `contextValues` option. */
+    contextValues?(req: http2.Http2ServerRequest): ContextValues;
+    logger: Logger;
+  },
+): (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void {
+  const router = createConnectRouter({ acceptCompression: [compressionGzip, compressionBrotli], ...options });
+  options.routes(router);
+  const paths = new Map(router.handlers.map((h) => [h.requestPath, h]));
+  return (req, res) => {
+    const uHandler = paths.get(req.url.split('?', 2)[0] ?? '');
+    if (!uHandler) {
+      res.writeHead(uResponseNotFound.status);
+      res.end();
+      return;
+    }
+    const values = options.contextValues?.(req) ?? createContextValues();
+    const uReq = universalRequestFromNodeRequest(req, res, undefined, values);
+    if (options.checkedServices.has(uHandler.service.typeName) && typeof uReq.body === 'object' && uReq.body !== null && Symbol.asyncIterator in uReq.body) {
+      const compressed = (req.headers['content-encoding'] ?? 'identity') !== 'identity';
+      uReq.body = checkedBody(uReq.body as AsyncIterable<Uint8Array>, {
+        contentType: String(req.headers['content-type'] ?? ''),
+        compressed,
+        input: uHandler.method.input,
+        values,
+        maxBytes: options.readMaxBytes ?? 0xffffffff,
+      });
+    }
+    uHandler(uReq)
+      .then((uRes) => {
+        // A request refused before its body was read (too large) still has bytes on the way: read
+        // and drop them, or they fill the connection's memory and HTTP/2 resets every stream on it.
+        if (!req.readableEnded) req.resume();
+        return universalResponseToNodeResponse(uRes, res);
+      })
+      .catch((reason: unknown) => {
+        if (ConnectError.from(reason).code === Code.Aborted) return;
+        options.logger.warn({ rpc: `${uHandler.service.typeName}/${uHandler.method.name}`, err: (reason as Error)?.message }, 'rpc response could not be written');
+      });
+  };
+}
