@@ -889,9 +889,13 @@ export const AttemptOutcomeSchema: GenEnum<AttemptOutcome> = /*@__PURE__*/
  *     stream of the same process, or closed by the control plane), DEADLINE_EXCEEDED (no
  *     Keepalive for 3 intervals, or no Hello within 10 s), ALREADY_EXISTS (another process holds
  *     this agent_id on a live stream), any transport failure, and an end without a status.
- *   - Fatal (retrying unchanged cannot help: stop and say why): FAILED_PRECONDITION (protocol
- *     version not spoken), UNAUTHENTICATED and PERMISSION_DENIED (credentials),
- *     INVALID_ARGUMENT (a message broke a rule; the status message names the field and the rule).
+ *   - Fatal before Welcome (the Hello is refused; retrying unchanged cannot help: stop and say
+ *     why): FAILED_PRECONDITION (protocol version not spoken), UNAUTHENTICATED and
+ *     PERMISSION_DENIED (credentials), INVALID_ARGUMENT (the Hello broke a rule; the status
+ *     message names the field and the rule), UNIMPLEMENTED (no AgentService at that address).
+ *     After Welcome every end is retryable: INVALID_ARGUMENT then names the report that broke a
+ *     rule (log it: it is a bug in the agent), and the attempts you hold resume on the next
+ *     stream.
  *
  * When the stream breaks, reconnect with a jittered exponential backoff, no longer than
  * Welcome.max_reconnect_backoff, trying each control-plane address you know in turn, and say in
