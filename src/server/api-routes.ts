@@ -45,7 +45,7 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser:
       );
       router.service(
         ClusterService,
-        createClusterService({ sql, replicaId: config.replicaId, edition: config.edition, role: config.role, leader: scheduler.leader, health, agentFreshMs: 3 * config.heartbeatIntervalMs, drained: (agentId) => fleet.drain(agentId) }),
+        createClusterService({ sql, replicaId: config.replicaId, edition: config.edition, role: config.role, leader: scheduler.leader, health, agentFreshMs: 3 * config.heartbeatIntervalMs, drained: (agentId, undrain) => fleet.drain(agentId, undrain) }),
       );
       router.service(AgentService, createAgentService(fleet.sessionDeps));
     },

@@ -19,7 +19,8 @@ export interface ClusterDeps {
   /** An agent is "connected" while its stream is open and it was seen this recently. */
   agentFreshMs: number;
   /** Tells the replica holding the agent's stream to send Drain now. */
-  drained(agentId: string): void;
+  /** An agent was drained (or, with `undrain`, undrained): its stream is told, wherever it is. */
+  drained(agentId: string, undrain: boolean): void;
 }
 
 function agentToProto(a: AgentView, freshMs: number) {
@@ -95,7 +96,7 @@ export function createClusterService(deps: ClusterDeps): ServiceImpl<typeof Clus
       try {
         if (req.agentId.trim() === '') throw new InvalidArgumentError('agent_id', 'is required');
         if (!(await setDraining(deps.sql, req.agentId, !req.undrain))) throw new NotFoundError(`agent "${req.agentId}" not found`);
-        if (!req.undrain) deps.drained(req.agentId);
+        deps.drained(req.agentId, req.undrain);
         return { agent: agentToProto((await getAgent(deps.sql, req.agentId))!, deps.agentFreshMs) };
       } catch (err) {
         throw toConnectError(err);
