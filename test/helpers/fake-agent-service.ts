@@ -226,6 +226,9 @@ export class FakeAgentService {
       const byseq = this.logs.get(key) ?? new Map<number, LogEntry>();
       this.logs.set(key, byseq);
       for (const e of m.value.entries) if (!byseq.has(e.seq)) byseq.set(e.seq, e);
+      let last = 0;
+      while (byseq.has(last + 1)) last++;
+      stream.send({ case: 'logAck', value: { attempt: m.value.attempt, lastSeq: last } });
     } else if (m.case === 'finished' && this.ackFinished) {
       const key = refKey(m.value.attempt!);
       this.finished.set(key, [...(this.finished.get(key) ?? []), m.value]);
