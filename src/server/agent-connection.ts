@@ -144,6 +144,8 @@ export class AgentConnection implements AgentHandle {
   readonly #logSeq = new Map<string, number>();
   /** Tokens of the attempts this stream was sent Cancel for: still reported, not zombies. */
   readonly #cancelled = new Set<string>();
+  /** Tokens whose Finished arrived and is being written: listed by keepalives until acked. */
+  readonly #finishing = new Set<string>();
   #lastKeepalive = Date.now();
   #goneAway = false;
   #log: Logger;
@@ -403,7 +405,7 @@ export class AgentConnection implements AgentHandle {
       // Ended (and acknowledged) since the keepalive that listed it, or cancelled and stopping
       // (its Finished is awaited): not a zombie.
       const held = this.#held.get(r.tiId);
-      if (!held || held.attemptToken !== r.attemptToken || this.#cancelled.has(r.attemptToken)) continue;
+      if (!held || held.attemptToken !== r.attemptToken || this.#cancelled.has(r.attemptToken) || this.#finishing.has(r.attemptToken)) continue;
       this.deps.onRejected('keepalive', 'stale');
       this.#log.warn({ tiId: r.tiId, try: r.tryNumber }, 'agent holds a superseded attempt: cancelling it');
       this.#out.push({ msg: { case: 'cancel', value: { attempt: r, reason: 'attempt superseded (declared lost or cancelled)' } } });
@@ -413,12 +415,14 @@ export class AgentConnection implements AgentHandle {
   /** Records an attempt's end and answers FinishedAck; `refused` names the rule a report broke. */
   #finish(r: HeldRef, result: AttemptResult, refused: string): void {
     this.#logSeq.delete(r.attemptToken);
+    this.#finishing.add(r.attemptToken);
     this.deps.onFinishing(this.agentId, r.attemptToken);
     this.#track(
       this.deps.store.finished(r, result).then(({ outcome, runId }) => {
         if (outcome === 'refused' && refused === '') this.deps.onRejected('finished', 'stale');
         if (this.#held.get(r.tiId)?.attemptToken === r.attemptToken) this.#held.delete(r.tiId);
         this.#cancelled.delete(r.attemptToken);
+        this.#finishing.delete(r.attemptToken);
         this.#out.push({ msg: { case: 'finishedAck', value: { attempt: r, applied: outcome === 'applied' && refused === '', refused } } });
         this.deps.onFinished(this.agentId, runId, r.attemptToken);
       }),

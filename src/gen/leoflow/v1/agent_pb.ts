@@ -209,8 +209,10 @@ export type Hello = Message<"leoflow.v1.Hello"> & {
 
   /**
    * Attempts this agent still holds from an earlier stream (after a reconnect). An attempt given
-   * to this agent and left out is, if an earlier process (incarnation) of this agent was given
-   * it, ended as lost and retried with a new token; if this process was, sent again by Assign.
+   * to an earlier process (incarnation) of this agent and left out is ended as lost at once and
+   * retried with a new token (see incarnation_id). One given to this same process and left out is
+   * sent again by Assign if it has not started; if it has, it gets no more heartbeats and is
+   * declared lost after the heartbeat threshold.
    *
    * @generated from field: repeated leoflow.v1.AttemptRef held = 7;
    */
@@ -514,7 +516,7 @@ export const LogEntrySchema: GenMessage<LogEntry> = /*@__PURE__*/
  * The end of an attempt. Outcome, exit code and signal must agree (a process exits with a code
  * or is killed by a signal, never both):
  *   - SUCCESS: exit_code 0 (or unset), no signal;
- *   - FAILED: a non-zero exit_code, or a signal;
+ *   - FAILED: a non-zero exit_code, or a signal, or neither (it failed before a process ran);
  *   - TIMED_OUT, CANCELLED: an exit code or a signal or neither;
  *   - SPAWN_FAILED: neither.
  * exit_code is 0 to 255. Otherwise see "A Finished whose outcome … disagree" above.
@@ -905,7 +907,8 @@ export const AttemptOutcomeSchema: GenEnum<AttemptOutcome> = /*@__PURE__*/
  * A message that breaks the rules (a token that is not a UUID, a ti_id that is not a positive
  * integer, a try_number below 1, a log seq of 0, …) ends its own stream with INVALID_ARGUMENT
  * naming the field and the rule; it is never written, and no other agent's reports are affected.
- * A Finished whose outcome, exit code and signal disagree (see Finished) is refused alone, so the
+ * A Finished with an unknown outcome, or whose outcome, exit code and signal disagree (see
+ * Finished), or whose error breaks a rule, is refused alone, so the
  * stream's other attempts are unharmed: its attempt is ended as failed with an error naming the
  * rule (and retried under its retry policy), and FinishedAck says applied = false and why.
  *
