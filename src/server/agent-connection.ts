@@ -127,7 +127,8 @@ function kindOf(req: ConnectRequest): AgentMessageKind {
  * after three intervals, so it is never assigned work nor counted as a heartbeat again.
  *
  * Every report is checked whole before it joins a write shared with other agents; one that breaks
- * the rules ends this stream alone with INVALID_ARGUMENT. Each Assign is recorded as sent to this
+ * the rules ends this stream alone with INVALID_ARGUMENT, except a Finished whose end is
+ * inconsistent: that one is refused alone (its attempt failed), so the stream's others go on. Each Assign is recorded as sent to this
  * agent process (its incarnation) before it is sent, so no attempt reaches two processes.
  */
 export class AgentConnection implements AgentHandle {

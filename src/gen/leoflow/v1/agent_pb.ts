@@ -908,9 +908,9 @@ export const AttemptOutcomeSchema: GenEnum<AttemptOutcome> = /*@__PURE__*/
  * integer, a try_number below 1, a log seq of 0, …) ends its own stream with INVALID_ARGUMENT
  * naming the field and the rule; it is never written, and no other agent's reports are affected.
  * A Finished with an unknown outcome, or whose outcome, exit code and signal disagree (see
- * Finished), or whose error breaks a rule, is refused alone, so the
- * stream's other attempts are unharmed: its attempt is ended as failed with an error naming the
- * rule (and retried under its retry policy), and FinishedAck says applied = false and why.
+ * Finished), or whose error breaks a rule, is refused alone, so the stream's other attempts are
+ * unharmed: its attempt is ended as failed with an error naming the rule (and retried under its
+ * retry policy), and FinishedAck says applied = false and, in `refused`, why.
  *
  * @generated from service leoflow.v1.AgentService
  */

@@ -95,9 +95,9 @@ class AgentServiceStub(object):
   integer, a try_number below 1, a log seq of 0, …) ends its own stream with INVALID_ARGUMENT
   naming the field and the rule; it is never written, and no other agent's reports are affected.
   A Finished with an unknown outcome, or whose outcome, exit code and signal disagree (see
-  Finished), or whose error breaks a rule, is refused alone, so the
-  stream's other attempts are unharmed: its attempt is ended as failed with an error naming the
-  rule (and retried under its retry policy), and FinishedAck says applied = false and why.
+  Finished), or whose error breaks a rule, is refused alone, so the stream's other attempts are
+  unharmed: its attempt is ended as failed with an error naming the rule (and retried under its
+  retry policy), and FinishedAck says applied = false and, in `refused`, why.
   """
 
   def __init__(self, channel):
@@ -204,9 +204,9 @@ class AgentServiceServicer(object):
   integer, a try_number below 1, a log seq of 0, …) ends its own stream with INVALID_ARGUMENT
   naming the field and the rule; it is never written, and no other agent's reports are affected.
   A Finished with an unknown outcome, or whose outcome, exit code and signal disagree (see
-  Finished), or whose error breaks a rule, is refused alone, so the
-  stream's other attempts are unharmed: its attempt is ended as failed with an error naming the
-  rule (and retried under its retry policy), and FinishedAck says applied = false and why.
+  Finished), or whose error breaks a rule, is refused alone, so the stream's other attempts are
+  unharmed: its attempt is ended as failed with an error naming the rule (and retried under its
+  retry policy), and FinishedAck says applied = false and, in `refused`, why.
   """
 
   def Connect(self, request_iterator, context):
