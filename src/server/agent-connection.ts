@@ -85,6 +85,8 @@ export interface AgentConnectionDeps {
   killGraceMs: number;
   /** Sent in Welcome: the longest reconnect delay agents should use (see agent-fleet.ts). */
   maxReconnectBackoffMs: number;
+  /** Sent in Welcome: how long an attempt may go without a heartbeat before it is lost. */
+  heartbeatThresholdMs: number;
   /** True once this replica is shutting down: a new agent stream is refused (UNAVAILABLE). */
   leaving(): boolean;
   /** Shared secret agents must present; null when none is required. */
@@ -299,6 +301,7 @@ export class AgentConnection implements AgentHandle {
           replicaId: this.deps.replicaId,
           keepaliveInterval: durationFromMs(this.deps.keepaliveMs),
           maxReconnectBackoff: durationFromMs(this.deps.maxReconnectBackoffMs),
+          heartbeatThreshold: durationFromMs(this.deps.heartbeatThresholdMs),
           resumed,
           superseded,
           logsSoFar: resumed.map((r) => {

@@ -137,6 +137,7 @@ export function createAgentFleet(o: AgentFleetOptions) {
     keepaliveMs: o.keepaliveMs,
     killGraceMs: o.killGraceMs,
     maxReconnectBackoffMs: maxReconnectBackoffMs(o.heartbeatThresholdMs),
+    heartbeatThresholdMs: o.heartbeatThresholdMs,
     leaving: () => leaving,
     agentToken: o.agentToken,
     onFleetChanged: () => {

@@ -113,10 +113,11 @@ async function started(a: Agent): Promise<{ runId: string; attempt: AttemptRef }
 }
 
 describe('agent protocol conformance', () => {
-  it('values: Welcome gives the keepalive interval, Assign the control plane kill grace', async () => {
+  it('values: Welcome gives the keepalive interval and the heartbeat threshold, Assign the control plane kill grace', async () => {
     const a = await welcomed('conf-values');
     const w = a.welcome.msg.case === 'welcome' ? a.welcome.msg.value : null;
     expect(Number(w!.keepaliveInterval!.nanos) / 1e6 + Number(w!.keepaliveInterval!.seconds) * 1000).toBe(KEEPALIVE_MS);
+    expect(Number(w!.heartbeatThreshold!.seconds)).toBe(20);
     const runId = await trigger();
     const assign = await until(a, 'assign');
     expect(Number(assign.killGrace!.seconds)).toBe(7);

@@ -38,9 +38,8 @@ class AgentServiceStub(object):
   4. Send Keepalive every Welcome.keepalive_interval, listing the attempts you hold. It proves
   the stream works in both directions, and counts as the heartbeat of every attempt it
   lists. A stream with no Keepalive for 3 intervals is closed by the control plane
-  (DEADLINE_EXCEEDED). An attempt whose heartbeat is older than the control plane's
-  heartbeat threshold (`--heartbeat-threshold`; Welcome.max_reconnect_backoff is a fraction
-  of it) is declared lost and retried elsewhere under its retry policy, with a new token.
+  (DEADLINE_EXCEEDED). An attempt whose heartbeat is older than Welcome.heartbeat_threshold
+  is declared lost and retried elsewhere under its retry policy, with a new token.
 
   Every report about an attempt (Started, Log, Finished, Keepalive.held) carries the attempt's
   (ti_id, try_number, attempt_token). A report about an attempt that is superseded — declared
@@ -147,9 +146,8 @@ class AgentServiceServicer(object):
   4. Send Keepalive every Welcome.keepalive_interval, listing the attempts you hold. It proves
   the stream works in both directions, and counts as the heartbeat of every attempt it
   lists. A stream with no Keepalive for 3 intervals is closed by the control plane
-  (DEADLINE_EXCEEDED). An attempt whose heartbeat is older than the control plane's
-  heartbeat threshold (`--heartbeat-threshold`; Welcome.max_reconnect_backoff is a fraction
-  of it) is declared lost and retried elsewhere under its retry policy, with a new token.
+  (DEADLINE_EXCEEDED). An attempt whose heartbeat is older than Welcome.heartbeat_threshold
+  is declared lost and retried elsewhere under its retry policy, with a new token.
 
   Every report about an attempt (Started, Log, Finished, Keepalive.held) carries the attempt's
   (ti_id, try_number, attempt_token). A report about an attempt that is superseded — declared
