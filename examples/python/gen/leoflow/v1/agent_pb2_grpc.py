@@ -51,12 +51,14 @@ class AgentServiceStub(object):
   acknowledged with applied = true; the attempt stays cancelled. Keepalives listing it meanwhile
   are its heartbeat and get no second Cancel. A Finished of another outcome for a cancelled
   attempt (it ended on its own as Cancel crossed it) is acknowledged with applied = false: the
-  attempt stays cancelled.
+  attempt stays cancelled. If the stream breaks before that Finished, the next Welcome lists the
+  cancelled attempt as superseded: stop it, and report nothing more about it.
 
   Order, per attempt: Started, then Log (any number), then Finished. Finished without Started
-  is allowed (SPAWN_FAILED, or a process that ended before Started was sent). A Log for an
-  attempt not assigned to (or resumed on) this stream, or after its Finished, is not stored and
-  gets no LogAck. Started and Log sent again after a reconnect, for an attempt Welcome resumed,
+  is allowed (SPAWN_FAILED, or a process that ended before Started was sent), and so is a Log
+  before Started (stored: its lines count from seq 1 all the same). A Log for an attempt not
+  assigned to (or resumed on) this stream, or after its Finished, is not stored and gets no
+  LogAck. Started and Log sent again after a reconnect, for an attempt Welcome resumed,
   are harmless.
 
   Log lines: each entry's seq numbers the attempt's lines from 1 (after a reconnect, on from
@@ -159,12 +161,14 @@ class AgentServiceServicer(object):
   acknowledged with applied = true; the attempt stays cancelled. Keepalives listing it meanwhile
   are its heartbeat and get no second Cancel. A Finished of another outcome for a cancelled
   attempt (it ended on its own as Cancel crossed it) is acknowledged with applied = false: the
-  attempt stays cancelled.
+  attempt stays cancelled. If the stream breaks before that Finished, the next Welcome lists the
+  cancelled attempt as superseded: stop it, and report nothing more about it.
 
   Order, per attempt: Started, then Log (any number), then Finished. Finished without Started
-  is allowed (SPAWN_FAILED, or a process that ended before Started was sent). A Log for an
-  attempt not assigned to (or resumed on) this stream, or after its Finished, is not stored and
-  gets no LogAck. Started and Log sent again after a reconnect, for an attempt Welcome resumed,
+  is allowed (SPAWN_FAILED, or a process that ended before Started was sent), and so is a Log
+  before Started (stored: its lines count from seq 1 all the same). A Log for an attempt not
+  assigned to (or resumed on) this stream, or after its Finished, is not stored and gets no
+  LogAck. Started and Log sent again after a reconnect, for an attempt Welcome resumed,
   are harmless.
 
   Log lines: each entry's seq numbers the attempt's lines from 1 (after a reconnect, on from
