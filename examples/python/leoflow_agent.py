@@ -128,6 +128,16 @@ class Backoff:
         self.tries = 0
 
 
+# Statuses that refuse a Hello for good (agent.proto, "Status codes"): stop instead of retrying.
+FATAL_AT_HELLO = {
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.UNIMPLEMENTED,
+}
+
+
 class Attempt:
     """One attempt the agent holds: from Assign (or a Hello.held resume) until FinishedAck."""
 
@@ -140,6 +150,7 @@ class Attempt:
         self.started_sent = False
         self.next_seq = 1
         self.unsent: list[pb.LogEntry] = []  # lines not yet handed to a live stream
+        self.unacked: list[pb.LogEntry] = []  # lines sent, until a LogAck says they are stored
         self.finished: Optional[pb.Finished] = None  # kept until FinishedAck
         self.stop_reason: Optional[str] = None  # "timeout" | "cancel" | "superseded"
         self.error = ""
@@ -201,7 +212,10 @@ class Attempt:
     def _pump(self, pipe: IO[bytes], stream: str) -> None:
         """Turns one output pipe into Log messages, numbering lines per attempt from 1."""
         for raw in iter(pipe.readline, b""):
-            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            # The protocol's rule: UTF-8 with U+FFFD for bad bytes; split at \n, one \r before it cut.
+            raw = raw[:-1] if raw.endswith(b"\n") else raw
+            raw = raw[:-1] if raw.endswith(b"\r") else raw
+            line = raw.decode("utf-8", errors="replace")
             with self.lock:
                 self.unsent.append(pb.LogEntry(seq=self.next_seq, stream=stream, line=line))
                 self.next_seq += 1
@@ -212,7 +226,13 @@ class Attempt:
         """Sends the lines not yet sent (call with self.lock held)."""
         if self.unsent and self.stop_reason != "superseded" and self.agent.send(
                 pb.ConnectRequest(log=pb.Log(attempt=self.ref, entries=self.unsent))):
+            self.unacked.extend(self.unsent)
             self.unsent = []
+
+    def log_acked(self, last_seq: int) -> None:
+        """LogAck: the lines up to last_seq are stored; forget them."""
+        with self.lock:
+            self.unacked = [e for e in self.unacked if e.seq > last_seq]
 
     def _finish(self, outcome: int, exit_code: Optional[int], sig: str, error: str) -> None:
         """Records the result and reports it; it is resent after a reconnect until FinishedAck."""
@@ -225,9 +245,14 @@ class Attempt:
             self.finished = f
             self.agent.send(pb.ConnectRequest(finished=f))
 
-    def resume(self) -> None:
-        """After a reconnect whose Welcome resumed this attempt: send what the old stream lost."""
+    def resume(self, stored_seq: int) -> None:
+        """After a reconnect whose Welcome resumed this attempt: send what the old stream lost.
+
+        stored_seq is Welcome.logs_so_far.last_seq: lines up to it are stored, the rest go again.
+        """
         with self.lock:
+            self.unsent = [e for e in self.unacked + self.unsent if e.seq > stored_seq]
+            self.unacked = []
             if self.proc and not self.started_sent:
                 self.started_sent = self.agent.send(pb.ConnectRequest(
                     started=pb.Started(attempt=self.ref, pid=self.proc.pid)))
@@ -360,10 +385,17 @@ class Agent:
                     a = self.find(resp.cancel.attempt)
                     if a and not a.finished:
                         a.stop("cancel", f"cancelled: {resp.cancel.reason or 'by the control plane'}")
+                elif kind == "drain" and resp.drain.undrain:
+                    log.info("undrained: %s", resp.drain.reason or "(no reason)")
+                    self.draining = False
                 elif kind == "drain":
                     log.info("drain: %s", resp.drain.reason or "(no reason)")
                     self.draining = True
                     self.maybe_exit()
+                elif kind == "log_ack":
+                    a = self.find(resp.log_ack.attempt)
+                    if a:
+                        a.log_acked(resp.log_ack.last_seq)
                 elif kind == "keepalive_ack":
                     self.last_ack = time.monotonic()
                 elif kind == "finished_ack":
@@ -378,7 +410,7 @@ class Agent:
                 if not reconnect:
                     log.warning("the control plane closed the stream")
         except grpc.RpcError as e:
-            if self.exit_code is None and not welcomed and e.code() == grpc.StatusCode.FAILED_PRECONDITION:
+            if self.exit_code is None and not welcomed and e.code() in FATAL_AT_HELLO:
                 print(f"leoflow-agent: refused by the control plane: {e.details()}", file=sys.stderr)
                 self.exit_code = 2
             elif self.exit_code is None and not reconnect:
@@ -427,8 +459,9 @@ class Agent:
             self.out = q
         for a in gone:
             a.stop("superseded")
+        stored = {so.attempt.attempt_token: so.last_seq for so in w.logs_so_far}
         for a in list(self.attempts.values()):
-            a.resume()
+            a.resume(stored.get(a.ref.attempt_token, 0))
         self.last_ack = time.monotonic()
         threading.Thread(target=self.keepalive, args=(q, call, interval, stop_ka), daemon=True).start()
 
@@ -463,7 +496,10 @@ class Agent:
         if a is None:
             return
         self.acked += 1
-        log.info("%s: result %s", a.name, "recorded" if ack.applied else "refused (superseded)")
+        if ack.refused:
+            log.error("%s: result refused as invalid (a bug in this agent): %s", a.name, ack.refused)
+        else:
+            log.info("%s: result %s", a.name, "recorded" if ack.applied else "refused (superseded, or another end came first)")
         self.maybe_exit()
 
     def find(self, ref: pb.AttemptRef) -> Optional[Attempt]:

@@ -275,7 +275,7 @@ class AgentRuntime {
     switch (msg.msg.case) {
       case 'assign':
         this.#assigned = true;
-        if (this.#drained) this.#log.warn({ tiId: msg.msg.value.attempt?.tiId }, 'Assign after Drain: running it (the agent was undrained)');
+        if (this.#drained) this.#log.warn({ tiId: msg.msg.value.attempt?.tiId }, 'Assign while drained (no undrain came): running it');
         if (this.#runner.runningCount >= (this.#o.slots ?? 1)) this.#log.warn({ slots: this.#o.slots ?? 1 }, 'Assign beyond the slots this agent offered: running it');
         this.#drained = false;
         this.#runner.assign(msg.msg.value);
@@ -284,9 +284,17 @@ class AgentRuntime {
         this.#runner.cancel(msg.msg.value);
         return;
       case 'drain':
+        if (msg.msg.value.undrain) {
+          this.#drained = false;
+          this.#log.info({ reason: msg.msg.value.reason }, 'undrained: new work may come again');
+          return;
+        }
         this.#drained = true;
         this.#log.info({ reason: msg.msg.value.reason, held: this.#runner.size }, 'drained: no new work will come; finishing what is held');
         this.#changed();
+        return;
+      case 'logAck':
+        this.#runner.logAcked(msg.msg.value);
         return;
       case 'finishedAck':
         this.#runner.finishedAck(msg.msg.value);

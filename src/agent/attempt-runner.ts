@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, AttemptResult } from '../core/attempt.js';
 import { AttemptDir } from '../executors/process/attempt-dir.js';
 import { createSubprocessExecutor, type SubprocessExecutor } from '../executors/subprocess/subprocess-executor.js';
-import { ConnectRequestSchema, type Assign, type AttemptRef, type Cancel, type ConnectRequest, type FinishedAck, type Welcome } from '../gen/leoflow/v1/agent_pb.js';
+import { ConnectRequestSchema, type Assign, type AttemptRef, type Cancel, type ConnectRequest, type FinishedAck, type LogAck, type Welcome } from '../gen/leoflow/v1/agent_pb.js';
 import { attemptFromAssign, attemptKey, finishedOf } from './attempt-messages.js';
 import { HeldAttempts, type HeldAttempt } from './held-attempts.js';
 import { LogBatcher, type LogBatch, type LogBatcherOptions } from './log-batcher.js';
@@ -136,7 +136,8 @@ export class AttemptRunner {
     this.#forget(held);
     const ids = { tiId: held.attempt.tiId, try: held.attempt.tryNumber };
     if (msg.applied) this.#log.info(ids, 'attempt acknowledged');
-    else this.#log.warn(ids, 'attempt report refused (superseded): forgotten');
+    else if (msg.refused !== '') this.#log.error({ ...ids, refused: msg.refused }, 'attempt report refused as invalid (a bug in this agent): the control plane failed the attempt');
+    else this.#log.warn(ids, 'attempt report refused (superseded, or another end was recorded first): forgotten');
     this.#opts.changed();
   }
 
@@ -184,9 +185,15 @@ export class AttemptRunner {
     return { resumed: resumed.size, superseded: superseded.size };
   }
 
-  /** KeepaliveAck: what was written before that Keepalive is confirmed. */
+  /** KeepaliveAck: the Started reports written before that Keepalive are confirmed. */
   acked(seq: number): void {
-    this.#batcher.release(this.outbox.confirm(seq));
+    this.outbox.confirm(seq);
+  }
+
+  /** LogAck: the attempt's lines up to `lastSeq` are stored, and need not be sent again. */
+  logAcked(msg: LogAck): void {
+    if (!msg.attempt) return;
+    this.#batcher.release(this.outbox.confirmLog(attemptKey(msg.attempt), msg.lastSeq));
   }
 
   /** Answers Assigns from now on with Finished FAILED instead of running them. */
@@ -292,7 +299,7 @@ export class AttemptRunner {
         continue;
       }
       const message = create(ConnectRequestSchema, { msg: { case: 'log', value: { attempt: held.ref, entries } } });
-      this.outbox.push({ key, kind: 'log', message, lines: entries.length });
+      this.outbox.push({ key, kind: 'log', message, lines: entries.length, lastSeq: entries[entries.length - 1]!.seq });
     }
   }
 

@@ -2,10 +2,11 @@
  * Reports waiting for the stream, in the order they were made, kept until the control plane has
  * them.
  *
- * "Has them" differs by kind. Started and Log have no answer of their own, so they are confirmed
- * by the KeepaliveAck of a Keepalive written after them: the control plane handles a stream's
- * messages in order, so its answer to Keepalive n means everything written before Keepalive n
- * was taken. Finished is kept until its own FinishedAck. When a stream is lost, whatever it did
+ * "Has them" differs by kind. Started has no answer of its own, so it is confirmed by the
+ * KeepaliveAck of a Keepalive written after it: the control plane handles a stream's messages in
+ * order, so its answer to Keepalive n means everything written before Keepalive n was taken. Log
+ * is confirmed by a LogAck covering its last line (the lines are stored, not only taken).
+ * Finished is kept until its own FinishedAck. When a stream is lost, whatever it did
  * not confirm is rewound and written again on the next one (Log seq numbers make that harmless).
  */
 
@@ -18,6 +19,8 @@ export interface OutboxEntry<M> {
   message: M;
   /** Log lines it carries (0 for Started and Finished), released when it is confirmed or dropped. */
   lines: number;
+  /** For a Log, the seq of its last line: a LogAck at or past it confirms the entry. */
+  lastSeq?: number;
 }
 
 interface Written<M> extends OutboxEntry<M> {
@@ -55,13 +58,21 @@ export class Outbox<M> {
   }
 
   /**
-   * KeepaliveAck `seq` arrived: Started and Log entries written before that Keepalive are
-   * confirmed and forgotten. Returns the number of log lines released.
+   * KeepaliveAck `seq` arrived: Started entries written before that Keepalive are confirmed and
+   * forgotten.
    */
-  confirm(seq: number): number {
+  confirm(seq: number): void {
+    this.#written = this.#written.filter((e) => e.kind !== 'started' || e.confirmedBy > seq);
+  }
+
+  /**
+   * LogAck for `key` up to `lastSeq` arrived: its Log entries written whose lines are all stored
+   * are forgotten. Returns the number of log lines released.
+   */
+  confirmLog(key: string, lastSeq: number): number {
     let released = 0;
     this.#written = this.#written.filter((e) => {
-      if (e.kind === 'finished' || e.confirmedBy > seq) return true;
+      if (e.kind !== 'log' || e.key !== key || (e.lastSeq ?? Infinity) > lastSeq) return true;
       released += e.lines;
       return false;
     });

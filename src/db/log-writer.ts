@@ -23,6 +23,11 @@ export interface LogWriter {
   write(tiId: string, tryNumber: number, attemptToken: string, stream: LogStream, line: string, seq?: number): void;
   /** Writes everything buffered so far. */
   flush(): Promise<void>;
+  /**
+   * Settles once every line buffered so far has been written (in the next flush, not forcing
+   * one): what an agent's LogAck waits for. Rejects when they could not be written.
+   */
+  written(): Promise<void>;
   /** Whether a write is in flight (`sendOn` must then wait for `flush()` first). */
   readonly busy: boolean;
   /**
@@ -52,6 +57,10 @@ export function createLogWriter(
   const seqs = new Map<string, number>();
   let timer: NodeJS.Timeout | null = null;
   let inFlight: Promise<void> = Promise.resolve();
+  /** Whether the batch taken last was written; and the waiters for the lines still buffered. */
+  let lastBatch: Promise<void> = Promise.resolve();
+  let buffered: { resolve: (p: Promise<void>) => void } | null = null;
+  let bufferedPromise: Promise<void> | null = null;
 
   /** Batches taken from the buffer and not yet written. */
   let busy = 0;
@@ -76,7 +85,7 @@ export function createLogWriter(
 
   /** Settles one batch taken from the buffer (counted in `busy`): `first` is its first try, on
    *  whatever connection; a lost connection is retried through the pool. */
-  const settle = async (batch: Pending[], first: () => Promise<{ count: number }>) => {
+  const settle = async (batch: Pending[], first: () => Promise<{ count: number }>): Promise<boolean> => {
     try {
       let written: { count: number };
       try {
@@ -89,8 +98,10 @@ export function createLogWriter(
         opts.onRejected?.(batch.length - written.count);
         logger.warn({ lines: batch.length - written.count }, 'log lines of a superseded attempt refused');
       }
+      return true;
     } catch (err) {
       logger.error({ err, lines: batch.length }, 'failed to write task log lines');
+      return false;
     } finally {
       busy--;
     }
@@ -106,8 +117,20 @@ export function createLogWriter(
     buffer = [];
     busy++;
     // Chained so lines of one attempt are written in order even across flushes.
-    inFlight = inFlight.then(() => settle(batch, () => insert(sql, batch)));
+    taken(inFlight.then(() => settle(batch, () => insert(sql, batch))));
     return inFlight;
+  };
+
+  /** A batch was taken from the buffer: `done` says whether it was written. */
+  const taken = (done: Promise<boolean>) => {
+    inFlight = done.then(() => {});
+    lastBatch = done.then((ok) => {
+      if (!ok) throw new Error('task log lines could not be written');
+    });
+    lastBatch.catch(() => {});
+    buffered?.resolve(lastBatch);
+    buffered = null;
+    bufferedPromise = null;
   };
 
   return {
@@ -121,6 +144,11 @@ export function createLogWriter(
       else timer ??= setTimeout(() => void flush(), opts.flushMs);
     },
     flush,
+    written() {
+      if (buffer.length === 0) return lastBatch;
+      bufferedPromise ??= new Promise<void>((resolve) => (buffered = { resolve }));
+      return bufferedPromise;
+    },
     get busy() {
       return busy > 0;
     },
@@ -135,7 +163,7 @@ export function createLogWriter(
       buffer = [];
       busy++;
       const sent = insert(on, batch).execute();
-      inFlight = settle(batch, () => sent);
+      taken(settle(batch, () => sent));
       return inFlight;
     },
     continueAfter(tiId, tryNumber, seq) {

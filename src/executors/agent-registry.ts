@@ -23,8 +23,8 @@ export interface AgentHandle {
   assign(attempt: Attempt): Promise<AssignResult>;
   /** Pushes a Cancel for one attempt. */
   cancel(tiId: string, reason: string): boolean;
-  /** Pushes a Drain. */
-  drain(reason: string): void;
+  /** Pushes a Drain (with `undrain`, the Drain that lifts it: work may come again). */
+  drain(reason: string, undrain?: boolean): void;
   /** Pushes a Reconnect (this replica is going away); no Assign is pushed after it. */
   goAway(reason: string): void;
   /** The ti ids of the attempts it holds (as last reported or assigned). */

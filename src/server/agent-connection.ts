@@ -61,6 +61,8 @@ export interface SessionStore {
   deliver(attempt: Attempt, agentId: string, incarnationId: string): Promise<boolean>;
   started(ref: HeldRef, pid: number, agentId: string): Promise<boolean>;
   log(ref: HeldRef, stream: LogStream, line: string, seq: number): void;
+  /** Settles once every line given to `log` so far is written; rejects when they could not be. */
+  logsWritten(): Promise<void>;
   /** `runId` is the attempt's run when this call recorded the end (for a targeted step). */
   finished(ref: HeldRef, result: AttemptResult): Promise<{ outcome: 'applied' | 'refused'; runId: string | null }>;
   /** Claims a one-shot agent's task instance for it (`--once --ti`). */
@@ -85,6 +87,8 @@ export interface AgentConnectionDeps {
   killGraceMs: number;
   /** Sent in Welcome: the longest reconnect delay agents should use (see agent-fleet.ts). */
   maxReconnectBackoffMs: number;
+  /** Sent in Welcome: how long an attempt may go without a heartbeat before it is lost. */
+  heartbeatThresholdMs: number;
   /** True once this replica is shutting down: a new agent stream is refused (UNAVAILABLE). */
   leaving(): boolean;
   /** Shared secret agents must present; null when none is required. */
@@ -127,7 +131,8 @@ function kindOf(req: ConnectRequest): AgentMessageKind {
  * after three intervals, so it is never assigned work nor counted as a heartbeat again.
  *
  * Every report is checked whole before it joins a write shared with other agents; one that breaks
- * the rules ends this stream alone with INVALID_ARGUMENT. Each Assign is recorded as sent to this
+ * the rules ends this stream alone with INVALID_ARGUMENT, except a Finished whose end is
+ * inconsistent: that one is refused alone (its attempt failed), so the stream's others go on. Each Assign is recorded as sent to this
  * agent process (its incarnation) before it is sent, so no attempt reaches two processes.
  */
 export class AgentConnection implements AgentHandle {
@@ -136,6 +141,16 @@ export class AgentConnection implements AgentHandle {
   incarnationId = '';
   readonly #out = new AsyncQueue<Response>();
   readonly #held = new Map<string, HeldRef>();
+  /**
+   * By attempt token, the highest log seq stored with none missing before it, for each attempt
+   * this stream may send lines of (assigned or resumed here, and not finished): Log is only
+   * stored in order, and LogAck says up to where.
+   */
+  readonly #logSeq = new Map<string, number>();
+  /** Tokens of the attempts this stream was sent Cancel for: still reported, not zombies. */
+  readonly #cancelled = new Set<string>();
+  /** Tokens whose Finished arrived and is being written: listed by keepalives until acked. */
+  readonly #finishing = new Set<string>();
   #lastKeepalive = Date.now();
   #goneAway = false;
   #log: Logger;
@@ -154,6 +169,7 @@ export class AgentConnection implements AgentHandle {
     if (this.#held.get(a.tiId)?.attemptToken === a.attemptToken) return 'sent';
     const ref = { tiId: a.tiId, tryNumber: a.tryNumber, attemptToken: a.attemptToken };
     this.#held.set(a.tiId, ref);
+    this.#logSeq.set(a.attemptToken, 0);
     let recorded: boolean;
     try {
       recorded = await this.deps.store.deliver(a, this.agentId, this.incarnationId);
@@ -193,11 +209,12 @@ export class AgentConnection implements AgentHandle {
   cancel(tiId: string, reason: string): boolean {
     const r = this.#held.get(tiId);
     if (!r) return false;
+    this.#cancelled.add(r.attemptToken);
     return this.#out.push({ msg: { case: 'cancel', value: { attempt: r, reason } } });
   }
 
-  drain(reason: string): void {
-    this.#out.push({ msg: { case: 'drain', value: { reason } } });
+  drain(reason: string, undrain = false): void {
+    this.#out.push({ msg: { case: 'drain', value: { reason, undrain } } });
   }
 
   goAway(reason: string): void {
@@ -265,6 +282,7 @@ export class AgentConnection implements AgentHandle {
     const superseded = held.filter((r) => !current.has(r.attemptToken));
     for (const r of resumed) this.#held.set(r.tiId, r);
     const logs = await store.logsSoFar(resumed);
+    for (const r of resumed) this.#logSeq.set(r.attemptToken, logs.get(`${r.tiId}/${r.tryNumber}`)?.lastSeq ?? 0);
     // The agent still holds attempts that were given to someone else meanwhile: a zombie's claim.
     for (const r of superseded) {
       this.deps.onRejected('hello', 'stale');
@@ -288,6 +306,7 @@ export class AgentConnection implements AgentHandle {
           replicaId: this.deps.replicaId,
           keepaliveInterval: durationFromMs(this.deps.keepaliveMs),
           maxReconnectBackoff: durationFromMs(this.deps.maxReconnectBackoffMs),
+          heartbeatThreshold: durationFromMs(this.deps.heartbeatThresholdMs),
           resumed,
           superseded,
           logsSoFar: resumed.map((r) => {
@@ -392,13 +411,31 @@ export class AgentConnection implements AgentHandle {
 
   #superseded(refs: HeldRef[]): void {
     for (const r of refs) {
-      // Ended (and acknowledged) since the keepalive that listed it: not a zombie.
+      // Ended (and acknowledged) since the keepalive that listed it, or cancelled and stopping
+      // (its Finished is awaited): not a zombie.
       const held = this.#held.get(r.tiId);
-      if (!held || held.attemptToken !== r.attemptToken) continue;
+      if (!held || held.attemptToken !== r.attemptToken || this.#cancelled.has(r.attemptToken) || this.#finishing.has(r.attemptToken)) continue;
       this.deps.onRejected('keepalive', 'stale');
       this.#log.warn({ tiId: r.tiId, try: r.tryNumber }, 'agent holds a superseded attempt: cancelling it');
       this.#out.push({ msg: { case: 'cancel', value: { attempt: r, reason: 'attempt superseded (declared lost or cancelled)' } } });
     }
+  }
+
+  /** Records an attempt's end and answers FinishedAck; `refused` names the rule a report broke. */
+  #finish(r: HeldRef, result: AttemptResult, refused: string): void {
+    this.#logSeq.delete(r.attemptToken);
+    this.#finishing.add(r.attemptToken);
+    this.deps.onFinishing(this.agentId, r.attemptToken);
+    this.#track(
+      this.deps.store.finished(r, result).then(({ outcome, runId }) => {
+        if (outcome === 'refused' && refused === '') this.deps.onRejected('finished', 'stale');
+        if (this.#held.get(r.tiId)?.attemptToken === r.attemptToken) this.#held.delete(r.tiId);
+        this.#cancelled.delete(r.attemptToken);
+        this.#finishing.delete(r.attemptToken);
+        this.#out.push({ msg: { case: 'finishedAck', value: { attempt: r, applied: outcome === 'applied' && refused === '', refused } } });
+        this.deps.onFinished(this.agentId, runId, r.attemptToken);
+      }),
+    );
   }
 
   async #handle(req: ConnectRequest, source: HeartbeatSource): Promise<void> {
@@ -426,22 +463,40 @@ export class AgentConnection implements AgentHandle {
         return;
       }
       case 'log': {
-        for (const e of report.entries) store.log(report.ref, e.stream, e.line, e.seq);
-        return;
-      }
-      case 'finished': {
         const r = report.ref;
-        this.deps.onFinishing(this.agentId, r.attemptToken);
-        this.#track(
-          store.finished(r, report.result).then(({ outcome, runId }) => {
-            if (outcome === 'refused') this.deps.onRejected('finished', 'stale');
-            if (this.#held.get(r.tiId)?.attemptToken === r.attemptToken) this.#held.delete(r.tiId);
-            this.#out.push({ msg: { case: 'finishedAck', value: { attempt: r, applied: outcome === 'applied' } } });
-            this.deps.onFinished(this.agentId, runId, r.attemptToken);
-          }),
-        );
+        let last = this.#logSeq.get(r.attemptToken);
+        if (last === undefined) {
+          // Not assigned to nor resumed on this stream, or after its Finished: nothing to store.
+          this.deps.onRejected('log', 'stale');
+          this.#log.warn({ tiId: r.tiId, try: r.tryNumber }, 'Log for an attempt this stream does not hold (or after its Finished): not stored');
+          return;
+        }
+        // A seq already stored is a resend (skipped); one past a gap stops the batch: LogAck
+        // tells the agent where to resume.
+        for (const e of report.entries) {
+          if (e.seq <= last) continue;
+          if (e.seq !== last + 1) break;
+          store.log(r, e.stream, e.line, e.seq);
+          last = e.seq;
+        }
+        this.#logSeq.set(r.attemptToken, last);
+        const lastSeq = last;
+        this.#track(store.logsWritten().then(() => void this.#out.push({ msg: { case: 'logAck', value: { attempt: r, lastSeq } } })));
         return;
       }
+      case 'invalid-finished': {
+        // Refused alone: its attempt is ended as failed (so it is retried, not left running with
+        // no one reporting it), and the stream's other attempts go on.
+        const r = report.ref;
+        this.deps.onRejected('finished', 'invalid');
+        this.#log.warn({ report: 'finished', field: report.error.field, rule: report.error.rule }, `agent message refused: ${report.error.message}`);
+        const result: AttemptResult = { outcome: 'failed', exitCode: null, signal: null, error: `the agent's Finished was invalid: ${report.error.message}` };
+        this.#finish(r, result, report.error.message);
+        return;
+      }
+      case 'finished':
+        this.#finish(report.ref, report.result, '');
+        return;
     }
   }
 }

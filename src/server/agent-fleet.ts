@@ -11,7 +11,7 @@ import type { LogWriter } from '../db/log-writer.js';
 import { CHANNELS, notify, type Channel } from '../db/notifications.js';
 import type { Sql } from '../db/sql.js';
 import { setPendingReasons } from '../db/tis.js';
-import { AgentRegistry } from '../executors/agent-registry.js';
+import { AgentRegistry, type AgentHandle } from '../executors/agent-registry.js';
 import { AgentPlacement } from '../dispatch/agent-placement.js';
 import { AgentsExecutor } from '../executors/agents.js';
 import type { AgentConnectionDeps } from './agent-connection.js';
@@ -40,6 +40,11 @@ export interface AgentFleetOptions {
   /** Asks the scheduler (this replica leads: it placed the work) to start queued runs, at least
    *  this many. */
   nudgeQueued(atLeast: number): void;
+}
+
+/** Tells an agent's stream it is drained, or no longer. */
+function tellDrain(handle: AgentHandle, undrain: boolean): void {
+  handle.drain(undrain ? 'undrained by an operator: work may come again' : 'drained by an operator', undrain);
 }
 
 /** Agents never wait longer than this between reconnect attempts, whatever the threshold. */
@@ -132,6 +137,7 @@ export function createAgentFleet(o: AgentFleetOptions) {
     keepaliveMs: o.keepaliveMs,
     killGraceMs: o.killGraceMs,
     maxReconnectBackoffMs: maxReconnectBackoffMs(o.heartbeatThresholdMs),
+    heartbeatThresholdMs: o.heartbeatThresholdMs,
     leaving: () => leaving,
     agentToken: o.agentToken,
     onFleetChanged: () => {
@@ -157,12 +163,13 @@ export function createAgentFleet(o: AgentFleetOptions) {
     executor,
     placement,
     sessionDeps,
-    /** Sends Drain to an agent, wherever its stream is. */
-    drain(agentId: string): void {
+    /** Sends Drain (or, with `undrain`, the Drain that lifts it) to an agent, wherever its stream is. */
+    drain(agentId: string, undrain = false): void {
       const local = registry.get(agentId);
       placement.invalidate();
-      if (local) local.drain('drained by an operator');
-      else void notify(sql, CHANNELS.drain, agentId).catch(() => {});
+      if (local) tellDrain(local, undrain);
+      // Agent ids hold no spaces: the payload is the id, and ` undrain` for an undrain.
+      else void notify(sql, CHANNELS.drain, undrain ? `${agentId} undrain` : agentId).catch(() => {});
     },
     /** Handles what other replicas ask of the agent streams this one holds. */
     async onNotification(channel: Channel, payload: string): Promise<void> {
@@ -177,7 +184,9 @@ export function createAgentFleet(o: AgentFleetOptions) {
         executor.cancel(payload, 'cancelled');
       } else if (channel === CHANNELS.drain) {
         placement.invalidate();
-        registry.get(payload)?.drain('drained by an operator');
+        const [agentId, how] = payload.split(' ');
+        const handle = agentId ? registry.get(agentId) : undefined;
+        if (handle) tellDrain(handle, how === 'undrain');
       }
     },
     /**

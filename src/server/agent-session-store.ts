@@ -18,6 +18,13 @@ import type { SessionStore } from './agent-connection.js';
  * written together with every other attempt's reports). Each attempt is bound to the agent process
  * (incarnation) it is sent to, so it is never sent to two.
  */
+/** The states an attempt's end with this outcome is recorded as. */
+function endStates(outcome: AttemptResult['outcome']): string[] {
+  if (outcome === 'success') return ['success'];
+  if (outcome === 'cancelled') return ['cancelled'];
+  return ['failed', 'up_for_retry'];
+}
+
 export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWriter, replicaId: string): SessionStore {
   const recordDelivery = createDeliveryRecorder(sql);
   return {
@@ -73,16 +80,20 @@ export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWr
       logs.write(ref.tiId, ref.tryNumber, ref.attemptToken, stream, line, seq);
     },
 
+    logsWritten: () => logs.written(),
+
     async finished(ref, result: AttemptResult) {
       // Its log lines are written ahead of the end, with it (the report batcher sends them).
       logs.forget(ref.tiId, ref.tryNumber);
       const { verdict, runId } = await reports.finished(ref, result);
       if (verdict !== 'rejected') return { outcome: 'applied', runId };
-      // Sent again after a reconnect, for an end already recorded: not a zombie.
-      const [row] = await sql<{ ended: boolean }[]>`
-        select state in (${inlineLiterals(sql, ATTEMPT_ENDED_TI_STATES)}) and ended_at is not null as ended
+      // Sent again after a reconnect, for an end already recorded the same: not a zombie, and
+      // applied. An end that says otherwise had no effect, and is refused.
+      const [row] = await sql<{ ended: boolean; state: string; exit_code: number | null }[]>`
+        select state in (${inlineLiterals(sql, ATTEMPT_ENDED_TI_STATES)}) and ended_at is not null as ended, state, exit_code
         from task_instances where id = ${ref.tiId} and try_number = ${ref.tryNumber} and attempt_token = ${ref.attemptToken}`;
-      return { outcome: row?.ended ? 'applied' : 'refused', runId: null };
+      const same = row?.ended === true && endStates(result.outcome).includes(row.state) && row.exit_code === result.exitCode;
+      return { outcome: same ? 'applied' : 'refused', runId: null };
     },
 
     async takeAttempt(tiId, attemptToken, agentId) {

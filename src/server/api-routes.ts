@@ -74,7 +74,7 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser:
           tickMs: config.tickMs,
           dispatchQueue: () => ({ depth: o.dispatchQueueDepth(), capacity: config.dispatchQueue }),
           lastFullStepAt: () => scheduler.loopProgress().lastFullAt,
-          drained: (agentId) => fleet.drain(agentId),
+          drained: (agentId, undrain) => fleet.drain(agentId, undrain),
         }),
       );
       router.service(AgentService, createAgentService(fleet.sessionDeps));

@@ -27,7 +27,8 @@ export interface ClusterDeps {
   /** When this replica began its last full step (ms), while it leads; null otherwise. */
   lastFullStepAt(): number | null;
   /** Tells the replica holding the agent's stream to send Drain now. */
-  drained(agentId: string): void;
+  /** An agent was drained (or, with `undrain`, undrained): its stream is told, wherever it is. */
+  drained(agentId: string, undrain: boolean): void;
 }
 
 const HEALTH: Record<Health_, AgentHealth> = { healthy: AgentHealth.HEALTHY, stale: AgentHealth.STALE, dead: AgentHealth.DEAD };
@@ -122,7 +123,7 @@ export function createClusterService(deps: ClusterDeps): ServiceImpl<typeof Clus
       try {
         if (req.agentId.trim() === '') throw new InvalidArgumentError('agent_id', 'is required');
         if (!(await setDraining(deps.sql, req.agentId, !req.undrain))) throw new NotFoundError(`agent "${req.agentId}" not found`);
-        if (!req.undrain) deps.drained(req.agentId);
+        deps.drained(req.agentId, req.undrain);
         return { agent: agentToProto((await getAgent(deps.sql, req.agentId))!, deps) };
       } catch (err) {
         throw toConnectError(err);

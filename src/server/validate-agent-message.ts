@@ -28,7 +28,9 @@ export type AgentReport =
   | { type: 'keepalive'; seq: bigint; held: HeldRef[] }
   | { type: 'started'; ref: HeldRef; pid: number }
   | { type: 'log'; ref: HeldRef; entries: { seq: number; stream: LogStream; line: string }[] }
-  | { type: 'finished'; ref: HeldRef; result: AttemptResult };
+  | { type: 'finished'; ref: HeldRef; result: AttemptResult }
+  /** A Finished whose outcome, exit code and signal disagree: refused alone, not its stream. */
+  | { type: 'invalid-finished'; ref: HeldRef; error: AgentMessageError };
 
 const AGENT_ID = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -112,10 +114,32 @@ export function storableLine(line: string): string {
   return s;
 }
 
-function finishedResult(f: Finished): AttemptResult {
+/** The outcome, exit code and signal of a Finished, which must agree (see agent.proto's Finished). */
+function checkEnd(f: Finished): AttemptResult['outcome'] {
   const outcome = OUTCOMES.get(f.outcome);
   if (!outcome) throw new AgentMessageError('finished.outcome', `must be one of ${[...OUTCOMES.keys()].map((k) => AttemptOutcome[k]).join(', ')}`, f.outcome);
   if (f.signal !== '' && !SIGNAL.test(f.signal)) throw new AgentMessageError('finished.signal', "must be empty or a signal name such as 'SIGKILL'", f.signal);
+  const code = f.exitCode;
+  if (code !== undefined && (!Number.isInteger(code) || code < 0 || code > 255)) throw new AgentMessageError('finished.exit_code', 'must be between 0 and 255', code);
+  if (code !== undefined && f.signal !== '') throw new AgentMessageError('finished.exit_code', 'must be unset when a signal is set (a process exits or is killed, never both)', code);
+  switch (outcome) {
+    case 'success':
+      if (f.signal !== '') throw new AgentMessageError('finished.signal', 'must be empty for outcome SUCCESS', f.signal);
+      if (code !== undefined && code !== 0) throw new AgentMessageError('finished.exit_code', 'must be 0 (or unset) for outcome SUCCESS', code);
+      break;
+    case 'failed':
+      if (code === 0) throw new AgentMessageError('finished.exit_code', 'must not be 0 for outcome FAILED (exit code 0 is SUCCESS)', code);
+      break;
+    case 'spawn_failed':
+      if (code !== undefined) throw new AgentMessageError('finished.exit_code', 'must be unset for outcome SPAWN_FAILED (no process ran)', code);
+      if (f.signal !== '') throw new AgentMessageError('finished.signal', 'must be empty for outcome SPAWN_FAILED (no process ran)', f.signal);
+      break;
+  }
+  return outcome;
+}
+
+function finishedResult(f: Finished): AttemptResult {
+  const outcome = checkEnd(f);
   const error = storableText(f.error, 'finished.error', MAX_ERROR_CHARS);
   return {
     outcome,
@@ -143,8 +167,15 @@ export function parseReport(req: ConnectRequest): AgentReport {
       });
       return { type: 'log', ref, entries };
     }
-    case 'finished':
-      return { type: 'finished', ref: attemptRef(req.msg.value.attempt, 'finished.attempt'), result: finishedResult(req.msg.value) };
+    case 'finished': {
+      const ref = attemptRef(req.msg.value.attempt, 'finished.attempt');
+      try {
+        return { type: 'finished', ref, result: finishedResult(req.msg.value) };
+      } catch (err) {
+        if (!(err instanceof AgentMessageError)) throw err;
+        return { type: 'invalid-finished', ref, error: err };
+      }
+    }
     case 'hello':
       throw new AgentMessageError('hello', 'may only be sent once, first on the stream');
     default:

@@ -106,6 +106,8 @@ export class FakeAgentService {
   maxReconnectBackoffMs: number | undefined;
   replicaId: string;
   ackFinished = true;
+  /** False: store Log lines but send no LogAck (lines taken, never confirmed as stored). */
+  ackLogs = true;
   /** False: accept Hello but never answer it (the agent must give up and reconnect). */
   sendWelcome = true;
   /** Welcome.superseded for a Hello.held entry when this returns true (else resumed). */
@@ -226,6 +228,9 @@ export class FakeAgentService {
       const byseq = this.logs.get(key) ?? new Map<number, LogEntry>();
       this.logs.set(key, byseq);
       for (const e of m.value.entries) if (!byseq.has(e.seq)) byseq.set(e.seq, e);
+      let last = 0;
+      while (byseq.has(last + 1)) last++;
+      if (this.ackLogs) stream.send({ case: 'logAck', value: { attempt: m.value.attempt, lastSeq: last } });
     } else if (m.case === 'finished' && this.ackFinished) {
       const key = refKey(m.value.attempt!);
       this.finished.set(key, [...(this.finished.get(key) ?? []), m.value]);

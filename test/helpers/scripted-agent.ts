@@ -29,8 +29,13 @@ export class AsyncInbox<T> implements AsyncIterable<T> {
     if (this.#items.length > 0) return Promise.resolve(this.#items.shift()!);
     if (this.#closed) return Promise.reject(this.#error ?? new Error('closed'));
     return new Promise<T>((resolve, reject) => {
-      const t = setTimeout(() => reject(new Error(`nothing received within ${timeoutMs} ms`)), timeoutMs);
-      this.#waiters.push({ resolve: (v) => (clearTimeout(t), resolve(v)), reject: (e) => (clearTimeout(t), reject(e)) });
+      const waiter = { resolve: (v: T) => (clearTimeout(t), resolve(v)), reject: (e: unknown) => (clearTimeout(t), reject(e)) };
+      // A waiter that timed out leaves: the next item is for the next caller, not lost.
+      const t = setTimeout(() => {
+        this.#waiters.splice(this.#waiters.indexOf(waiter), 1);
+        reject(new Error(`nothing received within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.#waiters.push(waiter);
     });
   }
 

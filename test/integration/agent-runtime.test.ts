@@ -166,6 +166,26 @@ describe('agent runtime', () => {
     expect(f.lines(tiOf(j)).filter((e) => e.stream === 'stdout').map((e) => e.line)).toEqual(['before', 'after']);
   });
 
+  it('keeps Log lines until a LogAck covers them: lines only keepalive-acked are sent again on the next stream', async () => {
+    const f = await fake({ keepaliveIntervalMs: 100 });
+    f.ackLogs = false;
+    const a = agent(f);
+    const s1 = await connected(f);
+    const j = job(['sh', '-c', 'echo before; sleep 3; echo after']);
+    s1.assign(j);
+    await f.waitFor('first line', () => f.logs.get(`${tiOf(j)}/1`)?.size);
+    // Several KeepaliveAcks pass after the line: they do not confirm it (only LogAck does).
+    const acked = s1.received.filter((m) => m.msg.case === 'keepalive').length;
+    await f.waitFor('two more keepalives', () => s1.received.filter((m) => m.msg.case === 'keepalive').length >= acked + 2);
+    f.ackLogs = true;
+    s1.close();
+    const s2 = await f.waitFor('stream 2', () => f.streams[1]);
+    await f.waitFor('the line sent again', () =>
+      s2.received.some((m) => m.msg.case === 'log' && m.msg.value.entries.some((e) => e.line === 'before')));
+    await waitFinished(f, tiOf(j), 5000);
+    await f.waitFor('ack', () => a.held === 0);
+  });
+
   it('after a reconnect with Welcome.resumed, resends a Finished that was never acknowledged', async () => {
     const f = await fake();
     const a = agent(f);

@@ -83,7 +83,7 @@ describe('a Python agent over AgentService', () => {
       await writeFile(okFile, JSON.stringify({
         dag_id: 'py_ok',
         tasks: [
-          agentTask('a', ['sh', '-c', 'echo "hello-from-$LEOFLOW_TASK_ID"; echo to-stderr >&2']),
+          agentTask('a', ['sh', '-c', 'echo "hello-from-$LEOFLOW_TASK_ID"; echo to-stderr >&2; printf "bytes \\377 crlf\\r\\n"']),
           agentTask('b', [PY, '-c', "import os; print('python-task try', os.environ['LEOFLOW_TRY_NUMBER'])"], { depends_on: ['a'] }),
           agentTask('c', ['sh', '-c', 'echo "$GREETING from c"'], { depends_on: ['a'], env: { GREETING: 'hi' } }),
         ],
@@ -98,6 +98,8 @@ describe('a Python agent over AgentService', () => {
       ]);
       expect(ok.stdout).toMatch(/^\[a #1 stdout\] hello-from-a$/m);
       expect(ok.stdout).toMatch(/^\[a #1 stderr\] to-stderr$/m);
+      // agent.proto's decoding rule: UTF-8 with U+FFFD for a bad byte, the \r before \n cut.
+      expect(ok.stdout).toMatch(/^\[a #1 stdout\] bytes \uFFFD crlf$/m);
       expect(ok.stdout).toMatch(/^\[b #1 stdout\] python-task try 1$/m);
       expect(ok.stdout).toMatch(/^\[c #1 stdout\] hi from c$/m);
       expect(ok.stdout).toMatch(/^run \d+ success$/m);
@@ -143,6 +145,17 @@ describe('a Python agent over AgentService', () => {
       expect(byTask.lacks).toMatchObject({ state: 'TASK_STATE_FAILED', error: 'secret NOPE (env PY_NOT_SET): environment variable PY_NOT_SET is not set where the task starts' });
       expect(r.stdout).not.toContain('should not run');
       expect(r.stdout + r.stderr + agent.stderr + agent.stdout + JSON.stringify(server.logs)).not.toContain(value);
+    } finally {
+      await stopPython(agent);
+    }
+  });
+
+  it('a Hello refused with INVALID_ARGUMENT (a bad agent id) is fatal: it exits 2 instead of retrying', async () => {
+    const agent = start([`${PY_DIR}/leoflow_agent.py`, '--server', target, '--id', 'bad id', '--labels', 'lang=python'], 30_000);
+    try {
+      const code = await Promise.race([agent.exited, new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 20_000))]);
+      expect(code, agent.stderr).toBe(2);
+      expect(agent.stderr).toMatch(/refused by the control plane: hello\.agent_id: must be/);
     } finally {
       await stopPython(agent);
     }

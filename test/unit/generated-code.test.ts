@@ -32,4 +32,17 @@ describe('generated code', () => {
       await rm(out, { recursive: true, force: true });
     }
   }, 60_000);
+
+  it('examples/python/gen is what buf generates from proto/ today', async () => {
+    const out = await mkdtemp(path.join(os.tmpdir(), 'leoflow-gen-py-'));
+    try {
+      await run(path.join(ROOT, 'node_modules/.bin/buf'), ['generate', '--template', 'buf.gen.python.yaml', '-o', out], { cwd: ROOT });
+      const fresh = await tree(path.join(out, 'examples/python/gen'));
+      const committed = await tree(path.join(ROOT, 'examples/python/gen'));
+      expect([...committed.keys()].sort()).toEqual([...fresh.keys()].sort());
+      for (const [file, text] of fresh) expect(committed.get(file), `examples/python/gen/${file} is out of date: run npm run generate`).toBe(text);
+    } finally {
+      await rm(out, { recursive: true, force: true });
+    }
+  }, 60_000);
 });

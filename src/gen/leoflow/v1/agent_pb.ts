@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leoflow/v1/agent.proto.
  */
 export const file_leoflow_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChZsZW9mbG93L3YxL2FnZW50LnByb3RvEgpsZW9mbG93LnYxItkBCg5Db25uZWN0UmVxdWVzdBIiCgVoZWxsbxgBIAEoCzIRLmxlb2Zsb3cudjEuSGVsbG9IABImCgdzdGFydGVkGAIgASgLMhMubGVvZmxvdy52MS5TdGFydGVkSAASHgoDbG9nGAMgASgLMg8ubGVvZmxvdy52MS5Mb2dIABIoCghmaW5pc2hlZBgEIAEoCzIULmxlb2Zsb3cudjEuRmluaXNoZWRIABIqCglrZWVwYWxpdmUYBSABKAsyFS5sZW9mbG93LnYxLktlZXBhbGl2ZUgAQgUKA21zZyLAAgoPQ29ubmVjdFJlc3BvbnNlEiYKB3dlbGNvbWUYASABKAsyEy5sZW9mbG93LnYxLldlbGNvbWVIABIkCgZhc3NpZ24YAiABKAsyEi5sZW9mbG93LnYxLkFzc2lnbkgAEiQKBmNhbmNlbBgDIAEoCzISLmxlb2Zsb3cudjEuQ2FuY2VsSAASIgoFZHJhaW4YBCABKAsyES5sZW9mbG93LnYxLkRyYWluSAASMQoNa2VlcGFsaXZlX2FjaxgFIAEoCzIYLmxlb2Zsb3cudjEuS2VlcGFsaXZlQWNrSAASLwoMZmluaXNoZWRfYWNrGAYgASgLMhcubGVvZmxvdy52MS5GaW5pc2hlZEFja0gAEioKCXJlY29ubmVjdBgHIAEoCzIVLmxlb2Zsb3cudjEuUmVjb25uZWN0SABCBQoDbXNnIkoKCkF0dGVtcHRSZWYSEQoFdGlfaWQYASABKANCAjABEhIKCnRyeV9udW1iZXIYAiABKAUSFQoNYXR0ZW1wdF90b2tlbhgDIAEoCSLUAgoFSGVsbG8SNQoQcHJvdG9jb2xfdmVyc2lvbhgBIAEoDjIbLmxlb2Zsb3cudjEuUHJvdG9jb2xWZXJzaW9uEhAKCGFnZW50X2lkGAIgASgJEi0KBmxhYmVscxgDIAMoCzIdLmxlb2Zsb3cudjEuSGVsbG8uTGFiZWxzRW50cnkSFAoMY2FwYWJpbGl0aWVzGAQgAygJEg0KBXNsb3RzGAUgASgFEg0KBXRva2VuGAYgASgJEiQKBGhlbGQYByADKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSFgoKb25seV90aV9pZBgIIAEoA0ICMAESFgoOaW5jYXJuYXRpb25faWQYCSABKAkSGgoSb25seV9hdHRlbXB0X3Rva2VuGAogASgJGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEixgIKB1dlbGNvbWUSNQoQcHJvdG9jb2xfdmVyc2lvbhgBIAEoDjIbLmxlb2Zsb3cudjEuUHJvdG9jb2xWZXJzaW9uEhIKCnJlcGxpY2FfaWQYAiABKAkSNQoSa2VlcGFsaXZlX2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEicKB3Jlc3VtZWQYBCADKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSKgoKc3VwZXJzZWRlZBgFIAMoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZhI4ChVtYXhfcmVjb25uZWN0X2JhY2tvZmYYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoLbG9nc19zb19mYXIYByADKAsyFS5sZW9mbG93LnYxLkxvZ3NTb0ZhciJyCglMb2dzU29GYXISJwoHYXR0ZW1wdBgBIAEoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZhIUCgxzdGRvdXRfbGluZXMYAiABKAUSFAoMc3RkZXJyX2xpbmVzGAMgASgFEhAKCGxhc3Rfc2VxGAQgASgFIsgDCgZBc3NpZ24SJwoHYXR0ZW1wdBgBIAEoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZhIOCgZkYWdfaWQYAiABKAkSEgoGcnVuX2lkGAMgASgDQgIwARIPCgd0YXNrX2lkGAQgASgJEhEKCW1heF90cmllcxgFIAEoBRIPCgdjb21tYW5kGAYgAygJEigKA2VudhgHIAMoCzIbLmxlb2Zsb3cudjEuQXNzaWduLkVudkVudHJ5EgsKA2N3ZBgIIAEoCRIqCgd0aW1lb3V0GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KCmtpbGxfZ3JhY2UYCiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNQoKc2VjcmV0X2VudhgLIAMoCzIhLmxlb2Zsb3cudjEuQXNzaWduLlNlY3JldEVudkVudHJ5GioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaRwoOU2VjcmV0RW52RW50cnkSCwoDa2V5GAEgASgJEiQKBXZhbHVlGAIgASgLMhUubGVvZmxvdy52MS5TZWNyZXRSZWY6AjgBIj8KB1N0YXJ0ZWQSJwoHYXR0ZW1wdBgBIAEoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZhILCgNwaWQYAiABKAUiVQoDTG9nEicKB2F0dGVtcHQYASABKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSJQoHZW50cmllcxgCIAMoCzIULmxlb2Zsb3cudjEuTG9nRW50cnkiNQoITG9nRW50cnkSCwoDc2VxGAEgASgFEg4KBnN0cmVhbRgCIAEoCRIMCgRsaW5lGAMgASgJIqUBCghGaW5pc2hlZBInCgdhdHRlbXB0GAEgASgLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEisKB291dGNvbWUYAiABKA4yGi5sZW9mbG93LnYxLkF0dGVtcHRPdXRjb21lEhYKCWV4aXRfY29kZRgDIAEoBUgAiAEBEg4KBnNpZ25hbBgEIAEoCRINCgVlcnJvchgFIAEoCUIMCgpfZXhpdF9jb2RlIj4KCUtlZXBhbGl2ZRILCgNzZXEYASABKAQSJAoEaGVsZBgCIAMoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZiIbCgxLZWVwYWxpdmVBY2sSCwoDc2VxGAEgASgEIkcKC0ZpbmlzaGVkQWNrEicKB2F0dGVtcHQYASABKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSDwoHYXBwbGllZBgCIAEoCCJBCgZDYW5jZWwSJwoHYXR0ZW1wdBgBIAEoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZhIOCgZyZWFzb24YAiABKAkiFwoFRHJhaW4SDgoGcmVhc29uGAEgASgJIhsKCVJlY29ubmVjdBIOCgZyZWFzb24YASABKAkqSwoPUHJvdG9jb2xWZXJzaW9uEiAKHFBST1RPQ09MX1ZFUlNJT05fVU5TUEVDSUZJRUQQABIWChJQUk9UT0NPTF9WRVJTSU9OXzEQASrKAQoOQXR0ZW1wdE91dGNvbWUSHwobQVRURU1QVF9PVVRDT01FX1VOU1BFQ0lGSUVEEAASGwoXQVRURU1QVF9PVVRDT01FX1NVQ0NFU1MQARIaChZBVFRFTVBUX09VVENPTUVfRkFJTEVEEAISHQoZQVRURU1QVF9PVVRDT01FX1RJTUVEX09VVBADEh0KGUFUVEVNUFRfT1VUQ09NRV9DQU5DRUxMRUQQBBIgChxBVFRFTVBUX09VVENPTUVfU1BBV05fRkFJTEVEEAUyVgoMQWdlbnRTZXJ2aWNlEkYKB0Nvbm5lY3QSGi5sZW9mbG93LnYxLkNvbm5lY3RSZXF1ZXN0GhsubGVvZmxvdy52MS5Db25uZWN0UmVzcG9uc2UoATABYgZwcm90bzM", [file_google_protobuf_duration, file_leoflow_v1_types]);
+  fileDesc("ChZsZW9mbG93L3YxL2FnZW50LnByb3RvEgpsZW9mbG93LnYxItkBCg5Db25uZWN0UmVxdWVzdBIiCgVoZWxsbxgBIAEoCzIRLmxlb2Zsb3cudjEuSGVsbG9IABImCgdzdGFydGVkGAIgASgLMhMubGVvZmxvdy52MS5TdGFydGVkSAASHgoDbG9nGAMgASgLMg8ubGVvZmxvdy52MS5Mb2dIABIoCghmaW5pc2hlZBgEIAEoCzIULmxlb2Zsb3cudjEuRmluaXNoZWRIABIqCglrZWVwYWxpdmUYBSABKAsyFS5sZW9mbG93LnYxLktlZXBhbGl2ZUgAQgUKA21zZyLnAgoPQ29ubmVjdFJlc3BvbnNlEiYKB3dlbGNvbWUYASABKAsyEy5sZW9mbG93LnYxLldlbGNvbWVIABIkCgZhc3NpZ24YAiABKAsyEi5sZW9mbG93LnYxLkFzc2lnbkgAEiQKBmNhbmNlbBgDIAEoCzISLmxlb2Zsb3cudjEuQ2FuY2VsSAASIgoFZHJhaW4YBCABKAsyES5sZW9mbG93LnYxLkRyYWluSAASMQoNa2VlcGFsaXZlX2FjaxgFIAEoCzIYLmxlb2Zsb3cudjEuS2VlcGFsaXZlQWNrSAASLwoMZmluaXNoZWRfYWNrGAYgASgLMhcubGVvZmxvdy52MS5GaW5pc2hlZEFja0gAEioKCXJlY29ubmVjdBgHIAEoCzIVLmxlb2Zsb3cudjEuUmVjb25uZWN0SAASJQoHbG9nX2FjaxgIIAEoCzISLmxlb2Zsb3cudjEuTG9nQWNrSABCBQoDbXNnIkoKCkF0dGVtcHRSZWYSEQoFdGlfaWQYASABKANCAjABEhIKCnRyeV9udW1iZXIYAiABKAUSFQoNYXR0ZW1wdF90b2tlbhgDIAEoCSLUAgoFSGVsbG8SNQoQcHJvdG9jb2xfdmVyc2lvbhgBIAEoDjIbLmxlb2Zsb3cudjEuUHJvdG9jb2xWZXJzaW9uEhAKCGFnZW50X2lkGAIgASgJEi0KBmxhYmVscxgDIAMoCzIdLmxlb2Zsb3cudjEuSGVsbG8uTGFiZWxzRW50cnkSFAoMY2FwYWJpbGl0aWVzGAQgAygJEg0KBXNsb3RzGAUgASgFEg0KBXRva2VuGAYgASgJEiQKBGhlbGQYByADKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSFgoKb25seV90aV9pZBgIIAEoA0ICMAESFgoOaW5jYXJuYXRpb25faWQYCSABKAkSGgoSb25seV9hdHRlbXB0X3Rva2VuGAogASgJGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi/gIKB1dlbGNvbWUSNQoQcHJvdG9jb2xfdmVyc2lvbhgBIAEoDjIbLmxlb2Zsb3cudjEuUHJvdG9jb2xWZXJzaW9uEhIKCnJlcGxpY2FfaWQYAiABKAkSNQoSa2VlcGFsaXZlX2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEicKB3Jlc3VtZWQYBCADKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSKgoKc3VwZXJzZWRlZBgFIAMoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZhI4ChVtYXhfcmVjb25uZWN0X2JhY2tvZmYYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoLbG9nc19zb19mYXIYByADKAsyFS5sZW9mbG93LnYxLkxvZ3NTb0ZhchI2ChNoZWFydGJlYXRfdGhyZXNob2xkGAggASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uInIKCUxvZ3NTb0ZhchInCgdhdHRlbXB0GAEgASgLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEhQKDHN0ZG91dF9saW5lcxgCIAEoBRIUCgxzdGRlcnJfbGluZXMYAyABKAUSEAoIbGFzdF9zZXEYBCABKAUiyAMKBkFzc2lnbhInCgdhdHRlbXB0GAEgASgLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEg4KBmRhZ19pZBgCIAEoCRISCgZydW5faWQYAyABKANCAjABEg8KB3Rhc2tfaWQYBCABKAkSEQoJbWF4X3RyaWVzGAUgASgFEg8KB2NvbW1hbmQYBiADKAkSKAoDZW52GAcgAygLMhsubGVvZmxvdy52MS5Bc3NpZ24uRW52RW50cnkSCwoDY3dkGAggASgJEioKB3RpbWVvdXQYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLQoKa2lsbF9ncmFjZRgKIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1CgpzZWNyZXRfZW52GAsgAygLMiEubGVvZmxvdy52MS5Bc3NpZ24uU2VjcmV0RW52RW50cnkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARpHCg5TZWNyZXRFbnZFbnRyeRILCgNrZXkYASABKAkSJAoFdmFsdWUYAiABKAsyFS5sZW9mbG93LnYxLlNlY3JldFJlZjoCOAEiPwoHU3RhcnRlZBInCgdhdHRlbXB0GAEgASgLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmEgsKA3BpZBgCIAEoBSJVCgNMb2cSJwoHYXR0ZW1wdBgBIAEoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZhIlCgdlbnRyaWVzGAIgAygLMhQubGVvZmxvdy52MS5Mb2dFbnRyeSI1CghMb2dFbnRyeRILCgNzZXEYASABKAUSDgoGc3RyZWFtGAIgASgJEgwKBGxpbmUYAyABKAkipQEKCEZpbmlzaGVkEicKB2F0dGVtcHQYASABKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSKwoHb3V0Y29tZRgCIAEoDjIaLmxlb2Zsb3cudjEuQXR0ZW1wdE91dGNvbWUSFgoJZXhpdF9jb2RlGAMgASgFSACIAQESDgoGc2lnbmFsGAQgASgJEg0KBWVycm9yGAUgASgJQgwKCl9leGl0X2NvZGUiPgoJS2VlcGFsaXZlEgsKA3NlcRgBIAEoBBIkCgRoZWxkGAIgAygLMhYubGVvZmxvdy52MS5BdHRlbXB0UmVmIhsKDEtlZXBhbGl2ZUFjaxILCgNzZXEYASABKAQiWAoLRmluaXNoZWRBY2sSJwoHYXR0ZW1wdBgBIAEoCzIWLmxlb2Zsb3cudjEuQXR0ZW1wdFJlZhIPCgdhcHBsaWVkGAIgASgIEg8KB3JlZnVzZWQYAyABKAkiQwoGTG9nQWNrEicKB2F0dGVtcHQYASABKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSEAoIbGFzdF9zZXEYAiABKAUiQQoGQ2FuY2VsEicKB2F0dGVtcHQYASABKAsyFi5sZW9mbG93LnYxLkF0dGVtcHRSZWYSDgoGcmVhc29uGAIgASgJIigKBURyYWluEg4KBnJlYXNvbhgBIAEoCRIPCgd1bmRyYWluGAIgASgIIhsKCVJlY29ubmVjdBIOCgZyZWFzb24YASABKAkqSwoPUHJvdG9jb2xWZXJzaW9uEiAKHFBST1RPQ09MX1ZFUlNJT05fVU5TUEVDSUZJRUQQABIWChJQUk9UT0NPTF9WRVJTSU9OXzEQASrKAQoOQXR0ZW1wdE91dGNvbWUSHwobQVRURU1QVF9PVVRDT01FX1VOU1BFQ0lGSUVEEAASGwoXQVRURU1QVF9PVVRDT01FX1NVQ0NFU1MQARIaChZBVFRFTVBUX09VVENPTUVfRkFJTEVEEAISHQoZQVRURU1QVF9PVVRDT01FX1RJTUVEX09VVBADEh0KGUFUVEVNUFRfT1VUQ09NRV9DQU5DRUxMRUQQBBIgChxBVFRFTVBUX09VVENPTUVfU1BBV05fRkFJTEVEEAUyVgoMQWdlbnRTZXJ2aWNlEkYKB0Nvbm5lY3QSGi5sZW9mbG93LnYxLkNvbm5lY3RSZXF1ZXN0GhsubGVvZmxvdy52MS5Db25uZWN0UmVzcG9uc2UoATABYgZwcm90bzM", [file_google_protobuf_duration, file_leoflow_v1_types]);
 
 /**
  * An agent's message on the stream.
@@ -116,6 +116,12 @@ export type ConnectResponse = Message<"leoflow.v1.ConnectResponse"> & {
      */
     value: Reconnect;
     case: "reconnect";
+  } | {
+    /**
+     * @generated from field: leoflow.v1.LogAck log_ack = 8;
+     */
+    value: LogAck;
+    case: "logAck";
   } | { case: undefined; value?: undefined };
 };
 
@@ -204,7 +210,11 @@ export type Hello = Message<"leoflow.v1.Hello"> & {
   token: string;
 
   /**
-   * Attempts this agent still holds from an earlier stream (after a reconnect).
+   * Attempts this agent still holds from an earlier stream (after a reconnect). An attempt given
+   * to an earlier process (incarnation) of this agent and left out is ended as lost at once and
+   * retried with a new token (see incarnation_id). One given to this same process and left out is
+   * sent again by Assign if it has not started; if it has, it gets no more heartbeats and is
+   * declared lost after the heartbeat threshold.
    *
    * @generated from field: repeated leoflow.v1.AttemptRef held = 7;
    */
@@ -302,6 +312,16 @@ export type Welcome = Message<"leoflow.v1.Welcome"> & {
    * @generated from field: repeated leoflow.v1.LogsSoFar logs_so_far = 7;
    */
   logsSoFar: LogsSoFar[];
+
+  /**
+   * The control plane's heartbeat threshold (`--heartbeat-threshold`): an attempt listed by no
+   * Keepalive for this long is declared lost and retried elsewhere.
+   * So about heartbeat_threshold / keepalive_interval keepalives in a row may be missed, a
+   * reconnect included; a stream is closed sooner, after 3 intervals without one.
+   *
+   * @generated from field: google.protobuf.Duration heartbeat_threshold = 8;
+   */
+  heartbeatThreshold?: Duration | undefined;
 };
 
 /**
@@ -464,7 +484,7 @@ export const StartedSchema: GenMessage<Started> = /*@__PURE__*/
 
 /**
  * Output lines of an attempt, in order. seq numbers lines per attempt from 1, with no gaps, so a
- * resent batch after a reconnect is not stored twice.
+ * resent batch after a reconnect is not stored twice (see "Log lines" above). Answered by LogAck.
  *
  * @generated from message leoflow.v1.Log
  */
@@ -517,6 +537,16 @@ export const LogEntrySchema: GenMessage<LogEntry> = /*@__PURE__*/
   messageDesc(file_leoflow_v1_agent, 9);
 
 /**
+ * The end of an attempt. Outcome, exit code and signal must agree (a process exits with a code
+ * or is killed by a signal, never both):
+ *   - SUCCESS: exit_code 0 (or unset), no signal;
+ *   - FAILED: a non-zero exit_code, or a signal, or neither (it failed before a process ran);
+ *   - TIMED_OUT, CANCELLED: an exit code or a signal or neither;
+ *   - SPAWN_FAILED: neither.
+ * exit_code is 0 to 255. Otherwise see "A Finished whose outcome … disagree" above.
+ * A second Finished for an attempt already ended: applied = true when it says what is recorded
+ * (the same outcome and exit code: a resend after a reconnect), false when it contradicts it.
+ *
  * @generated from message leoflow.v1.Finished
  */
 export type Finished = Message<"leoflow.v1.Finished"> & {
@@ -603,8 +633,8 @@ export const KeepaliveAckSchema: GenMessage<KeepaliveAck> = /*@__PURE__*/
   messageDesc(file_leoflow_v1_agent, 12);
 
 /**
- * The Finished of this attempt was handled: applied, or refused because the attempt is no
- * longer current. Either way the agent can forget it.
+ * The Finished of this attempt was handled: applied, or refused. Either way the agent can forget
+ * the attempt.
  *
  * @generated from message leoflow.v1.FinishedAck
  */
@@ -615,11 +645,20 @@ export type FinishedAck = Message<"leoflow.v1.FinishedAck"> & {
   attempt?: AttemptRef | undefined;
 
   /**
-   * False when the report was refused (the attempt had been superseded).
+   * True when the attempt's end is what this Finished says (recorded now, or already recorded the
+   * same). False when it had no effect: the attempt was superseded, already ended otherwise, or
+   * the report broke a rule (then `refused` says which).
    *
    * @generated from field: bool applied = 2;
    */
   applied: boolean;
+
+  /**
+   * Why the report was refused as invalid ("finished.signal: …"); empty otherwise.
+   *
+   * @generated from field: string refused = 3;
+   */
+  refused: string;
 };
 
 /**
@@ -628,6 +667,30 @@ export type FinishedAck = Message<"leoflow.v1.FinishedAck"> & {
  */
 export const FinishedAckSchema: GenMessage<FinishedAck> = /*@__PURE__*/
   messageDesc(file_leoflow_v1_agent, 13);
+
+/**
+ * The lines of an attempt that are stored: every seq up to last_seq, with none missing.
+ *
+ * @generated from message leoflow.v1.LogAck
+ */
+export type LogAck = Message<"leoflow.v1.LogAck"> & {
+  /**
+   * @generated from field: leoflow.v1.AttemptRef attempt = 1;
+   */
+  attempt?: AttemptRef | undefined;
+
+  /**
+   * @generated from field: int32 last_seq = 2;
+   */
+  lastSeq: number;
+};
+
+/**
+ * Describes the message leoflow.v1.LogAck.
+ * Use `create(LogAckSchema)` to create a new message.
+ */
+export const LogAckSchema: GenMessage<LogAck> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_agent, 14);
 
 /**
  * Stop an attempt.
@@ -651,10 +714,11 @@ export type Cancel = Message<"leoflow.v1.Cancel"> & {
  * Use `create(CancelSchema)` to create a new message.
  */
 export const CancelSchema: GenMessage<Cancel> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_agent, 14);
+  messageDesc(file_leoflow_v1_agent, 15);
 
 /**
- * Take no new work; finish what you hold.
+ * Take no new work; finish what you hold. With `undrain`, the opposite: you may be given work
+ * again (an operator lifted the drain).
  *
  * @generated from message leoflow.v1.Drain
  */
@@ -663,6 +727,11 @@ export type Drain = Message<"leoflow.v1.Drain"> & {
    * @generated from field: string reason = 1;
    */
   reason: string;
+
+  /**
+   * @generated from field: bool undrain = 2;
+   */
+  undrain: boolean;
 };
 
 /**
@@ -670,7 +739,7 @@ export type Drain = Message<"leoflow.v1.Drain"> & {
  * Use `create(DrainSchema)` to create a new message.
  */
 export const DrainSchema: GenMessage<Drain> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_agent, 15);
+  messageDesc(file_leoflow_v1_agent, 16);
 
 /**
  * This replica is going away (a graceful stop): end this stream and connect to another address
@@ -692,7 +761,7 @@ export type Reconnect = Message<"leoflow.v1.Reconnect"> & {
  * Use `create(ReconnectSchema)` to create a new message.
  */
 export const ReconnectSchema: GenMessage<Reconnect> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_agent, 16);
+  messageDesc(file_leoflow_v1_agent, 17);
 
 /**
  * The version of this protocol. Hello.protocol_version must name it; a control plane that does
@@ -790,36 +859,83 @@ export const AttemptOutcomeSchema: GenEnum<AttemptOutcome> = /*@__PURE__*/
  *        SIGTERM the group, then SIGKILL after Assign.kill_grace, and finish with TIMED_OUT.
  *      - Cancel: stop that attempt (SIGTERM the group, SIGKILL after its Assign.kill_grace) and
  *        finish it with outcome CANCELLED.
- *      - Drain: take no new work (you will get no more Assign); finish what you hold, then you
- *        may disconnect.
- *      - KeepaliveAck: the answer to your Keepalive. If none comes for a few intervals, the
+ *      - Drain: take no new work (you will get no Assign while drained); finish what you hold,
+ *        then you may disconnect. Drain with `undrain` set lifts it: Assign may come again on
+ *        the same stream. An operator's `leoflow agents drain [--undrain]` sends them.
+ *      - KeepaliveAck: the answer to your Keepalive. If none comes for 3 intervals, the
  *        stream is deaf: close it and reconnect.
- *      - FinishedAck: your Finished for that attempt was recorded (or refused as superseded);
- *        forget the attempt. Until then keep it in Keepalive.held and Hello.held, and send its
- *        Finished again after a reconnect if Welcome lists it as resumed.
+ *      - LogAck: the lines of that attempt up to LogAck.last_seq are stored; forget them.
+ *      - FinishedAck: your Finished for that attempt was handled; forget the attempt. Until then
+ *        keep it in Keepalive.held and Hello.held, and send its Finished again after a
+ *        reconnect if Welcome lists it as resumed.
  *      - Reconnect: this replica is going away. End the stream and connect at once to another
  *        control-plane address you know, keeping your attempts running (list them in Hello.held)
  *        and sending again every report not yet acknowledged. Nothing more is assigned to you on
  *        this stream.
  *   4. Send Keepalive every Welcome.keepalive_interval, listing the attempts you hold. It proves
  *      the stream works in both directions, and counts as the heartbeat of every attempt it
- *      lists. An agent whose keepalives stop is treated as gone: after the heartbeat threshold
- *      its attempts are retried elsewhere.
+ *      lists. A stream with no Keepalive for 3 intervals is closed by the control plane
+ *      (DEADLINE_EXCEEDED). An attempt whose heartbeat is older than Welcome.heartbeat_threshold
+ *      is declared lost and retried elsewhere under its retry policy, with a new token.
  *
  * Every report about an attempt (Started, Log, Finished, Keepalive.held) carries the attempt's
- * (ti_id, try_number, attempt_token). A report about an attempt that is no longer current — it
- * was declared lost and given to someone else, or cancelled — is refused and never applied; the
+ * (ti_id, try_number, attempt_token). A report about an attempt that is superseded — declared
+ * lost and retried under a new token, or ended without you — is refused and never applied; the
  * control plane answers with Cancel for it, so stop it.
+ *
+ * Cancel does not supersede an attempt: after Cancel, its remaining Log lines are stored and
+ * acknowledged, and its Finished with outcome CANCELLED is recorded (exit code, error) and
+ * acknowledged with applied = true; the attempt stays cancelled. Keepalives listing it meanwhile
+ * are its heartbeat and get no second Cancel. A Finished of another outcome for a cancelled
+ * attempt (it ended on its own as Cancel crossed it) is acknowledged with applied = false: the
+ * attempt stays cancelled. If the stream breaks before that Finished, the next Welcome lists the
+ * cancelled attempt as superseded: stop it, and report nothing more about it.
+ *
+ * Order, per attempt: Started, then Log (any number), then Finished. Finished without Started
+ * is allowed (SPAWN_FAILED, or a process that ended before Started was sent), and so is a Log
+ * before Started (stored: its lines count from seq 1 all the same). A Log for an attempt not
+ * assigned to (or resumed on) this stream, or after its Finished, is not stored and gets no
+ * LogAck. Started and Log sent again after a reconnect, for an attempt Welcome resumed,
+ * are harmless.
+ *
+ * Log lines: each entry's seq numbers the attempt's lines from 1 (after a reconnect, on from
+ * Welcome.logs_so_far.last_seq + 1), one by one with no gaps. An entry with a seq already
+ * stored is a harmless resend: skipped, not counted as a fault. An entry past a gap (seq above
+ * the next expected one), and every later entry of that Log, is not stored. The control plane
+ * answers each Log with LogAck.last_seq, the highest seq stored with none missing before it:
+ * keep the lines above it and send them again from last_seq + 1 (on this stream or the next).
+ *
+ * Output is text. An agent decodes a process's output as UTF-8, replacing each invalid byte
+ * sequence with U+FFFD (as Python's errors='replace' and Node's TextDecoder do), and splits it
+ * into lines at '\n' (a '\r' before it removed). protobuf strings must be valid UTF-8: a Log
+ * that is not fails to decode and ends the stream. The control plane stores NUL as U+FFFD.
+ *
+ * Status codes that end a stream, and what an agent does:
+ *   - Retryable (reconnect with backoff, listing what you hold in Hello.held): UNAVAILABLE (the
+ *     replica is shutting down, or could not record a report), ABORTED (replaced by a newer
+ *     stream of the same process, or closed by the control plane), DEADLINE_EXCEEDED (no
+ *     Keepalive for 3 intervals, or no Hello within 10 s), ALREADY_EXISTS (another process holds
+ *     this agent_id on a live stream), any transport failure, and an end without a status.
+ *   - Fatal before Welcome (the Hello is refused; retrying unchanged cannot help: stop and say
+ *     why): FAILED_PRECONDITION (protocol version not spoken), UNAUTHENTICATED and
+ *     PERMISSION_DENIED (credentials), INVALID_ARGUMENT (the Hello broke a rule; the status
+ *     message names the field and the rule), UNIMPLEMENTED (no AgentService at that address).
+ *     After Welcome every end is retryable: INVALID_ARGUMENT then names the report that broke a
+ *     rule (log it: it is a bug in the agent), and the attempts you hold resume on the next
+ *     stream.
  *
  * When the stream breaks, reconnect with a jittered exponential backoff, no longer than
  * Welcome.max_reconnect_backoff, trying each control-plane address you know in turn, and say in
  * Hello.held what you still run: if those attempts are still current you keep them, and nothing
  * runs twice.
  *
- * A report that breaks the rules (a token that is not a UUID, a ti_id that is not a positive
- * integer, a try_number below 1, an unknown outcome, …) ends its own stream with
- * INVALID_ARGUMENT naming the field and the rule; it is never written, and no other agent's
- * reports are affected.
+ * A message that breaks the rules (a token that is not a UUID, a ti_id that is not a positive
+ * integer, a try_number below 1, a log seq of 0, …) ends its own stream with INVALID_ARGUMENT
+ * naming the field and the rule; it is never written, and no other agent's reports are affected.
+ * A Finished with an unknown outcome, or whose outcome, exit code and signal disagree (see
+ * Finished), or whose error breaks a rule, is refused alone, so the stream's other attempts are
+ * unharmed: its attempt is ended as failed with an error naming the rule (and retried under its
+ * retry policy), and FinishedAck says applied = false and, in `refused`, why.
  *
  * @generated from service leoflow.v1.AgentService
  */
