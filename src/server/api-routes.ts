@@ -11,6 +11,11 @@ import { createClusterService } from './cluster-service.js';
 import type { Config } from './config.js';
 import type { Health } from './health.js';
 import { roleGuard } from './role-guard.js';
+import { TokenService } from '../gen/leoflow/v1/token_pb.js';
+import type { Metrics } from './metrics.js';
+import type { TokenAuthenticator } from './token-authenticator.js';
+import { tokenGuard } from './token-guard.js';
+import { createTokenService } from './token-service.js';
 import type { DagParser } from './dag-parser.js';
 import { dagFilesDefining } from './dag-files-defining.js';
 import { createWorkflowService } from './workflow-service.js';
@@ -19,10 +24,14 @@ import { createWorkflowService } from './workflow-service.js';
  * The API's three services, on what the replica was wired with, as one HTTP/2 handler, behind
  * the guard of the replica's role.
  */
-export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet; health: Health; dispatchQueueDepth(): number }) {
+export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: { required: boolean; authenticator: TokenAuthenticator }; metrics: Pick<Metrics, 'authDenied'>; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet; health: Health; dispatchQueueDepth(): number }) {
   const { sql, logger, config, parser, scheduler, fleet, health } = o;
   return connectNodeAdapter({
-    interceptors: [roleGuard(config.role, config.replicaId)],
+    // Who the caller is comes first: a replica's role is no business of an unauthenticated caller.
+    interceptors: [
+      ...(o.auth.required ? [tokenGuard(o.auth.authenticator, (code, rpc) => o.metrics.authDenied.inc({ code, rpc }))] : []),
+      roleGuard(config.role, config.replicaId),
+    ],
     routes(router) {
       router.service(
         WorkflowService,
@@ -61,6 +70,7 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser:
         }),
       );
       router.service(AgentService, createAgentService(fleet.sessionDeps));
+      router.service(TokenService, createTokenService({ sql }));
     },
   });
 }

@@ -24,7 +24,9 @@ const HELP: Record<SettingKey, string> = {
   shutdown_grace: 'how long a graceful stop waits for running tasks',
   leader_watchdog: 'how often the leader checks its lock session',
   retention: 'remove finished runs (tasks, events, logs) this long after they ended, e.g. 30d; off keeps them',
-  agent_token: 'shared secret agents must present in Hello (default: none)',
+  agent_token: 'deprecated: one secret any agent may present in Hello, for any id (use `leoflow token create --role agent`)',
+  insecure: 'run without API tokens and agent credentials where they are required (Pro; Lite off loopback); logged at every start',
+  bootstrap_admin_token: 'an admin token of your choosing (>= 32 random characters), stored hashed at start under id "bootstrap-admin"',
   log_level: 'trace | debug | info | warn | error | fatal | silent',
   log_format: 'json | pretty (default: pretty at a terminal, json otherwise)',
   kubernetes_namespace: 'kubernetes executor: namespace of the pods of tasks that name none',
@@ -46,13 +48,13 @@ function camel(flag: string): string {
 export function registerServer(program: Command): void {
   const cmd = program.command('server').description('run a control-plane replica (API, scheduler, executor)');
   for (const [key, s] of Object.entries(SETTINGS)) {
-    cmd.option(`${s.flag} <value>`, `${HELP[key as SettingKey]} [env ${s.env}]`);
+    cmd.option(s.kind === 'boolean' ? s.flag : `${s.flag} <value>`, `${HELP[key as SettingKey]} [env ${s.env}]`);
   }
   cmd.action(async (opts: Record<string, string>) => {
     const flags: Partial<Record<SettingKey, string>> = {};
     for (const [key, s] of Object.entries(SETTINGS)) {
-      const v = opts[camel(s.flag)];
-      if (v !== undefined) flags[key as SettingKey] = v;
+      const v = opts[camel(s.flag)] as string | boolean | undefined;
+      if (v !== undefined) flags[key as SettingKey] = String(v);
     }
     let config;
     try {

@@ -1,0 +1,39 @@
+import { Code, ConnectError } from '@connectrpc/connect';
+import { agentPatternMatches } from '../core/api-role.js';
+import type { TokenAuthenticator } from './token-authenticator.js';
+import { secretsEqual } from './token-secret.js';
+
+/** What an agent's Hello is checked against. */
+export interface AgentCredentials {
+  /** True when every agent must present a credential (auth is on: Pro, or Lite off loopback). */
+  required: boolean;
+  authenticator: TokenAuthenticator;
+  /** The deprecated shared `--agent-token`, good for any agent id; null when none is set. */
+  sharedToken: string | null;
+}
+
+/**
+ * Checks the credential in a Hello before anything is written for the agent id it claims. A token
+ * of role agent is accepted only for the ids its pattern matches (PERMISSION_DENIED naming the id
+ * otherwise), so holding one agent's token never lets a process take another's id and, with it,
+ * that agent's attempts. The shared `--agent-token` is still accepted, compared in constant time.
+ */
+export async function checkAgentCredential(agentId: string, presented: string, c: AgentCredentials): Promise<void> {
+  if (presented !== '') {
+    const who = await c.authenticator.authenticate(presented);
+    if (who.ok) {
+      const t = who.token;
+      if (t.role !== 'agent') throw new ConnectError(`hello.token: token "${t.id}" has role ${t.role}, not agent: create one with \`leoflow token create --role agent --agent-pattern ID\``, Code.PermissionDenied);
+      if (!agentPatternMatches(t.agent_pattern!, agentId)) {
+        throw new ConnectError(`hello.token: token "${t.id}" is bound to agent ids matching "${t.agent_pattern}", not to agent id "${agentId}"`, Code.PermissionDenied);
+      }
+      return;
+    }
+    if (c.sharedToken !== null && secretsEqual(presented, c.sharedToken)) return;
+    if (c.required || c.sharedToken !== null) throw new ConnectError(`hello.token: ${who.reason}`, Code.Unauthenticated);
+    return;
+  }
+  if (c.required || c.sharedToken !== null) {
+    throw new ConnectError('hello.token: this control plane needs an agent credential: set LEOFLOW_AGENT_TOKEN to a token of role agent bound to this agent id', Code.Unauthenticated);
+  }
+}
