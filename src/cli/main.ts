@@ -8,6 +8,7 @@ import { registerDb } from './commands/db.js';
 import { registerLogs } from './commands/logs.js';
 import { registerReplicas } from './commands/replicas.js';
 import { registerStatus } from './commands/status.js';
+import { registerToken } from './commands/token.js';
 import { registerRun } from './commands/run.js';
 import { registerServer } from './commands/server.js';
 
@@ -22,6 +23,7 @@ const addServer = (value: string, previous: string): string => {
 const program = new Command('leoflow')
   .description('Leoflow: DAGs of tasks, run on time, exactly as often as they should')
   .option('-s, --server <url>', 'control-plane API address; `leoflow agent` takes several (repeated or comma-separated) [env LEOFLOW_SERVER]', addServer, process.env.LEOFLOW_SERVER ?? 'http://127.0.0.1:7070')
+  .option('--token <token>', 'API token sent as "authorization: Bearer" (prefer the environment: a flag shows in `ps`) [env LEOFLOW_TOKEN]')
   .showHelpAfterError()
   .exitOverride();
 
@@ -29,7 +31,8 @@ let clients: Clients | undefined;
 const getClients = () => {
   const server = program.opts<{ server: string }>().server;
   if (server.includes(',')) throw new Error(`--server: this command talks to one control-plane address, got ${JSON.stringify(server)} (only \`leoflow agent\` takes several)`);
-  return (clients ??= createClients(server));
+  const token = program.opts<{ token?: string }>().token ?? process.env.LEOFLOW_TOKEN ?? '';
+  return (clients ??= createClients(server, token.trim() === '' ? null : token.trim()));
 };
 
 registerServer(program);
@@ -41,6 +44,7 @@ registerAgents(program, getClients);
 registerReplicas(program, getClients);
 registerStatus(program, getClients);
 registerDb(program, getClients);
+registerToken(program, getClients);
 
 try {
   await program.parseAsync(process.argv);

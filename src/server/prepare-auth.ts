@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { Sql } from '../db/sql.js';
 import { hasUsableAdminToken, upsertApiToken } from '../db/tokens/api-tokens.js';
 import type { AgentCredentials } from './agent-credential.js';
-import type { Config } from './config.js';
+import { isLoopback, type Config } from './config.js';
 import { createTokenAuthenticator, type TokenAuthenticator } from './token-authenticator.js';
 import { hashTokenSecret } from './token-secret.js';
 
@@ -21,7 +21,7 @@ export class NoAdminTokenError extends Error {
  */
 export async function prepareAuth(config: Config, sql: Sql, logger: Logger): Promise<{ required: boolean; authenticator: TokenAuthenticator; agentCredentials: AgentCredentials }> {
   const authenticator = createTokenAuthenticator(sql);
-  if (config.insecure) {
+  if (config.insecure && (config.edition === 'pro' || !isLoopback(config.listenHost))) {
     logger.warn({ listen: `${config.listenHost}:${config.listenPort}`, edition: config.edition }, 'INSECURE: --insecure given: anyone who reaches the API port may do anything, and any process may say Hello as any agent');
   }
   if (config.agentToken !== null) {
