@@ -225,8 +225,8 @@ export class AgentConnection implements AgentHandle {
     }
     const hello = first.value.msg.value;
     checkHelloAccess(hello);
-    await checkAgentCredential(hello.agentId, hello.token, this.deps.agentCredentials);
     const held = this.#valid('hello', () => validateHelloFields(hello));
+    await checkAgentCredential(hello, this.deps.agentCredentials);
     this.agentId = hello.agentId;
     this.incarnationId = hello.incarnationId;
     this.#log = this.deps.logger.child({ agentId: hello.agentId, session: this.sessionId.slice(0, 8), incarnation: hello.incarnationId.slice(0, 8) });

@@ -10,15 +10,36 @@ export interface AgentCredentials {
   authenticator: TokenAuthenticator;
   /** The deprecated shared `--agent-token`, good for any agent id; null when none is set. */
   sharedToken: string | null;
+  /**
+   * The pod name of the live kubernetes attempt holding this token, or null. A pod's agent
+   * (Hello.only_attempt_token) needs no other credential: it may be that pod, for that attempt only.
+   */
+  podOfAttempt(tiId: string, attemptToken: string): Promise<string | null>;
+}
+
+/** The Hello fields a credential is checked with. */
+export interface HelloCredential {
+  agentId: string;
+  token: string;
+  onlyTiId: string;
+  onlyAttemptToken: string;
 }
 
 /**
  * Checks the credential in a Hello before anything is written for the agent id it claims. A token
  * of role agent is accepted only for the ids its pattern matches (PERMISSION_DENIED naming the id
  * otherwise), so holding one agent's token never lets a process take another's id and, with it,
- * that agent's attempts. The shared `--agent-token` is still accepted, compared in constant time.
+ * that agent's attempts. A pod's agent may prove itself with its attempt's token instead. The
+ * deprecated shared `--agent-token` is still accepted, compared in constant time.
  */
-export async function checkAgentCredential(agentId: string, presented: string, c: AgentCredentials): Promise<void> {
+export async function checkAgentCredential(h: HelloCredential, c: AgentCredentials): Promise<void> {
+  const { agentId, token: presented } = h;
+  // The attempt's own token, from the pod the kubernetes executor made for it (its name is the agent id).
+  if ((c.required || c.sharedToken !== null) && presented === '' && h.onlyAttemptToken !== '') {
+    const pod = /^[1-9]\d{0,18}$/.test(h.onlyTiId) ? await c.podOfAttempt(h.onlyTiId, h.onlyAttemptToken) : null;
+    if (pod !== null && secretsEqual(pod, agentId)) return;
+    throw new ConnectError(`hello.only_attempt_token: no live kubernetes attempt of task instance ${h.onlyTiId} with this token runs in a pod named "${agentId}"`, Code.Unauthenticated);
+  }
   if (presented !== '') {
     const who = await c.authenticator.authenticate(presented);
     if (who.ok) {

@@ -1,5 +1,7 @@
 import type { Logger } from 'pino';
+import { findPodAttempt } from '../db/attempts/find-pod-attempt.js';
 import type { Sql } from '../db/sql.js';
+import { podName } from '../executors/kubernetes/pod-identity.js';
 import { hasUsableAdminToken, upsertApiToken } from '../db/tokens/api-tokens.js';
 import type { AgentCredentials } from './agent-credential.js';
 import { isLoopback, type Config } from './config.js';
@@ -22,7 +24,7 @@ export class NoAdminTokenError extends Error {
 export async function prepareAuth(config: Config, sql: Sql, logger: Logger): Promise<{ required: boolean; authenticator: TokenAuthenticator; agentCredentials: AgentCredentials }> {
   const authenticator = createTokenAuthenticator(sql);
   if (config.insecure && (config.edition === 'pro' || !isLoopback(config.listenHost))) {
-    logger.warn({ listen: `${config.listenHost}:${config.listenPort}`, edition: config.edition }, 'INSECURE: --insecure given: anyone who reaches the API port may do anything, and any process may say Hello as any agent');
+    logger.warn({ apiAddress: `${config.listenHost}:${config.listenPort}`, edition: config.edition }, 'INSECURE: --insecure given: anyone who reaches the API port may do anything, and any process may say Hello as any agent');
   }
   if (config.agentToken !== null) {
     logger.warn('--agent-token is deprecated: it lets any agent take any agent id; create a token per agent with `leoflow token create --role agent --agent-pattern ID`');
@@ -38,5 +40,14 @@ export async function prepareAuth(config: Config, sql: Sql, logger: Logger): Pro
       );
     }
   }
-  return { required: config.authRequired, authenticator, agentCredentials: { required: config.authRequired, authenticator, sharedToken: config.agentToken } };
+  return { required: config.authRequired, authenticator, agentCredentials: {
+      required: config.authRequired,
+      authenticator,
+      sharedToken: config.agentToken,
+      podOfAttempt: async (tiId, attemptToken) => {
+        const a = await findPodAttempt(sql, tiId, attemptToken);
+        return a ? podName(a) : null;
+      },
+    },
+  };
 }
