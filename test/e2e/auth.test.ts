@@ -1,4 +1,6 @@
-import { Code, ConnectError } from '@connectrpc/connect';
+import { Code, ConnectError, createClient } from '@connectrpc/connect';
+import { createConnectTransport, createGrpcWebTransport } from '@connectrpc/connect-node';
+import { WorkflowService } from '../../src/gen/leoflow/v1/workflow_pb.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { BIN, cli, runCommand, scratchDir, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
@@ -115,6 +117,17 @@ describe('API tokens and roles', () => {
     }
   });
 
+  it('takes the token the same way over Connect and gRPC-Web', async () => {
+    const viewer = (await cli(server.url, ['token', 'create', '--role', 'viewer'], { env: { LEOFLOW_TOKEN: admin } })).stdout.trim();
+    for (const make of [createConnectTransport, createGrpcWebTransport]) {
+      const withToken = createClient(WorkflowService, make({ baseUrl: server.url, httpVersion: '2', interceptors: [(next) => (req) => (req.header.set('authorization', `Bearer ${viewer}`), next(req))] }));
+      const without = createClient(WorkflowService, make({ baseUrl: server.url, httpVersion: '2' }));
+      expect(await code(withToken.listDags({}))).toBe('ok');
+      expect(await code(withToken.pauseDag({ dagId: 'x', paused: true }))).toBe('PermissionDenied');
+      expect(await code(without.listDags({}))).toBe('Unauthenticated');
+    }
+  });
+
   it('the CLI lists tokens (never secrets) and revokes one: refused from the next call on', async () => {
     const made = await cli(server.url, ['token', 'create', '--role', 'viewer', '--name', 'to-revoke', '-o', 'json'], { env: { LEOFLOW_TOKEN: admin } });
     const { id, secret } = JSON.parse(made.stdout) as { id: string; secret: string };
@@ -153,7 +166,9 @@ describe('API tokens and roles', () => {
     const m = await scrapeMetrics(server.metricsUrl);
     expect(m.get('api_auth_denied_total{code="unauthenticated",rpc="GetLeader"}')).toBe(2);
     expect(m.get('api_auth_denied_total{code="permission_denied",rpc="TriggerRun"}')).toBe(1);
-    expect(m.get('api_auth_denied_total{code="unauthenticated",rpc="ListDags"}')).toBe(2);
+    // Two from the Connect and gRPC-Web calls without a token, one revoked, one expired.
+    expect(m.get('api_auth_denied_total{code="unauthenticated",rpc="ListDags"}')).toBe(4);
+    expect(m.get('api_auth_denied_total{code="permission_denied",rpc="PauseDag"}')).toBe(2);
   });
 
   it('an agent token bound to gpu-* lets gpu-1 say Hello and refuses cpu-1, naming the id', async () => {
