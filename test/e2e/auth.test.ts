@@ -178,7 +178,8 @@ describe('API tokens and roles', () => {
     agents.push(gpu);
     const cluster = createClients(server.url, admin).cluster;
     await waitFor('gpu-1 connected', async () => (await cluster.listAgents({})).agents.some((a) => a.agentId === 'gpu-1' && a.connected), 20_000);
-    const cpu = startAgent(server.url, ['--id', 'cpu-1'], { env: { ...AUTH_ENV, LEOFLOW_AGENT_TOKEN: agentToken } });
+    // The flag this time: `leoflow agent --token` (parsed by the program, which has a --token too).
+    const cpu = startAgent(server.url, ['--id', 'cpu-1', '--token', agentToken], { env: AUTH_ENV });
     agents.push(cpu);
     const ended = await Promise.race([cpu.exited, new Promise<null>((r) => setTimeout(() => r(null), 20_000))]);
     expect(ended, cpu.output()).not.toBeNull();

@@ -36,7 +36,7 @@ export function registerAgent(program: Command): void {
     .option('--labels <k=v,...>', 'placement labels, e.g. gpu=nvidia,zone=a')
     .option('--capabilities <a,b,...>', 'placement capabilities, e.g. docker,python3')
     .option('--slots <n>', 'tasks run at once (default 1)')
-    .option('--token <token>', 'shared secret, when the control plane requires one [env LEOFLOW_AGENT_TOKEN]')
+    .option('--token <token>', 'agent credential: a token of role agent bound to this id (leoflow token create --role agent), or the deprecated shared secret [env LEOFLOW_AGENT_TOKEN]')
     .option('--once', 'one-shot: run the current attempt of --ti, then exit')
     .option('--ti <id>', 'the task instance of a one-shot agent (with --once)')
     .option('--on-shutdown <mode>', 'finish | handback: what SIGTERM does to running tasks (default finish)')
@@ -47,10 +47,12 @@ export function registerAgent(program: Command): void {
     .option('--log-level <level>', 'trace | debug | info | warn | error | fatal | silent (default info)')
     .addHelpText('after', AFTER_HELP)
     .action(async (flags: AgentFlags, cmd: Command) => {
-      const { server } = cmd.optsWithGlobals<{ server: string }>();
+      // `leoflow --token` (the API token) is parsed by the program wherever it stands, so the
+      // agent's own --token reaches it as a global.
+      const { server, token } = cmd.optsWithGlobals<{ server: string; token?: string }>();
       let config;
       try {
-        config = parseAgentFlags({ ...flags, server }, { hostname: os.hostname(), pid: process.pid, isTTY: process.stdout.isTTY === true, token: process.env.LEOFLOW_AGENT_TOKEN, attemptToken: process.env.LEOFLOW_ATTEMPT_TOKEN });
+        config = parseAgentFlags({ ...flags, server, token: flags.token ?? token }, { hostname: os.hostname(), pid: process.pid, isTTY: process.stdout.isTTY === true, token: process.env.LEOFLOW_AGENT_TOKEN, attemptToken: process.env.LEOFLOW_ATTEMPT_TOKEN });
       } catch (err) {
         if (!(err instanceof AgentConfigError)) throw err;
         for (const p of err.problems) process.stderr.write(`leoflow agent: ${p}\n`);
