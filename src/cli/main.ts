@@ -10,6 +10,7 @@ import { registerDb } from './commands/db.js';
 import { registerLogs } from './commands/logs.js';
 import { registerReplicas } from './commands/replicas.js';
 import { registerStatus } from './commands/status.js';
+import { registerToken } from './commands/token.js';
 import { registerRun } from './commands/run.js';
 import { registerServer } from './commands/server.js';
 
@@ -27,6 +28,7 @@ const program = new Command('leoflow')
   .option('--ca-file <file>', 'PEM CA that an https:// --server must present a certificate from (default: the system roots) [env LEOFLOW_CA_FILE]', process.env.LEOFLOW_CA_FILE || undefined)
   .option('--client-cert <file>', 'PEM client certificate, for a server started with --tls-client-auth all (with --client-key) [env LEOFLOW_CLIENT_CERT]', process.env.LEOFLOW_CLIENT_CERT || undefined)
   .option('--client-key <file>', 'PEM private key of --client-cert [env LEOFLOW_CLIENT_KEY]', process.env.LEOFLOW_CLIENT_KEY || undefined)
+  .option('--token <token>', 'API token sent as "authorization: Bearer" (prefer the environment: a flag shows in `ps`) [env LEOFLOW_TOKEN]')
   .showHelpAfterError()
   .exitOverride();
 
@@ -34,7 +36,8 @@ let clients: Clients | undefined;
 const getClients = () => {
   const server = program.opts<{ server: string }>().server;
   if (server.includes(',')) throw new Error(`--server: this command talks to one control-plane address, got ${JSON.stringify(server)} (only \`leoflow agent\` takes several)`);
-  return (clients ??= createClients(server, clientTls(program.opts())));
+  const token = program.opts<{ token?: string }>().token ?? process.env.LEOFLOW_TOKEN ?? '';
+  return (clients ??= createClients(server, clientTls(program.opts()), token.trim() === '' ? null : token.trim()));
 };
 
 registerServer(program);
@@ -46,6 +49,7 @@ registerAgents(program, getClients);
 registerReplicas(program, getClients);
 registerStatus(program, getClients);
 registerDb(program, getClients);
+registerToken(program, getClients);
 
 try {
   await program.parseAsync(process.argv);

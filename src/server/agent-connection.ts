@@ -8,6 +8,7 @@ import { secretEnvToWire } from '../core/secret-ref.js';
 import type { LogsSoFar } from '../db/logs.js';
 import type { AgentHandle, AgentRegistry, AssignResult } from '../executors/agent-registry.js';
 import { ConnectResponseSchema, ProtocolVersion, type ConnectRequest, type Hello } from '../gen/leoflow/v1/agent_pb.js';
+import { checkAgentCredential, type AgentCredentials } from './agent-credential.js';
 import { AsyncQueue } from './async-queue.js';
 import { checkAgentCertificate, type ClientCertificate } from './tls-identity.js';
 import type { HeartbeatBuffer, HeartbeatSource, HeldRef } from './heartbeat-buffer.js';
@@ -91,8 +92,8 @@ export interface AgentConnectionDeps {
   heartbeatThresholdMs: number;
   /** True once this replica is shutting down: a new agent stream is refused (UNAVAILABLE). */
   leaving(): boolean;
-  /** Shared secret agents must present; null when none is required. */
-  agentToken: string | null;
+  /** What a Hello's credential is checked against (agent-credential.ts). */
+  agentCredentials: AgentCredentials;
   /** An agent connected or left: placement must look again. */
   onFleetChanged(): void;
   /** An attempt's Finished arrived (not written yet): its process is over, its slot free. */
@@ -107,15 +108,14 @@ export interface AgentConnectionDeps {
 
 const HELLO_TIMEOUT_MS = 10_000;
 
-/** The version and the token: refusals a retry cannot fix, with codes of their own. */
-function checkHelloAccess(h: Hello, agentToken: string | null): void {
+/** The version: a refusal a retry cannot fix, with a code of its own. */
+function checkHelloAccess(h: Hello): void {
   if (!SUPPORTED_PROTOCOL_VERSIONS.includes(h.protocolVersion)) {
     throw new ConnectError(
       `agent speaks protocol version ${h.protocolVersion}; this control plane speaks ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')}`,
       Code.FailedPrecondition,
     );
   }
-  if (agentToken !== null && h.token !== agentToken) throw new ConnectError('hello.token: wrong or missing agent token', Code.Unauthenticated);
 }
 
 /** The kind of a message, for counting a refusal (an empty one counts with Hello: the protocol's own). */
@@ -245,9 +245,10 @@ export class AgentConnection implements AgentHandle {
       throw new ConnectError('the first message on the stream must be Hello', Code.InvalidArgument);
     }
     const hello = first.value.msg.value;
-    checkHelloAccess(hello, this.deps.agentToken);
+    checkHelloAccess(hello);
     checkAgentCertificate(clientCert, hello.agentId);
     const held = this.#valid('hello', () => validateHelloFields(hello));
+    await checkAgentCredential(hello, this.deps.agentCredentials, { certified: clientCert != null });
     this.agentId = hello.agentId;
     this.incarnationId = hello.incarnationId;
     this.#log = this.deps.logger.child({ agentId: hello.agentId, session: this.sessionId.slice(0, 8), incarnation: hello.incarnationId.slice(0, 8) });

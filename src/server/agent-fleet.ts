@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { AgentCredentials } from './agent-credential.js';
 import type { Attempt } from '../core/attempt.js';
 import { attemptOf } from '../core/attempt-env.js';
 import { availableAgents, disconnectReplica, taskLoadByAgent, touchAgents } from '../db/agents.js';
@@ -32,7 +33,8 @@ export interface AgentFleetOptions {
   killGraceMs: number;
   /** The heartbeat reaper's threshold: agents are told to reconnect well within it. */
   heartbeatThresholdMs: number;
-  agentToken: string | null;
+  /** What a Hello's credential is checked against. */
+  agentCredentials: AgentCredentials;
   reports: ReportBatcher;
   /** Asks the leader, wherever it is, to step (for these runs only, when named); `finished`:
    *  attempts of theirs ended. */
@@ -139,7 +141,7 @@ export function createAgentFleet(o: AgentFleetOptions) {
     maxReconnectBackoffMs: maxReconnectBackoffMs(o.heartbeatThresholdMs),
     heartbeatThresholdMs: o.heartbeatThresholdMs,
     leaving: () => leaving,
-    agentToken: o.agentToken,
+    agentCredentials: o.agentCredentials,
     onFleetChanged: () => {
       placement.invalidate();
       o.nudge();

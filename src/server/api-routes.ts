@@ -15,6 +15,11 @@ import { createClusterService } from './cluster-service.js';
 import type { Config } from './config.js';
 import type { Health } from './health.js';
 import { roleGuard } from './role-guard.js';
+import { TokenService } from '../gen/leoflow/v1/token_pb.js';
+import type { Metrics } from './metrics.js';
+import type { TokenAuthenticator } from './token-authenticator.js';
+import { tokenGuard } from './token-guard.js';
+import { createTokenService } from './token-service.js';
 import type { DagParser } from './dag-parser.js';
 import { dagFilesDefining } from './dag-files-defining.js';
 import { clientCertificateKey, clientCertificateOf } from './tls-identity.js';
@@ -24,14 +29,14 @@ import { createWorkflowService } from './workflow-service.js';
  * The API's three services, on what the replica was wired with, as one HTTP/2 handler, behind
  * the guard of the replica's role.
  */
-export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet; health: Health; dispatchQueueDepth(): number }) {
+export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: { required: boolean; authenticator: TokenAuthenticator }; metrics: Pick<Metrics, 'authDenied'>; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet; health: Health; dispatchQueueDepth(): number }) {
   const { sql, logger, config, parser, scheduler, fleet, health } = o;
   // With mTLS on, each request carries its connection's client certificate, for the Hello check.
   const askCertificate = config.tls?.clientCa != null;
   return apiAdapter({
     logger,
     // Their bodies are decoded first, so one that does not decode is INVALID_ARGUMENT (api-adapter.ts).
-    checkedServices: new Set([WorkflowService.typeName, ClusterService.typeName]),
+    checkedServices: new Set([WorkflowService.typeName, ClusterService.typeName, TokenService.typeName]),
     // A message past this is refused (RESOURCE_EXHAUSTED, naming the limit) before it is decoded.
     readMaxBytes: LIMITS.requestBytes,
     contextValues: (req) => {
@@ -39,7 +44,12 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser:
       if (askCertificate) values.set(clientCertificateKey, clientCertificateOf(req));
       return values;
     },
-    interceptors: [roleGuard(config.role, config.replicaId), checkRequestFields({ idChars: LIMITS.idChars, stringChars: LIMITS.stringChars, echo })],
+    // Who the caller is comes first: a replica's role is no business of an unauthenticated caller.
+    interceptors: [
+      ...(o.auth.required ? [tokenGuard(o.auth.authenticator, (code, rpc) => o.metrics.authDenied.inc({ code, rpc }))] : []),
+      roleGuard(config.role, config.replicaId),
+      checkRequestFields({ idChars: LIMITS.idChars, stringChars: LIMITS.stringChars, echo }),
+    ],
     routes(router) {
       router.service(
         WorkflowService,
@@ -78,6 +88,7 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; parser:
         }),
       );
       router.service(AgentService, createAgentService(fleet.sessionDeps));
+      router.service(TokenService, createTokenService({ sql }));
     },
   });
 }

@@ -61,10 +61,19 @@ export interface Config {
   /** Finished runs, with their task instances, events and logs, are removed this long after they
    *  ended; null: kept for ever. */
   retentionMs: number | null;
-  /** Shared secret agents must send in Hello; null when agents need none. */
+  /** Deprecated: a secret any agent may send in Hello, for any agent id; null when none is set. */
   agentToken: string | null;
   /** TLS on the API port; null: plain HTTP/2 (h2c) and HTTP/1.1. */
   tls: TlsConfig | null;
+  /**
+   * True when every API call needs a token and every agent a credential: always in Pro, and in
+   * Lite off loopback, unless `--insecure` says otherwise.
+   */
+  authRequired: boolean;
+  /** `--insecure` given: auth is off where it would be on, and every start says so in its log. */
+  insecure: boolean;
+  /** An admin token's secret chosen by the operator (from a Secret), stored at start; null: none. */
+  bootstrapAdminToken: string | null;
   logLevel: string;
   logFormat: 'json' | 'pretty';
   /** The kubernetes executor's settings; null when it is not this replica's executor. */
@@ -124,7 +133,7 @@ interface Raw {
   source: string;
 }
 
-type Kind = 'string' | 'duration' | 'positive-int' | 'port' | 'list';
+type Kind = 'string' | 'duration' | 'positive-int' | 'port' | 'list' | 'boolean';
 
 /** Every setting: its key in edition files, its flag, its environment variable, its kind. */
 export const SETTINGS = {
@@ -155,6 +164,8 @@ export const SETTINGS = {
   tls_key: { flag: '--tls-key', env: 'LEOFLOW_TLS_KEY', kind: 'string' },
   tls_client_ca: { flag: '--tls-client-ca', env: 'LEOFLOW_TLS_CLIENT_CA', kind: 'string' },
   tls_client_auth: { flag: '--tls-client-auth', env: 'LEOFLOW_TLS_CLIENT_AUTH', kind: 'string' },
+  insecure: { flag: '--insecure', env: 'LEOFLOW_INSECURE', kind: 'boolean' },
+  bootstrap_admin_token: { flag: '--bootstrap-admin-token', env: 'LEOFLOW_BOOTSTRAP_ADMIN_TOKEN', kind: 'string' },
   log_level: { flag: '--log-level', env: 'LEOFLOW_LOG_LEVEL', kind: 'string' },
   log_format: { flag: '--log-format', env: 'LEOFLOW_LOG_FORMAT', kind: 'string' },
   kubernetes_namespace: { flag: '--kubernetes-namespace', env: 'LEOFLOW_KUBERNETES_NAMESPACE', kind: 'string' },
@@ -170,6 +181,11 @@ export const SETTINGS = {
 } as const satisfies Record<string, { flag: string; env: string; kind: Kind }>;
 
 export type SettingKey = keyof typeof SETTINGS;
+
+/** True for an address only this machine can reach (where Lite may run without auth). */
+export function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
 
 /** Thrown with every problem of a configuration, each naming the flag or variable it came from. */
 export class ConfigError extends Error {
@@ -419,10 +435,24 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     retentionMs: get('retention', retention, null as number | null),
     agentToken: get('agent_token', nonEmpty, null as string | null),
     tls,
+    authRequired: false, // below: it follows the edition, the address and --insecure
+    insecure: get('insecure', (v) => {
+      if (v === true || v === 'true' || v === '1') return true;
+      if (v === false || v === 'false' || v === '0') return false;
+      throw new Error(`must be true or false, got ${JSON.stringify(v)}`);
+    }, false),
+    bootstrapAdminToken: get('bootstrap_admin_token', (v) => {
+      const t = nonEmpty(v);
+      // It guards everything: as strong as the tokens we make (256 random bits, ~43 characters).
+      if (t.length < 32) throw new Error(`must be at least 32 characters of a random secret (e.g. \`openssl rand -base64 32\`), got ${t.length}`);
+      if (/\s/.test(t)) throw new Error('must hold no whitespace (it is sent in an authorization header)');
+      return t;
+    }, null as string | null),
     logLevel: get('log_level', oneOf(LOG_LEVELS), 'info'),
     logFormat: get('log_format', oneOf(LOG_FORMATS), process.stdout.isTTY ? 'pretty' : 'json'),
     kubernetes,
   };
+  config.authRequired = !config.insecure && (edition === 'pro' || !isLoopback(config.listenHost));
   if (config.heartbeatIntervalMs * 3 > config.heartbeatThresholdMs) {
     problems.push(
       `heartbeat_threshold (${config.heartbeatThresholdMs} ms) must be at least 3 × heartbeat_interval (${config.heartbeatIntervalMs} ms), or a live task could be reaped`,

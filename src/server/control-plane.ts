@@ -25,6 +25,7 @@ import { LEADER_LOCK_KEY } from '../scheduler/leader.js';
 import { createScheduler, type Scheduler } from '../scheduler/scheduler.js';
 import { createAgentFleet } from './agent-fleet.js';
 import { apiRoutes } from './api-routes.js';
+import { prepareAuth } from './prepare-auth.js';
 import { serveApi } from './api-server.js';
 import { startTlsReloader } from './tls-reloader.js';
 import { applyDagPaths } from './apply-dag-paths.js';
@@ -77,6 +78,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
   let ready: { plane: ControlPlane; leadership: Scheduler['leadership']; announce(): void };
   try {
     const metrics = createMetrics({ role: config.role });
+    const auth = await prepareAuth(config, sql, logger);
     const logs = createLogWriter(sql, logger, { flushMs: 50, maxBatch: 500, onRejected: (n) => metrics.staleReportsRejected.inc({ report: 'log' }, n) });
     // Every attempt's start and end report on this replica, from the subprocess executor and from
     // agent streams alike, is written by one group-commit batcher.
@@ -103,7 +105,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       keepaliveMs: config.heartbeatIntervalMs,
       killGraceMs: config.killGraceMs,
       heartbeatThresholdMs: config.heartbeatThresholdMs,
-      agentToken: config.agentToken,
+      agentCredentials: auth.agentCredentials,
       nudge: (runIds, cause) => scheduler?.nudge(runIds, cause),
       nudgeQueued: (atLeast) => scheduler?.nudgeQueued(atLeast),
     });
@@ -189,7 +191,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       stopping: () => closing !== null,
       databaseTimeoutMs: 2_000,
     });
-    const routes = apiRoutes({ sql, logger, config, parser, scheduler: sched, fleet, health, dispatchQueueDepth: () => queueDepth });
+    const routes = apiRoutes({ sql, logger, config, auth, metrics, parser, scheduler: sched, fleet, health, dispatchQueueDepth: () => queueDepth });
     const tls = config.tls && { cert: config.tls.cert, key: config.tls.key, clientCa: config.tls.clientCa, rejectUnauthorized: config.tls.clientAuth === 'all' };
     const apiServer = await serveApi(routes, config.listenHost, config.listenPort, tls);
     api = apiServer;

@@ -94,6 +94,12 @@ export function createMetrics(opts: { role?: string } = {}) {
       labelNames: ['table'],
       registers: [registry],
     }),
+    authDenied: new Counter({
+      name: 'api_auth_denied_total',
+      help: 'API calls refused by the token guard: code unauthenticated (no, unknown, revoked or expired token) or permission_denied (role too weak), by RPC',
+      labelNames: ['code', 'rpc'],
+      registers: [registry],
+    }),
     historyErrors: new Counter({ name: 'history_errors_total', help: 'Errors caught while keeping the history (the keeper went on)', registers: [registry] }),
   };
   const clusterGauge = (name: string, help: string, labelNames: string[], fill: (g: Gauge, c: ClusterGauges) => void) =>

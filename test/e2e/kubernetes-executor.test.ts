@@ -35,9 +35,9 @@ interface Ti {
   task_id: string;
 }
 
-async function startPro(extra: string[] = []): Promise<ServerProcess> {
+async function startPro(extra: string[] = [], env: Record<string, string | undefined> = {}): Promise<ServerProcess> {
   return startServer({
-    env: { DATABASE_URL: db.url },
+    env: { DATABASE_URL: db.url, ...env },
     args: [
       '--edition', 'pro', '--listen', `127.0.0.1:${port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS,
       '--kubernetes-image', 'leoflow:test', '--pod-server-url', `http://127.0.0.1:${port}`, '--pod-agent-command', `${process.execPath},${BIN}`,
@@ -281,5 +281,33 @@ describe('the kubernetes executor against the fake API server', () => {
     expect(pod.spec.containers[0].env).toContainEqual({ name: 'LEOFLOW_AGENT_TOKEN', valueFrom: { secretKeyRef: { name: 'leoflow-agent', key: 'agent-token' } } });
     expect(JSON.stringify(pod)).not.toContain(token);
     expect((await ended(runId)).state).toBe('success');
+  });
+
+  it('with auth on, a pod\'s agent gets in with its attempt\'s token alone, and a Hello with a wrong one is refused', { timeout: 90_000 }, async () => {
+    const admin = `lf_${randomUUID()}${randomUUID()}`;
+    await server.stop();
+    // Auth on (no --insecure), no agent credential at all: only the attempt's token in the pod.
+    server = await startPro(['--bootstrap-admin-token', admin], { LEOFLOW_INSECURE: undefined, LEOFLOW_AGENT_TOKEN: undefined });
+    process.env.LEOFLOW_TOKEN = admin;
+    try {
+      await apply('authed', 'dag_id: authed\ntasks:\n  - id: t\n    command: ["sleep", "1"]\n');
+      const runId = await trigger('authed');
+      const t = await waitFor('running: its pod\'s agent got in', async () => {
+        const x = await tiOf(runId);
+        return x.state === 'running' ? x : null;
+      }, 30_000);
+      const pod = kube.pod(NS, podOf(t));
+      expect(pod.spec.containers[0].env.map((e: { name: string }) => e.name)).toEqual(['LEOFLOW_ATTEMPT_TOKEN']);
+      // Another process claiming that pod's name with a made-up attempt token is refused at Hello.
+      const r = await runCommand(process.execPath, [BIN, '--server', server.url, 'agent', '--once', '--ti', t.id, '--id', podOf(t), '--log-format', 'json', '--state-dir', path.join(tmp, 'impostor')], {
+        env: { LEOFLOW_ATTEMPT_TOKEN: randomUUID(), LEOFLOW_AGENT_TOKEN: undefined, LEOFLOW_TOKEN: undefined },
+        timeoutMs: 30_000,
+      });
+      expect(r.code).not.toBe(0);
+      expect(r.stdout + r.stderr).toContain('UNAUTHENTICATED');
+      expect((await ended(runId)).state).toBe('success');
+    } finally {
+      delete process.env.LEOFLOW_TOKEN;
+    }
   });
 });

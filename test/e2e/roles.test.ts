@@ -20,7 +20,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * fails at start.
  */
 
-const PRO = ['--edition', 'pro', '--executor', 'subprocess', '--tick-interval', '200ms', '--leader-watchdog', '500ms', '--heartbeat-interval', '200ms', '--heartbeat-threshold', '1s'];
+const PRO = ['--edition', 'pro', '--insecure', '--executor', 'subprocess', '--tick-interval', '200ms', '--leader-watchdog', '500ms', '--heartbeat-interval', '200ms', '--heartbeat-threshold', '1s'];
 
 let db: TestDatabase;
 let tmp: string;

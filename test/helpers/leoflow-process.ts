@@ -60,7 +60,9 @@ export async function startServer(
   const stateArgs = opts.args?.includes('--state-dir') || opts.cwd ? [] : ['--state-dir', scratchDir('leoflow-state-')];
   const child = spawn(process.execPath, [BIN, 'server', '--listen', `127.0.0.1:${ports[0]}`, '--metrics-listen', `127.0.0.1:${ports[1]}`, '--log-format', 'json', ...quietArgs, ...stateArgs, ...(opts.args ?? [])], {
     cwd: opts.cwd ?? ROOT,
-    env: { ...process.env, ...opts.env },
+    // Open unless the test is about auth (it sets LEOFLOW_INSECURE itself, or unsets it): Pro
+    // and Lite off loopback need tokens otherwise.
+    env: { ...process.env, LEOFLOW_INSECURE: 'true', ...opts.env },
     stdio: ['ignore', 'pipe', 'pipe'],
     // Its own process group, like a program started at a terminal (whose Ctrl-C reaches the group).
     detached: opts.ownProcessGroup ?? false,

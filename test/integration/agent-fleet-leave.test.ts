@@ -75,7 +75,7 @@ describe('an agent fleet leaving (graceful stop)', () => {
     const reports = createReportBatcher(db.sql, { retryMs: 1000, logs });
     const fleet = createAgentFleet({
       sql: db.sql, logs, reports, logger: pino({ level: 'silent' }), metrics: createMetrics(), replicaId: 'r1',
-      keepaliveMs: 60_000, killGraceMs: 10_000, heartbeatThresholdMs: 4000, agentToken: null, nudge: () => {}, nudgeQueued: () => {},
+      keepaliveMs: 60_000, killGraceMs: 10_000, heartbeatThresholdMs: 4000, agentCredentials: { required: false, sharedToken: null, podOfAttempt: async () => null, authenticator: { authenticate: async () => ({ ok: false, reason: 'unknown API token' }) } }, nudge: () => {}, nudgeQueued: () => {},
     });
     try {
       const s = openStream(new AgentConnection(fleet.sessionDeps), 'x1');

@@ -188,4 +188,24 @@ describe('editions', () => {
       expect(k in lite && k in pro, k).toBe(true);
     }
   });
+
+  it('requires auth in Pro and in Lite off loopback, unless --insecure', () => {
+    const pro = { edition: 'pro', executor: 'subprocess', database: 'postgres://x@h/db' } as const;
+    expect(loadConfig({}, {}, '/srv')).toMatchObject({ authRequired: false, insecure: false });
+    expect(loadConfig({ listen: 'localhost:7070' }, {}, '/srv').authRequired).toBe(false);
+    expect(loadConfig({ listen: '[::1]:7070' }, {}, '/srv').authRequired).toBe(false);
+    expect(loadConfig({ listen: '0.0.0.0:7070' }, {}, '/srv').authRequired).toBe(true);
+    expect(loadConfig({ listen: '10.1.2.3:7070' }, {}, '/srv').authRequired).toBe(true);
+    expect(loadConfig({ listen: '0.0.0.0:7070', insecure: 'true' }, {}, '/srv')).toMatchObject({ authRequired: false, insecure: true });
+    expect(loadConfig(pro, {}, '/srv').authRequired).toBe(true);
+    expect(loadConfig(pro, { LEOFLOW_INSECURE: 'true' }, '/srv').authRequired).toBe(false);
+    expect(problems({ insecure: 'yes' })).toEqual(['--insecure: must be true or false, got "yes"']);
+  });
+
+  it('takes a bootstrap admin token only if it is long enough to be a random secret', () => {
+    expect(loadConfig({}, { LEOFLOW_BOOTSTRAP_ADMIN_TOKEN: 'x'.repeat(32) }, '/srv').bootstrapAdminToken).toBe('x'.repeat(32));
+    expect(problems({ bootstrap_admin_token: 'hunter2' })).toEqual([
+      '--bootstrap-admin-token: must be at least 32 characters of a random secret (e.g. `openssl rand -base64 32`), got 7',
+    ]);
+  });
 });

@@ -26,6 +26,7 @@ const DESIGN_METRICS: Record<string, string> = {
   history_partitions_total: 'counter',
   history_rows_swept_total: 'counter',
   history_errors_total: 'counter',
+  api_auth_denied_total: 'counter',
   // The kubernetes executor (issue 24): pods created, creates refused by reason, time to running.
   kubernetes_pods_created_total: 'counter',
   kubernetes_pod_create_errors_total: 'counter',

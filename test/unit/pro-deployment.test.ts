@@ -58,7 +58,8 @@ function deployedConfig(): Config {
   }
   const env: NodeJS.ProcessEnv = { ...configMap.data };
   for (const e of container.env as Obj[]) {
-    if (e.valueFrom?.secretKeyRef) env[e.name] = 'postgres://leoflow@db.example.internal:5432/leoflow';
+    if (e.valueFrom?.secretKeyRef?.name === 'leoflow-auth') env[e.name] = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
+    else if (e.valueFrom?.secretKeyRef) env[e.name] = 'postgres://leoflow@db.example.internal:5432/leoflow';
     else if (e.valueFrom?.fieldRef?.fieldPath === 'metadata.name') env[e.name] = 'leoflow-7c9d8f6b5d-x2x7q';
     else env[e.name] = e.value;
   }
@@ -103,6 +104,15 @@ describe('Pro Kubernetes manifests', () => {
     expect(config).toMatchObject({ edition: 'pro', role: 'auto', dispatchWorkers: 16, dispatchQueue: 256, replicaId: 'leoflow-7c9d8f6b5d-x2x7q' });
     // A graceful stop fits in the pod's grace period.
     expect(pod.terminationGracePeriodSeconds * 1000).toBeGreaterThan(config.shutdownGraceMs);
+  });
+
+  it('runs with auth on, the admin token from a Secret, never --insecure', () => {
+    const config = deployedConfig();
+    expect(config).toMatchObject({ authRequired: true, insecure: false, bootstrapAdminToken: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855' });
+    const adminEnv = (container.env as Obj[]).find((e) => e.name === SETTINGS.bootstrap_admin_token.env)!;
+    expect(adminEnv.valueFrom.secretKeyRef).toEqual({ name: 'leoflow-auth', key: 'admin-token' });
+    expect(configMap.data[SETTINGS.insecure.env]).toBeUndefined();
+    expect(container.args).not.toContain('--insecure');
   });
 
   it('runs the Kubernetes executor, its task pods on the deployment\'s own image, kept equal by the kustomization', () => {

@@ -78,7 +78,7 @@ export function registerAgent(program: Command): void {
     .option('--labels <k=v,...>', 'placement labels, e.g. gpu=nvidia,zone=a')
     .option('--capabilities <a,b,...>', 'placement capabilities, e.g. docker,python3')
     .option('--slots <n>', 'tasks run at once (default 1)')
-    .option('--token <token>', 'shared secret, when the control plane requires one [env LEOFLOW_AGENT_TOKEN]')
+    .option('--token <token>', 'agent credential: a token of role agent bound to this id (leoflow token create --role agent), or the deprecated shared secret [env LEOFLOW_AGENT_TOKEN]')
     .option('--tls-cert <file>', 'PEM client certificate whose CN is this agent id, for a control plane with --tls-client-ca (with --tls-key) [env LEOFLOW_AGENT_TLS_CERT]')
     .option('--tls-key <file>', 'PEM private key of --tls-cert [env LEOFLOW_AGENT_TLS_KEY]')
     .option('--once', 'one-shot: run the current attempt of --ti, then exit')
@@ -91,14 +91,16 @@ export function registerAgent(program: Command): void {
     .option('--log-level <level>', 'trace | debug | info | warn | error | fatal | silent (default info)')
     .addHelpText('after', AFTER_HELP)
     .action(async (flags: AgentFlags, cmd: Command) => {
-      const { server, caFile } = cmd.optsWithGlobals<{ server: string; caFile?: string }>();
+      // `leoflow --token` (the API token) is parsed by the program wherever it stands, so the
+      // agent's own --token reaches it as a global.
+      const { server, caFile, token } = cmd.optsWithGlobals<{ server: string; caFile?: string; token?: string }>();
       let config;
       let tls;
       try {
         // With a client certificate and no --id, the agent is who its certificate says.
         const certFile = flags.tlsCert || process.env.LEOFLOW_AGENT_TLS_CERT;
         const id = flags.id ?? (certFile ? commonNameOf(certFile) : undefined);
-        config = parseAgentFlags({ ...flags, server, ...(caFile ? { caFile } : {}), ...(id !== undefined ? { id } : {}) }, {
+        config = parseAgentFlags({ ...flags, server, token: flags.token ?? token, ...(caFile ? { caFile } : {}), ...(id !== undefined ? { id } : {}) }, {
           hostname: os.hostname(),
           pid: process.pid,
           isTTY: process.stdout.isTTY === true,

@@ -24,7 +24,9 @@ const HELP: Record<SettingKey, string> = {
   shutdown_grace: 'how long a graceful stop waits for running tasks',
   leader_watchdog: 'how often the leader checks its lock session',
   retention: 'remove finished runs (tasks, events, logs) this long after they ended, e.g. 30d; off keeps them',
-  agent_token: 'shared secret agents must present in Hello (default: none)',
+  agent_token: 'deprecated: one secret any agent may present in Hello, for any id (use `leoflow token create --role agent`)',
+  insecure: 'run without API tokens and agent credentials where they are required (Pro; Lite off loopback); logged at every start',
+  bootstrap_admin_token: 'an admin token of your choosing (>= 32 random characters), stored hashed at start under id "bootstrap-admin"',
   tls_cert: 'PEM certificate (chain) of the API port: serve gRPC, gRPC-Web and Connect over TLS (with --tls-key)',
   tls_key: 'PEM private key of --tls-cert (unencrypted)',
   tls_client_ca: "mTLS: PEM CA of agents' client certificates; an agent stream must then present one whose CN is its agent id",
@@ -51,13 +53,13 @@ function camel(flag: string): string {
 export function registerServer(program: Command): void {
   const cmd = program.command('server').description('run a control-plane replica (API, scheduler, executor)');
   for (const [key, s] of Object.entries(SETTINGS)) {
-    cmd.option(`${s.flag} <value>`, `${HELP[key as SettingKey]} [env ${s.env}]`);
+    cmd.option(s.kind === 'boolean' ? s.flag : `${s.flag} <value>`, `${HELP[key as SettingKey]} [env ${s.env}]`);
   }
   cmd.action(async (opts: Record<string, string>) => {
     const flags: Partial<Record<SettingKey, string>> = {};
     for (const [key, s] of Object.entries(SETTINGS)) {
-      const v = opts[camel(s.flag)];
-      if (v !== undefined) flags[key as SettingKey] = v;
+      const v = opts[camel(s.flag)] as string | boolean | undefined;
+      if (v !== undefined) flags[key as SettingKey] = String(v);
     }
     let config;
     try {

@@ -1,0 +1,63 @@
+import { Code, ConnectError } from '@connectrpc/connect';
+import { agentPatternMatches } from '../core/api-role.js';
+import type { TokenAuthenticator } from './token-authenticator.js';
+import { secretsEqual } from './token-secret.js';
+
+/** What an agent's Hello is checked against. */
+export interface AgentCredentials {
+  /** True when every agent must present a credential (auth is on: Pro, or Lite off loopback). */
+  required: boolean;
+  authenticator: TokenAuthenticator;
+  /** The deprecated shared `--agent-token`, good for any agent id; null when none is set. */
+  sharedToken: string | null;
+  /**
+   * The pod name of the live kubernetes attempt holding this token, or null. A pod's agent
+   * (Hello.only_attempt_token) needs no other credential: it may be that pod, for that attempt only.
+   */
+  podOfAttempt(tiId: string, attemptToken: string): Promise<string | null>;
+}
+
+/** The Hello fields a credential is checked with. */
+export interface HelloCredential {
+  agentId: string;
+  token: string;
+  onlyTiId: string;
+  onlyAttemptToken: string;
+}
+
+/**
+ * Checks the credential in a Hello before anything is written for the agent id it claims. A token
+ * of role agent is accepted only for the ids its pattern matches (PERMISSION_DENIED naming the id
+ * otherwise), so holding one agent's token never lets a process take another's id and, with it,
+ * that agent's attempts. A pod's agent may prove itself with its attempt's token instead. The
+ * deprecated shared `--agent-token` is still accepted, compared in constant time.
+ */
+export async function checkAgentCredential(h: HelloCredential, c: AgentCredentials, opts: { certified?: boolean } = {}): Promise<void> {
+  const { agentId, token: presented } = h;
+  // A client certificate verified against --tls-client-ca and naming this agent id
+  // (tls-identity.ts) is a per-agent credential of its own.
+  if (opts.certified && presented === '') return;
+  // The attempt's own token, from the pod the kubernetes executor made for it (its name is the agent id).
+  if ((c.required || c.sharedToken !== null) && presented === '' && h.onlyAttemptToken !== '') {
+    const pod = /^[1-9]\d{0,18}$/.test(h.onlyTiId) ? await c.podOfAttempt(h.onlyTiId, h.onlyAttemptToken) : null;
+    if (pod !== null && secretsEqual(pod, agentId)) return;
+    throw new ConnectError(`hello.only_attempt_token: no live kubernetes attempt of task instance ${h.onlyTiId} with this token runs in a pod named "${agentId}"`, Code.Unauthenticated);
+  }
+  if (presented !== '') {
+    const who = await c.authenticator.authenticate(presented);
+    if (who.ok) {
+      const t = who.token;
+      if (t.role !== 'agent') throw new ConnectError(`hello.token: token "${t.id}" has role ${t.role}, not agent: create one with \`leoflow token create --role agent --agent-pattern ID\``, Code.PermissionDenied);
+      if (!agentPatternMatches(t.agent_pattern!, agentId)) {
+        throw new ConnectError(`hello.token: token "${t.id}" is bound to agent ids matching "${t.agent_pattern}", not to agent id "${agentId}"`, Code.PermissionDenied);
+      }
+      return;
+    }
+    if (c.sharedToken !== null && secretsEqual(presented, c.sharedToken)) return;
+    if (c.required || c.sharedToken !== null) throw new ConnectError(`hello.token: ${who.reason}`, Code.Unauthenticated);
+    return;
+  }
+  if (c.required || c.sharedToken !== null) {
+    throw new ConnectError('hello.token: this control plane needs an agent credential: set LEOFLOW_AGENT_TOKEN to a token of role agent bound to this agent id', Code.Unauthenticated);
+  }
+}

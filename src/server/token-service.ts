@@ -1,0 +1,44 @@
+import type { MessageInitShape } from '@bufbuild/protobuf';
+import { timestampFromDate } from '@bufbuild/protobuf/wkt';
+import { Code, ConnectError, type ServiceImpl } from '@connectrpc/connect';
+import { listApiTokens, revokeApiToken, type ApiTokenRow } from '../db/tokens/api-tokens.js';
+import type { Sql } from '../db/sql.js';
+import { TokenSchema, type TokenService } from '../gen/leoflow/v1/token_pb.js';
+import { createApiToken, TokenRequestError } from './create-api-token.js';
+
+export function tokenToProto(t: ApiTokenRow): MessageInitShape<typeof TokenSchema> {
+  return {
+    id: t.id,
+    name: t.name,
+    role: t.role,
+    agentPattern: t.agent_pattern ?? '',
+    createdAt: timestampFromDate(t.created_at),
+    expiresAt: t.expires_at ? timestampFromDate(t.expires_at) : undefined,
+    revoked: t.revoked_at !== null,
+  };
+}
+
+/** TokenService: create, list and revoke API tokens (the token guard lets only admins in). */
+export function createTokenService(deps: { sql: Sql }): ServiceImpl<typeof TokenService> {
+  const { sql } = deps;
+  return {
+    async createToken(req) {
+      try {
+        const { token, secret } = await createApiToken(sql, { name: req.name, role: req.role, agentPattern: req.agentPattern, ttlSeconds: Number(req.ttlSeconds) });
+        return { token: tokenToProto(token), secret };
+      } catch (err) {
+        if (err instanceof TokenRequestError) throw new ConnectError(err.message, Code.InvalidArgument);
+        throw err;
+      }
+    },
+    async listTokens() {
+      return { tokens: (await listApiTokens(sql)).map(tokenToProto) };
+    },
+    async revokeToken(req) {
+      if (req.id === '' || req.id.length > 64 || req.id.includes('\u0000')) throw new ConnectError(`id: must be a token id of 1 to 64 characters, got ${req.id.length}`, Code.InvalidArgument);
+      const r = await revokeApiToken(sql, req.id);
+      if (r === null) throw new ConnectError(`token ${JSON.stringify(req.id)} not found`, Code.NotFound);
+      return { revoked: r };
+    },
+  };
+}
