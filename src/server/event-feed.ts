@@ -29,6 +29,13 @@ export class WatcherBehindError extends Error {
   }
 }
 
+/** The replica is stopping: the watcher reconnects (to another replica) from its last seq. */
+export class FeedClosedError extends Error {
+  constructor(readonly lastSeq: string) {
+    super(`this replica is shutting down; reconnect with after_seq ${lastSeq} to go on without a gap`);
+  }
+}
+
 interface Watcher {
   filter: EventFilter;
   queue: EventRow[];
@@ -220,6 +227,7 @@ export function createEventFeed(sql: Sql, logger: Logger): EventFeed {
             await new Promise<void>((r) => (w.wake = r));
             w.wake = null;
           }
+          if (closed) throw new FeedClosedError(delivered);
           return null;
         },
         close,
