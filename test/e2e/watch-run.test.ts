@@ -95,6 +95,36 @@ describe('WatchRun', () => {
     expect(tail).toEqual(log.slice(3));
   }, 30_000);
 
+  it('WatchRuns streams the events of one DAG runs as they commit, and refuses an unknown DAG', async () => {
+    const api = createClients(servers[1]!.url);
+    const [row] = await db.sql<{ last: string }[]>`select coalesce(max(seq), 0)::text as last from events`;
+    const last = row!.last;
+    const ac = new AbortController();
+    const got: RunEvent[] = [];
+    const reading = (async () => {
+      try {
+        for await (const res of api.workflow.watchRuns({ dagId: 'chain', afterSeq: last }, { signal: ac.signal })) {
+          got.push(...res.events);
+          if (got.some((e) => e.kind === 'run.state' && JSON.parse(e.payloadJson).to === 'success')) return;
+        }
+      } catch {
+        // aborted
+      }
+    })();
+    const { run } = await createClients(servers[0]!.url).workflow.triggerRun({ dagId: 'chain', confJson: '', runKey: '' });
+    await Promise.race([reading, new Promise((r) => setTimeout(r, 20_000))]);
+    ac.abort();
+    expect(got.every((e) => e.dagId === 'chain' && e.runId === run!.runId)).toBe(true);
+    expect(got.map((e) => e.seq)).toEqual(await logged(run!.runId));
+    let refused = '';
+    try {
+      for await (const _ of api.workflow.watchRuns({ dagId: 'nope', afterSeq: '0' })) void _;
+    } catch (err) {
+      refused = (err as Error).message;
+    }
+    expect(refused).toContain('DAG "nope" not found');
+  }, 30_000);
+
   it('refuses an unknown run and a bad cursor clearly', async () => {
     const api = createClients(servers[0]!.url);
     const read = async (req: { runId: string; afterSeq: string }) => {
