@@ -331,6 +331,11 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       const afterSeq = seqOf(req.afterSeq);
       const states = await runAndTiStates(sql, runId, undefined);
       if (!states) throw new NotFoundError(`run ${runId} not found`);
+      // A run that has ended, asked for after its last event (a resume after the end): nothing is to come.
+      if (!req.follow && isTerminalRun(states.run)) {
+        const [r] = await sql<{ last: string | null }[]>`select max(seq)::text as last from events where run_id = ${runId}`;
+        if (r?.last != null && BigInt(r.last) <= afterSeq) return;
+      }
       const watch = await deps.events.watch({ runId, afterSeq, maxBehind: WATCH_MAX_BEHIND });
       const stop = () => watch.close();
       context.signal.addEventListener('abort', stop, { once: true });

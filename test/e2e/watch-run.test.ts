@@ -93,6 +93,10 @@ describe('WatchRun', () => {
     const tail: string[] = [];
     for await (const res of two.workflow.watchRun({ runId: run!.runId, afterSeq: log[2]!, follow: false })) tail.push(...res.events.map((e) => e.seq));
     expect(tail).toEqual(log.slice(3));
+    // Resumed after the last event of the ended run: the stream ends at once, empty.
+    const none: string[] = [];
+    for await (const res of two.workflow.watchRun({ runId: run!.runId, afterSeq: log.at(-1)!, follow: false })) none.push(...res.events.map((e) => e.seq));
+    expect(none).toEqual([]);
   }, 30_000);
 
   it('WatchRuns streams the events of one DAG runs as they commit, and refuses an unknown DAG', async () => {
