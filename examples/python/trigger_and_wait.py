@@ -47,7 +47,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--server", default="127.0.0.1:7070", help="control plane host:port")
     p.add_argument("--conf", default="", help="run conf, a JSON object")
     p.add_argument("--timeout", type=float, default=300, help="give up after this many seconds")
-    p.add_argument("--interval", type=float, default=0.2, help="poll GetRun this often (seconds)")
     p.add_argument("--logs", action="store_true", help="print the run's log lines at the end")
     p.add_argument("--json-out", help="write the final GetRunResponse as JSON to this file")
     args = p.parse_args(argv)
@@ -62,22 +61,40 @@ def main(argv: Optional[list[str]] = None) -> int:
         run = api.TriggerRun(wf.TriggerRunRequest(dag_id=dag_id, conf_json=args.conf), timeout=30).run
         print(f"run {run.run_id} of {dag_id} triggered (key {run.run_key})", flush=True)
 
+        # The run's events are pushed as they commit (WatchRun): each batch is one GetRun to print
+        # what moved, never a read at an interval. A stream cut off (a replica stopping, this
+        # reader too slow) is resumed from the last seq received: nothing missed, nothing twice.
         deadline = time.monotonic() + args.timeout
         seen: dict[str, str] = {}
-        while True:
+        after = 0
+
+        def show() -> wf.GetRunResponse:
             got = api.GetRun(wf.GetRunRequest(run_id=run.run_id), timeout=30)
             for ti in got.task_instances:
                 line = describe(ti)
                 if seen.get(ti.task_id) != line:
                     seen[ti.task_id] = line
                     print(f"  {line}", flush=True)
-            if got.run.state in ENDED:
+            return got
+
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                for batch in api.WatchRun(wf.WatchRunRequest(run_id=run.run_id, after_seq=after), timeout=max(remaining, 0.1)):
+                    if batch.events:
+                        after = batch.events[-1].seq
+                        show()
                 break
-            if time.monotonic() > deadline:
-                print(f"run {run.run_id}: still {state_name(types_pb2.RunState, got.run.state, 'RUN_STATE_')}"
-                      f" after {args.timeout:g}s, giving up", file=sys.stderr)
-                return 1
-            time.sleep(args.interval)
+            except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    got = show()
+                    print(f"run {run.run_id}: still {state_name(types_pb2.RunState, got.run.state, 'RUN_STATE_')}"
+                          f" after {args.timeout:g}s, giving up", file=sys.stderr)
+                    return 1
+                if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED):
+                    raise
+                time.sleep(0.2)
+        got = show()
 
         if args.logs:
             for batch in api.TailLogs(wf.TailLogsRequest(run_id=run.run_id), timeout=30):

@@ -13,6 +13,10 @@ export const CHANNELS = {
   cancel: 'leoflow_cancel',
   /** `<agentId>`: send Drain to this agent, if you hold its stream. */
   drain: 'leoflow_drain',
+  /** New rows in `events` may be visible (sent by a trigger on `events`, migration 011). */
+  events: 'leoflow_events',
+  /** New lines in `task_logs` (sent by a trigger on `task_logs`, migration 011). */
+  logs: 'leoflow_logs',
 } as const;
 
 export type Channel = (typeof CHANNELS)[keyof typeof CHANNELS];

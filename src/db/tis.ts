@@ -132,11 +132,15 @@ export async function setPendingReasons(sql: Sql | TxSql, reasons: Map<string, s
   if (reasons.size === 0) return;
   const ids = [...reasons.keys()];
   const values = ids.map((id) => reasons.get(id) ?? null);
+  // Only a reason that changed is written, and recorded in the events log for watchers.
   await sql`
     with r as (select * from unnest(${ids}::bigint[], ${values as string[]}::text[]) as r(id, reason)),
     free as (
       select t.id, r.reason from task_instances t join r on t.id = r.id
-      where t.state in (${inlineLiterals(sql, WAITING_TI_STATES)})
-      for update of t skip locked)
-    update task_instances t set pending_reason = free.reason from free where t.id = free.id`;
+      where t.state in (${inlineLiterals(sql, WAITING_TI_STATES)}) and t.pending_reason is distinct from r.reason
+      for update of t skip locked),
+    moved as (
+      update task_instances t set pending_reason = free.reason from free where t.id = free.id
+      returning t.id, t.run_id, t.task_id, t.try_number, t.pending_reason)
+    ${tiEvents(sql, EVENT_KIND.tiPending, sql`moved`, sql`jsonb_build_object('task_id', task_id, 'try', try_number, 'reason', pending_reason)`)}`;
 }

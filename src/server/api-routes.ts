@@ -24,12 +24,14 @@ import type { DagParser } from './dag-parser.js';
 import { dagFilesDefining } from './dag-files-defining.js';
 import { clientCertificateKey, clientCertificateOf } from './tls-identity.js';
 import { createWorkflowService } from './workflow-service.js';
+import type { EventFeed } from './event-feed.js';
+import type { ChangeSignal } from './change-signal.js';
 
 /**
  * The API's three services, on what the replica was wired with, as one HTTP/2 handler, behind
  * the guard of the replica's role.
  */
-export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: { required: boolean; authenticator: TokenAuthenticator }; metrics: Pick<Metrics, 'authDenied'>; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet; health: Health; dispatchQueueDepth(): number }) {
+export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: { required: boolean; authenticator: TokenAuthenticator }; metrics: Pick<Metrics, 'authDenied'>; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet; events: EventFeed; changes: ChangeSignal; health: Health; dispatchQueueDepth(): number }) {
   const { sql, logger, config, parser, scheduler, fleet, health } = o;
   // With mTLS on, each request carries its connection's client certificate, for the Hello check.
   const askCertificate = config.tls?.clientCa != null;
@@ -67,7 +69,8 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: {
           // The holder's kill grace, the output read after the exit (2 s) and the report's way here.
           attemptsEndWithinMs: config.killGraceMs + 5_000,
           dagFilesDefining: (dagId) => dagFilesDefining(config.dags, dagId, (source, file) => parser.parse(source, file)),
-          logPollMs: 200,
+          events: o.events,
+          changes: o.changes,
         }),
       );
       router.service(

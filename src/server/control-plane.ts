@@ -1,3 +1,5 @@
+import { createEventFeed } from './event-feed.js';
+import { createChangeSignal } from './change-signal.js';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import type { AttemptReporter } from '../core/attempt.js';
@@ -191,7 +193,12 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       stopping: () => closing !== null,
       databaseTimeoutMs: 2_000,
     });
-    const routes = apiRoutes({ sql, logger, config, auth, metrics, parser, scheduler: sched, fleet, health, dispatchQueueDepth: () => queueDepth });
+    // One feed of events and one change signal for every watcher and log follower of this replica.
+    const events = createEventFeed(sql, logger);
+    cleanups.push(async () => events.close());
+    const changes = createChangeSignal();
+    metrics.sources.watchersConnected = () => events.watchers();
+    const routes = apiRoutes({ sql, logger, config, auth, metrics, parser, scheduler: sched, fleet, health, events, changes, dispatchQueueDepth: () => queueDepth });
     const tls = config.tls && { cert: config.tls.cert, key: config.tls.key, clientCa: config.tls.clientCa, rejectUnauthorized: config.tls.clientAuth === 'all' };
     const apiServer = await serveApi(routes, config.listenHost, config.listenPort, tls);
     api = apiServer;
@@ -216,6 +223,11 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
         // this replica's view of the agents' free slots is stale.
         fleet.placement.invalidate();
         sched.notified(payload === '' ? undefined : payload.split(','));
+      } else if (channel === CHANNELS.events) {
+        events.notified();
+        changes.fire();
+      } else if (channel === CHANNELS.logs) {
+        changes.fire();
       } else if (channel === CHANNELS.cancel) {
         // Whichever executor of this replica holds it: a subprocess, or an agent's stream.
         sched.cancelNotified(payload);
@@ -251,6 +263,8 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
           // 4. The listeners last: until now an Assign notified for an agent of this replica
           //    reaches its stream, or is given back.
           await listener.close();
+          // Watchers are told to reconnect elsewhere (UNAVAILABLE with their seq) before the API stops.
+          events.close();
           await apiServer.close();
           await parser.close();
           await metricsServer?.close();

@@ -1,3 +1,4 @@
+import { FeedClosedError, WatcherBehindError } from './event-feed.js';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { echo } from '../core/check-text.js';
 import { LIMITS } from '../core/limits.js';
@@ -45,6 +46,8 @@ function wireError(err: unknown): ConnectError {
     return new ConnectError(err.message, code);
   }
   if (err instanceof InvalidArgumentError) return new ConnectError(err.message, Code.InvalidArgument);
+  if (err instanceof WatcherBehindError) return new ConnectError(err.message, Code.ResourceExhausted);
+  if (err instanceof FeedClosedError) return new ConnectError(err.message, Code.Unavailable);
   if (err instanceof NotFoundError) return new ConnectError(err.message, Code.NotFound);
   if (err instanceof FailedPreconditionError) return new ConnectError(err.message, Code.FailedPrecondition);
   return new ConnectError(err instanceof Error ? err.message : String(err), Code.Internal);

@@ -16,6 +16,8 @@ const CLUSTER_READ_MS = 5_000;
 export interface MetricSources {
   /** Agent streams open on this replica. */
   agentsConnected(): number;
+  /** WatchRun and WatchRuns streams this replica feeds. */
+  watchersConnected(): number;
   /** The cluster's active runs and waiting tasks, read by the leader only (null elsewhere, so one series set is reported). */
   cluster(): Promise<ClusterGauges> | null;
 }
@@ -26,7 +28,7 @@ export interface MetricSources {
  */
 export function createMetrics(opts: { role?: string } = {}) {
   const registry = new Registry();
-  const sources: MetricSources = { agentsConnected: () => 0, cluster: () => null };
+  const sources: MetricSources = { agentsConnected: () => 0, watchersConnected: () => 0, cluster: () => null };
   const dagLabel = boundedLabel(MAX_DAG_SERIES);
   let clusterRead: { at: number; value: Promise<ClusterGauges | null> } | null = null;
   const readCluster = (): Promise<ClusterGauges | null> => {
@@ -135,6 +137,14 @@ export function createMetrics(opts: { role?: string } = {}) {
       registers: [registry],
       collect() {
         this.set(sources.agentsConnected());
+      },
+    }),
+    watchersConnected: new Gauge({
+      name: 'watchers_connected',
+      help: 'WatchRun and WatchRuns streams open on this replica',
+      registers: [registry],
+      collect() {
+        this.set(sources.watchersConnected());
       },
     }),
     dispatchQueueCapacity: new Gauge({ name: 'dispatch_queue_capacity', help: 'Task instances the dispatch queue holds at most (dispatch_queue_depth against it is how full it is)', registers: [registry] }),

@@ -33,6 +33,8 @@ export const READ_RPCS: readonly DescMethod[] = [
   w.listRuns,
   w.listTaskInstances,
   w.tailLogs,
+  w.watchRun,
+  w.watchRuns,
   ClusterService.method.getLeader,
   ClusterService.method.getHealth,
   ClusterService.method.listAgents,

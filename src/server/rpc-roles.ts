@@ -21,6 +21,8 @@ export const RPC_ROLES: ReadonlyMap<DescMethod, ApiRole> = new Map<DescMethod, A
   [w.listRuns, 'viewer'],
   [w.listTaskInstances, 'viewer'],
   [w.tailLogs, 'viewer'],
+  [w.watchRun, 'viewer'],
+  [w.watchRuns, 'viewer'],
   [c.getLeader, 'viewer'],
   [c.getHealth, 'viewer'],
   [c.listAgents, 'viewer'],

@@ -6,6 +6,7 @@ import type { RunState, TiState } from '../core/states.js';
 import type { DagView } from '../db/dags.js';
 import type { HistoryCounts } from '../db/history/remove-runs.js';
 import type { LogRow } from '../db/logs.js';
+import type { EventRow } from '../db/events/read-events.js';
 import type { RunView } from '../db/runs.js';
 import type { TiView } from '../db/tis.js';
 import {
@@ -21,7 +22,7 @@ import {
   type Run,
   type TaskInstance,
 } from '../gen/leoflow/v1/types_pb.js';
-import { HistoryCountsSchema, type HistoryCounts as PbHistoryCounts } from '../gen/leoflow/v1/workflow_pb.js';
+import { HistoryCountsSchema, RunEventSchema, type HistoryCounts as PbHistoryCounts, type RunEvent } from '../gen/leoflow/v1/workflow_pb.js';
 
 /** Row → message conversions, kept apart from the handlers so each handler reads as its logic. */
 
@@ -114,6 +115,18 @@ export function tiToProto(t: TiView): TaskInstance {
     error: t.error ?? '',
     pendingReason: t.pending_reason ?? '',
     nextTryAt: ts(t.next_try_at),
+  });
+}
+
+export function eventToProto(e: EventRow): RunEvent {
+  return create(RunEventSchema, {
+    seq: e.seq,
+    runId: e.run_id ?? '0',
+    tiId: e.ti_id ?? '0',
+    dagId: e.dag_id ?? '',
+    kind: e.kind,
+    payloadJson: JSON.stringify(e.payload),
+    at: ts(e.at),
   });
 }
 

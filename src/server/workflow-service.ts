@@ -18,10 +18,12 @@ import { cleanBatches, cleanHistory, DEFAULT_KEEP_LAST, keptFor, MAX_KEEP_LAST, 
 import { deleteDagWithHistory } from './delete-dag.js';
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError, parseId, toConnectError } from './errors.js';
 import type { RunRead } from '../scheduler/planner-memory.js';
-import { countsToProto, dagToProto, logToProto, runToProto, tiToProto } from './to-proto.js';
+import { countsToProto, dagToProto, eventToProto, logToProto, runToProto, tiToProto } from './to-proto.js';
 import { echo, unstorable } from '../core/check-text.js';
 import { LIMITS } from '../core/limits.js';
 import { parseConf } from './parse-conf.js';
+import type { EventFeed } from './event-feed.js';
+import type { ChangeSignal } from './change-signal.js';
 
 export interface WorkflowDeps {
   sql: Sql;
@@ -39,9 +41,16 @@ export interface WorkflowDeps {
   attemptsEndWithinMs: number;
   /** Files among the server's start-up DAG paths that define this DAG (they would bring it back). */
   dagFilesDefining?(dagId: string): Promise<string[]>;
-  /** How often a following TailLogs looks for new lines. */
-  logPollMs: number;
+  /** This replica's feed of events to its watchers (WatchRun, WatchRuns). */
+  events: EventFeed;
+  /** Fired when log lines or events were written (a NOTIFY): a following TailLogs reads then. */
+  changes: ChangeSignal;
 }
+
+/** How far a watcher may fall behind (events not yet taken by its stream) before it is cut off. */
+export const WATCH_MAX_BEHIND = 10_000;
+/** A following TailLogs reads again at least this often, should a NOTIFY be lost. */
+const LOG_BACKSTOP_MS = 2_000;
 
 const MAX_SOURCE_BYTES = 1024 * 1024;
 
@@ -313,11 +322,64 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
           if (rows.length < 1000) break;
         }
         if (ended || context.signal.aborted) return;
-        await new Promise((r) => setTimeout(r, deps.logPollMs));
+        await deps.changes.wait(LOG_BACKSTOP_MS, context.signal);
+      }
+    },
+
+    async *watchRun(req, context) {
+      const runId = parseId('run_id', req.runId);
+      const afterSeq = seqOf(req.afterSeq);
+      const states = await runAndTiStates(sql, runId, undefined);
+      if (!states) throw new NotFoundError(`run ${runId} not found`);
+      // A run that has ended, asked for after its last event (a resume after the end): nothing is to come.
+      if (!req.follow && isTerminalRun(states.run)) {
+        const [r] = await sql<{ last: string | null }[]>`select max(seq)::text as last from events where run_id = ${runId}`;
+        if (r?.last != null && BigInt(r.last) <= afterSeq) return;
+      }
+      const watch = await deps.events.watch({ runId, afterSeq, maxBehind: WATCH_MAX_BEHIND });
+      const stop = () => watch.close();
+      context.signal.addEventListener('abort', stop, { once: true });
+      try {
+        let ended = false;
+        for (;;) {
+          const batch = await watch.next();
+          if (batch === null) return;
+          if (batch.length > 0) yield { events: batch.map(eventToProto) };
+          ended ||= batch.some((e) => e.kind === 'run.state' && isTerminalRun(String(e.payload.to) as never));
+          if (!req.follow && ended) return;
+        }
+      } finally {
+        context.signal.removeEventListener('abort', stop);
+        watch.close();
+      }
+    },
+
+    async *watchRuns(req, context) {
+      const dagId = bounded('dag_id', req.dagId) || undefined;
+      const afterSeq = seqOf(req.afterSeq);
+      if (dagId !== undefined && !(await dagExists(sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
+      const watch = await deps.events.watch({ dagId, afterSeq, maxBehind: WATCH_MAX_BEHIND });
+      const stop = () => watch.close();
+      context.signal.addEventListener('abort', stop, { once: true });
+      try {
+        for (;;) {
+          const batch = await watch.next();
+          if (batch === null) return;
+          yield { events: batch.map(eventToProto) };
+        }
+      } finally {
+        context.signal.removeEventListener('abort', stop);
+        watch.close();
       }
     },
   };
   return guarded(deps.logger, impl);
+}
+
+/** A cursor given in a request: 0 or a seq. */
+function seqOf(value: string): bigint {
+  if (!/^\d{1,19}$/.test(value) || BigInt(value) > 9223372036854775807n) throw new InvalidArgumentError('after_seq', `must be 0 or a seq (a positive 64-bit integer), got ${echo(value)}`);
+  return BigInt(value);
 }
 
 async function selectionEnded(sql: Sql, runId: string, taskId: string | undefined): Promise<boolean> {

@@ -1,3 +1,5 @@
+import { createEventFeed } from '../../src/server/event-feed.js';
+import { createChangeSignal } from '../../src/server/change-signal.js';
 import pino from 'pino';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -47,7 +49,8 @@ beforeAll(async () => {
     stopAttempts: () => {},
     attemptsEndWithinMs: 2000,
     defaultExecutor: 'subprocess',
-    logPollMs: 10,
+    events: createEventFeed(pool, logger),
+    changes: createChangeSignal(),
   }) as unknown as Record<string, Handler>;
   cluster = createClusterService({
     sql: pool,

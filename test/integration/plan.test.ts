@@ -198,7 +198,7 @@ describe('plan', () => {
     expect(order).toHaveLength(4);
     for (const ti of await listTis(db.sql, run.id)) {
       expect(ti).toMatchObject({ state: 'success', try_number: 1 });
-      const evs = await db.sql<{ to: string }[]>`select payload->>'to' as to from events where ti_id = ${ti.id} order by seq`;
+      const evs = await db.sql<{ to: string }[]>`select payload->>'to' as to from events where ti_id = ${ti.id} and kind = 'ti.state' order by seq`;
       expect(evs.map((e) => e.to), ti.task_id).toEqual(['scheduled', 'queued', 'running', 'success']);
     }
     expect(h.errors).toEqual([]);

@@ -34,6 +34,7 @@ const DESIGN_METRICS: Record<string, string> = {
   // Health and alerts (issue 26): agent streams open, the queue's size, the tasks' wait and run
   // time by DAG, and the leader's view of the active runs and the waiting tasks.
   agents_connected: 'gauge',
+  watchers_connected: 'gauge',
   dispatch_queue_capacity: 'gauge',
   task_duration_seconds: 'histogram',
   task_queue_wait_seconds: 'histogram',

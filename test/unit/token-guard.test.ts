@@ -21,6 +21,8 @@ const NEEDS: Record<string, 'viewer' | 'operator' | 'admin' | 'hello'> = {
   'leoflow.v1.WorkflowService/ListRuns': 'viewer',
   'leoflow.v1.WorkflowService/ListTaskInstances': 'viewer',
   'leoflow.v1.WorkflowService/TailLogs': 'viewer',
+  'leoflow.v1.WorkflowService/WatchRun': 'viewer',
+  'leoflow.v1.WorkflowService/WatchRuns': 'viewer',
   'leoflow.v1.ClusterService/GetLeader': 'viewer',
   'leoflow.v1.ClusterService/GetHealth': 'viewer',
   'leoflow.v1.ClusterService/ListAgents': 'viewer',

@@ -3,6 +3,8 @@ import { timestampDate } from '@bufbuild/protobuf/wkt';
 import { RunState, type Run, type TaskInstance } from '../../gen/leoflow/v1/types_pb.js';
 import type { Clients } from '../client.js';
 import { clock, duration, runStateName, table, taskStateName, time } from '../format.js';
+import { followRun } from '../follow-run.js';
+import logUpdate from 'log-update';
 
 const ENDED = new Set([RunState.SUCCESS, RunState.FAILED, RunState.CANCELLED]);
 
@@ -26,36 +28,53 @@ function summary(tis: TaskInstance[]): string {
 
 /**
  * Follows a run until it ends, printing each task's moves as they happen (one line per move, so
- * the output reads the same in a terminal and in a CI log). Resolves the final run.
+ * the output reads the same in a terminal and in a CI log). Driven by the run's event stream: each
+ * batch of events is one read of the run's task instances, never a read at an interval. Resolves
+ * the final run.
  */
-async function watch(clients: Clients, run: Run, pollMs: number): Promise<{ run: Run; tis: TaskInstance[] }> {
+async function watch(clients: Clients, run: Run): Promise<{ run: Run; tis: TaskInstance[] }> {
   const seen = new Map<string, string>();
-  const total = () => seen.size;
   let width = 8;
-  for (;;) {
-    const res = await clients.workflow.getRun({ runId: run.runId });
-    const tis = res.taskInstances;
+  const print = (tis: TaskInstance[]) => {
     width = Math.max(width, ...tis.map((t) => t.taskId.length));
     let done = 0;
+    for (const t of tis) if (['success', 'failed', 'upstream_failed', 'skipped', 'cancelled'].includes(taskStateName(t.state))) done++;
     for (const t of tis) {
       const state = taskStateName(t.state);
-      if (['success', 'failed', 'upstream_failed', 'skipped', 'cancelled'].includes(state)) done++;
       const key = `${state}/${t.tryNumber}`;
       if (seen.get(t.taskId) === key || state === 'none') {
         seen.set(t.taskId, seen.get(t.taskId) ?? key);
         continue;
       }
       seen.set(t.taskId, key);
-      let detail = t.tryNumber > 0 ? `try ${t.tryNumber}/${t.maxTries}` : '';
-      if (t.exitCode !== undefined && state !== 'running') detail += `, exit ${t.exitCode}`;
-      if (state === 'up_for_retry' && t.nextTryAt) detail += `, retry at ${clock(timestampDate(t.nextTryAt))}`;
-      if (t.error && state !== 'success' && !/^exit code \d+$/.test(t.error)) detail += `, ${t.error}`;
-      process.stdout.write(`  ${clock(new Date())}  ${t.taskId.padEnd(width)}  ${state.padEnd(15)} ${detail}  [${done}/${tis.length} done]\n`);
+      process.stdout.write(`  ${clock(new Date())}  ${t.taskId.padEnd(width)}  ${state.padEnd(15)} ${tiDetail(t)}  [${done}/${tis.length} done]\n`);
     }
-    void total;
-    if (ENDED.has(res.run!.state)) return { run: res.run!, tis };
-    await new Promise((r) => setTimeout(r, pollMs));
-  }
+  };
+  for await (const _batch of followRun(clients, run.runId)) print((await clients.workflow.getRun({ runId: run.runId })).taskInstances);
+  const res = await clients.workflow.getRun({ runId: run.runId });
+  print(res.taskInstances);
+  return { run: res.run!, tis: res.taskInstances };
+}
+
+/** A task instance's try, exit, retry time and error, as one line's detail. */
+function tiDetail(t: TaskInstance): string {
+  const state = taskStateName(t.state);
+  let detail = t.tryNumber > 0 ? `try ${t.tryNumber}/${t.maxTries}` : '';
+  if (t.exitCode !== undefined && state !== 'running') detail += `, exit ${t.exitCode}`;
+  if (state === 'up_for_retry' && t.nextTryAt) detail += `, retry at ${clock(timestampDate(t.nextTryAt))}`;
+  if (t.pendingReason) detail += `, ${t.pendingReason}`;
+  if (t.error && state !== 'success' && !/^exit code \d+$/.test(t.error)) detail += `, ${t.error}`;
+  return detail;
+}
+
+/** The live view of `run watch` in a terminal: a table of the tasks and a progress bar, redrawn in place. */
+function drawRun(r: Run, tis: TaskInstance[], columns: number): string {
+  const ended = tis.filter((t) => ['success', 'failed', 'upstream_failed', 'skipped', 'cancelled'].includes(taskStateName(t.state))).length;
+  const barWidth = Math.max(10, Math.min(40, columns - 30));
+  const filled = tis.length === 0 ? 0 : Math.round((ended / tis.length) * barWidth);
+  const bar = `[${'#'.repeat(filled)}${'-'.repeat(barWidth - filled)}] ${ended}/${tis.length} tasks ended`;
+  const rows = tis.map((t) => [t.taskId, taskStateName(t.state), t.tryNumber > 0 ? `${t.tryNumber}/${t.maxTries}` : '-', duration(t.startedAt, t.endedAt), t.pendingReason || (t.error && taskStateName(t.state) !== 'success' ? t.error : '')]);
+  return `run ${r.runId} of ${r.dagId}: ${runStateName(r.state)}\n${bar}\n${table(['TASK', 'STATE', 'TRY', 'DURATION', 'WHY'], rows)}`;
 }
 
 export function registerRun(program: Command, clients: () => Clients): void {
@@ -80,7 +99,7 @@ export function registerRun(program: Command, clients: () => Clients): void {
       process.stdout.write(`run ${r.runId} of ${r.dagId} ${res.created ? 'triggered' : 'already exists'} (key ${r.runKey})\n`);
       if (!opts.wait) return;
       const started = Date.now();
-      const end = await watch(c, r, 100);
+      const end = await watch(c, r);
       const state = runStateName(end.run.state);
       const secs = ((Date.now() - started) / 1000).toFixed(1);
       process.stdout.write(`run ${r.runId} ${state} in ${secs}s: ${summary(end.tis)}\n`);
@@ -143,6 +162,52 @@ export function registerRun(program: Command, clients: () => Clients): void {
           table(['TASK', 'STATE', 'TRY', 'EXIT', 'STARTED', 'DURATION', 'REASON / ERROR'], tiRows(res.taskInstances)) +
           '\n',
       );
+    });
+
+  run
+    .command('watch')
+    .description('follow a run live until it ends: a redrawn view in a terminal, one line per move otherwise')
+    .argument('<run_id>')
+    .option('--after <seq>', 'only events after this seq (to resume a watch)', '0')
+    .option('-f, --follow', 'keep watching after the run ends (a cleared task starts it again)')
+    .option('-o, --output <format>', 'text | json (one event per line)', 'text')
+    .action(async (runId: string, opts: { after: string; follow?: boolean; output: string }) => {
+      const c = clients();
+      const ac = new AbortController();
+      process.once('SIGINT', () => ac.abort());
+      if (opts.output === 'json') {
+        for await (const batch of followRun(c, runId, { afterSeq: opts.after, follow: opts.follow, signal: ac.signal })) {
+          for (const e of batch) {
+            process.stdout.write(JSON.stringify({ seq: e.seq, run_id: e.runId, ti_id: e.tiId === '0' ? null : e.tiId, dag_id: e.dagId, kind: e.kind, at: e.at ? timestampDate(e.at).toISOString() : null, ...JSON.parse(e.payloadJson) }) + '\n');
+          }
+        }
+        return;
+      }
+      const first = await c.workflow.getRun({ runId });
+      if (!process.stdout.isTTY) {
+        process.stdout.write(`run ${runId} of ${first.run!.dagId}: ${runStateName(first.run!.state)}\n`);
+        const end = await watch(c, first.run!);
+        process.stdout.write(`run ${runId} ${runStateName(end.run.state)}: ${summary(end.tis)}\n`);
+        if (end.run.state !== RunState.SUCCESS) process.exitCode = 1;
+        return;
+      }
+      let last = first;
+      const draw = () => logUpdate(drawRun(last.run!, last.taskInstances, process.stdout.columns ?? 80));
+      draw();
+      // Durations of running tasks move with the clock: the view is redrawn each second as well.
+      const timer = setInterval(draw, 1_000);
+      try {
+        for await (const _batch of followRun(c, runId, { afterSeq: opts.after, follow: opts.follow, signal: ac.signal })) {
+          last = await c.workflow.getRun({ runId });
+          draw();
+        }
+        last = await c.workflow.getRun({ runId });
+        draw();
+      } finally {
+        clearInterval(timer);
+        logUpdate.done();
+      }
+      if (last.run!.state !== RunState.SUCCESS) process.exitCode = 1;
     });
 
   run

@@ -5,6 +5,8 @@ import type { Fragment, Sql, TxSql } from '../sql.js';
 export const EVENT_KIND = {
   /** A task instance moved: `{ task_id, to, try, … }`. */
   tiState: 'ti.state',
+  /** Why a task instance waits changed: `{ task_id, try, reason }` (reason null: it no longer waits for a reason). */
+  tiPending: 'ti.pending',
   /** A run moved: `{ to, … }`. */
   runState: 'run.state',
   /** Advancing a run threw, and the planner skips it from now on: `{ error }`. */

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leoflow/v1/workflow.proto.
  */
 export const file_leoflow_v1_workflow: GenFile = /*@__PURE__*/
-  fileDesc("ChlsZW9mbG93L3YxL3dvcmtmbG93LnByb3RvEgpsZW9mbG93LnYxIjMKD0FwcGx5RGFnUmVxdWVzdBIOCgZzb3VyY2UYASABKAkSEAoIZmlsZW5hbWUYAiABKAkiQQoQQXBwbHlEYWdSZXNwb25zZRIcCgNkYWcYASABKAsyDy5sZW9mbG93LnYxLkRhZxIPCgdvdXRjb21lGAIgASgJIh8KDUdldERhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJIi4KDkdldERhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIhEKD0xpc3REYWdzUmVxdWVzdCIxChBMaXN0RGFnc1Jlc3BvbnNlEh0KBGRhZ3MYASADKAsyDy5sZW9mbG93LnYxLkRhZyIxCg9QYXVzZURhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg4KBnBhdXNlZBgCIAEoCCIwChBQYXVzZURhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIkcKEVRyaWdnZXJSdW5SZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRIPCgdydW5fa2V5GAIgASgJEhEKCWNvbmZfanNvbhgDIAEoCSJDChJUcmlnZ2VyUnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCIjCg1HZXRSdW5SZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAEiYAoOR2V0UnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SMAoOdGFza19pbnN0YW5jZXMYAiADKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSIwCg9MaXN0UnVuc1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFIjEKEExpc3RSdW5zUmVzcG9uc2USHQoEcnVucxgBIAMoCzIPLmxlb2Zsb3cudjEuUnVuIiYKEENhbmNlbFJ1blJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASIxChFDYW5jZWxSdW5SZXNwb25zZRIcCgNydW4YASABKAsyDy5sZW9mbG93LnYxLlJ1biIuChhMaXN0VGFza0luc3RhbmNlc1JlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASJNChlMaXN0VGFza0luc3RhbmNlc1Jlc3BvbnNlEjAKDnRhc2tfaW5zdGFuY2VzGAEgAygLMhgubGVvZmxvdy52MS5UYXNrSW5zdGFuY2UiUwoYQ2xlYXJUYXNrSW5zdGFuY2VSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESDwoHdGFza19pZBgCIAEoCRISCgpkb3duc3RyZWFtGAMgASgIImQKGUNsZWFyVGFza0luc3RhbmNlUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SKQoHY2xlYXJlZBgCIAMoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlIkAKGUNhbmNlbFRhc2tJbnN0YW5jZVJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJIk0KGkNhbmNlbFRhc2tJbnN0YW5jZVJlc3BvbnNlEi8KDXRhc2tfaW5zdGFuY2UYASABKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSJaCg9UYWlsTG9nc1JlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJEhIKCnRyeV9udW1iZXIYAyABKAUSDgoGZm9sbG93GAQgASgIIjYKEFRhaWxMb2dzUmVzcG9uc2USIgoFbGluZXMYASADKAsyEy5sZW9mbG93LnYxLkxvZ0xpbmUiWAoNSGlzdG9yeUNvdW50cxIMCgRydW5zGAEgASgDEhYKDnRhc2tfaW5zdGFuY2VzGAIgASgDEg4KBmV2ZW50cxgDIAEoAxIRCgl0YXNrX2xvZ3MYBCABKAMiMQoQRGVsZXRlRGFnUmVxdWVzdBIOCgZkYWdfaWQYASABKAkSDQoFZm9yY2UYAiABKAgicQoRRGVsZXRlRGFnUmVzcG9uc2USKgoHcmVtb3ZlZBgBIAEoCzIZLmxlb2Zsb3cudjEuSGlzdG9yeUNvdW50cxIdChFjYW5jZWxsZWRfcnVuX2lkcxgCIAMoA0ICMAESEQoJZGFnX2ZpbGVzGAMgAygJIogBChNDbGVhbkhpc3RvcnlSZXF1ZXN0EioKBmJlZm9yZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGZGFnX2lkGAIgASgJEg8KB2RyeV9ydW4YAyABKAgSFgoJa2VlcF9sYXN0GAQgASgFSACIAQFCDAoKX2tlZXBfbGFzdCJmChhXYXRjaENsZWFuSGlzdG9yeVJlcXVlc3QSMAoFc3RhcnQYASABKAsyHy5sZW9mbG93LnYxLkNsZWFuSGlzdG9yeVJlcXVlc3RIABIOCgRzdG9wGAIgASgISABCCAoGYWN0aW9uIpcBChlXYXRjaENsZWFuSGlzdG9yeVJlc3BvbnNlEioKB3JlbW92ZWQYASABKAsyGS5sZW9mbG93LnYxLkhpc3RvcnlDb3VudHMSKwoIZXhwZWN0ZWQYAiABKAsyGS5sZW9mbG93LnYxLkhpc3RvcnlDb3VudHMSEAoIZmluaXNoZWQYAyABKAgSDwoHc3RvcHBlZBgEIAEoCCJSChRDbGVhbkhpc3RvcnlSZXNwb25zZRIpCgZjb3VudHMYASABKAsyGS5sZW9mbG93LnYxLkhpc3RvcnlDb3VudHMSDwoHZHJ5X3J1bhgCIAEoCDK7CQoPV29ya2Zsb3dTZXJ2aWNlEkUKCEFwcGx5RGFnEhsubGVvZmxvdy52MS5BcHBseURhZ1JlcXVlc3QaHC5sZW9mbG93LnYxLkFwcGx5RGFnUmVzcG9uc2USPwoGR2V0RGFnEhkubGVvZmxvdy52MS5HZXREYWdSZXF1ZXN0GhoubGVvZmxvdy52MS5HZXREYWdSZXNwb25zZRJFCghMaXN0RGFncxIbLmxlb2Zsb3cudjEuTGlzdERhZ3NSZXF1ZXN0GhwubGVvZmxvdy52MS5MaXN0RGFnc1Jlc3BvbnNlEkUKCFBhdXNlRGFnEhsubGVvZmxvdy52MS5QYXVzZURhZ1JlcXVlc3QaHC5sZW9mbG93LnYxLlBhdXNlRGFnUmVzcG9uc2USSwoKVHJpZ2dlclJ1bhIdLmxlb2Zsb3cudjEuVHJpZ2dlclJ1blJlcXVlc3QaHi5sZW9mbG93LnYxLlRyaWdnZXJSdW5SZXNwb25zZRI/CgZHZXRSdW4SGS5sZW9mbG93LnYxLkdldFJ1blJlcXVlc3QaGi5sZW9mbG93LnYxLkdldFJ1blJlc3BvbnNlEkUKCExpc3RSdW5zEhsubGVvZmxvdy52MS5MaXN0UnVuc1JlcXVlc3QaHC5sZW9mbG93LnYxLkxpc3RSdW5zUmVzcG9uc2USSAoJQ2FuY2VsUnVuEhwubGVvZmxvdy52MS5DYW5jZWxSdW5SZXF1ZXN0Gh0ubGVvZmxvdy52MS5DYW5jZWxSdW5SZXNwb25zZRJgChFMaXN0VGFza0luc3RhbmNlcxIkLmxlb2Zsb3cudjEuTGlzdFRhc2tJbnN0YW5jZXNSZXF1ZXN0GiUubGVvZmxvdy52MS5MaXN0VGFza0luc3RhbmNlc1Jlc3BvbnNlEmAKEUNsZWFyVGFza0luc3RhbmNlEiQubGVvZmxvdy52MS5DbGVhclRhc2tJbnN0YW5jZVJlcXVlc3QaJS5sZW9mbG93LnYxLkNsZWFyVGFza0luc3RhbmNlUmVzcG9uc2USYwoSQ2FuY2VsVGFza0luc3RhbmNlEiUubGVvZmxvdy52MS5DYW5jZWxUYXNrSW5zdGFuY2VSZXF1ZXN0GiYubGVvZmxvdy52MS5DYW5jZWxUYXNrSW5zdGFuY2VSZXNwb25zZRJHCghUYWlsTG9ncxIbLmxlb2Zsb3cudjEuVGFpbExvZ3NSZXF1ZXN0GhwubGVvZmxvdy52MS5UYWlsTG9nc1Jlc3BvbnNlMAESSAoJRGVsZXRlRGFnEhwubGVvZmxvdy52MS5EZWxldGVEYWdSZXF1ZXN0Gh0ubGVvZmxvdy52MS5EZWxldGVEYWdSZXNwb25zZRJRCgxDbGVhbkhpc3RvcnkSHy5sZW9mbG93LnYxLkNsZWFuSGlzdG9yeVJlcXVlc3QaIC5sZW9mbG93LnYxLkNsZWFuSGlzdG9yeVJlc3BvbnNlEmQKEVdhdGNoQ2xlYW5IaXN0b3J5EiQubGVvZmxvdy52MS5XYXRjaENsZWFuSGlzdG9yeVJlcXVlc3QaJS5sZW9mbG93LnYxLldhdGNoQ2xlYW5IaXN0b3J5UmVzcG9uc2UoATABYgZwcm90bzM", [file_google_protobuf_timestamp, file_leoflow_v1_types]);
+  fileDesc("ChlsZW9mbG93L3YxL3dvcmtmbG93LnByb3RvEgpsZW9mbG93LnYxIjMKD0FwcGx5RGFnUmVxdWVzdBIOCgZzb3VyY2UYASABKAkSEAoIZmlsZW5hbWUYAiABKAkiQQoQQXBwbHlEYWdSZXNwb25zZRIcCgNkYWcYASABKAsyDy5sZW9mbG93LnYxLkRhZxIPCgdvdXRjb21lGAIgASgJIh8KDUdldERhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJIi4KDkdldERhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIhEKD0xpc3REYWdzUmVxdWVzdCIxChBMaXN0RGFnc1Jlc3BvbnNlEh0KBGRhZ3MYASADKAsyDy5sZW9mbG93LnYxLkRhZyIxCg9QYXVzZURhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg4KBnBhdXNlZBgCIAEoCCIwChBQYXVzZURhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIkcKEVRyaWdnZXJSdW5SZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRIPCgdydW5fa2V5GAIgASgJEhEKCWNvbmZfanNvbhgDIAEoCSJDChJUcmlnZ2VyUnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCIjCg1HZXRSdW5SZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAEiYAoOR2V0UnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SMAoOdGFza19pbnN0YW5jZXMYAiADKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSIwCg9MaXN0UnVuc1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFIjEKEExpc3RSdW5zUmVzcG9uc2USHQoEcnVucxgBIAMoCzIPLmxlb2Zsb3cudjEuUnVuIiYKEENhbmNlbFJ1blJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASIxChFDYW5jZWxSdW5SZXNwb25zZRIcCgNydW4YASABKAsyDy5sZW9mbG93LnYxLlJ1biIuChhMaXN0VGFza0luc3RhbmNlc1JlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASJNChlMaXN0VGFza0luc3RhbmNlc1Jlc3BvbnNlEjAKDnRhc2tfaW5zdGFuY2VzGAEgAygLMhgubGVvZmxvdy52MS5UYXNrSW5zdGFuY2UiUwoYQ2xlYXJUYXNrSW5zdGFuY2VSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESDwoHdGFza19pZBgCIAEoCRISCgpkb3duc3RyZWFtGAMgASgIImQKGUNsZWFyVGFza0luc3RhbmNlUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SKQoHY2xlYXJlZBgCIAMoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlIkAKGUNhbmNlbFRhc2tJbnN0YW5jZVJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJIk0KGkNhbmNlbFRhc2tJbnN0YW5jZVJlc3BvbnNlEi8KDXRhc2tfaW5zdGFuY2UYASABKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSJaCg9UYWlsTG9nc1JlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJEhIKCnRyeV9udW1iZXIYAyABKAUSDgoGZm9sbG93GAQgASgIIjYKEFRhaWxMb2dzUmVzcG9uc2USIgoFbGluZXMYASADKAsyEy5sZW9mbG93LnYxLkxvZ0xpbmUingEKCFJ1bkV2ZW50Eg8KA3NlcRgBIAEoA0ICMAESEgoGcnVuX2lkGAIgASgDQgIwARIRCgV0aV9pZBgDIAEoA0ICMAESDgoGZGFnX2lkGAQgASgJEgwKBGtpbmQYBSABKAkSFAoMcGF5bG9hZF9qc29uGAYgASgJEiYKAmF0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJMCg9XYXRjaFJ1blJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIVCglhZnRlcl9zZXEYAiABKANCAjABEg4KBmZvbGxvdxgDIAEoCCI4ChBXYXRjaFJ1blJlc3BvbnNlEiQKBmV2ZW50cxgBIAMoCzIULmxlb2Zsb3cudjEuUnVuRXZlbnQiOQoQV2F0Y2hSdW5zUmVxdWVzdBIOCgZkYWdfaWQYASABKAkSFQoJYWZ0ZXJfc2VxGAIgASgDQgIwASI5ChFXYXRjaFJ1bnNSZXNwb25zZRIkCgZldmVudHMYASADKAsyFC5sZW9mbG93LnYxLlJ1bkV2ZW50IlgKDUhpc3RvcnlDb3VudHMSDAoEcnVucxgBIAEoAxIWCg50YXNrX2luc3RhbmNlcxgCIAEoAxIOCgZldmVudHMYAyABKAMSEQoJdGFza19sb2dzGAQgASgDIjEKEERlbGV0ZURhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg0KBWZvcmNlGAIgASgIInEKEURlbGV0ZURhZ1Jlc3BvbnNlEioKB3JlbW92ZWQYASABKAsyGS5sZW9mbG93LnYxLkhpc3RvcnlDb3VudHMSHQoRY2FuY2VsbGVkX3J1bl9pZHMYAiADKANCAjABEhEKCWRhZ19maWxlcxgDIAMoCSKIAQoTQ2xlYW5IaXN0b3J5UmVxdWVzdBIqCgZiZWZvcmUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBmRhZ19pZBgCIAEoCRIPCgdkcnlfcnVuGAMgASgIEhYKCWtlZXBfbGFzdBgEIAEoBUgAiAEBQgwKCl9rZWVwX2xhc3QiZgoYV2F0Y2hDbGVhbkhpc3RvcnlSZXF1ZXN0EjAKBXN0YXJ0GAEgASgLMh8ubGVvZmxvdy52MS5DbGVhbkhpc3RvcnlSZXF1ZXN0SAASDgoEc3RvcBgCIAEoCEgAQggKBmFjdGlvbiKXAQoZV2F0Y2hDbGVhbkhpc3RvcnlSZXNwb25zZRIqCgdyZW1vdmVkGAEgASgLMhkubGVvZmxvdy52MS5IaXN0b3J5Q291bnRzEisKCGV4cGVjdGVkGAIgASgLMhkubGVvZmxvdy52MS5IaXN0b3J5Q291bnRzEhAKCGZpbmlzaGVkGAMgASgIEg8KB3N0b3BwZWQYBCABKAgiUgoUQ2xlYW5IaXN0b3J5UmVzcG9uc2USKQoGY291bnRzGAEgASgLMhkubGVvZmxvdy52MS5IaXN0b3J5Q291bnRzEg8KB2RyeV9ydW4YAiABKAgy0AoKD1dvcmtmbG93U2VydmljZRJFCghBcHBseURhZxIbLmxlb2Zsb3cudjEuQXBwbHlEYWdSZXF1ZXN0GhwubGVvZmxvdy52MS5BcHBseURhZ1Jlc3BvbnNlEj8KBkdldERhZxIZLmxlb2Zsb3cudjEuR2V0RGFnUmVxdWVzdBoaLmxlb2Zsb3cudjEuR2V0RGFnUmVzcG9uc2USRQoITGlzdERhZ3MSGy5sZW9mbG93LnYxLkxpc3REYWdzUmVxdWVzdBocLmxlb2Zsb3cudjEuTGlzdERhZ3NSZXNwb25zZRJFCghQYXVzZURhZxIbLmxlb2Zsb3cudjEuUGF1c2VEYWdSZXF1ZXN0GhwubGVvZmxvdy52MS5QYXVzZURhZ1Jlc3BvbnNlEksKClRyaWdnZXJSdW4SHS5sZW9mbG93LnYxLlRyaWdnZXJSdW5SZXF1ZXN0Gh4ubGVvZmxvdy52MS5UcmlnZ2VyUnVuUmVzcG9uc2USPwoGR2V0UnVuEhkubGVvZmxvdy52MS5HZXRSdW5SZXF1ZXN0GhoubGVvZmxvdy52MS5HZXRSdW5SZXNwb25zZRJFCghMaXN0UnVucxIbLmxlb2Zsb3cudjEuTGlzdFJ1bnNSZXF1ZXN0GhwubGVvZmxvdy52MS5MaXN0UnVuc1Jlc3BvbnNlEkgKCUNhbmNlbFJ1bhIcLmxlb2Zsb3cudjEuQ2FuY2VsUnVuUmVxdWVzdBodLmxlb2Zsb3cudjEuQ2FuY2VsUnVuUmVzcG9uc2USYAoRTGlzdFRhc2tJbnN0YW5jZXMSJC5sZW9mbG93LnYxLkxpc3RUYXNrSW5zdGFuY2VzUmVxdWVzdBolLmxlb2Zsb3cudjEuTGlzdFRhc2tJbnN0YW5jZXNSZXNwb25zZRJgChFDbGVhclRhc2tJbnN0YW5jZRIkLmxlb2Zsb3cudjEuQ2xlYXJUYXNrSW5zdGFuY2VSZXF1ZXN0GiUubGVvZmxvdy52MS5DbGVhclRhc2tJbnN0YW5jZVJlc3BvbnNlEmMKEkNhbmNlbFRhc2tJbnN0YW5jZRIlLmxlb2Zsb3cudjEuQ2FuY2VsVGFza0luc3RhbmNlUmVxdWVzdBomLmxlb2Zsb3cudjEuQ2FuY2VsVGFza0luc3RhbmNlUmVzcG9uc2USRwoIVGFpbExvZ3MSGy5sZW9mbG93LnYxLlRhaWxMb2dzUmVxdWVzdBocLmxlb2Zsb3cudjEuVGFpbExvZ3NSZXNwb25zZTABEkcKCFdhdGNoUnVuEhsubGVvZmxvdy52MS5XYXRjaFJ1blJlcXVlc3QaHC5sZW9mbG93LnYxLldhdGNoUnVuUmVzcG9uc2UwARJKCglXYXRjaFJ1bnMSHC5sZW9mbG93LnYxLldhdGNoUnVuc1JlcXVlc3QaHS5sZW9mbG93LnYxLldhdGNoUnVuc1Jlc3BvbnNlMAESSAoJRGVsZXRlRGFnEhwubGVvZmxvdy52MS5EZWxldGVEYWdSZXF1ZXN0Gh0ubGVvZmxvdy52MS5EZWxldGVEYWdSZXNwb25zZRJRCgxDbGVhbkhpc3RvcnkSHy5sZW9mbG93LnYxLkNsZWFuSGlzdG9yeVJlcXVlc3QaIC5sZW9mbG93LnYxLkNsZWFuSGlzdG9yeVJlc3BvbnNlEmQKEVdhdGNoQ2xlYW5IaXN0b3J5EiQubGVvZmxvdy52MS5XYXRjaENsZWFuSGlzdG9yeVJlcXVlc3QaJS5sZW9mbG93LnYxLldhdGNoQ2xlYW5IaXN0b3J5UmVzcG9uc2UoATABYgZwcm90bzM", [file_google_protobuf_timestamp, file_leoflow_v1_types]);
 
 /**
  * @generated from message leoflow.v1.ApplyDagRequest
@@ -524,6 +524,154 @@ export const TailLogsResponseSchema: GenMessage<TailLogsResponse> = /*@__PURE__*
   messageDesc(file_leoflow_v1_workflow, 23);
 
 /**
+ * RunEvent is one row of the event log: a change as it was recorded.
+ *
+ * @generated from message leoflow.v1.RunEvent
+ */
+export type RunEvent = Message<"leoflow.v1.RunEvent"> & {
+  /**
+   * The log's order; the cursor to reconnect with.
+   *
+   * @generated from field: int64 seq = 1 [jstype = JS_STRING];
+   */
+  seq: string;
+
+  /**
+   * 0 for an event of no run (a DAG applied).
+   *
+   * @generated from field: int64 run_id = 2 [jstype = JS_STRING];
+   */
+  runId: string;
+
+  /**
+   * 0 for an event of a run.
+   *
+   * @generated from field: int64 ti_id = 3 [jstype = JS_STRING];
+   */
+  tiId: string;
+
+  /**
+   * @generated from field: string dag_id = 4;
+   */
+  dagId: string;
+
+  /**
+   * run.state, ti.state, run.poisoned, dag.applied.
+   *
+   * @generated from field: string kind = 5;
+   */
+  kind: string;
+
+  /**
+   * The event's details as JSON (to, from, try, task_id, reason, ...).
+   *
+   * @generated from field: string payload_json = 6;
+   */
+  payloadJson: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 7;
+   */
+  at?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message leoflow.v1.RunEvent.
+ * Use `create(RunEventSchema)` to create a new message.
+ */
+export const RunEventSchema: GenMessage<RunEvent> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 24);
+
+/**
+ * @generated from message leoflow.v1.WatchRunRequest
+ */
+export type WatchRunRequest = Message<"leoflow.v1.WatchRunRequest"> & {
+  /**
+   * @generated from field: int64 run_id = 1 [jstype = JS_STRING];
+   */
+  runId: string;
+
+  /**
+   * Only events after this seq: 0 for all of them, the last seq received to resume.
+   *
+   * @generated from field: int64 after_seq = 2 [jstype = JS_STRING];
+   */
+  afterSeq: string;
+
+  /**
+   * Keep the stream open after the run has ended (a cleared task may start it again).
+   *
+   * @generated from field: bool follow = 3;
+   */
+  follow: boolean;
+};
+
+/**
+ * Describes the message leoflow.v1.WatchRunRequest.
+ * Use `create(WatchRunRequestSchema)` to create a new message.
+ */
+export const WatchRunRequestSchema: GenMessage<WatchRunRequest> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 25);
+
+/**
+ * @generated from message leoflow.v1.WatchRunResponse
+ */
+export type WatchRunResponse = Message<"leoflow.v1.WatchRunResponse"> & {
+  /**
+   * @generated from field: repeated leoflow.v1.RunEvent events = 1;
+   */
+  events: RunEvent[];
+};
+
+/**
+ * Describes the message leoflow.v1.WatchRunResponse.
+ * Use `create(WatchRunResponseSchema)` to create a new message.
+ */
+export const WatchRunResponseSchema: GenMessage<WatchRunResponse> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 26);
+
+/**
+ * @generated from message leoflow.v1.WatchRunsRequest
+ */
+export type WatchRunsRequest = Message<"leoflow.v1.WatchRunsRequest"> & {
+  /**
+   * Empty for every DAG's runs.
+   *
+   * @generated from field: string dag_id = 1;
+   */
+  dagId: string;
+
+  /**
+   * @generated from field: int64 after_seq = 2 [jstype = JS_STRING];
+   */
+  afterSeq: string;
+};
+
+/**
+ * Describes the message leoflow.v1.WatchRunsRequest.
+ * Use `create(WatchRunsRequestSchema)` to create a new message.
+ */
+export const WatchRunsRequestSchema: GenMessage<WatchRunsRequest> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 27);
+
+/**
+ * @generated from message leoflow.v1.WatchRunsResponse
+ */
+export type WatchRunsResponse = Message<"leoflow.v1.WatchRunsResponse"> & {
+  /**
+   * @generated from field: repeated leoflow.v1.RunEvent events = 1;
+   */
+  events: RunEvent[];
+};
+
+/**
+ * Describes the message leoflow.v1.WatchRunsResponse.
+ * Use `create(WatchRunsResponseSchema)` to create a new message.
+ */
+export const WatchRunsResponseSchema: GenMessage<WatchRunsResponse> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 28);
+
+/**
  * HistoryCounts are rows of each table of a run's history, removed or to be removed.
  *
  * @generated from message leoflow.v1.HistoryCounts
@@ -555,7 +703,7 @@ export type HistoryCounts = Message<"leoflow.v1.HistoryCounts"> & {
  * Use `create(HistoryCountsSchema)` to create a new message.
  */
 export const HistoryCountsSchema: GenMessage<HistoryCounts> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 24);
+  messageDesc(file_leoflow_v1_workflow, 29);
 
 /**
  * @generated from message leoflow.v1.DeleteDagRequest
@@ -579,7 +727,7 @@ export type DeleteDagRequest = Message<"leoflow.v1.DeleteDagRequest"> & {
  * Use `create(DeleteDagRequestSchema)` to create a new message.
  */
 export const DeleteDagRequestSchema: GenMessage<DeleteDagRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 25);
+  messageDesc(file_leoflow_v1_workflow, 30);
 
 /**
  * @generated from message leoflow.v1.DeleteDagResponse
@@ -613,7 +761,7 @@ export type DeleteDagResponse = Message<"leoflow.v1.DeleteDagResponse"> & {
  * Use `create(DeleteDagResponseSchema)` to create a new message.
  */
 export const DeleteDagResponseSchema: GenMessage<DeleteDagResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 26);
+  messageDesc(file_leoflow_v1_workflow, 31);
 
 /**
  * @generated from message leoflow.v1.CleanHistoryRequest
@@ -655,7 +803,7 @@ export type CleanHistoryRequest = Message<"leoflow.v1.CleanHistoryRequest"> & {
  * Use `create(CleanHistoryRequestSchema)` to create a new message.
  */
 export const CleanHistoryRequestSchema: GenMessage<CleanHistoryRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 27);
+  messageDesc(file_leoflow_v1_workflow, 32);
 
 /**
  * @generated from message leoflow.v1.WatchCleanHistoryRequest
@@ -688,7 +836,7 @@ export type WatchCleanHistoryRequest = Message<"leoflow.v1.WatchCleanHistoryRequ
  * Use `create(WatchCleanHistoryRequestSchema)` to create a new message.
  */
 export const WatchCleanHistoryRequestSchema: GenMessage<WatchCleanHistoryRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 28);
+  messageDesc(file_leoflow_v1_workflow, 33);
 
 /**
  * @generated from message leoflow.v1.WatchCleanHistoryResponse
@@ -729,7 +877,7 @@ export type WatchCleanHistoryResponse = Message<"leoflow.v1.WatchCleanHistoryRes
  * Use `create(WatchCleanHistoryResponseSchema)` to create a new message.
  */
 export const WatchCleanHistoryResponseSchema: GenMessage<WatchCleanHistoryResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 29);
+  messageDesc(file_leoflow_v1_workflow, 34);
 
 /**
  * @generated from message leoflow.v1.CleanHistoryResponse
@@ -753,7 +901,7 @@ export type CleanHistoryResponse = Message<"leoflow.v1.CleanHistoryResponse"> & 
  * Use `create(CleanHistoryResponseSchema)` to create a new message.
  */
 export const CleanHistoryResponseSchema: GenMessage<CleanHistoryResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 30);
+  messageDesc(file_leoflow_v1_workflow, 35);
 
 /**
  * WorkflowService manages DAGs and their runs.
@@ -874,6 +1022,30 @@ export const WorkflowService: GenService<{
     methodKind: "server_streaming";
     input: typeof TailLogsRequestSchema;
     output: typeof TailLogsResponseSchema;
+  },
+  /**
+   * WatchRun streams a run's events (run and task instance state changes, with try numbers and
+   * reasons) in seq order: those after after_seq first, then each as it commits, until the run
+   * has ended (or, with follow, until the caller stops). Reconnecting with the last seq received,
+   * to any replica, misses nothing and repeats nothing. A watcher that falls too far behind is
+   * cut off with RESOURCE_EXHAUSTED naming the seq to reconnect from. Unknown run: NOT_FOUND.
+   *
+   * @generated from rpc leoflow.v1.WorkflowService.WatchRun
+   */
+  watchRun: {
+    methodKind: "server_streaming";
+    input: typeof WatchRunRequestSchema;
+    output: typeof WatchRunResponseSchema;
+  },
+  /**
+   * WatchRuns is WatchRun for every run, or every run of one DAG, until the caller stops.
+   *
+   * @generated from rpc leoflow.v1.WorkflowService.WatchRuns
+   */
+  watchRuns: {
+    methodKind: "server_streaming";
+    input: typeof WatchRunsRequestSchema;
+    output: typeof WatchRunsResponseSchema;
   },
   /**
    * DeleteDag removes a DAG and all its history: its runs, their task instances, events and

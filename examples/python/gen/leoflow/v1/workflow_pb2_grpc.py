@@ -74,6 +74,16 @@ class WorkflowServiceStub(object):
         request_serializer=leoflow_dot_v1_dot_workflow__pb2.TailLogsRequest.SerializeToString,
         response_deserializer=leoflow_dot_v1_dot_workflow__pb2.TailLogsResponse.FromString,
         )
+    self.WatchRun = channel.unary_stream(
+        '/leoflow.v1.WorkflowService/WatchRun',
+        request_serializer=leoflow_dot_v1_dot_workflow__pb2.WatchRunRequest.SerializeToString,
+        response_deserializer=leoflow_dot_v1_dot_workflow__pb2.WatchRunResponse.FromString,
+        )
+    self.WatchRuns = channel.unary_stream(
+        '/leoflow.v1.WorkflowService/WatchRuns',
+        request_serializer=leoflow_dot_v1_dot_workflow__pb2.WatchRunsRequest.SerializeToString,
+        response_deserializer=leoflow_dot_v1_dot_workflow__pb2.WatchRunsResponse.FromString,
+        )
     self.DeleteDag = channel.unary_unary(
         '/leoflow.v1.WorkflowService/DeleteDag',
         request_serializer=leoflow_dot_v1_dot_workflow__pb2.DeleteDagRequest.SerializeToString,
@@ -187,6 +197,24 @@ class WorkflowServiceServicer(object):
     context.set_details('Method not implemented!')
     raise NotImplementedError('Method not implemented!')
 
+  def WatchRun(self, request, context):
+    """WatchRun streams a run's events (run and task instance state changes, with try numbers and
+    reasons) in seq order: those after after_seq first, then each as it commits, until the run
+    has ended (or, with follow, until the caller stops). Reconnecting with the last seq received,
+    to any replica, misses nothing and repeats nothing. A watcher that falls too far behind is
+    cut off with RESOURCE_EXHAUSTED naming the seq to reconnect from. Unknown run: NOT_FOUND.
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
+  def WatchRuns(self, request, context):
+    """WatchRuns is WatchRun for every run, or every run of one DAG, until the caller stops.
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
   def DeleteDag(self, request, context):
     """DeleteDag removes a DAG and all its history: its runs, their task instances, events and
     log lines, and the DAG's own events. A DAG with runs that have not ended (queued or
@@ -286,6 +314,16 @@ def add_WorkflowServiceServicer_to_server(servicer, server):
           servicer.TailLogs,
           request_deserializer=leoflow_dot_v1_dot_workflow__pb2.TailLogsRequest.FromString,
           response_serializer=leoflow_dot_v1_dot_workflow__pb2.TailLogsResponse.SerializeToString,
+      ),
+      'WatchRun': grpc.unary_stream_rpc_method_handler(
+          servicer.WatchRun,
+          request_deserializer=leoflow_dot_v1_dot_workflow__pb2.WatchRunRequest.FromString,
+          response_serializer=leoflow_dot_v1_dot_workflow__pb2.WatchRunResponse.SerializeToString,
+      ),
+      'WatchRuns': grpc.unary_stream_rpc_method_handler(
+          servicer.WatchRuns,
+          request_deserializer=leoflow_dot_v1_dot_workflow__pb2.WatchRunsRequest.FromString,
+          response_serializer=leoflow_dot_v1_dot_workflow__pb2.WatchRunsResponse.SerializeToString,
       ),
       'DeleteDag': grpc.unary_unary_rpc_method_handler(
           servicer.DeleteDag,

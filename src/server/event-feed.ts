@@ -1,0 +1,250 @@
+import type { Logger } from 'pino';
+import { anyOpen, eventSeqName, eventsAfter, lastSeqTaken, readEvents, type EventFilter, type EventRow } from '../db/events/read-events.js';
+import type { Sql } from '../db/sql.js';
+
+/** The most events one read of the feed takes; a bigger burst is read in turns. */
+const READ_LIMIT = 5_000;
+/** While a seq is missing and its writer may still commit, how often its end is looked for. */
+const GAP_CHECK_MS = 20;
+/** A NOTIFY lost while the listener reconnects is made up for by a look this often (one a replica). */
+const BACKSTOP_MS = 1_000;
+
+export interface WatchOptions extends EventFilter {
+  /** Deliver only events after this seq (0: from the first). */
+  afterSeq: bigint;
+  /** The most events a watcher may fall behind before it is cut off. */
+  maxBehind: number;
+}
+
+/** One watcher's view: events arrive in seq order, each once. */
+export interface Watch {
+  /** The next events (a batch), or null once closed. Throws `WatcherBehindError` if cut off. */
+  next(): Promise<EventRow[] | null>;
+  close(): void;
+}
+
+export class WatcherBehindError extends Error {
+  constructor(readonly limit: number, readonly lastSeq: string) {
+    super(`watcher fell more than ${limit} events behind and was cut off; reconnect with after_seq ${lastSeq} to go on without a gap`);
+  }
+}
+
+/** The replica is stopping: the watcher reconnects (to another replica) from its last seq. */
+export class FeedClosedError extends Error {
+  constructor(readonly lastSeq: string) {
+    super(`this replica is shutting down; reconnect with after_seq ${lastSeq} to go on without a gap`);
+  }
+}
+
+interface Watcher {
+  filter: EventFilter;
+  queue: EventRow[];
+  /** Live events below this were replayed (or come before the watcher's cursor). */
+  after: bigint;
+  maxBehind: number;
+  behind: boolean;
+  wake: (() => void) | null;
+  closed: boolean;
+}
+
+export interface EventFeed {
+  watch(o: WatchOptions): Promise<Watch>;
+  /** A NOTIFY said new events may be visible. */
+  notified(): void;
+  /** How many watchers this replica feeds. */
+  watchers(): number;
+  close(): void;
+}
+
+function matches(f: EventFilter, e: EventRow): boolean {
+  return (f.runId === undefined || e.run_id === f.runId) && (f.dagId === undefined || e.dag_id === f.dagId);
+}
+
+/**
+ * One replica's feed of events to all its watchers: one reader, woken by the `events` NOTIFY,
+ * reads what is new once and fans it out, so the statements it runs do not grow with the number
+ * of watchers. It delivers up to a horizon below which nothing more can commit: a seq is taken at
+ * insert, so seq 11 may be committed while seq 10's transaction is still open; a missing seq
+ * holds delivery back until the transactions open at the read have ended (then it was rolled back).
+ * Only a watcher's first replay is its own query.
+ */
+export function createEventFeed(sql: Sql, logger: Logger): EventFeed {
+  const watchers = new Set<Watcher>();
+  /** Every committed event with seq <= horizon has been fanned out (null: not yet known). */
+  let horizon: bigint | null = null;
+  let horizonKnown: Promise<void> | null = null;
+  let running = false;
+  let again = false;
+  let closed = false;
+  let backstop: NodeJS.Timeout | null = null;
+  /** Bumped when the last watcher leaves and the horizon is forgotten: a read begun before does not set it. */
+  let gen = 0;
+  let seqName: string | null = null;
+
+  const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+  /** The horizon from scratch: the last seq taken, once every transaction open after it ended. */
+  async function establish(): Promise<void> {
+    const g = gen;
+    seqName ??= await eventSeqName(sql);
+    const last = await lastSeqTaken(sql, seqName);
+    const { open } = await eventsAfter(sql, last, last);
+    while (!closed && (await anyOpen(sql, open))) await sleep(GAP_CHECK_MS);
+    if (g === gen) horizon = last;
+    else horizonKnown = null;
+  }
+
+  function fanOut(rows: EventRow[]) {
+    for (const w of watchers) {
+      if (w.closed || w.behind) continue;
+      let added = false;
+      for (const e of rows) {
+        if (BigInt(e.seq) <= w.after || !matches(w.filter, e)) continue;
+        if (w.queue.length >= w.maxBehind) {
+          w.behind = true;
+          w.queue.length = 0;
+          break;
+        }
+        w.queue.push(e);
+        added = true;
+      }
+      if ((added || w.behind) && w.wake) w.wake();
+    }
+  }
+
+  /** Reads and fans out what committed since the horizon, as far as nothing can come below it. */
+  async function advance(): Promise<void> {
+    for (;;) {
+      if (closed || horizon === null || watchers.size === 0) return;
+      const g = gen;
+      let from: bigint = horizon;
+      const last = await lastSeqTaken(sql, seqName!);
+      if (last <= from) return;
+      const upTo = last - from > BigInt(READ_LIMIT) ? from + BigInt(READ_LIMIT) : last;
+      let { rows, open } = await eventsAfter(sql, from, upTo);
+      if (g !== gen) return;
+      if (BigInt(rows.length) !== upTo - from) {
+        // A seq is missing: its writer is open (it will commit or roll back) or rolled back.
+        // Deliver the part without a gap now; the rest once every writer open at the read ended.
+        let contiguous = 0;
+        while (contiguous < rows.length && BigInt(rows[contiguous]!.seq) === from + BigInt(contiguous + 1)) contiguous++;
+        if (contiguous > 0) {
+          fanOut(rows.slice(0, contiguous));
+          from += BigInt(contiguous);
+          horizon = from;
+        }
+        while (!closed && g === gen && (await anyOpen(sql, open))) await sleep(GAP_CHECK_MS);
+        if (closed || g !== gen) return;
+        rows = await readEvents(sql, {}, from, upTo, READ_LIMIT);
+      }
+      fanOut(rows);
+      horizon = upTo;
+    }
+  }
+
+  function pump() {
+    if (running) {
+      again = true;
+      return;
+    }
+    running = true;
+    void (async () => {
+      try {
+        do {
+          again = false;
+          if (horizon === null) await (horizonKnown ??= establish());
+          await advance();
+        } while (again && !closed);
+      } catch (err) {
+        logger.warn({ err }, 'event feed read failed; trying again');
+        horizonKnown = null;
+        horizon = null;
+        await sleep(250);
+        again = true;
+      } finally {
+        running = false;
+        if (again && !closed && watchers.size > 0) pump();
+      }
+    })();
+  }
+
+  return {
+    async watch(o) {
+      if (closed) throw new Error('event feed closed');
+      // Without watchers the feed does not read, and forgets its horizon.
+      while (horizon === null) {
+        if (closed) throw new Error('event feed closed');
+        await (horizonKnown ??= establish());
+      }
+      const w: Watcher = { filter: { runId: o.runId, dagId: o.dagId }, queue: [], after: 0n, maxBehind: o.maxBehind, behind: false, wake: null, closed: false };
+      let delivered = o.afterSeq.toString();
+      // Registered and horizon read in one turn: live events are exactly those above it.
+      const h0 = horizon!;
+      w.after = h0 > o.afterSeq ? h0 : o.afterSeq;
+      watchers.add(w);
+      if (!backstop) backstop = setInterval(() => pump(), BACKSTOP_MS);
+      pump();
+      // The replay, a page at a time, up to the horizon it joined at.
+      let cursor = o.afterSeq;
+      const replay = async (): Promise<EventRow[] | null> => {
+        if (cursor >= h0) return null;
+        const page = await readEvents(sql, w.filter, cursor, h0, 1000);
+        if (page.length < 1000) cursor = h0;
+        else cursor = BigInt(page[page.length - 1]!.seq);
+        return page;
+      };
+      const close = () => {
+        if (w.closed) return;
+        w.closed = true;
+        watchers.delete(w);
+        w.wake?.();
+        if (watchers.size === 0) {
+          if (backstop) clearInterval(backstop);
+          backstop = null;
+          gen++;
+          horizon = null;
+          horizonKnown = null;
+        }
+      };
+      return {
+        async next() {
+          while (!w.closed) {
+            const page = await replay();
+            if (page && page.length > 0) {
+              delivered = page[page.length - 1]!.seq;
+              return page;
+            }
+            if (page) continue;
+            if (w.behind) {
+              close();
+              throw new WatcherBehindError(w.maxBehind, delivered);
+            }
+            if (w.queue.length > 0) {
+              const batch = w.queue.splice(0, w.queue.length);
+              delivered = batch[batch.length - 1]!.seq;
+              return batch;
+            }
+            await new Promise<void>((r) => (w.wake = r));
+            w.wake = null;
+          }
+          if (closed) throw new FeedClosedError(delivered);
+          return null;
+        },
+        close,
+      };
+    },
+    notified() {
+      if (watchers.size > 0) pump();
+    },
+    watchers: () => watchers.size,
+    close() {
+      closed = true;
+      if (backstop) clearInterval(backstop);
+      for (const w of watchers) {
+        w.closed = true;
+        w.wake?.();
+      }
+      watchers.clear();
+    },
+  };
+}

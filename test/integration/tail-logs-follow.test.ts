@@ -1,0 +1,66 @@
+import pino from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseDag } from '../../src/core/dag/parse-dag.js';
+import { CHANNELS, listen, type Listener } from '../../src/db/notifications.js';
+import { createChangeSignal } from '../../src/server/change-signal.js';
+import { createEventFeed } from '../../src/server/event-feed.js';
+import { createWorkflowService } from '../../src/server/workflow-service.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+
+/**
+ * A following TailLogs is pushed (issue 26): a line written is sent at once, woken by the
+ * `task_logs` NOTIFY, well inside the 2 s a follower waits when nothing wakes it.
+ */
+
+type Handler = (req: never, ctx: never) => AsyncIterable<{ lines: { line: string }[] }>;
+let db: TestDatabase;
+let listener: Listener;
+let workflow: Record<string, Handler>;
+const logger = pino({ level: 'silent' });
+const changes = createChangeSignal();
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  const events = createEventFeed(db.sql, logger);
+  workflow = createWorkflowService({
+    sql: db.sql,
+    logger,
+    parseDag: async (source, file) => parseDag(source, file),
+    nudge: () => {},
+    stopAttempts: () => {},
+    attemptsEndWithinMs: 2000,
+    defaultExecutor: 'subprocess',
+    events,
+    changes,
+  }) as unknown as Record<string, Handler>;
+  listener = listen(db.url, logger, (channel) => {
+    if (channel === CHANNELS.logs || channel === CHANNELS.events) changes.fire();
+  });
+});
+
+afterAll(async () => {
+  await listener?.close();
+  await db?.drop();
+});
+
+describe('TailLogs --follow', () => {
+  it('sends a line as soon as it is written, not at an interval', async () => {
+    const call = (name: string, req: Record<string, unknown>, signal = new AbortController().signal) => workflow[name]!(req as never, { signal } as never);
+    await (call('applyDag', { source: 'dag_id: logs\ntasks:\n  - id: a\n    command: ["true"]\n', filename: 'l.yaml' }) as unknown as Promise<unknown>);
+    const { run } = (await (call('triggerRun', { dagId: 'logs', confJson: '', runKey: '' }) as unknown as Promise<{ run: { runId: string } }>));
+    const [ti] = await db.sql<{ id: string }[]>`select id::text as id from task_instances where run_id = ${run.runId}`;
+    const ac = new AbortController();
+    const it = call('tailLogs', { runId: run.runId, taskId: '', tryNumber: 0, follow: true }, ac.signal)[Symbol.asyncIterator]();
+    // The follower's first read finds nothing and waits.
+    const first = it.next();
+    await new Promise((r) => setTimeout(r, 300));
+    const writtenAt = performance.now();
+    await db.sql`insert into task_logs (ti_id, try_number, seq, stream, line) values (${ti!.id}, 1, 1, 'stdout', 'hello')`;
+    const got = await first;
+    const ms = performance.now() - writtenAt;
+    expect(got.value.lines.map((l: { line: string }) => l.line)).toEqual(['hello']);
+    expect(ms).toBeLessThan(1_500);
+    ac.abort();
+    await it.return?.(undefined);
+  });
+});
