@@ -12,6 +12,11 @@ export function echo(value: unknown, max: number = LIMITS.echoChars): string {
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
+/** `s` with each NUL and lone surrogate replaced by U+FFFD: output is stored, never refused for its bytes. */
+export function replaceUnstorable(s: string): string {
+  return unstorable(s) === null ? s : s.replaceAll('\0', '\uFFFD').replace(new RegExp(LONE_SURROGATE.source, 'g'), '\uFFFD');
+}
+
 /**
  * Why a text cannot be stored as Postgres text (null: it can): a NUL character, or a lone UTF-16
  * surrogate (no UTF-8 encoding exists for it).

@@ -7,14 +7,13 @@
  */
 import { ScalarType, type DescMessage } from '@bufbuild/protobuf';
 import { Code, ConnectError, type ContextValues, type Interceptor } from '@connectrpc/connect';
+import { unstorable } from '../core/check-text.js';
 import { AgentService } from '../gen/leoflow/v1/agent_pb.js';
 import { throwIfMalformed } from './malformed-body.js';
 
 /** Measured by their handlers, in bytes. */
 const SIZED_BY_HANDLER = new Set(['source', 'conf_json']);
 
-/** A lone surrogate: with the `u` flag, a proper pair is one code point and does not match. */
-const LONE_SURROGATE = /\p{Surrogate}/u;
 
 /** The longest an id (a field named `*_id`, `run_key` or `filename`) and any other string may be. */
 export interface StringLimits {
@@ -34,8 +33,8 @@ function invalid(message: string): ConnectError {
 
 /** One string of a request: `path` names it in the error, `name` chooses its limit. */
 export function checkRequestString(path: string, name: string, s: string, limits: StringLimits): void {
-  if (s.includes('\0')) throw invalid(`${path}: must not contain NUL characters, got ${limits.echo(s)}`);
-  if (LONE_SURROGATE.test(s)) throw invalid(`${path}: must be valid Unicode (it has a lone surrogate), got ${limits.echo(s)}`);
+  const bad = unstorable(s);
+  if (bad) throw invalid(`${path}: ${bad}, got ${limits.echo(s)}`);
   const max = limitOf(name, limits);
   if (!SIZED_BY_HANDLER.has(name) && s.length > max) throw invalid(`${path}: must be at most ${max} characters, got ${s.length}: ${limits.echo(s)}`);
 }

@@ -6,7 +6,7 @@
  */
 
 import type { AttemptResult, LogStream } from '../core/attempt.js';
-import { unstorable } from '../core/check-text.js';
+import { replaceUnstorable, unstorable } from '../core/check-text.js';
 import { LIMITS } from '../core/limits.js';
 import { AttemptOutcome, type AttemptRef, type ConnectRequest, type Finished, type Hello } from '../gen/leoflow/v1/agent_pb.js';
 import type { HeldRef } from './heartbeat-buffer.js';
@@ -109,7 +109,7 @@ export function validateHelloFields(h: Hello): HeldRef[] {
  * bytes), and a line past LIMITS.logLineChars cut, with a marker saying how much was dropped.
  */
 export function storableLine(line: string): string {
-  let s = unstorable(line) === null ? line : line.replaceAll('\0', '\uFFFD').replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, '\uFFFD');
+  let s = replaceUnstorable(line);
   if (s.length > LIMITS.logLineChars) s = `${s.slice(0, LIMITS.logLineChars)}… [line cut: ${s.length - LIMITS.logLineChars} more characters]`;
   return s;
 }

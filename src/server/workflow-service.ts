@@ -19,8 +19,7 @@ import { deleteDagWithHistory } from './delete-dag.js';
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError, parseId, toConnectError } from './errors.js';
 import type { RunRead } from '../scheduler/planner-memory.js';
 import { countsToProto, dagToProto, eventToProto, logToProto, runToProto, tiToProto } from './to-proto.js';
-import { echo, unstorable } from '../core/check-text.js';
-import { LIMITS } from '../core/limits.js';
+import { echo } from '../core/check-text.js';
 import { parseConf } from './parse-conf.js';
 import type { EventFeed } from './event-feed.js';
 import type { ChangeSignal } from './change-signal.js';
@@ -54,17 +53,10 @@ const LOG_BACKSTOP_MS = 2_000;
 
 const MAX_SOURCE_BYTES = 1024 * 1024;
 
-/** A name given in a request (a DAG or a task id): present, bounded, storable; refused before any query. */
+/** A name the request must give. Its length and characters were checked with every string of the
+ *  request, before the handler (check-request-fields.ts). */
 function required(field: string, value: string): string {
   if (value.trim() === '') throw new InvalidArgumentError(field, 'is required');
-  return bounded(field, value);
-}
-
-/** A name that may be empty (a filter), bounded and storable when given. */
-function bounded(field: string, value: string): string {
-  if (value.length > LIMITS.idChars) throw new InvalidArgumentError(field, `must be at most ${LIMITS.idChars} characters, got ${value.length}: ${echo(value)}`);
-  const bad = unstorable(value);
-  if (bad) throw new InvalidArgumentError(field, `${bad}, got ${echo(value)}`);
   return value;
 }
 
@@ -112,7 +104,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
     if (keepLast < 0 || keepLast > MAX_KEEP_LAST) {
       throw new InvalidArgumentError('keep_last', `must be 0 to ${MAX_KEEP_LAST} (each DAG's latest finished runs to keep), got ${keepLast}: to keep more history, give an earlier before`);
     }
-    const dagId = bounded('dag_id', req.dagId) || undefined;
+    const dagId = req.dagId || undefined;
     if (dagId !== undefined && !(await dagExists(sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
     return { endedBefore: before, dagId, keepLast, dryRun: req.dryRun };
   }
@@ -123,9 +115,6 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       // With a file name, an empty source is the parser's to report: it names the file.
       if (req.source.trim() === '' && req.filename === '') throw new InvalidArgumentError('source', 'is required (the DAG file text)');
       if (Buffer.byteLength(req.source) > MAX_SOURCE_BYTES) throw new InvalidArgumentError('source', `is larger than ${MAX_SOURCE_BYTES} bytes`);
-      const unfit = unstorable(req.source);
-      if (unfit) throw new InvalidArgumentError('source', unfit);
-      bounded('filename', req.filename);
       const spec = await deps.parseDag(req.source, file);
       const { dag, outcome } = await upsertDag(sql, spec, req.source);
       deps.logger.info({ dagId: spec.dagId, version: dag.version, outcome, file }, 'applied DAG');
@@ -183,7 +172,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
 
     async listRuns(req) {
       if (req.limit < 0 || req.limit > 1000) throw new InvalidArgumentError('limit', `must be between 0 and 1000, got ${req.limit}`);
-      const runs = await listRuns(sql, { dagId: bounded('dag_id', req.dagId) || undefined, limit: req.limit || 50 });
+      const runs = await listRuns(sql, { dagId: req.dagId || undefined, limit: req.limit || 50 });
       // A DAG with runs exists (they are deleted with it): only an empty list needs the check.
       if (req.dagId && runs.length === 0 && !(await dagExists(sql, req.dagId))) throw new NotFoundError(`DAG "${req.dagId}" not found`);
       return { runs: runs.map(runToProto) };
@@ -304,7 +293,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
     async *tailLogs(req, context) {
       const runId = parseId('run_id', req.runId);
       if (req.tryNumber < 0) throw new InvalidArgumentError('try_number', `must be 0 (all) or positive, got ${req.tryNumber}`);
-      const taskId = bounded('task_id', req.taskId) || undefined;
+      const taskId = req.taskId || undefined;
       const states = await runAndTiStates(sql, runId, taskId);
       if (!states) throw new NotFoundError(`run ${runId} not found`);
       // A run has a task instance for each task of its spec.
@@ -355,7 +344,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
     },
 
     async *watchRuns(req, context) {
-      const dagId = bounded('dag_id', req.dagId) || undefined;
+      const dagId = req.dagId || undefined;
       const afterSeq = seqOf(req.afterSeq);
       if (dagId !== undefined && !(await dagExists(sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
       const watch = await deps.events.watch({ dagId, afterSeq, maxBehind: WATCH_MAX_BEHIND });
