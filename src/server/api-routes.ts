@@ -70,6 +70,7 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: {
           attemptsEndWithinMs: config.killGraceMs + 5_000,
           dagFilesDefining: (dagId) => dagFilesDefining(config.dags, dagId, (source, file) => parser.parse(source, file)),
           events: o.events,
+          watchBufferEvents: config.watchBufferEvents,
           changes: o.changes,
         }),
       );

@@ -61,6 +61,8 @@ export interface Config {
   /** Finished runs, with their task instances, events and logs, are removed this long after they
    *  ended; null: kept for ever. */
   retentionMs: number | null;
+  /** How many events a WatchRun/WatchRuns stream may fall behind before it is cut off. */
+  watchBufferEvents: number;
   /** Deprecated: a secret any agent may send in Hello, for any agent id; null when none is set. */
   agentToken: string | null;
   /** TLS on the API port; null: plain HTTP/2 (h2c) and HTTP/1.1. */
@@ -159,6 +161,7 @@ export const SETTINGS = {
   shutdown_grace: { flag: '--shutdown-grace', env: 'LEOFLOW_SHUTDOWN_GRACE', kind: 'duration' },
   leader_watchdog: { flag: '--leader-watchdog', env: 'LEOFLOW_LEADER_WATCHDOG', kind: 'duration' },
   retention: { flag: '--retention', env: 'LEOFLOW_RETENTION', kind: 'duration' },
+  watch_buffer: { flag: '--watch-buffer', env: 'LEOFLOW_WATCH_BUFFER', kind: 'positive-int' },
   agent_token: { flag: '--agent-token', env: 'LEOFLOW_AGENT_TOKEN', kind: 'string' },
   tls_cert: { flag: '--tls-cert', env: 'LEOFLOW_TLS_CERT', kind: 'string' },
   tls_key: { flag: '--tls-key', env: 'LEOFLOW_TLS_KEY', kind: 'string' },
@@ -433,6 +436,7 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     shutdownGraceMs: get('shutdown_grace', duration, 30_000),
     leaderWatchdogMs: get('leader_watchdog', duration, 5_000),
     retentionMs: get('retention', retention, null as number | null),
+    watchBufferEvents: get('watch_buffer', positiveInt, 10_000),
     agentToken: get('agent_token', nonEmpty, null as string | null),
     tls,
     authRequired: false, // below: it follows the edition, the address and --insecure

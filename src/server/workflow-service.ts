@@ -42,12 +42,12 @@ export interface WorkflowDeps {
   dagFilesDefining?(dagId: string): Promise<string[]>;
   /** This replica's feed of events to its watchers (WatchRun, WatchRuns). */
   events: EventFeed;
+  /** How far a watcher may fall behind (events not yet taken by its stream) before it is cut off. */
+  watchBufferEvents: number;
   /** Fired when log lines or events were written (a NOTIFY): a following TailLogs reads then. */
   changes: ChangeSignal;
 }
 
-/** How far a watcher may fall behind (events not yet taken by its stream) before it is cut off. */
-export const WATCH_MAX_BEHIND = 10_000;
 /** A following TailLogs reads again at least this often, should a NOTIFY be lost. */
 const LOG_BACKSTOP_MS = 2_000;
 
@@ -325,7 +325,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
         const [r] = await sql<{ last: string | null }[]>`select max(seq)::text as last from events where run_id = ${runId}`;
         if (r?.last != null && BigInt(r.last) <= afterSeq) return;
       }
-      const watch = await deps.events.watch({ runId, afterSeq, maxBehind: WATCH_MAX_BEHIND });
+      const watch = await deps.events.watch({ runId, afterSeq, maxBehind: deps.watchBufferEvents });
       const stop = () => watch.close();
       context.signal.addEventListener('abort', stop, { once: true });
       try {
@@ -347,7 +347,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       const dagId = req.dagId || undefined;
       const afterSeq = seqOf(req.afterSeq);
       if (dagId !== undefined && !(await dagExists(sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
-      const watch = await deps.events.watch({ dagId, afterSeq, maxBehind: WATCH_MAX_BEHIND });
+      const watch = await deps.events.watch({ dagId, afterSeq, maxBehind: deps.watchBufferEvents });
       const stop = () => watch.close();
       context.signal.addEventListener('abort', stop, { once: true });
       try {

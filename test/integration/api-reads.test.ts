@@ -50,6 +50,7 @@ beforeAll(async () => {
     attemptsEndWithinMs: 2000,
     defaultExecutor: 'subprocess',
     events: createEventFeed(pool, logger),
+    watchBufferEvents: 10_000,
     changes: createChangeSignal(),
   }) as unknown as Record<string, Handler>;
   cluster = createClusterService({

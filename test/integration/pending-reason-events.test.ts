@@ -23,7 +23,7 @@ describe('pending reasons in the events log', () => {
     const logger = pino({ level: 'silent' });
     const w = createWorkflowService({
       sql: db.sql, logger, parseDag: async (s, f) => parseDag(s, f), nudge: () => {}, stopAttempts: () => {},
-      attemptsEndWithinMs: 2000, defaultExecutor: 'subprocess', events: createEventFeed(db.sql, logger), changes: createChangeSignal(),
+      attemptsEndWithinMs: 2000, defaultExecutor: 'subprocess', events: createEventFeed(db.sql, logger), watchBufferEvents: 10_000, changes: createChangeSignal(),
     }) as unknown as Record<string, (req: unknown, ctx: unknown) => Promise<{ run: { runId: string } }>>;
     const ctx = { signal: new AbortController().signal };
     await w.applyDag!({ source: 'dag_id: p\ntasks:\n  - id: a\n    command: ["true"]\n', filename: 'p.yaml' }, ctx);

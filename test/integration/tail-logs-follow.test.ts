@@ -31,6 +31,7 @@ beforeAll(async () => {
     attemptsEndWithinMs: 2000,
     defaultExecutor: 'subprocess',
     events,
+    watchBufferEvents: 10_000,
     changes,
   }) as unknown as Record<string, Handler>;
   listener = listen(db.url, logger, (channel) => {
