@@ -1,7 +1,8 @@
 /**
  * The API's HTTP handler: connect-node's adapter (`connectNodeAdapter`, whose body this follows)
- * with one addition: the bodies of the Workflow and Cluster services' methods go through
- * {@link checkedBody} first, so a protobuf body that does not decode is the caller's error.
+ * with two additions: the bodies of the Workflow and Cluster services' methods go through
+ * {@link checkedBody} first, so a protobuf body that does not decode is the caller's error; and
+ * each call's context can reset its response stream (`resetStreamKey`).
  */
 import type http2 from 'node:http2';
 import { Code, ConnectError, createConnectRouter, createContextValues, type ConnectRouter, type ConnectRouterOptions, type ContextValues } from '@connectrpc/connect';
@@ -9,6 +10,7 @@ import { uResponseNotFound } from '@connectrpc/connect/protocol';
 import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from '@connectrpc/connect-node';
 import type { Logger } from 'pino';
 import { checkedBody } from './malformed-body.js';
+import { resetStreamKey, resetStreamOf } from './stream-reset.js';
 
 export function apiAdapter(
   options: ConnectRouterOptions & {
@@ -31,6 +33,7 @@ export function apiAdapter(
       return;
     }
     const values = options.contextValues?.(req) ?? createContextValues();
+    values.set(resetStreamKey, resetStreamOf(req));
     const uReq = universalRequestFromNodeRequest(req, res, undefined, values);
     if (options.checkedServices.has(uHandler.service.typeName) && typeof uReq.body === 'object' && uReq.body !== null && Symbol.asyncIterator in uReq.body) {
       const compressed = (req.headers['content-encoding'] ?? 'identity') !== 'identity';

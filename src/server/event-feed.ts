@@ -14,6 +14,11 @@ export interface WatchOptions extends EventFilter {
   afterSeq: bigint;
   /** The most events a watcher may fall behind before it is cut off. */
   maxBehind: number;
+  /**
+   * Called once, at the moment the watcher is cut off. `next()` then throws, but a stream whose
+   * transport is blocked (its reader stopped) never calls it again: this tells it to end at once.
+   */
+  onCutOff?(): void;
 }
 
 /** One watcher's view: events arrive in seq order, each once. */
@@ -43,6 +48,7 @@ interface Watcher {
   after: bigint;
   maxBehind: number;
   behind: boolean;
+  onCutOff: (() => void) | undefined;
   wake: (() => void) | null;
   closed: boolean;
 }
@@ -103,6 +109,7 @@ export function createEventFeed(sql: Sql, logger: Logger): EventFeed {
         if (w.queue.length >= w.maxBehind) {
           w.behind = true;
           w.queue.length = 0;
+          w.onCutOff?.();
           break;
         }
         w.queue.push(e);
@@ -176,7 +183,7 @@ export function createEventFeed(sql: Sql, logger: Logger): EventFeed {
         if (closed) throw new Error('event feed closed');
         await (horizonKnown ??= establish());
       }
-      const w: Watcher = { filter: { runId: o.runId, dagId: o.dagId }, queue: [], after: 0n, maxBehind: o.maxBehind, behind: false, wake: null, closed: false };
+      const w: Watcher = { filter: { runId: o.runId, dagId: o.dagId }, queue: [], after: 0n, maxBehind: o.maxBehind, behind: false, onCutOff: o.onCutOff, wake: null, closed: false };
       let delivered = o.afterSeq.toString();
       // Registered and horizon read in one turn: live events are exactly those above it.
       const h0 = horizon!;

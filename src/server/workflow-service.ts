@@ -22,6 +22,7 @@ import { countsToProto, dagToProto, eventToProto, logToProto, runToProto, tiToPr
 import { echo } from '../core/check-text.js';
 import { parseConf } from './parse-conf.js';
 import type { EventFeed } from './event-feed.js';
+import { watchBatches } from './watch-batches.js';
 import type { ChangeSignal } from './change-signal.js';
 
 export interface WorkflowDeps {
@@ -325,21 +326,11 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
         const [r] = await sql<{ last: string | null }[]>`select max(seq)::text as last from events where run_id = ${runId}`;
         if (r?.last != null && BigInt(r.last) <= afterSeq) return;
       }
-      const watch = await deps.events.watch({ runId, afterSeq, maxBehind: deps.watchBufferEvents });
-      const stop = () => watch.close();
-      context.signal.addEventListener('abort', stop, { once: true });
-      try {
-        let ended = false;
-        for (;;) {
-          const batch = await watch.next();
-          if (batch === null) return;
-          if (batch.length > 0) yield { events: batch.map(eventToProto) };
-          ended ||= batch.some((e) => e.kind === 'run.state' && isTerminalRun(String(e.payload.to) as never));
-          if (!req.follow && ended) return;
-        }
-      } finally {
-        context.signal.removeEventListener('abort', stop);
-        watch.close();
+      let ended = false;
+      for await (const batch of watchBatches(deps.events, { runId, afterSeq, maxBehind: deps.watchBufferEvents }, context, deps.logger)) {
+        yield { events: batch.map(eventToProto) };
+        ended ||= batch.some((e) => e.kind === 'run.state' && isTerminalRun(String(e.payload.to) as never));
+        if (!req.follow && ended) return;
       }
     },
 
@@ -347,18 +338,8 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       const dagId = req.dagId || undefined;
       const afterSeq = seqOf(req.afterSeq);
       if (dagId !== undefined && !(await dagExists(sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
-      const watch = await deps.events.watch({ dagId, afterSeq, maxBehind: deps.watchBufferEvents });
-      const stop = () => watch.close();
-      context.signal.addEventListener('abort', stop, { once: true });
-      try {
-        for (;;) {
-          const batch = await watch.next();
-          if (batch === null) return;
-          yield { events: batch.map(eventToProto) };
-        }
-      } finally {
-        context.signal.removeEventListener('abort', stop);
-        watch.close();
+      for await (const batch of watchBatches(deps.events, { dagId, afterSeq, maxBehind: deps.watchBufferEvents }, context, deps.logger)) {
+        yield { events: batch.map(eventToProto) };
       }
     },
   };

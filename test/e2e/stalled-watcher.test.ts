@@ -68,7 +68,13 @@ describe('a watcher that does not read', () => {
     Buffer.from(body).copy(frame, 5);
     stalled.end(frame);
     stalled.on('error', () => {});
-    const closed = new Promise<number>((resolve) => stalled.on('close', () => resolve(stalled.rstCode ?? -1)));
+    let closedAt = 0;
+    const closed = new Promise<number>((resolve) =>
+      stalled.on('close', () => {
+        closedAt = Date.now();
+        resolve(stalled.rstCode ?? -1);
+      }),
+    );
 
     // The reading watcher, beside it on its own connection.
     const api = createClients(server.url);
@@ -98,21 +104,23 @@ describe('a watcher that does not read', () => {
       // The server cut the stalled stream (no later than the grace after it fell behind) and forgot it.
       const code = await Promise.race([closed, new Promise<string>((r) => setTimeout(() => r('still open 15 s after the runs ended'), 15_000))]);
       expect(code).toBe(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
-      const cutAfterMs = Date.now() - t0;
+      const cutAfterMs = closedAt - t0;
+      expect(server.logs.some((l) => l.msg === 'watcher fell behind and does not read: its stream is reset' && l.buffer === BUFFER)).toBe(true);
       await waitFor('the stalled watcher forgotten', async () => (await watchers()) === 1, 5_000, 50);
 
       // The reader has every event of the runs, in order, each once.
       await waitFor('the reader caught up', async () => read.length >= events.length, 10_000, 50);
       expect(read.map((e) => e.seq)).toEqual(events.map((e) => e.seq));
 
-      // Steps stayed fast throughout: every one under 250 ms.
+      // Steps stayed fast throughout (a shared machine may slow the odd one): none reached a
+      // second (the tick alert's threshold), nine in ten under 100 ms.
       const after = await steps();
+      const within = (le: string) => (after.le.get(le) ?? 0) - (before.le.get(le) ?? 0);
       const n = after.count - before.count;
-      const fast = (after.le.get('0.25') ?? 0) - (before.le.get('0.25') ?? 0);
-      console.log(`stalled watcher cut ${cutAfterMs} ms after the first trigger; ${events.length} events; ${n} steps, ${fast} under 250 ms, ${(after.le.get('0.05') ?? 0) - (before.le.get('0.05') ?? 0)} under 50 ms`);
+      console.log(`stalled watcher cut ${cutAfterMs} ms after the first trigger; ${events.length} events; ${n} steps: ${within('0.05')} under 50 ms, ${within('0.1')} under 100 ms, ${within('1')} under 1 s`);
       expect(n).toBeGreaterThan(0);
-      expect(fast).toBe(n);
-
+      expect(within('1')).toBe(n);
+      expect(within('0.1')).toBeGreaterThanOrEqual(0.9 * n);
     } finally {
       ac.abort();
       await reading.catch(() => {});

@@ -135,13 +135,16 @@ describe('event feed', () => {
     expect(many).toBeLessThan(200);
   });
 
-  it('cuts off a watcher that stops reading, naming the seq to resume from; others go on', async () => {
-    const stalled = await feed.watch({ runId: '4001', afterSeq: 0n, maxBehind: 50 });
+  it('cuts off a watcher that stops reading, naming the seq to resume from, and says so at once; others go on', async () => {
+    let cutOff = 0;
+    const stalled = await feed.watch({ runId: '4001', afterSeq: 0n, maxBehind: 50, onCutOff: () => cutOff++ });
     const reader = await feed.watch({ runId: '4001', afterSeq: 0n, maxBehind: 1000 });
     const first = await insert(pool, 4001, 10);
     expect((await take(stalled, 10)).map((e) => e.seq)).toEqual(first);
     const rest = await insert(pool, 4001, 100);
     expect((await take(reader, 110)).map((e) => e.seq)).toEqual([...first, ...rest]);
+    // Told when it happened, without a call to next() (a stream blocked on its client makes none).
+    expect(cutOff).toBe(1);
     const err = await stalled.next().catch((e: unknown) => e);
     expect(err).toBeInstanceOf(WatcherBehindError);
     expect((err as Error).message).toContain(`after_seq ${first[9]}`);

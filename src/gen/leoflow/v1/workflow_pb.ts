@@ -1027,8 +1027,11 @@ export const WorkflowService: GenService<{
    * WatchRun streams a run's events (run and task instance state changes, with try numbers and
    * reasons) in seq order: those after after_seq first, then each as it commits, until the run
    * has ended (or, with follow, until the caller stops). Reconnecting with the last seq received,
-   * to any replica, misses nothing and repeats nothing. A watcher that falls too far behind is
-   * cut off with RESOURCE_EXHAUSTED naming the seq to reconnect from. Unknown run: NOT_FOUND.
+   * to any replica, misses nothing and repeats nothing. A watcher that falls too far behind (the
+   * server's --watch-buffer events) is cut off with RESOURCE_EXHAUSTED naming the seq to
+   * reconnect from; one that has stopped reading altogether (its HTTP/2 window full) has its
+   * stream reset with ENHANCE_YOUR_CALM (RESOURCE_EXHAUSTED to gRPC clients) two seconds later,
+   * and reconnects from the last seq it received. Unknown run: NOT_FOUND.
    *
    * @generated from rpc leoflow.v1.WorkflowService.WatchRun
    */
