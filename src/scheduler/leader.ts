@@ -1,5 +1,6 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
+import { leaderSessionName } from '../db/leader.js';
 
 /** The advisory-lock key every replica campaigns for ("leoflow" in ASCII, truncated). */
 export const LEADER_LOCK_KEY = 0x6c656f66;
@@ -14,6 +15,11 @@ export interface LeaderElectorOptions {
   retryMs: number;
   onElected(): void;
   onDeposed(reason: string): void;
+  /**
+   * What the leader says of its loop to the other replicas (its last full step and how late it
+   * is), written into its lock session's name at each watchdog check; null: nothing yet.
+   */
+  stepReport?(): { lastFullStepAt: number; lateMs: number } | null;
 }
 
 export interface LeaderElector {
@@ -65,7 +71,7 @@ export function createLeaderElector(opts: LeaderElectorOptions): LeaderElector {
     // server that vanished without closing the socket is noticed by the kernel, not never).
     const c = new pg.Client({
       connectionString: opts.databaseUrl,
-      application_name: `leoflow:${opts.replicaId}`,
+      application_name: leaderSessionName(opts.replicaId, null),
       connectionTimeoutMillis: 10_000,
       keepAlive: true,
     });
@@ -111,10 +117,12 @@ export function createLeaderElector(opts: LeaderElectorOptions): LeaderElector {
 
   const check = async (c: pg.Client) => {
     try {
+      // The check also renames the session with the loop's report: the other replicas read it
+      // where they find the leader (GetHealth), at no cost of its own.
       const { rows } = await c.query(
-        `select count(*)::int as n from pg_locks
-         where locktype = 'advisory' and objid = $1 and granted and pid = pg_backend_pid()`,
-        [LEADER_LOCK_KEY],
+        `select set_config('application_name', $2, false) as name, (select count(*)::int from pg_locks
+         where locktype = 'advisory' and objid = $1 and granted and pid = pg_backend_pid()) as n`,
+        [LEADER_LOCK_KEY, leaderSessionName(opts.replicaId, opts.stepReport?.() ?? null)],
       );
       if (rows[0].n !== 1 && client === c) depose('advisory lock no longer held');
     } catch (err) {

@@ -46,6 +46,11 @@ export interface SchedulerLoop {
   progress(): { at: number; stepSince: number | null; lastFullAt: number | null };
 }
 
+/** How much later than the tick the next full step is by `now`, after one began at `lastFullAt` (0: on time). */
+export function fullStepLateMs(lastFullAt: number, tickMs: number, now = Date.now()): number {
+  return Math.max(0, Math.round(now - lastFullAt - tickMs));
+}
+
 /**
  * The one loop that runs the phases: a step every tick as the safety net, and at once when
  * nudged (a TI finished, a run was triggered). Never two steps at the same time.

@@ -12,7 +12,7 @@ import { createNudger, type Nudge } from './nudger.js';
 import { registerPlanBehindEnds } from './plan-ahead.js';
 import { PlannerMemory } from './planner-memory.js';
 import { RoomWaiters } from './room-waiters.js';
-import { createSchedulerLoop } from './scheduler-loop.js';
+import { createSchedulerLoop, fullStepLateMs } from './scheduler-loop.js';
 import { step } from './step.js';
 
 /** At most this many active runs are planned per step. */
@@ -139,6 +139,10 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
     logger,
     watchdogMs: o.leaderWatchdogMs,
     retryMs: 1000,
+    stepReport: () => {
+      const at = loop.progress().lastFullAt;
+      return at === null ? null : { lastFullStepAt: at, lateMs: fullStepLateMs(at, o.tickMs) };
+    },
     onElected: () => {
       // A replica that did not lead did not step, so it saw no failing phase even if Postgres
       // was down the whole time (a lost lock session is usually that): heartbeats may not have

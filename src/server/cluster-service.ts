@@ -2,11 +2,12 @@ import type { ServiceImpl } from '@connectrpc/connect';
 import { timestampFromDate } from '@bufbuild/protobuf/wkt';
 import { agentHealth, type AgentHealth as Health_ } from '../core/agent-health.js';
 import { getAgent, listAgents, setDraining, type AgentView } from '../db/agents.js';
-import { currentLeaderId } from '../db/leader.js';
+import { currentLeader, type LeaderStepReport } from '../db/leader.js';
 import { listReplicas } from '../db/replicas.js';
 import type { Sql } from '../db/sql.js';
 import { AgentHealth, ClusterService } from '../gen/leoflow/v1/cluster_pb.js';
 import { LEADER_LOCK_KEY, type LeaderElector } from '../scheduler/leader.js';
+import { fullStepLateMs } from '../scheduler/scheduler-loop.js';
 import { InvalidArgumentError, NotFoundError, toConnectError } from './errors.js';
 import type { Health } from './health.js';
 
@@ -24,7 +25,7 @@ export interface ClusterDeps {
   tickMs: number;
   /** This replica's dispatch queue. */
   dispatchQueue(): { depth: number; capacity: number };
-  /** When this replica began its last full step (ms), while it leads; null otherwise. */
+  /** When this replica began its last full step (ms), while it leads; null otherwise (the leader's is read from its lock session). */
   lastFullStepAt(): number | null;
   /** Tells the replica holding the agent's stream to send Drain now. */
   /** An agent was drained (or, with `undrain`, undrained): its stream is told, wherever it is. */
@@ -50,11 +51,13 @@ function agentToProto(a: AgentView, deps: Pick<ClusterDeps, 'agentFreshMs' | 'he
   };
 }
 
-/** The leader's id and every replica connected to the database, each with its role. */
+/** The leader's id (and what it last said of its loop) and every replica connected to the database, each with its role. */
 async function replicasWithLeader(sql: Sql) {
-  const [leaderId, replicas] = await Promise.all([currentLeaderId(sql, LEADER_LOCK_KEY), listReplicas(sql)]);
+  const [leader, replicas] = await Promise.all([currentLeader(sql, LEADER_LOCK_KEY), listReplicas(sql)]);
+  const leaderId = leader?.replicaId ?? null;
   return {
     leaderId: leaderId ?? '',
+    leaderReport: leader?.report ?? null,
     replicas: replicas.map((r) => ({ replicaId: r.replicaId, role: r.role, leader: r.replicaId === leaderId, connectedSince: timestampFromDate(r.connectedSince) })),
   };
 }
@@ -84,7 +87,12 @@ export function createClusterService(deps: ClusterDeps): ServiceImpl<typeof Clus
         const reachable = ready.checks.find((c) => c.name === 'database')?.ok === true;
         const [cluster, agents] = reachable ? await Promise.all([replicasWithLeader(deps.sql).catch(() => null), listAgents(deps.sql).catch(() => null)]) : [null, null];
         const count = (h: AgentHealth) => (agents ?? []).filter((a) => agentToProto(a, deps).health === h).length;
-        const fullAt = deps.leader.isLeader ? deps.lastFullStepAt() : null;
+        // The leader's own figures; elsewhere, the leader's as it last told them (its watchdog's
+        // period old at most).
+        const own = deps.leader.isLeader ? deps.lastFullStepAt() : null;
+        const step: LeaderStepReport | null = deps.leader.isLeader
+          ? own !== null ? { lastFullStepAt: new Date(own), lateMs: fullStepLateMs(own, deps.tickMs) } : null
+          : (cluster?.leaderReport ?? null);
         const queue = deps.dispatchQueue();
         return {
           replicaId: deps.replicaId,
@@ -105,8 +113,8 @@ export function createClusterService(deps: ClusterDeps): ServiceImpl<typeof Clus
           agentsDead: count(AgentHealth.DEAD),
           dispatchQueueDepth: queue.depth,
           dispatchQueueCapacity: queue.capacity,
-          lastFullStepAt: fullAt !== null ? timestampFromDate(new Date(fullAt)) : undefined,
-          lastFullStepLateMs: fullAt !== null ? BigInt(Math.max(0, Math.round(Date.now() - fullAt - deps.tickMs))) : 0n,
+          lastFullStepAt: step ? timestampFromDate(step.lastFullStepAt) : undefined,
+          lastFullStepLateMs: BigInt(step?.lateMs ?? 0),
         };
       } catch (err) {
         throw toConnectError(err);

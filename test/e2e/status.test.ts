@@ -9,6 +9,8 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
 
 let db: TestDatabase;
 let server: ServerProcess;
+/** A replica that never leads (role worker), on the same database. */
+let worker: ServerProcess | null = null;
 let agent: AgentProcess | null = null;
 
 interface Status {
@@ -24,8 +26,8 @@ interface Status {
   failed_checks: unknown[];
 }
 
-async function status(): Promise<Status> {
-  const r = await cli(server.url, ['status', '-o', 'json']);
+async function status(on: ServerProcess = server): Promise<Status> {
+  const r = await cli(on.url, ['status', '-o', 'json']);
   expect(r.code, r.stderr).toBe(0);
   return JSON.parse(r.stdout) as Status;
 }
@@ -38,10 +40,11 @@ async function healthOf(agentId: string): Promise<string | undefined> {
 beforeAll(async () => {
   db = await createTestDatabase();
   // Keepalives every 200 ms: healthy within 600 ms of one, dead 3 s after the last.
-  server = await startServer({ env: { DATABASE_URL: db.url }, args: ['--heartbeat-interval', '200ms', '--heartbeat-threshold', '3s'] });
+  server = await startServer({ env: { DATABASE_URL: db.url }, args: ['--heartbeat-interval', '200ms', '--heartbeat-threshold', '3s', '--leader-watchdog', '500ms'] });
 }, 60_000);
 
 afterAll(async () => {
+  await worker?.stop();
   await agent?.stop();
   await server?.stop();
   await db?.drop();
@@ -67,6 +70,25 @@ describe('leoflow status', () => {
     expect(text.stdout).toMatch(/^database {3}reachable in \d+\.\d ms, migrations at \d{3}_\w+\.sql$/m);
     expect(text.stdout).toMatch(/^leader {5}\S+ \(this replica\); last full step \d+\.\d s ago, (on time|\d+\.\d s late)$/m);
     expect(text.stdout).toMatch(/^queue {6}0\/1 in this replica's dispatch queue$/m);
+  });
+
+  it("reports the leader's last full step from a replica that does not lead, as the leader last told it", async () => {
+    worker = await startServer({ env: { DATABASE_URL: db.url }, args: ['--role', 'worker'] });
+    const leader = await status();
+    const first = await waitFor('the leader\'s last full step, seen from the worker', async () => {
+      const s = await status(worker!);
+      return s.last_full_step ? s : null;
+    }, 10_000, 100);
+    expect(first).toMatchObject({ leader: false, leader_id: leader.replica_id });
+    expect(first.replica_id).not.toBe(leader.replica_id);
+    // Told by the leader's watchdog (every 500 ms here): a step of the last second or two, on time.
+    expect(Date.now() - Date.parse(first.last_full_step!.at)).toBeLessThan(3_000);
+    expect(first.last_full_step!.late_ms).toBeLessThan(1_000);
+    // And kept up to date: a later full step shows.
+    await waitFor('a later full step, seen from the worker', async () => Date.parse((await status(worker!)).last_full_step!.at) > Date.parse(first.last_full_step!.at), 5_000, 100);
+    const text = await cli(worker.url, ['status']);
+    expect(text.code, text.stderr).toBe(0);
+    expect(text.stdout).toMatch(new RegExp(`^leader {5}${leader.replica_id}; last full step \\d+\\.\\d s ago, (on time|\\d+\\.\\d s late)$`, 'm'));
   });
 
   it('counts an agent healthy while it keeps alive, stale once silent, dead past the heartbeat threshold', async () => {

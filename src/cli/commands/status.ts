@@ -32,8 +32,8 @@ function statusText(h: GetHealthResponse): string {
   else if (h.lastFullStepAt) {
     const late = Number(h.lastFullStepLateMs);
     const ago = (Date.now() - timestampDate(h.lastFullStepAt).getTime()) / 1000;
-    lines.push(`leader     ${h.leaderId} (this replica); last full step ${ago.toFixed(1)} s ago, ${late === 0 ? 'on time' : `${(late / 1000).toFixed(1)} s late`}`);
-  } else lines.push(`leader     ${h.leaderId} (ask it for its last full step: leoflow --server <its address> status)`);
+    lines.push(`leader     ${h.leaderId}${h.leader ? ' (this replica)' : ''}; last full step ${ago.toFixed(1)} s ago, ${late === 0 ? 'on time' : `${(late / 1000).toFixed(1)} s late`}`);
+  } else lines.push(`leader     ${h.leaderId} (it has not told its last full step yet)`);
   lines.push(`queue      ${h.dispatchQueueDepth}/${h.dispatchQueueCapacity} in this replica's dispatch queue`);
   lines.push(`agents     ${h.agentsHealthy} healthy, ${h.agentsStale} stale, ${h.agentsDead} dead`);
   if (h.replicas.length > 0) lines.push(`replicas   ${h.replicas.map((r) => `${r.replicaId} (${r.role}${r.leader ? ', leader' : ''})`).join(', ')}`);

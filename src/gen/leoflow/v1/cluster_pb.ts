@@ -274,15 +274,18 @@ export type GetHealthResponse = Message<"leoflow.v1.GetHealthResponse"> & {
   dispatchQueueCapacity: number;
 
   /**
-   * When the answering replica began its last full step (every phase, every run), while it leads;
-   * unset on a replica that does not lead (ask the leader).
+   * When the leader began its last full step (every phase, every run). On the leader, its own
+   * clock now; on another replica, what the leader last told (its watchdog writes it into its lock
+   * session's name every --leader-watchdog), so up to that period old. Unset while none leads or
+   * the leader has not told yet.
    *
    * @generated from field: google.protobuf.Timestamp last_full_step_at = 19;
    */
   lastFullStepAt?: Timestamp | undefined;
 
   /**
-   * How much later than the tick interval that full step is by now (0: on time).
+   * How much later than the tick interval the next full step is (0: on time): on the leader by
+   * now, elsewhere as of the leader's last report.
    *
    * @generated from field: int64 last_full_step_late_ms = 20;
    */
