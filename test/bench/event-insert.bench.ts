@@ -1,0 +1,120 @@
+import pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import { createTestDatabase } from '../helpers/test-database.js';
+import { percentile, report } from './report.js';
+
+/**
+ * event-insert: what migration 011 adds to every `events` insert, A/B in one database. 011 numbers
+ * `seq` with a plpgsql function that takes the transaction id first (`leoflow_next_event_seq()`,
+ * instead of the identity's plain nextval) and adds a statement-level trigger that NOTIFYs
+ * `leoflow_events` (one a transaction at commit). The variants switch those parts off and on in
+ * place (`seq`'s default back to `nextval('events_seq')`, the trigger disabled), alternating in
+ * rounds so drift on a shared machine falls on all of them alike; one session LISTENs throughout,
+ * as each replica does.
+ *
+ * Two shapes: one event a transaction (autocommit, one after the other: the trigger and the commit's
+ * NOTIFY weigh most here), and 20 events a statement (a planner's write of many moves).
+ *
+ *   npx vitest run --config test/bench/vitest.config.ts test/bench/event-insert.bench.ts
+ *
+ * LEOFLOW_BENCH_EVENT_ROUNDS (6), LEOFLOW_BENCH_EVENT_SINGLE (1000), LEOFLOW_BENCH_EVENT_BATCHES (200).
+ */
+
+const ROUNDS = Number(process.env.LEOFLOW_BENCH_EVENT_ROUNDS ?? 6);
+const SINGLE = Number(process.env.LEOFLOW_BENCH_EVENT_SINGLE ?? 1000);
+const BATCHES = Number(process.env.LEOFLOW_BENCH_EVENT_BATCHES ?? 200);
+const BATCH_ROWS = 20;
+
+interface Variant {
+  name: string;
+  seqFunction: boolean;
+  notifyTrigger: boolean;
+}
+
+const VARIANTS: Variant[] = [
+  { name: 'before 011 (nextval, no trigger)', seqFunction: false, notifyTrigger: false },
+  { name: 'seq function only', seqFunction: true, notifyTrigger: false },
+  { name: 'NOTIFY trigger only', seqFunction: false, notifyTrigger: true },
+  { name: '011 as shipped (both)', seqFunction: true, notifyTrigger: true },
+];
+
+describe('event-insert', () => {
+  it("migration 011's cost on an events insert, A/B", async () => {
+    const db = await createTestDatabase();
+    const listener = new pg.Client({ connectionString: db.url });
+    const client = new pg.Client({ connectionString: db.url });
+    await listener.connect();
+    await client.connect();
+    let notified = 0;
+    listener.on('notification', () => notified++);
+    await listener.query('listen leoflow_events');
+    try {
+      const set = async (v: Variant) => {
+        await client.query(`alter table events alter column seq set default ${v.seqFunction ? 'leoflow_next_event_seq()' : "nextval('events_seq')"}`);
+        await client.query(`alter table events ${v.notifyTrigger ? 'enable' : 'disable'} trigger events_written`);
+      };
+      const single = (ms: number[]) => async () => {
+        for (let i = 0; i < SINGLE; i++) {
+          const t0 = performance.now();
+          await client.query(`insert into events (run_id, kind, payload) values (1, 'bench', '{"i":1}')`);
+          ms.push(performance.now() - t0);
+        }
+      };
+      const values = Array.from({ length: BATCH_ROWS }, () => `(1, 'bench', '{"i":1}'::jsonb)`).join(', ');
+      const batched = (ms: number[]) => async () => {
+        for (let i = 0; i < BATCHES; i++) {
+          const t0 = performance.now();
+          await client.query(`insert into events (run_id, kind, payload) values ${values}`);
+          ms.push(performance.now() - t0);
+        }
+      };
+      // Warm-up: plans cached, the function compiled, the table's pages in memory.
+      for (const v of VARIANTS) {
+        await set(v);
+        await single([])();
+        await batched([])();
+      }
+      const samples = new Map(VARIANTS.map((v) => [v.name, { single: [] as number[], batched: [] as number[], singleRounds: [] as number[], batchedRounds: [] as number[] }]));
+      for (let r = 0; r < ROUNDS; r++) {
+        // Each round in another order, so no variant always runs first or last.
+        const order = VARIANTS.map((_, i) => VARIANTS[(i + r) % VARIANTS.length]!);
+        for (const v of order) {
+          await set(v);
+          const s = samples.get(v.name)!;
+          const a: number[] = [];
+          const b: number[] = [];
+          await single(a)();
+          await batched(b)();
+          s.single.push(...a);
+          s.batched.push(...b);
+          s.singleRounds.push(a.reduce((x, y) => x + y, 0) / a.length);
+          s.batchedRounds.push(b.reduce((x, y) => x + y, 0) / b.length);
+        }
+      }
+      const mean = (xs: number[]) => xs.reduce((x, y) => x + y, 0) / xs.length;
+      const base = samples.get(VARIANTS[0]!.name)!;
+      const rows = VARIANTS.map((v) => {
+        const s = samples.get(v.name)!;
+        // Each round's mean against the baseline's in the same round: the spread of the ratio.
+        const ratios = (mine: number[], theirs: number[]) => mine.map((m, i) => m / theirs[i]!);
+        const r1 = ratios(s.singleRounds, base.singleRounds);
+        const r20 = ratios(s.batchedRounds, base.batchedRounds);
+        return {
+          variant: v.name,
+          '1/xact mean ms': mean(s.single).toFixed(3),
+          '1/xact p50 ms': percentile(s.single, 50).toFixed(3),
+          '1/xact ratio': `${(mean(s.single) / mean(base.single)).toFixed(3)}x (${Math.min(...r1).toFixed(2)}–${Math.max(...r1).toFixed(2)})`,
+          '20/stmt mean ms': mean(s.batched).toFixed(3),
+          '20/stmt p50 ms': percentile(s.batched, 50).toFixed(3),
+          '20/stmt ratio': `${(mean(s.batched) / mean(base.batched)).toFixed(3)}x (${Math.min(...r20).toFixed(2)}–${Math.max(...r20).toFixed(2)})`,
+        };
+      });
+      await report('event-insert', rows, { rounds: ROUNDS, single: SINGLE, batches: BATCHES, batchRows: BATCH_ROWS, notified });
+      expect(notified).toBeGreaterThan(0);
+    } finally {
+      await client.end();
+      await listener.end();
+      await db.drop();
+    }
+  });
+});
