@@ -12,7 +12,7 @@ const BACKSTOP_MS = 1_000;
 export interface WatchOptions extends EventFilter {
   /** Deliver only events after this seq (0: from the first). */
   afterSeq: bigint;
-  /** The most events a watcher may fall behind before it is cut off. */
+  /** The most events a watcher may have waiting when more come for it: past it, it is cut off. */
   maxBehind: number;
   /**
    * Called once, at the moment the watcher is cut off. `next()` then throws, but a stream whose
@@ -100,22 +100,23 @@ export function createEventFeed(sql: Sql, logger: Logger): EventFeed {
     else horizonKnown = null;
   }
 
+  /**
+   * Hands one read's events to each watcher. A watcher is cut off when events come for it while
+   * it still has its bound waiting; a read is otherwise taken whole, so a burst larger than the
+   * bound (at most READ_LIMIT) never cuts off a watcher that keeps up. What a watcher holds is
+   * bounded by its bound plus one read.
+   */
   function fanOut(rows: EventRow[]) {
     for (const w of watchers) {
       if (w.closed || w.behind) continue;
-      let added = false;
-      for (const e of rows) {
-        if (BigInt(e.seq) <= w.after || !matches(w.filter, e)) continue;
-        if (w.queue.length >= w.maxBehind) {
-          w.behind = true;
-          w.queue.length = 0;
-          w.onCutOff?.();
-          break;
-        }
-        w.queue.push(e);
-        added = true;
-      }
-      if ((added || w.behind) && w.wake) w.wake();
+      const fresh = rows.filter((e) => BigInt(e.seq) > w.after && matches(w.filter, e));
+      if (fresh.length === 0) continue;
+      if (w.queue.length >= w.maxBehind) {
+        w.behind = true;
+        w.queue.length = 0;
+        w.onCutOff?.();
+      } else for (const e of fresh) w.queue.push(e);
+      w.wake?.();
     }
   }
 

@@ -141,8 +141,12 @@ describe('event feed', () => {
     const reader = await feed.watch({ runId: '4001', afterSeq: 0n, maxBehind: 1000 });
     const first = await insert(pool, 4001, 10);
     expect((await take(stalled, 10)).map((e) => e.seq)).toEqual(first);
-    const rest = await insert(pool, 4001, 100);
-    expect((await take(reader, 110)).map((e) => e.seq)).toEqual([...first, ...rest]);
+    // 100 more wait for it, past its bound of 50; the next event that comes cuts it off.
+    const more = await insert(pool, 4001, 100);
+    expect((await take(reader, 110)).map((e) => e.seq)).toEqual([...first, ...more]);
+    expect(cutOff).toBe(0);
+    const last = await insert(pool, 4001, 1);
+    expect((await take(reader, 1)).map((e) => e.seq)).toEqual(last);
     // Told when it happened, without a call to next() (a stream blocked on its client makes none).
     expect(cutOff).toBe(1);
     const err = await stalled.next().catch((e: unknown) => e);
@@ -150,5 +154,14 @@ describe('event feed', () => {
     expect((err as Error).message).toContain(`after_seq ${first[9]}`);
     expect((err as Error).message).toContain('50 events');
     reader.close();
+  });
+
+  it('does not cut off a watcher that keeps up when one commit brings more events than its bound', async () => {
+    const w = await feed.watch({ runId: '5001', afterSeq: 0n, maxBehind: 50 });
+    const burst = await insert(pool, 5001, 300);
+    expect((await take(w, 300)).map((e) => e.seq)).toEqual(burst);
+    const after = await insert(pool, 5001, 3);
+    expect((await take(w, 3)).map((e) => e.seq)).toEqual(after);
+    w.close();
   });
 });
