@@ -163,6 +163,9 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       defaultExecutor: config.executor,
       counters: schedulerCounters(metrics, (phase, err, ids) => logger.error({ err, phase, ...ids, component: 'scheduler' }, `scheduler error in ${phase}`)),
       retentionMs: config.retentionMs,
+      agentRetentionMs: config.agentRetentionMs,
+      // Connected, as `agents list` says it: a stream kept alive within three intervals.
+      agentLiveMs: 3 * config.heartbeatIntervalMs,
       historyCounters: historyCounters(metrics, (err, ids) => logger.error({ err, ...ids, component: 'history' }, `history keeper: ${String(ids.what)} failed`)),
       observe: {
         stepped: (seconds) => metrics.tickDuration.observe(seconds),
@@ -326,7 +329,7 @@ function startKubernetesExecutor(
         return true;
       },
       pending: (a, reason) => notePendingReason(d.sql, a, reason),
-      podGone: (name) => forgetAgent(d.sql, name),
+      podGone: async (name) => void (await forgetAgent(d.sql, name, 3 * config.heartbeatIntervalMs)),
       active: () => activeAttemptsOf(d.sql, 'kubernetes'),
     },
     logger: d.logger.child({ executor: 'kubernetes' }),
