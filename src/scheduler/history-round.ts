@@ -19,7 +19,7 @@ const DROP_LOCK_TIMEOUT_MS = 100;
 /** Every partition is looked at again this often (another replica's `db clean` may have emptied one). */
 const FULL_CHECK_MS = 10 * 60_000;
 /** Agents one round forgets at most. */
-const FORGET_AGENTS = 500;
+export const FORGET_AGENTS_PER_ROUND = 500;
 
 /** What the history rounds count (Prometheus in production). */
 export interface HistoryKeeperCounters {
@@ -211,10 +211,10 @@ export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => 
     if (o.agentRetentionMs !== null) {
       const seenBefore = new Date(now.getTime() - o.agentRetentionMs);
       await isolated('forget gone agents', { seenBefore: seenBefore.toISOString() }, async () => {
-        const ids = await forgetGoneAgents(o.sql, { seenBefore, liveMs: o.agentLiveMs, limit: FORGET_AGENTS });
+        const ids = await forgetGoneAgents(o.sql, { seenBefore, liveMs: o.agentLiveMs, limit: FORGET_AGENTS_PER_ROUND });
         if (ids.length === 0) return;
         result.agentsForgotten = ids.length;
-        if (ids.length === FORGET_AGENTS) result.more = true;
+        if (ids.length === FORGET_AGENTS_PER_ROUND) result.more = true;
         o.counters.agentsForgotten(ids.length);
         logger.info({ agents: ids.length, agentIds: ids.slice(0, 10), seenBefore }, `forgot ${ids.length} agent(s) not seen since before ${seenBefore.toISOString()}`);
       });
