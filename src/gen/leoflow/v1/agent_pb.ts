@@ -176,6 +176,13 @@ export type Hello = Message<"leoflow.v1.Hello"> & {
 
   /**
    * Stable name of this agent, unique in the fleet: letters, digits, '_', '.', '-', ':'.
+   * The control plane remembers an agent_id (its labels, slots, drain, last keepalive) while the
+   * agent is away, and forgets it once it has had no stream and no queued or running attempt for
+   * the agent retention (--agent-retention, 7 days by default), or when an operator runs
+   * `leoflow agents forget` (ClusterService.ForgetAgent). A Hello with a forgotten agent_id is
+   * accepted as a new agent: it takes what this Hello says, and is not drained even if the
+   * forgotten one was. Attempts it lists in `held` come back in Welcome.superseded: none was
+   * queued or running on it when it was forgotten.
    *
    * @generated from field: string agent_id = 2;
    */
