@@ -6,7 +6,7 @@ import type { Sql } from './sql.js';
  * When an agent's row may go: no live stream holds it, and no attempt names it. A stream is live
  * while its session is set and the agent was seen within `liveMs` (the rule by which another
  * process may take the id, in `connectAgent`): a session left set by a replica that died holds
- * nothing. An attempt still queued or running names its agent, whose reports and reconnect it waits for.
+ * nothing. An attempt still queued or running waits for its agent's reports and reconnect.
  */
 export function agentForgettable(sql: Sql, liveMs: number) {
   return sql`
@@ -14,12 +14,19 @@ export function agentForgettable(sql: Sql, liveMs: number) {
     and not exists (select 1 from task_instances t where t.agent_id = a.agent_id and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)}))`;
 }
 
+/** An attempt that keeps its agent from being forgotten. */
+export interface HeldAttempt {
+  runId: string;
+  taskId: string;
+  state: string;
+}
+
 /** Why an agent was not forgotten, or that it was. */
 export type ForgetOutcome =
   | { outcome: 'forgotten'; lastSeenAt: Date | null }
   | { outcome: 'unknown' }
   | { outcome: 'connected'; replica: string | null; lastSeenAt: Date | null }
-  | { outcome: 'holds'; attempts: number; first: { runId: string; taskId: string; state: string }[] };
+  | { outcome: 'holds'; attempts: number; first: HeldAttempt[] };
 
 /** How many attempts of a refused agent are named in the answer. */
 const NAMED_ATTEMPTS = 3;
@@ -30,7 +37,7 @@ const NAMED_ATTEMPTS = 3;
  * included). The row is locked while deciding, so a Hello of that id waits and then inserts.
  */
 export async function forgetAgent(sql: Sql, agentId: string, liveMs: number): Promise<ForgetOutcome> {
-  const [row] = await sql<{ forgotten: boolean; connected_replica: string | null; last_seen_at: Date | null; streaming: boolean; attempts: number; first: { runId: string; taskId: string; state: string }[] }[]>`
+  const [row] = await sql<{ forgotten: boolean; connected_replica: string | null; last_seen_at: Date | null; streaming: boolean; attempts: number; first: HeldAttempt[] }[]>`
     with target as (
       select a.agent_id, a.connected_replica, a.last_seen_at,
         a.session_id is not null and a.last_seen_at >= now() - ${liveMs} * interval '1 millisecond' as streaming

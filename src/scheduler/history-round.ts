@@ -70,9 +70,10 @@ interface Dirty {
  * adds the next partitions of the history tables ahead of need; removes a batch of runs whose
  * retention has passed, with their task instances; drops partitions that have no run (task
  * instance) left; and deletes what is left of removed runs in partitions that a run still going
- * keeps from being dropped; and forgets a batch of agents gone longer than the agent retention. Keeps between rounds where its reading of runs is and which partitions
- * it has yet to look at; `fresh` (a new leader, which knows nothing of what the last one left half
- * done) starts both over.
+ * keeps from being dropped; and forgets a batch of agents gone longer than the agent retention.
+ * Keeps between rounds where its reading of runs is and which partitions it has yet to look at;
+ * `fresh` (a new leader, which knows nothing of what the last one left half done) starts both
+ * over.
  */
 export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => Promise<HistoryRound> {
   const logger = o.logger.child({ component: 'history' });
@@ -216,7 +217,7 @@ export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => 
         result.agentsForgotten = ids.length;
         if (ids.length === FORGET_AGENTS_PER_ROUND) result.more = true;
         o.counters.agentsForgotten(ids.length);
-        logger.info({ agents: ids.length, agentIds: ids.slice(0, 10), seenBefore }, `forgot ${ids.length} agent(s) not seen since before ${seenBefore.toISOString()}`);
+        logger.info({ agents: ids.length, agentIds: ids.slice(0, 10), seenBefore }, `forgot ${ids.length} agent${ids.length === 1 ? '' : 's'} gone longer than the agent retention (last seen before ${seenBefore.toISOString()})`);
       });
     }
     if (result.partitionsDropped > 0 || result.rowsSwept > 0) result.more = true;
