@@ -189,7 +189,12 @@ export type Hello = Message<"leoflow.v1.Hello"> & {
   labels: { [key: string]: string };
 
   /**
-   * Placement capabilities, e.g. docker, python3.
+   * Placement capabilities, e.g. docker, python3. Names starting with "leoflow." are the protocol
+   * features this agent implements, which placement relies on:
+   *   "leoflow.secret-env": it reads Assign.secret_env and gives the task those variables (or
+   *   fails the attempt naming the one it cannot read). A task with secret variables is never
+   *   given to an agent without it; it waits with the pending reason
+   *   NO_AGENT_WITH_SECRET_ENV:leoflow.secret-env.
    *
    * @generated from field: repeated string capabilities = 4;
    */
