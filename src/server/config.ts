@@ -458,6 +458,10 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     kubernetes,
   };
   config.authRequired = !config.insecure && (edition === 'pro' || !isLoopback(config.listenHost));
+  if (tls?.clientAuth === 'all' && kubernetes) {
+    // A pod's agent has no certificate of its pod's name; with `agents` it proves itself with its attempt's token.
+    problems.push(`${pick('tls_client_auth', defaults)!.source}: all cannot be used with the kubernetes executor: the TLS handshake would refuse every pod's agent, which has no client certificate; use agents (the default: agent streams need a certificate, or for a pod's agent its attempt's token)`);
+  }
   if (config.heartbeatIntervalMs * 3 > config.heartbeatThresholdMs) {
     problems.push(
       `heartbeat_threshold (${config.heartbeatThresholdMs} ms) must be at least 3 × heartbeat_interval (${config.heartbeatIntervalMs} ms), or a live task could be reaped`,

@@ -207,10 +207,6 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     api = apiServer;
     cleanups.push(() => apiServer.close());
     const tlsReloader = config.tls ? startTlsReloader(config.tls, (t) => apiServer.setTls(t), logger) : null;
-    if (config.tls?.clientCa && config.kubernetes) {
-      // Each pod's agent is named after its pod and has no certificate of that name to present.
-      logger.warn('--tls-client-ca is set and the kubernetes executor is on: pods\' agents present no client certificate, so their streams will be refused (UNAUTHENTICATED) and their attempts fail; use agents with certificates (executor: agents) or leave mTLS off for now');
-    }
     if (tlsReloader) cleanups.push(async () => tlsReloader.stop());
     const metricsServer = config.metricsListen ? await serveMetrics(metrics, config.metricsListen.host, config.metricsListen.port, health) : null;
     if (metricsServer) cleanups.push(() => metricsServer.close());
