@@ -352,7 +352,10 @@ class Agent:
         """
         q: "queue.Queue[object]" = queue.Queue()
         hello = pb.Hello(protocol_version=self.args.protocol_version, agent_id=self.args.id,
-                         labels=self.args.labels, capabilities=self.args.capabilities,
+                         labels=self.args.labels,
+                         # This agent reads Assign.secret_env (resolve_secrets): it says so, or it
+                         # would never be given a task with secret variables.
+                         capabilities=[*self.args.capabilities, "leoflow.secret-env"],
                          slots=self.args.slots, token=self.args.token, held=self.held(),
                          incarnation_id=INCARNATION_ID)
 

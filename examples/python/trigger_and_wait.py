@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Applies a DAG file, triggers a run of it and waits for the run to end, over WorkflowService.
 
-Prints each task's state as it changes; exits 0 when the run succeeded, 1 otherwise.
+Prints each task's state as it changes; exits 0 when the run succeeded, 1 otherwise. With API
+tokens on (Pro, or Lite off loopback), set LEOFLOW_TOKEN (or --token) to a token of role admin
+(ApplyDag needs it; trigger and reads need operator): it is sent as `authorization: Bearer …`.
 
     PYTHONPATH=/tmp/leoflow-py /usr/bin/python3 trigger_and_wait.py --server 127.0.0.1:7070 \\
         examples/python/python-hello.yaml --logs
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -49,16 +52,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--timeout", type=float, default=300, help="give up after this many seconds")
     p.add_argument("--logs", action="store_true", help="print the run's log lines at the end")
     p.add_argument("--json-out", help="write the final GetRunResponse as JSON to this file")
+    p.add_argument("--token", default=os.environ.get("LEOFLOW_TOKEN", ""),
+                   help="API token, sent as a bearer token (or LEOFLOW_TOKEN); none: the API must be open")
     args = p.parse_args(argv)
+    # Every call carries the token: the server looks it up per call, so a revoked one stops at once.
+    auth = [("authorization", f"Bearer {args.token}")] if args.token else []
 
     target = re.sub(r"^https?://", "", args.server)
     with grpc.insecure_channel(target, options=[("grpc.enable_http_proxy", 0)]) as channel:
         api = workflow_pb2_grpc.WorkflowServiceStub(channel)
         with open(args.dag_file, encoding="utf-8") as f:
-            applied = api.ApplyDag(wf.ApplyDagRequest(source=f.read(), filename=args.dag_file), timeout=30)
+            applied = api.ApplyDag(wf.ApplyDagRequest(source=f.read(), filename=args.dag_file), timeout=30, metadata=auth)
         dag_id = applied.dag.dag_id
         print(f"dag {dag_id} {applied.outcome} (version {applied.dag.version})", flush=True)
-        run = api.TriggerRun(wf.TriggerRunRequest(dag_id=dag_id, conf_json=args.conf), timeout=30).run
+        run = api.TriggerRun(wf.TriggerRunRequest(dag_id=dag_id, conf_json=args.conf), timeout=30, metadata=auth).run
         print(f"run {run.run_id} of {dag_id} triggered (key {run.run_key})", flush=True)
 
         # The run's events are pushed as they commit (WatchRun): each batch is one GetRun to print
@@ -69,7 +76,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         after = 0
 
         def show() -> wf.GetRunResponse:
-            got = api.GetRun(wf.GetRunRequest(run_id=run.run_id), timeout=30)
+            got = api.GetRun(wf.GetRunRequest(run_id=run.run_id), timeout=30, metadata=auth)
             for ti in got.task_instances:
                 line = describe(ti)
                 if seen.get(ti.task_id) != line:
@@ -80,7 +87,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         while True:
             remaining = deadline - time.monotonic()
             try:
-                for batch in api.WatchRun(wf.WatchRunRequest(run_id=run.run_id, after_seq=after), timeout=max(remaining, 0.1)):
+                for batch in api.WatchRun(wf.WatchRunRequest(run_id=run.run_id, after_seq=after),
+                                          timeout=max(remaining, 0.1), metadata=auth):
                     if batch.events:
                         after = batch.events[-1].seq
                         show()
@@ -97,7 +105,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         got = show()
 
         if args.logs:
-            for batch in api.TailLogs(wf.TailLogsRequest(run_id=run.run_id), timeout=30):
+            for batch in api.TailLogs(wf.TailLogsRequest(run_id=run.run_id), timeout=30, metadata=auth):
                 for ln in batch.lines:
                     print(f"[{ln.task_id} #{ln.try_number} {ln.stream}] {ln.line}")
         if args.json_out:

@@ -3,6 +3,7 @@
  * problem reported at once and each message naming its flag.
  */
 
+import { RESERVED_CAPABILITY_PREFIX } from '../core/agent-features.js';
 import { parseDuration } from '../core/duration.js';
 
 export type ShutdownMode = 'finish' | 'handback';
@@ -184,6 +185,8 @@ export function parseCapabilities(raw: string): string[] {
   const names = raw.split(',').map((s) => s.trim());
   const bad = names.find((n) => n === '' || /[\s=]/.test(n));
   if (bad !== undefined) throw new Error(`expected names separated by commas, got ${JSON.stringify(raw)}`);
+  const reserved = names.find((n) => n.startsWith(RESERVED_CAPABILITY_PREFIX));
+  if (reserved !== undefined) throw new Error(`${JSON.stringify(reserved)}: names starting with "${RESERVED_CAPABILITY_PREFIX}" are the protocol features the agent announces itself`);
   return [...new Set(names)];
 }
 

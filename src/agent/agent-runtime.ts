@@ -7,6 +7,7 @@
 import path from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import type { Logger } from 'pino';
+import { AGENT_FEATURES } from '../core/agent-features.js';
 import { HelloSchema, ProtocolVersion, type ConnectResponse, type Hello } from '../gen/leoflow/v1/agent_pb.js';
 import type { ShutdownMode } from './agent-config.js';
 import { AgentFatalError } from './agent-fatal-error.js';
@@ -261,7 +262,8 @@ class AgentRuntime {
       protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
       agentId: this.#o.agentId,
       labels: this.#o.labels ?? {},
-      capabilities: this.#o.capabilities ?? [],
+      // The protocol features this agent implements, announced beside the operator's capabilities.
+      capabilities: [...new Set([...(this.#o.capabilities ?? []), AGENT_FEATURES.secretEnv])],
       slots: this.#o.slots ?? 1,
       token: this.#o.token ?? '',
       held: this.#runner.refs(),

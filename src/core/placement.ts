@@ -1,3 +1,4 @@
+import { AGENT_FEATURES } from './agent-features.js';
 import type { PlacementSpec } from './dag-spec.js';
 
 /** An agent as placement sees it: what it offers and how loaded it is now. */
@@ -30,15 +31,22 @@ function eligible(p: PlacementSpec | null, a: AgentView): boolean {
   return true;
 }
 
+/** Why a task with secret variables waits while only agents that would drop them match it. */
+export const NO_AGENT_WITH_SECRET_ENV = `NO_AGENT_WITH_SECRET_ENV:${AGENT_FEATURES.secretEnv}`;
+
 /**
  * Chooses the agent for one attempt: among agents that satisfy the task's placement (labels,
- * capabilities, allowed/forbidden ids), that have a free slot and are under the task's
+ * capabilities, allowed/forbidden ids), that can run it (a task with secret variables needs an
+ * agent announcing `leoflow.secret-env`), that have a free slot and are under the task's
  * max_parallel_per_agent, the one with the most free slots — so load spreads. Otherwise says why
- * the attempt waits: NO_AGENT_WITH_LABELS:<requirements>, AGENT_MAX_PARALLEL or AGENT_SLOTS_FULL.
+ * the attempt waits: NO_AGENT_WITH_LABELS:<requirements>, NO_AGENT_WITH_SECRET_ENV:leoflow.secret-env,
+ * AGENT_MAX_PARALLEL or AGENT_SLOTS_FULL.
  */
-export function placeAttempt(p: PlacementSpec | null, agents: readonly AgentView[]): Placement {
-  const matching = agents.filter((a) => eligible(p, a));
-  if (matching.length === 0) return { kind: 'waiting', reason: `NO_AGENT_WITH_LABELS:${describeRequirements(p)}` };
+export function placeAttempt(p: PlacementSpec | null, agents: readonly AgentView[], needs: { secretEnv?: boolean } = {}): Placement {
+  const eligibleAgents = agents.filter((a) => eligible(p, a));
+  if (eligibleAgents.length === 0) return { kind: 'waiting', reason: `NO_AGENT_WITH_LABELS:${describeRequirements(p)}` };
+  const matching = needs.secretEnv ? eligibleAgents.filter((a) => a.capabilities.includes(AGENT_FEATURES.secretEnv)) : eligibleAgents;
+  if (matching.length === 0) return { kind: 'waiting', reason: NO_AGENT_WITH_SECRET_ENV };
   const withSlot = matching.filter((a) => a.running < a.slots);
   if (withSlot.length === 0) return { kind: 'waiting', reason: 'AGENT_SLOTS_FULL' };
   const max = p?.maxParallelPerAgent ?? null;

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { Attempt } from '../core/attempt.js';
+import { needsSecretEnv } from '../core/agent-features.js';
 import { placeAttempt, type AgentView } from '../core/placement.js';
 import type { WorkItem } from '../core/work-item.js';
 import type { Placement } from './placement.js';
@@ -197,7 +198,7 @@ export class AgentPlacement implements Placement {
     if (!cache || performance.now() - cache.fetchedAt >= this.deps.cacheMs) return null;
     if (this.#round || this.#waiting.length > 0 || this.#parked.size > 0) return null;
     if (work.task.placement?.maxParallelPerAgent) return null;
-    const placement = placeAttempt(work.task.placement, cache.agents.map((a) => ({ ...a, runningThisTask: 0 })));
+    const placement = placeAttempt(work.task.placement, cache.agents.map((a) => ({ ...a, runningThisTask: 0 })), { secretEnv: needsSecretEnv(work.task) });
     if (placement.kind !== 'placed') return null;
     const agent = cache.agents.find((a) => a.agentId === placement.agentId)!;
     agent.holding.add(placing(work.tiId));
@@ -350,7 +351,7 @@ export class AgentPlacement implements Placement {
         const load = await this.deps.store.taskLoad(work.runId, work.taskId);
         candidates = all.map((v) => ({ ...v, runningThisTask: (load.get(v.agentId) ?? 0) + (addedLoad.get(loadKey(work, v.agentId)) ?? 0) }));
       }
-      const placement = placeAttempt(work.task.placement, candidates);
+      const placement = placeAttempt(work.task.placement, candidates, { secretEnv: needsSecretEnv(work.task) });
       if (placement.kind === 'placed') {
         const agent = agents.find((a) => a.agentId === placement.agentId)!;
         // The slot is taken in the cached view until the next refresh (or until its attempt

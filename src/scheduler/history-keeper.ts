@@ -22,10 +22,11 @@ export interface HistoryKeeper {
 }
 
 /**
- * The timer of the leader's upkeep of finished history, beside the scheduler's loop and never
- * inside a step: removing history must not lengthen a step, and need not be prompt. Rounds come
- * `busyMs` apart while the last one said more was waiting, `idleMs` apart otherwise, one at a
- * time; a replica that does not lead runs none (and its first round as leader is `fresh`).
+ * The timer of the leader's upkeep of finished history (and of agents gone long), beside the
+ * scheduler's loop and never inside a step: removing history must not lengthen a step, and need
+ * not be prompt. Rounds come `busyMs` apart while the last one said more was waiting, `idleMs`
+ * apart otherwise, one at a time; a replica that does not lead runs none (and its first round as
+ * leader is `fresh`).
  */
 export function createHistoryKeeper(o: HistoryKeeperOptions): HistoryKeeper {
   const busyMs = o.busyMs ?? 2_000;

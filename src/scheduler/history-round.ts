@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { forgetGoneAgents } from '../db/forget-gone-agents.js';
 import { addPartitionAhead } from '../db/history/add-partition-ahead.js';
 import { dropEmptyPartition, ownerRangeEmpty } from '../db/history/drop-empty-partition.js';
 import { EVENTS, HISTORY_TABLES, TASK_LOGS, type HistoryTable } from '../db/history/history-tables.js';
@@ -17,6 +18,8 @@ const SWEEP_ROWS = 5000;
 const DROP_LOCK_TIMEOUT_MS = 100;
 /** Every partition is looked at again this often (another replica's `db clean` may have emptied one). */
 const FULL_CHECK_MS = 10 * 60_000;
+/** Agents one round forgets at most. */
+export const FORGET_AGENTS_PER_ROUND = 500;
 
 /** What the history rounds count (Prometheus in production). */
 export interface HistoryKeeperCounters {
@@ -24,6 +27,8 @@ export interface HistoryKeeperCounters {
   partitionAdded(table: string): void;
   partitionDropped(table: string): void;
   rowsSwept(table: string, rows: number): void;
+  /** Agents gone longer than the agent retention, forgotten. */
+  agentsForgotten(agents: number): void;
   /** An error caught in a round (the round went on with its other parts). */
   error(err: unknown, ids: Record<string, unknown>): void;
 }
@@ -33,6 +38,11 @@ export interface HistoryRoundOptions {
   logger: Logger;
   /** Finished runs are removed this long after they ended; null keeps them (partitions are still added). */
   retentionMs: number | null;
+  /** Agents with no live stream and no attempt are forgotten this long after they were last
+   *  seen; null remembers them. */
+  agentRetentionMs: number | null;
+  /** A stream is live while its agent was seen this recently (see `agentForgettable`). */
+  agentLiveMs: number;
   now(): Date;
   counters: HistoryKeeperCounters;
 }
@@ -43,6 +53,7 @@ export interface HistoryRound {
   runsRemoved: number;
   partitionsDropped: number;
   rowsSwept: number;
+  agentsForgotten: number;
   /** Whether more is waiting (the next round comes soon). */
   more: boolean;
 }
@@ -59,9 +70,10 @@ interface Dirty {
  * adds the next partitions of the history tables ahead of need; removes a batch of runs whose
  * retention has passed, with their task instances; drops partitions that have no run (task
  * instance) left; and deletes what is left of removed runs in partitions that a run still going
- * keeps from being dropped. Keeps between rounds where its reading of runs is and which partitions
- * it has yet to look at; `fresh` (a new leader, which knows nothing of what the last one left half
- * done) starts both over.
+ * keeps from being dropped; and forgets a batch of agents gone longer than the agent retention.
+ * Keeps between rounds where its reading of runs is and which partitions it has yet to look at;
+ * `fresh` (a new leader, which knows nothing of what the last one left half done) starts both
+ * over.
  */
 export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => Promise<HistoryRound> {
   const logger = o.logger.child({ component: 'history' });
@@ -151,7 +163,7 @@ export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => 
   };
 
   return async (fresh) => {
-    const result: HistoryRound = { partitionsAdded: 0, runsRemoved: 0, partitionsDropped: 0, rowsSwept: 0, more: false };
+    const result: HistoryRound = { partitionsAdded: 0, runsRemoved: 0, partitionsDropped: 0, rowsSwept: 0, agentsForgotten: 0, more: false };
     const now = o.now();
     if (fresh || now.getTime() - lastFullCheck >= FULL_CHECK_MS) {
       // Every range again (a probe or two each); the default partition, whose sweep reads all of
@@ -196,6 +208,17 @@ export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => 
     for (const t of HISTORY_TABLES) {
       await isolated('tend partitions', { table: t.name }, () => tendOne(t, result));
       if (dirty.get(t.name)!.names.size > 0) result.more = true;
+    }
+    if (o.agentRetentionMs !== null) {
+      const seenBefore = new Date(now.getTime() - o.agentRetentionMs);
+      await isolated('forget gone agents', { seenBefore: seenBefore.toISOString() }, async () => {
+        const ids = await forgetGoneAgents(o.sql, { seenBefore, liveMs: o.agentLiveMs, limit: FORGET_AGENTS_PER_ROUND });
+        if (ids.length === 0) return;
+        result.agentsForgotten = ids.length;
+        if (ids.length === FORGET_AGENTS_PER_ROUND) result.more = true;
+        o.counters.agentsForgotten(ids.length);
+        logger.info({ agents: ids.length, agentIds: ids.slice(0, 10), seenBefore }, `forgot ${ids.length} agent${ids.length === 1 ? '' : 's'} gone longer than the agent retention (last seen before ${seenBefore.toISOString()})`);
+      });
     }
     if (result.partitionsDropped > 0 || result.rowsSwept > 0) result.more = true;
     return result;

@@ -44,6 +44,10 @@ export interface SchedulerOptions {
   counters: SchedulerCounters;
   /** Finished runs are removed this long after they ended (null: kept); see history-keeper.ts. */
   retentionMs: number | null;
+  /** Agents with no live stream and no attempt are forgotten this long after last seen; null: never. */
+  agentRetentionMs: number | null;
+  /** A stream is live while its agent was seen this recently. */
+  agentLiveMs: number;
   historyCounters: HistoryKeeperCounters;
   /** False for a replica that never leads (role worker or observer): it never campaigns. */
   campaigns: boolean;
@@ -126,9 +130,9 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
     const runIds = roomWaiters.take(Math.max(1, o.dispatcher.room()));
     if (runIds.length > 0) loop.nudge(runIds);
   });
-  // Beside the loop, not in it: removing history must never lengthen a step.
+  // Beside the loop, not in it: removing history (and forgetting agents) must never lengthen a step.
   const history = createHistoryKeeper({
-    round: createHistoryRound({ sql: o.sql, logger, retentionMs: o.retentionMs, now: () => new Date(), counters: o.historyCounters }),
+    round: createHistoryRound({ sql: o.sql, logger, retentionMs: o.retentionMs, agentRetentionMs: o.agentRetentionMs, agentLiveMs: o.agentLiveMs, now: () => new Date(), counters: o.historyCounters }),
     leading: () => isLeader && !stopping,
     failed: (err) => o.historyCounters.error(err, { what: 'round' }),
   });

@@ -246,9 +246,12 @@ export class AgentConnection implements AgentHandle {
     }
     const hello = first.value.msg.value;
     checkHelloAccess(hello);
-    checkAgentCertificate(clientCert, hello.agentId);
+    // Under mTLS a pod's one-shot agent has no certificate of its pod's name: it may come without
+    // one, and then only its attempt's token, for that pod's id, lets it in (agent-credential.ts).
+    const podWithoutCertificate = clientCert === null && hello.onlyAttemptToken !== '';
+    if (!podWithoutCertificate) checkAgentCertificate(clientCert, hello.agentId);
     const held = this.#valid('hello', () => validateHelloFields(hello));
-    await checkAgentCredential(hello, this.deps.agentCredentials, { certified: clientCert != null });
+    await checkAgentCredential(hello, this.deps.agentCredentials, { certified: clientCert != null, podWithoutCertificate });
     this.agentId = hello.agentId;
     this.incarnationId = hello.incarnationId;
     this.#log = this.deps.logger.child({ agentId: hello.agentId, session: this.sessionId.slice(0, 8), incarnation: hello.incarnationId.slice(0, 8) });

@@ -31,18 +31,17 @@ export interface HelloCredential {
  * otherwise), so holding one agent's token never lets a process take another's id and, with it,
  * that agent's attempts. A pod's agent may prove itself with its attempt's token instead. The
  * deprecated shared `--agent-token` is still accepted, compared in constant time.
+ *
+ * `certified`: a client certificate verified against --tls-client-ca names this agent id
+ * (tls-identity.ts), a per-agent credential of its own. `podWithoutCertificate`: mTLS is on and
+ * this agent presented no certificate, which only a pod's agent may do (it has no certificate of
+ * its pod's name): its attempt's token is then the only proof accepted, whatever else it sends.
  */
-export async function checkAgentCredential(h: HelloCredential, c: AgentCredentials, opts: { certified?: boolean } = {}): Promise<void> {
+export async function checkAgentCredential(h: HelloCredential, c: AgentCredentials, opts: { certified?: boolean; podWithoutCertificate?: boolean } = {}): Promise<void> {
   const { agentId, token: presented } = h;
-  // A client certificate verified against --tls-client-ca and naming this agent id
-  // (tls-identity.ts) is a per-agent credential of its own.
+  if (opts.podWithoutCertificate) return checkPodAttempt(h, c);
   if (opts.certified && presented === '') return;
-  // The attempt's own token, from the pod the kubernetes executor made for it (its name is the agent id).
-  if ((c.required || c.sharedToken !== null) && presented === '' && h.onlyAttemptToken !== '') {
-    const pod = /^[1-9]\d{0,18}$/.test(h.onlyTiId) ? await c.podOfAttempt(h.onlyTiId, h.onlyAttemptToken) : null;
-    if (pod !== null && secretsEqual(pod, agentId)) return;
-    throw new ConnectError(`hello.only_attempt_token: no live kubernetes attempt of task instance ${h.onlyTiId} with this token runs in a pod named "${agentId}"`, Code.Unauthenticated);
-  }
+  if ((c.required || c.sharedToken !== null) && presented === '' && h.onlyAttemptToken !== '') return checkPodAttempt(h, c);
   if (presented !== '') {
     const who = await c.authenticator.authenticate(presented);
     if (who.ok) {
@@ -60,4 +59,11 @@ export async function checkAgentCredential(h: HelloCredential, c: AgentCredentia
   if (c.required || c.sharedToken !== null) {
     throw new ConnectError('hello.token: this control plane needs an agent credential: set LEOFLOW_AGENT_TOKEN to a token of role agent bound to this agent id', Code.Unauthenticated);
   }
+}
+
+/** The attempt's own token, from the pod the kubernetes executor made for it (its name is the agent id). */
+async function checkPodAttempt(h: HelloCredential, c: AgentCredentials): Promise<void> {
+  const pod = /^[1-9]\d{0,18}$/.test(h.onlyTiId) && h.onlyAttemptToken !== '' ? await c.podOfAttempt(h.onlyTiId, h.onlyAttemptToken) : null;
+  if (pod !== null && secretsEqual(pod, h.agentId)) return;
+  throw new ConnectError(`hello.only_attempt_token: no live kubernetes attempt of task instance ${h.onlyTiId} with this token runs in a pod named "${h.agentId}"`, Code.Unauthenticated);
 }

@@ -36,10 +36,10 @@ export function apiAdapter(
     values.set(resetStreamKey, resetStreamOf(req));
     const uReq = universalRequestFromNodeRequest(req, res, undefined, values);
     if (options.checkedServices.has(uHandler.service.typeName) && typeof uReq.body === 'object' && uReq.body !== null && Symbol.asyncIterator in uReq.body) {
-      const compressed = (req.headers['content-encoding'] ?? 'identity') !== 'identity';
+      const contentType = String(req.headers['content-type'] ?? '');
       uReq.body = checkedBody(uReq.body as AsyncIterable<Uint8Array>, {
-        contentType: String(req.headers['content-type'] ?? ''),
-        compressed,
+        contentType,
+        encoding: messageEncoding(contentType, req.headers),
         input: uHandler.method.input,
         values,
         maxBytes: options.readMaxBytes ?? 0xffffffff,
@@ -57,4 +57,10 @@ export function apiAdapter(
         options.logger.warn({ rpc: `${uHandler.service.typeName}/${uHandler.method.name}`, err: (reason as Error)?.message }, 'rpc response could not be written');
       });
   };
+}
+
+/** The header that names a request message's compression in its protocol. */
+function messageEncoding(contentType: string, headers: http2.IncomingHttpHeaders): string {
+  const header = contentType.startsWith('application/grpc') ? 'grpc-encoding' : contentType.startsWith('application/connect+') ? 'connect-content-encoding' : 'content-encoding';
+  return String(headers[header] ?? 'identity');
 }

@@ -31,7 +31,7 @@ import type { ChangeSignal } from './change-signal.js';
  * The API's three services, on what the replica was wired with, as one HTTP/2 handler, behind
  * the guard of the replica's role.
  */
-export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: { required: boolean; authenticator: TokenAuthenticator }; metrics: Pick<Metrics, 'authDenied'>; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet; events: EventFeed; changes: ChangeSignal; health: Health; dispatchQueueDepth(): number }) {
+export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: { required: boolean; authenticator: TokenAuthenticator }; metrics: Pick<Metrics, 'authDenied' | 'agentsForgotten'>; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet; events: EventFeed; changes: ChangeSignal; health: Health; dispatchQueueDepth(): number }) {
   const { sql, logger, config, parser, scheduler, fleet, health } = o;
   // With mTLS on, each request carries its connection's client certificate, for the Hello check.
   const askCertificate = config.tls?.clientCa != null;
@@ -89,6 +89,10 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: {
           dispatchQueue: () => ({ depth: o.dispatchQueueDepth(), capacity: config.dispatchQueue }),
           lastFullStepAt: () => scheduler.loopProgress().lastFullAt,
           drained: (agentId, undrain) => fleet.drain(agentId, undrain),
+          forgotten: (agentId) => {
+            o.metrics.agentsForgotten.inc({ how: 'by_hand' });
+            o.logger.info({ agentId }, `agent ${agentId} forgotten by hand`);
+          },
         }),
       );
       router.service(AgentService, createAgentService(fleet.sessionDeps));

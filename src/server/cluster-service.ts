@@ -1,14 +1,16 @@
 import type { ServiceImpl } from '@connectrpc/connect';
 import { timestampFromDate } from '@bufbuild/protobuf/wkt';
 import { agentHealth, type AgentHealth as Health_ } from '../core/agent-health.js';
+import { formatDuration } from '../core/duration.js';
 import { getAgent, listAgents, setDraining, type AgentView } from '../db/agents.js';
+import { forgetAgent, type ForgetOutcome } from '../db/forget-agent.js';
 import { currentLeader, type LeaderStepReport } from '../db/leader.js';
 import { listReplicas } from '../db/replicas.js';
 import type { Sql } from '../db/sql.js';
 import { AgentHealth, ClusterService } from '../gen/leoflow/v1/cluster_pb.js';
 import { LEADER_LOCK_KEY, type LeaderElector } from '../scheduler/leader.js';
 import { fullStepLateMs } from '../scheduler/scheduler-loop.js';
-import { InvalidArgumentError, NotFoundError, toConnectError } from './errors.js';
+import { FailedPreconditionError, InvalidArgumentError, NotFoundError, toConnectError } from './errors.js';
 import type { Health } from './health.js';
 
 export interface ClusterDeps {
@@ -30,6 +32,8 @@ export interface ClusterDeps {
   /** Tells the replica holding the agent's stream to send Drain now. */
   /** An agent was drained (or, with `undrain`, undrained): its stream is told, wherever it is. */
   drained(agentId: string, undrain: boolean): void;
+  /** An agent was forgotten by hand. */
+  forgotten(agentId: string): void;
 }
 
 const HEALTH: Record<Health_, AgentHealth> = { healthy: AgentHealth.HEALTHY, stale: AgentHealth.STALE, dead: AgentHealth.DEAD };
@@ -49,6 +53,23 @@ function agentToProto(a: AgentView, deps: Pick<ClusterDeps, 'agentFreshMs' | 'he
     running: a.running,
     health: HEALTH[agentHealth({ connected: a.connected_replica !== null, lastSeenAt: a.last_seen_at }, { freshMs, thresholdMs: deps.heartbeatThresholdMs, now: Date.now() })],
   };
+}
+
+/** Why ForgetAgent was refused, and what to do about it. */
+function forgetRefusal(agentId: string, o: Exclude<ForgetOutcome, { outcome: 'forgotten' }>, heartbeatThresholdMs: number): Error {
+  if (o.outcome === 'unknown') return new NotFoundError(`agent "${agentId}" not found`);
+  if (o.outcome === 'connected') {
+    const seen = o.lastSeenAt ? `, last seen ${formatDuration(Math.max(0, Math.round((Date.now() - o.lastSeenAt.getTime()) / 1000) * 1000))} ago` : '';
+    return new FailedPreconditionError(
+      `agent "${agentId}" is connected (to replica ${o.replica ?? '?'}${seen}): only a disconnected agent can be forgotten; stop the agent first (\`leoflow agents drain ${agentId}\` lets it finish its work)`,
+    );
+  }
+  const named = o.first.map((a) => `run ${a.runId} task ${a.taskId} ${a.state}`).join(', ');
+  const more = o.attempts > o.first.length ? `, and ${o.attempts - o.first.length} more` : '';
+  return new FailedPreconditionError(
+    `agent "${agentId}" still holds ${o.attempts} attempt${o.attempts === 1 ? '' : 's'} (${named}${more}): only an agent no queued or running attempt names can be forgotten; ` +
+      `cancel them (\`leoflow run cancel RUN --task TASK\`) or wait for them to end (an attempt whose agent is gone is ended as lost ${formatDuration(heartbeatThresholdMs)} after its last heartbeat)`,
+  );
 }
 
 /** The leader's id (and what it last said of its loop) and every replica connected to the database, each with its role. */
@@ -133,6 +154,17 @@ export function createClusterService(deps: ClusterDeps): ServiceImpl<typeof Clus
         if (!(await setDraining(deps.sql, req.agentId, !req.undrain))) throw new NotFoundError(`agent "${req.agentId}" not found`);
         deps.drained(req.agentId, req.undrain);
         return { agent: agentToProto((await getAgent(deps.sql, req.agentId))!, deps) };
+      } catch (err) {
+        throw toConnectError(err);
+      }
+    },
+    async forgetAgent(req) {
+      try {
+        if (req.agentId.trim() === '') throw new InvalidArgumentError('agent_id', 'is required');
+        const o = await forgetAgent(deps.sql, req.agentId, deps.agentFreshMs);
+        if (o.outcome !== 'forgotten') throw forgetRefusal(req.agentId, o, deps.heartbeatThresholdMs);
+        deps.forgotten(req.agentId);
+        return { lastSeenAt: o.lastSeenAt ? timestampFromDate(o.lastSeenAt) : undefined };
       } catch (err) {
         throw toConnectError(err);
       }

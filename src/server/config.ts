@@ -63,6 +63,9 @@ export interface Config {
   retentionMs: number | null;
   /** How many events a WatchRun/WatchRuns stream may fall behind before it is cut off. */
   watchBufferEvents: number;
+  /** An agent with no stream and no attempt is forgotten (its row deleted) this long after it was
+   *  last seen; null: remembered for ever. */
+  agentRetentionMs: number | null;
   /** Deprecated: a secret any agent may send in Hello, for any agent id; null when none is set. */
   agentToken: string | null;
   /** TLS on the API port; null: plain HTTP/2 (h2c) and HTTP/1.1. */
@@ -162,6 +165,7 @@ export const SETTINGS = {
   leader_watchdog: { flag: '--leader-watchdog', env: 'LEOFLOW_LEADER_WATCHDOG', kind: 'duration' },
   retention: { flag: '--retention', env: 'LEOFLOW_RETENTION', kind: 'duration' },
   watch_buffer: { flag: '--watch-buffer', env: 'LEOFLOW_WATCH_BUFFER', kind: 'positive-int' },
+  agent_retention: { flag: '--agent-retention', env: 'LEOFLOW_AGENT_RETENTION', kind: 'duration' },
   agent_token: { flag: '--agent-token', env: 'LEOFLOW_AGENT_TOKEN', kind: 'string' },
   tls_cert: { flag: '--tls-cert', env: 'LEOFLOW_TLS_CERT', kind: 'string' },
   tls_key: { flag: '--tls-key', env: 'LEOFLOW_TLS_KEY', kind: 'string' },
@@ -259,11 +263,11 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
   };
   // A plain number would be seconds to parseDuration, and "30" means 30 days to most readers of a
   // retention setting: only 0 may go without a unit.
-  const retention = (v: unknown) => {
+  const retention = (example: string) => (v: unknown) => {
     if (v === 'off' || v === 0 || v === '0') return null;
-    if (typeof v === 'number' || /^\s*\d+\s*$/.test(String(v))) throw new Error(`must be a duration with a unit, such as 30d, or off (or 0), got ${JSON.stringify(v)}`);
+    if (typeof v === 'number' || /^\s*\d+\s*$/.test(String(v))) throw new Error(`must be a duration with a unit, such as ${example}, or off (or 0), got ${JSON.stringify(v)}`);
     const ms = parseDuration(v);
-    if (ms <= 0) throw new Error(`must be a positive duration such as 30d, or off, got ${JSON.stringify(v)}`);
+    if (ms <= 0) throw new Error(`must be a positive duration such as ${example}, or off, got ${JSON.stringify(v)}`);
     return ms;
   };
   const list = (v: unknown) => (Array.isArray(v) ? v.map(String) : String(v).split(',')).map((s) => s.trim()).filter(Boolean);
@@ -435,7 +439,8 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     killGraceMs: get('kill_grace', duration, 10_000),
     shutdownGraceMs: get('shutdown_grace', duration, 30_000),
     leaderWatchdogMs: get('leader_watchdog', duration, 5_000),
-    retentionMs: get('retention', retention, null as number | null),
+    retentionMs: get('retention', retention('30d'), null as number | null),
+    agentRetentionMs: get('agent_retention', retention('7d'), 7 * 86_400_000 as number | null),
     watchBufferEvents: get('watch_buffer', positiveInt, 10_000),
     agentToken: get('agent_token', nonEmpty, null as string | null),
     tls,
@@ -457,6 +462,10 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     kubernetes,
   };
   config.authRequired = !config.insecure && (edition === 'pro' || !isLoopback(config.listenHost));
+  if (tls?.clientAuth === 'all' && kubernetes) {
+    // A pod's agent has no certificate of its pod's name; with `agents` it proves itself with its attempt's token.
+    problems.push(`${pick('tls_client_auth', defaults)!.source}: all cannot be used with the kubernetes executor: the TLS handshake would refuse every pod's agent, which has no client certificate; use agents (the default: agent streams need a certificate, or for a pod's agent its attempt's token)`);
+  }
   if (config.heartbeatIntervalMs * 3 > config.heartbeatThresholdMs) {
     problems.push(
       `heartbeat_threshold (${config.heartbeatThresholdMs} ms) must be at least 3 × heartbeat_interval (${config.heartbeatIntervalMs} ms), or a live task could be reaped`,

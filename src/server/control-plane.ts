@@ -163,6 +163,9 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       defaultExecutor: config.executor,
       counters: schedulerCounters(metrics, (phase, err, ids) => logger.error({ err, phase, ...ids, component: 'scheduler' }, `scheduler error in ${phase}`)),
       retentionMs: config.retentionMs,
+      agentRetentionMs: config.agentRetentionMs,
+      // Connected, as `agents list` says it: a stream kept alive within three intervals.
+      agentLiveMs: 3 * config.heartbeatIntervalMs,
       historyCounters: historyCounters(metrics, (err, ids) => logger.error({ err, ...ids, component: 'history' }, `history keeper: ${String(ids.what)} failed`)),
       observe: {
         stepped: (seconds) => metrics.tickDuration.observe(seconds),
@@ -204,10 +207,6 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     api = apiServer;
     cleanups.push(() => apiServer.close());
     const tlsReloader = config.tls ? startTlsReloader(config.tls, (t) => apiServer.setTls(t), logger) : null;
-    if (config.tls?.clientCa && config.kubernetes) {
-      // Each pod's agent is named after its pod and has no certificate of that name to present.
-      logger.warn('--tls-client-ca is set and the kubernetes executor is on: pods\' agents present no client certificate, so their streams will be refused (UNAUTHENTICATED) and their attempts fail; use agents with certificates (executor: agents) or leave mTLS off for now');
-    }
     if (tlsReloader) cleanups.push(async () => tlsReloader.stop());
     const metricsServer = config.metricsListen ? await serveMetrics(metrics, config.metricsListen.host, config.metricsListen.port, health) : null;
     if (metricsServer) cleanups.push(() => metricsServer.close());
@@ -326,7 +325,7 @@ function startKubernetesExecutor(
         return true;
       },
       pending: (a, reason) => notePendingReason(d.sql, a, reason),
-      podGone: (name) => forgetAgent(d.sql, name),
+      podGone: async (name) => void (await forgetAgent(d.sql, name, 3 * config.heartbeatIntervalMs)),
       active: () => activeAttemptsOf(d.sql, 'kubernetes'),
     },
     logger: d.logger.child({ executor: 'kubernetes' }),

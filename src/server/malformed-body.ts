@@ -4,11 +4,13 @@
  * runs, and has no option to change that. So the body of a checked method is decoded here first,
  * on its way in: a message that does not decode is replaced by an empty one and the reason is
  * put in the request's context, where the request check ({@link throwIfMalformed}) refuses it
- * with INVALID_ARGUMENT before its handler sees it. JSON bodies need none of this: connect-node
- * already answers INVALID_ARGUMENT for them.
+ * with INVALID_ARGUMENT before its handler sees it. A compressed message is decompressed here
+ * to be checked, since connect-node's INTERNAL comes after its own decompression. JSON bodies need
+ * none of this: connect-node already answers INVALID_ARGUMENT for them.
  */
 import { fromBinary, type DescMessage } from '@bufbuild/protobuf';
 import { Code, ConnectError, createContextKey, type ContextValues } from '@connectrpc/connect';
+import { decompressMessage, emptyIn } from './decompress-message.js';
 
 /** Why the request's last message did not decode, if it did not. */
 export const malformedBody = createContextKey<string | undefined>(undefined, { description: 'why the request body did not decode' });
@@ -28,21 +30,37 @@ function decodes(input: DescMessage, bytes: Uint8Array, values: ContextValues): 
 }
 
 /**
- * The body of a request to a checked method, with each message that does not decode replaced by
- * an empty one. A compressed message, or one past `maxBytes` (the adapter's `readMaxBytes`), is passed on as it is
- * (connect-node decompresses it, or refuses it for its size).
+ * Whether a message decodes, decompressing it first when it says it is compressed (`encoding`,
+ * from the header of its protocol). Undefined: left to connect-node (an unknown encoding, a
+ * message past `maxBytes` once decompressed).
+ */
+async function checks(input: DescMessage, bytes: Uint8Array, encoding: string | null, values: ContextValues, maxBytes: number): Promise<boolean | undefined> {
+  if (encoding === null) return decodes(input, bytes, values);
+  const d = await decompressMessage(encoding, bytes, maxBytes);
+  if (d.kind === 'unchecked') return undefined;
+  if (d.kind === 'bytes') return decodes(input, d.bytes, values);
+  values.set(malformedBody, d.why);
+  return false;
+}
+
+/**
+ * The body of a request to a checked method, with each message that does not decode (or does not
+ * decompress) replaced by an empty one. `encoding` is the compression the protocol's header names
+ * (`content-encoding` for Connect unary, `grpc-encoding`, `connect-content-encoding`), or
+ * 'identity'. A message past `maxBytes` (the adapter's `readMaxBytes`) is passed on as it is, for
+ * connect-node to refuse for its size.
  */
 export async function* checkedBody(
   body: AsyncIterable<Uint8Array>,
-  o: { contentType: string; compressed: boolean; input: DescMessage; values: ContextValues; maxBytes: number },
+  o: { contentType: string; encoding: string; input: DescMessage; values: ContextValues; maxBytes: number },
 ): AsyncIterable<Uint8Array> {
-  const { contentType, compressed, input, values, maxBytes } = o;
+  const { contentType, input, values, maxBytes } = o;
+  const encoding = o.encoding.trim().toLowerCase() || 'identity';
   const type = contentType.split(';')[0]?.trim().toLowerCase() ?? '';
   const binary = type === 'application/proto' || type.endsWith('+proto') || type === 'application/grpc' || type === 'application/grpc-web';
   if (!binary) return yield* body;
   if (type === 'application/proto') {
-    // Connect unary: the body is the message itself.
-    if (compressed) return yield* body;
+    // Connect unary: the body is the message itself, compressed whole when `encoding` says so.
     const chunks: Buffer[] = [];
     let size = 0;
     for await (const c of body) {
@@ -54,7 +72,8 @@ export async function* checkedBody(
       }
     }
     const bytes = Buffer.concat(chunks);
-    yield decodes(input, bytes, values) ? bytes : new Uint8Array(0);
+    const ok = await checks(input, bytes, encoding === 'identity' ? null : encoding, values, maxBytes);
+    yield ok !== false ? bytes : encoding === 'identity' ? new Uint8Array(0) : emptyIn(encoding);
     return;
   }
   let buf = Buffer.alloc(0);
@@ -69,8 +88,10 @@ export async function* checkedBody(
       }
       if (buf.length < 5 + length) break;
       const message = buf.subarray(5, 5 + length);
-      if ((flags & (COMPRESSED | END_STREAM)) === 0 && !decodes(input, message, values)) yield Buffer.from([flags, 0, 0, 0, 0]);
-      else yield buf.subarray(0, 5 + length);
+      // An envelope's own flag says whether it is compressed, with the stream's encoding.
+      const ok = (flags & END_STREAM) !== 0 ? true : await checks(input, message, (flags & COMPRESSED) !== 0 ? encoding : null, values, maxBytes);
+      // A replacement is an empty message, uncompressed (legal whatever the stream's encoding).
+      yield ok !== false ? buf.subarray(0, 5 + length) : Buffer.from([flags & ~COMPRESSED, 0, 0, 0, 0]);
       buf = buf.subarray(5 + length);
     }
   }

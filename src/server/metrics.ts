@@ -102,6 +102,12 @@ export function createMetrics(opts: { role?: string } = {}) {
       labelNames: ['code', 'rpc'],
       registers: [registry],
     }),
+    agentsForgotten: new Counter({
+      name: 'agents_forgotten_total',
+      help: 'Agents forgotten (their rows deleted): how=retention (gone longer than the agent retention, by the leader) or how=by_hand (ForgetAgent)',
+      labelNames: ['how'],
+      registers: [registry],
+    }),
     historyErrors: new Counter({ name: 'history_errors_total', help: 'Errors caught while keeping the history (the keeper went on)', registers: [registry] }),
   };
   const clusterGauge = (name: string, help: string, labelNames: string[], fill: (g: Gauge, c: ClusterGauges) => void) =>
@@ -204,6 +210,7 @@ export function historyCounters(m: Metrics, log: (err: unknown, ids: Record<stri
     partitionAdded: (table) => m.historyPartitions.inc({ table, op: 'added' }),
     partitionDropped: (table) => m.historyPartitions.inc({ table, op: 'dropped' }),
     rowsSwept: (table, rows) => m.historyRowsSwept.inc({ table }, rows),
+    agentsForgotten: (agents) => m.agentsForgotten.inc({ how: 'retention' }, agents),
     error(err, ids) {
       m.historyErrors.inc();
       log(err, ids);

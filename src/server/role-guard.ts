@@ -23,6 +23,7 @@ export const WRITE_RPCS: readonly DescMethod[] = [
   w.cleanHistory,
   w.watchCleanHistory,
   ClusterService.method.drainAgent,
+  ClusterService.method.forgetAgent,
 ];
 
 /** The RPCs that only read: all an observer answers. */

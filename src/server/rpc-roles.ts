@@ -32,6 +32,7 @@ export const RPC_ROLES: ReadonlyMap<DescMethod, ApiRole> = new Map<DescMethod, A
   [w.cancelTaskInstance, 'operator'],
   [w.pauseDag, 'operator'],
   [c.drainAgent, 'operator'],
+  [c.forgetAgent, 'operator'],
   [w.applyDag, 'admin'],
   [w.deleteDag, 'admin'],
   [w.cleanHistory, 'admin'],

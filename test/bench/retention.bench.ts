@@ -222,8 +222,10 @@ describe('retention', () => {
         sql,
         logger: pino({ level: 'silent' }),
         retentionMs: DAY_MS,
+        agentRetentionMs: null,
+        agentLiveMs: 15_000,
         now: () => clock.now,
-        counters: { runsRemoved: () => {}, partitionAdded: () => {}, partitionDropped: () => {}, rowsSwept: () => {}, error: (err) => keeperErrors.push(err) },
+        counters: { runsRemoved: () => {}, partitionAdded: () => {}, partitionDropped: () => {}, rowsSwept: () => {}, agentsForgotten: () => {}, error: (err) => keeperErrors.push(err) },
       });
       // A first pass with nothing past its retention: the keeper drops the partitions left empty.
       clock.now = new Date(dayStart(now, 1).getTime() + DAY_MS - 1);

@@ -1,7 +1,8 @@
 import http2 from 'node:http2';
 import { readFile } from 'node:fs/promises';
+import { brotliCompressSync, gzipSync } from 'node:zlib';
 import { Code, ConnectError, createClient } from '@connectrpc/connect';
-import { createConnectTransport, createGrpcWebTransport } from '@connectrpc/connect-node';
+import { compressionGzip, createConnectTransport, createGrpcTransport, createGrpcWebTransport } from '@connectrpc/connect-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
 import { WorkflowService } from '../../src/gen/leoflow/v1/workflow_pb.js';
@@ -96,6 +97,70 @@ describe('WorkflowService over gRPC: bad input', () => {
     expect(status).toBeDefined();
     expect(status).not.toBe('0');
     expect((await api.workflow.listDags({})).dags.map((d) => d.dagId)).toEqual(['hello']);
+  });
+});
+
+/** One HTTP/2 request to the server: its status, gRPC status (headers or trailers) and body. */
+function h2request(headers: Record<string, string>, body: Buffer): Promise<{ status: number; grpcStatus: string | undefined; grpcMessage: string; body: string }> {
+  const session = http2.connect(server.url);
+  return new Promise<{ status: number; grpcStatus: string | undefined; grpcMessage: string; body: string }>((resolve, reject) => {
+    const req = session.request({ ':method': 'POST', te: 'trailers', ...headers });
+    let status = 0;
+    let grpcStatus: string | undefined;
+    let grpcMessage = '';
+    const chunks: Buffer[] = [];
+    req.on('response', (h) => {
+      status = Number(h[':status']);
+      grpcStatus ??= h['grpc-status'] as string | undefined;
+      grpcMessage ||= decodeURIComponent(String(h['grpc-message'] ?? ''));
+    });
+    req.on('trailers', (t) => {
+      grpcStatus = t['grpc-status'] as string;
+      grpcMessage = decodeURIComponent(String(t['grpc-message'] ?? ''));
+    });
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => resolve({ status, grpcStatus, grpcMessage, body: Buffer.concat(chunks).toString('latin1') }));
+    req.on('error', reject);
+    req.end(body);
+  }).finally(() => session.close());
+}
+
+/** A gRPC / gRPC-Web envelope: flags, length, message. */
+function envelope(flags: number, message: Buffer): Buffer {
+  const head = Buffer.alloc(5);
+  head[0] = flags;
+  head.writeUInt32BE(message.length, 1);
+  return Buffer.concat([head, message]);
+}
+
+describe('compressed garbage bodies', () => {
+  const garbage = Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff]);
+  const path = '/leoflow.v1.WorkflowService/GetRun';
+
+  it('a gzip-compressed body that is not a protobuf message is INVALID_ARGUMENT, never INTERNAL (gRPC, gRPC-Web, Connect)', async () => {
+    const grpc = await h2request({ ':path': path, 'content-type': 'application/grpc', 'grpc-encoding': 'gzip' }, envelope(1, gzipSync(garbage)));
+    expect([grpc.grpcStatus, grpc.grpcMessage]).toEqual(['3', expect.stringMatching(/^request: is not a valid leoflow\.v1\.GetRunRequest protobuf message/)]);
+    const web = await h2request({ ':path': path, 'content-type': 'application/grpc-web+proto', 'grpc-encoding': 'gzip' }, envelope(1, gzipSync(garbage)));
+    expect(web.body).toMatch(/grpc-status:\s*3\r\n/);
+    const unary = await h2request({ ':path': path, 'content-type': 'application/proto', 'content-encoding': 'gzip', 'connect-protocol-version': '1' }, gzipSync(garbage));
+    expect(unary.status).toBe(400);
+    expect(JSON.parse(unary.body)).toMatchObject({ code: 'invalid_argument', message: expect.stringMatching(/^request: is not a valid leoflow\.v1\.GetRunRequest protobuf message/) });
+    const br = await h2request({ ':path': path, 'content-type': 'application/proto', 'content-encoding': 'br', 'connect-protocol-version': '1' }, brotliCompressSync(garbage));
+    expect([br.status, JSON.parse(br.body).code]).toEqual([400, 'invalid_argument']);
+    // Bytes that are not gzip at all are refused as well, whatever says so.
+    const notGzip = await h2request({ ':path': path, 'content-type': 'application/grpc', 'grpc-encoding': 'gzip' }, envelope(1, garbage));
+    expect([notGzip.grpcStatus, notGzip.grpcMessage]).toEqual(['3', expect.stringMatching(/^request: does not decompress as gzip \(/)]);
+    const notGzipUnary = await h2request({ ':path': path, 'content-type': 'application/proto', 'content-encoding': 'gzip', 'connect-protocol-version': '1' }, garbage);
+    expect(notGzipUnary.status).toBe(400);
+    expect(JSON.parse(notGzipUnary.body)).toMatchObject({ code: 'invalid_argument' });
+  });
+
+  it('still answers a well-formed gzip-compressed request', async () => {
+    for (const transport of [createGrpcTransport({ baseUrl: server.url, sendCompression: compressionGzip }), createConnectTransport({ baseUrl: server.url, httpVersion: '2', sendCompression: compressionGzip, compressMinBytes: 0 }), createGrpcWebTransport({ baseUrl: server.url, httpVersion: '2', sendCompression: compressionGzip, compressMinBytes: 0 })]) {
+      const client = createClient(WorkflowService, transport);
+      expect((await client.getDag({ dagId: 'hello' })).dag?.dagId).toBe('hello');
+      await rejects(client.getDag({ dagId: 'nope' }), Code.NotFound, /not found/);
+    }
   });
 });
 

@@ -140,8 +140,8 @@ describe('replica roles (Pro edition)', () => {
     expect((await api.workflow.getRun({ runId: run!.runId })).run?.runId).toBe(run!.runId);
     expect((await api.cluster.listAgents({})).agents.map((a) => a.agentId)).toEqual(['roles-agent']);
 
-    const before = await db.sql`select (select count(*) from dag_runs) as runs, (select count(*) from events) as events, (select count(*) from dags) as dags`;
-    expect(WRITE_RPCS.length).toBe(10);
+    const before = await db.sql`select (select count(*) from dag_runs) as runs, (select count(*) from events) as events, (select count(*) from dags) as dags, (select count(*) from agents) as agents`;
+    expect(WRITE_RPCS.length).toBe(11);
     for (const m of WRITE_RPCS) {
       const client = (m.parent.typeName === ClusterService.typeName ? api.cluster : api.workflow) as unknown as Record<string, (req: unknown) => Promise<unknown> | AsyncIterable<unknown>>;
       // A request that would pass validation where one is needed: the guard answers before any handler.
@@ -163,7 +163,7 @@ describe('replica roles (Pro edition)', () => {
     const r = await cli(observer.url, ['run', 'trigger', 'mixed']);
     expect(r.code).not.toBe(0);
     expect(r.stderr).toContain('role observer (read-only)');
-    expect(await db.sql`select (select count(*) from dag_runs) as runs, (select count(*) from events) as events, (select count(*) from dags) as dags`).toEqual(before);
+    expect(await db.sql`select (select count(*) from dag_runs) as runs, (select count(*) from events) as events, (select count(*) from dags) as dags, (select count(*) from agents) as agents`).toEqual(before);
   });
 
   it('a replica of role leader fails at start while another leads, naming it', async () => {

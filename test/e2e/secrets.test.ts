@@ -1,12 +1,14 @@
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { toJsonString } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
+import { ProtocolVersion } from '../../src/gen/leoflow/v1/agent_pb.js';
 import { ListDagsResponseSchema } from '../../src/gen/leoflow/v1/workflow_pb.js';
 import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import { scriptedAgent } from '../helpers/scripted-agent.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -137,6 +139,53 @@ tasks:
     const logs = (await cli(server.url, ['logs', runId])).stdout;
     expect(logs).toMatch(/secret NOPE \(env E2E_NOT_SET_ANYWHERE\)/);
     expect(logs).not.toContain('should not run');
+  }, 60_000);
+
+  it('never gives a task with secret variables to an agent that does not announce leoflow.secret-env: it waits saying why, then runs on one that does', async () => {
+    // An agent built before Assign.secret_env: its Hello has no leoflow.secret-env capability.
+    const old = scriptedAgent(server.url, { keepaliveMs: 300 });
+    old.outbox.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'old-agent', labels: { pool: 'old' }, slots: 2, incarnationId: randomUUID() } } });
+    let fresh: AgentProcess | null = null;
+    try {
+      expect((await old.inbox.next()).msg.case).toBe('welcome');
+      const out = path.join(tmp, 'old-pool.out');
+      const applied = await apply('old-pool', `dag_id: old_pool
+tasks:
+  - id: plain
+    executor: agents
+    placement: { labels: { pool: old } }
+    command: [echo, no secrets here]
+  - id: secret
+    executor: agents
+    placement: { labels: { pool: old } }
+    command: ${writeTo(out, 'TOKEN')}
+    env:
+      TOKEN: { secret: { env: E2E_AGENT_ONLY } }
+`);
+      expect(applied.code, applied.stderr).toBe(0);
+      const runId = (await api.workflow.triggerRun({ dagId: 'old_pool' })).run!.runId;
+      // The old agent still gets work without secrets...
+      const assign = await old.inbox.next(15_000);
+      expect(assign.msg.case).toBe('assign');
+      expect(assign.msg.case === 'assign' && assign.msg.value.taskId).toBe('plain');
+      // ...but the task with a secret waits, saying why, and is never sent to it.
+      await waitFor('the secret task waiting with its reason', async () => {
+        const [t] = await db.sql<{ state: string; pending_reason: string | null }[]>`select state, pending_reason from task_instances where run_id = ${runId} and task_id = 'secret'`;
+        return t?.state === 'scheduled' && t.pending_reason === 'NO_AGENT_WITH_SECRET_ENV:leoflow.secret-env';
+      }, 15_000);
+      await expect(old.inbox.next(1500)).rejects.toThrow(/nothing received/);
+      // An agent of this build announces the feature and runs it with its secret.
+      fresh = startAgent(server.url, ['--id', 'new-agent', '--labels', 'pool=old'], { env: { E2E_AGENT_ONLY: AGENT_SECRET } });
+      await waitFor('the secret task over', async () => {
+        const [t] = await db.sql<{ state: string; agent_id: string | null }[]>`select state, agent_id from task_instances where run_id = ${runId} and task_id = 'secret'`;
+        return t?.state === 'success' ? t : null;
+      }, 30_000).then((t) => expect(t.agent_id).toBe('new-agent'));
+      expect(await readFile(out, 'utf8')).toBe(`${AGENT_SECRET}|`);
+    } finally {
+      old.close();
+      await old.done.catch(() => {});
+      await fresh?.stop(5000);
+    }
   }, 60_000);
 
   it('refuses a Kubernetes Secret on a task the server would run as a subprocess, at apply', async () => {

@@ -60,8 +60,8 @@ export function startPython(stubs: string, args: string[], timeoutMs: number, en
 }
 
 /** Runs a Python program to its exit. */
-export async function runPython(stubs: string, args: string[], timeoutMs = 60_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const p = startPython(stubs, args, timeoutMs);
+export async function runPython(stubs: string, args: string[], timeoutMs = 60_000, env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const p = startPython(stubs, args, timeoutMs, env);
   const code = await p.exited;
   return { code, stdout: p.stdout, stderr: p.stderr };
 }

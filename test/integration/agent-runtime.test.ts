@@ -97,7 +97,8 @@ describe('agent runtime', () => {
     const f = await fake();
     const a = agent(f, { capabilities: ['sh'], slots: 2 });
     const s = await f.waitFor('a stream', () => f.streams[0]);
-    expect(s.hello).toMatchObject({ protocolVersion: 1, agentId: 'test-agent', labels: { zone: 'a' }, capabilities: ['sh'], slots: 2, held: [], onlyTiId: '0' });
+    // The protocol features it implements are announced after the operator's capabilities.
+    expect(s.hello).toMatchObject({ protocolVersion: 1, agentId: 'test-agent', labels: { zone: 'a' }, capabilities: ['sh', 'leoflow.secret-env'], slots: 2, held: [], onlyTiId: '0' });
     await f.waitFor('a keepalive', () => s.of('keepalive').length > 0);
     expect(a.connected).toBe(true);
 

@@ -66,6 +66,7 @@ beforeAll(async () => {
     dispatchQueue: () => ({ depth: 0, capacity: 1 }),
     lastFullStepAt: () => null,
     drained: () => {},
+    forgotten: () => {},
   }) as unknown as Record<string, Handler>;
   await call(workflow.applyDag!, { source: YAML, filename: 'reads.yaml' });
   runId = ((await call(workflow.triggerRun!, { dagId: 'reads', confJson: '', runKey: '' })) as { run: { runId: string } }).run.runId;

@@ -26,8 +26,10 @@ function keeper(clock: { now: Date }, errors: unknown[]): Round {
     sql: db.sql,
     logger: pino({ level: 'silent' }),
     retentionMs: 30 * DAY_MS,
+    agentRetentionMs: null,
+    agentLiveMs: 15_000,
     now: () => clock.now,
-    counters: { runsRemoved: () => {}, partitionAdded: () => {}, partitionDropped: () => {}, rowsSwept: () => {}, error: (err) => errors.push(err) },
+    counters: { runsRemoved: () => {}, partitionAdded: () => {}, partitionDropped: () => {}, rowsSwept: () => {}, agentsForgotten: () => {}, error: (err) => errors.push(err) },
   });
   let fresh = true;
   return () => {

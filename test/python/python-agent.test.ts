@@ -172,3 +172,36 @@ describe('a Python agent over AgentService', () => {
     }
   });
 });
+
+describe('trigger_and_wait.py against a server with API tokens on', () => {
+  let authDb: TestDatabase;
+  let authed: ServerProcess;
+  const admin = `lf_${randomBytes(32).toString('hex')}`;
+  beforeAll(async () => {
+    authDb = await createTestDatabase();
+    // Pro with auth on (the helper's LEOFLOW_INSECURE unset), tasks run by the server itself.
+    authed = await startServer({ env: { DATABASE_URL: authDb.url, LEOFLOW_INSECURE: undefined, LEOFLOW_TOKEN: undefined }, args: ['--edition', 'pro', '--executor', 'subprocess', '--bootstrap-admin-token', admin] });
+  }, 60_000);
+  afterAll(async () => {
+    await authed?.stop();
+    await authDb?.drop();
+  });
+
+  it('sends LEOFLOW_TOKEN as a bearer token: refused without it (UNAUTHENTICATED), runs with it', async () => {
+    const file = path.join(tmp, 'authed.yaml');
+    await writeFile(file, 'dag_id: py_authed\ntasks:\n  - id: hi\n    command: [echo, hello with a token]\n');
+    const host = new URL(authed.url).host;
+    const args = [`${PY_DIR}/trigger_and_wait.py`, '--server', host, '--timeout', '60', '--logs', file];
+    const without = await runPython(stubs, args, 60_000, { LEOFLOW_TOKEN: '' });
+    expect(without.code).toBe(1);
+    expect(without.stderr).toMatch(/^trigger_and_wait: UNAUTHENTICATED: /m);
+    const wrong = await runPython(stubs, args, 60_000, { LEOFLOW_TOKEN: `lf_${randomBytes(32).toString('hex')}` });
+    expect(wrong.code).toBe(1);
+    expect(wrong.stderr).toMatch(/^trigger_and_wait: UNAUTHENTICATED: /m);
+    const ok = await runPython(stubs, args, 60_000, { LEOFLOW_TOKEN: admin });
+    expect(ok.stderr).toBe('');
+    expect(ok.code).toBe(0);
+    expect(ok.stdout).toContain('[hi #1 stdout] hello with a token');
+    expect(ok.stdout).toMatch(/run \d+ success/);
+  });
+});

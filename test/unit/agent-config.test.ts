@@ -147,6 +147,7 @@ describe('leoflow agent flags', () => {
     expect(() => parseLabels('a=1,a=2')).toThrow('label "a" given twice');
     expect(parseCapabilities(' docker , gpu ')).toEqual(['docker', 'gpu']);
     expect(() => parseCapabilities('a=b')).toThrow('expected names separated by commas, got "a=b"');
+    expect(() => parseCapabilities('docker,leoflow.secret-env')).toThrow('"leoflow.secret-env": names starting with "leoflow." are the protocol features the agent announces itself');
   });
 
   it('default id is hostname-pid, made valid', () => {

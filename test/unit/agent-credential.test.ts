@@ -53,6 +53,16 @@ describe('agent credential at Hello', () => {
     expect(await refusal(checkAgentCredential(hello('lf-pod-8', '', ATTEMPT, '7'), creds()))).toMatch(/^Unauthenticated: hello.only_attempt_token: no live kubernetes attempt of task instance 7/);
     expect(await refusal(checkAgentCredential(hello('lf-pod-7', '', ATTEMPT, 'x'), creds()))).toMatch(/^Unauthenticated/);
   });
+  it('under mTLS, takes a pod\'s agent without a certificate on its attempt\'s token alone, for that pod\'s id only, even with auth off', async () => {
+    const mtlsPod = { podWithoutCertificate: true };
+    for (const c of [creds(), creds({ required: false })]) {
+      expect(await refusal(checkAgentCredential(hello('lf-pod-7', '', ATTEMPT, '7'), c, mtlsPod))).toBe('accepted');
+      expect(await refusal(checkAgentCredential(hello('lf-pod-8', '', ATTEMPT, '7'), c, mtlsPod))).toMatch(/^Unauthenticated: hello.only_attempt_token: no live kubernetes attempt of task instance 7 with this token runs in a pod named "lf-pod-8"/);
+      expect(await refusal(checkAgentCredential(hello('lf-pod-7', '', '00000000-0000-4000-8000-000000000000', '7'), c, mtlsPod))).toMatch(/^Unauthenticated: hello.only_attempt_token/);
+      // A good agent token does not stand in for the missing certificate.
+      expect(await refusal(checkAgentCredential(hello('lf-pod-8', 'agent:*', ATTEMPT, '7'), c, mtlsPod))).toMatch(/^Unauthenticated: hello.only_attempt_token/);
+    }
+  });
   it('stays open where auth is not required and no shared token is set (Lite on loopback)', async () => {
     const c = creds({ required: false });
     expect(await refusal(checkAgentCredential(hello('a'), c))).toBe('accepted');

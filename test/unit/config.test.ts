@@ -127,6 +127,16 @@ describe('config', () => {
     expect(problems({ retention: 'forever' })).toEqual(['--retention: expected a duration like "30s", "5m" or "1h30m", got "forever"']);
   });
 
+  it('reads the agent retention, 7 days in both editions, or off, and names a bad value exactly', () => {
+    expect(loadConfig({}, {}, '/srv').agentRetentionMs).toBe(7 * 86_400_000);
+    expect(loadConfig({ edition: 'pro', executor: 'subprocess' }, { DATABASE_URL: 'postgres://127.0.0.1/x' }, '/srv').agentRetentionMs).toBe(7 * 86_400_000);
+    expect(loadConfig({ agent_retention: '36h' }, {}, '/srv').agentRetentionMs).toBe(36 * 3_600_000);
+    expect(loadConfig({}, { LEOFLOW_AGENT_RETENTION: '2d' }, '/srv').agentRetentionMs).toBe(2 * 86_400_000);
+    expect(loadConfig({ agent_retention: 'off' }, {}, '/srv').agentRetentionMs).toBeNull();
+    expect(problems({ agent_retention: '7' })).toEqual(['--agent-retention: must be a duration with a unit, such as 7d, or off (or 0), got "7"']);
+    expect(problems({}, { LEOFLOW_AGENT_RETENTION: 'a week' })).toEqual(['LEOFLOW_AGENT_RETENTION (environment): expected a duration like "30s", "5m" or "1h30m", got "a week"']);
+  });
+
   it('rejects an unknown edition', () => {
     expect(problems({ edition: 'enterprise' })).toEqual(['--edition: must be one of lite, pro, got "enterprise"']);
   });

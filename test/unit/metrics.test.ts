@@ -26,6 +26,8 @@ const DESIGN_METRICS: Record<string, string> = {
   history_partitions_total: 'counter',
   history_rows_swept_total: 'counter',
   history_errors_total: 'counter',
+  // Agents forgotten: by the leader past the agent retention, or by hand (ForgetAgent).
+  agents_forgotten_total: 'counter',
   api_auth_denied_total: 'counter',
   // The kubernetes executor (issue 24): pods created, creates refused by reason, time to running.
   kubernetes_pods_created_total: 'counter',

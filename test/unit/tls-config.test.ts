@@ -73,6 +73,16 @@ describe('the server\'s TLS settings', () => {
     expect(problems({ tls_cert: pki.server.cert, tls_key: pki.server.key, tls_client_ca: '/nonexistent/ca.pem' })).toEqual(['--tls-client-ca: cannot read /nonexistent/ca.pem: no such file']);
   });
 
+  it('refuses --tls-client-auth all with the kubernetes executor: a pod\'s agent has no client certificate', () => {
+    const tls = { tls_cert: pki.server.cert, tls_key: pki.server.key, tls_client_ca: pki.ca };
+    const pro = { edition: 'pro', kubernetes_image: 'x', pod_server_url: 'https://leoflow:7070', insecure: 'true' };
+    const env = { DATABASE_URL: 'postgres://127.0.0.1/x' };
+    expect(problems({ ...pro, ...tls, tls_client_auth: 'all' }, env)).toEqual([
+      "--tls-client-auth: all cannot be used with the kubernetes executor: the TLS handshake would refuse every pod's agent, which has no client certificate; use agents (the default: agent streams need a certificate, or for a pod's agent its attempt's token)",
+    ]);
+    expect(loadConfig({ ...pro, ...tls }, env, '/srv').tls!.clientAuth).toBe('agents');
+  });
+
   it('refuses an expired certificate, or one not yet valid, saying when', () => {
     expect(() => readCertificateFile(pki.server.cert, new Date(Date.now() + 10 * 86_400_000))).toThrow(/server\.crt: the certificate \(CN=localhost\) expired on \d{4}-/);
     expect(() => readCertificateFile(pki.server.cert, new Date(Date.now() - 86_400_000))).toThrow(/server\.crt: the certificate \(CN=localhost\) is not valid before \d{4}-/);

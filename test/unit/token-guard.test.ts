@@ -32,6 +32,7 @@ const NEEDS: Record<string, 'viewer' | 'operator' | 'admin' | 'hello'> = {
   'leoflow.v1.WorkflowService/CancelTaskInstance': 'operator',
   'leoflow.v1.WorkflowService/PauseDag': 'operator',
   'leoflow.v1.ClusterService/DrainAgent': 'operator',
+  'leoflow.v1.ClusterService/ForgetAgent': 'operator',
   'leoflow.v1.WorkflowService/ApplyDag': 'admin',
   'leoflow.v1.WorkflowService/DeleteDag': 'admin',
   'leoflow.v1.WorkflowService/CleanHistory': 'admin',

@@ -29,7 +29,7 @@ function agentJson(a: Agent) {
 }
 
 export function registerAgents(program: Command, clients: () => Clients): void {
-  const agents = program.command('agents').description('list and drain the agents known to the control plane');
+  const agents = program.command('agents').description('list, drain and forget the agents known to the control plane');
 
   agents
     .command('list')
@@ -69,5 +69,14 @@ export function registerAgents(program: Command, clients: () => Clients): void {
       const res = await clients().cluster.drainAgent({ agentId, undrain: opts.undrain ?? false });
       const a = res.agent!;
       process.stdout.write(`agent ${a.agentId} ${a.draining ? 'draining' : 'undrained'} (${a.running} running, ${a.connected ? 'connected' : 'not connected'})\n`);
+    });
+
+  agents
+    .command('forget')
+    .description('forget a disconnected agent that holds no attempt: `agents list` no longer shows it; the same id may connect again later, as a new agent')
+    .argument('<agent_id>')
+    .action(async (agentId: string) => {
+      const res = await clients().cluster.forgetAgent({ agentId });
+      process.stdout.write(`agent ${agentId} forgotten (last seen ${time(res.lastSeenAt)})\n`);
     });
 }

@@ -176,6 +176,13 @@ export type Hello = Message<"leoflow.v1.Hello"> & {
 
   /**
    * Stable name of this agent, unique in the fleet: letters, digits, '_', '.', '-', ':'.
+   * The control plane remembers an agent_id (its labels, slots, drain, last keepalive) while the
+   * agent is away, and forgets it once it has had no stream and no queued or running attempt for
+   * the agent retention (--agent-retention, 7 days by default), or when an operator runs
+   * `leoflow agents forget` (ClusterService.ForgetAgent). A Hello with a forgotten agent_id is
+   * accepted as a new agent: it takes what this Hello says, and is not drained even if the
+   * forgotten one was. Attempts it lists in `held` come back in Welcome.superseded: none was
+   * queued or running on it when it was forgotten.
    *
    * @generated from field: string agent_id = 2;
    */
@@ -189,7 +196,12 @@ export type Hello = Message<"leoflow.v1.Hello"> & {
   labels: { [key: string]: string };
 
   /**
-   * Placement capabilities, e.g. docker, python3.
+   * Placement capabilities, e.g. docker, python3. Names starting with "leoflow." are the protocol
+   * features this agent implements, which placement relies on:
+   *   "leoflow.secret-env": it reads Assign.secret_env and gives the task those variables (or
+   *   fails the attempt naming the one it cannot read). A task with secret variables is never
+   *   given to an agent without it; it waits with the pending reason
+   *   NO_AGENT_WITH_SECRET_ENV:leoflow.secret-env.
    *
    * @generated from field: repeated string capabilities = 4;
    */
@@ -245,7 +257,9 @@ export type Hello = Message<"leoflow.v1.Hello"> & {
    * With only_ti_id, for an agent started for one attempt it was given (the Kubernetes
    * executor's pod): the token of that attempt. The agent then gets exactly that attempt (the
    * same try, the same token), and nothing else: never a claim of the task instance, so a pod of
-   * an earlier try that starts late cannot take a newer one. A UUID, or empty.
+   * an earlier try that starts late cannot take a newer one. A UUID, or empty. It is also the
+   * pod's credential: with mTLS on, a stream without a client certificate is let in only with the
+   * token of a live kubernetes attempt whose pod is named agent_id (else UNAUTHENTICATED).
    *
    * @generated from field: string only_attempt_token = 10;
    */

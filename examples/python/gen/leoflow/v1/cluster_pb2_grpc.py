@@ -34,6 +34,11 @@ class ClusterServiceStub(object):
         request_serializer=leoflow_dot_v1_dot_cluster__pb2.DrainAgentRequest.SerializeToString,
         response_deserializer=leoflow_dot_v1_dot_cluster__pb2.DrainAgentResponse.FromString,
         )
+    self.ForgetAgent = channel.unary_unary(
+        '/leoflow.v1.ClusterService/ForgetAgent',
+        request_serializer=leoflow_dot_v1_dot_cluster__pb2.ForgetAgentRequest.SerializeToString,
+        response_deserializer=leoflow_dot_v1_dot_cluster__pb2.ForgetAgentResponse.FromString,
+        )
 
 
 class ClusterServiceServicer(object):
@@ -71,6 +76,20 @@ class ClusterServiceServicer(object):
     context.set_details('Method not implemented!')
     raise NotImplementedError('Method not implemented!')
 
+  def ForgetAgent(self, request, context):
+    """ForgetAgent deletes what the control plane remembers of an agent (its labels, capabilities,
+    slots, drain and last keepalive), so ListAgents no longer shows it. The leader does the same
+    by itself for agents gone longer than the agent retention (--agent-retention, 7d by default).
+    Refused with FAILED_PRECONDITION while the agent is connected (a stream kept alive within
+    three keepalive intervals), or while an attempt is still queued or running on it (cancel it
+    or wait for it to end, or for the heartbeat reaper to end it as lost); NOT_FOUND for an
+    unknown id. The same agent_id may connect again later: it is then a new agent, taking only
+    what its Hello says (not drained, whatever the forgotten one was).
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
   rpc_method_handlers = {
@@ -93,6 +112,11 @@ def add_ClusterServiceServicer_to_server(servicer, server):
           servicer.DrainAgent,
           request_deserializer=leoflow_dot_v1_dot_cluster__pb2.DrainAgentRequest.FromString,
           response_serializer=leoflow_dot_v1_dot_cluster__pb2.DrainAgentResponse.SerializeToString,
+      ),
+      'ForgetAgent': grpc.unary_unary_rpc_method_handler(
+          servicer.ForgetAgent,
+          request_deserializer=leoflow_dot_v1_dot_cluster__pb2.ForgetAgentRequest.FromString,
+          response_serializer=leoflow_dot_v1_dot_cluster__pb2.ForgetAgentResponse.SerializeToString,
       ),
   }
   generic_handler = grpc.method_handlers_generic_handler(

@@ -1,0 +1,26 @@
+import { describe, expect, it } from 'vitest';
+import { AGENT_FEATURES, needsSecretEnv } from '../../src/core/agent-features.js';
+import { placeAttempt, type AgentView } from '../../src/core/placement.js';
+
+const agent = (agentId: string, o: Partial<AgentView> = {}): AgentView => ({ agentId, labels: {}, capabilities: [], slots: 2, running: 0, runningThisTask: 0, ...o });
+const pool = { labels: { pool: 'a' }, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: null };
+
+describe('placeAttempt and the secret-env feature', () => {
+  it('gives a task with secret variables only to an agent announcing leoflow.secret-env, and says why it waits otherwise', () => {
+    const old = agent('old', { labels: { pool: 'a' }, slots: 8 });
+    const capable = agent('new', { labels: { pool: 'a' }, capabilities: [AGENT_FEATURES.secretEnv] });
+    expect(placeAttempt(pool, [old, capable], { secretEnv: true })).toEqual({ kind: 'placed', agentId: 'new' });
+    expect(placeAttempt(pool, [old], { secretEnv: true })).toEqual({ kind: 'waiting', reason: 'NO_AGENT_WITH_SECRET_ENV:leoflow.secret-env' });
+    // Labels first: no agent of the pool at all is said as before.
+    expect(placeAttempt(pool, [agent('x')], { secretEnv: true })).toEqual({ kind: 'waiting', reason: 'NO_AGENT_WITH_LABELS:pool=a' });
+    // Without secrets, the old agent (more free slots) is fine.
+    expect(placeAttempt(pool, [old, capable])).toEqual({ kind: 'placed', agentId: 'old' });
+    expect(placeAttempt(null, [agent('o', { running: 2 }), agent('n', { capabilities: [AGENT_FEATURES.secretEnv], running: 2 })], { secretEnv: true })).toEqual({ kind: 'waiting', reason: 'AGENT_SLOTS_FULL' });
+  });
+
+  it('needs the feature only for a task with at least one secret variable', () => {
+    expect(needsSecretEnv({})).toBe(false);
+    expect(needsSecretEnv({ secretEnv: {} })).toBe(false);
+    expect(needsSecretEnv({ secretEnv: { T: { env: 'X' } } as never })).toBe(true);
+  });
+});
