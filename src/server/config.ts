@@ -61,6 +61,8 @@ export interface Config {
   /** Finished runs, with their task instances, events and logs, are removed this long after they
    *  ended; null: kept for ever. */
   retentionMs: number | null;
+  /** Where spans go, by OTLP over HTTP (protobuf): the traces URL; null: tracing is off. */
+  otlpEndpoint: string | null;
   /** Deprecated: a secret any agent may send in Hello, for any agent id; null when none is set. */
   agentToken: string | null;
   /** TLS on the API port; null: plain HTTP/2 (h2c) and HTTP/1.1. */
@@ -159,6 +161,7 @@ export const SETTINGS = {
   shutdown_grace: { flag: '--shutdown-grace', env: 'LEOFLOW_SHUTDOWN_GRACE', kind: 'duration' },
   leader_watchdog: { flag: '--leader-watchdog', env: 'LEOFLOW_LEADER_WATCHDOG', kind: 'duration' },
   retention: { flag: '--retention', env: 'LEOFLOW_RETENTION', kind: 'duration' },
+  otlp_endpoint: { flag: '--otlp-endpoint', env: 'LEOFLOW_OTLP_ENDPOINT', kind: 'string' },
   agent_token: { flag: '--agent-token', env: 'LEOFLOW_AGENT_TOKEN', kind: 'string' },
   tls_cert: { flag: '--tls-cert', env: 'LEOFLOW_TLS_CERT', kind: 'string' },
   tls_key: { flag: '--tls-key', env: 'LEOFLOW_TLS_KEY', kind: 'string' },
@@ -433,6 +436,7 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     shutdownGraceMs: get('shutdown_grace', duration, 30_000),
     leaderWatchdogMs: get('leader_watchdog', duration, 5_000),
     retentionMs: get('retention', retention, null as number | null),
+    otlpEndpoint: get('otlp_endpoint', otlpTracesUrl, null as string | null),
     agentToken: get('agent_token', nonEmpty, null as string | null),
     tls,
     authRequired: false, // below: it follows the edition, the address and --insecure
@@ -467,4 +471,22 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
   }
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
+}
+
+/**
+ * An OTLP/HTTP endpoint as the traces URL: a collector's base (`http://collector:4318`) gets the
+ * signal's path, as OTEL_EXPORTER_OTLP_ENDPOINT does; a URL with a path of its own is kept.
+ */
+function otlpTracesUrl(v: unknown): string | null {
+  const s = String(v ?? '').trim();
+  if (s === 'off' || s === '') return null;
+  let u: URL;
+  try {
+    u = new URL(s);
+  } catch {
+    throw new Error(`must be an http:// or https:// URL of an OTLP/HTTP collector (e.g. http://127.0.0.1:4318), or off; got ${JSON.stringify(s)}`);
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`must be an http:// or https:// URL (OTLP over HTTP), got protocol ${JSON.stringify(u.protocol)}`);
+  if (u.pathname === '/' || u.pathname === '') u.pathname = '/v1/traces';
+  return u.toString();
 }

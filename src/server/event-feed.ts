@@ -14,6 +14,8 @@ export interface WatchOptions extends EventFilter {
   afterSeq: bigint;
   /** The most events a watcher may fall behind before it is cut off. */
   maxBehind: number;
+  /** Counted by `watchers()` (a client's); false for the replica's own reader, the span recorder. */
+  counted?: boolean;
 }
 
 /** One watcher's view: events arrive in seq order, each once. */
@@ -45,13 +47,14 @@ interface Watcher {
   behind: boolean;
   wake: (() => void) | null;
   closed: boolean;
+  counted: boolean;
 }
 
 export interface EventFeed {
   watch(o: WatchOptions): Promise<Watch>;
   /** A NOTIFY said new events may be visible. */
   notified(): void;
-  /** How many watchers this replica feeds. */
+  /** How many clients' watchers this replica feeds. */
   watchers(): number;
   close(): void;
 }
@@ -176,7 +179,7 @@ export function createEventFeed(sql: Sql, logger: Logger): EventFeed {
         if (closed) throw new Error('event feed closed');
         await (horizonKnown ??= establish());
       }
-      const w: Watcher = { filter: { runId: o.runId, dagId: o.dagId }, queue: [], after: 0n, maxBehind: o.maxBehind, behind: false, wake: null, closed: false };
+      const w: Watcher = { filter: { runId: o.runId, dagId: o.dagId }, queue: [], after: 0n, maxBehind: o.maxBehind, behind: false, wake: null, closed: false, counted: o.counted ?? true };
       let delivered = o.afterSeq.toString();
       // Registered and horizon read in one turn: live events are exactly those above it.
       const h0 = horizon!;
@@ -236,7 +239,11 @@ export function createEventFeed(sql: Sql, logger: Logger): EventFeed {
     notified() {
       if (watchers.size > 0) pump();
     },
-    watchers: () => watchers.size,
+    watchers: () => {
+      let n = 0;
+      for (const w of watchers) if (w.counted) n++;
+      return n;
+    },
     close() {
       closed = true;
       if (backstop) clearInterval(backstop);

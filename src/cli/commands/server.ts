@@ -24,6 +24,7 @@ const HELP: Record<SettingKey, string> = {
   shutdown_grace: 'how long a graceful stop waits for running tasks',
   leader_watchdog: 'how often the leader checks its lock session',
   retention: 'remove finished runs (tasks, events, logs) this long after they ended, e.g. 30d; off keeps them',
+  otlp_endpoint: 'export spans of runs, attempts, dispatch and pod creation by OTLP/HTTP to this collector (e.g. http://127.0.0.1:4318); off by default',
   agent_token: 'deprecated: one secret any agent may present in Hello, for any id (use `leoflow token create --role agent`)',
   insecure: 'run without API tokens and agent credentials where they are required (Pro; Lite off loopback); logged at every start',
   bootstrap_admin_token: 'an admin token of your choosing (>= 32 random characters), stored hashed at start under id "bootstrap-admin"',

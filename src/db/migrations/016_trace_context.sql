@@ -11,5 +11,6 @@ alter table dag_runs add column tracestate text;
 -- so an attempt that ended during a change of leader still gets its span.
 create table trace_export (
   one       boolean primary key default true check (one),
-  after_seq bigint not null
+  after_seq bigint not null,
+  saved_at  timestamptz not null
 );
