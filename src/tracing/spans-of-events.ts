@@ -4,8 +4,11 @@ import { attemptSpanId, formatTraceparent, parseTraceparent, type TraceParent } 
 import type { StateEvent, TracedRun } from '../db/trace/trace-sources.js';
 import type { SpanRecord } from './tracing.js';
 
-/** The moves that end an attempt: its outcome, a cancel, or its claim given back (→ scheduled). */
-const ATTEMPT_ENDS = new Set(['success', 'failed', 'up_for_retry', 'cancelled', 'scheduled', 'none']);
+/**
+ * The moves that end an attempt: its outcome or a cancel. A claim given back (→ scheduled) does
+ * not: the next claim takes the same try number, so it is the same attempt, started later.
+ */
+const ATTEMPT_ENDS = new Set(['success', 'failed', 'up_for_retry', 'cancelled']);
 const RUN_ENDS = new Set<string>(TERMINAL_RUN_STATES);
 
 interface OpenAttempt {
@@ -53,7 +56,10 @@ export function spansOfEvents(fromSeq: bigint, runs: readonly TracedRun[], event
     if (e.kind === 'ti.state' && e.ti_id !== null) {
       const tryNumber = Number(e.payload.try);
       if (to === 'queued') {
-        attempts.set(e.ti_id, { tryNumber, queuedAt: e.at, startedAt: null, agentId: typeof e.payload.agent_id === 'string' ? e.payload.agent_id : null });
+        const agentId = typeof e.payload.agent_id === 'string' ? e.payload.agent_id : null;
+        const again = attempts.get(e.ti_id);
+        if (again?.tryNumber === tryNumber) again.agentId = agentId;
+        else attempts.set(e.ti_id, { tryNumber, queuedAt: e.at, startedAt: null, agentId });
       } else if (to === 'running') {
         const a = attempts.get(e.ti_id);
         if (a) a.startedAt = e.at;
