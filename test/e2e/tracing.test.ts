@@ -4,7 +4,9 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
 import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
-import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
+import { freePort } from '../helpers/global-setup.js';
+import { BIN, cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
 import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -148,5 +150,51 @@ tasks:
     expect(second!.attributes).toMatchObject({ 'leoflow.try_number': 2, 'leoflow.state': 'success' });
     expect(second!.status.code).toBe(0);
     expect(first!.spanId).not.toBe(second!.spanId);
+  }, 60_000);
+});
+
+describe('tracing in Pro', () => {
+  const NS = 'leoflow';
+  let proDb: TestDatabase;
+  let kube: FakeKubeApi;
+  let pro: ServerProcess;
+
+  beforeAll(async () => {
+    proDb = await createTestDatabase();
+    kube = await startFakeKubeApi({ namespaces: [NS] });
+    const port = await freePort();
+    pro = await startServer({
+      env: { DATABASE_URL: proDb.url },
+      args: [
+        '--edition', 'pro', '--listen', `127.0.0.1:${port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS,
+        '--kubernetes-image', 'leoflow:test', '--pod-server-url', `http://127.0.0.1:${port}`, '--pod-agent-command', `${process.execPath},${BIN}`,
+        '--otlp-endpoint', otlp.url,
+      ],
+    });
+  }, 60_000);
+
+  afterAll(async () => {
+    await pro?.stop();
+    await kube?.close();
+    await proDb?.drop();
+  });
+
+  it('traces the pod\'s creation as a child of its attempt, and the task in the pod sees its attempt in TRACEPARENT', async () => {
+    const file = path.join(tmp, 'podded.yaml');
+    await writeFile(file, 'dag_id: podded\ntasks:\n  - id: p\n    command: ["sh", "-c", "echo \\"tp=$TRACEPARENT\\""]\n');
+    expect((await cli(pro.url, ['dag', 'apply', file])).code).toBe(0);
+    const proApi = createClients(pro.url);
+    const { run } = await proApi.workflow.triggerRun({ dagId: 'podded' }, { headers: { traceparent: `00-${TRACE_ID}-${CALLER_SPAN}-01` } });
+    await waitFor('run succeeded', async () => (await proApi.workflow.getRun({ runId: run!.runId })).run!.state === RunState.SUCCESS, 30_000);
+    const ofRun = () => otlp.spans.filter((s) => s.attributes['leoflow.run_id'] === run!.runId && s.resource['leoflow.edition'] === 'pro');
+    await waitFor('spans exported', async () => ['run podded', 'attempt p', 'dispatch', 'create pod'].every((n) => ofRun().some((s) => s.name === n)), 15_000);
+    const attempt = ofRun().find((s) => s.name === 'attempt p')!;
+    const create = ofRun().find((s) => s.name === 'create pod')!;
+    expect(create.traceId).toBe(TRACE_ID);
+    expect(create.parentSpanId).toBe(attempt.spanId);
+    expect(create.attributes).toMatchObject({ 'k8s.namespace.name': NS, 'leoflow.outcome': 'created' });
+    expect(String(create.attributes['k8s.pod.name'])).toMatch(/^lf-podded-p-/);
+    const [line] = await proDb.sql<{ line: string }[]>`select line from task_logs where line like 'tp=%'`;
+    expect(line?.line).toBe(`tp=00-${TRACE_ID}-${attempt.spanId}-01`);
   }, 60_000);
 });
