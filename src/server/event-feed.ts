@@ -14,8 +14,12 @@ export interface WatchOptions extends EventFilter {
   afterSeq: bigint;
   /** The most events a watcher may fall behind before it is cut off. */
   maxBehind: number;
-  /** Counted by `watchers()` (a client's); false for the replica's own reader, the span recorder. */
-  counted?: boolean;
+  /**
+   * The replica's own reader (the span recorder), not a client's: not counted by `watchers()`, and
+   * content with what the once-a-second backstop reads, so with only such watchers the feed adds
+   * no read to each transaction that writes events.
+   */
+  background?: boolean;
 }
 
 /** One watcher's view: events arrive in seq order, each once. */
@@ -47,7 +51,7 @@ interface Watcher {
   behind: boolean;
   wake: (() => void) | null;
   closed: boolean;
-  counted: boolean;
+  background: boolean;
 }
 
 export interface EventFeed {
@@ -179,7 +183,7 @@ export function createEventFeed(sql: Sql, logger: Logger): EventFeed {
         if (closed) throw new Error('event feed closed');
         await (horizonKnown ??= establish());
       }
-      const w: Watcher = { filter: { runId: o.runId, dagId: o.dagId }, queue: [], after: 0n, maxBehind: o.maxBehind, behind: false, wake: null, closed: false, counted: o.counted ?? true };
+      const w: Watcher = { filter: { runId: o.runId, dagId: o.dagId }, queue: [], after: 0n, maxBehind: o.maxBehind, behind: false, wake: null, closed: false, background: o.background ?? false };
       let delivered = o.afterSeq.toString();
       // Registered and horizon read in one turn: live events are exactly those above it.
       const h0 = horizon!;
@@ -237,11 +241,15 @@ export function createEventFeed(sql: Sql, logger: Logger): EventFeed {
       };
     },
     notified() {
-      if (watchers.size > 0) pump();
+      for (const w of watchers) {
+        if (w.background) continue;
+        pump();
+        return;
+      }
     },
     watchers: () => {
       let n = 0;
-      for (const w of watchers) if (w.counted) n++;
+      for (const w of watchers) if (!w.background) n++;
       return n;
     },
     close() {

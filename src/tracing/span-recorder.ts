@@ -24,7 +24,8 @@ export interface SpanRecorder {
  * The spans of runs and attempts, made from the events log by the leader: every end of an attempt
  * or a run is a state change recorded there, by whichever replica or agent caused it, so one
  * reader of the log sees them all, and no hot path does anything for tracing. It reads the log as
- * a watcher of this replica's event feed and saves its place, so the next leader goes on from it.
+ * a background watcher of this replica's event feed (about once a second, in batches, not on each
+ * commit) and saves its place, so the next leader goes on from it.
  */
 export function createSpanRecorder(o: { sql: Sql; feed: EventFeed; tracing: Tracing; logger: Logger }): SpanRecorder {
   let watch: Watch | null = null;
@@ -40,7 +41,7 @@ export function createSpanRecorder(o: { sql: Sql; feed: EventFeed; tracing: Trac
     let saved = place;
     let savedAt = Date.now();
     while (leading) {
-      const w = await o.feed.watch({ afterSeq: place, maxBehind: MAX_BEHIND, counted: false });
+      const w = await o.feed.watch({ afterSeq: place, maxBehind: MAX_BEHIND, background: true });
       watch = w;
       if (!leading) {
         w.close();
