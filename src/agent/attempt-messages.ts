@@ -41,13 +41,20 @@ export function attemptFromAssign(assign: Assign): Attempt {
     attemptToken: ref.attemptToken,
     dispatchKey: `${assign.dagId}-${assign.runId}-${assign.taskId}-${ref.tryNumber}`,
     command: [...assign.command],
-    env: { ...assign.env },
+    // The trace context is in env already; its own fields win only where env lacks it.
+    env: { ...traceEnv(assign), ...assign.env },
+    ...(assign.traceparent ? { trace: { traceparent: assign.traceparent, tracestate: assign.tracestate || null } } : {}),
     ...withSecretEnv(secretEnvFromWire(assign.secretEnv)),
     cwd: assign.cwd === '' ? null : assign.cwd,
     timeoutMs: assign.timeout ? positiveMs(assign.timeout) : null,
     // The control plane's grace, when it sends one: it fails the attempt that outlives it.
     killGraceMs: assign.killGrace ? durationMs(assign.killGrace) : undefined,
   };
+}
+
+function traceEnv(a: Assign): Record<string, string> {
+  if (!a.traceparent) return {};
+  return { TRACEPARENT: a.traceparent, ...(a.tracestate ? { TRACESTATE: a.tracestate } : {}) };
 }
 
 function withSecretEnv(refs: Record<string, SecretRef> | undefined): { secretEnv?: Record<string, SecretRef> } {

@@ -1,4 +1,5 @@
 import type { Attempt } from './attempt.js';
+import { attemptTraceContext, type TraceContext } from './trace-context.js';
 import type { Claim, WorkItem } from './work-item.js';
 
 /** What the environment of an attempt's process is built from. */
@@ -13,6 +14,8 @@ export interface AttemptEnvInput {
   conf: Record<string, unknown>;
   /** The task's own env, which wins over ours. */
   taskEnv: Record<string, string>;
+  /** The attempt's trace context, for user code to continue (W3C's TRACEPARENT and TRACESTATE). */
+  trace?: TraceContext | null;
 }
 
 /** The environment every attempt's process sees, whoever runs it, on top of its own. */
@@ -26,12 +29,14 @@ export function attemptEnv(i: AttemptEnvInput): Record<string, string> {
     LEOFLOW_MAX_TRIES: String(i.maxTries),
     LEOFLOW_LOGICAL_DATE: i.logicalDate.toISOString(),
     LEOFLOW_RUN_CONF: JSON.stringify(i.conf),
+    ...(i.trace ? { TRACEPARENT: i.trace.traceparent, ...(i.trace.tracestate ? { TRACESTATE: i.trace.tracestate } : {}) } : {}),
     ...i.taskEnv,
   };
 }
 
 /** The attempt a claim made of a scheduled task instance, with its process's environment. */
 export function attemptOf(w: Omit<WorkItem, 'executor' | 'pendingReason' | 'claim'>, claim: Omit<Claim, 'agentId'>, agentId?: string): Attempt {
+  const trace = w.runTrace && attemptTraceContext(w.runTrace, w.tiId, claim.tryNumber);
   return {
     tiId: w.tiId,
     runId: w.runId,
@@ -42,7 +47,8 @@ export function attemptOf(w: Omit<WorkItem, 'executor' | 'pendingReason' | 'clai
     attemptToken: claim.attemptToken,
     dispatchKey: claim.dispatchKey,
     command: w.task.command,
-    env: attemptEnv({ dagId: w.dagId, runId: w.runId, taskId: w.taskId, tiId: w.tiId, tryNumber: claim.tryNumber, maxTries: claim.maxTries, logicalDate: w.logicalDate, conf: w.conf, taskEnv: w.task.env }),
+    env: attemptEnv({ dagId: w.dagId, runId: w.runId, taskId: w.taskId, tiId: w.tiId, tryNumber: claim.tryNumber, maxTries: claim.maxTries, logicalDate: w.logicalDate, conf: w.conf, taskEnv: w.task.env, trace }),
+    ...(trace ? { trace } : {}),
     ...(w.task.secretEnv ? { secretEnv: w.task.secretEnv } : {}),
     cwd: w.task.cwd,
     timeoutMs: w.task.timeoutMs,

@@ -6,6 +6,7 @@
 
 import type { KubernetesSpec } from './dag-spec.js';
 import type { SecretRef } from './secret-ref.js';
+import type { TraceContext } from './trace-context.js';
 
 /** One attempt of one task instance, as claimed by the dispatcher. */
 export interface Attempt {
@@ -35,6 +36,8 @@ export interface Attempt {
    * by its own grace, so its grace is the one to keep.
    */
   killGraceMs?: number;
+  /** The attempt's own trace context (a child of its run's span); absent for a run made before tracing. */
+  trace?: TraceContext;
   /** The agent chosen for it, for the agents executor; absent otherwise. */
   agentId?: string;
   /** The task's image and `kubernetes:` block, for the kubernetes executor; absent when it has neither. */

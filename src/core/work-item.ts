@@ -1,4 +1,5 @@
 import type { TaskSpec } from './dag-spec.js';
+import type { TraceContext } from './trace-context.js';
 
 /**
  * A scheduled task instance on its way to an executor: what the planner read of it, handed to
@@ -14,6 +15,8 @@ export interface WorkItem {
   task: TaskSpec;
   conf: Record<string, unknown>;
   logicalDate: Date;
+  /** The run's trace context (its span's), which its attempts' spans are children of; null: untraced. */
+  runTrace?: TraceContext | null;
   /** The reason the TI shows now, so an unchanged one is not written again. */
   pendingReason: string | null;
   /** Higher is placed first among work waiting for a slot (`taskPriority`); absent: 0. */

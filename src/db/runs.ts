@@ -1,4 +1,5 @@
 import type { DagSpec } from '../core/dag-spec.js';
+import { newRunTrace, type TraceContext, type TraceParent } from '../core/trace-context.js';
 import { ACTIVE_RUN_STATES, RUN_START_FROM, STARTED_RUN_STATES, runMoveFrom, type RunState } from '../core/states.js';
 import type postgres from 'postgres';
 import { EVENT_KIND, runEvents } from './events/record-events.js';
@@ -23,6 +24,16 @@ export interface RunRow {
   settled_at: Date | null;
   /** Bumped by a clear; the planner's writes are guarded on it (db/plan/). A bigint, as text. */
   plan_epoch: string;
+  /** The run span's W3C context (migration 016); null for runs made before tracing. */
+  traceparent: string | null;
+  /** The caller's span the run continues, when it was triggered with a traceparent. */
+  trace_parent_span: string | null;
+  tracestate: string | null;
+}
+
+/** A run's trace context, as its attempts' spans take it (null for a run made before tracing). */
+export function runTraceOf(r: Pick<RunRow, 'traceparent' | 'tracestate'>): TraceContext | null {
+  return r.traceparent ? { traceparent: r.traceparent, tracestate: r.tracestate } : null;
 }
 
 /** A run with the spec of the DAG version it was made from. */
@@ -38,6 +49,8 @@ export interface NewRun {
   conf: Record<string, unknown>;
   /** The executor a task with `executor: default` gets in this edition. */
   defaultExecutor: string;
+  /** The caller's trace context it continues (TriggerRun's traceparent); absent: a trace of its own. */
+  caller?: { traceparent: TraceParent; tracestate: string | null };
 }
 
 /** A run just created, as the planner reads it: its task instances, and the runs of its DAG running
@@ -81,11 +94,13 @@ async function insertRun(
   source: PendingQuery<postgres.Row[]>,
   run: Omit<NewRun, 'dagVersion'>,
 ): Promise<{ run: RunRow; created: boolean; read?: CreatedRunRead & { dagPaused: boolean | null } } | null> {
+  const trace = newRunTrace(run.caller?.traceparent ?? null, run.caller?.tracestate ?? null);
   const [inserted] = await tx<(RunRow & { dag_paused: boolean | null; running_in_dag: number; tis_json: Record<string, unknown>[]; spec: DagSpec })[]>`
     with src as (${source}),
     run as (
-      insert into dag_runs (dag_id, run_key, run_type, dag_version, logical_date, conf)
-      select dag_id, ${run.runKey}, ${run.runType}, version, ${run.logicalDate}, ${tx.json(run.conf as never)} from src
+      insert into dag_runs (dag_id, run_key, run_type, dag_version, logical_date, conf, traceparent, trace_parent_span, tracestate)
+      select dag_id, ${run.runKey}, ${run.runType}, version, ${run.logicalDate}, ${tx.json(run.conf as never)},
+        ${trace.traceparent}, ${trace.parentSpan}, ${trace.tracestate} from src
       on conflict (dag_id, run_key) do nothing
       returning *),
     tis as (
@@ -133,7 +148,7 @@ export async function getRun(sql: Sql | TxSql, runId: string): Promise<RunRow | 
 
 /** The columns of a run the API shows (`Run` in types.proto), and no others: a read for the API
  *  leaves out what it would drop (the spec is not in the row: it is the version's). */
-export const RUN_VIEW_COLUMNS = ['id', 'dag_id', 'run_key', 'run_type', 'dag_version', 'logical_date', 'state', 'conf', 'created_at', 'started_at', 'ended_at'] as const;
+export const RUN_VIEW_COLUMNS = ['id', 'dag_id', 'run_key', 'run_type', 'dag_version', 'logical_date', 'state', 'conf', 'created_at', 'started_at', 'ended_at', 'traceparent'] as const;
 
 /** A run as the API shows it. */
 export type RunView = Pick<RunRow, (typeof RUN_VIEW_COLUMNS)[number]>;

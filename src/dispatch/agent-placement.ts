@@ -30,7 +30,7 @@ export interface PlacementStore {
   setPendingReasons(reasons: Map<string, string>): Promise<void>;
 }
 
-export type PlacementOutcome = { kind: 'assigned'; agentId: string } | { kind: 'waiting'; reason: string } | { kind: 'lost' };
+export type PlacementOutcome = { kind: 'assigned'; agentId: string; tryNumber: number } | { kind: 'waiting'; reason: string } | { kind: 'lost' };
 
 /** Work a round placed on an agent, waiting for its claim. */
 interface Placed {
@@ -495,7 +495,7 @@ export class AgentPlacement implements Placement {
         }
         try {
           await this.deps.deliver(attempt);
-          p.resolve({ kind: 'assigned', agentId: p.agent.agentId });
+          p.resolve({ kind: 'assigned', agentId: p.agent.agentId, tryNumber: attempt.tryNumber });
         } catch (err) {
           p.reject(err);
         }

@@ -34,6 +34,8 @@ export interface DispatcherOptions {
   store: DispatchStore;
   logger: Logger;
   metrics?: DispatchMetrics;
+  /** Told of each attempt handed to its executor (for its dispatch span), with when the pool took it up. */
+  dispatched?: (d: { item: WorkItem; tryNumber: number; start: Date }) => void;
 }
 
 /**
@@ -93,22 +95,32 @@ export function createDispatcher(o: DispatcherOptions): Dispatcher {
       }
     },
     dispatch: async (item) => {
-      const executor = o.executors.get(item.executor);
-      if (!executor) throw new Error(`no executor "${item.executor}" on this replica`);
-      const placer = placing.get(item.executor);
-      if (placer) {
-        // Placed and claimed with its move: deliver it. Else placement first: the agent is chosen
-        // before the claim, and a TI that cannot be placed stays scheduled, saying why.
-        if (item.claim?.agentId) await executor.dispatch(attemptOf(item, item.claim, item.claim.agentId));
-        else await placer.placeAndDispatch(item);
-        return;
-      }
-      const claim = item.claim ?? (await store.claim(item.tiId, item.executor));
-      if (!claim) return; // someone else claimed it, or it was cancelled: nothing to do
-      logger.debug({ tiId: item.tiId, runId: item.runId, taskId: item.taskId, try: claim.tryNumber }, 'dispatching');
-      await executor.dispatch(attemptOf(item, claim));
+      const start = new Date();
+      const tryNumber = await dispatchOne(item);
+      if (tryNumber !== undefined) o.dispatched?.({ item, tryNumber, start });
     },
   });
+
+  /** Hands one item to its executor; resolves the try of the attempt handed over, if one was. */
+  const dispatchOne = async (item: WorkItem): Promise<number | undefined> => {
+    const executor = o.executors.get(item.executor);
+    if (!executor) throw new Error(`no executor "${item.executor}" on this replica`);
+    const placer = placing.get(item.executor);
+    if (placer) {
+      // Placed and claimed with its move: deliver it. Else placement first: the agent is chosen
+      // before the claim, and a TI that cannot be placed stays scheduled, saying why.
+      if (item.claim?.agentId) {
+        await executor.dispatch(attemptOf(item, item.claim, item.claim.agentId));
+        return item.claim.tryNumber;
+      }
+      return (await placer.placeAndDispatch(item)).tryNumber;
+    }
+    const claim = item.claim ?? (await store.claim(item.tiId, item.executor));
+    if (!claim) return undefined; // someone else claimed it, or it was cancelled: nothing to do
+    logger.debug({ tiId: item.tiId, runId: item.runId, taskId: item.taskId, try: claim.tryNumber }, 'dispatching');
+    await executor.dispatch(attemptOf(item, claim));
+    return claim.tryNumber;
+  };
 
   const giveBack = (item: WorkItem, reason: string) => {
     const { tryNumber, attemptToken, agentId } = item.claim!;

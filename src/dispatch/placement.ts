@@ -7,8 +7,9 @@ import type { WorkItem } from '../core/work-item.js';
  * can claim it with its move.
  */
 export interface Placement {
-  /** Places, claims and delivers one TI; a TI that cannot be placed stays scheduled, saying why. */
-  placeAndDispatch(item: WorkItem): Promise<unknown>;
+  /** Places, claims and delivers one TI (resolving its attempt's try); a TI that cannot be placed
+   *  stays scheduled, saying why. */
+  placeAndDispatch(item: WorkItem): Promise<{ kind: string; tryNumber?: number }>;
   /** Places a TI at once from the current view, for a claim made elsewhere; null if it cannot. */
   placeNow(work: { tiId: string; task: TaskSpec }): string | null;
   /** The claim of a TI placed with `placeNow` was made (its attempt's token) or not (null). */

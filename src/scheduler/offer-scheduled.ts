@@ -1,5 +1,6 @@
 import { taskPriority } from '../core/dag-spec.js';
 import type { WorkItem } from '../core/work-item.js';
+import { runTraceOf } from '../db/runs.js';
 import type { AppliedPlans } from '../db/plan/run-plan.js';
 import type { PlannerTi } from '../db/tis.js';
 import type { SchedulerContext } from './context.js';
@@ -52,6 +53,7 @@ export function scheduledOffers(ctx: SchedulerContext, d: DecidedRun, applied: A
         task,
         conf: run.conf,
         logicalDate: run.logical_date,
+        runTrace: runTraceOf(run),
         pendingReason: just ? null : ti.pending_reason,
         claim: just ? applied.claims.get(ti.id) : undefined,
         ...(priority !== 0 ? { priority } : {}),

@@ -199,6 +199,8 @@ export class AgentConnection implements AgentHandle {
           cwd: a.cwd ?? '',
           timeout: a.timeoutMs === null ? undefined : durationFromMs(a.timeoutMs),
           killGrace: durationFromMs(this.deps.killGraceMs),
+          traceparent: a.trace?.traceparent ?? '',
+          tracestate: a.trace?.tracestate ?? '',
         },
       },
     });

@@ -66,6 +66,8 @@ export interface Config {
   /** An agent with no stream and no attempt is forgotten (its row deleted) this long after it was
    *  last seen; null: remembered for ever. */
   agentRetentionMs: number | null;
+  /** Where spans go, by OTLP over HTTP (protobuf): the traces URL; null: tracing is off. */
+  otlpEndpoint: string | null;
   /** Deprecated: a secret any agent may send in Hello, for any agent id; null when none is set. */
   agentToken: string | null;
   /** TLS on the API port; null: plain HTTP/2 (h2c) and HTTP/1.1. */
@@ -166,6 +168,7 @@ export const SETTINGS = {
   retention: { flag: '--retention', env: 'LEOFLOW_RETENTION', kind: 'duration' },
   watch_buffer: { flag: '--watch-buffer', env: 'LEOFLOW_WATCH_BUFFER', kind: 'positive-int' },
   agent_retention: { flag: '--agent-retention', env: 'LEOFLOW_AGENT_RETENTION', kind: 'duration' },
+  otlp_endpoint: { flag: '--otlp-endpoint', env: 'LEOFLOW_OTLP_ENDPOINT', kind: 'string' },
   agent_token: { flag: '--agent-token', env: 'LEOFLOW_AGENT_TOKEN', kind: 'string' },
   tls_cert: { flag: '--tls-cert', env: 'LEOFLOW_TLS_CERT', kind: 'string' },
   tls_key: { flag: '--tls-key', env: 'LEOFLOW_TLS_KEY', kind: 'string' },
@@ -442,6 +445,7 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     retentionMs: get('retention', retention('30d'), null as number | null),
     agentRetentionMs: get('agent_retention', retention('7d'), 7 * 86_400_000 as number | null),
     watchBufferEvents: get('watch_buffer', positiveInt, 10_000),
+    otlpEndpoint: get('otlp_endpoint', otlpTracesUrl, null as string | null),
     agentToken: get('agent_token', nonEmpty, null as string | null),
     tls,
     authRequired: false, // below: it follows the edition, the address and --insecure
@@ -480,4 +484,22 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
   }
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
+}
+
+/**
+ * An OTLP/HTTP endpoint as the traces URL: a collector's base (`http://collector:4318`) gets the
+ * signal's path, as OTEL_EXPORTER_OTLP_ENDPOINT does; a URL with a path of its own is kept.
+ */
+function otlpTracesUrl(v: unknown): string | null {
+  const s = String(v ?? '').trim();
+  if (s === 'off' || s === '') return null;
+  let u: URL;
+  try {
+    u = new URL(s);
+  } catch {
+    throw new Error(`must be an http:// or https:// URL of an OTLP/HTTP collector (e.g. http://127.0.0.1:4318), or off; got ${JSON.stringify(s)}`);
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`must be an http:// or https:// URL (OTLP over HTTP), got protocol ${JSON.stringify(u.protocol)}`);
+  if (u.pathname === '/' || u.pathname === '') u.pathname = '/v1/traces';
+  return u.toString();
 }

@@ -1,4 +1,6 @@
 import { createEventFeed } from './event-feed.js';
+import type { ReplicaTracing } from '../tracing/replica-tracing.js';
+import type { SpanRecorder } from '../tracing/span-recorder.js';
 import { createChangeSignal } from './change-signal.js';
 import path from 'node:path';
 import type { Logger } from 'pino';
@@ -80,6 +82,12 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
   let ready: { plane: ControlPlane; leadership: Scheduler['leadership']; announce(): void };
   try {
     const metrics = createMetrics({ role: config.role });
+    // Off unless --otlp-endpoint is set: then spans of runs and attempts (from the events log, by
+    // the leader), of dispatch and of pod creation go to the collector.
+    const tracing = config.otlpEndpoint
+      ? (await import('../tracing/replica-tracing.js')).startReplicaTracing({ endpoint: config.otlpEndpoint, replicaId: config.replicaId, edition: config.edition, logger })
+      : null;
+    if (tracing) cleanups.push(() => tracing.close());
     const auth = await prepareAuth(config, sql, logger);
     const logs = createLogWriter(sql, logger, { flushMs: 50, maxBatch: 500, onRejected: (n) => metrics.staleReportsRejected.inc({ report: 'log' }, n) });
     // Every attempt's start and end report on this replica, from the subprocess executor and from
@@ -92,6 +100,8 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     });
     // The scheduler is built once the dispatcher exists; what reports to it before goes through here.
     let scheduler: Scheduler | null = null;
+    // The leader's recorder of run and attempt spans; made with the event feed it reads.
+    let spans: SpanRecorder | null = null;
     const reporter = createAttemptStore(sql, reports, logs, logger, {
       onFinished: (attempt) => scheduler?.nudge([attempt.runId], 'finished'),
       onRejected: (_attempt, report) => metrics.staleReportsRejected.inc({ report }),
@@ -119,7 +129,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       heartbeatIntervalMs: config.heartbeatIntervalMs,
       onStart: (how) => metrics.taskStarts.inc({ how: how.replace('-', '_') }),
     });
-    const kubernetes = config.kubernetes ? startKubernetesExecutor(config, { sql, reporter, logger, metrics, nudge: (runIds) => scheduler?.nudge(runIds, 'finished') }) : null;
+    const kubernetes = config.kubernetes ? startKubernetesExecutor(config, { sql, reporter, logger, metrics, tracing, nudge: (runIds) => scheduler?.nudge(runIds, 'finished') }) : null;
     // A pod's agent streams to some replica: a cancel reaches both the pod (deleted, with its
     // grace) and, on that replica, its agent.
     const executors = new Map<string, Executor>([
@@ -137,6 +147,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       placements: new Map([['agents', fleet.placement]]),
       store: { claim: (tiId, executor) => claimAttempt(sql, tiId, executor), release: (claim, reason) => releaseClaim(sql, claim, reason) },
       logger,
+      ...(tracing ? { dispatched: (d) => tracing.dispatched(d) } : {}),
       metrics: {
         dispatched: (seconds) => metrics.dispatchLatency.observe(seconds),
         atCapacity: () => metrics.dispatchAtCapacity.inc(),
@@ -175,6 +186,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
           metrics.sources.cluster = yes ? () => readClusterGauges(sql) : () => null;
           // The leader follows the pods: it adopts them on taking the lead.
           void kubernetes?.lead(yes).catch((err: unknown) => logger.error({ err }, 'kubernetes executor: could not adopt the pods on taking the lead'));
+          spans?.lead(yes);
         },
       },
       // A worker and an observer never lead: they serve, and leave the lock to the others.
@@ -200,6 +212,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     const events = createEventFeed(sql, logger);
     cleanups.push(async () => events.close());
     const changes = createChangeSignal();
+    spans = tracing && tracing.recorder(sql, events);
     metrics.sources.watchersConnected = () => events.watchers();
     const routes = apiRoutes({ sql, logger, config, auth, metrics, parser, scheduler: sched, fleet, health, events, changes, dispatchQueueDepth: () => queueDepth });
     const tls = config.tls && { cert: config.tls.cert, key: config.tls.key, clientCa: config.tls.clientCa, rejectUnauthorized: config.tls.clientAuth === 'all' };
@@ -263,10 +276,12 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
           //    reaches its stream, or is given back.
           await listener.close();
           // Watchers are told to reconnect elsewhere (UNAVAILABLE with their seq) before the API stops.
+          await spans?.close();
           events.close();
           await apiServer.close();
           await parser.close();
           await metricsServer?.close();
+          await tracing?.close();
           await db.close(5);
           logger.info('stopped');
         })();
@@ -280,6 +295,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
           listen: `${host}:${port}`,
           tls: config.tls ? (config.tls.clientCa ? `mtls-${config.tls.clientAuth}` : 'on') : 'off',
           metrics: metricsServer ? `${metricsServer.address.address}:${metricsServer.address.port}` : 'off',
+          tracing: config.otlpEndpoint ?? 'off',
           edition: config.edition,
           role: config.role,
           replicaId: config.replicaId,
@@ -309,7 +325,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
 /** The kubernetes executor of a replica whose config has one, on the store operations it needs. */
 function startKubernetesExecutor(
   config: Config,
-  d: { sql: Sql; reporter: AttemptReporter; logger: Logger; metrics: Metrics; nudge(runIds: string[]): void },
+  d: { sql: Sql; reporter: AttemptReporter; logger: Logger; metrics: Metrics; tracing: ReplicaTracing | null; nudge(runIds: string[]): void },
 ): KubernetesExecutor {
   const k = config.kubernetes!;
   return createKubernetesExecutor({
@@ -329,6 +345,7 @@ function startKubernetesExecutor(
       active: () => activeAttemptsOf(d.sql, 'kubernetes'),
     },
     logger: d.logger.child({ executor: 'kubernetes' }),
+    ...(d.tracing ? { podCreated: (c: Parameters<ReplicaTracing['podCreated']>[0]) => d.tracing!.podCreated(c) } : {}),
     metrics: {
       podCreated: () => d.metrics.podsCreated.inc(),
       podCreateError: (reason) => d.metrics.podCreateErrors.inc({ reason }),

@@ -19,6 +19,12 @@ export interface WatchOptions extends EventFilter {
    * transport is blocked (its reader stopped) never calls it again: this tells it to end at once.
    */
   onCutOff?(): void;
+  /**
+   * The replica's own reader (the span recorder), not a client's: not counted by `watchers()`, and
+   * content with what the once-a-second backstop reads, so with only such watchers the feed adds
+   * no read to each transaction that writes events.
+   */
+  background?: boolean;
 }
 
 /** One watcher's view: events arrive in seq order, each once. */
@@ -51,13 +57,14 @@ interface Watcher {
   onCutOff: (() => void) | undefined;
   wake: (() => void) | null;
   closed: boolean;
+  background: boolean;
 }
 
 export interface EventFeed {
   watch(o: WatchOptions): Promise<Watch>;
   /** A NOTIFY said new events may be visible. */
   notified(): void;
-  /** How many watchers this replica feeds. */
+  /** How many clients' watchers this replica feeds. */
   watchers(): number;
   close(): void;
 }
@@ -184,7 +191,7 @@ export function createEventFeed(sql: Sql, logger: Logger): EventFeed {
         if (closed) throw new Error('event feed closed');
         await (horizonKnown ??= establish());
       }
-      const w: Watcher = { filter: { runId: o.runId, dagId: o.dagId }, queue: [], after: 0n, maxBehind: o.maxBehind, behind: false, onCutOff: o.onCutOff, wake: null, closed: false };
+      const w: Watcher = { filter: { runId: o.runId, dagId: o.dagId }, queue: [], after: 0n, maxBehind: o.maxBehind, behind: false, onCutOff: o.onCutOff, wake: null, closed: false, background: o.background ?? false };
       let delivered = o.afterSeq.toString();
       // Registered and horizon read in one turn: live events are exactly those above it.
       const h0 = horizon!;
@@ -242,9 +249,17 @@ export function createEventFeed(sql: Sql, logger: Logger): EventFeed {
       };
     },
     notified() {
-      if (watchers.size > 0) pump();
+      for (const w of watchers) {
+        if (w.background) continue;
+        pump();
+        return;
+      }
     },
-    watchers: () => watchers.size,
+    watchers: () => {
+      let n = 0;
+      for (const w of watchers) if (!w.background) n++;
+      return n;
+    },
     close() {
       closed = true;
       if (backstop) clearInterval(backstop);

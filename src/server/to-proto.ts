@@ -94,6 +94,7 @@ export function runToProto(r: RunView): Run {
     startedAt: ts(r.started_at),
     endedAt: ts(r.ended_at),
     runType: r.run_type,
+    traceparent: r.traceparent ?? '',
   });
 }
 

@@ -3,6 +3,7 @@ import type { ServiceImpl } from '@connectrpc/connect';
 import type { Logger } from 'pino';
 import type { DagSpec } from '../core/dag-spec.js';
 import { isTerminalRun, isTerminalTi } from '../core/states.js';
+import { parseTraceparent, parseTracestate } from '../core/trace-context.js';
 import { dagExists, getDagView, listDags, setDagPaused, upsertDag } from '../db/dags.js';
 import { readRunLogs } from '../db/logs.js';
 import { cancelRun } from '../db/cancel-run.js';
@@ -140,8 +141,12 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       return { dag: dagToProto(dag) };
     },
 
-    async triggerRun(req) {
+    async triggerRun(req, ctx) {
       const dagId = required('dag_id', req.dagId);
+      // W3C trace context from gRPC metadata or an HTTP header (both are headers here). One that
+      // does not parse is ignored, as the spec asks: the run starts a trace of its own.
+      const callerParent = parseTraceparent(ctx.requestHeader.get('traceparent'));
+      const caller = callerParent ? { traceparent: callerParent, tracestate: parseTracestate(ctx.requestHeader.get('tracestate')) } : undefined;
       const conf = parseConf(req.confJson);
       if (req.runKey !== '' && !/^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}$/.test(req.runKey)) {
         throw new InvalidArgumentError('run_key', 'must be 1-200 characters of letters, digits and _ . : + -, starting with a letter or digit');
@@ -149,7 +154,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       const now = new Date();
       const runKey = req.runKey || `manual__${now.toISOString()}__${randomBytes(3).toString('hex')}`;
       // One statement: the DAG's current version is read and the run made from it.
-      const result = await createRunOfDag(sql, { dagId, runKey, runType: 'manual', logicalDate: now, conf, defaultExecutor: deps.defaultExecutor }).catch((err: unknown) => {
+      const result = await createRunOfDag(sql, { dagId, runKey, runType: 'manual', logicalDate: now, conf, defaultExecutor: deps.defaultExecutor, ...(caller ? { caller } : {}) }).catch((err: unknown) => {
         // 23503: the DAG was deleted while the run was being made (its foreign key found no DAG).
         if ((err as { code?: string }).code === '23503') return null;
         throw err;

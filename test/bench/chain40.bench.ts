@@ -6,6 +6,7 @@ import { createClients } from '../../src/cli/client.js';
 import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { benchTracing } from './bench-tracing.js';
 import { median, round } from './pg-xacts.js';
 import { reportRatios } from './ratios.js';
 import { percentile, report } from './report.js';
@@ -105,13 +106,14 @@ describe('chain-40', () => {
     const db = await createTestDatabase();
     let s: ServerProcess | null = null;
     let agent: AgentProcess | null = null;
+    const tracing = await benchTracing();
     try {
       await writeFile(path.join(tmp, 'chain_sub.yaml'), chainYaml('chain_sub', 'default'));
       await writeFile(path.join(tmp, 'chain_agent.yaml'), chainYaml('chain_agent', 'agents'));
       await writeFile(path.join(tmp, 'chain_sub_20ms.yaml'), chainYaml('chain_sub_20ms', 'default', RUNS_20MS));
       await writeFile(path.join(tmp, 'chain_agent_20ms.yaml'), chainYaml('chain_agent_20ms', 'agents', RUNS_20MS));
       // The server's defaults (Lite: subprocess executor, 1 dispatch worker, queue 1, 1 s tick).
-      s = await startServer({ env: { DATABASE_URL: db.url } });
+      s = await startServer({ env: { DATABASE_URL: db.url }, args: tracing.args });
       expect((await cli(s.url, ['dag', 'apply', tmp])).code).toBe(0);
       const api = createClients(s.url);
       agent = startAgent(s.url, ['--id', 'bench-chain', '--slots', '1']);
@@ -136,6 +138,7 @@ describe('chain-40', () => {
       const startsAfter = await scrapeMetrics(s.metricsUrl);
       const starts = Object.fromEntries([...startsAfter].filter(([k]) => k.startsWith('task_starts_total{')).map(([k, v]) => [k.slice('task_starts_total'.length), v - (startsBefore.get(k) ?? 0)]));
       console.log('server starts by how', JSON.stringify(starts));
+      if (tracing.on) console.log(`tracing on: ${tracing.spans()} spans received so far`);
       const rows = [
         summarize('subprocess (server default)', sub),
         summarize('standalone agent (leoflow agent --slots 1)', viaAgent),
@@ -148,6 +151,7 @@ describe('chain-40', () => {
         definition: 'overhead = task_instances.ended_at of task i → started_at of task i+1 (server clock), split at task i+1 queued_at (its claim); medians over the repetitions',
         reps: { subprocess: sub, agent: viaAgent, subprocess20ms: sub20, agent20ms: viaAgent20 },
         serverStartsByHow: starts,
+        tracing: tracing.on ? { on: true, spansReceived: tracing.spans() } : { on: false },
         summary: {
           subprocess: { overheadP50: median(sub.map((r) => r.gapP50)), overheadP99: median(sub.map((r) => r.gapP99)), startToStartP50: median(sub.map((r) => r.startToStartP50)) },
           agent: { overheadP50: median(viaAgent.map((r) => r.gapP50)), overheadP99: median(viaAgent.map((r) => r.gapP99)), startToStartP50: median(viaAgent.map((r) => r.startToStartP50)) },
@@ -159,6 +163,7 @@ describe('chain-40', () => {
     } finally {
       await agent?.stop();
       await s?.stop();
+      await tracing.close();
       await db.drop();
       await rm(tmp, { recursive: true, force: true });
     }

@@ -10,6 +10,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
 import { startInstantAgent, type InstantAgent } from './instant-agent.js';
 import { STATS_SETTLE_MS, round, sleep, xacts } from './pg-xacts.js';
 import { reportRatios } from './ratios.js';
+import { benchTracing } from './bench-tracing.js';
 import { percentile, report } from './report.js';
 
 /**
@@ -54,9 +55,10 @@ interface Setup {
 async function setup(paused: boolean): Promise<Setup> {
   const tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-bench-tp-'));
   const db = await createTestDatabase();
+  const tracing = await benchTracing();
   let s: ServerProcess | null = null;
   try {
-    s = await startServer({ env: { DATABASE_URL: db.url }, args: ['--heartbeat-interval', '1s', ...SERVER_ARGS], quiet: true });
+    s = await startServer({ env: { DATABASE_URL: db.url }, args: ['--heartbeat-interval', '1s', ...SERVER_ARGS, ...tracing.args], quiet: true });
     const file = path.join(tmp, 'tp.yaml');
     await writeFile(file, `dag_id: tp\nmax_active_runs: ${MAX_ACTIVE_RUNS}\ntasks:\n  - id: t\n    executor: agents\n    command: ["true"]\n`);
     expect((await cli(s.url, ['dag', 'apply', file])).code).toBe(0);
@@ -64,6 +66,7 @@ async function setup(paused: boolean): Promise<Setup> {
   } catch (err) {
     await s?.stop();
     await db.drop();
+    await tracing.close();
     throw err;
   }
   const server = s;
@@ -73,6 +76,8 @@ async function setup(paused: boolean): Promise<Setup> {
     tmp,
     async close() {
       await server.stop();
+      if (tracing.on) console.log(`tracing on: ${tracing.spans()} spans received`);
+      await tracing.close();
       await db.drop();
       await rm(tmp, { recursive: true, force: true });
     },
@@ -217,6 +222,7 @@ describe('throughput', () => {
     }));
     await report('throughput', rows, {
       serverArgs: SERVER_ARGS,
+      tracing: process.env.LEOFLOW_BENCH_OTLP === '1',
       maxActiveRuns: MAX_ACTIVE_RUNS,
       model: `${N} runs of a one-task DAG (executor: agents, command true)`,
       results,

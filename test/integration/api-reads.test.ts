@@ -79,7 +79,7 @@ afterAll(async () => {
 });
 
 async function call(handler: Handler, req: Record<string, unknown>): Promise<unknown> {
-  const out = handler(req as never, { signal: new AbortController().signal } as never);
+  const out = handler(req as never, { signal: new AbortController().signal, requestHeader: new Headers() } as never);
   if (out && typeof out === 'object' && Symbol.asyncIterator in out) {
     const all: unknown[] = [];
     for await (const m of out as AsyncIterable<unknown>) all.push(m);
@@ -144,7 +144,7 @@ describe('the API reads only the columns it returns', () => {
     const { statements, outputs } = await readsOf(workflow.listRuns!, { dagId: '', limit: 0 });
     expect(statements).toBe(1);
     const columns = new Set(outputs.filter((o) => o.startsWith('dag_runs:')).map((o) => o.replace(/^dag_runs:(\w+\.)?/, '')));
-    expect([...columns].sort()).toEqual(['conf', 'created_at', 'dag_id', 'dag_version', 'ended_at', 'id', 'logical_date', 'run_key', 'run_type', 'started_at', 'state']);
+    expect([...columns].sort()).toEqual(['conf', 'created_at', 'dag_id', 'dag_version', 'ended_at', 'id', 'logical_date', 'run_key', 'run_type', 'started_at', 'state', 'traceparent']);
   });
 
   for (const [name, rpc] of [

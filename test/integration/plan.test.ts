@@ -144,7 +144,10 @@ describe('plan', () => {
       pendingReason: null,
       conf: { k: 'v' },
       logicalDate: new Date('2026-02-01T00:00:00Z'),
+      // The run's own trace, which the attempts' spans are children of.
+      runTrace: { traceparent: row.traceparent, tracestate: null },
     });
+    expect(row.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
     expect(h.errors).toEqual([]);
 
     // Nothing claimed them: the next step offers the same TIs again and moves nothing.

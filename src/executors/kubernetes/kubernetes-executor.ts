@@ -1,7 +1,7 @@
 import { CoreV1Api, type KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, Executor } from '../executor.js';
-import { createPod } from './create-pod.js';
+import { createPod, type CreateOutcome } from './create-pod.js';
 import { expiredFinishedPods } from './finished-pods.js';
 import { readLatestWarning } from './latest-warning.js';
 import { PodAttempts, type PodAttempt } from './pod-attempts.js';
@@ -45,6 +45,8 @@ export interface KubernetesExecutorOptions {
   store: KubernetesStore;
   logger: Logger;
   metrics?: KubernetesMetrics;
+  /** Told of each pod create once the server has answered for good (for its span). */
+  podCreated?: (c: { attempt: Attempt; pod: string; namespace: string; start: Date; outcome: CreateOutcome['kind']; error: string | null }) => void;
   /** How long a create the server may accept later (429, 5xx, no answer) is retried. Default 5 min. */
   createRetryMs?: number;
   /** How long a retry waits for an earlier try's pod to be gone. Default: its grace period + 30 s. */
@@ -226,6 +228,7 @@ export class KubernetesExecutor implements Executor {
   /** Sends the create until the server answers for good (create-pod.ts); false when the attempt was ended here. */
   async #create(p: PodAttempt): Promise<boolean> {
     const epoch = this.#epoch;
+    const start = new Date();
     const outcome = await createPod({
       api: this.#api,
       namespace: p.namespace,
@@ -237,6 +240,7 @@ export class KubernetesExecutor implements Executor {
       onSend: () => (p.createdAt = performance.now()),
       onError: (reason) => this.#o.metrics?.podCreateError(reason),
     });
+    this.#o.podCreated?.({ attempt: p.attempt, pod: p.name, namespace: p.namespace, start, outcome: outcome.kind, error: outcome.kind === 'failed' ? outcome.error : null });
     switch (outcome.kind) {
       case 'created':
         this.#o.metrics?.podCreated();

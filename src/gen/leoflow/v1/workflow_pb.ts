@@ -945,6 +945,9 @@ export const WorkflowService: GenService<{
   },
   /**
    * TriggerRun creates a manual run. It is idempotent on run_key.
+   * A W3C `traceparent` (and `tracestate`) in the request's metadata or HTTP headers makes the
+   * run's trace a child of the caller's span; without one (or one that does not parse) the run
+   * starts a trace of its own. Run.traceparent names it.
    *
    * @generated from rpc leoflow.v1.WorkflowService.TriggerRun
    */

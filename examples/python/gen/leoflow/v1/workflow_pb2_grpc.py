@@ -135,6 +135,9 @@ class WorkflowServiceServicer(object):
 
   def TriggerRun(self, request, context):
     """TriggerRun creates a manual run. It is idempotent on run_key.
+    A W3C `traceparent` (and `tracestate`) in the request's metadata or HTTP headers makes the
+    run's trace a child of the caller's span; without one (or one that does not parse) the run
+    starts a trace of its own. Run.traceparent names it.
     """
     context.set_code(grpc.StatusCode.UNIMPLEMENTED)
     context.set_details('Method not implemented!')
