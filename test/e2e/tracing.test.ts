@@ -1,9 +1,12 @@
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { createClient } from '@connectrpc/connect';
+import { createConnectTransport } from '@connectrpc/connect-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
 import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
+import { WorkflowService } from '../../src/gen/leoflow/v1/workflow_pb.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
 import { freePort } from '../helpers/global-setup.js';
 import { BIN, cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
@@ -130,6 +133,16 @@ describe('tracing', () => {
       expect(run.parentSpanId).toBe('');
     }
   }, 90_000);
+
+  it('takes the traceparent from an HTTP header too (the Connect protocol, JSON)', async () => {
+    const caller = 'a1b2c3d4e5f60718';
+    // Connect's unary calls are plain HTTP POSTs: the traceparent is an ordinary request header.
+    const connect = createClient(WorkflowService, createConnectTransport({ baseUrl: server.url, httpVersion: '2', useBinaryFormat: false }));
+    const { run } = await connect.triggerRun({ dagId: 'traced' }, { headers: { traceparent: `00-${TRACE_ID}-${caller}-01` } });
+    expect(run!.traceparent).toMatch(new RegExp(`^00-${TRACE_ID}-[0-9a-f]{16}-01$`));
+    await waitFor('run span exported', async () => spansOfRun(run!.runId).some((s) => s.name === 'run traced'), 30_000);
+    expect(spansOfRun(run!.runId).find((s) => s.name === 'run traced')!.parentSpanId).toBe(caller);
+  }, 60_000);
 
   it('records a failed attempt as an error span, and its retry as a span of its own', async () => {
     const file = path.join(tmp, 'flaky.yaml');
