@@ -12,7 +12,7 @@ import type { Scheduler } from '../scheduler/scheduler.js';
 import type { AgentFleet } from './agent-fleet.js';
 import { createAgentService } from './agent-service.js';
 import { createClusterService } from './cluster-service.js';
-import type { Config } from './config.js';
+import type { Config } from './config/config.js';
 import type { Health } from './health.js';
 import { roleGuard } from './role-guard.js';
 import { TokenService } from '../gen/leoflow/v1/token_pb.js';

@@ -33,7 +33,7 @@ import { prepareAuth } from './prepare-auth.js';
 import { serveApi } from './api-server.js';
 import { startTlsReloader } from './tls-reloader.js';
 import { applyDagPaths } from './apply-dag-paths.js';
-import type { Config } from './config.js';
+import type { Config } from './config/config.js';
 import { createDagParser } from './dag-parser.js';
 import { openDatabase } from './database.js';
 import { createHealth } from './health.js';

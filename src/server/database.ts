@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../db/embedded-postgres.js';
 import { migrate } from '../db/migrate.js';
 import { createSql, type Sql } from '../db/sql.js';
-import type { Config } from './config.js';
+import type { Config } from './config/config.js';
 
 /** The database of one replica: its URL and the pools each kind of work uses. */
 export interface Database {

@@ -4,7 +4,8 @@ import type { Sql } from '../db/sql.js';
 import { podName } from '../executors/kubernetes/pod-identity.js';
 import { hasUsableAdminToken, upsertApiToken } from '../db/tokens/api-tokens.js';
 import type { AgentCredentials } from './agent-credential.js';
-import { isLoopback, type Config } from './config.js';
+import type { Config } from './config/config.js';
+import { isLoopback } from './config/is-loopback.js';
 import { createTokenAuthenticator, type TokenAuthenticator } from './token-authenticator.js';
 import { hashTokenSecret } from './token-secret.js';
 

@@ -3,7 +3,7 @@ import type { DescMethod } from '@bufbuild/protobuf';
 import { AgentService } from '../gen/leoflow/v1/agent_pb.js';
 import { ClusterService } from '../gen/leoflow/v1/cluster_pb.js';
 import { WorkflowService } from '../gen/leoflow/v1/workflow_pb.js';
-import type { Role } from './config.js';
+import type { Role } from './config/config.js';
 
 const w = WorkflowService.method;
 

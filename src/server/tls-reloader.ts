@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import type { TlsConfig } from './config.js';
+import type { TlsConfig } from './config/read-tls-config.js';
 import { readCertificateAndKey, readCertificateFile } from './pem-files.js';
 
 /**

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from '../../src/server/config.js';
+import { ConfigError } from '../../src/server/config/config-error.js';
+import { loadConfig } from '../../src/server/config/load-config.js';
 
 function problems(flags: Parameters<typeof loadConfig>[0], env: NodeJS.ProcessEnv = {}): string[] {
   try {

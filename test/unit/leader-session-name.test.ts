@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { leaderSessionName, parseLeaderSessionName } from '../../src/db/leader.js';
-import { MAX_REPLICA_ID } from '../../src/server/config.js';
+import { MAX_REPLICA_ID } from '../../src/server/config/config.js';
 
 describe("the leader's lock session name", () => {
   it('names the replica alone until it has stepped', () => {

@@ -4,7 +4,9 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
-import { loadConfig, SETTINGS, type Config, type SettingKey } from '../../src/server/config.js';
+import type { Config } from '../../src/server/config/config.js';
+import { loadConfig } from '../../src/server/config/load-config.js';
+import { SETTINGS, type SettingKey } from '../../src/server/config/settings.js';
 import { serveMetrics, createMetrics } from '../../src/server/metrics.js';
 import { makeTestPki, type TestPki } from '../helpers/test-certs.js';
 

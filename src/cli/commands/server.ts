@@ -1,5 +1,7 @@
 import type { Command } from 'commander';
-import { ConfigError, loadConfig, SETTINGS, type SettingKey } from '../../server/config.js';
+import { ConfigError } from '../../server/config/config-error.js';
+import { loadConfig } from '../../server/config/load-config.js';
+import { SETTINGS, type SettingKey } from '../../server/config/settings.js';
 
 const HELP: Record<SettingKey, string> = {
   edition: 'lite | pro (edition defaults from editions/<edition>/config.json)',

@@ -1,0 +1,81 @@
+// The compiled configuration's shape and the closed sets its strings come from; what every part of
+// a replica reads, kept apart from how it is loaded so readers import no parsing.
+import type { KubernetesConfig } from './read-kubernetes-config.js';
+import type { TlsConfig } from './read-tls-config.js';
+
+export const EDITIONS = ['lite', 'pro'] as const;
+export type Edition = (typeof EDITIONS)[number];
+export const EXECUTORS = ['subprocess', 'kubernetes'] as const;
+export const LOG_FORMATS = ['json', 'pretty'] as const;
+export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+/**
+ * What a replica does besides serving reads: `auto` campaigns and leads if elected; `leader` must
+ * lead (it fails at start when it cannot within leader_timeout); `worker` serves the API and agent
+ * streams but never campaigns; `observer` serves reads only.
+ */
+export const ROLES = ['auto', 'leader', 'worker', 'observer'] as const;
+export type Role = (typeof ROLES)[number];
+/**
+ * A replica id names its Postgres sessions (`application_name`, 63 bytes at most, where the
+ * longest prefix, `leoflow-replica:observer:`, takes 25): longer ids would be cut and misread.
+ */
+export const MAX_REPLICA_ID = 38;
+
+/** The compiled, validated configuration of a control-plane replica. Durations in ms. */
+export interface Config {
+  edition: Edition;
+  replicaId: string;
+  role: Role;
+  /** How long a replica of role `leader` waits for the lock at start before giving up. */
+  leaderTimeoutMs: number;
+  /** /healthz fails when the scheduler loop has made no progress (a turn, a step ended) this long
+   *  (default: 60 s, or five ticks when that is longer). */
+  loopStallMs: number;
+  listenHost: string;
+  listenPort: number;
+  /** null when metrics are off. */
+  metricsListen: { host: string; port: number } | null;
+  /** null: start the embedded Postgres (Lite only). */
+  databaseUrl: string | null;
+  stateDir: string;
+  embeddedPgPort: number;
+  executor: string;
+  /** DAG files or folders applied at start-up. */
+  dags: string[];
+  tickMs: number;
+  dispatchWorkers: number;
+  dispatchQueue: number;
+  runOrphanThresholdMs: number;
+  heartbeatThresholdMs: number;
+  heartbeatIntervalMs: number;
+  killGraceMs: number;
+  shutdownGraceMs: number;
+  leaderWatchdogMs: number;
+  /** Finished runs, with their task instances, events and logs, are removed this long after they
+   *  ended; null: kept for ever. */
+  retentionMs: number | null;
+  /** How many events a WatchRun/WatchRuns stream may fall behind before it is cut off. */
+  watchBufferEvents: number;
+  /** An agent with no stream and no attempt is forgotten (its row deleted) this long after it was
+   *  last seen; null: remembered for ever. */
+  agentRetentionMs: number | null;
+  /** Where spans go, by OTLP over HTTP (protobuf): the traces URL; null: tracing is off. */
+  otlpEndpoint: string | null;
+  /** Deprecated: a secret any agent may send in Hello, for any agent id; null when none is set. */
+  agentToken: string | null;
+  /** TLS on the API port; null: plain HTTP/2 (h2c) and HTTP/1.1. */
+  tls: TlsConfig | null;
+  /**
+   * True when every API call needs a token and every agent a credential: always in Pro, and in
+   * Lite off loopback, unless `--insecure` says otherwise.
+   */
+  authRequired: boolean;
+  /** `--insecure` given: auth is off where it would be on, and every start says so in its log. */
+  insecure: boolean;
+  /** An admin token's secret chosen by the operator (from a Secret), stored at start; null: none. */
+  bootstrapAdminToken: string | null;
+  logLevel: string;
+  logFormat: 'json' | 'pretty';
+  /** The kubernetes executor's settings; null when it is not this replica's executor. */
+  kubernetes: KubernetesConfig | null;
+}
