@@ -1,0 +1,76 @@
+import type { V1Pod } from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import type { KubernetesMetrics, KubernetesStore } from './kubernetes-executor-options.js';
+import type { PendingReasons } from './pending-reasons.js';
+import type { PodAttemptEnds } from './pod-attempt-ends.js';
+import type { PodAttempt, PodAttempts } from './pod-attempts.js';
+import { podCondition } from './pod-condition.js';
+
+/**
+ * What a pod's change (a watch event, or the pod as found at a create or a new lead) means for
+ * its attempt: pending with its reason, never going to start, running, or over one way or another.
+ */
+
+export interface PodChangeContext {
+  live: PodAttempts;
+  ends: PodAttemptEnds;
+  pending: PendingReasons;
+  store: KubernetesStore;
+  metrics?: KubernetesMetrics | undefined;
+  log: Logger;
+}
+
+export function applyPodChange(c: PodChangeContext, p: PodAttempt, type: 'ADDED' | 'MODIFIED' | 'DELETED', pod: V1Pod): void {
+  if (p.over) {
+    if (type === 'DELETED') c.live.untrack(p);
+    return;
+  }
+  if (type === 'DELETED') {
+    c.live.untrack(p);
+    void c.ends.lose(p, `POD_DELETED: pod ${p.name} in namespace ${p.namespace} was deleted before its attempt ended`);
+    return;
+  }
+  const cond = podCondition(pod);
+  switch (cond.kind) {
+    case 'pending':
+      if (cond.unschedulable) p.unschedulableSince ??= performance.now();
+      else p.unschedulableSince = null;
+      p.statusReason = cond.reason;
+      c.pending.note(p);
+      return;
+    case 'cannot-start':
+      // It will never start; deleted at once so that it cannot start later beside the retry.
+      void c.ends.fail(p, `POD_CANNOT_START:${cond.reason}`, 0);
+      return;
+    case 'running':
+      if (!p.running) {
+        p.running = true;
+        c.metrics?.podStarted((performance.now() - p.createdAt) / 1000);
+        if (p.pendingReason !== null) {
+          p.pendingReason = null;
+          void c.store.pending(p.attempt, null).catch((err: unknown) => c.log.warn({ err, tiId: p.attempt.tiId }, 'could not clear a pending reason'));
+        }
+      }
+      return;
+    case 'succeeded':
+      // The agent exits 0 once its attempt's end is recorded: nothing to say, unless it never
+      // got its attempt (it was over before the pod started), which the guarded write ignores.
+      p.over = true;
+      c.live.untrack(p);
+      void c.store.lost(p.attempt, `POD_SUCCEEDED_WITHOUT_REPORT: pod ${p.name} ended without the attempt's end being recorded`).catch(() => {});
+      return;
+    case 'failed':
+      p.over = true;
+      c.live.untrack(p);
+      void c.ends.lose(p, `POD_FAILED:${cond.reason}`, true);
+      return;
+    case 'lost':
+      // Its node stopped answering: the pod may run on there, which no one can prove otherwise.
+      // The attempt ends now (its token dies with it, so nothing the old pod reports is applied)
+      // and the pod is deleted, so the node kills it if it comes back.
+      p.over = true;
+      void c.ends.lose(p, `POD_LOST:${cond.reason}`);
+      void c.ends.deletePod(p.namespace, p.name, 0);
+      return;
+  }
+}

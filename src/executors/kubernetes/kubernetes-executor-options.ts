@@ -1,0 +1,60 @@
+import type { KubeConfig } from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import type { Attempt, AttemptReporter } from '../executor.js';
+import type { CreateOutcome } from './create-pod.js';
+import type { PodSettings } from './pod-manifest.js';
+
+/**
+ * What the kubernetes executor is given, in a file of its own so that the parts it hands the
+ * store and metrics to need not import the executor itself.
+ */
+
+/** The store operations the executor needs beyond the reporter (passed in: executors never import db). */
+export interface KubernetesStore {
+  /**
+   * Ends an attempt as lost (its retries apply), guarded by its try and token and by being still
+   * queued or running: false when it was over already (its agent reported, or it was cancelled).
+   */
+  lost(attempt: Attempt, error: string): Promise<boolean>;
+  /** The pending reason of an attempt still queued (null clears it). */
+  pending(attempt: Attempt, reason: string | null): Promise<void>;
+  /** A pod is gone: its agent (named after it) is forgotten. */
+  podGone(podName: string): Promise<void>;
+  /** Every attempt of this executor still queued or running (at a change of leader). */
+  active(): Promise<{ attempt: Attempt; running: boolean }[]>;
+}
+
+export interface KubernetesMetrics {
+  podCreated(): void;
+  podCreateError(reason: string): void;
+  podStarted(seconds: number): void;
+}
+
+export interface KubernetesExecutorOptions {
+  kubeConfig: KubeConfig;
+  pods: PodSettings & {
+    /** A pod unschedulable this long fails its attempt. */
+    podPendingTimeoutMs: number;
+    keepSucceededMs: number;
+    keepFailedMs: number;
+  };
+  reporter: AttemptReporter;
+  store: KubernetesStore;
+  logger: Logger;
+  metrics?: KubernetesMetrics;
+  /** Told of each pod create once the server has answered for good (for its span). */
+  podCreated?: (c: { attempt: Attempt; pod: string; namespace: string; start: Date; outcome: CreateOutcome['kind']; error: string | null }) => void;
+  /** How long a create the server may accept later (429, 5xx, no answer) is retried. Default 5 min. */
+  createRetryMs?: number;
+  /** How long a retry waits for an earlier try's pod to be gone. Default: its grace period + 30 s. */
+  previousGoneMs?: number;
+  /** A create unanswered this long is sent again. Default 30 s. */
+  requestTimeoutMs?: number;
+  /** How often pending timeouts and finished pods' retention are looked at. Default 1 s. */
+  sweepMs?: number;
+  /**
+   * A pod pending this long with no reason in its status has its events listed for one, and again
+   * at most this often. Default 5 s.
+   */
+  pendingEventsMs?: number;
+}

@@ -1,0 +1,70 @@
+import type { CoreV1Api } from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import type { AttemptReporter } from '../executor.js';
+import type { KubernetesStore } from './kubernetes-executor-options.js';
+import type { PodAttempt, PodAttempts } from './pod-attempts.js';
+import { podLogTail } from './pod-log-tail.js';
+
+/**
+ * How an attempt followed as a pod is ended from this side: failed here (its pod refused or never
+ * going to start) or lost (its pod gone, failed or on a lost node), and a pod's delete. Shared by
+ * the pod's changes, the sweep, a retry's wait for earlier tries and the adoption at a new lead.
+ */
+
+/** The attempt's end waits for its log tail this long at most: a slow API server must not hold its retry. */
+const LOG_TAIL_WAIT_MS = 5000;
+
+export interface PodAttemptEndsOptions {
+  api: CoreV1Api;
+  reporter: AttemptReporter;
+  store: KubernetesStore;
+  live: PodAttempts;
+  log: Logger;
+  /** A request to the API server unanswered this long is given up. */
+  requestTimeoutMs: number;
+}
+
+export class PodAttemptEnds {
+  readonly #o: PodAttemptEndsOptions;
+
+  constructor(o: PodAttemptEndsOptions) {
+    this.#o = o;
+  }
+
+  /** The attempt failed here (its pod refused or never going to start): reported, its retries apply. */
+  async fail(p: PodAttempt, error: string, deleteGraceS?: number): Promise<void> {
+    if (p.over) return;
+    p.over = true;
+    this.#o.log.warn({ tiId: p.attempt.tiId, runId: p.attempt.runId, taskId: p.attempt.taskId, try: p.attempt.tryNumber, pod: p.name, error }, `task ${p.attempt.taskId}: ${error}`);
+    if (deleteGraceS !== undefined) await this.deletePod(p.namespace, p.name, deleteGraceS);
+    this.#o.live.untrack(p);
+    try {
+      await this.#o.reporter.finished(p.attempt, { outcome: 'spawn_failed', exitCode: null, signal: null, error });
+    } catch (err) {
+      this.#o.log.error({ err, tiId: p.attempt.tiId }, 'could not record the end of an attempt whose pod failed');
+    }
+  }
+
+  async lose(p: PodAttempt, error: string, withLogTail = false): Promise<void> {
+    if (withLogTail) {
+      const tail = await podLogTail(this.#o.api, p.namespace, p.name, Math.min(LOG_TAIL_WAIT_MS, this.#o.requestTimeoutMs), this.#o.log);
+      if (tail !== '') error = `${error}; last lines: ${tail}`;
+    }
+    try {
+      if (await this.#o.store.lost(p.attempt, error)) {
+        this.#o.log.warn({ tiId: p.attempt.tiId, runId: p.attempt.runId, taskId: p.attempt.taskId, try: p.attempt.tryNumber, pod: p.name, error }, `task ${p.attempt.taskId} lost: ${error}`);
+      }
+    } catch (err) {
+      this.#o.log.error({ err, tiId: p.attempt.tiId }, 'could not end a lost attempt (the heartbeat reaper will)');
+    }
+  }
+
+  async deletePod(namespace: string, name: string, gracePeriodSeconds: number): Promise<void> {
+    try {
+      await this.#o.api.deleteNamespacedPod({ namespace, name, gracePeriodSeconds });
+    } catch (err) {
+      if ((err as { code?: number }).code === 404) return;
+      this.#o.log.warn({ namespace, pod: name, err: (err as Error).message.split('\n')[0] }, 'could not delete a pod (the next sweep or leader tries again)');
+    }
+  }
+}

@@ -1,0 +1,28 @@
+/**
+ * Waiters for a pod to be seen deleted, by `namespace/name`: a retry waits so for its earlier
+ * tries' pods, and the watch's DELETED event wakes it.
+ */
+export class PodGoneWaiters {
+  readonly #waiters = new Map<string, (() => void)[]>();
+
+  /** True once the pod is seen deleted (at once when it is not `present` now), false when `timeoutMs` passes first. */
+  whenGone(namespace: string, name: string, present: boolean, timeoutMs: number): Promise<boolean> {
+    if (!present) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const key = `${namespace}/${name}`;
+      const timer = setTimeout(() => resolve(false), timeoutMs);
+      const list = this.#waiters.get(key) ?? [];
+      list.push(() => {
+        clearTimeout(timer);
+        resolve(true);
+      });
+      this.#waiters.set(key, list);
+    });
+  }
+
+  /** The pod `namespace/name` was deleted: its waiters are told. */
+  gone(key: string): void {
+    for (const w of this.#waiters.get(key) ?? []) w();
+    this.#waiters.delete(key);
+  }
+}
