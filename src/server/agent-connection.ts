@@ -1,128 +1,24 @@
+// One agent stream on the control plane, from Hello to close, and the handle through which work
+// is pushed down it (Assign, Cancel, Drain, Reconnect). Hello's checks, the reports and the held
+// attempts are each in a file of their own (agent-hello.ts, agent-reports.ts, held-attempts.ts).
 import { randomUUID } from 'node:crypto';
 import type { MessageInitShape } from '@bufbuild/protobuf';
 import { durationFromMs } from '@bufbuild/protobuf/wkt';
 import { Code, ConnectError } from '@connectrpc/connect';
 import type { Logger } from 'pino';
-import type { Attempt, AttemptResult, LogStream } from '../core/attempt.js';
+import type { Attempt } from '../core/attempt.js';
 import { secretEnvToWire } from '../core/secret-ref.js';
-import type { LogsSoFar } from '../db/logs.js';
-import type { AgentHandle, AgentRegistry, AssignResult } from '../executors/agent-registry.js';
-import { ConnectResponseSchema, ProtocolVersion, type ConnectRequest, type Hello } from '../gen/leoflow/v1/agent_pb.js';
-import { checkAgentCredential, type AgentCredentials } from './agent-credential.js';
+import type { AgentHandle, AssignResult } from '../executors/agent-registry.js';
+import { ConnectResponseSchema, type ConnectRequest } from '../gen/leoflow/v1/agent_pb.js';
+import type { AgentConnectionDeps } from './agent-connection-deps.js';
+import { readHello } from './agent-hello.js';
+import { AgentReports, validMessage } from './agent-reports.js';
 import { AsyncQueue } from './async-queue.js';
-import { checkAgentCertificate, type ClientCertificate } from './tls-identity.js';
-import type { HeartbeatBuffer, HeartbeatSource, HeldRef } from './heartbeat-buffer.js';
-import { AgentMessageError, parseReport, validateHelloFields } from './validate-agent-message.js';
+import type { HeartbeatSource } from './heartbeat-buffer.js';
+import { HeldAttempts } from './held-attempts.js';
+import type { ClientCertificate } from './tls-identity.js';
 
 type Response = MessageInitShape<typeof ConnectResponseSchema>;
-
-export const SUPPORTED_PROTOCOL_VERSIONS = [ProtocolVersion.PROTOCOL_VERSION_1];
-
-/** An attempt ended at Hello because an earlier process of the agent was given it. */
-export interface AbandonedAttempt {
-  tiId: string;
-  runId: string;
-  taskId: string;
-  tryNumber: number;
-  verdict: 'up_for_retry' | 'failed';
-  /** The earlier process (incarnation) that was given it. */
-  deliveredTo: string;
-}
-
-/** The store operations a session reports through, each fenced by the attempt's token. */
-export interface SessionStore {
-  /**
-   * A one-shot agent is recorded as draining: it takes only its own task instance. Null, and
-   * nothing written, when another process of the agent holds it on a stream seen within `liveMs`.
-   */
-  connectAgent(hello: {
-    agentId: string;
-    labels: Record<string, string>;
-    capabilities: string[];
-    slots: number;
-    sessionId: string;
-    protocolVersion: number;
-    incarnationId: string;
-    liveMs: number;
-    oneShot: boolean;
-  }): Promise<{ draining: boolean } | null>;
-  disconnectAgent(agentId: string, sessionId: string): Promise<void>;
-  /** The attempt tokens, of these, that are still current for this agent; each is now this process's. */
-  currentAttempts(agentId: string, incarnationId: string, refs: HeldRef[]): Promise<Set<string>>;
-  /**
-   * Ends, as lost, the attempts of this agent that an earlier process of it was given and this
-   * one does not hold (call after `currentAttempts`): they are retried with a new token.
-   */
-  endAbandoned(agentId: string, incarnationId: string): Promise<AbandonedAttempt[]>;
-  /** How much of each attempt's log is stored (for attempts an agent re-attached to). */
-  logsSoFar(refs: HeldRef[]): Promise<Map<string, LogsSoFar>>;
-  /** The attempts given to this agent that no process of it has been sent (queued for it), or only this one. */
-  undelivered(agentId: string, incarnationId: string): Promise<Attempt[]>;
-  /** Records that the attempt is sent to this process; false when it must not be (another has it, or it is over). */
-  deliver(attempt: Attempt, agentId: string, incarnationId: string): Promise<boolean>;
-  started(ref: HeldRef, pid: number, agentId: string): Promise<boolean>;
-  log(ref: HeldRef, stream: LogStream, line: string, seq: number): void;
-  /** Settles once every line given to `log` so far is written; rejects when they could not be. */
-  logsWritten(): Promise<void>;
-  /** `runId` is the attempt's run when this call recorded the end (for a targeted step). */
-  finished(ref: HeldRef, result: AttemptResult): Promise<{ outcome: 'applied' | 'refused'; runId: string | null }>;
-  /** Claims a one-shot agent's task instance for it (`--once --ti`). */
-  claimOnly(tiId: string, agentId: string): Promise<Attempt | null>;
-  /**
-   * The attempt of this TI with this token, taken by this agent if no other agent has it and it
-   * is still queued or running: what a pod started for one attempt runs. Never claims.
-   */
-  takeAttempt(tiId: string, attemptToken: string, agentId: string): Promise<Attempt | null>;
-}
-
-export type AgentMessageKind = 'hello' | 'started' | 'log' | 'finished' | 'keepalive';
-
-export interface AgentConnectionDeps {
-  store: SessionStore;
-  registry: AgentRegistry;
-  heartbeats: HeartbeatBuffer;
-  logger: Logger;
-  replicaId: string;
-  keepaliveMs: number;
-  /** Sent in each Assign: the grace the control plane allows a stopped attempt (`--kill-grace`). */
-  killGraceMs: number;
-  /** Sent in Welcome: the longest reconnect delay agents should use (see agent-fleet.ts). */
-  maxReconnectBackoffMs: number;
-  /** Sent in Welcome: how long an attempt may go without a heartbeat before it is lost. */
-  heartbeatThresholdMs: number;
-  /** True once this replica is shutting down: a new agent stream is refused (UNAVAILABLE). */
-  leaving(): boolean;
-  /** What a Hello's credential is checked against (agent-credential.ts). */
-  agentCredentials: AgentCredentials;
-  /** An agent connected or left: placement must look again. */
-  onFleetChanged(): void;
-  /** An attempt's Finished arrived (not written yet): its process is over, its slot free. */
-  onFinishing(agentId: string, attemptToken: string): void;
-  /** An attempt's end was written or refused (in this run, when known): the scheduler should step. */
-  onFinished(agentId: string, runId: string | null, attemptToken: string): void;
-  /** Attempts an earlier process of an agent was given were ended at its Hello: their retries follow. */
-  onAbandoned(attempts: AbandonedAttempt[]): void;
-  /** A message refused: `stale`, about a superseded attempt; `invalid`, breaking the protocol's rules. */
-  onRejected(report: AgentMessageKind, why: 'stale' | 'invalid'): void;
-}
-
-const HELLO_TIMEOUT_MS = 10_000;
-
-/** The version: a refusal a retry cannot fix, with a code of its own. */
-function checkHelloAccess(h: Hello): void {
-  if (!SUPPORTED_PROTOCOL_VERSIONS.includes(h.protocolVersion)) {
-    throw new ConnectError(
-      `agent speaks protocol version ${h.protocolVersion}; this control plane speaks ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')}`,
-      Code.FailedPrecondition,
-    );
-  }
-}
-
-/** The kind of a message, for counting a refusal (an empty one counts with Hello: the protocol's own). */
-function kindOf(req: ConnectRequest): AgentMessageKind {
-  const c = req.msg.case;
-  return c === 'started' || c === 'log' || c === 'finished' || c === 'keepalive' ? c : 'hello';
-}
 
 /**
  * One agent stream, from Hello to close: registered in the registry once welcomed, looped over
@@ -130,27 +26,15 @@ function kindOf(req: ConnectRequest): AgentMessageKind {
  * A stream that stops delivering keepalives — a deaf stream behind a live connection — is closed
  * after three intervals, so it is never assigned work nor counted as a heartbeat again.
  *
- * Every report is checked whole before it joins a write shared with other agents; one that breaks
- * the rules ends this stream alone with INVALID_ARGUMENT, except a Finished whose end is
- * inconsistent: that one is refused alone (its attempt failed), so the stream's others go on. Each Assign is recorded as sent to this
- * agent process (its incarnation) before it is sent, so no attempt reaches two processes.
+ * Each Assign is recorded as sent to this agent process (its incarnation) before it is sent, so no
+ * attempt reaches two processes. The reports are handled by AgentReports (agent-reports.ts).
  */
 export class AgentConnection implements AgentHandle {
   readonly sessionId = randomUUID();
   agentId = '';
   incarnationId = '';
   readonly #out = new AsyncQueue<Response>();
-  readonly #held = new Map<string, HeldRef>();
-  /**
-   * By attempt token, the highest log seq stored with none missing before it, for each attempt
-   * this stream may send lines of (assigned or resumed here, and not finished): Log is only
-   * stored in order, and LogAck says up to where.
-   */
-  readonly #logSeq = new Map<string, number>();
-  /** Tokens of the attempts this stream was sent Cancel for: still reported, not zombies. */
-  readonly #cancelled = new Set<string>();
-  /** Tokens whose Finished arrived and is being written: listed by keepalives until acked. */
-  readonly #finishing = new Set<string>();
+  readonly #attempts = new HeldAttempts();
   #lastKeepalive = Date.now();
   #goneAway = false;
   #log: Logger;
@@ -166,19 +50,19 @@ export class AgentConnection implements AgentHandle {
     // The same attempt can reach the stream twice (placement and a one-shot claim, or a
     // notification racing a reconnect): send it once. Taken before the delivery is recorded, so
     // a second call meanwhile sends nothing either.
-    if (this.#held.get(a.tiId)?.attemptToken === a.attemptToken) return 'sent';
+    if (this.#attempts.held.get(a.tiId)?.attemptToken === a.attemptToken) return 'sent';
     const ref = { tiId: a.tiId, tryNumber: a.tryNumber, attemptToken: a.attemptToken };
-    this.#held.set(a.tiId, ref);
-    this.#logSeq.set(a.attemptToken, 0);
+    this.#attempts.held.set(a.tiId, ref);
+    this.#attempts.logSeq.set(a.attemptToken, 0);
     let recorded: boolean;
     try {
       recorded = await this.deps.store.deliver(a, this.agentId, this.incarnationId);
     } catch (err) {
-      if (this.#held.get(a.tiId) === ref) this.#held.delete(a.tiId);
+      if (this.#attempts.held.get(a.tiId) === ref) this.#attempts.held.delete(a.tiId);
       throw err;
     }
     if (!recorded) {
-      if (this.#held.get(a.tiId) === ref) this.#held.delete(a.tiId);
+      if (this.#attempts.held.get(a.tiId) === ref) this.#attempts.held.delete(a.tiId);
       this.#log.warn({ tiId: a.tiId, runId: a.runId, try: a.tryNumber }, `attempt not sent to agent ${this.agentId}: another process of the agent was given it, or it is over`);
       return 'refused';
     }
@@ -209,9 +93,9 @@ export class AgentConnection implements AgentHandle {
   }
 
   cancel(tiId: string, reason: string): boolean {
-    const r = this.#held.get(tiId);
+    const r = this.#attempts.held.get(tiId);
     if (!r) return false;
-    this.#cancelled.add(r.attemptToken);
+    this.#attempts.cancelled.add(r.attemptToken);
     return this.#out.push({ msg: { case: 'cancel', value: { attempt: r, reason } } });
   }
 
@@ -227,7 +111,7 @@ export class AgentConnection implements AgentHandle {
   }
 
   holds(tiId: string): boolean {
-    return this.#held.has(tiId);
+    return this.#attempts.held.has(tiId);
   }
 
   close(reason: string): void {
@@ -239,21 +123,7 @@ export class AgentConnection implements AgentHandle {
 
   async *run(requests: AsyncIterable<ConnectRequest>, signal: AbortSignal, clientCert?: ClientCertificate | null): AsyncGenerator<Response> {
     const it = requests[Symbol.asyncIterator]();
-    const first = await Promise.race([
-      it.next(),
-      new Promise<never>((_, reject) => setTimeout(() => reject(new ConnectError(`no Hello within ${HELLO_TIMEOUT_MS} ms`, Code.DeadlineExceeded)), HELLO_TIMEOUT_MS).unref()),
-    ]);
-    if (first.done || first.value.msg.case !== 'hello') {
-      throw new ConnectError('the first message on the stream must be Hello', Code.InvalidArgument);
-    }
-    const hello = first.value.msg.value;
-    checkHelloAccess(hello);
-    // Under mTLS a pod's one-shot agent has no certificate of its pod's name: it may come without
-    // one, and then only its attempt's token, for that pod's id, lets it in (agent-credential.ts).
-    const podWithoutCertificate = clientCert === null && hello.onlyAttemptToken !== '';
-    if (!podWithoutCertificate) checkAgentCertificate(clientCert, hello.agentId);
-    const held = this.#valid('hello', () => validateHelloFields(hello));
-    await checkAgentCredential(hello, this.deps.agentCredentials, { certified: clientCert != null, podWithoutCertificate });
+    const { hello, held } = await readHello(it, clientCert, this.deps.agentCredentials, (check) => validMessage('hello', check, this.deps.onRejected, this.#log));
     this.agentId = hello.agentId;
     this.incarnationId = hello.incarnationId;
     this.#log = this.deps.logger.child({ agentId: hello.agentId, session: this.sessionId.slice(0, 8), incarnation: hello.incarnationId.slice(0, 8) });
@@ -286,9 +156,9 @@ export class AgentConnection implements AgentHandle {
     const current = await store.currentAttempts(hello.agentId, hello.incarnationId, held);
     const resumed = held.filter((r) => current.has(r.attemptToken));
     const superseded = held.filter((r) => !current.has(r.attemptToken));
-    for (const r of resumed) this.#held.set(r.tiId, r);
+    for (const r of resumed) this.#attempts.held.set(r.tiId, r);
     const logs = await store.logsSoFar(resumed);
-    for (const r of resumed) this.#logSeq.set(r.attemptToken, logs.get(`${r.tiId}/${r.tryNumber}`)?.lastSeq ?? 0);
+    for (const r of resumed) this.#attempts.logSeq.set(r.attemptToken, logs.get(`${r.tiId}/${r.tryNumber}`)?.lastSeq ?? 0);
     // The agent still holds attempts that were given to someone else meanwhile: a zombie's claim.
     for (const r of superseded) {
       this.deps.onRejected('hello', 'stale');
@@ -324,10 +194,20 @@ export class AgentConnection implements AgentHandle {
     });
     this.#log.info({ labels: hello.labels, slots: hello.slots, resumed: resumed.length, superseded: superseded.length }, `agent ${hello.agentId} connected`);
     registry.register(this);
+    const reports = new AgentReports({
+      deps: this.deps,
+      attempts: this.#attempts,
+      out: this.#out,
+      log: this.#log,
+      agentId: this.agentId,
+      onKeepalive: () => {
+        this.#lastKeepalive = Date.now();
+      },
+    });
     const source: HeartbeatSource = {
       agentId: this.agentId,
       sessionId: this.sessionId,
-      superseded: (refs) => this.#superseded(refs),
+      superseded: (refs) => reports.superseded(refs),
       refused: (err) => this.#out.close(new ConnectError(`heartbeat not recorded: ${(err as Error).message}`, Code.InvalidArgument)),
     };
     this.deps.heartbeats.note(source, resumed);
@@ -353,14 +233,14 @@ export class AgentConnection implements AgentHandle {
           this.drain(sent ? 'one-shot agent: no more work after this attempt' : `task instance ${hello.onlyTiId} has no attempt for this agent`);
         } else {
           const undelivered = await store.undelivered(this.agentId, this.incarnationId);
-          await Promise.all(undelivered.filter((a) => !this.#held.has(a.tiId)).map((a) => this.assign(a)));
+          await Promise.all(undelivered.filter((a) => !this.#attempts.held.has(a.tiId)).map((a) => this.assign(a)));
           if (connected.draining) this.drain('agent is drained');
         }
         this.deps.onFleetChanged();
         for (;;) {
           const next = await it.next();
           if (next.done) break;
-          await this.#handle(next.value, source);
+          await reports.handle(next.value, source);
         }
         this.#out.close();
       } catch (err) {
@@ -389,120 +269,5 @@ export class AgentConnection implements AgentHandle {
       `agent_id ${JSON.stringify(this.agentId)} is held by another process on a live stream (a different hello.incarnation_id): agent ids must be unique; retry once that stream has ended`,
       Code.AlreadyExists,
     );
-  }
-
-  /**
-   * Checks a message by `check`: one that breaks a rule is counted, logged in one line, and ends
-   * this stream (and no other) with INVALID_ARGUMENT naming the field and the rule.
-   */
-  #valid<T>(kind: AgentMessageKind, check: () => T): T {
-    try {
-      return check();
-    } catch (err) {
-      if (!(err instanceof AgentMessageError)) throw err;
-      this.deps.onRejected(kind, 'invalid');
-      this.#log.warn({ report: kind, field: err.field, rule: err.rule }, `agent message refused: ${err.message}`);
-      throw new ConnectError(err.message, Code.InvalidArgument);
-    }
-  }
-
-  /** A report being written: if the store gives up on it (the database stayed unreachable), the
-   *  stream is closed, and the agent reconnects and sends it again. */
-  #track(write: Promise<void>): void {
-    write.catch((err: unknown) => {
-      this.#log.error({ err }, 'could not record an agent report; closing the stream');
-      this.#out.close(new ConnectError(`agent report not recorded: ${(err as Error).message}`, Code.Unavailable));
-    });
-  }
-
-  #superseded(refs: HeldRef[]): void {
-    for (const r of refs) {
-      // Ended (and acknowledged) since the keepalive that listed it, or cancelled and stopping
-      // (its Finished is awaited): not a zombie.
-      const held = this.#held.get(r.tiId);
-      if (!held || held.attemptToken !== r.attemptToken || this.#cancelled.has(r.attemptToken) || this.#finishing.has(r.attemptToken)) continue;
-      this.deps.onRejected('keepalive', 'stale');
-      this.#log.warn({ tiId: r.tiId, try: r.tryNumber }, 'agent holds a superseded attempt: cancelling it');
-      this.#out.push({ msg: { case: 'cancel', value: { attempt: r, reason: 'attempt superseded (declared lost or cancelled)' } } });
-    }
-  }
-
-  /** Records an attempt's end and answers FinishedAck; `refused` names the rule a report broke. */
-  #finish(r: HeldRef, result: AttemptResult, refused: string): void {
-    this.#logSeq.delete(r.attemptToken);
-    this.#finishing.add(r.attemptToken);
-    this.deps.onFinishing(this.agentId, r.attemptToken);
-    this.#track(
-      this.deps.store.finished(r, result).then(({ outcome, runId }) => {
-        if (outcome === 'refused' && refused === '') this.deps.onRejected('finished', 'stale');
-        if (this.#held.get(r.tiId)?.attemptToken === r.attemptToken) this.#held.delete(r.tiId);
-        this.#cancelled.delete(r.attemptToken);
-        this.#finishing.delete(r.attemptToken);
-        this.#out.push({ msg: { case: 'finishedAck', value: { attempt: r, applied: outcome === 'applied' && refused === '', refused } } });
-        this.deps.onFinished(this.agentId, runId, r.attemptToken);
-      }),
-    );
-  }
-
-  async #handle(req: ConnectRequest, source: HeartbeatSource): Promise<void> {
-    const { store } = this.deps;
-    const report = this.#valid(kindOf(req), () => parseReport(req));
-    switch (report.type) {
-      case 'keepalive': {
-        this.#lastKeepalive = Date.now();
-        this.deps.heartbeats.note(source, report.held);
-        this.#out.push({ msg: { case: 'keepaliveAck', value: { seq: report.seq } } });
-        return;
-      }
-      case 'started': {
-        const r = report.ref;
-        this.#held.set(r.tiId, r);
-        // Not awaited: the replica's report batcher writes this with every other report waiting,
-        // in order (an attempt's Started before its Finished), while this loop reads on.
-        this.#track(
-          store.started(r, report.pid, this.agentId).then((ok) => {
-            if (ok) return;
-            this.deps.onRejected('started', 'stale');
-            this.#out.push({ msg: { case: 'cancel', value: { attempt: r, reason: 'attempt superseded' } } });
-          }),
-        );
-        return;
-      }
-      case 'log': {
-        const r = report.ref;
-        let last = this.#logSeq.get(r.attemptToken);
-        if (last === undefined) {
-          // Not assigned to nor resumed on this stream, or after its Finished: nothing to store.
-          this.deps.onRejected('log', 'stale');
-          this.#log.warn({ tiId: r.tiId, try: r.tryNumber }, 'Log for an attempt this stream does not hold (or after its Finished): not stored');
-          return;
-        }
-        // A seq already stored is a resend (skipped); one past a gap stops the batch: LogAck
-        // tells the agent where to resume.
-        for (const e of report.entries) {
-          if (e.seq <= last) continue;
-          if (e.seq !== last + 1) break;
-          store.log(r, e.stream, e.line, e.seq);
-          last = e.seq;
-        }
-        this.#logSeq.set(r.attemptToken, last);
-        const lastSeq = last;
-        this.#track(store.logsWritten().then(() => void this.#out.push({ msg: { case: 'logAck', value: { attempt: r, lastSeq } } })));
-        return;
-      }
-      case 'invalid-finished': {
-        // Refused alone: its attempt is ended as failed (so it is retried, not left running with
-        // no one reporting it), and the stream's other attempts go on.
-        const r = report.ref;
-        this.deps.onRejected('finished', 'invalid');
-        this.#log.warn({ report: 'finished', field: report.error.field, rule: report.error.rule }, `agent message refused: ${report.error.message}`);
-        const result: AttemptResult = { outcome: 'failed', exitCode: null, signal: null, error: `the agent's Finished was invalid: ${report.error.message}` };
-        this.#finish(r, result, report.error.message);
-        return;
-      }
-      case 'finished':
-        this.#finish(report.ref, report.result, '');
-        return;
-    }
   }
 }

@@ -15,7 +15,7 @@ import { setPendingReasons } from '../db/tis.js';
 import { AgentRegistry, type AgentHandle } from '../executors/agent-registry.js';
 import { AgentPlacement } from '../dispatch/agent-placement.js';
 import { AgentsExecutor } from '../executors/agents.js';
-import type { AgentConnectionDeps } from './agent-connection.js';
+import type { AgentConnectionDeps } from './agent-connection-deps.js';
 import { createSessionStore } from './agent-session-store.js';
 import { HeartbeatBuffer } from './heartbeat-buffer.js';
 import type { Metrics } from './metrics.js';

@@ -1,6 +1,7 @@
 import type { ServiceImpl } from '@connectrpc/connect';
 import { AgentService } from '../gen/leoflow/v1/agent_pb.js';
-import { AgentConnection, type AgentConnectionDeps } from './agent-connection.js';
+import { AgentConnection } from './agent-connection.js';
+import type { AgentConnectionDeps } from './agent-connection-deps.js';
 import { clientCertificateKey } from './tls-identity.js';
 
 /** `AgentService.Connect`: one AgentConnection per stream (see agent-connection.ts). */

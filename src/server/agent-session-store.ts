@@ -10,7 +10,7 @@ import { loadAttempt } from '../db/load-attempt.js';
 import type { LogWriter } from '../db/log-writer.js';
 import { logsSoFar } from '../db/logs.js';
 import type { Sql } from '../db/sql.js';
-import type { SessionStore } from './agent-connection.js';
+import type { SessionStore } from './agent-connection-deps.js';
 
 /**
  * The store side of agent sessions, every report fenced by the attempt's try number and token.

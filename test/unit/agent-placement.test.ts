@@ -3,7 +3,8 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Attempt } from '../../src/core/attempt.js';
 import { AgentRegistry, type AgentHandle } from '../../src/executors/agent-registry.js';
 import type { WorkItem } from '../../src/core/work-item.js';
-import { AgentPlacement, type AvailableAgent, type PlacementStore } from '../../src/dispatch/agent-placement.js';
+import { AgentPlacement } from '../../src/dispatch/agent-placement.js';
+import type { AvailableAgent, PlacementStore } from '../../src/dispatch/placement-store.js';
 import { AgentsExecutor } from '../../src/executors/agents.js';
 import { task } from '../helpers/spec-builders.js';
 
