@@ -3,15 +3,13 @@ import { readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createAgentServiceClient, type AgentTls } from '../../src/agent/agent-service-client.js';
-import { ConnectRequestSchema, ProtocolVersion, type ConnectResponse } from '../../src/gen/leoflow/v1/agent_pb.js';
 import { LABEL } from '../../src/executors/kubernetes/pod-identity.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
 import { freePort } from '../helpers/global-setup.js';
 import { BIN, cli, runCommand, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { makeTestPki, type TestPki } from '../helpers/test-certs.js';
+import { helloOverTls } from '../helpers/hello-over-tls.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -56,24 +54,6 @@ afterAll(async () => {
   if (tmp) await rm(tmp, { recursive: true, force: true });
 });
 
-/** A raw agent stream over TLS saying Hello as `agentId`; resolves with the first answer or the refusal. */
-async function helloAs(agentId: string, tls: AgentTls, only?: { tiId: string; attemptToken: string }): Promise<{ welcome: ConnectResponse | null; err: { code: number; details: string } | null }> {
-  const client = createAgentServiceClient({ serverUrl: url, http2KeepaliveMs: 10_000, tls });
-  const call = client.connect();
-  try {
-    return await new Promise((resolve) => {
-      const timer = setTimeout(() => resolve({ welcome: null, err: { code: -1, details: 'no answer in 15 s' } }), 15_000);
-      call.on('data', (m: ConnectResponse) => (clearTimeout(timer), resolve({ welcome: m, err: null })));
-      call.on('error', (e: { code: number; details: string }) => (clearTimeout(timer), resolve({ welcome: null, err: { code: e.code, details: decodeURIComponent(e.details) } })));
-      call.write(create(ConnectRequestSchema, {
-        msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId, slots: 1, incarnationId: randomUUID(), onlyTiId: only?.tiId ?? '', onlyAttemptToken: only?.attemptToken ?? '' } },
-      }));
-    });
-  } finally {
-    call.cancel();
-    client.close();
-  }
-}
 
 describe('mTLS and the pods of the kubernetes executor', () => {
   it("a pod's agent gets in with its attempt's token; a wrong token, another agent id, or an agent without a certificate is refused", { timeout: 90_000 }, async () => {
@@ -97,13 +77,13 @@ describe('mTLS and the pods of the kubernetes executor', () => {
     const ca = readFileSync(pki.ca);
     const noCert = { ca, cert: null, key: null };
     // The pod's name with a made-up attempt token.
-    const wrongToken = await helloAs(pod, noCert, { tiId: ti.id, attemptToken: randomUUID() });
+    const wrongToken = await helloOverTls(url, pod, noCert, { only: { tiId: ti.id, attemptToken: randomUUID() } });
     expect(wrongToken.err).toEqual({ code: 16, details: `hello.only_attempt_token: no live kubernetes attempt of task instance ${ti.id} with this token runs in a pod named "${pod}"` });
     // The right attempt token, claimed by another agent id.
-    const otherId = await helloAs('not-the-pod', noCert, { tiId: ti.id, attemptToken: ti.attempt_token });
+    const otherId = await helloOverTls(url, 'not-the-pod', noCert, { only: { tiId: ti.id, attemptToken: ti.attempt_token } });
     expect(otherId.err).toEqual({ code: 16, details: `hello.only_attempt_token: no live kubernetes attempt of task instance ${ti.id} with this token runs in a pod named "not-the-pod"` });
     // An ordinary agent (no attempt token) without a certificate.
-    const ordinary = await helloAs('plain-agent', noCert);
+    const ordinary = await helloOverTls(url, 'plain-agent', noCert);
     expect(ordinary.err).toEqual({ code: 16, details: 'agent "plain-agent" presented no TLS client certificate; this control plane requires one signed by its --tls-client-ca for agent streams' });
     // The real agent binary, as an impostor of the pod: refused, and the pod's attempt goes on.
     const r = await runCommand(process.execPath, [BIN, '--server', url, '--ca-file', pki.ca, 'agent', '--once', '--ti', ti.id, '--id', pod, '--log-format', 'json', '--state-dir', path.join(tmp, 'impostor')], {

@@ -1,18 +1,15 @@
-import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { copyFile, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import http2 from 'node:http2';
 import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
-import { create } from '@bufbuild/protobuf';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createAgentServiceClient, type AgentTls } from '../../src/agent/agent-service-client.js';
 import { createClients } from '../../src/cli/client.js';
-import { ConnectRequestSchema, ProtocolVersion, type ConnectResponse } from '../../src/gen/leoflow/v1/agent_pb.js';
 import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
 import { runEnds } from '../helpers/run-ends.js';
+import { helloOverTls } from '../helpers/hello-over-tls.js';
 import { makeTestPki, type TestPki } from '../helpers/test-certs.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -131,23 +128,6 @@ describe('TLS on the API port', () => {
   });
 });
 
-/** A raw agent stream over TLS: says Hello as `agentId`; resolves with the first answer or the refusal. */
-async function helloAs(url: string, agentId: string, tls: AgentTls): Promise<{ welcome: ConnectResponse | null; err: { code: number; details: string } | null }> {
-  const client = createAgentServiceClient({ serverUrl: url, http2KeepaliveMs: 10_000, tls });
-  const call = client.connect();
-  try {
-    return await new Promise((resolve) => {
-      const timer = setTimeout(() => resolve({ welcome: null, err: { code: -1, details: 'no answer in 15 s' } }), 15_000);
-      call.on('data', (m: ConnectResponse) => (clearTimeout(timer), resolve({ welcome: m, err: null })));
-      // connect-node percent-encodes grpc-message more than grpc-js decodes (as control-plane-session.ts says).
-      call.on('error', (e: { code: number; details: string }) => (clearTimeout(timer), resolve({ welcome: null, err: { code: e.code, details: decodeURIComponent(e.details) } })));
-      call.write(create(ConnectRequestSchema, { msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId, slots: 1, incarnationId: randomUUID(), labels: { pool: 'none' } } } }));
-    });
-  } finally {
-    call.cancel();
-    client.close();
-  }
-}
 
 describe('mTLS: agents are who their certificates say', () => {
   let db: TestDatabase;
@@ -184,18 +164,18 @@ describe('mTLS: agents are who their certificates say', () => {
 
   it("a certificate for agent A saying Hello as B is refused with PERMISSION_DENIED naming both", async () => {
     const a = pki.client('agent-a');
-    const r = await helloAs(httpsUrl(server), 'agent-b', { ca: readFileSync(pki.ca), cert: readFileSync(a.cert), key: readFileSync(a.key) });
+    const r = await helloOverTls(httpsUrl(server), 'agent-b', { ca: readFileSync(pki.ca), cert: readFileSync(a.cert), key: readFileSync(a.key) }, { labels: { pool: 'none' } });
     expect(r.err).toEqual({ code: 7, details: 'hello.agent_id: the TLS client certificate is agent "agent-a"\'s, but Hello says agent "agent-b"' });
-    const ok = await helloAs(httpsUrl(server), 'agent-a', { ca: readFileSync(pki.ca), cert: readFileSync(a.cert), key: readFileSync(a.key) });
+    const ok = await helloOverTls(httpsUrl(server), 'agent-a', { ca: readFileSync(pki.ca), cert: readFileSync(a.cert), key: readFileSync(a.key) }, { labels: { pool: 'none' } });
     expect(ok.err).toBeNull();
     expect(ok.welcome!.msg.case).toBe('welcome');
   });
 
   it('an agent without a client certificate, or with one from another CA, is refused (UNAUTHENTICATED)', async () => {
-    const none = await helloAs(httpsUrl(server), 'agent-c', { ca: readFileSync(pki.ca), cert: null, key: null });
+    const none = await helloOverTls(httpsUrl(server), 'agent-c', { ca: readFileSync(pki.ca), cert: null, key: null }, { labels: { pool: 'none' } });
     expect(none.err).toEqual({ code: 16, details: 'agent "agent-c" presented no TLS client certificate; this control plane requires one signed by its --tls-client-ca for agent streams' });
     const stranger = other.client('agent-c');
-    const foreign = await helloAs(httpsUrl(server), 'agent-c', { ca: readFileSync(pki.ca), cert: readFileSync(stranger.cert), key: readFileSync(stranger.key) });
+    const foreign = await helloOverTls(httpsUrl(server), 'agent-c', { ca: readFileSync(pki.ca), cert: readFileSync(stranger.cert), key: readFileSync(stranger.key) }, { labels: { pool: 'none' } });
     expect(foreign.err?.code).toBe(16);
     expect(foreign.err?.details).toMatch(/^agent "agent-c": its TLS client certificate \(CN=agent-c\) is not signed by this control plane's --tls-client-ca \(/);
     // The real agent exits 1 on the refusal, saying why.

@@ -1,16 +1,7 @@
+import { configProblems } from '../helpers/config-problems.js';
 import { describe, expect, it } from 'vitest';
-import { ConfigError } from '../../src/server/config/config-error.js';
 import { loadConfig } from '../../src/server/config/load-config.js';
 
-function problems(flags: Parameters<typeof loadConfig>[0], env: NodeJS.ProcessEnv = {}): string[] {
-  try {
-    loadConfig(flags, env, '/srv');
-  } catch (err) {
-    if (err instanceof ConfigError) return err.problems;
-    throw err;
-  }
-  throw new Error('expected a ConfigError');
-}
 
 describe('config', () => {
   it('fills the lite edition defaults', () => {
@@ -43,7 +34,7 @@ describe('config', () => {
   });
 
   it('uses the pro edition defaults and demands a database', () => {
-    expect(problems({ edition: 'pro', executor: 'subprocess' })).toEqual([
+    expect(configProblems({ edition: 'pro', executor: 'subprocess' })).toEqual([
       'the pro edition needs a Postgres server: set DATABASE_URL or --database-url',
     ]);
     const c = loadConfig({ edition: 'pro', executor: 'subprocess' }, { DATABASE_URL: 'postgres://127.0.0.1/x' }, '/srv');
@@ -52,7 +43,7 @@ describe('config', () => {
 
   it('reads the kubernetes executor settings, Pro\'s default, and asks for the image its pods run', () => {
     const env = { DATABASE_URL: 'postgres://127.0.0.1/x' };
-    expect(problems({ edition: 'pro' }, env)).toEqual([
+    expect(configProblems({ edition: 'pro' }, env)).toEqual([
       'the kubernetes executor needs the image its pods run (the Leoflow image): set --kubernetes-image or LEOFLOW_KUBERNETES_IMAGE',
     ]);
     const c = loadConfig({ edition: 'pro', kubernetes_image: 'ghcr.io/acme/leoflow:1.0' }, env, '/srv');
@@ -71,7 +62,7 @@ describe('config', () => {
     });
     expect(loadConfig({ edition: 'pro', kubernetes_image: 'x', pod_agent_token_secret: 'leoflow-agent' }, env, '/srv').kubernetes!.agentTokenSecret).toEqual({ name: 'leoflow-agent', key: 'agent-token' });
     expect(loadConfig({ edition: 'pro', kubernetes_image: 'x', pod_agent_token_secret: 'leoflow/token' }, env, '/srv').kubernetes!.agentTokenSecret).toEqual({ name: 'leoflow', key: 'token' });
-    expect(problems({ edition: 'pro', kubernetes_image: 'x', pod_agent_token_secret: 'Bad_Name' }, env)).toEqual([
+    expect(configProblems({ edition: 'pro', kubernetes_image: 'x', pod_agent_token_secret: 'Bad_Name' }, env)).toEqual([
       '--pod-agent-token-secret: must be SECRET or SECRET/KEY (a Secret\'s name, a DNS-1123 subdomain), got "Bad_Name": must be a DNS-1123 subdomain: lower-case letters, digits, "-" and ".", starting and ending with a letter or digit',
     ]);
     const k = loadConfig(
@@ -86,7 +77,7 @@ describe('config', () => {
 
   it('reports every bad kubernetes setting with its flag or variable', () => {
     expect(
-      problems(
+      configProblems(
         { executor: 'kubernetes', kubernetes_namespace: 'Jobs', kubernetes_image: 'a b', pod_server_url: 'leoflow:7070', pod_pending_timeout: '0s' },
         { LEOFLOW_POD_KEEP_FAILED: 'soon' },
       ),
@@ -97,14 +88,14 @@ describe('config', () => {
       '--pod-pending-timeout: must be a positive duration, got "0s"',
       'LEOFLOW_POD_KEEP_FAILED (environment): expected a duration like "30s", "5m" or "1h30m", got "soon"',
     ]);
-    expect(problems({ executor: 'kubernetes', kubernetes_image: 'x' })).toEqual([
+    expect(configProblems({ executor: 'kubernetes', kubernetes_image: 'x' })).toEqual([
       'the kubernetes executor needs the address pods reach the control plane at: set --pod-server-url or LEOFLOW_POD_SERVER_URL (e.g. http://leoflow:7070)',
     ]);
   });
 
   it('reports every bad value with the flag or variable it came from', () => {
     expect(
-      problems(
+      configProblems(
         { dispatch_workers: '0', tick_interval: 'soon', listen: 'localhost', log_format: 'xml' },
         { LEOFLOW_DISPATCH_QUEUE: '-3', DATABASE_URL: 'mysql://x' },
       ),
@@ -124,8 +115,8 @@ describe('config', () => {
     expect(loadConfig({ retention: '7d12h' }, {}, '/srv').retentionMs).toBe(7.5 * 86_400_000);
     expect(loadConfig({}, { LEOFLOW_RETENTION: 'off' }, '/srv').retentionMs).toBeNull();
     expect(loadConfig({ retention: '0' }, {}, '/srv').retentionMs).toBeNull();
-    expect(problems({ retention: '30' })).toEqual(['--retention: must be a duration with a unit, such as 30d, or off (or 0), got "30"']);
-    expect(problems({ retention: 'forever' })).toEqual(['--retention: expected a duration like "30s", "5m" or "1h30m", got "forever"']);
+    expect(configProblems({ retention: '30' })).toEqual(['--retention: must be a duration with a unit, such as 30d, or off (or 0), got "30"']);
+    expect(configProblems({ retention: 'forever' })).toEqual(['--retention: expected a duration like "30s", "5m" or "1h30m", got "forever"']);
   });
 
   it('reads the agent retention, 7 days in both editions, or off, and names a bad value exactly', () => {
@@ -134,16 +125,16 @@ describe('config', () => {
     expect(loadConfig({ agent_retention: '36h' }, {}, '/srv').agentRetentionMs).toBe(36 * 3_600_000);
     expect(loadConfig({}, { LEOFLOW_AGENT_RETENTION: '2d' }, '/srv').agentRetentionMs).toBe(2 * 86_400_000);
     expect(loadConfig({ agent_retention: 'off' }, {}, '/srv').agentRetentionMs).toBeNull();
-    expect(problems({ agent_retention: '7' })).toEqual(['--agent-retention: must be a duration with a unit, such as 7d, or off (or 0), got "7"']);
-    expect(problems({}, { LEOFLOW_AGENT_RETENTION: 'a week' })).toEqual(['LEOFLOW_AGENT_RETENTION (environment): expected a duration like "30s", "5m" or "1h30m", got "a week"']);
+    expect(configProblems({ agent_retention: '7' })).toEqual(['--agent-retention: must be a duration with a unit, such as 7d, or off (or 0), got "7"']);
+    expect(configProblems({}, { LEOFLOW_AGENT_RETENTION: 'a week' })).toEqual(['LEOFLOW_AGENT_RETENTION (environment): expected a duration like "30s", "5m" or "1h30m", got "a week"']);
   });
 
   it('rejects an unknown edition', () => {
-    expect(problems({ edition: 'enterprise' })).toEqual(['--edition: must be one of lite, pro, got "enterprise"']);
+    expect(configProblems({ edition: 'enterprise' })).toEqual(['--edition: must be one of lite, pro, got "enterprise"']);
   });
 
   it('refuses a heartbeat threshold that could reap live tasks', () => {
-    expect(problems({ heartbeat_interval: '10s', heartbeat_threshold: '20s' })).toEqual([
+    expect(configProblems({ heartbeat_interval: '10s', heartbeat_threshold: '20s' })).toEqual([
       'heartbeat_threshold (20000 ms) must be at least 3 × heartbeat_interval (10000 ms), or a live task could be reaped',
     ]);
   });
@@ -152,30 +143,30 @@ describe('config', () => {
     expect(loadConfig({}, {}, '/srv')).toMatchObject({ role: 'auto', leaderTimeoutMs: 30_000, loopStallMs: 60_000 });
     expect(loadConfig({}, { LEOFLOW_ROLE: 'worker' }, '/srv').role).toBe('worker');
     expect(loadConfig({ role: 'leader', leader_timeout: '5s' }, { LEOFLOW_ROLE: 'worker' }, '/srv')).toMatchObject({ role: 'leader', leaderTimeoutMs: 5000 });
-    expect(problems({ role: 'boss' })).toEqual(['--role: must be one of auto, leader, worker, observer, got "boss"']);
-    expect(problems({}, { LEOFLOW_ROLE: 'Observer' })).toEqual(['LEOFLOW_ROLE (environment): must be one of auto, leader, worker, observer, got "Observer"']);
-    expect(problems({ role: 'leader', leader_timeout: 'never' })).toEqual(['--leader-timeout: expected a duration like "30s", "5m" or "1h30m", got "never"']);
+    expect(configProblems({ role: 'boss' })).toEqual(['--role: must be one of auto, leader, worker, observer, got "boss"']);
+    expect(configProblems({}, { LEOFLOW_ROLE: 'Observer' })).toEqual(['LEOFLOW_ROLE (environment): must be one of auto, leader, worker, observer, got "Observer"']);
+    expect(configProblems({ role: 'leader', leader_timeout: 'never' })).toEqual(['--leader-timeout: expected a duration like "30s", "5m" or "1h30m", got "never"']);
   });
 
   it('refuses DAG files to apply on an observer, which writes nothing', () => {
-    expect(problems({ role: 'observer', dags: 'examples' })).toEqual([
+    expect(configProblems({ role: 'observer', dags: 'examples' })).toEqual([
       '--dags: a replica with role observer applies no DAG files; apply them from a replica of another role',
     ]);
     expect(loadConfig({ role: 'observer' }, {}, '/srv').role).toBe('observer');
   });
 
   it('refuses a replica id too long for its Postgres session names, or with odd characters', () => {
-    expect(problems({ replica_id: 'r'.repeat(39) })).toEqual([
+    expect(configProblems({ replica_id: 'r'.repeat(39) })).toEqual([
       "--replica-id: must be at most 38 characters (it names the replica's Postgres sessions), got 39",
     ]);
-    expect(problems({ replica_id: 'a b' })).toEqual([`--replica-id: must be letters, digits, '.', '_' or '-', got "a b"`]);
+    expect(configProblems({ replica_id: 'a b' })).toEqual([`--replica-id: must be letters, digits, '.', '_' or '-', got "a b"`]);
     expect(loadConfig({}, {}, '/srv').replicaId.length).toBeLessThanOrEqual(38);
   });
 
   it('refuses a loop stall threshold the loop would cross at its own pace, and follows a slow tick by default', () => {
     expect(loadConfig({ tick_interval: '30s' }, {}, '/srv').loopStallMs).toBe(150_000);
     expect(loadConfig({ tick_interval: '200ms', loop_stall_threshold: '1s' }, {}, '/srv').loopStallMs).toBe(1000);
-    expect(problems({ loop_stall_threshold: '2s', tick_interval: '1s' })).toEqual([
+    expect(configProblems({ loop_stall_threshold: '2s', tick_interval: '1s' })).toEqual([
       'loop_stall_threshold (2000 ms) must be at least 3 × tick_interval (1000 ms), or a loop keeping its pace would be called stalled',
     ]);
   });
@@ -210,12 +201,12 @@ describe('editions', () => {
     expect(loadConfig({ listen: '0.0.0.0:7070', insecure: 'true' }, {}, '/srv')).toMatchObject({ authRequired: false, insecure: true });
     expect(loadConfig(pro, {}, '/srv').authRequired).toBe(true);
     expect(loadConfig(pro, { LEOFLOW_INSECURE: 'true' }, '/srv').authRequired).toBe(false);
-    expect(problems({ insecure: 'yes' })).toEqual(['--insecure: must be true or false, got "yes"']);
+    expect(configProblems({ insecure: 'yes' })).toEqual(['--insecure: must be true or false, got "yes"']);
   });
 
   it('takes a bootstrap admin token only if it is long enough to be a random secret', () => {
     expect(loadConfig({}, { LEOFLOW_BOOTSTRAP_ADMIN_TOKEN: 'x'.repeat(32) }, '/srv').bootstrapAdminToken).toBe('x'.repeat(32));
-    expect(problems({ bootstrap_admin_token: 'hunter2' })).toEqual([
+    expect(configProblems({ bootstrap_admin_token: 'hunter2' })).toEqual([
       '--bootstrap-admin-token: must be at least 32 characters of a random secret (e.g. `openssl rand -base64 32`), got 7',
     ]);
   });

@@ -1,9 +1,9 @@
+import { configProblems } from '../helpers/config-problems.js';
 import { chmodSync, copyFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentConfigError, parseAgentFlags } from '../../src/agent/agent-config.js';
 import { clientTls } from '../../src/cli/client-tls.js';
-import { ConfigError } from '../../src/server/config/config-error.js';
 import { loadConfig } from '../../src/server/config/load-config.js';
 import { readCertificateFile } from '../../src/server/pem-files.js';
 import { checkAgentCertificate } from '../../src/server/tls-identity.js';
@@ -20,15 +20,6 @@ afterAll(() => {
   other?.remove();
 });
 
-function problems(flags: Parameters<typeof loadConfig>[0], env: NodeJS.ProcessEnv = {}): string[] {
-  try {
-    loadConfig(flags, env, '/srv');
-  } catch (err) {
-    if (err instanceof ConfigError) return err.problems;
-    throw err;
-  }
-  throw new Error('expected a ConfigError');
-}
 
 describe('the server\'s TLS settings', () => {
   it('reads a certificate, its key and a client CA, from flags or the environment', () => {
@@ -44,41 +35,41 @@ describe('the server\'s TLS settings', () => {
   });
 
   it('names a missing half of the pair', () => {
-    expect(problems({ tls_cert: pki.server.cert })).toEqual(['--tls-cert: TLS needs both a certificate and its key: set --tls-key (LEOFLOW_TLS_KEY) too']);
-    expect(problems({}, { LEOFLOW_TLS_KEY: pki.server.key })).toEqual(['LEOFLOW_TLS_KEY (environment): TLS needs both a certificate and its key: set --tls-cert (LEOFLOW_TLS_CERT) too']);
+    expect(configProblems({ tls_cert: pki.server.cert })).toEqual(['--tls-cert: TLS needs both a certificate and its key: set --tls-key (LEOFLOW_TLS_KEY) too']);
+    expect(configProblems({}, { LEOFLOW_TLS_KEY: pki.server.key })).toEqual(['LEOFLOW_TLS_KEY (environment): TLS needs both a certificate and its key: set --tls-cert (LEOFLOW_TLS_CERT) too']);
   });
 
   it('names a missing, unreadable or non-PEM file', () => {
-    expect(problems({ tls_cert: '/nonexistent/cert.pem', tls_key: pki.server.key })).toEqual(['--tls-cert/--tls-key: cannot read /nonexistent/cert.pem: no such file']);
-    expect(problems({ tls_cert: pki.server.key, tls_key: pki.server.key })).toEqual([`--tls-cert/--tls-key: ${pki.server.key} holds no PEM certificate (-----BEGIN CERTIFICATE-----)`]);
-    expect(problems({ tls_cert: pki.server.cert, tls_key: pki.server.cert })[0]).toMatch(new RegExp(`^--tls-cert/--tls-key: ${pki.server.cert} holds no PEM private key`));
-    expect(problems({ tls_cert: pki.server.cert, tls_key: pki.dir })).toEqual([`--tls-cert/--tls-key: cannot read ${pki.dir}: is a directory`]);
+    expect(configProblems({ tls_cert: '/nonexistent/cert.pem', tls_key: pki.server.key })).toEqual(['--tls-cert/--tls-key: cannot read /nonexistent/cert.pem: no such file']);
+    expect(configProblems({ tls_cert: pki.server.key, tls_key: pki.server.key })).toEqual([`--tls-cert/--tls-key: ${pki.server.key} holds no PEM certificate (-----BEGIN CERTIFICATE-----)`]);
+    expect(configProblems({ tls_cert: pki.server.cert, tls_key: pki.server.cert })[0]).toMatch(new RegExp(`^--tls-cert/--tls-key: ${pki.server.cert} holds no PEM private key`));
+    expect(configProblems({ tls_cert: pki.server.cert, tls_key: pki.dir })).toEqual([`--tls-cert/--tls-key: cannot read ${pki.dir}: is a directory`]);
     if (process.getuid?.() !== 0) {
       const locked = path.join(pki.dir, 'locked.key');
       copyFileSync(pki.server.key, locked);
       chmodSync(locked, 0);
-      expect(problems({ tls_cert: pki.server.cert, tls_key: locked })).toEqual([`--tls-cert/--tls-key: cannot read ${locked}: permission denied`]);
+      expect(configProblems({ tls_cert: pki.server.cert, tls_key: locked })).toEqual([`--tls-cert/--tls-key: cannot read ${locked}: permission denied`]);
     }
   });
 
   it('refuses a key that is not the certificate\'s', () => {
-    expect(problems({ tls_cert: pki.server.cert, tls_key: other.server.key })).toEqual([
+    expect(configProblems({ tls_cert: pki.server.cert, tls_key: other.server.key })).toEqual([
       `--tls-cert/--tls-key: ${other.server.key} is not the private key of the certificate in ${pki.server.cert} (they do not match)`,
     ]);
   });
 
   it('refuses client-certificate settings without TLS, and a bad client CA', () => {
-    expect(problems({ tls_client_ca: pki.ca })).toEqual(['--tls-client-ca: client certificates need TLS on the API port: set --tls-cert and --tls-key too']);
-    expect(problems({ tls_cert: pki.server.cert, tls_key: pki.server.key, tls_client_auth: 'all' })).toEqual(['--tls-client-auth: only with --tls-client-ca (the CA client certificates are checked against)']);
-    expect(problems({ tls_cert: pki.server.cert, tls_key: pki.server.key, tls_client_ca: pki.ca, tls_client_auth: 'some' })).toEqual(['--tls-client-auth: must be one of agents, all, got "some"']);
-    expect(problems({ tls_cert: pki.server.cert, tls_key: pki.server.key, tls_client_ca: '/nonexistent/ca.pem' })).toEqual(['--tls-client-ca: cannot read /nonexistent/ca.pem: no such file']);
+    expect(configProblems({ tls_client_ca: pki.ca })).toEqual(['--tls-client-ca: client certificates need TLS on the API port: set --tls-cert and --tls-key too']);
+    expect(configProblems({ tls_cert: pki.server.cert, tls_key: pki.server.key, tls_client_auth: 'all' })).toEqual(['--tls-client-auth: only with --tls-client-ca (the CA client certificates are checked against)']);
+    expect(configProblems({ tls_cert: pki.server.cert, tls_key: pki.server.key, tls_client_ca: pki.ca, tls_client_auth: 'some' })).toEqual(['--tls-client-auth: must be one of agents, all, got "some"']);
+    expect(configProblems({ tls_cert: pki.server.cert, tls_key: pki.server.key, tls_client_ca: '/nonexistent/ca.pem' })).toEqual(['--tls-client-ca: cannot read /nonexistent/ca.pem: no such file']);
   });
 
   it('refuses --tls-client-auth all with the kubernetes executor: a pod\'s agent has no client certificate', () => {
     const tls = { tls_cert: pki.server.cert, tls_key: pki.server.key, tls_client_ca: pki.ca };
     const pro = { edition: 'pro', kubernetes_image: 'x', pod_server_url: 'https://leoflow:7070', insecure: 'true' };
     const env = { DATABASE_URL: 'postgres://127.0.0.1/x' };
-    expect(problems({ ...pro, ...tls, tls_client_auth: 'all' }, env)).toEqual([
+    expect(configProblems({ ...pro, ...tls, tls_client_auth: 'all' }, env)).toEqual([
       "--tls-client-auth: all cannot be used with the kubernetes executor: the TLS handshake would refuse every pod's agent, which has no client certificate; use agents (the default: agent streams need a certificate, or for a pod's agent its attempt's token)",
     ]);
     expect(loadConfig({ ...pro, ...tls }, env, '/srv').tls!.clientAuth).toBe('agents');
@@ -94,7 +85,7 @@ describe('the server\'s TLS settings', () => {
     const k = (v: string) => loadConfig({ edition: 'pro', kubernetes_image: 'x', pod_ca: v }, env, '/srv').kubernetes!.podCa;
     expect(k('secret:leoflow-tls')).toEqual({ kind: 'secret', name: 'leoflow-tls', key: 'ca.crt' });
     expect(k('configmap:root-ca/bundle.pem')).toEqual({ kind: 'configmap', name: 'root-ca', key: 'bundle.pem' });
-    expect(problems({ edition: 'pro', kubernetes_image: 'x', pod_ca: 'leoflow-tls' }, env)).toEqual([
+    expect(configProblems({ edition: 'pro', kubernetes_image: 'x', pod_ca: 'leoflow-tls' }, env)).toEqual([
       '--pod-ca: must be secret:NAME[/KEY] or configmap:NAME[/KEY] (the CA pods\' agents verify the control plane with; KEY defaults to ca.crt), got "leoflow-tls": is not of that form',
     ]);
   });
