@@ -77,6 +77,8 @@ export function normalizeLine(line: string): string {
   return line
     .replace(/\x1b\[[0-9;]*m/g, '')
     .replace(/__[0-9a-f]{6}\b/g, '__x')
+    // A replica's default id: host-pid-random.
+    .replace(/\b[\w.]+-\d+-[0-9a-f]{4}\b/g, 'REPLICA')
     .replace(/\b\d+(?:\.\d+)?(?:ms|s|m|h|d)\b/g, 'D')
     .replace(/\d+/g, '0')
     .replace(/\s+/g, ' ')
