@@ -159,3 +159,23 @@ describe('docs/operations.md against the server settings', () => {
     }
   });
 });
+
+describe('links between the pages', () => {
+  /** GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens. */
+  const slug = (heading: string) => heading.toLowerCase().replace(/[^\p{L}\p{N} _-]/gu, '').replace(/ /g, '-');
+  const pages = ['README.md', 'BENCHMARKS.md', ...['guide', 'dag-reference', 'operations', 'protocol', 'internals', 'architecture'].map((p) => `docs/${p}.md`)];
+
+  it.each(pages)('every relative link of %s reaches a file, and a heading when it names one', (file) => {
+    const text = page(file);
+    for (const [, target] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+      if (/^[a-z]+:/.test(target!)) continue;
+      const [rel, anchor] = target!.split('#');
+      const dest = rel ? path.join(path.dirname(file), rel) : file;
+      expect(() => page(dest), `${file}: link to ${target}`).not.toThrow();
+      if (anchor && dest.endsWith('.md')) {
+        const headings = [...page(dest).matchAll(/^#+ (.+)$/gm)].map((m) => slug(m[1]!));
+        expect(headings, `${file}: link to ${target}`).toContain(anchor);
+      }
+    }
+  });
+});
