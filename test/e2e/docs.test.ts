@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdtemp, readFile, rm, symlink, writeFile, cp, mkdir } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -54,7 +54,7 @@ async function startAsUser(): Promise<ServerProcess> {
 
 function runShell(command: string, server: string): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve, reject) => {
-    const env = { ...process.env, PATH: `${path.join(work, 'bin')}:${process.env.PATH}`, LEOFLOW_SERVER: server };
+    const env: NodeJS.ProcessEnv = { ...process.env, PATH: `${path.join(work, 'bin')}:${process.env.PATH}`, LEOFLOW_SERVER: server };
     for (const k of ['LEOFLOW_TOKEN', 'LEOFLOW_CA_FILE', 'DATABASE_URL']) delete env[k];
     const child = spawn('bash', ['-o', 'pipefail', '-c', `${command} 2>&1`], { cwd: work, env, stdio: ['ignore', 'pipe', 'inherit'] });
     let output = '';

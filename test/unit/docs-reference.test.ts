@@ -179,3 +179,19 @@ describe('links between the pages', () => {
     }
   });
 });
+
+describe("docs/operations.md's list of RPCs", () => {
+  it('names every RPC of every service in proto/, under its service', () => {
+    const text = page('docs/operations.md');
+    const api = text.slice(text.indexOf('## The API'), text.indexOf('## Tokens and roles'));
+    const protoDir = path.join(ROOT, 'proto/leoflow/v1');
+    for (const file of ['agent', 'cluster', 'token', 'workflow']) {
+      const proto = page(path.relative(ROOT, path.join(protoDir, `${file}.proto`)));
+      const service = /^service (\w+)/m.exec(proto)![1]!;
+      const listed = new RegExp(`\`${service}\` \\(([^)]*)\\)`).exec(api.replace(/\s+/g, ' '));
+      expect(listed, `${service} in "The API"`).not.toBeNull();
+      const names = [...listed![1]!.matchAll(/`(\w+)`/g)].map((m) => m[1]);
+      expect(names.sort(), service).toEqual([...proto.matchAll(/^\s+rpc (\w+)/gm)].map((m) => m[1]).sort());
+    }
+  });
+});
