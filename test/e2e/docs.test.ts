@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { cp, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -84,6 +85,30 @@ async function check(c: DocCommand, server: string): Promise<void> {
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
 }
+
+describe("the README's CLI at a glance", () => {
+  it('names only commands the CLI has', async () => {
+    const readme = readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+    const block = /## The CLI at a glance\n+```\n([\s\S]*?)```/.exec(readme)![1]!;
+    const commands = new Set<string>();
+    for (const line of block.split('\n').filter((l) => l.startsWith('leoflow '))) {
+      const words: string[][] = [];
+      for (const w of line.split(/\s+/).slice(1)) {
+        if (!/^[a-z][a-z|]*$/.test(w)) break;
+        words.push(w.split('|'));
+      }
+      // `dag pause|unpause` is two commands.
+      const expand = (i: number): string[][] => (i === words.length ? [[]] : words[i]!.flatMap((w) => expand(i + 1).map((rest) => [w, ...rest])));
+      for (const c of expand(0)) if (c.length > 0) commands.add(c.join(' '));
+    }
+    expect(commands.size).toBeGreaterThan(15);
+    for (const c of commands) {
+      const r = await cli(null, [...c.split(' '), '--help']);
+      expect(r.code, `leoflow ${c} --help: ${r.stderr}`).toBe(0);
+      expect(r.stdout, `leoflow ${c} is a command of its own`).toMatch(new RegExp(`^Usage: leoflow ${c} `, 'm'));
+    }
+  });
+});
 
 describe('the README and the guide, run against a real server', () => {
   it('every command block does what the page shows, and a restart keeps it all', async () => {
