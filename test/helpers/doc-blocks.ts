@@ -15,8 +15,13 @@ export interface DocBlock {
   line: number;
   lang: string;
   text: string;
-  /** From `<!-- docs-test: skip loose retry exit=1 file=x.yaml -->` above the fence. */
-  marks: { skip: boolean; loose: boolean; retry: boolean; exit: number; file: string | null };
+  /**
+   * From `<!-- docs-test: … -->` above the fence: `skip` (not run), `loose` (first and last lines
+   * only), `retry` (a read repeated until it matches), `exit=N`, `file=NAME` (written for the
+   * commands), `columns=N` (only each line's first N fields: a table that may gain columns),
+   * `contains` (each shown line is within a real one: lines that may gain a prefix).
+   */
+  marks: { skip: boolean; loose: boolean; retry: boolean; exit: number; file: string | null; columns: number | null; contains: boolean };
 }
 
 export interface DocCommand {
@@ -50,6 +55,8 @@ export function docBlocks(file: string): DocBlock[] {
         retry: words.includes('retry'),
         exit: Number(value('exit') ?? 0),
         file: value('file'),
+        columns: value('columns') === null ? null : Number(value('columns')),
+        contains: words.includes('contains'),
       },
     });
   }
@@ -85,10 +92,24 @@ export function normalizeLine(line: string): string {
     .trim();
 }
 
+/** How a shown line is compared: all of it, its first fields, or anywhere within a real line. */
+export interface Compare {
+  columns?: number | null;
+  contains?: boolean;
+}
+
 /** A documented line as a pattern: `…` stands for anything. */
-function linePattern(documented: string): RegExp {
-  const parts = normalizeLine(documented).split('…').map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
-  return new RegExp(`^${parts.join('.*')}$`);
+function linePattern(documented: string, how: Compare = {}): RegExp {
+  const line = normalizeLine(documented);
+  const escape = (text: string) => text.split('…').map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('.*');
+  if (how.columns) {
+    // The first fields, and a row's closing wait reason (DAG_PAUSED, …) wherever the row ends.
+    const fields = line.split(' ');
+    const reason = fields.length > how.columns && /^[a-z]/.test(fields[0]!) && /^[A-Z][A-Z_]+(:.*)?$/.test(fields.at(-1)!) ? fields.at(-1)! : null;
+    const head = escape(fields.slice(0, how.columns).join(' '));
+    return new RegExp(reason ? `^${head} .* ${escape(reason)}$` : `^${head}( |$)`);
+  }
+  return new RegExp(how.contains ? escape(line) : `^${escape(line)}$`);
 }
 
 /**
@@ -96,7 +117,7 @@ function linePattern(documented: string): RegExp {
  * line must be among the real lines (in any order; moves of parallel tasks interleave), or, for
  * a `loose` block, the first and last shown lines must be the real first and last.
  */
-export function outputMismatch(documented: string[], actual: string, loose: boolean): string | null {
+export function outputMismatch(documented: string[], actual: string, loose: boolean, how: Compare = {}): string | null {
   const shown = documented.filter((l) => l.trim() !== '' && l.trim() !== '…');
   const real = actual.split('\n').map(normalizeLine).filter((l) => l !== '');
   if (shown.length === 0) return null;
@@ -108,7 +129,7 @@ export function outputMismatch(documented: string[], actual: string, loose: bool
     return null;
   }
   for (const doc of shown) {
-    if (!real.some((r) => linePattern(doc).test(r))) return `no line like\n  ${doc}\nin\n${real.map((r) => `  ${r}`).join('\n')}`;
+    if (!real.some((r) => linePattern(doc, how).test(r))) return `no line like\n  ${doc}\nin\n${real.map((r) => `  ${r}`).join('\n')}`;
   }
   return null;
 }
