@@ -167,13 +167,13 @@ describe("a pod's CA", () => {
   });
 });
 
-describe("the README's certificates", () => {
-  it('the openssl commands of "Pro with TLS" make a CA, a server certificate and an agent certificate that Leoflow accepts', async () => {
+describe("the operations guide's certificates", () => {
+  it('the openssl commands of "TLS and mTLS" (docs/operations.md) make a CA, a server certificate and an agent certificate that Leoflow accepts', async () => {
     const { execFileSync } = await import('node:child_process');
     const { mkdtempSync, readFileSync, rmSync } = await import('node:fs');
     const os = await import('node:os');
-    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
-    const section = readme.slice(readme.indexOf('## Pro with TLS'));
+    const doc = readFileSync(new URL('../../docs/operations.md', import.meta.url), 'utf8');
+    const section = doc.slice(doc.indexOf('## TLS and mTLS'));
     const block = /```sh\n([\s\S]*?)```/.exec(section)![1]!;
     expect(block).toContain('openssl req -x509');
     const dir = mkdtempSync(path.join(os.tmpdir(), 'leoflow-readme-pki-'));
