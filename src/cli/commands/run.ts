@@ -4,6 +4,7 @@ import { RunState, type Run, type TaskInstance } from '../../gen/leoflow/v1/type
 import type { Clients } from '../client.js';
 import { clock, duration, runStateName, table, taskStateName, time } from '../format.js';
 import { followRun } from '../follow-run.js';
+import { runIdArgument, seqArgument } from '../integer-argument.js';
 import logUpdate from 'log-update';
 
 const ENDED = new Set([RunState.SUCCESS, RunState.FAILED, RunState.CANCELLED]);
@@ -131,7 +132,7 @@ export function registerRun(program: Command, clients: () => Clients): void {
   run
     .command('show')
     .description('show a run and its task instances, with why each waiting task waits')
-    .argument('<run_id>')
+    .argument('<run_id>', 'the run (see `leoflow run list`)', runIdArgument)
     .option('-o, --output <format>', 'table | json', 'table')
     .action(async (runId: string, opts: { output: string }) => {
       const res = await clients().workflow.getRun({ runId });
@@ -167,8 +168,8 @@ export function registerRun(program: Command, clients: () => Clients): void {
   run
     .command('watch')
     .description('follow a run live until it ends: a redrawn view in a terminal, one line per move otherwise')
-    .argument('<run_id>')
-    .option('--after <seq>', 'only events after this seq (to resume a watch)', '0')
+    .argument('<run_id>', 'the run (see `leoflow run list`)', runIdArgument)
+    .option('--after <seq>', 'only events after this seq (to resume a watch)', seqArgument, '0')
     .option('-f, --follow', 'keep watching after the run ends (a cleared task starts it again)')
     .option('-o, --output <format>', 'text | json (one event per line)', 'text')
     .action(async (runId: string, opts: { after: string; follow?: boolean; output: string }) => {
@@ -213,7 +214,7 @@ export function registerRun(program: Command, clients: () => Clients): void {
   run
     .command('cancel')
     .description('cancel a run (running tasks are stopped, waiting ones will not start), or with --task one task of it')
-    .argument('<run_id>')
+    .argument('<run_id>', 'the run (see `leoflow run list`)', runIdArgument)
     .option('--task <task_id>', 'cancel only this task: the run goes on by its trigger rules')
     .action(async (runId: string, opts: { task?: string }) => {
       if (opts.task !== undefined) {
@@ -229,7 +230,7 @@ export function registerRun(program: Command, clients: () => Clients): void {
   run
     .command('clear')
     .description('retry a task that has ended: it runs again as its next try, with its retries granted afresh')
-    .argument('<run_id>')
+    .argument('<run_id>', 'the run (see `leoflow run list`)', runIdArgument)
     .argument('<task_id>')
     .option('--downstream', 'also clear every ended task downstream of it')
     .option('-o, --output <format>', 'text | json', 'text')
