@@ -59,11 +59,15 @@ export function drawDag(tasks: readonly DagNode[]): string {
     const mean = (s: Slot) => s.parents.reduce((sum, p) => sum + index.get(p)!, 0) / Math.max(1, s.parents.length);
     layers[l]!.sort((a, b) => mean(a) - mean(b));
   }
+  // Left to right, each slot under its leftmost parent when there is room (a chain stays straight).
+  const xOf = new Map<string, number>();
   for (const row of layers) {
     let x = 0;
     for (const s of row) {
-      s.x = x;
-      x += s.label.length + GAP;
+      const under = s.parents.length === 0 ? 0 : Math.min(...s.parents.map((p) => xOf.get(p)!));
+      s.x = Math.max(x, under);
+      xOf.set(s.key, s.x);
+      x = s.x + s.label.length + GAP;
     }
   }
   const out: string[] = [];

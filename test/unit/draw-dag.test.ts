@@ -33,6 +33,10 @@ describe('drawDag', () => {
     expect(drawDag([task('a'), task('b'), task('c', 'a'), task('d', 'b')])).toBe(lines('a   b', '│   │', '▼   ▼', 'c   d'));
   });
 
+  it('puts a task under its leftmost dependency when there is room', () => {
+    expect(drawDag([task('ok'), task('broken'), task('after', 'broken')])).toBe(lines('ok   broken', '     │', '     ▼', '     after'));
+  });
+
   it('gives each upper task its own line when not all of them go to all below', () => {
     // a → x, a → y, b → y: one shared line would draw b → x as well.
     expect(drawDag([task('a'), task('b'), task('x', 'a'), task('y', 'a', 'b')])).toBe(lines('a   b', '├───┤', '│   │', '▼   ▼', 'x   y'));
