@@ -1,8 +1,12 @@
+import { readFileSync } from 'node:fs';
 import { ConnectError } from '@connectrpc/connect';
 import { Command, CommanderError } from 'commander';
 import { createClients, type Clients } from './client.js';
+import { endOnClosedOutput } from './end-on-closed-output.js';
+import { suggestCommands } from './suggest-command.js';
 import { clientTls } from './client-tls.js';
 import { tlsFailure } from './tls-failure.js';
+import { wrongScheme } from './wrong-scheme.js';
 import { registerAgent } from './commands/agent.js';
 import { registerAgents } from './commands/agents.js';
 import { registerDag } from './commands/dag.js';
@@ -13,6 +17,11 @@ import { registerStatus } from './commands/status.js';
 import { registerToken } from './commands/token.js';
 import { registerRun } from './commands/run.js';
 import { registerServer } from './commands/server.js';
+
+endOnClosedOutput();
+
+/** package.json sits two folders up from both src/cli and dist/cli. */
+const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
 
 /** A repeated --server is kept whole, joined with commas (`leoflow agent` takes several). */
 let serverGiven = false;
@@ -29,7 +38,7 @@ const program = new Command('leoflow')
   .option('--client-cert <file>', 'PEM client certificate, for a server started with --tls-client-auth all (with --client-key) [env LEOFLOW_CLIENT_CERT]', process.env.LEOFLOW_CLIENT_CERT || undefined)
   .option('--client-key <file>', 'PEM private key of --client-cert [env LEOFLOW_CLIENT_KEY]', process.env.LEOFLOW_CLIENT_KEY || undefined)
   .option('--token <token>', 'API token sent as "authorization: Bearer" (prefer the environment: a flag shows in `ps`) [env LEOFLOW_TOKEN]')
-  .showHelpAfterError()
+  .version(version, '-V, --version', 'print the version of leoflow')
   .exitOverride();
 
 let clients: Clients | undefined;
@@ -50,6 +59,7 @@ registerReplicas(program, getClients);
 registerStatus(program, getClients);
 registerDb(program, getClients);
 registerToken(program, getClients);
+suggestCommands(program);
 
 try {
   await program.parseAsync(process.argv);
@@ -60,7 +70,7 @@ try {
   if (err instanceof ConnectError) {
     // "[not_found] run 7 not found" → "leoflow: not_found: run 7 not found"
     const server = program.opts<{ server: string }>().server;
-    const msg = tlsFailure(err, server) ?? (err.code === 14 ? `cannot reach the control plane at ${server} (${err.rawMessage}); is \`leoflow server\` running?` : err.message);
+    const msg = tlsFailure(err, server) ?? (await wrongScheme(err, server)) ?? (err.code === 14 ? `cannot reach the control plane at ${server} (${err.rawMessage}); is \`leoflow server\` running?` : err.message);
     process.stderr.write(`leoflow: ${msg}\n`);
   } else {
     process.stderr.write(`leoflow: ${(err as Error).message}\n`);

@@ -22,7 +22,7 @@ export function tlsFailure(err: unknown, server: string): string | null {
     if (/ALERT_CERTIFICATE_REQUIRED|ALERT_BAD_CERTIFICATE|ALERT_UNKNOWN_CA|ALERT_CERTIFICATE_UNKNOWN/.test(code)) {
       return `the control plane at ${server} refused the TLS handshake: it requires a client certificate signed by its --tls-client-ca; give one with --client-cert and --client-key (${code})`;
     }
-    if (code === 'ERR_SSL_WRONG_VERSION_NUMBER' || code === 'ERR_SSL_PACKET_LENGTH_TOO_LONG') return `the server at ${server} does not speak TLS: use http:// (${code})`;
+    if (code === 'ERR_SSL_WRONG_VERSION_NUMBER' || code === 'ERR_SSL_PACKET_LENGTH_TOO_LONG') return `the server at ${server} does not speak TLS: use --server ${server.replace(/^https:/, 'http:')} (${code})`;
   }
   return null;
 }

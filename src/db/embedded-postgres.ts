@@ -171,7 +171,9 @@ function launch(postgresBin: string, dataDir: string, port: number, ids: Ids, lo
     });
     child.on('error', reject);
     child.on('exit', (code, signal) => {
-      if (!ready) reject(new Error(`embedded Postgres exited before it was ready (code ${code}, signal ${signal}):\n${output.trim()}`));
+      if (!ready && /could not bind .*Address already in use/.test(output)) {
+        reject(new Error(`--embedded-pg-port 127.0.0.1:${port}: the embedded Postgres cannot listen there, another process holds the port: stop it, or choose a free port with --embedded-pg-port PORT (or give a database with --database-url)`));
+      } else if (!ready) reject(new Error(`embedded Postgres exited before it was ready (code ${code}, signal ${signal}):\n${output.trim()}`));
       else logger.info({ code, signal }, 'embedded Postgres exited');
     });
   });

@@ -1,5 +1,6 @@
 import http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
+import { listenOn } from './listen-error.js';
 
 /** The API port's TLS (see config.ts): with it, HTTP/2 over TLS (ALPN h2) and HTTP/1.1 over TLS. */
 export interface ApiTls {
@@ -37,13 +38,7 @@ export async function serveApi(handler: (req: http2.Http2ServerRequest, res: htt
         handler,
       )
     : http2.createServer(handler);
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
+  await listenOn(server, '--listen', host, port);
   // Agent streams never end on their own: the sessions are closed by hand at shutdown.
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on('session', (s) => {

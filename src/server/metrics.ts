@@ -1,4 +1,5 @@
 import http from 'node:http';
+import { listenOn } from './listen-error.js';
 import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ClusterGauges } from '../db/cluster-gauges.js';
@@ -254,10 +255,7 @@ export async function serveMetrics(m: Metrics, host: string, port: number, healt
     res.writeHead(404, { 'content-type': 'text/plain' });
     res.end(health ? 'not found: this port serves /metrics, /healthz and /readyz\n' : 'not found: metrics are at /metrics\n');
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, host, () => resolve());
-  });
+  await listenOn(server, '--metrics-listen', host, port, '(or off)');
   return {
     address: server.address() as AddressInfo,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),

@@ -81,7 +81,7 @@ describe('TLS on the API port', () => {
     expect(roots.stderr).toMatch(/^leoflow: cannot verify the control plane's TLS certificate at https:/);
     // And https:// to this port's plain twin, the metrics port, is told to use http://.
     const plainPort = await cli(server.metricsUrl.replace(/^http:/, 'https:').replace(/\/metrics$/, ''), ['--ca-file', pki.ca, 'agents', 'list']);
-    expect(plainPort.stderr).toMatch(/does not speak TLS: use http:\/\//);
+    expect(plainPort.stderr).toMatch(/does not speak TLS: use --server http:\/\//);
   });
 
   it('refuses plain h2c on the TLS port', async () => {

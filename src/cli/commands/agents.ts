@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { AgentHealth, type Agent } from '../../gen/leoflow/v1/cluster_pb.js';
 import type { Clients } from '../client.js';
 import { table, time } from '../format.js';
+import { paintState } from '../paint-state.js';
 
 function labelsText(a: Agent): string {
   return Object.entries(a.labels)
@@ -46,7 +47,7 @@ export function registerAgents(program: Command, clients: () => Clients): void {
           ['AGENT', 'HEALTH', 'CONNECTED', 'DRAINING', 'RUNNING', 'SLOTS', 'LABELS', 'CAPABILITIES', 'REPLICA', 'LAST SEEN'],
           res.agents.map((a) => [
             a.agentId,
-            healthText(a.health),
+            paintState(healthText(a.health)),
             a.connected ? 'yes' : 'no',
             a.draining ? 'yes' : 'no',
             String(a.running),

@@ -4,6 +4,7 @@ import type { Command } from 'commander';
 import { expandDagPaths } from '../../server/expand-dag-paths.js';
 import type { Clients } from '../client.js';
 import { confirm } from '../confirm.js';
+import { drawDag } from '../draw-dag.js';
 import { secretRefJson, taskEnvLines } from '../task-env-lines.js';
 import { table, time } from '../format.js';
 import { countsJson } from './db.js';
@@ -68,6 +69,7 @@ export function registerDag(program: Command, clients: () => Clients): void {
       }
       const lines = [`DAG ${d.dagId}, version ${d.version}, schedule ${d.schedule || '-'}, paused ${d.paused ? 'yes' : 'no'}, next run ${time(d.nextRunAt)}`];
       if (d.description) lines.push(d.description);
+      lines.push('', drawDag(d.tasks));
       lines.push('', table(['TASK', 'EXECUTOR', 'DEPENDS ON', 'COMMAND'], d.tasks.map((t) => [t.id, t.executor, t.dependsOn.join(',') || '-', t.command.join(' ')])));
       for (const t of d.tasks) {
         const env = taskEnvLines(t);

@@ -3,15 +3,16 @@ import { timestampDate } from '@bufbuild/protobuf/wkt';
 import { RunState, type Run, type TaskInstance } from '../../gen/leoflow/v1/types_pb.js';
 import type { Clients } from '../client.js';
 import { clock, duration, runStateName, table, taskStateName, time } from '../format.js';
+import { paintState } from '../paint-state.js';
 import { followRun } from '../follow-run.js';
-import logUpdate from 'log-update';
+import { runIdArgument, seqArgument } from '../integer-argument.js';
 
 const ENDED = new Set([RunState.SUCCESS, RunState.FAILED, RunState.CANCELLED]);
 
 function tiRows(tis: TaskInstance[]): string[][] {
   return tis.map((t) => [
     t.taskId,
-    taskStateName(t.state),
+    paintState(taskStateName(t.state)),
     `${t.tryNumber}/${t.maxTries}`,
     t.exitCode === undefined ? '-' : String(t.exitCode),
     time(t.startedAt),
@@ -67,16 +68,6 @@ function tiDetail(t: TaskInstance): string {
   return detail;
 }
 
-/** The live view of `run watch` in a terminal: a table of the tasks and a progress bar, redrawn in place. */
-function drawRun(r: Run, tis: TaskInstance[], columns: number): string {
-  const ended = tis.filter((t) => ['success', 'failed', 'upstream_failed', 'skipped', 'cancelled'].includes(taskStateName(t.state))).length;
-  const barWidth = Math.max(10, Math.min(40, columns - 30));
-  const filled = tis.length === 0 ? 0 : Math.round((ended / tis.length) * barWidth);
-  const bar = `[${'#'.repeat(filled)}${'-'.repeat(barWidth - filled)}] ${ended}/${tis.length} tasks ended`;
-  const rows = tis.map((t) => [t.taskId, taskStateName(t.state), t.tryNumber > 0 ? `${t.tryNumber}/${t.maxTries}` : '-', duration(t.startedAt, t.endedAt), t.pendingReason || (t.error && taskStateName(t.state) !== 'success' ? t.error : '')]);
-  return `run ${r.runId} of ${r.dagId}: ${runStateName(r.state)}\n${bar}\n${table(['TASK', 'STATE', 'TRY', 'DURATION', 'WHY'], rows)}`;
-}
-
 export function registerRun(program: Command, clients: () => Clients): void {
   const run = program.command('run').description('trigger and inspect DAG runs');
 
@@ -99,8 +90,10 @@ export function registerRun(program: Command, clients: () => Clients): void {
       process.stdout.write(`run ${r.runId} of ${r.dagId} ${res.created ? 'triggered' : 'already exists'} (key ${r.runKey})\n`);
       if (!opts.wait) return;
       const started = Date.now();
-      const end = await watch(c, r);
-      const state = runStateName(end.run.state);
+      // At a terminal, the live view of `run watch`; elsewhere (a log, CI), a line per move.
+      const live = process.stdout.isTTY && opts.output !== 'json';
+      const end = live ? await (await import('../watch-run-live.js')).watchRunLive(c, r.runId) : await watch(c, r);
+      const state = live ? paintState(runStateName(end.run.state)) : runStateName(end.run.state);
       const secs = ((Date.now() - started) / 1000).toFixed(1);
       process.stdout.write(`run ${r.runId} ${state} in ${secs}s: ${summary(end.tis)}\n`);
       if (end.run.state !== RunState.SUCCESS) process.exitCode = 1;
@@ -123,7 +116,7 @@ export function registerRun(program: Command, clients: () => Clients): void {
       process.stdout.write(
         table(
           ['RUN', 'DAG', 'STATE', 'TYPE', 'CREATED', 'DURATION', 'KEY'],
-          runs.map((r) => [r.runId, r.dagId, runStateName(r.state), r.runType, time(r.createdAt), duration(r.startedAt, r.endedAt), r.runKey]),
+          runs.map((r) => [r.runId, r.dagId, paintState(runStateName(r.state)), r.runType, time(r.createdAt), duration(r.startedAt, r.endedAt), r.runKey]),
         ) + '\n',
       );
     });
@@ -131,7 +124,7 @@ export function registerRun(program: Command, clients: () => Clients): void {
   run
     .command('show')
     .description('show a run and its task instances, with why each waiting task waits')
-    .argument('<run_id>')
+    .argument('<run_id>', 'the run (see `leoflow run list`)', runIdArgument)
     .option('-o, --output <format>', 'table | json', 'table')
     .action(async (runId: string, opts: { output: string }) => {
       const res = await clients().workflow.getRun({ runId });
@@ -158,7 +151,7 @@ export function registerRun(program: Command, clients: () => Clients): void {
       }
       process.stdout.write(
         `run ${r.runId} of ${r.dagId} (${r.runType}, key ${r.runKey}, DAG version ${r.dagVersion})\n` +
-          `state ${runStateName(r.state)}, created ${time(r.createdAt)}, duration ${duration(r.startedAt, r.endedAt)}\n\n` +
+          `state ${paintState(runStateName(r.state))}, created ${time(r.createdAt)}, duration ${duration(r.startedAt, r.endedAt)}\n\n` +
           table(['TASK', 'STATE', 'TRY', 'EXIT', 'STARTED', 'DURATION', 'REASON / ERROR'], tiRows(res.taskInstances)) +
           '\n',
       );
@@ -167,8 +160,8 @@ export function registerRun(program: Command, clients: () => Clients): void {
   run
     .command('watch')
     .description('follow a run live until it ends: a redrawn view in a terminal, one line per move otherwise')
-    .argument('<run_id>')
-    .option('--after <seq>', 'only events after this seq (to resume a watch)', '0')
+    .argument('<run_id>', 'the run (see `leoflow run list`)', runIdArgument)
+    .option('--after <seq>', 'only events after this seq (to resume a watch)', seqArgument, '0')
     .option('-f, --follow', 'keep watching after the run ends (a cleared task starts it again)')
     .option('-o, --output <format>', 'text | json (one event per line)', 'text')
     .action(async (runId: string, opts: { after: string; follow?: boolean; output: string }) => {
@@ -191,29 +184,16 @@ export function registerRun(program: Command, clients: () => Clients): void {
         if (end.run.state !== RunState.SUCCESS) process.exitCode = 1;
         return;
       }
-      let last = first;
-      const draw = () => logUpdate(drawRun(last.run!, last.taskInstances, process.stdout.columns ?? 80));
-      draw();
-      // Durations of running tasks move with the clock: the view is redrawn each second as well.
-      const timer = setInterval(draw, 1_000);
-      try {
-        for await (const _batch of followRun(c, runId, { afterSeq: opts.after, follow: opts.follow, signal: ac.signal })) {
-          last = await c.workflow.getRun({ runId });
-          draw();
-        }
-        last = await c.workflow.getRun({ runId });
-        draw();
-      } finally {
-        clearInterval(timer);
-        logUpdate.done();
-      }
-      if (last.run!.state !== RunState.SUCCESS) process.exitCode = 1;
+      // Loaded here: only a terminal's view needs log-update.
+      const { watchRunLive } = await import('../watch-run-live.js');
+      const end = await watchRunLive(c, runId, { afterSeq: opts.after, follow: opts.follow, signal: ac.signal, first });
+      if (end.run.state !== RunState.SUCCESS) process.exitCode = 1;
     });
 
   run
     .command('cancel')
     .description('cancel a run (running tasks are stopped, waiting ones will not start), or with --task one task of it')
-    .argument('<run_id>')
+    .argument('<run_id>', 'the run (see `leoflow run list`)', runIdArgument)
     .option('--task <task_id>', 'cancel only this task: the run goes on by its trigger rules')
     .action(async (runId: string, opts: { task?: string }) => {
       if (opts.task !== undefined) {
@@ -229,7 +209,7 @@ export function registerRun(program: Command, clients: () => Clients): void {
   run
     .command('clear')
     .description('retry a task that has ended: it runs again as its next try, with its retries granted afresh')
-    .argument('<run_id>')
+    .argument('<run_id>', 'the run (see `leoflow run list`)', runIdArgument)
     .argument('<task_id>')
     .option('--downstream', 'also clear every ended task downstream of it')
     .option('-o, --output <format>', 'text | json', 'text')
