@@ -4,7 +4,6 @@ import { RunState, type Run, type TaskInstance } from '../../gen/leoflow/v1/type
 import type { Clients } from '../client.js';
 import { clock, duration, runStateName, table, taskStateName, time } from '../format.js';
 import { followRun } from '../follow-run.js';
-import logUpdate from 'log-update';
 
 const ENDED = new Set([RunState.SUCCESS, RunState.FAILED, RunState.CANCELLED]);
 
@@ -191,6 +190,8 @@ export function registerRun(program: Command, clients: () => Clients): void {
         if (end.run.state !== RunState.SUCCESS) process.exitCode = 1;
         return;
       }
+      // Loaded only here: it and its text-width tables are a good part of a client command's start.
+      const { default: logUpdate } = await import('log-update');
       let last = first;
       const draw = () => logUpdate(drawRun(last.run!, last.taskInstances, process.stdout.columns ?? 80));
       draw();
