@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // The `leoflow` command. The TypeScript sources are compiled to dist/ by `npm ci` (the prepare
 // script) or `npm run build`; this file only checks that the build is there and current.
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
+import { readdir, stat } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 
@@ -12,19 +13,31 @@ if (!existsSync(entry)) {
   process.exit(1);
 }
 
-/** A source tree edited after the last build would run stale code: say so (cheap: mtimes only). */
-function newestMtime(dir) {
-  let newest = 0;
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    const p = path.join(dir, e.name);
-    newest = Math.max(newest, e.isDirectory() ? newestMtime(p) : statSync(p).mtimeMs);
-  }
-  return newest;
+/** The newest mtime of the TypeScript files under `dir` (only they need a build). */
+async function newestMtime(dir) {
+  const entries = await readdir(dir, { withFileTypes: true });
+  const times = await Promise.all(
+    entries.map((e) => {
+      const p = path.join(dir, e.name);
+      if (e.isDirectory()) return newestMtime(p);
+      return e.name.endsWith('.ts') ? stat(p).then((s) => s.mtimeMs) : 0;
+    }),
+  );
+  return Math.max(0, ...times);
 }
-if (existsSync(path.join(root, 'src')) && newestMtime(path.join(root, 'src')) > statSync(entry).mtimeMs + 1000) {
-  const built = path.join(root, 'dist/.tsbuildinfo');
-  if (existsSync(built) && newestMtime(path.join(root, 'src')) > statSync(built).mtimeMs) {
-    process.stderr.write('leoflow: warning: src/ changed since the last build; run `npm run build`\n');
-  }
+
+// A source tree edited after the last build would run stale code: say so. Asynchronous, so that
+// the stats run on libuv's threads while the command's modules load, not before them.
+const src = path.join(root, 'src');
+const built = path.join(root, 'dist/.tsbuildinfo');
+if (existsSync(src) && existsSync(built)) {
+  newestMtime(src).then(
+    (newest) => {
+      if (newest > statSync(entry).mtimeMs + 1000 && newest > statSync(built).mtimeMs) {
+        process.stderr.write('leoflow: warning: src/ changed since the last build; run `npm run build`\n');
+      }
+    },
+    () => {},
+  );
 }
 await import(entry);

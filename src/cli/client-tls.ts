@@ -1,5 +1,5 @@
 import type { ClientTls } from './client.js';
-import { readCertificateAndKey, readCertificateFile } from '../server/pem-files.js';
+import { readCertificateAndKey, readCertificateFile } from '../core/pem-files.js';
 
 /** The global TLS flags read into PEM contents, each error naming its flag. Null when none is given. */
 export function clientTls(o: { caFile?: string; clientCert?: string; clientKey?: string }): ClientTls | null {

@@ -1,22 +1,9 @@
 import { readFileSync } from 'node:fs';
-import { ConnectError } from '@connectrpc/connect';
 import { Command, CommanderError } from 'commander';
-import { createClients, type Clients } from './client.js';
+import type { Clients } from './client.js';
+import { commandTable } from './command-table.js';
 import { endOnClosedOutput } from './end-on-closed-output.js';
 import { suggestCommands } from './suggest-command.js';
-import { clientTls } from './client-tls.js';
-import { tlsFailure } from './tls-failure.js';
-import { wrongScheme } from './wrong-scheme.js';
-import { registerAgent } from './commands/agent.js';
-import { registerAgents } from './commands/agents.js';
-import { registerDag } from './commands/dag.js';
-import { registerDb } from './commands/db.js';
-import { registerLogs } from './commands/logs.js';
-import { registerReplicas } from './commands/replicas.js';
-import { registerStatus } from './commands/status.js';
-import { registerToken } from './commands/token.js';
-import { registerRun } from './commands/run.js';
-import { registerServer } from './commands/server.js';
 
 endOnClosedOutput();
 
@@ -41,24 +28,55 @@ const program = new Command('leoflow')
   .version(version, '-V, --version', 'print the version of leoflow')
   .exitOverride();
 
+/**
+ * The first two words of a command line that are neither a global option nor its value
+ * (`leoflow --server URL run list` → run, list).
+ */
+function commandWords(args: string[]): string[] {
+  const words: string[] = [];
+  for (let i = 0; i < args.length && words.length < 2; i++) {
+    const a = args[i]!;
+    if (a === '--') break;
+    if (!a.startsWith('-')) words.push(a);
+    else if (program.options.find((o) => o.long === a || o.short === a)?.required) i++;
+  }
+  return words;
+}
+
+/** Whether `word` is given to a command that has subcommands and names none of them. */
+function unknownSubcommand(cmd: Command | undefined, word: string | undefined): boolean {
+  if (!cmd || cmd.commands.length === 0 || word === undefined || word === 'help') return false;
+  return !cmd.commands.some((c) => c.name() === word || c.aliases().includes(word));
+}
+
+/** The API clients, made at the first call; their module is loaded only for a command that has `api`. */
+let createClients: ((server: string, token: string | null) => Clients) | undefined;
 let clients: Clients | undefined;
 const getClients = () => {
   const server = program.opts<{ server: string }>().server;
   if (server.includes(',')) throw new Error(`--server: this command talks to one control-plane address, got ${JSON.stringify(server)} (only \`leoflow agent\` takes several)`);
   const token = program.opts<{ token?: string }>().token ?? process.env.LEOFLOW_TOKEN ?? '';
-  return (clients ??= createClients(server, clientTls(program.opts()), token.trim() === '' ? null : token.trim()));
+  return (clients ??= createClients!(server, token.trim() === '' ? null : token.trim()));
 };
 
-registerServer(program);
-registerDag(program, getClients);
-registerRun(program, getClients);
-registerLogs(program, getClients);
-registerAgent(program);
-registerAgents(program, getClients);
-registerReplicas(program, getClients);
-registerStatus(program, getClients);
-registerDb(program, getClients);
-registerToken(program, getClients);
+const words = commandWords(process.argv.slice(2));
+const asked = commandTable.find((c) => c.name === (words[0] === 'help' ? words[1] : words[0]));
+if (asked === undefined && words.length === 0) {
+  // Help: every command is listed from the table; their modules are not loaded.
+  for (const c of commandTable) program.command(c.name).description(c.description);
+} else {
+  if (asked?.api || asked === undefined) {
+    const [client, { clientTls }] = await Promise.all([import('./client.js'), import('./client-tls.js')]);
+    createClients = (server, token) => client.createClients(server, clientTls(program.opts()), token);
+  }
+  if (asked) await asked.register(program, getClients);
+  // A word that names no command (here or under the command asked for) is a mistake: only then is
+  // every command loaded, so the suggestion can name where the word lives (`trigger` → `run trigger`).
+  const sub = words[0] === 'help' ? undefined : words[1];
+  if (asked === undefined || unknownSubcommand(program.commands.find((c) => c.name() === asked.name), sub)) {
+    for (const c of commandTable) if (c !== asked) await c.register(program, getClients);
+  }
+}
 suggestCommands(program);
 
 try {
@@ -67,8 +85,11 @@ try {
   if (err instanceof CommanderError) {
     process.exit(err.exitCode === 0 ? 0 : 2);
   }
+  // Loaded already whenever an API call failed: the error path of a command without one pays for it.
+  const { ConnectError } = await import('@connectrpc/connect');
   if (err instanceof ConnectError) {
     // "[not_found] run 7 not found" → "leoflow: not_found: run 7 not found"
+    const [{ tlsFailure }, { wrongScheme }] = await Promise.all([import('./tls-failure.js'), import('./wrong-scheme.js')]);
     const server = program.opts<{ server: string }>().server;
     const msg = tlsFailure(err, server) ?? (await wrongScheme(err, server)) ?? (err.code === 14 ? `cannot reach the control plane at ${server} (${err.rawMessage}); is \`leoflow server\` running?` : err.message);
     process.stderr.write(`leoflow: ${msg}\n`);

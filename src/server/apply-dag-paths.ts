@@ -3,7 +3,7 @@ import path from 'node:path';
 import type { DagSpec } from '../core/dag-spec.js';
 import { upsertDag, type ApplyOutcome } from '../db/dags.js';
 import type { Sql } from '../db/sql.js';
-import { expandDagPaths } from './expand-dag-paths.js';
+import { expandDagPaths } from '../core/expand-dag-paths.js';
 
 /**
  * Parses every file first and writes only if all are valid, so a bad file in a folder never

@@ -7,14 +7,6 @@ import type { Sql } from '../db/sql.js';
 const SCAN_RUNS = 1000;
 const MAX_TIS_PER_BATCH = 5000;
 
-/**
- * Runs of each DAG that `db clean` keeps unless told otherwise: its latest finished one, as
- * `airflow db clean` does, so a clean never leaves a DAG without its last outcome (what `run list`
- * and a dashboard show of it). More than MAX_KEEP_LAST is a history, which `--before` keeps.
- */
-export const DEFAULT_KEEP_LAST = 1;
-export const MAX_KEEP_LAST = 10_000;
-
 export interface CleanQuery {
   /** Runs that ended before this time; absent: whenever they ended. */
   endedBefore?: Date;

@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import type { DagSpec } from '../core/dag-spec.js';
-import { expandDagPaths } from './expand-dag-paths.js';
+import { expandDagPaths } from '../core/expand-dag-paths.js';
 
 /**
  * The DAG files among `paths` (the server's start-up `--dags`) that define `dagId`, as absolute

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { TlsConfig } from './config/read-tls-config.js';
-import { readCertificateAndKey, readCertificateFile } from './pem-files.js';
+import { readCertificateAndKey, readCertificateFile } from '../core/pem-files.js';
 
 /**
  * Certificate rotation without a restart: the TLS files are read again on demand (SIGHUP) and

@@ -5,23 +5,30 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { freePort } from '../helpers/global-setup.js';
-import { cli, startServer } from '../helpers/leoflow-process.js';
+import { BIN, cli, startServer } from '../helpers/leoflow-process.js';
 import { createTestDatabase } from '../helpers/test-database.js';
 import { percentile, report } from './report.js';
 
 /**
  * How long a user waits: `leoflow server` (Lite, embedded Postgres, examples applied) from spawn
- * to "ready", cold (new state dir: initdb) and warm; and a hello run from trigger to success.
- * Read against two yardsticks measured in the same run: a bare `node -e 0` start-up and a
- * `spawn('true')` until exit.
+ * to "ready", cold (new state dir: initdb) and warm; a hello run from trigger to success; and the
+ * CLI's own start (`--help`; `run list` with no server, a fast error; `dag list` against the
+ * server). Read against two yardsticks measured in the same run: a bare `node -e 0` start-up and
+ * a `spawn('true')` until exit.
  */
 
 function nodeStartupMs(n: number): number[] {
+  return spawnMs(n, ['-e', '0']);
+}
+
+/** `node ARGS` from spawn to exit, n times; a `leoflow` that fails other than as `expectCode` throws. */
+function spawnMs(n: number, args: string[], expectCode = 0): number[] {
   const out: number[] = [];
   for (let i = 0; i < n; i++) {
     const t = performance.now();
-    spawnSync(process.execPath, ['-e', '0']);
+    const r = spawnSync(process.execPath, args, { encoding: 'utf8' });
     out.push(performance.now() - t);
+    if (r.status !== expectCode) throw new Error(`node ${args.join(' ')} exited ${r.status}, not ${expectCode}: ${r.stderr}`);
   }
   return out;
 }
@@ -96,6 +103,17 @@ describe('startup and hello latency', () => {
         cliRuns.push(performance.now() - t);
       }
 
+      // The CLI's start, in turn with the yardstick so that both see the machine alike.
+      const cliStart: Record<'help' | 'noServer' | 'dagList' | 'node', number[]> = { help: [], noServer: [], dagList: [], node: [] };
+      for (let i = 0; i < 10; i++) {
+        cliStart.node.push(...nodeStartupMs(1));
+        cliStart.help.push(...spawnMs(1, [BIN, '--help']));
+        cliStart.noServer.push(...spawnMs(1, [BIN, '--server', 'http://127.0.0.1:1', 'run', 'list'], 1));
+        cliStart.dagList.push(...spawnMs(1, [BIN, '--server', s.url, 'dag', 'list']));
+      }
+      const cliNodeP50 = percentile(cliStart.node, 50);
+      const cliRow = (measure: string, ms: number[]) => ({ measure, p50_ms: f(percentile(ms, 50)), p99_ms: f(percentile(ms, 99)), ratio: `${(percentile(ms, 50) / cliNodeP50).toFixed(1)}x node` });
+
       const rows = [
         { measure: 'node -e 0 (yardstick)', p50_ms: f(nodeP50), p99_ms: f(percentile(node, 99)), ratio: '1.0x node' },
         { measure: "spawn('true') until exit (yardstick)", p50_ms: f(spawnP50), p99_ms: f(percentile(spawnTrue, 99)), ratio: '1.0x spawn' },
@@ -104,8 +122,12 @@ describe('startup and hello latency', () => {
         { measure: 'hello: trigger to first task started', p50_ms: f(percentile(firstStart, 50)), p99_ms: f(percentile(firstStart, 99)), ratio: `${(percentile(firstStart, 50) / spawnP50).toFixed(1)}x spawn` },
         { measure: 'hello: trigger to run success (2 tasks)', p50_ms: f(percentile(total, 50)), p99_ms: f(percentile(total, 99)), ratio: `${(percentile(total, 50) / spawnP50).toFixed(1)}x spawn` },
         { measure: 'leoflow run trigger hello --wait (CLI)', p50_ms: f(percentile(cliRuns, 50)), p99_ms: f(percentile(cliRuns, 99)), ratio: `${(percentile(cliRuns, 50) / nodeP50).toFixed(1)}x node` },
+        cliRow('node -e 0 (yardstick, in turn with the CLI rows below)', cliStart.node),
+        cliRow('leoflow --help (CLI start)', cliStart.help),
+        cliRow('leoflow run list, no server (CLI start, fast error)', cliStart.noServer),
+        cliRow('leoflow dag list (CLI start and one call)', cliStart.dagList),
       ];
-      await report('startup', rows, { samples: { cold: cold.length, warm: warm.length, hello: total.length, cli: cliRuns.length } });
+      await report('startup', rows, { samples: { cold: cold.length, warm: warm.length, hello: total.length, cli: cliRuns.length, cliStart: cliStart.help.length } });
     } finally {
       await s.stop();
       await db.drop();

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentConfigError, parseAgentFlags } from '../../src/agent/agent-config.js';
 import { clientTls } from '../../src/cli/client-tls.js';
 import { loadConfig } from '../../src/server/config/load-config.js';
-import { readCertificateFile } from '../../src/server/pem-files.js';
+import { readCertificateFile } from '../../src/core/pem-files.js';
 import { checkAgentCertificate } from '../../src/server/tls-identity.js';
 import { makeTestPki, type TestPki } from '../helpers/test-certs.js';
 

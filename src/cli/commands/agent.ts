@@ -2,7 +2,7 @@ import os from 'node:os';
 import type { Command } from 'commander';
 import { AgentConfigError, parseAgentFlags, type AgentConfig, type AgentFlags } from '../../agent/agent-config.js';
 import type { AgentTls } from '../../agent/agent-service-client.js';
-import { readCertificateAndKey, readCertificateFile } from '../../server/pem-files.js';
+import { readCertificateAndKey, readCertificateFile } from '../../core/pem-files.js';
 
 /** The certificate's CN, or undefined when it cannot be read (readAgentTls then says why). */
 function commonNameOf(file: string): string | undefined {

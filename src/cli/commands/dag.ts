@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { expandDagPaths } from '../../server/expand-dag-paths.js';
+import { expandDagPaths } from '../../core/expand-dag-paths.js';
 import type { Clients } from '../client.js';
 import { confirm } from '../confirm.js';
 import { drawDag } from '../draw-dag.js';

@@ -6,7 +6,7 @@ import { confirm } from '../confirm.js';
 import { table } from '../format.js';
 import { parseTime } from '../parse-time.js';
 import { watchClean } from '../watch-clean.js';
-import { DEFAULT_KEEP_LAST, MAX_KEEP_LAST } from '../../server/clean-history.js';
+import { DEFAULT_KEEP_LAST, MAX_KEEP_LAST } from '../../core/keep-last.js';
 
 /** `--keep-last`: a whole number; its range is the server's to check (it names the limit). */
 function parseKeepLast(value: string): number {

@@ -1,7 +1,7 @@
 // The API port's TLS: its settings checked together (a certificate needs its key, a client CA needs
 // TLS) and its files read at start-up, so a bad file stops the start rather than the first handshake.
 import path from 'node:path';
-import { readCertificateAndKey, readCertificateFile } from '../pem-files.js';
+import { readCertificateAndKey, readCertificateFile } from '../../core/pem-files.js';
 import { nonEmpty, oneOf } from './setting-parsers.js';
 import type { SettingReader } from './settings.js';
 

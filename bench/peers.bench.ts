@@ -7,10 +7,10 @@ import { Logger, makeWorkerUtils, run, runMigrations, type Runner, type Task } f
 import pg from 'pg';
 import { PgBoss } from 'pg-boss';
 import { describe, expect, inject, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
-import { STATS_SETTLE_MS, median, round, sleep, xacts } from './pg-xacts.js';
-import { reportRatios } from './ratios.js';
-import { percentile, report } from './report.js';
+import { createTestDatabase, type TestDatabase } from '../test/helpers/test-database.js';
+import { STATS_SETTLE_MS, median, round, sleep, xacts } from '../test/bench/pg-xacts.js';
+import { reportRatios } from '../test/bench/ratios.js';
+import { percentile, report } from '../test/bench/report.js';
 
 /**
  * Peers on the same Postgres (the suite's embedded one from globalSetup), each in a database of
