@@ -24,6 +24,8 @@ import {
 } from '../gen/leoflow/v1/types_pb.js';
 import { HistoryCountsSchema, RunEventSchema, type HistoryCounts as PbHistoryCounts, type RunEvent } from '../gen/leoflow/v1/workflow_pb.js';
 
+import { InvalidArgumentError } from './errors.js';
+
 /** Row → message conversions, kept apart from the handlers so each handler reads as its logic. */
 
 const ts = (d: Date | null) => (d ? timestampFromDate(d) : undefined);
@@ -35,6 +37,19 @@ const RUN_STATE: Record<RunState, PbRunState> = {
   failed: PbRunState.FAILED,
   cancelled: PbRunState.CANCELLED,
 };
+
+/**
+ * A run state a request names (ListRuns' filter), checked: UNSPECIFIED or a number this server
+ * does not know is INVALID_ARGUMENT naming the states there are.
+ */
+export function runStateOfWire(s: PbRunState): RunState {
+  const found = (Object.keys(RUN_STATE) as RunState[]).find((k) => RUN_STATE[k] === s);
+  if (found === undefined) {
+    const known = Object.entries(RUN_STATE).map(([k, v]) => `${v} (${k})`).join(', ');
+    throw new InvalidArgumentError('states', `holds ${s}, which is no run state: give ${known}`);
+  }
+  return found;
+}
 
 const TI_STATE: Record<TiState, PbTaskState> = {
   none: PbTaskState.NONE,
