@@ -9,7 +9,9 @@ import type { LogRow } from '../db/logs.js';
 import type { EventRow } from '../db/events/read-events.js';
 import type { RunView } from '../db/runs.js';
 import type { TiView } from '../db/tis.js';
+import type { Actor } from '../core/actor.js';
 import {
+  ActorSchema,
   DagSchema,
   LogLineSchema,
   RunSchema,
@@ -96,7 +98,8 @@ export function dagToProto(d: DagView): Dag {
   });
 }
 
-export function runToProto(r: RunView): Run {
+/** A run as a message; with `triggeredBy`, who triggered it (GetRun reads that, the lists do not). */
+export function runToProto(r: RunView, triggeredBy: Actor | null = null): Run {
   return create(RunSchema, {
     runId: r.id,
     dagId: r.dag_id,
@@ -110,6 +113,7 @@ export function runToProto(r: RunView): Run {
     endedAt: ts(r.ended_at),
     runType: r.run_type,
     traceparent: r.traceparent ?? '',
+    triggeredBy: triggeredBy ? create(ActorSchema, { id: triggeredBy.id, peer: triggeredBy.peer }) : undefined,
   });
 }
 

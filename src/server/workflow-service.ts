@@ -6,6 +6,7 @@ import { isTerminalRun, isTerminalTi } from '../core/states.js';
 import { parseTraceparent, parseTracestate } from '../core/trace-context.js';
 import { dagExists, getDagView, listDags, setDagPaused, upsertDag } from '../db/dags.js';
 import { readRunLogs } from '../db/logs.js';
+import { triggeredBy } from '../db/events/triggered-by.js';
 import { cancelRun } from '../db/cancel-run.js';
 import { cancelTaskInstance } from '../db/cancel-task-instance.js';
 import { clearTaskInstance } from '../db/clear-task-instance.js';
@@ -176,9 +177,9 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
 
     async getRun(req) {
       const runId = parseId('run_id', req.runId);
-      const [run, tis] = await Promise.all([getRunView(sql, runId), listTiViews(sql, runId)]);
+      const [run, tis, by] = await Promise.all([getRunView(sql, runId), listTiViews(sql, runId), triggeredBy(sql, runId)]);
       if (!run) throw new NotFoundError(`run ${runId} not found`);
-      return { run: runToProto(run), taskInstances: tis.map(tiToProto) };
+      return { run: runToProto(run, by), taskInstances: tis.map(tiToProto) };
     },
 
     async listRuns(req) {
@@ -187,7 +188,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       const runs = await listRuns(sql, { dagId: req.dagId || undefined, states, limit: req.limit || 50 });
       // A DAG with runs exists (they are deleted with it): only an empty list needs the check.
       if (req.dagId && runs.length === 0 && !(await dagExists(sql, req.dagId))) throw new NotFoundError(`DAG "${req.dagId}" not found`);
-      return { runs: runs.map(runToProto) };
+      return { runs: runs.map((r) => runToProto(r)) };
     },
 
     async cancelRun(req, ctx) {

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { ConnectError } from '@connectrpc/connect';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
+import type { WatchRunsResponse } from '../../src/gen/leoflow/v1/workflow_pb.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { cli, scratchDir, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 
@@ -61,6 +62,9 @@ describe('run show', () => {
     const shown = JSON.parse(await ok(['run', 'show', runId, '-o', 'json'])) as Record<string, unknown> & { task_instances: Record<string, unknown>[] };
     expect(shown).toMatchObject({ run_id: runId, dag_id: 'scripted', state: 'success', run_type: 'manual', dag_version: 1, conf: {} });
     expect(shown.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$/);
+    expect(table).toContain(`\ntraceparent ${String(shown.traceparent)}\n`);
+    expect(shown.triggered_by).toEqual({ actor: 'local', peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/) });
+    expect(table).toMatch(/^triggered by local from 127\.0\.0\.1:\d+$/m);
     for (const k of ['logical_date', 'created_at', 'started_at', 'ended_at']) expect(shown[k], k).toMatch(ISO);
     expect(Date.parse(String(shown.ended_at))).toBeGreaterThanOrEqual(Date.parse(String(shown.started_at)));
     const [a, b] = ['a', 'b'].map((id) => shown.task_instances.find((t) => t.task_id === id)!);
@@ -166,7 +170,7 @@ describe('the actor of every write', () => {
     expect(logged('cleared a; run re-opened')).toEqual([expect.objectContaining({ actor: 'local', peer: expect.stringMatching(peer) })]);
   });
 
-  it('records cancels, pauses, applies and drains with their actor', async () => {
+  it('records cancels, pauses and applies with their actor', async () => {
     await writeFile(path.join(dir, 'slow.yaml'), 'dag_id: slow\ntasks:\n  - id: wait\n    command: ["sleep", "30"]\n  - id: after\n    depends_on: [wait]\n    command: ["true"]\n');
     await ok(['dag', 'apply', path.join(dir, 'slow.yaml')]);
     const one = runIdOf(await ok(['run', 'trigger', 'slow']));
@@ -182,8 +186,11 @@ describe('the actor of every write', () => {
     expect(withActor('task after cancelled').some((l) => l.runId === one)).toBe(true);
     expect(withActor('paused DAG slow')).toHaveLength(1);
     expect(withActor('applied DAG').some((l) => l.dagId === 'slow')).toBe(true);
-    const applied = (await createClients(server.url).workflow.watchRuns({ dagId: 'slow' }, { signal: AbortSignal.timeout(2_000) })[Symbol.asyncIterator]().next()).value!;
-    expect(applied.events.map((e) => [e.kind, JSON.parse(e.payloadJson).actor])[0]).toEqual(['dag.applied', 'local']);
+    const watch = createClients(server.url).workflow.watchRuns({ dagId: 'slow' }, { signal: AbortSignal.timeout(10_000) })[Symbol.asyncIterator]();
+    const first = (await watch.next()).value as WatchRunsResponse;
+    await watch.return?.();
+    const applied = first.events[0]!;
+    expect([applied.kind, JSON.parse(applied.payloadJson)]).toEqual(['dag.applied', { dag_id: 'slow', version: 1, actor: 'local', peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/) }]);
   });
 });
 
@@ -203,6 +210,7 @@ describe('the actor behind a token', () => {
       const runId = runIdOf(await ok(['run', 'trigger', 'failing'], { LEOFLOW_TOKEN: secret }, pro.url));
       const queued = (await eventsOf(runId, pro.url, env)).find((e) => e.kind === 'run.state' && e.to === 'queued')!;
       expect(queued).toMatchObject({ actor: id });
+      expect(JSON.parse(await ok(['run', 'show', runId, '-o', 'json'], env, pro.url)).triggered_by).toMatchObject({ actor: id });
       expect(pro.logs.find((l) => l.msg === 'run triggered' && l.runId === runId)).toMatchObject({ actor: id, peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/) });
       expect(pro.logs.find((l) => l.msg === `API token ${id} created`)).toMatchObject({ actor: 'bootstrap-admin' });
     } finally {

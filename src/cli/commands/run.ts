@@ -161,7 +161,10 @@ export function registerRun(program: Command, clients: () => Clients): void {
       }
       process.stdout.write(
         `run ${r.runId} of ${r.dagId} (${r.runType}, key ${r.runKey}, DAG version ${r.dagVersion})\n` +
-          `state ${runStateName(r.state)}, created ${time(r.createdAt)}, duration ${duration(r.startedAt, r.endedAt)}\n\n` +
+          `state ${runStateName(r.state)}, created ${time(r.createdAt)}, duration ${duration(r.startedAt, r.endedAt)}\n` +
+          (r.triggeredBy ? `triggered by ${r.triggeredBy.id} from ${r.triggeredBy.peer}\n` : '') +
+          (r.traceparent ? `traceparent ${r.traceparent}\n` : '') +
+          '\n' +
           table(['TASK', 'STATE', 'TRY', 'EXIT', 'AGENT', 'STARTED', 'ENDED', 'DURATION', 'REASON / ERROR'], tiRows(res.taskInstances)) +
           '\n',
       );
