@@ -1,6 +1,7 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { ConnectError } from '@connectrpc/connect';
+import { timestampFromDate } from '@bufbuild/protobuf/wkt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import type { WatchRunsResponse } from '../../src/gen/leoflow/v1/workflow_pb.js';
@@ -195,7 +196,7 @@ describe('the actor of every write', () => {
 });
 
 describe('the actor behind a token', () => {
-  it('is the token\'s id, in the log and in the events', async () => {
+  it('is the token\'s id, in the log and in the events, for runs, tokens, cleans and deletes', async () => {
     const admin = 'lf_scripting_admin_token_for_the_actor_test_0000';
     const own = await createTestDatabase();
     const pro = await startServer({
@@ -213,6 +214,15 @@ describe('the actor behind a token', () => {
       expect(JSON.parse(await ok(['run', 'show', runId, '-o', 'json'], env, pro.url)).triggered_by).toMatchObject({ actor: id });
       expect(pro.logs.find((l) => l.msg === 'run triggered' && l.runId === runId)).toMatchObject({ actor: id, peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/) });
       expect(pro.logs.find((l) => l.msg === `API token ${id} created`)).toMatchObject({ actor: 'bootstrap-admin' });
+      // The admin's other writes: a revoke, a clean of the history, a DAG deleted.
+      const root = createClients(pro.url, null, admin);
+      await root.tokens.revokeToken({ id });
+      await waitFor('the run ends', async () => (await root.workflow.getRun({ runId })).run!.state >= 3, 20_000);
+      await root.workflow.cleanHistory({ before: timestampFromDate(new Date()), keepLast: 0 });
+      await root.workflow.deleteDag({ dagId: 'failing' });
+      for (const msg of [`API token ${id} revoked`, 'removed finished runs and their history (db clean)', 'deleted DAG failing and its history']) {
+        expect(pro.logs.find((l) => l.msg === msg), msg).toMatchObject({ actor: 'bootstrap-admin', peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/) });
+      }
     } finally {
       await pro.stop();
       await own.drop();
