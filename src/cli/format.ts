@@ -41,3 +41,8 @@ export function table(header: string[], rows: string[][]): string {
   const line = (cells: string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : c + ' '.repeat(Math.max(0, widths[i]! - visible(c))))).join('  ').trimEnd();
   return [line(header), ...rows.map(line)].join('\n');
 }
+
+/** A time for a machine to read (`-o json`): ISO 8601 in UTC, or null when unset. */
+export function isoTime(ts: Timestamp | undefined): string | null {
+  return ts ? timestampDate(ts).toISOString() : null;
+}

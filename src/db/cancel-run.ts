@@ -1,3 +1,4 @@
+import { actorPayload, type Actor } from '../core/actor.js';
 import { legalTiFrom } from '../core/states.js';
 import { EVENT_KIND, tiEvents } from './events/record-events.js';
 import { inlineLiterals } from './inline-literals.js';
@@ -16,11 +17,12 @@ export type CancelOutcome =
  * the TIs that may hold a live process (queued/running), so their holder can be told to stop them
  * (its next heartbeat, which no longer matches a running attempt, would tell it too).
  */
-export async function cancelRun(sql: Sql, runId: string): Promise<CancelOutcome> {
+export async function cancelRun(sql: Sql, runId: string, by?: Actor): Promise<CancelOutcome> {
+  const who = actorPayload(by);
   return sql.begin(async (tx) => {
     const [locked] = await tx<RunView[]>`select ${tx(RUN_VIEW_COLUMNS)} from dag_runs where id = ${runId} for update`;
     if (!locked) return { kind: 'not_found' as const };
-    if (!(await transitionRun(tx, runId, 'cancelled'))) return { kind: 'already_ended' as const, run: locked };
+    if (!(await transitionRun(tx, runId, 'cancelled', who))) return { kind: 'already_ended' as const, run: locked };
     const rows = await tx<{ id: string; was: string }[]>`
       with old as (
         select id, state from task_instances
@@ -31,7 +33,7 @@ export async function cancelRun(sql: Sql, runId: string): Promise<CancelOutcome>
           pending_reason = null, error = coalesce(t.error, 'run cancelled')
         from old where t.id = old.id
         returning t.id, t.run_id, t.task_id, t.try_number, old.state as was),
-      ev as (${tiEvents(tx, EVENT_KIND.tiState, tx`moved`, tx`jsonb_build_object('task_id', task_id, 'to', 'cancelled', 'try', try_number)`)})
+      ev as (${tiEvents(tx, EVENT_KIND.tiState, tx`moved`, tx`jsonb_build_object('task_id', task_id, 'to', 'cancelled', 'try', try_number) || ${tx.json(who as never)}`)})
       select id, was from moved`;
     const run = (await getRunView(tx, runId))!;
     return { kind: 'cancelled' as const, run, stoppedTiIds: rows.filter((r) => r.was === 'queued' || r.was === 'running').map((r) => r.id) };

@@ -1,3 +1,4 @@
+import { actorPayload, type Actor } from '../core/actor.js';
 import { ACTIVE_TI_STATES, legalTiFrom, type TiState } from '../core/states.js';
 import { EVENT_KIND, tiEvents } from './events/record-events.js';
 import type { Sql } from './sql.js';
@@ -19,10 +20,10 @@ export type CancelTiOutcome =
  * `mayHoldProcess` is true when it was queued or running, so its holder must be told to stop the
  * process (its next heartbeat, which no longer matches a running attempt, would tell it too).
  */
-export async function cancelTaskInstance(sql: Sql, runId: string, taskId: string): Promise<CancelTiOutcome> {
+export async function cancelTaskInstance(sql: Sql, runId: string, taskId: string, by?: Actor): Promise<CancelTiOutcome> {
   return sql.begin(async (tx) => {
     const cancelledEvent = tx`jsonb_build_object('task_id', task_id, 'to', 'cancelled', 'from', was, 'try', try_number,
-      'reason', ${CANCELLED_BY_USER}::text)`;
+      'reason', ${CANCELLED_BY_USER}::text) || ${tx.json(actorPayload(by) as never)}`;
     const [moved] = await tx<(TiRow & { was: TiState })[]>`
       with old as (
         select id, state from task_instances

@@ -1,3 +1,4 @@
+import { actorPayload, type Actor } from '../core/actor.js';
 import { downstreamTaskIds } from '../core/downstream.js';
 import { RUN_REOPEN_FROM, isTerminalRun, isTerminalTi, legalTiFrom } from '../core/states.js';
 import { EVENT_KIND, runEvents, tiEvents } from './events/record-events.js';
@@ -27,7 +28,8 @@ export type ClearOutcome =
  *   orphan-run reaper measures the re-opened run from the re-open) and the scheduler plans it.
  * Every move is guarded by the state table and recorded in events.
  */
-export async function clearTaskInstance(sql: Sql, req: { runId: string; taskId: string; downstream: boolean }): Promise<ClearOutcome> {
+export async function clearTaskInstance(sql: Sql, req: { runId: string; taskId: string; downstream: boolean; by?: Actor }): Promise<ClearOutcome> {
+  const who = actorPayload(req.by);
   return sql.begin(async (tx) => {
     // Run row first, then its TIs (the order every writer of both takes). A planner's write for
     // this run (plan/apply-plans.ts, plan/finalize-runs.ts) waits on this lock, then finds the
@@ -48,7 +50,7 @@ export async function clearTaskInstance(sql: Sql, req: { runId: string; taskId: 
 
     const retries = new Map(spec.tasks.map((t) => [t.id, t.retries]));
     const clearedEvent = tx`jsonb_build_object('task_id', task_id, 'to', 'none', 'from', was, 'try', try_number,
-      'max_tries', max_tries, 'reason', 'cleared')`;
+      'max_tries', max_tries, 'reason', 'cleared') || ${tx.json(who as never)}`;
     const moved = await tx<(TiRow & { was: string })[]>`
       with old as (
         select t.id, t.state, r.retries from task_instances t
@@ -73,7 +75,7 @@ export async function clearTaskInstance(sql: Sql, req: { runId: string; taskId: 
             plan_epoch = plan_epoch + 1
           where id = ${req.runId} and state = any(${RUN_REOPEN_FROM as string[]}::text[])
           returning id)
-        ${runEvents(tx, EVENT_KIND.runState, tx`moved`, tx`${tx.json({ to: 'running', from: run.state, reason: 'cleared', task_id: req.taskId } as never)}`)}
+        ${runEvents(tx, EVENT_KIND.runState, tx`moved`, tx`${tx.json({ to: 'running', from: run.state, reason: 'cleared', task_id: req.taskId, ...who } as never)}`)}
         returning run_id`;
       if (rows.count === 1) reopenedFrom = run.state;
     } else {

@@ -1,3 +1,4 @@
+import { actorPayload, type Actor } from '../core/actor.js';
 import { createHash } from 'node:crypto';
 import type { DagSpec } from '../core/dag-spec.js';
 import { firstFireTimeAtOrAfter, latestFireTime } from '../core/schedule.js';
@@ -44,7 +45,7 @@ export function initialNextRunAt(spec: DagSpec, now: Date): Date | null {
  * goes up only when the spec changed; the schedule's next run is recomputed only when the
  * schedule itself changed, so re-applying a file is a no-op.
  */
-export async function upsertDag(sql: Sql, spec: DagSpec, source: string, now = new Date()): Promise<{ dag: DagRow; outcome: ApplyOutcome }> {
+export async function upsertDag(sql: Sql, spec: DagSpec, source: string, now = new Date(), by?: Actor): Promise<{ dag: DagRow; outcome: ApplyOutcome }> {
   const hash = specHash(spec);
   return sql.begin(async (tx) => {
     const [existing] = await tx<DagRow[]>`select * from dags where dag_id = ${spec.dagId} for update`;
@@ -74,7 +75,7 @@ export async function upsertDag(sql: Sql, spec: DagSpec, source: string, now = n
         insert into dag_versions (dag_id, version, spec, max_active_runs)
         select dag_id, version, spec, max_active_runs from d)
       select * from d`;
-    await insertEvents(tx, tx`values (null, null, ${eventKind(tx, EVENT_KIND.dagApplied)}, ${tx.json({ dag_id: spec.dagId, version: dag!.version } as never)})`);
+    await insertEvents(tx, tx`values (null, null, ${eventKind(tx, EVENT_KIND.dagApplied)}, ${tx.json({ dag_id: spec.dagId, version: dag!.version, ...actorPayload(by) } as never)})`);
     return { dag: dag!, outcome: existing ? ('updated' as const) : ('created' as const) };
   });
 }

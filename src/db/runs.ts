@@ -1,4 +1,5 @@
 import type { DagSpec } from '../core/dag-spec.js';
+import { actorPayload, type Actor } from '../core/actor.js';
 import { newRunTrace, type TraceContext, type TraceParent } from '../core/trace-context.js';
 import { ACTIVE_RUN_STATES, RUN_START_FROM, STARTED_RUN_STATES, runMoveFrom, type RunState } from '../core/states.js';
 import type postgres from 'postgres';
@@ -51,6 +52,8 @@ export interface NewRun {
   defaultExecutor: string;
   /** The caller's trace context it continues (TriggerRun's traceparent); absent: a trace of its own. */
   caller?: { traceparent: TraceParent; tracestate: string | null };
+  /** Who triggered it through the API (recorded in its first event); absent for a scheduled run. */
+  by?: Actor;
 }
 
 /** A run just created, as the planner reads it: its task instances, and the runs of its DAG running
@@ -111,7 +114,7 @@ async function insertRun(
       from run, src, jsonb_array_elements(src.spec->'tasks') with ordinality as e(t, n)
       order by e.n
       returning *),
-    ev as (${runEvents(tx, EVENT_KIND.runState, tx`run`, tx`${tx.json({ to: 'queued', run_key: run.runKey, run_type: run.runType } as never)}`)})
+    ev as (${runEvents(tx, EVENT_KIND.runState, tx`run`, tx`${tx.json({ to: 'queued', run_key: run.runKey, run_type: run.runType, ...actorPayload(run.by) } as never)}`)})
     select run.*, (select paused from src) as dag_paused, (select spec from src) as spec,
       (select count(*)::int from dag_runs x where x.dag_id = run.dag_id and x.state in (${inlineLiterals(tx, STARTED_RUN_STATES)})) as running_in_dag,
       (select coalesce(jsonb_agg(to_jsonb(t) order by t.id), '[]'::jsonb) from tis t) as tis_json
@@ -160,10 +163,10 @@ export async function getRunView(sql: Sql | TxSql, runId: string): Promise<RunVi
 }
 
 /** The newest runs, of one DAG or of all, as the API shows them. */
-export async function listRuns(sql: Sql, opts: { dagId?: string; limit: number }): Promise<RunView[]> {
-  return opts.dagId
-    ? sql<RunView[]>`select ${sql(RUN_VIEW_COLUMNS)} from dag_runs where dag_id = ${opts.dagId} order by id desc limit ${opts.limit}`
-    : sql<RunView[]>`select ${sql(RUN_VIEW_COLUMNS)} from dag_runs order by id desc limit ${opts.limit}`;
+export async function listRuns(sql: Sql, opts: { dagId?: string; states?: readonly RunState[]; limit: number }): Promise<RunView[]> {
+  const ofDag = opts.dagId ? sql`dag_id = ${opts.dagId}` : sql`true`;
+  const inStates = opts.states?.length ? sql`state = any(${opts.states as RunState[]}::text[])` : sql`true`;
+  return sql<RunView[]>`select ${sql(RUN_VIEW_COLUMNS)} from dag_runs where ${ofDag} and ${inStates} order by id desc limit ${opts.limit}`;
 }
 
 /** A run as the planner reads it: with whether its DAG is paused and, for a queued run, how many

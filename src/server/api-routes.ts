@@ -24,6 +24,9 @@ import type { DagParser } from './dag-parser.js';
 import { dagFilesDefining } from './dag-files-defining.js';
 import { clientCertificateKey, clientCertificateOf } from './tls-identity.js';
 import { createWorkflowService } from './workflow-service.js';
+import { callerKey, openActorId, peerOf } from './caller.js';
+import { isLoopback } from './config/is-loopback.js';
+import { actorPayload } from '../core/actor.js';
 import type { EventFeed } from './event-feed.js';
 import type { ChangeSignal } from './change-signal.js';
 
@@ -35,6 +38,7 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: {
   const { sql, logger, config, parser, scheduler, fleet, health } = o;
   // With mTLS on, each request carries its connection's client certificate, for the Hello check.
   const askCertificate = config.tls?.clientCa != null;
+  const openActor = o.auth.required ? 'unauthenticated' : openActorId(isLoopback(config.listenHost));
   return apiAdapter({
     logger,
     // Their bodies are decoded first, so one that does not decode is INVALID_ARGUMENT (api-adapter.ts).
@@ -43,6 +47,8 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: {
     readMaxBytes: LIMITS.requestBytes,
     contextValues: (req) => {
       const values = createContextValues();
+      // Who calls: the token guard puts the token's id in place of the open actor once it knows it.
+      values.set(callerKey, { id: openActor, peer: peerOf(req) });
       if (askCertificate) values.set(clientCertificateKey, clientCertificateOf(req));
       return values;
     },
@@ -88,15 +94,18 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: {
           tickMs: config.tickMs,
           dispatchQueue: () => ({ depth: o.dispatchQueueDepth(), capacity: config.dispatchQueue }),
           lastFullStepAt: () => scheduler.loopProgress().lastFullAt,
-          drained: (agentId, undrain) => fleet.drain(agentId, undrain),
-          forgotten: (agentId) => {
+          drained: (agentId, undrain, by) => {
+            o.logger.info({ agentId, ...actorPayload(by) }, undrain ? `agent ${agentId} undrained` : `agent ${agentId} drained`);
+            fleet.drain(agentId, undrain);
+          },
+          forgotten: (agentId, by) => {
             o.metrics.agentsForgotten.inc({ how: 'by_hand' });
-            o.logger.info({ agentId }, `agent ${agentId} forgotten by hand`);
+            o.logger.info({ agentId, ...actorPayload(by) }, `agent ${agentId} forgotten by hand`);
           },
         }),
       );
       router.service(AgentService, createAgentService(fleet.sessionDeps));
-      router.service(TokenService, createTokenService({ sql }));
+      router.service(TokenService, createTokenService({ sql, logger }));
     },
   });
 }

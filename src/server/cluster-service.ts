@@ -3,6 +3,8 @@ import { timestampFromDate } from '@bufbuild/protobuf/wkt';
 import { agentHealth, type AgentHealth as Health_ } from '../core/agent-health.js';
 import { formatDuration } from '../core/duration.js';
 import { getAgent, listAgents, setDraining, type AgentView } from '../db/agents.js';
+import type { Actor } from '../core/actor.js';
+import { callerOf } from './caller.js';
 import { forgetAgent, type ForgetOutcome } from '../db/forget-agent.js';
 import { currentLeader, type LeaderStepReport } from '../db/leader.js';
 import { listReplicas } from '../db/replicas.js';
@@ -29,11 +31,10 @@ export interface ClusterDeps {
   dispatchQueue(): { depth: number; capacity: number };
   /** When this replica began its last full step (ms), while it leads; null otherwise (the leader's is read from its lock session). */
   lastFullStepAt(): number | null;
-  /** Tells the replica holding the agent's stream to send Drain now. */
-  /** An agent was drained (or, with `undrain`, undrained): its stream is told, wherever it is. */
-  drained(agentId: string, undrain: boolean): void;
-  /** An agent was forgotten by hand. */
-  forgotten(agentId: string): void;
+  /** An agent was drained (or, with `undrain`, undrained) by `by`: its stream is told, wherever it is. */
+  drained(agentId: string, undrain: boolean, by: Actor): void;
+  /** An agent was forgotten by hand, by `by`. */
+  forgotten(agentId: string, by: Actor): void;
 }
 
 const HEALTH: Record<Health_, AgentHealth> = { healthy: AgentHealth.HEALTHY, stale: AgentHealth.STALE, dead: AgentHealth.DEAD };
@@ -148,22 +149,22 @@ export function createClusterService(deps: ClusterDeps): ServiceImpl<typeof Clus
         throw toConnectError(err);
       }
     },
-    async drainAgent(req) {
+    async drainAgent(req, ctx) {
       try {
         if (req.agentId.trim() === '') throw new InvalidArgumentError('agent_id', 'is required');
         if (!(await setDraining(deps.sql, req.agentId, !req.undrain))) throw new NotFoundError(`agent "${req.agentId}" not found`);
-        deps.drained(req.agentId, req.undrain);
+        deps.drained(req.agentId, req.undrain, callerOf(ctx));
         return { agent: agentToProto((await getAgent(deps.sql, req.agentId))!, deps) };
       } catch (err) {
         throw toConnectError(err);
       }
     },
-    async forgetAgent(req) {
+    async forgetAgent(req, ctx) {
       try {
         if (req.agentId.trim() === '') throw new InvalidArgumentError('agent_id', 'is required');
         const o = await forgetAgent(deps.sql, req.agentId, deps.agentFreshMs);
         if (o.outcome !== 'forgotten') throw forgetRefusal(req.agentId, o, deps.heartbeatThresholdMs);
-        deps.forgotten(req.agentId);
+        deps.forgotten(req.agentId, callerOf(ctx));
         return { lastSeenAt: o.lastSeenAt ? timestampFromDate(o.lastSeenAt) : undefined };
       } catch (err) {
         throw toConnectError(err);

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { actorPayload, type Actor } from '../core/actor.js';
 import { ACTIVE_RUN_STATES } from '../core/states.js';
 import { attemptsStillRunning } from '../db/attempts/attempts-still-running.js';
 import { cancelRun } from '../db/cancel-run.js';
@@ -32,7 +33,7 @@ const POLL_MS = 100;
  * no attempt), then everything goes: the finished runs' history in batches, the rest and the DAG
  * in one last transaction (src/db/history/remove-dag.ts).
  */
-export async function deleteDagWithHistory(deps: DeleteDagDeps, dagId: string, force: boolean): Promise<{ removed: HistoryCounts; cancelledRunIds: string[] }> {
+export async function deleteDagWithHistory(deps: DeleteDagDeps, dagId: string, force: boolean, by?: Actor): Promise<{ removed: HistoryCounts; cancelledRunIds: string[] }> {
   if (!(await dagExists(deps.sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
   const cancelledRunIds: string[] = [];
   let removed: HistoryCounts = { runs: 0, taskInstances: 0, events: 0, taskLogs: 0 };
@@ -54,13 +55,13 @@ export async function deleteDagWithHistory(deps: DeleteDagDeps, dagId: string, f
       if (!(await setDagPaused(deps.sql, dagId, true))) throw new NotFoundError(`DAG "${dagId}" not found`);
       const stopped: string[] = [];
       for (const { id } of active) {
-        const outcome = await cancelRun(deps.sql, id);
+        const outcome = await cancelRun(deps.sql, id, by);
         if (outcome.kind !== 'cancelled') continue;
         if (outcome.stoppedTiIds.length > 0) deps.stopAttempts(outcome.stoppedTiIds, `DAG ${dagId} deleted`);
         stopped.push(...outcome.stoppedTiIds);
         cancelledRunIds.push(id);
       }
-      deps.logger.info({ dagId, runIds: active.map((r) => r.id) }, `cancelled the runs of DAG ${dagId} that had not ended, to delete it`);
+      deps.logger.info({ dagId, runIds: active.map((r) => r.id), ...actorPayload(by) }, `cancelled the runs of DAG ${dagId} that had not ended, to delete it`);
       // Their holders stop the processes and record the ends, the last log lines first: removed
       // before that, the lines would be written after their task instance is gone. A holder that
       // never answers (its replica died) is not waited for past the bound; its process, if any,

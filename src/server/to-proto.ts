@@ -9,7 +9,9 @@ import type { LogRow } from '../db/logs.js';
 import type { EventRow } from '../db/events/read-events.js';
 import type { RunView } from '../db/runs.js';
 import type { TiView } from '../db/tis.js';
+import type { Actor } from '../core/actor.js';
 import {
+  ActorSchema,
   DagSchema,
   LogLineSchema,
   RunSchema,
@@ -24,6 +26,8 @@ import {
 } from '../gen/leoflow/v1/types_pb.js';
 import { HistoryCountsSchema, RunEventSchema, type HistoryCounts as PbHistoryCounts, type RunEvent } from '../gen/leoflow/v1/workflow_pb.js';
 
+import { InvalidArgumentError } from './errors.js';
+
 /** Row → message conversions, kept apart from the handlers so each handler reads as its logic. */
 
 const ts = (d: Date | null) => (d ? timestampFromDate(d) : undefined);
@@ -35,6 +39,19 @@ const RUN_STATE: Record<RunState, PbRunState> = {
   failed: PbRunState.FAILED,
   cancelled: PbRunState.CANCELLED,
 };
+
+/**
+ * A run state a request names (ListRuns' filter), checked: UNSPECIFIED or a number this server
+ * does not know is INVALID_ARGUMENT naming the states there are.
+ */
+export function runStateOfWire(s: PbRunState): RunState {
+  const found = (Object.keys(RUN_STATE) as RunState[]).find((k) => RUN_STATE[k] === s);
+  if (found === undefined) {
+    const known = Object.entries(RUN_STATE).map(([k, v]) => `${v} (${k})`).join(', ');
+    throw new InvalidArgumentError('states', `holds ${s}, which is no run state: give ${known}`);
+  }
+  return found;
+}
 
 const TI_STATE: Record<TiState, PbTaskState> = {
   none: PbTaskState.NONE,
@@ -81,7 +98,8 @@ export function dagToProto(d: DagView): Dag {
   });
 }
 
-export function runToProto(r: RunView): Run {
+/** A run as a message; with `triggeredBy`, who triggered it (GetRun reads that, the lists do not). */
+export function runToProto(r: RunView, triggeredBy: Actor | null = null): Run {
   return create(RunSchema, {
     runId: r.id,
     dagId: r.dag_id,
@@ -95,6 +113,7 @@ export function runToProto(r: RunView): Run {
     endedAt: ts(r.ended_at),
     runType: r.run_type,
     traceparent: r.traceparent ?? '',
+    triggeredBy: triggeredBy ? create(ActorSchema, { id: triggeredBy.id, peer: triggeredBy.peer }) : undefined,
   });
 }
 

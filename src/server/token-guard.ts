@@ -4,6 +4,7 @@ import { roleAllows } from '../core/api-role.js';
 import type { TokenAuthenticator } from './token-authenticator.js';
 import { bearerToken } from './token-secret.js';
 import { HELLO_AUTHENTICATED, RPC_ROLES } from './rpc-roles.js';
+import { callerKey } from './caller.js';
 
 const key = (m: DescMethod) => `${m.parent.typeName}/${m.name}`;
 
@@ -33,6 +34,8 @@ export function tokenGuard(auth: TokenAuthenticator, denied: (code: 'unauthentic
     if (!roleAllows(who.token.role, role)) {
       return deny('permission_denied', `${rpc} needs role ${role} or above; token "${who.token.id}" has role ${who.token.role}`);
     }
+    // The handler records who wrote by this id (caller.ts).
+    req.contextValues.set(callerKey, { ...req.contextValues.get(callerKey), id: who.token.id });
     return next(req);
   };
 }

@@ -2,7 +2,10 @@ import type { MessageInitShape } from '@bufbuild/protobuf';
 import { timestampFromDate } from '@bufbuild/protobuf/wkt';
 import { Code, ConnectError, type ServiceImpl } from '@connectrpc/connect';
 import { listApiTokens, revokeApiToken, type ApiTokenRow } from '../db/tokens/api-tokens.js';
+import type { Logger } from 'pino';
 import type { Sql } from '../db/sql.js';
+import { actorPayload } from '../core/actor.js';
+import { callerOf } from './caller.js';
 import { TokenSchema, type TokenService } from '../gen/leoflow/v1/token_pb.js';
 import { createApiToken, TokenRequestError } from './create-api-token.js';
 
@@ -19,12 +22,13 @@ export function tokenToProto(t: ApiTokenRow): MessageInitShape<typeof TokenSchem
 }
 
 /** TokenService: create, list and revoke API tokens (the token guard lets only admins in). */
-export function createTokenService(deps: { sql: Sql }): ServiceImpl<typeof TokenService> {
+export function createTokenService(deps: { sql: Sql; logger: Logger }): ServiceImpl<typeof TokenService> {
   const { sql } = deps;
   return {
-    async createToken(req) {
+    async createToken(req, ctx) {
       try {
         const { token, secret } = await createApiToken(sql, { name: req.name, role: req.role, agentPattern: req.agentPattern, ttlSeconds: Number(req.ttlSeconds) });
+        deps.logger.info({ tokenId: token.id, role: token.role, ...actorPayload(callerOf(ctx)) }, `API token ${token.id} created`);
         return { token: tokenToProto(token), secret };
       } catch (err) {
         if (err instanceof TokenRequestError) throw new ConnectError(err.message, Code.InvalidArgument);
@@ -34,10 +38,11 @@ export function createTokenService(deps: { sql: Sql }): ServiceImpl<typeof Token
     async listTokens() {
       return { tokens: (await listApiTokens(sql)).map(tokenToProto) };
     },
-    async revokeToken(req) {
+    async revokeToken(req, ctx) {
       if (req.id === '' || req.id.length > 64 || req.id.includes('\u0000')) throw new ConnectError(`id: must be a token id of 1 to 64 characters, got ${req.id.length}`, Code.InvalidArgument);
       const r = await revokeApiToken(sql, req.id);
       if (r === null) throw new ConnectError(`token ${JSON.stringify(req.id)} not found`, Code.NotFound);
+      deps.logger.info({ tokenId: req.id, ...actorPayload(callerOf(ctx)) }, `API token ${req.id} revoked`);
       return { revoked: r };
     },
   };

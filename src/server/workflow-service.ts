@@ -6,6 +6,7 @@ import { isTerminalRun, isTerminalTi } from '../core/states.js';
 import { parseTraceparent, parseTracestate } from '../core/trace-context.js';
 import { dagExists, getDagView, listDags, setDagPaused, upsertDag } from '../db/dags.js';
 import { readRunLogs } from '../db/logs.js';
+import { triggeredBy } from '../db/events/triggered-by.js';
 import { cancelRun } from '../db/cancel-run.js';
 import { cancelTaskInstance } from '../db/cancel-task-instance.js';
 import { clearTaskInstance } from '../db/clear-task-instance.js';
@@ -20,9 +21,11 @@ import { cleanBatches, cleanHistory, keptFor, type CleanQuery } from './clean-hi
 import { deleteDagWithHistory } from './delete-dag.js';
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError, parseId, toConnectError } from './errors.js';
 import type { RunRead } from '../scheduler/planner-memory.js';
-import { countsToProto, dagToProto, eventToProto, logToProto, runToProto, tiToProto } from './to-proto.js';
+import { countsToProto, dagToProto, eventToProto, logToProto, runStateOfWire, runToProto, tiToProto } from './to-proto.js';
 import { echo } from '../core/check-text.js';
 import { parseConf } from './parse-conf.js';
+import { actorPayload } from '../core/actor.js';
+import { callerOf } from './caller.js';
 import type { EventFeed } from './event-feed.js';
 import { watchBatches } from './watch-batches.js';
 import type { ChangeSignal } from './change-signal.js';
@@ -113,14 +116,15 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
   }
 
   const impl: ServiceImpl<typeof WorkflowService> = {
-    async applyDag(req) {
+    async applyDag(req, ctx) {
+      const by = callerOf(ctx);
       const file = req.filename || '<request>';
       // With a file name, an empty source is the parser's to report: it names the file.
       if (req.source.trim() === '' && req.filename === '') throw new InvalidArgumentError('source', 'is required (the DAG file text)');
       if (Buffer.byteLength(req.source) > MAX_SOURCE_BYTES) throw new InvalidArgumentError('source', `is larger than ${MAX_SOURCE_BYTES} bytes`);
       const spec = await deps.parseDag(req.source, file);
-      const { dag, outcome } = await upsertDag(sql, spec, req.source);
-      deps.logger.info({ dagId: spec.dagId, version: dag.version, outcome, file }, 'applied DAG');
+      const { dag, outcome } = await upsertDag(sql, spec, req.source, new Date(), by);
+      deps.logger.info({ dagId: spec.dagId, version: dag.version, outcome, file, ...actorPayload(by) }, 'applied DAG');
       if (outcome !== 'unchanged') deps.nudge();
       return { dag: dagToProto(dag), outcome };
     },
@@ -135,14 +139,16 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       return { dags: (await listDags(sql)).map(dagToProto) };
     },
 
-    async pauseDag(req) {
+    async pauseDag(req, ctx) {
       const dag = await setDagPaused(sql, required('dag_id', req.dagId), req.paused);
       if (!dag) throw new NotFoundError(`DAG "${req.dagId}" not found`);
+      deps.logger.info({ dagId: dag.dag_id, paused: req.paused, ...actorPayload(callerOf(ctx)) }, req.paused ? `paused DAG ${dag.dag_id}` : `unpaused DAG ${dag.dag_id}`);
       deps.nudge();
       return { dag: dagToProto(dag) };
     },
 
     async triggerRun(req, ctx) {
+      const by = callerOf(ctx);
       const dagId = required('dag_id', req.dagId);
       // W3C trace context from gRPC metadata or an HTTP header (both are headers here). One that
       // does not parse is ignored, as the spec asks: the run starts a trace of its own.
@@ -155,14 +161,14 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       const now = new Date();
       const runKey = req.runKey || `manual__${now.toISOString()}__${randomBytes(3).toString('hex')}`;
       // One statement: the DAG's current version is read and the run made from it.
-      const result = await createRunOfDag(sql, { dagId, runKey, runType: 'manual', logicalDate: now, conf, defaultExecutor: deps.defaultExecutor, ...(caller ? { caller } : {}) }).catch((err: unknown) => {
+      const result = await createRunOfDag(sql, { dagId, runKey, runType: 'manual', logicalDate: now, conf, defaultExecutor: deps.defaultExecutor, by, ...(caller ? { caller } : {}) }).catch((err: unknown) => {
         // 23503: the DAG was deleted while the run was being made (its foreign key found no DAG).
         if ((err as { code?: string }).code === '23503') return null;
         throw err;
       });
       if (!result) throw new NotFoundError(`DAG "${dagId}" not found`);
       if (result.created) {
-        deps.logger.info({ runId: result.run.id, dagId, runKey }, 'run triggered');
+        deps.logger.info({ runId: result.run.id, dagId, runKey, ...actorPayload(by) }, 'run triggered');
         if (result.read && deps.runCreated) {
           deps.runCreated({ run: { ...result.run, spec: result.read.spec, dag_paused: result.read.dagPaused, running_in_dag: result.read.runningInDag }, tis: result.read.tis });
         } else deps.nudge([result.run.id]);
@@ -172,26 +178,28 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
 
     async getRun(req) {
       const runId = parseId('run_id', req.runId);
-      const [run, tis] = await Promise.all([getRunView(sql, runId), listTiViews(sql, runId)]);
+      const [run, tis, by] = await Promise.all([getRunView(sql, runId), listTiViews(sql, runId), triggeredBy(sql, runId)]);
       if (!run) throw new NotFoundError(`run ${runId} not found`);
-      return { run: runToProto(run), taskInstances: tis.map(tiToProto) };
+      return { run: runToProto(run, by), taskInstances: tis.map(tiToProto) };
     },
 
     async listRuns(req) {
       if (req.limit < 0 || req.limit > 1000) throw new InvalidArgumentError('limit', `must be between 0 and 1000, got ${req.limit}`);
-      const runs = await listRuns(sql, { dagId: req.dagId || undefined, limit: req.limit || 50 });
+      const states = req.states.map(runStateOfWire);
+      const runs = await listRuns(sql, { dagId: req.dagId || undefined, states, limit: req.limit || 50 });
       // A DAG with runs exists (they are deleted with it): only an empty list needs the check.
       if (req.dagId && runs.length === 0 && !(await dagExists(sql, req.dagId))) throw new NotFoundError(`DAG "${req.dagId}" not found`);
-      return { runs: runs.map(runToProto) };
+      return { runs: runs.map((r) => runToProto(r)) };
     },
 
-    async cancelRun(req) {
+    async cancelRun(req, ctx) {
+      const by = callerOf(ctx);
       const runId = parseId('run_id', req.runId);
-      const outcome = await cancelRun(sql, runId);
+      const outcome = await cancelRun(sql, runId, by);
       if (outcome.kind === 'not_found') throw new NotFoundError(`run ${runId} not found`);
       if (outcome.kind === 'already_ended') throw new FailedPreconditionError(`run ${runId} has already ended (${outcome.run.state})`);
       deps.stopAttempts(outcome.stoppedTiIds, `run ${runId} cancelled`);
-      deps.logger.info({ runId, stopped: outcome.stoppedTiIds.length }, 'run cancelled');
+      deps.logger.info({ runId, stopped: outcome.stoppedTiIds.length, ...actorPayload(by) }, 'run cancelled');
       deps.nudge();
       return { run: runToProto(outcome.run) };
     },
@@ -204,10 +212,11 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       return { taskInstances: tis.map(tiToProto) };
     },
 
-    async clearTaskInstance(req) {
+    async clearTaskInstance(req, ctx) {
+      const by = callerOf(ctx);
       const runId = parseId('run_id', req.runId);
       const taskId = required('task_id', req.taskId);
-      const outcome = await clearTaskInstance(sql, { runId, taskId, downstream: req.downstream });
+      const outcome = await clearTaskInstance(sql, { runId, taskId, downstream: req.downstream, by });
       if (outcome.kind === 'run_not_found') throw new NotFoundError(`run ${runId} not found`);
       if (outcome.kind === 'task_not_found') throw new NotFoundError(`run ${runId} has no task "${taskId}"`);
       if (outcome.kind === 'not_ended') {
@@ -216,33 +225,35 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
         );
       }
       deps.logger.info(
-        { runId, taskId, cleared: outcome.cleared.map((t) => t.task_id), reopenedFrom: outcome.reopenedFrom ?? undefined },
+        { runId, taskId, cleared: outcome.cleared.map((t) => t.task_id), reopenedFrom: outcome.reopenedFrom ?? undefined, ...actorPayload(by) },
         outcome.reopenedFrom ? `cleared ${taskId}; run re-opened` : `cleared ${taskId}`,
       );
       deps.nudge([runId]);
       return { run: runToProto(outcome.run), cleared: outcome.cleared.map(tiToProto) };
     },
 
-    async cancelTaskInstance(req) {
+    async cancelTaskInstance(req, ctx) {
+      const by = callerOf(ctx);
       const runId = parseId('run_id', req.runId);
       const taskId = required('task_id', req.taskId);
-      const outcome = await cancelTaskInstance(sql, runId, taskId);
+      const outcome = await cancelTaskInstance(sql, runId, taskId, by);
       if (outcome.kind === 'run_not_found') throw new NotFoundError(`run ${runId} not found`);
       if (outcome.kind === 'task_not_found') throw new NotFoundError(`run ${runId} has no task "${taskId}"`);
       if (outcome.kind === 'already_ended') {
         throw new FailedPreconditionError(`task "${taskId}" of run ${runId} has already ended (${outcome.ti.state})`);
       }
       if (outcome.mayHoldProcess) deps.stopAttempts([outcome.ti.id], `task ${taskId} of run ${runId} cancelled`);
-      deps.logger.info({ runId, taskId, tiId: outcome.ti.id, was: outcome.was }, `task ${taskId} cancelled`);
+      deps.logger.info({ runId, taskId, tiId: outcome.ti.id, was: outcome.was, ...actorPayload(by) }, `task ${taskId} cancelled`);
       // The run goes on by its trigger rules: plan its downstream now.
       deps.nudge([runId]);
       return { taskInstance: tiToProto(outcome.ti) };
     },
 
-    async deleteDag(req) {
+    async deleteDag(req, ctx) {
+      const by = callerOf(ctx);
       const dagId = required('dag_id', req.dagId);
-      const { removed, cancelledRunIds } = await deleteDagWithHistory(deps, dagId, req.force);
-      deps.logger.info({ dagId, ...removed, cancelledRunIds }, `deleted DAG ${dagId} and its history`);
+      const { removed, cancelledRunIds } = await deleteDagWithHistory(deps, dagId, req.force, by);
+      deps.logger.info({ dagId, ...removed, cancelledRunIds, ...actorPayload(by) }, `deleted DAG ${dagId} and its history`);
       if (cancelledRunIds.length > 0) deps.nudge(cancelledRunIds);
       const dagFiles = (await deps.dagFilesDefining?.(dagId).catch((err: unknown) => {
         deps.logger.warn({ err, dagId }, 'could not look for the DAG in the start-up DAG files');
@@ -251,10 +262,10 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       return { removed: countsToProto(removed), cancelledRunIds, dagFiles };
     },
 
-    async cleanHistory(req) {
+    async cleanHistory(req, ctx) {
       const q = await cleanQueryOf(req);
       const counts = await cleanHistory(sql, q);
-      if (!req.dryRun) deps.logger.info({ before: q.endedBefore?.toISOString(), dagId: q.dagId, keepLast: q.keepLast, ...counts }, 'removed finished runs and their history (db clean)');
+      if (!req.dryRun) deps.logger.info({ before: q.endedBefore?.toISOString(), dagId: q.dagId, keepLast: q.keepLast, ...counts, ...actorPayload(callerOf(ctx)) }, 'removed finished runs and their history (db clean)');
       return { counts: countsToProto(counts), dryRun: req.dryRun };
     },
 
@@ -293,7 +304,7 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
         removed = next.value;
         yield { removed: countsToProto(removed), expected: countsToProto(expected) };
       }
-      deps.logger.info({ before: q.endedBefore?.toISOString(), dagId: q.dagId, keepLast: q.keepLast, stopped, ...removed }, 'removed finished runs and their history (db clean)');
+      deps.logger.info({ before: q.endedBefore?.toISOString(), dagId: q.dagId, keepLast: q.keepLast, stopped, ...removed, ...actorPayload(callerOf(context)) }, 'removed finished runs and their history (db clean)');
       yield { removed: countsToProto(removed), expected: countsToProto(expected), finished: true, stopped };
     },
 

@@ -136,7 +136,7 @@ describe('chain-40', () => {
         viaAgent20.push(await runChain(db, s, 'chain_agent_20ms'));
       }
       const startsAfter = await scrapeMetrics(s.metricsUrl);
-      const starts = Object.fromEntries([...startsAfter].filter(([k]) => k.startsWith('task_starts_total{')).map(([k, v]) => [k.slice('task_starts_total'.length), v - (startsBefore.get(k) ?? 0)]));
+      const starts = Object.fromEntries([...startsAfter].filter(([k]) => k.startsWith('leoflow_task_starts_total{')).map(([k, v]) => [k.slice('leoflow_task_starts_total'.length), v - (startsBefore.get(k) ?? 0)]));
       console.log('server starts by how', JSON.stringify(starts));
       if (tracing.on) console.log(`tracing on: ${tracing.spans()} spans received so far`);
       const rows = [

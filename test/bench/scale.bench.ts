@@ -12,7 +12,7 @@ import { report } from './report.js';
  * of one DAG delays another's. (1) 0 / 100 / 1,000 / 5,000 running runs, each with a task
  * running on an agent (written with SQL; the heartbeat threshold is an hour, so nothing is
  * reaped), and nothing happening: over 20 s, the steps' mean and p50/p99 (from the server's
- * `tick_duration_seconds` histogram, so a p is its bucket's upper bound), steps a second, and
+ * `leoflow_tick_duration_seconds` histogram, so a p is its bucket's upper bound), steps a second, and
  * the server's CPU. Then 5,000 running runs of which 1,000 have their task scheduled and
  * waiting on the dispatch queue (no agent is connected: the queue is full and refuses them, the
  * issue's goal case). Ratios to the 0-active run. (2) 5,000 queued runs of one DAG
@@ -29,7 +29,7 @@ const ACTIVE: { runs: number; waiting: number }[] = [
   { runs: 5000, waiting: 1000 },
 ];
 const WINDOW_MS = 20_000;
-const BUCKET = /^tick_duration_seconds_bucket\{le="([^"]+)"\}$/;
+const BUCKET = /^leoflow_tick_duration_seconds_bucket\{le="([^"]+)"\}$/;
 
 /** The running runs of `scale`: the newest `waiting` with their one task scheduled (to offer;
  *  no agent is connected, so the dispatch queue stays full), the others with it running on agent
@@ -71,7 +71,7 @@ async function steps(s: ServerProcess): Promise<Steps> {
     const b = BUCKET.exec(k);
     if (b) buckets.push([b[1] === '+Inf' ? Infinity : Number(b[1]), v]);
   }
-  return { count: m.get('tick_duration_seconds_count') ?? 0, sum: m.get('tick_duration_seconds_sum') ?? 0, buckets: buckets.sort((a, b) => a[0] - b[0]) };
+  return { count: m.get('leoflow_tick_duration_seconds_count') ?? 0, sum: m.get('leoflow_tick_duration_seconds_sum') ?? 0, buckets: buckets.sort((a, b) => a[0] - b[0]) };
 }
 
 /** The upper bound, in ms, of the bucket the p-th percentile of the window's steps falls in. */

@@ -100,7 +100,7 @@ async function end(a: Agent): Promise<void> {
 
 async function stale(report: string): Promise<number> {
   const m = await scrapeMetrics(server.metricsUrl);
-  return m.get(`stale_reports_rejected_total{report="${report}"}`) ?? 0;
+  return m.get(`leoflow_stale_reports_rejected_total{report="${report}"}`) ?? 0;
 }
 
 /** An attempt assigned to `a`, started and listed in its keepalives. */

@@ -211,7 +211,7 @@ describe('a bad report harms only its sender', () => {
     await waitFor('a heartbeat after the bad keepalive', async () => ((await tiRow(held!.tiId)).heartbeat_at?.getTime() ?? 0) > since.getTime() + 500, 5000);
     // Refused, counted and logged in one line, without a stack.
     const metrics = await scrapeMetrics(server.metricsUrl);
-    expect(metrics.get('agent_messages_invalid_total{report="keepalive"}')).toBe(1);
+    expect(metrics.get('leoflow_agent_messages_invalid_total{report="keepalive"}')).toBe(1);
     const line = server.logs.find((l) => String(l.msg).startsWith('agent message refused: keepalive.held[0]'));
     expect(line).toMatchObject({ field: 'keepalive.held[0].attempt_token', report: 'keepalive' });
     expect(JSON.stringify(line)).not.toContain('"stack"');

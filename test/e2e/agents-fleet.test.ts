@@ -223,7 +223,7 @@ describe('a fleet of agents', () => {
     const z1 = await agent('z1', ['--labels', 'zone=z']);
     const z2 = await agent('z2', ['--labels', 'zone=z']);
     await apply('zombie', `dag_id: zombie\ntasks:\n  - id: slow\n    executor: agents\n    retries: 1\n    retry_delay: 100ms\n    placement: { labels: { zone: z } }\n    command: ["sh", "-c", "if [ $LEOFLOW_TRY_NUMBER -ge 2 ]; then echo try-2; exit 0; fi; echo $$ > ${pidFile}; sleep 6; echo try-1-late"]\n`);
-    const before = metricSum(await scrapeMetrics(server.metricsUrl), 'stale_reports_rejected_total');
+    const before = metricSum(await scrapeMetrics(server.metricsUrl), 'leoflow_stale_reports_rejected_total');
     const runId = (await api.workflow.triggerRun({ dagId: 'zombie' })).run!.runId;
     const holder = await waitFor('slow running', async () => {
       const [t] = await db.sql<{ state: string; agent_id: string }[]>`select state, agent_id from task_instances where run_id = ${runId}`;
@@ -236,7 +236,7 @@ describe('a fleet of agents', () => {
     expect(done).toMatchObject({ try_number: 2, state: 'success', agent_id: holder === 'z1' ? 'z2' : 'z1' });
 
     zombie.child.kill('SIGCONT');
-    await waitFor('zombie refused', async () => metricSum(await scrapeMetrics(server.metricsUrl), 'stale_reports_rejected_total') > before, 20_000);
+    await waitFor('zombie refused', async () => metricSum(await scrapeMetrics(server.metricsUrl), 'leoflow_stale_reports_rejected_total') > before, 20_000);
     const try1 = Number(await readFile(pidFile, 'utf8'));
     await waitFor('try 1 stopped', async () => {
       try {

@@ -164,11 +164,11 @@ describe('API tokens and roles', () => {
 
   it('counts denials by code and RPC', async () => {
     const m = await scrapeMetrics(server.metricsUrl);
-    expect(m.get('api_auth_denied_total{code="unauthenticated",rpc="GetLeader"}')).toBe(2);
-    expect(m.get('api_auth_denied_total{code="permission_denied",rpc="TriggerRun"}')).toBe(1);
+    expect(m.get('leoflow_api_auth_denied_total{code="unauthenticated",rpc="GetLeader"}')).toBe(2);
+    expect(m.get('leoflow_api_auth_denied_total{code="permission_denied",rpc="TriggerRun"}')).toBe(1);
     // Two from the Connect and gRPC-Web calls without a token, one revoked, one expired.
-    expect(m.get('api_auth_denied_total{code="unauthenticated",rpc="ListDags"}')).toBe(4);
-    expect(m.get('api_auth_denied_total{code="permission_denied",rpc="PauseDag"}')).toBe(2);
+    expect(m.get('leoflow_api_auth_denied_total{code="unauthenticated",rpc="ListDags"}')).toBe(4);
+    expect(m.get('leoflow_api_auth_denied_total{code="permission_denied",rpc="PauseDag"}')).toBe(2);
   });
 
   it('an agent token bound to gpu-* lets gpu-1 say Hello and refuses cpu-1, naming the id', async () => {

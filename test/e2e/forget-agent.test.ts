@@ -135,7 +135,7 @@ describe('leoflow agents forget', () => {
     expect((JSON.parse(list.stdout) as { agent_id: string }[]).map((x) => x.agent_id)).not.toContain('holder-1');
     // The task keeps the name of the agent that ran it.
     expect((await api.workflow.getRun({ runId })).taskInstances[0]!.agentId).toBe('holder-1');
-    expect((await scrapeMetrics(server.metricsUrl)).get('agents_forgotten_total{how="by_hand"}')).toBe(1);
+    expect((await scrapeMetrics(server.metricsUrl)).get('leoflow_agents_forgotten_total{how="by_hand"}')).toBe(1);
 
     // The same id connects again: a new agent, not drained as the forgotten one was.
     const back = await connect('holder-1', { pool: 'other' });
@@ -160,7 +160,7 @@ describe('--agent-retention', () => {
       const names = async () => (await createClients(short.url).cluster.listAgents({})).agents.map((a) => a.agentId);
       await waitFor('an agent gone longer than the agent retention (1s) forgotten', async () => !(await names()).includes('brief-1'), 45_000, 250);
       expect(await names()).toEqual(['stays-1']);
-      expect((await scrapeMetrics(short.metricsUrl)).get('agents_forgotten_total{how="retention"}')).toBe(1);
+      expect((await scrapeMetrics(short.metricsUrl)).get('leoflow_agents_forgotten_total{how="retention"}')).toBe(1);
       expect(short.logs.some((l) => l.component === 'history' && /^forgot 1 agent/.test(String(l.msg)) && JSON.stringify(l.agentIds) === '["brief-1"]')).toBe(true);
     } finally {
       await kept.close();

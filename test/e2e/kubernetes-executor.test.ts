@@ -198,9 +198,9 @@ describe('the kubernetes executor against the fake API server', () => {
   it('counts pods created, create errors by reason and pod start latency', async () => {
     // Before the restart below: the counters are this server's.
     const m = await scrapeMetrics(server.metricsUrl);
-    expect(metricSum(m, 'kubernetes_pods_created_total')).toBeGreaterThan(0);
-    expect(m.get('kubernetes_pod_create_errors_total{reason="TooManyRequests"}')).toBeGreaterThanOrEqual(1);
-    expect(metricSum(m, 'kubernetes_pod_start_latency_seconds_count')).toBeGreaterThan(0);
+    expect(metricSum(m, 'leoflow_kubernetes_pods_created_total')).toBeGreaterThan(0);
+    expect(m.get('leoflow_kubernetes_pod_create_errors_total{reason="TooManyRequests"}')).toBeGreaterThanOrEqual(1);
+    expect(metricSum(m, 'leoflow_kubernetes_pod_start_latency_seconds_count')).toBeGreaterThan(0);
   });
 
   it('after a SIGKILL, the next server adopts the running pod: the run finishes with one pod', { timeout: 90_000 }, async () => {

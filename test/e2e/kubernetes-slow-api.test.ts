@@ -53,7 +53,7 @@ afterAll(async () => {
 /** Steps observed, and those at most 100 ms, from the tick histogram. */
 async function ticks(): Promise<{ all: number; fast: number }> {
   const m = await scrapeMetrics(server.metricsUrl);
-  return { all: m.get('tick_duration_seconds_count') ?? 0, fast: m.get('tick_duration_seconds_bucket{le="0.1"}') ?? 0 };
+  return { all: m.get('leoflow_tick_duration_seconds_count') ?? 0, fast: m.get('leoflow_tick_duration_seconds_bucket{le="0.1"}') ?? 0 };
 }
 
 /** One run of the wide DAG dispatched at this latency: its steps, the slow ones, its pods. */

@@ -100,7 +100,7 @@ describe('leoflow lite, end to end', () => {
     const r = await cli(server.url, ['run', 'trigger', 'side_by_side', '--wait']);
     expect(r.code, r.stdout + r.stderr).toBe(0);
     const after = await scrapeMetrics(server.metricsUrl);
-    const delta = (how: string) => (after.get(`task_starts_total{how="${how}"}`) ?? 0) - (before.get(`task_starts_total{how="${how}"}`) ?? 0);
+    const delta = (how: string) => (after.get(`leoflow_task_starts_total{how="${how}"}`) ?? 0) - (before.get(`leoflow_task_starts_total{how="${how}"}`) ?? 0);
     // At most one of the three was a lone start; the others found an attempt running.
     expect(delta('spawn') + delta('ready_shell') + delta('spawn_helper')).toBe(3);
     expect(delta('spawn_helper')).toBeGreaterThanOrEqual(2);
@@ -116,7 +116,7 @@ describe('leoflow lite, end to end', () => {
     const r = await cli(server.url, ['run', 'trigger', 'ready_chain', '--wait']);
     expect(r.code, r.stdout + r.stderr).toBe(0);
     const after = await scrapeMetrics(server.metricsUrl);
-    const delta = (how: string) => (after.get(`task_starts_total{how="${how}"}`) ?? 0) - (before.get(`task_starts_total{how="${how}"}`) ?? 0);
+    const delta = (how: string) => (after.get(`leoflow_task_starts_total{how="${how}"}`) ?? 0) - (before.get(`leoflow_task_starts_total{how="${how}"}`) ?? 0);
     // Both tasks were started; b, alone and after a ran 50 ms, from the shell made meanwhile.
     expect(delta('spawn') + delta('ready_shell') + delta('spawn_helper')).toBe(2);
     expect(delta('ready_shell')).toBeGreaterThanOrEqual(1);

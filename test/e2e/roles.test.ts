@@ -49,7 +49,7 @@ async function runStates(runIds: string[]): Promise<string[]> {
 }
 
 async function leaderGauge(s: ServerProcess): Promise<[string, number][]> {
-  return [...(await scrapeMetrics(s.metricsUrl))].filter(([k]) => k.startsWith('leader{'));
+  return [...(await scrapeMetrics(s.metricsUrl))].filter(([k]) => k.startsWith('leoflow_leader{'));
 }
 
 describe('replica roles (Pro edition)', () => {
@@ -91,9 +91,9 @@ describe('replica roles (Pro edition)', () => {
     });
     const shown = await cli(worker.url, ['replicas']);
     expect(shown.stdout).toMatch(/^pro-worker \(answered\)\s+worker\s+no\s/m);
-    expect(await leaderGauge(auto)).toEqual([['leader{role="auto"}', 1]]);
-    expect(await leaderGauge(worker)).toEqual([['leader{role="worker"}', 0]]);
-    expect(await leaderGauge(observer)).toEqual([['leader{role="observer"}', 0]]);
+    expect(await leaderGauge(auto)).toEqual([['leoflow_leader{role="auto"}', 1]]);
+    expect(await leaderGauge(worker)).toEqual([['leoflow_leader{role="worker"}', 0]]);
+    expect(await leaderGauge(observer)).toEqual([['leoflow_leader{role="observer"}', 0]]);
   });
 
   it('a worker takes writes and agent streams; an agent sent to an observer first moves on to the worker', async () => {
@@ -184,7 +184,7 @@ describe('replica roles (Pro edition)', () => {
     await new Promise((r) => setTimeout(r, 2500));
     const api = createClients(worker.url);
     expect((await api.cluster.getLeader({})).leaderId).toBe('');
-    expect(await leaderGauge(worker)).toEqual([['leader{role="worker"}', 0]]);
+    expect(await leaderGauge(worker)).toEqual([['leoflow_leader{role="worker"}', 0]]);
     const runId = (await api.workflow.triggerRun({ dagId: 'mixed' })).run!.runId;
     await new Promise((r) => setTimeout(r, 600));
     const [waiting] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;

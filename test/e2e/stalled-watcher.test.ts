@@ -45,14 +45,14 @@ async function steps(): Promise<{ count: number; le: Map<string, number> }> {
   const m = await scrapeMetrics(server.metricsUrl);
   const le = new Map<string, number>();
   for (const [k, v] of m) {
-    const b = /^tick_duration_seconds_bucket\{le="([^"]+)"\}$/.exec(k);
+    const b = /^leoflow_tick_duration_seconds_bucket\{le="([^"]+)"\}$/.exec(k);
     if (b) le.set(b[1]!, v);
   }
-  return { count: metricSum(m, 'tick_duration_seconds_count'), le };
+  return { count: metricSum(m, 'leoflow_tick_duration_seconds_count'), le };
 }
 
 async function watchers(): Promise<number> {
-  return metricSum(await scrapeMetrics(server.metricsUrl), 'watchers_connected');
+  return metricSum(await scrapeMetrics(server.metricsUrl), 'leoflow_watchers_connected');
 }
 
 describe('a watcher that does not read', () => {

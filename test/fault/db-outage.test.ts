@@ -190,7 +190,7 @@ async function restartMidTask(opts: { flags: string[]; sleepS: number; downMs: n
   expect(await leaderOf(s)).toBeTruthy();
 
   const metrics = await (await fetch(s.metricsUrl)).text();
-  expect(metrics).toMatch(/^agent_lost_tasks_total 0$/m);
+  expect(metrics).toMatch(/^leoflow_agent_lost_tasks_total 0$/m);
   expect(s.child.exitCode).toBeNull();
   expect(s.child.signalCode).toBeNull();
   expect((await s.stop()).code).toBe(0);

@@ -68,7 +68,7 @@ describe('health probes', () => {
   it('/healthz fails while a step is stuck past the stall threshold, and recovers when it ends', async () => {
     const s = await startServer({ env: { DATABASE_URL: db.url }, args: [...PRO, '--replica-id', 'stuck'] });
     servers.push(s);
-    await waitFor('it leads', async () => (await fetch(s.metricsUrl).then((r) => r.text())).includes('leader{role="auto"} 1'));
+    await waitFor('it leads', async () => (await fetch(s.metricsUrl).then((r) => r.text())).includes('leoflow_leader{role="auto"} 1'));
     expect((await probe(s, '/healthz')).status).toBe(200);
     // Every step reads the runs: a lock no reader gets past holds the leader's step.
     let release!: () => void;

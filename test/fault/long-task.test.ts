@@ -89,8 +89,8 @@ describe('a task running 5x the heartbeat threshold', () => {
 
     const res = await fetch(server.metricsUrl);
     const metrics = await res.text();
-    expect(metricValue(metrics, 'agent_lost_tasks_total')).toBe(0);
-    expect(metricValue(metrics, 'orphan_reaped_total{kind="ti"}') ?? 0).toBe(0);
+    expect(metricValue(metrics, 'leoflow_agent_lost_tasks_total')).toBe(0);
+    expect(metricValue(metrics, 'leoflow_orphan_reaped_total{kind="ti"}') ?? 0).toBe(0);
     expect((await server.stop()).code).toBe(0);
   });
 });

@@ -132,8 +132,8 @@ describe('orphaned run', () => {
     expect(p.settled_at).toBeInstanceOf(Date);
     expect((await terminalEvents(poisoned)).map((e) => e.payload)).toEqual([{ to: 'failed', reason: 'orphan_reaped' }]);
 
-    await waitFor('orphan_reaped_total{kind="run"} on /metrics', async () => (await metric(server!.metricsUrl, 'orphan_reaped_total', 'kind="run"')) !== null, 5000);
-    expect(await metric(server.metricsUrl, 'orphan_reaped_total', 'kind="run"')).toBe(1);
+    await waitFor('leoflow_orphan_reaped_total{kind="run"} on /metrics', async () => (await metric(server!.metricsUrl, 'leoflow_orphan_reaped_total', 'kind="run"')) !== null, 5000);
+    expect(await metric(server.metricsUrl, 'leoflow_orphan_reaped_total', 'kind="run"')).toBe(1);
 
     // Do no harm: the poisoned run with a TI still running is not reaped, however long it waits
     // (here 2.5 s more, a dozen steps past the 1 s threshold).
@@ -145,8 +145,8 @@ describe('orphaned run', () => {
       { task_id: 'b', state: 'running' },
     ]);
     expect(await terminalEvents(inFlight)).toEqual([]);
-    expect(await metric(server.metricsUrl, 'orphan_reaped_total', 'kind="run"')).toBe(1);
-    expect(await metric(server.metricsUrl, 'orphan_reap_errors_total', 'kind="run"')).toBeNull();
+    expect(await metric(server.metricsUrl, 'leoflow_orphan_reaped_total', 'kind="run"')).toBe(1);
+    expect(await metric(server.metricsUrl, 'leoflow_orphan_reap_errors_total', 'kind="run"')).toBeNull();
 
     expect((await server.stop()).code).toBe(0);
   });

@@ -125,8 +125,8 @@ describe('poison run', () => {
     expect(JSON.parse(list.stdout).map((r: { run_id: string; state: string }) => [r.run_id, r.state]).sort()).toEqual(
       runIds.map((id) => [id, id === victim ? 'failed' : 'success']).sort(),
     );
-    expect(await metric(server.metricsUrl, 'scheduler_panics_total', 'phase="plan.advance"')).toBeGreaterThanOrEqual(1);
-    await waitFor('orphan_reaped_total{kind="run"}', async () => (await metric(server!.metricsUrl, 'orphan_reaped_total', 'kind="run"')) === 1, 5000);
+    expect(await metric(server.metricsUrl, 'leoflow_scheduler_panics_total', 'phase="plan.advance"')).toBeGreaterThanOrEqual(1);
+    await waitFor('leoflow_orphan_reaped_total{kind="run"}', async () => (await metric(server!.metricsUrl, 'leoflow_orphan_reaped_total', 'kind="run"')) === 1, 5000);
 
     // Skipped from now on, not re-poisoned every tick.
     await new Promise((r) => setTimeout(r, 600));

@@ -83,7 +83,7 @@ describe.each(EDITIONS)('zombie report after reassignment ($edition)', ({ editio
     // Wake the zombie. Its heartbeat for try 1 is refused, so it stops try 1's process; any
     // report it still makes about try 1 is refused and counted.
     a.child.kill('SIGCONT');
-    await waitFor('zombie reports refused', async () => metricSum(await scrapeMetrics(a.metricsUrl), 'stale_reports_rejected_total') >= 1, 10_000);
+    await waitFor('zombie reports refused', async () => metricSum(await scrapeMetrics(a.metricsUrl), 'leoflow_stale_reports_rejected_total') >= 1, 10_000);
     const try1Pid = Number(await readFile(pidFile, 'utf8'));
     await waitFor('try 1 process stopped', async () => {
       try {

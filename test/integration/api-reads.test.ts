@@ -1,3 +1,4 @@
+import { createContextValues } from '@connectrpc/connect';
 import { createEventFeed } from '../../src/server/event-feed.js';
 import { createChangeSignal } from '../../src/server/change-signal.js';
 import pino from 'pino';
@@ -79,7 +80,7 @@ afterAll(async () => {
 });
 
 async function call(handler: Handler, req: Record<string, unknown>): Promise<unknown> {
-  const out = handler(req as never, { signal: new AbortController().signal, requestHeader: new Headers() } as never);
+  const out = handler(req as never, { signal: new AbortController().signal, requestHeader: new Headers(), values: createContextValues() } as never);
   if (out && typeof out === 'object' && Symbol.asyncIterator in out) {
     const all: unknown[] = [];
     for await (const m of out as AsyncIterable<unknown>) all.push(m);
@@ -121,9 +122,9 @@ const DAG_SOURCE = /\bsource\b/;
 
 describe('the API reads only the columns it returns', () => {
   const runRpcs: [string, () => [Handler, Record<string, unknown>]][] = [
-    ['ListRuns', () => [workflow.listRuns!, { dagId: '', limit: 0 }]],
-    ['ListRuns of a DAG', () => [workflow.listRuns!, { dagId: 'reads', limit: 0 }]],
-    ['ListRuns of a DAG with no runs', () => [workflow.listRuns!, { dagId: 'nope', limit: 0 }]],
+    ['ListRuns', () => [workflow.listRuns!, { dagId: '', limit: 0, states: [] }]],
+    ['ListRuns of a DAG', () => [workflow.listRuns!, { dagId: 'reads', limit: 0, states: [] }]],
+    ['ListRuns of a DAG with no runs', () => [workflow.listRuns!, { dagId: 'nope', limit: 0, states: [] }]],
     ['GetRun', () => [workflow.getRun!, { runId }]],
     ['ListTaskInstances', () => [workflow.listTaskInstances!, { runId }]],
     ['TailLogs', () => [workflow.tailLogs!, { runId, taskId: 'a', tryNumber: 0, follow: false }]],
@@ -141,7 +142,7 @@ describe('the API reads only the columns it returns', () => {
   }
 
   it('ListRuns reads exactly the columns of a Run message, in one statement', async () => {
-    const { statements, outputs } = await readsOf(workflow.listRuns!, { dagId: '', limit: 0 });
+    const { statements, outputs } = await readsOf(workflow.listRuns!, { dagId: '', limit: 0, states: [] });
     expect(statements).toBe(1);
     const columns = new Set(outputs.filter((o) => o.startsWith('dag_runs:')).map((o) => o.replace(/^dag_runs:(\w+\.)?/, '')));
     expect([...columns].sort()).toEqual(['conf', 'created_at', 'dag_id', 'dag_version', 'ended_at', 'id', 'logical_date', 'run_key', 'run_type', 'started_at', 'state', 'traceparent']);

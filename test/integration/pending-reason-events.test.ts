@@ -1,3 +1,4 @@
+import { createContextValues } from '@connectrpc/connect';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseDag } from '../../src/core/dag/parse-dag.js';
@@ -25,7 +26,7 @@ describe('pending reasons in the events log', () => {
       sql: db.sql, logger, parseDag: async (s, f) => parseDag(s, f), nudge: () => {}, stopAttempts: () => {},
       attemptsEndWithinMs: 2000, defaultExecutor: 'subprocess', events: createEventFeed(db.sql, logger), watchBufferEvents: 10_000, changes: createChangeSignal(),
     }) as unknown as Record<string, (req: unknown, ctx: unknown) => Promise<{ run: { runId: string } }>>;
-    const ctx = { signal: new AbortController().signal, requestHeader: new Headers() };
+    const ctx = { signal: new AbortController().signal, requestHeader: new Headers(), values: createContextValues() };
     await w.applyDag!({ source: 'dag_id: p\ntasks:\n  - id: a\n    command: ["true"]\n', filename: 'p.yaml' }, ctx);
     const { run } = await w.triggerRun!({ dagId: 'p', confJson: '', runKey: '' }, ctx);
     const [ti] = await db.sql<{ id: string }[]>`select id::text as id from task_instances where run_id = ${run.runId}`;

@@ -1,3 +1,4 @@
+import { createContextValues } from '@connectrpc/connect';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseDag } from '../../src/core/dag/parse-dag.js';
@@ -46,7 +47,7 @@ afterAll(async () => {
 
 describe('TailLogs --follow', () => {
   it('sends a line as soon as it is written, not at an interval', async () => {
-    const call = (name: string, req: Record<string, unknown>, signal = new AbortController().signal) => workflow[name]!(req as never, { signal, requestHeader: new Headers() } as never);
+    const call = (name: string, req: Record<string, unknown>, signal = new AbortController().signal) => workflow[name]!(req as never, { signal, requestHeader: new Headers(), values: createContextValues() } as never);
     await (call('applyDag', { source: 'dag_id: logs\ntasks:\n  - id: a\n    command: ["true"]\n', filename: 'l.yaml' }) as unknown as Promise<unknown>);
     const { run } = (await (call('triggerRun', { dagId: 'logs', confJson: '', runKey: '' }) as unknown as Promise<{ run: { runId: string } }>));
     const [ti] = await db.sql<{ id: string }[]>`select id::text as id from task_instances where run_id = ${run.runId}`;

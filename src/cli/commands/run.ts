@@ -2,10 +2,12 @@ import type { Command } from 'commander';
 import { timestampDate } from '@bufbuild/protobuf/wkt';
 import { RunState, type Run, type TaskInstance } from '../../gen/leoflow/v1/types_pb.js';
 import type { Clients } from '../client.js';
-import { clock, duration, runStateName, table, taskStateName, time } from '../format.js';
+import { clock, duration, isoTime, runStateName, table, taskStateName, time } from '../format.js';
 import { paintState } from '../paint-state.js';
+import { parseRunStates, RUN_STATE_NAMES } from '../parse-run-states.js';
 import { followRun } from '../follow-run.js';
 import { runIdArgument, seqArgument } from '../integer-argument.js';
+import { runJson } from '../run-json.js';
 
 const ENDED = new Set([RunState.SUCCESS, RunState.FAILED, RunState.CANCELLED]);
 
@@ -15,7 +17,9 @@ function tiRows(tis: TaskInstance[]): string[][] {
     paintState(taskStateName(t.state)),
     `${t.tryNumber}/${t.maxTries}`,
     t.exitCode === undefined ? '-' : String(t.exitCode),
+    t.agentId || '-',
     time(t.startedAt),
+    time(t.endedAt),
     duration(t.startedAt, t.endedAt),
     t.pendingReason || t.error || '',
   ]);
@@ -103,14 +107,29 @@ export function registerRun(program: Command, clients: () => Clients): void {
     .command('list')
     .description('list recent runs')
     .option('--dag <dag_id>', 'only this DAG')
+    .option('--state <state>', `only runs in this state, or any of several comma-separated: ${RUN_STATE_NAMES.join(', ')}`)
     .option('--limit <n>', 'at most this many', '20')
     .option('-o, --output <format>', 'table | json', 'table')
-    .action(async (opts: { dag?: string; limit: string; output: string }) => {
+    .action(async (opts: { dag?: string; state?: string; limit: string; output: string }) => {
       const limit = Number(opts.limit);
       if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new Error(`--limit must be an integer from 1 to 1000, got ${JSON.stringify(opts.limit)}`);
-      const { runs } = await clients().workflow.listRuns({ dagId: opts.dag ?? '', limit });
+      const states = opts.state === undefined ? [] : parseRunStates(opts.state);
+      const { runs } = await clients().workflow.listRuns({ dagId: opts.dag ?? '', states, limit });
       if (opts.output === 'json') {
-        process.stdout.write(JSON.stringify(runs.map((r) => ({ run_id: r.runId, dag_id: r.dagId, run_key: r.runKey, state: runStateName(r.state) }))) + '\n');
+        process.stdout.write(
+          JSON.stringify(
+            runs.map((r) => ({
+              run_id: r.runId,
+              dag_id: r.dagId,
+              run_key: r.runKey,
+              run_type: r.runType,
+              state: runStateName(r.state),
+              created_at: isoTime(r.createdAt),
+              started_at: isoTime(r.startedAt),
+              ended_at: isoTime(r.endedAt),
+            })),
+          ) + '\n',
+        );
         return;
       }
       process.stdout.write(
@@ -130,29 +149,16 @@ export function registerRun(program: Command, clients: () => Clients): void {
       const res = await clients().workflow.getRun({ runId });
       const r = res.run!;
       if (opts.output === 'json') {
-        process.stdout.write(
-          JSON.stringify({
-            run_id: r.runId,
-            dag_id: r.dagId,
-            state: runStateName(r.state),
-            task_instances: res.taskInstances.map((t) => ({
-              ti_id: t.tiId,
-              task_id: t.taskId,
-              state: taskStateName(t.state),
-              try_number: t.tryNumber,
-              max_tries: t.maxTries,
-              exit_code: t.exitCode ?? null,
-              error: t.error || null,
-              pending_reason: t.pendingReason || null,
-            })),
-          }) + '\n',
-        );
+        process.stdout.write(JSON.stringify(runJson(r, res.taskInstances)) + '\n');
         return;
       }
       process.stdout.write(
         `run ${r.runId} of ${r.dagId} (${r.runType}, key ${r.runKey}, DAG version ${r.dagVersion})\n` +
-          `state ${paintState(runStateName(r.state))}, created ${time(r.createdAt)}, duration ${duration(r.startedAt, r.endedAt)}\n\n` +
-          table(['TASK', 'STATE', 'TRY', 'EXIT', 'STARTED', 'DURATION', 'REASON / ERROR'], tiRows(res.taskInstances)) +
+          `state ${paintState(runStateName(r.state))}, created ${time(r.createdAt)}, duration ${duration(r.startedAt, r.endedAt)}\n` +
+          (r.triggeredBy ? `triggered by ${r.triggeredBy.id} from ${r.triggeredBy.peer}\n` : '') +
+          (r.traceparent ? `traceparent ${r.traceparent}\n` : '') +
+          '\n' +
+          table(['TASK', 'STATE', 'TRY', 'EXIT', 'AGENT', 'STARTED', 'ENDED', 'DURATION', 'REASON / ERROR'], tiRows(res.taskInstances)) +
           '\n',
       );
     });
