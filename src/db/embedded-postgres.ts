@@ -38,14 +38,28 @@ export interface EmbeddedPostgres {
   readonly adminUrl: string;
   /** The cluster's data directory: in the state directory, unless it had to be staged. */
   readonly dataDir: string;
-  stop(): Promise<void>;
+  /** The postmaster's pid. */
+  readonly pid: number;
+  /**
+   * Found running on the data directory and taken over, rather than started here. Only a caller
+   * that holds the state directory (one server per state directory) may call this function, so
+   * such a postmaster is one whose Leoflow is dead.
+   */
+  readonly adopted: boolean;
+  /** Settles when the postmaster has exited, whoever stopped it, with how it ended. */
+  readonly exited: Promise<string>;
+  /** Fast shutdown (SIGINT), then SIGKILL if it is still there after `timeoutMs` (15 s). */
+  stop(timeoutMs?: number): Promise<void>;
 }
 
 async function own(p: string, ids: Ids): Promise<void> {
   if (ids.uid !== undefined && ids.gid !== undefined) await chown(p, ids.uid, ids.gid);
 }
 
-/** A postmaster left behind by a Leoflow that was killed: adopt it if it serves our directory. */
+/**
+ * A postmaster serving our data directory. The caller holds the state directory, so it was left
+ * behind by a Leoflow that is dead (killed, or one that crashed): adopted rather than started twice.
+ */
 async function livePostmaster(dataDir: string): Promise<number | null> {
   let text: string;
   try {
@@ -76,6 +90,11 @@ async function waitForExit(pid: number, timeoutMs: number): Promise<boolean> {
   return false;
 }
 
+/**
+ * Starts the embedded Postgres on the state directory, or adopts the one running there. Call it
+ * only while holding the state directory (`src/server/state-dir-lock.ts`): a running postmaster
+ * is then one no live Leoflow owns.
+ */
 export async function startEmbeddedPostgres(opts: EmbeddedPostgresOptions): Promise<EmbeddedPostgres> {
   const { logger, port } = opts;
   const stateDir = path.resolve(opts.stateDir);
@@ -114,14 +133,15 @@ export async function startEmbeddedPostgres(opts: EmbeddedPostgresOptions): Prom
     password = (await readFile(secretFile, 'utf8')).trim();
   }
 
-  const adopted = await livePostmaster(dataDir);
-  let stopPid: number;
-  if (adopted !== null) {
-    logger.warn({ pid: adopted }, 'adopting an embedded Postgres left running by a previous Leoflow');
-    stopPid = adopted;
+  const left = await livePostmaster(dataDir);
+  let postmaster: Postmaster;
+  if (left !== null) {
+    logger.warn({ postmaster: left }, 'adopting an embedded Postgres left running by a previous Leoflow');
+    postmaster = { pid: left, exited: watchAdopted(left, dataDir) };
   } else {
-    stopPid = await launch(bin.postgres, dataDir, port, ids, logger);
+    postmaster = await launch(bin.postgres, dataDir, port, ids, logger);
   }
+  const { pid } = postmaster;
 
   const enc = encodeURIComponent(password);
   const base = `postgres://postgres:${enc}@127.0.0.1:${port}`;
@@ -129,17 +149,43 @@ export async function startEmbeddedPostgres(opts: EmbeddedPostgresOptions): Prom
     url: `${base}/leoflow`,
     adminUrl: `${base}/postgres`,
     dataDir,
-    async stop() {
+    pid,
+    adopted: left !== null,
+    exited: postmaster.exited,
+    async stop(timeoutMs = 15_000) {
       try {
-        process.kill(stopPid, 'SIGINT'); // fast shutdown: roll back open transactions, checkpoint
+        process.kill(pid, 'SIGINT'); // fast shutdown: roll back open transactions, checkpoint
       } catch {
         return;
       }
-      if (!(await waitForExit(stopPid, 15_000))) process.kill(stopPid, 'SIGKILL');
+      if (!(await waitForExit(pid, timeoutMs))) process.kill(pid, 'SIGKILL');
     },
   };
   await ensureDatabase(embedded.adminUrl, 'leoflow');
   return embedded;
+}
+
+/** A running postmaster, and how it ended once it has. */
+interface Postmaster {
+  pid: number;
+  exited: Promise<string>;
+}
+
+/**
+ * An adopted postmaster is not our child, so no exit event tells its end: its process is looked
+ * for each half second (cheap: one read of /proc). The timer does not keep the process alive.
+ */
+function watchAdopted(pid: number, dataDir: string): Promise<string> {
+  return new Promise((resolve) => {
+    const timer = setInterval(() => {
+      void livePostmaster(dataDir).then((now) => {
+        if (now === pid) return;
+        clearInterval(timer);
+        resolve(`the adopted postmaster (pid ${pid}) is gone`);
+      });
+    }, 500);
+    timer.unref();
+  });
 }
 
 /** One sentence: what the postgres user could not reach, and where Leoflow put it instead. */
@@ -148,7 +194,7 @@ function describeMoves(p: PostgresPlacement): string {
   return `the embedded Postgres runs as the "postgres" user because Leoflow runs as root, and that user cannot reach ${parts.join(' or ')}`;
 }
 
-function launch(postgresBin: string, dataDir: string, port: number, ids: Ids, logger: Logger): Promise<number> {
+function launch(postgresBin: string, dataDir: string, port: number, ids: Ids, logger: Logger): Promise<Postmaster> {
   return new Promise((resolve, reject) => {
     const child = spawn(
       postgresBin,
@@ -159,14 +205,23 @@ function launch(postgresBin: string, dataDir: string, port: number, ids: Ids, lo
       { ...ids, env: { ...process.env, LC_ALL: 'C' }, stdio: ['ignore', 'ignore', 'pipe'], detached: true },
     );
     let output = '';
+    // Its last words, to say why it ended: a FATAL line names the cause.
+    const last: string[] = [];
     let ready = false;
+    let exited: (how: string) => void = () => {};
+    const ended = new Promise<string>((r) => (exited = r));
     child.stderr.setEncoding('utf8');
     child.stderr.on('data', (chunk: string) => {
       if (!ready) output += chunk;
-      for (const line of chunk.split('\n')) if (line.trim()) logger.debug({ postgres: line.trim() }, 'postgres');
+      for (const line of chunk.split('\n')) {
+        if (!line.trim()) continue;
+        logger.debug({ postgres: line.trim() }, 'postgres');
+        last.push(line.trim());
+        if (last.length > 5) last.shift();
+      }
       if (!ready && output.includes('ready to accept connections')) {
         ready = true;
-        resolve(child.pid!);
+        resolve({ pid: child.pid!, exited: ended });
       }
     });
     child.on('error', reject);
@@ -174,7 +229,10 @@ function launch(postgresBin: string, dataDir: string, port: number, ids: Ids, lo
       if (!ready && /could not bind .*Address already in use/.test(output)) {
         reject(new Error(`--embedded-pg-port 127.0.0.1:${port}: the embedded Postgres cannot listen there, another process holds the port: stop it, or choose a free port with --embedded-pg-port PORT (or give a database with --database-url)`));
       } else if (!ready) reject(new Error(`embedded Postgres exited before it was ready (code ${code}, signal ${signal}):\n${output.trim()}`));
-      else logger.info({ code, signal }, 'embedded Postgres exited');
+      else {
+        logger.info({ code, signal }, 'embedded Postgres exited');
+        exited(`${signal ? `killed by ${signal}` : `exit code ${code}`}${last.length > 0 ? `; its last lines: ${last.join(' | ')}` : ''}`);
+      }
     });
   });
 }

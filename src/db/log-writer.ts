@@ -51,7 +51,7 @@ export interface LogWriter {
 export function createLogWriter(
   sql: Sql,
   logger: Logger,
-  opts: { flushMs: number; maxBatch: number; onRejected?: (lines: number) => void },
+  opts: { flushMs: number; maxBatch: number; onRejected?: (lines: number) => void; giveUp?: AbortSignal },
 ): LogWriter {
   let buffer: Pending[] = [];
   const seqs = new Map<string, number>();
@@ -92,7 +92,7 @@ export function createLogWriter(
         written = await first();
       } catch (err) {
         if (!isConnectionError(err)) throw err;
-        written = await retryOnConnectionError(() => insert(sql, batch), { maxMs: 60_000 });
+        written = await retryOnConnectionError(() => insert(sql, batch), { maxMs: 60_000, giveUp: opts.giveUp });
       }
       if (written.count < batch.length) {
         opts.onRejected?.(batch.length - written.count);

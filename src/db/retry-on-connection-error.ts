@@ -6,16 +6,33 @@ import { isConnectionError } from './is-connection-error.js';
  * must not be lost to a database blip (an attempt's end): the writes are fenced by the attempt's
  * token, so repeating one is safe.
  */
-export async function retryOnConnectionError<T>(op: () => Promise<T>, opts: { maxMs: number; onRetry?: (err: unknown, attempt: number) => void }): Promise<T> {
+export async function retryOnConnectionError<T>(
+  op: () => Promise<T>,
+  opts: { maxMs: number; onRetry?: (err: unknown, attempt: number) => void; giveUp?: AbortSignal },
+): Promise<T> {
   const deadline = Date.now() + opts.maxMs;
   for (let attempt = 1; ; attempt++) {
     try {
       return await op();
     } catch (err) {
-      if (!isConnectionError(err) || Date.now() >= deadline) throw err;
+      // `giveUp`: a stopping server's time is up; what is not written by then is the next start's.
+      if (!isConnectionError(err) || Date.now() >= deadline || opts.giveUp?.aborted) throw err;
       opts.onRetry?.(err, attempt);
       const cap = Math.min(5000, 100 * 2 ** Math.min(attempt, 10));
-      await new Promise((r) => setTimeout(r, Math.min(Math.random() * cap, Math.max(0, deadline - Date.now()))));
+      await pause(Math.min(Math.random() * cap, Math.max(0, deadline - Date.now())), opts.giveUp);
     }
   }
+}
+
+/** Waits `ms`, or less when `signal` aborts meanwhile. */
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
 }

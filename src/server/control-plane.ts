@@ -35,8 +35,10 @@ import { startTlsReloader } from './tls-reloader.js';
 import { applyDagPaths } from './apply-dag-paths.js';
 import type { Config } from './config/config.js';
 import { createDagParser } from './dag-parser.js';
-import { openDatabase } from './database.js';
+import { openDatabase, type Database } from './database.js';
 import { createHealth } from './health.js';
+import { shutdownDeadline } from './shutdown-deadline.js';
+import { lockStateDir } from './state-dir-lock.js';
 import { createMetrics, historyCounters, schedulerCounters, serveMetrics, type Metrics } from './metrics.js';
 
 /** How long an attempt's start and end reports are retried while the database is unreachable. */
@@ -54,6 +56,9 @@ const AGENTS_MOVE_WAIT_MS = 5_000;
  */
 const END_REPORT_MS = 5_000;
 
+/** At a stop, what the ends of tasks stopped at the deadline are given to be written, past their kill grace. */
+const FINAL_WRITES_MS = 2_000;
+
 export interface ControlPlane {
   /** The address the API listens on (the port is the real one when 0 was asked). */
   readonly address: { host: string; port: number };
@@ -66,6 +71,11 @@ export interface ControlPlane {
   close(): Promise<void>;
   /** Reads the TLS files again (SIGHUP); false when there is no TLS or nothing changed. */
   reloadTls(): boolean;
+  /**
+   * Settles when the replica cannot go on: its embedded Postgres died and could not be kept
+   * running. The caller stops it and exits non-zero with the reason.
+   */
+  readonly lost: Promise<Error>;
 }
 
 /**
@@ -75,8 +85,20 @@ export interface ControlPlane {
  */
 export async function startControlPlane(config: Config, logger: Logger): Promise<ControlPlane> {
   const started = performance.now();
-  const db = await openDatabase(config, logger);
+  // One server per state directory, taken before anything in it is touched: a second server
+  // refuses here, naming the first, and never reaches the first's embedded Postgres.
+  const lock = lockStateDir(config.stateDir);
+  let db: Database;
+  try {
+    db = await openDatabase(config, logger);
+  } catch (err) {
+    lock.release();
+    throw err;
+  }
   const { sql } = db;
+  // Aborted when a stop runs out of time: the reports and log lines retried through a database
+  // outage are then left to the next start (the attempts' folders keep them).
+  const stopRetrying = new AbortController();
   const cleanups: (() => Promise<unknown>)[] = [];
   // What the start hands on once wired: the replica, its wait for leadership, its ready log line.
   let ready: { plane: ControlPlane; leadership: Scheduler['leadership']; announce(): void };
@@ -89,11 +111,12 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       : null;
     if (tracing) cleanups.push(() => tracing.close());
     const auth = await prepareAuth(config, sql, logger);
-    const logs = createLogWriter(sql, logger, { flushMs: 50, maxBatch: 500, onRejected: (n) => metrics.staleReportsRejected.inc({ report: 'log' }, n) });
+    const logs = createLogWriter(sql, logger, { flushMs: 50, maxBatch: 500, giveUp: stopRetrying.signal, onRejected: (n) => metrics.staleReportsRejected.inc({ report: 'log' }, n) });
     // Every attempt's start and end report on this replica, from the subprocess executor and from
     // agent streams alike, is written by one group-commit batcher.
     const reports = createReportBatcher(db.reportSql, {
       retryMs: REPORT_RETRY_MS,
+      giveUp: stopRetrying.signal,
       logs,
       onRetry: (err) => logger.warn({ err: (err as Error).message }, 'database unreachable: retrying attempt reports'),
       observe: { started: metrics.attemptStarted, ended: metrics.attemptEnded },
@@ -219,6 +242,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     const apiServer = await serveApi(routes, config.listenHost, config.listenPort, tls);
     api = apiServer;
     cleanups.push(() => apiServer.close());
+    lock.setUrl(`${config.tls ? 'https' : 'http'}://${apiServer.address.host}:${apiServer.address.port}`);
     const tlsReloader = config.tls ? startTlsReloader(config.tls, (t) => apiServer.setTls(t), logger) : null;
     if (tlsReloader) cleanups.push(async () => tlsReloader.stop());
     const metricsServer = config.metricsListen ? await serveMetrics(metrics, config.metricsListen.host, config.metricsListen.port, health) : null;
@@ -256,33 +280,41 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       address: apiServer.address,
       databaseUrl: db.url,
       reloadTls: () => tlsReloader?.reload('SIGHUP') ?? false,
+      lost: db.lost,
       close() {
         closing ??= (async () => {
           logger.info('shutting down: no new work; waiting for running tasks');
+          // Every wait below ends by the shutdown grace, whatever the database does (shutdown-deadline.ts).
+          const d = shutdownDeadline(config.shutdownGraceMs, logger, stopRetrying);
+          db.stopping();
           // 1. Nothing more is placed here nor, by any replica, on this replica's agents; what
           //    was placed already is delivered, down streams that are still open.
-          await sched.stop();
-          await fleet.leave();
-          await dispatcher.close();
+          await d.within('the scheduler to stop', sched.stop());
+          await d.within("this replica's agents to leave", fleet.leave());
+          await d.within('the dispatch queue', dispatcher.close());
           // 2. Another replica leads from now on, placing on other agents only. Whatever ends
           //    here meanwhile is recorded here and nudges it over NOTIFY.
-          await sched.resign();
-          // 3. Agents move to another replica with their attempts, while subprocess tasks end.
-          await Promise.all([fleet.sendAway(Math.min(AGENTS_MOVE_WAIT_MS, config.shutdownGraceMs)), ...[...executors.values()].map((e) => e.shutdown(config.shutdownGraceMs))]);
-          await fleet.close();
-          await reports.drain();
-          await logs.close();
+          await d.within('leadership to be released', sched.resign());
+          // 3. Agents move to another replica with their attempts, while subprocess tasks end:
+          //    those still running at the deadline are stopped, and get their kill grace.
+          const moved = Promise.all([fleet.sendAway(Math.min(AGENTS_MOVE_WAIT_MS, d.left())), ...[...executors.values()].map((e) => e.shutdown(d.left()))]);
+          await d.within('running tasks to end and their ends to be recorded', moved, config.killGraceMs + FINAL_WRITES_MS);
+          await d.within('the agent streams to close', fleet.close());
+          await d.within('attempt reports to be written', reports.drain());
+          await d.within('task log lines to be written', logs.close());
           // 4. The listeners last: until now an Assign notified for an agent of this replica
           //    reaches its stream, or is given back.
-          await listener.close();
+          await d.within('the notification listener to close', listener.close());
           // Watchers are told to reconnect elsewhere (UNAVAILABLE with their seq) before the API stops.
-          await spans?.close();
+          await d.within('the span recorder', spans?.close() ?? Promise.resolve());
           events.close();
-          await apiServer.close();
-          await parser.close();
-          await metricsServer?.close();
-          await tracing?.close();
-          await db.close(5);
+          await d.within('the API to close', apiServer.close());
+          await d.within('the DAG parser', parser.close());
+          await d.within('the metrics listener', metricsServer?.close() ?? Promise.resolve());
+          await d.within('the trace exporter', tracing?.close() ?? Promise.resolve());
+          await db.close(Math.max(1, Math.ceil(d.left() / 1000)));
+          d.done();
+          lock.release();
           logger.info('stopped');
         })();
         return closing;
@@ -306,7 +338,9 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     ready = { plane, leadership: sched.leadership, announce };
   } catch (err) {
     for (const c of cleanups) await c().catch(() => {});
-    await db.close(1);
+    // A failed start leaves an embedded Postgres it adopted as it found it.
+    await db.close(1, 'start-failed');
+    lock.release();
     throw err;
   }
   // A replica that must lead and cannot stops whole: its API served reads meanwhile.

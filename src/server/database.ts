@@ -1,8 +1,12 @@
 import type { Logger } from 'pino';
-import { startEmbeddedPostgres, type EmbeddedPostgres } from '../db/embedded-postgres.js';
+import { startEmbeddedPostgres } from '../db/embedded-postgres.js';
+import { superviseEmbeddedPostgres, type SupervisedPostgres } from '../db/supervise-embedded-postgres.js';
 import { migrate } from '../db/migrate.js';
 import { createSql, type Sql } from '../db/sql.js';
 import type { Config } from './config/config.js';
+
+/** How long a stopping server waits for the embedded Postgres's fast shutdown before SIGKILL. */
+const STOP_POSTGRES_MS = 5_000;
 
 /** The database of one replica: its URL and the pools each kind of work uses. */
 export interface Database {
@@ -15,8 +19,18 @@ export interface Database {
   readonly claimSql: Sql;
   /** The readiness probe's round trips, on a connection of their own so a busy pool never fails it. */
   readonly healthSql: Sql;
-  /** Ends the pools (waiting up to `timeoutS` for queries in flight) and stops an embedded Postgres. */
-  close(timeoutS: number): Promise<void>;
+  /**
+   * Settles when the database is gone for good: Lite's embedded Postgres died and could not be
+   * kept running. Never settles for a database given by URL (its outages are waited out).
+   */
+  readonly lost: Promise<Error>;
+  /** The replica is stopping: an embedded Postgres that dies from now on is not started again. */
+  stopping(): void;
+  /**
+   * Ends the pools (waiting up to `timeoutS` for queries in flight) and stops an embedded Postgres;
+   * after a failed start, only one this process started (`how: 'start-failed'`).
+   */
+  close(timeoutS: number, how?: 'stop' | 'start-failed'): Promise<void>;
 }
 
 /**
@@ -25,10 +39,11 @@ export interface Database {
  * writes nothing (its readiness waits for another replica to apply them).
  */
 export async function openDatabase(config: Config, logger: Logger): Promise<Database> {
-  let embedded: EmbeddedPostgres | null = null;
+  let embedded: SupervisedPostgres | null = null;
   let url = config.databaseUrl;
   if (!url) {
-    embedded = await startEmbeddedPostgres({ stateDir: config.stateDir, port: config.embeddedPgPort, logger: logger.child({ component: 'postgres' }) });
+    const pgLogger = logger.child({ component: 'postgres' });
+    embedded = await superviseEmbeddedPostgres(() => startEmbeddedPostgres({ stateDir: config.stateDir, port: config.embeddedPgPort, logger: pgLogger }), pgLogger);
     url = embedded.url;
     logger.info({ port: config.embeddedPgPort, dataDir: embedded.dataDir }, 'embedded Postgres ready');
   }
@@ -48,15 +63,20 @@ export async function openDatabase(config: Config, logger: Logger): Promise<Data
     reportSql,
     claimSql,
     healthSql,
-    async close(timeoutS) {
+    lost: embedded?.lost ?? new Promise<Error>(() => {}),
+    stopping: () => embedded?.stopRestarting(),
+    async close(timeoutS, how = 'stop') {
       await Promise.all([sql, reportSql, claimSql, healthSql].map((pool) => pool.end({ timeout: timeoutS }).catch(() => {})));
-      await embedded?.stop();
+      // Its fast shutdown takes a fraction of a second; one that does not end is killed.
+      const stopMs = Math.min(STOP_POSTGRES_MS, timeoutS * 1000);
+      if (how === 'stop') await embedded?.stop(stopMs);
+      else await embedded?.release(stopMs);
     },
   };
   try {
     if (config.role !== 'observer') await migrate(sql, logger);
   } catch (err) {
-    await db.close(1);
+    await db.close(1, 'start-failed');
     throw err;
   }
   return db;

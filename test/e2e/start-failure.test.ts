@@ -23,7 +23,7 @@ beforeAll(async () => {
 afterAll(async () => rm(tmp, { recursive: true, force: true }));
 
 const serverArgs = (format: string) => [BIN, 'server', '--listen', '127.0.0.1:0', '--metrics-listen', 'off', '--log-format', format, '--state-dir', stateDir];
-const LINE = /^leoflow server: could not start: ENOTDIR: not a directory, mkdir '.*\/a-file\/state'$/;
+const LINE = /^leoflow server: could not start: the state directory .*\/a-file\/state cannot be made \(ENOTDIR: not a directory, mkdir '.*\/a-file\/state'\): give --state-dir a folder this user can write$/;
 
 describe('a server that cannot start', () => {
   it.each(['json', 'pretty'])('prints one readable line to a pipe and exits 1 (log format %s)', async (format) => {

@@ -50,6 +50,9 @@ const HELP: Record<SettingKey, string> = {
   pod_ca: "kubernetes executor: secret:NAME[/KEY] or configmap:NAME[/KEY] (key default ca.crt) in the pods' namespace: the CA pods' agents verify an https:// --pod-server-url with",
 };
 
+/** What a stop may take past its shutdown and kill graces before the process exits anyway. */
+const STOP_SLACK_MS = 10_000;
+
 /** commander's option name → our setting key (`--tick-interval` → tickInterval → tick_interval). */
 function camel(flag: string): string {
   return flag.replace(/^--/, '').replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
@@ -87,29 +90,43 @@ export function registerServer(program: Command): void {
       // One plain line whatever the log format: a person reads it, at a terminal or in CI's
       // output; the stack is there for who asks for debug logs.
       logger.debug({ err }, 'could not start');
-      process.stderr.write(`leoflow server: could not start: ${(err as Error).message}\n`);
+      const busy = (err as Error).name === 'StateDirBusyError';
+      process.stderr.write(`leoflow server: ${busy ? '' : 'could not start: '}${(err as Error).message}\n`);
       process.exitCode = 1;
       return;
     }
     let signals = 0;
-    const stop = (signal: string) => {
+    const stop = (signal: string, exitCode: number) => {
       signals++;
       if (signals > 1) {
         logger.warn({ signal }, 'second signal: exiting now');
         process.exit(130);
       }
-      logger.info({ signal }, 'received signal');
+      logger.info({ signal }, signal === 'lost' ? 'stopping: the database is gone' : 'received signal');
+      // Every wait of the stop ends by the shutdown grace; this is the net under them (a task
+      // stopped at the deadline gets its kill grace, its end a moment to be written).
+      setTimeout(() => {
+        logger.error({ shutdownGraceMs: config.shutdownGraceMs }, 'could not stop in time: exiting now');
+        process.exit(1);
+      }, config.shutdownGraceMs + config.killGraceMs + STOP_SLACK_MS).unref();
       plane.close().then(
-        () => process.exit(0),
+        () => process.exit(exitCode),
         (err: unknown) => {
           logger.error({ err }, 'error while shutting down');
           process.exit(1);
         },
       );
     };
+    // The embedded Postgres died and could not be kept running: stop, and exit non-zero so a
+    // supervisor sees it, rather than retry a database that will not come back.
+    void plane.lost.then((err) => {
+      logger.fatal({ err: err.message }, 'the database is gone: stopping');
+      process.stderr.write(`leoflow server: stopping: ${err.message}\n`);
+      stop('lost', 1);
+    });
     // A rotated certificate is put in use without a restart (the files are also checked each minute).
     process.on('SIGHUP', () => void plane.reloadTls());
-    process.on('SIGTERM', () => stop('SIGTERM'));
-    process.on('SIGINT', () => stop('SIGINT'));
+    process.on('SIGTERM', () => stop('SIGTERM', 0));
+    process.on('SIGINT', () => stop('SIGINT', 0));
   });
 }

@@ -46,6 +46,8 @@ export interface ReportBatcherOptions {
    */
   logs: Pick<LogWriter, 'busy' | 'flush' | 'sendOn'>;
   onRetry?(err: unknown): void;
+  /** Aborted when retrying must stop (a stopping server out of time): each report is then tried once more at most. */
+  giveUp?: AbortSignal;
   /** Told of each start and end written, with its DAG: how long it waited (ready → started) and ran (s). */
   observe?: {
     started(dagId: string, waitedS: number | null): void;
@@ -87,7 +89,7 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
     },
   };
 
-  const retry = <T>(op: () => Promise<T>) => retryOnConnectionError(op, { maxMs: opts.retryMs, onRetry: (err, n) => n === 1 && opts.onRetry?.(err) });
+  const retry = <T>(op: () => Promise<T>) => retryOnConnectionError(op, { maxMs: opts.retryMs, giveUp: opts.giveUp, onRetry: (err, n) => n === 1 && opts.onRetry?.(err) });
 
   type StartOp = Extract<Op, { kind: 'start' }>;
   type EndOp = Extract<Op, { kind: 'finish' }>;
