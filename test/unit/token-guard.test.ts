@@ -1,4 +1,4 @@
-import { Code, ConnectError } from '@connectrpc/connect';
+import { Code, ConnectError, createContextValues } from '@connectrpc/connect';
 import type { DescMethod, DescService } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
 import { agentPatternMatches, TOKEN_ROLES, type TokenRole } from '../../src/core/api-role.js';
@@ -60,7 +60,7 @@ async function call(m: DescMethod, authorization: string | null, denied: string[
   const header = new Headers(authorization === null ? {} : { authorization });
   const handler = guard(async () => ({ ok: true }) as never);
   try {
-    await handler({ service: m.parent, method: m, header } as never);
+    await handler({ service: m.parent, method: m, header, contextValues: createContextValues() } as never);
     return 'ok';
   } catch (err) {
     return err as ConnectError;
