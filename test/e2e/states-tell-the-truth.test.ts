@@ -3,11 +3,12 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
-import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { cli, startAgent, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 
 /**
  * Every state tells the truth (issue 33), as a user of Lite sees it with the real server and CLI
- * at their defaults: each try's log starts with its `started` line.
+ * at their defaults: each try's log starts with its `started` line; a task whose only matching
+ * agent drains says AGENT_DRAINING; an agent stopped with SIGTERM is listed as stopped.
  */
 
 let db: TestDatabase;
@@ -19,6 +20,27 @@ tasks:
 ${['a', 'b', 'c', 'd', 'e'].map((t) => `  - id: ${t}\n    command: ["sh", "-c", "echo ${t}-err >&2; echo ${t}-out"]`).join('\n')}
 `;
 
+const GPU = `dag_id: gpu
+tasks:
+  - id: train
+    executor: agents
+    placement: { labels: { gpu: nvidia } }
+    command: ["true"]
+`;
+
+interface ShownAgent {
+  agent_id: string;
+  health: string;
+  connected: boolean;
+  draining: boolean;
+}
+
+async function agentsList(): Promise<ShownAgent[]> {
+  const r = await cli(server.url, ['agents', 'list', '-o', 'json']);
+  expect(r.code, r.stderr).toBe(0);
+  return JSON.parse(r.stdout);
+}
+
 function runIdOf(stdout: string): string {
   const m = /^run (\d+) of /m.exec(stdout);
   if (!m) throw new Error(`no run id in: ${stdout}`);
@@ -29,6 +51,7 @@ beforeAll(async () => {
   db = await createTestDatabase();
   tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-truth-'));
   await writeFile(path.join(tmp, 'wide.yaml'), WIDE);
+  await writeFile(path.join(tmp, 'gpu.yaml'), GPU);
   server = await startServer({ env: { DATABASE_URL: db.url } });
   const r = await cli(server.url, ['dag', 'apply', tmp]);
   expect(r.code, r.stderr).toBe(0);
@@ -56,4 +79,32 @@ describe('every state tells the truth', () => {
       }
     }
   }, 150_000);
+
+  it('says AGENT_DRAINING while the only agents with the labels drain, and lists an agent stopped with SIGTERM as stopped', async () => {
+    const agent = startAgent(server.url, ['--id', 'g1', '--labels', 'gpu=nvidia']);
+    try {
+      await waitFor('agent g1 healthy', async () => (await agentsList()).find((a) => a.agent_id === 'g1' && a.health === 'healthy'));
+      const drained = await cli(server.url, ['agents', 'drain', 'g1']);
+      expect(drained.code, drained.stderr).toBe(0);
+      const t = await cli(server.url, ['run', 'trigger', 'gpu']);
+      expect(t.code, t.stderr).toBe(0);
+      const runId = runIdOf(t.stdout);
+      const reason = async () => {
+        const r = await cli(server.url, ['run', 'show', runId, '-o', 'json']);
+        return (JSON.parse(r.stdout) as { task_instances: { pending_reason: string | null }[] }).task_instances[0]!.pending_reason;
+      };
+      expect(await waitFor('a pending reason', reason)).toBe('AGENT_DRAINING:1 agent with gpu=nvidia');
+
+      // Stopped by its operator: it says goodbye (ends its stream) and is listed as stopped, not stale.
+      expect((await agent.stop()).code).toBe(0);
+      const gone = await waitFor('agent g1 disconnected', async () => (await agentsList()).find((a) => a.agent_id === 'g1' && !a.connected));
+      expect(gone.health).toBe('stopped');
+      const status = await cli(server.url, ['status']);
+      expect(status.stdout).toMatch(/stopped/);
+      // With no agent left at all, the task says so.
+      await cli(server.url, ['run', 'cancel', runId]);
+    } finally {
+      await agent.stop();
+    }
+  }, 60_000);
 });
