@@ -107,4 +107,43 @@ describe('every state tells the truth', () => {
       await agent.stop();
     }
   }, 60_000);
+
+  it('replays an ended run with each move at its own time, and gives a cleared run its wall time as duration', async () => {
+    const t = await cli(server.url, ['run', 'trigger', 'wide', '--wait']);
+    expect(t.code, t.stdout + t.stderr).toBe(0);
+    const runId = runIdOf(t.stdout);
+    await new Promise((r) => setTimeout(r, 1_500));
+    const json = await cli(server.url, ['run', 'watch', runId, '-o', 'json']);
+    expect(json.code, json.stderr).toBe(0);
+    const events = json.stdout.trim().split('\n').map((l) => JSON.parse(l) as { kind: string; at: string; task_id?: string; to?: string });
+    const pad = (n: number, w = 2) => String(n).padStart(w, '0');
+    const clock = (d: Date) => `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
+    const replayedAt = Date.now();
+    const plain = await cli(server.url, ['run', 'watch', runId]);
+    expect(plain.code, plain.stderr).toBe(0);
+    const moves = plain.stdout.split('\n').filter((l) => /^ {2}\d\d:\d\d:\d\d\.\d{3} {2}/.test(l));
+    // One line per move of every task, each at the time of its event, none at the time of the replay.
+    const tiMoves = events.filter((e) => e.kind === 'ti.state');
+    expect(moves).toHaveLength(tiMoves.length);
+    moves.forEach((line, i) => {
+      const e = tiMoves[i]!;
+      expect(line).toMatch(new RegExp(`^ {2}${clock(new Date(e.at)).replaceAll('.', '\\.')} {2}${e.task_id}\\s+${e.to}\\b`));
+      expect(Date.parse(e.at)).toBeLessThan(replayedAt - 1_000);
+    });
+
+    // Cleared a while after it ended: the run's duration is its wall time, first start to last end.
+    const cleared = await cli(server.url, ['run', 'clear', runId, 'a']);
+    expect(cleared.code, cleared.stderr).toBe(0);
+    await waitFor('the cleared run to end again', async () => JSON.parse((await cli(server.url, ['run', 'show', runId, '-o', 'json'])).stdout).state === 'success');
+    const again = await cli(server.url, ['run', 'watch', runId]);
+    expect(again.code, again.stderr).toBe(0);
+    const wall = Date.now() - Date.parse(events[0]!.at);
+    const m = new RegExp(`^run ${runId} success in (\\d+\\.\\d)s: `, 'm').exec(again.stdout);
+    expect(m, again.stdout).not.toBeNull();
+    expect(Number(m![1])).toBeGreaterThanOrEqual(2.5);
+    expect(Number(m![1]) * 1000).toBeLessThanOrEqual(wall + 100);
+    const show = await cli(server.url, ['run', 'show', runId]);
+    expect(show.stdout).toMatch(/, duration (\d+\.\d)s\n/);
+    expect(Number(/, duration (\d+\.\d)s\n/.exec(show.stdout)![1])).toBeGreaterThanOrEqual(2.5);
+  }, 60_000);
 });
