@@ -115,19 +115,22 @@ describe('every state tells the truth', () => {
     await new Promise((r) => setTimeout(r, 1_500));
     const json = await cli(server.url, ['run', 'watch', runId, '-o', 'json']);
     expect(json.code, json.stderr).toBe(0);
-    const events = json.stdout.trim().split('\n').map((l) => JSON.parse(l) as { kind: string; at: string; task_id?: string; to?: string });
+    const events = json.stdout.trim().split('\n').map((l) => JSON.parse(l) as { kind: string; at: string; task_id?: string; to?: string; reason?: string | null });
     const pad = (n: number, w = 2) => String(n).padStart(w, '0');
     const clock = (d: Date) => `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
     const replayedAt = Date.now();
     const plain = await cli(server.url, ['run', 'watch', runId]);
     expect(plain.code, plain.stderr).toBe(0);
     const moves = plain.stdout.split('\n').filter((l) => /^ {2}\d\d:\d\d:\d\d\.\d{3} {2}/.test(l));
-    // One line per move of every task, each at the time of its event, none at the time of the replay.
-    const tiMoves = events.filter((e) => e.kind === 'ti.state');
+    // One line per move of every task (and per reason it waited for), each at the time of its
+    // event, none at the time of the replay.
+    const tiMoves = events.filter((e) => e.kind === 'ti.state' || (e.kind === 'ti.pending' && e.reason));
+    expect(tiMoves.filter((e) => e.kind === 'ti.state')).toHaveLength(20);
     expect(moves).toHaveLength(tiMoves.length);
     moves.forEach((line, i) => {
       const e = tiMoves[i]!;
-      expect(line).toMatch(new RegExp(`^ {2}${clock(new Date(e.at)).replaceAll('.', '\\.')} {2}${e.task_id}\\s+${e.to}\\b`));
+      const what = e.kind === 'ti.state' ? `${e.to}\\b` : `\\w+\\s+${e.reason!.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`;
+      expect(line).toMatch(new RegExp(`^ {2}${clock(new Date(e.at)).replaceAll('.', '\\.')} {2}${e.task_id}\\s+${what}`));
       expect(Date.parse(e.at)).toBeLessThan(replayedAt - 1_000);
     });
 

@@ -40,8 +40,9 @@ interface TiMove {
 const ENDED_TI = new Set(['success', 'failed', 'upstream_failed', 'skipped', 'cancelled']);
 
 /**
- * Follows a run until it ends, printing each task's moves as its events come (one line per move,
- * so the output reads the same in a terminal and in a CI log), each at the time of its event: a
+ * Follows a run until it ends, printing each task's moves (and why it waits, when it says) as its
+ * events come (one line each, so the output reads the same in a terminal and in a CI log), each at
+ * the time of its event: a
  * run replayed after its end shows when each move happened, not when it was read. Resolves the
  * final run.
  */
@@ -52,8 +53,11 @@ async function watch(clients: Clients, run: Run): Promise<{ run: Run; tis: TaskI
   const states = new Map(first.taskInstances.map((t) => [t.taskId, 'none']));
   for await (const batch of followRun(clients, run.runId)) {
     for (const e of batch) {
-      if (e.kind !== 'ti.state') continue;
-      const move = JSON.parse(e.payloadJson) as TiMove;
+      if (e.kind !== 'ti.state' && e.kind !== 'ti.pending') continue;
+      const payload = JSON.parse(e.payloadJson) as TiMove;
+      // Why a task waits, when it says (ti.pending: its state is unchanged).
+      if (e.kind === 'ti.pending' && !payload.reason) continue;
+      const move = e.kind === 'ti.pending' ? { task_id: payload.task_id, to: states.get(payload.task_id) ?? 'scheduled', reason: payload.reason } : payload;
       states.set(move.task_id, move.to);
       let done = 0;
       for (const s of states.values()) if (ENDED_TI.has(s)) done++;
