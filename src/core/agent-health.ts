@@ -1,12 +1,17 @@
 /**
  * An agent's state by its last keepalive, as an operator reads it: healthy while its stream is
- * open and it keeps alive; stale once it has been silent longer than a few keepalives but less
- * than the heartbeat threshold (its attempts are still its own: a network blip it may come back
- * from); dead past the threshold, when the heartbeat reaper has ended its attempts as lost.
+ * open and it keeps alive; stopped once it has disconnected after saying goodbye (it ended its
+ * stream itself: a clean stop); else stale once it has been silent longer than a few keepalives
+ * but less than the heartbeat threshold (its attempts are still its own: a network blip it may
+ * come back from); dead past the threshold, when the heartbeat reaper has ended its attempts as lost.
  */
-export type AgentHealth = 'healthy' | 'stale' | 'dead';
+export type AgentHealth = 'healthy' | 'stale' | 'dead' | 'stopped';
 
-export function agentHealth(a: { connected: boolean; lastSeenAt: Date | null }, o: { freshMs: number; thresholdMs: number; now: number }): AgentHealth {
+export function agentHealth(
+  a: { connected: boolean; lastSeenAt: Date | null; stoppedAt?: Date | null },
+  o: { freshMs: number; thresholdMs: number; now: number },
+): AgentHealth {
+  if (!a.connected && a.stoppedAt) return 'stopped';
   if (a.lastSeenAt === null) return 'dead';
   const silentMs = o.now - a.lastSeenAt.getTime();
   if (a.connected && silentMs < o.freshMs) return 'healthy';

@@ -22,13 +22,22 @@ export function describeRequirements(p: PlacementSpec | null): string {
   return [...labels, ...p.capabilities.map((c) => `+${c}`)].join(',');
 }
 
-function eligible(p: PlacementSpec | null, a: AgentView): boolean {
+function eligible(p: PlacementSpec | null, a: Pick<AgentView, 'agentId' | 'labels' | 'capabilities'>): boolean {
   if (!p) return true;
   if (p.allowedAgents.length > 0 && !p.allowedAgents.includes(a.agentId)) return false;
   if (p.forbiddenAgents.includes(a.agentId)) return false;
   for (const [k, v] of Object.entries(p.labels)) if (a.labels[k] !== v) return false;
   for (const c of p.capabilities) if (!a.capabilities.includes(c)) return false;
   return true;
+}
+
+/**
+ * Why a task waits while the only agents that match it are draining (connected, finishing what
+ * they hold, taking nothing new): `AGENT_DRAINING:<n> agent(s) with <requirements>`.
+ */
+export function agentDraining(n: number, p: PlacementSpec | null): string {
+  const requirements = describeRequirements(p);
+  return `AGENT_DRAINING:${n} agent${n === 1 ? '' : 's'}${requirements ? ` with ${requirements}` : ''}`;
 }
 
 /** Why a task with secret variables waits while only agents that would drop them match it. */
@@ -39,12 +48,21 @@ export const NO_AGENT_WITH_SECRET_ENV = `NO_AGENT_WITH_SECRET_ENV:${AGENT_FEATUR
  * capabilities, allowed/forbidden ids), that can run it (a task with secret variables needs an
  * agent announcing `leoflow.secret-env`), that have a free slot and are under the task's
  * max_parallel_per_agent, the one with the most free slots — so load spreads. Otherwise says why
- * the attempt waits: NO_AGENT_WITH_LABELS:<requirements>, NO_AGENT_WITH_SECRET_ENV:leoflow.secret-env,
- * AGENT_MAX_PARALLEL or AGENT_SLOTS_FULL.
+ * the attempt waits: AGENT_DRAINING:<n> agents with <requirements> (only `draining` agents match),
+ * NO_AGENT_WITH_LABELS:<requirements>, NO_AGENT_WITH_SECRET_ENV:leoflow.secret-env,
+ * AGENT_MAX_PARALLEL or AGENT_SLOTS_FULL. `draining` agents are never chosen.
  */
-export function placeAttempt(p: PlacementSpec | null, agents: readonly AgentView[], needs: { secretEnv?: boolean } = {}): Placement {
+export function placeAttempt(
+  p: PlacementSpec | null,
+  agents: readonly AgentView[],
+  needs: { secretEnv?: boolean } = {},
+  draining: readonly Pick<AgentView, 'agentId' | 'labels' | 'capabilities'>[] = [],
+): Placement {
   const eligibleAgents = agents.filter((a) => eligible(p, a));
-  if (eligibleAgents.length === 0) return { kind: 'waiting', reason: `NO_AGENT_WITH_LABELS:${describeRequirements(p)}` };
+  if (eligibleAgents.length === 0) {
+    const drainingMatches = draining.filter((a) => eligible(p, a)).length;
+    return { kind: 'waiting', reason: drainingMatches > 0 ? agentDraining(drainingMatches, p) : `NO_AGENT_WITH_LABELS:${describeRequirements(p)}` };
+  }
   const matching = needs.secretEnv ? eligibleAgents.filter((a) => a.capabilities.includes(AGENT_FEATURES.secretEnv)) : eligibleAgents;
   if (matching.length === 0) return { kind: 'waiting', reason: NO_AGENT_WITH_SECRET_ENV };
   const withSlot = matching.filter((a) => a.running < a.slots);

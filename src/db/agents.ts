@@ -14,6 +14,8 @@ export interface AgentRow {
   connected_at: Date | null;
   /** The agent process that said Hello last. */
   incarnation_id: string | null;
+  /** When it ended its stream itself (its goodbye); null while connected or once it connects again. */
+  stopped_at: Date | null;
   /** Attempts it holds now (queued or running), counted from task_instances. */
   running: number;
 }
@@ -44,17 +46,21 @@ export async function connectAgent(
     on conflict (agent_id) do update set labels = excluded.labels, capabilities = excluded.capabilities,
       draining = agents.draining or excluded.draining,
       slots = excluded.slots, connected_replica = excluded.connected_replica, session_id = excluded.session_id,
-      last_seen_at = now(), connected_at = now(), protocol_version = excluded.protocol_version, incarnation_id = excluded.incarnation_id
+      last_seen_at = now(), connected_at = now(), protocol_version = excluded.protocol_version, incarnation_id = excluded.incarnation_id,
+      stopped_at = null
     where agents.session_id is null or agents.incarnation_id is null or agents.incarnation_id = excluded.incarnation_id
       or agents.last_seen_at < now() - ${a.liveMs} * interval '1 millisecond'
     returning draining`;
   return row ? { draining: row.draining } : null;
 }
 
-/** The session ended: the agent is disconnected, unless a newer session already holds it. */
-export async function disconnectAgent(sql: Sql, agentId: string, sessionId: string): Promise<void> {
+/**
+ * The session ended: the agent is disconnected, unless a newer session already holds it. `goodbye`:
+ * the agent ended the stream itself (a clean stop), and is shown stopped from now on.
+ */
+export async function disconnectAgent(sql: Sql, agentId: string, sessionId: string, goodbye = false): Promise<void> {
   await sql`
-    update agents set connected_replica = null, session_id = null
+    update agents set connected_replica = null, session_id = null, stopped_at = ${goodbye ? sql`now()` : sql`null`}
     where agent_id = ${agentId} and session_id = ${sessionId}`;
 }
 
@@ -78,12 +84,12 @@ export async function touchAgents(sql: Sql, sessions: { agentId: string; session
 
 /** An agent as the API shows it (`Agent` in cluster.proto): its stored columns the API reads,
  *  and the attempts it holds. */
-export type AgentView = Pick<AgentRow, 'agent_id' | 'labels' | 'capabilities' | 'slots' | 'draining' | 'connected_replica' | 'last_seen_at' | 'running'>;
+export type AgentView = Pick<AgentRow, 'agent_id' | 'labels' | 'capabilities' | 'slots' | 'draining' | 'connected_replica' | 'last_seen_at' | 'stopped_at' | 'running'>;
 
 /** The columns of an agent read for `AgentView`, and its held attempts counted. */
 function agentView(sql: Sql) {
   return sql`
-    a.agent_id, a.labels, a.capabilities, a.slots, a.draining, a.connected_replica, a.last_seen_at,
+    a.agent_id, a.labels, a.capabilities, a.slots, a.draining, a.connected_replica, a.last_seen_at, a.stopped_at,
     (select count(*)::int from task_instances t where t.agent_id = a.agent_id and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})) as running`;
 }
 
@@ -102,8 +108,9 @@ export async function setDraining(sql: Sql, agentId: string, draining: boolean):
 }
 
 /**
- * Agents that can take work now: connected, not draining, seen within `freshMs` (a deaf stream
- * stops being seen), with their current load. The placement itself is decided in memory.
+ * Connected agents seen within `freshMs` (a deaf stream stops being seen), with their current
+ * load: those not draining can take work; those draining are read to say why work waits
+ * (AGENT_DRAINING). The placement itself is decided in memory.
  */
 export async function availableAgents(sql: Sql, freshMs: number): Promise<(AgentRow & { holding: string[] })[]> {
   return sql<(AgentRow & { holding: string[] })[]>`
@@ -111,7 +118,7 @@ export async function availableAgents(sql: Sql, freshMs: number): Promise<(Agent
     from agents a,
       lateral (select count(*)::int as running, coalesce(array_agg(t.attempt_token::text), '{}') as holding
                from task_instances t where t.agent_id = a.agent_id and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})) h
-    where a.connected_replica is not null and not a.draining
+    where a.connected_replica is not null
       and a.last_seen_at > now() - ${freshMs} * interval '1 millisecond'`;
 }
 

@@ -24,7 +24,8 @@ export type ClearOutcome =
  * - its last attempt's outcome (error, exit code, times, pid) is cleared, and so is its attempt
  *   token, so a late report of that attempt (a cancelled process still dying) is refused by the
  *   fence instead of ending the cleared TI;
- * - a run that had ended goes back to `running` (ended_at cleared, started_at now, so the
+ * - a run that had ended goes back to `running` (ended_at cleared; started_at kept, its first
+ *   start, so its duration is the wall time from it to its last end; reopened_at now, so the
  *   orphan-run reaper measures the re-opened run from the re-open) and the scheduler plans it.
  * Every move is guarded by the state table and recorded in events.
  */
@@ -71,7 +72,8 @@ export async function clearTaskInstance(sql: Sql, req: { runId: string; taskId: 
     if (isTerminalRun(run.state)) {
       const rows = await tx`
         with moved as (
-          update dag_runs set state = 'running', started_at = now(), ended_at = null, settled_at = null,
+          update dag_runs set state = 'running', started_at = coalesce(started_at, now()), reopened_at = now(),
+            ended_at = null, settled_at = null,
             plan_epoch = plan_epoch + 1
           where id = ${req.runId} and state = any(${RUN_REOPEN_FROM as string[]}::text[])
           returning id)

@@ -20,9 +20,12 @@ export interface RunRow {
   conf: Record<string, unknown>;
   poison_error: string | null;
   created_at: Date;
+  /** Its first start: kept when a clear re-opens it, so its duration is its wall time. */
   started_at: Date | null;
   ended_at: Date | null;
   settled_at: Date | null;
+  /** When a clear last re-opened it (migration 017); the orphan-run reaper measures from it. */
+  reopened_at: Date | null;
   /** Bumped by a clear; the planner's writes are guarded on it (db/plan/). A bigint, as text. */
   plan_epoch: string;
   /** The run span's W3C context (migration 016); null for runs made before tracing. */

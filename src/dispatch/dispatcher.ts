@@ -48,6 +48,8 @@ export interface Dispatcher {
   readonly executors: ReadonlySet<string>;
   /** Offers a scheduled TI; never blocks. A TI claimed with its move and not accepted is given back. */
   offer(item: WorkItem): OfferResult;
+  /** Why a TI the pool refused (`full`) waits, naming the bound and its flag (see `waitingForDispatch`). */
+  readonly waitReason: string;
   /** How many more offers the pool takes now. */
   room(): number;
   /**
@@ -72,8 +74,21 @@ export interface Dispatcher {
   close(): Promise<void>;
 }
 
+/**
+ * Why a scheduled TI waits while the dispatch queue is at its bound. Said as a bound in use, with
+ * the flag that sets it: Lite's queue holds 1, so a wide DAG's tasks routinely wait here (not an
+ * overload). `WAITING_FOR_DISPATCH` is the code; what follows the colon is for people.
+ */
+export function waitingForDispatch(capacity: number): string {
+  return `${WAITING_FOR_DISPATCH}:queue ${capacity} of ${capacity} in use (--dispatch-queue)`;
+}
+
+/** The code of `waitingForDispatch`'s reasons. */
+export const WAITING_FOR_DISPATCH = 'WAITING_FOR_DISPATCH';
+
 export function createDispatcher(o: DispatcherOptions): Dispatcher {
   const { logger, store } = o;
+  const waitReason = waitingForDispatch(o.capacity);
   const placing: ReadonlyMap<string, Placement> = o.placements ?? new Map();
   // The pool refused an offer: once it has drained to half, the scheduler is told there is room.
   let refused = false;
@@ -130,6 +145,7 @@ export function createDispatcher(o: DispatcherOptions): Dispatcher {
 
   return {
     executors: new Set(o.executors.keys()),
+    waitReason,
 
     offer(item) {
       // Parked for placement, waiting for a slot: it is placed when one frees.
@@ -142,7 +158,7 @@ export function createDispatcher(o: DispatcherOptions): Dispatcher {
       const outcome = !item.claim && pool.depth + roomHeld >= o.capacity ? 'full' : pool.offer(item);
       // Claimed with its move but not taken after all: give the claim back at once rather than
       // leave an attempt queued that no one will start.
-      if (outcome !== 'accepted' && item.claim) giveBack(item, outcome === 'full' ? 'DISPATCH_QUEUE_FULL' : 'DISPATCH_REFUSED');
+      if (outcome !== 'accepted' && item.claim) giveBack(item, outcome === 'full' ? waitReason : 'DISPATCH_REFUSED');
       if (outcome === 'full') {
         o.metrics?.atCapacity();
         refused = true;

@@ -39,6 +39,8 @@ export class FleetView {
   #placedAhead = new Map<string, string>();
   /** Claims answered lately, by attempt token: a view read sent before one may not show it. */
   #recentClaims = new Map<string, { agentId: string; at: number }>();
+  /** The draining agents of the latest read: never placed on, only said in why work waits. */
+  #draining: readonly AvailableAgent[] = [];
 
   constructor(
     private readonly store: Pick<PlacementStore, 'availableAgents'>,
@@ -48,6 +50,11 @@ export class FleetView {
   /** The cached view, however old (null: none, or forgotten). */
   get cached(): FleetAgent[] | null {
     return this.#cache?.agents ?? null;
+  }
+
+  /** The agents draining at the latest read of the fleet. */
+  get draining(): readonly AvailableAgent[] {
+    return this.#draining;
   }
 
   /** The cached view if it is younger than `cacheMs`, else null. */
@@ -156,7 +163,9 @@ export class FleetView {
    */
   async #read(): Promise<FleetAgent[]> {
     const sentAt = performance.now();
-    const rows = await this.store.availableAgents();
+    const all = await this.store.availableAgents();
+    this.#draining = all.filter((a) => a.draining);
+    const rows = all.filter((a) => !a.draining);
     // What the read may not show, by agent (one pass over each, whatever the size of the fleet).
     const unseen = new Map<string, string[]>();
     const add = (agentId: string, key: string) => (unseen.get(agentId) ?? unseen.set(agentId, []).get(agentId)!).push(key);

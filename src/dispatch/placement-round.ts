@@ -74,7 +74,7 @@ export async function placeRound(r: RoundContext): Promise<void> {
       const load = await r.store.taskLoad(work.runId, work.taskId);
       candidates = all.map((v) => ({ ...v, runningThisTask: (load.get(v.agentId) ?? 0) + (addedLoad.get(loadKey(work, v.agentId)) ?? 0) }));
     }
-    const placement = placeAttempt(work.task.placement, candidates, { secretEnv: needsSecretEnv(work.task) });
+    const placement = placeAttempt(work.task.placement, candidates, { secretEnv: needsSecretEnv(work.task) }, r.fleet.draining);
     if (placement.kind === 'placed') {
       const agent = agents.find((a) => a.agentId === placement.agentId)!;
       // The slot is taken in the cached view until the next refresh (or until its attempt

@@ -10,10 +10,13 @@ import type { WorkItem } from '../core/work-item.js';
 export interface AvailableAgent extends Omit<AgentView, 'runningThisTask' | 'running'> {
   connectedReplica: string;
   holding: string[];
+  /** Connected but draining: never placed on, only counted in why work waits (AGENT_DRAINING). */
+  draining?: boolean;
 }
 
 /** The store operations placement needs (passed in: it is driven without a database in tests). */
 export interface PlacementStore {
+  /** The connected agents, those draining included (marked). */
   availableAgents(): Promise<AvailableAgent[]>;
   /** Attempts of this task (by DAG and task id) each agent holds now. */
   taskLoad(runId: string, taskId: string): Promise<Map<string, number>>;

@@ -81,7 +81,7 @@ export function offerInOrder(ctx: SchedulerContext, offers: PendingOffer[], reas
     // own, e.g. NO_AGENT_WITH_LABELS, which must not flap every step).
     if (outcome === 'full') {
       ctx.roomWaiters?.refused(item.runId);
-      if (ti.pending_reason !== 'DISPATCH_QUEUE_FULL') reasons.set(ti.id, 'DISPATCH_QUEUE_FULL');
+      if (ti.pending_reason !== ctx.dispatcher.waitReason) reasons.set(ti.id, ctx.dispatcher.waitReason);
     }
     if (outcome === 'accepted' && isPlannerReason(ti.pending_reason) && !justScheduled) reasons.set(ti.id, null);
   }

@@ -36,7 +36,8 @@ export interface SessionStore {
     liveMs: number;
     oneShot: boolean;
   }): Promise<{ draining: boolean } | null>;
-  disconnectAgent(agentId: string, sessionId: string): Promise<void>;
+  /** `goodbye`: the agent ended the stream itself, untold (a clean stop). */
+  disconnectAgent(agentId: string, sessionId: string, goodbye?: boolean): Promise<void>;
   /** The attempt tokens, of these, that are still current for this agent; each is now this process's. */
   currentAttempts(agentId: string, incarnationId: string, refs: HeldRef[]): Promise<Set<string>>;
   /**

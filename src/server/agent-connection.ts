@@ -221,6 +221,7 @@ export class AgentConnection implements AgentHandle {
     const onAbort = () => this.#out.close();
     signal.addEventListener('abort', onAbort);
 
+    let goodbye = false;
     const reader = (async () => {
       try {
         // Work given to this agent before it connected here (by another replica, or while it
@@ -242,6 +243,8 @@ export class AgentConnection implements AgentHandle {
           if (next.done) break;
           await reports.handle(next.value, source);
         }
+        // The agent ended its stream itself without being told to reconnect: its goodbye.
+        goodbye = !this.#goneAway;
         this.#out.close();
       } catch (err) {
         this.#out.close(err instanceof ConnectError ? err : new ConnectError(`agent stream failed: ${(err as Error).message}`, Code.Internal));
@@ -257,9 +260,9 @@ export class AgentConnection implements AgentHandle {
       registry.deregister(this);
       this.deps.heartbeats.forget(source);
       void reader.catch(() => {});
-      await store.disconnectAgent(this.agentId, this.sessionId).catch((err: unknown) => this.#log.error({ err }, 'could not mark agent disconnected'));
+      await store.disconnectAgent(this.agentId, this.sessionId, goodbye).catch((err: unknown) => this.#log.error({ err }, 'could not mark agent disconnected'));
       this.deps.onFleetChanged();
-      this.#log.info(`agent ${this.agentId} disconnected`);
+      this.#log.info(`agent ${this.agentId} disconnected${goodbye ? ': it said goodbye (stopped)' : ''}`);
     }
   }
 

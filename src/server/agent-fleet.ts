@@ -114,6 +114,7 @@ export function createAgentFleet(o: AgentFleetOptions) {
           slots: a.slots,
           holding: a.holding,
           connectedReplica: a.connected_replica!,
+          draining: a.draining,
         })),
       taskLoad: (runId, taskId) => taskLoadByAgent(sql, runId, taskId),
       claim: async (claims) => {

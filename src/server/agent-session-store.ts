@@ -29,7 +29,7 @@ export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWr
   const recordDelivery = createDeliveryRecorder(sql);
   return {
     connectAgent: (h) => connectAgent(sql, { ...h, replicaId }),
-    disconnectAgent: (agentId, sessionId) => disconnectAgent(sql, agentId, sessionId),
+    disconnectAgent: (agentId, sessionId, goodbye) => disconnectAgent(sql, agentId, sessionId, goodbye),
 
     async currentAttempts(agentId, incarnationId, refs) {
       if (refs.length === 0) return new Set();

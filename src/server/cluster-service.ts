@@ -37,7 +37,7 @@ export interface ClusterDeps {
   forgotten(agentId: string, by: Actor): void;
 }
 
-const HEALTH: Record<Health_, AgentHealth> = { healthy: AgentHealth.HEALTHY, stale: AgentHealth.STALE, dead: AgentHealth.DEAD };
+const HEALTH: Record<Health_, AgentHealth> = { healthy: AgentHealth.HEALTHY, stale: AgentHealth.STALE, dead: AgentHealth.DEAD, stopped: AgentHealth.STOPPED };
 
 function agentToProto(a: AgentView, deps: Pick<ClusterDeps, 'agentFreshMs' | 'heartbeatThresholdMs'>) {
   const freshMs = deps.agentFreshMs;
@@ -52,7 +52,7 @@ function agentToProto(a: AgentView, deps: Pick<ClusterDeps, 'agentFreshMs' | 'he
     connectedReplica: a.connected_replica ?? '',
     lastSeenAt: a.last_seen_at ? timestampFromDate(a.last_seen_at) : undefined,
     running: a.running,
-    health: HEALTH[agentHealth({ connected: a.connected_replica !== null, lastSeenAt: a.last_seen_at }, { freshMs, thresholdMs: deps.heartbeatThresholdMs, now: Date.now() })],
+    health: HEALTH[agentHealth({ connected: a.connected_replica !== null, lastSeenAt: a.last_seen_at, stoppedAt: a.stopped_at }, { freshMs, thresholdMs: deps.heartbeatThresholdMs, now: Date.now() })],
   };
 }
 
@@ -133,6 +133,7 @@ export function createClusterService(deps: ClusterDeps): ServiceImpl<typeof Clus
           agentsHealthy: count(AgentHealth.HEALTHY),
           agentsStale: count(AgentHealth.STALE),
           agentsDead: count(AgentHealth.DEAD),
+          agentsStopped: count(AgentHealth.STOPPED),
           dispatchQueueDepth: queue.depth,
           dispatchQueueCapacity: queue.capacity,
           lastFullStepAt: step ? timestampFromDate(step.lastFullStepAt) : undefined,

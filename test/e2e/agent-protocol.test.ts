@@ -174,7 +174,8 @@ describe('AgentService.Connect (control-plane side)', () => {
     let d = await second.inbox.next();
     while (d.msg.case !== 'drain') d = await second.inbox.next();
     const run2 = (await api.workflow.triggerRun({ dagId: 'gpu' })).run!.runId;
-    await waitFor('run 2 waits', async () => (await api.workflow.getRun({ runId: run2 })).taskInstances[0]!.pendingReason.startsWith('NO_AGENT_WITH_LABELS'));
+    // It waits saying the only agent with its labels drains (not that there is none).
+    await waitFor('run 2 waits', async () => (await api.workflow.getRun({ runId: run2 })).taskInstances[0]!.pendingReason === 'AGENT_DRAINING:1 agent with gpu=nvidia');
 
     // Cancelling the run reaches the agent as Cancel for its attempt.
     await api.workflow.cancelRun({ runId });

@@ -20,7 +20,7 @@ interface Status {
   live: boolean;
   ready: boolean;
   database: { reachable: boolean; latency_ms: number | null; migrations_version: string | null };
-  agents: { healthy: number; stale: number; dead: number };
+  agents: { healthy: number; stale: number; dead: number; stopped: number };
   dispatch_queue: { depth: number; capacity: number };
   last_full_step: { at: string; late_ms: number } | null;
   failed_checks: unknown[];
@@ -56,7 +56,7 @@ describe('leoflow status', () => {
       const s = await status();
       return s.last_full_step ? s : null;
     });
-    expect(s).toMatchObject({ leader: true, leader_id: s.replica_id, live: true, ready: true, failed_checks: [], dispatch_queue: { depth: 0, capacity: 1 }, agents: { healthy: 0, stale: 0, dead: 0 } });
+    expect(s).toMatchObject({ leader: true, leader_id: s.replica_id, live: true, ready: true, failed_checks: [], dispatch_queue: { depth: 0, capacity: 1 }, agents: { healthy: 0, stale: 0, dead: 0, stopped: 0 } });
     expect(s.database.reachable).toBe(true);
     expect(s.database.latency_ms).toBeGreaterThan(0);
     expect(s.database.migrations_version).toMatch(/^\d{3}_[a-z_]+\.sql$/);
@@ -94,7 +94,7 @@ describe('leoflow status', () => {
   it('counts an agent healthy while it keeps alive, stale once silent, dead past the heartbeat threshold', async () => {
     agent = startAgent(server.url, ['--id', 'status-agent', '--slots', '1']);
     await waitFor('the agent healthy', async () => (await healthOf('status-agent')) === 'healthy', 20_000, 100);
-    expect((await status()).agents).toEqual({ healthy: 1, stale: 0, dead: 0 });
+    expect((await status()).agents).toEqual({ healthy: 1, stale: 0, dead: 0, stopped: 0 });
     const list = await cli(server.url, ['agents', 'list']);
     expect(list.stdout).toMatch(/^AGENT\s+HEALTH\s+CONNECTED/m);
     expect(list.stdout).toMatch(/^status-agent\s+healthy\s+yes/m);
@@ -103,6 +103,6 @@ describe('leoflow status', () => {
     await agent.exited;
     await waitFor('the agent stale', async () => (await healthOf('status-agent')) === 'stale', 10_000, 100);
     await waitFor('the agent dead', async () => (await healthOf('status-agent')) === 'dead', 10_000, 200);
-    expect((await status()).agents).toEqual({ healthy: 0, stale: 0, dead: 1 });
+    expect((await status()).agents).toEqual({ healthy: 0, stale: 0, dead: 1, stopped: 0 });
   });
 });

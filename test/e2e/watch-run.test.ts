@@ -149,7 +149,7 @@ describe('WatchRun', () => {
     const plain = await cli(servers[1]!.url, ['run', 'watch', run!.runId]);
     expect(plain.code, plain.stderr).toBe(0);
     for (const t of ['a', 'b', 'c']) expect(plain.stdout).toMatch(new RegExp(`\\b${t}\\s+success\\s+try 1/`));
-    expect(plain.stdout).toMatch(new RegExp(`run ${run!.runId} success: 3 success`));
+    expect(plain.stdout).toMatch(new RegExp(`run ${run!.runId} success in \\d+(\\.\\d)?m?s: 3 success`));
     const json = await cli(servers[1]!.url, ['run', 'watch', run!.runId, '-o', 'json']);
     expect(json.code, json.stderr).toBe(0);
     const events = json.stdout.trim().split('\n').map((l) => JSON.parse(l) as { seq: string; kind: string; to: string });

@@ -19,12 +19,14 @@ import { task } from '../helpers/spec-builders.js';
  * Fault: dispatch is slower than the tick (500 ms per dispatch, 50 TIs queued at once). The tick
  * only enqueues, so its duration must not grow with the dispatch backlog: p99 stays under 100 ms,
  * and the queue drains at the pool's pace. With Lite's pool (1 drainer, queue 1) the refused TIs
- * wait visibly, with pending_reason DISPATCH_QUEUE_FULL, and the tick is just as fast.
+ * wait visibly, with pending_reason WAITING_FOR_DISPATCH (the bound and its flag), and the tick is just as fast.
  */
 
 const logger = pino({ level: 'silent' });
 const DISPATCH_MS = 500;
 const TASKS = 50;
+/** Why a TI the Lite pool (queue 1) refused waits: the bound in use and its flag. */
+const LITE_WAIT = 'WAITING_FOR_DISPATCH:queue 1 of 1 in use (--dispatch-queue)';
 /** Far below the real 1 s tick, so a few seconds of draining yield enough steps for a p99. */
 const TICK_MS = 10;
 /** With at least 100 samples, the p99 is not simply the single slowest step. */
@@ -165,7 +167,7 @@ describe('dispatch slower than the tick', () => {
     expect(p99(current.steps), describeSteps(current.steps)).toBeLessThan(P99_LIMIT_S);
   });
 
-  it('Lite pool (1 drainer, queue 1): refused TIs wait with DISPATCH_QUEUE_FULL and the tick stays fast', async () => {
+  it('Lite pool (1 drainer, queue 1): refused TIs wait with WAITING_FOR_DISPATCH and the tick stays fast', async () => {
     current = await startScheduler(1, 1);
     const runId = await triggerWide('slow_lite');
     current.recording = true;
@@ -175,9 +177,9 @@ describe('dispatch slower than the tick', () => {
       const rows = await db.sql<{ pending_reason: string | null; n: number }[]>`
         select pending_reason, count(*)::int as n from task_instances where run_id = ${runId} and state = 'scheduled' group by 1`;
       const w = new Map(rows.map((r) => [r.pending_reason, r.n]));
-      return (w.get('DISPATCH_QUEUE_FULL') ?? 0) >= TASKS - 2 ? w : null;
+      return (w.get(LITE_WAIT) ?? 0) >= TASKS - 2 ? w : null;
     }, 5000, 20);
-    expect(first.get('DISPATCH_QUEUE_FULL')).toBe(TASKS - 2);
+    expect(first.get(LITE_WAIT)).toBe(TASKS - 2);
     expect(first.get(null)).toBe(2);
 
     // Over 4 s the single drainer gets through about 8 dispatches, one at a time; every TI still
@@ -191,7 +193,7 @@ describe('dispatch slower than the tick', () => {
     const done = count('success');
     expect(done).toBeGreaterThanOrEqual(5);
     expect(done).toBeLessThanOrEqual(9);
-    expect(count('scheduled', 'DISPATCH_QUEUE_FULL')).toBeGreaterThanOrEqual(TASKS - done - 3);
+    expect(count('scheduled', LITE_WAIT)).toBeGreaterThanOrEqual(TASKS - done - 3);
     expect(count('scheduled', null)).toBeLessThanOrEqual(2);
     expect(await runState(runId)).toBe('running');
     await current.stop();

@@ -20,6 +20,9 @@ export interface DispatcherParts {
   heldLive?(tiId: string, attemptToken: string): boolean;
 }
 
+/** Why a TI the scripted dispatcher answers `full` for waits. */
+export const TEST_WAIT_REASON = 'WAITING_FOR_DISPATCH:queue 1 of 1 in use (--dispatch-queue)';
+
 /** A dispatcher made of scripted parts, choosing its claims ahead as the real one does. */
 export function testDispatcher(parts: DispatcherParts): Dispatcher {
   return {
@@ -27,6 +30,7 @@ export function testDispatcher(parts: DispatcherParts): Dispatcher {
       return parts.executors;
     },
     offer: (item) => parts.offer(item),
+    waitReason: TEST_WAIT_REASON,
     room: () => parts.offerRoom?.() ?? Number.MAX_SAFE_INTEGER,
     claimAhead: (candidates, waiting) =>
       chooseClaimsAhead(candidates, waiting, {

@@ -153,7 +153,10 @@ describe('clearTaskInstance', () => {
     expect(r.state).toBe('running');
     expect(r.ended_at).toBeNull();
     expect(r.settled_at).toBeNull();
-    expect(r.started_at!.getTime()).toBeGreaterThanOrEqual(run.ended_at!.getTime());
+    // Its first start is kept (its duration is the wall time to its last end); the re-open is
+    // when the orphan-run reaper measures from.
+    expect(r.started_at).toEqual(run.started_at);
+    expect(r.reopened_at!.getTime()).toBeGreaterThanOrEqual(run.ended_at!.getTime());
 
     // Without downstream, the others are untouched.
     const after = await tisOf(run.id);

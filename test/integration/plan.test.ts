@@ -18,6 +18,7 @@ import { step } from '../../src/scheduler/step.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { dag, task as baseTask } from '../helpers/spec-builders.js';
 import { schedulerHarness, type HarnessOptions, type SchedulerHarness } from '../helpers/scheduler-harness.js';
+import { TEST_WAIT_REASON as WAIT_REASON } from '../helpers/test-dispatcher.js';
 
 /** This file's tasks echo their id unless told otherwise. */
 const task: typeof baseTask = (id, over = {}) => baseTask(id, { command: ['sh', '-c', `echo ${id}`], ...over });
@@ -421,19 +422,19 @@ describe('plan', () => {
     expect(await Promise.all(runs.map((x) => runState(x.id)))).toEqual(['running', 'running', 'running', 'running', 'queued']);
   });
 
-  it('leaves a TI scheduled with DISPATCH_QUEUE_FULL when the pool is full, and offers it again', BOUND, async () => {
+  it('leaves a TI scheduled with WAITING_FOR_DISPATCH when the pool is full, and offers it again', BOUND, async () => {
     const run = await trigger(dag('p_full', [task('a')]));
     const h = harness();
     h.answer.next = 'full';
     const r = await stepOk(h);
     expect(r.offered).toBe(0);
     expect(h.offered).toHaveLength(1);
-    expect((await tiMap(run.id)).get('a')).toMatchObject({ state: 'scheduled', pending_reason: 'DISPATCH_QUEUE_FULL' });
+    expect((await tiMap(run.id)).get('a')).toMatchObject({ state: 'scheduled', pending_reason: WAIT_REASON });
 
     // Already waiting in the pool: the reason is left as it is.
     h.answer.next = 'duplicate';
     await stepOk(h);
-    expect((await tiMap(run.id)).get('a')!.pending_reason).toBe('DISPATCH_QUEUE_FULL');
+    expect((await tiMap(run.id)).get('a')!.pending_reason).toBe(WAIT_REASON);
 
     h.answer.next = 'accepted';
     const r2 = await stepOk(h);

@@ -19,4 +19,10 @@ describe('agentHealth', () => {
     expect(agentHealth({ connected: true, lastSeenAt: ago(600_000) }, o)).toBe('dead');
     expect(agentHealth({ connected: false, lastSeenAt: null }, o)).toBe('dead');
   });
+  it('is stopped once disconnected after saying goodbye, however long ago; a goodbye while connected again counts for nothing', () => {
+    expect(agentHealth({ connected: false, lastSeenAt: ago(2_000), stoppedAt: ago(2_000) }, o)).toBe('stopped');
+    expect(agentHealth({ connected: false, lastSeenAt: ago(600_000), stoppedAt: ago(600_000) }, o)).toBe('stopped');
+    expect(agentHealth({ connected: true, lastSeenAt: ago(2_000), stoppedAt: ago(5_000) }, o)).toBe('healthy');
+    expect(agentHealth({ connected: false, lastSeenAt: ago(2_000), stoppedAt: null }, o)).toBe('stale');
+  });
 });

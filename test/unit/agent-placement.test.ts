@@ -183,6 +183,18 @@ describe('AgentPlacement', () => {
     expect(t.reasons.at(-1)).toEqual(new Map([['4', 'NO_AGENT_WITH_LABELS:gpu=yes']]));
   });
 
+  it('says AGENT_DRAINING when only draining agents have the labels, and never places on them', async () => {
+    const gpu = { labels: { gpu: 'nvidia' }, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: null };
+    const drained = (id: string): AvailableAgent => ({ ...agent(id, 4), labels: { gpu: 'nvidia' }, draining: true });
+    const t = setup([agent('cpu', 4), drained('g1'), drained('g2')]);
+    const o = await t.placement.placeAndDispatch(work(1, { task: task('t', { executor: 'agents', placement: gpu }) }));
+    expect(o).toEqual({ kind: 'waiting', reason: 'AGENT_DRAINING:2 agents with gpu=nvidia' });
+    expect(t.reasons.at(-1)).toEqual(new Map([['1', 'AGENT_DRAINING:2 agents with gpu=nvidia']]));
+    expect(t.placement.parkedCount).toBe(0);
+    // Work any agent may take goes to the one that is not draining, though the others have more room.
+    expect(await t.placement.placeAndDispatch(work(2))).toMatchObject({ kind: 'assigned', agentId: 'cpu' });
+  });
+
   it('does not park work no agent can ever take, and asks for more work when slots are left over', async () => {
     const t = setup([agent('a', 4)]);
     const o = await t.placement.placeAndDispatch(work(1, { task: task('t', { executor: 'agents', placement: { labels: { gpu: 'yes' }, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: null } }) }));

@@ -148,7 +148,10 @@ describe('dispatcher', () => {
     expect(t.dispatcher.offer(item(6, 'subprocess', claimOf(6)))).toBe('full');
     expect(t.dispatcher.offer(item(7, 'agents', claimOf(7, 'agent-2')))).toBe('full');
     await flush();
-    expect(t.released).toEqual(['6 tok-6 DISPATCH_QUEUE_FULL', '7 tok-7 DISPATCH_QUEUE_FULL']);
+    // The reason names the bound and its flag: a wide DAG waiting here is not an overload.
+    const why = 'WAITING_FOR_DISPATCH:queue 2 of 2 in use (--dispatch-queue)';
+    expect(t.dispatcher.waitReason).toBe(why);
+    expect(t.released).toEqual([`6 tok-6 ${why}`, `7 tok-7 ${why}`]);
     expect(t.place.calls).toEqual(['dropped tok-7@agent-2']);
     expect(t.counted.atCapacity).toBe(3);
     expect(roomAgain).toBe(0);

@@ -24,3 +24,19 @@ describe('placeAttempt and the secret-env feature', () => {
     expect(needsSecretEnv({ secretEnv: { T: { env: 'X' } } as never })).toBe(true);
   });
 });
+
+describe('placeAttempt and draining agents', () => {
+  const gpu = { labels: { gpu: 'nvidia' }, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: null };
+
+  it('says AGENT_DRAINING, with how many matching agents drain, when only draining agents match', () => {
+    const draining = [agent('g1', { labels: { gpu: 'nvidia' } }), agent('g2', { labels: { gpu: 'nvidia' } }), agent('cpu')];
+    expect(placeAttempt(gpu, [agent('cpu2')], {}, draining)).toEqual({ kind: 'waiting', reason: 'AGENT_DRAINING:2 agents with gpu=nvidia' });
+    expect(placeAttempt(gpu, [], {}, draining.slice(1))).toEqual({ kind: 'waiting', reason: 'AGENT_DRAINING:1 agent with gpu=nvidia' });
+    expect(placeAttempt(null, [], {}, draining)).toEqual({ kind: 'waiting', reason: 'AGENT_DRAINING:3 agents' });
+    // No matching agent at all, draining or not: as before.
+    expect(placeAttempt(gpu, [agent('cpu2')], {}, [agent('cpu')])).toEqual({ kind: 'waiting', reason: 'NO_AGENT_WITH_LABELS:gpu=nvidia' });
+    // A draining agent never takes work, and a matching agent that takes work is chosen over it.
+    expect(placeAttempt(gpu, [agent('g3', { labels: { gpu: 'nvidia' } })], {}, draining)).toEqual({ kind: 'placed', agentId: 'g3' });
+  });
+});
+

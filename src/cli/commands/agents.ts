@@ -10,9 +10,9 @@ function labelsText(a: Agent): string {
     .join(',');
 }
 
-/** healthy, stale or dead, by its last keepalive. */
+/** healthy, stale or dead, by its last keepalive; stopped once it said goodbye. */
 export function healthText(h: AgentHealth): string {
-  return h === AgentHealth.HEALTHY ? 'healthy' : h === AgentHealth.STALE ? 'stale' : h === AgentHealth.DEAD ? 'dead' : 'unknown';
+  return h === AgentHealth.HEALTHY ? 'healthy' : h === AgentHealth.STALE ? 'stale' : h === AgentHealth.DEAD ? 'dead' : h === AgentHealth.STOPPED ? 'stopped' : 'unknown';
 }
 
 function agentJson(a: Agent) {
@@ -34,7 +34,7 @@ export function registerAgents(program: Command, clients: () => Clients): void {
 
   agents
     .command('list')
-    .description('list agents, connected or not, each healthy, stale (silent past a few keepalives) or dead (past the heartbeat threshold: its attempts were retried)')
+    .description('list agents, connected or not, each healthy, stopped (it ended its stream itself: a clean stop), stale (silent past a few keepalives) or dead (past the heartbeat threshold: its attempts were retried)')
     .option('-o, --output <format>', 'table | json', 'table')
     .action(async (opts: { output: string }) => {
       const res = await clients().cluster.listAgents({});

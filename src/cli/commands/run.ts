@@ -31,45 +31,58 @@ function summary(tis: TaskInstance[]): string {
   return [...counts].map(([s, n]) => `${n} ${s}`).join(', ');
 }
 
+/** A task instance's move as the events log records it (`ti.state`). */
+interface TiMove {
+  task_id: string;
+  to: string;
+  try?: number;
+  exit_code?: number | null;
+  error?: string | null;
+  next_try_at?: string | null;
+  reason?: string | null;
+}
+
+const ENDED_TI = new Set(['success', 'failed', 'upstream_failed', 'skipped', 'cancelled']);
+
 /**
- * Follows a run until it ends, printing each task's moves as they happen (one line per move, so
- * the output reads the same in a terminal and in a CI log). Driven by the run's event stream: each
- * batch of events is one read of the run's task instances, never a read at an interval. Resolves
- * the final run.
+ * Follows a run until it ends, printing each task's moves (and why it waits, when it says) as its
+ * events come (one line each, so the output reads the same in a terminal and in a CI log), each at
+ * the time of its event: a
+ * run replayed after its end shows when each move happened, not when it was read. Resolves the
+ * final run.
  */
 async function watch(clients: Clients, run: Run): Promise<{ run: Run; tis: TaskInstance[] }> {
-  const seen = new Map<string, string>();
-  let width = 8;
-  const print = (tis: TaskInstance[]) => {
-    width = Math.max(width, ...tis.map((t) => t.taskId.length));
-    let done = 0;
-    for (const t of tis) if (['success', 'failed', 'upstream_failed', 'skipped', 'cancelled'].includes(taskStateName(t.state))) done++;
-    for (const t of tis) {
-      const state = taskStateName(t.state);
-      const key = `${state}/${t.tryNumber}`;
-      if (seen.get(t.taskId) === key || state === 'none') {
-        seen.set(t.taskId, seen.get(t.taskId) ?? key);
-        continue;
-      }
-      seen.set(t.taskId, key);
-      process.stdout.write(`  ${clock(new Date())}  ${t.taskId.padEnd(width)}  ${state.padEnd(15)} ${tiDetail(t)}  [${done}/${tis.length} done]\n`);
+  const first = await clients.workflow.getRun({ runId: run.runId });
+  const maxTries = new Map(first.taskInstances.map((t) => [t.taskId, t.maxTries]));
+  const width = Math.max(8, ...first.taskInstances.map((t) => t.taskId.length));
+  const states = new Map(first.taskInstances.map((t) => [t.taskId, 'none']));
+  for await (const batch of followRun(clients, run.runId)) {
+    for (const e of batch) {
+      if (e.kind !== 'ti.state' && e.kind !== 'ti.pending') continue;
+      const payload = JSON.parse(e.payloadJson) as TiMove;
+      // Why a task waits, when it says (ti.pending: its state is unchanged).
+      if (e.kind === 'ti.pending' && !payload.reason) continue;
+      const move = e.kind === 'ti.pending' ? { task_id: payload.task_id, to: states.get(payload.task_id) ?? 'scheduled', reason: payload.reason } : payload;
+      states.set(move.task_id, move.to);
+      let done = 0;
+      for (const s of states.values()) if (ENDED_TI.has(s)) done++;
+      const at = e.at ? timestampDate(e.at) : new Date();
+      process.stdout.write(`  ${clock(at)}  ${move.task_id.padEnd(width)}  ${move.to.padEnd(15)} ${moveDetail(move, maxTries.get(move.task_id))}  [${done}/${states.size} done]\n`);
     }
-  };
-  for await (const _batch of followRun(clients, run.runId)) print((await clients.workflow.getRun({ runId: run.runId })).taskInstances);
+  }
   const res = await clients.workflow.getRun({ runId: run.runId });
-  print(res.taskInstances);
   return { run: res.run!, tis: res.taskInstances };
 }
 
-/** A task instance's try, exit, retry time and error, as one line's detail. */
-function tiDetail(t: TaskInstance): string {
-  const state = taskStateName(t.state);
-  let detail = t.tryNumber > 0 ? `try ${t.tryNumber}/${t.maxTries}` : '';
-  if (t.exitCode !== undefined && state !== 'running') detail += `, exit ${t.exitCode}`;
-  if (state === 'up_for_retry' && t.nextTryAt) detail += `, retry at ${clock(timestampDate(t.nextTryAt))}`;
-  if (t.pendingReason) detail += `, ${t.pendingReason}`;
-  if (t.error && state !== 'success' && !/^exit code \d+$/.test(t.error)) detail += `, ${t.error}`;
-  return detail;
+/** A move's try, exit, retry time, reason and error, as one line's detail. */
+function moveDetail(m: TiMove, maxTries: number | undefined): string {
+  const parts: string[] = [];
+  if (m.try !== undefined && m.try > 0) parts.push(`try ${m.try}/${maxTries ?? '?'}`);
+  if (m.exit_code !== undefined && m.exit_code !== null) parts.push(`exit ${m.exit_code}`);
+  if (m.to === 'up_for_retry' && m.next_try_at) parts.push(`retry at ${clock(new Date(m.next_try_at))}`);
+  if (m.reason) parts.push(m.reason);
+  if (m.error && m.to !== 'success' && !/^exit code \d+$/.test(m.error)) parts.push(m.error);
+  return parts.join(', ');
 }
 
 export function registerRun(program: Command, clients: () => Clients): void {
@@ -186,7 +199,8 @@ export function registerRun(program: Command, clients: () => Clients): void {
       if (!process.stdout.isTTY) {
         process.stdout.write(`run ${runId} of ${first.run!.dagId}: ${runStateName(first.run!.state)}\n`);
         const end = await watch(c, first.run!);
-        process.stdout.write(`run ${runId} ${runStateName(end.run.state)}: ${summary(end.tis)}\n`);
+        const took = ENDED.has(end.run.state) ? ` in ${duration(end.run.startedAt, end.run.endedAt)}` : '';
+        process.stdout.write(`run ${runId} ${runStateName(end.run.state)}${took}: ${summary(end.tis)}\n`);
         if (end.run.state !== RunState.SUCCESS) process.exitCode = 1;
         return;
       }

@@ -14,7 +14,7 @@ function statusJson(h: GetHealthResponse) {
     live: h.live,
     ready: h.ready,
     database: { reachable: h.databaseReachable, latency_ms: h.databaseReachable ? Number(h.databaseLatencyMs.toFixed(2)) : null, migrations_version: h.migrationsVersion || null },
-    agents: { healthy: h.agentsHealthy, stale: h.agentsStale, dead: h.agentsDead },
+    agents: { healthy: h.agentsHealthy, stale: h.agentsStale, dead: h.agentsDead, stopped: h.agentsStopped },
     dispatch_queue: { depth: h.dispatchQueueDepth, capacity: h.dispatchQueueCapacity },
     last_full_step: h.lastFullStepAt ? { at: timestampDate(h.lastFullStepAt).toISOString(), late_ms: Number(h.lastFullStepLateMs) } : null,
     replicas: h.replicas.map((r) => ({ replica_id: r.replicaId, role: r.role, leader: r.leader })),
@@ -35,7 +35,7 @@ function statusText(h: GetHealthResponse): string {
     lines.push(`leader     ${h.leaderId}${h.leader ? ' (this replica)' : ''}; last full step ${ago.toFixed(1)} s ago, ${late === 0 ? 'on time' : `${(late / 1000).toFixed(1)} s late`}`);
   } else lines.push(`leader     ${h.leaderId} (it has not told its last full step yet)`);
   lines.push(`queue      ${h.dispatchQueueDepth}/${h.dispatchQueueCapacity} in this replica's dispatch queue`);
-  lines.push(`agents     ${h.agentsHealthy} healthy, ${h.agentsStale} stale, ${h.agentsDead} dead`);
+  lines.push(`agents     ${h.agentsHealthy} healthy, ${h.agentsStale} stale, ${h.agentsDead} dead, ${h.agentsStopped} stopped`);
   if (h.replicas.length > 0) lines.push(`replicas   ${h.replicas.map((r) => `${r.replicaId} (${r.role}${r.leader ? ', leader' : ''})`).join(', ')}`);
   for (const c of [...h.liveChecks, ...h.readyChecks].filter((c) => !c.ok)) lines.push(`FAIL       ${c.name}: ${c.detail}`);
   return lines.join('\n') + '\n';

@@ -30,7 +30,7 @@ export async function orphanRuns(sql: Sql, thresholdMs: number, limit: number, s
       select r.id, r.dag_id from s join dag_runs r on r.id = s.id
       where r.state in (${inlineLiterals(sql, RUN_END_FROM)})
         and not exists (select 1 from task_instances t where t.run_id = r.id and t.state = any(${UNSETTLED}::text[]))
-        and greatest(r.started_at, (select max(t.ended_at) from task_instances t where t.run_id = r.id))
+        and greatest(r.started_at, r.reopened_at, (select max(t.ended_at) from task_instances t where t.run_id = r.id))
             < now() - ${thresholdMs} * interval '1 millisecond'
         -- A paused DAG's tasks wait in 'none' on purpose: that is not an orphan.
         and not exists (select 1 from dags d where d.dag_id = r.dag_id and d.paused)
@@ -58,7 +58,7 @@ export async function reapRun(sql: Sql, runId: string, thresholdMs: number): Pro
       where r.id = ${runId} and r.state in (${inlineLiterals(sql, RUN_END_FROM)})
         and not exists (select 1 from task_instances t where t.run_id = r.id and t.state = any(${UNSETTLED}::text[]))
         -- Re-checked in the write: a run cleared or unpaused since the read is left alone.
-        and greatest(r.started_at, (select max(t.ended_at) from task_instances t where t.run_id = r.id))
+        and greatest(r.started_at, r.reopened_at, (select max(t.ended_at) from task_instances t where t.run_id = r.id))
             < now() - ${thresholdMs} * interval '1 millisecond'
         and not exists (select 1 from dags d where d.dag_id = r.dag_id and d.paused)
       returning r.id, r.state),

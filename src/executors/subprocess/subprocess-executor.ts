@@ -114,21 +114,31 @@ export class SubprocessExecutor implements Executor {
       return;
     }
     const run = this.#runs.track(attempt, null);
+    // Output read before the start is known (a task that wrote and ended at once, its end seen in
+    // the same turn as its start) waits here, so the attempt's log begins with its `started` line.
+    let early: [LogStream, string][] | null = [];
+    const onLine = (stream: LogStream, line: string) => (early ? early.push([stream, line]) : this.#runs.log(attempt, stream, line));
+    const logEarly = () => {
+      for (const [stream, line] of early ?? []) this.#runs.log(attempt, stream, line);
+      early = null;
+    };
     let start;
     try {
-      start = await this.#startOnlyHere(run);
+      start = await this.#startOnlyHere(run, onLine);
     } catch (err) {
       start = { ok: false as const, error: `failed to start ${JSON.stringify(attempt.command[0])}: ${errorMessage(err)}` };
     }
     if (!start.ok) {
       run.startedReport.resolve();
       this.#runs.system(run, start.error);
+      logEarly();
       this.#runs.finish(run, { exitCode: null, signal: null, error: start.error, outcome: 'spawn_failed' });
       await run.done.promise;
       return;
     }
     this.#onStart?.(start.how);
     this.#runs.system(run, `started pid ${start.process.pid}: ${formatCommand(attempt.command)}`);
+    logEarly();
     this.#runs.supervise(run, start.process);
     try {
       const current = await this.#reporter.started(attempt, { pid: start.process.pid });
@@ -165,8 +175,7 @@ export class SubprocessExecutor implements Executor {
   }
 
   /** Starts from the ready shell only a lone start (this attempt is the only one live here). */
-  #startOnlyHere(run: Running) {
-    const onLine = (stream: LogStream, line: string) => this.#runs.log(run.attempt, stream, line);
+  #startOnlyHere(run: Running, onLine: (stream: LogStream, line: string) => void) {
     return ShimProcess.start(this.#shells, this.#helper, this.#root, run.attempt, { onLine }, { useReady: this.#runs.size <= 1 });
   }
 

@@ -87,6 +87,11 @@ class AgentServiceStub(object):
   rule (log it: it is a bug in the agent), and the attempts you hold resume on the next
   stream.
 
+  To stop cleanly (e.g. on SIGTERM), finish or hand back what you hold, then end the stream
+  yourself (half-close it, without cancelling): that is the goodbye, and the control plane lists
+  the agent as stopped (AGENT_HEALTH_STOPPED) instead of stale, then dead. A stream that breaks,
+  is cancelled, or that you end after a Reconnect, is no goodbye.
+
   When the stream breaks, reconnect with a jittered exponential backoff, no longer than
   Welcome.max_reconnect_backoff, trying each control-plane address you know in turn, and say in
   Hello.held what you still run: if those attempts are still current you keep them, and nothing
@@ -196,6 +201,11 @@ class AgentServiceServicer(object):
   After Welcome every end is retryable: INVALID_ARGUMENT then names the report that broke a
   rule (log it: it is a bug in the agent), and the attempts you hold resume on the next
   stream.
+
+  To stop cleanly (e.g. on SIGTERM), finish or hand back what you hold, then end the stream
+  yourself (half-close it, without cancelling): that is the goodbye, and the control plane lists
+  the agent as stopped (AGENT_HEALTH_STOPPED) instead of stale, then dead. A stream that breaks,
+  is cancelled, or that you end after a Reconnect, is no goodbye.
 
   When the stream breaks, reconnect with a jittered exponential backoff, no longer than
   Welcome.max_reconnect_backoff, trying each control-plane address you know in turn, and say in

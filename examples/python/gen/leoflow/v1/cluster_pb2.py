@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18leoflow/v1/cluster.proto\x12\nleoflow.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n\x10GetLeaderRequest\"\xef\x01\n\x11GetLeaderResponse\x12\x1b\n\tleader_id\x18\x01 \x01(\tR\x08leaderId\x12\x1d\n\nreplica_id\x18\x02 \x01(\tR\treplicaId\x12?\n\rleading_since\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x0cleadingSince\x12\x18\n\x07\x65\x64ition\x18\x04 \x01(\tR\x07\x65\x64ition\x12\x12\n\x04role\x18\x05 \x01(\tR\x04role\x12/\n\x08replicas\x18\x06 \x03(\x0b\x32\x13.leoflow.v1.ReplicaR\x08replicas\"\x99\x01\n\x07Replica\x12\x1d\n\nreplica_id\x18\x01 \x01(\tR\treplicaId\x12\x12\n\x04role\x18\x02 \x01(\tR\x04role\x12\x16\n\x06leader\x18\x03 \x01(\x08R\x06leader\x12\x43\n\x0f\x63onnected_since\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x0e\x63onnectedSince\"\x12\n\x10GetHealthRequest\"I\n\x0bHealthCheck\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n\x02ok\x18\x02 \x01(\x08R\x02ok\x12\x16\n\x06\x64\x65tail\x18\x03 \x01(\tR\x06\x64\x65tail\"\xc4\x06\n\x11GetHealthResponse\x12\x1d\n\nreplica_id\x18\x01 \x01(\tR\treplicaId\x12\x12\n\x04role\x18\x02 \x01(\tR\x04role\x12\x18\n\x07\x65\x64ition\x18\x03 \x01(\tR\x07\x65\x64ition\x12\x16\n\x06leader\x18\x04 \x01(\x08R\x06leader\x12\x12\n\x04live\x18\x05 \x01(\x08R\x04live\x12\x14\n\x05ready\x18\x06 \x01(\x08R\x05ready\x12\x38\n\x0blive_checks\x18\x07 \x03(\x0b\x32\x17.leoflow.v1.HealthCheckR\nliveChecks\x12:\n\x0cready_checks\x18\x08 \x03(\x0b\x32\x17.leoflow.v1.HealthCheckR\x0breadyChecks\x12/\n\x08replicas\x18\t \x03(\x0b\x32\x13.leoflow.v1.ReplicaR\x08replicas\x12-\n\x12\x64\x61tabase_reachable\x18\n \x01(\x08R\x11\x64\x61tabaseReachable\x12.\n\x13\x64\x61tabase_latency_ms\x18\x0b \x01(\x01R\x11\x64\x61tabaseLatencyMs\x12-\n\x12migrations_version\x18\x0c \x01(\tR\x11migrationsVersion\x12\x1b\n\tleader_id\x18\r \x01(\tR\x08leaderId\x12%\n\x0e\x61gents_healthy\x18\x0e \x01(\x05R\ragentsHealthy\x12!\n\x0c\x61gents_stale\x18\x0f \x01(\x05R\x0b\x61gentsStale\x12\x1f\n\x0b\x61gents_dead\x18\x10 \x01(\x05R\nagentsDead\x12\x30\n\x14\x64ispatch_queue_depth\x18\x11 \x01(\x05R\x12\x64ispatchQueueDepth\x12\x36\n\x17\x64ispatch_queue_capacity\x18\x12 \x01(\x05R\x15\x64ispatchQueueCapacity\x12\x45\n\x11last_full_step_at\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x0elastFullStepAt\x12\x32\n\x16last_full_step_late_ms\x18\x14 \x01(\x03R\x12lastFullStepLateMs\"\xbe\x03\n\x05\x41gent\x12\x19\n\x08\x61gent_id\x18\x01 \x01(\tR\x07\x61gentId\x12\x35\n\x06labels\x18\x02 \x03(\x0b\x32\x1d.leoflow.v1.Agent.LabelsEntryR\x06labels\x12\"\n\x0c\x63\x61pabilities\x18\x03 \x03(\tR\x0c\x63\x61pabilities\x12\x14\n\x05slots\x18\x04 \x01(\x05R\x05slots\x12\x1a\n\x08\x64raining\x18\x05 \x01(\x08R\x08\x64raining\x12\x1c\n\tconnected\x18\x06 \x01(\x08R\tconnected\x12+\n\x11\x63onnected_replica\x18\x07 \x01(\tR\x10\x63onnectedReplica\x12<\n\x0clast_seen_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nlastSeenAt\x12\x18\n\x07running\x18\t \x01(\x05R\x07running\x12/\n\x06health\x18\n \x01(\x0e\x32\x17.leoflow.v1.AgentHealthR\x06health\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\x13\n\x11ListAgentsRequest\"?\n\x12ListAgentsResponse\x12)\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x11.leoflow.v1.AgentR\x06\x61gents\"H\n\x11\x44rainAgentRequest\x12\x19\n\x08\x61gent_id\x18\x01 \x01(\tR\x07\x61gentId\x12\x18\n\x07undrain\x18\x02 \x01(\x08R\x07undrain\"=\n\x12\x44rainAgentResponse\x12\'\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x11.leoflow.v1.AgentR\x05\x61gent\"/\n\x12\x46orgetAgentRequest\x12\x19\n\x08\x61gent_id\x18\x01 \x01(\tR\x07\x61gentId\"S\n\x13\x46orgetAgentResponse\x12<\n\x0clast_seen_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nlastSeenAt*t\n\x0b\x41gentHealth\x12\x1c\n\x18\x41GENT_HEALTH_UNSPECIFIED\x10\x00\x12\x18\n\x14\x41GENT_HEALTH_HEALTHY\x10\x01\x12\x16\n\x12\x41GENT_HEALTH_STALE\x10\x02\x12\x15\n\x11\x41GENT_HEALTH_DEAD\x10\x03\x32\x8e\x03\n\x0e\x43lusterService\x12H\n\tGetLeader\x12\x1c.leoflow.v1.GetLeaderRequest\x1a\x1d.leoflow.v1.GetLeaderResponse\x12H\n\tGetHealth\x12\x1c.leoflow.v1.GetHealthRequest\x1a\x1d.leoflow.v1.GetHealthResponse\x12K\n\nListAgents\x12\x1d.leoflow.v1.ListAgentsRequest\x1a\x1e.leoflow.v1.ListAgentsResponse\x12K\n\nDrainAgent\x12\x1d.leoflow.v1.DrainAgentRequest\x1a\x1e.leoflow.v1.DrainAgentResponse\x12N\n\x0b\x46orgetAgent\x12\x1e.leoflow.v1.ForgetAgentRequest\x1a\x1f.leoflow.v1.ForgetAgentResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18leoflow/v1/cluster.proto\x12\nleoflow.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n\x10GetLeaderRequest\"\xef\x01\n\x11GetLeaderResponse\x12\x1b\n\tleader_id\x18\x01 \x01(\tR\x08leaderId\x12\x1d\n\nreplica_id\x18\x02 \x01(\tR\treplicaId\x12?\n\rleading_since\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x0cleadingSince\x12\x18\n\x07\x65\x64ition\x18\x04 \x01(\tR\x07\x65\x64ition\x12\x12\n\x04role\x18\x05 \x01(\tR\x04role\x12/\n\x08replicas\x18\x06 \x03(\x0b\x32\x13.leoflow.v1.ReplicaR\x08replicas\"\x99\x01\n\x07Replica\x12\x1d\n\nreplica_id\x18\x01 \x01(\tR\treplicaId\x12\x12\n\x04role\x18\x02 \x01(\tR\x04role\x12\x16\n\x06leader\x18\x03 \x01(\x08R\x06leader\x12\x43\n\x0f\x63onnected_since\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x0e\x63onnectedSince\"\x12\n\x10GetHealthRequest\"I\n\x0bHealthCheck\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n\x02ok\x18\x02 \x01(\x08R\x02ok\x12\x16\n\x06\x64\x65tail\x18\x03 \x01(\tR\x06\x64\x65tail\"\xeb\x06\n\x11GetHealthResponse\x12\x1d\n\nreplica_id\x18\x01 \x01(\tR\treplicaId\x12\x12\n\x04role\x18\x02 \x01(\tR\x04role\x12\x18\n\x07\x65\x64ition\x18\x03 \x01(\tR\x07\x65\x64ition\x12\x16\n\x06leader\x18\x04 \x01(\x08R\x06leader\x12\x12\n\x04live\x18\x05 \x01(\x08R\x04live\x12\x14\n\x05ready\x18\x06 \x01(\x08R\x05ready\x12\x38\n\x0blive_checks\x18\x07 \x03(\x0b\x32\x17.leoflow.v1.HealthCheckR\nliveChecks\x12:\n\x0cready_checks\x18\x08 \x03(\x0b\x32\x17.leoflow.v1.HealthCheckR\x0breadyChecks\x12/\n\x08replicas\x18\t \x03(\x0b\x32\x13.leoflow.v1.ReplicaR\x08replicas\x12-\n\x12\x64\x61tabase_reachable\x18\n \x01(\x08R\x11\x64\x61tabaseReachable\x12.\n\x13\x64\x61tabase_latency_ms\x18\x0b \x01(\x01R\x11\x64\x61tabaseLatencyMs\x12-\n\x12migrations_version\x18\x0c \x01(\tR\x11migrationsVersion\x12\x1b\n\tleader_id\x18\r \x01(\tR\x08leaderId\x12%\n\x0e\x61gents_healthy\x18\x0e \x01(\x05R\ragentsHealthy\x12!\n\x0c\x61gents_stale\x18\x0f \x01(\x05R\x0b\x61gentsStale\x12\x1f\n\x0b\x61gents_dead\x18\x10 \x01(\x05R\nagentsDead\x12\x30\n\x14\x64ispatch_queue_depth\x18\x11 \x01(\x05R\x12\x64ispatchQueueDepth\x12\x36\n\x17\x64ispatch_queue_capacity\x18\x12 \x01(\x05R\x15\x64ispatchQueueCapacity\x12\x45\n\x11last_full_step_at\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x0elastFullStepAt\x12\x32\n\x16last_full_step_late_ms\x18\x14 \x01(\x03R\x12lastFullStepLateMs\x12%\n\x0e\x61gents_stopped\x18\x15 \x01(\x05R\ragentsStopped\"\xbe\x03\n\x05\x41gent\x12\x19\n\x08\x61gent_id\x18\x01 \x01(\tR\x07\x61gentId\x12\x35\n\x06labels\x18\x02 \x03(\x0b\x32\x1d.leoflow.v1.Agent.LabelsEntryR\x06labels\x12\"\n\x0c\x63\x61pabilities\x18\x03 \x03(\tR\x0c\x63\x61pabilities\x12\x14\n\x05slots\x18\x04 \x01(\x05R\x05slots\x12\x1a\n\x08\x64raining\x18\x05 \x01(\x08R\x08\x64raining\x12\x1c\n\tconnected\x18\x06 \x01(\x08R\tconnected\x12+\n\x11\x63onnected_replica\x18\x07 \x01(\tR\x10\x63onnectedReplica\x12<\n\x0clast_seen_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nlastSeenAt\x12\x18\n\x07running\x18\t \x01(\x05R\x07running\x12/\n\x06health\x18\n \x01(\x0e\x32\x17.leoflow.v1.AgentHealthR\x06health\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\x13\n\x11ListAgentsRequest\"?\n\x12ListAgentsResponse\x12)\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x11.leoflow.v1.AgentR\x06\x61gents\"H\n\x11\x44rainAgentRequest\x12\x19\n\x08\x61gent_id\x18\x01 \x01(\tR\x07\x61gentId\x12\x18\n\x07undrain\x18\x02 \x01(\x08R\x07undrain\"=\n\x12\x44rainAgentResponse\x12\'\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x11.leoflow.v1.AgentR\x05\x61gent\"/\n\x12\x46orgetAgentRequest\x12\x19\n\x08\x61gent_id\x18\x01 \x01(\tR\x07\x61gentId\"S\n\x13\x46orgetAgentResponse\x12<\n\x0clast_seen_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nlastSeenAt*\x8e\x01\n\x0b\x41gentHealth\x12\x1c\n\x18\x41GENT_HEALTH_UNSPECIFIED\x10\x00\x12\x18\n\x14\x41GENT_HEALTH_HEALTHY\x10\x01\x12\x16\n\x12\x41GENT_HEALTH_STALE\x10\x02\x12\x15\n\x11\x41GENT_HEALTH_DEAD\x10\x03\x12\x18\n\x14\x41GENT_HEALTH_STOPPED\x10\x04\x32\x8e\x03\n\x0e\x43lusterService\x12H\n\tGetLeader\x12\x1c.leoflow.v1.GetLeaderRequest\x1a\x1d.leoflow.v1.GetLeaderResponse\x12H\n\tGetHealth\x12\x1c.leoflow.v1.GetHealthRequest\x1a\x1d.leoflow.v1.GetHealthResponse\x12K\n\nListAgents\x12\x1d.leoflow.v1.ListAgentsRequest\x1a\x1e.leoflow.v1.ListAgentsResponse\x12K\n\nDrainAgent\x12\x1d.leoflow.v1.DrainAgentRequest\x1a\x1e.leoflow.v1.DrainAgentResponse\x12N\n\x0b\x46orgetAgent\x12\x1e.leoflow.v1.ForgetAgentRequest\x1a\x1f.leoflow.v1.ForgetAgentResponseb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'leoflow.v1.cluster_pb2', globals())
@@ -23,8 +23,8 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   _AGENT_LABELSENTRY._options = None
   _AGENT_LABELSENTRY._serialized_options = b'8\001'
-  _AGENTHEALTH._serialized_start=2231
-  _AGENTHEALTH._serialized_end=2347
+  _AGENTHEALTH._serialized_start=2271
+  _AGENTHEALTH._serialized_end=2413
   _GETLEADERREQUEST._serialized_start=73
   _GETLEADERREQUEST._serialized_end=91
   _GETLEADERRESPONSE._serialized_start=94
@@ -36,23 +36,23 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _HEALTHCHECK._serialized_start=511
   _HEALTHCHECK._serialized_end=584
   _GETHEALTHRESPONSE._serialized_start=587
-  _GETHEALTHRESPONSE._serialized_end=1423
-  _AGENT._serialized_start=1426
-  _AGENT._serialized_end=1872
-  _AGENT_LABELSENTRY._serialized_start=1815
-  _AGENT_LABELSENTRY._serialized_end=1872
-  _LISTAGENTSREQUEST._serialized_start=1874
-  _LISTAGENTSREQUEST._serialized_end=1893
-  _LISTAGENTSRESPONSE._serialized_start=1895
-  _LISTAGENTSRESPONSE._serialized_end=1958
-  _DRAINAGENTREQUEST._serialized_start=1960
-  _DRAINAGENTREQUEST._serialized_end=2032
-  _DRAINAGENTRESPONSE._serialized_start=2034
-  _DRAINAGENTRESPONSE._serialized_end=2095
-  _FORGETAGENTREQUEST._serialized_start=2097
-  _FORGETAGENTREQUEST._serialized_end=2144
-  _FORGETAGENTRESPONSE._serialized_start=2146
-  _FORGETAGENTRESPONSE._serialized_end=2229
-  _CLUSTERSERVICE._serialized_start=2350
-  _CLUSTERSERVICE._serialized_end=2748
+  _GETHEALTHRESPONSE._serialized_end=1462
+  _AGENT._serialized_start=1465
+  _AGENT._serialized_end=1911
+  _AGENT_LABELSENTRY._serialized_start=1854
+  _AGENT_LABELSENTRY._serialized_end=1911
+  _LISTAGENTSREQUEST._serialized_start=1913
+  _LISTAGENTSREQUEST._serialized_end=1932
+  _LISTAGENTSRESPONSE._serialized_start=1934
+  _LISTAGENTSRESPONSE._serialized_end=1997
+  _DRAINAGENTREQUEST._serialized_start=1999
+  _DRAINAGENTREQUEST._serialized_end=2071
+  _DRAINAGENTRESPONSE._serialized_start=2073
+  _DRAINAGENTRESPONSE._serialized_end=2134
+  _FORGETAGENTREQUEST._serialized_start=2136
+  _FORGETAGENTREQUEST._serialized_end=2183
+  _FORGETAGENTRESPONSE._serialized_start=2185
+  _FORGETAGENTRESPONSE._serialized_end=2268
+  _CLUSTERSERVICE._serialized_start=2416
+  _CLUSTERSERVICE._serialized_end=2814
 # @@protoc_insertion_point(module_scope)
