@@ -42,6 +42,7 @@ export function testDispatcher(parts: DispatcherParts): Dispatcher {
     cancel: () => false,
     forgetParked: () => {},
     whenRoom: () => {},
+    drained: () => true,
     close: async () => {},
   };
 }
