@@ -5,6 +5,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
+import { getDag } from '../../src/db/dags.js';
+import { createRun } from '../../src/db/runs.js';
 import { createSql } from '../../src/db/sql.js';
 import { startInstantAgent } from '../bench/instant-agent.js';
 import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
@@ -105,11 +107,16 @@ async function throughput(): Promise<{ tasksPerSec: number; rowsPerTask: number;
     expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
     const api = createClients(server.url);
     await api.workflow.pauseDag({ dagId: 'guard', paused: true });
-    // Queued through the API, 16 calls in flight (as the throughput benchmark's trigger rate).
-    let next = 0;
-    await Promise.all(Array.from({ length: 16 }, async () => {
-      while (next++ < TASKS) await api.workflow.triggerRun({ dagId: 'guard' });
-    }));
+    // Queued as TriggerRun queues them, on a connection of its own that is closed before the
+    // first count: a backend publishes its counts at exit, but an idle one up to 10 s late.
+    const dag = (await getDag(db.sql, 'guard'))!;
+    const queue = createSql(db.url, { max: 1 });
+    await queue.begin(async (tx) => {
+      for (let i = 0; i < TASKS; i++) {
+        await createRun(tx, { dagId: 'guard', dagVersion: dag.version, runKey: `g_${i}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+      }
+    });
+    await queue.end({ timeout: 5 });
     const a = startInstantAgent(server.url, { agentId: 'guard', slots: SLOTS });
     agent = a;
     await waitFor('agent connected', async () => (await api.cluster.listAgents({})).agents.some((x) => x.connected), 30_000, 50);
