@@ -67,9 +67,16 @@ export interface Dispatcher {
   cancel(tiId: string, reason: string): boolean;
   /** This replica no longer leads: work parked for placement is dropped (still scheduled). */
   forgetParked(): void;
-  /** Calls `listener` when the pool refused offers and has drained to half since: the scheduler
-   *  may offer them again. One listener. */
-  whenRoom(listener: () => void): void;
+  /**
+   * Calls `listener` when the pool refused offers and has drained to half since: the scheduler
+   * may offer them again. The listener says whether refused work still waits to be offered again;
+   * while it does, it is called again as the pool drains (after each dispatch, while at most half
+   * full), so a backlog larger than the room is offered batch by batch, not left to the tick.
+   * One listener.
+   */
+  whenRoom(listener: () => boolean): void;
+  /** Whether the pool has drained to half: the point at which refused work is offered again. */
+  drained(): boolean;
   /** Stops taking offers and waits for the dispatches in flight. */
   close(): Promise<void>;
 }
@@ -90,12 +97,14 @@ export function createDispatcher(o: DispatcherOptions): Dispatcher {
   const { logger, store } = o;
   const waitReason = waitingForDispatch(o.capacity);
   const placing: ReadonlyMap<string, Placement> = o.placements ?? new Map();
-  // The pool refused an offer: once it has drained to half, the scheduler is told there is room.
+  // The pool refused an offer and that work still waits: each time a dispatch leaves the pool
+  // drained to half, the scheduler is told there is room.
   let refused = false;
-  let onRoom: (() => void) | null = null;
+  let onRoom: (() => boolean) | null = null;
   // Room held for claims made with their moves and not offered yet.
   let roomHeld = 0;
   const room = () => Math.max(0, o.capacity - pool.depth - roomHeld);
+  const drained = () => pool.depth <= o.capacity / 2;
 
   const pool = createDispatchPool<WorkItem>({
     workers: o.workers,
@@ -104,10 +113,7 @@ export function createDispatcher(o: DispatcherOptions): Dispatcher {
     logger,
     onDispatched: (_item, seconds) => {
       o.metrics?.dispatched(seconds);
-      if (refused && pool.depth <= o.capacity / 2) {
-        refused = false;
-        onRoom?.();
-      }
+      if (refused && drained()) refused = onRoom?.() ?? false;
     },
     dispatch: async (item) => {
       const start = new Date();
@@ -204,6 +210,8 @@ export function createDispatcher(o: DispatcherOptions): Dispatcher {
     whenRoom(listener) {
       onRoom = listener;
     },
+
+    drained,
 
     forgetParked() {
       for (const p of placing.values()) p.forgetParked();

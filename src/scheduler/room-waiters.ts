@@ -1,3 +1,5 @@
+import type { Dispatcher } from '../dispatch/dispatcher.js';
+
 /**
  * Runs with scheduled TIs a full dispatch pool refused, in the order they were refused. When the
  * pool has drained, the step that offers their work again reads as many of them as the pool has
@@ -37,4 +39,58 @@ export class RoomWaiters {
   clear(): void {
     this.#runs.clear();
   }
+}
+
+/** The re-offering of refused work, driven by the dispatcher's drains and the loop's steps. */
+export interface RefusedWork {
+  /** Runs one step: a batch nudged before it began is read by it; at its end, the next batch if
+   *  the pool has drained to half by then. */
+  around<T>(step: () => Promise<T>): Promise<T>;
+  /** This replica no longer leads: nothing is waiting or being offered again. */
+  clear(): void;
+}
+
+/**
+ * Offers refused work again as the pool drains, batch by batch until none is left: the runs
+ * refused longest ago, as many as there is room for, in one nudged step; the next batch once that
+ * step is done and the pool has drained to half again (at the step's end, or at a later dispatch).
+ * Not a spin: a batch is taken only when there is room, and what is refused again waits for the
+ * next drain. The tick's sweep stays the safety net.
+ */
+export function offerRefusedAsRoomFrees(
+  waiters: RoomWaiters,
+  dispatcher: Pick<Dispatcher, 'room' | 'drained' | 'whenRoom'>,
+  nudge: (runIds: string[]) => void,
+): RefusedWork {
+  // A batch was nudged and the next step to begin reads it; that step is running.
+  let asked = false;
+  let reading = false;
+  const offerBatch = () => {
+    if (asked || reading || waiters.size === 0) return;
+    asked = true;
+    nudge(waiters.take(Math.max(1, dispatcher.room())));
+  };
+  dispatcher.whenRoom(() => {
+    offerBatch();
+    return asked || reading || waiters.size > 0;
+  });
+  return {
+    async around(step) {
+      reading = asked;
+      asked = false;
+      try {
+        return await step();
+      } finally {
+        if (reading) {
+          reading = false;
+          if (dispatcher.drained()) offerBatch();
+        }
+      }
+    },
+    clear() {
+      waiters.clear();
+      asked = false;
+      reading = false;
+    },
+  };
 }

@@ -96,13 +96,16 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
       // However many nudges keep coming, a full step still happens once per tick.
       const kind = Date.now() - lastFullAt >= opts.tickMs ? 'full' : 'light';
       if (kind === 'full') lastFullAt = Date.now();
-      const target: StepTarget =
-        kind === 'full' || wantAll || (wantRuns.size === 0 && wantQueued === 0)
-          ? { all: true, asked: wantAll }
-          : { all: false, runIds: [...wantRuns], queued: wantQueued };
+      const named = wantRuns.size > 0 || wantQueued > 0;
+      const target: StepTarget = kind === 'full' || wantAll || !named ? { all: true, asked: wantAll } : { all: false, runIds: [...wantRuns], queued: wantQueued };
       wantAll = false;
-      wantRuns = new Set();
-      wantQueued = 0;
+      // A step of everything reads the runs with work waiting and the sweep's stretch, not
+      // necessarily the runs named: they stay wanted, for a step right after this one.
+      if (target.all && named) pending = true;
+      else {
+        wantRuns = new Set();
+        wantQueued = 0;
+      }
       stepSince = Date.now();
       stepping = opts
         .step(kind, target)

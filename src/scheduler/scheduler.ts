@@ -11,7 +11,7 @@ import { createLeaderElector, type LeaderElector } from './leader.js';
 import { createNudger, type Nudge } from './nudger.js';
 import { registerPlanBehindEnds } from './plan-ahead.js';
 import { PlannerMemory } from './planner-memory.js';
-import { RoomWaiters } from './room-waiters.js';
+import { offerRefusedAsRoomFrees, RoomWaiters } from './room-waiters.js';
 import { createSchedulerLoop, fullStepLateMs } from './scheduler-loop.js';
 import { step } from './step.js';
 
@@ -117,18 +117,13 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
   // On the leader, the plans ahead of the ends the batcher writes and the reads of their runs,
   // for the step that follows, go in the same round trip as the ends' write.
   registerPlanBehindEnds(o.endsSent, ctx, { leading: () => isLeader, stopping: () => stopping });
+  const refusedWork = offerRefusedAsRoomFrees(roomWaiters, o.dispatcher, (runIds) => loop.nudge(runIds));
   const loop = createSchedulerLoop({
     tickMs: o.tickMs,
     logger,
-    step: (kind, target) => step(ctx, kind, target),
+    step: (kind, target) => refusedWork.around(() => step(ctx, kind, target)),
     canStep: () => isLeader,
     onStepDone: (seconds) => o.observe.stepped(seconds),
-  });
-  // TIs the full pool refused are offered again once it has drained, without waiting for the
-  // tick: the runs refused longest ago, as many as there is room for.
-  o.dispatcher.whenRoom(() => {
-    const runIds = roomWaiters.take(Math.max(1, o.dispatcher.room()));
-    if (runIds.length > 0) loop.nudge(runIds);
   });
   // Beside the loop, not in it: removing history (and forgetting agents) must never lengthen a step.
   const history = createHistoryKeeper({
@@ -160,7 +155,7 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
     onDeposed: () => {
       isLeader = false;
       memory.clear();
-      roomWaiters.clear();
+      refusedWork.clear();
       o.dispatcher.forgetParked();
       o.observe.leading(false);
     },

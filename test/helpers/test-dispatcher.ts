@@ -46,6 +46,7 @@ export function testDispatcher(parts: DispatcherParts): Dispatcher {
     cancel: () => false,
     forgetParked: () => {},
     whenRoom: () => {},
+    drained: () => true,
     close: async () => {},
   };
 }

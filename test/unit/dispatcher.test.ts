@@ -137,7 +137,7 @@ describe('dispatcher', () => {
     const g = gate();
     const t = setup({ capacity: 2, hold: g.p });
     let roomAgain = 0;
-    t.dispatcher.whenRoom(() => roomAgain++);
+    t.dispatcher.whenRoom(() => (roomAgain++, false));
     expect(t.dispatcher.offer(item(1))).toBe('accepted'); // in flight, held by the gate
     await flush();
     expect(t.dispatcher.offer(item(2))).toBe('accepted');
@@ -160,6 +160,29 @@ describe('dispatcher', () => {
     await flush();
     expect(roomAgain).toBe(1);
     expect(t.sub.dispatched.map((a) => a.tiId)).toEqual(['1', '2', '3']);
+  });
+
+  it('says again at each later drain that it has room while the scheduler still has refused work waiting', async () => {
+    const g = gate();
+    const t = setup({ capacity: 2, hold: g.p });
+    let batches = 2; // the scheduler's refused work: it offers one batch a call
+    const calls: boolean[] = [];
+    t.dispatcher.whenRoom(() => {
+      calls.push(t.dispatcher.drained());
+      return --batches > 0;
+    });
+    for (const n of [1, 2, 3]) expect(t.dispatcher.offer(item(n))).toBe('accepted');
+    await flush();
+    expect(t.dispatcher.offer(item(4))).toBe('full');
+    expect(t.dispatcher.drained()).toBe(false);
+    g.open();
+    for (let i = 0; i < 10; i++) await flush();
+    // Each dispatch that left the pool drained to half told it, while it said work still waits.
+    expect(calls).toEqual([true, true]);
+    expect(t.dispatcher.offer(item(5))).toBe('accepted');
+    for (let i = 0; i < 10; i++) await flush();
+    expect(t.sub.dispatched.map((a) => a.tiId)).toEqual(['1', '2', '3', '5']);
+    expect(calls).toHaveLength(2);
   });
 
   it('claims ahead all of an executor’s moves or none, holds their room until done, and places agent work in order', () => {

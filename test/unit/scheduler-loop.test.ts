@@ -158,7 +158,33 @@ describe('targeted steps', () => {
     l.nudge(['10']);
     l.nudge();
     await vi.advanceTimersByTimeAsync(20);
-    expect(targets).toEqual([{ all: true, asked: true }, { all: false, runIds: ['7'], queued: 0 }, { all: false, runIds: ['8', '9'], queued: 0 }, { all: true, asked: true }]);
+    // Run 10 is planned right after the step of everything: that step reads the runs with work
+    // waiting, which run 10 (a TI of it ended, say) may not be.
+    expect(targets).toEqual([
+      { all: true, asked: true },
+      { all: false, runIds: ['7'], queued: 0 },
+      { all: false, runIds: ['8', '9'], queued: 0 },
+      { all: true, asked: true },
+      { all: false, runIds: ['10'], queued: 0 },
+    ]);
+  });
+
+  it('keeps the runs named by nudges that a tick’s full step took in for a step right after it', async () => {
+    let release!: () => void;
+    const { targets, l } = recording(async (t) => {
+      if (t.length === 2) await new Promise<void>((r) => (release = r));
+    });
+    l.start();
+    await vi.advanceTimersByTimeAsync(20);
+    l.nudge(['1']);
+    await vi.advanceTimersByTimeAsync(20); // step 2 (light, run 1) is held open past the tick
+    await vi.advanceTimersByTimeAsync(10_000);
+    l.nudge(['3']);
+    l.nudgeQueued(2);
+    release();
+    // The tick is due, so the nudged step is a full one, which reads neither run 3 nor queued runs by name.
+    await vi.advanceTimersByTimeAsync(20);
+    expect(targets).toEqual([{ all: true, asked: true }, { all: false, runIds: ['1'], queued: 0 }, { all: true, asked: false }, { all: false, runIds: ['3'], queued: 2 }]);
   });
 
   it('asks a step for the oldest queued runs when nudged for them (the largest ask), merged with the named runs', async () => {
