@@ -98,8 +98,11 @@ export class RunningAttempts {
     );
   }
 
-  /** `status` null: the shim left no exit status (its group was SIGKILLed). */
-  onExit(run: Running, status: ExitStatus | null): void {
+  /**
+   * `status` null: the shim left no exit status (its group was SIGKILLed). `endedAt`: when it
+   * ended, for an end read after it happened (adopt-attempts.ts); absent: now.
+   */
+  onExit(run: Running, status: ExitStatus | null, endedAt?: number): void {
     if (run.exit !== null || run.over) return;
     run.exit = status ?? { exitCode: null, signal: 'SIGKILL' };
     clearTimers(run);
@@ -107,7 +110,7 @@ export class RunningAttempts {
     const how = describeExit(run.exit);
     if (status === null && !run.killSent) this.system(run, 'the task\'s supervisor was killed (no exit status): counted as killed by SIGKILL');
     else this.system(run, code !== null ? `exited with code ${code}` : `killed by ${signal}`);
-    const base = { exitCode: code, signal };
+    const base = { exitCode: code, signal, ...(endedAt !== undefined ? { endedAt } : {}) };
     const result: AttemptResult = run.stop
       ? { ...base, error: run.stop.error, outcome: run.stop.outcome }
       : code === 0
