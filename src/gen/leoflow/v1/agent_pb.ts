@@ -248,6 +248,12 @@ export type Hello = Message<"leoflow.v1.Hello"> & {
    * of this agent_id is live, a Hello with another incarnation is refused with ALREADY_EXISTS
    * (another process holds the id; retry later); with the same incarnation it takes over, and
    * the older stream is closed.
+   * The first Hello of a new incarnation ends at once every attempt of this agent_id it does not
+   * list in `held`, and their next tries may start right away. So before sending it, an agent
+   * must have proved dead every process that an earlier process of this agent_id left running
+   * and that it does not list (the Leoflow agent finds them by the LEOFLOW_SUPERVISOR mark in
+   * their environment, whatever became of its state directory). One agent_id is one machine: a
+   * second machine under the same id cannot reach the first one's processes.
    *
    * @generated from field: string incarnation_id = 9;
    */
