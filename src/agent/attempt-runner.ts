@@ -8,6 +8,7 @@ import { create } from '@bufbuild/protobuf';
 import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, AttemptResult } from '../core/attempt.js';
 import { AttemptDir } from '../executors/process/attempt-dir.js';
+import { isSameProcess } from '../executors/process/process-identity.js';
 import { killOrphansOfAgent, supervisorMark } from '../executors/process/supervisor-mark.js';
 import { createSubprocessExecutor, type SubprocessExecutor } from '../executors/subprocess/subprocess-executor.js';
 import { ConnectRequestSchema, type Assign, type AttemptRef, type Cancel, type ConnectRequest, type FinishedAck, type LogAck, type Welcome } from '../gen/leoflow/v1/agent_pb.js';
@@ -157,15 +158,19 @@ export class AttemptRunner {
   async holdLeftovers(): Promise<number> {
     AttemptDir.claimRoot(this.#attemptsDir);
     const folders = new Set<string>();
+    const shims = new Set<number>();
     for (const dir of AttemptDir.list(this.#attemptsDir)) {
       const attempt = dir.readAttempt();
       if (attempt === null || this.#held.get(attemptKey(attempt))) continue;
       folders.add(dir.path);
+      // A shim leads its own process group.
+      const shim = dir.readShim();
+      if (shim !== null && isSameProcess(shim)) shims.add(shim.pid);
       const held = this.#held.add(attempt);
       this.#leftovers.add(held.key);
       this.#slots.set(attempt.tiId, { held, ...goneSignal() });
     }
-    const orphans = await killOrphansOfAgent(this.#opts.agentId, folders);
+    const orphans = await killOrphansOfAgent(this.#opts.agentId, folders, shims);
     if (orphans.killed > 0) this.#log.warn({ killed: orphans.killed }, 'killed the tasks an earlier process of this agent left and this state directory does not hold');
     if (orphans.ofLiveSupervisor > 0) this.#log.warn({ processes: orphans.ofLiveSupervisor }, 'another live process runs tasks under this agent id: left alone (give each agent its own --id)');
     if (this.#leftovers.size > 0) this.#log.info({ attempts: this.#leftovers.size }, 'attempts left by an earlier process of this agent: asking the control plane which are current');

@@ -72,17 +72,20 @@ export interface AgentOrphans {
 
 /**
  * Kills, and proves gone, every process group that an earlier process of agent `agentId` left
- * and that is not about to be re-attached (`keep`: the attempt folders this process holds).
+ * and that is not about to be re-attached (`keep`: the attempt folders this process holds;
+ * `keepGroups`: the process groups their live shims lead).
  * Groups whose supervising process still runs are left alone (another live process under the
  * same id: the control plane refuses its second stream). Throws when a group outlives `waitMs`
  * after SIGKILL: the agent must not say Hello while a task it could not stop still runs.
  */
-export async function killOrphansOfAgent(agentId: string, keep: ReadonlySet<string>, waitMs = 10_000): Promise<AgentOrphans> {
+export async function killOrphansOfAgent(agentId: string, keep: ReadonlySet<string>, keepGroups: ReadonlySet<number> = new Set(), waitMs = 10_000): Promise<AgentOrphans> {
   const marked = findMarkedBy(agentId);
   const orphans = marked.filter((p) => !isSameProcess(p.supervisor) && !(p.attemptDir !== null && keep.has(p.attemptDir)));
   const kept = new Set(orphans.map((o) => o.group));
-  // A group with one process to keep (its folder is held) is kept whole: it is one attempt.
+  // A group with one process to keep (its folder is held) is kept whole: it is one attempt. So is
+  // the group a held folder's live shim leads, whatever its task did to its environment.
   for (const p of marked) if (p.attemptDir !== null && keep.has(p.attemptDir)) kept.delete(p.group);
+  for (const group of keepGroups) kept.delete(group);
   const groups = [...kept];
   for (const group of groups) {
     try {
