@@ -4,6 +4,7 @@
  * the runtime feeds it what arrives and a session writes its outbox.
  */
 
+import path from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, AttemptResult } from '../core/attempt.js';
@@ -73,6 +74,9 @@ export class AttemptRunner {
       killGraceMs: opts.killGraceMs,
       heartbeatIntervalMs: EXECUTOR_HEARTBEAT_MS,
       markEnv: supervisorMark(opts.agentId),
+      // An end is recorded for good at its FinishedAck: until then its folder is what a restart
+      // of this agent reports it from.
+      keepFolders: true,
     });
   }
 
@@ -284,8 +288,18 @@ export class AttemptRunner {
 
   #forget(held: HeldAttempt): void {
     this.#held.forget(held.key);
+    // A running one keeps its folder until its process is over (the executor's `finished`).
+    if (held.phase === 'ended') this.#removeFolder(held.attempt);
     this.#batcher.release(this.outbox.remove(held.key));
     this.#batcher.forget(held.key);
+  }
+
+  /** The attempt's folder, once nothing about it is to be reported any more. */
+  #removeFolder(attempt: Attempt): void {
+    const { tiId, tryNumber, attemptToken } = attempt;
+    void new AttemptDir(path.join(path.resolve(this.#attemptsDir), `${tiId}.${tryNumber}.${attemptToken}`))
+      .removeLater()
+      .catch((err: unknown) => this.#log.warn({ err, tiId, try: tryNumber }, 'could not remove an attempt folder'));
   }
 
   #releaseSlot(attempt: Attempt): void {
@@ -364,7 +378,10 @@ export class AttemptRunner {
       finished: async (attempt, result) => {
         this.#releaseSlot(attempt);
         const held = this.#heldOf(attempt);
-        if (!held || held.forgotten) return;
+        if (!held || held.forgotten) {
+          this.#removeFolder(attempt);
+          return;
+        }
         this.#reportFinished(held, result);
       },
     };

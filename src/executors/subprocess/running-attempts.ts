@@ -18,6 +18,11 @@ export interface RunningAttemptsOptions {
   killGraceMs: number;
   /** Called as each end is being reported, before its report is awaited. */
   onEnding(): void;
+  /**
+   * Leave each attempt's folder once its end is reported: the reporter removes it once the end is
+   * recorded for good (an agent: at FinishedAck), so a restart before that reports it again.
+   */
+  keepFolders?: boolean;
 }
 
 export class RunningAttempts {
@@ -25,6 +30,7 @@ export class RunningAttempts {
   readonly #logger: Logger;
   readonly #killGraceMs: number;
   readonly #onEnding: () => void;
+  readonly #keepFolders: boolean;
   /** Attempts whose process may still be running, by ti id. */
   readonly #live = new Map<string, Running>();
   /** `finished` reports in flight; shutdown waits for them. */
@@ -35,6 +41,7 @@ export class RunningAttempts {
     this.#logger = o.logger;
     this.#killGraceMs = o.killGraceMs;
     this.#onEnding = o.onEnding;
+    this.#keepFolders = o.keepFolders ?? false;
   }
 
   get size(): number {
@@ -136,7 +143,7 @@ export class RunningAttempts {
         const reported = this.#reporter.finished(run.attempt, result);
         this.#onEnding();
         await reported;
-        await run.dir?.removeLater();
+        if (!this.#keepFolders) await run.dir?.removeLater();
       } catch (err) {
         this.logError(run.attempt, err, 'reporting finished failed');
       }

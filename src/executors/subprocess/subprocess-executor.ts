@@ -36,6 +36,8 @@ export interface SubprocessExecutorOptions {
    * a later process of the same agent finds them whatever its state directory.
    */
   markEnv?: Readonly<Record<string, string>>;
+  /** See RunningAttemptsOptions.keepFolders. */
+  keepFolders?: boolean;
 }
 
 export const SHUTDOWN_ERROR = 'control plane shut down before the task ended';
@@ -85,6 +87,7 @@ export class SubprocessExecutor implements Executor {
       killGraceMs: opts.killGraceMs,
       // Or while this end is on its way, for an attempt that did not run long.
       onEnding: () => this.#refillShell(this.#helper?.usable ? 0 : 1),
+      keepFolders: opts.keepFolders ?? false,
     });
     this.#heartbeat = new HeartbeatLoop({ runs: this.#runs, reporter: opts.reporter, logger: opts.logger, intervalMs: opts.heartbeatIntervalMs });
   }
