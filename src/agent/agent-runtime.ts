@@ -132,6 +132,7 @@ class AgentRuntime {
     this.#backoff = new Backoff(o.backoff);
     this.#runner = new AttemptRunner({
       logger: o.logger,
+      agentId: o.agentId,
       attemptsDir: path.join(o.stateDir, 'attempts'),
       killGraceMs: o.killGraceMs ?? 10_000,
       logFlushMs: o.logFlushMs ?? 100,
@@ -153,8 +154,9 @@ class AgentRuntime {
     const log = this.#log;
     const urls = this.#o.serverUrls;
     log.info({ servers: urls, incarnation: this.#o.incarnationId ?? PROCESS_INCARNATION_ID, slots: this.#o.slots ?? 1, labels: this.#o.labels ?? {}, onlyTiId: this.#o.onlyTiId ?? undefined }, 'agent starting');
-    this.#runner.holdLeftovers();
     try {
+      // Before any Hello: what an earlier process of this agent left is held again or proved dead.
+      await this.#runner.holdLeftovers();
       while (this.#exit === null) {
         const serverUrl = urls[this.#server]!;
         const client = createAgentServiceClient({ serverUrl, http2KeepaliveMs: this.#o.http2KeepaliveMs ?? 10_000, tls: this.#o.tls ?? null });

@@ -4,7 +4,7 @@
  */
 
 import { create } from '@bufbuild/protobuf';
-import type { Duration } from '@bufbuild/protobuf/wkt';
+import { timestampFromMs, type Duration } from '@bufbuild/protobuf/wkt';
 import type { Attempt, AttemptResult } from '../core/attempt.js';
 import { secretEnvFromWire, type SecretRef } from '../core/secret-ref.js';
 import {
@@ -80,6 +80,9 @@ export function finishedOf(attempt: Attempt, result: AttemptResult): Finished {
     exitCode: result.exitCode ?? undefined,
     signal: result.signal ?? '',
     error: result.error ?? '',
+    // When it ended, read from its shim after a restart, or now: held through an outage, the
+    // report still says when the process ended.
+    endedAt: timestampFromMs(Math.round(result.endedAt ?? Date.now())),
   });
 }
 

@@ -4,10 +4,13 @@
  * the runtime feeds it what arrives and a session writes its outbox.
  */
 
+import path from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, AttemptResult } from '../core/attempt.js';
 import { AttemptDir } from '../executors/process/attempt-dir.js';
+import { isSameProcess } from '../executors/process/process-identity.js';
+import { killOrphansOfAgent, supervisorMark } from '../executors/process/supervisor-mark.js';
 import { createSubprocessExecutor, type SubprocessExecutor } from '../executors/subprocess/subprocess-executor.js';
 import { ConnectRequestSchema, type Assign, type AttemptRef, type Cancel, type ConnectRequest, type FinishedAck, type LogAck, type Welcome } from '../gen/leoflow/v1/agent_pb.js';
 import { attemptFromAssign, attemptKey, finishedOf } from './attempt-messages.js';
@@ -17,6 +20,8 @@ import { Outbox } from './outbox.js';
 
 export interface AttemptRunnerOptions {
   logger: Logger;
+  /** This agent's id: its shims carry it, so a later process of it finds them (supervisor-mark.ts). */
+  agentId: string;
   /** Where each attempt's shim keeps its output and exit status (`<state dir>/attempts`). */
   attemptsDir: string;
   /** Time between SIGTERM and SIGKILL for an attempt whose Assign names no kill grace. */
@@ -68,6 +73,10 @@ export class AttemptRunner {
       attemptsDir: opts.attemptsDir,
       killGraceMs: opts.killGraceMs,
       heartbeatIntervalMs: EXECUTOR_HEARTBEAT_MS,
+      markEnv: supervisorMark(opts.agentId),
+      // An end is recorded for good at its FinishedAck: until then its folder is what a restart
+      // of this agent reports it from.
+      keepFolders: true,
     });
   }
 
@@ -142,19 +151,32 @@ export class AttemptRunner {
   }
 
   /**
-   * Holds the attempts an earlier process of this agent left under their shims (it crashed or
-   * was killed), so the first Hello names them; Welcome then says which to re-attach to.
-   * Returns how many.
+   * Before the first Hello: holds the attempts an earlier process of this agent left under their
+   * shims (it crashed or was killed), so the Hello names them and Welcome says which to re-attach
+   * to; and kills, proving them gone, the tasks an earlier process of this agent id left that
+   * this one cannot re-attach to (their folder is not in this state directory: it was emptied,
+   * or another was given). A Hello with a new incarnation ends every attempt it does not name,
+   * and the next try may start at once: none of them may still run here. Returns how many
+   * attempts it holds.
    */
-  holdLeftovers(): number {
+  async holdLeftovers(): Promise<number> {
     AttemptDir.claimRoot(this.#attemptsDir);
+    const folders = new Set<string>();
+    const shims = new Set<number>();
     for (const dir of AttemptDir.list(this.#attemptsDir)) {
       const attempt = dir.readAttempt();
       if (attempt === null || this.#held.get(attemptKey(attempt))) continue;
+      folders.add(dir.path);
+      // A shim leads its own process group.
+      const shim = dir.readShim();
+      if (shim !== null && isSameProcess(shim)) shims.add(shim.pid);
       const held = this.#held.add(attempt);
       this.#leftovers.add(held.key);
       this.#slots.set(attempt.tiId, { held, ...goneSignal() });
     }
+    const orphans = await killOrphansOfAgent(this.#opts.agentId, folders, shims);
+    if (orphans.killed > 0) this.#log.warn({ killed: orphans.killed }, 'killed the tasks an earlier process of this agent left and this state directory does not hold');
+    if (orphans.ofLiveSupervisor > 0) this.#log.warn({ processes: orphans.ofLiveSupervisor }, 'another live process runs tasks under this agent id: left alone (give each agent its own --id)');
     if (this.#leftovers.size > 0) this.#log.info({ attempts: this.#leftovers.size }, 'attempts left by an earlier process of this agent: asking the control plane which are current');
     return this.#leftovers.size;
   }
@@ -266,8 +288,18 @@ export class AttemptRunner {
 
   #forget(held: HeldAttempt): void {
     this.#held.forget(held.key);
+    // A running one keeps its folder until its process is over (the executor's `finished`).
+    if (held.phase === 'ended') this.#removeFolder(held.attempt);
     this.#batcher.release(this.outbox.remove(held.key));
     this.#batcher.forget(held.key);
+  }
+
+  /** The attempt's folder, once nothing about it is to be reported any more. */
+  #removeFolder(attempt: Attempt): void {
+    const { tiId, tryNumber, attemptToken } = attempt;
+    void new AttemptDir(path.join(path.resolve(this.#attemptsDir), `${tiId}.${tryNumber}.${attemptToken}`))
+      .removeLater()
+      .catch((err: unknown) => this.#log.warn({ err, tiId, try: tryNumber }, 'could not remove an attempt folder'));
   }
 
   #releaseSlot(attempt: Attempt): void {
@@ -346,7 +378,10 @@ export class AttemptRunner {
       finished: async (attempt, result) => {
         this.#releaseSlot(attempt);
         const held = this.#heldOf(attempt);
-        if (!held || held.forgotten) return;
+        if (!held || held.forgotten) {
+          this.#removeFolder(attempt);
+          return;
+        }
         this.#reportFinished(held, result);
       },
     };

@@ -61,6 +61,12 @@ export interface AttemptResult {
   /** Why it ended, for a human: 'exit code 3', 'timed out after 5000 ms', 'spawn ENOENT', … */
   error: string | null;
   outcome: 'success' | 'failed' | 'timed_out' | 'cancelled' | 'spawn_failed' | 'superseded';
+  /**
+   * When the process ended (epoch ms, by this process's clock), for an end reported later than it
+   * happened: read from the shim's status file after a restart, or held while the control plane
+   * was away. The store records it as the attempt's end. Absent: it ended as it is reported.
+   */
+  endedAt?: number;
 }
 
 /** Store operations an executor reports through. Every call is fenced by the attempt token. */

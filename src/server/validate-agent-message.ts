@@ -141,12 +141,25 @@ function checkEnd(f: Finished): AttemptResult['outcome'] {
 function finishedResult(f: Finished): AttemptResult {
   const outcome = checkEnd(f);
   const error = storableText(f.error, 'finished.error', MAX_ERROR_CHARS);
+  const endedAt = endedAtMs(f);
   return {
     outcome,
     exitCode: f.exitCode ?? null,
     signal: (f.signal || null) as NodeJS.Signals | null,
     error: error || (outcome === 'failed' && f.exitCode !== undefined ? `exit code ${f.exitCode}` : null),
+    ...(endedAt !== null ? { endedAt } : {}),
   };
+}
+
+/**
+ * Finished.ended_at in ms, null when unset; one in the future is now. Any value is harmless: the
+ * recorded end is kept between the attempt's recorded start and now (finish-attempt.ts).
+ */
+function endedAtMs(f: Finished): number | null {
+  const t = f.endedAt;
+  if (!t) return null;
+  const ms = Number(t.seconds) * 1000 + Math.floor(t.nanos / 1_000_000);
+  return Number.isFinite(ms) && ms > 0 ? Math.min(ms, Date.now()) : null;
 }
 
 /** An agent's message after its Hello, checked whole before any of it is applied. */

@@ -62,6 +62,8 @@ async function setUp(name: string, retries: number) {
     'echo line-after',
     'echo to-stderr >&2',
     `echo "end $LEOFLOW_TRY_NUMBER" >> ${ledger}`,
+    // The task's last act: when it ends, in ms, by this machine's clock.
+    `date +%s%3N > ${ledger}.end`,
   ].join('; ');
   const file = path.join(tmp, `${name}.yaml`);
   await writeFile(
@@ -77,7 +79,7 @@ async function setUp(name: string, retries: number) {
   const pid = Number(started.split(' ')[2]);
   taskPids.add(pid);
   await waitFor('try 1 running in the database', async () => (await ti(runId))?.state === 'running');
-  return { name, go, stateDir, first, runId, pid, lines };
+  return { name, go, stateDir, first, runId, pid, lines, ledger };
 }
 
 async function ti(runId: string) {
@@ -133,5 +135,25 @@ describe('an agent SIGKILLed while its task runs, then started again', () => {
     expect(await ti(c.runId)).toMatchObject({ state: 'success', try_number: 1, exit_code: 0 });
     expect((await outputOf(c.runId)).sort()).toEqual(['1 stderr to-stderr', '1 stdout line-after', '1 stdout line-before']);
     expect(await moves(c.runId)).toEqual(['scheduled/0', 'queued/1', 'running/1', 'success/1']);
+  });
+
+  it('records a task that ended during an 8 s outage of the agent as ending when it exited', async () => {
+    const c = await setUp('outage', 0);
+    c.first.child.kill('SIGKILL');
+    await c.first.exited;
+    await writeFile(c.go, '');
+    await waitFor('try 1 ended on its own', async () => (await c.lines()).includes('end 1'));
+    await waitFor('its process gone', async () => !isAlive(c.pid));
+    const exitedAt = Number(await readFile(`${c.ledger}.end`, 'utf8'));
+    await new Promise((r) => setTimeout(r, 8000));
+
+    await agent(c.name, c.stateDir);
+    expect(await runEnds(db.sql, c.runId)).toBe('success');
+    const [row] = await db.sql<{ started_ms: number; ended_ms: number }[]>`
+      select (extract(epoch from started_at) * 1000)::float8 as started_ms, (extract(epoch from ended_at) * 1000)::float8 as ended_ms
+      from task_instances where run_id = ${c.runId}`;
+    // The database and the task read the same clock (one machine).
+    expect(Math.abs(row!.ended_ms - exitedAt)).toBeLessThan(100);
+    expect(row!.ended_ms).toBeGreaterThan(row!.started_ms);
   });
 });

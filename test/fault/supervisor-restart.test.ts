@@ -60,6 +60,8 @@ async function setUp(dagId: string, retries: number): Promise<Case & { server: S
     'echo line-after',
     'echo to-stderr >&2',
     `echo "end $LEOFLOW_TRY_NUMBER" >> ${c.ledger}`,
+    // The task's last act: when it ends, in ms, by this machine's clock.
+    `date +%s%3N > ${c.ledger}.end`,
   ].join('; ');
   const file = path.join(tmp, `${dagId}.yaml`);
   await writeFile(file, [`dag_id: ${dagId}`, 'tasks:', '  - id: work', `    command: ["sh", "-c", ${JSON.stringify(script)}]`, `    retries: ${retries}`, '    retry_delay: 100ms', ''].join('\n'));
@@ -137,6 +139,26 @@ describe('the control plane SIGKILLed while a task runs', () => {
     expect(await tries(c.runId)).toEqual(['scheduled/0', 'queued/1', 'running/1', 'success/1']);
     // Its folder is gone once its end is recorded.
     await waitFor('attempt folder removed', async () => !existsSync(path.join(c.stateDir, 'attempts')) || (await readdirNames(path.join(c.stateDir, 'attempts'))).every((n) => n === 'owner.json'));
+    expect((await second.stop()).code).toBe(0);
+  });
+
+  it('a task that ended during an 8 s outage is recorded as ending when it exited, not when the restart found it', async () => {
+    const c = await setUp('shim_outage', 0);
+    await c.server.kill();
+    await writeFile(c.go, '');
+    await waitFor('try 1 ended on its own', async () => (await ledger(c)).includes('end 1'));
+    await waitFor('its process gone', async () => !alive(c.pid));
+    const exitedAt = Number(await readFile(`${c.ledger}.end`, 'utf8'));
+    await new Promise((r) => setTimeout(r, 8000));
+
+    const second = await launch(['--state-dir', c.stateDir]);
+    expect(await runEnds(db.sql, c.runId)).toBe('success');
+    const [row] = await db.sql<{ started_ms: number; ended_ms: number }[]>`
+      select (extract(epoch from started_at) * 1000)::float8 as started_ms, (extract(epoch from ended_at) * 1000)::float8 as ended_ms
+      from task_instances where run_id = ${c.runId}`;
+    // The database and the task read the same clock (one machine).
+    expect(Math.abs(row!.ended_ms - exitedAt)).toBeLessThan(100);
+    expect(row!.ended_ms).toBeGreaterThan(row!.started_ms);
     expect((await second.stop()).code).toBe(0);
   });
 

@@ -22,7 +22,8 @@ export interface AbandonedAttempt {
  * process, its token cleared — so its retry gets a new try and a new token, and the earlier
  * process's reports about it are refused. One statement for all of them, each move in the events
  * log. An attempt claimed for the agent but not yet sent anywhere (`delivered_to` null) is not
- * touched: it is sent to the new process.
+ * touched: it is sent to the new process. Safe because an agent proves dead what its earlier
+ * processes left and it does not hold before it says Hello (agent.proto, Hello.incarnation_id).
  */
 export async function endAbandonedAttempts(sql: Sql, agentId: string, incarnationId: string): Promise<AbandonedAttempt[]> {
   const error = sql`'agent_restarted: agent ' || agent_id || ' restarted; its process ' || delivered_to

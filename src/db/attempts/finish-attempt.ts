@@ -45,19 +45,32 @@ const endFigures = (sql: Sql) => sql`(select d.dag_id from dag_runs d where d.id
 
 type End = { tiId: string; tryNumber: number; attemptToken: string; result: AttemptResult };
 
-/** The reports as rows `r(id, try, token, ok, exit_code, error, …extra)`: one array a column. */
+/** The reports as rows `r(id, try, token, ok, exit_code, error, ended_ms, …extra)`: one array a column. */
 const endsTable = (sql: Sql, ends: End[], extra?: Fragment) => sql`
   select * from unnest(${ends.map((o) => o.tiId)}::bigint[], ${ends.map((o) => o.tryNumber)}::int[],
                        ${ends.map((o) => o.attemptToken)}::uuid[], ${ends.map((o) => (o.result.outcome === 'success' ? 'true' : 'false'))}::text[]::bool[],
-                       ${ends.map((o) => o.result.exitCode) as number[]}::int[], ${ends.map((o) => o.result.error) as string[]}::text[]${extra ?? sql``})`;
+                       ${ends.map((o) => o.result.exitCode) as number[]}::int[], ${ends.map((o) => o.result.error) as string[]}::text[],
+                       ${ends.map((o) => o.result.endedAt ?? null) as number[]}::float8[]${extra ?? sql``})`;
 
-/** An end's columns for TI `t` and its report `r`: success, or failed / up_for_retry by the TI's own tries and backoff. */
+/**
+ * When the process of report `r` ended: its reported end (by this replica's clock, which on one
+ * machine is the database's), never in the future; now when it has none. A time rather than "so
+ * long ago": the statement may start well after it was built (behind the log lines and starts of
+ * its batch), and its now() with it.
+ */
+const endedAt = (sql: Sql) => sql`least(now(), coalesce(to_timestamp(r.ended_ms / 1000), now()))`;
+
+/**
+ * An end's columns for TI `t` and its report `r`: success, or failed / up_for_retry by the TI's own
+ * tries and backoff. The end is the process's real end (never before its recorded start); the
+ * backoff counts from now, as the next try can start no sooner.
+ */
 const endColumns = (sql: Sql) => sql`
   state = case when r.ok then 'success' when t.try_number < t.max_tries then 'up_for_retry' else 'failed' end,
   next_try_at = case when not r.ok and t.try_number < t.max_tries
     then now() + least(t.retry_delay_ms * power(2, least(t.try_number - 1, 30)), t.max_retry_delay_ms) * interval '1 millisecond'
     end,
-  ended_at = now(), exit_code = r.exit_code, error = r.error, pid = null`;
+  ended_at = greatest(${endedAt(sql)}, t.started_at), exit_code = r.exit_code, error = r.error, pid = null`;
 
 /** The events-log payload of an end, from the row the end wrote. */
 const endEvent = (sql: Sql) => sql`jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number,
@@ -71,7 +84,7 @@ const endEvent = (sql: Sql) => sql`jsonb_build_object('task_id', task_id, 'to', 
  */
 export function finishAttempts(sql: Sql, ends: End[]) {
   return sql<FinishedRow[]>`
-    with r as (${endsTable(sql, ends)} as r(id, try, token, ok, exit_code, error)),
+    with r as (${endsTable(sql, ends)} as r(id, try, token, ok, exit_code, error, ended_ms)),
     moved as (
       update task_instances t set ${endColumns(sql)}
       from r
@@ -98,7 +111,7 @@ export function startAndFinishAttempts(sql: Sql, reports: (End & { pid: number |
       select 1, run_id, id, ${endEvent(sql)} from moved) e
     order by ti_id, o`;
   return sql<StartedAndFinishedRow[]>`
-    with r as (${endsTable(sql, reports, extra)} as r(id, try, token, ok, exit_code, error, pid, agent_id)),
+    with r as (${endsTable(sql, reports, extra)} as r(id, try, token, ok, exit_code, error, ended_ms, pid, agent_id)),
     was as (
       select t.id, t.state = any(${START_FROM}::text[]) as starting
       from task_instances t join r on t.id = r.id and t.try_number = r.try and t.attempt_token = r.token
@@ -106,7 +119,7 @@ export function startAndFinishAttempts(sql: Sql, reports: (End & { pid: number |
       for no key update of t),
     moved as (
       update task_instances t set ${endColumns(sql)},
-        started_at = case when w.starting then now() else t.started_at end,
+        started_at = case when w.starting then ${endedAt(sql)} else t.started_at end,
         heartbeat_at = case when w.starting then now() else t.heartbeat_at end,
         agent_id = case when w.starting then r.agent_id else t.agent_id end
       from r join was w on w.id = r.id

@@ -1,5 +1,5 @@
 import { constants as osConstants } from 'node:os';
-import { mkdirSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import { rm, rmdir, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import type { Attempt } from '../../core/attempt.js';
@@ -126,6 +126,19 @@ export class AttemptDir {
     if (!text.endsWith('\n')) return null;
     const code = Number(text.trim());
     return Number.isInteger(code) && code >= 0 ? exitStatusOf(code) : null;
+  }
+
+  /**
+   * When the shim wrote the exit status (epoch ms): the status file's modification time, which the
+   * shim sets as the task exits, so an end read after a restart is recorded as when it happened.
+   * Null when there is no status file.
+   */
+  statusWrittenAt(): number | null {
+    try {
+      return statSync(this.statusFile).mtimeMs;
+    } catch {
+      return null;
+    }
   }
 
   remove(): void {

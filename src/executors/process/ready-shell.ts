@@ -43,9 +43,13 @@ export class ReadyShells {
   #closed = false;
   readonly #lookups = new Map<string, number>();
 
-  constructor(opts: { logger: Logger; shell?: string }) {
+  /** Set on top of this process's environment in the shells it starts (the supervisor's mark). */
+  readonly #env: Readonly<Record<string, string>>;
+
+  constructor(opts: { logger: Logger; shell?: string; env?: Readonly<Record<string, string>> }) {
     this.#shell = opts.shell ?? '/bin/sh';
     this.#logger = opts.logger;
+    this.#env = opts.env ?? {};
   }
 
   /** Whether the shell exists at all. */
@@ -163,7 +167,7 @@ export class ReadyShells {
     try {
       // Its own session and process group (`detached`), which the task joins; no pipe it could
       // die writing to once its parent is gone (stdout and stderr are /dev/null).
-      shell = spawn(this.#shell, ['-s'], { detached: true, stdio: ['pipe', 'ignore', 'ignore', 'pipe'], env: process.env });
+      shell = spawn(this.#shell, ['-s'], { detached: true, stdio: ['pipe', 'ignore', 'ignore', 'pipe'], env: { ...process.env, ...this.#env } });
     } catch (err) {
       this.#giveUp(err);
       return null;

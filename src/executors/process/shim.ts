@@ -27,6 +27,12 @@ export const STATUS_FD = 3;
  *  found and proved dead (orphans.ts). */
 export const ATTEMPT_DIR_ENV = 'LEOFLOW_ATTEMPT_DIR';
 
+/**
+ * Names the agent whose shim this is, and that agent's process ("<agent id> <pid> <start ticks>"),
+ * in the environment of the shim and its task (supervisor-mark.ts).
+ */
+export const SUPERVISOR_ENV = 'LEOFLOW_SUPERVISOR';
+
 /** A single-quoted shell word: every byte but NUL stands for itself. */
 export function shellQuote(s: string): string {
   return `'${s.replaceAll("'", `'\\''`)}'`;
@@ -67,7 +73,9 @@ export function shimLines(
   const tag = shared === null ? '' : `${shared} `;
   const cwdFailed = shared === null ? 'echo cwd' : `echo "${tag}cwd $$"`;
   if (cwd !== null) lines.push(`cd -- ${q(cwd)} 2>/dev/null || { ${cwdFailed} >&${STATUS_FD}; exit 127; }`);
-  for (const [k, v] of Object.entries(env)) lines.push(`export ${k}=${q(v)}`);
+  // The supervisor's mark comes from the shell's own environment (supervisor-mark.ts): a task's
+  // env may not unset or forge it, or it could hide from the agent that must prove it dead.
+  for (const [k, v] of Object.entries(env)) if (k !== SUPERVISOR_ENV) lines.push(`export ${k}=${q(v)}`);
   lines.push(`export ${ATTEMPT_DIR_ENV}=${q(files.dir)}`);
   // Handlers, not ignores: the task gets the default dispositions back at its exec. A signal that
   // came before the task started stops it from starting, as it would have stopped the task.

@@ -47,9 +47,13 @@ export class SpawnHelper {
   readonly #ends = new Map<number, () => void>();
   #closed = false;
 
-  constructor(opts: { logger: Logger; shell?: string }) {
+  /** Set on top of this process's environment in the shells it starts (the supervisor's mark). */
+  readonly #env: Readonly<Record<string, string>>;
+
+  constructor(opts: { logger: Logger; shell?: string; env?: Readonly<Record<string, string>> }) {
     this.#shell = opts.shell ?? '/bin/sh';
     this.#logger = opts.logger;
+    this.#env = opts.env ?? {};
     this.#setsid = findOnPath('setsid', process.env.PATH);
   }
 
@@ -101,7 +105,7 @@ export class SpawnHelper {
     let child: ChildProcess;
     try {
       // Its own session, so a terminal's Ctrl-C reaches the agent, not the shims on their way.
-      child = spawn(this.#shell, ['-s'], { detached: true, stdio: ['pipe', 'pipe', 'ignore'], env: process.env });
+      child = spawn(this.#shell, ['-s'], { detached: true, stdio: ['pipe', 'pipe', 'ignore'], env: { ...process.env, ...this.#env } });
     } catch (err) {
       this.#logger.error({ err, shell: this.#shell }, 'could not start the spawn helper');
       return null;

@@ -82,6 +82,7 @@ async function adoptOne(c: AdoptContext, attempt: Attempt, dir: AttemptDir): Pro
   }
   const status = dir.readStatus();
   c.runs.system(run, status ? `ended while no one watched: ${describeExit(status)}` : 'its supervisor was killed before the task ended: no exit status');
-  c.runs.onExit(run, status);
+  // Its real end is when the shim wrote the status, not now: the outage is not the task's time.
+  c.runs.onExit(run, status, (status && dir.statusWrittenAt()) ?? undefined);
   return false;
 }

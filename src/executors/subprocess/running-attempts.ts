@@ -18,6 +18,11 @@ export interface RunningAttemptsOptions {
   killGraceMs: number;
   /** Called as each end is being reported, before its report is awaited. */
   onEnding(): void;
+  /**
+   * Leave each attempt's folder once its end is reported: the reporter removes it once the end is
+   * recorded for good (an agent: at FinishedAck), so a restart before that reports it again.
+   */
+  keepFolders?: boolean;
 }
 
 export class RunningAttempts {
@@ -25,6 +30,7 @@ export class RunningAttempts {
   readonly #logger: Logger;
   readonly #killGraceMs: number;
   readonly #onEnding: () => void;
+  readonly #keepFolders: boolean;
   /** Attempts whose process may still be running, by ti id. */
   readonly #live = new Map<string, Running>();
   /** `finished` reports in flight; shutdown waits for them. */
@@ -35,6 +41,7 @@ export class RunningAttempts {
     this.#logger = o.logger;
     this.#killGraceMs = o.killGraceMs;
     this.#onEnding = o.onEnding;
+    this.#keepFolders = o.keepFolders ?? false;
   }
 
   get size(): number {
@@ -98,8 +105,11 @@ export class RunningAttempts {
     );
   }
 
-  /** `status` null: the shim left no exit status (its group was SIGKILLed). */
-  onExit(run: Running, status: ExitStatus | null): void {
+  /**
+   * `status` null: the shim left no exit status (its group was SIGKILLed). `endedAt`: when it
+   * ended, for an end read after it happened (adopt-attempts.ts); absent: now.
+   */
+  onExit(run: Running, status: ExitStatus | null, endedAt?: number): void {
     if (run.exit !== null || run.over) return;
     run.exit = status ?? { exitCode: null, signal: 'SIGKILL' };
     clearTimers(run);
@@ -107,7 +117,7 @@ export class RunningAttempts {
     const how = describeExit(run.exit);
     if (status === null && !run.killSent) this.system(run, 'the task\'s supervisor was killed (no exit status): counted as killed by SIGKILL');
     else this.system(run, code !== null ? `exited with code ${code}` : `killed by ${signal}`);
-    const base = { exitCode: code, signal };
+    const base = { exitCode: code, signal, ...(endedAt !== undefined ? { endedAt } : {}) };
     const result: AttemptResult = run.stop
       ? { ...base, error: run.stop.error, outcome: run.stop.outcome }
       : code === 0
@@ -133,7 +143,7 @@ export class RunningAttempts {
         const reported = this.#reporter.finished(run.attempt, result);
         this.#onEnding();
         await reported;
-        await run.dir?.removeLater();
+        if (!this.#keepFolders) await run.dir?.removeLater();
       } catch (err) {
         this.logError(run.attempt, err, 'reporting finished failed');
       }

@@ -31,6 +31,13 @@ export interface SubprocessExecutorOptions {
   spawnHelper?: boolean;
   /** Told how each attempt's process was started (for metrics and tests). */
   onStart?(how: StartedHow): void;
+  /**
+   * Set in the environment of every shim and task (supervisor-mark.ts): an agent marks its own, so
+   * a later process of the same agent finds them whatever its state directory.
+   */
+  markEnv?: Readonly<Record<string, string>>;
+  /** See RunningAttemptsOptions.keepFolders. */
+  keepFolders?: boolean;
 }
 
 export const SHUTDOWN_ERROR = 'control plane shut down before the task ended';
@@ -66,9 +73,10 @@ export class SubprocessExecutor implements Executor {
 
   constructor(opts: SubprocessExecutorOptions) {
     const shell = opts.readyShell ?? true;
-    this.#shells = new ReadyShells({ logger: opts.logger, ...(typeof shell === 'string' ? { shell } : {}) });
+    const env = opts.markEnv ?? {};
+    this.#shells = new ReadyShells({ logger: opts.logger, env, ...(typeof shell === 'string' ? { shell } : {}) });
     this.#keepReady = shell !== false;
-    this.#helper = opts.spawnHelper === false ? null : new SpawnHelper({ logger: opts.logger });
+    this.#helper = opts.spawnHelper === false ? null : new SpawnHelper({ logger: opts.logger, env });
     this.#onStart = opts.onStart;
     this.#reporter = opts.reporter;
     this.#logger = opts.logger;
@@ -79,6 +87,7 @@ export class SubprocessExecutor implements Executor {
       killGraceMs: opts.killGraceMs,
       // Or while this end is on its way, for an attempt that did not run long.
       onEnding: () => this.#refillShell(this.#helper?.usable ? 0 : 1),
+      keepFolders: opts.keepFolders ?? false,
     });
     this.#heartbeat = new HeartbeatLoop({ runs: this.#runs, reporter: opts.reporter, logger: opts.logger, intervalMs: opts.heartbeatIntervalMs });
   }

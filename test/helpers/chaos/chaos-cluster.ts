@@ -1,5 +1,5 @@
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { mkdir } from 'node:fs/promises';
+import { mkdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import pg from 'pg';
 import pino from 'pino';
@@ -188,7 +188,7 @@ export class ChaosCluster {
    * `termWaitMs` is followed by SIGKILL, and noted); starts the member again `restartAfterMs`
    * later, in the background.
    */
-  async kill(m: Member, signal: 'SIGKILL' | 'SIGTERM', restartAfterMs: number, termWaitMs = 20_000): Promise<string> {
+  async kill(m: Member, signal: 'SIGKILL' | 'SIGTERM', restartAfterMs: number, termWaitMs = 20_000, whileDown?: () => Promise<void>): Promise<string> {
     const proc = m.proc;
     if (!proc || m.busy) return 'not running';
     m.busy = true;
@@ -213,6 +213,7 @@ export class ChaosCluster {
           }
         }
         await proc.exited;
+        await whileDown?.();
         await sleep(restartAfterMs);
         await this.#startMember(m);
         m.busy = false;
@@ -220,6 +221,23 @@ export class ChaosCluster {
     );
     if (signal === 'SIGKILL') await Promise.race([proc.exited, done]);
     return `pid ${pid}, back after ${restartAfterMs} ms`;
+  }
+
+  /**
+   * SIGKILL of an agent, restarted with the same id and its state directory emptied (a re-imaged
+   * node, a container without a volume): it cannot re-attach to the tasks it left, and must prove
+   * them dead before its Hello lets their next tries start. Without state directories (an agent
+   * build that takes none) every restart is already such a one.
+   */
+  async killAndWipe(m: Member, restartAfterMs: number): Promise<string> {
+    const stateDir = path.join(this.#opts.dir, m.name, 'state');
+    const wiped = this.#opts.agentStateDir;
+    const r = await this.kill(m, 'SIGKILL', restartAfterMs, undefined, async () => {
+      if (!wiped) return;
+      await rm(stateDir, { recursive: true, force: true });
+      await mkdir(stateDir, { recursive: true });
+    });
+    return `${r}, its state directory ${wiped ? 'emptied' : 'not kept anyway'}`;
   }
 
   /** SIGSTOP, then SIGCONT `ms` later (in the background). */

@@ -4,7 +4,8 @@ import type { TaskWatch } from './task-watch.js';
 
 /**
  * The faults of the chaos test, drawn from a seeded generator until a deadline: SIGKILL of the
- * leader, of the standby, of an agent and of a task process; SIGTERM of a replica or an agent;
+ * leader, of the standby, of an agent and of a task process; SIGKILL of an agent restarted with
+ * its state directory emptied; SIGTERM of a replica or an agent;
  * SIGSTOP of a replica for a few seconds; a Postgres restart (fast or immediate). What was killed
  * comes back after a short delay. The fault model is one replica impaired at a time (a fault on
  * a replica waits for the other to be up): a cluster of two promises to ride out the loss of one.
@@ -17,6 +18,7 @@ export const FAULT_WEIGHTS = {
   'term-replica': 1,
   'stop-replica': 2,
   'kill-agent': 3,
+  'wipe-agent': 2,
   'term-agent': 1,
   'kill-task': 4,
   'restart-postgres': 2,
@@ -125,6 +127,12 @@ export async function runFaultLoop(o: FaultLoopOptions): Promise<void> {
         const a = pickOf(idleAgents());
         if (!a) record('-', 'skipped: no agent up');
         else record(a.name, await cluster.kill(a, kind === 'kill-agent' ? 'SIGKILL' : 'SIGTERM', delay));
+        break;
+      }
+      case 'wipe-agent': {
+        const a = pickOf(idleAgents());
+        if (!a) record('-', 'skipped: no agent up');
+        else record(a.name, await cluster.killAndWipe(a, delay));
         break;
       }
       case 'kill-task': {

@@ -155,6 +155,9 @@ function overlaps(ev: ChaosEvidence, fmt: Formatter): string[] {
   return out;
 }
 
+/** How long after a task's end its agent may still hold its unreported end (a wipe then loses it). */
+const WIPE_REPORT_WINDOW_MS = 5000;
+
 function successRecordedAsFailed(ev: ChaosEvidence, fmt: Formatter): string[] {
   const killed = new Set(ev.kills.map((k) => k.key));
   const out: string[] = [];
@@ -164,6 +167,10 @@ function successRecordedAsFailed(ev: ChaosEvidence, fmt: Formatter): string[] {
     const ti = ev.db.tis.get(`${e.run}/${e.task}`);
     const t = ti?.tries.get(e.try);
     if (t?.outcome !== 'failed' && t?.outcome !== 'up_for_retry') continue;
+    // Its agent was SIGKILLed and its state directory emptied after the task started: an end it
+    // had not yet reported went with the folder that held it, so a loss is what the agent can say.
+    const wiped = ev.faults.some((f) => f.kind === 'wipe-agent' && t.agents.includes(f.target) && startMs(e) <= f.atMs && f.atMs <= e.endUs! / 1000 + WIPE_REPORT_WINDOW_MS);
+    if (wiped) continue;
     out.push(
       [
         `${attemptKey(e)} (run/task/try) exited 0, recorded ${t.outcome}${t.reason ? ` (${t.reason})` : ''}:`,
