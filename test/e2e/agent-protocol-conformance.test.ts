@@ -132,7 +132,7 @@ describe('agent protocol conformance', () => {
     await api.cluster.drainAgent({ agentId: 'conf-drain' });
     expect(await until(a, 'drain')).toMatchObject({ undrain: false });
     const runId = await trigger();
-    await waitFor('run waits for an agent', async () => (await ti(runId)).pendingReason.startsWith('NO_AGENT'));
+    await waitFor('run waits for an agent that is not draining', async () => (await ti(runId)).pendingReason.startsWith('AGENT_DRAINING'));
     await api.cluster.drainAgent({ agentId: 'conf-drain', undrain: true });
     expect(await until(a, 'drain', ['assign'])).toMatchObject({ undrain: true });
     const assign = await until(a, 'assign');
