@@ -74,7 +74,13 @@ if (asked === undefined && words.length === 0) {
   // every command loaded, so the suggestion can name where the word lives (`trigger` → `run trigger`).
   const sub = words[0] === 'help' ? undefined : words[1];
   if (asked === undefined || unknownSubcommand(program.commands.find((c) => c.name() === asked.name), sub)) {
-    for (const c of commandTable) if (c !== asked) await c.register(program, getClients);
+    // The server's and the agent's commands have no subcommands: their names are enough, and
+    // their modules (the server, grpc-js) stay unloaded.
+    for (const c of commandTable) {
+      if (c === asked) continue;
+      if (c.api) await c.register(program, getClients);
+      else program.command(c.name).description(c.description);
+    }
   }
 }
 suggestCommands(program);

@@ -66,11 +66,14 @@ describe('what the CLI loads', () => {
     expect(matching(loaded, [/\/dist\/cli\/commands\//, ...API_CLIENT, ...SERVER_SIDE, ...LIVE_VIEW])).toEqual([]);
   });
 
-  it('a word that is no command is refused from the same list, loading nothing more', async () => {
+  it('a word that is no command is refused with where it lives, loading the client commands but no server code', async () => {
     const { result, loaded } = await loadsOf(null, ['trigger', 'hello']);
     expect(result.code).toBe(2);
     expect(result.stderr).toContain("unknown command 'trigger'");
-    expect(matching(loaded, [/\/dist\/cli\/commands\//, ...API_CLIENT, ...SERVER_SIDE])).toEqual([]);
+    expect(result.stderr).toContain('did you mean: leoflow run trigger hello');
+    // Only this error path loads every client command, to find where the word lives.
+    expect(loaded).toContain(`${DIST}/cli/commands/run.js`);
+    expect(matching(loaded, [/\/dist\/cli\/commands\/(server|agent)\.js$/, ...SERVER_SIDE, ...LIVE_VIEW])).toEqual([]);
   });
 
   it.each(commandTable.filter((e) => e.api).map((e) => e.name))("`leoflow %s`'s module loads none of the server's code (its --help loads it)", async (name) => {

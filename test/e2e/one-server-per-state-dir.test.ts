@@ -136,7 +136,7 @@ describe('a start that fails after a crash', () => {
     try {
       const failed = await runCommand(process.execPath, [BIN, 'server', ...args, '--listen', `127.0.0.1:${port}`, '--metrics-listen', 'off'], { env, timeoutMs: 90_000 });
       expect(failed.code).toBe(1);
-      expect(failed.stderr).toContain(`could not start: listen EADDRINUSE: address already in use 127.0.0.1:${port}`);
+      expect(failed.stderr).toContain(`could not start: --listen 127.0.0.1:${port}: the address is in use by another process`);
     } finally {
       busy.close();
     }
