@@ -35,7 +35,8 @@ export function createMetrics(opts: { role?: string } = {}) {
   let clusterRead: { at: number; value: Promise<ClusterGauges | null> } | null = null;
   const readCluster = (): Promise<ClusterGauges | null> => {
     const now = Date.now();
-    if (!clusterRead || now - clusterRead.at >= CLUSTER_READ_MS) clusterRead = { at: now, value: sources.cluster() ?? Promise.resolve(null) };
+    if (!clusterRead || now - clusterRead.at >= CLUSTER_READ_MS)
+      clusterRead = { at: now, value: sources.cluster() ?? Promise.resolve(null) };
     return clusterRead.value.catch(() => null);
   };
   // The process's own metrics keep the names every Node.js dashboard expects (process_*, nodejs_*):
@@ -44,7 +45,12 @@ export function createMetrics(opts: { role?: string } = {}) {
   collectDefaultMetrics({ register: registry });
   // The role is a label of the leader gauge, so one query over every replica's series shows
   // which leads and what each was started as.
-  const leader = new Gauge({ name: 'leoflow_leader', help: '1 while this replica holds the leader lock; role: what it was started as (auto, leader, worker, observer)', labelNames: ['role'], registers: [registry] });
+  const leader = new Gauge({
+    name: 'leoflow_leader',
+    help: '1 while this replica holds the leader lock; role: what it was started as (auto, leader, worker, observer)',
+    labelNames: ['role'],
+    registers: [registry],
+  });
   const m = {
     registry,
     tickDuration: new Histogram({
@@ -53,29 +59,74 @@ export function createMetrics(opts: { role?: string } = {}) {
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
       registers: [registry],
     }),
-    orphanReaped: new Counter({ name: 'leoflow_orphan_reaped_total', help: 'Runs (kind=run) and attempts (kind=ti) ended by a reaper', labelNames: ['kind'], registers: [registry] }),
-    orphanReapErrors: new Counter({ name: 'leoflow_orphan_reap_errors_total', help: 'Errors while reaping, by reaper', labelNames: ['kind'], registers: [registry] }),
-    agentLost: new Counter({ name: 'leoflow_agent_lost_tasks_total', help: 'Attempts ended as lost because their holder stopped heartbeating, or its agent restarted without them', registers: [registry] }),
-    timedOut: new Counter({ name: 'leoflow_timeouts_enforced_total', help: 'Attempts the leader ended because they ran past their timeout and the kill grace (their holder did not stop them)', registers: [registry] }),
-    dispatchQueueDepth: new Gauge({ name: 'leoflow_dispatch_queue_depth', help: 'Task instances waiting in the dispatch queue', registers: [registry] }),
-    dispatchAtCapacity: new Counter({ name: 'leoflow_dispatch_at_capacity_total', help: 'Offers refused because the dispatch queue was full', registers: [registry] }),
+    orphanReaped: new Counter({
+      name: 'leoflow_orphan_reaped_total',
+      help: 'Runs (kind=run) and attempts (kind=ti) ended by a reaper',
+      labelNames: ['kind'],
+      registers: [registry],
+    }),
+    orphanReapErrors: new Counter({
+      name: 'leoflow_orphan_reap_errors_total',
+      help: 'Errors while reaping, by reaper',
+      labelNames: ['kind'],
+      registers: [registry],
+    }),
+    agentLost: new Counter({
+      name: 'leoflow_agent_lost_tasks_total',
+      help: 'Attempts ended as lost because their holder stopped heartbeating, or its agent restarted without them',
+      registers: [registry],
+    }),
+    timedOut: new Counter({
+      name: 'leoflow_timeouts_enforced_total',
+      help: 'Attempts the leader ended because they ran past their timeout and the kill grace (their holder did not stop them)',
+      registers: [registry],
+    }),
+    dispatchQueueDepth: new Gauge({
+      name: 'leoflow_dispatch_queue_depth',
+      help: 'Task instances waiting in the dispatch queue',
+      registers: [registry],
+    }),
+    dispatchAtCapacity: new Counter({
+      name: 'leoflow_dispatch_at_capacity_total',
+      help: 'Offers refused because the dispatch queue was full',
+      registers: [registry],
+    }),
     dispatchLatency: new Histogram({
       name: 'leoflow_dispatch_latency_seconds',
       help: 'Time one dispatch took (claim and start of the attempt)',
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
       registers: [registry],
     }),
-    podsCreated: new Counter({ name: 'leoflow_kubernetes_pods_created_total', help: 'Pods the kubernetes executor created (one per attempt; an AlreadyExists is not counted)', registers: [registry] }),
-    podCreateErrors: new Counter({ name: 'leoflow_kubernetes_pod_create_errors_total', help: 'Pod creates the API server did not take, by reason (Forbidden, NotFound, Invalid, QuotaExceeded, TooManyRequests, …)', labelNames: ['reason'], registers: [registry] }),
+    podsCreated: new Counter({
+      name: 'leoflow_kubernetes_pods_created_total',
+      help: 'Pods the kubernetes executor created (one per attempt; an AlreadyExists is not counted)',
+      registers: [registry],
+    }),
+    podCreateErrors: new Counter({
+      name: 'leoflow_kubernetes_pod_create_errors_total',
+      help: 'Pod creates the API server did not take, by reason (Forbidden, NotFound, Invalid, QuotaExceeded, TooManyRequests, …)',
+      labelNames: ['reason'],
+      registers: [registry],
+    }),
     podStartLatency: new Histogram({
       name: 'leoflow_kubernetes_pod_start_latency_seconds',
       help: 'Time from a pod create to the pod running',
       buckets: [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300],
       registers: [registry],
     }),
-    schedulerPanics: new Counter({ name: 'leoflow_scheduler_panics_total', help: 'Errors caught while stepping (the step went on), by phase', labelNames: ['phase'], registers: [registry] }),
+    schedulerPanics: new Counter({
+      name: 'leoflow_scheduler_panics_total',
+      help: 'Errors caught while stepping (the step went on), by phase',
+      labelNames: ['phase'],
+      registers: [registry],
+    }),
     leader: leader.labels({ role: opts.role ?? 'auto' }),
-    staleReportsRejected: new Counter({ name: 'leoflow_stale_reports_rejected_total', help: 'Reports for a superseded attempt, refused and not applied', labelNames: ['report'], registers: [registry] }),
+    staleReportsRejected: new Counter({
+      name: 'leoflow_stale_reports_rejected_total',
+      help: 'Reports for a superseded attempt, refused and not applied',
+      labelNames: ['report'],
+      registers: [registry],
+    }),
     invalidAgentMessages: new Counter({
       name: 'leoflow_agent_messages_invalid_total',
       help: "Agents' messages that broke the protocol's rules (a token that is not a UUID, …): refused, and the sender's stream ended",
@@ -88,7 +139,11 @@ export function createMetrics(opts: { role?: string } = {}) {
       labelNames: ['how'],
       registers: [registry],
     }),
-    historyRunsRemoved: new Counter({ name: 'leoflow_history_runs_removed_total', help: 'Finished runs removed by retention (with their task instances)', registers: [registry] }),
+    historyRunsRemoved: new Counter({
+      name: 'leoflow_history_runs_removed_total',
+      help: 'Finished runs removed by retention (with their task instances)',
+      registers: [registry],
+    }),
     historyPartitions: new Counter({
       name: 'leoflow_history_partitions_total',
       help: 'Partitions of the history tables (events, task_logs) added ahead of need (op=added) or dropped once no owner of their range was left (op=dropped)',
@@ -113,7 +168,11 @@ export function createMetrics(opts: { role?: string } = {}) {
       labelNames: ['how'],
       registers: [registry],
     }),
-    historyErrors: new Counter({ name: 'leoflow_history_errors_total', help: 'Errors caught while keeping the history (the keeper went on)', registers: [registry] }),
+    historyErrors: new Counter({
+      name: 'leoflow_history_errors_total',
+      help: 'Errors caught while keeping the history (the keeper went on)',
+      registers: [registry],
+    }),
   };
   const clusterGauge = (name: string, help: string, labelNames: string[], fill: (g: Gauge, c: ClusterGauges) => void) =>
     new Gauge({
@@ -128,16 +187,31 @@ export function createMetrics(opts: { role?: string } = {}) {
       },
     });
   const cluster = {
-    runs: clusterGauge('leoflow_runs', 'Active runs by state (queued, running); reported by the leader only', ['state'], (g, c) => {
-      g.set({ state: 'queued' }, c.runs.queued);
-      g.set({ state: 'running' }, c.runs.running);
-    }),
-    waiting: clusterGauge('leoflow_task_instances_waiting', 'Task instances ready to run and not running yet (scheduled, claimed and not started, or a retry that is due), by executor; reported by the leader only', ['executor'], (g, c) => {
-      for (const w of c.waiting) g.set({ executor: w.executor }, w.count);
-    }),
-    oldestWait: clusterGauge('leoflow_task_oldest_wait_seconds', 'How long the longest-waiting task instance of each executor has been ready without running; reported by the leader only', ['executor'], (g, c) => {
-      for (const w of c.waiting) g.set({ executor: w.executor }, w.oldestS);
-    }),
+    runs: clusterGauge(
+      'leoflow_runs',
+      'Active runs by state (queued, running); reported by the leader only',
+      ['state'],
+      (g, c) => {
+        g.set({ state: 'queued' }, c.runs.queued);
+        g.set({ state: 'running' }, c.runs.running);
+      },
+    ),
+    waiting: clusterGauge(
+      'leoflow_task_instances_waiting',
+      'Task instances ready to run and not running yet (scheduled, claimed and not started, or a retry that is due), by executor; reported by the leader only',
+      ['executor'],
+      (g, c) => {
+        for (const w of c.waiting) g.set({ executor: w.executor }, w.count);
+      },
+    ),
+    oldestWait: clusterGauge(
+      'leoflow_task_oldest_wait_seconds',
+      'How long the longest-waiting task instance of each executor has been ready without running; reported by the leader only',
+      ['executor'],
+      (g, c) => {
+        for (const w of c.waiting) g.set({ executor: w.executor }, w.oldestS);
+      },
+    ),
   };
   const more = {
     sources,
@@ -158,7 +232,11 @@ export function createMetrics(opts: { role?: string } = {}) {
         this.set(sources.watchersConnected());
       },
     }),
-    dispatchQueueCapacity: new Gauge({ name: 'leoflow_dispatch_queue_capacity', help: 'Task instances the dispatch queue holds at most (leoflow_dispatch_queue_depth against it is how full it is)', registers: [registry] }),
+    dispatchQueueCapacity: new Gauge({
+      name: 'leoflow_dispatch_queue_capacity',
+      help: 'Task instances the dispatch queue holds at most (leoflow_dispatch_queue_depth against it is how full it is)',
+      registers: [registry],
+    }),
     taskDuration: new Histogram({
       name: 'leoflow_task_duration_seconds',
       help: 'How long attempts ran (started → ended), by DAG (at most 200 DAGs, then dag="other") and how the attempt ended (success, failed, up_for_retry)',
@@ -188,12 +266,16 @@ export function createMetrics(opts: { role?: string } = {}) {
 export type Metrics = ReturnType<typeof createMetrics>;
 
 /** The scheduler's counters, backed by the metrics and the log. */
-export function schedulerCounters(m: Metrics, log: (phase: string, err: unknown, ids?: Record<string, unknown>) => void): SchedulerCounters {
+export function schedulerCounters(
+  m: Metrics,
+  log: (phase: string, err: unknown, ids?: Record<string, unknown>) => void,
+): SchedulerCounters {
   return {
     error(phase, err, ids) {
       m.schedulerPanics.inc({ phase });
       if (phase.startsWith('reap-runs')) m.orphanReapErrors.inc({ kind: 'run' });
-      if (phase.startsWith('reap-heartbeats') || phase.startsWith('reap-timeouts')) m.orphanReapErrors.inc({ kind: 'ti' });
+      if (phase.startsWith('reap-heartbeats') || phase.startsWith('reap-timeouts'))
+        m.orphanReapErrors.inc({ kind: 'ti' });
       log(phase, err, ids);
     },
     reaped(kind, count) {
@@ -209,7 +291,10 @@ export function schedulerCounters(m: Metrics, log: (phase: string, err: unknown,
 }
 
 /** The history keeper's counters, backed by the metrics and the log. */
-export function historyCounters(m: Metrics, log: (err: unknown, ids: Record<string, unknown>) => void): HistoryKeeperCounters {
+export function historyCounters(
+  m: Metrics,
+  log: (err: unknown, ids: Record<string, unknown>) => void,
+): HistoryKeeperCounters {
   return {
     runsRemoved: (runs) => m.historyRunsRemoved.inc(runs),
     partitionAdded: (table) => m.historyPartitions.inc({ table, op: 'added' }),
@@ -227,9 +312,17 @@ export function historyCounters(m: Metrics, log: (err: unknown, ids: Record<stri
  * Serves `/metrics`, and with `health` the probes: `/healthz` (liveness) and `/readyz`
  * (readiness), 200 when every check passes, 503 with a short body naming what failed.
  */
-export async function serveMetrics(m: Metrics, host: string, port: number, health?: Health): Promise<{ address: AddressInfo; close(): Promise<void> }> {
+export async function serveMetrics(
+  m: Metrics,
+  host: string,
+  port: number,
+  health?: Health,
+): Promise<{ address: AddressInfo; close(): Promise<void> }> {
   const server = http.createServer((req, res) => {
-    const probe = req.method === 'GET' && health ? ({ '/healthz': 'live', '/readyz': 'ready' } as const)[req.url?.split('?')[0] ?? ''] : undefined;
+    const probe =
+      req.method === 'GET' && health
+        ? ({ '/healthz': 'live', '/readyz': 'ready' } as const)[req.url?.split('?')[0] ?? '']
+        : undefined;
     if (probe && health) {
       (probe === 'live' ? health.live() : health.ready()).then(
         (r) => {
@@ -257,7 +350,9 @@ export async function serveMetrics(m: Metrics, host: string, port: number, healt
       return;
     }
     res.writeHead(404, { 'content-type': 'text/plain' });
-    res.end(health ? 'not found: this port serves /metrics, /healthz and /readyz\n' : 'not found: metrics are at /metrics\n');
+    res.end(
+      health ? 'not found: this port serves /metrics, /healthz and /readyz\n' : 'not found: metrics are at /metrics\n',
+    );
   });
   await listenOn(server, '--metrics-listen', host, port, '(or off)');
   return {
