@@ -6,7 +6,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { docBlocks, docCommands, outputMismatch, type DocCommand } from '../helpers/doc-blocks.js';
 import { freePort } from '../helpers/global-setup.js';
-import { BIN, cli, ROOT, startServer, type ServerProcess } from '../helpers/leoflow-process.js';
+import { BIN, cli, ROOT, startServer, stopLeftEmbeddedPostgres, type ServerProcess } from '../helpers/leoflow-process.js';
 
 /**
  * The README and the user guide, run as a reader runs them: `npm start`'s server (Lite, the
@@ -41,6 +41,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const s of servers) await s.kill();
+  stopLeftEmbeddedPostgres();
   await rm(work, { recursive: true, force: true });
 });
 

@@ -4,7 +4,7 @@ import { chmod, readFile, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../helpers/global-setup.js';
-import { BIN, ROOT, cli, runCommand, scratchDir, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { BIN, ROOT, cli, runCommand, scratchDir, startServer, stopLeftEmbeddedPostgres, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { startTcpProxy } from '../helpers/tcp-proxy.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -30,6 +30,7 @@ const groups = new Set<number>();
 const servers: ServerProcess[] = [];
 afterEach(async () => {
   for (const s of servers.splice(0)) await s.kill();
+  stopLeftEmbeddedPostgres();
 });
 afterAll(() => {
   for (const g of groups) {

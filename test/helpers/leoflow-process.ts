@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -25,6 +25,32 @@ export interface ServerProcess {
 }
 
 const live = new Set<ChildProcess>();
+/** The data directories of the embedded Postgres servers these processes started or adopted. */
+const embeddedDataDirs = new Set<string>();
+
+/**
+ * Stops every embedded Postgres a server of this file left running. A SIGKILLed server leaves its
+ * Postgres up on purpose (the next start adopts it), so a test that ends early, or kills last,
+ * would leave it behind: call this in the file's last hook. SIGQUIT is Postgres's immediate stop.
+ */
+export function stopLeftEmbeddedPostgres(): void {
+  for (const dir of embeddedDataDirs) {
+    let pid = NaN;
+    try {
+      pid = Number(readFileSync(path.join(dir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+    } catch {
+      // No pid file: it stopped cleanly.
+    }
+    if (Number.isInteger(pid) && pid > 0) {
+      try {
+        process.kill(pid, 'SIGQUIT');
+      } catch {
+        // Gone already.
+      }
+    }
+    embeddedDataDirs.delete(dir);
+  }
+}
 const scratch = new Set<string>();
 process.on('exit', () => {
   for (const c of live) c.kill('SIGKILL');
@@ -93,6 +119,7 @@ export async function startServer(
         try {
           const rec = JSON.parse(line) as Record<string, unknown>;
           logs.push(rec);
+          if (typeof rec.dataDir === 'string') embeddedDataDirs.add(rec.dataDir);
           if (typeof rec.listen === 'string' && String(rec.msg).includes('ready')) {
             clearTimeout(timer);
             resolve(`http://${rec.listen}`);
