@@ -1,6 +1,5 @@
-import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { processGroupOf } from './process-identity.js';
+import { processesMarked } from './processes-marked.js';
 import { ATTEMPT_DIR_ENV } from './shim.js';
 
 export interface Orphan {
@@ -30,31 +29,9 @@ export function killAttemptGroups(dirs: ReadonlySet<string>): Orphan[] {
 }
 
 function killGroupsOf(dirPrefix: string, chosen: (attemptDir: string) => boolean): Orphan[] {
-  const prefix = `${ATTEMPT_DIR_ENV}=${dirPrefix}`;
-  const ownGroup = processGroupOf(process.pid);
-  const found: Orphan[] = [];
-  let pids: string[];
-  try {
-    pids = readdirSync('/proc').filter((n) => /^\d+$/.test(n));
-  } catch {
-    return found;
-  }
-  for (const name of pids) {
-    const pid = Number(name);
-    let environ: string;
-    try {
-      environ = readFileSync(`/proc/${pid}/environ`, 'latin1');
-    } catch {
-      continue; // gone, or another user's
-    }
-    const entry = environ.split('\0').find((e) => e.startsWith(prefix));
-    if (entry === undefined) continue;
-    const attemptDir = entry.slice(ATTEMPT_DIR_ENV.length + 1);
-    if (!chosen(attemptDir)) continue;
-    const group = processGroupOf(pid);
-    if (group === null || group === ownGroup || group <= 1) continue;
-    found.push({ pid, group, attemptDir });
-  }
+  const found: Orphan[] = processesMarked(`${ATTEMPT_DIR_ENV}=${dirPrefix}`)
+    .map(({ pid, group, mark }) => ({ pid, group, attemptDir: mark.slice(ATTEMPT_DIR_ENV.length + 1) }))
+    .filter((o) => chosen(o.attemptDir));
   for (const group of new Set(found.map((o) => o.group))) {
     try {
       process.kill(-group, 'SIGKILL');

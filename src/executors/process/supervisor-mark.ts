@@ -1,5 +1,5 @@
-import { readdirSync, readFileSync } from 'node:fs';
-import { identify, isSameProcess, processGroupOf, type ProcessIdentity } from './process-identity.js';
+import { identify, isSameProcess, type ProcessIdentity } from './process-identity.js';
+import { processesMarked } from './processes-marked.js';
 import { ATTEMPT_DIR_ENV, SUPERVISOR_ENV } from './shim.js';
 
 /**
@@ -29,37 +29,17 @@ export interface MarkedProcess {
 /** Every process (other than this process's group) whose mark names `agentId`. */
 export function findMarkedBy(agentId: string): MarkedProcess[] {
   const prefix = `${SUPERVISOR_ENV}=${agentId} `;
-  const ownGroup = processGroupOf(process.pid);
-  const found: MarkedProcess[] = [];
-  let pids: string[];
-  try {
-    pids = readdirSync('/proc').filter((n) => /^\d+$/.test(n));
-  } catch {
-    return found;
-  }
-  for (const name of pids) {
-    const pid = Number(name);
-    let entries: string[];
-    try {
-      entries = readFileSync(`/proc/${pid}/environ`, 'latin1').split('\0');
-    } catch {
-      continue; // gone, or another user's
-    }
-    const mark = entries.find((e) => e.startsWith(prefix));
-    if (mark === undefined) continue;
+  return processesMarked(prefix).map(({ pid, group, mark, environ }) => {
     const [supPid, ticks] = mark.slice(prefix.length).split(' ');
-    const group = processGroupOf(pid);
-    if (group === null || group === ownGroup || group <= 1) continue;
-    const dir = entries.find((e) => e.startsWith(`${ATTEMPT_DIR_ENV}=`));
-    found.push({
+    const dir = environ.find((e) => e.startsWith(`${ATTEMPT_DIR_ENV}=`));
+    return {
       pid,
       group,
       attemptDir: dir === undefined ? null : dir.slice(ATTEMPT_DIR_ENV.length + 1),
       // The boot is this one: a process that runs now was started since it.
       supervisor: { pid: Number(supPid), startTicks: ticks === undefined || ticks === '-' ? null : ticks, bootId: null },
-    });
-  }
-  return found;
+    };
+  });
 }
 
 /** What `killOrphansOfAgent` found and killed. */
