@@ -159,12 +159,24 @@ export async function startServer(
     logs,
     stderr: () => stderr,
     exited,
-    async stop(timeoutMs = 30_000) {
+    // The server's own stop ends by --shutdown-grace (30 s by default) plus a moment for each step
+    // past it, so the test waits longer than that before it kills: a SIGKILL here would hide which
+    // step was slow. What the server said while stopping is printed when it had to be killed.
+    async stop(timeoutMs = 45_000) {
       if (child.exitCode !== null || child.signalCode !== null) return exited;
+      const from = logs.length;
       child.kill('SIGTERM');
-      const t = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+      let killed = false;
+      const t = setTimeout(() => {
+        killed = true;
+        child.kill('SIGKILL');
+      }, timeoutMs);
       const r = await exited;
       clearTimeout(t);
+      if (killed) {
+        const said = logs.slice(from).map((l) => `${String(l.msg)}${l.step ? ` (${String(l.step)})` : ''}`);
+        console.error(`server ${url} did not stop within ${timeoutMs} ms of SIGTERM; it said:\n  ${said.join('\n  ')}`);
+      }
       return r;
     },
     async kill() {
