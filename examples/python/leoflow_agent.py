@@ -18,7 +18,8 @@ bidirectional gRPC stream). The conversation:
 
 It may be given several control-plane addresses (--server repeated, or separated by commas):
 any replica serves agents, so every new stream goes to the next address in turn, and one that
-is down costs a single try. On any stream error it reconnects with jittered exponential backoff,
+is down costs a single try. One address is enough: it keeps the live replicas' addresses each
+Welcome lists (replica_urls), and goes where a Reconnect says. On any stream error it reconnects with jittered exponential backoff,
 never longer than Welcome.max_reconnect_backoff, saying in Hello.held what it still holds, so
 nothing runs twice. FAILED_PRECONDITION before Welcome (e.g. an unsupported protocol version) is
 fatal: the message is printed and the agent exits with status 2.
@@ -43,8 +44,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import uuid
-from typing import IO, Iterator, Optional
+from typing import IO, Iterable, Iterator, Optional
 
 import grpc
 from leoflow.v1 import agent_pb2 as pb
@@ -286,6 +288,16 @@ class Attempt:
         threading.Thread(target=kill, daemon=True).start()
 
 
+def host_ports(urls: Iterable[str]) -> list[str]:
+    """The host:port of each plain http:// URL the control plane names (this agent speaks no TLS)."""
+    out: list[str] = []
+    for u in urls:
+        p = urllib.parse.urlsplit(u)
+        if p.scheme == "http" and p.netloc and p.netloc not in out:
+            out.append(p.netloc)
+    return out
+
+
 class Agent:
     """The connection loop: one Connect stream at a time, reconnecting until told to exit."""
 
@@ -302,6 +314,13 @@ class Agent:
         self.call: Optional[grpc.Future] = None
         self.wake = threading.Event()
         self.backoff = Backoff()
+        # Addresses the control plane told: every live replica (Welcome), where to go (Reconnect).
+        self.learned: list[str] = []
+        self.go_to: list[str] = []
+
+    def addresses(self) -> list[str]:
+        """The given addresses, then those learned (an agent given one address follows the replicas)."""
+        return [*self.args.servers, *[a for a in self.learned if a not in self.args.servers]]
 
     def send(self, msg: pb.ConnectRequest) -> bool:
         """Queues a message on the live stream; False when there is none (it is kept for later)."""
@@ -317,18 +336,23 @@ class Agent:
 
     def run(self) -> int:
         """Connects to each address in turn, reconnecting with backoff (or at once when told to)."""
-        servers = self.args.servers
-        i = 0  # the address the next stream goes to
+        address = self.args.servers[0]  # where the next stream goes
         told_to_go = 0  # Reconnects followed at once, in a row
         while self.exit_code is None:
             began = time.monotonic()
-            with grpc.insecure_channel(servers[i], options=CHANNEL_OPTIONS) as channel:
-                welcomed, reconnect = self.session(agent_pb2_grpc.AgentServiceStub(channel), servers[i])
+            self.go_to = []
+            with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+                welcomed, reconnect = self.session(agent_pb2_grpc.AgentServiceStub(channel), address)
             if self.exit_code is not None:
                 break
-            # Any replica serves agents: the next stream goes to the next address, so one that is
-            # down costs a single try.
-            i = (i + 1) % len(servers)
+            # Any replica serves agents. Told to go: where the control plane said; else the next
+            # address, so one that is down costs a single try.
+            servers = self.addresses()
+            there = [a for a in self.go_to if a != address and a in servers]
+            if reconnect and there:
+                address = there[0]
+            else:
+                address = servers[(servers.index(address) + 1) % len(servers)] if address in servers else servers[0]
             # A stream that lasted proves the way works; one that broke at once does not, so a
             # replica that fails every stream just after Welcome still gets growing delays.
             if welcomed and time.monotonic() - began >= self.backoff.limit:
@@ -338,10 +362,10 @@ class Agent:
             # most: replicas that all say so at once get the backoff.
             if reconnect and told_to_go < len(servers):
                 told_to_go += 1
-                log.info("reconnecting to %s now (%d attempts held)", servers[i], len(self.held()))
+                log.info("reconnecting to %s now (%d attempts held)", address, len(self.held()))
                 continue
             delay = self.backoff.next()
-            log.info("reconnecting to %s in %.2fs", servers[i], delay)
+            log.info("reconnecting to %s in %.2fs", address, delay)
             self.wake.wait(delay)
         return self.exit_code
 
@@ -379,6 +403,7 @@ class Agent:
                 if kind == "welcome":
                     welcomed = True
                     no_welcome.cancel()
+                    self.learned = host_ports(resp.welcome.replica_urls)
                     self.on_welcome(resp.welcome, q, call, stop_ka, address)
                 elif not welcomed:
                     log.warning("ignoring %s before Welcome", kind)
@@ -406,6 +431,7 @@ class Agent:
                 elif kind == "reconnect" and not reconnect:
                     log.info("told to reconnect elsewhere: %s", resp.reconnect.reason)
                     reconnect = True
+                    self.go_to = host_ports(resp.reconnect.replica_urls)
                     self.leave(q, call, stop_ka)
                 if self.exit_code is not None:
                     break

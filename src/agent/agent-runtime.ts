@@ -10,6 +10,7 @@ import type { Logger } from 'pino';
 import { AGENT_FEATURES } from '../core/agent-features.js';
 import { HelloSchema, ProtocolVersion, type ConnectResponse, type Hello } from '../gen/leoflow/v1/agent_pb.js';
 import type { ShutdownMode } from './agent-config.js';
+import { ControlPlaneAddresses } from './control-plane-addresses.js';
 import { AgentFatalError } from './agent-fatal-error.js';
 import { createAgentServiceClient, type AgentTls } from './agent-service-client.js';
 import { ControlPlaneSession } from './control-plane-session.js';
@@ -120,14 +121,15 @@ class AgentRuntime {
   #assigned = false;
   #wakeSleep: (() => void) | null = null;
   readonly #waiters = new Set<() => void>();
-  /** Index in serverUrls of the address the next stream goes to. */
-  #server = 0;
+  /** Where the next stream goes: the given addresses and those the control plane told. */
+  readonly #addresses: ControlPlaneAddresses;
   /** Reconnects asked for by the control plane in a row, each followed at once. */
   #toldToGo = 0;
 
   constructor(o: RunAgentOptions) {
     if (o.serverUrls.length === 0) throw new RangeError('runAgent: serverUrls must name at least one control-plane address');
     this.#o = o;
+    this.#addresses = new ControlPlaneAddresses(o.serverUrls);
     this.#log = o.logger;
     this.#backoff = new Backoff(o.backoff);
     this.#runner = new AttemptRunner({
@@ -152,13 +154,13 @@ class AgentRuntime {
 
   async run(): Promise<AgentExit> {
     const log = this.#log;
-    const urls = this.#o.serverUrls;
-    log.info({ servers: urls, incarnation: this.#o.incarnationId ?? PROCESS_INCARNATION_ID, slots: this.#o.slots ?? 1, labels: this.#o.labels ?? {}, onlyTiId: this.#o.onlyTiId ?? undefined }, 'agent starting');
+    const addresses = this.#addresses;
+    log.info({ servers: this.#o.serverUrls, incarnation: this.#o.incarnationId ?? PROCESS_INCARNATION_ID, slots: this.#o.slots ?? 1, labels: this.#o.labels ?? {}, onlyTiId: this.#o.onlyTiId ?? undefined }, 'agent starting');
     try {
       // Before any Hello: what an earlier process of this agent left is held again or proved dead.
       await this.#runner.holdLeftovers();
       while (this.#exit === null) {
-        const serverUrl = urls[this.#server]!;
+        const serverUrl = addresses.current();
         const client = createAgentServiceClient({ serverUrl, http2KeepaliveMs: this.#o.http2KeepaliveMs ?? 10_000, tls: this.#o.tls ?? null });
         const session = new ControlPlaneSession({
           client,
@@ -171,7 +173,8 @@ class AgentRuntime {
             welcomed: (w) => {
               this.#backoff.bound(w.maxReconnectBackoff ? positiveMs(w.maxReconnectBackoff) ?? undefined : undefined);
               const { resumed, superseded } = this.#runner.welcome(w);
-              log.info({ replica: w.replicaId, server: serverUrl, resumed, superseded, maxBackoffMs: this.#backoff.maxMs }, 'connected');
+              addresses.learn(w.replicaUrls);
+              log.info({ replica: w.replicaId, server: serverUrl, replicas: w.replicaUrls, resumed, superseded, maxBackoffMs: this.#backoff.maxMs }, 'connected');
             },
             received: (m) => this.#received(m),
             acked: (seq) => this.#runner.acked(seq),
@@ -187,22 +190,22 @@ class AgentRuntime {
         this.#runner.outbox.rewind();
         if (end.kind === 'fatal') throw new AgentFatalError(end.code, end.message);
         if (this.#exit !== null) break;
-        // Any replica serves agents: the next stream goes to the next address, so one that is
-        // gone costs a single try.
-        this.#server = (this.#server + 1) % urls.length;
+        // Any replica serves agents. Told to go: where the control plane said; else the next
+        // address, so one that is gone costs a single try.
+        if (!(end.reconnect && addresses.goTo(end.goTo))) addresses.advance();
         if (end.welcomed && end.durationMs >= this.#backoff.maxMs) {
           this.#backoff.reset();
           this.#toldToGo = 0;
         }
         // Told to go (the replica is shutting down): at once, elsewhere, with what it holds. Once
         // per address in a row at most: a replica that says so again at once gets the backoff.
-        if (end.reconnect && this.#toldToGo < urls.length) {
+        if (end.reconnect && this.#toldToGo < addresses.size) {
           this.#toldToGo++;
-          log.info({ reason: end.reason, to: urls[this.#server], held: this.#runner.size }, 'the control plane asked for a reconnect: reconnecting now');
+          log.info({ reason: end.reason, to: addresses.current(), held: this.#runner.size }, 'the control plane asked for a reconnect: reconnecting now');
           continue;
         }
         const delayMs = this.#backoff.next();
-        log.warn({ reason: end.reason, delayMs, to: urls[this.#server], held: this.#runner.size }, 'stream ended: reconnecting');
+        log.warn({ reason: end.reason, delayMs, to: addresses.current(), held: this.#runner.size }, 'stream ended: reconnecting');
         await this.#sleep(delayMs);
       }
     } catch (err) {

@@ -26,7 +26,7 @@ export const DEAF_AFTER_INTERVALS = 3;
 
 export type SessionEnd =
   /** `reconnect`: the control plane asked the agent to go elsewhere (it is shutting down). */
-  | { kind: 'closed'; welcomed: boolean; durationMs: number; reason: string; reconnect: boolean }
+  | { kind: 'closed'; welcomed: boolean; durationMs: number; reason: string; reconnect: boolean; goTo: string[] }
   /** Refused at Hello with a status a retry cannot fix. */
   | { kind: 'fatal'; code: number; message: string };
 
@@ -64,6 +64,8 @@ export class ControlPlaneSession {
   #blocked = false;
   #closeReason: string | null = null;
   #toldToReconnect = false;
+  /** Where a Reconnect said to go (the other live replicas' URLs). */
+  #goTo: string[] = [];
   #keepaliveSeq = 0;
   #lastAckAt = 0;
   #intervalMs = 0;
@@ -96,7 +98,7 @@ export class ControlPlaneSession {
           return;
         }
         const reason = this.#closeReason ?? (s.code === 0 ? 'the control plane ended the stream' : `${codeName(s.code)}: ${statusMessage(s.details)}`);
-        resolve({ kind: 'closed', welcomed: this.#welcomed, durationMs: Date.now() - started, reason, reconnect: this.#toldToReconnect });
+        resolve({ kind: 'closed', welcomed: this.#welcomed, durationMs: Date.now() - started, reason, reconnect: this.#toldToReconnect, goTo: this.#goTo });
       });
       call.write(create(ConnectRequestSchema, { msg: { case: 'hello', value: this.#opts.peer.hello() } }));
       this.#later(this.#opts.welcomeTimeoutMs, () => {
@@ -166,6 +168,7 @@ export class ControlPlaneSession {
         // Ended politely, so the control plane still takes what was written before; whatever it
         // did not confirm is written again on the next stream.
         this.#toldToReconnect = true;
+        this.#goTo = msg.msg.value.replicaUrls;
         this.close(`the control plane asked for a reconnect: ${msg.msg.value.reason}`, 'end');
         return;
       default:

@@ -25,8 +25,8 @@ export interface AgentHandle {
   cancel(tiId: string, reason: string): boolean;
   /** Pushes a Drain (with `undrain`, the Drain that lifts it: work may come again). */
   drain(reason: string, undrain?: boolean): void;
-  /** Pushes a Reconnect (this replica is going away); no Assign is pushed after it. */
-  goAway(reason: string): void;
+  /** Pushes a Reconnect naming where to go (this replica is going away); no Assign is pushed after it. */
+  goAway(reason: string, replicaUrls: readonly string[]): void;
   /** The ti ids of the attempts it holds (as last reported or assigned). */
   holds(tiId: string): boolean;
   /** Ends the stream (a newer stream of the same agent process took over). */

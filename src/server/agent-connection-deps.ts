@@ -83,6 +83,8 @@ export interface AgentConnectionDeps {
   heartbeatThresholdMs: number;
   /** True once this replica is shutting down: a new agent stream is refused (UNAVAILABLE). */
   leaving(): boolean;
+  /** Sent in Welcome: where agents reach each live replica, this one first (db/replica-addresses.ts). */
+  replicaUrls(): Promise<string[]>;
   /** What a Hello's credential is checked against (agent-credential.ts). */
   agentCredentials: AgentCredentials;
   /** An agent connected or left: placement must look again. */

@@ -103,11 +103,11 @@ export class AgentConnection implements AgentHandle {
     this.#out.push({ msg: { case: 'drain', value: { reason, undrain } } });
   }
 
-  goAway(reason: string): void {
+  goAway(reason: string, replicaUrls: readonly string[]): void {
     if (this.#goneAway) return;
     this.#goneAway = true;
-    this.#log.info({ reason }, `told agent ${this.agentId} to reconnect elsewhere`);
-    this.#out.push({ msg: { case: 'reconnect', value: { reason } } });
+    this.#log.info({ reason, to: replicaUrls }, `told agent ${this.agentId} to reconnect elsewhere`);
+    this.#out.push({ msg: { case: 'reconnect', value: { reason, replicaUrls: [...replicaUrls] } } });
   }
 
   holds(tiId: string): boolean {
@@ -174,6 +174,12 @@ export class AgentConnection implements AgentHandle {
       );
     }
     if (abandoned.length > 0) this.deps.onAbandoned(abandoned);
+    // Where else to go, for an agent given this replica's address only (a failed read costs the
+    // agent that knowledge, not its stream).
+    const replicaUrls = await this.deps.replicaUrls().catch((err: unknown) => {
+      this.#log.warn({ err }, 'could not read the replicas\' addresses for Welcome');
+      return [];
+    });
     this.#out.push({
       msg: {
         case: 'welcome',
@@ -183,6 +189,7 @@ export class AgentConnection implements AgentHandle {
           keepaliveInterval: durationFromMs(this.deps.keepaliveMs),
           maxReconnectBackoff: durationFromMs(this.deps.maxReconnectBackoffMs),
           heartbeatThreshold: durationFromMs(this.deps.heartbeatThresholdMs),
+          replicaUrls,
           resumed,
           superseded,
           logsSoFar: resumed.map((r) => {

@@ -7,6 +7,7 @@ import { claimAttempts } from '../db/attempts/claim-attempt.js';
 import type { ReportBatcher } from '../db/attempts/report-batcher.js';
 import { flushHeartbeats } from '../db/attempts/flush-heartbeats.js';
 import { releaseUndelivered } from '../db/attempts/release-undelivered.js';
+import { liveReplicaAddresses, withdrawReplica } from '../db/replica-addresses.js';
 import { loadAttempt } from '../db/load-attempt.js';
 import type { LogWriter } from '../db/log-writer.js';
 import { CHANNELS, notify, type Channel } from '../db/notifications.js';
@@ -80,6 +81,19 @@ export function createAgentFleet(o: AgentFleetOptions) {
 
   /** Set once this replica starts to shut down: its agents are sent elsewhere. */
   let leaving = false;
+  /** The live replicas' agent addresses, read at most once a second (every Hello sends them). */
+  let addresses: { at: number; urls: Promise<string[]> } | null = null;
+  const replicaUrls = (): Promise<string[]> => {
+    if (addresses === null || Date.now() - addresses.at > 1000) {
+      const urls = liveReplicaAddresses(sql).then((all) => [
+        ...all.filter((r) => r.replicaId === o.replicaId),
+        ...all.filter((r) => r.replicaId !== o.replicaId),
+      ].map((r) => r.agentUrl));
+      addresses = { at: Date.now(), urls };
+      urls.catch(() => (addresses = null));
+    }
+    return addresses.urls;
+  };
   /** Gives back an attempt a stream of this replica could not take, unless the agent has a newer
    *  session (which delivers it). */
   const giveBack = (attempt: Attempt, closedSessionId: string, reason: string) =>
@@ -142,6 +156,7 @@ export function createAgentFleet(o: AgentFleetOptions) {
     maxReconnectBackoffMs: maxReconnectBackoffMs(o.heartbeatThresholdMs),
     heartbeatThresholdMs: o.heartbeatThresholdMs,
     leaving: () => leaving,
+    replicaUrls,
     agentCredentials: o.agentCredentials,
     onFleetChanged: () => {
       placement.invalidate();
@@ -200,6 +215,8 @@ export function createAgentFleet(o: AgentFleetOptions) {
     async leave(): Promise<void> {
       leaving = true;
       try {
+        // No Welcome anywhere names this replica from now on.
+        await withdrawReplica(sql, o.replicaId);
         const n = await disconnectReplica(sql, o.replicaId);
         log.info({ agents: n }, 'shutting down: no more work is placed on the agents of this replica');
       } catch (err) {
@@ -219,9 +236,17 @@ export function createAgentFleet(o: AgentFleetOptions) {
     async sendAway(waitMs: number): Promise<number> {
       const deadline = Date.now() + waitMs;
       const reason = `replica ${o.replicaId} is shutting down`;
+      // Where to: the other live replicas. Agents given this replica's address only learn them here.
+      const others = await liveReplicaAddresses(sql)
+        .then((all) => all.filter((r) => r.replicaId !== o.replicaId).map((r) => r.agentUrl))
+        .catch((err: unknown) => {
+          log.warn({ err }, "shutting down: could not read the other replicas' addresses: agents are told to reconnect without one");
+          return [] as string[];
+        });
+      if (others.length === 0) log.warn('shutting down: no other replica is advertised: agents that know no other address wait for one');
       for (;;) {
         // Every pass: a stream that opened just before `leave()` registers a little later.
-        for (const handle of registry.all()) handle.goAway(reason);
+        for (const handle of registry.all()) handle.goAway(reason, others);
         if (registry.size === 0 || Date.now() >= deadline) break;
         await new Promise((r) => setTimeout(r, 20));
       }

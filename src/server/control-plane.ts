@@ -19,6 +19,7 @@ import { createLogWriter } from '../db/log-writer.js';
 import { latestMigration, pendingMigrations } from '../db/migrate.js';
 import type { Sql } from '../db/sql.js';
 import { CHANNELS, listen } from '../db/notifications.js';
+import { advertiseReplica } from '../db/replica-addresses.js';
 import { replicaSessionName } from '../db/replicas.js';
 import { createDispatcher } from '../dispatch/dispatcher.js';
 import type { Executor } from '../executors/executor.js';
@@ -27,6 +28,7 @@ import { loadKubeConfig } from '../executors/kubernetes/load-kube-config.js';
 import { createSubprocessExecutor } from '../executors/subprocess/subprocess-executor.js';
 import { LEADER_LOCK_KEY } from '../scheduler/leader.js';
 import { createScheduler, type Scheduler } from '../scheduler/scheduler.js';
+import { advertisedUrl } from './advertised-url.js';
 import { createAgentFleet } from './agent-fleet.js';
 import { apiRoutes } from './api-routes.js';
 import { prepareAuth } from './prepare-auth.js';
@@ -270,6 +272,13 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       } else void fleet.onNotification(channel, payload).catch((err: unknown) => logger.error({ err, channel, payload }, 'notification failed'));
     }, replicaSessionName(config.role, config.replicaId));
     cleanups.push(() => listener.close());
+    // Agents are told this address, at Welcome and when another replica stops (an observer takes
+    // no agent streams).
+    if (config.role !== 'observer') {
+      const agentUrl = advertisedUrl({ configured: config.advertiseUrl, host: apiServer.address.host, port: apiServer.address.port, tls: config.tls !== null });
+      await advertiseReplica(sql, config.replicaId, agentUrl);
+      logger.info({ agentUrl }, 'agents are told to reach this replica at this address (--advertise-url)');
+    }
 
     // The tasks an earlier process of this replica left running are supervised again (and those
     // that ended meanwhile recorded) before this one schedules anything.

@@ -21,6 +21,20 @@ describe('config', () => {
     });
   });
 
+  it('takes --advertise-url as a bare http(s) URL of the scheme this replica serves, and names a bad one', () => {
+    expect(loadConfig({}, {}, '/srv').advertiseUrl).toBeNull();
+    expect(loadConfig({ advertise_url: 'http://10.0.0.5:7070/' }, {}, '/srv').advertiseUrl).toBe('http://10.0.0.5:7070');
+    expect(configProblems({ advertise_url: 'leoflow:7070' })).toEqual([
+      '--advertise-url: must be an http:// or https:// URL, got protocol "leoflow:"',
+    ]);
+    expect(configProblems({ advertise_url: 'http://10.0.0.5:7070/api' })).toEqual([
+      '--advertise-url: must name a host and port only, no path, got "http://10.0.0.5:7070/api"',
+    ]);
+    expect(configProblems({ advertise_url: 'https://10.0.0.5:7070' })).toEqual([
+      '--advertise-url: must be http:// as this replica serves plain HTTP (no --tls-cert), got https://10.0.0.5:7070',
+    ]);
+  });
+
   it('takes flags over environment over edition file', () => {
     const c = loadConfig(
       { dispatch_workers: '4', tick_interval: '250ms' },

@@ -10,6 +10,7 @@ const HELP: Record<SettingKey, string> = {
   leader_timeout: 'with --role leader: how long to wait for leadership at start before failing, e.g. 30s',
   loop_stall_threshold: '/healthz fails when the scheduler loop made no progress this long (default 60s, or 5 ticks if longer)',
   listen: 'HOST:PORT for the API (gRPC, gRPC-Web and Connect)',
+  advertise_url: "the API's URL as agents reach this replica, told to agents so they find it when another replica stops (default: from --listen)",
   metrics_listen: 'HOST:PORT for Prometheus metrics at /metrics (HTTP/1.1), or off',
   database: 'postgres:// URL; without it, Lite starts an embedded Postgres',
   state_dir: 'folder for the embedded Postgres data and other state',

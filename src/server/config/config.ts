@@ -33,6 +33,8 @@ export interface Config {
   loopStallMs: number;
   listenHost: string;
   listenPort: number;
+  /** The API's URL as agents reach this replica; null: derived from the address it listens on. */
+  advertiseUrl: string | null;
   /** null when metrics are off. */
   metricsListen: { host: string; port: number } | null;
   /** null: start the embedded Postgres (Lite only). */

@@ -9,7 +9,7 @@ import { editionDefaults } from './edition-defaults.js';
 import { isLoopback } from './is-loopback.js';
 import { readKubernetesConfig } from './read-kubernetes-config.js';
 import { readTlsConfig } from './read-tls-config.js';
-import { duration, hostPort, list, nonEmpty, oneOf, otlpTracesUrl, port, positiveInt, retention } from './setting-parsers.js';
+import { agentUrl, duration, hostPort, list, nonEmpty, oneOf, otlpTracesUrl, port, positiveInt, retention } from './setting-parsers.js';
 import { SETTINGS, type Raw, type SettingKey, type SettingReader } from './settings.js';
 
 /**
@@ -91,6 +91,7 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     loopStallMs: 0, // below: its default follows the tick
     listenHost: listen.host,
     listenPort: listen.port,
+    advertiseUrl: get('advertise_url', agentUrl, null as string | null),
     metricsListen,
     databaseUrl,
     stateDir: path.resolve(cwd, get('state_dir', nonEmpty, '.leoflow')),
@@ -130,6 +131,10 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     kubernetes,
   };
   config.authRequired = !config.insecure && (edition === 'pro' || !isLoopback(config.listenHost));
+  if (config.advertiseUrl && config.advertiseUrl.startsWith('https:') !== (tls !== null)) {
+    // Agents told this address would fail the handshake (or send plain text to a TLS port).
+    problems.push(`${pick('advertise_url', defaults)!.source}: must be ${tls ? 'https://' : 'http://'} as this replica serves ${tls ? 'TLS (--tls-cert)' : 'plain HTTP (no --tls-cert)'}, got ${config.advertiseUrl}`);
+  }
   if (tls?.clientAuth === 'all' && kubernetes) {
     // A pod's agent has no certificate of its pod's name; with `agents` it proves itself with its attempt's token.
     problems.push(`${pick('tls_client_auth', defaults)!.source}: all cannot be used with the kubernetes executor: the TLS handshake would refuse every pod's agent, which has no client certificate; use agents (the default: agent streams need a certificate, or for a pod's agent its attempt's token)`);

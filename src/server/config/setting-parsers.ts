@@ -79,3 +79,17 @@ export function otlpTracesUrl(v: unknown): string | null {
   if (u.pathname === '/' || u.pathname === '') u.pathname = '/v1/traces';
   return u.toString();
 }
+
+/** An http:// or https:// URL with a host and no path, as agents dial it (`--advertise-url`). */
+export function agentUrl(v: unknown): string {
+  const s = nonEmpty(v);
+  let u: URL;
+  try {
+    u = new URL(s);
+  } catch {
+    throw new Error(`must be the http:// or https:// URL agents reach this replica at (e.g. http://10.0.0.5:7070), got ${JSON.stringify(s)}`);
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`must be an http:// or https:// URL, got protocol ${JSON.stringify(u.protocol)}`);
+  if (u.pathname !== '/' || u.search || u.hash) throw new Error(`must name a host and port only, no path, got ${JSON.stringify(s)}`);
+  return `${u.protocol}//${u.host}`;
+}

@@ -17,6 +17,7 @@ export const SETTINGS = {
   leader_timeout: { flag: '--leader-timeout', env: 'LEOFLOW_LEADER_TIMEOUT', kind: 'duration' },
   loop_stall_threshold: { flag: '--loop-stall-threshold', env: 'LEOFLOW_LOOP_STALL_THRESHOLD', kind: 'duration' },
   listen: { flag: '--listen', env: 'LEOFLOW_LISTEN', kind: 'string' },
+  advertise_url: { flag: '--advertise-url', env: 'LEOFLOW_ADVERTISE_URL', kind: 'string' },
   metrics_listen: { flag: '--metrics-listen', env: 'LEOFLOW_METRICS_LISTEN', kind: 'string' },
   database: { flag: '--database-url', env: 'DATABASE_URL', kind: 'string' },
   state_dir: { flag: '--state-dir', env: 'LEOFLOW_STATE_DIR', kind: 'string' },

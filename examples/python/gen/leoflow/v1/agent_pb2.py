@@ -16,7 +16,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from leoflow.v1 import types_pb2 as leoflow_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16leoflow/v1/agent.proto\x12\nleoflow.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16leoflow/v1/types.proto\"\x83\x02\n\x0e\x43onnectRequest\x12)\n\x05hello\x18\x01 \x01(\x0b\x32\x11.leoflow.v1.HelloH\x00R\x05hello\x12/\n\x07started\x18\x02 \x01(\x0b\x32\x13.leoflow.v1.StartedH\x00R\x07started\x12#\n\x03log\x18\x03 \x01(\x0b\x32\x0f.leoflow.v1.LogH\x00R\x03log\x12\x32\n\x08\x66inished\x18\x04 \x01(\x0b\x32\x14.leoflow.v1.FinishedH\x00R\x08\x66inished\x12\x35\n\tkeepalive\x18\x05 \x01(\x0b\x32\x15.leoflow.v1.KeepaliveH\x00R\tkeepaliveB\x05\n\x03msg\"\xb5\x03\n\x0f\x43onnectResponse\x12/\n\x07welcome\x18\x01 \x01(\x0b\x32\x13.leoflow.v1.WelcomeH\x00R\x07welcome\x12,\n\x06\x61ssign\x18\x02 \x01(\x0b\x32\x12.leoflow.v1.AssignH\x00R\x06\x61ssign\x12,\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x12.leoflow.v1.CancelH\x00R\x06\x63\x61ncel\x12)\n\x05\x64rain\x18\x04 \x01(\x0b\x32\x11.leoflow.v1.DrainH\x00R\x05\x64rain\x12?\n\rkeepalive_ack\x18\x05 \x01(\x0b\x32\x18.leoflow.v1.KeepaliveAckH\x00R\x0ckeepaliveAck\x12<\n\x0c\x66inished_ack\x18\x06 \x01(\x0b\x32\x17.leoflow.v1.FinishedAckH\x00R\x0b\x66inishedAck\x12\x35\n\treconnect\x18\x07 \x01(\x0b\x32\x15.leoflow.v1.ReconnectH\x00R\treconnect\x12-\n\x07log_ack\x18\x08 \x01(\x0b\x32\x12.leoflow.v1.LogAckH\x00R\x06logAckB\x05\n\x03msg\"i\n\nAttemptRef\x12\x17\n\x05ti_id\x18\x01 \x01(\x03\x42\x02\x30\x01R\x04tiId\x12\x1d\n\ntry_number\x18\x02 \x01(\x05R\ttryNumber\x12#\n\rattempt_token\x18\x03 \x01(\tR\x0c\x61ttemptToken\"\xcf\x03\n\x05Hello\x12\x46\n\x10protocol_version\x18\x01 \x01(\x0e\x32\x1b.leoflow.v1.ProtocolVersionR\x0fprotocolVersion\x12\x19\n\x08\x61gent_id\x18\x02 \x01(\tR\x07\x61gentId\x12\x35\n\x06labels\x18\x03 \x03(\x0b\x32\x1d.leoflow.v1.Hello.LabelsEntryR\x06labels\x12\"\n\x0c\x63\x61pabilities\x18\x04 \x03(\tR\x0c\x63\x61pabilities\x12\x14\n\x05slots\x18\x05 \x01(\x05R\x05slots\x12\x14\n\x05token\x18\x06 \x01(\tR\x05token\x12*\n\x04held\x18\x07 \x03(\x0b\x32\x16.leoflow.v1.AttemptRefR\x04held\x12 \n\nonly_ti_id\x18\x08 \x01(\x03\x42\x02\x30\x01R\x08onlyTiId\x12%\n\x0eincarnation_id\x18\t \x01(\tR\rincarnationId\x12,\n\x12only_attempt_token\x18\n \x01(\tR\x10onlyAttemptToken\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\xf6\x03\n\x07Welcome\x12\x46\n\x10protocol_version\x18\x01 \x01(\x0e\x32\x1b.leoflow.v1.ProtocolVersionR\x0fprotocolVersion\x12\x1d\n\nreplica_id\x18\x02 \x01(\tR\treplicaId\x12H\n\x12keepalive_interval\x18\x03 \x01(\x0b\x32\x19.google.protobuf.DurationR\x11keepaliveInterval\x12\x30\n\x07resumed\x18\x04 \x03(\x0b\x32\x16.leoflow.v1.AttemptRefR\x07resumed\x12\x36\n\nsuperseded\x18\x05 \x03(\x0b\x32\x16.leoflow.v1.AttemptRefR\nsuperseded\x12M\n\x15max_reconnect_backoff\x18\x06 \x01(\x0b\x32\x19.google.protobuf.DurationR\x13maxReconnectBackoff\x12\x35\n\x0blogs_so_far\x18\x07 \x03(\x0b\x32\x15.leoflow.v1.LogsSoFarR\tlogsSoFar\x12J\n\x13heartbeat_threshold\x18\x08 \x01(\x0b\x32\x19.google.protobuf.DurationR\x12heartbeatThreshold\"\x9e\x01\n\tLogsSoFar\x12\x30\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x16.leoflow.v1.AttemptRefR\x07\x61ttempt\x12!\n\x0cstdout_lines\x18\x02 \x01(\x05R\x0bstdoutLines\x12!\n\x0cstderr_lines\x18\x03 \x01(\x05R\x0bstderrLines\x12\x19\n\x08last_seq\x18\x04 \x01(\x05R\x07lastSeq\"\xfd\x04\n\x06\x41ssign\x12\x30\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x16.leoflow.v1.AttemptRefR\x07\x61ttempt\x12\x15\n\x06\x64\x61g_id\x18\x02 \x01(\tR\x05\x64\x61gId\x12\x19\n\x06run_id\x18\x03 \x01(\x03\x42\x02\x30\x01R\x05runId\x12\x17\n\x07task_id\x18\x04 \x01(\tR\x06taskId\x12\x1b\n\tmax_tries\x18\x05 \x01(\x05R\x08maxTries\x12\x18\n\x07\x63ommand\x18\x06 \x03(\tR\x07\x63ommand\x12-\n\x03\x65nv\x18\x07 \x03(\x0b\x32\x1b.leoflow.v1.Assign.EnvEntryR\x03\x65nv\x12\x10\n\x03\x63wd\x18\x08 \x01(\tR\x03\x63wd\x12\x33\n\x07timeout\x18\t \x01(\x0b\x32\x19.google.protobuf.DurationR\x07timeout\x12\x38\n\nkill_grace\x18\n \x01(\x0b\x32\x19.google.protobuf.DurationR\tkillGrace\x12@\n\nsecret_env\x18\x0b \x03(\x0b\x32!.leoflow.v1.Assign.SecretEnvEntryR\tsecretEnv\x12 \n\x0btraceparent\x18\x0c \x01(\tR\x0btraceparent\x12\x1e\n\ntracestate\x18\r \x01(\tR\ntracestate\x1a\x36\n\x08\x45nvEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x1aS\n\x0eSecretEnvEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12+\n\x05value\x18\x02 \x01(\x0b\x32\x15.leoflow.v1.SecretRefR\x05value:\x02\x38\x01\"M\n\x07Started\x12\x30\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x16.leoflow.v1.AttemptRefR\x07\x61ttempt\x12\x10\n\x03pid\x18\x02 \x01(\x05R\x03pid\"g\n\x03Log\x12\x30\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x16.leoflow.v1.AttemptRefR\x07\x61ttempt\x12.\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x14.leoflow.v1.LogEntryR\x07\x65ntries\"H\n\x08LogEntry\x12\x10\n\x03seq\x18\x01 \x01(\x05R\x03seq\x12\x16\n\x06stream\x18\x02 \x01(\tR\x06stream\x12\x12\n\x04line\x18\x03 \x01(\tR\x04line\"\x87\x02\n\x08\x46inished\x12\x30\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x16.leoflow.v1.AttemptRefR\x07\x61ttempt\x12\x34\n\x07outcome\x18\x02 \x01(\x0e\x32\x1a.leoflow.v1.AttemptOutcomeR\x07outcome\x12 \n\texit_code\x18\x03 \x01(\x05H\x00R\x08\x65xitCode\x88\x01\x01\x12\x16\n\x06signal\x18\x04 \x01(\tR\x06signal\x12\x14\n\x05\x65rror\x18\x05 \x01(\tR\x05\x65rror\x12\x35\n\x08\x65nded_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x07\x65ndedAtB\x0c\n\n_exit_code\"I\n\tKeepalive\x12\x10\n\x03seq\x18\x01 \x01(\x04R\x03seq\x12*\n\x04held\x18\x02 \x03(\x0b\x32\x16.leoflow.v1.AttemptRefR\x04held\" \n\x0cKeepaliveAck\x12\x10\n\x03seq\x18\x01 \x01(\x04R\x03seq\"s\n\x0b\x46inishedAck\x12\x30\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x16.leoflow.v1.AttemptRefR\x07\x61ttempt\x12\x18\n\x07\x61pplied\x18\x02 \x01(\x08R\x07\x61pplied\x12\x18\n\x07refused\x18\x03 \x01(\tR\x07refused\"U\n\x06LogAck\x12\x30\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x16.leoflow.v1.AttemptRefR\x07\x61ttempt\x12\x19\n\x08last_seq\x18\x02 \x01(\x05R\x07lastSeq\"R\n\x06\x43\x61ncel\x12\x30\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x16.leoflow.v1.AttemptRefR\x07\x61ttempt\x12\x16\n\x06reason\x18\x02 \x01(\tR\x06reason\"9\n\x05\x44rain\x12\x16\n\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n\x07undrain\x18\x02 \x01(\x08R\x07undrain\"#\n\tReconnect\x12\x16\n\x06reason\x18\x01 \x01(\tR\x06reason*K\n\x0fProtocolVersion\x12 \n\x1cPROTOCOL_VERSION_UNSPECIFIED\x10\x00\x12\x16\n\x12PROTOCOL_VERSION_1\x10\x01*\xca\x01\n\x0e\x41ttemptOutcome\x12\x1f\n\x1b\x41TTEMPT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x41TTEMPT_OUTCOME_SUCCESS\x10\x01\x12\x1a\n\x16\x41TTEMPT_OUTCOME_FAILED\x10\x02\x12\x1d\n\x19\x41TTEMPT_OUTCOME_TIMED_OUT\x10\x03\x12\x1d\n\x19\x41TTEMPT_OUTCOME_CANCELLED\x10\x04\x12 \n\x1c\x41TTEMPT_OUTCOME_SPAWN_FAILED\x10\x05\x32V\n\x0c\x41gentService\x12\x46\n\x07\x43onnect\x12\x1a.leoflow.v1.ConnectRequest\x1a\x1b.leoflow.v1.ConnectResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16leoflow/v1/agent.proto\x12\nleoflow.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16leoflow/v1/types.proto\"\x83\x02\n\x0e\x43onnectRequest\x12)\n\x05hello\x18\x01 \x01(\x0b\x32\x11.leoflow.v1.HelloH\x00R\x05hello\x12/\n\x07started\x18\x02 \x01(\x0b\x32\x13.leoflow.v1.StartedH\x00R\x07started\x12#\n\x03log\x18\x03 \x01(\x0b\x32\x0f.leoflow.v1.LogH\x00R\x03log\x12\x32\n\x08\x66inished\x18\x04 \x01(\x0b\x32\x14.leoflow.v1.FinishedH\x00R\x08\x66inished\x12\x35\n\tkeepalive\x18\x05 \x01(\x0b\x32\x15.leoflow.v1.KeepaliveH\x00R\tkeepaliveB\x05\n\x03msg\"\xb5\x03\n\x0f\x43onnectResponse\x12/\n\x07welcome\x18\x01 \x01(\x0b\x32\x13.leoflow.v1.WelcomeH\x00R\x07welcome\x12,\n\x06\x61ssign\x18\x02 \x01(\x0b\x32\x12.leoflow.v1.AssignH\x00R\x06\x61ssign\x12,\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x12.leoflow.v1.CancelH\x00R\x06\x63\x61ncel\x12)\n\x05\x64rain\x18\x04 \x01(\x0b\x32\x11.leoflow.v1.DrainH\x00R\x05\x64rain\x12?\n\rkeepalive_ack\x18\x05 \x01(\x0b\x32\x18.leoflow.v1.KeepaliveAckH\x00R\x0ckeepaliveAck\x12<\n\x0c\x66inished_ack\x18\x06 \x01(\x0b\x32\x17.leoflow.v1.FinishedAckH\x00R\x0b\x66inishedAck\x12\x35\n\treconnect\x18\x07 \x01(\x0b\x32\x15.leoflow.v1.ReconnectH\x00R\treconnect\x12-\n\x07log_ack\x18\x08 \x01(\x0b\x32\x12.leoflow.v1.LogAckH\x00R\x06logAckB\x05\n\x03msg\"i\n\nAttemptRef\x12\x17\n\x05ti_id\x18\x01 \x01(\x03\x42\x02\x30\x01R\x04tiId\x12\x1d\n\ntry_number\x18\x02 \x01(\x05R\ttryNumber\x12#\n\rattempt_token\x18\x03 \x01(\tR\x0c\x61ttemptToken\"\xcf\x03\n\x05Hello\x12\x46\n\x10protocol_version\x18\x01 \x01(\x0e\x32\x1b.leoflow.v1.ProtocolVersionR\x0fprotocolVersion\x12\x19\n\x08\x61gent_id\x18\x02 \x01(\tR\x07\x61gentId\x12\x35\n\x06labels\x18\x03 \x03(\x0b\x32\x1d.leoflow.v1.Hello.LabelsEntryR\x06labels\x12\"\n\x0c\x63\x61pabilities\x18\x04 \x03(\tR\x0c\x63\x61pabilities\x12\x14\n\x05slots\x18\x05 \x01(\x05R\x05slots\x12\x14\n\x05token\x18\x06 \x01(\tR\x05token\x12*\n\x04held\x18\x07 \x03(\x0b\x32\x16.leoflow.v1.AttemptRefR\x04held\x12 \n\nonly_ti_id\x18\x08 \x01(\x03\x42\x02\x30\x01R\x08onlyTiId\x12%\n\x0eincarnation_id\x18\t \x01(\tR\rincarnationId\x12,\n\x12only_attempt_token\x18\n \x01(\tR\x10onlyAttemptToken\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\x99\x04\n\x07Welcome\x12\x46\n\x10protocol_version\x18\x01 \x01(\x0e\x32\x1b.leoflow.v1.ProtocolVersionR\x0fprotocolVersion\x12\x1d\n\nreplica_id\x18\x02 \x01(\tR\treplicaId\x12H\n\x12keepalive_interval\x18\x03 \x01(\x0b\x32\x19.google.protobuf.DurationR\x11keepaliveInterval\x12\x30\n\x07resumed\x18\x04 \x03(\x0b\x32\x16.leoflow.v1.AttemptRefR\x07resumed\x12\x36\n\nsuperseded\x18\x05 \x03(\x0b\x32\x16.leoflow.v1.AttemptRefR\nsuperseded\x12M\n\x15max_reconnect_backoff\x18\x06 \x01(\x0b\x32\x19.google.protobuf.DurationR\x13maxReconnectBackoff\x12\x35\n\x0blogs_so_far\x18\x07 \x03(\x0b\x32\x15.leoflow.v1.LogsSoFarR\tlogsSoFar\x12J\n\x13heartbeat_threshold\x18\x08 \x01(\x0b\x32\x19.google.protobuf.DurationR\x12heartbeatThreshold\x12!\n\x0creplica_urls\x18\t \x03(\tR\x0breplicaUrls\"\x9e\x01\n\tLogsSoFar\x12\x30\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x16.leoflow.v1.AttemptRefR\x07\x61ttempt\x12!\n\x0cstdout_lines\x18\x02 \x01(\x05R\x0bstdoutLines\x12!\n\x0cstderr_lines\x18\x03 \x01(\x05R\x0bstderrLines\x12\x19\n\x08last_seq\x18\x04 \x01(\x05R\x07lastSeq\"\xfd\x04\n\x06\x41ssign\x12\x30\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x16.leoflow.v1.AttemptRefR\x07\x61ttempt\x12\x15\n\x06\x64\x61g_id\x18\x02 \x01(\tR\x05\x64\x61gId\x12\x19\n\x06run_id\x18\x03 \x01(\x03\x42\x02\x30\x01R\x05runId\x12\x17\n\x07task_id\x18\x04 \x01(\tR\x06taskId\x12\x1b\n\tmax_tries\x18\x05 \x01(\x05R\x08maxTries\x12\x18\n\x07\x63ommand\x18\x06 \x03(\tR\x07\x63ommand\x12-\n\x03\x65nv\x18\x07 \x03(\x0b\x32\x1b.leoflow.v1.Assign.EnvEntryR\x03\x65nv\x12\x10\n\x03\x63wd\x18\x08 \x01(\tR\x03\x63wd\x12\x33\n\x07timeout\x18\t \x01(\x0b\x32\x19.google.protobuf.DurationR\x07timeout\x12\x38\n\nkill_grace\x18\n \x01(\x0b\x32\x19.google.protobuf.DurationR\tkillGrace\x12@\n\nsecret_env\x18\x0b \x03(\x0b\x32!.leoflow.v1.Assign.SecretEnvEntryR\tsecretEnv\x12 \n\x0btraceparent\x18\x0c \x01(\tR\x0btraceparent\x12\x1e\n\ntracestate\x18\r \x01(\tR\ntracestate\x1a\x36\n\x08\x45nvEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x1aS\n\x0eSecretEnvEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12+\n\x05value\x18\x02 \x01(\x0b\x32\x15.leoflow.v1.SecretRefR\x05value:\x02\x38\x01\"M\n\x07Started\x12\x30\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x16.leoflow.v1.AttemptRefR\x07\x61ttempt\x12\x10\n\x03pid\x18\x02 \x01(\x05R\x03pid\"g\n\x03Log\x12\x30\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x16.leoflow.v1.AttemptRefR\x07\x61ttempt\x12.\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x14.leoflow.v1.LogEntryR\x07\x65ntries\"H\n\x08LogEntry\x12\x10\n\x03seq\x18\x01 \x01(\x05R\x03seq\x12\x16\n\x06stream\x18\x02 \x01(\tR\x06stream\x12\x12\n\x04line\x18\x03 \x01(\tR\x04line\"\x87\x02\n\x08\x46inished\x12\x30\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x16.leoflow.v1.AttemptRefR\x07\x61ttempt\x12\x34\n\x07outcome\x18\x02 \x01(\x0e\x32\x1a.leoflow.v1.AttemptOutcomeR\x07outcome\x12 \n\texit_code\x18\x03 \x01(\x05H\x00R\x08\x65xitCode\x88\x01\x01\x12\x16\n\x06signal\x18\x04 \x01(\tR\x06signal\x12\x14\n\x05\x65rror\x18\x05 \x01(\tR\x05\x65rror\x12\x35\n\x08\x65nded_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x07\x65ndedAtB\x0c\n\n_exit_code\"I\n\tKeepalive\x12\x10\n\x03seq\x18\x01 \x01(\x04R\x03seq\x12*\n\x04held\x18\x02 \x03(\x0b\x32\x16.leoflow.v1.AttemptRefR\x04held\" \n\x0cKeepaliveAck\x12\x10\n\x03seq\x18\x01 \x01(\x04R\x03seq\"s\n\x0b\x46inishedAck\x12\x30\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x16.leoflow.v1.AttemptRefR\x07\x61ttempt\x12\x18\n\x07\x61pplied\x18\x02 \x01(\x08R\x07\x61pplied\x12\x18\n\x07refused\x18\x03 \x01(\tR\x07refused\"U\n\x06LogAck\x12\x30\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x16.leoflow.v1.AttemptRefR\x07\x61ttempt\x12\x19\n\x08last_seq\x18\x02 \x01(\x05R\x07lastSeq\"R\n\x06\x43\x61ncel\x12\x30\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x16.leoflow.v1.AttemptRefR\x07\x61ttempt\x12\x16\n\x06reason\x18\x02 \x01(\tR\x06reason\"9\n\x05\x44rain\x12\x16\n\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n\x07undrain\x18\x02 \x01(\x08R\x07undrain\"F\n\tReconnect\x12\x16\n\x06reason\x18\x01 \x01(\tR\x06reason\x12!\n\x0creplica_urls\x18\x02 \x03(\tR\x0breplicaUrls*K\n\x0fProtocolVersion\x12 \n\x1cPROTOCOL_VERSION_UNSPECIFIED\x10\x00\x12\x16\n\x12PROTOCOL_VERSION_1\x10\x01*\xca\x01\n\x0e\x41ttemptOutcome\x12\x1f\n\x1b\x41TTEMPT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x41TTEMPT_OUTCOME_SUCCESS\x10\x01\x12\x1a\n\x16\x41TTEMPT_OUTCOME_FAILED\x10\x02\x12\x1d\n\x19\x41TTEMPT_OUTCOME_TIMED_OUT\x10\x03\x12\x1d\n\x19\x41TTEMPT_OUTCOME_CANCELLED\x10\x04\x12 \n\x1c\x41TTEMPT_OUTCOME_SPAWN_FAILED\x10\x05\x32V\n\x0c\x41gentService\x12\x46\n\x07\x43onnect\x12\x1a.leoflow.v1.ConnectRequest\x1a\x1b.leoflow.v1.ConnectResponse(\x01\x30\x01\x62\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'leoflow.v1.agent_pb2', globals())
@@ -35,10 +35,10 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _ASSIGN_SECRETENVENTRY._serialized_options = b'8\001'
   _ASSIGN.fields_by_name['run_id']._options = None
   _ASSIGN.fields_by_name['run_id']._serialized_options = b'0\001'
-  _PROTOCOLVERSION._serialized_start=3725
-  _PROTOCOLVERSION._serialized_end=3800
-  _ATTEMPTOUTCOME._serialized_start=3803
-  _ATTEMPTOUTCOME._serialized_end=4005
+  _PROTOCOLVERSION._serialized_start=3795
+  _PROTOCOLVERSION._serialized_end=3870
+  _ATTEMPTOUTCOME._serialized_start=3873
+  _ATTEMPTOUTCOME._serialized_end=4075
   _CONNECTREQUEST._serialized_start=128
   _CONNECTREQUEST._serialized_end=387
   _CONNECTRESPONSE._serialized_start=390
@@ -50,37 +50,37 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _HELLO_LABELSENTRY._serialized_start=1343
   _HELLO_LABELSENTRY._serialized_end=1400
   _WELCOME._serialized_start=1403
-  _WELCOME._serialized_end=1905
-  _LOGSSOFAR._serialized_start=1908
-  _LOGSSOFAR._serialized_end=2066
-  _ASSIGN._serialized_start=2069
-  _ASSIGN._serialized_end=2706
-  _ASSIGN_ENVENTRY._serialized_start=2567
-  _ASSIGN_ENVENTRY._serialized_end=2621
-  _ASSIGN_SECRETENVENTRY._serialized_start=2623
-  _ASSIGN_SECRETENVENTRY._serialized_end=2706
-  _STARTED._serialized_start=2708
-  _STARTED._serialized_end=2785
-  _LOG._serialized_start=2787
-  _LOG._serialized_end=2890
-  _LOGENTRY._serialized_start=2892
-  _LOGENTRY._serialized_end=2964
-  _FINISHED._serialized_start=2967
-  _FINISHED._serialized_end=3230
-  _KEEPALIVE._serialized_start=3232
-  _KEEPALIVE._serialized_end=3305
-  _KEEPALIVEACK._serialized_start=3307
-  _KEEPALIVEACK._serialized_end=3339
-  _FINISHEDACK._serialized_start=3341
-  _FINISHEDACK._serialized_end=3456
-  _LOGACK._serialized_start=3458
-  _LOGACK._serialized_end=3543
-  _CANCEL._serialized_start=3545
-  _CANCEL._serialized_end=3627
-  _DRAIN._serialized_start=3629
-  _DRAIN._serialized_end=3686
-  _RECONNECT._serialized_start=3688
-  _RECONNECT._serialized_end=3723
-  _AGENTSERVICE._serialized_start=4007
-  _AGENTSERVICE._serialized_end=4093
+  _WELCOME._serialized_end=1940
+  _LOGSSOFAR._serialized_start=1943
+  _LOGSSOFAR._serialized_end=2101
+  _ASSIGN._serialized_start=2104
+  _ASSIGN._serialized_end=2741
+  _ASSIGN_ENVENTRY._serialized_start=2602
+  _ASSIGN_ENVENTRY._serialized_end=2656
+  _ASSIGN_SECRETENVENTRY._serialized_start=2658
+  _ASSIGN_SECRETENVENTRY._serialized_end=2741
+  _STARTED._serialized_start=2743
+  _STARTED._serialized_end=2820
+  _LOG._serialized_start=2822
+  _LOG._serialized_end=2925
+  _LOGENTRY._serialized_start=2927
+  _LOGENTRY._serialized_end=2999
+  _FINISHED._serialized_start=3002
+  _FINISHED._serialized_end=3265
+  _KEEPALIVE._serialized_start=3267
+  _KEEPALIVE._serialized_end=3340
+  _KEEPALIVEACK._serialized_start=3342
+  _KEEPALIVEACK._serialized_end=3374
+  _FINISHEDACK._serialized_start=3376
+  _FINISHEDACK._serialized_end=3491
+  _LOGACK._serialized_start=3493
+  _LOGACK._serialized_end=3578
+  _CANCEL._serialized_start=3580
+  _CANCEL._serialized_end=3662
+  _DRAIN._serialized_start=3664
+  _DRAIN._serialized_end=3721
+  _RECONNECT._serialized_start=3723
+  _RECONNECT._serialized_end=3793
+  _AGENTSERVICE._serialized_start=4077
+  _AGENTSERVICE._serialized_end=4163
 # @@protoc_insertion_point(module_scope)

@@ -1,0 +1,115 @@
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createClients } from '../../src/cli/client.js';
+import { cli, serverLauncher, startAgent, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import { isRunEnded } from '../helpers/run-ends.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+
+/**
+ * Issue 34: a graceful stop must lose nothing even when the agents were given one address only,
+ * that of the replica that stops. Five cycles: the leader is stopped with work in flight on its
+ * agents; a new replica (on an address no agent was given) is started before each stop, so the
+ * agents can reach the next home only through what the control plane told them. Every task runs
+ * once, as try 1, and no attempt is declared lost.
+ */
+
+const THRESHOLD_MS = 8000;
+const FLAGS = [
+  '--leader-watchdog', '1s', '--tick-interval', '200ms', '--heartbeat-interval', '1s', '--heartbeat-threshold', `${THRESHOLD_MS}ms`,
+];
+const CYCLES = 5;
+const WIDTH = 4;
+const DEPTH = 2;
+
+let db: TestDatabase;
+let tmp: string;
+const servers: ServerProcess[] = [];
+const agents: AgentProcess[] = [];
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-graceful-one-'));
+});
+afterAll(async () => {
+  for (const a of agents) await a.stop(5000);
+  for (const s of servers) await s.kill();
+  await db?.drop();
+  await rm(tmp, { recursive: true, force: true });
+});
+
+const start = serverLauncher({ databaseUrl: () => db.url, args: FLAGS, servers });
+
+describe('graceful stop of the leader, agents given one address', () => {
+  it(`loses nothing across ${CYCLES} cycles: every task runs once as try 1, none is declared lost`, async () => {
+    const ledger = path.join(tmp, 'ledger.log');
+    const file = path.join(tmp, 'wide.yaml');
+    const tasks: string[] = [];
+    for (let d = 0; d < DEPTH; d++) {
+      for (let w = 0; w < WIDTH; w++) {
+        tasks.push(
+          `  - id: t${d}_${w}`,
+          '    executor: agents',
+          `    command: ["sh", "-c", "echo $LEOFLOW_RUN_ID $LEOFLOW_TASK_ID $LEOFLOW_TRY_NUMBER >> ${ledger}; sleep 0.${3 + ((d + w) % 3)}"]`,
+          '    retries: 2',
+          '    retry_delay: 100ms',
+          ...(d > 0 ? [`    depends_on: [t${d - 1}_${w}]`] : []),
+        );
+      }
+    }
+    await writeFile(file, ['dag_id: wide', 'tasks:', ...tasks, ''].join('\n'));
+
+    let leader = await start(['--replica-id', 'replica-0']);
+    await waitFor('replica-0 leads', async () => (await createClients(leader.url).cluster.getLeader({})).leaderId === 'replica-0');
+    // The agents know the first leader's address, and only it.
+    for (const id of ['a1', 'a2']) agents.push(startAgent(leader.url, ['--id', id, '--slots', '4']));
+    await waitFor('agents connected', async () => {
+      const [r] = await db.sql<{ n: number }[]>`select count(*)::int as n from agents where connected_replica = 'replica-0'`;
+      return r!.n === 2;
+    }, 40_000);
+    expect((await cli(leader.url, ['dag', 'apply', file])).code).toBe(0);
+
+    const runIds: string[] = [];
+    for (let cycle = 1; cycle <= CYCLES; cycle++) {
+      // The next home, on an address the agents were never given.
+      const next = await start(['--replica-id', `replica-${cycle}`]);
+      const api = createClients(leader.url);
+      const mine: string[] = [];
+      for (let i = 0; i < 2; i++) mine.push((await api.workflow.triggerRun({ dagId: 'wide' })).run!.runId);
+      runIds.push(...mine);
+      const leaderId = (await api.cluster.getLeader({})).leaderId;
+      await waitFor(`cycle ${cycle}: work in flight on ${leaderId}'s agents`, async () => {
+        const [r] = await db.sql<{ busy: number }[]>`
+          select count(*) filter (where t.state = 'running' and a.connected_replica = ${leaderId})::int as busy
+          from task_instances t join agents a on a.agent_id = t.agent_id where t.run_id = any(${mine}::bigint[])`;
+        return r!.busy >= 2;
+      }, 30_000, 10);
+      expect(await leader.stop(25_000)).toEqual({ code: 0, signal: null });
+      const nextApi = createClients(next.url);
+      await waitFor(`cycle ${cycle}: replica-${cycle} leads`, async () => (await nextApi.cluster.getLeader({})).leaderId === `replica-${cycle}`, 20_000);
+      await waitFor(`cycle ${cycle}: its runs ended`, async () => {
+        const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${mine}::bigint[])`;
+        return rows.every((r) => isRunEnded(r.state));
+      }, 60_000);
+      await waitFor(`cycle ${cycle}: agents on replica-${cycle}`, async () => {
+        const [r] = await db.sql<{ n: number }[]>`select count(*)::int as n from agents where connected_replica = ${`replica-${cycle}`}`;
+        return r!.n === 2;
+      }, 20_000);
+      leader = next;
+    }
+
+    const runs = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[]) order by id`;
+    expect(runs.map((r) => r.state)).toEqual(runIds.map(() => 'success'));
+    const retried = await db.sql<{ task_id: string; try_number: number }[]>`
+      select task_id, try_number from task_instances where run_id = any(${runIds}::bigint[]) and try_number <> 1`;
+    expect(retried).toEqual([]);
+    expect(await db.sql`select ti_id from events where payload->>'reason' = 'agent_lost'`).toEqual([]);
+    const lines = (await readFile(ledger, 'utf8')).trim().split('\n');
+    const total = runIds.length * WIDTH * DEPTH;
+    expect(lines.length).toBe(total);
+    expect(new Set(lines).size).toBe(total);
+    // The agents never exited: they followed the control plane from home to home.
+    for (const a of agents) expect(a.child.exitCode).toBeNull();
+  }, 300_000);
+});
