@@ -432,6 +432,7 @@ class Agent:
                     log.info("told to reconnect elsewhere: %s", resp.reconnect.reason)
                     reconnect = True
                     self.go_to = host_ports(resp.reconnect.replica_urls)
+                    self.learned += [a for a in self.go_to if a not in self.learned]
                     self.leave(q, call, stop_ka)
                 if self.exit_code is not None:
                     break

@@ -84,7 +84,7 @@ async function triggerAndWait(server: ServerProcess, agentId: string, dagId: str
   }
 }
 
-describe('a Python agent given several control-plane addresses', () => {
+describe('a Python agent among several control-plane replicas', () => {
   it('told to reconnect by a replica stopping gracefully, moves to the next address at once and its running task ends there as try 1', async () => {
     const a = await startReplica(['--replica-id', 'replica-a']);
     await waitFor('replica-a to lead', async () => (await createClients(a.url).cluster.getLeader({})).leaderId === 'replica-a');
@@ -120,6 +120,27 @@ describe('a Python agent given several control-plane addresses', () => {
     expect(r.stdout).toMatch(/^\[t #1 stdout\] before\n\[t #1 stdout\] after$/m);
     expect(await db.sql`select ti_id from events where payload->>'reason' = 'agent_lost'`).toEqual([]);
     console.log(`python agent moved from replica-a to replica-b ${movedMs} ms after being told to`);
+  });
+
+  it('given one address, goes where the Reconnect of its stopping replica says, with its running task', async () => {
+    const a = await startReplica(['--replica-id', 'replica-a']);
+    await waitFor('replica-a to lead', async () => (await createClients(a.url).cluster.getLeader({})).leaderId === 'replica-a');
+    const id = `py-one-${randomBytes(3).toString('hex')}`;
+    const agent = startAgent(id, ['--server', hostOf(a)]);
+    await seen(agent, 'welcomed by replica replica-a', 30_000);
+    // Started after the agent's Welcome: only the Reconnect can tell the agent where it is.
+    const b = await startReplica(['--replica-id', 'replica-b']);
+    const running = triggerAndWait(b, id, 'py_one', ['sh', '-c', 'echo before; sleep 3; echo after']);
+    await seen(agent, /t ti \d+ try 1: started pid/, 30_000);
+
+    const stopped = a.stop(20_000);
+    await seen(agent, 'welcomed by replica replica-b', 15_000);
+    expect(await stopped).toEqual({ code: 0, signal: null });
+    expect(agent.stderr).toContain(`reconnecting to ${hostOf(b)} now (1 attempts held)`);
+    const r = await running;
+    expect(r.code, `${r.stdout}\nagent:\n${agent.stderr}`).toBe(0);
+    expect(r.result.task_instances.map((t) => [t.task_id, t.state, t.try_number, t.agent_id, t.exit_code])).toEqual([['t', 'TASK_STATE_SUCCESS', 1, id, 0]]);
+    expect(r.stdout).toMatch(/^\[t #1 stdout\] before\n\[t #1 stdout\] after$/m);
   });
 
   it('skips an address that is down: one failed try, then the next address, where it runs a task', async () => {
