@@ -84,7 +84,9 @@ export async function startServer(
   // A state directory of its own, unless the test chose one (to restart onto it) or a folder to
   // run in: servers share nothing through the repository's .leoflow.
   const stateArgs = opts.args?.includes('--state-dir') || opts.cwd ? [] : ['--state-dir', scratchDir('leoflow-state-')];
-  const child = spawn(process.execPath, [BIN, 'server', '--listen', `127.0.0.1:${ports[0]}`, '--metrics-listen', `127.0.0.1:${ports[1]}`, '--log-format', 'json', ...quietArgs, ...stateArgs, ...(opts.args ?? [])], {
+  // LEOFLOW_CPU_PROF_DIR: each server writes a V8 CPU profile there when it stops (BENCHMARKS.md).
+  const profArgs = process.env.LEOFLOW_CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${process.env.LEOFLOW_CPU_PROF_DIR}`] : [];
+  const child = spawn(process.execPath, [...profArgs, BIN, 'server', '--listen', `127.0.0.1:${ports[0]}`, '--metrics-listen', `127.0.0.1:${ports[1]}`, '--log-format', 'json', ...quietArgs, ...stateArgs, ...(opts.args ?? [])], {
     cwd: opts.cwd ?? ROOT,
     // Open unless the test is about auth (it sets LEOFLOW_INSECURE itself, or unsets it): Pro
     // and Lite off loopback need tokens otherwise.
