@@ -35,7 +35,14 @@ function withDatabase(url: string, db: string): string {
   return u.toString();
 }
 
+/**
+ * Vitest runs this once per project, and once more for the root config, which runs no test. The
+ * unit project needs no database (nor does the root): they get none, so unit tests start at once.
+ */
+const WITHOUT_DATABASE = new Set(['unit', '']);
+
 export default async function setup(project: TestProject) {
+  if (WITHOUT_DATABASE.has(project.name)) return;
   let embedded: EmbeddedPostgres | undefined;
   let stateDir: string | undefined;
   let adminUrl = process.env.TEST_DATABASE_URL;
