@@ -27,7 +27,7 @@ import { createWorkflowService } from './workflow-service.js';
 import { callerKey, openActorId, peerOf } from './caller.js';
 import { isLoopback } from './config/is-loopback.js';
 import { actorPayload } from '../core/actor.js';
-import type { EventFeed } from './event-feed.js';
+import type { EventFeed } from '../feed/event-feed.js';
 import type { ChangeSignal } from './change-signal.js';
 
 /**

@@ -1,4 +1,4 @@
-import { createEventFeed } from './event-feed.js';
+import { createEventFeed } from '../feed/event-feed.js';
 import type { ReplicaTracing } from '../tracing/replica-tracing.js';
 import type { SpanRecorder } from '../tracing/span-recorder.js';
 import { createChangeSignal } from './change-signal.js';

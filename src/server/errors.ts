@@ -1,4 +1,4 @@
-import { FeedClosedError, WatcherBehindError } from './event-feed.js';
+import { FeedClosedError, WatcherBehindError } from '../feed/event-feed.js';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { echo } from '../core/check-text.js';
 import { LIMITS } from '../core/limits.js';

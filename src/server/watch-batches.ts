@@ -1,7 +1,7 @@
 import type { HandlerContext } from '@connectrpc/connect';
 import type { Logger } from 'pino';
 import type { EventRow } from '../db/events/read-events.js';
-import type { EventFeed, WatchOptions } from './event-feed.js';
+import type { EventFeed, WatchOptions } from '../feed/event-feed.js';
 import { resetStreamKey } from './stream-reset.js';
 
 /**

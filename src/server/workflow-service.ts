@@ -26,7 +26,7 @@ import { echo } from '../core/check-text.js';
 import { parseConf } from './parse-conf.js';
 import { actorPayload } from '../core/actor.js';
 import { callerOf } from './caller.js';
-import type { EventFeed } from './event-feed.js';
+import type { EventFeed } from '../feed/event-feed.js';
 import { watchBatches } from './watch-batches.js';
 import type { ChangeSignal } from './change-signal.js';
 

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { Sql } from '../db/sql.js';
-import type { EventFeed } from '../server/event-feed.js';
+import type { EventFeed } from '../feed/event-feed.js';
 import { dispatchSpan, podCreateSpan } from './executor-spans.js';
 import { createSpanRecorder, type SpanRecorder } from './span-recorder.js';
 import { createTracing, type SpanRecord } from './tracing.js';

@@ -3,7 +3,7 @@ import type { Sql } from '../db/sql.js';
 import { readTraceCursor, saveTraceCursor } from '../db/trace/trace-cursor.js';
 import { traceSources } from '../db/trace/trace-sources.js';
 import { lastSeqTaken, eventSeqName } from '../db/events/read-events.js';
-import { WatcherBehindError, type EventFeed, type Watch } from '../server/event-feed.js';
+import { WatcherBehindError, type EventFeed, type Watch } from '../feed/event-feed.js';
 import { endsIn, spansOfEvents } from './spans-of-events.js';
 import type { Tracing } from './tracing.js';
 

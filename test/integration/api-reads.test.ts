@@ -1,5 +1,5 @@
 import { createContextValues } from '@connectrpc/connect';
-import { createEventFeed } from '../../src/server/event-feed.js';
+import { createEventFeed } from '../../src/feed/event-feed.js';
 import { createChangeSignal } from '../../src/server/change-signal.js';
 import pino from 'pino';
 import postgres from 'postgres';

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EventRow } from '../../src/db/events/read-events.js';
 import { CHANNELS, listen, type Listener } from '../../src/db/notifications.js';
 import type { Sql } from '../../src/db/sql.js';
-import { createEventFeed, WatcherBehindError, type EventFeed, type Watch } from '../../src/server/event-feed.js';
+import { createEventFeed, WatcherBehindError, type EventFeed, type Watch } from '../../src/feed/event-feed.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**

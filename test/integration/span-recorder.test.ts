@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { finishAttempt } from '../../src/db/attempts/finish-attempt.js';
 import { CHANNELS, listen, type Listener } from '../../src/db/notifications.js';
 import { transitionRun } from '../../src/db/runs.js';
-import { createEventFeed, type EventFeed } from '../../src/server/event-feed.js';
+import { createEventFeed, type EventFeed } from '../../src/feed/event-feed.js';
 import { createSpanRecorder } from '../../src/tracing/span-recorder.js';
 import type { SpanRecord, Tracing } from '../../src/tracing/tracing.js';
 import { attemptFixtures } from '../helpers/attempt-fixtures.js';
