@@ -5,11 +5,10 @@
 
 import { RESERVED_CAPABILITY_PREFIX } from '../core/agent-features.js';
 import { parseDuration } from '../core/duration.js';
+import { LOG_FORMATS, LOG_LEVELS } from '../core/logger.js';
 
 export type ShutdownMode = 'finish' | 'handback';
 export const SHUTDOWN_MODES: readonly ShutdownMode[] = ['finish', 'handback'];
-export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
-export const LOG_FORMATS = ['json', 'pretty'] as const;
 
 /** The flags as commander hands them over (absent when not given). */
 export interface AgentFlags {

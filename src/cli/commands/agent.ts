@@ -116,7 +116,7 @@ export function registerAgent(program: Command): void {
         process.exit(2);
       }
       // Loaded here, not at the top: the client commands should not pay for grpc-js and pino.
-      const { createLogger } = await import('../../server/logger.js');
+      const { createLogger } = await import('../../core/logger.js');
       const { AgentFatalError, runAgent } = await import('../../agent/index.js');
       const logger = createLogger({ level: config.logLevel, format: config.logFormat }).child({ agentId: config.agentId });
       const agent = runAgent({ ...config, tls, logger });

@@ -81,7 +81,7 @@ export function registerServer(program: Command): void {
       throw err;
     }
     // Loaded here, not at the top: the client commands should not pay for the server's modules.
-    const { createLogger } = await import('../../server/logger.js');
+    const { createLogger } = await import('../../core/logger.js');
     const { startControlPlane } = await import('../../server/control-plane.js');
     const logger = createLogger({ level: config.logLevel, format: config.logFormat, replicaId: config.replicaId });
     let plane;

@@ -6,8 +6,6 @@ import type { TlsConfig } from './read-tls-config.js';
 export const EDITIONS = ['lite', 'pro'] as const;
 export type Edition = (typeof EDITIONS)[number];
 export const EXECUTORS = ['subprocess', 'kubernetes'] as const;
-export const LOG_FORMATS = ['json', 'pretty'] as const;
-export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
 /**
  * What a replica does besides serving reads: `auto` campaigns and leads if elected; `leader` must
  * lead (it fails at start when it cannot within leader_timeout); `worker` serves the API and agent

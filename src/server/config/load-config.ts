@@ -3,7 +3,8 @@
 import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
-import { EDITIONS, EXECUTORS, LOG_FORMATS, LOG_LEVELS, MAX_REPLICA_ID, ROLES, type Config, type Edition } from './config.js';
+import { LOG_FORMATS, LOG_LEVELS } from '../../core/logger.js';
+import { EDITIONS, EXECUTORS, MAX_REPLICA_ID, ROLES, type Config, type Edition } from './config.js';
 import { ConfigError } from './config-error.js';
 import { editionDefaults } from './edition-defaults.js';
 import { isLoopback } from './is-loopback.js';
