@@ -22,13 +22,20 @@ export function describeRequirements(p: PlacementSpec | null): string {
   return [...labels, ...p.capabilities.map((c) => `+${c}`)].join(',');
 }
 
+/** The first placement rule the agent fails, named as the DAG file names it; null when it fits. */
+export function placementMismatch(p: PlacementSpec | null, a: Pick<AgentView, 'agentId' | 'labels' | 'capabilities'>): string | null {
+  if (!p) return null;
+  if (p.allowedAgents.length > 0 && !p.allowedAgents.includes(a.agentId)) return `placement.allowed_agents does not name agent "${a.agentId}"`;
+  if (p.forbiddenAgents.includes(a.agentId)) return `placement.forbidden_agents names agent "${a.agentId}"`;
+  for (const [k, v] of Object.entries(p.labels)) {
+    if (a.labels[k] !== v) return `placement.labels needs ${k}=${v}, the agent has ${k in a.labels ? `${k}=${a.labels[k]}` : `no ${k}`}`;
+  }
+  for (const c of p.capabilities) if (!a.capabilities.includes(c)) return `placement.capabilities needs ${c}, which the agent did not announce`;
+  return null;
+}
+
 function eligible(p: PlacementSpec | null, a: Pick<AgentView, 'agentId' | 'labels' | 'capabilities'>): boolean {
-  if (!p) return true;
-  if (p.allowedAgents.length > 0 && !p.allowedAgents.includes(a.agentId)) return false;
-  if (p.forbiddenAgents.includes(a.agentId)) return false;
-  for (const [k, v] of Object.entries(p.labels)) if (a.labels[k] !== v) return false;
-  for (const c of p.capabilities) if (!a.capabilities.includes(c)) return false;
-  return true;
+  return placementMismatch(p, a) === null;
 }
 
 /**

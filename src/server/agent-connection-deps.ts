@@ -57,6 +57,11 @@ export interface SessionStore {
   logsWritten(): Promise<void>;
   /** `runId` is the attempt's run when this call recorded the end (for a targeted step). */
   finished(ref: HeldRef, result: AttemptResult): Promise<{ outcome: 'applied' | 'refused'; runId: string | null }>;
+  /**
+   * Why this agent may not claim this task instance for itself (`--once --ti`, no attempt token),
+   * naming the rule; null when the leader would have placed it there (core/one-shot-claim.ts).
+   */
+  oneShotRefusal(tiId: string, agent: { agentId: string; labels: Record<string, string>; capabilities: string[] }): Promise<string | null>;
   /** Claims a one-shot agent's task instance for it (`--once --ti`). */
   claimOnly(tiId: string, agentId: string): Promise<Attempt | null>;
   /**

@@ -133,6 +133,16 @@ export class AgentConnection implements AgentHandle {
     // The same process (its stream half-dead, it reconnected) takes over its own.
     const live = registry.get(hello.agentId);
     if (live && live.incarnationId !== hello.incarnationId) throw this.#heldElsewhere();
+    // A one-shot claim is a placement like any other, checked before anything is written. (A
+    // pod's claim names its attempt's token instead, bound to that pod at Hello.)
+    if (hello.onlyTiId !== '0' && hello.onlyTiId !== '' && hello.onlyAttemptToken === '') {
+      const why = await store.oneShotRefusal(hello.onlyTiId, hello);
+      if (why !== null) {
+        this.deps.onRejected('hello', 'invalid');
+        this.#log.warn({ tiId: hello.onlyTiId, why }, `one-shot claim of task instance ${hello.onlyTiId} refused`);
+        throw new ConnectError(`hello.only_ti_id: agent "${hello.agentId}" may not take task instance ${hello.onlyTiId}: ${why}`, Code.PermissionDenied);
+      }
+    }
     const connected = await store.connectAgent({
       agentId: hello.agentId,
       labels: hello.labels,

@@ -10,6 +10,8 @@ import { loadAttempt } from '../db/load-attempt.js';
 import type { LogWriter } from '../db/log-writer.js';
 import { logsSoFar } from '../db/logs.js';
 import type { Sql } from '../db/sql.js';
+import { oneShotRefusal } from '../core/one-shot-claim.js';
+import { readOneShotTi } from '../db/one-shot-ti.js';
 import type { SessionStore } from './agent-connection-deps.js';
 
 /**
@@ -103,6 +105,11 @@ export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWr
           and state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})
         returning id`;
       return row ? loadAttempt(sql, tiId, agentId) : null;
+    },
+
+    async oneShotRefusal(tiId, agent) {
+      const ti = await readOneShotTi(sql, tiId);
+      return ti ? oneShotRefusal(ti, agent) : `task instance ${tiId} does not exist`;
     },
 
     async claimOnly(tiId, agentId) {
