@@ -15,11 +15,32 @@ export function roleAllows(has: TokenRole, needs: ApiRole): boolean {
 
 /**
  * An agent-id glob: `*` any run of characters, `?` one, everything else itself. A pattern is
- * matched whole, so `gpu-*` never admits `x-gpu-1`.
+ * matched whole, so `gpu-*` never admits `x-gpu-1`. Matched without a RegExp: the admin writes
+ * the pattern but the token holder writes the id, and a backtracking RegExp of a few `*` froze
+ * the event loop for 44 s on a 128-character id. Here a star is retried from one remembered
+ * place only, so a match costs at most pattern length × id length steps.
  */
 export function agentPatternMatches(pattern: string, agentId: string): boolean {
-  const re = pattern.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.');
-  return new RegExp(`^${re}$`, 's').test(agentId);
+  let p = 0;
+  let s = 0;
+  let star = -1; // the last `*` seen in the pattern
+  let resume = 0; // where in the id that star's run ends so far
+  while (s < agentId.length) {
+    if (p < pattern.length && (pattern[p] === '?' || pattern[p] === agentId[s])) {
+      p++;
+      s++;
+    } else if (p < pattern.length && pattern[p] === '*') {
+      star = p++;
+      resume = s;
+    } else if (star >= 0) {
+      p = star + 1;
+      s = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.length && pattern[p] === '*') p++;
+  return p === pattern.length;
 }
 
 /** Why an agent pattern is unusable, or null. */

@@ -126,3 +126,29 @@ describe('token helpers', () => {
     expect(agentPatternMatches('*', 'anything')).toBe(true);
   });
 });
+
+describe('agentPatternMatches on hostile input (issue 38)', () => {
+  it('matches a pattern of many stars against a long id that almost matches in bounded time', () => {
+    // A backtracking RegExp took 44 s on 6 stars and 128 characters; each case here is checked
+    // against the same answer by a plain recursive definition on short inputs below.
+    const id = 'a'.repeat(128);
+    const pattern = 'a*a*a*a*a*a*b';
+    const t = performance.now();
+    expect(agentPatternMatches(pattern, id)).toBe(false);
+    expect(agentPatternMatches(`${'*a'.repeat(40)}*b`, 'a'.repeat(4000))).toBe(false);
+    expect(performance.now() - t).toBeLessThan(500);
+  });
+
+  it('agrees with the definition of a whole-id glob on every short case', () => {
+    const spec = (p: string, s: string): boolean => {
+      if (p === '') return s === '';
+      if (p[0] === '*') return spec(p.slice(1), s) || (s !== '' && spec(p, s.slice(1)));
+      return s !== '' && (p[0] === '?' || p[0] === s[0]) && spec(p.slice(1), s.slice(1));
+    };
+    const alphabet = ['a', 'b', '*', '?'];
+    const words = (n: number, chars: string[]): string[] => (n === 0 ? [''] : words(n - 1, chars).flatMap((w) => chars.map((c) => w + c)));
+    const patterns = [1, 2, 3, 4].flatMap((n) => words(n, alphabet));
+    const ids = [0, 1, 2, 3, 4].flatMap((n) => words(n, ['a', 'b']));
+    for (const p of patterns) for (const s of ids) expect(agentPatternMatches(p, s), `${p} ~ ${s}`).toBe(spec(p, s));
+  });
+});
