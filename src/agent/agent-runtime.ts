@@ -8,6 +8,7 @@ import path from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import type { Logger } from 'pino';
 import { AGENT_FEATURES } from '../core/agent-features.js';
+import { fingerprint } from '../core/fingerprint.js';
 import { HelloSchema, ProtocolVersion, type ConnectResponse, type Hello } from '../gen/leoflow/v1/agent_pb.js';
 import type { ShutdownMode } from './agent-config.js';
 import { ControlPlaneAddresses } from './control-plane-addresses.js';
@@ -155,7 +156,7 @@ class AgentRuntime {
   async run(): Promise<AgentExit> {
     const log = this.#log;
     const addresses = this.#addresses;
-    log.info({ servers: this.#o.serverUrls, incarnation: this.#o.incarnationId ?? PROCESS_INCARNATION_ID, slots: this.#o.slots ?? 1, labels: this.#o.labels ?? {}, onlyTiId: this.#o.onlyTiId ?? undefined }, 'agent starting');
+    log.info({ servers: this.#o.serverUrls, incarnation: fingerprint(this.#o.incarnationId ?? PROCESS_INCARNATION_ID), slots: this.#o.slots ?? 1, labels: this.#o.labels ?? {}, onlyTiId: this.#o.onlyTiId ?? undefined }, 'agent starting');
     try {
       // Before any Hello: what an earlier process of this agent left is held again or proved dead.
       await this.#runner.holdLeftovers();

@@ -45,17 +45,15 @@ export class ControlPlaneAddresses {
 
   /**
    * A Reconnect named where to go: the next stream goes to the first of `urls` that is not the
-   * address just left. False (and the next address in turn) when it named none usable.
+   * address just left. False, and nothing moved, when it named none usable (the caller then takes
+   * the next address in turn).
    */
   goTo(urls: readonly string[]): boolean {
     const left = origin(this.current());
     for (const u of this.#usable(urls)) if (!this.#learned.includes(u)) this.#learned.push(u);
     const known = this.all().map(origin);
     const to = urls.map(origin).find((u) => u !== null && u !== left && known.includes(u));
-    if (to === undefined) {
-      this.advance();
-      return false;
-    }
+    if (to === undefined) return false;
     this.#next = known.indexOf(to);
     return true;
   }

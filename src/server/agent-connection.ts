@@ -7,6 +7,7 @@ import { durationFromMs } from '@bufbuild/protobuf/wkt';
 import { Code, ConnectError } from '@connectrpc/connect';
 import type { Logger } from 'pino';
 import type { Attempt } from '../core/attempt.js';
+import { fingerprint } from '../core/fingerprint.js';
 import { secretEnvToWire } from '../core/secret-ref.js';
 import type { AgentHandle, AssignResult } from '../executors/agent-registry.js';
 import { ConnectResponseSchema, type ConnectRequest } from '../gen/leoflow/v1/agent_pb.js';
@@ -126,7 +127,7 @@ export class AgentConnection implements AgentHandle {
     const { hello, held } = await readHello(it, clientCert, this.deps.agentCredentials, (check) => validMessage('hello', check, this.deps.onRejected, this.#log));
     this.agentId = hello.agentId;
     this.incarnationId = hello.incarnationId;
-    this.#log = this.deps.logger.child({ agentId: hello.agentId, session: this.sessionId.slice(0, 8), incarnation: hello.incarnationId.slice(0, 8) });
+    this.#log = this.deps.logger.child({ agentId: hello.agentId, session: this.sessionId.slice(0, 8), incarnation: fingerprint(hello.incarnationId) });
     const { store, registry } = this.deps;
 
     // A live stream of this agent id from another process: a duplicate id never takes its place.
@@ -179,7 +180,7 @@ export class AgentConnection implements AgentHandle {
     const abandoned = await store.endAbandoned(hello.agentId, hello.incarnationId);
     for (const a of abandoned) {
       this.#log.warn(
-        { tiId: a.tiId, runId: a.runId, taskId: a.taskId, try: a.tryNumber, verdict: a.verdict, earlierIncarnation: a.deliveredTo },
+        { tiId: a.tiId, runId: a.runId, taskId: a.taskId, try: a.tryNumber, verdict: a.verdict, earlierIncarnation: fingerprint(a.deliveredTo) },
         `task ${a.taskId} lost: agent ${hello.agentId} restarted and no longer holds it: ${a.verdict}`,
       );
     }

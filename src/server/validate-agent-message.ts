@@ -7,6 +7,7 @@
 
 import type { AttemptResult, LogStream } from '../core/attempt.js';
 import { replaceUnstorable, unstorable } from '../core/check-text.js';
+import { fingerprint } from '../core/fingerprint.js';
 import { LIMITS } from '../core/limits.js';
 import { AttemptOutcome, type AttemptRef, type ConnectRequest, type Finished, type Hello } from '../gen/leoflow/v1/agent_pb.js';
 import type { HeldRef } from './heartbeat-buffer.js';
@@ -50,6 +51,11 @@ const OUTCOMES = new Map<number, AttemptResult['outcome']>([
 ]);
 
 /** The value as the error message shows it: quoted, and cut short. */
+/** A credential in an error (returned to the agent, logged by the server): its fingerprint only. */
+function secretShown(v: string): { fingerprint: string; length: number } {
+  return { fingerprint: fingerprint(v), length: v.length };
+}
+
 function shown(v: unknown): string {
   const s = typeof v === 'bigint' ? v.toString() : JSON.stringify(v) ?? String(v);
   return s.length > 80 ? `${s.slice(0, 80)}…` : s;
@@ -64,7 +70,7 @@ export function attemptRef(r: AttemptRef | undefined, field: string): HeldRef {
   if (!r) throw new AgentMessageError(field, 'an attempt (ti_id, try_number, attempt_token) is required');
   if (!POSITIVE_INT64.test(r.tiId) || BigInt(r.tiId) > INT64_MAX) throw new AgentMessageError(`${field}.ti_id`, 'must be a positive 64-bit integer', r.tiId);
   if (!Number.isInteger(r.tryNumber) || r.tryNumber < 1) throw new AgentMessageError(`${field}.try_number`, 'must be at least 1', r.tryNumber);
-  if (!UUID.test(r.attemptToken)) throw new AgentMessageError(`${field}.attempt_token`, 'must be a UUID (the token of the Assign)', r.attemptToken);
+  if (!UUID.test(r.attemptToken)) throw new AgentMessageError(`${field}.attempt_token`, 'must be a UUID (the token of the Assign)', secretShown(r.attemptToken));
   return { tiId: r.tiId, tryNumber: r.tryNumber, attemptToken: r.attemptToken };
 }
 
@@ -82,15 +88,15 @@ export function validateHelloFields(h: Hello): HeldRef[] {
     throw new AgentMessageError('hello.agent_id', "must be 1-128 letters, digits, '_', '.', ':' or '-'", h.agentId);
   }
   if (!UUID.test(h.incarnationId)) {
-    throw new AgentMessageError('hello.incarnation_id', 'must be a UUID made once per agent process', h.incarnationId);
+    throw new AgentMessageError('hello.incarnation_id', 'must be a UUID made once per agent process', secretShown(h.incarnationId));
   }
   if (!Number.isInteger(h.slots) || h.slots < 1 || h.slots > 10_000) throw new AgentMessageError('hello.slots', 'must be between 1 and 10000', h.slots);
   if (h.onlyTiId !== '' && h.onlyTiId !== '0' && !POSITIVE_INT64.test(h.onlyTiId)) {
     throw new AgentMessageError('hello.only_ti_id', 'must be 0 or a positive 64-bit integer', h.onlyTiId);
   }
   if (h.onlyAttemptToken !== '') {
-    if (h.onlyTiId === '' || h.onlyTiId === '0') throw new AgentMessageError('hello.only_attempt_token', 'only with only_ti_id', h.onlyAttemptToken);
-    if (!UUID.test(h.onlyAttemptToken)) throw new AgentMessageError('hello.only_attempt_token', 'must be empty or an attempt token (a UUID)', h.onlyAttemptToken);
+    if (h.onlyTiId === '' || h.onlyTiId === '0') throw new AgentMessageError('hello.only_attempt_token', 'only with only_ti_id', secretShown(h.onlyAttemptToken));
+    if (!UUID.test(h.onlyAttemptToken)) throw new AgentMessageError('hello.only_attempt_token', 'must be empty or an attempt token (a UUID)', secretShown(h.onlyAttemptToken));
   }
   const labels = Object.entries(h.labels);
   if (labels.length > LIMITS.labels) throw new AgentMessageError('hello.labels', `must be at most ${LIMITS.labels}`, `${labels.length} labels`);

@@ -61,7 +61,11 @@ afterAll(async () => {
 });
 
 /** Says Hello for one task instance and resolves with how the stream ended. */
-async function claim(agentId: string, tiId: string, extra: { labels?: Record<string, string>; capabilities?: string[] } = {}): Promise<ConnectError | 'welcomed'> {
+async function claim(
+  agentId: string,
+  tiId: string,
+  extra: { labels?: Record<string, string>; capabilities?: string[]; attemptToken?: string; incarnationId?: string } = {},
+): Promise<ConnectError | 'welcomed'> {
   const client = createClient(AgentService, createGrpcTransport({ baseUrl: server.url }));
   const outbox = new AsyncInbox<ConnectRequest>();
   outbox.push({
@@ -70,7 +74,7 @@ async function claim(agentId: string, tiId: string, extra: { labels?: Record<str
       case: 'hello',
       value: {
         $typeName: 'leoflow.v1.Hello', protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId, labels: extra.labels ?? {},
-        capabilities: extra.capabilities ?? [], slots: 1, token: '', held: [], incarnationId: randomUUID(), onlyTiId: tiId, onlyAttemptToken: '',
+        capabilities: extra.capabilities ?? [], slots: 1, token: '', held: [], incarnationId: extra.incarnationId ?? randomUUID(), onlyTiId: tiId, onlyAttemptToken: extra.attemptToken ?? '',
       },
     },
   } as ConnectRequest);
@@ -123,5 +127,22 @@ describe('the one-shot claim (Hello.only_ti_id)', () => {
     const [done] = await db.sql<{ state: string; agent_id: string }[]>`select state, agent_id from task_instances where id = ${tis.get('vip')!.id}`;
     expect(done).toEqual({ state: 'success', agent_id: 'vip-1' });
     await api.workflow.cancelRun({ runId });
+  });
+
+  it('never writes a credential a Hello carries into its error or the server log: fingerprints only', async () => {
+    const token = randomUUID();
+    const badIncarnation = 'incarnation-that-is-no-uuid-but-a-secret';
+    const r1 = await claim('pod-x', '', { attemptToken: token });
+    const r2 = await claim('pod-y', '', { incarnationId: badIncarnation });
+    for (const r of [r1, r2]) {
+      expect(r).toBeInstanceOf(ConnectError);
+      expect((r as ConnectError).code).toBe(Code.InvalidArgument);
+    }
+    expect((r1 as ConnectError).rawMessage).toMatch(/^hello\.only_attempt_token: only with only_ti_id, got \{"fingerprint":"sha256:[0-9a-f]{12}","length":36\}$/);
+    const said = `${server.logs.map((l) => JSON.stringify(l)).join('\n')}\n${server.stderr()}`;
+    expect(said).toContain('hello.only_attempt_token');
+    expect(said).not.toContain(token);
+    expect(said).not.toContain(badIncarnation);
+    expect(`${(r1 as ConnectError).rawMessage} ${(r2 as ConnectError).rawMessage}`).not.toMatch(new RegExp(`${token}|${badIncarnation}`));
   });
 });
