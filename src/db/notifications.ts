@@ -17,6 +17,8 @@ export const CHANNELS = {
   events: 'leoflow_events',
   /** New lines in `task_logs` (sent by a trigger on `task_logs`, migration 011). */
   logs: 'leoflow_logs',
+  /** `<tokenId>`: this API token was revoked: end the streams it let in (token-streams.ts). */
+  tokenRevoked: 'leoflow_token_revoked',
 } as const;
 
 export type Channel = (typeof CHANNELS)[keyof typeof CHANNELS];

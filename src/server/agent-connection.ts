@@ -124,7 +124,7 @@ export class AgentConnection implements AgentHandle {
 
   async *run(requests: AsyncIterable<ConnectRequest>, signal: AbortSignal, clientCert?: ClientCertificate | null): AsyncGenerator<Response> {
     const it = requests[Symbol.asyncIterator]();
-    const { hello, held } = await readHello(it, clientCert, this.deps.agentCredentials, (check) => validMessage('hello', check, this.deps.onRejected, this.#log));
+    const { hello, held, token } = await readHello(it, clientCert, this.deps.agentCredentials, (check) => validMessage('hello', check, this.deps.onRejected, this.#log));
     this.agentId = hello.agentId;
     this.incarnationId = hello.incarnationId;
     this.#log = this.deps.logger.child({ agentId: hello.agentId, session: this.sessionId.slice(0, 8), incarnation: fingerprint(hello.incarnationId) });
@@ -212,6 +212,15 @@ export class AgentConnection implements AgentHandle {
     });
     this.#log.info({ labels: hello.labels, slots: hello.slots, resumed: resumed.length, superseded: superseded.length }, `agent ${hello.agentId} connected`);
     registry.register(this);
+    // Let in by an API token: the stream ends when the token is revoked or expires. Drained
+    // first, so nothing more is placed here; its attempts are then lost at the heartbeat threshold.
+    const untoken = token && this.deps.agentCredentials.streams
+      ? this.deps.agentCredentials.streams.open(token, (err) => {
+          this.#log.warn({ tokenId: token.id }, `agent ${this.agentId} cut off: ${err.rawMessage}`);
+          this.drain(err.rawMessage);
+          this.#out.close(err);
+        })
+      : null;
     const reports = new AgentReports({
       deps: this.deps,
       attempts: this.#attempts,
@@ -273,6 +282,7 @@ export class AgentConnection implements AgentHandle {
       yield* this.#out;
     } finally {
       clearInterval(deafCheck);
+      untoken?.();
       signal.removeEventListener('abort', onAbort);
       this.#out.close();
       registry.deregister(this);

@@ -2,6 +2,7 @@ import { Code, ConnectError } from '@connectrpc/connect';
 import { agentPatternMatches } from '../core/api-role.js';
 import type { TokenAuthenticator } from './token-authenticator.js';
 import { secretsEqual } from './token-secret.js';
+import type { TokenStreams } from './token-streams.js';
 
 /** What an agent's Hello is checked against. */
 export interface AgentCredentials {
@@ -15,6 +16,14 @@ export interface AgentCredentials {
    * (Hello.only_attempt_token) needs no other credential: it may be that pod, for that attempt only.
    */
   podOfAttempt(tiId: string, attemptToken: string): Promise<string | null>;
+  /** Where an agent stream let in by an API token registers, to end when the token does. */
+  streams?: TokenStreams;
+}
+
+/** The API token a Hello was let in with: the stream lives only as long as it (token-streams.ts). */
+export interface AgentTokenUsed {
+  id: string;
+  expires_at: Date | null;
 }
 
 /** The Hello fields a credential is checked with. */
@@ -37,11 +46,15 @@ export interface HelloCredential {
  * this agent presented no certificate, which only a pod's agent may do (it has no certificate of
  * its pod's name): its attempt's token is then the only proof accepted, whatever else it sends.
  */
-export async function checkAgentCredential(h: HelloCredential, c: AgentCredentials, opts: { certified?: boolean; podWithoutCertificate?: boolean } = {}): Promise<void> {
+export async function checkAgentCredential(
+  h: HelloCredential,
+  c: AgentCredentials,
+  opts: { certified?: boolean; podWithoutCertificate?: boolean } = {},
+): Promise<AgentTokenUsed | null> {
   const { agentId, token: presented } = h;
-  if (opts.podWithoutCertificate) return checkPodAttempt(h, c);
-  if (opts.certified && presented === '') return;
-  if ((c.required || c.sharedToken !== null) && presented === '' && h.onlyAttemptToken !== '') return checkPodAttempt(h, c);
+  if (opts.podWithoutCertificate) return checkPodAttempt(h, c).then(() => null);
+  if (opts.certified && presented === '') return null;
+  if ((c.required || c.sharedToken !== null) && presented === '' && h.onlyAttemptToken !== '') return checkPodAttempt(h, c).then(() => null);
   if (presented !== '') {
     const who = await c.authenticator.authenticate(presented);
     if (who.ok) {
@@ -50,15 +63,16 @@ export async function checkAgentCredential(h: HelloCredential, c: AgentCredentia
       if (!agentPatternMatches(t.agent_pattern!, agentId)) {
         throw new ConnectError(`hello.token: token "${t.id}" is bound to agent ids matching "${t.agent_pattern}", not to agent id "${agentId}"`, Code.PermissionDenied);
       }
-      return;
+      return { id: t.id, expires_at: t.expires_at };
     }
-    if (c.sharedToken !== null && secretsEqual(presented, c.sharedToken)) return;
+    if (c.sharedToken !== null && secretsEqual(presented, c.sharedToken)) return null;
     if (c.required || c.sharedToken !== null) throw new ConnectError(`hello.token: ${who.reason}`, Code.Unauthenticated);
-    return;
+    return null;
   }
   if (c.required || c.sharedToken !== null) {
     throw new ConnectError('hello.token: this control plane needs an agent credential: set LEOFLOW_AGENT_TOKEN to a token of role agent bound to this agent id', Code.Unauthenticated);
   }
+  return null;
 }
 
 /** The attempt's own token, from the pod the kubernetes executor made for it (its name is the agent id). */

@@ -3,7 +3,7 @@
 // what lets an agent in is read apart from what the stream then does.
 import { Code, ConnectError } from '@connectrpc/connect';
 import { ProtocolVersion, type ConnectRequest, type Hello } from '../gen/leoflow/v1/agent_pb.js';
-import { checkAgentCredential, type AgentCredentials } from './agent-credential.js';
+import { checkAgentCredential, type AgentCredentials, type AgentTokenUsed } from './agent-credential.js';
 import type { HeldRef } from './heartbeat-buffer.js';
 import { checkAgentCertificate, type ClientCertificate } from './tls-identity.js';
 import { validateHelloFields } from './validate-agent-message.js';
@@ -31,7 +31,7 @@ export async function readHello(
   clientCert: ClientCertificate | null | undefined,
   credentials: AgentCredentials,
   valid: (check: () => HeldRef[]) => HeldRef[],
-): Promise<{ hello: Hello; held: HeldRef[] }> {
+): Promise<{ hello: Hello; held: HeldRef[]; token: AgentTokenUsed | null }> {
   const first = await Promise.race([
     it.next(),
     new Promise<never>((_, reject) => setTimeout(() => reject(new ConnectError(`no Hello within ${HELLO_TIMEOUT_MS} ms`, Code.DeadlineExceeded)), HELLO_TIMEOUT_MS).unref()),
@@ -46,6 +46,6 @@ export async function readHello(
   const podWithoutCertificate = clientCert === null && hello.onlyAttemptToken !== '';
   if (!podWithoutCertificate) checkAgentCertificate(clientCert, hello.agentId);
   const held = valid(() => validateHelloFields(hello));
-  await checkAgentCredential(hello, credentials, { certified: clientCert != null, podWithoutCertificate });
-  return { hello, held };
+  const token = await checkAgentCredential(hello, credentials, { certified: clientCert != null, podWithoutCertificate });
+  return { hello, held, token };
 }

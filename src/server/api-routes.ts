@@ -19,6 +19,7 @@ import { TokenService } from '../gen/leoflow/v1/token_pb.js';
 import type { Metrics } from './metrics.js';
 import type { TokenAuthenticator } from './token-authenticator.js';
 import { tokenGuard } from './token-guard.js';
+import type { TokenStreams } from './token-streams.js';
 import { createTokenService } from './token-service.js';
 import type { DagParser } from './dag-parser.js';
 import { dagFilesDefining } from './dag-files-defining.js';
@@ -34,7 +35,7 @@ import type { ChangeSignal } from './change-signal.js';
  * The API's three services, on what the replica was wired with, as one HTTP/2 handler, behind
  * the guard of the replica's role.
  */
-export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: { required: boolean; authenticator: TokenAuthenticator }; metrics: Pick<Metrics, 'authDenied' | 'agentsForgotten'>; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet; events: EventFeed; changes: ChangeSignal; health: Health; dispatchQueueDepth(): number }) {
+export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: { required: boolean; authenticator: TokenAuthenticator; streams?: TokenStreams }; metrics: Pick<Metrics, 'authDenied' | 'agentsForgotten'>; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet; events: EventFeed; changes: ChangeSignal; health: Health; dispatchQueueDepth(): number }) {
   const { sql, logger, config, parser, scheduler, fleet, health } = o;
   // With mTLS on, each request carries its connection's client certificate, for the Hello check.
   const askCertificate = config.tls?.clientCa != null;
@@ -54,7 +55,7 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: {
     },
     // Who the caller is comes first: a replica's role is no business of an unauthenticated caller.
     interceptors: [
-      ...(o.auth.required ? [tokenGuard(o.auth.authenticator, (code, rpc) => o.metrics.authDenied.inc({ code, rpc }))] : []),
+      ...(o.auth.required ? [tokenGuard(o.auth.authenticator, (code, rpc) => o.metrics.authDenied.inc({ code, rpc }), o.auth.streams)] : []),
       roleGuard(config.role, config.replicaId),
       checkRequestFields({ idChars: LIMITS.idChars, stringChars: LIMITS.stringChars, echo }),
     ],
@@ -105,7 +106,7 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: {
         }),
       );
       router.service(AgentService, createAgentService(fleet.sessionDeps));
-      router.service(TokenService, createTokenService({ sql, logger }));
+      router.service(TokenService, createTokenService({ sql, logger, streams: o.auth.streams }));
     },
   });
 }

@@ -269,6 +269,9 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       } else if (channel === CHANNELS.cancel) {
         // Whichever executor of this replica holds it: a subprocess, or an agent's stream.
         sched.cancelNotified(payload);
+      } else if (channel === CHANNELS.tokenRevoked) {
+        const cut = auth.streams.revoked(payload);
+        if (cut > 0) logger.info({ tokenId: payload, streamsCut: cut }, `API token ${payload} revoked: its streams on this replica ended`);
       } else void fleet.onNotification(channel, payload).catch((err: unknown) => logger.error({ err, channel, payload }, 'notification failed'));
     }, replicaSessionName(config.role, config.replicaId));
     cleanups.push(() => listener.close());

@@ -8,6 +8,7 @@ import type { Config } from './config/config.js';
 import { isLoopback } from './config/is-loopback.js';
 import { createTokenAuthenticator, type TokenAuthenticator } from './token-authenticator.js';
 import { hashTokenSecret } from './token-secret.js';
+import { TokenStreams } from './token-streams.js';
 
 /** The id the operator's own admin token (`--bootstrap-admin-token`) is stored under. */
 export const BOOTSTRAP_ADMIN_ID = 'bootstrap-admin';
@@ -22,7 +23,11 @@ export class NoAdminTokenError extends Error {
  * start an authenticated API that no token could manage, and says in the log, at every start,
  * that a replica runs without auth where it would need it.
  */
-export async function prepareAuth(config: Config, sql: Sql, logger: Logger): Promise<{ required: boolean; authenticator: TokenAuthenticator; agentCredentials: AgentCredentials }> {
+export async function prepareAuth(
+  config: Config,
+  sql: Sql,
+  logger: Logger,
+): Promise<{ required: boolean; authenticator: TokenAuthenticator; agentCredentials: AgentCredentials; streams: TokenStreams }> {
   const authenticator = createTokenAuthenticator(sql);
   if (config.insecure && (config.edition === 'pro' || !isLoopback(config.listenHost))) {
     logger.warn({ apiAddress: `${config.listenHost}:${config.listenPort}`, edition: config.edition }, 'INSECURE: --insecure given: anyone who reaches the API port may do anything, and any process may say Hello as any agent');
@@ -41,7 +46,9 @@ export async function prepareAuth(config: Config, sql: Sql, logger: Logger): Pro
       );
     }
   }
-  return { required: config.authRequired, authenticator, agentCredentials: {
+  const streams = new TokenStreams();
+  return { required: config.authRequired, authenticator, streams, agentCredentials: {
+      streams,
       required: config.authRequired,
       authenticator,
       sharedToken: config.agentToken,

@@ -5,6 +5,7 @@ import type { TokenAuthenticator } from './token-authenticator.js';
 import { bearerToken } from './token-secret.js';
 import { HELLO_AUTHENTICATED, RPC_ROLES } from './rpc-roles.js';
 import { callerKey } from './caller.js';
+import { cuttable, type TokenStreams } from './token-streams.js';
 
 const key = (m: DescMethod) => `${m.parent.typeName}/${m.name}`;
 
@@ -12,9 +13,14 @@ const key = (m: DescMethod) => `${m.parent.typeName}/${m.name}`;
  * Who may call what, checked before any handler runs: the bearer token in `authorization` must be
  * a live token whose role covers the RPC's (rpc-roles.ts). No, unknown, revoked or expired token:
  * UNAUTHENTICATED; a role too weak: PERMISSION_DENIED naming the RPC and the role it needs. Each
- * denial is counted by code and RPC.
+ * denial is counted by code and RPC. A streaming call ends with UNAUTHENTICATED when its token is
+ * revoked or expires.
  */
-export function tokenGuard(auth: TokenAuthenticator, denied: (code: 'unauthenticated' | 'permission_denied', rpc: string) => void): Interceptor {
+export function tokenGuard(
+  auth: TokenAuthenticator,
+  denied: (code: 'unauthenticated' | 'permission_denied', rpc: string) => void,
+  streams?: TokenStreams,
+): Interceptor {
   const needs = new Map([...RPC_ROLES].map(([m, role]) => [key(m), role]));
   const open = new Set(HELLO_AUTHENTICATED.map(key));
   return (next) => async (req) => {
@@ -36,6 +42,10 @@ export function tokenGuard(auth: TokenAuthenticator, denied: (code: 'unauthentic
     }
     // The handler records who wrote by this id (caller.ts).
     req.contextValues.set(callerKey, { ...req.contextValues.get(callerKey), id: who.token.id });
-    return next(req);
+    const res = await next(req);
+    // A stream (a watch, a log follow) lives only as long as its token: cut when it is revoked
+    // or expires (token-streams.ts).
+    if (!res.stream || !streams) return res;
+    return { ...res, message: cuttable(res.message, (cut) => streams.open(who.token, cut)) };
   };
 }

@@ -3,7 +3,9 @@ import { timestampFromDate } from '@bufbuild/protobuf/wkt';
 import { Code, ConnectError, type ServiceImpl } from '@connectrpc/connect';
 import { listApiTokens, revokeApiToken, type ApiTokenRow } from '../db/tokens/api-tokens.js';
 import type { Logger } from 'pino';
+import { CHANNELS, notify } from '../db/notifications.js';
 import type { Sql } from '../db/sql.js';
+import type { TokenStreams } from './token-streams.js';
 import { actorPayload } from '../core/actor.js';
 import { callerOf } from './caller.js';
 import { TokenSchema, type TokenService } from '../gen/leoflow/v1/token_pb.js';
@@ -22,7 +24,7 @@ export function tokenToProto(t: ApiTokenRow): MessageInitShape<typeof TokenSchem
 }
 
 /** TokenService: create, list and revoke API tokens (the token guard lets only admins in). */
-export function createTokenService(deps: { sql: Sql; logger: Logger }): ServiceImpl<typeof TokenService> {
+export function createTokenService(deps: { sql: Sql; logger: Logger; streams?: TokenStreams }): ServiceImpl<typeof TokenService> {
   const { sql } = deps;
   return {
     async createToken(req, ctx) {
@@ -42,7 +44,10 @@ export function createTokenService(deps: { sql: Sql; logger: Logger }): ServiceI
       if (req.id === '' || req.id.length > 64 || req.id.includes('\u0000')) throw new ConnectError(`id: must be a token id of 1 to 64 characters, got ${req.id.length}`, Code.InvalidArgument);
       const r = await revokeApiToken(sql, req.id);
       if (r === null) throw new ConnectError(`token ${JSON.stringify(req.id)} not found`, Code.NotFound);
-      deps.logger.info({ tokenId: req.id, ...actorPayload(callerOf(ctx)) }, `API token ${req.id} revoked`);
+      // Its open streams end now: here at once, on the other replicas at their notification.
+      const cut = deps.streams?.revoked(req.id) ?? 0;
+      await notify(sql, CHANNELS.tokenRevoked, req.id).catch((err: unknown) => deps.logger.warn({ err }, 'could not tell the other replicas of a revoked token'));
+      deps.logger.info({ tokenId: req.id, streamsCut: cut, ...actorPayload(callerOf(ctx)) }, `API token ${req.id} revoked`);
       return { revoked: r };
     },
   };

@@ -21,7 +21,7 @@ const creds = (o: Partial<AgentCredentials> = {}): AgentCredentials => ({
   ...o,
 });
 const hello = (agentId: string, token = '', onlyAttemptToken = '', onlyTiId = '') => ({ agentId, token, onlyAttemptToken, onlyTiId });
-const refusal = async (p: Promise<void>) => {
+const refusal = async (p: Promise<unknown>) => {
   try {
     await p;
     return 'accepted';

@@ -1,0 +1,96 @@
+import { randomBytes } from 'node:crypto';
+import { Code, ConnectError } from '@connectrpc/connect';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createClients } from '../../src/cli/client.js';
+import { startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+
+/**
+ * Issue 38: revoking a token ends the streams it let in, within a second, on every replica: a
+ * viewer's WatchRuns ends with UNAUTHENTICATED, an agent's stream is cut and the agent, refused
+ * at its next Hello, stops. A token that expires ends its streams when it does.
+ */
+
+const ADMIN = randomBytes(32).toString('base64url');
+let db: TestDatabase;
+const servers: ServerProcess[] = [];
+const agents: AgentProcess[] = [];
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+afterAll(async () => {
+  for (const a of agents) await a.stop(5000);
+  for (const s of servers) await s.kill();
+  await db?.drop();
+});
+
+/** A Pro replica with auth on (the test helpers run servers open unless told otherwise). */
+async function start(args: string[]): Promise<ServerProcess> {
+  const s = await startServer({
+    env: { DATABASE_URL: db.url, LEOFLOW_INSECURE: undefined, LEOFLOW_AGENT_TOKEN: undefined },
+    args: ['--edition', 'pro', '--executor', 'subprocess', '--bootstrap-admin-token', ADMIN, '--heartbeat-interval', '300ms', '--heartbeat-threshold', '3s', ...args],
+  });
+  servers.push(s);
+  return s;
+}
+
+/** Reads a stream to its end; resolves with how it ended and when. */
+async function readToEnd(stream: AsyncIterable<unknown>): Promise<{ err: ConnectError | null; at: number }> {
+  try {
+    for await (const _ of stream);
+    return { err: null, at: Date.now() };
+  } catch (err) {
+    return { err: ConnectError.from(err), at: Date.now() };
+  }
+}
+
+describe('a revoked or expired token', () => {
+  it("ends the streams it let in within a second, on another replica too: a watcher's and an agent's", async () => {
+    const a = await start(['--replica-id', 'rev-a']);
+    const b = await start(['--replica-id', 'rev-b']);
+    const admin = createClients(a.url, null, ADMIN);
+    const viewer = (await admin.tokens.createToken({ name: 'watcher', role: 'viewer' })).secret;
+    const agentToken = (await admin.tokens.createToken({ name: 'agent', role: 'agent', agentPattern: 'rev-*' }));
+
+    const watch = readToEnd(createClients(b.url, null, viewer).workflow.watchRuns({}));
+    const agent = startAgent(b.url, ['--id', 'rev-1'], { env: { LEOFLOW_AGENT_TOKEN: agentToken.secret } });
+    agents.push(agent);
+    await waitFor('the agent connected to rev-b', async () => {
+      const [r] = await db.sql<{ c: string | null }[]>`select connected_replica as c from agents where agent_id = 'rev-1'`;
+      return r?.c === 'rev-b';
+    }, 30_000);
+    await new Promise((r) => setTimeout(r, 300)); // the watch is open
+
+    const viewerId = (await admin.tokens.listTokens({})).tokens.find((t) => t.name === 'watcher')!.id;
+    const revokedAt = Date.now();
+    await admin.tokens.revokeToken({ id: viewerId });
+    await admin.tokens.revokeToken({ id: agentToken.token!.id });
+
+    const w = await watch;
+    expect(w.err?.code, String(w.err)).toBe(Code.Unauthenticated);
+    expect(w.err?.rawMessage).toBe(`API token "${viewerId}" was revoked`);
+    expect(w.at - revokedAt).toBeLessThan(1000);
+    await waitFor('the agent cut off', async () => {
+      const [r] = await db.sql<{ c: string | null }[]>`select connected_replica as c from agents where agent_id = 'rev-1'`;
+      return r?.c === null;
+    }, 1000, 20);
+    // Refused at its next Hello (UNAUTHENTICATED is final for an agent): it stops.
+    const exit = await Promise.race([agent.exited, new Promise<null>((r) => setTimeout(() => r(null), 10_000))]);
+    expect(exit, agent.output()).not.toBeNull();
+    expect(exit!.code).not.toBe(0);
+    expect(agent.output()).toContain('was revoked');
+  });
+
+  it('ends a stream when its token expires', async () => {
+    const a = servers[0]!;
+    const admin = createClients(a.url, null, ADMIN);
+    const { secret } = await admin.tokens.createToken({ name: 'short', role: 'viewer', ttlSeconds: 2n });
+    const opened = Date.now();
+    const w = await readToEnd(createClients(a.url, null, secret).workflow.watchRuns({}));
+    expect(w.err?.code, String(w.err)).toBe(Code.Unauthenticated);
+    expect(w.err?.rawMessage).toMatch(/^API token "[^"]+" expired at /);
+    expect(w.at - opened).toBeGreaterThan(1000);
+    expect(w.at - opened).toBeLessThan(4000);
+  });
+});
