@@ -67,7 +67,7 @@ it('trigger → pod created → attempt started, p50/p99, at 100 ms API latency'
   const port = await freePort();
   const server = await startServer({
     env: { DATABASE_URL: db.url },
-    args: ['--edition', 'pro', '--listen', `127.0.0.1:${port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS, '--kubernetes-image', 'leoflow:bench', '--pod-server-url', `http://127.0.0.1:${port}`, '--pod-agent-command', `${process.execPath},${BIN}`],
+    args: ['--edition', 'pro', '--listen', `127.0.0.1:${port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS, '--kubernetes-image', 'leoflow:bench', '--pod-server-url', `http://127.0.0.1:${port}`],
   });
   try {
     const file = path.join(tmp, 'one.yaml');

@@ -36,7 +36,7 @@ beforeAll(async () => {
     env: { DATABASE_URL: db.url },
     args: [
       '--edition', 'pro', '--listen', `127.0.0.1:${port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS,
-      '--kubernetes-image', 'leoflow:test', '--pod-server-url', `http://127.0.0.1:${port}`, '--pod-agent-command', `${process.execPath},${BIN}`,
+      '--kubernetes-image', 'leoflow:test', '--pod-server-url', `http://127.0.0.1:${port}`,
       // A short tick, so the few seconds of dispatch give enough steps for a p99.
       '--tick-interval', '50ms',
     ],

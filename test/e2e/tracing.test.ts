@@ -180,7 +180,7 @@ describe('tracing in Pro', () => {
       env: { DATABASE_URL: proDb.url },
       args: [
         '--edition', 'pro', '--listen', `127.0.0.1:${port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS,
-        '--kubernetes-image', 'leoflow:test', '--pod-server-url', `http://127.0.0.1:${port}`, '--pod-agent-command', `${process.execPath},${BIN}`,
+        '--kubernetes-image', 'leoflow:test', '--pod-server-url', `http://127.0.0.1:${port}`,
         '--otlp-endpoint', otlp.url,
       ],
     });

@@ -13,6 +13,7 @@ import { defaultPod } from './default-pod.js';
 import { discoveryDocument } from './discovery.js';
 import { EventRecorder } from './event-recorder.js';
 import { FakeKubelet, type ImageRule } from './fake-kubelet.js';
+import { containerfileImage, type ImageFilesystem } from './image-filesystem.js';
 import { FakeScheduler, isTerminal, makeNodes, type NodesOption } from './fake-scheduler.js';
 import { now } from './timestamp.js';
 import { parseFieldSelector } from './field-selector.js';
@@ -116,6 +117,7 @@ export class FakeKubeApi {
   private readonly secrets = new Map<string, Record<string, string>>();
   private readonly configMaps = new Map<string, Record<string, string>>();
   private readonly imageRules: Array<{ match: string | RegExp; rule: ImageRule }> = [];
+  private leoflowImage: ImageFilesystem | undefined;
   private readonly latency = new Map<string, number>();
   private failures: Array<FailureRule & { left: number }> = [];
   private inflightLimit: { max: number; retryAfterSeconds: number } | undefined;
@@ -449,6 +451,8 @@ export class FakeKubeApi {
     for (const { match, rule } of this.imageRules) {
       if (typeof match === 'string' ? match === image : match.test(image)) return rule;
     }
+    // The Leoflow image (any registry, any tag) is the one editions/pro/Containerfile builds.
+    if (/^(?:[^/]+\/)*leoflow(?:[:@]|$)/.test(image)) return { filesystem: (this.leoflowImage ??= containerfileImage()) };
     if (image.includes('nonexistent')) {
       const repo = image.includes('/') ? image : `docker.io/library/${image}`;
       return {
