@@ -29,7 +29,7 @@ function executor(over: Partial<KubernetesExecutorOptions> = {}, active: { attem
   const rec: Recorded = { finished: [], lost: [], pending: [] };
   const ex = createKubernetesExecutor({
     kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
-    pods: { namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 },
+    pods: { install: 'install-a', namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 },
     reporter: {
       started: async () => true,
       log: () => {},
@@ -84,6 +84,36 @@ describe('kubernetes executor', () => {
     expect([...one.rec.finished, ...two.rec.finished]).toEqual([]);
     // Both follow it: the pod never starting is seen by each (the guarded write keeps one).
     expect(one.ex.holdsLive(a.tiId, a.attemptToken) && two.ex.holdsLive(a.tiId, a.attemptToken)).toBe(true);
+  });
+
+  it('shares a namespace with another install: neither its lead nor a retry touches the other\'s pods, whose ti ids are the same', async () => {
+    const podsOf = (install: string) => ({ install, namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 });
+    // Install A runs ti 1, try 1 (ids start at 1 in every database).
+    const a = executor({ pods: podsOf('install-a') });
+    await a.ex.lead(true);
+    const first = attempt({ tiId: '1', tryNumber: 1 });
+    await a.ex.dispatch(first);
+    kube.bindPod(NS, podName(first));
+    kube.setPodStatus(NS, podName(first), running);
+    expect(kube.pod(NS, podName(first)).metadata.labels).toMatchObject({ 'leoflow.io/install': 'install-a', 'leoflow.io/ti-id': '1' });
+    // Install B takes its lead with nothing live (A's pod would be a stray), then retries its own
+    // ti 1 (A's pod would be an earlier try), then finished pods' retention runs over the namespace.
+    const b = executor({ pods: { ...podsOf('install-b'), keepFailedMs: 0 } });
+    await b.ex.lead(true);
+    const retry = attempt({ tiId: '1', tryNumber: 2 });
+    await b.ex.dispatch(retry);
+    kube.bindPod(NS, podName(retry));
+    kube.setPodStatus(NS, podName(retry), running);
+    await new Promise((r) => setTimeout(r, 300)); // a few sweeps
+    const deletes = kube.requests().filter((r) => r.verb === 'delete').map((r) => r.name);
+    expect(deletes).toEqual([]);
+    expect(kube.pod(NS, podName(first))?.metadata.deletionTimestamp).toBeUndefined();
+    expect(kube.pod(NS, podName(retry)).metadata.labels).toMatchObject({ 'leoflow.io/install': 'install-b', 'leoflow.io/ti-id': '1', 'leoflow.io/try': '2' });
+    expect([...a.rec.lost, ...b.rec.lost]).toEqual([]);
+    // Each still follows its own: A's pod ending fails A's attempt only.
+    kube.setPodStatus(NS, podName(first), { phase: 'Failed', containerStatuses: [{ name: 'task', ready: false, restartCount: 0, image: 'leoflow:test', imageID: '', state: { terminated: { exitCode: 1, reason: 'Error' } } }] });
+    await waitFor('A sees its pod fail', async () => a.rec.lost.length + a.rec.finished.length > 0);
+    expect([...b.rec.lost, ...b.rec.finished]).toEqual([]);
   });
 
   it('labels the pod for dag, run, task and try, and runs leoflow agent --once for exactly this attempt', async () => {
@@ -213,7 +243,7 @@ describe('kubernetes executor', () => {
   });
 
   it('removes finished pods per the retention: succeeded at once, failed after keep_failed', async () => {
-    const { ex } = executor({ pods: { namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 600 } });
+    const { ex } = executor({ pods: { install: 'install-a', namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 600 } });
     await ex.lead(true);
     const ok = attempt();
     const bad = attempt();
@@ -277,7 +307,7 @@ describe('kubernetes executor: credentials and refusals', () => {
 
 describe('kubernetes executor: pending', () => {
   it('fails a pod scheduled but never running past the pending timeout, with its last reason', async () => {
-    const { ex, rec } = executor({ pods: { namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 400, keepSucceededMs: 0, keepFailedMs: 60_000 } });
+    const { ex, rec } = executor({ pods: { install: 'install-a', namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 400, keepSucceededMs: 0, keepFailedMs: 60_000 } });
     await ex.lead(true);
     const a = attempt();
     await ex.dispatch(a);
@@ -317,7 +347,7 @@ describe('kubernetes executor: adoption during a leader overlap', () => {
     const rec: Recorded = { finished: [], lost: [], pending: [] };
     const ex = createKubernetesExecutor({
       kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
-      pods: { namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 },
+      pods: { install: 'install-a', namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 },
       reporter: { started: async () => true, log: () => {}, heartbeat: async () => new Set(), logsSoFar: async () => ({ stdout: 0, stderr: 0 }), finished: async (a, result) => void rec.finished.push({ tiId: a.tiId, result }) },
       store: {
         lost: async (a, error) => {
@@ -396,7 +426,7 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
     await kube.close();
     kube = await startFakeKubeApi({ namespaces: [NS] });
     const noisy = Array.from({ length: 30 }, (_, i) => `line ${i}`).join('\n');
-    const { ex, rec } = executor({ pods: { namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['sh', '-c', `echo '${noisy}'; echo 'sh: 1: leoflow: not found' >&2; exit 127`, 'sh'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 } });
+    const { ex, rec } = executor({ pods: { install: 'install-a', namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['sh', '-c', `echo '${noisy}'; echo 'sh: 1: leoflow: not found' >&2; exit 127`, 'sh'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 } });
     await ex.lead(true);
     const a = attempt();
     await ex.dispatch(a);

@@ -7,9 +7,12 @@
  */
 import type { V1Pod, V1Toleration } from '@kubernetes/client-node';
 import type { Attempt } from '../../core/attempt.js';
+import { INSTALL_LABEL } from './install-label.js';
 import { ANNOTATION, podLabels, podName } from './pod-identity.js';
 
 export interface PodSettings {
+  /** This install's id (the database's), in every pod's labels and in the watches' selector. */
+  install: string;
   /** Namespace of tasks that name none. */
   namespace: string;
   /** The Leoflow image, for tasks that name none. */
@@ -75,7 +78,7 @@ export function podManifest(attempt: Attempt, s: PodSettings): V1Pod {
     metadata: {
       name,
       namespace: podNamespace(attempt, s),
-      labels: podLabels(attempt),
+      labels: { ...podLabels(attempt), [INSTALL_LABEL]: s.install },
       annotations: { [ANNOTATION.dag]: attempt.dagId, [ANNOTATION.task]: attempt.taskId },
     },
     spec: {
