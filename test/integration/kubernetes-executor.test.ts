@@ -116,6 +116,19 @@ describe('kubernetes executor', () => {
     expect([...b.rec.lost, ...b.rec.finished]).toEqual([]);
   });
 
+  it('creates pods a namespace enforcing Pod Security restricted admits, by default', async () => {
+    kube.labelNamespace(NS, { 'pod-security.kubernetes.io/enforce': 'restricted' });
+    const { ex, rec } = executor();
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    expect([...rec.lost, ...rec.finished]).toEqual([]);
+    expect(kube.createCount(NS, podName(a))).toBe(1);
+    const pod = kube.pod(NS, podName(a));
+    expect(pod.spec.securityContext).toMatchObject({ runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } });
+    expect(pod.spec.containers[0].securityContext).toEqual({ allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] } });
+  });
+
   it('labels the pod for dag, run, task and try, and runs leoflow agent --once for exactly this attempt', async () => {
     const { ex } = executor();
     await ex.lead(true);

@@ -22,6 +22,7 @@ import { listObjects, stripKind } from './list-objects.js';
 import { ObjectStore, type KubeObject, type Resource } from './object-store.js';
 import { toTable, wantsTable } from './print-table.js';
 import { checkQuotas, type Quota } from './resource-quota.js';
+import { podSecurityDenial } from './pod-security.js';
 import { applyPatch, checkPodUpdate, patchTypeOf } from './update-pod.js';
 import {
   StatusError, alreadyExists, badRequest, forbidden, invalidObject, methodNotAllowed, notFound, statusFor, tooLargeResourceVersion, tooManyRequests, unauthorized,
@@ -238,6 +239,13 @@ export class FakeKubeApi {
       status: { phase: 'Active' },
     });
     this.serviceAccounts.add(`${name}/default`);
+  }
+
+  /** Adds labels to a namespace, e.g. `pod-security.kubernetes.io/enforce: restricted` (then enforced at pod create). */
+  labelNamespace(name: string, labels: Record<string, string>): void {
+    const n = this.namespaces.get(name);
+    if (!n) throw new Error(`no namespace ${name}`);
+    n.metadata.labels = { ...n.metadata.labels, ...labels };
   }
 
   addServiceAccount(namespace: string, name: string): void {
@@ -669,6 +677,9 @@ export class FakeKubeApi {
     const errors = validatePod(input);
     if (errors.length > 0) throw invalidObject('Pod', name, errors);
     const pod = defaultPod(input, ns);
+    // Pod Security admission runs before ResourceQuota, as the API server's admission chain orders them.
+    const security = podSecurityDenial(pod, this.namespaces.get(ns)?.metadata.labels);
+    if (security) throw forbidden('pods', name, security);
     const quotas = this.quotas.get(ns) ?? [];
     const quotaError = quotas.length > 0 ? checkQuotas(quotas, pod, this.store.scan('pods', ns, (p) => !isTerminal(p))) : undefined;
     if (quotaError) throw forbidden('pods', name, quotaError);
