@@ -173,6 +173,33 @@ describe('kubernetes executor', () => {
     await waitFor('a delete sent', async () => kube.requests().some((r) => r.verb === 'delete' && r.name === podName(a)));
   });
 
+  it('ends the attempt as lost at once when its node is lost as Kubernetes 1.27+ reports it (Ready=False, phase Running)', async () => {
+    const { ex, rec } = executor();
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    kube.bindPod(NS, podName(a));
+    kube.setPodStatus(NS, podName(a), { ...running, conditions: [...running.conditions, { type: 'Ready', status: 'True' }] });
+    await waitFor('running seen', async () => !ex.holdsLive(a.tiId, a.attemptToken));
+    kube.loseNodeAsCurrent(NS, podName(a), { evictAfterMs: 60_000 });
+    // Long before the taint manager's eviction: the node controller's mark is enough.
+    await waitFor('lost', async () => rec.lost.length > 0, 3000);
+    expect(rec.lost[0]!.error).toMatch(/^POD_LOST:NodeNotReady/);
+    // Deleted with grace 0: a force delete, which needs no kubelet, so a retry does not wait for it.
+    await waitFor('gone', async () => !kube.pod(NS, podName(a)));
+  });
+
+  it('reads the taint manager\'s eviction (DisruptionTarget) of a pod stuck Terminating as a loss', async () => {
+    const { ex, rec } = executor();
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    kube.bindPod(NS, podName(a));
+    kube.setPodStatus(NS, podName(a), { ...running, conditions: [...running.conditions, { type: 'DisruptionTarget', status: 'True', reason: 'DeletionByTaintManager', message: 'Taint manager: deleting due to NoExecute taint' }] });
+    await waitFor('lost', async () => rec.lost.length > 0, 3000);
+    expect(rec.lost[0]!.error).toBe('POD_LOST:DeletionByTaintManager:Taint manager: deleting due to NoExecute taint');
+  });
+
   it('keeps watching through a compaction (410 Gone: it lists again) and still sees a pod deleted meanwhile', async () => {
     const { ex, rec } = executor();
     await ex.lead(true);

@@ -119,6 +119,8 @@ export class FakeKubeApi {
   private readonly configMaps = new Map<string, Record<string, string>>();
   private readonly imageRules: Array<{ match: string | RegExp; rule: ImageRule }> = [];
   private leoflowImage: ImageFilesystem | undefined;
+  /** Nodes lost by loseNodeAsCurrent: a graceful delete of their pods is never confirmed. */
+  private readonly lostNodes = new Set<string>();
   private readonly latency = new Map<string, number>();
   private failures: Array<FailureRule & { left: number }> = [];
   private inflightLimit: { max: number; retryAfterSeconds: number } | undefined;
@@ -411,6 +413,49 @@ export class FakeKubeApi {
         q.status.conditions = (q.status.conditions ?? []).map((c: any) => (c.type === 'Ready' ? { ...c, status: 'False', reason: 'NodeLost', lastTransitionTime: now() } : c));
       });
     }
+  }
+
+  /**
+   * The node running this pod is lost, as Kubernetes 1.27+ reports it: no phase `Unknown` any
+   * more. The node controller marks the node's pods Ready=False (their containers' statuses, which
+   * only a kubelet writes, stay as they were) and taints the node `node.kubernetes.io/unreachable`
+   * (NoSchedule, NoExecute); after the pods' toleration of it (`evictAfterMs`, 300 s by the
+   * DefaultTolerationSeconds admission) the taint manager adds the DisruptionTarget condition
+   * (DeletionByTaintManager) and deletes them gracefully, and with no kubelet to confirm, they stay
+   * Terminating in phase Running until a force delete.
+   */
+  loseNodeAsCurrent(namespace: string, name: string, opts: { kill?: boolean; evictAfterMs?: number } = {}): void {
+    const pod = this.store.get('pods', namespace, name);
+    const nodeName = pod?.spec?.nodeName;
+    if (!nodeName) throw new Error(`fake kube api: pod ${namespace}/${name} is not on a node`);
+    this.lostNodes.add(nodeName);
+    const node = this.scheduler?.nodes.find((n) => n.name === nodeName);
+    if (node) {
+      node.lost = true;
+      const timeAdded = now();
+      node.taints.push({ key: 'node.kubernetes.io/unreachable', effect: 'NoSchedule', timeAdded } as never, { key: 'node.kubernetes.io/unreachable', effect: 'NoExecute', timeAdded } as never);
+    }
+    const lost = this.kubelet.loseNode(nodeName, opts.kill ?? true);
+    const onNode = (lost.length > 0 ? lost : [pod]).filter((p) => !isTerminal(p));
+    for (const p of onNode) {
+      this.recorder.record(p, { type: 'Warning', reason: 'NodeNotReady', message: 'Node is not ready', component: 'node-controller' });
+      this.store.update('pods', p.metadata.namespace!, p.metadata.name, (q) => {
+        q.status.conditions = (q.status.conditions ?? []).map((c: any) => (c.type === 'Ready' && c.status !== 'False' ? { ...c, status: 'False', lastTransitionTime: now() } : c));
+      });
+    }
+    const t = setTimeout(() => {
+      this.manualTimers.delete(t);
+      for (const p of onNode) {
+        const ns = p.metadata.namespace!;
+        if (!this.store.get('pods', ns, p.metadata.name)) continue;
+        this.store.update('pods', ns, p.metadata.name, (q) => {
+          q.status.conditions = [...(q.status.conditions ?? []), { type: 'DisruptionTarget', status: 'True', reason: 'DeletionByTaintManager', message: 'Taint manager: deleting due to NoExecute taint', lastTransitionTime: now() }];
+        });
+        this.recorder.record(p, { type: 'Normal', reason: 'TaintManagerEviction', message: `Marking for deletion Pod ${ns}/${p.metadata.name}`, component: 'taint-controller' });
+        this.deletePod(ns, p.metadata.name, undefined);
+      }
+    }, opts.evictAfterMs ?? 300_000);
+    this.manualTimers.add(t);
   }
 
   /**
@@ -768,7 +813,9 @@ export class FakeKubeApi {
       p.metadata.deletionTimestamp = new Date(Date.now() + grace * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
       p.metadata.deletionGracePeriodSeconds = grace;
     })!;
-    if (this.manual) {
+    if (this.lostNodes.has(pod.spec.nodeName)) {
+      // No kubelet confirms it: Terminating until a force delete.
+    } else if (this.manual) {
       const t = setTimeout(() => {
         this.manualTimers.delete(t);
         this.store.remove('pods', namespace, name);
