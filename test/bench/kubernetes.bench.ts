@@ -10,7 +10,7 @@ import { createKubernetesExecutor } from '../../src/executors/kubernetes/kuberne
 import { loadKubeConfig } from '../../src/executors/kubernetes/load-kube-config.js';
 import { startFakeKubeApi } from '../helpers/fake-kube/index.js';
 import { freePort } from '../helpers/global-setup.js';
-import { BIN, cli, startServer, waitFor } from '../helpers/leoflow-process.js';
+import { cli, startServer, waitFor } from '../helpers/leoflow-process.js';
 import { createTestDatabase } from '../helpers/test-database.js';
 import { percentile, report } from './report.js';
 
