@@ -18,6 +18,7 @@ import { currentLeaderId } from '../db/leader.js';
 import { createLogWriter } from '../db/log-writer.js';
 import { latestMigration, pendingMigrations } from '../db/migrate.js';
 import type { Sql } from '../db/sql.js';
+import { installIdentity } from '../db/install-identity.js';
 import { CHANNELS, listen } from '../db/notifications.js';
 import { advertiseReplica } from '../db/replica-addresses.js';
 import { replicaSessionName } from '../db/replicas.js';
@@ -154,7 +155,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       heartbeatIntervalMs: config.heartbeatIntervalMs,
       onStart: (how) => metrics.taskStarts.inc({ how: how.replace('-', '_') }),
     });
-    const kubernetes = config.kubernetes ? startKubernetesExecutor(config, { sql, reporter, logger, metrics, tracing, nudge: (runIds) => scheduler?.nudge(runIds, 'finished') }) : null;
+    const kubernetes = config.kubernetes ? startKubernetesExecutor(config, { install: await installIdentity(sql), sql, reporter, logger, metrics, tracing, nudge: (runIds) => scheduler?.nudge(runIds, 'finished') }) : null;
     // A pod's agent streams to some replica: a cancel reaches both the pod (deleted, with its
     // grace) and, on that replica, its agent.
     const executors = new Map<string, Executor>([
@@ -371,12 +372,12 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
 /** The kubernetes executor of a replica whose config has one, on the store operations it needs. */
 function startKubernetesExecutor(
   config: Config,
-  d: { sql: Sql; reporter: AttemptReporter; logger: Logger; metrics: Metrics; tracing: ReplicaTracing | null; nudge(runIds: string[]): void },
+  d: { install: string; sql: Sql; reporter: AttemptReporter; logger: Logger; metrics: Metrics; tracing: ReplicaTracing | null; nudge(runIds: string[]): void },
 ): KubernetesExecutor {
   const k = config.kubernetes!;
   return createKubernetesExecutor({
     kubeConfig: loadKubeConfig(k.kubeconfig),
-    pods: { ...k, killGraceMs: config.killGraceMs, agentToken: config.agentToken },
+    pods: { ...k, install: d.install, killGraceMs: config.killGraceMs, agentToken: config.agentToken },
     reporter: d.reporter,
     store: {
       lost: async (a, error) => {

@@ -10,7 +10,7 @@ import { createKubernetesExecutor } from '../../src/executors/kubernetes/kuberne
 import { loadKubeConfig } from '../../src/executors/kubernetes/load-kube-config.js';
 import { startFakeKubeApi } from '../helpers/fake-kube/index.js';
 import { freePort } from '../helpers/global-setup.js';
-import { BIN, cli, startServer, waitFor } from '../helpers/leoflow-process.js';
+import { cli, startServer, waitFor } from '../helpers/leoflow-process.js';
 import { createTestDatabase } from '../helpers/test-database.js';
 import { percentile, report } from './report.js';
 
@@ -33,7 +33,7 @@ it('pods dispatched per second at 100 ms and 500 ms API latency, against the cei
     const kube = await startFakeKubeApi({ namespaces: [NS], kubelet: 'manual' });
     const ex = createKubernetesExecutor({
       kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
-      pods: { namespace: NS, image: 'leoflow:bench', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 10_000, agentToken: null, podPendingTimeoutMs: 600_000, keepSucceededMs: 0, keepFailedMs: 3_600_000 },
+      pods: { install: 'install-a', namespace: NS, image: 'leoflow:bench', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 10_000, agentToken: null, podPendingTimeoutMs: 600_000, keepSucceededMs: 0, keepFailedMs: 3_600_000 },
       reporter: { started: async () => true, log: () => {}, heartbeat: async () => new Set(), logsSoFar: async () => ({ stdout: 0, stderr: 0 }), finished: async () => {} },
       store: { lost: async () => false, pending: async () => {}, active: async () => [], podGone: async () => {} },
       logger,
@@ -67,7 +67,7 @@ it('trigger → pod created → attempt started, p50/p99, at 100 ms API latency'
   const port = await freePort();
   const server = await startServer({
     env: { DATABASE_URL: db.url },
-    args: ['--edition', 'pro', '--listen', `127.0.0.1:${port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS, '--kubernetes-image', 'leoflow:bench', '--pod-server-url', `http://127.0.0.1:${port}`, '--pod-agent-command', `${process.execPath},${BIN}`],
+    args: ['--edition', 'pro', '--listen', `127.0.0.1:${port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS, '--kubernetes-image', 'leoflow:bench', '--pod-server-url', `http://127.0.0.1:${port}`],
   });
   try {
     const file = path.join(tmp, 'one.yaml');

@@ -40,7 +40,7 @@ async function startPro(extra: string[] = [], env: Record<string, string | undef
     env: { DATABASE_URL: db.url, ...env },
     args: [
       '--edition', 'pro', '--listen', `127.0.0.1:${port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS,
-      '--kubernetes-image', 'leoflow:test', '--pod-server-url', `http://127.0.0.1:${port}`, '--pod-agent-command', `${process.execPath},${BIN}`,
+      '--kubernetes-image', 'leoflow:test', '--pod-server-url', `http://127.0.0.1:${port}`,
       '--pod-pending-timeout', '3s', '--kill-grace', '2s', '--pod-keep-failed', '0', ...extra,
     ],
   });

@@ -6,7 +6,7 @@ import { createClients } from '../../src/cli/client.js';
 import { podName } from '../../src/executors/kubernetes/pod-identity.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
 import { freePort } from '../helpers/global-setup.js';
-import { BIN, cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -43,7 +43,7 @@ it('a standby leads after the leader is SIGKILLed, adopts the live pods, and eve
       env: { DATABASE_URL: db.url },
       args: [
         '--edition', 'pro', '--replica-id', `r${i + 1}`, '--listen', `127.0.0.1:${port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS,
-        '--kubernetes-image', 'leoflow:test', '--pod-server-url', urls.join(','), '--pod-agent-command', `${process.execPath},${BIN}`,
+        '--kubernetes-image', 'leoflow:test', '--pod-server-url', urls.join(','),
         '--leader-watchdog', '1s',
       ],
     }));

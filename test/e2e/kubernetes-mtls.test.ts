@@ -40,7 +40,7 @@ beforeAll(async () => {
     env: { DATABASE_URL: db.url },
     args: [
       '--edition', 'pro', '--listen', `127.0.0.1:${port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS,
-      '--kubernetes-image', 'leoflow:test', '--pod-server-url', url, '--pod-agent-command', `${process.execPath},${BIN}`,
+      '--kubernetes-image', 'leoflow:test', '--pod-server-url', url,
       '--tls-cert', pki.server.cert, '--tls-key', pki.server.key, '--tls-client-ca', pki.ca,
     ],
   });

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { podName } from '../../src/executors/kubernetes/pod-identity.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
 import { freePort } from '../helpers/global-setup.js';
-import { BIN, cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -36,7 +36,7 @@ beforeAll(async () => {
     env: { DATABASE_URL: db.url },
     args: [
       '--edition', 'pro', '--listen', `127.0.0.1:${port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS,
-      '--kubernetes-image', 'leoflow:test', '--pod-server-url', `http://127.0.0.1:${port}`, '--pod-agent-command', `${process.execPath},${BIN}`,
+      '--kubernetes-image', 'leoflow:test', '--pod-server-url', `http://127.0.0.1:${port}`,
       // A short tick, so the few seconds of dispatch give enough steps for a p99.
       '--tick-interval', '50ms',
     ],

@@ -9,7 +9,7 @@ import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
 import { WorkflowService } from '../../src/gen/leoflow/v1/workflow_pb.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
 import { freePort } from '../helpers/global-setup.js';
-import { BIN, cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
 import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -180,7 +180,7 @@ describe('tracing in Pro', () => {
       env: { DATABASE_URL: proDb.url },
       args: [
         '--edition', 'pro', '--listen', `127.0.0.1:${port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS,
-        '--kubernetes-image', 'leoflow:test', '--pod-server-url', `http://127.0.0.1:${port}`, '--pod-agent-command', `${process.execPath},${BIN}`,
+        '--kubernetes-image', 'leoflow:test', '--pod-server-url', `http://127.0.0.1:${port}`,
         '--otlp-endpoint', otlp.url,
       ],
     });

@@ -486,6 +486,24 @@ describe('kubelet details', () => {
     expect(api.events('default', other).find((e) => e.reason === 'Pulled')?.message).toBe('Container image "leoflow:local" already present on machine');
   });
 
+  it('resolves a command on the image\'s PATH, not the host\'s: not found is a StartError, as runc reports it', async () => {
+    // `node` is on this host's PATH, but the Leoflow image has it in /usr/local/bin only.
+    const name = uniqueName();
+    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { image: 'registry.example.com/leoflow:0.1.0', command: ['/usr/bin/node', '-v'] }) });
+    await until('Failed', () => api.pod('default', name)?.status?.phase === 'Failed');
+    expect(stateOf(name)?.terminated).toMatchObject({ exitCode: 128, reason: 'StartError' });
+    expect(stateOf(name)?.terminated.message).toContain('error during container init: exec: "/usr/bin/node": stat /usr/bin/node: no such file or directory');
+    const missing = uniqueName();
+    await core.createNamespacedPod({ namespace: 'default', body: pod(missing, { image: 'leoflow:test', command: ['nosuch', 'agent'] }) });
+    await until('Failed', () => api.pod('default', missing)?.status?.phase === 'Failed');
+    expect(stateOf(missing)?.terminated.message).toContain('exec: "nosuch": executable file not found in $PATH');
+    // The shipped image's `leoflow` (a link to /app/bin/leoflow.js, `#!/usr/bin/env node`) runs.
+    const ok = uniqueName();
+    await core.createNamespacedPod({ namespace: 'default', body: pod(ok, { image: 'leoflow:test', command: ['leoflow', '--version'] }) });
+    await until('Succeeded', () => api.pod('default', ok)?.status?.phase === 'Succeeded', 10_000);
+    expect(api.containerLogs('default', ok)).toContain('0.1.0');
+  });
+
   it('activeDeadlineSeconds: the pod fails with DeadlineExceeded and its process is stopped', async () => {
     const name = uniqueName();
     await core.createNamespacedPod({ namespace: 'default', body: pod(name, {}, { activeDeadlineSeconds: 1 }) });

@@ -29,7 +29,7 @@ function executor(over: Partial<KubernetesExecutorOptions> = {}, active: { attem
   const rec: Recorded = { finished: [], lost: [], pending: [] };
   const ex = createKubernetesExecutor({
     kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
-    pods: { namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 },
+    pods: { install: 'install-a', namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 },
     reporter: {
       started: async () => true,
       log: () => {},
@@ -86,6 +86,49 @@ describe('kubernetes executor', () => {
     expect(one.ex.holdsLive(a.tiId, a.attemptToken) && two.ex.holdsLive(a.tiId, a.attemptToken)).toBe(true);
   });
 
+  it('shares a namespace with another install: neither its lead nor a retry touches the other\'s pods, whose ti ids are the same', async () => {
+    const podsOf = (install: string) => ({ install, namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 });
+    // Install A runs ti 1, try 1 (ids start at 1 in every database).
+    const a = executor({ pods: podsOf('install-a') });
+    await a.ex.lead(true);
+    const first = attempt({ tiId: '1', tryNumber: 1 });
+    await a.ex.dispatch(first);
+    kube.bindPod(NS, podName(first));
+    kube.setPodStatus(NS, podName(first), running);
+    expect(kube.pod(NS, podName(first)).metadata.labels).toMatchObject({ 'leoflow.io/install': 'install-a', 'leoflow.io/ti-id': '1' });
+    // Install B takes its lead with nothing live (A's pod would be a stray), then retries its own
+    // ti 1 (A's pod would be an earlier try), then finished pods' retention runs over the namespace.
+    const b = executor({ pods: { ...podsOf('install-b'), keepFailedMs: 0 } });
+    await b.ex.lead(true);
+    const retry = attempt({ tiId: '1', tryNumber: 2 });
+    await b.ex.dispatch(retry);
+    kube.bindPod(NS, podName(retry));
+    kube.setPodStatus(NS, podName(retry), running);
+    await new Promise((r) => setTimeout(r, 300)); // a few sweeps
+    const deletes = kube.requests().filter((r) => r.verb === 'delete').map((r) => r.name);
+    expect(deletes).toEqual([]);
+    expect(kube.pod(NS, podName(first))?.metadata.deletionTimestamp).toBeUndefined();
+    expect(kube.pod(NS, podName(retry)).metadata.labels).toMatchObject({ 'leoflow.io/install': 'install-b', 'leoflow.io/ti-id': '1', 'leoflow.io/try': '2' });
+    expect([...a.rec.lost, ...b.rec.lost]).toEqual([]);
+    // Each still follows its own: A's pod ending fails A's attempt only.
+    kube.setPodStatus(NS, podName(first), { phase: 'Failed', containerStatuses: [{ name: 'task', ready: false, restartCount: 0, image: 'leoflow:test', imageID: '', state: { terminated: { exitCode: 1, reason: 'Error' } } }] });
+    await waitFor('A sees its pod fail', async () => a.rec.lost.length + a.rec.finished.length > 0);
+    expect([...b.rec.lost, ...b.rec.finished]).toEqual([]);
+  });
+
+  it('creates pods a namespace enforcing Pod Security restricted admits, by default', async () => {
+    kube.labelNamespace(NS, { 'pod-security.kubernetes.io/enforce': 'restricted' });
+    const { ex, rec } = executor();
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    expect([...rec.lost, ...rec.finished]).toEqual([]);
+    expect(kube.createCount(NS, podName(a))).toBe(1);
+    const pod = kube.pod(NS, podName(a));
+    expect(pod.spec.securityContext).toMatchObject({ runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } });
+    expect(pod.spec.containers[0].securityContext).toEqual({ allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] } });
+  });
+
   it('labels the pod for dag, run, task and try, and runs leoflow agent --once for exactly this attempt', async () => {
     const { ex } = executor();
     await ex.lead(true);
@@ -128,6 +171,33 @@ describe('kubernetes executor', () => {
     await waitFor('lost', async () => rec.lost.length > 0);
     expect(rec.lost[0]!.error).toMatch(/^POD_LOST:NodeLost/);
     await waitFor('a delete sent', async () => kube.requests().some((r) => r.verb === 'delete' && r.name === podName(a)));
+  });
+
+  it('ends the attempt as lost at once when its node is lost as Kubernetes 1.27+ reports it (Ready=False, phase Running)', async () => {
+    const { ex, rec } = executor();
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    kube.bindPod(NS, podName(a));
+    kube.setPodStatus(NS, podName(a), { ...running, conditions: [...running.conditions, { type: 'Ready', status: 'True' }] });
+    await waitFor('running seen', async () => !ex.holdsLive(a.tiId, a.attemptToken));
+    kube.loseNodeAsCurrent(NS, podName(a), { evictAfterMs: 60_000 });
+    // Long before the taint manager's eviction: the node controller's mark is enough.
+    await waitFor('lost', async () => rec.lost.length > 0, 3000);
+    expect(rec.lost[0]!.error).toMatch(/^POD_LOST:NodeNotReady/);
+    // Deleted with grace 0: a force delete, which needs no kubelet, so a retry does not wait for it.
+    await waitFor('gone', async () => !kube.pod(NS, podName(a)));
+  });
+
+  it('reads the taint manager\'s eviction (DisruptionTarget) of a pod stuck Terminating as a loss', async () => {
+    const { ex, rec } = executor();
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    kube.bindPod(NS, podName(a));
+    kube.setPodStatus(NS, podName(a), { ...running, conditions: [...running.conditions, { type: 'DisruptionTarget', status: 'True', reason: 'DeletionByTaintManager', message: 'Taint manager: deleting due to NoExecute taint' }] });
+    await waitFor('lost', async () => rec.lost.length > 0, 3000);
+    expect(rec.lost[0]!.error).toBe('POD_LOST:DeletionByTaintManager:Taint manager: deleting due to NoExecute taint');
   });
 
   it('keeps watching through a compaction (410 Gone: it lists again) and still sees a pod deleted meanwhile', async () => {
@@ -213,7 +283,7 @@ describe('kubernetes executor', () => {
   });
 
   it('removes finished pods per the retention: succeeded at once, failed after keep_failed', async () => {
-    const { ex } = executor({ pods: { namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 600 } });
+    const { ex } = executor({ pods: { install: 'install-a', namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 600 } });
     await ex.lead(true);
     const ok = attempt();
     const bad = attempt();
@@ -277,7 +347,7 @@ describe('kubernetes executor: credentials and refusals', () => {
 
 describe('kubernetes executor: pending', () => {
   it('fails a pod scheduled but never running past the pending timeout, with its last reason', async () => {
-    const { ex, rec } = executor({ pods: { namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 400, keepSucceededMs: 0, keepFailedMs: 60_000 } });
+    const { ex, rec } = executor({ pods: { install: 'install-a', namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 400, keepSucceededMs: 0, keepFailedMs: 60_000 } });
     await ex.lead(true);
     const a = attempt();
     await ex.dispatch(a);
@@ -317,7 +387,7 @@ describe('kubernetes executor: adoption during a leader overlap', () => {
     const rec: Recorded = { finished: [], lost: [], pending: [] };
     const ex = createKubernetesExecutor({
       kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
-      pods: { namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 },
+      pods: { install: 'install-a', namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 },
       reporter: { started: async () => true, log: () => {}, heartbeat: async () => new Set(), logsSoFar: async () => ({ stdout: 0, stderr: 0 }), finished: async (a, result) => void rec.finished.push({ tiId: a.tiId, result }) },
       store: {
         lost: async (a, error) => {
@@ -396,7 +466,7 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
     await kube.close();
     kube = await startFakeKubeApi({ namespaces: [NS] });
     const noisy = Array.from({ length: 30 }, (_, i) => `line ${i}`).join('\n');
-    const { ex, rec } = executor({ pods: { namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['sh', '-c', `echo '${noisy}'; echo 'sh: 1: leoflow: not found' >&2; exit 127`, 'sh'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 } });
+    const { ex, rec } = executor({ pods: { install: 'install-a', namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['sh', '-c', `echo '${noisy}'; echo 'sh: 1: leoflow: not found' >&2; exit 127`, 'sh'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 } });
     await ex.lead(true);
     const a = attempt();
     await ex.dispatch(a);

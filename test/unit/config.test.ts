@@ -73,6 +73,7 @@ describe('config', () => {
       keepFailedMs: 3_600_000,
       agentTokenSecret: null,
       podCa: null,
+      podTemplate: null,
     });
     expect(loadConfig({ edition: 'pro', kubernetes_image: 'x', pod_agent_token_secret: 'leoflow-agent' }, env, '/srv').kubernetes!.agentTokenSecret).toEqual({ name: 'leoflow-agent', key: 'agent-token' });
     expect(loadConfig({ edition: 'pro', kubernetes_image: 'x', pod_agent_token_secret: 'leoflow/token' }, env, '/srv').kubernetes!.agentTokenSecret).toEqual({ name: 'leoflow', key: 'token' });

@@ -4,6 +4,7 @@
  * (resource.ParseQuantity), pod validation messages, the kubelet's phase rules and its
  * environment for a container.
  */
+import { ENFORCE_LABEL, podSecurityDenial, podSecurityViolations } from '../helpers/fake-kube/pod-security.js';
 import { describe, expect, it } from 'vitest';
 import { containerEnv, hostnameOf } from '../helpers/fake-kube/container-env.js';
 import { parseFieldSelector } from '../helpers/fake-kube/field-selector.js';
@@ -170,5 +171,33 @@ describe('the kubelet: phase and environment', () => {
     expect(hostnameOf('short')).toBe('short');
     expect(hostnameOf(`${'a'.repeat(62)}-b`)).toBe('a'.repeat(62));
     expect(hostnameOf(`${'a'.repeat(61)}.-bc`)).toBe('a'.repeat(61));
+  });
+});
+
+describe('Pod Security admission', () => {
+  const container = (securityContext?: object) => ({ name: 'task', image: 'leoflow:1', ...(securityContext ? { securityContext } : {}) });
+  it('refuses, in the admission\'s words, a pod without the restricted settings', () => {
+    expect(podSecurityDenial({ spec: { containers: [container()] } }, { [ENFORCE_LABEL]: 'restricted' })).toBe(
+      'violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "task" must set securityContext.allowPrivilegeEscalation=false), ' +
+        'unrestricted capabilities (container "task" must set securityContext.capabilities.drop=["ALL"]), ' +
+        'runAsNonRoot != true (pod or container "task" must set securityContext.runAsNonRoot=true), ' +
+        'seccompProfile (pod or container "task" must set securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")',
+    );
+    // baseline asks for much less; no label, nothing.
+    expect(podSecurityDenial({ spec: { containers: [container()] } }, { [ENFORCE_LABEL]: 'baseline' })).toBeUndefined();
+    expect(podSecurityDenial({ spec: { hostNetwork: true, containers: [container()] } }, { [ENFORCE_LABEL]: 'baseline' })).toBe('violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)');
+    expect(podSecurityDenial({ spec: { containers: [container()] } }, {})).toBeUndefined();
+  });
+
+  it('admits the restricted settings at pod or container level, and checks volumes and added capabilities', () => {
+    const ok = { allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] } };
+    const pod = { spec: { securityContext: { runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } }, containers: [container(ok)] } };
+    expect(podSecurityViolations(pod, 'restricted')).toEqual([]);
+    const bad = { spec: { ...pod.spec, volumes: [{ name: 'h', hostPath: { path: '/' } }, { name: 'n', nfs: { server: 'x', path: '/' } }], containers: [container({ ...ok, capabilities: { drop: ['ALL'], add: ['SYS_ADMIN'] } })] } };
+    expect(podSecurityViolations(bad, 'restricted')).toEqual([
+      'hostPath volumes (volume "h")',
+      'restricted volume types (volume "n" uses restricted volume type "nfs")',
+      'unrestricted capabilities (container "task" must not include "SYS_ADMIN" in securityContext.capabilities.add)',
+    ]);
   });
 });

@@ -131,3 +131,16 @@ describe('kubeconfig sources', () => {
     expect(() => loadKubeConfig({ kind: 'file', path: '/nonexistent/kubeconfig' })).toThrow(/^kubeconfig \(\/nonexistent\/kubeconfig\): /);
   });
 });
+
+describe('a node lost as Kubernetes 1.27+ reports it', () => {
+  const runningContainer = { name: 'task', ready: true, restartCount: 0, image: 'x', imageID: '', state: { running: { startedAt: new Date() } } };
+  it('is read from DisruptionTarget or from Ready=False over containers last seen running and ready', () => {
+    expect(podCondition({ status: { phase: 'Running', conditions: [{ type: 'Ready', status: 'False' }], containerStatuses: [runningContainer] } })).toEqual({ kind: 'lost', reason: expect.stringMatching(/^NodeNotReady:/) });
+    expect(podCondition({ status: { phase: 'Running', conditions: [{ type: 'DisruptionTarget', status: 'True', reason: 'DeletionByTaintManager', message: 'Taint manager: deleting due to NoExecute taint' }], containerStatuses: [runningContainer] } }))
+      .toEqual({ kind: 'lost', reason: 'DeletionByTaintManager:Taint manager: deleting due to NoExecute taint' });
+  });
+  it('is not read from a kubelet\'s own Ready=False (a container not ready)', () => {
+    const notReady = { ...runningContainer, ready: false };
+    expect(podCondition({ status: { phase: 'Running', conditions: [{ type: 'Ready', status: 'False', reason: 'ContainersNotReady' }], containerStatuses: [notReady] } })).toEqual({ kind: 'running' });
+  });
+});

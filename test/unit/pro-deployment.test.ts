@@ -1,5 +1,6 @@
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { copyFileSync, cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
@@ -330,6 +331,34 @@ describe('Pro Kubernetes manifests with TLS (the kubernetes-tls overlay)', () =>
     expect(built.find((o) => o.kind === 'ConfigMap')!.data).toEqual(tlsConfigMap.data);
     expect(built.find((o) => o.kind === 'Service' && o.metadata.name === 'leoflow')!.spec).toEqual(patched('Service').spec);
   });
+});
+
+describe('the image set once, as `kustomize edit set image` does, in either overlay', () => {
+  let kubectl = false;
+  try {
+    execFileSync('kubectl', ['version', '--client'], { stdio: 'ignore' });
+    kubectl = true;
+  } catch {
+    // no kubectl here: nothing renders the kustomizations
+  }
+  for (const overlay of ['kubernetes', 'kubernetes-tls']) {
+    it.skipIf(!kubectl)(`${overlay}: the control plane and its task pods (LEOFLOW_KUBERNETES_IMAGE) get the new image`, () => {
+      const tmp = mkdtempSync(path.join(tmpdir(), 'leoflow-kustomize-'));
+      try {
+        for (const dir of ['kubernetes', 'kubernetes-tls']) cpSync(path.join(ROOT, 'editions/pro', dir), path.join(tmp, dir), { recursive: true });
+        // What `kustomize edit set image leoflow=registry.example.com/leoflow:0.2.0` adds (kustomize's
+        // `images` field; kubectl has no `edit`, so it is written as kustomize writes it).
+        const k = path.join(tmp, overlay, 'kustomization.yaml');
+        writeFileSync(k, `${readFileSync(k, 'utf8')}images:\n  - name: leoflow\n    newName: registry.example.com/leoflow\n    newTag: 0.2.0\n`);
+        const built = parseAllDocuments(execFileSync('kubectl', ['kustomize', path.join(tmp, overlay)], { encoding: 'utf8' })).map((d) => d.toJS() as Obj);
+        const c = built.find((o) => o.kind === 'Deployment')!.spec.template.spec.containers[0];
+        expect(c.image).toBe('registry.example.com/leoflow:0.2.0');
+        expect((c.env as Obj[]).find((e) => e.name === SETTINGS.kubernetes_image.env)?.value).toBe('registry.example.com/leoflow:0.2.0');
+      } finally {
+        rmSync(tmp, { recursive: true, force: true });
+      }
+    });
+  }
 });
 
 /** A Containerfile's instructions, stage by stage (continuation lines joined, comments dropped). */

@@ -48,6 +48,7 @@ const HELP: Record<SettingKey, string> = {
   pod_keep_succeeded: 'kubernetes executor: keep a succeeded pod this long before deleting it (0: at once)',
   pod_keep_failed: 'kubernetes executor: keep a failed pod this long before deleting it, e.g. 1h',
   pod_agent_token_secret: "kubernetes executor: SECRET[/KEY] (key default agent-token) in the pods' namespace holding --agent-token, so pod specs never carry it",
+  pod_template: 'kubernetes executor: a YAML file of what every task pod gets besides its own (labels, annotations, affinity, priorityClassName, imagePullSecrets, volumes, securityContext)',
   pod_ca: "kubernetes executor: secret:NAME[/KEY] or configmap:NAME[/KEY] (key default ca.crt) in the pods' namespace: the CA pods' agents verify an https:// --pod-server-url with",
 };
 

@@ -10,7 +10,8 @@ import { PendingReasons } from './pending-reasons.js';
 import { PodAttemptEnds } from './pod-attempt-ends.js';
 import { PodAttempts, type PodAttempt } from './pod-attempts.js';
 import { PodGoneWaiters } from './pod-gone-waiters.js';
-import { POD_SELECTOR, podName } from './pod-identity.js';
+import { installSelector } from './install-label.js';
+import { podName } from './pod-identity.js';
 import { podGraceSeconds, podManifest, podNamespace } from './pod-manifest.js';
 import { PodWatch } from './pod-watch.js';
 import { sweepPods, type SweepContext } from './sweep-pods.js';
@@ -209,7 +210,7 @@ export class KubernetesExecutor implements Executor {
       w = new PodWatch({
         kubeConfig: this.#o.kubeConfig,
         namespace,
-        labelSelector: POD_SELECTOR,
+        labelSelector: installSelector(this.#o.pods.install),
         logger: this.#log,
         onEvent: (type, pod) => this.#onEvent(namespace, type, pod),
       });

@@ -29,6 +29,10 @@ export function podCondition(pod: V1Pod): PodCondition {
   const containers = [...(status.initContainerStatuses ?? []), ...(status.containerStatuses ?? [])];
   if (phase === 'Unknown' || status.reason === 'NodeLost') return { kind: 'lost', reason: withMessage(status.reason ?? 'Unknown', status.message ?? 'the node of the pod stopped reporting') };
   if (phase === 'Succeeded') return { kind: 'succeeded' };
+  if (phase === 'Running') {
+    const lost = nodeLoss(status.conditions ?? [], containers);
+    if (lost) return { kind: 'lost', reason: lost };
+  }
   if (phase === 'Failed') {
     const term = containers.map((c) => c.state?.terminated).find((t) => t !== undefined);
     if (status.reason) return { kind: 'failed', reason: withMessage(status.reason, status.message) };
@@ -47,6 +51,22 @@ export function podCondition(pod: V1Pod): PodCondition {
   }
   const waiting = containers.map((c) => c.state?.waiting).find((w) => w?.reason);
   return { kind: 'pending', reason: waiting?.reason ? `POD_PENDING:${withMessage(waiting.reason, waiting.message)}` : null, unschedulable: false };
+}
+
+/**
+ * A running pod's node lost, as Kubernetes 1.27+ says it (the phase stays Running): the taint
+ * manager's (or any) DisruptionTarget, or the node controller's Ready=False over containers whose
+ * statuses, which only the kubelet writes, still say they run and are ready. A kubelet that saw a
+ * container stop would have said so in its status; task pods have no readiness probes or gates.
+ */
+function nodeLoss(conditions: NonNullable<V1Pod['status']>['conditions'] & object, containers: NonNullable<NonNullable<V1Pod['status']>['containerStatuses']>): string | null {
+  const disruption = conditions.find((c) => c.type === 'DisruptionTarget' && c.status === 'True');
+  if (disruption) return withMessage(disruption.reason ?? 'DisruptionTarget', disruption.message);
+  const ready = conditions.find((c) => c.type === 'Ready');
+  if (ready?.status === 'False' && containers.length > 0 && containers.every((c) => c.ready && c.state?.running)) {
+    return withMessage('NodeNotReady', ready.message ?? "the pod's node stopped reporting (Ready=False while its containers' last status says they run)");
+  }
+  return null;
 }
 
 /**

@@ -7,9 +7,13 @@
  */
 import type { V1Pod, V1Toleration } from '@kubernetes/client-node';
 import type { Attempt } from '../../core/attempt.js';
+import { INSTALL_LABEL } from './install-label.js';
+import { applyPodTemplate, type PodTemplate } from './pod-template.js';
 import { ANNOTATION, podLabels, podName } from './pod-identity.js';
 
 export interface PodSettings {
+  /** This install's id (the database's), in every pod's labels and in the watches' selector. */
+  install: string;
   /** Namespace of tasks that name none. */
   namespace: string;
   /** The Leoflow image, for tasks that name none. */
@@ -27,6 +31,8 @@ export interface PodSettings {
   /** A Secret or ConfigMap key in the pod's namespace holding the CA the pod's agent verifies an
    *  https:// serverUrl with; null: the image's system roots. */
   podCa?: { kind: 'secret' | 'configmap'; name: string; key: string } | null;
+  /** What operators add to every pod (pod-template.ts); null: nothing. */
+  podTemplate?: PodTemplate | null;
 }
 
 /** Where the CA is mounted in a pod (read-only), and the file the agent is pointed at. */
@@ -69,18 +75,21 @@ export function podManifest(attempt: Attempt, s: PodSettings): V1Pod {
       : { name: 'leoflow-ca', configMap: { name: s.podCa.name, items: caItems } }
     : null;
   const tolerations: V1Toleration[] | undefined = k?.tolerations?.map((t) => ({ ...t }));
-  return {
+  const pod: V1Pod = {
     apiVersion: 'v1',
     kind: 'Pod',
     metadata: {
       name,
       namespace: podNamespace(attempt, s),
-      labels: podLabels(attempt),
+      labels: { ...podLabels(attempt), [INSTALL_LABEL]: s.install },
       annotations: { [ANNOTATION.dag]: attempt.dagId, [ANNOTATION.task]: attempt.taskId },
     },
     spec: {
       // One pod per attempt: a retry is a new attempt, with a new pod, decided by the control plane.
       restartPolicy: 'Never',
+      // Pod Security `restricted` by default: a namespace that enforces it admits task pods. The
+      // image runs as a numeric non-root user (uid 10001), which runAsNonRoot needs to verify.
+      securityContext: { runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } },
       terminationGracePeriodSeconds: podGraceSeconds(s.killGraceMs),
       ...(k?.serviceAccount ? { serviceAccountName: k.serviceAccount } : { automountServiceAccountToken: false }),
       ...(k?.nodeSelector ? { nodeSelector: { ...k.nodeSelector } } : {}),
@@ -99,10 +108,12 @@ export function podManifest(attempt: Attempt, s: PodSettings): V1Pod {
             '--log-format', 'json',
           ],
           env,
+          securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] } },
           ...(caVolume ? { volumeMounts: [{ name: caVolume.name, mountPath: POD_CA_DIR, readOnly: true }] } : {}),
           ...(k?.resources ? { resources: { ...(k.resources.requests ? { requests: { ...k.resources.requests } } : {}), ...(k.resources.limits ? { limits: { ...k.resources.limits } } : {}) } } : {}),
         },
       ],
     },
   };
+  return s.podTemplate ? applyPodTemplate(pod, s.podTemplate) : pod;
 }

@@ -1,9 +1,11 @@
 // The kubernetes executor's settings, read only when it is the replica's executor (a Lite replica
 // is not asked for an image): names checked as Kubernetes checks them, before any pod is made.
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseDuration } from '../../core/duration.js';
 import { dns1123LabelProblem, dns1123SubdomainProblem } from '../../core/kubernetes-names.js';
 import type { KubeconfigSource } from '../../executors/kubernetes/load-kube-config.js';
+import { parsePodTemplate, type PodTemplate } from '../../executors/kubernetes/pod-template.js';
 import { duration, list, nonEmpty } from './setting-parsers.js';
 import type { SettingReader } from './settings.js';
 
@@ -30,6 +32,8 @@ export interface KubernetesConfig {
   /** A Secret or ConfigMap (and key) in the pods' namespace holding the CA that pods' agents verify
    *  the control plane with (LEOFLOW_CA_FILE); null: none mounted. */
   podCa: PodCaSource | null;
+  /** What operators add to every task pod (--pod-template); null: nothing. */
+  podTemplate: PodTemplate | null;
 }
 
 /** Where in the pods' namespace the CA for pods' agents is kept: a Secret's or ConfigMap's key. */
@@ -99,6 +103,20 @@ export function readKubernetesConfig({ pick, get, problems, cwd }: SettingReader
       if (why) throw new Error(`must be secret:NAME[/KEY] or configmap:NAME[/KEY] (the CA pods' agents verify the control plane with; KEY defaults to ca.crt), got ${JSON.stringify(v)}: ${why}`);
       return { kind: m![1] as PodCaSource['kind'], name: m![2]!, key: m![3] ?? 'ca.crt' };
     }, null as PodCaSource | null),
+    podTemplate: get('pod_template', (v) => {
+      const file = path.resolve(cwd, nonEmpty(v));
+      let text: string;
+      try {
+        text = readFileSync(file, 'utf8');
+      } catch (err) {
+        throw new Error(`cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+      }
+      try {
+        return parsePodTemplate(text);
+      } catch (err) {
+        throw new Error(`${file}: ${(err as Error).message}`);
+      }
+    }, null as PodTemplate | null),
   };
   if (pick('pod_server_url') === undefined) problems.push('the kubernetes executor needs the address pods reach the control plane at: set --pod-server-url or LEOFLOW_POD_SERVER_URL (e.g. http://leoflow:7070)');
   return kubernetes;

@@ -13,6 +13,7 @@ import { defaultPod } from './default-pod.js';
 import { discoveryDocument } from './discovery.js';
 import { EventRecorder } from './event-recorder.js';
 import { FakeKubelet, type ImageRule } from './fake-kubelet.js';
+import { containerfileImage, type ImageFilesystem } from './image-filesystem.js';
 import { FakeScheduler, isTerminal, makeNodes, type NodesOption } from './fake-scheduler.js';
 import { now } from './timestamp.js';
 import { parseFieldSelector } from './field-selector.js';
@@ -21,6 +22,7 @@ import { listObjects, stripKind } from './list-objects.js';
 import { ObjectStore, type KubeObject, type Resource } from './object-store.js';
 import { toTable, wantsTable } from './print-table.js';
 import { checkQuotas, type Quota } from './resource-quota.js';
+import { podSecurityDenial } from './pod-security.js';
 import { applyPatch, checkPodUpdate, patchTypeOf } from './update-pod.js';
 import {
   StatusError, alreadyExists, badRequest, forbidden, invalidObject, methodNotAllowed, notFound, statusFor, tooLargeResourceVersion, tooManyRequests, unauthorized,
@@ -116,6 +118,9 @@ export class FakeKubeApi {
   private readonly secrets = new Map<string, Record<string, string>>();
   private readonly configMaps = new Map<string, Record<string, string>>();
   private readonly imageRules: Array<{ match: string | RegExp; rule: ImageRule }> = [];
+  private leoflowImage: ImageFilesystem | undefined;
+  /** Nodes lost by loseNodeAsCurrent: a graceful delete of their pods is never confirmed. */
+  private readonly lostNodes = new Set<string>();
   private readonly latency = new Map<string, number>();
   private failures: Array<FailureRule & { left: number }> = [];
   private inflightLimit: { max: number; retryAfterSeconds: number } | undefined;
@@ -236,6 +241,13 @@ export class FakeKubeApi {
       status: { phase: 'Active' },
     });
     this.serviceAccounts.add(`${name}/default`);
+  }
+
+  /** Adds labels to a namespace, e.g. `pod-security.kubernetes.io/enforce: restricted` (then enforced at pod create). */
+  labelNamespace(name: string, labels: Record<string, string>): void {
+    const n = this.namespaces.get(name);
+    if (!n) throw new Error(`no namespace ${name}`);
+    n.metadata.labels = { ...n.metadata.labels, ...labels };
   }
 
   addServiceAccount(namespace: string, name: string): void {
@@ -404,6 +416,49 @@ export class FakeKubeApi {
   }
 
   /**
+   * The node running this pod is lost, as Kubernetes 1.27+ reports it: no phase `Unknown` any
+   * more. The node controller marks the node's pods Ready=False (their containers' statuses, which
+   * only a kubelet writes, stay as they were) and taints the node `node.kubernetes.io/unreachable`
+   * (NoSchedule, NoExecute); after the pods' toleration of it (`evictAfterMs`, 300 s by the
+   * DefaultTolerationSeconds admission) the taint manager adds the DisruptionTarget condition
+   * (DeletionByTaintManager) and deletes them gracefully, and with no kubelet to confirm, they stay
+   * Terminating in phase Running until a force delete.
+   */
+  loseNodeAsCurrent(namespace: string, name: string, opts: { kill?: boolean; evictAfterMs?: number } = {}): void {
+    const pod = this.store.get('pods', namespace, name);
+    const nodeName = pod?.spec?.nodeName;
+    if (!nodeName) throw new Error(`fake kube api: pod ${namespace}/${name} is not on a node`);
+    this.lostNodes.add(nodeName);
+    const node = this.scheduler?.nodes.find((n) => n.name === nodeName);
+    if (node) {
+      node.lost = true;
+      const timeAdded = now();
+      node.taints.push({ key: 'node.kubernetes.io/unreachable', effect: 'NoSchedule', timeAdded } as never, { key: 'node.kubernetes.io/unreachable', effect: 'NoExecute', timeAdded } as never);
+    }
+    const lost = this.kubelet.loseNode(nodeName, opts.kill ?? true);
+    const onNode = (lost.length > 0 ? lost : [pod]).filter((p) => !isTerminal(p));
+    for (const p of onNode) {
+      this.recorder.record(p, { type: 'Warning', reason: 'NodeNotReady', message: 'Node is not ready', component: 'node-controller' });
+      this.store.update('pods', p.metadata.namespace!, p.metadata.name, (q) => {
+        q.status.conditions = (q.status.conditions ?? []).map((c: any) => (c.type === 'Ready' && c.status !== 'False' ? { ...c, status: 'False', lastTransitionTime: now() } : c));
+      });
+    }
+    const t = setTimeout(() => {
+      this.manualTimers.delete(t);
+      for (const p of onNode) {
+        const ns = p.metadata.namespace!;
+        if (!this.store.get('pods', ns, p.metadata.name)) continue;
+        this.store.update('pods', ns, p.metadata.name, (q) => {
+          q.status.conditions = [...(q.status.conditions ?? []), { type: 'DisruptionTarget', status: 'True', reason: 'DeletionByTaintManager', message: 'Taint manager: deleting due to NoExecute taint', lastTransitionTime: now() }];
+        });
+        this.recorder.record(p, { type: 'Normal', reason: 'TaintManagerEviction', message: `Marking for deletion Pod ${ns}/${p.metadata.name}`, component: 'taint-controller' });
+        this.deletePod(ns, p.metadata.name, undefined);
+      }
+    }, opts.evictAfterMs ?? 300_000);
+    this.manualTimers.add(t);
+  }
+
+  /**
    * Compaction: every resourceVersion up to now is gone, so a watch or a continue from one gets
    * 410 Expired. `expireWatches` also ends the open watches with the ERROR event an etcd-backed
    * watch gets when its revision is compacted.
@@ -449,6 +504,8 @@ export class FakeKubeApi {
     for (const { match, rule } of this.imageRules) {
       if (typeof match === 'string' ? match === image : match.test(image)) return rule;
     }
+    // The Leoflow image (any registry, any tag) is the one editions/pro/Containerfile builds.
+    if (/^(?:[^/]+\/)*leoflow(?:[:@]|$)/.test(image)) return { filesystem: (this.leoflowImage ??= containerfileImage()) };
     if (image.includes('nonexistent')) {
       const repo = image.includes('/') ? image : `docker.io/library/${image}`;
       return {
@@ -665,6 +722,9 @@ export class FakeKubeApi {
     const errors = validatePod(input);
     if (errors.length > 0) throw invalidObject('Pod', name, errors);
     const pod = defaultPod(input, ns);
+    // Pod Security admission runs before ResourceQuota, as the API server's admission chain orders them.
+    const security = podSecurityDenial(pod, this.namespaces.get(ns)?.metadata.labels);
+    if (security) throw forbidden('pods', name, security);
     const quotas = this.quotas.get(ns) ?? [];
     const quotaError = quotas.length > 0 ? checkQuotas(quotas, pod, this.store.scan('pods', ns, (p) => !isTerminal(p))) : undefined;
     if (quotaError) throw forbidden('pods', name, quotaError);
@@ -753,7 +813,9 @@ export class FakeKubeApi {
       p.metadata.deletionTimestamp = new Date(Date.now() + grace * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
       p.metadata.deletionGracePeriodSeconds = grace;
     })!;
-    if (this.manual) {
+    if (this.lostNodes.has(pod.spec.nodeName)) {
+      // No kubelet confirms it: Terminating until a force delete.
+    } else if (this.manual) {
       const t = setTimeout(() => {
         this.manualTimers.delete(t);
         this.store.remove('pods', namespace, name);

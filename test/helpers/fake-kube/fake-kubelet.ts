@@ -6,6 +6,7 @@ import type { KubeObject, ObjectStore } from './object-store.js';
 import { containerEnv } from './container-env.js';
 import { summarizeStatus } from './pod-status.js';
 import { isValidImageReference } from './validate-pod.js';
+import { resolveInImage, type ImageFilesystem } from './image-filesystem.js';
 
 /**
  * The kubelet of every fake node: it pulls (by rule), resolves the env, and runs each container's
@@ -21,6 +22,12 @@ export interface ImageRule {
   pullError?: string;
   /** ENTRYPOINT of the image, used when a container has no `command`. */
   entrypoint?: string[];
+  /**
+   * The image's executables: the command is resolved in them against the image's PATH (or the
+   * container's own PATH env), as the runtime does; not found is a StartError. Without one, the
+   * command is looked up on the host's PATH.
+   */
+  filesystem?: ImageFilesystem;
 }
 
 export interface KubeletOptions {
@@ -395,6 +402,16 @@ export class FakeKubelet {
     if (argv.length === 0) {
       startError('exec: no command: the fake knows no ENTRYPOINT for this image (give the container a command, or the image an entrypoint with setImageRule)');
       return Promise.resolve(1);
+    }
+    const filesystem = this.opts.imageRule(spec.image).filesystem;
+    if (filesystem) {
+      const ownPath = (spec.env ?? []).find((e: any) => e.name === 'PATH' && e.valueFrom == null)?.value;
+      const resolved = resolveInImage(filesystem, argv, ownPath, spec.workingDir);
+      if ('error' in resolved) {
+        startError(resolved.error);
+        return Promise.resolve(128);
+      }
+      argv = resolved.argv;
     }
     let child: ChildProcess;
     try {

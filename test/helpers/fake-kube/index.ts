@@ -40,7 +40,9 @@ import { FakeKubeApi, type FakeKubeApiOptions } from './fake-kube-api.js';
  * The fake kubelet ('processes', the default) then pulls per imagePullPolicy (once per node for
  * IfNotPresent; `preloadImage`), and runs each container's `command` + `args` (or the image's
  * entrypoint given by `setImageRule`) as a LOCAL process group with `baseEnv`, HOSTNAME and the
- * container's env. `valueFrom` is resolved, not refused: secretKeyRef/configMapKeyRef from
+ * container's env. The command is looked up inside the image when the image has a filesystem
+ * (`ImageRule.filesystem`; any `…/leoflow:tag` image is modelled from editions/pro/Containerfile:
+ * image-filesystem.ts), on the image's PATH, never the host's: not found is runc's StartError. `valueFrom` is resolved, not refused: secretKeyRef/configMapKeyRef from
  * `setSecret`/`setConfigMap` (missing: CreateContainerConfigError until it appears), fieldRef
  * (name, namespace, uid, labels, annotations, nodeName, serviceAccountName, hostIP, podIP) and
  * resourceFieldRef. Images whose name contains `nonexistent`, or a `setImageRule(…, { pullError })`,
@@ -50,7 +52,11 @@ import { FakeKubeApi, type FakeKubeApiOptions } from './fake-kube-api.js';
  * activeDeadlineSeconds fails the pod with DeadlineExceeded. A graceful delete sets
  * deletionTimestamp (MODIFIED), SIGTERMs the group, SIGKILLs it after the grace, reports the
  * final status and removes the pod (DELETED). `loseNode` turns the pods of a node Unknown
- * (NodeLost) and leaves a later graceful delete Terminating; `deleteFromOutside` force-deletes.
+ * (NodeLost, the pre-1.27 shape) and leaves a later graceful delete Terminating;
+ * `loseNodeAsCurrent` is the 1.27+ shape (Ready=False, unreachable taints, then DisruptionTarget
+ * and a deletion stuck Terminating in phase Running); `deleteFromOutside` force-deletes.
+ * `labelNamespace(ns, { 'pod-security.kubernetes.io/enforce': 'restricted' })` makes pod creates
+ * in it pass Pod Security admission (pod-security.ts), refused with its 403 otherwise.
  * In 'manual' mode no scheduler or kubelet runs: the test drives pods with `setPodStatus`,
  * `bindPod` and `addPodEvent` (in 'processes' mode the kubelet's next report overwrites what
  * setPodStatus changed).
