@@ -225,12 +225,13 @@ describe('the kubernetes executor against the fake API server', () => {
       const x = await tiOf(runId);
       return x.state === 'scheduled' ? x : null;
     }, 20_000);
-    const once = (env: Record<string, string>) => runCommand(process.execPath, [BIN, 'agent', '--once', '--ti', t.id, '--server', server.url, '--id', `late-${env.LEOFLOW_ATTEMPT_TOKEN ? 'pod' : 'agent'}`, '--state-dir', path.join(tmp, 'late')], { env, timeoutMs: 30_000 });
+    const once = (env: Record<string, string>, extra: string[] = []) => runCommand(process.execPath, [BIN, 'agent', '--once', '--ti', t.id, '--server', server.url, '--id', `late-${env.LEOFLOW_ATTEMPT_TOKEN ? 'pod' : 'agent'}`, '--state-dir', path.join(tmp, 'late'), ...extra], { env, timeoutMs: 30_000 });
     const late = await once({ LEOFLOW_ATTEMPT_TOKEN: randomUUID() });
     expect(late.code, late.stderr).toBe(0);
     expect(await tiOf(runId)).toMatchObject({ state: 'scheduled', try_number: 0 });
-    // Without a token (a one-shot agent of the fleet), the same Hello claims it: the difference is the token.
-    const claimer = await once({});
+    // Without a token (a one-shot agent of the fleet) that placement would choose (it has the
+    // task's labels), the same Hello claims it: the difference is the token.
+    const claimer = await once({}, ['--labels', 'nowhere=yes']);
     expect(claimer.code, claimer.stderr).toBe(0);
     expect((await tiOf(runId)).try_number).toBe(1);
   });
