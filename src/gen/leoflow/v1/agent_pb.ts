@@ -234,7 +234,10 @@ export type Hello = Message<"leoflow.v1.Hello"> & {
 
   /**
    * For a one-shot agent (`leoflow agent --once --ti ID`): take only the current attempt of this
-   * task instance, then expect Drain. 0 for a long-lived agent.
+   * task instance, then expect Drain. 0 for a long-lived agent. Without only_attempt_token it is
+   * granted only when placement would choose this agent (executor agents, the task waiting or
+   * already this agent's, labels, capabilities, allowed and forbidden agents, leoflow.secret-env
+   * for secret variables); otherwise PERMISSION_DENIED naming the rule, and nothing is written.
    *
    * @generated from field: int64 only_ti_id = 8 [jstype = JS_STRING];
    */
