@@ -114,6 +114,17 @@ async function counts(admin: ReturnType<typeof createSql>, name: string): Promis
   return { xacts: Number(r!.x), rows: Number(r!.w), wal: Number(r!.wal) };
 }
 
+/** Rows written a table so far (pg_stat_user_tables, partitions by their own name), from a connection of the measured database. */
+async function tableRows(db: TestDatabase): Promise<Map<string, number>> {
+  const sql = createSql(db.url, { max: 1 });
+  try {
+    const rows = await sql<{ t: string; w: string }[]>`select relname as t, n_tup_ins + n_tup_upd + n_tup_del as w from pg_stat_user_tables`;
+    return new Map(rows.map((r) => [r.t, Number(r.w)]));
+  } finally {
+    await sql.end({ timeout: 5 });
+  }
+}
+
 /** TASKS one-task runs queued while paused, then run through one instant agent of SLOTS slots. */
 async function throughput(floor: number): Promise<{ tasksPerSec: number; rowsPerTask: number; xactsPerTask: number; walKBPerTask: number; insertsPerSec: number; insertsBefore: number; insertsAfter: number }> {
   const db = await createTestDatabase();
@@ -143,6 +154,7 @@ async function throughput(floor: number): Promise<{ tasksPerSec: number; rowsPer
     await waitFor('agent connected', async () => (await api.cluster.listAgents({})).agents.some((x) => x.connected), 30_000, 50);
     await new Promise((r) => setTimeout(r, 1500)); // the harness's and the start's counts published
     const c0 = await counts(admin, db.name);
+    const t0 = await tableRows(db);
     await api.workflow.pauseDag({ dagId: 'guard', paused: false });
     // Only the agent's own count is watched (in-process, no query on the measured database).
     // Given up at three times the time the floor allows at this minute's yardstick: a build too slow
@@ -158,6 +170,12 @@ async function throughput(floor: number): Promise<{ tasksPerSec: number; rowsPer
     server = null;
     await new Promise((r) => setTimeout(r, 500));
     const c1 = await counts(admin, db.name);
+    // Where the rows go, printed for whoever makes a task cheaper (the two reads above add ~2 rows in all).
+    const t1 = await tableRows(db);
+    const perTable = Object.fromEntries(
+      [...t1].map(([t, w]) => [t, Math.round(((w - (t0.get(t) ?? 0)) / TASKS) * 100) / 100] as const).filter(([, w]) => w >= 0.05),
+    );
+    console.log(`speed-guard rows a task by table ${JSON.stringify(perTable)}`);
     const [w] = await db.sql<{ ms: number; done: number }[]>`
       select extract(epoch from max(r.ended_at) - min(t.started_at)) * 1000 as ms, count(*) filter (where r.state = 'success')::int as done
       from dag_runs r join task_instances t on t.run_id = r.id where r.dag_id = 'guard'`;
@@ -169,7 +187,10 @@ async function throughput(floor: number): Promise<{ tasksPerSec: number; rowsPer
       xactsPerTask: (c1.xacts - c0.xacts) / TASKS,
       // The whole server's WAL (exact with the tests' own Postgres, more on a shared one): printed only.
       walKBPerTask: (c1.wal - c0.wal) / 1024 / TASKS,
-      insertsPerSec: (insertsBefore + insertsAfter) / 2,
+      // The loop after the run, not before it: one before it, on the new database, ranged 0.5-1.7x the
+      // one after in the same test and did not follow the run (5 runs: tasks/s / after 0.069-0.109,
+      // tasks/s / before 0.037-0.116); the one after runs on the database as the run left it.
+      insertsPerSec: insertsAfter,
       insertsBefore,
       insertsAfter,
     };
