@@ -377,7 +377,7 @@ function startKubernetesExecutor(
   const k = config.kubernetes!;
   return createKubernetesExecutor({
     kubeConfig: loadKubeConfig(k.kubeconfig),
-    pods: { ...k, install: d.install, killGraceMs: config.killGraceMs, agentToken: config.agentToken },
+    pods: { ...k, install: d.install, killGraceMs: config.killGraceMs },
     reporter: d.reporter,
     store: {
       lost: async (a, error) => {

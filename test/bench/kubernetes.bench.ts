@@ -33,7 +33,7 @@ it('pods dispatched per second at 100 ms and 500 ms API latency, against the cei
     const kube = await startFakeKubeApi({ namespaces: [NS], kubelet: 'manual' });
     const ex = createKubernetesExecutor({
       kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
-      pods: { install: 'install-a', namespace: NS, image: 'leoflow:bench', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 10_000, agentToken: null, podPendingTimeoutMs: 600_000, keepSucceededMs: 0, keepFailedMs: 3_600_000 },
+      pods: { install: 'install-a', namespace: NS, image: 'leoflow:bench', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 10_000, podPendingTimeoutMs: 600_000, keepSucceededMs: 0, keepFailedMs: 3_600_000 },
       reporter: { started: async () => true, log: () => {}, heartbeat: async () => new Set(), logsSoFar: async () => ({ stdout: 0, stderr: 0 }), finished: async () => {} },
       store: { lost: async () => false, pending: async () => {}, active: async () => [], podGone: async () => {} },
       logger,

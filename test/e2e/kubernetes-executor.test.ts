@@ -284,6 +284,22 @@ describe('the kubernetes executor against the fake API server', () => {
     expect((await ended(runId)).state).toBe('success');
   });
 
+  it('never writes the shared --agent-token into a pod spec without a Secret: the pod gets in with its attempt\'s token (issue 38)', { timeout: 90_000 }, async () => {
+    const token = randomUUID();
+    await server.stop();
+    server = await startPro(['--agent-token', token]);
+    await apply('plain', 'dag_id: plain\ntasks:\n  - id: t\n    command: ["sleep", "1"]\n');
+    const runId = await trigger('plain');
+    const t = await waitFor('running: its agent got in', async () => {
+      const x = await tiOf(runId);
+      return x.state === 'running' ? x : null;
+    }, 30_000);
+    const pod = kube.pod(NS, podOf(t));
+    expect(JSON.stringify(pod)).not.toContain(token);
+    expect(pod.spec.containers[0].env.map((e: { name: string }) => e.name)).not.toContain('LEOFLOW_AGENT_TOKEN');
+    expect((await ended(runId)).state).toBe('success');
+  });
+
   it('with auth on, a pod\'s agent gets in with its attempt\'s token alone, and a Hello with a wrong one is refused', { timeout: 90_000 }, async () => {
     const admin = `lf_${randomUUID()}${randomUUID()}`;
     await server.stop();

@@ -29,7 +29,7 @@ function executor(over: Partial<KubernetesExecutorOptions> = {}, active: { attem
   const rec: Recorded = { finished: [], lost: [], pending: [] };
   const ex = createKubernetesExecutor({
     kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
-    pods: { install: 'install-a', namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 },
+    pods: { install: 'install-a', namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 },
     reporter: {
       started: async () => true,
       log: () => {},
@@ -87,7 +87,7 @@ describe('kubernetes executor', () => {
   });
 
   it('shares a namespace with another install: neither its lead nor a retry touches the other\'s pods, whose ti ids are the same', async () => {
-    const podsOf = (install: string) => ({ install, namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 });
+    const podsOf = (install: string) => ({ install, namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 });
     // Install A runs ti 1, try 1 (ids start at 1 in every database).
     const a = executor({ pods: podsOf('install-a') });
     await a.ex.lead(true);
@@ -283,7 +283,7 @@ describe('kubernetes executor', () => {
   });
 
   it('removes finished pods per the retention: succeeded at once, failed after keep_failed', async () => {
-    const { ex } = executor({ pods: { install: 'install-a', namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 600 } });
+    const { ex } = executor({ pods: { install: 'install-a', namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 600 } });
     await ex.lead(true);
     const ok = attempt();
     const bad = attempt();
@@ -347,7 +347,7 @@ describe('kubernetes executor: credentials and refusals', () => {
 
 describe('kubernetes executor: pending', () => {
   it('fails a pod scheduled but never running past the pending timeout, with its last reason', async () => {
-    const { ex, rec } = executor({ pods: { install: 'install-a', namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 400, keepSucceededMs: 0, keepFailedMs: 60_000 } });
+    const { ex, rec } = executor({ pods: { install: 'install-a', namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, podPendingTimeoutMs: 400, keepSucceededMs: 0, keepFailedMs: 60_000 } });
     await ex.lead(true);
     const a = attempt();
     await ex.dispatch(a);
@@ -387,7 +387,7 @@ describe('kubernetes executor: adoption during a leader overlap', () => {
     const rec: Recorded = { finished: [], lost: [], pending: [] };
     const ex = createKubernetesExecutor({
       kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
-      pods: { install: 'install-a', namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 },
+      pods: { install: 'install-a', namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 },
       reporter: { started: async () => true, log: () => {}, heartbeat: async () => new Set(), logsSoFar: async () => ({ stdout: 0, stderr: 0 }), finished: async (a, result) => void rec.finished.push({ tiId: a.tiId, result }) },
       store: {
         lost: async (a, error) => {
@@ -466,7 +466,7 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
     await kube.close();
     kube = await startFakeKubeApi({ namespaces: [NS] });
     const noisy = Array.from({ length: 30 }, (_, i) => `line ${i}`).join('\n');
-    const { ex, rec } = executor({ pods: { install: 'install-a', namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['sh', '-c', `echo '${noisy}'; echo 'sh: 1: leoflow: not found' >&2; exit 127`, 'sh'], killGraceMs: 1000, agentToken: null, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 } });
+    const { ex, rec } = executor({ pods: { install: 'install-a', namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['sh', '-c', `echo '${noisy}'; echo 'sh: 1: leoflow: not found' >&2; exit 127`, 'sh'], killGraceMs: 1000, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 } });
     await ex.lead(true);
     const a = attempt();
     await ex.dispatch(a);

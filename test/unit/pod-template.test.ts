@@ -9,7 +9,7 @@ import { loadConfig } from '../../src/server/config/load-config.js';
 import { podSecurityViolations } from '../helpers/fake-kube/pod-security.js';
 
 const attempt: Attempt = { tiId: '7', runId: '3', dagId: 'etl', taskId: 'load', tryNumber: 1, maxTries: 1, attemptToken: 'tok', dispatchKey: 'k', command: ['true'], env: {}, cwd: null, timeoutMs: null };
-const settings: PodSettings = { install: 'i1', namespace: 'jobs', image: 'leoflow:1', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null, podCa: { kind: 'secret', name: 'ca', key: 'ca.crt' } };
+const settings: PodSettings = { install: 'i1', namespace: 'jobs', image: 'leoflow:1', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, podCa: { kind: 'secret', name: 'ca', key: 'ca.crt' } };
 
 const TEMPLATE = `
 metadata:

@@ -168,7 +168,7 @@ describe('secret references on their way to the executor', () => {
   });
 
   it('gives a pod its Kubernetes Secrets as secretKeyRefs under the variable\'s name, and nothing else of the secrets', () => {
-    const pod = podManifest(attempt, { install: 'install-a', namespace: 'ns', image: 'img', serverUrl: 'http://cp:1', agentCommand: ['leoflow'], killGraceMs: 1000, agentToken: null });
+    const pod = podManifest(attempt, { install: 'install-a', namespace: 'ns', image: 'img', serverUrl: 'http://cp:1', agentCommand: ['leoflow'], killGraceMs: 1000 });
     const env = pod.spec!.containers[0]!.env!;
     expect(env.filter((e) => e.name === 'T')).toEqual([{ name: 'T', valueFrom: { secretKeyRef: { name: 'my-secret', key: 'token' } } }]);
     expect(env.map((e) => e.name)).not.toContain('A');

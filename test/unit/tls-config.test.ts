@@ -150,7 +150,7 @@ describe('clients\' TLS flags', () => {
 
 describe("a pod's CA", () => {
   const attempt = { tiId: '7', runId: '3', dagId: 'd', taskId: 't', tryNumber: 1, maxTries: 1, attemptToken: '2b1e4b0e-6d5f-4c39-9a55-0c1b8f0e7a11', dispatchKey: 'k', command: ['true'], env: {}, cwd: null, timeoutMs: null };
-  const settings = { install: 'install-a', namespace: 'jobs', image: 'leoflow:1', serverUrl: 'https://leoflow:7070', agentCommand: ['leoflow'], killGraceMs: 10_000, agentToken: null };
+  const settings = { install: 'install-a', namespace: 'jobs', image: 'leoflow:1', serverUrl: 'https://leoflow:7070', agentCommand: ['leoflow'], killGraceMs: 10_000 };
 
   it('mounts the one key of the Secret or ConfigMap read-only and points the agent at it', async () => {
     const { podManifest } = await import('../../src/executors/kubernetes/pod-manifest.js');

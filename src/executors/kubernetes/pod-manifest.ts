@@ -24,9 +24,11 @@ export interface PodSettings {
   agentCommand: string[];
   /** Between SIGTERM and SIGKILL of the task inside the pod; the pod's grace period adds a margin. */
   killGraceMs: number;
-  /** The agents' shared secret, when the control plane requires one. */
-  agentToken: string | null;
-  /** Where pods read the agent token from instead (a Secret in their namespace); null: `agentToken` in the env. */
+  /**
+   * Where pods read the deprecated shared agent token from (a Secret in their namespace); null:
+   * none. The token itself is never written into a pod spec (anyone who may list pods would read
+   * it): a pod's agent proves itself with its attempt's token.
+   */
   agentTokenSecret?: { name: string; key: string } | null;
   /** A Secret or ConfigMap key in the pod's namespace holding the CA the pod's agent verifies an
    *  https:// serverUrl with; null: the image's system roots. */
@@ -62,9 +64,7 @@ export function podManifest(attempt: Attempt, s: PodSettings): V1Pod {
       'kubernetes' in ref ? [{ name, valueFrom: { secretKeyRef: { name: ref.kubernetes.name, key: ref.kubernetes.key } } }] : []),
     // The attempt this pod runs, and nothing else (agent --once, Hello.only_attempt_token).
     { name: 'LEOFLOW_ATTEMPT_TOKEN', value: attempt.attemptToken },
-    ...(s.agentTokenSecret
-      ? [{ name: 'LEOFLOW_AGENT_TOKEN', valueFrom: { secretKeyRef: { name: s.agentTokenSecret.name, key: s.agentTokenSecret.key } } }]
-      : s.agentToken !== null ? [{ name: 'LEOFLOW_AGENT_TOKEN', value: s.agentToken }] : []),
+    ...(s.agentTokenSecret ? [{ name: 'LEOFLOW_AGENT_TOKEN', valueFrom: { secretKeyRef: { name: s.agentTokenSecret.name, key: s.agentTokenSecret.key } } }] : []),
     ...(s.podCa ? [{ name: 'LEOFLOW_CA_FILE', value: `${POD_CA_DIR}/${POD_CA_FILE}` }] : []),
   ];
   // Only the one key is projected, under a fixed name, so the Secret may hold other keys too.
