@@ -134,6 +134,7 @@ export class AgentConnection implements AgentHandle {
     // The same process (its stream half-dead, it reconnected) takes over its own.
     const live = registry.get(hello.agentId);
     if (live && live.incarnationId !== hello.incarnationId) throw this.#heldElsewhere();
+    if (token) this.deps.agentCredentials.streams?.admit(token.id);
     // A one-shot claim is a placement like any other, checked before anything is written. (A
     // pod's claim names its attempt's token instead, bound to that pod at Hello.)
     if (hello.onlyTiId !== '0' && hello.onlyTiId !== '' && hello.onlyAttemptToken === '') {

@@ -46,7 +46,7 @@ export async function prepareAuth(
       );
     }
   }
-  const streams = new TokenStreams();
+  const streams = new TokenStreams(config.maxTokenStreams);
   return { required: config.authRequired, authenticator, streams, agentCredentials: {
       streams,
       required: config.authRequired,

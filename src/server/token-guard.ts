@@ -42,6 +42,8 @@ export function tokenGuard(
     }
     // The handler records who wrote by this id (caller.ts).
     req.contextValues.set(callerKey, { ...req.contextValues.get(callerKey), id: who.token.id });
+    const streaming = req.method.methodKind === 'server_streaming' || req.method.methodKind === 'bidi_streaming';
+    if (streaming) streams?.admit(who.token.id);
     const res = await next(req);
     // A stream (a watch, a log follow) lives only as long as its token: cut when it is revoked
     // or expires (token-streams.ts).

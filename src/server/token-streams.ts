@@ -12,6 +12,20 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
 export class TokenStreams {
   readonly #open = new Map<string, Set<(err: ConnectError) => void>>();
 
+  /** `max`: the open streams one token may hold (`--max-token-streams`). */
+  constructor(readonly max: number = Infinity) {}
+
+  /**
+   * Throws RESOURCE_EXHAUSTED when this token holds its limit of streams already: one client's
+   * flood of watches or agent streams costs that client alone. Checked before a stream opens.
+   */
+  admit(tokenId: string): void {
+    const n = this.#open.get(tokenId)?.size ?? 0;
+    if (n >= this.max) {
+      throw new ConnectError(`API token "${tokenId}" holds ${n} open streams, the limit (--max-token-streams ${this.max}): close some first`, Code.ResourceExhausted);
+    }
+  }
+
   /** Registers a stream; `cut` ends it with the error given. Returns the call that unregisters it. */
   open(token: { id: string; expires_at: Date | null }, cut: (err: ConnectError) => void): () => void {
     let set = this.#open.get(token.id);

@@ -93,4 +93,36 @@ describe('a revoked or expired token', () => {
     expect(w.at - opened).toBeGreaterThan(1000);
     expect(w.at - opened).toBeLessThan(4000);
   });
+
+  it('holds each token to --max-token-streams open streams: the one past it is refused, naming the limit, and other tokens go on', async () => {
+    const s = await start(['--replica-id', 'rev-cap', '--max-token-streams', '3']);
+    const admin = createClients(s.url, null, ADMIN);
+    const flood = createClients(s.url, null, (await admin.tokens.createToken({ name: 'flood', role: 'viewer' })).secret);
+    const other = createClients(s.url, null, (await admin.tokens.createToken({ name: 'other', role: 'viewer' })).secret);
+    const open = (c: typeof flood) => {
+      const ctl = new AbortController();
+      const ended = readToEnd(c.workflow.watchRuns({}, { signal: ctl.signal }));
+      return { ctl, ended };
+    };
+    const held = [open(flood), open(flood), open(flood)];
+    await new Promise((r) => setTimeout(r, 500)); // the three are open
+    const fourth = await readToEnd(flood.workflow.watchRuns({}));
+    expect(fourth.err?.code, String(fourth.err)).toBe(Code.ResourceExhausted);
+    expect(fourth.err?.rawMessage).toMatch(/^API token "[^"]+" holds 3 open streams, the limit \(--max-token-streams 3\): close some first$/);
+    // Another token is not held back by this one's flood.
+    const theirs = open(other);
+    await new Promise((r) => setTimeout(r, 300));
+    // One closed: room for one more.
+    held[0]!.ctl.abort();
+    await held[0]!.ended;
+    await new Promise((r) => setTimeout(r, 200));
+    const again = open(flood);
+    await new Promise((r) => setTimeout(r, 300));
+    for (const w of [held[1]!, held[2]!, theirs, again]) w.ctl.abort();
+    for (const w of [held[1]!, held[2]!, theirs, again]) {
+      const r = await w.ended;
+      // Ended by the client's own cancel, not refused.
+      expect(r.err?.code, String(r.err)).toBe(Code.Canceled);
+    }
+  });
 });

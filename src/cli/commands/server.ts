@@ -28,6 +28,7 @@ const HELP: Record<SettingKey, string> = {
   leader_watchdog: 'how often the leader checks its lock session',
   retention: 'remove finished runs (tasks, events, logs) this long after they ended, e.g. 30d; off keeps them',
   watch_buffer: 'events a WatchRun/WatchRuns stream may fall behind before it is cut off (RESOURCE_EXHAUSTED), default 10000',
+  max_token_streams: 'with auth on: the open streams (watches, log follows, agent streams) one API token may hold, default 256',
   agent_retention: 'forget an agent (no stream, no attempt) this long after it was last seen, e.g. 7d; off remembers them',
   otlp_endpoint: 'export spans of runs, attempts, dispatch and pod creation by OTLP/HTTP to this collector (e.g. http://127.0.0.1:4318); off by default',
   agent_token: 'deprecated: one secret any agent may present in Hello, for any id (use `leoflow token create --role agent`)',

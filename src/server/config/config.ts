@@ -56,6 +56,8 @@ export interface Config {
   retentionMs: number | null;
   /** How many events a WatchRun/WatchRuns stream may fall behind before it is cut off. */
   watchBufferEvents: number;
+  /** With auth on: the open streams one API token may hold (RESOURCE_EXHAUSTED past it). */
+  maxTokenStreams: number;
   /** An agent with no stream and no attempt is forgotten (its row deleted) this long after it was
    *  last seen; null: remembered for ever. */
   agentRetentionMs: number | null;
