@@ -3,7 +3,6 @@ import { timestampFromDate } from '@bufbuild/protobuf/wkt';
 import { Code, ConnectError, type ServiceImpl } from '@connectrpc/connect';
 import { listApiTokens, revokeApiToken, type ApiTokenRow } from '../db/tokens/api-tokens.js';
 import type { Logger } from 'pino';
-import { CHANNELS, notify } from '../db/notifications.js';
 import type { Sql } from '../db/sql.js';
 import type { TokenStreams } from './token-streams.js';
 import { actorPayload } from '../core/actor.js';
@@ -44,9 +43,9 @@ export function createTokenService(deps: { sql: Sql; logger: Logger; streams?: T
       if (req.id === '' || req.id.length > 64 || req.id.includes('\u0000')) throw new ConnectError(`id: must be a token id of 1 to 64 characters, got ${req.id.length}`, Code.InvalidArgument);
       const r = await revokeApiToken(sql, req.id);
       if (r === null) throw new ConnectError(`token ${JSON.stringify(req.id)} not found`, Code.NotFound);
-      // Its open streams end now: here at once, on the other replicas at their notification.
+      // Its open streams end now: here at once, on the other replicas at the notification the
+      // revocation sent (api-tokens.ts).
       const cut = deps.streams?.revoked(req.id) ?? 0;
-      await notify(sql, CHANNELS.tokenRevoked, req.id).catch((err: unknown) => deps.logger.warn({ err }, 'could not tell the other replicas of a revoked token'));
       deps.logger.info({ tokenId: req.id, streamsCut: cut, ...actorPayload(callerOf(ctx)) }, `API token ${req.id} revoked`);
       return { revoked: r };
     },

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -80,6 +80,20 @@ describe('a revoked or expired token', () => {
     expect(exit, agent.output()).not.toBeNull();
     expect(exit!.code).not.toBe(0);
     expect(agent.output()).toContain('was revoked');
+  });
+
+  it('ends them too when the token is revoked straight in the database (`leoflow token revoke --database-url`)', async () => {
+    const a = servers[0]!;
+    const admin = createClients(a.url, null, ADMIN);
+    const made = await admin.tokens.createToken({ name: 'direct', role: 'viewer' });
+    const watch = readToEnd(createClients(a.url, null, made.secret).workflow.watchRuns({}));
+    await new Promise((r) => setTimeout(r, 300));
+    const revokedAt = Date.now();
+    const r = await cli(null, ['token', 'revoke', made.token!.id, '--database-url', db.url]);
+    expect(r.code, r.stderr).toBe(0);
+    const w = await watch;
+    expect(w.err?.code, String(w.err)).toBe(Code.Unauthenticated);
+    expect(w.at - revokedAt).toBeLessThan(1500);
   });
 
   it('ends a stream when its token expires', async () => {

@@ -1,4 +1,5 @@
 import type { TokenRole } from '../../core/api-role.js';
+import { CHANNELS } from '../notifications.js';
 import type { Sql } from '../sql.js';
 
 /** A stored token, as lists show it: never its secret, nor its hash. */
@@ -37,9 +38,13 @@ export async function listApiTokens(sql: Sql): Promise<ApiTokenRow[]> {
 
 /** Revokes a token; false when it was revoked already, null when there is none of that id. */
 export async function revokeApiToken(sql: Sql, id: string): Promise<boolean | null> {
+  // The notification goes with the revocation, however it is made (the API, or the CLI straight
+  // into the database): every replica ends the token's open streams on it (token-streams.ts).
   const [row] = await sql<{ revoked: boolean }[]>`
-    update api_tokens set revoked_at = coalesce(revoked_at, now()) where id = ${id}
-    returning (revoked_at = now()) as revoked`;
+    with r as (
+      update api_tokens set revoked_at = coalesce(revoked_at, now()) where id = ${id}
+      returning id, (revoked_at = now()) as revoked)
+    select revoked, pg_notify(${CHANNELS.tokenRevoked}, id) from r`;
   return row ? row.revoked : null;
 }
 
