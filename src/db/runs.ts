@@ -166,10 +166,11 @@ export async function getRunView(sql: Sql | TxSql, runId: string): Promise<RunVi
 }
 
 /** The newest runs, of one DAG or of all, as the API shows them. */
-export async function listRuns(sql: Sql, opts: { dagId?: string; states?: readonly RunState[]; limit: number }): Promise<RunView[]> {
+export async function listRuns(sql: Sql, opts: { dagId?: string; states?: readonly RunState[]; limit: number; beforeId?: string }): Promise<RunView[]> {
   const ofDag = opts.dagId ? sql`dag_id = ${opts.dagId}` : sql`true`;
   const inStates = opts.states?.length ? sql`state = any(${opts.states as RunState[]}::text[])` : sql`true`;
-  return sql<RunView[]>`select ${sql(RUN_VIEW_COLUMNS)} from dag_runs where ${ofDag} and ${inStates} order by id desc limit ${opts.limit}`;
+  const before = opts.beforeId ? sql`id < ${opts.beforeId}` : sql`true`;
+  return sql<RunView[]>`select ${sql(RUN_VIEW_COLUMNS)} from dag_runs where ${ofDag} and ${inStates} and ${before} order by id desc limit ${opts.limit}`;
 }
 
 /** A run as the planner reads it: with whether its DAG is paused and, for a queued run, how many

@@ -24,6 +24,7 @@ import type { RunRead } from '../scheduler/planner-memory.js';
 import { countsToProto, dagToProto, eventToProto, logToProto, runStateOfWire, runToProto, tiToProto } from './to-proto.js';
 import { echo } from '../core/check-text.js';
 import { parseConf } from './parse-conf.js';
+import { pageOfRuns } from './runs-page.js';
 import { actorPayload } from '../core/actor.js';
 import { callerOf } from './caller.js';
 import type { EventFeed } from '../feed/event-feed.js';
@@ -186,10 +187,13 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
     async listRuns(req) {
       if (req.limit < 0 || req.limit > 1000) throw new InvalidArgumentError('limit', `must be between 0 and 1000, got ${req.limit}`);
       const states = req.states.map(runStateOfWire);
-      const runs = await listRuns(sql, { dagId: req.dagId || undefined, states, limit: req.limit || 50 });
+      const limit = req.limit || 50;
+      const beforeId = req.pageToken ? parseId('page_token', req.pageToken) : undefined;
+      // One more than asked for tells whether another page follows.
+      const runs = await listRuns(sql, { dagId: req.dagId || undefined, states, limit: limit + 1, beforeId });
       // A DAG with runs exists (they are deleted with it): only an empty list needs the check.
-      if (req.dagId && runs.length === 0 && !(await dagExists(sql, req.dagId))) throw new NotFoundError(`DAG "${req.dagId}" not found`);
-      return { runs: runs.map((r) => runToProto(r)) };
+      if (req.dagId && runs.length === 0 && !beforeId && !(await dagExists(sql, req.dagId))) throw new NotFoundError(`DAG "${req.dagId}" not found`);
+      return pageOfRuns(runs, limit);
     },
 
     async cancelRun(req, ctx) {

@@ -127,7 +127,14 @@ export function registerRun(program: Command, clients: () => Clients): void {
       const limit = Number(opts.limit);
       if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new Error(`--limit must be an integer from 1 to 1000, got ${JSON.stringify(opts.limit)}`);
       const states = opts.state === undefined ? [] : parseRunStates(opts.state);
-      const { runs } = await clients().workflow.listRuns({ dagId: opts.dag ?? '', states, limit });
+      // A page stops at 3 MiB (runs with large confs): the next pages fill up to --limit.
+      const runs = [];
+      let pageToken = '';
+      do {
+        const page = await clients().workflow.listRuns({ dagId: opts.dag ?? '', states, limit: limit - runs.length, pageToken });
+        runs.push(...page.runs);
+        pageToken = page.nextPageToken;
+      } while (pageToken && runs.length < limit);
       if (opts.output === 'json') {
         process.stdout.write(
           JSON.stringify(
