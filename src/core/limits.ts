@@ -32,4 +32,6 @@ export const LIMITS = {
   logLineChars: 64 * 1024,
   /** Entries in one Log message of an agent. */
   logEntries: 1000,
+  /** Lines stored of one attempt's output: past it one line says so, and the rest is dropped. */
+  attemptLogLines: 100_000,
 } as const;

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { LogStream } from '../core/attempt.js';
 import { isConnectionError } from './is-connection-error.js';
 import { retryOnConnectionError } from './retry-on-connection-error.js';
+import { LIMITS } from '../core/limits.js';
 import type { Sql } from './sql.js';
 
 interface Pending {
@@ -51,8 +52,16 @@ export interface LogWriter {
 export function createLogWriter(
   sql: Sql,
   logger: Logger,
-  opts: { flushMs: number; maxBatch: number; onRejected?: (lines: number) => void; giveUp?: AbortSignal },
+  opts: {
+    flushMs: number;
+    maxBatch: number;
+    onRejected?: (lines: number) => void;
+    giveUp?: AbortSignal;
+    /** Lines stored of one attempt (LIMITS.attemptLogLines); a test may set fewer. */
+    maxLinesPerAttempt?: number;
+  },
 ): LogWriter {
+  const maxLines = opts.maxLinesPerAttempt ?? LIMITS.attemptLogLines;
   let buffer: Pending[] = [];
   const seqs = new Map<string, number>();
   let timer: NodeJS.Timeout | null = null;
@@ -138,8 +147,15 @@ export function createLogWriter(
       const key = `${tiId}/${tryNumber}`;
       const seq = given ?? (seqs.get(key) ?? 0) + 1;
       seqs.set(key, Math.max(seq, seqs.get(key) ?? 0));
+      // One attempt's output is bounded (a task printing without end would fill the database):
+      // the line past the limit says so, in its place, and later ones are dropped. By seq, so a
+      // line sent again after a reconnect is judged the same.
+      if (seq > maxLines + 1) return;
+      const stored = seq > maxLines
+        ? { stream: 'system' as const, line: `[output cut: an attempt's log holds at most ${maxLines} lines; the rest is not stored]` }
+        : { stream, line: line.includes('\0') ? line.replaceAll('\0', '\uFFFD') : line };
       // NUL bytes cannot be stored in a text column.
-      buffer.push({ tiId, tryNumber, attemptToken, seq, stream, line: line.includes('\0') ? line.replaceAll('\0', '\uFFFD') : line, at: new Date() });
+      buffer.push({ tiId, tryNumber, attemptToken, seq, ...stored, at: new Date() });
       if (buffer.length >= opts.maxBatch) void flush();
       else timer ??= setTimeout(() => void flush(), opts.flushMs);
     },

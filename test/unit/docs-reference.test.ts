@@ -116,6 +116,7 @@ describe('docs/dag-reference.md against the DAG parser', () => {
     'agent.labels': { value: LIMITS.labels },
     'log.line': { value: LIMITS.logLineChars },
     'log.entries': { value: LIMITS.logEntries },
+    'log.lines': { value: LIMITS.attemptLogLines },
   };
 
   it('states every limit as the code enforces it, and no other', () => {
