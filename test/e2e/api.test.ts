@@ -155,6 +155,14 @@ describe('compressed garbage bodies', () => {
     expect(JSON.parse(notGzipUnary.body)).toMatchObject({ code: 'invalid_argument' });
   });
 
+  it('a garbage frame on the agent stream ends it with INVALID_ARGUMENT, never INTERNAL (issue 38)', async () => {
+    const connect = '/leoflow.v1.AgentService/Connect';
+    for (const bytes of [garbage, Buffer.from([0x0a, 0x05, 0x01]), Buffer.from('not a protobuf message at all')]) {
+      const r = await h2request({ ':path': connect, 'content-type': 'application/grpc' }, envelope(0, bytes));
+      expect([r.grpcStatus, r.grpcMessage]).toEqual(['3', expect.stringMatching(/^a message on the stream is not a valid leoflow\.v1\.ConnectRequest protobuf message \(/)]);
+    }
+  });
+
   it('still answers a well-formed gzip-compressed request', async () => {
     for (const transport of [createGrpcTransport({ baseUrl: server.url, sendCompression: compressionGzip }), createConnectTransport({ baseUrl: server.url, httpVersion: '2', sendCompression: compressionGzip, compressMinBytes: 0 }), createGrpcWebTransport({ baseUrl: server.url, httpVersion: '2', sendCompression: compressionGzip, compressMinBytes: 0 })]) {
       const client = createClient(WorkflowService, transport);
