@@ -20,6 +20,14 @@ function checkHelloAccess(h: Hello): void {
       Code.FailedPrecondition,
     );
   }
+  // Required since 2026-11 within protocol version 1: an agent from before it is told, as for a
+  // version it does not speak, to upgrade (FAILED_PRECONDITION stops it), not that it erred.
+  if (h.incarnationId === '') {
+    throw new ConnectError(
+      'hello.incarnation_id: this control plane needs it (a UUID made once per agent process); this agent is older than the control plane: upgrade it',
+      Code.FailedPrecondition,
+    );
+  }
 }
 
 /**
