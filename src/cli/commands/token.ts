@@ -1,7 +1,6 @@
-import { create } from '@bufbuild/protobuf';
 import type { Command } from 'commander';
 import { parseDuration } from '../../core/duration.js';
-import { TokenSchema, type Token } from '../../gen/leoflow/v1/token_pb.js';
+import type { Token } from '../../gen/leoflow/v1/token_pb.js';
 import type { Clients } from '../client.js';
 import { table, time } from '../format.js';
 
@@ -10,19 +9,17 @@ interface Direct {
 }
 
 /**
- * `--database-url` goes to Postgres itself, not through the API: the way to the first admin
- * token, for whoever operates the server (and so holds its database's credentials) before any
- * token exists. The migrations run first, so it works before the server ever started.
+ * The TokenService to call: the API's, or with `--database-url` the same service run in this
+ * process on Postgres itself (direct-token-service.ts), the way to the first admin token.
  */
-async function withDatabase<T>(url: string, fn: (sql: import('../../db/sql.js').Sql) => Promise<T>): Promise<T> {
-  const { createSql } = await import('../../db/sql.js');
-  const { migrate } = await import('../../db/migrate.js');
-  const sql = createSql(url, { max: 1, applicationName: 'leoflow-token' });
+async function tokenService<T>(opts: Direct, clients: () => Clients, fn: (tokens: Clients['tokens']) => Promise<T>): Promise<T> {
+  if (!opts.databaseUrl) return fn(clients().tokens);
+  const { directTokenService } = await import('../../server/direct-token-service.js');
+  const direct = await directTokenService(opts.databaseUrl);
   try {
-    await migrate(sql);
-    return await fn(sql);
+    return await fn(direct.client);
   } finally {
-    await sql.end({ timeout: 5 });
+    await direct.close();
   }
 }
 
@@ -58,19 +55,9 @@ export function registerToken(program: Command, clients: () => Clients): void {
     .option('-o, --output <format>', 'secret (only the secret, for scripts) | json', 'secret')
     .action(async (opts: Direct & { role: string; name: string; agentPattern?: string; expires: string; output: string }) => {
       const req = { name: opts.name, role: opts.role, agentPattern: opts.agentPattern ?? '', ttlSeconds: ttlSeconds(opts.expires) };
-      let t: Token;
-      let secret: string;
-      if (opts.databaseUrl) {
-        const { createApiToken } = await import('../../server/create-api-token.js');
-        const { tokenToProto } = await import('../../server/token-service.js');
-        const made = await withDatabase(opts.databaseUrl, (sql) => createApiToken(sql, req));
-        t = create(TokenSchema, tokenToProto(made.token));
-        secret = made.secret;
-      } else {
-        const res = await clients().tokens.createToken({ ...req, ttlSeconds: BigInt(req.ttlSeconds) });
-        t = res.token!;
-        secret = res.secret;
-      }
+      const res = await tokenService(opts, clients, (tokens) => tokens.createToken({ ...req, ttlSeconds: BigInt(req.ttlSeconds) }));
+      const t = res.token!;
+      const secret = res.secret;
       if (opts.output === 'json') process.stdout.write(`${JSON.stringify({ ...tokenJson(t), secret }, null, 2)}\n`);
       else {
         process.stdout.write(`${secret}\n`);
@@ -84,14 +71,7 @@ export function registerToken(program: Command, clients: () => Clients): void {
     .option(...dbOption)
     .option('-o, --output <format>', 'table | json', 'table')
     .action(async (opts: Direct & { output: string }) => {
-      let tokens: Token[];
-      if (opts.databaseUrl) {
-        const { listApiTokens } = await import('../../db/tokens/api-tokens.js');
-        const { tokenToProto } = await import('../../server/token-service.js');
-        tokens = (await withDatabase(opts.databaseUrl, listApiTokens)).map((r) => create(TokenSchema, tokenToProto(r)));
-      } else {
-        tokens = (await clients().tokens.listTokens({})).tokens;
-      }
+      const { tokens } = await tokenService(opts, clients, (api) => api.listTokens({}));
       if (opts.output === 'json') {
         process.stdout.write(`${JSON.stringify(tokens.map(tokenJson), null, 2)}\n`);
         return;
@@ -105,15 +85,7 @@ export function registerToken(program: Command, clients: () => Clients): void {
     .argument('<id>', 'the token id (see `leoflow token list`)')
     .option(...dbOption)
     .action(async (id: string, opts: Direct) => {
-      let revoked: boolean;
-      if (opts.databaseUrl) {
-        const { revokeApiToken } = await import('../../db/tokens/api-tokens.js');
-        const r = await withDatabase(opts.databaseUrl, (sql) => revokeApiToken(sql, id));
-        if (r === null) throw new Error(`token ${JSON.stringify(id)} not found`);
-        revoked = r;
-      } else {
-        revoked = (await clients().tokens.revokeToken({ id })).revoked;
-      }
+      const { revoked } = await tokenService(opts, clients, (tokens) => tokens.revokeToken({ id }));
       process.stdout.write(revoked ? `revoked token ${id}\n` : `token ${id} was revoked already\n`);
     });
 }
