@@ -33,7 +33,7 @@ describe('migrate', () => {
         select c.relname as t from pg_class c join pg_namespace n on n.oid = c.relnamespace
         where n.nspname = 'public' and c.relkind in ('r', 'p') and not c.relispartition order by 1`;
       expect(tables.map((r) => r.t)).toEqual(
-        ['agents', 'api_tokens', 'dag_runs', 'dag_versions', 'dags', 'events', 'leoflow_install', 'leoflow_migrations', 'task_instances', 'task_logs', 'trace_export'].sort(),
+        ['agents', 'api_tokens', 'dag_runs', 'dag_versions', 'dags', 'events', 'leoflow_install', 'leoflow_migrations', 'replica_addresses', 'task_instances', 'task_logs', 'trace_export'].sort(),
       );
     } finally {
       await a.end();
