@@ -20,6 +20,27 @@ export function killOrphans(root: string, keep: ReadonlySet<string>): Orphan[] {
 }
 
 /**
+ * Resolves once every one of `killed` is gone: SIGKILL is delivered, not yet obeyed, when
+ * `kill` returns, and on a busy machine a killed task may still run for a moment. A restart
+ * waits for this before it schedules, so no next try starts beside it. Throws when one outlives
+ * `waitMs` (a process stuck in the kernel): the restart must not go on while it may still run.
+ */
+export async function orphansGone(killed: readonly Orphan[], waitMs = 10_000): Promise<void> {
+  if (killed.length === 0) return;
+  const pids = new Set(killed.map((o) => o.pid));
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    // A process that has exited (a zombie included) no longer shows its environment.
+    const left = processesMarked(`${ATTEMPT_DIR_ENV}=`).filter((p) => pids.has(p.pid));
+    if (left.length === 0) return;
+    if (Date.now() > deadline) {
+      throw new Error(`task processes ${left.map((p) => p.pid).join(', ')} left by an earlier process survived SIGKILL for ${waitMs} ms`);
+    }
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/**
  * Kills every process group whose processes carry one of `dirs` as their attempt's folder: the
  * shims (and their tasks) of starts that are given up on, found by the folder the spawn helper
  * puts in their environment (spawn-helper.ts).

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, LogStream } from '../executor.js';
 import { AttemptDir } from '../process/attempt-dir.js';
-import { killOrphans } from '../process/orphans.js';
+import { killOrphans, orphansGone } from '../process/orphans.js';
 import { ShimProcess } from '../process/shim-process.js';
 import type { HeartbeatLoop } from './heartbeat-loop.js';
 import { describeExit } from './running.js';
@@ -53,7 +53,9 @@ export async function adoptAttempts(c: AdoptContext): Promise<Adopted> {
       c.runs.logError(attempt, err, 'could not adopt an attempt left by an earlier process');
     }
   }
-  found.killed = new Set(killOrphans(c.root, kept).map((o) => o.attemptDir)).size;
+  const orphans = killOrphans(c.root, kept);
+  await orphansGone(orphans);
+  found.killed = new Set(orphans.map((o) => o.attemptDir)).size;
   if (found.reattached + found.recorded + found.killed > 0) c.logger.info(found, 'adopted the attempts an earlier process left');
   return found;
 }
