@@ -156,7 +156,14 @@ class AgentRuntime {
   async run(): Promise<AgentExit> {
     const log = this.#log;
     const addresses = this.#addresses;
-    log.info({ servers: this.#o.serverUrls, incarnation: fingerprint(this.#o.incarnationId ?? PROCESS_INCARNATION_ID), slots: this.#o.slots ?? 1, labels: this.#o.labels ?? {}, onlyTiId: this.#o.onlyTiId ?? undefined }, 'agent starting');
+    log.info(
+      {
+        servers: this.#o.serverUrls, incarnation: fingerprint(this.#o.incarnationId ?? PROCESS_INCARNATION_ID),
+        slots: this.#o.slots ?? 1, labels: this.#o.labels ?? {},
+        onlyTiId: this.#o.onlyTiId ?? undefined,
+      },
+      'agent starting',
+    );
     try {
       // Before any Hello: what an earlier process of this agent left is held again or proved dead.
       await this.#runner.holdLeftovers();
@@ -175,7 +182,8 @@ class AgentRuntime {
               this.#backoff.bound(w.maxReconnectBackoff ? positiveMs(w.maxReconnectBackoff) ?? undefined : undefined);
               const { resumed, superseded } = this.#runner.welcome(w);
               addresses.learn(w.replicaUrls);
-              log.info({ replica: w.replicaId, server: serverUrl, replicas: w.replicaUrls, resumed, superseded, maxBackoffMs: this.#backoff.maxMs }, 'connected');
+              const maxBackoffMs = this.#backoff.maxMs;
+              log.info({ replica: w.replicaId, server: serverUrl, replicas: w.replicaUrls, resumed, superseded, maxBackoffMs }, 'connected');
             },
             received: (m) => this.#received(m),
             acked: (seq) => this.#runner.acked(seq),

@@ -15,7 +15,7 @@ import type { AgentConnectionDeps } from './agent-connection-deps.js';
 import { readHello } from './agent-hello.js';
 import { AgentReports, validMessage } from './agent-reports.js';
 import { AsyncQueue } from './async-queue.js';
-import type { HeartbeatSource } from './heartbeat-buffer.js';
+import type { HeartbeatSource, HeldRef } from './heartbeat-buffer.js';
 import { HeldAttempts } from './held-attempts.js';
 import type { ClientCertificate } from './tls-identity.js';
 
@@ -124,7 +124,8 @@ export class AgentConnection implements AgentHandle {
 
   async *run(requests: AsyncIterable<ConnectRequest>, signal: AbortSignal, clientCert?: ClientCertificate | null): AsyncGenerator<Response> {
     const it = requests[Symbol.asyncIterator]();
-    const { hello, held, token } = await readHello(it, clientCert, this.deps.agentCredentials, (check) => validMessage('hello', check, this.deps.onRejected, this.#log));
+    const valid = (check: () => HeldRef[]) => validMessage('hello', check, this.deps.onRejected, this.#log);
+    const { hello, held, token } = await readHello(it, clientCert, this.deps.agentCredentials, valid);
     this.agentId = hello.agentId;
     this.incarnationId = hello.incarnationId;
     this.#log = this.deps.logger.child({ agentId: hello.agentId, session: this.sessionId.slice(0, 8), incarnation: fingerprint(hello.incarnationId) });

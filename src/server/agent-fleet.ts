@@ -243,7 +243,9 @@ export function createAgentFleet(o: AgentFleetOptions) {
           log.warn({ err }, "shutting down: could not read the other replicas' addresses: agents are told to reconnect without one");
           return [] as string[];
         });
-      if (others.length === 0 && registry.size > 0) log.warn({ agents: registry.size }, 'shutting down: no other replica is advertised: agents that know no other address wait for one');
+      if (others.length === 0 && registry.size > 0) {
+        log.warn({ agents: registry.size }, 'shutting down: no other replica is advertised: agents that know no other address wait for one');
+      }
       for (;;) {
         // Every pass: a stream that opened just before `leave()` registers a little later.
         for (const handle of registry.all()) handle.goAway(reason, others);

@@ -22,7 +22,8 @@ export class TokenStreams {
   admit(tokenId: string): void {
     const n = this.#open.get(tokenId)?.size ?? 0;
     if (n >= this.max) {
-      throw new ConnectError(`API token "${tokenId}" holds ${n} open streams, the limit (--max-token-streams ${this.max}): close some first`, Code.ResourceExhausted);
+      const why = `API token "${tokenId}" holds ${n} open streams, the limit (--max-token-streams ${this.max}): close some first`;
+      throw new ConnectError(why, Code.ResourceExhausted);
     }
   }
 

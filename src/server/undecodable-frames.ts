@@ -14,7 +14,8 @@ export async function* undecodableAsInvalid<T>(requests: AsyncIterable<T>, typeN
       next = await it.next();
     } catch (err) {
       if (err instanceof ConnectError && err.code === Code.Internal && err.rawMessage.startsWith('parse binary: ')) {
-        throw new ConnectError(`a message on the stream is not a valid ${typeName} protobuf message (${err.rawMessage.slice('parse binary: '.length)})`, Code.InvalidArgument);
+        const why = err.rawMessage.slice('parse binary: '.length);
+        throw new ConnectError(`a message on the stream is not a valid ${typeName} protobuf message (${why})`, Code.InvalidArgument);
       }
       throw err;
     }

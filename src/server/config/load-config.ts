@@ -135,7 +135,8 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
   config.authRequired = !config.insecure && (edition === 'pro' || !isLoopback(config.listenHost));
   if (config.advertiseUrl && config.advertiseUrl.startsWith('https:') !== (tls !== null)) {
     // Agents told this address would fail the handshake (or send plain text to a TLS port).
-    problems.push(`${pick('advertise_url', defaults)!.source}: must be ${tls ? 'https://' : 'http://'} as this replica serves ${tls ? 'TLS (--tls-cert)' : 'plain HTTP (no --tls-cert)'}, got ${config.advertiseUrl}`);
+    const serves = tls ? 'https:// as this replica serves TLS (--tls-cert)' : 'http:// as this replica serves plain HTTP (no --tls-cert)';
+    problems.push(`${pick('advertise_url', defaults)!.source}: must be ${serves}, got ${config.advertiseUrl}`);
   }
   if (tls?.clientAuth === 'all' && kubernetes) {
     // A pod's agent has no certificate of its pod's name; with `agents` it proves itself with its attempt's token.
