@@ -7,6 +7,7 @@ import { createClients } from '../../src/cli/client.js';
 import { freePort } from '../helpers/global-setup.js';
 import { BIN, cli, startServer } from '../helpers/leoflow-process.js';
 import { createTestDatabase } from '../helpers/test-database.js';
+import { reportRatios } from './ratios.js';
 import { percentile, report } from './report.js';
 
 /**
@@ -128,6 +129,7 @@ describe('startup and hello latency', () => {
         cliRow('leoflow dag list (CLI start and one call)', cliStart.dagList),
       ];
       await report('startup', rows, { samples: { cold: cold.length, warm: warm.length, hello: total.length, cli: cliRuns.length, cliStart: cliStart.help.length } });
+      await reportRatios();
     } finally {
       await s.stop();
       await db.drop();

@@ -5,6 +5,8 @@ import { defineConfig } from 'vitest/config';
  *  bench/node_modules (installed by `npm run bench`) resolves them. */
 export default defineConfig({
   test: {
+    // Named: global-setup starts no database for a project without a name (the main config's root).
+    name: 'bench',
     include: ['test/bench/**/*.bench.ts', 'bench/*.bench.ts'],
     globalSetup: ['test/helpers/global-setup.ts', 'test/bench/run-started.ts'],
     fileParallelism: false,
