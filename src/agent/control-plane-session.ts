@@ -1,5 +1,5 @@
 /**
- * The agent's side of one Connect stream (the control plane's is `server/agent-connection.ts`),
+ * The agent's side of one Connect stream (the control plane's is `server/agents/connection.ts`),
  * from Hello to its end: waits (bounded) for Welcome, then writes the
  * outbox, sends Keepalive every interval, and closes the stream when it goes deaf. It holds no
  * state that outlives the stream; the runtime decides what to do with what arrives.

@@ -1,9 +1,8 @@
 import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, AttemptResult } from '../core/attempt.js';
-import { STARTED_TI_STATES } from '../core/states.js';
-import { inlineLiterals } from './inline-literals.js';
 import type { FinishVerdict } from './attempts/finish-attempt.js';
 import { flushHeartbeats } from './attempts/flush-heartbeats.js';
+import { isRunning } from './attempts/is-running.js';
 import type { ReportBatcher } from './attempts/report-batcher.js';
 import type { LogWriter } from './log-writer.js';
 import { logsSoFar } from './logs.js';
@@ -14,13 +13,6 @@ export interface AttemptStoreHooks {
   onFinished?(attempt: Attempt, verdict: FinishVerdict): void;
   /** A report for a superseded attempt was refused. */
   onRejected?(attempt: Attempt, report: 'started' | 'finished' | 'heartbeat'): void;
-}
-
-async function isRunning(sql: Sql, a: Attempt): Promise<boolean> {
-  const [row] = await sql`
-    select 1 from task_instances where id = ${a.tiId} and try_number = ${a.tryNumber} and attempt_token = ${a.attemptToken}
-      and state in (${inlineLiterals(sql, STARTED_TI_STATES)})`;
-  return row !== undefined;
 }
 
 /**

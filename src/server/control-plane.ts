@@ -1,7 +1,7 @@
 import { createEventFeed } from '../feed/event-feed.js';
 import type { ReplicaTracing } from '../tracing/replica-tracing.js';
 import type { SpanRecorder } from '../tracing/span-recorder.js';
-import { createChangeSignal } from './change-signal.js';
+import { createChangeSignal } from './api/change-signal.js';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import type { AttemptReporter } from '../core/attempt.js';
@@ -30,19 +30,19 @@ import { createSubprocessExecutor } from '../executors/subprocess/subprocess-exe
 import { LEADER_LOCK_KEY } from '../scheduler/leader.js';
 import { createScheduler, type Scheduler } from '../scheduler/scheduler.js';
 import { advertisedUrl } from './advertised-url.js';
-import { createAgentFleet } from './agent-fleet.js';
-import { apiRoutes } from './api-routes.js';
-import { prepareAuth } from './prepare-auth.js';
+import { createAgentFleet } from './agents/fleet.js';
+import { apiRoutes } from './api/routes.js';
+import { prepareAuth } from './auth/prepare-auth.js';
 import { serveApi } from './api-server.js';
-import { startTlsReloader } from './tls-reloader.js';
-import { applyDagPaths } from './apply-dag-paths.js';
+import { startTlsReloader } from './auth/tls-reloader.js';
+import { applyDagPaths } from './dags/apply-dag-paths.js';
 import type { Config } from './config/config.js';
-import { createDagParser } from './dag-parser.js';
+import { createDagParser } from './dags/dag-parser.js';
 import { openDatabase, type Database } from './database.js';
-import { createHealth } from './health.js';
+import { createHealth } from './observability/health.js';
 import { shutdownDeadline } from './shutdown-deadline.js';
 import { lockStateDir } from './state-dir-lock.js';
-import { createMetrics, historyCounters, schedulerCounters, serveMetrics, type Metrics } from './metrics.js';
+import { createMetrics, historyCounters, schedulerCounters, serveMetrics, type Metrics } from './observability/metrics.js';
 
 /** How long an attempt's start and end reports are retried while the database is unreachable. */
 const REPORT_RETRY_MS = 10 * 60_000;

@@ -7,7 +7,7 @@ import { createClients } from '../../src/cli/client.js';
 import type { Sql } from '../../src/db/sql.js';
 import { removeRuns } from '../../src/db/history/remove-runs.js';
 import { createHistoryRound } from '../../src/scheduler/history-round.js';
-import { cleanHistory } from '../../src/server/clean-history.js';
+import { cleanHistory } from '../../src/server/api/clean-history.js';
 import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { round } from './pg-xacts.js';

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { ClusterService } from '../../src/gen/leoflow/v1/cluster_pb.js';
 import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
-import { WRITE_RPCS } from '../../src/server/role-guard.js';
+import { WRITE_RPCS } from '../../src/server/auth/role-guard.js';
 import { BIN, cli, runCommand, serverLauncher, startAgent, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
 import { isRunEnded } from '../helpers/run-ends.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';

@@ -1,14 +1,14 @@
 import { createContextValues } from '@connectrpc/connect';
 import { createEventFeed } from '../../src/feed/event-feed.js';
-import { createChangeSignal } from '../../src/server/change-signal.js';
+import { createChangeSignal } from '../../src/server/api/change-signal.js';
 import pino from 'pino';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseDag } from '../../src/core/dag/parse-dag.js';
 import { connectAgent } from '../../src/db/agents.js';
 import type { Sql } from '../../src/db/sql.js';
-import { createClusterService } from '../../src/server/cluster-service.js';
-import { createWorkflowService } from '../../src/server/workflow-service.js';
+import { createClusterService } from '../../src/server/api/cluster-service.js';
+import { createWorkflowService } from '../../src/server/api/workflow-service.js';
 import type { LeaderElector } from '../../src/scheduler/leader.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 

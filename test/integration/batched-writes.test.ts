@@ -10,7 +10,7 @@ import { clearTaskInstance } from '../../src/db/clear-task-instance.js';
 import { upsertDag } from '../../src/db/dags.js';
 import { createRun, getRun, type RunRow } from '../../src/db/runs.js';
 import type { Sql } from '../../src/db/sql.js';
-import { HeartbeatBuffer, type HeartbeatSource } from '../../src/server/heartbeat-buffer.js';
+import { HeartbeatBuffer, type HeartbeatSource } from '../../src/server/agents/heartbeat-buffer.js';
 import pino from 'pino';
 import { listTis, setPendingReasons, type TiRow } from '../../src/db/tis.js';
 import { dag, task } from '../helpers/spec-builders.js';

@@ -6,15 +6,15 @@ import { existsSync, readFileSync } from 'node:fs';
 
 import { afterEach, describe, expect, it } from 'vitest';
 
-type DagParserModule = typeof import('../../src/server/dag-parser.js');
+type DagParserModule = typeof import('../../src/server/dags/dag-parser.js');
 type DagSpecModule = typeof import('../../src/core/dag-spec.js');
 
 const dist = (path: string): URL => new URL(`../../dist/${path}`, import.meta.url);
-for (const path of ['server/dag-parser.js', 'server/parse-dag-worker.js', 'core/dag/parse-dag.js']) {
+for (const path of ['server/dags/dag-parser.js', 'server/dags/parse-dag-worker.js', 'core/dag/parse-dag.js']) {
   if (!existsSync(dist(path))) throw new Error(`dist/${path} is missing: run \`npx tsc -p tsconfig.build.json\` first`);
 }
 // The same module instances the pool uses, so instanceof holds.
-const { createDagParser, DagParserError } = (await import(dist('server/dag-parser.js').href)) as DagParserModule;
+const { createDagParser, DagParserError } = (await import(dist('server/dags/dag-parser.js').href)) as DagParserModule;
 const { DagValidationError } = (await import(dist('core/dag-spec.js').href)) as DagSpecModule;
 
 type DagParser = ReturnType<DagParserModule['createDagParser']>;

@@ -5,8 +5,8 @@ import { clearTaskInstance } from '../../src/db/clear-task-instance.js';
 import { upsertDag } from '../../src/db/dags.js';
 import { removeExpiredRuns } from '../../src/db/history/remove-expired-runs.js';
 import { activeRuns, createRun, createRunOfDag } from '../../src/db/runs.js';
-import { cleanHistory } from '../../src/server/clean-history.js';
-import { deleteDagWithHistory } from '../../src/server/delete-dag.js';
+import { cleanHistory } from '../../src/server/api/clean-history.js';
+import { deleteDagWithHistory } from '../../src/server/api/delete-dag.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 

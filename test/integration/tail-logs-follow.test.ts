@@ -3,9 +3,9 @@ import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseDag } from '../../src/core/dag/parse-dag.js';
 import { CHANNELS, listen, type Listener } from '../../src/db/notifications.js';
-import { createChangeSignal } from '../../src/server/change-signal.js';
+import { createChangeSignal } from '../../src/server/api/change-signal.js';
 import { createEventFeed } from '../../src/feed/event-feed.js';
-import { createWorkflowService } from '../../src/server/workflow-service.js';
+import { createWorkflowService } from '../../src/server/api/workflow-service.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**

@@ -1,8 +1,8 @@
 import { Code, ConnectError } from '@connectrpc/connect';
 import { describe, expect, it } from 'vitest';
 import type { TokenRole } from '../../src/core/api-role.js';
-import { checkAgentCredential, type AgentCredentials } from '../../src/server/agent-credential.js';
-import type { TokenAuthenticator } from '../../src/server/token-authenticator.js';
+import { checkAgentCredential, type AgentCredentials } from '../../src/server/auth/agent-credential.js';
+import type { TokenAuthenticator } from '../../src/server/auth/token-authenticator.js';
 
 /** Tokens "role:pattern" (a fake at the database's edge; the e2e tests use Postgres). */
 const authenticator: TokenAuthenticator = {

@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { LIMITS } from '../../src/core/limits.js';
 import { ConnectRequestSchema, HelloSchema } from '../../src/gen/leoflow/v1/agent_pb.js';
-import { parseReport, validateHelloFields } from '../../src/server/validate-agent-message.js';
+import { parseReport, validateHelloFields } from '../../src/server/agents/validate-agent-message.js';
 
 /** An agent's labels, capabilities and output, each at its limit and one past it. */
 

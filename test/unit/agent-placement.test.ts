@@ -1,11 +1,11 @@
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Attempt } from '../../src/core/attempt.js';
-import { AgentRegistry, type AgentHandle } from '../../src/executors/agent-registry.js';
+import { AgentRegistry, type AgentHandle } from '../../src/server/agents/agent-registry.js';
 import type { WorkItem } from '../../src/core/work-item.js';
-import { AgentPlacement } from '../../src/dispatch/agent-placement.js';
+import { AgentPlacement } from '../../src/server/agents/placement.js';
 import type { AvailableAgent, PlacementStore } from '../../src/dispatch/placement-store.js';
-import { AgentsExecutor } from '../../src/executors/agents.js';
+import { AgentsExecutor } from '../../src/server/agents/agents-executor.js';
 import { task } from '../helpers/spec-builders.js';
 
 /**

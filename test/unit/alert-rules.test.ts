@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { createMetrics } from '../../src/server/metrics.js';
+import { createMetrics } from '../../src/server/observability/metrics.js';
 import { promtool, promtoolMissing } from '../helpers/promtool.js';
 
 /**

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { boundedLabel } from '../../src/server/bounded-label.js';
+import { boundedLabel } from '../../src/server/observability/bounded-label.js';
 
 describe('boundedLabel', () => {
   it('keeps the first values seen as they are, and reports any value past the bound as other', () => {

@@ -1,7 +1,7 @@
 import { create } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
 import { AttemptOutcome, ConnectRequestSchema } from '../../src/gen/leoflow/v1/agent_pb.js';
-import { parseReport } from '../../src/server/validate-agent-message.js';
+import { parseReport } from '../../src/server/agents/validate-agent-message.js';
 
 const attempt = { tiId: '7', tryNumber: 1, attemptToken: '6f1c1f8e-3a57-4c1b-9d0e-2a7f5b1c9e11' };
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createHealth, healthText, type HealthOptions } from '../../src/server/health.js';
+import { createHealth, healthText, type HealthOptions } from '../../src/server/observability/health.js';
 
 function health(over: Partial<HealthOptions> & { t?: number } = {}) {
   const t = over.t ?? 1_000_000;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { maxReconnectBackoffMs } from '../../src/server/agent-fleet.js';
+import { maxReconnectBackoffMs } from '../../src/server/agents/fleet.js';
 
 describe('the reconnect bound Welcome gives agents', () => {
   it('is a quarter of the heartbeat threshold, capped at 10 s, and never zero', () => {

@@ -1,7 +1,7 @@
 import http from 'node:http';
 import { Registry, collectDefaultMetrics } from 'prom-client';
 import { describe, expect, it } from 'vitest';
-import { createMetrics, schedulerCounters, serveMetrics, type Metrics } from '../../src/server/metrics.js';
+import { createMetrics, schedulerCounters, serveMetrics, type Metrics } from '../../src/server/observability/metrics.js';
 
 /** The metrics DESIGN.md names, and ours beyond them, with their Prometheus types. */
 const DESIGN_METRICS: Record<string, string> = {

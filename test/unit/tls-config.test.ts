@@ -6,7 +6,7 @@ import { AgentConfigError, parseAgentFlags } from '../../src/agent/agent-config.
 import { clientTls } from '../../src/cli/client-tls.js';
 import { loadConfig } from '../../src/server/config/load-config.js';
 import { readCertificateFile } from '../../src/core/pem-files.js';
-import { checkAgentCertificate } from '../../src/server/tls-identity.js';
+import { checkAgentCertificate } from '../../src/server/auth/tls-identity.js';
 import { makeTestPki, type TestPki } from '../helpers/test-certs.js';
 
 let pki: TestPki;

@@ -6,9 +6,9 @@ import { AgentService } from '../../src/gen/leoflow/v1/agent_pb.js';
 import { ClusterService } from '../../src/gen/leoflow/v1/cluster_pb.js';
 import { TokenService } from '../../src/gen/leoflow/v1/token_pb.js';
 import { WorkflowService } from '../../src/gen/leoflow/v1/workflow_pb.js';
-import type { TokenAuthenticator } from '../../src/server/token-authenticator.js';
-import { tokenGuard } from '../../src/server/token-guard.js';
-import { bearerToken, secretsEqual } from '../../src/server/token-secret.js';
+import type { TokenAuthenticator } from '../../src/server/auth/token-authenticator.js';
+import { tokenGuard } from '../../src/server/auth/token-guard.js';
+import { bearerToken, secretsEqual } from '../../src/server/auth/token-secret.js';
 
 /**
  * The access rules as the issue states them, written out here apart from rpc-roles.ts: a rule

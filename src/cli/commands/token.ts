@@ -14,7 +14,7 @@ interface Direct {
  */
 async function tokenService<T>(opts: Direct, clients: () => Clients, fn: (tokens: Clients['tokens']) => Promise<T>): Promise<T> {
   if (!opts.databaseUrl) return fn(clients().tokens);
-  const { directTokenService } = await import('../../server/direct-token-service.js');
+  const { directTokenService } = await import('../../server/api/direct-token-service.js');
   const direct = await directTokenService(opts.databaseUrl);
   try {
     return await fn(direct.client);

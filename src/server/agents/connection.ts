@@ -1,0 +1,306 @@
+// One agent stream on the control plane, from Hello to close, and the handle through which work
+// is pushed down it (Assign, Cancel, Drain, Reconnect). Hello's checks, the reports and the held
+// attempts are each in a file of their own (hello.ts, reports.ts, held-attempts.ts).
+import { randomUUID } from 'node:crypto';
+import type { MessageInitShape } from '@bufbuild/protobuf';
+import { durationFromMs } from '@bufbuild/protobuf/wkt';
+import { Code, ConnectError } from '@connectrpc/connect';
+import type { Logger } from 'pino';
+import type { Attempt } from '../../core/attempt.js';
+import { fingerprint } from '../../core/fingerprint.js';
+import { secretEnvToWire } from '../../core/secret-ref.js';
+import type { AgentHandle, AssignResult } from './agent-registry.js';
+import { ConnectResponseSchema, type ConnectRequest } from '../../gen/leoflow/v1/agent_pb.js';
+import type { AgentConnectionDeps } from './connection-deps.js';
+import { readHello } from './hello.js';
+import { AgentReports, validMessage } from './reports.js';
+import { AsyncQueue } from './async-queue.js';
+import type { HeartbeatSource, HeldRef } from './heartbeat-buffer.js';
+import { HeldAttempts } from './held-attempts.js';
+import type { ClientCertificate } from '../auth/tls-identity.js';
+
+type Response = MessageInitShape<typeof ConnectResponseSchema>;
+
+/**
+ * One agent stream, from Hello to close: registered in the registry once welcomed, looped over
+ * the agent's reports, and always deregistered (and the agent marked disconnected) in `finally`.
+ * A stream that stops delivering keepalives — a deaf stream behind a live connection — is closed
+ * after three intervals, so it is never assigned work nor counted as a heartbeat again.
+ *
+ * Each Assign is recorded as sent to this agent process (its incarnation) before it is sent, so no
+ * attempt reaches two processes. The reports are handled by AgentReports (reports.ts).
+ */
+export class AgentConnection implements AgentHandle {
+  readonly sessionId = randomUUID();
+  agentId = '';
+  incarnationId = '';
+  readonly #out = new AsyncQueue<Response>();
+  readonly #attempts = new HeldAttempts();
+  #lastKeepalive = Date.now();
+  #goneAway = false;
+  #log: Logger;
+
+  constructor(private readonly deps: AgentConnectionDeps) {
+    this.#log = deps.logger;
+  }
+
+  // --- AgentHandle: what the executor and the control plane push down the stream ---------
+
+  async assign(a: Attempt): Promise<AssignResult> {
+    if (this.#out.closed || this.#goneAway) return 'gone';
+    // The same attempt can reach the stream twice (placement and a one-shot claim, or a
+    // notification racing a reconnect): send it once. Taken before the delivery is recorded, so
+    // a second call meanwhile sends nothing either.
+    if (this.#attempts.held.get(a.tiId)?.attemptToken === a.attemptToken) return 'sent';
+    const ref = { tiId: a.tiId, tryNumber: a.tryNumber, attemptToken: a.attemptToken };
+    this.#attempts.held.set(a.tiId, ref);
+    this.#attempts.logSeq.set(a.attemptToken, 0);
+    let recorded: boolean;
+    try {
+      recorded = await this.deps.store.deliver(a, this.agentId, this.incarnationId);
+    } catch (err) {
+      if (this.#attempts.held.get(a.tiId) === ref) this.#attempts.held.delete(a.tiId);
+      throw err;
+    }
+    if (!recorded) {
+      if (this.#attempts.held.get(a.tiId) === ref) this.#attempts.held.delete(a.tiId);
+      this.#log.warn({ tiId: a.tiId, runId: a.runId, try: a.tryNumber }, `attempt not sent to agent ${this.agentId}: another process of the agent was given it, or it is over`);
+      return 'refused';
+    }
+    this.#log.info({ tiId: a.tiId, runId: a.runId, taskId: a.taskId, try: a.tryNumber }, `assigned ${a.taskId} to agent ${this.agentId}`);
+    const pushed = this.#out.push({
+      msg: {
+        case: 'assign',
+        value: {
+          attempt: ref,
+          dagId: a.dagId,
+          runId: a.runId,
+          taskId: a.taskId,
+          maxTries: a.maxTries,
+          command: a.command,
+          env: a.env,
+          // References only: the agent reads the values on its own machine.
+          secretEnv: secretEnvToWire(a.secretEnv),
+          cwd: a.cwd ?? '',
+          timeout: a.timeoutMs === null ? undefined : durationFromMs(a.timeoutMs),
+          killGrace: durationFromMs(this.deps.killGraceMs),
+          traceparent: a.trace?.traceparent ?? '',
+          tracestate: a.trace?.tracestate ?? '',
+        },
+      },
+    });
+    // Closed while the delivery was recorded: nothing was sent, so the claim may be given back.
+    return pushed ? 'sent' : 'gone';
+  }
+
+  cancel(tiId: string, reason: string): boolean {
+    const r = this.#attempts.held.get(tiId);
+    if (!r) return false;
+    this.#attempts.cancelled.add(r.attemptToken);
+    return this.#out.push({ msg: { case: 'cancel', value: { attempt: r, reason } } });
+  }
+
+  drain(reason: string, undrain = false): void {
+    this.#out.push({ msg: { case: 'drain', value: { reason, undrain } } });
+  }
+
+  goAway(reason: string, replicaUrls: readonly string[]): void {
+    if (this.#goneAway) return;
+    this.#goneAway = true;
+    this.#log.info({ reason, to: replicaUrls }, `told agent ${this.agentId} to reconnect elsewhere`);
+    this.#out.push({ msg: { case: 'reconnect', value: { reason, replicaUrls: [...replicaUrls] } } });
+  }
+
+  holds(tiId: string): boolean {
+    return this.#attempts.held.has(tiId);
+  }
+
+  close(reason: string): void {
+    this.#log.info(`agent ${this.agentId} stream closed: ${reason}`);
+    this.#out.close(new ConnectError(reason, Code.Aborted));
+  }
+
+  // --- the stream ------------------------------------------------------------------------
+
+  async *run(requests: AsyncIterable<ConnectRequest>, signal: AbortSignal, clientCert?: ClientCertificate | null): AsyncGenerator<Response> {
+    const it = requests[Symbol.asyncIterator]();
+    const valid = (check: () => HeldRef[]) => validMessage('hello', check, this.deps.onRejected, this.#log);
+    const { hello, held, token } = await readHello(it, clientCert, this.deps.agentCredentials, valid);
+    this.agentId = hello.agentId;
+    this.incarnationId = hello.incarnationId;
+    this.#log = this.deps.logger.child({ agentId: hello.agentId, session: this.sessionId.slice(0, 8), incarnation: fingerprint(hello.incarnationId) });
+    const { store, registry } = this.deps;
+
+    // A live stream of this agent id from another process: a duplicate id never takes its place.
+    // The same process (its stream half-dead, it reconnected) takes over its own.
+    const live = registry.get(hello.agentId);
+    if (live && live.incarnationId !== hello.incarnationId) throw this.#heldElsewhere();
+    if (token) this.deps.agentCredentials.streams?.admit(token.id);
+    // A one-shot claim is a placement like any other, checked before anything is written. (A
+    // pod's claim names its attempt's token instead, bound to that pod at Hello.)
+    if (hello.onlyTiId !== '0' && hello.onlyTiId !== '' && hello.onlyAttemptToken === '') {
+      const why = await store.oneShotRefusal(hello.onlyTiId, hello);
+      if (why !== null) {
+        this.deps.onRejected('hello', 'invalid');
+        this.#log.warn({ tiId: hello.onlyTiId, why }, `one-shot claim of task instance ${hello.onlyTiId} refused`);
+        throw new ConnectError(`hello.only_ti_id: agent "${hello.agentId}" may not take task instance ${hello.onlyTiId}: ${why}`, Code.PermissionDenied);
+      }
+    }
+    const connected = await store.connectAgent({
+      agentId: hello.agentId,
+      labels: hello.labels,
+      capabilities: hello.capabilities,
+      slots: hello.slots,
+      sessionId: this.sessionId,
+      protocolVersion: hello.protocolVersion,
+      incarnationId: hello.incarnationId,
+      liveMs: 3 * this.deps.keepaliveMs,
+      oneShot: hello.onlyTiId !== '0' && hello.onlyTiId !== '',
+    });
+    if (!connected) throw this.#heldElsewhere();
+    // Checked after the write: the replica's agents are marked gone when it starts to leave, and
+    // a Hello written after that is undone here.
+    if (this.deps.leaving()) {
+      await store.disconnectAgent(hello.agentId, this.sessionId).catch((err: unknown) => this.#log.error({ err }, 'could not mark a refused agent disconnected'));
+      throw new ConnectError(`replica ${this.deps.replicaId} is shutting down: connect to another`, Code.Unavailable);
+    }
+    if (live) live.close(`replaced by a newer stream of the same agent process (session ${this.sessionId.slice(0, 8)})`);
+
+    const current = await store.currentAttempts(hello.agentId, hello.incarnationId, held);
+    const resumed = held.filter((r) => current.has(r.attemptToken));
+    const superseded = held.filter((r) => !current.has(r.attemptToken));
+    for (const r of resumed) this.#attempts.held.set(r.tiId, r);
+    const logs = await store.logsSoFar(resumed);
+    for (const r of resumed) this.#attempts.logSeq.set(r.attemptToken, logs.get(`${r.tiId}/${r.tryNumber}`)?.lastSeq ?? 0);
+    // The agent still holds attempts that were given to someone else meanwhile: a zombie's claim.
+    for (const r of superseded) {
+      this.deps.onRejected('hello', 'stale');
+      this.#log.warn({ tiId: r.tiId, try: r.tryNumber }, 'agent reconnected holding a superseded attempt: it is told to stop it');
+    }
+    // What an earlier process of this agent was given and this one does not hold is over: retried
+    // with a new token, never sent here with the old one.
+    const abandoned = await store.endAbandoned(hello.agentId, hello.incarnationId);
+    for (const a of abandoned) {
+      this.#log.warn(
+        { tiId: a.tiId, runId: a.runId, taskId: a.taskId, try: a.tryNumber, verdict: a.verdict, earlierIncarnation: fingerprint(a.deliveredTo) },
+        `task ${a.taskId} lost: agent ${hello.agentId} restarted and no longer holds it: ${a.verdict}`,
+      );
+    }
+    if (abandoned.length > 0) this.deps.onAbandoned(abandoned);
+    // Where else to go, for an agent given this replica's address only (a failed read costs the
+    // agent that knowledge, not its stream).
+    const replicaUrls = await this.deps.replicaUrls().catch((err: unknown) => {
+      this.#log.warn({ err }, 'could not read the replicas\' addresses for Welcome');
+      return [];
+    });
+    this.#out.push({
+      msg: {
+        case: 'welcome',
+        value: {
+          protocolVersion: hello.protocolVersion,
+          replicaId: this.deps.replicaId,
+          keepaliveInterval: durationFromMs(this.deps.keepaliveMs),
+          maxReconnectBackoff: durationFromMs(this.deps.maxReconnectBackoffMs),
+          heartbeatThreshold: durationFromMs(this.deps.heartbeatThresholdMs),
+          replicaUrls,
+          resumed,
+          superseded,
+          logsSoFar: resumed.map((r) => {
+            const so = logs.get(`${r.tiId}/${r.tryNumber}`);
+            return { attempt: r, stdoutLines: so?.stdout ?? 0, stderrLines: so?.stderr ?? 0, lastSeq: so?.lastSeq ?? 0 };
+          }),
+        },
+      },
+    });
+    this.#log.info({ labels: hello.labels, slots: hello.slots, resumed: resumed.length, superseded: superseded.length }, `agent ${hello.agentId} connected`);
+    registry.register(this);
+    // Let in by an API token: the stream ends when the token is revoked or expires. Drained
+    // first, so nothing more is placed here; its attempts are then lost at the heartbeat threshold.
+    const untoken = token && this.deps.agentCredentials.streams
+      ? this.deps.agentCredentials.streams.open(token, (err) => {
+          this.#log.warn({ tokenId: token.id }, `agent ${this.agentId} cut off: ${err.rawMessage}`);
+          this.drain(err.rawMessage);
+          this.#out.close(err);
+        })
+      : null;
+    const reports = new AgentReports({
+      deps: this.deps,
+      attempts: this.#attempts,
+      out: this.#out,
+      log: this.#log,
+      agentId: this.agentId,
+      onKeepalive: () => {
+        this.#lastKeepalive = Date.now();
+      },
+    });
+    const source: HeartbeatSource = {
+      agentId: this.agentId,
+      sessionId: this.sessionId,
+      superseded: (refs) => reports.superseded(refs),
+      refused: (err) => this.#out.close(new ConnectError(`heartbeat not recorded: ${(err as Error).message}`, Code.InvalidArgument)),
+    };
+    this.deps.heartbeats.note(source, resumed);
+
+    const deafCheck = setInterval(() => {
+      if (Date.now() - this.#lastKeepalive > 3 * this.deps.keepaliveMs) {
+        this.#log.warn({ silentMs: Date.now() - this.#lastKeepalive }, `agent ${this.agentId} stream is deaf (no keepalive): closing it`);
+        this.#out.close(new ConnectError('no keepalive for 3 intervals: stream considered dead', Code.DeadlineExceeded));
+      }
+    }, this.deps.keepaliveMs);
+    const onAbort = () => this.#out.close();
+    signal.addEventListener('abort', onAbort);
+
+    let goodbye = false;
+    const reader = (async () => {
+      try {
+        // Work given to this agent before it connected here (by another replica, or while it
+        // was reconnecting), or the one TI of a one-shot agent.
+        if (hello.onlyTiId !== '0' && hello.onlyTiId !== '') {
+          const a = hello.onlyAttemptToken !== ''
+            ? await store.takeAttempt(hello.onlyTiId, hello.onlyAttemptToken, this.agentId)
+            : await store.claimOnly(hello.onlyTiId, this.agentId);
+          const sent = a !== null && (await this.assign(a)) === 'sent';
+          this.drain(sent ? 'one-shot agent: no more work after this attempt' : `task instance ${hello.onlyTiId} has no attempt for this agent`);
+        } else {
+          const undelivered = await store.undelivered(this.agentId, this.incarnationId);
+          await Promise.all(undelivered.filter((a) => !this.#attempts.held.has(a.tiId)).map((a) => this.assign(a)));
+          if (connected.draining) this.drain('agent is drained');
+        }
+        this.deps.onFleetChanged();
+        for (;;) {
+          const next = await it.next();
+          if (next.done) break;
+          await reports.handle(next.value, source);
+        }
+        // The agent ended its stream itself without being told to reconnect: its goodbye.
+        goodbye = !this.#goneAway;
+        this.#out.close();
+      } catch (err) {
+        this.#out.close(err instanceof ConnectError ? err : new ConnectError(`agent stream failed: ${(err as Error).message}`, Code.Internal));
+      }
+    })();
+
+    try {
+      yield* this.#out;
+    } finally {
+      clearInterval(deafCheck);
+      untoken?.();
+      signal.removeEventListener('abort', onAbort);
+      this.#out.close();
+      registry.deregister(this);
+      this.deps.heartbeats.forget(source);
+      void reader.catch(() => {});
+      await store.disconnectAgent(this.agentId, this.sessionId, goodbye).catch((err: unknown) => this.#log.error({ err }, 'could not mark agent disconnected'));
+      this.deps.onFleetChanged();
+      this.#log.info(`agent ${this.agentId} disconnected${goodbye ? ': it said goodbye (stopped)' : ''}`);
+    }
+  }
+
+  #heldElsewhere(): ConnectError {
+    this.#log.warn(`agent ${this.agentId} refused: another process holds this agent id on a live stream`);
+    return new ConnectError(
+      `agent_id ${JSON.stringify(this.agentId)} is held by another process on a live stream (a different hello.incarnation_id): agent ids must be unique; retry once that stream has ended`,
+      Code.AlreadyExists,
+    );
+  }
+}

@@ -1,0 +1,46 @@
+import type { HandlerContext } from '@connectrpc/connect';
+import type { Logger } from 'pino';
+import type { EventRow } from '../../db/events/read-events.js';
+import type { EventFeed, WatchOptions } from '../../feed/event-feed.js';
+import { resetStreamKey } from './stream-reset.js';
+
+/**
+ * How long a watcher cut off by the feed has to take its pending messages before its stream is
+ * reset. One that reads gets the RESOURCE_EXHAUSTED status naming its resume seq well within it;
+ * one whose transport is blocked would otherwise hold its stream and its place in the feed forever.
+ */
+export const STALLED_STREAM_GRACE_MS = 2_000;
+
+/**
+ * A watch's batches for a WatchRun/WatchRuns stream: closed when the call ends, and, when the feed
+ * cuts the watcher off while the stream's writes are blocked (the client stopped reading), the
+ * stream reset after a grace (see `stream-reset.ts`): a watcher that does not read is bounded.
+ */
+export async function* watchBatches(feed: EventFeed, o: WatchOptions, context: HandlerContext, logger: Logger): AsyncGenerator<EventRow[]> {
+  let reset: NodeJS.Timeout | undefined;
+  let yielded = o.afterSeq.toString();
+  const watch = await feed.watch({
+    ...o,
+    onCutOff() {
+      reset = setTimeout(() => {
+        logger.warn({ runId: o.runId, dagId: o.dagId, buffer: o.maxBehind, lastSeqSent: yielded }, 'watcher fell behind and does not read: its stream is reset');
+        context.values.get(resetStreamKey)?.();
+      }, STALLED_STREAM_GRACE_MS);
+    },
+  });
+  const stop = () => watch.close();
+  context.signal.addEventListener('abort', stop, { once: true });
+  try {
+    for (;;) {
+      const batch = await watch.next();
+      if (batch === null) return;
+      if (batch.length === 0) continue;
+      yielded = batch[batch.length - 1]!.seq;
+      yield batch;
+    }
+  } finally {
+    clearTimeout(reset);
+    context.signal.removeEventListener('abort', stop);
+    watch.close();
+  }
+}

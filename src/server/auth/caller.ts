@@ -1,0 +1,28 @@
+import type http2 from 'node:http2';
+import { createContextKey, type HandlerContext } from '@connectrpc/connect';
+import type { Actor } from '../../core/actor.js';
+
+/**
+ * The caller of an API request, in its context: the peer is set as the request comes in
+ * (api/routes.ts), the token's id by the token guard once it knows it; handlers read it to log
+ * and record who wrote.
+ */
+export const callerKey = createContextKey<Actor>({ id: 'unknown', peer: 'unknown' }, { description: 'the API caller' });
+
+/** `host:port` of the request's connection (IPv6 in brackets), or `unknown` once the socket is gone. */
+export function peerOf(req: http2.Http2ServerRequest): string {
+  const socket = req.stream?.session?.socket ?? req.socket;
+  const host = socket?.remoteAddress;
+  if (!host) return 'unknown';
+  return `${host.includes(':') ? `[${host}]` : host}:${socket.remotePort ?? 0}`;
+}
+
+/** The caller of the call a handler serves. */
+export function callerOf(ctx: HandlerContext): Actor {
+  return ctx.values.get(callerKey);
+}
+
+/** The actor of a call with no token (auth off): `local` on a loopback API, `anonymous` elsewhere (--insecure). */
+export function openActorId(loopback: boolean): string {
+  return loopback ? 'local' : 'anonymous';
+}
