@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { podName } from '../../src/executors/kubernetes/pod-identity.js';
+import { podName } from '../../src/core/pod-identity.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
 import { freePort } from '../helpers/global-setup.js';
 import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';

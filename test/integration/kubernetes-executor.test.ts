@@ -4,7 +4,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Attempt, AttemptResult } from '../../src/core/attempt.js';
 import { createKubernetesExecutor, type KubernetesExecutor } from '../../src/executors/kubernetes/kubernetes-executor.js';
 import type { KubernetesExecutorOptions } from '../../src/executors/kubernetes/kubernetes-executor-options.js';
-import { podName } from '../../src/executors/kubernetes/pod-identity.js';
+import { podName } from '../../src/core/pod-identity.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
 import { waitFor } from '../helpers/leoflow-process.js';
 import { pino } from 'pino';

@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { apiVerdict } from '../../src/executors/kubernetes/api-error.js';
 import { loadKubeConfig } from '../../src/executors/kubernetes/load-kube-config.js';
 import { podCondition } from '../../src/executors/kubernetes/pod-condition.js';
-import { attemptOfPod, labelValue, podLabels, podName } from '../../src/executors/kubernetes/pod-identity.js';
+import { attemptOfPod, labelValue, podLabels, podName } from '../../src/core/pod-identity.js';
 import { dns1123LabelProblem, labelValueProblem, parseQuantity } from '../../src/core/kubernetes-names.js';
 
 const id = { dagId: 'etl', runId: '12', taskId: 'load', tiId: '345', tryNumber: 1, attemptToken: '0b9c2c39-4f1e-4a51-9b7e-3d2f0c9a1e11' };

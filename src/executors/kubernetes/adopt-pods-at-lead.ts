@@ -4,7 +4,7 @@ import type { Attempt } from '../executor.js';
 import type { KubernetesStore } from './kubernetes-executor-options.js';
 import type { PodAttemptEnds } from './pod-attempt-ends.js';
 import type { PodAttempt, PodAttempts } from './pod-attempts.js';
-import { podName } from './pod-identity.js';
+import { podName } from '../../core/pod-identity.js';
 import { podNamespace, type PodSettings } from './pod-manifest.js';
 import type { PodWatch } from './pod-watch.js';
 import { attemptKey, podsAtLead } from './pods-at-lead.js';

@@ -4,7 +4,7 @@ import type { PodAttemptEnds } from './pod-attempt-ends.js';
 import type { PodAttempts } from './pod-attempts.js';
 import { podCondition } from './pod-condition.js';
 import type { PodGoneWaiters } from './pod-gone-waiters.js';
-import { LABEL, labelValue } from './pod-identity.js';
+import { LABEL, labelValue } from '../../core/pod-identity.js';
 import { podGraceSeconds } from './pod-manifest.js';
 import type { PodWatch } from './pod-watch.js';
 

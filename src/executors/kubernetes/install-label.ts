@@ -1,4 +1,4 @@
-import { POD_SELECTOR } from './pod-identity.js';
+import { POD_SELECTOR } from '../../core/pod-identity.js';
 
 /**
  * Which install a pod belongs to: the database's install id (src/db/install-identity.ts). Every

@@ -11,7 +11,7 @@ import { PodAttemptEnds } from './pod-attempt-ends.js';
 import { PodAttempts, type PodAttempt } from './pod-attempts.js';
 import { PodGoneWaiters } from './pod-gone-waiters.js';
 import { installSelector } from './install-label.js';
-import { podName } from './pod-identity.js';
+import { podName } from '../../core/pod-identity.js';
 import { podGraceSeconds, podManifest, podNamespace } from './pod-manifest.js';
 import { PodWatch } from './pod-watch.js';
 import { sweepPods, type SweepContext } from './sweep-pods.js';

@@ -1,5 +1,5 @@
 import type { Attempt } from '../executor.js';
-import { podName } from './pod-identity.js';
+import { podName } from '../../core/pod-identity.js';
 
 /** One attempt whose pod the executor follows, from before its create until its pod is over. */
 export interface PodAttempt {

@@ -9,7 +9,7 @@ import type { V1Pod, V1Toleration } from '@kubernetes/client-node';
 import type { Attempt } from '../../core/attempt.js';
 import { INSTALL_LABEL } from './install-label.js';
 import { applyPodTemplate, type PodTemplate } from './pod-template.js';
-import { ANNOTATION, podLabels, podName } from './pod-identity.js';
+import { ANNOTATION, podLabels, podName } from '../../core/pod-identity.js';
 
 export interface PodSettings {
   /** This install's id (the database's), in every pod's labels and in the watches' selector. */

@@ -1,7 +1,7 @@
 import type { V1Pod } from '@kubernetes/client-node';
 import type { Attempt } from '../executor.js';
 import { podCondition } from './pod-condition.js';
-import { attemptOfPod, podName } from './pod-identity.js';
+import { attemptOfPod, podName } from '../../core/pod-identity.js';
 import type { PodWatch } from './pod-watch.js';
 
 /** A pod of ours that is not finished and whose attempt is not live, found at a change of leader. */

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { findPodAttempt } from '../../db/attempts/find-pod-attempt.js';
 import type { Sql } from '../../db/sql.js';
-import { podName } from '../../executors/kubernetes/pod-identity.js';
+import { podName } from '../../core/pod-identity.js';
 import { hasUsableAdminToken, upsertApiToken } from '../../db/tokens/api-tokens.js';
 import type { AgentCredentials } from './agent-credential.js';
 import type { Config } from '../config/config.js';

@@ -8,7 +8,7 @@
  * the token is in the name: the token is the pod agent's credential.
  */
 import { createHash } from 'node:crypto';
-import { labelValueProblem } from '../../core/kubernetes-names.js';
+import { labelValueProblem } from './kubernetes-names.js';
 
 export const LABEL = {
   managedBy: 'app.kubernetes.io/managed-by',
