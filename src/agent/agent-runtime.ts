@@ -77,7 +77,7 @@ export interface AgentExit {
   unacknowledged: number;
 }
 
-export interface AgentHandle {
+export interface RunningAgent {
   readonly agentId: string;
   /** Settles when the agent has stopped; rejects with AgentFatalError when refused at Hello. */
   readonly done: Promise<AgentExit>;
@@ -92,7 +92,7 @@ export interface AgentHandle {
 }
 
 /** Starts the agent; it runs until stopped, killed, completed (--once) or refused. */
-export function runAgent(options: RunAgentOptions): AgentHandle {
+export function runAgent(options: RunAgentOptions): RunningAgent {
   const runtime = new AgentRuntime(options);
   const done = runtime.run();
   done.catch(() => {}); // the caller observes `done`; this only prevents an unhandled rejection

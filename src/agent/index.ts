@@ -7,7 +7,7 @@
  * agent-service-client, incarnation (this process's id in every Hello).
  */
 
-export { runAgent, type AgentExit, type AgentHandle, type RunAgentOptions } from './agent-runtime.js';
+export { runAgent, type AgentExit, type RunningAgent as AgentHandle, type RunAgentOptions } from './agent-runtime.js';
 export { AgentFatalError } from './agent-fatal-error.js';
 export {
   AgentConfigError,

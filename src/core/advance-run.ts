@@ -7,7 +7,7 @@ import { isTerminalTi, type TiState } from './states.js';
  * the caller turns the decision into guarded writes.
  */
 
-export interface TiView {
+export interface TiStateView {
   state: TiState;
   nextTryAt: Date | null;
   pendingReason: string | null;
@@ -98,7 +98,7 @@ export function topologicalOrder(tasks: readonly TaskSpec[]): TaskSpec[] {
   return out;
 }
 
-export function advanceRun(tasks: readonly TaskSpec[], tis: ReadonlyMap<string, TiView>, now: Date): RunDecision {
+export function advanceRun(tasks: readonly TaskSpec[], tis: ReadonlyMap<string, TiStateView>, now: Date): RunDecision {
   const d: RunDecision = { schedule: [], retry: [], upstreamFailed: [], skipped: [], reasons: new Map(), outcome: null, nextRetryAt: null };
   const states = new Map<string, TiState>();
   for (const [id, ti] of tis) states.set(id, ti.state);

@@ -13,7 +13,7 @@ export interface AgentView {
   runningThisTask: number;
 }
 
-export type Placement = { kind: 'placed'; agentId: string } | { kind: 'waiting'; reason: string };
+export type PlacementDecision = { kind: 'placed'; agentId: string } | { kind: 'waiting'; reason: string };
 
 /** `gpu=nvidia,zone=a` plus `+cap` for each required capability: the reason a TI waits. */
 export function describeRequirements(p: PlacementSpec | null): string {
@@ -64,7 +64,7 @@ export function placeAttempt(
   agents: readonly AgentView[],
   needs: { secretEnv?: boolean } = {},
   draining: readonly Pick<AgentView, 'agentId' | 'labels' | 'capabilities'>[] = [],
-): Placement {
+): PlacementDecision {
   const eligibleAgents = agents.filter((a) => eligible(p, a));
   if (eligibleAgents.length === 0) {
     const drainingMatches = draining.filter((a) => eligible(p, a)).length;

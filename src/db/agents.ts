@@ -84,7 +84,7 @@ export async function touchAgents(sql: Sql, sessions: { agentId: string; session
 
 /** An agent as the API shows it (`Agent` in cluster.proto): its stored columns the API reads,
  *  and the attempts it holds. */
-export type AgentView = Pick<AgentRow, 'agent_id' | 'labels' | 'capabilities' | 'slots' | 'draining' | 'connected_replica' | 'last_seen_at' | 'stopped_at' | 'running'>;
+export type AgentApiView = Pick<AgentRow, 'agent_id' | 'labels' | 'capabilities' | 'slots' | 'draining' | 'connected_replica' | 'last_seen_at' | 'stopped_at' | 'running'>;
 
 /** The columns of an agent read for `AgentView`, and its held attempts counted. */
 function agentView(sql: Sql) {
@@ -93,12 +93,12 @@ function agentView(sql: Sql) {
     (select count(*)::int from task_instances t where t.agent_id = a.agent_id and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})) as running`;
 }
 
-export async function listAgents(sql: Sql): Promise<AgentView[]> {
-  return sql<AgentView[]>`select ${agentView(sql)} from agents a order by a.agent_id`;
+export async function listAgents(sql: Sql): Promise<AgentApiView[]> {
+  return sql<AgentApiView[]>`select ${agentView(sql)} from agents a order by a.agent_id`;
 }
 
-export async function getAgent(sql: Sql, agentId: string): Promise<AgentView | null> {
-  const [row] = await sql<AgentView[]>`select ${agentView(sql)} from agents a where a.agent_id = ${agentId}`;
+export async function getAgent(sql: Sql, agentId: string): Promise<AgentApiView | null> {
+  const [row] = await sql<AgentApiView[]>`select ${agentView(sql)} from agents a where a.agent_id = ${agentId}`;
   return row ?? null;
 }
 

@@ -15,7 +15,7 @@ export function agentForgettable(sql: Sql, liveMs: number) {
 }
 
 /** An attempt that keeps its agent from being forgotten. */
-export interface HeldAttempt {
+export interface AttemptKeepingAgent {
   runId: string;
   taskId: string;
   state: string;
@@ -26,7 +26,7 @@ export type ForgetOutcome =
   | { outcome: 'forgotten'; lastSeenAt: Date | null }
   | { outcome: 'unknown' }
   | { outcome: 'connected'; replica: string | null; lastSeenAt: Date | null }
-  | { outcome: 'holds'; attempts: number; first: HeldAttempt[] };
+  | { outcome: 'holds'; attempts: number; first: AttemptKeepingAgent[] };
 
 /** How many attempts of a refused agent are named in the answer. */
 const NAMED_ATTEMPTS = 3;
@@ -37,7 +37,7 @@ const NAMED_ATTEMPTS = 3;
  * included). The row is locked while deciding, so a Hello of that id waits and then inserts.
  */
 export async function forgetAgent(sql: Sql, agentId: string, liveMs: number): Promise<ForgetOutcome> {
-  const [row] = await sql<{ forgotten: boolean; connected_replica: string | null; last_seen_at: Date | null; streaming: boolean; attempts: number; first: HeldAttempt[] }[]>`
+  const [row] = await sql<{ forgotten: boolean; connected_replica: string | null; last_seen_at: Date | null; streaming: boolean; attempts: number; first: AttemptKeepingAgent[] }[]>`
     with target as (
       select a.agent_id, a.connected_replica, a.last_seen_at,
         a.session_id is not null and a.last_seen_at >= now() - ${liveMs} * interval '1 millisecond' as streaming

@@ -1,4 +1,4 @@
-import { advanceRun, type RunDecision, type TiView } from '../core/advance-run.js';
+import { advanceRun, type RunDecision, type TiStateView } from '../core/advance-run.js';
 import type { RunPlan, TiMove } from '../db/plan/run-plan.js';
 import type { ActiveRunRow } from '../db/runs.js';
 import type { PlannerTi } from '../db/tis.js';
@@ -19,7 +19,7 @@ export interface DecidedRun {
  * the run's rules cannot be applied.
  */
 export function decideRun(run: ActiveRunRow, tis: PlannerTi[], start: boolean, now: Date): DecidedRun {
-  const views = new Map<string, TiView>(
+  const views = new Map<string, TiStateView>(
     tis.map((ti) => [ti.task_id, { state: ti.state, nextTryAt: ti.next_try_at, pendingReason: ti.pending_reason }]),
   );
   const decision: RunDecision = advanceRun(run.spec.tasks, views, now);

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
-import { advanceRun, type TiView } from '../../src/core/advance-run.js';
+import { advanceRun, type TiStateView } from '../../src/core/advance-run.js';
 import type { DagSpec, TaskSpec } from '../../src/core/dag-spec.js';
 import { TI_STATES, isTerminalTi, type RunState } from '../../src/core/states.js';
 import { claimAttempt, type Claim } from '../../src/db/attempts/claim-attempt.js';
@@ -87,7 +87,7 @@ async function plan(runId: string): Promise<void> {
   const run = (await getRun(db.sql, runId))!;
   const [version] = await db.sql<{ spec: DagSpec }[]>`select spec from dag_versions where dag_id = ${run.dag_id} and version = ${run.dag_version}`;
   const spec = version!.spec;
-  const views = new Map<string, TiView>([...(await tisOf(runId))].map(([id, t]) => [id, { state: t.state, nextTryAt: null, pendingReason: t.pending_reason }]));
+  const views = new Map<string, TiStateView>([...(await tisOf(runId))].map(([id, t]) => [id, { state: t.state, nextTryAt: null, pendingReason: t.pending_reason }]));
   const d = advanceRun(spec.tasks, views, new Date());
   await transitionTis(db.sql, runId, d.upstreamFailed, 'upstream_failed', { endedNow: true });
   await transitionTis(db.sql, runId, d.skipped, 'skipped', { endedNow: true });

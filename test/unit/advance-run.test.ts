@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { advanceRun, evaluateTriggerRule, retryDelayMs, topologicalOrder, type TiView } from '../../src/core/advance-run.js';
+import { advanceRun, evaluateTriggerRule, retryDelayMs, topologicalOrder, type TiStateView } from '../../src/core/advance-run.js';
 import type { TaskSpec, TriggerRule } from '../../src/core/dag-spec.js';
 import type { TiState } from '../../src/core/states.js';
 
@@ -23,11 +23,11 @@ function task(id: string, dependsOn: string[] = [], triggerRule: TriggerRule = '
   };
 }
 
-function view(state: TiState, extra: Partial<TiView> = {}): TiView {
+function view(state: TiState, extra: Partial<TiStateView> = {}): TiStateView {
   return { state, nextTryAt: null, pendingReason: null, ...extra };
 }
 
-function tis(states: Record<string, TiState | TiView>): Map<string, TiView> {
+function tis(states: Record<string, TiState | TiStateView>): Map<string, TiStateView> {
   return new Map(Object.entries(states).map(([id, s]) => [id, typeof s === 'string' ? view(s) : s]));
 }
 

@@ -11,14 +11,14 @@ function labelsText(a: Agent): string {
 }
 
 /** healthy, stale or dead, by its last keepalive; stopped once it said goodbye. */
-export function healthText(h: AgentHealth): string {
+export function agentHealthText(h: AgentHealth): string {
   return h === AgentHealth.HEALTHY ? 'healthy' : h === AgentHealth.STALE ? 'stale' : h === AgentHealth.DEAD ? 'dead' : h === AgentHealth.STOPPED ? 'stopped' : 'unknown';
 }
 
 function agentJson(a: Agent) {
   return {
     agent_id: a.agentId,
-    health: healthText(a.health),
+    health: agentHealthText(a.health),
     connected: a.connected,
     draining: a.draining,
     slots: a.slots,
@@ -47,7 +47,7 @@ export function registerAgents(program: Command, clients: () => Clients): void {
           ['AGENT', 'HEALTH', 'CONNECTED', 'DRAINING', 'RUNNING', 'SLOTS', 'LABELS', 'CAPABILITIES', 'REPLICA', 'LAST SEEN'],
           res.agents.map((a) => [
             a.agentId,
-            paintState(healthText(a.health)),
+            paintState(agentHealthText(a.health)),
             a.connected ? 'yes' : 'no',
             a.draining ? 'yes' : 'no',
             String(a.running),

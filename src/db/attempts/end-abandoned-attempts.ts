@@ -5,7 +5,7 @@ import type { Sql } from '../sql.js';
 import { lostEvent, lostReturning, lostSet } from './lost-write.js';
 
 /** An attempt ended because the agent process it was sent to is gone. */
-export interface AbandonedAttempt {
+export interface AbandonedAttemptRow {
   id: string;
   run_id: string;
   task_id: string;
@@ -25,10 +25,10 @@ export interface AbandonedAttempt {
  * touched: it is sent to the new process. Safe because an agent proves dead what its earlier
  * processes left and it does not hold before it says Hello (agent.proto, Hello.incarnation_id).
  */
-export async function endAbandonedAttempts(sql: Sql, agentId: string, incarnationId: string): Promise<AbandonedAttempt[]> {
+export async function endAbandonedAttempts(sql: Sql, agentId: string, incarnationId: string): Promise<AbandonedAttemptRow[]> {
   const error = sql`'agent_restarted: agent ' || agent_id || ' restarted; its process ' || delivered_to
     || ' was given this attempt, and process ' || ${incarnationId}::text || ' does not hold it'`;
-  return sql<AbandonedAttempt[]>`
+  return sql<AbandonedAttemptRow[]>`
     with moved as (
       update task_instances set ${lostSet(sql, error)}
       where agent_id = ${agentId} and state in (${inlineLiterals(sql, ATTEMPT_END_FROM)})

@@ -7,7 +7,7 @@ import type { PodAttempt, PodAttempts } from './pod-attempts.js';
 import { podName } from '../../core/pod-identity.js';
 import { podNamespace, type PodSettings } from './pod-manifest.js';
 import type { PodWatch } from './pod-watch.js';
-import { attemptKey, podsAtLead } from './pods-at-lead.js';
+import { podAttemptKey, podsAtLead } from './pods-at-lead.js';
 
 /**
  * What a new leader does with what it finds (pods-at-lead.ts) once its watches are listed: follow
@@ -15,7 +15,7 @@ import { attemptKey, podsAtLead } from './pods-at-lead.js';
  * lost the running attempts whose pod is gone.
  */
 
-export interface AdoptContext {
+export interface PodAdoptContext {
   live: PodAttempts;
   watches: ReadonlyMap<string, PodWatch>;
   store: KubernetesStore;
@@ -29,7 +29,7 @@ export interface AdoptContext {
 }
 
 /** `active`: the attempts the store says are queued or running; `running`: the ti ids of those running. */
-export async function adoptPodsAtLead(c: AdoptContext, active: Attempt[], running: Set<string>): Promise<{ adopted: number; deleted: number; recreated: number }> {
+export async function adoptPodsAtLead(c: PodAdoptContext, active: Attempt[], running: Set<string>): Promise<{ adopted: number; deleted: number; recreated: number }> {
   const found = podsAtLead(active, c.watches.values(), (ns, name) => c.live.byPod(ns, name) !== undefined);
   let adopted = 0;
   for (const { attempt, namespace, pod } of found.adopt) {
@@ -41,7 +41,7 @@ export async function adoptPodsAtLead(c: AdoptContext, active: Attempt[], runnin
   // Its attempt is over (ended, reaped, retried): the pod must not run on beside the next. Read
   // again first: an attempt claimed since the first read (by the leader before us, in an
   // overlap) has a pod that is not a stray.
-  const current = found.strays.length === 0 ? new Map<string, Attempt>() : new Map((await c.store.active()).map((r) => [attemptKey(r.attempt), r.attempt]));
+  const current = found.strays.length === 0 ? new Map<string, Attempt>() : new Map((await c.store.active()).map((r) => [podAttemptKey(r.attempt), r.attempt]));
   let deleted = 0;
   for (const s of found.strays) {
     if (c.live.byPod(s.namespace, s.name) || !c.stillLeading()) continue;

@@ -12,7 +12,7 @@ export interface StrayPod {
   key: string;
 }
 
-export const attemptKey = (a: { tiId: string; tryNumber: number }) => `${a.tiId}/${a.tryNumber}`;
+export const podAttemptKey = (a: { tiId: string; tryNumber: number }) => `${a.tiId}/${a.tryNumber}`;
 
 /**
  * What a new leader finds in the namespaces it watches, against the attempts the store says are
@@ -22,7 +22,7 @@ export const attemptKey = (a: { tiId: string; tryNumber: number }) => `${a.tiId}
  * an attempt since retried, never passes for the current one.
  */
 export function podsAtLead(active: readonly Attempt[], watches: Iterable<PodWatch>, followed: (namespace: string, name: string) => boolean): { adopt: { attempt: Attempt; namespace: string; pod: V1Pod }[]; strays: StrayPod[] } {
-  const byKey = new Map(active.map((a) => [attemptKey(a), a]));
+  const byKey = new Map(active.map((a) => [podAttemptKey(a), a]));
   const adopt: { attempt: Attempt; namespace: string; pod: V1Pod }[] = [];
   const strays: StrayPod[] = [];
   for (const w of watches) {
@@ -30,13 +30,13 @@ export function podsAtLead(active: readonly Attempt[], watches: Iterable<PodWatc
       const key = attemptOfPod(pod.metadata?.labels);
       if (!key) continue;
       const name = pod.metadata!.name!;
-      const attempt = byKey.get(attemptKey(key));
+      const attempt = byKey.get(podAttemptKey(key));
       if (attempt && podName(attempt) === name) {
         adopt.push({ attempt, namespace: w.namespace, pod });
         continue;
       }
       const cond = podCondition(pod);
-      if (cond.kind !== 'succeeded' && cond.kind !== 'failed' && !followed(w.namespace, name)) strays.push({ namespace: w.namespace, name, key: attemptKey(key) });
+      if (cond.kind !== 'succeeded' && cond.kind !== 'failed' && !followed(w.namespace, name)) strays.push({ namespace: w.namespace, name, key: podAttemptKey(key) });
     }
   }
   return { adopt, strays };

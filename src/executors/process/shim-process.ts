@@ -12,7 +12,7 @@ import type { SpawnHelper } from './spawn-helper.js';
 export type OutputStream = 'stdout' | 'stderr';
 
 /** Lines of each output already in the attempt's log: a re-attached tail starts after them. */
-export interface LogsSoFar {
+export interface LinesSoFar {
   stdout: number;
   stderr: number;
 }
@@ -52,7 +52,7 @@ export class ShimProcess {
   readonly #killed: () => void;
   #gone = false;
 
-  private constructor(dir: AttemptDir, identity: ProcessIdentity, opts: ShimProcessOptions, skip: LogsSoFar, exited: Promise<void>, killed: () => void = () => {}) {
+  private constructor(dir: AttemptDir, identity: ProcessIdentity, opts: ShimProcessOptions, skip: LinesSoFar, exited: Promise<void>, killed: () => void = () => {}) {
     this.dir = dir;
     this.#killed = killed;
     this.pid = identity.pid;
@@ -142,7 +142,7 @@ export class ShimProcess {
    * Re-attaches to the shim of an attempt started by an earlier process (after a crash or a
    * restart), or null when the shim is gone (then `dir.readStatus()` says how the task ended).
    */
-  static reattach(dir: AttemptDir, opts: ShimProcessOptions, skip: LogsSoFar): ShimProcess | null {
+  static reattach(dir: AttemptDir, opts: ShimProcessOptions, skip: LinesSoFar): ShimProcess | null {
     const identity = dir.readShim();
     if (identity === null || !isSameProcess(identity)) return null;
     const exited = new Promise<void>((resolve) => {
@@ -157,7 +157,7 @@ export class ShimProcess {
   }
 
   /** Reads an ended attempt's output from where its log stopped, to the end. */
-  static readRest(dir: AttemptDir, opts: ShimProcessOptions, skip: LogsSoFar): void {
+  static readRest(dir: AttemptDir, opts: ShimProcessOptions, skip: LinesSoFar): void {
     for (const s of ['stdout', 'stderr'] as const) new OutputTail(dir.output(s), (line) => opts.onLine(s, line), { skipLines: skip[s] }).finish();
   }
 

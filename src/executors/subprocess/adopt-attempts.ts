@@ -22,7 +22,7 @@ export interface Adopted {
   killed: number;
 }
 
-export interface AdoptContext {
+export interface ProcessAdoptContext {
   /** The attempts folder (`<state dir>/attempts`). */
   root: string;
   runs: RunningAttempts;
@@ -37,7 +37,7 @@ export interface AdoptContext {
  * longer current), records the real outcome of each attempt that ended meanwhile, with its log
  * made whole, and kills the task processes of any attempt whose folder is gone.
  */
-export async function adoptAttempts(c: AdoptContext): Promise<Adopted> {
+export async function adoptAttempts(c: ProcessAdoptContext): Promise<Adopted> {
   AttemptDir.claimRoot(c.root);
   const found: Adopted = { reattached: 0, recorded: 0, killed: 0 };
   const kept = new Set<string>();
@@ -60,7 +60,7 @@ export async function adoptAttempts(c: AdoptContext): Promise<Adopted> {
   return found;
 }
 
-async function adoptOne(c: AdoptContext, attempt: Attempt, dir: AttemptDir): Promise<boolean> {
+async function adoptOne(c: ProcessAdoptContext, attempt: Attempt, dir: AttemptDir): Promise<boolean> {
   const skip = await c.reporter.logsSoFar(attempt);
   const run = c.runs.track(attempt, null);
   run.dir = dir;

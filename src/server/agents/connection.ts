@@ -16,7 +16,7 @@ import { readHello } from './hello.js';
 import { AgentReports, validMessage } from './reports.js';
 import { AsyncQueue } from './async-queue.js';
 import type { HeartbeatSource, HeldRef } from './heartbeat-buffer.js';
-import { HeldAttempts } from './held-attempts.js';
+import { StreamAttempts } from './held-attempts.js';
 import type { ClientCertificate } from '../auth/tls-identity.js';
 
 type Response = MessageInitShape<typeof ConnectResponseSchema>;
@@ -35,7 +35,7 @@ export class AgentConnection implements AgentHandle {
   agentId = '';
   incarnationId = '';
   readonly #out = new AsyncQueue<Response>();
-  readonly #attempts = new HeldAttempts();
+  readonly #attempts = new StreamAttempts();
   #lastKeepalive = Date.now();
   #goneAway = false;
   #log: Logger;

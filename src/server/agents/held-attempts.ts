@@ -3,7 +3,7 @@
 // stream's handle (Assign, Cancel) and its report handling read and change it.
 import type { HeldRef } from './heartbeat-buffer.js';
 
-export class HeldAttempts {
+export class StreamAttempts {
   /** By TI id, the attempt this stream holds (assigned, resumed at Hello, or reported Started). */
   readonly held = new Map<string, HeldRef>();
   /**

@@ -9,7 +9,7 @@ import { ConnectResponseSchema, type ConnectRequest } from '../../gen/leoflow/v1
 import type { AgentConnectionDeps, AgentMessageKind } from './connection-deps.js';
 import type { AsyncQueue } from './async-queue.js';
 import type { HeartbeatSource, HeldRef } from './heartbeat-buffer.js';
-import type { HeldAttempts } from './held-attempts.js';
+import type { StreamAttempts } from './held-attempts.js';
 import { AgentMessageError, parseReport } from './validate-agent-message.js';
 
 type Response = MessageInitShape<typeof ConnectResponseSchema>;
@@ -45,7 +45,7 @@ export class AgentReports {
   constructor(
     private readonly s: {
       deps: AgentConnectionDeps;
-      attempts: HeldAttempts;
+      attempts: StreamAttempts;
       out: AsyncQueue<Response>;
       log: Logger;
       agentId: string;

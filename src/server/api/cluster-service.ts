@@ -2,7 +2,7 @@ import type { ServiceImpl } from '@connectrpc/connect';
 import { timestampFromDate } from '@bufbuild/protobuf/wkt';
 import { agentHealth, type AgentHealth as Health_ } from '../../core/agent-health.js';
 import { formatDuration } from '../../core/duration.js';
-import { getAgent, listAgents, setDraining, type AgentView } from '../../db/agents.js';
+import { getAgent, listAgents, setDraining, type AgentApiView } from '../../db/agents.js';
 import type { Actor } from '../../core/actor.js';
 import { callerOf } from '../auth/caller.js';
 import { forgetAgent, type ForgetOutcome } from '../../db/forget-agent.js';
@@ -39,7 +39,7 @@ export interface ClusterDeps {
 
 const HEALTH: Record<Health_, AgentHealth> = { healthy: AgentHealth.HEALTHY, stale: AgentHealth.STALE, dead: AgentHealth.DEAD, stopped: AgentHealth.STOPPED };
 
-function agentToProto(a: AgentView, deps: Pick<ClusterDeps, 'agentFreshMs' | 'heartbeatThresholdMs'>) {
+function agentToProto(a: AgentApiView, deps: Pick<ClusterDeps, 'agentFreshMs' | 'heartbeatThresholdMs'>) {
   const freshMs = deps.agentFreshMs;
   const connected = a.connected_replica !== null && a.last_seen_at !== null && Date.now() - a.last_seen_at.getTime() < freshMs;
   return {

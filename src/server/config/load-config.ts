@@ -10,7 +10,7 @@ import { editionDefaults } from './edition-defaults.js';
 import { isLoopback } from './is-loopback.js';
 import { readKubernetesConfig } from './read-kubernetes-config.js';
 import { readTlsConfig } from './read-tls-config.js';
-import { agentUrl, duration, hostPort, list, nonEmpty, oneOf, otlpTracesUrl, port, positiveInt, retention } from './setting-parsers.js';
+import { agentUrl, positiveDuration, hostPort, list, nonEmpty, oneOf, otlpTracesUrl, port, positiveInt, retention } from './setting-parsers.js';
 import { SETTINGS, type Raw, type SettingKey, type SettingReader } from './settings.js';
 
 /**
@@ -88,7 +88,7 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     // The host part is cut so the default always fits MAX_REPLICA_ID (a pod name can be 63 long).
     replicaId: get('replica_id', replicaId, `${os.hostname().replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 24)}-${process.pid}-${randomBytes(2).toString('hex')}`),
     role,
-    leaderTimeoutMs: get('leader_timeout', duration, 30_000),
+    leaderTimeoutMs: get('leader_timeout', positiveDuration, 30_000),
     loopStallMs: 0, // below: its default follows the tick
     listenHost: listen.host,
     listenPort: listen.port,
@@ -99,15 +99,15 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
     embeddedPgPort: get('embedded_pg_port', port, 54329),
     executor,
     dags,
-    tickMs: get('tick_interval', duration, 1000),
+    tickMs: get('tick_interval', positiveDuration, 1000),
     dispatchWorkers: get('dispatch_workers', positiveInt, 1),
     dispatchQueue: get('dispatch_queue', positiveInt, 1),
-    runOrphanThresholdMs: get('run_orphan_threshold', duration, 300_000),
-    heartbeatThresholdMs: get('heartbeat_threshold', duration, 90_000),
-    heartbeatIntervalMs: get('heartbeat_interval', duration, 5_000),
-    killGraceMs: get('kill_grace', duration, 10_000),
-    shutdownGraceMs: get('shutdown_grace', duration, 30_000),
-    leaderWatchdogMs: get('leader_watchdog', duration, 5_000),
+    runOrphanThresholdMs: get('run_orphan_threshold', positiveDuration, 300_000),
+    heartbeatThresholdMs: get('heartbeat_threshold', positiveDuration, 90_000),
+    heartbeatIntervalMs: get('heartbeat_interval', positiveDuration, 5_000),
+    killGraceMs: get('kill_grace', positiveDuration, 10_000),
+    shutdownGraceMs: get('shutdown_grace', positiveDuration, 30_000),
+    leaderWatchdogMs: get('leader_watchdog', positiveDuration, 5_000),
     retentionMs: get('retention', retention('30d'), null as number | null),
     agentRetentionMs: get('agent_retention', retention('7d'), 7 * 86_400_000 as number | null),
     watchBufferEvents: get('watch_buffer', positiveInt, 10_000),
@@ -149,7 +149,7 @@ export function loadConfig(flags: Partial<Record<SettingKey, string | string[]>>
   }
   // Given, it must leave the loop room to keep its pace; not given, 60 s or five ticks, whichever
   // is longer (a slow tick must not make a healthy loop look stalled).
-  const stall = get('loop_stall_threshold', duration, null as number | null);
+  const stall = get('loop_stall_threshold', positiveDuration, null as number | null);
   config.loopStallMs = stall ?? Math.max(60_000, 5 * config.tickMs);
   if (stall !== null && config.loopStallMs < 3 * config.tickMs) {
     problems.push(`loop_stall_threshold (${config.loopStallMs} ms) must be at least 3 × tick_interval (${config.tickMs} ms), or a loop keeping its pace would be called stalled`);

@@ -6,7 +6,7 @@ import { parseDuration } from '../../core/duration.js';
 import { dns1123LabelProblem, dns1123SubdomainProblem } from '../../core/kubernetes-names.js';
 import type { KubeconfigSource } from '../../executors/kubernetes/load-kube-config.js';
 import { parsePodTemplate, type PodTemplate } from '../../executors/kubernetes/pod-template.js';
-import { duration, list, nonEmpty } from './setting-parsers.js';
+import { positiveDuration, list, nonEmpty } from './setting-parsers.js';
 import type { SettingReader } from './settings.js';
 
 /** The kubernetes executor's settings. Durations in ms. */
@@ -87,7 +87,7 @@ export function readKubernetesConfig({ pick, get, problems, cwd }: SettingReader
       if (l.length === 0) throw new Error('must name a program, e.g. leoflow');
       return l;
     }, ['leoflow']),
-    podPendingTimeoutMs: get('pod_pending_timeout', duration, 300_000),
+    podPendingTimeoutMs: get('pod_pending_timeout', positiveDuration, 300_000),
     keepSucceededMs: get('pod_keep_succeeded', keep, 0),
     keepFailedMs: get('pod_keep_failed', keep, 3_600_000),
     agentTokenSecret: get('pod_agent_token_secret', (v) => {

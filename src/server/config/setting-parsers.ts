@@ -3,7 +3,7 @@
 import { parseDuration } from '../../core/duration.js';
 
 /** A positive duration (`30s`, `5m`) in ms, at most 24 days. */
-export const duration = (v: unknown) => {
+export const positiveDuration = (v: unknown) => {
   const ms = parseDuration(v);
   if (ms <= 0) throw new Error(`must be a positive duration, got ${JSON.stringify(v)}`);
   // Node timers hold at most 2^31−1 ms; a longer one would fire at once.
