@@ -19,7 +19,15 @@ export default defineConfig({
       { extends: true, test: { name: 'fault', include: ['test/fault/**/*.test.ts'], testTimeout: 120_000 } },
       // Timing against a yardstick: run alone, after the other projects have finished (group 1),
       // so their load is not measured as a regression.
-      { extends: true, test: { name: 'speed', include: ['test/speed/**/*.test.ts'], testTimeout: 300_000, sequence: { groupOrder: 1 } } },
+      {
+        extends: true,
+        test: {
+          name: 'speed',
+          include: ['test/speed/**/*.test.ts'],
+          testTimeout: 300_000,
+          sequence: { groupOrder: 1 },
+        },
+      },
       // Needs Debian's python3-grpcio, python3-grpc-tools and protoc: `npm run test:python` (in CI).
       { extends: true, test: { name: 'python', include: ['test/python/**/*.test.ts'], testTimeout: 120_000 } },
     ],

@@ -1,7 +1,16 @@
 import { DBOS } from '@dbos-inc/dbos-sdk';
 import { createTestDatabase } from '../test/helpers/test-database.js';
 import { STATS_SETTLE_MS, sleep, xacts } from '../test/bench/pg-xacts.js';
-import { CHAIN, type DurablePeerResult, type InFlightResult, inFlight, medianChain, spawnTrue, startLatency, stepStats } from './durable-peer.js';
+import {
+  CHAIN,
+  type DurablePeerResult,
+  type InFlightResult,
+  inFlight,
+  medianChain,
+  spawnTrue,
+  startLatency,
+  stepStats,
+} from './durable-peer.js';
 
 /**
  * DBOS Transact on the suite's Postgres, in a database of its own (its system database): each
@@ -30,7 +39,9 @@ const chain = DBOS.registerWorkflow(
   { name: 'chain' },
 );
 
-const oneStep = DBOS.registerWorkflow(async () => DBOS.runStep(async () => onStep?.(), { name: 'only' }), { name: 'one-step' });
+const oneStep = DBOS.registerWorkflow(async () => DBOS.runStep(async () => onStep?.(), { name: 'only' }), {
+  name: 'one-step',
+});
 
 export async function dbosTransact(workflows: number, concurrency: number[]): Promise<DurablePeerResult> {
   const db = await createTestDatabase();
@@ -52,7 +63,14 @@ export async function dbosTransact(workflows: number, concurrency: number[]): Pr
       const { done, windowMs } = await inFlight(workflows, c, () => oneStep());
       await sleep(STATS_SETTLE_MS);
       const x1 = await xacts(db.sql, db.name);
-      throughput.push({ concurrency: c, workflows, done, perSec: done / (windowMs / 1000), xactPerWorkflow: (x1 - x0 - 1) / done, windowMs });
+      throughput.push({
+        concurrency: c,
+        workflows,
+        done,
+        perSec: done / (windowMs / 1000),
+        xactPerWorkflow: (x1 - x0 - 1) / done,
+        windowMs,
+      });
     }
 
     const latency = await startLatency(async (entered) => {

@@ -61,7 +61,11 @@ function median(values: number[]): number {
 export function stepStats(starts: number[]): StepStats {
   if (starts.length !== CHAIN) throw new Error(`a chain entered ${starts.length} of its ${CHAIN} steps`);
   const steps = starts.slice(1).map((s, i) => s - starts[i]!);
-  return { stepP50: percentile(steps, 50), stepP99: percentile(steps, 99), perStep: (starts[CHAIN - 1]! - starts[0]!) / (CHAIN - 1) };
+  return {
+    stepP50: percentile(steps, 50),
+    stepP99: percentile(steps, 99),
+    perStep: (starts[CHAIN - 1]! - starts[0]!) / (CHAIN - 1),
+  };
 }
 
 /** Runs `once` CHAIN_REPS + 1 times and keeps the median of all but the first (a warm-up). */
@@ -69,7 +73,11 @@ export async function medianChain(once: () => Promise<StepStats>): Promise<StepS
   const reps: StepStats[] = [];
   for (let i = 0; i < CHAIN_REPS + 1; i++) reps.push(await once());
   const kept = reps.slice(1);
-  return { stepP50: median(kept.map((r) => r.stepP50)), stepP99: median(kept.map((r) => r.stepP99)), perStep: median(kept.map((r) => r.perStep)) };
+  return {
+    stepP50: median(kept.map((r) => r.stepP50)),
+    stepP99: median(kept.map((r) => r.stepP99)),
+    perStep: median(kept.map((r) => r.perStep)),
+  };
 }
 
 /** `spawn('true')` until it exits: what a Leoflow task of `true` runs, done in a peer's step. */
@@ -82,7 +90,11 @@ export function spawnTrue(): Promise<void> {
 }
 
 /** `total` calls of `one`, `concurrency` at a time; the window runs from the first call to the last end. */
-export async function inFlight(total: number, concurrency: number, one: () => Promise<unknown>): Promise<{ done: number; windowMs: number }> {
+export async function inFlight(
+  total: number,
+  concurrency: number,
+  one: () => Promise<unknown>,
+): Promise<{ done: number; windowMs: number }> {
   let next = 0;
   let done = 0;
   const t0 = performance.now();
@@ -99,7 +111,9 @@ export async function inFlight(total: number, concurrency: number, one: () => Pr
 }
 
 /** Start called → first step entered, one workflow at a time; `start` resolves when it has ended. */
-export async function startLatency(start: (onStep: () => void) => Promise<unknown>): Promise<DurablePeerResult['latency']> {
+export async function startLatency(
+  start: (onStep: () => void) => Promise<unknown>,
+): Promise<DurablePeerResult['latency']> {
   const out: number[] = [];
   for (let i = 0; i < WARMUP + LATENCY_SAMPLES; i++) {
     let entered = 0;

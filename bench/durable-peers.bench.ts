@@ -18,13 +18,34 @@ const CONCURRENCY = (process.env.LEOFLOW_BENCH_CONCURRENCY ?? '10,50').split(','
 
 function rows(p: DurablePeerResult): Record<string, string | number>[] {
   const out: Record<string, string | number>[] = [];
-  const steps = (s: DurablePeerResult['chain']) => `${round(s.stepP50, 2)} / ${round(s.stepP99, 2)} ms (${round(s.perStep, 2)} ms)`;
-  out.push({ peer: p.peer, measure: 'chain of 40 no-op steps, step p50 / p99 (per step, total/39)', value: steps(p.chain), 'pg xact/workflow': '' });
-  out.push({ peer: p.peer, measure: 'chain of 40 steps spawning `true`, step p50 / p99 (per step)', value: steps(p.spawnChain), 'pg xact/workflow': '' });
+  const steps = (s: DurablePeerResult['chain']) =>
+    `${round(s.stepP50, 2)} / ${round(s.stepP99, 2)} ms (${round(s.perStep, 2)} ms)`;
+  out.push({
+    peer: p.peer,
+    measure: 'chain of 40 no-op steps, step p50 / p99 (per step, total/39)',
+    value: steps(p.chain),
+    'pg xact/workflow': '',
+  });
+  out.push({
+    peer: p.peer,
+    measure: 'chain of 40 steps spawning `true`, step p50 / p99 (per step)',
+    value: steps(p.spawnChain),
+    'pg xact/workflow': '',
+  });
   for (const t of p.throughput) {
-    out.push({ peer: p.peer, measure: `1-step workflows, ${t.concurrency} in flight`, value: `${round(t.perSec, 0)} workflows/s (${t.done}/${t.workflows} done)`, 'pg xact/workflow': t.xactPerWorkflow === null ? 'no Postgres' : round(t.xactPerWorkflow, 2) });
+    out.push({
+      peer: p.peer,
+      measure: `1-step workflows, ${t.concurrency} in flight`,
+      value: `${round(t.perSec, 0)} workflows/s (${t.done}/${t.workflows} done)`,
+      'pg xact/workflow': t.xactPerWorkflow === null ? 'no Postgres' : round(t.xactPerWorkflow, 2),
+    });
   }
-  out.push({ peer: p.peer, measure: 'start → first step, p50 / p99', value: `${round(p.latency.p50, 2)} / ${round(p.latency.p99, 2)} ms`, 'pg xact/workflow': '' });
+  out.push({
+    peer: p.peer,
+    measure: 'start → first step, p50 / p99',
+    value: `${round(p.latency.p50, 2)} / ${round(p.latency.p99, 2)} ms`,
+    'pg xact/workflow': '',
+  });
   return out;
 }
 

@@ -73,7 +73,13 @@ async function pollDone(check: () => Promise<boolean>): Promise<{ polls: number;
 
 /** One throughput window: `enqueue` runs with the worker idle and connected; `onJob` is armed. */
 /** `doneCount` resolves null while it need not ask the database (the handler has not seen every job). */
-async function throughputWindow(db: TestDatabase, c: number, enqueue: () => Promise<void>, doneCount: () => Promise<number | null>, first: { at: number }): Promise<ThroughputResult> {
+async function throughputWindow(
+  db: TestDatabase,
+  c: number,
+  enqueue: () => Promise<void>,
+  doneCount: () => Promise<number | null>,
+  first: { at: number },
+): Promise<ThroughputResult> {
   await sleep(STATS_SETTLE_MS);
   const x0 = await xacts(db.sql, db.name);
   await enqueue();
@@ -90,11 +96,22 @@ async function throughputWindow(db: TestDatabase, c: number, enqueue: () => Prom
   await sleep(STATS_SETTLE_MS);
   const x1 = await xacts(db.sql, db.name);
   const windowMs = end - first.at;
-  return { concurrency: c, jobs: N, done, jobsPerSec: done / (windowMs / 1000), xactPerJob: (x1 - x0 - queries - 1) / done, windowMs, fromEnqueueMs: end - enqueued };
+  return {
+    concurrency: c,
+    jobs: N,
+    done,
+    jobsPerSec: done / (windowMs / 1000),
+    xactPerJob: (x1 - x0 - queries - 1) / done,
+    windowMs,
+    fromEnqueueMs: end - enqueued,
+  };
 }
 
 /** add called → handler started, one job at a time. */
-async function latencyRun(add: (i: number) => Promise<unknown>, arm: (resolve: (at: number) => void) => void): Promise<number[]> {
+async function latencyRun(
+  add: (i: number) => Promise<unknown>,
+  arm: (resolve: (at: number) => void) => void,
+): Promise<number[]> {
   const out: number[] = [];
   for (let i = 0; i < WARMUP + LATENCY_SAMPLES; i++) {
     const started = new Promise<number>((resolve, reject) => {
@@ -111,18 +128,29 @@ async function latencyRun(add: (i: number) => Promise<unknown>, arm: (resolve: (
 }
 
 /** Runs one chain of CHAIN jobs; `starts` is filled by the handler. */
-async function chainRun(startChain: () => Promise<unknown>, starts: number[]): Promise<{ stepP50: number; stepP99: number; perStep: number }> {
+async function chainRun(
+  startChain: () => Promise<unknown>,
+  starts: number[],
+): Promise<{ stepP50: number; stepP99: number; perStep: number }> {
   starts.length = 0;
   await startChain();
   const deadline = performance.now() + 60_000;
   while (starts.length < CHAIN && performance.now() < deadline) await sleep(5);
   expect(starts.length).toBe(CHAIN);
   const steps = starts.slice(1).map((s, i) => s - starts[i]!);
-  return { stepP50: percentile(steps, 50), stepP99: percentile(steps, 99), perStep: (starts[CHAIN - 1]! - starts[0]!) / (CHAIN - 1) };
+  return {
+    stepP50: percentile(steps, 50),
+    stepP99: percentile(steps, 99),
+    perStep: (starts[CHAIN - 1]! - starts[0]!) / (CHAIN - 1),
+  };
 }
 
 function medianChain(reps: { stepP50: number; stepP99: number; perStep: number }[]) {
-  return { stepP50: median(reps.map((r) => r.stepP50)), stepP99: median(reps.map((r) => r.stepP99)), perStep: median(reps.map((r) => r.perStep)) };
+  return {
+    stepP50: median(reps.map((r) => r.stepP50)),
+    stepP99: median(reps.map((r) => r.stepP99)),
+    perStep: median(reps.map((r) => r.perStep)),
+  };
 }
 
 /** graphile-worker's pool, ours so it is ended (not cut by the database drop) after the runner stops. */
@@ -155,8 +183,12 @@ async function graphileWorker(): Promise<PeerResult> {
           await throughputWindow(
             db,
             c,
-            async () => void (await utils.addJobs(Array.from({ length: N }, () => ({ identifier: 'noop', payload: {} })))),
-            async () => (n < N ? null : N - Number((await db.sql<{ n: string }[]>`select count(*) as n from graphile_worker.jobs`)[0]!.n)),
+            async () =>
+              void (await utils.addJobs(Array.from({ length: N }, () => ({ identifier: 'noop', payload: {} })))),
+            async () =>
+              n < N
+                ? null
+                : N - Number((await db.sql<{ n: string }[]>`select count(*) as n from graphile_worker.jobs`)[0]!.n),
             first,
           ),
         );
@@ -194,11 +226,18 @@ async function graphileWorker(): Promise<PeerResult> {
     });
     const utils = await makeWorkerUtils({ pgPool: pool, logger: silent });
     try {
-      const lat = await latencyRun(() => utils.addJob('lat', {}), (r) => (onStart = r));
+      const lat = await latencyRun(
+        () => utils.addJob('lat', {}),
+        (r) => (onStart = r),
+      );
       const chains = [];
-      for (let i = 0; i < CHAIN_REPS + 1; i++) chains.push(await chainRun(() => utils.addJob('chain', { i: 0 }), starts));
+      for (let i = 0; i < CHAIN_REPS + 1; i++)
+        chains.push(await chainRun(() => utils.addJob('chain', { i: 0 }), starts));
       return {
-        config: { throughput: 'concurrency C, pg pool of C+2, LISTEN/NOTIFY (default), no localQueue', latency: 'concurrency 10, pg pool of 12, LISTEN/NOTIFY' },
+        config: {
+          throughput: 'concurrency C, pg pool of C+2, LISTEN/NOTIFY (default), no localQueue',
+          latency: 'concurrency 10, pg pool of 12, LISTEN/NOTIFY',
+        },
         throughput,
         latency: { p50: percentile(lat, 50), p99: percentile(lat, 99), samples: lat.length },
         chain: medianChain(chains.slice(1)),
@@ -225,17 +264,34 @@ async function pgBoss(): Promise<PeerResult> {
       await boss.createQueue('noop');
       const first = { at: 0 };
       let n = 0;
-      await boss.work('noop', { localConcurrency: 1, batchSize: c, burstWhenBatchFull: true, pollingIntervalSeconds: 0.5 }, async (jobs) => {
-        if (n === 0) first.at = performance.now();
-        n += jobs.length;
-      });
+      await boss.work(
+        'noop',
+        { localConcurrency: 1, batchSize: c, burstWhenBatchFull: true, pollingIntervalSeconds: 0.5 },
+        async (jobs) => {
+          if (n === 0) first.at = performance.now();
+          n += jobs.length;
+        },
+      );
       throughput.push(
         await throughputWindow(
           db,
           c,
-          async () => void (await boss.insert('noop', Array.from({ length: N }, () => ({ data: {} })))),
+          async () =>
+            void (await boss.insert(
+              'noop',
+              Array.from({ length: N }, () => ({ data: {} })),
+            )),
           // Asked only once the handler has seen every job, as for graphile-worker (and Leoflow).
-          async () => (n < N ? null : Number((await db.sql<{ n: string }[]>`select count(*) as n from pgboss.job where name = 'noop' and state = 'completed'`)[0]!.n)),
+          async () =>
+            n < N
+              ? null
+              : Number(
+                  (
+                    await db.sql<
+                      { n: string }[]
+                    >`select count(*) as n from pgboss.job where name = 'noop' and state = 'completed'`
+                  )[0]!.n,
+                ),
           first,
         ),
       );
@@ -260,7 +316,10 @@ async function pgBoss(): Promise<PeerResult> {
       if (job!.data.i < CHAIN - 1) await boss.send('chain', { i: job!.data.i + 1 });
     });
     await sleep(1000); // the listener connects
-    const lat = await latencyRun(() => boss.send('lat', {}), (r) => (onStart = r));
+    const lat = await latencyRun(
+      () => boss.send('lat', {}),
+      (r) => (onStart = r),
+    );
     const chains = [];
     for (let i = 0; i < CHAIN_REPS + 1; i++) chains.push(await chainRun(() => boss.send('chain', { i: 0 }), starts));
     expect(errors).toEqual([]);
@@ -283,15 +342,29 @@ async function pgBoss(): Promise<PeerResult> {
 async function pgbench(): Promise<{ serverVersion: string; runs: { clients: number; tps: number }[] }> {
   const db = await createTestDatabase();
   const u = new URL(inject('pgAdminUrl'));
-  const env = { ...process.env, PGHOST: u.hostname, PGPORT: u.port, PGUSER: decodeURIComponent(u.username), PGPASSWORD: decodeURIComponent(u.password), PGDATABASE: db.name };
+  const env = {
+    ...process.env,
+    PGHOST: u.hostname,
+    PGPORT: u.port,
+    PGUSER: decodeURIComponent(u.username),
+    PGPASSWORD: decodeURIComponent(u.password),
+    PGDATABASE: db.name,
+  };
   const tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-pgbench-'));
   try {
     const script = path.join(tmp, 'update.sql');
-    await writeFile(script, '\\set aid random(1, 100000)\nUPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;\n');
+    await writeFile(
+      script,
+      '\\set aid random(1, 100000)\nUPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;\n',
+    );
     await exec(PGBENCH, ['-i', '-s', '1', '-q'], { env, timeout: 60_000 });
     const out: { clients: number; tps: number }[] = [];
     for (const clients of [1, 8]) {
-      const { stdout } = await exec(PGBENCH, ['-n', '-T', '10', '-c', String(clients), '-j', String(Math.min(clients, 2)), '-f', script], { env, timeout: 60_000 });
+      const { stdout } = await exec(
+        PGBENCH,
+        ['-n', '-T', '10', '-c', String(clients), '-j', String(Math.min(clients, 2)), '-f', script],
+        { env, timeout: 60_000 },
+      );
       const m = /tps = ([\d.]+) \(without initial connection time\)/.exec(stdout);
       if (!m) throw new Error(`pgbench printed no tps:\n${stdout}`);
       out.push({ clients, tps: Number(m[1]) });
@@ -310,14 +383,42 @@ describe('peers', () => {
     const graphile = await graphileWorker();
     const boss = await pgBoss();
     const rows: Record<string, string | number>[] = [];
-    for (const [name, p] of [['graphile-worker 0.18.0', graphile], ['pg-boss 12.38.0', boss]] as const) {
+    for (const [name, p] of [
+      ['graphile-worker 0.18.0', graphile],
+      ['pg-boss 12.38.0', boss],
+    ] as const) {
       for (const t of p.throughput) {
-        rows.push({ peer: name, measure: `throughput, ${N} no-op jobs, concurrency ${t.concurrency}`, value: `${round(t.jobsPerSec, 0)} jobs/s (${round(t.done / (t.fromEnqueueMs / 1000), 0)} from the insert; ${t.done}/${t.jobs} done)`, 'pg xact/job': round(t.xactPerJob, 2), 'of pgbench 8 clients': `${round((100 * t.jobsPerSec) / bench[1]!.tps, 1)} %` });
+        rows.push({
+          peer: name,
+          measure: `throughput, ${N} no-op jobs, concurrency ${t.concurrency}`,
+          value: `${round(t.jobsPerSec, 0)} jobs/s (${round(t.done / (t.fromEnqueueMs / 1000), 0)} from the insert; ${t.done}/${t.jobs} done)`,
+          'pg xact/job': round(t.xactPerJob, 2),
+          'of pgbench 8 clients': `${round((100 * t.jobsPerSec) / bench[1]!.tps, 1)} %`,
+        });
       }
-      rows.push({ peer: name, measure: 'add → handler start, p50 / p99', value: `${round(p.latency.p50, 2)} / ${round(p.latency.p99, 2)} ms`, 'pg xact/job': '', 'of pgbench 8 clients': '' });
-      rows.push({ peer: name, measure: 'chain of 40, step p50 / p99 (per step, total/39)', value: `${round(p.chain.stepP50, 2)} / ${round(p.chain.stepP99, 2)} ms (${round(p.chain.perStep, 2)} ms)`, 'pg xact/job': '', 'of pgbench 8 clients': '' });
+      rows.push({
+        peer: name,
+        measure: 'add → handler start, p50 / p99',
+        value: `${round(p.latency.p50, 2)} / ${round(p.latency.p99, 2)} ms`,
+        'pg xact/job': '',
+        'of pgbench 8 clients': '',
+      });
+      rows.push({
+        peer: name,
+        measure: 'chain of 40, step p50 / p99 (per step, total/39)',
+        value: `${round(p.chain.stepP50, 2)} / ${round(p.chain.stepP99, 2)} ms (${round(p.chain.perStep, 2)} ms)`,
+        'pg xact/job': '',
+        'of pgbench 8 clients': '',
+      });
     }
-    for (const b of bench) rows.push({ peer: `pgbench (PostgreSQL 15 client, server ${serverVersion})`, measure: `single-row UPDATE, ${b.clients} client(s), 10 s`, value: `${round(b.tps, 0)} commits/s`, 'pg xact/job': 1, 'of pgbench 8 clients': `${round((100 * b.tps) / bench[1]!.tps, 1)} %` });
+    for (const b of bench)
+      rows.push({
+        peer: `pgbench (PostgreSQL 15 client, server ${serverVersion})`,
+        measure: `single-row UPDATE, ${b.clients} client(s), 10 s`,
+        value: `${round(b.tps, 0)} commits/s`,
+        'pg xact/job': 1,
+        'of pgbench 8 clients': `${round((100 * b.tps) / bench[1]!.tps, 1)} %`,
+      });
     await report('peers', rows, { jobs: N, postgres: serverVersion, pgbench: bench, graphile, pgBoss: boss });
     await reportRatios();
   });

@@ -3,7 +3,16 @@ import { createWriteStream } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import * as restate from '@restatedev/restate-sdk';
-import { CHAIN, type DurablePeerResult, type InFlightResult, inFlight, medianChain, spawnTrue, startLatency, stepStats } from '../durable-peer.js';
+import {
+  CHAIN,
+  type DurablePeerResult,
+  type InFlightResult,
+  inFlight,
+  medianChain,
+  spawnTrue,
+  startLatency,
+  stepStats,
+} from '../durable-peer.js';
 
 /**
  * Measures Restate from inside a network namespace of its own (restate-peer.ts starts it there):
@@ -47,7 +56,11 @@ const bench = restate.service({
 });
 
 async function call(handler: string, body: unknown): Promise<void> {
-  const r = await fetch(`${INGRESS}/Bench/${handler}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const r = await fetch(`${INGRESS}/Bench/${handler}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   if (!r.ok) throw new Error(`POST /Bench/${handler}: ${r.status} ${await r.text()}`);
   await r.arrayBuffer();
 }
@@ -70,7 +83,10 @@ function startServer(): ChildProcess {
     RESTATE_LOG_FILTER: 'warn',
     RESTATE_LOG_DISABLE_ANSI_CODES: 'true',
   };
-  const server = spawn(serverBin!, ['--no-logo', '--base-dir', path.join(baseDir!, 'data'), '--node-name', 'bench'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const server = spawn(serverBin!, ['--no-logo', '--base-dir', path.join(baseDir!, 'data'), '--node-name', 'bench'], {
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   server.stdout!.pipe(log);
   server.stderr!.pipe(log);
   return server;
@@ -96,7 +112,14 @@ async function measure(workflows: number, concurrency: number[]): Promise<Durabl
   const throughput: InFlightResult[] = [];
   for (const c of concurrency) {
     const { done, windowMs } = await inFlight(workflows, c, () => call('one', null));
-    throughput.push({ concurrency: c, workflows, done, perSec: done / (windowMs / 1000), xactPerWorkflow: null, windowMs });
+    throughput.push({
+      concurrency: c,
+      workflows,
+      done,
+      perSec: done / (windowMs / 1000),
+      xactPerWorkflow: null,
+      windowMs,
+    });
   }
   const latency = await startLatency(async (entered) => {
     onStep = entered;
@@ -104,7 +127,8 @@ async function measure(workflows: number, concurrency: number[]): Promise<Durabl
   });
   return {
     peer: RESTATE_VERSION,
-    config: 'single node, default settings, its own log (RocksDB) in a temporary folder; the service in the calling process over HTTP/2; ingress calls over HTTP/1.1',
+    config:
+      'single node, default settings, its own log (RocksDB) in a temporary folder; the service in the calling process over HTTP/2; ingress calls over HTTP/1.1',
     chain,
     spawnChain,
     throughput,
@@ -118,14 +142,20 @@ try {
   await restate.serve({ services: [bench], port: ENDPOINT_PORT });
   await until('restate-server ready', async () => (await fetch(`${INGRESS}/restate/health`)).ok);
   await until('the Bench deployment registered', async () => {
-    const r = await fetch(`${ADMIN}/deployments`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ uri: `http://127.0.0.1:${ENDPOINT_PORT}` }) });
+    const r = await fetch(`${ADMIN}/deployments`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ uri: `http://127.0.0.1:${ENDPOINT_PORT}` }),
+    });
     return r.ok;
   });
   const result = await measure(Number(workflowsArg), concurrencyArg.split(',').map(Number));
   process.stdout.write(`RESULT ${JSON.stringify(result)}\n`);
 } catch (e) {
   const log = await readFile(path.join(baseDir, 'restate-server.log'), 'utf8').catch(() => '');
-  process.stderr.write(`${e instanceof Error ? e.stack : String(e)}\nrestate-server's log (last 40 lines):\n${log.split('\n').slice(-40).join('\n')}\n`);
+  process.stderr.write(
+    `${e instanceof Error ? e.stack : String(e)}\nrestate-server's log (last 40 lines):\n${log.split('\n').slice(-40).join('\n')}\n`,
+  );
   code = 1;
 } finally {
   await stopServer(server);

@@ -105,7 +105,8 @@ export function parseAgentFlags(flags: AgentFlags, env: AgentEnvironment): Agent
   const serverUrls = check('--server', [], () => parseServerUrls(flags.server ?? 'http://127.0.0.1:7070'));
   const agentId = check('--id', '', () => {
     if (flags.id === undefined) return defaultAgentId(env.hostname, env.pid);
-    if (!AGENT_ID.test(flags.id)) throw new Error(`must be letters, digits, '_', '.', '-' or ':', got ${JSON.stringify(flags.id)}`);
+    if (!AGENT_ID.test(flags.id))
+      throw new Error(`must be letters, digits, '_', '.', '-' or ':', got ${JSON.stringify(flags.id)}`);
     return flags.id;
   });
   const labels = check('--labels', {}, () => parseLabels(flags.labels ?? ''));
@@ -120,7 +121,10 @@ export function parseAgentFlags(flags: AgentFlags, env: AgentEnvironment): Agent
   let onlyAttemptToken: string | null = null;
   if (env.attemptToken !== undefined && env.attemptToken !== '') {
     if (onlyTiId === null) problems.push('LEOFLOW_ATTEMPT_TOKEN: only with --once --ti ID');
-    else if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(env.attemptToken)) problems.push(`LEOFLOW_ATTEMPT_TOKEN: must be an attempt token (a UUID), got ${JSON.stringify(env.attemptToken)}`);
+    else if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(env.attemptToken))
+      problems.push(
+        `LEOFLOW_ATTEMPT_TOKEN: must be an attempt token (a UUID), got ${JSON.stringify(env.attemptToken)}`,
+      );
     else onlyAttemptToken = env.attemptToken;
   }
 
@@ -129,18 +133,27 @@ export function parseAgentFlags(flags: AgentFlags, env: AgentEnvironment): Agent
   const killGraceMs = check('--kill-grace', 10_000, () => parseDuration(flags.killGrace ?? '10s'));
   const stateDir = check('--state-dir', '', () => {
     const dir = flags.stateDir ?? `.leoflow/agents/${agentId}`;
-    if (dir.trim() === '' || dir.includes('\0')) throw new Error(`must be a directory path, got ${JSON.stringify(dir)}`);
+    if (dir.trim() === '' || dir.includes('\0'))
+      throw new Error(`must be a directory path, got ${JSON.stringify(dir)}`);
     return dir;
   });
-  const logFormat = check('--log-format', 'json', () => oneOf(flags.logFormat ?? (env.isTTY ? 'pretty' : 'json'), LOG_FORMATS));
+  const logFormat = check('--log-format', 'json', () =>
+    oneOf(flags.logFormat ?? (env.isTTY ? 'pretty' : 'json'), LOG_FORMATS),
+  );
   const logLevel = check('--log-level', 'info', () => oneOf(flags.logLevel ?? 'info', LOG_LEVELS));
 
   const caFile = flags.caFile || env.caFile || null;
   const tlsCertFile = flags.tlsCert || env.tlsCert || null;
   const tlsKeyFile = flags.tlsKey || env.tlsKey || null;
-  if ((tlsCertFile === null) !== (tlsKeyFile === null)) problems.push(`${tlsCertFile === null ? '--tls-cert' : '--tls-key'}: a client certificate needs both --tls-cert and --tls-key (LEOFLOW_AGENT_TLS_CERT, LEOFLOW_AGENT_TLS_KEY)`);
+  if ((tlsCertFile === null) !== (tlsKeyFile === null))
+    problems.push(
+      `${tlsCertFile === null ? '--tls-cert' : '--tls-key'}: a client certificate needs both --tls-cert and --tls-key (LEOFLOW_AGENT_TLS_CERT, LEOFLOW_AGENT_TLS_KEY)`,
+    );
   const plain = serverUrls.filter((u) => !u.startsWith('https:'));
-  if ((caFile !== null || tlsCertFile !== null) && plain.length > 0) problems.push(`--server: ${caFile !== null ? '--ca-file' : '--tls-cert'} is for https:// addresses, but ${plain.join(', ')} ${plain.length === 1 ? 'is' : 'are'} plain http://`);
+  if ((caFile !== null || tlsCertFile !== null) && plain.length > 0)
+    problems.push(
+      `--server: ${caFile !== null ? '--ca-file' : '--tls-cert'} is for https:// addresses, but ${plain.join(', ')} ${plain.length === 1 ? 'is' : 'are'} plain http://`,
+    );
 
   if (problems.length > 0) throw new AgentConfigError(problems);
   return {
@@ -185,7 +198,10 @@ export function parseCapabilities(raw: string): string[] {
   const bad = names.find((n) => n === '' || /[\s=]/.test(n));
   if (bad !== undefined) throw new Error(`expected names separated by commas, got ${JSON.stringify(raw)}`);
   const reserved = names.find((n) => n.startsWith(RESERVED_CAPABILITY_PREFIX));
-  if (reserved !== undefined) throw new Error(`${JSON.stringify(reserved)}: names starting with "${RESERVED_CAPABILITY_PREFIX}" are the protocol features the agent announces itself`);
+  if (reserved !== undefined)
+    throw new Error(
+      `${JSON.stringify(reserved)}: names starting with "${RESERVED_CAPABILITY_PREFIX}" are the protocol features the agent announces itself`,
+    );
   return [...new Set(names)];
 }
 
@@ -224,16 +240,19 @@ function isHttpUrl(raw: string): boolean {
 
 function positiveInteger(raw: string): number {
   const n = /^\d+$/.test(raw) ? Number(raw) : NaN;
-  if (!Number.isSafeInteger(n) || n < 1 || n > 2 ** 31 - 1) throw new Error(`must be a positive integer, got ${JSON.stringify(raw)}`);
+  if (!Number.isSafeInteger(n) || n < 1 || n > 2 ** 31 - 1)
+    throw new Error(`must be a positive integer, got ${JSON.stringify(raw)}`);
   return n;
 }
 
 function taskInstanceId(raw: string): string {
-  if (!/^[1-9]\d{0,18}$/.test(raw) || BigInt(raw) > INT64_MAX) throw new Error(`must be a task instance id (a positive integer), got ${JSON.stringify(raw)}`);
+  if (!/^[1-9]\d{0,18}$/.test(raw) || BigInt(raw) > INT64_MAX)
+    throw new Error(`must be a task instance id (a positive integer), got ${JSON.stringify(raw)}`);
   return raw;
 }
 
 function oneOf<T extends string>(raw: string, allowed: readonly T[]): T {
-  if (!(allowed as readonly string[]).includes(raw)) throw new Error(`must be one of ${allowed.join(', ')}, got ${JSON.stringify(raw)}`);
+  if (!(allowed as readonly string[]).includes(raw))
+    throw new Error(`must be one of ${allowed.join(', ')}, got ${JSON.stringify(raw)}`);
   return raw as T;
 }

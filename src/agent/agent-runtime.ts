@@ -128,7 +128,8 @@ class AgentRuntime {
   #toldToGo = 0;
 
   constructor(o: RunAgentOptions) {
-    if (o.serverUrls.length === 0) throw new RangeError('runAgent: serverUrls must name at least one control-plane address');
+    if (o.serverUrls.length === 0)
+      throw new RangeError('runAgent: serverUrls must name at least one control-plane address');
     this.#o = o;
     this.#addresses = new ControlPlaneAddresses(o.serverUrls);
     this.#log = o.logger;
@@ -158,8 +159,10 @@ class AgentRuntime {
     const addresses = this.#addresses;
     log.info(
       {
-        servers: this.#o.serverUrls, incarnation: fingerprint(this.#o.incarnationId ?? PROCESS_INCARNATION_ID),
-        slots: this.#o.slots ?? 1, labels: this.#o.labels ?? {},
+        servers: this.#o.serverUrls,
+        incarnation: fingerprint(this.#o.incarnationId ?? PROCESS_INCARNATION_ID),
+        slots: this.#o.slots ?? 1,
+        labels: this.#o.labels ?? {},
         onlyTiId: this.#o.onlyTiId ?? undefined,
       },
       'agent starting',
@@ -169,7 +172,11 @@ class AgentRuntime {
       await this.#runner.holdLeftovers();
       while (this.#exit === null) {
         const serverUrl = addresses.current();
-        const client = createAgentServiceClient({ serverUrl, http2KeepaliveMs: this.#o.http2KeepaliveMs ?? 10_000, tls: this.#o.tls ?? null });
+        const client = createAgentServiceClient({
+          serverUrl,
+          http2KeepaliveMs: this.#o.http2KeepaliveMs ?? 10_000,
+          tls: this.#o.tls ?? null,
+        });
         const session = new ControlPlaneSession({
           client,
           logger: log,
@@ -179,11 +186,14 @@ class AgentRuntime {
             outbox: this.#runner.outbox,
             hello: () => this.#hello(),
             welcomed: (w) => {
-              this.#backoff.bound(w.maxReconnectBackoff ? positiveMs(w.maxReconnectBackoff) ?? undefined : undefined);
+              this.#backoff.bound(w.maxReconnectBackoff ? (positiveMs(w.maxReconnectBackoff) ?? undefined) : undefined);
               const { resumed, superseded } = this.#runner.welcome(w);
               addresses.learn(w.replicaUrls);
               const maxBackoffMs = this.#backoff.maxMs;
-              log.info({ replica: w.replicaId, server: serverUrl, replicas: w.replicaUrls, resumed, superseded, maxBackoffMs }, 'connected');
+              log.info(
+                { replica: w.replicaId, server: serverUrl, replicas: w.replicaUrls, resumed, superseded, maxBackoffMs },
+                'connected',
+              );
             },
             received: (m) => this.#received(m),
             acked: (seq) => this.#runner.acked(seq),
@@ -210,11 +220,17 @@ class AgentRuntime {
         // per address in a row at most: a replica that says so again at once gets the backoff.
         if (end.reconnect && this.#toldToGo < addresses.size) {
           this.#toldToGo++;
-          log.info({ reason: end.reason, to: addresses.current(), held: this.#runner.size }, 'the control plane asked for a reconnect: reconnecting now');
+          log.info(
+            { reason: end.reason, to: addresses.current(), held: this.#runner.size },
+            'the control plane asked for a reconnect: reconnecting now',
+          );
           continue;
         }
         const delayMs = this.#backoff.next();
-        log.warn({ reason: end.reason, delayMs, to: addresses.current(), held: this.#runner.size }, 'stream ended: reconnecting');
+        log.warn(
+          { reason: end.reason, delayMs, to: addresses.current(), held: this.#runner.size },
+          'stream ended: reconnecting',
+        );
         await this.#sleep(delayMs);
       }
     } catch (err) {
@@ -260,7 +276,11 @@ class AgentRuntime {
       await this.#waitFor(() => this.#runner.size === 0, waitMs);
     }
     const unacknowledged = this.#runner.size;
-    if (unacknowledged > 0) this.#log.warn({ unacknowledged }, 'exiting with unacknowledged attempts: the control plane will retry them after its heartbeat threshold');
+    if (unacknowledged > 0)
+      this.#log.warn(
+        { unacknowledged },
+        'exiting with unacknowledged attempts: the control plane will retry them after its heartbeat threshold',
+      );
     this.#end({ reason: 'stopped', unacknowledged });
   }
 
@@ -268,7 +288,11 @@ class AgentRuntime {
     const reason = `agent ${this.#o.agentId} shut down before the task ended`;
     this.#runner.refuseNew('the agent is shutting down');
     const n = this.#runner.stopAll(reason);
-    if (n > 0) this.#log.info({ stopped: n }, 'stopping running attempts: they are reported failed and retried under their retry policy');
+    if (n > 0)
+      this.#log.info(
+        { stopped: n },
+        'stopping running attempts: they are reported failed and retried under their retry policy',
+      );
   }
 
   #hello(): Hello {
@@ -291,8 +315,10 @@ class AgentRuntime {
     switch (msg.msg.case) {
       case 'assign':
         this.#assigned = true;
-        if (this.#drained) this.#log.warn({ tiId: msg.msg.value.attempt?.tiId }, 'Assign while drained (no undrain came): running it');
-        if (this.#runner.runningCount >= (this.#o.slots ?? 1)) this.#log.warn({ slots: this.#o.slots ?? 1 }, 'Assign beyond the slots this agent offered: running it');
+        if (this.#drained)
+          this.#log.warn({ tiId: msg.msg.value.attempt?.tiId }, 'Assign while drained (no undrain came): running it');
+        if (this.#runner.runningCount >= (this.#o.slots ?? 1))
+          this.#log.warn({ slots: this.#o.slots ?? 1 }, 'Assign beyond the slots this agent offered: running it');
         this.#drained = false;
         this.#runner.assign(msg.msg.value);
         return;
@@ -306,7 +332,10 @@ class AgentRuntime {
           return;
         }
         this.#drained = true;
-        this.#log.info({ reason: msg.msg.value.reason, held: this.#runner.size }, 'drained: no new work will come; finishing what is held');
+        this.#log.info(
+          { reason: msg.msg.value.reason, held: this.#runner.size },
+          'drained: no new work will come; finishing what is held',
+        );
         this.#changed();
         return;
       case 'logAck':

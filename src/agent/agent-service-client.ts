@@ -5,7 +5,12 @@
 
 import { fromBinary, toBinary } from '@bufbuild/protobuf';
 import * as grpc from '@grpc/grpc-js';
-import { ConnectRequestSchema, ConnectResponseSchema, type ConnectRequest, type ConnectResponse } from '../gen/leoflow/v1/agent_pb.js';
+import {
+  ConnectRequestSchema,
+  ConnectResponseSchema,
+  type ConnectRequest,
+  type ConnectResponse,
+} from '../gen/leoflow/v1/agent_pb.js';
 
 export const CONNECT_METHOD = '/leoflow.v1.AgentService/Connect';
 
@@ -44,11 +49,17 @@ export function createAgentServiceClient(opts: AgentServiceClientOptions): Agent
   const url = new URL(opts.serverUrl);
   const tls = url.protocol === 'https:';
   const port = url.port || (tls ? '443' : '80');
-  const client = new grpc.Client(`${url.hostname}:${port}`, tls ? grpc.credentials.createSsl(opts.tls?.ca ?? null, opts.tls?.key ?? null, opts.tls?.cert ?? null) : grpc.credentials.createInsecure(), {
-    'grpc.keepalive_time_ms': opts.http2KeepaliveMs,
-    'grpc.keepalive_timeout_ms': Math.min(20_000, Math.max(1_000, opts.http2KeepaliveMs)),
-    'grpc.keepalive_permit_without_calls': 1,
-  });
+  const client = new grpc.Client(
+    `${url.hostname}:${port}`,
+    tls
+      ? grpc.credentials.createSsl(opts.tls?.ca ?? null, opts.tls?.key ?? null, opts.tls?.cert ?? null)
+      : grpc.credentials.createInsecure(),
+    {
+      'grpc.keepalive_time_ms': opts.http2KeepaliveMs,
+      'grpc.keepalive_timeout_ms': Math.min(20_000, Math.max(1_000, opts.http2KeepaliveMs)),
+      'grpc.keepalive_permit_without_calls': 1,
+    },
+  );
   return {
     connect: () => client.makeBidiStreamRequest(CONNECT_METHOD, serialize, deserialize),
     close: () => client.close(),

@@ -22,7 +22,11 @@ export function attemptKey(ref: { tiId: string; tryNumber: number; attemptToken:
 }
 
 export function refOf(attempt: Attempt): AttemptRef {
-  return create(AttemptRefSchema, { tiId: attempt.tiId, tryNumber: attempt.tryNumber, attemptToken: attempt.attemptToken });
+  return create(AttemptRefSchema, {
+    tiId: attempt.tiId,
+    tryNumber: attempt.tryNumber,
+    attemptToken: attempt.attemptToken,
+  });
 }
 
 /** The attempt an Assign asks for. Throws when the Assign does not name one. */
@@ -43,7 +47,9 @@ export function attemptFromAssign(assign: Assign): Attempt {
     command: [...assign.command],
     // The trace context is in env already; its own fields win only where env lacks it.
     env: { ...traceEnv(assign), ...assign.env },
-    ...(assign.traceparent ? { trace: { traceparent: assign.traceparent, tracestate: assign.tracestate || null } } : {}),
+    ...(assign.traceparent
+      ? { trace: { traceparent: assign.traceparent, tracestate: assign.tracestate || null } }
+      : {}),
     ...withSecretEnv(secretEnvFromWire(assign.secretEnv)),
     cwd: assign.cwd === '' ? null : assign.cwd,
     timeoutMs: assign.timeout ? positiveMs(assign.timeout) : null,

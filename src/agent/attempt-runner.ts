@@ -12,7 +12,16 @@ import { AttemptDir } from '../executors/process/attempt-dir.js';
 import { isSameProcess } from '../executors/process/process-identity.js';
 import { killOrphansOfAgent, supervisorMark } from '../executors/process/supervisor-mark.js';
 import { createSubprocessExecutor, type SubprocessExecutor } from '../executors/subprocess/subprocess-executor.js';
-import { ConnectRequestSchema, type Assign, type AttemptRef, type Cancel, type ConnectRequest, type FinishedAck, type LogAck, type Welcome } from '../gen/leoflow/v1/agent_pb.js';
+import {
+  ConnectRequestSchema,
+  type Assign,
+  type AttemptRef,
+  type Cancel,
+  type ConnectRequest,
+  type FinishedAck,
+  type LogAck,
+  type Welcome,
+} from '../gen/leoflow/v1/agent_pb.js';
 import { attemptFromAssign, attemptKey, finishedOf } from './attempt-messages.js';
 import { HeldAttempts, type HeldAttempt } from './held-attempts.js';
 import { LogBatcher, type LogBatch, type LogBatcherOptions } from './log-batcher.js';
@@ -112,22 +121,40 @@ export class AttemptRunner {
       return;
     }
     for (const older of this.#held.ofTi(attempt.tiId)) {
-      if (older.phase === 'running') this.#supersede(older, `try ${attempt.tryNumber} of the same task instance was assigned`);
+      if (older.phase === 'running')
+        this.#supersede(older, `try ${attempt.tryNumber} of the same task instance was assigned`);
     }
     const held = this.#held.add(attempt);
     if (this.#refuse !== null) {
       this.#log.warn(ids, 'Assign while shutting down: not started, reported failed');
-      this.#reportFinished(held, { exitCode: null, signal: null, error: `not started: ${this.#refuse}`, outcome: 'failed' });
+      this.#reportFinished(held, {
+        exitCode: null,
+        signal: null,
+        error: `not started: ${this.#refuse}`,
+        outcome: 'failed',
+      });
       return;
     }
-    this.#log.info({ ...ids, dagId: attempt.dagId, taskId: attempt.taskId, timeoutMs: attempt.timeoutMs, killGraceMs: attempt.killGraceMs ?? this.#opts.killGraceMs }, 'attempt assigned');
+    this.#log.info(
+      {
+        ...ids,
+        dagId: attempt.dagId,
+        taskId: attempt.taskId,
+        timeoutMs: attempt.timeoutMs,
+        killGraceMs: attempt.killGraceMs ?? this.#opts.killGraceMs,
+      },
+      'attempt assigned',
+    );
     void this.#dispatch(held);
   }
 
   cancel(msg: Cancel): void {
     const held = msg.attempt ? this.#held.get(attemptKey(msg.attempt)) : undefined;
     if (!held) {
-      this.#log.debug({ tiId: msg.attempt?.tiId, try: msg.attempt?.tryNumber }, 'Cancel for an attempt not held here ignored');
+      this.#log.debug(
+        { tiId: msg.attempt?.tiId, try: msg.attempt?.tryNumber },
+        'Cancel for an attempt not held here ignored',
+      );
       return;
     }
     if (held.phase !== 'running') return; // its Finished is on the way already
@@ -139,13 +166,20 @@ export class AttemptRunner {
   finishedAck(msg: FinishedAck): void {
     const held = msg.attempt ? this.#held.get(attemptKey(msg.attempt)) : undefined;
     if (!held || held.phase !== 'ended') {
-      this.#log.debug({ tiId: msg.attempt?.tiId, try: msg.attempt?.tryNumber }, 'FinishedAck for no ended attempt ignored');
+      this.#log.debug(
+        { tiId: msg.attempt?.tiId, try: msg.attempt?.tryNumber },
+        'FinishedAck for no ended attempt ignored',
+      );
       return;
     }
     this.#forget(held);
     const ids = { tiId: held.attempt.tiId, try: held.attempt.tryNumber };
     if (msg.applied) this.#log.info(ids, 'attempt acknowledged');
-    else if (msg.refused !== '') this.#log.error({ ...ids, refused: msg.refused }, 'attempt report refused as invalid (a bug in this agent): the control plane failed the attempt');
+    else if (msg.refused !== '')
+      this.#log.error(
+        { ...ids, refused: msg.refused },
+        'attempt report refused as invalid (a bug in this agent): the control plane failed the attempt',
+      );
     else this.#log.warn(ids, 'attempt report refused (superseded, or another end was recorded first): forgotten');
     this.#opts.changed();
   }
@@ -175,9 +209,21 @@ export class AttemptRunner {
       this.#slots.set(attempt.tiId, { held, ...goneSignal() });
     }
     const orphans = await killOrphansOfAgent(this.#opts.agentId, folders, shims);
-    if (orphans.killed > 0) this.#log.warn({ killed: orphans.killed }, 'killed the tasks an earlier process of this agent left and this state directory does not hold');
-    if (orphans.ofLiveSupervisor > 0) this.#log.warn({ processes: orphans.ofLiveSupervisor }, 'another live process runs tasks under this agent id: left alone (give each agent its own --id)');
-    if (this.#leftovers.size > 0) this.#log.info({ attempts: this.#leftovers.size }, 'attempts left by an earlier process of this agent: asking the control plane which are current');
+    if (orphans.killed > 0)
+      this.#log.warn(
+        { killed: orphans.killed },
+        'killed the tasks an earlier process of this agent left and this state directory does not hold',
+      );
+    if (orphans.ofLiveSupervisor > 0)
+      this.#log.warn(
+        { processes: orphans.ofLiveSupervisor },
+        'another live process runs tasks under this agent id: left alone (give each agent its own --id)',
+      );
+    if (this.#leftovers.size > 0)
+      this.#log.info(
+        { attempts: this.#leftovers.size },
+        'attempts left by an earlier process of this agent: asking the control plane which are current',
+      );
     return this.#leftovers.size;
   }
 
@@ -195,14 +241,19 @@ export class AttemptRunner {
       if (superseded.has(held.key)) this.#supersede(held, 'the control plane no longer wants it (Welcome.superseded)');
       else if (!resumed.has(held.key)) {
         // Do no harm: keep it; a stale report is refused and answered with Cancel.
-        this.#log.warn({ tiId: held.attempt.tiId, try: held.attempt.tryNumber }, 'Welcome names held attempt neither resumed nor superseded: keeping it');
+        this.#log.warn(
+          { tiId: held.attempt.tiId, try: held.attempt.tryNumber },
+          'Welcome names held attempt neither resumed nor superseded: keeping it',
+        );
       }
     }
     if (this.#leftovers.size > 0) {
       // Re-attached once the control plane has said which are current: a superseded one is no
       // longer held, so its shim is stopped and nothing about it is reported.
       this.#leftovers.clear();
-      void this.#executor.adopt().catch((err: unknown) => this.#log.error({ err }, 'adopting the attempts left by an earlier process failed'));
+      void this.#executor
+        .adopt()
+        .catch((err: unknown) => this.#log.error({ err }, 'adopting the attempts left by an earlier process failed'));
     }
     return { resumed: resumed.size, superseded: superseded.size };
   }
@@ -267,22 +318,32 @@ export class AttemptRunner {
       await this.#executor.dispatch(held.attempt);
     } catch (err) {
       this.#releaseSlot(held.attempt);
-      this.#reportFinished(held, { exitCode: null, signal: null, error: `not started: ${(err as Error).message}`, outcome: 'spawn_failed' });
+      this.#reportFinished(held, {
+        exitCode: null,
+        signal: null,
+        error: `not started: ${(err as Error).message}`,
+        outcome: 'spawn_failed',
+      });
     }
   }
 
   /** Stops a running attempt; one still waiting for its slot is settled as CANCELLED at once. */
   #stop(held: HeldAttempt, reason: string): void {
     if (this.#slots.get(held.attempt.tiId)?.held === held) this.#executor.cancel(held.attempt.tiId, reason);
-    else if (!held.forgotten) this.#reportFinished(held, { exitCode: null, signal: null, error: reason, outcome: 'cancelled' });
+    else if (!held.forgotten)
+      this.#reportFinished(held, { exitCode: null, signal: null, error: reason, outcome: 'cancelled' });
   }
 
   #supersede(held: HeldAttempt, reason: string): void {
-    this.#log.info({ tiId: held.attempt.tiId, try: held.attempt.tryNumber, reason }, 'attempt superseded: stopping it, reporting nothing more');
+    this.#log.info(
+      { tiId: held.attempt.tiId, try: held.attempt.tryNumber, reason },
+      'attempt superseded: stopping it, reporting nothing more',
+    );
     held.stop = { kind: 'superseded', reason };
     const wasRunning = held.phase === 'running';
     this.#forget(held);
-    if (wasRunning && this.#slots.get(held.attempt.tiId)?.held === held) this.#executor.cancel(held.attempt.tiId, `superseded: ${reason}`);
+    if (wasRunning && this.#slots.get(held.attempt.tiId)?.held === held)
+      this.#executor.cancel(held.attempt.tiId, `superseded: ${reason}`);
     this.#opts.changed();
   }
 
@@ -313,12 +374,30 @@ export class AttemptRunner {
   #reportFinished(held: HeldAttempt, result: AttemptResult): void {
     if (held.phase === 'ended') return;
     held.phase = 'ended';
-    const final = held.stop?.kind === 'shutdown' && result.outcome === 'cancelled' ? { ...result, outcome: 'failed' as const, error: held.stop.reason } : result;
+    const final =
+      held.stop?.kind === 'shutdown' && result.outcome === 'cancelled'
+        ? { ...result, outcome: 'failed' as const, error: held.stop.reason }
+        : result;
     this.#batcher.open(held.key);
     this.#moveLogs(this.#batcher.takeKey(held.key, true));
-    this.outbox.push({ key: held.key, kind: 'finished', message: create(ConnectRequestSchema, { msg: { case: 'finished', value: finishedOf(held.attempt, final) } }), lines: 0 });
+    this.outbox.push({
+      key: held.key,
+      kind: 'finished',
+      message: create(ConnectRequestSchema, { msg: { case: 'finished', value: finishedOf(held.attempt, final) } }),
+      lines: 0,
+    });
     const { tiId, tryNumber } = held.attempt;
-    this.#log.info({ tiId, try: tryNumber, outcome: final.outcome, exitCode: final.exitCode, signal: final.signal, error: final.error }, 'attempt finished');
+    this.#log.info(
+      {
+        tiId,
+        try: tryNumber,
+        outcome: final.outcome,
+        exitCode: final.exitCode,
+        signal: final.signal,
+        error: final.error,
+      },
+      'attempt finished',
+    );
     this.#opts.wake();
     this.#opts.changed();
   }
@@ -359,7 +438,14 @@ export class AttemptRunner {
         // Superseded (being stopped already, or a leftover the control plane no longer wants).
         if (!held || held.forgotten) return false;
         held.pid = pid;
-        this.outbox.push({ key: held.key, kind: 'started', message: create(ConnectRequestSchema, { msg: { case: 'started', value: { attempt: held.ref, pid: pid ?? 0 } } }), lines: 0 });
+        this.outbox.push({
+          key: held.key,
+          kind: 'started',
+          message: create(ConnectRequestSchema, {
+            msg: { case: 'started', value: { attempt: held.ref, pid: pid ?? 0 } },
+          }),
+          lines: 0,
+        });
         this.#batcher.open(held.key);
         this.#log.info({ tiId: attempt.tiId, try: attempt.tryNumber, pid }, 'attempt started');
         this.#opts.wake();

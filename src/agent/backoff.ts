@@ -28,7 +28,8 @@ export class Backoff {
     this.#maxMs = opts.maxMs ?? 10_000;
     this.#random = opts.random ?? Math.random;
     if (!(this.#initialMs > 0)) throw new RangeError(`backoff initialMs must be positive, got ${this.#initialMs}`);
-    if (!(this.#maxMs >= this.#initialMs)) throw new RangeError(`backoff maxMs must be at least initialMs, got ${this.#maxMs}`);
+    if (!(this.#maxMs >= this.#initialMs))
+      throw new RangeError(`backoff maxMs must be at least initialMs, got ${this.#maxMs}`);
   }
 
   /** The largest ceiling: the agent's own maximum, or the control plane's bound if lower. */

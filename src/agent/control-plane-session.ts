@@ -97,8 +97,17 @@ export class ControlPlaneSession {
           resolve({ kind: 'fatal', code: s.code, message: statusMessage(s.details) });
           return;
         }
-        const reason = this.#closeReason ?? (s.code === 0 ? 'the control plane ended the stream' : `${codeName(s.code)}: ${statusMessage(s.details)}`);
-        resolve({ kind: 'closed', welcomed: this.#welcomed, durationMs: Date.now() - started, reason, reconnect: this.#toldToReconnect, goTo: this.#goTo });
+        const reason =
+          this.#closeReason ??
+          (s.code === 0 ? 'the control plane ended the stream' : `${codeName(s.code)}: ${statusMessage(s.details)}`);
+        resolve({
+          kind: 'closed',
+          welcomed: this.#welcomed,
+          durationMs: Date.now() - started,
+          reason,
+          reconnect: this.#toldToReconnect,
+          goTo: this.#goTo,
+        });
       });
       call.write(create(ConnectRequestSchema, { msg: { case: 'hello', value: this.#opts.peer.hello() } }));
       this.#later(this.#opts.welcomeTimeoutMs, () => {
@@ -178,10 +187,16 @@ export class ControlPlaneSession {
 
   #onWelcome(welcome: Welcome): void {
     if (welcome.protocolVersion !== ProtocolVersion.PROTOCOL_VERSION_1) {
-      this.#log.warn({ protocolVersion: welcome.protocolVersion }, 'Welcome names another protocol version; going on with version 1');
+      this.#log.warn(
+        { protocolVersion: welcome.protocolVersion },
+        'Welcome names another protocol version; going on with version 1',
+      );
     }
     this.#welcomed = true;
-    this.#intervalMs = Math.max(10, (welcome.keepaliveInterval && positiveMs(welcome.keepaliveInterval)) ?? this.#opts.defaultKeepaliveMs);
+    this.#intervalMs = Math.max(
+      10,
+      (welcome.keepaliveInterval && positiveMs(welcome.keepaliveInterval)) ?? this.#opts.defaultKeepaliveMs,
+    );
     this.#lastAckAt = Date.now();
     this.#opts.peer.welcomed(welcome);
     const timer = setInterval(() => this.#keepalive(), this.#intervalMs);
@@ -194,7 +209,10 @@ export class ControlPlaneSession {
     if (!call || this.#ended || this.#closeReason !== null) return;
     const silentMs = Date.now() - this.#lastAckAt;
     if (silentMs > DEAF_AFTER_INTERVALS * this.#intervalMs) {
-      this.#log.warn({ silentMs, keepaliveIntervalMs: this.#intervalMs }, 'stream is deaf (no KeepaliveAck): reconnecting');
+      this.#log.warn(
+        { silentMs, keepaliveIntervalMs: this.#intervalMs },
+        'stream is deaf (no KeepaliveAck): reconnecting',
+      );
       this.close(`deaf: no KeepaliveAck for ${silentMs} ms`, 'cancel');
       return;
     }
@@ -202,7 +220,11 @@ export class ControlPlaneSession {
     this.pump();
     this.#keepaliveSeq++;
     // Written past backpressure on purpose: it is small, and a full buffer is no reason to go silent.
-    call.write(create(ConnectRequestSchema, { msg: { case: 'keepalive', value: { seq: BigInt(this.#keepaliveSeq), held: this.#opts.peer.held() } } }));
+    call.write(
+      create(ConnectRequestSchema, {
+        msg: { case: 'keepalive', value: { seq: BigInt(this.#keepaliveSeq), held: this.#opts.peer.held() } },
+      }),
+    );
   }
 
   #later(ms: number, fn: () => void): void {

@@ -37,7 +37,15 @@ export class HeldAttempts {
   }
 
   add(attempt: Attempt): HeldAttempt {
-    const held: HeldAttempt = { key: attemptKey(attempt), attempt, ref: refOf(attempt), phase: 'running', stop: null, pid: null, forgotten: false };
+    const held: HeldAttempt = {
+      key: attemptKey(attempt),
+      attempt,
+      ref: refOf(attempt),
+      phase: 'running',
+      stop: null,
+      pid: null,
+      forgotten: false,
+    };
     this.#byKey.set(held.key, held);
     this.#byAttempt.set(attempt, held);
     return held;

@@ -152,6 +152,10 @@ export class LogBatcher {
     if (log.dropped === 0 || (!force && this.#outstanding >= this.#maxPendingLines)) return;
     const n = log.dropped;
     log.dropped = 0;
-    this.#add(log, 'system', `${n} output line${n === 1 ? '' : 's'} dropped: more than ${this.#maxPendingLines} lines were waiting for the control plane`);
+    this.#add(
+      log,
+      'system',
+      `${n} output line${n === 1 ? '' : 's'} dropped: more than ${this.#maxPendingLines} lines were waiting for the control plane`,
+    );
   }
 }

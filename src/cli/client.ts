@@ -33,11 +33,25 @@ function bearer(token: string): Interceptor {
  */
 export function createClients(baseUrl: string, tls: ClientTls | null = null, token: string | null = null): Clients {
   const secure = baseUrl.startsWith('https:');
-  if (tls && !secure && (tls.ca || tls.cert)) throw new Error(`--server: a CA file or client certificate was given but ${baseUrl} is not https://; use https://${baseUrl.replace(/^\w+:\/\//, '')}`);
+  if (tls && !secure && (tls.ca || tls.cert))
+    throw new Error(
+      `--server: a CA file or client certificate was given but ${baseUrl} is not https://; use https://${baseUrl.replace(/^\w+:\/\//, '')}`,
+    );
   const transport = createGrpcTransport({
     baseUrl,
     interceptors: token ? [bearer(token)] : [],
-    ...(secure && tls ? { nodeOptions: { ...(tls.ca ? { ca: tls.ca } : {}), ...(tls.cert && tls.key ? { cert: tls.cert, key: tls.key } : {}) } } : {}),
+    ...(secure && tls
+      ? {
+          nodeOptions: {
+            ...(tls.ca ? { ca: tls.ca } : {}),
+            ...(tls.cert && tls.key ? { cert: tls.cert, key: tls.key } : {}),
+          },
+        }
+      : {}),
   });
-  return { workflow: createClient(WorkflowService, transport), cluster: createClient(ClusterService, transport), tokens: createClient(TokenService, transport) };
+  return {
+    workflow: createClient(WorkflowService, transport),
+    cluster: createClient(ClusterService, transport),
+    tokens: createClient(TokenService, transport),
+  };
 }

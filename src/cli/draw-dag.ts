@@ -90,9 +90,20 @@ const DOWN = 2;
 const LEFT = 4;
 const RIGHT = 8;
 const GLYPH: Record<number, string> = {
-  [UP]: '│', [DOWN]: '│', [UP | DOWN]: '│', [LEFT]: '─', [RIGHT]: '─', [LEFT | RIGHT]: '─',
-  [DOWN | RIGHT]: '┌', [DOWN | LEFT]: '┐', [UP | RIGHT]: '└', [UP | LEFT]: '┘',
-  [UP | DOWN | RIGHT]: '├', [UP | DOWN | LEFT]: '┤', [DOWN | LEFT | RIGHT]: '┬', [UP | LEFT | RIGHT]: '┴',
+  [UP]: '│',
+  [DOWN]: '│',
+  [UP | DOWN]: '│',
+  [LEFT]: '─',
+  [RIGHT]: '─',
+  [LEFT | RIGHT]: '─',
+  [DOWN | RIGHT]: '┌',
+  [DOWN | LEFT]: '┐',
+  [UP | RIGHT]: '└',
+  [UP | LEFT]: '┘',
+  [UP | DOWN | RIGHT]: '├',
+  [UP | DOWN | LEFT]: '┤',
+  [DOWN | LEFT | RIGHT]: '┬',
+  [UP | LEFT | RIGHT]: '┴',
   [UP | DOWN | LEFT | RIGHT]: '┼',
 };
 
@@ -111,7 +122,9 @@ function band(upper: Slot[], lower: Slot[]): string[] {
     placed.push({ g, lo, hi, row });
   }
   const width = Math.max(...upper.map((s) => s.x + 1), ...lower.map((s) => s.x + 1));
-  const rows: number[][] = Array.from({ length: Math.max(...placed.map((p) => p.row)) + 1 }, () => new Array<number>(width).fill(0));
+  const rows: number[][] = Array.from({ length: Math.max(...placed.map((p) => p.row)) + 1 }, () =>
+    new Array<number>(width).fill(0),
+  );
   // The row where each upper slot's line turns, and the first row that reaches each lower slot.
   const turnRow = new Map<string, number>();
   const reachRow = new Map<Slot, number>();

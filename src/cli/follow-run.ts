@@ -10,12 +10,19 @@ const RESUMES = 20;
  * the caller stops). A stream cut off (a replica stopping: UNAVAILABLE; this reader too slow:
  * RESOURCE_EXHAUSTED) is resumed from the last seq received, on whichever replica answers.
  */
-export async function* followRun(clients: Clients, runId: string, o: { afterSeq?: string; follow?: boolean; signal?: AbortSignal } = {}): AsyncGenerator<RunEvent[]> {
+export async function* followRun(
+  clients: Clients,
+  runId: string,
+  o: { afterSeq?: string; follow?: boolean; signal?: AbortSignal } = {},
+): AsyncGenerator<RunEvent[]> {
   let after = o.afterSeq ?? '0';
   let failures = 0;
   for (;;) {
     try {
-      for await (const res of clients.workflow.watchRun({ runId, afterSeq: after, follow: o.follow ?? false }, { signal: o.signal })) {
+      for await (const res of clients.workflow.watchRun(
+        { runId, afterSeq: after, follow: o.follow ?? false },
+        { signal: o.signal },
+      )) {
         failures = 0;
         if (res.events.length === 0) continue;
         after = res.events[res.events.length - 1]!.seq;

@@ -38,7 +38,11 @@ const visible = (s: string) => s.replace(/\x1b\[[0-9;]*m/g, '').length;
 /** A plain aligned table: columns as wide as their widest cell (coloured cells measured by their text). */
 export function table(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => visible(r[i] ?? ''))));
-  const line = (cells: string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : c + ' '.repeat(Math.max(0, widths[i]! - visible(c))))).join('  ').trimEnd();
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => (i === cells.length - 1 ? c : c + ' '.repeat(Math.max(0, widths[i]! - visible(c)))))
+      .join('  ')
+      .trimEnd();
   return [line(header), ...rows.map(line)].join('\n');
 }
 

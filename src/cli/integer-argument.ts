@@ -21,14 +21,18 @@ function int64(what: string, min: 0n | 1n): (value: string) => string {
 export const runIdArgument = int64('A run id is a positive integer, as `leoflow run list` shows (e.g. 42).', 1n);
 
 /** An event seq to resume after: 0 (from the start) or a seq printed by `run watch -o json`. */
-export const seqArgument = int64('A seq is 0 (from the start) or a positive integer, as `run watch -o json` prints.', 0n);
+export const seqArgument = int64(
+  'A seq is 0 (from the start) or a positive integer, as `run watch -o json` prints.',
+  0n,
+);
 
 /** A whole number from min to max, for counts and try numbers. */
 export function integerArgument(what: string, min: number, max: number): (value: string) => number {
   return (value) => {
     const v = value.trim();
     const n = Number(v);
-    if (!/^\d+$/.test(v) || !Number.isSafeInteger(n) || n < min || n > max) throw new InvalidArgumentError(`${what} is an integer from ${min} to ${max}.`);
+    if (!/^\d+$/.test(v) || !Number.isSafeInteger(n) || n < min || n > max)
+      throw new InvalidArgumentError(`${what} is an integer from ${min} to ${max}.`);
     return n;
   };
 }

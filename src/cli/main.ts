@@ -8,7 +8,9 @@ import { suggestCommands } from './suggest-command.js';
 endOnClosedOutput();
 
 /** package.json sits two folders up from both src/cli and dist/cli. */
-const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+  version: string;
+};
 
 /** A repeated --server is kept whole, joined with commas (`leoflow agent` takes several). */
 let serverGiven = false;
@@ -20,11 +22,31 @@ const addServer = (value: string, previous: string): string => {
 
 const program = new Command('leoflow')
   .description('Leoflow: DAGs of tasks, run on time, exactly as often as they should')
-  .option('-s, --server <url>', 'control-plane API address; `leoflow agent` takes several (repeated or comma-separated) [env LEOFLOW_SERVER]', addServer, process.env.LEOFLOW_SERVER ?? 'http://127.0.0.1:7070')
-  .option('--ca-file <file>', 'PEM CA that an https:// --server must present a certificate from (default: the system roots) [env LEOFLOW_CA_FILE]', process.env.LEOFLOW_CA_FILE || undefined)
-  .option('--client-cert <file>', 'PEM client certificate, for a server started with --tls-client-auth all (with --client-key) [env LEOFLOW_CLIENT_CERT]', process.env.LEOFLOW_CLIENT_CERT || undefined)
-  .option('--client-key <file>', 'PEM private key of --client-cert [env LEOFLOW_CLIENT_KEY]', process.env.LEOFLOW_CLIENT_KEY || undefined)
-  .option('--token <token>', 'API token sent as "authorization: Bearer" (prefer the environment: a flag shows in `ps`) [env LEOFLOW_TOKEN]')
+  .option(
+    '-s, --server <url>',
+    'control-plane API address; `leoflow agent` takes several (repeated or comma-separated) [env LEOFLOW_SERVER]',
+    addServer,
+    process.env.LEOFLOW_SERVER ?? 'http://127.0.0.1:7070',
+  )
+  .option(
+    '--ca-file <file>',
+    'PEM CA that an https:// --server must present a certificate from (default: the system roots) [env LEOFLOW_CA_FILE]',
+    process.env.LEOFLOW_CA_FILE || undefined,
+  )
+  .option(
+    '--client-cert <file>',
+    'PEM client certificate, for a server started with --tls-client-auth all (with --client-key) [env LEOFLOW_CLIENT_CERT]',
+    process.env.LEOFLOW_CLIENT_CERT || undefined,
+  )
+  .option(
+    '--client-key <file>',
+    'PEM private key of --client-cert [env LEOFLOW_CLIENT_KEY]',
+    process.env.LEOFLOW_CLIENT_KEY || undefined,
+  )
+  .option(
+    '--token <token>',
+    'API token sent as "authorization: Bearer" (prefer the environment: a flag shows in `ps`) [env LEOFLOW_TOKEN]',
+  )
   .version(version, '-V, --version', 'print the version of leoflow')
   .exitOverride();
 
@@ -54,7 +76,10 @@ let createClients: ((server: string, token: string | null) => Clients) | undefin
 let clients: Clients | undefined;
 const getClients = () => {
   const server = program.opts<{ server: string }>().server;
-  if (server.includes(',')) throw new Error(`--server: this command talks to one control-plane address, got ${JSON.stringify(server)} (only \`leoflow agent\` takes several)`);
+  if (server.includes(','))
+    throw new Error(
+      `--server: this command talks to one control-plane address, got ${JSON.stringify(server)} (only \`leoflow agent\` takes several)`,
+    );
   const token = program.opts<{ token?: string }>().token ?? process.env.LEOFLOW_TOKEN ?? '';
   return (clients ??= createClients!(server, token.trim() === '' ? null : token.trim()));
 };
@@ -73,7 +98,13 @@ if (asked === undefined && words.length === 0) {
   // A word that names no command (here or under the command asked for) is a mistake: only then is
   // every command loaded, so the suggestion can name where the word lives (`trigger` → `run trigger`).
   const sub = words[0] === 'help' ? undefined : words[1];
-  if (asked === undefined || unknownSubcommand(program.commands.find((c) => c.name() === asked.name), sub)) {
+  if (
+    asked === undefined ||
+    unknownSubcommand(
+      program.commands.find((c) => c.name() === asked.name),
+      sub,
+    )
+  ) {
     // The server's and the agent's commands have no subcommands: their names are enough, and
     // their modules (the server, grpc-js) stay unloaded.
     for (const c of commandTable) {
@@ -95,9 +126,17 @@ try {
   const { ConnectError } = await import('@connectrpc/connect');
   if (err instanceof ConnectError) {
     // "[not_found] run 7 not found" → "leoflow: not_found: run 7 not found"
-    const [{ tlsFailure }, { wrongScheme }] = await Promise.all([import('./tls-failure.js'), import('./wrong-scheme.js')]);
+    const [{ tlsFailure }, { wrongScheme }] = await Promise.all([
+      import('./tls-failure.js'),
+      import('./wrong-scheme.js'),
+    ]);
     const server = program.opts<{ server: string }>().server;
-    const msg = tlsFailure(err, server) ?? (await wrongScheme(err, server)) ?? (err.code === 14 ? `cannot reach the control plane at ${server} (${err.rawMessage}); is \`leoflow server\` running?` : err.message);
+    const msg =
+      tlsFailure(err, server) ??
+      (await wrongScheme(err, server)) ??
+      (err.code === 14
+        ? `cannot reach the control plane at ${server} (${err.rawMessage}); is \`leoflow server\` running?`
+        : err.message);
     process.stderr.write(`leoflow: ${msg}\n`);
   } else {
     process.stderr.write(`leoflow: ${(err as Error).message}\n`);

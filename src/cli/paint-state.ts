@@ -25,7 +25,8 @@ let enabled: boolean | undefined;
 
 /** True when what goes to stdout may carry colour. */
 export function colourOnStdout(): boolean {
-  return (enabled ??= Boolean(process.stdout.isTTY) && (process.env.NO_COLOR ?? '') === '' && process.env.TERM !== 'dumb');
+  return (enabled ??=
+    Boolean(process.stdout.isTTY) && (process.env.NO_COLOR ?? '') === '' && process.env.TERM !== 'dumb');
 }
 
 export function paintState(name: string): string {

@@ -21,7 +21,9 @@ export function parseRunStates(value: string): RunState[] {
   for (const name of names) {
     const state = (BY_NAME as Record<string, RunState | undefined>)[name];
     if (state === undefined) {
-      throw new Error(`--state: ${JSON.stringify(name)} is not a run state; give one of ${RUN_STATE_NAMES.join(', ')} (several comma-separated)`);
+      throw new Error(
+        `--state: ${JSON.stringify(name)} is not a run state; give one of ${RUN_STATE_NAMES.join(', ')} (several comma-separated)`,
+      );
     }
     if (!out.includes(state)) out.push(state);
   }

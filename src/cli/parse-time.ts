@@ -12,10 +12,12 @@ export function parseTime(flag: string, value: string): Date {
   const date = DATE.exec(value);
   if (date) {
     const d = new Date(`${value}T00:00:00Z`);
-    if (Number.isNaN(d.getTime()) || d.toISOString().slice(0, 10) !== value) throw new Error(`${flag}: ${JSON.stringify(value)} is not a day of the calendar; ${forms}`);
+    if (Number.isNaN(d.getTime()) || d.toISOString().slice(0, 10) !== value)
+      throw new Error(`${flag}: ${JSON.stringify(value)} is not a day of the calendar; ${forms}`);
     return d;
   }
-  if (!ZONED.test(value)) throw new Error(`${flag}: ${JSON.stringify(value)} is not a date or a time with its zone; ${forms}`);
+  if (!ZONED.test(value))
+    throw new Error(`${flag}: ${JSON.stringify(value)} is not a date or a time with its zone; ${forms}`);
   const d = new Date(value);
   // Date accepts 2026-02-30T00:00Z as March 2nd: the day must be the one written.
   const day = value.slice(0, 10);

@@ -27,7 +27,10 @@ export function suggestCommands(program: Command): void {
       matches.sort((a, b) => rank(a, runFirst) - rank(b, runFirst));
       const lines = matches.map((p) => [...p, ...args].join(' '));
       const where = cmd.parent ? ` for '${pathOf(cmd).join(' ')}'` : '';
-      const text = lines.length === 1 ? `did you mean: ${lines[0]}` : `did you mean one of:\n${lines.map((l) => `  ${l}`).join('\n')}`;
+      const text =
+        lines.length === 1
+          ? `did you mean: ${lines[0]}`
+          : `did you mean one of:\n${lines.map((l) => `  ${l}`).join('\n')}`;
       cmd.error(`error: unknown command '${word}'${where}\n${text}`, { code: 'commander.unknownCommand' });
     });
   };

@@ -1,5 +1,10 @@
 import { create } from '@bufbuild/protobuf';
-import { WatchCleanHistoryRequestSchema, type CleanHistoryRequest, type HistoryCounts, type WatchCleanHistoryRequest } from '../gen/leoflow/v1/workflow_pb.js';
+import {
+  WatchCleanHistoryRequestSchema,
+  type CleanHistoryRequest,
+  type HistoryCounts,
+  type WatchCleanHistoryRequest,
+} from '../gen/leoflow/v1/workflow_pb.js';
 import type { Clients } from './client.js';
 
 export interface WatchedClean {
@@ -19,7 +24,10 @@ const of = (done: bigint | undefined, all: bigint | undefined) => `${done ?? 0n}
  * first Ctrl-C asks the server to stop after the batch under way and waits for what it removed;
  * a second one leaves at once.
  */
-export async function watchClean(clients: Clients, req: Omit<CleanHistoryRequest, '$typeName' | 'dryRun'>): Promise<WatchedClean> {
+export async function watchClean(
+  clients: Clients,
+  req: Omit<CleanHistoryRequest, '$typeName' | 'dryRun'>,
+): Promise<WatchedClean> {
   let askStop: (stop: boolean) => void = () => undefined;
   const stopAsked = new Promise<boolean>((resolve) => (askStop = resolve));
   async function* requests(): AsyncGenerator<WatchCleanHistoryRequest> {

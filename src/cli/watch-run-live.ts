@@ -31,7 +31,12 @@ export function drawRun(r: Run, tis: TaskInstance[], columns: number): string {
 export async function watchRunLive(
   clients: Clients,
   runId: string,
-  o: { afterSeq?: string; follow?: boolean; signal?: AbortSignal; first?: { run?: Run; taskInstances: TaskInstance[] } } = {},
+  o: {
+    afterSeq?: string;
+    follow?: boolean;
+    signal?: AbortSignal;
+    first?: { run?: Run; taskInstances: TaskInstance[] };
+  } = {},
 ): Promise<{ run: Run; tis: TaskInstance[] }> {
   let last = o.first ?? (await clients.workflow.getRun({ runId }));
   const draw = () => logUpdate(drawRun(last.run!, last.taskInstances, process.stdout.columns ?? 80));

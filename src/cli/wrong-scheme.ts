@@ -31,7 +31,13 @@ export async function wrongScheme(err: unknown, server: string): Promise<string 
 async function speaksTls(host: string, port: number): Promise<boolean> {
   const { connect } = await import('node:tls');
   return new Promise((resolve) => {
-    const socket = connect({ host, port, rejectUnauthorized: false, ALPNProtocols: ['h2', 'http/1.1'], ...(/^[\d.:]+$/.test(host) ? {} : { servername: host }) });
+    const socket = connect({
+      host,
+      port,
+      rejectUnauthorized: false,
+      ALPNProtocols: ['h2', 'http/1.1'],
+      ...(/^[\d.:]+$/.test(host) ? {} : { servername: host }),
+    });
     const done = (yes: boolean) => {
       clearTimeout(timer);
       socket.destroy();

@@ -99,7 +99,15 @@ export function topologicalOrder(tasks: readonly TaskSpec[]): TaskSpec[] {
 }
 
 export function advanceRun(tasks: readonly TaskSpec[], tis: ReadonlyMap<string, TiStateView>, now: Date): RunDecision {
-  const d: RunDecision = { schedule: [], retry: [], upstreamFailed: [], skipped: [], reasons: new Map(), outcome: null, nextRetryAt: null };
+  const d: RunDecision = {
+    schedule: [],
+    retry: [],
+    upstreamFailed: [],
+    skipped: [],
+    reasons: new Map(),
+    outcome: null,
+    nextRetryAt: null,
+  };
   const states = new Map<string, TiState>();
   for (const [id, ti] of tis) states.set(id, ti.state);
 

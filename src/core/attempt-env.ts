@@ -29,13 +29,19 @@ export function attemptEnv(i: AttemptEnvInput): Record<string, string> {
     LEOFLOW_MAX_TRIES: String(i.maxTries),
     LEOFLOW_LOGICAL_DATE: i.logicalDate.toISOString(),
     LEOFLOW_RUN_CONF: JSON.stringify(i.conf),
-    ...(i.trace ? { TRACEPARENT: i.trace.traceparent, ...(i.trace.tracestate ? { TRACESTATE: i.trace.tracestate } : {}) } : {}),
+    ...(i.trace
+      ? { TRACEPARENT: i.trace.traceparent, ...(i.trace.tracestate ? { TRACESTATE: i.trace.tracestate } : {}) }
+      : {}),
     ...i.taskEnv,
   };
 }
 
 /** The attempt a claim made of a scheduled task instance, with its process's environment. */
-export function attemptOf(w: Omit<WorkItem, 'executor' | 'pendingReason' | 'claim'>, claim: Omit<Claim, 'agentId'>, agentId?: string): Attempt {
+export function attemptOf(
+  w: Omit<WorkItem, 'executor' | 'pendingReason' | 'claim'>,
+  claim: Omit<Claim, 'agentId'>,
+  agentId?: string,
+): Attempt {
   const trace = w.runTrace && attemptTraceContext(w.runTrace, w.tiId, claim.tryNumber);
   return {
     tiId: w.tiId,
@@ -47,12 +53,25 @@ export function attemptOf(w: Omit<WorkItem, 'executor' | 'pendingReason' | 'clai
     attemptToken: claim.attemptToken,
     dispatchKey: claim.dispatchKey,
     command: w.task.command,
-    env: attemptEnv({ dagId: w.dagId, runId: w.runId, taskId: w.taskId, tiId: w.tiId, tryNumber: claim.tryNumber, maxTries: claim.maxTries, logicalDate: w.logicalDate, conf: w.conf, taskEnv: w.task.env, trace }),
+    env: attemptEnv({
+      dagId: w.dagId,
+      runId: w.runId,
+      taskId: w.taskId,
+      tiId: w.tiId,
+      tryNumber: claim.tryNumber,
+      maxTries: claim.maxTries,
+      logicalDate: w.logicalDate,
+      conf: w.conf,
+      taskEnv: w.task.env,
+      trace,
+    }),
     ...(trace ? { trace } : {}),
     ...(w.task.secretEnv ? { secretEnv: w.task.secretEnv } : {}),
     cwd: w.task.cwd,
     timeoutMs: w.task.timeoutMs,
     ...(agentId ? { agentId } : {}),
-    ...(w.task.image !== null || w.task.kubernetes ? { pod: { image: w.task.image, ...(w.task.kubernetes ? { kubernetes: w.task.kubernetes } : {}) } } : {}),
+    ...(w.task.image !== null || w.task.kubernetes
+      ? { pod: { image: w.task.image, ...(w.task.kubernetes ? { kubernetes: w.task.kubernetes } : {}) } }
+      : {}),
   };
 }

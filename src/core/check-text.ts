@@ -5,7 +5,12 @@ import { LIMITS } from './limits.js';
  * error about a 100 KB id does not carry the 100 KB back.
  */
 export function echo(value: unknown, max: number = LIMITS.echoChars): string {
-  const s = typeof value === 'string' ? value : typeof value === 'bigint' ? value.toString() : (JSON.stringify(value) ?? String(value));
+  const s =
+    typeof value === 'string'
+      ? value
+      : typeof value === 'bigint'
+        ? value.toString()
+        : (JSON.stringify(value) ?? String(value));
   const quoted = JSON.stringify(s.length > max ? s.slice(0, max) : s);
   return s.length > max ? `${quoted.slice(0, -1)}…" (${s.length} characters)` : quoted;
 }
@@ -14,7 +19,9 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
 
 /** `s` with each NUL and lone surrogate replaced by U+FFFD: output is stored, never refused for its bytes. */
 export function replaceUnstorable(s: string): string {
-  return unstorable(s) === null ? s : s.replaceAll('\0', '\uFFFD').replace(new RegExp(LONE_SURROGATE.source, 'g'), '\uFFFD');
+  return unstorable(s) === null
+    ? s
+    : s.replaceAll('\0', '\uFFFD').replace(new RegExp(LONE_SURROGATE.source, 'g'), '\uFFFD');
 }
 
 /**

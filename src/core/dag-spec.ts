@@ -6,13 +6,7 @@ import { LIMITS } from './limits.js';
  */
 import type { SecretRef } from './secret-ref.js';
 
-export const TRIGGER_RULES = [
-  'all_success',
-  'all_done',
-  'one_success',
-  'one_failed',
-  'none_failed',
-] as const;
+export const TRIGGER_RULES = ['all_success', 'all_done', 'one_success', 'one_failed', 'none_failed'] as const;
 export type TriggerRule = (typeof TRIGGER_RULES)[number];
 
 export const EXECUTOR_KINDS = ['default', 'subprocess', 'kubernetes', 'agents'] as const;

@@ -55,7 +55,8 @@ export function parseDuration(value: unknown): number {
  * 1_500 → `1s500ms`, 0 → `0s`. `parseDuration(formatDuration(ms)) === ms` for any safe ms ≥ 0.
  */
 export function formatDuration(ms: number): string {
-  if (!Number.isSafeInteger(ms) || ms < 0) throw new Error(`expected a non-negative whole number of milliseconds, got ${ms}`);
+  if (!Number.isSafeInteger(ms) || ms < 0)
+    throw new Error(`expected a non-negative whole number of milliseconds, got ${ms}`);
   if (ms === 0) return '0s';
   let rest = ms;
   let out = '';

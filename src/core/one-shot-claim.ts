@@ -14,7 +14,8 @@ export function oneShotRefusal(
 ): string | null {
   if (ti.executor !== 'agents') return `the task runs on the ${ti.executor} executor, not on agents`;
   if (ti.agentId !== null && ti.agentId !== agent.agentId) return 'the task instance is given to another agent';
-  if (ti.agentId === null && ti.state !== 'scheduled') return `the task instance is ${ti.state}, not waiting to be placed`;
+  if (ti.agentId === null && ti.state !== 'scheduled')
+    return `the task instance is ${ti.state}, not waiting to be placed`;
   const mismatch = placementMismatch(ti.task.placement, agent);
   if (mismatch) return mismatch;
   if (needsSecretEnv(ti.task) && !agent.capabilities.includes(AGENT_FEATURES.secretEnv)) {

@@ -12,7 +12,14 @@ function readFile(file: string): Buffer {
     return readFileSync(file);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    const why = code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : code === 'EISDIR' ? 'is a directory' : (err as Error).message;
+    const why =
+      code === 'ENOENT'
+        ? 'no such file'
+        : code === 'EACCES'
+          ? 'permission denied'
+          : code === 'EISDIR'
+            ? 'is a directory'
+            : (err as Error).message;
     throw new Error(`cannot read ${file}: ${why}`);
   }
 }
@@ -32,8 +39,14 @@ export function readCertificateFile(file: string, now = new Date()): { pem: Buff
     }
   });
   const first = certs[0]!;
-  if (new Date(first.validTo).getTime() < now.getTime()) throw new Error(`${file}: the certificate (${first.subject.replace(/\n/g, ', ')}) expired on ${new Date(first.validTo).toISOString()}`);
-  if (new Date(first.validFrom).getTime() > now.getTime()) throw new Error(`${file}: the certificate (${first.subject.replace(/\n/g, ', ')}) is not valid before ${new Date(first.validFrom).toISOString()}`);
+  if (new Date(first.validTo).getTime() < now.getTime())
+    throw new Error(
+      `${file}: the certificate (${first.subject.replace(/\n/g, ', ')}) expired on ${new Date(first.validTo).toISOString()}`,
+    );
+  if (new Date(first.validFrom).getTime() > now.getTime())
+    throw new Error(
+      `${file}: the certificate (${first.subject.replace(/\n/g, ', ')}) is not valid before ${new Date(first.validFrom).toISOString()}`,
+    );
   return { pem, certs };
 }
 
@@ -44,15 +57,22 @@ export function readPrivateKeyFile(file: string): { pem: Buffer; key: KeyObject 
     return { pem, key: createPrivateKey(pem) };
   } catch (err) {
     const msg = (err as Error).message;
-    if (/passphrase|bad decrypt/i.test(msg)) throw new Error(`${file}: the private key is encrypted; give an unencrypted key (e.g. openssl pkey -in ${file} -out key.pem)`);
+    if (/passphrase|bad decrypt/i.test(msg))
+      throw new Error(
+        `${file}: the private key is encrypted; give an unencrypted key (e.g. openssl pkey -in ${file} -out key.pem)`,
+      );
     throw new Error(`${file} holds no PEM private key (${msg})`);
   }
 }
 
 /** A certificate file and its key, which must be a pair. */
-export function readCertificateAndKey(certFile: string, keyFile: string): { cert: Buffer; key: Buffer; leaf: X509Certificate } {
+export function readCertificateAndKey(
+  certFile: string,
+  keyFile: string,
+): { cert: Buffer; key: Buffer; leaf: X509Certificate } {
   const { pem: cert, certs } = readCertificateFile(certFile);
   const { pem: key, key: keyObject } = readPrivateKeyFile(keyFile);
-  if (!certs[0]!.checkPrivateKey(keyObject)) throw new Error(`${keyFile} is not the private key of the certificate in ${certFile} (they do not match)`);
+  if (!certs[0]!.checkPrivateKey(keyObject))
+    throw new Error(`${keyFile} is not the private key of the certificate in ${certFile} (they do not match)`);
   return { cert, key, leaf: certs[0]! };
 }

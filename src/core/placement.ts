@@ -18,19 +18,27 @@ export type PlacementDecision = { kind: 'placed'; agentId: string } | { kind: 'w
 /** `gpu=nvidia,zone=a` plus `+cap` for each required capability: the reason a TI waits. */
 export function describeRequirements(p: PlacementSpec | null): string {
   if (!p) return '';
-  const labels = Object.entries(p.labels).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k}=${v}`);
+  const labels = Object.entries(p.labels)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([k, v]) => `${k}=${v}`);
   return [...labels, ...p.capabilities.map((c) => `+${c}`)].join(',');
 }
 
 /** The first placement rule the agent fails, named as the DAG file names it; null when it fits. */
-export function placementMismatch(p: PlacementSpec | null, a: Pick<AgentView, 'agentId' | 'labels' | 'capabilities'>): string | null {
+export function placementMismatch(
+  p: PlacementSpec | null,
+  a: Pick<AgentView, 'agentId' | 'labels' | 'capabilities'>,
+): string | null {
   if (!p) return null;
-  if (p.allowedAgents.length > 0 && !p.allowedAgents.includes(a.agentId)) return `placement.allowed_agents does not name agent "${a.agentId}"`;
+  if (p.allowedAgents.length > 0 && !p.allowedAgents.includes(a.agentId))
+    return `placement.allowed_agents does not name agent "${a.agentId}"`;
   if (p.forbiddenAgents.includes(a.agentId)) return `placement.forbidden_agents names agent "${a.agentId}"`;
   for (const [k, v] of Object.entries(p.labels)) {
-    if (a.labels[k] !== v) return `placement.labels needs ${k}=${v}, the agent has ${k in a.labels ? `${k}=${a.labels[k]}` : `no ${k}`}`;
+    if (a.labels[k] !== v)
+      return `placement.labels needs ${k}=${v}, the agent has ${k in a.labels ? `${k}=${a.labels[k]}` : `no ${k}`}`;
   }
-  for (const c of p.capabilities) if (!a.capabilities.includes(c)) return `placement.capabilities needs ${c}, which the agent did not announce`;
+  for (const c of p.capabilities)
+    if (!a.capabilities.includes(c)) return `placement.capabilities needs ${c}, which the agent did not announce`;
   return null;
 }
 
@@ -68,9 +76,15 @@ export function placeAttempt(
   const eligibleAgents = agents.filter((a) => eligible(p, a));
   if (eligibleAgents.length === 0) {
     const drainingMatches = draining.filter((a) => eligible(p, a)).length;
-    return { kind: 'waiting', reason: drainingMatches > 0 ? agentDraining(drainingMatches, p) : `NO_AGENT_WITH_LABELS:${describeRequirements(p)}` };
+    return {
+      kind: 'waiting',
+      reason:
+        drainingMatches > 0 ? agentDraining(drainingMatches, p) : `NO_AGENT_WITH_LABELS:${describeRequirements(p)}`,
+    };
   }
-  const matching = needs.secretEnv ? eligibleAgents.filter((a) => a.capabilities.includes(AGENT_FEATURES.secretEnv)) : eligibleAgents;
+  const matching = needs.secretEnv
+    ? eligibleAgents.filter((a) => a.capabilities.includes(AGENT_FEATURES.secretEnv))
+    : eligibleAgents;
   if (matching.length === 0) return { kind: 'waiting', reason: NO_AGENT_WITH_SECRET_ENV };
   const withSlot = matching.filter((a) => a.running < a.slots);
   if (withSlot.length === 0) return { kind: 'waiting', reason: 'AGENT_SLOTS_FULL' };
@@ -78,7 +92,8 @@ export function placeAttempt(
   const underMax = max === null ? withSlot : withSlot.filter((a) => a.runningThisTask < max);
   if (underMax.length === 0) return { kind: 'waiting', reason: 'AGENT_MAX_PARALLEL' };
   const best = [...underMax].sort(
-    (a, b) => b.slots - b.running - (a.slots - a.running) || a.running - b.running || a.agentId.localeCompare(b.agentId),
+    (a, b) =>
+      b.slots - b.running - (a.slots - a.running) || a.running - b.running || a.agentId.localeCompare(b.agentId),
   )[0]!;
   return { kind: 'placed', agentId: best.agentId };
 }

@@ -33,18 +33,27 @@ export interface PodIdentity {
   attemptToken: string;
 }
 
-const hash = (parts: unknown[], hexChars: number) => createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, hexChars);
+const hash = (parts: unknown[], hexChars: number) =>
+  createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, hexChars);
 
 /** `lf-<dag>-<task>-<hash>`: a DNS-1123 label of at most 63 characters, one per attempt. */
 export function podName(p: PodIdentity): string {
-  const slug = `${p.dagId}-${p.taskId}`.toLowerCase().replace(/[^a-z0-9-]+/g, '-').replace(/-+/g, '-').slice(0, 40).replace(/^-+|-+$/g, '');
+  const slug = `${p.dagId}-${p.taskId}`
+    .toLowerCase()
+    .replace(/[^a-z0-9-]+/g, '-')
+    .replace(/-+/g, '-')
+    .slice(0, 40)
+    .replace(/^-+|-+$/g, '');
   return `lf-${slug === '' ? '' : `${slug}-`}${hash([p.dagId, p.runId, p.taskId, p.tryNumber, p.attemptToken], 12)}`;
 }
 
 /** A label value for `s`: itself when valid, else a cut of it with a hash of the whole. */
 export function labelValue(s: string): string {
   if (labelValueProblem(s) === null) return s;
-  const cut = s.replace(/[^A-Za-z0-9_.-]+/g, '-').slice(0, 50).replace(/^[^A-Za-z0-9]+|[^A-Za-z0-9]+$/g, '');
+  const cut = s
+    .replace(/[^A-Za-z0-9_.-]+/g, '-')
+    .slice(0, 50)
+    .replace(/^[^A-Za-z0-9]+|[^A-Za-z0-9]+$/g, '');
   return `${cut === '' ? 'x' : cut}-${hash([s], 10)}`;
 }
 

@@ -36,17 +36,20 @@ export type SecretRefWire = {
 export function secretEnvToWire(refs: Readonly<Record<string, SecretRef>> | undefined): Record<string, SecretRefWire> {
   const out: Record<string, SecretRefWire> = {};
   for (const [name, ref] of Object.entries(refs ?? {})) {
-    out[name] = 'env' in ref
-      ? { source: { case: 'env', value: ref.env } }
-      : 'file' in ref
-        ? { source: { case: 'file', value: ref.file } }
-        : { source: { case: 'kubernetes', value: { name: ref.kubernetes.name, key: ref.kubernetes.key } } };
+    out[name] =
+      'env' in ref
+        ? { source: { case: 'env', value: ref.env } }
+        : 'file' in ref
+          ? { source: { case: 'file', value: ref.file } }
+          : { source: { case: 'kubernetes', value: { name: ref.kubernetes.name, key: ref.kubernetes.key } } };
   }
   return out;
 }
 
 /** References read back from the wire; throws naming the variable whose reference has no source. */
-export function secretEnvFromWire(wire: Readonly<Record<string, SecretRefWire>>): Record<string, SecretRef> | undefined {
+export function secretEnvFromWire(
+  wire: Readonly<Record<string, SecretRefWire>>,
+): Record<string, SecretRef> | undefined {
   const entries = Object.entries(wire);
   if (entries.length === 0) return undefined;
   const out: [string, SecretRef][] = [];

@@ -62,13 +62,7 @@ const TI_TRANSITIONS: Readonly<Record<TiState, readonly TiState[]>> = {
   cancelled: ['none'],
 };
 
-export const TERMINAL_TI_STATES: readonly TiState[] = [
-  'success',
-  'failed',
-  'upstream_failed',
-  'skipped',
-  'cancelled',
-];
+export const TERMINAL_TI_STATES: readonly TiState[] = ['success', 'failed', 'upstream_failed', 'skipped', 'cancelled'];
 export const TERMINAL_RUN_STATES: readonly RunState[] = ['success', 'failed', 'cancelled'];
 
 /**
@@ -159,7 +153,9 @@ export const RUN_START_FROM: readonly RunState[] = runMoveFrom('running');
 export const STARTED_RUN_STATES: readonly RunState[] = ACTIVE_RUN_STATES.filter((s) => !RUN_START_FROM.includes(s));
 
 /** The states a run may end from, to success or failed alike (the planner's end, the reaper's). */
-export const RUN_END_FROM: readonly RunState[] = runMoveFrom('success').filter((s) => runMoveFrom('failed').includes(s));
+export const RUN_END_FROM: readonly RunState[] = runMoveFrom('success').filter((s) =>
+  runMoveFrom('failed').includes(s),
+);
 
 /**
  * Task instances claimed for an attempt that has not started: the claim waits to be delivered,
@@ -174,7 +170,9 @@ export const STARTED_TI_STATES: readonly TiState[] = ACTIVE_TI_STATES.filter((s)
 export const ATTEMPT_ENDED_TI_STATES: readonly TiState[] = ['success', 'failed', 'up_for_retry', 'cancelled'];
 
 /** Task instances waiting with no attempt (upstream, a slot, a backoff): a pending reason says why. */
-export const WAITING_TI_STATES: readonly TiState[] = TI_STATES.filter((s) => !isTerminalTi(s) && !ACTIVE_TI_STATES.includes(s));
+export const WAITING_TI_STATES: readonly TiState[] = TI_STATES.filter(
+  (s) => !isTerminalTi(s) && !ACTIVE_TI_STATES.includes(s),
+);
 
 /**
  * Task instances with work that moves on without the planner (a dispatch, an attempt, a

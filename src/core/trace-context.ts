@@ -66,15 +66,30 @@ export function attemptSpanId(runSpanId: string, tiId: string, tryNumber: number
 export function attemptTraceContext(run: TraceContext, tiId: string, tryNumber: number): TraceContext | null {
   const p = parseTraceparent(run.traceparent);
   if (!p) return null;
-  return { traceparent: formatTraceparent({ ...p, spanId: attemptSpanId(p.spanId, tiId, tryNumber) }), tracestate: run.tracestate };
+  return {
+    traceparent: formatTraceparent({ ...p, spanId: attemptSpanId(p.spanId, tiId, tryNumber) }),
+    tracestate: run.tracestate,
+  };
 }
 
 /**
  * A new run's trace context: a child of the caller's span when it was triggered with one (same
  * trace, same flags, its tracestate kept), else a trace of its own, sampled.
  */
-export function newRunTrace(caller: TraceParent | null, tracestate: string | null): { traceparent: string; parentSpan: string | null; tracestate: string | null } {
+export function newRunTrace(
+  caller: TraceParent | null,
+  tracestate: string | null,
+): { traceparent: string; parentSpan: string | null; tracestate: string | null } {
   const spanId = randomBytes(8).toString('hex');
-  if (caller) return { traceparent: formatTraceparent({ traceId: caller.traceId, spanId, flags: caller.flags }), parentSpan: caller.spanId, tracestate };
-  return { traceparent: formatTraceparent({ traceId: randomBytes(16).toString('hex'), spanId, flags: 1 }), parentSpan: null, tracestate: null };
+  if (caller)
+    return {
+      traceparent: formatTraceparent({ traceId: caller.traceId, spanId, flags: caller.flags }),
+      parentSpan: caller.spanId,
+      tracestate,
+    };
+  return {
+    traceparent: formatTraceparent({ traceId: randomBytes(16).toString('hex'), spanId, flags: 1 }),
+    parentSpan: null,
+    tracestate: null,
+  };
 }

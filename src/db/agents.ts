@@ -69,7 +69,8 @@ export async function disconnectAgent(sql: Sql, agentId: string, sessionId: stri
  * stream stays open until the agent has moved), so no replica places work on them any more.
  */
 export async function disconnectReplica(sql: Sql, replicaId: string): Promise<number> {
-  const rows = await sql`update agents set connected_replica = null, session_id = null where connected_replica = ${replicaId}`;
+  const rows =
+    await sql`update agents set connected_replica = null, session_id = null where connected_replica = ${replicaId}`;
   return rows.count;
 }
 
@@ -84,7 +85,18 @@ export async function touchAgents(sql: Sql, sessions: { agentId: string; session
 
 /** An agent as the API shows it (`Agent` in cluster.proto): its stored columns the API reads,
  *  and the attempts it holds. */
-export type AgentApiView = Pick<AgentRow, 'agent_id' | 'labels' | 'capabilities' | 'slots' | 'draining' | 'connected_replica' | 'last_seen_at' | 'stopped_at' | 'running'>;
+export type AgentApiView = Pick<
+  AgentRow,
+  | 'agent_id'
+  | 'labels'
+  | 'capabilities'
+  | 'slots'
+  | 'draining'
+  | 'connected_replica'
+  | 'last_seen_at'
+  | 'stopped_at'
+  | 'running'
+>;
 
 /** The columns of an agent read for `AgentView`, and its held attempts counted. */
 function agentView(sql: Sql) {

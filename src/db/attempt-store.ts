@@ -19,14 +19,23 @@ export interface AttemptStoreHooks {
  * The reporter every executor writes through: each report is fenced by (ti, try, token), so a
  * zombie's report for a superseded attempt is refused and never applied.
  */
-export function createAttemptStore(sql: Sql, reports: ReportBatcher, logs: LogWriter, logger: Logger, hooks: AttemptStoreHooks = {}): AttemptReporter {
+export function createAttemptStore(
+  sql: Sql,
+  reports: ReportBatcher,
+  logs: LogWriter,
+  logger: Logger,
+  hooks: AttemptStoreHooks = {},
+): AttemptReporter {
   return {
     async started(attempt, info) {
       // Said again for an attempt already running (re-attached after a restart): still current.
       const ok = (await reports.started(attempt, { pid: info.pid, agentId: null })) || (await isRunning(sql, attempt));
       if (!ok) {
         hooks.onRejected?.(attempt, 'started');
-        logger.warn({ tiId: attempt.tiId, runId: attempt.runId, try: attempt.tryNumber }, 'start report refused: attempt superseded');
+        logger.warn(
+          { tiId: attempt.tiId, runId: attempt.runId, try: attempt.tryNumber },
+          'start report refused: attempt superseded',
+        );
       }
       return ok;
     },
@@ -50,12 +59,21 @@ export function createAttemptStore(sql: Sql, reports: ReportBatcher, logs: LogWr
       // database answers (the reaper holds off after an outage, so the attempt is not declared
       // lost meanwhile).
       const { verdict } = await reports.finished(attempt, result);
-      const ids = { tiId: attempt.tiId, runId: attempt.runId, dagId: attempt.dagId, taskId: attempt.taskId, try: attempt.tryNumber };
+      const ids = {
+        tiId: attempt.tiId,
+        runId: attempt.runId,
+        dagId: attempt.dagId,
+        taskId: attempt.taskId,
+        try: attempt.tryNumber,
+      };
       if (verdict === 'rejected') {
         if (result.outcome !== 'superseded') hooks.onRejected?.(attempt, 'finished');
         logger.warn({ ...ids, outcome: result.outcome }, 'finish report refused: attempt superseded');
       } else {
-        logger.info({ ...ids, state: verdict, exitCode: result.exitCode, error: result.error ?? undefined }, `task ${attempt.taskId} ${verdict}`);
+        logger.info(
+          { ...ids, state: verdict, exitCode: result.exitCode, error: result.error ?? undefined },
+          `task ${attempt.taskId} ${verdict}`,
+        );
       }
       hooks.onFinished?.(attempt, verdict);
     },

@@ -36,6 +36,10 @@ export async function cancelRun(sql: Sql, runId: string, by?: Actor): Promise<Ca
       ev as (${tiEvents(tx, EVENT_KIND.tiState, tx`moved`, tx`jsonb_build_object('task_id', task_id, 'to', 'cancelled', 'try', try_number) || ${tx.json(who as never)}`)})
       select id, was from moved`;
     const run = (await getRunView(tx, runId))!;
-    return { kind: 'cancelled' as const, run, stoppedTiIds: rows.filter((r) => r.was === 'queued' || r.was === 'running').map((r) => r.id) };
+    return {
+      kind: 'cancelled' as const,
+      run,
+      stoppedTiIds: rows.filter((r) => r.was === 'queued' || r.was === 'running').map((r) => r.id),
+    };
   });
 }

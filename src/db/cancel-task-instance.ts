@@ -20,7 +20,12 @@ export type CancelTiOutcome =
  * `mayHoldProcess` is true when it was queued or running, so its holder must be told to stop the
  * process (its next heartbeat, which no longer matches a running attempt, would tell it too).
  */
-export async function cancelTaskInstance(sql: Sql, runId: string, taskId: string, by?: Actor): Promise<CancelTiOutcome> {
+export async function cancelTaskInstance(
+  sql: Sql,
+  runId: string,
+  taskId: string,
+  by?: Actor,
+): Promise<CancelTiOutcome> {
   return sql.begin(async (tx) => {
     const cancelledEvent = tx`jsonb_build_object('task_id', task_id, 'to', 'cancelled', 'from', was, 'try', try_number,
       'reason', ${CANCELLED_BY_USER}::text) || ${tx.json(actorPayload(by) as never)}`;

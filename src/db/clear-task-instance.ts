@@ -29,7 +29,10 @@ export type ClearOutcome =
  *   orphan-run reaper measures the re-opened run from the re-open) and the scheduler plans it.
  * Every move is guarded by the state table and recorded in events.
  */
-export async function clearTaskInstance(sql: Sql, req: { runId: string; taskId: string; downstream: boolean; by?: Actor }): Promise<ClearOutcome> {
+export async function clearTaskInstance(
+  sql: Sql,
+  req: { runId: string; taskId: string; downstream: boolean; by?: Actor },
+): Promise<ClearOutcome> {
   const who = actorPayload(req.by);
   return sql.begin(async (tx) => {
     // Run row first, then its TIs (the order every writer of both takes). A planner's write for
@@ -87,7 +90,9 @@ export async function clearTaskInstance(sql: Sql, req: { runId: string; taskId: 
     }
 
     const order = new Map(ids.map((id, i) => [id, i]));
-    const cleared = moved.map(({ was: _, ...ti }) => ti as TiRow).sort((a, b) => order.get(a.task_id)! - order.get(b.task_id)!);
+    const cleared = moved
+      .map(({ was: _, ...ti }) => ti as TiRow)
+      .sort((a, b) => order.get(a.task_id)! - order.get(b.task_id)!);
     return { kind: 'cleared' as const, run: (await getRun(tx, req.runId))!, cleared, reopenedFrom };
   });
 }

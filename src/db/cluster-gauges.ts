@@ -25,6 +25,10 @@ export async function readClusterGauges(sql: Sql): Promise<ClusterGauges> {
     group by executor`;
   return {
     runs: { queued: Number(runs?.queued ?? 0), running: Number(runs?.running ?? 0) },
-    waiting: waiting.map((w) => ({ executor: w.executor, count: Number(w.count), oldestS: Math.max(0, w.oldest_s ?? 0) })),
+    waiting: waiting.map((w) => ({
+      executor: w.executor,
+      count: Number(w.count),
+      oldestS: Math.max(0, w.oldest_s ?? 0),
+    })),
   };
 }

@@ -36,8 +36,12 @@ function specHash(spec: DagSpec): string {
 export function initialNextRunAt(spec: DagSpec, now: Date): Date | null {
   if (!spec.schedule) return null;
   const start = spec.startDate ? new Date(spec.startDate) : now;
-  if (spec.catchup || start.getTime() > now.getTime()) return firstFireTimeAtOrAfter(spec.schedule, spec.timezone, start);
-  return latestFireTime(spec.schedule, spec.timezone, start, now) ?? firstFireTimeAtOrAfter(spec.schedule, spec.timezone, now);
+  if (spec.catchup || start.getTime() > now.getTime())
+    return firstFireTimeAtOrAfter(spec.schedule, spec.timezone, start);
+  return (
+    latestFireTime(spec.schedule, spec.timezone, start, now) ??
+    firstFireTimeAtOrAfter(spec.schedule, spec.timezone, now)
+  );
 }
 
 /**
@@ -45,7 +49,13 @@ export function initialNextRunAt(spec: DagSpec, now: Date): Date | null {
  * goes up only when the spec changed; the schedule's next run is recomputed only when the
  * schedule itself changed, so re-applying a file is a no-op.
  */
-export async function upsertDag(sql: Sql, spec: DagSpec, source: string, now = new Date(), by?: Actor): Promise<{ dag: DagRow; outcome: ApplyOutcome }> {
+export async function upsertDag(
+  sql: Sql,
+  spec: DagSpec,
+  source: string,
+  now = new Date(),
+  by?: Actor,
+): Promise<{ dag: DagRow; outcome: ApplyOutcome }> {
   const hash = specHash(spec);
   return sql.begin(async (tx) => {
     const [existing] = await tx<DagRow[]>`select * from dags where dag_id = ${spec.dagId} for update`;
@@ -75,7 +85,10 @@ export async function upsertDag(sql: Sql, spec: DagSpec, source: string, now = n
         insert into dag_versions (dag_id, version, spec, max_active_runs)
         select dag_id, version, spec, max_active_runs from d)
       select * from d`;
-    await insertEvents(tx, tx`values (null, null, ${eventKind(tx, EVENT_KIND.dagApplied)}, ${tx.json({ dag_id: spec.dagId, version: dag!.version, ...actorPayload(by) } as never)})`);
+    await insertEvents(
+      tx,
+      tx`values (null, null, ${eventKind(tx, EVENT_KIND.dagApplied)}, ${tx.json({ dag_id: spec.dagId, version: dag!.version, ...actorPayload(by) } as never)})`,
+    );
     return { dag: dag!, outcome: existing ? ('updated' as const) : ('created' as const) };
   });
 }
@@ -87,7 +100,17 @@ export async function getDag(sql: Sql | TxSql, dagId: string): Promise<DagRow | 
 
 /** The columns of a DAG the API shows (`Dag` in types.proto), and no others: not its file's text
  *  (`source`, up to 1 MB), which no response carries. */
-export const DAG_VIEW_COLUMNS = ['dag_id', 'spec', 'schedule', 'catchup', 'max_active_runs', 'paused', 'version', 'updated_at', 'next_run_at'] as const;
+export const DAG_VIEW_COLUMNS = [
+  'dag_id',
+  'spec',
+  'schedule',
+  'catchup',
+  'max_active_runs',
+  'paused',
+  'version',
+  'updated_at',
+  'next_run_at',
+] as const;
 
 /** A DAG as the API shows it. */
 export type DagView = Pick<DagRow, (typeof DAG_VIEW_COLUMNS)[number]>;

@@ -119,7 +119,14 @@ export async function startEmbeddedPostgres(opts: EmbeddedPostgresOptions): Prom
     try {
       await run(
         bin.initdb,
-        [`--pgdata=${dataDir}`, '--auth=scram-sha-256', '--username=postgres', `--pwfile=${pwfile}`, '--encoding=UTF8', '--no-instructions'],
+        [
+          `--pgdata=${dataDir}`,
+          '--auth=scram-sha-256',
+          '--username=postgres',
+          `--pwfile=${pwfile}`,
+          '--encoding=UTF8',
+          '--no-instructions',
+        ],
         { ...ids, env: { ...process.env, LC_ALL: 'C' } },
       );
     } catch (cause) {
@@ -190,7 +197,11 @@ function watchAdopted(pid: number, dataDir: string): Promise<string> {
 
 /** One sentence: what the postgres user could not reach, and where Leoflow put it instead. */
 function describeMoves(p: PostgresPlacement): string {
-  const parts = p.moved.map((m) => (m.what === 'binaries' ? `the Postgres binaries in ${m.unreachable} (copied to ${m.to})` : `the state directory ${m.unreachable} (the database lives in ${m.to} instead)`));
+  const parts = p.moved.map((m) =>
+    m.what === 'binaries'
+      ? `the Postgres binaries in ${m.unreachable} (copied to ${m.to})`
+      : `the state directory ${m.unreachable} (the database lives in ${m.to} instead)`,
+  );
   return `the embedded Postgres runs as the "postgres" user because Leoflow runs as root, and that user cannot reach ${parts.join(' or ')}`;
 }
 
@@ -198,7 +209,18 @@ function launch(postgresBin: string, dataDir: string, port: number, ids: Ids, lo
   return new Promise((resolve, reject) => {
     const child = spawn(
       postgresBin,
-      ['-D', dataDir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
+      [
+        '-D',
+        dataDir,
+        '-p',
+        String(port),
+        '-c',
+        'listen_addresses=127.0.0.1',
+        '-c',
+        'unix_socket_directories=',
+        '-c',
+        'max_connections=200',
+      ],
       // Its own process group: a Ctrl-C at the terminal reaches the whole foreground group, and
       // Postgres must not stop before the server has recorded the tasks it lets finish. The
       // server stops it last; one left behind by a killed server is adopted at the next start.
@@ -227,11 +249,20 @@ function launch(postgresBin: string, dataDir: string, port: number, ids: Ids, lo
     child.on('error', reject);
     child.on('exit', (code, signal) => {
       if (!ready && /could not bind .*Address already in use/.test(output)) {
-        reject(new Error(`--embedded-pg-port 127.0.0.1:${port}: the embedded Postgres cannot listen there, another process holds the port: stop it, or choose a free port with --embedded-pg-port PORT (or give a database with --database-url)`));
-      } else if (!ready) reject(new Error(`embedded Postgres exited before it was ready (code ${code}, signal ${signal}):\n${output.trim()}`));
+        reject(
+          new Error(
+            `--embedded-pg-port 127.0.0.1:${port}: the embedded Postgres cannot listen there, another process holds the port: stop it, or choose a free port with --embedded-pg-port PORT (or give a database with --database-url)`,
+          ),
+        );
+      } else if (!ready)
+        reject(
+          new Error(`embedded Postgres exited before it was ready (code ${code}, signal ${signal}):\n${output.trim()}`),
+        );
       else {
         logger.info({ code, signal }, 'embedded Postgres exited');
-        exited(`${signal ? `killed by ${signal}` : `exit code ${code}`}${last.length > 0 ? `; its last lines: ${last.join(' | ')}` : ''}`);
+        exited(
+          `${signal ? `killed by ${signal}` : `exit code ${code}`}${last.length > 0 ? `; its last lines: ${last.join(' | ')}` : ''}`,
+        );
       }
     });
   });

@@ -37,7 +37,16 @@ const NAMED_ATTEMPTS = 3;
  * included). The row is locked while deciding, so a Hello of that id waits and then inserts.
  */
 export async function forgetAgent(sql: Sql, agentId: string, liveMs: number): Promise<ForgetOutcome> {
-  const [row] = await sql<{ forgotten: boolean; connected_replica: string | null; last_seen_at: Date | null; streaming: boolean; attempts: number; first: AttemptKeepingAgent[] }[]>`
+  const [row] = await sql<
+    {
+      forgotten: boolean;
+      connected_replica: string | null;
+      last_seen_at: Date | null;
+      streaming: boolean;
+      attempts: number;
+      first: AttemptKeepingAgent[];
+    }[]
+  >`
     with target as (
       select a.agent_id, a.connected_replica, a.last_seen_at,
         a.session_id is not null and a.last_seen_at >= now() - ${liveMs} * interval '1 millisecond' as streaming

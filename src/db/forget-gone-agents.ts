@@ -6,7 +6,10 @@ import type { Sql } from './sql.js';
  * the longest gone first, and returns their ids. Rows another transaction holds (a Hello of that
  * id, a forget by hand) are skipped this time.
  */
-export async function forgetGoneAgents(sql: Sql, o: { seenBefore: Date; liveMs: number; limit: number }): Promise<string[]> {
+export async function forgetGoneAgents(
+  sql: Sql,
+  o: { seenBefore: Date; liveMs: number; limit: number },
+): Promise<string[]> {
   const rows = await sql<{ agent_id: string }[]>`
     delete from agents where agent_id in (
       select a.agent_id from agents a

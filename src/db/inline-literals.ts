@@ -13,6 +13,7 @@ const FIXED_NAME = /^[a-z][a-z_.]*$/;
 export function inlineLiterals(sql: Sql | TxSql, names: string | readonly string[]): Fragment {
   const list = typeof names === 'string' ? [names] : names;
   if (list.length === 0) throw new Error('inlineLiterals: an empty list (`in ()` is not SQL)');
-  for (const n of list) if (!FIXED_NAME.test(n)) throw new Error(`inlineLiterals: not a fixed name: ${JSON.stringify(n)}`);
+  for (const n of list)
+    if (!FIXED_NAME.test(n)) throw new Error(`inlineLiterals: not a fixed name: ${JSON.stringify(n)}`);
   return sql.unsafe(list.map((n) => `'${n}'`).join(', '));
 }

@@ -12,6 +12,12 @@ export async function installIdentity(sql: Sql): Promise<string> {
   const [row] = await sql<{ id: string; db: string }[]>`select id, current_database() as db from leoflow_install`;
   if (!row) throw new Error('the database has no install id (leoflow_install is empty): was migration 020 applied?');
   // pg_control_system() is open to every role on current servers; where it is not, the name must do.
-  const system = await sql<{ s: string }[]>`select system_identifier::text as s from pg_control_system()`.then((r) => r[0]?.s ?? '', () => '');
-  return createHash('sha256').update(JSON.stringify([row.id, row.db, system])).digest('hex').slice(0, 32);
+  const system = await sql<{ s: string }[]>`select system_identifier::text as s from pg_control_system()`.then(
+    (r) => r[0]?.s ?? '',
+    () => '',
+  );
+  return createHash('sha256')
+    .update(JSON.stringify([row.id, row.db, system]))
+    .digest('hex')
+    .slice(0, 32);
 }

@@ -8,7 +8,11 @@ import { isDataError } from './is-data-error.js';
  * is, for the caller to retry or fail the whole. One bad item among n costs about 2·log2(n) more
  * statements, and only when it happens.
  */
-export async function isolateFailures<T>(items: T[], write: (part: T[]) => Promise<void>, guilty: (item: T, err: unknown) => void): Promise<void> {
+export async function isolateFailures<T>(
+  items: T[],
+  write: (part: T[]) => Promise<void>,
+  guilty: (item: T, err: unknown) => void,
+): Promise<void> {
   if (items.length === 0) return;
   try {
     await write(items);

@@ -23,7 +23,10 @@ export interface LeaderView {
  * makes anyway: no table, no write. Replica ids (≤ 38 of `A-Za-z0-9._-`) leave it within
  * Postgres's 63 bytes.
  */
-export function leaderSessionName(replicaId: string, report: { lastFullStepAt: number; lateMs: number } | null): string {
+export function leaderSessionName(
+  replicaId: string,
+  report: { lastFullStepAt: number; lateMs: number } | null,
+): string {
   if (!report) return `${PREFIX}${replicaId}`;
   const late = Math.min(MAX_LATE_MS, Math.max(0, Math.round(report.lateMs)));
   return `${PREFIX}${replicaId} ${Math.round(report.lastFullStepAt).toString(36)}.${late.toString(36)}`;

@@ -13,7 +13,21 @@ import type { Sql } from './sql.js';
  */
 export async function loadAttempt(sql: Sql, tiId: string, agentId: string): Promise<Attempt | null> {
   const [row] = await sql<
-    { id: string; run_id: string; task_id: string; try_number: number; max_tries: number; attempt_token: string; dispatch_key: string; dag_id: string; spec: DagSpec; conf: Record<string, unknown>; logical_date: Date; traceparent: string | null; tracestate: string | null }[]
+    {
+      id: string;
+      run_id: string;
+      task_id: string;
+      try_number: number;
+      max_tries: number;
+      attempt_token: string;
+      dispatch_key: string;
+      dag_id: string;
+      spec: DagSpec;
+      conf: Record<string, unknown>;
+      logical_date: Date;
+      traceparent: string | null;
+      tracestate: string | null;
+    }[]
   >`
     select t.id, t.run_id, t.task_id, t.try_number, t.max_tries, t.attempt_token, t.dispatch_key,
            r.dag_id, v.spec, r.conf, r.logical_date, r.traceparent, r.tracestate
@@ -24,8 +38,22 @@ export async function loadAttempt(sql: Sql, tiId: string, agentId: string): Prom
   const task = row.spec.tasks.find((t) => t.id === row.task_id);
   if (!task) return null;
   return attemptOf(
-    { tiId: row.id, runId: row.run_id, dagId: row.dag_id, taskId: row.task_id, task, conf: row.conf, logicalDate: row.logical_date, runTrace: runTraceOf(row) },
-    { tryNumber: row.try_number, maxTries: row.max_tries, attemptToken: row.attempt_token, dispatchKey: row.dispatch_key },
+    {
+      tiId: row.id,
+      runId: row.run_id,
+      dagId: row.dag_id,
+      taskId: row.task_id,
+      task,
+      conf: row.conf,
+      logicalDate: row.logical_date,
+      runTrace: runTraceOf(row),
+    },
+    {
+      tryNumber: row.try_number,
+      maxTries: row.max_tries,
+      attemptToken: row.attempt_token,
+      dispatchKey: row.dispatch_key,
+    },
     agentId,
   );
 }

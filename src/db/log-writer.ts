@@ -151,9 +151,13 @@ export function createLogWriter(
       // the line past the limit says so, in its place, and later ones are dropped. By seq, so a
       // line sent again after a reconnect is judged the same.
       if (seq > maxLines + 1) return;
-      const stored = seq > maxLines
-        ? { stream: 'system' as const, line: `[output cut: an attempt's log holds at most ${maxLines} lines; the rest is not stored]` }
-        : { stream, line: line.includes('\0') ? line.replaceAll('\0', '\uFFFD') : line };
+      const stored =
+        seq > maxLines
+          ? {
+              stream: 'system' as const,
+              line: `[output cut: an attempt's log holds at most ${maxLines} lines; the rest is not stored]`,
+            }
+          : { stream, line: line.includes('\0') ? line.replaceAll('\0', '\uFFFD') : line };
       // NUL bytes cannot be stored in a text column.
       buffer.push({ tiId, tryNumber, attemptToken, seq, ...stored, at: new Date() });
       if (buffer.length >= opts.maxBatch) void flush();

@@ -44,8 +44,13 @@ export interface LogsSoFar {
  * How much of each of these attempts' logs is stored, keyed `<ti id>/<try>`: a task re-attached
  * after a restart has its output read on from there, so its log ends whole with no line twice.
  */
-export async function logsSoFar(sql: Sql, attempts: { tiId: string; tryNumber: number }[]): Promise<Map<string, LogsSoFar>> {
-  const out = new Map<string, LogsSoFar>(attempts.map((a) => [`${a.tiId}/${a.tryNumber}`, { stdout: 0, stderr: 0, lastSeq: 0 }]));
+export async function logsSoFar(
+  sql: Sql,
+  attempts: { tiId: string; tryNumber: number }[],
+): Promise<Map<string, LogsSoFar>> {
+  const out = new Map<string, LogsSoFar>(
+    attempts.map((a) => [`${a.tiId}/${a.tryNumber}`, { stdout: 0, stderr: 0, lastSeq: 0 }]),
+  );
   if (attempts.length === 0) return out;
   const rows = await sql<{ ti_id: string; try_number: number; stream: string; lines: number; last: number }[]>`
     select l.ti_id, l.try_number, l.stream, count(*)::int as lines, max(l.seq) as last

@@ -58,7 +58,9 @@ export async function migrate(sql: Sql, logger?: Logger): Promise<number> {
 
 /** The newest migration the database has recorded (its file name), or null before any. */
 export async function latestMigration(sql: Sql): Promise<string | null> {
-  const [{ exists } = { exists: false }] = await sql<{ exists: boolean }[]>`select to_regclass('leoflow_migrations') is not null as exists`;
+  const [{ exists } = { exists: false }] = await sql<
+    { exists: boolean }[]
+  >`select to_regclass('leoflow_migrations') is not null as exists`;
   if (!exists) return null;
   const [row] = await sql<{ name: string }[]>`select name from leoflow_migrations order by id desc limit 1`;
   return row?.name ?? null;
@@ -69,7 +71,11 @@ export async function latestMigration(sql: Sql): Promise<string | null> {
  * replica that does not migrate (an observer) waits for, and what readiness reports.
  */
 export async function pendingMigrations(sql: Sql): Promise<string[]> {
-  const [{ exists } = { exists: false }] = await sql<{ exists: boolean }[]>`select to_regclass('leoflow_migrations') is not null as exists`;
-  const applied = exists ? new Set((await sql<{ id: number }[]>`select id from leoflow_migrations`).map((r) => r.id)) : new Set<number>();
+  const [{ exists } = { exists: false }] = await sql<
+    { exists: boolean }[]
+  >`select to_regclass('leoflow_migrations') is not null as exists`;
+  const applied = exists
+    ? new Set((await sql<{ id: number }[]>`select id from leoflow_migrations`).map((r) => r.id))
+    : new Set<number>();
   return (await loadMigrations()).filter((m) => !applied.has(m.id)).map((m) => m.name);
 }

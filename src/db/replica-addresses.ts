@@ -25,7 +25,9 @@ export async function withdrawReplica(sql: Sql, replicaId: string): Promise<void
  */
 export async function liveReplicaAddresses(sql: Sql): Promise<ReplicaAddress[]> {
   const [rows, live] = await Promise.all([
-    sql<{ replica_id: string; agent_url: string }[]>`select replica_id, agent_url from replica_addresses order by advertised_at, replica_id`,
+    sql<
+      { replica_id: string; agent_url: string }[]
+    >`select replica_id, agent_url from replica_addresses order by advertised_at, replica_id`,
     listReplicas(sql),
   ]);
   const alive = new Set(live.map((r) => r.replicaId));

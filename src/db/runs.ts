@@ -74,7 +74,10 @@ export interface CreatedRunRead {
  * returns the existing run with created = false. A run created comes with what the planner would
  * read of it (`read`), so it can be planned without reading it again.
  */
-export async function createRun(tx: Sql | TxSql, run: NewRun): Promise<{ run: RunRow; created: boolean; read?: CreatedRunRead }> {
+export async function createRun(
+  tx: Sql | TxSql,
+  run: NewRun,
+): Promise<{ run: RunRow; created: boolean; read?: CreatedRunRead }> {
   const source = tx`select dag_id, version, spec, null::bool as paused from dag_versions where dag_id = ${run.dagId} and version = ${run.dagVersion}`;
   const made = await insertRun(tx, source, run);
   if (!made) throw new Error(`DAG ${run.dagId} has no version ${run.dagVersion}`);
@@ -85,7 +88,10 @@ export async function createRun(tx: Sql | TxSql, run: NewRun): Promise<{ run: Ru
  * `createRun` of the DAG's current version, read in the same statement (one round trip for
  * TriggerRun). Null when there is no such DAG. The read it returns knows whether the DAG is paused.
  */
-export async function createRunOfDag(sql: Sql, run: Omit<NewRun, 'dagVersion'>): Promise<{ run: RunRow; created: boolean; read?: CreatedRunRead & { dagPaused: boolean } } | null> {
+export async function createRunOfDag(
+  sql: Sql,
+  run: Omit<NewRun, 'dagVersion'>,
+): Promise<{ run: RunRow; created: boolean; read?: CreatedRunRead & { dagPaused: boolean } } | null> {
   // The DAG's spec is its current version's (upsertDag writes both in one statement): one probe.
   const source = sql`select dag_id, version, spec, paused from dags where dag_id = ${run.dagId}`;
   const made = await insertRun(sql, source, run);
@@ -101,7 +107,14 @@ async function insertRun(
   run: Omit<NewRun, 'dagVersion'>,
 ): Promise<{ run: RunRow; created: boolean; read?: CreatedRunRead & { dagPaused: boolean | null } } | null> {
   const trace = newRunTrace(run.caller?.traceparent ?? null, run.caller?.tracestate ?? null);
-  const [inserted] = await tx<(RunRow & { dag_paused: boolean | null; running_in_dag: number; tis_json: Record<string, unknown>[]; spec: DagSpec })[]>`
+  const [inserted] = await tx<
+    (RunRow & {
+      dag_paused: boolean | null;
+      running_in_dag: number;
+      tis_json: Record<string, unknown>[];
+      spec: DagSpec;
+    })[]
+  >`
     with src as (${source}),
     run as (
       insert into dag_runs (dag_id, run_key, run_type, dag_version, logical_date, conf, traceparent, trace_parent_span, tracestate)
@@ -123,7 +136,9 @@ async function insertRun(
       (select coalesce(jsonb_agg(to_jsonb(t) order by t.id), '[]'::jsonb) from tis t) as tis_json
     from run`;
   if (!inserted) {
-    const [existing] = await tx<RunRow[]>`select * from dag_runs where dag_id = ${run.dagId} and run_key = ${run.runKey}`;
+    const [existing] = await tx<
+      RunRow[]
+    >`select * from dag_runs where dag_id = ${run.dagId} and run_key = ${run.runKey}`;
     return existing ? { run: existing, created: false } : null;
   }
   const { dag_paused: dagPaused, running_in_dag: runningInDag, tis_json: tisJson, spec, ...created } = inserted;
@@ -154,7 +169,20 @@ export async function getRun(sql: Sql | TxSql, runId: string): Promise<RunRow | 
 
 /** The columns of a run the API shows (`Run` in types.proto), and no others: a read for the API
  *  leaves out what it would drop (the spec is not in the row: it is the version's). */
-export const RUN_VIEW_COLUMNS = ['id', 'dag_id', 'run_key', 'run_type', 'dag_version', 'logical_date', 'state', 'conf', 'created_at', 'started_at', 'ended_at', 'traceparent'] as const;
+export const RUN_VIEW_COLUMNS = [
+  'id',
+  'dag_id',
+  'run_key',
+  'run_type',
+  'dag_version',
+  'logical_date',
+  'state',
+  'conf',
+  'created_at',
+  'started_at',
+  'ended_at',
+  'traceparent',
+] as const;
 
 /** A run as the API shows it. */
 export type RunView = Pick<RunRow, (typeof RUN_VIEW_COLUMNS)[number]>;
@@ -166,11 +194,16 @@ export async function getRunView(sql: Sql | TxSql, runId: string): Promise<RunVi
 }
 
 /** The newest runs, of one DAG or of all, as the API shows them. */
-export async function listRuns(sql: Sql, opts: { dagId?: string; states?: readonly RunState[]; limit: number; beforeId?: string }): Promise<RunView[]> {
+export async function listRuns(
+  sql: Sql,
+  opts: { dagId?: string; states?: readonly RunState[]; limit: number; beforeId?: string },
+): Promise<RunView[]> {
   const ofDag = opts.dagId ? sql`dag_id = ${opts.dagId}` : sql`true`;
   const inStates = opts.states?.length ? sql`state = any(${opts.states as RunState[]}::text[])` : sql`true`;
   const before = opts.beforeId ? sql`id < ${opts.beforeId}` : sql`true`;
-  return sql<RunView[]>`select ${sql(RUN_VIEW_COLUMNS)} from dag_runs where ${ofDag} and ${inStates} and ${before} order by id desc limit ${opts.limit}`;
+  return sql<
+    RunView[]
+  >`select ${sql(RUN_VIEW_COLUMNS)} from dag_runs where ${ofDag} and ${inStates} and ${before} order by id desc limit ${opts.limit}`;
 }
 
 /** A run as the planner reads it: with whether its DAG is paused and, for a queued run, how many
@@ -186,7 +219,12 @@ export interface ActiveRunsRead extends PromiseLike<ActiveRunRow[]> {
  *  were written); the oldest queued runs, of these DAGs or of any; the running runs after a run id
  *  (a sweep's next stretch; from the oldest without `after`); or the running runs with work waiting
  *  on the planner: a retry due, and with `all` a TI scheduled but not yet claimed too. */
-export type ActiveRunsOf = { runIds: string[] } | { ofTis: string[] } | { queuedOf: string[] | 'any' } | { running: true; after?: string } | { waiting: 'retries' | 'all' };
+export type ActiveRunsOf =
+  | { runIds: string[] }
+  | { ofTis: string[] }
+  | { queuedOf: string[] | 'any' }
+  | { running: true; after?: string }
+  | { waiting: 'retries' | 'all' };
 
 /** Runs the planner looks at: queued or running, not poisoned, oldest first (all of them without
  *  `of`; queued runs taken fairly across DAGs). One round trip, the running counts
@@ -278,7 +316,12 @@ function withSpecs(rows: readonly (Omit<ActiveRunRow, 'spec'> & { spec: DagSpec 
  * and records the move in the events log in the same statement. Resolves false if someone else
  * moved it first.
  */
-export async function transitionRun(sql: Sql | TxSql, runId: string, to: RunState, payload: Record<string, unknown> = {}): Promise<boolean> {
+export async function transitionRun(
+  sql: Sql | TxSql,
+  runId: string,
+  to: RunState,
+  payload: Record<string, unknown> = {},
+): Promise<boolean> {
   // Never out of a terminal state: re-opening a run is the clear's alone (clear-task-instance.ts).
   const from = runMoveFrom(to);
   const terminal = to === 'success' || to === 'failed' || to === 'cancelled';

@@ -38,7 +38,12 @@ export interface SqlOptions {
  * every new connection) is then costed at 10^10, which turns on JIT compilation: 150–270 ms for
  * a query of 0.3 ms. These statements never gain from JIT, so it is off.
  */
-const GENERIC_PLANS = { plan_cache_mode: 'force_generic_plan', enable_seqscan: 'off', enable_bitmapscan: 'off', jit: 'off' };
+const GENERIC_PLANS = {
+  plan_cache_mode: 'force_generic_plan',
+  enable_seqscan: 'off',
+  enable_bitmapscan: 'off',
+  jit: 'off',
+};
 
 /**
  * Seconds before the n-th connection attempt in a row after failures. postgres.js waits up to

@@ -25,7 +25,12 @@ export interface PostgresPlacement {
  * `node_modules` and its `.leoflow` from the `postgres` user. Rather than make the user open
  * their home, put each where that user can reach it; a restart finds the same places again.
  */
-export async function placeForPostgresUser(opts: { binaries: PostgresBinaries; stateDir: string; ids: Ids; stagingDir?: string }): Promise<PostgresPlacement> {
+export async function placeForPostgresUser(opts: {
+  binaries: PostgresBinaries;
+  stateDir: string;
+  ids: Ids;
+  stagingDir?: string;
+}): Promise<PostgresPlacement> {
   const { ids, stateDir } = opts;
   const stagingDir = opts.stagingDir ?? ROOT_STAGING_DIR;
   await mkdir(stateDir, { recursive: true });
@@ -36,7 +41,9 @@ export async function placeForPostgresUser(opts: { binaries: PostgresBinaries; s
   if (!(await canRun(ids, binaries))) {
     binaries = await stageBinaries(binaries, stagingDir);
     if (!(await canRun(ids, binaries))) {
-      throw new Error(`the embedded Postgres runs as the "postgres" user (Leoflow runs as root), which cannot reach ${binaries.dir} either: make ${stagingDir} and the folders above it searchable (chmod o+x), or set DATABASE_URL`);
+      throw new Error(
+        `the embedded Postgres runs as the "postgres" user (Leoflow runs as root), which cannot reach ${binaries.dir} either: make ${stagingDir} and the folders above it searchable (chmod o+x), or set DATABASE_URL`,
+      );
     }
     moved.push({ what: 'binaries', unreachable: opts.binaries.dir, to: binaries.dir });
   }
@@ -47,7 +54,9 @@ export async function placeForPostgresUser(opts: { binaries: PostgresBinaries; s
   if (!(await userCan(ids, ['-x', stateDir]))) {
     home = await stageDataHome(stateDir, stagingDir, ids);
     if (!(await userCan(ids, ['-x', home], ['-w', home]))) {
-      throw new Error(`the embedded Postgres runs as the "postgres" user (Leoflow runs as root), which cannot reach ${home} either: make ${stagingDir} and the folders above it searchable (chmod o+x), or set DATABASE_URL`);
+      throw new Error(
+        `the embedded Postgres runs as the "postgres" user (Leoflow runs as root), which cannot reach ${home} either: make ${stagingDir} and the folders above it searchable (chmod o+x), or set DATABASE_URL`,
+      );
     }
     moved.push({ what: 'data', unreachable: stateDir, to: home });
   }
@@ -55,7 +64,13 @@ export async function placeForPostgresUser(opts: { binaries: PostgresBinaries; s
 }
 
 async function canRun(ids: Ids, b: PostgresBinaries): Promise<boolean> {
-  return userCan(ids, ['-x', b.initdb], ['-x', b.postgres], ['-x', path.join(b.dir, 'lib')], ['-x', path.join(b.dir, 'share')]);
+  return userCan(
+    ids,
+    ['-x', b.initdb],
+    ['-x', b.postgres],
+    ['-x', path.join(b.dir, 'lib')],
+    ['-x', path.join(b.dir, 'share')],
+  );
 }
 
 /**
@@ -78,7 +93,9 @@ export async function stageBinaries(from: PostgresBinaries, stagingDir: string):
     await rm(tmp, { recursive: true, force: true });
     const code = (err as NodeJS.ErrnoException).code;
     if ((code === 'ENOTEMPTY' || code === 'EEXIST') && (await exists(staged.postgres))) return staged;
-    throw new Error(`could not copy the embedded Postgres binaries to ${target}: ${(err as Error).message}`, { cause: err });
+    throw new Error(`could not copy the embedded Postgres binaries to ${target}: ${(err as Error).message}`, {
+      cause: err,
+    });
   }
   return staged;
 }
@@ -86,7 +103,10 @@ export async function stageBinaries(from: PostgresBinaries, stagingDir: string):
 /** A folder owned by the postgres user, named after the state directory it stands in for. */
 async function stageDataHome(stateDir: string, stagingDir: string, ids: Ids): Promise<string> {
   const hash = createHash('sha256').update(stateDir).digest('hex').slice(0, 12);
-  const readable = stateDir.replace(/^\/+/, '').replace(/[^A-Za-z0-9._]+/g, '-').slice(-60);
+  const readable = stateDir
+    .replace(/^\/+/, '')
+    .replace(/[^A-Za-z0-9._]+/g, '-')
+    .slice(-60);
   const data = path.join(stagingDir, 'data');
   await mkdir(data, { recursive: true, mode: 0o755 });
   const home = path.join(data, `${readable}-${hash}`);

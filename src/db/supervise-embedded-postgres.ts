@@ -36,7 +36,11 @@ export interface RestartBudget {
 export const RESTART_BUDGET: RestartBudget = { max: 3, windowMs: 10 * 60_000, retryMs: 1000 };
 
 /** Starts the embedded Postgres with `start` and restarts it within `budget` when it dies. */
-export async function superviseEmbeddedPostgres(start: () => Promise<EmbeddedPostgres>, logger: Logger, budget: RestartBudget = RESTART_BUDGET): Promise<SupervisedPostgres> {
+export async function superviseEmbeddedPostgres(
+  start: () => Promise<EmbeddedPostgres>,
+  logger: Logger,
+  budget: RestartBudget = RESTART_BUDGET,
+): Promise<SupervisedPostgres> {
   let current = await start();
   const first = current;
   let stopping = false;
@@ -50,10 +54,16 @@ export async function superviseEmbeddedPostgres(start: () => Promise<EmbeddedPos
     void pg.exited.then((how) => {
       if (stopping || pg !== current) return;
       if (!mayRestart) {
-        logger.warn({ postmaster: pg.pid, how }, `embedded Postgres exited while the server stops (${how}): not starting it again`);
+        logger.warn(
+          { postmaster: pg.pid, how },
+          `embedded Postgres exited while the server stops (${how}): not starting it again`,
+        );
         return;
       }
-      logger.error({ postmaster: pg.pid, how }, `embedded Postgres exited while the server runs (${how}): starting it again`);
+      logger.error(
+        { postmaster: pg.pid, how },
+        `embedded Postgres exited while the server runs (${how}): starting it again`,
+      );
       restarting = restart(how).finally(() => (restarting = null));
     });
   };
@@ -65,7 +75,11 @@ export async function superviseEmbeddedPostgres(start: () => Promise<EmbeddedPos
       while (restarts.length > 0 && now - restarts[0]! > budget.windowMs) restarts.shift();
       if (restarts.length >= budget.max) {
         const minutes = Math.round(budget.windowMs / 60_000);
-        lose(new Error(`the embedded Postgres (data directory ${current.dataDir}) stopped and could not be kept running: ${budget.max} restarts within ${minutes} min; last: ${last}`));
+        lose(
+          new Error(
+            `the embedded Postgres (data directory ${current.dataDir}) stopped and could not be kept running: ${budget.max} restarts within ${minutes} min; last: ${last}`,
+          ),
+        );
         return;
       }
       restarts.push(now);
@@ -76,7 +90,10 @@ export async function superviseEmbeddedPostgres(start: () => Promise<EmbeddedPos
           return;
         }
         current = pg;
-        logger.warn({ postmaster: pg.pid, restarts: restarts.length }, `embedded Postgres running again (pid ${pg.pid})`);
+        logger.warn(
+          { postmaster: pg.pid, restarts: restarts.length },
+          `embedded Postgres running again (pid ${pg.pid})`,
+        );
         watch(pg);
         return;
       } catch (err) {

@@ -31,8 +31,22 @@ export async function listTis(sql: Sql | TxSql, runId: string): Promise<TiRow[]>
 
 /** The columns of a task instance the API shows (`TaskInstance` in types.proto), and no others. */
 export const TI_VIEW_COLUMNS = [
-  'id', 'run_id', 'task_id', 'state', 'try_number', 'max_tries', 'executor', 'agent_id', 'queued_at', 'started_at',
-  'heartbeat_at', 'ended_at', 'exit_code', 'error', 'pending_reason', 'next_try_at',
+  'id',
+  'run_id',
+  'task_id',
+  'state',
+  'try_number',
+  'max_tries',
+  'executor',
+  'agent_id',
+  'queued_at',
+  'started_at',
+  'heartbeat_at',
+  'ended_at',
+  'exit_code',
+  'error',
+  'pending_reason',
+  'next_try_at',
 ] as const;
 
 /** A task instance as the API shows it. */
@@ -43,7 +57,11 @@ export type TiView = Pick<TiRow, (typeof TI_VIEW_COLUMNS)[number]>;
  * statement: all a log follower needs to know whether its selection has ended. Null when there
  * is no such run.
  */
-export async function runAndTiStates(sql: Sql | TxSql, runId: string, taskId?: string): Promise<{ run: RunState; tis: TiState[] } | null> {
+export async function runAndTiStates(
+  sql: Sql | TxSql,
+  runId: string,
+  taskId?: string,
+): Promise<{ run: RunState; tis: TiState[] } | null> {
   const [row] = await sql<{ run: RunState; tis: TiState[] }[]>`
     select r.state as run, coalesce(array_agg(t.state order by t.id) filter (where t.id is not null), '{}') as tis
     from dag_runs r
@@ -60,7 +78,15 @@ export async function listTiViews(sql: Sql | TxSql, runId: string): Promise<TiVi
 
 /** The columns of a task instance the planner decides and offers from, and no others: a full
  *  row took the client two to three times as long to read (200 runs' TIs, a busy machine). */
-export const PLANNER_TI_COLUMNS = ['id', 'run_id', 'task_id', 'state', 'executor', 'pending_reason', 'next_try_at'] as const;
+export const PLANNER_TI_COLUMNS = [
+  'id',
+  'run_id',
+  'task_id',
+  'state',
+  'executor',
+  'pending_reason',
+  'next_try_at',
+] as const;
 
 /** A task instance as the planner reads it. */
 export type PlannerTi = Pick<TiRow, (typeof PLANNER_TI_COLUMNS)[number]>;
@@ -68,7 +94,9 @@ export type PlannerTi = Pick<TiRow, (typeof PLANNER_TI_COLUMNS)[number]>;
 /** Task instances of many runs at once (the planner reads all active runs' TIs in one query). */
 export async function listTisOfRuns(sql: Sql, runIds: string[]): Promise<PlannerTi[]> {
   if (runIds.length === 0) return [];
-  return sql<PlannerTi[]>`select ${sql(PLANNER_TI_COLUMNS)} from task_instances where run_id = any(${runIds}::bigint[]) order by id`;
+  return sql<
+    PlannerTi[]
+  >`select ${sql(PLANNER_TI_COLUMNS)} from task_instances where run_id = any(${runIds}::bigint[]) order by id`;
 }
 
 /**

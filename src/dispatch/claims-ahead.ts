@@ -42,10 +42,16 @@ export interface ClaimRoom {
  * placed stops it (later work never overtakes it). The room taken is held until `done()`, so a
  * step meanwhile cannot count it too.
  */
-export function chooseClaimsAhead(candidates: readonly ClaimCandidate[], waiting: ReadonlyMap<string, number>, r: ClaimRoom): ClaimsAhead {
+export function chooseClaimsAhead(
+  candidates: readonly ClaimCandidate[],
+  waiting: ReadonlyMap<string, number>,
+  r: ClaimRoom,
+): ClaimsAhead {
   const claims = new Map<string, { executor: string; agentId: string | null }>();
   const byExecutor = new Map<string, ClaimCandidate[]>();
-  for (const c of candidates) if (r.executors.has(c.executor)) (byExecutor.get(c.executor) ?? byExecutor.set(c.executor, []).get(c.executor)!).push(c);
+  for (const c of candidates)
+    if (r.executors.has(c.executor))
+      (byExecutor.get(c.executor) ?? byExecutor.set(c.executor, []).get(c.executor)!).push(c);
   const holds: (() => void)[] = [];
   for (const [executor, list] of byExecutor) {
     if (list.length + (waiting.get(executor) ?? 0) > r.room(executor)) continue;
@@ -61,7 +67,8 @@ export function chooseClaimsAhead(candidates: readonly ClaimCandidate[], waiting
   return {
     claims,
     answered(made) {
-      for (const [tiId, c] of claims) if (c.agentId) r.placed(c.executor, c.agentId, tiId, made.get(tiId)?.attemptToken ?? null);
+      for (const [tiId, c] of claims)
+        if (c.agentId) r.placed(c.executor, c.agentId, tiId, made.get(tiId)?.attemptToken ?? null);
     },
     done() {
       for (const h of holds.splice(0)) h();

@@ -146,7 +146,11 @@ export function createDispatcher(o: DispatcherOptions): Dispatcher {
   const giveBack = (item: WorkItem, reason: string) => {
     const { tryNumber, attemptToken, agentId } = item.claim!;
     if (agentId) placing.get(item.executor)?.dropped(agentId, attemptToken);
-    void store.release({ tiId: item.tiId, tryNumber, attemptToken }, reason).catch((err: unknown) => logger.error({ err, tiId: item.tiId }, 'could not release a claim the dispatch pool refused'));
+    void store
+      .release({ tiId: item.tiId, tryNumber, attemptToken }, reason)
+      .catch((err: unknown) =>
+        logger.error({ err, tiId: item.tiId }, 'could not release a claim the dispatch pool refused'),
+      );
   };
 
   return {

@@ -168,14 +168,17 @@ export class FleetView {
     const rows = all.filter((a) => !a.draining);
     // What the read may not show, by agent (one pass over each, whatever the size of the fleet).
     const unseen = new Map<string, string[]>();
-    const add = (agentId: string, key: string) => (unseen.get(agentId) ?? unseen.set(agentId, []).get(agentId)!).push(key);
+    const add = (agentId: string, key: string) =>
+      (unseen.get(agentId) ?? unseen.set(agentId, []).get(agentId)!).push(key);
     for (const [token, c] of this.#recentClaims) if (c.at >= sentAt && !this.#ending.has(token)) add(c.agentId, token);
     for (const [tiId, agentId] of this.#placedAhead) add(agentId, placing(tiId));
     return rows.map((row) => {
-      const holding = new Set(row.holding.filter((token) => {
-        const e = this.#ending.get(token);
-        return !e || (e.recordedAt !== null && e.recordedAt < sentAt);
-      }));
+      const holding = new Set(
+        row.holding.filter((token) => {
+          const e = this.#ending.get(token);
+          return !e || (e.recordedAt !== null && e.recordedAt < sentAt);
+        }),
+      );
       for (const key of unseen.get(row.agentId) ?? []) holding.add(key);
       return { ...row, holding, running: holding.size };
     });

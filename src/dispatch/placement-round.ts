@@ -11,7 +11,8 @@ import { takeSlot, type FleetAgent, type FleetView } from './fleet-view.js';
 import { CAPACITY_REASONS, type ParkedWork } from './parked-work.js';
 import type { PlacementStore } from './placement-store.js';
 
-export type PlacementOutcome = { kind: 'assigned'; agentId: string; tryNumber: number } | { kind: 'waiting'; reason: string } | { kind: 'lost' };
+export type PlacementOutcome =
+  { kind: 'assigned'; agentId: string; tryNumber: number } | { kind: 'waiting'; reason: string } | { kind: 'lost' };
 
 /** Work offered for placement, waiting for the next round. */
 export interface Waiting {
@@ -72,9 +73,17 @@ export async function placeRound(r: RoundContext): Promise<void> {
     let candidates = all;
     if (work.task.placement?.maxParallelPerAgent) {
       const load = await r.store.taskLoad(work.runId, work.taskId);
-      candidates = all.map((v) => ({ ...v, runningThisTask: (load.get(v.agentId) ?? 0) + (addedLoad.get(loadKey(work, v.agentId)) ?? 0) }));
+      candidates = all.map((v) => ({
+        ...v,
+        runningThisTask: (load.get(v.agentId) ?? 0) + (addedLoad.get(loadKey(work, v.agentId)) ?? 0),
+      }));
     }
-    const placement = placeAttempt(work.task.placement, candidates, { secretEnv: needsSecretEnv(work.task) }, r.fleet.draining);
+    const placement = placeAttempt(
+      work.task.placement,
+      candidates,
+      { secretEnv: needsSecretEnv(work.task) },
+      r.fleet.draining,
+    );
     if (placement.kind === 'placed') {
       const agent = agents.find((a) => a.agentId === placement.agentId)!;
       // The slot is taken in the cached view until the next refresh (or until its attempt
@@ -136,7 +145,11 @@ export async function placeRound(r: RoundContext): Promise<void> {
   // it, and a failed write leaves the old reason (the TIs are placed all the same).
   const reasonsWritten =
     reasons.size > 0
-      ? r.store.setPendingReasons(reasons).catch((err: unknown) => r.logger.warn({ err, tis: reasons.size }, 'could not record why task instances wait'))
+      ? r.store
+          .setPendingReasons(reasons)
+          .catch((err: unknown) =>
+            r.logger.warn({ err, tis: reasons.size }, 'could not record why task instances wait'),
+          )
       : null;
   try {
     r.asks.askIfHungry(all);

@@ -1,5 +1,13 @@
 import type { Logger } from 'pino';
-import { anyOpen, eventSeqName, eventsAfter, lastSeqTaken, readEvents, type EventFilter, type EventRow } from '../db/events/read-events.js';
+import {
+  anyOpen,
+  eventSeqName,
+  eventsAfter,
+  lastSeqTaken,
+  readEvents,
+  type EventFilter,
+  type EventRow,
+} from '../db/events/read-events.js';
 import type { Sql } from '../db/sql.js';
 
 /** The most events one read of the feed takes; a bigger burst is read in turns. */
@@ -35,8 +43,13 @@ export interface Watch {
 }
 
 export class WatcherBehindError extends Error {
-  constructor(readonly limit: number, readonly lastSeq: string) {
-    super(`watcher fell more than ${limit} events behind and was cut off; reconnect with after_seq ${lastSeq} to go on without a gap`);
+  constructor(
+    readonly limit: number,
+    readonly lastSeq: string,
+  ) {
+    super(
+      `watcher fell more than ${limit} events behind and was cut off; reconnect with after_seq ${lastSeq} to go on without a gap`,
+    );
   }
 }
 
@@ -142,7 +155,8 @@ export function createEventFeed(sql: Sql, logger: Logger): EventFeed {
         // A seq is missing: its writer is open (it will commit or roll back) or rolled back.
         // Deliver the part without a gap now; the rest once every writer open at the read ended.
         let contiguous = 0;
-        while (contiguous < rows.length && BigInt(rows[contiguous]!.seq) === from + BigInt(contiguous + 1)) contiguous++;
+        while (contiguous < rows.length && BigInt(rows[contiguous]!.seq) === from + BigInt(contiguous + 1))
+          contiguous++;
         if (contiguous > 0) {
           fanOut(rows.slice(0, contiguous));
           from += BigInt(contiguous);
@@ -191,7 +205,17 @@ export function createEventFeed(sql: Sql, logger: Logger): EventFeed {
         if (closed) throw new Error('event feed closed');
         await (horizonKnown ??= establish());
       }
-      const w: Watcher = { filter: { runId: o.runId, dagId: o.dagId }, queue: [], after: 0n, maxBehind: o.maxBehind, behind: false, onCutOff: o.onCutOff, wake: null, closed: false, background: o.background ?? false };
+      const w: Watcher = {
+        filter: { runId: o.runId, dagId: o.dagId },
+        queue: [],
+        after: 0n,
+        maxBehind: o.maxBehind,
+        behind: false,
+        onCutOff: o.onCutOff,
+        wake: null,
+        closed: false,
+        background: o.background ?? false,
+      };
       let delivered = o.afterSeq.toString();
       // Registered and horizon read in one turn: live events are exactly those above it.
       const h0 = horizon!;

@@ -16,11 +16,16 @@ export type Cancel = (tiId: string, reason: string) => Promise<void>;
  * over NOTIFY to every replica, whose `notified` stops it if one of its executors does. The
  * holder's next heartbeat would stop it too; this makes it milliseconds, not an interval.
  */
-export function createCanceller(o: { sql: Sql; logger: Logger; dispatcher: Dispatcher }): { cancel: Cancel; notified(payload: string): void } {
+export function createCanceller(o: { sql: Sql; logger: Logger; dispatcher: Dispatcher }): {
+  cancel: Cancel;
+  notified(payload: string): void;
+} {
   return {
     async cancel(tiId, reason) {
       if (o.dispatcher.cancel(tiId, reason)) return;
-      await notify(o.sql, CHANNELS.cancel, `${tiId} ${reason}`).catch((err: unknown) => o.logger.warn({ err, tiId }, 'could not send a cancel to the other replicas'));
+      await notify(o.sql, CHANNELS.cancel, `${tiId} ${reason}`).catch((err: unknown) =>
+        o.logger.warn({ err, tiId }, 'could not send a cancel to the other replicas'),
+      );
     },
     notified(payload) {
       const space = payload.indexOf(' ');

@@ -34,7 +34,8 @@ export function decideRun(run: ActiveRunRow, tis: PlannerTi[], start: boolean, n
     decision.schedule = [];
     decision.retry = [];
   }
-  const move = (taskIds: string[], from: TiMove['from'], to: TiMove['to']): TiMove[] => taskIds.map((id) => ({ tiId: byTask.get(id)!.id, from, to }));
+  const move = (taskIds: string[], from: TiMove['from'], to: TiMove['to']): TiMove[] =>
+    taskIds.map((id) => ({ tiId: byTask.get(id)!.id, from, to }));
   const moves = [
     ...move(decision.schedule, 'none', 'scheduled'),
     ...move(decision.retry, 'up_for_retry', 'scheduled'),

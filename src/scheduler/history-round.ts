@@ -96,10 +96,18 @@ export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => 
    * unless one range holds them all (it holds rows only of ids no range covered when they were
    * written); without ids, every range, and the default partition too when `withFallback`.
    */
-  const markDirty = (table: HistoryTable, parts: Partition[], fallback: string | null, ids: [bigint, bigint] | null, withFallback = false) => {
+  const markDirty = (
+    table: HistoryTable,
+    parts: Partition[],
+    fallback: string | null,
+    ids: [bigint, bigint] | null,
+    withFallback = false,
+  ) => {
     const d = dirty.get(table.name)!;
-    const overlaps = (p: Partition, lo: bigint, hi: bigint) => (p.from === null || p.from <= hi) && (p.to === null || lo < p.to);
-    const holds = (p: Partition, lo: bigint, hi: bigint) => (p.from === null || p.from <= lo) && (p.to === null || hi < p.to);
+    const overlaps = (p: Partition, lo: bigint, hi: bigint) =>
+      (p.from === null || p.from <= hi) && (p.to === null || lo < p.to);
+    const holds = (p: Partition, lo: bigint, hi: bigint) =>
+      (p.from === null || p.from <= lo) && (p.to === null || hi < p.to);
     for (const p of parts) if (!ids || overlaps(p, ids[0], ids[1])) d.names.add(p.name);
     if (fallback && (ids ? !parts.some((p) => holds(p, ids[0], ids[1])) : withFallback)) d.names.add(fallback);
   };
@@ -139,7 +147,10 @@ export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => 
           d.sweepFrom.delete(name);
           o.counters.partitionDropped(table.name);
           result.partitionsDropped++;
-          logger.info({ table: table.name, partition: name, from: String(p.from), to: String(p.to) }, `dropped ${name}: no owner of its range is left`);
+          logger.info(
+            { table: table.name, partition: name, from: String(p.from), to: String(p.to) },
+            `dropped ${name}: no owner of its range is left`,
+          );
         }
         return;
       }
@@ -163,7 +174,14 @@ export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => 
   };
 
   return async (fresh) => {
-    const result: HistoryRound = { partitionsAdded: 0, runsRemoved: 0, partitionsDropped: 0, rowsSwept: 0, agentsForgotten: 0, more: false };
+    const result: HistoryRound = {
+      partitionsAdded: 0,
+      runsRemoved: 0,
+      partitionsDropped: 0,
+      rowsSwept: 0,
+      agentsForgotten: 0,
+      more: false,
+    };
     const now = o.now();
     if (fresh || now.getTime() - lastFullCheck >= FULL_CHECK_MS) {
       // Every range again (a probe or two each); the default partition, whose sweep reads all of
@@ -178,17 +196,27 @@ export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => 
       }
     }
     for (const t of HISTORY_TABLES) {
-      const added = await isolated('add partition', { table: t.name }, () => addPartitionAhead(o.sql, t, now, o.retentionMs));
+      const added = await isolated('add partition', { table: t.name }, () =>
+        addPartitionAhead(o.sql, t, now, o.retentionMs),
+      );
       if (added) {
         result.partitionsAdded++;
         o.counters.partitionAdded(t.name);
-        logger.info({ table: t.name, partition: added.name, from: String(added.from), to: String(added.to) }, `added partition ${added.name}`);
+        logger.info(
+          { table: t.name, partition: added.name, from: String(added.from), to: String(added.to) },
+          `added partition ${added.name}`,
+        );
       }
     }
     if (o.retentionMs !== null) {
       const cutoff = new Date(now.getTime() - o.retentionMs);
       await isolated('remove expired runs', { cutoff: cutoff.toISOString() }, async () => {
-        const page = await pageOfFinishedRuns(o.sql, { endedBefore: cutoff, after: cursor, scan: SCAN_RUNS, maxTis: MAX_TIS_PER_ROUND });
+        const page = await pageOfFinishedRuns(o.sql, {
+          endedBefore: cutoff,
+          after: cursor,
+          scan: SCAN_RUNS,
+          maxTis: MAX_TIS_PER_ROUND,
+        });
         cursor = page.next ?? '0';
         if (page.next !== null) result.more = true;
         if (page.ids.length === 0) return;
@@ -197,8 +225,14 @@ export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => 
         result.runsRemoved += removed.runs;
         result.more = true;
         o.counters.runsRemoved(removed.runs, removed.taskInstances);
-        logger.debug({ runs: removed.runs, taskInstances: removed.taskInstances, cutoff }, 'removed finished runs past their retention');
-        for (const [t, ids] of [[EVENTS, removed.runIds], [TASK_LOGS, removed.tiIds]] as const) {
+        logger.debug(
+          { runs: removed.runs, taskInstances: removed.taskInstances, cutoff },
+          'removed finished runs past their retention',
+        );
+        for (const [t, ids] of [
+          [EVENTS, removed.runIds],
+          [TASK_LOGS, removed.tiIds],
+        ] as const) {
           if (!ids) continue;
           const parts = await listPartitions(o.sql, t);
           markDirty(t, parts.ranges, parts.fallback, ids);
@@ -212,12 +246,19 @@ export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => 
     if (o.agentRetentionMs !== null) {
       const seenBefore = new Date(now.getTime() - o.agentRetentionMs);
       await isolated('forget gone agents', { seenBefore: seenBefore.toISOString() }, async () => {
-        const ids = await forgetGoneAgents(o.sql, { seenBefore, liveMs: o.agentLiveMs, limit: FORGET_AGENTS_PER_ROUND });
+        const ids = await forgetGoneAgents(o.sql, {
+          seenBefore,
+          liveMs: o.agentLiveMs,
+          limit: FORGET_AGENTS_PER_ROUND,
+        });
         if (ids.length === 0) return;
         result.agentsForgotten = ids.length;
         if (ids.length === FORGET_AGENTS_PER_ROUND) result.more = true;
         o.counters.agentsForgotten(ids.length);
-        logger.info({ agents: ids.length, agentIds: ids.slice(0, 10), seenBefore }, `forgot ${ids.length} agent${ids.length === 1 ? '' : 's'} gone longer than the agent retention (last seen before ${seenBefore.toISOString()})`);
+        logger.info(
+          { agents: ids.length, agentIds: ids.slice(0, 10), seenBefore },
+          `forgot ${ids.length} agent${ids.length === 1 ? '' : 's'} gone longer than the agent retention (last seen before ${seenBefore.toISOString()})`,
+        );
       });
     }
     if (result.partitionsDropped > 0 || result.rowsSwept > 0) result.more = true;

@@ -89,16 +89,23 @@ export function createLeaderElector(opts: LeaderElectorOptions): LeaderElector {
       // of a few watchdog periods the server ends the session of a leader that stopped checking,
       // and the standby takes over. (Postgres 14+; older servers only lose this protection.)
       const idleMs = Math.max(3 * opts.watchdogMs, 1000);
-      await c.query(`set idle_session_timeout = ${idleMs}`).catch((err: Error) =>
-        logger.warn({ err: err.message }, 'idle_session_timeout not supported: a frozen leader would keep the lock'),
-      );
+      await c
+        .query(`set idle_session_timeout = ${idleMs}`)
+        .catch((err: Error) =>
+          logger.warn({ err: err.message }, 'idle_session_timeout not supported: a frozen leader would keep the lock'),
+        );
       // A campaign blocks in the lock wait, where a backend does not read its socket: a standby
       // that exits would leave its backend waiting, to take the lock the moment the leader lets
       // go and hold it until it notices. With this check the server notices the closed socket
       // within a second or so and drops the wait. (Postgres 14+, and only where the kernel tells.)
-      await c.query(`set client_connection_check_interval = ${Math.max(opts.watchdogMs, 1000)}`).catch((err: Error) =>
-        logger.warn({ err: err.message }, 'client_connection_check_interval not supported: a stopped standby may hold the lock for a moment'),
-      );
+      await c
+        .query(`set client_connection_check_interval = ${Math.max(opts.watchdogMs, 1000)}`)
+        .catch((err: Error) =>
+          logger.warn(
+            { err: err.message },
+            'client_connection_check_interval not supported: a stopped standby may hold the lock for a moment',
+          ),
+        );
       await c.query('select pg_advisory_lock($1)', [LEADER_LOCK_KEY]);
     } catch (err) {
       if (client === c && !stopped) {

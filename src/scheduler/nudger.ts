@@ -33,7 +33,9 @@ export function createNudger(o: {
         const n = toNotify!;
         toNotify = null;
         const ids = [...n.runIds].join(',');
-        void notify(o.sql, CHANNELS.nudge, n.all || ids.length > MAX_PAYLOAD ? '' : ids).catch((err: unknown) => o.logger.warn({ err }, 'could not notify the leader'));
+        void notify(o.sql, CHANNELS.nudge, n.all || ids.length > MAX_PAYLOAD ? '' : ids).catch((err: unknown) =>
+          o.logger.warn({ err }, 'could not notify the leader'),
+        );
       });
     }
     if (runIds && runIds.length > 0) for (const id of runIds) toNotify.runIds.add(id);

@@ -21,14 +21,21 @@ export interface PendingOffer {
  * claim, if claimed with the move) and those a full queue refused before. TIs that cannot be
  * offered (a paused DAG, no such executor here) get their reason in `reasons` instead.
  */
-export function scheduledOffers(ctx: SchedulerContext, d: DecidedRun, applied: AppliedPlans, reasons: Map<string, string | null>): PendingOffer[] {
+export function scheduledOffers(
+  ctx: SchedulerContext,
+  d: DecidedRun,
+  applied: AppliedPlans,
+  reasons: Map<string, string | null>,
+): PendingOffer[] {
   const { run, tis, byTask } = d;
   if (run.dag_paused) {
-    for (const ti of tis) if (ti.state === 'scheduled' && ti.pending_reason !== 'DAG_PAUSED') reasons.set(ti.id, 'DAG_PAUSED');
+    for (const ti of tis)
+      if (ti.state === 'scheduled' && ti.pending_reason !== 'DAG_PAUSED') reasons.set(ti.id, 'DAG_PAUSED');
     return [];
   }
   const justScheduled = new Set<string>();
-  for (const taskId of [...d.decision.schedule, ...d.decision.retry]) if (applied.moved.has(byTask.get(taskId)!.id)) justScheduled.add(taskId);
+  for (const taskId of [...d.decision.schedule, ...d.decision.retry])
+    if (applied.moved.has(byTask.get(taskId)!.id)) justScheduled.add(taskId);
   const scheduled = new Set(justScheduled);
   for (const ti of tis) if (ti.state === 'scheduled') scheduled.add(ti.task_id);
   const offers: PendingOffer[] = [];
@@ -71,7 +78,11 @@ export function scheduledOffers(ctx: SchedulerContext, d: DecidedRun, applied: A
  * otherwise: oldest run first), and notes the reasons the answers call for. Returns how many the
  * dispatcher accepted.
  */
-export function offerInOrder(ctx: SchedulerContext, offers: PendingOffer[], reasons: Map<string, string | null>): number {
+export function offerInOrder(
+  ctx: SchedulerContext,
+  offers: PendingOffer[],
+  reasons: Map<string, string | null>,
+): number {
   let accepted = 0;
   // Array.prototype.sort is stable: equal priorities keep their order.
   for (const { item, ti, justScheduled } of [...offers].sort((a, b) => b.priority - a.priority)) {

@@ -37,10 +37,20 @@ export interface PlannedAhead {
  * only the reads (planning ahead is stepping, and a replica that is stopping plans nothing new).
  * Returns the function that deregisters it.
  */
-export function registerPlanBehindEnds(port: EndsSentPort, ctx: SchedulerContext, when: { leading(): boolean; stopping(): boolean }): () => void {
+export function registerPlanBehindEnds(
+  port: EndsSentPort,
+  ctx: SchedulerContext,
+  when: { leading(): boolean; stopping(): boolean },
+): () => void {
   return port.register((on, ends) => {
     if (!when.leading()) return null;
-    if (when.stopping()) return ctx.memory?.readBehindEnds(on, ends.map((e) => e.tiId)) ?? null;
+    if (when.stopping())
+      return (
+        ctx.memory?.readBehindEnds(
+          on,
+          ends.map((e) => e.tiId),
+        ) ?? null
+      );
     return planBehindEnds(ctx, on, ends);
   });
 }
@@ -55,7 +65,10 @@ export function planBehindEnds(ctx: SchedulerContext, on: Sql, ends: readonly En
   const memory = ctx.memory;
   if (!memory) return null;
   const planned = planAhead(ctx, on, ends);
-  const read = memory.readBehindEnds(on, ends.filter((e) => !planned.endingTis.has(e.tiId) && !planned.plannedFromMemory.has(e.tiId)).map((e) => e.tiId));
+  const read = memory.readBehindEnds(
+    on,
+    ends.filter((e) => !planned.endingTis.has(e.tiId) && !planned.plannedFromMemory.has(e.tiId)).map((e) => e.tiId),
+  );
   return planned.done ? Promise.all([planned.done, read]).then(() => {}) : read;
 }
 
@@ -75,7 +88,11 @@ export function planBehindEnds(ctx: SchedulerContext, on: Sql, ends: readonly En
  * that follows the ends reads the run as always. A run ended here is not read again
  * (`endingTis`, `PlannerMemory.endedAhead`).
  */
-export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId: string; outcome: string }[]): PlannedAhead {
+export function planAhead(
+  ctx: SchedulerContext,
+  on: Sql,
+  ends: readonly { tiId: string; outcome: string }[],
+): PlannedAhead {
   const endingTis = new Set<string>();
   const plannedFromMemory = new Set<string>();
   const memory = ctx.memory;
@@ -112,7 +129,13 @@ export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId:
       // Its last task instances ended: the run ends in this round trip too, if every state
       // assumed holds at the write (a run that still has moves to make is left to the step).
       if (d.plan && d.plan.moves.length > 0) continue;
-      ending.push({ runId, dagId: read.run.dag_id, epoch: read.run.plan_epoch, outcome: d.decision.outcome, expect: tis.map((t) => ({ tiId: t.id, state: t.state })) });
+      ending.push({
+        runId,
+        dagId: read.run.dag_id,
+        epoch: read.run.plan_epoch,
+        outcome: d.decision.outcome,
+        expect: tis.map((t) => ({ tiId: t.id, state: t.state })),
+      });
       for (const id of ended) endingTis.add(id);
       continue;
     }
@@ -142,7 +165,13 @@ export function planAhead(ctx: SchedulerContext, on: Sql, ends: readonly { tiId:
   if (ending.length > 0) memory.dropReads(ending.map((e) => e.runId));
   const ahead = claimWithTheMove(ctx, decided);
   // Sent now, before anything is awaited: right behind the ends on the wire.
-  const sent = decided.length > 0 ? applyPlansQuery(on, decided.map((d) => d.plan!)).execute() : null;
+  const sent =
+    decided.length > 0
+      ? applyPlansQuery(
+          on,
+          decided.map((d) => d.plan!),
+        ).execute()
+      : null;
   const endsSent = ending.length > 0 ? finalizeRunsQuery(on, ending).execute() : null;
 
   const settleMoves = async () => {

@@ -199,7 +199,10 @@ export class PlannerMemory {
     // New rows, not changed ones: a step may be deciding from the old read right now.
     for (const [runId, of] of byRun) {
       const read = this.#known.get(runId)!;
-      this.#known.set(runId, { ...read, tis: read.tis.map((t) => (of.has(t.id) ? { ...t, pending_reason: of.get(t.id)! } : t)) });
+      this.#known.set(runId, {
+        ...read,
+        tis: read.tis.map((t) => (of.has(t.id) ? { ...t, pending_reason: of.get(t.id)! } : t)),
+      });
     }
   }
 
@@ -226,7 +229,8 @@ export class PlannerMemory {
    * instead of reading the run (`takeCurrent`).
    */
   markCurrent(runId: string, since: number): void {
-    if (this.#known.has(runId) && since >= this.#knownFloor && (this.#knownChangedAt.get(runId) ?? 0) <= since) this.#current.add(runId);
+    if (this.#known.has(runId) && since >= this.#knownFloor && (this.#knownChangedAt.get(runId) ?? 0) <= since)
+      this.#current.add(runId);
   }
 
   /** Of these runs, the ones whose known state is current, as reads (each taken once). */

@@ -11,7 +11,8 @@ import type { PlannerMemory } from './planner-memory.js';
 export function rememberDecided(memory: PlannerMemory, d: DecidedRun, applied: AppliedPlans): void {
   if (d.run.dag_paused) return memory.forget([d.run.id]);
   const to = new Map<string, PlannerTi['state']>();
-  for (const m of d.plan?.moves ?? []) if (applied.moved.has(m.tiId)) to.set(m.tiId, applied.claims.has(m.tiId) ? 'queued' : m.to);
+  for (const m of d.plan?.moves ?? [])
+    if (applied.moved.has(m.tiId)) to.set(m.tiId, applied.claims.has(m.tiId) ? 'queued' : m.to);
   memory.remember({
     run: applied.started.has(d.run.id) ? { ...d.run, state: 'running' } : d.run,
     tis: d.tis.map((t) => (to.has(t.id) ? { ...t, state: to.get(t.id)!, pending_reason: null } : t)),

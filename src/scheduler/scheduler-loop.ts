@@ -97,7 +97,10 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
       const kind = Date.now() - lastFullAt >= opts.tickMs ? 'full' : 'light';
       if (kind === 'full') lastFullAt = Date.now();
       const named = wantRuns.size > 0 || wantQueued > 0;
-      const target: StepTarget = kind === 'full' || wantAll || !named ? { all: true, asked: wantAll } : { all: false, runIds: [...wantRuns], queued: wantQueued };
+      const target: StepTarget =
+        kind === 'full' || wantAll || !named
+          ? { all: true, asked: wantAll }
+          : { all: false, runIds: [...wantRuns], queued: wantQueued };
       wantAll = false;
       // A step of everything reads the runs with work waiting and the sweep's stretch, not
       // necessarily the runs named: they stay wanted, for a step right after this one.
@@ -151,10 +154,13 @@ export function createSchedulerLoop(opts: SchedulerLoopOptions): SchedulerLoop {
       if (wake) clearTimeout(wake.timer);
       wake = {
         at: at.getTime(),
-        timer: setTimeout(() => {
-          wake = null;
-          nudge();
-        }, Math.max(0, ms)),
+        timer: setTimeout(
+          () => {
+            wake = null;
+            nudge();
+          },
+          Math.max(0, ms),
+        ),
       };
     },
     progress: () => ({ at: progressAt, stepSince, lastFullAt: lastFullAt === 0 ? null : lastFullAt }),

@@ -127,11 +127,25 @@ export function createScheduler(o: SchedulerOptions): Scheduler {
   });
   // Beside the loop, not in it: removing history (and forgetting agents) must never lengthen a step.
   const history = createHistoryKeeper({
-    round: createHistoryRound({ sql: o.sql, logger, retentionMs: o.retentionMs, agentRetentionMs: o.agentRetentionMs, agentLiveMs: o.agentLiveMs, now: () => new Date(), counters: o.historyCounters }),
+    round: createHistoryRound({
+      sql: o.sql,
+      logger,
+      retentionMs: o.retentionMs,
+      agentRetentionMs: o.agentRetentionMs,
+      agentLiveMs: o.agentLiveMs,
+      now: () => new Date(),
+      counters: o.historyCounters,
+    }),
     leading: () => isLeader && !stopping,
     failed: (err) => o.historyCounters.error(err, { what: 'round' }),
   });
-  const nudge = createNudger({ sql: o.sql, logger, isLeader: () => isLeader, step: (runIds) => loop.nudge(runIds), changed: (runIds) => memory.changed(runIds) });
+  const nudge = createNudger({
+    sql: o.sql,
+    logger,
+    isLeader: () => isLeader,
+    step: (runIds) => loop.nudge(runIds),
+    changed: (runIds) => memory.changed(runIds),
+  });
   const leader = createLeaderElector({
     databaseUrl: o.databaseUrl,
     replicaId: o.replicaId,

@@ -6,7 +6,12 @@ import { reapHeartbeats, type ReapHeartbeatsResult } from './phases/reap-heartbe
 import { reapRuns, type ReapRunsResult } from './phases/reap-runs.js';
 import { reapTimeouts, type ReapTimeoutsResult } from './phases/reap-timeouts.js';
 
-const PHASE_NAMES = { plan: 'plan', reapRuns: 'reap-runs', reapHeartbeats: 'reap-heartbeats', reapTimeouts: 'reap-timeouts' } as const;
+const PHASE_NAMES = {
+  plan: 'plan',
+  reapRuns: 'reap-runs',
+  reapHeartbeats: 'reap-heartbeats',
+  reapTimeouts: 'reap-timeouts',
+} as const;
 
 export interface StepResult {
   plan: PlanResult | null;
@@ -24,7 +29,11 @@ export interface StepResult {
  * Each phase is isolated: an error in one is counted and logged, and the next phase runs anyway.
  * The step itself never throws.
  */
-export async function step(ctx: SchedulerContext, kind: 'full' | 'light' = 'full', target: StepTarget = { all: true }): Promise<StepResult> {
+export async function step(
+  ctx: SchedulerContext,
+  kind: 'full' | 'light' = 'full',
+  target: StepTarget = { all: true },
+): Promise<StepResult> {
   const result: StepResult = { plan: null, reapRuns: null, reapHeartbeats: null, reapTimeouts: null, failedPhases: [] };
   const phase = async <K extends keyof typeof PHASE_NAMES>(name: K, run: () => Promise<NonNullable<StepResult[K]>>) => {
     try {
@@ -40,7 +49,14 @@ export async function step(ctx: SchedulerContext, kind: 'full' | 'light' = 'full
   };
   const everything = kind === 'full' || target.all;
   const waiting = target.all && target.asked ? 'all' : 'retries';
-  await phase('plan', () => plan(ctx, { cron: kind === 'full', runIds: everything ? null : target.runIds, queued: everything ? 0 : target.queued, waiting }));
+  await phase('plan', () =>
+    plan(ctx, {
+      cron: kind === 'full',
+      runIds: everything ? null : target.runIds,
+      queued: everything ? 0 : target.queued,
+      waiting,
+    }),
+  );
   // A light step (a nudge between ticks) only plans: what the reapers and the cron check look
   // for depends on time passing, and the next full step comes within one tick.
   if (kind === 'light') return result;

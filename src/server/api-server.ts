@@ -22,7 +22,12 @@ export interface ApiServer {
   close(): Promise<void>;
 }
 
-export async function serveApi(handler: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void, host: string, port: number, tls: ApiTls | null = null): Promise<ApiServer> {
+export async function serveApi(
+  handler: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
+  host: string,
+  port: number,
+  tls: ApiTls | null = null,
+): Promise<ApiServer> {
   // With TLS, HTTP/1.1 is let in beside HTTP/2 (ALPN picks), so Connect and gRPC-Web from
   // browsers and curl share the port with gRPC; a plain h2c client fails the handshake. Without
   // TLS, Node's h2c server speaks HTTP/2 only, as before.
@@ -50,7 +55,12 @@ export async function serveApi(handler: (req: http2.Http2ServerRequest, res: htt
     address: { host: addr.address, port: addr.port },
     setTls: (t) => {
       if (!tls) throw new Error('the API port was started without TLS');
-      (server as http2.Http2SecureServer).setSecureContext({ cert: t.cert, key: t.key, minVersion: 'TLSv1.2', ...(t.clientCa ? { ca: t.clientCa } : {}) });
+      (server as http2.Http2SecureServer).setSecureContext({
+        cert: t.cert,
+        key: t.key,
+        minVersion: 'TLSv1.2',
+        ...(t.clientCa ? { ca: t.clientCa } : {}),
+      });
     },
     listening: () => server.listening,
     close: () =>

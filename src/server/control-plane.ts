@@ -42,7 +42,13 @@ import { openDatabase, type Database } from './database.js';
 import { createHealth } from './observability/health.js';
 import { shutdownDeadline } from './shutdown-deadline.js';
 import { lockStateDir } from './state-dir-lock.js';
-import { createMetrics, historyCounters, schedulerCounters, serveMetrics, type Metrics } from './observability/metrics.js';
+import {
+  createMetrics,
+  historyCounters,
+  schedulerCounters,
+  serveMetrics,
+  type Metrics,
+} from './observability/metrics.js';
 
 /** How long an attempt's start and end reports are retried while the database is unreachable. */
 const REPORT_RETRY_MS = 10 * 60_000;
@@ -110,11 +116,21 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     // Off unless --otlp-endpoint is set: then spans of runs and attempts (from the events log, by
     // the leader), of dispatch and of pod creation go to the collector.
     const tracing = config.otlpEndpoint
-      ? (await import('../tracing/replica-tracing.js')).startReplicaTracing({ endpoint: config.otlpEndpoint, replicaId: config.replicaId, edition: config.edition, logger })
+      ? (await import('../tracing/replica-tracing.js')).startReplicaTracing({
+          endpoint: config.otlpEndpoint,
+          replicaId: config.replicaId,
+          edition: config.edition,
+          logger,
+        })
       : null;
     if (tracing) cleanups.push(() => tracing.close());
     const auth = await prepareAuth(config, sql, logger);
-    const logs = createLogWriter(sql, logger, { flushMs: 50, maxBatch: 500, giveUp: stopRetrying.signal, onRejected: (n) => metrics.staleReportsRejected.inc({ report: 'log' }, n) });
+    const logs = createLogWriter(sql, logger, {
+      flushMs: 50,
+      maxBatch: 500,
+      giveUp: stopRetrying.signal,
+      onRejected: (n) => metrics.staleReportsRejected.inc({ report: 'log' }, n),
+    });
     // Every attempt's start and end report on this replica, from the subprocess executor and from
     // agent streams alike, is written by one group-commit batcher.
     const reports = createReportBatcher(db.reportSql, {
@@ -155,7 +171,17 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       heartbeatIntervalMs: config.heartbeatIntervalMs,
       onStart: (how) => metrics.taskStarts.inc({ how: how.replace('-', '_') }),
     });
-    const kubernetes = config.kubernetes ? startKubernetesExecutor(config, { install: await installIdentity(sql), sql, reporter, logger, metrics, tracing, nudge: (runIds) => scheduler?.nudge(runIds, 'finished') }) : null;
+    const kubernetes = config.kubernetes
+      ? startKubernetesExecutor(config, {
+          install: await installIdentity(sql),
+          sql,
+          reporter,
+          logger,
+          metrics,
+          tracing,
+          nudge: (runIds) => scheduler?.nudge(runIds, 'finished'),
+        })
+      : null;
     // A pod's agent streams to some replica: a cancel reaches both the pod (deleted, with its
     // grace) and, on that replica, its agent.
     const executors = new Map<string, Executor>([
@@ -171,7 +197,10 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       capacity: config.dispatchQueue,
       executors,
       placements: new Map([['agents', fleet.placement]]),
-      store: { claim: (tiId, executor) => claimAttempt(sql, tiId, executor), release: (claim, reason) => releaseClaim(sql, claim, reason) },
+      store: {
+        claim: (tiId, executor) => claimAttempt(sql, tiId, executor),
+        release: (claim, reason) => releaseClaim(sql, claim, reason),
+      },
       logger,
       ...(tracing ? { dispatched: (d) => tracing.dispatched(d) } : {}),
       metrics: {
@@ -198,12 +227,16 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       // keepalive interval more, and never less than END_REPORT_MS, covers the report's way here.
       timeoutGraceMs: config.killGraceMs + Math.max(config.heartbeatIntervalMs, END_REPORT_MS),
       defaultExecutor: config.executor,
-      counters: schedulerCounters(metrics, (phase, err, ids) => logger.error({ err, phase, ...ids, component: 'scheduler' }, `scheduler error in ${phase}`)),
+      counters: schedulerCounters(metrics, (phase, err, ids) =>
+        logger.error({ err, phase, ...ids, component: 'scheduler' }, `scheduler error in ${phase}`),
+      ),
       retentionMs: config.retentionMs,
       agentRetentionMs: config.agentRetentionMs,
       // Connected, as `agents list` says it: a stream kept alive within three intervals.
       agentLiveMs: 3 * config.heartbeatIntervalMs,
-      historyCounters: historyCounters(metrics, (err, ids) => logger.error({ err, ...ids, component: 'history' }, `history keeper: ${String(ids.what)} failed`)),
+      historyCounters: historyCounters(metrics, (err, ids) =>
+        logger.error({ err, ...ids, component: 'history' }, `history keeper: ${String(ids.what)} failed`),
+      ),
       observe: {
         stepped: (seconds) => metrics.tickDuration.observe(seconds),
         leading: (yes) => {
@@ -211,7 +244,11 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
           // One replica reports the cluster's gauges, so a sum over replicas counts each run once.
           metrics.sources.cluster = yes ? () => readClusterGauges(sql) : () => null;
           // The leader follows the pods: it adopts them on taking the lead.
-          void kubernetes?.lead(yes).catch((err: unknown) => logger.error({ err }, 'kubernetes executor: could not adopt the pods on taking the lead'));
+          void kubernetes
+            ?.lead(yes)
+            .catch((err: unknown) =>
+              logger.error({ err }, 'kubernetes executor: could not adopt the pods on taking the lead'),
+            );
           spans?.lead(yes);
         },
       },
@@ -240,15 +277,35 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     const changes = createChangeSignal();
     spans = tracing && tracing.recorder(sql, events);
     metrics.sources.watchersConnected = () => events.watchers();
-    const routes = apiRoutes({ sql, logger, config, auth, metrics, parser, scheduler: sched, fleet, health, events, changes, dispatchQueueDepth: () => queueDepth });
-    const tls = config.tls && { cert: config.tls.cert, key: config.tls.key, clientCa: config.tls.clientCa, rejectUnauthorized: config.tls.clientAuth === 'all' };
+    const routes = apiRoutes({
+      sql,
+      logger,
+      config,
+      auth,
+      metrics,
+      parser,
+      scheduler: sched,
+      fleet,
+      health,
+      events,
+      changes,
+      dispatchQueueDepth: () => queueDepth,
+    });
+    const tls = config.tls && {
+      cert: config.tls.cert,
+      key: config.tls.key,
+      clientCa: config.tls.clientCa,
+      rejectUnauthorized: config.tls.clientAuth === 'all',
+    };
     const apiServer = await serveApi(routes, config.listenHost, config.listenPort, tls);
     api = apiServer;
     cleanups.push(() => apiServer.close());
     lock.setUrl(`${config.tls ? 'https' : 'http'}://${apiServer.address.host}:${apiServer.address.port}`);
     const tlsReloader = config.tls ? startTlsReloader(config.tls, (t) => apiServer.setTls(t), logger) : null;
     if (tlsReloader) cleanups.push(async () => tlsReloader.stop());
-    const metricsServer = config.metricsListen ? await serveMetrics(metrics, config.metricsListen.host, config.metricsListen.port, health) : null;
+    const metricsServer = config.metricsListen
+      ? await serveMetrics(metrics, config.metricsListen.host, config.metricsListen.port, health)
+      : null;
     if (metricsServer) cleanups.push(() => metricsServer.close());
 
     if (config.dags.length > 0) {
@@ -256,30 +313,47 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       for (const a of applied) logger.info({ dagId: a.dagId, file: a.file, outcome: a.outcome }, 'applied DAG file');
     }
 
-    const listener = listen(db.url, logger, (channel, payload) => {
-      if (channel === CHANNELS.nudge) {
-        // Something happened on another replica, maybe an attempt ending on one of its agents:
-        // this replica's view of the agents' free slots is stale.
-        fleet.placement.invalidate();
-        sched.notified(payload === '' ? undefined : payload.split(','));
-      } else if (channel === CHANNELS.events) {
-        events.notified();
-        changes.fire();
-      } else if (channel === CHANNELS.logs) {
-        changes.fire();
-      } else if (channel === CHANNELS.cancel) {
-        // Whichever executor of this replica holds it: a subprocess, or an agent's stream.
-        sched.cancelNotified(payload);
-      } else if (channel === CHANNELS.tokenRevoked) {
-        const cut = auth.streams.revoked(payload);
-        if (cut > 0) logger.info({ tokenId: payload, streamsCut: cut }, `API token ${payload} revoked: its streams on this replica ended`);
-      } else void fleet.onNotification(channel, payload).catch((err: unknown) => logger.error({ err, channel, payload }, 'notification failed'));
-    }, replicaSessionName(config.role, config.replicaId));
+    const listener = listen(
+      db.url,
+      logger,
+      (channel, payload) => {
+        if (channel === CHANNELS.nudge) {
+          // Something happened on another replica, maybe an attempt ending on one of its agents:
+          // this replica's view of the agents' free slots is stale.
+          fleet.placement.invalidate();
+          sched.notified(payload === '' ? undefined : payload.split(','));
+        } else if (channel === CHANNELS.events) {
+          events.notified();
+          changes.fire();
+        } else if (channel === CHANNELS.logs) {
+          changes.fire();
+        } else if (channel === CHANNELS.cancel) {
+          // Whichever executor of this replica holds it: a subprocess, or an agent's stream.
+          sched.cancelNotified(payload);
+        } else if (channel === CHANNELS.tokenRevoked) {
+          const cut = auth.streams.revoked(payload);
+          if (cut > 0)
+            logger.info(
+              { tokenId: payload, streamsCut: cut },
+              `API token ${payload} revoked: its streams on this replica ended`,
+            );
+        } else
+          void fleet
+            .onNotification(channel, payload)
+            .catch((err: unknown) => logger.error({ err, channel, payload }, 'notification failed'));
+      },
+      replicaSessionName(config.role, config.replicaId),
+    );
     cleanups.push(() => listener.close());
     // Agents are told this address, at Welcome and when another replica stops (an observer takes
     // no agent streams).
     if (config.role !== 'observer') {
-      const agentUrl = advertisedUrl({ configured: config.advertiseUrl, host: apiServer.address.host, port: apiServer.address.port, tls: config.tls !== null });
+      const agentUrl = advertisedUrl({
+        configured: config.advertiseUrl,
+        host: apiServer.address.host,
+        port: apiServer.address.port,
+        tls: config.tls !== null,
+      });
       await advertiseReplica(sql, config.replicaId, agentUrl);
       logger.info({ agentUrl }, 'agents are told to reach this replica at this address (--advertise-url)');
     }
@@ -310,8 +384,15 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
           await d.within('leadership to be released', sched.resign());
           // 3. Agents move to another replica with their attempts, while subprocess tasks end:
           //    those still running at the deadline are stopped, and get their kill grace.
-          const moved = Promise.all([fleet.sendAway(Math.min(AGENTS_MOVE_WAIT_MS, d.left())), ...[...executors.values()].map((e) => e.shutdown(d.left()))]);
-          await d.within('running tasks to end and their ends to be recorded', moved, config.killGraceMs + FINAL_WRITES_MS);
+          const moved = Promise.all([
+            fleet.sendAway(Math.min(AGENTS_MOVE_WAIT_MS, d.left())),
+            ...[...executors.values()].map((e) => e.shutdown(d.left())),
+          ]);
+          await d.within(
+            'running tasks to end and their ends to be recorded',
+            moved,
+            config.killGraceMs + FINAL_WRITES_MS,
+          );
           await d.within('the agent streams to close', fleet.close());
           await d.within('attempt reports to be written', reports.drain());
           await d.within('task log lines to be written', logs.close());
@@ -372,7 +453,15 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
 /** The kubernetes executor of a replica whose config has one, on the store operations it needs. */
 function startKubernetesExecutor(
   config: Config,
-  d: { install: string; sql: Sql; reporter: AttemptReporter; logger: Logger; metrics: Metrics; tracing: ReplicaTracing | null; nudge(runIds: string[]): void },
+  d: {
+    install: string;
+    sql: Sql;
+    reporter: AttemptReporter;
+    logger: Logger;
+    metrics: Metrics;
+    tracing: ReplicaTracing | null;
+    nudge(runIds: string[]): void;
+  },
 ): KubernetesExecutor {
   const k = config.kubernetes!;
   return createKubernetesExecutor({

@@ -43,7 +43,10 @@ export async function openDatabase(config: Config, logger: Logger): Promise<Data
   let url = config.databaseUrl;
   if (!url) {
     const pgLogger = logger.child({ component: 'postgres' });
-    embedded = await superviseEmbeddedPostgres(() => startEmbeddedPostgres({ stateDir: config.stateDir, port: config.embeddedPgPort, logger: pgLogger }), pgLogger);
+    embedded = await superviseEmbeddedPostgres(
+      () => startEmbeddedPostgres({ stateDir: config.stateDir, port: config.embeddedPgPort, logger: pgLogger }),
+      pgLogger,
+    );
     url = embedded.url;
     logger.info({ port: config.embeddedPgPort, dataDir: embedded.dataDir }, 'embedded Postgres ready');
   }
@@ -51,11 +54,19 @@ export async function openDatabase(config: Config, logger: Logger): Promise<Data
   // dispatches never makes the tick wait for a connection.
   const sql = createSql(url, { max: 10 + config.dispatchWorkers, applicationName: `leoflow-pool:${config.replicaId}` });
   // Statements that find their rows by id, planned once per connection instead of once per batch.
-  const reportSql = createSql(url, { max: 4, applicationName: `leoflow-reports:${config.replicaId}`, genericPlans: true });
+  const reportSql = createSql(url, {
+    max: 4,
+    applicationName: `leoflow-reports:${config.replicaId}`,
+    genericPlans: true,
+  });
   // The agents' claims, likewise, on a connection of their own: a report batch holds a reports
   // connection reserved until what rides behind its ends has answered, and a claim waiting for one
   // holds a freed agent slot idle (placement rounds claim one at a time, so one is enough).
-  const claimSql = createSql(url, { max: 1, applicationName: `leoflow-claims:${config.replicaId}`, genericPlans: true });
+  const claimSql = createSql(url, {
+    max: 1,
+    applicationName: `leoflow-claims:${config.replicaId}`,
+    genericPlans: true,
+  });
   const healthSql = createSql(url, { max: 1, applicationName: `leoflow-health:${config.replicaId}` });
   const db: Database = {
     url,
@@ -66,7 +77,9 @@ export async function openDatabase(config: Config, logger: Logger): Promise<Data
     lost: embedded?.lost ?? new Promise<Error>(() => {}),
     stopping: () => embedded?.stopRestarting(),
     async close(timeoutS, how = 'stop') {
-      await Promise.all([sql, reportSql, claimSql, healthSql].map((pool) => pool.end({ timeout: timeoutS }).catch(() => {})));
+      await Promise.all(
+        [sql, reportSql, claimSql, healthSql].map((pool) => pool.end({ timeout: timeoutS }).catch(() => {})),
+      );
       // Its fast shutdown takes a fraction of a second; one that does not end is killed.
       const stopMs = Math.min(STOP_POSTGRES_MS, timeoutS * 1000);
       if (how === 'stop') await embedded?.stop(stopMs);

@@ -19,7 +19,17 @@ export class ListenError extends Error {
 }
 
 /** server.listen, its failure told as a ListenError naming `flag`. */
-export function listenOn(server: { listen(port: number, host: string, cb: () => void): unknown; once(e: 'error', f: (err: Error) => void): unknown; off(e: 'error', f: (err: Error) => void): unknown }, flag: string, host: string, port: number, fix?: string): Promise<void> {
+export function listenOn(
+  server: {
+    listen(port: number, host: string, cb: () => void): unknown;
+    once(e: 'error', f: (err: Error) => void): unknown;
+    off(e: 'error', f: (err: Error) => void): unknown;
+  },
+  flag: string,
+  host: string,
+  port: number,
+  fix?: string,
+): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     const onError = (err: Error) => reject(new ListenError(flag, host, port, err as NodeJS.ErrnoException, fix));
     server.once('error', onError);

@@ -38,7 +38,11 @@ export function shutdownDeadline(ms: number, logger: Logger, giveUp: AbortContro
       const late = new Promise<'late'>((resolve) => (limit = setTimeout(() => resolve('late'), waitMs)));
       try {
         const r = await Promise.race([work.then(() => 'done' as const), late]);
-        if (r === 'late') logger.warn({ step: what, waitedMs: waitMs }, `shutting down: stopped waiting for ${what} (the shutdown grace is over)`);
+        if (r === 'late')
+          logger.warn(
+            { step: what, waitedMs: waitMs },
+            `shutting down: stopped waiting for ${what} (the shutdown grace is over)`,
+          );
       } catch (err) {
         logger.warn({ err, step: what }, `shutting down: ${what} failed`);
       } finally {

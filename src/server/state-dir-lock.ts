@@ -31,7 +31,9 @@ export class StateDirBusyError extends Error {
     readonly stateDir: string,
     readonly owner: StateDirOwner,
   ) {
-    super(`already running: pid ${owner.pid}, ${owner.url ?? 'its API not listening yet'} (state directory ${stateDir}); stop it first, or give this server another --state-dir`);
+    super(
+      `already running: pid ${owner.pid}, ${owner.url ?? 'its API not listening yet'} (state directory ${stateDir}); stop it first, or give this server another --state-dir`,
+    );
   }
 }
 
@@ -53,11 +55,19 @@ export function lockStateDir(stateDir: string): StateDirLock {
   try {
     mkdirSync(dir, { recursive: true });
   } catch (err) {
-    throw new Error(`the state directory ${dir} cannot be made (${(err as Error).message}): give --state-dir a folder this user can write`, { cause: err });
+    throw new Error(
+      `the state directory ${dir} cannot be made (${(err as Error).message}): give --state-dir a folder this user can write`,
+      { cause: err },
+    );
   }
   const file = path.join(dir, LOCK_FILE);
-  const me: StateDirOwner = { ...(identify(process.pid) ?? { pid: process.pid, startTicks: null, bootId: null }), url: null, startedAt: new Date().toISOString() };
-  const mine = (o: StateDirOwner | null) => o !== null && o.pid === me.pid && o.startTicks === me.startTicks && o.bootId === me.bootId;
+  const me: StateDirOwner = {
+    ...(identify(process.pid) ?? { pid: process.pid, startTicks: null, bootId: null }),
+    url: null,
+    startedAt: new Date().toISOString(),
+  };
+  const mine = (o: StateDirOwner | null) =>
+    o !== null && o.pid === me.pid && o.startTicks === me.startTicks && o.bootId === me.bootId;
 
   // Written whole to a file of our own, then linked into place: link(2) fails if the name
   // exists, so of two servers one creates it, and nobody ever reads half a record.
@@ -112,9 +122,14 @@ export function readOwner(file: string): StateDirOwner | null {
   try {
     const o = JSON.parse(readFileSync(file, 'utf8')) as Partial<StateDirOwner>;
     if (typeof o.pid !== 'number' || !Number.isInteger(o.pid) || o.pid <= 0) return null;
-    return { pid: o.pid, startTicks: o.startTicks ?? null, bootId: o.bootId ?? null, url: o.url ?? null, startedAt: o.startedAt ?? '' };
+    return {
+      pid: o.pid,
+      startTicks: o.startTicks ?? null,
+      bootId: o.bootId ?? null,
+      url: o.url ?? null,
+      startedAt: o.startedAt ?? '',
+    };
   } catch {
     return null;
   }
 }
-

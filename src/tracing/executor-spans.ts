@@ -30,7 +30,14 @@ export function dispatchSpan(d: { item: WorkItem; tryNumber: number; start: Date
 }
 
 /** One pod's create, retries included, until the API server answered for good. */
-export function podCreateSpan(c: { attempt: Attempt; pod: string; namespace: string; start: Date; outcome: string; error: string | null }): SpanRecord | null {
+export function podCreateSpan(c: {
+  attempt: Attempt;
+  pod: string;
+  namespace: string;
+  start: Date;
+  outcome: string;
+  error: string | null;
+}): SpanRecord | null {
   if (!c.attempt.trace) return null;
   return {
     name: 'create pod',

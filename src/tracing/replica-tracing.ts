@@ -19,7 +19,12 @@ export interface ReplicaTracing {
  * Tracing for one replica. The control plane imports this module only when tracing is on, so
  * with it off no OpenTelemetry code is even loaded.
  */
-export function startReplicaTracing(o: { endpoint: string; replicaId: string; edition: string; logger: Logger }): ReplicaTracing {
+export function startReplicaTracing(o: {
+  endpoint: string;
+  replicaId: string;
+  edition: string;
+  logger: Logger;
+}): ReplicaTracing {
   const tracing = createTracing(o);
   const record = (s: SpanRecord | null) => s && tracing.record(s);
   return {

@@ -64,7 +64,10 @@ export function createSpanRecorder(o: { sql: Sql; feed: EventFeed; tracing: Trac
         }
       } catch (err) {
         if (!(err instanceof WatcherBehindError)) throw err;
-        o.logger.warn({ resumeSeq: place.toString() }, 'span recorder fell behind the events log; resuming from its place');
+        o.logger.warn(
+          { resumeSeq: place.toString() },
+          'span recorder fell behind the events log; resuming from its place',
+        );
       } finally {
         w.close();
       }

@@ -19,7 +19,9 @@ interface OpenAttempt {
 }
 
 /** The ti.state and run.state events a batch of the log holds that end something. */
-export function endsIn(batch: readonly { kind: string; run_id: string | null; ti_id: string | null; payload: Record<string, unknown> }[]): { runIds: string[]; tiIds: string[]; endedRunIds: string[] } {
+export function endsIn(
+  batch: readonly { kind: string; run_id: string | null; ti_id: string | null; payload: Record<string, unknown> }[],
+): { runIds: string[]; tiIds: string[]; endedRunIds: string[] } {
   const runIds = new Set<string>();
   const tiIds = new Set<string>();
   const endedRunIds = new Set<string>();
@@ -43,7 +45,11 @@ export function endsIn(batch: readonly { kind: string; run_id: string | null; ti
  * its end, with its start as a span event; a run from its trigger to its first end. A run
  * re-opened by a clear and ended again gets a child span for that stretch.
  */
-export function spansOfEvents(fromSeq: bigint, runs: readonly TracedRun[], events: readonly StateEvent[]): SpanRecord[] {
+export function spansOfEvents(
+  fromSeq: bigint,
+  runs: readonly TracedRun[],
+  events: readonly StateEvent[],
+): SpanRecord[] {
   const runById = new Map(runs.map((r) => [r.id, r]));
   const spans: SpanRecord[] = [];
   const attempts = new Map<string, OpenAttempt>();
@@ -74,7 +80,8 @@ export function spansOfEvents(fromSeq: bigint, runs: readonly TracedRun[], event
       runEnds.set(e.run_id, r);
       if (to === 'running' && r.ended) r.reopenedAt = e.at;
       if (!RUN_ENDS.has(to)) continue;
-      if (inBatch && run && trace) spans.push(r.ended ? rerunSpan(run, e, to, r.reopenedAt) : runSpan(run, trace, e, to));
+      if (inBatch && run && trace)
+        spans.push(r.ended ? rerunSpan(run, e, to, r.reopenedAt) : runSpan(run, trace, e, to));
       r.ended = true;
     }
   }
@@ -82,14 +89,21 @@ export function spansOfEvents(fromSeq: bigint, runs: readonly TracedRun[], event
 }
 
 function runAttributes(run: TracedRun) {
-  return { 'leoflow.dag_id': run.dag_id, 'leoflow.run_id': run.id, 'leoflow.run_key': run.run_key, 'leoflow.run_type': run.run_type };
+  return {
+    'leoflow.dag_id': run.dag_id,
+    'leoflow.run_id': run.id,
+    'leoflow.run_key': run.run_key,
+    'leoflow.run_type': run.run_type,
+  };
 }
 
 function runSpan(run: TracedRun, trace: TraceParent, end: StateEvent, state: string): SpanRecord {
   return {
     name: `run ${run.dag_id}`,
     // A caller's span is its parent; else it is the trace's root.
-    parent: run.trace_parent_span ? { traceparent: formatTraceparent({ ...trace, spanId: run.trace_parent_span }), tracestate: run.tracestate } : null,
+    parent: run.trace_parent_span
+      ? { traceparent: formatTraceparent({ ...trace, spanId: run.trace_parent_span }), tracestate: run.tracestate }
+      : null,
     traceId: trace.traceId,
     spanId: trace.spanId,
     kind: SpanKind.SERVER,

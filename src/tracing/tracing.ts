@@ -1,4 +1,12 @@
-import { ROOT_CONTEXT, SpanKind, SpanStatusCode, createTraceState, trace, type Attributes, type Context } from '@opentelemetry/api';
+import {
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  createTraceState,
+  trace,
+  type Attributes,
+  type Context,
+} from '@opentelemetry/api';
 import { setGlobalErrorHandler } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { resourceFromAttributes } from '@opentelemetry/resources';
@@ -42,15 +50,28 @@ const ERROR_LOG_MS = 60_000;
 export function createTracing(o: { endpoint: string; replicaId: string; edition: string; logger: Logger }): Tracing {
   const ids = new DurableIds();
   const provider = new BasicTracerProvider({
-    resource: resourceFromAttributes({ 'service.name': 'leoflow', 'service.instance.id': o.replicaId, 'leoflow.edition': o.edition }),
+    resource: resourceFromAttributes({
+      'service.name': 'leoflow',
+      'service.instance.id': o.replicaId,
+      'leoflow.edition': o.edition,
+    }),
     idGenerator: ids,
-    spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter({ url: o.endpoint }), { maxQueueSize: 20_000, maxExportBatchSize: 512, scheduledDelayMillis: 1_000 })],
+    spanProcessors: [
+      new BatchSpanProcessor(new OTLPTraceExporter({ url: o.endpoint }), {
+        maxQueueSize: 20_000,
+        maxExportBatchSize: 512,
+        scheduledDelayMillis: 1_000,
+      }),
+    ],
   });
   let lastLogged = 0;
   setGlobalErrorHandler((err) => {
     if (Date.now() - lastLogged < ERROR_LOG_MS) return;
     lastLogged = Date.now();
-    o.logger.warn({ err: err instanceof Error ? err.message : String(err), endpoint: o.endpoint }, 'could not export spans (logged once a minute at most)');
+    o.logger.warn(
+      { err: err instanceof Error ? err.message : String(err), endpoint: o.endpoint },
+      'could not export spans (logged once a minute at most)',
+    );
   });
   const tracer = provider.getTracer('leoflow');
 
@@ -59,7 +80,11 @@ export function createTracing(o: { endpoint: string; replicaId: string; edition:
       const parent = s.parent ? contextOf(s.parent) : ROOT_CONTEXT;
       if (parent === null) return;
       const span = ids.withIds({ traceId: s.traceId, spanId: s.spanId }, () =>
-        tracer.startSpan(s.name, { kind: s.kind ?? SpanKind.INTERNAL, startTime: s.start, attributes: s.attributes }, parent),
+        tracer.startSpan(
+          s.name,
+          { kind: s.kind ?? SpanKind.INTERNAL, startTime: s.start, attributes: s.attributes },
+          parent,
+        ),
       );
       for (const e of s.events ?? []) span.addEvent(e.name, e.attributes ?? {}, e.at);
       if (s.error) span.setStatus({ code: SpanStatusCode.ERROR, message: s.error });

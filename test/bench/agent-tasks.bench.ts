@@ -34,9 +34,27 @@ const PROFILE = process.env.LEOFLOW_BENCH_AGENT_PROFILE === '1';
 const WINDOW_LIMIT_MS = 240_000;
 
 /** A `leoflow agent` process, under `--cpu-prof` when profiling (not allowed in NODE_OPTIONS). */
-function agentProcess(url: string, slots: number, profDir: string | null): { child: ChildProcess; exited: Promise<number | null> } {
+function agentProcess(
+  url: string,
+  slots: number,
+  profDir: string | null,
+): { child: ChildProcess; exited: Promise<number | null> } {
   const prof = profDir ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : [];
-  const args = [...prof, BIN, '--server', url, 'agent', '--id', `bench-agent-${slots}`, '--slots', String(slots), '--log-level', 'warn', '--state-dir', scratchDir('leoflow-bench-agent-')];
+  const args = [
+    ...prof,
+    BIN,
+    '--server',
+    url,
+    'agent',
+    '--id',
+    `bench-agent-${slots}`,
+    '--slots',
+    String(slots),
+    '--log-level',
+    'warn',
+    '--state-dir',
+    scratchDir('leoflow-bench-agent-'),
+  ];
   const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
   return { child, exited: new Promise((r) => child.on('exit', (code) => r(code))) };
 }
@@ -60,12 +78,19 @@ interface Measured {
 async function measure(c: number): Promise<Measured> {
   const tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-bench-at-'));
   const db = await createTestDatabase();
-  const s = await startServer({ env: { DATABASE_URL: db.url }, args: ['--heartbeat-interval', '1s', '--dispatch-workers', '16', '--dispatch-queue', '256'], quiet: true });
+  const s = await startServer({
+    env: { DATABASE_URL: db.url },
+    args: ['--heartbeat-interval', '1s', '--dispatch-workers', '16', '--dispatch-queue', '256'],
+    quiet: true,
+  });
   const profDir = PROFILE ? await mkdtemp(path.join(os.tmpdir(), 'leoflow-bench-at-prof-')) : null;
   let agent: ReturnType<typeof agentProcess> | null = null;
   try {
     const file = path.join(tmp, 'tp.yaml');
-    await writeFile(file, `dag_id: tp\nmax_active_runs: 100000\ntasks:\n  - id: t\n    executor: agents\n    command: ["true"]\n`);
+    await writeFile(
+      file,
+      `dag_id: tp\nmax_active_runs: 100000\ntasks:\n  - id: t\n    executor: agents\n    command: ["true"]\n`,
+    );
     expect((await cli(s.url, ['dag', 'apply', file])).code).toBe(0);
     const api = createClients(s.url);
     await api.workflow.pauseDag({ dagId: 'tp', paused: true });
@@ -73,12 +98,25 @@ async function measure(c: number): Promise<Measured> {
     for (let i = 0; i < N; i += 500) {
       await db.sql.begin(async (tx) => {
         for (let j = i; j < Math.min(N, i + 500); j++) {
-          await createRun(tx, { dagId: 'tp', dagVersion: dag.version, runKey: `bench_${j}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+          await createRun(tx, {
+            dagId: 'tp',
+            dagVersion: dag.version,
+            runKey: `bench_${j}`,
+            runType: 'manual',
+            logicalDate: new Date(),
+            conf: {},
+            defaultExecutor: 'subprocess',
+          });
         }
       });
     }
     agent = agentProcess(s.url, c, profDir);
-    await waitFor('agent connected', async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected), 30_000, 50);
+    await waitFor(
+      'agent connected',
+      async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected),
+      30_000,
+      50,
+    );
     await sleep(1000);
     const cpu0 = await cpuMsOf(agent.child.pid!);
     const load = os.loadavg()[0]!;
@@ -97,12 +135,25 @@ async function measure(c: number): Promise<Measured> {
     expect(await agent.exited).toBe(0);
     let profile = null;
     if (profDir) {
-      const files = await Promise.all((await readdir(profDir)).map(async (f) => ({ f: path.join(profDir, f), size: (await stat(path.join(profDir, f))).size })));
+      const files = await Promise.all(
+        (await readdir(profDir)).map(async (f) => ({
+          f: path.join(profDir, f),
+          size: (await stat(path.join(profDir, f))).size,
+        })),
+      );
       const main = files.sort((a, b) => b.size - a.size)[0]!.f;
       profile = await profileTop(main, 15);
       if (process.env.LEOFLOW_BENCH_AGENT_PROFILE_TO) await copyFile(main, process.env.LEOFLOW_BENCH_AGENT_PROFILE_TO);
     }
-    return { concurrency: c, done: w!.done, tasksPerSec: w!.done / (Number(w!.ms) / 1000), agentCpuMsPerTask: (cpu1 - cpu0) / w!.done, windowMs: Number(w!.ms), load, profile };
+    return {
+      concurrency: c,
+      done: w!.done,
+      tasksPerSec: w!.done / (Number(w!.ms) / 1000),
+      agentCpuMsPerTask: (cpu1 - cpu0) / w!.done,
+      windowMs: Number(w!.ms),
+      load,
+      profile,
+    };
   } finally {
     if (agent && agent.child.exitCode === null) {
       agent.child.kill('SIGKILL');
@@ -121,7 +172,9 @@ describe('agent-tasks', () => {
     for (const c of CONCURRENCY) results.push(await measure(c));
     for (const r of results) {
       if (!r.profile) continue;
-      process.stdout.write(`\n== agent main thread at concurrency ${r.concurrency}: ${round(r.profile.totalMs, 0)} ms busy in a ${round(r.windowMs, 0)} ms window\n`);
+      process.stdout.write(
+        `\n== agent main thread at concurrency ${r.concurrency}: ${round(r.profile.totalMs, 0)} ms busy in a ${round(r.windowMs, 0)} ms window\n`,
+      );
       console.table(r.profile.functions);
       console.table(r.profile.areas);
     }
@@ -135,7 +188,10 @@ describe('agent-tasks', () => {
         'window s': round(r.windowMs / 1000, 1),
         'load (1 min) at start': round(r.load, 2),
       })),
-      { model: `${N} runs of a one-task DAG (executor: agents, command true), one leoflow agent process`, results: results.map(({ profile: _p, ...r }) => r) },
+      {
+        model: `${N} runs of a one-task DAG (executor: agents, command true), one leoflow agent process`,
+        results: results.map(({ profile: _p, ...r }) => r),
+      },
     );
   });
 });

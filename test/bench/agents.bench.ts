@@ -7,7 +7,13 @@ import { createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
 import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { AgentService, AttemptOutcome, ProtocolVersion, type ConnectRequest, type ConnectResponse } from '../../src/gen/leoflow/v1/agent_pb.js';
+import {
+  AgentService,
+  AttemptOutcome,
+  ProtocolVersion,
+  type ConnectRequest,
+  type ConnectResponse,
+} from '../../src/gen/leoflow/v1/agent_pb.js';
 import { cli, startServer, waitFor } from '../helpers/leoflow-process.js';
 import { AsyncInbox } from '../helpers/scripted-agent.js';
 import { createTestDatabase } from '../helpers/test-database.js';
@@ -21,14 +27,30 @@ import { percentile, report } from './report.js';
  * same server idle with no agent as the baseline.
  */
 
-type Msg = Parameters<ReturnType<typeof createClient<typeof AgentService>>['connect']>[0] extends AsyncIterable<infer T> ? T : never;
+type Msg =
+  Parameters<ReturnType<typeof createClient<typeof AgentService>>['connect']>[0] extends AsyncIterable<infer T>
+    ? T
+    : never;
 
-function scriptedAgent(baseUrl: string, agentId: string, keepaliveMs: number, onAssign?: (m: ConnectResponse, out: AsyncInbox<Msg>) => void) {
+function scriptedAgent(
+  baseUrl: string,
+  agentId: string,
+  keepaliveMs: number,
+  onAssign?: (m: ConnectResponse, out: AsyncInbox<Msg>) => void,
+) {
   const client = createClient(AgentService, createGrpcTransport({ baseUrl }));
   const out = new AsyncInbox<Msg>();
-  out.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId, slots: 4, incarnationId: randomUUID() } } } as Msg);
+  out.push({
+    msg: {
+      case: 'hello',
+      value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId, slots: 4, incarnationId: randomUUID() },
+    },
+  } as Msg);
   let seq = 1n;
-  const pump = setInterval(() => out.push({ msg: { case: 'keepalive', value: { seq: seq++, held: [] } } } as Msg), keepaliveMs);
+  const pump = setInterval(
+    () => out.push({ msg: { case: 'keepalive', value: { seq: seq++, held: [] } } } as Msg),
+    keepaliveMs,
+  );
   const done = (async () => {
     for await (const m of client.connect(out)) if (m.msg.case === 'assign') onAssign?.(m, out);
   })().catch(() => {});
@@ -47,7 +69,9 @@ async function cpuSeconds(pid: number): Promise<number> {
 }
 
 async function xacts(sql: Awaited<ReturnType<typeof createTestDatabase>>['sql'], name: string): Promise<number> {
-  const [r] = await sql<{ n: string }[]>`select xact_commit + xact_rollback as n from pg_stat_database where datname = ${name}`;
+  const [r] = await sql<
+    { n: string }[]
+  >`select xact_commit + xact_rollback as n from pg_stat_database where datname = ${name}`;
   return Number(r!.n);
 }
 
@@ -58,7 +82,10 @@ describe('agents', () => {
     const tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-bench-agents-'));
     const db = await createTestDatabase();
     const keepaliveMs = 1000;
-    const s = await startServer({ env: { DATABASE_URL: db.url }, args: ['--heartbeat-interval', `${keepaliveMs}ms`, '--heartbeat-threshold', '10s'] });
+    const s = await startServer({
+      env: { DATABASE_URL: db.url },
+      args: ['--heartbeat-interval', `${keepaliveMs}ms`, '--heartbeat-threshold', '10s'],
+    });
     try {
       const file = path.join(tmp, 'a.yaml');
       await writeFile(file, 'dag_id: a\ntasks:\n  - id: t\n    executor: agents\n    command: ["true"]\n');
@@ -70,17 +97,24 @@ describe('agents', () => {
         if (m.msg.case !== 'assign') return;
         const attempt = m.msg.value.attempt!;
         out.push({ msg: { case: 'started', value: { attempt, pid: 1 } } } as Msg);
-        out.push({ msg: { case: 'finished', value: { attempt, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } } } as Msg);
+        out.push({
+          msg: { case: 'finished', value: { attempt, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } },
+        } as Msg);
       });
       await waitFor('agent connected', async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected));
       const claimToStart: number[] = [];
       const triggerToStart: number[] = [];
       for (let i = 0; i < 100; i++) {
         const runId = (await api.workflow.triggerRun({ dagId: 'a' })).run!.runId;
-        await waitFor('run done', async () => {
-          const [r] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
-          return r!.state === 'success';
-        }, 10_000, 2);
+        await waitFor(
+          'run done',
+          async () => {
+            const [r] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
+            return r!.state === 'success';
+          },
+          10_000,
+          2,
+        );
         const [t] = await db.sql<{ c: number; tr: number }[]>`
           select extract(epoch from t.started_at - t.queued_at) * 1000 as c, extract(epoch from t.started_at - r.created_at) * 1000 as tr
           from task_instances t join dag_runs r on r.id = t.run_id where t.run_id = ${runId}`;
@@ -100,7 +134,12 @@ describe('agents', () => {
       const idleCpu = ((await cpuSeconds(pid)) - c0) / (window / 1000);
 
       const fleet = Array.from({ length: 200 }, (_, i) => scriptedAgent(s.url, `bench-${i}`, keepaliveMs));
-      await waitFor('200 agents connected', async () => (await api.cluster.listAgents({})).agents.filter((a) => a.connected).length === 200, 30_000, 200);
+      await waitFor(
+        '200 agents connected',
+        async () => (await api.cluster.listAgents({})).agents.filter((a) => a.connected).length === 200,
+        30_000,
+        200,
+      );
       await new Promise((r) => setTimeout(r, 2000));
       x0 = await xacts(db.sql, db.name);
       c0 = await cpuSeconds(pid);
@@ -110,12 +149,32 @@ describe('agents', () => {
       await Promise.all(fleet.map((a) => a.close()));
 
       await report('agents', [
-        { measure: 'claim → Started recorded (connected agent)', p50: `${f(percentile(claimToStart, 50))} ms`, p99: `${f(percentile(claimToStart, 99))} ms`, note: '100 runs, one at a time' },
-        { measure: 'trigger → Started recorded', p50: `${f(percentile(triggerToStart, 50))} ms`, p99: `${f(percentile(triggerToStart, 99))} ms`, note: 'includes the scheduler step' },
+        {
+          measure: 'claim → Started recorded (connected agent)',
+          p50: `${f(percentile(claimToStart, 50))} ms`,
+          p99: `${f(percentile(claimToStart, 99))} ms`,
+          note: '100 runs, one at a time',
+        },
+        {
+          measure: 'trigger → Started recorded',
+          p50: `${f(percentile(triggerToStart, 50))} ms`,
+          p99: `${f(percentile(triggerToStart, 99))} ms`,
+          note: 'includes the scheduler step',
+        },
         { measure: 'Postgres transactions/s, idle, no agent', p50: f(idleTps), p99: '', note: 'baseline' },
-        { measure: 'Postgres transactions/s, 200 agents, keepalive 1 s', p50: f(fleetTps), p99: '', note: `${f(fleetTps / 200)} per agent-keepalive (200 keepalives/s)` },
+        {
+          measure: 'Postgres transactions/s, 200 agents, keepalive 1 s',
+          p50: f(fleetTps),
+          p99: '',
+          note: `${f(fleetTps / 200)} per agent-keepalive (200 keepalives/s)`,
+        },
         { measure: 'server CPU, idle (cores)', p50: f(idleCpu), p99: '', note: 'baseline' },
-        { measure: 'server CPU, 200 agents (cores)', p50: f(fleetCpu), p99: '', note: `${f(fleetCpu * 100)} % of one core` },
+        {
+          measure: 'server CPU, 200 agents (cores)',
+          p50: f(fleetCpu),
+          p99: '',
+          note: `${f(fleetCpu * 100)} % of one core`,
+        },
       ]);
     } finally {
       await s.stop();

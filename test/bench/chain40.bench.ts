@@ -3,7 +3,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  cli,
+  startAgent,
+  startServer,
+  waitFor,
+  type AgentProcess,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { benchTracing } from './bench-tracing.js';
@@ -54,15 +61,23 @@ interface RepResult {
 async function runChain(db: TestDatabase, s: ServerProcess, dagId: string): Promise<RepResult> {
   const api = createClients(s.url);
   const runId = (await api.workflow.triggerRun({ dagId })).run!.runId;
-  await waitFor(`${dagId} run ${runId} success`, async () => {
-    const [r] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
-    if (r!.state !== 'success' && r!.state !== 'running' && r!.state !== 'queued') throw new Error(`run ${runId} ended ${r!.state}`);
-    return r!.state === 'success';
-  }, 60_000, 20);
+  await waitFor(
+    `${dagId} run ${runId} success`,
+    async () => {
+      const [r] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
+      if (r!.state !== 'success' && r!.state !== 'running' && r!.state !== 'queued')
+        throw new Error(`run ${runId} ended ${r!.state}`);
+      return r!.state === 'success';
+    },
+    60_000,
+    20,
+  );
   const tis = await db.sql<{ started: number; ended: number; queued: number }[]>`
     select extract(epoch from started_at) * 1000 as started, extract(epoch from ended_at) * 1000 as ended, extract(epoch from queued_at) * 1000 as queued
     from task_instances where run_id = ${runId} order by task_id`;
-  const [run] = await db.sql<{ total: number }[]>`select extract(epoch from ended_at - created_at) * 1000 as total from dag_runs where id = ${runId}`;
+  const [run] = await db.sql<
+    { total: number }[]
+  >`select extract(epoch from ended_at - created_at) * 1000 as total from dag_runs where id = ${runId}`;
   expect(tis).toHaveLength(TASKS);
   const gaps: number[] = [];
   const starts: number[] = [];
@@ -117,7 +132,12 @@ describe('chain-40', () => {
       expect((await cli(s.url, ['dag', 'apply', tmp])).code).toBe(0);
       const api = createClients(s.url);
       agent = startAgent(s.url, ['--id', 'bench-chain', '--slots', '1']);
-      await waitFor('agent connected', async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected), 30_000, 50);
+      await waitFor(
+        'agent connected',
+        async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected),
+        30_000,
+        50,
+      );
 
       // One warm-up run of each, not counted: statements prepared, code paths compiled.
       await runChain(db, s, 'chain_sub');
@@ -136,7 +156,11 @@ describe('chain-40', () => {
         viaAgent20.push(await runChain(db, s, 'chain_agent_20ms'));
       }
       const startsAfter = await scrapeMetrics(s.metricsUrl);
-      const starts = Object.fromEntries([...startsAfter].filter(([k]) => k.startsWith('leoflow_task_starts_total{')).map(([k, v]) => [k.slice('leoflow_task_starts_total'.length), v - (startsBefore.get(k) ?? 0)]));
+      const starts = Object.fromEntries(
+        [...startsAfter]
+          .filter(([k]) => k.startsWith('leoflow_task_starts_total{'))
+          .map(([k, v]) => [k.slice('leoflow_task_starts_total'.length), v - (startsBefore.get(k) ?? 0)]),
+      );
       console.log('server starts by how', JSON.stringify(starts));
       if (tracing.on) console.log(`tracing on: ${tracing.spans()} spans received so far`);
       const rows = [
@@ -148,15 +172,30 @@ describe('chain-40', () => {
       await report('chain40', rows, {
         tasks: TASKS,
         repetitions: REPS,
-        definition: 'overhead = task_instances.ended_at of task i → started_at of task i+1 (server clock), split at task i+1 queued_at (its claim); medians over the repetitions',
+        definition:
+          'overhead = task_instances.ended_at of task i → started_at of task i+1 (server clock), split at task i+1 queued_at (its claim); medians over the repetitions',
         reps: { subprocess: sub, agent: viaAgent, subprocess20ms: sub20, agent20ms: viaAgent20 },
         serverStartsByHow: starts,
         tracing: tracing.on ? { on: true, spansReceived: tracing.spans() } : { on: false },
         summary: {
-          subprocess: { overheadP50: median(sub.map((r) => r.gapP50)), overheadP99: median(sub.map((r) => r.gapP99)), startToStartP50: median(sub.map((r) => r.startToStartP50)) },
-          agent: { overheadP50: median(viaAgent.map((r) => r.gapP50)), overheadP99: median(viaAgent.map((r) => r.gapP99)), startToStartP50: median(viaAgent.map((r) => r.startToStartP50)) },
-          subprocess20ms: { overheadP50: median(sub20.map((r) => r.gapP50)), startToStartP50: median(sub20.map((r) => r.startToStartP50)) },
-          agent20ms: { overheadP50: median(viaAgent20.map((r) => r.gapP50)), startToStartP50: median(viaAgent20.map((r) => r.startToStartP50)) },
+          subprocess: {
+            overheadP50: median(sub.map((r) => r.gapP50)),
+            overheadP99: median(sub.map((r) => r.gapP99)),
+            startToStartP50: median(sub.map((r) => r.startToStartP50)),
+          },
+          agent: {
+            overheadP50: median(viaAgent.map((r) => r.gapP50)),
+            overheadP99: median(viaAgent.map((r) => r.gapP99)),
+            startToStartP50: median(viaAgent.map((r) => r.startToStartP50)),
+          },
+          subprocess20ms: {
+            overheadP50: median(sub20.map((r) => r.gapP50)),
+            startToStartP50: median(sub20.map((r) => r.startToStartP50)),
+          },
+          agent20ms: {
+            overheadP50: median(viaAgent20.map((r) => r.gapP50)),
+            startToStartP50: median(viaAgent20.map((r) => r.startToStartP50)),
+          },
         },
       });
       await reportRatios();

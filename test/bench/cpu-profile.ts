@@ -30,15 +30,33 @@ export async function profileTop(file: string, n: number) {
     const us = prof.timeDeltas[i] ?? 0;
     if (cf.functionName === '(idle)') return;
     total += us;
-    const where = cf.url.replace(/^file:\/\//, '').replace(/^.*\/(node_modules\/)/, '$1').replace(/^.*\/(dist\/)/, '$1');
+    const where = cf.url
+      .replace(/^file:\/\//, '')
+      .replace(/^.*\/(node_modules\/)/, '$1')
+      .replace(/^.*\/(dist\/)/, '$1');
     const key = `${cf.functionName || '(anonymous)'} ${where}:${cf.lineNumber + 1}`;
     self.set(key, (self.get(key) ?? 0) + us);
-    const area = cf.url === '' ? cf.functionName : where.startsWith('node_modules/') ? where.split('/').slice(0, where.startsWith('node_modules/@') ? 3 : 2).join('/') : where.startsWith('dist/') ? where.split('/').slice(0, 2).join('/') : where.startsWith('node:') ? 'node: internals' : where;
+    const area =
+      cf.url === ''
+        ? cf.functionName
+        : where.startsWith('node_modules/')
+          ? where
+              .split('/')
+              .slice(0, where.startsWith('node_modules/@') ? 3 : 2)
+              .join('/')
+          : where.startsWith('dist/')
+            ? where.split('/').slice(0, 2).join('/')
+            : where.startsWith('node:')
+              ? 'node: internals'
+              : where;
     byArea.set(area, (byArea.get(area) ?? 0) + us);
     const o = owner(id);
     attributed.set(o, (attributed.get(o) ?? 0) + us);
   });
-  const top = (m: Map<string, number>) => [...m].sort((a, b) => b[1] - a[1]).slice(0, n).map(([k, us]) => ({ what: k, 'self ms': round(us / 1000, 0), share: `${round((100 * us) / total, 1)} %` }));
+  const top = (m: Map<string, number>) =>
+    [...m]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, n)
+      .map(([k, us]) => ({ what: k, 'self ms': round(us / 1000, 0), share: `${round((100 * us) / total, 1)} %` }));
   return { totalMs: total / 1000, functions: top(self), areas: top(byArea), attributed: top(attributed) };
 }
-

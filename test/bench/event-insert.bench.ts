@@ -50,7 +50,9 @@ describe('event-insert', () => {
     await listener.query('listen leoflow_events');
     try {
       const set = async (v: Variant) => {
-        await client.query(`alter table events alter column seq set default ${v.seqFunction ? 'leoflow_next_event_seq()' : "nextval('events_seq')"}`);
+        await client.query(
+          `alter table events alter column seq set default ${v.seqFunction ? 'leoflow_next_event_seq()' : "nextval('events_seq')"}`,
+        );
         await client.query(`alter table events ${v.notifyTrigger ? 'enable' : 'disable'} trigger events_written`);
       };
       const single = (ms: number[]) => async () => {
@@ -74,7 +76,17 @@ describe('event-insert', () => {
         await single([])();
         await batched([])();
       }
-      const samples = new Map(VARIANTS.map((v) => [v.name, { single: [] as number[], batched: [] as number[], singleRounds: [] as number[], batchedRounds: [] as number[] }]));
+      const samples = new Map(
+        VARIANTS.map((v) => [
+          v.name,
+          {
+            single: [] as number[],
+            batched: [] as number[],
+            singleRounds: [] as number[],
+            batchedRounds: [] as number[],
+          },
+        ]),
+      );
       for (let r = 0; r < ROUNDS; r++) {
         // Each round in another order, so no variant always runs first or last.
         const order = VARIANTS.map((_, i) => VARIANTS[(i + r) % VARIANTS.length]!);
@@ -111,7 +123,13 @@ describe('event-insert', () => {
           '20/stmt ratio': ratio(s.batchedRounds, base.batchedRounds),
         };
       });
-      await report('event-insert', rows, { rounds: ROUNDS, single: SINGLE, batches: BATCHES, batchRows: BATCH_ROWS, notified });
+      await report('event-insert', rows, {
+        rounds: ROUNDS,
+        single: SINGLE,
+        batches: BATCHES,
+        batchRows: BATCH_ROWS,
+        notified,
+      });
       expect(notified).toBeGreaterThan(0);
     } finally {
       await client.end();

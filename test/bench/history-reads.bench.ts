@@ -27,10 +27,13 @@ function reads(sql: Sql, runId: string, dagId: string): Read[] {
     ['ListRuns, all DAGs, first page of 50', () => listRuns(sql, { limit: 50 })],
     [`ListRuns, DAG ${dagId}, first page of 50`, () => listRuns(sql, { dagId, limit: 50 })],
     ['ListTaskInstances of a run', () => listTiViews(sql, runId)],
-    ['TailLogs, first page of a run (states, then up to 1,000 lines)', async () => {
-      await runAndTiStates(sql, runId);
-      return readRunLogs(sql, { runId, after: new Map(), limit: 1000 });
-    }],
+    [
+      'TailLogs, first page of a run (states, then up to 1,000 lines)',
+      async () => {
+        await runAndTiStates(sql, runId);
+        return readRunLogs(sql, { runId, after: new Map(), limit: 1000 });
+      },
+    ],
   ];
 }
 
@@ -54,7 +57,9 @@ describe('history-reads', () => {
       // The small database: 20 runs of the DAG read below, one of them the run read.
       await bulkPastRuns(db.sql, { dagId: 'recent', runs: 20, tisPerRun: TIS_PER_RUN, daysBack: 1 });
       await db.sql`analyze`;
-      const [run] = await db.sql<{ id: string }[]>`select id::text from dag_runs where dag_id = 'recent' order by id desc limit 1`;
+      const [run] = await db.sql<
+        { id: string }[]
+      >`select id::text from dag_runs where dag_id = 'recent' order by id desc limit 1`;
       const list = reads(db.sql, run!.id, 'recent');
       const small = new Map<string, { p50: number; p99: number }>();
       for (const [name, fn] of list) small.set(name, await measure(fn));
@@ -82,7 +87,14 @@ describe('history-reads', () => {
           'p99 ratio': Math.round((big.p99 / s.p99) * 100) / 100,
         });
       }
-      await report('history-reads', rows, { runs: RUNS, taskInstances: sizes!.tis, events: sizes!.events, logLines: sizes!.logs, loadSeconds: Math.round(loadS), reps: REPS });
+      await report('history-reads', rows, {
+        runs: RUNS,
+        taskInstances: sizes!.tis,
+        events: sizes!.events,
+        logLines: sizes!.logs,
+        loadSeconds: Math.round(loadS),
+        reps: REPS,
+      });
     } finally {
       await db.drop();
     }

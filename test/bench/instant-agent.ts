@@ -4,7 +4,10 @@ import { createGrpcTransport } from '@connectrpc/connect-node';
 import { AgentService, AttemptOutcome, ProtocolVersion } from '../../src/gen/leoflow/v1/agent_pb.js';
 import { AsyncInbox } from '../helpers/scripted-agent.js';
 
-type Msg = Parameters<ReturnType<typeof createClient<typeof AgentService>>['connect']>[0] extends AsyncIterable<infer T> ? T : never;
+type Msg =
+  Parameters<ReturnType<typeof createClient<typeof AgentService>>['connect']>[0] extends AsyncIterable<infer T>
+    ? T
+    : never;
 
 export interface InstantAgent {
   /** Assigns received so far. */
@@ -20,14 +23,30 @@ export interface InstantAgent {
  * Assign down the stream, Started and Finished recorded, the next step), not a process spawn.
  * `onAssign` sees the moment each Assign arrived (performance.now()), for latency runs.
  */
-export function startInstantAgent(baseUrl: string, opts: { agentId: string; slots: number; keepaliveMs?: number; onAssign?: (tiId: string, at: number) => void }): InstantAgent {
+export function startInstantAgent(
+  baseUrl: string,
+  opts: { agentId: string; slots: number; keepaliveMs?: number; onAssign?: (tiId: string, at: number) => void },
+): InstantAgent {
   const client = createClient(AgentService, createGrpcTransport({ baseUrl }));
   const out = new AsyncInbox<Msg>();
-  out.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: opts.agentId, slots: opts.slots, incarnationId: randomUUID() } } } as Msg);
+  out.push({
+    msg: {
+      case: 'hello',
+      value: {
+        protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+        agentId: opts.agentId,
+        slots: opts.slots,
+        incarnationId: randomUUID(),
+      },
+    },
+  } as Msg);
   let seq = 1n;
   let assigned = 0;
   let acked = 0;
-  const pump = setInterval(() => out.push({ msg: { case: 'keepalive', value: { seq: seq++, held: [] } } } as Msg), opts.keepaliveMs ?? 1000);
+  const pump = setInterval(
+    () => out.push({ msg: { case: 'keepalive', value: { seq: seq++, held: [] } } } as Msg),
+    opts.keepaliveMs ?? 1000,
+  );
   const done = (async () => {
     for await (const m of client.connect(out)) {
       if (m.msg.case === 'finishedAck' && m.msg.value.applied) acked++;

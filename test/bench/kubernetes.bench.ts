@@ -33,8 +33,24 @@ it('pods dispatched per second at 100 ms and 500 ms API latency, against the cei
     const kube = await startFakeKubeApi({ namespaces: [NS], kubelet: 'manual' });
     const ex = createKubernetesExecutor({
       kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
-      pods: { install: 'install-a', namespace: NS, image: 'leoflow:bench', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 10_000, podPendingTimeoutMs: 600_000, keepSucceededMs: 0, keepFailedMs: 3_600_000 },
-      reporter: { started: async () => true, log: () => {}, heartbeat: async () => new Set(), logsSoFar: async () => ({ stdout: 0, stderr: 0 }), finished: async () => {} },
+      pods: {
+        install: 'install-a',
+        namespace: NS,
+        image: 'leoflow:bench',
+        serverUrl: 'http://cp:7070',
+        agentCommand: ['leoflow'],
+        killGraceMs: 10_000,
+        podPendingTimeoutMs: 600_000,
+        keepSucceededMs: 0,
+        keepFailedMs: 3_600_000,
+      },
+      reporter: {
+        started: async () => true,
+        log: () => {},
+        heartbeat: async () => new Set(),
+        logsSoFar: async () => ({ stdout: 0, stderr: 0 }),
+        finished: async () => {},
+      },
       store: { lost: async () => false, pending: async () => {}, active: async () => [], podGone: async () => {} },
       logger,
     });
@@ -42,16 +58,42 @@ it('pods dispatched per second at 100 ms and 500 ms API latency, against the cei
     kube.setLatency(latencyMs);
     const n = Math.round((DRAINERS * 5 * 1000) / latencyMs);
     let done = 0;
-    const pool = createDispatchPool<Attempt>({ workers: DRAINERS, capacity: 256 * 8, key: (a) => a.tiId, logger, dispatch: (a) => ex.dispatch(a), onDispatched: () => void done++ });
+    const pool = createDispatchPool<Attempt>({
+      workers: DRAINERS,
+      capacity: 256 * 8,
+      key: (a) => a.tiId,
+      logger,
+      dispatch: (a) => ex.dispatch(a),
+      onDispatched: () => void done++,
+    });
     const started = performance.now();
     for (let i = 0; i < n; i++) {
-      pool.offer({ tiId: String(i + 1), runId: String(i + 1), dagId: 'bench', taskId: 't', tryNumber: 1, maxTries: 1, attemptToken: randomUUID(), dispatchKey: 'k', command: ['true'], env: {}, cwd: null, timeoutMs: null });
+      pool.offer({
+        tiId: String(i + 1),
+        runId: String(i + 1),
+        dagId: 'bench',
+        taskId: 't',
+        tryNumber: 1,
+        maxTries: 1,
+        attemptToken: randomUUID(),
+        dispatchKey: 'k',
+        command: ['true'],
+        env: {},
+        cwd: null,
+        timeoutMs: null,
+      });
     }
     await waitFor('every pod created', async () => done === n, 120_000, 5);
     const seconds = (performance.now() - started) / 1000;
     expect(kube.pods(NS).length).toBe(n);
     const ceiling = DRAINERS / (latencyMs / 1000);
-    rows.push({ 'API latency ms': latencyMs, pods: n, 'pods/s': +(n / seconds).toFixed(1), 'ceiling 16/latency': ceiling, 'of ceiling': `${Math.round((100 * n) / seconds / ceiling)} %` });
+    rows.push({
+      'API latency ms': latencyMs,
+      pods: n,
+      'pods/s': +(n / seconds).toFixed(1),
+      'ceiling 16/latency': ceiling,
+      'of ceiling': `${Math.round((100 * n) / seconds / ceiling)} %`,
+    });
     await pool.close();
     await ex.shutdown(0);
     await kube.close();
@@ -67,7 +109,20 @@ it('trigger → pod created → attempt started, p50/p99, at 100 ms API latency'
   const port = await freePort();
   const server = await startServer({
     env: { DATABASE_URL: db.url },
-    args: ['--edition', 'pro', '--listen', `127.0.0.1:${port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS, '--kubernetes-image', 'leoflow:bench', '--pod-server-url', `http://127.0.0.1:${port}`],
+    args: [
+      '--edition',
+      'pro',
+      '--listen',
+      `127.0.0.1:${port}`,
+      '--kubeconfig',
+      kube.kubeconfigPath,
+      '--kubernetes-namespace',
+      NS,
+      '--kubernetes-image',
+      'leoflow:bench',
+      '--pod-server-url',
+      `http://127.0.0.1:${port}`,
+    ],
   });
   try {
     const file = path.join(tmp, 'one.yaml');
@@ -82,22 +137,51 @@ it('trigger → pod created → attempt started, p50/p99, at 100 ms API latency'
       const since = kube.requests().length;
       const t0 = Date.now();
       const runId = (await api.workflow.triggerRun({ dagId: 'one', runKey: `r${i}` })).run!.runId;
-      const startedAt = await waitFor('started', async () => {
-        const [t] = await db.sql<{ started_at: Date | null; state: string }[]>`select started_at, state from task_instances where run_id = ${runId}`;
-        return t?.started_at ?? null;
-      }, 60_000, 5);
-      const create = kube.requests().slice(since).find((r) => r.verb === 'create' && r.status === 201)!;
+      const startedAt = await waitFor(
+        'started',
+        async () => {
+          const [t] = await db.sql<
+            { started_at: Date | null; state: string }[]
+          >`select started_at, state from task_instances where run_id = ${runId}`;
+          return t?.started_at ?? null;
+        },
+        60_000,
+        5,
+      );
+      const create = kube
+        .requests()
+        .slice(since)
+        .find((r) => r.verb === 'create' && r.status === 201)!;
       toCreated.push(create.at + create.durationMs - t0);
       toStarted.push(startedAt.getTime() - t0);
-      await waitFor('run over', async () => {
-        const [r] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
-        return r?.state === 'success';
-      }, 60_000, 20);
+      await waitFor(
+        'run over',
+        async () => {
+          const [r] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
+          return r?.state === 'success';
+        },
+        60_000,
+        20,
+      );
     }
-    await report('kubernetes-start-latency', [
-      { step: 'trigger → pod created', 'p50 ms': percentile(toCreated, 50), 'p99 ms': percentile(toCreated, 99), runs: RUNS },
-      { step: 'trigger → attempt started (agent in the pod)', 'p50 ms': percentile(toStarted, 50), 'p99 ms': percentile(toStarted, 99), runs: RUNS },
-    ], { load: os.loadavg(), apiLatencyMs: 100 });
+    await report(
+      'kubernetes-start-latency',
+      [
+        {
+          step: 'trigger → pod created',
+          'p50 ms': percentile(toCreated, 50),
+          'p99 ms': percentile(toCreated, 99),
+          runs: RUNS,
+        },
+        {
+          step: 'trigger → attempt started (agent in the pod)',
+          'p50 ms': percentile(toStarted, 50),
+          'p99 ms': percentile(toStarted, 99),
+          runs: RUNS,
+        },
+      ],
+      { load: os.loadavg(), apiLatencyMs: 100 },
+    );
   } finally {
     await server.stop();
     await kube.close();

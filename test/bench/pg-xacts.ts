@@ -6,7 +6,9 @@ import type { Sql } from '../../src/db/sql.js';
  * before the second reading. The reading is itself one transaction on `sql`'s database.
  */
 export async function xacts(sql: Sql, dbName: string): Promise<number> {
-  const [r] = await sql<{ n: string }[]>`select xact_commit + xact_rollback as n from pg_stat_database where datname = ${dbName}`;
+  const [r] = await sql<
+    { n: string }[]
+  >`select xact_commit + xact_rollback as n from pg_stat_database where datname = ${dbName}`;
   return Number(r!.n);
 }
 

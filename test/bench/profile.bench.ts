@@ -51,17 +51,44 @@ async function statements(sql: Sql): Promise<Statement[]> {
     select query, calls, plans, total_exec_time as ms, total_plan_time as plan_ms from pg_stat_statements
     where dbid = (select oid from pg_database where datname = current_database())
       and query not ilike '%pg_stat_statements%' and query not ilike '%count(*)::int as n from dag_runs%'`;
-  return rows.map((r) => ({ query: r.query.replace(/\s+/g, ' ').trim(), calls: Number(r.calls), ms: Number(r.ms), planMs: Number(r.plan_ms), plans: Number(r.plans) }));
+  return rows.map((r) => ({
+    query: r.query.replace(/\s+/g, ' ').trim(),
+    calls: Number(r.calls),
+    ms: Number(r.ms),
+    planMs: Number(r.plan_ms),
+    plans: Number(r.plans),
+  }));
 }
 
 /** `leoflow server` under `node --cpu-prof` (not allowed in NODE_OPTIONS, so spawned here);
  *  the profile is written when it exits on SIGTERM. */
 async function withServer<T>(pgUrl: string, profDir: string, fn: (url: string, pid: number) => Promise<T>): Promise<T> {
-  const child = spawn(process.execPath, ['--cpu-prof', `--cpu-prof-dir=${profDir}`, path.join(ROOT, 'bin/leoflow.js'), 'server', '--listen', '127.0.0.1:0', '--metrics-listen', '127.0.0.1:0', '--log-format', 'json', '--heartbeat-interval', '1s', '--dispatch-workers', '16', '--dispatch-queue', '256'], {
-    cwd: ROOT,
-    env: { ...process.env, DATABASE_URL: pgUrl },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const child = spawn(
+    process.execPath,
+    [
+      '--cpu-prof',
+      `--cpu-prof-dir=${profDir}`,
+      path.join(ROOT, 'bin/leoflow.js'),
+      'server',
+      '--listen',
+      '127.0.0.1:0',
+      '--metrics-listen',
+      '127.0.0.1:0',
+      '--log-format',
+      'json',
+      '--heartbeat-interval',
+      '1s',
+      '--dispatch-workers',
+      '16',
+      '--dispatch-queue',
+      '256',
+    ],
+    {
+      cwd: ROOT,
+      env: { ...process.env, DATABASE_URL: pgUrl },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
   const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
   try {
     const url = await new Promise<string>((resolve, reject) => {
@@ -109,20 +136,47 @@ async function postgresCpuMs(pgdata: string): Promise<number> {
   for (const entry of await readdir('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '');
-    if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === postmaster) total += await cpuMsOf(Number(entry));
+    if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === postmaster)
+      total += await cpuMsOf(Number(entry));
   }
   return total;
 }
 
 async function newestProfile(dir: string): Promise<string> {
-  const files = await Promise.all((await readdir(dir)).filter((f) => f.endsWith('.cpuprofile')).map(async (f) => ({ f: path.join(dir, f), size: (await stat(path.join(dir, f))).size })));
+  const files = await Promise.all(
+    (await readdir(dir))
+      .filter((f) => f.endsWith('.cpuprofile'))
+      .map(async (f) => ({ f: path.join(dir, f), size: (await stat(path.join(dir, f))).size })),
+  );
   return files.sort((a, b) => b.size - a.size)[0]!.f; // the main thread's (worker threads' are tiny)
 }
 
 function perTask(st: Statement[], tasks: number) {
   const total = st.reduce((n, s) => n + s.calls, 0);
-  const rows = [...st].sort((a, b) => b.calls - a.calls).slice(0, 25).map((s) => ({ 'calls/task': round(s.calls / tasks, 2), 'ms/task': round(s.ms / tasks, 3), 'plan ms/task': round(s.planMs / tasks, 3), statement: s.query.slice(0, 150) }));
-  return { total, perTask: total / tasks, rows, byTime: [...st].sort((a, b) => b.ms + b.planMs - a.ms - a.planMs).slice(0, 10).map((s) => ({ 'ms/task': round(s.ms / tasks, 3), 'plan ms/task': round(s.planMs / tasks, 3), 'calls/task': round(s.calls / tasks, 2), 'planned/call': round(s.plans / Math.max(1, s.calls), 2), statement: s.query.slice(0, 150) })) };
+  const rows = [...st]
+    .sort((a, b) => b.calls - a.calls)
+    .slice(0, 25)
+    .map((s) => ({
+      'calls/task': round(s.calls / tasks, 2),
+      'ms/task': round(s.ms / tasks, 3),
+      'plan ms/task': round(s.planMs / tasks, 3),
+      statement: s.query.slice(0, 150),
+    }));
+  return {
+    total,
+    perTask: total / tasks,
+    rows,
+    byTime: [...st]
+      .sort((a, b) => b.ms + b.planMs - a.ms - a.planMs)
+      .slice(0, 10)
+      .map((s) => ({
+        'ms/task': round(s.ms / tasks, 3),
+        'plan ms/task': round(s.planMs / tasks, 3),
+        'calls/task': round(s.calls / tasks, 2),
+        'planned/call': round(s.plans / Math.max(1, s.calls), 2),
+        statement: s.query.slice(0, 150),
+      })),
+  };
 }
 
 describe.skipIf(!process.env.LEOFLOW_BENCH_PROFILE)('profile', () => {
@@ -132,7 +186,12 @@ describe.skipIf(!process.env.LEOFLOW_BENCH_PROFILE)('profile', () => {
     const port = await freePort();
     let pg: EmbeddedPostgres | null = await startEmbeddedPostgres({ stateDir, port, logger });
     await pg.stop();
-    await appendFile(path.join(stateDir, 'pgdata', 'postgresql.conf'), "\nshared_preload_libraries = 'pg_stat_statements'\npg_stat_statements.track_planning = on\n" + (process.env.LEOFLOW_BENCH_PROFILE_PG_CONF ?? '') + '\n');
+    await appendFile(
+      path.join(stateDir, 'pgdata', 'postgresql.conf'),
+      "\nshared_preload_libraries = 'pg_stat_statements'\npg_stat_statements.track_planning = on\n" +
+        (process.env.LEOFLOW_BENCH_PROFILE_PG_CONF ?? '') +
+        '\n',
+    );
     pg = await startEmbeddedPostgres({ stateDir, port, logger });
     const sql = createSql(pg.url, { max: 2 });
     try {
@@ -142,19 +201,36 @@ describe.skipIf(!process.env.LEOFLOW_BENCH_PROFILE)('profile', () => {
       // (1) throughput
       const tpDir = path.join(tmp, 'tp');
       out.throughput = await withServer(pg.url, tpDir, async (url, serverPid) => {
-        await writeFile(path.join(tmp, 'tp.yaml'), 'dag_id: tp\nmax_active_runs: 100000\ntasks:\n  - id: t\n    executor: agents\n    command: ["true"]\n');
+        await writeFile(
+          path.join(tmp, 'tp.yaml'),
+          'dag_id: tp\nmax_active_runs: 100000\ntasks:\n  - id: t\n    executor: agents\n    command: ["true"]\n',
+        );
         expect((await cli(url, ['dag', 'apply', path.join(tmp, 'tp.yaml')])).code).toBe(0);
         const api = createClients(url);
         await api.workflow.pauseDag({ dagId: 'tp', paused: true });
         const dag = (await getDag(sql, 'tp'))!;
         for (let i = 0; i < TASKS; i += 500) {
           await sql.begin(async (tx) => {
-            for (let j = i; j < Math.min(TASKS, i + 500); j++) await createRun(tx, { dagId: 'tp', dagVersion: dag.version, runKey: `p_${j}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+            for (let j = i; j < Math.min(TASKS, i + 500); j++)
+              await createRun(tx, {
+                dagId: 'tp',
+                dagVersion: dag.version,
+                runKey: `p_${j}`,
+                runType: 'manual',
+                logicalDate: new Date(),
+                conf: {},
+                defaultExecutor: 'subprocess',
+              });
           });
         }
         const agent = startInstantAgent(url, { agentId: 'prof', slots: SLOTS });
         try {
-          await waitFor('agent', async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected), 30_000, 50);
+          await waitFor(
+            'agent',
+            async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected),
+            30_000,
+            50,
+          );
           await sleep(1500);
           await sql`select pg_stat_statements_reset()`;
           const x0 = await xacts(sql, 'leoflow');
@@ -164,9 +240,19 @@ describe.skipIf(!process.env.LEOFLOW_BENCH_PROFILE)('profile', () => {
           // The database is asked only once the agent has every end acknowledged: a count of the
           // runs every 100 ms was 0.04 ms of Postgres CPU a task, in the figures measured here.
           await waitFor('all ends acknowledged', async () => agent.acked >= TASKS, 600_000, 5);
-          await waitFor('all done', async () => (await sql<{ n: number }[]>`select count(*)::int as n from dag_runs where state = 'success'`)[0]!.n >= TASKS, 60_000, 5);
+          await waitFor(
+            'all done',
+            async () =>
+              (await sql<{ n: number }[]>`select count(*)::int as n from dag_runs where state = 'success'`)[0]!.n >=
+              TASKS,
+            60_000,
+            5,
+          );
           const secs = (performance.now() - t) / 1000;
-          const cpuMsPerTask = { server: ((await cpuMsOf(serverPid)) - server0) / TASKS, postgres: ((await postgresCpuMs(path.join(stateDir, 'pgdata'))) - pg0) / TASKS };
+          const cpuMsPerTask = {
+            server: ((await cpuMsOf(serverPid)) - server0) / TASKS,
+            postgres: ((await postgresCpuMs(path.join(stateDir, 'pgdata'))) - pg0) / TASKS,
+          };
           await sleep(STATS_SETTLE_MS);
           const xactPerTask = ((await xacts(sql, 'leoflow')) - x0) / TASKS;
           return { seconds: secs, xactPerTask, cpuMsPerTask, ...perTask(await statements(sql), TASKS) };
@@ -180,18 +266,36 @@ describe.skipIf(!process.env.LEOFLOW_BENCH_PROFILE)('profile', () => {
       const chDir = path.join(tmp, 'chain');
       out.chain = await withServer(pg.url, chDir, async (url) => {
         const lines = ['dag_id: chain', 'tasks:'];
-        for (let i = 0; i < 40; i++) lines.push(`  - id: t${String(i).padStart(2, '0')}`, '    executor: agents', '    command: ["true"]', ...(i ? [`    depends_on: [t${String(i - 1).padStart(2, '0')}]`] : []));
+        for (let i = 0; i < 40; i++)
+          lines.push(
+            `  - id: t${String(i).padStart(2, '0')}`,
+            '    executor: agents',
+            '    command: ["true"]',
+            ...(i ? [`    depends_on: [t${String(i - 1).padStart(2, '0')}]`] : []),
+          );
         await writeFile(path.join(tmp, 'chain.yaml'), lines.join('\n') + '\n');
         expect((await cli(url, ['dag', 'apply', path.join(tmp, 'chain.yaml')])).code).toBe(0);
         const api = createClients(url);
         const agent = startInstantAgent(url, { agentId: 'prof-chain', slots: 1 });
         try {
-          await waitFor('agent', async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected), 30_000, 50);
+          await waitFor(
+            'agent',
+            async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected),
+            30_000,
+            50,
+          );
           await sleep(1500);
           await sql`select pg_stat_statements_reset()`;
           for (let r = 0; r < 3; r++) {
             const runId = (await api.workflow.triggerRun({ dagId: 'chain' })).run!.runId;
-            await waitFor('chain done', async () => (await sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`)[0]!.state === 'success', 60_000, 20);
+            await waitFor(
+              'chain done',
+              async () =>
+                (await sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`)[0]!.state ===
+                'success',
+              60_000,
+              20,
+            );
           }
           return perTask(await statements(sql), 120);
         } finally {
@@ -200,9 +304,20 @@ describe.skipIf(!process.env.LEOFLOW_BENCH_PROFILE)('profile', () => {
       });
       (out.chain as Record<string, unknown>).cpu = await profileTop(await newestProfile(chDir), 20);
 
-      const tp = out.throughput as ReturnType<typeof perTask> & { cpu: Awaited<ReturnType<typeof profileTop>>; seconds: number; xactPerTask: number; cpuMsPerTask: { server: number; postgres: number } };
+      const tp = out.throughput as ReturnType<typeof perTask> & {
+        cpu: Awaited<ReturnType<typeof profileTop>>;
+        seconds: number;
+        xactPerTask: number;
+        cpuMsPerTask: { server: number; postgres: number };
+      };
       const ch = out.chain as ReturnType<typeof perTask> & { cpu: Awaited<ReturnType<typeof profileTop>> };
-      await report('profile-throughput-sql', tp.rows, { statementsPerTask: tp.perTask, xactPerTask: tp.xactPerTask, seconds: tp.seconds, cpuMsPerTask: tp.cpuMsPerTask, byTime: tp.byTime });
+      await report('profile-throughput-sql', tp.rows, {
+        statementsPerTask: tp.perTask,
+        xactPerTask: tp.xactPerTask,
+        seconds: tp.seconds,
+        cpuMsPerTask: tp.cpuMsPerTask,
+        byTime: tp.byTime,
+      });
       await report('profile-throughput-sql-by-time', tp.byTime);
       await report('profile-throughput-cpu-functions', tp.cpu.functions, { busyMs: tp.cpu.totalMs });
       await report('profile-throughput-cpu-areas', tp.cpu.areas, { busyMs: tp.cpu.totalMs });
@@ -210,7 +325,9 @@ describe.skipIf(!process.env.LEOFLOW_BENCH_PROFILE)('profile', () => {
       await report('profile-chain-sql', ch.rows, { statementsPerTask: ch.perTask, byTime: ch.byTime });
       await report('profile-chain-cpu-functions', ch.cpu.functions, { busyMs: ch.cpu.totalMs });
       await report('profile-chain-cpu-attributed', ch.cpu.attributed, { busyMs: ch.cpu.totalMs });
-      process.stdout.write(`\nthroughput: ${round(tp.xactPerTask, 2)} transactions per task (pg_stat_database, harness polls included); statements per task: throughput ${round(tp.perTask, 1)}, chain ${round(ch.perTask, 1)}; ${TASKS} tasks in ${round(tp.seconds, 1)} s; CPU per task (/proc): server ${round(tp.cpuMsPerTask.server, 2)} ms, Postgres ${round(tp.cpuMsPerTask.postgres, 2)} ms (all its processes); the server's profile saw it busy (wall-clock samples) ${round(tp.cpu.totalMs / 1000, 1)} s\n`);
+      process.stdout.write(
+        `\nthroughput: ${round(tp.xactPerTask, 2)} transactions per task (pg_stat_database, harness polls included); statements per task: throughput ${round(tp.perTask, 1)}, chain ${round(ch.perTask, 1)}; ${TASKS} tasks in ${round(tp.seconds, 1)} s; CPU per task (/proc): server ${round(tp.cpuMsPerTask.server, 2)} ms, Postgres ${round(tp.cpuMsPerTask.postgres, 2)} ms (all its processes); the server's profile saw it busy (wall-clock samples) ${round(tp.cpu.totalMs / 1000, 1)} s\n`,
+      );
     } finally {
       await sql.end({ timeout: 5 });
       await pg.stop();

@@ -20,7 +20,14 @@ interface Chain40 {
 }
 interface Throughput {
   at: string;
-  results: { agent: string; concurrency: number; tasksPerSec: number; xactPerTask: number; done: number; tasks: number }[];
+  results: {
+    agent: string;
+    concurrency: number;
+    tasksPerSec: number;
+    xactPerTask: number;
+    done: number;
+    tasks: number;
+  }[];
   latency: { p50: number; p99: number };
 }
 interface QueuePeer {
@@ -62,7 +69,12 @@ const x = (a: number, b: number) => `${round(a / b, 2)}x`;
 const verdict = (ok: boolean, missBy: string) => (ok ? 'met' : `missed: ${missBy}`);
 
 /** One measure across Leoflow and the four peers ('' where a peer has no such figure). */
-function row(measure: string, leoflow: number, peers: Record<'gw' | 'boss' | 'dbos' | 'restate', number | null>, digits = 2) {
+function row(
+  measure: string,
+  leoflow: number,
+  peers: Record<'gw' | 'boss' | 'dbos' | 'restate', number | null>,
+  digits = 2,
+) {
   const v = (n: number | null) => (n === null ? '' : round(n, digits));
   const r = (n: number | null) => (n === null ? '' : x(leoflow, n));
   return {
@@ -89,7 +101,9 @@ export async function reportRatios(): Promise<void> {
     load<Rows>('startup'),
   ]);
   const needed = { chain40: chain, throughput: tp, peers, 'durable-peers': durable, 'slow-dispatch': slow, startup };
-  const missing = Object.entries(needed).filter(([, v]) => !v).map(([k]) => k);
+  const missing = Object.entries(needed)
+    .filter(([, v]) => !v)
+    .map(([k]) => k);
   if (missing.length > 0) {
     process.stdout.write(`\n(ratios and goals: waiting for ${missing.join(', ')})\n`);
     return;
@@ -107,12 +121,17 @@ export async function reportRatios(): Promise<void> {
   for (const l of instant) {
     const p = at(l.concurrency);
     rows.push(
-      row(`throughput, ${l.concurrency} in flight (tasks, jobs or workflows/s)`, l.tasksPerSec, {
-        gw: p.gw?.jobsPerSec ?? null,
-        boss: p.boss?.jobsPerSec ?? null,
-        dbos: p.dbos?.perSec ?? null,
-        restate: p.restate?.perSec ?? null,
-      }, 0),
+      row(
+        `throughput, ${l.concurrency} in flight (tasks, jobs or workflows/s)`,
+        l.tasksPerSec,
+        {
+          gw: p.gw?.jobsPerSec ?? null,
+          boss: p.boss?.jobsPerSec ?? null,
+          dbos: p.dbos?.perSec ?? null,
+          restate: p.restate?.perSec ?? null,
+        },
+        0,
+      ),
     );
     rows.push(
       row(`Postgres transactions a task, job or workflow, ${l.concurrency} in flight`, l.xactPerTask, {
@@ -123,12 +142,22 @@ export async function reportRatios(): Promise<void> {
       }),
     );
   }
-  const latency = (q: 'p50' | 'p99') => ({ gw: gw.latency[q], boss: boss.latency[q], dbos: dbos.latency[q], restate: restate.latency[q] });
+  const latency = (q: 'p50' | 'p99') => ({
+    gw: gw.latency[q],
+    boss: boss.latency[q],
+    dbos: dbos.latency[q],
+    restate: restate.latency[q],
+  });
   rows.push(row('enqueue → start p50 ms (peers: add → handler, start → first step)', tp!.latency.p50, latency('p50')));
   rows.push(row('enqueue → start p99 ms', tp!.latency.p99, latency('p99')));
   const a = chain!.summary.agent;
   const sp = chain!.summary.subprocess;
-  const step = { gw: gw.chain.stepP50, boss: boss.chain.stepP50, dbos: dbos.chain.stepP50, restate: restate.chain.stepP50 };
+  const step = {
+    gw: gw.chain.stepP50,
+    boss: boss.chain.stepP50,
+    dbos: dbos.chain.stepP50,
+    restate: restate.chain.stepP50,
+  };
   rows.push(row('chain of 40: step p50 ms (leoflow: agent, finish → next start)', a.overheadP50, step));
   rows.push(row('chain of 40: step p50 ms (leoflow: agent, start → next start)', a.startToStartP50, step));
   rows.push(row('chain of 40: step p50 ms (leoflow: subprocess, finish → next start)', sp.overheadP50, step));
@@ -144,7 +173,9 @@ export async function reportRatios(): Promise<void> {
   const started = inject('benchRunStartedAt');
   const earlier = Object.fromEntries(Object.entries(sources).filter(([, t]) => t < started));
   if (Object.keys(earlier).length > 0) {
-    const list = Object.entries(earlier).map(([k, t]) => `${k} at ${t}`).join(', ');
+    const list = Object.entries(earlier)
+      .map(([k, t]) => `${k} at ${t}`)
+      .join(', ');
     process.stdout.write(`\n(ratios and goals below use results of an earlier run: ${list})\n`);
   }
   await report('ratios', rows, { sources, earlier });
@@ -155,11 +186,22 @@ export async function reportRatios(): Promise<void> {
     const g = at(l.concurrency).gw;
     if (g) {
       const ok = l.tasksPerSec >= g.jobsPerSec;
-      goals.push({ goal: `throughput ≥ 1.0x graphile-worker (${l.concurrency} in flight)`, today: x(l.tasksPerSec, g.jobsPerSec), verdict: verdict(ok, `needs ${x(g.jobsPerSec, l.tasksPerSec)} today's rate`) });
+      goals.push({
+        goal: `throughput ≥ 1.0x graphile-worker (${l.concurrency} in flight)`,
+        today: x(l.tasksPerSec, g.jobsPerSec),
+        verdict: verdict(ok, `needs ${x(g.jobsPerSec, l.tasksPerSec)} today's rate`),
+      });
     }
-    goals.push({ goal: `≤ 2 Postgres transactions a task (${l.concurrency} in flight)`, today: round(l.xactPerTask, 2), verdict: verdict(l.xactPerTask <= 2, `${x(l.xactPerTask, 2)} the goal`) });
+    goals.push({
+      goal: `≤ 2 Postgres transactions a task (${l.concurrency} in flight)`,
+      today: round(l.xactPerTask, 2),
+      verdict: verdict(l.xactPerTask <= 2, `${x(l.xactPerTask, 2)} the goal`),
+    });
   }
-  for (const [name, ms] of [['agent', a.overheadP50], ['subprocess', sp.overheadP50]] as const) {
+  for (const [name, ms] of [
+    ['agent', a.overheadP50],
+    ['subprocess', sp.overheadP50],
+  ] as const) {
     const best = Math.min(gw.chain.stepP50, dbos.chain.stepP50);
     goals.push({
       goal: `chain-40 step p50 (${name}, finish → next start) ≤ graphile-worker's and DBOS's`,
@@ -168,17 +210,29 @@ export async function reportRatios(): Promise<void> {
     });
   }
   const toStart = tp!.latency.p50;
-  goals.push({ goal: 'enqueue → start p50 ≤ 2x pg-boss', today: x(toStart, boss.latency.p50), verdict: verdict(toStart <= 2 * boss.latency.p50, `${x(toStart, 2 * boss.latency.p50)} the goal`) });
+  goals.push({
+    goal: 'enqueue → start p50 ≤ 2x pg-boss',
+    today: x(toStart, boss.latency.p50),
+    verdict: verdict(toStart <= 2 * boss.latency.p50, `${x(toStart, 2 * boss.latency.p50)} the goal`),
+  });
   const warm = startup!.rows.find((r) => String(r.measure).startsWith('server start to ready, warm'));
   const node = startup!.rows.find((r) => String(r.measure).startsWith('node -e 0 (yardstick)'));
   if (warm && node) {
     const ratio = Number(warm.p50_ms) / Number(node.p50_ms);
-    goals.push({ goal: 'warm server start ≤ 8x `node -e 0`', today: `${round(ratio, 1)}x`, verdict: verdict(ratio <= 8, `${x(ratio, 8)} the goal`) });
+    goals.push({
+      goal: 'warm server start ≤ 8x `node -e 0`',
+      today: `${round(ratio, 1)}x`,
+      verdict: verdict(ratio <= 8, `${x(ratio, 8)} the goal`),
+    });
   }
   const pro = slow!.rows.find((r) => String(r.pool).startsWith('Pro'));
   if (pro) {
     const p99 = Number(pro['tick p99 ms']);
-    goals.push({ goal: 'tick p99 under slow dispatch < 100 ms (Pro pool)', today: `${p99} ms`, verdict: verdict(p99 < 100, `${x(p99, 100)} the goal`) });
+    goals.push({
+      goal: 'tick p99 under slow dispatch < 100 ms (Pro pool)',
+      today: `${p99} ms`,
+      verdict: verdict(p99 < 100, `${x(p99, 100)} the goal`),
+    });
   }
   await report('goals', goals, { sources, earlier });
 }

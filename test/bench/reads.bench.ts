@@ -102,7 +102,14 @@ describe('reads', () => {
       for (let i = 0; i < RUNS; i += 500) {
         await db.sql.begin(async (tx) => {
           for (let j = i; j < Math.min(RUNS, i + 500); j++) {
-            const r = await createRunOfDag(tx as unknown as Sql, { dagId: 'history', runKey: `r${j}`, runType: 'manual', logicalDate: new Date(), conf: { batch: j }, defaultExecutor: 'subprocess' });
+            const r = await createRunOfDag(tx as unknown as Sql, {
+              dagId: 'history',
+              runKey: `r${j}`,
+              runType: 'manual',
+              logicalDate: new Date(),
+              conf: { batch: j },
+              defaultExecutor: 'subprocess',
+            });
             expect(r?.created).toBe(true);
           }
         });
@@ -123,13 +130,31 @@ describe('reads', () => {
       const [specSize] = await db.sql<{ text: number; stored: number }[]>`
         select octet_length(spec::text) as text, pg_column_size(spec) as stored from dags where dag_id = 'history'`;
 
-      const runIds = (await db.sql<{ id: string }[]>`select id from dag_runs where state = 'running' order by id`).map((r) => r.id);
+      const runIds = (await db.sql<{ id: string }[]>`select id from dag_runs where state = 'running' order by id`).map(
+        (r) => r.id,
+      );
       const reads: { name: string; run(): Promise<unknown[]>; statements: number }[] = [
         { name: 'ListRuns, 1,000 runs (API)', run: () => listRuns(measured, { limit: 1000 }), statements: 1 },
-        { name: 'ListRuns of the DAG, 1,000 runs (API)', run: () => listRuns(measured, { dagId: 'history', limit: 1000 }), statements: 1 },
-        { name: 'planner: 1,000 running runs (full step)', run: async () => await activeRuns(measured, 1000, { running: true }), statements: 1 },
-        { name: 'planner: 1,000 runs by id (targeted step)', run: async () => await activeRuns(measured, 1000, { runIds }), statements: 1 },
-        { name: "planner: the task instances of 1,000 runs", run: () => listTisOfRuns(measured, runIds), statements: 1 },
+        {
+          name: 'ListRuns of the DAG, 1,000 runs (API)',
+          run: () => listRuns(measured, { dagId: 'history', limit: 1000 }),
+          statements: 1,
+        },
+        {
+          name: 'planner: 1,000 running runs (full step)',
+          run: async () => await activeRuns(measured, 1000, { running: true }),
+          statements: 1,
+        },
+        {
+          name: 'planner: 1,000 runs by id (targeted step)',
+          run: async () => await activeRuns(measured, 1000, { runIds }),
+          statements: 1,
+        },
+        {
+          name: 'planner: the task instances of 1,000 runs',
+          run: () => listTisOfRuns(measured, runIds),
+          statements: 1,
+        },
       ];
       const rows: Measured[] = [];
       for (const read of reads) {
@@ -150,15 +175,28 @@ describe('reads', () => {
           const execs: number[] = [];
           const sers: number[] = [];
           for (let i = 0; i < 5; i++) {
-            const [plan] = await db.sql.unsafe(`explain (analyze, serialize text, format json) ${last.query}`, last.params as never[]);
-            const p = (plan as unknown as { 'QUERY PLAN': { 'Execution Time': number; Serialization: { Time: number } }[] })['QUERY PLAN'][0]!;
+            const [plan] = await db.sql.unsafe(
+              `explain (analyze, serialize text, format json) ${last.query}`,
+              last.params as never[],
+            );
+            const p = (
+              plan as unknown as { 'QUERY PLAN': { 'Execution Time': number; Serialization: { Time: number } }[] }
+            )['QUERY PLAN'][0]!;
             execs.push(p['Execution Time']);
             sers.push(p.Serialization.Time);
           }
           exec = round(median(execs), 2);
           ser = round(median(sers), 2);
         }
-        rows.push({ read: read.name, rows: got.length, p50_ms: round(percentile(times, 50), 2), p99_ms: round(percentile(times, 99), 2), kb_sent: round(bytes / 1024, 1), pg_exec_ms: exec, pg_serialize_ms: ser });
+        rows.push({
+          read: read.name,
+          rows: got.length,
+          p50_ms: round(percentile(times, 50), 2),
+          p99_ms: round(percentile(times, 99), 2),
+          kb_sent: round(bytes / 1024, 1),
+          pg_exec_ms: exec,
+          pg_serialize_ms: ser,
+        });
       }
       await report('reads', rows as unknown as Record<string, string | number>[]);
       const disk = [
@@ -168,8 +206,16 @@ describe('reads', () => {
         { relation: 'events', bytes_per_run: round(size('events') / RUNS, 0) },
         { relation: 'all tables', bytes_per_run: round(sizes.reduce((a, s) => a + Number(s.bytes), 0) / RUNS, 0) },
       ];
-      await report('reads-disk', disk, { runs: RUNS, tasks: TASKS, specTextBytes: specSize!.text, specStoredBytes: specSize!.stored, madeMs: round(madeMs, 0) });
-      process.stdout.write(`\nspec: ${specSize!.text} bytes as text, ${specSize!.stored} stored; ${RUNS} runs made in ${round(madeMs / 1000, 1)} s\n`);
+      await report('reads-disk', disk, {
+        runs: RUNS,
+        tasks: TASKS,
+        specTextBytes: specSize!.text,
+        specStoredBytes: specSize!.stored,
+        madeMs: round(madeMs, 0),
+      });
+      process.stdout.write(
+        `\nspec: ${specSize!.text} bytes as text, ${specSize!.stored} stored; ${RUNS} runs made in ${round(madeMs / 1000, 1)} s\n`,
+      );
     } finally {
       await measured.end({ timeout: 5 });
       await proxy.close();

@@ -11,17 +11,34 @@ export function percentile(values: number[], p: number): number {
 }
 
 export function machine(): Record<string, unknown> {
-  return { cpus: os.cpus().length, cpu: os.cpus()[0]?.model, memGiB: Math.round(os.totalmem() / 2 ** 30), node: process.version, platform: `${os.platform()} ${os.release()}` };
+  return {
+    cpus: os.cpus().length,
+    cpu: os.cpus()[0]?.model,
+    memGiB: Math.round(os.totalmem() / 2 ** 30),
+    node: process.version,
+    platform: `${os.platform()} ${os.release()}`,
+  };
 }
 
 /** Prints a table and writes the machine-readable results to test/bench/results/<name>.json. */
-export async function report(name: string, rows: Record<string, string | number>[], extra: Record<string, unknown> = {}): Promise<void> {
+export async function report(
+  name: string,
+  rows: Record<string, string | number>[],
+  extra: Record<string, unknown> = {},
+): Promise<void> {
   const cols = Object.keys(rows[0] ?? {});
   const widths = cols.map((c) => Math.max(c.length, ...rows.map((r) => String(r[c]).length)));
   const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join(' | ');
-  const text = [line(cols), widths.map((w) => '-'.repeat(w)).join('-|-'), ...rows.map((r) => line(cols.map((c) => String(r[c]))))].join('\n');
+  const text = [
+    line(cols),
+    widths.map((w) => '-'.repeat(w)).join('-|-'),
+    ...rows.map((r) => line(cols.map((c) => String(r[c])))),
+  ].join('\n');
   process.stdout.write(`\n== ${name}\n${text}\n`);
   const dir = path.join(ROOT, 'test/bench/results');
   await mkdir(dir, { recursive: true });
-  await writeFile(path.join(dir, `${name}.json`), JSON.stringify({ name, at: new Date().toISOString(), machine: machine(), rows, ...extra }, null, 2) + '\n');
+  await writeFile(
+    path.join(dir, `${name}.json`),
+    JSON.stringify({ name, at: new Date().toISOString(), machine: machine(), rows, ...extra }, null, 2) + '\n',
+  );
 }

@@ -53,8 +53,13 @@ const TASKS_PER_SECOND = 100;
 function typicalDag(): string {
   const lines = `for i in 1 2 3 4 5; do echo "$LEOFLOW_TASK_ID: batch $i of ${LINES}, 10000 rows"; done`;
   const out = ['dag_id: typical', 'max_active_runs: 4', 'tasks:', `  - id: extract`, `    command: '${lines}'`];
-  for (let i = 1; i <= TASKS - 2; i++) out.push(`  - id: transform_${i}`, `    depends_on: [extract]`, `    command: '${lines}'`);
-  out.push(`  - id: load`, `    depends_on: [${Array.from({ length: TASKS - 2 }, (_, i) => `transform_${i + 1}`).join(', ')}]`, `    command: '${lines}'`);
+  for (let i = 1; i <= TASKS - 2; i++)
+    out.push(`  - id: transform_${i}`, `    depends_on: [extract]`, `    command: '${lines}'`);
+  out.push(
+    `  - id: load`,
+    `    depends_on: [${Array.from({ length: TASKS - 2 }, (_, i) => `transform_${i + 1}`).join(', ')}]`,
+    `    command: '${lines}'`,
+  );
   return out.join('\n') + '\n';
 }
 
@@ -143,7 +148,9 @@ async function measure(sql: Sql, op: () => Promise<unknown>): Promise<Cost> {
   const started = performance.now();
   await op();
   const ms = performance.now() - started;
-  const [w] = await sql<{ bytes: string }[]>`select pg_wal_lsn_diff(pg_current_wal_lsn(), ${a!.lsn}::pg_lsn)::text as bytes`;
+  const [w] = await sql<
+    { bytes: string }[]
+  >`select pg_wal_lsn_diff(pg_current_wal_lsn(), ${a!.lsn}::pg_lsn)::text as bytes`;
   await sql`checkpoint`;
   await new Promise((r) => setTimeout(r, 200));
   return { ms, walBytes: Number(w!.bytes), pages: (await pagesWritten(sql)) - pages };
@@ -159,17 +166,27 @@ describe('retention', () => {
     try {
       const { sql } = db;
       await writeFile(path.join(tmp, 'typical.yaml'), typicalDag());
-      s = await startServer({ env: { DATABASE_URL: db.url }, args: ['--dispatch-workers', '4', '--dispatch-queue', '16', '--retention', 'off'], quiet: true });
+      s = await startServer({
+        env: { DATABASE_URL: db.url },
+        args: ['--dispatch-workers', '4', '--dispatch-queue', '16', '--retention', 'off'],
+        quiet: true,
+      });
       expect((await cli(s.url, ['dag', 'apply', tmp])).code).toBe(0);
       const api = createClients(s.url);
       const ids: string[] = [];
-      for (let i = 0; i < TEMPLATE_RUNS; i++) ids.push((await api.workflow.triggerRun({ dagId: 'typical' })).run!.runId);
-      await waitFor('the typical runs to end', async () => {
-        const [r] = await sql<{ n: number; bad: number }[]>`
+      for (let i = 0; i < TEMPLATE_RUNS; i++)
+        ids.push((await api.workflow.triggerRun({ dagId: 'typical' })).run!.runId);
+      await waitFor(
+        'the typical runs to end',
+        async () => {
+          const [r] = await sql<{ n: number; bad: number }[]>`
           select count(*) filter (where state = 'success')::int as n, count(*) filter (where state in ('failed', 'cancelled'))::int as bad from dag_runs where id = any(${ids}::bigint[])`;
-        if (r!.bad > 0) throw new Error('a typical run failed');
-        return r!.n === TEMPLATE_RUNS;
-      }, 120_000, 200);
+          if (r!.bad > 0) throw new Error('a typical run failed');
+          return r!.n === TEMPLATE_RUNS;
+        },
+        120_000,
+        200,
+      );
       await s.stop();
       s = null;
       const template = ids.at(-1)!;
@@ -182,8 +199,12 @@ describe('retention', () => {
       // Four days of history, each in partitions of its own, as the keeper lays them out.
       const now = new Date();
       for (let d = 1; d <= DAYS; d++) {
-        await sql.unsafe(`create table events_day${d} partition of events for values from (${RUN_BASE * d}) to (${RUN_BASE * (d + 1)})`);
-        await sql.unsafe(`create table task_logs_day${d} partition of task_logs for values from (${TI_BASE * d}) to (${TI_BASE * (d + 1)})`);
+        await sql.unsafe(
+          `create table events_day${d} partition of events for values from (${RUN_BASE * d}) to (${RUN_BASE * (d + 1)})`,
+        );
+        await sql.unsafe(
+          `create table task_logs_day${d} partition of task_logs for values from (${TI_BASE * d}) to (${TI_BASE * (d + 1)})`,
+        );
       }
       const before = { runs: await sizeOf(sql, ['dag_runs']), tis: await sizeOf(sql, ['task_instances']) };
       await generateDay(sql, template, 1, dayStart(now, 1));
@@ -194,7 +215,11 @@ describe('retention', () => {
       await removeRuns(sql, ids, {});
       await sql`vacuum analyze`;
       const tasksPerDay = RUNS_PER_DAY * TASKS;
-      const diff = (a: Size, b: Size): Size => ({ heap: a.heap - b.heap, indexes: a.indexes - b.indexes, toast: a.toast - b.toast });
+      const diff = (a: Size, b: Size): Size => ({
+        heap: a.heap - b.heap,
+        indexes: a.indexes - b.indexes,
+        toast: a.toast - b.toast,
+      });
       const perTable: [string, Size][] = [
         ['dag_runs', diff(after.runs, before.runs)],
         ['task_instances', diff(after.tis, before.tis)],
@@ -203,11 +228,32 @@ describe('retention', () => {
       ];
       const sizeRows = perTable.map(([table, sz]) => {
         const total = sz.heap + sz.indexes + sz.toast;
-        return { table, 'heap B/task': round(sz.heap / tasksPerDay, 1), 'indexes B/task': round(sz.indexes / tasksPerDay, 1), 'TOAST B/task': round(sz.toast / tasksPerDay, 1), 'total B/task': round(total / tasksPerDay, 1) };
+        return {
+          table,
+          'heap B/task': round(sz.heap / tasksPerDay, 1),
+          'indexes B/task': round(sz.indexes / tasksPerDay, 1),
+          'TOAST B/task': round(sz.toast / tasksPerDay, 1),
+          'total B/task': round(total / tasksPerDay, 1),
+        };
       });
       const totalPerTask = sizeRows.reduce((n, r) => n + r['total B/task'], 0);
       const perDayAtRate = totalPerTask * TASKS_PER_SECOND * 86_400;
-      sizeRows.push({ table: 'all four', 'heap B/task': round(sizeRows.reduce((n, r) => n + r['heap B/task'], 0), 1), 'indexes B/task': round(sizeRows.reduce((n, r) => n + r['indexes B/task'], 0), 1), 'TOAST B/task': round(sizeRows.reduce((n, r) => n + r['TOAST B/task'], 0), 1), 'total B/task': round(totalPerTask, 1) });
+      sizeRows.push({
+        table: 'all four',
+        'heap B/task': round(
+          sizeRows.reduce((n, r) => n + r['heap B/task'], 0),
+          1,
+        ),
+        'indexes B/task': round(
+          sizeRows.reduce((n, r) => n + r['indexes B/task'], 0),
+          1,
+        ),
+        'TOAST B/task': round(
+          sizeRows.reduce((n, r) => n + r['TOAST B/task'], 0),
+          1,
+        ),
+        'total B/task': round(totalPerTask, 1),
+      });
       await report('retention-bytes', sizeRows, {
         dag: `${TASKS} tasks (extract, ${TASKS - 2} transforms, load), ${LINES} log lines each`,
         perRun: { taskInstances: shape!.tis, events: shape!.events, logLines: shape!.lines },
@@ -225,17 +271,31 @@ describe('retention', () => {
         agentRetentionMs: null,
         agentLiveMs: 15_000,
         now: () => clock.now,
-        counters: { runsRemoved: () => {}, partitionAdded: () => {}, partitionDropped: () => {}, rowsSwept: () => {}, agentsForgotten: () => {}, error: (err) => keeperErrors.push(err) },
+        counters: {
+          runsRemoved: () => {},
+          partitionAdded: () => {},
+          partitionDropped: () => {},
+          rowsSwept: () => {},
+          agentsForgotten: () => {},
+          error: (err) => keeperErrors.push(err),
+        },
       });
       // A first pass with nothing past its retention: the keeper drops the partitions left empty.
       clock.now = new Date(dayStart(now, 1).getTime() + DAY_MS - 1);
       for (let fresh = true; (await historyRound(fresh)).more; fresh = false);
       const removed = async (d: number) => {
-        const [r] = await sql<{ n: number }[]>`select count(*)::int as n from dag_runs where id >= ${RUN_BASE * d} and id < ${RUN_BASE * (d + 1)}`;
+        const [r] = await sql<
+          { n: number }[]
+        >`select count(*)::int as n from dag_runs where id >= ${RUN_BASE * d} and id < ${RUN_BASE * (d + 1)}`;
         return r!.n === 0;
       };
       const rows: Record<string, string | number>[] = [];
-      for (const [d, how] of [[1, 'retention'], [2, 'db clean'], [3, 'retention'], [4, 'db clean']] as const) {
+      for (const [d, how] of [
+        [1, 'retention'],
+        [2, 'db clean'],
+        [3, 'retention'],
+        [4, 'db clean'],
+      ] as const) {
         // Day d is over: the cutoff falls between its last run and day d+1's first.
         const cutoff = new Date(dayStart(now, d + 1).getTime() - 1);
         let rounds = 0;
@@ -253,11 +313,16 @@ describe('retention', () => {
         expect(keeperErrors).toEqual([]);
         expect(await removed(d)).toBe(true);
         const leftover = how === 'retention' ? [] : [`events_day${d}`, `task_logs_day${d}`];
-        const vacuum = await measure(sql, () => sql.unsafe(`vacuum (analyze false) dag_runs, task_instances${leftover.map((t) => `, ${t}`).join('')}`));
+        const vacuum = await measure(sql, () =>
+          sql.unsafe(`vacuum (analyze false) dag_runs, task_instances${leftover.map((t) => `, ${t}`).join('')}`),
+        );
         const dropped = (await sql`select 1 from pg_class where relname = ${`events_day${d}`}`).length === 0;
         rows.push({
           day: d,
-          how: how === 'retention' ? `retention (${rounds} rounds${dropped ? ', partitions dropped' : ''})` : 'db clean (rows deleted)',
+          how:
+            how === 'retention'
+              ? `retention (${rounds} rounds${dropped ? ', partitions dropped' : ''})`
+              : 'db clean (rows deleted)',
           tasks: tasksPerDay,
           'remove ms': round(cost.ms, 0),
           'remove WAL MB': MB(cost.walBytes),

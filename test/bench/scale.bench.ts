@@ -71,7 +71,11 @@ async function steps(s: ServerProcess): Promise<Steps> {
     const b = BUCKET.exec(k);
     if (b) buckets.push([b[1] === '+Inf' ? Infinity : Number(b[1]), v]);
   }
-  return { count: m.get('leoflow_tick_duration_seconds_count') ?? 0, sum: m.get('leoflow_tick_duration_seconds_sum') ?? 0, buckets: buckets.sort((a, b) => a[0] - b[0]) };
+  return {
+    count: m.get('leoflow_tick_duration_seconds_count') ?? 0,
+    sum: m.get('leoflow_tick_duration_seconds_sum') ?? 0,
+    buckets: buckets.sort((a, b) => a[0] - b[0]),
+  };
 }
 
 /** The upper bound, in ms, of the bucket the p-th percentile of the window's steps falls in. */
@@ -90,7 +94,10 @@ async function idleCost(n: number, waiting: number): Promise<Record<string, numb
   try {
     s = await startServer({ env: { DATABASE_URL: db.url }, quiet: true, args: ['--heartbeat-threshold', '1h'] });
     const api = createClients(s.url);
-    await api.workflow.applyDag({ source: 'dag_id: scale\nmax_active_runs: 10000\ntasks:\n  - id: a\n    executor: agents\n    command: ["true"]\n', filename: 'scale.yaml' });
+    await api.workflow.applyDag({
+      source: 'dag_id: scale\nmax_active_runs: 10000\ntasks:\n  - id: a\n    executor: agents\n    command: ["true"]\n',
+      filename: 'scale.yaml',
+    });
     await runningRuns(db, n, waiting);
     // The first steps read everything once (the new leader offers what waits): not counted.
     await new Promise((r) => setTimeout(r, 5000));
@@ -120,7 +127,10 @@ async function startBehindBacklog(): Promise<number> {
   try {
     s = await startServer({ env: { DATABASE_URL: db.url }, quiet: true, args: ['--heartbeat-threshold', '1h'] });
     const api = createClients(s.url);
-    await api.workflow.applyDag({ source: 'dag_id: backlog\nmax_active_runs: 2\ntasks:\n  - id: a\n    executor: agents\n    command: ["true"]\n', filename: 'backlog.yaml' });
+    await api.workflow.applyDag({
+      source: 'dag_id: backlog\nmax_active_runs: 2\ntasks:\n  - id: a\n    executor: agents\n    command: ["true"]\n',
+      filename: 'backlog.yaml',
+    });
     await db.sql`
       insert into dag_runs (dag_id, run_key, run_type, dag_version, logical_date)
       select d.dag_id, 'bulk__' || g, 'manual', d.version, now() from dags d, generate_series(1, 5000) g where d.dag_id = 'backlog'`;
@@ -128,16 +138,25 @@ async function startBehindBacklog(): Promise<number> {
       insert into task_instances (run_id, task_id, max_tries, executor)
       select r.id, 'a', 1, 'agents' from dag_runs r where r.dag_id = 'backlog'`;
     await db.sql`analyze`;
-    await api.workflow.applyDag({ source: 'dag_id: cron_late\nschedule: "* * * * *"\ntasks:\n  - id: a\n    executor: agents\n    command: ["true"]\n', filename: 'cron_late.yaml' });
+    await api.workflow.applyDag({
+      source:
+        'dag_id: cron_late\nschedule: "* * * * *"\ntasks:\n  - id: a\n    executor: agents\n    command: ["true"]\n',
+      filename: 'cron_late.yaml',
+    });
     // Infinity: not started within the bound (a cron run is created within a minute of the apply).
     let ms = Infinity;
-    await waitFor('the cron run started', async () => {
-      const [r] = await db.sql<{ ms: number | null }[]>`
+    await waitFor(
+      'the cron run started',
+      async () => {
+        const [r] = await db.sql<{ ms: number | null }[]>`
         select extract(epoch from started_at - created_at) * 1000 as ms from dag_runs where dag_id = 'cron_late' order by id limit 1`;
-      if (r?.ms === null || r?.ms === undefined) return false;
-      ms = Number(r.ms);
-      return true;
-    }, 150_000, 100).catch(() => {});
+        if (r?.ms === null || r?.ms === undefined) return false;
+        ms = Number(r.ms);
+        return true;
+      },
+      150_000,
+      100,
+    ).catch(() => {});
     return ms;
   } finally {
     await s?.kill();
@@ -146,7 +165,7 @@ async function startBehindBacklog(): Promise<number> {
 }
 
 describe('scale', () => {
-  it('measures the idle step cost as active runs grow, and a start behind another DAG\'s backlog', async () => {
+  it("measures the idle step cost as active runs grow, and a start behind another DAG's backlog", async () => {
     const results: Record<string, number>[] = [];
     for (const a of ACTIVE) results.push(await idleCost(a.runs, a.waiting));
     const base = results[0]!;
@@ -165,7 +184,9 @@ describe('scale', () => {
     });
     const behind = await startBehindBacklog();
     await report('scale', rows, { cronRunBehind5000QueuedMs: round(behind, 1) });
-    process.stdout.write(`a cron run of another DAG behind 5,000 queued runs: created → started ${round(behind, 1)} ms\n`);
+    process.stdout.write(
+      `a cron run of another DAG behind 5,000 queued runs: created → started ${round(behind, 1)} ms\n`,
+    );
     expect(results.every((r) => r.steps! > 0)).toBe(true);
   });
 });

@@ -34,17 +34,46 @@ const TASKS = 50;
 const TICK_MS = 10;
 
 function task(id: string): TaskSpec {
-  return { id, command: ['true'], dependsOn: [], triggerRule: 'all_success', retries: 0, retryDelayMs: 1000, maxRetryDelayMs: 60_000, timeoutMs: null, env: {}, cwd: null, executor: 'default', image: null, placement: null };
+  return {
+    id,
+    command: ['true'],
+    dependsOn: [],
+    triggerRule: 'all_success',
+    retries: 0,
+    retryDelayMs: 1000,
+    maxRetryDelayMs: 60_000,
+    timeoutMs: null,
+    env: {},
+    cwd: null,
+    executor: 'default',
+    image: null,
+    placement: null,
+  };
 }
 
 async function triggerWide(db: TestDatabase, dagId: string): Promise<string> {
   const spec: DagSpec = {
-    dagId, description: '', schedule: null, timezone: 'UTC', catchup: false, startDate: null, maxActiveRuns: 16, tags: [],
+    dagId,
+    description: '',
+    schedule: null,
+    timezone: 'UTC',
+    catchup: false,
+    startDate: null,
+    maxActiveRuns: 16,
+    tags: [],
     tasks: Array.from({ length: TASKS }, (_, i) => task(`t${String(i).padStart(2, '0')}`)),
   };
   const { dag } = await upsertDag(db.sql, spec, `${dagId}.yaml`);
   const { run } = await db.sql.begin((tx) =>
-    createRun(tx, { dagId, dagVersion: dag.version, runKey: 'manual__1', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+    createRun(tx, {
+      dagId,
+      dagVersion: dag.version,
+      runKey: 'manual__1',
+      runType: 'manual',
+      logicalDate: new Date(),
+      conf: {},
+      defaultExecutor: 'subprocess',
+    }),
   );
   return run.id;
 }
@@ -61,7 +90,14 @@ interface Scheduler {
 async function startScheduler(db: TestDatabase, workers: number, capacity: number): Promise<Scheduler> {
   await Promise.all(Array.from({ length: 10 }, () => db.sql`select 1`));
   const h = schedulerHarness(db.sql, { offer: (item) => s.pool.offer(item), maxRunsPerStep: 1000 });
-  const s: Scheduler = { steps: [], recording: false, errors: h.errors, loop: undefined as never, pool: undefined as never, stop: undefined as never };
+  const s: Scheduler = {
+    steps: [],
+    recording: false,
+    errors: h.errors,
+    loop: undefined as never,
+    pool: undefined as never,
+    stop: undefined as never,
+  };
   s.pool = createDispatchPool<WorkItem>({
     workers,
     capacity,
@@ -95,7 +131,8 @@ async function startScheduler(db: TestDatabase, workers: number, capacity: numbe
   return s;
 }
 
-const runState = async (db: TestDatabase, runId: string) => (await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`)[0]!.state;
+const runState = async (db: TestDatabase, runId: string) =>
+  (await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`)[0]!.state;
 
 describe('tick under slow dispatch', () => {
   it('measures step durations with 50 TIs queued and 500 ms dispatches', async () => {
@@ -119,7 +156,14 @@ describe('tick under slow dispatch', () => {
         }
         expect(s.errors).toEqual([]);
         raw.pro = s.steps;
-        rows.push({ pool: 'Pro (16 drainers, queue 256)', steps: s.steps.length, 'tick p50 ms': round(percentile(s.steps, 50), 2), 'tick p99 ms': round(percentile(s.steps, 99), 2), 'tick max ms': round(Math.max(...s.steps), 2), 'run drained in ms (median of 3)': round([...drained].sort((a, b) => a - b)[1]!, 0) });
+        rows.push({
+          pool: 'Pro (16 drainers, queue 256)',
+          steps: s.steps.length,
+          'tick p50 ms': round(percentile(s.steps, 50), 2),
+          'tick p99 ms': round(percentile(s.steps, 99), 2),
+          'tick max ms': round(Math.max(...s.steps), 2),
+          'run drained in ms (median of 3)': round([...drained].sort((a, b) => a - b)[1]!, 0),
+        });
       } finally {
         await s.stop();
       }
@@ -134,11 +178,24 @@ describe('tick under slow dispatch', () => {
         s.recording = false;
         expect(s.errors).toEqual([]);
         raw.lite = s.steps;
-        rows.push({ pool: 'Lite (1 drainer, queue 1)', steps: s.steps.length, 'tick p50 ms': round(percentile(s.steps, 50), 2), 'tick p99 ms': round(percentile(s.steps, 99), 2), 'tick max ms': round(Math.max(...s.steps), 2), 'run drained in ms (median of 3)': 'not waited (25 s)' });
+        rows.push({
+          pool: 'Lite (1 drainer, queue 1)',
+          steps: s.steps.length,
+          'tick p50 ms': round(percentile(s.steps, 50), 2),
+          'tick p99 ms': round(percentile(s.steps, 99), 2),
+          'tick max ms': round(Math.max(...s.steps), 2),
+          'run drained in ms (median of 3)': 'not waited (25 s)',
+        });
       } finally {
         await s.stop();
       }
-      await report('slow-dispatch', rows, { tasks: TASKS, dispatchMs: DISPATCH_MS, tickMs: TICK_MS, goalP99Ms: 100, steps: raw });
+      await report('slow-dispatch', rows, {
+        tasks: TASKS,
+        dispatchMs: DISPATCH_MS,
+        tickMs: TICK_MS,
+        goalP99Ms: 100,
+        steps: raw,
+      });
       await reportRatios();
     } finally {
       await db.drop();

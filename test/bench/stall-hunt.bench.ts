@@ -5,7 +5,14 @@ import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { getDag } from '../../src/db/dags.js';
 import { createRun } from '../../src/db/runs.js';
-import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  cli,
+  startAgent,
+  startServer,
+  waitFor,
+  type AgentProcess,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { startInstantAgent, type InstantAgent } from './instant-agent.js';
 import { sleep } from './pg-xacts.js';
@@ -27,19 +34,26 @@ const N = Number(process.env.LEOFLOW_STALL_TASKS ?? 10_000);
 const REPS = Number(process.env.LEOFLOW_STALL_REPS ?? 3);
 const AFTER_MS = Number(process.env.LEOFLOW_STALL_AFTER_MS ?? 10_000);
 const DIR = process.env.LEOFLOW_STALL_DIR ?? path.join(os.tmpdir(), 'leoflow-stall');
-const CONFIGS = (process.env.LEOFLOW_STALL_CONFIGS ?? 'instant:10,process:10,instant:50,process:50').split(',').map((c) => {
-  const [kind, slots] = c.split(':');
-  return { kind: kind as 'instant' | 'process', slots: Number(slots) };
-});
+const CONFIGS = (process.env.LEOFLOW_STALL_CONFIGS ?? 'instant:10,process:10,instant:50,process:50')
+  .split(',')
+  .map((c) => {
+    const [kind, slots] = c.split(':');
+    return { kind: kind as 'instant' | 'process', slots: Number(slots) };
+  });
 
 async function dump(db: TestDatabase, s: ServerProcess, agentOutput: string, what: string): Promise<void> {
   await mkdir(DIR, { recursive: true });
-  const metrics = await fetch(s.metricsUrl).then((r) => r.text(), (err: unknown) => `metrics unreachable: ${String(err)}`);
+  const metrics = await fetch(s.metricsUrl).then(
+    (r) => r.text(),
+    (err: unknown) => `metrics unreachable: ${String(err)}`,
+  );
   const activity = await db.sql`
     select pid, application_name, state, wait_event_type, wait_event, now() - xact_start as xact_age, now() - query_start as query_age, left(query, 300) as query
     from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()`;
-  const locks = await db.sql`select pid, locktype, relation::regclass::text as relation, mode, granted from pg_locks where not granted`;
-  const states = await db.sql`select 'run' as kind, state, count(*)::int as n from dag_runs group by state union all select 'ti', state, count(*)::int from task_instances group by state`;
+  const locks =
+    await db.sql`select pid, locktype, relation::regclass::text as relation, mode, granted from pg_locks where not granted`;
+  const states =
+    await db.sql`select 'run' as kind, state, count(*)::int as n from dag_runs group by state union all select 'ti', state, count(*)::int from task_instances group by state`;
   await writeFile(path.join(DIR, 'what.txt'), what + '\n');
   await writeFile(path.join(DIR, 'metrics.txt'), metrics);
   await writeFile(path.join(DIR, 'pg.json'), JSON.stringify({ activity, locks, states }, null, 1));
@@ -57,8 +71,15 @@ describe.skipIf(!process.env.LEOFLOW_BENCH_STALL_HUNT)('stall hunt', () => {
         let proc: AgentProcess | null = null;
         let instant: InstantAgent | null = null;
         try {
-          s = await startServer({ env: { DATABASE_URL: db.url }, args: ['--heartbeat-interval', '1s', '--dispatch-workers', '16', '--dispatch-queue', '256'], quiet: true });
-          await writeFile(path.join(tmp, 'tp.yaml'), 'dag_id: tp\nmax_active_runs: 100000\ntasks:\n  - id: t\n    executor: agents\n    command: ["true"]\n');
+          s = await startServer({
+            env: { DATABASE_URL: db.url },
+            args: ['--heartbeat-interval', '1s', '--dispatch-workers', '16', '--dispatch-queue', '256'],
+            quiet: true,
+          });
+          await writeFile(
+            path.join(tmp, 'tp.yaml'),
+            'dag_id: tp\nmax_active_runs: 100000\ntasks:\n  - id: t\n    executor: agents\n    command: ["true"]\n',
+          );
           expect((await cli(s.url, ['dag', 'apply', tmp])).code).toBe(0);
           const api = createClients(s.url);
           await api.workflow.pauseDag({ dagId: 'tp', paused: true });
@@ -66,18 +87,33 @@ describe.skipIf(!process.env.LEOFLOW_BENCH_STALL_HUNT)('stall hunt', () => {
           for (let i = 0; i < N; i += 500) {
             await db.sql.begin(async (tx) => {
               for (let j = i; j < Math.min(N, i + 500); j++) {
-                await createRun(tx, { dagId: 'tp', dagVersion: dag.version, runKey: `s${j}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+                await createRun(tx, {
+                  dagId: 'tp',
+                  dagVersion: dag.version,
+                  runKey: `s${j}`,
+                  runType: 'manual',
+                  logicalDate: new Date(),
+                  conf: {},
+                  defaultExecutor: 'subprocess',
+                });
               }
             });
           }
           if (kind === 'instant') instant = startInstantAgent(s.url, { agentId: `hunt-${slots}`, slots });
           else proc = startAgent(s.url, ['--id', `hunt-${slots}`, '--slots', String(slots), '--log-level', 'warn']);
-          await waitFor('agent connected', async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected), 30_000, 50);
+          await waitFor(
+            'agent connected',
+            async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected),
+            30_000,
+            50,
+          );
           await api.workflow.pauseDag({ dagId: 'tp', paused: false });
           let done = -1;
           let movedAt = Date.now();
           for (;;) {
-            const [r] = await db.sql<{ n: number }[]>`select count(*)::int as n from task_instances where state = 'success'`;
+            const [r] = await db.sql<
+              { n: number }[]
+            >`select count(*)::int as n from task_instances where state = 'success'`;
             if (r!.n >= N) break;
             if (r!.n !== done) {
               done = r!.n;

@@ -29,7 +29,8 @@ function spawnMs(n: number, args: string[], expectCode = 0): number[] {
     const t = performance.now();
     const r = spawnSync(process.execPath, args, { encoding: 'utf8' });
     out.push(performance.now() - t);
-    if (r.status !== expectCode) throw new Error(`node ${args.join(' ')} exited ${r.status}, not ${expectCode}: ${r.stderr}`);
+    if (r.status !== expectCode)
+      throw new Error(`node ${args.join(' ')} exited ${r.status}, not ${expectCode}: ${r.stderr}`);
   }
   return out;
 }
@@ -58,7 +59,16 @@ describe('startup and hello latency', () => {
     const warm: number[] = [];
     for (let i = 0; i < 3; i++) {
       const stateDir = await mkdtemp(path.join(os.tmpdir(), 'leoflow-bench-'));
-      const args = ['--edition', 'lite', '--dags', 'examples', '--state-dir', stateDir, '--embedded-pg-port', String(await freePort())];
+      const args = [
+        '--edition',
+        'lite',
+        '--dags',
+        'examples',
+        '--state-dir',
+        stateDir,
+        '--embedded-pg-port',
+        String(await freePort()),
+      ];
       try {
         for (const bucket of [cold, warm]) {
           const t = performance.now();
@@ -105,7 +115,12 @@ describe('startup and hello latency', () => {
       }
 
       // The CLI's start, in turn with the yardstick so that both see the machine alike.
-      const cliStart: Record<'help' | 'noServer' | 'dagList' | 'node', number[]> = { help: [], noServer: [], dagList: [], node: [] };
+      const cliStart: Record<'help' | 'noServer' | 'dagList' | 'node', number[]> = {
+        help: [],
+        noServer: [],
+        dagList: [],
+        node: [],
+      };
       for (let i = 0; i < 10; i++) {
         cliStart.node.push(...nodeStartupMs(1));
         cliStart.help.push(...spawnMs(1, [BIN, '--help']));
@@ -113,22 +128,65 @@ describe('startup and hello latency', () => {
         cliStart.dagList.push(...spawnMs(1, [BIN, '--server', s.url, 'dag', 'list']));
       }
       const cliNodeP50 = percentile(cliStart.node, 50);
-      const cliRow = (measure: string, ms: number[]) => ({ measure, p50_ms: f(percentile(ms, 50)), p99_ms: f(percentile(ms, 99)), ratio: `${(percentile(ms, 50) / cliNodeP50).toFixed(1)}x node` });
+      const cliRow = (measure: string, ms: number[]) => ({
+        measure,
+        p50_ms: f(percentile(ms, 50)),
+        p99_ms: f(percentile(ms, 99)),
+        ratio: `${(percentile(ms, 50) / cliNodeP50).toFixed(1)}x node`,
+      });
 
       const rows = [
         { measure: 'node -e 0 (yardstick)', p50_ms: f(nodeP50), p99_ms: f(percentile(node, 99)), ratio: '1.0x node' },
-        { measure: "spawn('true') until exit (yardstick)", p50_ms: f(spawnP50), p99_ms: f(percentile(spawnTrue, 99)), ratio: '1.0x spawn' },
-        { measure: 'server start to ready, cold (initdb)', p50_ms: f(percentile(cold, 50)), p99_ms: f(percentile(cold, 99)), ratio: `${(percentile(cold, 50) / nodeP50).toFixed(1)}x node` },
-        { measure: 'server start to ready, warm', p50_ms: f(percentile(warm, 50)), p99_ms: f(percentile(warm, 99)), ratio: `${(percentile(warm, 50) / nodeP50).toFixed(1)}x node` },
-        { measure: 'hello: trigger to first task started', p50_ms: f(percentile(firstStart, 50)), p99_ms: f(percentile(firstStart, 99)), ratio: `${(percentile(firstStart, 50) / spawnP50).toFixed(1)}x spawn` },
-        { measure: 'hello: trigger to run success (2 tasks)', p50_ms: f(percentile(total, 50)), p99_ms: f(percentile(total, 99)), ratio: `${(percentile(total, 50) / spawnP50).toFixed(1)}x spawn` },
-        { measure: 'leoflow run trigger hello --wait (CLI)', p50_ms: f(percentile(cliRuns, 50)), p99_ms: f(percentile(cliRuns, 99)), ratio: `${(percentile(cliRuns, 50) / nodeP50).toFixed(1)}x node` },
+        {
+          measure: "spawn('true') until exit (yardstick)",
+          p50_ms: f(spawnP50),
+          p99_ms: f(percentile(spawnTrue, 99)),
+          ratio: '1.0x spawn',
+        },
+        {
+          measure: 'server start to ready, cold (initdb)',
+          p50_ms: f(percentile(cold, 50)),
+          p99_ms: f(percentile(cold, 99)),
+          ratio: `${(percentile(cold, 50) / nodeP50).toFixed(1)}x node`,
+        },
+        {
+          measure: 'server start to ready, warm',
+          p50_ms: f(percentile(warm, 50)),
+          p99_ms: f(percentile(warm, 99)),
+          ratio: `${(percentile(warm, 50) / nodeP50).toFixed(1)}x node`,
+        },
+        {
+          measure: 'hello: trigger to first task started',
+          p50_ms: f(percentile(firstStart, 50)),
+          p99_ms: f(percentile(firstStart, 99)),
+          ratio: `${(percentile(firstStart, 50) / spawnP50).toFixed(1)}x spawn`,
+        },
+        {
+          measure: 'hello: trigger to run success (2 tasks)',
+          p50_ms: f(percentile(total, 50)),
+          p99_ms: f(percentile(total, 99)),
+          ratio: `${(percentile(total, 50) / spawnP50).toFixed(1)}x spawn`,
+        },
+        {
+          measure: 'leoflow run trigger hello --wait (CLI)',
+          p50_ms: f(percentile(cliRuns, 50)),
+          p99_ms: f(percentile(cliRuns, 99)),
+          ratio: `${(percentile(cliRuns, 50) / nodeP50).toFixed(1)}x node`,
+        },
         cliRow('node -e 0 (yardstick, in turn with the CLI rows below)', cliStart.node),
         cliRow('leoflow --help (CLI start)', cliStart.help),
         cliRow('leoflow run list, no server (CLI start, fast error)', cliStart.noServer),
         cliRow('leoflow dag list (CLI start and one call)', cliStart.dagList),
       ];
-      await report('startup', rows, { samples: { cold: cold.length, warm: warm.length, hello: total.length, cli: cliRuns.length, cliStart: cliStart.help.length } });
+      await report('startup', rows, {
+        samples: {
+          cold: cold.length,
+          warm: warm.length,
+          hello: total.length,
+          cli: cliRuns.length,
+          cliStart: cliStart.help.length,
+        },
+      });
       await reportRatios();
     } finally {
       await s.stop();

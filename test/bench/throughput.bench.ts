@@ -5,7 +5,14 @@ import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { getDag } from '../../src/db/dags.js';
 import { createRun } from '../../src/db/runs.js';
-import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  cli,
+  startAgent,
+  startServer,
+  waitFor,
+  type AgentProcess,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { startInstantAgent, type InstantAgent } from './instant-agent.js';
 import { STATS_SETTLE_MS, round, sleep, xacts } from './pg-xacts.js';
@@ -42,7 +49,9 @@ const ACK_POLL_MS = 5;
 /** Pro's pool (16 drainers, queue 256) and a 1 s tick; see BENCHMARKS.md for why. The server logs
  *  at warn (`quiet`): the peers run with their loggers silenced, and at info the server writes two
  *  lines per task, which the harness (the same process as the instant agent) reads and parses. */
-const SERVER_ARGS = (process.env.LEOFLOW_BENCH_SERVER_ARGS ?? '--dispatch-workers 16 --dispatch-queue 256').split(' ').filter(Boolean);
+const SERVER_ARGS = (process.env.LEOFLOW_BENCH_SERVER_ARGS ?? '--dispatch-workers 16 --dispatch-queue 256')
+  .split(' ')
+  .filter(Boolean);
 const MAX_ACTIVE_RUNS = Number(process.env.LEOFLOW_BENCH_MAX_ACTIVE_RUNS ?? 100_000);
 
 interface Setup {
@@ -58,9 +67,16 @@ async function setup(paused: boolean): Promise<Setup> {
   const tracing = await benchTracing();
   let s: ServerProcess | null = null;
   try {
-    s = await startServer({ env: { DATABASE_URL: db.url }, args: ['--heartbeat-interval', '1s', ...SERVER_ARGS, ...tracing.args], quiet: true });
+    s = await startServer({
+      env: { DATABASE_URL: db.url },
+      args: ['--heartbeat-interval', '1s', ...SERVER_ARGS, ...tracing.args],
+      quiet: true,
+    });
     const file = path.join(tmp, 'tp.yaml');
-    await writeFile(file, `dag_id: tp\nmax_active_runs: ${MAX_ACTIVE_RUNS}\ntasks:\n  - id: t\n    executor: agents\n    command: ["true"]\n`);
+    await writeFile(
+      file,
+      `dag_id: tp\nmax_active_runs: ${MAX_ACTIVE_RUNS}\ntasks:\n  - id: t\n    executor: agents\n    command: ["true"]\n`,
+    );
     expect((await cli(s.url, ['dag', 'apply', file])).code).toBe(0);
     if (paused) await createClients(s.url).workflow.pauseDag({ dagId: 'tp', paused: true });
   } catch (err) {
@@ -107,7 +123,15 @@ async function enqueueRuns(db: TestDatabase, n: number): Promise<void> {
   for (let i = 0; i < n; i += 500) {
     await db.sql.begin(async (tx) => {
       for (let j = i; j < Math.min(n, i + 500); j++) {
-        await createRun(tx, { dagId: 'tp', dagVersion: dag.version, runKey: `bench_${j}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+        await createRun(tx, {
+          dagId: 'tp',
+          dagVersion: dag.version,
+          runKey: `bench_${j}`,
+          runType: 'manual',
+          logicalDate: new Date(),
+          conf: {},
+          defaultExecutor: 'subprocess',
+        });
       }
     });
   }
@@ -132,7 +156,12 @@ async function measureThroughput(kind: 'instant' | 'process', c: number): Promis
     const api = createClients(env.s.url);
     if (kind === 'instant') instant = startInstantAgent(env.s.url, { agentId: `bench-instant-${c}`, slots: c });
     else proc = startAgent(env.s.url, ['--id', `bench-agent-${c}`, '--slots', String(c), '--log-level', 'warn']);
-    await waitFor('agent connected', async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected), 30_000, 50);
+    await waitFor(
+      'agent connected',
+      async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected),
+      30_000,
+      50,
+    );
     await sleep(STATS_SETTLE_MS);
     const x0 = await xacts(env.db.sql, env.db.name);
     let own = 0;
@@ -179,10 +208,19 @@ async function measureThroughput(kind: 'instant' | 'process', c: number): Promis
 async function measureLatency(): Promise<{ latency: number[]; triggerPerSec: number }> {
   const env = await setup(false);
   let waiting: ((at: number) => void) | null = null;
-  const agent = startInstantAgent(env.s.url, { agentId: 'bench-latency', slots: 10, onAssign: (_ti, at) => waiting?.(at) });
+  const agent = startInstantAgent(env.s.url, {
+    agentId: 'bench-latency',
+    slots: 10,
+    onAssign: (_ti, at) => waiting?.(at),
+  });
   try {
     const api = createClients(env.s.url);
-    await waitFor('agent connected', async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected), 30_000, 50);
+    await waitFor(
+      'agent connected',
+      async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected),
+      30_000,
+      50,
+    );
     const out: number[] = [];
     for (let i = 0; i < LATENCY_SAMPLES + 10; i++) {
       const assigned = new Promise<number>((resolve, reject) => {
@@ -227,11 +265,26 @@ describe('throughput', () => {
       model: `${N} runs of a one-task DAG (executor: agents, command true)`,
       results,
       triggerApi: { runs: TRIGGER_SAMPLES, inFlight: 16, runsPerSec: triggerPerSec },
-      latency: { samples: latency.length, p50: percentile(latency, 50), p99: percentile(latency, 99), definition: 'TriggerRun called → Assign received by a connected protocol-level agent, one run at a time' },
+      latency: {
+        samples: latency.length,
+        p50: percentile(latency, 50),
+        p99: percentile(latency, 99),
+        definition: 'TriggerRun called → Assign received by a connected protocol-level agent, one run at a time',
+      },
     });
     await report('throughput-latency', [
-      { measure: 'TriggerRun called → Assign received (connected agent)', 'p50 ms': round(percentile(latency, 50), 2), 'p99 ms': round(percentile(latency, 99), 2), samples: latency.length },
-      { measure: `TriggerRun API rate, ${TRIGGER_SAMPLES} runs, 16 in flight (runs/s)`, 'p50 ms': round(triggerPerSec, 0), 'p99 ms': '', samples: TRIGGER_SAMPLES },
+      {
+        measure: 'TriggerRun called → Assign received (connected agent)',
+        'p50 ms': round(percentile(latency, 50), 2),
+        'p99 ms': round(percentile(latency, 99), 2),
+        samples: latency.length,
+      },
+      {
+        measure: `TriggerRun API rate, ${TRIGGER_SAMPLES} runs, 16 in flight (runs/s)`,
+        'p50 ms': round(triggerPerSec, 0),
+        'p99 ms': '',
+        samples: TRIGGER_SAMPLES,
+      },
     ]);
     await reportRatios();
   });

@@ -48,12 +48,22 @@ async function startMode(mode: 'open' | 'token'): Promise<{ api: Clients; server
   const server = await startServer({
     quiet: true,
     env: { DATABASE_URL: db.url, LEOFLOW_INSECURE: mode === 'open' ? 'true' : undefined, LEOFLOW_TOKEN: undefined },
-    args: ['--edition', 'pro', '--executor', 'subprocess', ...(mode === 'token' ? ['--bootstrap-admin-token', admin] : [])],
+    args: [
+      '--edition',
+      'pro',
+      '--executor',
+      'subprocess',
+      ...(mode === 'token' ? ['--bootstrap-admin-token', admin] : []),
+    ],
   });
   const api = createClients(server.url, null, mode === 'token' ? admin : null);
-  await api.workflow.applyDag({ source: await readFile(`${ROOT}/examples/hello.yaml`, 'utf8'), filename: 'hello.yaml' });
+  await api.workflow.applyDag({
+    source: await readFile(`${ROOT}/examples/hello.yaml`, 'utf8'),
+    filename: 'hello.yaml',
+  });
   // Fair only if the one really checks tokens and the other really is open.
-  if (mode === 'token') await expect(createClients(server.url).workflow.getDag({ dagId: 'hello' })).rejects.toThrow(/unauthenticated/i);
+  if (mode === 'token')
+    await expect(createClients(server.url).workflow.getDag({ dagId: 'hello' })).rejects.toThrow(/unauthenticated/i);
   else await createClients(server.url).workflow.getDag({ dagId: 'hello' });
   return { api, server, db };
 }
@@ -79,7 +89,11 @@ describe('token-auth', () => {
           all.token.push(got.token!);
           ratios.push(got.token!.perSecond / got.open!.perSecond);
         }
-        const lat = (s: Slice[], p: number) => +percentile(s.flatMap((x) => x.latencies), p).toFixed(2);
+        const lat = (s: Slice[], p: number) =>
+          +percentile(
+            s.flatMap((x) => x.latencies),
+            p,
+          ).toFixed(2);
         rows.push({
           concurrency: c,
           open_calls_s: Math.round(median(all.open.map((s) => s.perSecond))),
@@ -93,8 +107,18 @@ describe('token-auth', () => {
           token_p99_ms: lat(all.token, 99),
         });
       }
-      await report('token-auth', rows, { loadavgBefore: loadBefore, loadavgAfter: os.loadavg(), pairs: PAIRS, sliceSeconds: SLICE_S });
-      process.stdout.write(`load average before ${loadBefore.map((l) => l.toFixed(2)).join(' ')}, after ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}\n`);
+      await report('token-auth', rows, {
+        loadavgBefore: loadBefore,
+        loadavgAfter: os.loadavg(),
+        pairs: PAIRS,
+        sliceSeconds: SLICE_S,
+      });
+      process.stdout.write(
+        `load average before ${loadBefore.map((l) => l.toFixed(2)).join(' ')}, after ${os
+          .loadavg()
+          .map((l) => l.toFixed(2))
+          .join(' ')}\n`,
+      );
     } finally {
       for (const m of [open, token]) {
         await m.server.stop();

@@ -39,7 +39,10 @@ describe('watch', () => {
       const ac = new AbortController();
       const readers = latencies.map(async (out) => {
         try {
-          for await (const res of api.workflow.watchRun({ runId, afterSeq: '0', follow: true }, { signal: ac.signal })) {
+          for await (const res of api.workflow.watchRun(
+            { runId, afterSeq: '0', follow: true },
+            { signal: ac.signal },
+          )) {
             const now = performance.now();
             for (const e of res.events) {
               const i = JSON.parse(e.payloadJson).bench as number | undefined;
@@ -61,7 +64,16 @@ describe('watch', () => {
       ac.abort();
       const all = latencies.flat();
       expect(all.length).toBe(N * WATCHERS);
-      await report('watch', [{ events: N, watchers: WATCHERS, gap_ms: GAP_MS, p50_ms: percentile(all, 50).toFixed(1), p99_ms: percentile(all, 99).toFixed(1), max_ms: Math.max(...all).toFixed(1) }]);
+      await report('watch', [
+        {
+          events: N,
+          watchers: WATCHERS,
+          gap_ms: GAP_MS,
+          p50_ms: percentile(all, 50).toFixed(1),
+          p99_ms: percentile(all, 99).toFixed(1),
+          max_ms: Math.max(...all).toFixed(1),
+        },
+      ]);
     } finally {
       await server.stop();
       await db.drop();

@@ -3,7 +3,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
-import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  cli,
+  startAgent,
+  startServer,
+  waitFor,
+  type AgentProcess,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { isAlive, killGroupOf } from '../helpers/process-group.js';
 import { runEnds } from '../helpers/run-ends.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
@@ -32,7 +39,16 @@ beforeAll(async () => {
   tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-kill-grace-'));
   server = await startServer({
     env: { DATABASE_URL: db.url },
-    args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '3s', '--kill-grace', `${SERVER_KILL_GRACE_MS}ms`, '--tick-interval', '200ms'],
+    args: [
+      '--heartbeat-interval',
+      '300ms',
+      '--heartbeat-threshold',
+      '3s',
+      '--kill-grace',
+      `${SERVER_KILL_GRACE_MS}ms`,
+      '--tick-interval',
+      '200ms',
+    ],
   });
   api = createClients(server.url);
 });
@@ -46,80 +62,113 @@ afterAll(async () => {
 });
 
 async function agent(id: string): Promise<AgentProcess> {
-  const a = startAgent(server.url, ['--id', id, '--labels', 'pool=grace', '--kill-grace', '60s', '--shutdown-grace', '1s']);
+  const a = startAgent(server.url, [
+    '--id',
+    id,
+    '--labels',
+    'pool=grace',
+    '--kill-grace',
+    '60s',
+    '--shutdown-grace',
+    '1s',
+  ]);
   agents.push(a);
-  await waitFor(`agent ${id} connected`, async () => (await api.cluster.listAgents({})).agents.some((x) => x.agentId === id && x.connected), 20_000);
+  await waitFor(
+    `agent ${id} connected`,
+    async () => (await api.cluster.listAgents({})).agents.some((x) => x.agentId === id && x.connected),
+    20_000,
+  );
   return a;
 }
 
 describe("an agent whose --kill-grace is longer than the control plane's", () => {
-  it("kills a timed-out task within the control plane's grace: try 2 never overlaps try 1", { timeout: 90_000 }, async () => {
-    const ledger = path.join(tmp, 'ledger');
-    // Try 1 ignores SIGTERM (the ignore is inherited by its `sleep`) and ticks until killed;
-    // try 2 ends at once.
-    const script = [
-      `echo "start $LEOFLOW_TRY_NUMBER $$" >> ${ledger}`,
-      `if [ "$LEOFLOW_TRY_NUMBER" = 1 ]; then trap "" TERM; while :; do echo "tick 1" >> ${ledger}; sleep 0.05; done; fi`,
-      `echo "end $LEOFLOW_TRY_NUMBER" >> ${ledger}`,
-    ].join('; ');
-    const file = path.join(tmp, 'grace.yaml');
-    await writeFile(file, [
-      'dag_id: grace',
-      'tasks:',
-      '  - id: work',
-      '    executor: agents',
-      '    placement: { labels: { pool: grace } }',
-      `    command: ["sh", "-c", ${JSON.stringify(script)}]`,
-      `    timeout: ${TIMEOUT_MS}ms`,
-      '    retries: 1',
-      '    retry_delay: 100ms',
-      '',
-    ].join('\n'));
-    const applied = await cli(server.url, ['dag', 'apply', file]);
-    expect(applied.code, applied.stderr).toBe(0);
+  it(
+    "kills a timed-out task within the control plane's grace: try 2 never overlaps try 1",
+    { timeout: 90_000 },
+    async () => {
+      const ledger = path.join(tmp, 'ledger');
+      // Try 1 ignores SIGTERM (the ignore is inherited by its `sleep`) and ticks until killed;
+      // try 2 ends at once.
+      const script = [
+        `echo "start $LEOFLOW_TRY_NUMBER $$" >> ${ledger}`,
+        `if [ "$LEOFLOW_TRY_NUMBER" = 1 ]; then trap "" TERM; while :; do echo "tick 1" >> ${ledger}; sleep 0.05; done; fi`,
+        `echo "end $LEOFLOW_TRY_NUMBER" >> ${ledger}`,
+      ].join('; ');
+      const file = path.join(tmp, 'grace.yaml');
+      await writeFile(
+        file,
+        [
+          'dag_id: grace',
+          'tasks:',
+          '  - id: work',
+          '    executor: agents',
+          '    placement: { labels: { pool: grace } }',
+          `    command: ["sh", "-c", ${JSON.stringify(script)}]`,
+          `    timeout: ${TIMEOUT_MS}ms`,
+          '    retries: 1',
+          '    retry_delay: 100ms',
+          '',
+        ].join('\n'),
+      );
+      const applied = await cli(server.url, ['dag', 'apply', file]);
+      expect(applied.code, applied.stderr).toBe(0);
 
-    await agent('grace-a');
-    const runId = (await api.workflow.triggerRun({ dagId: 'grace' })).run!.runId;
-    const lines = async () => (await readFile(ledger, 'utf8').catch(() => '')).split('\n').filter((l) => l !== '');
-    const started = await waitFor('try 1 started', async () => (await lines()).find((l) => l.startsWith('start 1 ')) ?? null);
-    const startedAt = Date.now();
-    const pid1 = Number(started.split(' ')[2]);
-    taskPids.add(pid1);
-    // Try 2 must go elsewhere: A takes no new work (from before try 1 can end), B does.
-    await api.cluster.drainAgent({ agentId: 'grace-a' });
-    expect(Date.now() - startedAt, 'A drained before try 1 timed out').toBeLessThan(TIMEOUT_MS);
-    await agent('grace-b');
+      await agent('grace-a');
+      const runId = (await api.workflow.triggerRun({ dagId: 'grace' })).run!.runId;
+      const lines = async () => (await readFile(ledger, 'utf8').catch(() => '')).split('\n').filter((l) => l !== '');
+      const started = await waitFor(
+        'try 1 started',
+        async () => (await lines()).find((l) => l.startsWith('start 1 ')) ?? null,
+      );
+      const startedAt = Date.now();
+      const pid1 = Number(started.split(' ')[2]);
+      taskPids.add(pid1);
+      // Try 2 must go elsewhere: A takes no new work (from before try 1 can end), B does.
+      await api.cluster.drainAgent({ agentId: 'grace-a' });
+      expect(Date.now() - startedAt, 'A drained before try 1 timed out').toBeLessThan(TIMEOUT_MS);
+      await agent('grace-b');
 
-    const ti = async () => {
-      const [row] = await db.sql<{ state: string; try_number: number; agent_id: string | null }[]>`
+      const ti = async () => {
+        const [row] = await db.sql<{ state: string; try_number: number; agent_id: string | null }[]>`
         select state, try_number, agent_id from task_instances where run_id = ${runId}`;
-      return row;
-    };
-    // The moment the control plane counts try 1 over, its process must be gone.
-    await waitFor('try 1 ended in the database', async () => {
-      const row = await ti();
-      return row !== undefined && (row.try_number > 1 || !['queued', 'running'].includes(row.state));
-    }, 30_000, 20);
-    expect(isAlive(pid1), `try 1 (pid ${pid1}) still alive when the control plane ended it`).toBe(false);
+        return row;
+      };
+      // The moment the control plane counts try 1 over, its process must be gone.
+      await waitFor(
+        'try 1 ended in the database',
+        async () => {
+          const row = await ti();
+          return row !== undefined && (row.try_number > 1 || !['queued', 'running'].includes(row.state));
+        },
+        30_000,
+        20,
+      );
+      expect(isAlive(pid1), `try 1 (pid ${pid1}) still alive when the control plane ended it`).toBe(false);
 
-    expect(await runEnds(db.sql, runId, { timeoutMs: 30_000 })).toBe('success');
-    expect(await ti()).toMatchObject({ state: 'success', try_number: 2, agent_id: 'grace-b' });
-    const all = await lines();
-    const start2 = all.findIndex((l) => l.startsWith('start 2 '));
-    expect(start2, all.join('\n')).toBeGreaterThan(0);
-    taskPids.add(Number(all[start2]!.split(' ')[2]));
-    expect(all.slice(start2).filter((l) => l === 'tick 1'), 'try 1 ticked after try 2 started').toEqual([]);
-    expect(all).toContain('end 2');
-    expect(all).not.toContain('end 1');
+      expect(await runEnds(db.sql, runId, { timeoutMs: 30_000 })).toBe('success');
+      expect(await ti()).toMatchObject({ state: 'success', try_number: 2, agent_id: 'grace-b' });
+      const all = await lines();
+      const start2 = all.findIndex((l) => l.startsWith('start 2 '));
+      expect(start2, all.join('\n')).toBeGreaterThan(0);
+      taskPids.add(Number(all[start2]!.split(' ')[2]));
+      expect(
+        all.slice(start2).filter((l) => l === 'tick 1'),
+        'try 1 ticked after try 2 started',
+      ).toEqual([]);
+      expect(all).toContain('end 2');
+      expect(all).not.toContain('end 1');
 
-    // Try 1 was stopped with the control plane's grace, not the agent's.
-    const system = await db.sql<{ line: string }[]>`
+      // Try 1 was stopped with the control plane's grace, not the agent's.
+      const system = await db.sql<{ line: string }[]>`
       select l.line from task_logs l join task_instances t on t.id = l.ti_id
       where t.run_id = ${runId} and l.try_number = 1 and l.stream = 'system' order by l.seq`;
-    expect(system.map((r) => r.line)).toContain(`still running ${SERVER_KILL_GRACE_MS} ms after SIGTERM: sending SIGKILL`);
-    const [ended] = await db.sql<{ payload: Record<string, unknown> }[]>`
+      expect(system.map((r) => r.line)).toContain(
+        `still running ${SERVER_KILL_GRACE_MS} ms after SIGTERM: sending SIGKILL`,
+      );
+      const [ended] = await db.sql<{ payload: Record<string, unknown> }[]>`
       select e.payload from events e join task_instances t on t.id = e.ti_id
       where t.run_id = ${runId} and e.kind = 'ti.state' and (e.payload->>'try')::int = 1 and e.payload->>'to' = 'up_for_retry'`;
-    expect(ended!.payload.error).toBe(`timed out after ${TIMEOUT_MS} ms`);
-  });
+      expect(ended!.payload.error).toBe(`timed out after ${TIMEOUT_MS} ms`);
+    },
+  );
 });

@@ -4,7 +4,12 @@ import path from 'node:path';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { AttemptOutcome, ProtocolVersion, type AttemptRef, type ConnectResponse } from '../../src/gen/leoflow/v1/agent_pb.js';
+import {
+  AttemptOutcome,
+  ProtocolVersion,
+  type AttemptRef,
+  type ConnectResponse,
+} from '../../src/gen/leoflow/v1/agent_pb.js';
 import { RunState, TaskState } from '../../src/gen/leoflow/v1/types_pb.js';
 import { cli, scratchDir, startAgent, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
@@ -31,11 +36,16 @@ beforeAll(async () => {
   });
   api = createClients(server.url);
   const file = path.join(dir, 'conformance.yaml');
-  await writeFile(file, 'dag_id: conformance\ntasks:\n  - id: job\n    executor: agents\n    command: [echo, hi]\n    placement: { labels: { lane: conformance } }\n');
+  await writeFile(
+    file,
+    'dag_id: conformance\ntasks:\n  - id: job\n    executor: agents\n    command: [echo, hi]\n    placement: { labels: { lane: conformance } }\n',
+  );
   expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
 });
 afterAll(async () => {
-  if (process.env.CONF_DEBUG) for (const l of server?.logs ?? []) if ((l.level as number) >= 40) console.log('server', JSON.stringify(l).slice(0, 400));
+  if (process.env.CONF_DEBUG)
+    for (const l of server?.logs ?? [])
+      if ((l.level as number) >= 40) console.log('server', JSON.stringify(l).slice(0, 400));
   await server?.stop();
   await db?.drop();
 });
@@ -43,13 +53,23 @@ afterAll(async () => {
 type Agent = ReturnType<typeof scriptedAgent> & { incarnationId: string };
 
 /** A scripted agent of the conformance lane, welcomed; it keeps alive on its own, listing `held`. */
-async function welcomed(agentId: string, opts: { slots?: number; incarnationId?: string; held?: AttemptRef[] } = {}): Promise<Agent & { welcome: ConnectResponse }> {
+async function welcomed(
+  agentId: string,
+  opts: { slots?: number; incarnationId?: string; held?: AttemptRef[] } = {},
+): Promise<Agent & { welcome: ConnectResponse }> {
   const a = scriptedAgent(server.url, { keepaliveMs: 150 });
   const incarnationId = opts.incarnationId ?? randomUUID();
   a.outbox.push({
     msg: {
       case: 'hello',
-      value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId, labels: { lane: 'conformance' }, slots: opts.slots ?? 1, incarnationId, held: opts.held ?? [] },
+      value: {
+        protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+        agentId,
+        labels: { lane: 'conformance' },
+        slots: opts.slots ?? 1,
+        incarnationId,
+        held: opts.held ?? [],
+      },
     },
   });
   const welcome = await a.inbox.next();
@@ -61,10 +81,20 @@ async function welcomed(agentId: string, opts: { slots?: number; incarnationId?:
 type Msg = ConnectResponse['msg'];
 type ValueOf<K> = Extract<Msg, { case: K }> extends { value: infer V } ? V : never;
 
-async function until<K extends NonNullable<Msg['case']>>(a: Agent, kind: K, forbid: string[] = [], timeoutMs = 10_000): Promise<ValueOf<K>> {
+async function until<K extends NonNullable<Msg['case']>>(
+  a: Agent,
+  kind: K,
+  forbid: string[] = [],
+  timeoutMs = 10_000,
+): Promise<ValueOf<K>> {
   for (;;) {
     const m = await a.inbox.next(timeoutMs);
-    if (process.env.CONF_DEBUG) console.log("got", m.msg.case, JSON.stringify(m.msg.value, (_k, v) => (typeof v === "bigint" ? String(v) : v)));
+    if (process.env.CONF_DEBUG)
+      console.log(
+        'got',
+        m.msg.case,
+        JSON.stringify(m.msg.value, (_k, v) => (typeof v === 'bigint' ? String(v) : v)),
+      );
     expect(forbid, `unexpected ${m.msg.case}`).not.toContain(m.msg.case);
     if (m.msg.case === kind) return m.msg.value as ValueOf<K>;
   }
@@ -121,7 +151,9 @@ describe('agent protocol conformance', () => {
     const runId = await trigger();
     const assign = await until(a, 'assign');
     expect(Number(assign.killGrace!.seconds)).toBe(7);
-    a.outbox.push({ msg: { case: 'finished', value: { attempt: assign.attempt, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } } });
+    a.outbox.push({
+      msg: { case: 'finished', value: { attempt: assign.attempt, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } },
+    });
     expect((await until(a, 'finishedAck')).applied).toBe(true);
     await waitFor('run success', async () => (await api.workflow.getRun({ runId })).run!.state === RunState.SUCCESS);
     await end(a);
@@ -132,11 +164,15 @@ describe('agent protocol conformance', () => {
     await api.cluster.drainAgent({ agentId: 'conf-drain' });
     expect(await until(a, 'drain')).toMatchObject({ undrain: false });
     const runId = await trigger();
-    await waitFor('run waits for an agent that is not draining', async () => (await ti(runId)).pendingReason.startsWith('AGENT_DRAINING'));
+    await waitFor('run waits for an agent that is not draining', async () =>
+      (await ti(runId)).pendingReason.startsWith('AGENT_DRAINING'),
+    );
     await api.cluster.drainAgent({ agentId: 'conf-drain', undrain: true });
     expect(await until(a, 'drain', ['assign'])).toMatchObject({ undrain: true });
     const assign = await until(a, 'assign');
-    a.outbox.push({ msg: { case: 'finished', value: { attempt: assign.attempt, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } } });
+    a.outbox.push({
+      msg: { case: 'finished', value: { attempt: assign.attempt, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } },
+    });
     expect((await until(a, 'finishedAck')).applied).toBe(true);
     await end(a);
   });
@@ -147,11 +183,21 @@ describe('agent protocol conformance', () => {
     const staleBefore = (await stale('keepalive')) + (await stale('log')) + (await stale('finished'));
     await api.workflow.cancelRun({ runId });
     expect((await until(a, 'cancel')).attempt!.attemptToken).toBe(attempt.attemptToken);
-    a.outbox.push({ msg: { case: 'log', value: { attempt, entries: [{ seq: 1, stream: 'stderr', line: 'got SIGTERM, cleaning up' }] } } });
+    a.outbox.push({
+      msg: {
+        case: 'log',
+        value: { attempt, entries: [{ seq: 1, stream: 'stderr', line: 'got SIGTERM, cleaning up' }] },
+      },
+    });
     expect(await until(a, 'logAck', ['cancel'])).toMatchObject({ lastSeq: 1 });
     // Several keepalives list the stopping attempt: its heartbeat, not a zombie's claim.
     await none(a, 'cancel', 4 * KEEPALIVE_MS);
-    a.outbox.push({ msg: { case: 'finished', value: { attempt, outcome: AttemptOutcome.CANCELLED, signal: 'SIGTERM', error: 'cancelled' } } });
+    a.outbox.push({
+      msg: {
+        case: 'finished',
+        value: { attempt, outcome: AttemptOutcome.CANCELLED, signal: 'SIGTERM', error: 'cancelled' },
+      },
+    });
     expect((await until(a, 'finishedAck', ['cancel'])).applied).toBe(true);
     a.held.delete(attempt.tiId);
     expect(await ti(runId)).toMatchObject({ state: TaskState.CANCELLED });
@@ -163,7 +209,9 @@ describe('agent protocol conformance', () => {
   it('FinishedAck.applied: true for the end recorded and for an identical resend, false for a contradictory one', async () => {
     const a = await welcomed('conf-applied');
     const { runId, attempt } = await started(a);
-    const success = { msg: { case: 'finished' as const, value: { attempt, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } } };
+    const success = {
+      msg: { case: 'finished' as const, value: { attempt, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } },
+    };
     a.outbox.push(success);
     expect((await until(a, 'finishedAck')).applied).toBe(true);
     a.outbox.push(success);
@@ -179,7 +227,13 @@ describe('agent protocol conformance', () => {
     const a = await welcomed('conf-logs');
     const { runId, attempt } = await started(a);
     const staleBefore = await stale('log');
-    const log = (...seqs: number[]) => a.outbox.push({ msg: { case: 'log', value: { attempt, entries: seqs.map((seq) => ({ seq, stream: 'stdout', line: `line ${seq}` })) } } });
+    const log = (...seqs: number[]) =>
+      a.outbox.push({
+        msg: {
+          case: 'log',
+          value: { attempt, entries: seqs.map((seq) => ({ seq, stream: 'stdout', line: `line ${seq}` })) },
+        },
+      });
     log(1, 2);
     expect((await until(a, 'logAck')).lastSeq).toBe(2);
     log(2, 3);
@@ -196,7 +250,10 @@ describe('agent protocol conformance', () => {
     expect(await stale('log')).toBe(staleBefore);
     // seq 0 breaks the rule: the stream ends, naming the field.
     a.outbox.push({ msg: { case: 'log', value: { attempt, entries: [{ seq: 0, stream: 'stdout', line: 'x' }] } } });
-    const err = await until(a, 'welcome').then(() => null, (e: unknown) => ConnectError.from(e));
+    const err = await until(a, 'welcome').then(
+      () => null,
+      (e: unknown) => ConnectError.from(e),
+    );
     expect(err?.code).toBe(Code.InvalidArgument);
     expect(err?.rawMessage).toMatch(/log\.entries\[0\]\.seq: must be at least 1/);
     await end(a);
@@ -206,11 +263,17 @@ describe('agent protocol conformance', () => {
     const a = await welcomed('conf-order');
     const runId = await trigger();
     const attempt = (await until(a, 'assign')).attempt!;
-    a.outbox.push({ msg: { case: 'finished', value: { attempt, outcome: AttemptOutcome.SPAWN_FAILED, error: 'spawn ENOENT' } } });
+    a.outbox.push({
+      msg: { case: 'finished', value: { attempt, outcome: AttemptOutcome.SPAWN_FAILED, error: 'spawn ENOENT' } },
+    });
     expect((await until(a, 'finishedAck')).applied).toBe(true);
-    a.outbox.push({ msg: { case: 'log', value: { attempt, entries: [{ seq: 1, stream: 'stdout', line: 'after the end' }] } } });
+    a.outbox.push({
+      msg: { case: 'log', value: { attempt, entries: [{ seq: 1, stream: 'stdout', line: 'after the end' }] } },
+    });
     const stranger = { tiId: attempt.tiId, tryNumber: 1, attemptToken: randomUUID() };
-    a.outbox.push({ msg: { case: 'log', value: { attempt: stranger, entries: [{ seq: 1, stream: 'stdout', line: 'not mine' }] } } });
+    a.outbox.push({
+      msg: { case: 'log', value: { attempt: stranger, entries: [{ seq: 1, stream: 'stdout', line: 'not mine' }] } },
+    });
     await none(a, 'logAck', 3 * KEEPALIVE_MS);
     await waitFor('run failed', async () => (await api.workflow.getRun({ runId })).run!.state === RunState.FAILED);
     const out = (await cli(server.url, ['logs', runId])).stdout;
@@ -228,18 +291,31 @@ describe('agent protocol conformance', () => {
       runs.push(r.runId);
       attempts.push(r.attempt);
     }
-    a.outbox.push({ msg: { case: 'finished', value: { attempt: attempts[0], outcome: 99 as AttemptOutcome, exitCode: 0 } } });
+    a.outbox.push({
+      msg: { case: 'finished', value: { attempt: attempts[0], outcome: 99 as AttemptOutcome, exitCode: 0 } },
+    });
     const ack0 = await until(a, 'finishedAck');
     expect(ack0).toMatchObject({ applied: false });
-    expect(ack0.refused).toMatch(/^finished\.outcome: must be one of SUCCESS, FAILED, TIMED_OUT, CANCELLED, SPAWN_FAILED, got 99/);
-    a.outbox.push({ msg: { case: 'finished', value: { attempt: attempts[1], outcome: AttemptOutcome.SUCCESS, signal: 'SIGKILL' } } });
+    expect(ack0.refused).toMatch(
+      /^finished\.outcome: must be one of SUCCESS, FAILED, TIMED_OUT, CANCELLED, SPAWN_FAILED, got 99/,
+    );
+    a.outbox.push({
+      msg: { case: 'finished', value: { attempt: attempts[1], outcome: AttemptOutcome.SUCCESS, signal: 'SIGKILL' } },
+    });
     const ack1 = await until(a, 'finishedAck');
     expect(ack1).toMatchObject({ applied: false });
     expect(ack1.refused).toMatch(/^finished\.signal: must be empty for outcome SUCCESS/);
     // The third attempt, on the same stream, is unharmed.
-    a.outbox.push({ msg: { case: 'log', value: { attempt: attempts[2], entries: [{ seq: 1, stream: 'stdout', line: 'still here' }] } } });
+    a.outbox.push({
+      msg: {
+        case: 'log',
+        value: { attempt: attempts[2], entries: [{ seq: 1, stream: 'stdout', line: 'still here' }] },
+      },
+    });
     expect((await until(a, 'logAck')).lastSeq).toBe(1);
-    a.outbox.push({ msg: { case: 'finished', value: { attempt: attempts[2], outcome: AttemptOutcome.SUCCESS, exitCode: 0 } } });
+    a.outbox.push({
+      msg: { case: 'finished', value: { attempt: attempts[2], outcome: AttemptOutcome.SUCCESS, exitCode: 0 } },
+    });
     expect((await until(a, 'finishedAck')).applied).toBe(true);
     for (const r of attempts) a.held.delete(r.tiId);
     expect(await ti(runs[0]!)).toMatchObject({ state: TaskState.FAILED });
@@ -272,20 +348,38 @@ describe('agent protocol conformance', () => {
   it('duplicate agent_id: another process is refused with ALREADY_EXISTS and the live stream is untouched; the same process takes over', async () => {
     const a = await welcomed('conf-dup');
     const intruder = scriptedAgent(server.url);
-    intruder.outbox.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'conf-dup', slots: 1, incarnationId: randomUUID() } } });
-    const err = await intruder.inbox.next().then(() => null, (e: unknown) => ConnectError.from(e));
+    intruder.outbox.push({
+      msg: {
+        case: 'hello',
+        value: {
+          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+          agentId: 'conf-dup',
+          slots: 1,
+          incarnationId: randomUUID(),
+        },
+      },
+    });
+    const err = await intruder.inbox.next().then(
+      () => null,
+      (e: unknown) => ConnectError.from(e),
+    );
     intruder.close();
     expect(err?.code).toBe(Code.AlreadyExists);
     expect(err?.rawMessage).toMatch(/held by another process on a live stream/);
     // The first stream still works: it is given work.
     const runId = await trigger();
     const assign = await until(a, 'assign');
-    a.outbox.push({ msg: { case: 'finished', value: { attempt: assign.attempt, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } } });
+    a.outbox.push({
+      msg: { case: 'finished', value: { attempt: assign.attempt, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } },
+    });
     expect((await until(a, 'finishedAck')).applied).toBe(true);
     await waitFor('run success', async () => (await api.workflow.getRun({ runId })).run!.state === RunState.SUCCESS);
     // The same process (same incarnation) on a new stream replaces the old one, which is ABORTED.
     const b = await welcomed('conf-dup', { incarnationId: a.incarnationId });
-    const old = await until(a, 'welcome').then(() => null, (e: unknown) => ConnectError.from(e));
+    const old = await until(a, 'welcome').then(
+      () => null,
+      (e: unknown) => ConnectError.from(e),
+    );
     expect(old?.code).toBe(Code.Aborted);
     await end(a);
     await end(b);
@@ -295,12 +389,35 @@ describe('agent protocol conformance', () => {
   // Hello with FAILED_PRECONDITION …").
   it('status codes: a refused Hello ends with FAILED_PRECONDITION or INVALID_ARGUMENT naming the field', async () => {
     const version = scriptedAgent(server.url);
-    version.outbox.push({ msg: { case: 'hello', value: { protocolVersion: 7 as ProtocolVersion, agentId: 'conf-codes', slots: 1, incarnationId: randomUUID() } } });
-    expect(await version.inbox.next().then(() => null, (e: unknown) => ConnectError.from(e).code)).toBe(Code.FailedPrecondition);
+    version.outbox.push({
+      msg: {
+        case: 'hello',
+        value: { protocolVersion: 7 as ProtocolVersion, agentId: 'conf-codes', slots: 1, incarnationId: randomUUID() },
+      },
+    });
+    expect(
+      await version.inbox.next().then(
+        () => null,
+        (e: unknown) => ConnectError.from(e).code,
+      ),
+    ).toBe(Code.FailedPrecondition);
     version.close();
     const bad = scriptedAgent(server.url);
-    bad.outbox.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'conf codes', slots: 1, incarnationId: randomUUID() } } });
-    const err = await bad.inbox.next().then(() => null, (e: unknown) => ConnectError.from(e));
+    bad.outbox.push({
+      msg: {
+        case: 'hello',
+        value: {
+          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+          agentId: 'conf codes',
+          slots: 1,
+          incarnationId: randomUUID(),
+        },
+      },
+    });
+    const err = await bad.inbox.next().then(
+      () => null,
+      (e: unknown) => ConnectError.from(e),
+    );
     bad.close();
     expect(err?.code).toBe(Code.InvalidArgument);
     expect(err?.rawMessage).toMatch(/^hello\.agent_id: must be/);
@@ -309,11 +426,18 @@ describe('agent protocol conformance', () => {
   it('non-UTF-8 output: the TS agent decodes it as UTF-8 with U+FFFD for each bad sequence', async () => {
     const dir = scratchDir('leoflow-conformance-utf8-');
     const file = path.join(dir, 'bytes.yaml');
-    await writeFile(file, 'dag_id: bytes\ntasks:\n  - id: job\n    executor: agents\n    command: [printf, "ok \\\\377\\\\376 \\\\303\\\\251\\\\r\\\\n"]\n    placement: { labels: { lane: bytes } }\n');
+    await writeFile(
+      file,
+      'dag_id: bytes\ntasks:\n  - id: job\n    executor: agents\n    command: [printf, "ok \\\\377\\\\376 \\\\303\\\\251\\\\r\\\\n"]\n    placement: { labels: { lane: bytes } }\n',
+    );
     expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
     const agent = startAgent(server.url, ['--id', 'conf-bytes', '--labels', 'lane=bytes']);
     const runId = (await api.workflow.triggerRun({ dagId: 'bytes' })).run!.runId;
-    await waitFor('run success', async () => (await api.workflow.getRun({ runId })).run!.state === RunState.SUCCESS, 20_000);
+    await waitFor(
+      'run success',
+      async () => (await api.workflow.getRun({ runId })).run!.state === RunState.SUCCESS,
+      20_000,
+    );
     const out = (await cli(server.url, ['logs', runId])).stdout;
     expect(out).toContain('ok \uFFFD\uFFFD é\n');
     await agent.stop();

@@ -7,7 +7,12 @@ import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { AgentService, AttemptOutcome, ProtocolVersion, type ConnectResponse } from '../../src/gen/leoflow/v1/agent_pb.js';
+import {
+  AgentService,
+  AttemptOutcome,
+  ProtocolVersion,
+  type ConnectResponse,
+} from '../../src/gen/leoflow/v1/agent_pb.js';
 import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -24,9 +29,15 @@ let tmp: string;
 beforeAll(async () => {
   db = await createTestDatabase();
   tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-agentproto-'));
-  server = await startServer({ env: { DATABASE_URL: db.url }, args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '2s'] });
+  server = await startServer({
+    env: { DATABASE_URL: db.url },
+    args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '2s'],
+  });
   const file = path.join(tmp, 'gpu.yaml');
-  await writeFile(file, 'dag_id: gpu\ntasks:\n  - id: train\n    executor: agents\n    command: [echo, training]\n    placement: { labels: { gpu: nvidia } }\n');
+  await writeFile(
+    file,
+    'dag_id: gpu\ntasks:\n  - id: train\n    executor: agents\n    command: [echo, training]\n    placement: { labels: { gpu: nvidia } }\n',
+  );
   expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
 });
 afterAll(async () => {
@@ -42,13 +53,17 @@ function connect(opts: { keepalive?: boolean } = { keepalive: true }) {
   const stream = client.connect(outbox);
   const inbox = new AsyncInbox<ConnectResponse>();
   let seq = 100n;
-  const pump = opts.keepalive ? setInterval(() => outbox.push({ msg: { case: 'keepalive', value: { seq: seq++, held: [] } } }), 150) : null;
+  const pump = opts.keepalive
+    ? setInterval(() => outbox.push({ msg: { case: 'keepalive', value: { seq: seq++, held: [] } } }), 150)
+    : null;
   const done = (async () => {
     for await (const m of stream) if (m.msg.case !== 'keepaliveAck') inbox.push(m);
-  })().then(
-    () => inbox.close(),
-    (err: unknown) => inbox.close(err),
-  ).finally(() => pump && clearInterval(pump));
+  })()
+    .then(
+      () => inbox.close(),
+      (err: unknown) => inbox.close(err),
+    )
+    .finally(() => pump && clearInterval(pump));
   const close = () => {
     if (pump) clearInterval(pump);
     outbox.close();
@@ -59,7 +74,12 @@ function connect(opts: { keepalive?: boolean } = { keepalive: true }) {
 describe('AgentService.Connect (control-plane side)', () => {
   it('refuses an unknown protocol version with a clear error', async () => {
     const { outbox, inbox } = connect({ keepalive: false });
-    outbox.push({ msg: { case: 'hello', value: { protocolVersion: 99 as ProtocolVersion, agentId: 'old-agent', slots: 1, incarnationId: randomUUID() } } });
+    outbox.push({
+      msg: {
+        case: 'hello',
+        value: { protocolVersion: 99 as ProtocolVersion, agentId: 'old-agent', slots: 1, incarnationId: randomUUID() },
+      },
+    });
     const err = await inbox.next().then(
       () => null,
       (e: unknown) => ConnectError.from(e),
@@ -78,7 +98,18 @@ describe('AgentService.Connect (control-plane side)', () => {
     });
 
     const { outbox, inbox, done, close } = connect();
-    outbox.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'gpu-1', labels: { gpu: 'nvidia' }, slots: 2, incarnationId: randomUUID() } } });
+    outbox.push({
+      msg: {
+        case: 'hello',
+        value: {
+          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+          agentId: 'gpu-1',
+          labels: { gpu: 'nvidia' },
+          slots: 2,
+          incarnationId: randomUUID(),
+        },
+      },
+    });
     const welcome = await inbox.next();
     expect(welcome.msg.case).toBe('welcome');
     const connectedAt = Date.now();
@@ -92,7 +123,9 @@ describe('AgentService.Connect (control-plane side)', () => {
     const attempt = a!.attempt!;
     outbox.push({ msg: { case: 'started', value: { attempt, pid: 4242 } } });
     outbox.push({ msg: { case: 'keepalive', value: { seq: 1n, held: [attempt] } } });
-    outbox.push({ msg: { case: 'log', value: { attempt, entries: [{ seq: 1, stream: 'stdout', line: 'training' }] } } });
+    outbox.push({
+      msg: { case: 'log', value: { attempt, entries: [{ seq: 1, stream: 'stdout', line: 'training' }] } },
+    });
     outbox.push({ msg: { case: 'finished', value: { attempt, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } } });
     const seen: string[] = [];
     for (;;) {
@@ -126,7 +159,17 @@ describe('AgentService.Connect (control-plane side)', () => {
   it('closes a deaf stream (no keepalives) and stops counting the agent as connected', async () => {
     const api = createClients(server.url);
     const { outbox, inbox } = connect({ keepalive: false });
-    outbox.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'deaf-1', slots: 1, incarnationId: randomUUID() } } });
+    outbox.push({
+      msg: {
+        case: 'hello',
+        value: {
+          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+          agentId: 'deaf-1',
+          slots: 1,
+          incarnationId: randomUUID(),
+        },
+      },
+    });
     expect((await inbox.next()).msg.case).toBe('welcome');
     // Say nothing more: the connection stays up, but no keepalive arrives.
     const err = await (async () => {
@@ -146,7 +189,17 @@ describe('AgentService.Connect (control-plane side)', () => {
     // One agent process, reconnecting: the same incarnation on both streams.
     const incarnationId = randomUUID();
     const hello = (held: { tiId: string; tryNumber: number; attemptToken: string }[] = []) => ({
-      msg: { case: 'hello' as const, value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'gpu-2', labels: { gpu: 'nvidia' }, slots: 1, held, incarnationId } },
+      msg: {
+        case: 'hello' as const,
+        value: {
+          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+          agentId: 'gpu-2',
+          labels: { gpu: 'nvidia' },
+          slots: 1,
+          held,
+          incarnationId,
+        },
+      },
     });
     const first = connect();
     first.outbox.push(hello());
@@ -160,8 +213,14 @@ describe('AgentService.Connect (control-plane side)', () => {
     first.close();
     await first.done;
     const second = connect();
-    const bogus = { tiId: attempt.tiId, tryNumber: attempt.tryNumber, attemptToken: '00000000-0000-4000-8000-000000000000' };
-    second.outbox.push(hello([{ tiId: attempt.tiId, tryNumber: attempt.tryNumber, attemptToken: attempt.attemptToken }, bogus]));
+    const bogus = {
+      tiId: attempt.tiId,
+      tryNumber: attempt.tryNumber,
+      attemptToken: '00000000-0000-4000-8000-000000000000',
+    };
+    second.outbox.push(
+      hello([{ tiId: attempt.tiId, tryNumber: attempt.tryNumber, attemptToken: attempt.attemptToken }, bogus]),
+    );
     const welcome = await second.inbox.next();
     expect(welcome.msg.case).toBe('welcome');
     if (welcome.msg.case !== 'welcome') return;
@@ -175,14 +234,24 @@ describe('AgentService.Connect (control-plane side)', () => {
     while (d.msg.case !== 'drain') d = await second.inbox.next();
     const run2 = (await api.workflow.triggerRun({ dagId: 'gpu' })).run!.runId;
     // It waits saying the only agent with its labels drains (not that there is none).
-    await waitFor('run 2 waits', async () => (await api.workflow.getRun({ runId: run2 })).taskInstances[0]!.pendingReason === 'AGENT_DRAINING:1 agent with gpu=nvidia');
+    await waitFor(
+      'run 2 waits',
+      async () =>
+        (await api.workflow.getRun({ runId: run2 })).taskInstances[0]!.pendingReason ===
+        'AGENT_DRAINING:1 agent with gpu=nvidia',
+    );
 
     // Cancelling the run reaches the agent as Cancel for its attempt.
     await api.workflow.cancelRun({ runId });
     let c = await second.inbox.next();
     while (c.msg.case !== 'cancel') c = await second.inbox.next();
     expect(c.msg.value.attempt!.attemptToken).toBe(attempt.attemptToken);
-    second.outbox.push({ msg: { case: 'finished', value: { attempt, outcome: AttemptOutcome.CANCELLED, signal: 'SIGTERM', error: 'cancelled' } } });
+    second.outbox.push({
+      msg: {
+        case: 'finished',
+        value: { attempt, outcome: AttemptOutcome.CANCELLED, signal: 'SIGTERM', error: 'cancelled' },
+      },
+    });
     let ack = await second.inbox.next();
     while (ack.msg.case !== 'finishedAck') ack = await second.inbox.next();
     const ti = (await api.workflow.getRun({ runId })).taskInstances[0]!;
@@ -199,7 +268,10 @@ describe('one-shot agent (leoflow agent --once --ti)', () => {
   it('runs exactly its task instance and exits', async () => {
     const { startAgent } = await import('../helpers/leoflow-process.js');
     const file = path.join(tmp, 'once.yaml');
-    await writeFile(file, 'dag_id: once\ntasks:\n  - id: job\n    executor: agents\n    command: ["sh", "-c", "echo one-shot $LEOFLOW_TRY_NUMBER"]\n');
+    await writeFile(
+      file,
+      'dag_id: once\ntasks:\n  - id: job\n    executor: agents\n    command: ["sh", "-c", "echo one-shot $LEOFLOW_TRY_NUMBER"]\n',
+    );
     expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
     const api = createClients(server.url);
     const runId = (await api.workflow.triggerRun({ dagId: 'once' })).run!.runId;
@@ -208,7 +280,12 @@ describe('one-shot agent (leoflow agent --once --ti)', () => {
       return r.taskInstances[0]!.state === 2 ? r.taskInstances[0]!.tiId : null;
     });
     const agent = startAgent(server.url, ['--id', 'pod-once-1', '--once', '--ti', tiId]);
-    const exit = await Promise.race([agent.exited, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`one-shot agent did not exit:\n${agent.output()}`)), 20_000))]);
+    const exit = await Promise.race([
+      agent.exited,
+      new Promise<never>((_, reject) =>
+        setTimeout(() => reject(new Error(`one-shot agent did not exit:\n${agent.output()}`)), 20_000),
+      ),
+    ]);
     expect(exit.code, agent.output()).toBe(0);
     // The agent leaves once its Finished is acknowledged; the run ends at the step that follows.
     await waitFor('run success', async () => (await api.workflow.getRun({ runId })).run!.state === 3);

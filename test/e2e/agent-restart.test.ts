@@ -3,7 +3,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
-import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  cli,
+  startAgent,
+  startServer,
+  waitFor,
+  type AgentProcess,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { isAlive, killGroupOf } from '../helpers/process-group.js';
 import { runEnds } from '../helpers/run-ends.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
@@ -47,7 +54,11 @@ afterAll(async () => {
 async function agent(id: string, stateDir: string): Promise<AgentProcess> {
   const a = startAgent(server.url, ['--id', id, '--labels', `zone=${id}`, '--state-dir', stateDir]);
   agents.push(a);
-  await waitFor(`agent ${id} connected`, async () => (await api.cluster.listAgents({})).agents.some((x) => x.agentId === id && x.connected), 20_000);
+  await waitFor(
+    `agent ${id} connected`,
+    async () => (await api.cluster.listAgents({})).agents.some((x) => x.agentId === id && x.connected),
+    20_000,
+  );
   return a;
 }
 
@@ -68,14 +79,27 @@ async function setUp(name: string, retries: number) {
   const file = path.join(tmp, `${name}.yaml`);
   await writeFile(
     file,
-    [`dag_id: ${name}`, 'tasks:', '  - id: work', '    executor: agents', `    placement: { labels: { zone: ${name} } }`, `    command: ["sh", "-c", ${JSON.stringify(script)}]`, `    retries: ${retries}`, '    retry_delay: 100ms', ''].join('\n'),
+    [
+      `dag_id: ${name}`,
+      'tasks:',
+      '  - id: work',
+      '    executor: agents',
+      `    placement: { labels: { zone: ${name} } }`,
+      `    command: ["sh", "-c", ${JSON.stringify(script)}]`,
+      `    retries: ${retries}`,
+      '    retry_delay: 100ms',
+      '',
+    ].join('\n'),
   );
   const applied = await cli(server.url, ['dag', 'apply', file]);
   expect(applied.code, applied.stderr).toBe(0);
   const first = await agent(name, stateDir);
   const runId = (await api.workflow.triggerRun({ dagId: name })).run!.runId;
   const lines = async () => (await readFile(ledger, 'utf8').catch(() => '')).split('\n').filter((l) => l !== '');
-  const started = await waitFor('try 1 started', async () => (await lines()).find((l) => l.startsWith('start 1 ')) ?? null);
+  const started = await waitFor(
+    'try 1 started',
+    async () => (await lines()).find((l) => l.startsWith('start 1 ')) ?? null,
+  );
   const pid = Number(started.split(' ')[2]);
   taskPids.add(pid);
   await waitFor('try 1 running in the database', async () => (await ti(runId))?.state === 'running');
@@ -119,7 +143,11 @@ describe('an agent SIGKILLed while its task runs, then started again', () => {
     expect(await runEnds(db.sql, c.runId)).toBe('success');
     expect(await ti(c.runId)).toMatchObject({ state: 'success', try_number: 1, exit_code: 0 });
     expect(await c.lines()).toEqual([`start 1 ${c.pid}`, 'end 1']);
-    expect((await outputOf(c.runId)).sort()).toEqual(['1 stderr to-stderr', '1 stdout line-after', '1 stdout line-before']);
+    expect((await outputOf(c.runId)).sort()).toEqual([
+      '1 stderr to-stderr',
+      '1 stdout line-after',
+      '1 stdout line-before',
+    ]);
     expect(await moves(c.runId)).toEqual(['scheduled/0', 'queued/1', 'running/1', 'success/1']);
   });
 
@@ -133,7 +161,11 @@ describe('an agent SIGKILLed while its task runs, then started again', () => {
     await agent(c.name, c.stateDir);
     expect(await runEnds(db.sql, c.runId)).toBe('success');
     expect(await ti(c.runId)).toMatchObject({ state: 'success', try_number: 1, exit_code: 0 });
-    expect((await outputOf(c.runId)).sort()).toEqual(['1 stderr to-stderr', '1 stdout line-after', '1 stdout line-before']);
+    expect((await outputOf(c.runId)).sort()).toEqual([
+      '1 stderr to-stderr',
+      '1 stdout line-after',
+      '1 stdout line-before',
+    ]);
     expect(await moves(c.runId)).toEqual(['scheduled/0', 'queued/1', 'running/1', 'success/1']);
   });
 

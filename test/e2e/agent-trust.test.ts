@@ -38,10 +38,15 @@ beforeAll(async () => {
   db = await createTestDatabase();
   tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-agenttrust-'));
   // A threshold far above every test here: whatever ends an attempt early, it is not the reaper.
-  server = await startServer({ env: { DATABASE_URL: db.url }, args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '120s'] });
+  server = await startServer({
+    env: { DATABASE_URL: db.url },
+    args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '120s'],
+  });
   const dags: Record<string, string> = {
-    restart: 'dag_id: restart\ntasks:\n  - id: delayed\n    executor: agents\n    retries: 1\n    retry_delay: 100ms\n    placement: { labels: { pool: restart } }\n    command: [echo, hi]\n',
-    adopt: 'dag_id: adopt\ntasks:\n  - id: kept\n    executor: agents\n    placement: { labels: { pool: adopt } }\n    command: [echo, hi]\n',
+    restart:
+      'dag_id: restart\ntasks:\n  - id: delayed\n    executor: agents\n    retries: 1\n    retry_delay: 100ms\n    placement: { labels: { pool: restart } }\n    command: [echo, hi]\n',
+    adopt:
+      'dag_id: adopt\ntasks:\n  - id: kept\n    executor: agents\n    placement: { labels: { pool: adopt } }\n    command: [echo, hi]\n',
     hb: 'dag_id: hb\ntasks:\n  - id: beat\n    executor: agents\n    placement: { labels: { pool: hb } }\n    command: [echo, hi]\n',
     pair: 'dag_id: pair\ntasks:\n  - id: slowpoke\n    executor: agents\n    placement: { labels: { pool: pair } }\n    command: [echo, hi]\n  - id: work\n    executor: agents\n    placement: { labels: { pool: pair } }\n    command: [echo, hi]\n',
     dup: 'dag_id: dup\ntasks:\n  - id: job\n    executor: agents\n    placement: { labels: { pool: dup } }\n    command: [echo, hi]\n',
@@ -75,7 +80,14 @@ type Msg = MessageInitShape<typeof ConnectRequestSchema>['msg'];
  * A scripted agent process: Hello with its own incarnation (or the one given, for the same process
  * reconnecting); then it keeps alive every 150 ms listing `held()` (bad agents list what they like).
  */
-function agentProcess(o: { agentId: string; pool: string; slots?: number; incarnationId?: string; held?: AttemptRef[]; keepaliveHeld?: () => AttemptRef[] }) {
+function agentProcess(o: {
+  agentId: string;
+  pool: string;
+  slots?: number;
+  incarnationId?: string;
+  held?: AttemptRef[];
+  keepaliveHeld?: () => AttemptRef[];
+}) {
   const incarnationId = o.incarnationId ?? randomUUID();
   const client = createClient(AgentService, createGrpcTransport({ baseUrl: server.url }));
   const outbox = new AsyncInbox<ConnectRequest>();
@@ -83,22 +95,40 @@ function agentProcess(o: { agentId: string; pool: string; slots?: number; incarn
   const inbox = new AsyncInbox<ConnectResponse>();
   let seq = 1n;
   const send = (msg: Msg) => outbox.push(create(ConnectRequestSchema, { msg }));
-  send({ case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: o.agentId, labels: { pool: o.pool }, slots: o.slots ?? 1, held: o.held ?? [], incarnationId } });
-  const pump = setInterval(() => send({ case: 'keepalive', value: { seq: seq++, held: o.keepaliveHeld?.() ?? [] } }), 150);
+  send({
+    case: 'hello',
+    value: {
+      protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+      agentId: o.agentId,
+      labels: { pool: o.pool },
+      slots: o.slots ?? 1,
+      held: o.held ?? [],
+      incarnationId,
+    },
+  });
+  const pump = setInterval(
+    () => send({ case: 'keepalive', value: { seq: seq++, held: o.keepaliveHeld?.() ?? [] } }),
+    150,
+  );
   /** How the stream ended: null when the server ended it OK. */
   const ended = (async () => {
     for await (const m of stream) if (m.msg.case !== 'keepaliveAck') inbox.push(m);
-  })().then(
-    () => (inbox.close(), null),
-    (err: unknown) => (inbox.close(err), ConnectError.from(err)),
-  ).finally(() => clearInterval(pump));
+  })()
+    .then(
+      () => (inbox.close(), null),
+      (err: unknown) => (inbox.close(err), ConnectError.from(err)),
+    )
+    .finally(() => clearInterval(pump));
   return {
     incarnationId,
     inbox,
     ended,
     send,
     /** The next message of this kind (others are skipped). */
-    async next<K extends NonNullable<ConnectResponse['msg']['case']>>(kind: K, timeoutMs = 10_000): Promise<Extract<ConnectResponse['msg'], { case: K }>['value']> {
+    async next<K extends NonNullable<ConnectResponse['msg']['case']>>(
+      kind: K,
+      timeoutMs = 10_000,
+    ): Promise<Extract<ConnectResponse['msg'], { case: K }>['value']> {
       for (;;) {
         const m = await inbox.next(timeoutMs);
         if (m.msg.case === kind) return m.msg.value as never;
@@ -114,11 +144,25 @@ function agentProcess(o: { agentId: string; pool: string; slots?: number; incarn
 }
 
 const tiRow = async (tiId: string) =>
-  (await db.sql<{ state: string; try_number: number; attempt_token: string | null; heartbeat_at: Date | null; error: string | null; delivered_to: string | null }[]>`
-    select state, try_number, attempt_token, heartbeat_at, error, delivered_to from task_instances where id = ${tiId}`)[0]!;
+  (
+    await db.sql<
+      {
+        state: string;
+        try_number: number;
+        attempt_token: string | null;
+        heartbeat_at: Date | null;
+        error: string | null;
+        delivered_to: string | null;
+      }[]
+    >`
+    select state, try_number, attempt_token, heartbeat_at, error, delivered_to from task_instances where id = ${tiId}`
+  )[0]!;
 
 async function disconnected(agentId: string): Promise<void> {
-  await waitFor(`${agentId} disconnected`, async () => !(await api().cluster.listAgents({})).agents.find((a) => a.agentId === agentId)?.connected);
+  await waitFor(
+    `${agentId} disconnected`,
+    async () => !(await api().cluster.listAgents({})).agents.find((a) => a.agentId === agentId)?.connected,
+  );
 }
 
 describe('incarnations: an attempt given to one agent process never reaches another with the same token', () => {
@@ -131,7 +175,10 @@ describe('incarnations: an attempt given to one agent process never reaches anot
     expect(try1.tryNumber).toBe(1);
     // The process runs and reports Started, whose write takes 4 s; meanwhile the agent restarts.
     first.send({ case: 'started', value: { attempt: try1, pid: 4242 } });
-    await waitFor('the Started write under way', async () => (await db.sql`select 1 from pg_stat_activity where wait_event = 'PgSleep'`).length > 0);
+    await waitFor(
+      'the Started write under way',
+      async () => (await db.sql`select 1 from pg_stat_activity where wait_event = 'PgSleep'`).length > 0,
+    );
     await first.close();
     await disconnected('restart-1');
     expect((await tiRow(try1.tiId)).state).toBe('queued');
@@ -152,7 +199,16 @@ describe('incarnations: an attempt given to one agent process never reaches anot
     const ev = await db.sql<{ to: string; try: number; reason: string | null; error: string | null }[]>`
       select payload->>'to' as to, (payload->>'try')::int as try, payload->>'reason' as reason, payload->>'error' as error
       from events where ti_id = ${try1.tiId} and kind = 'ti.state' order by seq`;
-    expect(ev.map((e) => e.to)).toEqual(['scheduled', 'queued', 'running', 'up_for_retry', 'scheduled', 'queued', 'running', 'success']);
+    expect(ev.map((e) => e.to)).toEqual([
+      'scheduled',
+      'queued',
+      'running',
+      'up_for_retry',
+      'scheduled',
+      'queued',
+      'running',
+      'success',
+    ]);
     expect(ev.filter((e) => e.to === 'queued').map((e) => e.try)).toEqual([1, 2]);
     const lost = ev.find((e) => e.to === 'up_for_retry')!;
     expect(lost.reason).toBe('agent_restarted');
@@ -175,7 +231,12 @@ describe('incarnations: an attempt given to one agent process never reaches anot
     const second = agentProcess({ agentId: 'adopt-1', pool: 'adopt', held: [attempt], keepaliveHeld: () => [attempt] });
     const welcome = await second.next('welcome');
     expect(welcome.resumed.map((r) => r.attemptToken)).toEqual([attempt.attemptToken]);
-    expect(await tiRow(attempt.tiId)).toMatchObject({ state: 'running', try_number: 1, attempt_token: attempt.attemptToken, delivered_to: second.incarnationId });
+    expect(await tiRow(attempt.tiId)).toMatchObject({
+      state: 'running',
+      try_number: 1,
+      attempt_token: attempt.attemptToken,
+      delivered_to: second.incarnationId,
+    });
     second.send({ case: 'finished', value: { attempt, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } });
     expect((await second.next('finishedAck')).applied).toBe(true);
     await waitFor('run success', async () => (await api().workflow.getRun({ runId })).run!.state === 3);
@@ -186,14 +247,18 @@ describe('incarnations: an attempt given to one agent process never reaches anot
     const a = agentProcess({ agentId: 'no-incarnation', pool: 'none', incarnationId: '' });
     const err = await a.ended;
     expect(err?.code).toBe(Code.FailedPrecondition);
-    expect(err?.rawMessage).toBe('hello.incarnation_id: this control plane needs it (a UUID made once per agent process); this agent is older than the control plane: upgrade it');
+    expect(err?.rawMessage).toBe(
+      'hello.incarnation_id: this control plane needs it (a UUID made once per agent process); this agent is older than the control plane: upgrade it',
+    );
   });
 
   it('refuses an incarnation id that is not a UUID, naming the field', async () => {
     const a = agentProcess({ agentId: 'bad-incarnation', pool: 'none', incarnationId: 'not-a-uuid' });
     const err = await a.ended;
     expect(err?.code).toBe(Code.InvalidArgument);
-    expect(err?.rawMessage).toMatch(/^hello\.incarnation_id: must be a UUID made once per agent process, got \{"fingerprint":"sha256:[0-9a-f]{12}","length":10\}$/);
+    expect(err?.rawMessage).toMatch(
+      /^hello\.incarnation_id: must be a UUID made once per agent process, got \{"fingerprint":"sha256:[0-9a-f]{12}","length":10\}$/,
+    );
   });
 });
 
@@ -212,11 +277,17 @@ describe('a bad report harms only its sender', () => {
     const err = await bad.ended;
     expect(err?.code).toBe(Code.InvalidArgument);
     // A token is never echoed, even a malformed one: its fingerprint only.
-    expect(err?.rawMessage).toMatch(/^keepalive\.held\[0\]\.attempt_token: must be a UUID \(the token of the Assign\), got \{"fingerprint":"sha256:[0-9a-f]{12}","length":10\}$/);
+    expect(err?.rawMessage).toMatch(
+      /^keepalive\.held\[0\]\.attempt_token: must be a UUID \(the token of the Assign\), got \{"fingerprint":"sha256:[0-9a-f]{12}","length":10\}$/,
+    );
 
     // The good agent's heartbeats keep landing, flush after flush.
     const since = new Date();
-    await waitFor('a heartbeat after the bad keepalive', async () => ((await tiRow(held!.tiId)).heartbeat_at?.getTime() ?? 0) > since.getTime() + 500, 5000);
+    await waitFor(
+      'a heartbeat after the bad keepalive',
+      async () => ((await tiRow(held!.tiId)).heartbeat_at?.getTime() ?? 0) > since.getTime() + 500,
+      5000,
+    );
     // Refused, counted and logged in one line, without a stack.
     const metrics = await scrapeMetrics(server.metricsUrl);
     expect(metrics.get('leoflow_agent_messages_invalid_total{report="keepalive"}')).toBe(1);
@@ -251,7 +322,11 @@ describe('a bad report harms only its sender', () => {
     const startErr = await badStarter.ended;
     expect(startErr?.code).toBe(Code.InvalidArgument);
     expect(startErr?.rawMessage).toContain('started.attempt.attempt_token: must be a UUID');
-    await waitFor('both started', async () => (await tiRow(slowpoke.tiId)).state === 'running' && (await tiRow(work.tiId)).state === 'running', 10_000);
+    await waitFor(
+      'both started',
+      async () => (await tiRow(slowpoke.tiId)).state === 'running' && (await tiRow(work.tiId)).state === 'running',
+      10_000,
+    );
 
     // The same for the ends.
     good.send({ case: 'finished', value: { attempt: slowpoke, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } });
@@ -265,7 +340,10 @@ describe('a bad report harms only its sender', () => {
     expect(acks.map((a) => a.applied)).toEqual([true, true]);
     await waitFor('run success', async () => (await api().workflow.getRun({ runId })).run!.state === 3);
     // The good agent's stream was never closed for someone else's report.
-    const still = await Promise.race([good.ended.then(() => 'ended'), new Promise((r) => setTimeout(() => r('open'), 500))]);
+    const still = await Promise.race([
+      good.ended.then(() => 'ended'),
+      new Promise((r) => setTimeout(() => r('open'), 500)),
+    ]);
     expect(still).toBe('open');
     await good.close();
   });
@@ -274,8 +352,14 @@ describe('a bad report harms only its sender', () => {
   // refused alone, without ending the stream: agent-protocol-conformance.test.ts.
   it('refuses other broken reports by name: a ti id that is not a number, a try number below 1', async () => {
     const cases: [Msg, string][] = [
-      [{ case: 'started', value: { attempt: { tiId: '-5', tryNumber: 1, attemptToken: randomUUID() }, pid: 1 } }, 'started.attempt.ti_id: must be a positive 64-bit integer, got "-5"'],
-      [{ case: 'log', value: { attempt: { tiId: '5', tryNumber: 0, attemptToken: randomUUID() }, entries: [] } }, 'log.attempt.try_number: must be at least 1, got 0'],
+      [
+        { case: 'started', value: { attempt: { tiId: '-5', tryNumber: 1, attemptToken: randomUUID() }, pid: 1 } },
+        'started.attempt.ti_id: must be a positive 64-bit integer, got "-5"',
+      ],
+      [
+        { case: 'log', value: { attempt: { tiId: '5', tryNumber: 0, attemptToken: randomUUID() }, entries: [] } },
+        'log.attempt.try_number: must be at least 1, got 0',
+      ],
     ];
     for (const [msg, message] of cases) {
       const a = agentProcess({ agentId: 'broken', pool: 'nothing' });
@@ -305,7 +389,7 @@ describe('a duplicate agent id', () => {
     const listed = (await api().cluster.listAgents({})).agents.find((a) => a.agentId === 'dup-1')!;
     expect(listed).toMatchObject({ connected: true, slots: 2, labels: { pool: 'dup' } });
     // Its Started is written in a batch of its own (not before the refusal, on a busy machine).
-    await waitFor('the live agent\'s attempt running', async () => (await tiRow(held.tiId)).state === 'running', 10_000);
+    await waitFor("the live agent's attempt running", async () => (await tiRow(held.tiId)).state === 'running', 10_000);
     expect(await tiRow(held.tiId)).toMatchObject({ state: 'running', delivered_to: live.incarnationId });
     // It still gets work.
     const run2 = (await api().workflow.triggerRun({ dagId: 'dup' })).run!.runId;
@@ -313,16 +397,31 @@ describe('a duplicate agent id', () => {
     expect(second.tiId).not.toBe(held.tiId);
 
     // The same process, its old stream half-dead, reconnects: it takes over, the old stream ends.
-    const again = agentProcess({ agentId: 'dup-1', pool: 'dup', slots: 2, incarnationId: live.incarnationId, held: [held, second], keepaliveHeld: () => [held, second] });
+    const again = agentProcess({
+      agentId: 'dup-1',
+      pool: 'dup',
+      slots: 2,
+      incarnationId: live.incarnationId,
+      held: [held, second],
+      keepaliveHeld: () => [held, second],
+    });
     const welcome = await again.next('welcome');
     expect(welcome.resumed.map((r) => r.attemptToken).sort()).toEqual([held.attemptToken, second.attemptToken].sort());
     const oldEnd = await live.ended;
     expect(oldEnd?.code).toBe(Code.Aborted);
     expect(oldEnd?.rawMessage).toContain('replaced by a newer stream of the same agent process');
-    for (const a of [held, second]) again.send({ case: 'finished', value: { attempt: a, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } });
-    expect([(await again.next('finishedAck')).applied, (await again.next('finishedAck')).applied]).toEqual([true, true]);
-    for (const runId of [run1, run2]) await waitFor('run success', async () => (await api().workflow.getRun({ runId })).run!.state === 3);
-    expect((await api().cluster.listAgents({})).agents.find((a) => a.agentId === 'dup-1')).toMatchObject({ connected: true, slots: 2 });
+    for (const a of [held, second])
+      again.send({ case: 'finished', value: { attempt: a, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } });
+    expect([(await again.next('finishedAck')).applied, (await again.next('finishedAck')).applied]).toEqual([
+      true,
+      true,
+    ]);
+    for (const runId of [run1, run2])
+      await waitFor('run success', async () => (await api().workflow.getRun({ runId })).run!.state === 3);
+    expect((await api().cluster.listAgents({})).agents.find((a) => a.agentId === 'dup-1')).toMatchObject({
+      connected: true,
+      slots: 2,
+    });
     await again.close();
   });
 });

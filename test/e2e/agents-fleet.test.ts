@@ -3,7 +3,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
-import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  cli,
+  startAgent,
+  startServer,
+  waitFor,
+  type AgentProcess,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { killGroupOf } from '../helpers/process-group.js';
 import { isRunEnded } from '../helpers/run-ends.js';
 import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
@@ -27,7 +34,18 @@ beforeAll(async () => {
   tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-fleet-'));
   server = await startServer({
     env: { DATABASE_URL: db.url },
-    args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '2s', '--tick-interval', '200ms', '--dispatch-workers', '4', '--dispatch-queue', '64'],
+    args: [
+      '--heartbeat-interval',
+      '300ms',
+      '--heartbeat-threshold',
+      '2s',
+      '--tick-interval',
+      '200ms',
+      '--dispatch-workers',
+      '4',
+      '--dispatch-queue',
+      '64',
+    ],
   });
   api = createClients(server.url);
 });
@@ -44,7 +62,11 @@ afterAll(async () => {
 async function agent(id: string, args: string[], url = server.url): Promise<AgentProcess> {
   const a = startAgent(url, ['--id', id, ...args]);
   agents.push(a);
-  await waitFor(`agent ${id} connected`, async () => (await api.cluster.listAgents({})).agents.some((x) => x.agentId === id && x.connected), 20_000);
+  await waitFor(
+    `agent ${id} connected`,
+    async () => (await api.cluster.listAgents({})).agents.some((x) => x.agentId === id && x.connected),
+    20_000,
+  );
   return a;
 }
 
@@ -56,11 +78,17 @@ async function apply(name: string, yaml: string): Promise<void> {
 }
 
 async function waitRuns(runIds: string[], timeoutMs = 40_000): Promise<string[]> {
-  await waitFor('runs ended', async () => {
-    const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
-    return rows.every((r) => isRunEnded(r.state));
-  }, timeoutMs);
-  const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[]) order by id`;
+  await waitFor(
+    'runs ended',
+    async () => {
+      const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
+      return rows.every((r) => isRunEnded(r.state));
+    },
+    timeoutMs,
+  );
+  const rows = await db.sql<
+    { state: string }[]
+  >`select state from dag_runs where id = any(${runIds}::bigint[]) order by id`;
   return rows.map((r) => r.state);
 }
 
@@ -75,14 +103,24 @@ interface Interval {
 
 /** Each attempt's life on its agent, from the events log: claimed (queued) → ended. */
 async function attempts(runIds: string[]): Promise<Interval[]> {
-  const ev = await db.sql<{ ti_id: string; to: string; try: string; agent_id: string | null; task_id: string; at: Date }[]>`
+  const ev = await db.sql<
+    { ti_id: string; to: string; try: string; agent_id: string | null; task_id: string; at: Date }[]
+  >`
     select ti_id, payload->>'to' as to, payload->>'try' as try, payload->>'agent_id' as agent_id, payload->>'task_id' as task_id, at
     from events where run_id = any(${runIds}::bigint[]) and kind = 'ti.state' order by seq`;
   const open = new Map<string, Interval>();
   const out: Interval[] = [];
   for (const e of ev) {
     const key = `${e.ti_id}/${e.try}`;
-    if (e.to === 'queued') open.set(key, { ti: e.ti_id, try: e.try, task: e.task_id, agent: e.agent_id!, from: e.at.getTime(), to: Infinity });
+    if (e.to === 'queued')
+      open.set(key, {
+        ti: e.ti_id,
+        try: e.try,
+        task: e.task_id,
+        agent: e.agent_id!,
+        from: e.at.getTime(),
+        to: Infinity,
+      });
     else if (['success', 'failed', 'up_for_retry', 'cancelled'].includes(e.to) && open.has(key)) {
       const i = open.get(key)!;
       i.to = e.at.getTime();
@@ -115,7 +153,12 @@ describe('a fleet of agents', () => {
     const mark = (what: string) => `echo $LEOFLOW_TI_ID $LEOFLOW_TRY_NUMBER ${what} $(date +%s%N) >> ${lives}`;
     const sleepy = (id: string, zone: string, extra = '') =>
       `  - id: ${id}\n    executor: agents\n    command: ["sh", "-c", "${mark('start')}; sleep 0.4; echo ${id} done; ${mark('end')}"]\n    placement: { labels: { zone: ${zone} }${extra} }\n`;
-    await apply('place', 'dag_id: place\ntasks:\n' + ['wa0', 'wa1', 'wa2', 'wa3'].map((t) => sleepy(t, 'a')).join('') + ['wb0', 'wb1', 'wb2'].map((t) => sleepy(t, 'b')).join(''));
+    await apply(
+      'place',
+      'dag_id: place\ntasks:\n' +
+        ['wa0', 'wa1', 'wa2', 'wa3'].map((t) => sleepy(t, 'a')).join('') +
+        ['wb0', 'wb1', 'wb2'].map((t) => sleepy(t, 'b')).join(''),
+    );
     await apply('maxpar', 'dag_id: maxpar\ntasks:\n' + sleepy('w', 'a', ', max_parallel_per_agent: 1'));
 
     const runIds = [(await api.workflow.triggerRun({ dagId: 'place' })).run!.runId];
@@ -124,7 +167,8 @@ describe('a fleet of agents', () => {
 
     const all = await attempts(runIds);
     expect(all).toHaveLength(7 + 4);
-    for (const i of all) expect(i.agent, `${i.task} placed on ${i.agent}`).toMatch(i.task.startsWith('wb') ? /^b1$/ : /^a[12]$/);
+    for (const i of all)
+      expect(i.agent, `${i.task} placed on ${i.agent}`).toMatch(i.task.startsWith('wb') ? /^b1$/ : /^a[12]$/);
     // Load spread over both zone-a agents.
     expect(new Set(all.filter((i) => !i.task.startsWith('wb')).map((i) => i.agent))).toEqual(new Set(['a1', 'a2']));
     // Slots never exceeded: an agent's slot is free once its task's process is over (it may be
@@ -134,7 +178,11 @@ describe('a fleet of agents', () => {
     for (const line of (await readFile(lives, 'utf8')).trim().split('\n')) {
       const [ti, tryNumber, what, ns] = line.split(' ') as [string, string, 'start' | 'end', string];
       const key = `${ti}/${tryNumber}`;
-      const i = life.get(key) ?? life.set(key, { ti, try: tryNumber, task: '', agent: agentOf.get(key)!, from: Infinity, to: Infinity }).get(key)!;
+      const i =
+        life.get(key) ??
+        life
+          .set(key, { ti, try: tryNumber, task: '', agent: agentOf.get(key)!, from: Infinity, to: Infinity })
+          .get(key)!;
       i[what === 'start' ? 'from' : 'to'] = Number(BigInt(ns) / 1000n) / 1000;
     }
     expect(life.size).toBe(all.length);
@@ -145,7 +193,8 @@ describe('a fleet of agents', () => {
     // And no agent was ever sent an attempt beyond the slots it offered (it would say so).
     for (const a of agents) expect(a.output()).not.toMatch(/Assign beyond the slots/);
     // max_parallel_per_agent: 1 for `w`, across its four runs.
-    for (const a of ['a1', 'a2']) expect(maxConcurrent(all.filter((i) => i.task === 'w' && i.agent === a))).toBeLessThanOrEqual(1);
+    for (const a of ['a1', 'a2'])
+      expect(maxConcurrent(all.filter((i) => i.task === 'w' && i.agent === a))).toBeLessThanOrEqual(1);
     // Placement rounds' claims (a task with max_parallel_per_agent is always claimed by one) have
     // a connection of their own, never waiting for one the report batches hold.
     const claimConns = await db.sql<{ query: string }[]>`
@@ -168,10 +217,15 @@ describe('a fleet of agents', () => {
     const pidFile = path.join(tmp, 'k.pid');
     const k1 = await agent('k1', ['--labels', 'zone=k']);
     const k2 = await agent('k2', ['--labels', 'zone=k']);
-    await apply('kill', `dag_id: kill\ntasks:\n  - id: long\n    executor: agents\n    retries: 1\n    retry_delay: 100ms\n    placement: { labels: { zone: k } }\n    command: ["sh", "-c", "if [ $LEOFLOW_TRY_NUMBER -ge 2 ]; then echo second; exit 0; fi; echo $$ > ${pidFile}; sleep 30"]\n`);
+    await apply(
+      'kill',
+      `dag_id: kill\ntasks:\n  - id: long\n    executor: agents\n    retries: 1\n    retry_delay: 100ms\n    placement: { labels: { zone: k } }\n    command: ["sh", "-c", "if [ $LEOFLOW_TRY_NUMBER -ge 2 ]; then echo second; exit 0; fi; echo $$ > ${pidFile}; sleep 30"]\n`,
+    );
     const runId = (await api.workflow.triggerRun({ dagId: 'kill' })).run!.runId;
     const holder = await waitFor('long running', async () => {
-      const [t] = await db.sql<{ state: string; agent_id: string }[]>`select state, agent_id from task_instances where run_id = ${runId}`;
+      const [t] = await db.sql<
+        { state: string; agent_id: string }[]
+      >`select state, agent_id from task_instances where run_id = ${runId}`;
       return t?.state === 'running' && (await readFile(pidFile, 'utf8').catch(() => '')) ? t.agent_id : null;
     });
     const victim = holder === 'k1' ? k1 : k2;
@@ -180,7 +234,9 @@ describe('a fleet of agents', () => {
     // stop the task as an operator (or the machine's end) would.
     killGroupOf(Number(await readFile(pidFile, 'utf8')));
     expect(await waitRuns([runId])).toEqual(['success']);
-    const [t] = await db.sql<{ try_number: number; agent_id: string }[]>`select try_number, agent_id from task_instances where run_id = ${runId}`;
+    const [t] = await db.sql<
+      { try_number: number; agent_id: string }[]
+    >`select try_number, agent_id from task_instances where run_id = ${runId}`;
     expect(t).toMatchObject({ try_number: 2, agent_id: holder === 'k1' ? 'k2' : 'k1' });
     const lost = await db.sql`select 1 from events where run_id = ${runId} and payload->>'reason' = 'agent_lost'`;
     expect(lost.length).toBe(1);
@@ -195,7 +251,10 @@ describe('a fleet of agents', () => {
         'blip',
         'dag_id: blip\ntasks:\n' +
           [0, 1, 2, 3]
-            .map((i) => `  - id: n${i}\n    executor: agents\n    placement: { labels: { zone: n } }\n    command: ["sh", "-c", "echo $LEOFLOW_TASK_ID $LEOFLOW_TRY_NUMBER >> ${marks}; echo start; sleep 1.5; echo end"]\n`)
+            .map(
+              (i) =>
+                `  - id: n${i}\n    executor: agents\n    placement: { labels: { zone: n } }\n    command: ["sh", "-c", "echo $LEOFLOW_TASK_ID $LEOFLOW_TRY_NUMBER >> ${marks}; echo start; sleep 1.5; echo end"]\n`,
+            )
             .join(''),
       );
       const runId = (await api.workflow.triggerRun({ dagId: 'blip' })).run!.runId;
@@ -205,14 +264,20 @@ describe('a fleet of agents', () => {
       });
       proxy.cut();
       expect(await waitRuns([runId])).toEqual(['success']);
-      const tis = await db.sql<{ task_id: string; try_number: number; agent_id: string }[]>`select task_id, try_number, agent_id from task_instances where run_id = ${runId} order by task_id`;
-      expect(tis.map((t) => [t.task_id, t.try_number, t.agent_id])).toEqual([0, 1, 2, 3].map((i) => [`n${i}`, 1, 'n1']));
+      const tis = await db.sql<
+        { task_id: string; try_number: number; agent_id: string }[]
+      >`select task_id, try_number, agent_id from task_instances where run_id = ${runId} order by task_id`;
+      expect(tis.map((t) => [t.task_id, t.try_number, t.agent_id])).toEqual(
+        [0, 1, 2, 3].map((i) => [`n${i}`, 1, 'n1']),
+      );
       expect((await readFile(marks, 'utf8')).trim().split('\n').sort()).toEqual(['n0 1', 'n1 1', 'n2 1', 'n3 1']);
       // Every line, including those written while the stream was cut, is in the logs once.
       const logs = await db.sql<{ n: number }[]>`
         select count(*)::int as n from task_logs l join task_instances t on t.id = l.ti_id where t.run_id = ${runId} and l.stream = 'stdout'`;
       expect(logs[0]!.n).toBe(8);
-      expect((await db.sql`select 1 from events where run_id = ${runId} and payload->>'reason' = 'agent_lost'`).length).toBe(0);
+      expect(
+        (await db.sql`select 1 from events where run_id = ${runId} and payload->>'reason' = 'agent_lost'`).length,
+      ).toBe(0);
     } finally {
       await proxy.close();
     }
@@ -222,33 +287,49 @@ describe('a fleet of agents', () => {
     const pidFile = path.join(tmp, 'z.pid');
     const z1 = await agent('z1', ['--labels', 'zone=z']);
     const z2 = await agent('z2', ['--labels', 'zone=z']);
-    await apply('zombie', `dag_id: zombie\ntasks:\n  - id: slow\n    executor: agents\n    retries: 1\n    retry_delay: 100ms\n    placement: { labels: { zone: z } }\n    command: ["sh", "-c", "if [ $LEOFLOW_TRY_NUMBER -ge 2 ]; then echo try-2; exit 0; fi; echo $$ > ${pidFile}; sleep 6; echo try-1-late"]\n`);
+    await apply(
+      'zombie',
+      `dag_id: zombie\ntasks:\n  - id: slow\n    executor: agents\n    retries: 1\n    retry_delay: 100ms\n    placement: { labels: { zone: z } }\n    command: ["sh", "-c", "if [ $LEOFLOW_TRY_NUMBER -ge 2 ]; then echo try-2; exit 0; fi; echo $$ > ${pidFile}; sleep 6; echo try-1-late"]\n`,
+    );
     const before = metricSum(await scrapeMetrics(server.metricsUrl), 'leoflow_stale_reports_rejected_total');
     const runId = (await api.workflow.triggerRun({ dagId: 'zombie' })).run!.runId;
     const holder = await waitFor('slow running', async () => {
-      const [t] = await db.sql<{ state: string; agent_id: string }[]>`select state, agent_id from task_instances where run_id = ${runId}`;
+      const [t] = await db.sql<
+        { state: string; agent_id: string }[]
+      >`select state, agent_id from task_instances where run_id = ${runId}`;
       return t?.state === 'running' && (await readFile(pidFile, 'utf8').catch(() => '')) ? t.agent_id : null;
     });
     const zombie = holder === 'z1' ? z1 : z2;
     zombie.child.kill('SIGSTOP');
     expect(await waitRuns([runId])).toEqual(['success']);
-    const [done] = await db.sql`select try_number, state, agent_id, exit_code from task_instances where run_id = ${runId}`;
+    const [done] =
+      await db.sql`select try_number, state, agent_id, exit_code from task_instances where run_id = ${runId}`;
     expect(done).toMatchObject({ try_number: 2, state: 'success', agent_id: holder === 'z1' ? 'z2' : 'z1' });
 
     zombie.child.kill('SIGCONT');
-    await waitFor('zombie refused', async () => metricSum(await scrapeMetrics(server.metricsUrl), 'leoflow_stale_reports_rejected_total') > before, 20_000);
+    await waitFor(
+      'zombie refused',
+      async () => metricSum(await scrapeMetrics(server.metricsUrl), 'leoflow_stale_reports_rejected_total') > before,
+      20_000,
+    );
     const try1 = Number(await readFile(pidFile, 'utf8'));
-    await waitFor('try 1 stopped', async () => {
-      try {
-        process.kill(try1, 0);
-        return false;
-      } catch {
-        return true;
-      }
-    }, 15_000);
-    const [after] = await db.sql`select try_number, state, agent_id, exit_code from task_instances where run_id = ${runId}`;
+    await waitFor(
+      'try 1 stopped',
+      async () => {
+        try {
+          process.kill(try1, 0);
+          return false;
+        } catch {
+          return true;
+        }
+      },
+      15_000,
+    );
+    const [after] =
+      await db.sql`select try_number, state, agent_id, exit_code from task_instances where run_id = ${runId}`;
     expect(after).toEqual(done);
-    const late = await db.sql`select 1 from task_logs l join task_instances t on t.id = l.ti_id where t.run_id = ${runId} and l.line = 'try-1-late'`;
+    const late =
+      await db.sql`select 1 from task_logs l join task_instances t on t.id = l.ti_id where t.run_id = ${runId} and l.line = 'try-1-late'`;
     expect(late.length).toBe(0);
   });
 });

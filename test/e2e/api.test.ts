@@ -2,7 +2,12 @@ import http2 from 'node:http2';
 import { readFile } from 'node:fs/promises';
 import { brotliCompressSync, gzipSync } from 'node:zlib';
 import { Code, ConnectError, createClient } from '@connectrpc/connect';
-import { compressionGzip, createConnectTransport, createGrpcTransport, createGrpcWebTransport } from '@connectrpc/connect-node';
+import {
+  compressionGzip,
+  createConnectTransport,
+  createGrpcTransport,
+  createGrpcWebTransport,
+} from '@connectrpc/connect-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
 import { WorkflowService } from '../../src/gen/leoflow/v1/workflow_pb.js';
@@ -22,7 +27,10 @@ beforeAll(async () => {
   db = await createTestDatabase();
   server = await startServer({ env: { DATABASE_URL: db.url } });
   api = createClients(server.url);
-  await api.workflow.applyDag({ source: await readFile(`${ROOT}/examples/hello.yaml`, 'utf8'), filename: 'hello.yaml' });
+  await api.workflow.applyDag({
+    source: await readFile(`${ROOT}/examples/hello.yaml`, 'utf8'),
+    filename: 'hello.yaml',
+  });
 });
 
 afterAll(async () => {
@@ -52,16 +60,46 @@ describe('WorkflowService over gRPC: bad input', () => {
     await rejects(api.workflow.cancelRun({}), Code.InvalidArgument, /^run_id: is required$/);
     await rejects(api.workflow.listTaskInstances({}), Code.InvalidArgument, /^run_id: is required$/);
     const stream = api.workflow.tailLogs({});
-    await rejects((async () => { for await (const _ of stream) void _; })(), Code.InvalidArgument, /^run_id: is required$/);
+    await rejects(
+      (async () => {
+        for await (const _ of stream) void _;
+      })(),
+      Code.InvalidArgument,
+      /^run_id: is required$/,
+    );
   });
 
   it('rejects malformed values with the reason', async () => {
-    await rejects(api.workflow.getRun({ runId: '-5' }), Code.InvalidArgument, /^run_id: must be a positive integer id, got "-5"$/);
-    await rejects(api.workflow.triggerRun({ dagId: 'hello', confJson: '{oops' }), Code.InvalidArgument, /^conf_json: is not valid JSON/);
-    await rejects(api.workflow.triggerRun({ dagId: 'hello', runKey: 'has space' }), Code.InvalidArgument, /^run_key: must be 1-200 characters/);
-    await rejects(api.workflow.listRuns({ limit: 5000 }), Code.InvalidArgument, /^limit: must be between 0 and 1000, got 5000$/);
-    await rejects(api.workflow.applyDag({ source: 'dag_id: x\ntasks: []\n', filename: 'x.yaml' }), Code.InvalidArgument, /x\.yaml: tasks: /);
-    await rejects(api.workflow.applyDag({ source: 'x'.repeat(1024 * 1024 + 1), filename: 'big.yaml' }), Code.InvalidArgument, /^source: is larger than 1048576 bytes$/);
+    await rejects(
+      api.workflow.getRun({ runId: '-5' }),
+      Code.InvalidArgument,
+      /^run_id: must be a positive integer id, got "-5"$/,
+    );
+    await rejects(
+      api.workflow.triggerRun({ dagId: 'hello', confJson: '{oops' }),
+      Code.InvalidArgument,
+      /^conf_json: is not valid JSON/,
+    );
+    await rejects(
+      api.workflow.triggerRun({ dagId: 'hello', runKey: 'has space' }),
+      Code.InvalidArgument,
+      /^run_key: must be 1-200 characters/,
+    );
+    await rejects(
+      api.workflow.listRuns({ limit: 5000 }),
+      Code.InvalidArgument,
+      /^limit: must be between 0 and 1000, got 5000$/,
+    );
+    await rejects(
+      api.workflow.applyDag({ source: 'dag_id: x\ntasks: []\n', filename: 'x.yaml' }),
+      Code.InvalidArgument,
+      /x\.yaml: tasks: /,
+    );
+    await rejects(
+      api.workflow.applyDag({ source: 'x'.repeat(1024 * 1024 + 1), filename: 'big.yaml' }),
+      Code.InvalidArgument,
+      /^source: is larger than 1048576 bytes$/,
+    );
   });
 
   it('answers NOT_FOUND for unknown ids', async () => {
@@ -73,17 +111,35 @@ describe('WorkflowService over gRPC: bad input', () => {
   });
 
   it('writes nothing for a rejected request', async () => {
-    const before = await db.sql`select (select count(*) from dags) as d, (select count(*) from dag_runs) as r, (select count(*) from task_instances) as t`;
-    await rejects(api.workflow.applyDag({ source: 'dag_id: half\ntasks:\n  - id: a\n    command: [echo]\n  - id: a\n    command: [echo]\n', filename: 'half.yaml' }), Code.InvalidArgument, /duplicate task id "a"/);
-    await rejects(api.workflow.triggerRun({ dagId: 'hello', confJson: '[]' }), Code.InvalidArgument, /^conf_json: must be a JSON object$/);
-    const after = await db.sql`select (select count(*) from dags) as d, (select count(*) from dag_runs) as r, (select count(*) from task_instances) as t`;
+    const before =
+      await db.sql`select (select count(*) from dags) as d, (select count(*) from dag_runs) as r, (select count(*) from task_instances) as t`;
+    await rejects(
+      api.workflow.applyDag({
+        source: 'dag_id: half\ntasks:\n  - id: a\n    command: [echo]\n  - id: a\n    command: [echo]\n',
+        filename: 'half.yaml',
+      }),
+      Code.InvalidArgument,
+      /duplicate task id "a"/,
+    );
+    await rejects(
+      api.workflow.triggerRun({ dagId: 'hello', confJson: '[]' }),
+      Code.InvalidArgument,
+      /^conf_json: must be a JSON object$/,
+    );
+    const after =
+      await db.sql`select (select count(*) from dags) as d, (select count(*) from dag_runs) as r, (select count(*) from task_instances) as t`;
     expect(after).toEqual(before);
   });
 
   it('survives a garbage protobuf body and keeps serving', async () => {
     const session = http2.connect(server.url);
     const status = await new Promise<string | undefined>((resolve, reject) => {
-      const req = session.request({ ':method': 'POST', ':path': '/leoflow.v1.WorkflowService/GetRun', 'content-type': 'application/grpc', te: 'trailers' });
+      const req = session.request({
+        ':method': 'POST',
+        ':path': '/leoflow.v1.WorkflowService/GetRun',
+        'content-type': 'application/grpc',
+        te: 'trailers',
+      });
       let grpcStatus: string | undefined;
       req.on('response', (h) => (grpcStatus ??= h['grpc-status'] as string | undefined));
       req.on('trailers', (t) => (grpcStatus = t['grpc-status'] as string));
@@ -101,28 +157,33 @@ describe('WorkflowService over gRPC: bad input', () => {
 });
 
 /** One HTTP/2 request to the server: its status, gRPC status (headers or trailers) and body. */
-function h2request(headers: Record<string, string>, body: Buffer): Promise<{ status: number; grpcStatus: string | undefined; grpcMessage: string; body: string }> {
+function h2request(
+  headers: Record<string, string>,
+  body: Buffer,
+): Promise<{ status: number; grpcStatus: string | undefined; grpcMessage: string; body: string }> {
   const session = http2.connect(server.url);
-  return new Promise<{ status: number; grpcStatus: string | undefined; grpcMessage: string; body: string }>((resolve, reject) => {
-    const req = session.request({ ':method': 'POST', te: 'trailers', ...headers });
-    let status = 0;
-    let grpcStatus: string | undefined;
-    let grpcMessage = '';
-    const chunks: Buffer[] = [];
-    req.on('response', (h) => {
-      status = Number(h[':status']);
-      grpcStatus ??= h['grpc-status'] as string | undefined;
-      grpcMessage ||= decodeURIComponent(String(h['grpc-message'] ?? ''));
-    });
-    req.on('trailers', (t) => {
-      grpcStatus = t['grpc-status'] as string;
-      grpcMessage = decodeURIComponent(String(t['grpc-message'] ?? ''));
-    });
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => resolve({ status, grpcStatus, grpcMessage, body: Buffer.concat(chunks).toString('latin1') }));
-    req.on('error', reject);
-    req.end(body);
-  }).finally(() => session.close());
+  return new Promise<{ status: number; grpcStatus: string | undefined; grpcMessage: string; body: string }>(
+    (resolve, reject) => {
+      const req = session.request({ ':method': 'POST', te: 'trailers', ...headers });
+      let status = 0;
+      let grpcStatus: string | undefined;
+      let grpcMessage = '';
+      const chunks: Buffer[] = [];
+      req.on('response', (h) => {
+        status = Number(h[':status']);
+        grpcStatus ??= h['grpc-status'] as string | undefined;
+        grpcMessage ||= decodeURIComponent(String(h['grpc-message'] ?? ''));
+      });
+      req.on('trailers', (t) => {
+        grpcStatus = t['grpc-status'] as string;
+        grpcMessage = decodeURIComponent(String(t['grpc-message'] ?? ''));
+      });
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => resolve({ status, grpcStatus, grpcMessage, body: Buffer.concat(chunks).toString('latin1') }));
+      req.on('error', reject);
+      req.end(body);
+    },
+  ).finally(() => session.close());
 }
 
 /** A gRPC / gRPC-Web envelope: flags, length, message. */
@@ -138,19 +199,56 @@ describe('compressed garbage bodies', () => {
   const path = '/leoflow.v1.WorkflowService/GetRun';
 
   it('a gzip-compressed body that is not a protobuf message is INVALID_ARGUMENT, never INTERNAL (gRPC, gRPC-Web, Connect)', async () => {
-    const grpc = await h2request({ ':path': path, 'content-type': 'application/grpc', 'grpc-encoding': 'gzip' }, envelope(1, gzipSync(garbage)));
-    expect([grpc.grpcStatus, grpc.grpcMessage]).toEqual(['3', expect.stringMatching(/^request: is not a valid leoflow\.v1\.GetRunRequest protobuf message/)]);
-    const web = await h2request({ ':path': path, 'content-type': 'application/grpc-web+proto', 'grpc-encoding': 'gzip' }, envelope(1, gzipSync(garbage)));
+    const grpc = await h2request(
+      { ':path': path, 'content-type': 'application/grpc', 'grpc-encoding': 'gzip' },
+      envelope(1, gzipSync(garbage)),
+    );
+    expect([grpc.grpcStatus, grpc.grpcMessage]).toEqual([
+      '3',
+      expect.stringMatching(/^request: is not a valid leoflow\.v1\.GetRunRequest protobuf message/),
+    ]);
+    const web = await h2request(
+      { ':path': path, 'content-type': 'application/grpc-web+proto', 'grpc-encoding': 'gzip' },
+      envelope(1, gzipSync(garbage)),
+    );
     expect(web.body).toMatch(/grpc-status:\s*3\r\n/);
-    const unary = await h2request({ ':path': path, 'content-type': 'application/proto', 'content-encoding': 'gzip', 'connect-protocol-version': '1' }, gzipSync(garbage));
+    const unary = await h2request(
+      {
+        ':path': path,
+        'content-type': 'application/proto',
+        'content-encoding': 'gzip',
+        'connect-protocol-version': '1',
+      },
+      gzipSync(garbage),
+    );
     expect(unary.status).toBe(400);
-    expect(JSON.parse(unary.body)).toMatchObject({ code: 'invalid_argument', message: expect.stringMatching(/^request: is not a valid leoflow\.v1\.GetRunRequest protobuf message/) });
-    const br = await h2request({ ':path': path, 'content-type': 'application/proto', 'content-encoding': 'br', 'connect-protocol-version': '1' }, brotliCompressSync(garbage));
+    expect(JSON.parse(unary.body)).toMatchObject({
+      code: 'invalid_argument',
+      message: expect.stringMatching(/^request: is not a valid leoflow\.v1\.GetRunRequest protobuf message/),
+    });
+    const br = await h2request(
+      { ':path': path, 'content-type': 'application/proto', 'content-encoding': 'br', 'connect-protocol-version': '1' },
+      brotliCompressSync(garbage),
+    );
     expect([br.status, JSON.parse(br.body).code]).toEqual([400, 'invalid_argument']);
     // Bytes that are not gzip at all are refused as well, whatever says so.
-    const notGzip = await h2request({ ':path': path, 'content-type': 'application/grpc', 'grpc-encoding': 'gzip' }, envelope(1, garbage));
-    expect([notGzip.grpcStatus, notGzip.grpcMessage]).toEqual(['3', expect.stringMatching(/^request: does not decompress as gzip \(/)]);
-    const notGzipUnary = await h2request({ ':path': path, 'content-type': 'application/proto', 'content-encoding': 'gzip', 'connect-protocol-version': '1' }, garbage);
+    const notGzip = await h2request(
+      { ':path': path, 'content-type': 'application/grpc', 'grpc-encoding': 'gzip' },
+      envelope(1, garbage),
+    );
+    expect([notGzip.grpcStatus, notGzip.grpcMessage]).toEqual([
+      '3',
+      expect.stringMatching(/^request: does not decompress as gzip \(/),
+    ]);
+    const notGzipUnary = await h2request(
+      {
+        ':path': path,
+        'content-type': 'application/proto',
+        'content-encoding': 'gzip',
+        'connect-protocol-version': '1',
+      },
+      garbage,
+    );
     expect(notGzipUnary.status).toBe(400);
     expect(JSON.parse(notGzipUnary.body)).toMatchObject({ code: 'invalid_argument' });
   });
@@ -159,12 +257,31 @@ describe('compressed garbage bodies', () => {
     const connect = '/leoflow.v1.AgentService/Connect';
     for (const bytes of [garbage, Buffer.from([0x0a, 0x05, 0x01]), Buffer.from('not a protobuf message at all')]) {
       const r = await h2request({ ':path': connect, 'content-type': 'application/grpc' }, envelope(0, bytes));
-      expect([r.grpcStatus, r.grpcMessage]).toEqual(['3', expect.stringMatching(/^a message on the stream is not a valid leoflow\.v1\.ConnectRequest protobuf message \(/)]);
+      expect([r.grpcStatus, r.grpcMessage]).toEqual([
+        '3',
+        expect.stringMatching(
+          /^a message on the stream is not a valid leoflow\.v1\.ConnectRequest protobuf message \(/,
+        ),
+      ]);
     }
   });
 
   it('still answers a well-formed gzip-compressed request', async () => {
-    for (const transport of [createGrpcTransport({ baseUrl: server.url, sendCompression: compressionGzip }), createConnectTransport({ baseUrl: server.url, httpVersion: '2', sendCompression: compressionGzip, compressMinBytes: 0 }), createGrpcWebTransport({ baseUrl: server.url, httpVersion: '2', sendCompression: compressionGzip, compressMinBytes: 0 })]) {
+    for (const transport of [
+      createGrpcTransport({ baseUrl: server.url, sendCompression: compressionGzip }),
+      createConnectTransport({
+        baseUrl: server.url,
+        httpVersion: '2',
+        sendCompression: compressionGzip,
+        compressMinBytes: 0,
+      }),
+      createGrpcWebTransport({
+        baseUrl: server.url,
+        httpVersion: '2',
+        sendCompression: compressionGzip,
+        compressMinBytes: 0,
+      }),
+    ]) {
       const client = createClient(WorkflowService, transport);
       expect((await client.getDag({ dagId: 'hello' })).dag?.dagId).toBe('hello');
       await rejects(client.getDag({ dagId: 'nope' }), Code.NotFound, /not found/);
@@ -199,6 +316,10 @@ describe('idempotent trigger and log streaming', () => {
     expect(lines).toContain('goodbye#1 system: exited with code 0');
     const run = await api.workflow.getRun({ runId: first.run!.runId });
     expect(run.taskInstances.map((t) => t.tryNumber)).toEqual([1, 1]);
-    await rejects(api.workflow.tailLogs({ runId: first.run!.runId, taskId: 'nope' })[Symbol.asyncIterator]().next(), Code.NotFound, /has no task "nope"/);
+    await rejects(
+      api.workflow.tailLogs({ runId: first.run!.runId, taskId: 'nope' })[Symbol.asyncIterator]().next(),
+      Code.NotFound,
+      /has no task "nope"/,
+    );
   });
 });

@@ -3,7 +3,17 @@ import { createConnectTransport, createGrpcWebTransport } from '@connectrpc/conn
 import { WorkflowService } from '../../src/gen/leoflow/v1/workflow_pb.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { BIN, cli, runCommand, scratchDir, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  BIN,
+  cli,
+  runCommand,
+  scratchDir,
+  startAgent,
+  startServer,
+  waitFor,
+  type AgentProcess,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -12,7 +22,16 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * test helper's LEOFLOW_INSECURE unset), the CLI managing tokens, agents with per-agent tokens.
  */
 
-const PRO = ['--edition', 'pro', '--executor', 'subprocess', '--heartbeat-interval', '200ms', '--heartbeat-threshold', '1s'];
+const PRO = [
+  '--edition',
+  'pro',
+  '--executor',
+  'subprocess',
+  '--heartbeat-interval',
+  '200ms',
+  '--heartbeat-threshold',
+  '1s',
+];
 // Auth on: the helper starts servers --insecure unless told otherwise.
 const AUTH_ENV = { LEOFLOW_INSECURE: undefined, LEOFLOW_TOKEN: undefined, LEOFLOW_AGENT_TOKEN: undefined };
 
@@ -31,10 +50,24 @@ afterAll(async () => {
 
 /** `leoflow server` run to its exit (it is expected to refuse to start). */
 const refusedStart = (args: string[]) =>
-  runCommand(process.execPath, [BIN, 'server', '--metrics-listen', 'off', '--log-format', 'json', '--state-dir', scratchDir('leoflow-auth-'), ...args], {
-    timeoutMs: 30_000,
-    env: { ...AUTH_ENV, DATABASE_URL: db.url, LEOFLOW_EDITION: undefined },
-  });
+  runCommand(
+    process.execPath,
+    [
+      BIN,
+      'server',
+      '--metrics-listen',
+      'off',
+      '--log-format',
+      'json',
+      '--state-dir',
+      scratchDir('leoflow-auth-'),
+      ...args,
+    ],
+    {
+      timeoutMs: 30_000,
+      env: { ...AUTH_ENV, DATABASE_URL: db.url, LEOFLOW_EDITION: undefined },
+    },
+  );
 
 const code = async (p: Promise<unknown>) => {
   try {
@@ -113,14 +146,25 @@ describe('API tokens and roles', () => {
       await viewer.cluster.drainAgent({ agentId: 'a' });
       expect.unreachable();
     } catch (err) {
-      expect((err as ConnectError).rawMessage).toMatch(/^DrainAgent needs role operator or above; token "[0-9a-f]{12}" has role viewer$/);
+      expect((err as ConnectError).rawMessage).toMatch(
+        /^DrainAgent needs role operator or above; token "[0-9a-f]{12}" has role viewer$/,
+      );
     }
   });
 
   it('takes the token the same way over Connect and gRPC-Web', async () => {
-    const viewer = (await cli(server.url, ['token', 'create', '--role', 'viewer'], { env: { LEOFLOW_TOKEN: admin } })).stdout.trim();
+    const viewer = (
+      await cli(server.url, ['token', 'create', '--role', 'viewer'], { env: { LEOFLOW_TOKEN: admin } })
+    ).stdout.trim();
     for (const make of [createConnectTransport, createGrpcWebTransport]) {
-      const withToken = createClient(WorkflowService, make({ baseUrl: server.url, httpVersion: '2', interceptors: [(next) => (req) => (req.header.set('authorization', `Bearer ${viewer}`), next(req))] }));
+      const withToken = createClient(
+        WorkflowService,
+        make({
+          baseUrl: server.url,
+          httpVersion: '2',
+          interceptors: [(next) => (req) => (req.header.set('authorization', `Bearer ${viewer}`), next(req))],
+        }),
+      );
       const without = createClient(WorkflowService, make({ baseUrl: server.url, httpVersion: '2' }));
       expect(await code(withToken.listDags({}))).toBe('ok');
       expect(await code(withToken.pauseDag({ dagId: 'x', paused: true }))).toBe('PermissionDenied');
@@ -129,7 +173,9 @@ describe('API tokens and roles', () => {
   });
 
   it('the CLI lists tokens (never secrets) and revokes one: refused from the next call on', async () => {
-    const made = await cli(server.url, ['token', 'create', '--role', 'viewer', '--name', 'to-revoke', '-o', 'json'], { env: { LEOFLOW_TOKEN: admin } });
+    const made = await cli(server.url, ['token', 'create', '--role', 'viewer', '--name', 'to-revoke', '-o', 'json'], {
+      env: { LEOFLOW_TOKEN: admin },
+    });
     const { id, secret } = JSON.parse(made.stdout) as { id: string; secret: string };
     expect(await cli(server.url, ['status'], { env: { LEOFLOW_TOKEN: secret } }).then((r) => r.code)).toBe(0);
     const list = await cli(server.url, ['--token', admin, 'token', 'list']);
@@ -139,7 +185,9 @@ describe('API tokens and roles', () => {
     expect(list.stdout).not.toContain(admin);
     const rev = await cli(server.url, ['token', 'revoke', id], { env: { LEOFLOW_TOKEN: admin } });
     expect(rev.stdout).toBe(`revoked token ${id}\n`);
-    expect((await cli(server.url, ['token', 'list'], { env: { LEOFLOW_TOKEN: admin } })).stdout).toMatch(new RegExp(`${id}\\s+to-revoke\\s+viewer\\s+-\\s+revoked`));
+    expect((await cli(server.url, ['token', 'list'], { env: { LEOFLOW_TOKEN: admin } })).stdout).toMatch(
+      new RegExp(`${id}\\s+to-revoke\\s+viewer\\s+-\\s+revoked`),
+    );
     const after = await cli(server.url, ['dag', 'list'], { env: { LEOFLOW_TOKEN: secret } });
     expect(after.code).toBe(1);
     expect(after.stderr).toContain(`[unauthenticated] ListDags: API token "${id}" was revoked at`);
@@ -148,7 +196,9 @@ describe('API tokens and roles', () => {
   });
 
   it('an expired token is refused, saying so', async () => {
-    const made = await cli(server.url, ['token', 'create', '--role', 'admin', '--expires', '1s', '-o', 'json'], { env: { LEOFLOW_TOKEN: admin } });
+    const made = await cli(server.url, ['token', 'create', '--role', 'admin', '--expires', '1s', '-o', 'json'], {
+      env: { LEOFLOW_TOKEN: admin },
+    });
     const { id, secret } = JSON.parse(made.stdout) as { id: string; secret: string };
     await new Promise((r) => setTimeout(r, 1500));
     const r = await cli(server.url, ['dag', 'list'], { env: { LEOFLOW_TOKEN: secret } });
@@ -172,12 +222,18 @@ describe('API tokens and roles', () => {
   });
 
   it('an agent token bound to gpu-* lets gpu-1 say Hello and refuses cpu-1, naming the id', async () => {
-    const made = await cli(server.url, ['token', 'create', '--role', 'agent', '--agent-pattern', 'gpu-*'], { env: { LEOFLOW_TOKEN: admin } });
+    const made = await cli(server.url, ['token', 'create', '--role', 'agent', '--agent-pattern', 'gpu-*'], {
+      env: { LEOFLOW_TOKEN: admin },
+    });
     const agentToken = made.stdout.trim();
     const gpu = startAgent(server.url, ['--id', 'gpu-1'], { env: { ...AUTH_ENV, LEOFLOW_AGENT_TOKEN: agentToken } });
     agents.push(gpu);
     const cluster = createClients(server.url, null, admin).cluster;
-    await waitFor('gpu-1 connected', async () => (await cluster.listAgents({})).agents.some((a) => a.agentId === 'gpu-1' && a.connected), 20_000);
+    await waitFor(
+      'gpu-1 connected',
+      async () => (await cluster.listAgents({})).agents.some((a) => a.agentId === 'gpu-1' && a.connected),
+      20_000,
+    );
     // The flag this time: `leoflow agent --token` (parsed by the program, which has a --token too).
     const cpu = startAgent(server.url, ['--id', 'cpu-1', '--token', agentToken], { env: AUTH_ENV });
     agents.push(cpu);

@@ -48,10 +48,14 @@ async function applyDag(name: string, yaml: string): Promise<void> {
 }
 
 async function ended(runId: string, timeoutMs = 30_000) {
-  return waitFor(`run ${runId} to end`, async () => {
-    const s = await show(runId);
-    return isRunEnded(s.state) ? s : null;
-  }, timeoutMs);
+  return waitFor(
+    `run ${runId} to end`,
+    async () => {
+      const s = await show(runId);
+      return isRunEnded(s.state) ? s : null;
+    },
+    timeoutMs,
+  );
 }
 
 const gone = (pid: number) => {
@@ -116,7 +120,13 @@ describe('run clear', () => {
     expect(done.state).toBe('success');
     // b ran again as its next try, with a fresh budget (try 1 kept + its 0 retries + 1);
     // c never ran before, so it runs as its first try.
-    expect(done.byTask.get('b')).toMatchObject({ state: 'success', try_number: 2, max_tries: 2, exit_code: 0, error: null });
+    expect(done.byTask.get('b')).toMatchObject({
+      state: 'success',
+      try_number: 2,
+      max_tries: 2,
+      exit_code: 0,
+      error: null,
+    });
     expect(done.byTask.get('c')).toMatchObject({ state: 'success', try_number: 1, max_tries: 1, exit_code: 0 });
     expect(done.byTask.get('a')).toMatchObject({ state: 'success', try_number: 1 });
 
@@ -132,7 +142,11 @@ describe('run clear', () => {
   it('clears a task of a run that succeeded: only that task runs again', async () => {
     const c = await cli(server.url, ['run', 'clear', runId, 'a', '-o', 'json']);
     expect(c.code, c.stderr).toBe(0);
-    expect(JSON.parse(c.stdout)).toEqual({ run_id: runId, state: 'running', cleared: [{ task_id: 'a', try_number: 1, max_tries: 2 }] });
+    expect(JSON.parse(c.stdout)).toEqual({
+      run_id: runId,
+      state: 'running',
+      cleared: [{ task_id: 'a', try_number: 1, max_tries: 2 }],
+    });
     const done = await ended(runId);
     expect(done.state).toBe('success');
     expect(done.byTask.get('a')).toMatchObject({ state: 'success', try_number: 2 });
@@ -173,7 +187,9 @@ describe('run cancel --task', () => {
     // Running, not ended: it cannot be cleared.
     const early = await cli(server.url, ['run', 'clear', runId, 'sleeper']);
     expect(early.code).toBe(1);
-    expect(early.stderr).toMatch(/failed_precondition.*task "sleeper" of run \d+ is running: only a task instance that has ended/);
+    expect(early.stderr).toMatch(
+      /failed_precondition.*task "sleeper" of run \d+ is running: only a task instance that has ended/,
+    );
 
     const c = await cli(server.url, ['run', 'cancel', runId, '--task', 'sleeper']);
     expect(c.stderr).toBe('');
@@ -190,7 +206,9 @@ describe('run cancel --task', () => {
 
     const again = await cli(server.url, ['run', 'cancel', runId, '--task', 'sleeper']);
     expect(again.code).toBe(1);
-    expect(again.stderr).toMatch(new RegExp(`failed_precondition.*task "sleeper" of run ${runId} has already ended \\(cancelled\\)`));
+    expect(again.stderr).toMatch(
+      new RegExp(`failed_precondition.*task "sleeper" of run ${runId} has already ended \\(cancelled\\)`),
+    );
     const ok = await cli(server.url, ['run', 'cancel', runId, '--task', 'other']);
     expect(ok.stderr).toMatch(/failed_precondition.*has already ended \(success\)/);
     // The run itself has ended too.
@@ -209,11 +227,27 @@ describe('the API', () => {
   it('names the missing or malformed field', async () => {
     await rejects(api.workflow.clearTaskInstance({}), Code.InvalidArgument, /^run_id: is required$/);
     await rejects(api.workflow.clearTaskInstance({ runId: '1' }), Code.InvalidArgument, /^task_id: is required$/);
-    await rejects(api.workflow.clearTaskInstance({ runId: '-5', taskId: 'a' }), Code.InvalidArgument, /^run_id: must be a positive integer id, got "-5"$/);
+    await rejects(
+      api.workflow.clearTaskInstance({ runId: '-5', taskId: 'a' }),
+      Code.InvalidArgument,
+      /^run_id: must be a positive integer id, got "-5"$/,
+    );
     await rejects(api.workflow.cancelTaskInstance({}), Code.InvalidArgument, /^run_id: is required$/);
-    await rejects(api.workflow.cancelTaskInstance({ runId: '1', taskId: '  ' }), Code.InvalidArgument, /^task_id: is required$/);
-    await rejects(api.workflow.cancelTaskInstance({ runId: '424242', taskId: 'a' }), Code.NotFound, /^run 424242 not found$/);
-    await rejects(api.workflow.clearTaskInstance({ runId: '424242', taskId: 'a' }), Code.NotFound, /^run 424242 not found$/);
+    await rejects(
+      api.workflow.cancelTaskInstance({ runId: '1', taskId: '  ' }),
+      Code.InvalidArgument,
+      /^task_id: is required$/,
+    );
+    await rejects(
+      api.workflow.cancelTaskInstance({ runId: '424242', taskId: 'a' }),
+      Code.NotFound,
+      /^run 424242 not found$/,
+    );
+    await rejects(
+      api.workflow.clearTaskInstance({ runId: '424242', taskId: 'a' }),
+      Code.NotFound,
+      /^run 424242 not found$/,
+    );
   });
 
   it('returns the run and the cleared task instances; refuses to cancel a task that has ended', async () => {
@@ -233,6 +267,10 @@ describe('the API', () => {
       ['b', 3],
       ['c', 2],
     ]);
-    await rejects(api.workflow.cancelTaskInstance({ runId, taskId: 'c' }), Code.FailedPrecondition, /^task "c" of run \d+ has already ended \(success\)$/);
+    await rejects(
+      api.workflow.cancelTaskInstance({ runId, taskId: 'c' }),
+      Code.FailedPrecondition,
+      /^task "c" of run \d+ has already ended \(success\)$/,
+    );
   });
 });

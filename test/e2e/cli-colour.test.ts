@@ -2,7 +2,17 @@ import { spawn } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BIN, cli, ROOT, scratchDir, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  BIN,
+  cli,
+  ROOT,
+  scratchDir,
+  startAgent,
+  startServer,
+  waitFor,
+  type AgentProcess,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -39,7 +49,11 @@ function plain(s: string): string {
 /** `leoflow ARGS` at a terminal 100 columns by 40 rows; resolves its exit code and everything it drew. */
 function atTerminal(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; raw: string }> {
   const command = `stty cols 100 rows 40; exec ${process.execPath} ${BIN} --server ${server.url} ${args.join(' ')}`;
-  const child = spawn('script', ['-qfec', command, '/dev/null'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TERM: 'xterm', NO_COLOR: '', ...env } });
+  const child = spawn('script', ['-qfec', command, '/dev/null'], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, TERM: 'xterm', NO_COLOR: '', ...env },
+  });
   let raw = '';
   child.stdout.setEncoding('utf8').on('data', (c: string) => (raw += c));
   child.stderr.setEncoding('utf8').on('data', (c: string) => (raw += c));
@@ -59,7 +73,9 @@ beforeAll(async () => {
   await writeFile(file, YAML);
   expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
   agent = startAgent(server.url, ['--id', 'painter']);
-  await waitFor('the agent connected', async () => (await cli(server.url, ['agents', 'list', '-o', 'json'])).stdout.includes('"connected":true'));
+  await waitFor('the agent connected', async () =>
+    (await cli(server.url, ['agents', 'list', '-o', 'json'])).stdout.includes('"connected":true'),
+  );
 }, 60_000);
 
 afterAll(async () => {
@@ -76,7 +92,11 @@ describe('at a terminal', () => {
     failedRun = /^run (\d+) of colours triggered/m.exec(text)![1]!;
     // The live view's last frame: header, full bar, the table; then the one-line outcome.
     const lastFrame = text.slice(text.lastIndexOf(`run ${failedRun} of colours:`));
-    expect(lastFrame).toMatch(new RegExp(`^run ${failedRun} of colours: failed\\n\\[#{40}\\] 3/3 tasks ended\\nTASK\\s+STATE\\s+TRY\\s+DURATION\\s+WHY\\n`));
+    expect(lastFrame).toMatch(
+      new RegExp(
+        `^run ${failedRun} of colours: failed\\n\\[#{40}\\] 3/3 tasks ended\\nTASK\\s+STATE\\s+TRY\\s+DURATION\\s+WHY\\n`,
+      ),
+    );
     expect(lastFrame).toMatch(/^ok {6}success {10}1\/1/m);
     expect(lastFrame).toMatch(/^broken {2}failed {11}1\/1/m);
     expect(lastFrame).toMatch(/^after {3}upstream_failed {2}-/m);

@@ -5,7 +5,16 @@ import http2 from 'node:http2';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { BIN, cli, ROOT, runCommand, scratchDir, startServer, type CliResult, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  BIN,
+  cli,
+  ROOT,
+  runCommand,
+  scratchDir,
+  startServer,
+  type CliResult,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { makeTestPki, type TestPki } from '../helpers/test-certs.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -26,10 +35,18 @@ describe('arguments checked before anything is sent', () => {
   const nowhere = 'http://127.0.0.1:9';
 
   it('refuses a run id that is not one, naming the argument, the value and where ids come from', async () => {
-    for (const args of [['run', 'show', 'abc'], ['run', 'watch', '1.5'], ['run', 'cancel', '0'], ['run', 'clear', 'x7', 'task'], ['logs', '99999999999999999999']]) {
+    for (const args of [
+      ['run', 'show', 'abc'],
+      ['run', 'watch', '1.5'],
+      ['run', 'cancel', '0'],
+      ['run', 'clear', 'x7', 'task'],
+      ['logs', '99999999999999999999'],
+    ]) {
       const r = await cli(nowhere, args);
       expect(r.code, args.join(' ')).toBe(2);
-      expect(r.stderr).toContain(`value '${args[2] ?? args[1]}' is invalid for argument 'run_id'. A run id is a positive integer, as \`leoflow run list\` shows`);
+      expect(r.stderr).toContain(
+        `value '${args[2] ?? args[1]}' is invalid for argument 'run_id'. A run id is a positive integer, as \`leoflow run list\` shows`,
+      );
       expect(r.stderr).not.toMatch(/cannot reach/);
       clean(r.stderr);
       // A pointer to the command's help, not the whole help.
@@ -40,10 +57,14 @@ describe('arguments checked before anything is sent', () => {
   it('refuses numeric flags out of range: --try, --after', async () => {
     const t = await cli(nowhere, ['logs', '5', '--try', '0']);
     expect(t.code).toBe(2);
-    expect(t.stderr).toMatch(/^error: option '--try <n>' argument '0' is invalid\. A try number is an integer from 1 to 2147483647\.\n\(see `leoflow logs --help`\)\n$/);
+    expect(t.stderr).toMatch(
+      /^error: option '--try <n>' argument '0' is invalid\. A try number is an integer from 1 to 2147483647\.\n\(see `leoflow logs --help`\)\n$/,
+    );
     const a = await cli(nowhere, ['run', 'watch', '5', '--after', 'last']);
     expect(a.code).toBe(2);
-    expect(a.stderr).toMatch(/option '--after <seq>' argument 'last' is invalid\. A seq is 0 \(from the start\) or a positive integer/);
+    expect(a.stderr).toMatch(
+      /option '--after <seq>' argument 'last' is invalid\. A seq is 0 \(from the start\) or a positive integer/,
+    );
   });
 });
 
@@ -51,7 +72,9 @@ describe('unknown commands', () => {
   it('points a verb typed at the top to the command that has it, with the same arguments, in a few lines', async () => {
     const r = await cli(null, ['trigger', 'hello', '--wait']);
     expect(r.code).toBe(2);
-    expect(r.stderr).toBe("error: unknown command 'trigger'\ndid you mean: leoflow run trigger hello --wait\n(see `leoflow --help`)\n");
+    expect(r.stderr).toBe(
+      "error: unknown command 'trigger'\ndid you mean: leoflow run trigger hello --wait\n(see `leoflow --help`)\n",
+    );
     for (const [args, want] of [
       [['cancel', '7'], 'leoflow run cancel 7'],
       [['clear', '7', 'extract'], 'leoflow run clear 7 extract'],
@@ -69,11 +92,15 @@ describe('unknown commands', () => {
 
   it('lists every place of a verb that several commands have, the likeliest first', async () => {
     const run = await cli(null, ['show', '7']);
-    expect(run.stderr).toBe("error: unknown command 'show'\ndid you mean one of:\n  leoflow run show 7\n  leoflow dag show 7\n(see `leoflow --help`)\n");
+    expect(run.stderr).toBe(
+      "error: unknown command 'show'\ndid you mean one of:\n  leoflow run show 7\n  leoflow dag show 7\n(see `leoflow --help`)\n",
+    );
     const dag = await cli(null, ['show', 'etl']);
     expect(dag.stderr).toContain('did you mean one of:\n  leoflow dag show etl\n  leoflow run show etl\n');
     const list = await cli(null, ['list']);
-    expect(list.stderr).toMatch(/did you mean one of:\n {2}leoflow dag list\n {2}leoflow run list\n {2}leoflow agents list\n/);
+    expect(list.stderr).toMatch(
+      /did you mean one of:\n {2}leoflow dag list\n {2}leoflow run list\n {2}leoflow agents list\n/,
+    );
   });
 
   it('suggests by spelling where no command has the word', async () => {
@@ -94,7 +121,10 @@ it('prints the version from package.json with --version and -V', async () => {
 /** The CLI with its stdout's reader gone before it writes (`leoflow … | head` once head has exited). */
 function withClosedStdout(server: string, args: string[]): Promise<CliResult> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [BIN, '--server', server, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [BIN, '--server', server, ...args], {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     child.stdout.destroy();
     let stderr = '';
     child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
@@ -140,7 +170,12 @@ tasks:
   });
 
   it('ends quietly, status 0, when stdout is closed (logs, logs -f, run watch -o json)', async () => {
-    for (const args of [['logs', doneRun], ['logs', doneRun, '-f'], ['run', 'watch', doneRun, '-o', 'json', '--follow'], ['run', 'list']]) {
+    for (const args of [
+      ['logs', doneRun],
+      ['logs', doneRun, '-f'],
+      ['run', 'watch', doneRun, '-o', 'json', '--follow'],
+      ['run', 'list'],
+    ]) {
       const started = Date.now();
       const r = await withClosedStdout(server.url, args);
       expect({ args, code: r.code, stderr: r.stderr }).toEqual({ args, code: 0, stderr: '' });
@@ -154,7 +189,11 @@ tasks:
     try {
       for (const runId of ['abc', '-3', '1.5', '99999999999999999999']) {
         const { status, body } = await new Promise<{ status: number; body: string }>((resolve, reject) => {
-          const req = session.request({ ':method': 'POST', ':path': '/leoflow.v1.WorkflowService/GetRun', 'content-type': 'application/json' });
+          const req = session.request({
+            ':method': 'POST',
+            ':path': '/leoflow.v1.WorkflowService/GetRun',
+            'content-type': 'application/json',
+          });
           let body = '';
           let status = 0;
           req.on('response', (h) => (status = Number(h[':status'])));
@@ -177,14 +216,20 @@ tasks:
   it('says to use http:// when https:// reaches this plain port', async () => {
     const r = await cli(server.url.replace(/^http:/, 'https:'), ['run', 'list']);
     expect(r.code).toBe(1);
-    expect(r.stderr).toBe(`leoflow: the server at ${server.url.replace(/^http:/, 'https:')} does not speak TLS: use --server ${server.url} (ERR_SSL_WRONG_VERSION_NUMBER)\n`);
+    expect(r.stderr).toBe(
+      `leoflow: the server at ${server.url.replace(/^http:/, 'https:')} does not speak TLS: use --server ${server.url} (ERR_SSL_WRONG_VERSION_NUMBER)\n`,
+    );
   });
 
   it('names the flag, the address and the fix when a port is taken, and exits 1 without a stack', async () => {
     const port = new URL(server.url).port;
     const metricsPort = new URL(server.metricsUrl).port;
     const start = (args: string[]) =>
-      runCommand(process.execPath, [BIN, 'server', '--state-dir', scratchDir('leoflow-state-'), '--log-format', 'json', ...args], { env: { DATABASE_URL: db.url, LEOFLOW_INSECURE: 'true' }, timeoutMs: 30_000 });
+      runCommand(
+        process.execPath,
+        [BIN, 'server', '--state-dir', scratchDir('leoflow-state-'), '--log-format', 'json', ...args],
+        { env: { DATABASE_URL: db.url, LEOFLOW_INSECURE: 'true' }, timeoutMs: 30_000 },
+      );
     const metrics = await start(['--listen', '127.0.0.1:0', '--metrics-listen', `127.0.0.1:${port}`]);
     expect(metrics.code).toBe(1);
     expect(metrics.stderr).toBe(
@@ -193,7 +238,9 @@ tasks:
     );
     const api = await start(['--listen', `127.0.0.1:${metricsPort}`, '--metrics-listen', 'off']);
     expect(api.code).toBe(1);
-    expect(api.stderr).toBe(`leoflow server: could not start: --listen 127.0.0.1:${metricsPort}: the address is in use by another process (another leoflow server?): stop it, or choose a free port with --listen HOST:PORT\n`);
+    expect(api.stderr).toBe(
+      `leoflow server: could not start: --listen 127.0.0.1:${metricsPort}: the address is in use by another process (another leoflow server?): stop it, or choose a free port with --listen HOST:PORT\n`,
+    );
     // The first server is still answering.
     expect((await cli(server.url, ['run', 'list'])).code).toBe(0);
   }, 60_000);
@@ -206,7 +253,10 @@ describe('a TLS server', () => {
   beforeAll(async () => {
     pki = makeTestPki();
     db = await createTestDatabase();
-    server = await startServer({ env: { DATABASE_URL: db.url }, args: ['--tls-cert', pki.server.cert, '--tls-key', pki.server.key] });
+    server = await startServer({
+      env: { DATABASE_URL: db.url },
+      args: ['--tls-cert', pki.server.cert, '--tls-key', pki.server.key],
+    });
   }, 60_000);
   afterAll(async () => {
     await server?.stop();
@@ -218,6 +268,10 @@ describe('a TLS server', () => {
     const r = await cli(server.url, ['run', 'list']);
     expect(r.code).toBe(1);
     const https = server.url.replace(/^http:/, 'https:');
-    expect(r.stderr).toMatch(new RegExp(`^leoflow: the server at ${server.url} speaks TLS, and this plain http:// connection was refused \\(.+\\): use --server ${https}\\n$`));
+    expect(r.stderr).toMatch(
+      new RegExp(
+        `^leoflow: the server at ${server.url} speaks TLS, and this plain http:// connection was refused \\(.+\\): use --server ${https}\\n$`,
+      ),
+    );
   });
 });

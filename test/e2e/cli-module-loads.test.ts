@@ -26,7 +26,12 @@ const SERVER_SIDE = [
   /\/vendor\/postgres\//,
 ];
 /** The API client's stack: not needed to print the commands. */
-const API_CLIENT = [/\/node_modules\/@connectrpc\//, /\/node_modules\/@bufbuild\//, /\/dist\/gen\//, /\/dist\/cli\/client\.js$/];
+const API_CLIENT = [
+  /\/node_modules\/@connectrpc\//,
+  /\/node_modules\/@bufbuild\//,
+  /\/dist\/gen\//,
+  /\/dist\/cli\/client\.js$/,
+];
 /** The live view of `run watch` at a terminal: not needed by any other command. */
 const LIVE_VIEW = [/\/node_modules\/log-update\//];
 
@@ -76,16 +81,21 @@ describe('what the CLI loads', () => {
     expect(matching(loaded, [/\/dist\/cli\/commands\/(server|agent)\.js$/, ...SERVER_SIDE, ...LIVE_VIEW])).toEqual([]);
   });
 
-  it.each(commandTable.filter((e) => e.api).map((e) => e.name))("`leoflow %s`'s module loads none of the server's code (its --help loads it)", async (name) => {
-    const { result, loaded } = await loadsOf(null, [name, '--help']);
-    expect(result.code, result.stderr).toBe(0);
-    expect(result.stdout).toContain(`Usage: leoflow ${name}`);
-    expect(loaded).toContain(`${DIST}/cli/commands/${name}.js`);
-    expect(matching(loaded, [...SERVER_SIDE, ...LIVE_VIEW])).toEqual([]);
-    // Its own module, not the other commands' (dag shows history counts as db does).
-    const others = commandTable.filter((o) => o.name !== name).map((o) => `${DIST}/cli/commands/${o.name}.js`);
-    expect(loaded.filter((url) => others.includes(url))).toEqual(name === 'dag' ? [`${DIST}/cli/commands/db.js`] : []);
-  });
+  it.each(commandTable.filter((e) => e.api).map((e) => e.name))(
+    "`leoflow %s`'s module loads none of the server's code (its --help loads it)",
+    async (name) => {
+      const { result, loaded } = await loadsOf(null, [name, '--help']);
+      expect(result.code, result.stderr).toBe(0);
+      expect(result.stdout).toContain(`Usage: leoflow ${name}`);
+      expect(loaded).toContain(`${DIST}/cli/commands/${name}.js`);
+      expect(matching(loaded, [...SERVER_SIDE, ...LIVE_VIEW])).toEqual([]);
+      // Its own module, not the other commands' (dag shows history counts as db does).
+      const others = commandTable.filter((o) => o.name !== name).map((o) => `${DIST}/cli/commands/${o.name}.js`);
+      expect(loaded.filter((url) => others.includes(url))).toEqual(
+        name === 'dag' ? [`${DIST}/cli/commands/db.js`] : [],
+      );
+    },
+  );
 
   it.each([
     { command: 'run list', against: 'no server', code: 1 },
@@ -95,14 +105,23 @@ describe('what the CLI loads', () => {
     { command: 'status', against: 'a server', code: 0 },
     { command: 'agents list', against: 'a server', code: 0 },
   ])('`leoflow $command` against $against loads none of the server code', async ({ command, against, code }) => {
-    const { result, loaded } = await loadsOf(against === 'a server' ? server.url : 'http://127.0.0.1:1', command.split(' '));
+    const { result, loaded } = await loadsOf(
+      against === 'a server' ? server.url : 'http://127.0.0.1:1',
+      command.split(' '),
+    );
     expect(result.code, result.stderr).toBe(code);
     expect(matching(loaded, [...SERVER_SIDE, ...LIVE_VIEW])).toEqual([]);
   });
 
   it('the server command does load the server (the recorder sees it)', async () => {
     // `server --bad-flag` stops at the flag, after the command's module (and its config) loaded.
-    const { result, loaded } = await loadsOf(null, ['server', '--edition', 'nonsense', '--state-dir', scratchDir('leoflow-state-')]);
+    const { result, loaded } = await loadsOf(null, [
+      'server',
+      '--edition',
+      'nonsense',
+      '--state-dir',
+      scratchDir('leoflow-state-'),
+    ]);
     expect(result.code).toBe(2);
     expect(matching(loaded, [/\/dist\/server\/config\//])).not.toEqual([]);
   });

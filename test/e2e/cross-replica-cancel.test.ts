@@ -32,7 +32,11 @@ afterAll(async () => {
   await rm(tmp, { recursive: true, force: true });
 });
 
-const start = serverLauncher({ databaseUrl: () => db.url, args: ['--heartbeat-interval', `${HEARTBEAT_MS / 1000}s`], servers });
+const start = serverLauncher({
+  databaseUrl: () => db.url,
+  args: ['--heartbeat-interval', `${HEARTBEAT_MS / 1000}s`],
+  servers,
+});
 
 const gone = (pid: number) => {
   try {
@@ -45,11 +49,16 @@ const gone = (pid: number) => {
 
 /** The task's process on the leader, once the leader has heartbeated it (heartbeat_at moved past started_at). */
 async function heartbeatedProcess(runId: string): Promise<{ tiId: string; pid: number }> {
-  return waitFor(`a heartbeat of run ${runId}'s task`, async () => {
-    const [t] = await db.sql<{ id: string; pid: number | null; beat: boolean }[]>`
+  return waitFor(
+    `a heartbeat of run ${runId}'s task`,
+    async () => {
+      const [t] = await db.sql<{ id: string; pid: number | null; beat: boolean }[]>`
       select id, pid, heartbeat_at > started_at as beat from task_instances where run_id = ${runId} and state = 'running'`;
-    return t?.beat && t.pid !== null ? { tiId: t.id, pid: t.pid } : null;
-  }, HEARTBEAT_MS * 3, 10);
+      return t?.beat && t.pid !== null ? { tiId: t.id, pid: t.pid } : null;
+    },
+    HEARTBEAT_MS * 3,
+    10,
+  );
 }
 
 /** Milliseconds from now until the process is gone (at most `limitMs`, then it fails). */
@@ -71,35 +80,50 @@ describe('a cancel served by the replica that does not lead', () => {
     expect((await standby.cluster.getLeader({})).leaderId).toBe('lead');
     const file = path.join(tmp, 'long.yaml');
     // On SIGTERM the task leaves a marker: it was stopped, not merely left to die with the group.
-    await writeFile(file, [
-      'dag_id: long',
-      'tasks:',
-      '  - id: work',
-      `    command: ["sh", "-c", "trap 'echo $LEOFLOW_RUN_ID > ${tmp}/term-$LEOFLOW_RUN_ID; exit 143' TERM; while :; do sleep 0.05; done"]`,
-      '',
-    ].join('\n'));
+    await writeFile(
+      file,
+      [
+        'dag_id: long',
+        'tasks:',
+        '  - id: work',
+        `    command: ["sh", "-c", "trap 'echo $LEOFLOW_RUN_ID > ${tmp}/term-$LEOFLOW_RUN_ID; exit 143' TERM; while :; do sleep 0.05; done"]`,
+        '',
+      ].join('\n'),
+    );
     expect((await cli(b.url, ['dag', 'apply', file])).code).toBe(0);
   });
 
-  it('CancelRun stops the task on the leader within a second, not at its next heartbeat', { timeout: 60_000 }, async () => {
-    const runId = (await standby.workflow.triggerRun({ dagId: 'long' })).run!.runId;
-    const { tiId, pid } = await heartbeatedProcess(runId);
-    expect(gone(pid)).toBe(false);
+  it(
+    'CancelRun stops the task on the leader within a second, not at its next heartbeat',
+    { timeout: 60_000 },
+    async () => {
+      const runId = (await standby.workflow.triggerRun({ dagId: 'long' })).run!.runId;
+      const { tiId, pid } = await heartbeatedProcess(runId);
+      expect(gone(pid)).toBe(false);
 
-    const sent = Date.now();
-    const cancelled = await standby.workflow.cancelRun({ runId });
-    expect(cancelled.run!.state).toBe(RunState.CANCELLED);
-    const ms = await msUntilGone(pid, sent, HEARTBEAT_MS * 2);
-    expect(ms, `the task's process lived ${ms} ms after the cancel`).toBeLessThan(CANCEL_WITHIN_MS);
-    expect((await readFile(path.join(tmp, `term-${runId}`), 'utf8')).trim()).toBe(runId);
+      const sent = Date.now();
+      const cancelled = await standby.workflow.cancelRun({ runId });
+      expect(cancelled.run!.state).toBe(RunState.CANCELLED);
+      const ms = await msUntilGone(pid, sent, HEARTBEAT_MS * 2);
+      expect(ms, `the task's process lived ${ms} ms after the cancel`).toBeLessThan(CANCEL_WITHIN_MS);
+      expect((await readFile(path.join(tmp, `term-${runId}`), 'utf8')).trim()).toBe(runId);
 
-    const [ti] = await db.sql<{ state: string; error: string | null }[]>`select state, error from task_instances where id = ${tiId}`;
-    expect(ti).toMatchObject({ state: 'cancelled', error: 'run cancelled' });
-    await waitFor('the cancel in the task log', async () => {
-      const lines = await db.sql<{ line: string }[]>`select line from task_logs where ti_id = ${tiId} and stream = 'system'`;
-      return lines.some((l) => l.line.startsWith(`cancelled: run ${runId} cancelled: sending SIGTERM`));
-    }, 5_000);
-  });
+      const [ti] = await db.sql<
+        { state: string; error: string | null }[]
+      >`select state, error from task_instances where id = ${tiId}`;
+      expect(ti).toMatchObject({ state: 'cancelled', error: 'run cancelled' });
+      await waitFor(
+        'the cancel in the task log',
+        async () => {
+          const lines = await db.sql<
+            { line: string }[]
+          >`select line from task_logs where ti_id = ${tiId} and stream = 'system'`;
+          return lines.some((l) => l.line.startsWith(`cancelled: run ${runId} cancelled: sending SIGTERM`));
+        },
+        5_000,
+      );
+    },
+  );
 
   it('CancelTaskInstance stops the task on the leader within a second too', { timeout: 60_000 }, async () => {
     const runId = (await standby.workflow.triggerRun({ dagId: 'long' })).run!.runId;

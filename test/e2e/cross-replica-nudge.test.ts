@@ -3,7 +3,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  cli,
+  startAgent,
+  startServer,
+  waitFor,
+  type AgentProcess,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -43,12 +50,17 @@ function chainYaml(dagId: string, executor: string | null): string {
 
 async function runEnded(runId: string): Promise<{ state: string; ms: number }> {
   let out = { state: '', ms: 0 };
-  await waitFor(`run ${runId} ended`, async () => {
-    const [r] = await db.sql<{ state: string; ms: number }[]>`
+  await waitFor(
+    `run ${runId} ended`,
+    async () => {
+      const [r] = await db.sql<{ state: string; ms: number }[]>`
       select state, extract(epoch from ended_at - created_at) * 1000 as ms from dag_runs where id = ${runId}`;
-    out = { state: r!.state, ms: Number(r!.ms) };
-    return r!.state === 'success' || r!.state === 'failed';
-  }, 15_000, 20);
+      out = { state: r!.state, ms: Number(r!.ms) };
+      return r!.state === 'success' || r!.state === 'failed';
+    },
+    15_000,
+    20,
+  );
   return out;
 }
 
@@ -80,12 +92,16 @@ describe('nudges across replicas', () => {
     // An agent connected to the follower: every Finished lands on the follower, which tells the
     // leader which run to plan next.
     agent = startAgent(b.url, ['--id', 'follower-agent', '--slots', '1']);
-    await waitFor('agent connected', async () => (await apiB.cluster.listAgents({})).agents.some((x) => x.connected && x.connectedReplica === 'follow'));
+    await waitFor('agent connected', async () =>
+      (await apiB.cluster.listAgents({})).agents.some((x) => x.connected && x.connectedReplica === 'follow'),
+    );
     const viaAgent = (await apiB.workflow.triggerRun({ dagId: 'viaagent' })).run!.runId;
     const v = await runEnded(viaAgent);
     expect(v.state).toBe('success');
     expect(v.ms).toBeLessThan(5_000);
-    const agents = await db.sql<{ agent_id: string | null }[]>`select distinct agent_id from task_instances where run_id = ${viaAgent}`;
+    const agents = await db.sql<
+      { agent_id: string | null }[]
+    >`select distinct agent_id from task_instances where run_id = ${viaAgent}`;
     expect(agents.map((r) => r.agent_id)).toEqual(['follower-agent']);
   });
 });

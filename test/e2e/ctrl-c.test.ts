@@ -30,8 +30,18 @@ describe('Ctrl-C on the Lite server (embedded Postgres)', () => {
     await mkdir(dags);
     // It runs until the test says so: a slow machine's polling cannot miss it running.
     const go = path.join(dir, 'go');
-    await writeFile(path.join(dags, 'slow.yaml'), `dag_id: slow\ntasks:\n  - id: work\n    command: ["sh", "-c", "echo begin; while [ ! -e ${go} ]; do sleep 0.05; done; sleep 0.5; echo end"]\n`);
-    const args = ['--dags', dags, '--state-dir', path.join(dir, 'state'), '--embedded-pg-port', String(await freePort())];
+    await writeFile(
+      path.join(dags, 'slow.yaml'),
+      `dag_id: slow\ntasks:\n  - id: work\n    command: ["sh", "-c", "echo begin; while [ ! -e ${go} ]; do sleep 0.05; done; sleep 0.5; echo end"]\n`,
+    );
+    const args = [
+      '--dags',
+      dags,
+      '--state-dir',
+      path.join(dir, 'state'),
+      '--embedded-pg-port',
+      String(await freePort()),
+    ];
     const env = { DATABASE_URL: undefined };
     const first = await startServer({ args, env, ownProcessGroup: true, readyTimeoutMs: 60_000 });
     servers.push(first);

@@ -6,7 +6,14 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { docBlocks, docCommands, outputMismatch, type DocCommand } from '../helpers/doc-blocks.js';
 import { freePort } from '../helpers/global-setup.js';
-import { BIN, cli, ROOT, startServer, stopLeftEmbeddedPostgres, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  BIN,
+  cli,
+  ROOT,
+  startServer,
+  stopLeftEmbeddedPostgres,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 
 /**
  * The README and the user guide, run as a reader runs them: `npm start`'s server (Lite, the
@@ -56,9 +63,17 @@ async function startAsUser(): Promise<ServerProcess> {
 
 function runShell(command: string, server: string): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve, reject) => {
-    const env: NodeJS.ProcessEnv = { ...process.env, PATH: `${path.join(work, 'bin')}:${process.env.PATH}`, LEOFLOW_SERVER: server };
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      PATH: `${path.join(work, 'bin')}:${process.env.PATH}`,
+      LEOFLOW_SERVER: server,
+    };
     for (const k of ['LEOFLOW_TOKEN', 'LEOFLOW_CA_FILE', 'DATABASE_URL']) delete env[k];
-    const child = spawn('bash', ['-o', 'pipefail', '-c', `${command} 2>&1`], { cwd: work, env, stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn('bash', ['-o', 'pipefail', '-c', `${command} 2>&1`], {
+      cwd: work,
+      env,
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     let output = '';
     child.stdout.setEncoding('utf8').on('data', (c: string) => (output += c));
     const timer = setTimeout(() => {
@@ -78,9 +93,10 @@ async function check(c: DocCommand, server: string): Promise<void> {
   const deadline = Date.now() + (c.block.marks.retry ? 20_000 : 0);
   for (;;) {
     const r = await runShell(c.command, server);
-    const mismatch = r.code !== c.block.marks.exit
-      ? `exit code ${r.code}, the page says ${c.block.marks.exit}`
-      : outputMismatch(c.output, r.output, c.block.marks.loose, c.block.marks);
+    const mismatch =
+      r.code !== c.block.marks.exit
+        ? `exit code ${r.code}, the page says ${c.block.marks.exit}`
+        : outputMismatch(c.output, r.output, c.block.marks.loose, c.block.marks);
     if (mismatch === null) return;
     if (Date.now() > deadline) expect.fail(`${where}\n${mismatch}\n--- real output ---\n${r.output}`);
     await new Promise((resolve) => setTimeout(resolve, 250));
@@ -99,7 +115,8 @@ describe("the README's CLI at a glance", () => {
         words.push(w.split('|'));
       }
       // `dag pause|unpause` is two commands.
-      const expand = (i: number): string[][] => (i === words.length ? [[]] : words[i]!.flatMap((w) => expand(i + 1).map((rest) => [w, ...rest])));
+      const expand = (i: number): string[][] =>
+        i === words.length ? [[]] : words[i]!.flatMap((w) => expand(i + 1).map((rest) => [w, ...rest]));
       for (const c of expand(0)) if (c.length > 0) commands.add(c.join(' '));
     }
     expect(commands.size).toBeGreaterThan(15);
@@ -130,12 +147,18 @@ describe('the README and the guide, run against a real server', () => {
     for (const c of commands) await check(c, server.url);
 
     // Stopped like Ctrl-C and started again on the same state directory: nothing is lost.
-    const before = JSON.parse((await cli(server.url, ['run', 'list', '-o', 'json', '--limit', '100'])).stdout) as unknown[];
+    const before = JSON.parse(
+      (await cli(server.url, ['run', 'list', '-o', 'json', '--limit', '100'])).stdout,
+    ) as unknown[];
     expect((await server.stop()).code).toBe(0);
     const again = await startAsUser();
-    const after = JSON.parse((await cli(again.url, ['run', 'list', '-o', 'json', '--limit', '100'])).stdout) as unknown[];
+    const after = JSON.parse(
+      (await cli(again.url, ['run', 'list', '-o', 'json', '--limit', '100'])).stdout,
+    ) as unknown[];
     expect(after).toEqual(before);
-    expect((await cli(again.url, ['logs', '1', '--task', 'greet'])).stdout).toMatch(/^\[greet #1\] Hello from Leoflow!/m);
+    expect((await cli(again.url, ['logs', '1', '--task', 'greet'])).stdout).toMatch(
+      /^\[greet #1\] Hello from Leoflow!/m,
+    );
     // Re-applying the unchanged examples at start-up is a no-op: still version 1.
     expect((await cli(again.url, ['dag', 'list'])).stdout).toMatch(/^hello\s+1\s/m);
     expect((await again.stop()).code).toBe(0);

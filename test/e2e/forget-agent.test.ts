@@ -27,9 +27,15 @@ beforeAll(async () => {
   tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-forget-'));
   // Connected: kept alive within 3 × 300 ms. The heartbeat threshold is long, so an attempt of a
   // gone agent stays running for the test (the reaper would end it as lost).
-  server = await startServer({ env: { DATABASE_URL: db.url }, args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '60s'] });
+  server = await startServer({
+    env: { DATABASE_URL: db.url },
+    args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '60s'],
+  });
   const file = path.join(tmp, 'forget.yaml');
-  await writeFile(file, 'dag_id: forget\ntasks:\n  - id: train\n    executor: agents\n    command: [sleep, "60"]\n    placement: { labels: { pool: forget } }\n');
+  await writeFile(
+    file,
+    'dag_id: forget\ntasks:\n  - id: train\n    executor: agents\n    command: [sleep, "60"]\n    placement: { labels: { pool: forget } }\n',
+  );
   expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
 });
 afterAll(async () => {
@@ -47,11 +53,24 @@ async function connect(agentId: string, labels: Record<string, string> = {}, url
   const pump = setInterval(() => outbox.push({ msg: { case: 'keepalive', value: { seq: seq++, held: [] } } }), 150);
   const done = (async () => {
     for await (const m of client.connect(outbox)) if (m.msg.case !== 'keepaliveAck') inbox.push(m);
-  })().then(
-    () => inbox.close(),
-    (err: unknown) => inbox.close(err),
-  ).finally(() => clearInterval(pump));
-  outbox.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId, labels, slots: 1, incarnationId: randomUUID() } } });
+  })()
+    .then(
+      () => inbox.close(),
+      (err: unknown) => inbox.close(err),
+    )
+    .finally(() => clearInterval(pump));
+  outbox.push({
+    msg: {
+      case: 'hello',
+      value: {
+        protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+        agentId,
+        labels,
+        slots: 1,
+        incarnationId: randomUUID(),
+      },
+    },
+  });
   expect((await inbox.next()).msg.case).toBe('welcome');
   const close = async () => {
     clearInterval(pump);
@@ -62,10 +81,12 @@ async function connect(agentId: string, labels: Record<string, string> = {}, url
 }
 
 async function refusal(agentId: string): Promise<ConnectError> {
-  const err = await createClients(server.url).cluster.forgetAgent({ agentId }).then(
-    () => null,
-    (e: unknown) => ConnectError.from(e),
-  );
+  const err = await createClients(server.url)
+    .cluster.forgetAgent({ agentId })
+    .then(
+      () => null,
+      (e: unknown) => ConnectError.from(e),
+    );
   expect(err, `ForgetAgent ${agentId} refused`).not.toBeNull();
   return err!;
 }
@@ -113,7 +134,10 @@ describe('leoflow agents forget', () => {
     await waitFor('task running', async () => (await api.workflow.getRun({ runId })).taskInstances[0]!.state === 4);
     expect((await api.cluster.drainAgent({ agentId: 'holder-1' })).agent!.draining).toBe(true);
     await a.close();
-    await waitFor('agent disconnected', async () => !(await api.cluster.listAgents({})).agents.find((x) => x.agentId === 'holder-1')!.connected);
+    await waitFor(
+      'agent disconnected',
+      async () => !(await api.cluster.listAgents({})).agents.find((x) => x.agentId === 'holder-1')!.connected,
+    );
 
     const err = await refusal('holder-1');
     expect(err.code).toBe(Code.FailedPrecondition);
@@ -146,22 +170,36 @@ describe('leoflow agents forget', () => {
       await back.close();
     }
   });
-
 });
 
 describe('--agent-retention', () => {
   it('has the leader forget an agent gone longer, counted and logged, and keep a connected one', async () => {
     const own = await createTestDatabase();
-    const short = await startServer({ env: { DATABASE_URL: own.url }, args: ['--heartbeat-interval', '300ms', '--agent-retention', '1s'] });
+    const short = await startServer({
+      env: { DATABASE_URL: own.url },
+      args: ['--heartbeat-interval', '300ms', '--agent-retention', '1s'],
+    });
     const kept = await connect('stays-1', {}, short.url);
     try {
       const gone = await connect('brief-1', {}, short.url);
       await gone.close();
       const names = async () => (await createClients(short.url).cluster.listAgents({})).agents.map((a) => a.agentId);
-      await waitFor('an agent gone longer than the agent retention (1s) forgotten', async () => !(await names()).includes('brief-1'), 45_000, 250);
+      await waitFor(
+        'an agent gone longer than the agent retention (1s) forgotten',
+        async () => !(await names()).includes('brief-1'),
+        45_000,
+        250,
+      );
       expect(await names()).toEqual(['stays-1']);
       expect((await scrapeMetrics(short.metricsUrl)).get('leoflow_agents_forgotten_total{how="retention"}')).toBe(1);
-      expect(short.logs.some((l) => l.component === 'history' && /^forgot 1 agent/.test(String(l.msg)) && JSON.stringify(l.agentIds) === '["brief-1"]')).toBe(true);
+      expect(
+        short.logs.some(
+          (l) =>
+            l.component === 'history' &&
+            /^forgot 1 agent/.test(String(l.msg)) &&
+            JSON.stringify(l.agentIds) === '["brief-1"]',
+        ),
+      ).toBe(true);
     } finally {
       await kept.close();
       await short.stop();

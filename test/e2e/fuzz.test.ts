@@ -37,9 +37,14 @@ beforeAll(async () => {
   api = createClients(server.url);
   session = http2.connect(server.url);
   agent = startAgent(server.url, ['--id', 'healthy', '--labels', 'role=healthy']);
-  await waitFor('the healthy agent connected', async () => (await api.cluster.listAgents({})).agents.some((a) => a.agentId === 'healthy' && a.connected), 20_000);
+  await waitFor(
+    'the healthy agent connected',
+    async () => (await api.cluster.listAgents({})).agents.some((a) => a.agentId === 'healthy' && a.connected),
+    20_000,
+  );
   await api.workflow.applyDag({
-    source: 'dag_id: healthy\ntasks:\n  - id: work\n    executor: agents\n    placement: { labels: { role: healthy } }\n    command: ["sh", "-c", "sleep 4; echo healthy-done"]\n',
+    source:
+      'dag_id: healthy\ntasks:\n  - id: work\n    executor: agents\n    placement: { labels: { role: healthy } }\n    command: ["sh", "-c", "sleep 4; echo healthy-done"]\n',
     filename: 'healthy.yaml',
   });
 }, 60_000);
@@ -52,7 +57,8 @@ afterAll(async () => {
 });
 
 async function rowCounts() {
-  const [row] = await db.sql`select (select count(*)::int from dags) as dags, (select count(*)::int from dag_runs) as runs, (select count(*)::int from task_instances) as tis`;
+  const [row] =
+    await db.sql`select (select count(*)::int from dags) as dags, (select count(*)::int from dag_runs) as runs, (select count(*)::int from task_instances) as tis`;
   return row;
 }
 
@@ -62,22 +68,32 @@ function call(path: string, contentType: string, body: Uint8Array, streaming: bo
     const req = session.request({ ':method': 'POST', ':path': path, 'content-type': contentType });
     const chunks: Buffer[] = [];
     let status = 0;
-    const timer = setTimeout(() => { req.close(); resolve('timeout'); }, 10_000);
+    const timer = setTimeout(() => {
+      req.close();
+      resolve('timeout');
+    }, 10_000);
     req.on('response', (h) => (status = Number(h[':status'])));
     req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('error', (err) => { clearTimeout(timer); reject(err); });
+    req.on('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
     req.on('end', () => {
       clearTimeout(timer);
       const all = Buffer.concat(chunks);
       if (!streaming) {
-        resolve(status === 200 ? 'ok' : ((JSON.parse(all.toString() || '{}') as { code?: string }).code ?? `http ${status}`));
+        resolve(
+          status === 200 ? 'ok' : ((JSON.parse(all.toString() || '{}') as { code?: string }).code ?? `http ${status}`),
+        );
         return;
       }
       // The end-of-stream envelope (flag 2) carries the error, if any.
-      for (let at = 0; at + 5 <= all.length; ) {
+      for (let at = 0; at + 5 <= all.length;) {
         const len = all.readUInt32BE(at + 1);
         if (all[at]! & 2) {
-          const end = JSON.parse(all.subarray(at + 5, at + 5 + len).toString() || '{}') as { error?: { code?: string } };
+          const end = JSON.parse(all.subarray(at + 5, at + 5 + len).toString() || '{}') as {
+            error?: { code?: string };
+          };
           resolve(end.error?.code ?? 'ok');
           return;
         }
@@ -99,7 +115,19 @@ function envelope(message: Uint8Array): Uint8Array {
 const hostileString = fc.oneof(
   fc.string({ unit: 'binary', maxLength: 40 }),
   fc.string({ maxLength: 20 }).map((s) => `${s}\0`),
-  fc.constantFrom('\ud800', 'a\udfff', '', '1', '0', '-1', 'healthy', '9223372036854775808', '{}', '{"a":"\\ud800"}', '[]'),
+  fc.constantFrom(
+    '\ud800',
+    'a\udfff',
+    '',
+    '1',
+    '0',
+    '-1',
+    'healthy',
+    '9223372036854775808',
+    '{}',
+    '{"a":"\\ud800"}',
+    '[]',
+  ),
   fc.integer({ min: 200, max: 5000 }).map((n) => 'x'.repeat(n)),
 );
 
@@ -109,7 +137,8 @@ function messageOf(desc: DescMessage): fc.Arbitrary<Record<string, unknown>> {
   for (const f of desc.fields) {
     if (f.oneof) continue;
     if (f.fieldKind === 'scalar' && f.scalar === ScalarType.STRING) fields[f.localName] = hostileString;
-    else if (f.fieldKind === 'scalar' && (f.scalar === ScalarType.INT32 || f.scalar === ScalarType.UINT32)) fields[f.localName] = f.scalar === ScalarType.INT32 ? fc.integer() : fc.nat();
+    else if (f.fieldKind === 'scalar' && (f.scalar === ScalarType.INT32 || f.scalar === ScalarType.UINT32))
+      fields[f.localName] = f.scalar === ScalarType.INT32 ? fc.integer() : fc.nat();
     else if (f.fieldKind === 'scalar' && f.scalar === ScalarType.BOOL) fields[f.localName] = fc.boolean();
   }
   return fc.record(fields, { requiredKeys: [] });
@@ -128,18 +157,36 @@ function bodyFor(service: DescService): fc.Arbitrary<Body> {
     const streaming = m.methodKind !== 'unary';
     const path = `/${service.typeName}/${m.name}`;
     const wrap = (b: Uint8Array) => (streaming ? envelope(b) : b);
-    const type = (json: boolean) => (streaming ? (json ? 'application/connect+json' : 'application/connect+proto') : json ? 'application/json' : 'application/proto');
+    const type = (json: boolean) =>
+      streaming
+        ? json
+          ? 'application/connect+json'
+          : 'application/connect+proto'
+        : json
+          ? 'application/json'
+          : 'application/proto';
     const valid = messageOf(m.input).map((init) => create(m.input, init));
     return fc.oneof(
-      fc.uint8Array({ maxLength: 64 }).map((b) => ({ method: path, streaming, contentType: type(false), bytes: wrap(b) })),
+      fc
+        .uint8Array({ maxLength: 64 })
+        .map((b) => ({ method: path, streaming, contentType: type(false), bytes: wrap(b) })),
       valid.map((msg) => ({ method: path, streaming, contentType: type(false), bytes: wrap(toBinary(m.input, msg)) })),
-      valid.map((msg) => ({ method: path, streaming, contentType: type(true), bytes: wrap(Buffer.from(toJsonString(m.input, msg))) })),
-      fc.tuple(valid, fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 255 })), { minLength: 1, maxLength: 4 })).map(([msg, flips]) => {
-        const b = Buffer.from(toBinary(m.input, msg));
-        for (const [at, v] of flips) if (b.length > 0) b[at % b.length] = v;
-        return { method: path, streaming, contentType: type(false), bytes: wrap(b) };
-      }),
-      fc.string({ maxLength: 60 }).map((s) => ({ method: path, streaming, contentType: type(true), bytes: wrap(Buffer.from(s)) })),
+      valid.map((msg) => ({
+        method: path,
+        streaming,
+        contentType: type(true),
+        bytes: wrap(Buffer.from(toJsonString(m.input, msg))),
+      })),
+      fc
+        .tuple(valid, fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 255 })), { minLength: 1, maxLength: 4 }))
+        .map(([msg, flips]) => {
+          const b = Buffer.from(toBinary(m.input, msg));
+          for (const [at, v] of flips) if (b.length > 0) b[at % b.length] = v;
+          return { method: path, streaming, contentType: type(false), bytes: wrap(b) };
+        }),
+      fc
+        .string({ maxLength: 60 })
+        .map((s) => ({ method: path, streaming, contentType: type(true), bytes: wrap(Buffer.from(s)) })),
     );
   });
 }
@@ -154,7 +201,10 @@ describe('fuzzing the API', () => {
           const before = await rowCounts();
           const code = await call(b.method, b.contentType, b.bytes, b.streaming);
           codes.set(code, (codes.get(code) ?? 0) + 1);
-          expect(code, `${b.method} ${b.contentType} ${Buffer.from(b.bytes).toString('hex').slice(0, 200)}`).not.toMatch(/^(internal|unknown|timeout|http )/);
+          expect(
+            code,
+            `${b.method} ${b.contentType} ${Buffer.from(b.bytes).toString('hex').slice(0, 200)}`,
+          ).not.toMatch(/^(internal|unknown|timeout|http )/);
           if (code !== 'ok') expect(await rowCounts()).toEqual(before);
         }),
         { seed: SEED, numRuns: RUNS, interruptAfterTimeLimit: TIME_LIMIT_MS },
@@ -163,10 +213,14 @@ describe('fuzzing the API', () => {
     expect(codes.get('invalid_argument') ?? 0).toBeGreaterThan(0);
     expect(server.child.exitCode).toBeNull();
     expect((await api.workflow.listDags({})).dags.map((d) => d.dagId)).toContain('healthy');
-    const ended = await waitFor('the healthy run ended', async () => {
-      const r = await api.workflow.getRun({ runId: healthyRun });
-      return [RunState.SUCCESS, RunState.FAILED].includes(r.run!.state) ? r : null;
-    }, 30_000);
+    const ended = await waitFor(
+      'the healthy run ended',
+      async () => {
+        const r = await api.workflow.getRun({ runId: healthyRun });
+        return [RunState.SUCCESS, RunState.FAILED].includes(r.run!.state) ? r : null;
+      },
+      30_000,
+    );
     expect(RunState[ended.run!.state]).toBe('SUCCESS');
     expect(server.logs.filter((l) => Number(l.level) >= 50)).toEqual([]);
   }, 120_000);
@@ -181,12 +235,37 @@ const ref = fc.record({
 
 /** One message an agent (broken or hostile) might send. */
 const agentMessage: fc.Arbitrary<AgentMessage> = fc.oneof(
-  fc.record({ agentId: hostileString, incarnationId: fc.oneof(fc.uuid(), hostileString), slots: fc.integer({ min: -1, max: 20_000 }), protocolVersion: fc.integer({ min: 0, max: 3 }), labels: fc.dictionary(hostileString, hostileString, { maxKeys: 3 }), capabilities: fc.array(hostileString, { maxLength: 3 }) })
+  fc
+    .record({
+      agentId: hostileString,
+      incarnationId: fc.oneof(fc.uuid(), hostileString),
+      slots: fc.integer({ min: -1, max: 20_000 }),
+      protocolVersion: fc.integer({ min: 0, max: 3 }),
+      labels: fc.dictionary(hostileString, hostileString, { maxKeys: 3 }),
+      capabilities: fc.array(hostileString, { maxLength: 3 }),
+    })
     .map((value) => ({ msg: { case: 'hello' as const, value } })),
-  fc.record({ seq: fc.bigInt({ min: 0n, max: 10n }), held: fc.array(ref, { maxLength: 2 }) }).map((value) => ({ msg: { case: 'keepalive' as const, value } })),
+  fc
+    .record({ seq: fc.bigInt({ min: 0n, max: 10n }), held: fc.array(ref, { maxLength: 2 }) })
+    .map((value) => ({ msg: { case: 'keepalive' as const, value } })),
   fc.record({ attempt: ref, pid: fc.integer() }).map((value) => ({ msg: { case: 'started' as const, value } })),
-  fc.record({ attempt: ref, entries: fc.array(fc.record({ seq: fc.integer({ min: -1, max: 5 }), stream: hostileString, line: hostileString }), { maxLength: 3 }) }).map((value) => ({ msg: { case: 'log' as const, value } })),
-  fc.record({ attempt: ref, outcome: fc.constantFrom(...(Object.values(AttemptOutcome).filter((v) => typeof v === 'number') as number[]), 99), exitCode: fc.option(fc.integer(), { nil: undefined }), signal: hostileString, error: hostileString })
+  fc
+    .record({
+      attempt: ref,
+      entries: fc.array(
+        fc.record({ seq: fc.integer({ min: -1, max: 5 }), stream: hostileString, line: hostileString }),
+        { maxLength: 3 },
+      ),
+    })
+    .map((value) => ({ msg: { case: 'log' as const, value } })),
+  fc
+    .record({
+      attempt: ref,
+      outcome: fc.constantFrom(...(Object.values(AttemptOutcome).filter((v) => typeof v === 'number') as number[]), 99),
+      exitCode: fc.option(fc.integer(), { nil: undefined }),
+      signal: hostileString,
+      error: hostileString,
+    })
     .map((value) => ({ msg: { case: 'finished' as const, value } })),
   fc.constant({ msg: { case: undefined } }),
 ) as fc.Arbitrary<AgentMessage>;
@@ -206,7 +285,10 @@ describe('fuzzing AgentService.Connect', () => {
           for await (const _ of client.connect(outbox, { signal: ac.signal, timeoutMs: 5000 })) void _;
         } catch (err) {
           const ce = ConnectError.from(err);
-          expect(Code[ce.code], `${ce.message} after ${JSON.stringify(messages, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v)).slice(0, 400)}`).not.toMatch(/^(Internal|Unknown)$/);
+          expect(
+            Code[ce.code],
+            `${ce.message} after ${JSON.stringify(messages, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v)).slice(0, 400)}`,
+          ).not.toMatch(/^(Internal|Unknown)$/);
         } finally {
           clearTimeout(timer);
           ac.abort();
@@ -215,10 +297,14 @@ describe('fuzzing AgentService.Connect', () => {
       { seed: SEED, numRuns: RUNS, interruptAfterTimeLimit: TIME_LIMIT_MS },
     );
     expect(server.child.exitCode).toBeNull();
-    const ended = await waitFor('the healthy run ended', async () => {
-      const r = await api.workflow.getRun({ runId: healthyRun });
-      return [RunState.SUCCESS, RunState.FAILED].includes(r.run!.state) ? r : null;
-    }, 30_000);
+    const ended = await waitFor(
+      'the healthy run ended',
+      async () => {
+        const r = await api.workflow.getRun({ runId: healthyRun });
+        return [RunState.SUCCESS, RunState.FAILED].includes(r.run!.state) ? r : null;
+      },
+      30_000,
+    );
     expect(RunState[ended.run!.state]).toBe('SUCCESS');
     expect(server.logs.filter((l) => Number(l.level) >= 50)).toEqual([]);
   }, 120_000);

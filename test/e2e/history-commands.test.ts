@@ -47,7 +47,9 @@ async function everything(): Promise<Record<string, string>> {
 }
 
 /** What is stored of one DAG's history, by table. */
-async function historyOf(dagId: string): Promise<{ runs: number; tis: number; events: number; logs: number; dagEvents: number }> {
+async function historyOf(
+  dagId: string,
+): Promise<{ runs: number; tis: number; events: number; logs: number; dagEvents: number }> {
   const [row] = await db.sql<{ runs: number; tis: number; events: number; logs: number; dagEvents: number }[]>`
     with r as (select id from dag_runs where dag_id = ${dagId}), t as (select id from task_instances where run_id in (select id from r))
     select (select count(*) from r)::int as runs, (select count(*) from t)::int as tis,
@@ -71,7 +73,10 @@ beforeAll(async () => {
   dagsDir = path.join(tmp, 'dags');
   await import('node:fs/promises').then((fs) => fs.mkdir(dagsDir));
   await writeFile(path.join(dagsDir, 'from_folder.yaml'), twoTasks('from_folder'));
-  server = await startServer({ env: { DATABASE_URL: db.url }, args: ['--kill-grace', '300ms', '--dags', dagsDir, '--retention', 'off'] });
+  server = await startServer({
+    env: { DATABASE_URL: db.url },
+    args: ['--kill-grace', '300ms', '--dags', dagsDir, '--retention', 'off'],
+  });
 });
 
 afterAll(async () => {
@@ -86,15 +91,51 @@ describe('leoflow db clean', () => {
     await runToEnd('alpha');
     const before = await everything();
     const cases: [string[], number, string][] = [
-      [['db', 'clean', '--before', 'yesterday', '--yes'], 1, 'leoflow: --before: "yesterday" is not a date or a time with its zone; give a date, YYYY-MM-DD (midnight UTC), or a time with its zone, such as 2026-01-31T18:00:00Z\n'],
-      [['db', 'clean', '--before', '2026-02-30', '--yes'], 1, 'leoflow: --before: "2026-02-30" is not a day of the calendar; give a date, YYYY-MM-DD (midnight UTC), or a time with its zone, such as 2026-01-31T18:00:00Z\n'],
-      [['db', 'clean', '--before', '2026-01-31T18:00', '--yes'], 1, 'leoflow: --before: "2026-01-31T18:00" is not a date or a time with its zone; give a date, YYYY-MM-DD (midnight UTC), or a time with its zone, such as 2026-01-31T18:00:00Z\n'],
-      [['db', 'clean', '--before', '2999-01-01', '--yes'], 1, 'leoflow: [invalid_argument] before: 2999-01-01T00:00:00.000Z is in the future: only runs that have ended can be removed, so give a time that has passed\n'],
-      [['db', 'clean', '--before', '2020-01-01', '--dag', 'nope', '--dry-run'], 1, 'leoflow: [not_found] DAG "nope" not found\n'],
-      [['db', 'clean', '--before', '2020-01-01', '--keep-last', '-1', '--yes'], 1, "leoflow: [invalid_argument] keep_last: must be 0 to 10000 (each DAG's latest finished runs to keep), got -1: to keep more history, give an earlier before\n"],
-      [['db', 'clean', '--before', '2020-01-01', '--keep-last', '10001', '--dry-run'], 1, "leoflow: [invalid_argument] keep_last: must be 0 to 10000 (each DAG's latest finished runs to keep), got 10001: to keep more history, give an earlier before\n"],
-      [['db', 'clean', '--before', '2020-01-01', '--keep-last', '99999999999', '--yes'], 1, 'leoflow: --keep-last: must be a whole number from 0 to 10000, got "99999999999"\n'],
-      [['db', 'clean', '--before', '2020-01-01', '--keep-last', '2.5', '--yes'], 1, 'leoflow: --keep-last: must be a whole number from 0 to 10000, got "2.5"\n'],
+      [
+        ['db', 'clean', '--before', 'yesterday', '--yes'],
+        1,
+        'leoflow: --before: "yesterday" is not a date or a time with its zone; give a date, YYYY-MM-DD (midnight UTC), or a time with its zone, such as 2026-01-31T18:00:00Z\n',
+      ],
+      [
+        ['db', 'clean', '--before', '2026-02-30', '--yes'],
+        1,
+        'leoflow: --before: "2026-02-30" is not a day of the calendar; give a date, YYYY-MM-DD (midnight UTC), or a time with its zone, such as 2026-01-31T18:00:00Z\n',
+      ],
+      [
+        ['db', 'clean', '--before', '2026-01-31T18:00', '--yes'],
+        1,
+        'leoflow: --before: "2026-01-31T18:00" is not a date or a time with its zone; give a date, YYYY-MM-DD (midnight UTC), or a time with its zone, such as 2026-01-31T18:00:00Z\n',
+      ],
+      [
+        ['db', 'clean', '--before', '2999-01-01', '--yes'],
+        1,
+        'leoflow: [invalid_argument] before: 2999-01-01T00:00:00.000Z is in the future: only runs that have ended can be removed, so give a time that has passed\n',
+      ],
+      [
+        ['db', 'clean', '--before', '2020-01-01', '--dag', 'nope', '--dry-run'],
+        1,
+        'leoflow: [not_found] DAG "nope" not found\n',
+      ],
+      [
+        ['db', 'clean', '--before', '2020-01-01', '--keep-last', '-1', '--yes'],
+        1,
+        "leoflow: [invalid_argument] keep_last: must be 0 to 10000 (each DAG's latest finished runs to keep), got -1: to keep more history, give an earlier before\n",
+      ],
+      [
+        ['db', 'clean', '--before', '2020-01-01', '--keep-last', '10001', '--dry-run'],
+        1,
+        "leoflow: [invalid_argument] keep_last: must be 0 to 10000 (each DAG's latest finished runs to keep), got 10001: to keep more history, give an earlier before\n",
+      ],
+      [
+        ['db', 'clean', '--before', '2020-01-01', '--keep-last', '99999999999', '--yes'],
+        1,
+        'leoflow: --keep-last: must be a whole number from 0 to 10000, got "99999999999"\n',
+      ],
+      [
+        ['db', 'clean', '--before', '2020-01-01', '--keep-last', '2.5', '--yes'],
+        1,
+        'leoflow: --keep-last: must be a whole number from 0 to 10000, got "2.5"\n',
+      ],
     ];
     for (const [args, code, stderr] of cases) {
       const r = await cli(server.url, args);
@@ -104,9 +145,18 @@ describe('leoflow db clean', () => {
     expect(missing.code).toBe(2);
     expect(missing.stderr).toContain("required option '--before <time>' not specified");
     // Without --yes and with no terminal to ask at, it refuses.
-    const unconfirmed = await cli(server.url, ['db', 'clean', '--before', new Date().toISOString(), '--keep-last', '0']);
+    const unconfirmed = await cli(server.url, [
+      'db',
+      'clean',
+      '--before',
+      new Date().toISOString(),
+      '--keep-last',
+      '0',
+    ]);
     expect(unconfirmed.code).toBe(1);
-    expect(unconfirmed.stderr).toBe('leoflow: db clean removes history for good: pass --yes to go ahead (or --dry-run to see what it would remove)\n');
+    expect(unconfirmed.stderr).toBe(
+      'leoflow: db clean removes history for good: pass --yes to go ahead (or --dry-run to see what it would remove)\n',
+    );
     expect(await everything()).toEqual(before);
   });
 
@@ -116,7 +166,11 @@ describe('leoflow db clean', () => {
     const old = [await runToEnd('alpha'), await runToEnd('beta')];
     const slow = await cli(server.url, ['run', 'trigger', 'slow']);
     const slowRun = /^run (\d+) of /m.exec(slow.stdout)![1]!;
-    await waitFor('the slow task to run', async () => (await db.sql`select 1 from task_instances where run_id = ${slowRun} and state = 'running'`).length > 0);
+    await waitFor(
+      'the slow task to run',
+      async () =>
+        (await db.sql`select 1 from task_instances where run_id = ${slowRun} and state = 'running'`).length > 0,
+    );
     await new Promise((r) => setTimeout(r, 20));
     const cutoff = new Date().toISOString();
     await new Promise((r) => setTimeout(r, 20));
@@ -130,11 +184,26 @@ describe('leoflow db clean', () => {
       t as (select id from task_instances where run_id in (select id from r))
       select (select count(*) from t)::int as tis, (select count(*) from events where run_id in (select id from r))::int as events,
         (select count(*) from task_logs where ti_id in (select id from t))::int as logs`;
-    const dry = await cli(server.url, ['db', 'clean', '--before', cutoff, '--keep-last', '0', '--dry-run', '-o', 'json']);
+    const dry = await cli(server.url, [
+      'db',
+      'clean',
+      '--before',
+      cutoff,
+      '--keep-last',
+      '0',
+      '--dry-run',
+      '-o',
+      'json',
+    ]);
     expect(dry.code, dry.stderr).toBe(0);
     const counted = JSON.parse(dry.stdout) as { dry_run: boolean; counts: Record<string, number> };
     expect(counted.dry_run).toBe(true);
-    expect(counted.counts).toEqual({ dag_runs: ended[0]!.n, task_instances: stored!.tis, events: stored!.events, task_logs: stored!.logs });
+    expect(counted.counts).toEqual({
+      dag_runs: ended[0]!.n,
+      task_instances: stored!.tis,
+      events: stored!.events,
+      task_logs: stored!.logs,
+    });
     expect(ended[0]!.n).toBeGreaterThanOrEqual(3);
     expect(stored!.tis).toBe(2 * ended[0]!.n);
     expect(stored!.logs).toBeGreaterThanOrEqual(3 * ended[0]!.n);
@@ -147,7 +216,9 @@ describe('leoflow db clean', () => {
     );
     expect(await everything()).toEqual(before);
 
-    const tiIds = (await db.sql<{ id: string }[]>`select id from task_instances where run_id = any(${old}::bigint[])`).map((r) => r.id);
+    const tiIds = (
+      await db.sql<{ id: string }[]>`select id from task_instances where run_id = any(${old}::bigint[])`
+    ).map((r) => r.id);
     const slowBefore = await historyOf('slow');
     const clean = await cli(server.url, ['db', 'clean', '--before', cutoff, '--keep-last', '0', '--yes', '-o', 'json']);
     expect(clean.code, clean.stderr).toBe(0);
@@ -167,10 +238,24 @@ describe('leoflow db clean', () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/^finished runs of DAG alpha that ended before .*, but each DAG's latest finished run:\n/);
     expect(r.stdout).toMatch(/\nremoved\n$/);
-    expect((await db.sql<{ id: string }[]>`select id from dag_runs where dag_id = 'alpha'`).map((x) => x.id)).toEqual([a[2]]);
+    expect((await db.sql<{ id: string }[]>`select id from dag_runs where dag_id = 'alpha'`).map((x) => x.id)).toEqual([
+      a[2],
+    ]);
     expect(await historyOf('beta')).toEqual(betaBefore);
     expect((await db.sql`select 1 from dag_runs where id = ${b}`).length).toBe(1);
-    const all = await cli(server.url, ['db', 'clean', '--before', new Date().toISOString(), '--dag', 'alpha', '--keep-last', '0', '--yes', '-o', 'json']);
+    const all = await cli(server.url, [
+      'db',
+      'clean',
+      '--before',
+      new Date().toISOString(),
+      '--dag',
+      'alpha',
+      '--keep-last',
+      '0',
+      '--yes',
+      '-o',
+      'json',
+    ]);
     expect(all.code, all.stderr).toBe(0);
     expect(JSON.parse(all.stdout)).toMatchObject({ keep_last: 0, counts: { dag_runs: 1, task_instances: 2 } });
     expect((await historyOf('alpha')).runs).toBe(0);
@@ -183,14 +268,31 @@ describe('leoflow db clean', () => {
     const bulk = () => historyOf('bulk');
     const full = await bulk();
     expect(full).toMatchObject({ runs: 10_000, tis: 50_000, events: 160_000, logs: 150_000 });
-    const args = ['db', 'clean', '--before', new Date().toISOString(), '--dag', 'bulk', '--keep-last', '0', '--yes', '-o', 'json'];
+    const args = [
+      'db',
+      'clean',
+      '--before',
+      new Date().toISOString(),
+      '--dag',
+      'bulk',
+      '--keep-last',
+      '0',
+      '--yes',
+      '-o',
+      'json',
+    ];
     const interrupted = await cli(server.url, args, {
       timeoutMs: 120_000,
       onSpawn: (child) => {
         // Interrupt once the first batch is gone (as an operator would, watching it go).
-        void waitFor('a first batch removed', async () => (await db.sql<{ n: number }[]>`select count(*)::int as n from dag_runs where dag_id = 'bulk'`)[0]!.n < 10_000, 60_000, 20).then(() =>
-          child.kill('SIGINT'),
-        );
+        void waitFor(
+          'a first batch removed',
+          async () =>
+            (await db.sql<{ n: number }[]>`select count(*)::int as n from dag_runs where dag_id = 'bulk'`)[0]!.n <
+            10_000,
+          60_000,
+          20,
+        ).then(() => child.kill('SIGINT'));
       },
     });
     expect(interrupted.code, interrupted.stderr).toBe(130);
@@ -200,21 +302,39 @@ describe('leoflow db clean', () => {
     expect(out.stopped).toBe(true);
     expect(left.runs).toBeGreaterThan(0);
     // What it says went is exactly what went; what is left is whole.
-    expect(out.counts).toEqual({ dag_runs: full.runs - left.runs, task_instances: full.tis - left.tis, events: full.events - left.events, task_logs: full.logs - left.logs });
-    expect(left).toEqual({ runs: left.runs, tis: 5 * left.runs, events: 16 * left.runs, logs: 15 * left.runs, dagEvents: 0 });
+    expect(out.counts).toEqual({
+      dag_runs: full.runs - left.runs,
+      task_instances: full.tis - left.tis,
+      events: full.events - left.events,
+      task_logs: full.logs - left.logs,
+    });
+    expect(left).toEqual({
+      runs: left.runs,
+      tis: 5 * left.runs,
+      events: 16 * left.runs,
+      logs: 15 * left.runs,
+      dagEvents: 0,
+    });
 
     const rest = await cli(server.url, args, { timeoutMs: 120_000 });
     expect(rest.code, rest.stderr).toBe(0);
-    expect(JSON.parse(rest.stdout)).toMatchObject({ stopped: false, counts: { dag_runs: left.runs, task_instances: left.tis, events: left.events, task_logs: left.logs } });
+    expect(JSON.parse(rest.stdout)).toMatchObject({
+      stopped: false,
+      counts: { dag_runs: left.runs, task_instances: left.tis, events: left.events, task_logs: left.logs },
+    });
     // No terminal: progress comes as plain lines, on stderr, at most one a second.
-    for (const line of rest.stderr.split('\n').filter(Boolean)) expect(line).toMatch(/^removed \d+ of \d+ runs, \d+ of \d+ task instances$/);
+    for (const line of rest.stderr.split('\n').filter(Boolean))
+      expect(line).toMatch(/^removed \d+ of \d+ runs, \d+ of \d+ task instances$/);
     expect((await bulk()).runs).toBe(0);
   });
 });
 
 describe('leoflow dag delete', () => {
   it('refuses a DAG with a run that has not ended; --force stops its task, cancels it and removes everything of that DAG and nothing of another', async () => {
-    await applyDag('doomed', `dag_id: doomed\ntasks:\n  - id: first\n    command: "echo hi"\n  - id: hang\n    depends_on: [first]\n    command: "echo hanging; sleep 60"\n`);
+    await applyDag(
+      'doomed',
+      `dag_id: doomed\ntasks:\n  - id: first\n    command: "echo hi"\n  - id: hang\n    depends_on: [first]\n    command: "echo hanging; sleep 60"\n`,
+    );
     await runToEnd('beta');
     const done = await cli(server.url, ['run', 'trigger', 'doomed']);
     const finishedRun = /^run (\d+) of /m.exec(done.stdout)![1]!;
@@ -230,29 +350,43 @@ describe('leoflow dag delete', () => {
 
     const refused = await cli(server.url, ['dag', 'delete', 'doomed', '--yes']);
     expect(refused.code).toBe(1);
-    expect(refused.stderr).toBe(`leoflow: [failed_precondition] DAG "doomed" has 1 run that has not ended (${finishedRun}): cancel it first, or force (--force) to cancel it and delete\n`);
+    expect(refused.stderr).toBe(
+      `leoflow: [failed_precondition] DAG "doomed" has 1 run that has not ended (${finishedRun}): cancel it first, or force (--force) to cancel it and delete\n`,
+    );
     expect(await historyOf('doomed')).toEqual(doomedBefore);
     const unconfirmed = await cli(server.url, ['dag', 'delete', 'doomed', '--force']);
-    expect(unconfirmed.stderr).toBe('leoflow: dag delete removes DAG doomed and all its history for good: pass --yes to go ahead\n');
+    expect(unconfirmed.stderr).toBe(
+      'leoflow: dag delete removes DAG doomed and all its history for good: pass --yes to go ahead\n',
+    );
 
-    const tiIds = (await db.sql<{ id: string }[]>`select id from task_instances where run_id = ${finishedRun}`).map((r) => r.id);
+    const tiIds = (await db.sql<{ id: string }[]>`select id from task_instances where run_id = ${finishedRun}`).map(
+      (r) => r.id,
+    );
     const forced = await cli(server.url, ['dag', 'delete', 'doomed', '--force', '--yes', '-o', 'json']);
     expect(forced.code, forced.stderr).toBe(0);
-    const out = JSON.parse(forced.stdout) as { removed: Record<string, number>; cancelled_run_ids: string[]; dag_files: string[] };
+    const out = JSON.parse(forced.stdout) as {
+      removed: Record<string, number>;
+      cancelled_run_ids: string[];
+      dag_files: string[];
+    };
     expect(out.cancelled_run_ids).toEqual([finishedRun]);
     expect(out.dag_files).toEqual([]);
     expect(out.removed).toMatchObject({ dag_runs: 1, task_instances: 2 });
     expect(out.removed.events).toBeGreaterThanOrEqual(doomedBefore.events + 1);
     expect(out.removed.task_logs).toBeGreaterThanOrEqual(2);
     // The task it was running is stopped, not left behind.
-    await waitFor(`pid ${hanging} to be gone`, async () => {
-      try {
-        process.kill(hanging, 0);
-        return false;
-      } catch {
-        return true;
-      }
-    }, 10_000);
+    await waitFor(
+      `pid ${hanging} to be gone`,
+      async () => {
+        try {
+          process.kill(hanging, 0);
+          return false;
+        } catch {
+          return true;
+        }
+      },
+      10_000,
+    );
     expect(await historyOf('doomed')).toEqual({ runs: 0, tis: 0, events: 0, logs: 0, dagEvents: 0 });
     expect(await leftOf([finishedRun], tiIds)).toBe(0);
     expect((await db.sql`select 1 from dags where dag_id = 'doomed'`).length).toBe(0);
@@ -293,9 +427,16 @@ describe('retention', () => {
     // creation, which the keeper's reading of runs relies on).
     await db.sql`update dag_runs set created_at = created_at - interval '2 days', ended_at = ended_at - interval '2 days' where id <= ${old}`;
     await db.sql`update dag_runs set created_at = created_at - interval '2 days' where id = ${held}`;
-    const tiIds = (await db.sql<{ id: string }[]>`select id from task_instances where run_id = ${old}`).map((r) => r.id);
+    const tiIds = (await db.sql<{ id: string }[]>`select id from task_instances where run_id = ${old}`).map(
+      (r) => r.id,
+    );
     server = await startServer({ env: { DATABASE_URL: db.url }, args: ['--kill-grace', '300ms', '--retention', '1d'] });
-    await waitFor('the old run to be removed', async () => (await db.sql`select 1 from dag_runs where id = ${old}`).length === 0, 20_000, 200);
+    await waitFor(
+      'the old run to be removed',
+      async () => (await db.sql`select 1 from dag_runs where id = ${old}`).length === 0,
+      20_000,
+      200,
+    );
     expect((await db.sql`select 1 from task_instances where id = any(${tiIds}::bigint[])`).length).toBe(0);
     expect((await db.sql`select 1 from dag_runs where id = ${recent}`).length).toBe(1);
     const [h] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${held}`;

@@ -33,20 +33,32 @@ beforeAll(async () => {
   tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-timeout-'));
   server = await startServer({
     env: { DATABASE_URL: db.url },
-    args: ['--heartbeat-interval', `${KEEPALIVE_MS}ms`, '--heartbeat-threshold', '2s', '--kill-grace', `${KILL_GRACE_MS}ms`, '--tick-interval', '200ms'],
+    args: [
+      '--heartbeat-interval',
+      `${KEEPALIVE_MS}ms`,
+      '--heartbeat-threshold',
+      '2s',
+      '--kill-grace',
+      `${KILL_GRACE_MS}ms`,
+      '--tick-interval',
+      '200ms',
+    ],
   });
   const file = path.join(tmp, 'slow.yaml');
-  await writeFile(file, [
-    'dag_id: slow',
-    'tasks:',
-    '  - id: work',
-    '    executor: agents',
-    '    command: [sleep, "3600"]',
-    `    timeout: ${TIMEOUT_MS}ms`,
-    '    retries: 1',
-    '    retry_delay: 100ms',
-    '',
-  ].join('\n'));
+  await writeFile(
+    file,
+    [
+      'dag_id: slow',
+      'tasks:',
+      '  - id: work',
+      '    executor: agents',
+      '    command: [sleep, "3600"]',
+      `    timeout: ${TIMEOUT_MS}ms`,
+      '    retries: 1',
+      '    retry_delay: 100ms',
+      '',
+    ].join('\n'),
+  );
   expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
 });
 afterAll(async () => {
@@ -56,7 +68,11 @@ afterAll(async () => {
 });
 
 /** The next message of `case`, skipping others. */
-async function nextOf<C extends NonNullable<ConnectResponse['msg']['case']>>(inbox: { next(ms?: number): Promise<ConnectResponse> }, kind: C, timeoutMs: number) {
+async function nextOf<C extends NonNullable<ConnectResponse['msg']['case']>>(
+  inbox: { next(ms?: number): Promise<ConnectResponse> },
+  kind: C,
+  timeoutMs: number,
+) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const m = await inbox.next(Math.max(1, deadline - Date.now()));
@@ -69,7 +85,17 @@ describe('an agent that ignores its timeout', () => {
     const api = createClients(server.url);
     const agent = scriptedAgent(server.url, { keepaliveMs: 150 });
     try {
-      agent.outbox.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'deaf-to-timeouts', slots: 2, incarnationId: randomUUID() } } });
+      agent.outbox.push({
+        msg: {
+          case: 'hello',
+          value: {
+            protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+            agentId: 'deaf-to-timeouts',
+            slots: 2,
+            incarnationId: randomUUID(),
+          },
+        },
+      });
       expect((await agent.inbox.next()).msg.case).toBe('welcome');
       const runId = (await api.workflow.triggerRun({ dagId: 'slow' })).run!.runId;
 
@@ -83,7 +109,11 @@ describe('an agent that ignores its timeout', () => {
 
       const cancel = (await nextOf(agent.inbox, 'cancel', 20_000)).value;
       const cancelMs = Date.now() - startedAt;
-      expect(cancel.attempt).toMatchObject({ tiId: first.attempt!.tiId, tryNumber: 1, attemptToken: first.attempt!.attemptToken });
+      expect(cancel.attempt).toMatchObject({
+        tiId: first.attempt!.tiId,
+        tryNumber: 1,
+        attemptToken: first.attempt!.attemptToken,
+      });
       expect(cancel.reason).toBe(`timed out after ${TIMEOUT_MS} ms`);
       // Not before the holder had its own chance (timeout, kill grace, the time for its report),
       // and soon after.
@@ -94,7 +124,9 @@ describe('an agent that ignores its timeout', () => {
         select t.error, e.payload from events e join task_instances t on t.id = e.ti_id
         where e.ti_id = ${first.attempt!.tiId} and e.payload->>'reason' = 'timed_out'`;
       expect(ended!.payload).toMatchObject({ to: 'up_for_retry', try: 1 });
-      expect(ended!.payload.error).toMatch(new RegExp(`^timed out after ${TIMEOUT_MS} ms \\(ended by the control plane`));
+      expect(ended!.payload.error).toMatch(
+        new RegExp(`^timed out after ${TIMEOUT_MS} ms \\(ended by the control plane`),
+      );
 
       // The retry: try 2 comes to the same agent, which this time runs it to its end.
       const second = (await nextOf(agent.inbox, 'assign', 10_000)).value;
@@ -102,14 +134,25 @@ describe('an agent that ignores its timeout', () => {
       expect(second.attempt!.attemptToken).not.toBe(first.attempt!.attemptToken);
       agent.held.delete(first.attempt!.tiId);
       agent.outbox.push({ msg: { case: 'started', value: { attempt: second.attempt!, pid: 4243 } } });
-      agent.outbox.push({ msg: { case: 'finished', value: { attempt: second.attempt!, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } } });
-      expect((await nextOf(agent.inbox, 'finishedAck', 5_000)).value).toMatchObject({ attempt: { tryNumber: 2 }, applied: true });
-      await waitFor('run success', async () => (await api.workflow.getRun({ runId })).run!.state === RunState.SUCCESS, 10_000);
+      agent.outbox.push({
+        msg: { case: 'finished', value: { attempt: second.attempt!, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } },
+      });
+      expect((await nextOf(agent.inbox, 'finishedAck', 5_000)).value).toMatchObject({
+        attempt: { tryNumber: 2 },
+        applied: true,
+      });
+      await waitFor(
+        'run success',
+        async () => (await api.workflow.getRun({ runId })).run!.state === RunState.SUCCESS,
+        10_000,
+      );
       const ti = (await api.workflow.getRun({ runId })).taskInstances[0]!;
       expect(ti).toMatchObject({ tryNumber: 2, exitCode: 0, agentId: 'deaf-to-timeouts' });
 
       // The first try's end is the control plane's: a late Finished from the agent is refused.
-      agent.outbox.push({ msg: { case: 'finished', value: { attempt: first.attempt!, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } } });
+      agent.outbox.push({
+        msg: { case: 'finished', value: { attempt: first.attempt!, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } },
+      });
       const ack = (await nextOf(agent.inbox, 'finishedAck', 5_000)).value;
       expect(ack).toMatchObject({ attempt: { tryNumber: 1 }, applied: false });
     } finally {

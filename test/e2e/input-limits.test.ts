@@ -57,7 +57,9 @@ describe('input limits', () => {
     const before = await runCount();
     const e = await refusal(api.workflow.triggerRun({ dagId: 'hello', confJson: confOf(LIMITS.confBytes + 1) }));
     expect(e.code).toBe(Code.InvalidArgument);
-    expect(e.rawMessage).toBe(`conf_json: must be at most ${LIMITS.confBytes} bytes (it is exported to every task's environment), got ${LIMITS.confBytes + 1}`);
+    expect(e.rawMessage).toBe(
+      `conf_json: must be at most ${LIMITS.confBytes} bytes (it is exported to every task's environment), got ${LIMITS.confBytes + 1}`,
+    );
     expect(await runCount()).toBe(before);
   });
 
@@ -65,18 +67,28 @@ describe('input limits', () => {
     const nested = (n: number) => '{"a":'.repeat(n - 1) + '{}' + '}'.repeat(n - 1);
     expect((await api.workflow.triggerRun({ dagId: 'hello', confJson: nested(LIMITS.confDepth) })).created).toBe(true);
     for (const n of [LIMITS.confDepth + 1, 100_000]) {
-      const e = await refusal(api.workflow.triggerRun({ dagId: 'hello', confJson: nested(n).slice(0, LIMITS.confBytes) }));
+      const e = await refusal(
+        api.workflow.triggerRun({ dagId: 'hello', confJson: nested(n).slice(0, LIMITS.confBytes) }),
+      );
       expect(e.code).toBe(Code.InvalidArgument);
-      expect(e.rawMessage).toMatch(new RegExp(`^conf_json: must nest at most ${LIMITS.confDepth} levels deep, got \\d+$`));
+      expect(e.rawMessage).toMatch(
+        new RegExp(`^conf_json: must nest at most ${LIMITS.confDepth} levels deep, got \\d+$`),
+      );
     }
   });
 
   it('refuses a conf whose strings Postgres cannot store (an escaped NUL, a lone surrogate), naming where', async () => {
     const before = await runCount();
     const nul = await refusal(api.workflow.triggerRun({ dagId: 'hello', confJson: '{"db":{"password":"a\\u0000b"}}' }));
-    expect([nul.code, nul.rawMessage]).toEqual([Code.InvalidArgument, 'conf_json: $.db.password: must not contain NUL characters']);
+    expect([nul.code, nul.rawMessage]).toEqual([
+      Code.InvalidArgument,
+      'conf_json: $.db.password: must not contain NUL characters',
+    ]);
     const lone = await refusal(api.workflow.triggerRun({ dagId: 'hello', confJson: '{"a":"\\ud800"}' }));
-    expect([lone.code, lone.rawMessage]).toEqual([Code.InvalidArgument, 'conf_json: $.a: must be valid Unicode (it has a lone surrogate)']);
+    expect([lone.code, lone.rawMessage]).toEqual([
+      Code.InvalidArgument,
+      'conf_json: $.a: must be valid Unicode (it has a lone surrogate)',
+    ]);
     expect(await runCount()).toBe(before);
   });
 
@@ -86,7 +98,9 @@ describe('input limits', () => {
     for (const n of [LIMITS.idChars + 1, 100_000]) {
       const e = await refusal(api.workflow.getDag({ dagId: 'd'.repeat(n) }));
       expect(e.code).toBe(Code.InvalidArgument);
-      expect(e.rawMessage).toMatch(new RegExp(`^dag_id: must be at most ${LIMITS.idChars} characters, got ${n}: "d+…" \\(${n} characters\\)$`));
+      expect(e.rawMessage).toMatch(
+        new RegExp(`^dag_id: must be at most ${LIMITS.idChars} characters, got ${n}: "d+…" \\(${n} characters\\)$`),
+      );
       expect(e.rawMessage.length).toBeLessThan(300);
     }
   });
@@ -103,11 +117,16 @@ describe('input limits', () => {
     ];
     for (const [field, call] of calls) {
       const e = await refusal(call);
-      expect([e.code, e.rawMessage]).toEqual([Code.InvalidArgument, `${field}: must not contain NUL characters, got "a\\u0000b"`]);
+      expect([e.code, e.rawMessage]).toEqual([
+        Code.InvalidArgument,
+        `${field}: must not contain NUL characters, got "a\\u0000b"`,
+      ]);
     }
-    const tail = await refusal((async () => {
-      for await (const _ of api.workflow.tailLogs({ runId: '1', taskId: 'a\0b' }));
-    })());
+    const tail = await refusal(
+      (async () => {
+        for await (const _ of api.workflow.tailLogs({ runId: '1', taskId: 'a\0b' }));
+      })(),
+    );
     expect(tail.code).toBe(Code.InvalidArgument);
     expect(await db.sql`select 1 from dags where dag_id like ${'a%b'}`).toHaveLength(0);
   });
@@ -120,7 +139,15 @@ describe('input limits', () => {
 
   it(`lists the first ${LIMITS.dagErrors} errors of a DAG file with 800 bad tasks, then how many more, and the CLI prints them`, async () => {
     const file = path.join(tmp, 'bad.yaml');
-    await writeFile(file, ['dag_id: bad', 'tasks:', ...Array.from({ length: 800 }, (_, i) => `  - { id: t${i}, command: ["true"], retries: -1 }`), ''].join('\n'));
+    await writeFile(
+      file,
+      [
+        'dag_id: bad',
+        'tasks:',
+        ...Array.from({ length: 800 }, (_, i) => `  - { id: t${i}, command: ["true"], retries: -1 }`),
+        '',
+      ].join('\n'),
+    );
     const r = await cli(server.url, ['dag', 'apply', file]);
     expect(r.code).not.toBe(0);
     expect(r.stderr).not.toMatch(/NGHTTP2|RST_STREAM/);

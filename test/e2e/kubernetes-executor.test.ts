@@ -39,9 +39,25 @@ async function startPro(extra: string[] = [], env: Record<string, string | undef
   return startServer({
     env: { DATABASE_URL: db.url, ...env },
     args: [
-      '--edition', 'pro', '--listen', `127.0.0.1:${port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS,
-      '--kubernetes-image', 'leoflow:test', '--pod-server-url', `http://127.0.0.1:${port}`,
-      '--pod-pending-timeout', '3s', '--kill-grace', '2s', '--pod-keep-failed', '0', ...extra,
+      '--edition',
+      'pro',
+      '--listen',
+      `127.0.0.1:${port}`,
+      '--kubeconfig',
+      kube.kubeconfigPath,
+      '--kubernetes-namespace',
+      NS,
+      '--kubernetes-image',
+      'leoflow:test',
+      '--pod-server-url',
+      `http://127.0.0.1:${port}`,
+      '--pod-pending-timeout',
+      '3s',
+      '--kill-grace',
+      '2s',
+      '--pod-keep-failed',
+      '0',
+      ...extra,
     ],
   });
 }
@@ -67,14 +83,21 @@ async function tiOf(runId: string): Promise<Ti> {
 }
 
 async function ended(runId: string, timeoutMs = 30_000): Promise<Ti> {
-  return waitFor(`run ${runId} over`, async () => {
-    const [r] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
-    return r && ['success', 'failed', 'cancelled'].includes(r.state) ? tiOf(runId) : null;
-  }, timeoutMs, 50);
+  return waitFor(
+    `run ${runId} over`,
+    async () => {
+      const [r] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
+      return r && ['success', 'failed', 'cancelled'].includes(r.state) ? tiOf(runId) : null;
+    },
+    timeoutMs,
+    50,
+  );
 }
 
 /** The pod of a TI's try, by the labels of what was POSTed (its name hashes the attempt's token). */
-const podOf = (t: Ti, tryNumber = t.try_number) => kube.postedPodName({ [LABEL.ti]: t.id, [LABEL.try]: String(tryNumber) }) ?? `(no pod posted for ti ${t.id} try ${tryNumber})`;
+const podOf = (t: Ti, tryNumber = t.try_number) =>
+  kube.postedPodName({ [LABEL.ti]: t.id, [LABEL.try]: String(tryNumber) }) ??
+  `(no pod posted for ti ${t.id} try ${tryNumber})`;
 
 beforeAll(async () => {
   db = await createTestDatabase();
@@ -92,94 +115,161 @@ afterAll(async () => {
 });
 
 describe('the kubernetes executor against the fake API server', () => {
-  it('runs a task in its pod: one create, the agent inside reports it, the succeeded pod is removed', { timeout: 60_000 }, async () => {
-    await apply('hello', 'dag_id: hello\ntasks:\n  - id: say\n    command: ["sh", "-c", "echo hello from $LEOFLOW_TASK_ID"]\n');
-    const runId = await trigger('hello');
-    const t = await ended(runId);
-    expect(t).toMatchObject({ state: 'success', try_number: 1 });
-    expect(kube.createCount(NS, podOf(t))).toBe(1);
-    const lines = await db.sql<{ line: string }[]>`select line from task_logs where ti_id = ${t.id} and stream = 'stdout'`;
-    expect(lines.map((l) => l.line)).toContain('hello from say');
-    await waitFor('the succeeded pod deleted', async () => kube.pod(NS, podOf(t)) === undefined, 10_000);
-    // Its agent (named after the pod) is forgotten with it: no row per pod piles up.
-    await waitFor('the pod\'s agent forgotten', async () => (await db.sql`select 1 from agents where agent_id = ${podOf(t)}`).length === 0, 10_000);
-  });
+  it(
+    'runs a task in its pod: one create, the agent inside reports it, the succeeded pod is removed',
+    { timeout: 60_000 },
+    async () => {
+      await apply(
+        'hello',
+        'dag_id: hello\ntasks:\n  - id: say\n    command: ["sh", "-c", "echo hello from $LEOFLOW_TASK_ID"]\n',
+      );
+      const runId = await trigger('hello');
+      const t = await ended(runId);
+      expect(t).toMatchObject({ state: 'success', try_number: 1 });
+      expect(kube.createCount(NS, podOf(t))).toBe(1);
+      const lines = await db.sql<
+        { line: string }[]
+      >`select line from task_logs where ti_id = ${t.id} and stream = 'stdout'`;
+      expect(lines.map((l) => l.line)).toContain('hello from say');
+      await waitFor('the succeeded pod deleted', async () => kube.pod(NS, podOf(t)) === undefined, 10_000);
+      // Its agent (named after the pod) is forgotten with it: no row per pod piles up.
+      await waitFor(
+        "the pod's agent forgotten",
+        async () => (await db.sql`select 1 from agents where agent_id = ${podOf(t)}`).length === 0,
+        10_000,
+      );
+    },
+  );
 
-  it('fails an attempt whose image cannot be pulled at once, with the pod\'s reason, and retries it', { timeout: 60_000 }, async () => {
-    await apply('pull', 'dag_id: pull\ntasks:\n  - id: p\n    command: ["true"]\n    retries: 1\n    retry_delay: 1s\n    kubernetes: { image: registry.example/nonexistent:1 }\n');
-    const runId = await trigger('pull');
-    const t = await ended(runId);
-    expect(t.state).toBe('failed');
-    expect(t.try_number).toBe(2);
-    expect(t.error).toMatch(/^POD_CANNOT_START:(ErrImagePull|ImagePullBackOff)/);
-    await waitFor('both pods deleted', async () => kube.pod(NS, podOf(t, 1)) === undefined && kube.pod(NS, podOf(t, 2)) === undefined, 10_000);
-  });
+  it(
+    "fails an attempt whose image cannot be pulled at once, with the pod's reason, and retries it",
+    { timeout: 60_000 },
+    async () => {
+      await apply(
+        'pull',
+        'dag_id: pull\ntasks:\n  - id: p\n    command: ["true"]\n    retries: 1\n    retry_delay: 1s\n    kubernetes: { image: registry.example/nonexistent:1 }\n',
+      );
+      const runId = await trigger('pull');
+      const t = await ended(runId);
+      expect(t.state).toBe('failed');
+      expect(t.try_number).toBe(2);
+      expect(t.error).toMatch(/^POD_CANNOT_START:(ErrImagePull|ImagePullBackOff)/);
+      await waitFor(
+        'both pods deleted',
+        async () => kube.pod(NS, podOf(t, 1)) === undefined && kube.pod(NS, podOf(t, 2)) === undefined,
+        10_000,
+      );
+    },
+  );
 
-  it('says why a pod is pending, then fails it unschedulable past --pod-pending-timeout', { timeout: 60_000 }, async () => {
-    await apply('big', 'dag_id: big\ntasks:\n  - id: b\n    command: ["true"]\n    kubernetes: { resources: { requests: { cpu: "64" } } }\n');
-    const runId = await trigger('big');
-    const pending = await waitFor('the pod\'s pending reason', async () => {
-      const r = (await tiOf(runId)).pending_reason;
-      return r?.startsWith('POD_') ? r : null;
-    }, 10_000);
-    expect(pending).toMatch(/^POD_PENDING:Unschedulable:0\/3 nodes are available/);
-    const show = await cli(server.url, ['run', 'show', runId]);
-    expect(show.stdout).toContain('POD_PENDING:Unschedulable');
-    const t = await ended(runId);
-    expect(t.state).toBe('failed');
-    expect(t.error).toMatch(/^POD_UNSCHEDULABLE:0\/3 nodes are available.*\(pending longer than 3s\)$/);
-    await waitFor('the pod deleted', async () => kube.pod(NS, podOf(t)) === undefined, 10_000);
-  });
+  it(
+    'says why a pod is pending, then fails it unschedulable past --pod-pending-timeout',
+    { timeout: 60_000 },
+    async () => {
+      await apply(
+        'big',
+        'dag_id: big\ntasks:\n  - id: b\n    command: ["true"]\n    kubernetes: { resources: { requests: { cpu: "64" } } }\n',
+      );
+      const runId = await trigger('big');
+      const pending = await waitFor(
+        "the pod's pending reason",
+        async () => {
+          const r = (await tiOf(runId)).pending_reason;
+          return r?.startsWith('POD_') ? r : null;
+        },
+        10_000,
+      );
+      expect(pending).toMatch(/^POD_PENDING:Unschedulable:0\/3 nodes are available/);
+      const show = await cli(server.url, ['run', 'show', runId]);
+      expect(show.stdout).toContain('POD_PENDING:Unschedulable');
+      const t = await ended(runId);
+      expect(t.state).toBe('failed');
+      expect(t.error).toMatch(/^POD_UNSCHEDULABLE:0\/3 nodes are available.*\(pending longer than 3s\)$/);
+      await waitFor('the pod deleted', async () => kube.pod(NS, podOf(t)) === undefined, 10_000);
+    },
+  );
 
-  it('fails an attempt whose create the API server refuses, once per try, never in a loop', { timeout: 60_000 }, async () => {
-    await apply('nowhere', 'dag_id: nowhere\ntasks:\n  - id: n\n    command: ["true"]\n    retries: 1\n    retry_delay: 1s\n    kubernetes: { namespace: missing }\n');
-    const runId = await trigger('nowhere');
-    const t = await ended(runId);
-    expect(t.state).toBe('failed');
-    expect(t.error).toMatch(/^POD_CREATE_REFUSED:404 NotFound: namespaces "missing" not found/);
-    expect(kube.createAttempts('missing', podOf(t, 1))).toBe(1);
-    expect(kube.createAttempts('missing', podOf(t, 2))).toBe(1);
-  });
+  it(
+    'fails an attempt whose create the API server refuses, once per try, never in a loop',
+    { timeout: 60_000 },
+    async () => {
+      await apply(
+        'nowhere',
+        'dag_id: nowhere\ntasks:\n  - id: n\n    command: ["true"]\n    retries: 1\n    retry_delay: 1s\n    kubernetes: { namespace: missing }\n',
+      );
+      const runId = await trigger('nowhere');
+      const t = await ended(runId);
+      expect(t.state).toBe('failed');
+      expect(t.error).toMatch(/^POD_CREATE_REFUSED:404 NotFound: namespaces "missing" not found/);
+      expect(kube.createAttempts('missing', podOf(t, 1))).toBe(1);
+      expect(kube.createAttempts('missing', podOf(t, 2))).toBe(1);
+    },
+  );
 
-  it('retries a create refused with 429 after its Retry-After, and creates the pod once', { timeout: 60_000 }, async () => {
-    await apply('busy', 'dag_id: busy\ntasks:\n  - id: x\n    command: ["true"]\n');
-    kube.failNext({ verb: 'create', namespace: NS, status: 429, retryAfterSeconds: 1 });
-    const started = Date.now();
-    const runId = await trigger('busy');
-    const t = await ended(runId);
-    expect(t.state).toBe('success');
-    const creates = kube.requests().filter((r) => r.verb === 'create' && r.namespace === NS && r.at >= started);
-    expect(creates.map((r) => r.status)).toEqual([429, 201]);
-    expect(creates[1]!.at - creates[0]!.at, 'the second create waited for Retry-After').toBeGreaterThanOrEqual(1000);
-    expect(kube.createCount(NS, podOf(t))).toBe(1);
-  });
+  it(
+    'retries a create refused with 429 after its Retry-After, and creates the pod once',
+    { timeout: 60_000 },
+    async () => {
+      await apply('busy', 'dag_id: busy\ntasks:\n  - id: x\n    command: ["true"]\n');
+      kube.failNext({ verb: 'create', namespace: NS, status: 429, retryAfterSeconds: 1 });
+      const started = Date.now();
+      const runId = await trigger('busy');
+      const t = await ended(runId);
+      expect(t.state).toBe('success');
+      const creates = kube.requests().filter((r) => r.verb === 'create' && r.namespace === NS && r.at >= started);
+      expect(creates.map((r) => r.status)).toEqual([429, 201]);
+      expect(creates[1]!.at - creates[0]!.at, 'the second create waited for Retry-After').toBeGreaterThanOrEqual(1000);
+      expect(kube.createCount(NS, podOf(t))).toBe(1);
+    },
+  );
 
-  it('ends an attempt whose pod is deleted from outside as lost at once, and retries it', { timeout: 60_000 }, async () => {
-    await apply('doomed', 'dag_id: doomed\ntasks:\n  - id: d\n    command: ["sh", "-c", "[ \\"$LEOFLOW_TRY_NUMBER\\" = 1 ] && sleep 60; echo try $LEOFLOW_TRY_NUMBER"]\n    retries: 1\n    retry_delay: 1s\n');
-    const runId = await trigger('doomed');
-    const first = await waitFor('try 1 running', async () => {
-      const t = await tiOf(runId);
-      return t.state === 'running' ? t : null;
-    }, 20_000);
-    const at = Date.now();
-    kube.deleteFromOutside(NS, podOf(first));
-    const lost = await waitFor('try 1 lost', async () => {
-      const [e] = await db.sql<{ payload: { error: string } }[]>`select payload from events where ti_id = ${first.id} and payload->>'reason' = 'pod_lost'`;
-      return e?.payload ?? null;
-    }, 10_000);
-    expect(Date.now() - at).toBeLessThan(5_000);
-    expect(lost.error).toMatch(/^POD_DELETED: pod lf-doomed-d-[0-9a-f]{12} in namespace leoflow was deleted/);
-    const t = await ended(runId);
-    expect(t).toMatchObject({ state: 'success', try_number: 2 });
-  });
+  it(
+    'ends an attempt whose pod is deleted from outside as lost at once, and retries it',
+    { timeout: 60_000 },
+    async () => {
+      await apply(
+        'doomed',
+        'dag_id: doomed\ntasks:\n  - id: d\n    command: ["sh", "-c", "[ \\"$LEOFLOW_TRY_NUMBER\\" = 1 ] && sleep 60; echo try $LEOFLOW_TRY_NUMBER"]\n    retries: 1\n    retry_delay: 1s\n',
+      );
+      const runId = await trigger('doomed');
+      const first = await waitFor(
+        'try 1 running',
+        async () => {
+          const t = await tiOf(runId);
+          return t.state === 'running' ? t : null;
+        },
+        20_000,
+      );
+      const at = Date.now();
+      kube.deleteFromOutside(NS, podOf(first));
+      const lost = await waitFor(
+        'try 1 lost',
+        async () => {
+          const [e] = await db.sql<
+            { payload: { error: string } }[]
+          >`select payload from events where ti_id = ${first.id} and payload->>'reason' = 'pod_lost'`;
+          return e?.payload ?? null;
+        },
+        10_000,
+      );
+      expect(Date.now() - at).toBeLessThan(5_000);
+      expect(lost.error).toMatch(/^POD_DELETED: pod lf-doomed-d-[0-9a-f]{12} in namespace leoflow was deleted/);
+      const t = await ended(runId);
+      expect(t).toMatchObject({ state: 'success', try_number: 2 });
+    },
+  );
 
   it('deletes the pod of a cancelled attempt', { timeout: 60_000 }, async () => {
     await apply('long', 'dag_id: long\ntasks:\n  - id: l\n    command: ["sleep", "60"]\n');
     const runId = await trigger('long');
-    const t = await waitFor('running', async () => {
-      const x = await tiOf(runId);
-      return x.state === 'running' ? x : null;
-    }, 20_000);
+    const t = await waitFor(
+      'running',
+      async () => {
+        const x = await tiOf(runId);
+        return x.state === 'running' ? x : null;
+      },
+      20_000,
+    );
     const r = await cli(server.url, ['run', 'cancel', runId]);
     expect(r.code, r.stderr).toBe(0);
     await waitFor('the pod gone', async () => kube.pod(NS, podOf(t)) === undefined, 15_000);
@@ -203,128 +293,236 @@ describe('the kubernetes executor against the fake API server', () => {
     expect(metricSum(m, 'leoflow_kubernetes_pod_start_latency_seconds_count')).toBeGreaterThan(0);
   });
 
-  it('after a SIGKILL, the next server adopts the running pod: the run finishes with one pod', { timeout: 90_000 }, async () => {
-    await apply('survive', 'dag_id: survive\ntasks:\n  - id: s\n    command: ["sh", "-c", "sleep 4; echo survived"]\n');
-    const runId = await trigger('survive');
-    const t = await waitFor('running', async () => {
-      const x = await tiOf(runId);
-      return x.state === 'running' ? x : null;
-    }, 20_000);
-    await server.kill();
-    server = await startPro();
-    const done = await ended(runId, 60_000);
-    expect(done).toMatchObject({ state: 'success', try_number: 1 });
-    expect(kube.createCount(NS, podOf(t))).toBe(1);
-  });
+  it(
+    'after a SIGKILL, the next server adopts the running pod: the run finishes with one pod',
+    { timeout: 90_000 },
+    async () => {
+      await apply(
+        'survive',
+        'dag_id: survive\ntasks:\n  - id: s\n    command: ["sh", "-c", "sleep 4; echo survived"]\n',
+      );
+      const runId = await trigger('survive');
+      const t = await waitFor(
+        'running',
+        async () => {
+          const x = await tiOf(runId);
+          return x.state === 'running' ? x : null;
+        },
+        20_000,
+      );
+      await server.kill();
+      server = await startPro();
+      const done = await ended(runId, 60_000);
+      expect(done).toMatchObject({ state: 'success', try_number: 1 });
+      expect(kube.createCount(NS, podOf(t))).toBe(1);
+    },
+  );
 
-  it('gives a pod\'s agent only the attempt whose token it carries: a late pod never claims a task instance', { timeout: 60_000 }, async () => {
-    // A task waiting for an agent that does not exist: scheduled, no attempt.
-    await apply('waits', 'dag_id: waits\ntasks:\n  - id: w\n    command: ["true"]\n    executor: agents\n    placement: { labels: { nowhere: "yes" } }\n');
-    const runId = await trigger('waits');
-    const t = await waitFor('scheduled', async () => {
-      const x = await tiOf(runId);
-      return x.state === 'scheduled' ? x : null;
-    }, 20_000);
-    const once = (env: Record<string, string>, extra: string[] = []) => runCommand(process.execPath, [BIN, 'agent', '--once', '--ti', t.id, '--server', server.url, '--id', `late-${env.LEOFLOW_ATTEMPT_TOKEN ? 'pod' : 'agent'}`, '--state-dir', path.join(tmp, 'late'), ...extra], { env, timeoutMs: 30_000 });
-    const late = await once({ LEOFLOW_ATTEMPT_TOKEN: randomUUID() });
-    expect(late.code, late.stderr).toBe(0);
-    expect(await tiOf(runId)).toMatchObject({ state: 'scheduled', try_number: 0 });
-    // Without a token (a one-shot agent of the fleet) that placement would choose (it has the
-    // task's labels), the same Hello claims it: the difference is the token.
-    const claimer = await once({}, ['--labels', 'nowhere=yes']);
-    expect(claimer.code, claimer.stderr).toBe(0);
-    expect((await tiOf(runId)).try_number).toBe(1);
-  });
+  it(
+    "gives a pod's agent only the attempt whose token it carries: a late pod never claims a task instance",
+    { timeout: 60_000 },
+    async () => {
+      // A task waiting for an agent that does not exist: scheduled, no attempt.
+      await apply(
+        'waits',
+        'dag_id: waits\ntasks:\n  - id: w\n    command: ["true"]\n    executor: agents\n    placement: { labels: { nowhere: "yes" } }\n',
+      );
+      const runId = await trigger('waits');
+      const t = await waitFor(
+        'scheduled',
+        async () => {
+          const x = await tiOf(runId);
+          return x.state === 'scheduled' ? x : null;
+        },
+        20_000,
+      );
+      const once = (env: Record<string, string>, extra: string[] = []) =>
+        runCommand(
+          process.execPath,
+          [
+            BIN,
+            'agent',
+            '--once',
+            '--ti',
+            t.id,
+            '--server',
+            server.url,
+            '--id',
+            `late-${env.LEOFLOW_ATTEMPT_TOKEN ? 'pod' : 'agent'}`,
+            '--state-dir',
+            path.join(tmp, 'late'),
+            ...extra,
+          ],
+          { env, timeoutMs: 30_000 },
+        );
+      const late = await once({ LEOFLOW_ATTEMPT_TOKEN: randomUUID() });
+      expect(late.code, late.stderr).toBe(0);
+      expect(await tiOf(runId)).toMatchObject({ state: 'scheduled', try_number: 0 });
+      // Without a token (a one-shot agent of the fleet) that placement would choose (it has the
+      // task's labels), the same Hello claims it: the difference is the token.
+      const claimer = await once({}, ['--labels', 'nowhere=yes']);
+      expect(claimer.code, claimer.stderr).toBe(0);
+      expect((await tiOf(runId)).try_number).toBe(1);
+    },
+  );
 
-
-  it('gives a task its Kubernetes Secret by secretKeyRef: the value reaches the task, never the pod spec, the API or the logs', { timeout: 60_000 }, async () => {
-    const value = `kube-secret-${randomUUID()}`;
-    kube.setSecret(NS, 'task-secret', { token: value });
-    const out = path.join(tmp, 'kube-secret.out');
-    await apply('kubesecret', `dag_id: kubesecret\ntasks:\n  - id: k\n    command: ["sh", "-c", "printf %s \\"$TOKEN\\" > ${out}; echo wrote it; sleep 2"]\n    env:\n      TOKEN: { secret: { kubernetes: { name: task-secret, key: token } } }\n`);
-    const runId = await trigger('kubesecret');
-    const running = await waitFor('running', async () => {
-      const x = await tiOf(runId);
-      return x.state === 'running' ? x : null;
-    }, 30_000);
-    const posted = kube.pod(NS, podOf(running));
-    const t = await ended(runId);
-    expect(t.state, t.error ?? '').toBe('success');
-    expect(await readFile(out, 'utf8')).toBe(value);
-    expect(posted.spec.containers[0].env).toContainEqual({ name: 'TOKEN', valueFrom: { secretKeyRef: { name: 'task-secret', key: 'token' } } });
-    expect(JSON.stringify(posted)).not.toContain(value);
-    const show = await cli(server.url, ['dag', 'show', 'kubesecret']);
-    expect(show.stdout).toContain('  TOKEN=<secret: kubernetes task-secret/token>\n');
-    const lines = await db.sql<{ line: string }[]>`select line from task_logs where ti_id = ${t.id}`;
-    expect(lines.map((l) => l.line)).toContain('wrote it');
-    expect(JSON.stringify(lines) + JSON.stringify(server.logs) + server.stderr()).not.toContain(value);
-  });
-
-  it('fails an attempt whose Kubernetes Secret is missing at once, with the pod\'s reason naming the Secret', { timeout: 60_000 }, async () => {
-    await apply('nosecret', 'dag_id: nosecret\ntasks:\n  - id: n\n    command: ["true"]\n    env:\n      TOKEN: { secret: { kubernetes: { name: absent-secret, key: token } } }\n');
-    const t = await ended(await trigger('nosecret'));
-    expect(t.state).toBe('failed');
-    expect(t.error).toBe('POD_CANNOT_START:CreateContainerConfigError:secret "absent-secret" not found');
-  });
-
-  it('gives pods the agent token from a Secret, never in their spec, when --pod-agent-token-secret names one', { timeout: 90_000 }, async () => {
-    const token = randomUUID();
-    kube.setSecret(NS, 'leoflow-agent', { 'agent-token': token });
-    await server.stop();
-    server = await startPro(['--agent-token', token, '--pod-agent-token-secret', 'leoflow-agent']);
-    await apply('tokened', 'dag_id: tokened\ntasks:\n  - id: t\n    command: ["sleep", "2"]\n');
-    const runId = await trigger('tokened');
-    const t = await waitFor('running: its agent got in with the token', async () => {
-      const x = await tiOf(runId);
-      return x.state === 'running' ? x : null;
-    }, 30_000);
-    const pod = kube.pod(NS, podOf(t));
-    expect(pod.spec.containers[0].env).toContainEqual({ name: 'LEOFLOW_AGENT_TOKEN', valueFrom: { secretKeyRef: { name: 'leoflow-agent', key: 'agent-token' } } });
-    expect(JSON.stringify(pod)).not.toContain(token);
-    expect((await ended(runId)).state).toBe('success');
-  });
-
-  it('never writes the shared --agent-token into a pod spec without a Secret: the pod gets in with its attempt\'s token (issue 38)', { timeout: 90_000 }, async () => {
-    const token = randomUUID();
-    await server.stop();
-    server = await startPro(['--agent-token', token]);
-    await apply('plain', 'dag_id: plain\ntasks:\n  - id: t\n    command: ["sleep", "1"]\n');
-    const runId = await trigger('plain');
-    const t = await waitFor('running: its agent got in', async () => {
-      const x = await tiOf(runId);
-      return x.state === 'running' ? x : null;
-    }, 30_000);
-    const pod = kube.pod(NS, podOf(t));
-    expect(JSON.stringify(pod)).not.toContain(token);
-    expect(pod.spec.containers[0].env.map((e: { name: string }) => e.name)).not.toContain('LEOFLOW_AGENT_TOKEN');
-    expect((await ended(runId)).state).toBe('success');
-  });
-
-  it('with auth on, a pod\'s agent gets in with its attempt\'s token alone, and a Hello with a wrong one is refused', { timeout: 90_000 }, async () => {
-    const admin = `lf_${randomUUID()}${randomUUID()}`;
-    await server.stop();
-    // Auth on (no --insecure), no agent credential at all: only the attempt's token in the pod.
-    server = await startPro(['--bootstrap-admin-token', admin], { LEOFLOW_INSECURE: undefined, LEOFLOW_AGENT_TOKEN: undefined });
-    process.env.LEOFLOW_TOKEN = admin;
-    try {
-      await apply('authed', 'dag_id: authed\ntasks:\n  - id: t\n    command: ["sleep", "1"]\n');
-      const runId = await trigger('authed');
-      const t = await waitFor('running: its pod\'s agent got in', async () => {
-        const x = await tiOf(runId);
-        return x.state === 'running' ? x : null;
-      }, 30_000);
-      const pod = kube.pod(NS, podOf(t));
-      expect(pod.spec.containers[0].env.map((e: { name: string }) => e.name)).toEqual(['LEOFLOW_ATTEMPT_TOKEN']);
-      // Another process claiming that pod's name with a made-up attempt token is refused at Hello.
-      const r = await runCommand(process.execPath, [BIN, '--server', server.url, 'agent', '--once', '--ti', t.id, '--id', podOf(t), '--log-format', 'json', '--state-dir', path.join(tmp, 'impostor')], {
-        env: { LEOFLOW_ATTEMPT_TOKEN: randomUUID(), LEOFLOW_AGENT_TOKEN: undefined, LEOFLOW_TOKEN: undefined },
-        timeoutMs: 30_000,
+  it(
+    'gives a task its Kubernetes Secret by secretKeyRef: the value reaches the task, never the pod spec, the API or the logs',
+    { timeout: 60_000 },
+    async () => {
+      const value = `kube-secret-${randomUUID()}`;
+      kube.setSecret(NS, 'task-secret', { token: value });
+      const out = path.join(tmp, 'kube-secret.out');
+      await apply(
+        'kubesecret',
+        `dag_id: kubesecret\ntasks:\n  - id: k\n    command: ["sh", "-c", "printf %s \\"$TOKEN\\" > ${out}; echo wrote it; sleep 2"]\n    env:\n      TOKEN: { secret: { kubernetes: { name: task-secret, key: token } } }\n`,
+      );
+      const runId = await trigger('kubesecret');
+      const running = await waitFor(
+        'running',
+        async () => {
+          const x = await tiOf(runId);
+          return x.state === 'running' ? x : null;
+        },
+        30_000,
+      );
+      const posted = kube.pod(NS, podOf(running));
+      const t = await ended(runId);
+      expect(t.state, t.error ?? '').toBe('success');
+      expect(await readFile(out, 'utf8')).toBe(value);
+      expect(posted.spec.containers[0].env).toContainEqual({
+        name: 'TOKEN',
+        valueFrom: { secretKeyRef: { name: 'task-secret', key: 'token' } },
       });
-      expect(r.code).not.toBe(0);
-      expect(r.stdout + r.stderr).toContain('UNAUTHENTICATED');
+      expect(JSON.stringify(posted)).not.toContain(value);
+      const show = await cli(server.url, ['dag', 'show', 'kubesecret']);
+      expect(show.stdout).toContain('  TOKEN=<secret: kubernetes task-secret/token>\n');
+      const lines = await db.sql<{ line: string }[]>`select line from task_logs where ti_id = ${t.id}`;
+      expect(lines.map((l) => l.line)).toContain('wrote it');
+      expect(JSON.stringify(lines) + JSON.stringify(server.logs) + server.stderr()).not.toContain(value);
+    },
+  );
+
+  it(
+    "fails an attempt whose Kubernetes Secret is missing at once, with the pod's reason naming the Secret",
+    { timeout: 60_000 },
+    async () => {
+      await apply(
+        'nosecret',
+        'dag_id: nosecret\ntasks:\n  - id: n\n    command: ["true"]\n    env:\n      TOKEN: { secret: { kubernetes: { name: absent-secret, key: token } } }\n',
+      );
+      const t = await ended(await trigger('nosecret'));
+      expect(t.state).toBe('failed');
+      expect(t.error).toBe('POD_CANNOT_START:CreateContainerConfigError:secret "absent-secret" not found');
+    },
+  );
+
+  it(
+    'gives pods the agent token from a Secret, never in their spec, when --pod-agent-token-secret names one',
+    { timeout: 90_000 },
+    async () => {
+      const token = randomUUID();
+      kube.setSecret(NS, 'leoflow-agent', { 'agent-token': token });
+      await server.stop();
+      server = await startPro(['--agent-token', token, '--pod-agent-token-secret', 'leoflow-agent']);
+      await apply('tokened', 'dag_id: tokened\ntasks:\n  - id: t\n    command: ["sleep", "2"]\n');
+      const runId = await trigger('tokened');
+      const t = await waitFor(
+        'running: its agent got in with the token',
+        async () => {
+          const x = await tiOf(runId);
+          return x.state === 'running' ? x : null;
+        },
+        30_000,
+      );
+      const pod = kube.pod(NS, podOf(t));
+      expect(pod.spec.containers[0].env).toContainEqual({
+        name: 'LEOFLOW_AGENT_TOKEN',
+        valueFrom: { secretKeyRef: { name: 'leoflow-agent', key: 'agent-token' } },
+      });
+      expect(JSON.stringify(pod)).not.toContain(token);
       expect((await ended(runId)).state).toBe('success');
-    } finally {
-      delete process.env.LEOFLOW_TOKEN;
-    }
-  });
+    },
+  );
+
+  it(
+    "never writes the shared --agent-token into a pod spec without a Secret: the pod gets in with its attempt's token (issue 38)",
+    { timeout: 90_000 },
+    async () => {
+      const token = randomUUID();
+      await server.stop();
+      server = await startPro(['--agent-token', token]);
+      await apply('plain', 'dag_id: plain\ntasks:\n  - id: t\n    command: ["sleep", "1"]\n');
+      const runId = await trigger('plain');
+      const t = await waitFor(
+        'running: its agent got in',
+        async () => {
+          const x = await tiOf(runId);
+          return x.state === 'running' ? x : null;
+        },
+        30_000,
+      );
+      const pod = kube.pod(NS, podOf(t));
+      expect(JSON.stringify(pod)).not.toContain(token);
+      expect(pod.spec.containers[0].env.map((e: { name: string }) => e.name)).not.toContain('LEOFLOW_AGENT_TOKEN');
+      expect((await ended(runId)).state).toBe('success');
+    },
+  );
+
+  it(
+    "with auth on, a pod's agent gets in with its attempt's token alone, and a Hello with a wrong one is refused",
+    { timeout: 90_000 },
+    async () => {
+      const admin = `lf_${randomUUID()}${randomUUID()}`;
+      await server.stop();
+      // Auth on (no --insecure), no agent credential at all: only the attempt's token in the pod.
+      server = await startPro(['--bootstrap-admin-token', admin], {
+        LEOFLOW_INSECURE: undefined,
+        LEOFLOW_AGENT_TOKEN: undefined,
+      });
+      process.env.LEOFLOW_TOKEN = admin;
+      try {
+        await apply('authed', 'dag_id: authed\ntasks:\n  - id: t\n    command: ["sleep", "1"]\n');
+        const runId = await trigger('authed');
+        const t = await waitFor(
+          "running: its pod's agent got in",
+          async () => {
+            const x = await tiOf(runId);
+            return x.state === 'running' ? x : null;
+          },
+          30_000,
+        );
+        const pod = kube.pod(NS, podOf(t));
+        expect(pod.spec.containers[0].env.map((e: { name: string }) => e.name)).toEqual(['LEOFLOW_ATTEMPT_TOKEN']);
+        // Another process claiming that pod's name with a made-up attempt token is refused at Hello.
+        const r = await runCommand(
+          process.execPath,
+          [
+            BIN,
+            '--server',
+            server.url,
+            'agent',
+            '--once',
+            '--ti',
+            t.id,
+            '--id',
+            podOf(t),
+            '--log-format',
+            'json',
+            '--state-dir',
+            path.join(tmp, 'impostor'),
+          ],
+          {
+            env: { LEOFLOW_ATTEMPT_TOKEN: randomUUID(), LEOFLOW_AGENT_TOKEN: undefined, LEOFLOW_TOKEN: undefined },
+            timeoutMs: 30_000,
+          },
+        );
+        expect(r.code).not.toBe(0);
+        expect(r.stdout + r.stderr).toContain('UNAUTHENTICATED');
+        expect((await ended(runId)).state).toBe('success');
+      } finally {
+        delete process.env.LEOFLOW_TOKEN;
+      }
+    },
+  );
 });

@@ -30,15 +30,30 @@ async function start(i: Pick<Install, 'db' | 'port'>): Promise<ServerProcess> {
   return startServer({
     env: { DATABASE_URL: i.db.url },
     args: [
-      '--edition', 'pro', '--listen', `127.0.0.1:${i.port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS,
-      '--kubernetes-image', 'leoflow:test', '--pod-server-url', `http://127.0.0.1:${i.port}`, '--kill-grace', '2s',
+      '--edition',
+      'pro',
+      '--listen',
+      `127.0.0.1:${i.port}`,
+      '--kubeconfig',
+      kube.kubeconfigPath,
+      '--kubernetes-namespace',
+      NS,
+      '--kubernetes-image',
+      'leoflow:test',
+      '--pod-server-url',
+      `http://127.0.0.1:${i.port}`,
+      '--kill-grace',
+      '2s',
     ],
   });
 }
 
 async function runOf(i: Install, dagId: string, command: string): Promise<string> {
   const file = path.join(tmp, `${dagId}-${i.port}.yaml`);
-  await writeFile(file, `dag_id: ${dagId}\ntasks:\n  - id: t\n    retries: 2\n    command: ["sh", "-c", ${JSON.stringify(command)}]\n`);
+  await writeFile(
+    file,
+    `dag_id: ${dagId}\ntasks:\n  - id: t\n    retries: 2\n    command: ["sh", "-c", ${JSON.stringify(command)}]\n`,
+  );
   const applied = await cli(i.server.url, ['dag', 'apply', file]);
   expect(applied.code, applied.stderr).toBe(0);
   const r = await cli(i.server.url, ['run', 'trigger', dagId, '--output', 'json']);
@@ -46,7 +61,10 @@ async function runOf(i: Install, dagId: string, command: string): Promise<string
   return String((JSON.parse(r.stdout) as { run_id: string }).run_id);
 }
 
-async function ti(i: Install, runId: string): Promise<{ id: string; state: string; try_number: number; error: string | null }> {
+async function ti(
+  i: Install,
+  runId: string,
+): Promise<{ id: string; state: string; try_number: number; error: string | null }> {
   const [t] = await i.db.sql<{ id: string; state: string; try_number: number; error: string | null }[]>`
     select id, state, try_number, error from task_instances where run_id = ${runId}`;
   return t!;
@@ -69,35 +87,55 @@ afterAll(async () => {
 });
 
 describe('two installs in one namespace', () => {
-  it('never touch each other\'s pods, through a change of leader, though their ti ids are the same', { timeout: 90_000 }, async () => {
-    const [a, b] = installs as [Install, Install];
-    const runA = await runOf(a, 'long', 'sleep 4; echo a');
-    const runB = await runOf(b, 'long', 'sleep 4; echo b');
-    const tA = await waitFor('A running', async () => ((await ti(a, runA)).state === 'running' ? ti(a, runA) : null), 20_000);
-    const tB = await waitFor('B running', async () => ((await ti(b, runB)).state === 'running' ? ti(b, runB) : null), 20_000);
-    expect(tA.id).toBe(tB.id);
-    // B's replica dies; the next one takes the lead and looks for strays in the namespace.
-    await b.server.kill();
-    b.server = await start(b);
-    for (const [i, runId] of [[a, runA], [b, runB]] as const) {
-      const done = await waitFor(`run ${runId} over`, async () => {
-        const t = await ti(i, runId);
-        return ['success', 'failed', 'up_for_retry'].includes(t.state) || t.try_number > 1 ? t : null;
-      }, 40_000, 100);
-      expect(done, done.error ?? '').toMatchObject({ state: 'success', try_number: 1 });
-    }
-    // One pod each, each labelled with its own install's id, and neither ever deleted by anyone.
-    const pods: string[] = [];
-    for (const i of [a, b]) {
-      const id = await installIdentity(i.db.sql);
-      const name = kube.postedPodName({ [LABEL.ti]: tA.id, [LABEL.try]: '1', 'leoflow.io/install': id });
-      expect(name, `the pod of install ${id}`).toBeDefined();
-      expect(kube.createCount(NS, name!)).toBe(1);
-      pods.push(name!);
-    }
-    expect(new Set(pods).size).toBe(2);
-    // Two databases cloned from one template share migration 020's random id: the install ids differ all the same.
-    expect(await a.db.sql`select id from leoflow_install`).toEqual(await b.db.sql`select id from leoflow_install`);
-    // (A pod deleted early would have failed its run above with POD_DELETED; finished ones are removed by retention.)
-  });
+  it(
+    "never touch each other's pods, through a change of leader, though their ti ids are the same",
+    { timeout: 90_000 },
+    async () => {
+      const [a, b] = installs as [Install, Install];
+      const runA = await runOf(a, 'long', 'sleep 4; echo a');
+      const runB = await runOf(b, 'long', 'sleep 4; echo b');
+      const tA = await waitFor(
+        'A running',
+        async () => ((await ti(a, runA)).state === 'running' ? ti(a, runA) : null),
+        20_000,
+      );
+      const tB = await waitFor(
+        'B running',
+        async () => ((await ti(b, runB)).state === 'running' ? ti(b, runB) : null),
+        20_000,
+      );
+      expect(tA.id).toBe(tB.id);
+      // B's replica dies; the next one takes the lead and looks for strays in the namespace.
+      await b.server.kill();
+      b.server = await start(b);
+      for (const [i, runId] of [
+        [a, runA],
+        [b, runB],
+      ] as const) {
+        const done = await waitFor(
+          `run ${runId} over`,
+          async () => {
+            const t = await ti(i, runId);
+            return ['success', 'failed', 'up_for_retry'].includes(t.state) || t.try_number > 1 ? t : null;
+          },
+          40_000,
+          100,
+        );
+        expect(done, done.error ?? '').toMatchObject({ state: 'success', try_number: 1 });
+      }
+      // One pod each, each labelled with its own install's id, and neither ever deleted by anyone.
+      const pods: string[] = [];
+      for (const i of [a, b]) {
+        const id = await installIdentity(i.db.sql);
+        const name = kube.postedPodName({ [LABEL.ti]: tA.id, [LABEL.try]: '1', 'leoflow.io/install': id });
+        expect(name, `the pod of install ${id}`).toBeDefined();
+        expect(kube.createCount(NS, name!)).toBe(1);
+        pods.push(name!);
+      }
+      expect(new Set(pods).size).toBe(2);
+      // Two databases cloned from one template share migration 020's random id: the install ids differ all the same.
+      expect(await a.db.sql`select id from leoflow_install`).toEqual(await b.db.sql`select id from leoflow_install`);
+      // (A pod deleted early would have failed its run above with POD_DELETED; finished ones are removed by retention.)
+    },
+  );
 });

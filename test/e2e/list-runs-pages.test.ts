@@ -18,7 +18,10 @@ beforeAll(async () => {
   db = await createTestDatabase();
   server = await startServer({ env: { DATABASE_URL: db.url } });
   api = createClients(server.url);
-  await api.workflow.applyDag({ source: 'dag_id: heavy\ntasks:\n  - id: t\n    command: ["true"]\n', filename: 'heavy.yaml' });
+  await api.workflow.applyDag({
+    source: 'dag_id: heavy\ntasks:\n  - id: t\n    command: ["true"]\n',
+    filename: 'heavy.yaml',
+  });
   // Paused: the runs stay queued, so the test measures pages, not work.
   await api.workflow.pauseDag({ dagId: 'heavy', paused: true });
   const conf = JSON.stringify({ blob: 'x'.repeat(60 * 1024) });
@@ -52,13 +55,18 @@ describe('ListRuns pages', () => {
   });
 
   it('`leoflow run list --limit` follows the pages up to its limit', async () => {
-    const r = await cli(server.url, ['run', 'list', '--dag', 'heavy', '--limit', '80', '-o', 'json'], { timeoutMs: 60_000 });
+    const r = await cli(server.url, ['run', 'list', '--dag', 'heavy', '--limit', '80', '-o', 'json'], {
+      timeoutMs: 60_000,
+    });
     expect(r.code, r.stderr).toBe(0);
     expect(JSON.parse(r.stdout)).toHaveLength(80);
   });
 
   it('names a bad page token', async () => {
-    const err = await api.workflow.listRuns({ pageToken: 'abc' }).then(() => null, (e: unknown) => ConnectError.from(e));
+    const err = await api.workflow.listRuns({ pageToken: 'abc' }).then(
+      () => null,
+      (e: unknown) => ConnectError.from(e),
+    );
     expect(err?.code).toBe(Code.InvalidArgument);
     expect(err?.rawMessage).toBe('page_token: must be a positive integer id, got "abc"');
   });

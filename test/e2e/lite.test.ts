@@ -71,7 +71,9 @@ describe('leoflow lite, end to end', () => {
     const r = await cli(server.url, ['dag', 'apply', file]);
     expect(r.code).toBe(1);
     const rel = path.relative(process.cwd(), file);
-    expect(r.stderr).toBe(`${rel}: invalid DAG:\n  ${rel}: (root): the file is empty; a DAG file needs at least dag_id and tasks\n`);
+    expect(r.stderr).toBe(
+      `${rel}: invalid DAG:\n  ${rel}: (root): the file is empty; a DAG file needs at least dag_id and tasks\n`,
+    );
   });
 
   it('runs hello to success with logs, exit codes and one try each', async () => {
@@ -94,13 +96,21 @@ describe('leoflow lite, end to end', () => {
 
   it('starts tasks that run side by side through the spawn helper, and counts them so', async () => {
     const file = path.join(tmp, 'side_by_side.yaml');
-    await writeFile(file, 'dag_id: side_by_side\ntasks:\n' + ['a', 'b', 'c'].map((id) => `  - id: ${id}\n    command: ["sh", "-c", "sleep 0.3; echo from ${id}"]\n`).join(''));
+    await writeFile(
+      file,
+      'dag_id: side_by_side\ntasks:\n' +
+        ['a', 'b', 'c']
+          .map((id) => `  - id: ${id}\n    command: ["sh", "-c", "sleep 0.3; echo from ${id}"]\n`)
+          .join(''),
+    );
     expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
     const before = await scrapeMetrics(server.metricsUrl);
     const r = await cli(server.url, ['run', 'trigger', 'side_by_side', '--wait']);
     expect(r.code, r.stdout + r.stderr).toBe(0);
     const after = await scrapeMetrics(server.metricsUrl);
-    const delta = (how: string) => (after.get(`leoflow_task_starts_total{how="${how}"}`) ?? 0) - (before.get(`leoflow_task_starts_total{how="${how}"}`) ?? 0);
+    const delta = (how: string) =>
+      (after.get(`leoflow_task_starts_total{how="${how}"}`) ?? 0) -
+      (before.get(`leoflow_task_starts_total{how="${how}"}`) ?? 0);
     // At most one of the three was a lone start; the others found an attempt running.
     expect(delta('spawn') + delta('ready_shell') + delta('spawn_helper')).toBe(3);
     expect(delta('spawn_helper')).toBeGreaterThanOrEqual(2);
@@ -108,15 +118,20 @@ describe('leoflow lite, end to end', () => {
     for (const id of ['a', 'b', 'c']) expect(logs.stdout).toMatch(new RegExp(`^\\[${id} #1\\] from ${id}$`, 'm'));
   });
 
-  it('starts a chain\'s next task from the ready shell, and counts how each task was started', async () => {
+  it("starts a chain's next task from the ready shell, and counts how each task was started", async () => {
     const file = path.join(tmp, 'ready_chain.yaml');
-    await writeFile(file, 'dag_id: ready_chain\ntasks:\n  - id: a\n    command: ["sleep", "0.05"]\n  - id: b\n    command: ["sh", "-c", "echo from b"]\n    depends_on: [a]\n');
+    await writeFile(
+      file,
+      'dag_id: ready_chain\ntasks:\n  - id: a\n    command: ["sleep", "0.05"]\n  - id: b\n    command: ["sh", "-c", "echo from b"]\n    depends_on: [a]\n',
+    );
     expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
     const before = await scrapeMetrics(server.metricsUrl);
     const r = await cli(server.url, ['run', 'trigger', 'ready_chain', '--wait']);
     expect(r.code, r.stdout + r.stderr).toBe(0);
     const after = await scrapeMetrics(server.metricsUrl);
-    const delta = (how: string) => (after.get(`leoflow_task_starts_total{how="${how}"}`) ?? 0) - (before.get(`leoflow_task_starts_total{how="${how}"}`) ?? 0);
+    const delta = (how: string) =>
+      (after.get(`leoflow_task_starts_total{how="${how}"}`) ?? 0) -
+      (before.get(`leoflow_task_starts_total{how="${how}"}`) ?? 0);
     // Both tasks were started; b, alone and after a ran 50 ms, from the shell made meanwhile.
     expect(delta('spawn') + delta('ready_shell') + delta('spawn_helper')).toBe(2);
     expect(delta('ready_shell')).toBeGreaterThanOrEqual(1);
@@ -134,7 +149,8 @@ describe('leoflow lite, end to end', () => {
     const shown = await show(runId);
     const byTask = new Map(shown.task_instances.map((t) => [t.task_id, t]));
     expect(byTask.get('flaky')).toMatchObject({ state: 'success', try_number: 2, exit_code: 0 });
-    for (const id of ['start', 'count', 'sum', 'join']) expect(byTask.get(id)).toMatchObject({ state: 'success', try_number: 1, exit_code: 0 });
+    for (const id of ['start', 'count', 'sum', 'join'])
+      expect(byTask.get(id)).toMatchObject({ state: 'success', try_number: 1, exit_code: 0 });
     const logs = await cli(server.url, ['logs', runId, '--task', 'flaky']);
     expect(logs.stdout).toMatch(/^\[flaky #1 stderr\] flaky: failing on try 1$/m);
     expect(logs.stdout).toMatch(/^\[flaky #2\] flaky: ok on try 2$/m);
@@ -144,7 +160,10 @@ describe('leoflow lite, end to end', () => {
 
   it('fails a run whose task fails for good: exit code, upstream_failed, non-zero CLI exit', async () => {
     const file = path.join(tmp, 'broken.yaml');
-    await writeFile(file, `dag_id: broken\ntasks:\n  - id: boom\n    command: "echo about to fail; exit 7"\n  - id: after\n    command: [echo, never]\n    depends_on: [boom]\n`);
+    await writeFile(
+      file,
+      `dag_id: broken\ntasks:\n  - id: boom\n    command: "echo about to fail; exit 7"\n  - id: after\n    command: [echo, never]\n    depends_on: [boom]\n`,
+    );
     expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
     const r = await cli(server.url, ['run', 'trigger', 'broken', '--wait']);
     expect(r.code).toBe(1);
@@ -157,36 +176,53 @@ describe('leoflow lite, end to end', () => {
 
   it('enforces a task timeout: SIGTERM, then SIGKILL after the grace period', async () => {
     const file = path.join(tmp, 'slow.yaml');
-    await writeFile(file, `dag_id: slow\ntasks:\n  - id: stubborn\n    command: ["sh", "-c", "trap '' TERM; echo started; sleep 30"]\n    timeout: 1s\n`);
+    await writeFile(
+      file,
+      `dag_id: slow\ntasks:\n  - id: stubborn\n    command: ["sh", "-c", "trap '' TERM; echo started; sleep 30"]\n    timeout: 1s\n`,
+    );
     expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
     const started = Date.now();
     const r = await cli(server.url, ['run', 'trigger', 'slow', '--wait']);
     expect(r.code).toBe(1);
     expect(Date.now() - started).toBeLessThan(10_000);
     const shown = await show(runIdOf(r.stdout));
-    expect(shown.task_instances[0]).toMatchObject({ state: 'failed', exit_code: null, error: 'timed out after 1000 ms' });
+    expect(shown.task_instances[0]).toMatchObject({
+      state: 'failed',
+      exit_code: null,
+      error: 'timed out after 1000 ms',
+    });
   });
 
   it('cancels a running run: the process group is stopped and the TIs end cancelled', async () => {
     const file = path.join(tmp, 'long.yaml');
     const marker = path.join(tmp, 'long.pid');
-    await writeFile(file, `dag_id: long\ntasks:\n  - id: sleeper\n    command: ["sh", "-c", "echo $$ > ${marker}; sleep 60"]\n  - id: next\n    command: [echo, next]\n    depends_on: [sleeper]\n`);
+    await writeFile(
+      file,
+      `dag_id: long\ntasks:\n  - id: sleeper\n    command: ["sh", "-c", "echo $$ > ${marker}; sleep 60"]\n  - id: next\n    command: [echo, next]\n    depends_on: [sleeper]\n`,
+    );
     expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
     const t = await cli(server.url, ['run', 'trigger', 'long']);
     const runId = runIdOf(t.stdout);
-    await waitFor('sleeper running', async () => (await show(runId)).task_instances.find((x) => x.task_id === 'sleeper')?.state === 'running');
+    await waitFor(
+      'sleeper running',
+      async () => (await show(runId)).task_instances.find((x) => x.task_id === 'sleeper')?.state === 'running',
+    );
     const { readFile } = await import('node:fs/promises');
     const pid = Number(await waitFor('pid file', () => readFile(marker, 'utf8').catch(() => null)));
     const c = await cli(server.url, ['run', 'cancel', runId]);
     expect(c.stdout.trim()).toBe(`run ${runId} cancelled`);
-    await waitFor('process gone', async () => {
-      try {
-        process.kill(pid, 0);
-        return false;
-      } catch {
-        return true;
-      }
-    }, 5000);
+    await waitFor(
+      'process gone',
+      async () => {
+        try {
+          process.kill(pid, 0);
+          return false;
+        } catch {
+          return true;
+        }
+      },
+      5000,
+    );
     const shown = await show(runId);
     expect(shown.state).toBe('cancelled');
     expect(shown.task_instances.map((x) => x.state)).toEqual(['cancelled', 'cancelled']);
@@ -197,7 +233,10 @@ describe('leoflow lite, end to end', () => {
 
   it('rejects an invalid DAG file with the file, field and reason, and writes nothing', async () => {
     const file = path.join(tmp, 'bad.yaml');
-    await writeFile(file, `dag_id: bad\ntasks:\n  - id: a\n    command: [echo, a]\n    depends_on: [c]\n    retries: lots\n  - id: c\n    command: [echo, c]\n    depends_on: [a]\n`);
+    await writeFile(
+      file,
+      `dag_id: bad\ntasks:\n  - id: a\n    command: [echo, a]\n    depends_on: [c]\n    retries: lots\n  - id: c\n    command: [echo, c]\n    depends_on: [a]\n`,
+    );
     const r = await cli(server.url, ['dag', 'apply', file]);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain('bad.yaml');

@@ -4,7 +4,17 @@ import { chmod, readFile, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../helpers/global-setup.js';
-import { BIN, ROOT, cli, runCommand, scratchDir, startServer, stopLeftEmbeddedPostgres, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  BIN,
+  ROOT,
+  cli,
+  runCommand,
+  scratchDir,
+  startServer,
+  stopLeftEmbeddedPostgres,
+  waitFor,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { startTcpProxy } from '../helpers/tcp-proxy.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -23,7 +33,8 @@ const alive = (pid: number) => {
     return false;
   }
 };
-const postmasterOf = async (dataDir: string) => Number((await readFile(path.join(dataDir, 'postmaster.pid'), 'utf8')).split('\n')[0]);
+const postmasterOf = async (dataDir: string) =>
+  Number((await readFile(path.join(dataDir, 'postmaster.pid'), 'utf8')).split('\n')[0]);
 
 /** Process groups this file started (npm and its children), killed whole at the end. */
 const groups = new Set<number>();
@@ -55,8 +66,16 @@ async function scratchClone(): Promise<string> {
 }
 
 /** `npm start` in `clone`, in a process group of its own (as at a terminal), resolved once ready. */
-async function npmStart(clone: string, env: Record<string, string | undefined>): Promise<{ pid: number; group: number; url: string; output(): string; exited: Promise<unknown> }> {
-  const child = spawn('npm', ['start'], { cwd: clone, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+async function npmStart(
+  clone: string,
+  env: Record<string, string | undefined>,
+): Promise<{ pid: number; group: number; url: string; output(): string; exited: Promise<unknown> }> {
+  const child = spawn('npm', ['start'], {
+    cwd: clone,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
   groups.add(child.pid!);
   let out = '';
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
@@ -74,7 +93,13 @@ async function npmStart(clone: string, env: Record<string, string | undefined>):
     child.stderr!.setEncoding('utf8').on('data', onData);
     void exited.then((code) => reject(new Error(`npm start exited (${code}) before ready:\n${out}`)));
   });
-  return { pid: ready.pid as number, group: child.pid!, url: `http://${String(ready.listen)}`, output: () => out, exited };
+  return {
+    pid: ready.pid as number,
+    group: child.pid!,
+    url: `http://${String(ready.listen)}`,
+    output: () => out,
+    exited,
+  };
 }
 
 describe('a second npm start in the same clone', () => {
@@ -96,7 +121,9 @@ describe('a second npm start in the same clone', () => {
 
     const second = await runCommand('npm', ['start'], { cwd: clone, env, timeoutMs: 90_000 });
     expect(second.code).not.toBe(0);
-    expect(second.stderr).toContain(`leoflow server: already running: pid ${first.pid}, http://127.0.0.1:${apiPort} (state directory ${path.join(clone, '.leoflow')})`);
+    expect(second.stderr).toContain(
+      `leoflow server: already running: pid ${first.pid}, http://127.0.0.1:${apiPort} (state directory ${path.join(clone, '.leoflow')})`,
+    );
     // It never reached the first's Postgres: no adoption, no start of its own.
     expect(second.stdout + second.stderr).not.toMatch(/adopting|embedded Postgres/);
 
@@ -110,7 +137,10 @@ describe('a second npm start in the same clone', () => {
 
     // Ctrl-C at its terminal: it stops, with its Postgres, and a later start takes the clone.
     process.kill(-first.group, 'SIGINT');
-    const ended = await Promise.race([first.exited.then(() => 'exited'), new Promise<'late'>((r) => setTimeout(() => r('late'), 40_000))]);
+    const ended = await Promise.race([
+      first.exited.then(() => 'exited'),
+      new Promise<'late'>((r) => setTimeout(() => r('late'), 40_000)),
+    ]);
     expect(ended).toBe('exited');
     expect(first.output()).toMatch(/"msg":"stopped"/);
     await waitFor('its Postgres stopped', async () => !alive(postmaster), 10_000);
@@ -135,9 +165,15 @@ describe('a start that fails after a crash', () => {
     await new Promise<void>((r) => busy.listen(0, '127.0.0.1', r));
     const port = (busy.address() as net.AddressInfo).port;
     try {
-      const failed = await runCommand(process.execPath, [BIN, 'server', ...args, '--listen', `127.0.0.1:${port}`, '--metrics-listen', 'off'], { env, timeoutMs: 90_000 });
+      const failed = await runCommand(
+        process.execPath,
+        [BIN, 'server', ...args, '--listen', `127.0.0.1:${port}`, '--metrics-listen', 'off'],
+        { env, timeoutMs: 90_000 },
+      );
       expect(failed.code).toBe(1);
-      expect(failed.stderr).toContain(`could not start: --listen 127.0.0.1:${port}: the address is in use by another process`);
+      expect(failed.stderr).toContain(
+        `could not start: --listen 127.0.0.1:${port}: the address is in use by another process`,
+      );
     } finally {
       busy.close();
     }
@@ -145,7 +181,12 @@ describe('a start that fails after a crash', () => {
 
     const next = await startServer({ args, env, readyTimeoutMs: 90_000 });
     servers.push(next);
-    expect(next.logs.some((l) => l.msg === 'adopting an embedded Postgres left running by a previous Leoflow' && l.postmaster === postmaster)).toBe(true);
+    expect(
+      next.logs.some(
+        (l) =>
+          l.msg === 'adopting an embedded Postgres left running by a previous Leoflow' && l.postmaster === postmaster,
+      ),
+    ).toBe(true);
     expect((await next.stop()).code).toBe(0);
     await waitFor('its Postgres stopped', async () => !alive(postmaster), 10_000);
   });
@@ -156,7 +197,16 @@ describe('a Lite server whose embedded Postgres dies', () => {
     const stateDir = scratchDir('leoflow-pg-dies-');
     await chmod(stateDir, 0o755);
     const s = await startServer({
-      args: ['--edition', 'lite', '--dags', 'examples', '--state-dir', stateDir, '--embedded-pg-port', String(await freePort())],
+      args: [
+        '--edition',
+        'lite',
+        '--dags',
+        'examples',
+        '--state-dir',
+        stateDir,
+        '--embedded-pg-port',
+        String(await freePort()),
+      ],
       env: { DATABASE_URL: undefined, LEOFLOW_EDITION: undefined },
       readyTimeoutMs: 90_000,
     });
@@ -168,8 +218,14 @@ describe('a Lite server whose embedded Postgres dies', () => {
     const { s, dataDir } = await start();
     const postmaster = await postmasterOf(dataDir);
     process.kill(postmaster, 'SIGKILL');
-    await waitFor('Postgres running again', async () => s.logs.some((l) => String(l.msg).startsWith('embedded Postgres running again')), 60_000);
-    expect(s.logs.find((l) => String(l.msg).startsWith('embedded Postgres exited while the server runs'))).toMatchObject({ postmaster, how: expect.stringMatching(/^killed by SIGKILL/) });
+    await waitFor(
+      'Postgres running again',
+      async () => s.logs.some((l) => String(l.msg).startsWith('embedded Postgres running again')),
+      60_000,
+    );
+    expect(
+      s.logs.find((l) => String(l.msg).startsWith('embedded Postgres exited while the server runs')),
+    ).toMatchObject({ postmaster, how: expect.stringMatching(/^killed by SIGKILL/) });
     const run = await cli(s.url, ['run', 'trigger', 'hello', '--wait'], { timeoutMs: 60_000 });
     expect(run.code, run.stdout + run.stderr).toBe(0);
     expect((await s.stop()).code).toBe(0);
@@ -183,7 +239,9 @@ describe('a Lite server whose embedded Postgres dies', () => {
     const exit = await Promise.race([s.exited, new Promise<null>((r) => setTimeout(() => r(null), 90_000))]);
     expect(exit, 'the server still runs 90 s after its Postgres died for good').not.toBeNull();
     expect(exit!.code).toBe(1);
-    expect(s.stderr()).toMatch(/^leoflow server: stopping: the embedded Postgres \(data directory .*pgdata\) stopped and could not be kept running: 3 restarts within 10 min; last: .*invalid permissions/m);
+    expect(s.stderr()).toMatch(
+      /^leoflow server: stopping: the embedded Postgres \(data directory .*pgdata\) stopped and could not be kept running: 3 restarts within 10 min; last: .*invalid permissions/m,
+    );
     expect(s.logs.filter((l) => l.msg === 'campaign failed; retrying').length).toBeLessThan(60);
   });
 });
@@ -203,10 +261,19 @@ describe('Ctrl-C with the database gone', () => {
     const dags = scratchDir('leoflow-ctrlc-dags-');
     await writeFile(path.join(dags, 'long.yaml'), 'dag_id: long\ntasks:\n  - id: work\n    command: ["sleep", "60"]\n');
     const graceS = 3;
-    const s = await startServer({ env: { DATABASE_URL: viaProxy.toString() }, args: ['--edition', 'lite', '--dags', dags, '--shutdown-grace', `${graceS}s`, '--kill-grace', '1s'], ownProcessGroup: true });
+    const s = await startServer({
+      env: { DATABASE_URL: viaProxy.toString() },
+      args: ['--edition', 'lite', '--dags', dags, '--shutdown-grace', `${graceS}s`, '--kill-grace', '1s'],
+      ownProcessGroup: true,
+    });
     servers.push(s);
     const t = JSON.parse((await cli(s.url, ['run', 'trigger', 'long', '-o', 'json'])).stdout) as { run_id: string };
-    await waitFor('work running', async () => JSON.parse((await cli(s.url, ['run', 'show', t.run_id, '-o', 'json'])).stdout).task_instances[0].state === 'running');
+    await waitFor(
+      'work running',
+      async () =>
+        JSON.parse((await cli(s.url, ['run', 'show', t.run_id, '-o', 'json'])).stdout).task_instances[0].state ===
+        'running',
+    );
 
     await proxy.close(); // the database is gone: every connection cut, every new one refused
     const began = Date.now();

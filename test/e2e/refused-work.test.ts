@@ -46,13 +46,20 @@ describe('work a full dispatch queue refused', () => {
     await api.workflow.pauseDag({ dagId: 'backlog', paused: false });
     await waitFor(
       `${RUNS} runs ended`,
-      async () => (await db.sql<{ n: number }[]>`select count(*)::int as n from dag_runs where dag_id = 'backlog' and state = 'success'`)[0]!.n === RUNS,
+      async () =>
+        (
+          await db.sql<
+            { n: number }[]
+          >`select count(*)::int as n from dag_runs where dag_id = 'backlog' and state = 'success'`
+        )[0]!.n === RUNS,
       BOUND_MS,
       100,
     );
     const ms = performance.now() - t0;
     console.log(`${RUNS} runs through a queue of one in ${Math.round(ms)} ms`);
-    const [waited] = await db.sql<{ n: number }[]>`select count(*)::int as n from task_instances t join dag_runs r on r.id = t.run_id where r.dag_id = 'backlog' and t.state <> 'success'`;
+    const [waited] = await db.sql<
+      { n: number }[]
+    >`select count(*)::int as n from task_instances t join dag_runs r on r.id = t.run_id where r.dag_id = 'backlog' and t.state <> 'success'`;
     expect(waited!.n).toBe(0);
   });
 });

@@ -26,7 +26,11 @@ afterAll(async () => {
   await rm(tmp, { recursive: true, force: true });
 });
 
-const start = serverLauncher({ databaseUrl: () => db.url, args: ['--heartbeat-interval', '200ms', '--heartbeat-threshold', '5s'], servers });
+const start = serverLauncher({
+  databaseUrl: () => db.url,
+  args: ['--heartbeat-interval', '200ms', '--heartbeat-threshold', '5s'],
+  servers,
+});
 
 describe('restart mid-run', () => {
   it('finishes the run after a graceful stop and a new start, running each task exactly once', async () => {
@@ -55,7 +59,9 @@ describe('restart mid-run', () => {
     const t = await cli(first.url, ['run', 'trigger', 'chain', '-o', 'json']);
     const runId = JSON.parse(t.stdout).run_id as string;
     await waitFor('a running', async () => {
-      const [row] = await db.sql<{ state: string }[]>`select state from task_instances where run_id = ${runId} and task_id = 'a'`;
+      const [row] = await db.sql<
+        { state: string }[]
+      >`select state from task_instances where run_id = ${runId} and task_id = 'a'`;
       return row?.state === 'running';
     });
 

@@ -7,7 +7,16 @@ import { createClients } from '../../src/cli/client.js';
 import { ClusterService } from '../../src/gen/leoflow/v1/cluster_pb.js';
 import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
 import { WRITE_RPCS } from '../../src/server/auth/role-guard.js';
-import { BIN, cli, runCommand, serverLauncher, startAgent, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  BIN,
+  cli,
+  runCommand,
+  serverLauncher,
+  startAgent,
+  waitFor,
+  type AgentProcess,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { isRunEnded } from '../helpers/run-ends.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
@@ -20,7 +29,21 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * fails at start.
  */
 
-const PRO = ['--edition', 'pro', '--insecure', '--executor', 'subprocess', '--tick-interval', '200ms', '--leader-watchdog', '500ms', '--heartbeat-interval', '200ms', '--heartbeat-threshold', '1s'];
+const PRO = [
+  '--edition',
+  'pro',
+  '--insecure',
+  '--executor',
+  'subprocess',
+  '--tick-interval',
+  '200ms',
+  '--leader-watchdog',
+  '500ms',
+  '--heartbeat-interval',
+  '200ms',
+  '--heartbeat-threshold',
+  '1s',
+];
 
 let db: TestDatabase;
 let tmp: string;
@@ -41,11 +64,17 @@ afterAll(async () => {
 const start = serverLauncher({ databaseUrl: () => db.url, args: PRO, servers });
 
 async function runStates(runIds: string[]): Promise<string[]> {
-  await waitFor('runs ended', async () => {
-    const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
-    return rows.length === runIds.length && rows.every((r) => isRunEnded(r.state));
-  }, 40_000);
-  return (await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[]) order by id`).map((r) => r.state);
+  await waitFor(
+    'runs ended',
+    async () => {
+      const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
+      return rows.length === runIds.length && rows.every((r) => isRunEnded(r.state));
+    },
+    40_000,
+  );
+  return (
+    await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[]) order by id`
+  ).map((r) => r.state);
 }
 
 async function leaderGauge(s: ServerProcess): Promise<[string, number][]> {
@@ -59,7 +88,10 @@ describe('replica roles (Pro edition)', () => {
 
   it('one auto replica leads; worker and observer serve; GetLeader, GetHealth and the leader metric show each role', async () => {
     auto = await start(['--replica-id', 'pro-auto']);
-    await waitFor('auto leads', async () => (await createClients(auto.url).cluster.getLeader({})).leaderId === 'pro-auto');
+    await waitFor(
+      'auto leads',
+      async () => (await createClients(auto.url).cluster.getLeader({})).leaderId === 'pro-auto',
+    );
     worker = await start(['--replica-id', 'pro-worker', '--role', 'worker']);
     observer = await start(['--replica-id', 'pro-observer', '--role', 'observer']);
 
@@ -68,7 +100,11 @@ describe('replica roles (Pro edition)', () => {
       { replicaId: 'pro-observer', role: 'observer', leader: false },
       { replicaId: 'pro-worker', role: 'worker', leader: false },
     ];
-    for (const [s, role] of [[auto, 'auto'], [worker, 'worker'], [observer, 'observer']] as const) {
+    for (const [s, role] of [
+      [auto, 'auto'],
+      [worker, 'worker'],
+      [observer, 'observer'],
+    ] as const) {
       const api = createClients(s.url);
       const got = await waitFor(`${role} sees the three replicas`, async () => {
         const r = await api.cluster.getLeader({});
@@ -120,14 +156,20 @@ describe('replica roles (Pro edition)', () => {
     const agent = startAgent(`${observer.url},${worker.url}`, ['--id', 'roles-agent', '--labels', 'zone=roles']);
     agents.push(agent);
     const api = createClients(worker.url);
-    const seen = await waitFor('agent connected', async () => (await api.cluster.listAgents({})).agents.find((a) => a.agentId === 'roles-agent' && a.connected), 20_000);
+    const seen = await waitFor(
+      'agent connected',
+      async () => (await api.cluster.listAgents({})).agents.find((a) => a.agentId === 'roles-agent' && a.connected),
+      20_000,
+    );
     expect(seen.connectedReplica).toBe('pro-worker');
     expect(agent.output()).toContain('takes no agent streams');
     expect(agent.child.exitCode).toBeNull();
 
     const runId = (await api.workflow.triggerRun({ dagId: 'mixed' })).run!.runId;
     expect(await runStates([runId])).toEqual(['success']);
-    const tis = await db.sql<{ task_id: string; agent_id: string | null }[]>`select task_id, agent_id from task_instances where run_id = ${runId} order by task_id`;
+    const tis = await db.sql<
+      { task_id: string; agent_id: string | null }[]
+    >`select task_id, agent_id from task_instances where run_id = ${runId} order by task_id`;
     expect(tis.map((t) => t.task_id)).toEqual(['local', 'remote']);
     expect(tis[1]!.agent_id).toBe('roles-agent');
   });
@@ -140,17 +182,32 @@ describe('replica roles (Pro edition)', () => {
     expect((await api.workflow.getRun({ runId: run!.runId })).run?.runId).toBe(run!.runId);
     expect((await api.cluster.listAgents({})).agents.map((a) => a.agentId)).toEqual(['roles-agent']);
 
-    const before = await db.sql`select (select count(*) from dag_runs) as runs, (select count(*) from events) as events, (select count(*) from dags) as dags, (select count(*) from agents) as agents`;
+    const before =
+      await db.sql`select (select count(*) from dag_runs) as runs, (select count(*) from events) as events, (select count(*) from dags) as dags, (select count(*) from agents) as agents`;
     expect(WRITE_RPCS.length).toBe(11);
     for (const m of WRITE_RPCS) {
-      const client = (m.parent.typeName === ClusterService.typeName ? api.cluster : api.workflow) as unknown as Record<string, (req: unknown) => Promise<unknown> | AsyncIterable<unknown>>;
+      const client = (m.parent.typeName === ClusterService.typeName ? api.cluster : api.workflow) as unknown as Record<
+        string,
+        (req: unknown) => Promise<unknown> | AsyncIterable<unknown>
+      >;
       // A request that would pass validation where one is needed: the guard answers before any handler.
-      const req = { dagId: 'mixed', runId: run!.runId, agentId: 'roles-agent', source: 'dag_id: x\ntasks: [{id: a, command: [true]}]\n', filename: 'x.yaml' };
+      const req = {
+        dagId: 'mixed',
+        runId: run!.runId,
+        agentId: 'roles-agent',
+        source: 'dag_id: x\ntasks: [{id: a, command: [true]}]\n',
+        filename: 'x.yaml',
+      };
       // A streaming write (WatchCleanHistory) is refused at its first message read.
       const call = async () => {
         if (m.methodKind === 'unary') return client[m.localName]!(req);
-        const messages = (async function* () { yield req; })();
-        for await (const _ of client[m.localName]!(m.methodKind === 'bidi_streaming' ? messages : req) as AsyncIterable<unknown>) void _;
+        const messages = (async function* () {
+          yield req;
+        })();
+        for await (const _ of client[m.localName]!(
+          m.methodKind === 'bidi_streaming' ? messages : req,
+        ) as AsyncIterable<unknown>)
+          void _;
       };
       const err = await call().then(
         () => null,
@@ -158,24 +215,57 @@ describe('replica roles (Pro edition)', () => {
       );
       expect(err, m.name).not.toBeNull();
       expect(err!.code, m.name).toBe(Code.PermissionDenied);
-      expect(err!.rawMessage, m.name).toBe(`${m.name} is a write, and replica "pro-observer" has role observer (read-only): send it to a replica with role auto, leader or worker`);
+      expect(err!.rawMessage, m.name).toBe(
+        `${m.name} is a write, and replica "pro-observer" has role observer (read-only): send it to a replica with role auto, leader or worker`,
+      );
     }
     const r = await cli(observer.url, ['run', 'trigger', 'mixed']);
     expect(r.code).not.toBe(0);
     expect(r.stderr).toContain('role observer (read-only)');
-    expect(await db.sql`select (select count(*) from dag_runs) as runs, (select count(*) from events) as events, (select count(*) from dags) as dags, (select count(*) from agents) as agents`).toEqual(before);
+    expect(
+      await db.sql`select (select count(*) from dag_runs) as runs, (select count(*) from events) as events, (select count(*) from dags) as dags, (select count(*) from agents) as agents`,
+    ).toEqual(before);
   });
 
   it('a replica of role leader fails at start while another leads, naming it', async () => {
-    const r = await runCommand(process.execPath, [BIN, 'server', ...PRO, '--replica-id', 'pro-must-lead', '--role', 'leader', '--leader-timeout', '1s', '--listen', '127.0.0.1:0', '--metrics-listen', 'off', '--state-dir', path.join(tmp, 'must-lead'), '--log-format', 'json'], {
-      env: { DATABASE_URL: db.url },
-      timeoutMs: 30_000,
-    });
+    const r = await runCommand(
+      process.execPath,
+      [
+        BIN,
+        'server',
+        ...PRO,
+        '--replica-id',
+        'pro-must-lead',
+        '--role',
+        'leader',
+        '--leader-timeout',
+        '1s',
+        '--listen',
+        '127.0.0.1:0',
+        '--metrics-listen',
+        'off',
+        '--state-dir',
+        path.join(tmp, 'must-lead'),
+        '--log-format',
+        'json',
+      ],
+      {
+        env: { DATABASE_URL: db.url },
+        timeoutMs: 30_000,
+      },
+    );
     expect(r.code).toBe(1);
-    expect(r.stderr).toContain('leoflow server: could not start: role leader: could not become leader within 1s (replica "pro-auto" leads); use --role auto to stand by, or raise --leader-timeout');
+    expect(r.stderr).toContain(
+      'leoflow server: could not start: role leader: could not become leader within 1s (replica "pro-auto" leads); use --role auto to stand by, or raise --leader-timeout',
+    );
     // It let go of everything, its campaign too: a lock wait left behind would take the lock the
     // moment the leader lets go.
-    await waitFor('its sessions gone', async () => (await db.sql`select 1 from pg_stat_activity where application_name like ${'%pro-must-lead%'}`).length === 0, 5000);
+    await waitFor(
+      'its sessions gone',
+      async () =>
+        (await db.sql`select 1 from pg_stat_activity where application_name like ${'%pro-must-lead%'}`).length === 0,
+      5000,
+    );
   });
 
   it('with the leader gone a worker never campaigns; a replica of role leader then takes over and the waiting run completes', async () => {
@@ -199,6 +289,10 @@ describe('replica roles (Pro edition)', () => {
       const r = (await api.cluster.getLeader({})).replicas;
       return r.length === 3 ? r : null;
     });
-    expect(replicas.map((r) => `${r.replicaId}:${r.role}:${r.leader}`)).toEqual(['pro-leader:leader:true', 'pro-observer:observer:false', 'pro-worker:worker:false']);
+    expect(replicas.map((r) => `${r.replicaId}:${r.role}:${r.leader}`)).toEqual([
+      'pro-leader:leader:true',
+      'pro-observer:observer:false',
+      'pro-worker:worker:false',
+    ]);
   });
 });

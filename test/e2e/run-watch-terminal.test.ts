@@ -3,7 +3,17 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { BIN, cli, ROOT, scratchDir, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  BIN,
+  cli,
+  ROOT,
+  scratchDir,
+  startAgent,
+  startServer,
+  waitFor,
+  type AgentProcess,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -52,7 +62,10 @@ afterAll(async () => {
 /** Text as a terminal would show it, near enough to match on: escape sequences (colour, cursor moves, erases) removed. */
 function plain(s: string): string {
   // eslint-disable-next-line no-control-regex
-  return s.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, '').replace(/\x1b[()][A-Z0-9]/g, '').replace(/\r/g, '');
+  return s
+    .replace(/\x1b\[[0-9;?]*[A-Za-z]/g, '')
+    .replace(/\x1b[()][A-Z0-9]/g, '')
+    .replace(/\r/g, '');
 }
 
 describe('run watch in a terminal', () => {
@@ -61,7 +74,11 @@ describe('run watch in a terminal', () => {
     const runId = run!.runId;
     // A terminal 100 columns wide; `script -e` exits with the command's code, `-f` flushes each write.
     const command = `stty cols 100 rows 40; exec ${process.execPath} ${BIN} --server ${server.url} run watch ${runId}`;
-    const child = spawn('script', ['-qfec', command, '/dev/null'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TERM: 'xterm' } });
+    const child = spawn('script', ['-qfec', command, '/dev/null'], {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, TERM: 'xterm' },
+    });
     let raw = '';
     child.stdout.setEncoding('utf8').on('data', (c: string) => (raw += c));
     child.stderr.setEncoding('utf8').on('data', (c: string) => (raw += c));
@@ -69,9 +86,19 @@ describe('run watch in a terminal', () => {
     const killer = setTimeout(() => child.kill('SIGKILL'), 40_000);
     try {
       // The waiting task is drawn with why it waits, before any agent could take it.
-      await waitFor('the pending reason drawn', async () => /^gpu\s+scheduled\s+-\s+-\s+NO_AGENT_WITH_LABELS:gpu=nvidia$/m.test(plain(raw)), 20_000, 50);
+      await waitFor(
+        'the pending reason drawn',
+        async () => /^gpu\s+scheduled\s+-\s+-\s+NO_AGENT_WITH_LABELS:gpu=nvidia$/m.test(plain(raw)),
+        20_000,
+        50,
+      );
       // A frame with the slow task running on its first try, its duration going.
-      await waitFor('the slow task drawn running', async () => /^slow\s+running\s+1\/1\s+\d+(ms|\.\ds)$/m.test(plain(raw)), 20_000, 50);
+      await waitFor(
+        'the slow task drawn running',
+        async () => /^slow\s+running\s+1\/1\s+\d+(ms|\.\ds)$/m.test(plain(raw)),
+        20_000,
+        50,
+      );
       await writeFile(GO, '');
       agent = startAgent(server.url, ['--id', 'tty-gpu', '--labels', 'gpu=nvidia']);
       const code = await exited;
@@ -82,8 +109,13 @@ describe('run watch in a terminal', () => {
       expect(out).toMatch(/^\[-{40}\] 0\/3 tasks ended$/m);
       expect(out).toMatch(/^\[#{13}-{27}\] 1\/3 tasks ended$/m);
       const lastFrame = out.slice(out.lastIndexOf(`run ${runId} of tty:`));
-      expect(lastFrame).toMatch(new RegExp(`^run ${runId} of tty: success\\n\\[#{40}\\] 3/3 tasks ended\\nTASK\\s+STATE\\s+TRY\\s+DURATION\\s+WHY\\n`));
-      for (const t of ['slow', 'gpu', 'last']) expect(lastFrame).toMatch(new RegExp(`^${t}\\s+success\\s+1/1\\s+\\d`, 'm'));
+      expect(lastFrame).toMatch(
+        new RegExp(
+          `^run ${runId} of tty: success\\n\\[#{40}\\] 3/3 tasks ended\\nTASK\\s+STATE\\s+TRY\\s+DURATION\\s+WHY\\n`,
+        ),
+      );
+      for (const t of ['slow', 'gpu', 'last'])
+        expect(lastFrame).toMatch(new RegExp(`^${t}\\s+success\\s+1/1\\s+\\d`, 'm'));
       // The slow task's duration is its wall time: at least its last sleep.
       const slowSecs = Number(/^slow\s+success\s+1\/1\s+(\d+\.\d)s$/m.exec(lastFrame)?.[1]);
       expect(slowSecs).toBeGreaterThanOrEqual(1.5);

@@ -32,15 +32,29 @@ async function ok(args: string[], env: Record<string, string> = {}, url = server
 }
 
 /** Every event of a run, as `run watch -o json` prints them. */
-async function eventsOf(runId: string, url = server.url, env: Record<string, string> = {}, more: string[] = []): Promise<Record<string, unknown>[]> {
-  return (await ok(['run', 'watch', runId, '-o', 'json', ...more], env, url)).trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+async function eventsOf(
+  runId: string,
+  url = server.url,
+  env: Record<string, string> = {},
+  more: string[] = [],
+): Promise<Record<string, unknown>[]> {
+  return (await ok(['run', 'watch', runId, '-o', 'json', ...more], env, url))
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
 }
 
 beforeAll(async () => {
   db = await createTestDatabase();
   server = await startServer({ env: { DATABASE_URL: db.url } });
-  await writeFile(path.join(dir, 'scripted.yaml'), 'dag_id: scripted\ntasks:\n  - id: a\n    command: ["sh", "-c", "echo out; echo err >&2"]\n  - id: b\n    depends_on: [a]\n    command: ["sh", "-c", "sleep 0.2; echo from b"]\n');
-  await writeFile(path.join(dir, 'failing.yaml'), 'dag_id: failing\ntasks:\n  - id: boom\n    command: ["sh", "-c", "exit 3"]\n');
+  await writeFile(
+    path.join(dir, 'scripted.yaml'),
+    'dag_id: scripted\ntasks:\n  - id: a\n    command: ["sh", "-c", "echo out; echo err >&2"]\n  - id: b\n    depends_on: [a]\n    command: ["sh", "-c", "sleep 0.2; echo from b"]\n',
+  );
+  await writeFile(
+    path.join(dir, 'failing.yaml'),
+    'dag_id: failing\ntasks:\n  - id: boom\n    command: ["sh", "-c", "exit 3"]\n',
+  );
   await ok(['dag', 'apply', dir]);
 }, 60_000);
 
@@ -50,18 +64,29 @@ afterAll(async () => {
 });
 
 describe('run show', () => {
-  it('shows each task\'s agent, start and end in the table, and the run\'s traceparent, times and agents in -o json', async () => {
+  it("shows each task's agent, start and end in the table, and the run's traceparent, times and agents in -o json", async () => {
     const runId = runIdOf(await ok(['run', 'trigger', 'scripted', '--wait']));
     const table = await ok(['run', 'show', runId]);
     const [header, ...rows] = table.split('\n\n')[1]!.trim().split('\n');
     expect(header).toMatch(/^TASK\s+STATE\s+TRY\s+EXIT\s+AGENT\s+STARTED\s+ENDED\s+DURATION\s+REASON \/ ERROR$/);
     const stamp = '\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d\\.\\d{3}';
     for (const task of ['a', 'b']) {
-      expect(rows.find((r) => r.startsWith(`${task} `))).toMatch(new RegExp(`^${task}\\s+success\\s+1/1\\s+0\\s+\\S+\\s+${stamp}\\s+${stamp}\\s+\\S+$`));
+      expect(rows.find((r) => r.startsWith(`${task} `))).toMatch(
+        new RegExp(`^${task}\\s+success\\s+1/1\\s+0\\s+\\S+\\s+${stamp}\\s+${stamp}\\s+\\S+$`),
+      );
     }
 
-    const shown = JSON.parse(await ok(['run', 'show', runId, '-o', 'json'])) as Record<string, unknown> & { task_instances: Record<string, unknown>[] };
-    expect(shown).toMatchObject({ run_id: runId, dag_id: 'scripted', state: 'success', run_type: 'manual', dag_version: 1, conf: {} });
+    const shown = JSON.parse(await ok(['run', 'show', runId, '-o', 'json'])) as Record<string, unknown> & {
+      task_instances: Record<string, unknown>[];
+    };
+    expect(shown).toMatchObject({
+      run_id: runId,
+      dag_id: 'scripted',
+      state: 'success',
+      run_type: 'manual',
+      dag_version: 1,
+      conf: {},
+    });
     expect(shown.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$/);
     expect(table).toContain(`\ntraceparent ${String(shown.traceparent)}\n`);
     expect(shown.triggered_by).toEqual({ actor: 'local', peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/) });
@@ -70,7 +95,15 @@ describe('run show', () => {
     expect(Date.parse(String(shown.ended_at))).toBeGreaterThanOrEqual(Date.parse(String(shown.started_at)));
     const [a, b] = ['a', 'b'].map((id) => shown.task_instances.find((t) => t.task_id === id)!);
     for (const t of [a!, b!]) {
-      expect(t).toMatchObject({ state: 'success', try_number: 1, max_tries: 1, exit_code: 0, error: null, pending_reason: null, executor: 'subprocess' });
+      expect(t).toMatchObject({
+        state: 'success',
+        try_number: 1,
+        max_tries: 1,
+        exit_code: 0,
+        error: null,
+        pending_reason: null,
+        executor: 'subprocess',
+      });
       for (const k of ['queued_at', 'started_at', 'ended_at']) expect(t[k], `${String(t.task_id)}.${k}`).toMatch(ISO);
       expect(t).toHaveProperty('agent_id');
       // The table's AGENT column shows the same value.
@@ -83,7 +116,7 @@ describe('run show', () => {
 });
 
 describe('logs', () => {
-  it('prints each line\'s time with --timestamps, and one JSON object a line with -o json', async () => {
+  it("prints each line's time with --timestamps, and one JSON object a line with -o json", async () => {
     const before = Date.now();
     const runId = runIdOf(await ok(['run', 'trigger', 'scripted', '--wait']));
     const after = Date.now();
@@ -94,11 +127,16 @@ describe('logs', () => {
     // Without the flag, the lines read as before.
     expect(await ok(['logs', runId, '--task', 'a'])).toMatch(/^\[a #1\] out$/m);
 
-    const lines = (await ok(['logs', runId, '-o', 'json'])).trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    const lines = (await ok(['logs', runId, '-o', 'json']))
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
     expect(lines).toContainEqual(expect.objectContaining({ task: 'a', try: 1, stream: 'stdout', line: 'out' }));
     expect(lines).toContainEqual(expect.objectContaining({ task: 'a', try: 1, stream: 'stderr', line: 'err' }));
     expect(lines).toContainEqual(expect.objectContaining({ task: 'b', try: 1, stream: 'stdout', line: 'from b' }));
-    expect(lines).toContainEqual(expect.objectContaining({ task: 'a', try: 1, stream: 'system', line: 'exited with code 0' }));
+    expect(lines).toContainEqual(
+      expect.objectContaining({ task: 'a', try: 1, stream: 'system', line: 'exited with code 0' }),
+    );
     for (const l of lines) {
       expect(Object.keys(l).sort()).toEqual(['at', 'line', 'seq', 'stream', 'task', 'ti_id', 'try']);
       expect(l.at).toMatch(ISO);
@@ -106,7 +144,8 @@ describe('logs', () => {
       expect(Date.parse(String(l.at))).toBeLessThanOrEqual(after + 1000);
     }
     // b's line was written after a's, 0.2 s into b.
-    const at = (task: string, line: string) => Date.parse(String(lines.find((l) => l.task === task && l.line === line)!.at));
+    const at = (task: string, line: string) =>
+      Date.parse(String(lines.find((l) => l.task === task && l.line === line)!.at));
     expect(at('b', 'from b')).toBeGreaterThan(at('a', 'out'));
 
     const bad = await cli(server.url, ['logs', runId, '-o', 'yaml']);
@@ -118,7 +157,11 @@ describe('logs', () => {
 describe('run list --state', () => {
   it('lists only runs in the states given, filtered by the server', async () => {
     const failed = runIdOf((await cli(server.url, ['run', 'trigger', 'failing', '--wait'])).stdout);
-    const list = async (state: string) => (JSON.parse(await ok(['run', 'list', '--state', state, '--limit', '1000', '-o', 'json'])) as { run_id: string; state: string }[]);
+    const list = async (state: string) =>
+      JSON.parse(await ok(['run', 'list', '--state', state, '--limit', '1000', '-o', 'json'])) as {
+        run_id: string;
+        state: string;
+      }[];
     const onlyFailed = await list('failed');
     expect(onlyFailed.map((r) => r.run_id)).toEqual([failed]);
     const succeeded = await list('success');
@@ -135,21 +178,34 @@ describe('run list --state', () => {
   it('refuses a state that is not one, naming the states (before anything is sent), and so does the server', async () => {
     const r = await cli(server.url, ['run', 'list', '--state', 'succeeded']);
     expect(r.code).toBe(1);
-    expect(r.stderr).toBe('leoflow: --state: "succeeded" is not a run state; give one of queued, running, success, failed, cancelled (several comma-separated)\n');
+    expect(r.stderr).toBe(
+      'leoflow: --state: "succeeded" is not a run state; give one of queued, running, success, failed, cancelled (several comma-separated)\n',
+    );
     // Another client sends a number the server does not know, or UNSPECIFIED.
     for (const bad of [0, 42]) {
-      const err = await createClients(server.url).workflow.listRuns({ states: [bad] }).then(() => null, (e: unknown) => ConnectError.from(e));
+      const err = await createClients(server.url)
+        .workflow.listRuns({ states: [bad] })
+        .then(
+          () => null,
+          (e: unknown) => ConnectError.from(e),
+        );
       expect(err?.code, String(bad)).toBe(3);
-      expect(err?.rawMessage).toBe(`states: holds ${bad}, which is no run state: give 1 (queued), 2 (running), 3 (success), 4 (failed), 5 (cancelled)`);
+      expect(err?.rawMessage).toBe(
+        `states: holds ${bad}, which is no run state: give 1 (queued), 2 (running), 3 (success), 4 (failed), 5 (cancelled)`,
+      );
     }
   });
 });
 
 describe('the actor of every write', () => {
-  it('is `local` with the caller\'s address on open Lite, in the server\'s log and in the write\'s events', async () => {
+  it("is `local` with the caller's address on open Lite, in the server's log and in the write's events", async () => {
     const runId = runIdOf(await ok(['run', 'trigger', 'scripted', '--wait']));
     await ok(['run', 'clear', runId, 'a', '--downstream']);
-    await waitFor('the cleared run ends', async () => JSON.parse(await ok(['run', 'show', runId, '-o', 'json'])).state === 'success', 20_000);
+    await waitFor(
+      'the cleared run ends',
+      async () => JSON.parse(await ok(['run', 'show', runId, '-o', 'json'])).state === 'success',
+      20_000,
+    );
     // A watch ends at the run's end: the clear's events are read on from there, as a watcher resumes.
     const first = await eventsOf(runId);
     const events = [...first, ...(await eventsOf(runId, server.url, {}, ['--after', String(first.at(-1)!.seq)]))];
@@ -164,55 +220,85 @@ describe('the actor of every write', () => {
       ['run.state', 'a', 'local'],
     ]);
     // What the scheduler did on its own carries no actor.
-    expect(events.filter((e) => e.to === 'running' && e.kind === 'ti.state').every((e) => e.actor === undefined)).toBe(true);
+    expect(events.filter((e) => e.to === 'running' && e.kind === 'ti.state').every((e) => e.actor === undefined)).toBe(
+      true,
+    );
 
     const logged = (msg: string) => server.logs.filter((l) => String(l.msg) === msg && l.runId === runId);
-    expect(logged('run triggered')).toEqual([expect.objectContaining({ actor: 'local', peer: expect.stringMatching(peer) })]);
-    expect(logged('cleared a; run re-opened')).toEqual([expect.objectContaining({ actor: 'local', peer: expect.stringMatching(peer) })]);
+    expect(logged('run triggered')).toEqual([
+      expect.objectContaining({ actor: 'local', peer: expect.stringMatching(peer) }),
+    ]);
+    expect(logged('cleared a; run re-opened')).toEqual([
+      expect.objectContaining({ actor: 'local', peer: expect.stringMatching(peer) }),
+    ]);
   });
 
   it('records cancels, pauses and applies with their actor', async () => {
-    await writeFile(path.join(dir, 'slow.yaml'), 'dag_id: slow\ntasks:\n  - id: wait\n    command: ["sleep", "30"]\n  - id: after\n    depends_on: [wait]\n    command: ["true"]\n');
+    await writeFile(
+      path.join(dir, 'slow.yaml'),
+      'dag_id: slow\ntasks:\n  - id: wait\n    command: ["sleep", "30"]\n  - id: after\n    depends_on: [wait]\n    command: ["true"]\n',
+    );
     await ok(['dag', 'apply', path.join(dir, 'slow.yaml')]);
     const one = runIdOf(await ok(['run', 'trigger', 'slow']));
     await ok(['run', 'cancel', one, '--task', 'after']);
     await ok(['run', 'cancel', one]);
     const events = await eventsOf(one);
-    expect(events.find((e) => e.kind === 'ti.state' && e.task_id === 'after' && e.to === 'cancelled')).toMatchObject({ actor: 'local', reason: 'cancelled by user' });
-    expect(events.find((e) => e.kind === 'ti.state' && e.task_id === 'wait' && e.to === 'cancelled')).toMatchObject({ actor: 'local' });
+    expect(events.find((e) => e.kind === 'ti.state' && e.task_id === 'after' && e.to === 'cancelled')).toMatchObject({
+      actor: 'local',
+      reason: 'cancelled by user',
+    });
+    expect(events.find((e) => e.kind === 'ti.state' && e.task_id === 'wait' && e.to === 'cancelled')).toMatchObject({
+      actor: 'local',
+    });
     expect(events.find((e) => e.kind === 'run.state' && e.to === 'cancelled')).toMatchObject({ actor: 'local' });
     await ok(['dag', 'pause', 'slow']);
-    const withActor = (msg: string) => server.logs.filter((l) => String(l.msg) === msg && l.actor === 'local' && typeof l.peer === 'string');
+    const withActor = (msg: string) =>
+      server.logs.filter((l) => String(l.msg) === msg && l.actor === 'local' && typeof l.peer === 'string');
     expect(withActor('run cancelled').some((l) => l.runId === one)).toBe(true);
     expect(withActor('task after cancelled').some((l) => l.runId === one)).toBe(true);
     expect(withActor('paused DAG slow')).toHaveLength(1);
     expect(withActor('applied DAG').some((l) => l.dagId === 'slow')).toBe(true);
-    const watch = createClients(server.url).workflow.watchRuns({ dagId: 'slow' }, { signal: AbortSignal.timeout(10_000) })[Symbol.asyncIterator]();
+    const watch = createClients(server.url)
+      .workflow.watchRuns({ dagId: 'slow' }, { signal: AbortSignal.timeout(10_000) })
+      [Symbol.asyncIterator]();
     const first = (await watch.next()).value as WatchRunsResponse;
     await watch.return?.();
     const applied = first.events[0]!;
-    expect([applied.kind, JSON.parse(applied.payloadJson)]).toEqual(['dag.applied', { dag_id: 'slow', version: 1, actor: 'local', peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/) }]);
+    expect([applied.kind, JSON.parse(applied.payloadJson)]).toEqual([
+      'dag.applied',
+      { dag_id: 'slow', version: 1, actor: 'local', peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/) },
+    ]);
   });
 });
 
 describe('the actor behind a token', () => {
-  it('is the token\'s id, in the log and in the events, for runs, tokens, cleans and deletes', async () => {
+  it("is the token's id, in the log and in the events, for runs, tokens, cleans and deletes", async () => {
     const admin = 'lf_scripting_admin_token_for_the_actor_test_0000';
     const own = await createTestDatabase();
     const pro = await startServer({
-      env: { DATABASE_URL: own.url, LEOFLOW_INSECURE: undefined, LEOFLOW_TOKEN: undefined, LEOFLOW_BOOTSTRAP_ADMIN_TOKEN: admin },
+      env: {
+        DATABASE_URL: own.url,
+        LEOFLOW_INSECURE: undefined,
+        LEOFLOW_TOKEN: undefined,
+        LEOFLOW_BOOTSTRAP_ADMIN_TOKEN: admin,
+      },
       args: ['--edition', 'pro', '--executor', 'subprocess'],
     });
     try {
       const env = { LEOFLOW_TOKEN: admin };
-      const operator = (await ok(['token', 'create', '--role', 'operator', '--name', 'ci', '-o', 'json'], env, pro.url));
+      const operator = await ok(['token', 'create', '--role', 'operator', '--name', 'ci', '-o', 'json'], env, pro.url);
       const { id, secret } = JSON.parse(operator) as { id: string; secret: string };
       await ok(['dag', 'apply', path.join(dir, 'failing.yaml')], env, pro.url);
       const runId = runIdOf(await ok(['run', 'trigger', 'failing'], { LEOFLOW_TOKEN: secret }, pro.url));
       const queued = (await eventsOf(runId, pro.url, env)).find((e) => e.kind === 'run.state' && e.to === 'queued')!;
       expect(queued).toMatchObject({ actor: id });
-      expect(JSON.parse(await ok(['run', 'show', runId, '-o', 'json'], env, pro.url)).triggered_by).toMatchObject({ actor: id });
-      expect(pro.logs.find((l) => l.msg === 'run triggered' && l.runId === runId)).toMatchObject({ actor: id, peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/) });
+      expect(JSON.parse(await ok(['run', 'show', runId, '-o', 'json'], env, pro.url)).triggered_by).toMatchObject({
+        actor: id,
+      });
+      expect(pro.logs.find((l) => l.msg === 'run triggered' && l.runId === runId)).toMatchObject({
+        actor: id,
+        peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/),
+      });
       expect(pro.logs.find((l) => l.msg === `API token ${id} created`)).toMatchObject({ actor: 'bootstrap-admin' });
       // The admin's other writes: a revoke, a clean of the history, a DAG deleted.
       const root = createClients(pro.url, null, admin);
@@ -220,8 +306,15 @@ describe('the actor behind a token', () => {
       await waitFor('the run ends', async () => (await root.workflow.getRun({ runId })).run!.state >= 3, 20_000);
       await root.workflow.cleanHistory({ before: timestampFromDate(new Date()), keepLast: 0 });
       await root.workflow.deleteDag({ dagId: 'failing' });
-      for (const msg of [`API token ${id} revoked`, 'removed finished runs and their history (db clean)', 'deleted DAG failing and its history']) {
-        expect(pro.logs.find((l) => l.msg === msg), msg).toMatchObject({ actor: 'bootstrap-admin', peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/) });
+      for (const msg of [
+        `API token ${id} revoked`,
+        'removed finished runs and their history (db clean)',
+        'deleted DAG failing and its history',
+      ]) {
+        expect(
+          pro.logs.find((l) => l.msg === msg),
+          msg,
+        ).toMatchObject({ actor: 'bootstrap-admin', peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/) });
       }
     } finally {
       await pro.stop();

@@ -7,7 +7,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
 import { ProtocolVersion } from '../../src/gen/leoflow/v1/agent_pb.js';
 import { ListDagsResponseSchema } from '../../src/gen/leoflow/v1/workflow_pb.js';
-import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  cli,
+  startAgent,
+  startServer,
+  waitFor,
+  type AgentProcess,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { scriptedAgent } from '../helpers/scripted-agent.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -40,8 +47,14 @@ beforeAll(async () => {
   });
   api = createClients(server.url);
   // The agent has a secret the server does not, and lacks the server's.
-  agent = startAgent(server.url, ['--id', 'secret-agent'], { env: { E2E_AGENT_ONLY: AGENT_SECRET, E2E_DB_PASSWORD: undefined } });
-  await waitFor('agent connected', async () => (await api.cluster.listAgents({})).agents.some((a) => a.agentId === 'secret-agent' && a.connected), 20_000);
+  agent = startAgent(server.url, ['--id', 'secret-agent'], {
+    env: { E2E_AGENT_ONLY: AGENT_SECRET, E2E_DB_PASSWORD: undefined },
+  });
+  await waitFor(
+    'agent connected',
+    async () => (await api.cluster.listAgents({})).agents.some((a) => a.agentId === 'secret-agent' && a.connected),
+    20_000,
+  );
 }, 60_000);
 
 afterAll(async () => {
@@ -75,7 +88,9 @@ describe('secret task variables', () => {
   it('gives the values to the task (Lite, server-resolved; an agent, agent-resolved) and shows only references', async () => {
     const outLite = path.join(tmp, 'lite.out');
     const outAgent = path.join(tmp, 'agent.out');
-    const applied = await apply('secrets', `dag_id: secrets
+    const applied = await apply(
+      'secrets',
+      `dag_id: secrets
 tasks:
   - id: lite
     command: ${writeTo(outLite, 'DB_PASSWORD', 'API_KEY')}
@@ -89,7 +104,8 @@ tasks:
     env:
       TOKEN: { secret: { env: E2E_AGENT_ONLY } }
       API_KEY: { secret: { file: ${path.join(tmp, 'api-key')} } }
-`);
+`,
+    );
     expect(applied.code, applied.stderr).toBe(0);
     const { runId, stdout } = await trigger('secrets');
     expect(stdout).toMatch(/lite\s+success/);
@@ -103,7 +119,10 @@ tasks:
     expect(show.stdout).toContain(`  API_KEY=<secret: file ${path.join(tmp, 'api-key')}>\n`);
     expect(show.stdout).toContain('  PLAIN=visible\n');
     const json = await cli(server.url, ['dag', 'show', 'secrets', '-o', 'json']);
-    expect(JSON.parse(json.stdout).tasks[0].secret_env).toEqual({ DB_PASSWORD: { env: 'E2E_DB_PASSWORD' }, API_KEY: { file: path.join(tmp, 'api-key') } });
+    expect(JSON.parse(json.stdout).tasks[0].secret_env).toEqual({
+      DB_PASSWORD: { env: 'E2E_DB_PASSWORD' },
+      API_KEY: { file: path.join(tmp, 'api-key') },
+    });
 
     const texts: [string, string][] = [
       ['dag show', show.stdout + json.stdout],
@@ -119,7 +138,9 @@ tasks:
   }, 90_000);
 
   it('fails an attempt whose secret is missing, naming the variable, and retries it', async () => {
-    const applied = await apply('missing', `dag_id: missing
+    const applied = await apply(
+      'missing',
+      `dag_id: missing
 tasks:
   - id: needs
     retries: 1
@@ -127,7 +148,8 @@ tasks:
     command: [sh, -c, "echo should not run"]
     env:
       NOPE: { secret: { env: E2E_NOT_SET_ANYWHERE } }
-`);
+`,
+    );
     expect(applied.code, applied.stderr).toBe(0);
     const { runId } = await trigger('missing');
     const shown = JSON.parse((await cli(server.url, ['run', 'show', runId, '-o', 'json'])).stdout);
@@ -135,7 +157,9 @@ tasks:
     expect(shown.state).toBe('failed');
     expect(ti.state).toBe('failed');
     expect(ti.try_number).toBe(2);
-    expect(ti.error).toMatch(/secret NOPE \(env E2E_NOT_SET_ANYWHERE\): environment variable E2E_NOT_SET_ANYWHERE is not set where the task starts/);
+    expect(ti.error).toMatch(
+      /secret NOPE \(env E2E_NOT_SET_ANYWHERE\): environment variable E2E_NOT_SET_ANYWHERE is not set where the task starts/,
+    );
     const logs = (await cli(server.url, ['logs', runId])).stdout;
     expect(logs).toMatch(/secret NOPE \(env E2E_NOT_SET_ANYWHERE\)/);
     expect(logs).not.toContain('should not run');
@@ -144,12 +168,25 @@ tasks:
   it('never gives a task with secret variables to an agent that does not announce leoflow.secret-env: it waits saying why, then runs on one that does', async () => {
     // An agent built before Assign.secret_env: its Hello has no leoflow.secret-env capability.
     const old = scriptedAgent(server.url, { keepaliveMs: 300 });
-    old.outbox.push({ msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId: 'old-agent', labels: { pool: 'old' }, slots: 2, incarnationId: randomUUID() } } });
+    old.outbox.push({
+      msg: {
+        case: 'hello',
+        value: {
+          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+          agentId: 'old-agent',
+          labels: { pool: 'old' },
+          slots: 2,
+          incarnationId: randomUUID(),
+        },
+      },
+    });
     let fresh: AgentProcess | null = null;
     try {
       expect((await old.inbox.next()).msg.case).toBe('welcome');
       const out = path.join(tmp, 'old-pool.out');
-      const applied = await apply('old-pool', `dag_id: old_pool
+      const applied = await apply(
+        'old-pool',
+        `dag_id: old_pool
 tasks:
   - id: plain
     executor: agents
@@ -161,7 +198,8 @@ tasks:
     command: ${writeTo(out, 'TOKEN')}
     env:
       TOKEN: { secret: { env: E2E_AGENT_ONLY } }
-`);
+`,
+      );
       expect(applied.code, applied.stderr).toBe(0);
       const runId = (await api.workflow.triggerRun({ dagId: 'old_pool' })).run!.runId;
       // The old agent still gets work without secrets...
@@ -169,17 +207,31 @@ tasks:
       expect(assign.msg.case).toBe('assign');
       expect(assign.msg.case === 'assign' && assign.msg.value.taskId).toBe('plain');
       // ...but the task with a secret waits, saying why, and is never sent to it.
-      await waitFor('the secret task waiting with its reason', async () => {
-        const [t] = await db.sql<{ state: string; pending_reason: string | null }[]>`select state, pending_reason from task_instances where run_id = ${runId} and task_id = 'secret'`;
-        return t?.state === 'scheduled' && t.pending_reason === 'NO_AGENT_WITH_SECRET_ENV:leoflow.secret-env';
-      }, 15_000);
+      await waitFor(
+        'the secret task waiting with its reason',
+        async () => {
+          const [t] = await db.sql<
+            { state: string; pending_reason: string | null }[]
+          >`select state, pending_reason from task_instances where run_id = ${runId} and task_id = 'secret'`;
+          return t?.state === 'scheduled' && t.pending_reason === 'NO_AGENT_WITH_SECRET_ENV:leoflow.secret-env';
+        },
+        15_000,
+      );
       await expect(old.inbox.next(1500)).rejects.toThrow(/nothing received/);
       // An agent of this build announces the feature and runs it with its secret.
-      fresh = startAgent(server.url, ['--id', 'new-agent', '--labels', 'pool=old'], { env: { E2E_AGENT_ONLY: AGENT_SECRET } });
-      await waitFor('the secret task over', async () => {
-        const [t] = await db.sql<{ state: string; agent_id: string | null }[]>`select state, agent_id from task_instances where run_id = ${runId} and task_id = 'secret'`;
-        return t?.state === 'success' ? t : null;
-      }, 30_000).then((t) => expect(t.agent_id).toBe('new-agent'));
+      fresh = startAgent(server.url, ['--id', 'new-agent', '--labels', 'pool=old'], {
+        env: { E2E_AGENT_ONLY: AGENT_SECRET },
+      });
+      await waitFor(
+        'the secret task over',
+        async () => {
+          const [t] = await db.sql<
+            { state: string; agent_id: string | null }[]
+          >`select state, agent_id from task_instances where run_id = ${runId} and task_id = 'secret'`;
+          return t?.state === 'success' ? t : null;
+        },
+        30_000,
+      ).then((t) => expect(t.agent_id).toBe('new-agent'));
       expect(await readFile(out, 'utf8')).toBe(`${AGENT_SECRET}|`);
     } finally {
       old.close();
@@ -189,15 +241,20 @@ tasks:
   }, 60_000);
 
   it('refuses a Kubernetes Secret on a task the server would run as a subprocess, at apply', async () => {
-    const r = await apply('kube-on-lite', `dag_id: kube_on_lite
+    const r = await apply(
+      'kube-on-lite',
+      `dag_id: kube_on_lite
 tasks:
   - id: t
     command: [env]
     env:
       TOKEN: { secret: { kubernetes: { name: my-secret, key: token } } }
-`);
+`,
+    );
     expect(r.code).toBe(1);
-    expect(r.stderr).toContain("tasks[0].env.TOKEN.secret.kubernetes: a Kubernetes Secret (kubernetes my-secret/token) is only given to pods: it needs executor: kubernetes, and this task's executor is subprocess (the server's default)");
+    expect(r.stderr).toContain(
+      "tasks[0].env.TOKEN.secret.kubernetes: a Kubernetes Secret (kubernetes my-secret/token) is only given to pods: it needs executor: kubernetes, and this task's executor is subprocess (the server's default)",
+    );
   });
 
   it('stores no secret value anywhere in the database (events, DAG versions, logs)', async () => {
@@ -207,7 +264,10 @@ tasks:
       select quote_ident(table_schema) || '.' || quote_ident(table_name) as name from information_schema.tables
       where table_schema = 'public' and table_type = 'BASE TABLE'`;
     let stdout = '';
-    for (const t of tables) stdout += (await db.sql.unsafe<{ row: string }[]>(`select t::text as row from ${t.name} t`)).map((r) => r.row).join('\n');
+    for (const t of tables)
+      stdout += (await db.sql.unsafe<{ row: string }[]>(`select t::text as row from ${t.name} t`))
+        .map((r) => r.row)
+        .join('\n');
     expect(tables.length).toBeGreaterThan(5);
     expect(stdout).toContain('E2E_DB_PASSWORD');
     expectNoSecret('the database', stdout);

@@ -27,7 +27,10 @@ const RUNS = 12;
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  server = await startServer({ env: { DATABASE_URL: db.url }, args: ['--watch-buffer', String(BUFFER), '--dispatch-workers', '4', '--dispatch-queue', '64'] });
+  server = await startServer({
+    env: { DATABASE_URL: db.url },
+    args: ['--watch-buffer', String(BUFFER), '--dispatch-workers', '4', '--dispatch-queue', '64'],
+  });
   const dir = scratchDir('leoflow-stalled-');
   const tasks = Array.from({ length: TASKS }, (_, i) => `  - id: t${i}\n    command: ["true"]\n`).join('');
   await writeFile(path.join(dir, 'fan.yaml'), `dag_id: fan\ntasks:\n${tasks}`);
@@ -63,7 +66,12 @@ describe('a watcher that does not read', () => {
     // The stalled watcher: a raw HTTP/2 client that grants no stream window and never reads.
     const session = http2.connect(server.url, { settings: { initialWindowSize: 0 } });
     session.on('error', () => {});
-    const stalled = session.request({ ':method': 'POST', ':path': '/leoflow.v1.WorkflowService/WatchRuns', 'content-type': 'application/grpc', te: 'trailers' });
+    const stalled = session.request({
+      ':method': 'POST',
+      ':path': '/leoflow.v1.WorkflowService/WatchRuns',
+      'content-type': 'application/grpc',
+      te: 'trailers',
+    });
     const body = toBinary(WatchRunsRequestSchema, create(WatchRunsRequestSchema, { afterSeq: from }));
     const frame = Buffer.alloc(5 + body.length);
     frame.writeUInt32BE(body.length, 1);
@@ -84,7 +92,8 @@ describe('a watcher that does not read', () => {
     const read: RunEvent[] = [];
     const reading = (async () => {
       try {
-        for await (const res of api.workflow.watchRuns({ dagId: 'fan', afterSeq: from }, { signal: ac.signal })) read.push(...res.events);
+        for await (const res of api.workflow.watchRuns({ dagId: 'fan', afterSeq: from }, { signal: ac.signal }))
+          read.push(...res.events);
       } catch (err) {
         if (!ac.signal.aborted) throw err;
       }
@@ -95,20 +104,36 @@ describe('a watcher that does not read', () => {
       const before = await steps();
       const t0 = Date.now();
       for (let i = 0; i < RUNS; i++) await api.workflow.triggerRun({ dagId: 'fan', confJson: '', runKey: '' });
-      await waitFor('every run ended', async () => {
-        const [r] = await db.sql<{ n: number }[]>`select count(*)::int as n from dag_runs where state = 'success'`;
-        return r!.n === RUNS;
-      }, 60_000, 200);
+      await waitFor(
+        'every run ended',
+        async () => {
+          const [r] = await db.sql<{ n: number }[]>`select count(*)::int as n from dag_runs where state = 'success'`;
+          return r!.n === RUNS;
+        },
+        60_000,
+        200,
+      );
       const events = await db.sql<{ seq: string }[]>`
         select e.seq::text as seq from events e join dag_runs r on r.id = e.run_id where e.seq > ${from} and r.dag_id = 'fan' order by e.seq`;
       expect(events.length).toBeGreaterThan(4 * BUFFER);
 
       // The server cut the stalled stream (no later than the grace after it fell behind) and forgot it.
-      const code = await Promise.race([closed, new Promise<string>((r) => setTimeout(() => r('still open 15 s after the runs ended'), 15_000))]);
+      const code = await Promise.race([
+        closed,
+        new Promise<string>((r) => setTimeout(() => r('still open 15 s after the runs ended'), 15_000)),
+      ]);
       expect(code).toBe(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
       const cutAfterMs = closedAt - t0;
       // Said in the server's log (read from its stdout, which may come after the reset reached us).
-      await waitFor('the reset logged', async () => server.logs.some((l) => l.msg === 'watcher fell behind and does not read: its stream is reset' && l.buffer === BUFFER), 5_000, 50);
+      await waitFor(
+        'the reset logged',
+        async () =>
+          server.logs.some(
+            (l) => l.msg === 'watcher fell behind and does not read: its stream is reset' && l.buffer === BUFFER,
+          ),
+        5_000,
+        50,
+      );
       await waitFor('the stalled watcher forgotten', async () => (await watchers()) === 1, 5_000, 50);
 
       // The reader has every event of the runs, in order, each once.
@@ -120,7 +145,9 @@ describe('a watcher that does not read', () => {
       const after = await steps();
       const within = (le: string) => (after.le.get(le) ?? 0) - (before.le.get(le) ?? 0);
       const n = after.count - before.count;
-      console.log(`stalled watcher cut ${cutAfterMs} ms after the first trigger; ${events.length} events; ${n} steps: ${within('0.05')} under 50 ms, ${within('0.1')} under 100 ms, ${within('1')} under 1 s`);
+      console.log(
+        `stalled watcher cut ${cutAfterMs} ms after the first trigger; ${events.length} events; ${n} steps: ${within('0.05')} under 50 ms, ${within('0.1')} under 100 ms, ${within('1')} under 1 s`,
+      );
       expect(n).toBeGreaterThan(0);
       expect(within('1')).toBe(n);
       expect(within('0.1')).toBeGreaterThanOrEqual(0.9 * n);

@@ -10,7 +10,8 @@ import { BIN, runCommand } from '../helpers/leoflow-process.js';
  */
 
 /** A new user's environment: no database URL, no edition of ours. */
-const run = (cmd: string, args: string[]) => runCommand(cmd, args, { timeoutMs: 30_000, env: { DATABASE_URL: undefined, LEOFLOW_EDITION: undefined } });
+const run = (cmd: string, args: string[]) =>
+  runCommand(cmd, args, { timeoutMs: 30_000, env: { DATABASE_URL: undefined, LEOFLOW_EDITION: undefined } });
 
 // A state directory that cannot be made: its parent is a file.
 let tmp: string;
@@ -22,8 +23,20 @@ beforeAll(async () => {
 });
 afterAll(async () => rm(tmp, { recursive: true, force: true }));
 
-const serverArgs = (format: string) => [BIN, 'server', '--listen', '127.0.0.1:0', '--metrics-listen', 'off', '--log-format', format, '--state-dir', stateDir];
-const LINE = /^leoflow server: could not start: the state directory .*\/a-file\/state cannot be made \(ENOTDIR: not a directory, mkdir '.*\/a-file\/state'\): give --state-dir a folder this user can write$/;
+const serverArgs = (format: string) => [
+  BIN,
+  'server',
+  '--listen',
+  '127.0.0.1:0',
+  '--metrics-listen',
+  'off',
+  '--log-format',
+  format,
+  '--state-dir',
+  stateDir,
+];
+const LINE =
+  /^leoflow server: could not start: the state directory .*\/a-file\/state cannot be made \(ENOTDIR: not a directory, mkdir '.*\/a-file\/state'\): give --state-dir a folder this user can write$/;
 
 describe('a server that cannot start', () => {
   it.each(['json', 'pretty'])('prints one readable line to a pipe and exits 1 (log format %s)', async (format) => {

@@ -83,7 +83,9 @@ describe('every state tells the truth', () => {
   it('says AGENT_DRAINING while the only agents with the labels drain, and lists an agent stopped with SIGTERM as stopped', async () => {
     const agent = startAgent(server.url, ['--id', 'g1', '--labels', 'gpu=nvidia']);
     try {
-      await waitFor('agent g1 healthy', async () => (await agentsList()).find((a) => a.agent_id === 'g1' && a.health === 'healthy'));
+      await waitFor('agent g1 healthy', async () =>
+        (await agentsList()).find((a) => a.agent_id === 'g1' && a.health === 'healthy'),
+      );
       const drained = await cli(server.url, ['agents', 'drain', 'g1']);
       expect(drained.code, drained.stderr).toBe(0);
       const t = await cli(server.url, ['run', 'trigger', 'gpu']);
@@ -91,13 +93,16 @@ describe('every state tells the truth', () => {
       const runId = runIdOf(t.stdout);
       const reason = async () => {
         const r = await cli(server.url, ['run', 'show', runId, '-o', 'json']);
-        return (JSON.parse(r.stdout) as { task_instances: { pending_reason: string | null }[] }).task_instances[0]!.pending_reason;
+        return (JSON.parse(r.stdout) as { task_instances: { pending_reason: string | null }[] }).task_instances[0]!
+          .pending_reason;
       };
       expect(await waitFor('a pending reason', reason)).toBe('AGENT_DRAINING:1 agent with gpu=nvidia');
 
       // Stopped by its operator: it says goodbye (ends its stream) and is listed as stopped, not stale.
       expect((await agent.stop()).code).toBe(0);
-      const gone = await waitFor('agent g1 disconnected', async () => (await agentsList()).find((a) => a.agent_id === 'g1' && !a.connected));
+      const gone = await waitFor('agent g1 disconnected', async () =>
+        (await agentsList()).find((a) => a.agent_id === 'g1' && !a.connected),
+      );
       expect(gone.health).toBe('stopped');
       const status = await cli(server.url, ['status']);
       expect(status.stdout).toMatch(/stopped/);
@@ -115,9 +120,13 @@ describe('every state tells the truth', () => {
     await new Promise((r) => setTimeout(r, 1_500));
     const json = await cli(server.url, ['run', 'watch', runId, '-o', 'json']);
     expect(json.code, json.stderr).toBe(0);
-    const events = json.stdout.trim().split('\n').map((l) => JSON.parse(l) as { kind: string; at: string; task_id?: string; to?: string; reason?: string | null });
+    const events = json.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { kind: string; at: string; task_id?: string; to?: string; reason?: string | null });
     const pad = (n: number, w = 2) => String(n).padStart(w, '0');
-    const clock = (d: Date) => `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
+    const clock = (d: Date) =>
+      `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
     const replayedAt = Date.now();
     const plain = await cli(server.url, ['run', 'watch', runId]);
     expect(plain.code, plain.stderr).toBe(0);
@@ -130,14 +139,19 @@ describe('every state tells the truth', () => {
     moves.forEach((line, i) => {
       const e = tiMoves[i]!;
       const what = e.kind === 'ti.state' ? `${e.to}\\b` : `\\w+\\s+${e.reason!.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`;
-      expect(line).toMatch(new RegExp(`^ {2}${clock(new Date(e.at)).replaceAll('.', '\\.')} {2}${e.task_id}\\s+${what}`));
+      expect(line).toMatch(
+        new RegExp(`^ {2}${clock(new Date(e.at)).replaceAll('.', '\\.')} {2}${e.task_id}\\s+${what}`),
+      );
       expect(Date.parse(e.at)).toBeLessThan(replayedAt - 1_000);
     });
 
     // Cleared a while after it ended: the run's duration is its wall time, first start to last end.
     const cleared = await cli(server.url, ['run', 'clear', runId, 'a']);
     expect(cleared.code, cleared.stderr).toBe(0);
-    await waitFor('the cleared run to end again', async () => JSON.parse((await cli(server.url, ['run', 'show', runId, '-o', 'json'])).stdout).state === 'success');
+    await waitFor(
+      'the cleared run to end again',
+      async () => JSON.parse((await cli(server.url, ['run', 'show', runId, '-o', 'json'])).stdout).state === 'success',
+    );
     const again = await cli(server.url, ['run', 'watch', runId]);
     expect(again.code, again.stderr).toBe(0);
     const wall = Date.now() - Date.parse(events[0]!.at);

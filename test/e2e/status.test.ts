@@ -1,5 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  cli,
+  startAgent,
+  startServer,
+  waitFor,
+  type AgentProcess,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -40,7 +47,10 @@ async function healthOf(agentId: string): Promise<string | undefined> {
 beforeAll(async () => {
   db = await createTestDatabase();
   // Keepalives every 200 ms: healthy within 600 ms of one, dead 3 s after the last.
-  server = await startServer({ env: { DATABASE_URL: db.url }, args: ['--heartbeat-interval', '200ms', '--heartbeat-threshold', '3s', '--leader-watchdog', '500ms'] });
+  server = await startServer({
+    env: { DATABASE_URL: db.url },
+    args: ['--heartbeat-interval', '200ms', '--heartbeat-threshold', '3s', '--leader-watchdog', '500ms'],
+  });
 }, 60_000);
 
 afterAll(async () => {
@@ -56,7 +66,15 @@ describe('leoflow status', () => {
       const s = await status();
       return s.last_full_step ? s : null;
     });
-    expect(s).toMatchObject({ leader: true, leader_id: s.replica_id, live: true, ready: true, failed_checks: [], dispatch_queue: { depth: 0, capacity: 1 }, agents: { healthy: 0, stale: 0, dead: 0, stopped: 0 } });
+    expect(s).toMatchObject({
+      leader: true,
+      leader_id: s.replica_id,
+      live: true,
+      ready: true,
+      failed_checks: [],
+      dispatch_queue: { depth: 0, capacity: 1 },
+      agents: { healthy: 0, stale: 0, dead: 0, stopped: 0 },
+    });
     expect(s.database.reachable).toBe(true);
     expect(s.database.latency_ms).toBeGreaterThan(0);
     expect(s.database.migrations_version).toMatch(/^\d{3}_[a-z_]+\.sql$/);
@@ -68,27 +86,41 @@ describe('leoflow status', () => {
     expect(text.code).toBe(0);
     expect(text.stdout).toMatch(new RegExp(`^ok: replica ${s.replica_id} \\(role auto, lite, leader\\)`));
     expect(text.stdout).toMatch(/^database {3}reachable in \d+\.\d ms, migrations at \d{3}_\w+\.sql$/m);
-    expect(text.stdout).toMatch(/^leader {5}\S+ \(this replica\); last full step \d+\.\d s ago, (on time|\d+\.\d s late)$/m);
+    expect(text.stdout).toMatch(
+      /^leader {5}\S+ \(this replica\); last full step \d+\.\d s ago, (on time|\d+\.\d s late)$/m,
+    );
     expect(text.stdout).toMatch(/^queue {6}0\/1 in this replica's dispatch queue$/m);
   });
 
   it("reports the leader's last full step from a replica that does not lead, as the leader last told it", async () => {
     worker = await startServer({ env: { DATABASE_URL: db.url }, args: ['--role', 'worker'] });
     const leader = await status();
-    const first = await waitFor('the leader\'s last full step, seen from the worker', async () => {
-      const s = await status(worker!);
-      return s.last_full_step ? s : null;
-    }, 10_000, 100);
+    const first = await waitFor(
+      "the leader's last full step, seen from the worker",
+      async () => {
+        const s = await status(worker!);
+        return s.last_full_step ? s : null;
+      },
+      10_000,
+      100,
+    );
     expect(first).toMatchObject({ leader: false, leader_id: leader.replica_id });
     expect(first.replica_id).not.toBe(leader.replica_id);
     // Told by the leader's watchdog (every 500 ms here): a step of the last second or two, on time.
     expect(Date.now() - Date.parse(first.last_full_step!.at)).toBeLessThan(3_000);
     expect(first.last_full_step!.late_ms).toBeLessThan(1_000);
     // And kept up to date: a later full step shows.
-    await waitFor('a later full step, seen from the worker', async () => Date.parse((await status(worker!)).last_full_step!.at) > Date.parse(first.last_full_step!.at), 5_000, 100);
+    await waitFor(
+      'a later full step, seen from the worker',
+      async () => Date.parse((await status(worker!)).last_full_step!.at) > Date.parse(first.last_full_step!.at),
+      5_000,
+      100,
+    );
     const text = await cli(worker.url, ['status']);
     expect(text.code, text.stderr).toBe(0);
-    expect(text.stdout).toMatch(new RegExp(`^leader {5}${leader.replica_id}; last full step \\d+\\.\\d s ago, (on time|\\d+\\.\\d s late)$`, 'm'));
+    expect(text.stdout).toMatch(
+      new RegExp(`^leader {5}${leader.replica_id}; last full step \\d+\\.\\d s ago, (on time|\\d+\\.\\d s late)$`, 'm'),
+    );
   });
 
   it('counts an agent healthy while it keeps alive, stale once silent, dead past the heartbeat threshold', async () => {

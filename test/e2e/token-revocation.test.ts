@@ -2,7 +2,14 @@ import { randomBytes } from 'node:crypto';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  cli,
+  startAgent,
+  startServer,
+  waitFor,
+  type AgentProcess,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -29,7 +36,19 @@ afterAll(async () => {
 async function start(args: string[]): Promise<ServerProcess> {
   const s = await startServer({
     env: { DATABASE_URL: db.url, LEOFLOW_INSECURE: undefined, LEOFLOW_AGENT_TOKEN: undefined },
-    args: ['--edition', 'pro', '--executor', 'subprocess', '--bootstrap-admin-token', ADMIN, '--heartbeat-interval', '300ms', '--heartbeat-threshold', '3s', ...args],
+    args: [
+      '--edition',
+      'pro',
+      '--executor',
+      'subprocess',
+      '--bootstrap-admin-token',
+      ADMIN,
+      '--heartbeat-interval',
+      '300ms',
+      '--heartbeat-threshold',
+      '3s',
+      ...args,
+    ],
   });
   servers.push(s);
   return s;
@@ -51,15 +70,21 @@ describe('a revoked or expired token', () => {
     const b = await start(['--replica-id', 'rev-b']);
     const admin = createClients(a.url, null, ADMIN);
     const viewer = (await admin.tokens.createToken({ name: 'watcher', role: 'viewer' })).secret;
-    const agentToken = (await admin.tokens.createToken({ name: 'agent', role: 'agent', agentPattern: 'rev-*' }));
+    const agentToken = await admin.tokens.createToken({ name: 'agent', role: 'agent', agentPattern: 'rev-*' });
 
     const watch = readToEnd(createClients(b.url, null, viewer).workflow.watchRuns({}));
     const agent = startAgent(b.url, ['--id', 'rev-1'], { env: { LEOFLOW_AGENT_TOKEN: agentToken.secret } });
     agents.push(agent);
-    await waitFor('the agent connected to rev-b', async () => {
-      const [r] = await db.sql<{ c: string | null }[]>`select connected_replica as c from agents where agent_id = 'rev-1'`;
-      return r?.c === 'rev-b';
-    }, 30_000);
+    await waitFor(
+      'the agent connected to rev-b',
+      async () => {
+        const [r] = await db.sql<
+          { c: string | null }[]
+        >`select connected_replica as c from agents where agent_id = 'rev-1'`;
+        return r?.c === 'rev-b';
+      },
+      30_000,
+    );
     await new Promise((r) => setTimeout(r, 300)); // the watch is open
 
     const viewerId = (await admin.tokens.listTokens({})).tokens.find((t) => t.name === 'watcher')!.id;
@@ -71,10 +96,17 @@ describe('a revoked or expired token', () => {
     expect(w.err?.code, String(w.err)).toBe(Code.Unauthenticated);
     expect(w.err?.rawMessage).toBe(`API token "${viewerId}" was revoked`);
     expect(w.at - revokedAt).toBeLessThan(1000);
-    await waitFor('the agent cut off', async () => {
-      const [r] = await db.sql<{ c: string | null }[]>`select connected_replica as c from agents where agent_id = 'rev-1'`;
-      return r?.c === null;
-    }, 1000, 20);
+    await waitFor(
+      'the agent cut off',
+      async () => {
+        const [r] = await db.sql<
+          { c: string | null }[]
+        >`select connected_replica as c from agents where agent_id = 'rev-1'`;
+        return r?.c === null;
+      },
+      1000,
+      20,
+    );
     // Refused at its next Hello (UNAUTHENTICATED is final for an agent): it stops.
     const exit = await Promise.race([agent.exited, new Promise<null>((r) => setTimeout(() => r(null), 10_000))]);
     expect(exit, agent.output()).not.toBeNull();
@@ -111,8 +143,16 @@ describe('a revoked or expired token', () => {
   it('holds each token to --max-token-streams open streams: the one past it is refused, naming the limit, and other tokens go on', async () => {
     const s = await start(['--replica-id', 'rev-cap', '--max-token-streams', '3']);
     const admin = createClients(s.url, null, ADMIN);
-    const flood = createClients(s.url, null, (await admin.tokens.createToken({ name: 'flood', role: 'viewer' })).secret);
-    const other = createClients(s.url, null, (await admin.tokens.createToken({ name: 'other', role: 'viewer' })).secret);
+    const flood = createClients(
+      s.url,
+      null,
+      (await admin.tokens.createToken({ name: 'flood', role: 'viewer' })).secret,
+    );
+    const other = createClients(
+      s.url,
+      null,
+      (await admin.tokens.createToken({ name: 'other', role: 'viewer' })).secret,
+    );
     const open = (c: typeof flood) => {
       const ctl = new AbortController();
       const ended = readToEnd(c.workflow.watchRuns({}, { signal: ctl.signal }));
@@ -122,7 +162,9 @@ describe('a revoked or expired token', () => {
     await new Promise((r) => setTimeout(r, 500)); // the three are open
     const fourth = await readToEnd(flood.workflow.watchRuns({}));
     expect(fourth.err?.code, String(fourth.err)).toBe(Code.ResourceExhausted);
-    expect(fourth.err?.rawMessage).toMatch(/^API token "[^"]+" holds 3 open streams, the limit \(--max-token-streams 3\): close some first$/);
+    expect(fourth.err?.rawMessage).toMatch(
+      /^API token "[^"]+" holds 3 open streams, the limit \(--max-token-streams 3\): close some first$/,
+    );
     // Another token is not held back by this one's flood.
     const theirs = open(other);
     await new Promise((r) => setTimeout(r, 300));

@@ -9,7 +9,14 @@ import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
 import { WorkflowService } from '../../src/gen/leoflow/v1/workflow_pb.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
 import { freePort } from '../helpers/global-setup.js';
-import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  cli,
+  startAgent,
+  startServer,
+  waitFor,
+  type AgentProcess,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -40,9 +47,15 @@ beforeAll(async () => {
   });
   api = createClients(server.url);
   agent = startAgent(server.url, ['--id', 'trace-agent']);
-  await waitFor('agent connected', async () => (await api.cluster.listAgents({})).agents.some((a) => a.agentId === 'trace-agent' && a.connected), 20_000);
+  await waitFor(
+    'agent connected',
+    async () => (await api.cluster.listAgents({})).agents.some((a) => a.agentId === 'trace-agent' && a.connected),
+    20_000,
+  );
   const file = path.join(tmp, 'traced.yaml');
-  await writeFile(file, `dag_id: traced
+  await writeFile(
+    file,
+    `dag_id: traced
 tasks:
   - id: local
     command: ["sh", "-c", "printf '%s|%s' \\"$TRACEPARENT\\" \\"$TRACESTATE\\" > ${tmp}/local.out"]
@@ -50,7 +63,8 @@ tasks:
     executor: agents
     depends_on: [local]
     command: ["sh", "-c", "printf '%s|%s' \\"$TRACEPARENT\\" \\"$TRACESTATE\\" > ${tmp}/remote.out"]
-`);
+`,
+  );
   const applied = await cli(server.url, ['dag', 'apply', file]);
   expect(applied.code, applied.stderr).toBe(0);
 }, 60_000);
@@ -65,7 +79,11 @@ afterAll(async () => {
 
 async function runToEnd(headers: Record<string, string>): Promise<{ runId: string; traceparent: string }> {
   const { run } = await api.workflow.triggerRun({ dagId: 'traced' }, { headers });
-  await waitFor('run succeeded', async () => (await api.workflow.getRun({ runId: run!.runId })).run!.state === RunState.SUCCESS, 30_000);
+  await waitFor(
+    'run succeeded',
+    async () => (await api.workflow.getRun({ runId: run!.runId })).run!.state === RunState.SUCCESS,
+    30_000,
+  );
   return { runId: run!.runId, traceparent: run!.traceparent };
 }
 
@@ -75,7 +93,10 @@ function spansOfRun(runId: string): ReceivedSpan[] {
 
 describe('tracing', () => {
   it('exports one trace from the caller through the run, its attempts and their dispatch, and the tasks see their attempt in TRACEPARENT', async () => {
-    const { runId, traceparent } = await runToEnd({ traceparent: `00-${TRACE_ID}-${CALLER_SPAN}-01`, tracestate: 'vendor=abc' });
+    const { runId, traceparent } = await runToEnd({
+      traceparent: `00-${TRACE_ID}-${CALLER_SPAN}-01`,
+      tracestate: 'vendor=abc',
+    });
     // The run continues the caller's trace with a span of its own.
     expect(traceparent).toMatch(new RegExp(`^00-${TRACE_ID}-[0-9a-f]{16}-01$`));
     const runSpanId = traceparent.split('-')[2]!;
@@ -98,7 +119,12 @@ describe('tracing', () => {
     expect(attempts.map((s) => s.name).sort()).toEqual(['attempt local', 'attempt remote']);
     for (const a of attempts) {
       expect(a.parentSpanId).toBe(runSpanId);
-      expect(a.attributes).toMatchObject({ 'leoflow.dag_id': 'traced', 'leoflow.run_id': runId, 'leoflow.try_number': 1, 'leoflow.state': 'success' });
+      expect(a.attributes).toMatchObject({
+        'leoflow.dag_id': 'traced',
+        'leoflow.run_id': runId,
+        'leoflow.try_number': 1,
+        'leoflow.state': 'success',
+      });
       expect(a.events.map((e) => e.name)).toEqual(['started']);
       // Inside the run's span in time.
       expect(a.startNs).toBeGreaterThanOrEqual(run[0]!.startNs);
@@ -110,7 +136,8 @@ describe('tracing', () => {
     // Dispatch: a child of its attempt.
     const dispatches = spans.filter((s) => s.name === 'dispatch');
     expect(dispatches.map((d) => d.attributes['leoflow.task_id']).sort()).toEqual(['local', 'remote']);
-    for (const d of dispatches) expect(d.parentSpanId).toBe(byTask.get(d.attributes['leoflow.task_id'] as string)!.spanId);
+    for (const d of dispatches)
+      expect(d.parentSpanId).toBe(byTask.get(d.attributes['leoflow.task_id'] as string)!.spanId);
 
     // The processes, one run by the server and one by the agent, are in the attempt's span.
     for (const task of ['local', 'remote']) {
@@ -121,7 +148,11 @@ describe('tracing', () => {
   }, 60_000);
 
   it('starts a trace of its own for a run triggered without one, or with one that does not parse', async () => {
-    for (const headers of [{} as Record<string, string>, { traceparent: '00-00000000000000000000000000000000-00f067aa0ba902b7-01' }, { traceparent: 'not a traceparent' }]) {
+    for (const headers of [
+      {} as Record<string, string>,
+      { traceparent: '00-00000000000000000000000000000000-00f067aa0ba902b7-01' },
+      { traceparent: 'not a traceparent' },
+    ]) {
       const { runId, traceparent } = await runToEnd(headers);
       const [, traceId, spanId] = traceparent.split('-');
       expect(traceId).toMatch(/^[0-9a-f]{32}$/);
@@ -137,8 +168,14 @@ describe('tracing', () => {
   it('takes the traceparent from an HTTP header too (the Connect protocol, JSON)', async () => {
     const caller = 'a1b2c3d4e5f60718';
     // Connect's unary calls are plain HTTP POSTs: the traceparent is an ordinary request header.
-    const connect = createClient(WorkflowService, createConnectTransport({ baseUrl: server.url, httpVersion: '2', useBinaryFormat: false }));
-    const { run } = await connect.triggerRun({ dagId: 'traced' }, { headers: { traceparent: `00-${TRACE_ID}-${caller}-01` } });
+    const connect = createClient(
+      WorkflowService,
+      createConnectTransport({ baseUrl: server.url, httpVersion: '2', useBinaryFormat: false }),
+    );
+    const { run } = await connect.triggerRun(
+      { dagId: 'traced' },
+      { headers: { traceparent: `00-${TRACE_ID}-${caller}-01` } },
+    );
     expect(run!.traceparent).toMatch(new RegExp(`^00-${TRACE_ID}-[0-9a-f]{16}-01$`));
     await waitFor('run span exported', async () => spansOfRun(run!.runId).some((s) => s.name === 'run traced'), 30_000);
     expect(spansOfRun(run!.runId).find((s) => s.name === 'run traced')!.parentSpanId).toBe(caller);
@@ -146,19 +183,36 @@ describe('tracing', () => {
 
   it('records a failed attempt as an error span, and its retry as a span of its own', async () => {
     const file = path.join(tmp, 'flaky.yaml');
-    await writeFile(file, `dag_id: flaky
+    await writeFile(
+      file,
+      `dag_id: flaky
 tasks:
   - id: once
     retries: 1
     retry_delay: 100ms
     command: ["sh", "-c", "test \\"$LEOFLOW_TRY_NUMBER\\" = 2 || { echo boom >&2; exit 3; }"]
-`);
+`,
+    );
     expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
     const { run } = await api.workflow.triggerRun({ dagId: 'flaky' });
-    await waitFor('run succeeded', async () => (await api.workflow.getRun({ runId: run!.runId })).run!.state === RunState.SUCCESS, 30_000);
-    await waitFor('spans exported', async () => spansOfRun(run!.runId).filter((s) => s.name === 'attempt once').length === 2, 15_000);
-    const [first, second] = spansOfRun(run!.runId).filter((s) => s.name === 'attempt once').sort((a, b) => Number(a.attributes['leoflow.try_number']) - Number(b.attributes['leoflow.try_number']));
-    expect(first!.attributes).toMatchObject({ 'leoflow.try_number': 1, 'leoflow.state': 'up_for_retry', 'leoflow.exit_code': 3 });
+    await waitFor(
+      'run succeeded',
+      async () => (await api.workflow.getRun({ runId: run!.runId })).run!.state === RunState.SUCCESS,
+      30_000,
+    );
+    await waitFor(
+      'spans exported',
+      async () => spansOfRun(run!.runId).filter((s) => s.name === 'attempt once').length === 2,
+      15_000,
+    );
+    const [first, second] = spansOfRun(run!.runId)
+      .filter((s) => s.name === 'attempt once')
+      .sort((a, b) => Number(a.attributes['leoflow.try_number']) - Number(b.attributes['leoflow.try_number']));
+    expect(first!.attributes).toMatchObject({
+      'leoflow.try_number': 1,
+      'leoflow.state': 'up_for_retry',
+      'leoflow.exit_code': 3,
+    });
     expect(first!.status.code).toBe(2); // STATUS_CODE_ERROR
     expect(second!.attributes).toMatchObject({ 'leoflow.try_number': 2, 'leoflow.state': 'success' });
     expect(second!.status.code).toBe(0);
@@ -179,9 +233,20 @@ describe('tracing in Pro', () => {
     pro = await startServer({
       env: { DATABASE_URL: proDb.url },
       args: [
-        '--edition', 'pro', '--listen', `127.0.0.1:${port}`, '--kubeconfig', kube.kubeconfigPath, '--kubernetes-namespace', NS,
-        '--kubernetes-image', 'leoflow:test', '--pod-server-url', `http://127.0.0.1:${port}`,
-        '--otlp-endpoint', otlp.url,
+        '--edition',
+        'pro',
+        '--listen',
+        `127.0.0.1:${port}`,
+        '--kubeconfig',
+        kube.kubeconfigPath,
+        '--kubernetes-namespace',
+        NS,
+        '--kubernetes-image',
+        'leoflow:test',
+        '--pod-server-url',
+        `http://127.0.0.1:${port}`,
+        '--otlp-endpoint',
+        otlp.url,
       ],
     });
   }, 60_000);
@@ -192,15 +257,32 @@ describe('tracing in Pro', () => {
     await proDb?.drop();
   });
 
-  it('traces the pod\'s creation as a child of its attempt, and the task in the pod sees its attempt in TRACEPARENT', async () => {
+  it("traces the pod's creation as a child of its attempt, and the task in the pod sees its attempt in TRACEPARENT", async () => {
     const file = path.join(tmp, 'podded.yaml');
-    await writeFile(file, 'dag_id: podded\ntasks:\n  - id: p\n    command: ["sh", "-c", "echo \\"tp=$TRACEPARENT\\""]\n');
+    await writeFile(
+      file,
+      'dag_id: podded\ntasks:\n  - id: p\n    command: ["sh", "-c", "echo \\"tp=$TRACEPARENT\\""]\n',
+    );
     expect((await cli(pro.url, ['dag', 'apply', file])).code).toBe(0);
     const proApi = createClients(pro.url);
-    const { run } = await proApi.workflow.triggerRun({ dagId: 'podded' }, { headers: { traceparent: `00-${TRACE_ID}-${CALLER_SPAN}-01` } });
-    await waitFor('run succeeded', async () => (await proApi.workflow.getRun({ runId: run!.runId })).run!.state === RunState.SUCCESS, 30_000);
-    const ofRun = () => otlp.spans.filter((s) => s.attributes['leoflow.run_id'] === run!.runId && s.resource['leoflow.edition'] === 'pro');
-    await waitFor('spans exported', async () => ['run podded', 'attempt p', 'dispatch', 'create pod'].every((n) => ofRun().some((s) => s.name === n)), 15_000);
+    const { run } = await proApi.workflow.triggerRun(
+      { dagId: 'podded' },
+      { headers: { traceparent: `00-${TRACE_ID}-${CALLER_SPAN}-01` } },
+    );
+    await waitFor(
+      'run succeeded',
+      async () => (await proApi.workflow.getRun({ runId: run!.runId })).run!.state === RunState.SUCCESS,
+      30_000,
+    );
+    const ofRun = () =>
+      otlp.spans.filter(
+        (s) => s.attributes['leoflow.run_id'] === run!.runId && s.resource['leoflow.edition'] === 'pro',
+      );
+    await waitFor(
+      'spans exported',
+      async () => ['run podded', 'attempt p', 'dispatch', 'create pod'].every((n) => ofRun().some((s) => s.name === n)),
+      15_000,
+    );
     const attempt = ofRun().find((s) => s.name === 'attempt p')!;
     const create = ofRun().find((s) => s.name === 'create pod')!;
     expect(create.traceId).toBe(TRACE_ID);

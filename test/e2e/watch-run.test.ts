@@ -47,7 +47,9 @@ afterAll(async () => {
 
 /** Every event of the run in the log, in seq order. */
 async function logged(runId: string): Promise<string[]> {
-  const rows = await db.sql<{ seq: string }[]>`select seq::text as seq from events where run_id = ${runId} order by events.seq`;
+  const rows = await db.sql<
+    { seq: string }[]
+  >`select seq::text as seq from events where run_id = ${runId} order by events.seq`;
   return rows.map((r) => r.seq);
 }
 
@@ -56,11 +58,15 @@ describe('WatchRun', () => {
     const api = createClients(servers[0]!.url);
     const { run } = await api.workflow.triggerRun({ dagId: 'chain', confJson: '', runKey: '' });
     const got: RunEvent[] = [];
-    for await (const res of api.workflow.watchRun({ runId: run!.runId, afterSeq: '0', follow: false })) got.push(...res.events);
+    for await (const res of api.workflow.watchRun({ runId: run!.runId, afterSeq: '0', follow: false }))
+      got.push(...res.events);
     const seqs = got.map((e) => e.seq);
     expect(seqs).toEqual(await logged(run!.runId));
     expect(new Set(seqs).size).toBe(seqs.length);
-    const tiMoves = (task: string) => got.filter((e) => e.kind === 'ti.state' && JSON.parse(e.payloadJson).task_id === task).map((e) => JSON.parse(e.payloadJson).to);
+    const tiMoves = (task: string) =>
+      got
+        .filter((e) => e.kind === 'ti.state' && JSON.parse(e.payloadJson).task_id === task)
+        .map((e) => JSON.parse(e.payloadJson).to);
     for (const t of ['a', 'b', 'c']) expect(tiMoves(t)).toContain('running');
     for (const t of ['a', 'b', 'c']) expect(tiMoves(t).at(-1)).toBe('success');
     const last = got.at(-1)!;
@@ -76,7 +82,10 @@ describe('WatchRun', () => {
     const first: RunEvent[] = [];
     const ac = new AbortController();
     try {
-      for await (const res of one.workflow.watchRun({ runId: run!.runId, afterSeq: '0', follow: false }, { signal: ac.signal })) {
+      for await (const res of one.workflow.watchRun(
+        { runId: run!.runId, afterSeq: '0', follow: false },
+        { signal: ac.signal },
+      )) {
         first.push(...res.events);
         if (first.length >= 3) break;
       }
@@ -84,18 +93,21 @@ describe('WatchRun', () => {
       ac.abort();
     }
     const rest: RunEvent[] = [];
-    for await (const res of two.workflow.watchRun({ runId: run!.runId, afterSeq: first.at(-1)!.seq, follow: false })) rest.push(...res.events);
+    for await (const res of two.workflow.watchRun({ runId: run!.runId, afterSeq: first.at(-1)!.seq, follow: false }))
+      rest.push(...res.events);
     const all = [...first, ...rest].map((e) => e.seq);
     expect(all).toEqual(await logged(run!.runId));
     expect(new Set(all).size).toBe(all.length);
     // A replay from the middle of a finished run is the log's tail.
     const log = await logged(run!.runId);
     const tail: string[] = [];
-    for await (const res of two.workflow.watchRun({ runId: run!.runId, afterSeq: log[2]!, follow: false })) tail.push(...res.events.map((e) => e.seq));
+    for await (const res of two.workflow.watchRun({ runId: run!.runId, afterSeq: log[2]!, follow: false }))
+      tail.push(...res.events.map((e) => e.seq));
     expect(tail).toEqual(log.slice(3));
     // Resumed after the last event of the ended run: the stream ends at once, empty.
     const none: string[] = [];
-    for await (const res of two.workflow.watchRun({ runId: run!.runId, afterSeq: log.at(-1)!, follow: false })) none.push(...res.events.map((e) => e.seq));
+    for await (const res of two.workflow.watchRun({ runId: run!.runId, afterSeq: log.at(-1)!, follow: false }))
+      none.push(...res.events.map((e) => e.seq));
     expect(none).toEqual([]);
   }, 30_000);
 
@@ -115,7 +127,11 @@ describe('WatchRun', () => {
         // aborted
       }
     })();
-    const { run } = await createClients(servers[0]!.url).workflow.triggerRun({ dagId: 'chain', confJson: '', runKey: '' });
+    const { run } = await createClients(servers[0]!.url).workflow.triggerRun({
+      dagId: 'chain',
+      confJson: '',
+      runKey: '',
+    });
     await Promise.race([reading, new Promise((r) => setTimeout(r, 20_000))]);
     ac.abort();
     expect(got.every((e) => e.dagId === 'chain' && e.runId === run!.runId)).toBe(true);
@@ -152,7 +168,10 @@ describe('WatchRun', () => {
     expect(plain.stdout).toMatch(new RegExp(`run ${run!.runId} success in \\d+(\\.\\d)?m?s: 3 success`));
     const json = await cli(servers[1]!.url, ['run', 'watch', run!.runId, '-o', 'json']);
     expect(json.code, json.stderr).toBe(0);
-    const events = json.stdout.trim().split('\n').map((l) => JSON.parse(l) as { seq: string; kind: string; to: string });
+    const events = json.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { seq: string; kind: string; to: string });
     expect(events.map((e) => e.seq)).toEqual(await logged(run!.runId));
     expect(events.at(-1)).toMatchObject({ kind: 'run.state', to: 'success' });
   }, 30_000);

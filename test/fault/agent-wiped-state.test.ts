@@ -3,7 +3,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
-import { cli, startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  cli,
+  startAgent,
+  startServer,
+  waitFor,
+  type AgentProcess,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { isAlive, killGroupOf } from '../helpers/process-group.js';
 import { runEnds } from '../helpers/run-ends.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
@@ -48,7 +55,11 @@ afterAll(async () => {
 async function agent(id: string, stateDir: string): Promise<AgentProcess> {
   const a = startAgent(server.url, ['--id', id, '--labels', `zone=${id}`, '--state-dir', stateDir]);
   agents.push(a);
-  await waitFor(`agent ${id} connected`, async () => (await api.cluster.listAgents({})).agents.some((x) => x.agentId === id && x.connected), 20_000);
+  await waitFor(
+    `agent ${id} connected`,
+    async () => (await api.cluster.listAgents({})).agents.some((x) => x.agentId === id && x.connected),
+    20_000,
+  );
   return a;
 }
 
@@ -71,7 +82,10 @@ function overlaps(entries: Entry[]): string[] {
   for (let i = 1; i < tries.length; i++) {
     const [prevTry, prev] = tries[i - 1]!;
     const [thisTry, cur] = tries[i]!;
-    if (prev.to >= cur.from) found.push(`try ${prevTry} was live until ${prev.to}, after try ${thisTry} started at ${cur.from} (${prev.to - cur.from} ms)`);
+    if (prev.to >= cur.from)
+      found.push(
+        `try ${prevTry} was live until ${prev.to}, after try ${thisTry} started at ${cur.from} (${prev.to - cur.from} ms)`,
+      );
   }
   return found;
 }
@@ -89,14 +103,27 @@ async function wipedRestart(name: string, nextStateDir: (old: string) => Promise
   const file = path.join(tmp, `${name}.yaml`);
   await writeFile(
     file,
-    [`dag_id: ${name}`, 'tasks:', '  - id: work', '    executor: agents', `    placement: { labels: { zone: ${name} } }`, `    command: ["sh", "-c", ${JSON.stringify(script)}]`, '    retries: 2', '    retry_delay: 100ms', ''].join('\n'),
+    [
+      `dag_id: ${name}`,
+      'tasks:',
+      '  - id: work',
+      '    executor: agents',
+      `    placement: { labels: { zone: ${name} } }`,
+      `    command: ["sh", "-c", ${JSON.stringify(script)}]`,
+      '    retries: 2',
+      '    retry_delay: 100ms',
+      '',
+    ].join('\n'),
   );
   const applied = await cli(server.url, ['dag', 'apply', file]);
   expect(applied.code, applied.stderr).toBe(0);
   const first = await agent(name, stateDir);
   const runId = (await api.workflow.triggerRun({ dagId: name })).run!.runId;
   const lines = async () => (await readFile(ledger, 'utf8').catch(() => '')).split('\n').filter((l) => l !== '');
-  const started = await waitFor('try 1 started', async () => (await lines()).find((l) => l.startsWith('start 1 ')) ?? null);
+  const started = await waitFor(
+    'try 1 started',
+    async () => (await lines()).find((l) => l.startsWith('start 1 ')) ?? null,
+  );
   const pid = Number(started.split(' ')[2]);
   taskPids.add(pid);
 

@@ -37,17 +37,25 @@ const SETTLE_MS = 30_000;
 const DRAIN_MS = 60_000;
 
 const SERVER_FLAGS = [
-  '--tick-interval', '200ms',
-  '--leader-watchdog', '1s',
-  '--heartbeat-interval', '500ms',
+  '--tick-interval',
+  '200ms',
+  '--leader-watchdog',
+  '1s',
+  '--heartbeat-interval',
+  '500ms',
   // Well above the longest stall the faults cause on their own (a replica stopped or Postgres
   // down for 3 s, a killed process started again 3 s later, plus its start-up on a busy machine),
   // so a live attempt is never judged lost merely because a fault outlasted the threshold.
-  '--heartbeat-threshold', '15s',
-  '--kill-grace', '500ms',
-  '--shutdown-grace', '3s',
-  '--dispatch-workers', '4',
-  '--dispatch-queue', '64',
+  '--heartbeat-threshold',
+  '15s',
+  '--kill-grace',
+  '500ms',
+  '--shutdown-grace',
+  '3s',
+  '--dispatch-workers',
+  '4',
+  '--dispatch-queue',
+  '64',
 ];
 const AGENT_FLAGS = ['--slots', '2', '--kill-grace', '500ms', '--shutdown-grace', '5s'];
 
@@ -55,7 +63,8 @@ function chaosSeconds(): number {
   const raw = process.env.LEOFLOW_CHAOS_SECONDS;
   if (raw === undefined || raw === '') return 50;
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < 5 || n > 86_400) throw new Error(`LEOFLOW_CHAOS_SECONDS must be an integer from 5 to 86400, got ${JSON.stringify(raw)}`);
+  if (!Number.isInteger(n) || n < 5 || n > 86_400)
+    throw new Error(`LEOFLOW_CHAOS_SECONDS must be an integer from 5 to 86400, got ${JSON.stringify(raw)}`);
   return n;
 }
 
@@ -114,8 +123,10 @@ const note = (what: string) => notes.push(`t+${((Date.now() - t0Ms) / 1000).toFi
 async function agentCapabilities(): Promise<{ servers: 'own' | 'all'; stateDir: boolean }> {
   const help = (await cli(null, ['agent', '--help'])).stdout;
   const forced = process.env.LEOFLOW_CHAOS_AGENT_SERVERS;
-  if (forced && forced !== 'own' && forced !== 'all') throw new Error(`LEOFLOW_CHAOS_AGENT_SERVERS must be own or all, got ${JSON.stringify(forced)}`);
-  const servers = (forced as 'own' | 'all' | undefined) ?? (/--server takes several|one or more/.test(help) ? 'all' : 'own');
+  if (forced && forced !== 'own' && forced !== 'all')
+    throw new Error(`LEOFLOW_CHAOS_AGENT_SERVERS must be own or all, got ${JSON.stringify(forced)}`);
+  const servers =
+    (forced as 'own' | 'all' | undefined) ?? (/--server takes several|one or more/.test(help) ? 'all' : 'own');
   return { servers, stateDir: help.includes('--state-dir') };
 }
 
@@ -145,7 +156,8 @@ afterAll(async () => {
   watch?.stop();
   await sql?.end({ timeout: 1 }).catch(() => {});
   const closed = await cluster?.close();
-  if (closed && closed.swept.length > 0) console.log(`processes of the test still alive at the end, killed:\n${closed.swept.join('\n')}`);
+  if (closed && closed.swept.length > 0)
+    console.log(`processes of the test still alive at the end, killed:\n${closed.swept.join('\n')}`);
   // LEOFLOW_CHAOS_KEEP=1 keeps the folder: the ledger, the DAGs and every process's output.
   if (dir && process.env.LEOFLOW_CHAOS_KEEP !== '1') await rm(dir, { recursive: true, force: true });
 }, 60_000);
@@ -164,7 +176,8 @@ describe('chaos', () => {
         await writeFile(file, yaml);
         // Applying is idempotent; a busy machine can push its parse past the server's time limit.
         let r = await cli(c.urlOf(c.replicas[0]!), ['dag', 'apply', file]);
-        for (let i = 0; i < 3 && r.code !== 0 && /took longer than/.test(r.stderr); i++) r = await cli(c.urlOf(c.replicas[0]!), ['dag', 'apply', file]);
+        for (let i = 0; i < 3 && r.code !== 0 && /took longer than/.test(r.stderr); i++)
+          r = await cli(c.urlOf(c.replicas[0]!), ['dag', 'apply', file]);
         expect(r.code, r.stderr).toBe(0);
       }
       await waitFor('every agent connected', async () => {
@@ -200,28 +213,62 @@ describe('chaos', () => {
       ).catch(() => false);
       note(drained ? 'every run terminal' : `runs still not terminal after ${DRAIN_MS} ms`);
       const stall = drained ? '' : await stallReport(sql, c);
-      await waitFor('no task process running', async () => (watch!.poll(), watch!.live().length === 0), 10_000, 100).catch(() => note(`task processes still running: ${watch!.live().map((t) => t.key).join(', ')}`));
+      await waitFor(
+        'no task process running',
+        async () => (watch!.poll(), watch!.live().length === 0),
+        10_000,
+        100,
+      ).catch(() =>
+        note(
+          `task processes still running: ${watch!
+            .live()
+            .map((t) => t.key)
+            .join(', ')}`,
+        ),
+      );
       watch.poll();
       watch.stop();
 
       const ledger = await readLedger(ledgerPath);
-      const evidence = { seed, t0Ms, ledger, lastSeen: watch.lastSeen(), kills, db: await readDbRecord(sql), faults, unexpectedExits: c.unexpectedExits };
+      const evidence = {
+        seed,
+        t0Ms,
+        ledger,
+        lastSeen: watch.lastSeen(),
+        kills,
+        db: await readDbRecord(sql),
+        faults,
+        unexpectedExits: c.unexpectedExits,
+      };
       const results = checkInvariants(evidence);
       console.log(
         [
           `chaos summary\n${summarize(evidence)}`,
           `triggers: ${triggers.ok} accepted, ${triggers.failed} failed`,
-          ...(ledger.malformed.length > 0 ? [`malformed ledger lines (a harness problem, not Leoflow's):\n${ledger.malformed.join('\n')}`] : []),
-          ...results.map((r) => `${r.violations.length === 0 ? 'ok  ' : 'FAIL'} ${r.name}${r.violations.length > 0 ? ` (${r.violations.length})` : ''}`),
+          ...(ledger.malformed.length > 0
+            ? [`malformed ledger lines (a harness problem, not Leoflow's):\n${ledger.malformed.join('\n')}`]
+            : []),
+          ...results.map(
+            (r) =>
+              `${r.violations.length === 0 ? 'ok  ' : 'FAIL'} ${r.name}${r.violations.length > 0 ? ` (${r.violations.length})` : ''}`,
+          ),
           `timeline:\n${notes.splice(0).join('\n')}`,
         ].join('\n'),
       );
       if (stall) console.log(`the cluster when the drain gave up:\n${stall}`);
       for (const r of results) {
-        const shown = [...r.violations.slice(0, 20), ...(r.name === 'every run terminal' && stall ? [`the cluster when the drain gave up:\n${stall}`] : [])].join('\n');
+        const shown = [
+          ...r.violations.slice(0, 20),
+          ...(r.name === 'every run terminal' && stall ? [`the cluster when the drain gave up:\n${stall}`] : []),
+        ].join('\n');
         const more = r.violations.length > 20 ? `\n… and ${r.violations.length - 20} more` : '';
         if (r.violations.length > 0) console.log(`${r.name}: ${r.violations.length} violation(s)\n${shown}${more}`);
-        expect.soft(r.violations.length, `${r.name} (seed ${seed}; replay with LEOFLOW_CHAOS_SEED=${seed}):\n${shown}${more}`).toBe(0);
+        expect
+          .soft(
+            r.violations.length,
+            `${r.name} (seed ${seed}; replay with LEOFLOW_CHAOS_SEED=${seed}):\n${shown}${more}`,
+          )
+          .toBe(0);
       }
     },
     // The phases' own bounds, and room for a start-up or a check that a busy machine slows down.

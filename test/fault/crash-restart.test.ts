@@ -16,7 +16,18 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
 let db: TestDatabase;
 let tmp: string;
 const servers: ServerProcess[] = [];
-const FLAGS = ['--tick-interval', '200ms', '--heartbeat-interval', '200ms', '--heartbeat-threshold', '1s', '--dispatch-workers', '4', '--dispatch-queue', '16'];
+const FLAGS = [
+  '--tick-interval',
+  '200ms',
+  '--heartbeat-interval',
+  '200ms',
+  '--heartbeat-threshold',
+  '1s',
+  '--dispatch-workers',
+  '4',
+  '--dispatch-queue',
+  '16',
+];
 
 beforeAll(async () => {
   db = await createTestDatabase();
@@ -68,18 +79,29 @@ describe('control plane SIGKILLed mid-tick', () => {
 
     // Kill it three times while work is in flight, at different depths into the runs.
     for (const afterSuccesses of [3, 15, 30]) {
-      await waitFor(`${afterSuccesses} TIs done`, async () => {
-        const [r] = await db.sql<{ n: number }[]>`select count(*)::int as n from task_instances where state = 'success'`;
-        return r!.n >= afterSuccesses;
-      }, 30_000, 5);
+      await waitFor(
+        `${afterSuccesses} TIs done`,
+        async () => {
+          const [r] = await db.sql<
+            { n: number }[]
+          >`select count(*)::int as n from task_instances where state = 'success'`;
+          return r!.n >= afterSuccesses;
+        },
+        30_000,
+        5,
+      );
       await server.kill();
       server = await start();
     }
 
-    await waitFor('all runs ended', async () => {
-      const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
-      return rows.every((r) => r.state === 'success' || r.state === 'failed');
-    }, 60_000);
+    await waitFor(
+      'all runs ended',
+      async () => {
+        const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
+        return rows.every((r) => r.state === 'success' || r.state === 'failed');
+      },
+      60_000,
+    );
     const runs = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
     expect(runs.map((r) => r.state)).toEqual(Array(6).fill('success'));
 
@@ -91,10 +113,16 @@ describe('control plane SIGKILLed mid-tick', () => {
         select payload->>'to' as to, (payload->>'try')::int as try, payload->>'reason' as reason
         from events where ti_id = ${ti.id} and kind = 'ti.state' order by seq`;
       // Each attempt claimed once: one 'queued' per try, numbered 1..try_number.
-      expect(ev.filter((e) => e.to === 'queued').map((e) => e.try), `TI ${ti.id}`).toEqual(Array.from({ length: ti.try_number }, (_, i) => i + 1));
+      expect(
+        ev.filter((e) => e.to === 'queued').map((e) => e.try),
+        `TI ${ti.id}`,
+      ).toEqual(Array.from({ length: ti.try_number }, (_, i) => i + 1));
       // Every attempt before the last ended by being declared lost — never two live at once.
       for (let t = 1; t < ti.try_number; t++) {
-        expect(ev.some((e) => e.try === t && e.reason === 'agent_lost'), `TI ${ti.id} try ${t} retried without being declared lost`).toBe(true);
+        expect(
+          ev.some((e) => e.try === t && e.reason === 'agent_lost'),
+          `TI ${ti.id} try ${t} retried without being declared lost`,
+        ).toBe(true);
       }
     }
     // What the tasks themselves saw: no attempt (run, task, try) executed twice.

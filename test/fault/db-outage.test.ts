@@ -17,7 +17,18 @@ import { runEnds } from '../helpers/run-ends.js';
  */
 
 const logger = pino({ level: 'warn' });
-const FLAGS = ['--heartbeat-interval', '200ms', '--heartbeat-threshold', '1s', '--tick-interval', '200ms', '--kill-grace', '300ms', '--leader-watchdog', '1s'];
+const FLAGS = [
+  '--heartbeat-interval',
+  '200ms',
+  '--heartbeat-threshold',
+  '1s',
+  '--tick-interval',
+  '200ms',
+  '--kill-grace',
+  '300ms',
+  '--leader-watchdog',
+  '1s',
+];
 
 let stateDir: string;
 let port: number;
@@ -63,7 +74,9 @@ async function tryQuery<T>(q: () => Promise<T>): Promise<T | null> {
 }
 
 async function tiState(runId: string, taskId: string): Promise<string | null> {
-  const rows = await tryQuery(() => sql<{ state: string }[]>`select state from task_instances where run_id = ${runId} and task_id = ${taskId}`);
+  const rows = await tryQuery(
+    () => sql<{ state: string }[]>`select state from task_instances where run_id = ${runId} and task_id = ${taskId}`,
+  );
   return rows?.[0]?.state ?? null;
 }
 
@@ -124,7 +137,13 @@ describe('database faults, on a dedicated Postgres', () => {
     expect(await runEnds(sql, runId, ENDS)).toBe('success');
     const tis = await sql<{ task_id: string; state: string; try_number: number }[]>`
       select task_id, state, try_number from task_instances where run_id = ${runId} order by task_id`;
-    expect(tis.map((t) => `${t.task_id}:${t.state}:${t.try_number}`)).toEqual(['t1:success:1', 't2:success:1', 't3:success:1', 't4:success:1', 't5:success:1']);
+    expect(tis.map((t) => `${t.task_id}:${t.state}:${t.try_number}`)).toEqual([
+      't1:success:1',
+      't2:success:1',
+      't3:success:1',
+      't4:success:1',
+      't5:success:1',
+    ]);
 
     // The lock session was among the backends: leadership was lost and taken again, in-process.
     const lost = logIndexOf(s, 'lost leadership', logsBefore);
@@ -150,7 +169,18 @@ describe('database faults, on a dedicated Postgres', () => {
     // Postgres is back just after one failed: the replica is leader again before any heartbeat
     // could land, and the task's last one is older than the threshold. Only the hold-off after
     // an election (DbHealth) keeps the reaper from failing a live task.
-    const slow = ['--heartbeat-interval', '1500ms', '--heartbeat-threshold', '4500ms', '--tick-interval', '200ms', '--kill-grace', '300ms', '--leader-watchdog', '1s'];
+    const slow = [
+      '--heartbeat-interval',
+      '1500ms',
+      '--heartbeat-threshold',
+      '4500ms',
+      '--tick-interval',
+      '200ms',
+      '--kill-grace',
+      '300ms',
+      '--leader-watchdog',
+      '1s',
+    ];
     await restartMidTask({ flags: slow, sleepS: 11, downMs: 5000, upAfterHeartbeatFailure: true });
   });
 });
@@ -161,10 +191,20 @@ describe('database faults, on a dedicated Postgres', () => {
  * starts it again on the same data directory and port, and checks that the server recovered
  * without a restart: the run succeeds on try 1, nothing was reaped, a new run succeeds.
  */
-async function restartMidTask(opts: { flags: string[]; sleepS: number; downMs: number; upAfterHeartbeatFailure?: boolean }): Promise<void> {
+async function restartMidTask(opts: {
+  flags: string[];
+  sleepS: number;
+  downMs: number;
+  upAfterHeartbeatFailure?: boolean;
+}): Promise<void> {
   const s = await start(opts.flags);
   const dagId = `restarted_${opts.sleepS}`;
-  const runId = await applyAndTrigger(s, dagId, ['  - id: sleeper', `    command: ["sh", "-c", "sleep ${opts.sleepS}"]`, '    retries: 1', '    retry_delay: 200ms']);
+  const runId = await applyAndTrigger(s, dagId, [
+    '  - id: sleeper',
+    `    command: ["sh", "-c", "sleep ${opts.sleepS}"]`,
+    '    retries: 1',
+    '    retry_delay: 200ms',
+  ]);
   await leaderOf(s);
   await waitFor('sleeper running', async () => (await tiState(runId, 'sleeper')) === 'running');
 
@@ -172,10 +212,18 @@ async function restartMidTask(opts: { flags: string[]; sleepS: number; downMs: n
   await new Promise((r) => setTimeout(r, opts.downMs));
   if (opts.upAfterHeartbeatFailure) {
     const from = s.logs.length;
-    await waitFor('a failed heartbeat', async () => s.logs.slice(from).some((l) => String(l.msg).startsWith('heartbeat failed')), 5000, 10);
+    await waitFor(
+      'a failed heartbeat',
+      async () => s.logs.slice(from).some((l) => String(l.msg).startsWith('heartbeat failed')),
+      5000,
+      10,
+    );
   }
   pg = await startEmbeddedPostgres({ stateDir, port, logger });
-  expect(s.logs.some((l) => l.msg === 'lost leadership'), 'the outage cost the lock session').toBe(true);
+  expect(
+    s.logs.some((l) => l.msg === 'lost leadership'),
+    'the outage cost the lock session',
+  ).toBe(true);
 
   expect(await runEnds(sql, runId, ENDS)).toBe('success');
   const [ti] = await sql<{ state: string; try_number: number; exit_code: number }[]>`

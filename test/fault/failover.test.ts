@@ -16,7 +16,16 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
 
 const WATCHDOG_MS = 1000;
 const TICK_MS = 200;
-const FLAGS = ['--leader-watchdog', `${WATCHDOG_MS}ms`, '--tick-interval', `${TICK_MS}ms`, '--heartbeat-interval', '200ms', '--heartbeat-threshold', '1s'];
+const FLAGS = [
+  '--leader-watchdog',
+  `${WATCHDOG_MS}ms`,
+  '--tick-interval',
+  `${TICK_MS}ms`,
+  '--heartbeat-interval',
+  '200ms',
+  '--heartbeat-threshold',
+  '1s',
+];
 
 describe.each(EDITIONS)('leader failover ($edition)', ({ edition, flags }) => {
   let db: TestDatabase;
@@ -68,11 +77,17 @@ describe.each(EDITIONS)('leader failover ($edition)', ({ edition, flags }) => {
     const takeoverMs = Date.now() - killedAt;
     expect(takeoverMs).toBeLessThan(WATCHDOG_MS + TICK_MS + 500);
 
-    await waitFor('all runs ended', async () => {
-      const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
-      return rows.every((r) => r.state === 'success' || r.state === 'failed');
-    }, 40_000);
-    const runs = await db.sql<{ id: string; state: string }[]>`select id, state from dag_runs where id = any(${runIds}::bigint[]) order by id`;
+    await waitFor(
+      'all runs ended',
+      async () => {
+        const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
+        return rows.every((r) => r.state === 'success' || r.state === 'failed');
+      },
+      40_000,
+    );
+    const runs = await db.sql<
+      { id: string; state: string }[]
+    >`select id, state from dag_runs where id = any(${runIds}::bigint[]) order by id`;
     expect(runs.map((r) => r.state)).toEqual(['success', 'success', 'success']);
 
     // One claim per attempt (an attempt the dead leader claimed but never started is one too),

@@ -3,7 +3,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { cli, serverLauncher, startAgent, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  cli,
+  serverLauncher,
+  startAgent,
+  waitFor,
+  type AgentProcess,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { isRunEnded } from '../helpers/run-ends.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -17,7 +24,14 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
 
 const THRESHOLD_MS = 8000;
 const FLAGS = [
-  '--leader-watchdog', '1s', '--tick-interval', '200ms', '--heartbeat-interval', '1s', '--heartbeat-threshold', `${THRESHOLD_MS}ms`,
+  '--leader-watchdog',
+  '1s',
+  '--tick-interval',
+  '200ms',
+  '--heartbeat-interval',
+  '1s',
+  '--heartbeat-threshold',
+  `${THRESHOLD_MS}ms`,
 ];
 const CYCLES = 5;
 const WIDTH = 4;
@@ -61,13 +75,22 @@ describe('graceful stop of the leader, agents given one address', () => {
     await writeFile(file, ['dag_id: wide', 'tasks:', ...tasks, ''].join('\n'));
 
     let leader = await start(['--replica-id', 'replica-0']);
-    await waitFor('replica-0 leads', async () => (await createClients(leader.url).cluster.getLeader({})).leaderId === 'replica-0');
+    await waitFor(
+      'replica-0 leads',
+      async () => (await createClients(leader.url).cluster.getLeader({})).leaderId === 'replica-0',
+    );
     // The agents know the first leader's address, and only it.
     for (const id of ['a1', 'a2']) agents.push(startAgent(leader.url, ['--id', id, '--slots', '4']));
-    await waitFor('agents connected', async () => {
-      const [r] = await db.sql<{ n: number }[]>`select count(*)::int as n from agents where connected_replica = 'replica-0'`;
-      return r!.n === 2;
-    }, 40_000);
+    await waitFor(
+      'agents connected',
+      async () => {
+        const [r] = await db.sql<
+          { n: number }[]
+        >`select count(*)::int as n from agents where connected_replica = 'replica-0'`;
+        return r!.n === 2;
+      },
+      40_000,
+    );
     expect((await cli(leader.url, ['dag', 'apply', file])).code).toBe(0);
 
     const runIds: string[] = [];
@@ -79,27 +102,48 @@ describe('graceful stop of the leader, agents given one address', () => {
       for (let i = 0; i < 2; i++) mine.push((await api.workflow.triggerRun({ dagId: 'wide' })).run!.runId);
       runIds.push(...mine);
       const leaderId = (await api.cluster.getLeader({})).leaderId;
-      await waitFor(`cycle ${cycle}: work in flight on ${leaderId}'s agents`, async () => {
-        const [r] = await db.sql<{ busy: number }[]>`
+      await waitFor(
+        `cycle ${cycle}: work in flight on ${leaderId}'s agents`,
+        async () => {
+          const [r] = await db.sql<{ busy: number }[]>`
           select count(*) filter (where t.state = 'running' and a.connected_replica = ${leaderId})::int as busy
           from task_instances t join agents a on a.agent_id = t.agent_id where t.run_id = any(${mine}::bigint[])`;
-        return r!.busy >= 2;
-      }, 30_000, 10);
+          return r!.busy >= 2;
+        },
+        30_000,
+        10,
+      );
       expect(await leader.stop(25_000)).toEqual({ code: 0, signal: null });
       const nextApi = createClients(next.url);
-      await waitFor(`cycle ${cycle}: replica-${cycle} leads`, async () => (await nextApi.cluster.getLeader({})).leaderId === `replica-${cycle}`, 20_000);
-      await waitFor(`cycle ${cycle}: its runs ended`, async () => {
-        const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${mine}::bigint[])`;
-        return rows.every((r) => isRunEnded(r.state));
-      }, 60_000);
-      await waitFor(`cycle ${cycle}: agents on replica-${cycle}`, async () => {
-        const [r] = await db.sql<{ n: number }[]>`select count(*)::int as n from agents where connected_replica = ${`replica-${cycle}`}`;
-        return r!.n === 2;
-      }, 20_000);
+      await waitFor(
+        `cycle ${cycle}: replica-${cycle} leads`,
+        async () => (await nextApi.cluster.getLeader({})).leaderId === `replica-${cycle}`,
+        20_000,
+      );
+      await waitFor(
+        `cycle ${cycle}: its runs ended`,
+        async () => {
+          const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${mine}::bigint[])`;
+          return rows.every((r) => isRunEnded(r.state));
+        },
+        60_000,
+      );
+      await waitFor(
+        `cycle ${cycle}: agents on replica-${cycle}`,
+        async () => {
+          const [r] = await db.sql<
+            { n: number }[]
+          >`select count(*)::int as n from agents where connected_replica = ${`replica-${cycle}`}`;
+          return r!.n === 2;
+        },
+        20_000,
+      );
       leader = next;
     }
 
-    const runs = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[]) order by id`;
+    const runs = await db.sql<
+      { state: string }[]
+    >`select state from dag_runs where id = any(${runIds}::bigint[]) order by id`;
     expect(runs.map((r) => r.state)).toEqual(runIds.map(() => 'success'));
     const retried = await db.sql<{ task_id: string; try_number: number }[]>`
       select task_id, try_number from task_instances where run_id = any(${runIds}::bigint[]) and try_number <> 1`;

@@ -3,7 +3,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { cli, serverLauncher, startAgent, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import {
+  cli,
+  serverLauncher,
+  startAgent,
+  waitFor,
+  type AgentProcess,
+  type ServerProcess,
+} from '../helpers/leoflow-process.js';
 import { isRunEnded } from '../helpers/run-ends.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -19,8 +26,18 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
 const THRESHOLD_MS = 8000;
 const BOUND_MS = THRESHOLD_MS / 4;
 const FLAGS = [
-  '--leader-watchdog', '1s', '--tick-interval', '200ms', '--heartbeat-interval', '1s', '--heartbeat-threshold', `${THRESHOLD_MS}ms`,
-  '--dispatch-workers', '4', '--dispatch-queue', '64',
+  '--leader-watchdog',
+  '1s',
+  '--tick-interval',
+  '200ms',
+  '--heartbeat-interval',
+  '1s',
+  '--heartbeat-threshold',
+  `${THRESHOLD_MS}ms`,
+  '--dispatch-workers',
+  '4',
+  '--dispatch-queue',
+  '64',
 ];
 const RUNS = 6;
 const WIDTH = 6;
@@ -82,29 +99,45 @@ describe('graceful stop of the leader', () => {
 
     // Three agents on the leader, each knowing both replicas; one on the standby from the start.
     const onLeader = ['a1', 'a2', 'a3'];
-    for (const id of onLeader) agents.push(startAgent(leader.url, ['--server', standby.url, '--id', id, '--slots', '4']));
+    for (const id of onLeader)
+      agents.push(startAgent(leader.url, ['--server', standby.url, '--id', id, '--slots', '4']));
     agents.push(startAgent(standby.url, ['--server', leader.url, '--id', 'b1', '--slots', '4']));
     // (Each goes to its first address; on a loaded machine a stream that looks deaf sends an agent
     // on to its next one, which the test allows: it needs work on the leader's agents at the stop.)
-    await waitFor('agents connected', async () => {
-      const [r] = await db.sql<{ n: number }[]>`select count(*)::int as n from agents where connected_replica is not null`;
-      return r!.n === 4;
-    }, 40_000);
+    await waitFor(
+      'agents connected',
+      async () => {
+        const [r] = await db.sql<
+          { n: number }[]
+        >`select count(*)::int as n from agents where connected_replica is not null`;
+        return r!.n === 4;
+      },
+      40_000,
+    );
 
     expect((await cli(leader.url, ['dag', 'apply', file])).code).toBe(0);
     const runIds: string[] = [];
     for (let i = 0; i < RUNS; i++) runIds.push((await api.workflow.triggerRun({ dagId: 'wide' })).run!.runId);
     const total = RUNS * WIDTH * DEPTH;
     // Stop the leader with work in flight on its agents and more to place.
-    await waitFor('work in flight on the leader\'s agents', async () => {
-      const [r] = await db.sql<{ done: number; busy: number }[]>`
+    await waitFor(
+      "work in flight on the leader's agents",
+      async () => {
+        const [r] = await db.sql<{ done: number; busy: number }[]>`
         select count(*) filter (where t.state = 'success')::int as done,
                count(*) filter (where t.state in ('queued', 'running') and a.connected_replica = 'replica-l')::int as busy
         from task_instances t left join agents a on a.agent_id = t.agent_id`;
-      return r!.done >= total / 5 && r!.busy >= 4;
-    }, 30_000, 10);
+        return r!.done >= total / 5 && r!.busy >= 4;
+      },
+      30_000,
+      10,
+    );
     // (On a loaded machine an agent may have moved already, after a deaf stream.)
-    const atStop = (await db.sql<{ agent_id: string }[]>`select agent_id from agents where connected_replica = 'replica-l' order by agent_id`).map((r) => r.agent_id);
+    const atStop = (
+      await db.sql<
+        { agent_id: string }[]
+      >`select agent_id from agents where connected_replica = 'replica-l' order by agent_id`
+    ).map((r) => r.agent_id);
     expect(atStop.length).toBeGreaterThan(0);
     const stoppedAt = Date.now();
     const exit = await leader.stop(20_000);
@@ -112,11 +145,17 @@ describe('graceful stop of the leader', () => {
     expect(exit).toEqual({ code: 0, signal: null });
     expect((await apiS.cluster.getLeader({})).leaderId).toBe('replica-s');
 
-    await waitFor('all runs ended', async () => {
-      const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
-      return rows.every((r) => isRunEnded(r.state));
-    }, 60_000);
-    const runs = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[]) order by id`;
+    await waitFor(
+      'all runs ended',
+      async () => {
+        const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
+        return rows.every((r) => isRunEnded(r.state));
+      },
+      60_000,
+    );
+    const runs = await db.sql<
+      { state: string }[]
+    >`select state from dag_runs where id = any(${runIds}::bigint[]) order by id`;
     expect(runs.map((r) => r.state)).toEqual(runIds.map(() => 'success'));
 
     // No attempt lost: nothing declared lost, no try 2 anywhere.
@@ -133,8 +172,15 @@ describe('graceful stop of the leader', () => {
     // Every agent is on the standby now. Each one the leader held was told to reconnect, did so
     // at once (no backoff: its first try went to the standby), and was there well within the
     // heartbeat threshold; Welcome bounded its backoff to a quarter of the threshold.
-    const rows = await db.sql<{ agent_id: string; connected_replica: string | null }[]>`select agent_id, connected_replica from agents order by agent_id`;
-    expect(rows.map((r) => [r.agent_id, r.connected_replica])).toEqual([['a1', 'replica-s'], ['a2', 'replica-s'], ['a3', 'replica-s'], ['b1', 'replica-s']]);
+    const rows = await db.sql<
+      { agent_id: string; connected_replica: string | null }[]
+    >`select agent_id, connected_replica from agents order by agent_id`;
+    expect(rows.map((r) => [r.agent_id, r.connected_replica])).toEqual([
+      ['a1', 'replica-s'],
+      ['a2', 'replica-s'],
+      ['a3', 'replica-s'],
+      ['b1', 'replica-s'],
+    ]);
     const moves: number[] = [];
     for (const id of atStop) {
       const told = leader.logs.find((r) => r.agentId === id && String(r.msg).startsWith('told agent'));
@@ -143,11 +189,15 @@ describe('graceful stop of the leader', () => {
       const back = log.findIndex((r) => r.msg === 'connected');
       expect(back, `${id} connected again`).toBeGreaterThanOrEqual(0);
       expect(log[back]).toMatchObject({ replica: 'replica-s', maxBackoffMs: BOUND_MS });
-      expect(log.slice(0, back).map((r) => r.msg)).toContain('the control plane asked for a reconnect: reconnecting now');
+      expect(log.slice(0, back).map((r) => r.msg)).toContain(
+        'the control plane asked for a reconnect: reconnecting now',
+      );
       expect(log.slice(0, back).map((r) => r.msg)).not.toContain('stream ended: reconnecting');
       moves.push(Number(log[back]!.time) - Number(told!.time));
     }
     expect(Math.max(...moves)).toBeLessThan(THRESHOLD_MS / 2);
-    console.log(`graceful stop: leader stopped in ${stopMs} ms; agents ${atStop.join(', ')} moved in ${moves.join(', ')} ms (backoff bound ${BOUND_MS} ms, threshold ${THRESHOLD_MS} ms)`);
+    console.log(
+      `graceful stop: leader stopped in ${stopMs} ms; agents ${atStop.join(', ')} moved in ${moves.join(', ')} ms (backoff bound ${BOUND_MS} ms, threshold ${THRESHOLD_MS} ms)`,
+    );
   });
 });

@@ -10,7 +10,18 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * (which does not migrate) is not ready while a migration is missing.
  */
 
-const PRO = ['--edition', 'pro', '--executor', 'subprocess', '--tick-interval', '200ms', '--leader-watchdog', '500ms', '--loop-stall-threshold', '1s'];
+const PRO = [
+  '--edition',
+  'pro',
+  '--executor',
+  'subprocess',
+  '--tick-interval',
+  '200ms',
+  '--leader-watchdog',
+  '500ms',
+  '--loop-stall-threshold',
+  '1s',
+];
 
 let db: TestDatabase;
 const servers: ServerProcess[] = [];
@@ -34,22 +45,36 @@ describe('health probes', () => {
     let proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port) });
     const viaProxy = new URL(db.url);
     viaProxy.port = String(proxy.port);
-    const s = await startServer({ env: { DATABASE_URL: viaProxy.toString() }, args: [...PRO, '--replica-id', 'probed'] });
+    const s = await startServer({
+      env: { DATABASE_URL: viaProxy.toString() },
+      args: [...PRO, '--replica-id', 'probed'],
+    });
     servers.push(s);
 
-    expect(await probe(s, '/healthz')).toMatchObject({ status: 200, body: expect.stringMatching(/^ok\nok   scheduler_loop: /) });
+    expect(await probe(s, '/healthz')).toMatchObject({
+      status: 200,
+      body: expect.stringMatching(/^ok\nok   scheduler_loop: /),
+    });
     const ready = await probe(s, '/readyz');
     expect(ready.status).toBe(200);
-    expect(ready.body).toMatch(/^ok\nok   serving: not stopping\nok   api: listening\nok   database: reachable \(\d+\.\d ms\)\nok   migrations: all applied \(newest \d{3}_\w+\.sql\)\n$/);
+    expect(ready.body).toMatch(
+      /^ok\nok   serving: not stopping\nok   api: listening\nok   database: reachable \(\d+\.\d ms\)\nok   migrations: all applied \(newest \d{3}_\w+\.sql\)\n$/,
+    );
     const other = await probe(s, '/other');
     expect(other).toEqual({ status: 404, body: 'not found: this port serves /metrics, /healthz and /readyz\n' });
 
     await proxy.close();
-    const down = await waitFor('readyz fails', async () => {
-      const r = await probe(s, '/readyz');
-      return r.status === 503 ? r : null;
-    }, 10_000);
-    expect(down.body.split('\n')[0]).toMatch(/^not ready: database: unreachable: .*; migrations: unknown: the database is unreachable$/);
+    const down = await waitFor(
+      'readyz fails',
+      async () => {
+        const r = await probe(s, '/readyz');
+        return r.status === 503 ? r : null;
+      },
+      10_000,
+    );
+    expect(down.body.split('\n')[0]).toMatch(
+      /^not ready: database: unreachable: .*; migrations: unknown: the database is unreachable$/,
+    );
     // Restarting a replica brings no database back: liveness does not follow it. The loop keeps
     // turning (its steps fail fast and end) for longer than the stall threshold.
     await new Promise((r) => setTimeout(r, 1500));
@@ -68,7 +93,9 @@ describe('health probes', () => {
   it('/healthz fails while a step is stuck past the stall threshold, and recovers when it ends', async () => {
     const s = await startServer({ env: { DATABASE_URL: db.url }, args: [...PRO, '--replica-id', 'stuck'] });
     servers.push(s);
-    await waitFor('it leads', async () => (await fetch(s.metricsUrl).then((r) => r.text())).includes('leoflow_leader{role="auto"} 1'));
+    await waitFor('it leads', async () =>
+      (await fetch(s.metricsUrl).then((r) => r.text())).includes('leoflow_leader{role="auto"} 1'),
+    );
     expect((await probe(s, '/healthz')).status).toBe(200);
     // Every step reads the runs: a lock no reader gets past holds the leader's step.
     let release!: () => void;
@@ -78,11 +105,17 @@ describe('health probes', () => {
       await held;
     });
     try {
-      const stuck = await waitFor('healthz fails', async () => {
-        const r = await probe(s, '/healthz');
-        return r.status === 503 ? r : null;
-      }, 10_000);
-      expect(stuck.body.split('\n')[0]).toMatch(/^not live: scheduler_loop: a step has been running for \d+\.\d s \(stall threshold 1\.0 s\)$/);
+      const stuck = await waitFor(
+        'healthz fails',
+        async () => {
+          const r = await probe(s, '/healthz');
+          return r.status === 503 ? r : null;
+        },
+        10_000,
+      );
+      expect(stuck.body.split('\n')[0]).toMatch(
+        /^not live: scheduler_loop: a step has been running for \d+\.\d s \(stall threshold 1\.0 s\)$/,
+      );
       // Readiness is not liveness: the database still answers.
       expect((await probe(s, '/readyz')).status).toBe(200);
     } finally {
@@ -94,14 +127,23 @@ describe('health probes', () => {
   });
 
   it('an observer does not migrate, and is not ready while a migration is missing', async () => {
-    const [last] = await db.sql<{ id: number; name: string }[]>`select id, name from leoflow_migrations order by id desc limit 1`;
+    const [last] = await db.sql<
+      { id: number; name: string }[]
+    >`select id, name from leoflow_migrations order by id desc limit 1`;
     await db.sql`delete from leoflow_migrations where id = ${last!.id}`;
     try {
-      const o = await startServer({ env: { DATABASE_URL: db.url }, args: [...PRO, '--replica-id', 'watcher', '--role', 'observer'] });
+      const o = await startServer({
+        env: { DATABASE_URL: db.url },
+        args: [...PRO, '--replica-id', 'watcher', '--role', 'observer'],
+      });
       servers.push(o);
       const r = await probe(o, '/readyz');
       expect(r.status).toBe(503);
-      expect(r.body.split('\n')[0]).toMatch(new RegExp(`^not ready: migrations: 1 pending: ${last!.name.replace('.', '\\.')} \\(newest \\d{3}_\\w+\\.sql\\)$`));
+      expect(r.body.split('\n')[0]).toMatch(
+        new RegExp(
+          `^not ready: migrations: 1 pending: ${last!.name.replace('.', '\\.')} \\(newest \\d{3}_\\w+\\.sql\\)$`,
+        ),
+      );
       // It wrote nothing: the migration is still unrecorded.
       expect(await db.sql`select 1 from leoflow_migrations where id = ${last!.id}`).toHaveLength(0);
       expect((await probe(o, '/healthz')).status).toBe(200);

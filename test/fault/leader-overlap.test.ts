@@ -59,7 +59,11 @@ const clock = { now: 0 };
 
 function createStack(name: string, skewMs: number, pool: { workers: number; capacity: number }): Stack {
   const sql = createSql(db.url, { max: 4, applicationName: `leoflow-overlap-${name}` });
-  const h = schedulerHarness(sql, { offer: (item) => s.pool.offer(item), now: () => new Date(clock.now + skewMs), maxRunsPerStep: 1000 });
+  const h = schedulerHarness(sql, {
+    offer: (item) => s.pool.offer(item),
+    now: () => new Date(clock.now + skewMs),
+    maxRunsPerStep: 1000,
+  });
   const s: Stack = { name, sql, errors: h.errors, claimed: [], refused: 0, pool: undefined as never, ctx: h.ctx };
   s.pool = createDispatchPool<WorkItem>({
     workers: pool.workers,
@@ -75,7 +79,12 @@ function createStack(name: string, skewMs: number, pool: { workers: number; capa
         s.refused++;
         return;
       }
-      s.claimed.push({ tiId: item.tiId, taskId: item.taskId, tryNumber: claim.tryNumber, dispatchKey: claim.dispatchKey });
+      s.claimed.push({
+        tiId: item.tiId,
+        taskId: item.taskId,
+        tryNumber: claim.tryNumber,
+        dispatchKey: claim.dispatchKey,
+      });
       const a = { tiId: item.tiId, tryNumber: claim.tryNumber, attemptToken: claim.attemptToken };
       expect(await startAttempt(sql, a, { pid: null, agentId: name })).toBe(true);
       const result = item.taskId === 'flaky' && claim.tryNumber === 1 ? FAIL : OK;
@@ -108,11 +117,15 @@ describe.each(EDITIONS)('leader overlap ($edition pool)', ({ edition }) => {
     const t0 = Math.ceil((Date.now() + 5000) / MINUTE) * MINUTE;
     clock.now = t0;
     const cronStart = new Date(t0 - 3 * MINUTE);
-    const cronSpec = dag('overlap_cron', [task('c1'), task('c2', { dependsOn: ['c1'] }), task('c3', { dependsOn: ['c1'] })], {
-      schedule: '* * * * *',
-      catchup: true,
-      startDate: cronStart.toISOString(),
-    });
+    const cronSpec = dag(
+      'overlap_cron',
+      [task('c1'), task('c2', { dependsOn: ['c1'] }), task('c3', { dependsOn: ['c1'] })],
+      {
+        schedule: '* * * * *',
+        catchup: true,
+        startDate: cronStart.toISOString(),
+      },
+    );
     await upsertDag(db.sql, cronSpec, 'cron.yaml', new Date(t0));
     const { dag: fanRow } = await upsertDag(db.sql, fanSpec, 'fan.yaml');
     for (let i = 0; i < MANUAL_RUNS; i++) {
@@ -136,7 +149,10 @@ describe.each(EDITIONS)('leader overlap ($edition pool)', ({ edition }) => {
     const CLOCK_STEPS = 9;
     // Stepping goes on after everything ended, so stale reads of ended runs get their chance too.
     const MIN_ITERATIONS = 30;
-    const expectedCronKeys = Array.from({ length: 6 }, (_, i) => `scheduled__${new Date(cronStart.getTime() + i * MINUTE).toISOString()}`);
+    const expectedCronKeys = Array.from(
+      { length: 6 },
+      (_, i) => `scheduled__${new Date(cronStart.getTime() + i * MINUTE).toISOString()}`,
+    );
 
     let iterations = 0;
     const deadline = Date.now() + 25_000;
@@ -145,7 +161,9 @@ describe.each(EDITIONS)('leader overlap ($edition pool)', ({ edition }) => {
       if (iterations <= CLOCK_STEPS) clock.now = t0 + (iterations - 1) * 15_000;
       await Promise.all([step(a.ctx), step(b.ctx)]);
       if (iterations >= MIN_ITERATIONS) {
-        const [open] = await db.sql<{ n: number }[]>`select count(*)::int as n from dag_runs where state in ('queued', 'running')`;
+        const [open] = await db.sql<
+          { n: number }[]
+        >`select count(*)::int as n from dag_runs where state in ('queued', 'running')`;
         if (open!.n === 0 && a.pool.inFlight + b.pool.inFlight === 0) break;
       }
       if (Date.now() > deadline) throw new Error(`runs still open after ${iterations} iterations`);
@@ -156,7 +174,10 @@ describe.each(EDITIONS)('leader overlap ($edition pool)', ({ edition }) => {
     const runs = await db.sql<{ id: string; dag_id: string; run_key: string; state: string }[]>`
       select id, dag_id, run_key, state from dag_runs order by id`;
     expect(runs.filter((r) => r.dag_id === 'overlap_fan')).toHaveLength(MANUAL_RUNS);
-    const cronKeys = runs.filter((r) => r.dag_id === 'overlap_cron').map((r) => r.run_key).sort();
+    const cronKeys = runs
+      .filter((r) => r.dag_id === 'overlap_cron')
+      .map((r) => r.run_key)
+      .sort();
     expect(cronKeys).toEqual(expectedCronKeys);
     expect(new Set(runs.map((r) => `${r.dag_id}/${r.run_key}`)).size).toBe(runs.length);
     expect(runs.filter((r) => r.state !== 'success')).toEqual([]);
@@ -165,7 +186,10 @@ describe.each(EDITIONS)('leader overlap ($edition pool)', ({ edition }) => {
     const runEvents = await db.sql<{ run_id: string; to: string; n: number }[]>`
       select run_id, payload->>'to' as to, count(*)::int as n from events where kind = 'run.state' group by 1, 2 order by 1, 2`;
     for (const r of runs) {
-      expect(runEvents.filter((e) => e.run_id === r.id), `run ${r.id} events`).toEqual([
+      expect(
+        runEvents.filter((e) => e.run_id === r.id),
+        `run ${r.id} events`,
+      ).toEqual([
         { run_id: r.id, to: 'queued', n: 1 },
         { run_id: r.id, to: 'running', n: 1 },
         { run_id: r.id, to: 'success', n: 1 },
@@ -173,12 +197,17 @@ describe.each(EDITIONS)('leader overlap ($edition pool)', ({ edition }) => {
     }
 
     // Every TI ran exactly as often as it should: once, twice for flaky of the manual runs.
-    const tis = await db.sql<{ id: string; run_id: string; task_id: string; state: string; try_number: number; dag_id: string }[]>`
+    const tis = await db.sql<
+      { id: string; run_id: string; task_id: string; state: string; try_number: number; dag_id: string }[]
+    >`
       select ti.id, ti.run_id, ti.task_id, ti.state, ti.try_number, r.dag_id
       from task_instances ti join dag_runs r on r.id = ti.run_id order by ti.id`;
     expect(tis).toHaveLength(MANUAL_RUNS * 20 + expectedCronKeys.length * 3);
     for (const ti of tis) {
-      expect(ti, `TI ${ti.task_id} of run ${ti.run_id}`).toMatchObject({ state: 'success', try_number: ti.task_id === 'flaky' ? 2 : 1 });
+      expect(ti, `TI ${ti.task_id} of run ${ti.run_id}`).toMatchObject({
+        state: 'success',
+        try_number: ti.task_id === 'flaky' ? 2 : 1,
+      });
     }
 
     // From the audit log: per TI exactly try_number queued moves and try_number running moves.

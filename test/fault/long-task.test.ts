@@ -35,7 +35,16 @@ describe('a task running 5x the heartbeat threshold', () => {
   it('keeps heartbeating, is never reaped and succeeds on try 1', async () => {
     server = await startServer({
       env: { DATABASE_URL: db.url },
-      args: ['--heartbeat-interval', '200ms', '--heartbeat-threshold', '1s', '--tick-interval', '200ms', '--kill-grace', '300ms'],
+      args: [
+        '--heartbeat-interval',
+        '200ms',
+        '--heartbeat-threshold',
+        '1s',
+        '--tick-interval',
+        '200ms',
+        '--kill-grace',
+        '300ms',
+      ],
     });
     const ran = path.join(tmp, 'ran');
     const file = path.join(tmp, 'long.yaml');
@@ -78,7 +87,9 @@ describe('a task running 5x the heartbeat threshold', () => {
 
     const state = await runEnds(db.sql, runId);
     expect(state).toBe('success');
-    const [ti] = await db.sql<{ state: string; try_number: number; exit_code: number; error: string | null; ran_ms: number }[]>`
+    const [ti] = await db.sql<
+      { state: string; try_number: number; exit_code: number; error: string | null; ran_ms: number }[]
+    >`
       select state, try_number, exit_code, error, extract(epoch from ended_at - started_at)::float8 * 1000 as ran_ms
       from task_instances where run_id = ${runId}`;
     expect(ti).toMatchObject({ state: 'success', try_number: 1, exit_code: 0, error: null });

@@ -59,10 +59,22 @@ const spec: DagSpec = {
  * A run as a crash leaves it: started 10 s ago, each TI in the given state (terminal ones ended
  * `endedAgoS` seconds ago after one try), the run itself still `running`.
  */
-async function crashedRun(key: string, states: Record<string, string>, opts: { poison?: string; endedAgoS?: number } = {}): Promise<string> {
+async function crashedRun(
+  key: string,
+  states: Record<string, string>,
+  opts: { poison?: string; endedAgoS?: number } = {},
+): Promise<string> {
   const { dag } = await upsertDag(db.sql, spec, 'crashed.yaml');
   const { run } = await db.sql.begin((tx) =>
-    createRun(tx, { dagId: spec.dagId, dagVersion: dag.version, runKey: key, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+    createRun(tx, {
+      dagId: spec.dagId,
+      dagVersion: dag.version,
+      runKey: key,
+      runType: 'manual',
+      logicalDate: new Date(),
+      conf: {},
+      defaultExecutor: 'subprocess',
+    }),
   );
   await db.sql`update dag_runs set state = 'running', started_at = now() - interval '10 seconds', poison_error = ${opts.poison ?? null} where id = ${run.id}`;
   const ago = `${opts.endedAgoS ?? 3} seconds`;
@@ -84,7 +96,9 @@ async function crashedRun(key: string, states: Record<string, string>, opts: { p
 }
 
 async function runRow(id: string) {
-  const [row] = await db.sql<{ state: string; poison_error: string | null; ended_at: Date | null; settled_at: Date | null }[]>`
+  const [row] = await db.sql<
+    { state: string; poison_error: string | null; ended_at: Date | null; settled_at: Date | null }[]
+  >`
     select state, poison_error, ended_at, settled_at from dag_runs where id = ${id}`;
   return row!;
 }
@@ -116,10 +130,14 @@ describe('orphaned run', () => {
       args: ['--run-orphan-threshold', '1s', '--tick-interval', '200ms', '--heartbeat-interval', '200ms'],
     });
 
-    await waitFor('both settled runs finalized', async () => {
-      const [p, q] = await Promise.all([runRow(plain), runRow(poisoned)]);
-      return p.state !== 'running' && q.state !== 'running';
-    }, 10_000);
+    await waitFor(
+      'both settled runs finalized',
+      async () => {
+        const [p, q] = await Promise.all([runRow(plain), runRow(poisoned)]);
+        return p.state !== 'running' && q.state !== 'running';
+      },
+      10_000,
+    );
 
     // The plain run: its TIs all succeeded, and the planner finalized it (no reaper reason).
     expect(await runRow(plain)).toMatchObject({ state: 'success', poison_error: null });
@@ -132,14 +150,20 @@ describe('orphaned run', () => {
     expect(p.settled_at).toBeInstanceOf(Date);
     expect((await terminalEvents(poisoned)).map((e) => e.payload)).toEqual([{ to: 'failed', reason: 'orphan_reaped' }]);
 
-    await waitFor('leoflow_orphan_reaped_total{kind="run"} on /metrics', async () => (await metric(server!.metricsUrl, 'leoflow_orphan_reaped_total', 'kind="run"')) !== null, 5000);
+    await waitFor(
+      'leoflow_orphan_reaped_total{kind="run"} on /metrics',
+      async () => (await metric(server!.metricsUrl, 'leoflow_orphan_reaped_total', 'kind="run"')) !== null,
+      5000,
+    );
     expect(await metric(server.metricsUrl, 'leoflow_orphan_reaped_total', 'kind="run"')).toBe(1);
 
     // Do no harm: the poisoned run with a TI still running is not reaped, however long it waits
     // (here 2.5 s more, a dozen steps past the 1 s threshold).
     await new Promise((r) => setTimeout(r, 2500));
     expect(await runRow(inFlight)).toMatchObject({ state: 'running' });
-    const tis = await db.sql<{ task_id: string; state: string }[]>`select task_id, state from task_instances where run_id = ${inFlight} order by task_id`;
+    const tis = await db.sql<
+      { task_id: string; state: string }[]
+    >`select task_id, state from task_instances where run_id = ${inFlight} order by task_id`;
     expect(tis).toEqual([
       { task_id: 'a', state: 'success' },
       { task_id: 'b', state: 'running' },

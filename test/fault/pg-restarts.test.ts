@@ -30,7 +30,16 @@ const DRAIN_MS = 30_000;
 /** The whole test, restarts and drain included. */
 const BUDGET_MS = 120_000;
 // The heartbeat threshold is well above an outage, so no live task is reaped for one.
-const FLAGS = ['--tick-interval', '200ms', '--heartbeat-interval', '500ms', '--heartbeat-threshold', '15s', '--leader-watchdog', '1s'];
+const FLAGS = [
+  '--tick-interval',
+  '200ms',
+  '--heartbeat-interval',
+  '500ms',
+  '--heartbeat-threshold',
+  '15s',
+  '--leader-watchdog',
+  '1s',
+];
 const DAG = [
   'dag_id: load',
   'max_active_runs: 1000',
@@ -70,57 +79,68 @@ function exitOf(s: ServerProcess): string | null {
 }
 
 describe('Postgres restarted under load', () => {
-  it(`${RESTARTS} restarts under load: the replica never exits, and every run it accepted ends`, async () => {
-    const began = Date.now();
-    const s = await start(FLAGS);
-    const api = createClients(s.url);
-    await api.workflow.applyDag({ source: DAG, filename: 'load.yaml' });
+  it(
+    `${RESTARTS} restarts under load: the replica never exits, and every run it accepted ends`,
+    async () => {
+      const began = Date.now();
+      const s = await start(FLAGS);
+      const api = createClients(s.url);
+      await api.workflow.applyDag({ source: DAG, filename: 'load.yaml' });
 
-    // The load: a run triggered every 100 ms. While Postgres is down a trigger fails, as it would
-    // for any client, and the loop goes on; only the runs the server accepted are counted.
-    const runIds: string[] = [];
-    let refused = 0;
-    let loading = true;
-    const load = (async () => {
-      while (loading) {
-        try {
-          runIds.push((await api.workflow.triggerRun({ dagId: 'load' }, { timeoutMs: 5000 })).run!.runId);
-        } catch {
-          refused++;
+      // The load: a run triggered every 100 ms. While Postgres is down a trigger fails, as it would
+      // for any client, and the loop goes on; only the runs the server accepted are counted.
+      const runIds: string[] = [];
+      let refused = 0;
+      let loading = true;
+      const load = (async () => {
+        while (loading) {
+          try {
+            runIds.push((await api.workflow.triggerRun({ dagId: 'load' }, { timeoutMs: 5000 })).run!.runId);
+          } catch {
+            refused++;
+          }
+          await sleep(TRIGGER_EVERY_MS);
         }
-        await sleep(TRIGGER_EVERY_MS);
-      }
-    })();
+      })();
 
-    try {
-      for (let i = 1; i <= RESTARTS; i++) {
-        await sleep(UP_MS);
-        await pg!.stop();
-        await sleep(DOWN_MS);
-        pg = await startEmbeddedPostgres({ stateDir, port, logger });
-        expect(exitOf(s), `the replica after restart ${i}`).toBeNull();
+      try {
+        for (let i = 1; i <= RESTARTS; i++) {
+          await sleep(UP_MS);
+          await pg!.stop();
+          await sleep(DOWN_MS);
+          pg = await startEmbeddedPostgres({ stateDir, port, logger });
+          expect(exitOf(s), `the replica after restart ${i}`).toBeNull();
+        }
+      } finally {
+        loading = false;
+        await load;
       }
-    } finally {
-      loading = false;
-      await load;
-    }
-    expect(runIds.length, `runs accepted (${refused} triggers refused while Postgres was down)`).toBeGreaterThan(RESTARTS);
+      expect(runIds.length, `runs accepted (${refused} triggers refused while Postgres was down)`).toBeGreaterThan(
+        RESTARTS,
+      );
 
-    // Every run it accepted ends, with the database up again.
-    const sql = createSql(pg!.url, { max: 1, applicationName: 'leoflow-restarts-test' });
-    try {
-      const open = async () =>
-        sql<{ id: string; state: string }[]>`select id, state from dag_runs where not (state = any(${[...TERMINAL_RUN_STATES]}))`;
-      let left = await open();
-      for (const until = Date.now() + DRAIN_MS; left.length > 0 && Date.now() < until; ) {
-        await sleep(250);
-        left = await open();
+      // Every run it accepted ends, with the database up again.
+      const sql = createSql(pg!.url, { max: 1, applicationName: 'leoflow-restarts-test' });
+      try {
+        const open = async () =>
+          sql<
+            { id: string; state: string }[]
+          >`select id, state from dag_runs where not (state = any(${[...TERMINAL_RUN_STATES]}))`;
+        let left = await open();
+        for (const until = Date.now() + DRAIN_MS; left.length > 0 && Date.now() < until;) {
+          await sleep(250);
+          left = await open();
+        }
+        expect(
+          left.map((r) => `${r.id} ${r.state}`),
+          `runs not ended ${DRAIN_MS} ms after the last restart`,
+        ).toEqual([]);
+      } finally {
+        await sql.end({ timeout: 1 });
       }
-      expect(left.map((r) => `${r.id} ${r.state}`), `runs not ended ${DRAIN_MS} ms after the last restart`).toEqual([]);
-    } finally {
-      await sql.end({ timeout: 1 });
-    }
-    expect(exitOf(s), 'the replica at the end').toBeNull();
-    expect(Date.now() - began).toBeLessThan(BUDGET_MS);
-  }, BUDGET_MS + 30_000);
+      expect(exitOf(s), 'the replica at the end').toBeNull();
+      expect(Date.now() - began).toBeLessThan(BUDGET_MS);
+    },
+    BUDGET_MS + 30_000,
+  );
 });

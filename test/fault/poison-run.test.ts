@@ -46,13 +46,32 @@ describe('poison run', () => {
   it('a run that throws when advanced is poisoned and reaped; the other runs and the server are unaffected', async () => {
     server = await startServer({
       env: { DATABASE_URL: db.url },
-      args: ['--run-orphan-threshold', '1s', '--tick-interval', '200ms', '--heartbeat-interval', '200ms', '--heartbeat-threshold', '5s'],
+      args: [
+        '--run-orphan-threshold',
+        '1s',
+        '--tick-interval',
+        '200ms',
+        '--heartbeat-interval',
+        '200ms',
+        '--heartbeat-threshold',
+        '5s',
+      ],
     });
     const pid = server.child.pid;
     const file = path.join(tmp, 'slowpair.yaml');
     await writeFile(
       file,
-      ['dag_id: slowpair', 'max_active_runs: 8', 'tasks:', '  - id: a', '    command: ["sleep", "1"]', '  - id: b', '    command: ["sleep", "1"]', '    depends_on: [a]', ''].join('\n'),
+      [
+        'dag_id: slowpair',
+        'max_active_runs: 8',
+        'tasks:',
+        '  - id: a',
+        '    command: ["sleep", "1"]',
+        '  - id: b',
+        '    command: ["sleep", "1"]',
+        '    depends_on: [a]',
+        '',
+      ].join('\n'),
     );
     const applied = await cli(server.url, ['dag', 'apply', file]);
     expect(applied.code, applied.stderr).toBe(0);
@@ -69,7 +88,12 @@ describe('poison run', () => {
     // While its first task runs, corrupt the victim's spec: it is moved to a version of its own
     // in which `a` depends on a task that does not exist, so topologicalOrder never reaches it and
     // advanceRun throws.
-    await waitFor('victim a running', async () => (await tiStates(victim)).find((t) => t.task_id === 'a')?.state === 'running', 10_000, 20);
+    await waitFor(
+      'victim a running',
+      async () => (await tiStates(victim)).find((t) => t.task_id === 'a')?.state === 'running',
+      10_000,
+      20,
+    );
     const corrupted = await db.sql`
       with bad as (
         insert into dag_versions (dag_id, version, spec, max_active_runs)
@@ -83,17 +107,27 @@ describe('poison run', () => {
     while (runIds.length < RUNS) await trigger();
     const others = runIds.filter((id) => id !== victim);
 
-    const poison = await waitFor('victim poisoned', async () => {
-      const [row] = await db.sql<{ poison_error: string | null }[]>`select poison_error from dag_runs where id = ${victim}`;
-      return row?.poison_error ?? null;
-    }, 5000);
+    const poison = await waitFor(
+      'victim poisoned',
+      async () => {
+        const [row] = await db.sql<
+          { poison_error: string | null }[]
+        >`select poison_error from dag_runs where id = ${victim}`;
+        return row?.poison_error ?? null;
+      },
+      5000,
+    );
     expect(poison).toBe(`task "a" depends on unknown task "ghost"`);
 
     // Every other run ends success, each task once.
-    await waitFor('other runs success', async () => {
-      const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${others}::bigint[])`;
-      return rows.every((r) => r.state === 'success');
-    }, 20_000);
+    await waitFor(
+      'other runs success',
+      async () => {
+        const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${others}::bigint[])`;
+        return rows.every((r) => r.state === 'success');
+      },
+      20_000,
+    );
     for (const id of others) {
       expect(await tiStates(id)).toEqual([
         { task_id: 'a', state: 'success', try_number: 1 },
@@ -103,18 +137,28 @@ describe('poison run', () => {
 
     // The victim: its running attempt ended and was recorded; nothing was started after the
     // poisoning; with nothing left in flight the run reaper finalized it (failed: b never ran).
-    await waitFor('victim finalized', async () => {
-      const [row] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${victim}`;
-      return row?.state !== 'running';
-    }, 10_000);
+    await waitFor(
+      'victim finalized',
+      async () => {
+        const [row] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${victim}`;
+        return row?.state !== 'running';
+      },
+      10_000,
+    );
     expect(await tiStates(victim)).toEqual([
       { task_id: 'a', state: 'success', try_number: 1 },
       { task_id: 'b', state: 'none', try_number: 0 },
     ]);
     const events = await db.sql<{ kind: string; payload: Record<string, unknown> }[]>`
       select kind, payload from events where run_id = ${victim} and kind in ('run.state', 'run.poisoned') order by seq`;
-    expect(events.filter((e) => e.kind === 'run.poisoned')).toEqual([{ kind: 'run.poisoned', payload: { error: poison } }]);
-    expect(events.filter((e) => e.kind === 'run.state').map((e) => e.payload.to)).toEqual(['queued', 'running', 'failed']);
+    expect(events.filter((e) => e.kind === 'run.poisoned')).toEqual([
+      { kind: 'run.poisoned', payload: { error: poison } },
+    ]);
+    expect(events.filter((e) => e.kind === 'run.state').map((e) => e.payload.to)).toEqual([
+      'queued',
+      'running',
+      'failed',
+    ]);
     expect(events.at(-1)!.payload).toEqual({ to: 'failed', reason: 'orphan_reaped' });
 
     // The server stayed up: same process, API answering, the panic counted, one run reaped.
@@ -122,15 +166,25 @@ describe('poison run', () => {
     expect(server.child.exitCode).toBeNull();
     const list = await cli(server.url, ['run', 'list', '--dag', 'slowpair', '-o', 'json']);
     expect(list.code, list.stderr).toBe(0);
-    expect(JSON.parse(list.stdout).map((r: { run_id: string; state: string }) => [r.run_id, r.state]).sort()).toEqual(
-      runIds.map((id) => [id, id === victim ? 'failed' : 'success']).sort(),
+    expect(
+      JSON.parse(list.stdout)
+        .map((r: { run_id: string; state: string }) => [r.run_id, r.state])
+        .sort(),
+    ).toEqual(runIds.map((id) => [id, id === victim ? 'failed' : 'success']).sort());
+    expect(
+      await metric(server.metricsUrl, 'leoflow_scheduler_panics_total', 'phase="plan.advance"'),
+    ).toBeGreaterThanOrEqual(1);
+    await waitFor(
+      'leoflow_orphan_reaped_total{kind="run"}',
+      async () => (await metric(server!.metricsUrl, 'leoflow_orphan_reaped_total', 'kind="run"')) === 1,
+      5000,
     );
-    expect(await metric(server.metricsUrl, 'leoflow_scheduler_panics_total', 'phase="plan.advance"')).toBeGreaterThanOrEqual(1);
-    await waitFor('leoflow_orphan_reaped_total{kind="run"}', async () => (await metric(server!.metricsUrl, 'leoflow_orphan_reaped_total', 'kind="run"')) === 1, 5000);
 
     // Skipped from now on, not re-poisoned every tick.
     await new Promise((r) => setTimeout(r, 600));
-    const [again] = await db.sql<{ n: number }[]>`select count(*)::int as n from events where run_id = ${victim} and kind = 'run.poisoned'`;
+    const [again] = await db.sql<
+      { n: number }[]
+    >`select count(*)::int as n from events where run_id = ${victim} and kind = 'run.poisoned'`;
     expect(again!.n).toBe(1);
 
     expect((await server.stop()).code).toBe(0);

@@ -60,14 +60,25 @@ async function triggerWide(dagId: string): Promise<string> {
   };
   const { dag } = await upsertDag(db.sql, spec, `${dagId}.yaml`);
   const { run } = await db.sql.begin((tx) =>
-    createRun(tx, { dagId, dagVersion: dag.version, runKey: 'manual__1', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+    createRun(tx, {
+      dagId,
+      dagVersion: dag.version,
+      runKey: 'manual__1',
+      runType: 'manual',
+      logicalDate: new Date(),
+      conf: {},
+      defaultExecutor: 'subprocess',
+    }),
   );
   return run.id;
 }
 
 function describeSteps(steps: number[]): string {
   const sorted = [...steps].sort((x, y) => x - y);
-  return `${steps.length} steps, median ${sorted[Math.floor(sorted.length / 2)]!.toFixed(4)} s, slowest ${sorted.slice(-5).map((x) => x.toFixed(4)).join(' ')} s`;
+  return `${steps.length} steps, median ${sorted[Math.floor(sorted.length / 2)]!.toFixed(4)} s, slowest ${sorted
+    .slice(-5)
+    .map((x) => x.toFixed(4))
+    .join(' ')} s`;
 }
 
 /** Nearest-rank 99th percentile. */
@@ -92,7 +103,14 @@ async function startScheduler(workers: number, capacity: number): Promise<Schedu
   // Open the pool's connections first: connecting is start-up cost, not tick cost.
   await Promise.all(Array.from({ length: 10 }, () => db.sql`select 1`));
   const h = schedulerHarness(db.sql, { offer: (item) => s.pool.offer(item), maxRunsPerStep: 1000 });
-  const s: Scheduler = { steps: [], recording: false, errors: h.errors, loop: undefined as never, pool: undefined as never, stop: undefined as never };
+  const s: Scheduler = {
+    steps: [],
+    recording: false,
+    errors: h.errors,
+    loop: undefined as never,
+    pool: undefined as never,
+    stop: undefined as never,
+  };
   s.pool = createDispatchPool<WorkItem>({
     workers,
     capacity,
@@ -157,7 +175,9 @@ describe('dispatch slower than the tick', () => {
       // 50 × 500 ms over 16 drainers is 4 rounds of dispatches: about 2 s, far below the bound.
       expect(took).toBeGreaterThanOrEqual(4 * DISPATCH_MS);
       expect(took).toBeLessThan(15_000);
-      const tis = await db.sql<{ state: string; try_number: number }[]>`select state, try_number from task_instances where run_id = ${runId}`;
+      const tis = await db.sql<
+        { state: string; try_number: number }[]
+      >`select state, try_number from task_instances where run_id = ${runId}`;
       expect(tis).toHaveLength(TASKS);
       expect(tis.filter((t) => t.state !== 'success' || t.try_number !== 1)).toEqual([]);
     }
@@ -173,12 +193,17 @@ describe('dispatch slower than the tick', () => {
     current.recording = true;
     current.loop.start();
     // One TI in the drainer, one waiting in the queue: the other 48 are refused and say why.
-    const first = await waitFor('refused TIs marked', async () => {
-      const rows = await db.sql<{ pending_reason: string | null; n: number }[]>`
+    const first = await waitFor(
+      'refused TIs marked',
+      async () => {
+        const rows = await db.sql<{ pending_reason: string | null; n: number }[]>`
         select pending_reason, count(*)::int as n from task_instances where run_id = ${runId} and state = 'scheduled' group by 1`;
-      const w = new Map(rows.map((r) => [r.pending_reason, r.n]));
-      return (w.get(LITE_WAIT) ?? 0) >= TASKS - 2 ? w : null;
-    }, 5000, 20);
+        const w = new Map(rows.map((r) => [r.pending_reason, r.n]));
+        return (w.get(LITE_WAIT) ?? 0) >= TASKS - 2 ? w : null;
+      },
+      5000,
+      20,
+    );
     expect(first.get(LITE_WAIT)).toBe(TASKS - 2);
     expect(first.get(null)).toBe(2);
 
@@ -189,7 +214,9 @@ describe('dispatch slower than the tick', () => {
     const rows = await db.sql<{ state: string; reason: string | null; n: number }[]>`
       select state, pending_reason as reason, count(*)::int as n from task_instances where run_id = ${runId} group by 1, 2`;
     const count = (state: string, reason?: string | null) =>
-      rows.filter((r) => r.state === state && (reason === undefined || r.reason === reason)).reduce((n, r) => n + r.n, 0);
+      rows
+        .filter((r) => r.state === state && (reason === undefined || r.reason === reason))
+        .reduce((n, r) => n + r.n, 0);
     const done = count('success');
     expect(done).toBeGreaterThanOrEqual(5);
     expect(done).toBeLessThanOrEqual(9);

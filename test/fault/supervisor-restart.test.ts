@@ -19,7 +19,16 @@ import { runEnds } from '../helpers/run-ends.js';
  * lost attempt visible fast: without adoption the reaper would retry it while it still runs.
  */
 
-const FLAGS = ['--heartbeat-interval', '200ms', '--heartbeat-threshold', '1s', '--tick-interval', '200ms', '--kill-grace', '300ms'];
+const FLAGS = [
+  '--heartbeat-interval',
+  '200ms',
+  '--heartbeat-threshold',
+  '1s',
+  '--tick-interval',
+  '200ms',
+  '--kill-grace',
+  '300ms',
+];
 
 let db: TestDatabase;
 let tmp: string;
@@ -51,8 +60,16 @@ interface Case {
   stateDir: string;
 }
 
-async function setUp(dagId: string, retries: number): Promise<Case & { server: ServerProcess; runId: string; pid: number }> {
-  const c: Case = { dagId, ledger: path.join(tmp, `${dagId}.ledger`), go: path.join(tmp, `${dagId}.go`), stateDir: path.join(tmp, `${dagId}.state`) };
+async function setUp(
+  dagId: string,
+  retries: number,
+): Promise<Case & { server: ServerProcess; runId: string; pid: number }> {
+  const c: Case = {
+    dagId,
+    ledger: path.join(tmp, `${dagId}.ledger`),
+    go: path.join(tmp, `${dagId}.go`),
+    stateDir: path.join(tmp, `${dagId}.state`),
+  };
   const script = [
     `echo "start $LEOFLOW_TRY_NUMBER $$" >> ${c.ledger}`,
     'echo line-before',
@@ -64,14 +81,28 @@ async function setUp(dagId: string, retries: number): Promise<Case & { server: S
     `date +%s%3N > ${c.ledger}.end`,
   ].join('; ');
   const file = path.join(tmp, `${dagId}.yaml`);
-  await writeFile(file, [`dag_id: ${dagId}`, 'tasks:', '  - id: work', `    command: ["sh", "-c", ${JSON.stringify(script)}]`, `    retries: ${retries}`, '    retry_delay: 100ms', ''].join('\n'));
+  await writeFile(
+    file,
+    [
+      `dag_id: ${dagId}`,
+      'tasks:',
+      '  - id: work',
+      `    command: ["sh", "-c", ${JSON.stringify(script)}]`,
+      `    retries: ${retries}`,
+      '    retry_delay: 100ms',
+      '',
+    ].join('\n'),
+  );
   const server = await launch(['--state-dir', c.stateDir]);
   const applied = await cli(server.url, ['dag', 'apply', file]);
   expect(applied.code, applied.stderr).toBe(0);
   const t = await cli(server.url, ['run', 'trigger', dagId, '-o', 'json']);
   expect(t.code, t.stderr).toBe(0);
   const runId = JSON.parse(t.stdout).run_id as string;
-  const started = await waitFor('try 1 started', async () => (await ledger(c)).find((l) => l.startsWith('start 1 ')) ?? null);
+  const started = await waitFor(
+    'try 1 started',
+    async () => (await ledger(c)).find((l) => l.startsWith('start 1 ')) ?? null,
+  );
   const pid = Number(started.split(' ')[2]);
   taskPids.add(pid);
   await waitFor('try 1 running in the database', async () => (await attempt(runId))?.state === 'running');
@@ -83,7 +114,9 @@ async function ledger(c: Case): Promise<string[]> {
 }
 
 async function attempt(runId: string) {
-  const [row] = await db.sql<{ id: string; state: string; try_number: number; exit_code: number | null; error: string | null }[]>`
+  const [row] = await db.sql<
+    { id: string; state: string; try_number: number; exit_code: number | null; error: string | null }[]
+  >`
     select id, state, try_number, exit_code, error from task_instances where run_id = ${runId} and task_id = 'work'`;
   return row;
 }
@@ -119,9 +152,15 @@ describe('the control plane SIGKILLed while a task runs', () => {
     expect(await runEnds(db.sql, c.runId)).toBe('success');
     expect(await attempt(c.runId)).toMatchObject({ state: 'success', try_number: 1, exit_code: 0 });
     expect(await ledger(c)).toEqual([`start 1 ${c.pid}`, 'end 1']);
-    expect((await logOf(c.runId)).sort()).toEqual(['1 stderr to-stderr', '1 stdout line-after', '1 stdout line-before']);
+    expect((await logOf(c.runId)).sort()).toEqual([
+      '1 stderr to-stderr',
+      '1 stdout line-after',
+      '1 stdout line-before',
+    ]);
     expect(await tries(c.runId)).toEqual(['scheduled/0', 'queued/1', 'running/1', 'success/1']);
-    expect(second.logs.some((l) => l.msg === 'adopted the attempts an earlier process left' && l.reattached === 1)).toBe(true);
+    expect(
+      second.logs.some((l) => l.msg === 'adopted the attempts an earlier process left' && l.reattached === 1),
+    ).toBe(true);
     expect((await second.stop()).code).toBe(0);
   });
 
@@ -135,10 +174,19 @@ describe('the control plane SIGKILLed while a task runs', () => {
     const second = await launch(['--state-dir', c.stateDir]);
     expect(await runEnds(db.sql, c.runId)).toBe('success');
     expect(await attempt(c.runId)).toMatchObject({ state: 'success', try_number: 1, exit_code: 0 });
-    expect((await logOf(c.runId)).sort()).toEqual(['1 stderr to-stderr', '1 stdout line-after', '1 stdout line-before']);
+    expect((await logOf(c.runId)).sort()).toEqual([
+      '1 stderr to-stderr',
+      '1 stdout line-after',
+      '1 stdout line-before',
+    ]);
     expect(await tries(c.runId)).toEqual(['scheduled/0', 'queued/1', 'running/1', 'success/1']);
     // Its folder is gone once its end is recorded.
-    await waitFor('attempt folder removed', async () => !existsSync(path.join(c.stateDir, 'attempts')) || (await readdirNames(path.join(c.stateDir, 'attempts'))).every((n) => n === 'owner.json'));
+    await waitFor(
+      'attempt folder removed',
+      async () =>
+        !existsSync(path.join(c.stateDir, 'attempts')) ||
+        (await readdirNames(path.join(c.stateDir, 'attempts'))).every((n) => n === 'owner.json'),
+    );
     expect((await second.stop()).code).toBe(0);
   });
 
@@ -177,7 +225,9 @@ describe('the control plane SIGKILLed while a task runs', () => {
     expect(lines[0]).toBe(`start 1 ${c.pid}`);
     expect(lines.slice(1).map((l) => l.split(' ').slice(0, 2).join(' '))).toEqual(['start 2', 'end 2']);
     expect(await attempt(c.runId)).toMatchObject({ state: 'success', try_number: 2 });
-    expect(second.logs.some((l) => l.msg === 'adopted the attempts an earlier process left' && l.killed === 1)).toBe(true);
+    expect(second.logs.some((l) => l.msg === 'adopted the attempts an earlier process left' && l.killed === 1)).toBe(
+      true,
+    );
     expect((await second.stop()).code).toBe(0);
   });
 });

@@ -13,7 +13,16 @@ import { runEnds } from '../helpers/run-ends.js';
  * test can find and kill them. Every process started here is stopped, also when a test fails.
  */
 
-const FLAGS = ['--heartbeat-interval', '200ms', '--heartbeat-threshold', '1s', '--tick-interval', '200ms', '--kill-grace', '300ms'];
+const FLAGS = [
+  '--heartbeat-interval',
+  '200ms',
+  '--heartbeat-threshold',
+  '1s',
+  '--tick-interval',
+  '200ms',
+  '--kill-grace',
+  '300ms',
+];
 
 let db: TestDatabase;
 let tmp: string;
@@ -43,7 +52,11 @@ const start = serverLauncher({ databaseUrl: () => db.url, args: FLAGS, servers }
  * A DAG of `victim` (retries as given; try 1 writes its pid and sleeps, later tries succeed at
  * once) and `after`, which depends on it. Both record `task try` in `ran`.
  */
-async function applyDag(server: ServerProcess, dagId: string, retries: number): Promise<{ ran: string; pidFile: string }> {
+async function applyDag(
+  server: ServerProcess,
+  dagId: string,
+  retries: number,
+): Promise<{ ran: string; pidFile: string }> {
   const ran = path.join(tmp, `${dagId}.ran`);
   const pidFile = path.join(tmp, `${dagId}.pid`);
   const record = `echo $LEOFLOW_TASK_ID $LEOFLOW_TRY_NUMBER >> ${ran}`;
@@ -77,17 +90,23 @@ async function trigger(server: ServerProcess, dagId: string): Promise<string> {
 /** Resolves the pid of try 1 once it is running and has written its pid file. */
 async function runningPid(runId: string, pidFile: string): Promise<number> {
   await waitFor('victim running', async () => {
-    const [row] = await db.sql<{ state: string }[]>`select state from task_instances where run_id = ${runId} and task_id = 'victim'`;
+    const [row] = await db.sql<
+      { state: string }[]
+    >`select state from task_instances where run_id = ${runId} and task_id = 'victim'`;
     return row?.state === 'running';
   });
-  const pid = Number(await waitFor('pid file', async () => (await readFile(pidFile, 'utf8').catch(() => '')).trim() || null));
+  const pid = Number(
+    await waitFor('pid file', async () => (await readFile(pidFile, 'utf8').catch(() => '')).trim() || null),
+  );
   expect(alive(pid)).toBe(true);
   taskPids.add(pid);
   return pid;
 }
 
 async function tis(runId: string) {
-  return db.sql<{ task_id: string; state: string; try_number: number; exit_code: number | null; error: string | null }[]>`
+  return db.sql<
+    { task_id: string; state: string; try_number: number; exit_code: number | null; error: string | null }[]
+  >`
     select task_id, state, try_number, exit_code, error from task_instances where run_id = ${runId} order by task_id`;
 }
 
@@ -113,7 +132,16 @@ describe('task process SIGKILLed', () => {
       { task_id: 'victim', state: 'success', try_number: 2, exit_code: 0, error: null },
     ]);
     const victim = await moves(runId, 'victim');
-    expect(victim.map((m) => `${m.to}/${m.try}`)).toEqual(['scheduled/0', 'queued/1', 'running/1', 'up_for_retry/1', 'scheduled/1', 'queued/2', 'running/2', 'success/2']);
+    expect(victim.map((m) => `${m.to}/${m.try}`)).toEqual([
+      'scheduled/0',
+      'queued/1',
+      'running/1',
+      'up_for_retry/1',
+      'scheduled/1',
+      'queued/2',
+      'running/2',
+      'success/2',
+    ]);
     expect(victim[3]!.error).toBe('killed by SIGKILL');
     expect(victim.some((m) => m.reason === 'agent_lost')).toBe(false);
     expect((await readFile(ran, 'utf8')).trim().split('\n')).toEqual(['victim 1', 'victim 2', 'after 1']);
@@ -137,7 +165,7 @@ describe('task process SIGKILLed', () => {
     expect((await readFile(ran, 'utf8')).trim().split('\n')).toEqual(['victim 1']);
   });
 
-  it('machine gone: the control plane and the task\'s shim are SIGKILLed; the restart records the attempt killed and retries it', async () => {
+  it("machine gone: the control plane and the task's shim are SIGKILLed; the restart records the attempt killed and retries it", async () => {
     const stateDir = path.join(tmp, 'machine-gone.state');
     const first = await start(['--state-dir', stateDir]);
     const { ran, pidFile } = await applyDag(first, 'machine_gone', 1);
@@ -155,13 +183,24 @@ describe('task process SIGKILLed', () => {
     expect(await runEnds(db.sql, runId)).toBe('success');
 
     const victim = await moves(runId, 'victim');
-    expect(victim.map((m) => `${m.to}/${m.try}`)).toEqual(['scheduled/0', 'queued/1', 'running/1', 'up_for_retry/1', 'scheduled/1', 'queued/2', 'running/2', 'success/2']);
+    expect(victim.map((m) => `${m.to}/${m.try}`)).toEqual([
+      'scheduled/0',
+      'queued/1',
+      'running/1',
+      'up_for_retry/1',
+      'scheduled/1',
+      'queued/2',
+      'running/2',
+      'success/2',
+    ]);
     expect(victim[3]!.error).toBe('killed by SIGKILL');
     expect(victim[3]!.reason).not.toBe('agent_lost');
     const [v] = (await tis(runId)).filter((t) => t.task_id === 'victim');
     expect(v).toMatchObject({ state: 'success', try_number: 2, exit_code: 0 });
     expect((await readFile(ran, 'utf8')).trim().split('\n')).toEqual(['victim 1', 'victim 2', 'after 1']);
-    expect(second.logs.some((l) => l.msg === 'adopted the attempts an earlier process left' && l.recorded === 1)).toBe(true);
+    expect(second.logs.some((l) => l.msg === 'adopted the attempts an earlier process left' && l.recorded === 1)).toBe(
+      true,
+    );
     expect((await second.stop()).code).toBe(0);
   });
 });

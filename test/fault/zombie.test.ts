@@ -16,7 +16,18 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * each edition wires (Pro's larger pools), and fencing must hold in both.
  */
 
-const FLAGS = ['--leader-watchdog', '500ms', '--tick-interval', '200ms', '--heartbeat-interval', '200ms', '--heartbeat-threshold', '1s', '--kill-grace', '200ms'];
+const FLAGS = [
+  '--leader-watchdog',
+  '500ms',
+  '--tick-interval',
+  '200ms',
+  '--heartbeat-interval',
+  '200ms',
+  '--heartbeat-threshold',
+  '1s',
+  '--kill-grace',
+  '200ms',
+];
 
 describe.each(EDITIONS)('zombie report after reassignment ($edition)', ({ edition, flags }) => {
   let db: TestDatabase;
@@ -55,11 +66,17 @@ describe.each(EDITIONS)('zombie report after reassignment ($edition)', ({ editio
         '',
       ].join('\n'),
     );
-    const a = await startServer({ env: { DATABASE_URL: db.url }, args: [...flags, ...FLAGS, '--replica-id', 'zombie-a'] });
+    const a = await startServer({
+      env: { DATABASE_URL: db.url },
+      args: [...flags, ...FLAGS, '--replica-id', 'zombie-a'],
+    });
     servers.push(a);
     await waitFor('a leads', async () => (await createClients(a.url).cluster.getLeader({})).leaderId === 'zombie-a');
     expect((await createClients(a.url).cluster.getLeader({})).edition).toBe(edition);
-    const b = await startServer({ env: { DATABASE_URL: db.url }, args: [...flags, ...FLAGS, '--replica-id', 'zombie-b'] });
+    const b = await startServer({
+      env: { DATABASE_URL: db.url },
+      args: [...flags, ...FLAGS, '--replica-id', 'zombie-b'],
+    });
     servers.push(b);
     expect((await cli(b.url, ['dag', 'apply', file])).code).toBe(0);
     const runId = (await createClients(b.url).workflow.triggerRun({ dagId: 'z' })).run!.runId;
@@ -71,11 +88,19 @@ describe.each(EDITIONS)('zombie report after reassignment ($edition)', ({ editio
     a.child.kill('SIGSTOP');
     // The frozen leader's lock session is ended by Postgres (idle_session_timeout), b leads,
     // reaps try 1 after the heartbeat threshold and runs try 2.
-    await waitFor('b leads', async () => (await createClients(b.url).cluster.getLeader({})).leaderId === 'zombie-b', 15_000);
-    await waitFor('run success', async () => {
-      const [r] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
-      return r?.state === 'success';
-    }, 20_000);
+    await waitFor(
+      'b leads',
+      async () => (await createClients(b.url).cluster.getLeader({})).leaderId === 'zombie-b',
+      15_000,
+    );
+    await waitFor(
+      'run success',
+      async () => {
+        const [r] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
+        return r?.state === 'success';
+      },
+      20_000,
+    );
     const [afterB] = await db.sql<{ try_number: number; state: string; exit_code: number; ended_at: Date }[]>`
       select try_number, state, exit_code, ended_at from task_instances where run_id = ${runId}`;
     expect(afterB).toMatchObject({ try_number: 2, state: 'success', exit_code: 0 });
@@ -83,16 +108,24 @@ describe.each(EDITIONS)('zombie report after reassignment ($edition)', ({ editio
     // Wake the zombie. Its heartbeat for try 1 is refused, so it stops try 1's process; any
     // report it still makes about try 1 is refused and counted.
     a.child.kill('SIGCONT');
-    await waitFor('zombie reports refused', async () => metricSum(await scrapeMetrics(a.metricsUrl), 'leoflow_stale_reports_rejected_total') >= 1, 10_000);
+    await waitFor(
+      'zombie reports refused',
+      async () => metricSum(await scrapeMetrics(a.metricsUrl), 'leoflow_stale_reports_rejected_total') >= 1,
+      10_000,
+    );
     const try1Pid = Number(await readFile(pidFile, 'utf8'));
-    await waitFor('try 1 process stopped', async () => {
-      try {
-        process.kill(try1Pid, 0);
-        return false;
-      } catch {
-        return true;
-      }
-    }, 10_000);
+    await waitFor(
+      'try 1 process stopped',
+      async () => {
+        try {
+          process.kill(try1Pid, 0);
+          return false;
+        } catch {
+          return true;
+        }
+      },
+      10_000,
+    );
     await new Promise((r) => setTimeout(r, 500));
     const [final] = await db.sql<{ try_number: number; state: string; exit_code: number; ended_at: Date }[]>`
       select try_number, state, exit_code, ended_at from task_instances where run_id = ${runId}`;

@@ -21,7 +21,15 @@ export interface DocBlock {
    * commands), `columns=N` (only each line's first N fields: a table that may gain columns),
    * `contains` (each shown line is within a real one: lines that may gain a prefix).
    */
-  marks: { skip: boolean; loose: boolean; retry: boolean; exit: number; file: string | null; columns: number | null; contains: boolean };
+  marks: {
+    skip: boolean;
+    loose: boolean;
+    retry: boolean;
+    exit: number;
+    file: string | null;
+    columns: number | null;
+    contains: boolean;
+  };
 }
 
 export interface DocCommand {
@@ -81,15 +89,17 @@ export function docCommands(file: string): DocCommand[] {
  * uniform, runs of spaces made one (table columns move with their widest value).
  */
 export function normalizeLine(line: string): string {
-  return line
-    .replace(/\x1b\[[0-9;]*m/g, '')
-    .replace(/__[0-9a-f]{6}\b/g, '__x')
-    // A replica's default id: host-pid-random.
-    .replace(/\b[\w.]+-\d+-[0-9a-f]{4}\b/g, 'REPLICA')
-    .replace(/\b\d+(?:\.\d+)?(?:ms|s|m|h|d)\b/g, 'D')
-    .replace(/\d+/g, '0')
-    .replace(/\s+/g, ' ')
-    .trim();
+  return (
+    line
+      .replace(/\x1b\[[0-9;]*m/g, '')
+      .replace(/__[0-9a-f]{6}\b/g, '__x')
+      // A replica's default id: host-pid-random.
+      .replace(/\b[\w.]+-\d+-[0-9a-f]{4}\b/g, 'REPLICA')
+      .replace(/\b\d+(?:\.\d+)?(?:ms|s|m|h|d)\b/g, 'D')
+      .replace(/\d+/g, '0')
+      .replace(/\s+/g, ' ')
+      .trim()
+  );
 }
 
 /** How a shown line is compared: all of it, its first fields, or anywhere within a real line. */
@@ -101,11 +111,18 @@ export interface Compare {
 /** A documented line as a pattern: `…` stands for anything. */
 function linePattern(documented: string, how: Compare = {}): RegExp {
   const line = normalizeLine(documented);
-  const escape = (text: string) => text.split('…').map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('.*');
+  const escape = (text: string) =>
+    text
+      .split('…')
+      .map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))
+      .join('.*');
   if (how.columns) {
     // The first fields, and a row's closing wait reason (DAG_PAUSED, …) wherever the row ends.
     const fields = line.split(' ');
-    const reason = fields.length > how.columns && /^[a-z]/.test(fields[0]!) && /^[A-Z][A-Z_]+(:.*)?$/.test(fields.at(-1)!) ? fields.at(-1)! : null;
+    const reason =
+      fields.length > how.columns && /^[a-z]/.test(fields[0]!) && /^[A-Z][A-Z_]+(:.*)?$/.test(fields.at(-1)!)
+        ? fields.at(-1)!
+        : null;
     const head = escape(fields.slice(0, how.columns).join(' '));
     return new RegExp(reason ? `^${head} .* ${escape(reason)}$` : `^${head}( |$)`);
   }
@@ -119,17 +136,25 @@ function linePattern(documented: string, how: Compare = {}): RegExp {
  */
 export function outputMismatch(documented: string[], actual: string, loose: boolean, how: Compare = {}): string | null {
   const shown = documented.filter((l) => l.trim() !== '' && l.trim() !== '…');
-  const real = actual.split('\n').map(normalizeLine).filter((l) => l !== '');
+  const real = actual
+    .split('\n')
+    .map(normalizeLine)
+    .filter((l) => l !== '');
   if (shown.length === 0) return null;
   if (loose) {
-    const ends: [string, string | undefined][] = [[shown[0]!, real[0]], [shown.at(-1)!, real.at(-1)]];
+    const ends: [string, string | undefined][] = [
+      [shown[0]!, real[0]],
+      [shown.at(-1)!, real.at(-1)],
+    ];
     for (const [doc, got] of ends) {
-      if (got === undefined || !linePattern(doc).test(got)) return `expected a line like\n  ${doc}\ngot\n  ${got ?? '(nothing)'}`;
+      if (got === undefined || !linePattern(doc).test(got))
+        return `expected a line like\n  ${doc}\ngot\n  ${got ?? '(nothing)'}`;
     }
     return null;
   }
   for (const doc of shown) {
-    if (!real.some((r) => linePattern(doc, how).test(r))) return `no line like\n  ${doc}\nin\n${real.map((r) => `  ${r}`).join('\n')}`;
+    if (!real.some((r) => linePattern(doc, how).test(r)))
+      return `no line like\n  ${doc}\nin\n${real.map((r) => `  ${r}`).join('\n')}`;
   }
   return null;
 }

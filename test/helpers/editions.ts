@@ -16,7 +16,9 @@ export type EditionName = (typeof EDITIONS)[number]['edition'];
 
 /** An edition's defaults, as `editions/<edition>/config.json` gives them. */
 export function editionDefaults(edition: EditionName): Record<string, string | number> {
-  return JSON.parse(readFileSync(fileURLToPath(new URL(`../../editions/${edition}/config.json`, import.meta.url)), 'utf8')) as Record<string, string | number>;
+  return JSON.parse(
+    readFileSync(fileURLToPath(new URL(`../../editions/${edition}/config.json`, import.meta.url)), 'utf8'),
+  ) as Record<string, string | number>;
 }
 
 /** The dispatch pool an edition wires: drainers and queue capacity. */

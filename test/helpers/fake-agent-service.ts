@@ -83,7 +83,9 @@ export class FakeStream {
   get outgoing(): Outgoing {
     return this.#out;
   }
-  of<C extends NonNullable<ConnectRequest['msg']['case']>>(kind: C): Extract<ConnectRequest['msg'], { case: C }>['value'][] {
+  of<C extends NonNullable<ConnectRequest['msg']['case']>>(
+    kind: C,
+  ): Extract<ConnectRequest['msg'], { case: C }>['value'][] {
     return this.received.filter((r) => r.msg.case === kind).map((r) => r.msg.value) as never;
   }
 }
@@ -179,27 +181,34 @@ export class FakeAgentService {
   async *#connect(reqs: AsyncIterable<ConnectRequest>): AsyncIterable<ConnectResponse> {
     const it = reqs[Symbol.asyncIterator]();
     const first = await it.next();
-    if (first.done || first.value.msg.case !== 'hello') throw new ConnectError('hello: must be the first message', Code.InvalidArgument);
+    if (first.done || first.value.msg.case !== 'hello')
+      throw new ConnectError('hello: must be the first message', Code.InvalidArgument);
     const hello = first.value.msg.value;
     if (!this.versions.includes(hello.protocolVersion)) {
       this.refused++;
-      throw new ConnectError(`protocol_version ${hello.protocolVersion} is not supported; this control plane speaks ${this.versions.join(', ')}`, Code.FailedPrecondition);
+      throw new ConnectError(
+        `protocol_version ${hello.protocolVersion} is not supported; this control plane speaks ${this.versions.join(', ')}`,
+        Code.FailedPrecondition,
+      );
     }
     const stream = new FakeStream(this.streams.length + 1, hello);
     this.streams.push(stream);
     const resumed = hello.held.filter((h) => !this.isSuperseded(h));
     const superseded = hello.held.filter((h) => this.isSuperseded(h));
-    if (this.sendWelcome) stream.send({
-      case: 'welcome',
-      value: {
-        protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
-        replicaId: this.replicaId,
-        keepaliveInterval: durationFromMs(this.keepaliveIntervalMs),
-        ...(this.maxReconnectBackoffMs === undefined ? {} : { maxReconnectBackoff: durationFromMs(this.maxReconnectBackoffMs) }),
-        resumed,
-        superseded,
-      },
-    });
+    if (this.sendWelcome)
+      stream.send({
+        case: 'welcome',
+        value: {
+          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+          replicaId: this.replicaId,
+          keepaliveInterval: durationFromMs(this.keepaliveIntervalMs),
+          ...(this.maxReconnectBackoffMs === undefined
+            ? {}
+            : { maxReconnectBackoff: durationFromMs(this.maxReconnectBackoffMs) }),
+          resumed,
+          superseded,
+        },
+      });
     this.onConnect(stream);
     void (async () => {
       try {

@@ -17,19 +17,35 @@ export async function helloOverTls(
   const call = client.connect();
   try {
     return await new Promise((resolve) => {
-      const timer = setTimeout(() => resolve({ welcome: null, err: { code: -1, details: 'no answer in 15 s' } }), 15_000);
+      const timer = setTimeout(
+        () => resolve({ welcome: null, err: { code: -1, details: 'no answer in 15 s' } }),
+        15_000,
+      );
       call.on('data', (m: ConnectResponse) => (clearTimeout(timer), resolve({ welcome: m, err: null })));
       // connect-node percent-encodes grpc-message more than grpc-js decodes (as control-plane-session.ts says).
-      call.on('error', (e: { code: number; details: string }) => (clearTimeout(timer), resolve({ welcome: null, err: { code: e.code, details: decodeURIComponent(e.details) } })));
-      call.write(create(ConnectRequestSchema, {
-        msg: {
-          case: 'hello',
-          value: {
-            protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId, slots: 1, incarnationId: randomUUID(), labels: o.labels ?? {},
-            onlyTiId: o.only?.tiId ?? '', onlyAttemptToken: o.only?.attemptToken ?? '',
+      call.on(
+        'error',
+        (e: { code: number; details: string }) => (
+          clearTimeout(timer),
+          resolve({ welcome: null, err: { code: e.code, details: decodeURIComponent(e.details) } })
+        ),
+      );
+      call.write(
+        create(ConnectRequestSchema, {
+          msg: {
+            case: 'hello',
+            value: {
+              protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+              agentId,
+              slots: 1,
+              incarnationId: randomUUID(),
+              labels: o.labels ?? {},
+              onlyTiId: o.only?.tiId ?? '',
+              onlyAttemptToken: o.only?.attemptToken ?? '',
+            },
           },
-        },
-      }));
+        }),
+      );
     });
   } finally {
     call.cancel();

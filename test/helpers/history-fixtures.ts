@@ -19,7 +19,9 @@ export async function layOutPartitions(sql: Sql, bounds: { events: number[]; tas
     for (const p of parts) await sql.unsafe(`drop table ${p.name}`);
     await sql.unsafe(`create table ${table}_p0 partition of ${table} for values from (minvalue) to (${bs[0]})`);
     for (let i = 0; i + 1 < bs.length; i++) {
-      await sql.unsafe(`create table ${table}_p${bs[i]} partition of ${table} for values from (${bs[i]}) to (${bs[i + 1]})`);
+      await sql.unsafe(
+        `create table ${table}_p${bs[i]} partition of ${table} for values from (${bs[i]}) to (${bs[i + 1]})`,
+      );
     }
   }
 }
@@ -44,7 +46,16 @@ export interface PastRun {
  */
 export async function pastRun(sql: Sql, r: PastRun): Promise<void> {
   const finished = r.state === 'success' || r.state === 'failed' || r.state === 'cancelled';
-  const tiState: TiState = r.state === 'running' ? 'running' : r.state === 'queued' ? 'none' : r.state === 'success' ? 'success' : r.state === 'failed' ? 'failed' : 'cancelled';
+  const tiState: TiState =
+    r.state === 'running'
+      ? 'running'
+      : r.state === 'queued'
+        ? 'none'
+        : r.state === 'success'
+          ? 'success'
+          : r.state === 'failed'
+            ? 'failed'
+            : 'cancelled';
   await fixtureDag(sql, r.dagId);
   await sql`
     insert into dag_runs (id, dag_id, run_key, run_type, dag_version, logical_date, state, created_at, started_at, ended_at)
@@ -70,7 +81,11 @@ export async function pastRun(sql: Sql, r: PastRun): Promise<void> {
 }
 
 /** What is stored of one run: the run row, its task instances, events and log lines. */
-export async function storedOf(sql: Sql, runId: number, tiIds: number[]): Promise<{ run: number; tis: number; events: number; logs: number }> {
+export async function storedOf(
+  sql: Sql,
+  runId: number,
+  tiIds: number[],
+): Promise<{ run: number; tis: number; events: number; logs: number }> {
   const [row] = await sql<{ run: number; tis: number; events: number; logs: number }[]>`
     select (select count(*) from dag_runs where id = ${runId})::int as run,
       (select count(*) from task_instances where run_id = ${runId})::int as tis,
@@ -94,7 +109,10 @@ export async function partitionNames(sql: Sql, table: 'events' | 'task_logs'): P
  * ago, each with `tisPerRun` task instances, 3 events and 3 log lines a task instance and one
  * event a run.
  */
-export async function bulkPastRuns(sql: Sql, o: { dagId: string; runs: number; tisPerRun: number; daysBack: number }): Promise<void> {
+export async function bulkPastRuns(
+  sql: Sql,
+  o: { dagId: string; runs: number; tisPerRun: number; daysBack: number },
+): Promise<void> {
   await fixtureDag(sql, o.dagId);
   await sql`
     insert into dag_runs (dag_id, run_key, run_type, dag_version, logical_date, state, created_at, started_at, ended_at)

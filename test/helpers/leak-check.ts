@@ -12,7 +12,8 @@ const GRACE_MS = 3000;
 
 function count(): Map<string, number> {
   const counts = new Map<string, number>();
-  for (const kind of process.getActiveResourcesInfo()) if (WATCHED.includes(kind)) counts.set(kind, (counts.get(kind) ?? 0) + 1);
+  for (const kind of process.getActiveResourcesInfo())
+    if (WATCHED.includes(kind)) counts.set(kind, (counts.get(kind) ?? 0) + 1);
   return counts;
 }
 
@@ -25,9 +26,14 @@ beforeAll(() => {
 afterAll(async () => {
   const deadline = Date.now() + GRACE_MS;
   for (;;) {
-    const leaked = [...count()].filter(([kind, n]) => n > (before.get(kind) ?? 0)).map(([kind, n]) => `${n - (before.get(kind) ?? 0)} ${kind}`);
+    const leaked = [...count()]
+      .filter(([kind, n]) => n > (before.get(kind) ?? 0))
+      .map(([kind, n]) => `${n - (before.get(kind) ?? 0)} ${kind}`);
     if (leaked.length === 0) return;
-    if (Date.now() > deadline) throw new Error(`this test file left behind: ${leaked.join(', ')} (close every server, connection and process it starts)`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `this test file left behind: ${leaked.join(', ')} (close every server, connection and process it starts)`,
+      );
     await new Promise((r) => setTimeout(r, 50));
   }
 });

@@ -85,16 +85,35 @@ export async function startServer(
   // run in: servers share nothing through the repository's .leoflow.
   const stateArgs = opts.args?.includes('--state-dir') || opts.cwd ? [] : ['--state-dir', scratchDir('leoflow-state-')];
   // LEOFLOW_CPU_PROF_DIR: each server writes a V8 CPU profile there when it stops (BENCHMARKS.md).
-  const profArgs = process.env.LEOFLOW_CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${process.env.LEOFLOW_CPU_PROF_DIR}`] : [];
-  const child = spawn(process.execPath, [...profArgs, BIN, 'server', '--listen', `127.0.0.1:${ports[0]}`, '--metrics-listen', `127.0.0.1:${ports[1]}`, '--log-format', 'json', ...quietArgs, ...stateArgs, ...(opts.args ?? [])], {
-    cwd: opts.cwd ?? ROOT,
-    // Open unless the test is about auth (it sets LEOFLOW_INSECURE itself, or unsets it): Pro
-    // and Lite off loopback need tokens otherwise.
-    env: { ...process.env, LEOFLOW_INSECURE: 'true', ...opts.env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-    // Its own process group, like a program started at a terminal (whose Ctrl-C reaches the group).
-    detached: opts.ownProcessGroup ?? false,
-  });
+  const profArgs = process.env.LEOFLOW_CPU_PROF_DIR
+    ? ['--cpu-prof', `--cpu-prof-dir=${process.env.LEOFLOW_CPU_PROF_DIR}`]
+    : [];
+  const child = spawn(
+    process.execPath,
+    [
+      ...profArgs,
+      BIN,
+      'server',
+      '--listen',
+      `127.0.0.1:${ports[0]}`,
+      '--metrics-listen',
+      `127.0.0.1:${ports[1]}`,
+      '--log-format',
+      'json',
+      ...quietArgs,
+      ...stateArgs,
+      ...(opts.args ?? []),
+    ],
+    {
+      cwd: opts.cwd ?? ROOT,
+      // Open unless the test is about auth (it sets LEOFLOW_INSECURE itself, or unsets it): Pro
+      // and Lite off loopback need tokens otherwise.
+      env: { ...process.env, LEOFLOW_INSECURE: 'true', ...opts.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      // Its own process group, like a program started at a terminal (whose Ctrl-C reaches the group).
+      detached: opts.ownProcessGroup ?? false,
+    },
+  );
   live.add(child);
   const logs: Record<string, unknown>[] = [];
   let stderr = '';
@@ -109,7 +128,14 @@ export async function startServer(
     const timer = setTimeout(() => {
       // Never leave a process behind, even when the test fails here.
       child.kill('SIGKILL');
-      reject(new Error(`server not ready after ${opts.readyTimeoutMs ?? 30000} ms:\n${logs.slice(-10).map((l) => JSON.stringify(l)).join('\n')}\n${buf}${stderr}`));
+      reject(
+        new Error(
+          `server not ready after ${opts.readyTimeoutMs ?? 30000} ms:\n${logs
+            .slice(-10)
+            .map((l) => JSON.stringify(l))
+            .join('\n')}\n${buf}${stderr}`,
+        ),
+      );
     }, opts.readyTimeoutMs ?? 30_000);
     child.stdout!.setEncoding('utf8');
     child.stdout!.on('data', (chunk: string) => {
@@ -137,10 +163,17 @@ export async function startServer(
       const poll = async () => {
         for (;;) {
           if (child.exitCode !== null || child.signalCode !== null) return;
-          const ok = await fetch(`http://127.0.0.1:${ports[1]}/metrics`).then((r) => r.ok, () => false);
+          const ok = await fetch(`http://127.0.0.1:${ports[1]}/metrics`).then(
+            (r) => r.ok,
+            () => false,
+          );
           if (ok) {
             clearTimeout(timer);
-            logs.push({ listen: `127.0.0.1:${ports[0]}`, metrics: `127.0.0.1:${ports[1]}`, msg: 'ready (metrics answering)' });
+            logs.push({
+              listen: `127.0.0.1:${ports[0]}`,
+              metrics: `127.0.0.1:${ports[1]}`,
+              msg: 'ready (metrics answering)',
+            });
             return resolve(`http://127.0.0.1:${ports[0]}`);
           }
           await new Promise((r) => setTimeout(r, 50));
@@ -150,7 +183,11 @@ export async function startServer(
     }
     void exited.then(({ code, signal }) => {
       clearTimeout(timer);
-      reject(new Error(`server exited before ready (code ${code}, signal ${signal}):\n${stderr}\n${JSON.stringify(logs.slice(-5))}`));
+      reject(
+        new Error(
+          `server exited before ready (code ${code}, signal ${signal}):\n${stderr}\n${JSON.stringify(logs.slice(-5))}`,
+        ),
+      );
     });
   });
   const ready = logs.find((l) => typeof l.listen === 'string')!;
@@ -193,9 +230,16 @@ export async function startServer(
  * the call's own, and kept in `servers` for the file's hooks to stop. `databaseUrl` is read at
  * each start (the database is usually made in a beforeAll).
  */
-export function serverLauncher(opts: { databaseUrl: () => string; args?: readonly string[]; servers: ServerProcess[] }): (extraArgs?: readonly string[]) => Promise<ServerProcess> {
+export function serverLauncher(opts: {
+  databaseUrl: () => string;
+  args?: readonly string[];
+  servers: ServerProcess[];
+}): (extraArgs?: readonly string[]) => Promise<ServerProcess> {
   return async (extraArgs = []) => {
-    const s = await startServer({ env: { DATABASE_URL: opts.databaseUrl() }, args: [...(opts.args ?? []), ...extraArgs] });
+    const s = await startServer({
+      env: { DATABASE_URL: opts.databaseUrl() },
+      args: [...(opts.args ?? []), ...extraArgs],
+    });
     opts.servers.push(s);
     return s;
   };
@@ -237,7 +281,11 @@ export function runCommand(cmd: string, args: string[], opts: RunOptions = {}): 
     child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
-      reject(new Error(`${path.basename(cmd)} ${args.join(' ')} took longer than ${opts.timeoutMs ?? 60000} ms\n${stdout}\n${stderr}`));
+      reject(
+        new Error(
+          `${path.basename(cmd)} ${args.join(' ')} took longer than ${opts.timeoutMs ?? 60000} ms\n${stdout}\n${stderr}`,
+        ),
+      );
     }, opts.timeoutMs ?? 60_000);
     child.on('exit', (code) => {
       clearTimeout(timer);
@@ -248,7 +296,12 @@ export function runCommand(cmd: string, args: string[], opts: RunOptions = {}): 
 }
 
 /** Polls `check` until it returns a truthy value or the deadline passes. */
-export async function waitFor<T>(what: string, check: () => Promise<T | null | undefined | false>, timeoutMs = 20_000, everyMs = 50): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  check: () => Promise<T | null | undefined | false>,
+  timeoutMs = 20_000,
+  everyMs = 50,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await check();
@@ -271,13 +324,21 @@ export interface AgentProcess {
  * own unless `args` name one. `env` is merged over process.env; `cwd` is the project's root unless
  * given.
  */
-export function startAgent(server: string, args: string[], opts: { cwd?: string; env?: Record<string, string | undefined> } = {}): AgentProcess {
+export function startAgent(
+  server: string,
+  args: string[],
+  opts: { cwd?: string; env?: Record<string, string | undefined> } = {},
+): AgentProcess {
   const stateArgs = args.includes('--state-dir') ? [] : ['--state-dir', scratchDir('leoflow-agent-state-')];
-  const child = spawn(process.execPath, [BIN, '--server', server, 'agent', '--log-format', 'json', ...stateArgs, ...args], {
-    cwd: opts.cwd ?? ROOT,
-    env: { ...process.env, ...opts.env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    process.execPath,
+    [BIN, '--server', server, 'agent', '--log-format', 'json', ...stateArgs, ...args],
+    {
+      cwd: opts.cwd ?? ROOT,
+      env: { ...process.env, ...opts.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   live.add(child);
   let out = '';
   child.stdout!.setEncoding('utf8').on('data', (c: string) => (out += c));

@@ -47,17 +47,27 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
-      if (req.method !== 'POST' || req.url !== '/v1/traces' || req.headers['content-type'] !== 'application/x-protobuf') {
+      if (
+        req.method !== 'POST' ||
+        req.url !== '/v1/traces' ||
+        req.headers['content-type'] !== 'application/x-protobuf'
+      ) {
         rejected.push(`${req.method} ${req.url} ${req.headers['content-type']}`);
         res.writeHead(404).end();
         return;
       }
-      const msg = Request.toObject(Request.decode(Buffer.concat(chunks)), { longs: String, bytes: Buffer, defaults: true }) as Decoded;
+      const msg = Request.toObject(Request.decode(Buffer.concat(chunks)), {
+        longs: String,
+        bytes: Buffer,
+        defaults: true,
+      }) as Decoded;
       for (const rs of msg.resourceSpans) {
         const resource = flatten(rs.resource?.attributes ?? []);
         for (const ss of rs.scopeSpans) for (const s of ss.spans) spans.push(toSpan(s, resource));
       }
-      res.writeHead(200, { 'content-type': 'application/x-protobuf' }).end(Buffer.from(Response.encode(Response.create({})).finish()));
+      res
+        .writeHead(200, { 'content-type': 'application/x-protobuf' })
+        .end(Buffer.from(Response.encode(Response.create({})).finish()));
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
@@ -73,8 +83,17 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
 type AnyValue = { stringValue?: string; intValue?: string; boolValue?: boolean; doubleValue?: number };
 type KeyValue = { key: string; value?: AnyValue };
 type DecodedSpan = {
-  traceId: Buffer; spanId: Buffer; parentSpanId: Buffer; name: string; kind: number; startTimeUnixNano: string; endTimeUnixNano: string;
-  attributes: KeyValue[]; events: { name: string }[]; status?: { code: number; message: string }; traceState: string;
+  traceId: Buffer;
+  spanId: Buffer;
+  parentSpanId: Buffer;
+  name: string;
+  kind: number;
+  startTimeUnixNano: string;
+  endTimeUnixNano: string;
+  attributes: KeyValue[];
+  events: { name: string }[];
+  status?: { code: number; message: string };
+  traceState: string;
 };
 type Decoded = { resourceSpans: { resource?: { attributes: KeyValue[] }; scopeSpans: { spans: DecodedSpan[] }[] }[] };
 

@@ -8,7 +8,10 @@ export const PROMTOOL = spawnSync('promtool', ['--version'], { encoding: 'utf8' 
 
 export const promtoolMissing = PROMTOOL === null && process.env.CI !== 'true';
 
-if (PROMTOOL === null && process.env.CI === 'true') throw new Error('promtool is not installed: CI must run the alert-rule and metrics tests (apt-get install prometheus)');
+if (PROMTOOL === null && process.env.CI === 'true')
+  throw new Error(
+    'promtool is not installed: CI must run the alert-rule and metrics tests (apt-get install prometheus)',
+  );
 
 /** Runs promtool with `args` (and `input` on its stdin): its exit status and what it printed. */
 export function promtool(args: string[], input?: string): { status: number | null; out: string } {

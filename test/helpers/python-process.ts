@@ -33,12 +33,19 @@ process.on('exit', () => {
  */
 export async function generateStubs(dir: string): Promise<void> {
   await cp(path.join(PY_DIR, 'gen'), dir, { recursive: true });
-  const imp = await runCommand(PY, ['-c', 'from leoflow.v1 import agent_pb2_grpc, workflow_pb2_grpc'], { env: { PYTHONPATH: dir } });
+  const imp = await runCommand(PY, ['-c', 'from leoflow.v1 import agent_pb2_grpc, workflow_pb2_grpc'], {
+    env: { PYTHONPATH: dir },
+  });
   if (imp.code !== 0) throw new Error(`the generated stubs do not import:\n${imp.stderr}`);
 }
 
 /** Starts `python3 args…` with the stubs in `stubs` on PYTHONPATH (and `env` over ours); SIGKILLed after timeoutMs. */
-export function startPython(stubs: string, args: string[], timeoutMs: number, env: Record<string, string> = {}): PythonProcess {
+export function startPython(
+  stubs: string,
+  args: string[],
+  timeoutMs: number,
+  env: Record<string, string> = {},
+): PythonProcess {
   const child = spawn(PY, args, {
     cwd: ROOT,
     env: { ...process.env, ...env, PYTHONPATH: stubs, PYTHONUNBUFFERED: '1' },
@@ -60,7 +67,12 @@ export function startPython(stubs: string, args: string[], timeoutMs: number, en
 }
 
 /** Runs a Python program to its exit. */
-export async function runPython(stubs: string, args: string[], timeoutMs = 60_000, env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+export async function runPython(
+  stubs: string,
+  args: string[],
+  timeoutMs = 60_000,
+  env: Record<string, string> = {},
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const p = startPython(stubs, args, timeoutMs, env);
   const code = await p.exited;
   return { code, stdout: p.stdout, stderr: p.stderr };
@@ -79,5 +91,7 @@ export async function stopPython(p: PythonProcess | undefined): Promise<void> {
 export async function killPythonProcesses(): Promise<void> {
   const left = [...live];
   for (const c of left) c.kill('SIGKILL');
-  await Promise.all(left.map((c) => (c.exitCode !== null || c.signalCode !== null ? null : new Promise((r) => c.once('exit', r)))));
+  await Promise.all(
+    left.map((c) => (c.exitCode !== null || c.signalCode !== null ? null : new Promise((r) => c.once('exit', r)))),
+  );
 }

@@ -29,7 +29,10 @@ export class AsyncInbox<T> implements AsyncIterable<T> {
     if (this.#items.length > 0) return Promise.resolve(this.#items.shift()!);
     if (this.#closed) return Promise.reject(this.#error ?? new Error('closed'));
     return new Promise<T>((resolve, reject) => {
-      const waiter = { resolve: (v: T) => (clearTimeout(t), resolve(v)), reject: (e: unknown) => (clearTimeout(t), reject(e)) };
+      const waiter = {
+        resolve: (v: T) => (clearTimeout(t), resolve(v)),
+        reject: (e: unknown) => (clearTimeout(t), reject(e)),
+      };
       // A waiter that timed out leaves: the next item is for the next caller, not lost.
       const t = setTimeout(() => {
         this.#waiters.splice(this.#waiters.indexOf(waiter), 1);
@@ -52,9 +55,9 @@ export class AsyncInbox<T> implements AsyncIterable<T> {
   }
 }
 
-
 /** What a scripted agent sends on its stream. */
-export type AgentMessage = Parameters<Client<typeof AgentService>['connect']>[0] extends AsyncIterable<infer T> ? T : never;
+export type AgentMessage =
+  Parameters<Client<typeof AgentService>['connect']>[0] extends AsyncIterable<infer T> ? T : never;
 
 /**
  * A hand-written agent on a real server's AgentService.Connect, driven message by message the way
@@ -70,7 +73,10 @@ export function scriptedAgent(baseUrl: string, opts: { keepaliveMs?: number } = 
   const held = new Map<string, AttemptRef>();
   let seq = 1n;
   const pump = opts.keepaliveMs
-    ? setInterval(() => outbox.push({ msg: { case: 'keepalive', value: { seq: seq++, held: [...held.values()] } } }), opts.keepaliveMs)
+    ? setInterval(
+        () => outbox.push({ msg: { case: 'keepalive', value: { seq: seq++, held: [...held.values()] } } }),
+        opts.keepaliveMs,
+      )
     : null;
   const done = (async () => {
     for await (const m of stream) if (m.msg.case !== 'keepaliveAck') inbox.push(m);

@@ -14,7 +14,10 @@ export interface TcpProxyOptions {
  * A loopback TCP proxy in front of a server, so a test can cut every connection through it at
  * once (a network blip) while both ends stay up.
  */
-export async function startTcpProxy(target: { host: string; port: number }, opts: TcpProxyOptions = {}): Promise<{ port: number; cut(): void; close(): Promise<void> }> {
+export async function startTcpProxy(
+  target: { host: string; port: number },
+  opts: TcpProxyOptions = {},
+): Promise<{ port: number; cut(): void; close(): Promise<void> }> {
   const sockets = new Set<net.Socket>();
   let armed = opts.cutOnceWhenClientSends !== undefined;
   const server = net.createServer((client) => {

@@ -17,19 +17,62 @@ export interface TestPki {
   remove(): void;
 }
 
-const openssl = (args: string[], cwd: string) => execFileSync('/usr/bin/openssl', args, { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+const openssl = (args: string[], cwd: string) =>
+  execFileSync('/usr/bin/openssl', args, { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
 
 export function makeTestPki(name = 'test-ca'): TestPki {
   const dir = mkdtempSync(path.join(os.tmpdir(), `leoflow-pki-${name}-`));
   const key = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-  openssl(['req', '-x509', ...key, '-keyout', 'ca.key', '-out', 'ca.crt', '-subj', `/CN=${name}`, '-days', '2', '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign'], dir);
+  openssl(
+    [
+      'req',
+      '-x509',
+      ...key,
+      '-keyout',
+      'ca.key',
+      '-out',
+      'ca.crt',
+      '-subj',
+      `/CN=${name}`,
+      '-days',
+      '2',
+      '-addext',
+      'basicConstraints=critical,CA:TRUE',
+      '-addext',
+      'keyUsage=critical,keyCertSign,cRLSign',
+    ],
+    dir,
+  );
   const sign = (base: string, cn: string, ext: string) => {
     writeFileSync(path.join(dir, `${base}.ext`), ext);
     openssl(['req', ...key, '-keyout', `${base}.key`, '-out', `${base}.csr`, '-subj', `/CN=${cn}`], dir);
-    openssl(['x509', '-req', '-in', `${base}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-out', `${base}.crt`, '-days', '2', '-extfile', `${base}.ext`], dir);
+    openssl(
+      [
+        'x509',
+        '-req',
+        '-in',
+        `${base}.csr`,
+        '-CA',
+        'ca.crt',
+        '-CAkey',
+        'ca.key',
+        '-CAcreateserial',
+        '-out',
+        `${base}.crt`,
+        '-days',
+        '2',
+        '-extfile',
+        `${base}.ext`,
+      ],
+      dir,
+    );
     return { cert: path.join(dir, `${base}.crt`), key: path.join(dir, `${base}.key`) };
   };
-  const server = sign('server', 'localhost', 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n');
+  const server = sign(
+    'server',
+    'localhost',
+    'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n',
+  );
   const clients = new Map<string, { cert: string; key: string }>();
   return {
     dir,

@@ -7,7 +7,7 @@ import type { Sql } from '../../src/db/sql.js';
 export function countWhenSent<Q extends object>(query: Q, count: () => void): Q {
   let counted = false;
   const once = () => {
-    if (!counted) (counted = true), count();
+    if (!counted) ((counted = true), count());
   };
   const q = query as unknown as { then: (...a: unknown[]) => unknown; execute: () => unknown };
   // A helper call (`sql(columns)`, `sql.json(x)`) makes a piece of a statement, never sent alone.

@@ -77,7 +77,14 @@ function agent(serverUrls: string[], opts: Partial<RunAgentOptions> = {}): Agent
 let nextTi = 500;
 function job(command: string[]) {
   const ti = String(nextTi++);
-  return { attempt: { tiId: ti, tryNumber: 1, attemptToken: `tok-${ti}` }, dagId: 'd', runId: '1', taskId: `t${ti}`, maxTries: 1, command };
+  return {
+    attempt: { tiId: ti, tryNumber: 1, attemptToken: `tok-${ti}` },
+    dagId: 'd',
+    runId: '1',
+    taskId: `t${ti}`,
+    maxTries: 1,
+    command,
+  };
 }
 
 describe('agent failover between control-plane addresses', () => {
@@ -93,7 +100,9 @@ describe('agent failover between control-plane addresses', () => {
     s1.assign(done);
     s1.assign(running);
     await a1.waitFor('Finished of the short one on a', () => s1.of('finished').length === 1);
-    await a1.waitFor('Started of the long one on a', () => s1.of('started').some((m) => m.attempt?.tiId === running.attempt.tiId));
+    await a1.waitFor('Started of the long one on a', () =>
+      s1.of('started').some((m) => m.attempt?.tiId === running.attempt.tiId),
+    );
 
     const told = Date.now();
     s1.send({ case: 'reconnect', value: { reason: 'replica a is shutting down' } });
@@ -106,14 +115,25 @@ describe('agent failover between control-plane addresses', () => {
 
     // The Finished a never acknowledged is sent again to b; the running attempt ends there.
     await b1.waitFor('both Finished on b', () => s2.of('finished').length === 2, 5000);
-    expect(s2.of('finished').map((f) => [f.attempt?.tiId, f.outcome]).sort()).toEqual(
-      [[done.attempt.tiId, AttemptOutcome.SUCCESS], [running.attempt.tiId, AttemptOutcome.SUCCESS]].sort(),
+    expect(
+      s2
+        .of('finished')
+        .map((f) => [f.attempt?.tiId, f.outcome])
+        .sort(),
+    ).toEqual(
+      [
+        [done.attempt.tiId, AttemptOutcome.SUCCESS],
+        [running.attempt.tiId, AttemptOutcome.SUCCESS],
+      ].sort(),
     );
     await b1.waitFor('forgotten after ack', () => a.held === 0);
     // Every output line is stored once, on a or (sent again) on b.
     const key = `${running.attempt.tiId}/1`;
     const bySeq = new Map([...(a1.logs.get(key) ?? new Map()), ...(b1.logs.get(key) ?? new Map())]);
-    const stdout = [...bySeq.entries()].sort(([x], [y]) => x - y).map(([, e]) => e).filter((e) => e.stream === 'stdout');
+    const stdout = [...bySeq.entries()]
+      .sort(([x], [y]) => x - y)
+      .map(([, e]) => e)
+      .filter((e) => e.stream === 'stdout');
     expect(stdout.map((e) => e.line)).toEqual(['before', 'after']);
     expect(a1.streams).toHaveLength(1);
   });
@@ -155,10 +175,29 @@ describe('agent failover between control-plane addresses', () => {
     const dir = stateDir();
     const bad = await cli(dead, ['agent', '--server', `${b1.url},b:7070`, '--id', 'cli-agent', '--state-dir', dir]);
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toContain('leoflow agent: --server: address 3 of 3: expected an http:// or https:// URL, got "b:7070"\n');
+    expect(bad.stderr).toContain(
+      'leoflow agent: --server: address 3 of 3: expected an http:// or https:// URL, got "b:7070"\n',
+    );
     // The first address is down: the agent goes on to the second, then exits on Drain with --once.
     b1.onConnect = (s) => s.send({ case: 'drain', value: { reason: 'test' } });
-    const once = await cli(dead, ['agent', '--server', b1.url, '--id', 'cli-agent', '--state-dir', dir, '--once', '--ti', '7', '--log-format', 'json'], { timeoutMs: 20_000 });
+    const once = await cli(
+      dead,
+      [
+        'agent',
+        '--server',
+        b1.url,
+        '--id',
+        'cli-agent',
+        '--state-dir',
+        dir,
+        '--once',
+        '--ti',
+        '7',
+        '--log-format',
+        'json',
+      ],
+      { timeoutMs: 20_000 },
+    );
     expect(once.code, once.stdout + once.stderr).toBe(0);
     expect(b1.streams.map((s) => s.hello.agentId)).toEqual(['cli-agent']);
     const client = await cli(dead, ['--server', b1.url, 'dag', 'list']);

@@ -15,7 +15,13 @@ import { upsertDag } from '../../src/db/dags.js';
 import { CHANNELS } from '../../src/db/notifications.js';
 import { createRun } from '../../src/db/runs.js';
 import { listTis } from '../../src/db/tis.js';
-import { ConnectRequestSchema, ConnectResponseSchema, ProtocolVersion, type ConnectRequest, type ConnectResponse } from '../../src/gen/leoflow/v1/agent_pb.js';
+import {
+  ConnectRequestSchema,
+  ConnectResponseSchema,
+  ProtocolVersion,
+  type ConnectRequest,
+  type ConnectResponse,
+} from '../../src/gen/leoflow/v1/agent_pb.js';
 import { AgentConnection } from '../../src/server/agents/connection.js';
 import { createAgentFleet } from '../../src/server/agents/fleet.js';
 import { AsyncQueue } from '../../src/server/agents/async-queue.js';
@@ -38,7 +44,15 @@ async function claimedFor(agentId: string): Promise<string> {
   const spec = dag('leave', [task('t', { executor: 'agents' })]);
   const { dag: row } = await upsertDag(db.sql, spec, 'leave.yaml');
   const { run } = await db.sql.begin((tx) =>
-    createRun(tx, { dagId: spec.dagId, dagVersion: row.version, runKey: `manual__${++runSeq}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'agents' }),
+    createRun(tx, {
+      dagId: spec.dagId,
+      dagVersion: row.version,
+      runKey: `manual__${++runSeq}`,
+      runType: 'manual',
+      logicalDate: new Date(),
+      conf: {},
+      defaultExecutor: 'agents',
+    }),
   );
   const [ti] = await listTis(db.sql, run.id);
   await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
@@ -51,15 +65,27 @@ async function claimedFor(agentId: string): Promise<string> {
 function openStream(connection: AgentConnection, agentId: string) {
   const requests = new AsyncQueue<ConnectRequest>();
   const received: ConnectResponse[] = [];
-  requests.push(create(ConnectRequestSchema, { msg: { case: 'hello', value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId, slots: 2, incarnationId: randomUUID() } } }));
+  requests.push(
+    create(ConnectRequestSchema, {
+      msg: {
+        case: 'hello',
+        value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId, slots: 2, incarnationId: randomUUID() },
+      },
+    }),
+  );
   const ended = (async (): Promise<void> => {
     // The handler yields init shapes: made whole, they read as messages.
-    for await (const r of connection.run(requests, new AbortController().signal)) received.push(create(ConnectResponseSchema, r));
+    for await (const r of connection.run(requests, new AbortController().signal))
+      received.push(create(ConnectResponseSchema, r));
   })();
   return { requests, received, ended, kinds: () => received.map((r) => r.msg.case) };
 }
 
-async function until<T>(what: string, fn: () => T | undefined | false | Promise<T | undefined | false>, ms = 20_000): Promise<T> {
+async function until<T>(
+  what: string,
+  fn: () => T | undefined | false | Promise<T | undefined | false>,
+  ms = 20_000,
+): Promise<T> {
   const deadline = Date.now() + ms;
   for (;;) {
     const v = await fn();
@@ -74,15 +100,33 @@ describe('an agent fleet leaving (graceful stop)', () => {
     const logs = quietLogWriter(db.sql);
     const reports = createReportBatcher(db.sql, { retryMs: 1000, logs });
     const fleet = createAgentFleet({
-      sql: db.sql, logs, reports, logger: pino({ level: 'silent' }), metrics: createMetrics(), replicaId: 'r1',
-      keepaliveMs: 60_000, killGraceMs: 10_000, heartbeatThresholdMs: 4000, agentCredentials: { required: false, sharedToken: null, podOfAttempt: async () => null, authenticator: { authenticate: async () => ({ ok: false, reason: 'unknown API token' }) } }, nudge: () => {}, nudgeQueued: () => {},
+      sql: db.sql,
+      logs,
+      reports,
+      logger: pino({ level: 'silent' }),
+      metrics: createMetrics(),
+      replicaId: 'r1',
+      keepaliveMs: 60_000,
+      killGraceMs: 10_000,
+      heartbeatThresholdMs: 4000,
+      agentCredentials: {
+        required: false,
+        sharedToken: null,
+        podOfAttempt: async () => null,
+        authenticator: { authenticate: async () => ({ ok: false, reason: 'unknown API token' }) },
+      },
+      nudge: () => {},
+      nudgeQueued: () => {},
     });
     try {
       const s = openStream(new AgentConnection(fleet.sessionDeps), 'x1');
       await until('Welcome', () => s.received[0]);
       const welcome = s.received[0]!.msg;
       expect(welcome.case).toBe('welcome');
-      if (welcome.case === 'welcome') expect(Number(welcome.value.maxReconnectBackoff!.seconds) * 1000 + welcome.value.maxReconnectBackoff!.nanos / 1e6).toBe(1000);
+      if (welcome.case === 'welcome')
+        expect(
+          Number(welcome.value.maxReconnectBackoff!.seconds) * 1000 + welcome.value.maxReconnectBackoff!.nanos / 1e6,
+        ).toBe(1000);
       await until('registered', () => fleet.registry.get('x1'));
 
       // Before the stop, an Assign notified for the agent goes down its stream.
@@ -95,11 +139,17 @@ describe('an agent fleet leaving (graceful stop)', () => {
 
       // 1. No replica places on it any more; a new stream is refused.
       await fleet.leave();
-      const [row] = await db.sql<{ connected_replica: string | null; session_id: string | null }[]>`select connected_replica, session_id from agents where agent_id = 'x1'`;
+      const [row] = await db.sql<
+        { connected_replica: string | null; session_id: string | null }[]
+      >`select connected_replica, session_id from agents where agent_id = 'x1'`;
       expect(row).toEqual({ connected_replica: null, session_id: null });
       const late = openStream(new AgentConnection(fleet.sessionDeps), 'x2');
-      await expect(late.ended).rejects.toThrow(new ConnectError('replica r1 is shutting down: connect to another', Code.Unavailable));
-      const [x2] = await db.sql<{ connected_replica: string | null }[]>`select connected_replica from agents where agent_id = 'x2'`;
+      await expect(late.ended).rejects.toThrow(
+        new ConnectError('replica r1 is shutting down: connect to another', Code.Unavailable),
+      );
+      const [x2] = await db.sql<
+        { connected_replica: string | null }[]
+      >`select connected_replica from agents where agent_id = 'x2'`;
       expect(x2!.connected_replica).toBeNull();
 
       // 3. The agent is told to reconnect elsewhere; an Assign for it after that is given back.
@@ -109,10 +159,14 @@ describe('an agent fleet leaving (graceful stop)', () => {
       await fleet.onNotification(CHANNELS.assign, `x1 ${after}`);
       await new Promise((r) => setTimeout(r, 50));
       expect(s.kinds().filter((k) => k === 'assign')).toHaveLength(1);
-      const [given] = await db.sql<{ state: string; try_number: number; pending_reason: string | null }[]>`select state, try_number, pending_reason from task_instances where id = ${after}`;
+      const [given] = await db.sql<
+        { state: string; try_number: number; pending_reason: string | null }[]
+      >`select state, try_number, pending_reason from task_instances where id = ${after}`;
       expect(given).toEqual({ state: 'scheduled', try_number: 0, pending_reason: 'AGENT_GONE:x1' });
       // The attempt delivered before is still the agent's.
-      const [kept] = await db.sql<{ state: string; agent_id: string }[]>`select state, agent_id from task_instances where id = ${before}`;
+      const [kept] = await db.sql<
+        { state: string; agent_id: string }[]
+      >`select state, agent_id from task_instances where id = ${before}`;
       expect(kept).toEqual({ state: 'queued', agent_id: 'x1' });
 
       // The agent ends its stream: sendAway is done, with nobody left.

@@ -71,17 +71,35 @@ interface Job {
 let nextTi = 100;
 function job(command: string[], extra: Partial<Job> = {}): Job {
   const ti = String(nextTi++);
-  return { attempt: { tiId: ti, tryNumber: 1, attemptToken: `tok-${ti}` }, dagId: 'd', runId: '1', taskId: `t${ti}`, maxTries: 1, command, ...extra };
+  return {
+    attempt: { tiId: ti, tryNumber: 1, attemptToken: `tok-${ti}` },
+    dagId: 'd',
+    runId: '1',
+    taskId: `t${ti}`,
+    maxTries: 1,
+    command,
+    ...extra,
+  };
 }
 const tiOf = (j: Job) => j.attempt.tiId;
 
 function finishedOf(f: FakeAgentService, ti: string): Finished[] {
-  return f.all().filter((r) => r.msg.case === 'finished' && r.msg.value.attempt?.tiId === ti).map((r) => r.msg.value as Finished);
+  return f
+    .all()
+    .filter((r) => r.msg.case === 'finished' && r.msg.value.attempt?.tiId === ti)
+    .map((r) => r.msg.value as Finished);
 }
-const waitFinished = (f: FakeAgentService, ti: string, ms = 5000) => f.waitFor(`Finished of ${ti}`, () => finishedOf(f, ti)[0], ms);
+const waitFinished = (f: FakeAgentService, ti: string, ms = 5000) =>
+  f.waitFor(`Finished of ${ti}`, () => finishedOf(f, ti)[0], ms);
 const waitStarted = (f: FakeAgentService, ti: string) =>
-  f.waitFor(`Started of ${ti}`, () => f.all().find((r) => r.msg.case === 'started' && r.msg.value.attempt?.tiId === ti)?.msg.value as { pid: number } | undefined);
-const connected = (f: FakeAgentService, n = 1) => f.waitFor(`stream ${n}`, () => f.streams.length >= n && f.streams[n - 1]!.received.length > 0 && f.streams[n - 1]);
+  f.waitFor(
+    `Started of ${ti}`,
+    () =>
+      f.all().find((r) => r.msg.case === 'started' && r.msg.value.attempt?.tiId === ti)?.msg.value as
+        { pid: number } | undefined,
+  );
+const connected = (f: FakeAgentService, n = 1) =>
+  f.waitFor(`stream ${n}`, () => f.streams.length >= n && f.streams[n - 1]!.received.length > 0 && f.streams[n - 1]);
 
 function alive(pid: number): boolean {
   try {
@@ -98,11 +116,23 @@ describe('agent runtime', () => {
     const a = agent(f, { capabilities: ['sh'], slots: 2 });
     const s = await f.waitFor('a stream', () => f.streams[0]);
     // The protocol features it implements are announced after the operator's capabilities.
-    expect(s.hello).toMatchObject({ protocolVersion: 1, agentId: 'test-agent', labels: { zone: 'a' }, capabilities: ['sh', 'leoflow.secret-env'], slots: 2, held: [], onlyTiId: '0' });
+    expect(s.hello).toMatchObject({
+      protocolVersion: 1,
+      agentId: 'test-agent',
+      labels: { zone: 'a' },
+      capabilities: ['sh', 'leoflow.secret-env'],
+      slots: 2,
+      held: [],
+      onlyTiId: '0',
+    });
     await f.waitFor('a keepalive', () => s.of('keepalive').length > 0);
     expect(a.connected).toBe(true);
 
-    const j = job(['sh', '-c', 'echo one; echo two >&2; for i in $(seq 1 200); do echo line $i; done; sleep 0.3; exit 3']);
+    const j = job([
+      'sh',
+      '-c',
+      'echo one; echo two >&2; for i in $(seq 1 200); do echo line $i; done; sleep 0.3; exit 3',
+    ]);
     s.assign(j);
     const fin = await waitFinished(f, tiOf(j));
     expect(fin).toMatchObject({ outcome: AttemptOutcome.FAILED, exitCode: 3, error: 'exit code 3' });
@@ -114,7 +144,10 @@ describe('agent runtime', () => {
     const entries = s.of('log').flatMap((l) => l.entries);
     expect(entries.map((e) => e.seq)).toEqual(entries.map((_, i) => i + 1)); // 1..n, in order, once each
     const lines = f.lines(tiOf(j));
-    expect(lines.filter((e) => e.stream === 'stdout').map((e) => e.line)).toEqual(['one', ...Array.from({ length: 200 }, (_, i) => `line ${i + 1}`)]);
+    expect(lines.filter((e) => e.stream === 'stdout').map((e) => e.line)).toEqual([
+      'one',
+      ...Array.from({ length: 200 }, (_, i) => `line ${i + 1}`),
+    ]);
     expect(lines.filter((e) => e.stream === 'stderr').map((e) => e.line)).toEqual(['two']);
     expect(lines[0]!.stream).toBe('system');
     // held in keepalives while running or unacknowledged, then not
@@ -129,7 +162,11 @@ describe('agent runtime', () => {
     const j = job(['sleep', '10'], { timeout: durationFromMs(300) });
     s.assign(j);
     const fin = await waitFinished(f, tiOf(j));
-    expect(fin).toMatchObject({ outcome: AttemptOutcome.TIMED_OUT, signal: 'SIGTERM', error: 'timed out after 300 ms' });
+    expect(fin).toMatchObject({
+      outcome: AttemptOutcome.TIMED_OUT,
+      signal: 'SIGTERM',
+      error: 'timed out after 300 ms',
+    });
     expect(fin.exitCode).toBeUndefined();
   });
 
@@ -141,7 +178,11 @@ describe('agent runtime', () => {
     s.assign(j);
     const { pid } = await waitStarted(f, tiOf(j));
     s.send({ case: 'cancel', value: { attempt: j.attempt, reason: 'cancelled by user' } });
-    expect(await waitFinished(f, tiOf(j))).toMatchObject({ outcome: AttemptOutcome.CANCELLED, error: 'cancelled by user', signal: 'SIGTERM' });
+    expect(await waitFinished(f, tiOf(j))).toMatchObject({
+      outcome: AttemptOutcome.CANCELLED,
+      error: 'cancelled by user',
+      signal: 'SIGTERM',
+    });
     expect(alive(pid)).toBe(false);
 
     const bad = job(['/no/such/program']);
@@ -164,7 +205,12 @@ describe('agent runtime', () => {
     await waitFinished(f, tiOf(j), 5000);
     await f.waitFor('ack', () => a.held === 0);
     expect(finishedOf(f, tiOf(j))).toHaveLength(1);
-    expect(f.lines(tiOf(j)).filter((e) => e.stream === 'stdout').map((e) => e.line)).toEqual(['before', 'after']);
+    expect(
+      f
+        .lines(tiOf(j))
+        .filter((e) => e.stream === 'stdout')
+        .map((e) => e.line),
+    ).toEqual(['before', 'after']);
   });
 
   it('keeps Log lines until a LogAck covers them: lines only keepalive-acked are sent again on the next stream', async () => {
@@ -177,12 +223,16 @@ describe('agent runtime', () => {
     await f.waitFor('first line', () => f.logs.get(`${tiOf(j)}/1`)?.size);
     // Several KeepaliveAcks pass after the line: they do not confirm it (only LogAck does).
     const acked = s1.received.filter((m) => m.msg.case === 'keepalive').length;
-    await f.waitFor('two more keepalives', () => s1.received.filter((m) => m.msg.case === 'keepalive').length >= acked + 2);
+    await f.waitFor(
+      'two more keepalives',
+      () => s1.received.filter((m) => m.msg.case === 'keepalive').length >= acked + 2,
+    );
     f.ackLogs = true;
     s1.close();
     const s2 = await f.waitFor('stream 2', () => f.streams[1]);
     await f.waitFor('the line sent again', () =>
-      s2.received.some((m) => m.msg.case === 'log' && m.msg.value.entries.some((e) => e.line === 'before')));
+      s2.received.some((m) => m.msg.case === 'log' && m.msg.value.entries.some((e) => e.line === 'before')),
+    );
     await waitFinished(f, tiOf(j), 5000);
     await f.waitFor('ack', () => a.held === 0);
   });
@@ -272,7 +322,9 @@ describe('agent runtime', () => {
     );
     expect(err).toBeInstanceOf(AgentFatalError);
     expect((err as AgentFatalError).code).toBe(9);
-    expect((err as Error).message).toBe('control plane refused the agent: FAILED_PRECONDITION: protocol_version 1 is not supported; this control plane speaks 2');
+    expect((err as Error).message).toBe(
+      'control plane refused the agent: FAILED_PRECONDITION: protocol_version 1 is not supported; this control plane speaks 2',
+    );
     await new Promise((r) => setTimeout(r, 300));
     expect(f.refused).toBe(1);
   });
@@ -317,14 +369,18 @@ describe('agent runtime', () => {
     const exit = await a.stop('handback');
     expect(Date.now() - t0).toBeLessThan(2000);
     expect(exit).toEqual({ reason: 'stopped', unacknowledged: 0 });
-    expect(finishedOf(f, tiOf(j))[0]).toMatchObject({ outcome: AttemptOutcome.FAILED, error: 'agent test-agent shut down before the task ended' });
+    expect(finishedOf(f, tiOf(j))[0]).toMatchObject({
+      outcome: AttemptOutcome.FAILED,
+      error: 'agent test-agent shut down before the task ended',
+    });
     expect(alive(pid)).toBe(false);
   });
 
   it('--once: takes the one attempt, exits once it is acknowledged; Drain with nothing held also ends it', async () => {
     const f = await fake();
     f.onConnect = (s) => {
-      if (s.hello.onlyTiId === '42') s.assign({ ...job(['true']), attempt: { tiId: '42', tryNumber: 2, attemptToken: 'x' } });
+      if (s.hello.onlyTiId === '42')
+        s.assign({ ...job(['true']), attempt: { tiId: '42', tryNumber: 2, attemptToken: 'x' } });
       else s.send({ case: 'drain', value: { reason: 'nothing to run' } });
     };
     const a = agent(f, { onlyTiId: '42' });
@@ -352,15 +408,25 @@ async function listenOn(f: FakeAgentService, port: number): Promise<void> {
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const BIN = fileURLToPath(new URL('../../bin/leoflow.js', import.meta.url));
 
-function cli(args: string[], env: Record<string, string> = {}): { child: ChildProcess; out: () => string; err: () => string; exited: Promise<number | null> } {
-  if (!existsSync(new URL('../../dist/agent/agent-runtime.js', import.meta.url))) throw new Error('dist/ is not built: run `npm run build` first');
-  const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+function cli(
+  args: string[],
+  env: Record<string, string> = {},
+): { child: ChildProcess; out: () => string; err: () => string; exited: Promise<number | null> } {
+  if (!existsSync(new URL('../../dist/agent/agent-runtime.js', import.meta.url)))
+    throw new Error('dist/ is not built: run `npm run build` first');
+  const child = spawn(process.execPath, [BIN, ...args], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   children.add(child);
   let out = '';
   let err = '';
   child.stdout!.on('data', (c: Buffer) => (out += c));
   child.stderr!.on('data', (c: Buffer) => (err += c));
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => (children.delete(child), resolve(code))));
+  const exited = new Promise<number | null>((resolve) =>
+    child.on('exit', (code) => (children.delete(child), resolve(code))),
+  );
   // bin/leoflow.js warns when src/ is newer than the build (others may be editing): not ours to check.
   const stderr = () => err.replace(/^leoflow: warning: src\/ changed since the last build.*\n/m, '');
   return { child, out: () => out, err: stderr, exited };
@@ -368,7 +434,9 @@ function cli(args: string[], env: Record<string, string> = {}): { child: ChildPr
 
 async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let t: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => (t = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms)));
+  const timeout = new Promise<never>(
+    (_, reject) => (t = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms)),
+  );
   try {
     return await Promise.race([p, timeout]);
   } finally {
@@ -380,14 +448,24 @@ describe('leoflow agent (the real process)', () => {
   it('runs a --once attempt and exits 0; rejects bad flags with exit 2; a refusal exits 1; SIGTERM finishes the task and exits 0', async () => {
     const f = await fake();
     f.onConnect = (s: FakeStream) => {
-      if (s.hello.onlyTiId === '42') s.assign({ ...job(['sh', '-c', 'echo from-cli']), attempt: { tiId: '42', tryNumber: 1, attemptToken: 'cli' } });
+      if (s.hello.onlyTiId === '42')
+        s.assign({ ...job(['sh', '-c', 'echo from-cli']), attempt: { tiId: '42', tryNumber: 1, attemptToken: 'cli' } });
     };
     const once = cli(['--server', f.url, 'agent', '--id', 'cli-once', '--once', '--ti', '42', '--log-format', 'json']);
     expect(await within(once.exited, 15_000, 'agent --once')).toBe(0);
     expect(f.finished.get('42/1')?.[0]).toMatchObject({ outcome: AttemptOutcome.SUCCESS, exitCode: 0 });
     expect(f.lines('42').map((e) => e.line)).toContain('from-cli');
-    const records = once.out().trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
-    expect(records.find((r) => r.msg === 'attempt finished')).toMatchObject({ agentId: 'cli-once', tiId: '42', try: 1, outcome: 'success' });
+    const records = once
+      .out()
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(records.find((r) => r.msg === 'attempt finished')).toMatchObject({
+      agentId: 'cli-once',
+      tiId: '42',
+      try: 1,
+      outcome: 'success',
+    });
 
     const bad = cli(['agent', '--labels', 'gpu', '--slots', '0', '--once']);
     expect(await within(bad.exited, 10_000, 'bad flags')).toBe(2);
@@ -400,11 +478,17 @@ describe('leoflow agent (the real process)', () => {
     const refusing = await fake({ versions: [2] });
     const refused = cli(['--server', refusing.url, 'agent', '--log-format', 'json']);
     expect(await within(refused.exited, 10_000, 'refused agent')).toBe(1);
-    expect(refused.err()).toContain('leoflow agent: control plane refused the agent: FAILED_PRECONDITION: protocol_version 1 is not supported');
+    expect(refused.err()).toContain(
+      'leoflow agent: control plane refused the agent: FAILED_PRECONDITION: protocol_version 1 is not supported',
+    );
     expect(refusing.refused).toBe(1);
 
     const long = cli(['--server', f.url, 'agent', '--id', 'cli-long', '--log-format', 'json']);
-    const s = await f.waitFor('cli-long connected', () => f.streams.find((x) => x.hello.agentId === 'cli-long' && x.of('keepalive').length > 0), 10_000);
+    const s = await f.waitFor(
+      'cli-long connected',
+      () => f.streams.find((x) => x.hello.agentId === 'cli-long' && x.of('keepalive').length > 0),
+      10_000,
+    );
     const j = job(['sh', '-c', 'sleep 0.5; echo survived-sigterm']);
     s.assign(j);
     await waitStarted(f, tiOf(j));

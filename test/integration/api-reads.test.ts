@@ -40,7 +40,12 @@ let runId: string;
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  pool = postgres(db.url, { max: 2, types: {}, onnotice: () => {}, debug: (_c, query, params) => sent.push({ query, params: params as unknown[] }) }) as unknown as Sql;
+  pool = postgres(db.url, {
+    max: 2,
+    types: {},
+    onnotice: () => {},
+    debug: (_c, query, params) => sent.push({ query, params: params as unknown[] }),
+  }) as unknown as Sql;
   const logger = pino({ level: 'silent' });
   workflow = createWorkflowService({
     sql: pool,
@@ -70,8 +75,20 @@ beforeAll(async () => {
     forgotten: () => {},
   }) as unknown as Record<string, Handler>;
   await call(workflow.applyDag!, { source: YAML, filename: 'reads.yaml' });
-  runId = ((await call(workflow.triggerRun!, { dagId: 'reads', confJson: '', runKey: '' })) as { run: { runId: string } }).run.runId;
-  await connectAgent(pool, { agentId: 'a1', labels: {}, capabilities: [], slots: 1, replicaId: 'r1', sessionId: crypto.randomUUID(), protocolVersion: 1, incarnationId: crypto.randomUUID(), liveMs: 10_000 });
+  runId = (
+    (await call(workflow.triggerRun!, { dagId: 'reads', confJson: '', runKey: '' })) as { run: { runId: string } }
+  ).run.runId;
+  await connectAgent(pool, {
+    agentId: 'a1',
+    labels: {},
+    capabilities: [],
+    slots: 1,
+    replicaId: 'r1',
+    sessionId: crypto.randomUUID(),
+    protocolVersion: 1,
+    incarnationId: crypto.randomUUID(),
+    liveMs: 10_000,
+  });
 });
 
 afterAll(async () => {
@@ -80,7 +97,10 @@ afterAll(async () => {
 });
 
 async function call(handler: Handler, req: Record<string, unknown>): Promise<unknown> {
-  const out = handler(req as never, { signal: new AbortController().signal, requestHeader: new Headers(), values: createContextValues() } as never);
+  const out = handler(
+    req as never,
+    { signal: new AbortController().signal, requestHeader: new Headers(), values: createContextValues() } as never,
+  );
   if (out && typeof out === 'object' && Symbol.asyncIterator in out) {
     const all: unknown[] = [];
     for await (const m of out as AsyncIterable<unknown>) all.push(m);
@@ -104,7 +124,10 @@ async function outputsOf(s: { query: string; params: unknown[] }): Promise<strin
 }
 
 /** The statements an RPC sent (answered or refused), with every output of their plans. */
-async function readsOf(handler: Handler, req: Record<string, unknown>): Promise<{ statements: number; outputs: string[]; error?: unknown }> {
+async function readsOf(
+  handler: Handler,
+  req: Record<string, unknown>,
+): Promise<{ statements: number; outputs: string[]; error?: unknown }> {
   sent.length = 0;
   let error: unknown;
   await call(handler, req).catch((err: unknown) => (error = err));
@@ -144,8 +167,23 @@ describe('the API reads only the columns it returns', () => {
   it('ListRuns reads exactly the columns of a Run message, in one statement', async () => {
     const { statements, outputs } = await readsOf(workflow.listRuns!, { dagId: '', limit: 0, states: [] });
     expect(statements).toBe(1);
-    const columns = new Set(outputs.filter((o) => o.startsWith('dag_runs:')).map((o) => o.replace(/^dag_runs:(\w+\.)?/, '')));
-    expect([...columns].sort()).toEqual(['conf', 'created_at', 'dag_id', 'dag_version', 'ended_at', 'id', 'logical_date', 'run_key', 'run_type', 'started_at', 'state', 'traceparent']);
+    const columns = new Set(
+      outputs.filter((o) => o.startsWith('dag_runs:')).map((o) => o.replace(/^dag_runs:(\w+\.)?/, '')),
+    );
+    expect([...columns].sort()).toEqual([
+      'conf',
+      'created_at',
+      'dag_id',
+      'dag_version',
+      'ended_at',
+      'id',
+      'logical_date',
+      'run_key',
+      'run_type',
+      'started_at',
+      'state',
+      'traceparent',
+    ]);
   });
 
   for (const [name, rpc] of [

@@ -57,7 +57,15 @@ let runSeq = 0;
 async function newRun(spec: DagSpec): Promise<{ run: RunRow; tis: Map<string, TiRow> }> {
   const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
   const { run } = await db.sql.begin((tx) =>
-    createRun(tx, { dagId: spec.dagId, dagVersion: row.version, runKey: `r${++runSeq}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+    createRun(tx, {
+      dagId: spec.dagId,
+      dagVersion: row.version,
+      runKey: `r${++runSeq}`,
+      runType: 'manual',
+      logicalDate: new Date(),
+      conf: {},
+      defaultExecutor: 'subprocess',
+    }),
   );
   return { run, tis: new Map((await listTis(db.sql, run.id)).map((t) => [t.task_id, t])) };
 }
@@ -74,7 +82,12 @@ describe('applyPlans', () => {
     const c = counting(db.sql);
     const applied = await applyPlans(
       c.sql,
-      runs.map(({ run, tis }) => ({ runId: run.id, epoch: run.plan_epoch, start: true, moves: [{ tiId: tis.get('a')!.id, from: 'none' as const, to: 'scheduled' as const }] })),
+      runs.map(({ run, tis }) => ({
+        runId: run.id,
+        epoch: run.plan_epoch,
+        start: true,
+        moves: [{ tiId: tis.get('a')!.id, from: 'none' as const, to: 'scheduled' as const }],
+      })),
     );
     expect(c.count()).toBe(1);
     expect([...applied.started].sort()).toEqual(runs.map((r) => r.run.id).sort());
@@ -82,8 +95,14 @@ describe('applyPlans', () => {
     for (const { run, tis } of runs) {
       expect((await getRun(db.sql, run.id))!.state).toBe('running');
       expect(await states(run.id)).toEqual({ a: 'scheduled', b: 'none' });
-      const ev = await db.sql<{ kind: string; to: string }[]>`select kind, payload->>'to' as to from events where run_id = ${run.id} order by seq`;
-      expect(ev.map((e) => `${e.kind}:${e.to}`)).toEqual(['run.state:queued', 'run.state:running', 'ti.state:scheduled']);
+      const ev = await db.sql<
+        { kind: string; to: string }[]
+      >`select kind, payload->>'to' as to from events where run_id = ${run.id} order by seq`;
+      expect(ev.map((e) => `${e.kind}:${e.to}`)).toEqual([
+        'run.state:queued',
+        'run.state:running',
+        'ti.state:scheduled',
+      ]);
       expect((await listTis(db.sql, run.id)).find((t) => t.id === tis.get('a')!.id)!.pending_reason).toBeNull();
     }
   });
@@ -98,10 +117,17 @@ describe('applyPlans', () => {
     // Both runs read now: a failed, so b is upstream_failed.
     const read = await Promise.all([one, two].map(async (r) => (await getRun(db.sql, r.run.id))!));
     // Meanwhile an operator clears a of run one: a is none again, and the epoch moves on.
-    expect((await clearTaskInstance(db.sql, { runId: one.run.id, taskId: 'a', downstream: true })).kind).toBe('cleared');
+    expect((await clearTaskInstance(db.sql, { runId: one.run.id, taskId: 'a', downstream: true })).kind).toBe(
+      'cleared',
+    );
     const applied = await applyPlans(
       db.sql,
-      [one, two].map((r, i) => ({ runId: r.run.id, epoch: read[i]!.plan_epoch, start: false, moves: [{ tiId: r.tis.get('b')!.id, from: 'none' as const, to: 'upstream_failed' as const }] })),
+      [one, two].map((r, i) => ({
+        runId: r.run.id,
+        epoch: read[i]!.plan_epoch,
+        start: false,
+        moves: [{ tiId: r.tis.get('b')!.id, from: 'none' as const, to: 'upstream_failed' as const }],
+      })),
     );
     expect([...applied.runs]).toEqual([two.run.id]);
     expect(await states(one.run.id)).toEqual({ a: 'none', b: 'none' });
@@ -115,7 +141,14 @@ describe('applyPlans', () => {
     // Another leader scheduled and claimed a first.
     await db.sql`update task_instances set state = 'scheduled' where id = ${tis.get('a')!.id}`;
     expect((await claimAttempts(db.sql, 'subprocess', [{ tiId: tis.get('a')!.id, agentId: null }])).size).toBe(1);
-    const applied = await applyPlans(db.sql, [{ runId: run.id, epoch: read.plan_epoch, start: false, moves: [{ tiId: tis.get('a')!.id, from: 'none', to: 'scheduled' }] }]);
+    const applied = await applyPlans(db.sql, [
+      {
+        runId: run.id,
+        epoch: read.plan_epoch,
+        start: false,
+        moves: [{ tiId: tis.get('a')!.id, from: 'none', to: 'scheduled' }],
+      },
+    ]);
     expect(applied.runs.has(run.id)).toBe(true);
     expect(applied.moved.size).toBe(0);
     expect(await states(run.id)).toEqual({ a: 'queued', b: 'none' });
@@ -129,8 +162,18 @@ describe('applyPlans', () => {
     await db.sql`update task_instances set state = 'scheduled' where id = ${other.tis.get('a')!.id}`;
     const c = counting(db.sql);
     const applied = await applyPlans(c.sql, [
-      { runId: run.id, epoch: run.plan_epoch, start: true, moves: [{ tiId: tis.get('a')!.id, from: 'none', to: 'scheduled', claimFor: 'subprocess' }] },
-      { runId: other.run.id, epoch: other.run.plan_epoch, start: false, moves: [{ tiId: other.tis.get('a')!.id, from: 'none', to: 'scheduled', claimFor: 'subprocess' }] },
+      {
+        runId: run.id,
+        epoch: run.plan_epoch,
+        start: true,
+        moves: [{ tiId: tis.get('a')!.id, from: 'none', to: 'scheduled', claimFor: 'subprocess' }],
+      },
+      {
+        runId: other.run.id,
+        epoch: other.run.plan_epoch,
+        start: false,
+        moves: [{ tiId: other.tis.get('a')!.id, from: 'none', to: 'scheduled', claimFor: 'subprocess' }],
+      },
     ]);
     expect(c.count()).toBe(1);
     expect([...applied.claims.keys()]).toEqual([tis.get('a')!.id]);
@@ -141,12 +184,26 @@ describe('applyPlans', () => {
       select state, try_number, attempt_token, queued_at from task_instances where id = ${tis.get('a')!.id}`;
     expect(row).toMatchObject({ state: 'queued', try_number: 1, attempt_token: claim.attemptToken });
     expect(row!.queued_at).not.toBeNull();
-    const ev = await db.sql<{ to: string; try: number }[]>`select payload->>'to' as to, (payload->>'try')::int as try from events where ti_id = ${tis.get('a')!.id} order by seq`;
-    expect(ev).toEqual([{ to: 'scheduled', try: 0 }, { to: 'queued', try: 1 }]);
+    const ev = await db.sql<
+      { to: string; try: number }[]
+    >`select payload->>'to' as to, (payload->>'try')::int as try from events where ti_id = ${tis.get('a')!.id} order by seq`;
+    expect(ev).toEqual([
+      { to: 'scheduled', try: 0 },
+      { to: 'queued', try: 1 },
+    ]);
     expect(await states(other.run.id)).toEqual({ a: 'scheduled', b: 'none' });
     await expect(
-      applyPlans(db.sql, [{ runId: run.id, epoch: run.plan_epoch, start: false, moves: [{ tiId: tis.get('b')!.id, from: 'none', to: 'skipped', claimFor: 'subprocess' }] }]),
-    ).rejects.toThrow(`illegal planner claim of task instance ${tis.get('b')!.id}: only a move to scheduled can be claimed`);
+      applyPlans(db.sql, [
+        {
+          runId: run.id,
+          epoch: run.plan_epoch,
+          start: false,
+          moves: [{ tiId: tis.get('b')!.id, from: 'none', to: 'skipped', claimFor: 'subprocess' }],
+        },
+      ]),
+    ).rejects.toThrow(
+      `illegal planner claim of task instance ${tis.get('b')!.id}: only a move to scheduled can be claimed`,
+    );
   });
 
   it('starts no more runs of a DAG than its max_active_runs leaves room for at the write, whatever the planner was told', async () => {
@@ -167,7 +224,12 @@ describe('applyPlans', () => {
     const c = counting(db.sql);
     const applied = await applyPlans(
       c.sql,
-      runs.map(({ run, tis }) => ({ runId: run.id, epoch: run.plan_epoch, start: true, moves: [{ tiId: tis.get('a')!.id, from: 'none' as const, to: 'scheduled' as const }] })),
+      runs.map(({ run, tis }) => ({
+        runId: run.id,
+        epoch: run.plan_epoch,
+        start: true,
+        moves: [{ tiId: tis.get('a')!.id, from: 'none' as const, to: 'scheduled' as const }],
+      })),
     );
     expect(c.count()).toBe(3);
     const fit = runs.slice(0, spec.maxActiveRuns);
@@ -182,14 +244,28 @@ describe('applyPlans', () => {
   it('sends only the parts a batch needs: a plan that only keeps its run, one that only moves, one that only claims', async () => {
     const [keep, move, claim] = [await newRun(chain('o1')), await newRun(chain('o2')), await newRun(chain('o3'))];
     for (const r of [keep, move, claim]) await db.sql`update dag_runs set state = 'running' where id = ${r.run.id}`;
-    const kept = await applyPlans(db.sql, [{ runId: keep.run.id, epoch: keep.run.plan_epoch, start: false, moves: [] }]);
+    const kept = await applyPlans(db.sql, [
+      { runId: keep.run.id, epoch: keep.run.plan_epoch, start: false, moves: [] },
+    ]);
     expect([...kept.runs]).toEqual([keep.run.id]);
     expect(kept.moved.size + kept.started.size + kept.claims.size).toBe(0);
-    const moved = await applyPlans(db.sql, [{ runId: move.run.id, epoch: move.run.plan_epoch, start: false, moves: [{ tiId: move.tis.get('a')!.id, from: 'none', to: 'scheduled' }] }]);
+    const moved = await applyPlans(db.sql, [
+      {
+        runId: move.run.id,
+        epoch: move.run.plan_epoch,
+        start: false,
+        moves: [{ tiId: move.tis.get('a')!.id, from: 'none', to: 'scheduled' }],
+      },
+    ]);
     expect([...moved.moved]).toEqual([move.tis.get('a')!.id]);
     expect(moved.claims.size).toBe(0);
     const claimed = await applyPlans(db.sql, [
-      { runId: claim.run.id, epoch: claim.run.plan_epoch, start: false, moves: [{ tiId: claim.tis.get('a')!.id, from: 'none', to: 'scheduled', claimFor: 'subprocess' }] },
+      {
+        runId: claim.run.id,
+        epoch: claim.run.plan_epoch,
+        start: false,
+        moves: [{ tiId: claim.tis.get('a')!.id, from: 'none', to: 'scheduled', claimFor: 'subprocess' }],
+      },
     ]);
     expect([...claimed.claims.keys()]).toEqual([claim.tis.get('a')!.id]);
     expect(await states(keep.run.id)).toEqual({ a: 'none', b: 'none' });
@@ -226,9 +302,16 @@ describe('applyPlans', () => {
 
   it('refuses a move the state table forbids, naming it', async () => {
     const { run, tis } = await newRun(chain('x1'));
-    await expect(applyPlans(db.sql, [{ runId: run.id, epoch: '0', start: false, moves: [{ tiId: tis.get('a')!.id, from: 'success', to: 'scheduled' }] }])).rejects.toThrow(
-      `illegal planner move success → scheduled for task instance ${tis.get('a')!.id}`,
-    );
+    await expect(
+      applyPlans(db.sql, [
+        {
+          runId: run.id,
+          epoch: '0',
+          start: false,
+          moves: [{ tiId: tis.get('a')!.id, from: 'success', to: 'scheduled' }],
+        },
+      ]),
+    ).rejects.toThrow(`illegal planner move success → scheduled for task instance ${tis.get('a')!.id}`);
   });
 });
 
@@ -254,7 +337,13 @@ describe('setPendingReasons', () => {
       reserved.release();
     }
     const reasons = async () =>
-      Object.fromEntries((await db.sql<{ id: string; reason: string | null }[]>`select id, pending_reason as reason from task_instances where id in (${a}, ${b})`).map((r) => [r.id, r.reason]));
+      Object.fromEntries(
+        (
+          await db.sql<
+            { id: string; reason: string | null }[]
+          >`select id, pending_reason as reason from task_instances where id in (${a}, ${b})`
+        ).map((r) => [r.id, r.reason]),
+      );
     expect(await reasons()).toEqual({ [a]: 'RUN_QUEUED', [b]: 'DAG_PAUSED' });
     // The next step's write, with the row free again, lands.
     await setPendingReasons(db.sql, new Map([[a, 'DAG_PAUSED']]));
@@ -275,7 +364,10 @@ describe('finalizeRuns', () => {
     const read = await Promise.all([done, busy, cleared].map(async (r) => (await getRun(db.sql, r.run.id))!));
     await clearTaskInstance(db.sql, { runId: cleared.run.id, taskId: 'b', downstream: false });
     const c = counting(db.sql);
-    const ended = await finalizeRuns(c.sql, read.map((r) => ({ runId: r.id, epoch: r.plan_epoch, outcome: 'success' as const })));
+    const ended = await finalizeRuns(
+      c.sql,
+      read.map((r) => ({ runId: r.id, epoch: r.plan_epoch, outcome: 'success' as const })),
+    );
     expect(c.count()).toBe(1);
     expect([...ended]).toEqual([done.run.id]);
     expect((await getRun(db.sql, done.run.id))!.state).toBe('success');
@@ -286,12 +378,22 @@ describe('finalizeRuns', () => {
 
 describe('report batcher', () => {
   async function claimed(n: number) {
-    const spec = dag(`rb${++runSeq}`, Array.from({ length: n }, (_, i) => task(`t${i}`)));
+    const spec = dag(
+      `rb${++runSeq}`,
+      Array.from({ length: n }, (_, i) => task(`t${i}`)),
+    );
     const { run, tis } = await newRun(spec);
     await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
     await db.sql`update task_instances set state = 'scheduled' where run_id = ${run.id}`;
-    const claims = await claimAttempts(db.sql, 'agents', [...tis.values()].map((t) => ({ tiId: t.id, agentId: 'agent-1' })));
-    return { run, attempts: [...claims].map(([tiId, c]) => ({ tiId, tryNumber: c.tryNumber, attemptToken: c.attemptToken })) };
+    const claims = await claimAttempts(
+      db.sql,
+      'agents',
+      [...tis.values()].map((t) => ({ tiId: t.id, agentId: 'agent-1' })),
+    );
+    return {
+      run,
+      attempts: [...claims].map(([tiId, c]) => ({ tiId, tryNumber: c.tryNumber, attemptToken: c.attemptToken })),
+    };
   }
 
   it("writes an attempt's Started and Finished that arrive together once, in one statement, both moves in the events log in order", async () => {
@@ -302,31 +404,68 @@ describe('report batcher', () => {
     const results = await Promise.all(
       attempts.map(async (a, i) => {
         const started = reports.started(a, { pid: 100 + i, agentId: 'agent-1' });
-        const finished = reports.finished(a, { outcome: i % 2 === 0 ? 'success' : 'failed', exitCode: i % 2, signal: null, error: i % 2 ? 'exit code 1' : null });
+        const finished = reports.finished(a, {
+          outcome: i % 2 === 0 ? 'success' : 'failed',
+          exitCode: i % 2,
+          signal: null,
+          error: i % 2 ? 'exit code 1' : null,
+        });
         return { started: await started, finished: await finished };
       }),
     );
     // One UPDATE statement writes a row at most once: one row version a TI, not two.
     expect(c.count()).toBe(1);
     expect(results.every((r) => r.started)).toBe(true);
-    expect(results.map((r) => r.finished)).toEqual(attempts.map((_, i) => ({ verdict: i % 2 === 0 ? 'success' : 'failed', runId: run.id })));
+    expect(results.map((r) => r.finished)).toEqual(
+      attempts.map((_, i) => ({ verdict: i % 2 === 0 ? 'success' : 'failed', runId: run.id })),
+    );
     for (const [i, a] of attempts.entries()) {
       // queued → running → its end, recorded in that order, the running move with its pid.
       const ev = await db.sql<{ to: string; pid: number | null }[]>`
         select payload->>'to' as to, (payload->>'pid')::int as pid from events where ti_id = ${a.tiId} order by seq`;
       expect(ev.map((e) => e.to)).toEqual(['queued', 'running', i % 2 === 0 ? 'success' : 'failed']);
       expect(ev[1]!.pid).toBe(100 + i);
-      const [ti] = await db.sql<{ state: string; started: boolean; ordered: boolean; agent_id: string; exit_code: number; error: string | null; pid: number | null }[]>`
+      const [ti] = await db.sql<
+        {
+          state: string;
+          started: boolean;
+          ordered: boolean;
+          agent_id: string;
+          exit_code: number;
+          error: string | null;
+          pid: number | null;
+        }[]
+      >`
         select state, started_at is not null as started, started_at <= ended_at as ordered, agent_id, exit_code, error, pid from task_instances where id = ${a.tiId}`;
-      expect(ti).toEqual({ state: i % 2 === 0 ? 'success' : 'failed', started: true, ordered: true, agent_id: 'agent-1', exit_code: i % 2, error: i % 2 ? 'exit code 1' : null, pid: null });
+      expect(ti).toEqual({
+        state: i % 2 === 0 ? 'success' : 'failed',
+        started: true,
+        ordered: true,
+        agent_id: 'agent-1',
+        exit_code: i % 2,
+        error: i % 2 ? 'exit code 1' : null,
+        pid: null,
+      });
     }
   });
 
   it('writes a batch of starts, starts with their ends, and ends as three statements in one round trip, each fenced row by row', async () => {
     const { run, attempts } = await claimed(6);
-    const [onlyStart, startAndEnd, onlyEnd, resent, stale, twice] = attempts as [(typeof attempts)[0], (typeof attempts)[0], (typeof attempts)[0], (typeof attempts)[0], (typeof attempts)[0], (typeof attempts)[0]];
+    const [onlyStart, startAndEnd, onlyEnd, resent, stale, twice] = attempts as [
+      (typeof attempts)[0],
+      (typeof attempts)[0],
+      (typeof attempts)[0],
+      (typeof attempts)[0],
+      (typeof attempts)[0],
+      (typeof attempts)[0],
+    ];
     const setup = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
-    expect(await Promise.all([setup.started(onlyEnd, { pid: 1, agentId: 'agent-1' }), setup.started(resent, { pid: 2, agentId: 'agent-1' })])).toEqual([true, true]);
+    expect(
+      await Promise.all([
+        setup.started(onlyEnd, { pid: 1, agentId: 'agent-1' }),
+        setup.started(resent, { pid: 2, agentId: 'agent-1' }),
+      ]),
+    ).toEqual([true, true]);
     const c = counting(db.sql);
     const reports = createReportBatcher(c.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
     const ok = { outcome: 'success', exitCode: 0, signal: null, error: null } as const;
@@ -346,9 +485,23 @@ describe('report batcher', () => {
       reports.finished(twice, ok),
     ]);
     const applied = { verdict: 'success', runId: run.id };
-    expect(out).toEqual([true, true, applied, applied, true, applied, false, { verdict: 'rejected', runId: null }, true, applied, applied]);
+    expect(out).toEqual([
+      true,
+      true,
+      applied,
+      applied,
+      true,
+      applied,
+      false,
+      { verdict: 'rejected', runId: null },
+      true,
+      applied,
+      applied,
+    ]);
     expect(c.count()).toBe(3);
-    const rows = await db.sql<{ id: string; state: string }[]>`select id, state from task_instances where id = any(${attempts.map((a) => a.tiId)}::bigint[])`;
+    const rows = await db.sql<
+      { id: string; state: string }[]
+    >`select id, state from task_instances where id = any(${attempts.map((a) => a.tiId)}::bigint[])`;
     expect(Object.fromEntries(rows.map((r) => [r.id, r.state]))).toEqual({
       [onlyStart.tiId]: 'running',
       [startAndEnd.tiId]: 'success',
@@ -358,7 +511,10 @@ describe('report batcher', () => {
       [twice.tiId]: 'success',
     });
     // Every move logged once, in order: none for the refused reports, no second running for the resent one.
-    const moves = async (tiId: string) => (await db.sql<{ to: string }[]>`select payload->>'to' as to from events where ti_id = ${tiId} order by seq`).map((e) => e.to);
+    const moves = async (tiId: string) =>
+      (await db.sql<{ to: string }[]>`select payload->>'to' as to from events where ti_id = ${tiId} order by seq`).map(
+        (e) => e.to,
+      );
     expect(await moves(resent.tiId)).toEqual(['queued', 'running', 'success']);
     expect(await moves(twice.tiId)).toEqual(['queued', 'running', 'success']);
     expect(await moves(stale.tiId)).toEqual(['queued']);
@@ -377,12 +533,21 @@ describe('report batcher', () => {
     expect([s1, s2, s3]).toEqual([true, false, true]);
     const [f1, f2] = await Promise.all([
       reports.finished(good, { outcome: 'success', exitCode: 0, signal: null, error: null }),
-      reports.finished({ ...good, tryNumber: good.tryNumber + 1 }, { outcome: 'success', exitCode: 0, signal: null, error: null }),
+      reports.finished(
+        { ...good, tryNumber: good.tryNumber + 1 },
+        { outcome: 'success', exitCode: 0, signal: null, error: null },
+      ),
     ]);
     expect(f1.verdict).toBe('success');
     expect(f2).toEqual({ verdict: 'rejected', runId: null });
-    const rows = await db.sql<{ id: string; state: string }[]>`select id, state from task_instances where id = any(${attempts.map((a) => a.tiId)}::bigint[]) order by id`;
-    expect(Object.fromEntries(rows.map((r) => [r.id, r.state]))).toEqual({ [good.tiId]: 'success', [stale.tiId]: 'queued', [alsoGood.tiId]: 'running' });
+    const rows = await db.sql<
+      { id: string; state: string }[]
+    >`select id, state from task_instances where id = any(${attempts.map((a) => a.tiId)}::bigint[]) order by id`;
+    expect(Object.fromEntries(rows.map((r) => [r.id, r.state]))).toEqual({
+      [good.tiId]: 'success',
+      [stale.tiId]: 'queued',
+      [alsoGood.tiId]: 'running',
+    });
   });
 
   it("writes an attempt's buffered log lines ahead of its end, on the same connection, in the same round trip", async () => {
@@ -395,7 +560,9 @@ describe('report batcher', () => {
     const before = c.count();
     logs.write(a.tiId, a.tryNumber, a.attemptToken, 'stdout', 'one');
     logs.write(a.tiId, a.tryNumber, a.attemptToken, 'stderr', 'two');
-    expect(await reports.finished(a, { outcome: 'success', exitCode: 0, signal: null, error: null })).toMatchObject({ verdict: 'success' });
+    expect(await reports.finished(a, { outcome: 'success', exitCode: 0, signal: null, error: null })).toMatchObject({
+      verdict: 'success',
+    });
     // The lines' insert and the end: two statements, nothing before them.
     expect(c.count() - before).toBe(2);
     const lines = await db.sql<{ line: string }[]>`select line from task_logs where ti_id = ${a.tiId} order by seq`;
@@ -418,7 +585,10 @@ describe('report batcher', () => {
     const rows = await db.sql<{ line: string; before: boolean }[]>`
       select l.line, l.xmin::text::bigint < t.xmin::text::bigint as before from task_logs l join task_instances t on t.id = l.ti_id
       where l.ti_id = ${a.tiId} order by l.seq`;
-    expect(rows).toEqual([{ line: 'early', before: true }, { line: 'late', before: true }]);
+    expect(rows).toEqual([
+      { line: 'early', before: true },
+      { line: 'late', before: true },
+    ]);
   });
 
   it('writes a Started that arrives while the reads behind an end are on their way without waiting for them, and settles the end after them', async () => {
@@ -429,7 +599,9 @@ describe('report batcher', () => {
     const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
     // A slow read behind the end, as a run's read could be.
     reports.endsSent.register((on) => on`select pg_sleep(0.3)`.execute().then(() => void order.push('reads')));
-    const ended = reports.finished(a, { outcome: 'success', exitCode: 0, signal: null, error: null }).then((r) => (order.push('end settled'), r));
+    const ended = reports
+      .finished(a, { outcome: 'success', exitCode: 0, signal: null, error: null })
+      .then((r) => (order.push('end settled'), r));
     await new Promise((r) => setTimeout(r, 50)); // the end is written, the read still runs
     const started = await reports.started(b, { pid: 1, agentId: 'agent-1' });
     order.push('start written');
@@ -453,7 +625,10 @@ describe('report batcher', () => {
     const reports = createReportBatcher(c.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
     const first = reports.started(attempts[0]!, { pid: 1, agentId: 'agent-1' });
     await new Promise((r) => setImmediate(r)); // the first write is on its way
-    const later = [reports.started(attempts[1]!, { pid: 2, agentId: 'agent-1' }), reports.started(attempts[2]!, { pid: 3, agentId: 'agent-1' })];
+    const later = [
+      reports.started(attempts[1]!, { pid: 2, agentId: 'agent-1' }),
+      reports.started(attempts[2]!, { pid: 3, agentId: 'agent-1' }),
+    ];
     expect(await Promise.all([first, ...later])).toEqual([true, true, true]);
     expect(c.count()).toBe(2);
     await reports.drain();
@@ -462,21 +637,46 @@ describe('report batcher', () => {
 
 describe('a batch poisoned by one member', () => {
   async function claimed(n: number) {
-    const spec = dag(`pb${++runSeq}`, Array.from({ length: n }, (_, i) => task(`t${i}`)));
+    const spec = dag(
+      `pb${++runSeq}`,
+      Array.from({ length: n }, (_, i) => task(`t${i}`)),
+    );
     const { run, tis } = await newRun(spec);
     await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
     await db.sql`update task_instances set state = 'scheduled' where run_id = ${run.id}`;
-    const claims = await claimAttempts(db.sql, 'agents', [...tis.values()].map((t) => ({ tiId: t.id, agentId: 'agent-1' })));
-    return { run, attempts: [...claims].map(([tiId, c]) => ({ tiId, tryNumber: c.tryNumber, attemptToken: c.attemptToken })) };
+    const claims = await claimAttempts(
+      db.sql,
+      'agents',
+      [...tis.values()].map((t) => ({ tiId: t.id, agentId: 'agent-1' })),
+    );
+    return {
+      run,
+      attempts: [...claims].map(([tiId, c]) => ({ tiId, tryNumber: c.tryNumber, attemptToken: c.attemptToken })),
+    };
   }
   const ok = { outcome: 'success', exitCode: 0, signal: null, error: null } as const;
-  const settled = <T>(p: Promise<T>) => p.then((v) => ({ ok: v }), (err: unknown) => ({ code: (err as { code?: string }).code }));
+  const settled = <T>(p: Promise<T>) =>
+    p.then(
+      (v) => ({ ok: v }),
+      (err: unknown) => ({ code: (err as { code?: string }).code }),
+    );
 
   it('the report batcher splits it: only the report the database refuses fails, every other report of the batch is written', async () => {
     const { run, attempts } = await claimed(5);
-    const [s1, s2, both, e1, e2] = attempts as [(typeof attempts)[0], (typeof attempts)[0], (typeof attempts)[0], (typeof attempts)[0], (typeof attempts)[0]];
+    const [s1, s2, both, e1, e2] = attempts as [
+      (typeof attempts)[0],
+      (typeof attempts)[0],
+      (typeof attempts)[0],
+      (typeof attempts)[0],
+      (typeof attempts)[0],
+    ];
     const setup = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
-    expect(await Promise.all([setup.started(e1, { pid: 1, agentId: 'agent-1' }), setup.started(e2, { pid: 2, agentId: 'agent-1' })])).toEqual([true, true]);
+    expect(
+      await Promise.all([
+        setup.started(e1, { pid: 1, agentId: 'agent-1' }),
+        setup.started(e2, { pid: 2, agentId: 'agent-1' }),
+      ]),
+    ).toEqual([true, true]);
     const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
     // A token that is no UUID: Postgres refuses the whole statement it is in (22P02).
     const poison = { ...s2, attemptToken: 'not-a-uuid' };
@@ -505,7 +705,9 @@ describe('a batch poisoned by one member', () => {
       { code: '22P02' },
       { ok: { verdict: 'failed', runId: run.id } },
     ]);
-    const rows = await db.sql<{ id: string; state: string }[]>`select id, state from task_instances where id = any(${attempts.map((a) => a.tiId)}::bigint[])`;
+    const rows = await db.sql<
+      { id: string; state: string }[]
+    >`select id, state from task_instances where id = any(${attempts.map((a) => a.tiId)}::bigint[])`;
     expect(Object.fromEntries(rows.map((r) => [r.id, r.state]))).toEqual({
       [s1.tiId]: 'running',
       [s2.tiId]: 'running',
@@ -519,7 +721,12 @@ describe('a batch poisoned by one member', () => {
     const { attempts } = await claimed(3);
     await db.sql`update task_instances set heartbeat_at = null where id = any(${attempts.map((a) => a.tiId)}::bigint[])`;
     const refused: string[] = [];
-    const source = (agentId: string): HeartbeatSource => ({ agentId, sessionId: '00000000-0000-4000-8000-00000000000' + agentId.slice(-1), superseded: () => {}, refused: () => refused.push(agentId) });
+    const source = (agentId: string): HeartbeatSource => ({
+      agentId,
+      sessionId: '00000000-0000-4000-8000-00000000000' + agentId.slice(-1),
+      superseded: () => {},
+      refused: () => refused.push(agentId),
+    });
     const buffer = new HeartbeatBuffer(
       { flushHeartbeats: (refs) => flushHeartbeats(db.sql, refs), touchAgents: (s) => touchAgents(db.sql, s) },
       pino({ level: 'silent' }),
@@ -532,7 +739,11 @@ describe('a batch poisoned by one member', () => {
     expect(refused).toEqual(['agent-2']);
     const rows = await db.sql<{ id: string; beat: boolean }[]>`
       select id, heartbeat_at is not null as beat from task_instances where id = any(${attempts.map((a) => a.tiId)}::bigint[])`;
-    expect(Object.fromEntries(rows.map((r) => [r.id, r.beat]))).toEqual({ [attempts[0]!.tiId]: true, [attempts[1]!.tiId]: false, [attempts[2]!.tiId]: true });
+    expect(Object.fromEntries(rows.map((r) => [r.id, r.beat]))).toEqual({
+      [attempts[0]!.tiId]: true,
+      [attempts[1]!.tiId]: false,
+      [attempts[2]!.tiId]: true,
+    });
   });
 });
 

@@ -41,13 +41,48 @@ describe('db clean', () => {
   it('removes exactly the finished runs that ended before the time, with every row of theirs, and nothing else; dry, it counts the same and writes nothing', async () => {
     const cutoff = daysAgo(now, 10);
     const minute = 60_000;
-    await pastRun(db.sql, { id: 1, dagId: 'a', state: 'success', createdAt: daysAgo(now, 20), endedAt: new Date(cutoff.getTime() - minute), tiIds: tis(1) });
-    await pastRun(db.sql, { id: 2, dagId: 'b', state: 'failed', createdAt: daysAgo(now, 20), endedAt: daysAgo(now, 19), tiIds: tis(2) });
-    await pastRun(db.sql, { id: 3, dagId: 'a', state: 'cancelled', createdAt: daysAgo(now, 12), endedAt: daysAgo(now, 11), tiIds: tis(3) });
+    await pastRun(db.sql, {
+      id: 1,
+      dagId: 'a',
+      state: 'success',
+      createdAt: daysAgo(now, 20),
+      endedAt: new Date(cutoff.getTime() - minute),
+      tiIds: tis(1),
+    });
+    await pastRun(db.sql, {
+      id: 2,
+      dagId: 'b',
+      state: 'failed',
+      createdAt: daysAgo(now, 20),
+      endedAt: daysAgo(now, 19),
+      tiIds: tis(2),
+    });
+    await pastRun(db.sql, {
+      id: 3,
+      dagId: 'a',
+      state: 'cancelled',
+      createdAt: daysAgo(now, 12),
+      endedAt: daysAgo(now, 11),
+      tiIds: tis(3),
+    });
     await pastRun(db.sql, { id: 4, dagId: 'a', state: 'running', createdAt: daysAgo(now, 30), tiIds: tis(4) });
     await pastRun(db.sql, { id: 5, dagId: 'b', state: 'queued', createdAt: daysAgo(now, 30), tiIds: tis(5) });
-    await pastRun(db.sql, { id: 6, dagId: 'a', state: 'success', createdAt: daysAgo(now, 11), endedAt: new Date(cutoff.getTime() + minute), tiIds: tis(6) });
-    await pastRun(db.sql, { id: 7, dagId: 'b', state: 'success', createdAt: daysAgo(now, 1), endedAt: daysAgo(now, 1), tiIds: tis(7) });
+    await pastRun(db.sql, {
+      id: 6,
+      dagId: 'a',
+      state: 'success',
+      createdAt: daysAgo(now, 11),
+      endedAt: new Date(cutoff.getTime() + minute),
+      tiIds: tis(6),
+    });
+    await pastRun(db.sql, {
+      id: 7,
+      dagId: 'b',
+      state: 'success',
+      createdAt: daysAgo(now, 1),
+      endedAt: daysAgo(now, 1),
+      tiIds: tis(7),
+    });
 
     const before = await everything();
     const dry = await cleanHistory(db.sql, { endedBefore: cutoff, dryRun: true });
@@ -59,7 +94,12 @@ describe('db clean', () => {
     expect(await cleanHistory(db.sql, { endedBefore: cutoff, dagId: 'a', dryRun: false })).toEqual(dryA);
     for (const id of [1, 3]) expect(await stored(id), `run ${id}`).toEqual(none);
     for (const id of [2, 4, 5, 6, 7]) expect(await stored(id), `run ${id}`).toEqual(whole);
-    expect(await cleanHistory(db.sql, { endedBefore: cutoff, dryRun: false })).toEqual({ runs: 1, taskInstances: 2, events: 7, taskLogs: 6 });
+    expect(await cleanHistory(db.sql, { endedBefore: cutoff, dryRun: false })).toEqual({
+      runs: 1,
+      taskInstances: 2,
+      events: 7,
+      taskLogs: 6,
+    });
     for (const id of [1, 2, 3]) expect(await stored(id), `run ${id}`).toEqual(none);
     for (const id of [4, 5, 6, 7]) expect(await stored(id), `run ${id}`).toEqual(whole);
   });
@@ -67,48 +107,137 @@ describe('db clean', () => {
   it('--keep-last keeps each DAG its N latest finished runs whatever their age, counted the same dry, and never counts a run that has not ended', async () => {
     const cutoff = daysAgo(now, 1);
     // DAG a: finished 1..4, then a running run 5 (the latest, but not finished); DAG b: one finished run.
-    for (const id of [1, 2, 3, 4]) await pastRun(db.sql, { id, dagId: 'a', state: 'success', createdAt: daysAgo(now, 30 - id), endedAt: daysAgo(now, 30 - id), tiIds: tis(id) });
+    for (const id of [1, 2, 3, 4])
+      await pastRun(db.sql, {
+        id,
+        dagId: 'a',
+        state: 'success',
+        createdAt: daysAgo(now, 30 - id),
+        endedAt: daysAgo(now, 30 - id),
+        tiIds: tis(id),
+      });
     await pastRun(db.sql, { id: 5, dagId: 'a', state: 'running', createdAt: daysAgo(now, 20), tiIds: tis(5) });
-    await pastRun(db.sql, { id: 6, dagId: 'b', state: 'failed', createdAt: daysAgo(now, 19), endedAt: daysAgo(now, 19), tiIds: tis(6) });
-    await pastRun(db.sql, { id: 7, dagId: 'c', state: 'success', createdAt: daysAgo(now, 18), endedAt: daysAgo(now, 18), tiIds: tis(7) });
-    await pastRun(db.sql, { id: 8, dagId: 'c', state: 'success', createdAt: daysAgo(now, 17), endedAt: daysAgo(now, 17), tiIds: tis(8) });
+    await pastRun(db.sql, {
+      id: 6,
+      dagId: 'b',
+      state: 'failed',
+      createdAt: daysAgo(now, 19),
+      endedAt: daysAgo(now, 19),
+      tiIds: tis(6),
+    });
+    await pastRun(db.sql, {
+      id: 7,
+      dagId: 'c',
+      state: 'success',
+      createdAt: daysAgo(now, 18),
+      endedAt: daysAgo(now, 18),
+      tiIds: tis(7),
+    });
+    await pastRun(db.sql, {
+      id: 8,
+      dagId: 'c',
+      state: 'success',
+      createdAt: daysAgo(now, 17),
+      endedAt: daysAgo(now, 17),
+      tiIds: tis(8),
+    });
 
     const before = await everything();
-    expect(await cleanHistory(db.sql, { endedBefore: cutoff, keepLast: 2, dryRun: true })).toEqual({ runs: 2, taskInstances: 4, events: 14, taskLogs: 12 });
+    expect(await cleanHistory(db.sql, { endedBefore: cutoff, keepLast: 2, dryRun: true })).toEqual({
+      runs: 2,
+      taskInstances: 4,
+      events: 14,
+      taskLogs: 12,
+    });
     expect(await everything()).toBe(before);
-    expect(await cleanHistory(db.sql, { endedBefore: cutoff, keepLast: 1, dagId: 'a', dryRun: true })).toMatchObject({ runs: 3 });
-    expect(await cleanHistory(db.sql, { endedBefore: cutoff, keepLast: 2, dryRun: false })).toEqual({ runs: 2, taskInstances: 4, events: 14, taskLogs: 12 });
+    expect(await cleanHistory(db.sql, { endedBefore: cutoff, keepLast: 1, dagId: 'a', dryRun: true })).toMatchObject({
+      runs: 3,
+    });
+    expect(await cleanHistory(db.sql, { endedBefore: cutoff, keepLast: 2, dryRun: false })).toEqual({
+      runs: 2,
+      taskInstances: 4,
+      events: 14,
+      taskLogs: 12,
+    });
     for (const id of [1, 2]) expect(await stored(id), `run ${id}`).toEqual(none);
     for (const id of [3, 4, 5, 6, 7, 8]) expect(await stored(id), `run ${id}`).toEqual(whole);
-    expect(await cleanHistory(db.sql, { endedBefore: cutoff, keepLast: 1, dryRun: false })).toEqual({ runs: 2, taskInstances: 4, events: 14, taskLogs: 12 });
+    expect(await cleanHistory(db.sql, { endedBefore: cutoff, keepLast: 1, dryRun: false })).toEqual({
+      runs: 2,
+      taskInstances: 4,
+      events: 14,
+      taskLogs: 12,
+    });
     for (const id of [1, 2, 3, 7]) expect(await stored(id), `run ${id}`).toEqual(none);
     for (const id of [4, 5, 6, 8]) expect(await stored(id), `run ${id}`).toEqual(whole);
     // Each DAG's latest finished run again: nothing more to remove.
-    expect(await cleanHistory(db.sql, { endedBefore: cutoff, keepLast: 1, dryRun: false })).toEqual({ runs: 0, taskInstances: 0, events: 0, taskLogs: 0 });
+    expect(await cleanHistory(db.sql, { endedBefore: cutoff, keepLast: 1, dryRun: false })).toEqual({
+      runs: 0,
+      taskInstances: 0,
+      events: 0,
+      taskLogs: 0,
+    });
     expect(await cleanHistory(db.sql, { endedBefore: cutoff, keepLast: 0, dryRun: false })).toMatchObject({ runs: 3 });
     expect(await stored(5)).toEqual(whole);
   });
 
   it('reads runs in pages bounded by task instances, and stops at the first run made after the time', async () => {
-    for (let id = 1; id <= 6; id++) await pastRun(db.sql, { id, dagId: 'a', state: 'success', createdAt: daysAgo(now, 20 - id), endedAt: daysAgo(now, 20 - id), tiIds: tis(id) });
-    await pastRun(db.sql, { id: 7, dagId: 'a', state: 'success', createdAt: daysAgo(now, 1), endedAt: daysAgo(now, 1), tiIds: tis(7) });
-    await pastRun(db.sql, { id: 8, dagId: 'a', state: 'success', createdAt: daysAgo(now, 30), endedAt: daysAgo(now, 30), tiIds: tis(8) });
+    for (let id = 1; id <= 6; id++)
+      await pastRun(db.sql, {
+        id,
+        dagId: 'a',
+        state: 'success',
+        createdAt: daysAgo(now, 20 - id),
+        endedAt: daysAgo(now, 20 - id),
+        tiIds: tis(id),
+      });
+    await pastRun(db.sql, {
+      id: 7,
+      dagId: 'a',
+      state: 'success',
+      createdAt: daysAgo(now, 1),
+      endedAt: daysAgo(now, 1),
+      tiIds: tis(7),
+    });
+    await pastRun(db.sql, {
+      id: 8,
+      dagId: 'a',
+      state: 'success',
+      createdAt: daysAgo(now, 30),
+      endedAt: daysAgo(now, 30),
+      tiIds: tis(8),
+    });
     const q = { endedBefore: daysAgo(now, 5), scan: 100, maxTis: 5 };
     expect(await pageOfFinishedRuns(db.sql, { ...q, after: '0' })).toEqual({ ids: ['1', '2'], tis: 4, next: '2' });
     expect(await pageOfFinishedRuns(db.sql, { ...q, after: '2' })).toEqual({ ids: ['3', '4'], tis: 4, next: '4' });
     // Run 7 was made a day ago: it cannot have ended 5 days ago, and neither can any after it
     // (run 8's times are made up: ids follow creation), so the reading stops there.
     expect(await pageOfFinishedRuns(db.sql, { ...q, after: '4' })).toEqual({ ids: ['5', '6'], tis: 4, next: null });
-    expect(await pageOfFinishedRuns(db.sql, { ...q, after: '0', scan: 3 })).toEqual({ ids: ['1', '2'], tis: 4, next: '2' });
+    expect(await pageOfFinishedRuns(db.sql, { ...q, after: '0', scan: 3 })).toEqual({
+      ids: ['1', '2'],
+      tis: 4,
+      next: '2',
+    });
     expect(await pageOfFinishedRuns(db.sql, { ...q, after: '2', scan: 1 })).toEqual({ ids: ['3'], tis: 2, next: '3' });
   });
 
   it('keeps a run picked for removal that was cleared back to running before the removal, and all of its history', async () => {
-    await pastRun(db.sql, { id: 1, dagId: 'a', state: 'success', createdAt: daysAgo(now, 20), endedAt: daysAgo(now, 20), tiIds: tis(1) });
+    await pastRun(db.sql, {
+      id: 1,
+      dagId: 'a',
+      state: 'success',
+      createdAt: daysAgo(now, 20),
+      endedAt: daysAgo(now, 20),
+      tiIds: tis(1),
+    });
     const page = await pageOfFinishedRuns(db.sql, { endedBefore: daysAgo(now, 5), after: '0', scan: 100, maxTis: 100 });
     expect(page.ids).toEqual(['1']);
     await db.sql`update dag_runs set state = 'running', ended_at = null where id = 1`;
-    expect(await removeRuns(db.sql, page.ids, { endedBefore: daysAgo(now, 5) })).toEqual({ runs: 0, taskInstances: 0, events: 0, taskLogs: 0 });
+    expect(await removeRuns(db.sql, page.ids, { endedBefore: daysAgo(now, 5) })).toEqual({
+      runs: 0,
+      taskInstances: 0,
+      events: 0,
+      taskLogs: 0,
+    });
     expect(await stored(1)).toEqual(whole);
   });
 });
@@ -122,9 +251,30 @@ describe('dag delete', () => {
   });
 
   it('removes everything of the DAG (its runs, their task instances, events and lines, its own events) and nothing of another', async () => {
-    await pastRun(db.sql, { id: 1, dagId: 'a', state: 'success', createdAt: daysAgo(now, 2), endedAt: daysAgo(now, 2), tiIds: tis(1) });
-    await pastRun(db.sql, { id: 2, dagId: 'b', state: 'success', createdAt: daysAgo(now, 2), endedAt: daysAgo(now, 2), tiIds: tis(2) });
-    await pastRun(db.sql, { id: 3, dagId: 'a', state: 'failed', createdAt: daysAgo(now, 1), endedAt: daysAgo(now, 1), tiIds: tis(3) });
+    await pastRun(db.sql, {
+      id: 1,
+      dagId: 'a',
+      state: 'success',
+      createdAt: daysAgo(now, 2),
+      endedAt: daysAgo(now, 2),
+      tiIds: tis(1),
+    });
+    await pastRun(db.sql, {
+      id: 2,
+      dagId: 'b',
+      state: 'success',
+      createdAt: daysAgo(now, 2),
+      endedAt: daysAgo(now, 2),
+      tiIds: tis(2),
+    });
+    await pastRun(db.sql, {
+      id: 3,
+      dagId: 'a',
+      state: 'failed',
+      createdAt: daysAgo(now, 1),
+      endedAt: daysAgo(now, 1),
+      tiIds: tis(3),
+    });
     await db.sql`insert into events (run_id, kind, payload) values (null, 'dag.applied', '{"dag_id": "a", "version": 1}'), (null, 'dag.applied', '{"dag_id": "b", "version": 1}')`;
     const stopped: { tiIds: string[]; reason: string }[] = [];
     const out = await deleteDagWithHistory(deps(stopped), 'a', false);
@@ -134,11 +284,20 @@ describe('dag delete', () => {
     expect(await stored(2)).toEqual(whole);
     expect(await db.sql`select dag_id from dags order by 1`).toEqual([{ dag_id: 'b' }]);
     expect(await db.sql`select payload->>'dag_id' as dag from events where run_id is null`).toEqual([{ dag: 'b' }]);
-    await expect(deleteDagWithHistory(deps(stopped), 'a', false)).rejects.toThrow(new NotFoundError('DAG "a" not found'));
+    await expect(deleteDagWithHistory(deps(stopped), 'a', false)).rejects.toThrow(
+      new NotFoundError('DAG "a" not found'),
+    );
   });
 
   it('refuses while a run has not ended, removing nothing; with force it pauses the DAG, cancels the run, stops its attempts, waits for their ends, then removes it all', async () => {
-    await pastRun(db.sql, { id: 1, dagId: 'a', state: 'success', createdAt: daysAgo(now, 2), endedAt: daysAgo(now, 2), tiIds: tis(1) });
+    await pastRun(db.sql, {
+      id: 1,
+      dagId: 'a',
+      state: 'success',
+      createdAt: daysAgo(now, 2),
+      endedAt: daysAgo(now, 2),
+      tiIds: tis(1),
+    });
     await pastRun(db.sql, { id: 2, dagId: 'a', state: 'running', createdAt: daysAgo(now, 1), tiIds: tis(2) });
     await pastRun(db.sql, { id: 3, dagId: 'a', state: 'queued', createdAt: daysAgo(now, 1), tiIds: tis(3) });
     await db.sql`update task_instances set pid = 4242 where run_id = 2`;
@@ -156,7 +315,9 @@ describe('dag delete', () => {
       );
     };
     await expect(deleteDagWithHistory(deps(stopped), 'a', false)).rejects.toThrow(
-      new FailedPreconditionError('DAG "a" has 2 runs that have not ended (2, 3): cancel them first, or force (--force) to cancel them and delete'),
+      new FailedPreconditionError(
+        'DAG "a" has 2 runs that have not ended (2, 3): cancel them first, or force (--force) to cancel them and delete',
+      ),
     );
     for (const id of [1, 2, 3]) expect(await stored(id)).toEqual(whole);
     const out = await deleteDagWithHistory(holder, 'a', true);

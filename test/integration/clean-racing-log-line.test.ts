@@ -18,7 +18,15 @@ const TOKEN = '00000000-0000-4000-8000-000000000001';
 
 describe('a log line written while db clean removes its task instance', () => {
   it('is removed with it, or not written: never left behind', async () => {
-    await pastRun(db.sql, { id: 1, dagId: 'a', state: 'success', createdAt: daysAgo(now, 3), endedAt: daysAgo(now, 3), tiIds: [10], lines: 1 });
+    await pastRun(db.sql, {
+      id: 1,
+      dagId: 'a',
+      state: 'success',
+      createdAt: daysAgo(now, 3),
+      endedAt: daysAgo(now, 3),
+      tiIds: [10],
+      lines: 1,
+    });
     await db.sql`update task_instances set attempt_token = ${TOKEN} where id = 10`;
     // The line's INSERT reads its task instance (the fence), then takes a second before it is
     // stored and committed: the clean removes the run in that second.
@@ -43,7 +51,15 @@ describe('a log line written while db clean removes its task instance', () => {
   });
 
   it('is not stored when the clean removed its task instance first and has not yet committed', async () => {
-    await pastRun(db.sql, { id: 2, dagId: 'a', state: 'success', createdAt: daysAgo(now, 3), endedAt: daysAgo(now, 3), tiIds: [20], lines: 1 });
+    await pastRun(db.sql, {
+      id: 2,
+      dagId: 'a',
+      state: 'success',
+      createdAt: daysAgo(now, 3),
+      endedAt: daysAgo(now, 3),
+      tiIds: [20],
+      lines: 1,
+    });
     await db.sql`update task_instances set attempt_token = ${TOKEN} where id = 20`;
     const writer = quietLogWriter(db.sql);
     try {

@@ -85,9 +85,16 @@ async function runAttempt(runId: string, taskId: string, result: AttemptResult):
 /** What the planner would do next, applied: the trigger rules, then finalize when all ended. */
 async function plan(runId: string): Promise<void> {
   const run = (await getRun(db.sql, runId))!;
-  const [version] = await db.sql<{ spec: DagSpec }[]>`select spec from dag_versions where dag_id = ${run.dag_id} and version = ${run.dag_version}`;
+  const [version] = await db.sql<
+    { spec: DagSpec }[]
+  >`select spec from dag_versions where dag_id = ${run.dag_id} and version = ${run.dag_version}`;
   const spec = version!.spec;
-  const views = new Map<string, TiStateView>([...(await tisOf(runId))].map(([id, t]) => [id, { state: t.state, nextTryAt: null, pendingReason: t.pending_reason }]));
+  const views = new Map<string, TiStateView>(
+    [...(await tisOf(runId))].map(([id, t]) => [
+      id,
+      { state: t.state, nextTryAt: null, pendingReason: t.pending_reason },
+    ]),
+  );
   const d = advanceRun(spec.tasks, views, new Date());
   await transitionTis(db.sql, runId, d.upstreamFailed, 'upstream_failed', { endedNow: true });
   await transitionTis(db.sql, runId, d.skipped, 'skipped', { endedNow: true });
@@ -143,8 +150,19 @@ describe('clearTaskInstance', () => {
     const b = out.cleared[0]!;
     // try 3 of 3 kept; retries: 2 in the spec → tries 4, 5 and 6 are allowed.
     expect(b).toMatchObject({
-      state: 'none', try_number: 3, max_tries: 6, error: null, exit_code: null, ended_at: null, next_try_at: null,
-      started_at: null, queued_at: null, heartbeat_at: null, pid: null, attempt_token: null, pending_reason: null,
+      state: 'none',
+      try_number: 3,
+      max_tries: 6,
+      error: null,
+      exit_code: null,
+      ended_at: null,
+      next_try_at: null,
+      started_at: null,
+      queued_at: null,
+      heartbeat_at: null,
+      pid: null,
+      attempt_token: null,
+      pending_reason: null,
     });
     expect(await getTi(db.sql, b.id)).toEqual(b);
 
@@ -163,7 +181,11 @@ describe('clearTaskInstance', () => {
     for (const id of ['a', 'c', 'd', 'e']) expect(after.get(id), id).toEqual(before.get(id));
 
     expect(await eventsOf(run.id)).toEqual([
-      { ti_id: b.id, kind: 'ti.state', payload: { task_id: 'b', to: 'none', from: 'failed', try: 3, max_tries: 6, reason: 'cleared' } },
+      {
+        ti_id: b.id,
+        kind: 'ti.state',
+        payload: { task_id: 'b', to: 'none', from: 'failed', try: 3, max_tries: 6, reason: 'cleared' },
+      },
       { ti_id: null, kind: 'run.state', payload: { to: 'running', from: 'failed', reason: 'cleared', task_id: 'b' } },
     ]);
     // The events were written in the same transaction as the moves.
@@ -211,7 +233,11 @@ describe('clearTaskInstance', () => {
   });
 
   it('leaves a downstream task that has not ended alone, and clears in a running run without re-opening it', async () => {
-    const spec = dag('cl3', [task('a'), task('b', { dependsOn: ['a'], triggerRule: 'all_done' }), task('c', { dependsOn: ['b'] })]);
+    const spec = dag('cl3', [
+      task('a'),
+      task('b', { dependsOn: ['a'], triggerRule: 'all_done' }),
+      task('c', { dependsOn: ['b'] }),
+    ]);
     const run = await newRun(spec);
     await transitionRun(db.sql, run.id, 'running');
     await runAttempt(run.id, 'a', fail);
@@ -225,14 +251,23 @@ describe('clearTaskInstance', () => {
     const tis = await tisOf(run.id);
     expect(tis.get('b')).toMatchObject({ state: 'running', try_number: 1 });
     expect(tis.get('c')).toMatchObject({ state: 'none' });
-    expect((await eventsOf(run.id)).filter((e) => e.kind === 'run.state').map((e) => e.payload.to)).toEqual(['queued', 'running']);
+    expect((await eventsOf(run.id)).filter((e) => e.kind === 'run.state').map((e) => e.payload.to)).toEqual([
+      'queued',
+      'running',
+    ]);
   });
 
   it('re-opens a run that succeeded or was cancelled, and clears every ended state', async () => {
     for (const [i, runState] of (['success', 'cancelled'] as RunState[]).entries()) {
       const ended = TI_STATES.filter(isTerminalTi);
-      const run = await newRun(dag(`cl4_${i}`, ended.map((s) => task(`t_${s}`))));
-      for (const s of ended) await db.sql`update task_instances set state = ${s}, ended_at = now() where run_id = ${run.id} and task_id = ${`t_${s}`}`;
+      const run = await newRun(
+        dag(
+          `cl4_${i}`,
+          ended.map((s) => task(`t_${s}`)),
+        ),
+      );
+      for (const s of ended)
+        await db.sql`update task_instances set state = ${s}, ended_at = now() where run_id = ${run.id} and task_id = ${`t_${s}`}`;
       await db.sql`update dag_runs set state = ${runState}, ended_at = now() where id = ${run.id}`;
       for (const s of ended) {
         const out = await clearTaskInstance(db.sql, { runId: run.id, taskId: `t_${s}`, downstream: false });
@@ -249,10 +284,14 @@ describe('clearTaskInstance', () => {
   });
 
   it('refuses a task that has not ended, naming its state, and writes nothing', async () => {
-    const spec = dag('cl5', TI_STATES.map((s) => task(`t_${s}`)));
+    const spec = dag(
+      'cl5',
+      TI_STATES.map((s) => task(`t_${s}`)),
+    );
     const run = await newRun(spec);
     await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
-    for (const s of TI_STATES) await db.sql`update task_instances set state = ${s} where run_id = ${run.id} and task_id = ${`t_${s}`}`;
+    for (const s of TI_STATES)
+      await db.sql`update task_instances set state = ${s} where run_id = ${run.id} and task_id = ${`t_${s}`}`;
     for (const s of TI_STATES.filter((x) => !isTerminalTi(x))) {
       const before = await snapshot(run.id);
       const out = await clearTaskInstance(db.sql, { runId: run.id, taskId: `t_${s}`, downstream: true });
@@ -264,14 +303,20 @@ describe('clearTaskInstance', () => {
 
   it('answers run_not_found and task_not_found', async () => {
     const run = await newRun(dag('cl6', [task('a')]));
-    expect(await clearTaskInstance(db.sql, { runId: '987654321', taskId: 'a', downstream: false })).toEqual({ kind: 'run_not_found' });
-    expect((await clearTaskInstance(db.sql, { runId: run.id, taskId: 'zz', downstream: false })).kind).toBe('task_not_found');
+    expect(await clearTaskInstance(db.sql, { runId: '987654321', taskId: 'a', downstream: false })).toEqual({
+      kind: 'run_not_found',
+    });
+    expect((await clearTaskInstance(db.sql, { runId: run.id, taskId: 'zz', downstream: false })).kind).toBe(
+      'task_not_found',
+    );
   });
 
   it('two concurrent clears of one task: one clears, the other finds it not ended', async () => {
     const run = await failedChainRun('cl7');
     await db.sql`delete from events`;
-    const outs = await Promise.all([1, 2].map(() => clearTaskInstance(db.sql, { runId: run.id, taskId: 'b', downstream: true })));
+    const outs = await Promise.all(
+      [1, 2].map(() => clearTaskInstance(db.sql, { runId: run.id, taskId: 'b', downstream: true })),
+    );
     expect(outs.map((o) => o.kind).sort()).toEqual(['cleared', 'not_ended']);
     const ev = await eventsOf(run.id);
     expect(ev.filter((e) => e.kind === 'run.state')).toHaveLength(1);
@@ -322,7 +367,8 @@ describe('clearTaskInstance', () => {
 async function waitForLockWait(): Promise<void> {
   const deadline = Date.now() + 5000;
   for (;;) {
-    const [w] = await db.sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`;
+    const [w] =
+      await db.sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`;
     if (w) return;
     if (Date.now() > deadline) throw new Error('no session waits on a lock');
     await new Promise((r) => setTimeout(r, 10));
@@ -332,16 +378,27 @@ async function waitForLockWait(): Promise<void> {
 describe('cancelTaskInstance', () => {
   it('cancels every state that has not ended, with an event; queued/running may hold a process', async () => {
     const open = TI_STATES.filter((s) => !isTerminalTi(s));
-    const run = await newRun(dag('cn1', open.map((s) => task(`t_${s}`))));
+    const run = await newRun(
+      dag(
+        'cn1',
+        open.map((s) => task(`t_${s}`)),
+      ),
+    );
     await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
-    for (const s of open) await db.sql`update task_instances set state = ${s}, next_try_at = now(), pending_reason = 'X' where run_id = ${run.id} and task_id = ${`t_${s}`}`;
+    for (const s of open)
+      await db.sql`update task_instances set state = ${s}, next_try_at = now(), pending_reason = 'X' where run_id = ${run.id} and task_id = ${`t_${s}`}`;
     await db.sql`delete from events`;
     for (const s of open) {
       const out = await cancelTaskInstance(db.sql, run.id, `t_${s}`);
       if (out.kind !== 'cancelled') throw new Error(`${s}: ${out.kind}`);
       expect(out.was).toBe(s);
       expect(out.mayHoldProcess, s).toBe(s === 'queued' || s === 'running');
-      expect(out.ti).toMatchObject({ state: 'cancelled', error: 'cancelled by user', next_try_at: null, pending_reason: null });
+      expect(out.ti).toMatchObject({
+        state: 'cancelled',
+        error: 'cancelled by user',
+        next_try_at: null,
+        pending_reason: null,
+      });
       expect(out.ti.ended_at).toBeInstanceOf(Date);
       expect(await getTi(db.sql, out.ti.id)).toEqual(out.ti);
     }
@@ -354,8 +411,14 @@ describe('cancelTaskInstance', () => {
 
   it('refuses a task that has ended and writes nothing; answers not found', async () => {
     const ended = TI_STATES.filter(isTerminalTi);
-    const run = await newRun(dag('cn2', ended.map((s) => task(`t_${s}`))));
-    for (const s of ended) await db.sql`update task_instances set state = ${s} where run_id = ${run.id} and task_id = ${`t_${s}`}`;
+    const run = await newRun(
+      dag(
+        'cn2',
+        ended.map((s) => task(`t_${s}`)),
+      ),
+    );
+    for (const s of ended)
+      await db.sql`update task_instances set state = ${s} where run_id = ${run.id} and task_id = ${`t_${s}`}`;
     for (const s of ended) {
       const before = await snapshot(run.id);
       const out = await cancelTaskInstance(db.sql, run.id, `t_${s}`);
@@ -374,7 +437,12 @@ describe('cancelTaskInstance', () => {
     const { ti, claim } = await startNext(run.id, 'slow');
     expect((await cancelTaskInstance(db.sql, run.id, 'slow')).kind).toBe('cancelled');
     // The process, stopped, reports a cancelled outcome: the state and the reason stay.
-    const stopped: AttemptResult = { exitCode: null, signal: 'SIGTERM', error: 'task slow cancelled', outcome: 'cancelled' };
+    const stopped: AttemptResult = {
+      exitCode: null,
+      signal: 'SIGTERM',
+      error: 'task slow cancelled',
+      outcome: 'cancelled',
+    };
     expect(await finishAttempt(db.sql, { tiId: ti.id, ...claim }, stopped)).toBe('cancelled');
     expect((await getTi(db.sql, ti.id))!).toMatchObject({ state: 'cancelled', error: 'cancelled by user', pid: null });
     await plan(run.id);
@@ -383,6 +451,10 @@ describe('cancelTaskInstance', () => {
     await runAttempt(run.id, 'other', ok);
     await plan(run.id);
     expect((await getRun(db.sql, run.id))!.state).toBe('failed');
-    expect([...(await tisOf(run.id)).values()].map((t) => t.state)).toEqual(['cancelled', 'upstream_failed', 'success']);
+    expect([...(await tisOf(run.id)).values()].map((t) => t.state)).toEqual([
+      'cancelled',
+      'upstream_failed',
+      'success',
+    ]);
   });
 });

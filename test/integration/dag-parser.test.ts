@@ -58,7 +58,8 @@ describe('createDagParser', () => {
   });
 
   it('rebuilds a DagValidationError with every issue from an invalid file', async () => {
-    const source = 'dag_id: t\ntasks:\n  - {id: a, command: x, depends_on: [b]}\n  - {id: b, command: x, depends_on: [a], retries: -1}\n';
+    const source =
+      'dag_id: t\ntasks:\n  - {id: a, command: x, depends_on: [b]}\n  - {id: b, command: x, depends_on: [a], retries: -1}\n';
     const err = await rejection(parser().parse(source, 'dags/bad.yaml'));
     expect(err).toBeInstanceOf(DagValidationError);
     const e = err as InstanceType<DagSpecModule['DagValidationError']>;
@@ -77,13 +78,25 @@ describe('createDagParser', () => {
   it('fails an alias bomb fast', async () => {
     const levels = 'abcdefghij'.split('');
     const bomb = levels
-      .map((k, i) => `${k}: &${k} [${i === 0 ? Array(10).fill('"lol"').join(', ') : Array(10).fill(`*${levels[i - 1]}`).join(', ')}]`)
+      .map(
+        (k, i) =>
+          `${k}: &${k} [${
+            i === 0
+              ? Array(10).fill('"lol"').join(', ')
+              : Array(10)
+                  .fill(`*${levels[i - 1]}`)
+                  .join(', ')
+          }]`,
+      )
       .join('\n');
     const started = performance.now();
     const err = await rejection(parser({ timeoutMs: 10_000 }).parse(bomb, 'bomb.yaml'));
     expect(err).toBeInstanceOf(DagValidationError);
     expect((err as InstanceType<DagSpecModule['DagValidationError']>).issues).toEqual([
-      { path: '', message: 'invalid YAML: too many alias expansions (limit 100); the document looks like an alias bomb' },
+      {
+        path: '',
+        message: 'invalid YAML: too many alias expansions (limit 100); the document looks like an alias bomb',
+      },
     ]);
     expect(performance.now() - started).toBeLessThan(3_000);
   });
@@ -136,8 +149,14 @@ describe('createDagParser', () => {
   });
 
   it('validates its options with exact messages', () => {
-    expect(() => createDagParser({ maxThreads: 0 })).toThrow(new TypeError('opts.maxThreads must be a positive integer'));
-    expect(() => createDagParser({ timeoutMs: 1.5 })).toThrow(new TypeError('opts.timeoutMs must be a positive integer'));
-    expect(() => createDagParser({ maxQueue: -1 })).toThrow(new TypeError('opts.maxQueue must be a non-negative integer'));
+    expect(() => createDagParser({ maxThreads: 0 })).toThrow(
+      new TypeError('opts.maxThreads must be a positive integer'),
+    );
+    expect(() => createDagParser({ timeoutMs: 1.5 })).toThrow(
+      new TypeError('opts.timeoutMs must be a positive integer'),
+    );
+    expect(() => createDagParser({ maxQueue: -1 })).toThrow(
+      new TypeError('opts.maxQueue must be a non-negative integer'),
+    );
   });
 });

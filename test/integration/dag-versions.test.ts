@@ -31,7 +31,14 @@ const V1 = dag('etl', [task('a', { retries: 1 })], { maxActiveRuns: 3 });
 const V2 = dag('etl', [task('a', { retries: 4 }), task('b', { dependsOn: ['a'] })], { maxActiveRuns: 7 });
 
 async function trigger(runKey: string): Promise<string> {
-  const made = await createRunOfDag(db.sql, { dagId: 'etl', runKey, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+  const made = await createRunOfDag(db.sql, {
+    dagId: 'etl',
+    runKey,
+    runType: 'manual',
+    logicalDate: new Date(),
+    conf: {},
+    defaultExecutor: 'subprocess',
+  });
   return made!.run.id;
 }
 
@@ -61,7 +68,15 @@ describe('DAG versions', () => {
     const old = await trigger('old');
     await upsertDag(db.sql, V2, 'etl.yaml');
     const made = await db.sql.begin((tx) =>
-      createRun(tx, { dagId: 'etl', dagVersion: 1, runKey: 'pinned', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+      createRun(tx, {
+        dagId: 'etl',
+        dagVersion: 1,
+        runKey: 'pinned',
+        runType: 'manual',
+        logicalDate: new Date(),
+        conf: {},
+        defaultExecutor: 'subprocess',
+      }),
     );
     expect(made.read!.spec).toEqual(V1);
     expect(made.read!.tis.map((t) => [t.task_id, t.max_tries])).toEqual([['a', 2]]);
@@ -75,7 +90,15 @@ describe('DAG versions', () => {
     ]);
     // A version that does not exist is refused, naming it, and makes nothing.
     await expect(
-      createRun(db.sql, { dagId: 'etl', dagVersion: 9, runKey: 'nine', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+      createRun(db.sql, {
+        dagId: 'etl',
+        dagVersion: 9,
+        runKey: 'nine',
+        runType: 'manual',
+        logicalDate: new Date(),
+        conf: {},
+        defaultExecutor: 'subprocess',
+      }),
     ).rejects.toThrow('DAG etl has no version 9');
     expect(await db.sql`select 1 from dag_runs where run_key = 'nine'`).toHaveLength(0);
 
@@ -111,7 +134,10 @@ describe('DAG versions', () => {
     await endRun(newer, 30);
 
     // db clean stops at the first run made after its time (`left`): it removes the two before it.
-    expect((await cleanHistory(db.sql, { endedBefore: new Date(Date.now() - 86_400_000), dryRun: false, dagId: 'etl' })).runs).toBe(2);
+    expect(
+      (await cleanHistory(db.sql, { endedBefore: new Date(Date.now() - 86_400_000), dryRun: false, dagId: 'etl' }))
+        .runs,
+    ).toBe(2);
     // Retention's own removal takes the only run of version 2.
     expect((await removeExpiredRuns(db.sql, [newer], new Date())).runs).toBe(1);
     expect(await db.sql`select id::text from dag_runs order by id`).toEqual([{ id: left }]);
@@ -122,13 +148,17 @@ describe('DAG versions', () => {
     expect(read!.spec).toEqual(V1);
   });
 
-  it('removes the versions of a DAG with the DAG, and no other DAG\'s', async () => {
+  it("removes the versions of a DAG with the DAG, and no other DAG's", async () => {
     await upsertDag(db.sql, V1, 'etl.yaml');
     await upsertDag(db.sql, V2, 'etl.yaml');
     const other = dag('other', [task('x')]);
     await upsertDag(db.sql, other, 'other.yaml');
     await endRun(await trigger('r'), 1);
-    const out = await deleteDagWithHistory({ sql: db.sql, logger: pino({ level: 'silent' }), stopAttempts: () => {}, attemptsEndWithinMs: 2000 }, 'etl', false);
+    const out = await deleteDagWithHistory(
+      { sql: db.sql, logger: pino({ level: 'silent' }), stopAttempts: () => {}, attemptsEndWithinMs: 2000 },
+      'etl',
+      false,
+    );
     expect(out.removed.runs).toBe(1);
     expect(await versions()).toEqual([]);
     expect(await versions('other')).toEqual([{ version: 1, spec: other, max_active_runs: other.maxActiveRuns }]);

@@ -16,7 +16,10 @@ import { placeForPostgresUser, stageBinaries } from '../../src/db/stage-for-post
 const asRoot = process.getuid?.() === 0;
 let ids: { uid: number; gid: number } | null = null;
 try {
-  ids = { uid: Number(execFileSync('id', ['-u', 'postgres']).toString()), gid: Number(execFileSync('id', ['-g', 'postgres']).toString()) };
+  ids = {
+    uid: Number(execFileSync('id', ['-u', 'postgres']).toString()),
+    gid: Number(execFileSync('id', ['-g', 'postgres']).toString()),
+  };
 } catch {
   ids = null; // no postgres user: the global setup creates one when it starts the embedded server
 }
@@ -81,7 +84,15 @@ describe.skipIf(!asRoot || ids === null)('as root, what the postgres user cannot
     const placed = await placeForPostgresUser({ binaries: from, stateDir, ids: ids!, stagingDir: staging });
 
     expect(placed.binaries.dir).toBe(path.join(staging, 'postgres-18.0-test'));
-    expect(await userCan(ids!, ['-x', placed.binaries.initdb], ['-x', placed.binaries.postgres], ['-r', path.join(placed.binaries.dir, 'lib', 'libpq.so.5.18')], ['-r', path.join(placed.binaries.dir, 'share', 'postgresql', 'postgres.bki')])).toBe(true);
+    expect(
+      await userCan(
+        ids!,
+        ['-x', placed.binaries.initdb],
+        ['-x', placed.binaries.postgres],
+        ['-r', path.join(placed.binaries.dir, 'lib', 'libpq.so.5.18')],
+        ['-r', path.join(placed.binaries.dir, 'share', 'postgresql', 'postgres.bki')],
+      ),
+    ).toBe(true);
     expect(await readlink(path.join(placed.binaries.dir, 'lib', 'libpq.so.5'))).toBe('libpq.so.5.18');
     const bin = await stat(placed.binaries.postgres);
     expect(bin.uid).toBe(0);
@@ -109,14 +120,23 @@ describe.skipIf(!asRoot || ids === null)('as root, what the postgres user cannot
     const [a, b] = await Promise.all([stageBinaries(from, staging), stageBinaries(from, staging)]);
     expect(a.dir).toBe(b.dir);
     expect((await stat(a.postgres)).isFile()).toBe(true);
-    const leftovers = execFileSync('ls', ['-A', staging]).toString().split('\n').filter((n) => n.startsWith('.postgres-staging-'));
+    const leftovers = execFileSync('ls', ['-A', staging])
+      .toString()
+      .split('\n')
+      .filter((n) => n.startsWith('.postgres-staging-'));
     expect(leftovers).toEqual([]);
   });
 
   it('is left where it is when that user can reach it', async () => {
     await chmod(closed, 0o755);
     try {
-      for (const d of [path.join(closed, 'project'), path.join(closed, 'project', 'node_modules'), path.dirname(path.dirname(native)), path.dirname(native)]) await chmod(d, 0o755);
+      for (const d of [
+        path.join(closed, 'project'),
+        path.join(closed, 'project', 'node_modules'),
+        path.dirname(path.dirname(native)),
+        path.dirname(native),
+      ])
+        await chmod(d, 0o755);
       const from = binariesIn(native, '18.0-test');
       await chmod(from.initdb, 0o755);
       await chmod(from.postgres, 0o755);

@@ -58,7 +58,10 @@ async function take(w: Watch, count: number, ms = 5_000): Promise<EventRow[]> {
     const p = pending.get(w) ?? w.next();
     pending.set(w, p);
     let timer: NodeJS.Timeout | undefined;
-    const next = await Promise.race([p, new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), deadline - Date.now())))]);
+    const next = await Promise.race([
+      p,
+      new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), deadline - Date.now()))),
+    ]);
     clearTimeout(timer);
     if (next === 'timeout') break;
     pending.delete(w);
@@ -115,9 +118,11 @@ describe('event feed', () => {
     w.close();
   });
 
-  it("runs the same statements for 200 watchers as for one", async () => {
+  it('runs the same statements for 200 watchers as for one', async () => {
     const measure = async (watchers: number) => {
-      const ws = await Promise.all(Array.from({ length: watchers }, () => feed.watch({ runId: '3001', afterSeq: 0n, maxBehind: 100_000 })));
+      const ws = await Promise.all(
+        Array.from({ length: watchers }, () => feed.watch({ runId: '3001', afterSeq: 0n, maxBehind: 100_000 })),
+      );
       await Promise.all(ws.map((w) => take(w, 1_000_000, 300))); // the replay of earlier rounds
       const before = statements;
       const seqs: string[] = [];

@@ -20,7 +20,11 @@ let core: k8s.CoreV1Api;
 const dirs: string[] = [];
 
 beforeAll(async () => {
-  api = await startFakeKubeApi({ namespaces: ['default', 'jobs'], bookmarkIntervalMs: 100, timing: { backoffMs: 100 } });
+  api = await startFakeKubeApi({
+    namespaces: ['default', 'jobs'],
+    bookmarkIntervalMs: 100,
+    timing: { backoffMs: 100 },
+  });
   kc = new k8s.KubeConfig();
   kc.loadFromFile(api.kubeconfigPath);
   core = kc.makeApiClient(k8s.CoreV1Api);
@@ -36,14 +40,27 @@ function uniqueName(prefix = 'p'): string {
   return `${prefix}-${++seq}-${Date.now().toString(36)}`;
 }
 
-function pod(name: string, container: Partial<k8s.V1Container> = {}, spec: Partial<k8s.V1PodSpec> = {}, labels?: Record<string, string>): k8s.V1Pod {
+function pod(
+  name: string,
+  container: Partial<k8s.V1Container> = {},
+  spec: Partial<k8s.V1PodSpec> = {},
+  labels?: Record<string, string>,
+): k8s.V1Pod {
   return {
     metadata: labels ? { name, labels } : { name },
-    spec: { restartPolicy: 'Never', containers: [{ name: 'main', image: 'busybox:1.36', command: ['sh', '-c', 'sleep 30'], ...container }], ...spec },
+    spec: {
+      restartPolicy: 'Never',
+      containers: [{ name: 'main', image: 'busybox:1.36', command: ['sh', '-c', 'sleep 30'], ...container }],
+      ...spec,
+    },
   };
 }
 
-async function until<T>(what: string, get: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 10_000): Promise<T> {
+async function until<T>(
+  what: string,
+  get: () => T | undefined | false | Promise<T | undefined | false>,
+  timeoutMs = 10_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await get();
@@ -93,16 +110,67 @@ describe('create', () => {
 
   it('refuses invalid specs with 422 Invalid and one cause per field error', async () => {
     const cases: Array<[k8s.V1Pod, string, string]> = [
-      [{ metadata: { name: 'Bad_Name' }, spec: { containers: [{ name: 'c', image: 'x' }] } }, 'metadata.name', 'FieldValueInvalid'],
-      [{ metadata: { name: 'a'.repeat(254) }, spec: { containers: [{ name: 'c', image: 'x' }] } }, 'metadata.name', 'FieldValueInvalid'],
+      [
+        { metadata: { name: 'Bad_Name' }, spec: { containers: [{ name: 'c', image: 'x' }] } },
+        'metadata.name',
+        'FieldValueInvalid',
+      ],
+      [
+        { metadata: { name: 'a'.repeat(254) }, spec: { containers: [{ name: 'c', image: 'x' }] } },
+        'metadata.name',
+        'FieldValueInvalid',
+      ],
       [{ metadata: { name: 'no-containers' }, spec: { containers: [] } }, 'spec.containers', 'FieldValueRequired'],
-      [{ metadata: { name: 'no-image' }, spec: { containers: [{ name: 'c' } as k8s.V1Container] } }, 'spec.containers[0].image', 'FieldValueRequired'],
-      [{ metadata: { name: 'no-cname' }, spec: { containers: [{ image: 'x' } as k8s.V1Container] } }, 'spec.containers[0].name', 'FieldValueRequired'],
-      [{ metadata: { name: 'bad-label', labels: { 'bad key': 'v' } }, spec: { containers: [{ name: 'c', image: 'x' }] } }, 'metadata.labels', 'FieldValueInvalid'],
-      [{ metadata: { name: 'long-label', labels: { k: 'v'.repeat(64) } }, spec: { containers: [{ name: 'c', image: 'x' }] } }, 'metadata.labels', 'FieldValueInvalid'],
-      [{ metadata: { name: 'bad-cpu' }, spec: { containers: [{ name: 'c', image: 'x', resources: { requests: { cpu: 'lots' } } }] } }, 'spec.containers[0].resources.requests[cpu]', 'FieldValueInvalid'],
-      [{ metadata: { name: 'bad-annotation', annotations: { 'leoflow.io/ok': 'x', 'not ok/at all': 'y' } }, spec: { containers: [{ name: 'c', image: 'x' }] } }, 'metadata.annotations', 'FieldValueInvalid'],
-      [{ metadata: { name: 'bad-policy' }, spec: { restartPolicy: 'Sometimes', containers: [{ name: 'c', image: 'x' }] } }, 'spec.restartPolicy', 'FieldValueNotSupported'],
+      [
+        { metadata: { name: 'no-image' }, spec: { containers: [{ name: 'c' } as k8s.V1Container] } },
+        'spec.containers[0].image',
+        'FieldValueRequired',
+      ],
+      [
+        { metadata: { name: 'no-cname' }, spec: { containers: [{ image: 'x' } as k8s.V1Container] } },
+        'spec.containers[0].name',
+        'FieldValueRequired',
+      ],
+      [
+        {
+          metadata: { name: 'bad-label', labels: { 'bad key': 'v' } },
+          spec: { containers: [{ name: 'c', image: 'x' }] },
+        },
+        'metadata.labels',
+        'FieldValueInvalid',
+      ],
+      [
+        {
+          metadata: { name: 'long-label', labels: { k: 'v'.repeat(64) } },
+          spec: { containers: [{ name: 'c', image: 'x' }] },
+        },
+        'metadata.labels',
+        'FieldValueInvalid',
+      ],
+      [
+        {
+          metadata: { name: 'bad-cpu' },
+          spec: { containers: [{ name: 'c', image: 'x', resources: { requests: { cpu: 'lots' } } }] },
+        },
+        'spec.containers[0].resources.requests[cpu]',
+        'FieldValueInvalid',
+      ],
+      [
+        {
+          metadata: { name: 'bad-annotation', annotations: { 'leoflow.io/ok': 'x', 'not ok/at all': 'y' } },
+          spec: { containers: [{ name: 'c', image: 'x' }] },
+        },
+        'metadata.annotations',
+        'FieldValueInvalid',
+      ],
+      [
+        {
+          metadata: { name: 'bad-policy' },
+          spec: { restartPolicy: 'Sometimes', containers: [{ name: 'c', image: 'x' }] },
+        },
+        'spec.restartPolicy',
+        'FieldValueNotSupported',
+      ],
     ];
     for (const [body, field, causeReason] of cases) {
       const r = await refusal(core.createNamespacedPod({ namespace: 'default', body }));
@@ -113,7 +181,13 @@ describe('create', () => {
       expect(r.body.details.causes).toContainEqual(expect.objectContaining({ field, reason: causeReason }));
     }
     // A 63-character label value and a 253-character pod name are the limits, not past them.
-    const ok = await core.createNamespacedPod({ namespace: 'default', body: { metadata: { name: `${'a'.repeat(240)}-${++seq}`, labels: { k: 'v'.repeat(63) } }, spec: { containers: [{ name: 'c', image: 'x', command: ['true'] }] } } });
+    const ok = await core.createNamespacedPod({
+      namespace: 'default',
+      body: {
+        metadata: { name: `${'a'.repeat(240)}-${++seq}`, labels: { k: 'v'.repeat(63) } },
+        spec: { containers: [{ name: 'c', image: 'x', command: ['true'] }] },
+      },
+    });
     expect(ok.metadata?.name?.length).toBeGreaterThan(240);
   });
 
@@ -128,19 +202,27 @@ describe('create', () => {
     const res = await fetch(`${api.url}/api/v1/namespaces/default/pods`);
     expect(res.status).toBe(401);
     expectStatus(await res.json(), 401, 'Unauthorized');
-    api.grantToken('reader-token', [{ verbs: ['get', 'list', 'watch'], resources: ['pods'], namespaces: ['default'] }], 'system:serviceaccount:default:reader');
+    api.grantToken(
+      'reader-token',
+      [{ verbs: ['get', 'list', 'watch'], resources: ['pods'], namespaces: ['default'] }],
+      'system:serviceaccount:default:reader',
+    );
     const rk = new k8s.KubeConfig();
     rk.loadFromFile(await api.kubeconfigFor('reader-token'));
     const reader = rk.makeApiClient(k8s.CoreV1Api);
     await reader.listNamespacedPod({ namespace: 'default' });
     const r = await refusal(reader.createNamespacedPod({ namespace: 'default', body: pod(uniqueName()) }));
     expectStatus(r.body, 403, 'Forbidden');
-    expect(r.body.message).toBe('pods is forbidden: User "system:serviceaccount:default:reader" cannot create resource "pods" in API group "" in the namespace "default"');
+    expect(r.body.message).toBe(
+      'pods is forbidden: User "system:serviceaccount:default:reader" cannot create resource "pods" in API group "" in the namespace "default"',
+    );
     const other = await refusal(reader.listNamespacedPod({ namespace: 'jobs' }));
     expect(other.code).toBe(403);
     const stranger = new k8s.KubeConfig();
     stranger.loadFromFile(await api.kubeconfigFor('who-is-this'));
-    expect((await refusal(stranger.makeApiClient(k8s.CoreV1Api).listNamespacedPod({ namespace: 'default' }))).code).toBe(401);
+    expect(
+      (await refusal(stranger.makeApiClient(k8s.CoreV1Api).listNamespacedPod({ namespace: 'default' }))).code,
+    ).toBe(401);
   });
 
   it('refuses a create over a ResourceQuota with 403 and the quota message, and a missing service account with 403', async () => {
@@ -150,11 +232,19 @@ describe('create', () => {
     const name = uniqueName();
     const r = await refusal(core.createNamespacedPod({ namespace: 'jobs', body: small(name, '600m') }));
     expectStatus(r.body, 403, 'Forbidden');
-    expect(r.body.message).toBe(`pods "${name}" is forbidden: exceeded quota: compute, requested: requests.cpu=600m, used: requests.cpu=500m, limited: requests.cpu=1`);
+    expect(r.body.message).toBe(
+      `pods "${name}" is forbidden: exceeded quota: compute, requested: requests.cpu=600m, used: requests.cpu=500m, limited: requests.cpu=1`,
+    );
     const bare = await refusal(core.createNamespacedPod({ namespace: 'jobs', body: pod(name) }));
-    expect(bare.body.message).toBe(`pods "${name}" is forbidden: failed quota: compute: must specify requests.cpu for: main`);
-    const sa = await refusal(core.createNamespacedPod({ namespace: 'default', body: pod(name, {}, { serviceAccountName: 'runner' }) }));
-    expect(sa.body.message).toBe(`pods "${name}" is forbidden: error looking up service account default/runner: serviceaccount "runner" not found`);
+    expect(bare.body.message).toBe(
+      `pods "${name}" is forbidden: failed quota: compute: must specify requests.cpu for: main`,
+    );
+    const sa = await refusal(
+      core.createNamespacedPod({ namespace: 'default', body: pod(name, {}, { serviceAccountName: 'runner' }) }),
+    );
+    expect(sa.body.message).toBe(
+      `pods "${name}" is forbidden: error looking up service account default/runner: serviceaccount "runner" not found`,
+    );
     api.addServiceAccount('default', 'runner');
     await core.createNamespacedPod({ namespace: 'default', body: pod(name, {}, { serviceAccountName: 'runner' }) });
   });
@@ -176,7 +266,12 @@ describe('create', () => {
     expectStatus(r503.body, 503, 'ServiceUnavailable');
     expect(r503.headers['retry-after']).toBe('1');
     const name = uniqueName();
-    api.failNext({ verb: 'create', namespace: 'default', status: 403, message: `pods "${name}" is forbidden: exceeded quota: q, requested: pods=1, used: pods=5, limited: pods=5` });
+    api.failNext({
+      verb: 'create',
+      namespace: 'default',
+      status: 403,
+      message: `pods "${name}" is forbidden: exceeded quota: q, requested: pods=1, used: pods=5, limited: pods=5`,
+    });
     const q = await refusal(core.createNamespacedPod({ namespace: 'default', body: pod(name) }));
     expectStatus(q.body, 403, 'Forbidden');
     expect(api.createCount('default', name)).toBe(0);
@@ -193,14 +288,23 @@ describe('create', () => {
     api.setLatency(200, 'get');
     api.limitInflight(2, 2);
     try {
-      const results = await Promise.allSettled(Array.from({ length: 5 }, () => core.readNamespace({ name: 'default' })));
-      const refused = results.filter((r) => r.status === 'rejected').map((r) => (r as PromiseRejectedResult).reason as k8s.ApiException<string>);
+      const results = await Promise.allSettled(
+        Array.from({ length: 5 }, () => core.readNamespace({ name: 'default' })),
+      );
+      const refused = results
+        .filter((r) => r.status === 'rejected')
+        .map((r) => (r as PromiseRejectedResult).reason as k8s.ApiException<string>);
       expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(2);
       expect(refused).toHaveLength(3);
       for (const e of refused) {
         expect(e.code).toBe(429);
         expect(e.headers['retry-after']).toBe('2');
-        expect(JSON.parse(e.body)).toMatchObject({ kind: 'Status', reason: 'TooManyRequests', message: 'Too many requests, please try again later.', details: { retryAfterSeconds: 2 } });
+        expect(JSON.parse(e.body)).toMatchObject({
+          kind: 'Status',
+          reason: 'TooManyRequests',
+          message: 'Too many requests, please try again later.',
+          details: { retryAfterSeconds: 2 },
+        });
       }
     } finally {
       api.limitInflight(undefined);
@@ -215,7 +319,10 @@ describe('create', () => {
     await core.listNamespacedPod({ namespace: 'default' });
     expect(Date.now() - t0).toBeGreaterThanOrEqual(140);
     api.setLatency(0, 'list');
-    const last = api.requests().filter((r) => r.verb === 'list').at(-1)!;
+    const last = api
+      .requests()
+      .filter((r) => r.verb === 'list')
+      .at(-1)!;
     expect(last.durationMs).toBeGreaterThanOrEqual(140);
     expect(last.path).toBe('/api/v1/namespaces/default/pods');
   });
@@ -230,7 +337,11 @@ describe('list and get', () => {
       await core.createNamespacedPod({ namespace: 'default', body: pod(`${run}-${task}`, {}, {}, labels) });
     }
     const names = async (labelSelector: string, fieldSelector?: string) => {
-      const l = await core.listNamespacedPod(fieldSelector ? { namespace: 'default', labelSelector, fieldSelector } : { namespace: 'default', labelSelector });
+      const l = await core.listNamespacedPod(
+        fieldSelector
+          ? { namespace: 'default', labelSelector, fieldSelector }
+          : { namespace: 'default', labelSelector },
+      );
       expect(l.kind).toBe('PodList');
       expect(Number(l.metadata?.resourceVersion)).toBeGreaterThan(0);
       return l.items.map((p) => p.metadata!.labels!['leoflow.io/task']).sort();
@@ -248,7 +359,11 @@ describe('list and get', () => {
     const all = await core.listPodForAllNamespaces({ labelSelector: `leoflow.io/run=${run}`, limit: 2 });
     expect(all.items).toHaveLength(2);
     expect(all.metadata?.remainingItemCount).toBe(1);
-    const rest = await core.listPodForAllNamespaces({ labelSelector: `leoflow.io/run=${run}`, limit: 2, _continue: all.metadata!._continue! });
+    const rest = await core.listPodForAllNamespaces({
+      labelSelector: `leoflow.io/run=${run}`,
+      limit: 2,
+      _continue: all.metadata!._continue!,
+    });
     expect(rest.items).toHaveLength(1);
     expect(rest.metadata?.resourceVersion).toBe(all.metadata?.resourceVersion);
     expect(rest.metadata?._continue).toBeUndefined();
@@ -256,14 +371,25 @@ describe('list and get', () => {
     const page = await core.listPodForAllNamespaces({ labelSelector: `leoflow.io/run=${run}`, limit: 1 });
     await core.createNamespacedPod({ namespace: 'default', body: pod(`${run}-later`) });
     api.compact();
-    const stale = await refusal(core.listPodForAllNamespaces({ labelSelector: `leoflow.io/run=${run}`, limit: 1, _continue: page.metadata!._continue! }));
+    const stale = await refusal(
+      core.listPodForAllNamespaces({
+        labelSelector: `leoflow.io/run=${run}`,
+        limit: 1,
+        _continue: page.metadata!._continue!,
+      }),
+    );
     expectStatus(stale.body, 410, 'Expired');
-    expect(stale.body.message).toMatch(/^The provided continue parameter is too old to display a consistent list result/);
+    expect(stale.body.message).toMatch(
+      /^The provided continue parameter is too old to display a consistent list result/,
+    );
   });
 
   it('gives a container HOSTNAME, the pod name cut to 63 characters', async () => {
     const name = `${'h'.repeat(62)}-${'x'.repeat(10)}-${++seq}`;
-    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', 'echo "$HOSTNAME"'] }) });
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: pod(name, { command: ['sh', '-c', 'echo "$HOSTNAME"'] }),
+    });
     await until('Succeeded', () => api.pod('default', name)?.status?.phase === 'Succeeded');
     expect(api.containerLogs('default', name)).toBe(`${'h'.repeat(62)}\n`);
   });
@@ -282,28 +408,64 @@ describe('list and get', () => {
 describe('pods as processes', () => {
   it('runs the container command with its env: sh -c "exit 3" ends Failed with exit code 3 and reason Error', async () => {
     const name = uniqueName();
-    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', 'echo "token=$LEOFLOW_TOKEN host=$HOSTNAME"; exit 3'], env: [{ name: 'LEOFLOW_TOKEN', value: 't0k' }] }) });
-    const p = await until('Failed', () => api.pod('default', name)?.status?.phase === 'Failed' && api.pod('default', name));
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: pod(name, {
+        command: ['sh', '-c', 'echo "token=$LEOFLOW_TOKEN host=$HOSTNAME"; exit 3'],
+        env: [{ name: 'LEOFLOW_TOKEN', value: 't0k' }],
+      }),
+    });
+    const p = await until(
+      'Failed',
+      () => api.pod('default', name)?.status?.phase === 'Failed' && api.pod('default', name),
+    );
     const cs = p.status.containerStatuses[0];
     expect(cs.state.terminated).toMatchObject({ exitCode: 3, reason: 'Error' });
     expect(cs.containerID).toMatch(/^containerd:\/\//);
-    expect(p.status.conditions.find((c: any) => c.type === 'Ready')).toMatchObject({ status: 'False', reason: 'PodCompleted' });
+    expect(p.status.conditions.find((c: any) => c.type === 'Ready')).toMatchObject({
+      status: 'False',
+      reason: 'PodCompleted',
+    });
     expect(await core.readNamespacedPodLog({ namespace: 'default', name })).toBe(`token=t0k host=${name}\n`);
     expect(await core.readNamespacedPodLog({ namespace: 'default', name, limitBytes: 9 })).toBe('token=t0k');
     expect(await core.readNamespacedPodLog({ namespace: 'default', name, tailLines: 1, limitBytes: 5 })).toBe('token');
-    const reasons = (await core.listNamespacedEvent({ namespace: 'default', fieldSelector: `involvedObject.name=${name}` })).items.map((e) => e.reason);
+    const reasons = (
+      await core.listNamespacedEvent({ namespace: 'default', fieldSelector: `involvedObject.name=${name}` })
+    ).items.map((e) => e.reason);
     expect(reasons).toEqual(expect.arrayContaining(['Scheduled', 'Pulled', 'Created', 'Started']));
   });
 
   it('moves Pending (ContainerCreating) → Running → Succeeded, each change a MODIFIED event in order', async () => {
     const name = uniqueName();
     const w = new k8s.Watch(kc);
-    const seen: Array<{ type: string; phase?: string; waiting?: string; running?: boolean; exitCode?: number; rv: number }> = [];
-    const created = await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', 'sleep 0.3'] }) });
-    const ctl = await w.watch(`/api/v1/namespaces/default/pods`, { resourceVersion: created.metadata!.resourceVersion, fieldSelector: `metadata.name=${name}` }, (type, o) => {
-      const st = o.status?.containerStatuses?.[0]?.state;
-      seen.push({ type, phase: o.status?.phase, waiting: st?.waiting?.reason, running: st?.running !== undefined, exitCode: st?.terminated?.exitCode, rv: Number(o.metadata.resourceVersion) });
-    }, () => undefined);
+    const seen: Array<{
+      type: string;
+      phase?: string;
+      waiting?: string;
+      running?: boolean;
+      exitCode?: number;
+      rv: number;
+    }> = [];
+    const created = await core.createNamespacedPod({
+      namespace: 'default',
+      body: pod(name, { command: ['sh', '-c', 'sleep 0.3'] }),
+    });
+    const ctl = await w.watch(
+      `/api/v1/namespaces/default/pods`,
+      { resourceVersion: created.metadata!.resourceVersion, fieldSelector: `metadata.name=${name}` },
+      (type, o) => {
+        const st = o.status?.containerStatuses?.[0]?.state;
+        seen.push({
+          type,
+          phase: o.status?.phase,
+          waiting: st?.waiting?.reason,
+          running: st?.running !== undefined,
+          exitCode: st?.terminated?.exitCode,
+          rv: Number(o.metadata.resourceVersion),
+        });
+      },
+      () => undefined,
+    );
     await until('Succeeded', () => seen.some((s) => s.phase === 'Succeeded'));
     ctl.abort();
     expect(seen.every((s) => s.type === 'MODIFIED')).toBe(true);
@@ -319,13 +481,23 @@ describe('pods as processes', () => {
     dirs.push(dir);
     const name = uniqueName();
     const marker = join(dir, 'term');
-    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', `trap 'echo term > ${marker}; exit 0' TERM; echo ready; while true; do sleep 0.05; done`] }) });
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: pod(name, {
+        command: ['sh', '-c', `trap 'echo term > ${marker}; exit 0' TERM; echo ready; while true; do sleep 0.05; done`],
+      }),
+    });
     // Running is reported when the process starts; its trap is set a moment later.
     await until('trap set', () => api.containerLogs('default', name) === 'ready\n');
     const pid = api.processes().at(-1)!;
     const types: string[] = [];
     const w = new k8s.Watch(kc);
-    const ctl = await w.watch('/api/v1/namespaces/default/pods', { resourceVersion: api.resourceVersion(), fieldSelector: `metadata.name=${name}` }, (type, o) => types.push(`${type}${o.metadata.deletionTimestamp ? '+ts' : ''}`), () => undefined);
+    const ctl = await w.watch(
+      '/api/v1/namespaces/default/pods',
+      { resourceVersion: api.resourceVersion(), fieldSelector: `metadata.name=${name}` },
+      (type, o) => types.push(`${type}${o.metadata.deletionTimestamp ? '+ts' : ''}`),
+      () => undefined,
+    );
     const answer = await core.deleteNamespacedPod({ namespace: 'default', name, gracePeriodSeconds: 5 });
     expect(answer.metadata?.deletionTimestamp).toBeDefined();
     expect(answer.metadata?.deletionGracePeriodSeconds).toBe(5);
@@ -341,7 +513,10 @@ describe('pods as processes', () => {
 
   it('SIGKILLs a process that ignores SIGTERM once the grace period is over', async () => {
     const name = uniqueName();
-    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', "trap '' TERM; echo ready; while true; do sleep 0.05; done"] }) });
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: pod(name, { command: ['sh', '-c', "trap '' TERM; echo ready; while true; do sleep 0.05; done"] }),
+    });
     await until('trap set', () => api.containerLogs('default', name) === 'ready\n');
     const t0 = Date.now();
     await core.deleteNamespacedPod({ namespace: 'default', name, body: { gracePeriodSeconds: 1 } });
@@ -354,7 +529,10 @@ describe('pods as processes', () => {
     const okc = new k8s.KubeConfig();
     okc.loadFromFile(other.kubeconfigPath);
     const c = okc.makeApiClient(k8s.CoreV1Api);
-    await c.createNamespacedPod({ namespace: 'default', body: pod('sleeper', { command: ['sh', '-c', 'sleep 100 & sleep 100'] }) });
+    await c.createNamespacedPod({
+      namespace: 'default',
+      body: pod('sleeper', { command: ['sh', '-c', 'sleep 100 & sleep 100'] }),
+    });
     await until('Running', () => other.pod('default', 'sleeper')?.status?.phase === 'Running');
     const pids = other.processes();
     expect(pids).toHaveLength(1);
@@ -369,12 +547,23 @@ describe('pods that cannot start', () => {
 
   it('an image that cannot be pulled: ErrImagePull, then ImagePullBackOff, with Failed and BackOff events', async () => {
     const name = uniqueName();
-    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { image: 'registry.example.com/nonexistent:1' }) });
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: pod(name, { image: 'registry.example.com/nonexistent:1' }),
+    });
     await until('ErrImagePull', () => reasonOf(name) === 'ErrImagePull');
     await until('ImagePullBackOff', () => reasonOf(name) === 'ImagePullBackOff');
     expect(api.pod('default', name).status.phase).toBe('Pending');
-    const events = (await core.listNamespacedEvent({ namespace: 'default', fieldSelector: `involvedObject.name=${name}` })).items;
-    expect(events.map((e) => e.message)).toEqual(expect.arrayContaining(['Error: ErrImagePull', 'Error: ImagePullBackOff', 'Back-off pulling image "registry.example.com/nonexistent:1"']));
+    const events = (
+      await core.listNamespacedEvent({ namespace: 'default', fieldSelector: `involvedObject.name=${name}` })
+    ).items;
+    expect(events.map((e) => e.message)).toEqual(
+      expect.arrayContaining([
+        'Error: ErrImagePull',
+        'Error: ImagePullBackOff',
+        'Back-off pulling image "registry.example.com/nonexistent:1"',
+      ]),
+    );
     expect(events.find((e) => e.message?.startsWith('Failed to pull image'))?.type).toBe('Warning');
     await core.deleteNamespacedPod({ namespace: 'default', name });
     await until('gone', () => !api.pod('default', name));
@@ -391,7 +580,10 @@ describe('pods that cannot start', () => {
     const name = uniqueName();
     await core.createNamespacedPod({
       namespace: 'default',
-      body: pod(name, { command: ['sh', '-c', 'echo "$PASSWORD"'], env: [{ name: 'PASSWORD', valueFrom: { secretKeyRef: { name: 'db', key: 'password' } } }] }),
+      body: pod(name, {
+        command: ['sh', '-c', 'echo "$PASSWORD"'],
+        env: [{ name: 'PASSWORD', valueFrom: { secretKeyRef: { name: 'db', key: 'password' } } }],
+      }),
     });
     await until('CreateContainerConfigError', () => reasonOf(name) === 'CreateContainerConfigError');
     expect(api.pod('default', name).status.containerStatuses[0].state.waiting.message).toBe('secret "db" not found');
@@ -403,11 +595,23 @@ describe('pods that cannot start', () => {
 
   it('requests beyond every node: Unschedulable with the scheduler message and a FailedScheduling event', async () => {
     const name = uniqueName();
-    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { resources: { requests: { cpu: '64' } } }) });
-    const cond = await until('Unschedulable', () => api.pod('default', name)?.status?.conditions?.find((c: any) => c.type === 'PodScheduled' && c.status === 'False'));
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: pod(name, { resources: { requests: { cpu: '64' } } }),
+    });
+    const cond = await until('Unschedulable', () =>
+      api.pod('default', name)?.status?.conditions?.find((c: any) => c.type === 'PodScheduled' && c.status === 'False'),
+    );
     expect(cond.reason).toBe('Unschedulable');
-    expect(cond.message).toBe('0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.');
-    const ev = (await core.listNamespacedEvent({ namespace: 'default', fieldSelector: `involvedObject.name=${name},reason=FailedScheduling` })).items;
+    expect(cond.message).toBe(
+      '0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.',
+    );
+    const ev = (
+      await core.listNamespacedEvent({
+        namespace: 'default',
+        fieldSelector: `involvedObject.name=${name},reason=FailedScheduling`,
+      })
+    ).items;
     expect(ev).toHaveLength(1);
     expect(ev[0]).toMatchObject({ type: 'Warning', message: cond.message, source: { component: 'default-scheduler' } });
     // Never bound: a delete removes it at once.
@@ -417,19 +621,44 @@ describe('pods that cannot start', () => {
   });
 
   it('a nodeSelector no node matches, or a taint the pod does not tolerate: Unschedulable, preemption not helpful', async () => {
-    const tainted = await startFakeKubeApi({ kubelet: 'processes', nodes: { count: 2, cpu: '2', memory: '4Gi', labels: { pool: 'batch' }, taints: [{ key: 'dedicated', value: 'leoflow', effect: 'NoSchedule' }] } });
+    const tainted = await startFakeKubeApi({
+      kubelet: 'processes',
+      nodes: {
+        count: 2,
+        cpu: '2',
+        memory: '4Gi',
+        labels: { pool: 'batch' },
+        taints: [{ key: 'dedicated', value: 'leoflow', effect: 'NoSchedule' }],
+      },
+    });
     try {
       const tkc = new k8s.KubeConfig();
       tkc.loadFromFile(tainted.kubeconfigPath);
       const c = tkc.makeApiClient(k8s.CoreV1Api);
       const message = async (name: string) =>
-        (await until('Unschedulable', () => tainted.pod('default', name)?.status?.conditions?.find((x: any) => x.type === 'PodScheduled' && x.status === 'False'))).message;
+        (
+          await until('Unschedulable', () =>
+            tainted
+              .pod('default', name)
+              ?.status?.conditions?.find((x: any) => x.type === 'PodScheduled' && x.status === 'False'),
+          )
+        ).message;
       await c.createNamespacedPod({ namespace: 'default', body: pod('no-toleration', { command: ['true'] }) });
-      expect(await message('no-toleration')).toBe('0/2 nodes are available: 2 node(s) had untolerated taint {dedicated: leoflow}. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.');
+      expect(await message('no-toleration')).toBe(
+        '0/2 nodes are available: 2 node(s) had untolerated taint {dedicated: leoflow}. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.',
+      );
       const tolerations = [{ key: 'dedicated', operator: 'Equal', value: 'leoflow', effect: 'NoSchedule' }];
-      await c.createNamespacedPod({ namespace: 'default', body: pod('wrong-pool', { command: ['true'] }, { tolerations, nodeSelector: { pool: 'gpu' } }) });
-      expect(await message('wrong-pool')).toBe("0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.");
-      await c.createNamespacedPod({ namespace: 'default', body: pod('fits', { command: ['true'] }, { tolerations, nodeSelector: { pool: 'batch' } }) });
+      await c.createNamespacedPod({
+        namespace: 'default',
+        body: pod('wrong-pool', { command: ['true'] }, { tolerations, nodeSelector: { pool: 'gpu' } }),
+      });
+      expect(await message('wrong-pool')).toBe(
+        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.",
+      );
+      await c.createNamespacedPod({
+        namespace: 'default',
+        body: pod('fits', { command: ['true'] }, { tolerations, nodeSelector: { pool: 'batch' } }),
+      });
       await until('Succeeded', () => tainted.pod('default', 'fits')?.status?.phase === 'Succeeded');
     } finally {
       await tainted.close();
@@ -441,15 +670,29 @@ describe('pods that cannot start', () => {
     const b = uniqueName();
     await core.createNamespacedPod({ namespace: 'default', body: pod(a) });
     await core.createNamespacedPod({ namespace: 'default', body: pod(b) });
-    await until('both running', () => api.pod('default', a)?.status?.phase === 'Running' && api.pod('default', b)?.status?.phase === 'Running');
+    await until(
+      'both running',
+      () => api.pod('default', a)?.status?.phase === 'Running' && api.pod('default', b)?.status?.phase === 'Running',
+    );
     api.loseNode('default', a);
     const lost = api.pod('default', a);
     expect(lost.status.phase).toBe('Unknown');
     expect(lost.status.reason).toBe('NodeLost');
-    expect(lost.status.conditions.find((c: any) => c.type === 'Ready')).toMatchObject({ status: 'False', reason: 'NodeLost' });
-    expect(api.events('default', a).find((e) => e.reason === 'NodeNotReady')).toMatchObject({ type: 'Warning', source: { component: 'node-controller' } });
+    expect(lost.status.conditions.find((c: any) => c.type === 'Ready')).toMatchObject({
+      status: 'False',
+      reason: 'NodeLost',
+    });
+    expect(api.events('default', a).find((e) => e.reason === 'NodeNotReady')).toMatchObject({
+      type: 'Warning',
+      source: { component: 'node-controller' },
+    });
     const types: string[] = [];
-    const ctl = await new k8s.Watch(kc).watch('/api/v1/namespaces/default/pods', { resourceVersion: api.resourceVersion(), fieldSelector: `metadata.name=${b}` }, (t) => types.push(t), () => undefined);
+    const ctl = await new k8s.Watch(kc).watch(
+      '/api/v1/namespaces/default/pods',
+      { resourceVersion: api.resourceVersion(), fieldSelector: `metadata.name=${b}` },
+      (t) => types.push(t),
+      () => undefined,
+    );
     api.deleteFromOutside('default', b);
     await until('DELETED', () => types.includes('DELETED'));
     ctl.abort();
@@ -463,43 +706,69 @@ describe('kubelet details', () => {
 
   it('restartPolicy OnFailure restarts a failing container with CrashLoopBackOff and a rising restartCount', async () => {
     const name = uniqueName();
-    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { command: ['sh', '-c', 'exit 1'] }, { restartPolicy: 'OnFailure' }) });
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: pod(name, { command: ['sh', '-c', 'exit 1'] }, { restartPolicy: 'OnFailure' }),
+    });
     const cs = await until('two restarts', () => {
       const c = api.pod('default', name)?.status?.containerStatuses?.[0];
       return c?.restartCount >= 2 && c;
     });
     expect(cs.lastState.terminated).toMatchObject({ exitCode: 1, reason: 'Error' });
     expect(api.pod('default', name).status.phase).toBe('Running');
-    expect(api.events('default', name).some((e) => e.reason === 'BackOff' && e.message.startsWith('Back-off restarting failed container main'))).toBe(true);
+    expect(
+      api
+        .events('default', name)
+        .some((e) => e.reason === 'BackOff' && e.message.startsWith('Back-off restarting failed container main')),
+    ).toBe(true);
     await core.deleteNamespacedPod({ namespace: 'default', name, gracePeriodSeconds: 1 });
     await until('gone', () => !api.pod('default', name));
   });
 
   it('imagePullPolicy Never: ErrImageNeverPull unless the image is on the node', async () => {
     const name = uniqueName();
-    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { image: 'leoflow:local', imagePullPolicy: 'Never', command: ['true'] }) });
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: pod(name, { image: 'leoflow:local', imagePullPolicy: 'Never', command: ['true'] }),
+    });
     await until('ErrImageNeverPull', () => stateOf(name)?.waiting?.reason === 'ErrImageNeverPull');
     api.preloadImage('leoflow:local');
     const other = uniqueName();
-    await core.createNamespacedPod({ namespace: 'default', body: pod(other, { image: 'leoflow:local', imagePullPolicy: 'Never', command: ['true'] }) });
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: pod(other, { image: 'leoflow:local', imagePullPolicy: 'Never', command: ['true'] }),
+    });
     await until('Succeeded', () => api.pod('default', other)?.status?.phase === 'Succeeded');
-    expect(api.events('default', other).find((e) => e.reason === 'Pulled')?.message).toBe('Container image "leoflow:local" already present on machine');
+    expect(api.events('default', other).find((e) => e.reason === 'Pulled')?.message).toBe(
+      'Container image "leoflow:local" already present on machine',
+    );
   });
 
-  it('resolves a command on the image\'s PATH, not the host\'s: not found is a StartError, as runc reports it', async () => {
+  it("resolves a command on the image's PATH, not the host's: not found is a StartError, as runc reports it", async () => {
     // `node` is on this host's PATH, but the Leoflow image has it in /usr/local/bin only.
     const name = uniqueName();
-    await core.createNamespacedPod({ namespace: 'default', body: pod(name, { image: 'registry.example.com/leoflow:0.1.0', command: ['/usr/bin/node', '-v'] }) });
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: pod(name, { image: 'registry.example.com/leoflow:0.1.0', command: ['/usr/bin/node', '-v'] }),
+    });
     await until('Failed', () => api.pod('default', name)?.status?.phase === 'Failed');
     expect(stateOf(name)?.terminated).toMatchObject({ exitCode: 128, reason: 'StartError' });
-    expect(stateOf(name)?.terminated.message).toContain('error during container init: exec: "/usr/bin/node": stat /usr/bin/node: no such file or directory');
+    expect(stateOf(name)?.terminated.message).toContain(
+      'error during container init: exec: "/usr/bin/node": stat /usr/bin/node: no such file or directory',
+    );
     const missing = uniqueName();
-    await core.createNamespacedPod({ namespace: 'default', body: pod(missing, { image: 'leoflow:test', command: ['nosuch', 'agent'] }) });
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: pod(missing, { image: 'leoflow:test', command: ['nosuch', 'agent'] }),
+    });
     await until('Failed', () => api.pod('default', missing)?.status?.phase === 'Failed');
     expect(stateOf(missing)?.terminated.message).toContain('exec: "nosuch": executable file not found in $PATH');
     // The shipped image's `leoflow` (a link to /app/bin/leoflow.js, `#!/usr/bin/env node`) runs.
     const ok = uniqueName();
-    await core.createNamespacedPod({ namespace: 'default', body: pod(ok, { image: 'leoflow:test', command: ['leoflow', '--version'] }) });
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: pod(ok, { image: 'leoflow:test', command: ['leoflow', '--version'] }),
+    });
     await until('Succeeded', () => api.pod('default', ok)?.status?.phase === 'Succeeded', 10_000);
     expect(api.containerLogs('default', ok)).toContain('0.1.0');
   });
@@ -509,8 +778,15 @@ describe('kubelet details', () => {
     await core.createNamespacedPod({ namespace: 'default', body: pod(name, {}, { activeDeadlineSeconds: 1 }) });
     await until('Running', () => api.pod('default', name)?.status?.phase === 'Running');
     const pid = api.processes().at(-1)!;
-    const p = await until('DeadlineExceeded', () => api.pod('default', name)?.status?.reason === 'DeadlineExceeded' && api.pod('default', name), 5000);
-    expect(p.status).toMatchObject({ phase: 'Failed', message: 'Pod was active on the node longer than the specified deadline' });
+    const p = await until(
+      'DeadlineExceeded',
+      () => api.pod('default', name)?.status?.reason === 'DeadlineExceeded' && api.pod('default', name),
+      5000,
+    );
+    expect(p.status).toMatchObject({
+      phase: 'Failed',
+      message: 'Pod was active on the node longer than the specified deadline',
+    });
     await until('stopped', () => stateOf(name)?.terminated);
     expect(stateOf(name).terminated.exitCode).toBe(143);
     expect(isAlive(pid)).toBe(false);
@@ -534,14 +810,35 @@ describe('kubelet details', () => {
     const name = uniqueName();
     const created = await core.createNamespacedPod({ namespace: 'default', body: pod(name, {}, {}, { app: 'a' }) });
     // client-node sends a JSON patch (application/json-patch+json) by default.
-    const patched = await core.patchNamespacedPod({ namespace: 'default', name, body: [{ op: 'add', path: '/metadata/labels/leoflow.io~1adopted', value: 'yes' }, { op: 'add', path: '/metadata/annotations', value: { note: 'x' } }] });
+    const patched = await core.patchNamespacedPod({
+      namespace: 'default',
+      name,
+      body: [
+        { op: 'add', path: '/metadata/labels/leoflow.io~1adopted', value: 'yes' },
+        { op: 'add', path: '/metadata/annotations', value: { note: 'x' } },
+      ],
+    });
     expect(patched.metadata?.labels).toEqual({ app: 'a', 'leoflow.io/adopted': 'yes' });
     expect(patched.metadata?.annotations).toEqual({ note: 'x' });
     expect(Number(patched.metadata?.resourceVersion)).toBeGreaterThan(Number(created.metadata?.resourceVersion));
-    const forbidden = await refusal(core.patchNamespacedPod({ namespace: 'default', name, body: [{ op: 'replace', path: '/spec/restartPolicy', value: 'Always' }] }));
+    const forbidden = await refusal(
+      core.patchNamespacedPod({
+        namespace: 'default',
+        name,
+        body: [{ op: 'replace', path: '/spec/restartPolicy', value: 'Always' }],
+      }),
+    );
     expectStatus(forbidden.body, 422, 'Invalid');
-    expect(forbidden.body.message).toMatch(/^Pod ".+" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers\[\*\].image`/);
-    const badLabel = await refusal(core.patchNamespacedPod({ namespace: 'default', name, body: [{ op: 'add', path: '/metadata/labels/bad key', value: 'x' }] }));
+    expect(forbidden.body.message).toMatch(
+      /^Pod ".+" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers\[\*\].image`/,
+    );
+    const badLabel = await refusal(
+      core.patchNamespacedPod({
+        namespace: 'default',
+        name,
+        body: [{ op: 'add', path: '/metadata/labels/bad key', value: 'x' }],
+      }),
+    );
     expect(badLabel.body.details.causes[0].field).toBe('metadata.labels');
     // Read, change, replace, as a client does: the fake kubelet may report on the pod between the
     // read and the replace (a 409 then, as from a real API server), so the client reads again.
@@ -559,15 +856,25 @@ describe('kubelet details', () => {
     expect(replaced.spec?.containers[0]?.image).toBe('busybox:1.37');
     const stale = await refusal(core.replaceNamespacedPod({ namespace: 'default', name, body: current }));
     expectStatus(stale.body, 409, 'Conflict');
-    expect(stale.body.message).toBe(`Operation cannot be fulfilled on pods "${name}": the object has been modified; please apply your changes to the latest version and try again`);
+    expect(stale.body.message).toBe(
+      `Operation cannot be fulfilled on pods "${name}": the object has been modified; please apply your changes to the latest version and try again`,
+    );
   });
 
   it('a delete with a stale uid precondition is refused with 409 Conflict', async () => {
     const name = uniqueName();
     await core.createNamespacedPod({ namespace: 'default', body: pod(name) });
-    const r = await refusal(core.deleteNamespacedPod({ namespace: 'default', name, body: { preconditions: { uid: '00000000-0000-0000-0000-000000000000' } } }));
+    const r = await refusal(
+      core.deleteNamespacedPod({
+        namespace: 'default',
+        name,
+        body: { preconditions: { uid: '00000000-0000-0000-0000-000000000000' } },
+      }),
+    );
     expectStatus(r.body, 409, 'Conflict');
-    expect(r.body.message).toMatch(/^Operation cannot be fulfilled on pods ".+": Precondition failed: UID in precondition: 0{8}-/);
+    expect(r.body.message).toMatch(
+      /^Operation cannot be fulfilled on pods ".+": Precondition failed: UID in precondition: 0{8}-/,
+    );
     expect(api.pod('default', name)).toBeDefined();
   });
 });
@@ -579,10 +886,20 @@ describe('watch', () => {
     const events: Array<{ type: string; rv: string; name?: string }> = [];
     const name = uniqueName();
     // Only this test's pod: others in the namespace may change meanwhile.
-    const ctl = await new k8s.Watch(kc).watch('/api/v1/namespaces/jobs/pods', { resourceVersion: from, allowWatchBookmarks: true, labelSelector: `test=${name}` }, (type, o) => events.push({ type, rv: o.metadata.resourceVersion, name: o.metadata.name }), () => undefined);
+    const ctl = await new k8s.Watch(kc).watch(
+      '/api/v1/namespaces/jobs/pods',
+      { resourceVersion: from, allowWatchBookmarks: true, labelSelector: `test=${name}` },
+      (type, o) => events.push({ type, rv: o.metadata.resourceVersion, name: o.metadata.name }),
+      () => undefined,
+    );
     api.setQuota('jobs', { name: 'compute', hard: {} });
     await core.createNamespacedPod({ namespace: 'jobs', body: pod(name, { command: ['true'] }, {}, { test: name }) });
-    await until('a bookmark after the pod ended', () => events.some((e) => e.type === 'BOOKMARK' && Number(e.rv) >= Number(api.pod('jobs', name)?.metadata.resourceVersion ?? Infinity)));
+    await until('a bookmark after the pod ended', () =>
+      events.some(
+        (e) =>
+          e.type === 'BOOKMARK' && Number(e.rv) >= Number(api.pod('jobs', name)?.metadata.resourceVersion ?? Infinity),
+      ),
+    );
     ctl.abort();
     expect(events[0]).toMatchObject({ type: 'ADDED', name });
     expect(events.filter((e) => e.type !== 'BOOKMARK').every((e) => e.name === name)).toBe(true);
@@ -595,18 +912,31 @@ describe('watch', () => {
     api.compact();
     const got: any[] = [];
     const ended = new Promise<unknown>((resolve) => {
-      void new k8s.Watch(kc).watch('/api/v1/namespaces/default/pods', { resourceVersion: before }, (type, o) => got.push({ type, o }), resolve);
+      void new k8s.Watch(kc).watch(
+        '/api/v1/namespaces/default/pods',
+        { resourceVersion: before },
+        (type, o) => got.push({ type, o }),
+        resolve,
+      );
     });
     expect(await ended).toBeNull();
     expect(got).toHaveLength(1);
     expect(got[0].type).toBe('ERROR');
-    expect(got[0].o).toMatchObject({ kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'Expired', code: 410 });
+    expect(got[0].o).toMatchObject({
+      kind: 'Status',
+      apiVersion: 'v1',
+      status: 'Failure',
+      reason: 'Expired',
+      code: 410,
+    });
     expect(got[0].o.message).toMatch(/^too old resource version: \d+ \(\d+\)$/);
   });
 
   it('an informer (client-node ListWatch) relists after 410 and after the server closes its watch', async () => {
     const ns = 'jobs';
-    const informer = k8s.makeInformer(kc, `/api/v1/namespaces/${ns}/pods`, () => core.listNamespacedPod({ namespace: ns }));
+    const informer = k8s.makeInformer(kc, `/api/v1/namespaces/${ns}/pods`, () =>
+      core.listNamespacedPod({ namespace: ns }),
+    );
     const added: string[] = [];
     const errors: unknown[] = [];
     informer.on('add', (o) => added.push(o.metadata!.name!));
@@ -640,7 +970,12 @@ describe('watch edges', () => {
     const ahead = String(Number(api.resourceVersion()) + 1_000_000);
     const got: any[] = [];
     const ended = new Promise<unknown>((resolve) => {
-      void new k8s.Watch(kc).watch('/api/v1/namespaces/default/pods', { resourceVersion: ahead }, (type, o) => got.push({ type, o }), resolve);
+      void new k8s.Watch(kc).watch(
+        '/api/v1/namespaces/default/pods',
+        { resourceVersion: ahead },
+        (type, o) => got.push({ type, o }),
+        resolve,
+      );
     });
     await ended;
     expect(got).toHaveLength(1);
@@ -659,7 +994,12 @@ describe('watch edges', () => {
       for (let i = 0; i < 5; i++) await c.createNamespacedPod({ namespace: 'default', body: pod(`w${i}`) });
       const watchFrom = async (rv: string) => {
         const got: Array<{ type: string; code?: number; name?: string }> = [];
-        const ctl = await new k8s.Watch(skc).watch('/api/v1/namespaces/default/pods', { resourceVersion: rv }, (type, o) => got.push({ type, code: o.code, name: o.metadata?.name }), () => undefined);
+        const ctl = await new k8s.Watch(skc).watch(
+          '/api/v1/namespaces/default/pods',
+          { resourceVersion: rv },
+          (type, o) => got.push({ type, code: o.code, name: o.metadata?.name }),
+          () => undefined,
+        );
         await new Promise((r) => setTimeout(r, 150));
         ctl.abort();
         return got;
@@ -674,13 +1014,20 @@ describe('watch edges', () => {
 
   it('a list at a resourceVersion the server has not reached is answered 504 Timeout after 3 s', async () => {
     const ahead = String(Number(api.resourceVersion()) + 1_000_000);
-    const r = await refusal(core.listNamespacedPod({ namespace: 'default', resourceVersion: ahead, resourceVersionMatch: 'NotOlderThan' }));
+    const r = await refusal(
+      core.listNamespacedPod({ namespace: 'default', resourceVersion: ahead, resourceVersionMatch: 'NotOlderThan' }),
+    );
     expectStatus(r.body, 504, 'Timeout');
-    expect(r.body.details).toMatchObject({ causes: [{ reason: 'ResourceVersionTooLarge', message: 'Too large resource version' }], retryAfterSeconds: 1 });
+    expect(r.body.details).toMatchObject({
+      causes: [{ reason: 'ResourceVersionTooLarge', message: 'Too large resource version' }],
+      retryAfterSeconds: 1,
+    });
   });
 
   it('an HTTP 410 on a watch request (injected) makes an informer relist', async () => {
-    const informer = k8s.makeInformer(kc, '/api/v1/namespaces/default/pods', () => core.listNamespacedPod({ namespace: 'default' }));
+    const informer = k8s.makeInformer(kc, '/api/v1/namespaces/default/pods', () =>
+      core.listNamespacedPod({ namespace: 'default' }),
+    );
     const errors: unknown[] = [];
     informer.on('error', (e) => errors.push(e));
     await informer.start();
@@ -689,7 +1036,10 @@ describe('watch edges', () => {
     const before = lists();
     api.failNext({ verb: 'watch', namespace: 'default', status: 410, message: 'too old resource version: 1 (2)' });
     api.closeWatches();
-    await until('relisted and watching', () => lists() > before && api.openWatches().some((w) => w.namespace === 'default'));
+    await until(
+      'relisted and watching',
+      () => lists() > before && api.openWatches().some((w) => w.namespace === 'default'),
+    );
     const gone = api.requests().filter((r) => r.verb === 'watch' && r.status === 410);
     expect(gone.length).toBeGreaterThanOrEqual(1);
     expect(errors).toEqual([]);
@@ -699,7 +1049,12 @@ describe('watch edges', () => {
   it('ends a watch cleanly after its timeoutSeconds', async () => {
     const t0 = Date.now();
     const ended = await new Promise<unknown>((resolve) => {
-      void new k8s.Watch(kc).watch('/api/v1/namespaces/default/pods', { resourceVersion: api.resourceVersion(), timeoutSeconds: 1 }, () => undefined, resolve);
+      void new k8s.Watch(kc).watch(
+        '/api/v1/namespaces/default/pods',
+        { resourceVersion: api.resourceVersion(), timeoutSeconds: 1 },
+        () => undefined,
+        resolve,
+      );
     });
     expect(ended).toBeNull();
     expect(Date.now() - t0).toBeGreaterThanOrEqual(950);
@@ -707,13 +1062,23 @@ describe('watch edges', () => {
 
   it('closeWatches({ abrupt: true }) drops the connection: client-node reports an error, not a clean end', async () => {
     const done: unknown[] = [];
-    await new k8s.Watch(kc).watch('/api/v1/namespaces/default/pods', { resourceVersion: api.resourceVersion() }, () => undefined, (err) => done.push(err));
+    await new k8s.Watch(kc).watch(
+      '/api/v1/namespaces/default/pods',
+      { resourceVersion: api.resourceVersion() },
+      () => undefined,
+      (err) => done.push(err),
+    );
     await until('watching', () => api.openWatches().length > 0);
     api.closeWatches({ abrupt: true });
     await until('done', () => done.length > 0);
     expect(done[0]).toBeInstanceOf(Error);
     const clean: unknown[] = [];
-    await new k8s.Watch(kc).watch('/api/v1/namespaces/default/pods', { resourceVersion: api.resourceVersion() }, () => undefined, (err) => clean.push(err));
+    await new k8s.Watch(kc).watch(
+      '/api/v1/namespaces/default/pods',
+      { resourceVersion: api.resourceVersion() },
+      () => undefined,
+      (err) => clean.push(err),
+    );
     await until('watching', () => api.openWatches().length > 0);
     api.closeWatches();
     await until('done', () => clean.length > 0);
@@ -724,11 +1089,22 @@ describe('watch edges', () => {
     const ns = 'jobs';
     const names = (await core.listNamespacedPod({ namespace: ns })).items.map((p) => p.metadata!.name!).sort();
     const got: Array<{ type: string; name?: string; end?: string }> = [];
-    const ctl = await new k8s.Watch(kc).watch(`/api/v1/namespaces/${ns}/pods`, { sendInitialEvents: true, resourceVersionMatch: 'NotOlderThan', allowWatchBookmarks: true }, (type, o) => got.push({ type, name: o.metadata?.name, end: o.metadata?.annotations?.['k8s.io/initial-events-end'] }), () => undefined);
+    const ctl = await new k8s.Watch(kc).watch(
+      `/api/v1/namespaces/${ns}/pods`,
+      { sendInitialEvents: true, resourceVersionMatch: 'NotOlderThan', allowWatchBookmarks: true },
+      (type, o) =>
+        got.push({ type, name: o.metadata?.name, end: o.metadata?.annotations?.['k8s.io/initial-events-end'] }),
+      () => undefined,
+    );
     await until('initial-events-end', () => got.some((e) => e.end === 'true'));
     ctl.abort();
     const end = got.findIndex((e) => e.end === 'true');
-    expect(got.slice(0, end).map((e) => e.name).sort()).toEqual(names);
+    expect(
+      got
+        .slice(0, end)
+        .map((e) => e.name)
+        .sort(),
+    ).toEqual(names);
     expect(got.slice(0, end).every((e) => e.type === 'ADDED')).toBe(true);
   });
 });
@@ -747,10 +1123,15 @@ describe('connection', () => {
       Object.assign(process.env, mount.env);
       const inCluster = new k8s.KubeConfig();
       inCluster.loadFromCluster(mount.pathPrefix);
-      const list = await inCluster.makeApiClient(k8s.CoreV1Api).listNamespacedPod({ namespace: inCluster.getContextObject(inCluster.getCurrentContext())!.namespace! });
+      const list = await inCluster
+        .makeApiClient(k8s.CoreV1Api)
+        .listNamespacedPod({ namespace: inCluster.getContextObject(inCluster.getCurrentContext())!.namespace! });
       expect(list.items.map((p) => p.metadata?.name)).toEqual(['over-tls']);
     } finally {
-      for (const [k, v] of [['KUBERNETES_SERVICE_HOST', saved.host], ['KUBERNETES_SERVICE_PORT', saved.port]] as const) {
+      for (const [k, v] of [
+        ['KUBERNETES_SERVICE_HOST', saved.host],
+        ['KUBERNETES_SERVICE_PORT', saved.port],
+      ] as const) {
         if (v === undefined) delete process.env[k];
         else process.env[k] = v;
       }
@@ -765,7 +1146,10 @@ describe('wire format and manual driving', () => {
     try {
       const from = manual.resourceVersion();
       const ctl = new AbortController();
-      const res = await fetch(`${manual.url}/api/v1/watch/namespaces/default/pods?resourceVersion=${from}&allowWatchBookmarks=true`, { headers: { authorization: `Bearer ${manual.token}` }, signal: ctl.signal });
+      const res = await fetch(
+        `${manual.url}/api/v1/watch/namespaces/default/pods?resourceVersion=${from}&allowWatchBookmarks=true`,
+        { headers: { authorization: `Bearer ${manual.token}` }, signal: ctl.signal },
+      );
       expect(res.status).toBe(200);
       expect(res.headers.get('content-type')).toBe('application/json');
       const mkc = new k8s.KubeConfig();
@@ -774,16 +1158,28 @@ describe('wire format and manual driving', () => {
       const reader = res.body!.getReader();
       let text = '';
       const added = () => text.indexOf('"type":"ADDED"');
-      while (added() < 0 || !text.slice(added()).includes('"BOOKMARK"')) text += new TextDecoder().decode((await reader.read()).value);
+      while (added() < 0 || !text.slice(added()).includes('"BOOKMARK"'))
+        text += new TextDecoder().decode((await reader.read()).value);
       ctl.abort();
       expect(text.endsWith('\n')).toBe(true);
-      const events = text.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l));
+      const events = text
+        .split('\n')
+        .filter((l) => l !== '')
+        .map((l) => JSON.parse(l));
       for (const e of events) expect(Object.keys(e).sort()).toEqual(['object', 'type']);
       const first = events.find((e) => e.type !== 'BOOKMARK');
       expect(first.type).toBe('ADDED');
-      expect(first.object).toMatchObject({ kind: 'Pod', apiVersion: 'v1', metadata: { name: 'wire', namespace: 'default' } });
+      expect(first.object).toMatchObject({
+        kind: 'Pod',
+        apiVersion: 'v1',
+        metadata: { name: 'wire', namespace: 'default' },
+      });
       const bookmark = events.at(-1);
-      expect(bookmark.object).toEqual({ kind: 'Pod', apiVersion: 'v1', metadata: { resourceVersion: manual.resourceVersion(), creationTimestamp: null } });
+      expect(bookmark.object).toEqual({
+        kind: 'Pod',
+        apiVersion: 'v1',
+        metadata: { resourceVersion: manual.resourceVersion(), creationTimestamp: null },
+      });
     } finally {
       await manual.close();
     }
@@ -800,15 +1196,35 @@ describe('wire format and manual driving', () => {
       expect(manual.pod('default', 'driven').spec.nodeName).toBeUndefined();
       expect(manual.processes()).toEqual([]);
       const seen: string[] = [];
-      const ctl = await new k8s.Watch(mkc).watch('/api/v1/namespaces/default/pods', { resourceVersion: manual.resourceVersion() }, (t, o) => seen.push(`${t} ${o.status?.phase}`), () => undefined);
+      const ctl = await new k8s.Watch(mkc).watch(
+        '/api/v1/namespaces/default/pods',
+        { resourceVersion: manual.resourceVersion() },
+        (t, o) => seen.push(`${t} ${o.status?.phase}`),
+        () => undefined,
+      );
       manual.bindPod('default', 'driven', 'node-2');
-      manual.setPodStatus('default', 'driven', { phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'True' }], containerStatuses: [{ name: 'main', ready: false, restartCount: 0, image: 'busybox:1.36', imageID: '', state: { waiting: { reason: 'ImagePullBackOff', message: 'Back-off pulling image' } } }] });
+      manual.setPodStatus('default', 'driven', {
+        phase: 'Pending',
+        conditions: [{ type: 'PodScheduled', status: 'True' }],
+        containerStatuses: [
+          {
+            name: 'main',
+            ready: false,
+            restartCount: 0,
+            image: 'busybox:1.36',
+            imageID: '',
+            state: { waiting: { reason: 'ImagePullBackOff', message: 'Back-off pulling image' } },
+          },
+        ],
+      });
       manual.addPodEvent('default', 'driven', { reason: 'Failed', message: 'Error: ImagePullBackOff' });
       manual.setPodStatus('default', 'driven', { phase: 'Running' });
       await until('three MODIFIED', () => seen.length >= 3);
       expect(seen).toEqual(['MODIFIED Pending', 'MODIFIED Pending', 'MODIFIED Running']);
       const events = await c.listNamespacedEvent({ namespace: 'default', fieldSelector: 'involvedObject.name=driven' });
-      expect(events.items.map((e) => [e.type, e.reason, e.message])).toEqual([['Warning', 'Failed', 'Error: ImagePullBackOff']]);
+      expect(events.items.map((e) => [e.type, e.reason, e.message])).toEqual([
+        ['Warning', 'Failed', 'Error: ImagePullBackOff'],
+      ]);
       const answer = await c.deleteNamespacedPod({ namespace: 'default', name: 'driven', gracePeriodSeconds: 1 });
       expect(answer.metadata?.deletionGracePeriodSeconds).toBe(1);
       await until('DELETED', () => seen.includes('DELETED Running'), 3000);

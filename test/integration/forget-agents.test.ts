@@ -20,7 +20,10 @@ afterAll(async () => {
 });
 
 /** An agent's row as its stream left it: `connected` holds a session of replica r1. */
-async function agent(id: string, o: { seenMsAgo: number | null; connected?: boolean; draining?: boolean }): Promise<void> {
+async function agent(
+  id: string,
+  o: { seenMsAgo: number | null; connected?: boolean; draining?: boolean },
+): Promise<void> {
   await db.sql`
     insert into agents (agent_id, labels, slots, draining, connected_replica, session_id, last_seen_at, connected_at)
     values (${id}, '{"zone": "a"}', 2, ${o.draining ?? false}, ${o.connected ? 'r1' : null}, ${o.connected ? randomUUID() : null},
@@ -31,7 +34,15 @@ async function agent(id: string, o: { seenMsAgo: number | null; connected?: bool
 let runSeq = 0;
 async function attemptOn(agentId: string, state: 'running' | 'success' | 'queued'): Promise<number> {
   const id = ++runSeq;
-  await pastRun(db.sql, { id, dagId: 'forget', state: state === 'success' ? 'success' : 'running', createdAt: new Date(), endedAt: new Date(), tiIds: [id * 10], lines: 0 });
+  await pastRun(db.sql, {
+    id,
+    dagId: 'forget',
+    state: state === 'success' ? 'success' : 'running',
+    createdAt: new Date(),
+    endedAt: new Date(),
+    tiIds: [id * 10],
+    lines: 0,
+  });
   await db.sql`update task_instances set state = ${state}, agent_id = ${agentId} where id = ${id * 10}`;
   return id * 10;
 }
@@ -136,7 +147,14 @@ describe('the leader forgets agents gone longer than the agent retention', () =>
       agentRetentionMs: null,
       agentLiveMs: LIVE_MS,
       now: () => new Date(),
-      counters: { runsRemoved: () => {}, partitionAdded: () => {}, partitionDropped: () => {}, rowsSwept: () => {}, agentsForgotten: () => {}, error: () => {} },
+      counters: {
+        runsRemoved: () => {},
+        partitionAdded: () => {},
+        partitionDropped: () => {},
+        rowsSwept: () => {},
+        agentsForgotten: () => {},
+        error: () => {},
+      },
     });
     expect((await round(true)).agentsForgotten).toBe(0);
     expect(await known()).toEqual(['gone-1000d']);

@@ -33,7 +33,9 @@ beforeAll(async () => {
   // No autovacuum here: the tables keep no statistics, as in a new database.
   // A partitioned table takes no storage parameters: its partitions do.
   for (const t of BIG) {
-    const leaves = await db.sql<{ name: string }[]>`select relid::regclass::text as name from pg_partition_tree(${t}::regclass) where isleaf`;
+    const leaves = await db.sql<
+      { name: string }[]
+    >`select relid::regclass::text as name from pg_partition_tree(${t}::regclass) where isleaf`;
     for (const l of leaves) await db.sql.unsafe(`alter table ${l.name} set (autovacuum_enabled = false)`);
   }
   // Enough history that a whole scan costs more than a lookup: 3,000 one-task runs.
@@ -41,7 +43,15 @@ beforeAll(async () => {
   const { dag: row } = await upsertDag(db.sql, spec, 'history.yaml');
   await db.sql.begin(async (tx) => {
     for (let i = 0; i < 3000; i++) {
-      await createRun(tx, { dagId: 'history', dagVersion: row.version, runKey: `r${i}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+      await createRun(tx, {
+        dagId: 'history',
+        dagVersion: row.version,
+        runKey: `r${i}`,
+        runType: 'manual',
+        logicalDate: new Date(),
+        conf: {},
+        defaultExecutor: 'subprocess',
+      });
     }
   });
   // History, not work: the scheduler leaves these runs queued.
@@ -76,7 +86,9 @@ describe('the reports pool', () => {
   });
 
   it('reads the runs behind the ends through the runs index with a plan made before any statistics', async () => {
-    const [last] = await db.sql<{ id: string; run_id: string }[]>`select id, run_id from task_instances order by id desc limit 1`;
+    const [last] = await db.sql<
+      { id: string; run_id: string }[]
+    >`select id, run_id from task_instances order by id desc limit 1`;
 
     const { string } = await listTisOfRunsOfTis(db.sql, [last!.id]).describe();
     expect(await wholeScans(string)).toEqual([]);
@@ -92,7 +104,17 @@ describe('the reports pool', () => {
     reports.endsSent.register((on, ends) => planBehindEnds(ctx, on, ends));
     const spec = dag('chain', [task('a'), task('b', { dependsOn: ['a'] }), task('c', { dependsOn: ['b'] }), task('d')]);
     const { dag: row } = await upsertDag(db.sql, spec, 'chain.yaml');
-    const { run } = await db.sql.begin((tx) => createRun(tx, { dagId: 'chain', dagVersion: row.version, runKey: 'c', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }));
+    const { run } = await db.sql.begin((tx) =>
+      createRun(tx, {
+        dagId: 'chain',
+        dagVersion: row.version,
+        runKey: 'c',
+        runType: 'manual',
+        logicalDate: new Date(),
+        conf: {},
+        defaultExecutor: 'subprocess',
+      }),
+    );
     await step(ctx);
     // Each task: started, a line, ended; b and c claimed behind the ends before them, the run
     // ended behind the last; d fails (nothing planned ahead: the runs are read behind its end).
@@ -102,21 +124,39 @@ describe('the reports pool', () => {
       const a = { tiId: item!.tiId, tryNumber: item!.claim!.tryNumber, attemptToken: item!.claim!.attemptToken };
       expect(await reports.started(a, { pid: 1, agentId: null })).toBe(true);
       logs.write(a.tiId, a.tryNumber, a.attemptToken, 'stdout', `hello from ${taskId}`);
-      const result = taskId === 'd' ? { exitCode: 1, signal: null, error: 'exit code 1', outcome: 'failed' as const } : OK;
+      const result =
+        taskId === 'd' ? { exitCode: 1, signal: null, error: 'exit code 1', outcome: 'failed' as const } : OK;
       expect((await reports.finished(a, result)).verdict).toBe(result.outcome);
     }
     await reports.drain();
     // d failed, so nothing was planned ahead of its end and the run's end is the step's.
     await step(ctx);
     expect(errors).toEqual([]);
-    expect(Object.fromEntries((await listTis(db.sql, run.id)).map((t) => [t.task_id, t.state]))).toEqual({ a: 'success', b: 'success', c: 'success', d: 'failed' });
-    expect((await db.sql<{ state: string }[]>`select state from dag_runs where id = ${run.id}`)[0]!.state).toBe('failed');
+    expect(Object.fromEntries((await listTis(db.sql, run.id)).map((t) => [t.task_id, t.state]))).toEqual({
+      a: 'success',
+      b: 'success',
+      c: 'success',
+      d: 'failed',
+    });
+    expect((await db.sql<{ state: string }[]>`select state from dag_runs where id = ${run.id}`)[0]!.state).toBe(
+      'failed',
+    );
     // The agents executor's claims go through this pool too.
-    const waiting = (await db.sql<{ id: string }[]>`
+    const waiting = (
+      await db.sql<{ id: string }[]>`
       update task_instances t set state = 'scheduled' from dag_runs r
-      where r.id = t.run_id and r.run_key in ('r1', 'r2') returning t.id`).map((t) => t.id);
+      where r.id = t.run_id and r.run_key in ('r1', 'r2') returning t.id`
+    ).map((t) => t.id);
     await db.sql`update dag_runs set state = 'running' where run_key in ('r1', 'r2')`;
-    expect((await claimAttempts(rec.sql, 'agents', waiting.map((tiId) => ({ tiId, agentId: 'a1' })))).size).toBe(2);
+    expect(
+      (
+        await claimAttempts(
+          rec.sql,
+          'agents',
+          waiting.map((tiId) => ({ tiId, agentId: 'a1' })),
+        )
+      ).size,
+    ).toBe(2);
 
     const statements = rec.statements();
     // Starts, lines, ends, the plans and the run's end ahead, the reads behind, the claims.
@@ -136,7 +176,17 @@ describe('the reports pool', () => {
     reports.endsSent.register((on, ends) => planBehindEnds(ctx, on, ends));
     const spec = dag('pair', [task('a'), task('b', { dependsOn: ['a'] })]);
     const { dag: row } = await upsertDag(db.sql, spec, 'pair.yaml');
-    const { run } = await db.sql.begin((tx) => createRun(tx, { dagId: 'pair', dagVersion: row.version, runKey: 'p', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }));
+    const { run } = await db.sql.begin((tx) =>
+      createRun(tx, {
+        dagId: 'pair',
+        dagVersion: row.version,
+        runKey: 'p',
+        runType: 'manual',
+        logicalDate: new Date(),
+        conf: {},
+        defaultExecutor: 'subprocess',
+      }),
+    );
     await step(ctx);
     for (const taskId of ['a', 'b']) {
       // b was claimed behind a's end, without a step.
@@ -145,21 +195,41 @@ describe('the reports pool', () => {
       const a = { tiId: item!.tiId, tryNumber: item!.claim!.tryNumber, attemptToken: item!.claim!.attemptToken };
       // a's reports one after the other; b's together, so they are written as one.
       const [started, finished] =
-        taskId === 'a' ? [await reports.started(a, { pid: 1, agentId: null }), await reports.finished(a, OK)] : await Promise.all([reports.started(a, { pid: 1, agentId: null }), reports.finished(a, OK)]);
+        taskId === 'a'
+          ? [await reports.started(a, { pid: 1, agentId: null }), await reports.finished(a, OK)]
+          : await Promise.all([reports.started(a, { pid: 1, agentId: null }), reports.finished(a, OK)]);
       expect(started).toBe(true);
       expect(finished.verdict).toBe('success');
     }
     await reports.drain();
     expect(errors).toEqual([]);
-    expect(rec.statements().some((s) => /for no key update of t/.test(s)), "b's Started and Finished written as one").toBe(true);
+    expect(
+      rec.statements().some((s) => /for no key update of t/.test(s)),
+      "b's Started and Finished written as one",
+    ).toBe(true);
     // Ended behind b's end: no step ran since.
-    expect((await db.sql<{ state: string }[]>`select state from dag_runs where id = ${run.id}`)[0]!.state).toBe('success');
-    expect(rec.statements().some((s) => /update dag_runs r set state = w\.outcome/.test(s)), 'the run ended behind the end').toBe(true);
+    expect((await db.sql<{ state: string }[]>`select state from dag_runs where id = ${run.id}`)[0]!.state).toBe(
+      'success',
+    );
+    expect(
+      rec.statements().some((s) => /update dag_runs r set state = w\.outcome/.test(s)),
+      'the run ended behind the end',
+    ).toBe(true);
     // And the agents executor's claims, among those running runs.
-    const waiting = (await db.sql<{ id: string }[]>`
+    const waiting = (
+      await db.sql<{ id: string }[]>`
       update task_instances t set state = 'scheduled' from dag_runs r
-      where r.id = t.run_id and r.run_key in ('r3', 'r4') returning t.id`).map((t) => t.id);
-    expect((await claimAttempts(rec.sql, 'agents', waiting.map((tiId) => ({ tiId, agentId: 'a1' })))).size).toBe(2);
+      where r.id = t.run_id and r.run_key in ('r3', 'r4') returning t.id`
+    ).map((t) => t.id);
+    expect(
+      (
+        await claimAttempts(
+          rec.sql,
+          'agents',
+          waiting.map((tiId) => ({ tiId, agentId: 'a1' })),
+        )
+      ).size,
+    ).toBe(2);
     // It found the run by its key (it read every running run, 0.5 ms a call at 1,000 of them),
     // and so did every other statement on the way, with these statistics too.
     for (const text of rec.statements()) expect(await wholeScans(text), text).toEqual([]);
@@ -176,15 +246,32 @@ async function wholeScans(text: string): Promise<string[]> {
   try {
     await conn.unsafe(`prepare s as ${text}`);
     // A generic plan does not depend on the values: nulls will do.
-    const [row] = await conn.unsafe(`explain (format json) execute s${params > 0 ? `(${Array(params).fill('null').join(', ')})` : ''}`);
+    const [row] = await conn.unsafe(
+      `explain (format json) execute s${params > 0 ? `(${Array(params).fill('null').join(', ')})` : ''}`,
+    );
     await conn.unsafe('deallocate s');
     // A bitmap index scan names its index, not its table.
-    const tableOf = new Map((await conn.unsafe<{ index: string; table: string }[]>(`select indexrelid::regclass::text as index, indrelid::regclass::text as "table" from pg_index`)).map((r) => [r.index, r.table]));
+    const tableOf = new Map(
+      (
+        await conn.unsafe<{ index: string; table: string }[]>(
+          `select indexrelid::regclass::text as index, indrelid::regclass::text as "table" from pg_index`,
+        )
+      ).map((r) => [r.index, r.table]),
+    );
     const found: string[] = [];
     const walk = (node: Record<string, unknown>) => {
       const rel = (node['Relation Name'] as string | undefined) ?? tableOf.get(node['Index Name'] as string);
       const type = node['Node Type'] as string;
-      if (rel && BIG.includes(rel) && type !== 'ModifyTable' && node['Index Cond'] === undefined && node['Recheck Cond'] === undefined) found.push(`${type} on ${rel}${node['Index Name'] ? ` using ${String(node['Index Name'])}` : ''}${node.Filter ? ` filtering ${String(node.Filter)}` : ''}`);
+      if (
+        rel &&
+        BIG.includes(rel) &&
+        type !== 'ModifyTable' &&
+        node['Index Cond'] === undefined &&
+        node['Recheck Cond'] === undefined
+      )
+        found.push(
+          `${type} on ${rel}${node['Index Name'] ? ` using ${String(node['Index Name'])}` : ''}${node.Filter ? ` filtering ${String(node.Filter)}` : ''}`,
+        );
       for (const child of (node.Plans as Record<string, unknown>[] | undefined) ?? []) walk(child);
     };
     const [explained] = row!['QUERY PLAN'] as { Plan: Record<string, unknown>; JIT?: unknown }[];
@@ -213,5 +300,8 @@ function recording(sql: Sql): { sql: Sql; statements(): string[] } {
       },
     });
   // A fragment is never sent, so never built: only statements have a text.
-  return { sql: wrap(sql), statements: () => [...new Set(made.flatMap((q) => (q.statement ? [q.statement.string] : [])))] };
+  return {
+    sql: wrap(sql),
+    statements: () => [...new Set(made.flatMap((q) => (q.statement ? [q.statement.string] : [])))],
+  };
 }

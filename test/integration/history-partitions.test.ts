@@ -40,7 +40,11 @@ describe('history partitions', () => {
     expect(await addPartitionAhead(db.sql, EVENTS, now, THIRTY_DAYS)).toBeNull();
     await runs(50, 60, 3_600_000);
     // 60 runs in the hour since the range's first: 1,440 a day.
-    expect(await addPartitionAhead(db.sql, EVENTS, now, THIRTY_DAYS)).toEqual({ name: 'events_p101', from: 101n, to: 1541n });
+    expect(await addPartitionAhead(db.sql, EVENTS, now, THIRTY_DAYS)).toEqual({
+      name: 'events_p101',
+      from: 101n,
+      to: 1541n,
+    });
     expect((await listPartitions(db.sql, EVENTS)).ranges.map((p) => [p.from, p.to])).toEqual([
       [null, 1n],
       [1n, 101n],
@@ -50,22 +54,36 @@ describe('history partitions', () => {
     // Task instances likewise: 600 since the first one's run, an hour ago, is 14,400 a day.
     expect(await addPartitionAhead(db.sql, TASK_LOGS, now, THIRTY_DAYS)).toBeNull();
     await runs(61, 600, 0);
-    expect(await addPartitionAhead(db.sql, TASK_LOGS, now, THIRTY_DAYS)).toEqual({ name: 'task_logs_p1001', from: 1001n, to: 15401n });
+    expect(await addPartitionAhead(db.sql, TASK_LOGS, now, THIRTY_DAYS)).toEqual({
+      name: 'task_logs_p1001',
+      from: 1001n,
+      to: 15401n,
+    });
     // What the new ranges hold: rows of the runs (task instances) in them, with the same checks.
     await runs(1200, 1200, 0);
     const [where] = await db.sql<{ e: string; l: string }[]>`
       select (select min(tableoid::regclass::text) from events where run_id = 1200) as e,
              (select min(tableoid::regclass::text) from task_logs where ti_id = 1200) as l`;
     expect(where).toEqual({ e: 'events_p101', l: 'task_logs_p1001' });
-    await expect(db.sql`insert into task_logs (ti_id, try_number, seq, stream, line) values (1200, 1, 9, 'neither', 'x')`).rejects.toMatchObject({ code: '23514' });
+    await expect(
+      db.sql`insert into task_logs (ti_id, try_number, seq, stream, line) values (1200, 1, 9, 'neither', 'x')`,
+    ).rejects.toMatchObject({ code: '23514' });
   });
 
   it('sizes a range for a thirtieth of the retention period, a day at least', async () => {
     // 60 runs in the hour since the range's first: 1,440 a day.
     await runs(1, 60, 3_600_000);
-    expect(await addPartitionAhead(db.sql, EVENTS, now, 90 * DAY)).toEqual({ name: 'events_p101', from: 101n, to: 101n + 3n * 1440n });
+    expect(await addPartitionAhead(db.sql, EVENTS, now, 90 * DAY)).toEqual({
+      name: 'events_p101',
+      from: 101n,
+      to: 101n + 3n * 1440n,
+    });
     await db.sql`drop table events_p101`;
-    expect(await addPartitionAhead(db.sql, EVENTS, now, 7 * DAY)).toEqual({ name: 'events_p101', from: 101n, to: 1541n });
+    expect(await addPartitionAhead(db.sql, EVENTS, now, 7 * DAY)).toEqual({
+      name: 'events_p101',
+      from: 101n,
+      to: 1541n,
+    });
     await db.sql`drop table events_p101`;
     // Off, at this rate: a day's worth, as long as the ids used so far are fewer.
     expect(await addPartitionAhead(db.sql, EVENTS, now, null)).toEqual({ name: 'events_p101', from: 101n, to: 1541n });
@@ -78,16 +96,32 @@ describe('history partitions', () => {
     expect(await addPartitionAhead(db.sql, EVENTS, now, null)).toEqual({ name: 'events_p101', from: 101n, to: 1101n });
     await runs(1090, 1090, month);
     // With retention on, the least span again; off, as wide as the 1,090 ids used.
-    expect(await addPartitionAhead(db.sql, EVENTS, now, null)).toEqual({ name: 'events_p1101', from: 1101n, to: 2191n });
+    expect(await addPartitionAhead(db.sql, EVENTS, now, null)).toEqual({
+      name: 'events_p1101',
+      from: 1101n,
+      to: 2191n,
+    });
     await runs(2000, 2000, month);
-    expect(await addPartitionAhead(db.sql, EVENTS, now, null)).toEqual({ name: 'events_p2191', from: 2191n, to: 4191n });
+    expect(await addPartitionAhead(db.sql, EVENTS, now, null)).toEqual({
+      name: 'events_p2191',
+      from: 2191n,
+      to: 4191n,
+    });
     await runs(4000, 4000, month);
-    expect(await addPartitionAhead(db.sql, EVENTS, now, THIRTY_DAYS)).toEqual({ name: 'events_p4191', from: 4191n, to: 5191n });
+    expect(await addPartitionAhead(db.sql, EVENTS, now, THIRTY_DAYS)).toEqual({
+      name: 'events_p4191',
+      from: 4191n,
+      to: 5191n,
+    });
   });
 
   it('gives a quiet installation ranges of at least the least span', async () => {
     await runs(1, 60, 86_400_000 * 30);
-    expect(await addPartitionAhead(db.sql, EVENTS, now, THIRTY_DAYS)).toEqual({ name: 'events_p101', from: 101n, to: 1101n });
+    expect(await addPartitionAhead(db.sql, EVENTS, now, THIRTY_DAYS)).toEqual({
+      name: 'events_p101',
+      from: 101n,
+      to: 1101n,
+    });
   });
 
   it('when ids have outrun every range, their rows wait in the default partition and the new range starts above them', async () => {
@@ -95,7 +129,9 @@ describe('history partitions', () => {
     await runs(150, 150, 0);
     const added = await addPartitionAhead(db.sql, EVENTS, now, THIRTY_DAYS);
     expect(added!.from! > 150n).toBe(true);
-    const [row] = await db.sql<{ t: string }[]>`select tableoid::regclass::text as t from events where run_id = 150 limit 1`;
+    const [row] = await db.sql<
+      { t: string }[]
+    >`select tableoid::regclass::text as t from events where run_id = 150 limit 1`;
     expect(row!.t).toBe('events_default');
   });
 
@@ -149,7 +185,9 @@ describe('history partitions', () => {
       from = r.next;
     }
     expect(deleted).toBe(4);
-    const left = await db.sql<{ run_id: string | null; n: number }[]>`select run_id, count(*)::int as n from events_default group by 1 order by 1 nulls first`;
+    const left = await db.sql<
+      { run_id: string | null; n: number }[]
+    >`select run_id, count(*)::int as n from events_default group by 1 order by 1 nulls first`;
     expect(left).toEqual([
       { run_id: null, n: 1 },
       { run_id: '150', n: 4 },
@@ -178,4 +216,3 @@ async function holdOpen(sql: Sql, work: (tx: TxSql) => Promise<void>): Promise<(
     await tx;
   };
 }
-

@@ -2,7 +2,10 @@ import { randomUUID } from 'node:crypto';
 import { loadKubeConfig } from '../../src/executors/kubernetes/load-kube-config.js';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Attempt, AttemptResult } from '../../src/core/attempt.js';
-import { createKubernetesExecutor, type KubernetesExecutor } from '../../src/executors/kubernetes/kubernetes-executor.js';
+import {
+  createKubernetesExecutor,
+  type KubernetesExecutor,
+} from '../../src/executors/kubernetes/kubernetes-executor.js';
 import type { KubernetesExecutorOptions } from '../../src/executors/kubernetes/kubernetes-executor-options.js';
 import { podName } from '../../src/core/pod-identity.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
@@ -25,11 +28,24 @@ interface Recorded {
   pending: { tiId: string; reason: string | null }[];
 }
 
-function executor(over: Partial<KubernetesExecutorOptions> = {}, active: { attempt: Attempt; running: boolean }[] = []): { ex: KubernetesExecutor; rec: Recorded } {
+function executor(
+  over: Partial<KubernetesExecutorOptions> = {},
+  active: { attempt: Attempt; running: boolean }[] = [],
+): { ex: KubernetesExecutor; rec: Recorded } {
   const rec: Recorded = { finished: [], lost: [], pending: [] };
   const ex = createKubernetesExecutor({
     kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
-    pods: { install: 'install-a', namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 },
+    pods: {
+      install: 'install-a',
+      namespace: NS,
+      image: 'leoflow:test',
+      serverUrl: 'http://cp:7070',
+      agentCommand: ['leoflow'],
+      killGraceMs: 1000,
+      podPendingTimeoutMs: 60_000,
+      keepSucceededMs: 0,
+      keepFailedMs: 60_000,
+    },
     reporter: {
       started: async () => true,
       log: () => {},
@@ -58,10 +74,37 @@ function executor(over: Partial<KubernetesExecutorOptions> = {}, active: { attem
 let nextTi = 100;
 function attempt(over: Partial<Attempt> = {}): Attempt {
   const tiId = String(nextTi++);
-  return { tiId, runId: String(nextTi + 5000), dagId: 'etl-a', taskId: 'load', tryNumber: 1, maxTries: 3, attemptToken: randomUUID(), dispatchKey: 'k', command: ['true'], env: {}, cwd: null, timeoutMs: null, ...over };
+  return {
+    tiId,
+    runId: String(nextTi + 5000),
+    dagId: 'etl-a',
+    taskId: 'load',
+    tryNumber: 1,
+    maxTries: 3,
+    attemptToken: randomUUID(),
+    dispatchKey: 'k',
+    command: ['true'],
+    env: {},
+    cwd: null,
+    timeoutMs: null,
+    ...over,
+  };
 }
 
-const running = { phase: 'Running', conditions: [{ type: 'PodScheduled', status: 'True' }], containerStatuses: [{ name: 'task', ready: true, restartCount: 0, image: 'leoflow:test', imageID: '', state: { running: { startedAt: new Date().toISOString() } } }] };
+const running = {
+  phase: 'Running',
+  conditions: [{ type: 'PodScheduled', status: 'True' }],
+  containerStatuses: [
+    {
+      name: 'task',
+      ready: true,
+      restartCount: 0,
+      image: 'leoflow:test',
+      imageID: '',
+      state: { running: { startedAt: new Date().toISOString() } },
+    },
+  ],
+};
 
 beforeEach(async () => {
   kube = await startFakeKubeApi({ namespaces: [NS], kubelet: 'manual', bookmarkIntervalMs: 100 });
@@ -86,8 +129,18 @@ describe('kubernetes executor', () => {
     expect(one.ex.holdsLive(a.tiId, a.attemptToken) && two.ex.holdsLive(a.tiId, a.attemptToken)).toBe(true);
   });
 
-  it('shares a namespace with another install: neither its lead nor a retry touches the other\'s pods, whose ti ids are the same', async () => {
-    const podsOf = (install: string) => ({ install, namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 });
+  it("shares a namespace with another install: neither its lead nor a retry touches the other's pods, whose ti ids are the same", async () => {
+    const podsOf = (install: string) => ({
+      install,
+      namespace: NS,
+      image: 'leoflow:test',
+      serverUrl: 'http://cp:7070',
+      agentCommand: ['leoflow'],
+      killGraceMs: 1000,
+      podPendingTimeoutMs: 60_000,
+      keepSucceededMs: 0,
+      keepFailedMs: 60_000,
+    });
     // Install A runs ti 1, try 1 (ids start at 1 in every database).
     const a = executor({ pods: podsOf('install-a') });
     await a.ex.lead(true);
@@ -95,7 +148,10 @@ describe('kubernetes executor', () => {
     await a.ex.dispatch(first);
     kube.bindPod(NS, podName(first));
     kube.setPodStatus(NS, podName(first), running);
-    expect(kube.pod(NS, podName(first)).metadata.labels).toMatchObject({ 'leoflow.io/install': 'install-a', 'leoflow.io/ti-id': '1' });
+    expect(kube.pod(NS, podName(first)).metadata.labels).toMatchObject({
+      'leoflow.io/install': 'install-a',
+      'leoflow.io/ti-id': '1',
+    });
     // Install B takes its lead with nothing live (A's pod would be a stray), then retries its own
     // ti 1 (A's pod would be an earlier try), then finished pods' retention runs over the namespace.
     const b = executor({ pods: { ...podsOf('install-b'), keepFailedMs: 0 } });
@@ -105,13 +161,32 @@ describe('kubernetes executor', () => {
     kube.bindPod(NS, podName(retry));
     kube.setPodStatus(NS, podName(retry), running);
     await new Promise((r) => setTimeout(r, 300)); // a few sweeps
-    const deletes = kube.requests().filter((r) => r.verb === 'delete').map((r) => r.name);
+    const deletes = kube
+      .requests()
+      .filter((r) => r.verb === 'delete')
+      .map((r) => r.name);
     expect(deletes).toEqual([]);
     expect(kube.pod(NS, podName(first))?.metadata.deletionTimestamp).toBeUndefined();
-    expect(kube.pod(NS, podName(retry)).metadata.labels).toMatchObject({ 'leoflow.io/install': 'install-b', 'leoflow.io/ti-id': '1', 'leoflow.io/try': '2' });
+    expect(kube.pod(NS, podName(retry)).metadata.labels).toMatchObject({
+      'leoflow.io/install': 'install-b',
+      'leoflow.io/ti-id': '1',
+      'leoflow.io/try': '2',
+    });
     expect([...a.rec.lost, ...b.rec.lost]).toEqual([]);
     // Each still follows its own: A's pod ending fails A's attempt only.
-    kube.setPodStatus(NS, podName(first), { phase: 'Failed', containerStatuses: [{ name: 'task', ready: false, restartCount: 0, image: 'leoflow:test', imageID: '', state: { terminated: { exitCode: 1, reason: 'Error' } } }] });
+    kube.setPodStatus(NS, podName(first), {
+      phase: 'Failed',
+      containerStatuses: [
+        {
+          name: 'task',
+          ready: false,
+          restartCount: 0,
+          image: 'leoflow:test',
+          imageID: '',
+          state: { terminated: { exitCode: 1, reason: 'Error' } },
+        },
+      ],
+    });
     await waitFor('A sees its pod fail', async () => a.rec.lost.length + a.rec.finished.length > 0);
     expect([...b.rec.lost, ...b.rec.finished]).toEqual([]);
   });
@@ -126,20 +201,50 @@ describe('kubernetes executor', () => {
     expect(kube.createCount(NS, podName(a))).toBe(1);
     const pod = kube.pod(NS, podName(a));
     expect(pod.spec.securityContext).toMatchObject({ runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } });
-    expect(pod.spec.containers[0].securityContext).toEqual({ allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] } });
+    expect(pod.spec.containers[0].securityContext).toEqual({
+      allowPrivilegeEscalation: false,
+      capabilities: { drop: ['ALL'] },
+    });
   });
 
   it('labels the pod for dag, run, task and try, and runs leoflow agent --once for exactly this attempt', async () => {
     const { ex } = executor();
     await ex.lead(true);
-    const a = attempt({ dagId: 'a-1', taskId: 'x', pod: { image: null, kubernetes: { resources: { requests: { cpu: '250m' } }, nodeSelector: { pool: 'etl' } } } });
+    const a = attempt({
+      dagId: 'a-1',
+      taskId: 'x',
+      pod: { image: null, kubernetes: { resources: { requests: { cpu: '250m' } }, nodeSelector: { pool: 'etl' } } },
+    });
     await ex.dispatch(a);
     const pod = kube.pod(NS, podName(a));
-    expect(pod.metadata.labels).toMatchObject({ 'app.kubernetes.io/managed-by': 'leoflow', 'leoflow.io/dag': 'a-1',  'leoflow.io/run-id': a.runId, 'leoflow.io/task': 'x', 'leoflow.io/ti-id': a.tiId, 'leoflow.io/try': '1' });
+    expect(pod.metadata.labels).toMatchObject({
+      'app.kubernetes.io/managed-by': 'leoflow',
+      'leoflow.io/dag': 'a-1',
+      'leoflow.io/run-id': a.runId,
+      'leoflow.io/task': 'x',
+      'leoflow.io/ti-id': a.tiId,
+      'leoflow.io/try': '1',
+    });
     expect(pod.spec.restartPolicy).toBe('Never');
     expect(pod.spec.nodeSelector).toEqual({ pool: 'etl' });
     const c = pod.spec.containers[0];
-    expect(c.command).toEqual(['leoflow', 'agent', '--once', '--ti', a.tiId, '--server', 'http://cp:7070', '--id', podName(a), '--on-shutdown', 'handback', '--state-dir', `/tmp/leoflow/${podName(a)}`, '--log-format', 'json']);
+    expect(c.command).toEqual([
+      'leoflow',
+      'agent',
+      '--once',
+      '--ti',
+      a.tiId,
+      '--server',
+      'http://cp:7070',
+      '--id',
+      podName(a),
+      '--on-shutdown',
+      'handback',
+      '--state-dir',
+      `/tmp/leoflow/${podName(a)}`,
+      '--log-format',
+      'json',
+    ]);
     expect(c.env).toEqual([{ name: 'LEOFLOW_ATTEMPT_TOKEN', value: a.attemptToken }]);
     expect(c.resources.requests).toEqual({ cpu: '250m' });
     // DAG a + task 1-x names another pod than DAG a-1 + task x.
@@ -152,9 +257,24 @@ describe('kubernetes executor', () => {
     const a = attempt();
     await ex.dispatch(a);
     expect(ex.holdsLive(a.tiId, a.attemptToken)).toBe(true);
-    kube.setPodStatus(NS, podName(a), { phase: 'Pending', containerStatuses: [{ name: 'task', ready: false, restartCount: 0, image: 'x', imageID: '', state: { waiting: { reason: 'CreateContainerConfigError', message: 'secret "db" not found' } } }] });
+    kube.setPodStatus(NS, podName(a), {
+      phase: 'Pending',
+      containerStatuses: [
+        {
+          name: 'task',
+          ready: false,
+          restartCount: 0,
+          image: 'x',
+          imageID: '',
+          state: { waiting: { reason: 'CreateContainerConfigError', message: 'secret "db" not found' } },
+        },
+      ],
+    });
     await waitFor('the end reported', async () => rec.finished.length > 0);
-    expect(rec.finished[0]!.result).toMatchObject({ outcome: 'spawn_failed', error: 'POD_CANNOT_START:CreateContainerConfigError:secret "db" not found' });
+    expect(rec.finished[0]!.result).toMatchObject({
+      outcome: 'spawn_failed',
+      error: 'POD_CANNOT_START:CreateContainerConfigError:secret "db" not found',
+    });
     await waitFor('the pod deleted', async () => kube.pod(NS, podName(a)) === undefined);
     expect(ex.holdsLive(a.tiId, a.attemptToken)).toBe(false);
   });
@@ -170,7 +290,9 @@ describe('kubernetes executor', () => {
     kube.loseNode(NS, podName(a));
     await waitFor('lost', async () => rec.lost.length > 0);
     expect(rec.lost[0]!.error).toMatch(/^POD_LOST:NodeLost/);
-    await waitFor('a delete sent', async () => kube.requests().some((r) => r.verb === 'delete' && r.name === podName(a)));
+    await waitFor('a delete sent', async () =>
+      kube.requests().some((r) => r.verb === 'delete' && r.name === podName(a)),
+    );
   });
 
   it('ends the attempt as lost at once when its node is lost as Kubernetes 1.27+ reports it (Ready=False, phase Running)', async () => {
@@ -179,7 +301,10 @@ describe('kubernetes executor', () => {
     const a = attempt();
     await ex.dispatch(a);
     kube.bindPod(NS, podName(a));
-    kube.setPodStatus(NS, podName(a), { ...running, conditions: [...running.conditions, { type: 'Ready', status: 'True' }] });
+    kube.setPodStatus(NS, podName(a), {
+      ...running,
+      conditions: [...running.conditions, { type: 'Ready', status: 'True' }],
+    });
     await waitFor('running seen', async () => !ex.holdsLive(a.tiId, a.attemptToken));
     kube.loseNodeAsCurrent(NS, podName(a), { evictAfterMs: 60_000 });
     // Long before the taint manager's eviction: the node controller's mark is enough.
@@ -189,13 +314,24 @@ describe('kubernetes executor', () => {
     await waitFor('gone', async () => !kube.pod(NS, podName(a)));
   });
 
-  it('reads the taint manager\'s eviction (DisruptionTarget) of a pod stuck Terminating as a loss', async () => {
+  it("reads the taint manager's eviction (DisruptionTarget) of a pod stuck Terminating as a loss", async () => {
     const { ex, rec } = executor();
     await ex.lead(true);
     const a = attempt();
     await ex.dispatch(a);
     kube.bindPod(NS, podName(a));
-    kube.setPodStatus(NS, podName(a), { ...running, conditions: [...running.conditions, { type: 'DisruptionTarget', status: 'True', reason: 'DeletionByTaintManager', message: 'Taint manager: deleting due to NoExecute taint' }] });
+    kube.setPodStatus(NS, podName(a), {
+      ...running,
+      conditions: [
+        ...running.conditions,
+        {
+          type: 'DisruptionTarget',
+          status: 'True',
+          reason: 'DeletionByTaintManager',
+          message: 'Taint manager: deleting due to NoExecute taint',
+        },
+      ],
+    });
     await waitFor('lost', async () => rec.lost.length > 0, 3000);
     expect(rec.lost[0]!.error).toBe('POD_LOST:DeletionByTaintManager:Taint manager: deleting due to NoExecute taint');
   });
@@ -213,7 +349,7 @@ describe('kubernetes executor', () => {
     await waitFor('a list again', async () => kube.requests().filter((r) => r.verb === 'list').length > listsBefore);
   });
 
-  it('deletes the pod of an earlier try and sees it gone before creating the next try\'s', async () => {
+  it("deletes the pod of an earlier try and sees it gone before creating the next try's", async () => {
     const { ex } = executor();
     await ex.lead(true);
     const first = attempt();
@@ -229,7 +365,7 @@ describe('kubernetes executor', () => {
     expect(kube.pod(NS, podName(second))).toBeDefined();
   });
 
-  it('refuses to start a try beside an earlier try\'s pod that will not go (a lost node), saying why', async () => {
+  it("refuses to start a try beside an earlier try's pod that will not go (a lost node), saying why", async () => {
     const { ex, rec } = executor({ previousGoneMs: 300 });
     await ex.lead(true);
     const first = attempt();
@@ -238,7 +374,9 @@ describe('kubernetes executor', () => {
     kube.setPodStatus(NS, podName(first), running);
     const second = { ...first, tryNumber: 2, attemptToken: randomUUID() };
     await ex.dispatch(second);
-    expect(rec.finished.find((f) => f.tiId === second.tiId)?.result.error).toMatch(/^POD_PREVIOUS_TRY_NOT_GONE: the pod of an earlier try \(lf-etl-a-load-[0-9a-f]{12}\) was not gone within 0s/);
+    expect(rec.finished.find((f) => f.tiId === second.tiId)?.result.error).toMatch(
+      /^POD_PREVIOUS_TRY_NOT_GONE: the pod of an earlier try \(lf-etl-a-load-[0-9a-f]{12}\) was not gone within 0s/,
+    );
     expect(kube.createCount(NS, podName(second))).toBe(0);
   });
 
@@ -253,12 +391,18 @@ describe('kubernetes executor', () => {
     await first.ex.lead(false);
     const queued = attempt();
     const goneRunning = attempt();
-    const next = executor({}, [{ attempt: live, running: true }, { attempt: queued, running: false }, { attempt: goneRunning, running: true }]);
+    const next = executor({}, [
+      { attempt: live, running: true },
+      { attempt: queued, running: false },
+      { attempt: goneRunning, running: true },
+    ]);
     await next.ex.lead(true);
     await waitFor('the over one deleted', async () => kube.pod(NS, podName(over)) === undefined);
     await waitFor('the queued one created', async () => kube.createCount(NS, podName(queued)) === 1);
     expect(kube.createCount(NS, podName(live))).toBe(1);
-    expect(next.rec.lost).toEqual([expect.objectContaining({ tiId: goneRunning.tiId, error: expect.stringMatching(/^POD_GONE: no pod/) })]);
+    expect(next.rec.lost).toEqual([
+      expect.objectContaining({ tiId: goneRunning.tiId, error: expect.stringMatching(/^POD_GONE: no pod/) }),
+    ]);
     // The adopted pod is followed: its deletion ends its attempt.
     kube.deleteFromOutside(NS, podName(live));
     await waitFor('adopted pod lost', async () => next.rec.lost.some((l) => l.tiId === live.tiId));
@@ -276,14 +420,26 @@ describe('kubernetes executor', () => {
     await before.ex.lead(false);
     const after = executor({}, [{ attempt: fresh, running: false }]);
     await after.ex.lead(true);
-    await waitFor('the new attempt\'s own pod created', async () => kube.createCount(NS, podName(fresh)) === 1);
+    await waitFor("the new attempt's own pod created", async () => kube.createCount(NS, podName(fresh)) === 1);
     await waitFor('the old pod deleted', async () => kube.pod(NS, podName(old)) === undefined);
     expect(podName(fresh)).not.toBe(podName(old));
     expect(after.rec.lost).toEqual([]);
   });
 
   it('removes finished pods per the retention: succeeded at once, failed after keep_failed', async () => {
-    const { ex } = executor({ pods: { install: 'install-a', namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 600 } });
+    const { ex } = executor({
+      pods: {
+        install: 'install-a',
+        namespace: NS,
+        image: 'x',
+        serverUrl: 'http://cp:7070',
+        agentCommand: ['leoflow'],
+        killGraceMs: 1000,
+        podPendingTimeoutMs: 60_000,
+        keepSucceededMs: 0,
+        keepFailedMs: 600,
+      },
+    });
     await ex.lead(true);
     const ok = attempt();
     const bad = attempt();
@@ -318,13 +474,17 @@ describe('kubernetes executor: credentials and refusals', () => {
     expect(kube.createCount(NS, podName(a))).toBe(1);
   });
 
-  it('fails the attempt with the API server\'s reason on an RBAC denial and on a quota, with one create each', async () => {
+  it("fails the attempt with the API server's reason on an RBAC denial and on a quota, with one create each", async () => {
     kube.grantToken('reader', [{ verbs: ['get', 'list', 'watch'], resources: ['pods'], namespaces: [NS] }]);
-    const { ex, rec } = executor({ kubeConfig: loadKubeConfig({ kind: 'file', path: await kube.kubeconfigFor('reader') }) });
+    const { ex, rec } = executor({
+      kubeConfig: loadKubeConfig({ kind: 'file', path: await kube.kubeconfigFor('reader') }),
+    });
     await ex.lead(true);
     const a = attempt();
     await ex.dispatch(a);
-    expect(rec.finished[0]!.result.error).toMatch(/^POD_CREATE_REFUSED:403 Forbidden: pods is forbidden: User "[^"]+" cannot create resource "pods"/);
+    expect(rec.finished[0]!.result.error).toMatch(
+      /^POD_CREATE_REFUSED:403 Forbidden: pods is forbidden: User "[^"]+" cannot create resource "pods"/,
+    );
     expect(kube.createAttempts(NS, podName(a))).toBeLessThanOrEqual(1);
 
     kube.setQuota(NS, { name: 'small', hard: { pods: '0' } });
@@ -332,14 +492,18 @@ describe('kubernetes executor: credentials and refusals', () => {
     await quota.ex.lead(true);
     const b = attempt();
     await quota.ex.dispatch(b);
-    expect(quota.rec.finished[0]!.result.error).toMatch(/^POD_CREATE_REFUSED:403 QuotaExceeded: .*exceeded quota: small/);
+    expect(quota.rec.finished[0]!.result.error).toMatch(
+      /^POD_CREATE_REFUSED:403 QuotaExceeded: .*exceeded quota: small/,
+    );
     expect(kube.createAttempts(NS, podName(b))).toBe(1);
   });
 
   it('fails the attempt on an invalid pod (422) with the field the API server names', async () => {
     const { ex, rec } = executor();
     await ex.lead(true);
-    const a = attempt({ pod: { image: null, kubernetes: { resources: { limits: { cpu: '1' }, requests: { cpu: '2' } } } } });
+    const a = attempt({
+      pod: { image: null, kubernetes: { resources: { limits: { cpu: '1' }, requests: { cpu: '2' } } } },
+    });
     await ex.dispatch(a);
     expect(rec.finished[0]!.result.error).toMatch(/^POD_CREATE_REFUSED:422 Invalid: /);
   });
@@ -347,12 +511,37 @@ describe('kubernetes executor: credentials and refusals', () => {
 
 describe('kubernetes executor: pending', () => {
   it('fails a pod scheduled but never running past the pending timeout, with its last reason', async () => {
-    const { ex, rec } = executor({ pods: { install: 'install-a', namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, podPendingTimeoutMs: 400, keepSucceededMs: 0, keepFailedMs: 60_000 } });
+    const { ex, rec } = executor({
+      pods: {
+        install: 'install-a',
+        namespace: NS,
+        image: 'x',
+        serverUrl: 'http://cp:7070',
+        agentCommand: ['leoflow'],
+        killGraceMs: 1000,
+        podPendingTimeoutMs: 400,
+        keepSucceededMs: 0,
+        keepFailedMs: 60_000,
+      },
+    });
     await ex.lead(true);
     const a = attempt();
     await ex.dispatch(a);
     kube.bindPod(NS, podName(a));
-    kube.setPodStatus(NS, podName(a), { phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'True' }], containerStatuses: [{ name: 'task', ready: false, restartCount: 0, image: 'x', imageID: '', state: { waiting: { reason: 'ContainerCreating' } } }] });
+    kube.setPodStatus(NS, podName(a), {
+      phase: 'Pending',
+      conditions: [{ type: 'PodScheduled', status: 'True' }],
+      containerStatuses: [
+        {
+          name: 'task',
+          ready: false,
+          restartCount: 0,
+          image: 'x',
+          imageID: '',
+          state: { waiting: { reason: 'ContainerCreating' } },
+        },
+      ],
+    });
     await waitFor('failed', async () => rec.finished.length > 0, 5_000);
     expect(rec.finished[0]!.result.error).toBe('POD_PENDING_TIMEOUT:ContainerCreating (pending longer than 0s)');
     expect(rec.pending.map((p) => p.reason)).toContain('POD_PENDING:ContainerCreating');
@@ -387,8 +576,24 @@ describe('kubernetes executor: adoption during a leader overlap', () => {
     const rec: Recorded = { finished: [], lost: [], pending: [] };
     const ex = createKubernetesExecutor({
       kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
-      pods: { install: 'install-a', namespace: NS, image: 'x', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 },
-      reporter: { started: async () => true, log: () => {}, heartbeat: async () => new Set(), logsSoFar: async () => ({ stdout: 0, stderr: 0 }), finished: async (a, result) => void rec.finished.push({ tiId: a.tiId, result }) },
+      pods: {
+        install: 'install-a',
+        namespace: NS,
+        image: 'x',
+        serverUrl: 'http://cp:7070',
+        agentCommand: ['leoflow'],
+        killGraceMs: 1000,
+        podPendingTimeoutMs: 60_000,
+        keepSucceededMs: 0,
+        keepFailedMs: 60_000,
+      },
+      reporter: {
+        started: async () => true,
+        log: () => {},
+        heartbeat: async () => new Set(),
+        logsSoFar: async () => ({ stdout: 0, stderr: 0 }),
+        finished: async (a, result) => void rec.finished.push({ tiId: a.tiId, result }),
+      },
       store: {
         lost: async (a, error) => {
           rec.lost.push({ tiId: a.tiId, tryNumber: a.tryNumber, error });
@@ -417,14 +622,50 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
     await ex.dispatch(a);
     const name = podName(a);
     kube.bindPod(NS, name);
-    kube.setPodStatus(NS, name, { phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'True' }], containerStatuses: [{ name: 'task', ready: false, restartCount: 0, image: 'x', imageID: '', state: { waiting: { reason: 'ContainerCreating' } } }] });
-    kube.addPodEvent(NS, name, { type: 'Normal', reason: 'Scheduled', message: `Successfully assigned ${NS}/${name} to node-1`, component: 'default-scheduler' });
-    kube.addPodEvent(NS, name, { reason: 'FailedMount', message: 'MountVolume.SetUp failed for volume "data" : configmap "etl-config" not found' });
-    const want = 'POD_PENDING:FailedMount:MountVolume.SetUp failed for volume "data" : configmap "etl-config" not found';
+    kube.setPodStatus(NS, name, {
+      phase: 'Pending',
+      conditions: [{ type: 'PodScheduled', status: 'True' }],
+      containerStatuses: [
+        {
+          name: 'task',
+          ready: false,
+          restartCount: 0,
+          image: 'x',
+          imageID: '',
+          state: { waiting: { reason: 'ContainerCreating' } },
+        },
+      ],
+    });
+    kube.addPodEvent(NS, name, {
+      type: 'Normal',
+      reason: 'Scheduled',
+      message: `Successfully assigned ${NS}/${name} to node-1`,
+      component: 'default-scheduler',
+    });
+    kube.addPodEvent(NS, name, {
+      reason: 'FailedMount',
+      message: 'MountVolume.SetUp failed for volume "data" : configmap "etl-config" not found',
+    });
+    const want =
+      'POD_PENDING:FailedMount:MountVolume.SetUp failed for volume "data" : configmap "etl-config" not found';
     await waitFor('the event as the pending reason', async () => rec.pending.some((p) => p.reason === want), 5_000);
     expect(rec.pending.map((p) => p.reason)).toEqual(['POD_PENDING:ContainerCreating', want]);
     // A later watch event with the same bare status keeps the event's reason.
-    kube.setPodStatus(NS, name, { phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'True' }], containerStatuses: [{ name: 'task', ready: false, restartCount: 0, image: 'x', imageID: '', state: { waiting: { reason: 'ContainerCreating' } } }], message: 'still' });
+    kube.setPodStatus(NS, name, {
+      phase: 'Pending',
+      conditions: [{ type: 'PodScheduled', status: 'True' }],
+      containerStatuses: [
+        {
+          name: 'task',
+          ready: false,
+          restartCount: 0,
+          image: 'x',
+          imageID: '',
+          state: { waiting: { reason: 'ContainerCreating' } },
+        },
+      ],
+      message: 'still',
+    });
     await new Promise((r) => setTimeout(r, 700));
     expect(rec.pending.at(-1)!.reason).toBe(want);
     // Rate-limited per pod: about one list per 200 ms, not one per sweep (50 ms).
@@ -439,9 +680,19 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
     const a = attempt();
     await ex.dispatch(a);
     kube.bindPod(NS, podName(a));
-    kube.addPodEvent(NS, podName(a), { reason: 'FailedCreatePodSandBox', message: 'failed to create pod sandbox: network not ready' });
+    kube.addPodEvent(NS, podName(a), {
+      reason: 'FailedCreatePodSandBox',
+      message: 'failed to create pod sandbox: network not ready',
+    });
     kube.setLatency(600, 'list');
-    await waitFor('the event as the pending reason', async () => rec.pending.some((p) => p.reason === 'POD_PENDING:FailedCreatePodSandBox:failed to create pod sandbox: network not ready'), 5_000);
+    await waitFor(
+      'the event as the pending reason',
+      async () =>
+        rec.pending.some(
+          (p) => p.reason === 'POD_PENDING:FailedCreatePodSandBox:failed to create pod sandbox: network not ready',
+        ),
+      5_000,
+    );
     await new Promise((r) => setTimeout(r, 600));
     const lists = kube.requests().filter((r) => r.path.includes('/events'));
     // About 1.2 s of 600 ms lists, one after the other (not one per 50 ms sweep).
@@ -454,19 +705,47 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
     await ex.lead(true);
     const a = attempt();
     await ex.dispatch(a);
-    kube.setPodStatus(NS, podName(a), { phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message: '0/3 nodes are available: 3 Insufficient cpu.' }] });
-    kube.addPodEvent(NS, podName(a), { reason: 'FailedScheduling', message: '0/3 nodes are available: 3 Insufficient cpu.', component: 'default-scheduler' });
+    kube.setPodStatus(NS, podName(a), {
+      phase: 'Pending',
+      conditions: [
+        {
+          type: 'PodScheduled',
+          status: 'False',
+          reason: 'Unschedulable',
+          message: '0/3 nodes are available: 3 Insufficient cpu.',
+        },
+      ],
+    });
+    kube.addPodEvent(NS, podName(a), {
+      reason: 'FailedScheduling',
+      message: '0/3 nodes are available: 3 Insufficient cpu.',
+      component: 'default-scheduler',
+    });
     await waitFor('pending reason', async () => rec.pending.length > 0);
     await new Promise((r) => setTimeout(r, 500));
-    expect(rec.pending.map((p) => p.reason)).toEqual(['POD_PENDING:Unschedulable:0/3 nodes are available: 3 Insufficient cpu.']);
+    expect(rec.pending.map((p) => p.reason)).toEqual([
+      'POD_PENDING:Unschedulable:0/3 nodes are available: 3 Insufficient cpu.',
+    ]);
     expect(kube.requests().filter((r) => r.path.includes('/events'))).toEqual([]);
   });
 
-  it('puts the last lines of a pod that failed before its agent reported (leoflow not in the image: exit 127) in the attempt\'s error', async () => {
+  it("puts the last lines of a pod that failed before its agent reported (leoflow not in the image: exit 127) in the attempt's error", async () => {
     await kube.close();
     kube = await startFakeKubeApi({ namespaces: [NS] });
     const noisy = Array.from({ length: 30 }, (_, i) => `line ${i}`).join('\n');
-    const { ex, rec } = executor({ pods: { install: 'install-a', namespace: NS, image: 'leoflow:test', serverUrl: 'http://cp:7070', agentCommand: ['sh', '-c', `echo '${noisy}'; echo 'sh: 1: leoflow: not found' >&2; exit 127`, 'sh'], killGraceMs: 1000, podPendingTimeoutMs: 60_000, keepSucceededMs: 0, keepFailedMs: 60_000 } });
+    const { ex, rec } = executor({
+      pods: {
+        install: 'install-a',
+        namespace: NS,
+        image: 'leoflow:test',
+        serverUrl: 'http://cp:7070',
+        agentCommand: ['sh', '-c', `echo '${noisy}'; echo 'sh: 1: leoflow: not found' >&2; exit 127`, 'sh'],
+        killGraceMs: 1000,
+        podPendingTimeoutMs: 60_000,
+        keepSucceededMs: 0,
+        keepFailedMs: 60_000,
+      },
+    });
     await ex.lead(true);
     const a = attempt();
     await ex.dispatch(a);

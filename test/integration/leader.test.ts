@@ -16,7 +16,11 @@ afterAll(async () => {
   await db.drop();
 });
 
-function elector(replicaId: string, events: string[], stepReport?: () => { lastFullStepAt: number; lateMs: number } | null): LeaderElector {
+function elector(
+  replicaId: string,
+  events: string[],
+  stepReport?: () => { lastFullStepAt: number; lateMs: number } | null,
+): LeaderElector {
   const e = createLeaderElector({
     stepReport,
     databaseUrl: db.url,
@@ -57,10 +61,23 @@ describe('leader election', () => {
     await waitFor('d leads', async () => d.isLeader);
     expect(await currentLeader(db.sql, LEADER_LOCK_KEY)).toEqual({ replicaId: 'replica-d', report: null });
     report = { lastFullStepAt: Date.parse('2026-11-27T04:00:00.000Z'), lateMs: 0 };
-    await waitFor('the report read', async () => (await currentLeader(db.sql, LEADER_LOCK_KEY))?.report !== null, 2000, 20);
-    expect((await currentLeader(db.sql, LEADER_LOCK_KEY))!.report).toEqual({ lastFullStepAt: new Date('2026-11-27T04:00:00.000Z'), lateMs: 0 });
+    await waitFor(
+      'the report read',
+      async () => (await currentLeader(db.sql, LEADER_LOCK_KEY))?.report !== null,
+      2000,
+      20,
+    );
+    expect((await currentLeader(db.sql, LEADER_LOCK_KEY))!.report).toEqual({
+      lastFullStepAt: new Date('2026-11-27T04:00:00.000Z'),
+      lateMs: 0,
+    });
     report = { lastFullStepAt: Date.parse('2026-11-27T04:00:00.000Z'), lateMs: 4500 };
-    await waitFor('the lateness read', async () => (await currentLeader(db.sql, LEADER_LOCK_KEY))?.report?.lateMs === 4500, 2000, 20);
+    await waitFor(
+      'the lateness read',
+      async () => (await currentLeader(db.sql, LEADER_LOCK_KEY))?.report?.lateMs === 4500,
+      2000,
+      20,
+    );
     await d.stop();
   });
 

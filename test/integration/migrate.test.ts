@@ -33,7 +33,20 @@ describe('migrate', () => {
         select c.relname as t from pg_class c join pg_namespace n on n.oid = c.relnamespace
         where n.nspname = 'public' and c.relkind in ('r', 'p') and not c.relispartition order by 1`;
       expect(tables.map((r) => r.t)).toEqual(
-        ['agents', 'api_tokens', 'dag_runs', 'dag_versions', 'dags', 'events', 'leoflow_install', 'leoflow_migrations', 'replica_addresses', 'task_instances', 'task_logs', 'trace_export'].sort(),
+        [
+          'agents',
+          'api_tokens',
+          'dag_runs',
+          'dag_versions',
+          'dags',
+          'events',
+          'leoflow_install',
+          'leoflow_migrations',
+          'replica_addresses',
+          'task_instances',
+          'task_logs',
+          'trace_export',
+        ].sort(),
       );
     } finally {
       await a.end();
@@ -57,7 +70,10 @@ describe('migration 008 (history partitioned by owner id)', () => {
   it('migrates a database with history in it: every row kept, in the first partition, and new rows go on from there', async () => {
     await db.sql.unsafe('drop schema public cascade; create schema public; drop table if exists leoflow_migrations');
     const all = await loadMigrations();
-    await apply(db.sql, all.filter((m) => m.id < 8));
+    await apply(
+      db.sql,
+      all.filter((m) => m.id < 8),
+    );
     // History as 007 left it: two runs of three tasks, their events and lines, and a DAG's event.
     await db.sql`insert into dags (dag_id, spec, source, spec_hash, max_active_runs) values ('etl', '{"tasks": []}', '', 'h', 1)`;
     await db.sql`insert into events (run_id, ti_id, kind, payload) values (null, null, 'dag.applied', '{"dag_id": "etl", "version": 1}')`;
@@ -74,8 +90,12 @@ describe('migration 008 (history partitioned by owner id)', () => {
 
     expect(await migrate(db.sql)).toBe(all.filter((m) => m.id >= 8).length);
 
-    expect(await db.sql`select seq::text, run_id::text, ti_id::text, kind, payload, at from events order by seq`).toEqual(before.events);
-    expect(await db.sql`select ti_id::text, try_number, seq, stream, line, at from task_logs order by 1, 2, 3`).toEqual(before.logs);
+    expect(
+      await db.sql`select seq::text, run_id::text, ti_id::text, kind, payload, at from events order by seq`,
+    ).toEqual(before.events);
+    expect(await db.sql`select ti_id::text, try_number, seq, stream, line, at from task_logs order by 1, 2, 3`).toEqual(
+      before.logs,
+    );
     const where = await db.sql<{ t: string; n: number }[]>`
       select tableoid::regclass::text as t, count(*)::int as n from events group by 1
       union all select tableoid::regclass::text, count(*)::int from task_logs group by 1 order by 1`;
@@ -104,7 +124,10 @@ describe('migration 009 (runs reference a DAG version)', () => {
   it('migrates a database with runs in it: every run reads the spec it was made from, and each version is stored once', async () => {
     await db.sql.unsafe('drop schema public cascade; create schema public; drop table if exists leoflow_migrations');
     const all = await loadMigrations();
-    await apply(db.sql, all.filter((m) => m.id < 9));
+    await apply(
+      db.sql,
+      all.filter((m) => m.id < 9),
+    );
     // As 008 left it: `etl` applied twice, with runs of both versions each holding its copy of the
     // spec; `idle` applied once and never run.
     const spec = (dagId: string, version: number, maxActiveRuns: number) => ({
@@ -127,7 +150,8 @@ describe('migration 009 (runs reference a DAG version)', () => {
 
     expect(await migrate(db.sql)).toBe(all.filter((m) => m.id >= 9).length);
 
-    const columns = await db.sql`select column_name from information_schema.columns where table_name = 'dag_runs' and column_name = 'spec'`;
+    const columns =
+      await db.sql`select column_name from information_schema.columns where table_name = 'dag_runs' and column_name = 'spec'`;
     expect(columns).toHaveLength(0);
     const after = await db.sql<{ id: string; spec: unknown }[]>`
       select r.id::text, v.spec from dag_runs r join dag_versions v on v.dag_id = r.dag_id and v.version = r.dag_version order by r.id`;

@@ -23,8 +23,16 @@ describe('pending reasons in the events log', () => {
   it('records each change of a waiting task reason once, with its task and try', async () => {
     const logger = pino({ level: 'silent' });
     const w = createWorkflowService({
-      sql: db.sql, logger, parseDag: async (s, f) => parseDag(s, f), nudge: () => {}, stopAttempts: () => {},
-      attemptsEndWithinMs: 2000, defaultExecutor: 'subprocess', events: createEventFeed(db.sql, logger), watchBufferEvents: 10_000, changes: createChangeSignal(),
+      sql: db.sql,
+      logger,
+      parseDag: async (s, f) => parseDag(s, f),
+      nudge: () => {},
+      stopAttempts: () => {},
+      attemptsEndWithinMs: 2000,
+      defaultExecutor: 'subprocess',
+      events: createEventFeed(db.sql, logger),
+      watchBufferEvents: 10_000,
+      changes: createChangeSignal(),
     }) as unknown as Record<string, (req: unknown, ctx: unknown) => Promise<{ run: { runId: string } }>>;
     const ctx = { signal: new AbortController().signal, requestHeader: new Headers(), values: createContextValues() };
     await w.applyDag!({ source: 'dag_id: p\ntasks:\n  - id: a\n    command: ["true"]\n', filename: 'p.yaml' }, ctx);
@@ -35,6 +43,9 @@ describe('pending reasons in the events log', () => {
     await setPendingReasons(db.sql, new Map([[ti!.id, 'NO_FREE_SLOT']]));
     const rows = await db.sql<{ payload: { task_id: string; reason: string } }[]>`
       select payload from events where run_id = ${run.runId} and kind = 'ti.pending' order by seq`;
-    expect(rows.map((r) => [r.payload.task_id, r.payload.reason])).toEqual([['a', 'NO_AGENT_MATCHES'], ['a', 'NO_FREE_SLOT']]);
+    expect(rows.map((r) => [r.payload.task_id, r.payload.reason])).toEqual([
+      ['a', 'NO_AGENT_MATCHES'],
+      ['a', 'NO_FREE_SLOT'],
+    ]);
   });
 });

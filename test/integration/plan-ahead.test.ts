@@ -46,13 +46,30 @@ function leader() {
   const memory = ctx.memory!;
   const reports = createReportBatcher(watched.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
   reports.endsSent.register((on, ends) => planBehindEnds(ctx, on, ends));
-  return { ctx, parts, memory, offered, errors, reports, counts: () => ({ direct: watched.direct() - base.direct, reserved: watched.reserved() - base.reserved }), reset: () => ((base.direct = watched.direct()), (base.reserved = watched.reserved()), (offered.length = 0)) };
+  return {
+    ctx,
+    parts,
+    memory,
+    offered,
+    errors,
+    reports,
+    counts: () => ({ direct: watched.direct() - base.direct, reserved: watched.reserved() - base.reserved }),
+    reset: () => ((base.direct = watched.direct()), (base.reserved = watched.reserved()), (offered.length = 0)),
+  };
 }
 
 async function trigger(spec: DagSpec, runKey = 'r'): Promise<RunRow> {
   const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
   const { run } = await db.sql.begin((tx) =>
-    createRun(tx, { dagId: spec.dagId, dagVersion: row.version, runKey, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+    createRun(tx, {
+      dagId: spec.dagId,
+      dagVersion: row.version,
+      runKey,
+      runType: 'manual',
+      logicalDate: new Date(),
+      conf: {},
+      defaultExecutor: 'subprocess',
+    }),
   );
   return run;
 }
@@ -85,7 +102,10 @@ async function aStarted(l: ReturnType<typeof leader>, spec: DagSpec): Promise<{ 
 describe('planning ahead of an end', () => {
   it('claims the next task of a chain in the round trip that records the end, and offers it claimed', async () => {
     const l = leader();
-    const { run, a } = await aStarted(l, dag('ahead_chain', [task('a'), task('b', { dependsOn: ['a'] }), task('c', { dependsOn: ['b'] })]));
+    const { run, a } = await aStarted(
+      l,
+      dag('ahead_chain', [task('a'), task('b', { dependsOn: ['a'] }), task('c', { dependsOn: ['b'] })]),
+    );
     expect(l.memory.ofTi(a.tiId)?.run.id).toBe(run.id);
     l.reset();
 
@@ -130,7 +150,10 @@ describe('planning ahead of an end', () => {
   it('moves nothing when the memory is out of date: an upstream state it assumed does not hold', async () => {
     const l = leader();
     // c runs once a and b both succeed.
-    const { run, a } = await aStarted(l, dag('ahead_stale', [task('a'), task('b'), task('c', { dependsOn: ['a', 'b'] })]));
+    const { run, a } = await aStarted(
+      l,
+      dag('ahead_stale', [task('a'), task('b'), task('c', { dependsOn: ['a', 'b'] })]),
+    );
     const b = await started(l.offered, 'b');
     // b fails, but the memory is told it succeeded (as a memory gone stale would say).
     await l.reports.finished(b, FAIL);
@@ -218,7 +241,11 @@ describe('planning ahead of an end', () => {
     await l.reports.finished(a, FAIL);
     expect(await states(run.id)).toEqual({ a: 'failed', b: 'none' });
     expect(l.offered).toEqual([]);
-    expect(planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'failed' }])).toEqual({ done: null, endingTis: new Set(), plannedFromMemory: new Set() });
+    expect(planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'failed' }])).toEqual({
+      done: null,
+      endingTis: new Set(),
+      plannedFromMemory: new Set(),
+    });
   });
 
   it('ends a run in the round trip that records the end of its last task; the step that follows reads nothing for it', async () => {
@@ -229,7 +256,9 @@ describe('planning ahead of an end', () => {
     // Ended before any step, by the end's own round trip: no read went with it.
     expect(await runState(run.id)).toBe('success');
     expect(l.counts()).toEqual({ direct: 0, reserved: 1 });
-    const events = await db.sql<{ to: string }[]>`select payload->>'to' as to from events where run_id = ${run.id} and kind = 'run.state' order by seq`;
+    const events = await db.sql<
+      { to: string }[]
+    >`select payload->>'to' as to from events where run_id = ${run.id} and kind = 'run.state' order by seq`;
     expect(events.map((e) => e.to)).toEqual(['queued', 'running', 'success']);
     // The step the end nudges has nothing to read or write.
     l.reset();
@@ -245,8 +274,16 @@ describe('planning ahead of an end', () => {
     const b = await started(l.offered, 'b');
     await l.reports.finished(b, FAIL);
     // The memory says b succeeded (as a memory gone stale would).
-    const read = l.memory.ofTi(a.tiId) ?? { run: { ...run, state: 'running' as const, dag_paused: false, running_in_dag: null }, tis: await listTis(db.sql, run.id) };
-    l.memory.remember({ ...read, tis: read.tis.map((t) => (t.task_id === 'b' ? { ...t, state: 'success' } : t.task_id === 'a' ? { ...t, state: 'running' } : t)) } as never);
+    const read = l.memory.ofTi(a.tiId) ?? {
+      run: { ...run, state: 'running' as const, dag_paused: false, running_in_dag: null },
+      tis: await listTis(db.sql, run.id),
+    };
+    l.memory.remember({
+      ...read,
+      tis: read.tis.map((t) =>
+        t.task_id === 'b' ? { ...t, state: 'success' } : t.task_id === 'a' ? { ...t, state: 'running' } : t,
+      ),
+    } as never);
     await l.reports.finished(a, OK);
     expect(await runState(run.id)).toBe('running');
     await step(l.ctx, 'light', { all: false, runIds: [run.id], queued: 0 });
@@ -272,7 +309,10 @@ describe('planning ahead of an end', () => {
 
   it('schedules a task of a placing executor without claiming it (the executor places and claims it)', async () => {
     const l = leader();
-    const { run, a } = await aStarted(l, dag('ahead_agents', [task('a'), task('b', { dependsOn: ['a'], executor: 'agents' })]));
+    const { run, a } = await aStarted(
+      l,
+      dag('ahead_agents', [task('a'), task('b', { dependsOn: ['a'], executor: 'agents' })]),
+    );
     l.reset();
     await l.reports.finished(a, OK);
     expect(await states(run.id)).toEqual({ a: 'success', b: 'scheduled' });
@@ -286,7 +326,11 @@ describe('planning ahead of an end', () => {
     l.parts.claimRoom = () => 100;
     l.parts.placeNow = (w) => (w.executor === 'agents' && free ? 'agent-7' : null);
     l.parts.placed = (agentId, tiId, token) => placed.push([agentId, tiId, token]);
-    const spec = dag('ahead_placed', [task('a'), task('b', { dependsOn: ['a'], executor: 'agents' }), task('c', { dependsOn: ['a'], executor: 'agents' })]);
+    const spec = dag('ahead_placed', [
+      task('a'),
+      task('b', { dependsOn: ['a'], executor: 'agents' }),
+      task('c', { dependsOn: ['a'], executor: 'agents' }),
+    ]);
     const { run, a } = await aStarted(l, spec);
     l.reset();
     // Ahead of a's end: b placed on agent-7, c finds no agent free and is offered unclaimed.
@@ -309,7 +353,10 @@ describe('planning ahead of an end', () => {
     const placed: [string, string, string | null][] = [];
     l.parts.claimRoom = () => 100;
     l.parts.placed = (agentId, tiId, token) => placed.push([agentId, tiId, token]);
-    const { run, a } = await aStarted(l, dag('ahead_unplaced', [task('a'), task('b', { dependsOn: ['a'], executor: 'agents' })]));
+    const { run, a } = await aStarted(
+      l,
+      dag('ahead_unplaced', [task('a'), task('b', { dependsOn: ['a'], executor: 'agents' })]),
+    );
     l.parts.placeNow = () => 'agent-7';
     await db.sql`update dags set paused = true where dag_id = 'ahead_unplaced'`;
     await l.reports.finished(a, OK);

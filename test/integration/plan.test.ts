@@ -104,7 +104,13 @@ describe('plan', () => {
     expect(tis.get('a')).toMatchObject({ state: 'queued', try_number: 1 });
     expect(tis.get('b')).toMatchObject({ state: 'queued', try_number: 1 });
     const items = new Map(h.offered.map((i) => [i.taskId, i]));
-    expect(items.get('a')!.claim).toEqual({ tryNumber: 1, maxTries: 1, attemptToken: tis.get('a')!.attempt_token, dispatchKey: `p_claim-${run.id}-a-1`, agentId: null });
+    expect(items.get('a')!.claim).toEqual({
+      tryNumber: 1,
+      maxTries: 1,
+      attemptToken: tis.get('a')!.attempt_token,
+      dispatchKey: `p_claim-${run.id}-a-1`,
+      agentId: null,
+    });
     expect(items.get('b')!.claim?.attemptToken).toBe(tis.get('b')!.attempt_token);
   });
 
@@ -202,14 +208,24 @@ describe('plan', () => {
     expect(order).toHaveLength(4);
     for (const ti of await listTis(db.sql, run.id)) {
       expect(ti).toMatchObject({ state: 'success', try_number: 1 });
-      const evs = await db.sql<{ to: string }[]>`select payload->>'to' as to from events where ti_id = ${ti.id} and kind = 'ti.state' order by seq`;
-      expect(evs.map((e) => e.to), ti.task_id).toEqual(['scheduled', 'queued', 'running', 'success']);
+      const evs = await db.sql<
+        { to: string }[]
+      >`select payload->>'to' as to from events where ti_id = ${ti.id} and kind = 'ti.state' order by seq`;
+      expect(
+        evs.map((e) => e.to),
+        ti.task_id,
+      ).toEqual(['scheduled', 'queued', 'running', 'success']);
     }
     expect(h.errors).toEqual([]);
   });
 
   it('propagates a failure as upstream_failed and ends the run failed once nothing is running', BOUND, async () => {
-    const spec = dag('p_fail', [task('a'), task('b', { dependsOn: ['a'] }), task('c', { dependsOn: ['b'] }), task('d')]);
+    const spec = dag('p_fail', [
+      task('a'),
+      task('b', { dependsOn: ['a'] }),
+      task('c', { dependsOn: ['b'] }),
+      task('d'),
+    ]);
     const run = await trigger(spec);
     const h = harness();
     await stepOk(h);
@@ -242,7 +258,10 @@ describe('plan', () => {
   });
 
   it('waits for a retry backoff with a reason, then reschedules when due', BOUND, async () => {
-    const spec = dag('p_retry', [task('a', { retries: 1, retryDelayMs: 60_000, maxRetryDelayMs: 600_000 }), task('b', { dependsOn: ['a'] })]);
+    const spec = dag('p_retry', [
+      task('a', { retries: 1, retryDelayMs: 60_000, maxRetryDelayMs: 600_000 }),
+      task('b', { dependsOn: ['a'] }),
+    ]);
     const run = await trigger(spec);
     const h = harness();
     await stepOk(h);
@@ -291,7 +310,8 @@ describe('plan', () => {
       expect(r.runsStarted).toBe(i === 0 ? 1 : 0);
       expect(await runState(r1.id)).toBe('running');
       expect(await runState(r2.id)).toBe('queued');
-      for (const ti of await listTis(db.sql, r2.id)) expect(ti).toMatchObject({ state: 'none', pending_reason: 'MAX_ACTIVE_RUNS' });
+      for (const ti of await listTis(db.sql, r2.id))
+        expect(ti).toMatchObject({ state: 'none', pending_reason: 'MAX_ACTIVE_RUNS' });
       expect(h.offered.every((it) => it.runId === r1.id)).toBe(true);
     }
 
@@ -318,19 +338,27 @@ describe('plan', () => {
     expect(await Promise.all([...running, ...late].map((r) => runState(r.id)))).toEqual(Array(5).fill('running'));
   });
 
-  it('starts another DAG\'s run in the first step, however long one DAG\'s backlog of older queued runs', BOUND, async () => {
-    const busy = dag('p_fair_busy', [task('a')], { maxActiveRuns: 2 });
-    const backlog = [];
-    // More queued runs than a full step reads, however few are running.
-    for (let i = 0; i < 130; i++) backlog.push(await trigger(busy));
-    const h = harness({ maxRunsPerStep: 3 });
-    await stepOk(h); // two of the backlog start; the rest wait on max_active_runs
-    const late = await trigger(dag('p_fair_late', [task('a')]));
-    expect((await stepOk(h)).runsStarted).toBe(1);
-    expect(await runState(late.id)).toBe('running');
-    expect(h.offered.some((i) => i.runId === late.id)).toBe(true);
-    expect(await Promise.all(backlog.map((r) => runState(r.id)))).toEqual(['running', 'running', ...Array(128).fill('queued')]);
-  });
+  it(
+    "starts another DAG's run in the first step, however long one DAG's backlog of older queued runs",
+    BOUND,
+    async () => {
+      const busy = dag('p_fair_busy', [task('a')], { maxActiveRuns: 2 });
+      const backlog = [];
+      // More queued runs than a full step reads, however few are running.
+      for (let i = 0; i < 130; i++) backlog.push(await trigger(busy));
+      const h = harness({ maxRunsPerStep: 3 });
+      await stepOk(h); // two of the backlog start; the rest wait on max_active_runs
+      const late = await trigger(dag('p_fair_late', [task('a')]));
+      expect((await stepOk(h)).runsStarted).toBe(1);
+      expect(await runState(late.id)).toBe('running');
+      expect(h.offered.some((i) => i.runId === late.id)).toBe(true);
+      expect(await Promise.all(backlog.map((r) => runState(r.id)))).toEqual([
+        'running',
+        'running',
+        ...Array(128).fill('queued'),
+      ]);
+    },
+  );
 
   it('starts queued runs of several DAGs in turn, not oldest first across them', BOUND, async () => {
     const a = dag('p_turn_a', [task('a')], { maxActiveRuns: 100 });
@@ -341,15 +369,29 @@ describe('plan', () => {
     // A step that may start two: one of each DAG, though all of a's are older.
     const r = (await step(harness({ offerRoom: () => 2 }).ctx, 'light', { all: false, runIds: [], queued: 2 })).plan!;
     expect(r.runsStarted).toBe(2);
-    expect(await Promise.all([...as, ...bs].map((x) => runState(x.id)))).toEqual(['running', 'queued', 'queued', 'queued', 'running', 'queued']);
+    expect(await Promise.all([...as, ...bs].map((x) => runState(x.id)))).toEqual([
+      'running',
+      'queued',
+      'queued',
+      'queued',
+      'running',
+      'queued',
+    ]);
   });
 
-  it('offers a step\'s tasks higher priority first: the task\'s own, else its DAG\'s', BOUND, async () => {
+  it("offers a step's tasks higher priority first: the task's own, else its DAG's", BOUND, async () => {
     const low = await trigger(dag('p_prio_low', [task('x')]));
-    const high = await trigger(dag('p_prio_high', [task('a', { priority: 1 }), task('b', { priority: 10 }), task('c')], { priority: 5 }));
+    const high = await trigger(
+      dag('p_prio_high', [task('a', { priority: 1 }), task('b', { priority: 10 }), task('c')], { priority: 5 }),
+    );
     const h = harness();
     await stepOk(h);
-    expect(h.offered.map((i) => `${i.runId === low.id ? 'low' : 'high'}:${i.taskId}`)).toEqual(['high:b', 'high:c', 'high:a', 'low:x']);
+    expect(h.offered.map((i) => `${i.runId === low.id ? 'low' : 'high'}:${i.taskId}`)).toEqual([
+      'high:b',
+      'high:c',
+      'high:a',
+      'low:x',
+    ]);
     // By age alone, low's task would go first.
     expect(BigInt(high.id)).toBeGreaterThan(BigInt(low.id));
   });
@@ -362,65 +404,104 @@ describe('plan', () => {
     expect([await runState(plain.id), await runState(urgent.id)]).toEqual(['queued', 'running']);
   });
 
-  it('holds back a run whose start max_active_runs refuses at the write (planned from an old count), and starts it when room is made', BOUND, async () => {
-    const spec = dag('p_max_write', [task('a')], { maxActiveRuns: 1 });
-    const r1 = await trigger(spec);
-    const h = harness({ heldBackDags: new Set(), memory: new PlannerMemory(100) });
-    await stepOk(h); // r1 starts
-    // r2 as created, with a count taken before r1 started (as a trigger racing the step would).
-    const { dag: row } = await upsertDag(db.sql, spec, 'p_max_write.yaml');
-    const r2 = await createRun(db.sql, { dagId: spec.dagId, dagVersion: row.version, runKey: 'second', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
-    h.ctx.memory!.keepRead({ run: { ...r2.run, spec: r2.read!.spec, dag_paused: false, running_in_dag: 0 }, tis: r2.read!.tis });
-    const r = (await step(h.ctx, 'light', { all: false, runIds: [r2.run.id], queued: 0 })).plan!;
-    expect(r.runsStarted).toBe(0);
-    expect(await runState(r2.run.id)).toBe('queued');
-    expect(h.ctx.heldBackDags).toEqual(new Set(['p_max_write']));
-    // r1 ends: the step that ends it starts r2.
-    expect(await executeTask(r1.id, 'a', OK)).toBe('success');
-    expect((await step(h.ctx, 'light', { all: false, runIds: [r1.id], queued: 0 })).plan).toMatchObject({ runsFinalized: 1, runsStarted: 1 });
-    expect(await runState(r2.run.id)).toBe('running');
-  });
+  it(
+    'holds back a run whose start max_active_runs refuses at the write (planned from an old count), and starts it when room is made',
+    BOUND,
+    async () => {
+      const spec = dag('p_max_write', [task('a')], { maxActiveRuns: 1 });
+      const r1 = await trigger(spec);
+      const h = harness({ heldBackDags: new Set(), memory: new PlannerMemory(100) });
+      await stepOk(h); // r1 starts
+      // r2 as created, with a count taken before r1 started (as a trigger racing the step would).
+      const { dag: row } = await upsertDag(db.sql, spec, 'p_max_write.yaml');
+      const r2 = await createRun(db.sql, {
+        dagId: spec.dagId,
+        dagVersion: row.version,
+        runKey: 'second',
+        runType: 'manual',
+        logicalDate: new Date(),
+        conf: {},
+        defaultExecutor: 'subprocess',
+      });
+      h.ctx.memory!.keepRead({
+        run: { ...r2.run, spec: r2.read!.spec, dag_paused: false, running_in_dag: 0 },
+        tis: r2.read!.tis,
+      });
+      const r = (await step(h.ctx, 'light', { all: false, runIds: [r2.run.id], queued: 0 })).plan!;
+      expect(r.runsStarted).toBe(0);
+      expect(await runState(r2.run.id)).toBe('queued');
+      expect(h.ctx.heldBackDags).toEqual(new Set(['p_max_write']));
+      // r1 ends: the step that ends it starts r2.
+      expect(await executeTask(r1.id, 'a', OK)).toBe('success');
+      expect((await step(h.ctx, 'light', { all: false, runIds: [r1.id], queued: 0 })).plan).toMatchObject({
+        runsFinalized: 1,
+        runsStarted: 1,
+      });
+      expect(await runState(r2.run.id)).toBe('running');
+    },
+  );
 
-  it('starts a run held back by MAX_ACTIVE_RUNS in the targeted step that ends the run before it, not at the next tick', BOUND, async () => {
-    const spec = dag('p_max_targeted', [task('a')], { maxActiveRuns: 1 });
-    const other = dag('p_max_other', [task('a')], { maxActiveRuns: 1 });
-    const r1 = await trigger(spec);
-    const r2 = await trigger(spec);
-    const h = harness({ heldBackDags: new Set() });
-    await stepOk(h); // full: r1 starts, r2 is held back
-    expect(h.ctx.heldBackDags).toEqual(new Set(['p_max_targeted']));
-    const o1 = await trigger(other); // queued, never named by a nudge: left to the tick
-    expect(await executeTask(r1.id, 'a', OK)).toBe('success');
+  it(
+    'starts a run held back by MAX_ACTIVE_RUNS in the targeted step that ends the run before it, not at the next tick',
+    BOUND,
+    async () => {
+      const spec = dag('p_max_targeted', [task('a')], { maxActiveRuns: 1 });
+      const other = dag('p_max_other', [task('a')], { maxActiveRuns: 1 });
+      const r1 = await trigger(spec);
+      const r2 = await trigger(spec);
+      const h = harness({ heldBackDags: new Set() });
+      await stepOk(h); // full: r1 starts, r2 is held back
+      expect(h.ctx.heldBackDags).toEqual(new Set(['p_max_targeted']));
+      const o1 = await trigger(other); // queued, never named by a nudge: left to the tick
+      expect(await executeTask(r1.id, 'a', OK)).toBe('success');
 
-    // The nudge of r1's end names r1 only.
-    const r = (await step(h.ctx, 'light', { all: false, runIds: [r1.id], queued: 0 })).plan!;
-    expect(r).toMatchObject({ runsFinalized: 1, runsStarted: 1, errors: 0 });
-    expect(await runState(r1.id)).toBe('success');
-    expect(await runState(r2.id)).toBe('running');
-    expect(await runState(o1.id)).toBe('queued');
-    expect((await tiMap(r2.id)).get('a')).toMatchObject({ state: 'scheduled', pending_reason: null });
-    // Nothing else is held back now; a third run would be held back again by the running r2.
-    expect(h.ctx.heldBackDags).toEqual(new Set());
-    const r3 = await trigger(spec);
-    expect(await executeTask(r2.id, 'a', OK)).toBe('success');
-    const again = (await step(h.ctx, 'light', { all: false, runIds: [r2.id, r3.id], queued: 0 })).plan!;
-    expect(again).toMatchObject({ runsFinalized: 1, runsStarted: 1 });
-    expect(await runState(r3.id)).toBe('running');
-  });
+      // The nudge of r1's end names r1 only.
+      const r = (await step(h.ctx, 'light', { all: false, runIds: [r1.id], queued: 0 })).plan!;
+      expect(r).toMatchObject({ runsFinalized: 1, runsStarted: 1, errors: 0 });
+      expect(await runState(r1.id)).toBe('success');
+      expect(await runState(r2.id)).toBe('running');
+      expect(await runState(o1.id)).toBe('queued');
+      expect((await tiMap(r2.id)).get('a')).toMatchObject({ state: 'scheduled', pending_reason: null });
+      // Nothing else is held back now; a third run would be held back again by the running r2.
+      expect(h.ctx.heldBackDags).toEqual(new Set());
+      const r3 = await trigger(spec);
+      expect(await executeTask(r2.id, 'a', OK)).toBe('success');
+      const again = (await step(h.ctx, 'light', { all: false, runIds: [r2.id, r3.id], queued: 0 })).plan!;
+      expect(again).toMatchObject({ runsFinalized: 1, runsStarted: 1 });
+      expect(await runState(r3.id)).toBe('running');
+    },
+  );
 
-  it('starts the oldest queued runs when a step asks for them: as many as the pool takes, or as asked if more', BOUND, async () => {
-    const spec = dag('p_queued', [task('a')], { maxActiveRuns: 100 });
-    const runs = [];
-    for (let i = 0; i < 5; i++) runs.push(await trigger(spec));
-    const h = harness({ offerRoom: () => 2 });
-    const r = (await step(h.ctx, 'light', { all: false, runIds: [], queued: 1 })).plan!;
-    expect(r).toMatchObject({ runsStarted: 2, offered: 2, errors: 0 });
-    expect(await Promise.all(runs.map((x) => runState(x.id)))).toEqual(['running', 'running', 'queued', 'queued', 'queued']);
-    // Asked for more than the pool takes now (its drainers are quick): as many as asked.
-    const more = (await step(harness({ offerRoom: () => 0 }).ctx, 'light', { all: false, runIds: [], queued: 2 })).plan!;
-    expect(more.runsStarted).toBe(2);
-    expect(await Promise.all(runs.map((x) => runState(x.id)))).toEqual(['running', 'running', 'running', 'running', 'queued']);
-  });
+  it(
+    'starts the oldest queued runs when a step asks for them: as many as the pool takes, or as asked if more',
+    BOUND,
+    async () => {
+      const spec = dag('p_queued', [task('a')], { maxActiveRuns: 100 });
+      const runs = [];
+      for (let i = 0; i < 5; i++) runs.push(await trigger(spec));
+      const h = harness({ offerRoom: () => 2 });
+      const r = (await step(h.ctx, 'light', { all: false, runIds: [], queued: 1 })).plan!;
+      expect(r).toMatchObject({ runsStarted: 2, offered: 2, errors: 0 });
+      expect(await Promise.all(runs.map((x) => runState(x.id)))).toEqual([
+        'running',
+        'running',
+        'queued',
+        'queued',
+        'queued',
+      ]);
+      // Asked for more than the pool takes now (its drainers are quick): as many as asked.
+      const more = (await step(harness({ offerRoom: () => 0 }).ctx, 'light', { all: false, runIds: [], queued: 2 }))
+        .plan!;
+      expect(more.runsStarted).toBe(2);
+      expect(await Promise.all(runs.map((x) => runState(x.id)))).toEqual([
+        'running',
+        'running',
+        'running',
+        'running',
+        'queued',
+      ]);
+    },
+  );
 
   it('leaves a TI scheduled with WAITING_FOR_DISPATCH when the pool is full, and offers it again', BOUND, async () => {
     const run = await trigger(dag('p_full', [task('a')]));
@@ -444,26 +525,30 @@ describe('plan', () => {
     expect((await tiMap(run.id)).get('a')).toMatchObject({ state: 'scheduled', pending_reason: null });
   });
 
-  it('sweeps the running runs a stretch a full step, so each is looked at within a known number of steps however many there are', BOUND, async () => {
-    const spec = dag('p_sweep', [task('a')], { maxActiveRuns: 100 });
-    const runs = [];
-    for (let i = 0; i < 7; i++) runs.push(await trigger(spec));
-    await stepOk(harness()); // all start
-    // Six tasks run on (nothing to decide); the last one ends with no nudge: nothing but a read
-    // of its run can end the run, and the six older runs fill any read of the oldest.
-    const live = runs.slice(0, 6).map((r) => r.id);
-    await db.sql`update task_instances set state = 'running', try_number = 1, attempt_token = gen_random_uuid(), queued_at = now(),
+  it(
+    'sweeps the running runs a stretch a full step, so each is looked at within a known number of steps however many there are',
+    BOUND,
+    async () => {
+      const spec = dag('p_sweep', [task('a')], { maxActiveRuns: 100 });
+      const runs = [];
+      for (let i = 0; i < 7; i++) runs.push(await trigger(spec));
+      await stepOk(harness()); // all start
+      // Six tasks run on (nothing to decide); the last one ends with no nudge: nothing but a read
+      // of its run can end the run, and the six older runs fill any read of the oldest.
+      const live = runs.slice(0, 6).map((r) => r.id);
+      await db.sql`update task_instances set state = 'running', try_number = 1, attempt_token = gen_random_uuid(), queued_at = now(),
                    started_at = now(), heartbeat_at = now() where run_id = any(${live}::bigint[])`;
-    expect(await executeTask(runs[6]!.id, 'a', OK)).toBe('success');
-    const h = harness({ sweepRunsPerStep: 3, sweep: { cursor: '0' } });
-    expect((await stepOk(h)).runsFinalized).toBe(0);
-    expect(h.ctx.sweep).toMatchObject({ cursor: runs[2]!.id });
-    expect((await stepOk(h)).runsFinalized).toBe(0);
-    expect((await stepOk(h)).runsFinalized).toBe(1);
-    expect(await runState(runs[6]!.id)).toBe('success');
-    // The last stretch was short: the sweep starts over.
-    expect(h.ctx.sweep).toMatchObject({ cursor: '0' });
-  });
+      expect(await executeTask(runs[6]!.id, 'a', OK)).toBe('success');
+      const h = harness({ sweepRunsPerStep: 3, sweep: { cursor: '0' } });
+      expect((await stepOk(h)).runsFinalized).toBe(0);
+      expect(h.ctx.sweep).toMatchObject({ cursor: runs[2]!.id });
+      expect((await stepOk(h)).runsFinalized).toBe(0);
+      expect((await stepOk(h)).runsFinalized).toBe(1);
+      expect(await runState(runs[6]!.id)).toBe('success');
+      // The last stretch was short: the sweep starts over.
+      expect(h.ctx.sweep).toMatchObject({ cursor: '0' });
+    },
+  );
 
   it('reads a run with a retry due in every full step, wherever the sweep is', BOUND, async () => {
     const spec = dag('p_sweep_due', [task('a', { retries: 1, retryDelayMs: 0 })], { maxActiveRuns: 100 });
@@ -482,22 +567,26 @@ describe('plan', () => {
     expect(await runState(runs[1]!.id)).toBe('running');
   });
 
-  it('offers again the tasks waiting to be offered beyond the sweep when a nudge asks for everything, not at every tick', BOUND, async () => {
-    const runs = [];
-    for (let i = 0; i < 4; i++) runs.push(await trigger(dag('p_asked', [task('a')], { maxActiveRuns: 100 })));
-    const h = harness({ sweepRunsPerStep: 1, sweep: { cursor: '0' } });
-    h.answer.next = 'full';
-    await step(h.ctx, 'light', { all: true, asked: true }); // all start; every offer refused
-    h.offered.length = 0;
-    h.answer.next = 'accepted';
-    // The tick: its sweep's stretch only.
-    await step(h.ctx, 'full', { all: true });
-    expect(h.offered.map((i) => i.runId)).toEqual([runs[0]!.id]);
-    h.offered.length = 0;
-    // An agent connected (say): every task waiting is offered again.
-    await step(h.ctx, 'light', { all: true, asked: true });
-    expect(h.offered.map((i) => i.runId).sort()).toEqual(runs.map((r) => r.id).sort());
-  });
+  it(
+    'offers again the tasks waiting to be offered beyond the sweep when a nudge asks for everything, not at every tick',
+    BOUND,
+    async () => {
+      const runs = [];
+      for (let i = 0; i < 4; i++) runs.push(await trigger(dag('p_asked', [task('a')], { maxActiveRuns: 100 })));
+      const h = harness({ sweepRunsPerStep: 1, sweep: { cursor: '0' } });
+      h.answer.next = 'full';
+      await step(h.ctx, 'light', { all: true, asked: true }); // all start; every offer refused
+      h.offered.length = 0;
+      h.answer.next = 'accepted';
+      // The tick: its sweep's stretch only.
+      await step(h.ctx, 'full', { all: true });
+      expect(h.offered.map((i) => i.runId)).toEqual([runs[0]!.id]);
+      h.offered.length = 0;
+      // An agent connected (say): every task waiting is offered again.
+      await step(h.ctx, 'light', { all: true, asked: true });
+      expect(h.offered.map((i) => i.runId).sort()).toEqual(runs.map((r) => r.id).sort());
+    },
+  );
 
   it('plans at once the runs of the attempts the reapers ended, not when the sweep comes round', BOUND, async () => {
     const spec = dag('p_reaped', [task('a'), task('b', { dependsOn: ['a'] })], { maxActiveRuns: 100 });
@@ -513,28 +602,32 @@ describe('plan', () => {
     expect(nudged).toEqual([[run.id]]);
   });
 
-  it('lists the runs a full pool refused, oldest refusal first, so the drain offers again only as many as there is room for', BOUND, async () => {
-    const runs = [];
-    for (const id of ['p_wait_1', 'p_wait_2', 'p_wait_3']) runs.push(await trigger(dag(id, [task('a')])));
-    const waiters = new RoomWaiters();
-    const h = harness({ roomWaiters: waiters });
-    h.answer.next = 'full';
-    await stepOk(h);
-    expect(waiters.size).toBe(3);
-    // The pool has room for one: the run refused first, and only it, is read and offered again.
-    const first = waiters.take(1);
-    expect(first).toEqual([runs[0]!.id]);
-    h.answer.next = 'accepted';
-    h.offered.length = 0;
-    const r = (await step(h.ctx, 'light', { all: false, runIds: first, queued: 0 })).plan!;
-    expect(r.offered).toBe(1);
-    expect(h.offered.map((i) => i.runId)).toEqual([runs[0]!.id]);
-    expect(waiters.take(10)).toEqual([runs[1]!.id, runs[2]!.id]);
-    // Refused again when read again: listed again, behind the others.
-    h.answer.next = 'full';
-    await step(h.ctx, 'light', { all: false, runIds: [runs[1]!.id], queued: 0 });
-    expect(waiters.take(10)).toEqual([runs[1]!.id]);
-  });
+  it(
+    'lists the runs a full pool refused, oldest refusal first, so the drain offers again only as many as there is room for',
+    BOUND,
+    async () => {
+      const runs = [];
+      for (const id of ['p_wait_1', 'p_wait_2', 'p_wait_3']) runs.push(await trigger(dag(id, [task('a')])));
+      const waiters = new RoomWaiters();
+      const h = harness({ roomWaiters: waiters });
+      h.answer.next = 'full';
+      await stepOk(h);
+      expect(waiters.size).toBe(3);
+      // The pool has room for one: the run refused first, and only it, is read and offered again.
+      const first = waiters.take(1);
+      expect(first).toEqual([runs[0]!.id]);
+      h.answer.next = 'accepted';
+      h.offered.length = 0;
+      const r = (await step(h.ctx, 'light', { all: false, runIds: first, queued: 0 })).plan!;
+      expect(r.offered).toBe(1);
+      expect(h.offered.map((i) => i.runId)).toEqual([runs[0]!.id]);
+      expect(waiters.take(10)).toEqual([runs[1]!.id, runs[2]!.id]);
+      // Refused again when read again: listed again, behind the others.
+      h.answer.next = 'full';
+      await step(h.ctx, 'light', { all: false, runIds: [runs[1]!.id], queued: 0 });
+      expect(waiters.take(10)).toEqual([runs[1]!.id]);
+    },
+  );
 
   it('keeps a TI whose executor is not available waiting with NO_EXECUTOR:<kind>', BOUND, async () => {
     const run = await trigger(dag('p_noexec', [task('k', { executor: 'kubernetes' }), task('s')]));
@@ -543,7 +636,11 @@ describe('plan', () => {
       const r = await stepOk(h);
       expect(r.offered).toBe(1);
       const tis = await tiMap(run.id);
-      expect(tis.get('k')).toMatchObject({ state: 'scheduled', executor: 'kubernetes', pending_reason: 'NO_EXECUTOR:kubernetes' });
+      expect(tis.get('k')).toMatchObject({
+        state: 'scheduled',
+        executor: 'kubernetes',
+        pending_reason: 'NO_EXECUTOR:kubernetes',
+      });
       expect(tis.get('s')).toMatchObject({ state: 'scheduled', executor: 'subprocess', pending_reason: null });
     }
     expect(h.offered.map((i) => i.taskId)).toEqual(['s', 's']);
@@ -569,7 +666,9 @@ describe('plan', () => {
     ]);
     expect((await getRun(db.sql, ghost.id))!.poison_error).toMatch(/ghost/);
     expect((await getRun(db.sql, cycle.id))!.poison_error).toMatch(/cycle/);
-    const poisoned = await db.sql<{ run_id: string }[]>`select run_id from events where kind = 'run.poisoned' order by seq`;
+    const poisoned = await db.sql<
+      { run_id: string }[]
+    >`select run_id from events where kind = 'run.poisoned' order by seq`;
     expect(poisoned.map((e) => e.run_id)).toEqual([ghost.id, cycle.id]);
 
     expect(await runState(good.id)).toBe('running');
@@ -594,7 +693,9 @@ describe('plan: cron runs', () => {
     dag(dagId, [task('a')], { schedule: '* * * * *', catchup, startDate: START, maxActiveRuns: 1 });
 
   async function scheduledKeys(dagId: string): Promise<string[]> {
-    const rows = await db.sql<{ run_key: string; run_type: string }[]>`select run_key, run_type from dag_runs where dag_id = ${dagId} order by logical_date`;
+    const rows = await db.sql<
+      { run_key: string; run_type: string }[]
+    >`select run_key, run_type from dag_runs where dag_id = ${dagId} order by logical_date`;
     for (const r of rows) expect(r.run_type).toBe('scheduled');
     return rows.map((r) => r.run_key);
   }
@@ -609,7 +710,9 @@ describe('plan: cron runs', () => {
     expect(await scheduledKeys('cron_catchup')).toEqual(
       ['10:03', '10:04', '10:05', '10:06', '10:07'].map((t) => `scheduled__2026-01-01T${t}:00.000Z`),
     );
-    const runs = await db.sql<{ logical_date: Date; state: string }[]>`select logical_date, state from dag_runs where dag_id = 'cron_catchup' order by logical_date`;
+    const runs = await db.sql<
+      { logical_date: Date; state: string }[]
+    >`select logical_date, state from dag_runs where dag_id = 'cron_catchup' order by logical_date`;
     expect(runs[0]!.logical_date).toEqual(new Date('2026-01-01T10:03:00Z'));
     // max_active_runs 1: the oldest starts, the rest wait.
     expect(runs.map((x) => x.state)).toEqual(['running', 'queued', 'queued', 'queued', 'queued']);
@@ -634,7 +737,10 @@ describe('plan: cron runs', () => {
     // A long pause with catchup off still yields a single run: the latest fire time.
     h.clock.now = new Date(NOW.getTime() + 10 * 60_000);
     expect((await stepOk(h)).runsCreated).toBe(1);
-    expect(await scheduledKeys('cron_latest')).toEqual(['scheduled__2026-01-01T10:07:00.000Z', 'scheduled__2026-01-01T10:17:00.000Z']);
+    expect(await scheduledKeys('cron_latest')).toEqual([
+      'scheduled__2026-01-01T10:07:00.000Z',
+      'scheduled__2026-01-01T10:17:00.000Z',
+    ]);
   });
 
   it('creates no duplicates when two leaders run the cron part at once', BOUND, async () => {
@@ -673,38 +779,52 @@ describe('plan: cron runs', () => {
 });
 
 describe('paused DAGs', () => {
-  it('keep queued runs queued, start nothing new in running runs, let attempts finish, and resume on unpause', BOUND, async () => {
-    const spec = dag('p_pause', [task('a'), task('b', { dependsOn: ['a'] }), task('c')], { maxActiveRuns: 5 });
-    const r1 = await trigger(spec);
-    const h = harness();
-    await stepOk(h);
-    expect(await states(r1.id)).toEqual({ a: 'scheduled', b: 'none', c: 'scheduled' });
-    // c starts before the pause and must be allowed to finish.
-    const c = (await tiMap(r1.id)).get('c')!;
-    const claim = (await claimAttempt(db.sql, c.id, 'subprocess'))!;
-    expect(await startAttempt(db.sql, { tiId: c.id, tryNumber: 1, attemptToken: claim.attemptToken }, { pid: 1, agentId: null })).toBe(true);
+  it(
+    'keep queued runs queued, start nothing new in running runs, let attempts finish, and resume on unpause',
+    BOUND,
+    async () => {
+      const spec = dag('p_pause', [task('a'), task('b', { dependsOn: ['a'] }), task('c')], { maxActiveRuns: 5 });
+      const r1 = await trigger(spec);
+      const h = harness();
+      await stepOk(h);
+      expect(await states(r1.id)).toEqual({ a: 'scheduled', b: 'none', c: 'scheduled' });
+      // c starts before the pause and must be allowed to finish.
+      const c = (await tiMap(r1.id)).get('c')!;
+      const claim = (await claimAttempt(db.sql, c.id, 'subprocess'))!;
+      expect(
+        await startAttempt(
+          db.sql,
+          { tiId: c.id, tryNumber: 1, attemptToken: claim.attemptToken },
+          { pid: 1, agentId: null },
+        ),
+      ).toBe(true);
 
-    await db.sql`update dags set paused = true where dag_id = 'p_pause'`;
-    const r2 = await trigger(spec);
-    h.offered.length = 0;
-    await stepOk(h);
-    // Nothing offered: the scheduled a waits, the queued run stays queued, both say why.
-    expect(h.offered).toEqual([]);
-    expect(await runState(r2.id)).toBe('queued');
-    for (const ti of await listTis(db.sql, r2.id)) expect(ti.pending_reason).toBe('DAG_PAUSED');
-    expect((await tiMap(r1.id)).get('a')).toMatchObject({ state: 'scheduled', pending_reason: 'DAG_PAUSED' });
-    // The running attempt still reports its end.
-    expect(await finishAttempt(db.sql, { tiId: c.id, tryNumber: 1, attemptToken: claim.attemptToken }, OK)).toBe('success');
-    await stepOk(h);
-    expect(h.offered).toEqual([]);
-    expect(await runState(r1.id)).toBe('running');
+      await db.sql`update dags set paused = true where dag_id = 'p_pause'`;
+      const r2 = await trigger(spec);
+      h.offered.length = 0;
+      await stepOk(h);
+      // Nothing offered: the scheduled a waits, the queued run stays queued, both say why.
+      expect(h.offered).toEqual([]);
+      expect(await runState(r2.id)).toBe('queued');
+      for (const ti of await listTis(db.sql, r2.id)) expect(ti.pending_reason).toBe('DAG_PAUSED');
+      expect((await tiMap(r1.id)).get('a')).toMatchObject({ state: 'scheduled', pending_reason: 'DAG_PAUSED' });
+      // The running attempt still reports its end.
+      expect(await finishAttempt(db.sql, { tiId: c.id, tryNumber: 1, attemptToken: claim.attemptToken }, OK)).toBe(
+        'success',
+      );
+      await stepOk(h);
+      expect(h.offered).toEqual([]);
+      expect(await runState(r1.id)).toBe('running');
 
-    await db.sql`update dags set paused = false where dag_id = 'p_pause'`;
-    await stepOk(h);
-    expect(await runState(r2.id)).toBe('running');
-    expect(h.offered.map((i) => `${i.runId}:${i.taskId}`).sort()).toEqual([`${r1.id}:a`, `${r2.id}:a`, `${r2.id}:c`].sort());
-    expect((await tiMap(r1.id)).get('a')!.pending_reason).toBeNull();
-  });
+      await db.sql`update dags set paused = false where dag_id = 'p_pause'`;
+      await stepOk(h);
+      expect(await runState(r2.id)).toBe('running');
+      expect(h.offered.map((i) => `${i.runId}:${i.taskId}`).sort()).toEqual(
+        [`${r1.id}:a`, `${r2.id}:a`, `${r2.id}:c`].sort(),
+      );
+      expect((await tiMap(r1.id)).get('a')!.pending_reason).toBeNull();
+    },
+  );
 
   it("keep no other DAG's queued run from starting, however many of their queued runs are older", BOUND, async () => {
     // More queued runs of a paused DAG than a step reads, all older than the run that can start.

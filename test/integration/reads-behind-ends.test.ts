@@ -30,7 +30,15 @@ async function runningChain() {
   const spec = dag(`pf${++seq}`, [task('a'), task('b', { dependsOn: ['a'] })]);
   const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
   const { run } = await db.sql.begin((tx) =>
-    createRun(tx, { dagId: spec.dagId, dagVersion: row.version, runKey: 'r', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+    createRun(tx, {
+      dagId: spec.dagId,
+      dagVersion: row.version,
+      runKey: 'r',
+      runType: 'manual',
+      logicalDate: new Date(),
+      conf: {},
+      defaultExecutor: 'subprocess',
+    }),
   );
   const a = (await listTis(db.sql, run.id)).find((t) => t.task_id === 'a')!;
   await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
@@ -49,7 +57,12 @@ describe('runs read behind the ends', () => {
     const memory = new PlannerMemory(100);
     const w = watching(db.sql);
     const reports = createReportBatcher(w.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
-    reports.endsSent.register((on, ends) => memory.readBehindEnds(on, ends.map((e) => e.tiId)));
+    reports.endsSent.register((on, ends) =>
+      memory.readBehindEnds(
+        on,
+        ends.map((e) => e.tiId),
+      ),
+    );
     expect(await reports.finished(attempt, success)).toEqual({ verdict: 'success', runId });
     // The end and the reads all went down one reserved connection, none through the pool.
     expect([w.reserved(), w.direct()]).toEqual([1, 0]);
@@ -65,7 +78,10 @@ describe('runs read behind the ends', () => {
     const memory = new PlannerMemory(100);
     const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
     reports.endsSent.register((on, ends) => {
-      const reading = memory.readBehindEnds(on, ends.map((e) => e.tiId));
+      const reading = memory.readBehindEnds(
+        on,
+        ends.map((e) => e.tiId),
+      );
       // The run changes while its read is on the wire.
       memory.changed([runId]);
       return reading;
@@ -79,7 +95,12 @@ describe('runs read behind the ends', () => {
     const two = await runningChain();
     const memory = new PlannerMemory(100);
     const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
-    reports.endsSent.register((on, ends) => memory.readBehindEnds(on, ends.map((e) => e.tiId)));
+    reports.endsSent.register((on, ends) =>
+      memory.readBehindEnds(
+        on,
+        ends.map((e) => e.tiId),
+      ),
+    );
     await reports.finished(one.attempt, success);
     expect(memory.readsKept).toBe(1);
     memory.changed(); // no runs named: everything
@@ -94,7 +115,15 @@ describe('runs read behind the ends', () => {
     const spec = dag(`pf${++seq}`, [task('a'), task('b', { dependsOn: ['a'] })]);
     const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
     const make = (key: string) =>
-      createRun(db.sql, { dagId: spec.dagId, dagVersion: row.version, runKey: key, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+      createRun(db.sql, {
+        dagId: spec.dagId,
+        dagVersion: row.version,
+        runKey: key,
+        runType: 'manual',
+        logicalDate: new Date(),
+        conf: {},
+        defaultExecutor: 'subprocess',
+      });
     const first = await make('one');
     await db.sql`update dag_runs set state = 'running' where id = ${first.run.id}`;
     const created = await make('two');
@@ -122,7 +151,14 @@ describe('runs read behind the ends', () => {
     await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
     const { dag: v2 } = await upsertDag(db.sql, { ...spec, description: 'v2' }, `${spec.dagId}.yaml`);
     await db.sql`update dags set paused = true where dag_id = ${spec.dagId}`;
-    const made = { dagId: spec.dagId, runKey: 'k', runType: 'manual' as const, logicalDate: new Date(), conf: { x: 1 }, defaultExecutor: 'subprocess' };
+    const made = {
+      dagId: spec.dagId,
+      runKey: 'k',
+      runType: 'manual' as const,
+      logicalDate: new Date(),
+      conf: { x: 1 },
+      defaultExecutor: 'subprocess',
+    };
     const created = await createRunOfDag(db.sql, made);
     expect(created!.created).toBe(true);
     expect(created!.run.dag_version).toBe(v2.version);

@@ -36,7 +36,8 @@ beforeEach(async () => {
   await db.sql`delete from events`;
 });
 
-const harness = (over: HarnessOptions = {}) => schedulerHarness(db.sql, { heartbeatThresholdMs: THRESHOLD_MS, ...over });
+const harness = (over: HarnessOptions = {}) =>
+  schedulerHarness(db.sql, { heartbeatThresholdMs: THRESHOLD_MS, ...over });
 
 const { runningRun, claim, started } = attemptFixtures(() => db.sql, 'subprocess');
 
@@ -70,7 +71,15 @@ describe('reapHeartbeats', () => {
     const h = harness();
 
     const r = await reapHeartbeats(h.ctx);
-    expect(r).toEqual({ candidates: 1, retried: 1, failed: 0, errors: 0, heldLive: 0, heldOff: false, runIds: [run.id] });
+    expect(r).toEqual({
+      candidates: 1,
+      retried: 1,
+      failed: 0,
+      errors: 0,
+      heldLive: 0,
+      heldOff: false,
+      runIds: [run.id],
+    });
     const row = await ti(a.tiId);
     // The lost attempt's token dies with it: nothing its holder reports later can match.
     expect(row).toMatchObject({ state: 'up_for_retry', try_number: 1, pid: null, attempt_token: null });
@@ -93,7 +102,15 @@ describe('reapHeartbeats', () => {
     expect(h.errors).toEqual([]);
 
     // Once reaped, the row is no longer a candidate: a second pass changes nothing.
-    expect(await reapHeartbeats(h.ctx)).toEqual({ candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: false, runIds: [] });
+    expect(await reapHeartbeats(h.ctx)).toEqual({
+      candidates: 0,
+      retried: 0,
+      failed: 0,
+      errors: 0,
+      heldLive: 0,
+      heldOff: false,
+      runIds: [],
+    });
     expect(h.reaped).toHaveLength(1);
   });
 
@@ -107,7 +124,11 @@ describe('reapHeartbeats', () => {
     const row = await ti(a.tiId);
     expect(row).toMatchObject({ state: 'failed', next_try_at: null, attempt_token: null });
     expect(row.error).toMatch(/^agent_lost:/);
-    expect((await tiEvents(a.tiId)).at(-1)!.payload).toMatchObject({ to: 'failed', reason: 'agent_lost', next_try_at: null });
+    expect((await tiEvents(a.tiId)).at(-1)!.payload).toMatchObject({
+      to: 'failed',
+      reason: 'agent_lost',
+      next_try_at: null,
+    });
     expect(h.reaped).toEqual([{ kind: 'ti', count: 1 }]);
     expect(h.agentLost).toEqual([1]);
   });
@@ -123,7 +144,15 @@ describe('reapHeartbeats', () => {
     const before = [await ti(fresh.tiId), await ti(long.tiId)];
     const h = harness();
 
-    expect(await reapHeartbeats(h.ctx)).toEqual({ candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: false, runIds: [] });
+    expect(await reapHeartbeats(h.ctx)).toEqual({
+      candidates: 0,
+      retried: 0,
+      failed: 0,
+      errors: 0,
+      heldLive: 0,
+      heldOff: false,
+      runIds: [],
+    });
     expect([await ti(fresh.tiId), await ti(long.tiId)]).toEqual(before);
     expect(h.reaped).toEqual([]);
     expect(h.agentLost).toEqual([]);
@@ -210,7 +239,15 @@ describe('reapHeartbeats', () => {
     const h = harness({ health: { healthySince: since } });
     h.clock.now = since;
 
-    expect(await reapHeartbeats(h.ctx)).toEqual({ candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: true, runIds: [] });
+    expect(await reapHeartbeats(h.ctx)).toEqual({
+      candidates: 0,
+      retried: 0,
+      failed: 0,
+      errors: 0,
+      heldLive: 0,
+      heldOff: true,
+      runIds: [],
+    });
     h.clock.now = new Date(since.getTime() + THRESHOLD_MS - 1);
     expect((await reapHeartbeats(h.ctx)).heldOff).toBe(true);
     expect((await ti(a.tiId)).state).toBe('running');
@@ -223,7 +260,11 @@ describe('reapHeartbeats', () => {
 
   it('reaps the other candidates when one of them fails to write', BOUND, async () => {
     const { run, tis } = await runningRun(dag('hb_isolated', [task('a'), task('bad'), task('c', { retries: 1 })]));
-    const attempts = [await started(run.id, tis.get('a')!), await started(run.id, tis.get('bad')!), await started(run.id, tis.get('c')!)];
+    const attempts = [
+      await started(run.id, tis.get('a')!),
+      await started(run.id, tis.get('bad')!),
+      await started(run.id, tis.get('c')!),
+    ];
     for (const a of attempts) await age(a.tiId);
     const badId = tis.get('bad')!.id;
     await db.sql.unsafe(`
@@ -256,27 +297,54 @@ describe('reapHeartbeats', () => {
   });
 
   it('looks at no more than 100 candidates per step', BOUND, async () => {
-    const spec = dag('hb_many', Array.from({ length: 120 }, (_, i) => task(`t${String(i).padStart(3, '0')}`)));
+    const spec = dag(
+      'hb_many',
+      Array.from({ length: 120 }, (_, i) => task(`t${String(i).padStart(3, '0')}`)),
+    );
     const { run, tis } = await runningRun(spec);
     await transitionTis(db.sql, run.id, [...tis.keys()], 'scheduled');
     for (const t of tis.values()) {
       const c = (await claimAttempt(db.sql, t.id, 'subprocess'))!;
-      expect(await startAttempt(db.sql, { tiId: t.id, tryNumber: c.tryNumber, attemptToken: c.attemptToken }, { pid: 1, agentId: null })).toBe(true);
+      expect(
+        await startAttempt(
+          db.sql,
+          { tiId: t.id, tryNumber: c.tryNumber, attemptToken: c.attemptToken },
+          { pid: 1, agentId: null },
+        ),
+      ).toBe(true);
     }
     await db.sql`update task_instances set heartbeat_at = now() - interval '10 minutes' where run_id = ${run.id}`;
     const h = harness();
     const count = async (state: string) =>
-      (await db.sql<{ n: number }[]>`select count(*)::int as n from task_instances where run_id = ${run.id} and state = ${state}`)[0]!.n;
+      (
+        await db.sql<
+          { n: number }[]
+        >`select count(*)::int as n from task_instances where run_id = ${run.id} and state = ${state}`
+      )[0]!.n;
 
     const s1 = await step(h.ctx);
     expect(s1.failedPhases).toEqual([]);
-    expect(s1.reapHeartbeats).toMatchObject({ candidates: 100, retried: 0, failed: 100, errors: 0, heldLive: 0, heldOff: false });
+    expect(s1.reapHeartbeats).toMatchObject({
+      candidates: 100,
+      retried: 0,
+      failed: 100,
+      errors: 0,
+      heldLive: 0,
+      heldOff: false,
+    });
     expect(s1.reapHeartbeats!.runIds).toHaveLength(100);
     expect(await count('failed')).toBe(100);
     expect(await count('running')).toBe(20);
 
     const s2 = await step(h.ctx);
-    expect(s2.reapHeartbeats).toMatchObject({ candidates: 20, retried: 0, failed: 20, errors: 0, heldLive: 0, heldOff: false });
+    expect(s2.reapHeartbeats).toMatchObject({
+      candidates: 20,
+      retried: 0,
+      failed: 20,
+      errors: 0,
+      heldLive: 0,
+      heldOff: false,
+    });
     expect(s2.reapHeartbeats!.runIds).toHaveLength(20);
     expect(await count('failed')).toBe(120);
     expect(h.reaped).toEqual([
@@ -309,7 +377,10 @@ describe('reapHeartbeats', () => {
     // Still backing off: the planner leaves it, saying until when.
     h.clock.now = new Date(nextTryAt.getTime() - 1);
     await step(h.ctx);
-    expect(await ti(lost.tiId)).toMatchObject({ state: 'up_for_retry', pending_reason: `RETRY_BACKOFF_UNTIL:${nextTryAt.toISOString()}` });
+    expect(await ti(lost.tiId)).toMatchObject({
+      state: 'up_for_retry',
+      pending_reason: `RETRY_BACKOFF_UNTIL:${nextTryAt.toISOString()}`,
+    });
     expect(h.offered).toEqual([]);
 
     h.clock.now = nextTryAt;
@@ -324,7 +395,11 @@ describe('reapHeartbeats', () => {
     expect(await startAttempt(db.sql, lost, { pid: 1, agentId: null })).toBe(false);
     expect(await flushHeartbeats(db.sql, [lost])).toEqual(new Set());
     const rejected: number[] = [];
-    const logs = createLogWriter(db.sql, logger, { flushMs: 60_000, maxBatch: 1000, onRejected: (n) => rejected.push(n) });
+    const logs = createLogWriter(db.sql, logger, {
+      flushMs: 60_000,
+      maxBatch: 1000,
+      onRejected: (n) => rejected.push(n),
+    });
     logs.write(lost.tiId, lost.tryNumber, lost.attemptToken, 'stdout', 'zombie line 1');
     await logs.flush();
     expect(rejected).toEqual([1]);
@@ -355,7 +430,15 @@ describe('a sign of life in this replica', () => {
     const spec = dag('alive_here', [task('a', { retries: 1 })]);
     const { dag: row } = await upsertDag(db.sql, spec, 'alive_here.yaml');
     const { run } = await db.sql.begin((tx) =>
-      createRun(tx, { dagId: spec.dagId, dagVersion: row.version, runKey: 'k', runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' }),
+      createRun(tx, {
+        dagId: spec.dagId,
+        dagVersion: row.version,
+        runKey: 'k',
+        runType: 'manual',
+        logicalDate: new Date(),
+        conf: {},
+        defaultExecutor: 'subprocess',
+      }),
     );
     const [ti] = await db.sql<{ id: string }[]>`select id from task_instances where run_id = ${run.id}`;
     await db.sql`update task_instances set state = 'scheduled' where id = ${ti!.id}`;

@@ -26,7 +26,8 @@ beforeEach(async () => {
   await db.sql`delete from events`;
 });
 
-const harness = (over: HarnessOptions = {}) => schedulerHarness(db.sql, { runOrphanThresholdMs: THRESHOLD_MS, ...over });
+const harness = (over: HarnessOptions = {}) =>
+  schedulerHarness(db.sql, { runOrphanThresholdMs: THRESHOLD_MS, ...over });
 
 const SPEC = dag('rr', [task('a'), task('b'), task('c')]);
 let runSeq = 0;
@@ -52,7 +53,12 @@ async function runWith(
   expect(await transitionRun(db.sql, run.id, 'running')).toBe(true);
   await db.sql`update dag_runs set started_at = now() - ${opts.startedAgo ?? '20 minutes'}::interval where id = ${run.id}`;
   for (const [taskId, state] of Object.entries(tiStates)) {
-    const ended = state === 'success' || state === 'failed' || state === 'upstream_failed' || state === 'skipped' || state === 'cancelled';
+    const ended =
+      state === 'success' ||
+      state === 'failed' ||
+      state === 'upstream_failed' ||
+      state === 'skipped' ||
+      state === 'cancelled';
     await db.sql`
       update task_instances set state = ${state!},
         ended_at = case when ${ended} then now() - ${opts.endedAgo ?? '10 minutes'}::interval end
@@ -89,7 +95,10 @@ describe('reapRuns', () => {
       expect(row.ended_at).toBeInstanceOf(Date);
       expect(row.ended_at!.getTime()).toBeGreaterThan(row.started_at!.getTime());
       expect(row.settled_at).toBeInstanceOf(Date);
-      expect((await runEvents(run.id)).at(-1)).toEqual({ kind: 'run.state', payload: { to: state, reason: 'orphan_reaped' } });
+      expect((await runEvents(run.id)).at(-1)).toEqual({
+        kind: 'run.state',
+        payload: { to: state, reason: 'orphan_reaped' },
+      });
     }
     expect(h.reaped).toEqual([{ kind: 'run', count: 5 }]);
     expect(h.errors).toEqual([]);
@@ -139,7 +148,12 @@ describe('reapRuns', () => {
     expect(r.plan).toMatchObject({ runsAdvanced: 0, runsFinalized: 0 });
     expect(r.reapRuns).toEqual({ candidates: 1, finalized: 1, errors: 0 });
     expect((await getRun(db.sql, run.id))!).toMatchObject({ state: 'failed', poison_error: 'cannot advance' });
-    expect((await runEvents(run.id)).map((e) => e.kind)).toEqual(['run.state', 'run.state', 'run.poisoned', 'run.state']);
+    expect((await runEvents(run.id)).map((e) => e.kind)).toEqual([
+      'run.state',
+      'run.state',
+      'run.poisoned',
+      'run.state',
+    ]);
     expect(h.reaped).toEqual([{ kind: 'run', count: 1 }]);
   });
 
@@ -163,7 +177,11 @@ describe('reapRuns', () => {
     await db.sql`update task_instances t set state = 'success', ended_at = now() - interval '30 minutes'
                  from dag_runs r where r.id = t.run_id and r.dag_id = 'rr_many'`;
     const count = async (state: string) =>
-      (await db.sql<{ n: number }[]>`select count(*)::int as n from dag_runs where dag_id = 'rr_many' and state = ${state}`)[0]!.n;
+      (
+        await db.sql<
+          { n: number }[]
+        >`select count(*)::int as n from dag_runs where dag_id = 'rr_many' and state = ${state}`
+      )[0]!.n;
     const h = harness();
 
     expect(await reapRuns(h.ctx)).toEqual({ candidates: 100, finalized: 100, errors: 0 });
@@ -229,7 +247,8 @@ describe('reapRuns', () => {
       await runWith({ a: 'success', b: 'success', c: 'success' }),
     ];
     const h = harness({ sweep: { cursor: '0' }, sweepRunsPerStep: 2 });
-    const finalized = async () => (await Promise.all(runs.map(async (r) => (await getRun(db.sql, r.id))!.state))).map((st) => st !== 'running');
+    const finalized = async () =>
+      (await Promise.all(runs.map(async (r) => (await getRun(db.sql, r.id))!.state))).map((st) => st !== 'running');
     expect(await reapRuns(h.ctx)).toMatchObject({ candidates: 1, finalized: 1 });
     expect(h.ctx.sweep!.orphansAfter).toBe(runs[1]!.id);
     expect(await finalized()).toEqual([true, false, false, false, false]);
@@ -263,7 +282,9 @@ describe('reapRuns', () => {
     for (const r of runs) expect(await reapRun(db.sql, r.id, THRESHOLD_MS)).toBeNull();
     expect(await reapRuns(two.ctx)).toEqual({ candidates: 0, finalized: 0, errors: 0 });
     expect(await Promise.all(runs.map(async (r) => (await getRun(db.sql, r.id))!))).toEqual(after);
-    const [events] = await db.sql<{ n: number }[]>`select count(*)::int as n from events where payload->>'reason' = 'orphan_reaped'`;
+    const [events] = await db.sql<
+      { n: number }[]
+    >`select count(*)::int as n from events where payload->>'reason' = 'orphan_reaped'`;
     expect(events!.n).toBe(3);
     expect([...one.errors, ...two.errors]).toEqual([]);
   });

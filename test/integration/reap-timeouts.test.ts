@@ -57,31 +57,52 @@ async function ti(tiId: string): Promise<TiRow & { timeout_ms: number | null }> 
 const OK: AttemptResult = { exitCode: 0, signal: null, error: null, outcome: 'success' };
 
 describe('reapTimeouts', () => {
-  it('ends a running attempt past its timeout and the grace as timed out, with a retry, and cancels it at its holder', BOUND, async () => {
-    const { run, tis } = await runningRun(dag('to_retry', [task('a', { timeoutMs: 1000, retries: 1, retryDelayMs: 60_000 })]));
-    expect((await ti(tis.get('a')!.id)).timeout_ms).toBe(1000);
-    const a = await startedAgo(run.id, tis.get('a')!, 1000 + GRACE_MS + 500);
-    const h = harness();
+  it(
+    'ends a running attempt past its timeout and the grace as timed out, with a retry, and cancels it at its holder',
+    BOUND,
+    async () => {
+      const { run, tis } = await runningRun(
+        dag('to_retry', [task('a', { timeoutMs: 1000, retries: 1, retryDelayMs: 60_000 })]),
+      );
+      expect((await ti(tis.get('a')!.id)).timeout_ms).toBe(1000);
+      const a = await startedAgo(run.id, tis.get('a')!, 1000 + GRACE_MS + 500);
+      const h = harness();
 
-    expect(await reapTimeouts(h.ctx)).toEqual({ candidates: 1, retried: 1, failed: 0, errors: 0, heldOff: false, runIds: [run.id] });
-    const row = await ti(a.tiId);
-    // The holder's token dies with the attempt: whatever it reports later is refused.
-    expect(row).toMatchObject({ state: 'up_for_retry', try_number: 1, attempt_token: null, pid: null });
-    expect(row.error).toBe(`timed out after 1000 ms (ended by the control plane: still running ${GRACE_MS} ms past the timeout)`);
-    expect(row.next_try_at!.getTime()).toBeGreaterThan(Date.now() + 50_000);
-    const [ev] = await db.sql<{ payload: Record<string, unknown> }[]>`
+      expect(await reapTimeouts(h.ctx)).toEqual({
+        candidates: 1,
+        retried: 1,
+        failed: 0,
+        errors: 0,
+        heldOff: false,
+        runIds: [run.id],
+      });
+      const row = await ti(a.tiId);
+      // The holder's token dies with the attempt: whatever it reports later is refused.
+      expect(row).toMatchObject({ state: 'up_for_retry', try_number: 1, attempt_token: null, pid: null });
+      expect(row.error).toBe(
+        `timed out after 1000 ms (ended by the control plane: still running ${GRACE_MS} ms past the timeout)`,
+      );
+      expect(row.next_try_at!.getTime()).toBeGreaterThan(Date.now() + 50_000);
+      const [ev] = await db.sql<{ payload: Record<string, unknown> }[]>`
       select payload from events where ti_id = ${a.tiId} order by seq desc limit 1`;
-    expect(ev!.payload).toMatchObject({ task_id: 'a', to: 'up_for_retry', try: 1, reason: 'timed_out', error: row.error });
-    expect(h.cancelled).toEqual([{ tiId: a.tiId, reason: 'timed out after 1000 ms' }]);
-    expect(h.reaped).toEqual([{ kind: 'ti', count: 1 }]);
-    expect(h.timedOut).toEqual([1]);
-    expect(h.agentLost).toEqual([]);
-    expect(await finishAttempt(db.sql, a, OK)).toBe('rejected');
+      expect(ev!.payload).toMatchObject({
+        task_id: 'a',
+        to: 'up_for_retry',
+        try: 1,
+        reason: 'timed_out',
+        error: row.error,
+      });
+      expect(h.cancelled).toEqual([{ tiId: a.tiId, reason: 'timed out after 1000 ms' }]);
+      expect(h.reaped).toEqual([{ kind: 'ti', count: 1 }]);
+      expect(h.timedOut).toEqual([1]);
+      expect(h.agentLost).toEqual([]);
+      expect(await finishAttempt(db.sql, a, OK)).toBe('rejected');
 
-    // Once ended, it is no longer a candidate.
-    expect(await reapTimeouts(h.ctx)).toMatchObject({ candidates: 0 });
-    expect(h.cancelled).toHaveLength(1);
-  });
+      // Once ended, it is no longer a candidate.
+      expect(await reapTimeouts(h.ctx)).toMatchObject({ candidates: 0 });
+      expect(h.cancelled).toHaveLength(1);
+    },
+  );
 
   it('fails it when no tries are left', BOUND, async () => {
     const { run, tis } = await runningRun(dag('to_fail', [task('a', { timeoutMs: 2000 })]));
@@ -91,21 +112,32 @@ describe('reapTimeouts', () => {
     expect(await ti(a.tiId)).toMatchObject({ state: 'failed', next_try_at: null, attempt_token: null });
   });
 
-  it('leaves alone an attempt within its timeout and the grace, one without a timeout, and one not started', BOUND, async () => {
-    const { run, tis } = await runningRun(
-      dag('to_alone', [task('within', { timeoutMs: 1000 }), task('none'), task('queued', { timeoutMs: 1 })]),
-    );
-    const within = await startedAgo(run.id, tis.get('within')!, 1000 + GRACE_MS - 2000);
-    const none = await startedAgo(run.id, tis.get('none')!, 24 * 3600_000);
-    const queued = await claim(run.id, tis.get('queued')!);
-    await db.sql`update task_instances set queued_at = now() - interval '1 hour' where id = ${queued.tiId}`;
-    const before = await Promise.all([within, none, queued].map((a) => ti(a.tiId)));
-    const h = harness();
+  it(
+    'leaves alone an attempt within its timeout and the grace, one without a timeout, and one not started',
+    BOUND,
+    async () => {
+      const { run, tis } = await runningRun(
+        dag('to_alone', [task('within', { timeoutMs: 1000 }), task('none'), task('queued', { timeoutMs: 1 })]),
+      );
+      const within = await startedAgo(run.id, tis.get('within')!, 1000 + GRACE_MS - 2000);
+      const none = await startedAgo(run.id, tis.get('none')!, 24 * 3600_000);
+      const queued = await claim(run.id, tis.get('queued')!);
+      await db.sql`update task_instances set queued_at = now() - interval '1 hour' where id = ${queued.tiId}`;
+      const before = await Promise.all([within, none, queued].map((a) => ti(a.tiId)));
+      const h = harness();
 
-    expect(await reapTimeouts(h.ctx)).toEqual({ candidates: 0, retried: 0, failed: 0, errors: 0, heldOff: false, runIds: [] });
-    expect(await Promise.all([within, none, queued].map((a) => ti(a.tiId)))).toEqual(before);
-    expect(h.cancelled).toEqual([]);
-  });
+      expect(await reapTimeouts(h.ctx)).toEqual({
+        candidates: 0,
+        retried: 0,
+        failed: 0,
+        errors: 0,
+        heldOff: false,
+        runIds: [],
+      });
+      expect(await Promise.all([within, none, queued].map((a) => ti(a.tiId)))).toEqual(before);
+      expect(h.cancelled).toEqual([]);
+    },
+  );
 
   it('leaves an end the holder reported between the read and the write, and cancels nothing', BOUND, async () => {
     const { run, tis } = await runningRun(dag('to_race', [task('a', { timeoutMs: 1000, retries: 2 })]));
@@ -113,7 +145,12 @@ describe('reapTimeouts', () => {
     const [candidate] = await overdueAttempts(db.sql, GRACE_MS, 100);
     expect(candidate).toMatchObject({ id: a.tiId, try_number: 1, attempt_token: a.attemptToken, timeout_ms: 1000 });
 
-    const timedOut: AttemptResult = { exitCode: null, signal: 'SIGKILL', error: 'timed out after 1000 ms', outcome: 'timed_out' };
+    const timedOut: AttemptResult = {
+      exitCode: null,
+      signal: 'SIGKILL',
+      error: 'timed out after 1000 ms',
+      outcome: 'timed_out',
+    };
     expect(await finishAttempt(db.sql, a, timedOut)).toBe('up_for_retry');
     const before = await ti(a.tiId);
     expect(await timeOutAttempt(db.sql, candidate!, GRACE_MS)).toBe('skipped');
@@ -139,7 +176,14 @@ describe('reapTimeouts', () => {
     const since = new Date();
     const h = harness({ health: { healthySince: since }, heartbeatThresholdMs: 5000 });
     h.clock.now = new Date(since.getTime() + 4999);
-    expect(await reapTimeouts(h.ctx)).toEqual({ candidates: 0, retried: 0, failed: 0, errors: 0, heldOff: true, runIds: [] });
+    expect(await reapTimeouts(h.ctx)).toEqual({
+      candidates: 0,
+      retried: 0,
+      failed: 0,
+      errors: 0,
+      heldOff: true,
+      runIds: [],
+    });
     expect((await ti(a.tiId)).state).toBe('running');
     h.clock.now = new Date(since.getTime() + 5000);
     expect(await reapTimeouts(h.ctx)).toMatchObject({ failed: 1, heldOff: false });
@@ -159,7 +203,9 @@ describe('reapTimeouts', () => {
 
 describe('migration 007', () => {
   it('gives task instances that may still run the timeout of their run spec', BOUND, async () => {
-    const { run, tis } = await runningRun(dag('to_migrate', [task('a', { timeoutMs: 3000 }), task('b'), task('done', { timeoutMs: 4000 })]));
+    const { run, tis } = await runningRun(
+      dag('to_migrate', [task('a', { timeoutMs: 3000 }), task('b'), task('done', { timeoutMs: 4000 })]),
+    );
     await db.sql`update task_instances set state = 'success' where id = ${tis.get('done')!.id}`;
     await db.sql`update task_instances set timeout_ms = null where run_id = ${run.id}`;
     const text = await readFile(new URL('../../src/db/migrations/007_task_timeout.sql', import.meta.url), 'utf8');

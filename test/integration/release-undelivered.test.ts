@@ -32,7 +32,15 @@ async function claimedFor(agentId: string) {
   const spec = dag('undelivered', [task('t', { executor: 'agents' })]);
   const { dag: row } = await upsertDag(db.sql, spec, 'undelivered.yaml');
   const { run } = await db.sql.begin((tx) =>
-    createRun(tx, { dagId: spec.dagId, dagVersion: row.version, runKey: `manual__${++runSeq}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'agents' }),
+    createRun(tx, {
+      dagId: spec.dagId,
+      dagVersion: row.version,
+      runKey: `manual__${++runSeq}`,
+      runType: 'manual',
+      logicalDate: new Date(),
+      conf: {},
+      defaultExecutor: 'agents',
+    }),
   );
   const [ti] = await listTis(db.sql, run.id);
   await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
@@ -42,10 +50,22 @@ async function claimedFor(agentId: string) {
 }
 
 const connect = (agentId: string, replicaId: string, sessionId: string) =>
-  connectAgent(db.sql, { agentId, labels: {}, capabilities: [], slots: 1, replicaId, sessionId, protocolVersion: 1, incarnationId: randomUUID(), liveMs: 15_000 });
+  connectAgent(db.sql, {
+    agentId,
+    labels: {},
+    capabilities: [],
+    slots: 1,
+    replicaId,
+    sessionId,
+    protocolVersion: 1,
+    incarnationId: randomUUID(),
+    liveMs: 15_000,
+  });
 
 async function tiState(tiId: string) {
-  const [row] = await db.sql<{ state: string; try_number: number; agent_id: string | null; pending_reason: string | null }[]>`
+  const [row] = await db.sql<
+    { state: string; try_number: number; agent_id: string | null; pending_reason: string | null }[]
+  >`
     select state, try_number, agent_id, pending_reason from task_instances where id = ${tiId}`;
   return row!;
 }
@@ -56,8 +76,15 @@ describe('releaseUndelivered', () => {
     await connect('x1', 'r1', s1);
     const a = await claimedFor('x1');
     expect(await releaseUndelivered(db.sql, a, s1, 'AGENT_GONE:x1')).toEqual({ released: true, heldBy: null });
-    expect(await tiState(a.tiId)).toEqual({ state: 'scheduled', try_number: 0, agent_id: null, pending_reason: 'AGENT_GONE:x1' });
-    const [ev] = await db.sql<{ payload: Record<string, unknown> }[]>`select payload from events where ti_id = ${a.tiId} order by seq desc limit 1`;
+    expect(await tiState(a.tiId)).toEqual({
+      state: 'scheduled',
+      try_number: 0,
+      agent_id: null,
+      pending_reason: 'AGENT_GONE:x1',
+    });
+    const [ev] = await db.sql<
+      { payload: Record<string, unknown> }[]
+    >`select payload from events where ti_id = ${a.tiId} order by seq desc limit 1`;
     expect(ev!.payload).toMatchObject({ to: 'scheduled', reason: 'AGENT_GONE:x1' });
   });
 
@@ -75,7 +102,10 @@ describe('releaseUndelivered', () => {
     expect(await disconnectReplica(db.sql, 'r1')).toBe(1);
     const held = await db.sql<{ agent_id: string; connected_replica: string | null; session_id: string | null }[]>`
       select agent_id, connected_replica, session_id from agents order by agent_id`;
-    expect(held.map((r) => [r.agent_id, r.connected_replica, r.session_id !== null])).toEqual([['x3', null, false], ['y3', 'r2', true]]);
+    expect(held.map((r) => [r.agent_id, r.connected_replica, r.session_id !== null])).toEqual([
+      ['x3', null, false],
+      ['y3', 'r2', true],
+    ]);
     const a = await claimedFor('x3');
     expect((await releaseUndelivered(db.sql, a, randomUUID(), 'AGENT_GONE:x3')).released).toBe(true);
     const b = await claimedFor('never-connected');

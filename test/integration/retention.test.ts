@@ -1,7 +1,14 @@
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHistoryRound, type HistoryRound } from '../../src/scheduler/history-round.js';
-import { daysAgo, layOutPartitions, partitionNames, pastRun, storedOf, type PastRun } from '../helpers/history-fixtures.js';
+import {
+  daysAgo,
+  layOutPartitions,
+  partitionNames,
+  pastRun,
+  storedOf,
+  type PastRun,
+} from '../helpers/history-fixtures.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 const DAY_MS = 86_400_000;
@@ -29,7 +36,14 @@ function keeper(clock: { now: Date }, errors: unknown[]): Round {
     agentRetentionMs: null,
     agentLiveMs: 15_000,
     now: () => clock.now,
-    counters: { runsRemoved: () => {}, partitionAdded: () => {}, partitionDropped: () => {}, rowsSwept: () => {}, agentsForgotten: () => {}, error: (err) => errors.push(err) },
+    counters: {
+      runsRemoved: () => {},
+      partitionAdded: () => {},
+      partitionDropped: () => {},
+      rowsSwept: () => {},
+      agentsForgotten: () => {},
+      error: (err) => errors.push(err),
+    },
   });
   let fresh = true;
   return () => {
@@ -54,22 +68,41 @@ describe('retention', () => {
   it('removes exactly the finished runs that ended before the cutoff, never a run that has not ended, and drops or sweeps their history', async () => {
     const now = new Date('2026-06-01T12:00:00Z');
     const clock = { now };
-    await layOutPartitions(db.sql, { events: [1, 101, 201, 301, 100_000], task_logs: [10, 1010, 2010, 3010, 1_000_000] });
+    await layOutPartitions(db.sql, {
+      events: [1, 101, 201, 301, 100_000],
+      task_logs: [10, 1010, 2010, 3010, 1_000_000],
+    });
     const runs: PastRun[] = [];
-    const add = (r: Omit<PastRun, 'tiIds' | 'dagId'> & { dagId?: string }) => runs.push({ dagId: 'etl', tiIds: tis(r.id), ...r });
+    const add = (r: Omit<PastRun, 'tiIds' | 'dagId'> & { dagId?: string }) =>
+      runs.push({ dagId: 'etl', tiIds: tis(r.id), ...r });
     // Partition 1–100: every run long finished; the partition goes whole.
-    for (let id = 1; id <= 20; id++) add({ id, state: 'success', createdAt: daysAgo(now, 40), endedAt: daysAgo(now, 40) });
+    for (let id = 1; id <= 20; id++)
+      add({ id, state: 'success', createdAt: daysAgo(now, 40), endedAt: daysAgo(now, 40) });
     // 101–200: finished long ago, but run 120 has been running for 45 days: its partition stays,
     // and what else was in it is swept row by row.
-    for (let id = 101; id <= 119; id++) add({ id, state: 'success', createdAt: daysAgo(now, 45), endedAt: daysAgo(now, 44) });
+    for (let id = 101; id <= 119; id++)
+      add({ id, state: 'success', createdAt: daysAgo(now, 45), endedAt: daysAgo(now, 44) });
     add({ id: 120, state: 'running', createdAt: daysAgo(now, 45) });
     // 201–300: run 220 ended 10 days ago: the rest of its partition waits for it.
-    for (let id = 201; id <= 219; id++) add({ id, dagId: 'other', state: 'failed', createdAt: daysAgo(now, 36), endedAt: daysAgo(now, 35) });
+    for (let id = 201; id <= 219; id++)
+      add({ id, dagId: 'other', state: 'failed', createdAt: daysAgo(now, 36), endedAt: daysAgo(now, 35) });
     add({ id: 220, state: 'success', createdAt: daysAgo(now, 36), endedAt: daysAgo(now, 10) });
     // 301–: the partition new runs go to. Each side of the cutoff by a minute.
-    for (let id = 301; id <= 305; id++) add({ id, state: 'cancelled', createdAt: daysAgo(now, 31), endedAt: new Date(now.getTime() - 30 * DAY_MS - MINUTE_MS) });
+    for (let id = 301; id <= 305; id++)
+      add({
+        id,
+        state: 'cancelled',
+        createdAt: daysAgo(now, 31),
+        endedAt: new Date(now.getTime() - 30 * DAY_MS - MINUTE_MS),
+      });
     add({ id: 306, state: 'queued', createdAt: daysAgo(now, 60) });
-    for (let id = 307; id <= 310; id++) add({ id, state: 'success', createdAt: daysAgo(now, 31), endedAt: new Date(now.getTime() - 30 * DAY_MS + MINUTE_MS) });
+    for (let id = 307; id <= 310; id++)
+      add({
+        id,
+        state: 'success',
+        createdAt: daysAgo(now, 31),
+        endedAt: new Date(now.getTime() - 30 * DAY_MS + MINUTE_MS),
+      });
     for (const r of runs) await pastRun(db.sql, r);
     await db.sql`insert into events (run_id, ti_id, kind, payload) values (null, null, 'dag.applied', '{"dag_id": "etl", "version": 1}')`;
 
@@ -84,13 +117,25 @@ describe('retention', () => {
     const whole = { run: 1, tis: 3, events: 10, logs: 9 };
     for (const id of [...range(1, 20), ...range(101, 119)]) expect(await stored(id), `run ${id}`).toEqual(none);
     // Removed, their history left for their partition to take.
-    for (const id of range(201, 219)) expect(await stored(id), `run ${id}`).toEqual({ run: 0, tis: 0, events: 10, logs: 9 });
-    for (const id of range(301, 305)) expect(await stored(id), `run ${id}`).toEqual({ run: 0, tis: 0, events: 10, logs: 9 });
+    for (const id of range(201, 219))
+      expect(await stored(id), `run ${id}`).toEqual({ run: 0, tis: 0, events: 10, logs: 9 });
+    for (const id of range(301, 305))
+      expect(await stored(id), `run ${id}`).toEqual({ run: 0, tis: 0, events: 10, logs: 9 });
     // Kept, whole: not ended, or ended within the retention.
     for (const id of [120, 220, 306, 307, 308, 309, 310]) expect(await stored(id), `run ${id}`).toEqual(whole);
     // The first partitions (below id 1, and 1–100) had no run left: dropped.
-    expect(await partitionNames(db.sql, 'events')).toEqual(['events_p101', 'events_p201', 'events_p301', 'events_default']);
-    expect(await partitionNames(db.sql, 'task_logs')).toEqual(['task_logs_p1010', 'task_logs_p2010', 'task_logs_p3010', 'task_logs_default']);
+    expect(await partitionNames(db.sql, 'events')).toEqual([
+      'events_p101',
+      'events_p201',
+      'events_p301',
+      'events_default',
+    ]);
+    expect(await partitionNames(db.sql, 'task_logs')).toEqual([
+      'task_logs_p1010',
+      'task_logs_p2010',
+      'task_logs_p3010',
+      'task_logs_default',
+    ]);
     const [dagEvents] = await db.sql<{ n: number }[]>`select count(*)::int as n from events where kind = 'dag.applied'`;
     expect(dagEvents!.n).toBe(1);
 
@@ -99,10 +144,15 @@ describe('retention', () => {
     await settle(k);
     expect(errors).toEqual([]);
     for (const id of range(201, 220)) expect(await stored(id), `run ${id}`).toEqual(none);
-    for (const id of range(307, 310)) expect(await stored(id), `run ${id}`).toEqual({ run: 0, tis: 0, events: 10, logs: 9 });
+    for (const id of range(307, 310))
+      expect(await stored(id), `run ${id}`).toEqual({ run: 0, tis: 0, events: 10, logs: 9 });
     for (const id of [120, 306]) expect(await stored(id), `run ${id}`).toEqual(whole);
     expect(await partitionNames(db.sql, 'events')).toEqual(['events_p101', 'events_p301', 'events_default']);
-    expect(await partitionNames(db.sql, 'task_logs')).toEqual(['task_logs_p1010', 'task_logs_p3010', 'task_logs_default']);
+    expect(await partitionNames(db.sql, 'task_logs')).toEqual([
+      'task_logs_p1010',
+      'task_logs_p3010',
+      'task_logs_default',
+    ]);
   });
 });
 

@@ -69,7 +69,10 @@ describe('span recorder', () => {
     const b = createSpanRecorder({ sql: db.sql, feed, tracing: next, logger });
     b.lead(true);
     await waitFor('what ended meanwhile recorded', async () => next.spans.length === 2, 10_000);
-    expect(next.spans.map((s) => `${s.name} ${s.attributes['leoflow.run_id']}`).sort()).toEqual([`attempt t ${two.run.id}`, `run rec ${two.run.id}`]);
+    expect(next.spans.map((s) => `${s.name} ${s.attributes['leoflow.run_id']}`).sort()).toEqual([
+      `attempt t ${two.run.id}`,
+      `run rec ${two.run.id}`,
+    ]);
     // Leadership lost, then taken again by the same replica: it goes on, no span twice.
     b.lead(false);
     b.lead(true);

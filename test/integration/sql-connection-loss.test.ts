@@ -59,10 +59,14 @@ type Outcome = { ok: unknown } | { error: string } | { pending: string[] };
 /** How a query settles within `ms`: its value, its error, or still pending (with what was thrown meanwhile). */
 async function outcome(q: Promise<unknown>, ms = 3000): Promise<Outcome> {
   let timer: NodeJS.Timeout | undefined;
-  const pending = new Promise<Outcome>((resolve) => (timer = setTimeout(() => resolve({ pending: uncaught.map(String) }), ms)));
+  const pending = new Promise<Outcome>(
+    (resolve) => (timer = setTimeout(() => resolve({ pending: uncaught.map(String) }), ms)),
+  );
   const settled = q.then(
     (v) => ({ ok: Array.isArray(v) ? [...v] : v }),
-    (e: { code?: string; message?: string }) => ({ error: isConnectionError(e) ? 'connection error' : String(e.code ?? e.message) }),
+    (e: { code?: string; message?: string }) => ({
+      error: isConnectionError(e) ? 'connection error' : String(e.code ?? e.message),
+    }),
   );
   const r = await Promise.race([settled, pending]);
   clearTimeout(timer);
@@ -187,14 +191,15 @@ describe('a connection lost under the driver', () => {
     expect(uncaught.map(String)).toEqual([]);
   });
 
-  it('a backend terminated mid-query (a FATAL, then the close): the next query is not failed with the dead session\'s error', async () => {
+  it("a backend terminated mid-query (a FATAL, then the close): the next query is not failed with the dead session's error", async () => {
     const victim = createSql(db.url, { max: 1, applicationName: 'leoflow-test-victim' });
     pools.push(victim);
     await victim`select 1`;
     // Its outcome is taken at once: the close can reach the driver before the terminate's own
     // answer reaches the test, and a rejection with no handler yet counts as unhandled.
     const busy = outcome(victim`select pg_sleep(5)`.execute(), 10_000);
-    const sleeping = () => db.sql`select pid from pg_stat_activity where application_name = 'leoflow-test-victim' and datname = ${db.name} and state = 'active'`;
+    const sleeping = () =>
+      db.sql`select pid from pg_stat_activity where application_name = 'leoflow-test-victim' and datname = ${db.name} and state = 'active'`;
     await waitFor('the sleep running', async () => (await sleeping()).length > 0, 5000);
     await db.sql`select pg_terminate_backend(pid) from pg_stat_activity where application_name = 'leoflow-test-victim' and datname = ${db.name}`;
     expect(await busy).toEqual({ error: 'connection error' });

@@ -2,7 +2,15 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
 import type { DagSpec, TaskSpec } from '../../src/core/dag-spec.js';
 import { retryDelayMs } from '../../src/core/advance-run.js';
-import { RUN_STATES, TI_STATES, canTransitionRun, canTransitionTi, isTerminalRun, type RunState, type TiState } from '../../src/core/states.js';
+import {
+  RUN_STATES,
+  TI_STATES,
+  canTransitionRun,
+  canTransitionTi,
+  isTerminalRun,
+  type RunState,
+  type TiState,
+} from '../../src/core/states.js';
 import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
 import { finishAttempt } from '../../src/db/attempts/finish-attempt.js';
 import { flushHeartbeats } from '../../src/db/attempts/flush-heartbeats.js';
@@ -54,8 +62,13 @@ async function forceRun(runId: string, state: RunState) {
 }
 
 async function events(filter: { runId?: string; tiId?: string }) {
-  if (filter.tiId) return db.sql<{ kind: string; payload: Record<string, unknown> }[]>`select kind, payload from events where ti_id = ${filter.tiId} order by seq`;
-  return db.sql<{ kind: string; payload: Record<string, unknown> }[]>`select kind, payload from events where run_id = ${filter.runId!} and ti_id is null order by seq`;
+  if (filter.tiId)
+    return db.sql<
+      { kind: string; payload: Record<string, unknown> }[]
+    >`select kind, payload from events where ti_id = ${filter.tiId} order by seq`;
+  return db.sql<
+    { kind: string; payload: Record<string, unknown> }[]
+  >`select kind, payload from events where run_id = ${filter.runId!} and ti_id is null order by seq`;
 }
 async function eventCount(): Promise<number> {
   const [r] = await db.sql<{ n: number }[]>`select count(*)::int as n from events`;
@@ -89,7 +102,9 @@ describe('transitionTis', () => {
     expect(after.state).toBe('scheduled');
     expect(after.pending_reason).toBeNull();
     expect(await eventCount()).toBe(before + 1);
-    expect(await events({ tiId: a.id })).toEqual([{ kind: 'ti.state', payload: { task_id: 'a', to: 'scheduled', try: 0 } }]);
+    expect(await events({ tiId: a.id })).toEqual([
+      { kind: 'ti.state', payload: { task_id: 'a', to: 'scheduled', try: 0 } },
+    ]);
 
     // scheduled → scheduled is not a move: nothing changes and nothing is logged.
     expect(await transitionTis(db.sql, run.id, ['a'], 'scheduled')).toEqual([]);
@@ -113,7 +128,12 @@ describe('transitionTis', () => {
     for (const to of TI_STATES) {
       for (const from of TI_STATES) await forceTi(tis.get(`t_${from}`)!.id, from);
       await db.sql`delete from events`;
-      const moved = await transitionTis(db.sql, run.id, tasks.map((t) => t.id), to);
+      const moved = await transitionTis(
+        db.sql,
+        run.id,
+        tasks.map((t) => t.id),
+        to,
+      );
       const expected = TI_STATES.filter((from) => canTransitionTi(from, to)).map((from) => tis.get(`t_${from}`)!.id);
       expect([...moved].sort(), `→ ${to}`).toEqual([...expected].sort());
       const rows = await listTis(db.sql, run.id);
@@ -131,7 +151,10 @@ describe('transitionTis', () => {
     const spec = dag('t4', [task('a'), task('b'), task('c')]);
     const r1 = await newRun(spec);
     const r2 = await newRun(spec);
-    const moved = await transitionTis(db.sql, r1.run.id, ['a', 'b'], 'upstream_failed', { endedNow: true, error: 'upstream a failed' });
+    const moved = await transitionTis(db.sql, r1.run.id, ['a', 'b'], 'upstream_failed', {
+      endedNow: true,
+      error: 'upstream a failed',
+    });
     expect(moved.sort()).toEqual([r1.tis.get('a')!.id, r1.tis.get('b')!.id].sort());
     const a = (await getTi(db.sql, r1.tis.get('a')!.id))!;
     expect(a.state).toBe('upstream_failed');
@@ -173,7 +196,8 @@ describe('transitionRun', () => {
         expect(row.state).toBe(legal ? to : from);
         const evs = await events({ runId: run.id });
         expect(evs).toEqual(legal ? [{ kind: 'run.state', payload: { reason: 'test', to } }] : []);
-        if (legal && (to === 'success' || to === 'failed' || to === 'cancelled')) expect(row.ended_at).toBeInstanceOf(Date);
+        if (legal && (to === 'success' || to === 'failed' || to === 'cancelled'))
+          expect(row.ended_at).toBeInstanceOf(Date);
       }
     }
   });
@@ -193,9 +217,17 @@ describe('claimAttempt', () => {
     expect(claim.attemptToken).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
     expect(claim.dispatchKey).toBe(`c1-${run.id}-extract-1`);
     const row = (await getTi(db.sql, ti.id))!;
-    expect(row).toMatchObject({ state: 'queued', try_number: 1, attempt_token: claim.attemptToken, dispatch_key: claim.dispatchKey, executor: 'subprocess' });
+    expect(row).toMatchObject({
+      state: 'queued',
+      try_number: 1,
+      attempt_token: claim.attemptToken,
+      dispatch_key: claim.dispatchKey,
+      executor: 'subprocess',
+    });
     expect(row.queued_at).toBeInstanceOf(Date);
-    expect(await events({ tiId: ti.id })).toEqual([{ kind: 'ti.state', payload: { task_id: 'extract', to: 'queued', try: 1, agent_id: null } }]);
+    expect(await events({ tiId: ti.id })).toEqual([
+      { kind: 'ti.state', payload: { task_id: 'extract', to: 'queued', try: 1, agent_id: null } },
+    ]);
 
     // No longer scheduled: a second claim does nothing.
     expect(await claimAttempt(db.sql, ti.id, 'subprocess')).toBeNull();
@@ -209,7 +241,10 @@ describe('claimAttempt', () => {
     await transitionTis(db.sql, run.id, ['a', 'b', 'c'], 'scheduled');
     for (const taskId of ['a', 'b', 'c']) {
       const ti = tis.get(taskId)!;
-      const claims = await Promise.all([claimAttempt(db.sql, ti.id, 'subprocess'), claimAttempt(db.sql, ti.id, 'subprocess')]);
+      const claims = await Promise.all([
+        claimAttempt(db.sql, ti.id, 'subprocess'),
+        claimAttempt(db.sql, ti.id, 'subprocess'),
+      ]);
       const won = claims.filter((c) => c !== null);
       expect(won, taskId).toHaveLength(1);
       const row = (await getTi(db.sql, ti.id))!;
@@ -231,7 +266,9 @@ describe('claimAttempt', () => {
   });
 
   it('gives a retry a new try number, token and key, and resets the attempt fields', async () => {
-    const { run, ti, claim } = await claimedTi(dag('c4', [task('a', { retries: 1, retryDelayMs: 0, maxRetryDelayMs: 0 })]));
+    const { run, ti, claim } = await claimedTi(
+      dag('c4', [task('a', { retries: 1, retryDelayMs: 0, maxRetryDelayMs: 0 })]),
+    );
     expect(await startAttempt(db.sql, { tiId: ti.id, ...claim }, { pid: 42, agentId: 'agent-1' })).toBe(true);
     expect(await finishAttempt(db.sql, { tiId: ti.id, ...claim }, fail())).toBe('up_for_retry');
     expect(await transitionTis(db.sql, run.id, ['a'], 'scheduled')).toEqual([ti.id]);
@@ -240,14 +277,28 @@ describe('claimAttempt', () => {
     expect(again.attemptToken).not.toBe(claim.attemptToken);
     expect(again.dispatchKey).toBe(`c4-${run.id}-a-2`);
     const row = (await getTi(db.sql, ti.id))!;
-    expect(row).toMatchObject({ state: 'queued', pid: null, agent_id: null, exit_code: null, error: null, next_try_at: null, started_at: null, ended_at: null, heartbeat_at: null });
+    expect(row).toMatchObject({
+      state: 'queued',
+      pid: null,
+      agent_id: null,
+      exit_code: null,
+      error: null,
+      next_try_at: null,
+      started_at: null,
+      ended_at: null,
+      heartbeat_at: null,
+    });
   });
 });
 
 describe('attempt reports are fenced', () => {
   it('startAttempt: a wrong token or try number changes nothing', async () => {
     const { ti, claim } = await claimedTi(dag('f1', [task('a')]));
-    const wrongToken = { tiId: ti.id, tryNumber: claim.tryNumber, attemptToken: '00000000-0000-4000-8000-000000000000' };
+    const wrongToken = {
+      tiId: ti.id,
+      tryNumber: claim.tryNumber,
+      attemptToken: '00000000-0000-4000-8000-000000000000',
+    };
     const wrongTry = { tiId: ti.id, tryNumber: claim.tryNumber + 1, attemptToken: claim.attemptToken };
     const before = await eventCount();
     expect(await startAttempt(db.sql, wrongToken, { pid: 1, agentId: null })).toBe(false);
@@ -277,10 +328,14 @@ describe('attempt reports are fenced', () => {
     await db.sql`update task_instances set heartbeat_at = now() - interval '1 hour' where id = ${ti.id}`;
     const stale = (await getTi(db.sql, ti.id))!.heartbeat_at!;
 
-    expect(await flushHeartbeats(db.sql, [{ tiId: ti.id, attemptToken: '00000000-0000-4000-8000-000000000000' }])).toEqual(new Set());
+    expect(
+      await flushHeartbeats(db.sql, [{ tiId: ti.id, attemptToken: '00000000-0000-4000-8000-000000000000' }]),
+    ).toEqual(new Set());
     expect((await getTi(db.sql, ti.id))!.heartbeat_at).toEqual(stale);
 
-    expect(await flushHeartbeats(db.sql, [right, { tiId: '999999999', attemptToken: claim.attemptToken }])).toEqual(new Set([ti.id]));
+    expect(await flushHeartbeats(db.sql, [right, { tiId: '999999999', attemptToken: claim.attemptToken }])).toEqual(
+      new Set([ti.id]),
+    );
     expect((await getTi(db.sql, ti.id))!.heartbeat_at!.getTime()).toBeGreaterThan(stale.getTime() + 3_000_000);
     expect(await flushHeartbeats(db.sql, [])).toEqual(new Set());
   });
@@ -290,10 +345,34 @@ describe('attempt reports are fenced', () => {
     await startAttempt(db.sql, { tiId: ti.id, ...claim }, { pid: 1, agentId: null });
     const before = await eventCount();
     const snapshot = await getTi(db.sql, ti.id);
-    expect(await finishAttempt(db.sql, { tiId: ti.id, tryNumber: claim.tryNumber, attemptToken: '00000000-0000-4000-8000-000000000000' }, ok)).toBe('rejected');
-    expect(await finishAttempt(db.sql, { tiId: ti.id, tryNumber: claim.tryNumber - 1, attemptToken: claim.attemptToken }, ok)).toBe('rejected');
-    expect(await finishAttempt(db.sql, { tiId: ti.id, tryNumber: claim.tryNumber + 1, attemptToken: claim.attemptToken }, fail())).toBe('rejected');
-    expect(await finishAttempt(db.sql, { tiId: ti.id, ...claim }, { exitCode: null, signal: 'SIGKILL', error: 'superseded', outcome: 'superseded' })).toBe('rejected');
+    expect(
+      await finishAttempt(
+        db.sql,
+        { tiId: ti.id, tryNumber: claim.tryNumber, attemptToken: '00000000-0000-4000-8000-000000000000' },
+        ok,
+      ),
+    ).toBe('rejected');
+    expect(
+      await finishAttempt(
+        db.sql,
+        { tiId: ti.id, tryNumber: claim.tryNumber - 1, attemptToken: claim.attemptToken },
+        ok,
+      ),
+    ).toBe('rejected');
+    expect(
+      await finishAttempt(
+        db.sql,
+        { tiId: ti.id, tryNumber: claim.tryNumber + 1, attemptToken: claim.attemptToken },
+        fail(),
+      ),
+    ).toBe('rejected');
+    expect(
+      await finishAttempt(
+        db.sql,
+        { tiId: ti.id, ...claim },
+        { exitCode: null, signal: 'SIGKILL', error: 'superseded', outcome: 'superseded' },
+      ),
+    ).toBe('rejected');
     expect(await getTi(db.sql, ti.id)).toEqual(snapshot);
     expect(await eventCount()).toBe(before);
 
@@ -337,8 +416,18 @@ describe('attempt reports are fenced', () => {
 
   it('an attempt that could not start (still queued) fails or goes up for retry', async () => {
     const { ti, claim } = await claimedTi(dag('f5', [task('a', { retries: 1, retryDelayMs: 0, maxRetryDelayMs: 0 })]));
-    expect(await finishAttempt(db.sql, { tiId: ti.id, ...claim }, { exitCode: null, signal: null, error: 'spawn ENOENT', outcome: 'spawn_failed' })).toBe('up_for_retry');
-    expect((await getTi(db.sql, ti.id))!).toMatchObject({ state: 'up_for_retry', error: 'spawn ENOENT', exit_code: null });
+    expect(
+      await finishAttempt(
+        db.sql,
+        { tiId: ti.id, ...claim },
+        { exitCode: null, signal: null, error: 'spawn ENOENT', outcome: 'spawn_failed' },
+      ),
+    ).toBe('up_for_retry');
+    expect((await getTi(db.sql, ti.id))!).toMatchObject({
+      state: 'up_for_retry',
+      error: 'spawn ENOENT',
+      exit_code: null,
+    });
   });
 });
 
@@ -386,10 +475,18 @@ describe('database CHECK constraints', () => {
     const tiId = tis.get('a')!.id;
     for (const s of TI_STATES) await forceTi(tiId, s);
     for (const s of RUN_STATES) await forceRun(run.id, s);
-    await expect(db.sql`update task_instances set state = 'bogus' where id = ${tiId}`).rejects.toMatchObject({ code: '23514' });
-    await expect(db.sql`update task_instances set state = 'SUCCESS' where id = ${tiId}`).rejects.toMatchObject({ code: '23514' });
-    await expect(db.sql`update dag_runs set state = 'none' where id = ${run.id}`).rejects.toMatchObject({ code: '23514' });
-    await expect(db.sql`update dag_runs set state = 'up_for_retry' where id = ${run.id}`).rejects.toMatchObject({ code: '23514' });
+    await expect(db.sql`update task_instances set state = 'bogus' where id = ${tiId}`).rejects.toMatchObject({
+      code: '23514',
+    });
+    await expect(db.sql`update task_instances set state = 'SUCCESS' where id = ${tiId}`).rejects.toMatchObject({
+      code: '23514',
+    });
+    await expect(db.sql`update dag_runs set state = 'none' where id = ${run.id}`).rejects.toMatchObject({
+      code: '23514',
+    });
+    await expect(db.sql`update dag_runs set state = 'up_for_retry' where id = ${run.id}`).rejects.toMatchObject({
+      code: '23514',
+    });
     // The guarded writer, handed an unknown state by an untyped caller, writes nothing either.
     await forceTi(tiId, 'none');
     const before = await eventCount();

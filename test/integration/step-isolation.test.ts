@@ -29,10 +29,21 @@ beforeEach(async () => {
 });
 
 function dag(dagId: string, tasks: TaskSpec[]): DagSpec {
-  return { dagId, description: '', schedule: null, timezone: 'UTC', catchup: false, startDate: null, maxActiveRuns: 16, tags: [], tasks };
+  return {
+    dagId,
+    description: '',
+    schedule: null,
+    timezone: 'UTC',
+    catchup: false,
+    startDate: null,
+    maxActiveRuns: 16,
+    tags: [],
+    tasks,
+  };
 }
 
-const harness = (sql: Sql = db.sql) => schedulerHarness(sql, { runOrphanThresholdMs: 60_000, heartbeatThresholdMs: HEARTBEAT_MS });
+const harness = (sql: Sql = db.sql) =>
+  schedulerHarness(sql, { runOrphanThresholdMs: 60_000, heartbeatThresholdMs: HEARTBEAT_MS });
 
 let runSeq = 0;
 async function runningRun(spec: DagSpec): Promise<RunRow> {
@@ -58,7 +69,13 @@ async function staleAttempt(): Promise<string> {
   const [ti] = await listTis(db.sql, run.id);
   await transitionTis(db.sql, run.id, ['a'], 'scheduled');
   const c = (await claimAttempt(db.sql, ti!.id, 'subprocess'))!;
-  expect(await startAttempt(db.sql, { tiId: ti!.id, tryNumber: c.tryNumber, attemptToken: c.attemptToken }, { pid: 1, agentId: null })).toBe(true);
+  expect(
+    await startAttempt(
+      db.sql,
+      { tiId: ti!.id, tryNumber: c.tryNumber, attemptToken: c.attemptToken },
+      { pid: 1, agentId: null },
+    ),
+  ).toBe(true);
   await db.sql`update task_instances set heartbeat_at = now() - interval '10 minutes' where id = ${ti!.id}`;
   return ti!.id;
 }

@@ -107,7 +107,15 @@ function attempt(command: string[], over: Partial<Attempt> = {}): Attempt {
 /** Whether `setup` starts shims through the spawn helper unless told (the main suite runs both ways). */
 let helperByDefault = false;
 
-function setup(opts: { killGraceMs?: number; heartbeatIntervalMs?: number; outputDrainMs?: number; readyShell?: boolean; spawnHelper?: boolean } = {}) {
+function setup(
+  opts: {
+    killGraceMs?: number;
+    heartbeatIntervalMs?: number;
+    outputDrainMs?: number;
+    readyShell?: boolean;
+    spawnHelper?: boolean;
+  } = {},
+) {
   const starts: StartedHow[] = [];
   const reporter = new FakeReporter();
   const logLines: string[] = [];
@@ -199,12 +207,14 @@ describe.each([{ helper: false }, { helper: true }])('subprocess executor (spawn
     expect(reporter.lines(a.tiId, 'stdout')).toEqual(['out1', 'out2']);
     expect(reporter.lines(a.tiId, 'stderr')).toEqual(['err1', 'err2']);
     const system = reporter.lines(a.tiId, 'system');
-    expect(system[0]).toBe(`started pid ${reporter.pidOf(a.tiId)}: sh -c 'echo out1; echo err1 >&2; echo out2; echo err2 >&2'`);
+    expect(system[0]).toBe(
+      `started pid ${reporter.pidOf(a.tiId)}: sh -c 'echo out1; echo err1 >&2; echo out2; echo err2 >&2'`,
+    );
     expect(system.at(-1)).toBe('exited with code 0');
     expect(executor.activeCount).toBe(0);
   });
 
-  it('reports Started with the pid of the shim, which leads the task\'s process group', async () => {
+  it("reports Started with the pid of the shim, which leads the task's process group", async () => {
     const { reporter, executor } = setup({ readyShell: false });
     const a = attempt(['sh', '-c', 'ps -o pgid= -p $$']);
     await executor.dispatch(a);
@@ -215,12 +225,21 @@ describe.each([{ helper: false }, { helper: true }])('subprocess executor (spawn
 
   it('streams the lines of tasks that run a while as they come, each whole, two tasks writing at once', async () => {
     const { reporter, executor } = setup();
-    const script = (tag: string) => `printf '${tag}-first '; sleep 0.15; echo ${tag}-line; printf '${tag}-partial'; sleep 0.15; echo ' ${tag}-rest'; sleep 30`;
+    const script = (tag: string) =>
+      `printf '${tag}-first '; sleep 0.15; echo ${tag}-line; printf '${tag}-partial'; sleep 0.15; echo ' ${tag}-rest'; sleep 30`;
     const a = attempt(['sh', '-c', script('a')]);
     const b = attempt(['sh', '-c', script('b')]);
     await Promise.all([executor.dispatch(a), executor.dispatch(b)]);
-    await waitFor(() => reporter.lines(a.tiId, 'stdout').length === 2 && reporter.lines(b.tiId, 'stdout').length === 2, 3000, 'both lines of both tasks while they run');
-    for (const [t, tag] of [[a, 'a'], [b, 'b']] as const) expect(reporter.lines(t.tiId, 'stdout')).toEqual([`${tag}-first ${tag}-line`, `${tag}-partial ${tag}-rest`]);
+    await waitFor(
+      () => reporter.lines(a.tiId, 'stdout').length === 2 && reporter.lines(b.tiId, 'stdout').length === 2,
+      3000,
+      'both lines of both tasks while they run',
+    );
+    for (const [t, tag] of [
+      [a, 'a'],
+      [b, 'b'],
+    ] as const)
+      expect(reporter.lines(t.tiId, 'stdout')).toEqual([`${tag}-first ${tag}-line`, `${tag}-partial ${tag}-rest`]);
     expect(reporter.finishedCalls).toEqual([]);
     executor.cancel(a.tiId, 'done');
     executor.cancel(b.tiId, 'done');
@@ -244,7 +263,8 @@ describe.each([{ helper: false }, { helper: true }])('subprocess executor (spawn
   it('joins lines split across chunks, including a split UTF-8 character, and keeps a last line without newline', async () => {
     const { reporter, executor } = setup();
     // \303\251 is "é": its two bytes arrive in separate writes.
-    const script = "printf 'hel'; sleep 0.1; printf 'lo \\303'; sleep 0.1; printf '\\251\\nwor'; sleep 0.1; printf 'ld'";
+    const script =
+      "printf 'hel'; sleep 0.1; printf 'lo \\303'; sleep 0.1; printf '\\251\\nwor'; sleep 0.1; printf 'ld'";
     const a = attempt(['sh', '-c', script]);
     await executor.dispatch(a);
     expect((await reporter.finishedOf(a.tiId)).outcome).toBe('success');
@@ -320,7 +340,12 @@ describe.each([{ helper: false }, { helper: true }])('subprocess executor (spawn
     const dispatchedAt = Date.now();
     const pid = reporter.pidOf(a.tiId);
     const result = await reporter.finishedOf(a.tiId);
-    expect(result).toEqual({ exitCode: null, signal: 'SIGKILL', error: 'timed out after 300 ms', outcome: 'timed_out' });
+    expect(result).toEqual({
+      exitCode: null,
+      signal: 'SIGKILL',
+      error: 'timed out after 300 ms',
+      outcome: 'timed_out',
+    });
     expect(reporter.finishedCalls[0]!.at - dispatchedAt).toBeGreaterThanOrEqual(300 + 200 - 20);
     const system = reporter.lines(a.tiId, 'system');
     expect(system).toContain(`timed out after 300 ms: sending SIGTERM to process group ${pid}`);
@@ -335,7 +360,12 @@ describe.each([{ helper: false }, { helper: true }])('subprocess executor (spawn
     const dispatchedAt = Date.now();
     const pid = reporter.pidOf(a.tiId);
     const result = await reporter.finishedOf(a.tiId, 4000);
-    expect(result).toEqual({ exitCode: null, signal: 'SIGKILL', error: 'timed out after 300 ms', outcome: 'timed_out' });
+    expect(result).toEqual({
+      exitCode: null,
+      signal: 'SIGKILL',
+      error: 'timed out after 300 ms',
+      outcome: 'timed_out',
+    });
     expect(reporter.finishedCalls[0]!.at - dispatchedAt).toBeGreaterThanOrEqual(300 + 200 - 20);
     expect(reporter.lines(a.tiId, 'system')).toContain('still running 200 ms after SIGTERM: sending SIGKILL');
     expectDeadAtItsEnd(pid);
@@ -395,7 +425,7 @@ describe.each([{ helper: false }, { helper: true }])('subprocess executor (spawn
     await expectGone(reporter.pidOf(a.tiId));
   });
 
-  it('a cancel in the instant after the start still reaches the task as SIGTERM, not only the grace\'s SIGKILL', async () => {
+  it("a cancel in the instant after the start still reaches the task as SIGTERM, not only the grace's SIGKILL", async () => {
     // Sent before the task's exec, the SIGTERM would reach its shim alone (shim.ts): the task
     // would run on to the SIGKILL. Many starts, so the instant is hit.
     const { reporter, executor } = setup({ killGraceMs: 2000 });
@@ -403,7 +433,10 @@ describe.each([{ helper: false }, { helper: true }])('subprocess executor (spawn
       const a = attempt(['sleep', '30']);
       await executor.dispatch(a);
       executor.cancel(a.tiId, 'at once');
-      expect(await reporter.finishedOf(a.tiId, 5000), `start ${i + 1}`).toMatchObject({ signal: 'SIGTERM', outcome: 'cancelled' });
+      expect(await reporter.finishedOf(a.tiId, 5000), `start ${i + 1}`).toMatchObject({
+        signal: 'SIGTERM',
+        outcome: 'cancelled',
+      });
     }
   });
 
@@ -516,7 +549,10 @@ describe.each([{ helper: false }, { helper: true }])('subprocess executor (spawn
 /** Children of this process that are ready shells (`/bin/sh -s`). */
 function readyShellPids(): number[] {
   const out = execFileSync('ps', ['--ppid', String(process.pid), '-o', 'pid=,args='], { encoding: 'utf8' });
-  return out.split('\n').filter((l) => /\/bin\/sh -s$/.test(l.trim())).map((l) => Number(l.trim().split(/\s+/)[0]));
+  return out
+    .split('\n')
+    .filter((l) => /\/bin\/sh -s$/.test(l.trim()))
+    .map((l) => Number(l.trim().split(/\s+/)[0]));
 }
 
 describe('subprocess executor, from a ready shell', () => {
@@ -534,7 +570,8 @@ describe('subprocess executor, from a ready shell', () => {
   it('runs the command with its arguments exactly as given, stdin empty, in the group its shim leads', async () => {
     const { reporter, executor, starts } = await primed();
     const args = ["it's", 'two words', 'a\nnewline', '$HOME `id` $(id) \\ " *', 'é ✓', '', '-x'];
-    const script = 'console.log(JSON.stringify(process.argv.slice(1))); let n = 0; process.stdin.on("data", (d) => (n += d.length)).on("end", () => console.log(`stdin ${n}`)); console.log(`group ${require("child_process").execSync("ps -o pgid= -p " + process.pid).toString().trim()}`)';
+    const script =
+      'console.log(JSON.stringify(process.argv.slice(1))); let n = 0; process.stdin.on("data", (d) => (n += d.length)).on("end", () => console.log(`stdin ${n}`)); console.log(`group ${require("child_process").execSync("ps -o pgid= -p " + process.pid).toString().trim()}`)';
     const a = attempt([process.execPath, '-e', script, ...args]);
     await executor.dispatch(a);
     expect(await reporter.finishedOf(a.tiId)).toEqual({ exitCode: 0, signal: null, error: null, outcome: 'success' });
@@ -567,7 +604,12 @@ describe('subprocess executor, from a ready shell', () => {
     const { reporter, executor, starts } = await primed();
     const a = attempt(['sh', '-c', 'echo out; echo err >&2; exit 3']);
     await executor.dispatch(a);
-    expect(await reporter.finishedOf(a.tiId)).toEqual({ exitCode: 3, signal: null, error: 'exit code 3', outcome: 'failed' });
+    expect(await reporter.finishedOf(a.tiId)).toEqual({
+      exitCode: 3,
+      signal: null,
+      error: 'exit code 3',
+      outcome: 'failed',
+    });
     // Every line, the start's first (stdout and stderr are two pipes: their order is not kept).
     const logged = reporter.logs.filter((l) => l.tiId === a.tiId).map((l) => `${l.stream}: ${l.line}`);
     expect(logged[0]).toBe(`system: started pid ${reporter.pidOf(a.tiId)}: sh -c 'echo out; echo err >&2; exit 3'`);
@@ -577,7 +619,12 @@ describe('subprocess executor, from a ready shell', () => {
     const b = attempt(['sleep', '30']);
     await executor.dispatch(b);
     expect(executor.cancel(b.tiId, 'stop it')).toBe(true);
-    expect(await reporter.finishedOf(b.tiId)).toEqual({ exitCode: null, signal: 'SIGTERM', error: 'stop it', outcome: 'cancelled' });
+    expect(await reporter.finishedOf(b.tiId)).toEqual({
+      exitCode: null,
+      signal: 'SIGTERM',
+      error: 'stop it',
+      outcome: 'cancelled',
+    });
     expect(starts).toEqual(['spawn', 'ready-shell', 'ready-shell']);
   });
 
@@ -593,7 +640,9 @@ describe('subprocess executor, from a ready shell', () => {
     });
     const noDir = attempt(['sh', '-c', 'true'], { cwd: '/nonexistent/leoflow' });
     await executor.dispatch(noDir);
-    expect(reporter.finishedCalls.find((c) => c.tiId === noDir.tiId)?.result.error).toBe('failed to start "sh" in /nonexistent/leoflow: no such directory');
+    expect(reporter.finishedCalls.find((c) => c.tiId === noDir.tiId)?.result.error).toBe(
+      'failed to start "sh" in /nonexistent/leoflow: no such directory',
+    );
     const oddName = attempt([process.execPath, '-e', '0'], { env: { 'odd-name': 'yes' } });
     await executor.dispatch(oddName);
     expect(reporter.finishedCalls.find((c) => c.tiId === oddName.tiId)?.result.error).toBe(
@@ -679,12 +728,19 @@ describe('subprocess executor, through the spawn helper', () => {
     const quick = Array.from({ length: 20 }, (_, i) => attempt(['sh', '-c', `echo ${i}; exit ${i % 3}`]));
     await Promise.all(quick.map((a) => executor.dispatch(a)));
     for (const [i, a] of quick.entries()) {
-      expect(await reporter.finishedOf(a.tiId)).toMatchObject({ exitCode: i % 3, outcome: i % 3 === 0 ? 'success' : 'failed' });
+      expect(await reporter.finishedOf(a.tiId)).toMatchObject({
+        exitCode: i % 3,
+        outcome: i % 3 === 0 ? 'success' : 'failed',
+      });
       expect(reporter.lines(a.tiId, 'stdout')).toEqual([String(i)]);
     }
     expect(starts).toEqual(Array(21).fill('spawn-helper'));
     // Each ended shim is reaped by the helper: none is left a zombie (or running) under it.
-    const children = () => execFileSync('ps', ['--ppid', String(helper), '-o', 'pid='], { encoding: 'utf8' }).split('\n').map(Number).filter((p) => p > 0);
+    const children = () =>
+      execFileSync('ps', ['--ppid', String(helper), '-o', 'pid='], { encoding: 'utf8' })
+        .split('\n')
+        .map(Number)
+        .filter((p) => p > 0);
     await waitFor(() => children().length === 1, 2000, 'the ended shims reaped');
     expect(children()).toEqual([reporter.pidOf(long.tiId)]);
     executor.cancel(long.tiId, 'done');
@@ -705,7 +761,9 @@ describe('subprocess executor, through the spawn helper', () => {
     const { reporter, executor, starts } = setup({ readyShell: false, spawnHelper: true });
     const ends = Array.from({ length: 40 }, (_, i) => `LEOFLOW_SHIM_${i}`).join('\n');
     const args = [`a\n${ends}\nb`, "it's", '$(id) `id` \\'];
-    const a = attempt(['sh', '-c', 'printf "%s|" "$@" "$LEOFLOW_TEST_VAR"', 'sh', ...args], { env: { LEOFLOW_TEST_VAR: `${ends}\n'` } });
+    const a = attempt(['sh', '-c', 'printf "%s|" "$@" "$LEOFLOW_TEST_VAR"', 'sh', ...args], {
+      env: { LEOFLOW_TEST_VAR: `${ends}\n'` },
+    });
     await executor.dispatch(a);
     expect((await reporter.finishedOf(a.tiId)).outcome).toBe('success');
     expect(reporter.lines(a.tiId, 'stdout').join('\n')).toBe(`${[...args, `${ends}\n'`].join('|')}|`);
@@ -720,8 +778,15 @@ describe('subprocess executor, through the spawn helper', () => {
     const task = Number(reporter.lines(a.tiId, 'stdout')[0]);
     spawnedPids.add(task);
     process.kill(reporter.pidOf(a.tiId), 'SIGKILL');
-    expect(await reporter.finishedOf(a.tiId, 4000)).toEqual({ exitCode: null, signal: 'SIGKILL', error: 'killed by SIGKILL', outcome: 'failed' });
-    expect(reporter.lines(a.tiId, 'system')).toContain("the task's supervisor was killed (no exit status): counted as killed by SIGKILL");
+    expect(await reporter.finishedOf(a.tiId, 4000)).toEqual({
+      exitCode: null,
+      signal: 'SIGKILL',
+      error: 'killed by SIGKILL',
+      outcome: 'failed',
+    });
+    expect(reporter.lines(a.tiId, 'system')).toContain(
+      "the task's supervisor was killed (no exit status): counted as killed by SIGKILL",
+    );
     await expectGone(task);
     expect(starts).toEqual(['spawn-helper']);
   });
@@ -742,7 +807,12 @@ describe('subprocess executor, through the spawn helper', () => {
     await executor.dispatch(third);
     expect((await reporter.finishedOf(third.tiId)).outcome).toBe('success');
     expect(helperPid()).not.toBe(first);
-    expect(await reporter.finishedOf(running.tiId)).toEqual({ exitCode: 0, signal: null, error: null, outcome: 'success' });
+    expect(await reporter.finishedOf(running.tiId)).toEqual({
+      exitCode: 0,
+      signal: null,
+      error: null,
+      outcome: 'success',
+    });
     expect(reporter.lines(running.tiId, 'stdout')).toEqual(['still here']);
     expect(starts[0]).toBe('spawn-helper');
     expect(['spawn-helper', 'spawn']).toContain(starts[1]);

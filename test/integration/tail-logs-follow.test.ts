@@ -47,12 +47,20 @@ afterAll(async () => {
 
 describe('TailLogs --follow', () => {
   it('sends a line as soon as it is written, not at an interval', async () => {
-    const call = (name: string, req: Record<string, unknown>, signal = new AbortController().signal) => workflow[name]!(req as never, { signal, requestHeader: new Headers(), values: createContextValues() } as never);
-    await (call('applyDag', { source: 'dag_id: logs\ntasks:\n  - id: a\n    command: ["true"]\n', filename: 'l.yaml' }) as unknown as Promise<unknown>);
-    const { run } = (await (call('triggerRun', { dagId: 'logs', confJson: '', runKey: '' }) as unknown as Promise<{ run: { runId: string } }>));
+    const call = (name: string, req: Record<string, unknown>, signal = new AbortController().signal) =>
+      workflow[name]!(req as never, { signal, requestHeader: new Headers(), values: createContextValues() } as never);
+    await (call('applyDag', {
+      source: 'dag_id: logs\ntasks:\n  - id: a\n    command: ["true"]\n',
+      filename: 'l.yaml',
+    }) as unknown as Promise<unknown>);
+    const { run } = await (call('triggerRun', { dagId: 'logs', confJson: '', runKey: '' }) as unknown as Promise<{
+      run: { runId: string };
+    }>);
     const [ti] = await db.sql<{ id: string }[]>`select id::text as id from task_instances where run_id = ${run.runId}`;
     const ac = new AbortController();
-    const it = call('tailLogs', { runId: run.runId, taskId: '', tryNumber: 0, follow: true }, ac.signal)[Symbol.asyncIterator]();
+    const it = call('tailLogs', { runId: run.runId, taskId: '', tryNumber: 0, follow: true }, ac.signal)[
+      Symbol.asyncIterator
+    ]();
     // The follower's first read finds nothing and waits.
     const first = it.next();
     await new Promise((r) => setTimeout(r, 300));

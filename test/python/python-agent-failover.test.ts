@@ -6,7 +6,14 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { freePort } from '../helpers/global-setup.js';
 import { serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
-import { generateStubs, killPythonProcesses, PY_DIR, startPython, stopPython, type PythonProcess } from '../helpers/python-process.js';
+import {
+  generateStubs,
+  killPythonProcesses,
+  PY_DIR,
+  startPython,
+  stopPython,
+  type PythonProcess,
+} from '../helpers/python-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -18,7 +25,16 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  */
 
 const THRESHOLD_MS = 8000; // Welcome.max_reconnect_backoff is a quarter: 2 s
-const FLAGS = ['--leader-watchdog', '1s', '--tick-interval', '200ms', '--heartbeat-interval', '1s', '--heartbeat-threshold', `${THRESHOLD_MS}ms`];
+const FLAGS = [
+  '--leader-watchdog',
+  '1s',
+  '--tick-interval',
+  '200ms',
+  '--heartbeat-interval',
+  '1s',
+  '--heartbeat-threshold',
+  `${THRESHOLD_MS}ms`,
+];
 
 let db: TestDatabase;
 let tmp: string;
@@ -52,16 +68,37 @@ const hostOf = (s: ServerProcess): string => new URL(s.url).host;
 /** An agent labelled with its own id, so each test's tasks go to its own agent (an agent of an
  *  earlier test, whose replica was killed, may still look connected for a while). */
 function startAgent(id: string, serverArgs: string[]): PythonProcess {
-  return startPython(stubs, [`${PY_DIR}/leoflow_agent.py`, ...serverArgs, '--id', id, '--labels', `lang=python,agent=${id}`, '--slots', '1', '--kill-grace', '1'], 90_000);
+  return startPython(
+    stubs,
+    [
+      `${PY_DIR}/leoflow_agent.py`,
+      ...serverArgs,
+      '--id',
+      id,
+      '--labels',
+      `lang=python,agent=${id}`,
+      '--slots',
+      '1',
+      '--kill-grace',
+      '1',
+    ],
+    90_000,
+  );
 }
 
 /** Resolves with the time the agent's log first shows `text`; throws with its log if it never does. */
 async function seen(agent: PythonProcess, text: string | RegExp, timeoutMs: number): Promise<number> {
   const has = () => (typeof text === 'string' ? agent.stderr.includes(text) : text.test(agent.stderr));
-  await waitFor(`the agent to log ${String(text)}`, async () => has() || agent.child.exitCode !== null, timeoutMs, 20).catch((err: Error) => {
+  await waitFor(
+    `the agent to log ${String(text)}`,
+    async () => has() || agent.child.exitCode !== null,
+    timeoutMs,
+    20,
+  ).catch((err: Error) => {
     throw new Error(`${err.message}; the agent said:\n${agent.stderr}`);
   });
-  if (!has()) throw new Error(`the agent exited (${agent.child.exitCode}) before logging ${String(text)}:\n${agent.stderr}`);
+  if (!has())
+    throw new Error(`the agent exited (${agent.child.exitCode}) before logging ${String(text)}:\n${agent.stderr}`);
   return Date.now();
 }
 
@@ -71,11 +108,26 @@ interface RunJson {
 }
 
 /** Runs trigger_and_wait.py on a one-task DAG placed on the agent `agentId`; resolves with its result. */
-async function triggerAndWait(server: ServerProcess, agentId: string, dagId: string, command: string[]): Promise<{ code: number | null; stdout: string; result: RunJson }> {
+async function triggerAndWait(
+  server: ServerProcess,
+  agentId: string,
+  dagId: string,
+  command: string[],
+): Promise<{ code: number | null; stdout: string; result: RunJson }> {
   const file = path.join(tmp, `${dagId}.json`);
   const out = path.join(tmp, `${dagId}.result.json`);
-  await writeFile(file, JSON.stringify({ dag_id: dagId, tasks: [{ id: 't', executor: 'agents', placement: { labels: { agent: agentId } }, command, retries: 0 }] }));
-  const p = startPython(stubs, [`${PY_DIR}/trigger_and_wait.py`, '--server', hostOf(server), '--timeout', '60', '--logs', '--json-out', out, file], 80_000);
+  await writeFile(
+    file,
+    JSON.stringify({
+      dag_id: dagId,
+      tasks: [{ id: 't', executor: 'agents', placement: { labels: { agent: agentId } }, command, retries: 0 }],
+    }),
+  );
+  const p = startPython(
+    stubs,
+    [`${PY_DIR}/trigger_and_wait.py`, '--server', hostOf(server), '--timeout', '60', '--logs', '--json-out', out, file],
+    80_000,
+  );
   const code = await p.exited;
   try {
     return { code, stdout: p.stdout, result: JSON.parse(await readFile(out, 'utf8')) as RunJson };
@@ -87,7 +139,10 @@ async function triggerAndWait(server: ServerProcess, agentId: string, dagId: str
 describe('a Python agent among several control-plane replicas', () => {
   it('told to reconnect by a replica stopping gracefully, moves to the next address at once and its running task ends there as try 1', async () => {
     const a = await startReplica(['--replica-id', 'replica-a']);
-    await waitFor('replica-a to lead', async () => (await createClients(a.url).cluster.getLeader({})).leaderId === 'replica-a');
+    await waitFor(
+      'replica-a to lead',
+      async () => (await createClients(a.url).cluster.getLeader({})).leaderId === 'replica-a',
+    );
     const b = await startReplica(['--replica-id', 'replica-b']);
     const id = `py-move-${randomBytes(3).toString('hex')}`;
     // Repeated --server: the first address first.
@@ -108,15 +163,23 @@ describe('a Python agent among several control-plane replicas', () => {
     // an agent that ignores Reconnect, and with no backoff (up to 2 s) on the way.
     const movedMs = backAt - Number(told!.time);
     expect(movedMs).toBeLessThan(3000);
-    expect(a.logs.map((r) => r.msg)).not.toContain('agents still connected after being told to reconnect elsewhere: their streams are closed');
-    const after = agent.stderr.slice(agent.stderr.indexOf('told to reconnect elsewhere: replica replica-a is shutting down'));
-    expect(after, agent.stderr).toMatch(/^told to reconnect elsewhere[^]*reconnecting to \S+ now \(1 attempts held\)[^]*welcomed by replica replica-b/);
+    expect(a.logs.map((r) => r.msg)).not.toContain(
+      'agents still connected after being told to reconnect elsewhere: their streams are closed',
+    );
+    const after = agent.stderr.slice(
+      agent.stderr.indexOf('told to reconnect elsewhere: replica replica-a is shutting down'),
+    );
+    expect(after, agent.stderr).toMatch(
+      /^told to reconnect elsewhere[^]*reconnecting to \S+ now \(1 attempts held\)[^]*welcomed by replica replica-b/,
+    );
     expect(after.slice(0, after.indexOf('welcomed by replica replica-b'))).not.toMatch(/reconnecting to \S+ in /);
 
     // Resumed on replica-b: it ends there, once, as try 1, with all its output.
     const r = await running;
     expect(r.code, `${r.stdout}\nagent:\n${agent.stderr}`).toBe(0);
-    expect(r.result.task_instances.map((t) => [t.task_id, t.state, t.try_number, t.agent_id, t.exit_code])).toEqual([['t', 'TASK_STATE_SUCCESS', 1, id, 0]]);
+    expect(r.result.task_instances.map((t) => [t.task_id, t.state, t.try_number, t.agent_id, t.exit_code])).toEqual([
+      ['t', 'TASK_STATE_SUCCESS', 1, id, 0],
+    ]);
     expect(r.stdout).toMatch(/^\[t #1 stdout\] before\n\[t #1 stdout\] after$/m);
     expect(await db.sql`select ti_id from events where payload->>'reason' = 'agent_lost'`).toEqual([]);
     console.log(`python agent moved from replica-a to replica-b ${movedMs} ms after being told to`);
@@ -124,7 +187,10 @@ describe('a Python agent among several control-plane replicas', () => {
 
   it('given one address, goes where the Reconnect of its stopping replica says, with its running task', async () => {
     const a = await startReplica(['--replica-id', 'replica-a']);
-    await waitFor('replica-a to lead', async () => (await createClients(a.url).cluster.getLeader({})).leaderId === 'replica-a');
+    await waitFor(
+      'replica-a to lead',
+      async () => (await createClients(a.url).cluster.getLeader({})).leaderId === 'replica-a',
+    );
     const id = `py-one-${randomBytes(3).toString('hex')}`;
     const agent = startAgent(id, ['--server', hostOf(a)]);
     await seen(agent, 'welcomed by replica replica-a', 30_000);
@@ -139,7 +205,9 @@ describe('a Python agent among several control-plane replicas', () => {
     expect(agent.stderr).toContain(`reconnecting to ${hostOf(b)} now (1 attempts held)`);
     const r = await running;
     expect(r.code, `${r.stdout}\nagent:\n${agent.stderr}`).toBe(0);
-    expect(r.result.task_instances.map((t) => [t.task_id, t.state, t.try_number, t.agent_id, t.exit_code])).toEqual([['t', 'TASK_STATE_SUCCESS', 1, id, 0]]);
+    expect(r.result.task_instances.map((t) => [t.task_id, t.state, t.try_number, t.agent_id, t.exit_code])).toEqual([
+      ['t', 'TASK_STATE_SUCCESS', 1, id, 0],
+    ]);
     expect(r.stdout).toMatch(/^\[t #1 stdout\] before\n\[t #1 stdout\] after$/m);
   });
 
@@ -155,12 +223,18 @@ describe('a Python agent among several control-plane replicas', () => {
     expect(backAt - startedAt).toBeLessThan(5000);
     const log = agent.stderr;
     expect(log.indexOf(`connecting to ${dead}`), log).toBeGreaterThanOrEqual(0);
-    expect(log.indexOf(`stream error from ${dead}: UNAVAILABLE`), log).toBeGreaterThan(log.indexOf(`connecting to ${dead}`));
-    expect(log.indexOf(`welcomed by replica replica-b at ${hostOf(b)}`), log).toBeGreaterThan(log.indexOf(`stream error from ${dead}`));
+    expect(log.indexOf(`stream error from ${dead}: UNAVAILABLE`), log).toBeGreaterThan(
+      log.indexOf(`connecting to ${dead}`),
+    );
+    expect(log.indexOf(`welcomed by replica replica-b at ${hostOf(b)}`), log).toBeGreaterThan(
+      log.indexOf(`stream error from ${dead}`),
+    );
 
     const r = await triggerAndWait(b, id, 'py_skip', ['sh', '-c', 'echo ran']);
     expect(r.code, `${r.stdout}\nagent:\n${agent.stderr}`).toBe(0);
-    expect(r.result.task_instances.map((t) => [t.task_id, t.state, t.agent_id])).toEqual([['t', 'TASK_STATE_SUCCESS', id]]);
+    expect(r.result.task_instances.map((t) => [t.task_id, t.state, t.agent_id])).toEqual([
+      ['t', 'TASK_STATE_SUCCESS', id],
+    ]);
     await stopPython(agent);
   });
 
@@ -181,14 +255,20 @@ describe('a Python agent among several control-plane replicas', () => {
     const backAt = await seen(agent, 'welcomed by replica replica-c2', 10_000);
     const backMs = backAt - readyAt;
 
-    const delays = [...agent.stderr.slice(cutAt).matchAll(/reconnecting (?:to \S+ )?in (\d+\.\d+)s/g)].map((m) => Number(m[1]));
+    const delays = [...agent.stderr.slice(cutAt).matchAll(/reconnecting (?:to \S+ )?in (\d+\.\d+)s/g)].map((m) =>
+      Number(m[1]),
+    );
     expect(Math.max(...delays), agent.stderr).toBeLessThanOrEqual(0.5);
     expect(delays.length, agent.stderr).toBeGreaterThanOrEqual(5);
-    expect(agent.stderr).toMatch(/welcomed by replica replica-c at \S+ \(keepalive every 0\.5s, reconnect backoff at most 0\.50s\)/);
+    expect(agent.stderr).toMatch(
+      /welcomed by replica replica-c at \S+ \(keepalive every 0\.5s, reconnect backoff at most 0\.50s\)/,
+    );
     // At most one bounded delay after the replica is ready, plus the connection itself.
     expect(backMs).toBeLessThan(1500);
     expect(new URL(again.url).host).toBe(hostOf(c));
     await stopPython(agent);
-    console.log(`python agent back ${backMs} ms after its replica; ${delays.length} delays, the longest ${Math.max(...delays)} s`);
+    console.log(
+      `python agent back ${backMs} ms after its replica; ${delays.length} delays, the longest ${Math.max(...delays)} s`,
+    );
   });
 });

@@ -4,7 +4,16 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
-import { generateStubs, killPythonProcesses, PY, PY_DIR, runPython, startPython, stopPython, type PythonProcess } from '../helpers/python-process.js';
+import {
+  generateStubs,
+  killPythonProcesses,
+  PY,
+  PY_DIR,
+  runPython,
+  startPython,
+  stopPython,
+  type PythonProcess,
+} from '../helpers/python-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -21,11 +30,29 @@ let db: TestDatabase;
 let server: ServerProcess;
 let target: string; // host:port of the server, for the Python side
 
-const start = (args: string[], timeoutMs: number, env: Record<string, string> = {}): PythonProcess => startPython(stubs, args, timeoutMs, env);
+const start = (args: string[], timeoutMs: number, env: Record<string, string> = {}): PythonProcess =>
+  startPython(stubs, args, timeoutMs, env);
 const run = (args: string[], timeoutMs?: number) => runPython(stubs, args, timeoutMs);
 
 function startAgent(id: string, extra: string[] = [], env: Record<string, string> = {}): PythonProcess {
-  return start([`${PY_DIR}/leoflow_agent.py`, '--server', target, '--id', id, '--labels', 'lang=python', '--slots', '2', '--kill-grace', '1', ...extra], 90_000, env);
+  return start(
+    [
+      `${PY_DIR}/leoflow_agent.py`,
+      '--server',
+      target,
+      '--id',
+      id,
+      '--labels',
+      'lang=python',
+      '--slots',
+      '2',
+      '--kill-grace',
+      '1',
+      ...extra,
+    ],
+    90_000,
+    env,
+  );
 }
 
 interface RunJson {
@@ -34,9 +61,14 @@ interface RunJson {
 }
 
 /** Applies a DAG file with trigger_and_wait.py, triggers it and waits for the run's end. */
-async function triggerAndWait(dagFile: string): Promise<{ code: number | null; stdout: string; stderr: string; result: RunJson }> {
+async function triggerAndWait(
+  dagFile: string,
+): Promise<{ code: number | null; stdout: string; stderr: string; result: RunJson }> {
   const out = path.join(tmp, `${path.basename(dagFile)}.json`);
-  const r = await run([`${PY_DIR}/trigger_and_wait.py`, '--server', target, '--timeout', '60', '--logs', '--json-out', out, dagFile], 80_000);
+  const r = await run(
+    [`${PY_DIR}/trigger_and_wait.py`, '--server', target, '--timeout', '60', '--logs', '--json-out', out, dagFile],
+    80_000,
+  );
   let result: RunJson;
   try {
     result = JSON.parse(await readFile(out, 'utf8')) as RunJson;
@@ -72,22 +104,33 @@ describe('a Python agent over AgentService', () => {
     // 3 tasks of the first DAG + 1 of the second: then the agent exits 0 by itself.
     const agent = startAgent(agentId, ['--max-tasks', '4']);
     try {
-      await waitFor('the Python agent to be welcomed', async () => agent.stderr.includes('welcomed by replica') || agent.child.exitCode !== null, 30_000).catch(
-        (err: Error) => {
-          throw new Error(`${err.message}; the agent said:\n${agent.stderr}`);
-        },
-      );
+      await waitFor(
+        'the Python agent to be welcomed',
+        async () => agent.stderr.includes('welcomed by replica') || agent.child.exitCode !== null,
+        30_000,
+      ).catch((err: Error) => {
+        throw new Error(`${err.message}; the agent said:\n${agent.stderr}`);
+      });
       expect(agent.stderr, 'the agent was not welcomed').toContain('welcomed by replica');
 
       const okFile = path.join(tmp, 'py_ok.json');
-      await writeFile(okFile, JSON.stringify({
-        dag_id: 'py_ok',
-        tasks: [
-          agentTask('a', ['sh', '-c', 'echo "hello-from-$LEOFLOW_TASK_ID"; echo to-stderr >&2; printf "bytes \\377 crlf\\r\\n"']),
-          agentTask('b', [PY, '-c', "import os; print('python-task try', os.environ['LEOFLOW_TRY_NUMBER'])"], { depends_on: ['a'] }),
-          agentTask('c', ['sh', '-c', 'echo "$GREETING from c"'], { depends_on: ['a'], env: { GREETING: 'hi' } }),
-        ],
-      }));
+      await writeFile(
+        okFile,
+        JSON.stringify({
+          dag_id: 'py_ok',
+          tasks: [
+            agentTask('a', [
+              'sh',
+              '-c',
+              'echo "hello-from-$LEOFLOW_TASK_ID"; echo to-stderr >&2; printf "bytes \\377 crlf\\r\\n"',
+            ]),
+            agentTask('b', [PY, '-c', "import os; print('python-task try', os.environ['LEOFLOW_TRY_NUMBER'])"], {
+              depends_on: ['a'],
+            }),
+            agentTask('c', ['sh', '-c', 'echo "$GREETING from c"'], { depends_on: ['a'], env: { GREETING: 'hi' } }),
+          ],
+        }),
+      );
       const ok = await triggerAndWait(okFile);
       expect(ok.code, `${ok.stdout}\n${ok.stderr}\nagent:\n${agent.stderr}`).toBe(0);
       expect(ok.result.run.state).toBe('RUN_STATE_SUCCESS');
@@ -105,18 +148,29 @@ describe('a Python agent over AgentService', () => {
       expect(ok.stdout).toMatch(/^run \d+ success$/m);
 
       const failFile = path.join(tmp, 'py_fail.json');
-      await writeFile(failFile, JSON.stringify({
-        dag_id: 'py_fail',
-        tasks: [agentTask('boom', ['sh', '-c', 'echo about to fail; exit 3'], { retries: 0 })],
-      }));
+      await writeFile(
+        failFile,
+        JSON.stringify({
+          dag_id: 'py_fail',
+          tasks: [agentTask('boom', ['sh', '-c', 'echo about to fail; exit 3'], { retries: 0 })],
+        }),
+      );
       const failed = await triggerAndWait(failFile);
       expect(failed.code, `${failed.stdout}\n${failed.stderr}`).toBe(1);
       expect(failed.result.run.state).toBe('RUN_STATE_FAILED');
       expect(failed.result.task_instances).toHaveLength(1);
-      expect(failed.result.task_instances[0]).toMatchObject({ task_id: 'boom', state: 'TASK_STATE_FAILED', agent_id: agentId, exit_code: 3 });
+      expect(failed.result.task_instances[0]).toMatchObject({
+        task_id: 'boom',
+        state: 'TASK_STATE_FAILED',
+        agent_id: agentId,
+        exit_code: 3,
+      });
       expect(failed.stdout).toMatch(/^\[boom #1 stdout\] about to fail$/m);
 
-      const code = await Promise.race([agent.exited, new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 20_000))]);
+      const code = await Promise.race([
+        agent.exited,
+        new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 20_000)),
+      ]);
       expect(code, `the agent did not exit after 4 acknowledged results:\n${agent.stderr}`).toBe(0);
       expect(agent.stderr).toContain('done: 4 results acknowledged');
     } finally {
@@ -128,21 +182,35 @@ describe('a Python agent over AgentService', () => {
     const value = `py-secret-${randomBytes(8).toString('hex')}`;
     const agent = startAgent(`py-secrets-${randomBytes(3).toString('hex')}`, [], { PY_AGENT_SECRET: value });
     try {
-      await waitFor('the Python agent to be welcomed', async () => agent.stderr.includes('welcomed by replica'), 30_000);
+      await waitFor(
+        'the Python agent to be welcomed',
+        async () => agent.stderr.includes('welcomed by replica'),
+        30_000,
+      );
       const out = path.join(tmp, 'py-secret.out');
       const file = path.join(tmp, 'py_secrets.json');
-      await writeFile(file, JSON.stringify({
-        dag_id: 'py_secrets',
-        tasks: [
-          agentTask('uses', ['sh', '-c', `printf %s "$TOKEN" > ${out}; echo wrote it`], { env: { TOKEN: { secret: { env: 'PY_AGENT_SECRET' } } } }),
-          agentTask('lacks', ['sh', '-c', 'echo should not run'], { env: { NOPE: { secret: { env: 'PY_NOT_SET' } } } }),
-        ],
-      }));
+      await writeFile(
+        file,
+        JSON.stringify({
+          dag_id: 'py_secrets',
+          tasks: [
+            agentTask('uses', ['sh', '-c', `printf %s "$TOKEN" > ${out}; echo wrote it`], {
+              env: { TOKEN: { secret: { env: 'PY_AGENT_SECRET' } } },
+            }),
+            agentTask('lacks', ['sh', '-c', 'echo should not run'], {
+              env: { NOPE: { secret: { env: 'PY_NOT_SET' } } },
+            }),
+          ],
+        }),
+      );
       const r = await triggerAndWait(file);
       expect(await readFile(out, 'utf8')).toBe(value);
       const byTask = Object.fromEntries(r.result.task_instances.map((t) => [t.task_id, t]));
       expect(byTask.uses!.state).toBe('TASK_STATE_SUCCESS');
-      expect(byTask.lacks).toMatchObject({ state: 'TASK_STATE_FAILED', error: 'secret NOPE (env PY_NOT_SET): environment variable PY_NOT_SET is not set where the task starts' });
+      expect(byTask.lacks).toMatchObject({
+        state: 'TASK_STATE_FAILED',
+        error: 'secret NOPE (env PY_NOT_SET): environment variable PY_NOT_SET is not set where the task starts',
+      });
       expect(r.stdout).not.toContain('should not run');
       expect(r.stdout + r.stderr + agent.stderr + agent.stdout + JSON.stringify(server.logs)).not.toContain(value);
     } finally {
@@ -151,9 +219,15 @@ describe('a Python agent over AgentService', () => {
   });
 
   it('a Hello refused with INVALID_ARGUMENT (a bad agent id) is fatal: it exits 2 instead of retrying', async () => {
-    const agent = start([`${PY_DIR}/leoflow_agent.py`, '--server', target, '--id', 'bad id', '--labels', 'lang=python'], 30_000);
+    const agent = start(
+      [`${PY_DIR}/leoflow_agent.py`, '--server', target, '--id', 'bad id', '--labels', 'lang=python'],
+      30_000,
+    );
     try {
-      const code = await Promise.race([agent.exited, new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 20_000))]);
+      const code = await Promise.race([
+        agent.exited,
+        new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 20_000)),
+      ]);
       expect(code, agent.stderr).toBe(2);
       expect(agent.stderr).toMatch(/refused by the control plane: hello\.agent_id: must be/);
     } finally {
@@ -164,7 +238,10 @@ describe('a Python agent over AgentService', () => {
   it('an agent speaking protocol version 99 is refused with a clear error and exits 2', async () => {
     const agent = startAgent(`py-v99-${randomBytes(3).toString('hex')}`, ['--protocol-version', '99']);
     try {
-      const code = await Promise.race([agent.exited, new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 20_000))]);
+      const code = await Promise.race([
+        agent.exited,
+        new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 20_000)),
+      ]);
       expect(code, agent.stderr).toBe(2);
       expect(agent.stderr).toMatch(/refused by the control plane: .*protocol version 99/);
     } finally {
@@ -180,7 +257,10 @@ describe('trigger_and_wait.py against a server with API tokens on', () => {
   beforeAll(async () => {
     authDb = await createTestDatabase();
     // Pro with auth on (the helper's LEOFLOW_INSECURE unset), tasks run by the server itself.
-    authed = await startServer({ env: { DATABASE_URL: authDb.url, LEOFLOW_INSECURE: undefined, LEOFLOW_TOKEN: undefined }, args: ['--edition', 'pro', '--executor', 'subprocess', '--bootstrap-admin-token', admin] });
+    authed = await startServer({
+      env: { DATABASE_URL: authDb.url, LEOFLOW_INSECURE: undefined, LEOFLOW_TOKEN: undefined },
+      args: ['--edition', 'pro', '--executor', 'subprocess', '--bootstrap-admin-token', admin],
+    });
   }, 60_000);
   afterAll(async () => {
     await authed?.stop();

@@ -97,7 +97,11 @@ async function spawnMs(n = 30): Promise<number> {
   const ms: number[] = [];
   for (let i = 0; i < n; i++) {
     const t = performance.now();
-    await new Promise<void>((resolve, reject) => spawn('true').on('exit', () => resolve()).on('error', reject));
+    await new Promise<void>((resolve, reject) =>
+      spawn('true')
+        .on('exit', () => resolve())
+        .on('error', reject),
+    );
     ms.push(performance.now() - t);
   }
   return median(ms);
@@ -109,7 +113,10 @@ function median(xs: number[]): number {
 }
 
 /** A database's transactions and rows written so far, as its backends have published them. */
-async function counts(admin: ReturnType<typeof createSql>, name: string): Promise<{ xacts: number; rows: number; wal: number }> {
+async function counts(
+  admin: ReturnType<typeof createSql>,
+  name: string,
+): Promise<{ xacts: number; rows: number; wal: number }> {
   const [r] = await admin<{ x: string; w: string; wal: string }[]>`
     select xact_commit + xact_rollback as x, tup_inserted + tup_updated + tup_deleted as w, pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0') as wal
     from pg_stat_database where datname = ${name}`;
@@ -120,7 +127,9 @@ async function counts(admin: ReturnType<typeof createSql>, name: string): Promis
 async function tableRows(db: TestDatabase): Promise<Map<string, number>> {
   const sql = createSql(db.url, { max: 1 });
   try {
-    const rows = await sql<{ t: string; w: string }[]>`select relname as t, n_tup_ins + n_tup_upd + n_tup_del as w from pg_stat_user_tables`;
+    const rows = await sql<
+      { t: string; w: string }[]
+    >`select relname as t, n_tup_ins + n_tup_upd + n_tup_del as w from pg_stat_user_tables`;
     return new Map(rows.map((r) => [r.t, Number(r.w)]));
   } finally {
     await sql.end({ timeout: 5 });
@@ -128,16 +137,31 @@ async function tableRows(db: TestDatabase): Promise<Map<string, number>> {
 }
 
 /** TASKS one-task runs queued while paused, then run through one instant agent of SLOTS slots. */
-async function throughput(floor: number): Promise<{ tasksPerSec: number; rowsPerTask: number; xactsPerTask: number; walKBPerTask: number; insertsPerSec: number; insertsBefore: number; insertsAfter: number }> {
+async function throughput(floor: number): Promise<{
+  tasksPerSec: number;
+  rowsPerTask: number;
+  xactsPerTask: number;
+  walKBPerTask: number;
+  insertsPerSec: number;
+  insertsBefore: number;
+  insertsAfter: number;
+}> {
   const db = await createTestDatabase();
   const admin = createSql(inject('pgAdminUrl'), { max: 1 });
   let server: ServerProcess | null = null;
   let agent: ReturnType<typeof startInstantAgent> | null = null;
   try {
     const insertsBefore = await insertRate(db, admin);
-    server = await startServer({ env: { DATABASE_URL: db.url }, args: ['--tick-interval', TICK, ...POOL_ARGS], quiet: true });
+    server = await startServer({
+      env: { DATABASE_URL: db.url },
+      args: ['--tick-interval', TICK, ...POOL_ARGS],
+      quiet: true,
+    });
     const file = path.join(tmp, 'guard.yaml');
-    await writeFile(file, `dag_id: guard\nmax_active_runs: ${TASKS}\ntasks:\n  - id: t\n    executor: agents\n    command: ["true"]\n`);
+    await writeFile(
+      file,
+      `dag_id: guard\nmax_active_runs: ${TASKS}\ntasks:\n  - id: t\n    executor: agents\n    command: ["true"]\n`,
+    );
     expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
     const api = createClients(server.url);
     await api.workflow.pauseDag({ dagId: 'guard', paused: true });
@@ -147,13 +171,26 @@ async function throughput(floor: number): Promise<{ tasksPerSec: number; rowsPer
     const queue = createSql(db.url, { max: 1 });
     await queue.begin(async (tx) => {
       for (let i = 0; i < TASKS; i++) {
-        await createRun(tx, { dagId: 'guard', dagVersion: dag.version, runKey: `g_${i}`, runType: 'manual', logicalDate: new Date(), conf: {}, defaultExecutor: 'subprocess' });
+        await createRun(tx, {
+          dagId: 'guard',
+          dagVersion: dag.version,
+          runKey: `g_${i}`,
+          runType: 'manual',
+          logicalDate: new Date(),
+          conf: {},
+          defaultExecutor: 'subprocess',
+        });
       }
     });
     await queue.end({ timeout: 5 });
     const a = startInstantAgent(server.url, { agentId: 'guard', slots: SLOTS });
     agent = a;
-    await waitFor('agent connected', async () => (await api.cluster.listAgents({})).agents.some((x) => x.connected), 30_000, 50);
+    await waitFor(
+      'agent connected',
+      async () => (await api.cluster.listAgents({})).agents.some((x) => x.connected),
+      30_000,
+      50,
+    );
     await new Promise((r) => setTimeout(r, 1500)); // the harness's and the start's counts published
     const c0 = await counts(admin, db.name);
     const t0 = await tableRows(db);
@@ -164,7 +201,13 @@ async function throughput(floor: number): Promise<{ tasksPerSec: number; rowsPer
     const limitMs = Math.max(20_000, (3 * 1000 * TASKS) / (floor * insertsBefore));
     await waitFor(`${TASKS} ends acknowledged`, async () => a.acked >= TASKS, limitMs, 20);
     // A few reads of the measured database (a few transactions in 1,000 tasks' count).
-    await waitFor('every run ended', async () => (await db.sql`select 1 from dag_runs where dag_id = 'guard' and state <> 'success' limit 1`).length === 0, 20_000, 100);
+    await waitFor(
+      'every run ended',
+      async () =>
+        (await db.sql`select 1 from dag_runs where dag_id = 'guard' and state <> 'success' limit 1`).length === 0,
+      20_000,
+      100,
+    );
     await a.close();
     agent = null;
     // Stopped: every backend of the server has exited, so it has published its counts.
@@ -175,7 +218,9 @@ async function throughput(floor: number): Promise<{ tasksPerSec: number; rowsPer
     // Where the rows go, printed for whoever makes a task cheaper (the two reads above add ~2 rows in all).
     const t1 = await tableRows(db);
     const perTable = Object.fromEntries(
-      [...t1].map(([t, w]) => [t, Math.round(((w - (t0.get(t) ?? 0)) / TASKS) * 100) / 100] as const).filter(([, w]) => w >= 0.05),
+      [...t1]
+        .map(([t, w]) => [t, Math.round(((w - (t0.get(t) ?? 0)) / TASKS) * 100) / 100] as const)
+        .filter(([, w]) => w >= 0.05),
     );
     console.log(`speed-guard rows a task by table ${JSON.stringify(perTable)}`);
     const [w] = await db.sql<{ ms: number; done: number }[]>`
@@ -207,7 +252,10 @@ async function chain(): Promise<{ gapMs: number; spawnMs: number }> {
   const server = await startServer({ env: { DATABASE_URL: db.url }, quiet: true });
   try {
     const before = await spawnMs();
-    const tasks = Array.from({ length: CHAIN }, (_, i) => `  - id: t${i}\n    command: ["true"]\n${i > 0 ? `    depends_on: [t${i - 1}]\n` : ''}`).join('');
+    const tasks = Array.from(
+      { length: CHAIN },
+      (_, i) => `  - id: t${i}\n    command: ["true"]\n${i > 0 ? `    depends_on: [t${i - 1}]\n` : ''}`,
+    ).join('');
     const file = path.join(tmp, 'chain.yaml');
     await writeFile(file, `dag_id: chain\ntasks:\n${tasks}`);
     expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
@@ -215,11 +263,20 @@ async function chain(): Promise<{ gapMs: number; spawnMs: number }> {
     const gaps: number[] = [];
     for (let round = 0; round < 2; round++) {
       const runId = (await api.workflow.triggerRun({ dagId: 'chain' })).run!.runId;
-      await waitFor('chain ended', async () => (await db.sql`select 1 from dag_runs where id = ${runId} and state in ('success', 'failed')`).length > 0, 60_000, 50);
-      const rows = await db.sql<{ started: Date; ended: Date }[]>`select started_at as started, ended_at as ended from task_instances where run_id = ${runId} order by started_at`;
+      await waitFor(
+        'chain ended',
+        async () =>
+          (await db.sql`select 1 from dag_runs where id = ${runId} and state in ('success', 'failed')`).length > 0,
+        60_000,
+        50,
+      );
+      const rows = await db.sql<
+        { started: Date; ended: Date }[]
+      >`select started_at as started, ended_at as ended from task_instances where run_id = ${runId} order by started_at`;
       expect(rows).toHaveLength(CHAIN);
       // The first round warms the server up (its first spawns, its plans).
-      if (round > 0) for (let i = 1; i < rows.length; i++) gaps.push(rows[i]!.started.getTime() - rows[i - 1]!.ended.getTime());
+      if (round > 0)
+        for (let i = 1; i < rows.length; i++) gaps.push(rows[i]!.started.getTime() - rows[i - 1]!.ended.getTime());
     }
     const after = await spawnMs();
     return { gapMs: Math.max(0.1, median(gaps)), spawnMs: (before + after) / 2 };
@@ -240,7 +297,11 @@ async function best<T>(measure: () => Promise<T>, ratio: (m: T) => number, floor
 describe('speed guard (issue 35)', () => {
   it(`throughput: ${TASKS} no-op tasks through one agent, paced by events, against a Postgres insert loop`, async () => {
     const floor = BASELINE.throughputPerInsert * (1 - SLACK);
-    const m = await best(() => throughput(floor), (x) => x.tasksPerSec / x.insertsPerSec, floor);
+    const m = await best(
+      () => throughput(floor),
+      (x) => x.tasksPerSec / x.insertsPerSec,
+      floor,
+    );
     const ratio = m.tasksPerSec / m.insertsPerSec;
     console.log(`speed-guard throughput ${JSON.stringify({ ...m, ratio, load: os.loadavg()[0] })}`);
     if (RECORD) return;
@@ -248,7 +309,10 @@ describe('speed guard (issue 35)', () => {
     // task are printed, not checked: reads and flushes paced by the clock make a slow run's
     // count higher, 1.7 at load 15 and 2.9 at load 19 on the same build.)
     expect(m.rowsPerTask, 'Postgres rows written a task').toBeLessThanOrEqual(BASELINE.rowsPerTask * (1 + SLACK));
-    expect(ratio, `tasks a second / inserts a second (baseline ${BASELINE.throughputPerInsert})`).toBeGreaterThanOrEqual(floor);
+    expect(
+      ratio,
+      `tasks a second / inserts a second (baseline ${BASELINE.throughputPerInsert})`,
+    ).toBeGreaterThanOrEqual(floor);
   }, 420_000);
 
   it(`chain: ${CHAIN} \`true\` tasks in a row, the step gap against spawn('true')`, async () => {

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { advanceRun, evaluateTriggerRule, retryDelayMs, topologicalOrder, type TiStateView } from '../../src/core/advance-run.js';
+import {
+  advanceRun,
+  evaluateTriggerRule,
+  retryDelayMs,
+  topologicalOrder,
+  type TiStateView,
+} from '../../src/core/advance-run.js';
 import type { TaskSpec, TriggerRule } from '../../src/core/dag-spec.js';
 import type { TiState } from '../../src/core/states.js';
 
@@ -141,7 +147,12 @@ describe('advanceRun', () => {
     expect(d.retry).toEqual([]);
     expect(d.upstreamFailed).toEqual([]);
     expect(d.skipped).toEqual([]);
-    expect(d.reasons).toEqual(new Map([['c', 'UPSTREAM_RUNNING'], ['d', 'UPSTREAM_RUNNING']]));
+    expect(d.reasons).toEqual(
+      new Map([
+        ['c', 'UPSTREAM_RUNNING'],
+        ['d', 'UPSTREAM_RUNNING'],
+      ]),
+    );
     expect(d.outcome).toBeNull();
   });
 
@@ -149,7 +160,11 @@ describe('advanceRun', () => {
     const tasks = [task('a'), task('b', ['a']), task('c', ['a'])];
     const d = advanceRun(
       tasks,
-      tis({ a: 'running', b: view('none', { pendingReason: 'UPSTREAM_RUNNING' }), c: view('none', { pendingReason: 'RUN_QUEUED' }) }),
+      tis({
+        a: 'running',
+        b: view('none', { pendingReason: 'UPSTREAM_RUNNING' }),
+        c: view('none', { pendingReason: 'RUN_QUEUED' }),
+      }),
       NOW,
     );
     expect(d.reasons.has('b')).toBe(false);
@@ -171,7 +186,15 @@ describe('advanceRun', () => {
       tis({ a: view('scheduled', { pendingReason: 'DISPATCH_QUEUE_FULL' }), b: 'queued', c: 'running' }),
       NOW,
     );
-    expect(d).toEqual({ schedule: [], retry: [], upstreamFailed: [], skipped: [], reasons: new Map(), outcome: null, nextRetryAt: null });
+    expect(d).toEqual({
+      schedule: [],
+      retry: [],
+      upstreamFailed: [],
+      skipped: [],
+      reasons: new Map(),
+      outcome: null,
+      nextRetryAt: null,
+    });
   });
 
   describe('retries', () => {
@@ -191,7 +214,10 @@ describe('advanceRun', () => {
       const reason = `RETRY_BACKOFF_UNTIL:${until.toISOString()}`;
       const d = advanceRun(
         tasks,
-        tis({ a: view('up_for_retry', { nextTryAt: until, pendingReason: reason }), b: view('none', { pendingReason: 'UPSTREAM_RUNNING' }) }),
+        tis({
+          a: view('up_for_retry', { nextTryAt: until, pendingReason: reason }),
+          b: view('none', { pendingReason: 'UPSTREAM_RUNNING' }),
+        }),
         NOW,
       );
       expect(d.reasons.size).toBe(0);
@@ -202,7 +228,10 @@ describe('advanceRun', () => {
       for (const nextTryAt of [NOW, new Date(NOW.getTime() - 5000)]) {
         const d = advanceRun(
           tasks,
-          tis({ a: view('up_for_retry', { nextTryAt, pendingReason: `RETRY_BACKOFF_UNTIL:${nextTryAt.toISOString()}` }), b: 'none' }),
+          tis({
+            a: view('up_for_retry', { nextTryAt, pendingReason: `RETRY_BACKOFF_UNTIL:${nextTryAt.toISOString()}` }),
+            b: 'none',
+          }),
           NOW,
         );
         expect(d.retry).toEqual(['a']);
@@ -221,7 +250,11 @@ describe('advanceRun', () => {
     });
 
     it('does not fail the downstream of a task that is waiting to retry', () => {
-      const d = advanceRun(tasks, tis({ a: view('up_for_retry', { nextTryAt: new Date(NOW.getTime() + 1000) }), b: 'none' }), NOW);
+      const d = advanceRun(
+        tasks,
+        tis({ a: view('up_for_retry', { nextTryAt: new Date(NOW.getTime() + 1000) }), b: 'none' }),
+        NOW,
+      );
       expect(d.upstreamFailed).toEqual([]);
       expect(d.outcome).toBeNull();
     });
@@ -279,7 +312,9 @@ describe('retryDelayMs', () => {
     expect(retryDelayMs({ retryDelayMs: 0, maxRetryDelayMs: 0 }, 5)).toBe(0);
   });
   it('never returns a non-finite number', () => {
-    expect(Number.isFinite(retryDelayMs({ retryDelayMs: 1000, maxRetryDelayMs: Number.MAX_SAFE_INTEGER }, 10_000))).toBe(true);
+    expect(
+      Number.isFinite(retryDelayMs({ retryDelayMs: 1000, maxRetryDelayMs: Number.MAX_SAFE_INTEGER }, 10_000)),
+    ).toBe(true);
   });
 });
 
@@ -291,7 +326,9 @@ describe('topologicalOrder', () => {
     const order = ids(topologicalOrder(tasks));
     expect(order).toHaveLength(tasks.length);
     expect(new Set(order).size).toBe(tasks.length);
-    for (const t of tasks) for (const dep of t.dependsOn) expect(order.indexOf(dep), `${dep} before ${t.id}`).toBeLessThan(order.indexOf(t.id));
+    for (const t of tasks)
+      for (const dep of t.dependsOn)
+        expect(order.indexOf(dep), `${dep} before ${t.id}`).toBeLessThan(order.indexOf(t.id));
   });
 
   it('keeps independent tasks in spec order', () => {

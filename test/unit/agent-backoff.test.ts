@@ -64,6 +64,8 @@ describe('Backoff (exponential, full jitter)', () => {
 
   it('rejects nonsense options', () => {
     expect(() => new Backoff({ initialMs: 0 })).toThrow('backoff initialMs must be positive, got 0');
-    expect(() => new Backoff({ initialMs: 100, maxMs: 50 })).toThrow('backoff maxMs must be at least initialMs, got 50');
+    expect(() => new Backoff({ initialMs: 100, maxMs: 50 })).toThrow(
+      'backoff maxMs must be at least initialMs, got 50',
+    );
   });
 });

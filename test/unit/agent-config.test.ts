@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { AgentConfigError, defaultAgentId, MAX_SERVERS, parseAgentFlags, parseCapabilities, parseLabels, type AgentFlags } from '../../src/agent/agent-config.js';
+import {
+  AgentConfigError,
+  defaultAgentId,
+  MAX_SERVERS,
+  parseAgentFlags,
+  parseCapabilities,
+  parseLabels,
+  type AgentFlags,
+} from '../../src/agent/agent-config.js';
 
 const env = { hostname: 'worker-1.example', pid: 4242, isTTY: false };
 
@@ -103,14 +111,28 @@ describe('leoflow agent flags', () => {
   });
 
   it('--server takes several addresses (repeated, joined with commas), each checked and named when bad', () => {
-    expect(parseAgentFlags({ server: 'http://a:7070,https://b:7443' }, env).serverUrls).toEqual(['http://a:7070', 'https://b:7443']);
-    expect(parseAgentFlags({ server: ' http://a:7070 , http://b:7070 ' }, env).serverUrls).toEqual(['http://a:7070', 'http://b:7070']);
-    expect(problems({ server: 'http://a:7070,b:7070' })).toEqual(['--server: address 2 of 2: expected an http:// or https:// URL, got "b:7070"']);
-    expect(problems({ server: 'http://a:7070,,http://b:7070' })).toEqual(['--server: address 2 of 3: empty address in "http://a:7070,,http://b:7070"']);
-    expect(problems({ server: 'http://a:7070,http://a:7070' })).toEqual(['--server: address 2 of 2: "http://a:7070" given twice']);
+    expect(parseAgentFlags({ server: 'http://a:7070,https://b:7443' }, env).serverUrls).toEqual([
+      'http://a:7070',
+      'https://b:7443',
+    ]);
+    expect(parseAgentFlags({ server: ' http://a:7070 , http://b:7070 ' }, env).serverUrls).toEqual([
+      'http://a:7070',
+      'http://b:7070',
+    ]);
+    expect(problems({ server: 'http://a:7070,b:7070' })).toEqual([
+      '--server: address 2 of 2: expected an http:// or https:// URL, got "b:7070"',
+    ]);
+    expect(problems({ server: 'http://a:7070,,http://b:7070' })).toEqual([
+      '--server: address 2 of 3: empty address in "http://a:7070,,http://b:7070"',
+    ]);
+    expect(problems({ server: 'http://a:7070,http://a:7070' })).toEqual([
+      '--server: address 2 of 2: "http://a:7070" given twice',
+    ]);
     const many = Array.from({ length: MAX_SERVERS + 1 }, (_, i) => `http://cp${i}:7070`).join(',');
     expect(problems({ server: many })).toEqual([`--server: at most ${MAX_SERVERS} addresses, got ${MAX_SERVERS + 1}`]);
-    expect(parseAgentFlags({ server: many.split(',').slice(0, MAX_SERVERS).join(',') }, env).serverUrls).toHaveLength(MAX_SERVERS);
+    expect(parseAgentFlags({ server: many.split(',').slice(0, MAX_SERVERS).join(',') }, env).serverUrls).toHaveLength(
+      MAX_SERVERS,
+    );
   });
 
   it('checks --slots, --ti and --once together', () => {
@@ -118,8 +140,12 @@ describe('leoflow agent flags', () => {
       expect(problems({ slots })).toEqual([`--slots: must be a positive integer, got ${JSON.stringify(slots)}`]);
     }
     expect(problems({ ti: '5' })).toEqual(['--ti: only with --once']);
-    expect(problems({ once: true, ti: '0' })).toEqual(['--ti: must be a task instance id (a positive integer), got "0"']);
-    expect(problems({ once: true, ti: '9223372036854775808' })).toEqual(['--ti: must be a task instance id (a positive integer), got "9223372036854775808"']);
+    expect(problems({ once: true, ti: '0' })).toEqual([
+      '--ti: must be a task instance id (a positive integer), got "0"',
+    ]);
+    expect(problems({ once: true, ti: '9223372036854775808' })).toEqual([
+      '--ti: must be a task instance id (a positive integer), got "9223372036854775808"',
+    ]);
     expect(parseAgentFlags({ once: true, ti: '9223372036854775807' }, env).onlyTiId).toBe('9223372036854775807');
   });
 
@@ -136,7 +162,9 @@ describe('leoflow agent flags', () => {
       return [];
     };
     expect(bad({}, token)).toEqual(['LEOFLOW_ATTEMPT_TOKEN: only with --once --ti ID']);
-    expect(bad({ once: true, ti: '7' }, 'x')).toEqual(['LEOFLOW_ATTEMPT_TOKEN: must be an attempt token (a UUID), got "x"']);
+    expect(bad({ once: true, ti: '7' }, 'x')).toEqual([
+      'LEOFLOW_ATTEMPT_TOKEN: must be an attempt token (a UUID), got "x"',
+    ]);
   });
 
   it('labels and capabilities', () => {
@@ -147,7 +175,9 @@ describe('leoflow agent flags', () => {
     expect(() => parseLabels('a=1,a=2')).toThrow('label "a" given twice');
     expect(parseCapabilities(' docker , gpu ')).toEqual(['docker', 'gpu']);
     expect(() => parseCapabilities('a=b')).toThrow('expected names separated by commas, got "a=b"');
-    expect(() => parseCapabilities('docker,leoflow.secret-env')).toThrow('"leoflow.secret-env": names starting with "leoflow." are the protocol features the agent announces itself');
+    expect(() => parseCapabilities('docker,leoflow.secret-env')).toThrow(
+      '"leoflow.secret-env": names starting with "leoflow." are the protocol features the agent announces itself',
+    );
   });
 
   it('default id is hostname-pid, made valid', () => {

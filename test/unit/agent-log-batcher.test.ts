@@ -34,9 +34,15 @@ describe('LogBatcher', () => {
   it('splits batches by line count and by bytes', () => {
     const b = new LogBatcher({ maxBatchLines: 3, maxBatchBytes: 10 });
     b.open('a');
-    for (const line of ['1', '2', '3', '4', 'xxxxxxxx', 'yyyyyyyy', 'a-very-long-line-over-the-limit']) b.push('a', 'stdout', line);
+    for (const line of ['1', '2', '3', '4', 'xxxxxxxx', 'yyyyyyyy', 'a-very-long-line-over-the-limit'])
+      b.push('a', 'stdout', line);
     const batches = b.takeKey('a');
-    expect(batches.map((x) => x.entries.map((e) => e.line))).toEqual([['1', '2', '3'], ['4', 'xxxxxxxx'], ['yyyyyyyy'], ['a-very-long-line-over-the-limit']]);
+    expect(batches.map((x) => x.entries.map((e) => e.line))).toEqual([
+      ['1', '2', '3'],
+      ['4', 'xxxxxxxx'],
+      ['yyyyyyyy'],
+      ['a-very-long-line-over-the-limit'],
+    ]);
     expect(seqs(batches)).toEqual([1, 2, 3, 4, 5, 6, 7]);
   });
 
@@ -52,7 +58,11 @@ describe('LogBatcher', () => {
     b.push('a', 'stdout', 'l7');
     const next = b.take()[0]!.entries;
     expect(next).toEqual([
-      { seq: 4, stream: 'system', line: '3 output lines dropped: more than 3 lines were waiting for the control plane' },
+      {
+        seq: 4,
+        stream: 'system',
+        line: '3 output lines dropped: more than 3 lines were waiting for the control plane',
+      },
       { seq: 5, stream: 'stdout', line: 'l7' },
     ]);
   });

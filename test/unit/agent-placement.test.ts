@@ -17,7 +17,18 @@ import { task } from '../helpers/spec-builders.js';
 const logger = pino({ level: 'silent' });
 
 function work(n: number, over: Partial<WorkItem> = {}): WorkItem {
-  return { tiId: String(n), runId: String(n), dagId: 'd', taskId: 't', executor: 'agents', task: task('t', { executor: 'agents' }), conf: {}, logicalDate: new Date(0), pendingReason: null, ...over };
+  return {
+    tiId: String(n),
+    runId: String(n),
+    dagId: 'd',
+    taskId: 't',
+    executor: 'agents',
+    task: task('t', { executor: 'agents' }),
+    conf: {},
+    logicalDate: new Date(0),
+    pendingReason: null,
+    ...over,
+  };
 }
 
 /** `reasonAfterMs` is 0 unless said: why work waits is written in the round that parks it. */
@@ -34,7 +45,21 @@ function setup(agents: AvailableAgent[], over: Partial<PlacementStore> = {}, rea
       return new Map(
         cs.map((c) => [
           c.work.tiId,
-          { tiId: c.work.tiId, runId: c.work.runId, dagId: 'd', taskId: 't', tryNumber: 1, maxTries: 1, attemptToken: `tok-${c.work.tiId}`, dispatchKey: 'k', command: ['true'], env: {}, cwd: null, timeoutMs: null, agentId: c.agentId } satisfies Attempt,
+          {
+            tiId: c.work.tiId,
+            runId: c.work.runId,
+            dagId: 'd',
+            taskId: 't',
+            tryNumber: 1,
+            maxTries: 1,
+            attemptToken: `tok-${c.work.tiId}`,
+            dispatchKey: 'k',
+            command: ['true'],
+            env: {},
+            cwd: null,
+            timeoutMs: null,
+            agentId: c.agentId,
+          } satisfies Attempt,
         ]),
       );
     },
@@ -56,12 +81,30 @@ function setup(agents: AvailableAgent[], over: Partial<PlacementStore> = {}, rea
     };
     registry.register(handle);
   }
-  const executor: AgentsExecutor = new AgentsExecutor({ registry, store: { release: async () => {}, notifyAssign: async () => {} }, onAgentGone: () => placement.invalidate() });
-  const placement: AgentPlacement = new AgentPlacement({ store, deliver: (a) => executor.dispatch(a), logger, cacheMs: 60_000, reasonAfterMs, onHungry: (free) => hungry.push(free) });
+  const executor: AgentsExecutor = new AgentsExecutor({
+    registry,
+    store: { release: async () => {}, notifyAssign: async () => {} },
+    onAgentGone: () => placement.invalidate(),
+  });
+  const placement: AgentPlacement = new AgentPlacement({
+    store,
+    deliver: (a) => executor.dispatch(a),
+    logger,
+    cacheMs: 60_000,
+    reasonAfterMs,
+    onHungry: (free) => hungry.push(free),
+  });
   return { placement, store, claims, reasons, delivered, hungry: () => hungry };
 }
 
-const agent = (agentId: string, slots: number, holding: string[] = []): AvailableAgent => ({ agentId, labels: {}, capabilities: [], slots, holding, connectedReplica: 'r' });
+const agent = (agentId: string, slots: number, holding: string[] = []): AvailableAgent => ({
+  agentId,
+  labels: {},
+  capabilities: [],
+  slots,
+  holding,
+  connectedReplica: 'r',
+});
 /**
  * Lets the rounds in flight run to where they wait (the fake store answers in promises, no
  * timer): one turn of the event loop, with the fake clock standing still.
@@ -85,7 +128,13 @@ describe('AgentPlacement', () => {
     expect(t.claims).toEqual([['1', '2']]);
     expect(t.delivered).toEqual(['1@a', '2@a']);
     // The three reasons are written together.
-    expect(t.reasons).toEqual([new Map([['3', 'AGENT_SLOTS_FULL'], ['4', 'AGENT_SLOTS_FULL'], ['5', 'AGENT_SLOTS_FULL']])]);
+    expect(t.reasons).toEqual([
+      new Map([
+        ['3', 'AGENT_SLOTS_FULL'],
+        ['4', 'AGENT_SLOTS_FULL'],
+        ['5', 'AGENT_SLOTS_FULL'],
+      ]),
+    ]);
     expect(t.placement.parkedCount).toBe(3);
     expect(t.placement.parks('3')).toBe(true);
 
@@ -107,7 +156,9 @@ describe('AgentPlacement', () => {
   it('places parked work of higher priority first when a slot frees, then the oldest', async () => {
     const t = setup([agent('a', 1)]);
     const first = t.placement.placeAndDispatch(work(1));
-    const parked = [work(2), work(3, { priority: 5 }), work(4), work(5, { priority: 5 })].map((w) => t.placement.placeAndDispatch(w));
+    const parked = [work(2), work(3, { priority: 5 }), work(4), work(5, { priority: 5 })].map((w) =>
+      t.placement.placeAndDispatch(w),
+    );
     await Promise.all([first, ...parked]);
     expect(t.placement.parkedCount).toBe(4);
     const placedOne = async (token: string) => {
@@ -149,7 +200,9 @@ describe('AgentPlacement', () => {
   });
 
   it('places work all the same when why other work waits cannot be written, and goes on placing after', async () => {
-    const t = setup([agent('a', 1)], { setPendingReasons: async () => Promise.reject(new Error('connection terminated')) });
+    const t = setup([agent('a', 1)], {
+      setPendingReasons: async () => Promise.reject(new Error('connection terminated')),
+    });
     const outcomes = await Promise.all([1, 2, 3].map((n) => t.placement.placeAndDispatch(work(n))));
     expect(outcomes.map((o) => o.kind)).toEqual(['assigned', 'waiting', 'waiting']);
     t.placement.finishing('a', 'tok-1');
@@ -179,12 +232,31 @@ describe('AgentPlacement', () => {
     await settle();
     expect(t.reasons).toHaveLength(1);
     // A reason that is not about capacity (no agent has the labels) is written at once.
-    await t.placement.placeAndDispatch(work(4, { task: task('t', { executor: 'agents', placement: { labels: { gpu: 'yes' }, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: null } }) }));
+    await t.placement.placeAndDispatch(
+      work(4, {
+        task: task('t', {
+          executor: 'agents',
+          placement: {
+            labels: { gpu: 'yes' },
+            capabilities: [],
+            allowedAgents: [],
+            forbiddenAgents: [],
+            maxParallelPerAgent: null,
+          },
+        }),
+      }),
+    );
     expect(t.reasons.at(-1)).toEqual(new Map([['4', 'NO_AGENT_WITH_LABELS:gpu=yes']]));
   });
 
   it('says AGENT_DRAINING when only draining agents have the labels, and never places on them', async () => {
-    const gpu = { labels: { gpu: 'nvidia' }, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: null };
+    const gpu = {
+      labels: { gpu: 'nvidia' },
+      capabilities: [],
+      allowedAgents: [],
+      forbiddenAgents: [],
+      maxParallelPerAgent: null,
+    };
     const drained = (id: string): AvailableAgent => ({ ...agent(id, 4), labels: { gpu: 'nvidia' }, draining: true });
     const t = setup([agent('cpu', 4), drained('g1'), drained('g2')]);
     const o = await t.placement.placeAndDispatch(work(1, { task: task('t', { executor: 'agents', placement: gpu }) }));
@@ -197,7 +269,20 @@ describe('AgentPlacement', () => {
 
   it('does not park work no agent can ever take, and asks for more work when slots are left over', async () => {
     const t = setup([agent('a', 4)]);
-    const o = await t.placement.placeAndDispatch(work(1, { task: task('t', { executor: 'agents', placement: { labels: { gpu: 'yes' }, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: null } }) }));
+    const o = await t.placement.placeAndDispatch(
+      work(1, {
+        task: task('t', {
+          executor: 'agents',
+          placement: {
+            labels: { gpu: 'yes' },
+            capabilities: [],
+            allowedAgents: [],
+            forbiddenAgents: [],
+            maxParallelPerAgent: null,
+          },
+        }),
+      }),
+    );
     expect(o).toEqual({ kind: 'waiting', reason: 'NO_AGENT_WITH_LABELS:gpu=yes' });
     expect(t.placement.parkedCount).toBe(0);
     await settle();
@@ -314,7 +399,10 @@ describe('AgentPlacement', () => {
     await settle();
     expect(t.placement.placeNow(w(5))).toBe('a');
     // A task limited per agent needs a read of its load.
-    const limited = task('t', { executor: 'agents', placement: { labels: {}, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: 1 } });
+    const limited = task('t', {
+      executor: 'agents',
+      placement: { labels: {}, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: 1 },
+    });
     expect(t.placement.placeNow({ tiId: '6', task: limited })).toBeNull();
   });
 

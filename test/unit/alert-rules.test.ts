@@ -22,7 +22,9 @@ interface Rule {
   labels?: Record<string, string>;
   annotations?: Record<string, string>;
 }
-const rules: Rule[] = (parse(readFileSync(RULES, 'utf8')) as { groups: { rules: Rule[] }[] }).groups.flatMap((g) => g.rules);
+const rules: Rule[] = (parse(readFileSync(RULES, 'utf8')) as { groups: { rules: Rule[] }[] }).groups.flatMap(
+  (g) => g.rules,
+);
 
 describe.skipIf(promtoolMissing)('alerting rules, with promtool', () => {
   it('are valid rules', () => {
@@ -39,7 +41,7 @@ describe.skipIf(promtoolMissing)('alerting rules, with promtool', () => {
 });
 
 describe('alerting rules', () => {
-  it('cover the issue\'s set, each with a severity, a summary and a runbook line', () => {
+  it("cover the issue's set, each with a severity, a summary and a runbook line", () => {
     expect(rules.map((r) => r.alert).sort()).toEqual(
       [
         'LeoflowAgentLostTasks',
@@ -62,11 +64,21 @@ describe('alerting rules', () => {
   });
 
   it('each have a firing and a silent case in the unit tests', () => {
-    const tests = (parse(readFileSync(TESTS, 'utf8')) as { tests: { alert_rule_test: { alertname: string; exp_alerts: unknown[] }[] }[] }).tests.flatMap((t) => t.alert_rule_test);
+    const tests = (
+      parse(readFileSync(TESTS, 'utf8')) as {
+        tests: { alert_rule_test: { alertname: string; exp_alerts: unknown[] }[] }[];
+      }
+    ).tests.flatMap((t) => t.alert_rule_test);
     for (const r of rules) {
       const mine = tests.filter((t) => t.alertname === r.alert);
-      expect(mine.some((t) => t.exp_alerts.length > 0), `${r.alert} fires somewhere`).toBe(true);
-      expect(mine.some((t) => t.exp_alerts.length === 0), `${r.alert} is silent somewhere`).toBe(true);
+      expect(
+        mine.some((t) => t.exp_alerts.length > 0),
+        `${r.alert} fires somewhere`,
+      ).toBe(true);
+      expect(
+        mine.some((t) => t.exp_alerts.length === 0),
+        `${r.alert} is silent somewhere`,
+      ).toBe(true);
     }
   });
 
@@ -74,13 +86,20 @@ describe('alerting rules', () => {
     const exported = new Set((await createMetrics().registry.getMetricsAsJSON()).map((m) => m.name));
     for (const r of rules) {
       // Identifiers followed by `{`, `[`, `)` or a space that are not PromQL's own words.
-      const names = [...r.expr.matchAll(/\b([a-z_][a-z0-9_]*)(?=\s*[{[)]|\s*(?:[-+*/<>=]|and|or|$))/g)].map((m) => m[1]!);
+      const names = [...r.expr.matchAll(/\b([a-z_][a-z0-9_]*)(?=\s*[{[)]|\s*(?:[-+*/<>=]|and|or|$))/g)].map(
+        (m) => m[1]!,
+      );
       const metrics = names.filter((n) => /^leoflow_/.test(n));
       expect(metrics.length, `${r.alert} names a metric`).toBeGreaterThan(0);
       // A metric name without the prefix is one the server no longer exports under that name.
-      const unprefixed = names.filter((n) => /_(total|seconds|depth|capacity|connected|waiting)(_count|_bucket|_sum)?$|^leader$|^runs$/.test(n) && !n.startsWith('leoflow_'));
+      const unprefixed = names.filter(
+        (n) =>
+          /_(total|seconds|depth|capacity|connected|waiting)(_count|_bucket|_sum)?$|^leader$|^runs$/.test(n) &&
+          !n.startsWith('leoflow_'),
+      );
       expect(unprefixed, r.alert).toEqual([]);
-      for (const n of metrics) expect(exported.has(n.replace(/_(count|bucket|sum)$/, '')), `${r.alert}: ${n}`).toBe(true);
+      for (const n of metrics)
+        expect(exported.has(n.replace(/_(count|bucket|sum)$/, '')), `${r.alert}: ${n}`).toBe(true);
     }
   });
 });

@@ -7,7 +7,9 @@ const MAP = readFileSync(path.join(ROOT, 'docs/architecture.md'), 'utf8');
 
 /** Every `path` the map names in backticks under one of the project's folders. */
 function namedPaths(): string[] {
-  const found = [...MAP.matchAll(/`((?:src|test|docs|bench|editions|examples|proto|deploy|kubernetes)\/[^`\s]*)`/g)].map((m) => m[1]!);
+  const found = [
+    ...MAP.matchAll(/`((?:src|test|docs|bench|editions|examples|proto|deploy|kubernetes)\/[^`\s]*)`/g),
+  ].map((m) => m[1]!);
   return [...new Set(found)];
 }
 
@@ -21,7 +23,9 @@ function exists(p: string): boolean {
     dirs = dirs.flatMap((d) => {
       if (!part.includes('*')) return existsSync(path.join(d, part)) ? [path.join(d, part)] : [];
       try {
-        return readdirSync(d).filter((n) => re.test(n)).map((n) => path.join(d, n));
+        return readdirSync(d)
+          .filter((n) => re.test(n))
+          .map((n) => path.join(d, n));
       } catch {
         return [];
       }
@@ -38,7 +42,9 @@ describe('docs/architecture.md', () => {
   });
 
   it('names each concept once: no row of its tables is repeated', () => {
-    const rows = MAP.split('\n').filter((l) => l.startsWith('| ') && !l.startsWith('| concept') && !l.startsWith('|---'));
+    const rows = MAP.split('\n').filter(
+      (l) => l.startsWith('| ') && !l.startsWith('| concept') && !l.startsWith('|---'),
+    );
     const seen = new Set<string>();
     const twice = rows.filter((r) => (seen.has(r) ? true : (seen.add(r), false)));
     expect(twice).toEqual([]);

@@ -28,9 +28,19 @@ describe('the ledger task script', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  function run(env: Record<string, string>, onStart?: (pid: number) => void): Promise<{ code: number | null; pid: number; exitedUs: number }> {
+  function run(
+    env: Record<string, string>,
+    onStart?: (pid: number) => void,
+  ): Promise<{ code: number | null; pid: number; exitedUs: number }> {
     const child = spawn('sh', [script], {
-      env: { ...process.env, LEOFLOW_RUN_ID: '7', LEOFLOW_TASK_ID: 'load', LEOFLOW_TI_ID: '70', LEOFLOW_TRY_NUMBER: '1', ...env },
+      env: {
+        ...process.env,
+        LEOFLOW_RUN_ID: '7',
+        LEOFLOW_TASK_ID: 'load',
+        LEOFLOW_TI_ID: '70',
+        LEOFLOW_TRY_NUMBER: '1',
+        ...env,
+      },
       stdio: 'ignore',
       // Its own process group, so its background sleep goes with it (below).
       detached: true,
@@ -129,26 +139,62 @@ describe('the ledger parser', () => {
       ].join('\n'),
     );
     expect(l.malformed).toEqual(['L start 1 b 1 101 17000000', 'garbage']);
-    expect(l.executions).toEqual([{ run: '1', task: 'a', try: 1, ti: '10', pid: 100, startUs: 1700000000000000, endUs: 1700000000500000, endKind: 'end', exit: 0 }]);
+    expect(l.executions).toEqual([
+      {
+        run: '1',
+        task: 'a',
+        try: 1,
+        ti: '10',
+        pid: 100,
+        startUs: 1700000000000000,
+        endUs: 1700000000500000,
+        endKind: 'end',
+        exit: 0,
+      },
+    ]);
   });
 });
 
 describe('the invariant checks', () => {
   const T0 = 1_700_000_000_000;
   const us = (ms: number) => (T0 + ms) * 1000;
-  const line = (kind: string, task: string, tryN: number, pid: number, ms: number, exit: string) => `L ${kind} 1 ${task} ${tryN} ${pid} ${BigInt(us(ms)) * 1000n} ${exit} 10 E`;
+  const line = (kind: string, task: string, tryN: number, pid: number, ms: number, exit: string) =>
+    `L ${kind} 1 ${task} ${tryN} ${pid} ${BigInt(us(ms)) * 1000n} ${exit} 10 E`;
 
   function dbWith(tis: { task: string; state: string; tries: Partial<DbTry>[] }[], runState = 'success'): DbRecord {
     const map = new Map<string, DbTi>();
     tis.forEach((t, i) => {
-      const tries = new Map(t.tries.map((x, k) => [k + 1, { try: k + 1, claims: 1, agents: [], started: true, outcome: null, reason: null, ...x }]));
-      map.set(`1/${t.task}`, { id: String(i + 10), run: '1', task: t.task, state: t.state, tryNumber: tries.size, tries, history: [] });
+      const tries = new Map(
+        t.tries.map((x, k) => [
+          k + 1,
+          { try: k + 1, claims: 1, agents: [], started: true, outcome: null, reason: null, ...x },
+        ]),
+      );
+      map.set(`1/${t.task}`, {
+        id: String(i + 10),
+        run: '1',
+        task: t.task,
+        state: t.state,
+        tryNumber: tries.size,
+        tries,
+        history: [],
+      });
     });
     return { runs: [{ id: '1', dagId: 'd', state: runState }], tis: map };
   }
 
   function evidence(lines: string[], db: DbRecord, extra: Partial<ChaosEvidence> = {}): ChaosEvidence {
-    return { seed: 1, t0Ms: T0, ledger: ledgerOf(lines.join('\n')), lastSeen: new Map(), kills: [], db, faults: [], unexpectedExits: [], ...extra };
+    return {
+      seed: 1,
+      t0Ms: T0,
+      ledger: ledgerOf(lines.join('\n')),
+      lastSeen: new Map(),
+      kills: [],
+      db,
+      faults: [],
+      unexpectedExits: [],
+      ...extra,
+    };
   }
 
   const failing = (ev: ChaosEvidence) =>
@@ -158,7 +204,12 @@ describe('the invariant checks', () => {
 
   it('finds nothing in a clean history: a failed try, then its retry after it ended', () => {
     const ev = evidence(
-      [line('start', 'a', 1, 100, 0, '-'), line('end', 'a', 1, 100, 300, '3'), line('start', 'a', 2, 101, 600, '-'), line('end', 'a', 2, 101, 900, '0')],
+      [
+        line('start', 'a', 1, 100, 0, '-'),
+        line('end', 'a', 1, 100, 300, '3'),
+        line('start', 'a', 2, 101, 600, '-'),
+        line('end', 'a', 2, 101, 900, '0'),
+      ],
       dbWith([{ task: 'a', state: 'success', tries: [{ outcome: 'up_for_retry' }, { outcome: 'success' }] }]),
     );
     expect(failing(ev)).toEqual([]);
@@ -170,22 +221,45 @@ describe('the invariant checks', () => {
 
   it('one try in two processes, alive together, the database knowing one', () => {
     const ev = evidence(
-      [line('start', 'a', 1, 100, 0, '-'), line('start', 'a', 1, 200, 100, '-'), line('end', 'a', 1, 100, 400, '0'), line('end', 'a', 1, 200, 500, '0')],
+      [
+        line('start', 'a', 1, 100, 0, '-'),
+        line('start', 'a', 1, 200, 100, '-'),
+        line('end', 'a', 1, 100, 400, '0'),
+        line('end', 'a', 1, 200, 500, '0'),
+      ],
       dbWith([{ task: 'a', state: 'success', tries: [{ outcome: 'success' }] }]),
     );
-    expect(failing(ev)).toEqual(['no (run, task, try) in the ledger twice', 'no two executions of a task overlapping in time']);
+    expect(failing(ev)).toEqual([
+      'no (run, task, try) in the ledger twice',
+      'no two executions of a task overlapping in time',
+    ]);
   });
 
   it('a try the database never claimed', () => {
-    const ev = evidence([line('start', 'a', 2, 100, 0, '-'), line('end', 'a', 2, 100, 300, '0')], dbWith([{ task: 'a', state: 'success', tries: [{ outcome: 'success' }] }]));
+    const ev = evidence(
+      [line('start', 'a', 2, 100, 0, '-'), line('end', 'a', 2, 100, 300, '0')],
+      dbWith([{ task: 'a', state: 'success', tries: [{ outcome: 'success' }] }]),
+    );
     const [r] = checkInvariants(ev).filter((x) => x.violations.length > 0);
     expect(r!.name).toBe('no try in the ledger that the database never recorded');
-    expect(r!.violations[0]).toMatch(/^1\/a\/2 \(run\/task\/try\) ran, but the database never claimed that try \(its tries: 1\)/);
+    expect(r!.violations[0]).toMatch(
+      /^1\/a\/2 \(run\/task\/try\) ran, but the database never claimed that try \(its tries: 1\)/,
+    );
   });
 
   it('an overlap proved by the last time a process without an end line was seen alive, and none without proof', () => {
-    const lines = [line('start', 'a', 1, 100, 0, '-'), line('start', 'a', 2, 101, 1000, '-'), line('end', 'a', 2, 101, 1300, '0')];
-    const db = dbWith([{ task: 'a', state: 'success', tries: [{ outcome: 'up_for_retry', reason: 'agent_lost' }, { outcome: 'success' }] }]);
+    const lines = [
+      line('start', 'a', 1, 100, 0, '-'),
+      line('start', 'a', 2, 101, 1000, '-'),
+      line('end', 'a', 2, 101, 1300, '0'),
+    ];
+    const db = dbWith([
+      {
+        task: 'a',
+        state: 'success',
+        tries: [{ outcome: 'up_for_retry', reason: 'agent_lost' }, { outcome: 'success' }],
+      },
+    ]);
     const key = executionKey({ run: '1', task: 'a', try: 1, pid: 100 });
     // Seen alive until 900 ms: it died before try 2 started, as far as anyone can tell.
     expect(failing(evidence(lines, db, { lastSeen: new Map([[key, us(900)]]) }))).toEqual([]);
@@ -197,7 +271,12 @@ describe('the invariant checks', () => {
   });
 
   it('a success recorded as failed or lost, unless the harness killed that process', () => {
-    const lines = [line('start', 'a', 1, 100, 0, '-'), line('end', 'a', 1, 100, 300, '0'), line('start', 'b', 1, 200, 0, '-'), line('end', 'b', 1, 200, 300, '0')];
+    const lines = [
+      line('start', 'a', 1, 100, 0, '-'),
+      line('end', 'a', 1, 100, 300, '0'),
+      line('start', 'b', 1, 200, 0, '-'),
+      line('end', 'b', 1, 200, 300, '0'),
+    ];
     const db = dbWith([
       { task: 'a', state: 'failed', tries: [{ outcome: 'failed', reason: 'agent_lost' }] },
       { task: 'b', state: 'failed', tries: [{ outcome: 'failed' }] },
@@ -210,7 +289,11 @@ describe('the invariant checks', () => {
   });
 
   it('a replica that exited by itself', () => {
-    const ev = evidence([], dbWith([]), { unexpectedExits: [{ member: 'replica-a', kind: 'replica', atMs: T0 + 5000, code: 1, signal: null, tail: 'TypeError' }] });
+    const ev = evidence([], dbWith([]), {
+      unexpectedExits: [
+        { member: 'replica-a', kind: 'replica', atMs: T0 + 5000, code: 1, signal: null, tail: 'TypeError' },
+      ],
+    });
     expect(failing(ev)).toEqual(['no replica exited by itself (the scheduler never dies)']);
   });
 });

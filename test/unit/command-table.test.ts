@@ -13,7 +13,10 @@ describe('the CLI command table', () => {
       await entry.register(program, () => {
         throw new Error('no API call while registering');
       });
-      expect(program.commands.map((c) => c.name()), entry.name).toEqual([entry.name]);
+      expect(
+        program.commands.map((c) => c.name()),
+        entry.name,
+      ).toEqual([entry.name]);
       expect(program.commands[0]!.description(), entry.name).toBe(entry.description);
     }
   });

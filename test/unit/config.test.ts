@@ -2,7 +2,6 @@ import { configProblems } from '../helpers/config-problems.js';
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/server/config/load-config.js';
 
-
 describe('config', () => {
   it('fills the lite edition defaults', () => {
     const c = loadConfig({}, {}, '/srv');
@@ -23,7 +22,9 @@ describe('config', () => {
 
   it('takes --advertise-url as a bare http(s) URL of the scheme this replica serves, and names a bad one', () => {
     expect(loadConfig({}, {}, '/srv').advertiseUrl).toBeNull();
-    expect(loadConfig({ advertise_url: 'http://10.0.0.5:7070/' }, {}, '/srv').advertiseUrl).toBe('http://10.0.0.5:7070');
+    expect(loadConfig({ advertise_url: 'http://10.0.0.5:7070/' }, {}, '/srv').advertiseUrl).toBe(
+      'http://10.0.0.5:7070',
+    );
     expect(configProblems({ advertise_url: 'leoflow:7070' })).toEqual([
       '--advertise-url: must be an http:// or https:// URL, got protocol "leoflow:"',
     ]);
@@ -51,11 +52,15 @@ describe('config', () => {
     expect(configProblems({ edition: 'pro', executor: 'subprocess' })).toEqual([
       'the pro edition needs a Postgres server: set DATABASE_URL or --database-url',
     ]);
-    const c = loadConfig({ edition: 'pro', executor: 'subprocess' }, { DATABASE_URL: 'postgres://127.0.0.1/x' }, '/srv');
+    const c = loadConfig(
+      { edition: 'pro', executor: 'subprocess' },
+      { DATABASE_URL: 'postgres://127.0.0.1/x' },
+      '/srv',
+    );
     expect(c).toMatchObject({ edition: 'pro', dispatchWorkers: 16, dispatchQueue: 256 });
   });
 
-  it('reads the kubernetes executor settings, Pro\'s default, and asks for the image its pods run', () => {
+  it("reads the kubernetes executor settings, Pro's default, and asks for the image its pods run", () => {
     const env = { DATABASE_URL: 'postgres://127.0.0.1/x' };
     expect(configProblems({ edition: 'pro' }, env)).toEqual([
       'the kubernetes executor needs the image its pods run (the Leoflow image): set --kubernetes-image or LEOFLOW_KUBERNETES_IMAGE',
@@ -75,25 +80,54 @@ describe('config', () => {
       podCa: null,
       podTemplate: null,
     });
-    expect(loadConfig({ edition: 'pro', kubernetes_image: 'x', pod_agent_token_secret: 'leoflow-agent' }, env, '/srv').kubernetes!.agentTokenSecret).toEqual({ name: 'leoflow-agent', key: 'agent-token' });
-    expect(loadConfig({ edition: 'pro', kubernetes_image: 'x', pod_agent_token_secret: 'leoflow/token' }, env, '/srv').kubernetes!.agentTokenSecret).toEqual({ name: 'leoflow', key: 'token' });
+    expect(
+      loadConfig({ edition: 'pro', kubernetes_image: 'x', pod_agent_token_secret: 'leoflow-agent' }, env, '/srv')
+        .kubernetes!.agentTokenSecret,
+    ).toEqual({ name: 'leoflow-agent', key: 'agent-token' });
+    expect(
+      loadConfig({ edition: 'pro', kubernetes_image: 'x', pod_agent_token_secret: 'leoflow/token' }, env, '/srv')
+        .kubernetes!.agentTokenSecret,
+    ).toEqual({ name: 'leoflow', key: 'token' });
     expect(configProblems({ edition: 'pro', kubernetes_image: 'x', pod_agent_token_secret: 'Bad_Name' }, env)).toEqual([
       '--pod-agent-token-secret: must be SECRET or SECRET/KEY (a Secret\'s name, a DNS-1123 subdomain), got "Bad_Name": must be a DNS-1123 subdomain: lower-case letters, digits, "-" and ".", starting and ending with a letter or digit',
     ]);
     const k = loadConfig(
       { executor: 'kubernetes', kubeconfig: 'kube/config', pod_server_url: 'http://cp:7070', pod_keep_failed: '10m' },
-      { LEOFLOW_KUBERNETES_IMAGE: 'leoflow:dev', LEOFLOW_KUBERNETES_NAMESPACE: 'jobs', LEOFLOW_POD_PENDING_TIMEOUT: '30s', LEOFLOW_POD_AGENT_COMMAND: 'node,/app/dist/cli/main.js' },
+      {
+        LEOFLOW_KUBERNETES_IMAGE: 'leoflow:dev',
+        LEOFLOW_KUBERNETES_NAMESPACE: 'jobs',
+        LEOFLOW_POD_PENDING_TIMEOUT: '30s',
+        LEOFLOW_POD_AGENT_COMMAND: 'node,/app/dist/cli/main.js',
+      },
       '/srv',
     ).kubernetes;
-    expect(k).toMatchObject({ namespace: 'jobs', kubeconfig: { kind: 'file', path: '/srv/kube/config' }, podPendingTimeoutMs: 30_000, keepFailedMs: 600_000, agentCommand: ['node', '/app/dist/cli/main.js'] });
-    expect(loadConfig({ executor: 'kubernetes', kubeconfig: 'in-cluster', pod_server_url: 'http://cp:7070', kubernetes_image: 'x' }, {}, '/srv').kubernetes!.kubeconfig).toEqual({ kind: 'in-cluster' });
+    expect(k).toMatchObject({
+      namespace: 'jobs',
+      kubeconfig: { kind: 'file', path: '/srv/kube/config' },
+      podPendingTimeoutMs: 30_000,
+      keepFailedMs: 600_000,
+      agentCommand: ['node', '/app/dist/cli/main.js'],
+    });
+    expect(
+      loadConfig(
+        { executor: 'kubernetes', kubeconfig: 'in-cluster', pod_server_url: 'http://cp:7070', kubernetes_image: 'x' },
+        {},
+        '/srv',
+      ).kubernetes!.kubeconfig,
+    ).toEqual({ kind: 'in-cluster' });
     expect(loadConfig({}, {}, '/srv').kubernetes).toBeNull();
   });
 
   it('reports every bad kubernetes setting with its flag or variable', () => {
     expect(
       configProblems(
-        { executor: 'kubernetes', kubernetes_namespace: 'Jobs', kubernetes_image: 'a b', pod_server_url: 'leoflow:7070', pod_pending_timeout: '0s' },
+        {
+          executor: 'kubernetes',
+          kubernetes_namespace: 'Jobs',
+          kubernetes_image: 'a b',
+          pod_server_url: 'leoflow:7070',
+          pod_pending_timeout: '0s',
+        },
         { LEOFLOW_POD_KEEP_FAILED: 'soon' },
       ),
     ).toEqual([
@@ -126,26 +160,42 @@ describe('config', () => {
 
   it('reads the retention per edition, in days or off', () => {
     expect(loadConfig({}, {}, '/srv').retentionMs).toBe(30 * 86_400_000);
-    expect(loadConfig({ edition: 'pro', executor: 'subprocess' }, { DATABASE_URL: 'postgres://127.0.0.1/x' }, '/srv').retentionMs).toBe(90 * 86_400_000);
+    expect(
+      loadConfig({ edition: 'pro', executor: 'subprocess' }, { DATABASE_URL: 'postgres://127.0.0.1/x' }, '/srv')
+        .retentionMs,
+    ).toBe(90 * 86_400_000);
     expect(loadConfig({ retention: '7d12h' }, {}, '/srv').retentionMs).toBe(7.5 * 86_400_000);
     expect(loadConfig({}, { LEOFLOW_RETENTION: 'off' }, '/srv').retentionMs).toBeNull();
     expect(loadConfig({ retention: '0' }, {}, '/srv').retentionMs).toBeNull();
-    expect(configProblems({ retention: '30' })).toEqual(['--retention: must be a duration with a unit, such as 30d, or off (or 0), got "30"']);
-    expect(configProblems({ retention: 'forever' })).toEqual(['--retention: expected a duration like "30s", "5m" or "1h30m", got "forever"']);
+    expect(configProblems({ retention: '30' })).toEqual([
+      '--retention: must be a duration with a unit, such as 30d, or off (or 0), got "30"',
+    ]);
+    expect(configProblems({ retention: 'forever' })).toEqual([
+      '--retention: expected a duration like "30s", "5m" or "1h30m", got "forever"',
+    ]);
   });
 
   it('reads the agent retention, 7 days in both editions, or off, and names a bad value exactly', () => {
     expect(loadConfig({}, {}, '/srv').agentRetentionMs).toBe(7 * 86_400_000);
-    expect(loadConfig({ edition: 'pro', executor: 'subprocess' }, { DATABASE_URL: 'postgres://127.0.0.1/x' }, '/srv').agentRetentionMs).toBe(7 * 86_400_000);
+    expect(
+      loadConfig({ edition: 'pro', executor: 'subprocess' }, { DATABASE_URL: 'postgres://127.0.0.1/x' }, '/srv')
+        .agentRetentionMs,
+    ).toBe(7 * 86_400_000);
     expect(loadConfig({ agent_retention: '36h' }, {}, '/srv').agentRetentionMs).toBe(36 * 3_600_000);
     expect(loadConfig({}, { LEOFLOW_AGENT_RETENTION: '2d' }, '/srv').agentRetentionMs).toBe(2 * 86_400_000);
     expect(loadConfig({ agent_retention: 'off' }, {}, '/srv').agentRetentionMs).toBeNull();
-    expect(configProblems({ agent_retention: '7' })).toEqual(['--agent-retention: must be a duration with a unit, such as 7d, or off (or 0), got "7"']);
-    expect(configProblems({}, { LEOFLOW_AGENT_RETENTION: 'a week' })).toEqual(['LEOFLOW_AGENT_RETENTION (environment): expected a duration like "30s", "5m" or "1h30m", got "a week"']);
+    expect(configProblems({ agent_retention: '7' })).toEqual([
+      '--agent-retention: must be a duration with a unit, such as 7d, or off (or 0), got "7"',
+    ]);
+    expect(configProblems({}, { LEOFLOW_AGENT_RETENTION: 'a week' })).toEqual([
+      'LEOFLOW_AGENT_RETENTION (environment): expected a duration like "30s", "5m" or "1h30m", got "a week"',
+    ]);
   });
 
   it('rejects an unknown edition', () => {
-    expect(configProblems({ edition: 'enterprise' })).toEqual(['--edition: must be one of lite, pro, got "enterprise"']);
+    expect(configProblems({ edition: 'enterprise' })).toEqual([
+      '--edition: must be one of lite, pro, got "enterprise"',
+    ]);
   });
 
   it('refuses a heartbeat threshold that could reap live tasks', () => {
@@ -157,10 +207,19 @@ describe('config', () => {
   it('reads the role from the flag or LEOFLOW_ROLE, auto by default, with its leader timeout', () => {
     expect(loadConfig({}, {}, '/srv')).toMatchObject({ role: 'auto', leaderTimeoutMs: 30_000, loopStallMs: 60_000 });
     expect(loadConfig({}, { LEOFLOW_ROLE: 'worker' }, '/srv').role).toBe('worker');
-    expect(loadConfig({ role: 'leader', leader_timeout: '5s' }, { LEOFLOW_ROLE: 'worker' }, '/srv')).toMatchObject({ role: 'leader', leaderTimeoutMs: 5000 });
-    expect(configProblems({ role: 'boss' })).toEqual(['--role: must be one of auto, leader, worker, observer, got "boss"']);
-    expect(configProblems({}, { LEOFLOW_ROLE: 'Observer' })).toEqual(['LEOFLOW_ROLE (environment): must be one of auto, leader, worker, observer, got "Observer"']);
-    expect(configProblems({ role: 'leader', leader_timeout: 'never' })).toEqual(['--leader-timeout: expected a duration like "30s", "5m" or "1h30m", got "never"']);
+    expect(loadConfig({ role: 'leader', leader_timeout: '5s' }, { LEOFLOW_ROLE: 'worker' }, '/srv')).toMatchObject({
+      role: 'leader',
+      leaderTimeoutMs: 5000,
+    });
+    expect(configProblems({ role: 'boss' })).toEqual([
+      '--role: must be one of auto, leader, worker, observer, got "boss"',
+    ]);
+    expect(configProblems({}, { LEOFLOW_ROLE: 'Observer' })).toEqual([
+      'LEOFLOW_ROLE (environment): must be one of auto, leader, worker, observer, got "Observer"',
+    ]);
+    expect(configProblems({ role: 'leader', leader_timeout: 'never' })).toEqual([
+      '--leader-timeout: expected a duration like "30s", "5m" or "1h30m", got "never"',
+    ]);
   });
 
   it('refuses DAG files to apply on an observer, which writes nothing', () => {
@@ -174,7 +233,9 @@ describe('config', () => {
     expect(configProblems({ replica_id: 'r'.repeat(39) })).toEqual([
       "--replica-id: must be at most 38 characters (it names the replica's Postgres sessions), got 39",
     ]);
-    expect(configProblems({ replica_id: 'a b' })).toEqual([`--replica-id: must be letters, digits, '.', '_' or '-', got "a b"`]);
+    expect(configProblems({ replica_id: 'a b' })).toEqual([
+      `--replica-id: must be letters, digits, '.', '_' or '-', got "a b"`,
+    ]);
     expect(loadConfig({}, {}, '/srv').replicaId.length).toBeLessThanOrEqual(38);
   });
 
@@ -195,13 +256,34 @@ describe('editions', () => {
     // fencing depend on (tick, thresholds, heartbeats, grace periods, watchdog) must be equal:
     // the integration tests of those run once, without an edition, and stand for both.
     const { readFileSync } = await import('node:fs');
-    const read = (e: string) => JSON.parse(readFileSync(new URL(`../../editions/${e}/config.json`, import.meta.url), 'utf8')) as Record<string, unknown>;
+    const read = (e: string) =>
+      JSON.parse(readFileSync(new URL(`../../editions/${e}/config.json`, import.meta.url), 'utf8')) as Record<
+        string,
+        unknown
+      >;
     const lite = read('lite');
     const pro = read('pro');
-    const mayDiffer = new Set(['edition', 'listen', 'metrics_listen', 'database', 'state_dir', 'executor', 'dispatch_workers', 'dispatch_queue', 'retention']);
+    const mayDiffer = new Set([
+      'edition',
+      'listen',
+      'metrics_listen',
+      'database',
+      'state_dir',
+      'executor',
+      'dispatch_workers',
+      'dispatch_queue',
+      'retention',
+    ]);
     const differ = Object.keys(lite).filter((k) => k in pro && JSON.stringify(lite[k]) !== JSON.stringify(pro[k]));
     expect(differ.filter((k) => !mayDiffer.has(k))).toEqual([]);
-    for (const k of ['tick_interval', 'run_orphan_threshold', 'heartbeat_threshold', 'heartbeat_interval', 'kill_grace', 'leader_watchdog']) {
+    for (const k of [
+      'tick_interval',
+      'run_orphan_threshold',
+      'heartbeat_threshold',
+      'heartbeat_interval',
+      'kill_grace',
+      'leader_watchdog',
+    ]) {
       expect(k in lite && k in pro, k).toBe(true);
     }
   });
@@ -213,14 +295,19 @@ describe('editions', () => {
     expect(loadConfig({ listen: '[::1]:7070' }, {}, '/srv').authRequired).toBe(false);
     expect(loadConfig({ listen: '0.0.0.0:7070' }, {}, '/srv').authRequired).toBe(true);
     expect(loadConfig({ listen: '10.1.2.3:7070' }, {}, '/srv').authRequired).toBe(true);
-    expect(loadConfig({ listen: '0.0.0.0:7070', insecure: 'true' }, {}, '/srv')).toMatchObject({ authRequired: false, insecure: true });
+    expect(loadConfig({ listen: '0.0.0.0:7070', insecure: 'true' }, {}, '/srv')).toMatchObject({
+      authRequired: false,
+      insecure: true,
+    });
     expect(loadConfig(pro, {}, '/srv').authRequired).toBe(true);
     expect(loadConfig(pro, { LEOFLOW_INSECURE: 'true' }, '/srv').authRequired).toBe(false);
     expect(configProblems({ insecure: 'yes' })).toEqual(['--insecure: must be true or false, got "yes"']);
   });
 
   it('takes a bootstrap admin token only if it is long enough to be a random secret', () => {
-    expect(loadConfig({}, { LEOFLOW_BOOTSTRAP_ADMIN_TOKEN: 'x'.repeat(32) }, '/srv').bootstrapAdminToken).toBe('x'.repeat(32));
+    expect(loadConfig({}, { LEOFLOW_BOOTSTRAP_ADMIN_TOKEN: 'x'.repeat(32) }, '/srv').bootstrapAdminToken).toBe(
+      'x'.repeat(32),
+    );
     expect(configProblems({ bootstrap_admin_token: 'hunter2' })).toEqual([
       '--bootstrap-admin-token: must be at least 32 characters of a random secret (e.g. `openssl rand -base64 32`), got 7',
     ]);

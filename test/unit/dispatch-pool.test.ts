@@ -99,7 +99,11 @@ describe('dispatch pool', () => {
 
   it('rejects bad options with exact messages', () => {
     const base = { key: String, logger, dispatch: async () => {} };
-    expect(() => createDispatchPool({ ...base, workers: 0, capacity: 1 })).toThrow('workers must be a positive integer');
-    expect(() => createDispatchPool({ ...base, workers: 1, capacity: 1.5 })).toThrow('capacity must be a positive integer');
+    expect(() => createDispatchPool({ ...base, workers: 0, capacity: 1 })).toThrow(
+      'workers must be a positive integer',
+    );
+    expect(() => createDispatchPool({ ...base, workers: 1, capacity: 1.5 })).toThrow(
+      'capacity must be a positive integer',
+    );
   });
 });

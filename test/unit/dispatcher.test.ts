@@ -22,10 +22,27 @@ function gate() {
 }
 
 function item(n: number, executor = 'subprocess', claim?: Claim): WorkItem {
-  return { tiId: String(n), runId: 'r', dagId: 'd', taskId: `t${n}`, executor, task: task(`t${n}`), conf: {}, logicalDate: new Date(0), pendingReason: null, claim };
+  return {
+    tiId: String(n),
+    runId: 'r',
+    dagId: 'd',
+    taskId: `t${n}`,
+    executor,
+    task: task(`t${n}`),
+    conf: {},
+    logicalDate: new Date(0),
+    pendingReason: null,
+    claim,
+  };
 }
 
-const claimOf = (n: number, agentId: string | null = null): Claim => ({ tryNumber: 1, maxTries: 1, attemptToken: `tok-${n}`, dispatchKey: `k${n}`, agentId });
+const claimOf = (n: number, agentId: string | null = null): Claim => ({
+  tryNumber: 1,
+  maxTries: 1,
+  attemptToken: `tok-${n}`,
+  dispatchKey: `k${n}`,
+  agentId,
+});
 
 function fakeExecutor(kind: string, hold?: Promise<void>) {
   const dispatched: Attempt[] = [];
@@ -83,7 +100,11 @@ function setup(o: { capacity?: number; workers?: number; hold?: Promise<void>; f
     placements: new Map([['agents', place.placement]]),
     store,
     logger,
-    metrics: { dispatched: () => void counted.dispatched++, atCapacity: () => void counted.atCapacity++, depth: (n) => void counted.depth.push(n) },
+    metrics: {
+      dispatched: () => void counted.dispatched++,
+      atCapacity: () => void counted.atCapacity++,
+      depth: (n) => void counted.depth.push(n),
+    },
   });
   return { dispatcher, sub, agents, place, claims, released, counted };
 }
@@ -95,7 +116,9 @@ describe('dispatcher', () => {
     expect(t.dispatcher.offer(item(1))).toBe('accepted');
     await flush();
     expect(t.claims).toEqual(['1']);
-    expect(t.sub.dispatched.map((a) => [a.tiId, a.tryNumber, a.attemptToken, a.agentId])).toEqual([['1', 1, 'tok-1', undefined]]);
+    expect(t.sub.dispatched.map((a) => [a.tiId, a.tryNumber, a.attemptToken, a.agentId])).toEqual([
+      ['1', 1, 'tok-1', undefined],
+    ]);
     expect(t.sub.dispatched[0]!.env.LEOFLOW_TI_ID).toBe('1');
     expect(t.counted.dispatched).toBe(1);
   });
@@ -214,7 +237,13 @@ describe('dispatcher', () => {
 
   it('stops placing agent work ahead at the first that cannot be placed now', () => {
     const t = setup({ capacity: 4, free: null });
-    const ahead = t.dispatcher.claimAhead([{ tiId: '1', executor: 'agents', task: task('a') }, { tiId: '2', executor: 'agents', task: task('b') }], new Map());
+    const ahead = t.dispatcher.claimAhead(
+      [
+        { tiId: '1', executor: 'agents', task: task('a') },
+        { tiId: '2', executor: 'agents', task: task('b') },
+      ],
+      new Map(),
+    );
     expect(ahead.claims.size).toBe(0);
     expect(t.place.calls).toEqual(['placeNow 1']);
     expect(t.dispatcher.room()).toBe(4);

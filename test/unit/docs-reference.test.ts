@@ -31,7 +31,11 @@ function tableAfter(text: string, marker: string): string[][] {
   while (i < lines.length && !lines[i]!.startsWith('|')) i++;
   const rows: string[][] = [];
   for (i += 2; i < lines.length && lines[i]!.startsWith('|'); i++) {
-    rows.push(lines[i]!.split('|').slice(1, -1).map((c) => c.trim()));
+    rows.push(
+      lines[i]!.split('|')
+        .slice(1, -1)
+        .map((c) => c.trim()),
+    );
   }
   return rows;
 }
@@ -106,7 +110,10 @@ describe('docs/dag-reference.md against the DAG parser', () => {
     retries: { value: 100, probe: (n) => task(`    retries: ${n}\n`) },
     priority: { value: PRIORITY_RANGE.max, probe: (n) => task(`    priority: ${n}\n`) },
     timeout: { value: MAX_TIMEOUT_MS, probe: (ms) => task(`    timeout: ${ms}ms\n`) },
-    max_active_runs: { value: MAX_INT4, probe: (n) => `dag_id: d\nmax_active_runs: ${n}\ntasks: [{ id: a, command: x }]\n` },
+    max_active_runs: {
+      value: MAX_INT4,
+      probe: (n) => `dag_id: d\nmax_active_runs: ${n}\ntasks: [{ id: a, command: x }]\n`,
+    },
     errors: { value: LIMITS.dagErrors },
     'api.id': { value: LIMITS.idChars },
     'api.string': { value: LIMITS.stringChars },
@@ -151,7 +158,10 @@ describe('docs/operations.md against the server settings', () => {
     const byFlag = new Map(rows.map((r) => [firstColumn([r])[0]!, r]));
     for (const [key, s] of Object.entries(SETTINGS)) {
       const row = byFlag.get(s.flag)!;
-      for (const [col, edition] of [[2, 'lite'], [3, 'pro']] as const) {
+      for (const [col, edition] of [
+        [2, 'lite'],
+        [3, 'pro'],
+      ] as const) {
         const value = editions[edition][key];
         if (value === undefined) continue;
         const shown = Array.isArray(value) ? value.join(',') : String(value);
@@ -163,8 +173,16 @@ describe('docs/operations.md against the server settings', () => {
 
 describe('links between the pages', () => {
   /** GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens. */
-  const slug = (heading: string) => heading.toLowerCase().replace(/[^\p{L}\p{N} _-]/gu, '').replace(/ /g, '-');
-  const pages = ['README.md', 'BENCHMARKS.md', ...['guide', 'dag-reference', 'operations', 'protocol', 'internals', 'architecture'].map((p) => `docs/${p}.md`)];
+  const slug = (heading: string) =>
+    heading
+      .toLowerCase()
+      .replace(/[^\p{L}\p{N} _-]/gu, '')
+      .replace(/ /g, '-');
+  const pages = [
+    'README.md',
+    'BENCHMARKS.md',
+    ...['guide', 'dag-reference', 'operations', 'protocol', 'internals', 'architecture'].map((p) => `docs/${p}.md`),
+  ];
 
   it.each(pages)('every relative link of %s reaches a file, and a heading when it names one', (file) => {
     const text = page(file);

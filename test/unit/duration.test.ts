@@ -65,7 +65,9 @@ describe('parseDuration', () => {
 
   it('rejects durations beyond the safe integer range', () => {
     expect(() => parseDuration('99999999999999d')).toThrow(new Error('duration "99999999999999d" is too large'));
-    expect(() => parseDuration(Number.MAX_SAFE_INTEGER)).toThrow(new Error(`duration ${Number.MAX_SAFE_INTEGER} is too large`));
+    expect(() => parseDuration(Number.MAX_SAFE_INTEGER)).toThrow(
+      new Error(`duration ${Number.MAX_SAFE_INTEGER} is too large`),
+    );
   });
 
   it('truncates a long input in the message', () => {
@@ -89,6 +91,8 @@ describe('formatDuration', () => {
 
   it('rejects values that are not whole non-negative milliseconds', () => {
     expect(() => formatDuration(-1)).toThrow(new Error('expected a non-negative whole number of milliseconds, got -1'));
-    expect(() => formatDuration(0.5)).toThrow(new Error('expected a non-negative whole number of milliseconds, got 0.5'));
+    expect(() => formatDuration(0.5)).toThrow(
+      new Error('expected a non-negative whole number of milliseconds, got 0.5'),
+    );
   });
 });

@@ -58,7 +58,11 @@ describe('label selectors', () => {
 
 describe('field selectors', () => {
   it('matches the indexed fields and refuses others', () => {
-    const pod = { metadata: { name: 'p', namespace: 'ns' }, spec: { nodeName: 'node-1' }, status: { phase: 'Running' } };
+    const pod = {
+      metadata: { name: 'p', namespace: 'ns' },
+      spec: { nodeName: 'node-1' },
+      status: { phase: 'Running' },
+    };
     expect(parseFieldSelector('pods', 'metadata.name=p,status.phase!=Pending')(pod)).toBe(true);
     expect(parseFieldSelector('pods', 'spec.nodeName==node-2')(pod)).toBe(false);
     expect(() => parseFieldSelector('pods', 'spec.containers=x')).toThrow('field label not supported: spec.containers');
@@ -94,24 +98,46 @@ describe('pod validation', () => {
         restartPolicy: 'Never',
         terminationGracePeriodSeconds: -1,
         containers: [
-          { name: 'main', image: 'x', env: [{ name: '1BAD', value: 'v' }, { name: 'S', valueFrom: { secretKeyRef: { name: 's' } } }], resources: { requests: { cpu: '2' }, limits: { cpu: '1' } } },
+          {
+            name: 'main',
+            image: 'x',
+            env: [
+              { name: '1BAD', value: 'v' },
+              { name: 'S', valueFrom: { secretKeyRef: { name: 's' } } },
+            ],
+            resources: { requests: { cpu: '2' }, limits: { cpu: '1' } },
+          },
           { name: 'main', image: ' ' },
         ],
       },
     });
     const byField = Object.fromEntries(errs.map((e) => [e.field, e]));
     expect(byField['metadata.labels']?.type).toBe('FieldValueInvalid');
-    expect(byField['spec.terminationGracePeriodSeconds']?.message).toBe('Invalid value: -1: must be greater than or equal to 0');
-    expect(byField['spec.containers[0].env[0].name']?.message).toMatch(/^Invalid value: "1BAD": a valid environment variable name must consist of/);
+    expect(byField['spec.terminationGracePeriodSeconds']?.message).toBe(
+      'Invalid value: -1: must be greater than or equal to 0',
+    );
+    expect(byField['spec.containers[0].env[0].name']?.message).toMatch(
+      /^Invalid value: "1BAD": a valid environment variable name must consist of/,
+    );
     expect(byField['spec.containers[0].env[1].valueFrom.secretKeyRef.key']?.message).toBe('Required value');
-    expect(byField['spec.containers[0].resources.requests']?.message).toBe('Invalid value: "2": must be less than or equal to cpu limit of 1');
+    expect(byField['spec.containers[0].resources.requests']?.message).toBe(
+      'Invalid value: "2": must be less than or equal to cpu limit of 1',
+    );
     expect(byField['spec.containers[1].name']?.message).toBe('Duplicate value: "main"');
     expect(byField['spec.containers[1].image']?.message).toBe('Required value');
   });
 
   it('tells valid image references from invalid ones, as the kubelet parses them', () => {
-    for (const good of ['busybox', 'busybox:1.36', 'ghcr.io/leoflow/leoflow:0.1.0', 'localhost:5000/a/b', `x@sha256:${'a'.repeat(64)}`]) expect(isValidImageReference(good), good).toBe(true);
-    for (const bad of ['Not A Valid/Image', 'library/UPPER', 'a:b:c', 'trailing-/x']) expect(isValidImageReference(bad), bad).toBe(false);
+    for (const good of [
+      'busybox',
+      'busybox:1.36',
+      'ghcr.io/leoflow/leoflow:0.1.0',
+      'localhost:5000/a/b',
+      `x@sha256:${'a'.repeat(64)}`,
+    ])
+      expect(isValidImageReference(good), good).toBe(true);
+    for (const bad of ['Not A Valid/Image', 'library/UPPER', 'a:b:c', 'trailing-/x'])
+      expect(isValidImageReference(bad), bad).toBe(false);
   });
 });
 
@@ -131,23 +157,41 @@ describe('the kubelet: phase and environment', () => {
     expect(phase([cs({ terminated: { exitCode: 3 } })], 'Never')).toBe('Failed');
     expect(phase([cs({ terminated: { exitCode: 3 } })], 'OnFailure')).toBe('Running');
     expect(phase([cs({ terminated: { exitCode: 0 } })], 'Always')).toBe('Running');
-    expect(phase([cs({ waiting: { reason: 'CrashLoopBackOff' } }, { lastState: { terminated: { exitCode: 1 } } })], 'Always')).toBe('Running');
+    expect(
+      phase(
+        [cs({ waiting: { reason: 'CrashLoopBackOff' } }, { lastState: { terminated: { exitCode: 1 } } })],
+        'Always',
+      ),
+    ).toBe('Running');
     // Terminal phases are final.
     expect(phase([cs({ running: {} })], 'Never', 'Failed')).toBe('Failed');
   });
 
   it('ends containers at the final report of a deleted pod', () => {
-    const s: any = { phase: 'Running', containerStatuses: [cs({ running: { startedAt: 'x' } }), cs({ waiting: { reason: 'ContainerCreating' } })] };
+    const s: any = {
+      phase: 'Running',
+      containerStatuses: [cs({ running: { startedAt: 'x' } }), cs({ waiting: { reason: 'ContainerCreating' } })],
+    };
     summarizeStatus(s, 'Never', true);
     expect(s.phase).toBe('Failed');
     expect(s.containerStatuses[0].state.terminated).toMatchObject({ exitCode: 137, reason: 'Error' });
     expect(s.containerStatuses[1].state.terminated).toMatchObject({ exitCode: 137, reason: 'ContainerStatusUnknown' });
-    expect(s.conditions.find((c: any) => c.type === 'Ready')).toMatchObject({ status: 'False', reason: 'PodCompleted' });
+    expect(s.conditions.find((c: any) => c.type === 'Ready')).toMatchObject({
+      status: 'False',
+      reason: 'PodCompleted',
+    });
   });
 
   it('builds the environment in order, expanding $(VAR) and resolving valueFrom', () => {
-    const pod: KubeObject = { metadata: { name: 'p1', namespace: 'ns', uid: 'u-1', labels: { app: 'x' } }, spec: { nodeName: 'node-2', containers: [{ name: 'c', resources: { limits: { cpu: '2' } } }] } };
-    const sources = { baseEnv: { PATH: '/bin' }, secret: (n: string) => (n === 'db' ? { password: 'pw' } : undefined), configMap: () => undefined };
+    const pod: KubeObject = {
+      metadata: { name: 'p1', namespace: 'ns', uid: 'u-1', labels: { app: 'x' } },
+      spec: { nodeName: 'node-2', containers: [{ name: 'c', resources: { limits: { cpu: '2' } } }] },
+    };
+    const sources = {
+      baseEnv: { PATH: '/bin' },
+      secret: (n: string) => (n === 'db' ? { password: 'pw' } : undefined),
+      configMap: () => undefined,
+    };
     const spec = {
       name: 'c',
       env: [
@@ -161,10 +205,31 @@ describe('the kubelet: phase and environment', () => {
       ],
     };
     expect(containerEnv(pod, spec, sources)).toEqual({
-      env: { PATH: '/bin', HOSTNAME: 'p1', A: 'one', B: 'one-two-$(A)-$(NOPE)', PW: 'pw', NODE: 'node-2', APP: 'x', CPU: '2' },
+      env: {
+        PATH: '/bin',
+        HOSTNAME: 'p1',
+        A: 'one',
+        B: 'one-two-$(A)-$(NOPE)',
+        PW: 'pw',
+        NODE: 'node-2',
+        APP: 'x',
+        CPU: '2',
+      },
     });
-    expect(containerEnv(pod, { name: 'c', env: [{ name: 'X', valueFrom: { secretKeyRef: { name: 'gone', key: 'k' } } }] }, sources)).toEqual({ problem: 'secret "gone" not found' });
-    expect(containerEnv(pod, { name: 'c', env: [{ name: 'X', valueFrom: { secretKeyRef: { name: 'db', key: 'user' } } }] }, sources)).toEqual({ problem: "couldn't find key user in Secret ns/db" });
+    expect(
+      containerEnv(
+        pod,
+        { name: 'c', env: [{ name: 'X', valueFrom: { secretKeyRef: { name: 'gone', key: 'k' } } }] },
+        sources,
+      ),
+    ).toEqual({ problem: 'secret "gone" not found' });
+    expect(
+      containerEnv(
+        pod,
+        { name: 'c', env: [{ name: 'X', valueFrom: { secretKeyRef: { name: 'db', key: 'user' } } }] },
+        sources,
+      ),
+    ).toEqual({ problem: "couldn't find key user in Secret ns/db" });
   });
 
   it('cuts the hostname to 63 characters without a trailing dash or dot', () => {
@@ -175,8 +240,12 @@ describe('the kubelet: phase and environment', () => {
 });
 
 describe('Pod Security admission', () => {
-  const container = (securityContext?: object) => ({ name: 'task', image: 'leoflow:1', ...(securityContext ? { securityContext } : {}) });
-  it('refuses, in the admission\'s words, a pod without the restricted settings', () => {
+  const container = (securityContext?: object) => ({
+    name: 'task',
+    image: 'leoflow:1',
+    ...(securityContext ? { securityContext } : {}),
+  });
+  it("refuses, in the admission's words, a pod without the restricted settings", () => {
     expect(podSecurityDenial({ spec: { containers: [container()] } }, { [ENFORCE_LABEL]: 'restricted' })).toBe(
       'violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "task" must set securityContext.allowPrivilegeEscalation=false), ' +
         'unrestricted capabilities (container "task" must set securityContext.capabilities.drop=["ALL"]), ' +
@@ -185,15 +254,31 @@ describe('Pod Security admission', () => {
     );
     // baseline asks for much less; no label, nothing.
     expect(podSecurityDenial({ spec: { containers: [container()] } }, { [ENFORCE_LABEL]: 'baseline' })).toBeUndefined();
-    expect(podSecurityDenial({ spec: { hostNetwork: true, containers: [container()] } }, { [ENFORCE_LABEL]: 'baseline' })).toBe('violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)');
+    expect(
+      podSecurityDenial({ spec: { hostNetwork: true, containers: [container()] } }, { [ENFORCE_LABEL]: 'baseline' }),
+    ).toBe('violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)');
     expect(podSecurityDenial({ spec: { containers: [container()] } }, {})).toBeUndefined();
   });
 
   it('admits the restricted settings at pod or container level, and checks volumes and added capabilities', () => {
     const ok = { allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] } };
-    const pod = { spec: { securityContext: { runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } }, containers: [container(ok)] } };
+    const pod = {
+      spec: {
+        securityContext: { runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } },
+        containers: [container(ok)],
+      },
+    };
     expect(podSecurityViolations(pod, 'restricted')).toEqual([]);
-    const bad = { spec: { ...pod.spec, volumes: [{ name: 'h', hostPath: { path: '/' } }, { name: 'n', nfs: { server: 'x', path: '/' } }], containers: [container({ ...ok, capabilities: { drop: ['ALL'], add: ['SYS_ADMIN'] } })] } };
+    const bad = {
+      spec: {
+        ...pod.spec,
+        volumes: [
+          { name: 'h', hostPath: { path: '/' } },
+          { name: 'n', nfs: { server: 'x', path: '/' } },
+        ],
+        containers: [container({ ...ok, capabilities: { drop: ['ALL'], add: ['SYS_ADMIN'] } })],
+      },
+    };
     expect(podSecurityViolations(bad, 'restricted')).toEqual([
       'hostPath volumes (volume "h")',
       'restricted volume types (volume "n" uses restricted volume type "nfs")',

@@ -23,11 +23,14 @@ describe('generated code', () => {
   it('src/gen is what buf generates from proto/ today', async () => {
     const out = await mkdtemp(path.join(os.tmpdir(), 'leoflow-gen-'));
     try {
-      await run(path.join(ROOT, 'node_modules/.bin/buf'), ['generate', '--template', 'buf.gen.yaml', '-o', out], { cwd: ROOT });
+      await run(path.join(ROOT, 'node_modules/.bin/buf'), ['generate', '--template', 'buf.gen.yaml', '-o', out], {
+        cwd: ROOT,
+      });
       const fresh = await tree(path.join(out, 'src/gen'));
       const committed = await tree(path.join(ROOT, 'src/gen'));
       expect([...committed.keys()].sort()).toEqual([...fresh.keys()].sort());
-      for (const [file, text] of fresh) expect(committed.get(file), `src/gen/${file} is out of date: run npm run generate`).toBe(text);
+      for (const [file, text] of fresh)
+        expect(committed.get(file), `src/gen/${file} is out of date: run npm run generate`).toBe(text);
     } finally {
       await rm(out, { recursive: true, force: true });
     }
@@ -36,11 +39,16 @@ describe('generated code', () => {
   it('examples/python/gen is what buf generates from proto/ today', async () => {
     const out = await mkdtemp(path.join(os.tmpdir(), 'leoflow-gen-py-'));
     try {
-      await run(path.join(ROOT, 'node_modules/.bin/buf'), ['generate', '--template', 'buf.gen.python.yaml', '-o', out], { cwd: ROOT });
+      await run(
+        path.join(ROOT, 'node_modules/.bin/buf'),
+        ['generate', '--template', 'buf.gen.python.yaml', '-o', out],
+        { cwd: ROOT },
+      );
       const fresh = await tree(path.join(out, 'examples/python/gen'));
       const committed = await tree(path.join(ROOT, 'examples/python/gen'));
       expect([...committed.keys()].sort()).toEqual([...fresh.keys()].sort());
-      for (const [file, text] of fresh) expect(committed.get(file), `examples/python/gen/${file} is out of date: run npm run generate`).toBe(text);
+      for (const [file, text] of fresh)
+        expect(committed.get(file), `examples/python/gen/${file} is out of date: run npm run generate`).toBe(text);
     } finally {
       await rm(out, { recursive: true, force: true });
     }

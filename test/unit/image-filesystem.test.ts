@@ -36,8 +36,12 @@ describe('the fake kubelet resolves a command inside the image', () => {
 
   it('looks the command up on the image PATH, never the host PATH', () => {
     // `sh` is on the host's PATH, not in this image.
-    expect(resolveInImage(fs, ['sh', '-c', 'true'], undefined)).toEqual({ error: 'exec: "sh": executable file not found in $PATH' });
-    expect(resolveInImage(fs, ['leoflow'], undefined)).toEqual({ error: 'exec: "leoflow": executable file not found in $PATH' });
+    expect(resolveInImage(fs, ['sh', '-c', 'true'], undefined)).toEqual({
+      error: 'exec: "sh": executable file not found in $PATH',
+    });
+    expect(resolveInImage(fs, ['leoflow'], undefined)).toEqual({
+      error: 'exec: "leoflow": executable file not found in $PATH',
+    });
   });
 
   it('follows symlinks (absolute, relative, in a directory component) and a #! line through env', () => {
@@ -47,8 +51,12 @@ describe('the fake kubelet resolves a command inside the image', () => {
   });
 
   it('uses the container PATH when it sets one, and refuses a file without the exec bit', () => {
-    expect(resolveInImage(fs, ['tool'], '/nowhere')).toEqual({ error: 'exec: "tool": executable file not found in $PATH' });
-    expect(resolveInImage(fs, ['/app/bin/plain'], undefined)).toEqual({ error: 'exec: "/app/bin/plain": stat /app/bin/plain: no such file or directory' });
+    expect(resolveInImage(fs, ['tool'], '/nowhere')).toEqual({
+      error: 'exec: "tool": executable file not found in $PATH',
+    });
+    expect(resolveInImage(fs, ['/app/bin/plain'], undefined)).toEqual({
+      error: 'exec: "/app/bin/plain": stat /app/bin/plain: no such file or directory',
+    });
   });
 
   it('finds no `node` where the node image has none (only /usr/local/bin)', () => {
@@ -66,7 +74,8 @@ describe('the shipped image (editions/pro/Containerfile)', () => {
       for (const doc of parseAllDocuments(readFileSync(join('editions/pro/kubernetes', file), 'utf8'))) {
         const o = doc.toJS();
         if (o?.kind === 'ConfigMap') Object.assign(env, o.data);
-        for (const c of o?.spec?.template?.spec?.containers ?? []) for (const e of c.env ?? []) if (typeof e.value === 'string') env[e.name] = e.value;
+        for (const c of o?.spec?.template?.spec?.containers ?? [])
+          for (const e of c.env ?? []) if (typeof e.value === 'string') env[e.name] = e.value;
       }
     }
     env.LEOFLOW_EXECUTOR ??= 'kubernetes';

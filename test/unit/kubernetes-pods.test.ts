@@ -9,7 +9,14 @@ import { podCondition } from '../../src/executors/kubernetes/pod-condition.js';
 import { attemptOfPod, labelValue, podLabels, podName } from '../../src/core/pod-identity.js';
 import { dns1123LabelProblem, labelValueProblem, parseQuantity } from '../../src/core/kubernetes-names.js';
 
-const id = { dagId: 'etl', runId: '12', taskId: 'load', tiId: '345', tryNumber: 1, attemptToken: '0b9c2c39-4f1e-4a51-9b7e-3d2f0c9a1e11' };
+const id = {
+  dagId: 'etl',
+  runId: '12',
+  taskId: 'load',
+  tiId: '345',
+  tryNumber: 1,
+  attemptToken: '0b9c2c39-4f1e-4a51-9b7e-3d2f0c9a1e11',
+};
 
 describe('pod names and labels', () => {
   it('names each attempt with a valid DNS-1123 label, the same every time, another for each try', () => {
@@ -64,44 +71,113 @@ describe('resource quantities', () => {
 });
 
 const pod = (status: V1Pod['status']): V1Pod => ({ metadata: { name: 'p' }, status });
-const waiting = (reason: string, message?: string) => pod({ phase: 'Pending', containerStatuses: [{ name: 'task', image: 'i', imageID: '', ready: false, restartCount: 0, state: { waiting: { reason, message } } }] });
+const waiting = (reason: string, message?: string) =>
+  pod({
+    phase: 'Pending',
+    containerStatuses: [
+      { name: 'task', image: 'i', imageID: '', ready: false, restartCount: 0, state: { waiting: { reason, message } } },
+    ],
+  });
 
 describe('what a pod status means', () => {
   it('fails at once on the reasons no wait will cure, with the message', () => {
     for (const r of ['ErrImagePull', 'ImagePullBackOff', 'InvalidImageName', 'CreateContainerConfigError']) {
       expect(podCondition(waiting(r, 'because'))).toEqual({ kind: 'cannot-start', reason: `${r}:because` });
     }
-    expect(podCondition(waiting('ContainerCreating'))).toEqual({ kind: 'pending', reason: 'POD_PENDING:ContainerCreating', unschedulable: false });
+    expect(podCondition(waiting('ContainerCreating'))).toEqual({
+      kind: 'pending',
+      reason: 'POD_PENDING:ContainerCreating',
+      unschedulable: false,
+    });
   });
 
   it('says why an unscheduled pod waits, from its PodScheduled condition', () => {
-    const p = pod({ phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message: '0/3 nodes are available: 3 Insufficient cpu.' }] });
-    expect(podCondition(p)).toEqual({ kind: 'pending', reason: 'POD_PENDING:Unschedulable:0/3 nodes are available: 3 Insufficient cpu.', unschedulable: true });
+    const p = pod({
+      phase: 'Pending',
+      conditions: [
+        {
+          type: 'PodScheduled',
+          status: 'False',
+          reason: 'Unschedulable',
+          message: '0/3 nodes are available: 3 Insufficient cpu.',
+        },
+      ],
+    });
+    expect(podCondition(p)).toEqual({
+      kind: 'pending',
+      reason: 'POD_PENDING:Unschedulable:0/3 nodes are available: 3 Insufficient cpu.',
+      unschedulable: true,
+    });
     expect(podCondition(pod({ phase: 'Pending' }))).toEqual({ kind: 'pending', reason: null, unschedulable: false });
   });
 
-  it('reads running, succeeded, failed (with the container\'s reason) and a lost node', () => {
+  it("reads running, succeeded, failed (with the container's reason) and a lost node", () => {
     expect(podCondition(pod({ phase: 'Running' }))).toEqual({ kind: 'running' });
     expect(podCondition(pod({ phase: 'Succeeded' }))).toEqual({ kind: 'succeeded' });
-    const oom = pod({ phase: 'Failed', containerStatuses: [{ name: 'task', image: 'i', imageID: '', ready: false, restartCount: 0, state: { terminated: { exitCode: 137, reason: 'OOMKilled' } } }] });
+    const oom = pod({
+      phase: 'Failed',
+      containerStatuses: [
+        {
+          name: 'task',
+          image: 'i',
+          imageID: '',
+          ready: false,
+          restartCount: 0,
+          state: { terminated: { exitCode: 137, reason: 'OOMKilled' } },
+        },
+      ],
+    });
     expect(podCondition(oom)).toEqual({ kind: 'failed', reason: 'OOMKilled:exit code 137' });
-    expect(podCondition(pod({ phase: 'Failed', reason: 'Evicted', message: 'The node was low on resource: memory.' }))).toEqual({ kind: 'failed', reason: 'Evicted:The node was low on resource: memory.' });
+    expect(
+      podCondition(pod({ phase: 'Failed', reason: 'Evicted', message: 'The node was low on resource: memory.' })),
+    ).toEqual({ kind: 'failed', reason: 'Evicted:The node was low on resource: memory.' });
     expect(podCondition(pod({ phase: 'Unknown' })).kind).toBe('lost');
-    expect(podCondition(pod({ phase: 'Running', reason: 'NodeLost', message: 'Node n1 is unresponsive' }))).toEqual({ kind: 'lost', reason: 'NodeLost:Node n1 is unresponsive' });
+    expect(podCondition(pod({ phase: 'Running', reason: 'NodeLost', message: 'Node n1 is unresponsive' }))).toEqual({
+      kind: 'lost',
+      reason: 'NodeLost:Node n1 is unresponsive',
+    });
   });
 });
 
 describe('what an API answer to a create means', () => {
-  const err = (code: number, body: object, headers: Record<string, string> = {}) => ({ code, body: JSON.stringify(body), headers });
+  const err = (code: number, body: object, headers: Record<string, string> = {}) => ({
+    code,
+    body: JSON.stringify(body),
+    headers,
+  });
   it('takes AlreadyExists as success, refuses for good on 403/404/422 and quota, retries 429/5xx and no answer', () => {
     expect(apiVerdict(err(409, { reason: 'AlreadyExists' }))).toEqual({ kind: 'exists' });
-    expect(apiVerdict(err(403, { reason: 'Forbidden', message: 'pods is forbidden: User "x" cannot create resource "pods"' }))).toMatchObject({ kind: 'refused', code: 403, reason: 'Forbidden' });
-    expect(apiVerdict(err(403, { reason: 'Forbidden', message: 'pods "p" is forbidden: exceeded quota: q, requested: cpu=2' }))).toMatchObject({ kind: 'refused', reason: 'QuotaExceeded' });
-    expect(apiVerdict(err(404, { reason: 'NotFound', message: 'namespaces "x" not found' }))).toEqual({ kind: 'refused', code: 404, reason: 'NotFound', message: 'namespaces "x" not found' });
-    expect(apiVerdict(err(422, { reason: 'Invalid', message: 'bad' }))).toMatchObject({ kind: 'refused', reason: 'Invalid' });
-    expect(apiVerdict(err(429, { reason: 'TooManyRequests' }, { 'retry-after': '3' }))).toEqual({ kind: 'retry', reason: 'TooManyRequests', afterMs: 3000, message: '' });
+    expect(
+      apiVerdict(
+        err(403, { reason: 'Forbidden', message: 'pods is forbidden: User "x" cannot create resource "pods"' }),
+      ),
+    ).toMatchObject({ kind: 'refused', code: 403, reason: 'Forbidden' });
+    expect(
+      apiVerdict(
+        err(403, { reason: 'Forbidden', message: 'pods "p" is forbidden: exceeded quota: q, requested: cpu=2' }),
+      ),
+    ).toMatchObject({ kind: 'refused', reason: 'QuotaExceeded' });
+    expect(apiVerdict(err(404, { reason: 'NotFound', message: 'namespaces "x" not found' }))).toEqual({
+      kind: 'refused',
+      code: 404,
+      reason: 'NotFound',
+      message: 'namespaces "x" not found',
+    });
+    expect(apiVerdict(err(422, { reason: 'Invalid', message: 'bad' }))).toMatchObject({
+      kind: 'refused',
+      reason: 'Invalid',
+    });
+    expect(apiVerdict(err(429, { reason: 'TooManyRequests' }, { 'retry-after': '3' }))).toEqual({
+      kind: 'retry',
+      reason: 'TooManyRequests',
+      afterMs: 3000,
+      message: '',
+    });
     expect(apiVerdict(err(503, {}))).toMatchObject({ kind: 'retry', reason: 'InternalError', afterMs: null });
-    expect(apiVerdict(new Error('connect ECONNREFUSED 127.0.0.1:1'))).toMatchObject({ kind: 'retry', reason: 'Unreachable' });
+    expect(apiVerdict(new Error('connect ECONNREFUSED 127.0.0.1:1'))).toMatchObject({
+      kind: 'retry',
+      reason: 'Unreachable',
+    });
   });
 });
 
@@ -120,7 +196,9 @@ describe('kubeconfig sources', () => {
       const kc = loadKubeConfig({ kind: 'in-cluster' }, root);
       expect(kc.getCurrentCluster()!.server).toBe('https://10.0.0.1:443');
       delete process.env.KUBERNETES_SERVICE_HOST;
-      expect(() => loadKubeConfig({ kind: 'in-cluster' }, root)).toThrow('kubeconfig (in-cluster): KUBERNETES_SERVICE_HOST is not set: this process does not run in a pod');
+      expect(() => loadKubeConfig({ kind: 'in-cluster' }, root)).toThrow(
+        'kubeconfig (in-cluster): KUBERNETES_SERVICE_HOST is not set: this process does not run in a pod',
+      );
     } finally {
       if (saved.host === undefined) delete process.env.KUBERNETES_SERVICE_HOST;
       else process.env.KUBERNETES_SERVICE_HOST = saved.host;
@@ -128,19 +206,58 @@ describe('kubeconfig sources', () => {
       else process.env.KUBERNETES_SERVICE_PORT = saved.port;
       rmSync(root, { recursive: true, force: true });
     }
-    expect(() => loadKubeConfig({ kind: 'file', path: '/nonexistent/kubeconfig' })).toThrow(/^kubeconfig \(\/nonexistent\/kubeconfig\): /);
+    expect(() => loadKubeConfig({ kind: 'file', path: '/nonexistent/kubeconfig' })).toThrow(
+      /^kubeconfig \(\/nonexistent\/kubeconfig\): /,
+    );
   });
 });
 
 describe('a node lost as Kubernetes 1.27+ reports it', () => {
-  const runningContainer = { name: 'task', ready: true, restartCount: 0, image: 'x', imageID: '', state: { running: { startedAt: new Date() } } };
+  const runningContainer = {
+    name: 'task',
+    ready: true,
+    restartCount: 0,
+    image: 'x',
+    imageID: '',
+    state: { running: { startedAt: new Date() } },
+  };
   it('is read from DisruptionTarget or from Ready=False over containers last seen running and ready', () => {
-    expect(podCondition({ status: { phase: 'Running', conditions: [{ type: 'Ready', status: 'False' }], containerStatuses: [runningContainer] } })).toEqual({ kind: 'lost', reason: expect.stringMatching(/^NodeNotReady:/) });
-    expect(podCondition({ status: { phase: 'Running', conditions: [{ type: 'DisruptionTarget', status: 'True', reason: 'DeletionByTaintManager', message: 'Taint manager: deleting due to NoExecute taint' }], containerStatuses: [runningContainer] } }))
-      .toEqual({ kind: 'lost', reason: 'DeletionByTaintManager:Taint manager: deleting due to NoExecute taint' });
+    expect(
+      podCondition({
+        status: {
+          phase: 'Running',
+          conditions: [{ type: 'Ready', status: 'False' }],
+          containerStatuses: [runningContainer],
+        },
+      }),
+    ).toEqual({ kind: 'lost', reason: expect.stringMatching(/^NodeNotReady:/) });
+    expect(
+      podCondition({
+        status: {
+          phase: 'Running',
+          conditions: [
+            {
+              type: 'DisruptionTarget',
+              status: 'True',
+              reason: 'DeletionByTaintManager',
+              message: 'Taint manager: deleting due to NoExecute taint',
+            },
+          ],
+          containerStatuses: [runningContainer],
+        },
+      }),
+    ).toEqual({ kind: 'lost', reason: 'DeletionByTaintManager:Taint manager: deleting due to NoExecute taint' });
   });
-  it('is not read from a kubelet\'s own Ready=False (a container not ready)', () => {
+  it("is not read from a kubelet's own Ready=False (a container not ready)", () => {
     const notReady = { ...runningContainer, ready: false };
-    expect(podCondition({ status: { phase: 'Running', conditions: [{ type: 'Ready', status: 'False', reason: 'ContainersNotReady' }], containerStatuses: [notReady] } })).toEqual({ kind: 'running' });
+    expect(
+      podCondition({
+        status: {
+          phase: 'Running',
+          conditions: [{ type: 'Ready', status: 'False', reason: 'ContainersNotReady' }],
+          containerStatuses: [notReady],
+        },
+      }),
+    ).toEqual({ kind: 'running' });
   });
 });

@@ -1,7 +1,12 @@
 import http from 'node:http';
 import { Registry, collectDefaultMetrics } from 'prom-client';
 import { describe, expect, it } from 'vitest';
-import { createMetrics, schedulerCounters, serveMetrics, type Metrics } from '../../src/server/observability/metrics.js';
+import {
+  createMetrics,
+  schedulerCounters,
+  serveMetrics,
+  type Metrics,
+} from '../../src/server/observability/metrics.js';
 
 /** The metrics DESIGN.md names, and ours beyond them, with their Prometheus types. */
 const DESIGN_METRICS: Record<string, string> = {
@@ -51,13 +56,19 @@ async function values(m: Metrics, name: string): Promise<{ value: number; labels
   return (await metric!.get()).values.map((v) => ({ value: v.value, labels: { ...v.labels } }));
 }
 
-function request(port: number, path: string, method = 'GET'): Promise<{ status: number; version: string; type: string; body: string }> {
+function request(
+  port: number,
+  path: string,
+  method = 'GET',
+): Promise<{ status: number; version: string; type: string; body: string }> {
   return new Promise((resolve, reject) => {
     const req = http.request({ host: '127.0.0.1', port, path, method, agent: false }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (c: string) => (body += c));
-      res.on('end', () => resolve({ status: res.statusCode!, version: res.httpVersion, type: String(res.headers['content-type']), body }));
+      res.on('end', () =>
+        resolve({ status: res.statusCode!, version: res.httpVersion, type: String(res.headers['content-type']), body }),
+      );
       res.on('error', reject);
     });
     req.on('error', reject);
@@ -79,7 +90,9 @@ describe('metrics', () => {
     expect(ours.filter((x) => !x.name.startsWith('leoflow_')).map((x) => x.name)).toEqual([]);
     expect([...defaultNames].every((n) => /^(process|nodejs)_/.test(n))).toBe(true);
     expect(await values(m, 'leoflow_leader')).toEqual([{ value: 0, labels: { role: 'auto' } }]);
-    expect(await values(createMetrics({ role: 'observer' }), 'leoflow_leader')).toEqual([{ value: 0, labels: { role: 'observer' } }]);
+    expect(await values(createMetrics({ role: 'observer' }), 'leoflow_leader')).toEqual([
+      { value: 0, labels: { role: 'observer' } },
+    ]);
   });
 
   it('keeps the metrics of two instances apart', async () => {
@@ -142,7 +155,8 @@ describe('metrics', () => {
       expect(ok.version).toBe('1.1');
       expect(ok.type).toBe(m.registry.contentType);
       expect(ok.type).toMatch(/^text\/plain; version=0\.0\.4/);
-      for (const name of Object.keys(DESIGN_METRICS)) expect(ok.body).toContain(`# TYPE ${name} ${DESIGN_METRICS[name]}`);
+      for (const name of Object.keys(DESIGN_METRICS))
+        expect(ok.body).toContain(`# TYPE ${name} ${DESIGN_METRICS[name]}`);
       expect(ok.body).toMatch(/^leoflow_leader\{role="auto"\} 1$/m);
       expect(ok.body).toMatch(/^leoflow_orphan_reaped_total\{kind="run"\} 2$/m);
       expect(ok.body).toMatch(/^leoflow_tick_duration_seconds_count 0$/m);

@@ -27,7 +27,11 @@ function dag(task = '', extra = ''): string {
 }
 
 function indent(text: string, spaces: number): string {
-  return text.split('\n').filter(Boolean).map((l) => `${' '.repeat(spaces)}${l}\n`).join('');
+  return text
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => `${' '.repeat(spaces)}${l}\n`)
+    .join('');
 }
 
 /** Tasks as flow mappings, one per line. */
@@ -60,7 +64,9 @@ describe('parseDag: valid files', () => {
     const spec = parseDag(dag('priority: -5', 'priority: 10\n'), FILE);
     expect(spec.priority).toBe(10);
     expect(spec.tasks[0]!.priority).toBe(-5);
-    expect(issuesOf(dag('', 'priority: -1001\n'))).toEqual([{ path: 'priority', message: 'expected an integer from -1000 to 1000, got -1001' }]);
+    expect(issuesOf(dag('', 'priority: -1001\n'))).toEqual([
+      { path: 'priority', message: 'expected an integer from -1000 to 1000, got -1001' },
+    ]);
     const plain = parseDag(dag(), FILE);
     expect('priority' in plain || 'priority' in plain.tasks[0]!).toBe(false);
   });
@@ -157,11 +163,19 @@ tasks:
 
   it('refuses placement on a task whose executor is not agents (it would be ignored)', () => {
     for (const executor of ['subprocess', 'kubernetes']) {
-      expect(issuesOf(tasks(`{id: a, command: "true", executor: ${executor}, placement: {labels: {gpu: nvidia}}}`))).toEqual([
-        { path: 'tasks[0].placement', message: `applies only to tasks with executor: agents; this task's executor is ${executor}` },
+      expect(
+        issuesOf(tasks(`{id: a, command: "true", executor: ${executor}, placement: {labels: {gpu: nvidia}}}`)),
+      ).toEqual([
+        {
+          path: 'tasks[0].placement',
+          message: `applies only to tasks with executor: agents; this task's executor is ${executor}`,
+        },
       ]);
     }
-    expect(parseDag(tasks('{id: a, command: "true", executor: agents, placement: {labels: {gpu: nvidia}}}'), FILE).tasks[0]?.placement?.labels).toEqual({ gpu: 'nvidia' });
+    expect(
+      parseDag(tasks('{id: a, command: "true", executor: agents, placement: {labels: {gpu: nvidia}}}'), FILE).tasks[0]
+        ?.placement?.labels,
+    ).toEqual({ gpu: 'nvidia' });
   });
 
   it('turns a command string into sh -c, and keeps an argv list as is', () => {
@@ -364,13 +378,18 @@ describe('parseDag: document-level errors', () => {
   });
 
   it.each(['', '\n\n', '# only a comment\n'])('says an empty file is empty: %j', (source) => {
-    expect(issuesOf(source)).toEqual([{ path: '', message: 'the file is empty; a DAG file needs at least dag_id and tasks' }]);
+    expect(issuesOf(source)).toEqual([
+      { path: '', message: 'the file is empty; a DAG file needs at least dag_id and tasks' },
+    ]);
   });
 
   it('rejects a source over 1 MiB before parsing it', () => {
     const padding = `# ${'x'.repeat(MAX_DAG_SOURCE_BYTES)}\n`;
     expect(issuesOf(dag() + padding)).toEqual([
-      { path: '', message: `the DAG file is ${dag().length + padding.length} bytes; the limit is 1048576 bytes (1 MiB)` },
+      {
+        path: '',
+        message: `the DAG file is ${dag().length + padding.length} bytes; the limit is 1048576 bytes (1 MiB)`,
+      },
     ]);
   });
 
@@ -386,7 +405,9 @@ describe('parseDag: document-level errors', () => {
 
   it('rejects more than 10,000 tasks', () => {
     const lines = Array.from({ length: 10_001 }, (_, i) => `{id: t${i}, command: x}`);
-    expect(issuesOf(tasks(...lines))).toEqual([{ path: 'tasks', message: 'too many tasks: 10001; the limit is 10000' }]);
+    expect(issuesOf(tasks(...lines))).toEqual([
+      { path: 'tasks', message: 'too many tasks: 10001; the limit is 10000' },
+    ]);
   });
 });
 
@@ -400,7 +421,10 @@ describe('parseDag: unknown and missing keys', () => {
 
   it('names an unknown task key', () => {
     expect(issuesOf(dag('dependson: []\npool: x'))).toEqual([
-      { path: 'tasks[0].dependson', message: `unknown key "dependson" (did you mean "depends_on"?); allowed keys: ${TASK_KEYS}` },
+      {
+        path: 'tasks[0].dependson',
+        message: `unknown key "dependson" (did you mean "depends_on"?); allowed keys: ${TASK_KEYS}`,
+      },
       { path: 'tasks[0].pool', message: `unknown key "pool"; allowed keys: ${TASK_KEYS}` },
     ]);
   });
@@ -411,7 +435,10 @@ describe('parseDag: unknown and missing keys', () => {
         path: 'tasks[0].placement.label',
         message: `unknown key "label" (did you mean "labels"?); allowed keys: ${PLACEMENT_KEYS}`,
       },
-      { path: 'tasks[0].placement.max_parallel', message: `unknown key "max_parallel"; allowed keys: ${PLACEMENT_KEYS}` },
+      {
+        path: 'tasks[0].placement.max_parallel',
+        message: `unknown key "max_parallel"; allowed keys: ${PLACEMENT_KEYS}`,
+      },
     ]);
   });
 
@@ -453,15 +480,39 @@ describe('parseDag: type errors', () => {
     ['max_active_runs: 0', 'max_active_runs', 'expected a positive integer, got 0'],
     ['max_active_runs: 1.5', 'max_active_runs', 'expected a positive integer, got 1.5'],
     ['max_active_runs: "3"', 'max_active_runs', 'expected a positive integer, got "3"'],
-    ['max_active_runs: 3000000000', 'max_active_runs', 'expected a positive integer no larger than 2147483647, got 3000000000'],
+    [
+      'max_active_runs: 3000000000',
+      'max_active_runs',
+      'expected a positive integer no larger than 2147483647, got 3000000000',
+    ],
     ['tags: etl', 'tags', 'expected a list of tag strings, got "etl"'],
     ['tags: [etl, 5]', 'tags[1]', 'expected a non-empty tag string, got 5'],
     ['tags: [etl, etl]', 'tags[1]', 'duplicate tag "etl"'],
-    ['start_date: 2024-13-01', 'start_date', '"2024-13-01" is not a valid date or time; expected an ISO 8601 date or date-time like "2024-01-01" or "2024-01-01T06:00:00Z"'],
-    ['start_date: 2023-02-29', 'start_date', '"2023-02-29" is not a valid date or time; expected an ISO 8601 date or date-time like "2024-01-01" or "2024-01-01T06:00:00Z"'],
-    ['start_date: 2024-01-01T24:00', 'start_date', '"2024-01-01T24:00" is not a valid date or time; expected an ISO 8601 date or date-time like "2024-01-01" or "2024-01-01T06:00:00Z"'],
-    ['start_date: yesterday', 'start_date', 'expected an ISO 8601 date or date-time like "2024-01-01" or "2024-01-01T06:00:00Z", got "yesterday"'],
-    ['start_date: 1704067200', 'start_date', 'expected an ISO 8601 date or date-time like "2024-01-01" or "2024-01-01T06:00:00Z", got 1704067200'],
+    [
+      'start_date: 2024-13-01',
+      'start_date',
+      '"2024-13-01" is not a valid date or time; expected an ISO 8601 date or date-time like "2024-01-01" or "2024-01-01T06:00:00Z"',
+    ],
+    [
+      'start_date: 2023-02-29',
+      'start_date',
+      '"2023-02-29" is not a valid date or time; expected an ISO 8601 date or date-time like "2024-01-01" or "2024-01-01T06:00:00Z"',
+    ],
+    [
+      'start_date: 2024-01-01T24:00',
+      'start_date',
+      '"2024-01-01T24:00" is not a valid date or time; expected an ISO 8601 date or date-time like "2024-01-01" or "2024-01-01T06:00:00Z"',
+    ],
+    [
+      'start_date: yesterday',
+      'start_date',
+      'expected an ISO 8601 date or date-time like "2024-01-01" or "2024-01-01T06:00:00Z", got "yesterday"',
+    ],
+    [
+      'start_date: 1704067200',
+      'start_date',
+      'expected an ISO 8601 date or date-time like "2024-01-01" or "2024-01-01T06:00:00Z", got 1704067200',
+    ],
   ])('rejects a bad top-level field: %s', (line, path, message) => {
     expect(issuesOf(dag('', `${line}\n`))).toEqual([{ path, message }]);
   });
@@ -488,8 +539,16 @@ describe('parseDag: type errors', () => {
   });
 
   it.each([
-    ['trigger_rule: all_sucess', 'tasks[0].trigger_rule', 'expected one of all_success, all_done, one_success, one_failed, none_failed, got "all_sucess" (did you mean "all_success"?)'],
-    ['trigger_rule: always', 'tasks[0].trigger_rule', 'expected one of all_success, all_done, one_success, one_failed, none_failed, got "always"'],
+    [
+      'trigger_rule: all_sucess',
+      'tasks[0].trigger_rule',
+      'expected one of all_success, all_done, one_success, one_failed, none_failed, got "all_sucess" (did you mean "all_success"?)',
+    ],
+    [
+      'trigger_rule: always',
+      'tasks[0].trigger_rule',
+      'expected one of all_success, all_done, one_success, one_failed, none_failed, got "always"',
+    ],
     ['retries: -1', 'tasks[0].retries', 'expected an integer from 0 to 100, got -1'],
     ['retries: 101', 'tasks[0].retries', 'expected an integer from 0 to 100, got 101'],
     ['retries: "2"', 'tasks[0].retries', 'expected an integer from 0 to 100, got "2"'],
@@ -498,24 +557,56 @@ describe('parseDag: type errors', () => {
     ['timeout: forever', 'tasks[0].timeout', `${DURATION}, got "forever"`],
     ['timeout: 0s', 'tasks[0].timeout', 'must be greater than 0 (leave timeout out for no timeout), got "0s"'],
     ['retry_delay: 1m\nmax_retry_delay: 30s', 'tasks[0].max_retry_delay', 'must be at least retry_delay (1m), got 30s'],
-    ['env: [A=1]', 'tasks[0].env', 'expected a mapping of environment variable names to strings or { secret: … }, got a list'],
+    [
+      'env: [A=1]',
+      'tasks[0].env',
+      'expected a mapping of environment variable names to strings or { secret: … }, got a list',
+    ],
     ['env: { PORT: 8080 }', 'tasks[0].env.PORT', 'expected a string, got 8080 (quote it: "8080")'],
     ['env: { DEBUG: true }', 'tasks[0].env.DEBUG', 'expected a string, got true (quote it: "true")'],
     ['env: { NOTHING: null }', 'tasks[0].env.NOTHING', 'expected a string, got null'],
-    ['env: { 1X: "a" }', 'tasks[0].env["1X"]', 'invalid environment variable name "1X": expected letters, digits and "_", not starting with a digit'],
-    ['env: { MY-VAR: "a" }', 'tasks[0].env.MY-VAR', 'invalid environment variable name "MY-VAR": expected letters, digits and "_", not starting with a digit'],
+    [
+      'env: { 1X: "a" }',
+      'tasks[0].env["1X"]',
+      'invalid environment variable name "1X": expected letters, digits and "_", not starting with a digit',
+    ],
+    [
+      'env: { MY-VAR: "a" }',
+      'tasks[0].env.MY-VAR',
+      'invalid environment variable name "MY-VAR": expected letters, digits and "_", not starting with a digit',
+    ],
     ['cwd: ""', 'tasks[0].cwd', 'expected a non-empty string, got ""'],
     ['cwd: 5', 'tasks[0].cwd', 'expected a non-empty string, got 5'],
     ['executor: k8s', 'tasks[0].executor', 'expected one of default, subprocess, kubernetes, agents, got "k8s"'],
-    ['executor: agent', 'tasks[0].executor', 'expected one of default, subprocess, kubernetes, agents, got "agent" (did you mean "agents"?)'],
+    [
+      'executor: agent',
+      'tasks[0].executor',
+      'expected one of default, subprocess, kubernetes, agents, got "agent" (did you mean "agents"?)',
+    ],
     ['image: [x]', 'tasks[0].image', 'expected a non-empty string, got a list'],
     ['placement: gpu', 'tasks[0].placement', 'expected a placement mapping, got "gpu"'],
     ['placement: { labels: { gpu: 1 } }', 'tasks[0].placement.labels.gpu', 'expected a string, got 1 (quote it: "1")'],
-    ['placement: { labels: [gpu] }', 'tasks[0].placement.labels', 'expected a mapping of label names to string values, got a list'],
-    ['placement: { capabilities: cuda }', 'tasks[0].placement.capabilities', 'expected a list of capability strings, got "cuda"'],
-    ['placement: { allowed_agents: [a, ""] }', 'tasks[0].placement.allowed_agents[1]', 'expected a non-empty agent id string, got ""'],
+    [
+      'placement: { labels: [gpu] }',
+      'tasks[0].placement.labels',
+      'expected a mapping of label names to string values, got a list',
+    ],
+    [
+      'placement: { capabilities: cuda }',
+      'tasks[0].placement.capabilities',
+      'expected a list of capability strings, got "cuda"',
+    ],
+    [
+      'placement: { allowed_agents: [a, ""] }',
+      'tasks[0].placement.allowed_agents[1]',
+      'expected a non-empty agent id string, got ""',
+    ],
     ['placement: { forbidden_agents: [a, a] }', 'tasks[0].placement.forbidden_agents[1]', 'duplicate agent id "a"'],
-    ['placement: { max_parallel_per_agent: 0 }', 'tasks[0].placement.max_parallel_per_agent', 'expected a positive integer, got 0'],
+    [
+      'placement: { max_parallel_per_agent: 0 }',
+      'tasks[0].placement.max_parallel_per_agent',
+      'expected a positive integer, got 0',
+    ],
     ['depends_on: a', 'tasks[0].depends_on', 'expected a list of task ids, got "a"'],
     ['priority: 1001', 'tasks[0].priority', 'expected an integer from -1000 to 1000, got 1001'],
     ['priority: high', 'tasks[0].priority', 'expected an integer from -1000 to 1000, got "high"'],
@@ -524,11 +615,31 @@ describe('parseDag: type errors', () => {
   });
 
   it.each([
-    ['command: ""', 'tasks[0].command', 'expected a non-empty list of strings (argv) or a non-empty shell command string, got ""'],
-    ['command: "   "', 'tasks[0].command', 'expected a non-empty list of strings (argv) or a non-empty shell command string, got "   "'],
-    ['command: []', 'tasks[0].command', 'expected a non-empty list of strings (argv) or a non-empty shell command string, got an empty list'],
-    ['command: 5', 'tasks[0].command', 'expected a non-empty list of strings (argv) or a non-empty shell command string, got 5'],
-    ['command: { run: x }', 'tasks[0].command', 'expected a non-empty list of strings (argv) or a non-empty shell command string, got a mapping'],
+    [
+      'command: ""',
+      'tasks[0].command',
+      'expected a non-empty list of strings (argv) or a non-empty shell command string, got ""',
+    ],
+    [
+      'command: "   "',
+      'tasks[0].command',
+      'expected a non-empty list of strings (argv) or a non-empty shell command string, got "   "',
+    ],
+    [
+      'command: []',
+      'tasks[0].command',
+      'expected a non-empty list of strings (argv) or a non-empty shell command string, got an empty list',
+    ],
+    [
+      'command: 5',
+      'tasks[0].command',
+      'expected a non-empty list of strings (argv) or a non-empty shell command string, got 5',
+    ],
+    [
+      'command: { run: x }',
+      'tasks[0].command',
+      'expected a non-empty list of strings (argv) or a non-empty shell command string, got a mapping',
+    ],
     ['command: [sleep, 1]', 'tasks[0].command[1]', 'expected a string, got 1 (quote it: "1")'],
     ['command: ["", x]', 'tasks[0].command[0]', 'expected a non-empty string, got ""'],
     ['command: ["a\\0b"]', 'tasks[0].command[0]', 'must not contain a NUL character'],
@@ -539,13 +650,22 @@ describe('parseDag: type errors', () => {
   it('collects every issue of a file, in file order, in one error', () => {
     let error: unknown;
     try {
-      parseDag('dag_id: 5\ncatchup: no\ntasks:\n  - {id: a, command: 1, retries: x}\n  - {id: b, command: x, bogus: 1}\n', FILE);
+      parseDag(
+        'dag_id: 5\ncatchup: no\ntasks:\n  - {id: a, command: 1, retries: x}\n  - {id: b, command: x, bogus: 1}\n',
+        FILE,
+      );
     } catch (err) {
       error = err;
     }
     expect(error).toBeInstanceOf(DagValidationError);
     const e = error as DagValidationError;
-    expect(e.issues.map((i) => i.path)).toEqual(['dag_id', 'catchup', 'tasks[0].command', 'tasks[0].retries', 'tasks[1].bogus']);
+    expect(e.issues.map((i) => i.path)).toEqual([
+      'dag_id',
+      'catchup',
+      'tasks[0].command',
+      'tasks[0].retries',
+      'tasks[1].bogus',
+    ]);
     expect(e.message.split('\n')).toEqual([
       `${FILE}: invalid DAG:`,
       `  ${FILE}: dag_id: expected an id of 1-100 letters, digits, "_", "." or "-", starting with a letter or digit, got 5`,
@@ -560,14 +680,29 @@ describe('parseDag: type errors', () => {
 describe('parseDag: schedule and time zone', () => {
   it.each([
     ['"61 * * * *"', 'invalid cron expression "61 * * * *": Constraint error, got value 61 expected range 0-59'],
-    ['"* * *"', 'invalid cron expression "* * *": expected 5 fields (minute hour day-of-month month day-of-week) or 6 (with seconds first), got 3'],
-    ['"* * * * * * *"', 'invalid cron expression "* * * * * * *": expected 5 fields (minute hour day-of-month month day-of-week) or 6 (with seconds first), got 7'],
-    ['""', 'invalid cron expression "": expected 5 fields (minute hour day-of-month month day-of-week) or 6 (with seconds first), got 0'],
+    [
+      '"* * *"',
+      'invalid cron expression "* * *": expected 5 fields (minute hour day-of-month month day-of-week) or 6 (with seconds first), got 3',
+    ],
+    [
+      '"* * * * * * *"',
+      'invalid cron expression "* * * * * * *": expected 5 fields (minute hour day-of-month month day-of-week) or 6 (with seconds first), got 7',
+    ],
+    [
+      '""',
+      'invalid cron expression "": expected 5 fields (minute hour day-of-month month day-of-week) or 6 (with seconds first), got 0',
+    ],
     ['"a b c d e"', 'invalid cron expression "a b c d e": Invalid characters, got value: a'],
     ['"0 0 31 2 *"', 'invalid cron expression "0 0 31 2 *": Invalid explicit day of month definition'],
     ['"H * * * *"', 'invalid cron expression "H * * * *": "H" (hashed) values are not supported'],
-    ['"@dayly"', 'expected a cron expression like "*/5 * * * *" or one of @hourly, @daily, @weekly, @monthly, @yearly, got "@dayly" (did you mean "@daily"?)'],
-    ['"@reboot"', 'expected a cron expression like "*/5 * * * *" or one of @hourly, @daily, @weekly, @monthly, @yearly, got "@reboot"'],
+    [
+      '"@dayly"',
+      'expected a cron expression like "*/5 * * * *" or one of @hourly, @daily, @weekly, @monthly, @yearly, got "@dayly" (did you mean "@daily"?)',
+    ],
+    [
+      '"@reboot"',
+      'expected a cron expression like "*/5 * * * *" or one of @hourly, @daily, @weekly, @monthly, @yearly, got "@reboot"',
+    ],
     ['5', 'expected a cron expression like "*/5 * * * *" or one of @hourly, @daily, @weekly, @monthly, @yearly, got 5'],
   ])('rejects the schedule %s', (value, message) => {
     expect(issuesOf(dag('', `schedule: ${value}\n`))).toEqual([{ path: 'schedule', message }]);
@@ -604,8 +739,14 @@ describe('parseDag: the task graph', () => {
     expect(
       issuesOf(tasks('{id: extract, command: x}', '{id: load, command: x, depends_on: [extarct, Extract, zzz]}')),
     ).toEqual([
-      { path: 'tasks[1].depends_on[0]', message: 'task "load" depends on unknown task "extarct" (did you mean "extract"?)' },
-      { path: 'tasks[1].depends_on[1]', message: 'task "load" depends on unknown task "Extract" (did you mean "extract"?)' },
+      {
+        path: 'tasks[1].depends_on[0]',
+        message: 'task "load" depends on unknown task "extarct" (did you mean "extract"?)',
+      },
+      {
+        path: 'tasks[1].depends_on[1]',
+        message: 'task "load" depends on unknown task "Extract" (did you mean "extract"?)',
+      },
       { path: 'tasks[1].depends_on[2]', message: 'task "load" depends on unknown task "zzz"' },
     ]);
   });
@@ -640,11 +781,23 @@ describe('parseDag: the task graph', () => {
   it('names a cycle in run order, starting at the task defined first', () => {
     // b runs after a, c after b, a after c.
     expect(
-      issuesOf(tasks('{id: a, command: x, depends_on: [c]}', '{id: b, command: x, depends_on: [a]}', '{id: c, command: x, depends_on: [b]}')),
+      issuesOf(
+        tasks(
+          '{id: a, command: x, depends_on: [c]}',
+          '{id: b, command: x, depends_on: [a]}',
+          '{id: c, command: x, depends_on: [b]}',
+        ),
+      ),
     ).toEqual([{ path: 'tasks[0].depends_on[0]', message: 'cycle: a → b → c → a' }]);
     // The same cycle, written in another order, starts at the task defined first.
     expect(
-      issuesOf(tasks('{id: c, command: x, depends_on: [b]}', '{id: a, command: x, depends_on: [c]}', '{id: b, command: x, depends_on: [a]}')),
+      issuesOf(
+        tasks(
+          '{id: c, command: x, depends_on: [b]}',
+          '{id: a, command: x, depends_on: [c]}',
+          '{id: b, command: x, depends_on: [a]}',
+        ),
+      ),
     ).toEqual([{ path: 'tasks[0].depends_on[0]', message: 'cycle: c → a → b → c' }]);
   });
 
@@ -669,7 +822,10 @@ describe('parseDag: the task graph', () => {
   });
 
   it('finds a cycle through 10,000 tasks without overflowing the stack', () => {
-    const lines = Array.from({ length: 10_000 }, (_, i) => `{id: t${i}, command: x, depends_on: [t${(i + 9_999) % 10_000}]}`);
+    const lines = Array.from(
+      { length: 10_000 },
+      (_, i) => `{id: t${i}, command: x, depends_on: [t${(i + 9_999) % 10_000}]}`,
+    );
     const issues = issuesOf(tasks(...lines));
     expect(issues).toHaveLength(1);
     expect(issues[0]?.path).toBe('tasks[0].depends_on[0]');
@@ -681,7 +837,9 @@ describe('parseDag: the task graph', () => {
 
   it('still reports graph problems alongside field problems', () => {
     expect(
-      issuesOf(tasks('{id: a, command: x, retries: -1, depends_on: [b]}', '{id: b, command: x, depends_on: [a, nope]}')),
+      issuesOf(
+        tasks('{id: a, command: x, retries: -1, depends_on: [b]}', '{id: b, command: x, depends_on: [a, nope]}'),
+      ),
     ).toEqual([
       { path: 'tasks[0].retries', message: 'expected an integer from 0 to 100, got -1' },
       { path: 'tasks[1].depends_on[1]', message: 'task "b" depends on unknown task "nope"' },
@@ -696,12 +854,14 @@ describe('timeout bound', () => {
     expect(() => parseDag('dag_id: d\ntasks:\n  - id: a\n    command: ["true"]\n    timeout: 25d\n', 'd.yaml')).toThrow(
       /tasks\[0\]\.timeout: must be at most 24d \(leave timeout out for no timeout\), got "25d"/,
     );
-    expect(parseDag('dag_id: d\ntasks:\n  - id: a\n    command: ["true"]\n    timeout: 24d\n', 'd.yaml').tasks[0]!.timeoutMs).toBe(24 * 86_400_000);
+    expect(
+      parseDag('dag_id: d\ntasks:\n  - id: a\n    command: ["true"]\n    timeout: 24d\n', 'd.yaml').tasks[0]!.timeoutMs,
+    ).toBe(24 * 86_400_000);
   });
 });
 
 describe('parseDag: the kubernetes block', () => {
-  it('reads DESIGN.md\'s example, keeping only the fields given', () => {
+  it("reads DESIGN.md's example, keeping only the fields given", () => {
     const spec = parseDag(
       dag(`executor: kubernetes
 kubernetes:
@@ -719,7 +879,10 @@ kubernetes:
       namespace: 'ml',
       serviceAccount: 'trainer',
       nodeSelector: { pool: 'gpu', 'kubernetes.io/arch': 'amd64' },
-      tolerations: [{ key: 'gpu', operator: 'Exists', effect: 'NoSchedule' }, { key: 'spot', value: 'true', effect: 'NoExecute', tolerationSeconds: 30 }],
+      tolerations: [
+        { key: 'gpu', operator: 'Exists', effect: 'NoSchedule' },
+        { key: 'spot', value: 'true', effect: 'NoExecute', tolerationSeconds: 30 },
+      ],
     });
     expect(parseDag(dag('kubernetes: { namespace: ml }'), FILE).tasks[0]!.kubernetes).toEqual({ namespace: 'ml' });
   });
@@ -730,24 +893,96 @@ kubernetes:
   });
 
   it.each([
-    ['kubernetes: gpu', 'tasks[0].kubernetes', 'expected a kubernetes mapping (image, resources, namespace, service_account, node_selector, tolerations), got "gpu"'],
-    ['kubernetes: { imag: x }', 'tasks[0].kubernetes.imag', 'unknown key "imag" (did you mean "image"?); allowed keys: image, resources, namespace, service_account, node_selector, tolerations'],
-    ['kubernetes: { image: "a b" }', 'tasks[0].kubernetes.image', 'must be an image reference without spaces, got "a b"'],
-    ['kubernetes: { namespace: ML }', 'tasks[0].kubernetes.namespace', 'must be a DNS-1123 label: lower-case letters, digits and "-", starting and ending with a letter or digit, got "ML"'],
-    ['kubernetes: { service_account: "a_b" }', 'tasks[0].kubernetes.service_account', 'must be a DNS-1123 subdomain: lower-case letters, digits, "-" and ".", starting and ending with a letter or digit, got "a_b"'],
-    ['kubernetes: { resources: { requests: { cpu: 2x } } }', 'tasks[0].kubernetes.resources.requests.cpu', 'expected a resource quantity such as 500m, 2, 512Mi or 4Gi, got "2x"'],
-    ['kubernetes: { resources: { requests: { memory: -1Gi } } }', 'tasks[0].kubernetes.resources.requests.memory', 'expected a resource quantity such as 500m, 2, 512Mi or 4Gi, got "-1Gi"'],
-    ['kubernetes: { resources: { request: { cpu: "1" } } }', 'tasks[0].kubernetes.resources.request', 'unknown key "request" (did you mean "requests"?); allowed keys: requests, limits'],
-    ['kubernetes: { resources: { requests: { memory: 2Gi }, limits: { memory: 1Gi } } }', 'tasks[0].kubernetes.resources.requests.memory', 'request 2Gi is above its limit 1Gi'],
-    ['kubernetes: { node_selector: { "-pool": gpu } }', 'tasks[0].kubernetes.node_selector["-pool"]', 'invalid label key "-pool": name part must be letters, digits, "-", "_" and ".", starting and ending with a letter or digit'],
-    ['kubernetes: { node_selector: { "Acme.io/pool": gpu } }', 'tasks[0].kubernetes.node_selector["Acme.io/pool"]', 'invalid label key "Acme.io/pool": prefix "Acme.io" must be a DNS-1123 subdomain: lower-case letters, digits, "-" and ".", starting and ending with a letter or digit'],
-    ['kubernetes: { node_selector: { pool: "a b" } }', 'tasks[0].kubernetes.node_selector.pool', 'invalid label value "a b": must be letters, digits, "-", "_" and ".", starting and ending with a letter or digit'],
-    ['kubernetes: { node_selector: { pool: 1 } }', 'tasks[0].kubernetes.node_selector.pool', 'expected a string, got 1 (quote it: "1")'],
-    ['kubernetes: { tolerations: { key: gpu } }', 'tasks[0].kubernetes.tolerations', 'expected a list of tolerations, got a mapping'],
-    ['kubernetes: { tolerations: [{ key: gpu, effect: NoSchedul }] }', 'tasks[0].kubernetes.tolerations[0].effect', 'expected one of NoSchedule, PreferNoSchedule, NoExecute, got "NoSchedul" (did you mean "NoSchedule"?)'],
-    ['kubernetes: { tolerations: [{ key: gpu, operator: Exists, value: x }] }', 'tasks[0].kubernetes.tolerations[0].value', 'must be empty when operator is Exists'],
-    ['kubernetes: { tolerations: [{ key: gpu, effect: NoSchedule, toleration_seconds: 5 }] }', 'tasks[0].kubernetes.tolerations[0].toleration_seconds', 'is only allowed with effect NoExecute'],
-    ['kubernetes: { tolerations: [{ key: gpu, tolerate: 5 }] }', 'tasks[0].kubernetes.tolerations[0].tolerate', 'unknown key "tolerate"; allowed keys: key, operator, value, effect, toleration_seconds'],
+    [
+      'kubernetes: gpu',
+      'tasks[0].kubernetes',
+      'expected a kubernetes mapping (image, resources, namespace, service_account, node_selector, tolerations), got "gpu"',
+    ],
+    [
+      'kubernetes: { imag: x }',
+      'tasks[0].kubernetes.imag',
+      'unknown key "imag" (did you mean "image"?); allowed keys: image, resources, namespace, service_account, node_selector, tolerations',
+    ],
+    [
+      'kubernetes: { image: "a b" }',
+      'tasks[0].kubernetes.image',
+      'must be an image reference without spaces, got "a b"',
+    ],
+    [
+      'kubernetes: { namespace: ML }',
+      'tasks[0].kubernetes.namespace',
+      'must be a DNS-1123 label: lower-case letters, digits and "-", starting and ending with a letter or digit, got "ML"',
+    ],
+    [
+      'kubernetes: { service_account: "a_b" }',
+      'tasks[0].kubernetes.service_account',
+      'must be a DNS-1123 subdomain: lower-case letters, digits, "-" and ".", starting and ending with a letter or digit, got "a_b"',
+    ],
+    [
+      'kubernetes: { resources: { requests: { cpu: 2x } } }',
+      'tasks[0].kubernetes.resources.requests.cpu',
+      'expected a resource quantity such as 500m, 2, 512Mi or 4Gi, got "2x"',
+    ],
+    [
+      'kubernetes: { resources: { requests: { memory: -1Gi } } }',
+      'tasks[0].kubernetes.resources.requests.memory',
+      'expected a resource quantity such as 500m, 2, 512Mi or 4Gi, got "-1Gi"',
+    ],
+    [
+      'kubernetes: { resources: { request: { cpu: "1" } } }',
+      'tasks[0].kubernetes.resources.request',
+      'unknown key "request" (did you mean "requests"?); allowed keys: requests, limits',
+    ],
+    [
+      'kubernetes: { resources: { requests: { memory: 2Gi }, limits: { memory: 1Gi } } }',
+      'tasks[0].kubernetes.resources.requests.memory',
+      'request 2Gi is above its limit 1Gi',
+    ],
+    [
+      'kubernetes: { node_selector: { "-pool": gpu } }',
+      'tasks[0].kubernetes.node_selector["-pool"]',
+      'invalid label key "-pool": name part must be letters, digits, "-", "_" and ".", starting and ending with a letter or digit',
+    ],
+    [
+      'kubernetes: { node_selector: { "Acme.io/pool": gpu } }',
+      'tasks[0].kubernetes.node_selector["Acme.io/pool"]',
+      'invalid label key "Acme.io/pool": prefix "Acme.io" must be a DNS-1123 subdomain: lower-case letters, digits, "-" and ".", starting and ending with a letter or digit',
+    ],
+    [
+      'kubernetes: { node_selector: { pool: "a b" } }',
+      'tasks[0].kubernetes.node_selector.pool',
+      'invalid label value "a b": must be letters, digits, "-", "_" and ".", starting and ending with a letter or digit',
+    ],
+    [
+      'kubernetes: { node_selector: { pool: 1 } }',
+      'tasks[0].kubernetes.node_selector.pool',
+      'expected a string, got 1 (quote it: "1")',
+    ],
+    [
+      'kubernetes: { tolerations: { key: gpu } }',
+      'tasks[0].kubernetes.tolerations',
+      'expected a list of tolerations, got a mapping',
+    ],
+    [
+      'kubernetes: { tolerations: [{ key: gpu, effect: NoSchedul }] }',
+      'tasks[0].kubernetes.tolerations[0].effect',
+      'expected one of NoSchedule, PreferNoSchedule, NoExecute, got "NoSchedul" (did you mean "NoSchedule"?)',
+    ],
+    [
+      'kubernetes: { tolerations: [{ key: gpu, operator: Exists, value: x }] }',
+      'tasks[0].kubernetes.tolerations[0].value',
+      'must be empty when operator is Exists',
+    ],
+    [
+      'kubernetes: { tolerations: [{ key: gpu, effect: NoSchedule, toleration_seconds: 5 }] }',
+      'tasks[0].kubernetes.tolerations[0].toleration_seconds',
+      'is only allowed with effect NoExecute',
+    ],
+    [
+      'kubernetes: { tolerations: [{ key: gpu, tolerate: 5 }] }',
+      'tasks[0].kubernetes.tolerations[0].tolerate',
+      'unknown key "tolerate"; allowed keys: key, operator, value, effect, toleration_seconds',
+    ],
   ])('rejects a bad kubernetes field: %s', (line, path, message) => {
     expect(issuesOf(dag(line))).toEqual([{ path, message }]);
   });

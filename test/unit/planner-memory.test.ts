@@ -6,7 +6,9 @@ import { PlannerMemory, type RunRead } from '../../src/scheduler/planner-memory.
 /** A run of two task instances, as the planner holds it (only the fields the memory looks at). */
 const runRead = (runId: string): RunRead => ({
   run: { id: runId, state: 'running' } as ActiveRunRow,
-  tis: ['a', 'b'].map((t) => ({ id: `${runId}-${t}`, run_id: runId, task_id: t, state: 'running', pending_reason: null }) as TiRow),
+  tis: ['a', 'b'].map(
+    (t) => ({ id: `${runId}-${t}`, run_id: runId, task_id: t, state: 'running', pending_reason: null }) as TiRow,
+  ),
 });
 
 describe('PlannerMemory', () => {

@@ -8,8 +8,29 @@ import { parsePodTemplate } from '../../src/executors/kubernetes/pod-template.js
 import { loadConfig } from '../../src/server/config/load-config.js';
 import { podSecurityViolations } from '../helpers/fake-kube/pod-security.js';
 
-const attempt: Attempt = { tiId: '7', runId: '3', dagId: 'etl', taskId: 'load', tryNumber: 1, maxTries: 1, attemptToken: 'tok', dispatchKey: 'k', command: ['true'], env: {}, cwd: null, timeoutMs: null };
-const settings: PodSettings = { install: 'i1', namespace: 'jobs', image: 'leoflow:1', serverUrl: 'http://cp:7070', agentCommand: ['leoflow'], killGraceMs: 1000, podCa: { kind: 'secret', name: 'ca', key: 'ca.crt' } };
+const attempt: Attempt = {
+  tiId: '7',
+  runId: '3',
+  dagId: 'etl',
+  taskId: 'load',
+  tryNumber: 1,
+  maxTries: 1,
+  attemptToken: 'tok',
+  dispatchKey: 'k',
+  command: ['true'],
+  env: {},
+  cwd: null,
+  timeoutMs: null,
+};
+const settings: PodSettings = {
+  install: 'i1',
+  namespace: 'jobs',
+  image: 'leoflow:1',
+  serverUrl: 'http://cp:7070',
+  agentCommand: ['leoflow'],
+  killGraceMs: 1000,
+  podCa: { kind: 'secret', name: 'ca', key: 'ca.crt' },
+};
 
 const TEMPLATE = `
 metadata:
@@ -46,20 +67,44 @@ describe('task pods', () => {
   });
 
   it('may replace the securityContext (e.g. a fixed uid for another image)', () => {
-    const pod = podManifest(attempt, { ...settings, podTemplate: parsePodTemplate('spec:\n  securityContext: { runAsNonRoot: true, runAsUser: 2000, seccompProfile: { type: RuntimeDefault } }\n') });
-    expect(pod.spec!.securityContext).toEqual({ runAsNonRoot: true, runAsUser: 2000, seccompProfile: { type: 'RuntimeDefault' } });
+    const pod = podManifest(attempt, {
+      ...settings,
+      podTemplate: parsePodTemplate(
+        'spec:\n  securityContext: { runAsNonRoot: true, runAsUser: 2000, seccompProfile: { type: RuntimeDefault } }\n',
+      ),
+    });
+    expect(pod.spec!.securityContext).toEqual({
+      runAsNonRoot: true,
+      runAsUser: 2000,
+      seccompProfile: { type: 'RuntimeDefault' },
+    });
   });
 });
 
 describe('pod templates', () => {
   it('refuse what they cannot carry, naming the field', () => {
     const bad: [string, string][] = [
-      ['spec:\n  hostNetwork: true\n', 'spec.hostNetwork is not taken from a pod template (allowed: affinity, priorityClassName, imagePullSecrets, volumes, securityContext, containers)'],
-      ['metadata:\n  labels: { leoflow.io/install: x }\n', 'metadata.labels.leoflow.io/install: Leoflow sets this key itself'],
+      [
+        'spec:\n  hostNetwork: true\n',
+        'spec.hostNetwork is not taken from a pod template (allowed: affinity, priorityClassName, imagePullSecrets, volumes, securityContext, containers)',
+      ],
+      [
+        'metadata:\n  labels: { leoflow.io/install: x }\n',
+        'metadata.labels.leoflow.io/install: Leoflow sets this key itself',
+      ],
       ['metadata:\n  labels: { team: "a b" }\n', 'metadata.labels.team: '],
-      ['spec:\n  containers: [{ name: sidecar }]\n', 'spec.containers[0].name must be "task" (the one container of a task pod), got "sidecar"'],
-      ['spec:\n  containers: [{ name: task, volumeMounts: [{ name: x, mountPath: /x }] }]\n', 'spec.containers[0].volumeMounts[0]: no volume "x" in spec.volumes'],
-      ['spec:\n  volumes: [{ name: leoflow-ca, emptyDir: {} }]\n', 'spec.volumes[0].name: names starting with "leoflow-" are Leoflow\'s own'],
+      [
+        'spec:\n  containers: [{ name: sidecar }]\n',
+        'spec.containers[0].name must be "task" (the one container of a task pod), got "sidecar"',
+      ],
+      [
+        'spec:\n  containers: [{ name: task, volumeMounts: [{ name: x, mountPath: /x }] }]\n',
+        'spec.containers[0].volumeMounts[0]: no volume "x" in spec.volumes',
+      ],
+      [
+        'spec:\n  volumes: [{ name: leoflow-ca, emptyDir: {} }]\n',
+        'spec.volumes[0].name: names starting with "leoflow-" are Leoflow\'s own',
+      ],
       ['spec:\n  imagePullSecrets: regcred\n', 'spec.imagePullSecrets must be a list'],
       ['[1, 2]', 'must be a partial Pod (an object with metadata and/or spec)'],
     ];
@@ -73,10 +118,18 @@ describe('pod templates', () => {
     writeFileSync(join(dir, 'good.yaml'), TEMPLATE);
     writeFileSync(join(dir, 'bad.yaml'), 'spec:\n  hostPID: true\n');
     const base = { executor: 'kubernetes', kubernetes_image: 'leoflow:1', pod_server_url: 'http://cp:7070' };
-    expect(loadConfig({ ...base, pod_template: 'good.yaml' }, {}, dir).kubernetes!.podTemplate).toMatchObject({ priorityClassName: 'batch-low' });
-    expect(loadConfig(base, { LEOFLOW_POD_TEMPLATE: join(dir, 'good.yaml') }, '/').kubernetes!.podTemplate).toMatchObject({ labels: { team: 'data' } });
+    expect(loadConfig({ ...base, pod_template: 'good.yaml' }, {}, dir).kubernetes!.podTemplate).toMatchObject({
+      priorityClassName: 'batch-low',
+    });
+    expect(
+      loadConfig(base, { LEOFLOW_POD_TEMPLATE: join(dir, 'good.yaml') }, '/').kubernetes!.podTemplate,
+    ).toMatchObject({ labels: { team: 'data' } });
     expect(loadConfig(base, {}, dir).kubernetes!.podTemplate).toBeNull();
-    expect(() => loadConfig({ ...base, pod_template: 'bad.yaml' }, {}, dir)).toThrow(`--pod-template: ${join(dir, 'bad.yaml')}: spec.hostPID is not taken from a pod template`);
-    expect(() => loadConfig({ ...base, pod_template: 'none.yaml' }, {}, dir)).toThrow(`--pod-template: cannot read ${join(dir, 'none.yaml')}: ENOENT`);
+    expect(() => loadConfig({ ...base, pod_template: 'bad.yaml' }, {}, dir)).toThrow(
+      `--pod-template: ${join(dir, 'bad.yaml')}: spec.hostPID is not taken from a pod template`,
+    );
+    expect(() => loadConfig({ ...base, pod_template: 'none.yaml' }, {}, dir)).toThrow(
+      `--pod-template: cannot read ${join(dir, 'none.yaml')}: ENOENT`,
+    );
   });
 });

@@ -1,5 +1,14 @@
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  cpSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -36,7 +45,7 @@ function readManifests(): { file: string; obj: Obj }[] {
 }
 
 const manifests = readManifests();
-const kustomization = (parseAllDocuments(readFileSync(path.join(DIR, 'kustomization.yaml'), 'utf8'))[0]!.toJS() as Obj);
+const kustomization = parseAllDocuments(readFileSync(path.join(DIR, 'kustomization.yaml'), 'utf8'))[0]!.toJS() as Obj;
 const ofKind = (kind: string) => manifests.filter((m) => m.obj.kind === kind).map((m) => m.obj);
 const one = (kind: string) => {
   const all = ofKind(kind);
@@ -47,7 +56,10 @@ const deployment = one('Deployment');
 const pod = deployment.spec.template.spec;
 const container = pod.containers[0];
 const configMap = one('ConfigMap');
-const proDefaults = JSON.parse(readFileSync(path.join(ROOT, 'editions/pro/config.json'), 'utf8')) as Record<string, string>;
+const proDefaults = JSON.parse(readFileSync(path.join(ROOT, 'editions/pro/config.json'), 'utf8')) as Record<
+  string,
+  string
+>;
 
 /**
  * The configuration a replica of this Deployment compiles: its args as flags, its environment.
@@ -63,9 +75,12 @@ function deployedConfig(c: Obj = container, cm: Obj = configMap, files: (v: stri
     expect(key, `container arg ${rest[i]} is not a flag of leoflow server`).toBeDefined();
     flags[key!] = rest[i + 1]!;
   }
-  const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(cm.data as Record<string, string>).map(([k, v]) => [k, files(v)]));
+  const env: NodeJS.ProcessEnv = Object.fromEntries(
+    Object.entries(cm.data as Record<string, string>).map(([k, v]) => [k, files(v)]),
+  );
   for (const e of c.env as Obj[]) {
-    if (e.valueFrom?.secretKeyRef?.name === 'leoflow-auth') env[e.name] = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
+    if (e.valueFrom?.secretKeyRef?.name === 'leoflow-auth')
+      env[e.name] = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
     else if (e.valueFrom?.secretKeyRef) env[e.name] = 'postgres://leoflow@db.example.internal:5432/leoflow';
     else if (e.valueFrom?.fieldRef?.fieldPath === 'metadata.name') env[e.name] = 'leoflow-7c9d8f6b5d-x2x7q';
     else env[e.name] = e.value;
@@ -85,7 +100,16 @@ describe('Pro Kubernetes manifests', () => {
       expect(obj.metadata?.name, file).toMatch(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/);
       expect(obj.metadata?.namespace, file).toBe(ns);
     }
-    expect(manifests.map((m) => m.obj.kind).sort()).toEqual(['ConfigMap', 'Deployment', 'PodDisruptionBudget', 'Role', 'RoleBinding', 'Service', 'Service', 'ServiceAccount']);
+    expect(manifests.map((m) => m.obj.kind).sort()).toEqual([
+      'ConfigMap',
+      'Deployment',
+      'PodDisruptionBudget',
+      'Role',
+      'RoleBinding',
+      'Service',
+      'Service',
+      'ServiceAccount',
+    ]);
   });
 
   it('runs three replicas whose selector matches their pods, under the service account', () => {
@@ -102,42 +126,65 @@ describe('Pro Kubernetes manifests', () => {
 
   it('passes flags and environment the real configuration code accepts, with the database URL from a Secret', () => {
     for (const key of Object.keys(configMap.data)) {
-      expect(Object.values(SETTINGS).map((s) => s.env), `ConfigMap key ${key}`).toContain(key);
+      expect(
+        Object.values(SETTINGS).map((s) => s.env),
+        `ConfigMap key ${key}`,
+      ).toContain(key);
     }
     const dbEnv = (container.env as Obj[]).find((e) => e.name === SETTINGS.database.env)!;
     expect(dbEnv.valueFrom.secretKeyRef).toEqual({ name: expect.any(String), key: expect.any(String) });
     expect(configMap.data[SETTINGS.database.env]).toBeUndefined();
     const config = deployedConfig();
-    expect(config).toMatchObject({ edition: 'pro', role: 'auto', dispatchWorkers: 16, dispatchQueue: 256, replicaId: 'leoflow-7c9d8f6b5d-x2x7q' });
+    expect(config).toMatchObject({
+      edition: 'pro',
+      role: 'auto',
+      dispatchWorkers: 16,
+      dispatchQueue: 256,
+      replicaId: 'leoflow-7c9d8f6b5d-x2x7q',
+    });
     // A graceful stop fits in the pod's grace period.
     expect(pod.terminationGracePeriodSeconds * 1000).toBeGreaterThan(config.shutdownGraceMs);
   });
 
   it('runs with auth on, the admin token from a Secret, never --insecure', () => {
     const config = deployedConfig();
-    expect(config).toMatchObject({ authRequired: true, insecure: false, bootstrapAdminToken: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855' });
+    expect(config).toMatchObject({
+      authRequired: true,
+      insecure: false,
+      bootstrapAdminToken: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855',
+    });
     const adminEnv = (container.env as Obj[]).find((e) => e.name === SETTINGS.bootstrap_admin_token.env)!;
     expect(adminEnv.valueFrom.secretKeyRef).toEqual({ name: 'leoflow-auth', key: 'admin-token' });
     expect(configMap.data[SETTINGS.insecure.env]).toBeUndefined();
     expect(container.args).not.toContain('--insecure');
   });
 
-  it('runs the Kubernetes executor, its task pods on the deployment\'s own image, kept equal by the kustomization', () => {
+  it("runs the Kubernetes executor, its task pods on the deployment's own image, kept equal by the kustomization", () => {
     const config = deployedConfig();
     expect(config.executor).toBe('kubernetes');
     const imageEnv = (container.env as Obj[]).find((e) => e.name === SETTINGS.kubernetes_image.env)!;
     expect(imageEnv.value).toBe(container.image);
     expect(kustomization.replacements).toEqual([
       expect.objectContaining({
-        source: expect.objectContaining({ kind: 'Deployment', fieldPath: 'spec.template.spec.containers.[name=leoflow].image' }),
-        targets: [expect.objectContaining({ fieldPaths: [`spec.template.spec.containers.[name=leoflow].env.[name=${SETTINGS.kubernetes_image.env}].value`] })],
+        source: expect.objectContaining({
+          kind: 'Deployment',
+          fieldPath: 'spec.template.spec.containers.[name=leoflow].image',
+        }),
+        targets: [
+          expect.objectContaining({
+            fieldPaths: [
+              `spec.template.spec.containers.[name=leoflow].env.[name=${SETTINGS.kubernetes_image.env}].value`,
+            ],
+          }),
+        ],
       }),
     ]);
   });
 
   it('points the probes at /healthz and /readyz on the port the server serves its metrics on, and those answer', async () => {
     const config = deployedConfig();
-    const port = (name: string | number) => (typeof name === 'number' ? name : (container.ports as Obj[]).find((p) => p.name === name)!.containerPort);
+    const port = (name: string | number) =>
+      typeof name === 'number' ? name : (container.ports as Obj[]).find((p) => p.name === name)!.containerPort;
     expect(config.metricsListen).not.toBeNull();
     expect(config.metricsListen!.port).toBe(Number(proDefaults.metrics_listen!.split(':')[1]));
     expect(config.listenPort).toBe(Number(proDefaults.listen!.split(':')[1]));
@@ -174,7 +221,11 @@ describe('Pro Kubernetes manifests', () => {
   it('runs as a non-root user on a read-only root file system, the state directory on an emptyDir', () => {
     expect(pod.securityContext).toMatchObject({ runAsNonRoot: true });
     expect(pod.securityContext.runAsUser).toBeGreaterThan(0);
-    expect(container.securityContext).toMatchObject({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } });
+    expect(container.securityContext).toMatchObject({
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      capabilities: { drop: ['ALL'] },
+    });
     const config = deployedConfig();
     const mount = (container.volumeMounts as Obj[]).find((m) => m.mountPath === config.stateDir);
     expect(mount, `a volume at the state directory ${config.stateDir}`).toBeDefined();
@@ -199,7 +250,9 @@ describe('Pro Kubernetes manifests', () => {
     expect((role.rules as Obj[]).flatMap((r) => r.resources).sort()).toEqual(['events', 'pods', 'pods/log']);
     const binding = one('RoleBinding');
     expect(binding.roleRef).toEqual({ apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: role.metadata.name });
-    expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: pod.serviceAccountName, namespace: role.metadata.namespace }]);
+    expect(binding.subjects).toEqual([
+      { kind: 'ServiceAccount', name: pod.serviceAccountName, namespace: role.metadata.namespace },
+    ]);
   });
 
   let kubectl = false;
@@ -212,7 +265,9 @@ describe('Pro Kubernetes manifests', () => {
   it.skipIf(!kubectl)('builds with kubectl kustomize into the same objects', () => {
     const out = execFileSync('kubectl', ['kustomize', DIR], { encoding: 'utf8' });
     const built = parseAllDocuments(out).map((d) => d.toJS() as Obj);
-    expect(built.map((o) => `${o.kind}/${o.metadata.name}`).sort()).toEqual(manifests.map((m) => `${m.obj.kind}/${m.obj.metadata.name}`).sort());
+    expect(built.map((o) => `${o.kind}/${o.metadata.name}`).sort()).toEqual(
+      manifests.map((m) => `${m.obj.kind}/${m.obj.metadata.name}`).sort(),
+    );
   });
 });
 
@@ -258,7 +313,9 @@ describe('Pro Kubernetes manifests with TLS (the kubernetes-tls overlay)', () =>
 
   /** The Secret the server's files come from, laid out as Kubernetes mounts it, in a local folder. */
   function mountedSecret(pki: TestPki): { mountPath: string; files: (v: string) => string } {
-    const volume = (tlsDeployment.spec.template.spec.volumes as Obj[]).find((v) => v.secret?.secretName === 'leoflow-tls')!;
+    const volume = (tlsDeployment.spec.template.spec.volumes as Obj[]).find(
+      (v) => v.secret?.secretName === 'leoflow-tls',
+    )!;
     expect(volume, 'a volume of the leoflow-tls Secret').toBeDefined();
     const mount = (tlsContainer.volumeMounts as Obj[]).find((m) => m.name === volume.name)!;
     expect(mount).toMatchObject({ readOnly: true });
@@ -267,14 +324,29 @@ describe('Pro Kubernetes manifests with TLS (the kubernetes-tls overlay)', () =>
     copyFileSync(pki.server.cert, path.join(local, 'tls.crt'));
     copyFileSync(pki.server.key, path.join(local, 'tls.key'));
     copyFileSync(pki.ca, path.join(local, 'ca.crt'));
-    return { mountPath: mount.mountPath, files: (v) => (v.startsWith(`${mount.mountPath}/`) ? path.join(local, v.slice(mount.mountPath.length + 1)) : v) };
+    return {
+      mountPath: mount.mountPath,
+      files: (v) => (v.startsWith(`${mount.mountPath}/`) ? path.join(local, v.slice(mount.mountPath.length + 1)) : v),
+    };
   }
 
   it('builds on ../kubernetes (not inside it: kustomize refuses that cycle), patching only objects the base has', () => {
     expect(overlay.resources).toEqual(['../kubernetes']);
-    expect(patches.map((p) => p.file).sort()).toEqual(readdirSync(TLS_DIR).filter((f) => f.endsWith('.yaml') && f !== 'kustomization.yaml').sort());
+    expect(patches.map((p) => p.file).sort()).toEqual(
+      readdirSync(TLS_DIR)
+        .filter((f) => f.endsWith('.yaml') && f !== 'kustomization.yaml')
+        .sort(),
+    );
     for (const { file, obj } of patches) {
-      expect(manifests.some((m) => m.obj.kind === obj.kind && m.obj.metadata.name === obj.metadata.name && m.obj.metadata.namespace === obj.metadata.namespace), file).toBe(true);
+      expect(
+        manifests.some(
+          (m) =>
+            m.obj.kind === obj.kind &&
+            m.obj.metadata.name === obj.metadata.name &&
+            m.obj.metadata.namespace === obj.metadata.namespace,
+        ),
+        file,
+      ).toBe(true);
     }
   });
 
@@ -282,7 +354,11 @@ describe('Pro Kubernetes manifests with TLS (the kubernetes-tls overlay)', () =>
     const pki = makeTestPki();
     try {
       const { files } = mountedSecret(pki);
-      for (const key of Object.keys(tlsConfigMap.data)) expect(Object.values(SETTINGS).map((x) => x.env), `ConfigMap key ${key}`).toContain(key);
+      for (const key of Object.keys(tlsConfigMap.data))
+        expect(
+          Object.values(SETTINGS).map((x) => x.env),
+          `ConfigMap key ${key}`,
+        ).toContain(key);
       const config = deployedConfig(tlsContainer, tlsConfigMap, files);
       expect(config.tls).not.toBeNull();
       expect(config.tls!.cert.toString()).toContain('BEGIN CERTIFICATE');
@@ -291,9 +367,15 @@ describe('Pro Kubernetes manifests with TLS (the kubernetes-tls overlay)', () =>
       expect(config.kubernetes!.serverUrl).toMatch(/^https:\/\//);
       expect(config.kubernetes!.podCa).toEqual({ kind: 'secret', name: 'leoflow-tls', key: 'ca.crt' });
       // The commented mTLS line, uncommented, is accepted too (pods get in with their attempts' tokens).
-      const mtlsLine = /#\s*(LEOFLOW_TLS_CLIENT_CA):\s*"([^"]+)"/.exec(readFileSync(path.join(TLS_DIR, 'configmap-tls.yaml'), 'utf8'))!;
+      const mtlsLine = /#\s*(LEOFLOW_TLS_CLIENT_CA):\s*"([^"]+)"/.exec(
+        readFileSync(path.join(TLS_DIR, 'configmap-tls.yaml'), 'utf8'),
+      )!;
       expect(mtlsLine, 'the commented LEOFLOW_TLS_CLIENT_CA line').not.toBeNull();
-      const mtls = deployedConfig(tlsContainer, { data: { ...tlsConfigMap.data, [mtlsLine[1]!]: mtlsLine[2]! } }, files);
+      const mtls = deployedConfig(
+        tlsContainer,
+        { data: { ...tlsConfigMap.data, [mtlsLine[1]!]: mtlsLine[2]! } },
+        files,
+      );
       expect(mtls.tls).toMatchObject({ clientAuth: 'agents' });
       expect(mtls.tls!.clientCa!.toString()).toContain('BEGIN CERTIFICATE');
     } finally {
@@ -307,7 +389,9 @@ describe('Pro Kubernetes manifests with TLS (the kubernetes-tls overlay)', () =>
       expect(tlsContainer[probe].httpGet.scheme ?? 'HTTP', probe).toBe('HTTP');
     }
     const service = patched('Service');
-    expect(service.spec.ports).toEqual([expect.objectContaining({ name: 'grpc', port: 7070, targetPort: 'grpc', appProtocol: 'https' })]);
+    expect(service.spec.ports).toEqual([
+      expect.objectContaining({ name: 'grpc', port: 7070, targetPort: 'grpc', appProtocol: 'https' }),
+    ]);
     // Nothing else of the base changed in the container.
     expect(tlsContainer.args).toEqual(container.args);
     expect(tlsContainer.env).toEqual(container.env);
@@ -321,15 +405,21 @@ describe('Pro Kubernetes manifests with TLS (the kubernetes-tls overlay)', () =>
     // no kubectl here: the merge above stands in for kustomize
   }
   it.skipIf(!kubectl)('builds with kubectl kustomize into the objects the merge above makes', () => {
-    const built = parseAllDocuments(execFileSync('kubectl', ['kustomize', TLS_DIR], { encoding: 'utf8' })).map((d) => d.toJS() as Obj);
-    expect(built.map((o) => `${o.kind}/${o.metadata.name}`).sort()).toEqual(manifests.map((m) => `${m.obj.kind}/${m.obj.metadata.name}`).sort());
+    const built = parseAllDocuments(execFileSync('kubectl', ['kustomize', TLS_DIR], { encoding: 'utf8' })).map(
+      (d) => d.toJS() as Obj,
+    );
+    expect(built.map((o) => `${o.kind}/${o.metadata.name}`).sort()).toEqual(
+      manifests.map((m) => `${m.obj.kind}/${m.obj.metadata.name}`).sort(),
+    );
     const byName = (xs: Obj[]) => [...xs].sort((a, b) => String(a.name).localeCompare(String(b.name)));
     const d = built.find((o) => o.kind === 'Deployment')!;
     const c = d.spec.template.spec.containers[0];
     expect(byName(c.volumeMounts)).toEqual(byName(tlsContainer.volumeMounts));
     expect(byName(d.spec.template.spec.volumes)).toEqual(byName(tlsDeployment.spec.template.spec.volumes));
     expect(built.find((o) => o.kind === 'ConfigMap')!.data).toEqual(tlsConfigMap.data);
-    expect(built.find((o) => o.kind === 'Service' && o.metadata.name === 'leoflow')!.spec).toEqual(patched('Service').spec);
+    expect(built.find((o) => o.kind === 'Service' && o.metadata.name === 'leoflow')!.spec).toEqual(
+      patched('Service').spec,
+    );
   });
 });
 
@@ -342,28 +432,45 @@ describe('the image set once, as `kustomize edit set image` does, in either over
     // no kubectl here: nothing renders the kustomizations
   }
   for (const overlay of ['kubernetes', 'kubernetes-tls']) {
-    it.skipIf(!kubectl)(`${overlay}: the control plane and its task pods (LEOFLOW_KUBERNETES_IMAGE) get the new image`, () => {
-      const tmp = mkdtempSync(path.join(tmpdir(), 'leoflow-kustomize-'));
-      try {
-        for (const dir of ['kubernetes', 'kubernetes-tls']) cpSync(path.join(ROOT, 'editions/pro', dir), path.join(tmp, dir), { recursive: true });
-        // What `kustomize edit set image leoflow=registry.example.com/leoflow:0.2.0` adds (kustomize's
-        // `images` field; kubectl has no `edit`, so it is written as kustomize writes it).
-        const k = path.join(tmp, overlay, 'kustomization.yaml');
-        writeFileSync(k, `${readFileSync(k, 'utf8')}images:\n  - name: leoflow\n    newName: registry.example.com/leoflow\n    newTag: 0.2.0\n`);
-        const built = parseAllDocuments(execFileSync('kubectl', ['kustomize', path.join(tmp, overlay)], { encoding: 'utf8' })).map((d) => d.toJS() as Obj);
-        const c = built.find((o) => o.kind === 'Deployment')!.spec.template.spec.containers[0];
-        expect(c.image).toBe('registry.example.com/leoflow:0.2.0');
-        expect((c.env as Obj[]).find((e) => e.name === SETTINGS.kubernetes_image.env)?.value).toBe('registry.example.com/leoflow:0.2.0');
-      } finally {
-        rmSync(tmp, { recursive: true, force: true });
-      }
-    });
+    it.skipIf(!kubectl)(
+      `${overlay}: the control plane and its task pods (LEOFLOW_KUBERNETES_IMAGE) get the new image`,
+      () => {
+        const tmp = mkdtempSync(path.join(tmpdir(), 'leoflow-kustomize-'));
+        try {
+          for (const dir of ['kubernetes', 'kubernetes-tls'])
+            cpSync(path.join(ROOT, 'editions/pro', dir), path.join(tmp, dir), { recursive: true });
+          // What `kustomize edit set image leoflow=registry.example.com/leoflow:0.2.0` adds (kustomize's
+          // `images` field; kubectl has no `edit`, so it is written as kustomize writes it).
+          const k = path.join(tmp, overlay, 'kustomization.yaml');
+          writeFileSync(
+            k,
+            `${readFileSync(k, 'utf8')}images:\n  - name: leoflow\n    newName: registry.example.com/leoflow\n    newTag: 0.2.0\n`,
+          );
+          const built = parseAllDocuments(
+            execFileSync('kubectl', ['kustomize', path.join(tmp, overlay)], { encoding: 'utf8' }),
+          ).map((d) => d.toJS() as Obj);
+          const c = built.find((o) => o.kind === 'Deployment')!.spec.template.spec.containers[0];
+          expect(c.image).toBe('registry.example.com/leoflow:0.2.0');
+          expect((c.env as Obj[]).find((e) => e.name === SETTINGS.kubernetes_image.env)?.value).toBe(
+            'registry.example.com/leoflow:0.2.0',
+          );
+        } finally {
+          rmSync(tmp, { recursive: true, force: true });
+        }
+      },
+    );
   }
 });
 
 /** A Containerfile's instructions, stage by stage (continuation lines joined, comments dropped). */
-function parseContainerfile(text: string): { from: string; name: string | null; steps: { op: string; args: string }[] }[] {
-  const lines = text.replace(/\\\n/g, ' ').split('\n').map((l) => l.trim()).filter((l) => l !== '' && !l.startsWith('#'));
+function parseContainerfile(
+  text: string,
+): { from: string; name: string | null; steps: { op: string; args: string }[] }[] {
+  const lines = text
+    .replace(/\\\n/g, ' ')
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l !== '' && !l.startsWith('#'));
   const stages: { from: string; name: string | null; steps: { op: string; args: string }[] }[] = [];
   for (const line of lines) {
     const [, op, args] = /^(\w+)\s+(.*)$/.exec(line)!;
@@ -378,7 +485,10 @@ function parseContainerfile(text: string): { from: string; name: string | null; 
 describe('Pro Containerfile', () => {
   const stages = parseContainerfile(readFileSync(path.join(ROOT, 'editions/pro/Containerfile'), 'utf8'));
   const runtime = stages.at(-1)!;
-  const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { bin: Record<string, string>; dependencies: Record<string, string> };
+  const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
+    bin: Record<string, string>;
+    dependencies: Record<string, string>;
+  };
 
   it('builds in stages on a Node 20 slim base', () => {
     expect(stages.length).toBeGreaterThanOrEqual(2);
@@ -401,11 +511,30 @@ describe('Pro Containerfile', () => {
   });
 
   it('brings into the runtime stage everything the server reads at run time', () => {
-    const copied = runtime.steps.filter((x) => x.op === 'COPY').map((x) => x.args.split(/\s+/).filter((p) => !p.startsWith('--')).at(-1)!.replace(/^\.\//, '').replace(/\/$/, ''));
-    const tsconfig = JSON.parse(readFileSync(path.join(ROOT, 'tsconfig.build.json'), 'utf8')) as { compilerOptions: { outDir: string } };
+    const copied = runtime.steps
+      .filter((x) => x.op === 'COPY')
+      .map((x) =>
+        x.args
+          .split(/\s+/)
+          .filter((p) => !p.startsWith('--'))
+          .at(-1)!
+          .replace(/^\.\//, '')
+          .replace(/\/$/, ''),
+      );
+    const tsconfig = JSON.parse(readFileSync(path.join(ROOT, 'tsconfig.build.json'), 'utf8')) as {
+      compilerOptions: { outDir: string };
+    };
     // The compiled code, the command, the edition defaults, the migrations migrate.ts reads, the
     // dependencies, and the vendored driver that node_modules links to.
-    for (const need of [tsconfig.compilerOptions.outDir, 'bin', 'editions', 'src/db/migrations', 'node_modules', 'package.json']) expect(copied).toContain(need);
+    for (const need of [
+      tsconfig.compilerOptions.outDir,
+      'bin',
+      'editions',
+      'src/db/migrations',
+      'node_modules',
+      'package.json',
+    ])
+      expect(copied).toContain(need);
     expect(pkg.dependencies.postgres).toBe('file:vendor/postgres');
     expect(copied).toContain('vendor');
   });
@@ -425,6 +554,8 @@ describe('Pro Containerfile', () => {
     const flags = new Set<string>(Object.values(SETTINGS).map((s) => s.flag));
     for (let i = 1; i < cmd.length; i += 2) expect(flags.has(cmd[i]!), cmd[i]).toBe(true);
     // The state directory the Deployment mounts is the Pro default, owned by that user in the image.
-    expect(runtime.steps.find((x) => x.op === 'RUN' && x.args.includes(proDefaults.state_dir!))?.args).toContain(`chown ${user} ${proDefaults.state_dir}`);
+    expect(runtime.steps.find((x) => x.op === 'RUN' && x.args.includes(proDefaults.state_dir!))?.args).toContain(
+      `chown ${user} ${proDefaults.state_dir}`,
+    );
   });
 });

@@ -6,8 +6,12 @@ import { READ_RPCS, WRITE_RPCS } from '../../src/server/auth/role-guard.js';
 
 describe('role guard', () => {
   it('classes every RPC of the API as a read, a write, or the agents stream, and none twice', () => {
-    const all = [WorkflowService, ClusterService, AgentService].flatMap((s) => s.methods.map((m) => `${s.typeName}/${m.name}`));
-    const classed = [...READ_RPCS, ...WRITE_RPCS, AgentService.method.connect].map((m) => `${m.parent.typeName}/${m.name}`);
+    const all = [WorkflowService, ClusterService, AgentService].flatMap((s) =>
+      s.methods.map((m) => `${s.typeName}/${m.name}`),
+    );
+    const classed = [...READ_RPCS, ...WRITE_RPCS, AgentService.method.connect].map(
+      (m) => `${m.parent.typeName}/${m.name}`,
+    );
     expect(new Set(classed).size).toBe(classed.length);
     expect([...classed].sort()).toEqual([...all].sort());
   });

@@ -184,7 +184,12 @@ describe('targeted steps', () => {
     release();
     // The tick is due, so the nudged step is a full one, which reads neither run 3 nor queued runs by name.
     await vi.advanceTimersByTimeAsync(20);
-    expect(targets).toEqual([{ all: true, asked: true }, { all: false, runIds: ['1'], queued: 0 }, { all: true, asked: false }, { all: false, runIds: ['3'], queued: 2 }]);
+    expect(targets).toEqual([
+      { all: true, asked: true },
+      { all: false, runIds: ['1'], queued: 0 },
+      { all: true, asked: false },
+      { all: false, runIds: ['3'], queued: 2 },
+    ]);
   });
 
   it('asks a step for the oldest queued runs when nudged for them (the largest ask), merged with the named runs', async () => {
@@ -198,6 +203,10 @@ describe('targeted steps', () => {
     l.nudgeQueued(5);
     l.nudgeQueued(1);
     await vi.advanceTimersByTimeAsync(20);
-    expect(targets).toEqual([{ all: true, asked: true }, { all: false, runIds: [], queued: 3 }, { all: false, runIds: ['4'], queued: 5 }]);
+    expect(targets).toEqual([
+      { all: true, asked: true },
+      { all: false, runIds: [], queued: 3 },
+      { all: false, runIds: ['4'], queued: 5 },
+    ]);
   });
 });

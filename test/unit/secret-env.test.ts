@@ -10,7 +10,12 @@ import type { Attempt } from '../../src/core/attempt.js';
 import { DagValidationError, type DagIssue } from '../../src/core/dag-spec.js';
 import { defaultExecutorSecretIssues } from '../../src/core/dag/check-secret-executor.js';
 import { parseDag } from '../../src/core/dag/parse-dag.js';
-import { MAX_SECRET_FILE_BYTES, secretEnvFromWire, secretEnvToWire, type SecretRef } from '../../src/core/secret-ref.js';
+import {
+  MAX_SECRET_FILE_BYTES,
+  secretEnvFromWire,
+  secretEnvToWire,
+  type SecretRef,
+} from '../../src/core/secret-ref.js';
 import { podManifest } from '../../src/executors/kubernetes/pod-manifest.js';
 import { resolveSecretEnv } from '../../src/executors/process/resolve-secret-env.js';
 import { AssignSchema } from '../../src/gen/leoflow/v1/agent_pb.js';
@@ -18,7 +23,11 @@ import { AssignSchema } from '../../src/gen/leoflow/v1/agent_pb.js';
 const FILE = 'dags/secret.yaml';
 
 function dag(env: string, extra = ''): string {
-  return `dag_id: s\ntasks:\n  - id: a\n    command: [env]\n${extra}    env:\n${env.split('\n').filter(Boolean).map((l) => `      ${l}\n`).join('')}`;
+  return `dag_id: s\ntasks:\n  - id: a\n    command: [env]\n${extra}    env:\n${env
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => `      ${l}\n`)
+    .join('')}`;
 }
 
 function issuesOf(source: string): DagIssue[] {
@@ -33,10 +42,16 @@ function issuesOf(source: string): DagIssue[] {
 
 describe('secret env entries in a DAG file', () => {
   it('keeps plain values in env and each secret as its reference in secretEnv', () => {
-    const spec = parseDag(dag(`PLAIN: hello
+    const spec = parseDag(
+      dag(
+        `PLAIN: hello
 DB_PASSWORD: { secret: { env: PG_PASS } }
 API_KEY: { secret: { file: /run/secrets/api-key } }
-TOKEN: { secret: { kubernetes: { name: my-secret, key: token.txt } } }`, '    executor: kubernetes\n'), FILE);
+TOKEN: { secret: { kubernetes: { name: my-secret, key: token.txt } } }`,
+        '    executor: kubernetes\n',
+      ),
+      FILE,
+    );
     const t = spec.tasks[0]!;
     expect(t.env).toEqual({ PLAIN: 'hello' });
     expect(t.secretEnv).toEqual({
@@ -52,19 +67,47 @@ TOKEN: { secret: { kubernetes: { name: my-secret, key: token.txt } } }`, '    ex
   });
 
   it.each([
-    ['X: { secret: {} }', 'tasks[0].env.X.secret', 'expected a mapping with exactly one of env, file, kubernetes, got an empty mapping'],
-    ['X: { secret: { env: A, file: /b } }', 'tasks[0].env.X.secret', 'expected exactly one of env, file, kubernetes, got env and file'],
+    [
+      'X: { secret: {} }',
+      'tasks[0].env.X.secret',
+      'expected a mapping with exactly one of env, file, kubernetes, got an empty mapping',
+    ],
+    [
+      'X: { secret: { env: A, file: /b } }',
+      'tasks[0].env.X.secret',
+      'expected exactly one of env, file, kubernetes, got env and file',
+    ],
     ['X: { secret: { vault: a } }', 'tasks[0].env.X.secret.vault', 'unknown key "vault"'],
     ['X: { secrte: { env: A } }', 'tasks[0].env.X.secrte', 'unknown key "secrte" (did you mean "secret"?)'],
     ['X: { value: a }', 'tasks[0].env.X.value', 'unknown key "value"'],
     ['X: { secret: { env: 1A } }', 'tasks[0].env.X.secret.env', 'expected an environment variable name'],
     ['X: { secret: { env: "" } }', 'tasks[0].env.X.secret.env', 'expected a non-empty string'],
     ['X: { secret: { file: run/secrets/x } }', 'tasks[0].env.X.secret.file', 'expected an absolute path'],
-    ['X: { secret: "hunter2" }', 'tasks[0].env.X.secret', 'expected a mapping with exactly one of env, file, kubernetes'],
-    ['X: { secret: { kubernetes: { name: My_Secret, key: k } } }', 'tasks[0].env.X.secret.kubernetes.name', "a Secret's name must be a DNS-1123 subdomain"],
-    ['X: { secret: { kubernetes: { name: s, key: "a/b" } } }', 'tasks[0].env.X.secret.kubernetes.key', 'expected a Secret key of at most 253 letters'],
-    ['X: { secret: { kubernetes: { name: s } } }', 'tasks[0].env.X.secret.kubernetes.key', 'missing required key "key"'],
-    ['LEOFLOW_AGENT_TOKEN: { secret: { env: A } }', 'tasks[0].env.LEOFLOW_AGENT_TOKEN', 'names starting with LEOFLOW_ are Leoflow\'s own'],
+    [
+      'X: { secret: "hunter2" }',
+      'tasks[0].env.X.secret',
+      'expected a mapping with exactly one of env, file, kubernetes',
+    ],
+    [
+      'X: { secret: { kubernetes: { name: My_Secret, key: k } } }',
+      'tasks[0].env.X.secret.kubernetes.name',
+      "a Secret's name must be a DNS-1123 subdomain",
+    ],
+    [
+      'X: { secret: { kubernetes: { name: s, key: "a/b" } } }',
+      'tasks[0].env.X.secret.kubernetes.key',
+      'expected a Secret key of at most 253 letters',
+    ],
+    [
+      'X: { secret: { kubernetes: { name: s } } }',
+      'tasks[0].env.X.secret.kubernetes.key',
+      'missing required key "key"',
+    ],
+    [
+      'LEOFLOW_AGENT_TOKEN: { secret: { env: A } }',
+      'tasks[0].env.LEOFLOW_AGENT_TOKEN',
+      "names starting with LEOFLOW_ are Leoflow's own",
+    ],
     ['1X: { secret: { env: A } }', 'tasks[0].env["1X"]', 'invalid environment variable name "1X"'],
   ])('refuses %s with the path and what is wrong', (entry, path, message) => {
     const issues = issuesOf(dag(entry, '    executor: kubernetes\n'));
@@ -78,25 +121,37 @@ TOKEN: { secret: { kubernetes: { name: my-secret, key: token.txt } } }`, '    ex
   });
 
   it.each(['subprocess', 'agents'])('refuses a Kubernetes Secret on a task whose executor is %s', (executor) => {
-    const issues = issuesOf(dag('TOKEN: { secret: { kubernetes: { name: s, key: k } } }', `    executor: ${executor}\n`));
-    expect(issues).toEqual([{
-      path: 'tasks[0].env.TOKEN.secret.kubernetes',
-      message: `a Kubernetes Secret (kubernetes s/k) is only given to pods: it needs executor: kubernetes, and this task's executor is ${executor}`,
-    }]);
+    const issues = issuesOf(
+      dag('TOKEN: { secret: { kubernetes: { name: s, key: k } } }', `    executor: ${executor}\n`),
+    );
+    expect(issues).toEqual([
+      {
+        path: 'tasks[0].env.TOKEN.secret.kubernetes',
+        message: `a Kubernetes Secret (kubernetes s/k) is only given to pods: it needs executor: kubernetes, and this task's executor is ${executor}`,
+      },
+    ]);
   });
 
   it('reports a Kubernetes Secret off the kubernetes executor beside the other bad entries', () => {
-    const issues = issuesOf(dag('T: { secret: { kubernetes: { name: s, key: k } } }\nB: { secret: { file: rel } }', '    executor: agents\n'));
+    const issues = issuesOf(
+      dag('T: { secret: { kubernetes: { name: s, key: k } } }\nB: { secret: { file: rel } }', '    executor: agents\n'),
+    );
     expect(issues.map((i) => i.path)).toEqual(['tasks[0].env.B.secret.file', 'tasks[0].env.T.secret.kubernetes']);
   });
 
   it('checks a task on the default executor once the server knows its default', () => {
-    const spec = parseDag(dag('TOKEN: { secret: { kubernetes: { name: s, key: k } } }\nA: { secret: { env: A } }'), FILE);
+    const spec = parseDag(
+      dag('TOKEN: { secret: { kubernetes: { name: s, key: k } } }\nA: { secret: { env: A } }'),
+      FILE,
+    );
     expect(defaultExecutorSecretIssues(spec, 'kubernetes')).toEqual([]);
-    expect(defaultExecutorSecretIssues(spec, 'subprocess')).toEqual([{
-      path: 'tasks[0].env.TOKEN.secret.kubernetes',
-      message: "a Kubernetes Secret (kubernetes s/k) is only given to pods: it needs executor: kubernetes, and this task's executor is subprocess (the server's default)",
-    }]);
+    expect(defaultExecutorSecretIssues(spec, 'subprocess')).toEqual([
+      {
+        path: 'tasks[0].env.TOKEN.secret.kubernetes',
+        message:
+          "a Kubernetes Secret (kubernetes s/k) is only given to pods: it needs executor: kubernetes, and this task's executor is subprocess (the server's default)",
+      },
+    ]);
   });
 });
 
@@ -107,7 +162,10 @@ describe('resolving secrets where the task starts', () => {
   it('reads an environment variable, a whole file (its bytes as they are) and a pod-given variable', () => {
     const file = path.join(dir, 'key');
     writeFileSync(file, 'file-value\n');
-    const r = resolveSecretEnv({ A: { env: 'SRC' }, B: { file }, C: { kubernetes: { name: 's', key: 'k' } } }, { SRC: 'env-value', C: 'pod-value' });
+    const r = resolveSecretEnv(
+      { A: { env: 'SRC' }, B: { file }, C: { kubernetes: { name: 's', key: 'k' } } },
+      { SRC: 'env-value', C: 'pod-value' },
+    );
     expect(r).toEqual({ ok: true, env: { A: 'env-value', B: 'file-value\n', C: 'pod-value' } });
   });
 
@@ -115,7 +173,9 @@ describe('resolving secrets where the task starts', () => {
     const r = resolveSecretEnv({ OK: { env: 'SET' }, DB_PASSWORD: { env: 'PG_PASS' } }, { SET: 'sekrit-value' });
     expect(r.ok).toBe(false);
     const error = (r as { error: string }).error;
-    expect(error).toMatch(/^secret DB_PASSWORD \(env PG_PASS\): environment variable PG_PASS is not set where the task starts \(host .+, pid \d+\)$/);
+    expect(error).toMatch(
+      /^secret DB_PASSWORD \(env PG_PASS\): environment variable PG_PASS is not set where the task starts \(host .+, pid \d+\)$/,
+    );
     expect(error).not.toContain('sekrit-value');
   });
 
@@ -128,26 +188,57 @@ describe('resolving secrets where the task starts', () => {
       const r = resolveSecretEnv(refs, {});
       return r.ok ? 'resolved' : r.error;
     };
-    expect(err({ K: { file: path.join(dir, 'absent') } })).toBe(`secret K (file ${path.join(dir, 'absent')}): cannot read ${path.join(dir, 'absent')}: ENOENT`);
+    expect(err({ K: { file: path.join(dir, 'absent') } })).toBe(
+      `secret K (file ${path.join(dir, 'absent')}): cannot read ${path.join(dir, 'absent')}: ENOENT`,
+    );
     expect(err({ K: { file: dir } })).toBe(`secret K (file ${dir}): ${dir} is not a regular file`);
-    expect(err({ K: { file: big } })).toBe(`secret K (file ${big}): ${big} holds ${MAX_SECRET_FILE_BYTES + 1} bytes, more than the limit of ${MAX_SECRET_FILE_BYTES}`);
-    expect(err({ K: { file: nul } })).toBe(`secret K (file ${nul}): the value holds a NUL byte, which no process environment can carry`);
-    expect(err({ T: { kubernetes: { name: 's', key: 'k' } } })).toMatch(/^secret T \(kubernetes s\/k\): a Kubernetes Secret is given only to a pod of the kubernetes executor, and T is not set here/);
+    expect(err({ K: { file: big } })).toBe(
+      `secret K (file ${big}): ${big} holds ${MAX_SECRET_FILE_BYTES + 1} bytes, more than the limit of ${MAX_SECRET_FILE_BYTES}`,
+    );
+    expect(err({ K: { file: nul } })).toBe(
+      `secret K (file ${nul}): the value holds a NUL byte, which no process environment can carry`,
+    );
+    expect(err({ T: { kubernetes: { name: 's', key: 'k' } } })).toMatch(
+      /^secret T \(kubernetes s\/k\): a Kubernetes Secret is given only to a pod of the kubernetes executor, and T is not set here/,
+    );
   });
 });
 
 const attempt: Attempt = {
-  tiId: '7', runId: '3', dagId: 's', taskId: 'a', tryNumber: 1, maxTries: 1,
-  attemptToken: '0b9c2c39-4f1e-4a51-9b7e-3d2f0c9a1e11', dispatchKey: 's-3-a-1', command: ['env'],
-  env: { PLAIN: 'p' }, cwd: null, timeoutMs: null,
-  secretEnv: { A: { env: 'SRC' }, B: { file: '/run/secrets/b' }, T: { kubernetes: { name: 'my-secret', key: 'token' } } },
+  tiId: '7',
+  runId: '3',
+  dagId: 's',
+  taskId: 'a',
+  tryNumber: 1,
+  maxTries: 1,
+  attemptToken: '0b9c2c39-4f1e-4a51-9b7e-3d2f0c9a1e11',
+  dispatchKey: 's-3-a-1',
+  command: ['env'],
+  env: { PLAIN: 'p' },
+  cwd: null,
+  timeoutMs: null,
+  secretEnv: {
+    A: { env: 'SRC' },
+    B: { file: '/run/secrets/b' },
+    T: { kubernetes: { name: 'my-secret', key: 'token' } },
+  },
 };
 
 describe('secret references on their way to the executor', () => {
-  it('carries the task\'s references into the attempt, never resolved', () => {
+  it("carries the task's references into the attempt, never resolved", () => {
     const spec = parseDag(dag('PLAIN: p\nA: { secret: { env: SRC } }'), FILE);
-    const a = attemptOf({ tiId: '7', runId: '3', dagId: 's', taskId: 'a', logicalDate: new Date(0), conf: {}, task: spec.tasks[0]! } as never,
-      { tryNumber: 1, maxTries: 1, attemptToken: attempt.attemptToken, dispatchKey: 's-3-a-1' } as never);
+    const a = attemptOf(
+      {
+        tiId: '7',
+        runId: '3',
+        dagId: 's',
+        taskId: 'a',
+        logicalDate: new Date(0),
+        conf: {},
+        task: spec.tasks[0]!,
+      } as never,
+      { tryNumber: 1, maxTries: 1, attemptToken: attempt.attemptToken, dispatchKey: 's-3-a-1' } as never,
+    );
     expect(a.secretEnv).toEqual({ A: { env: 'SRC' } });
     expect(a.env.PLAIN).toBe('p');
     expect(Object.hasOwn(a.env, 'A')).toBe(false);
@@ -156,7 +247,12 @@ describe('secret references on their way to the executor', () => {
   it('sends references in Assign and reads them back on the agent unchanged', () => {
     const msg = create(AssignSchema, {
       attempt: { tiId: attempt.tiId, tryNumber: 1, attemptToken: attempt.attemptToken },
-      dagId: 's', runId: '3', taskId: 'a', maxTries: 1, command: ['env'], env: attempt.env,
+      dagId: 's',
+      runId: '3',
+      taskId: 'a',
+      maxTries: 1,
+      command: ['env'],
+      env: attempt.env,
       secretEnv: secretEnvToWire(attempt.secretEnv),
     });
     expect(attemptFromAssign(msg).secretEnv).toEqual(attempt.secretEnv);
@@ -164,13 +260,24 @@ describe('secret references on their way to the executor', () => {
   });
 
   it('refuses a reference with no source, naming the variable', () => {
-    expect(() => secretEnvFromWire({ X: { source: { case: undefined } } })).toThrow('secret_env X: a SecretRef with no source (env, file or kubernetes)');
+    expect(() => secretEnvFromWire({ X: { source: { case: undefined } } })).toThrow(
+      'secret_env X: a SecretRef with no source (env, file or kubernetes)',
+    );
   });
 
-  it('gives a pod its Kubernetes Secrets as secretKeyRefs under the variable\'s name, and nothing else of the secrets', () => {
-    const pod = podManifest(attempt, { install: 'install-a', namespace: 'ns', image: 'img', serverUrl: 'http://cp:1', agentCommand: ['leoflow'], killGraceMs: 1000 });
+  it("gives a pod its Kubernetes Secrets as secretKeyRefs under the variable's name, and nothing else of the secrets", () => {
+    const pod = podManifest(attempt, {
+      install: 'install-a',
+      namespace: 'ns',
+      image: 'img',
+      serverUrl: 'http://cp:1',
+      agentCommand: ['leoflow'],
+      killGraceMs: 1000,
+    });
     const env = pod.spec!.containers[0]!.env!;
-    expect(env.filter((e) => e.name === 'T')).toEqual([{ name: 'T', valueFrom: { secretKeyRef: { name: 'my-secret', key: 'token' } } }]);
+    expect(env.filter((e) => e.name === 'T')).toEqual([
+      { name: 'T', valueFrom: { secretKeyRef: { name: 'my-secret', key: 'token' } } },
+    ]);
     expect(env.map((e) => e.name)).not.toContain('A');
     expect(env.map((e) => e.name)).not.toContain('B');
   });

@@ -23,7 +23,10 @@ function files() {
 /** Children of `pid` (zombies included). */
 function childrenOf(pid: number): number[] {
   try {
-    return execFileSync('ps', ['--ppid', String(pid), '-o', 'pid='], { encoding: 'utf8' }).split('\n').map(Number).filter((p) => p > 0);
+    return execFileSync('ps', ['--ppid', String(pid), '-o', 'pid='], { encoding: 'utf8' })
+      .split('\n')
+      .map(Number)
+      .filter((p) => p > 0);
   } catch (err) {
     if ((err as { status?: number }).status === 1) return []; // ps found none
     throw err;
@@ -32,7 +35,10 @@ function childrenOf(pid: number): number[] {
 
 function helperPid(): number {
   const out = execFileSync('ps', ['--ppid', String(process.pid), '-o', 'pid=,args='], { encoding: 'utf8' });
-  const pids = out.split('\n').filter((l) => /\/bin\/sh -s$/.test(l.trim())).map((l) => Number(l.trim().split(/\s+/)[0]));
+  const pids = out
+    .split('\n')
+    .filter((l) => /\/bin\/sh -s$/.test(l.trim()))
+    .map((l) => Number(l.trim().split(/\s+/)[0]));
   expect(pids).toHaveLength(1);
   return pids[0]!;
 }
@@ -73,7 +79,12 @@ describe('SpawnHelper', () => {
     const started = await helper.start(n, f.dir, shim.lines, () => ended());
     if (!started.ok) throw new Error(started.reason);
     // Its own session and group, the helper's child.
-    const [sid, pgid, ppid] = execFileSync('ps', ['-o', 'sid=,pgid=,ppid=', '-p', String(started.pid)], { encoding: 'utf8' }).trim().split(/\s+/).map(Number);
+    const [sid, pgid, ppid] = execFileSync('ps', ['-o', 'sid=,pgid=,ppid=', '-p', String(started.pid)], {
+      encoding: 'utf8',
+    })
+      .trim()
+      .split(/\s+/)
+      .map(Number);
     expect([sid, pgid, ppid]).toEqual([started.pid, started.pid, helperPid()]);
     await endSaid;
     expect(execFileSync('cat', [f.status], { encoding: 'utf8' })).toBe('4\n');

@@ -37,7 +37,10 @@ describe('lockStateDir', () => {
     const other = spawn('sleep', ['30'], { stdio: 'ignore' });
     children.push(other.pid!);
     lockStateDir(dir).release();
-    writeFileSync(path.join(dir, LOCK_FILE), JSON.stringify({ ...identify(other.pid!), url: 'http://127.0.0.1:7070', startedAt: '' }));
+    writeFileSync(
+      path.join(dir, LOCK_FILE),
+      JSON.stringify({ ...identify(other.pid!), url: 'http://127.0.0.1:7070', startedAt: '' }),
+    );
     const err = (() => {
       try {
         lockStateDir(dir);
@@ -47,7 +50,9 @@ describe('lockStateDir', () => {
       return null;
     })();
     expect(err).toBeInstanceOf(StateDirBusyError);
-    expect((err as Error).message).toBe(`already running: pid ${other.pid}, http://127.0.0.1:7070 (state directory ${dir}); stop it first, or give this server another --state-dir`);
+    expect((err as Error).message).toBe(
+      `already running: pid ${other.pid}, http://127.0.0.1:7070 (state directory ${dir}); stop it first, or give this server another --state-dir`,
+    );
   });
 
   it('takes over the file of a dead owner, and of a live process that is not the one recorded (a reused pid)', () => {
@@ -55,7 +60,10 @@ describe('lockStateDir', () => {
     lockStateDir(dir).release();
     const file = path.join(dir, LOCK_FILE);
     // pid 1 lives, but did not start at that tick (later than now): the pid was reused.
-    writeFileSync(file, JSON.stringify({ ...identify(1), startTicks: '999999999999', url: 'http://127.0.0.1:7070', startedAt: '' }));
+    writeFileSync(
+      file,
+      JSON.stringify({ ...identify(1), startTicks: '999999999999', url: 'http://127.0.0.1:7070', startedAt: '' }),
+    );
     lockStateDir(dir);
     expect(readOwner(file)).toMatchObject({ pid: process.pid, url: null });
     // Torn or foreign content: its writer is gone.

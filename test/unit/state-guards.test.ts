@@ -17,10 +17,15 @@ import type { Sql } from '../../src/db/sql.js';
 /** Every migration's `create index <name> … where state …` predicate, as the list of states it names. */
 function partialIndexStates(): Map<string, string[]> {
   const dir = new URL('../../src/db/migrations/', import.meta.url);
-  const text = readdirSync(dir).map((f) => readFileSync(new URL(f, dir), 'utf8')).join('\n');
+  const text = readdirSync(dir)
+    .map((f) => readFileSync(new URL(f, dir), 'utf8'))
+    .join('\n');
   const out = new Map<string, string[]>();
   for (const m of text.matchAll(/create index (\w+) on \w+ \([^)]*\)\s*where state (?:=|in) \(?([^)\n;]*)\)?;/g)) {
-    out.set(m[1]!, [...m[2]!.matchAll(/'([a-z_]+)'/g)].map((s) => s[1]!));
+    out.set(
+      m[1]!,
+      [...m[2]!.matchAll(/'([a-z_]+)'/g)].map((s) => s[1]!),
+    );
   }
   return out;
 }

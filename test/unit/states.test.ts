@@ -70,7 +70,10 @@ describe('task-instance state table', () => {
     expect(sorted([...reachable<TiState>('none', TI_STATES, canTransitionTi)])).toEqual(sorted(TI_STATES));
     for (const s of TI_STATES) {
       const r = reachable<TiState>(s, TI_STATES, canTransitionTi);
-      expect(TERMINAL_TI_STATES.some((t) => r.has(t)), `no terminal state reachable from ${s}`).toBe(true);
+      expect(
+        TERMINAL_TI_STATES.some((t) => r.has(t)),
+        `no terminal state reachable from ${s}`,
+      ).toBe(true);
     }
   });
 
@@ -158,7 +161,10 @@ describe('run state table', () => {
     for (const s of RUN_STATES) expect(canTransitionRun(s, s), s).toBe(false);
     expect(legalRunFrom('queued')).toEqual([]);
     for (const s of TERMINAL_RUN_STATES) {
-      expect(RUN_STATES.filter((to) => canTransitionRun(s, to)), s).toEqual(['running']);
+      expect(
+        RUN_STATES.filter((to) => canTransitionRun(s, to)),
+        s,
+      ).toEqual(['running']);
     }
     expect(sorted(RUN_REOPEN_FROM)).toEqual(sorted(TERMINAL_RUN_STATES));
   });
@@ -174,7 +180,10 @@ describe('run state table', () => {
     expect(sorted([...reachable<RunState>('queued', RUN_STATES, canTransitionRun)])).toEqual(sorted(RUN_STATES));
     for (const s of RUN_STATES) {
       const r = reachable<RunState>(s, RUN_STATES, canTransitionRun);
-      expect(TERMINAL_RUN_STATES.some((t) => r.has(t)), s).toBe(true);
+      expect(
+        TERMINAL_RUN_STATES.some((t) => r.has(t)),
+        s,
+      ).toBe(true);
     }
   });
 

@@ -41,7 +41,12 @@ describe('supervisor mark', () => {
   });
 
   it("a task's env can neither set nor unset it", () => {
-    const r = shimLines(['true'], { [SUPERVISOR_ENV]: 'forged 1 1', OTHER: 'x' }, null, { dir: '/d', stdout: '/d/o', stderr: '/d/e', status: '/d/s' });
+    const r = shimLines(['true'], { [SUPERVISOR_ENV]: 'forged 1 1', OTHER: 'x' }, null, {
+      dir: '/d',
+      stdout: '/d/o',
+      stderr: '/d/e',
+      status: '/d/s',
+    });
     expect('lines' in r && r.lines).toContain("export OTHER='x'");
     expect('lines' in r && r.lines).not.toContain(SUPERVISOR_ENV);
   });
@@ -53,7 +58,11 @@ describe('supervisor mark', () => {
     const ofLive = marked(supervisorMark(id)[SUPERVISOR_ENV]!);
     const otherId = marked(`${id}-other ${deadSupervisor()}`);
     await new Promise((r) => setTimeout(r, 100)); // exec'd, with its environment
-    expect(findMarkedBy(id).map((p) => p.pid).sort()).toEqual([orphan, kept, ofLive].sort());
+    expect(
+      findMarkedBy(id)
+        .map((p) => p.pid)
+        .sort(),
+    ).toEqual([orphan, kept, ofLive].sort());
 
     const r = await killOrphansOfAgent(id, new Set(['/state/attempts/1.1.x']));
     expect(r).toEqual({ killed: 1, ofLiveSupervisor: 1 });

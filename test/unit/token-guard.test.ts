@@ -51,7 +51,18 @@ const auth: TokenAuthenticator = {
   async authenticate(secret) {
     const role = secret.replace(/^secret-/, '') as TokenRole;
     if (!(TOKEN_ROLES as readonly string[]).includes(role)) return { ok: false, reason: 'unknown API token' };
-    return { ok: true, token: { id: `id-${role}`, name: '', role, agent_pattern: role === 'agent' ? '*' : null, created_at: new Date(), expires_at: null, revoked_at: null } };
+    return {
+      ok: true,
+      token: {
+        id: `id-${role}`,
+        name: '',
+        role,
+        agent_pattern: role === 'agent' ? '*' : null,
+        created_at: new Date(),
+        expires_at: null,
+        revoked_at: null,
+      },
+    };
   },
 };
 
@@ -146,7 +157,8 @@ describe('agentPatternMatches on hostile input (issue 38)', () => {
       return s !== '' && (p[0] === '?' || p[0] === s[0]) && spec(p.slice(1), s.slice(1));
     };
     const alphabet = ['a', 'b', '*', '?'];
-    const words = (n: number, chars: string[]): string[] => (n === 0 ? [''] : words(n - 1, chars).flatMap((w) => chars.map((c) => w + c)));
+    const words = (n: number, chars: string[]): string[] =>
+      n === 0 ? [''] : words(n - 1, chars).flatMap((w) => chars.map((c) => w + c));
     const patterns = [1, 2, 3, 4].flatMap((n) => words(n, alphabet));
     const ids = [0, 1, 2, 3, 4].flatMap((n) => words(n, ['a', 'b']));
     for (const p of patterns) for (const s of ids) expect(agentPatternMatches(p, s), `${p} ~ ${s}`).toBe(spec(p, s));

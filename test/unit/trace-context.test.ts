@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { attemptSpanId, attemptTraceContext, formatTraceparent, newRunTrace, parseTraceparent, parseTracestate } from '../../src/core/trace-context.js';
+import {
+  attemptSpanId,
+  attemptTraceContext,
+  formatTraceparent,
+  newRunTrace,
+  parseTraceparent,
+  parseTracestate,
+} from '../../src/core/trace-context.js';
 
 const T = '4bf92f3577b34da6a3ce929d0e0e4736';
 const S = '00f067aa0ba902b7';
@@ -21,7 +28,8 @@ describe('parseTraceparent (W3C trace context, level 1)', () => {
       `00-${T.slice(1)}-${S}-01`,
       `00-${T}-${S}-1`,
       'garbage',
-    ]) expect(parseTraceparent(bad), String(bad)).toBeNull();
+    ])
+      expect(parseTraceparent(bad), String(bad)).toBeNull();
   });
   it('reads a later version by its first four fields', () => {
     expect(parseTraceparent(`01-${T}-${S}-01-what-comes-later`)).toEqual({ traceId: T, spanId: S, flags: 1 });
@@ -32,7 +40,7 @@ describe('parseTraceparent (W3C trace context, level 1)', () => {
 });
 
 describe('parseTracestate', () => {
-  it('keeps a printable header up to the spec\'s size and drops the rest', () => {
+  it("keeps a printable header up to the spec's size and drops the rest", () => {
     expect(parseTracestate('congo=t61rcWkgMzE,rojo=00f067aa0ba902b7')).toBe('congo=t61rcWkgMzE,rojo=00f067aa0ba902b7');
     expect(parseTracestate('')).toBeNull();
     expect(parseTracestate('a=\u0000')).toBeNull();
@@ -41,7 +49,7 @@ describe('parseTracestate', () => {
 });
 
 describe('run and attempt trace contexts', () => {
-  it('continues a caller\'s trace with a span of the run\'s own, keeping its flags and tracestate', () => {
+  it("continues a caller's trace with a span of the run's own, keeping its flags and tracestate", () => {
     const t = newRunTrace({ traceId: T, spanId: S, flags: 0 }, 'v=1');
     const p = parseTraceparent(t.traceparent)!;
     expect(p.traceId).toBe(T);
@@ -59,7 +67,12 @@ describe('run and attempt trace contexts', () => {
   });
   it('derives one span id per attempt, the same wherever it is computed', () => {
     expect(attemptSpanId(S, '7', 1)).toBe(attemptSpanId(S, '7', 1));
-    const ids = new Set([attemptSpanId(S, '7', 1), attemptSpanId(S, '7', 2), attemptSpanId(S, '8', 1), attemptSpanId('1111111111111111', '7', 1)]);
+    const ids = new Set([
+      attemptSpanId(S, '7', 1),
+      attemptSpanId(S, '7', 2),
+      attemptSpanId(S, '8', 1),
+      attemptSpanId('1111111111111111', '7', 1),
+    ]);
     expect(ids.size).toBe(4);
     const c = attemptTraceContext({ traceparent: `00-${T}-${S}-01`, tracestate: 'v=1' }, '7', 2)!;
     expect(c).toEqual({ traceparent: `00-${T}-${attemptSpanId(S, '7', 2)}-01`, tracestate: 'v=1' });

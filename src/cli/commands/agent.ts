@@ -34,7 +34,10 @@ function readAgentTls(c: AgentConfig): AgentTls | null {
     try {
       const p = readCertificateAndKey(c.tlsCertFile, c.tlsKeyFile);
       const cn = cnOf(p.leaf.subject);
-      if (cn !== c.agentId) problems.push(`--tls-cert: the certificate is for agent ${JSON.stringify(cn ?? '(no CN)')} (its CN), but this agent's --id is ${JSON.stringify(c.agentId)}; the control plane would refuse it`);
+      if (cn !== c.agentId)
+        problems.push(
+          `--tls-cert: the certificate is for agent ${JSON.stringify(cn ?? '(no CN)')} (its CN), but this agent's --id is ${JSON.stringify(c.agentId)}; the control plane would refuse it`,
+        );
       pair = p;
     } catch (err) {
       problems.push(`--tls-cert/--tls-key: ${(err as Error).message}`);
@@ -74,19 +77,34 @@ export function registerAgent(program: Command): void {
   program
     .command('agent')
     .description('run an agent: connect to the control plane (--server, one or more) and run the tasks it assigns')
-    .option('--id <name>', "agent id, unique in the fleet: letters, digits, _ . - : (default: --tls-cert's CN, else hostname-pid)")
+    .option(
+      '--id <name>',
+      "agent id, unique in the fleet: letters, digits, _ . - : (default: --tls-cert's CN, else hostname-pid)",
+    )
     .option('--labels <k=v,...>', 'placement labels, e.g. gpu=nvidia,zone=a')
     .option('--capabilities <a,b,...>', 'placement capabilities, e.g. docker,python3')
     .option('--slots <n>', 'tasks run at once (default 1)')
-    .option('--token <token>', 'agent credential: a token of role agent bound to this id (leoflow token create --role agent), or the deprecated shared secret [env LEOFLOW_AGENT_TOKEN]')
-    .option('--tls-cert <file>', 'PEM client certificate whose CN is this agent id, for a control plane with --tls-client-ca (with --tls-key) [env LEOFLOW_AGENT_TLS_CERT]')
+    .option(
+      '--token <token>',
+      'agent credential: a token of role agent bound to this id (leoflow token create --role agent), or the deprecated shared secret [env LEOFLOW_AGENT_TOKEN]',
+    )
+    .option(
+      '--tls-cert <file>',
+      'PEM client certificate whose CN is this agent id, for a control plane with --tls-client-ca (with --tls-key) [env LEOFLOW_AGENT_TLS_CERT]',
+    )
     .option('--tls-key <file>', 'PEM private key of --tls-cert [env LEOFLOW_AGENT_TLS_KEY]')
     .option('--once', 'one-shot: run the current attempt of --ti, then exit')
     .option('--ti <id>', 'the task instance of a one-shot agent (with --once)')
     .option('--on-shutdown <mode>', 'finish | handback: what SIGTERM does to running tasks (default finish)')
     .option('--shutdown-grace <duration>', 'how long a graceful stop waits, e.g. 30s (default 30s)')
-    .option('--kill-grace <duration>', "time between SIGTERM and SIGKILL when stopping a task (default 10s); the control plane's own --kill-grace, sent with each task, overrides it (an older control plane sends none)")
-    .option('--state-dir <dir>', "where the agent's tasks keep their output and exit status, so a restart with the same --id re-attaches to them (default .leoflow/agents/<id>)")
+    .option(
+      '--kill-grace <duration>',
+      "time between SIGTERM and SIGKILL when stopping a task (default 10s); the control plane's own --kill-grace, sent with each task, overrides it (an older control plane sends none)",
+    )
+    .option(
+      '--state-dir <dir>',
+      "where the agent's tasks keep their output and exit status, so a restart with the same --id re-attaches to them (default .leoflow/agents/<id>)",
+    )
     .option('--log-format <format>', 'json | pretty (default: pretty at a terminal, json otherwise)')
     .option('--log-level <level>', 'trace | debug | info | warn | error | fatal | silent (default info)')
     .addHelpText('after', AFTER_HELP)
@@ -100,15 +118,24 @@ export function registerAgent(program: Command): void {
         // With a client certificate and no --id, the agent is who its certificate says.
         const certFile = flags.tlsCert || process.env.LEOFLOW_AGENT_TLS_CERT;
         const id = flags.id ?? (certFile ? commonNameOf(certFile) : undefined);
-        config = parseAgentFlags({ ...flags, server, token: flags.token ?? token, ...(caFile ? { caFile } : {}), ...(id !== undefined ? { id } : {}) }, {
-          hostname: os.hostname(),
-          pid: process.pid,
-          isTTY: process.stdout.isTTY === true,
-          token: process.env.LEOFLOW_AGENT_TOKEN,
-          attemptToken: process.env.LEOFLOW_ATTEMPT_TOKEN,
-          tlsCert: process.env.LEOFLOW_AGENT_TLS_CERT,
-          tlsKey: process.env.LEOFLOW_AGENT_TLS_KEY,
-        });
+        config = parseAgentFlags(
+          {
+            ...flags,
+            server,
+            token: flags.token ?? token,
+            ...(caFile ? { caFile } : {}),
+            ...(id !== undefined ? { id } : {}),
+          },
+          {
+            hostname: os.hostname(),
+            pid: process.pid,
+            isTTY: process.stdout.isTTY === true,
+            token: process.env.LEOFLOW_AGENT_TOKEN,
+            attemptToken: process.env.LEOFLOW_ATTEMPT_TOKEN,
+            tlsCert: process.env.LEOFLOW_AGENT_TLS_CERT,
+            tlsKey: process.env.LEOFLOW_AGENT_TLS_KEY,
+          },
+        );
         tls = readAgentTls(config);
       } catch (err) {
         if (!(err instanceof AgentConfigError)) throw err;
@@ -118,7 +145,9 @@ export function registerAgent(program: Command): void {
       // Loaded here, not at the top: the client commands should not pay for grpc-js and pino.
       const { createLogger } = await import('../../core/logger.js');
       const { AgentFatalError, runAgent } = await import('../../agent/index.js');
-      const logger = createLogger({ level: config.logLevel, format: config.logFormat }).child({ agentId: config.agentId });
+      const logger = createLogger({ level: config.logLevel, format: config.logFormat }).child({
+        agentId: config.agentId,
+      });
       const agent = runAgent({ ...config, tls, logger });
 
       let signals = 0;

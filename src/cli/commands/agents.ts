@@ -12,7 +12,15 @@ function labelsText(a: Agent): string {
 
 /** healthy, stale or dead, by its last keepalive; stopped once it said goodbye. */
 export function agentHealthText(h: AgentHealth): string {
-  return h === AgentHealth.HEALTHY ? 'healthy' : h === AgentHealth.STALE ? 'stale' : h === AgentHealth.DEAD ? 'dead' : h === AgentHealth.STOPPED ? 'stopped' : 'unknown';
+  return h === AgentHealth.HEALTHY
+    ? 'healthy'
+    : h === AgentHealth.STALE
+      ? 'stale'
+      : h === AgentHealth.DEAD
+        ? 'dead'
+        : h === AgentHealth.STOPPED
+          ? 'stopped'
+          : 'unknown';
 }
 
 function agentJson(a: Agent) {
@@ -34,7 +42,9 @@ export function registerAgents(program: Command, clients: () => Clients): void {
 
   agents
     .command('list')
-    .description('list agents, connected or not, each healthy, stopped (it ended its stream itself: a clean stop), stale (silent past a few keepalives) or dead (past the heartbeat threshold: its attempts were retried)')
+    .description(
+      'list agents, connected or not, each healthy, stopped (it ended its stream itself: a clean stop), stale (silent past a few keepalives) or dead (past the heartbeat threshold: its attempts were retried)',
+    )
     .option('-o, --output <format>', 'table | json', 'table')
     .action(async (opts: { output: string }) => {
       const res = await clients().cluster.listAgents({});
@@ -44,7 +54,18 @@ export function registerAgents(program: Command, clients: () => Clients): void {
       }
       process.stdout.write(
         table(
-          ['AGENT', 'HEALTH', 'CONNECTED', 'DRAINING', 'RUNNING', 'SLOTS', 'LABELS', 'CAPABILITIES', 'REPLICA', 'LAST SEEN'],
+          [
+            'AGENT',
+            'HEALTH',
+            'CONNECTED',
+            'DRAINING',
+            'RUNNING',
+            'SLOTS',
+            'LABELS',
+            'CAPABILITIES',
+            'REPLICA',
+            'LAST SEEN',
+          ],
           res.agents.map((a) => [
             a.agentId,
             paintState(agentHealthText(a.health)),
@@ -69,12 +90,16 @@ export function registerAgents(program: Command, clients: () => Clients): void {
     .action(async (agentId: string, opts: { undrain?: boolean }) => {
       const res = await clients().cluster.drainAgent({ agentId, undrain: opts.undrain ?? false });
       const a = res.agent!;
-      process.stdout.write(`agent ${a.agentId} ${a.draining ? 'draining' : 'undrained'} (${a.running} running, ${a.connected ? 'connected' : 'not connected'})\n`);
+      process.stdout.write(
+        `agent ${a.agentId} ${a.draining ? 'draining' : 'undrained'} (${a.running} running, ${a.connected ? 'connected' : 'not connected'})\n`,
+      );
     });
 
   agents
     .command('forget')
-    .description('forget a disconnected agent that holds no attempt: `agents list` no longer shows it; the same id may connect again later, as a new agent')
+    .description(
+      'forget a disconnected agent that holds no attempt: `agents list` no longer shows it; the same id may connect again later, as a new agent',
+    )
     .argument('<agent_id>')
     .action(async (agentId: string) => {
       const res = await clients().cluster.forgetAgent({ agentId });

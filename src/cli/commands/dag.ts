@@ -25,7 +25,9 @@ export function registerDag(program: Command, clients: () => Clients): void {
         const rel = path.relative(process.cwd(), file) || file;
         try {
           const res = await clients().workflow.applyDag({ source, filename: rel });
-          process.stdout.write(`${rel}: DAG ${res.dag!.dagId} ${res.outcome} (version ${res.dag!.version}, ${res.dag!.tasks.length} tasks)\n`);
+          process.stdout.write(
+            `${rel}: DAG ${res.dag!.dagId} ${res.outcome} (version ${res.dag!.version}, ${res.dag!.tasks.length} tasks)\n`,
+          );
         } catch (err) {
           failed++;
           process.stderr.write(`${(err as Error).message.replace(/^\[invalid_argument\] /, '')}\n`);
@@ -41,13 +43,30 @@ export function registerDag(program: Command, clients: () => Clients): void {
     .action(async (opts: { output: string }) => {
       const { dags } = await clients().workflow.listDags({});
       if (opts.output === 'json') {
-        process.stdout.write(JSON.stringify(dags.map((d) => ({ dag_id: d.dagId, version: d.version, schedule: d.schedule, paused: d.paused, tasks: d.tasks.length }))) + '\n');
+        process.stdout.write(
+          JSON.stringify(
+            dags.map((d) => ({
+              dag_id: d.dagId,
+              version: d.version,
+              schedule: d.schedule,
+              paused: d.paused,
+              tasks: d.tasks.length,
+            })),
+          ) + '\n',
+        );
         return;
       }
       process.stdout.write(
         table(
           ['DAG', 'VERSION', 'TASKS', 'SCHEDULE', 'PAUSED', 'NEXT RUN'],
-          dags.map((d) => [d.dagId, String(d.version), String(d.tasks.length), d.schedule || '-', d.paused ? 'yes' : 'no', time(d.nextRunAt)]),
+          dags.map((d) => [
+            d.dagId,
+            String(d.version),
+            String(d.tasks.length),
+            d.schedule || '-',
+            d.paused ? 'yes' : 'no',
+            time(d.nextRunAt),
+          ]),
         ) + '\n',
       );
     });
@@ -61,16 +80,30 @@ export function registerDag(program: Command, clients: () => Clients): void {
       const d = (await clients().workflow.getDag({ dagId })).dag!;
       if (opts.output === 'json') {
         const tasks = d.tasks.map((t) => ({
-          id: t.id, command: t.command, depends_on: t.dependsOn, executor: t.executor, env: t.env,
+          id: t.id,
+          command: t.command,
+          depends_on: t.dependsOn,
+          executor: t.executor,
+          env: t.env,
           secret_env: Object.fromEntries(Object.entries(t.secretEnv).map(([k, r]) => [k, secretRefJson(r.source)])),
         }));
-        process.stdout.write(JSON.stringify({ dag_id: d.dagId, version: d.version, schedule: d.schedule, paused: d.paused, tasks }) + '\n');
+        process.stdout.write(
+          JSON.stringify({ dag_id: d.dagId, version: d.version, schedule: d.schedule, paused: d.paused, tasks }) + '\n',
+        );
         return;
       }
-      const lines = [`DAG ${d.dagId}, version ${d.version}, schedule ${d.schedule || '-'}, paused ${d.paused ? 'yes' : 'no'}, next run ${time(d.nextRunAt)}`];
+      const lines = [
+        `DAG ${d.dagId}, version ${d.version}, schedule ${d.schedule || '-'}, paused ${d.paused ? 'yes' : 'no'}, next run ${time(d.nextRunAt)}`,
+      ];
       if (d.description) lines.push(d.description);
       lines.push('', drawDag(d.tasks));
-      lines.push('', table(['TASK', 'EXECUTOR', 'DEPENDS ON', 'COMMAND'], d.tasks.map((t) => [t.id, t.executor, t.dependsOn.join(',') || '-', t.command.join(' ')])));
+      lines.push(
+        '',
+        table(
+          ['TASK', 'EXECUTOR', 'DEPENDS ON', 'COMMAND'],
+          d.tasks.map((t) => [t.id, t.executor, t.dependsOn.join(',') || '-', t.command.join(' ')]),
+        ),
+      );
       for (const t of d.tasks) {
         const env = taskEnvLines(t);
         if (env.length > 0) lines.push('', `env of ${t.id}:`, ...env.map((l) => `  ${l}`));
@@ -78,7 +111,10 @@ export function registerDag(program: Command, clients: () => Clients): void {
       process.stdout.write(lines.join('\n') + '\n');
     });
 
-  for (const [name, paused] of [['pause', true], ['unpause', false]] as const) {
+  for (const [name, paused] of [
+    ['pause', true],
+    ['unpause', false],
+  ] as const) {
     dag
       .command(name)
       .description(paused ? 'stop creating scheduled runs of a DAG' : 'resume creating scheduled runs of a DAG')
@@ -93,7 +129,10 @@ export function registerDag(program: Command, clients: () => Clients): void {
     .command('delete')
     .description('delete a DAG and all its history: runs, task instances, events, logs')
     .argument('<dag_id>')
-    .option('--force', 'cancel its runs that have not ended (stopping their tasks), then delete; without it such runs refuse the delete')
+    .option(
+      '--force',
+      'cancel its runs that have not ended (stopping their tasks), then delete; without it such runs refuse the delete',
+    )
     .option('-y, --yes', 'do not ask for confirmation')
     .option('-o, --output <format>', 'text | json', 'text')
     .action(async (dagId: string, opts: { force?: boolean; yes?: boolean; output: string }) => {
@@ -106,7 +145,14 @@ export function registerDag(program: Command, clients: () => Clients): void {
       }
       const res = await clients().workflow.deleteDag({ dagId, force: opts.force ?? false });
       if (opts.output === 'json') {
-        process.stdout.write(JSON.stringify({ dag_id: dagId, removed: countsJson(res.removed), cancelled_run_ids: res.cancelledRunIds, dag_files: res.dagFiles }) + '\n');
+        process.stdout.write(
+          JSON.stringify({
+            dag_id: dagId,
+            removed: countsJson(res.removed),
+            cancelled_run_ids: res.cancelledRunIds,
+            dag_files: res.dagFiles,
+          }) + '\n',
+        );
         return;
       }
       const c = countsJson(res.removed);
@@ -114,7 +160,8 @@ export function registerDag(program: Command, clients: () => Clients): void {
       let out =
         `DAG ${dagId} deleted: ${n(c.dag_runs, 'run', 'runs')}, ${n(c.task_instances, 'task instance', 'task instances')}, ` +
         `${n(c.events, 'event', 'events')} and ${n(c.task_logs, 'log line', 'log lines')} removed\n`;
-      if (res.cancelledRunIds.length > 0) out += `cancelled first (they had not ended): run${res.cancelledRunIds.length === 1 ? '' : 's'} ${res.cancelledRunIds.join(', ')}\n`;
+      if (res.cancelledRunIds.length > 0)
+        out += `cancelled first (they had not ended): run${res.cancelledRunIds.length === 1 ? '' : 's'} ${res.cancelledRunIds.join(', ')}\n`;
       for (const file of res.dagFiles) {
         out += `note: ${file} defines DAG ${dagId} and is among the server's --dags: the server applies it again at its next start (with no history); remove the file to keep the DAG deleted\n`;
       }

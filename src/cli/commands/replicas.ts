@@ -11,15 +11,28 @@ export function registerReplicas(program: Command, clients: () => Clients): void
       const res = await clients().cluster.getLeader({});
       if (opts.output === 'json') {
         const replicas = res.replicas.map((r) => ({ replica_id: r.replicaId, role: r.role, leader: r.leader }));
-        process.stdout.write(JSON.stringify({ leader_id: res.leaderId || null, answered_by: res.replicaId, edition: res.edition, replicas }) + '\n');
+        process.stdout.write(
+          JSON.stringify({
+            leader_id: res.leaderId || null,
+            answered_by: res.replicaId,
+            edition: res.edition,
+            replicas,
+          }) + '\n',
+        );
         return;
       }
       process.stdout.write(
         table(
           ['REPLICA', 'ROLE', 'LEADER', 'CONNECTED SINCE'],
-          res.replicas.map((r) => [r.replicaId + (r.replicaId === res.replicaId ? ' (answered)' : ''), r.role, r.leader ? 'yes' : 'no', time(r.connectedSince)]),
+          res.replicas.map((r) => [
+            r.replicaId + (r.replicaId === res.replicaId ? ' (answered)' : ''),
+            r.role,
+            r.leader ? 'yes' : 'no',
+            time(r.connectedSince),
+          ]),
         ) + '\n',
       );
-      if (!res.leaderId) process.stdout.write('no replica leads: nothing is scheduled until one with role auto or leader is up\n');
+      if (!res.leaderId)
+        process.stdout.write('no replica leads: nothing is scheduled until one with role auto or leader is up\n');
     });
 }

@@ -62,12 +62,17 @@ async function watch(clients: Clients, run: Run): Promise<{ run: Run; tis: TaskI
       const payload = JSON.parse(e.payloadJson) as TiMove;
       // Why a task waits, when it says (ti.pending: its state is unchanged).
       if (e.kind === 'ti.pending' && !payload.reason) continue;
-      const move = e.kind === 'ti.pending' ? { task_id: payload.task_id, to: states.get(payload.task_id) ?? 'scheduled', reason: payload.reason } : payload;
+      const move =
+        e.kind === 'ti.pending'
+          ? { task_id: payload.task_id, to: states.get(payload.task_id) ?? 'scheduled', reason: payload.reason }
+          : payload;
       states.set(move.task_id, move.to);
       let done = 0;
       for (const s of states.values()) if (ENDED_TI.has(s)) done++;
       const at = e.at ? timestampDate(e.at) : new Date();
-      process.stdout.write(`  ${clock(at)}  ${move.task_id.padEnd(width)}  ${move.to.padEnd(15)} ${moveDetail(move, maxTries.get(move.task_id))}  [${done}/${states.size} done]\n`);
+      process.stdout.write(
+        `  ${clock(at)}  ${move.task_id.padEnd(width)}  ${move.to.padEnd(15)} ${moveDetail(move, maxTries.get(move.task_id))}  [${done}/${states.size} done]\n`,
+      );
     }
   }
   const res = await clients.workflow.getRun({ runId: run.runId });
@@ -101,10 +106,20 @@ export function registerRun(program: Command, clients: () => Clients): void {
       const res = await c.workflow.triggerRun({ dagId, confJson: opts.conf ?? '', runKey: opts.key ?? '' });
       const r = res.run!;
       if (opts.output === 'json' && !opts.wait) {
-        process.stdout.write(JSON.stringify({ run_id: r.runId, dag_id: r.dagId, run_key: r.runKey, state: runStateName(r.state), created: res.created }) + '\n');
+        process.stdout.write(
+          JSON.stringify({
+            run_id: r.runId,
+            dag_id: r.dagId,
+            run_key: r.runKey,
+            state: runStateName(r.state),
+            created: res.created,
+          }) + '\n',
+        );
         return;
       }
-      process.stdout.write(`run ${r.runId} of ${r.dagId} ${res.created ? 'triggered' : 'already exists'} (key ${r.runKey})\n`);
+      process.stdout.write(
+        `run ${r.runId} of ${r.dagId} ${res.created ? 'triggered' : 'already exists'} (key ${r.runKey})\n`,
+      );
       if (!opts.wait) return;
       const started = Date.now();
       // At a terminal, the live view of `run watch`; elsewhere (a log, CI), a line per move.
@@ -120,18 +135,27 @@ export function registerRun(program: Command, clients: () => Clients): void {
     .command('list')
     .description('list recent runs')
     .option('--dag <dag_id>', 'only this DAG')
-    .option('--state <state>', `only runs in this state, or any of several comma-separated: ${RUN_STATE_NAMES.join(', ')}`)
+    .option(
+      '--state <state>',
+      `only runs in this state, or any of several comma-separated: ${RUN_STATE_NAMES.join(', ')}`,
+    )
     .option('--limit <n>', 'at most this many', '20')
     .option('-o, --output <format>', 'table | json', 'table')
     .action(async (opts: { dag?: string; state?: string; limit: string; output: string }) => {
       const limit = Number(opts.limit);
-      if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new Error(`--limit must be an integer from 1 to 1000, got ${JSON.stringify(opts.limit)}`);
+      if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
+        throw new Error(`--limit must be an integer from 1 to 1000, got ${JSON.stringify(opts.limit)}`);
       const states = opts.state === undefined ? [] : parseRunStates(opts.state);
       // A page stops at 3 MiB (runs with large confs): the next pages fill up to --limit.
       const runs = [];
       let pageToken = '';
       do {
-        const page = await clients().workflow.listRuns({ dagId: opts.dag ?? '', states, limit: limit - runs.length, pageToken });
+        const page = await clients().workflow.listRuns({
+          dagId: opts.dag ?? '',
+          states,
+          limit: limit - runs.length,
+          pageToken,
+        });
         runs.push(...page.runs);
         pageToken = page.nextPageToken;
       } while (pageToken && runs.length < limit);
@@ -155,7 +179,15 @@ export function registerRun(program: Command, clients: () => Clients): void {
       process.stdout.write(
         table(
           ['RUN', 'DAG', 'STATE', 'TYPE', 'CREATED', 'DURATION', 'KEY'],
-          runs.map((r) => [r.runId, r.dagId, paintState(runStateName(r.state)), r.runType, time(r.createdAt), formatDuration(r.startedAt, r.endedAt), r.runKey]),
+          runs.map((r) => [
+            r.runId,
+            r.dagId,
+            paintState(runStateName(r.state)),
+            r.runType,
+            time(r.createdAt),
+            formatDuration(r.startedAt, r.endedAt),
+            r.runKey,
+          ]),
         ) + '\n',
       );
     });
@@ -178,7 +210,10 @@ export function registerRun(program: Command, clients: () => Clients): void {
           (r.triggeredBy ? `triggered by ${r.triggeredBy.id} from ${r.triggeredBy.peer}\n` : '') +
           (r.traceparent ? `traceparent ${r.traceparent}\n` : '') +
           '\n' +
-          table(['TASK', 'STATE', 'TRY', 'EXIT', 'AGENT', 'STARTED', 'ENDED', 'DURATION', 'REASON / ERROR'], tiRows(res.taskInstances)) +
+          table(
+            ['TASK', 'STATE', 'TRY', 'EXIT', 'AGENT', 'STARTED', 'ENDED', 'DURATION', 'REASON / ERROR'],
+            tiRows(res.taskInstances),
+          ) +
           '\n',
       );
     });
@@ -195,9 +230,23 @@ export function registerRun(program: Command, clients: () => Clients): void {
       const ac = new AbortController();
       process.once('SIGINT', () => ac.abort());
       if (opts.output === 'json') {
-        for await (const batch of followRun(c, runId, { afterSeq: opts.after, follow: opts.follow, signal: ac.signal })) {
+        for await (const batch of followRun(c, runId, {
+          afterSeq: opts.after,
+          follow: opts.follow,
+          signal: ac.signal,
+        })) {
           for (const e of batch) {
-            process.stdout.write(JSON.stringify({ seq: e.seq, run_id: e.runId, ti_id: e.tiId === '0' ? null : e.tiId, dag_id: e.dagId, kind: e.kind, at: e.at ? timestampDate(e.at).toISOString() : null, ...JSON.parse(e.payloadJson) }) + '\n');
+            process.stdout.write(
+              JSON.stringify({
+                seq: e.seq,
+                run_id: e.runId,
+                ti_id: e.tiId === '0' ? null : e.tiId,
+                dag_id: e.dagId,
+                kind: e.kind,
+                at: e.at ? timestampDate(e.at).toISOString() : null,
+                ...JSON.parse(e.payloadJson),
+              }) + '\n',
+            );
           }
         }
         return;

@@ -8,9 +8,11 @@ const HELP: Record<SettingKey, string> = {
   replica_id: 'name of this replica, at most 38 of [A-Za-z0-9._-] (default: host-pid-random)',
   role: 'auto (campaign, lead if elected) | leader (must lead: fail at start otherwise) | worker (serve, never campaign) | observer (read-only API)',
   leader_timeout: 'with --role leader: how long to wait for leadership at start before failing, e.g. 30s',
-  loop_stall_threshold: '/healthz fails when the scheduler loop made no progress this long (default 60s, or 5 ticks if longer)',
+  loop_stall_threshold:
+    '/healthz fails when the scheduler loop made no progress this long (default 60s, or 5 ticks if longer)',
   listen: 'HOST:PORT for the API (gRPC, gRPC-Web and Connect)',
-  advertise_url: "the API's URL as agents reach this replica, told to agents so they find it when another replica stops (default: from --listen)",
+  advertise_url:
+    "the API's URL as agents reach this replica, told to agents so they find it when another replica stops (default: from --listen)",
   metrics_listen: 'HOST:PORT for Prometheus metrics at /metrics (HTTP/1.1), or off',
   database: 'postgres:// URL; without it, Lite starts an embedded Postgres',
   state_dir: 'folder for the embedded Postgres data and other state',
@@ -27,30 +29,43 @@ const HELP: Record<SettingKey, string> = {
   shutdown_grace: 'how long a graceful stop waits for running tasks',
   leader_watchdog: 'how often the leader checks its lock session',
   retention: 'remove finished runs (tasks, events, logs) this long after they ended, e.g. 30d; off keeps them',
-  watch_buffer: 'events a WatchRun/WatchRuns stream may fall behind before it is cut off (RESOURCE_EXHAUSTED), default 10000',
-  max_token_streams: 'with auth on: the open streams (watches, log follows, agent streams) one API token may hold, default 256',
-  agent_retention: 'forget an agent (no stream, no attempt) this long after it was last seen, e.g. 7d; off remembers them',
-  otlp_endpoint: 'export spans of runs, attempts, dispatch and pod creation by OTLP/HTTP to this collector (e.g. http://127.0.0.1:4318); off by default',
-  agent_token: 'deprecated: one secret any agent may present in Hello, for any id (use `leoflow token create --role agent`)',
-  insecure: 'run without API tokens and agent credentials where they are required (Pro; Lite off loopback); logged at every start',
-  bootstrap_admin_token: 'an admin token of your choosing (>= 32 random characters), stored hashed at start under id "bootstrap-admin"',
+  watch_buffer:
+    'events a WatchRun/WatchRuns stream may fall behind before it is cut off (RESOURCE_EXHAUSTED), default 10000',
+  max_token_streams:
+    'with auth on: the open streams (watches, log follows, agent streams) one API token may hold, default 256',
+  agent_retention:
+    'forget an agent (no stream, no attempt) this long after it was last seen, e.g. 7d; off remembers them',
+  otlp_endpoint:
+    'export spans of runs, attempts, dispatch and pod creation by OTLP/HTTP to this collector (e.g. http://127.0.0.1:4318); off by default',
+  agent_token:
+    'deprecated: one secret any agent may present in Hello, for any id (use `leoflow token create --role agent`)',
+  insecure:
+    'run without API tokens and agent credentials where they are required (Pro; Lite off loopback); logged at every start',
+  bootstrap_admin_token:
+    'an admin token of your choosing (>= 32 random characters), stored hashed at start under id "bootstrap-admin"',
   tls_cert: 'PEM certificate (chain) of the API port: serve gRPC, gRPC-Web and Connect over TLS (with --tls-key)',
   tls_key: 'PEM private key of --tls-cert (unencrypted)',
-  tls_client_ca: "mTLS: PEM CA of agents' client certificates; an agent stream must then present one whose CN is its agent id",
-  tls_client_auth: 'with --tls-client-ca: agents (default: only agent streams need a client certificate) | all (every client, the CLI too)',
+  tls_client_ca:
+    "mTLS: PEM CA of agents' client certificates; an agent stream must then present one whose CN is its agent id",
+  tls_client_auth:
+    'with --tls-client-ca: agents (default: only agent streams need a client certificate) | all (every client, the CLI too)',
   log_level: 'trace | debug | info | warn | error | fatal | silent',
   log_format: 'json | pretty (default: pretty at a terminal, json otherwise)',
   kubernetes_namespace: 'kubernetes executor: namespace of the pods of tasks that name none',
   kubernetes_image: 'kubernetes executor: the image pods run (the Leoflow image), unless a task names its own',
-  kubeconfig: 'kubernetes executor: auto ($KUBECONFIG, ~/.kube/config, else in-cluster) | in-cluster | a kubeconfig file',
+  kubeconfig:
+    'kubernetes executor: auto ($KUBECONFIG, ~/.kube/config, else in-cluster) | in-cluster | a kubeconfig file',
   pod_server_url: 'kubernetes executor: the API as pods reach it, e.g. http://leoflow:7070 (the Service)',
   pod_agent_command: "kubernetes executor: the pod's leoflow program (comma-separated argv, default leoflow)",
   pod_pending_timeout: 'kubernetes executor: fail an attempt whose pod stays unschedulable this long, e.g. 5m',
   pod_keep_succeeded: 'kubernetes executor: keep a succeeded pod this long before deleting it (0: at once)',
   pod_keep_failed: 'kubernetes executor: keep a failed pod this long before deleting it, e.g. 1h',
-  pod_agent_token_secret: "kubernetes executor: SECRET[/KEY] (key default agent-token) in the pods' namespace holding --agent-token, so pod specs never carry it",
-  pod_template: 'kubernetes executor: a YAML file of what every task pod gets besides its own (labels, annotations, affinity, priorityClassName, imagePullSecrets, volumes, securityContext)',
-  pod_ca: "kubernetes executor: secret:NAME[/KEY] or configmap:NAME[/KEY] (key default ca.crt) in the pods' namespace: the CA pods' agents verify an https:// --pod-server-url with",
+  pod_agent_token_secret:
+    "kubernetes executor: SECRET[/KEY] (key default agent-token) in the pods' namespace holding --agent-token, so pod specs never carry it",
+  pod_template:
+    'kubernetes executor: a YAML file of what every task pod gets besides its own (labels, annotations, affinity, priorityClassName, imagePullSecrets, volumes, securityContext)',
+  pod_ca:
+    "kubernetes executor: secret:NAME[/KEY] or configmap:NAME[/KEY] (key default ca.crt) in the pods' namespace: the CA pods' agents verify an https:// --pod-server-url with",
 };
 
 /** What a stop may take past its shutdown and kill graces before the process exits anyway. */
@@ -108,10 +123,13 @@ export function registerServer(program: Command): void {
       logger.info({ signal }, signal === 'lost' ? 'stopping: the database is gone' : 'received signal');
       // Every wait of the stop ends by the shutdown grace; this is the net under them (a task
       // stopped at the deadline gets its kill grace, its end a moment to be written).
-      setTimeout(() => {
-        logger.error({ shutdownGraceMs: config.shutdownGraceMs }, 'could not stop in time: exiting now');
-        process.exit(1);
-      }, config.shutdownGraceMs + config.killGraceMs + STOP_SLACK_MS).unref();
+      setTimeout(
+        () => {
+          logger.error({ shutdownGraceMs: config.shutdownGraceMs }, 'could not stop in time: exiting now');
+          process.exit(1);
+        },
+        config.shutdownGraceMs + config.killGraceMs + STOP_SLACK_MS,
+      ).unref();
       plane.close().then(
         () => process.exit(exitCode),
         (err: unknown) => {

@@ -7,7 +7,12 @@ import type { DagIssue, DagSpec, TaskSpec } from '../dag-spec.js';
 import { describeSecretRef } from '../secret-ref.js';
 
 /** Issues for each Kubernetes Secret of a task whose executor (resolved) is not `kubernetes`. */
-export function secretExecutorIssues(task: Pick<TaskSpec, 'secretEnv'>, taskPath: string, executor: string, why = ''): DagIssue[] {
+export function secretExecutorIssues(
+  task: Pick<TaskSpec, 'secretEnv'>,
+  taskPath: string,
+  executor: string,
+  why = '',
+): DagIssue[] {
   if (executor === 'kubernetes' || executor === 'default') return [];
   const issues: DagIssue[] = [];
   for (const [name, ref] of Object.entries(task.secretEnv ?? {})) {
@@ -23,5 +28,6 @@ export function secretExecutorIssues(task: Pick<TaskSpec, 'secretEnv'>, taskPath
 /** The same check for every task whose executor is `default`, now that the default is known. */
 export function defaultExecutorSecretIssues(spec: DagSpec, defaultExecutor: string): DagIssue[] {
   return spec.tasks.flatMap((t, i) =>
-    t.executor === 'default' ? secretExecutorIssues(t, `tasks[${i}]`, defaultExecutor, ` (the server's default)`) : []);
+    t.executor === 'default' ? secretExecutorIssues(t, `tasks[${i}]`, defaultExecutor, ` (the server's default)`) : [],
+  );
 }

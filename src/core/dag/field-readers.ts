@@ -36,12 +36,21 @@ export interface StringRules {
 }
 
 /** A string, never coerced from a number or boolean. */
-export function readString(value: unknown, path: string, issues: DagIssue[], rules: StringRules = {}): string | undefined {
+export function readString(
+  value: unknown,
+  path: string,
+  issues: DagIssue[],
+  rules: StringRules = {},
+): string | undefined {
   if (typeof value !== 'string') {
-    const hint = rules.quoteHint && (typeof value === 'number' || typeof value === 'boolean')
-      ? ` (quote it: "${String(value)}")`
-      : '';
-    issues.push({ path, message: `expected ${rules.nonEmpty ? 'a non-empty string' : 'a string'}, got ${describe(value)}${hint}` });
+    const hint =
+      rules.quoteHint && (typeof value === 'number' || typeof value === 'boolean')
+        ? ` (quote it: "${String(value)}")`
+        : '';
+    issues.push({
+      path,
+      message: `expected ${rules.nonEmpty ? 'a non-empty string' : 'a string'}, got ${describe(value)}${hint}`,
+    });
     return undefined;
   }
   if (rules.nonEmpty && value === '') {
@@ -63,7 +72,13 @@ export function readBoolean(value: unknown, path: string, issues: DagIssue[]): b
 }
 
 /** An integer in `[min, max]`; the common 1..MAX_INT4 range reads as "a positive integer". */
-export function readInteger(value: unknown, path: string, min: number, max: number, issues: DagIssue[]): number | undefined {
+export function readInteger(
+  value: unknown,
+  path: string,
+  min: number,
+  max: number,
+  issues: DagIssue[],
+): number | undefined {
   if (typeof value === 'number' && Number.isInteger(value) && value >= min && value <= max) return value;
   let what = `an integer from ${min} to ${max}`;
   if (min === 1 && max === MAX_INT4) {
@@ -84,7 +99,12 @@ export function readDuration(value: unknown, path: string, issues: DagIssue[]): 
 }
 
 /** One of `allowed`, with a "did you mean" hint for a near miss. */
-export function readEnum<T extends string>(value: unknown, path: string, allowed: readonly T[], issues: DagIssue[]): T | undefined {
+export function readEnum<T extends string>(
+  value: unknown,
+  path: string,
+  allowed: readonly T[],
+  issues: DagIssue[],
+): T | undefined {
   if (typeof value === 'string' && (allowed as readonly string[]).includes(value)) return value as T;
   const hint = typeof value === 'string' ? suggest(value, allowed) : undefined;
   issues.push(expected(`one of ${allowed.join(', ')}`, value, path, hint));
@@ -124,7 +144,10 @@ export function readStringMap(
   for (const [key, v] of Object.entries(value)) {
     const p = keyPath(path, key);
     if (what === 'environment variable' && !ENV_NAME_PATTERN.test(key)) {
-      issues.push({ path: p, message: `invalid environment variable name "${key}": expected letters, digits and "_", not starting with a digit` });
+      issues.push({
+        path: p,
+        message: `invalid environment variable name "${key}": expected letters, digits and "_", not starting with a digit`,
+      });
     } else if (what === 'label' && key === '') {
       issues.push({ path: p, message: 'label names must not be empty' });
     }

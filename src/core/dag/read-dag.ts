@@ -14,7 +14,16 @@ const DEFAULT_TIMEZONE = 'UTC';
 const DEFAULT_MAX_ACTIVE_RUNS = 16;
 
 const DAG_KEYS = [
-  'dag_id', 'description', 'schedule', 'timezone', 'catchup', 'start_date', 'max_active_runs', 'priority', 'tags', 'tasks',
+  'dag_id',
+  'description',
+  'schedule',
+  'timezone',
+  'catchup',
+  'start_date',
+  'max_active_runs',
+  'priority',
+  'tags',
+  'tasks',
 ] as const;
 
 /**
@@ -24,7 +33,10 @@ const DAG_KEYS = [
  */
 export function readDag(root: unknown, issues: DagIssue[]): DagSpec | undefined {
   if (!isMapping(root)) {
-    const message = root === null ? 'the file is empty; a DAG file needs at least dag_id and tasks' : `expected the document to be a mapping with at least dag_id and tasks, got ${describe(root)}`;
+    const message =
+      root === null
+        ? 'the file is empty; a DAG file needs at least dag_id and tasks'
+        : `expected the document to be a mapping with at least dag_id and tasks, got ${describe(root)}`;
     issues.push({ path: '', message });
     return undefined;
   }
@@ -47,7 +59,10 @@ export function readDag(root: unknown, issues: DagIssue[]): DagSpec | undefined 
       case 'timezone':
         if (typeof value !== 'string') issues.push(expected('an IANA time zone like "Europe/Paris"', value, path));
         else if (!isTimezone(value)) {
-          issues.push({ path, message: `unknown time zone ${describe(value)}; expected an IANA name like "Europe/Paris"` });
+          issues.push({
+            path,
+            message: `unknown time zone ${describe(value)}; expected an IANA name like "Europe/Paris"`,
+          });
         } else dag.timezone = value;
         break;
       case 'catchup':

@@ -38,7 +38,10 @@ export function readEnv(value: unknown, path: string, issues: DagIssue[]): TaskE
   for (const [name, v] of Object.entries(value)) {
     const p = keyPath(path, name);
     if (!ENV_NAME_PATTERN.test(name)) {
-      issues.push({ path: p, message: `invalid environment variable name "${name}": expected letters, digits and "_", not starting with a digit` });
+      issues.push({
+        path: p,
+        message: `invalid environment variable name "${name}": expected letters, digits and "_", not starting with a digit`,
+      });
       continue;
     }
     if (isMapping(v)) {
@@ -53,7 +56,12 @@ export function readEnv(value: unknown, path: string, issues: DagIssue[]): TaskE
   return { env: Object.fromEntries(env), ...(secrets.length > 0 ? { secretEnv: Object.fromEntries(secrets) } : {}) };
 }
 
-function readSecretEntry(name: string, entry: Record<string, unknown>, path: string, issues: DagIssue[]): SecretRef | undefined {
+function readSecretEntry(
+  name: string,
+  entry: Record<string, unknown>,
+  path: string,
+  issues: DagIssue[],
+): SecretRef | undefined {
   const keys = Object.keys(entry);
   const unknown = keys.filter((k) => k !== 'secret');
   for (const k of unknown) issues.push(unknownKey(k, keyPath(path, k), ['secret']));
@@ -63,7 +71,10 @@ function readSecretEntry(name: string, entry: Record<string, unknown>, path: str
   }
   if (unknown.length > 0) return undefined;
   if (name.startsWith(RESERVED_PREFIX)) {
-    issues.push({ path, message: `a secret cannot set "${name}": names starting with ${RESERVED_PREFIX} are Leoflow's own` });
+    issues.push({
+      path,
+      message: `a secret cannot set "${name}": names starting with ${RESERVED_PREFIX} are Leoflow's own`,
+    });
     return undefined;
   }
   return readSecretRef(entry.secret, `${path}.secret`, issues);
@@ -79,11 +90,18 @@ export function readSecretRef(value: unknown, path: string, issues: DagIssue[]):
   const keys = Object.keys(value);
   const before = issues.length;
   for (const k of keys) {
-    if (!(SECRET_SOURCES as readonly string[]).includes(k)) issues.push(unknownKey(k, keyPath(path, k), SECRET_SOURCES));
+    if (!(SECRET_SOURCES as readonly string[]).includes(k))
+      issues.push(unknownKey(k, keyPath(path, k), SECRET_SOURCES));
   }
   if (issues.length > before) return undefined;
   if (keys.length !== 1) {
-    issues.push({ path, message: keys.length === 0 ? `expected ${what}, got an empty mapping` : `expected exactly one of ${SECRET_SOURCES.join(', ')}, got ${keys.join(' and ')}` });
+    issues.push({
+      path,
+      message:
+        keys.length === 0
+          ? `expected ${what}, got an empty mapping`
+          : `expected exactly one of ${SECRET_SOURCES.join(', ')}, got ${keys.join(' and ')}`,
+    });
     return undefined;
   }
   const source = keys[0] as (typeof SECRET_SOURCES)[number];
@@ -102,7 +120,9 @@ export function readSecretRef(value: unknown, path: string, issues: DagIssue[]):
     const s = readString(v, p, issues, { nonEmpty: true, noNul: true });
     if (s === undefined) return undefined;
     if (!s.startsWith('/')) {
-      issues.push(expected('an absolute path (the executor reads it on its own machine, from no particular directory)', s, p));
+      issues.push(
+        expected('an absolute path (the executor reads it on its own machine, from no particular directory)', s, p),
+      );
       return undefined;
     }
     return { file: s };
@@ -112,12 +132,13 @@ export function readSecretRef(value: unknown, path: string, issues: DagIssue[]):
 
 function readKubernetesSecret(value: unknown, path: string, issues: DagIssue[]): SecretRef | undefined {
   if (!isMapping(value)) {
-    issues.push(expected('a mapping with the Secret\'s name and key', value, path));
+    issues.push(expected("a mapping with the Secret's name and key", value, path));
     return undefined;
   }
   const before = issues.length;
   for (const k of Object.keys(value)) {
-    if (!(KUBERNETES_KEYS as readonly string[]).includes(k)) issues.push(unknownKey(k, keyPath(path, k), KUBERNETES_KEYS));
+    if (!(KUBERNETES_KEYS as readonly string[]).includes(k))
+      issues.push(unknownKey(k, keyPath(path, k), KUBERNETES_KEYS));
   }
   for (const k of KUBERNETES_KEYS) if (!Object.hasOwn(value, k)) issues.push(missing(k, `${path}.${k}`));
   if (issues.length > before) return undefined;

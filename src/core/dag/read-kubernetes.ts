@@ -4,7 +4,13 @@
  * apply, with the field's path. Only the keys given are kept (absent fields stay absent).
  */
 import type { DagIssue, KubernetesSpec, TolerationSpec } from '../dag-spec.js';
-import { dns1123LabelProblem, dns1123SubdomainProblem, labelKeyProblem, labelValueProblem, parseQuantity } from '../kubernetes-names.js';
+import {
+  dns1123LabelProblem,
+  dns1123SubdomainProblem,
+  labelKeyProblem,
+  labelValueProblem,
+  parseQuantity,
+} from '../kubernetes-names.js';
 import { isMapping, MAX_INT4, readEnum, readInteger, readString } from './field-readers.js';
 import { describe, expected, keyPath, unknownKey } from './issue-messages.js';
 
@@ -18,7 +24,13 @@ const IMAGE = /^[^\s]+$/;
 
 export function readKubernetes(value: unknown, path: string, issues: DagIssue[]): KubernetesSpec | undefined {
   if (!isMapping(value)) {
-    issues.push(expected('a kubernetes mapping (image, resources, namespace, service_account, node_selector, tolerations)', value, path));
+    issues.push(
+      expected(
+        'a kubernetes mapping (image, resources, namespace, service_account, node_selector, tolerations)',
+        value,
+        path,
+      ),
+    );
     return undefined;
   }
   const before = issues.length;
@@ -28,7 +40,8 @@ export function readKubernetes(value: unknown, path: string, issues: DagIssue[])
     switch (key) {
       case 'image': {
         const s = readString(v, p, issues, { nonEmpty: true });
-        if (s !== undefined && !IMAGE.test(s)) issues.push({ path: p, message: `must be an image reference without spaces, got ${describe(s)}` });
+        if (s !== undefined && !IMAGE.test(s))
+          issues.push({ path: p, message: `must be an image reference without spaces, got ${describe(s)}` });
         else if (s !== undefined) spec.image = s;
         break;
       }
@@ -64,7 +77,12 @@ export function readKubernetes(value: unknown, path: string, issues: DagIssue[])
   return issues.length > before ? undefined : spec;
 }
 
-function readNamed(v: unknown, path: string, issues: DagIssue[], problem: (s: string) => string | null): string | undefined {
+function readNamed(
+  v: unknown,
+  path: string,
+  issues: DagIssue[],
+  problem: (s: string) => string | null,
+): string | undefined {
   const s = readString(v, path, issues, { nonEmpty: true });
   if (s === undefined) return undefined;
   const why = problem(s);
@@ -94,7 +112,10 @@ function readResources(v: unknown, path: string, issues: DagIssue[]): Kubernetes
   for (const [name, req] of Object.entries(out.requests ?? {})) {
     const lim = out.limits?.[name];
     if (lim !== undefined && parseQuantity(req)! > parseQuantity(lim)!) {
-      issues.push({ path: keyPath(keyPath(path, 'requests'), name), message: `request ${req} is above its limit ${lim}` });
+      issues.push({
+        path: keyPath(keyPath(path, 'requests'), name),
+        message: `request ${req} is above its limit ${lim}`,
+      });
     }
   }
   return out;
@@ -116,7 +137,10 @@ function readQuantities(v: unknown, path: string, issues: DagIssue[]): Record<st
     // YAML reads `cpu: 2` as a number: a quantity all the same.
     const s = typeof q === 'number' && Number.isFinite(q) && q >= 0 ? String(q) : q;
     if (typeof s !== 'string' || parseQuantity(s) === null) {
-      issues.push({ path: p, message: `expected a resource quantity such as 500m, 2, 512Mi or 4Gi, got ${describe(q)}` });
+      issues.push({
+        path: p,
+        message: `expected a resource quantity such as 500m, 2, 512Mi or 4Gi, got ${describe(q)}`,
+      });
       continue;
     }
     out[name] = s;
@@ -195,9 +219,15 @@ function readTolerations(v: unknown, path: string, issues: DagIssue[]): Tolerati
       }
     }
     // The API server's own rules for a toleration (core/v1 validation).
-    if (t.operator === 'Exists' && t.value !== undefined && t.value !== '') issues.push({ path: keyPath(p, 'value'), message: 'must be empty when operator is Exists' });
-    if (t.key === undefined && t.operator !== 'Exists' && Object.hasOwn(item, 'operator')) issues.push({ path: keyPath(p, 'operator'), message: 'must be Exists when key is empty (a toleration of every taint)' });
-    if (t.tolerationSeconds !== undefined && t.effect !== 'NoExecute') issues.push({ path: keyPath(p, 'toleration_seconds'), message: 'is only allowed with effect NoExecute' });
+    if (t.operator === 'Exists' && t.value !== undefined && t.value !== '')
+      issues.push({ path: keyPath(p, 'value'), message: 'must be empty when operator is Exists' });
+    if (t.key === undefined && t.operator !== 'Exists' && Object.hasOwn(item, 'operator'))
+      issues.push({
+        path: keyPath(p, 'operator'),
+        message: 'must be Exists when key is empty (a toleration of every taint)',
+      });
+    if (t.tolerationSeconds !== undefined && t.effect !== 'NoExecute')
+      issues.push({ path: keyPath(p, 'toleration_seconds'), message: 'is only allowed with effect NoExecute' });
     out.push(t);
   });
   return issues.length > before ? undefined : out;

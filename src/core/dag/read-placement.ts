@@ -7,7 +7,11 @@ import { isMapping, MAX_INT4, readInteger, readStringList, readStringMap } from 
 import { expected, keyPath, unknownKey } from './issue-messages.js';
 
 const PLACEMENT_KEYS = [
-  'labels', 'capabilities', 'allowed_agents', 'forbidden_agents', 'max_parallel_per_agent',
+  'labels',
+  'capabilities',
+  'allowed_agents',
+  'forbidden_agents',
+  'max_parallel_per_agent',
 ] as const;
 
 /** Reads a placement mapping, filling absent constraints with "no constraint". */

@@ -22,20 +22,37 @@ export function readStartDate(value: unknown, path: string, timezone: string, is
   }
   const [, y, mo, d, h = '0', mi = '0', s = '0', fraction = '', offset] = match;
   const fields = {
-    year: Number(y), month: Number(mo), day: Number(d), hour: Number(h), minute: Number(mi), second: Number(s),
+    year: Number(y),
+    month: Number(mo),
+    day: Number(d),
+    hour: Number(h),
+    minute: Number(mi),
+    second: Number(s),
     ms: Number(fraction.padEnd(3, '0').slice(0, 3)),
   };
   // Day 0 of the next month is the last day of this one.
   const monthDays = new Date(Date.UTC(fields.year, fields.month, 0)).getUTCDate();
   if (
-    fields.year < 1000 || fields.month < 1 || fields.month > 12 || fields.day < 1 || fields.day > monthDays ||
-    fields.hour > 23 || fields.minute > 59 || fields.second > 59
+    fields.year < 1000 ||
+    fields.month < 1 ||
+    fields.month > 12 ||
+    fields.day < 1 ||
+    fields.day > monthDays ||
+    fields.hour > 23 ||
+    fields.minute > 59 ||
+    fields.second > 59
   ) {
     issues.push({ path, message: `${describe(value)} is not a valid date or time; expected ${what}` });
     return undefined;
   }
   const wallClock = Date.UTC(
-    fields.year, fields.month - 1, fields.day, fields.hour, fields.minute, fields.second, fields.ms,
+    fields.year,
+    fields.month - 1,
+    fields.day,
+    fields.hour,
+    fields.minute,
+    fields.second,
+    fields.ms,
   );
   // No offset in the file: the time is a wall-clock time in the DAG's time zone (UTC by default).
   const instant = offset === undefined ? zonedToInstant(wallClock, timezone) : wallClock - offsetMs(offset);

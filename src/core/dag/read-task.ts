@@ -19,8 +19,21 @@ const DEFAULT_RETRY_DELAY_MS = 10_000;
 const DEFAULT_MAX_RETRY_DELAY_MS = 3_600_000;
 
 const TASK_KEYS = [
-  'id', 'command', 'depends_on', 'trigger_rule', 'retries', 'retry_delay', 'max_retry_delay', 'timeout', 'env',
-  'cwd', 'executor', 'image', 'placement', 'priority', 'kubernetes',
+  'id',
+  'command',
+  'depends_on',
+  'trigger_rule',
+  'retries',
+  'retry_delay',
+  'max_retry_delay',
+  'timeout',
+  'env',
+  'cwd',
+  'executor',
+  'image',
+  'placement',
+  'priority',
+  'kubernetes',
 ] as const;
 
 /** A task as read, before the checks across tasks: what they need, and the spec if it is whole. */
@@ -113,7 +126,10 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
   }
   if (task.placement && (task.executor === 'subprocess' || task.executor === 'kubernetes')) {
     // Placement chooses among agents: on another executor it would be silently ignored.
-    issues.push({ path: `${path}.placement`, message: `applies only to tasks with executor: agents; this task's executor is ${task.executor}` });
+    issues.push({
+      path: `${path}.placement`,
+      message: `applies only to tasks with executor: agents; this task's executor is ${task.executor}`,
+    });
   }
   if (draft.id !== undefined) {
     // Self-dependencies are reported here, with the task, and kept out of the graph checks.

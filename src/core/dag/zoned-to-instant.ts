@@ -30,8 +30,14 @@ function zoneOffsetAt(instant: number, timezone: string): number {
   let format = zoneFormats.get(timezone);
   if (format === undefined) {
     format = new Intl.DateTimeFormat('en-US', {
-      timeZone: timezone, hourCycle: 'h23',
-      year: 'numeric', month: 'numeric', day: 'numeric', hour: 'numeric', minute: 'numeric', second: 'numeric',
+      timeZone: timezone,
+      hourCycle: 'h23',
+      year: 'numeric',
+      month: 'numeric',
+      day: 'numeric',
+      hour: 'numeric',
+      minute: 'numeric',
+      second: 'numeric',
     });
     zoneFormats.set(timezone, format);
   }

@@ -13,7 +13,22 @@ import type { Sql } from '../sql.js';
  */
 export async function activeAttemptsOf(sql: Sql, executor: string): Promise<{ attempt: Attempt; running: boolean }[]> {
   const rows = await sql<
-    { id: string; run_id: string; task_id: string; state: string; try_number: number; max_tries: number; attempt_token: string; dispatch_key: string; dag_id: string; task: TaskSpec | null; conf: Record<string, unknown>; logical_date: Date; traceparent: string | null; tracestate: string | null }[]
+    {
+      id: string;
+      run_id: string;
+      task_id: string;
+      state: string;
+      try_number: number;
+      max_tries: number;
+      attempt_token: string;
+      dispatch_key: string;
+      dag_id: string;
+      task: TaskSpec | null;
+      conf: Record<string, unknown>;
+      logical_date: Date;
+      traceparent: string | null;
+      tracestate: string | null;
+    }[]
   >`
     select t.id, t.run_id, t.task_id, t.state, t.try_number, t.max_tries, t.attempt_token, t.dispatch_key,
            r.dag_id, r.conf, r.logical_date, r.traceparent, r.tracestate,
@@ -26,8 +41,22 @@ export async function activeAttemptsOf(sql: Sql, executor: string): Promise<{ at
     const task = row.task;
     if (!task) continue;
     const attempt = attemptOf(
-      { tiId: row.id, runId: row.run_id, dagId: row.dag_id, taskId: row.task_id, task, conf: row.conf, logicalDate: row.logical_date, runTrace: runTraceOf(row) },
-      { tryNumber: row.try_number, maxTries: row.max_tries, attemptToken: row.attempt_token, dispatchKey: row.dispatch_key },
+      {
+        tiId: row.id,
+        runId: row.run_id,
+        dagId: row.dag_id,
+        taskId: row.task_id,
+        task,
+        conf: row.conf,
+        logicalDate: row.logical_date,
+        runTrace: runTraceOf(row),
+      },
+      {
+        tryNumber: row.try_number,
+        maxTries: row.max_tries,
+        attemptToken: row.attempt_token,
+        dispatchKey: row.dispatch_key,
+      },
     );
     out.push({ attempt, running: row.state !== 'queued' });
   }

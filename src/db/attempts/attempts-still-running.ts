@@ -7,6 +7,8 @@ import type { Sql } from '../sql.js';
  */
 export async function attemptsStillRunning(sql: Sql, tiIds: string[]): Promise<string[]> {
   if (tiIds.length === 0) return [];
-  const rows = await sql<{ id: string }[]>`select id from task_instances where id = any(${tiIds}::bigint[]) and pid is not null`;
+  const rows = await sql<
+    { id: string }[]
+  >`select id from task_instances where id = any(${tiIds}::bigint[]) and pid is not null`;
   return rows.map((r) => r.id);
 }

@@ -15,7 +15,12 @@ export type { Claim };
  * scheduled (another dispatcher or leader claimed it first, or it was cancelled): the caller
  * then does nothing, which is what makes a duplicate dispatch harmless.
  */
-export async function claimAttempt(sql: Sql, tiId: string, executor: string, agentId: string | null = null): Promise<Claim | null> {
+export async function claimAttempt(
+  sql: Sql,
+  tiId: string,
+  executor: string,
+  agentId: string | null = null,
+): Promise<Claim | null> {
   return (await claimAttempts(sql, executor, [{ tiId, agentId }])).get(tiId) ?? null;
 }
 
@@ -24,9 +29,22 @@ export async function claimAttempt(sql: Sql, tiId: string, executor: string, age
  * the same row-by-row guard as a single claim. Resolves the claims made, by ti id; a TI missing
  * from the map was claimed by someone else first, or cancelled.
  */
-export async function claimAttempts(sql: Sql, executor: string, claims: { tiId: string; agentId: string | null }[]): Promise<Map<string, Claim>> {
+export async function claimAttempts(
+  sql: Sql,
+  executor: string,
+  claims: { tiId: string; agentId: string | null }[],
+): Promise<Map<string, Claim>> {
   if (claims.length === 0) return new Map();
-  const rows = await sql<{ id: string; try_number: number; max_tries: number; attempt_token: string; dispatch_key: string; agent_id: string | null }[]>`
+  const rows = await sql<
+    {
+      id: string;
+      try_number: number;
+      max_tries: number;
+      attempt_token: string;
+      dispatch_key: string;
+      agent_id: string | null;
+    }[]
+  >`
     with c as (
       select * from unnest(${claims.map((c) => c.tiId)}::bigint[], ${claims.map((c) => c.agentId) as string[]}::text[]) as c(id, agent_id)),
     claimed as (
@@ -37,6 +55,15 @@ export async function claimAttempts(sql: Sql, executor: string, claims: { tiId: 
     ev as (${tiEvents(sql, EVENT_KIND.tiState, sql`claimed`, claimEvent(sql))})
     select id, try_number, max_tries, attempt_token, dispatch_key, agent_id from claimed`;
   return new Map(
-    rows.map((r) => [r.id, { tryNumber: r.try_number, maxTries: r.max_tries, attemptToken: r.attempt_token, dispatchKey: r.dispatch_key, agentId: r.agent_id }]),
+    rows.map((r) => [
+      r.id,
+      {
+        tryNumber: r.try_number,
+        maxTries: r.max_tries,
+        attemptToken: r.attempt_token,
+        dispatchKey: r.dispatch_key,
+        agentId: r.agent_id,
+      },
+    ]),
   );
 }

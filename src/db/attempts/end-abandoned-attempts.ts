@@ -25,7 +25,11 @@ export interface AbandonedAttemptRow {
  * touched: it is sent to the new process. Safe because an agent proves dead what its earlier
  * processes left and it does not hold before it says Hello (agent.proto, Hello.incarnation_id).
  */
-export async function endAbandonedAttempts(sql: Sql, agentId: string, incarnationId: string): Promise<AbandonedAttemptRow[]> {
+export async function endAbandonedAttempts(
+  sql: Sql,
+  agentId: string,
+  incarnationId: string,
+): Promise<AbandonedAttemptRow[]> {
   const error = sql`'agent_restarted: agent ' || agent_id || ' restarted; its process ' || delivered_to
     || ' was given this attempt, and process ' || ${incarnationId}::text || ' does not hold it'`;
   return sql<AbandonedAttemptRow[]>`

@@ -10,7 +10,12 @@ import { lostEvent, lostReturning, lostSet } from './lost-write.js';
  * Guarded by try, token and an active state, so an attempt already over (its agent reported,
  * it was cancelled) is left alone. Resolves the run's id when this call ended it.
  */
-export async function endLostAttempt(sql: Sql, a: { tiId: string; tryNumber: number; attemptToken: string }, error: string, reason: string): Promise<string | null> {
+export async function endLostAttempt(
+  sql: Sql,
+  a: { tiId: string; tryNumber: number; attemptToken: string },
+  error: string,
+  reason: string,
+): Promise<string | null> {
   const [row] = await sql<{ run_id: string }[]>`
     with moved as (
       update task_instances set ${lostSet(sql, sql`${error}`)}

@@ -36,12 +36,21 @@ export async function finishAttempt(
 }
 
 /** The attempts `finishAttempts` ended, with the state each ended in, its DAG and how long it ran (s). */
-export type FinishedRow = { id: string; try_number: number; token: string; run_id: string; state: Exclude<FinishVerdict, 'cancelled' | 'rejected'>; dag_id: string; ran_s: number | null };
+export type FinishedRow = {
+  id: string;
+  try_number: number;
+  token: string;
+  run_id: string;
+  state: Exclude<FinishVerdict, 'cancelled' | 'rejected'>;
+  dag_id: string;
+  ran_s: number | null;
+};
 
 /** Of an end written with its start (`startAndFinishAttempts`): the wait, when it started here. */
 export type StartedAndFinishedRow = FinishedRow & { waited_s: number | null };
 
-const endFigures = (sql: Sql) => sql`(select d.dag_id from dag_runs d where d.id = run_id) as dag_id, extract(epoch from ended_at - started_at)::float8 as ran_s`;
+const endFigures = (sql: Sql) =>
+  sql`(select d.dag_id from dag_runs d where d.id = run_id) as dag_id, extract(epoch from ended_at - started_at)::float8 as ran_s`;
 
 type End = { tiId: string; tryNumber: number; attemptToken: string; result: AttemptResult };
 

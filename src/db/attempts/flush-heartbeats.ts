@@ -7,7 +7,10 @@ import type { Sql } from '../sql.js';
  * just given before its Started arrives); any other attempt has been superseded, reaped or
  * cancelled, and its holder must stop it.
  */
-export async function flushHeartbeats(sql: Sql, attempts: { tiId: string; attemptToken: string }[]): Promise<Set<string>> {
+export async function flushHeartbeats(
+  sql: Sql,
+  attempts: { tiId: string; attemptToken: string }[],
+): Promise<Set<string>> {
   if (attempts.length === 0) return new Set();
   const rows = await sql<{ id: string }[]>`
     update task_instances t set heartbeat_at = now()

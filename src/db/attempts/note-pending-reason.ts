@@ -8,7 +8,11 @@ import { EVENT_KIND, tiEvents } from '../events/record-events.js';
  * null clears it once it runs. Fenced by the attempt's token: a newer try's reason is never
  * overwritten.
  */
-export async function notePendingReason(sql: Sql, a: { tiId: string; tryNumber: number; attemptToken: string }, reason: string | null): Promise<void> {
+export async function notePendingReason(
+  sql: Sql,
+  a: { tiId: string; tryNumber: number; attemptToken: string },
+  reason: string | null,
+): Promise<void> {
   await sql`
     with moved as (
       update task_instances set pending_reason = ${reason}

@@ -41,7 +41,10 @@ export function createDeliveryRecorder(sql: Sql): (d: Delivery) => Promise<boole
     const batch = pending;
     pending = [];
     try {
-      const done = await recordDeliveries(sql, batch.map((p) => p.d));
+      const done = await recordDeliveries(
+        sql,
+        batch.map((p) => p.d),
+      );
       for (const p of batch) p.resolve(done.has(key(p.d.tiId, p.d.attemptToken, p.d.incarnationId)));
     } catch (err) {
       for (const p of batch) p.reject(err);

@@ -8,7 +8,11 @@ import type { Fragment, Sql } from '../sql.js';
  * placement and delivery): queued → scheduled, the try number and token undone, fenced by that
  * token, so only the claimer can do it and only before the attempt started.
  */
-export async function releaseClaim(sql: Sql, a: { tiId: string; tryNumber: number; attemptToken: string }, reason: string): Promise<boolean> {
+export async function releaseClaim(
+  sql: Sql,
+  a: { tiId: string; tryNumber: number; attemptToken: string },
+  reason: string,
+): Promise<boolean> {
   const rows = await sql`
     with moved as (${releaseMove(sql, a, reason)})
     ${releaseEvents(sql, reason)}
@@ -17,7 +21,12 @@ export async function releaseClaim(sql: Sql, a: { tiId: string; tryNumber: numbe
 }
 
 /** The move a release writes, fenced by the attempt's token; `guard`, a further condition. */
-export function releaseMove(sql: Sql, a: { tiId: string; tryNumber: number; attemptToken: string }, reason: string, guard: Fragment = sql`true`): Fragment {
+export function releaseMove(
+  sql: Sql,
+  a: { tiId: string; tryNumber: number; attemptToken: string },
+  reason: string,
+  guard: Fragment = sql`true`,
+): Fragment {
   return sql`
     update task_instances set state = 'scheduled', try_number = try_number - 1, attempt_token = null,
       dispatch_key = null, agent_id = null, queued_at = null, pending_reason = ${reason}
@@ -28,5 +37,10 @@ export function releaseMove(sql: Sql, a: { tiId: string; tryNumber: number; atte
 
 /** The event of each release in `moved`. */
 export function releaseEvents(sql: Sql, reason: string): Fragment {
-  return tiEvents(sql, EVENT_KIND.tiState, sql`moved`, sql`jsonb_build_object('task_id', task_id, 'to', 'scheduled', 'try', try_number, 'reason', ${reason}::text)`);
+  return tiEvents(
+    sql,
+    EVENT_KIND.tiState,
+    sql`moved`,
+    sql`jsonb_build_object('task_id', task_id, 'to', 'scheduled', 'try', try_number, 'reason', ${reason}::text)`,
+  );
 }

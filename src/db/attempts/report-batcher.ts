@@ -6,7 +6,14 @@ import { retryOnConnectionError } from '../retry-on-connection-error.js';
 import type { LogWriter } from '../log-writer.js';
 import type { Sql } from '../sql.js';
 import type { EndsSentListener, EndsSentPort } from './ends-sent-port.js';
-import { finishAttempt, finishAttempts, startAndFinishAttempts, type FinishedRow, type FinishVerdict, type StartedAndFinishedRow } from './finish-attempt.js';
+import {
+  finishAttempt,
+  finishAttempts,
+  startAndFinishAttempts,
+  type FinishedRow,
+  type FinishVerdict,
+  type StartedAndFinishedRow,
+} from './finish-attempt.js';
 import { startAttempts, type StartedRow } from './start-attempt.js';
 
 /** One attempt, as every report names it. */
@@ -34,8 +41,21 @@ export interface ReportBatcher {
 }
 
 type Op =
-  | { kind: 'start'; a: AttemptKey; pid: number | null; agentId: string | null; resolve(ok: boolean): void; reject(err: unknown): void }
-  | { kind: 'finish'; a: AttemptKey; result: AttemptResult; resolve(r: FinishRecorded): void; reject(err: unknown): void };
+  | {
+      kind: 'start';
+      a: AttemptKey;
+      pid: number | null;
+      agentId: string | null;
+      resolve(ok: boolean): void;
+      reject(err: unknown): void;
+    }
+  | {
+      kind: 'finish';
+      a: AttemptKey;
+      result: AttemptResult;
+      resolve(r: FinishRecorded): void;
+      reject(err: unknown): void;
+    };
 
 export interface ReportBatcherOptions {
   retryMs: number;
@@ -89,16 +109,32 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
     },
   };
 
-  const retry = <T>(op: () => Promise<T>) => retryOnConnectionError(op, { maxMs: opts.retryMs, giveUp: opts.giveUp, onRetry: (err, n) => n === 1 && opts.onRetry?.(err) });
+  const retry = <T>(op: () => Promise<T>) =>
+    retryOnConnectionError(op, {
+      maxMs: opts.retryMs,
+      giveUp: opts.giveUp,
+      onRetry: (err, n) => n === 1 && opts.onRetry?.(err),
+    });
 
   type StartOp = Extract<Op, { kind: 'start' }>;
   type EndOp = Extract<Op, { kind: 'finish' }>;
   /** An attempt's Started and Finished in the same batch: written as one. */
   type BothOp = { start: StartOp; end: EndOp };
-  const startsQuery = (on: Sql, ops: StartOp[]) => startAttempts(on, ops.map((o) => ({ ...o.a, pid: o.pid, agentId: o.agentId })));
-  const endsQuery = (on: Sql, ops: EndOp[]) => finishAttempts(on, ops.map((o) => ({ ...o.a, result: o.result })));
+  const startsQuery = (on: Sql, ops: StartOp[]) =>
+    startAttempts(
+      on,
+      ops.map((o) => ({ ...o.a, pid: o.pid, agentId: o.agentId })),
+    );
+  const endsQuery = (on: Sql, ops: EndOp[]) =>
+    finishAttempts(
+      on,
+      ops.map((o) => ({ ...o.a, result: o.result })),
+    );
   const bothQuery = (on: Sql, ops: BothOp[]) =>
-    startAndFinishAttempts(on, ops.map(({ start, end }) => ({ ...end.a, result: end.result, pid: start.pid, agentId: start.agentId })));
+    startAndFinishAttempts(
+      on,
+      ops.map(({ start, end }) => ({ ...end.a, result: end.result, pid: start.pid, agentId: start.agentId })),
+    );
 
   const settleStarts = (ops: StartOp[], rows: StartedRow[]) => {
     for (const r of rows) opts.observe?.started(r.dag_id, r.waited_s);
@@ -121,7 +157,10 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
     for (const r of rows) if (r.waited_s !== null) opts.observe?.started(r.dag_id, r.waited_s);
     const done = new Set(rows.map((r) => key(r.id, r.try_number, r.token)));
     for (const o of ops) o.start.resolve(done.has(key(o.start.a.tiId, o.start.a.tryNumber, o.start.a.attemptToken)));
-    settleEnds(ops.map((o) => o.end), rows);
+    settleEnds(
+      ops.map((o) => o.end),
+      rows,
+    );
   };
 
   /**
@@ -131,7 +170,11 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
    */
   const writeStarts = async (ops: StartOp[]) => {
     try {
-      await isolateFailures(ops, async (part) => settleStarts(part, await retry(() => startsQuery(sql, part))), (o, err) => o.reject(err));
+      await isolateFailures(
+        ops,
+        async (part) => settleStarts(part, await retry(() => startsQuery(sql, part))),
+        (o, err) => o.reject(err),
+      );
     } catch (err) {
       for (const o of ops) o.reject(err);
     }
@@ -139,7 +182,11 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
 
   const writeEnds = async (ops: EndOp[]) => {
     try {
-      await isolateFailures(ops, async (part) => settleEnds(part, await retry(() => endsQuery(sql, part))), (o, err) => o.reject(err));
+      await isolateFailures(
+        ops,
+        async (part) => settleEnds(part, await retry(() => endsQuery(sql, part))),
+        (o, err) => o.reject(err),
+      );
     } catch (err) {
       for (const o of ops) o.reject(err);
     }
@@ -188,12 +235,18 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
       ends.length > 0 ? endsQuery(on, ends).execute() : none,
     ] as const;
     const allEnds = [...both.map((o) => o.end), ...ends];
-    const after = behindEnds?.(on, allEnds.map((o) => ({ tiId: o.a.tiId, outcome: o.result.outcome })));
+    const after = behindEnds?.(
+      on,
+      allEnds.map((o) => ({ tiId: o.a.tiId, outcome: o.result.outcome })),
+    );
     // The lines settle first: retried through the pool after a lost connection, before the ends are.
     const [s, b, e] = await Promise.allSettled([...sent, lines]);
     if (s.status === 'fulfilled' && b.status === 'fulfilled' && e.status === 'fulfilled') {
       settleStarts(starts, s.value);
-      settleStarts(both.map((o) => o.start), b.value);
+      settleStarts(
+        both.map((o) => o.start),
+        b.value,
+      );
       // Written: the next batch need not wait. The ends are settled once what was sent behind them
       // has answered too (what an end wakes may count on what rode behind it).
       const settling = Promise.allSettled([after]).then(() => {
@@ -271,8 +324,12 @@ export function createReportBatcher(sql: Sql, opts: ReportBatcherOptions): Repor
   };
 
   return {
-    started: (a, info) => new Promise<boolean>((resolve, reject) => enqueue({ kind: 'start', a, pid: info.pid, agentId: info.agentId, resolve, reject })),
-    finished: (a, result) => new Promise<FinishRecorded>((resolve, reject) => enqueue({ kind: 'finish', a, result, resolve, reject })),
+    started: (a, info) =>
+      new Promise<boolean>((resolve, reject) =>
+        enqueue({ kind: 'start', a, pid: info.pid, agentId: info.agentId, resolve, reject }),
+      ),
+    finished: (a, result) =>
+      new Promise<FinishRecorded>((resolve, reject) => enqueue({ kind: 'finish', a, result, resolve, reject })),
     async drain() {
       while (flushing || settlingEnds.size > 0) {
         await flushing;

@@ -6,7 +6,8 @@ import type { Sql } from '../sql.js';
 export const START_FROM = legalTiFrom('running') as string[];
 
 /** The events-log payload of a start, from a row with task_id, try_number, pid and agent_id. */
-export const startEvent = (sql: Sql) => sql`jsonb_build_object('task_id', task_id, 'to', 'running', 'try', try_number, 'pid', pid, 'agent_id', agent_id)`;
+export const startEvent = (sql: Sql) =>
+  sql`jsonb_build_object('task_id', task_id, 'to', 'running', 'try', try_number, 'pid', pid, 'agent_id', agent_id)`;
 
 /** One attempt's start, as reported: fenced by try number and token. */
 export interface StartReport {
@@ -21,7 +22,8 @@ export interface StartReport {
 export type StartedRow = { id: string; try_number: number; token: string; dag_id: string; waited_s: number | null };
 
 /** The DAG of a row with a run_id, and its wait (ready → started), for the metrics. */
-export const startFigures = (sql: Sql) => sql`(select d.dag_id from dag_runs d where d.id = run_id) as dag_id, extract(epoch from started_at - ready_at)::float8 as waited_s`;
+export const startFigures = (sql: Sql) =>
+  sql`(select d.dag_id from dag_runs d where d.id = run_id) as dag_id, extract(epoch from started_at - ready_at)::float8 as waited_s`;
 
 /**
  * queued → running for many attempts in one statement, each only if it is still the current

@@ -29,7 +29,9 @@ export async function eventSeqName(sql: Sql): Promise<string> {
  * by then (migration 011 numbers seq after taking it), so `eventsAfter` counts it among the open.
  */
 export async function lastSeqTaken(sql: Sql, seqName: string): Promise<bigint> {
-  const [v] = await sql.unsafe<{ last: string }[]>(`select (case when is_called then last_value else last_value - 1 end)::text as last from ${seqName}`);
+  const [v] = await sql.unsafe<{ last: string }[]>(
+    `select (case when is_called then last_value else last_value - 1 end)::text as last from ${seqName}`,
+  );
   return BigInt(v!.last);
 }
 
@@ -40,7 +42,11 @@ export async function lastSeqTaken(sql: Sql, seqName: string): Promise<bigint> {
  * writer may already hold a seq). The second are bounded by an id this statement takes for
  * itself, after the snapshot: every writer that took a seq before the call has a smaller one.
  */
-export async function eventsAfter(sql: Sql, after: bigint, upTo: bigint): Promise<{ rows: EventRow[]; open: string[] }> {
+export async function eventsAfter(
+  sql: Sql,
+  after: bigint,
+  upTo: bigint,
+): Promise<{ rows: EventRow[]; open: string[] }> {
   const [snap] = await sql<{ open: string[] }[]>`
     select array(
       select x::text from pg_snapshot_xip(q.s) x
@@ -69,7 +75,13 @@ export async function anyOpen(sql: Sql, xids: string[]): Promise<boolean> {
 }
 
 /** The events of `filter` with `after < seq <= upTo`, in seq order, at most `limit`. */
-export async function readEvents(sql: Sql, filter: EventFilter, after: bigint, upTo: bigint, limit: number): Promise<EventRow[]> {
+export async function readEvents(
+  sql: Sql,
+  filter: EventFilter,
+  after: bigint,
+  upTo: bigint,
+  limit: number,
+): Promise<EventRow[]> {
   const runId = filter.runId ?? null;
   const dagId = filter.dagId ?? null;
   return sql<EventRow[]>`

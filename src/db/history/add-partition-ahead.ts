@@ -22,7 +22,12 @@ const PARTITIONS_PER_RETENTION = 30n;
  * table; the default partition, which it checks holds no row of the range, is locked briefly).
  * Resolves the partition added, or null when none was needed or another replica just added it.
  */
-export async function addPartitionAhead(sql: Sql, table: HistoryTable, now: Date, retentionMs: number | null): Promise<Partition | null> {
+export async function addPartitionAhead(
+  sql: Sql,
+  table: HistoryTable,
+  now: Date,
+  retentionMs: number | null,
+): Promise<Partition | null> {
   const parts = await listPartitions(sql, table);
   const top = parts.ranges.at(-1);
   if (!top || top.to === null) return null;
@@ -40,7 +45,9 @@ export async function addPartitionAhead(sql: Sql, table: HistoryTable, now: Date
   try {
     await sql.begin(async (tx) => {
       await tx`create table ${tx(partition.name)} (like ${tx(table.name)} including defaults including constraints)`;
-      await tx.unsafe(`alter table ${table.name} attach partition ${partition.name} for values from (${lo}) to (${lo + span})`);
+      await tx.unsafe(
+        `alter table ${table.name} attach partition ${partition.name} for values from (${lo}) to (${lo + span})`,
+      );
     });
   } catch (err) {
     // Another replica (a leader overlapping this one) added it first, or ids moved on while this
@@ -53,7 +60,14 @@ export async function addPartitionAhead(sql: Sql, table: HistoryTable, now: Date
 }
 
 /** Owner ids used in `periodMs`, from how fast the top range was used since its first owner was made. */
-async function spanFor(sql: Sql, table: HistoryTable, from: bigint, maxId: bigint, now: Date, periodMs: bigint): Promise<bigint> {
+async function spanFor(
+  sql: Sql,
+  table: HistoryTable,
+  from: bigint,
+  maxId: bigint,
+  now: Date,
+  periodMs: bigint,
+): Promise<bigint> {
   const first =
     table.owner === 'dag_runs'
       ? await sql<{ at: Date }[]>`select created_at as at from dag_runs where id >= ${String(from)} order by id limit 1`

@@ -20,7 +20,12 @@ export async function ownerRangeEmpty(sql: Sql | TxSql, table: HistoryTable, p: 
  * first event) is committed and seen, or was never made. Resolves whether the partition went.
  * Only for a partition below the one new rows go to (`currentPartition`).
  */
-export async function dropEmptyPartition(sql: Sql, table: HistoryTable, p: Partition, lockTimeoutMs: number): Promise<boolean> {
+export async function dropEmptyPartition(
+  sql: Sql,
+  table: HistoryTable,
+  p: Partition,
+  lockTimeoutMs: number,
+): Promise<boolean> {
   if (!(await ownerRangeEmpty(sql, table, p))) return false;
   try {
     return await sql.begin(async (tx) => {

@@ -34,7 +34,11 @@ export async function listPartitions(sql: Sql | TxSql, table: HistoryTable): Pro
     }
     const m = BOUND.exec(r.bound);
     if (!m) throw new Error(`partition ${r.name} of ${table.name} has a bound this version cannot read: ${r.bound}`);
-    ranges.push({ name: r.name, from: m[2] === undefined ? null : BigInt(m[2]), to: m[4] === undefined ? null : BigInt(m[4]) });
+    ranges.push({
+      name: r.name,
+      from: m[2] === undefined ? null : BigInt(m[2]),
+      to: m[4] === undefined ? null : BigInt(m[4]),
+    });
   }
   ranges.sort((a, b) => (a.from === null ? -1 : b.from === null ? 1 : a.from < b.from ? -1 : a.from > b.from ? 1 : 0));
   return { ranges, fallback };

@@ -25,7 +25,11 @@ export async function removeDag(sql: Sql, dagId: string): Promise<RemoveDagOutco
       select id, state in (${inlineLiterals(tx, ACTIVE_RUN_STATES)}) as active from dag_runs where dag_id = ${dagId} order by id`;
     const active = runs.filter((r) => r.active).map((r) => r.id);
     if (active.length > 0) return { kind: 'active_runs' as const, runIds: active };
-    const counts = await removeRunsIn(tx, runs.map((r) => r.id), {});
+    const counts = await removeRunsIn(
+      tx,
+      runs.map((r) => r.id),
+      {},
+    );
     const [ev] = await tx<{ n: number }[]>`
       with e as (
         delete from events where run_id is null and kind = ${EVENT_KIND.dagApplied} and payload->>'dag_id' = ${dagId} returning 1)

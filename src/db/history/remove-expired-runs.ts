@@ -20,7 +20,9 @@ export interface ExpiredRunsRemoved {
  */
 export async function removeExpiredRuns(sql: Sql, runIds: string[], cutoff: Date): Promise<ExpiredRunsRemoved> {
   if (runIds.length === 0) return { runs: 0, taskInstances: 0, runIds: null, tiIds: null };
-  const [row] = await sql<{ runs: number; tis: number; rmin: string | null; rmax: string | null; tmin: string | null; tmax: string | null }[]>`
+  const [row] = await sql<
+    { runs: number; tis: number; rmin: string | null; rmax: string | null; tmin: string | null; tmax: string | null }[]
+  >`
     with r as (
       delete from dag_runs where id = any(${runIds}::bigint[])
         and state in (${inlineLiterals(sql, TERMINAL_RUN_STATES)}) and ended_at < ${cutoff}
@@ -29,6 +31,12 @@ export async function removeExpiredRuns(sql: Sql, runIds: string[], cutoff: Date
     select (select count(*) from r)::int as runs, (select count(*) from t)::int as tis,
       (select min(id) from r)::text as rmin, (select max(id) from r)::text as rmax,
       (select min(id) from t)::text as tmin, (select max(id) from t)::text as tmax`;
-  const range = (lo: string | null, hi: string | null): [bigint, bigint] | null => (lo === null || hi === null ? null : [BigInt(lo), BigInt(hi)]);
-  return { runs: row!.runs, taskInstances: row!.tis, runIds: range(row!.rmin, row!.rmax), tiIds: range(row!.tmin, row!.tmax) };
+  const range = (lo: string | null, hi: string | null): [bigint, bigint] | null =>
+    lo === null || hi === null ? null : [BigInt(lo), BigInt(hi)];
+  return {
+    runs: row!.runs,
+    taskInstances: row!.tis,
+    runIds: range(row!.rmin, row!.rmax),
+    tiIds: range(row!.tmin, row!.tmax),
+  };
 }

@@ -13,7 +13,12 @@ export interface HistoryCounts {
 export const NO_HISTORY: HistoryCounts = { runs: 0, taskInstances: 0, events: 0, taskLogs: 0 };
 
 export function addCounts(a: HistoryCounts, b: HistoryCounts): HistoryCounts {
-  return { runs: a.runs + b.runs, taskInstances: a.taskInstances + b.taskInstances, events: a.events + b.events, taskLogs: a.taskLogs + b.taskLogs };
+  return {
+    runs: a.runs + b.runs,
+    taskInstances: a.taskInstances + b.taskInstances,
+    events: a.events + b.events,
+    taskLogs: a.taskLogs + b.taskLogs,
+  };
 }
 
 /** Which of the runs named may go: finished ones only, and ended before a time when given. */

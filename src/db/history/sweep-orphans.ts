@@ -22,7 +22,13 @@ export interface SweepResult {
  * never dropped: what went with partitions elsewhere goes row by row here. Rows of a live owner
  * are never touched, however stale the caller's view: the owner is looked up in the statement.
  */
-export async function sweepOrphans(sql: Sql, table: HistoryTable, partition: string, from: bigint, limit: number): Promise<SweepResult> {
+export async function sweepOrphans(
+  sql: Sql,
+  table: HistoryTable,
+  partition: string,
+  from: bigint,
+  limit: number,
+): Promise<SweepResult> {
   const [first] = await sql<{ key: string | null }[]>`
     select min(${sql(table.key)})::text as key from ${sql(partition)} where ${sql(table.key)} >= ${String(from)}::bigint`;
   if (!first?.key) return { deleted: 0, next: null };

@@ -28,7 +28,8 @@ export async function applyPlans(sql: Sql, plans: RunPlan[]): Promise<AppliedPla
   // One statement after another, not at once: each sees the runs the one before started, so
   // max_active_runs still holds across them.
   const rows: AppliedRow[] = [];
-  for (let i = 0; i < plans.length; i += PLANS_PER_STATEMENT) rows.push(...(await applyPlansQuery(sql, plans.slice(i, i + PLANS_PER_STATEMENT))));
+  for (let i = 0; i < plans.length; i += PLANS_PER_STATEMENT)
+    rows.push(...(await applyPlansQuery(sql, plans.slice(i, i + PLANS_PER_STATEMENT))));
   return appliedFrom(rows);
 }
 
@@ -57,7 +58,8 @@ const emptyApplied = (): AppliedPlans => ({ runs: new Set(), started: new Set(),
 export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<AppliedRow[]> {
   const all = plans.flatMap((p) => p.moves);
   for (const m of all) {
-    if (!legalTiFrom(m.to).includes(m.from)) throw new Error(`illegal planner move ${m.from} → ${m.to} for task instance ${m.tiId}`);
+    if (!legalTiFrom(m.to).includes(m.from))
+      throw new Error(`illegal planner move ${m.from} → ${m.to} for task instance ${m.tiId}`);
     if (m.claimFor !== undefined && (m.to !== 'scheduled' || !legalTiFrom('queued').includes('scheduled'))) {
       throw new Error(`illegal planner claim of task instance ${m.tiId}: only a move to scheduled can be claimed`);
     }
@@ -78,8 +80,16 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
   const runState = eventKind(sql, EVENT_KIND.runState);
   const tiState = eventKind(sql, EVENT_KIND.tiState);
   const events = [
-    ...(starts ? [sql`select 0 as o, id as run_id, null::bigint as ti_id, ${runState} as kind, '{"to": "running"}'::jsonb as payload from started`] : []),
-    ...(moves.length > 0 ? [sql`select 1 as o, run_id, id as ti_id, ${tiState} as kind, jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number) as payload from moved`] : []),
+    ...(starts
+      ? [
+          sql`select 0 as o, id as run_id, null::bigint as ti_id, ${runState} as kind, '{"to": "running"}'::jsonb as payload from started`,
+        ]
+      : []),
+    ...(moves.length > 0
+      ? [
+          sql`select 1 as o, run_id, id as ti_id, ${tiState} as kind, jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number) as payload from moved`,
+        ]
+      : []),
     ...(claiming.length > 0
       ? [
           sql`select 1 as o, run_id, id as ti_id, ${tiState} as kind, jsonb_build_object('task_id', task_id, 'to', 'scheduled', 'try', try_number - 1) as payload from claimed`,
@@ -91,7 +101,9 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
     sql`select 'run' as kind, id, null::int as try_number, null::int as max_tries, null::uuid as token, null::text as dispatch_key, null::text as agent_id from kept`,
     ...(starts ? [sql`select 'started', id, null, null, null, null, null from started`] : []),
     ...(moves.length > 0 ? [sql`select 'ti', id, null, null, null, null, null from moved`] : []),
-    ...(claiming.length > 0 ? [sql`select 'claim', id, try_number, max_tries, attempt_token, dispatch_key, agent_id from claimed`] : []),
+    ...(claiming.length > 0
+      ? [sql`select 'claim', id, try_number, max_tries, attempt_token, dispatch_key, agent_id from claimed`]
+      : []),
   ];
   return sql<AppliedRow[]>`
     with want as (
@@ -195,7 +207,13 @@ export function appliedFrom(rows: readonly AppliedRow[]): AppliedPlans {
     if (r.kind === 'ti') out.moved.add(r.id);
     else if (r.kind === 'claim') {
       out.moved.add(r.id);
-      out.claims.set(r.id, { tryNumber: r.try_number!, maxTries: r.max_tries!, attemptToken: r.token!, dispatchKey: r.dispatch_key!, agentId: r.agent_id });
+      out.claims.set(r.id, {
+        tryNumber: r.try_number!,
+        maxTries: r.max_tries!,
+        attemptToken: r.token!,
+        dispatchKey: r.dispatch_key!,
+        agentId: r.agent_id,
+      });
     } else {
       out.runs.add(r.id);
       if (r.kind === 'started') out.started.add(r.id);

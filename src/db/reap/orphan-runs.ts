@@ -20,7 +20,12 @@ export interface OrphanScan {
  * so a step's cost does not grow with the number of running runs), and `next` says where the
  * next look goes on from ('0' once the sweep has gone round).
  */
-export async function orphanRuns(sql: Sql, thresholdMs: number, limit: number, scan?: OrphanScan): Promise<{ runs: { id: string; dag_id: string }[]; next: string }> {
+export async function orphanRuns(
+  sql: Sql,
+  thresholdMs: number,
+  limit: number,
+  scan?: OrphanScan,
+): Promise<{ runs: { id: string; dag_id: string }[]; next: string }> {
   const window = scan
     ? sql`(select id from dag_runs where state in (${inlineLiterals(sql, RUN_END_FROM)}) and id > ${scan.after}::bigint order by id limit ${scan.runs})`
     : sql`(select id from dag_runs where state in (${inlineLiterals(sql, RUN_END_FROM)}))`;

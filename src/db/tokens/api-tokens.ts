@@ -14,7 +14,10 @@ export interface ApiTokenRow {
 }
 
 /** Stores a token by the hash of its secret. */
-export async function insertApiToken(sql: Sql, t: { id: string; name: string; role: TokenRole; agentPattern: string | null; hash: Buffer; expiresAt: Date | null }): Promise<ApiTokenRow> {
+export async function insertApiToken(
+  sql: Sql,
+  t: { id: string; name: string; role: TokenRole; agentPattern: string | null; hash: Buffer; expiresAt: Date | null },
+): Promise<ApiTokenRow> {
   const [row] = await sql<ApiTokenRow[]>`
     insert into api_tokens (id, name, role, agent_pattern, hash, expires_at)
     values (${t.id}, ${t.name}, ${t.role}, ${t.agentPattern}, ${t.hash}, ${t.expiresAt})
@@ -26,14 +29,19 @@ export async function insertApiToken(sql: Sql, t: { id: string; name: string; ro
  * Stores a token whose secret the operator chose (the bootstrap admin token from a Secret) under
  * a fixed id. A changed secret replaces the old one; a revoked one stays revoked.
  */
-export async function upsertApiToken(sql: Sql, t: { id: string; name: string; role: TokenRole; hash: Buffer }): Promise<void> {
+export async function upsertApiToken(
+  sql: Sql,
+  t: { id: string; name: string; role: TokenRole; hash: Buffer },
+): Promise<void> {
   await sql`
     insert into api_tokens (id, name, role, hash) values (${t.id}, ${t.name}, ${t.role}, ${t.hash})
     on conflict (id) do update set hash = excluded.hash where api_tokens.revoked_at is null`;
 }
 
 export async function listApiTokens(sql: Sql): Promise<ApiTokenRow[]> {
-  return sql<ApiTokenRow[]>`select id, name, role, agent_pattern, created_at, expires_at, revoked_at from api_tokens order by created_at, id`;
+  return sql<
+    ApiTokenRow[]
+  >`select id, name, role, agent_pattern, created_at, expires_at, revoked_at from api_tokens order by created_at, id`;
 }
 
 /** Revokes a token; false when it was revoked already, null when there is none of that id. */

@@ -27,7 +27,10 @@ export interface StateEvent {
  * the whole state history (up to `upTo`) of these task instances and of these runs, in seq order.
  * An attempt's start may lie far behind its end in the log, so it is read, not remembered.
  */
-export async function traceSources(sql: Sql, o: { runIds: string[]; tiIds: string[]; endedRunIds: string[]; upTo: string }): Promise<{ runs: TracedRun[]; events: StateEvent[] }> {
+export async function traceSources(
+  sql: Sql,
+  o: { runIds: string[]; tiIds: string[]; endedRunIds: string[]; upTo: string },
+): Promise<{ runs: TracedRun[]; events: StateEvent[] }> {
   const [runs, events] = await Promise.all([
     sql<TracedRun[]>`
       select id::text as id, dag_id, run_key, run_type, created_at, traceparent, trace_parent_span, tracestate

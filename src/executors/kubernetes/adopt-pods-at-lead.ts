@@ -29,19 +29,34 @@ export interface PodAdoptContext {
 }
 
 /** `active`: the attempts the store says are queued or running; `running`: the ti ids of those running. */
-export async function adoptPodsAtLead(c: PodAdoptContext, active: Attempt[], running: Set<string>): Promise<{ adopted: number; deleted: number; recreated: number }> {
+export async function adoptPodsAtLead(
+  c: PodAdoptContext,
+  active: Attempt[],
+  running: Set<string>,
+): Promise<{ adopted: number; deleted: number; recreated: number }> {
   const found = podsAtLead(active, c.watches.values(), (ns, name) => c.live.byPod(ns, name) !== undefined);
   let adopted = 0;
   for (const { attempt, namespace, pod } of found.adopt) {
     if (c.live.byTi(attempt.tiId)) continue;
     const created = pod.metadata!.creationTimestamp;
-    c.onPod(c.live.track(attempt, namespace, created ? performance.now() - (Date.now() - new Date(created).getTime()) : performance.now()), 'MODIFIED', pod);
+    c.onPod(
+      c.live.track(
+        attempt,
+        namespace,
+        created ? performance.now() - (Date.now() - new Date(created).getTime()) : performance.now(),
+      ),
+      'MODIFIED',
+      pod,
+    );
     adopted++;
   }
   // Its attempt is over (ended, reaped, retried): the pod must not run on beside the next. Read
   // again first: an attempt claimed since the first read (by the leader before us, in an
   // overlap) has a pod that is not a stray.
-  const current = found.strays.length === 0 ? new Map<string, Attempt>() : new Map((await c.store.active()).map((r) => [podAttemptKey(r.attempt), r.attempt]));
+  const current =
+    found.strays.length === 0
+      ? new Map<string, Attempt>()
+      : new Map((await c.store.active()).map((r) => [podAttemptKey(r.attempt), r.attempt]));
   let deleted = 0;
   for (const s of found.strays) {
     if (c.live.byPod(s.namespace, s.name) || !c.stillLeading()) continue;
@@ -61,9 +76,14 @@ export async function adoptPodsAtLead(c: PodAdoptContext, active: Attempt[], run
   for (const a of missing) {
     if (!running.has(a.tiId)) {
       // Queued, its pod never created or not yet visible: create it (idempotent by its name).
-      void c.dispatch(a).catch((err: unknown) => c.log.error({ err, tiId: a.tiId }, 'could not create the pod of an adopted attempt'));
+      void c
+        .dispatch(a)
+        .catch((err: unknown) => c.log.error({ err, tiId: a.tiId }, 'could not create the pod of an adopted attempt'));
     } else {
-      void c.store.lost(a, `POD_GONE: no pod ${podName(a)} in namespace ${podNamespace(a, c.pods)} when this replica took the lead`);
+      void c.store.lost(
+        a,
+        `POD_GONE: no pod ${podName(a)} in namespace ${podNamespace(a, c.pods)} when this replica took the lead`,
+      );
     }
   }
   return { adopted, deleted, recreated: missing.filter((a) => !running.has(a.tiId)).length };

@@ -45,8 +45,21 @@ export function apiVerdict(err: unknown): ApiVerdict {
   const status = parseBody(e.body);
   const message = (status.message ?? '').slice(0, 500);
   if (code === 409) return { kind: 'exists' };
-  if (code === 429 || code >= 500) return { kind: 'retry', reason: status.reason ?? (code === 429 ? 'TooManyRequests' : 'InternalError'), afterMs: retryAfterMs(e.headers), message };
-  if (code === 403 && /exceeded quota/i.test(message)) return { kind: 'refused', code, reason: 'QuotaExceeded', message };
-  const fallback: Record<number, string> = { 400: 'BadRequest', 401: 'Unauthorized', 403: 'Forbidden', 404: 'NotFound', 422: 'Invalid' };
+  if (code === 429 || code >= 500)
+    return {
+      kind: 'retry',
+      reason: status.reason ?? (code === 429 ? 'TooManyRequests' : 'InternalError'),
+      afterMs: retryAfterMs(e.headers),
+      message,
+    };
+  if (code === 403 && /exceeded quota/i.test(message))
+    return { kind: 'refused', code, reason: 'QuotaExceeded', message };
+  const fallback: Record<number, string> = {
+    400: 'BadRequest',
+    401: 'Unauthorized',
+    403: 'Forbidden',
+    404: 'NotFound',
+    422: 'Invalid',
+  };
   return { kind: 'refused', code, reason: status.reason ?? fallback[code] ?? `HTTP${code}`, message };
 }

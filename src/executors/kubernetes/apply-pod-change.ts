@@ -20,7 +20,12 @@ export interface PodChangeContext {
   log: Logger;
 }
 
-export function applyPodChange(c: PodChangeContext, p: PodAttempt, type: 'ADDED' | 'MODIFIED' | 'DELETED', pod: V1Pod): void {
+export function applyPodChange(
+  c: PodChangeContext,
+  p: PodAttempt,
+  type: 'ADDED' | 'MODIFIED' | 'DELETED',
+  pod: V1Pod,
+): void {
   if (p.over) {
     if (type === 'DELETED') c.live.untrack(p);
     return;
@@ -48,7 +53,9 @@ export function applyPodChange(c: PodChangeContext, p: PodAttempt, type: 'ADDED'
         c.metrics?.podStarted((performance.now() - p.createdAt) / 1000);
         if (p.pendingReason !== null) {
           p.pendingReason = null;
-          void c.store.pending(p.attempt, null).catch((err: unknown) => c.log.warn({ err, tiId: p.attempt.tiId }, 'could not clear a pending reason'));
+          void c.store
+            .pending(p.attempt, null)
+            .catch((err: unknown) => c.log.warn({ err, tiId: p.attempt.tiId }, 'could not clear a pending reason'));
         }
       }
       return;
@@ -57,7 +64,9 @@ export function applyPodChange(c: PodChangeContext, p: PodAttempt, type: 'ADDED'
       // got its attempt (it was over before the pod started), which the guarded write ignores.
       p.over = true;
       c.live.untrack(p);
-      void c.store.lost(p.attempt, `POD_SUCCEEDED_WITHOUT_REPORT: pod ${p.name} ended without the attempt's end being recorded`).catch(() => {});
+      void c.store
+        .lost(p.attempt, `POD_SUCCEEDED_WITHOUT_REPORT: pod ${p.name} ended without the attempt's end being recorded`)
+        .catch(() => {});
       return;
     case 'failed':
       p.over = true;

@@ -56,13 +56,20 @@ export async function createPod(o: CreatePodOptions): Promise<CreateOutcome> {
     if (verdict.kind === 'exists') return { kind: 'exists' };
     o.onError?.(verdict.reason);
     const message = verdict.message ? `: ${verdict.message}` : '';
-    if (verdict.kind === 'refused') return { kind: 'failed', error: `POD_CREATE_REFUSED:${verdict.code} ${verdict.reason}${message}` };
+    if (verdict.kind === 'refused')
+      return { kind: 'failed', error: `POD_CREATE_REFUSED:${verdict.code} ${verdict.reason}${message}` };
     const wait = Math.min(RETRY_AFTER_MAX_MS, verdict.afterMs ?? backoff / 2 + Math.random() * (backoff / 2));
     backoff = Math.min(BACKOFF_MAX_MS, backoff * 2);
     if (performance.now() + wait > deadline) {
-      return { kind: 'failed', error: `POD_CREATE_FAILED:${verdict.reason}: the API server did not take the pod within ${Math.round(o.retryMs / 1000)}s${message}` };
+      return {
+        kind: 'failed',
+        error: `POD_CREATE_FAILED:${verdict.reason}: the API server did not take the pod within ${Math.round(o.retryMs / 1000)}s${message}`,
+      };
     }
-    o.log.warn({ pod: name, namespace: o.namespace, reason: verdict.reason, retryInMs: Math.round(wait) }, 'pod create not taken: retrying');
+    o.log.warn(
+      { pod: name, namespace: o.namespace, reason: verdict.reason, retryInMs: Math.round(wait) },
+      'pod create not taken: retrying',
+    );
     await new Promise((r) => setTimeout(r, wait));
     if (!o.stillWanted()) return { kind: 'abandoned' };
   }

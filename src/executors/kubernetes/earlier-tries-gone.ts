@@ -35,18 +35,33 @@ export async function earlierTriesGone(c: EarlierTriesContext, watch: PodWatch, 
   const earlier = [...watch.pods()].filter((pod) => {
     const l = pod.metadata?.labels;
     const cond = podCondition(pod);
-    return l?.[LABEL.ti] === ti && Number(l[LABEL.try]) < attempt.tryNumber && cond.kind !== 'succeeded' && cond.kind !== 'failed';
+    return (
+      l?.[LABEL.ti] === ti &&
+      Number(l[LABEL.try]) < attempt.tryNumber &&
+      cond.kind !== 'succeeded' &&
+      cond.kind !== 'failed'
+    );
   });
   if (earlier.length === 0) return true;
   const grace = podGraceSeconds(c.killGraceMs);
   const waitMs = c.previousGoneMs ?? grace * 1000 + 30_000;
   const names = earlier.map((pod) => pod.metadata!.name!);
-  c.log.warn({ tiId: attempt.tiId, try: attempt.tryNumber, pods: names }, 'deleting the pods of earlier tries before the new try starts');
-  const gone = await Promise.all(names.map((name) => {
-    const seen = c.gone.whenGone(watch.namespace, name, c.watches.get(watch.namespace)?.get(name) !== undefined, waitMs);
-    void c.ends.deletePod(watch.namespace, name, grace);
-    return seen;
-  }));
+  c.log.warn(
+    { tiId: attempt.tiId, try: attempt.tryNumber, pods: names },
+    'deleting the pods of earlier tries before the new try starts',
+  );
+  const gone = await Promise.all(
+    names.map((name) => {
+      const seen = c.gone.whenGone(
+        watch.namespace,
+        name,
+        c.watches.get(watch.namespace)?.get(name) !== undefined,
+        waitMs,
+      );
+      void c.ends.deletePod(watch.namespace, name, grace);
+      return seen;
+    }),
+  );
   if (gone.every(Boolean)) return true;
   const error = `POD_PREVIOUS_TRY_NOT_GONE: the pod of an earlier try (${names.filter((_, i) => !gone[i]).join(', ')}) was not gone within ${Math.round(waitMs / 1000)}s; not starting beside it`;
   const p = c.live.track(attempt, watch.namespace, performance.now());

@@ -9,7 +9,12 @@ import type { PodWatch } from './pod-watch.js';
  * across calls; a pod returned is marked so that it is not returned again while its delete is on
  * its way.
  */
-export function expiredFinishedPods(watches: Iterable<PodWatch>, seen: Map<string, number>, keep: { keepSucceededMs: number; keepFailedMs: number }, wall: number): { namespace: string; name: string }[] {
+export function expiredFinishedPods(
+  watches: Iterable<PodWatch>,
+  seen: Map<string, number>,
+  keep: { keepSucceededMs: number; keepFailedMs: number },
+  wall: number,
+): { namespace: string; name: string }[] {
   const expired: { namespace: string; name: string }[] = [];
   for (const w of watches) {
     for (const pod of w.pods()) {
@@ -31,7 +36,9 @@ export function expiredFinishedPods(watches: Iterable<PodWatch>, seen: Map<strin
 
 /** When the pod's containers ended (ms), if it says. */
 function finishedTime(pod: V1Pod): number | null {
-  const times = (pod.status?.containerStatuses ?? []).map((c) => c.state?.terminated?.finishedAt).filter((t): t is Date => t !== undefined && t !== null);
+  const times = (pod.status?.containerStatuses ?? [])
+    .map((c) => c.state?.terminated?.finishedAt)
+    .filter((t): t is Date => t !== undefined && t !== null);
   if (times.length === 0) return null;
   return Math.max(...times.map((t) => new Date(t).getTime()));
 }

@@ -43,7 +43,14 @@ export interface KubernetesExecutorOptions {
   logger: Logger;
   metrics?: KubernetesMetrics;
   /** Told of each pod create once the server has answered for good (for its span). */
-  podCreated?: (c: { attempt: Attempt; pod: string; namespace: string; start: Date; outcome: CreateOutcome['kind']; error: string | null }) => void;
+  podCreated?: (c: {
+    attempt: Attempt;
+    pod: string;
+    namespace: string;
+    start: Date;
+    outcome: CreateOutcome['kind'];
+    error: string | null;
+  }) => void;
   /** How long a create the server may accept later (429, 5xx, no answer) is retried. Default 5 min. */
   createRetryMs?: number;
   /** How long a retry waits for an earlier try's pod to be gone. Default: its grace period + 30 s. */

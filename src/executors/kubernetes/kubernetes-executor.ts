@@ -59,12 +59,35 @@ export class KubernetesExecutor implements Executor {
     this.#log = o.logger;
     const live = this.#live;
     const watches = this.#watches;
-    const ends = new PodAttemptEnds({ api: this.#api, reporter: o.reporter, store: o.store, live, log: o.logger, requestTimeoutMs: o.requestTimeoutMs ?? REQUEST_TIMEOUT_MS });
+    const ends = new PodAttemptEnds({
+      api: this.#api,
+      reporter: o.reporter,
+      store: o.store,
+      live,
+      log: o.logger,
+      requestTimeoutMs: o.requestTimeoutMs ?? REQUEST_TIMEOUT_MS,
+    });
     const pending = new PendingReasons({ api: this.#api, store: o.store, watches, log: o.logger });
     this.#ends = ends;
     this.#change = { live, ends, pending, store: o.store, metrics: o.metrics, log: o.logger };
-    this.#sweep = { live, watches, finishedAt: this.#finishedAt, ends, pending, pods: o.pods, pendingEventsMs: o.pendingEventsMs ?? 5000 };
-    this.#earlier = { live, ends, gone: this.#gone, watches, log: o.logger, killGraceMs: o.pods.killGraceMs, previousGoneMs: o.previousGoneMs };
+    this.#sweep = {
+      live,
+      watches,
+      finishedAt: this.#finishedAt,
+      ends,
+      pending,
+      pods: o.pods,
+      pendingEventsMs: o.pendingEventsMs ?? 5000,
+    };
+    this.#earlier = {
+      live,
+      ends,
+      gone: this.#gone,
+      watches,
+      log: o.logger,
+      killGraceMs: o.pods.killGraceMs,
+      previousGoneMs: o.previousGoneMs,
+    };
   }
 
   get activeCount(): number {
@@ -183,11 +206,21 @@ export class KubernetesExecutor implements Executor {
       onSend: () => (p.createdAt = performance.now()),
       onError: (reason) => this.#o.metrics?.podCreateError(reason),
     });
-    this.#o.podCreated?.({ attempt: p.attempt, pod: p.name, namespace: p.namespace, start, outcome: outcome.kind, error: outcome.kind === 'failed' ? outcome.error : null });
+    this.#o.podCreated?.({
+      attempt: p.attempt,
+      pod: p.name,
+      namespace: p.namespace,
+      start,
+      outcome: outcome.kind,
+      error: outcome.kind === 'failed' ? outcome.error : null,
+    });
     switch (outcome.kind) {
       case 'created':
         this.#o.metrics?.podCreated();
-        this.#log.debug({ tiId: p.attempt.tiId, try: p.attempt.tryNumber, pod: p.name, namespace: p.namespace }, 'pod created');
+        this.#log.debug(
+          { tiId: p.attempt.tiId, try: p.attempt.tryNumber, pod: p.name, namespace: p.namespace },
+          'pod created',
+        );
         return true;
       case 'exists':
         // A leader overlap or a retried create: the pod of this attempt is there, by its name.
@@ -202,7 +235,6 @@ export class KubernetesExecutor implements Executor {
         return false;
     }
   }
-
 
   #watch(namespace: string): PodWatch {
     let w = this.#watches.get(namespace);
@@ -235,7 +267,11 @@ export class KubernetesExecutor implements Executor {
     if (type === 'DELETED') {
       this.#finishedAt.delete(key);
       this.#gone.gone(key);
-      void this.#o.store.podGone(pod.metadata!.name!).catch((err: unknown) => this.#log.warn({ err, pod: pod.metadata?.name }, 'could not forget the agent of a deleted pod'));
+      void this.#o.store
+        .podGone(pod.metadata!.name!)
+        .catch((err: unknown) =>
+          this.#log.warn({ err, pod: pod.metadata?.name }, 'could not forget the agent of a deleted pod'),
+        );
     }
     const p = this.#live.byPod(namespace, pod.metadata!.name!);
     if (p) applyPodChange(this.#change, p, type, pod);

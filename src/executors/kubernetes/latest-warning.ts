@@ -22,7 +22,12 @@ export function latestWarning(events: readonly CoreV1Event[], podUid?: string): 
 }
 
 /** The latest Warning event of one pod, listed from the API server; null when it has none. */
-export async function readLatestWarning(api: CoreV1Api, namespace: string, name: string, podUid?: string): Promise<string | null> {
+export async function readLatestWarning(
+  api: CoreV1Api,
+  namespace: string,
+  name: string,
+  podUid?: string,
+): Promise<string | null> {
   const list = await api.listNamespacedEvent({ namespace, fieldSelector: `involvedObject.name=${name}` });
   return latestWarning(list.items, podUid);
 }

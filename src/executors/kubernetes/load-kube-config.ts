@@ -14,13 +14,17 @@ export function loadKubeConfig(source: KubeconfigSource, serviceAccountRoot = ''
   try {
     if (source.kind === 'file') kc.loadFromFile(source.path);
     else if (source.kind === 'in-cluster') {
-      if (!process.env.KUBERNETES_SERVICE_HOST) throw new Error('KUBERNETES_SERVICE_HOST is not set: this process does not run in a pod');
+      if (!process.env.KUBERNETES_SERVICE_HOST)
+        throw new Error('KUBERNETES_SERVICE_HOST is not set: this process does not run in a pod');
       kc.loadFromCluster(serviceAccountRoot);
     } else kc.loadFromDefault();
   } catch (err) {
-    throw new Error(`kubeconfig (${source.kind === 'file' ? source.path : source.kind}): ${(err as Error).message}`, { cause: err });
+    throw new Error(`kubeconfig (${source.kind === 'file' ? source.path : source.kind}): ${(err as Error).message}`, {
+      cause: err,
+    });
   }
   const cluster = kc.getCurrentCluster();
-  if (!cluster) throw new Error(`kubeconfig (${source.kind === 'file' ? source.path : source.kind}): no current cluster`);
+  if (!cluster)
+    throw new Error(`kubeconfig (${source.kind === 'file' ? source.path : source.kind}): no current cluster`);
   return kc;
 }

@@ -28,7 +28,9 @@ export class PendingReasons {
     const reason = isGenericPending(p.statusReason) && p.eventReason !== null ? p.eventReason : p.statusReason;
     if (reason === p.pendingReason) return;
     p.pendingReason = reason;
-    void this.#store.pending(p.attempt, reason).catch((err: unknown) => this.#log.warn({ err, tiId: p.attempt.tiId }, 'could not write a pending reason'));
+    void this.#store
+      .pending(p.attempt, reason)
+      .catch((err: unknown) => this.#log.warn({ err, tiId: p.attempt.tiId }, 'could not write a pending reason'));
   }
 
   /**
@@ -38,12 +40,20 @@ export class PendingReasons {
    */
   async readEvents(p: PodAttempt): Promise<void> {
     try {
-      const reason = await readLatestWarning(this.#api, p.namespace, p.name, this.#watches.get(p.namespace)?.get(p.name)?.metadata?.uid);
+      const reason = await readLatestWarning(
+        this.#api,
+        p.namespace,
+        p.name,
+        this.#watches.get(p.namespace)?.get(p.name)?.metadata?.uid,
+      );
       if (reason === null || p.over || p.running) return;
       p.eventReason = reason;
       this.note(p);
     } catch (err) {
-      this.#log.debug({ pod: p.name, namespace: p.namespace, err: (err as Error).message.split('\n')[0] }, 'could not list the events of a pending pod');
+      this.#log.debug(
+        { pod: p.name, namespace: p.namespace, err: (err as Error).message.split('\n')[0] },
+        'could not list the events of a pending pod',
+      );
     }
   }
 }

@@ -35,7 +35,17 @@ export class PodAttemptEnds {
   async fail(p: PodAttempt, error: string, deleteGraceS?: number): Promise<void> {
     if (p.over) return;
     p.over = true;
-    this.#o.log.warn({ tiId: p.attempt.tiId, runId: p.attempt.runId, taskId: p.attempt.taskId, try: p.attempt.tryNumber, pod: p.name, error }, `task ${p.attempt.taskId}: ${error}`);
+    this.#o.log.warn(
+      {
+        tiId: p.attempt.tiId,
+        runId: p.attempt.runId,
+        taskId: p.attempt.taskId,
+        try: p.attempt.tryNumber,
+        pod: p.name,
+        error,
+      },
+      `task ${p.attempt.taskId}: ${error}`,
+    );
     if (deleteGraceS !== undefined) await this.deletePod(p.namespace, p.name, deleteGraceS);
     this.#o.live.untrack(p);
     try {
@@ -47,12 +57,28 @@ export class PodAttemptEnds {
 
   async lose(p: PodAttempt, error: string, withLogTail = false): Promise<void> {
     if (withLogTail) {
-      const tail = await podLogTail(this.#o.api, p.namespace, p.name, Math.min(LOG_TAIL_WAIT_MS, this.#o.requestTimeoutMs), this.#o.log);
+      const tail = await podLogTail(
+        this.#o.api,
+        p.namespace,
+        p.name,
+        Math.min(LOG_TAIL_WAIT_MS, this.#o.requestTimeoutMs),
+        this.#o.log,
+      );
       if (tail !== '') error = `${error}; last lines: ${tail}`;
     }
     try {
       if (await this.#o.store.lost(p.attempt, error)) {
-        this.#o.log.warn({ tiId: p.attempt.tiId, runId: p.attempt.runId, taskId: p.attempt.taskId, try: p.attempt.tryNumber, pod: p.name, error }, `task ${p.attempt.taskId} lost: ${error}`);
+        this.#o.log.warn(
+          {
+            tiId: p.attempt.tiId,
+            runId: p.attempt.runId,
+            taskId: p.attempt.taskId,
+            try: p.attempt.tryNumber,
+            pod: p.name,
+            error,
+          },
+          `task ${p.attempt.taskId} lost: ${error}`,
+        );
       }
     } catch (err) {
       this.#o.log.error({ err, tiId: p.attempt.tiId }, 'could not end a lost attempt (the heartbeat reaper will)');
@@ -64,7 +90,10 @@ export class PodAttemptEnds {
       await this.#o.api.deleteNamespacedPod({ namespace, name, gracePeriodSeconds });
     } catch (err) {
       if ((err as { code?: number }).code === 404) return;
-      this.#o.log.warn({ namespace, pod: name, err: (err as Error).message.split('\n')[0] }, 'could not delete a pod (the next sweep or leader tries again)');
+      this.#o.log.warn(
+        { namespace, pod: name, err: (err as Error).message.split('\n')[0] },
+        'could not delete a pod (the next sweep or leader tries again)',
+      );
     }
   }
 }

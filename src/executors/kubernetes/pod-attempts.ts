@@ -47,7 +47,19 @@ export class PodAttempts {
   }
 
   track(attempt: Attempt, namespace: string, createdAt: number): PodAttempt {
-    const p: PodAttempt = { attempt, name: podName(attempt), namespace, createdAt, pendingReason: null, statusReason: null, eventReason: null, eventsAt: null, unschedulableSince: null, running: false, over: false };
+    const p: PodAttempt = {
+      attempt,
+      name: podName(attempt),
+      namespace,
+      createdAt,
+      pendingReason: null,
+      statusReason: null,
+      eventReason: null,
+      eventsAt: null,
+      unschedulableSince: null,
+      running: false,
+      over: false,
+    };
     this.#byTi.set(attempt.tiId, p);
     this.#byPod.set(podKey(namespace, p.name), p);
     return p;

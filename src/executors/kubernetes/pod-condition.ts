@@ -7,7 +7,11 @@ import type { V1Pod } from '@kubernetes/client-node';
 
 /** Container waiting reasons no wait will cure: the attempt fails at once, with this reason. */
 export const CANNOT_START_REASONS: ReadonlySet<string> = new Set([
-  'ErrImagePull', 'ImagePullBackOff', 'InvalidImageName', 'ErrImageNeverPull', 'CreateContainerConfigError',
+  'ErrImagePull',
+  'ImagePullBackOff',
+  'InvalidImageName',
+  'ErrImageNeverPull',
+  'CreateContainerConfigError',
 ]);
 
 export type PodCondition =
@@ -21,13 +25,18 @@ export type PodCondition =
   | { kind: 'lost'; reason: string };
 
 const cut = (s: string | undefined, n = 300) => (s ?? '').replace(/\s+/g, ' ').trim().slice(0, n);
-export const withMessage = (reason: string, message: string | undefined) => (cut(message) === '' ? reason : `${reason}:${cut(message)}`);
+export const withMessage = (reason: string, message: string | undefined) =>
+  cut(message) === '' ? reason : `${reason}:${cut(message)}`;
 
 export function podCondition(pod: V1Pod): PodCondition {
   const status = pod.status ?? {};
   const phase = status.phase ?? 'Pending';
   const containers = [...(status.initContainerStatuses ?? []), ...(status.containerStatuses ?? [])];
-  if (phase === 'Unknown' || status.reason === 'NodeLost') return { kind: 'lost', reason: withMessage(status.reason ?? 'Unknown', status.message ?? 'the node of the pod stopped reporting') };
+  if (phase === 'Unknown' || status.reason === 'NodeLost')
+    return {
+      kind: 'lost',
+      reason: withMessage(status.reason ?? 'Unknown', status.message ?? 'the node of the pod stopped reporting'),
+    };
   if (phase === 'Succeeded') return { kind: 'succeeded' };
   if (phase === 'Running') {
     const lost = nodeLoss(status.conditions ?? [], containers);
@@ -36,21 +45,37 @@ export function podCondition(pod: V1Pod): PodCondition {
   if (phase === 'Failed') {
     const term = containers.map((c) => c.state?.terminated).find((t) => t !== undefined);
     if (status.reason) return { kind: 'failed', reason: withMessage(status.reason, status.message) };
-    if (term) return { kind: 'failed', reason: withMessage(term.reason ?? 'Error', `exit code ${term.exitCode}${term.message ? ` ${term.message}` : ''}`) };
+    if (term)
+      return {
+        kind: 'failed',
+        reason: withMessage(
+          term.reason ?? 'Error',
+          `exit code ${term.exitCode}${term.message ? ` ${term.message}` : ''}`,
+        ),
+      };
     return { kind: 'failed', reason: withMessage('Failed', status.message) };
   }
   if (phase === 'Running') return { kind: 'running' };
   for (const c of containers) {
     const w = c.state?.waiting;
-    if (w?.reason && CANNOT_START_REASONS.has(w.reason)) return { kind: 'cannot-start', reason: withMessage(w.reason, w.message) };
+    if (w?.reason && CANNOT_START_REASONS.has(w.reason))
+      return { kind: 'cannot-start', reason: withMessage(w.reason, w.message) };
   }
   const scheduled = (status.conditions ?? []).find((c) => c.type === 'PodScheduled');
   if (scheduled?.status === 'False') {
     const reason = scheduled.reason ?? 'Unschedulable';
-    return { kind: 'pending', reason: `POD_PENDING:${withMessage(reason, scheduled.message)}`, unschedulable: reason === 'Unschedulable' };
+    return {
+      kind: 'pending',
+      reason: `POD_PENDING:${withMessage(reason, scheduled.message)}`,
+      unschedulable: reason === 'Unschedulable',
+    };
   }
   const waiting = containers.map((c) => c.state?.waiting).find((w) => w?.reason);
-  return { kind: 'pending', reason: waiting?.reason ? `POD_PENDING:${withMessage(waiting.reason, waiting.message)}` : null, unschedulable: false };
+  return {
+    kind: 'pending',
+    reason: waiting?.reason ? `POD_PENDING:${withMessage(waiting.reason, waiting.message)}` : null,
+    unschedulable: false,
+  };
 }
 
 /**
@@ -59,12 +84,18 @@ export function podCondition(pod: V1Pod): PodCondition {
  * statuses, which only the kubelet writes, still say they run and are ready. A kubelet that saw a
  * container stop would have said so in its status; task pods have no readiness probes or gates.
  */
-function nodeLoss(conditions: NonNullable<V1Pod['status']>['conditions'] & object, containers: NonNullable<NonNullable<V1Pod['status']>['containerStatuses']>): string | null {
+function nodeLoss(
+  conditions: NonNullable<V1Pod['status']>['conditions'] & object,
+  containers: NonNullable<NonNullable<V1Pod['status']>['containerStatuses']>,
+): string | null {
   const disruption = conditions.find((c) => c.type === 'DisruptionTarget' && c.status === 'True');
   if (disruption) return withMessage(disruption.reason ?? 'DisruptionTarget', disruption.message);
   const ready = conditions.find((c) => c.type === 'Ready');
   if (ready?.status === 'False' && containers.length > 0 && containers.every((c) => c.ready && c.state?.running)) {
-    return withMessage('NodeNotReady', ready.message ?? "the pod's node stopped reporting (Ready=False while its containers' last status says they run)");
+    return withMessage(
+      'NodeNotReady',
+      ready.message ?? "the pod's node stopped reporting (Ready=False while its containers' last status says they run)",
+    );
   }
   return null;
 }

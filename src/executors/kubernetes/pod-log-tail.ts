@@ -13,14 +13,36 @@ const LOG_TAIL_CHARS = 2000;
  * the server): bounded, and '' when they cannot be read in `waitMs` (RBAC without pods/log, the
  * pod gone, a slow API server that must not hold the attempt's retry).
  */
-export async function podLogTail(api: CoreV1Api, namespace: string, name: string, waitMs: number, log: Logger): Promise<string> {
+export async function podLogTail(
+  api: CoreV1Api,
+  namespace: string,
+  name: string,
+  waitMs: number,
+  log: Logger,
+): Promise<string> {
   try {
-    const text = await answerWithin(api.readNamespacedPodLog({ namespace, name, container: 'task', tailLines: LOG_TAIL_LINES, limitBytes: LOG_TAIL_BYTES }), waitMs);
-    const lines = String(text).split('\n').map((l) => l.trimEnd()).filter((l) => l !== '').slice(-LOG_TAIL_LINES);
+    const text = await answerWithin(
+      api.readNamespacedPodLog({
+        namespace,
+        name,
+        container: 'task',
+        tailLines: LOG_TAIL_LINES,
+        limitBytes: LOG_TAIL_BYTES,
+      }),
+      waitMs,
+    );
+    const lines = String(text)
+      .split('\n')
+      .map((l) => l.trimEnd())
+      .filter((l) => l !== '')
+      .slice(-LOG_TAIL_LINES);
     const joined = lines.join(' | ');
     return joined.length > LOG_TAIL_CHARS ? `…${joined.slice(-LOG_TAIL_CHARS)}` : joined;
   } catch (err) {
-    log.debug({ pod: name, namespace, err: (err as Error).message.split('\n')[0] }, 'could not read the log of a failed pod');
+    log.debug(
+      { pod: name, namespace, err: (err as Error).message.split('\n')[0] },
+      'could not read the log of a failed pod',
+    );
     return '';
   }
 }

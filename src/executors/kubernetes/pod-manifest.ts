@@ -61,10 +61,20 @@ export function podManifest(attempt: Attempt, s: PodSettings): V1Pod {
     // agent inside reads each from its own environment under the variable's name. A missing Secret
     // or key keeps the pod from starting (CreateContainerConfigError), which fails the attempt.
     ...Object.entries(attempt.secretEnv ?? {}).flatMap(([name, ref]) =>
-      'kubernetes' in ref ? [{ name, valueFrom: { secretKeyRef: { name: ref.kubernetes.name, key: ref.kubernetes.key } } }] : []),
+      'kubernetes' in ref
+        ? [{ name, valueFrom: { secretKeyRef: { name: ref.kubernetes.name, key: ref.kubernetes.key } } }]
+        : [],
+    ),
     // The attempt this pod runs, and nothing else (agent --once, Hello.only_attempt_token).
     { name: 'LEOFLOW_ATTEMPT_TOKEN', value: attempt.attemptToken },
-    ...(s.agentTokenSecret ? [{ name: 'LEOFLOW_AGENT_TOKEN', valueFrom: { secretKeyRef: { name: s.agentTokenSecret.name, key: s.agentTokenSecret.key } } }] : []),
+    ...(s.agentTokenSecret
+      ? [
+          {
+            name: 'LEOFLOW_AGENT_TOKEN',
+            valueFrom: { secretKeyRef: { name: s.agentTokenSecret.name, key: s.agentTokenSecret.key } },
+          },
+        ]
+      : []),
     ...(s.podCa ? [{ name: 'LEOFLOW_CA_FILE', value: `${POD_CA_DIR}/${POD_CA_FILE}` }] : []),
   ];
   // Only the one key is projected, under a fixed name, so the Secret may hold other keys too.
@@ -101,16 +111,34 @@ export function podManifest(attempt: Attempt, s: PodSettings): V1Pod {
           image: k?.image ?? attempt.pod?.image ?? s.image,
           command: [
             ...s.agentCommand,
-            'agent', '--once', '--ti', attempt.tiId, '--server', s.serverUrl, '--id', name,
+            'agent',
+            '--once',
+            '--ti',
+            attempt.tiId,
+            '--server',
+            s.serverUrl,
+            '--id',
+            name,
             // Deleting the pod (cancel, timeout) stops the task at once and reports it, rather
             // than letting it finish; the kill grace the control plane sends is the one used.
-            '--on-shutdown', 'handback', '--state-dir', `/tmp/leoflow/${name}`,
-            '--log-format', 'json',
+            '--on-shutdown',
+            'handback',
+            '--state-dir',
+            `/tmp/leoflow/${name}`,
+            '--log-format',
+            'json',
           ],
           env,
           securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] } },
           ...(caVolume ? { volumeMounts: [{ name: caVolume.name, mountPath: POD_CA_DIR, readOnly: true }] } : {}),
-          ...(k?.resources ? { resources: { ...(k.resources.requests ? { requests: { ...k.resources.requests } } : {}), ...(k.resources.limits ? { limits: { ...k.resources.limits } } : {}) } } : {}),
+          ...(k?.resources
+            ? {
+                resources: {
+                  ...(k.resources.requests ? { requests: { ...k.resources.requests } } : {}),
+                  ...(k.resources.limits ? { limits: { ...k.resources.limits } } : {}),
+                },
+              }
+            : {}),
         },
       ],
     },

@@ -6,7 +6,15 @@
  * priorityClassName, imagePullSecrets, volumes, securityContext (replaces the restricted default),
  * and the `task` container's volumeMounts and securityContext (replaces its default).
  */
-import type { V1Affinity, V1LocalObjectReference, V1Pod, V1PodSecurityContext, V1SecurityContext, V1Volume, V1VolumeMount } from '@kubernetes/client-node';
+import type {
+  V1Affinity,
+  V1LocalObjectReference,
+  V1Pod,
+  V1PodSecurityContext,
+  V1SecurityContext,
+  V1Volume,
+  V1VolumeMount,
+} from '@kubernetes/client-node';
 import { parse } from 'yaml';
 import { labelValueProblem } from '../../core/kubernetes-names.js';
 
@@ -29,7 +37,8 @@ const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !
 
 function only(o: Obj, where: string, allowed: string[]): void {
   for (const k of Object.keys(o)) {
-    if (!allowed.includes(k)) throw new Error(`${where}.${k} is not taken from a pod template (allowed: ${allowed.join(', ')})`);
+    if (!allowed.includes(k))
+      throw new Error(`${where}.${k} is not taken from a pod template (allowed: ${allowed.join(', ')})`);
   }
 }
 
@@ -79,28 +88,37 @@ export function parsePodTemplate(text: string): PodTemplate {
   }
   if (!isObj(doc)) throw new Error('must be a partial Pod (an object with metadata and/or spec)');
   only(doc, 'pod', ['apiVersion', 'kind', 'metadata', 'spec']);
-  if (doc.kind !== undefined && doc.kind !== 'Pod') throw new Error(`kind must be Pod, got ${JSON.stringify(doc.kind)}`);
+  if (doc.kind !== undefined && doc.kind !== 'Pod')
+    throw new Error(`kind must be Pod, got ${JSON.stringify(doc.kind)}`);
   const metadata = objectAt<Obj>(doc.metadata, 'metadata') ?? {};
   only(metadata, 'metadata', ['labels', 'annotations']);
   const spec = objectAt<Obj>(doc.spec, 'spec') ?? {};
   only(spec, 'spec', ['affinity', 'priorityClassName', 'imagePullSecrets', 'volumes', 'securityContext', 'containers']);
-  if (spec.priorityClassName !== undefined && (typeof spec.priorityClassName !== 'string' || spec.priorityClassName === '')) {
+  if (
+    spec.priorityClassName !== undefined &&
+    (typeof spec.priorityClassName !== 'string' || spec.priorityClassName === '')
+  ) {
     throw new Error('spec.priorityClassName must be a non-empty string');
   }
-  const containers = listOf<Obj>(spec.containers, 'spec.containers', (c, at) => {
-    if (c.name !== 'task') throw new Error(`${at}.name must be "task" (the one container of a task pod), got ${JSON.stringify(c.name)}`);
-    only(c, at, ['name', 'volumeMounts', 'securityContext']);
-  }) ?? [];
+  const containers =
+    listOf<Obj>(spec.containers, 'spec.containers', (c, at) => {
+      if (c.name !== 'task')
+        throw new Error(`${at}.name must be "task" (the one container of a task pod), got ${JSON.stringify(c.name)}`);
+      only(c, at, ['name', 'volumeMounts', 'securityContext']);
+    }) ?? [];
   if (containers.length > 1) throw new Error('spec.containers may list the "task" container once');
   const c = containers[0] ?? {};
   const volumes = listOf<V1Volume>(spec.volumes, 'spec.volumes', (v, at) => {
     named(v, at);
-    if (String(v.name).startsWith('leoflow-')) throw new Error(`${at}.name: names starting with "leoflow-" are Leoflow's own`);
+    if (String(v.name).startsWith('leoflow-'))
+      throw new Error(`${at}.name: names starting with "leoflow-" are Leoflow's own`);
   });
   const mounts = listOf<V1VolumeMount>(c.volumeMounts, 'spec.containers[0].volumeMounts', (m, at) => {
     named(m, at);
-    if (typeof m.mountPath !== 'string' || !m.mountPath.startsWith('/')) throw new Error(`${at}.mountPath must be an absolute path`);
-    if (!(volumes ?? []).some((v) => v.name === m.name)) throw new Error(`${at}: no volume "${String(m.name)}" in spec.volumes`);
+    if (typeof m.mountPath !== 'string' || !m.mountPath.startsWith('/'))
+      throw new Error(`${at}.mountPath must be an absolute path`);
+    if (!(volumes ?? []).some((v) => v.name === m.name))
+      throw new Error(`${at}: no volume "${String(m.name)}" in spec.volumes`);
   });
   const t: PodTemplate = {
     labels: stringMap(metadata.labels, 'metadata.labels', true),
@@ -144,7 +162,9 @@ export function applyPodTemplate(pod: V1Pod, t: PodTemplate): V1Pod {
         {
           ...task,
           ...(t.container.securityContext ? { securityContext: t.container.securityContext } : {}),
-          ...(t.container.volumeMounts ? { volumeMounts: [...(task.volumeMounts ?? []), ...t.container.volumeMounts] } : {}),
+          ...(t.container.volumeMounts
+            ? { volumeMounts: [...(task.volumeMounts ?? []), ...t.container.volumeMounts] }
+            : {}),
         },
         ...spec.containers.slice(1),
       ],

@@ -66,7 +66,10 @@ export class PodWatch {
     if (this.#closed) return;
     this.lists++;
     try {
-      const list = await this.#api.listNamespacedPod({ namespace: this.namespace, labelSelector: this.#o.labelSelector });
+      const list = await this.#api.listNamespacedPod({
+        namespace: this.namespace,
+        labelSelector: this.#o.labelSelector,
+      });
       if (this.#closed) return;
       const seen = new Set<string>();
       for (const pod of list.items) {
@@ -74,7 +77,8 @@ export class PodWatch {
         seen.add(name);
         const had = this.#pods.get(name);
         this.#pods.set(name, pod);
-        if (had?.metadata?.resourceVersion !== pod.metadata?.resourceVersion) this.#o.onEvent(had ? 'MODIFIED' : 'ADDED', pod);
+        if (had?.metadata?.resourceVersion !== pod.metadata?.resourceVersion)
+          this.#o.onEvent(had ? 'MODIFIED' : 'ADDED', pod);
       }
       for (const [name, pod] of this.#pods) {
         if (seen.has(name)) continue;
@@ -133,12 +137,20 @@ export class PodWatch {
       } else {
         // The server ended the request (its timeout) or we aborted after an ERROR: go on from the last version.
         // A watch the server ends at once, again and again, is not renewed in a spin.
-        this.#timer = setTimeout(() => void this.#watch(), err || performance.now() - since < 1000 ? this.#nextBackoff() : 0);
+        this.#timer = setTimeout(
+          () => void this.#watch(),
+          err || performance.now() - since < 1000 ? this.#nextBackoff() : 0,
+        );
         this.#timer.unref();
       }
     };
     try {
-      this.#abort = await new Watch(this.#o.kubeConfig).watch(`/api/v1/namespaces/${encodeURIComponent(this.namespace)}/pods`, query, onEvent, onDone);
+      this.#abort = await new Watch(this.#o.kubeConfig).watch(
+        `/api/v1/namespaces/${encodeURIComponent(this.namespace)}/pods`,
+        query,
+        onEvent,
+        onDone,
+      );
     } catch (err) {
       this.#retryLater(err, 'watch');
     }
@@ -153,8 +165,14 @@ export class PodWatch {
   #retryLater(err: unknown, what: 'list' | 'watch'): void {
     if (this.#closed) return;
     const delay = this.#nextBackoff();
-    this.#o.logger.warn({ namespace: this.namespace, err: (err as Error).message?.split('\n')[0], retryInMs: Math.round(delay) }, `pod ${what} failed`);
-    this.#timer = setTimeout(() => void (what === 'list' || this.#resourceVersion === null ? this.#relist() : this.#watch()), delay);
+    this.#o.logger.warn(
+      { namespace: this.namespace, err: (err as Error).message?.split('\n')[0], retryInMs: Math.round(delay) },
+      `pod ${what} failed`,
+    );
+    this.#timer = setTimeout(
+      () => void (what === 'list' || this.#resourceVersion === null ? this.#relist() : this.#watch()),
+      delay,
+    );
     this.#timer.unref();
   }
 }

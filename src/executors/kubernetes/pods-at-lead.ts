@@ -21,7 +21,11 @@ export const podAttemptKey = (a: { tiId: string; tryNumber: number }) => `${a.ti
  * attempt's own name: the name hashes its token, so a pod left by an earlier database, or of
  * an attempt since retried, never passes for the current one.
  */
-export function podsAtLead(active: readonly Attempt[], watches: Iterable<PodWatch>, followed: (namespace: string, name: string) => boolean): { adopt: { attempt: Attempt; namespace: string; pod: V1Pod }[]; strays: StrayPod[] } {
+export function podsAtLead(
+  active: readonly Attempt[],
+  watches: Iterable<PodWatch>,
+  followed: (namespace: string, name: string) => boolean,
+): { adopt: { attempt: Attempt; namespace: string; pod: V1Pod }[]; strays: StrayPod[] } {
   const byKey = new Map(active.map((a) => [podAttemptKey(a), a]));
   const adopt: { attempt: Attempt; namespace: string; pod: V1Pod }[] = [];
   const strays: StrayPod[] = [];
@@ -36,7 +40,8 @@ export function podsAtLead(active: readonly Attempt[], watches: Iterable<PodWatc
         continue;
       }
       const cond = podCondition(pod);
-      if (cond.kind !== 'succeeded' && cond.kind !== 'failed' && !followed(w.namespace, name)) strays.push({ namespace: w.namespace, name, key: podAttemptKey(key) });
+      if (cond.kind !== 'succeeded' && cond.kind !== 'failed' && !followed(w.namespace, name))
+        strays.push({ namespace: w.namespace, name, key: podAttemptKey(key) });
     }
   }
   return { adopt, strays };

@@ -29,17 +29,30 @@ export function sweepPods(c: SweepContext): void {
   const eventsMs = c.pendingEventsMs;
   for (const p of c.live.values()) {
     if (p.over || p.running) continue;
-    if (isGenericPending(p.statusReason) && now - p.createdAt >= eventsMs && (p.eventsAt === null || now - p.eventsAt >= eventsMs)) {
+    if (
+      isGenericPending(p.statusReason) &&
+      now - p.createdAt >= eventsMs &&
+      (p.eventsAt === null || now - p.eventsAt >= eventsMs)
+    ) {
       p.eventsAt = Number.POSITIVE_INFINITY;
       void c.pending.readEvents(p).finally(() => (p.eventsAt = performance.now()));
     }
     if (p.unschedulableSince !== null && now - p.unschedulableSince >= limit) {
-      void c.ends.fail(p, `POD_UNSCHEDULABLE:${(p.pendingReason ?? '').replace(/^POD_PENDING:(Unschedulable:)?/, '')} ${longer}`, 0);
+      void c.ends.fail(
+        p,
+        `POD_UNSCHEDULABLE:${(p.pendingReason ?? '').replace(/^POD_PENDING:(Unschedulable:)?/, '')} ${longer}`,
+        0,
+      );
     } else if (p.unschedulableSince === null && now - p.createdAt >= limit) {
       // Scheduled but never running (a volume that does not mount, a sandbox that does not
       // start): held live while pending, so this bound is the only one it has.
-      void c.ends.fail(p, `POD_PENDING_TIMEOUT:${(p.pendingReason ?? 'POD_PENDING').replace(/^POD_PENDING:?/, '') || 'no reason given'} ${longer}`, 0);
+      void c.ends.fail(
+        p,
+        `POD_PENDING_TIMEOUT:${(p.pendingReason ?? 'POD_PENDING').replace(/^POD_PENDING:?/, '') || 'no reason given'} ${longer}`,
+        0,
+      );
     }
   }
-  for (const pod of expiredFinishedPods(c.watches.values(), c.finishedAt, c.pods, Date.now())) void c.ends.deletePod(pod.namespace, pod.name, 0);
+  for (const pod of expiredFinishedPods(c.watches.values(), c.finishedAt, c.pods, Date.now()))
+    void c.ends.deletePod(pod.namespace, pod.name, 0);
 }

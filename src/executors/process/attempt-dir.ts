@@ -37,7 +37,9 @@ export class AttemptDir {
 
   /** Makes the folder of a new attempt, its record and its empty output files. */
   static create(root: string, attempt: Attempt): AttemptDir {
-    const dir = new AttemptDir(path.join(path.resolve(root), `${attempt.tiId}.${attempt.tryNumber}.${attempt.attemptToken}`));
+    const dir = new AttemptDir(
+      path.join(path.resolve(root), `${attempt.tiId}.${attempt.tryNumber}.${attempt.attemptToken}`),
+    );
     // One call when the root is there (every start but the first); a duplicate dispatch of the
     // same attempt reuses its folder: it is the same attempt.
     try {
@@ -91,7 +93,9 @@ export class AttemptDir {
     } catch {
       return [];
     }
-    return names.filter((n) => /^\d+\.\d+\.[0-9a-f-]+$/.test(n)).map((n) => new AttemptDir(path.join(path.resolve(root), n)));
+    return names
+      .filter((n) => /^\d+\.\d+\.[0-9a-f-]+$/.test(n))
+      .map((n) => new AttemptDir(path.join(path.resolve(root), n)));
   }
 
   output(stream: 'stdout' | 'stderr'): string {

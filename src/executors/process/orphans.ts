@@ -34,7 +34,9 @@ export async function orphansGone(killed: readonly Orphan[], waitMs = 10_000): P
     const left = processesMarked(`${ATTEMPT_DIR_ENV}=`).filter((p) => pids.has(p.pid));
     if (left.length === 0) return;
     if (Date.now() > deadline) {
-      throw new Error(`task processes ${left.map((p) => p.pid).join(', ')} left by an earlier process survived SIGKILL for ${waitMs} ms`);
+      throw new Error(
+        `task processes ${left.map((p) => p.pid).join(', ')} left by an earlier process survived SIGKILL for ${waitMs} ms`,
+      );
     }
     await new Promise((r) => setTimeout(r, 10));
   }

@@ -118,7 +118,15 @@ export class ReadyShells {
         if (said === '.') resolve({ ok: true });
       });
       // The pipe's end: the shim closed it, or the shell died (settles nothing after a ".").
-      status.once('close', () => resolve(said === '.' ? { ok: true } : said.trim() === 'cwd' ? { ok: false, reason: 'cwd' } : { ok: false, reason: 'gone' }));
+      status.once('close', () =>
+        resolve(
+          said === '.'
+            ? { ok: true }
+            : said.trim() === 'cwd'
+              ? { ok: false, reason: 'cwd' }
+              : { ok: false, reason: 'gone' },
+        ),
+      );
       // A shell gone before it read the lines: its exit and the pipe's end say so.
       shell.stdin?.on('error', () => {});
       shell.stdin?.end(lines);
@@ -167,7 +175,11 @@ export class ReadyShells {
     try {
       // Its own session and process group (`detached`), which the task joins; no pipe it could
       // die writing to once its parent is gone (stdout and stderr are /dev/null).
-      shell = spawn(this.#shell, ['-s'], { detached: true, stdio: ['pipe', 'ignore', 'ignore', 'pipe'], env: { ...process.env, ...this.#env } });
+      shell = spawn(this.#shell, ['-s'], {
+        detached: true,
+        stdio: ['pipe', 'ignore', 'ignore', 'pipe'],
+        env: { ...process.env, ...this.#env },
+      });
     } catch (err) {
       this.#giveUp(err);
       return null;
@@ -189,5 +201,11 @@ export class ReadyShells {
  *  shell killed while ready may have closed its pipes before its exit is known here). */
 function alive(shell: ChildProcess): boolean {
   const status = shell.stdio[STATUS_FD] as Readable | null;
-  return shell.exitCode === null && shell.signalCode === null && status !== null && !status.destroyed && !status.readableEnded;
+  return (
+    shell.exitCode === null &&
+    shell.signalCode === null &&
+    status !== null &&
+    !status.destroyed &&
+    !status.readableEnded
+  );
 }

@@ -11,12 +11,20 @@ import { describeSecretRef, MAX_SECRET_FILE_BYTES, type SecretRef } from '../../
 export type ResolvedSecrets = { ok: true; env: Record<string, string> } | { ok: false; error: string };
 
 /** Resolves every reference, or says why the first that cannot be resolved cannot. */
-export function resolveSecretEnv(refs: Readonly<Record<string, SecretRef>> | undefined, from: NodeJS.ProcessEnv = process.env): ResolvedSecrets {
+export function resolveSecretEnv(
+  refs: Readonly<Record<string, SecretRef>> | undefined,
+  from: NodeJS.ProcessEnv = process.env,
+): ResolvedSecrets {
   const env: [string, string][] = [];
   for (const [name, ref] of Object.entries(refs ?? {})) {
     const value = resolveOne(ref, name, from);
-    if (typeof value !== 'string') return { ok: false, error: `secret ${name} (${describeSecretRef(ref)}): ${value.problem}` };
-    if (value.includes('\0')) return { ok: false, error: `secret ${name} (${describeSecretRef(ref)}): the value holds a NUL byte, which no process environment can carry` };
+    if (typeof value !== 'string')
+      return { ok: false, error: `secret ${name} (${describeSecretRef(ref)}): ${value.problem}` };
+    if (value.includes('\0'))
+      return {
+        ok: false,
+        error: `secret ${name} (${describeSecretRef(ref)}): the value holds a NUL byte, which no process environment can carry`,
+      };
     env.push([name, value]);
   }
   return { ok: true, env: Object.fromEntries(env) };
@@ -25,13 +33,19 @@ export function resolveSecretEnv(refs: Readonly<Record<string, SecretRef>> | und
 function resolveOne(ref: SecretRef, name: string, from: NodeJS.ProcessEnv): string | { problem: string } {
   if ('env' in ref) {
     const v = from[ref.env];
-    return v === undefined ? { problem: `environment variable ${ref.env} is not set where the task starts (host ${hostname()}, pid ${process.pid})` } : v;
+    return v === undefined
+      ? {
+          problem: `environment variable ${ref.env} is not set where the task starts (host ${hostname()}, pid ${process.pid})`,
+        }
+      : v;
   }
   if ('file' in ref) return readSecretFile(ref.file);
   // The pod's manifest sets the variable under its own name from the Secret (pod-manifest.ts).
   const v = from[name];
   return v === undefined
-    ? { problem: `a Kubernetes Secret is given only to a pod of the kubernetes executor, and ${name} is not set here (host ${hostname()})` }
+    ? {
+        problem: `a Kubernetes Secret is given only to a pod of the kubernetes executor, and ${name} is not set here (host ${hostname()})`,
+      }
     : v;
 }
 
@@ -46,7 +60,8 @@ function readSecretFile(path: string): string | { problem: string } {
   try {
     const st = fstatSync(fd);
     if (!st.isFile()) return { problem: `${path} is not a regular file` };
-    if (st.size > MAX_SECRET_FILE_BYTES) return { problem: `${path} holds ${st.size} bytes, more than the limit of ${MAX_SECRET_FILE_BYTES}` };
+    if (st.size > MAX_SECRET_FILE_BYTES)
+      return { problem: `${path} holds ${st.size} bytes, more than the limit of ${MAX_SECRET_FILE_BYTES}` };
     const buf = Buffer.alloc(st.size);
     let at = 0;
     while (at < buf.length) {

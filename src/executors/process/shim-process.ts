@@ -52,12 +52,21 @@ export class ShimProcess {
   readonly #killed: () => void;
   #gone = false;
 
-  private constructor(dir: AttemptDir, identity: ProcessIdentity, opts: ShimProcessOptions, skip: LinesSoFar, exited: Promise<void>, killed: () => void = () => {}) {
+  private constructor(
+    dir: AttemptDir,
+    identity: ProcessIdentity,
+    opts: ShimProcessOptions,
+    skip: LinesSoFar,
+    exited: Promise<void>,
+    killed: () => void = () => {},
+  ) {
     this.dir = dir;
     this.#killed = killed;
     this.pid = identity.pid;
     this.#identity = identity;
-    this.#tails = (['stdout', 'stderr'] as const).map((s) => new OutputTail(dir.output(s), (line) => opts.onLine(s, line), { skipLines: skip[s] }));
+    this.#tails = (['stdout', 'stderr'] as const).map(
+      (s) => new OutputTail(dir.output(s), (line) => opts.onLine(s, line), { skipLines: skip[s] }),
+    );
     this.ended = exited.then(() => {
       this.#gone = true;
       // The task is over when its shim is: whatever is left in the group (the task itself, when
@@ -72,11 +81,21 @@ export class ShimProcess {
    * Starts `attempt` under a shim: the ready one if there is one, else one made now. Refuses, with
    * the reason, what no process could be started for (the words say what `spawn()` would have).
    */
-  static async start(shells: ReadyShells, helper: SpawnHelper | null, root: string, attempt: Attempt, opts: ShimProcessOptions, how: { useReady: boolean }): Promise<ShimStart> {
+  static async start(
+    shells: ReadyShells,
+    helper: SpawnHelper | null,
+    root: string,
+    attempt: Attempt,
+    opts: ShimProcessOptions,
+    how: { useReady: boolean },
+  ): Promise<ShimStart> {
     const { command, env, cwd } = attempt;
     const file = command[0] ?? '';
     const where = cwd ? ` in ${cwd}` : '';
-    const failed = (why: string): ShimStart => ({ ok: false, error: `failed to start ${JSON.stringify(file)}${where}: ${why}` });
+    const failed = (why: string): ShimStart => ({
+      ok: false,
+      error: `failed to start ${JSON.stringify(file)}${where}: ${why}`,
+    });
     if (file === '') return { ok: false, error: 'failed to start: empty command' };
     if (cwd !== null && !isDirectory(cwd)) return failed('no such directory');
     const missing = shells.cannotExecute(file, env.PATH ?? process.env.PATH, cwd);
@@ -86,7 +105,12 @@ export class ShimProcess {
     if (!secrets.ok) return failed(secrets.error);
     const fullEnv = { ...env, ...secrets.env };
     const dir = AttemptDir.create(root, attempt);
-    const shim = shimLines(command, fullEnv, cwd, { dir: dir.path, stdout: dir.output('stdout'), stderr: dir.output('stderr'), status: dir.statusFile });
+    const shim = shimLines(command, fullEnv, cwd, {
+      dir: dir.path,
+      stdout: dir.output('stdout'),
+      stderr: dir.output('stderr'),
+      status: dir.statusFile,
+    });
     if ('error' in shim) {
       dir.remove();
       return failed(shim.error);
@@ -111,7 +135,11 @@ export class ShimProcess {
       if (result.ok) {
         const identity = identify(shell.pid) ?? { pid: shell.pid, startTicks: null, bootId: null };
         dir.recordShim(identity);
-        return { ok: true, process: new ShimProcess(dir, identity, opts, { stdout: 0, stderr: 0 }, exited), how: started };
+        return {
+          ok: true,
+          process: new ShimProcess(dir, identity, opts, { stdout: 0, stderr: 0 }, exited),
+          how: started,
+        };
       }
       if (result.reason === 'cwd') {
         dir.remove();
@@ -124,9 +152,21 @@ export class ShimProcess {
     return failed('no shell to supervise it (/bin/sh could not be started)');
   }
 
-  static async #startByHelper(helper: SpawnHelper, dir: AttemptDir, attempt: Attempt, env: Record<string, string>, opts: ShimProcessOptions): Promise<ShimProcess | 'cwd' | 'gone'> {
+  static async #startByHelper(
+    helper: SpawnHelper,
+    dir: AttemptDir,
+    attempt: Attempt,
+    env: Record<string, string>,
+    opts: ShimProcessOptions,
+  ): Promise<ShimProcess | 'cwd' | 'gone'> {
     const n = helper.nextNumber();
-    const shim = shimLines(attempt.command, env, attempt.cwd, { dir: dir.path, stdout: dir.output('stdout'), stderr: dir.output('stderr'), status: dir.statusFile }, n);
+    const shim = shimLines(
+      attempt.command,
+      env,
+      attempt.cwd,
+      { dir: dir.path, stdout: dir.output('stdout'), stderr: dir.output('stderr'), status: dir.statusFile },
+      n,
+    );
     if ('error' in shim) throw new Error(`shim lines refused after being accepted: ${shim.error}`);
     let said!: () => void;
     const endSaid = new Promise<void>((resolve) => (said = resolve));
@@ -158,7 +198,8 @@ export class ShimProcess {
 
   /** Reads an ended attempt's output from where its log stopped, to the end. */
   static readRest(dir: AttemptDir, opts: ShimProcessOptions, skip: LinesSoFar): void {
-    for (const s of ['stdout', 'stderr'] as const) new OutputTail(dir.output(s), (line) => opts.onLine(s, line), { skipLines: skip[s] }).finish();
+    for (const s of ['stdout', 'stderr'] as const)
+      new OutputTail(dir.output(s), (line) => opts.onLine(s, line), { skipLines: skip[s] }).finish();
   }
 
   /**
@@ -207,7 +248,11 @@ function killGroup(pid: number): void {
  * The end of a shim that is not our child (the spawn helper's): when it says so, or when its pid
  * no longer names it (it was killed and said nothing), looked at slowly, and often once `killed`.
  */
-function watchEnd(identity: ProcessIdentity, said: Promise<void>, ended: () => void): { exited: Promise<void>; killed: () => void } {
+function watchEnd(
+  identity: ProcessIdentity,
+  said: Promise<void>,
+  ended: () => void,
+): { exited: Promise<void>; killed: () => void } {
   let timer: NodeJS.Timeout | null = null;
   let over = false;
   let resolve!: () => void;

@@ -65,9 +65,11 @@ export function shimLines(
   if (file === undefined || file === '') return { error: 'empty command' };
   if (file.startsWith('-')) return { error: `the command ${JSON.stringify(file)} starts with "-"` };
   const words = [...command, ...Object.keys(env), ...Object.values(env), cwd ?? ''];
-  if (words.some((w) => w.includes('\0'))) return { error: 'the command, its directory or its environment holds a NUL byte' };
+  if (words.some((w) => w.includes('\0')))
+    return { error: 'the command, its directory or its environment holds a NUL byte' };
   const badName = Object.keys(env).find((k) => !NAME.test(k));
-  if (badName !== undefined) return { error: `environment name ${JSON.stringify(badName)} is not a shell name ([A-Za-z_][A-Za-z0-9_]*)` };
+  if (badName !== undefined)
+    return { error: `environment name ${JSON.stringify(badName)} is not a shell name ([A-Za-z_][A-Za-z0-9_]*)` };
   const q = shellQuote;
   const lines: string[] = [];
   const tag = shared === null ? '' : `${shared} `;
@@ -87,7 +89,9 @@ export function shimLines(
     lines.push(`echo "${tag}. $$" >&${STATUS_FD}`);
   }
   const keptFrom = shared === null ? '' : ` ${STATUS_FD}>&-`;
-  lines.push(`if [ -z "$leoflow_signal" ]; then ${command.map(q).join(' ')} </dev/null >>${q(files.stdout)} 2>>${q(files.stderr)}${keptFrom}; leoflow_status=$?; else leoflow_status=$((128 + leoflow_signal)); fi`);
+  lines.push(
+    `if [ -z "$leoflow_signal" ]; then ${command.map(q).join(' ')} </dev/null >>${q(files.stdout)} 2>>${q(files.stderr)}${keptFrom}; leoflow_status=$?; else leoflow_status=$((128 + leoflow_signal)); fi`,
+  );
   lines.push(`echo $leoflow_status >${q(files.status)}`);
   if (shared !== null) lines.push(`trap '' PIPE; echo '${tag}end' >&${STATUS_FD} 2>/dev/null`);
   lines.push('kill -KILL 0');

@@ -86,7 +86,10 @@ export class SpawnHelper {
       // a here-document (a pipe), as a ready shell reads them from its stdin: no file to write.
       const q = shellQuote;
       const end = hereDocEnd(lines, n);
-      tell(helper, `${ATTEMPT_DIR_ENV}=${q(attemptDir)} ${q(this.#setsid!)} ${q(this.#shell)} -s ${STATUS_FD}>&1 >/dev/null 2>&1 <<'${end}' &\n${lines}${end}\n`);
+      tell(
+        helper,
+        `${ATTEMPT_DIR_ENV}=${q(attemptDir)} ${q(this.#setsid!)} ${q(this.#shell)} -s ${STATUS_FD}>&1 >/dev/null 2>&1 <<'${end}' &\n${lines}${end}\n`,
+      );
     });
   }
 
@@ -105,7 +108,11 @@ export class SpawnHelper {
     let child: ChildProcess;
     try {
       // Its own session, so a terminal's Ctrl-C reaches the agent, not the shims on their way.
-      child = spawn(this.#shell, ['-s'], { detached: true, stdio: ['pipe', 'pipe', 'ignore'], env: { ...process.env, ...this.#env } });
+      child = spawn(this.#shell, ['-s'], {
+        detached: true,
+        stdio: ['pipe', 'pipe', 'ignore'],
+        env: { ...process.env, ...this.#env },
+      });
     } catch (err) {
       this.#logger.error({ err, shell: this.#shell }, 'could not start the spawn helper');
       return null;
@@ -171,13 +178,16 @@ export class SpawnHelper {
     }
     this.#ends.delete(id);
     // A shim that could not enter the directory exits at once: its parent reaps it.
-    if (what === 'cwd' && Number(pid) > 0 && pending.helper === this.#child) tell(pending.helper, `wait ${Number(pid)}\n`);
+    if (what === 'cwd' && Number(pid) > 0 && pending.helper === this.#child)
+      tell(pending.helper, `wait ${Number(pid)}\n`);
     pending.resolve({ ok: false, reason: what === 'cwd' ? 'cwd' : 'gone' });
   }
 
   /** Proves the shims of these starts dead (killing any that came meanwhile), then settles them as gone. */
   #giveUp(ns: number[], why: string): void {
-    const given = ns.map((n) => [n, this.#pending.get(n)] as const).filter((e): e is [number, Pending] => e[1] !== undefined);
+    const given = ns
+      .map((n) => [n, this.#pending.get(n)] as const)
+      .filter((e): e is [number, Pending] => e[1] !== undefined);
     if (given.length === 0) return;
     const killed = killAttemptGroups(new Set(given.map(([, p]) => p.attemptDir)));
     this.#logger.warn({ starts: given.length, killed: killed.length, why }, 'spawn helper: starts given up');

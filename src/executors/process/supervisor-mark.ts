@@ -37,7 +37,11 @@ export function findMarkedBy(agentId: string): MarkedProcess[] {
       group,
       attemptDir: dir === undefined ? null : dir.slice(ATTEMPT_DIR_ENV.length + 1),
       // The boot is this one: a process that runs now was started since it.
-      supervisor: { pid: Number(supPid), startTicks: ticks === undefined || ticks === '-' ? null : ticks, bootId: null },
+      supervisor: {
+        pid: Number(supPid),
+        startTicks: ticks === undefined || ticks === '-' ? null : ticks,
+        bootId: null,
+      },
     };
   });
 }
@@ -58,9 +62,16 @@ export interface AgentOrphans {
  * same id: the control plane refuses its second stream). Throws when a group outlives `waitMs`
  * after SIGKILL: the agent must not say Hello while a task it could not stop still runs.
  */
-export async function killOrphansOfAgent(agentId: string, keep: ReadonlySet<string>, keepGroups: ReadonlySet<number> = new Set(), waitMs = 10_000): Promise<AgentOrphans> {
+export async function killOrphansOfAgent(
+  agentId: string,
+  keep: ReadonlySet<string>,
+  keepGroups: ReadonlySet<number> = new Set(),
+  waitMs = 10_000,
+): Promise<AgentOrphans> {
   const marked = findMarkedBy(agentId);
-  const orphans = marked.filter((p) => !isSameProcess(p.supervisor) && !(p.attemptDir !== null && keep.has(p.attemptDir)));
+  const orphans = marked.filter(
+    (p) => !isSameProcess(p.supervisor) && !(p.attemptDir !== null && keep.has(p.attemptDir)),
+  );
   const kept = new Set(orphans.map((o) => o.group));
   // A group with one process to keep (its folder is held) is kept whole: it is one attempt. So is
   // the group a held folder's live shim leads, whatever its task did to its environment.
@@ -79,7 +90,9 @@ export async function killOrphansOfAgent(agentId: string, keep: ReadonlySet<stri
     const left = findMarkedBy(agentId).filter((p) => kept.has(p.group));
     if (left.length === 0) break;
     if (Date.now() > deadline) {
-      throw new Error(`processes ${left.map((p) => p.pid).join(', ')} left by an earlier process of agent ${agentId} survived SIGKILL for ${waitMs} ms: not connecting while they may still run`);
+      throw new Error(
+        `processes ${left.map((p) => p.pid).join(', ')} left by an earlier process of agent ${agentId} survived SIGKILL for ${waitMs} ms: not connecting while they may still run`,
+      );
     }
     await new Promise((r) => setTimeout(r, 20));
   }

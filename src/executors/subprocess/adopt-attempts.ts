@@ -56,7 +56,8 @@ export async function adoptAttempts(c: ProcessAdoptContext): Promise<Adopted> {
   const orphans = killOrphans(c.root, kept);
   await orphansGone(orphans);
   found.killed = new Set(orphans.map((o) => o.attemptDir)).size;
-  if (found.reattached + found.recorded + found.killed > 0) c.logger.info(found, 'adopted the attempts an earlier process left');
+  if (found.reattached + found.recorded + found.killed > 0)
+    c.logger.info(found, 'adopted the attempts an earlier process left');
   return found;
 }
 
@@ -78,12 +79,22 @@ async function adoptOne(c: ProcessAdoptContext, attempt: Attempt, dir: AttemptDi
   run.startSettled = true;
   run.startedReport.resolve();
   if (shim) {
-    if (!current) c.runs.stop(run, { outcome: 'superseded', error: 'attempt no longer current after a restart', signal: 'SIGTERM' });
+    if (!current)
+      c.runs.stop(run, {
+        outcome: 'superseded',
+        error: 'attempt no longer current after a restart',
+        signal: 'SIGTERM',
+      });
     c.heartbeat.schedule();
     return true;
   }
   const status = dir.readStatus();
-  c.runs.system(run, status ? `ended while no one watched: ${describeExit(status)}` : 'its supervisor was killed before the task ended: no exit status');
+  c.runs.system(
+    run,
+    status
+      ? `ended while no one watched: ${describeExit(status)}`
+      : 'its supervisor was killed before the task ended: no exit status',
+  );
   // Its real end is when the shim wrote the status, not now: the outage is not the task's time.
   c.runs.onExit(run, status, (status && dir.statusWrittenAt()) ?? undefined);
   return false;

@@ -115,7 +115,8 @@ export class RunningAttempts {
     clearTimers(run);
     const { exitCode: code, signal } = run.exit;
     const how = describeExit(run.exit);
-    if (status === null && !run.killSent) this.system(run, 'the task\'s supervisor was killed (no exit status): counted as killed by SIGKILL');
+    if (status === null && !run.killSent)
+      this.system(run, "the task's supervisor was killed (no exit status): counted as killed by SIGKILL");
     else this.system(run, code !== null ? `exited with code ${code}` : `killed by ${signal}`);
     const base = { exitCode: code, signal, ...(endedAt !== undefined ? { endedAt } : {}) };
     const result: AttemptResult = run.stop

@@ -89,7 +89,12 @@ export class SubprocessExecutor implements Executor {
       onEnding: () => this.#refillShell(this.#helper?.usable ? 0 : 1),
       keepFolders: opts.keepFolders ?? false,
     });
-    this.#heartbeat = new HeartbeatLoop({ runs: this.#runs, reporter: opts.reporter, logger: opts.logger, intervalMs: opts.heartbeatIntervalMs });
+    this.#heartbeat = new HeartbeatLoop({
+      runs: this.#runs,
+      reporter: opts.reporter,
+      logger: opts.logger,
+      intervalMs: opts.heartbeatIntervalMs,
+    });
   }
 
   get activeCount(): number {
@@ -109,8 +114,15 @@ export class SubprocessExecutor implements Executor {
       // An older attempt of this TI still runs here: it was declared lost (e.g. heartbeats could
       // not be written) and a new try was claimed. Stop the old one first, so two attempts of a
       // task never run at once, then start the new one.
-      this.#logger.warn({ tiId: attempt.tiId, tryNumber: attempt.tryNumber, staleTry: stale.attempt.tryNumber }, 'stopping a superseded attempt before starting the new try');
-      this.#runs.stop(stale, { outcome: 'superseded', error: `superseded by try ${attempt.tryNumber}`, signal: 'SIGTERM' });
+      this.#logger.warn(
+        { tiId: attempt.tiId, tryNumber: attempt.tryNumber, staleTry: stale.attempt.tryNumber },
+        'stopping a superseded attempt before starting the new try',
+      );
+      this.#runs.stop(stale, {
+        outcome: 'superseded',
+        error: `superseded by try ${attempt.tryNumber}`,
+        signal: 'SIGTERM',
+      });
       await stale.done.promise;
     }
     const held = this.#runs.get(attempt.tiId);
@@ -126,7 +138,8 @@ export class SubprocessExecutor implements Executor {
     // Output read before the start is known (a task that wrote and ended at once, its end seen in
     // the same turn as its start) waits here, so the attempt's log begins with its `started` line.
     let early: [LogStream, string][] | null = [];
-    const onLine = (stream: LogStream, line: string) => (early ? early.push([stream, line]) : this.#runs.log(attempt, stream, line));
+    const onLine = (stream: LogStream, line: string) =>
+      early ? early.push([stream, line]) : this.#runs.log(attempt, stream, line);
     const logEarly = () => {
       for (const [stream, line] of early ?? []) this.#runs.log(attempt, stream, line);
       early = null;
@@ -135,7 +148,10 @@ export class SubprocessExecutor implements Executor {
     try {
       start = await this.#startOnlyHere(run, onLine);
     } catch (err) {
-      start = { ok: false as const, error: `failed to start ${JSON.stringify(attempt.command[0])}: ${errorMessage(err)}` };
+      start = {
+        ok: false as const,
+        error: `failed to start ${JSON.stringify(attempt.command[0])}: ${errorMessage(err)}`,
+      };
     }
     if (!start.ok) {
       run.startedReport.resolve();
@@ -152,7 +168,11 @@ export class SubprocessExecutor implements Executor {
     try {
       const current = await this.#reporter.started(attempt, { pid: start.process.pid });
       if (!current) {
-        this.#runs.stop(run, { outcome: 'superseded', error: 'attempt superseded before it started', signal: 'SIGKILL' });
+        this.#runs.stop(run, {
+          outcome: 'superseded',
+          error: 'attempt superseded before it started',
+          signal: 'SIGKILL',
+        });
       }
     } catch (err) {
       // Unknown whether the store recorded it; keep running and let the next heartbeat decide.
@@ -170,12 +190,23 @@ export class SubprocessExecutor implements Executor {
   cancel(tiId: string, reason: string): boolean {
     const run = this.#runs.get(tiId);
     if (!run) return false;
-    return this.#runs.stop(run, { outcome: 'cancelled', error: reason, note: `cancelled: ${reason}`, signal: 'SIGTERM' });
+    return this.#runs.stop(run, {
+      outcome: 'cancelled',
+      error: reason,
+      note: `cancelled: ${reason}`,
+      signal: 'SIGTERM',
+    });
   }
 
   /** After a restart, before any new work: the attempts an earlier process left (adopt-attempts.ts). */
   adopt(): Promise<Adopted> {
-    return adoptAttempts({ root: this.#root, runs: this.#runs, heartbeat: this.#heartbeat, reporter: this.#reporter, logger: this.#logger });
+    return adoptAttempts({
+      root: this.#root,
+      runs: this.#runs,
+      heartbeat: this.#heartbeat,
+      reporter: this.#reporter,
+      logger: this.#logger,
+    });
   }
 
   shutdown(waitMs: number): Promise<void> {
@@ -185,7 +216,14 @@ export class SubprocessExecutor implements Executor {
 
   /** Starts from the ready shell only a lone start (this attempt is the only one live here). */
   #startOnlyHere(run: Running, onLine: (stream: LogStream, line: string) => void) {
-    return ShimProcess.start(this.#shells, this.#helper, this.#root, run.attempt, { onLine }, { useReady: this.#runs.size <= 1 });
+    return ShimProcess.start(
+      this.#shells,
+      this.#helper,
+      this.#root,
+      run.attempt,
+      { onLine },
+      { useReady: this.#runs.size <= 1 },
+    );
   }
 
   async #drainAndStop(waitMs: number): Promise<void> {

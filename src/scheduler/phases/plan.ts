@@ -44,7 +44,14 @@ export async function plan(
   ctx: SchedulerContext,
   opts: { cron: boolean; runIds?: string[] | null; queued?: number; waiting?: 'retries' | 'all' } = { cron: true },
 ): Promise<PlanResult> {
-  const result: PlanResult = { runsCreated: 0, runsStarted: 0, runsAdvanced: 0, runsFinalized: 0, offered: 0, errors: 0 };
+  const result: PlanResult = {
+    runsCreated: 0,
+    runsStarted: 0,
+    runsAdvanced: 0,
+    runsFinalized: 0,
+    offered: 0,
+    errors: 0,
+  };
   if (opts.cron) {
     try {
       result.runsCreated = (await createScheduledRuns(ctx)).created;
@@ -58,7 +65,9 @@ export async function plan(
   let targeted = opts.runIds || opts.queued ? (opts.runIds ?? []) : null;
   // Runs ended in the round trip of their last attempt's end have nothing left to read or decide;
   // only the room they made in a DAG whose queued runs were held back counts (below).
-  const endedAhead = targeted ? (ctx.memory?.takeEnded(targeted) ?? new Map<string, string>()) : new Map<string, string>();
+  const endedAhead = targeted
+    ? (ctx.memory?.takeEnded(targeted) ?? new Map<string, string>())
+    : new Map<string, string>();
   if (endedAhead.size > 0) {
     targeted = targeted!.filter((id) => !endedAhead.has(id));
     result.runsFinalized += endedAhead.size;
@@ -73,13 +82,18 @@ export async function plan(
     // the ids are known, so both reads go out at once.
     const ahead = ctx.memory?.takeReads(targeted) ?? new Map<string, RunRead>();
     // Runs whose plan ahead applied are decided from the planner's memory of them, now current.
-    for (const [id, read] of ctx.memory?.takeCurrent(targeted.filter((id) => !ahead.has(id))) ?? []) ahead.set(id, read);
+    for (const [id, read] of ctx.memory?.takeCurrent(targeted.filter((id) => !ahead.has(id))) ?? [])
+      ahead.set(id, read);
     const rest = ahead.size === 0 ? targeted : targeted.filter((id) => !ahead.has(id));
     // A step that reads runs, or starts one, reads along with them what the agents executor
     // places from if it is getting old, so agent work can be claimed with its move (a step that
     // only goes on with runs read behind their ends does not wait for it).
-    if (rest.length > 0 || opts.queued || [...ahead.values()].some((r) => r.run.state === 'queued')) freshened = ctx.dispatcher.freshenPlacement();
-    [runs, tiRows] = rest.length === 0 ? [[], []] : await Promise.all([activeRuns(ctx.sql, ctx.maxRunsPerStep, { runIds: rest }), listTisOfRuns(ctx.sql, rest)]);
+    if (rest.length > 0 || opts.queued || [...ahead.values()].some((r) => r.run.state === 'queued'))
+      freshened = ctx.dispatcher.freshenPlacement();
+    [runs, tiRows] =
+      rest.length === 0
+        ? [[], []]
+        : await Promise.all([activeRuns(ctx.sql, ctx.maxRunsPerStep, { runIds: rest }), listTisOfRuns(ctx.sql, rest)]);
     for (const { run, tis } of ahead.values()) {
       runs.push(run);
       tiRows.push(...tis);
@@ -87,7 +101,8 @@ export async function plan(
     if (opts.queued) {
       // As many as the dispatch pool takes now, and at least as many as were asked for.
       const room = Math.min(ctx.maxRunsPerStep, Math.max(opts.queued, ctx.dispatcher.room()));
-      const more = room > 0 ? await readQueued(ctx, result, 'any', new Set(runs.map((r) => r.id)), room) : { runs: [], tis: [] };
+      const more =
+        room > 0 ? await readQueued(ctx, result, 'any', new Set(runs.map((r) => r.id)), room) : { runs: [], tis: [] };
       runs.push(...more.runs);
       tiRows.push(...more.tis);
     }
@@ -111,9 +126,17 @@ export async function plan(
     ]);
     if (ctx.sweep) ctx.sweep.cursor = swept.length < sweepSize ? '0' : swept[swept.length - 1]!.id;
     const running = [...new Map([...waiting, ...swept].map((r) => [r.id, r])).values()];
-    const queued = await activeRuns(ctx.sql, Math.max(MIN_QUEUED_PER_STEP, ctx.maxRunsPerStep - running.length), { queuedOf: 'any' });
+    const queued = await activeRuns(ctx.sql, Math.max(MIN_QUEUED_PER_STEP, ctx.maxRunsPerStep - running.length), {
+      queuedOf: 'any',
+    });
     runs = [...running, ...queued].sort((a, b) => compareIds(a.id, b.id));
-    tiRows = runs.length === 0 ? [] : await listTisOfRuns(ctx.sql, runs.map((r) => r.id));
+    tiRows =
+      runs.length === 0
+        ? []
+        : await listTisOfRuns(
+            ctx.sql,
+            runs.map((r) => r.id),
+          );
   }
   await freshened;
   // Their work is offered again now: a refusal in this step lists them again.
@@ -146,7 +169,15 @@ export async function plan(
   for (const r of queued) counts.set(r.dag_id, r.running_in_dag ?? 0);
   for (const r of runs) if (ended.has(r.id) && counts.has(r.dag_id)) counts.set(r.dag_id, counts.get(r.dag_id)! - 1);
   const heldBack = ctx.heldBackDags;
-  const roomMade = targeted && heldBack ? [...new Set([...runs.filter((r) => ended.has(r.id) && heldBack.has(r.dag_id)).map((r) => r.dag_id), ...heldBackEndedAhead])] : [];
+  const roomMade =
+    targeted && heldBack
+      ? [
+          ...new Set([
+            ...runs.filter((r) => ended.has(r.id) && heldBack.has(r.dag_id)).map((r) => r.dag_id),
+            ...heldBackEndedAhead,
+          ]),
+        ]
+      : [];
   if (roomMade.length > 0) {
     // A run that ended made room in a DAG whose queued runs were held back: they start now, not
     // at the next tick. They are read after the ends were written, so their running counts
@@ -155,7 +186,9 @@ export async function plan(
     const more = await readQueued(ctx, result, roomMade, new Set(), ctx.maxRunsPerStep);
     const fresh = new Set(roomMade);
     const byId = new Set(more.runs.map((r) => r.id));
-    queued = [...queued.filter((r) => !fresh.has(r.dag_id) && !byId.has(r.id)), ...more.runs].sort((a, b) => compareIds(a.id, b.id));
+    queued = [...queued.filter((r) => !fresh.has(r.dag_id) && !byId.has(r.id)), ...more.runs].sort((a, b) =>
+      compareIds(a.id, b.id),
+    );
     for (const d of roomMade) counts.delete(d);
     for (const r of more.runs) counts.set(r.dag_id, r.running_in_dag ?? 0);
     for (const id of byId) tisByRun.set(id, []);
@@ -190,12 +223,21 @@ export async function plan(
 
 /** Writes the decided runs' moves (one statement), ends the runs that are done (one more), and
  *  offers what is scheduled. */
-async function writeAndOffer(ctx: SchedulerContext, decided: DecidedRun[], reasons: Map<string, string | null>, result: PlanResult): Promise<Set<string>> {
+async function writeAndOffer(
+  ctx: SchedulerContext,
+  decided: DecidedRun[],
+  reasons: Map<string, string | null>,
+  result: PlanResult,
+): Promise<Set<string>> {
   if (decided.length === 0) return new Set();
   const ahead = claimWithTheMove(ctx, decided);
   const ending: { runId: string; epoch: string; outcome: 'success' | 'failed' }[] = [];
   try {
-    const applied = await applyAll(ctx, decided.flatMap((d) => (d.plan ? [d.plan] : [])), result);
+    const applied = await applyAll(
+      ctx,
+      decided.flatMap((d) => (d.plan ? [d.plan] : [])),
+      result,
+    );
     ahead.answered(applied.claims);
     decideOffers(ctx, decided, applied, reasons, result, ending);
   } finally {
@@ -286,10 +328,22 @@ async function applyAll(ctx: SchedulerContext, plans: RunPlan[], result: PlanRes
  * the ids of the runs read, so a run is never decided without its task instances. A failed read
  * is counted and reads as nothing: the tick starts those runs instead.
  */
-async function readQueued(ctx: SchedulerContext, result: PlanResult, dags: string[] | 'any', skip: Set<string>, limit: number): Promise<{ runs: ActiveRun[]; tis: PlannerTi[] }> {
+async function readQueued(
+  ctx: SchedulerContext,
+  result: PlanResult,
+  dags: string[] | 'any',
+  skip: Set<string>,
+  limit: number,
+): Promise<{ runs: ActiveRun[]; tis: PlannerTi[] }> {
   try {
     const runs = (await activeRuns(ctx.sql, limit, { queuedOf: dags })).filter((r) => !skip.has(r.id));
-    return { runs, tis: await listTisOfRuns(ctx.sql, runs.map((r) => r.id)) };
+    return {
+      runs,
+      tis: await listTisOfRuns(
+        ctx.sql,
+        runs.map((r) => r.id),
+      ),
+    };
   } catch (err) {
     result.errors++;
     ctx.counters.error('plan.read-queued', err);
@@ -308,7 +362,12 @@ class PoisonRunError extends Error {
 }
 
 /** Decides one run's moves in memory (no writes, except marking a run whose rules throw poisoned). */
-async function decideOrPoison(ctx: SchedulerContext, run: ActiveRun, tis: PlannerTi[], start: boolean): Promise<DecidedRun> {
+async function decideOrPoison(
+  ctx: SchedulerContext,
+  run: ActiveRun,
+  tis: PlannerTi[],
+  start: boolean,
+): Promise<DecidedRun> {
   try {
     return decideRun(run, tis, start, ctx.now());
   } catch (err) {
@@ -317,4 +376,3 @@ async function decideOrPoison(ctx: SchedulerContext, run: ActiveRun, tis: Planne
     throw new PoisonRunError(`run ${run.id} poisoned: ${(err as Error).message}`, { cause: err });
   }
 }
-

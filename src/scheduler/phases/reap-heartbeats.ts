@@ -25,7 +25,15 @@ export interface ReapHeartbeatsResult {
  * isolated; one that fails to write does not stop the others.
  */
 export async function reapHeartbeats(ctx: SchedulerContext): Promise<ReapHeartbeatsResult> {
-  const result: ReapHeartbeatsResult = { candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: false, runIds: [] };
+  const result: ReapHeartbeatsResult = {
+    candidates: 0,
+    retried: 0,
+    failed: 0,
+    errors: 0,
+    heldLive: 0,
+    heldOff: false,
+    runIds: [],
+  };
   if (ctx.now().getTime() - ctx.health.healthySince.getTime() < ctx.heartbeatThresholdMs) {
     result.heldOff = true;
     return result;

@@ -19,7 +19,9 @@ export async function reapRuns(ctx: SchedulerContext): Promise<ReapRunsResult> {
   const result: ReapRunsResult = { candidates: 0, finalized: 0, errors: 0 };
   // Like the planner's sweep: a stretch of the running runs a step, so every one is looked at
   // within a known number of steps and a step's cost does not grow with them.
-  const scan = ctx.sweep ? { after: ctx.sweep.orphansAfter ?? '0', runs: ctx.sweepRunsPerStep ?? ctx.maxRunsPerStep } : undefined;
+  const scan = ctx.sweep
+    ? { after: ctx.sweep.orphansAfter ?? '0', runs: ctx.sweepRunsPerStep ?? ctx.maxRunsPerStep }
+    : undefined;
   const { runs: candidates, next } = await orphanRuns(ctx.sql, ctx.runOrphanThresholdMs, MAX_CANDIDATES, scan);
   if (ctx.sweep) ctx.sweep.orphansAfter = next;
   result.candidates = candidates.length;

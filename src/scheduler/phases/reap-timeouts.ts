@@ -42,7 +42,15 @@ export async function reapTimeouts(ctx: SchedulerContext): Promise<ReapTimeoutsR
       else result.failed++;
       await ctx.cancel(c.id, `timed out after ${c.timeout_ms} ms`);
       ctx.logger.warn(
-        { tiId: c.id, runId: c.run_id, taskId: c.task_id, try: c.try_number, startedAt: c.started_at, timeoutMs: c.timeout_ms, verdict },
+        {
+          tiId: c.id,
+          runId: c.run_id,
+          taskId: c.task_id,
+          try: c.try_number,
+          startedAt: c.started_at,
+          timeoutMs: c.timeout_ms,
+          verdict,
+        },
         `task ${c.task_id} ran past its timeout and was not stopped by its holder: ${verdict}`,
       );
     } catch (err) {

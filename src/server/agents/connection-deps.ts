@@ -61,7 +61,10 @@ export interface SessionStore {
    * Why this agent may not claim this task instance for itself (`--once --ti`, no attempt token),
    * naming the rule; null when the leader would have placed it there (core/one-shot-claim.ts).
    */
-  oneShotRefusal(tiId: string, agent: { agentId: string; labels: Record<string, string>; capabilities: string[] }): Promise<string | null>;
+  oneShotRefusal(
+    tiId: string,
+    agent: { agentId: string; labels: Record<string, string>; capabilities: string[] },
+  ): Promise<string | null>;
   /** Claims a one-shot agent's task instance for it (`--once --ti`). */
   claimOnly(tiId: string, agentId: string): Promise<Attempt | null>;
   /**

@@ -64,10 +64,16 @@ export class AgentConnection implements AgentHandle {
     }
     if (!recorded) {
       if (this.#attempts.held.get(a.tiId) === ref) this.#attempts.held.delete(a.tiId);
-      this.#log.warn({ tiId: a.tiId, runId: a.runId, try: a.tryNumber }, `attempt not sent to agent ${this.agentId}: another process of the agent was given it, or it is over`);
+      this.#log.warn(
+        { tiId: a.tiId, runId: a.runId, try: a.tryNumber },
+        `attempt not sent to agent ${this.agentId}: another process of the agent was given it, or it is over`,
+      );
       return 'refused';
     }
-    this.#log.info({ tiId: a.tiId, runId: a.runId, taskId: a.taskId, try: a.tryNumber }, `assigned ${a.taskId} to agent ${this.agentId}`);
+    this.#log.info(
+      { tiId: a.tiId, runId: a.runId, taskId: a.taskId, try: a.tryNumber },
+      `assigned ${a.taskId} to agent ${this.agentId}`,
+    );
     const pushed = this.#out.push({
       msg: {
         case: 'assign',
@@ -122,13 +128,21 @@ export class AgentConnection implements AgentHandle {
 
   // --- the stream ------------------------------------------------------------------------
 
-  async *run(requests: AsyncIterable<ConnectRequest>, signal: AbortSignal, clientCert?: ClientCertificate | null): AsyncGenerator<Response> {
+  async *run(
+    requests: AsyncIterable<ConnectRequest>,
+    signal: AbortSignal,
+    clientCert?: ClientCertificate | null,
+  ): AsyncGenerator<Response> {
     const it = requests[Symbol.asyncIterator]();
     const valid = (check: () => HeldRef[]) => validMessage('hello', check, this.deps.onRejected, this.#log);
     const { hello, held, token } = await readHello(it, clientCert, this.deps.agentCredentials, valid);
     this.agentId = hello.agentId;
     this.incarnationId = hello.incarnationId;
-    this.#log = this.deps.logger.child({ agentId: hello.agentId, session: this.sessionId.slice(0, 8), incarnation: fingerprint(hello.incarnationId) });
+    this.#log = this.deps.logger.child({
+      agentId: hello.agentId,
+      session: this.sessionId.slice(0, 8),
+      incarnation: fingerprint(hello.incarnationId),
+    });
     const { store, registry } = this.deps;
 
     // A live stream of this agent id from another process: a duplicate id never takes its place.
@@ -143,7 +157,10 @@ export class AgentConnection implements AgentHandle {
       if (why !== null) {
         this.deps.onRejected('hello', 'invalid');
         this.#log.warn({ tiId: hello.onlyTiId, why }, `one-shot claim of task instance ${hello.onlyTiId} refused`);
-        throw new ConnectError(`hello.only_ti_id: agent "${hello.agentId}" may not take task instance ${hello.onlyTiId}: ${why}`, Code.PermissionDenied);
+        throw new ConnectError(
+          `hello.only_ti_id: agent "${hello.agentId}" may not take task instance ${hello.onlyTiId}: ${why}`,
+          Code.PermissionDenied,
+        );
       }
     }
     const connected = await store.connectAgent({
@@ -161,28 +178,42 @@ export class AgentConnection implements AgentHandle {
     // Checked after the write: the replica's agents are marked gone when it starts to leave, and
     // a Hello written after that is undone here.
     if (this.deps.leaving()) {
-      await store.disconnectAgent(hello.agentId, this.sessionId).catch((err: unknown) => this.#log.error({ err }, 'could not mark a refused agent disconnected'));
+      await store
+        .disconnectAgent(hello.agentId, this.sessionId)
+        .catch((err: unknown) => this.#log.error({ err }, 'could not mark a refused agent disconnected'));
       throw new ConnectError(`replica ${this.deps.replicaId} is shutting down: connect to another`, Code.Unavailable);
     }
-    if (live) live.close(`replaced by a newer stream of the same agent process (session ${this.sessionId.slice(0, 8)})`);
+    if (live)
+      live.close(`replaced by a newer stream of the same agent process (session ${this.sessionId.slice(0, 8)})`);
 
     const current = await store.currentAttempts(hello.agentId, hello.incarnationId, held);
     const resumed = held.filter((r) => current.has(r.attemptToken));
     const superseded = held.filter((r) => !current.has(r.attemptToken));
     for (const r of resumed) this.#attempts.held.set(r.tiId, r);
     const logs = await store.logsSoFar(resumed);
-    for (const r of resumed) this.#attempts.logSeq.set(r.attemptToken, logs.get(`${r.tiId}/${r.tryNumber}`)?.lastSeq ?? 0);
+    for (const r of resumed)
+      this.#attempts.logSeq.set(r.attemptToken, logs.get(`${r.tiId}/${r.tryNumber}`)?.lastSeq ?? 0);
     // The agent still holds attempts that were given to someone else meanwhile: a zombie's claim.
     for (const r of superseded) {
       this.deps.onRejected('hello', 'stale');
-      this.#log.warn({ tiId: r.tiId, try: r.tryNumber }, 'agent reconnected holding a superseded attempt: it is told to stop it');
+      this.#log.warn(
+        { tiId: r.tiId, try: r.tryNumber },
+        'agent reconnected holding a superseded attempt: it is told to stop it',
+      );
     }
     // What an earlier process of this agent was given and this one does not hold is over: retried
     // with a new token, never sent here with the old one.
     const abandoned = await store.endAbandoned(hello.agentId, hello.incarnationId);
     for (const a of abandoned) {
       this.#log.warn(
-        { tiId: a.tiId, runId: a.runId, taskId: a.taskId, try: a.tryNumber, verdict: a.verdict, earlierIncarnation: fingerprint(a.deliveredTo) },
+        {
+          tiId: a.tiId,
+          runId: a.runId,
+          taskId: a.taskId,
+          try: a.tryNumber,
+          verdict: a.verdict,
+          earlierIncarnation: fingerprint(a.deliveredTo),
+        },
         `task ${a.taskId} lost: agent ${hello.agentId} restarted and no longer holds it: ${a.verdict}`,
       );
     }
@@ -190,7 +221,7 @@ export class AgentConnection implements AgentHandle {
     // Where else to go, for an agent given this replica's address only (a failed read costs the
     // agent that knowledge, not its stream).
     const replicaUrls = await this.deps.replicaUrls().catch((err: unknown) => {
-      this.#log.warn({ err }, 'could not read the replicas\' addresses for Welcome');
+      this.#log.warn({ err }, "could not read the replicas' addresses for Welcome");
       return [];
     });
     this.#out.push({
@@ -207,22 +238,31 @@ export class AgentConnection implements AgentHandle {
           superseded,
           logsSoFar: resumed.map((r) => {
             const so = logs.get(`${r.tiId}/${r.tryNumber}`);
-            return { attempt: r, stdoutLines: so?.stdout ?? 0, stderrLines: so?.stderr ?? 0, lastSeq: so?.lastSeq ?? 0 };
+            return {
+              attempt: r,
+              stdoutLines: so?.stdout ?? 0,
+              stderrLines: so?.stderr ?? 0,
+              lastSeq: so?.lastSeq ?? 0,
+            };
           }),
         },
       },
     });
-    this.#log.info({ labels: hello.labels, slots: hello.slots, resumed: resumed.length, superseded: superseded.length }, `agent ${hello.agentId} connected`);
+    this.#log.info(
+      { labels: hello.labels, slots: hello.slots, resumed: resumed.length, superseded: superseded.length },
+      `agent ${hello.agentId} connected`,
+    );
     registry.register(this);
     // Let in by an API token: the stream ends when the token is revoked or expires. Drained
     // first, so nothing more is placed here; its attempts are then lost at the heartbeat threshold.
-    const untoken = token && this.deps.agentCredentials.streams
-      ? this.deps.agentCredentials.streams.open(token, (err) => {
-          this.#log.warn({ tokenId: token.id }, `agent ${this.agentId} cut off: ${err.rawMessage}`);
-          this.drain(err.rawMessage);
-          this.#out.close(err);
-        })
-      : null;
+    const untoken =
+      token && this.deps.agentCredentials.streams
+        ? this.deps.agentCredentials.streams.open(token, (err) => {
+            this.#log.warn({ tokenId: token.id }, `agent ${this.agentId} cut off: ${err.rawMessage}`);
+            this.drain(err.rawMessage);
+            this.#out.close(err);
+          })
+        : null;
     const reports = new AgentReports({
       deps: this.deps,
       attempts: this.#attempts,
@@ -237,14 +277,20 @@ export class AgentConnection implements AgentHandle {
       agentId: this.agentId,
       sessionId: this.sessionId,
       superseded: (refs) => reports.superseded(refs),
-      refused: (err) => this.#out.close(new ConnectError(`heartbeat not recorded: ${(err as Error).message}`, Code.InvalidArgument)),
+      refused: (err) =>
+        this.#out.close(new ConnectError(`heartbeat not recorded: ${(err as Error).message}`, Code.InvalidArgument)),
     };
     this.deps.heartbeats.note(source, resumed);
 
     const deafCheck = setInterval(() => {
       if (Date.now() - this.#lastKeepalive > 3 * this.deps.keepaliveMs) {
-        this.#log.warn({ silentMs: Date.now() - this.#lastKeepalive }, `agent ${this.agentId} stream is deaf (no keepalive): closing it`);
-        this.#out.close(new ConnectError('no keepalive for 3 intervals: stream considered dead', Code.DeadlineExceeded));
+        this.#log.warn(
+          { silentMs: Date.now() - this.#lastKeepalive },
+          `agent ${this.agentId} stream is deaf (no keepalive): closing it`,
+        );
+        this.#out.close(
+          new ConnectError('no keepalive for 3 intervals: stream considered dead', Code.DeadlineExceeded),
+        );
       }
     }, this.deps.keepaliveMs);
     const onAbort = () => this.#out.close();
@@ -256,11 +302,16 @@ export class AgentConnection implements AgentHandle {
         // Work given to this agent before it connected here (by another replica, or while it
         // was reconnecting), or the one TI of a one-shot agent.
         if (hello.onlyTiId !== '0' && hello.onlyTiId !== '') {
-          const a = hello.onlyAttemptToken !== ''
-            ? await store.takeAttempt(hello.onlyTiId, hello.onlyAttemptToken, this.agentId)
-            : await store.claimOnly(hello.onlyTiId, this.agentId);
+          const a =
+            hello.onlyAttemptToken !== ''
+              ? await store.takeAttempt(hello.onlyTiId, hello.onlyAttemptToken, this.agentId)
+              : await store.claimOnly(hello.onlyTiId, this.agentId);
           const sent = a !== null && (await this.assign(a)) === 'sent';
-          this.drain(sent ? 'one-shot agent: no more work after this attempt' : `task instance ${hello.onlyTiId} has no attempt for this agent`);
+          this.drain(
+            sent
+              ? 'one-shot agent: no more work after this attempt'
+              : `task instance ${hello.onlyTiId} has no attempt for this agent`,
+          );
         } else {
           const undelivered = await store.undelivered(this.agentId, this.incarnationId);
           await Promise.all(undelivered.filter((a) => !this.#attempts.held.has(a.tiId)).map((a) => this.assign(a)));
@@ -276,7 +327,11 @@ export class AgentConnection implements AgentHandle {
         goodbye = !this.#goneAway;
         this.#out.close();
       } catch (err) {
-        this.#out.close(err instanceof ConnectError ? err : new ConnectError(`agent stream failed: ${(err as Error).message}`, Code.Internal));
+        this.#out.close(
+          err instanceof ConnectError
+            ? err
+            : new ConnectError(`agent stream failed: ${(err as Error).message}`, Code.Internal),
+        );
       }
     })();
 
@@ -290,7 +345,9 @@ export class AgentConnection implements AgentHandle {
       registry.deregister(this);
       this.deps.heartbeats.forget(source);
       void reader.catch(() => {});
-      await store.disconnectAgent(this.agentId, this.sessionId, goodbye).catch((err: unknown) => this.#log.error({ err }, 'could not mark agent disconnected'));
+      await store
+        .disconnectAgent(this.agentId, this.sessionId, goodbye)
+        .catch((err: unknown) => this.#log.error({ err }, 'could not mark agent disconnected'));
       this.deps.onFleetChanged();
       this.#log.info(`agent ${this.agentId} disconnected${goodbye ? ': it said goodbye (stopped)' : ''}`);
     }

@@ -85,10 +85,11 @@ export function createAgentFleet(o: AgentFleetOptions) {
   let addresses: { at: number; urls: Promise<string[]> } | null = null;
   const replicaUrls = (): Promise<string[]> => {
     if (addresses === null || Date.now() - addresses.at > 1000) {
-      const urls = liveReplicaAddresses(sql).then((all) => [
-        ...all.filter((r) => r.replicaId === o.replicaId),
-        ...all.filter((r) => r.replicaId !== o.replicaId),
-      ].map((r) => r.agentUrl));
+      const urls = liveReplicaAddresses(sql).then((all) =>
+        [...all.filter((r) => r.replicaId === o.replicaId), ...all.filter((r) => r.replicaId !== o.replicaId)].map(
+          (r) => r.agentUrl,
+        ),
+      );
       addresses = { at: Date.now(), urls };
       urls.catch(() => (addresses = null));
     }
@@ -105,7 +106,8 @@ export function createAgentFleet(o: AgentFleetOptions) {
       release: async (attempt, reason, closedSessionId) => {
         const { heldBy } = await giveBack(attempt, closedSessionId, reason);
         // The agent moved to another replica meanwhile: ask it to deliver (it may have already).
-        if (heldBy !== null && heldBy !== o.replicaId) await notify(sql, CHANNELS.assign, `${attempt.agentId} ${attempt.tiId}`);
+        if (heldBy !== null && heldBy !== o.replicaId)
+          await notify(sql, CHANNELS.assign, `${attempt.agentId} ${attempt.tiId}`);
       },
       notifyAssign: (agentId, tiId) => notify(sql, CHANNELS.assign, `${agentId} ${tiId}`),
     },
@@ -132,7 +134,11 @@ export function createAgentFleet(o: AgentFleetOptions) {
         })),
       taskLoad: (runId, taskId) => taskLoadByAgent(sql, runId, taskId),
       claim: async (claims) => {
-        const made = await claimAttempts(o.claimSql ?? sql, 'agents', claims.map((c) => ({ tiId: c.work.tiId, agentId: c.agentId })));
+        const made = await claimAttempts(
+          o.claimSql ?? sql,
+          'agents',
+          claims.map((c) => ({ tiId: c.work.tiId, agentId: c.agentId })),
+        );
         const out = new Map<string, Attempt>();
         for (const { work: w, agentId } of claims) {
           const c = made.get(w.tiId);
@@ -173,7 +179,8 @@ export function createAgentFleet(o: AgentFleetOptions) {
       o.metrics.agentLost.inc(attempts.length);
       o.nudge([...new Set(attempts.map((a) => a.runId))], 'finished');
     },
-    onRejected: (report, why) => (why === 'stale' ? o.metrics.staleReportsRejected : o.metrics.invalidAgentMessages).inc({ report }),
+    onRejected: (report, why) =>
+      (why === 'stale' ? o.metrics.staleReportsRejected : o.metrics.invalidAgentMessages).inc({ report }),
   };
 
   return {
@@ -197,7 +204,8 @@ export function createAgentFleet(o: AgentFleetOptions) {
         if (!handle || !tiId) return;
         const attempt = await loadAttempt(sql, tiId, agentId!);
         // Not forwarded when kept for another replica's session: that replica had this notification too.
-        if (attempt && !handle.holds(tiId) && (await handle.assign(attempt)) === 'gone') await giveBack(attempt, handle.sessionId, `AGENT_GONE:${agentId}`);
+        if (attempt && !handle.holds(tiId) && (await handle.assign(attempt)) === 'gone')
+          await giveBack(attempt, handle.sessionId, `AGENT_GONE:${agentId}`);
       } else if (channel === CHANNELS.cancel) {
         executor.cancel(payload, 'cancelled');
       } else if (channel === CHANNELS.drain) {
@@ -222,7 +230,7 @@ export function createAgentFleet(o: AgentFleetOptions) {
       } catch (err) {
         // The stop goes on: its agents still move, and an Assign that can no longer reach one is
         // given back or sent again when it reconnects.
-        log.error({ err }, 'shutting down: could not show this replica\'s agents as disconnected');
+        log.error({ err }, "shutting down: could not show this replica's agents as disconnected");
       }
       placement.invalidate();
       o.nudge();
@@ -240,11 +248,17 @@ export function createAgentFleet(o: AgentFleetOptions) {
       const others = await liveReplicaAddresses(sql)
         .then((all) => all.filter((r) => r.replicaId !== o.replicaId).map((r) => r.agentUrl))
         .catch((err: unknown) => {
-          log.warn({ err }, "shutting down: could not read the other replicas' addresses: agents are told to reconnect without one");
+          log.warn(
+            { err },
+            "shutting down: could not read the other replicas' addresses: agents are told to reconnect without one",
+          );
           return [] as string[];
         });
       if (others.length === 0 && registry.size > 0) {
-        log.warn({ agents: registry.size }, 'shutting down: no other replica is advertised: agents that know no other address wait for one');
+        log.warn(
+          { agents: registry.size },
+          'shutting down: no other replica is advertised: agents that know no other address wait for one',
+        );
       }
       for (;;) {
         // Every pass: a stream that opened just before `leave()` registers a little later.
@@ -252,7 +266,11 @@ export function createAgentFleet(o: AgentFleetOptions) {
         if (registry.size === 0 || Date.now() >= deadline) break;
         await new Promise((r) => setTimeout(r, 20));
       }
-      if (registry.size > 0) log.warn({ agents: registry.size, waitMs }, 'agents still connected after being told to reconnect elsewhere: their streams are closed');
+      if (registry.size > 0)
+        log.warn(
+          { agents: registry.size, waitMs },
+          'agents still connected after being told to reconnect elsewhere: their streams are closed',
+        );
       return registry.size;
     },
     async close(): Promise<void> {

@@ -62,10 +62,17 @@ export class HeartbeatBuffer {
 
   async #write(batch: [HeartbeatSource, HeldRef[]][]): Promise<void> {
     try {
-      await isolateFailures(batch, (part) => this.#writePart(part), ([source], err) => {
-        this.logger.warn({ agentId: source.agentId, err: (err as Error).message }, `heartbeat of agent ${source.agentId} refused by the database: closing its stream`);
-        source.refused(err);
-      });
+      await isolateFailures(
+        batch,
+        (part) => this.#writePart(part),
+        ([source], err) => {
+          this.logger.warn(
+            { agentId: source.agentId, err: (err as Error).message },
+            `heartbeat of agent ${source.agentId} refused by the database: closing its stream`,
+          );
+          source.refused(err);
+        },
+      );
     } catch (err) {
       // Do no harm: a failed flush stops nothing; the next keepalive tries again.
       this.logger.error({ err, agents: batch.length }, 'heartbeat flush failed');

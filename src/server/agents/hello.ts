@@ -42,7 +42,12 @@ export async function readHello(
 ): Promise<{ hello: Hello; held: HeldRef[]; token: AgentTokenUsed | null }> {
   const first = await Promise.race([
     it.next(),
-    new Promise<never>((_, reject) => setTimeout(() => reject(new ConnectError(`no Hello within ${HELLO_TIMEOUT_MS} ms`, Code.DeadlineExceeded)), HELLO_TIMEOUT_MS).unref()),
+    new Promise<never>((_, reject) =>
+      setTimeout(
+        () => reject(new ConnectError(`no Hello within ${HELLO_TIMEOUT_MS} ms`, Code.DeadlineExceeded)),
+        HELLO_TIMEOUT_MS,
+      ).unref(),
+    ),
   ]);
   if (first.done || first.value.msg.case !== 'hello') {
     throw new ConnectError('the first message on the stream must be Hello', Code.InvalidArgument);
@@ -54,6 +59,9 @@ export async function readHello(
   const podWithoutCertificate = clientCert === null && hello.onlyAttemptToken !== '';
   if (!podWithoutCertificate) checkAgentCertificate(clientCert, hello.agentId);
   const held = valid(() => validateHelloFields(hello));
-  const token = await checkAgentCredential(hello, credentials, { certified: clientCert != null, podWithoutCertificate });
+  const token = await checkAgentCredential(hello, credentials, {
+    certified: clientCert != null,
+    podWithoutCertificate,
+  });
   return { hello, held, token };
 }

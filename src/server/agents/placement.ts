@@ -49,7 +49,11 @@ export class AgentPlacement implements Placement {
     },
   ) {
     this.#fleet = new FleetView(deps.store, deps.cacheMs);
-    this.#asks = new AskForWork({ parked: () => this.#parked.size, fleet: () => this.#fleet.cached, onHungry: deps.onHungry });
+    this.#asks = new AskForWork({
+      parked: () => this.#parked.size,
+      fleet: () => this.#fleet.cached,
+      onHungry: deps.onHungry,
+    });
   }
 
   /** Whether this TI is parked here, waiting for a slot (offering it again changes nothing). */
@@ -120,7 +124,11 @@ export class AgentPlacement implements Placement {
     if (!agents) return null;
     if (this.#round || this.#waiting.length > 0 || this.#parked.size > 0) return null;
     if (work.task.placement?.maxParallelPerAgent) return null;
-    const placement = placeAttempt(work.task.placement, agents.map((a) => ({ ...a, runningThisTask: 0 })), { secretEnv: needsSecretEnv(work.task) });
+    const placement = placeAttempt(
+      work.task.placement,
+      agents.map((a) => ({ ...a, runningThisTask: 0 })),
+      { secretEnv: needsSecretEnv(work.task) },
+    );
     if (placement.kind !== 'placed') return null;
     const agent = agents.find((a) => a.agentId === placement.agentId)!;
     takeSlot(agent, work.tiId);

@@ -24,7 +24,12 @@ function kindOf(req: ConnectRequest): AgentMessageKind {
  * Checks a message by `check`: one that breaks a rule is counted, logged in one line, and ends
  * this stream (and no other) with INVALID_ARGUMENT naming the field and the rule.
  */
-export function validMessage<T>(kind: AgentMessageKind, check: () => T, onRejected: AgentConnectionDeps['onRejected'], log: Logger): T {
+export function validMessage<T>(
+  kind: AgentMessageKind,
+  check: () => T,
+  onRejected: AgentConnectionDeps['onRejected'],
+  log: Logger,
+): T {
   try {
     return check();
   } catch (err) {
@@ -70,10 +75,18 @@ export class AgentReports {
       // Ended (and acknowledged) since the keepalive that listed it, or cancelled and stopping
       // (its Finished is awaited): not a zombie.
       const held = attempts.held.get(r.tiId);
-      if (!held || held.attemptToken !== r.attemptToken || attempts.cancelled.has(r.attemptToken) || attempts.finishing.has(r.attemptToken)) continue;
+      if (
+        !held ||
+        held.attemptToken !== r.attemptToken ||
+        attempts.cancelled.has(r.attemptToken) ||
+        attempts.finishing.has(r.attemptToken)
+      )
+        continue;
       this.s.deps.onRejected('keepalive', 'stale');
       this.s.log.warn({ tiId: r.tiId, try: r.tryNumber }, 'agent holds a superseded attempt: cancelling it');
-      this.s.out.push({ msg: { case: 'cancel', value: { attempt: r, reason: 'attempt superseded (declared lost or cancelled)' } } });
+      this.s.out.push({
+        msg: { case: 'cancel', value: { attempt: r, reason: 'attempt superseded (declared lost or cancelled)' } },
+      });
     }
   }
 
@@ -89,7 +102,12 @@ export class AgentReports {
         if (attempts.held.get(r.tiId)?.attemptToken === r.attemptToken) attempts.held.delete(r.tiId);
         attempts.cancelled.delete(r.attemptToken);
         attempts.finishing.delete(r.attemptToken);
-        this.s.out.push({ msg: { case: 'finishedAck', value: { attempt: r, applied: outcome === 'applied' && refused === '', refused } } });
+        this.s.out.push({
+          msg: {
+            case: 'finishedAck',
+            value: { attempt: r, applied: outcome === 'applied' && refused === '', refused },
+          },
+        });
         deps.onFinished(agentId, runId, r.attemptToken);
       }),
     );
@@ -126,7 +144,10 @@ export class AgentReports {
         if (last === undefined) {
           // Not assigned to nor resumed on this stream, or after its Finished: nothing to store.
           deps.onRejected('log', 'stale');
-          log.warn({ tiId: r.tiId, try: r.tryNumber }, 'Log for an attempt this stream does not hold (or after its Finished): not stored');
+          log.warn(
+            { tiId: r.tiId, try: r.tryNumber },
+            'Log for an attempt this stream does not hold (or after its Finished): not stored',
+          );
           return;
         }
         // A seq already stored is a resend (skipped); one past a gap stops the batch: LogAck
@@ -139,7 +160,9 @@ export class AgentReports {
         }
         attempts.logSeq.set(r.attemptToken, last);
         const lastSeq = last;
-        this.#track(store.logsWritten().then(() => void out.push({ msg: { case: 'logAck', value: { attempt: r, lastSeq } } })));
+        this.#track(
+          store.logsWritten().then(() => void out.push({ msg: { case: 'logAck', value: { attempt: r, lastSeq } } })),
+        );
         return;
       }
       case 'invalid-finished': {
@@ -147,8 +170,16 @@ export class AgentReports {
         // no one reporting it), and the stream's other attempts go on.
         const r = report.ref;
         deps.onRejected('finished', 'invalid');
-        log.warn({ report: 'finished', field: report.error.field, rule: report.error.rule }, `agent message refused: ${report.error.message}`);
-        const result: AttemptResult = { outcome: 'failed', exitCode: null, signal: null, error: `the agent's Finished was invalid: ${report.error.message}` };
+        log.warn(
+          { report: 'finished', field: report.error.field, rule: report.error.rule },
+          `agent message refused: ${report.error.message}`,
+        );
+        const result: AttemptResult = {
+          outcome: 'failed',
+          exitCode: null,
+          signal: null,
+          error: `the agent's Finished was invalid: ${report.error.message}`,
+        };
         this.#finish(r, result, report.error.message);
         return;
       }

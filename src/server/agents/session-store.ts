@@ -42,7 +42,14 @@ export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWr
 
     async endAbandoned(agentId, incarnationId) {
       const rows = await endAbandonedAttempts(sql, agentId, incarnationId);
-      return rows.map((r) => ({ tiId: r.id, runId: r.run_id, taskId: r.task_id, tryNumber: r.try_number, verdict: r.state, deliveredTo: r.delivered_to }));
+      return rows.map((r) => ({
+        tiId: r.id,
+        runId: r.run_id,
+        taskId: r.task_id,
+        tryNumber: r.try_number,
+        verdict: r.state,
+        deliveredTo: r.delivered_to,
+      }));
     },
 
     async undelivered(agentId, incarnationId) {
@@ -54,7 +61,8 @@ export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWr
       return out;
     },
 
-    deliver: (attempt, agentId, incarnationId) => recordDelivery({ tiId: attempt.tiId, attemptToken: attempt.attemptToken, agentId, incarnationId }),
+    deliver: (attempt, agentId, incarnationId) =>
+      recordDelivery({ tiId: attempt.tiId, attemptToken: attempt.attemptToken, agentId, incarnationId }),
 
     async started(ref, pid, agentId) {
       if (await reports.started(ref, { pid, agentId })) return true;

@@ -15,7 +15,10 @@ export async function* undecodableAsInvalid<T>(requests: AsyncIterable<T>, typeN
     } catch (err) {
       if (err instanceof ConnectError && err.code === Code.Internal && err.rawMessage.startsWith('parse binary: ')) {
         const why = err.rawMessage.slice('parse binary: '.length);
-        throw new ConnectError(`a message on the stream is not a valid ${typeName} protobuf message (${why})`, Code.InvalidArgument);
+        throw new ConnectError(
+          `a message on the stream is not a valid ${typeName} protobuf message (${why})`,
+          Code.InvalidArgument,
+        );
       }
       throw err;
     }

@@ -9,7 +9,13 @@ import type { AttemptResult, LogStream } from '../../core/attempt.js';
 import { replaceUnstorable, unstorable } from '../../core/check-text.js';
 import { fingerprint } from '../../core/fingerprint.js';
 import { LIMITS } from '../../core/limits.js';
-import { AttemptOutcome, type AttemptRef, type ConnectRequest, type Finished, type Hello } from '../../gen/leoflow/v1/agent_pb.js';
+import {
+  AttemptOutcome,
+  type AttemptRef,
+  type ConnectRequest,
+  type Finished,
+  type Hello,
+} from '../../gen/leoflow/v1/agent_pb.js';
 import type { HeldRef } from './heartbeat-buffer.js';
 
 /** A message that breaks a rule: `field` is its path in the message, `rule` what it must be. */
@@ -57,7 +63,7 @@ function secretShown(v: string): { fingerprint: string; length: number } {
 }
 
 function shown(v: unknown): string {
-  const s = typeof v === 'bigint' ? v.toString() : JSON.stringify(v) ?? String(v);
+  const s = typeof v === 'bigint' ? v.toString() : (JSON.stringify(v) ?? String(v));
   return s.length > 80 ? `${s.slice(0, 80)}…` : s;
 }
 
@@ -68,9 +74,16 @@ export function isUuid(s: string): boolean {
 /** An attempt named in a report: (ti_id, try_number, attempt_token), each checked. */
 export function attemptRef(r: AttemptRef | undefined, field: string): HeldRef {
   if (!r) throw new AgentMessageError(field, 'an attempt (ti_id, try_number, attempt_token) is required');
-  if (!POSITIVE_INT64.test(r.tiId) || BigInt(r.tiId) > INT64_MAX) throw new AgentMessageError(`${field}.ti_id`, 'must be a positive 64-bit integer', r.tiId);
-  if (!Number.isInteger(r.tryNumber) || r.tryNumber < 1) throw new AgentMessageError(`${field}.try_number`, 'must be at least 1', r.tryNumber);
-  if (!UUID.test(r.attemptToken)) throw new AgentMessageError(`${field}.attempt_token`, 'must be a UUID (the token of the Assign)', secretShown(r.attemptToken));
+  if (!POSITIVE_INT64.test(r.tiId) || BigInt(r.tiId) > INT64_MAX)
+    throw new AgentMessageError(`${field}.ti_id`, 'must be a positive 64-bit integer', r.tiId);
+  if (!Number.isInteger(r.tryNumber) || r.tryNumber < 1)
+    throw new AgentMessageError(`${field}.try_number`, 'must be at least 1', r.tryNumber);
+  if (!UUID.test(r.attemptToken))
+    throw new AgentMessageError(
+      `${field}.attempt_token`,
+      'must be a UUID (the token of the Assign)',
+      secretShown(r.attemptToken),
+    );
   return { tiId: r.tiId, tryNumber: r.tryNumber, attemptToken: r.attemptToken };
 }
 
@@ -78,7 +91,8 @@ export function attemptRef(r: AttemptRef | undefined, field: string): HeldRef {
 function storableText(s: string, field: string, maxChars: number): string {
   const bad = unstorable(s);
   if (bad) throw new AgentMessageError(field, bad, s);
-  if (s.length > maxChars) throw new AgentMessageError(field, `must be at most ${maxChars} characters`, `${s.length} characters`);
+  if (s.length > maxChars)
+    throw new AgentMessageError(field, `must be at most ${maxChars} characters`, `${s.length} characters`);
   return s;
 }
 
@@ -88,24 +102,41 @@ export function validateHelloFields(h: Hello): HeldRef[] {
     throw new AgentMessageError('hello.agent_id', "must be 1-128 letters, digits, '_', '.', ':' or '-'", h.agentId);
   }
   if (!UUID.test(h.incarnationId)) {
-    throw new AgentMessageError('hello.incarnation_id', 'must be a UUID made once per agent process', secretShown(h.incarnationId));
+    throw new AgentMessageError(
+      'hello.incarnation_id',
+      'must be a UUID made once per agent process',
+      secretShown(h.incarnationId),
+    );
   }
-  if (!Number.isInteger(h.slots) || h.slots < 1 || h.slots > 10_000) throw new AgentMessageError('hello.slots', 'must be between 1 and 10000', h.slots);
+  if (!Number.isInteger(h.slots) || h.slots < 1 || h.slots > 10_000)
+    throw new AgentMessageError('hello.slots', 'must be between 1 and 10000', h.slots);
   if (h.onlyTiId !== '' && h.onlyTiId !== '0' && !POSITIVE_INT64.test(h.onlyTiId)) {
     throw new AgentMessageError('hello.only_ti_id', 'must be 0 or a positive 64-bit integer', h.onlyTiId);
   }
   if (h.onlyAttemptToken !== '') {
-    if (h.onlyTiId === '' || h.onlyTiId === '0') throw new AgentMessageError('hello.only_attempt_token', 'only with only_ti_id', secretShown(h.onlyAttemptToken));
-    if (!UUID.test(h.onlyAttemptToken)) throw new AgentMessageError('hello.only_attempt_token', 'must be empty or an attempt token (a UUID)', secretShown(h.onlyAttemptToken));
+    if (h.onlyTiId === '' || h.onlyTiId === '0')
+      throw new AgentMessageError('hello.only_attempt_token', 'only with only_ti_id', secretShown(h.onlyAttemptToken));
+    if (!UUID.test(h.onlyAttemptToken))
+      throw new AgentMessageError(
+        'hello.only_attempt_token',
+        'must be empty or an attempt token (a UUID)',
+        secretShown(h.onlyAttemptToken),
+      );
   }
   const labels = Object.entries(h.labels);
-  if (labels.length > LIMITS.labels) throw new AgentMessageError('hello.labels', `must be at most ${LIMITS.labels}`, `${labels.length} labels`);
+  if (labels.length > LIMITS.labels)
+    throw new AgentMessageError('hello.labels', `must be at most ${LIMITS.labels}`, `${labels.length} labels`);
   for (const [k, v] of labels) {
     storableText(k, `hello.labels key`, LIMITS.labelKeyChars);
     if (k === '') throw new AgentMessageError('hello.labels', 'keys must not be empty');
     storableText(v, `hello.labels[${shown(k)}]`, LIMITS.labelValueChars);
   }
-  if (h.capabilities.length > LIMITS.capabilities) throw new AgentMessageError('hello.capabilities', `must be at most ${LIMITS.capabilities}`, `${h.capabilities.length} capabilities`);
+  if (h.capabilities.length > LIMITS.capabilities)
+    throw new AgentMessageError(
+      'hello.capabilities',
+      `must be at most ${LIMITS.capabilities}`,
+      `${h.capabilities.length} capabilities`,
+    );
   h.capabilities.forEach((c, i) => storableText(c, `hello.capabilities[${i}]`, LIMITS.capabilityChars));
   return h.held.map((r, i) => attemptRef(r, `hello.held[${i}]`));
 }
@@ -116,29 +147,59 @@ export function validateHelloFields(h: Hello): HeldRef[] {
  */
 export function storableLine(line: string): string {
   let s = replaceUnstorable(line);
-  if (s.length > LIMITS.logLineChars) s = `${s.slice(0, LIMITS.logLineChars)}… [line cut: ${s.length - LIMITS.logLineChars} more characters]`;
+  if (s.length > LIMITS.logLineChars)
+    s = `${s.slice(0, LIMITS.logLineChars)}… [line cut: ${s.length - LIMITS.logLineChars} more characters]`;
   return s;
 }
 
 /** The outcome, exit code and signal of a Finished, which must agree (see agent.proto's Finished). */
 function checkEnd(f: Finished): AttemptResult['outcome'] {
   const outcome = OUTCOMES.get(f.outcome);
-  if (!outcome) throw new AgentMessageError('finished.outcome', `must be one of ${[...OUTCOMES.keys()].map((k) => AttemptOutcome[k]).join(', ')}`, f.outcome);
-  if (f.signal !== '' && !SIGNAL.test(f.signal)) throw new AgentMessageError('finished.signal', "must be empty or a signal name such as 'SIGKILL'", f.signal);
+  if (!outcome)
+    throw new AgentMessageError(
+      'finished.outcome',
+      `must be one of ${[...OUTCOMES.keys()].map((k) => AttemptOutcome[k]).join(', ')}`,
+      f.outcome,
+    );
+  if (f.signal !== '' && !SIGNAL.test(f.signal))
+    throw new AgentMessageError('finished.signal', "must be empty or a signal name such as 'SIGKILL'", f.signal);
   const code = f.exitCode;
-  if (code !== undefined && (!Number.isInteger(code) || code < 0 || code > 255)) throw new AgentMessageError('finished.exit_code', 'must be between 0 and 255', code);
-  if (code !== undefined && f.signal !== '') throw new AgentMessageError('finished.exit_code', 'must be unset when a signal is set (a process exits or is killed, never both)', code);
+  if (code !== undefined && (!Number.isInteger(code) || code < 0 || code > 255))
+    throw new AgentMessageError('finished.exit_code', 'must be between 0 and 255', code);
+  if (code !== undefined && f.signal !== '')
+    throw new AgentMessageError(
+      'finished.exit_code',
+      'must be unset when a signal is set (a process exits or is killed, never both)',
+      code,
+    );
   switch (outcome) {
     case 'success':
-      if (f.signal !== '') throw new AgentMessageError('finished.signal', 'must be empty for outcome SUCCESS', f.signal);
-      if (code !== undefined && code !== 0) throw new AgentMessageError('finished.exit_code', 'must be 0 (or unset) for outcome SUCCESS', code);
+      if (f.signal !== '')
+        throw new AgentMessageError('finished.signal', 'must be empty for outcome SUCCESS', f.signal);
+      if (code !== undefined && code !== 0)
+        throw new AgentMessageError('finished.exit_code', 'must be 0 (or unset) for outcome SUCCESS', code);
       break;
     case 'failed':
-      if (code === 0) throw new AgentMessageError('finished.exit_code', 'must not be 0 for outcome FAILED (exit code 0 is SUCCESS)', code);
+      if (code === 0)
+        throw new AgentMessageError(
+          'finished.exit_code',
+          'must not be 0 for outcome FAILED (exit code 0 is SUCCESS)',
+          code,
+        );
       break;
     case 'spawn_failed':
-      if (code !== undefined) throw new AgentMessageError('finished.exit_code', 'must be unset for outcome SPAWN_FAILED (no process ran)', code);
-      if (f.signal !== '') throw new AgentMessageError('finished.signal', 'must be empty for outcome SPAWN_FAILED (no process ran)', f.signal);
+      if (code !== undefined)
+        throw new AgentMessageError(
+          'finished.exit_code',
+          'must be unset for outcome SPAWN_FAILED (no process ran)',
+          code,
+        );
+      if (f.signal !== '')
+        throw new AgentMessageError(
+          'finished.signal',
+          'must be empty for outcome SPAWN_FAILED (no process ran)',
+          f.signal,
+        );
       break;
   }
   return outcome;
@@ -172,14 +233,24 @@ function endedAtMs(f: Finished): number | null {
 export function parseReport(req: ConnectRequest): AgentReport {
   switch (req.msg.case) {
     case 'keepalive':
-      return { type: 'keepalive', seq: req.msg.value.seq, held: req.msg.value.held.map((r, i) => attemptRef(r, `keepalive.held[${i}]`)) };
+      return {
+        type: 'keepalive',
+        seq: req.msg.value.seq,
+        held: req.msg.value.held.map((r, i) => attemptRef(r, `keepalive.held[${i}]`)),
+      };
     case 'started':
       return { type: 'started', ref: attemptRef(req.msg.value.attempt, 'started.attempt'), pid: req.msg.value.pid };
     case 'log': {
       const ref = attemptRef(req.msg.value.attempt, 'log.attempt');
-      if (req.msg.value.entries.length > LIMITS.logEntries) throw new AgentMessageError('log.entries', `must be at most ${LIMITS.logEntries} a message`, `${req.msg.value.entries.length} entries`);
+      if (req.msg.value.entries.length > LIMITS.logEntries)
+        throw new AgentMessageError(
+          'log.entries',
+          `must be at most ${LIMITS.logEntries} a message`,
+          `${req.msg.value.entries.length} entries`,
+        );
       const entries = req.msg.value.entries.map((e, i) => {
-        if (!Number.isInteger(e.seq) || e.seq < 1) throw new AgentMessageError(`log.entries[${i}].seq`, 'must be at least 1', e.seq);
+        if (!Number.isInteger(e.seq) || e.seq < 1)
+          throw new AgentMessageError(`log.entries[${i}].seq`, 'must be at least 1', e.seq);
         // An unknown stream name is kept as stdout: output is never refused for its label.
         const stream: LogStream = LOG_STREAMS.includes(e.stream as LogStream) ? (e.stream as LogStream) : 'stdout';
         return { seq: e.seq, stream, line: storableLine(e.line) };

@@ -5,9 +5,22 @@
  * each call's context can reset its response stream (`resetStreamKey`).
  */
 import type http2 from 'node:http2';
-import { Code, ConnectError, createConnectRouter, createContextValues, type ConnectRouter, type ConnectRouterOptions, type ContextValues } from '@connectrpc/connect';
+import {
+  Code,
+  ConnectError,
+  createConnectRouter,
+  createContextValues,
+  type ConnectRouter,
+  type ConnectRouterOptions,
+  type ContextValues,
+} from '@connectrpc/connect';
 import { uResponseNotFound } from '@connectrpc/connect/protocol';
-import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from '@connectrpc/connect-node';
+import {
+  compressionBrotli,
+  compressionGzip,
+  universalRequestFromNodeRequest,
+  universalResponseToNodeResponse,
+} from '@connectrpc/connect-node';
 import type { Logger } from 'pino';
 import { checkedBody } from './malformed-body.js';
 import { resetStreamKey, resetStreamOf } from './stream-reset.js';
@@ -35,7 +48,12 @@ export function apiAdapter(
     const values = options.contextValues?.(req) ?? createContextValues();
     values.set(resetStreamKey, resetStreamOf(req));
     const uReq = universalRequestFromNodeRequest(req, res, undefined, values);
-    if (options.checkedServices.has(uHandler.service.typeName) && typeof uReq.body === 'object' && uReq.body !== null && Symbol.asyncIterator in uReq.body) {
+    if (
+      options.checkedServices.has(uHandler.service.typeName) &&
+      typeof uReq.body === 'object' &&
+      uReq.body !== null &&
+      Symbol.asyncIterator in uReq.body
+    ) {
       const contentType = String(req.headers['content-type'] ?? '');
       uReq.body = checkedBody(uReq.body as AsyncIterable<Uint8Array>, {
         contentType,
@@ -54,13 +72,20 @@ export function apiAdapter(
       })
       .catch((reason: unknown) => {
         if (ConnectError.from(reason).code === Code.Aborted) return;
-        options.logger.warn({ rpc: `${uHandler.service.typeName}/${uHandler.method.name}`, err: (reason as Error)?.message }, 'rpc response could not be written');
+        options.logger.warn(
+          { rpc: `${uHandler.service.typeName}/${uHandler.method.name}`, err: (reason as Error)?.message },
+          'rpc response could not be written',
+        );
       });
   };
 }
 
 /** The header that names a request message's compression in its protocol. */
 function messageEncoding(contentType: string, headers: http2.IncomingHttpHeaders): string {
-  const header = contentType.startsWith('application/grpc') ? 'grpc-encoding' : contentType.startsWith('application/connect+') ? 'connect-content-encoding' : 'content-encoding';
+  const header = contentType.startsWith('application/grpc')
+    ? 'grpc-encoding'
+    : contentType.startsWith('application/connect+')
+      ? 'connect-content-encoding'
+      : 'content-encoding';
   return String(headers[header] ?? 'identity');
 }

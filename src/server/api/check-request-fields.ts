@@ -14,7 +14,6 @@ import { throwIfMalformed } from './malformed-body.js';
 /** Measured by their handlers, in bytes. */
 const SIZED_BY_HANDLER = new Set(['source', 'conf_json']);
 
-
 /** The longest an id (a field named `*_id`, `run_key` or `filename`) and any other string may be. */
 export interface StringLimits {
   idChars: number;
@@ -36,11 +35,17 @@ export function checkRequestString(path: string, name: string, s: string, limits
   const bad = unstorable(s);
   if (bad) throw invalid(`${path}: ${bad}, got ${limits.echo(s)}`);
   const max = limitOf(name, limits);
-  if (!SIZED_BY_HANDLER.has(name) && s.length > max) throw invalid(`${path}: must be at most ${max} characters, got ${s.length}: ${limits.echo(s)}`);
+  if (!SIZED_BY_HANDLER.has(name) && s.length > max)
+    throw invalid(`${path}: must be at most ${max} characters, got ${s.length}: ${limits.echo(s)}`);
 }
 
 /** Every string field of `msg`, nested messages, lists and maps included. */
-export function checkRequestMessage(desc: DescMessage, msg: Record<string, unknown>, limits: StringLimits, prefix = ''): void {
+export function checkRequestMessage(
+  desc: DescMessage,
+  msg: Record<string, unknown>,
+  limits: StringLimits,
+  prefix = '',
+): void {
   for (const f of desc.fields) {
     const holder = f.oneof ? (msg[f.oneof.localName] as { case?: string; value?: unknown } | undefined) : undefined;
     if (f.oneof && holder?.case !== f.localName) continue;
@@ -48,23 +53,28 @@ export function checkRequestMessage(desc: DescMessage, msg: Record<string, unkno
     const path = `${prefix}${f.name}`;
     switch (f.fieldKind) {
       case 'scalar':
-        if (f.scalar === ScalarType.STRING && typeof value === 'string') checkRequestString(path, f.name, value, limits);
+        if (f.scalar === ScalarType.STRING && typeof value === 'string')
+          checkRequestString(path, f.name, value, limits);
         break;
       case 'enum':
         break;
       case 'message':
-        if (value && typeof value === 'object') checkRequestMessage(f.message, value as Record<string, unknown>, limits, `${path}.`);
+        if (value && typeof value === 'object')
+          checkRequestMessage(f.message, value as Record<string, unknown>, limits, `${path}.`);
         break;
       case 'list':
         (value as unknown[]).forEach((v, i) => {
-          if (f.listKind === 'scalar' && f.scalar === ScalarType.STRING) checkRequestString(`${path}[${i}]`, f.name, v as string, limits);
-          if (f.listKind === 'message') checkRequestMessage(f.message, v as Record<string, unknown>, limits, `${path}[${i}].`);
+          if (f.listKind === 'scalar' && f.scalar === ScalarType.STRING)
+            checkRequestString(`${path}[${i}]`, f.name, v as string, limits);
+          if (f.listKind === 'message')
+            checkRequestMessage(f.message, v as Record<string, unknown>, limits, `${path}[${i}].`);
         });
         break;
       case 'map':
         for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
           checkRequestString(`${path} key`, f.name, k, limits);
-          if (f.mapKind === 'scalar' && typeof v === 'string') checkRequestString(`${path}[${JSON.stringify(k.slice(0, 40))}]`, f.name, v, limits);
+          if (f.mapKind === 'scalar' && typeof v === 'string')
+            checkRequestString(`${path}[${JSON.stringify(k.slice(0, 40))}]`, f.name, v, limits);
           if (f.mapKind === 'message') checkRequestMessage(f.message, v as Record<string, unknown>, limits, `${path}.`);
         }
         break;
@@ -72,7 +82,12 @@ export function checkRequestMessage(desc: DescMessage, msg: Record<string, unkno
   }
 }
 
-async function* checkedStream(desc: DescMessage, messages: AsyncIterable<Record<string, unknown>>, values: ContextValues, limits: StringLimits): AsyncIterable<Record<string, unknown>> {
+async function* checkedStream(
+  desc: DescMessage,
+  messages: AsyncIterable<Record<string, unknown>>,
+  values: ContextValues,
+  limits: StringLimits,
+): AsyncIterable<Record<string, unknown>> {
   for await (const m of messages) {
     throwIfMalformed(values);
     checkRequestMessage(desc, m, limits);
@@ -93,6 +108,14 @@ export function checkRequestFields(limits: StringLimits): Interceptor {
       checkRequestMessage(req.method.input, req.message as unknown as Record<string, unknown>, limits);
       return next(req);
     }
-    return next({ ...req, message: checkedStream(req.method.input, req.message as AsyncIterable<Record<string, unknown>>, req.contextValues, limits) as typeof req.message });
+    return next({
+      ...req,
+      message: checkedStream(
+        req.method.input,
+        req.message as AsyncIterable<Record<string, unknown>>,
+        req.contextValues,
+        limits,
+      ) as typeof req.message,
+    });
   };
 }

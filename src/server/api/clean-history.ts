@@ -37,11 +37,22 @@ export async function cleanHistory(sql: Sql, q: CleanQuery): Promise<HistoryCoun
  * `cleanHistory` a batch at a time: yields the totals so far after each batch has committed, so
  * a caller can show progress, and stop between batches (by returning) with exactly those removed.
  */
-export async function* cleanBatches(sql: Sql, q: CleanQuery, keptFrom: Map<string, string> | undefined): AsyncGenerator<HistoryCounts, void> {
+export async function* cleanBatches(
+  sql: Sql,
+  q: CleanQuery,
+  keptFrom: Map<string, string> | undefined,
+): AsyncGenerator<HistoryCounts, void> {
   let total = NO_HISTORY;
   let after = '0';
   for (;;) {
-    const page = await pageOfFinishedRuns(sql, { endedBefore: q.endedBefore, dagId: q.dagId, after, scan: SCAN_RUNS, maxTis: MAX_TIS_PER_BATCH, keptFrom });
+    const page = await pageOfFinishedRuns(sql, {
+      endedBefore: q.endedBefore,
+      dagId: q.dagId,
+      after,
+      scan: SCAN_RUNS,
+      maxTis: MAX_TIS_PER_BATCH,
+      keptFrom,
+    });
     const guard = { endedBefore: q.endedBefore };
     total = addCounts(total, await (q.dryRun ? countRuns(sql, page.ids, guard) : removeRuns(sql, page.ids, guard)));
     yield total;

@@ -37,11 +37,17 @@ export interface ClusterDeps {
   forgotten(agentId: string, by: Actor): void;
 }
 
-const HEALTH: Record<Health_, AgentHealth> = { healthy: AgentHealth.HEALTHY, stale: AgentHealth.STALE, dead: AgentHealth.DEAD, stopped: AgentHealth.STOPPED };
+const HEALTH: Record<Health_, AgentHealth> = {
+  healthy: AgentHealth.HEALTHY,
+  stale: AgentHealth.STALE,
+  dead: AgentHealth.DEAD,
+  stopped: AgentHealth.STOPPED,
+};
 
 function agentToProto(a: AgentApiView, deps: Pick<ClusterDeps, 'agentFreshMs' | 'heartbeatThresholdMs'>) {
   const freshMs = deps.agentFreshMs;
-  const connected = a.connected_replica !== null && a.last_seen_at !== null && Date.now() - a.last_seen_at.getTime() < freshMs;
+  const connected =
+    a.connected_replica !== null && a.last_seen_at !== null && Date.now() - a.last_seen_at.getTime() < freshMs;
   return {
     agentId: a.agent_id,
     labels: a.labels,
@@ -52,15 +58,27 @@ function agentToProto(a: AgentApiView, deps: Pick<ClusterDeps, 'agentFreshMs' | 
     connectedReplica: a.connected_replica ?? '',
     lastSeenAt: a.last_seen_at ? timestampFromDate(a.last_seen_at) : undefined,
     running: a.running,
-    health: HEALTH[agentHealth({ connected: a.connected_replica !== null, lastSeenAt: a.last_seen_at, stoppedAt: a.stopped_at }, { freshMs, thresholdMs: deps.heartbeatThresholdMs, now: Date.now() })],
+    health:
+      HEALTH[
+        agentHealth(
+          { connected: a.connected_replica !== null, lastSeenAt: a.last_seen_at, stoppedAt: a.stopped_at },
+          { freshMs, thresholdMs: deps.heartbeatThresholdMs, now: Date.now() },
+        )
+      ],
   };
 }
 
 /** Why ForgetAgent was refused, and what to do about it. */
-function forgetRefusal(agentId: string, o: Exclude<ForgetOutcome, { outcome: 'forgotten' }>, heartbeatThresholdMs: number): Error {
+function forgetRefusal(
+  agentId: string,
+  o: Exclude<ForgetOutcome, { outcome: 'forgotten' }>,
+  heartbeatThresholdMs: number,
+): Error {
   if (o.outcome === 'unknown') return new NotFoundError(`agent "${agentId}" not found`);
   if (o.outcome === 'connected') {
-    const seen = o.lastSeenAt ? `, last seen ${formatDuration(Math.max(0, Math.round((Date.now() - o.lastSeenAt.getTime()) / 1000) * 1000))} ago` : '';
+    const seen = o.lastSeenAt
+      ? `, last seen ${formatDuration(Math.max(0, Math.round((Date.now() - o.lastSeenAt.getTime()) / 1000) * 1000))} ago`
+      : '';
     return new FailedPreconditionError(
       `agent "${agentId}" is connected (to replica ${o.replica ?? '?'}${seen}): only a disconnected agent can be forgotten; stop the agent first (\`leoflow agents drain ${agentId}\` lets it finish its work)`,
     );
@@ -80,7 +98,12 @@ async function replicasWithLeader(sql: Sql) {
   return {
     leaderId: leaderId ?? '',
     leaderReport: leader?.report ?? null,
-    replicas: replicas.map((r) => ({ replicaId: r.replicaId, role: r.role, leader: r.replicaId === leaderId, connectedSince: timestampFromDate(r.connectedSince) })),
+    replicas: replicas.map((r) => ({
+      replicaId: r.replicaId,
+      role: r.role,
+      leader: r.replicaId === leaderId,
+      connectedSince: timestampFromDate(r.connectedSince),
+    })),
   };
 }
 
@@ -107,13 +130,17 @@ export function createClusterService(deps: ClusterDeps): ServiceImpl<typeof Clus
         const [live, ready] = await Promise.all([deps.health.live(), deps.health.ready()]);
         // The cluster is read only when the database answers: health must answer regardless.
         const reachable = ready.checks.find((c) => c.name === 'database')?.ok === true;
-        const [cluster, agents] = reachable ? await Promise.all([replicasWithLeader(deps.sql).catch(() => null), listAgents(deps.sql).catch(() => null)]) : [null, null];
+        const [cluster, agents] = reachable
+          ? await Promise.all([replicasWithLeader(deps.sql).catch(() => null), listAgents(deps.sql).catch(() => null)])
+          : [null, null];
         const count = (h: AgentHealth) => (agents ?? []).filter((a) => agentToProto(a, deps).health === h).length;
         // The leader's own figures; elsewhere, the leader's as it last told them (its watchdog's
         // period old at most).
         const own = deps.leader.isLeader ? deps.lastFullStepAt() : null;
         const step: LeaderStepReport | null = deps.leader.isLeader
-          ? own !== null ? { lastFullStepAt: new Date(own), lateMs: fullStepLateMs(own, deps.tickMs) } : null
+          ? own !== null
+            ? { lastFullStepAt: new Date(own), lateMs: fullStepLateMs(own, deps.tickMs) }
+            : null
           : (cluster?.leaderReport ?? null);
         const queue = deps.dispatchQueue();
         return {
@@ -153,7 +180,8 @@ export function createClusterService(deps: ClusterDeps): ServiceImpl<typeof Clus
     async drainAgent(req, ctx) {
       try {
         if (req.agentId.trim() === '') throw new InvalidArgumentError('agent_id', 'is required');
-        if (!(await setDraining(deps.sql, req.agentId, !req.undrain))) throw new NotFoundError(`agent "${req.agentId}" not found`);
+        if (!(await setDraining(deps.sql, req.agentId, !req.undrain)))
+          throw new NotFoundError(`agent "${req.agentId}" not found`);
         deps.drained(req.agentId, req.undrain, callerOf(ctx));
         return { agent: agentToProto((await getAgent(deps.sql, req.agentId))!, deps) };
       } catch (err) {

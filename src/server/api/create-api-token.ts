@@ -16,8 +16,14 @@ const MAX_NAME = 200;
  * Checks and stores a new token, and returns its secret, which exists nowhere else from then on.
  * Used by the API (TokenService) and by `leoflow token create --database-url` for the first admin.
  */
-export async function createApiToken(sql: Sql, req: { name: string; role: string; agentPattern: string; ttlSeconds: number }): Promise<{ token: ApiTokenRow; secret: string }> {
-  if (!(TOKEN_ROLES as readonly string[]).includes(req.role)) throw new TokenRequestError(`role: must be one of ${TOKEN_ROLES.join(', ')}, got ${JSON.stringify(req.role.slice(0, 40))}`);
+export async function createApiToken(
+  sql: Sql,
+  req: { name: string; role: string; agentPattern: string; ttlSeconds: number },
+): Promise<{ token: ApiTokenRow; secret: string }> {
+  if (!(TOKEN_ROLES as readonly string[]).includes(req.role))
+    throw new TokenRequestError(
+      `role: must be one of ${TOKEN_ROLES.join(', ')}, got ${JSON.stringify(req.role.slice(0, 40))}`,
+    );
   const role = req.role as TokenRole;
   if (role === 'agent') {
     const why = agentPatternProblem(req.agentPattern);
@@ -25,10 +31,13 @@ export async function createApiToken(sql: Sql, req: { name: string; role: string
   } else if (req.agentPattern !== '') {
     throw new TokenRequestError(`agent_pattern: only a token of role agent is bound to agent ids; role is ${role}`);
   }
-  if (req.name.length > MAX_NAME) throw new TokenRequestError(`name: must be at most ${MAX_NAME} characters, got ${req.name.length}`);
+  if (req.name.length > MAX_NAME)
+    throw new TokenRequestError(`name: must be at most ${MAX_NAME} characters, got ${req.name.length}`);
   if (/[\u0000-\u001f]/.test(req.name)) throw new TokenRequestError('name: must hold no control characters');
   if (!Number.isInteger(req.ttlSeconds) || req.ttlSeconds < 0 || req.ttlSeconds > MAX_TTL_S) {
-    throw new TokenRequestError(`ttl_seconds: must be 0 (never expires) to ${MAX_TTL_S} (ten years), got ${req.ttlSeconds}`);
+    throw new TokenRequestError(
+      `ttl_seconds: must be 0 (never expires) to ${MAX_TTL_S} (ten years), got ${req.ttlSeconds}`,
+    );
   }
   const { id, secret } = newTokenSecret();
   const token = await insertApiToken(sql, {

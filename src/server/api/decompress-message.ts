@@ -21,9 +21,13 @@ export async function decompressMessage(encoding: string, bytes: Uint8Array, max
   const inflate = encoding === 'gzip' ? gunzip : encoding === 'br' ? brotliDecompress : null;
   if (!inflate) return { kind: 'unchecked' };
   try {
-    return { kind: 'bytes', bytes: await inflate(bytes, { maxOutputLength: Math.max(1, Math.min(maxBytes, 0x7fffffff)) }) };
+    return {
+      kind: 'bytes',
+      bytes: await inflate(bytes, { maxOutputLength: Math.max(1, Math.min(maxBytes, 0x7fffffff)) }),
+    };
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE' || err instanceof RangeError) return { kind: 'unchecked' };
+    if ((err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE' || err instanceof RangeError)
+      return { kind: 'unchecked' };
     return { kind: 'corrupt', why: `does not decompress as ${encoding} (${(err as Error).message})` };
   }
 }

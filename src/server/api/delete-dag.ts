@@ -32,7 +32,12 @@ const POLL_MS = 100;
  * no attempt), then everything goes: the finished runs' history in batches, the rest and the DAG
  * in one last transaction (src/db/history/remove-dag.ts).
  */
-export async function deleteDagWithHistory(deps: DeleteDagDeps, dagId: string, force: boolean, by?: Actor): Promise<{ removed: HistoryCounts; cancelledRunIds: string[] }> {
+export async function deleteDagWithHistory(
+  deps: DeleteDagDeps,
+  dagId: string,
+  force: boolean,
+  by?: Actor,
+): Promise<{ removed: HistoryCounts; cancelledRunIds: string[] }> {
   if (!(await dagExists(deps.sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
   const cancelledRunIds: string[] = [];
   let removed: HistoryCounts = { runs: 0, taskInstances: 0, events: 0, taskLogs: 0 };
@@ -59,7 +64,10 @@ export async function deleteDagWithHistory(deps: DeleteDagDeps, dagId: string, f
         stopped.push(...outcome.stoppedTiIds);
         cancelledRunIds.push(id);
       }
-      deps.logger.info({ dagId, runIds: active, ...actorPayload(by) }, `cancelled the runs of DAG ${dagId} that had not ended, to delete it`);
+      deps.logger.info(
+        { dagId, runIds: active, ...actorPayload(by) },
+        `cancelled the runs of DAG ${dagId} that had not ended, to delete it`,
+      );
       // Their holders stop the processes and record the ends, the last log lines first: removed
       // before that, the lines would be written after their task instance is gone. A holder that
       // never answers (its replica died) is not waited for past the bound; its process, if any,
@@ -70,7 +78,11 @@ export async function deleteDagWithHistory(deps: DeleteDagDeps, dagId: string, f
         await new Promise((r) => setTimeout(r, POLL_MS));
         running = await attemptsStillRunning(deps.sql, running);
       }
-      if (running.length > 0) deps.logger.warn({ dagId, tiIds: running }, 'deleting a DAG whose stopped attempts were not recorded ended in time');
+      if (running.length > 0)
+        deps.logger.warn(
+          { dagId, tiIds: running },
+          'deleting a DAG whose stopped attempts were not recorded ended in time',
+        );
     }
     removed = addCounts(removed, await cleanHistory(deps.sql, { dagId, dryRun: false }));
     const outcome = await removeDag(deps.sql, dagId);

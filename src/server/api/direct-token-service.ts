@@ -11,7 +11,9 @@ import { createTokenService } from './token-service.js';
  * token exists or any server runs. The same service the API serves, through an in-memory
  * transport, so the two ways cannot drift apart. The migrations run first.
  */
-export async function directTokenService(url: string): Promise<{ client: Client<typeof TokenService>; close(): Promise<void> }> {
+export async function directTokenService(
+  url: string,
+): Promise<{ client: Client<typeof TokenService>; close(): Promise<void> }> {
   const sql = createSql(url, { max: 1, applicationName: 'leoflow-token' });
   try {
     await migrate(sql);

@@ -34,7 +34,10 @@ export function toConnectError(err: unknown): ConnectError {
   const ce = wireError(err);
   // A status travels in a header: a huge message would reset the stream instead of arriving.
   if (ce.rawMessage.length <= LIMITS.errorMessageChars) return ce;
-  return new ConnectError(`${ce.rawMessage.slice(0, LIMITS.errorMessageChars)}… (message cut at ${LIMITS.errorMessageChars} characters)`, ce.code);
+  return new ConnectError(
+    `${ce.rawMessage.slice(0, LIMITS.errorMessageChars)}… (message cut at ${LIMITS.errorMessageChars} characters)`,
+    ce.code,
+  );
 }
 
 function wireError(err: unknown): ConnectError {
@@ -42,7 +45,13 @@ function wireError(err: unknown): ConnectError {
   if (err instanceof DagValidationError) return new ConnectError(err.message, Code.InvalidArgument);
   if (err instanceof DagParserError) {
     // A file too slow or too big to parse is the file's fault; a busy or closed parser is ours.
-    const code = { timeout: Code.InvalidArgument, memory: Code.InvalidArgument, overloaded: Code.ResourceExhausted, closed: Code.Unavailable, crashed: Code.Internal }[err.reason];
+    const code = {
+      timeout: Code.InvalidArgument,
+      memory: Code.InvalidArgument,
+      overloaded: Code.ResourceExhausted,
+      closed: Code.Unavailable,
+      crashed: Code.Internal,
+    }[err.reason];
     return new ConnectError(err.message, code);
   }
   if (err instanceof InvalidArgumentError) return new ConnectError(err.message, Code.InvalidArgument);
@@ -56,7 +65,10 @@ function wireError(err: unknown): ConnectError {
 /** Parses an int64 id given as a decimal string; names the field when it is not one. */
 export function parseId(field: string, value: string): string {
   if (!/^[1-9]\d{0,18}$/.test(value)) {
-    throw new InvalidArgumentError(field, value === '' || value === '0' ? 'is required' : `must be a positive integer id, got ${echo(value)}`);
+    throw new InvalidArgumentError(
+      field,
+      value === '' || value === '0' ? 'is required' : `must be a positive integer id, got ${echo(value)}`,
+    );
   }
   return value;
 }

@@ -13,7 +13,9 @@ import { Code, ConnectError, createContextKey, type ContextValues } from '@conne
 import { decompressMessage, emptyIn } from './decompress-message.js';
 
 /** Why the request's last message did not decode, if it did not. */
-export const malformedBody = createContextKey<string | undefined>(undefined, { description: 'why the request body did not decode' });
+export const malformedBody = createContextKey<string | undefined>(undefined, {
+  description: 'why the request body did not decode',
+});
 
 /** Flags of an envelope (gRPC, gRPC-Web, Connect streaming): compressed, or end of stream. */
 const COMPRESSED = 0x01;
@@ -34,7 +36,13 @@ function decodes(input: DescMessage, bytes: Uint8Array, values: ContextValues): 
  * from the header of its protocol). Undefined: left to connect-node (an unknown encoding, a
  * message past `maxBytes` once decompressed).
  */
-async function checks(input: DescMessage, bytes: Uint8Array, encoding: string | null, values: ContextValues, maxBytes: number): Promise<boolean | undefined> {
+async function checks(
+  input: DescMessage,
+  bytes: Uint8Array,
+  encoding: string | null,
+  values: ContextValues,
+  maxBytes: number,
+): Promise<boolean | undefined> {
   if (encoding === null) return decodes(input, bytes, values);
   const d = await decompressMessage(encoding, bytes, maxBytes);
   if (d.kind === 'unchecked') return undefined;
@@ -57,7 +65,11 @@ export async function* checkedBody(
   const { contentType, input, values, maxBytes } = o;
   const encoding = o.encoding.trim().toLowerCase() || 'identity';
   const type = contentType.split(';')[0]?.trim().toLowerCase() ?? '';
-  const binary = type === 'application/proto' || type.endsWith('+proto') || type === 'application/grpc' || type === 'application/grpc-web';
+  const binary =
+    type === 'application/proto' ||
+    type.endsWith('+proto') ||
+    type === 'application/grpc' ||
+    type === 'application/grpc-web';
   if (!binary) return yield* body;
   if (type === 'application/proto') {
     // Connect unary: the body is the message itself, compressed whole when `encoding` says so.
@@ -89,7 +101,10 @@ export async function* checkedBody(
       if (buf.length < 5 + length) break;
       const message = buf.subarray(5, 5 + length);
       // An envelope's own flag says whether it is compressed, with the stream's encoding.
-      const ok = (flags & END_STREAM) !== 0 ? true : await checks(input, message, (flags & COMPRESSED) !== 0 ? encoding : null, values, maxBytes);
+      const ok =
+        (flags & END_STREAM) !== 0
+          ? true
+          : await checks(input, message, (flags & COMPRESSED) !== 0 ? encoding : null, values, maxBytes);
       // A replacement is an empty message, uncompressed (legal whatever the stream's encoding).
       yield ok !== false ? buf.subarray(0, 5 + length) : Buffer.from([flags & ~COMPRESSED, 0, 0, 0, 0]);
       buf = buf.subarray(5 + length);

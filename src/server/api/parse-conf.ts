@@ -42,18 +42,24 @@ function checkStrings(v: unknown, path: string): void {
 export function parseConf(text: string): Record<string, unknown> {
   if (text.trim() === '') return {};
   const bytes = Buffer.byteLength(text);
-  if (bytes > LIMITS.confBytes) throw new InvalidArgumentError('conf_json', `must be at most ${LIMITS.confBytes} bytes (it is exported to every task's environment), got ${bytes}`);
+  if (bytes > LIMITS.confBytes)
+    throw new InvalidArgumentError(
+      'conf_json',
+      `must be at most ${LIMITS.confBytes} bytes (it is exported to every task's environment), got ${bytes}`,
+    );
   const bad = unstorable(text);
   if (bad) throw new InvalidArgumentError('conf_json', bad);
   const depth = nesting(text);
-  if (depth > LIMITS.confDepth) throw new InvalidArgumentError('conf_json', `must nest at most ${LIMITS.confDepth} levels deep, got ${depth}`);
+  if (depth > LIMITS.confDepth)
+    throw new InvalidArgumentError('conf_json', `must nest at most ${LIMITS.confDepth} levels deep, got ${depth}`);
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
   } catch (err) {
     throw new InvalidArgumentError('conf_json', `is not valid JSON: ${echo((err as Error).message, 200)}`);
   }
-  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new InvalidArgumentError('conf_json', 'must be a JSON object');
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed))
+    throw new InvalidArgumentError('conf_json', 'must be a JSON object');
   checkStrings(parsed, '$');
   return parsed as Record<string, unknown>;
 }

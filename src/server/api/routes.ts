@@ -35,7 +35,20 @@ import type { ChangeSignal } from './change-signal.js';
  * The API's three services, on what the replica was wired with, as one HTTP/2 handler, behind
  * the guard of the replica's role.
  */
-export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: { required: boolean; authenticator: TokenAuthenticator; streams?: TokenStreams }; metrics: Pick<Metrics, 'authDenied' | 'agentsForgotten'>; parser: DagParser; scheduler: Scheduler; fleet: AgentFleet; events: EventFeed; changes: ChangeSignal; health: Health; dispatchQueueDepth(): number }) {
+export function apiRoutes(o: {
+  sql: Sql;
+  logger: Logger;
+  config: Config;
+  auth: { required: boolean; authenticator: TokenAuthenticator; streams?: TokenStreams };
+  metrics: Pick<Metrics, 'authDenied' | 'agentsForgotten'>;
+  parser: DagParser;
+  scheduler: Scheduler;
+  fleet: AgentFleet;
+  events: EventFeed;
+  changes: ChangeSignal;
+  health: Health;
+  dispatchQueueDepth(): number;
+}) {
   const { sql, logger, config, parser, scheduler, fleet, health } = o;
   // With mTLS on, each request carries its connection's client certificate, for the Hello check.
   const askCertificate = config.tls?.clientCa != null;
@@ -55,7 +68,9 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: {
     },
     // Who the caller is comes first: a replica's role is no business of an unauthenticated caller.
     interceptors: [
-      ...(o.auth.required ? [tokenGuard(o.auth.authenticator, (code, rpc) => o.metrics.authDenied.inc({ code, rpc }), o.auth.streams)] : []),
+      ...(o.auth.required
+        ? [tokenGuard(o.auth.authenticator, (code, rpc) => o.metrics.authDenied.inc({ code, rpc }), o.auth.streams)]
+        : []),
       roleGuard(config.role, config.replicaId),
       checkRequestFields({ idChars: LIMITS.idChars, stringChars: LIMITS.stringChars, echo }),
     ],
@@ -75,7 +90,8 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: {
           defaultExecutor: config.executor,
           // The holder's kill grace, the output read after the exit (2 s) and the report's way here.
           attemptsEndWithinMs: config.killGraceMs + 5_000,
-          dagFilesDefining: (dagId) => dagFilesDefining(config.dags, dagId, (source, file) => parser.parse(source, file)),
+          dagFilesDefining: (dagId) =>
+            dagFilesDefining(config.dags, dagId, (source, file) => parser.parse(source, file)),
           events: o.events,
           watchBufferEvents: config.watchBufferEvents,
           changes: o.changes,
@@ -96,7 +112,10 @@ export function apiRoutes(o: { sql: Sql; logger: Logger; config: Config; auth: {
           dispatchQueue: () => ({ depth: o.dispatchQueueDepth(), capacity: config.dispatchQueue }),
           lastFullStepAt: () => scheduler.loopProgress().lastFullAt,
           drained: (agentId, undrain, by) => {
-            o.logger.info({ agentId, ...actorPayload(by) }, undrain ? `agent ${agentId} undrained` : `agent ${agentId} drained`);
+            o.logger.info(
+              { agentId, ...actorPayload(by) },
+              undrain ? `agent ${agentId} undrained` : `agent ${agentId} drained`,
+            );
             fleet.drain(agentId, undrain);
           },
           forgotten: (agentId, by) => {

@@ -10,7 +10,9 @@ export type ResetStream = () => void;
  * messages only as the client takes them, so a handler whose client stopped reading stays
  * suspended and cannot end its call with a status. Undefined outside the API's adapter.
  */
-export const resetStreamKey = createContextKey<ResetStream | undefined>(undefined, { description: 'reset the response stream' });
+export const resetStreamKey = createContextKey<ResetStream | undefined>(undefined, {
+  description: 'reset the response stream',
+});
 
 /**
  * The reset of one request's response. HTTP/2: RST_STREAM ENHANCE_YOUR_CALM, a control frame that

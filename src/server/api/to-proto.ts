@@ -24,7 +24,12 @@ import {
   type Run,
   type TaskInstance,
 } from '../../gen/leoflow/v1/types_pb.js';
-import { HistoryCountsSchema, RunEventSchema, type HistoryCounts as PbHistoryCounts, type RunEvent } from '../../gen/leoflow/v1/workflow_pb.js';
+import {
+  HistoryCountsSchema,
+  RunEventSchema,
+  type HistoryCounts as PbHistoryCounts,
+  type RunEvent,
+} from '../../gen/leoflow/v1/workflow_pb.js';
 
 import { InvalidArgumentError } from './errors.js';
 
@@ -47,7 +52,9 @@ const RUN_STATE: Record<RunState, PbRunState> = {
 export function runStateOfWire(s: PbRunState): RunState {
   const found = (Object.keys(RUN_STATE) as RunState[]).find((k) => RUN_STATE[k] === s);
   if (found === undefined) {
-    const known = Object.entries(RUN_STATE).map(([k, v]) => `${v} (${k})`).join(', ');
+    const known = Object.entries(RUN_STATE)
+      .map(([k, v]) => `${v} (${k})`)
+      .join(', ');
     throw new InvalidArgumentError('states', `holds ${s}, which is no run state: give ${known}`);
   }
   return found;
@@ -163,5 +170,10 @@ export function logToProto(l: LogRow): LogLine {
 }
 
 export function countsToProto(c: HistoryCounts): PbHistoryCounts {
-  return create(HistoryCountsSchema, { runs: BigInt(c.runs), taskInstances: BigInt(c.taskInstances), events: BigInt(c.events), taskLogs: BigInt(c.taskLogs) });
+  return create(HistoryCountsSchema, {
+    runs: BigInt(c.runs),
+    taskInstances: BigInt(c.taskInstances),
+    events: BigInt(c.events),
+    taskLogs: BigInt(c.taskLogs),
+  });
 }

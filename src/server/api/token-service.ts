@@ -23,13 +23,25 @@ export function tokenToProto(t: ApiTokenRow): MessageInitShape<typeof TokenSchem
 }
 
 /** TokenService: create, list and revoke API tokens (the token guard lets only admins in). */
-export function createTokenService(deps: { sql: Sql; logger: Logger; streams?: TokenStreams }): ServiceImpl<typeof TokenService> {
+export function createTokenService(deps: {
+  sql: Sql;
+  logger: Logger;
+  streams?: TokenStreams;
+}): ServiceImpl<typeof TokenService> {
   const { sql } = deps;
   return {
     async createToken(req, ctx) {
       try {
-        const { token, secret } = await createApiToken(sql, { name: req.name, role: req.role, agentPattern: req.agentPattern, ttlSeconds: Number(req.ttlSeconds) });
-        deps.logger.info({ tokenId: token.id, role: token.role, ...actorPayload(callerOf(ctx)) }, `API token ${token.id} created`);
+        const { token, secret } = await createApiToken(sql, {
+          name: req.name,
+          role: req.role,
+          agentPattern: req.agentPattern,
+          ttlSeconds: Number(req.ttlSeconds),
+        });
+        deps.logger.info(
+          { tokenId: token.id, role: token.role, ...actorPayload(callerOf(ctx)) },
+          `API token ${token.id} created`,
+        );
         return { token: tokenToProto(token), secret };
       } catch (err) {
         if (err instanceof TokenRequestError) throw new ConnectError(err.message, Code.InvalidArgument);
@@ -40,13 +52,20 @@ export function createTokenService(deps: { sql: Sql; logger: Logger; streams?: T
       return { tokens: (await listApiTokens(sql)).map(tokenToProto) };
     },
     async revokeToken(req, ctx) {
-      if (req.id === '' || req.id.length > 64 || req.id.includes('\u0000')) throw new ConnectError(`id: must be a token id of 1 to 64 characters, got ${req.id.length}`, Code.InvalidArgument);
+      if (req.id === '' || req.id.length > 64 || req.id.includes('\u0000'))
+        throw new ConnectError(
+          `id: must be a token id of 1 to 64 characters, got ${req.id.length}`,
+          Code.InvalidArgument,
+        );
       const r = await revokeApiToken(sql, req.id);
       if (r === null) throw new ConnectError(`token ${JSON.stringify(req.id)} not found`, Code.NotFound);
       // Its open streams end now: here at once, on the other replicas at the notification the
       // revocation sent (api-tokens.ts).
       const cut = deps.streams?.revoked(req.id) ?? 0;
-      deps.logger.info({ tokenId: req.id, streamsCut: cut, ...actorPayload(callerOf(ctx)) }, `API token ${req.id} revoked`);
+      deps.logger.info(
+        { tokenId: req.id, streamsCut: cut, ...actorPayload(callerOf(ctx)) },
+        `API token ${req.id} revoked`,
+      );
       return { revoked: r };
     },
   };

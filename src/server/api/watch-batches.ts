@@ -16,14 +16,22 @@ export const STALLED_STREAM_GRACE_MS = 2_000;
  * cuts the watcher off while the stream's writes are blocked (the client stopped reading), the
  * stream reset after a grace (see `stream-reset.ts`): a watcher that does not read is bounded.
  */
-export async function* watchBatches(feed: EventFeed, o: WatchOptions, context: HandlerContext, logger: Logger): AsyncGenerator<EventRow[]> {
+export async function* watchBatches(
+  feed: EventFeed,
+  o: WatchOptions,
+  context: HandlerContext,
+  logger: Logger,
+): AsyncGenerator<EventRow[]> {
   let reset: NodeJS.Timeout | undefined;
   let yielded = o.afterSeq.toString();
   const watch = await feed.watch({
     ...o,
     onCutOff() {
       reset = setTimeout(() => {
-        logger.warn({ runId: o.runId, dagId: o.dagId, buffer: o.maxBehind, lastSeqSent: yielded }, 'watcher fell behind and does not read: its stream is reset');
+        logger.warn(
+          { runId: o.runId, dagId: o.dagId, buffer: o.maxBehind, lastSeqSent: yielded },
+          'watcher fell behind and does not read: its stream is reset',
+        );
         context.values.get(resetStreamKey)?.();
       }, STALLED_STREAM_GRACE_MS);
     },

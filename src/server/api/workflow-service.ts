@@ -22,7 +22,15 @@ import { cleanBatches, cleanHistory, keptFor, type CleanQuery } from './clean-hi
 import { deleteDagWithHistory } from './delete-dag.js';
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError, parseId, toConnectError } from './errors.js';
 import type { RunRead } from '../../scheduler/planner-memory.js';
-import { countsToProto, dagToProto, eventToProto, logToProto, runStateOfWire, runToProto, tiToProto } from './to-proto.js';
+import {
+  countsToProto,
+  dagToProto,
+  eventToProto,
+  logToProto,
+  runStateOfWire,
+  runToProto,
+  tiToProto,
+} from './to-proto.js';
 import { echo } from '../../core/check-text.js';
 import { parseConf } from './parse-conf.js';
 import { pageOfRuns } from './runs-page.js';
@@ -102,15 +110,22 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
 
   /** A clean's request checked (the same for CleanHistory and WatchCleanHistory), before anything is read. */
   async function cleanQueryOf(req: CleanHistoryRequest): Promise<CleanQuery> {
-    if (!req.before) throw new InvalidArgumentError('before', 'is required: runs that ended before this time are removed');
+    if (!req.before)
+      throw new InvalidArgumentError('before', 'is required: runs that ended before this time are removed');
     const before = timestampDate(req.before);
     if (Number.isNaN(before.getTime())) throw new InvalidArgumentError('before', 'is not a valid time');
     if (before.getTime() > Date.now()) {
-      throw new InvalidArgumentError('before', `${before.toISOString()} is in the future: only runs that have ended can be removed, so give a time that has passed`);
+      throw new InvalidArgumentError(
+        'before',
+        `${before.toISOString()} is in the future: only runs that have ended can be removed, so give a time that has passed`,
+      );
     }
     const keepLast = req.keepLast ?? DEFAULT_KEEP_LAST;
     if (keepLast < 0 || keepLast > MAX_KEEP_LAST) {
-      throw new InvalidArgumentError('keep_last', `must be 0 to ${MAX_KEEP_LAST} (each DAG's latest finished runs to keep), got ${keepLast}: to keep more history, give an earlier before`);
+      throw new InvalidArgumentError(
+        'keep_last',
+        `must be 0 to ${MAX_KEEP_LAST} (each DAG's latest finished runs to keep), got ${keepLast}: to keep more history, give an earlier before`,
+      );
     }
     const dagId = req.dagId || undefined;
     if (dagId !== undefined && !(await dagExists(sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
@@ -122,8 +137,10 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       const by = callerOf(ctx);
       const file = req.filename || '<request>';
       // With a file name, an empty source is the parser's to report: it names the file.
-      if (req.source.trim() === '' && req.filename === '') throw new InvalidArgumentError('source', 'is required (the DAG file text)');
-      if (Buffer.byteLength(req.source) > MAX_SOURCE_BYTES) throw new InvalidArgumentError('source', `is larger than ${MAX_SOURCE_BYTES} bytes`);
+      if (req.source.trim() === '' && req.filename === '')
+        throw new InvalidArgumentError('source', 'is required (the DAG file text)');
+      if (Buffer.byteLength(req.source) > MAX_SOURCE_BYTES)
+        throw new InvalidArgumentError('source', `is larger than ${MAX_SOURCE_BYTES} bytes`);
       const spec = await deps.parseDag(req.source, file);
       const { dag, outcome } = await upsertDag(sql, spec, req.source, new Date(), by);
       deps.logger.info({ dagId: spec.dagId, version: dag.version, outcome, file, ...actorPayload(by) }, 'applied DAG');
@@ -144,7 +161,10 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
     async pauseDag(req, ctx) {
       const dag = await setDagPaused(sql, required('dag_id', req.dagId), req.paused);
       if (!dag) throw new NotFoundError(`DAG "${req.dagId}" not found`);
-      deps.logger.info({ dagId: dag.dag_id, paused: req.paused, ...actorPayload(callerOf(ctx)) }, req.paused ? `paused DAG ${dag.dag_id}` : `unpaused DAG ${dag.dag_id}`);
+      deps.logger.info(
+        { dagId: dag.dag_id, paused: req.paused, ...actorPayload(callerOf(ctx)) },
+        req.paused ? `paused DAG ${dag.dag_id}` : `unpaused DAG ${dag.dag_id}`,
+      );
       deps.nudge();
       return { dag: dagToProto(dag) };
     },
@@ -155,15 +175,29 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       // W3C trace context from gRPC metadata or an HTTP header (both are headers here). One that
       // does not parse is ignored, as the spec asks: the run starts a trace of its own.
       const callerParent = parseTraceparent(ctx.requestHeader.get('traceparent'));
-      const caller = callerParent ? { traceparent: callerParent, tracestate: parseTracestate(ctx.requestHeader.get('tracestate')) } : undefined;
+      const caller = callerParent
+        ? { traceparent: callerParent, tracestate: parseTracestate(ctx.requestHeader.get('tracestate')) }
+        : undefined;
       const conf = parseConf(req.confJson);
       if (req.runKey !== '' && !/^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}$/.test(req.runKey)) {
-        throw new InvalidArgumentError('run_key', 'must be 1-200 characters of letters, digits and _ . : + -, starting with a letter or digit');
+        throw new InvalidArgumentError(
+          'run_key',
+          'must be 1-200 characters of letters, digits and _ . : + -, starting with a letter or digit',
+        );
       }
       const now = new Date();
       const runKey = req.runKey || `manual__${now.toISOString()}__${randomBytes(3).toString('hex')}`;
       // One statement: the DAG's current version is read and the run made from it.
-      const result = await createRunOfDag(sql, { dagId, runKey, runType: 'manual', logicalDate: now, conf, defaultExecutor: deps.defaultExecutor, by, ...(caller ? { caller } : {}) }).catch((err: unknown) => {
+      const result = await createRunOfDag(sql, {
+        dagId,
+        runKey,
+        runType: 'manual',
+        logicalDate: now,
+        conf,
+        defaultExecutor: deps.defaultExecutor,
+        by,
+        ...(caller ? { caller } : {}),
+      }).catch((err: unknown) => {
         // 23503: the DAG was deleted while the run was being made (its foreign key found no DAG).
         if ((err as { code?: string }).code === '23503') return null;
         throw err;
@@ -172,7 +206,15 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       if (result.created) {
         deps.logger.info({ runId: result.run.id, dagId, runKey, ...actorPayload(by) }, 'run triggered');
         if (result.read && deps.runCreated) {
-          deps.runCreated({ run: { ...result.run, spec: result.read.spec, dag_paused: result.read.dagPaused, running_in_dag: result.read.runningInDag }, tis: result.read.tis });
+          deps.runCreated({
+            run: {
+              ...result.run,
+              spec: result.read.spec,
+              dag_paused: result.read.dagPaused,
+              running_in_dag: result.read.runningInDag,
+            },
+            tis: result.read.tis,
+          });
         } else deps.nudge([result.run.id]);
       }
       return { run: runToProto(result.run), created: result.created };
@@ -180,20 +222,26 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
 
     async getRun(req) {
       const runId = parseId('run_id', req.runId);
-      const [run, tis, by] = await Promise.all([getRunView(sql, runId), listTiViews(sql, runId), triggeredBy(sql, runId)]);
+      const [run, tis, by] = await Promise.all([
+        getRunView(sql, runId),
+        listTiViews(sql, runId),
+        triggeredBy(sql, runId),
+      ]);
       if (!run) throw new NotFoundError(`run ${runId} not found`);
       return { run: runToProto(run, by), taskInstances: tis.map(tiToProto) };
     },
 
     async listRuns(req) {
-      if (req.limit < 0 || req.limit > 1000) throw new InvalidArgumentError('limit', `must be between 0 and 1000, got ${req.limit}`);
+      if (req.limit < 0 || req.limit > 1000)
+        throw new InvalidArgumentError('limit', `must be between 0 and 1000, got ${req.limit}`);
       const states = req.states.map(runStateOfWire);
       const limit = req.limit || 50;
       const beforeId = req.pageToken ? parseId('page_token', req.pageToken) : undefined;
       // One more than asked for tells whether another page follows.
       const runs = await listRuns(sql, { dagId: req.dagId || undefined, states, limit: limit + 1, beforeId });
       // A DAG with runs exists (they are deleted with it): only an empty list needs the check.
-      if (req.dagId && runs.length === 0 && !beforeId && !(await dagExists(sql, req.dagId))) throw new NotFoundError(`DAG "${req.dagId}" not found`);
+      if (req.dagId && runs.length === 0 && !beforeId && !(await dagExists(sql, req.dagId)))
+        throw new NotFoundError(`DAG "${req.dagId}" not found`);
       return pageOfRuns(runs, limit);
     },
 
@@ -202,7 +250,8 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       const runId = parseId('run_id', req.runId);
       const outcome = await cancelRun(sql, runId, by);
       if (outcome.kind === 'not_found') throw new NotFoundError(`run ${runId} not found`);
-      if (outcome.kind === 'already_ended') throw new FailedPreconditionError(`run ${runId} has already ended (${outcome.run.state})`);
+      if (outcome.kind === 'already_ended')
+        throw new FailedPreconditionError(`run ${runId} has already ended (${outcome.run.state})`);
       deps.stopAttempts(outcome.stoppedTiIds, `run ${runId} cancelled`);
       deps.logger.info({ runId, stopped: outcome.stoppedTiIds.length, ...actorPayload(by) }, 'run cancelled');
       deps.nudge();
@@ -230,7 +279,13 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
         );
       }
       deps.logger.info(
-        { runId, taskId, cleared: outcome.cleared.map((t) => t.task_id), reopenedFrom: outcome.reopenedFrom ?? undefined, ...actorPayload(by) },
+        {
+          runId,
+          taskId,
+          cleared: outcome.cleared.map((t) => t.task_id),
+          reopenedFrom: outcome.reopenedFrom ?? undefined,
+          ...actorPayload(by),
+        },
         outcome.reopenedFrom ? `cleared ${taskId}; run re-opened` : `cleared ${taskId}`,
       );
       deps.nudge([runId]);
@@ -248,7 +303,10 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
         throw new FailedPreconditionError(`task "${taskId}" of run ${runId} has already ended (${outcome.ti.state})`);
       }
       if (outcome.mayHoldProcess) deps.stopAttempts([outcome.ti.id], `task ${taskId} of run ${runId} cancelled`);
-      deps.logger.info({ runId, taskId, tiId: outcome.ti.id, was: outcome.was, ...actorPayload(by) }, `task ${taskId} cancelled`);
+      deps.logger.info(
+        { runId, taskId, tiId: outcome.ti.id, was: outcome.was, ...actorPayload(by) },
+        `task ${taskId} cancelled`,
+      );
       // The run goes on by its trigger rules: plan its downstream now.
       deps.nudge([runId]);
       return { taskInstance: tiToProto(outcome.ti) };
@@ -258,28 +316,47 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       const by = callerOf(ctx);
       const dagId = required('dag_id', req.dagId);
       const { removed, cancelledRunIds } = await deleteDagWithHistory(deps, dagId, req.force, by);
-      deps.logger.info({ dagId, ...removed, cancelledRunIds, ...actorPayload(by) }, `deleted DAG ${dagId} and its history`);
+      deps.logger.info(
+        { dagId, ...removed, cancelledRunIds, ...actorPayload(by) },
+        `deleted DAG ${dagId} and its history`,
+      );
       if (cancelledRunIds.length > 0) deps.nudge(cancelledRunIds);
-      const dagFiles = (await deps.dagFilesDefining?.(dagId).catch((err: unknown) => {
-        deps.logger.warn({ err, dagId }, 'could not look for the DAG in the start-up DAG files');
-        return [];
-      })) ?? [];
+      const dagFiles =
+        (await deps.dagFilesDefining?.(dagId).catch((err: unknown) => {
+          deps.logger.warn({ err, dagId }, 'could not look for the DAG in the start-up DAG files');
+          return [];
+        })) ?? [];
       return { removed: countsToProto(removed), cancelledRunIds, dagFiles };
     },
 
     async cleanHistory(req, ctx) {
       const q = await cleanQueryOf(req);
       const counts = await cleanHistory(sql, q);
-      if (!req.dryRun) deps.logger.info({ before: q.endedBefore?.toISOString(), dagId: q.dagId, keepLast: q.keepLast, ...counts, ...actorPayload(callerOf(ctx)) }, 'removed finished runs and their history (db clean)');
+      if (!req.dryRun)
+        deps.logger.info(
+          {
+            before: q.endedBefore?.toISOString(),
+            dagId: q.dagId,
+            keepLast: q.keepLast,
+            ...counts,
+            ...actorPayload(callerOf(ctx)),
+          },
+          'removed finished runs and their history (db clean)',
+        );
       return { counts: countsToProto(counts), dryRun: req.dryRun };
     },
 
     async *watchCleanHistory(reqs, context) {
       const requests = reqs[Symbol.asyncIterator]();
       const first = await requests.next();
-      if (first.done || first.value.action.case !== 'start') throw new InvalidArgumentError('start', 'the first message must name the clean (start)');
+      if (first.done || first.value.action.case !== 'start')
+        throw new InvalidArgumentError('start', 'the first message must name the clean (start)');
       const start = first.value.action.value;
-      if (start.dryRun) throw new InvalidArgumentError('start.dry_run', 'a watched clean removes; count what it would remove with CleanHistory');
+      if (start.dryRun)
+        throw new InvalidArgumentError(
+          'start.dry_run',
+          'a watched clean removes; count what it would remove with CleanHistory',
+        );
       const q = await cleanQueryOf(start);
       let stop = false;
       // A stop asked for, or the caller gone: either ends the clean after the batch under way.
@@ -309,13 +386,24 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
         removed = next.value;
         yield { removed: countsToProto(removed), expected: countsToProto(expected) };
       }
-      deps.logger.info({ before: q.endedBefore?.toISOString(), dagId: q.dagId, keepLast: q.keepLast, stopped, ...removed, ...actorPayload(callerOf(context)) }, 'removed finished runs and their history (db clean)');
+      deps.logger.info(
+        {
+          before: q.endedBefore?.toISOString(),
+          dagId: q.dagId,
+          keepLast: q.keepLast,
+          stopped,
+          ...removed,
+          ...actorPayload(callerOf(context)),
+        },
+        'removed finished runs and their history (db clean)',
+      );
       yield { removed: countsToProto(removed), expected: countsToProto(expected), finished: true, stopped };
     },
 
     async *tailLogs(req, context) {
       const runId = parseId('run_id', req.runId);
-      if (req.tryNumber < 0) throw new InvalidArgumentError('try_number', `must be 0 (all) or positive, got ${req.tryNumber}`);
+      if (req.tryNumber < 0)
+        throw new InvalidArgumentError('try_number', `must be 0 (all) or positive, got ${req.tryNumber}`);
       const taskId = req.taskId || undefined;
       const states = await runAndTiStates(sql, runId, taskId);
       if (!states) throw new NotFoundError(`run ${runId} not found`);
@@ -327,9 +415,16 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
         // before the end is missed.
         const ended = req.follow ? await selectionEnded(sql, runId, taskId) : true;
         for (;;) {
-          const rows = await readRunLogs(sql, { runId, taskId, tryNumber: req.tryNumber || undefined, after, limit: 1000 });
+          const rows = await readRunLogs(sql, {
+            runId,
+            taskId,
+            tryNumber: req.tryNumber || undefined,
+            after,
+            limit: 1000,
+          });
           if (rows.length === 0) break;
-          for (const r of rows) after.set(`${r.ti_id}/${r.try_number}`, Math.max(after.get(`${r.ti_id}/${r.try_number}`) ?? 0, r.seq));
+          for (const r of rows)
+            after.set(`${r.ti_id}/${r.try_number}`, Math.max(after.get(`${r.ti_id}/${r.try_number}`) ?? 0, r.seq));
           yield { lines: rows.map(logToProto) };
           if (rows.length < 1000) break;
         }
@@ -349,7 +444,12 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
         if (last !== null && last <= afterSeq) return;
       }
       let ended = false;
-      for await (const batch of watchBatches(deps.events, { runId, afterSeq, maxBehind: deps.watchBufferEvents }, context, deps.logger)) {
+      for await (const batch of watchBatches(
+        deps.events,
+        { runId, afterSeq, maxBehind: deps.watchBufferEvents },
+        context,
+        deps.logger,
+      )) {
         yield { events: batch.map(eventToProto) };
         ended ||= batch.some((e) => e.kind === 'run.state' && isTerminalRun(String(e.payload.to) as never));
         if (!req.follow && ended) return;
@@ -360,7 +460,12 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
       const dagId = req.dagId || undefined;
       const afterSeq = seqOf(req.afterSeq);
       if (dagId !== undefined && !(await dagExists(sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
-      for await (const batch of watchBatches(deps.events, { dagId, afterSeq, maxBehind: deps.watchBufferEvents }, context, deps.logger)) {
+      for await (const batch of watchBatches(
+        deps.events,
+        { dagId, afterSeq, maxBehind: deps.watchBufferEvents },
+        context,
+        deps.logger,
+      )) {
         yield { events: batch.map(eventToProto) };
       }
     },
@@ -370,7 +475,8 @@ export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof Wo
 
 /** A cursor given in a request: 0 or a seq. */
 function seqOf(value: string): bigint {
-  if (!/^\d{1,19}$/.test(value) || BigInt(value) > 9223372036854775807n) throw new InvalidArgumentError('after_seq', `must be 0 or a seq (a positive 64-bit integer), got ${echo(value)}`);
+  if (!/^\d{1,19}$/.test(value) || BigInt(value) > 9223372036854775807n)
+    throw new InvalidArgumentError('after_seq', `must be 0 or a seq (a positive 64-bit integer), got ${echo(value)}`);
   return BigInt(value);
 }
 

@@ -54,30 +54,48 @@ export async function checkAgentCredential(
   const { agentId, token: presented } = h;
   if (opts.podWithoutCertificate) return checkPodAttempt(h, c).then(() => null);
   if (opts.certified && presented === '') return null;
-  if ((c.required || c.sharedToken !== null) && presented === '' && h.onlyAttemptToken !== '') return checkPodAttempt(h, c).then(() => null);
+  if ((c.required || c.sharedToken !== null) && presented === '' && h.onlyAttemptToken !== '')
+    return checkPodAttempt(h, c).then(() => null);
   if (presented !== '') {
     const who = await c.authenticator.authenticate(presented);
     if (who.ok) {
       const t = who.token;
-      if (t.role !== 'agent') throw new ConnectError(`hello.token: token "${t.id}" has role ${t.role}, not agent: create one with \`leoflow token create --role agent --agent-pattern ID\``, Code.PermissionDenied);
+      if (t.role !== 'agent')
+        throw new ConnectError(
+          `hello.token: token "${t.id}" has role ${t.role}, not agent: create one with \`leoflow token create --role agent --agent-pattern ID\``,
+          Code.PermissionDenied,
+        );
       if (!agentPatternMatches(t.agent_pattern!, agentId)) {
-        throw new ConnectError(`hello.token: token "${t.id}" is bound to agent ids matching "${t.agent_pattern}", not to agent id "${agentId}"`, Code.PermissionDenied);
+        throw new ConnectError(
+          `hello.token: token "${t.id}" is bound to agent ids matching "${t.agent_pattern}", not to agent id "${agentId}"`,
+          Code.PermissionDenied,
+        );
       }
       return { id: t.id, expires_at: t.expires_at };
     }
     if (c.sharedToken !== null && secretsEqual(presented, c.sharedToken)) return null;
-    if (c.required || c.sharedToken !== null) throw new ConnectError(`hello.token: ${who.reason}`, Code.Unauthenticated);
+    if (c.required || c.sharedToken !== null)
+      throw new ConnectError(`hello.token: ${who.reason}`, Code.Unauthenticated);
     return null;
   }
   if (c.required || c.sharedToken !== null) {
-    throw new ConnectError('hello.token: this control plane needs an agent credential: set LEOFLOW_AGENT_TOKEN to a token of role agent bound to this agent id', Code.Unauthenticated);
+    throw new ConnectError(
+      'hello.token: this control plane needs an agent credential: set LEOFLOW_AGENT_TOKEN to a token of role agent bound to this agent id',
+      Code.Unauthenticated,
+    );
   }
   return null;
 }
 
 /** The attempt's own token, from the pod the kubernetes executor made for it (its name is the agent id). */
 async function checkPodAttempt(h: HelloCredential, c: AgentCredentials): Promise<void> {
-  const pod = /^[1-9]\d{0,18}$/.test(h.onlyTiId) && h.onlyAttemptToken !== '' ? await c.podOfAttempt(h.onlyTiId, h.onlyAttemptToken) : null;
+  const pod =
+    /^[1-9]\d{0,18}$/.test(h.onlyTiId) && h.onlyAttemptToken !== ''
+      ? await c.podOfAttempt(h.onlyTiId, h.onlyAttemptToken)
+      : null;
   if (pod !== null && secretsEqual(pod, h.agentId)) return;
-  throw new ConnectError(`hello.only_attempt_token: no live kubernetes attempt of task instance ${h.onlyTiId} with this token runs in a pod named "${h.agentId}"`, Code.Unauthenticated);
+  throw new ConnectError(
+    `hello.only_attempt_token: no live kubernetes attempt of task instance ${h.onlyTiId} with this token runs in a pod named "${h.agentId}"`,
+    Code.Unauthenticated,
+  );
 }

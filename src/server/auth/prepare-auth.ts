@@ -27,27 +27,49 @@ export async function prepareAuth(
   config: Config,
   sql: Sql,
   logger: Logger,
-): Promise<{ required: boolean; authenticator: TokenAuthenticator; agentCredentials: AgentCredentials; streams: TokenStreams }> {
+): Promise<{
+  required: boolean;
+  authenticator: TokenAuthenticator;
+  agentCredentials: AgentCredentials;
+  streams: TokenStreams;
+}> {
   const authenticator = createTokenAuthenticator(sql);
   if (config.insecure && (config.edition === 'pro' || !isLoopback(config.listenHost))) {
-    logger.warn({ apiAddress: `${config.listenHost}:${config.listenPort}`, edition: config.edition }, 'INSECURE: --insecure given: anyone who reaches the API port may do anything, and any process may say Hello as any agent');
+    logger.warn(
+      { apiAddress: `${config.listenHost}:${config.listenPort}`, edition: config.edition },
+      'INSECURE: --insecure given: anyone who reaches the API port may do anything, and any process may say Hello as any agent',
+    );
   }
   if (config.agentToken !== null) {
-    logger.warn('--agent-token is deprecated: it lets any agent take any agent id; create a token per agent with `leoflow token create --role agent --agent-pattern ID`');
+    logger.warn(
+      '--agent-token is deprecated: it lets any agent take any agent id; create a token per agent with `leoflow token create --role agent --agent-pattern ID`',
+    );
   }
   if (config.authRequired) {
     if (config.bootstrapAdminToken !== null && config.role !== 'observer') {
-      await upsertApiToken(sql, { id: BOOTSTRAP_ADMIN_ID, name: 'from --bootstrap-admin-token', role: 'admin', hash: hashTokenSecret(config.bootstrapAdminToken) });
+      await upsertApiToken(sql, {
+        id: BOOTSTRAP_ADMIN_ID,
+        name: 'from --bootstrap-admin-token',
+        role: 'admin',
+        hash: hashTokenSecret(config.bootstrapAdminToken),
+      });
     }
     if (!(await hasUsableAdminToken(sql))) {
-      const why = config.edition === 'pro' ? 'the pro edition requires API tokens' : `API tokens are required on ${config.listenHost}, which is not a loopback address`;
+      const why =
+        config.edition === 'pro'
+          ? 'the pro edition requires API tokens'
+          : `API tokens are required on ${config.listenHost}, which is not a loopback address`;
       throw new NoAdminTokenError(
         `${why}, and no usable admin token exists: create one with \`leoflow token create --role admin --database-url URL\`, or set LEOFLOW_BOOTSTRAP_ADMIN_TOKEN (--bootstrap-admin-token), or pass --insecure to run open`,
       );
     }
   }
   const streams = new TokenStreams(config.maxTokenStreams);
-  return { required: config.authRequired, authenticator, streams, agentCredentials: {
+  return {
+    required: config.authRequired,
+    authenticator,
+    streams,
+    agentCredentials: {
       streams,
       required: config.authRequired,
       authenticator,

@@ -21,7 +21,9 @@ export interface ClientCertificate {
  * The request's client certificate: undefined when the server asks for none (no --tls-client-ca),
  * null when it asks and the client presented none.
  */
-export const clientCertificateKey = createContextKey<ClientCertificate | null | undefined>(undefined, { description: 'TLS client certificate' });
+export const clientCertificateKey = createContextKey<ClientCertificate | null | undefined>(undefined, {
+  description: 'TLS client certificate',
+});
 
 /** The certificate the client presented on the request's connection (HTTP/2 or HTTP/1.1). */
 export function clientCertificateOf(req: http.IncomingMessage | http2.Http2ServerRequest): ClientCertificate | null {
@@ -43,9 +45,20 @@ export function clientCertificateOf(req: http.IncomingMessage | http2.Http2Serve
  */
 export function checkAgentCertificate(cert: ClientCertificate | null | undefined, agentId: string): void {
   if (cert === undefined) return;
-  if (cert === null) throw new ConnectError(`agent ${JSON.stringify(agentId)} presented no TLS client certificate; this control plane requires one signed by its --tls-client-ca for agent streams`, Code.Unauthenticated);
-  if (!cert.verified) throw new ConnectError(`agent ${JSON.stringify(agentId)}: its TLS client certificate (CN=${cert.commonName ?? 'none'}) is not signed by this control plane's --tls-client-ca (${cert.error})`, Code.Unauthenticated);
+  if (cert === null)
+    throw new ConnectError(
+      `agent ${JSON.stringify(agentId)} presented no TLS client certificate; this control plane requires one signed by its --tls-client-ca for agent streams`,
+      Code.Unauthenticated,
+    );
+  if (!cert.verified)
+    throw new ConnectError(
+      `agent ${JSON.stringify(agentId)}: its TLS client certificate (CN=${cert.commonName ?? 'none'}) is not signed by this control plane's --tls-client-ca (${cert.error})`,
+      Code.Unauthenticated,
+    );
   if (cert.commonName !== agentId) {
-    throw new ConnectError(`hello.agent_id: the TLS client certificate is agent ${JSON.stringify(cert.commonName ?? '(no CN)')}'s, but Hello says agent ${JSON.stringify(agentId)}`, Code.PermissionDenied);
+    throw new ConnectError(
+      `hello.agent_id: the TLS client certificate is agent ${JSON.stringify(cert.commonName ?? '(no CN)')}'s, but Hello says agent ${JSON.stringify(agentId)}`,
+      Code.PermissionDenied,
+    );
   }
 }

@@ -14,7 +14,12 @@ export interface TlsReloader {
   stop(): void;
 }
 
-export function startTlsReloader(tls: TlsConfig, apply: (t: { cert: Buffer; key: Buffer; clientCa: Buffer | null }) => void, logger: Logger, pollMs = 60_000): TlsReloader {
+export function startTlsReloader(
+  tls: TlsConfig,
+  apply: (t: { cert: Buffer; key: Buffer; clientCa: Buffer | null }) => void,
+  logger: Logger,
+  pollMs = 60_000,
+): TlsReloader {
   let current = { cert: tls.cert, key: tls.key, clientCa: tls.clientCa };
   const reload = (why: string): boolean => {
     let next: typeof current;
@@ -22,14 +27,23 @@ export function startTlsReloader(tls: TlsConfig, apply: (t: { cert: Buffer; key:
     let validTo: string;
     try {
       const pair = readCertificateAndKey(tls.files.cert, tls.files.key);
-      next = { cert: pair.cert, key: pair.key, clientCa: tls.files.clientCa === null ? null : readCertificateFile(tls.files.clientCa).pem };
+      next = {
+        cert: pair.cert,
+        key: pair.key,
+        clientCa: tls.files.clientCa === null ? null : readCertificateFile(tls.files.clientCa).pem,
+      };
       subject = pair.leaf.subject.replace(/\n/g, ', ');
       validTo = new Date(pair.leaf.validTo).toISOString();
     } catch (err) {
       logger.error({ why }, `TLS files not reloaded, the certificate in use is kept: ${(err as Error).message}`);
       return false;
     }
-    const same = next.cert.equals(current.cert) && next.key.equals(current.key) && (next.clientCa === null ? current.clientCa === null : current.clientCa !== null && next.clientCa.equals(current.clientCa));
+    const same =
+      next.cert.equals(current.cert) &&
+      next.key.equals(current.key) &&
+      (next.clientCa === null
+        ? current.clientCa === null
+        : current.clientCa !== null && next.clientCa.equals(current.clientCa));
     if (same) {
       if (why === 'SIGHUP') logger.info({ why }, 'TLS files unchanged');
       return false;

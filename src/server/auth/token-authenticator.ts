@@ -23,8 +23,10 @@ export function createTokenAuthenticator(sql: Sql): TokenAuthenticator {
       const hash = hashTokenSecret(secret);
       const row = await findApiTokenByHash(sql, hash);
       if (row === null || !secretsEqual(row.hash, hash)) return { ok: false, reason: 'unknown API token' };
-      if (row.revoked_at !== null) return { ok: false, reason: `API token "${row.id}" was revoked at ${row.revoked_at.toISOString()}` };
-      if (row.expired) return { ok: false, reason: `API token "${row.id}" expired at ${row.expires_at!.toISOString()}` };
+      if (row.revoked_at !== null)
+        return { ok: false, reason: `API token "${row.id}" was revoked at ${row.revoked_at.toISOString()}` };
+      if (row.expired)
+        return { ok: false, reason: `API token "${row.id}" expired at ${row.expires_at!.toISOString()}` };
       const { hash: _h, expired: _e, ...token } = row;
       return { ok: true, token };
     },

@@ -32,13 +32,20 @@ export function tokenGuard(
       throw new ConnectError(message, code === 'unauthenticated' ? Code.Unauthenticated : Code.PermissionDenied);
     };
     const secret = bearerToken(req.header.get('authorization'));
-    if (secret === null) deny('unauthenticated', `${rpc} needs an API token: send "authorization: Bearer <token>" (the CLI reads LEOFLOW_TOKEN or --token)`);
+    if (secret === null)
+      deny(
+        'unauthenticated',
+        `${rpc} needs an API token: send "authorization: Bearer <token>" (the CLI reads LEOFLOW_TOKEN or --token)`,
+      );
     const who = await auth.authenticate(secret!);
     if (!who.ok) return deny('unauthenticated', `${rpc}: ${who.reason}`);
     const role = needs.get(k);
     if (role === undefined) return deny('permission_denied', `${rpc} has no access rule, so no token may call it`);
     if (!roleAllows(who.token.role, role)) {
-      return deny('permission_denied', `${rpc} needs role ${role} or above; token "${who.token.id}" has role ${who.token.role}`);
+      return deny(
+        'permission_denied',
+        `${rpc} needs role ${role} or above; token "${who.token.id}" has role ${who.token.role}`,
+      );
     }
     // The handler records who wrote by this id (caller.ts).
     req.contextValues.set(callerKey, { ...req.contextValues.get(callerKey), id: who.token.id });

@@ -35,7 +35,13 @@ export class TokenStreams {
     let timer: NodeJS.Timeout | null = null;
     const arm = () => {
       const ms = token.expires_at!.getTime() - Date.now();
-      if (ms <= 0) return cut(new ConnectError(`API token "${token.id}" expired at ${token.expires_at!.toISOString()}`, Code.Unauthenticated));
+      if (ms <= 0)
+        return cut(
+          new ConnectError(
+            `API token "${token.id}" expired at ${token.expires_at!.toISOString()}`,
+            Code.Unauthenticated,
+          ),
+        );
       timer = setTimeout(arm, Math.min(ms, MAX_TIMER_MS));
       timer.unref();
     };
@@ -62,7 +68,10 @@ export class TokenStreams {
  * A response stream that ends with the error `cut` is given, at once, even while the handler
  * waits for its next message (a watcher of a quiet run waits for minutes).
  */
-export async function* cuttable<T>(messages: AsyncIterable<T>, register: (cut: (err: ConnectError) => void) => () => void): AsyncGenerator<T> {
+export async function* cuttable<T>(
+  messages: AsyncIterable<T>,
+  register: (cut: (err: ConnectError) => void) => () => void,
+): AsyncGenerator<T> {
   let fail: ((err: ConnectError) => void) | null = null;
   let cutErr: ConnectError | null = null;
   const cutP = new Promise<never>((_, reject) => {

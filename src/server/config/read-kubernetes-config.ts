@@ -45,12 +45,19 @@ export interface PodCaSource {
 
 /** The kubernetes executor's settings read and checked, with what it cannot go without. */
 export function readKubernetesConfig({ pick, get, problems, cwd }: SettingReader): KubernetesConfig {
-  const image = get('kubernetes_image', (v) => {
-    const s = nonEmpty(v);
-    if (/\s/.test(s)) throw new Error(`must be an image reference without spaces, got ${JSON.stringify(s)}`);
-    return s;
-  }, null as string | null);
-  if (image === 'required' || (image === null && pick('kubernetes_image') === undefined)) problems.push('the kubernetes executor needs the image its pods run (the Leoflow image): set --kubernetes-image or LEOFLOW_KUBERNETES_IMAGE');
+  const image = get(
+    'kubernetes_image',
+    (v) => {
+      const s = nonEmpty(v);
+      if (/\s/.test(s)) throw new Error(`must be an image reference without spaces, got ${JSON.stringify(s)}`);
+      return s;
+    },
+    null as string | null,
+  );
+  if (image === 'required' || (image === null && pick('kubernetes_image') === undefined))
+    problems.push(
+      'the kubernetes executor needs the image its pods run (the Leoflow image): set --kubernetes-image or LEOFLOW_KUBERNETES_IMAGE',
+    );
   const keep = (v: unknown) => {
     if (v === 0 || v === '0') return 0;
     const ms = parseDuration(v);
@@ -58,66 +65,115 @@ export function readKubernetesConfig({ pick, get, problems, cwd }: SettingReader
     return ms;
   };
   const kubernetes: KubernetesConfig = {
-    namespace: get('kubernetes_namespace', (v) => {
-      const s = nonEmpty(v);
-      const why = dns1123LabelProblem(s);
-      if (why) throw new Error(`${why}, got ${JSON.stringify(s)}`);
-      return s;
-    }, 'default'),
+    namespace: get(
+      'kubernetes_namespace',
+      (v) => {
+        const s = nonEmpty(v);
+        const why = dns1123LabelProblem(s);
+        if (why) throw new Error(`${why}, got ${JSON.stringify(s)}`);
+        return s;
+      },
+      'default',
+    ),
     image: image ?? '',
-    kubeconfig: get('kubeconfig', (v): KubeconfigSource => {
-      const s = nonEmpty(v);
-      if (s === 'auto') return { kind: 'auto' };
-      if (s === 'in-cluster') return { kind: 'in-cluster' };
-      return { kind: 'file', path: path.resolve(cwd, s) };
-    }, { kind: 'auto' }),
+    kubeconfig: get(
+      'kubeconfig',
+      (v): KubeconfigSource => {
+        const s = nonEmpty(v);
+        if (s === 'auto') return { kind: 'auto' };
+        if (s === 'in-cluster') return { kind: 'in-cluster' };
+        return { kind: 'file', path: path.resolve(cwd, s) };
+      },
+      { kind: 'auto' },
+    ),
     // Usually one (the Service); several, separated by commas, are tried in turn by the pod's agent.
-    serverUrl: get('pod_server_url', (v) => list(v).map((s) => {
-      let u: URL;
-      try {
-        u = new URL(s);
-      } catch {
-        throw new Error(`must be an http:// or https:// URL of the control plane as pods reach it (e.g. http://leoflow:7070), got ${JSON.stringify(s)}`);
-      }
-      if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`must be an http:// or https:// URL, got protocol ${JSON.stringify(u.protocol)}`);
-      return s;
-    }).join(',') || nonEmpty(''), ''),
-    agentCommand: get('pod_agent_command', (v) => {
-      const l = list(v);
-      if (l.length === 0) throw new Error('must name a program, e.g. leoflow');
-      return l;
-    }, ['leoflow']),
+    serverUrl: get(
+      'pod_server_url',
+      (v) =>
+        list(v)
+          .map((s) => {
+            let u: URL;
+            try {
+              u = new URL(s);
+            } catch {
+              throw new Error(
+                `must be an http:// or https:// URL of the control plane as pods reach it (e.g. http://leoflow:7070), got ${JSON.stringify(s)}`,
+              );
+            }
+            if (u.protocol !== 'http:' && u.protocol !== 'https:')
+              throw new Error(`must be an http:// or https:// URL, got protocol ${JSON.stringify(u.protocol)}`);
+            return s;
+          })
+          .join(',') || nonEmpty(''),
+      '',
+    ),
+    agentCommand: get(
+      'pod_agent_command',
+      (v) => {
+        const l = list(v);
+        if (l.length === 0) throw new Error('must name a program, e.g. leoflow');
+        return l;
+      },
+      ['leoflow'],
+    ),
     podPendingTimeoutMs: get('pod_pending_timeout', positiveDuration, 300_000),
     keepSucceededMs: get('pod_keep_succeeded', keep, 0),
     keepFailedMs: get('pod_keep_failed', keep, 3_600_000),
-    agentTokenSecret: get('pod_agent_token_secret', (v) => {
-      const [name, key = 'agent-token', ...rest] = nonEmpty(v).split('/');
-      const why = rest.length > 0 ? 'has more than one "/"' : dns1123SubdomainProblem(name!);
-      if (why) throw new Error(`must be SECRET or SECRET/KEY (a Secret's name, a DNS-1123 subdomain), got ${JSON.stringify(v)}: ${why}`);
-      if (!/^[-._a-zA-Z0-9]+$/.test(key)) throw new Error(`the key must be letters, digits, "-", "_" or ".", got ${JSON.stringify(key)}`);
-      return { name: name!, key };
-    }, null as { name: string; key: string } | null),
-    podCa: get('pod_ca', (v): PodCaSource => {
-      const m = /^(secret|configmap):([^/]+)(?:\/(.+))?$/.exec(nonEmpty(v));
-      const why = !m ? 'is not of that form' : dns1123SubdomainProblem(m[2]!) ?? (m[3] !== undefined && !/^[-._a-zA-Z0-9]+$/.test(m[3]) ? `the key must be letters, digits, "-", "_" or ".", got ${JSON.stringify(m[3])}` : null);
-      if (why) throw new Error(`must be secret:NAME[/KEY] or configmap:NAME[/KEY] (the CA pods' agents verify the control plane with; KEY defaults to ca.crt), got ${JSON.stringify(v)}: ${why}`);
-      return { kind: m![1] as PodCaSource['kind'], name: m![2]!, key: m![3] ?? 'ca.crt' };
-    }, null as PodCaSource | null),
-    podTemplate: get('pod_template', (v) => {
-      const file = path.resolve(cwd, nonEmpty(v));
-      let text: string;
-      try {
-        text = readFileSync(file, 'utf8');
-      } catch (err) {
-        throw new Error(`cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
-      }
-      try {
-        return parsePodTemplate(text);
-      } catch (err) {
-        throw new Error(`${file}: ${(err as Error).message}`);
-      }
-    }, null as PodTemplate | null),
+    agentTokenSecret: get(
+      'pod_agent_token_secret',
+      (v) => {
+        const [name, key = 'agent-token', ...rest] = nonEmpty(v).split('/');
+        const why = rest.length > 0 ? 'has more than one "/"' : dns1123SubdomainProblem(name!);
+        if (why)
+          throw new Error(
+            `must be SECRET or SECRET/KEY (a Secret's name, a DNS-1123 subdomain), got ${JSON.stringify(v)}: ${why}`,
+          );
+        if (!/^[-._a-zA-Z0-9]+$/.test(key))
+          throw new Error(`the key must be letters, digits, "-", "_" or ".", got ${JSON.stringify(key)}`);
+        return { name: name!, key };
+      },
+      null as { name: string; key: string } | null,
+    ),
+    podCa: get(
+      'pod_ca',
+      (v): PodCaSource => {
+        const m = /^(secret|configmap):([^/]+)(?:\/(.+))?$/.exec(nonEmpty(v));
+        const why = !m
+          ? 'is not of that form'
+          : (dns1123SubdomainProblem(m[2]!) ??
+            (m[3] !== undefined && !/^[-._a-zA-Z0-9]+$/.test(m[3])
+              ? `the key must be letters, digits, "-", "_" or ".", got ${JSON.stringify(m[3])}`
+              : null));
+        if (why)
+          throw new Error(
+            `must be secret:NAME[/KEY] or configmap:NAME[/KEY] (the CA pods' agents verify the control plane with; KEY defaults to ca.crt), got ${JSON.stringify(v)}: ${why}`,
+          );
+        return { kind: m![1] as PodCaSource['kind'], name: m![2]!, key: m![3] ?? 'ca.crt' };
+      },
+      null as PodCaSource | null,
+    ),
+    podTemplate: get(
+      'pod_template',
+      (v) => {
+        const file = path.resolve(cwd, nonEmpty(v));
+        let text: string;
+        try {
+          text = readFileSync(file, 'utf8');
+        } catch (err) {
+          throw new Error(`cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+        }
+        try {
+          return parsePodTemplate(text);
+        } catch (err) {
+          throw new Error(`${file}: ${(err as Error).message}`);
+        }
+      },
+      null as PodTemplate | null,
+    ),
   };
-  if (pick('pod_server_url') === undefined) problems.push('the kubernetes executor needs the address pods reach the control plane at: set --pod-server-url or LEOFLOW_POD_SERVER_URL (e.g. http://leoflow:7070)');
+  if (pick('pod_server_url') === undefined)
+    problems.push(
+      'the kubernetes executor needs the address pods reach the control plane at: set --pod-server-url or LEOFLOW_POD_SERVER_URL (e.g. http://leoflow:7070)',
+    );
   return kubernetes;
 }

@@ -33,15 +33,21 @@ export function readTlsConfig({ pick, get, problems, cwd }: SettingReader): TlsC
   const caFile = get('tls_client_ca', file, null as string | null);
   const clientAuth = get('tls_client_auth', oneOf(TLS_CLIENT_AUTH), 'agents');
   if (certFile === null && keyFile === null) {
-    if (caRaw) problems.push(`${caRaw.source}: client certificates need TLS on the API port: set --tls-cert and --tls-key too`);
-    if (authRaw) problems.push(`${authRaw.source}: only with --tls-client-ca (the CA client certificates are checked against)`);
+    if (caRaw)
+      problems.push(`${caRaw.source}: client certificates need TLS on the API port: set --tls-cert and --tls-key too`);
+    if (authRaw)
+      problems.push(`${authRaw.source}: only with --tls-client-ca (the CA client certificates are checked against)`);
     return null;
   }
   if (certFile === null || keyFile === null) {
-    if (certRaw || keyRaw) problems.push(`${(certRaw ?? keyRaw)!.source}: TLS needs both a certificate and its key: set ${certFile === null ? '--tls-cert (LEOFLOW_TLS_CERT)' : '--tls-key (LEOFLOW_TLS_KEY)'} too`);
+    if (certRaw || keyRaw)
+      problems.push(
+        `${(certRaw ?? keyRaw)!.source}: TLS needs both a certificate and its key: set ${certFile === null ? '--tls-cert (LEOFLOW_TLS_CERT)' : '--tls-key (LEOFLOW_TLS_KEY)'} too`,
+      );
     return null;
   }
-  if (authRaw && caFile === null && !caRaw) problems.push(`${authRaw.source}: only with --tls-client-ca (the CA client certificates are checked against)`);
+  if (authRaw && caFile === null && !caRaw)
+    problems.push(`${authRaw.source}: only with --tls-client-ca (the CA client certificates are checked against)`);
   let pair: { cert: Buffer; key: Buffer } | null = null;
   try {
     pair = readCertificateAndKey(certFile, keyFile);
@@ -56,5 +62,13 @@ export function readTlsConfig({ pick, get, problems, cwd }: SettingReader): TlsC
       problems.push(`${caRaw!.source}: ${(err as Error).message}`);
     }
   }
-  return pair ? { files: { cert: certFile, key: keyFile, clientCa: caFile }, cert: pair.cert, key: pair.key, clientCa, clientAuth } : null;
+  return pair
+    ? {
+        files: { cert: certFile, key: keyFile, clientCa: caFile },
+        cert: pair.cert,
+        key: pair.key,
+        clientCa,
+        clientAuth,
+      }
+    : null;
 }

@@ -26,10 +26,13 @@ export const port = (v: unknown) => {
 };
 
 /** One of a closed set of strings. */
-export const oneOf = <T extends string>(allowed: readonly T[]) => (v: unknown): T => {
-  if (!(allowed as readonly unknown[]).includes(v)) throw new Error(`must be one of ${allowed.join(', ')}, got ${JSON.stringify(v)}`);
-  return v as T;
-};
+export const oneOf =
+  <T extends string>(allowed: readonly T[]) =>
+  (v: unknown): T => {
+    if (!(allowed as readonly unknown[]).includes(v))
+      throw new Error(`must be one of ${allowed.join(', ')}, got ${JSON.stringify(v)}`);
+    return v as T;
+  };
 
 /** A string with something besides whitespace, trimmed. */
 export const nonEmpty = (v: unknown) => {
@@ -44,14 +47,16 @@ export const nonEmpty = (v: unknown) => {
  */
 export const retention = (example: string) => (v: unknown) => {
   if (v === 'off' || v === 0 || v === '0') return null;
-  if (typeof v === 'number' || /^\s*\d+\s*$/.test(String(v))) throw new Error(`must be a duration with a unit, such as ${example}, or off (or 0), got ${JSON.stringify(v)}`);
+  if (typeof v === 'number' || /^\s*\d+\s*$/.test(String(v)))
+    throw new Error(`must be a duration with a unit, such as ${example}, or off (or 0), got ${JSON.stringify(v)}`);
   const ms = parseDuration(v);
   if (ms <= 0) throw new Error(`must be a positive duration such as ${example}, or off, got ${JSON.stringify(v)}`);
   return ms;
 };
 
 /** A list, given as an array (edition file) or comma-separated (flag, environment). */
-export const list = (v: unknown) => (Array.isArray(v) ? v.map(String) : String(v).split(',')).map((s) => s.trim()).filter(Boolean);
+export const list = (v: unknown) =>
+  (Array.isArray(v) ? v.map(String) : String(v).split(',')).map((s) => s.trim()).filter(Boolean);
 
 /** HOST:PORT (an IPv6 host in brackets) as host and port. */
 export const hostPort = (example: string) => (v: unknown) => {
@@ -73,9 +78,12 @@ export function otlpTracesUrl(v: unknown): string | null {
   try {
     u = new URL(s);
   } catch {
-    throw new Error(`must be an http:// or https:// URL of an OTLP/HTTP collector (e.g. http://127.0.0.1:4318), or off; got ${JSON.stringify(s)}`);
+    throw new Error(
+      `must be an http:// or https:// URL of an OTLP/HTTP collector (e.g. http://127.0.0.1:4318), or off; got ${JSON.stringify(s)}`,
+    );
   }
-  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`must be an http:// or https:// URL (OTLP over HTTP), got protocol ${JSON.stringify(u.protocol)}`);
+  if (u.protocol !== 'http:' && u.protocol !== 'https:')
+    throw new Error(`must be an http:// or https:// URL (OTLP over HTTP), got protocol ${JSON.stringify(u.protocol)}`);
   if (u.pathname === '/' || u.pathname === '') u.pathname = '/v1/traces';
   return u.toString();
 }
@@ -87,9 +95,13 @@ export function agentUrl(v: unknown): string {
   try {
     u = new URL(s);
   } catch {
-    throw new Error(`must be the http:// or https:// URL agents reach this replica at (e.g. http://10.0.0.5:7070), got ${JSON.stringify(s)}`);
+    throw new Error(
+      `must be the http:// or https:// URL agents reach this replica at (e.g. http://10.0.0.5:7070), got ${JSON.stringify(s)}`,
+    );
   }
-  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`must be an http:// or https:// URL, got protocol ${JSON.stringify(u.protocol)}`);
-  if (u.pathname !== '/' || u.search || u.hash) throw new Error(`must name a host and port only, no path, got ${JSON.stringify(s)}`);
+  if (u.protocol !== 'http:' && u.protocol !== 'https:')
+    throw new Error(`must be an http:// or https:// URL, got protocol ${JSON.stringify(u.protocol)}`);
+  if (u.pathname !== '/' || u.search || u.hash)
+    throw new Error(`must name a host and port only, no path, got ${JSON.stringify(s)}`);
   return `${u.protocol}//${u.host}`;
 }

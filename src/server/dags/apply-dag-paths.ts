@@ -21,6 +21,7 @@ export async function applyDagPaths(
     parsed.push({ file, source, spec: await parse(source, path.relative(process.cwd(), file) || file) });
   }
   const out = [];
-  for (const p of parsed) out.push({ dagId: p.spec.dagId, file: p.file, outcome: (await upsertDag(sql, p.spec, p.source)).outcome });
+  for (const p of parsed)
+    out.push({ dagId: p.spec.dagId, file: p.file, outcome: (await upsertDag(sql, p.spec, p.source)).outcome });
   return out;
 }

@@ -8,7 +8,11 @@ import { expandDagPaths } from '../../core/expand-dag-paths.js';
  * there comes back then. Read and parsed as the start-up does; a file that does not parse defines
  * nothing.
  */
-export async function dagFilesDefining(paths: string[], dagId: string, parse: (source: string, file: string) => Promise<DagSpec>): Promise<string[]> {
+export async function dagFilesDefining(
+  paths: string[],
+  dagId: string,
+  parse: (source: string, file: string) => Promise<DagSpec>,
+): Promise<string[]> {
   if (paths.length === 0) return [];
   const out: string[] = [];
   for (const file of await expandDagPaths(paths).catch(() => [])) {

@@ -64,9 +64,12 @@ export function createDagParser(opts: DagParserOptions = {}): DagParser {
   const maxThreads = opts.maxThreads ?? 2;
   const timeoutMs = opts.timeoutMs ?? 10_000;
   const maxQueue = opts.maxQueue ?? 64;
-  if (!Number.isSafeInteger(maxThreads) || maxThreads < 1) throw new TypeError('opts.maxThreads must be a positive integer');
-  if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1) throw new TypeError('opts.timeoutMs must be a positive integer');
-  if (!Number.isSafeInteger(maxQueue) || maxQueue < 0) throw new TypeError('opts.maxQueue must be a non-negative integer');
+  if (!Number.isSafeInteger(maxThreads) || maxThreads < 1)
+    throw new TypeError('opts.maxThreads must be a positive integer');
+  if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1)
+    throw new TypeError('opts.timeoutMs must be a positive integer');
+  if (!Number.isSafeInteger(maxQueue) || maxQueue < 0)
+    throw new TypeError('opts.maxQueue must be a non-negative integer');
 
   const pool = new Piscina<ParseDagInput, ParseDagResult>({
     filename: new URL('./parse-dag-worker.js', import.meta.url).href,
@@ -93,7 +96,11 @@ export function createDagParser(opts: DagParserOptions = {}): DagParser {
     const sizeIssue = checkDagSourceSize(source);
     if (sizeIssue !== null) throw new DagValidationError(file, [sizeIssue]);
     if (inFlight >= capacity) {
-      throw new DagParserError(file, 'overloaded', `the DAG parser is busy (${inFlight} parses in flight, limit ${capacity}); try again later`);
+      throw new DagParserError(
+        file,
+        'overloaded',
+        `the DAG parser is busy (${inFlight} parses in flight, limit ${capacity}); try again later`,
+      );
     }
 
     inFlight += 1;
@@ -103,18 +110,27 @@ export function createDagParser(opts: DagParserOptions = {}): DagParser {
       result = await pool.run({ source, file }, { signal });
     } catch (err) {
       if (signal.aborted) {
-        throw new DagParserError(file, 'timeout', `the DAG file took longer than ${timeoutMs} ms to parse`, { cause: err });
+        throw new DagParserError(file, 'timeout', `the DAG file took longer than ${timeoutMs} ms to parse`, {
+          cause: err,
+        });
       }
-      if (closed) throw new DagParserError(file, 'closed', 'the DAG parser was closed during the parse', { cause: err });
+      if (closed)
+        throw new DagParserError(file, 'closed', 'the DAG parser was closed during the parse', { cause: err });
       if (isOutOfMemory(err)) {
-        throw new DagParserError(file, 'memory', `the DAG file needed more than ${WORKER_HEAP_MB} MB of memory to parse`, { cause: err });
+        throw new DagParserError(
+          file,
+          'memory',
+          `the DAG file needed more than ${WORKER_HEAP_MB} MB of memory to parse`,
+          { cause: err },
+        );
       }
       throw new DagParserError(file, 'crashed', 'the DAG parser worker failed', { cause: err });
     } finally {
       inFlight -= 1;
     }
     if (result.ok) {
-      const issues = opts.defaultExecutor === undefined ? [] : defaultExecutorSecretIssues(result.spec, opts.defaultExecutor);
+      const issues =
+        opts.defaultExecutor === undefined ? [] : defaultExecutorSecretIssues(result.spec, opts.defaultExecutor);
       if (issues.length > 0) throw new DagValidationError(file, issues);
       return result.spec;
     }

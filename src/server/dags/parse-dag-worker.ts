@@ -14,9 +14,7 @@ export interface ParseDagInput {
   file: string;
 }
 
-export type ParseDagResult =
-  | { ok: true; spec: DagSpec }
-  | { ok: false; file: string; issues: DagIssue[] };
+export type ParseDagResult = { ok: true; spec: DagSpec } | { ok: false; file: string; issues: DagIssue[] };
 
 /** Anything other than a validation failure (a bug) is thrown and reaches the caller as an error. */
 export default function parseDagInWorker(input: ParseDagInput): ParseDagResult {

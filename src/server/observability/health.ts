@@ -72,19 +72,39 @@ export function createHealth(o: HealthOptions): Health {
       const t = now();
       let loop: HealthCheck;
       if (p.stepSince !== null && t - p.stepSince > o.loopStallMs) {
-        loop = { name: 'scheduler_loop', ok: false, detail: `a step has been running for ${secs(t - p.stepSince)} (stall threshold ${secs(o.loopStallMs)})` };
+        loop = {
+          name: 'scheduler_loop',
+          ok: false,
+          detail: `a step has been running for ${secs(t - p.stepSince)} (stall threshold ${secs(o.loopStallMs)})`,
+        };
       } else if (p.stepSince === null && t - p.at > o.loopStallMs) {
-        loop = { name: 'scheduler_loop', ok: false, detail: `no turn of the loop for ${secs(t - p.at)} (stall threshold ${secs(o.loopStallMs)})` };
+        loop = {
+          name: 'scheduler_loop',
+          ok: false,
+          detail: `no turn of the loop for ${secs(t - p.at)} (stall threshold ${secs(o.loopStallMs)})`,
+        };
       } else {
-        loop = { name: 'scheduler_loop', ok: true, detail: p.stepSince !== null ? `stepping for ${secs(t - p.stepSince)}` : `last turn ${secs(t - p.at)} ago` };
+        loop = {
+          name: 'scheduler_loop',
+          ok: true,
+          detail: p.stepSince !== null ? `stepping for ${secs(t - p.stepSince)}` : `last turn ${secs(t - p.at)} ago`,
+        };
       }
       return { ok: loop.ok, checks: [loop] };
     },
     async ready() {
       const checks: HealthCheck[] = [];
       const figures: NonNullable<HealthReport['figures']> = {};
-      checks.push(o.stopping() ? { name: 'serving', ok: false, detail: 'stopping' } : { name: 'serving', ok: true, detail: 'not stopping' });
-      checks.push(o.apiListening() ? { name: 'api', ok: true, detail: 'listening' } : { name: 'api', ok: false, detail: 'not listening' });
+      checks.push(
+        o.stopping()
+          ? { name: 'serving', ok: false, detail: 'stopping' }
+          : { name: 'serving', ok: true, detail: 'not stopping' },
+      );
+      checks.push(
+        o.apiListening()
+          ? { name: 'api', ok: true, detail: 'listening' }
+          : { name: 'api', ok: false, detail: 'not listening' },
+      );
       let reachable = false;
       try {
         const t0 = performance.now();
@@ -98,10 +118,18 @@ export function createHealth(o: HealthOptions): Health {
       if (!reachable) checks.push({ name: 'migrations', ok: false, detail: 'unknown: the database is unreachable' });
       else {
         try {
-          const [pending, latest] = await within(Promise.all([o.pendingMigrations(), o.latestMigration?.() ?? Promise.resolve(null)]), o.databaseTimeoutMs, 'the database');
+          const [pending, latest] = await within(
+            Promise.all([o.pendingMigrations(), o.latestMigration?.() ?? Promise.resolve(null)]),
+            o.databaseTimeoutMs,
+            'the database',
+          );
           figures.migrationsVersion = latest;
           const newest = latest ? ` (newest ${latest})` : '';
-          checks.push(pending.length === 0 ? { name: 'migrations', ok: true, detail: `all applied${newest}` } : { name: 'migrations', ok: false, detail: `${pending.length} pending: ${pending.join(', ')}${newest}` });
+          checks.push(
+            pending.length === 0
+              ? { name: 'migrations', ok: true, detail: `all applied${newest}` }
+              : { name: 'migrations', ok: false, detail: `${pending.length} pending: ${pending.join(', ')}${newest}` },
+          );
         } catch (err) {
           checks.push({ name: 'migrations', ok: false, detail: `unknown: ${(err as Error).message}` });
         }

@@ -111,14 +111,28 @@ export class ChaosCluster {
       const m = new Member(name, 'replica', async () => {
         const s = await startServer({
           env: { DATABASE_URL: c.pg.url, [MARKER_VAR]: opts.marker },
-          args: [...opts.serverFlags, '--replica-id', name, '--listen', `127.0.0.1:${port}`, '--metrics-listen', `127.0.0.1:${metrics}`, '--state-dir', stateDir],
+          args: [
+            ...opts.serverFlags,
+            '--replica-id',
+            name,
+            '--listen',
+            `127.0.0.1:${port}`,
+            '--metrics-listen',
+            `127.0.0.1:${metrics}`,
+            '--state-dir',
+            stateDir,
+          ],
           readyTimeoutMs: 30_000,
         });
         return {
           pid: s.child.pid!,
           exited: s.exited,
           gone: () => s.child.exitCode !== null || s.child.signalCode !== null,
-          tail: () => `${s.logs.slice(-4).map((l) => JSON.stringify(l)).join('\n')}\n${s.stderr().slice(-3000)}`,
+          tail: () =>
+            `${s.logs
+              .slice(-4)
+              .map((l) => JSON.stringify(l))
+              .join('\n')}\n${s.stderr().slice(-3000)}`,
           output: () => `${s.logs.map((l) => JSON.stringify(l)).join('\n')}\n${s.stderr()}`,
         };
       });
@@ -139,7 +153,10 @@ export class ChaosCluster {
       const serverArg = servers.map((r) => c.#urls.get(r)!).join(',');
       const m = new Member(name, 'agent', async () => {
         const stateArgs = opts.agentStateDir ? ['--state-dir', path.join(cwd, 'state')] : [];
-        const a = startAgent(serverArg, ['--id', name, ...stateArgs, ...opts.agentFlags], { cwd, env: { [MARKER_VAR]: opts.marker } });
+        const a = startAgent(serverArg, ['--id', name, ...stateArgs, ...opts.agentFlags], {
+          cwd,
+          env: { [MARKER_VAR]: opts.marker },
+        });
         return {
           pid: a.child.pid!,
           exited: a.exited,
@@ -188,7 +205,13 @@ export class ChaosCluster {
    * `termWaitMs` is followed by SIGKILL, and noted); starts the member again `restartAfterMs`
    * later, in the background.
    */
-  async kill(m: Member, signal: 'SIGKILL' | 'SIGTERM', restartAfterMs: number, termWaitMs = 20_000, whileDown?: () => Promise<void>): Promise<string> {
+  async kill(
+    m: Member,
+    signal: 'SIGKILL' | 'SIGTERM',
+    restartAfterMs: number,
+    termWaitMs = 20_000,
+    whileDown?: () => Promise<void>,
+  ): Promise<string> {
     const proc = m.proc;
     if (!proc || m.busy) return 'not running';
     m.busy = true;
@@ -286,13 +309,16 @@ export class ChaosCluster {
    */
   async settle(timeoutMs: number): Promise<string[]> {
     const deadline = Date.now() + timeoutMs;
-    while (this.#background.size > 0 && Date.now() < deadline) await Promise.race([Promise.allSettled([...this.#background]), sleep(500)]);
+    while (this.#background.size > 0 && Date.now() < deadline)
+      await Promise.race([Promise.allSettled([...this.#background]), sleep(500)]);
     for (const m of [...this.replicas, ...this.agents]) {
       if (m.status !== 'up' && !m.busy && Date.now() < deadline) await this.#startMember(m, deadline).catch(() => {});
     }
     return [
       ...(this.#pg === null || this.#pgBusy ? ['Postgres'] : []),
-      ...[...this.replicas, ...this.agents].filter((m) => m.status !== 'up').map((m) => `${m.name} (${m.status}${m.busy ? ', recovering' : ''})`),
+      ...[...this.replicas, ...this.agents]
+        .filter((m) => m.status !== 'up')
+        .map((m) => `${m.name} (${m.status}${m.busy ? ', recovering' : ''})`),
     ];
   }
 
@@ -339,10 +365,16 @@ export class ChaosCluster {
   async #startPostgres(): Promise<EmbeddedPostgres> {
     for (let attempt = 1; ; attempt++) {
       try {
-        return await startEmbeddedPostgres({ stateDir: path.join(this.#opts.dir, 'postgres'), port: this.#pgPort, logger: pino({ level: 'warn' }) });
+        return await startEmbeddedPostgres({
+          stateDir: path.join(this.#opts.dir, 'postgres'),
+          port: this.#pgPort,
+          logger: pino({ level: 'warn' }),
+        });
       } catch (err) {
         if (this.#closing) throw err;
-        this.#note(`Postgres did not start (attempt ${attempt}): ${(err as Error).message.split('\n').slice(0, 3).join(' | ')}`);
+        this.#note(
+          `Postgres did not start (attempt ${attempt}): ${(err as Error).message.split('\n').slice(0, 3).join(' | ')}`,
+        );
         await sleep(500);
       }
     }

@@ -50,7 +50,15 @@ export async function readDbRecord(sql: Sql): Promise<DbRecord> {
   const tis = new Map<string, DbTi>();
   const byId = new Map<string, DbTi>();
   for (const r of rows) {
-    const ti: DbTi = { id: r.id, run: r.run_id, task: r.task_id, state: r.state, tryNumber: r.try_number, tries: new Map(), history: [] };
+    const ti: DbTi = {
+      id: r.id,
+      run: r.run_id,
+      task: r.task_id,
+      state: r.state,
+      tryNumber: r.try_number,
+      tries: new Map(),
+      history: [],
+    };
     tis.set(`${r.run_id}/${r.task_id}`, ti);
     byId.set(r.id, ti);
   }
@@ -64,7 +72,10 @@ export async function readDbRecord(sql: Sql): Promise<DbRecord> {
     const n = Number(p.try);
     const reason = typeof p.reason === 'string' ? p.reason : null;
     const agent = typeof p.agent_id === 'string' ? p.agent_id : null;
-    ti.history.push({ atMs: e.at.getTime(), move: `${to}#${n}${reason ? `(${reason})` : ''}${agent ? `@${agent}` : ''}` });
+    ti.history.push({
+      atMs: e.at.getTime(),
+      move: `${to}#${n}${reason ? `(${reason})` : ''}${agent ? `@${agent}` : ''}`,
+    });
     const tryOf = (k: number) => {
       let t = ti.tries.get(k);
       if (!t) ti.tries.set(k, (t = { try: k, claims: 0, agents: [], started: false, outcome: null, reason: null }));

@@ -70,7 +70,10 @@ export async function runFaultLoop(o: FaultLoopOptions): Promise<void> {
   const { cluster, prng } = o;
   const between = (r: [number, number]) => prng.int(r[0], r[1]);
   /** Replicas that may be hit now: up, idle, and the other replicas all up and idle too. */
-  const hittable = () => cluster.replicas.filter((r) => r.status === 'up' && !r.busy && cluster.replicas.every((x) => x === r || (x.status === 'up' && !x.busy)));
+  const hittable = () =>
+    cluster.replicas.filter(
+      (r) => r.status === 'up' && !r.busy && cluster.replicas.every((x) => x === r || (x.status === 'up' && !x.busy)),
+    );
   const idleAgents = () => cluster.agents.filter((a) => a.status === 'up' && !a.busy);
 
   while (Date.now() + gap[0] < o.untilMs) {
@@ -84,14 +87,18 @@ export async function runFaultLoop(o: FaultLoopOptions): Promise<void> {
     const pgDownMs = between(pgDown);
     const pgMode = prng.pick(['fast', 'immediate'] as const);
     const choice = prng.next();
-    const pickOf = <T>(items: T[]): T | undefined => (items.length === 0 ? undefined : items[Math.floor(choice * items.length)]);
+    const pickOf = <T>(items: T[]): T | undefined =>
+      items.length === 0 ? undefined : items[Math.floor(choice * items.length)];
 
     const record = (target: string, detail: string) => {
       const f = { atMs: Date.now(), kind, target, detail };
       o.faults.push(f);
       o.note(`fault ${kind} ${target} ${detail}`);
     };
-    const onReplica = async (pick: (candidates: Member[]) => Promise<Member | undefined>, act: (m: Member) => Promise<string> | string) => {
+    const onReplica = async (
+      pick: (candidates: Member[]) => Promise<Member | undefined>,
+      act: (m: Member) => Promise<string> | string,
+    ) => {
       const m = await pick(hittable());
       if (!m) return record('-', 'skipped: no replica may be hit now');
       record(m.name, await act(m));
@@ -117,10 +124,16 @@ export async function runFaultLoop(o: FaultLoopOptions): Promise<void> {
         );
         break;
       case 'term-replica':
-        await onReplica(async (c) => pickOf(c), (m) => cluster.kill(m, 'SIGTERM', delay));
+        await onReplica(
+          async (c) => pickOf(c),
+          (m) => cluster.kill(m, 'SIGTERM', delay),
+        );
         break;
       case 'stop-replica':
-        await onReplica(async (c) => pickOf(c), (m) => cluster.freeze(m, freezeMs));
+        await onReplica(
+          async (c) => pickOf(c),
+          (m) => cluster.freeze(m, freezeMs),
+        );
         break;
       case 'kill-agent':
       case 'term-agent': {
@@ -169,7 +182,13 @@ export async function runFaultLoop(o: FaultLoopOptions): Promise<void> {
  * that is up. A trigger that fails (a fault in its way) is counted and not retried: its run may
  * exist or not, and the checks read the runs from the database, not from this loop.
  */
-export async function runTriggerLoop(o: { cluster: ChaosCluster; prng: Prng; dagIds: string[]; untilMs: number; everyMs?: [number, number] }): Promise<{ ok: number; failed: number }> {
+export async function runTriggerLoop(o: {
+  cluster: ChaosCluster;
+  prng: Prng;
+  dagIds: string[];
+  untilMs: number;
+  everyMs?: [number, number];
+}): Promise<{ ok: number; failed: number }> {
   const every = o.everyMs ?? [400, 1500];
   const counts = { ok: 0, failed: 0 };
   while (Date.now() < o.untilMs) {

@@ -65,7 +65,9 @@ function formatter(ev: ChaosEvidence): Formatter {
       return `try ${e.try} pid ${e.pid}: ${start} .. ${end}${killed.has(executionKey(e)) ? ' [SIGKILLed by the harness]' : ''}`;
     },
     context(ti, fromMs, toMs) {
-      const faults = ev.faults.filter((f) => f.target !== '-' && f.atMs >= fromMs - FAULT_WINDOW_MS && f.atMs <= toMs + 1000);
+      const faults = ev.faults.filter(
+        (f) => f.target !== '-' && f.atMs >= fromMs - FAULT_WINDOW_MS && f.atMs <= toMs + 1000,
+      );
       return [
         `    database: ${ti ? `TI ${ti.id} now ${ti.state}#${ti.tryNumber}; ${ti.history.map((h) => `${h.move} ${at(h.atMs)}`).join(' → ')}` : 'no such task instance'}`,
         `    faults from ${FAULT_WINDOW_MS / 1000} s before: ${faults.length === 0 ? 'none' : faults.map((f) => `${at(f.atMs)} ${f.kind} ${f.target} (${f.detail})`).join('; ')}`,
@@ -97,7 +99,9 @@ function runsNotTerminal(ev: ChaosEvidence): string[] {
   return ev.db.runs
     .filter((r) => !terminal.includes(r.state))
     .map((r) => {
-      const tis = [...ev.db.tis.values()].filter((t) => t.run === r.id).map((t) => `${t.task} ${t.state}#${t.tryNumber}`);
+      const tis = [...ev.db.tis.values()]
+        .filter((t) => t.run === r.id)
+        .map((t) => `${t.task} ${t.state}#${t.tryNumber}`);
       return `run ${r.id} (${r.dagId}) is ${r.state}: ${tis.join(', ')}`;
     });
 }
@@ -109,7 +113,11 @@ function duplicateAttempts(ev: ChaosEvidence, fmt: Formatter): string[] {
     const e0 = execs[0]!;
     const to = Math.max(...execs.map((e) => aliveUntilUs(e, ev.lastSeen) / 1000));
     out.push(
-      [`${key} (run/task/try) ran in ${execs.length} processes:`, ...execs.map((e) => `    ${fmt.exec(e)}`), fmt.context(ev.db.tis.get(`${e0.run}/${e0.task}`), Math.min(...execs.map(startMs)), to)].join('\n'),
+      [
+        `${key} (run/task/try) ran in ${execs.length} processes:`,
+        ...execs.map((e) => `    ${fmt.exec(e)}`),
+        fmt.context(ev.db.tis.get(`${e0.run}/${e0.task}`), Math.min(...execs.map(startMs)), to),
+      ].join('\n'),
     );
   }
   return out;
@@ -123,9 +131,11 @@ function unrecordedTries(ev: ChaosEvidence, fmt: Formatter): string[] {
     if ((ti?.tries.get(e0.try)?.claims ?? 0) > 0) continue;
     const known = ti ? [...ti.tries.keys()].join(', ') || 'none' : 'no such task instance';
     out.push(
-      [`${key} (run/task/try) ran, but the database never claimed that try (its tries: ${known}):`, ...execs.map((e) => `    ${fmt.exec(e)}`), fmt.context(ti, startMs(e0), aliveUntilUs(e0, ev.lastSeen) / 1000)].join(
-        '\n',
-      ),
+      [
+        `${key} (run/task/try) ran, but the database never claimed that try (its tries: ${known}):`,
+        ...execs.map((e) => `    ${fmt.exec(e)}`),
+        fmt.context(ti, startMs(e0), aliveUntilUs(e0, ev.lastSeen) / 1000),
+      ].join('\n'),
     );
   }
   return out;
@@ -169,7 +179,13 @@ function successRecordedAsFailed(ev: ChaosEvidence, fmt: Formatter): string[] {
     if (t?.outcome !== 'failed' && t?.outcome !== 'up_for_retry') continue;
     // Its agent was SIGKILLed and its state directory emptied after the task started: an end it
     // had not yet reported went with the folder that held it, so a loss is what the agent can say.
-    const wiped = ev.faults.some((f) => f.kind === 'wipe-agent' && t.agents.includes(f.target) && startMs(e) <= f.atMs && f.atMs <= e.endUs! / 1000 + WIPE_REPORT_WINDOW_MS);
+    const wiped = ev.faults.some(
+      (f) =>
+        f.kind === 'wipe-agent' &&
+        t.agents.includes(f.target) &&
+        startMs(e) <= f.atMs &&
+        f.atMs <= e.endUs! / 1000 + WIPE_REPORT_WINDOW_MS,
+    );
     if (wiped) continue;
     out.push(
       [
@@ -185,12 +201,16 @@ function successRecordedAsFailed(ev: ChaosEvidence, fmt: Formatter): string[] {
 function replicaExits(ev: ChaosEvidence, fmt: Formatter): string[] {
   return ev.unexpectedExits
     .filter((x) => x.kind === 'replica')
-    .map((x) => `${x.member} exited at ${fmt.at(x.atMs)} (code ${x.code}, signal ${x.signal}), last words:\n${x.tail.replace(/^/gm, '    ')}`);
+    .map(
+      (x) =>
+        `${x.member} exited at ${fmt.at(x.atMs)} (code ${x.code}, signal ${x.signal}), last words:\n${x.tail.replace(/^/gm, '    ')}`,
+    );
 }
 
 /** A few lines of numbers about the run, for the test's output. */
 export function summarize(ev: ChaosEvidence): string {
-  const count = <T>(items: T[], key: (t: T) => string) => [...groupBy(items, key)].map(([k, v]) => `${k} ${v.length}`).join(', ');
+  const count = <T>(items: T[], key: (t: T) => string) =>
+    [...groupBy(items, key)].map(([k, v]) => `${k} ${v.length}`).join(', ');
   const tries = [...ev.db.tis.values()].flatMap((t) => [...t.tries.values()]);
   // What the ledger says of each attempt the reaper declared lost.
   const byAttempt = groupBy(ev.ledger.executions, attemptKey);

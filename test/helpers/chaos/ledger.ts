@@ -123,7 +123,17 @@ export function ledgerOf(text: string): Ledger {
     const k = executionKey(l);
     let e = byKey.get(k);
     if (!e) {
-      e = { run: l.run, task: l.task, try: l.try, ti: l.ti, pid: l.pid, startUs: null, endUs: null, endKind: null, exit: null };
+      e = {
+        run: l.run,
+        task: l.task,
+        try: l.try,
+        ti: l.ti,
+        pid: l.pid,
+        startUs: null,
+        endUs: null,
+        endKind: null,
+        exit: null,
+      };
       byKey.set(k, e);
     }
     if (l.kind === 'start') e.startUs = e.startUs === null ? l.atUs : Math.min(e.startUs, l.atUs);
@@ -138,5 +148,9 @@ export function ledgerOf(text: string): Ledger {
 }
 
 export async function readLedger(path: string): Promise<Ledger> {
-  return ledgerOf(await readFile(path, 'utf8').catch((err: NodeJS.ErrnoException) => (err.code === 'ENOENT' ? '' : Promise.reject(err))));
+  return ledgerOf(
+    await readFile(path, 'utf8').catch((err: NodeJS.ErrnoException) =>
+      err.code === 'ENOENT' ? '' : Promise.reject(err),
+    ),
+  );
 }

@@ -58,6 +58,7 @@ export function chaosSeed(env: NodeJS.ProcessEnv = process.env): number {
   const raw = env.LEOFLOW_CHAOS_SEED;
   if (raw === undefined || raw === '') return Math.floor(Math.random() * 2 ** 31);
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < 0 || n > 2 ** 32 - 1) throw new Error(`LEOFLOW_CHAOS_SEED must be an integer from 0 to 4294967295, got ${JSON.stringify(raw)}`);
+  if (!Number.isInteger(n) || n < 0 || n > 2 ** 32 - 1)
+    throw new Error(`LEOFLOW_CHAOS_SEED must be an integer from 0 to 4294967295, got ${JSON.stringify(raw)}`);
   return n;
 }

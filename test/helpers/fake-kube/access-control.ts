@@ -29,6 +29,9 @@ export function authorize(who: Identity, route: Route): void {
   );
   if (ok) return;
   const scope = route.namespace !== undefined ? `in the namespace "${route.namespace}"` : 'at the cluster scope';
-  throw forbidden(route.resource!, route.name, `User "${who.user}" cannot ${verb} resource "${resource}" in API group "" ${scope}`);
+  throw forbidden(
+    route.resource!,
+    route.name,
+    `User "${who.user}" cannot ${verb} resource "${resource}" in API group "" ${scope}`,
+  );
 }
-

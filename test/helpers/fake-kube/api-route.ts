@@ -17,7 +17,10 @@ export interface Route {
 }
 
 export function parseRoute(method: string, url: URL): Route {
-  const parts = url.pathname.split('/').filter((p) => p !== '').map(decodeURIComponent);
+  const parts = url.pathname
+    .split('/')
+    .filter((p) => p !== '')
+    .map(decodeURIComponent);
   const path = parts.join('/');
   if (['version', 'healthz', 'readyz', 'livez'].includes(path)) return { verb: 'discovery', discovery: 'public' };
   if (path === 'api' || path === 'apis' || path === 'api/v1') return { verb: 'discovery', discovery: path };
@@ -63,8 +66,11 @@ export function parseRoute(method: string, url: URL): Route {
   return r;
 }
 
-
 export function notFoundPath(): StatusError {
-return statusFor(404, 'the server could not find the requested resource', { causes: [{ reason: 'UnexpectedServerResponse', message: '404 page not found' }] }, 'NotFound');
+  return statusFor(
+    404,
+    'the server could not find the requested resource',
+    { causes: [{ reason: 'UnexpectedServerResponse', message: '404 page not found' }] },
+    'NotFound',
+  );
 }
-

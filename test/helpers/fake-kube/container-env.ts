@@ -12,7 +12,11 @@ export interface EnvSources {
   configMap: (name: string) => Record<string, string> | undefined;
 }
 
-export function containerEnv(pod: KubeObject, spec: any, sources: EnvSources): { env: Record<string, string> } | { problem: string } {
+export function containerEnv(
+  pod: KubeObject,
+  spec: any,
+  sources: EnvSources,
+): { env: Record<string, string> } | { problem: string } {
   const env: Record<string, string> = { ...sources.baseEnv, HOSTNAME: hostnameOf(pod.metadata.name) };
   for (const e of spec.env ?? []) {
     if (e.valueFrom === undefined || e.valueFrom === null) {
@@ -30,7 +34,9 @@ export function containerEnv(pod: KubeObject, spec: any, sources: EnvSources): {
       }
       if (!(ref.key in data)) {
         if (ref.optional) continue;
-        return { problem: `couldn't find key ${ref.key} in ${from.secretKeyRef ? 'Secret' : 'ConfigMap'} ${pod.metadata.namespace}/${ref.name}` };
+        return {
+          problem: `couldn't find key ${ref.key} in ${from.secretKeyRef ? 'Secret' : 'ConfigMap'} ${pod.metadata.namespace}/${ref.name}`,
+        };
       }
       env[e.name] = data[ref.key]!;
     } else if (from.fieldRef) {
@@ -63,13 +69,21 @@ function fieldRefValue(pod: KubeObject, path: string): string | undefined {
   const m = /^metadata\.(labels|annotations)\['(.+)'\]$/.exec(path);
   if (m) return pod.metadata[m[1]!]?.[m[2]!] ?? '';
   switch (path) {
-    case 'metadata.name': return pod.metadata.name;
-    case 'metadata.namespace': return pod.metadata.namespace;
-    case 'metadata.uid': return pod.metadata.uid;
-    case 'spec.nodeName': return pod.spec.nodeName ?? '';
-    case 'spec.serviceAccountName': return pod.spec.serviceAccountName ?? '';
-    case 'status.hostIP': return pod.status?.hostIP ?? '';
-    case 'status.podIP': return pod.status?.podIP ?? '';
-    default: return undefined;
+    case 'metadata.name':
+      return pod.metadata.name;
+    case 'metadata.namespace':
+      return pod.metadata.namespace;
+    case 'metadata.uid':
+      return pod.metadata.uid;
+    case 'spec.nodeName':
+      return pod.spec.nodeName ?? '';
+    case 'spec.serviceAccountName':
+      return pod.spec.serviceAccountName ?? '';
+    case 'status.hostIP':
+      return pod.status?.hostIP ?? '';
+    case 'status.podIP':
+      return pod.status?.podIP ?? '';
+    default:
+      return undefined;
   }
 }

@@ -26,7 +26,8 @@ export function defaultPod(input: any, namespace: string): KubeObject {
   spec.priority ??= 0;
   const tolerations: any[] = spec.tolerations ?? [];
   for (const key of ['node.kubernetes.io/not-ready', 'node.kubernetes.io/unreachable']) {
-    if (!tolerations.some((t) => t.key === key)) tolerations.push({ key, operator: 'Exists', effect: 'NoExecute', tolerationSeconds: 300 });
+    if (!tolerations.some((t) => t.key === key))
+      tolerations.push({ key, operator: 'Exists', effect: 'NoExecute', tolerationSeconds: 300 });
   }
   spec.tolerations = tolerations;
   for (const c of spec.containers) {

@@ -25,7 +25,17 @@ import { checkQuotas, type Quota } from './resource-quota.js';
 import { podSecurityDenial } from './pod-security.js';
 import { applyPatch, checkPodUpdate, patchTypeOf } from './update-pod.js';
 import {
-  StatusError, alreadyExists, badRequest, forbidden, invalidObject, methodNotAllowed, notFound, statusFor, tooLargeResourceVersion, tooManyRequests, unauthorized,
+  StatusError,
+  alreadyExists,
+  badRequest,
+  forbidden,
+  invalidObject,
+  methodNotAllowed,
+  notFound,
+  statusFor,
+  tooLargeResourceVersion,
+  tooManyRequests,
+  unauthorized,
   type StatusDetails,
 } from './status.js';
 import { validatePod } from './validate-pod.js';
@@ -158,8 +168,12 @@ export class FakeKubeApi {
       onFreed: () => this.scheduler?.retryPending(),
     });
     if (!this.manual) {
-      this.scheduler = new FakeScheduler(this.store, this.recorder, makeNodes(opts.nodes ?? { count: 3, cpu: '4', memory: '8Gi' }), t.scheduleMs, (ns, name) =>
-        this.kubelet.admit(ns, name),
+      this.scheduler = new FakeScheduler(
+        this.store,
+        this.recorder,
+        makeNodes(opts.nodes ?? { count: 3, cpu: '4', memory: '8Gi' }),
+        t.scheduleMs,
+        (ns, name) => this.kubelet.admit(ns, name),
       );
     }
   }
@@ -172,8 +186,23 @@ export class FakeKubeApi {
       const key = join(this.tmp, 'apiserver.key');
       const cert = join(this.tmp, 'apiserver.crt');
       await promisify(execFile)('openssl', [
-        'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2',
-        '-keyout', key, '-out', cert, '-subj', '/CN=kube-apiserver', '-addext', 'subjectAltName=IP:127.0.0.1,DNS:localhost',
+        'req',
+        '-x509',
+        '-newkey',
+        'ec',
+        '-pkeyopt',
+        'ec_paramgen_curve:prime256v1',
+        '-nodes',
+        '-days',
+        '2',
+        '-keyout',
+        key,
+        '-out',
+        cert,
+        '-subj',
+        '/CN=kube-apiserver',
+        '-addext',
+        'subjectAltName=IP:127.0.0.1,DNS:localhost',
       ]);
       this.caPem = await readFile(cert, 'utf8');
       server = createTlsServer({ key: await readFile(key), cert: this.caPem }, handler) as unknown as Server;
@@ -198,7 +227,9 @@ export class FakeKubeApi {
    * `KubeConfig.loadFromCluster(pathPrefix)` with `env` set in process.env: token, ca.crt and
    * namespace under `<pathPrefix>/var/run/secrets/kubernetes.io/serviceaccount/`. Needs `tls`.
    */
-  async serviceAccountMount(opts: { namespace?: string; token?: string } = {}): Promise<{ pathPrefix: string; env: { KUBERNETES_SERVICE_HOST: string; KUBERNETES_SERVICE_PORT: string } }> {
+  async serviceAccountMount(
+    opts: { namespace?: string; token?: string } = {},
+  ): Promise<{ pathPrefix: string; env: { KUBERNETES_SERVICE_HOST: string; KUBERNETES_SERVICE_PORT: string } }> {
     if (!this.opts.tls) throw new Error('fake kube api: in-cluster config needs HTTPS; start it with { tls: true }');
     const pathPrefix = join(this.tmp, `in-cluster-${randomBytes(4).toString('hex')}`);
     const dir = join(pathPrefix, 'var/run/secrets/kubernetes.io/serviceaccount');
@@ -211,16 +242,21 @@ export class FakeKubeApi {
   }
 
   /** A kubeconfig file for this server and `token`, its context selected. */
-  async kubeconfigFor(token: string, name = `user-${this.log.length}-${randomBytes(3).toString('hex')}`): Promise<string> {
+  async kubeconfigFor(
+    token: string,
+    name = `user-${this.log.length}-${randomBytes(3).toString('hex')}`,
+  ): Promise<string> {
     const config = {
       apiVersion: 'v1',
       kind: 'Config',
-      clusters: [{
-        name: 'fake',
-        cluster: this.opts.tls
-          ? { server: this.url, 'certificate-authority-data': Buffer.from(this.caPem).toString('base64') }
-          : { server: this.url, 'insecure-skip-tls-verify': true },
-      }],
+      clusters: [
+        {
+          name: 'fake',
+          cluster: this.opts.tls
+            ? { server: this.url, 'certificate-authority-data': Buffer.from(this.caPem).toString('base64') }
+            : { server: this.url, 'insecure-skip-tls-verify': true },
+        },
+      ],
       users: [{ name, user: { token } }],
       contexts: [{ name: 'fake', context: { cluster: 'fake', user: name, namespace: 'default' } }],
       'current-context': 'fake',
@@ -236,7 +272,13 @@ export class FakeKubeApi {
     this.namespaces.set(name, {
       kind: 'Namespace',
       apiVersion: 'v1',
-      metadata: { name, uid: randomUUID(), resourceVersion: String(this.store.resourceVersion), creationTimestamp: now(), labels: { 'kubernetes.io/metadata.name': name } },
+      metadata: {
+        name,
+        uid: randomUUID(),
+        resourceVersion: String(this.store.resourceVersion),
+        creationTimestamp: now(),
+        labels: { 'kubernetes.io/metadata.name': name },
+      },
       spec: { finalizers: ['kubernetes'] },
       status: { phase: 'Active' },
     });
@@ -330,7 +372,8 @@ export class FakeKubeApi {
   postedPodName(labels: Record<string, string>, namespace?: string): string | undefined {
     for (const [key, have] of this.postedLabels) {
       const [ns, name] = [key.slice(0, key.indexOf('/')), key.slice(key.indexOf('/') + 1)];
-      if ((namespace === undefined || ns === namespace) && Object.entries(labels).every(([k, v]) => have[k] === v)) return name;
+      if ((namespace === undefined || ns === namespace) && Object.entries(labels).every(([k, v]) => have[k] === v))
+        return name;
     }
     return undefined;
   }
@@ -369,14 +412,24 @@ export class FakeKubeApi {
 
   /** Sets spec.nodeName (manual driving: the pod is bound, so a delete is graceful). */
   bindPod(namespace: string, name: string, nodeName = 'node-1'): void {
-    if (!this.store.update('pods', namespace, name, (p) => (p.spec.nodeName = nodeName))) throw new Error(`fake kube api: no pod ${namespace}/${name}`);
+    if (!this.store.update('pods', namespace, name, (p) => (p.spec.nodeName = nodeName)))
+      throw new Error(`fake kube api: no pod ${namespace}/${name}`);
   }
 
   /** An event about a pod, as the scheduler or kubelet would record it (manual driving). */
-  addPodEvent(namespace: string, name: string, e: { type?: 'Normal' | 'Warning'; reason: string; message: string; component?: string }): void {
+  addPodEvent(
+    namespace: string,
+    name: string,
+    e: { type?: 'Normal' | 'Warning'; reason: string; message: string; component?: string },
+  ): void {
     const pod = this.store.get('pods', namespace, name);
     if (!pod) throw new Error(`fake kube api: no pod ${namespace}/${name}`);
-    this.recorder.record(pod, { type: e.type ?? 'Warning', reason: e.reason, message: e.message, component: e.component ?? 'kubelet' });
+    this.recorder.record(pod, {
+      type: e.type ?? 'Warning',
+      reason: e.reason,
+      message: e.message,
+      component: e.component ?? 'kubelet',
+    });
   }
 
   /**
@@ -404,13 +457,21 @@ export class FakeKubeApi {
     const lost = this.kubelet.loseNode(nodeName, opts.kill ?? true);
     const onNode = lost.length > 0 ? lost : [pod];
     for (const p of onNode) {
-      if (!isTerminal(p)) this.recorder.record(p, { type: 'Warning', reason: 'NodeNotReady', message: 'Node is not ready', component: 'node-controller' });
+      if (!isTerminal(p))
+        this.recorder.record(p, {
+          type: 'Warning',
+          reason: 'NodeNotReady',
+          message: 'Node is not ready',
+          component: 'node-controller',
+        });
       this.store.update('pods', p.metadata.namespace!, p.metadata.name, (q) => {
         if (isTerminal(q)) return;
         q.status.phase = 'Unknown';
         q.status.reason = 'NodeLost';
         q.status.message = `Node ${nodeName} which was running pod ${q.metadata.name} is unresponsive`;
-        q.status.conditions = (q.status.conditions ?? []).map((c: any) => (c.type === 'Ready' ? { ...c, status: 'False', reason: 'NodeLost', lastTransitionTime: now() } : c));
+        q.status.conditions = (q.status.conditions ?? []).map((c: any) =>
+          c.type === 'Ready' ? { ...c, status: 'False', reason: 'NodeLost', lastTransitionTime: now() } : c,
+        );
       });
     }
   }
@@ -433,14 +494,24 @@ export class FakeKubeApi {
     if (node) {
       node.lost = true;
       const timeAdded = now();
-      node.taints.push({ key: 'node.kubernetes.io/unreachable', effect: 'NoSchedule', timeAdded } as never, { key: 'node.kubernetes.io/unreachable', effect: 'NoExecute', timeAdded } as never);
+      node.taints.push(
+        { key: 'node.kubernetes.io/unreachable', effect: 'NoSchedule', timeAdded } as never,
+        { key: 'node.kubernetes.io/unreachable', effect: 'NoExecute', timeAdded } as never,
+      );
     }
     const lost = this.kubelet.loseNode(nodeName, opts.kill ?? true);
     const onNode = (lost.length > 0 ? lost : [pod]).filter((p) => !isTerminal(p));
     for (const p of onNode) {
-      this.recorder.record(p, { type: 'Warning', reason: 'NodeNotReady', message: 'Node is not ready', component: 'node-controller' });
+      this.recorder.record(p, {
+        type: 'Warning',
+        reason: 'NodeNotReady',
+        message: 'Node is not ready',
+        component: 'node-controller',
+      });
       this.store.update('pods', p.metadata.namespace!, p.metadata.name, (q) => {
-        q.status.conditions = (q.status.conditions ?? []).map((c: any) => (c.type === 'Ready' && c.status !== 'False' ? { ...c, status: 'False', lastTransitionTime: now() } : c));
+        q.status.conditions = (q.status.conditions ?? []).map((c: any) =>
+          c.type === 'Ready' && c.status !== 'False' ? { ...c, status: 'False', lastTransitionTime: now() } : c,
+        );
       });
     }
     const t = setTimeout(() => {
@@ -449,9 +520,23 @@ export class FakeKubeApi {
         const ns = p.metadata.namespace!;
         if (!this.store.get('pods', ns, p.metadata.name)) continue;
         this.store.update('pods', ns, p.metadata.name, (q) => {
-          q.status.conditions = [...(q.status.conditions ?? []), { type: 'DisruptionTarget', status: 'True', reason: 'DeletionByTaintManager', message: 'Taint manager: deleting due to NoExecute taint', lastTransitionTime: now() }];
+          q.status.conditions = [
+            ...(q.status.conditions ?? []),
+            {
+              type: 'DisruptionTarget',
+              status: 'True',
+              reason: 'DeletionByTaintManager',
+              message: 'Taint manager: deleting due to NoExecute taint',
+              lastTransitionTime: now(),
+            },
+          ];
         });
-        this.recorder.record(p, { type: 'Normal', reason: 'TaintManagerEviction', message: `Marking for deletion Pod ${ns}/${p.metadata.name}`, component: 'taint-controller' });
+        this.recorder.record(p, {
+          type: 'Normal',
+          reason: 'TaintManagerEviction',
+          message: `Marking for deletion Pod ${ns}/${p.metadata.name}`,
+          component: 'taint-controller',
+        });
         this.deletePod(ns, p.metadata.name, undefined);
       }
     }, opts.evictAfterMs ?? 300_000);
@@ -505,7 +590,8 @@ export class FakeKubeApi {
       if (typeof match === 'string' ? match === image : match.test(image)) return rule;
     }
     // The Leoflow image (any registry, any tag) is the one editions/pro/Containerfile builds.
-    if (/^(?:[^/]+\/)*leoflow(?:[:@]|$)/.test(image)) return { filesystem: (this.leoflowImage ??= containerfileImage()) };
+    if (/^(?:[^/]+\/)*leoflow(?:[:@]|$)/.test(image))
+      return { filesystem: (this.leoflowImage ??= containerfileImage()) };
     if (image.includes('nonexistent')) {
       const repo = image.includes('/') ? image : `docker.io/library/${image}`;
       return {
@@ -521,7 +607,14 @@ export class FakeKubeApi {
     let route: Route | undefined;
     let counted = false;
     const record = (status: number) => {
-      const r: RequestRecord = { verb: route?.verb ?? 'discovery', method: req.method ?? 'GET', path: url.pathname + url.search, status, at, durationMs: Date.now() - at };
+      const r: RequestRecord = {
+        verb: route?.verb ?? 'discovery',
+        method: req.method ?? 'GET',
+        path: url.pathname + url.search,
+        status,
+        at,
+        durationMs: Date.now() - at,
+      };
       if (route?.resource) r.resource = route.subresource ? `${route.resource}/${route.subresource}` : route.resource;
       if (route?.namespace) r.namespace = route.namespace;
       if (route?.name) r.name = route.name;
@@ -530,7 +623,8 @@ export class FakeKubeApi {
     try {
       route = parseRoute(req.method ?? 'GET', url);
       const body = await readBody(req);
-      if (route.discovery === 'public') return this.reply(res, 200, discoveryDocument(url.pathname, new URL(this.url).host), record);
+      if (route.discovery === 'public')
+        return this.reply(res, 200, discoveryDocument(url.pathname, new URL(this.url).host), record);
       const who = this.authenticate(req);
       if (route.verb !== 'watch' && this.inflightLimit !== undefined) {
         // API Priority and Fairness, reduced to one queue without waiting: past the limit, 429.
@@ -548,10 +642,19 @@ export class FakeKubeApi {
       if (route.verb === 'list') await this.waitForListVersion(url);
       let [code, payload] = this.serve(route, url, body, req.headers['content-type']);
       if (failure) return this.fail(res, failure, record);
-      if ((route.verb === 'list' || route.verb === 'get') && !route.subresource && (route.resource === 'pods' || route.resource === 'events') && wantsTable(req.headers.accept)) {
+      if (
+        (route.verb === 'list' || route.verb === 'get') &&
+        !route.subresource &&
+        (route.resource === 'pods' || route.resource === 'events') &&
+        wantsTable(req.headers.accept)
+      ) {
         const p = payload as any;
         const items = route.verb === 'list' ? p.items : [p];
-        payload = toTable(route.resource, items, route.verb === 'list' ? p.metadata.resourceVersion : p.metadata.resourceVersion);
+        payload = toTable(
+          route.resource,
+          items,
+          route.verb === 'list' ? p.metadata.resourceVersion : p.metadata.resourceVersion,
+        );
       }
       this.reply(res, code, payload, record);
     } catch (err) {
@@ -562,11 +665,21 @@ export class FakeKubeApi {
     }
   }
 
-  private reply(res: ServerResponse, code: number, payload: unknown, record: (s: number) => void, headers: Record<string, string> = {}): void {
+  private reply(
+    res: ServerResponse,
+    code: number,
+    payload: unknown,
+    record: (s: number) => void,
+    headers: Record<string, string> = {},
+  ): void {
     record(code);
     if (res.headersSent) return void res.end();
     const text = typeof payload === 'string' ? payload : JSON.stringify(payload);
-    res.writeHead(code, { 'Content-Type': typeof payload === 'string' ? 'text/plain' : 'application/json', 'Cache-Control': 'no-cache, private', ...headers });
+    res.writeHead(code, {
+      'Content-Type': typeof payload === 'string' ? 'text/plain' : 'application/json',
+      'Cache-Control': 'no-cache, private',
+      ...headers,
+    });
     res.end(text);
   }
 
@@ -576,7 +689,8 @@ export class FakeKubeApi {
       res.socket?.destroy();
       return;
     }
-    const details = f.retryAfterSeconds !== undefined ? { ...f.details, retryAfterSeconds: f.retryAfterSeconds } : f.details;
+    const details =
+      f.retryAfterSeconds !== undefined ? { ...f.details, retryAfterSeconds: f.retryAfterSeconds } : f.details;
     const err = statusFor(f.status, f.message, details, f.reason);
     this.reply(res, f.status, err.status, record, err.headers());
   }
@@ -617,9 +731,12 @@ export class FakeKubeApi {
       return [200, o];
     }
     if (resource === 'pods' && route.verb === 'create') return [201, this.createPod(route.namespace, body, url)];
-    if (resource === 'pods' && route.verb === 'delete') return [200, this.deletePodRequest(route.namespace!, route.name!, body, url)];
-    if (resource === 'pods' && route.verb === 'deletecollection' && route.namespace !== undefined) return [200, this.deletePods(route.namespace, body, url)];
-    if (resource === 'pods' && route.name !== undefined && (route.verb === 'patch' || route.verb === 'update')) return [200, this.updatePod(route, body, contentType)];
+    if (resource === 'pods' && route.verb === 'delete')
+      return [200, this.deletePodRequest(route.namespace!, route.name!, body, url)];
+    if (resource === 'pods' && route.verb === 'deletecollection' && route.namespace !== undefined)
+      return [200, this.deletePods(route.namespace, body, url)];
+    if (resource === 'pods' && route.name !== undefined && (route.verb === 'patch' || route.verb === 'update'))
+      return [200, this.updatePod(route, body, contentType)];
     throw methodNotAllowed();
   }
 
@@ -630,7 +747,15 @@ export class FakeKubeApi {
       return [200, ns];
     }
     if (route.verb === 'list') {
-      return [200, { kind: 'NamespaceList', apiVersion: 'v1', metadata: { resourceVersion: String(this.store.resourceVersion) }, items: [...this.namespaces.values()].map(stripKind) }];
+      return [
+        200,
+        {
+          kind: 'NamespaceList',
+          apiVersion: 'v1',
+          metadata: { resourceVersion: String(this.store.resourceVersion) },
+          items: [...this.namespaces.values()].map(stripKind),
+        },
+      ];
     }
     throw methodNotAllowed();
   }
@@ -644,7 +769,9 @@ export class FakeKubeApi {
       status: {
         capacity: { cpu: n.cpu, memory: n.memory, pods: String(n.pods) },
         allocatable: { cpu: n.cpu, memory: n.memory, pods: String(n.pods) },
-        conditions: [{ type: 'Ready', status: n.lost ? 'Unknown' : 'True', reason: n.lost ? 'NodeStatusUnknown' : 'KubeletReady' }],
+        conditions: [
+          { type: 'Ready', status: n.lost ? 'Unknown' : 'True', reason: n.lost ? 'NodeStatusUnknown' : 'KubeletReady' },
+        ],
       },
     }));
     if (route.verb === 'get') {
@@ -652,7 +779,16 @@ export class FakeKubeApi {
       if (!n) throw notFound('nodes', route.name!);
       return [200, n];
     }
-    if (route.verb === 'list') return [200, { kind: 'NodeList', apiVersion: 'v1', metadata: { resourceVersion: String(this.store.resourceVersion) }, items: nodes.map(stripKind) }];
+    if (route.verb === 'list')
+      return [
+        200,
+        {
+          kind: 'NodeList',
+          apiVersion: 'v1',
+          metadata: { resourceVersion: String(this.store.resourceVersion) },
+          items: nodes.map(stripKind),
+        },
+      ];
     throw methodNotAllowed();
   }
 
@@ -668,15 +804,23 @@ export class FakeKubeApi {
     if (!names.includes(name)) throw badRequest(`container ${name} is not valid for pod ${route.name}`);
     const text = this.kubelet.logs(route.namespace!, route.name!, name);
     if (text === undefined) {
-      const waiting = pod.status?.containerStatuses?.find((c: any) => c.name === name)?.state?.waiting?.reason ?? 'ContainerCreating';
+      const waiting =
+        pod.status?.containerStatuses?.find((c: any) => c.name === name)?.state?.waiting?.reason ?? 'ContainerCreating';
       throw badRequest(`container "${name}" in pod "${route.name}" is waiting to start: ${waiting}`);
     }
     // The kubelet's order: the last tailLines lines, then at most limitBytes of them (a cut line
     // included, as the API reference warns).
     const tail = url.searchParams.get('tailLines');
-    const lines = tail !== null ? text.split('\n').slice(-(Number(tail) + 1)).join('\n') : text;
+    const lines =
+      tail !== null
+        ? text
+            .split('\n')
+            .slice(-(Number(tail) + 1))
+            .join('\n')
+        : text;
     const limit = url.searchParams.get('limitBytes');
-    if (limit !== null && !(Number.isInteger(Number(limit)) && Number(limit) > 0)) throw badRequest(`limitBytes: Invalid value: ${limit}: must be greater than 0`);
+    if (limit !== null && !(Number.isInteger(Number(limit)) && Number(limit) > 0))
+      throw badRequest(`limitBytes: Invalid value: ${limit}: must be greater than 0`);
     return [200, limit !== null ? Buffer.from(lines).subarray(0, Number(limit)).toString() : lines];
   }
 
@@ -701,23 +845,35 @@ export class FakeKubeApi {
     } catch (err) {
       throw badRequest(`couldn't get version/kind; json parse error: ${(err as Error).message}`);
     }
-    if (typeof input !== 'object' || input === null || Array.isArray(input)) throw badRequest('the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf');
-    if (input.kind !== undefined && input.kind !== 'Pod') throw badRequest(`the API version in the data (${input.apiVersion}) does not match the expected API version (v1)`);
+    if (typeof input !== 'object' || input === null || Array.isArray(input))
+      throw badRequest(
+        'the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf',
+      );
+    if (input.kind !== undefined && input.kind !== 'Pod')
+      throw badRequest(
+        `the API version in the data (${input.apiVersion}) does not match the expected API version (v1)`,
+      );
     const ns = namespace!;
     if (input.metadata?.namespace !== undefined && input.metadata.namespace !== '' && input.metadata.namespace !== ns) {
       throw badRequest('the namespace of the provided object does not match the namespace sent on the request');
     }
     input.metadata ??= {};
-    if (!input.metadata.name && input.metadata.generateName) input.metadata.name = `${input.metadata.generateName}${randomBytes(3).toString('hex').slice(0, 5)}`;
+    if (!input.metadata.name && input.metadata.generateName)
+      input.metadata.name = `${input.metadata.generateName}${randomBytes(3).toString('hex').slice(0, 5)}`;
     const name: string = input.metadata.name ?? '';
     if (name) {
       this.createPosts.set(`${ns}/${name}`, (this.createPosts.get(`${ns}/${name}`) ?? 0) + 1);
-      if (input.metadata.labels && typeof input.metadata.labels === 'object') this.postedLabels.set(`${ns}/${name}`, { ...input.metadata.labels });
+      if (input.metadata.labels && typeof input.metadata.labels === 'object')
+        this.postedLabels.set(`${ns}/${name}`, { ...input.metadata.labels });
     }
     if (!this.namespaces.has(ns)) throw notFound('namespaces', ns);
     const sa = input.spec?.serviceAccountName ?? input.spec?.serviceAccount ?? 'default';
     if (typeof sa === 'string' && !this.serviceAccounts.has(`${ns}/${sa}`)) {
-      throw forbidden('pods', name || undefined, `error looking up service account ${ns}/${sa}: serviceaccount "${sa}" not found`);
+      throw forbidden(
+        'pods',
+        name || undefined,
+        `error looking up service account ${ns}/${sa}: serviceaccount "${sa}" not found`,
+      );
     }
     const errors = validatePod(input);
     if (errors.length > 0) throw invalidObject('Pod', name, errors);
@@ -726,7 +882,14 @@ export class FakeKubeApi {
     const security = podSecurityDenial(pod, this.namespaces.get(ns)?.metadata.labels);
     if (security) throw forbidden('pods', name, security);
     const quotas = this.quotas.get(ns) ?? [];
-    const quotaError = quotas.length > 0 ? checkQuotas(quotas, pod, this.store.scan('pods', ns, (p) => !isTerminal(p))) : undefined;
+    const quotaError =
+      quotas.length > 0
+        ? checkQuotas(
+            quotas,
+            pod,
+            this.store.scan('pods', ns, (p) => !isTerminal(p)),
+          )
+        : undefined;
     if (quotaError) throw forbidden('pods', name, quotaError);
     if (this.store.get('pods', ns, name)) throw alreadyExists('pods', name);
     if (url.searchParams.getAll('dryRun').includes('All')) return { ...pod, kind: 'Pod', apiVersion: 'v1' };
@@ -750,7 +913,13 @@ export class FakeKubeApi {
         throw badRequest(`couldn't get version/kind; json parse error: ${(err as Error).message}`);
       }
       if (!next?.metadata?.resourceVersion) {
-        throw invalidObject('Pod', route.name!, [{ type: 'FieldValueInvalid', field: 'metadata.resourceVersion', message: 'Invalid value: 0x0: must be specified for an update' }]);
+        throw invalidObject('Pod', route.name!, [
+          {
+            type: 'FieldValueInvalid',
+            field: 'metadata.resourceVersion',
+            message: 'Invalid value: 0x0: must be specified for an update',
+          },
+        ]);
       }
     }
     const stored = checkPodUpdate(old, next);
@@ -762,9 +931,17 @@ export class FakeKubeApi {
 
   /** DELETE on the collection: every pod the selectors match is deleted as one DELETE would; the answer lists them. */
   private deletePods(namespace: string, body: string, url: URL): unknown {
-    const list = listObjects(this.store, 'pods', namespace, url) as { metadata: Record<string, unknown>; items: KubeObject[] };
+    const list = listObjects(this.store, 'pods', namespace, url) as {
+      metadata: Record<string, unknown>;
+      items: KubeObject[];
+    };
     const items = list.items.map((p) => stripKind(this.deletePodRequest(namespace, p.metadata.name, body, url)));
-    return { kind: 'PodList', apiVersion: 'v1', metadata: { resourceVersion: String(this.store.resourceVersion) }, items };
+    return {
+      kind: 'PodList',
+      apiVersion: 'v1',
+      metadata: { resourceVersion: String(this.store.resourceVersion) },
+      items,
+    };
   }
 
   private deletePodRequest(namespace: string, name: string, body: string, url: URL): KubeObject {
@@ -780,14 +957,25 @@ export class FakeKubeApi {
     if (!pod) throw notFound('pods', name);
     const pre = options.preconditions ?? {};
     if (pre.uid && pre.uid !== pod.metadata.uid) {
-      throw statusFor(409, `Operation cannot be fulfilled on pods "${name}": Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${pod.metadata.uid}`, { name, kind: 'pods' }, 'Conflict');
+      throw statusFor(
+        409,
+        `Operation cannot be fulfilled on pods "${name}": Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${pod.metadata.uid}`,
+        { name, kind: 'pods' },
+        'Conflict',
+      );
     }
     if (pre.resourceVersion && pre.resourceVersion !== pod.metadata.resourceVersion) {
-      throw statusFor(409, `Operation cannot be fulfilled on pods "${name}": Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${pod.metadata.resourceVersion}`, { name, kind: 'pods' }, 'Conflict');
+      throw statusFor(
+        409,
+        `Operation cannot be fulfilled on pods "${name}": Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${pod.metadata.resourceVersion}`,
+        { name, kind: 'pods' },
+        'Conflict',
+      );
     }
     const q = url.searchParams.get('gracePeriodSeconds');
     const grace = options.gracePeriodSeconds ?? (q !== null ? Number(q) : undefined);
-    if (grace !== undefined && (!Number.isInteger(grace) || grace < 0)) throw badRequest(`invalid gracePeriodSeconds: ${grace}`);
+    if (grace !== undefined && (!Number.isInteger(grace) || grace < 0))
+      throw badRequest(`invalid gracePeriodSeconds: ${grace}`);
     return this.deletePod(namespace, name, grace);
   }
 
@@ -832,7 +1020,8 @@ export class FakeKubeApi {
     if (resource !== 'pods' && resource !== 'events') throw methodNotAllowed();
     const p = url.searchParams;
     let fieldSelector = p.get('fieldSelector') ?? undefined;
-    if (route.name !== undefined) fieldSelector = [fieldSelector, `metadata.name=${route.name}`].filter(Boolean).join(',');
+    if (route.name !== undefined)
+      fieldSelector = [fieldSelector, `metadata.name=${route.name}`].filter(Boolean).join(',');
     const timeout = p.get('timeoutSeconds');
     const req: ConstructorParameters<typeof WatchStream>[1] = {
       resource,

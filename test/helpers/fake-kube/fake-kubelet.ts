@@ -108,8 +108,18 @@ export class FakeKubelet {
   admit(namespace: string, name: string): void {
     const pod = this.store.get('pods', namespace, name);
     if (!pod) return;
-    const rt: PodRuntime = { namespace, name, node: pod.spec.nodeName ?? '', uid: pod.metadata.uid!, containers: new Map(), timers: new Set(), stopping: false, silent: false };
-    for (const c of pod.spec.containers) rt.containers.set(c.name, { name: c.name, restartCount: 0, logs: '', running: false });
+    const rt: PodRuntime = {
+      namespace,
+      name,
+      node: pod.spec.nodeName ?? '',
+      uid: pod.metadata.uid!,
+      containers: new Map(),
+      timers: new Set(),
+      stopping: false,
+      silent: false,
+    };
+    for (const c of pod.spec.containers)
+      rt.containers.set(c.name, { name: c.name, restartCount: 0, logs: '', running: false });
     this.pods.set(`${namespace}/${name}`, rt);
     this.later(rt, this.opts.startDelayMs, () => {
       const ip = `10.244.0.${1 + (Number.parseInt(rt.uid.slice(0, 4), 16) % 250)}`;
@@ -158,7 +168,10 @@ export class FakeKubelet {
       this.event(rt, 'Normal', 'Killing', `Stopping container ${c.name}`, c.name);
       signalGroup(c.pid, 'SIGTERM');
     }
-    rt.killTimer = setTimeout(() => this.killAll(rt, 'SIGKILL'), (pod?.spec.terminationGracePeriodSeconds ?? 30) * 1000);
+    rt.killTimer = setTimeout(
+      () => this.killAll(rt, 'SIGKILL'),
+      (pod?.spec.terminationGracePeriodSeconds ?? 30) * 1000,
+    );
     void Promise.all([...rt.containers.values()].map((c) => c.exited ?? Promise.resolve())).then(() => {
       if (rt.killTimer) clearTimeout(rt.killTimer);
       this.opts.onFreed();
@@ -190,7 +203,14 @@ export class FakeKubelet {
     const pod = this.store.get('pods', namespace, name);
     for (const c of rt.containers.values()) {
       if (!c.running) continue;
-      if (pod) this.recorder.record(pod, { type: 'Normal', reason: 'Killing', message: `Stopping container ${c.name}`, component: 'kubelet', container: c.name });
+      if (pod)
+        this.recorder.record(pod, {
+          type: 'Normal',
+          reason: 'Killing',
+          message: `Stopping container ${c.name}`,
+          component: 'kubelet',
+          container: c.name,
+        });
       signalGroup(c.pid, 'SIGTERM');
     }
     rt.killTimer = setTimeout(() => this.killAll(rt, 'SIGKILL'), graceSeconds * 1000);
@@ -232,16 +252,19 @@ export class FakeKubelet {
       for (const t of rt.timers) clearTimeout(t);
       if (rt.killTimer) clearTimeout(rt.killTimer);
     }
-    const waits = [...this.live.values()].map((child) => new Promise<void>((resolve) => {
-      const done = () => {
-        // A process that left the group may still hold the pipes: they are ours to close.
-        child.stdout?.destroy();
-        child.stderr?.destroy();
-        resolve();
-      };
-      if (child.exitCode !== null || child.signalCode !== null) return done();
-      child.once('exit', done);
-    }));
+    const waits = [...this.live.values()].map(
+      (child) =>
+        new Promise<void>((resolve) => {
+          const done = () => {
+            // A process that left the group may still hold the pipes: they are ours to close.
+            child.stdout?.destroy();
+            child.stderr?.destroy();
+            resolve();
+          };
+          if (child.exitCode !== null || child.signalCode !== null) return done();
+          child.once('exit', done);
+        }),
+    );
     for (const pid of this.live.keys()) signalGroup(pid, 'SIGKILL');
     await Promise.all(waits);
     this.pods.clear();
@@ -314,7 +337,9 @@ export class FakeKubelet {
       const c = rt.containers.get(spec.name)!;
       const exit = await this.start(rt, spec, c, argv, env);
       if (exit === undefined || rt.stopping) return;
-      const policy = rt.stopping ? 'Never' : (this.store.get('pods', rt.namespace, rt.name)?.spec.restartPolicy ?? 'Always');
+      const policy = rt.stopping
+        ? 'Never'
+        : (this.store.get('pods', rt.namespace, rt.name)?.spec.restartPolicy ?? 'Always');
       if (policy === 'Never' || (policy === 'OnFailure' && exit === 0)) {
         this.afterContainerEnd(rt);
         return;
@@ -324,9 +349,21 @@ export class FakeKubelet {
       const who = `${spec.name} pod=${rt.name}_${rt.namespace}(${rt.uid})`;
       this.setContainer(rt, spec.name, (cs) => {
         cs.lastState = { terminated: cs.state.terminated };
-        cs.state = { waiting: { reason: 'CrashLoopBackOff', message: `back-off ${Math.round(delay / 1000)}s restarting failed container=${who}` } };
+        cs.state = {
+          waiting: {
+            reason: 'CrashLoopBackOff',
+            message: `back-off ${Math.round(delay / 1000)}s restarting failed container=${who}`,
+          },
+        };
       });
-      if (pod) this.event(rt, 'Warning', 'BackOff', `Back-off restarting failed container ${spec.name} in pod ${rt.name}_${rt.namespace}(${rt.uid})`, spec.name);
+      if (pod)
+        this.event(
+          rt,
+          'Warning',
+          'BackOff',
+          `Back-off restarting failed container ${spec.name} in pod ${rt.name}_${rt.namespace}(${rt.uid})`,
+          spec.name,
+        );
       if (!(await this.sleep(rt, delay))) return;
       c.restartCount++;
       this.setContainer(rt, spec.name, (cs) => (cs.restartCount = c.restartCount));
@@ -355,7 +392,13 @@ export class FakeKubelet {
       const error = this.opts.imageRule(image).pullError;
       if (error === undefined) {
         this.images.add(key);
-        this.event(rt, 'Normal', 'Pulled', `Successfully pulled image "${image}" in ${this.opts.pullDelayMs}ms (${this.opts.pullDelayMs}ms including waiting). Image size: 4194304 bytes.`, spec.name);
+        this.event(
+          rt,
+          'Normal',
+          'Pulled',
+          `Successfully pulled image "${image}" in ${this.opts.pullDelayMs}ms (${this.opts.pullDelayMs}ms including waiting). Image size: 4194304 bytes.`,
+          spec.name,
+        );
         return true;
       }
       const msg = `Failed to pull image "${image}": ${error}`;
@@ -365,7 +408,17 @@ export class FakeKubelet {
       if (!(await this.sleep(rt, this.opts.backoffMs))) return false;
       this.event(rt, 'Normal', 'BackOff', `Back-off pulling image "${image}"`, spec.name);
       this.event(rt, 'Warning', 'Failed', 'Error: ImagePullBackOff', spec.name);
-      this.setContainer(rt, spec.name, (cs) => (cs.state = { waiting: { reason: 'ImagePullBackOff', message: `Back-off pulling image "${image}": ErrImagePull: ${error}` } }));
+      this.setContainer(
+        rt,
+        spec.name,
+        (cs) =>
+          (cs.state = {
+            waiting: {
+              reason: 'ImagePullBackOff',
+              message: `Back-off pulling image "${image}": ErrImagePull: ${error}`,
+            },
+          }),
+      );
       if (!(await this.sleep(rt, this.opts.backoffMs * 2 ** Math.min(attempt, 8)))) return false;
     }
   }
@@ -383,24 +436,45 @@ export class FakeKubelet {
       if ('env' in resolved) return resolved.env;
       const problem = resolved.problem;
       this.event(rt, 'Warning', 'Failed', `Error: ${problem}`, spec.name);
-      this.setContainer(rt, spec.name, (cs) => (cs.state = { waiting: { reason: 'CreateContainerConfigError', message: problem } }));
+      this.setContainer(
+        rt,
+        spec.name,
+        (cs) => (cs.state = { waiting: { reason: 'CreateContainerConfigError', message: problem } }),
+      );
       if (!(await this.sleep(rt, this.opts.configRetryMs))) return undefined;
     }
   }
 
   /** Spawns the process; resolves with its exit code when it ends (undefined if never started or stopped). */
-  private start(rt: PodRuntime, spec: any, c: ContainerRuntime, argv: string[], env: Record<string, string>): Promise<number | undefined> {
+  private start(
+    rt: PodRuntime,
+    spec: any,
+    c: ContainerRuntime,
+    argv: string[],
+    env: Record<string, string>,
+  ): Promise<number | undefined> {
     const startError = (detail: string) => {
       const msg = `failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: error during container init: ${detail}: unknown`;
       this.event(rt, 'Warning', 'Failed', `Error: ${msg}`, spec.name);
       this.setContainer(rt, spec.name, (cs) => {
-        cs.state = { terminated: { exitCode: 128, reason: 'StartError', message: msg, startedAt: '1970-01-01T00:00:00Z', finishedAt: now(), containerID: cs.containerID } };
+        cs.state = {
+          terminated: {
+            exitCode: 128,
+            reason: 'StartError',
+            message: msg,
+            startedAt: '1970-01-01T00:00:00Z',
+            finishedAt: now(),
+            containerID: cs.containerID,
+          },
+        };
       });
     };
     c.containerId = `containerd://${randomBytes(32).toString('hex')}`;
     this.event(rt, 'Normal', 'Created', `Created container: ${spec.name}`, spec.name);
     if (argv.length === 0) {
-      startError('exec: no command: the fake knows no ENTRYPOINT for this image (give the container a command, or the image an entrypoint with setImageRule)');
+      startError(
+        'exec: no command: the fake knows no ENTRYPOINT for this image (give the container a command, or the image an entrypoint with setImageRule)',
+      );
       return Promise.resolve(1);
     }
     const filesystem = this.opts.imageRule(spec.image).filesystem;
@@ -415,7 +489,12 @@ export class FakeKubelet {
     }
     let child: ChildProcess;
     try {
-      child = spawn(argv[0]!, argv.slice(1), { env, cwd: spec.workingDir || this.opts.cwd, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+      child = spawn(argv[0]!, argv.slice(1), {
+        env,
+        cwd: spec.workingDir || this.opts.cwd,
+        detached: true,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
     } catch (err) {
       startError(`exec: "${argv[0]}": ${(err as Error).message}`);
       return Promise.resolve(128);
@@ -433,7 +512,12 @@ export class FakeKubelet {
         if (started) return;
         c.running = false;
         markExited();
-        if (!rt.silent) startError(err.code === 'ENOENT' ? `exec: "${argv[0]}": executable file not found in $PATH` : `exec: "${argv[0]}": ${err.message}`);
+        if (!rt.silent)
+          startError(
+            err.code === 'ENOENT'
+              ? `exec: "${argv[0]}": executable file not found in $PATH`
+              : `exec: "${argv[0]}": ${err.message}`,
+          );
         resolve(128);
       });
       child.once('spawn', () => {
@@ -467,7 +551,15 @@ export class FakeKubelet {
           const exitCode = code ?? 128 + signalNumber(signal);
           if (!rt.silent) {
             this.setContainer(rt, spec.name, (cs) => {
-              cs.state = { terminated: { exitCode, reason: exitCode === 0 ? 'Completed' : 'Error', startedAt, finishedAt: now(), containerID: c.containerId } };
+              cs.state = {
+                terminated: {
+                  exitCode,
+                  reason: exitCode === 0 ? 'Completed' : 'Error',
+                  startedAt,
+                  finishedAt: now(),
+                  containerID: c.containerId,
+                },
+              };
               cs.ready = false;
               cs.started = false;
             });
@@ -499,7 +591,6 @@ export class FakeKubelet {
   }
 }
 
-
 /** A signal to the process group the container's process leads (spawned detached); nothing when the group is gone. */
 function signalGroup(pid: number | undefined, signal: NodeJS.Signals): void {
   if (pid === undefined) return;
@@ -513,8 +604,18 @@ function signalGroup(pid: number | undefined, signal: NodeJS.Signals): void {
 function signalNumber(signal: NodeJS.Signals | null): number {
   if (!signal) return 0;
   return (
-    { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGABRT: 6, SIGKILL: 9, SIGSEGV: 11, SIGPIPE: 13, SIGALRM: 14, SIGTERM: 15 } as Record<string, number>
-  )[signal] ?? 0;
+    (
+      {
+        SIGHUP: 1,
+        SIGINT: 2,
+        SIGQUIT: 3,
+        SIGABRT: 6,
+        SIGKILL: 9,
+        SIGSEGV: 11,
+        SIGPIPE: 13,
+        SIGALRM: 14,
+        SIGTERM: 15,
+      } as Record<string, number>
+    )[signal] ?? 0
+  );
 }
-
-

@@ -39,7 +39,15 @@ export interface NodesOption {
 export function makeNodes(opt: NodesOption): FakeNode[] {
   return Array.from({ length: opt.count }, (_, i) => {
     const name = `node-${i + 1}`;
-    return { name, taints: opt.taints ?? [], cpu: opt.cpu, memory: opt.memory, pods: 110, labels: { 'kubernetes.io/hostname': name, 'kubernetes.io/os': 'linux', ...opt.labels }, lost: false };
+    return {
+      name,
+      taints: opt.taints ?? [],
+      cpu: opt.cpu,
+      memory: opt.memory,
+      pods: 110,
+      labels: { 'kubernetes.io/hostname': name, 'kubernetes.io/os': 'linux', ...opt.labels },
+      lost: false,
+    };
   });
 }
 
@@ -57,11 +65,15 @@ export function podRequests(pod: KubeObject): { cpu: number; memory: number } {
 /** The first NoSchedule/NoExecute taint no toleration of the pod matches (the TaintToleration filter). */
 function untolerated(pod: KubeObject, taints: Taint[]): Taint | undefined {
   const tolerations: any[] = pod.spec?.tolerations ?? [];
-  return taints.find((t) => t.effect !== 'PreferNoSchedule' && !tolerations.some((tol) => {
-    if (tol.effect && tol.effect !== t.effect) return false;
-    if ((tol.operator ?? 'Equal') === 'Exists') return !tol.key || tol.key === t.key;
-    return tol.key === t.key && (tol.value ?? '') === (t.value ?? '');
-  }));
+  return taints.find(
+    (t) =>
+      t.effect !== 'PreferNoSchedule' &&
+      !tolerations.some((tol) => {
+        if (tol.effect && tol.effect !== t.effect) return false;
+        if ((tol.operator ?? 'Equal') === 'Exists') return !tol.key || tol.key === t.key;
+        return tol.key === t.key && (tol.value ?? '') === (t.value ?? '');
+      }),
+  );
 }
 
 export function isTerminal(pod: KubeObject): boolean {
@@ -125,7 +137,7 @@ export class FakeScheduler {
     let unresolvable = true;
     for (const node of this.nodes) {
       if (node.lost) {
-        count("node(s) had untolerated taint {node.kubernetes.io/unreachable: }");
+        count('node(s) had untolerated taint {node.kubernetes.io/unreachable: }');
         continue;
       }
       const selector = (pod.spec?.nodeSelector ?? {}) as Record<string, string>;
@@ -140,10 +152,13 @@ export class FakeScheduler {
       }
       unresolvable = false;
       const onNode = all.filter((p) => p.spec.nodeName === node.name);
-      const used = onNode.reduce((acc, p) => {
-        const r = podRequests(p);
-        return { cpu: acc.cpu + r.cpu, memory: acc.memory + r.memory };
-      }, { cpu: 0, memory: 0 });
+      const used = onNode.reduce(
+        (acc, p) => {
+          const r = podRequests(p);
+          return { cpu: acc.cpu + r.cpu, memory: acc.memory + r.memory };
+        },
+        { cpu: 0, memory: 0 },
+      );
       const misses: string[] = [];
       if (onNode.length + 1 > node.pods) misses.push('Too many pods');
       if (used.cpu + want.cpu > (parseQuantity(node.cpu) ?? 0) + 1e-9) misses.push('Insufficient cpu');
@@ -160,8 +175,13 @@ export class FakeScheduler {
       return;
     }
     const n = this.nodes.length;
-    const histogram = [...reasons].map(([r, c]) => `${c} ${r}`).sort().join(', ');
-    const preemption = unresolvable ? `${n} Preemption is not helpful for scheduling.` : `${n} No preemption victims found for incoming pod.`;
+    const histogram = [...reasons]
+      .map(([r, c]) => `${c} ${r}`)
+      .sort()
+      .join(', ');
+    const preemption = unresolvable
+      ? `${n} Preemption is not helpful for scheduling.`
+      : `${n} No preemption victims found for incoming pod.`;
     const message = `0/${n} nodes are available: ${histogram}. preemption: 0/${n} nodes are available: ${preemption}`;
     this.unschedulable.add(key);
     const cond = (pod.status?.conditions ?? []).find((c: any) => c.type === 'PodScheduled');
@@ -170,10 +190,23 @@ export class FakeScheduler {
         p.status ??= { phase: 'Pending' };
         p.status.conditions = [
           ...(p.status.conditions ?? []).filter((c: any) => c.type !== 'PodScheduled'),
-          { type: 'PodScheduled', status: 'False', lastProbeTime: null, lastTransitionTime: now(), reason: 'Unschedulable', message },
+          {
+            type: 'PodScheduled',
+            status: 'False',
+            lastProbeTime: null,
+            lastTransitionTime: now(),
+            reason: 'Unschedulable',
+            message,
+          },
         ];
       });
-      if (updated) this.recorder.record(updated, { type: 'Warning', reason: 'FailedScheduling', message, component: 'default-scheduler' });
+      if (updated)
+        this.recorder.record(updated, {
+          type: 'Warning',
+          reason: 'FailedScheduling',
+          message,
+          component: 'default-scheduler',
+        });
     }
     // The scheduler's periodic flush of unschedulable pods, shortened for tests.
     if (!this.retryTimer) {
@@ -199,7 +232,12 @@ export class FakeScheduler {
       ];
     });
     if (!bound) return;
-    this.recorder.record(bound, { type: 'Normal', reason: 'Scheduled', message: `Successfully assigned ${ns}/${pod.metadata.name} to ${node.name}`, component: 'default-scheduler' });
+    this.recorder.record(bound, {
+      type: 'Normal',
+      reason: 'Scheduled',
+      message: `Successfully assigned ${ns}/${pod.metadata.name} to ${node.name}`,
+      component: 'default-scheduler',
+    });
     this.onBound(ns, pod.metadata.name);
   }
 }

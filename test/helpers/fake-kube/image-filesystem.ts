@@ -1,4 +1,15 @@
-import { accessSync, constants, existsSync, lstatSync, openSync, readFileSync, readSync, closeSync, readdirSync, statSync } from 'node:fs';
+import {
+  accessSync,
+  constants,
+  existsSync,
+  lstatSync,
+  openSync,
+  readFileSync,
+  readSync,
+  closeSync,
+  readdirSync,
+  statSync,
+} from 'node:fs';
 import { dirname, join, posix, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -19,12 +30,18 @@ export interface ImageFilesystem {
 }
 
 /** The host argv to spawn for a container's command, or the runtime's error detail. */
-export function resolveInImage(fs: ImageFilesystem, argv: string[], pathEnv: string | undefined, workingDir?: string): { argv: string[] } | { error: string } {
+export function resolveInImage(
+  fs: ImageFilesystem,
+  argv: string[],
+  pathEnv: string | undefined,
+  workingDir?: string,
+): { argv: string[] } | { error: string } {
   const command = argv[0]!;
   let imagePath: string | undefined;
   if (command.includes('/')) {
     imagePath = posix.resolve(workingDir || fs.workdir, command);
-    if (follow(fs, imagePath) === undefined) return { error: `exec: "${command}": stat ${command}: no such file or directory` };
+    if (follow(fs, imagePath) === undefined)
+      return { error: `exec: "${command}": stat ${command}: no such file or directory` };
   } else {
     for (const dir of (pathEnv ?? fs.path).split(':')) {
       const candidate = posix.join(dir || '.', command);
@@ -103,7 +120,30 @@ function interpreterLine(host: string): string[] | undefined {
 }
 
 /** Programs of debian:bookworm-slim (dash, bash, coreutils, procps-less) a container command may name. */
-const DEBIAN_SLIM = ['sh', 'dash', 'bash', 'env', 'true', 'false', 'sleep', 'cat', 'echo', 'ls', 'kill', 'printf', 'test', 'mkdir', 'rm', 'cp', 'mv', 'head', 'tail', 'tee', 'date', 'id'];
+const DEBIAN_SLIM = [
+  'sh',
+  'dash',
+  'bash',
+  'env',
+  'true',
+  'false',
+  'sleep',
+  'cat',
+  'echo',
+  'ls',
+  'kill',
+  'printf',
+  'test',
+  'mkdir',
+  'rm',
+  'cp',
+  'mv',
+  'head',
+  'tail',
+  'tee',
+  'date',
+  'id',
+];
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
 
@@ -117,8 +157,15 @@ const NODE_IMAGE_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin
  * `RUN … ln -s <target> <link> …`. Other stages and `COPY --from` bring in no executable a command
  * could name, and are skipped.
  */
-export function containerfileImage(containerfile = join(REPO, 'editions/pro/Containerfile'), context = REPO): ImageFilesystem {
-  const lines = readFileSync(containerfile, 'utf8').replace(/\\\n/g, ' ').split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+export function containerfileImage(
+  containerfile = join(REPO, 'editions/pro/Containerfile'),
+  context = REPO,
+): ImageFilesystem {
+  const lines = readFileSync(containerfile, 'utf8')
+    .replace(/\\\n/g, ' ')
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l && !l.startsWith('#'));
   const stages: string[][] = [];
   for (const l of lines) {
     if (/^FROM\s/i.test(l)) stages.push([]);
@@ -126,7 +173,8 @@ export function containerfileImage(containerfile = join(REPO, 'editions/pro/Cont
   }
   const last = stages.at(-1) ?? [];
   const from = last[0] ?? '';
-  if (!/\bnode:[^\s]*\b/.test(from)) throw new Error(`the fake models node base images only, got ${JSON.stringify(from)}`);
+  if (!/\bnode:[^\s]*\b/.test(from))
+    throw new Error(`the fake models node base images only, got ${JSON.stringify(from)}`);
   const fs: ImageFilesystem = {
     path: NODE_IMAGE_PATH,
     workdir: '/',
@@ -155,7 +203,8 @@ export function containerfileImage(containerfile = join(REPO, 'editions/pro/Cont
         copyExecutables(fs, join(context, args[0]!), posix.resolve(fs.workdir, args[1]!));
         break;
       case 'RUN':
-        for (const m of rest.join(' ').matchAll(/\bln\s+-s[f]?\s+(\S+)\s+(\S+)/g)) fs.files[posix.resolve(fs.workdir, m[2]!)] = { link: m[1]! };
+        for (const m of rest.join(' ').matchAll(/\bln\s+-s[f]?\s+(\S+)\s+(\S+)/g))
+          fs.files[posix.resolve(fs.workdir, m[2]!)] = { link: m[1]! };
         break;
       default:
         break;

@@ -52,7 +52,10 @@ function key(k: string, term: string): string {
 }
 
 function value(v: string, term: string): string {
-  if (v.length > 63 || !VALUE.test(v)) throw badRequest(`unable to parse requirement: invalid label value: "${v}" in "${term}": must be no more than 63 characters and consist of alphanumeric characters, '-', '_' or '.', starting and ending with an alphanumeric character`);
+  if (v.length > 63 || !VALUE.test(v))
+    throw badRequest(
+      `unable to parse requirement: invalid label value: "${v}" in "${term}": must be no more than 63 characters and consist of alphanumeric characters, '-', '_' or '.', starting and ending with an alphanumeric character`,
+    );
   return v;
 }
 
@@ -65,12 +68,18 @@ export function parseLabelSelector(text: string | null | undefined): LabelSelect
       const has = Object.prototype.hasOwnProperty.call(l, r.key);
       const v = l[r.key];
       switch (r.op) {
-        case 'eq': return has && v === r.value;
-        case 'neq': return !has || v !== r.value;
-        case 'in': return has && r.values.includes(v!);
-        case 'notin': return !has || !r.values.includes(v!);
-        case 'exists': return has;
-        case 'notexists': return !has;
+        case 'eq':
+          return has && v === r.value;
+        case 'neq':
+          return !has || v !== r.value;
+        case 'in':
+          return has && r.values.includes(v!);
+        case 'notin':
+          return !has || !r.values.includes(v!);
+        case 'exists':
+          return has;
+        case 'notexists':
+          return !has;
       }
     });
   };

@@ -12,7 +12,8 @@ export function listObjects(store: ObjectStore, resource: Resource, namespace: s
   const rvParam = url.searchParams.get('resourceVersion');
   const match = url.searchParams.get('resourceVersionMatch');
   if (rvParam && rvParam !== '0' && match === 'Exact' && Number(rvParam) !== listRv) {
-    if (Number(rvParam) < store.compactedResourceVersion) throw expired(`too old resource version: ${rvParam} (${store.compactedResourceVersion})`);
+    if (Number(rvParam) < store.compactedResourceVersion)
+      throw expired(`too old resource version: ${rvParam} (${store.compactedResourceVersion})`);
     throw badRequest(`the fake serves resourceVersionMatch=Exact only for the current resourceVersion ${listRv}`);
   }
   const cont = url.searchParams.get('continue');
@@ -35,17 +36,22 @@ export function listObjects(store: ObjectStore, resource: Resource, namespace: s
   const limit = Number(url.searchParams.get('limit') ?? 0);
   if (limit > 0 && items.length > limit) {
     const last = items[limit - 1]!;
-    metadata.continue = Buffer.from(JSON.stringify({ rv: listRv, start: `${last.metadata.namespace}/${last.metadata.name}` })).toString('base64');
+    metadata.continue = Buffer.from(
+      JSON.stringify({ rv: listRv, start: `${last.metadata.namespace}/${last.metadata.name}` }),
+    ).toString('base64');
     metadata.remainingItemCount = items.length - limit;
     items = items.slice(0, limit);
   }
-  return { kind: resource === 'pods' ? 'PodList' : 'EventList', apiVersion: 'v1', metadata, items: items.map(stripKind) };
+  return {
+    kind: resource === 'pods' ? 'PodList' : 'EventList',
+    apiVersion: 'v1',
+    metadata,
+    items: items.map(stripKind),
+  };
 }
-
 
 /** Items of a list carry no kind or apiVersion: the list does. */
 export function stripKind(o: KubeObject): KubeObject {
-const { kind: _k, apiVersion: _a, ...rest } = o;
-return rest as KubeObject;
+  const { kind: _k, apiVersion: _a, ...rest } = o;
+  return rest as KubeObject;
 }
-

@@ -33,9 +33,15 @@ export class ObjectStore {
   private rv: number;
   /** resourceVersions at or below this are compacted away: watching from them is 410 Gone. */
   private compactedRv: number;
-  private readonly objects = new Map<Resource, Map<string, KubeObject>>([['pods', new Map()], ['events', new Map()]]);
+  private readonly objects = new Map<Resource, Map<string, KubeObject>>([
+    ['pods', new Map()],
+    ['events', new Map()],
+  ]);
   /** Each resource's recent changes, oldest first: its watch cache window. */
-  private readonly history = new Map<Resource, Change[]>([['pods', []], ['events', []]]);
+  private readonly history = new Map<Resource, Change[]>([
+    ['pods', []],
+    ['events', []],
+  ]);
   /** The resourceVersion just before each resource's window: watching from below it is 410 Gone. */
   private readonly windowStart = new Map<Resource, number>();
   private readonly listeners = new Set<(c: Change) => void>();
@@ -44,7 +50,10 @@ export class ObjectStore {
    * @param historyLimit how many changes of each resource a watch can be replayed from, as the
    * API server's watch cache keeps a window of them; older resourceVersions get 410 Expired.
    */
-  constructor(startRv = 1000, private readonly historyLimit = 100_000) {
+  constructor(
+    startRv = 1000,
+    private readonly historyLimit = 100_000,
+  ) {
     this.rv = startRv;
     this.compactedRv = startRv;
   }
@@ -76,7 +85,8 @@ export class ObjectStore {
   scan(resource: Resource, namespace?: string, filter?: (o: KubeObject) => boolean): readonly KubeObject[] {
     const out: KubeObject[] = [];
     for (const [key, o] of this.objects.get(resource)!) {
-      if ((namespace === undefined || key.startsWith(`${namespace}/`)) && (filter === undefined || filter(o))) out.push(o);
+      if ((namespace === undefined || key.startsWith(`${namespace}/`)) && (filter === undefined || filter(o)))
+        out.push(o);
     }
     return out.sort((a, b) => compareKeys(keyOf(a), keyOf(b)));
   }

@@ -16,10 +16,26 @@ export function summarizeStatus(s: any, policy: string, final: boolean): void {
   for (const cs of statuses) {
     if (final && cs.state.running) {
       // Deletion ended it: the last report has it terminated by the signal.
-      cs.state = { terminated: { exitCode: 137, reason: 'Error', startedAt: cs.state.running.startedAt, finishedAt: now(), containerID: cs.containerID } };
+      cs.state = {
+        terminated: {
+          exitCode: 137,
+          reason: 'Error',
+          startedAt: cs.state.running.startedAt,
+          finishedAt: now(),
+          containerID: cs.containerID,
+        },
+      };
     } else if (final && cs.state.waiting) {
       // Never started before the deletion: the kubelet reports it as it does since 1.27.
-      cs.state = { terminated: { exitCode: 137, reason: 'ContainerStatusUnknown', message: 'The container could not be located when the pod was terminated', startedAt: null, finishedAt: null } };
+      cs.state = {
+        terminated: {
+          exitCode: 137,
+          reason: 'ContainerStatusUnknown',
+          message: 'The container could not be located when the pod was terminated',
+          startedAt: null,
+          finishedAt: null,
+        },
+      };
     }
     if (cs.state.running) running++;
     else if (cs.state.terminated) {
@@ -48,7 +64,11 @@ export function summarizeStatus(s: any, policy: string, final: boolean): void {
     ? { status: 'True' }
     : terminal
       ? { status: 'False', reason: 'PodCompleted' }
-      : { status: 'False', reason: 'ContainersNotReady', message: `containers with unready status: [${unready.join(' ')}]` };
+      : {
+          status: 'False',
+          reason: 'ContainersNotReady',
+          message: `containers with unready status: [${unready.join(' ')}]`,
+        };
   const conds = new Map<string, any>((s.conditions ?? []).map((c: any) => [c.type, c]));
   const set = (type: string, v: any) => {
     const prev = conds.get(type);

@@ -18,7 +18,17 @@ function col(name: string, priority = 0, format = '', type = 'string'): Column {
 }
 
 const COLUMNS: Record<Resource, Column[]> = {
-  pods: [col('Name', 0, 'name'), col('Ready'), col('Status'), col('Restarts', 0, '', 'string'), col('Age'), col('IP', 1), col('Node', 1), col('Nominated Node', 1), col('Readiness Gates', 1)],
+  pods: [
+    col('Name', 0, 'name'),
+    col('Ready'),
+    col('Status'),
+    col('Restarts', 0, '', 'string'),
+    col('Age'),
+    col('IP', 1),
+    col('Node', 1),
+    col('Nominated Node', 1),
+    col('Readiness Gates', 1),
+  ],
   events: [col('Last Seen'), col('Type'), col('Reason'), col('Object'), col('Message')],
 };
 
@@ -55,10 +65,26 @@ function cells(resource: Resource, o: KubeObject): unknown[] {
     const statuses: any[] = o.status?.containerStatuses ?? [];
     const ready = statuses.filter((c) => c.ready).length;
     const restarts = statuses.reduce((n, c) => n + (c.restartCount ?? 0), 0);
-    return [o.metadata.name, `${ready}/${o.spec?.containers?.length ?? 0}`, podStatus(o), String(restarts), humanAge(o.metadata.creationTimestamp), o.status?.podIP ?? '<none>', o.spec?.nodeName ?? '<none>', '<none>', '<none>'];
+    return [
+      o.metadata.name,
+      `${ready}/${o.spec?.containers?.length ?? 0}`,
+      podStatus(o),
+      String(restarts),
+      humanAge(o.metadata.creationTimestamp),
+      o.status?.podIP ?? '<none>',
+      o.spec?.nodeName ?? '<none>',
+      '<none>',
+      '<none>',
+    ];
   }
   const obj = o.involvedObject ?? {};
-  return [humanAge(o.lastTimestamp), o.type, o.reason, `${String(obj.kind ?? '').toLowerCase()}/${obj.name}`, o.message];
+  return [
+    humanAge(o.lastTimestamp),
+    o.type,
+    o.reason,
+    `${String(obj.kind ?? '').toLowerCase()}/${obj.name}`,
+    o.message,
+  ];
 }
 
 export function toTable(resource: Resource, items: KubeObject[], resourceVersion: string): unknown {

@@ -16,7 +16,10 @@ const TRACKED = ['pods', 'requests.cpu', 'requests.memory', 'limits.cpu', 'limit
 
 function usageOf(pod: KubeObject): Record<string, number> {
   const sum = (kind: 'requests' | 'limits', r: string) =>
-    (pod.spec?.containers ?? []).reduce((acc: number, c: any) => acc + (parseQuantity(c.resources?.[kind]?.[r]) ?? 0), 0);
+    (pod.spec?.containers ?? []).reduce(
+      (acc: number, c: any) => acc + (parseQuantity(c.resources?.[kind]?.[r]) ?? 0),
+      0,
+    );
   return {
     pods: 1,
     'requests.cpu': sum('requests', 'cpu'),
@@ -31,14 +34,21 @@ function usageOf(pod: KubeObject): Record<string, number> {
 function format(resource: string, value: number): string {
   if (resource === 'pods') return String(value);
   if (resource.endsWith('cpu')) return Number.isInteger(value) ? String(value) : `${Math.round(value * 1000)}m`;
-  for (const [suffix, f] of [['Gi', 2 ** 30], ['Mi', 2 ** 20], ['Ki', 2 ** 10]] as const) {
+  for (const [suffix, f] of [
+    ['Gi', 2 ** 30],
+    ['Mi', 2 ** 20],
+    ['Ki', 2 ** 10],
+  ] as const) {
     if (value >= f && value % f === 0) return `${value / f}${suffix}`;
   }
   return String(value);
 }
 
 function list(entries: Array<[string, number]>): string {
-  return entries.sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k}=${format(k, v)}`).join(',');
+  return entries
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([k, v]) => `${k}=${format(k, v)}`)
+    .join(',');
 }
 
 /** The reason a create is refused (after `pods "x" is forbidden: `), or undefined when every quota admits it. */
@@ -49,7 +59,9 @@ export function checkQuotas(quotas: Quota[], pod: KubeObject, existing: readonly
     for (const r of Object.keys(q.hard)) {
       if (!/^(requests|limits)\.(cpu|memory)$/.test(r)) continue;
       const [kind, res] = r.split('.') as ['requests' | 'limits', string];
-      const without = (pod.spec?.containers ?? []).filter((c: any) => c.resources?.[kind]?.[res] === undefined).map((c: any) => c.name);
+      const without = (pod.spec?.containers ?? [])
+        .filter((c: any) => c.resources?.[kind]?.[res] === undefined)
+        .map((c: any) => c.name);
       if (without.length > 0) missing.push(`${r} for: ${without.join(',')}`);
     }
     if (missing.length > 0) return `failed quota: ${q.name}: must specify ${missing.join('; ')}`;

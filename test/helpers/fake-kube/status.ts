@@ -55,19 +55,32 @@ function failure(code: number, reason: string, message: string, details?: Status
 /** The reason the real server gives each code when nothing more specific applies. */
 export function reasonForCode(code: number): string {
   switch (code) {
-    case 400: return 'BadRequest';
-    case 401: return 'Unauthorized';
-    case 403: return 'Forbidden';
-    case 404: return 'NotFound';
-    case 405: return 'MethodNotAllowed';
-    case 409: return 'Conflict';
-    case 410: return 'Expired';
-    case 422: return 'Invalid';
-    case 429: return 'TooManyRequests';
-    case 500: return 'InternalError';
-    case 503: return 'ServiceUnavailable';
-    case 504: return 'Timeout';
-    default: return 'Unknown';
+    case 400:
+      return 'BadRequest';
+    case 401:
+      return 'Unauthorized';
+    case 403:
+      return 'Forbidden';
+    case 404:
+      return 'NotFound';
+    case 405:
+      return 'MethodNotAllowed';
+    case 409:
+      return 'Conflict';
+    case 410:
+      return 'Expired';
+    case 422:
+      return 'Invalid';
+    case 429:
+      return 'TooManyRequests';
+    case 500:
+      return 'InternalError';
+    case 503:
+      return 'ServiceUnavailable';
+    case 504:
+      return 'Timeout';
+    default:
+      return 'Unknown';
   }
 }
 
@@ -78,7 +91,12 @@ export function statusFor(code: number, message?: string, details?: StatusDetail
     case 'TooManyRequests':
       return failure(code, r, message ?? 'Too many requests, please try again later.', details);
     case 'InternalError':
-      return failure(code, r, `Internal error occurred: ${message ?? 'injected failure'}`, details ?? { causes: [{ message: message ?? 'injected failure' }] });
+      return failure(
+        code,
+        r,
+        `Internal error occurred: ${message ?? 'injected failure'}`,
+        details ?? { causes: [{ message: message ?? 'injected failure' }] },
+      );
     case 'ServiceUnavailable':
       return failure(code, r, message ?? 'the server is currently unable to handle the request', details);
     default:
@@ -96,7 +114,13 @@ export function alreadyExists(resource: string, name: string): StatusError {
 
 /** A field error as apimachinery's field.Error prints it: `spec.containers[0].image: Required value`. */
 export interface FieldError {
-  type: 'FieldValueRequired' | 'FieldValueInvalid' | 'FieldValueNotSupported' | 'FieldValueDuplicate' | 'FieldValueTooLong' | 'FieldValueForbidden';
+  type:
+    | 'FieldValueRequired'
+    | 'FieldValueInvalid'
+    | 'FieldValueNotSupported'
+    | 'FieldValueDuplicate'
+    | 'FieldValueTooLong'
+    | 'FieldValueForbidden';
   field: string;
   /** The cause's message: `Required value`, `Invalid value: "x": detail`. */
   message: string;
@@ -111,7 +135,11 @@ export function invalid(field: string, value: unknown, detail: string): FieldErr
 }
 
 export function notSupported(field: string, value: unknown, supported: string[]): FieldError {
-  return { type: 'FieldValueNotSupported', field, message: `Unsupported value: ${JSON.stringify(value)}: supported values: ${supported.map((s) => `"${s}"`).join(', ')}` };
+  return {
+    type: 'FieldValueNotSupported',
+    field,
+    message: `Unsupported value: ${JSON.stringify(value)}: supported values: ${supported.map((s) => `"${s}"`).join(', ')}`,
+  };
 }
 
 export function duplicate(field: string, value: unknown): FieldError {
@@ -150,7 +178,9 @@ export function expired(message: string): StatusError {
 }
 
 export function tooManyRequests(retryAfterSeconds: number, message?: string): StatusError {
-  return failure(429, 'TooManyRequests', message ?? 'Too many requests, please try again later.', { retryAfterSeconds });
+  return failure(429, 'TooManyRequests', message ?? 'Too many requests, please try again later.', {
+    retryAfterSeconds,
+  });
 }
 
 export function methodNotAllowed(): StatusError {

@@ -14,18 +14,31 @@ export type PatchType = 'json' | 'merge' | 'strategic';
 export function patchTypeOf(contentType: string | undefined): PatchType {
   const type = (contentType ?? '').split(';')[0]!.trim();
   switch (type) {
-    case 'application/json-patch+json': return 'json';
-    case 'application/merge-patch+json': return 'merge';
-    case 'application/strategic-merge-patch+json': return 'strategic';
+    case 'application/json-patch+json':
+      return 'json';
+    case 'application/merge-patch+json':
+      return 'merge';
+    case 'application/strategic-merge-patch+json':
+      return 'strategic';
     default:
-      throw statusFor(415, `the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json`, undefined, 'UnsupportedMediaType');
+      throw statusFor(
+        415,
+        `the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json`,
+        undefined,
+        'UnsupportedMediaType',
+      );
   }
 }
 
 /** RFC 7386; with `strategic`, lists of containers merge by name, as their patch strategy says. */
 function mergePatch(target: any, patch: any, strategic: boolean, path: string): any {
   if (patch === null || typeof patch !== 'object' || Array.isArray(patch)) {
-    if (strategic && Array.isArray(patch) && Array.isArray(target) && (path === 'spec.containers' || path === 'spec.initContainers')) {
+    if (
+      strategic &&
+      Array.isArray(patch) &&
+      Array.isArray(target) &&
+      (path === 'spec.containers' || path === 'spec.initContainers')
+    ) {
       const out = target.map((c: any) => structuredClone(c));
       for (const p of patch) {
         const i = out.findIndex((c: any) => c.name === p?.name);
@@ -45,8 +58,14 @@ function mergePatch(target: any, patch: any, strategic: boolean, path: string): 
 }
 
 function pointer(path: string): string[] {
-  if (!path.startsWith('/')) throw badRequest(`the server rejected our request due to an error in our request: invalid JSON pointer ${JSON.stringify(path)}`);
-  return path.slice(1).split('/').map((t) => t.replace(/~1/g, '/').replace(/~0/g, '~'));
+  if (!path.startsWith('/'))
+    throw badRequest(
+      `the server rejected our request due to an error in our request: invalid JSON pointer ${JSON.stringify(path)}`,
+    );
+  return path
+    .slice(1)
+    .split('/')
+    .map((t) => t.replace(/~1/g, '/').replace(/~0/g, '~'));
 }
 
 /** RFC 6902: add, remove, replace and test (what the API server's json-patch library is asked for in practice). */
@@ -59,9 +78,17 @@ function jsonPatch(target: any, ops: any): any {
     let parent = doc;
     for (const k of keys) {
       parent = Array.isArray(parent) ? parent[Number(k)] : parent?.[k];
-      if (parent === undefined) throw statusFor(422, `the server rejected our request due to an error in our request: doc is missing path: "${op.path}": missing value`, undefined, 'Invalid');
+      if (parent === undefined)
+        throw statusFor(
+          422,
+          `the server rejected our request due to an error in our request: doc is missing path: "${op.path}": missing value`,
+          undefined,
+          'Invalid',
+        );
     }
-    const has = Array.isArray(parent) ? Number(last) < parent.length : Object.prototype.hasOwnProperty.call(parent, last);
+    const has = Array.isArray(parent)
+      ? Number(last) < parent.length
+      : Object.prototype.hasOwnProperty.call(parent, last);
     switch (op.op) {
       case 'add':
         if (Array.isArray(parent)) parent.splice(last === '-' ? parent.length : Number(last), 0, op.value);
@@ -69,7 +96,13 @@ function jsonPatch(target: any, ops: any): any {
         break;
       case 'replace':
       case 'remove':
-        if (!has) throw statusFor(422, `the server rejected our request due to an error in our request: ${op.op} operation does not apply: doc is missing path: "${op.path}": missing value`, undefined, 'Invalid');
+        if (!has)
+          throw statusFor(
+            422,
+            `the server rejected our request due to an error in our request: ${op.op} operation does not apply: doc is missing path: "${op.path}": missing value`,
+            undefined,
+            'Invalid',
+          );
         if (op.op === 'replace') {
           if (Array.isArray(parent)) parent[Number(last)] = op.value;
           else parent[last] = op.value;
@@ -77,7 +110,13 @@ function jsonPatch(target: any, ops: any): any {
         else delete parent[last];
         break;
       case 'test':
-        if (JSON.stringify(parent[last]) !== JSON.stringify(op.value)) throw statusFor(422, `the server rejected our request due to an error in our request: testing value ${op.path} failed: test failed`, undefined, 'Invalid');
+        if (JSON.stringify(parent[last]) !== JSON.stringify(op.value))
+          throw statusFor(
+            422,
+            `the server rejected our request due to an error in our request: testing value ${op.path} failed: test failed`,
+            undefined,
+            'Invalid',
+          );
         break;
       default:
         throw badRequest(`Unexpected kind: ${op.op}`);
@@ -104,12 +143,21 @@ export function checkPodUpdate(old: KubeObject, next: KubeObject): KubeObject {
   const name = old.metadata.name;
   const rv = next.metadata?.resourceVersion;
   if (rv !== undefined && rv !== '' && rv !== old.metadata.resourceVersion) {
-    throw statusFor(409, `Operation cannot be fulfilled on pods "${name}": the object has been modified; please apply your changes to the latest version and try again`, { name, kind: 'pods' }, 'Conflict');
+    throw statusFor(
+      409,
+      `Operation cannot be fulfilled on pods "${name}": the object has been modified; please apply your changes to the latest version and try again`,
+      { name, kind: 'pods' },
+      'Conflict',
+    );
   }
   const errs: FieldError[] = [];
   for (const f of ['name', 'namespace', 'uid'] as const) {
     if (next.metadata?.[f] !== undefined && next.metadata[f] !== old.metadata[f]) {
-      errs.push({ type: 'FieldValueInvalid', field: `metadata.${f}`, message: `Invalid value: ${JSON.stringify(next.metadata[f])}: field is immutable` });
+      errs.push({
+        type: 'FieldValueInvalid',
+        field: `metadata.${f}`,
+        message: `Invalid value: ${JSON.stringify(next.metadata[f])}: field is immutable`,
+      });
     }
   }
   const comparable = (spec: any) => {
@@ -138,7 +186,10 @@ export function checkPodUpdate(old: KubeObject, next: KubeObject): KubeObject {
 function canonical(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
   if (v !== null && typeof v === 'object') {
-    return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`).join(',')}}`;
+    return `{${Object.keys(v)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
+      .join(',')}}`;
   }
   return JSON.stringify(v) ?? 'null';
 }

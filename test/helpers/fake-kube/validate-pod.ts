@@ -48,7 +48,8 @@ function validateQualifiedName(field: string, k: string): FieldError[] {
   const name = slash >= 0 ? k.slice(slash + 1) : k;
   if (prefix !== undefined) {
     if (prefix === '') errs.push(invalid(field, k, 'prefix part must be non-empty'));
-    else if (prefix.length > 253 || !DNS1123_SUBDOMAIN.test(prefix)) errs.push(invalid(field, k, `prefix part ${SUBDOMAIN_MSG}`));
+    else if (prefix.length > 253 || !DNS1123_SUBDOMAIN.test(prefix))
+      errs.push(invalid(field, k, `prefix part ${SUBDOMAIN_MSG}`));
   }
   if (name === '') errs.push(invalid(field, k, 'name part must be non-empty'));
   else {
@@ -68,7 +69,8 @@ function validateAnnotations(field: string, annotations: unknown): FieldError[] 
     errs.push(...validateQualifiedName(field, k));
     size += k.length + String(v).length;
   }
-  if (size > 256 * 1024) errs.push({ type: 'FieldValueTooLong', field, message: `Too long: may not be more than ${256 * 1024} bytes` });
+  if (size > 256 * 1024)
+    errs.push({ type: 'FieldValueTooLong', field, message: `Too long: may not be more than ${256 * 1024} bytes` });
   return errs;
 }
 
@@ -102,7 +104,8 @@ function validateResources(path: string, resources: any): FieldError[] {
         continue;
       }
       const value = parseQuantity(q);
-      if (value === undefined) errs.push(invalid(field, q, `quantities must match the regular expression '${QUANTITY_REGEX}'`));
+      if (value === undefined)
+        errs.push(invalid(field, q, `quantities must match the regular expression '${QUANTITY_REGEX}'`));
       else if (value < 0) errs.push(invalid(field, q, 'must be greater than or equal to 0'));
     }
   }
@@ -129,17 +132,23 @@ function validateEnv(path: string, env: unknown): FieldError[] {
     const from = e?.valueFrom;
     if (from !== undefined && from !== null) {
       if (e.value !== undefined && e.value !== null && e.value !== '') {
-        errs.push({ type: 'FieldValueInvalid', field: `${field}.valueFrom`, message: "Invalid value: \"\": may not be specified when `value` is not empty" });
+        errs.push({
+          type: 'FieldValueInvalid',
+          field: `${field}.valueFrom`,
+          message: 'Invalid value: "": may not be specified when `value` is not empty',
+        });
       }
       const sources = ['fieldRef', 'resourceFieldRef', 'configMapKeyRef', 'secretKeyRef'].filter((k) => from[k]);
-      if (sources.length !== 1) errs.push(invalid(`${field}.valueFrom`, '', 'may not have more than one field specified at a time'));
+      if (sources.length !== 1)
+        errs.push(invalid(`${field}.valueFrom`, '', 'may not have more than one field specified at a time'));
       for (const k of ['configMapKeyRef', 'secretKeyRef']) {
         if (!from[k]) continue;
         if (!from[k].key) errs.push(required(`${field}.valueFrom.${k}.key`));
         if (!from[k].name) errs.push(required(`${field}.valueFrom.${k}.name`));
       }
       if (from.fieldRef && !from.fieldRef.fieldPath) errs.push(required(`${field}.valueFrom.fieldRef.fieldPath`));
-      if (from.resourceFieldRef && !from.resourceFieldRef.resource) errs.push(required(`${field}.valueFrom.resourceFieldRef.resource`));
+      if (from.resourceFieldRef && !from.resourceFieldRef.resource)
+        errs.push(required(`${field}.valueFrom.resourceFieldRef.resource`));
     }
   });
   return errs;
@@ -149,7 +158,8 @@ function validateEnv(path: string, env: unknown): FieldError[] {
  * The docker reference grammar the kubelet applies (reference.ParseNormalizedNamed); the API server
  * accepts any non-blank image and the kubelet reports `InvalidImageName` for the rest.
  */
-const IMAGE_REF = /^(?:(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?\/)?[a-z0-9]+(?:(?:[._]|__|[-]*)[a-z0-9]+)*(?:\/[a-z0-9]+(?:(?:[._]|__|[-]*)[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$/;
+const IMAGE_REF =
+  /^(?:(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?\/)?[a-z0-9]+(?:(?:[._]|__|[-]*)[a-z0-9]+)*(?:\/[a-z0-9]+(?:(?:[._]|__|[-]*)[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$/;
 
 export function isValidImageReference(image: string): boolean {
   return IMAGE_REF.test(image);
@@ -168,8 +178,10 @@ function validateContainers(containers: unknown): FieldError[] {
       names.add(c.name);
     }
     if (typeof c?.image !== 'string' || c.image.trim() === '') errs.push(required(`${path}.image`));
-    if (c?.command !== undefined && !Array.isArray(c.command)) errs.push(invalid(`${path}.command`, c.command, 'must be a list of strings'));
-    if (c?.args !== undefined && !Array.isArray(c.args)) errs.push(invalid(`${path}.args`, c.args, 'must be a list of strings'));
+    if (c?.command !== undefined && !Array.isArray(c.command))
+      errs.push(invalid(`${path}.command`, c.command, 'must be a list of strings'));
+    if (c?.args !== undefined && !Array.isArray(c.args))
+      errs.push(invalid(`${path}.args`, c.args, 'must be a list of strings'));
     if (c?.imagePullPolicy !== undefined && !['Always', 'IfNotPresent', 'Never'].includes(c.imagePullPolicy)) {
       errs.push(notSupported(`${path}.imagePullPolicy`, c.imagePullPolicy, ['Always', 'IfNotPresent', 'Never']));
     }
@@ -203,10 +215,15 @@ export function validatePod(pod: any): FieldError[] {
   }
   if (spec.serviceAccountName) errs.push(...validateSubdomain('spec.serviceAccountName', spec.serviceAccountName));
   errs.push(...validateLabels('spec.nodeSelector', spec.nodeSelector));
-  if (spec.tolerations !== undefined && !Array.isArray(spec.tolerations)) errs.push(invalid('spec.tolerations', spec.tolerations, 'must be a list'));
+  if (spec.tolerations !== undefined && !Array.isArray(spec.tolerations))
+    errs.push(invalid('spec.tolerations', spec.tolerations, 'must be a list'));
   (Array.isArray(spec.tolerations) ? spec.tolerations : []).forEach((t: any, i: number) => {
-    if (t?.operator !== undefined && !['Exists', 'Equal'].includes(t.operator)) errs.push(notSupported(`spec.tolerations[${i}].operator`, t.operator, ['Equal', 'Exists']));
-    if (t?.effect && !['NoSchedule', 'PreferNoSchedule', 'NoExecute'].includes(t.effect)) errs.push(notSupported(`spec.tolerations[${i}].effect`, t.effect, ['NoExecute', 'NoSchedule', 'PreferNoSchedule']));
+    if (t?.operator !== undefined && !['Exists', 'Equal'].includes(t.operator))
+      errs.push(notSupported(`spec.tolerations[${i}].operator`, t.operator, ['Equal', 'Exists']));
+    if (t?.effect && !['NoSchedule', 'PreferNoSchedule', 'NoExecute'].includes(t.effect))
+      errs.push(
+        notSupported(`spec.tolerations[${i}].effect`, t.effect, ['NoExecute', 'NoSchedule', 'PreferNoSchedule']),
+      );
   });
   return errs;
 }

@@ -68,11 +68,16 @@ export class WatchStream {
   async start(): Promise<void> {
     const requested = this.req.resourceVersion;
     const fromCurrentState = requested === '' || requested === '0' || this.req.sendInitialEvents;
-    if (!fromCurrentState && !/^\d+$/.test(requested)) throw badRequest(`invalid resource version: ${JSON.stringify(requested)}`);
+    if (!fromCurrentState && !/^\d+$/.test(requested))
+      throw badRequest(`invalid resource version: ${JSON.stringify(requested)}`);
     const rv = fromCurrentState ? 0 : Number(requested);
     const failure = !fromCurrentState && rv > this.store.resourceVersion ? await this.waitFor(rv) : undefined;
     if (this.ended) return;
-    this.res.writeHead(200, { 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked', 'Cache-Control': 'no-cache, private' });
+    this.res.writeHead(200, {
+      'Content-Type': 'application/json',
+      'Transfer-Encoding': 'chunked',
+      'Cache-Control': 'no-cache, private',
+    });
     this.res.flushHeaders();
     if (failure) {
       this.sendError(failure);
@@ -85,7 +90,9 @@ export class WatchStream {
     else replay = this.store.since(this.req.resource, rv);
     if (replay === undefined) {
       // The cacher's message for a version older than its window; the stream ends after it.
-      this.sendError(expired(`too old resource version: ${rv} (${this.store.oldestWatchable(this.req.resource)})`).status);
+      this.sendError(
+        expired(`too old resource version: ${rv} (${this.store.oldestWatchable(this.req.resource)})`).status,
+      );
       this.close();
       return;
     }
@@ -152,7 +159,10 @@ export class WatchStream {
   }
 
   private bookmark(annotations?: Record<string, string>): KubeObject {
-    const metadata: KubeObject['metadata'] = { resourceVersion: String(this.store.resourceVersion), creationTimestamp: null } as any;
+    const metadata: KubeObject['metadata'] = {
+      resourceVersion: String(this.store.resourceVersion),
+      creationTimestamp: null,
+    } as any;
     if (annotations) metadata.annotations = annotations;
     return { kind: kindOf(this.req.resource), apiVersion: 'v1', metadata } as KubeObject;
   }
