@@ -10,13 +10,14 @@ import type { Attempt } from '../../core/attempt.js';
 import { fingerprint } from '../../core/fingerprint.js';
 import { secretEnvToWire } from '../../core/secret-ref.js';
 import type { AgentHandle, AssignResult } from './agent-registry.js';
-import { ConnectResponseSchema, type ConnectRequest } from '../../gen/leoflow/v1/agent_pb.js';
+import { ConnectResponseSchema, type ConnectRequest, type Hello } from '../../gen/leoflow/v1/agent_pb.js';
 import type { AgentConnectionDeps } from './connection-deps.js';
 import { readHello } from './hello.js';
 import { AgentReports, validMessage } from './reports.js';
 import { AsyncQueue } from './async-queue.js';
 import type { HeartbeatSource, HeldRef } from './heartbeat-buffer.js';
 import { StreamAttempts } from './held-attempts.js';
+import type { AgentTokenUsed } from '../auth/agent-credential.js';
 import type { ClientCertificate } from '../auth/tls-identity.js';
 
 type Response = MessageInitShape<typeof ConnectResponseSchema>;
@@ -38,6 +39,8 @@ export class AgentConnection implements AgentHandle {
   readonly #attempts = new StreamAttempts();
   #lastKeepalive = Date.now();
   #goneAway = false;
+  /** The agent ended its stream itself, untold: recorded as a clean stop. */
+  #goodbye = false;
   #log: Logger;
 
   constructor(private readonly deps: AgentConnectionDeps) {
@@ -128,6 +131,11 @@ export class AgentConnection implements AgentHandle {
 
   // --- the stream ------------------------------------------------------------------------
 
+  /**
+   * The stream, in its phases: Hello read and checked, the agent admitted (recorded connected),
+   * what it holds resumed, Welcome sent; then its first work and its reports until it ends, and
+   * always, in `finally`, deregistered and recorded disconnected.
+   */
   async *run(
     requests: AsyncIterable<ConnectRequest>,
     signal: AbortSignal,
@@ -143,8 +151,54 @@ export class AgentConnection implements AgentHandle {
       session: this.sessionId.slice(0, 8),
       incarnation: fingerprint(hello.incarnationId),
     });
-    const { store, registry } = this.deps;
+    const connected = await this.#admit(hello, token);
+    const resumed = await this.#resume(hello, held);
+    this.deps.registry.register(this);
+    const untoken = this.#endWithToken(token);
+    const reports = new AgentReports({
+      deps: this.deps,
+      attempts: this.#attempts,
+      out: this.#out,
+      log: this.#log,
+      agentId: this.agentId,
+      onKeepalive: () => {
+        this.#lastKeepalive = Date.now();
+      },
+    });
+    const source: HeartbeatSource = {
+      agentId: this.agentId,
+      sessionId: this.sessionId,
+      superseded: (refs) => reports.superseded(refs),
+      refused: (err) =>
+        this.#out.close(new ConnectError(`heartbeat not recorded: ${(err as Error).message}`, Code.InvalidArgument)),
+    };
+    this.deps.heartbeats.note(source, resumed);
+    const deafCheck = this.#closeWhenDeaf();
+    const onAbort = () => this.#out.close();
+    signal.addEventListener('abort', onAbort);
+    const reader = this.#read(it, hello, connected, reports, source);
 
+    try {
+      yield* this.#out;
+    } finally {
+      clearInterval(deafCheck);
+      untoken?.();
+      signal.removeEventListener('abort', onAbort);
+      this.#out.close();
+      this.deps.registry.deregister(this);
+      this.deps.heartbeats.forget(source);
+      void reader.catch(() => {});
+      await this.deps.store
+        .disconnectAgent(this.agentId, this.sessionId, this.#goodbye)
+        .catch((err: unknown) => this.#log.error({ err }, 'could not mark agent disconnected'));
+      this.deps.onFleetChanged();
+      this.#log.info(`agent ${this.agentId} disconnected${this.#goodbye ? ': it said goodbye (stopped)' : ''}`);
+    }
+  }
+
+  /** Records the agent connected, or throws the refusal; a live stream of the same process is replaced. */
+  async #admit(hello: Hello, token: AgentTokenUsed | null): Promise<{ draining: boolean }> {
+    const { store, registry } = this.deps;
     // A live stream of this agent id from another process: a duplicate id never takes its place.
     // The same process (its stream half-dead, it reconnected) takes over its own.
     const live = registry.get(hello.agentId);
@@ -152,7 +206,7 @@ export class AgentConnection implements AgentHandle {
     if (token) this.deps.agentCredentials.streams?.admit(token.id);
     // A one-shot claim is a placement like any other, checked before anything is written. (A
     // pod's claim names its attempt's token instead, bound to that pod at Hello.)
-    if (hello.onlyTiId !== '0' && hello.onlyTiId !== '' && hello.onlyAttemptToken === '') {
+    if (isOneShot(hello) && hello.onlyAttemptToken === '') {
       const why = await store.oneShotRefusal(hello.onlyTiId, hello);
       if (why !== null) {
         this.deps.onRejected('hello', 'invalid');
@@ -172,7 +226,7 @@ export class AgentConnection implements AgentHandle {
       protocolVersion: hello.protocolVersion,
       incarnationId: hello.incarnationId,
       liveMs: 3 * this.deps.keepaliveMs,
-      oneShot: hello.onlyTiId !== '0' && hello.onlyTiId !== '',
+      oneShot: isOneShot(hello),
     });
     if (!connected) throw this.#heldElsewhere();
     // Checked after the write: the replica's agents are marked gone when it starts to leave, and
@@ -185,7 +239,16 @@ export class AgentConnection implements AgentHandle {
     }
     if (live)
       live.close(`replaced by a newer stream of the same agent process (session ${this.sessionId.slice(0, 8)})`);
+    return connected;
+  }
 
+  /**
+   * Takes back the attempts the agent holds that are still its own, tells it which are not, ends
+   * what an earlier process of the agent was given and this one does not hold, and sends Welcome.
+   * Returns the attempts resumed.
+   */
+  async #resume(hello: Hello, held: HeldRef[]): Promise<HeldRef[]> {
+    const { store } = this.deps;
     const current = await store.currentAttempts(hello.agentId, hello.incarnationId, held);
     const resumed = held.filter((r) => current.has(r.attemptToken));
     const superseded = held.filter((r) => !current.has(r.attemptToken));
@@ -201,8 +264,7 @@ export class AgentConnection implements AgentHandle {
         'agent reconnected holding a superseded attempt: it is told to stop it',
       );
     }
-    // What an earlier process of this agent was given and this one does not hold is over: retried
-    // with a new token, never sent here with the old one.
+    // Over: retried with a new token, never sent here with the old one.
     const abandoned = await store.endAbandoned(hello.agentId, hello.incarnationId);
     for (const a of abandoned) {
       this.#log.warn(
@@ -252,37 +314,26 @@ export class AgentConnection implements AgentHandle {
       { labels: hello.labels, slots: hello.slots, resumed: resumed.length, superseded: superseded.length },
       `agent ${hello.agentId} connected`,
     );
-    registry.register(this);
-    // Let in by an API token: the stream ends when the token is revoked or expires. Drained
-    // first, so nothing more is placed here; its attempts are then lost at the heartbeat threshold.
-    const untoken =
-      token && this.deps.agentCredentials.streams
-        ? this.deps.agentCredentials.streams.open(token, (err) => {
-            this.#log.warn({ tokenId: token.id }, `agent ${this.agentId} cut off: ${err.rawMessage}`);
-            this.drain(err.rawMessage);
-            this.#out.close(err);
-          })
-        : null;
-    const reports = new AgentReports({
-      deps: this.deps,
-      attempts: this.#attempts,
-      out: this.#out,
-      log: this.#log,
-      agentId: this.agentId,
-      onKeepalive: () => {
-        this.#lastKeepalive = Date.now();
-      },
-    });
-    const source: HeartbeatSource = {
-      agentId: this.agentId,
-      sessionId: this.sessionId,
-      superseded: (refs) => reports.superseded(refs),
-      refused: (err) =>
-        this.#out.close(new ConnectError(`heartbeat not recorded: ${(err as Error).message}`, Code.InvalidArgument)),
-    };
-    this.deps.heartbeats.note(source, resumed);
+    return resumed;
+  }
 
-    const deafCheck = setInterval(() => {
+  /**
+   * Let in by an API token: the stream ends when the token is revoked or expires. Drained first,
+   * so nothing more is placed here; its attempts are then lost at the heartbeat threshold.
+   */
+  #endWithToken(token: AgentTokenUsed | null): (() => void) | null {
+    const streams = this.deps.agentCredentials.streams;
+    if (!token || !streams) return null;
+    return streams.open(token, (err) => {
+      this.#log.warn({ tokenId: token.id }, `agent ${this.agentId} cut off: ${err.rawMessage}`);
+      this.drain(err.rawMessage);
+      this.#out.close(err);
+    });
+  }
+
+  /** A stream whose keepalives stopped for three intervals is closed (see the class's comment). */
+  #closeWhenDeaf(): NodeJS.Timeout {
+    return setInterval(() => {
       if (Date.now() - this.#lastKeepalive > 3 * this.deps.keepaliveMs) {
         this.#log.warn(
           { silentMs: Date.now() - this.#lastKeepalive },
@@ -293,63 +344,51 @@ export class AgentConnection implements AgentHandle {
         );
       }
     }, this.deps.keepaliveMs);
-    const onAbort = () => this.#out.close();
-    signal.addEventListener('abort', onAbort);
+  }
 
-    let goodbye = false;
-    const reader = (async () => {
-      try {
-        // Work given to this agent before it connected here (by another replica, or while it
-        // was reconnecting), or the one TI of a one-shot agent.
-        if (hello.onlyTiId !== '0' && hello.onlyTiId !== '') {
-          const a =
-            hello.onlyAttemptToken !== ''
-              ? await store.takeAttempt(hello.onlyTiId, hello.onlyAttemptToken, this.agentId)
-              : await store.claimOnly(hello.onlyTiId, this.agentId);
-          const sent = a !== null && (await this.assign(a)) === 'sent';
-          this.drain(
-            sent
-              ? 'one-shot agent: no more work after this attempt'
-              : `task instance ${hello.onlyTiId} has no attempt for this agent`,
-          );
-        } else {
-          const undelivered = await store.undelivered(this.agentId, this.incarnationId);
-          await Promise.all(undelivered.filter((a) => !this.#attempts.held.has(a.tiId)).map((a) => this.assign(a)));
-          if (connected.draining) this.drain('agent is drained');
-        }
-        this.deps.onFleetChanged();
-        for (;;) {
-          const next = await it.next();
-          if (next.done) break;
-          await reports.handle(next.value, source);
-        }
-        // The agent ended its stream itself without being told to reconnect: its goodbye.
-        goodbye = !this.#goneAway;
-        this.#out.close();
-      } catch (err) {
-        this.#out.close(
-          err instanceof ConnectError
-            ? err
-            : new ConnectError(`agent stream failed: ${(err as Error).message}`, Code.Internal),
-        );
-      }
-    })();
-
+  /** The agent's first work, then its reports until the stream ends; any failure closes the stream. */
+  async #read(
+    it: AsyncIterator<ConnectRequest>,
+    hello: Hello,
+    connected: { draining: boolean },
+    reports: AgentReports,
+    source: HeartbeatSource,
+  ): Promise<void> {
+    const { store } = this.deps;
     try {
-      yield* this.#out;
-    } finally {
-      clearInterval(deafCheck);
-      untoken?.();
-      signal.removeEventListener('abort', onAbort);
-      this.#out.close();
-      registry.deregister(this);
-      this.deps.heartbeats.forget(source);
-      void reader.catch(() => {});
-      await store
-        .disconnectAgent(this.agentId, this.sessionId, goodbye)
-        .catch((err: unknown) => this.#log.error({ err }, 'could not mark agent disconnected'));
+      // Work given to this agent before it connected here (by another replica, or while it
+      // was reconnecting), or the one TI of a one-shot agent.
+      if (isOneShot(hello)) {
+        const a =
+          hello.onlyAttemptToken !== ''
+            ? await store.takeAttempt(hello.onlyTiId, hello.onlyAttemptToken, this.agentId)
+            : await store.claimOnly(hello.onlyTiId, this.agentId);
+        const sent = a !== null && (await this.assign(a)) === 'sent';
+        this.drain(
+          sent
+            ? 'one-shot agent: no more work after this attempt'
+            : `task instance ${hello.onlyTiId} has no attempt for this agent`,
+        );
+      } else {
+        const undelivered = await store.undelivered(this.agentId, this.incarnationId);
+        await Promise.all(undelivered.filter((a) => !this.#attempts.held.has(a.tiId)).map((a) => this.assign(a)));
+        if (connected.draining) this.drain('agent is drained');
+      }
       this.deps.onFleetChanged();
-      this.#log.info(`agent ${this.agentId} disconnected${goodbye ? ': it said goodbye (stopped)' : ''}`);
+      for (;;) {
+        const next = await it.next();
+        if (next.done) break;
+        await reports.handle(next.value, source);
+      }
+      // The agent ended its stream itself without being told to reconnect: its goodbye.
+      this.#goodbye = !this.#goneAway;
+      this.#out.close();
+    } catch (err) {
+      this.#out.close(
+        err instanceof ConnectError
+          ? err
+          : new ConnectError(`agent stream failed: ${(err as Error).message}`, Code.Internal),
+      );
     }
   }
 
@@ -360,4 +399,9 @@ export class AgentConnection implements AgentHandle {
       Code.AlreadyExists,
     );
   }
+}
+
+/** A one-shot agent (`leoflow agent --once`, a pod's agent) names the one TI it is for. */
+function isOneShot(hello: Hello): boolean {
+  return hello.onlyTiId !== '0' && hello.onlyTiId !== '';
 }
