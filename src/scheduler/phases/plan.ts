@@ -74,70 +74,9 @@ export async function plan(
   }
   const heldBackEndedAhead = [...new Set(endedAhead.values())].filter((d) => ctx.heldBackDags?.has(d));
   if (targeted && targeted.length === 0 && !opts.queued && heldBackEndedAhead.length === 0) return result;
-  let runs: ActiveRun[];
-  let tiRows: PlannerTi[];
-  let freshened: Promise<void> | undefined;
-  if (targeted) {
-    // Runs read right behind the ends of their attempts need no read of their own; for the rest
-    // the ids are known, so both reads go out at once.
-    const ahead = ctx.memory?.takeReads(targeted) ?? new Map<string, RunRead>();
-    // Runs whose plan ahead applied are decided from the planner's memory of them, now current.
-    for (const [id, read] of ctx.memory?.takeCurrent(targeted.filter((id) => !ahead.has(id))) ?? [])
-      ahead.set(id, read);
-    const rest = ahead.size === 0 ? targeted : targeted.filter((id) => !ahead.has(id));
-    // A step that reads runs, or starts one, reads along with them what the agents executor
-    // places from if it is getting old, so agent work can be claimed with its move (a step that
-    // only goes on with runs read behind their ends does not wait for it).
-    if (rest.length > 0 || opts.queued || [...ahead.values()].some((r) => r.run.state === 'queued'))
-      freshened = ctx.dispatcher.freshenPlacement();
-    [runs, tiRows] =
-      rest.length === 0
-        ? [[], []]
-        : await Promise.all([activeRuns(ctx.sql, ctx.maxRunsPerStep, { runIds: rest }), listTisOfRuns(ctx.sql, rest)]);
-    for (const { run, tis } of ahead.values()) {
-      runs.push(run);
-      tiRows.push(...tis);
-    }
-    if (opts.queued) {
-      // As many as the dispatch pool takes now, and at least as many as were asked for.
-      const room = Math.min(ctx.maxRunsPerStep, Math.max(opts.queued, ctx.dispatcher.room()));
-      const more =
-        room > 0 ? await readQueued(ctx, result, 'any', new Set(runs.map((r) => r.id)), room) : { runs: [], tis: [] };
-      runs.push(...more.runs);
-      tiRows.push(...more.tis);
-    }
-    runs.sort((a, b) => compareIds(a.id, b.id));
-  } else {
-    // Everything is read now: reads kept from before are older than this one.
-    ctx.memory?.dropReads();
-    freshened = ctx.dispatcher.freshenPlacement();
-    // Running runs: those with work waiting on the planner (a retry due; when a nudge asked for
-    // everything, e.g. an agent connected or this replica was elected, every TI scheduled and not
-    // yet claimed too, since what it waited for may have come: the tick leaves those to the
-    // events that concern them and to the sweep), and the sweep's next stretch, on from where the
-    // last full step stopped, so every running run is looked at within a known number of ticks
-    // however many there are, while a step reads only a bounded number of them. Then queued
-    // runs, fairly across DAGs, up to `maxRunsPerStep` active runs in all but always some: a
-    // queued run (a cron run, say) makes progress however many runs are running.
-    const sweepSize = ctx.sweepRunsPerStep ?? ctx.maxRunsPerStep;
-    const [waiting, swept] = await Promise.all([
-      activeRuns(ctx.sql, ctx.maxRunsPerStep, { waiting: opts.waiting ?? 'all' }),
-      activeRuns(ctx.sql, sweepSize, { running: true, after: ctx.sweep?.cursor ?? '0' }),
-    ]);
-    if (ctx.sweep) ctx.sweep.cursor = swept.length < sweepSize ? '0' : swept[swept.length - 1]!.id;
-    const running = [...new Map([...waiting, ...swept].map((r) => [r.id, r])).values()];
-    const queued = await activeRuns(ctx.sql, Math.max(MIN_QUEUED_PER_STEP, ctx.maxRunsPerStep - running.length), {
-      queuedOf: 'any',
-    });
-    runs = [...running, ...queued].sort((a, b) => compareIds(a.id, b.id));
-    tiRows =
-      runs.length === 0
-        ? []
-        : await listTisOfRuns(
-            ctx.sql,
-            runs.map((r) => r.id),
-          );
-  }
+  const { runs, tiRows, freshened } = targeted
+    ? await readTargeted(ctx, targeted, opts.queued, result)
+    : await readFull(ctx, opts.waiting ?? 'all');
   await freshened;
   // Their work is offered again now: a refusal in this step lists them again.
   ctx.roomWaiters?.reading(runs.map((r) => r.id));
@@ -163,6 +102,127 @@ export async function plan(
   const ended = await writeAndOffer(ctx, running, reasons, result);
 
   // Then queued runs, oldest first, while their DAG has room, advanced at once.
+  await startQueued(
+    ctx,
+    { runs, tisByRun, ended, targeted: targeted !== null, heldBackEndedAhead },
+    reasons,
+    decide,
+    result,
+  );
+
+  try {
+    await setPendingReasons(ctx.sql, reasons);
+    // So that a step deciding from memory does not write them again.
+    ctx.memory?.noteReasons(reasons);
+  } catch (err) {
+    result.errors++;
+    ctx.counters.error('plan.reasons', err);
+  }
+  return result;
+}
+
+interface PlannerRead {
+  runs: ActiveRun[];
+  tiRows: PlannerTi[];
+  /** Settles when what the agents executor places from has been read again, if it was asked to be. */
+  freshened: Promise<void> | undefined;
+}
+
+/** A targeted step's read: these runs (most already in the planner's memory) and, with `queued`, the oldest queued. */
+async function readTargeted(
+  ctx: SchedulerContext,
+  targeted: string[],
+  queued: number | undefined,
+  result: PlanResult,
+): Promise<PlannerRead> {
+  let freshened: Promise<void> | undefined;
+  // Runs read right behind the ends of their attempts need no read of their own; for the rest
+  // the ids are known, so both reads go out at once.
+  const ahead = ctx.memory?.takeReads(targeted) ?? new Map<string, RunRead>();
+  // Runs whose plan ahead applied are decided from the planner's memory of them, now current.
+  for (const [id, read] of ctx.memory?.takeCurrent(targeted.filter((id) => !ahead.has(id))) ?? []) ahead.set(id, read);
+  const rest = ahead.size === 0 ? targeted : targeted.filter((id) => !ahead.has(id));
+  // A step that reads runs, or starts one, reads along with them what the agents executor
+  // places from if it is getting old, so agent work can be claimed with its move (a step that
+  // only goes on with runs read behind their ends does not wait for it).
+  if (rest.length > 0 || queued || [...ahead.values()].some((r) => r.run.state === 'queued'))
+    freshened = ctx.dispatcher.freshenPlacement();
+  const [runs, tiRows] =
+    rest.length === 0
+      ? [[], []]
+      : await Promise.all([activeRuns(ctx.sql, ctx.maxRunsPerStep, { runIds: rest }), listTisOfRuns(ctx.sql, rest)]);
+  for (const { run, tis } of ahead.values()) {
+    runs.push(run);
+    tiRows.push(...tis);
+  }
+  if (queued) {
+    // As many as the dispatch pool takes now, and at least as many as were asked for.
+    const room = Math.min(ctx.maxRunsPerStep, Math.max(queued, ctx.dispatcher.room()));
+    const more =
+      room > 0 ? await readQueued(ctx, result, 'any', new Set(runs.map((r) => r.id)), room) : { runs: [], tis: [] };
+    runs.push(...more.runs);
+    tiRows.push(...more.tis);
+  }
+  runs.sort((a, b) => compareIds(a.id, b.id));
+  return { runs, tiRows, freshened };
+}
+
+/**
+ * A full step's read: the running runs with work waiting on the planner, the sweep's next
+ * stretch of running runs, and queued runs taken fairly across DAGs.
+ */
+async function readFull(ctx: SchedulerContext, waitingOn: 'retries' | 'all'): Promise<PlannerRead> {
+  // Everything is read now: reads kept from before are older than this one.
+  ctx.memory?.dropReads();
+  const freshened = ctx.dispatcher.freshenPlacement();
+  // Running runs: those with work waiting on the planner (a retry due; when a nudge asked for
+  // everything, e.g. an agent connected or this replica was elected, every TI scheduled and not
+  // yet claimed too, since what it waited for may have come: the tick leaves those to the
+  // events that concern them and to the sweep), and the sweep's next stretch, on from where the
+  // last full step stopped, so every running run is looked at within a known number of ticks
+  // however many there are, while a step reads only a bounded number of them. Then queued
+  // runs, fairly across DAGs, up to `maxRunsPerStep` active runs in all but always some: a
+  // queued run (a cron run, say) makes progress however many runs are running.
+  const sweepSize = ctx.sweepRunsPerStep ?? ctx.maxRunsPerStep;
+  const [waiting, swept] = await Promise.all([
+    activeRuns(ctx.sql, ctx.maxRunsPerStep, { waiting: waitingOn }),
+    activeRuns(ctx.sql, sweepSize, { running: true, after: ctx.sweep?.cursor ?? '0' }),
+  ]);
+  if (ctx.sweep) ctx.sweep.cursor = swept.length < sweepSize ? '0' : swept[swept.length - 1]!.id;
+  const running = [...new Map([...waiting, ...swept].map((r) => [r.id, r])).values()];
+  const queued = await activeRuns(ctx.sql, Math.max(MIN_QUEUED_PER_STEP, ctx.maxRunsPerStep - running.length), {
+    queuedOf: 'any',
+  });
+  const runs = [...running, ...queued].sort((a, b) => compareIds(a.id, b.id));
+  const tiRows =
+    runs.length === 0
+      ? []
+      : await listTisOfRuns(
+          ctx.sql,
+          runs.map((r) => r.id),
+        );
+  return { runs, tiRows, freshened };
+}
+
+/**
+ * Starts the queued runs read, oldest first, while their DAG has room (`max_active_runs`), with
+ * the queued runs of DAGs that runs ending in this step made room in; the rest get their reason.
+ */
+async function startQueued(
+  ctx: SchedulerContext,
+  step: {
+    runs: ActiveRun[];
+    tisByRun: Map<string, PlannerTi[]>;
+    /** Runs that ended in this step. */
+    ended: Set<string>;
+    targeted: boolean;
+    heldBackEndedAhead: string[];
+  },
+  reasons: Map<string, string | null>,
+  decide: (run: ActiveRun, start: boolean, into: DecidedRun[]) => Promise<void>,
+  result: PlanResult,
+): Promise<void> {
+  const { runs, tisByRun, ended } = step;
   let queued = runs.filter((r) => r.state === 'queued');
   // Running runs per DAG as read with the runs, less those that ended in this step.
   const counts = new Map<string, number>();
@@ -170,11 +230,11 @@ export async function plan(
   for (const r of runs) if (ended.has(r.id) && counts.has(r.dag_id)) counts.set(r.dag_id, counts.get(r.dag_id)! - 1);
   const heldBack = ctx.heldBackDags;
   const roomMade =
-    targeted && heldBack
+    step.targeted && heldBack
       ? [
           ...new Set([
             ...runs.filter((r) => ended.has(r.id) && heldBack.has(r.dag_id)).map((r) => r.dag_id),
-            ...heldBackEndedAhead,
+            ...step.heldBackEndedAhead,
           ]),
         ]
       : [];
@@ -209,16 +269,6 @@ export async function plan(
     }
     await writeAndOffer(ctx, starting, reasons, result);
   }
-
-  try {
-    await setPendingReasons(ctx.sql, reasons);
-    // So that a step deciding from memory does not write them again.
-    ctx.memory?.noteReasons(reasons);
-  } catch (err) {
-    result.errors++;
-    ctx.counters.error('plan.reasons', err);
-  }
-  return result;
 }
 
 /** Writes the decided runs' moves (one statement), ends the runs that are done (one more), and
