@@ -12,21 +12,10 @@ export interface RunRead {
 const MAX_RUNS = 10_000;
 
 /**
- * What the leader's planner holds of runs between steps, so that it need not read them first:
- *
- * - reads of runs taken for their next step: sent right behind their attempts' ends on the report
- *   batcher's connection (Postgres runs them after the ends, so they see them), or a run as created;
- * - what the planner last knew of each running run, as its last step (or plan ahead) left it: what
- *   an end is planned ahead from (plan-ahead.ts), and what the step after that end decides from
- *   once the plan ahead has applied (it is then current);
- * - the runs ended ahead, in the round trip of their last attempt's end.
- *
- * All of it is a hint, never truth: every planner write is guarded by the run's plan epoch and
- * the states it assumed (db/plan/apply-plans.ts), so an out-of-date hint costs a plan that does
- * not apply or a read later, never a wrong move. News of a run from anywhere else (a trigger, a
- * clear, a cancel, another replica) is told with `changed`, which drops everything held of it and
- * refuses what is still on its way; a replica that stops leading calls `clear`. The other methods
- * are the planner's own bookkeeping of what it read, decided and sent.
+ * What the leader's planner holds of runs between steps, so that it need not read them first: reads
+ * sent behind ends, what it last knew of each running run, and runs ended ahead. All of it is a
+ * hint, never truth: every planner write is guarded by the run's plan epoch and the states it
+ * assumed (db/plan/apply-plans.ts), so a stale hint costs a plan that does not apply, never a wrong move.
  */
 export class PlannerMemory {
   /** One history for the whole memory: every event that may outdate something takes a number. */
@@ -59,7 +48,8 @@ export class PlannerMemory {
   /**
    * These runs changed in a way nothing held here shows (every run, when none are named): their
    * reads and what was known of them are dropped, and reads and plans of them still on their way
-   * will not be kept or count as current.
+   * will not be kept or count as current. News of a run from anywhere but the planner's own
+   * bookkeeping (a trigger, a clear, a cancel, another replica) comes through here.
    */
   changed(runIds?: readonly string[]): void {
     if (!runIds || runIds.length === 0) return this.clear();
@@ -90,8 +80,9 @@ export class PlannerMemory {
 
   /**
    * Sends the reads of the runs of these TIs on `on` at once, before this returns (so they are
-   * pipelined behind whatever was `execute()`d on it just before: Postgres runs them after it),
-   * and keeps them once they answer. Never rejects: a failed read is only a read not kept.
+   * pipelined behind whatever was `execute()`d on it just before, the report batcher's ends:
+   * Postgres runs them after it, so they see the ends), and keeps them once they answer. Never
+   * rejects: a failed read is only a read not kept.
    */
   async readBehindEnds(on: Sql, tiIds: string[]): Promise<void> {
     if (tiIds.length === 0) return;
