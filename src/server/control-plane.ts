@@ -24,8 +24,7 @@ import { advertiseReplica } from '../db/replica-addresses.js';
 import { replicaSessionName } from '../db/replicas.js';
 import { createDispatcher } from '../dispatch/dispatcher.js';
 import type { Executor } from '../executors/executor.js';
-import { createKubernetesExecutor, type KubernetesExecutor } from '../executors/kubernetes/kubernetes-executor.js';
-import { loadKubeConfig } from '../executors/kubernetes/load-kube-config.js';
+import type { KubernetesExecutor } from '../executors/kubernetes/kubernetes-executor.js';
 import { createSubprocessExecutor } from '../executors/subprocess/subprocess-executor.js';
 import { LEADER_LOCK_KEY } from '../scheduler/leader.js';
 import { createScheduler, type Scheduler } from '../scheduler/scheduler.js';
@@ -172,7 +171,7 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       onStart: (how) => metrics.taskStarts.inc({ how: how.replace('-', '_') }),
     });
     const kubernetes = config.kubernetes
-      ? startKubernetesExecutor(config, {
+      ? await startKubernetesExecutor(config, {
           install: await installIdentity(sql),
           sql,
           reporter,
@@ -450,8 +449,11 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
   return plane;
 }
 
-/** The kubernetes executor of a replica whose config has one, on the store operations it needs. */
-function startKubernetesExecutor(
+/**
+ * The kubernetes executor of a replica whose config has one, on the store operations it needs.
+ * Loaded only then: the Kubernetes client alone takes longer to load than the rest of a warm start.
+ */
+async function startKubernetesExecutor(
   config: Config,
   d: {
     install: string;
@@ -462,8 +464,12 @@ function startKubernetesExecutor(
     tracing: ReplicaTracing | null;
     nudge(runIds: string[]): void;
   },
-): KubernetesExecutor {
+): Promise<KubernetesExecutor> {
   const k = config.kubernetes!;
+  const [{ createKubernetesExecutor }, { loadKubeConfig }] = await Promise.all([
+    import('../executors/kubernetes/kubernetes-executor.js'),
+    import('../executors/kubernetes/load-kube-config.js'),
+  ]);
   return createKubernetesExecutor({
     kubeConfig: loadKubeConfig(k.kubeconfig),
     pods: { ...k, install: d.install, killGraceMs: config.killGraceMs },

@@ -126,3 +126,27 @@ describe('what the CLI loads', () => {
     expect(matching(loaded, [/\/dist\/server\/config\//])).not.toEqual([]);
   });
 });
+
+describe('what the server loads', () => {
+  // @kubernetes/client-node alone took ~800 ms to load here, more than the rest of a warm start:
+  // a server that runs no pods must not pay for it (BENCHMARKS.md, startup).
+  it('a server without the kubernetes executor loads no Kubernetes client', async () => {
+    const log = path.join(scratchDir('leoflow-module-log-'), 'server.txt');
+    const own = await createTestDatabase();
+    const s = await startServer({
+      env: { DATABASE_URL: own.url, NODE_OPTIONS: `--import=${HOOK}`, LEOFLOW_MODULE_LOG: log },
+      args: ['--dags', 'examples'],
+    });
+    try {
+      const loaded = readFileSync(log, 'utf8').split('\n').filter(Boolean);
+      expect(loaded).toContain(`${DIST}/server/control-plane.js`);
+      // (The pod template's parser, config reading, is plain YAML and may load.)
+      expect(
+        matching(loaded, [/\/node_modules\/@kubernetes\//, /\/dist\/executors\/kubernetes\/kubernetes-executor\.js$/]),
+      ).toEqual([]);
+    } finally {
+      await s.stop();
+      await own.drop();
+    }
+  });
+});
