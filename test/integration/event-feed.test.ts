@@ -146,10 +146,13 @@ describe('event feed', () => {
     const reader = await feed.watch({ runId: '4001', afterSeq: 0n, maxBehind: 1000 });
     const first = await insert(pool, 4001, 10);
     expect((await take(stalled, 10)).map((e) => e.seq)).toEqual(first);
-    // 100 more wait for it, past its bound of 50; the next event that comes cuts it off.
+    expect((await take(reader, 10)).map((e) => e.seq)).toEqual(first);
+    // 100 more wait for it, past its bound of 50; the next event that comes cuts it off. (The feed
+    // reads up to the last seq taken, so a read that overlaps the insert may split these 100 in
+    // two: the second part then comes past the bound and cuts it off already. Either way once.)
     const more = await insert(pool, 4001, 100);
-    expect((await take(reader, 110)).map((e) => e.seq)).toEqual([...first, ...more]);
-    expect(cutOff).toBe(0);
+    expect((await take(reader, 100)).map((e) => e.seq)).toEqual(more);
+    expect(cutOff).toBeLessThanOrEqual(1);
     const last = await insert(pool, 4001, 1);
     expect((await take(reader, 1)).map((e) => e.seq)).toEqual(last);
     // Told when it happened, without a call to next() (a stream blocked on its client makes none).
