@@ -4,16 +4,11 @@ import type { SpanRecorder } from '../tracing/span-recorder.js';
 import { createChangeSignal } from './api/change-signal.js';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import type { AttemptReporter } from '../core/attempt.js';
 import { createAttemptStore } from '../db/attempt-store.js';
 import { readClusterGauges } from '../db/cluster-gauges.js';
-import { activeAttemptsOf } from '../db/attempts/active-attempts-of.js';
 import { claimAttempt } from '../db/attempts/claim-attempt.js';
-import { endLostAttempt } from '../db/attempts/end-lost-attempt.js';
-import { notePendingReason } from '../db/attempts/note-pending-reason.js';
 import { releaseClaim } from '../db/attempts/release-claim.js';
 import { createReportBatcher } from '../db/attempts/report-batcher.js';
-import { forgetAgent } from '../db/forget-agent.js';
 import { currentLeaderId } from '../db/leader.js';
 import { createLogWriter } from '../db/log-writer.js';
 import { latestMigration, pendingMigrations } from '../db/migrate.js';
@@ -24,7 +19,6 @@ import { advertiseReplica } from '../db/replica-addresses.js';
 import { replicaSessionName } from '../db/replicas.js';
 import { createDispatcher } from '../dispatch/dispatcher.js';
 import type { Executor } from '../executors/executor.js';
-import type { KubernetesExecutor } from '../executors/kubernetes/kubernetes-executor.js';
 import { createSubprocessExecutor } from '../executors/subprocess/subprocess-executor.js';
 import { LEADER_LOCK_KEY } from '../scheduler/leader.js';
 import { createScheduler, type Scheduler } from '../scheduler/scheduler.js';
@@ -33,6 +27,7 @@ import { createAgentFleet } from './agents/fleet.js';
 import { apiRoutes } from './api/routes.js';
 import { prepareAuth } from './auth/prepare-auth.js';
 import { serveApi } from './api-server.js';
+import { startKubernetesExecutor } from './kubernetes-executor-wiring.js';
 import { startTlsReloader } from './auth/tls-reloader.js';
 import { applyDagPaths } from './dags/apply-dag-paths.js';
 import type { Config } from './config/config.js';
@@ -447,51 +442,4 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
   }
   announce();
   return plane;
-}
-
-/**
- * The kubernetes executor of a replica whose config has one, on the store operations it needs.
- * Loaded only then: the Kubernetes client alone takes longer to load than the rest of a warm start.
- */
-async function startKubernetesExecutor(
-  config: Config,
-  d: {
-    install: string;
-    sql: Sql;
-    reporter: AttemptReporter;
-    logger: Logger;
-    metrics: Metrics;
-    tracing: ReplicaTracing | null;
-    nudge(runIds: string[]): void;
-  },
-): Promise<KubernetesExecutor> {
-  const k = config.kubernetes!;
-  const [{ createKubernetesExecutor }, { loadKubeConfig }] = await Promise.all([
-    import('../executors/kubernetes/kubernetes-executor.js'),
-    import('../executors/kubernetes/load-kube-config.js'),
-  ]);
-  return createKubernetesExecutor({
-    kubeConfig: loadKubeConfig(k.kubeconfig),
-    pods: { ...k, install: d.install, killGraceMs: config.killGraceMs },
-    reporter: d.reporter,
-    store: {
-      lost: async (a, error) => {
-        const runId = await endLostAttempt(d.sql, a, error, 'pod_lost');
-        if (runId === null) return false;
-        d.metrics.agentLost.inc();
-        d.nudge([runId]);
-        return true;
-      },
-      pending: (a, reason) => notePendingReason(d.sql, a, reason),
-      podGone: async (name) => void (await forgetAgent(d.sql, name, 3 * config.heartbeatIntervalMs)),
-      active: () => activeAttemptsOf(d.sql, 'kubernetes'),
-    },
-    logger: d.logger.child({ executor: 'kubernetes' }),
-    ...(d.tracing ? { podCreated: (c: Parameters<ReplicaTracing['podCreated']>[0]) => d.tracing!.podCreated(c) } : {}),
-    metrics: {
-      podCreated: () => d.metrics.podsCreated.inc(),
-      podCreateError: (reason) => d.metrics.podCreateErrors.inc({ reason }),
-      podStarted: (seconds) => d.metrics.podStartLatency.observe(seconds),
-    },
-  });
 }
