@@ -100,7 +100,14 @@ describe.each(EDITIONS)('zombie report after reassignment ($edition)', ({ editio
         return r?.state === 'success';
       },
       20_000,
-    );
+    ).catch(async (err: Error) => {
+      // Timed out once in CI's second pass (the machine's Postgres) and never alone: say where it stood.
+      const tis = await db.sql`select state, try_number, heartbeat_at, started_at, error from task_instances
+        where run_id = ${runId}`;
+      const events = await db.sql`select at, kind, payload from events where run_id = ${runId} order by seq`;
+      const said = b.logs.filter((l) => ['warn', 'error', 40, 50].includes(l.level as string)).slice(-20);
+      throw new Error(`${err.message}\n${JSON.stringify({ tis, events, said }, null, 1)}`);
+    });
     const [afterB] = await db.sql<{ try_number: number; state: string; exit_code: number; ended_at: Date }[]>`
       select try_number, state, exit_code, ended_at from task_instances where run_id = ${runId}`;
     expect(afterB).toMatchObject({ try_number: 2, state: 'success', exit_code: 0 });
