@@ -29,13 +29,12 @@ import { prepareAuth } from './auth/prepare-auth.js';
 import { serveApi } from './api-server.js';
 import { startKubernetesExecutor } from './kubernetes-executor-wiring.js';
 import { startTlsReloader } from './auth/tls-reloader.js';
-import { applyDagPaths } from './dags/apply-dag-paths.js';
+import { applyParsedDags, parseDagPaths } from './dags/apply-dag-paths.js';
 import type { Config } from './config/config.js';
 import { createDagParser } from './dags/dag-parser.js';
-import { openDatabase, type Database } from './database.js';
+import { openStorage, type Storage } from './open-storage.js';
 import { createHealth } from './observability/health.js';
 import { shutdownDeadline } from './shutdown-deadline.js';
-import { lockStateDir } from './state-dir-lock.js';
 import {
   createMetrics,
   historyCounters,
@@ -84,20 +83,28 @@ export interface ControlPlane {
 /**
  * Wires one control-plane replica: the database, the executors behind the dispatcher, the
  * scheduler behind the leader lock, and the API. Every replica serves the API; only the leader
- * steps. Wiring only: each part is built in its own module.
+ * steps. Wiring only: each part is built in its own module. `storage` is opened here unless the
+ * caller has started opening it already (the CLI does, while this module loads).
  */
-export async function startControlPlane(config: Config, logger: Logger): Promise<ControlPlane> {
+export async function startControlPlane(
+  config: Config,
+  logger: Logger,
+  storage: Promise<Storage> = openStorage(config, logger),
+): Promise<ControlPlane> {
   const started = performance.now();
-  // One server per state directory, taken before anything in it is touched: a second server
-  // refuses here, naming the first, and never reaches the first's embedded Postgres.
-  const lock = lockStateDir(config.stateDir);
-  let db: Database;
+  // The DAG files are parsed while the database opens and the replica is wired: the parser's
+  // worker thread takes about as long to boot as a warm Postgres takes to start.
+  const parser = createDagParser({ maxThreads: 1, timeoutMs: 10_000, defaultExecutor: config.executor });
+  const parsedDags = parseDagPaths(config.dags, (source, file) => parser.parse(source, file));
+  parsedDags.catch(() => {}); // a bad file fails the start where the files are applied
+  let opened: Storage;
   try {
-    db = await openDatabase(config, logger);
+    opened = await storage;
   } catch (err) {
-    lock.release();
+    await parser.close();
     throw err;
   }
+  const { lock, db } = opened;
   const { sql } = db;
   // Aborted when a stop runs out of time: the reports and log lines retried through a database
   // outage are then left to the next start (the attempts' folders keep them).
@@ -252,7 +259,6 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
     scheduler = sched;
     let closing: Promise<void> | null = null;
 
-    const parser = createDagParser({ maxThreads: 1, timeoutMs: 10_000, defaultExecutor: config.executor });
     cleanups.push(() => parser.close());
     let api: { listening(): boolean } | null = null;
     const health = createHealth({
@@ -302,10 +308,8 @@ export async function startControlPlane(config: Config, logger: Logger): Promise
       : null;
     if (metricsServer) cleanups.push(() => metricsServer.close());
 
-    if (config.dags.length > 0) {
-      const applied = await applyDagPaths(config.dags, (source, file) => parser.parse(source, file), sql);
-      for (const a of applied) logger.info({ dagId: a.dagId, file: a.file, outcome: a.outcome }, 'applied DAG file');
-    }
+    for (const a of await applyParsedDags(await parsedDags, sql))
+      logger.info({ dagId: a.dagId, file: a.file, outcome: a.outcome }, 'applied DAG file');
 
     const listener = listen(
       db.url,

@@ -99,11 +99,21 @@ export function registerServer(program: Command): void {
     }
     // Loaded here, not at the top: the client commands should not pay for the server's modules.
     const { createLogger } = await import('../../core/logger.js');
-    const { startControlPlane } = await import('../../server/control-plane.js');
     const logger = createLogger({ level: config.logLevel, format: config.logFormat, replicaId: config.replicaId });
+    // The database starts (Lite's embedded Postgres, the migrations) while the control plane's
+    // many modules load: a warm start waits for the slower of the two, not for both in turn.
+    const { openStorage } = await import('../../server/open-storage.js');
+    const storage = openStorage(config, logger);
+    storage.catch(() => {}); // its failure is the start's, reported below; not an unhandled one meanwhile
     let plane;
     try {
-      plane = await startControlPlane(config, logger);
+      const { startControlPlane } = await import('../../server/control-plane.js').catch(async (err: unknown) => {
+        const opened = await storage.catch(() => null);
+        await opened?.db.close(1, 'start-failed');
+        opened?.lock.release();
+        throw err;
+      });
+      plane = await startControlPlane(config, logger, storage);
     } catch (err) {
       // One plain line whatever the log format: a person reads it, at a terminal or in CI's
       // output; the stack is there for who asks for debug logs.
