@@ -72,3 +72,10 @@ export function parseId(field: string, value: string): string {
   }
   return value;
 }
+
+/** A name the request must give. Its length and characters were checked with every string of the
+ *  request, before the handler (check-request-fields.ts). */
+export function required(field: string, value: string): string {
+  if (value.trim() === '') throw new InvalidArgumentError(field, 'is required');
+  return value;
+}

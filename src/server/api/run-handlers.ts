@@ -1,0 +1,172 @@
+import type { ServiceImpl } from '@connectrpc/connect';
+import type { WorkflowService } from '../../gen/leoflow/v1/workflow_pb.js';
+import type { WorkflowDeps } from './workflow-deps.js';
+import { randomBytes } from 'node:crypto';
+import { actorPayload } from '../../core/actor.js';
+import { parseTraceparent, parseTracestate } from '../../core/trace-context.js';
+import { cancelRun } from '../../db/cancel-run.js';
+import { cancelTaskInstance } from '../../db/cancel-task-instance.js';
+import { clearTaskInstance } from '../../db/clear-task-instance.js';
+import { dagExists } from '../../db/dags.js';
+import { triggeredBy } from '../../db/events/triggered-by.js';
+import { createRunOfDag, getRunView, listRuns } from '../../db/runs.js';
+import { listTiViews } from '../../db/tis.js';
+import { callerOf } from '../auth/caller.js';
+import { FailedPreconditionError, InvalidArgumentError, NotFoundError, parseId, required } from './errors.js';
+import { parseConf } from './parse-conf.js';
+import { pageOfRuns } from './runs-page.js';
+import { runStateOfWire, runToProto, tiToProto } from './to-proto.js';
+
+/** The WorkflowService's run handlers: trigger, read, cancel, and clear or cancel one task instance. */
+export function runHandlers(
+  deps: WorkflowDeps,
+): Pick<
+  ServiceImpl<typeof WorkflowService>,
+  'triggerRun' | 'getRun' | 'listRuns' | 'cancelRun' | 'listTaskInstances' | 'clearTaskInstance' | 'cancelTaskInstance'
+> {
+  const { sql } = deps;
+  return {
+    async triggerRun(req, ctx) {
+      const by = callerOf(ctx);
+      const dagId = required('dag_id', req.dagId);
+      // W3C trace context from gRPC metadata or an HTTP header (both are headers here). One that
+      // does not parse is ignored, as the spec asks: the run starts a trace of its own.
+      const callerParent = parseTraceparent(ctx.requestHeader.get('traceparent'));
+      const caller = callerParent
+        ? { traceparent: callerParent, tracestate: parseTracestate(ctx.requestHeader.get('tracestate')) }
+        : undefined;
+      const conf = parseConf(req.confJson);
+      if (req.runKey !== '' && !/^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}$/.test(req.runKey)) {
+        throw new InvalidArgumentError(
+          'run_key',
+          'must be 1-200 characters of letters, digits and _ . : + -, starting with a letter or digit',
+        );
+      }
+      const now = new Date();
+      const runKey = req.runKey || `manual__${now.toISOString()}__${randomBytes(3).toString('hex')}`;
+      // One statement: the DAG's current version is read and the run made from it.
+      const result = await createRunOfDag(sql, {
+        dagId,
+        runKey,
+        runType: 'manual',
+        logicalDate: now,
+        conf,
+        defaultExecutor: deps.defaultExecutor,
+        by,
+        ...(caller ? { caller } : {}),
+      }).catch((err: unknown) => {
+        // 23503: the DAG was deleted while the run was being made (its foreign key found no DAG).
+        if ((err as { code?: string }).code === '23503') return null;
+        throw err;
+      });
+      if (!result) throw new NotFoundError(`DAG "${dagId}" not found`);
+      if (result.created) {
+        deps.logger.info({ runId: result.run.id, dagId, runKey, ...actorPayload(by) }, 'run triggered');
+        if (result.read && deps.runCreated) {
+          deps.runCreated({
+            run: {
+              ...result.run,
+              spec: result.read.spec,
+              dag_paused: result.read.dagPaused,
+              running_in_dag: result.read.runningInDag,
+            },
+            tis: result.read.tis,
+          });
+        } else deps.nudge([result.run.id]);
+      }
+      return { run: runToProto(result.run), created: result.created };
+    },
+
+    async getRun(req) {
+      const runId = parseId('run_id', req.runId);
+      const [run, tis, by] = await Promise.all([
+        getRunView(sql, runId),
+        listTiViews(sql, runId),
+        triggeredBy(sql, runId),
+      ]);
+      if (!run) throw new NotFoundError(`run ${runId} not found`);
+      return { run: runToProto(run, by), taskInstances: tis.map(tiToProto) };
+    },
+
+    async listRuns(req) {
+      if (req.limit < 0 || req.limit > 1000)
+        throw new InvalidArgumentError('limit', `must be between 0 and 1000, got ${req.limit}`);
+      const states = req.states.map(runStateOfWire);
+      const limit = req.limit || 50;
+      const beforeId = req.pageToken ? parseId('page_token', req.pageToken) : undefined;
+      // One more than asked for tells whether another page follows.
+      const runs = await listRuns(sql, { dagId: req.dagId || undefined, states, limit: limit + 1, beforeId });
+      // A DAG with runs exists (they are deleted with it): only an empty list needs the check.
+      if (req.dagId && runs.length === 0 && !beforeId && !(await dagExists(sql, req.dagId)))
+        throw new NotFoundError(`DAG "${req.dagId}" not found`);
+      return pageOfRuns(runs, limit);
+    },
+
+    async cancelRun(req, ctx) {
+      const by = callerOf(ctx);
+      const runId = parseId('run_id', req.runId);
+      const outcome = await cancelRun(sql, runId, by);
+      if (outcome.kind === 'not_found') throw new NotFoundError(`run ${runId} not found`);
+      if (outcome.kind === 'already_ended')
+        throw new FailedPreconditionError(`run ${runId} has already ended (${outcome.run.state})`);
+      deps.stopAttempts(outcome.stoppedTiIds, `run ${runId} cancelled`);
+      deps.logger.info({ runId, stopped: outcome.stoppedTiIds.length, ...actorPayload(by) }, 'run cancelled');
+      deps.nudge();
+      return { run: runToProto(outcome.run) };
+    },
+
+    async listTaskInstances(req) {
+      const runId = parseId('run_id', req.runId);
+      const tis = await listTiViews(sql, runId);
+      // Every run has task instances (a DAG has tasks): only none needs the run looked up.
+      if (tis.length === 0 && !(await getRunView(sql, runId))) throw new NotFoundError(`run ${runId} not found`);
+      return { taskInstances: tis.map(tiToProto) };
+    },
+
+    async clearTaskInstance(req, ctx) {
+      const by = callerOf(ctx);
+      const runId = parseId('run_id', req.runId);
+      const taskId = required('task_id', req.taskId);
+      const outcome = await clearTaskInstance(sql, { runId, taskId, downstream: req.downstream, by });
+      if (outcome.kind === 'run_not_found') throw new NotFoundError(`run ${runId} not found`);
+      if (outcome.kind === 'task_not_found') throw new NotFoundError(`run ${runId} has no task "${taskId}"`);
+      if (outcome.kind === 'not_ended') {
+        throw new FailedPreconditionError(
+          `task "${taskId}" of run ${runId} is ${outcome.ti.state}: only a task instance that has ended (success, failed, upstream_failed, skipped, cancelled) can be cleared`,
+        );
+      }
+      deps.logger.info(
+        {
+          runId,
+          taskId,
+          cleared: outcome.cleared.map((t) => t.task_id),
+          reopenedFrom: outcome.reopenedFrom ?? undefined,
+          ...actorPayload(by),
+        },
+        outcome.reopenedFrom ? `cleared ${taskId}; run re-opened` : `cleared ${taskId}`,
+      );
+      deps.nudge([runId]);
+      return { run: runToProto(outcome.run), cleared: outcome.cleared.map(tiToProto) };
+    },
+
+    async cancelTaskInstance(req, ctx) {
+      const by = callerOf(ctx);
+      const runId = parseId('run_id', req.runId);
+      const taskId = required('task_id', req.taskId);
+      const outcome = await cancelTaskInstance(sql, runId, taskId, by);
+      if (outcome.kind === 'run_not_found') throw new NotFoundError(`run ${runId} not found`);
+      if (outcome.kind === 'task_not_found') throw new NotFoundError(`run ${runId} has no task "${taskId}"`);
+      if (outcome.kind === 'already_ended') {
+        throw new FailedPreconditionError(`task "${taskId}" of run ${runId} has already ended (${outcome.ti.state})`);
+      }
+      if (outcome.mayHoldProcess) deps.stopAttempts([outcome.ti.id], `task ${taskId} of run ${runId} cancelled`);
+      deps.logger.info(
+        { runId, taskId, tiId: outcome.ti.id, was: outcome.was, ...actorPayload(by) },
+        `task ${taskId} cancelled`,
+      );
+      // The run goes on by its trigger rules: plan its downstream now.
+      deps.nudge([runId]);
+      return { taskInstance: tiToProto(outcome.ti) };
+    },
+  };
+}
