@@ -75,6 +75,28 @@ describe('createDagParser', () => {
     );
   });
 
+  it("refuses placement on a task of the server's default executor when that default is not agents", async () => {
+    const source = 'dag_id: p\ntasks:\n  - {id: a, command: x, placement: {labels: {gpu: nvidia}}}\n';
+    for (const defaultExecutor of ['subprocess', 'kubernetes']) {
+      const err = await rejection(parser({ defaultExecutor }).parse(source, 'dags/p.yaml'));
+      expect(err).toBeInstanceOf(DagValidationError);
+      expect((err as InstanceType<DagSpecModule['DagValidationError']>).issues).toEqual([
+        {
+          path: 'tasks[0].placement',
+          message: `applies only to tasks with executor: agents; this task's executor is ${defaultExecutor} (the server's default)`,
+        },
+      ]);
+    }
+    // Where the default is agents, placement chooses among them.
+    expect((await parser({ defaultExecutor: 'agents' }).parse(source, 'dags/p.yaml')).tasks[0]!.placement).toEqual({
+      labels: { gpu: 'nvidia' },
+      capabilities: [],
+      allowedAgents: [],
+      forbiddenAgents: [],
+      maxParallelPerAgent: null,
+    });
+  });
+
   it('fails an alias bomb fast', async () => {
     const levels = 'abcdefghij'.split('');
     const bomb = levels

@@ -8,7 +8,7 @@ import { attemptFromAssign } from '../../src/agent/attempt-messages.js';
 import { attemptOf } from '../../src/core/attempt-env.js';
 import type { Attempt } from '../../src/core/attempt.js';
 import { DagValidationError, type DagIssue } from '../../src/core/dag-spec.js';
-import { defaultExecutorSecretIssues } from '../../src/core/dag/check-secret-executor.js';
+import { defaultExecutorIssues } from '../../src/core/dag/check-secret-executor.js';
 import { parseDag } from '../../src/core/dag/parse-dag.js';
 import {
   MAX_SECRET_FILE_BYTES,
@@ -144,8 +144,8 @@ TOKEN: { secret: { kubernetes: { name: my-secret, key: token.txt } } }`,
       dag('TOKEN: { secret: { kubernetes: { name: s, key: k } } }\nA: { secret: { env: A } }'),
       FILE,
     );
-    expect(defaultExecutorSecretIssues(spec, 'kubernetes')).toEqual([]);
-    expect(defaultExecutorSecretIssues(spec, 'subprocess')).toEqual([
+    expect(defaultExecutorIssues(spec, 'kubernetes')).toEqual([]);
+    expect(defaultExecutorIssues(spec, 'subprocess')).toEqual([
       {
         path: 'tasks[0].env.TOKEN.secret.kubernetes',
         message:

@@ -5,6 +5,7 @@
  */
 import type { DagIssue, DagSpec, TaskSpec } from '../dag-spec.js';
 import { describeSecretRef } from '../secret-ref.js';
+import { placementExecutorIssues } from './check-placement-executor.js';
 
 /** Issues for each Kubernetes Secret of a task whose executor (resolved) is not `kubernetes`. */
 export function secretExecutorIssues(
@@ -25,9 +26,18 @@ export function secretExecutorIssues(
   return issues;
 }
 
-/** The same check for every task whose executor is `default`, now that the default is known. */
-export function defaultExecutorSecretIssues(spec: DagSpec, defaultExecutor: string): DagIssue[] {
+/**
+ * The checks a task's own executor gets as the file is read, for every task whose executor is
+ * `default`, now that the default is known: its Kubernetes Secrets, and its placement.
+ */
+export function defaultExecutorIssues(spec: DagSpec, defaultExecutor: string): DagIssue[] {
+  const why = ` (the server's default)`;
   return spec.tasks.flatMap((t, i) =>
-    t.executor === 'default' ? secretExecutorIssues(t, `tasks[${i}]`, defaultExecutor, ` (the server's default)`) : [],
+    t.executor === 'default'
+      ? [
+          ...secretExecutorIssues(t, `tasks[${i}]`, defaultExecutor, why),
+          ...placementExecutorIssues(t, `tasks[${i}]`, defaultExecutor, why),
+        ]
+      : [],
   );
 }

@@ -5,6 +5,7 @@
  */
 import { EXECUTOR_KINDS, PRIORITY_RANGE, TRIGGER_RULES, type DagIssue, type TaskSpec } from '../dag-spec.js';
 import { formatDuration } from '../duration.js';
+import { placementExecutorIssues } from './check-placement-executor.js';
 import { secretExecutorIssues } from './check-secret-executor.js';
 import { isMapping, readDuration, readEnum, readId, readInteger, readString } from './field-readers.js';
 import { describe, expected, keyPath, missing, unknownKey } from './issue-messages.js';
@@ -124,13 +125,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       message: `must be at least retry_delay (${formatDuration(retryDelayMs)}), got ${formatDuration(maxRetryDelayMs)}`,
     });
   }
-  if (task.placement && (task.executor === 'subprocess' || task.executor === 'kubernetes')) {
-    // Placement chooses among agents: on another executor it would be silently ignored.
-    issues.push({
-      path: `${path}.placement`,
-      message: `applies only to tasks with executor: agents; this task's executor is ${task.executor}`,
-    });
-  }
+  issues.push(...placementExecutorIssues(task, path, task.executor ?? 'default'));
   if (draft.id !== undefined) {
     // Self-dependencies are reported here, with the task, and kept out of the graph checks.
     draft.deps = draft.deps.filter((dep) => {

@@ -2,7 +2,7 @@ import { Piscina } from 'piscina';
 
 import { DagValidationError, type DagSpec } from '../../core/dag-spec.js';
 import { checkDagSourceSize } from '../../core/dag/check-dag-source-size.js';
-import { defaultExecutorSecretIssues } from '../../core/dag/check-secret-executor.js';
+import { defaultExecutorIssues } from '../../core/dag/check-secret-executor.js';
 import type { ParseDagInput, ParseDagResult } from './parse-dag-worker.js';
 
 /** Options of {@link createDagParser}. */
@@ -129,8 +129,7 @@ export function createDagParser(opts: DagParserOptions = {}): DagParser {
       inFlight -= 1;
     }
     if (result.ok) {
-      const issues =
-        opts.defaultExecutor === undefined ? [] : defaultExecutorSecretIssues(result.spec, opts.defaultExecutor);
+      const issues = opts.defaultExecutor === undefined ? [] : defaultExecutorIssues(result.spec, opts.defaultExecutor);
       if (issues.length > 0) throw new DagValidationError(file, issues);
       return result.spec;
     }
