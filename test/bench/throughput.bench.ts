@@ -69,7 +69,8 @@ async function setup(paused: boolean): Promise<Setup> {
   try {
     s = await startServer({
       env: { DATABASE_URL: db.url },
-      args: ['--heartbeat-interval', '1s', ...SERVER_ARGS, ...tracing.args],
+      // The TriggerRun rate row measures what the API can take, not the default per-client bound (200 a second).
+      args: ['--heartbeat-interval', '1s', '--max-token-writes', '100000', ...SERVER_ARGS, ...tracing.args],
       quiet: true,
     });
     const file = path.join(tmp, 'tp.yaml');

@@ -31,6 +31,8 @@ const HELP: Record<SettingKey, string> = {
   retention: 'remove finished runs (tasks, events, logs) this long after they ended, e.g. 30d; off keeps them',
   watch_buffer:
     'events a WatchRun/WatchRuns stream may fall behind before it is cut off (RESOURCE_EXHAUSTED), default 10000',
+  max_token_writes:
+    'the writes (trigger, cancel, clear, pause, apply, delete, drain, token changes) one API token, or with auth off one host, may make a second, default 200',
   max_token_streams:
     'with auth on: the open streams (watches, log follows, agent streams) one API token may hold, default 256',
   agent_retention:

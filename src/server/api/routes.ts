@@ -19,6 +19,7 @@ import { TokenService } from '../../gen/leoflow/v1/token_pb.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { TokenAuthenticator } from '../auth/token-authenticator.js';
 import { tokenGuard } from '../auth/token-guard.js';
+import { WriteLimiter, writeLimit } from '../auth/write-limiter.js';
 import type { TokenStreams } from '../auth/token-streams.js';
 import { createTokenService } from './token-service.js';
 import type { DagParser } from '../dags/dag-parser.js';
@@ -40,7 +41,7 @@ export function apiRoutes(o: {
   logger: Logger;
   config: Config;
   auth: { required: boolean; authenticator: TokenAuthenticator; streams?: TokenStreams };
-  metrics: Pick<Metrics, 'authDenied' | 'agentsForgotten'>;
+  metrics: Pick<Metrics, 'authDenied' | 'apiLimited' | 'agentsForgotten'>;
   parser: DagParser;
   scheduler: Scheduler;
   fleet: AgentFleet;
@@ -69,8 +70,19 @@ export function apiRoutes(o: {
     // Who the caller is comes first: a replica's role is no business of an unauthenticated caller.
     interceptors: [
       ...(o.auth.required
-        ? [tokenGuard(o.auth.authenticator, (code, rpc) => o.metrics.authDenied.inc({ code, rpc }), o.auth.streams)]
+        ? [
+            tokenGuard(
+              o.auth.authenticator,
+              (code, rpc) => o.metrics.authDenied.inc({ code, rpc }),
+              o.auth.streams,
+              (rpc) => o.metrics.apiLimited.inc({ limit: 'streams', rpc }),
+            ),
+          ]
         : []),
+      // Per replica: a client that spreads its writes over replicas gets each one's allowance.
+      writeLimit(new WriteLimiter(config.maxTokenWrites), o.auth.required, (rpc) =>
+        o.metrics.apiLimited.inc({ limit: 'writes', rpc }),
+      ),
       roleGuard(config.role, config.replicaId),
       checkRequestFields({ idChars: LIMITS.idChars, stringChars: LIMITS.stringChars, echo }),
     ],

@@ -20,6 +20,7 @@ export function tokenGuard(
   auth: TokenAuthenticator,
   denied: (code: 'unauthenticated' | 'permission_denied', rpc: string) => void,
   streams?: TokenStreams,
+  streamsLimited?: (rpc: string) => void,
 ): Interceptor {
   const needs = new Map([...RPC_ROLES].map(([m, role]) => [key(m), role]));
   const open = new Set(HELLO_AUTHENTICATED.map(key));
@@ -50,7 +51,14 @@ export function tokenGuard(
     // The handler records who wrote by this id (caller.ts).
     req.contextValues.set(callerKey, { ...req.contextValues.get(callerKey), id: who.token.id });
     const streaming = req.method.methodKind === 'server_streaming' || req.method.methodKind === 'bidi_streaming';
-    if (streaming) streams?.admit(who.token.id);
+    if (streaming) {
+      try {
+        streams?.admit(who.token.id);
+      } catch (err) {
+        streamsLimited?.(rpc);
+        throw err;
+      }
+    }
     const res = await next(req);
     // A stream (a watch, a log follow) lives only as long as its token: cut when it is revoked
     // or expires (token-streams.ts).

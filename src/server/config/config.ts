@@ -58,6 +58,8 @@ export interface Config {
   watchBufferEvents: number;
   /** With auth on: the open streams one API token may hold (RESOURCE_EXHAUSTED past it). */
   maxTokenStreams: number;
+  /** The writes a second one API token (with auth off, one host) may make (RESOURCE_EXHAUSTED past it). */
+  maxTokenWrites: number;
   /** An agent with no stream and no attempt is forgotten (its row deleted) this long after it was
    *  last seen; null: remembered for ever. */
   agentRetentionMs: number | null;

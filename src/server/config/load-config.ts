@@ -152,6 +152,7 @@ export function loadConfig(
     agentRetentionMs: get('agent_retention', retention('7d'), (7 * 86_400_000) as number | null),
     watchBufferEvents: get('watch_buffer', positiveInt, 10_000),
     maxTokenStreams: get('max_token_streams', positiveInt, 256),
+    maxTokenWrites: get('max_token_writes', positiveInt, 200),
     otlpEndpoint: get('otlp_endpoint', otlpTracesUrl, null as string | null),
     agentToken: get('agent_token', nonEmpty, null as string | null),
     tls,

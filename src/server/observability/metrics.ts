@@ -156,6 +156,12 @@ export function createMetrics(opts: { role?: string } = {}) {
       labelNames: ['table'],
       registers: [registry],
     }),
+    apiLimited: new Counter({
+      name: 'leoflow_api_limited_total',
+      help: "API calls refused for a client's bound: limit writes (--max-token-writes) or streams (--max-token-streams), by RPC",
+      labelNames: ['limit', 'rpc'],
+      registers: [registry],
+    }),
     authDenied: new Counter({
       name: 'leoflow_api_auth_denied_total',
       help: 'API calls refused by the token guard: code unauthenticated (no, unknown, revoked or expired token) or permission_denied (role too weak), by RPC',

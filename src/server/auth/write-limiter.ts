@@ -1,0 +1,71 @@
+import { Code, ConnectError, type Interceptor } from '@connectrpc/connect';
+import type { DescMethod } from '@bufbuild/protobuf';
+import { callerKey } from './caller.js';
+import { RPC_ROLES } from './rpc-roles.js';
+
+/** Past this many callers, the buckets that have refilled (their callers quiet) are dropped. */
+const SWEEP_AT = 1_024;
+
+/**
+ * Writes a second for each caller, as token buckets: a caller may make `perSecond` writes a
+ * second on average and `perSecond` at once after a quiet second. One client's flood is refused
+ * before it costs the database anything, and every other client's writes go on.
+ */
+export class WriteLimiter {
+  readonly #buckets = new Map<string, { tokens: number; at: number }>();
+
+  constructor(
+    readonly perSecond: number,
+    readonly now: () => number = () => performance.now(),
+  ) {}
+
+  /** Takes one write for `caller`: null when it may go, else the ms until one more may. */
+  take(caller: string): number | null {
+    const t = this.now();
+    let b = this.#buckets.get(caller);
+    if (b) {
+      b.tokens = Math.min(this.perSecond, b.tokens + ((t - b.at) * this.perSecond) / 1000);
+      b.at = t;
+    } else {
+      if (this.#buckets.size >= SWEEP_AT) this.#sweep(t);
+      this.#buckets.set(caller, (b = { tokens: this.perSecond, at: t }));
+    }
+    if (b.tokens >= 1) {
+      b.tokens -= 1;
+      return null;
+    }
+    // Less a hair, so a float's last bit never adds a millisecond.
+    return Math.ceil(((1 - b.tokens) * 1000) / this.perSecond - 1e-9);
+  }
+
+  /** Callers quiet for a second have full buckets: forgetting them changes nothing. */
+  #sweep(t: number): void {
+    for (const [caller, b] of this.#buckets) if (t - b.at >= 1000) this.#buckets.delete(caller);
+  }
+}
+
+const key = (m: DescMethod) => `${m.parent.typeName}/${m.name}`;
+
+/**
+ * Holds every caller to `--max-token-writes`: the RPCs that write (those an operator or an admin
+ * needs) take from the caller's bucket, after the token guard has named the caller. The caller is
+ * its API token (`byToken`: auth is on), or with auth off the peer's host. Refused: RESOURCE_EXHAUSTED naming the limit,
+ * and `retry-after-ms` in the trailers says when one more write would be let in.
+ */
+export function writeLimit(limiter: WriteLimiter, byToken: boolean, refused: (rpc: string) => void): Interceptor {
+  const writes = new Set([...RPC_ROLES].filter(([, role]) => role !== 'viewer').map(([m]) => key(m)));
+  return (next) => async (req) => {
+    if (!writes.has(`${req.service.typeName}/${req.method.name}`)) return next(req);
+    const caller = req.contextValues.get(callerKey);
+    const who = byToken ? `API token "${caller.id}"` : `caller ${caller.id} at ${caller.peer.replace(/:\d+$/, '')}`;
+    const waitMs = limiter.take(who);
+    if (waitMs === null) return next(req);
+    refused(req.method.name);
+    throw new ConnectError(
+      `${req.method.name}: ${who} made more than ` +
+        `${limiter.perSecond} writes a second, the limit (--max-token-writes ${limiter.perSecond}): retry in ${waitMs} ms`,
+      Code.ResourceExhausted,
+      { 'retry-after-ms': String(waitMs) },
+    );
+  };
+}

@@ -1,0 +1,40 @@
+import { describe, expect, it } from 'vitest';
+import { WriteLimiter } from '../../src/server/auth/write-limiter.js';
+
+describe('WriteLimiter', () => {
+  it('lets a caller make perSecond writes at once, then one every 1/perSecond s, and says how long to wait', () => {
+    let now = 0;
+    const l = new WriteLimiter(4, () => now);
+    expect([l.take('a'), l.take('a'), l.take('a'), l.take('a')]).toEqual([null, null, null, null]);
+    expect(l.take('a')).toBe(250);
+    now = 100;
+    expect(l.take('a')).toBe(150);
+    now = 250;
+    expect(l.take('a')).toBeNull();
+    expect(l.take('a')).toBe(250);
+    // A quiet second refills the bucket, but never past perSecond.
+    now = 10_000;
+    expect(Array.from({ length: 5 }, () => l.take('a'))).toEqual([null, null, null, null, 250]);
+  });
+
+  it("holds each caller to its own bucket: one's flood refuses no other", () => {
+    const l = new WriteLimiter(2, () => 0);
+    l.take('flood');
+    l.take('flood');
+    expect(l.take('flood')).toBe(500);
+    expect(l.take('other')).toBeNull();
+  });
+
+  it('forgets callers quiet for a second once it holds many, and keeps the ones still waiting', () => {
+    let now = 0;
+    const l = new WriteLimiter(1, () => now);
+    expect(l.take('busy')).toBeNull();
+    for (let i = 0; i < 1_100; i++) l.take(`quiet-${i}`);
+    now = 999;
+    // busy has not refilled: it must still be refused, though the map was swept meanwhile.
+    expect(l.take('busy')).toBe(1);
+    now = 2_500;
+    for (let i = 0; i < 1_100; i++) l.take(`later-${i}`);
+    expect(l.take('busy')).toBeNull();
+  });
+});
