@@ -1,5 +1,6 @@
 import http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
+import { boundConnections, type ConnectionBounds } from './connection-bounds.js';
 import { listenOn } from './listen-error.js';
 
 /** The API port's TLS (see config.ts): with it, HTTP/2 over TLS (ALPN h2) and HTTP/1.1 over TLS. */
@@ -27,6 +28,7 @@ export async function serveApi(
   host: string,
   port: number,
   tls: ApiTls | null = null,
+  bounds: ConnectionBounds | null = null,
 ): Promise<ApiServer> {
   // With TLS, HTTP/1.1 is let in beside HTTP/2 (ALPN picks), so Connect and gRPC-Web from
   // browsers and curl share the port with gRPC; a plain h2c client fails the handshake. Without
@@ -43,6 +45,7 @@ export async function serveApi(
         handler,
       )
     : http2.createServer(handler);
+  if (bounds) boundConnections(server, bounds);
   await listenOn(server, '--listen', host, port);
   // Agent streams never end on their own: the sessions are closed by hand at shutdown.
   const sessions = new Set<http2.ServerHttp2Session>();

@@ -297,7 +297,11 @@ export async function startControlPlane(
       clientCa: config.tls.clientCa,
       rejectUnauthorized: config.tls.clientAuth === 'all',
     };
-    const apiServer = await serveApi(routes, config.listenHost, config.listenPort, tls);
+    const apiServer = await serveApi(routes, config.listenHost, config.listenPort, tls, {
+      maxPerHost: config.maxHostConnections,
+      idleMs: config.idleConnectionTimeoutMs,
+      closed: (reason) => metrics.apiConnectionsClosed.inc({ reason }),
+    });
     api = apiServer;
     cleanups.push(() => apiServer.close());
     lock.setUrl(`${config.tls ? 'https' : 'http'}://${apiServer.address.host}:${apiServer.address.port}`);

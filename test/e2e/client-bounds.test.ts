@@ -1,18 +1,20 @@
 import { randomBytes } from 'node:crypto';
+import net from 'node:net';
 import { writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { startServer, type ServerProcess } from '../helpers/leoflow-process.js';
+import { startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
- * Issue 38: one client's flood of writes costs that client alone. Past `--max-token-writes` a
- * second, its writes are refused with RESOURCE_EXHAUSTED, naming the limit and, in the trailers,
- * how long to wait; another token's writes go on; the refusals are counted.
+ * Issue 38: one client's flood costs that client alone. Past `--max-token-writes` a second, its
+ * writes are refused with RESOURCE_EXHAUSTED, naming the limit and, in the trailers, how long to
+ * wait; past `--max-host-connections` its connections are closed as they come; a connection that
+ * carries no call is closed after `--idle-connection-timeout`. Other clients go on; all is counted.
  */
 
 const ADMIN = randomBytes(32).toString('base64url');
@@ -80,5 +82,77 @@ describe('--max-token-writes', () => {
     // Waiting as told lets the next write in.
     await new Promise((r) => setTimeout(r, Number(f.refused.at(-1)!.metadata.get('retry-after-ms')) + 50));
     expect((await flooder.workflow.triggerRun({ dagId: 'w' })).created).toBe(true);
+  });
+});
+
+/** Opens a TCP connection from `localAddress` to the server; resolves once connected. */
+function connectFrom(url: string, localAddress: string): Promise<net.Socket> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const s = net.connect({ host: hostname, port: Number(port), localAddress }, () => resolve(s));
+    s.once('error', reject);
+  });
+}
+
+/** Resolves true once the socket is closed by the server, false if it is still open after `ms`. */
+function closedWithin(s: net.Socket, ms: number): Promise<boolean> {
+  if (s.destroyed || s.readableEnded) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const t = setTimeout(() => resolve(false), ms);
+    s.once('close', () => (clearTimeout(t), resolve(true)));
+    s.resume();
+  });
+}
+
+describe('connections', () => {
+  it('holds one host to --max-host-connections (256 by default): more are closed at once, other hosts are served', async () => {
+    const s = await startServer({ env: { DATABASE_URL: db.url }, args: ['--dags', dagFile] });
+    servers.push(s);
+    // 127.0.0.2 is loopback too: the flooding host, apart from the test's own 127.0.0.1.
+    const held: net.Socket[] = [];
+    try {
+      for (let i = 0; i < 256; i++) held.push(await connectFrom(s.url, '127.0.0.2'));
+      const past = await Promise.all(Array.from({ length: 20 }, () => connectFrom(s.url, '127.0.0.2')));
+      held.push(...past);
+      for (const p of past) expect(await closedWithin(p, 2_000)).toBe(true);
+      // The 256 first are still open; another host's calls go on.
+      expect(await closedWithin(held[0]!, 200)).toBe(false);
+      expect((await createClients(s.url).workflow.triggerRun({ dagId: 'w' })).created).toBe(true);
+      const m = await scrapeMetrics(s.metricsUrl);
+      expect(m.get('leoflow_api_connections_closed_total{reason="host_connections"}')).toBe(20);
+    } finally {
+      for (const h of held) h.destroy();
+    }
+  });
+
+  it('closes a connection that carries no call for --idle-connection-timeout, and never one a quiet watch holds', async () => {
+    const s = await startServer({
+      env: { DATABASE_URL: db.url },
+      args: ['--dags', dagFile, '--idle-connection-timeout', '1s'],
+    });
+    servers.push(s);
+    const unused = await connectFrom(s.url, '127.0.0.1');
+    const api = createClients(s.url);
+    const ctl = new AbortController();
+    const seen: string[] = [];
+    const watch = (async () => {
+      for await (const b of api.workflow.watchRuns({}, { signal: ctl.signal }))
+        for (const e of b.events) seen.push(e.kind);
+    })().catch((err: unknown) => ConnectError.from(err));
+    try {
+      expect(await closedWithin(unused, 4_000)).toBe(true);
+      // The watch has been quiet for longer than the timeout, and still gets what happens next.
+      await new Promise((r) => setTimeout(r, 1_500));
+      const other = createClients(s.url);
+      const runId = (await other.workflow.triggerRun({ dagId: 'w' })).run!.runId;
+      await waitFor('the quiet watch sees the run', async () => seen.includes('run.state'), 10_000);
+      expect(runId).not.toBe('');
+      const m = await scrapeMetrics(s.metricsUrl);
+      expect(m.get('leoflow_api_connections_closed_total{reason="idle"}')).toBeGreaterThanOrEqual(1);
+    } finally {
+      ctl.abort();
+      expect((await watch)?.code).toBe(Code.Canceled);
+      unused.destroy();
+    }
   });
 });

@@ -31,6 +31,10 @@ const HELP: Record<SettingKey, string> = {
   retention: 'remove finished runs (tasks, events, logs) this long after they ended, e.g. 30d; off keeps them',
   watch_buffer:
     'events a WatchRun/WatchRuns stream may fall behind before it is cut off (RESOURCE_EXHAUSTED), default 10000',
+  max_host_connections:
+    'the API connections one host (address) may hold open; more are closed as they come, default 256 (raise it for many agents behind one NAT address)',
+  idle_connection_timeout:
+    'an API connection with no call in flight this long is closed (HTTP/2: GOAWAY; clients reconnect), default 60s',
   max_token_writes:
     'the writes (trigger, cancel, clear, pause, apply, delete, drain, token changes) one API token, or with auth off one host, may make a second, default 200',
   max_token_streams:

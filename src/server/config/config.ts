@@ -60,6 +60,10 @@ export interface Config {
   maxTokenStreams: number;
   /** The writes a second one API token (with auth off, one host) may make (RESOURCE_EXHAUSTED past it). */
   maxTokenWrites: number;
+  /** The API connections one host may hold open; more are closed as they come. */
+  maxHostConnections: number;
+  /** An API connection with no call in flight this long is closed. */
+  idleConnectionTimeoutMs: number;
   /** An agent with no stream and no attempt is forgotten (its row deleted) this long after it was
    *  last seen; null: remembered for ever. */
   agentRetentionMs: number | null;

@@ -35,6 +35,12 @@ export const SETTINGS = {
   leader_watchdog: { flag: '--leader-watchdog', env: 'LEOFLOW_LEADER_WATCHDOG', kind: 'duration' },
   retention: { flag: '--retention', env: 'LEOFLOW_RETENTION', kind: 'duration' },
   watch_buffer: { flag: '--watch-buffer', env: 'LEOFLOW_WATCH_BUFFER', kind: 'positive-int' },
+  max_host_connections: { flag: '--max-host-connections', env: 'LEOFLOW_MAX_HOST_CONNECTIONS', kind: 'positive-int' },
+  idle_connection_timeout: {
+    flag: '--idle-connection-timeout',
+    env: 'LEOFLOW_IDLE_CONNECTION_TIMEOUT',
+    kind: 'duration',
+  },
   max_token_writes: { flag: '--max-token-writes', env: 'LEOFLOW_MAX_TOKEN_WRITES', kind: 'positive-int' },
   max_token_streams: { flag: '--max-token-streams', env: 'LEOFLOW_MAX_TOKEN_STREAMS', kind: 'positive-int' },
   agent_retention: { flag: '--agent-retention', env: 'LEOFLOW_AGENT_RETENTION', kind: 'duration' },

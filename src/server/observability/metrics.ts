@@ -156,6 +156,12 @@ export function createMetrics(opts: { role?: string } = {}) {
       labelNames: ['table'],
       registers: [registry],
     }),
+    apiConnectionsClosed: new Counter({
+      name: 'leoflow_api_connections_closed_total',
+      help: 'API connections closed for a bound: reason host_connections (--max-host-connections) or idle (--idle-connection-timeout)',
+      labelNames: ['reason'],
+      registers: [registry],
+    }),
     apiLimited: new Counter({
       name: 'leoflow_api_limited_total',
       help: "API calls refused for a client's bound: limit writes (--max-token-writes) or streams (--max-token-streams), by RPC",
