@@ -38,16 +38,18 @@ export async function connectAgent(
     incarnationId: string;
     liveMs: number;
     oneShot?: boolean;
+    /** The API token the Hello was let in with, if any. */
+    tokenId?: string | null;
   },
 ): Promise<{ draining: boolean } | null> {
   const [row] = await sql<{ draining: boolean }[]>`
-    insert into agents (agent_id, labels, capabilities, slots, connected_replica, session_id, last_seen_at, connected_at, protocol_version, draining, incarnation_id)
-    values (${a.agentId}, ${sql.json(a.labels)}, ${sql.json(a.capabilities)}, ${a.slots}, ${a.replicaId}, ${a.sessionId}, now(), now(), ${a.protocolVersion}, ${a.oneShot ?? false}, ${a.incarnationId})
+    insert into agents (agent_id, labels, capabilities, slots, connected_replica, session_id, last_seen_at, connected_at, protocol_version, draining, incarnation_id, token_id)
+    values (${a.agentId}, ${sql.json(a.labels)}, ${sql.json(a.capabilities)}, ${a.slots}, ${a.replicaId}, ${a.sessionId}, now(), now(), ${a.protocolVersion}, ${a.oneShot ?? false}, ${a.incarnationId}, ${a.tokenId ?? null})
     on conflict (agent_id) do update set labels = excluded.labels, capabilities = excluded.capabilities,
       draining = agents.draining or excluded.draining,
       slots = excluded.slots, connected_replica = excluded.connected_replica, session_id = excluded.session_id,
       last_seen_at = now(), connected_at = now(), protocol_version = excluded.protocol_version, incarnation_id = excluded.incarnation_id,
-      stopped_at = null
+      stopped_at = null, token_id = excluded.token_id
     where agents.session_id is null or agents.incarnation_id is null or agents.incarnation_id = excluded.incarnation_id
       or agents.last_seen_at < now() - ${a.liveMs} * interval '1 millisecond'
     returning draining`;
@@ -144,4 +146,21 @@ export async function taskLoadByAgent(sql: Sql, runId: string, taskId: string): 
       and r.dag_id = (select dag_id from dag_runs where id = ${runId})
     group by t.agent_id`;
   return new Map(rows.map((r) => [r.agent_id, r.n]));
+}
+
+/**
+ * How many agent rows this API token holds, when `agentId` would be one more (it has no row, or
+ * another token's); null when it would not. A Hello's agent id is its caller's choice: without a
+ * bound, one agent token could fill the table with rows.
+ */
+export async function agentsOfTokenPast(
+  sql: Sql,
+  tokenId: string,
+  agentId: string,
+  max: number,
+): Promise<number | null> {
+  const [row] = await sql<{ mine: boolean; n: number }[]>`
+    select exists (select 1 from agents where agent_id = ${agentId} and token_id = ${tokenId}) as mine,
+           (select count(*) from agents where token_id = ${tokenId})::int as n`;
+  return !row || row.mine || row.n < max ? null : row.n;
 }

@@ -125,7 +125,9 @@ export async function startControlPlane(
         })
       : null;
     if (tracing) cleanups.push(() => tracing.close());
-    const auth = await prepareAuth(config, sql, logger);
+    const auth = await prepareAuth(config, sql, logger, () =>
+      metrics.apiLimited.inc({ limit: 'agents', rpc: 'Connect' }),
+    );
     const logs = createLogWriter(sql, logger, {
       flushMs: 50,
       maxBatch: 500,

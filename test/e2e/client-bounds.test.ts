@@ -1,11 +1,14 @@
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import net from 'node:net';
 import { writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { Code, ConnectError } from '@connectrpc/connect';
+import { create } from '@bufbuild/protobuf';
+import { Code, ConnectError, createClient } from '@connectrpc/connect';
+import { createGrpcTransport } from '@connectrpc/connect-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
+import { AgentService, ConnectRequestSchema, ProtocolVersion } from '../../src/gen/leoflow/v1/agent_pb.js';
 import { startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
@@ -14,7 +17,8 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * Issue 38: one client's flood costs that client alone. Past `--max-token-writes` a second, its
  * writes are refused with RESOURCE_EXHAUSTED, naming the limit and, in the trailers, how long to
  * wait; past `--max-host-connections` its connections are closed as they come; a connection that
- * carries no call is closed after `--idle-connection-timeout`. Other clients go on; all is counted.
+ * carries no call is closed after `--idle-connection-timeout`; an agent token holds at most
+ * `--max-token-agents` agent rows. Other clients go on; all is counted.
  */
 
 const ADMIN = randomBytes(32).toString('base64url');
@@ -154,5 +158,72 @@ describe('connections', () => {
       expect((await watch)?.code).toBe(Code.Canceled);
       unused.destroy();
     }
+  });
+});
+
+describe('--max-token-agents', () => {
+  it('refuses a Hello for one agent id more than an agent token may hold; its known ids and other tokens go on', async () => {
+    const s = await startServer({
+      env: { DATABASE_URL: db.url, LEOFLOW_INSECURE: undefined, LEOFLOW_AGENT_TOKEN: undefined },
+      args: [
+        '--edition',
+        'pro',
+        '--executor',
+        'subprocess',
+        '--bootstrap-admin-token',
+        ADMIN,
+        '--max-token-agents',
+        '2',
+      ],
+    });
+    servers.push(s);
+    const admin = createClients(s.url, null, ADMIN);
+    const mint = async (pattern: string) =>
+      (await admin.tokens.createToken({ name: pattern, role: 'agent', agentPattern: pattern })).secret;
+    const fleetToken = await mint('fleet-*');
+    const otherToken = await mint('other-*');
+    const client = createClient(AgentService, createGrpcTransport({ baseUrl: s.url }));
+    /** Says Hello as `agentId`; resolves with how the stream answered (null: welcomed), then hangs up. */
+    const hello = async (agentId: string, token: string): Promise<ConnectError | null> => {
+      const ctl = new AbortController();
+      const requests = (async function* () {
+        yield create(ConnectRequestSchema, {
+          msg: {
+            case: 'hello',
+            value: {
+              protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+              agentId,
+              slots: 1,
+              incarnationId: randomUUID(),
+              token,
+            },
+          },
+        });
+        await new Promise((r) => ctl.signal.addEventListener('abort', r));
+      })();
+      try {
+        for await (const m of client.connect(requests, { signal: ctl.signal })) {
+          if (m.msg.case === 'welcome') return null;
+        }
+        return null;
+      } catch (err) {
+        return ConnectError.from(err);
+      } finally {
+        ctl.abort();
+      }
+    };
+    expect(await hello('fleet-1', fleetToken)).toBeNull();
+    expect(await hello('fleet-2', fleetToken)).toBeNull();
+    const third = await hello('fleet-3', fleetToken);
+    expect(third?.code, String(third)).toBe(Code.ResourceExhausted);
+    expect(third?.rawMessage).toMatch(
+      /^hello\.agent_id: API token "[^"]+" holds 2 agents, the limit \(--max-token-agents 2\): reuse an agent id, or forget gone agents \(leoflow agents forget\)$/,
+    );
+    // Nothing was written for it; a known id comes back, and another token has its own count.
+    expect((await db.sql`select 1 from agents where agent_id = 'fleet-3'`).length).toBe(0);
+    expect(await hello('fleet-1', fleetToken)).toBeNull();
+    expect(await hello('other-1', otherToken)).toBeNull();
+    const m = await scrapeMetrics(s.metricsUrl);
+    expect(m.get('leoflow_api_limited_total{limit="agents",rpc="Connect"}')).toBe(1);
   });
 });

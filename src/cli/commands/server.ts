@@ -35,6 +35,8 @@ const HELP: Record<SettingKey, string> = {
     'the API connections one host (address) may hold open; more are closed as they come, default 256 (raise it for many agents behind one NAT address)',
   idle_connection_timeout:
     'an API connection with no call in flight this long is closed (HTTP/2: GOAWAY; clients reconnect), default 60s',
+  max_token_agents:
+    'the agents (agent ids with a row) one API token of role agent may hold; a Hello for one more is refused, default 1000',
   max_token_writes:
     'the writes (trigger, cancel, clear, pause, apply, delete, drain, token changes) one API token, or with auth off one host, may make a second, default 200',
   max_token_streams:

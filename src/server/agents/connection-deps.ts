@@ -35,7 +35,10 @@ export interface SessionStore {
     incarnationId: string;
     liveMs: number;
     oneShot: boolean;
+    tokenId: string | null;
   }): Promise<{ draining: boolean } | null>;
+  /** The agent rows an API token holds when this agent id would be one more past `max`; else null. */
+  agentsOfTokenPast(tokenId: string, agentId: string, max: number): Promise<number | null>;
   /** `goodbye`: the agent ended the stream itself, untold (a clean stop). */
   disconnectAgent(agentId: string, sessionId: string, goodbye?: boolean): Promise<void>;
   /** The attempt tokens, of these, that are still current for this agent; each is now this process's. */

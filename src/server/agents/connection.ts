@@ -196,6 +196,21 @@ export class AgentConnection implements AgentHandle {
     }
   }
 
+  /** An agent token's bounds: its open streams, and the agent rows it may hold (`--max-token-agents`). */
+  async #admitToken(hello: Hello, token: AgentTokenUsed): Promise<void> {
+    const c = this.deps.agentCredentials;
+    c.streams?.admit(token.id);
+    if (c.maxTokenAgents === undefined) return;
+    const held = await this.deps.store.agentsOfTokenPast(token.id, hello.agentId, c.maxTokenAgents);
+    if (held === null) return;
+    c.limited?.('agents');
+    throw new ConnectError(
+      `hello.agent_id: API token "${token.id}" holds ${held} agents, the limit (--max-token-agents ${c.maxTokenAgents}): ` +
+        `reuse an agent id, or forget gone agents (leoflow agents forget)`,
+      Code.ResourceExhausted,
+    );
+  }
+
   /** Records the agent connected, or throws the refusal; a live stream of the same process is replaced. */
   async #admit(hello: Hello, token: AgentTokenUsed | null): Promise<{ draining: boolean }> {
     const { store, registry } = this.deps;
@@ -203,7 +218,7 @@ export class AgentConnection implements AgentHandle {
     // The same process (its stream half-dead, it reconnected) takes over its own.
     const live = registry.get(hello.agentId);
     if (live && live.incarnationId !== hello.incarnationId) throw this.#heldElsewhere();
-    if (token) this.deps.agentCredentials.streams?.admit(token.id);
+    if (token) await this.#admitToken(hello, token);
     // A one-shot claim is a placement like any other, checked before anything is written. (A
     // pod's claim names its attempt's token instead, bound to that pod at Hello.)
     if (isOneShot(hello) && hello.onlyAttemptToken === '') {
@@ -227,6 +242,7 @@ export class AgentConnection implements AgentHandle {
       incarnationId: hello.incarnationId,
       liveMs: 3 * this.deps.keepaliveMs,
       oneShot: isOneShot(hello),
+      tokenId: token?.id ?? null,
     });
     if (!connected) throw this.#heldElsewhere();
     // Checked after the write: the replica's agents are marked gone when it starts to leave, and

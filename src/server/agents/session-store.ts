@@ -1,5 +1,5 @@
 import type { Attempt, AttemptResult } from '../../core/attempt.js';
-import { connectAgent, disconnectAgent } from '../../db/agents.js';
+import { agentsOfTokenPast, connectAgent, disconnectAgent } from '../../db/agents.js';
 import { bindHeldAttempts } from '../../db/attempts/bind-held-attempts.js';
 import { claimAttempt } from '../../db/attempts/claim-attempt.js';
 import { endAbandonedAttempts } from '../../db/attempts/end-abandoned-attempts.js';
@@ -34,6 +34,7 @@ export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWr
   const recordDelivery = createDeliveryRecorder(sql);
   return {
     connectAgent: (h) => connectAgent(sql, { ...h, replicaId }),
+    agentsOfTokenPast: (tokenId, agentId, max) => agentsOfTokenPast(sql, tokenId, agentId, max),
     disconnectAgent: (agentId, sessionId, goodbye) => disconnectAgent(sql, agentId, sessionId, goodbye),
 
     currentAttempts: (agentId, incarnationId, refs) => bindHeldAttempts(sql, agentId, incarnationId, refs),

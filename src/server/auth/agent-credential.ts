@@ -18,6 +18,10 @@ export interface AgentCredentials {
   podOfAttempt(tiId: string, attemptToken: string): Promise<string | null>;
   /** Where an agent stream let in by an API token registers, to end when the token does. */
   streams?: TokenStreams;
+  /** The agent rows one API token may hold (`--max-token-agents`); a new agent id past it is refused. */
+  maxTokenAgents?: number;
+  /** Told of each Hello refused for a bound. */
+  limited?(limit: 'agents'): void;
 }
 
 /** The API token a Hello was let in with: the stream lives only as long as it (token-streams.ts). */

@@ -27,6 +27,8 @@ export async function prepareAuth(
   config: Config,
   sql: Sql,
   logger: Logger,
+  /** Told of each agent Hello refused for a bound (`--max-token-agents`). */
+  agentsLimited?: () => void,
 ): Promise<{
   required: boolean;
   authenticator: TokenAuthenticator;
@@ -74,6 +76,8 @@ export async function prepareAuth(
       required: config.authRequired,
       authenticator,
       sharedToken: config.agentToken,
+      maxTokenAgents: config.maxTokenAgents,
+      limited: () => agentsLimited?.(),
       podOfAttempt: async (tiId, attemptToken) => {
         const a = await findPodAttempt(sql, tiId, attemptToken);
         return a ? podName(a) : null;

@@ -60,6 +60,8 @@ export interface Config {
   maxTokenStreams: number;
   /** The writes a second one API token (with auth off, one host) may make (RESOURCE_EXHAUSTED past it). */
   maxTokenWrites: number;
+  /** The agent rows one API token of role agent may hold (RESOURCE_EXHAUSTED for one more). */
+  maxTokenAgents: number;
   /** The API connections one host may hold open; more are closed as they come. */
   maxHostConnections: number;
   /** An API connection with no call in flight this long is closed. */

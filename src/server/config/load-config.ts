@@ -153,6 +153,7 @@ export function loadConfig(
     watchBufferEvents: get('watch_buffer', positiveInt, 10_000),
     maxTokenStreams: get('max_token_streams', positiveInt, 256),
     maxTokenWrites: get('max_token_writes', positiveInt, 200),
+    maxTokenAgents: get('max_token_agents', positiveInt, 1000),
     maxHostConnections: get('max_host_connections', positiveInt, 256),
     idleConnectionTimeoutMs: get('idle_connection_timeout', positiveDuration, 60_000),
     otlpEndpoint: get('otlp_endpoint', otlpTracesUrl, null as string | null),

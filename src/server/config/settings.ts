@@ -41,6 +41,7 @@ export const SETTINGS = {
     env: 'LEOFLOW_IDLE_CONNECTION_TIMEOUT',
     kind: 'duration',
   },
+  max_token_agents: { flag: '--max-token-agents', env: 'LEOFLOW_MAX_TOKEN_AGENTS', kind: 'positive-int' },
   max_token_writes: { flag: '--max-token-writes', env: 'LEOFLOW_MAX_TOKEN_WRITES', kind: 'positive-int' },
   max_token_streams: { flag: '--max-token-streams', env: 'LEOFLOW_MAX_TOKEN_STREAMS', kind: 'positive-int' },
   agent_retention: { flag: '--agent-retention', env: 'LEOFLOW_AGENT_RETENTION', kind: 'duration' },

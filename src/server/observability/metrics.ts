@@ -164,7 +164,7 @@ export function createMetrics(opts: { role?: string } = {}) {
     }),
     apiLimited: new Counter({
       name: 'leoflow_api_limited_total',
-      help: "API calls refused for a client's bound: limit writes (--max-token-writes) or streams (--max-token-streams), by RPC",
+      help: "API calls refused for a client's bound: limit writes (--max-token-writes), streams (--max-token-streams) or agents (--max-token-agents), by RPC",
       labelNames: ['limit', 'rpc'],
       registers: [registry],
     }),
