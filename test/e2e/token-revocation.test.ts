@@ -128,6 +128,20 @@ describe('a revoked or expired token', () => {
     expect(w.at - revokedAt).toBeLessThan(1500);
   });
 
+  it('`leoflow token revoke` says how many streams it ended on the server that answered', async () => {
+    const a = servers[0]!;
+    const admin = createClients(a.url, null, ADMIN);
+    const made = await admin.tokens.createToken({ name: 'two-watches', role: 'viewer' });
+    const watches = [1, 2].map(() => readToEnd(createClients(a.url, null, made.secret).workflow.watchRuns({})));
+    await new Promise((r) => setTimeout(r, 300)); // both are open
+    const r = await cli(a.url, ['token', 'revoke', made.token!.id], { env: { LEOFLOW_TOKEN: ADMIN } });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toBe(
+      `revoked token ${made.token!.id}: ended 2 open streams on this server; the other replicas end theirs as they are told\n`,
+    );
+    for (const w of watches) expect((await w).err?.code).toBe(Code.Unauthenticated);
+  });
+
   it('ends a stream when its token expires', async () => {
     const a = servers[0]!;
     const admin = createClients(a.url, null, ADMIN);

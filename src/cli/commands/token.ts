@@ -130,7 +130,12 @@ export function registerToken(program: Command, clients: () => Clients): void {
     .argument('<id>', 'the token id (see `leoflow token list`)')
     .option(...dbOption)
     .action(async (id: string, opts: Direct) => {
-      const { revoked } = await tokenService(opts, clients, (tokens) => tokens.revokeToken({ id }));
-      process.stdout.write(revoked ? `revoked token ${id}\n` : `token ${id} was revoked already\n`);
+      const { revoked, streamsCut } = await tokenService(opts, clients, (tokens) => tokens.revokeToken({ id }));
+      if (!revoked) return void process.stdout.write(`token ${id} was revoked already\n`);
+      // Straight in the database no server answers: each ends the token's streams when told.
+      const cut = opts.databaseUrl
+        ? 'the servers end its open streams as they are told'
+        : `ended ${streamsCut} open stream${streamsCut === 1 ? '' : 's'} on this server; the other replicas end theirs as they are told`;
+      process.stdout.write(`revoked token ${id}: ${cut}\n`);
     });
 }

@@ -66,7 +66,7 @@ export function createTokenService(deps: {
         { tokenId: req.id, streamsCut: cut, ...actorPayload(callerOf(ctx)) },
         `API token ${req.id} revoked`,
       );
-      return { revoked: r };
+      return { revoked: r, streamsCut: cut };
     },
   };
 }

@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16leoflow/v1/token.proto\x12\nleoflow.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf4\x01\n\x05Token\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n\x04role\x18\x03 \x01(\tR\x04role\x12#\n\ragent_pattern\x18\x04 \x01(\tR\x0c\x61gentPattern\x12\x39\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x39\n\nexpires_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\texpiresAt\x12\x18\n\x07revoked\x18\x07 \x01(\x08R\x07revoked\"\x82\x01\n\x12\x43reateTokenRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n\x04role\x18\x02 \x01(\tR\x04role\x12#\n\ragent_pattern\x18\x03 \x01(\tR\x0c\x61gentPattern\x12\x1f\n\x0bttl_seconds\x18\x04 \x01(\x03R\nttlSeconds\"V\n\x13\x43reateTokenResponse\x12\'\n\x05token\x18\x01 \x01(\x0b\x32\x11.leoflow.v1.TokenR\x05token\x12\x16\n\x06secret\x18\x02 \x01(\tR\x06secret\"\x13\n\x11ListTokensRequest\"?\n\x12ListTokensResponse\x12)\n\x06tokens\x18\x01 \x03(\x0b\x32\x11.leoflow.v1.TokenR\x06tokens\"$\n\x12RevokeTokenRequest\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\"/\n\x13RevokeTokenResponse\x12\x18\n\x07revoked\x18\x01 \x01(\x08R\x07revoked2\xfb\x01\n\x0cTokenService\x12N\n\x0b\x43reateToken\x12\x1e.leoflow.v1.CreateTokenRequest\x1a\x1f.leoflow.v1.CreateTokenResponse\x12K\n\nListTokens\x12\x1d.leoflow.v1.ListTokensRequest\x1a\x1e.leoflow.v1.ListTokensResponse\x12N\n\x0bRevokeToken\x12\x1e.leoflow.v1.RevokeTokenRequest\x1a\x1f.leoflow.v1.RevokeTokenResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16leoflow/v1/token.proto\x12\nleoflow.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf4\x01\n\x05Token\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n\x04role\x18\x03 \x01(\tR\x04role\x12#\n\ragent_pattern\x18\x04 \x01(\tR\x0c\x61gentPattern\x12\x39\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x39\n\nexpires_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\texpiresAt\x12\x18\n\x07revoked\x18\x07 \x01(\x08R\x07revoked\"\x82\x01\n\x12\x43reateTokenRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n\x04role\x18\x02 \x01(\tR\x04role\x12#\n\ragent_pattern\x18\x03 \x01(\tR\x0c\x61gentPattern\x12\x1f\n\x0bttl_seconds\x18\x04 \x01(\x03R\nttlSeconds\"V\n\x13\x43reateTokenResponse\x12\'\n\x05token\x18\x01 \x01(\x0b\x32\x11.leoflow.v1.TokenR\x05token\x12\x16\n\x06secret\x18\x02 \x01(\tR\x06secret\"\x13\n\x11ListTokensRequest\"?\n\x12ListTokensResponse\x12)\n\x06tokens\x18\x01 \x03(\x0b\x32\x11.leoflow.v1.TokenR\x06tokens\"$\n\x12RevokeTokenRequest\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\"P\n\x13RevokeTokenResponse\x12\x18\n\x07revoked\x18\x01 \x01(\x08R\x07revoked\x12\x1f\n\x0bstreams_cut\x18\x02 \x01(\rR\nstreamsCut2\xfb\x01\n\x0cTokenService\x12N\n\x0b\x43reateToken\x12\x1e.leoflow.v1.CreateTokenRequest\x1a\x1f.leoflow.v1.CreateTokenResponse\x12K\n\nListTokens\x12\x1d.leoflow.v1.ListTokensRequest\x1a\x1e.leoflow.v1.ListTokensResponse\x12N\n\x0bRevokeToken\x12\x1e.leoflow.v1.RevokeTokenRequest\x1a\x1f.leoflow.v1.RevokeTokenResponseb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'leoflow.v1.token_pb2', globals())
@@ -34,7 +34,7 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _REVOKETOKENREQUEST._serialized_start=625
   _REVOKETOKENREQUEST._serialized_end=661
   _REVOKETOKENRESPONSE._serialized_start=663
-  _REVOKETOKENRESPONSE._serialized_end=710
-  _TOKENSERVICE._serialized_start=713
-  _TOKENSERVICE._serialized_end=964
+  _REVOKETOKENRESPONSE._serialized_end=743
+  _TOKENSERVICE._serialized_start=746
+  _TOKENSERVICE._serialized_end=997
 # @@protoc_insertion_point(module_scope)
