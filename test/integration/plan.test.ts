@@ -96,7 +96,7 @@ describe('plan', () => {
     const spec = dag('p_claim', [task('a'), task('b'), task('c', { dependsOn: ['a', 'b'] })]);
     const run = await trigger(spec);
     const asked: string[] = [];
-    const h = harness({ claimRoom: (executor) => (asked.push(executor), 2) });
+    const h = harness({ claimRoom: { room: (executor) => (asked.push(executor), 2) } });
     const r = await stepOk(h);
     expect(r).toMatchObject({ runsStarted: 1, offered: 2, errors: 0 });
     expect(asked).toEqual(['subprocess']);
@@ -117,7 +117,7 @@ describe('plan', () => {
   it('claims nothing ahead when the pool has room for fewer TIs than the step offers', BOUND, async () => {
     const spec = dag('p_noclaim', [task('a'), task('b')]);
     const run = await trigger(spec);
-    const h = harness({ claimRoom: () => 1 });
+    const h = harness({ claimRoom: { room: () => 1 } });
     expect(await stepOk(h)).toMatchObject({ runsStarted: 1, offered: 2, errors: 0 });
     const tis = await tiMap(run.id);
     expect([tis.get('a')!.state, tis.get('b')!.state]).toEqual(['scheduled', 'scheduled']);
@@ -367,7 +367,7 @@ describe('plan', () => {
     for (let i = 0; i < 4; i++) as.push(await trigger(a));
     const bs = [await trigger(b), await trigger(b)];
     // A step that may start two: one of each DAG, though all of a's are older.
-    const r = (await step(harness({ offerRoom: () => 2 }).ctx, 'light', { all: false, runIds: [], queued: 2 })).plan!;
+    const r = (await step(harness({ room: () => 2 }).ctx, 'light', { all: false, runIds: [], queued: 2 })).plan!;
     expect(r.runsStarted).toBe(2);
     expect(await Promise.all([...as, ...bs].map((x) => runState(x.id)))).toEqual([
       'running',
@@ -399,7 +399,7 @@ describe('plan', () => {
   it('starts the queued run of the DAG of higher priority first, within fairness', BOUND, async () => {
     const plain = await trigger(dag('p_qprio_plain', [task('a')], { maxActiveRuns: 100 }));
     const urgent = await trigger(dag('p_qprio_urgent', [task('a')], { maxActiveRuns: 100, priority: 50 }));
-    const r = (await step(harness({ offerRoom: () => 1 }).ctx, 'light', { all: false, runIds: [], queued: 1 })).plan!;
+    const r = (await step(harness({ room: () => 1 }).ctx, 'light', { all: false, runIds: [], queued: 1 })).plan!;
     expect(r.runsStarted).toBe(1);
     expect([await runState(plain.id), await runState(urgent.id)]).toEqual(['queued', 'running']);
   });
@@ -479,7 +479,7 @@ describe('plan', () => {
       const spec = dag('p_queued', [task('a')], { maxActiveRuns: 100 });
       const runs = [];
       for (let i = 0; i < 5; i++) runs.push(await trigger(spec));
-      const h = harness({ offerRoom: () => 2 });
+      const h = harness({ room: () => 2 });
       const r = (await step(h.ctx, 'light', { all: false, runIds: [], queued: 1 })).plan!;
       expect(r).toMatchObject({ runsStarted: 2, offered: 2, errors: 0 });
       expect(await Promise.all(runs.map((x) => runState(x.id)))).toEqual([
@@ -490,8 +490,7 @@ describe('plan', () => {
         'queued',
       ]);
       // Asked for more than the pool takes now (its drainers are quick): as many as asked.
-      const more = (await step(harness({ offerRoom: () => 0 }).ctx, 'light', { all: false, runIds: [], queued: 2 }))
-        .plan!;
+      const more = (await step(harness({ room: () => 0 }).ctx, 'light', { all: false, runIds: [], queued: 2 })).plan!;
       expect(more.runsStarted).toBe(2);
       expect(await Promise.all(runs.map((x) => runState(x.id)))).toEqual([
         'running',

@@ -448,13 +448,13 @@ describe('a sign of life in this replica', () => {
     await db.sql`update task_instances set heartbeat_at = now() - interval '1 hour' where id = ${ti!.id}`;
 
     const h = harness();
-    h.parts.heldLive = (tiId, token) => tiId === ti!.id && token === claim.attemptToken;
+    h.script.holdsLive = (tiId, token) => tiId === ti!.id && token === claim.attemptToken;
     const r = await reapHeartbeats(h.ctx);
     expect(r).toMatchObject({ candidates: 1, retried: 0, failed: 0, heldLive: 1 });
     expect((await getTi(db.sql, ti!.id))!.state).toBe('running');
 
     // Once this replica no longer runs it, the stale column decides.
-    h.parts.heldLive = () => false;
+    h.script.holdsLive = () => false;
     expect(await reapHeartbeats(h.ctx)).toMatchObject({ retried: 1, heldLive: 0 });
   });
 });
