@@ -12,6 +12,7 @@ import { cli, startServer, waitFor, type AgentProcess, type ServerProcess } from
 import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.js';
 import { connectedAgent, serverForFile } from '../helpers/server-fixture.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { proServerArgs } from '../helpers/fake-kube/pro-server-args.js';
 
 /**
  * Tracing end to end: a run triggered with a caller's traceparent is one trace at a real OTLP/HTTP
@@ -215,22 +216,7 @@ describe('tracing in Pro', () => {
     const port = await freePort();
     pro = await startServer({
       env: { DATABASE_URL: proDb.url },
-      args: [
-        '--edition',
-        'pro',
-        '--listen',
-        `127.0.0.1:${port}`,
-        '--kubeconfig',
-        kube.kubeconfigPath,
-        '--kubernetes-namespace',
-        NS,
-        '--kubernetes-image',
-        'leoflow:test',
-        '--pod-server-url',
-        `http://127.0.0.1:${port}`,
-        '--otlp-endpoint',
-        otlp.url,
-      ],
+      args: [...proServerArgs({ port, kube, namespace: NS }), '--otlp-endpoint', otlp.url],
     });
   }, 60_000);
 
