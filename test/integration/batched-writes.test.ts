@@ -7,8 +7,7 @@ import { flushHeartbeats } from '../../src/db/attempts/flush-heartbeats.js';
 import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
 import { touchAgents } from '../../src/db/agents.js';
 import { clearTaskInstance } from '../../src/db/clear-task-instance.js';
-import { upsertDag } from '../../src/db/dags.js';
-import { createRun, getRun, type RunRow } from '../../src/db/runs.js';
+import { getRun, type RunRow } from '../../src/db/runs.js';
 import type { Sql } from '../../src/db/sql.js';
 import { HeartbeatBuffer, type HeartbeatSource } from '../../src/server/agents/heartbeat-buffer.js';
 import pino from 'pino';
@@ -17,6 +16,7 @@ import { dag, task } from '../helpers/spec-builders.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { countWhenSent } from '../helpers/watching-sql.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 
 /**
  * The hot paths' multi-row writes (issue #5): the planner's moves for many runs in one statement,
@@ -54,21 +54,8 @@ function counting(sql: Sql): { sql: Sql; count(): number } {
 }
 
 let runSeq = 0;
-async function newRun(spec: DagSpec): Promise<{ run: RunRow; tis: Map<string, TiRow> }> {
-  const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
-  const { run } = await db.sql.begin((tx) =>
-    createRun(tx, {
-      dagId: spec.dagId,
-      dagVersion: row.version,
-      runKey: `r${++runSeq}`,
-      runType: 'manual',
-      logicalDate: new Date(),
-      conf: {},
-      defaultExecutor: 'subprocess',
-    }),
-  );
-  return { run, tis: new Map((await listTis(db.sql, run.id)).map((t) => [t.task_id, t])) };
-}
+const fixtures = attemptFixtures(() => db.sql, 'subprocess');
+const newRun = (spec: DagSpec) => fixtures.queuedRun(spec, { logicalDate: new Date() });
 
 const chain = (id: string) => dag(id, [task('a'), task('b', { dependsOn: ['a'] })]);
 

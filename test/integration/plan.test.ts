@@ -1,7 +1,7 @@
 import pino from 'pino';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
-import type { DagSpec, TaskSpec } from '../../src/core/dag-spec.js';
+import type { DagSpec } from '../../src/core/dag-spec.js';
 import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
 import { finishAttempt, type FinishVerdict } from '../../src/db/attempts/finish-attempt.js';
 import { startAttempt } from '../../src/db/attempts/start-attempt.js';
@@ -19,6 +19,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
 import { dag, task as baseTask } from '../helpers/spec-builders.js';
 import { schedulerHarness, type HarnessOptions, type SchedulerHarness } from '../helpers/scheduler-harness.js';
 import { TEST_WAIT_REASON as WAIT_REASON } from '../helpers/test-dispatcher.js';
+import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 
 /** This file's tasks echo their id unless told otherwise. */
 const task: typeof baseTask = (id, over = {}) => baseTask(id, { command: ['sh', '-c', `echo ${id}`], ...over });
@@ -49,22 +50,9 @@ async function stepOk(h: SchedulerHarness) {
   return r.plan!;
 }
 
-let runSeq = 0;
-async function trigger(spec: DagSpec, conf: Record<string, unknown> = {}): Promise<RunRow> {
-  const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
-  const { run } = await db.sql.begin((tx) =>
-    createRun(tx, {
-      dagId: spec.dagId,
-      dagVersion: row.version,
-      runKey: `manual__${++runSeq}`,
-      runType: 'manual',
-      logicalDate: new Date('2026-02-01T00:00:00Z'),
-      conf,
-      defaultExecutor: 'subprocess',
-    }),
-  );
-  return run;
-}
+const fixtures = attemptFixtures(() => db.sql, 'subprocess');
+const trigger = async (spec: DagSpec, conf: Record<string, unknown> = {}): Promise<RunRow> =>
+  (await fixtures.queuedRun(spec, { conf })).run;
 
 async function tiMap(runId: string): Promise<Map<string, TiRow>> {
   return new Map((await listTis(db.sql, runId)).map((t) => [t.task_id, t]));
