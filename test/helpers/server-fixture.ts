@@ -2,6 +2,7 @@ import { afterAll, afterEach, beforeAll } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
 import {
   scratchDir,
+  serverLauncher,
   startAgent,
   startServer,
   waitFor,
@@ -104,4 +105,42 @@ export function agentsOfEachTest(f: ServerFixture): AgentsOfEachTest {
       return agent;
     },
   };
+}
+
+/** Replicas of the control plane on one database, for one test file (see `replicasForFile`). */
+export interface ReplicasFixture {
+  db: TestDatabase;
+  /** A scratch folder, removed when the test process exits. */
+  tmp: string;
+  /** The servers the file started: killed after all its tests. */
+  servers: ServerProcess[];
+  /** The agents the file started: stopped after all its tests, before the servers. */
+  agents: AgentProcess[];
+  /** Starts servers on the file's database with `args` and then each call's own (`serverLauncher`). */
+  launcher(args?: readonly string[]): (extraArgs?: readonly string[]) => Promise<ServerProcess>;
+}
+
+/**
+ * The way the multi-replica files begin: a database of their own made beforeAll; after all their
+ * tests, their agents stopped, their servers killed (they may be frozen or half-stopped by the
+ * test) and the database dropped.
+ */
+export function replicasForFile(opts: { tmpPrefix?: string } = {}): ReplicasFixture {
+  const f: ReplicasFixture = {
+    db: undefined as never,
+    tmp: undefined as never,
+    servers: [],
+    agents: [],
+    launcher: (args) => serverLauncher({ databaseUrl: () => f.db.url, args, servers: f.servers }),
+  };
+  beforeAll(async () => {
+    f.db = await createTestDatabase();
+    f.tmp = scratchDir(opts.tmpPrefix ?? 'leoflow-replicas-');
+  });
+  afterAll(async () => {
+    for (const a of f.agents) await a.stop(5000);
+    for (const s of f.servers) await s.kill();
+    await f.db?.drop();
+  });
+  return f;
 }
