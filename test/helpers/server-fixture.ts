@@ -116,30 +116,39 @@ export interface ReplicasFixture {
   servers: ServerProcess[];
   /** The agents the file started: stopped after all its tests, before the servers. */
   agents: AgentProcess[];
+  /** Task processes that may outlive their control plane: their groups are killed first. */
+  taskPids: Set<number>;
   /** Starts servers on the file's database with `args` and then each call's own (`serverLauncher`). */
   launcher(args?: readonly string[]): (extraArgs?: readonly string[]) => Promise<ServerProcess>;
 }
 
 /**
  * The way the multi-replica files begin: a database of their own made beforeAll; after all their
- * tests, their agents stopped, their servers killed (they may be frozen or half-stopped by the
- * test) and the database dropped.
+ * tests (or after each, with `eachTest`), the task groups killed, their agents stopped and their
+ * servers killed (they may be frozen or half-stopped by the test); at last the database dropped.
  */
-export function replicasForFile(opts: { tmpPrefix?: string } = {}): ReplicasFixture {
+export function replicasForFile(opts: { tmpPrefix?: string; eachTest?: boolean } = {}): ReplicasFixture {
   const f: ReplicasFixture = {
     db: undefined as never,
     tmp: undefined as never,
     servers: [],
     agents: [],
+    taskPids: new Set(),
     launcher: (args) => serverLauncher({ databaseUrl: () => f.db.url, args, servers: f.servers }),
   };
   beforeAll(async () => {
     f.db = await createTestDatabase();
     f.tmp = scratchDir(opts.tmpPrefix ?? 'leoflow-replicas-');
   });
+  const stopAll = async () => {
+    for (const pid of f.taskPids) killGroupOf(pid);
+    f.taskPids.clear();
+    for (const a of f.agents.splice(0)) await a.stop(5000);
+    for (const s of f.servers.splice(0)) await s.kill();
+  };
+  if (opts.eachTest) afterEach(stopAll);
   afterAll(async () => {
-    for (const a of f.agents) await a.stop(5000);
-    for (const s of f.servers) await s.kill();
+    await stopAll();
     await f.db?.drop();
   });
   return f;
