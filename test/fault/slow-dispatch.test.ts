@@ -1,6 +1,6 @@
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { step } from '../../src/scheduler/step.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { waitFor } from '../helpers/leoflow-process.js';
 import {
   startSlowDispatchScheduler,
@@ -26,13 +26,7 @@ const MIN_SAMPLES = 100;
 const ROUNDS = 3;
 const P99_LIMIT_S = 0.1;
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = databaseForFile();
 beforeEach(async () => {
   // The planner looks at every active run of the database: each test starts from an empty one.
   await db.sql`delete from dags`;

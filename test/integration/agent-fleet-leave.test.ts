@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { create } from '@bufbuild/protobuf';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
 import { CHANNELS } from '../../src/db/notifications.js';
 import {
@@ -24,16 +24,10 @@ import { AsyncQueue } from '../../src/server/agents/async-queue.js';
 import { createMetrics } from '../../src/server/observability/metrics.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { dag, task } from '../helpers/spec-builders.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
+const db = databaseForFile();
 
 const fixtures = attemptFixtures(() => db.sql, 'agents');
 /** A TI of a running run, claimed for agent `agentId` (queued, try 1). */

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { DagSpec } from '../../src/core/dag-spec.js';
 import { PLANS_PER_STATEMENT, applyPlans } from '../../src/db/plan/apply-plans.js';
 import { finalizeRuns } from '../../src/db/plan/finalize-runs.js';
@@ -15,7 +15,7 @@ import { listTis, setPendingReasons, type TiRow } from '../../src/db/tis.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { countWhenSent } from '../helpers/watching-sql.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 
 /**
@@ -24,17 +24,7 @@ import { attemptFixtures } from '../helpers/attempt-fixtures.js';
  * commit of starts and ends; the batched claim. Each test counts the statements it causes.
  */
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
-beforeEach(async () => {
-  await db.sql`delete from dags`;
-  await db.sql`delete from events`;
-});
+const db = databaseForFile({ emptyEach: true });
 
 /** The pool, counting the statements sent through it or through a connection it reserved (a
  *  tagged-template call sent; one put into another as a fragment is part of that one). */

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
 import { advanceRun, type TiStateView } from '../../src/core/advance-run.js';
 import type { DagSpec } from '../../src/core/dag-spec.js';
@@ -11,7 +11,7 @@ import { clearTaskInstance } from '../../src/db/clear-task-instance.js';
 import { finalizeRuns } from '../../src/db/plan/finalize-runs.js';
 import { getRun, transitionRun, type RunRow } from '../../src/db/runs.js';
 import { getTi, listTis, transitionTis, type TiRow } from '../../src/db/tis.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 
@@ -20,17 +20,7 @@ import { attemptFixtures } from '../helpers/attempt-fixtures.js';
  * the try/retry budget, the run re-open, the events, and what nothing may change when refused.
  */
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
-beforeEach(async () => {
-  await db.sql`delete from dags`;
-  await db.sql`delete from events`;
-});
+const db = databaseForFile({ emptyEach: true });
 
 /** a → b → c → e, d independent; b has 2 retries in the spec. */
 const chain = (dagId: string) =>

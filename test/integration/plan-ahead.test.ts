@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import type { AttemptKey, AttemptResult } from '../../src/core/attempt.js';
 import type { DagSpec } from '../../src/core/dag-spec.js';
 import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
@@ -11,7 +11,7 @@ import { planAhead, planBehindEnds } from '../../src/scheduler/plan-ahead.js';
 import { step } from '../../src/scheduler/step.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { dag, task } from '../helpers/spec-builders.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { leaderHarness } from '../helpers/scheduler-harness.js';
 import type { ScriptedClaimRoom } from '../helpers/test-dispatcher.js';
 import { watching } from '../helpers/watching-sql.js';
@@ -27,13 +27,7 @@ import { watching } from '../helpers/watching-sql.js';
 const OK: AttemptResult = { exitCode: 0, signal: null, error: null, outcome: 'success' };
 const FAIL: AttemptResult = { exitCode: 1, signal: null, error: 'exit code 1', outcome: 'failed' };
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
+const db = databaseForFile();
 beforeEach(async () => {
   await db.sql`delete from dags`;
 });

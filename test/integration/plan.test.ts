@@ -1,5 +1,5 @@
 import pino from 'pino';
-import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
 import type { DagSpec } from '../../src/core/dag-spec.js';
 import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
@@ -15,7 +15,7 @@ import { createScheduledRuns } from '../../src/scheduler/phases/create-scheduled
 import { PlannerMemory } from '../../src/scheduler/planner-memory.js';
 import { RoomWaiters } from '../../src/scheduler/room-waiters.js';
 import { step } from '../../src/scheduler/step.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { dag, task as baseTask } from '../helpers/spec-builders.js';
 import { schedulerHarness, type HarnessOptions, type SchedulerHarness } from '../helpers/scheduler-harness.js';
 import { TEST_WAIT_REASON as WAIT_REASON } from '../helpers/test-dispatcher.js';
@@ -27,18 +27,8 @@ const task: typeof baseTask = (id, over = {}) => baseTask(id, { command: ['sh', 
 const logger = pino({ level: 'silent' });
 const BOUND = { timeout: 15_000 };
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
-beforeEach(async () => {
-  // The planner looks at every active run of the database: start each test from an empty one.
-  await db.sql`delete from dags`;
-  await db.sql`delete from events`;
-});
+// The planner looks at every active run of the database: start each test from an empty one.
+const db = databaseForFile({ emptyEach: true });
 
 const harness = (over: HarnessOptions = {}) => schedulerHarness(db.sql, over);
 

@@ -1,5 +1,5 @@
 import pino from 'pino';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
 import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
 import { finishAttempt } from '../../src/db/attempts/finish-attempt.js';
@@ -14,7 +14,7 @@ import { getTi, transitionTis, type TiRow } from '../../src/db/tis.js';
 import { reapHeartbeats } from '../../src/scheduler/phases/reap-heartbeats.js';
 import { step } from '../../src/scheduler/step.js';
 import { attemptFixtures } from '../helpers/attempt-fixtures.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { schedulerHarness, type HarnessOptions } from '../helpers/scheduler-harness.js';
 
@@ -23,18 +23,8 @@ const BOUND = { timeout: 20_000 };
 /** Small, but far above how long a test takes between starting an attempt and reaping. */
 const THRESHOLD_MS = 5_000;
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
-beforeEach(async () => {
-  // The reaper looks at every attempt of the database: start each test from an empty one.
-  await db.sql`delete from dags`;
-  await db.sql`delete from events`;
-});
+// The reaper looks at every attempt of the database: start each test from an empty one.
+const db = databaseForFile({ emptyEach: true });
 
 const harness = (over: HarnessOptions = {}) =>
   schedulerHarness(db.sql, { heartbeatThresholdMs: THRESHOLD_MS, ...over });

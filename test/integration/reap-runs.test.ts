@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { TiState } from '../../src/core/states.js';
 import type { DagSpec } from '../../src/core/dag-spec.js';
 import { upsertDag } from '../../src/db/dags.js';
@@ -6,7 +6,7 @@ import { orphanRuns, reapRun } from '../../src/db/reap/orphan-runs.js';
 import { createRun, getRun, poisonRun, transitionRun, type RunRow } from '../../src/db/runs.js';
 import { reapRuns } from '../../src/scheduler/phases/reap-runs.js';
 import { step } from '../../src/scheduler/step.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { schedulerHarness, type HarnessOptions } from '../helpers/scheduler-harness.js';
 import { attemptFixtures } from '../helpers/attempt-fixtures.js';
@@ -14,18 +14,8 @@ import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 const BOUND = { timeout: 20_000 };
 const THRESHOLD_MS = 60_000;
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
-beforeEach(async () => {
-  // The reaper looks at every run of the database: start each test from an empty one.
-  await db.sql`delete from dags`;
-  await db.sql`delete from events`;
-});
+// The reaper looks at every run of the database: start each test from an empty one.
+const db = databaseForFile({ emptyEach: true });
 
 const harness = (over: HarnessOptions = {}) =>
   schedulerHarness(db.sql, { runOrphanThresholdMs: THRESHOLD_MS, ...over });

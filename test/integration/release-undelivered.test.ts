@@ -5,20 +5,14 @@
  * attempt after it was given back. And a stopping replica's agents shown disconnected at once.
  */
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { connectAgent, disconnectReplica } from '../../src/db/agents.js';
 import { releaseUndelivered } from '../../src/db/attempts/release-undelivered.js';
 import { dag, task } from '../helpers/spec-builders.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
+const db = databaseForFile();
 beforeEach(async () => {
   await db.sql`delete from agents`;
 });

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
 import type { DagSpec } from '../../src/core/dag-spec.js';
 import { retryDelayMs } from '../../src/core/advance-run.js';
@@ -18,21 +18,11 @@ import { startAttempt } from '../../src/db/attempts/start-attempt.js';
 import { finalizeRuns } from '../../src/db/plan/finalize-runs.js';
 import { getRun, transitionRun } from '../../src/db/runs.js';
 import { getTi, listTis, transitionTis } from '../../src/db/tis.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
-beforeEach(async () => {
-  await db.sql`delete from dags`;
-  await db.sql`delete from events`;
-});
+const db = databaseForFile({ emptyEach: true });
 
 const fixtures = attemptFixtures(() => db.sql, 'subprocess');
 /** Applies the DAG (idempotent) and creates a fresh queued run with one TI per task. */

@@ -1,5 +1,5 @@
 import net from 'node:net';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { DagSpec } from '../../src/core/dag-spec.js';
 import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
 import { startAttempt } from '../../src/db/attempts/start-attempt.js';
@@ -8,7 +8,7 @@ import { createSql, type Sql } from '../../src/db/sql.js';
 import { getTi, listTis, transitionTis } from '../../src/db/tis.js';
 import { reapHeartbeats } from '../../src/scheduler/phases/reap-heartbeats.js';
 import { step, type StepResult } from '../../src/scheduler/step.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { schedulerHarness } from '../helpers/scheduler-harness.js';
 import { attemptFixtures } from '../helpers/attempt-fixtures.js';
@@ -16,17 +16,7 @@ import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 const BOUND = { timeout: 20_000 };
 const HEARTBEAT_MS = 5_000;
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
-beforeEach(async () => {
-  await db.sql`delete from dags`;
-  await db.sql`delete from events`;
-});
+const db = databaseForFile({ emptyEach: true });
 
 const harness = (sql: Sql = db.sql) =>
   schedulerHarness(sql, { runOrphanThresholdMs: 60_000, heartbeatThresholdMs: HEARTBEAT_MS });
