@@ -1,9 +1,12 @@
 import { defineConfig } from 'vitest/config';
 
 /**
- * Projects, so the fast ones give feedback in seconds: unit (pure), integration (real Postgres,
- * in-process), e2e (real `leoflow` processes), fault (the safety net under injected faults). One embedded Postgres serves the whole
- * run (or TEST_DATABASE_URL's server); every test file gets its own database from a template.
+ * Projects, so the fast ones give feedback in seconds: unit (no database; a test that runs tools or
+ * processes for seconds belongs to integration), integration (real Postgres in-process, or real
+ * tools and processes: buf, kubectl, promtool, shims),
+ * e2e (real `leoflow` processes), fault (the safety net under injected faults). One embedded
+ * Postgres serves the run (or TEST_DATABASE_URL's server), for every project but unit; every test
+ * file gets its own database from a template.
  */
 export default defineConfig({
   test: {
@@ -13,7 +16,9 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 60_000,
     projects: [
-      { extends: true, test: { name: 'unit', include: ['test/unit/**/*.test.ts'] } },
+      // Pure tests share their workers' module graph (no isolation): loading the sources again for
+      // each file was most of the project's time.
+      { extends: true, test: { name: 'unit', include: ['test/unit/**/*.test.ts'], isolate: false } },
       { extends: true, test: { name: 'integration', include: ['test/integration/**/*.test.ts'] } },
       { extends: true, test: { name: 'e2e', include: ['test/e2e/**/*.test.ts'], testTimeout: 120_000 } },
       { extends: true, test: { name: 'fault', include: ['test/fault/**/*.test.ts'], testTimeout: 120_000 } },

@@ -13,6 +13,7 @@ import { freePort } from '../helpers/global-setup.js';
 import { cli, startServer, waitFor } from '../helpers/leoflow-process.js';
 import { createTestDatabase } from '../helpers/test-database.js';
 import { percentile, report } from './report.js';
+import { proServerArgs } from '../helpers/fake-kube/pro-server-args.js';
 
 /**
  * The kubernetes executor against the fake API server. (1) Pods dispatched per second through
@@ -109,20 +110,7 @@ it('trigger → pod created → attempt started, p50/p99, at 100 ms API latency'
   const port = await freePort();
   const server = await startServer({
     env: { DATABASE_URL: db.url },
-    args: [
-      '--edition',
-      'pro',
-      '--listen',
-      `127.0.0.1:${port}`,
-      '--kubeconfig',
-      kube.kubeconfigPath,
-      '--kubernetes-namespace',
-      NS,
-      '--kubernetes-image',
-      'leoflow:bench',
-      '--pod-server-url',
-      `http://127.0.0.1:${port}`,
-    ],
+    args: [...proServerArgs({ port, kube, namespace: NS, image: 'leoflow:bench' })],
   });
   try {
     const file = path.join(tmp, 'one.yaml');

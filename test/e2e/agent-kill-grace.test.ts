@@ -1,19 +1,10 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createClients, type Clients } from '../../src/cli/client.js';
-import {
-  cli,
-  startAgent,
-  startServer,
-  waitFor,
-  type AgentProcess,
-  type ServerProcess,
-} from '../helpers/leoflow-process.js';
-import { isAlive, killGroupOf } from '../helpers/process-group.js';
+import { describe, expect, it } from 'vitest';
+import { cli, waitFor } from '../helpers/leoflow-process.js';
+import { isAlive } from '../helpers/process-group.js';
 import { runEnds } from '../helpers/run-ends.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { agentsOfEachTest, serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * An agent whose own --kill-grace (60 s) is far longer than the control plane's (500 ms) runs a
@@ -27,66 +18,32 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
 const TIMEOUT_MS = 2000;
 const SERVER_KILL_GRACE_MS = 500;
 
-let db: TestDatabase;
-let server: ServerProcess;
-let api: Clients;
-let tmp: string;
-const agents: AgentProcess[] = [];
-const taskPids = new Set<number>();
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-kill-grace-'));
-  server = await startServer({
-    env: { DATABASE_URL: db.url },
-    args: [
-      '--heartbeat-interval',
-      '300ms',
-      '--heartbeat-threshold',
-      '3s',
-      '--kill-grace',
-      `${SERVER_KILL_GRACE_MS}ms`,
-      '--tick-interval',
-      '200ms',
-    ],
-  });
-  api = createClients(server.url);
-});
-afterAll(async () => {
-  // The tasks first (try 1 ignores SIGTERM), so the agents have nothing left to wait for.
-  for (const pid of taskPids) killGroupOf(pid);
-  await Promise.all(agents.map((a) => a.stop(5000)));
-  await server?.stop();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
-});
-
-async function agent(id: string): Promise<AgentProcess> {
-  const a = startAgent(server.url, [
-    '--id',
-    id,
-    '--labels',
-    'pool=grace',
+const f = serverForFile({
+  tmpPrefix: 'leoflow-kill-grace-',
+  args: [
+    '--heartbeat-interval',
+    '300ms',
+    '--heartbeat-threshold',
+    '3s',
     '--kill-grace',
-    '60s',
-    '--shutdown-grace',
-    '1s',
-  ]);
-  agents.push(a);
-  await waitFor(
-    `agent ${id} connected`,
-    async () => (await api.cluster.listAgents({})).agents.some((x) => x.agentId === id && x.connected),
-    20_000,
-  );
-  return a;
-}
+    `${SERVER_KILL_GRACE_MS}ms`,
+    '--tick-interval',
+    '200ms',
+  ],
+});
+// The tasks are killed first (try 1 ignores SIGTERM), so the agents have nothing left to wait for.
+const agents = agentsOfEachTest(f);
+const { taskPids } = agents;
+
+const agent = (id: string) =>
+  agents.connect(id, ['--labels', 'pool=grace', '--kill-grace', '60s', '--shutdown-grace', '1s']);
 
 describe("an agent whose --kill-grace is longer than the control plane's", () => {
   it(
     "kills a timed-out task within the control plane's grace: try 2 never overlaps try 1",
     { timeout: 90_000 },
     async () => {
-      const ledger = path.join(tmp, 'ledger');
+      const ledger = path.join(f.tmp, 'ledger');
       // Try 1 ignores SIGTERM (the ignore is inherited by its `sleep`) and ticks until killed;
       // try 2 ends at once.
       const script = [
@@ -94,7 +51,7 @@ describe("an agent whose --kill-grace is longer than the control plane's", () =>
         `if [ "$LEOFLOW_TRY_NUMBER" = 1 ]; then trap "" TERM; while :; do echo "tick 1" >> ${ledger}; sleep 0.05; done; fi`,
         `echo "end $LEOFLOW_TRY_NUMBER" >> ${ledger}`,
       ].join('; ');
-      const file = path.join(tmp, 'grace.yaml');
+      const file = path.join(f.tmp, 'grace.yaml');
       await writeFile(
         file,
         [
@@ -110,11 +67,11 @@ describe("an agent whose --kill-grace is longer than the control plane's", () =>
           '',
         ].join('\n'),
       );
-      const applied = await cli(server.url, ['dag', 'apply', file]);
+      const applied = await cli(f.server.url, ['dag', 'apply', file]);
       expect(applied.code, applied.stderr).toBe(0);
 
       await agent('grace-a');
-      const runId = (await api.workflow.triggerRun({ dagId: 'grace' })).run!.runId;
+      const runId = (await f.api.workflow.triggerRun({ dagId: 'grace' })).run!.runId;
       const lines = async () => (await readFile(ledger, 'utf8').catch(() => '')).split('\n').filter((l) => l !== '');
       const started = await waitFor(
         'try 1 started',
@@ -124,12 +81,12 @@ describe("an agent whose --kill-grace is longer than the control plane's", () =>
       const pid1 = Number(started.split(' ')[2]);
       taskPids.add(pid1);
       // Try 2 must go elsewhere: A takes no new work (from before try 1 can end), B does.
-      await api.cluster.drainAgent({ agentId: 'grace-a' });
+      await f.api.cluster.drainAgent({ agentId: 'grace-a' });
       expect(Date.now() - startedAt, 'A drained before try 1 timed out').toBeLessThan(TIMEOUT_MS);
       await agent('grace-b');
 
       const ti = async () => {
-        const [row] = await db.sql<{ state: string; try_number: number; agent_id: string | null }[]>`
+        const [row] = await f.db.sql<{ state: string; try_number: number; agent_id: string | null }[]>`
         select state, try_number, agent_id from task_instances where run_id = ${runId}`;
         return row;
       };
@@ -145,7 +102,7 @@ describe("an agent whose --kill-grace is longer than the control plane's", () =>
       );
       expect(isAlive(pid1), `try 1 (pid ${pid1}) still alive when the control plane ended it`).toBe(false);
 
-      expect(await runEnds(db.sql, runId, { timeoutMs: 30_000 })).toBe('success');
+      expect(await runEnds(f.db.sql, runId, { timeoutMs: 30_000 })).toBe('success');
       expect(await ti()).toMatchObject({ state: 'success', try_number: 2, agent_id: 'grace-b' });
       const all = await lines();
       const start2 = all.findIndex((l) => l.startsWith('start 2 '));
@@ -159,13 +116,13 @@ describe("an agent whose --kill-grace is longer than the control plane's", () =>
       expect(all).not.toContain('end 1');
 
       // Try 1 was stopped with the control plane's grace, not the agent's.
-      const system = await db.sql<{ line: string }[]>`
+      const system = await f.db.sql<{ line: string }[]>`
       select l.line from task_logs l join task_instances t on t.id = l.ti_id
       where t.run_id = ${runId} and l.try_number = 1 and l.stream = 'system' order by l.seq`;
       expect(system.map((r) => r.line)).toContain(
         `still running ${SERVER_KILL_GRACE_MS} ms after SIGTERM: sending SIGKILL`,
       );
-      const [ended] = await db.sql<{ payload: Record<string, unknown> }[]>`
+      const [ended] = await f.db.sql<{ payload: Record<string, unknown> }[]>`
       select e.payload from events e join task_instances t on t.id = e.ti_id
       where t.run_id = ${runId} and e.kind = 'ti.state' and (e.payload->>'try')::int = 1 and e.payload->>'to' = 'up_for_retry'`;
       expect(ended!.payload.error).toBe(`timed out after ${TIMEOUT_MS} ms`);

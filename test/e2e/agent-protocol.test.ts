@@ -1,11 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { AsyncInbox } from '../helpers/scripted-agent.js';
-import os from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import {
   AgentService,
@@ -13,8 +11,9 @@ import {
   ProtocolVersion,
   type ConnectResponse,
 } from '../../src/gen/leoflow/v1/agent_pb.js';
-import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { cli, startAgent, waitFor } from '../helpers/leoflow-process.js';
+import { AsyncInbox } from '../helpers/scripted-agent.js';
+import { serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * The control plane's side of AgentService.Connect, driven by a scripted agent speaking the
@@ -22,33 +21,23 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * server process.
  */
 
-let db: TestDatabase;
-let server: ServerProcess;
-let tmp: string;
+const f = serverForFile({
+  tmpPrefix: 'leoflow-agentproto-',
+  args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '2s'],
+});
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-agentproto-'));
-  server = await startServer({
-    env: { DATABASE_URL: db.url },
-    args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '2s'],
-  });
-  const file = path.join(tmp, 'gpu.yaml');
+  const file = path.join(f.tmp, 'gpu.yaml');
   await writeFile(
     file,
     'dag_id: gpu\ntasks:\n  - id: train\n    executor: agents\n    command: [echo, training]\n    placement: { labels: { gpu: nvidia } }\n',
   );
-  expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
-});
-afterAll(async () => {
-  await server?.stop();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
+  expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
 });
 
 /** A scripted agent: the test pushes its messages; with `keepalive`, it also keeps alive every 150 ms. */
 function connect(opts: { keepalive?: boolean } = { keepalive: true }) {
-  const client = createClient(AgentService, createGrpcTransport({ baseUrl: server.url }));
+  const client = createClient(AgentService, createGrpcTransport({ baseUrl: f.server.url }));
   const outbox = new AsyncInbox<Parameters<typeof client.connect>[0] extends AsyncIterable<infer T> ? T : never>();
   const stream = client.connect(outbox);
   const inbox = new AsyncInbox<ConnectResponse>();
@@ -90,10 +79,10 @@ describe('AgentService.Connect (control-plane side)', () => {
   });
 
   it('keeps a TI waiting with NO_AGENT_WITH_LABELS, dispatches it the moment a matching agent connects, and records its reports', async () => {
-    const api = createClients(server.url);
-    const runId = (await api.workflow.triggerRun({ dagId: 'gpu' })).run!.runId;
+    const api = createClients(f.server.url);
+    const runId = (await f.api.workflow.triggerRun({ dagId: 'gpu' })).run!.runId;
     await waitFor('reason NO_AGENT_WITH_LABELS', async () => {
-      const r = await api.workflow.getRun({ runId });
+      const r = await f.api.workflow.getRun({ runId });
       return r.taskInstances[0]!.pendingReason === 'NO_AGENT_WITH_LABELS:gpu=nvidia';
     });
 
@@ -136,10 +125,10 @@ describe('AgentService.Connect (control-plane side)', () => {
         break;
       }
     }
-    await waitFor('run success', async () => (await api.workflow.getRun({ runId })).run!.state === 3);
-    const ti = (await api.workflow.getRun({ runId })).taskInstances[0]!;
+    await waitFor('run success', async () => (await f.api.workflow.getRun({ runId })).run!.state === 3);
+    const ti = (await f.api.workflow.getRun({ runId })).taskInstances[0]!;
     expect(ti).toMatchObject({ agentId: 'gpu-1', tryNumber: 1, exitCode: 0 });
-    const logs = await cli(server.url, ['logs', runId]);
+    const logs = await cli(f.server.url, ['logs', runId]);
     expect(logs.stdout).toContain('[train #1] training');
     // A late duplicate Finished (as after a reconnect) is acknowledged, not counted as a zombie.
     outbox.push({ msg: { case: 'finished', value: { attempt, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } } });
@@ -149,15 +138,15 @@ describe('AgentService.Connect (control-plane side)', () => {
       again = await inbox.next();
     }
     expect(again.msg.value.applied).toBe(true);
-    const agents = await api.cluster.listAgents({});
+    const agents = await f.api.cluster.listAgents({});
     expect(agents.agents.map((x) => [x.agentId, x.connected, x.slots])).toEqual([['gpu-1', true, 2]]);
     close();
     await done;
-    await waitFor('agent disconnected', async () => !(await api.cluster.listAgents({})).agents[0]!.connected);
+    await waitFor('agent disconnected', async () => !(await f.api.cluster.listAgents({})).agents[0]!.connected);
   });
 
   it('closes a deaf stream (no keepalives) and stops counting the agent as connected', async () => {
-    const api = createClients(server.url);
+    const api = createClients(f.server.url);
     const { outbox, inbox } = connect({ keepalive: false });
     outbox.push({
       msg: {
@@ -178,14 +167,14 @@ describe('AgentService.Connect (control-plane side)', () => {
     expect(err.code).toBe(Code.DeadlineExceeded);
     expect(err.rawMessage).toMatch(/no keepalive for 3 intervals/);
     await waitFor('deaf agent disconnected', async () => {
-      const a = (await api.cluster.listAgents({})).agents.find((x) => x.agentId === 'deaf-1');
+      const a = (await f.api.cluster.listAgents({})).agents.find((x) => x.agentId === 'deaf-1');
       return a && !a.connected;
     });
     outbox.close();
   });
 
   it('resumes held work after a reconnect, supersedes what is no longer current, drains and cancels', async () => {
-    const api = createClients(server.url);
+    const api = createClients(f.server.url);
     // One agent process, reconnecting: the same incarnation on both streams.
     const incarnationId = randomUUID();
     const hello = (held: { tiId: string; tryNumber: number; attemptToken: string }[] = []) => ({
@@ -204,7 +193,7 @@ describe('AgentService.Connect (control-plane side)', () => {
     const first = connect();
     first.outbox.push(hello());
     expect((await first.inbox.next()).msg.case).toBe('welcome');
-    const runId = (await api.workflow.triggerRun({ dagId: 'gpu' })).run!.runId;
+    const runId = (await f.api.workflow.triggerRun({ dagId: 'gpu' })).run!.runId;
     let m = await first.inbox.next();
     while (m.msg.case !== 'assign') m = await first.inbox.next();
     const attempt = m.msg.value.attempt!;
@@ -229,20 +218,20 @@ describe('AgentService.Connect (control-plane side)', () => {
     second.outbox.push({ msg: { case: 'keepalive', value: { seq: 1n, held: [attempt] } } });
 
     // Drained: the agent is told, and gets no new work.
-    await api.cluster.drainAgent({ agentId: 'gpu-2' });
+    await f.api.cluster.drainAgent({ agentId: 'gpu-2' });
     let d = await second.inbox.next();
     while (d.msg.case !== 'drain') d = await second.inbox.next();
-    const run2 = (await api.workflow.triggerRun({ dagId: 'gpu' })).run!.runId;
+    const run2 = (await f.api.workflow.triggerRun({ dagId: 'gpu' })).run!.runId;
     // It waits saying the only agent with its labels drains (not that there is none).
     await waitFor(
       'run 2 waits',
       async () =>
-        (await api.workflow.getRun({ runId: run2 })).taskInstances[0]!.pendingReason ===
+        (await f.api.workflow.getRun({ runId: run2 })).taskInstances[0]!.pendingReason ===
         'AGENT_DRAINING:1 agent with gpu=nvidia',
     );
 
     // Cancelling the run reaches the agent as Cancel for its attempt.
-    await api.workflow.cancelRun({ runId });
+    await f.api.workflow.cancelRun({ runId });
     let c = await second.inbox.next();
     while (c.msg.case !== 'cancel') c = await second.inbox.next();
     expect(c.msg.value.attempt!.attemptToken).toBe(attempt.attemptToken);
@@ -254,11 +243,11 @@ describe('AgentService.Connect (control-plane side)', () => {
     });
     let ack = await second.inbox.next();
     while (ack.msg.case !== 'finishedAck') ack = await second.inbox.next();
-    const ti = (await api.workflow.getRun({ runId })).taskInstances[0]!;
+    const ti = (await f.api.workflow.getRun({ runId })).taskInstances[0]!;
     expect(ti).toMatchObject({ state: 10, tryNumber: 1, agentId: 'gpu-2' });
     // Undrained: the waiting run is dispatched to it.
-    await api.cluster.drainAgent({ agentId: 'gpu-2', undrain: true });
-    await api.workflow.cancelRun({ runId: run2 }).catch(() => {});
+    await f.api.cluster.drainAgent({ agentId: 'gpu-2', undrain: true });
+    await f.api.workflow.cancelRun({ runId: run2 }).catch(() => {});
     second.close();
     await second.done;
   });
@@ -267,19 +256,19 @@ describe('AgentService.Connect (control-plane side)', () => {
 describe('one-shot agent (leoflow agent --once --ti)', () => {
   it('runs exactly its task instance and exits', async () => {
     const { startAgent } = await import('../helpers/leoflow-process.js');
-    const file = path.join(tmp, 'once.yaml');
+    const file = path.join(f.tmp, 'once.yaml');
     await writeFile(
       file,
       'dag_id: once\ntasks:\n  - id: job\n    executor: agents\n    command: ["sh", "-c", "echo one-shot $LEOFLOW_TRY_NUMBER"]\n',
     );
-    expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
-    const api = createClients(server.url);
-    const runId = (await api.workflow.triggerRun({ dagId: 'once' })).run!.runId;
+    expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
+    const api = createClients(f.server.url);
+    const runId = (await f.api.workflow.triggerRun({ dagId: 'once' })).run!.runId;
     const tiId = await waitFor('ti scheduled', async () => {
-      const r = await api.workflow.getRun({ runId });
+      const r = await f.api.workflow.getRun({ runId });
       return r.taskInstances[0]!.state === 2 ? r.taskInstances[0]!.tiId : null;
     });
-    const agent = startAgent(server.url, ['--id', 'pod-once-1', '--once', '--ti', tiId]);
+    const agent = startAgent(f.server.url, ['--id', 'pod-once-1', '--once', '--ti', tiId]);
     const exit = await Promise.race([
       agent.exited,
       new Promise<never>((_, reject) =>
@@ -288,9 +277,9 @@ describe('one-shot agent (leoflow agent --once --ti)', () => {
     ]);
     expect(exit.code, agent.output()).toBe(0);
     // The agent leaves once its Finished is acknowledged; the run ends at the step that follows.
-    await waitFor('run success', async () => (await api.workflow.getRun({ runId })).run!.state === 3);
-    const r = await api.workflow.getRun({ runId });
+    await waitFor('run success', async () => (await f.api.workflow.getRun({ runId })).run!.state === 3);
+    const r = await f.api.workflow.getRun({ runId });
     expect(r.taskInstances[0]).toMatchObject({ agentId: 'pod-once-1', tryNumber: 1, exitCode: 0 });
-    expect((await cli(server.url, ['logs', runId])).stdout).toContain('[job #1] one-shot 1');
+    expect((await cli(f.server.url, ['logs', runId])).stdout).toContain('[job #1] one-shot 1');
   });
 });

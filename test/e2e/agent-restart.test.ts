@@ -1,19 +1,11 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createClients, type Clients } from '../../src/cli/client.js';
-import {
-  cli,
-  startAgent,
-  startServer,
-  waitFor,
-  type AgentProcess,
-  type ServerProcess,
-} from '../helpers/leoflow-process.js';
-import { isAlive, killGroupOf } from '../helpers/process-group.js';
+import { describe, expect, it } from 'vitest';
+import { waitFor } from '../helpers/leoflow-process.js';
+import { startLedgerTask } from '../helpers/ledger-task.js';
+import { isAlive } from '../helpers/process-group.js';
 import { runEnds } from '../helpers/run-ends.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { agentsOfEachTest, serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * An agent SIGKILLed while its task runs, and started again with the same id and state directory:
@@ -23,104 +15,50 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * attempt retried elsewhere (and stop it), which is not what this test is about.
  */
 
-let db: TestDatabase;
-let server: ServerProcess;
-let api: Clients;
-let tmp: string;
-let agents: AgentProcess[] = [];
-const taskPids = new Set<number>();
+const f = serverForFile({
+  tmpPrefix: 'leoflow-agent-restart-',
+  args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '30s', '--tick-interval', '200ms'],
+});
+const agents = agentsOfEachTest(f);
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-agent-restart-'));
-  server = await startServer({
-    env: { DATABASE_URL: db.url },
-    args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '30s', '--tick-interval', '200ms'],
-  });
-  api = createClients(server.url);
-});
-afterEach(async () => {
-  await Promise.all(agents.map((a) => a.stop(5000)));
-  agents = [];
-  for (const pid of taskPids) killGroupOf(pid);
-  taskPids.clear();
-});
-afterAll(async () => {
-  await server?.stop();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
-});
-
-async function agent(id: string, stateDir: string): Promise<AgentProcess> {
-  const a = startAgent(server.url, ['--id', id, '--labels', `zone=${id}`, '--state-dir', stateDir]);
-  agents.push(a);
-  await waitFor(
-    `agent ${id} connected`,
-    async () => (await api.cluster.listAgents({})).agents.some((x) => x.agentId === id && x.connected),
-    20_000,
-  );
-  return a;
-}
+/** An agent of the ledger task's zone on its state directory. */
+const agent = (id: string, stateDir: string) => agents.connect(id, ['--labels', `zone=${id}`, '--state-dir', stateDir]);
 
 async function setUp(name: string, retries: number) {
-  const ledger = path.join(tmp, `${name}.ledger`);
-  const go = path.join(tmp, `${name}.go`);
-  const stateDir = path.join(tmp, `${name}.state`);
-  const script = [
-    `echo "start $LEOFLOW_TRY_NUMBER $$" >> ${ledger}`,
-    'echo line-before',
-    `while [ ! -e ${go} ]; do sleep 0.05; done`,
-    'echo line-after',
-    'echo to-stderr >&2',
-    `echo "end $LEOFLOW_TRY_NUMBER" >> ${ledger}`,
-    // The task's last act: when it ends, in ms, by this machine's clock.
-    `date +%s%3N > ${ledger}.end`,
-  ].join('; ');
-  const file = path.join(tmp, `${name}.yaml`);
-  await writeFile(
-    file,
-    [
-      `dag_id: ${name}`,
-      'tasks:',
-      '  - id: work',
-      '    executor: agents',
-      `    placement: { labels: { zone: ${name} } }`,
-      `    command: ["sh", "-c", ${JSON.stringify(script)}]`,
-      `    retries: ${retries}`,
-      '    retry_delay: 100ms',
-      '',
-    ].join('\n'),
-  );
-  const applied = await cli(server.url, ['dag', 'apply', file]);
-  expect(applied.code, applied.stderr).toBe(0);
-  const first = await agent(name, stateDir);
-  const runId = (await api.workflow.triggerRun({ dagId: name })).run!.runId;
-  const lines = async () => (await readFile(ledger, 'utf8').catch(() => '')).split('\n').filter((l) => l !== '');
-  const started = await waitFor(
-    'try 1 started',
-    async () => (await lines()).find((l) => l.startsWith('start 1 ')) ?? null,
-  );
-  const pid = Number(started.split(' ')[2]);
-  taskPids.add(pid);
-  await waitFor('try 1 running in the database', async () => (await ti(runId))?.state === 'running');
-  return { name, go, stateDir, first, runId, pid, lines, ledger };
+  const go = path.join(f.tmp, `${name}.go`);
+  const t = await startLedgerTask(f, agents, {
+    name,
+    retries,
+    script: (ledger) => [
+      `echo "start $LEOFLOW_TRY_NUMBER $$" >> ${ledger}`,
+      'echo line-before',
+      `while [ ! -e ${go} ]; do sleep 0.05; done`,
+      'echo line-after',
+      'echo to-stderr >&2',
+      `echo "end $LEOFLOW_TRY_NUMBER" >> ${ledger}`,
+      // The task's last act: when it ends, in ms, by this machine's clock.
+      `date +%s%3N > ${ledger}.end`,
+    ],
+  });
+  await waitFor('try 1 running in the database', async () => (await ti(t.runId))?.state === 'running');
+  return { ...t, name, go };
 }
 
 async function ti(runId: string) {
-  const [row] = await db.sql<{ state: string; try_number: number; exit_code: number | null }[]>`
+  const [row] = await f.db.sql<{ state: string; try_number: number; exit_code: number | null }[]>`
     select state, try_number, exit_code from task_instances where run_id = ${runId}`;
   return row;
 }
 
 async function outputOf(runId: string): Promise<string[]> {
-  const rows = await db.sql<{ try_number: number; stream: string; line: string }[]>`
+  const rows = await f.db.sql<{ try_number: number; stream: string; line: string }[]>`
     select l.try_number, l.stream, l.line from task_logs l join task_instances t on t.id = l.ti_id
     where t.run_id = ${runId} and l.stream <> 'system' order by l.try_number, l.seq`;
   return rows.map((r) => `${r.try_number} ${r.stream} ${r.line}`);
 }
 
 async function moves(runId: string): Promise<string[]> {
-  const rows = await db.sql<{ to: string; try: number }[]>`
+  const rows = await f.db.sql<{ to: string; try: number }[]>`
     select payload->>'to' as to, (payload->>'try')::int as try from events where run_id = ${runId} and kind = 'ti.state' order by seq`;
   return rows.map((r) => `${r.to}/${r.try}`);
 }
@@ -140,7 +78,7 @@ describe('an agent SIGKILLed while its task runs, then started again', () => {
     expect(await ti(c.runId)).toMatchObject({ state: 'running', try_number: 1 });
     await writeFile(c.go, '');
 
-    expect(await runEnds(db.sql, c.runId)).toBe('success');
+    expect(await runEnds(f.db.sql, c.runId)).toBe('success');
     expect(await ti(c.runId)).toMatchObject({ state: 'success', try_number: 1, exit_code: 0 });
     expect(await c.lines()).toEqual([`start 1 ${c.pid}`, 'end 1']);
     expect((await outputOf(c.runId)).sort()).toEqual([
@@ -159,7 +97,7 @@ describe('an agent SIGKILLed while its task runs, then started again', () => {
     await waitFor('try 1 ended on its own', async () => (await c.lines()).includes('end 1'));
 
     await agent(c.name, c.stateDir);
-    expect(await runEnds(db.sql, c.runId)).toBe('success');
+    expect(await runEnds(f.db.sql, c.runId)).toBe('success');
     expect(await ti(c.runId)).toMatchObject({ state: 'success', try_number: 1, exit_code: 0 });
     expect((await outputOf(c.runId)).sort()).toEqual([
       '1 stderr to-stderr',
@@ -180,8 +118,8 @@ describe('an agent SIGKILLed while its task runs, then started again', () => {
     await new Promise((r) => setTimeout(r, 8000));
 
     await agent(c.name, c.stateDir);
-    expect(await runEnds(db.sql, c.runId)).toBe('success');
-    const [row] = await db.sql<{ started_ms: number; ended_ms: number }[]>`
+    expect(await runEnds(f.db.sql, c.runId)).toBe('success');
+    const [row] = await f.db.sql<{ started_ms: number; ended_ms: number }[]>`
       select (extract(epoch from started_at) * 1000)::float8 as started_ms, (extract(epoch from ended_at) * 1000)::float8 as ended_ms
       from task_instances where run_id = ${c.runId}`;
     // The database and the task read the same clock (one machine).

@@ -1,11 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { create, type MessageInitShape } from '@bufbuild/protobuf';
 import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import {
   AgentService,
@@ -16,10 +15,10 @@ import {
   type ConnectRequest,
   type ConnectResponse,
 } from '../../src/gen/leoflow/v1/agent_pb.js';
-import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
-import { AsyncInbox } from '../helpers/scripted-agent.js';
+import { cli, waitFor } from '../helpers/leoflow-process.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { AsyncInbox } from '../helpers/scripted-agent.js';
+import { serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * What the control plane trusts an agent with (issue 22): an attempt given to one agent process
@@ -29,19 +28,16 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * against the real server process.
  */
 
-let db: TestDatabase;
-let server: ServerProcess;
-let tmp: string;
-const api = () => createClients(server.url);
+const api = () => createClients(f.server.url);
+
+// A threshold far above every test here: whatever ends an attempt early, it is not the reaper.
+const f = serverForFile({
+  tmpPrefix: 'leoflow-agenttrust-',
+  args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '120s'],
+});
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-agenttrust-'));
   // A threshold far above every test here: whatever ends an attempt early, it is not the reaper.
-  server = await startServer({
-    env: { DATABASE_URL: db.url },
-    args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '120s'],
-  });
   const dags: Record<string, string> = {
     restart:
       'dag_id: restart\ntasks:\n  - id: delayed\n    executor: agents\n    retries: 1\n    retry_delay: 100ms\n    placement: { labels: { pool: restart } }\n    command: [echo, hi]\n',
@@ -52,13 +48,13 @@ beforeAll(async () => {
     dup: 'dag_id: dup\ntasks:\n  - id: job\n    executor: agents\n    placement: { labels: { pool: dup } }\n    command: [echo, hi]\n',
   };
   for (const [name, text] of Object.entries(dags)) {
-    const file = path.join(tmp, `${name}.yaml`);
+    const file = path.join(f.tmp, `${name}.yaml`);
     await writeFile(file, text);
-    expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
+    expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
   }
   // Slow writes on demand: a start or an end of these tasks takes this long in Postgres, holding
   // its row, as on a slow or briefly unreachable database.
-  await db.sql.unsafe(`
+  await f.db.sql.unsafe(`
     create function slow_write() returns trigger language plpgsql as $$
     begin perform pg_sleep(tg_argv[0]::float); return new; end $$;
     create trigger slow_start_delayed before update on task_instances for each row
@@ -67,11 +63,6 @@ beforeAll(async () => {
       when (old.task_id = 'slowpoke' and old.state = 'queued' and new.state = 'running') execute function slow_write(1.5);
     create trigger slow_end_slowpoke before update on task_instances for each row
       when (old.task_id = 'slowpoke' and old.state = 'running' and new.state = 'success') execute function slow_write(1.5);`);
-});
-afterAll(async () => {
-  await server?.stop();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
 });
 
 type Msg = MessageInitShape<typeof ConnectRequestSchema>['msg'];
@@ -89,7 +80,7 @@ function agentProcess(o: {
   keepaliveHeld?: () => AttemptRef[];
 }) {
   const incarnationId = o.incarnationId ?? randomUUID();
-  const client = createClient(AgentService, createGrpcTransport({ baseUrl: server.url }));
+  const client = createClient(AgentService, createGrpcTransport({ baseUrl: f.server.url }));
   const outbox = new AsyncInbox<ConnectRequest>();
   const stream = client.connect(outbox);
   const inbox = new AsyncInbox<ConnectResponse>();
@@ -145,7 +136,7 @@ function agentProcess(o: {
 
 const tiRow = async (tiId: string) =>
   (
-    await db.sql<
+    await f.db.sql<
       {
         state: string;
         try_number: number;
@@ -177,7 +168,7 @@ describe('incarnations: an attempt given to one agent process never reaches anot
     first.send({ case: 'started', value: { attempt: try1, pid: 4242 } });
     await waitFor(
       'the Started write under way',
-      async () => (await db.sql`select 1 from pg_stat_activity where wait_event = 'PgSleep'`).length > 0,
+      async () => (await f.db.sql`select 1 from pg_stat_activity where wait_event = 'PgSleep'`).length > 0,
     );
     await first.close();
     await disconnected('restart-1');
@@ -196,7 +187,7 @@ describe('incarnations: an attempt given to one agent process never reaches anot
     await waitFor('run success', async () => (await api().workflow.getRun({ runId })).run!.state === 3);
 
     // Try 1 is recorded as lost because the agent restarted, naming the process it was given to.
-    const ev = await db.sql<{ to: string; try: number; reason: string | null; error: string | null }[]>`
+    const ev = await f.db.sql<{ to: string; try: number; reason: string | null; error: string | null }[]>`
       select payload->>'to' as to, (payload->>'try')::int as try, payload->>'reason' as reason, payload->>'error' as error
       from events where ti_id = ${try1.tiId} and kind = 'ti.state' order by seq`;
     expect(ev.map((e) => e.to)).toEqual([
@@ -289,9 +280,9 @@ describe('a bad report harms only its sender', () => {
       5000,
     );
     // Refused, counted and logged in one line, without a stack.
-    const metrics = await scrapeMetrics(server.metricsUrl);
+    const metrics = await scrapeMetrics(f.server.metricsUrl);
     expect(metrics.get('leoflow_agent_messages_invalid_total{report="keepalive"}')).toBe(1);
-    const line = server.logs.find((l) => String(l.msg).startsWith('agent message refused: keepalive.held[0]'));
+    const line = f.server.logs.find((l) => String(l.msg).startsWith('agent message refused: keepalive.held[0]'));
     expect(line).toMatchObject({ field: 'keepalive.held[0].attempt_token', report: 'keepalive' });
     expect(JSON.stringify(line)).not.toContain('"stack"');
     good.send({ case: 'finished', value: { attempt: held, outcome: AttemptOutcome.SUCCESS, exitCode: 0 } });

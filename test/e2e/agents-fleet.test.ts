@@ -1,21 +1,12 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createClients, type Clients } from '../../src/cli/client.js';
-import {
-  cli,
-  startAgent,
-  startServer,
-  waitFor,
-  type AgentProcess,
-  type ServerProcess,
-} from '../helpers/leoflow-process.js';
+import { describe, expect, it } from 'vitest';
+import { cli, waitFor } from '../helpers/leoflow-process.js';
 import { killGroupOf } from '../helpers/process-group.js';
 import { isRunEnded } from '../helpers/run-ends.js';
 import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
+import { agentsOfEachTest, serverForFile } from '../helpers/server-fixture.js';
 import { startTcpProxy } from '../helpers/tcp-proxy.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
  * A fleet of real `leoflow agent` processes against the real server: placement, slots and
@@ -23,57 +14,28 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * frozen (zombie) agent.
  */
 
-let db: TestDatabase;
-let server: ServerProcess;
-let api: Clients;
-let tmp: string;
-let agents: AgentProcess[] = [];
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-fleet-'));
-  server = await startServer({
-    env: { DATABASE_URL: db.url },
-    args: [
-      '--heartbeat-interval',
-      '300ms',
-      '--heartbeat-threshold',
-      '2s',
-      '--tick-interval',
-      '200ms',
-      '--dispatch-workers',
-      '4',
-      '--dispatch-queue',
-      '64',
-    ],
-  });
-  api = createClients(server.url);
+const f = serverForFile({
+  tmpPrefix: 'leoflow-fleet-',
+  args: [
+    '--heartbeat-interval',
+    '300ms',
+    '--heartbeat-threshold',
+    '2s',
+    '--tick-interval',
+    '200ms',
+    '--dispatch-workers',
+    '4',
+    '--dispatch-queue',
+    '64',
+  ],
 });
-afterEach(async () => {
-  await Promise.all(agents.map((a) => a.stop(5000)));
-  agents = [];
-});
-afterAll(async () => {
-  await server?.stop();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
-});
-
-async function agent(id: string, args: string[], url = server.url): Promise<AgentProcess> {
-  const a = startAgent(url, ['--id', id, ...args]);
-  agents.push(a);
-  await waitFor(
-    `agent ${id} connected`,
-    async () => (await api.cluster.listAgents({})).agents.some((x) => x.agentId === id && x.connected),
-    20_000,
-  );
-  return a;
-}
+const agents = agentsOfEachTest(f);
+const agent = (id: string, args: string[], url?: string) => agents.connect(id, args, url);
 
 async function apply(name: string, yaml: string): Promise<void> {
-  const file = path.join(tmp, `${name}.yaml`);
+  const file = path.join(f.tmp, `${name}.yaml`);
   await writeFile(file, yaml);
-  const r = await cli(server.url, ['dag', 'apply', file]);
+  const r = await cli(f.server.url, ['dag', 'apply', file]);
   expect(r.code, r.stderr).toBe(0);
 }
 
@@ -81,12 +43,12 @@ async function waitRuns(runIds: string[], timeoutMs = 40_000): Promise<string[]>
   await waitFor(
     'runs ended',
     async () => {
-      const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
+      const rows = await f.db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
       return rows.every((r) => isRunEnded(r.state));
     },
     timeoutMs,
   );
-  const rows = await db.sql<
+  const rows = await f.db.sql<
     { state: string }[]
   >`select state from dag_runs where id = any(${runIds}::bigint[]) order by id`;
   return rows.map((r) => r.state);
@@ -103,7 +65,7 @@ interface Interval {
 
 /** Each attempt's life on its agent, from the events log: claimed (queued) → ended. */
 async function attempts(runIds: string[]): Promise<Interval[]> {
-  const ev = await db.sql<
+  const ev = await f.db.sql<
     { ti_id: string; to: string; try: string; agent_id: string | null; task_id: string; at: Date }[]
   >`
     select ti_id, payload->>'to' as to, payload->>'try' as try, payload->>'agent_id' as agent_id, payload->>'task_id' as task_id, at
@@ -149,7 +111,7 @@ describe('a fleet of agents', () => {
     await agent('a2', ['--labels', 'zone=a', '--slots', '1']);
     await agent('b1', ['--labels', 'zone=b', '--slots', '3']);
     // Each task records its own process's life (start and end, on the machine's clock).
-    const lives = path.join(tmp, 'lives.log');
+    const lives = path.join(f.tmp, 'lives.log');
     const mark = (what: string) => `echo $LEOFLOW_TI_ID $LEOFLOW_TRY_NUMBER ${what} $(date +%s%N) >> ${lives}`;
     const sleepy = (id: string, zone: string, extra = '') =>
       `  - id: ${id}\n    executor: agents\n    command: ["sh", "-c", "${mark('start')}; sleep 0.4; echo ${id} done; ${mark('end')}"]\n    placement: { labels: { zone: ${zone} }${extra} }\n`;
@@ -161,8 +123,8 @@ describe('a fleet of agents', () => {
     );
     await apply('maxpar', 'dag_id: maxpar\ntasks:\n' + sleepy('w', 'a', ', max_parallel_per_agent: 1'));
 
-    const runIds = [(await api.workflow.triggerRun({ dagId: 'place' })).run!.runId];
-    for (let i = 0; i < 4; i++) runIds.push((await api.workflow.triggerRun({ dagId: 'maxpar' })).run!.runId);
+    const runIds = [(await f.api.workflow.triggerRun({ dagId: 'place' })).run!.runId];
+    for (let i = 0; i < 4; i++) runIds.push((await f.api.workflow.triggerRun({ dagId: 'maxpar' })).run!.runId);
     expect(await waitRuns(runIds)).toEqual(Array(5).fill('success'));
 
     const all = await attempts(runIds);
@@ -191,39 +153,39 @@ describe('a fleet of agents', () => {
     expect(maxConcurrent(lived.filter((i) => i.agent === 'a2'))).toBeLessThanOrEqual(1);
     expect(maxConcurrent(lived.filter((i) => i.agent === 'b1'))).toBeLessThanOrEqual(3);
     // And no agent was ever sent an attempt beyond the slots it offered (it would say so).
-    for (const a of agents) expect(a.output()).not.toMatch(/Assign beyond the slots/);
+    for (const a of agents.started) expect(a.output()).not.toMatch(/Assign beyond the slots/);
     // max_parallel_per_agent: 1 for `w`, across its four runs.
     for (const a of ['a1', 'a2'])
       expect(maxConcurrent(all.filter((i) => i.task === 'w' && i.agent === a))).toBeLessThanOrEqual(1);
     // Placement rounds' claims (a task with max_parallel_per_agent is always claimed by one) have
     // a connection of their own, never waiting for one the report batches hold.
-    const claimConns = await db.sql<{ query: string }[]>`
+    const claimConns = await f.db.sql<{ query: string }[]>`
       select query from pg_stat_activity where datname = current_database() and application_name like 'leoflow-claims:%'`;
     expect(claimConns).toHaveLength(1);
     expect(claimConns[0]!.query).toMatch(/claimed as \(\s*update task_instances/);
-    const logs = await cli(server.url, ['logs', runIds[0]!, '--task', 'wb0']);
+    const logs = await cli(f.server.url, ['logs', runIds[0]!, '--task', 'wb0']);
     expect(logs.stdout).toMatch(/^\[wb0 #1\] wb0 done$/m);
 
     // Drained: new work goes elsewhere.
-    await cli(server.url, ['agents', 'drain', 'a1']);
+    await cli(f.server.url, ['agents', 'drain', 'a1']);
     const more = [];
-    for (let i = 0; i < 3; i++) more.push((await api.workflow.triggerRun({ dagId: 'maxpar' })).run!.runId);
+    for (let i = 0; i < 3; i++) more.push((await f.api.workflow.triggerRun({ dagId: 'maxpar' })).run!.runId);
     expect(await waitRuns(more)).toEqual(Array(3).fill('success'));
     expect(new Set((await attempts(more)).map((i) => i.agent))).toEqual(new Set(['a2']));
-    await cli(server.url, ['agents', 'drain', 'a1', '--undrain']);
+    await cli(f.server.url, ['agents', 'drain', 'a1', '--undrain']);
   });
 
   it('retries elsewhere the work of an agent that is SIGKILLed, after the heartbeat threshold', async () => {
-    const pidFile = path.join(tmp, 'k.pid');
+    const pidFile = path.join(f.tmp, 'k.pid');
     const k1 = await agent('k1', ['--labels', 'zone=k']);
     const k2 = await agent('k2', ['--labels', 'zone=k']);
     await apply(
       'kill',
       `dag_id: kill\ntasks:\n  - id: long\n    executor: agents\n    retries: 1\n    retry_delay: 100ms\n    placement: { labels: { zone: k } }\n    command: ["sh", "-c", "if [ $LEOFLOW_TRY_NUMBER -ge 2 ]; then echo second; exit 0; fi; echo $$ > ${pidFile}; sleep 30"]\n`,
     );
-    const runId = (await api.workflow.triggerRun({ dagId: 'kill' })).run!.runId;
+    const runId = (await f.api.workflow.triggerRun({ dagId: 'kill' })).run!.runId;
     const holder = await waitFor('long running', async () => {
-      const [t] = await db.sql<
+      const [t] = await f.db.sql<
         { state: string; agent_id: string }[]
       >`select state, agent_id from task_instances where run_id = ${runId}`;
       return t?.state === 'running' && (await readFile(pidFile, 'utf8').catch(() => '')) ? t.agent_id : null;
@@ -234,18 +196,18 @@ describe('a fleet of agents', () => {
     // stop the task as an operator (or the machine's end) would.
     killGroupOf(Number(await readFile(pidFile, 'utf8')));
     expect(await waitRuns([runId])).toEqual(['success']);
-    const [t] = await db.sql<
+    const [t] = await f.db.sql<
       { try_number: number; agent_id: string }[]
     >`select try_number, agent_id from task_instances where run_id = ${runId}`;
     expect(t).toMatchObject({ try_number: 2, agent_id: holder === 'k1' ? 'k2' : 'k1' });
-    const lost = await db.sql`select 1 from events where run_id = ${runId} and payload->>'reason' = 'agent_lost'`;
+    const lost = await f.db.sql`select 1 from events where run_id = ${runId} and payload->>'reason' = 'agent_lost'`;
     expect(lost.length).toBe(1);
   });
 
   it('loses nothing and runs nothing twice across a network blip', async () => {
-    const proxy = await startTcpProxy({ host: '127.0.0.1', port: Number(new URL(server.url).port) });
+    const proxy = await startTcpProxy({ host: '127.0.0.1', port: Number(new URL(f.server.url).port) });
     try {
-      const marks = path.join(tmp, 'blip.log');
+      const marks = path.join(f.tmp, 'blip.log');
       await agent('n1', ['--labels', 'zone=n', '--slots', '4'], `http://127.0.0.1:${proxy.port}`);
       await apply(
         'blip',
@@ -257,14 +219,14 @@ describe('a fleet of agents', () => {
             )
             .join(''),
       );
-      const runId = (await api.workflow.triggerRun({ dagId: 'blip' })).run!.runId;
+      const runId = (await f.api.workflow.triggerRun({ dagId: 'blip' })).run!.runId;
       await waitFor('all running', async () => {
-        const rows = await db.sql<{ state: string }[]>`select state from task_instances where run_id = ${runId}`;
+        const rows = await f.db.sql<{ state: string }[]>`select state from task_instances where run_id = ${runId}`;
         return rows.every((r) => r.state === 'running');
       });
       proxy.cut();
       expect(await waitRuns([runId])).toEqual(['success']);
-      const tis = await db.sql<
+      const tis = await f.db.sql<
         { task_id: string; try_number: number; agent_id: string }[]
       >`select task_id, try_number, agent_id from task_instances where run_id = ${runId} order by task_id`;
       expect(tis.map((t) => [t.task_id, t.try_number, t.agent_id])).toEqual(
@@ -272,11 +234,11 @@ describe('a fleet of agents', () => {
       );
       expect((await readFile(marks, 'utf8')).trim().split('\n').sort()).toEqual(['n0 1', 'n1 1', 'n2 1', 'n3 1']);
       // Every line, including those written while the stream was cut, is in the logs once.
-      const logs = await db.sql<{ n: number }[]>`
+      const logs = await f.db.sql<{ n: number }[]>`
         select count(*)::int as n from task_logs l join task_instances t on t.id = l.ti_id where t.run_id = ${runId} and l.stream = 'stdout'`;
       expect(logs[0]!.n).toBe(8);
       expect(
-        (await db.sql`select 1 from events where run_id = ${runId} and payload->>'reason' = 'agent_lost'`).length,
+        (await f.db.sql`select 1 from events where run_id = ${runId} and payload->>'reason' = 'agent_lost'`).length,
       ).toBe(0);
     } finally {
       await proxy.close();
@@ -284,17 +246,17 @@ describe('a fleet of agents', () => {
   });
 
   it('refuses a frozen (zombie) agent its superseded attempt when it comes back', async () => {
-    const pidFile = path.join(tmp, 'z.pid');
+    const pidFile = path.join(f.tmp, 'z.pid');
     const z1 = await agent('z1', ['--labels', 'zone=z']);
     const z2 = await agent('z2', ['--labels', 'zone=z']);
     await apply(
       'zombie',
       `dag_id: zombie\ntasks:\n  - id: slow\n    executor: agents\n    retries: 1\n    retry_delay: 100ms\n    placement: { labels: { zone: z } }\n    command: ["sh", "-c", "if [ $LEOFLOW_TRY_NUMBER -ge 2 ]; then echo try-2; exit 0; fi; echo $$ > ${pidFile}; sleep 6; echo try-1-late"]\n`,
     );
-    const before = metricSum(await scrapeMetrics(server.metricsUrl), 'leoflow_stale_reports_rejected_total');
-    const runId = (await api.workflow.triggerRun({ dagId: 'zombie' })).run!.runId;
+    const before = metricSum(await scrapeMetrics(f.server.metricsUrl), 'leoflow_stale_reports_rejected_total');
+    const runId = (await f.api.workflow.triggerRun({ dagId: 'zombie' })).run!.runId;
     const holder = await waitFor('slow running', async () => {
-      const [t] = await db.sql<
+      const [t] = await f.db.sql<
         { state: string; agent_id: string }[]
       >`select state, agent_id from task_instances where run_id = ${runId}`;
       return t?.state === 'running' && (await readFile(pidFile, 'utf8').catch(() => '')) ? t.agent_id : null;
@@ -302,14 +264,14 @@ describe('a fleet of agents', () => {
     const zombie = holder === 'z1' ? z1 : z2;
     zombie.child.kill('SIGSTOP');
     expect(await waitRuns([runId])).toEqual(['success']);
-    const [done] =
-      await db.sql`select try_number, state, agent_id, exit_code from task_instances where run_id = ${runId}`;
+    const [done] = await f.db
+      .sql`select try_number, state, agent_id, exit_code from task_instances where run_id = ${runId}`;
     expect(done).toMatchObject({ try_number: 2, state: 'success', agent_id: holder === 'z1' ? 'z2' : 'z1' });
 
     zombie.child.kill('SIGCONT');
     await waitFor(
       'zombie refused',
-      async () => metricSum(await scrapeMetrics(server.metricsUrl), 'leoflow_stale_reports_rejected_total') > before,
+      async () => metricSum(await scrapeMetrics(f.server.metricsUrl), 'leoflow_stale_reports_rejected_total') > before,
       20_000,
     );
     const try1 = Number(await readFile(pidFile, 'utf8'));
@@ -325,11 +287,11 @@ describe('a fleet of agents', () => {
       },
       15_000,
     );
-    const [after] =
-      await db.sql`select try_number, state, agent_id, exit_code from task_instances where run_id = ${runId}`;
+    const [after] = await f.db
+      .sql`select try_number, state, agent_id, exit_code from task_instances where run_id = ${runId}`;
     expect(after).toEqual(done);
-    const late =
-      await db.sql`select 1 from task_logs l join task_instances t on t.id = l.ti_id where t.run_id = ${runId} and l.line = 'try-1-late'`;
+    const late = await f.db
+      .sql`select 1 from task_logs l join task_instances t on t.id = l.ti_id where t.run_id = ${runId} and l.line = 'try-1-late'`;
     expect(late.length).toBe(0);
   });
 });

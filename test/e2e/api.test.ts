@@ -1,5 +1,5 @@
-import http2 from 'node:http2';
 import { readFile } from 'node:fs/promises';
+import http2 from 'node:http2';
 import { brotliCompressSync, gzipSync } from 'node:zlib';
 import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import {
@@ -8,34 +8,23 @@ import {
   createGrpcTransport,
   createGrpcWebTransport,
 } from '@connectrpc/connect-node';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createClients, type Clients } from '../../src/cli/client.js';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { WorkflowService } from '../../src/gen/leoflow/v1/workflow_pb.js';
-import { ROOT, startServer, type ServerProcess } from '../helpers/leoflow-process.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { ROOT } from '../helpers/leoflow-process.js';
+import { serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * The API as another program sees it: bad requests get INVALID_ARGUMENT naming the field,
  * unknown ids NOT_FOUND, and nothing a client sends can crash the server or half-write a row.
  */
 
-let db: TestDatabase;
-let server: ServerProcess;
-let api: Clients;
+const f = serverForFile();
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  server = await startServer({ env: { DATABASE_URL: db.url } });
-  api = createClients(server.url);
-  await api.workflow.applyDag({
+  await f.api.workflow.applyDag({
     source: await readFile(`${ROOT}/examples/hello.yaml`, 'utf8'),
     filename: 'hello.yaml',
   });
-});
-
-afterAll(async () => {
-  await server?.stop();
-  await db?.drop();
 });
 
 async function rejects(p: Promise<unknown>, code: Code, message: RegExp): Promise<void> {
@@ -52,14 +41,14 @@ async function rejects(p: Promise<unknown>, code: Code, message: RegExp): Promis
 
 describe('WorkflowService over gRPC: bad input', () => {
   it('names the missing field of an empty message', async () => {
-    await rejects(api.workflow.applyDag({}), Code.InvalidArgument, /^source: is required/);
-    await rejects(api.workflow.getDag({}), Code.InvalidArgument, /^dag_id: is required$/);
-    await rejects(api.workflow.pauseDag({}), Code.InvalidArgument, /^dag_id: is required$/);
-    await rejects(api.workflow.triggerRun({}), Code.InvalidArgument, /^dag_id: is required$/);
-    await rejects(api.workflow.getRun({}), Code.InvalidArgument, /^run_id: is required$/);
-    await rejects(api.workflow.cancelRun({}), Code.InvalidArgument, /^run_id: is required$/);
-    await rejects(api.workflow.listTaskInstances({}), Code.InvalidArgument, /^run_id: is required$/);
-    const stream = api.workflow.tailLogs({});
+    await rejects(f.api.workflow.applyDag({}), Code.InvalidArgument, /^source: is required/);
+    await rejects(f.api.workflow.getDag({}), Code.InvalidArgument, /^dag_id: is required$/);
+    await rejects(f.api.workflow.pauseDag({}), Code.InvalidArgument, /^dag_id: is required$/);
+    await rejects(f.api.workflow.triggerRun({}), Code.InvalidArgument, /^dag_id: is required$/);
+    await rejects(f.api.workflow.getRun({}), Code.InvalidArgument, /^run_id: is required$/);
+    await rejects(f.api.workflow.cancelRun({}), Code.InvalidArgument, /^run_id: is required$/);
+    await rejects(f.api.workflow.listTaskInstances({}), Code.InvalidArgument, /^run_id: is required$/);
+    const stream = f.api.workflow.tailLogs({});
     await rejects(
       (async () => {
         for await (const _ of stream) void _;
@@ -71,50 +60,50 @@ describe('WorkflowService over gRPC: bad input', () => {
 
   it('rejects malformed values with the reason', async () => {
     await rejects(
-      api.workflow.getRun({ runId: '-5' }),
+      f.api.workflow.getRun({ runId: '-5' }),
       Code.InvalidArgument,
       /^run_id: must be a positive integer id, got "-5"$/,
     );
     await rejects(
-      api.workflow.triggerRun({ dagId: 'hello', confJson: '{oops' }),
+      f.api.workflow.triggerRun({ dagId: 'hello', confJson: '{oops' }),
       Code.InvalidArgument,
       /^conf_json: is not valid JSON/,
     );
     await rejects(
-      api.workflow.triggerRun({ dagId: 'hello', runKey: 'has space' }),
+      f.api.workflow.triggerRun({ dagId: 'hello', runKey: 'has space' }),
       Code.InvalidArgument,
       /^run_key: must be 1-200 characters/,
     );
     await rejects(
-      api.workflow.listRuns({ limit: 5000 }),
+      f.api.workflow.listRuns({ limit: 5000 }),
       Code.InvalidArgument,
       /^limit: must be between 0 and 1000, got 5000$/,
     );
     await rejects(
-      api.workflow.applyDag({ source: 'dag_id: x\ntasks: []\n', filename: 'x.yaml' }),
+      f.api.workflow.applyDag({ source: 'dag_id: x\ntasks: []\n', filename: 'x.yaml' }),
       Code.InvalidArgument,
       /x\.yaml: tasks: /,
     );
     await rejects(
-      api.workflow.applyDag({ source: 'x'.repeat(1024 * 1024 + 1), filename: 'big.yaml' }),
+      f.api.workflow.applyDag({ source: 'x'.repeat(1024 * 1024 + 1), filename: 'big.yaml' }),
       Code.InvalidArgument,
       /^source: is larger than 1048576 bytes$/,
     );
   });
 
   it('answers NOT_FOUND for unknown ids', async () => {
-    await rejects(api.workflow.getDag({ dagId: 'nope' }), Code.NotFound, /^DAG "nope" not found$/);
-    await rejects(api.workflow.triggerRun({ dagId: 'nope' }), Code.NotFound, /^DAG "nope" not found$/);
-    await rejects(api.workflow.getRun({ runId: '424242' }), Code.NotFound, /^run 424242 not found$/);
-    await rejects(api.workflow.listRuns({ dagId: 'nope' }), Code.NotFound, /^DAG "nope" not found$/);
-    await rejects(api.workflow.cancelRun({ runId: '424242' }), Code.NotFound, /^run 424242 not found$/);
+    await rejects(f.api.workflow.getDag({ dagId: 'nope' }), Code.NotFound, /^DAG "nope" not found$/);
+    await rejects(f.api.workflow.triggerRun({ dagId: 'nope' }), Code.NotFound, /^DAG "nope" not found$/);
+    await rejects(f.api.workflow.getRun({ runId: '424242' }), Code.NotFound, /^run 424242 not found$/);
+    await rejects(f.api.workflow.listRuns({ dagId: 'nope' }), Code.NotFound, /^DAG "nope" not found$/);
+    await rejects(f.api.workflow.cancelRun({ runId: '424242' }), Code.NotFound, /^run 424242 not found$/);
   });
 
   it('writes nothing for a rejected request', async () => {
-    const before =
-      await db.sql`select (select count(*) from dags) as d, (select count(*) from dag_runs) as r, (select count(*) from task_instances) as t`;
+    const before = await f.db
+      .sql`select (select count(*) from dags) as d, (select count(*) from dag_runs) as r, (select count(*) from task_instances) as t`;
     await rejects(
-      api.workflow.applyDag({
+      f.api.workflow.applyDag({
         source: 'dag_id: half\ntasks:\n  - id: a\n    command: [echo]\n  - id: a\n    command: [echo]\n',
         filename: 'half.yaml',
       }),
@@ -122,17 +111,17 @@ describe('WorkflowService over gRPC: bad input', () => {
       /duplicate task id "a"/,
     );
     await rejects(
-      api.workflow.triggerRun({ dagId: 'hello', confJson: '[]' }),
+      f.api.workflow.triggerRun({ dagId: 'hello', confJson: '[]' }),
       Code.InvalidArgument,
       /^conf_json: must be a JSON object$/,
     );
-    const after =
-      await db.sql`select (select count(*) from dags) as d, (select count(*) from dag_runs) as r, (select count(*) from task_instances) as t`;
+    const after = await f.db
+      .sql`select (select count(*) from dags) as d, (select count(*) from dag_runs) as r, (select count(*) from task_instances) as t`;
     expect(after).toEqual(before);
   });
 
   it('survives a garbage protobuf body and keeps serving', async () => {
-    const session = http2.connect(server.url);
+    const session = http2.connect(f.server.url);
     const status = await new Promise<string | undefined>((resolve, reject) => {
       const req = session.request({
         ':method': 'POST',
@@ -152,7 +141,7 @@ describe('WorkflowService over gRPC: bad input', () => {
     session.close();
     expect(status).toBeDefined();
     expect(status).not.toBe('0');
-    expect((await api.workflow.listDags({})).dags.map((d) => d.dagId)).toEqual(['hello']);
+    expect((await f.api.workflow.listDags({})).dags.map((d) => d.dagId)).toEqual(['hello']);
   });
 });
 
@@ -161,7 +150,7 @@ function h2request(
   headers: Record<string, string>,
   body: Buffer,
 ): Promise<{ status: number; grpcStatus: string | undefined; grpcMessage: string; body: string }> {
-  const session = http2.connect(server.url);
+  const session = http2.connect(f.server.url);
   return new Promise<{ status: number; grpcStatus: string | undefined; grpcMessage: string; body: string }>(
     (resolve, reject) => {
       const req = session.request({ ':method': 'POST', te: 'trailers', ...headers });
@@ -268,15 +257,15 @@ describe('compressed garbage bodies', () => {
 
   it('still answers a well-formed gzip-compressed request', async () => {
     for (const transport of [
-      createGrpcTransport({ baseUrl: server.url, sendCompression: compressionGzip }),
+      createGrpcTransport({ baseUrl: f.server.url, sendCompression: compressionGzip }),
       createConnectTransport({
-        baseUrl: server.url,
+        baseUrl: f.server.url,
         httpVersion: '2',
         sendCompression: compressionGzip,
         compressMinBytes: 0,
       }),
       createGrpcWebTransport({
-        baseUrl: server.url,
+        baseUrl: f.server.url,
         httpVersion: '2',
         sendCompression: compressionGzip,
         compressMinBytes: 0,
@@ -291,9 +280,12 @@ describe('compressed garbage bodies', () => {
 
 describe('one port, three protocols', () => {
   it('serves the same API over gRPC, gRPC-Web and Connect', async () => {
-    const viaConnect = createClient(WorkflowService, createConnectTransport({ baseUrl: server.url, httpVersion: '2' }));
-    const viaWeb = createClient(WorkflowService, createGrpcWebTransport({ baseUrl: server.url, httpVersion: '2' }));
-    for (const client of [api.workflow, viaConnect, viaWeb]) {
+    const viaConnect = createClient(
+      WorkflowService,
+      createConnectTransport({ baseUrl: f.server.url, httpVersion: '2' }),
+    );
+    const viaWeb = createClient(WorkflowService, createGrpcWebTransport({ baseUrl: f.server.url, httpVersion: '2' }));
+    for (const client of [f.api.workflow, viaConnect, viaWeb]) {
       expect((await client.listDags({})).dags.map((d) => d.dagId)).toEqual(['hello']);
       await rejects(client.getDag({ dagId: 'nope' }), Code.NotFound, /not found/);
     }
@@ -302,22 +294,22 @@ describe('one port, three protocols', () => {
 
 describe('idempotent trigger and log streaming', () => {
   it('returns the same run for the same run_key, and streams its logs until it ends', async () => {
-    const first = await api.workflow.triggerRun({ dagId: 'hello', runKey: 'nightly-2026-11-21' });
-    const again = await api.workflow.triggerRun({ dagId: 'hello', runKey: 'nightly-2026-11-21' });
+    const first = await f.api.workflow.triggerRun({ dagId: 'hello', runKey: 'nightly-2026-11-21' });
+    const again = await f.api.workflow.triggerRun({ dagId: 'hello', runKey: 'nightly-2026-11-21' });
     expect(first.created).toBe(true);
     expect(again.created).toBe(false);
     expect(again.run!.runId).toBe(first.run!.runId);
     const lines: string[] = [];
-    for await (const chunk of api.workflow.tailLogs({ runId: first.run!.runId, follow: true })) {
+    for await (const chunk of f.api.workflow.tailLogs({ runId: first.run!.runId, follow: true })) {
       for (const l of chunk.lines) lines.push(`${l.taskId}#${l.tryNumber} ${l.stream}: ${l.line}`);
     }
     // follow ends by itself once the run has ended, with every line delivered.
     expect(lines.filter((l) => l.startsWith('greet#1 stdout:'))).toHaveLength(1);
     expect(lines).toContain('goodbye#1 system: exited with code 0');
-    const run = await api.workflow.getRun({ runId: first.run!.runId });
+    const run = await f.api.workflow.getRun({ runId: first.run!.runId });
     expect(run.taskInstances.map((t) => t.tryNumber)).toEqual([1, 1]);
     await rejects(
-      api.workflow.tailLogs({ runId: first.run!.runId, taskId: 'nope' })[Symbol.asyncIterator]().next(),
+      f.api.workflow.tailLogs({ runId: first.run!.runId, taskId: 'nope' })[Symbol.asyncIterator]().next(),
       Code.NotFound,
       /has no task "nope"/,
     );

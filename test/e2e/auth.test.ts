@@ -1,7 +1,7 @@
 import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { createConnectTransport, createGrpcWebTransport } from '@connectrpc/connect-node';
 import { WorkflowService } from '../../src/gen/leoflow/v1/workflow_pb.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import {
   BIN,
@@ -11,11 +11,10 @@ import {
   startAgent,
   startServer,
   waitFor,
-  type AgentProcess,
   type ServerProcess,
 } from '../helpers/leoflow-process.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { replicasForFile } from '../helpers/server-fixture.js';
 
 /**
  * Who may do what, end to end: real `leoflow server --edition pro` processes with auth on (the
@@ -35,18 +34,8 @@ const PRO = [
 // Auth on: the helper starts servers --insecure unless told otherwise.
 const AUTH_ENV = { LEOFLOW_INSECURE: undefined, LEOFLOW_TOKEN: undefined, LEOFLOW_AGENT_TOKEN: undefined };
 
-let db: TestDatabase;
-const servers: ServerProcess[] = [];
-const agents: AgentProcess[] = [];
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await Promise.all(agents.map((a) => a.stop(5000)));
-  for (const s of servers) await s.kill();
-  await db?.drop();
-});
+const f = replicasForFile();
+const { servers, agents } = f;
 
 /** `leoflow server` run to its exit (it is expected to refuse to start). */
 const refusedStart = (args: string[]) =>
@@ -65,7 +54,7 @@ const refusedStart = (args: string[]) =>
     ],
     {
       timeoutMs: 30_000,
-      env: { ...AUTH_ENV, DATABASE_URL: db.url, LEOFLOW_EDITION: undefined },
+      env: { ...AUTH_ENV, DATABASE_URL: f.db.url, LEOFLOW_EDITION: undefined },
     },
   );
 
@@ -94,7 +83,7 @@ describe('API tokens and roles', () => {
     const r = await refusedStart(['--edition', 'lite', '--listen', '0.0.0.0:0']);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain('API tokens are required on 0.0.0.0, which is not a loopback address');
-    const lite = await startServer({ env: { ...AUTH_ENV, DATABASE_URL: db.url }, args: ['--edition', 'lite'] });
+    const lite = await startServer({ env: { ...AUTH_ENV, DATABASE_URL: f.db.url }, args: ['--edition', 'lite'] });
     servers.push(lite);
     expect(await code(createClients(lite.url).workflow.listDags({}))).toBe('ok');
     expect(lite.logs.some((l) => String(l.msg).startsWith('INSECURE'))).toBe(false);
@@ -103,7 +92,7 @@ describe('API tokens and roles', () => {
 
   it('Pro starts with --insecure, answers without a token, and warns in its log at every start', async () => {
     for (let i = 0; i < 2; i++) {
-      const s = await startServer({ env: { ...AUTH_ENV, DATABASE_URL: db.url }, args: [...PRO, '--insecure'] });
+      const s = await startServer({ env: { ...AUTH_ENV, DATABASE_URL: f.db.url }, args: [...PRO, '--insecure'] });
       servers.push(s);
       expect((await createClients(s.url).cluster.getLeader({})).replicaId).not.toBe('');
       expect(s.logs.some((l) => l.level === 40 && String(l.msg).startsWith('INSECURE'))).toBe(true);
@@ -112,15 +101,15 @@ describe('API tokens and roles', () => {
   });
 
   it('the first admin token comes from `leoflow token create --database-url`, printed once on stdout', async () => {
-    const r = await cli(null, ['token', 'create', '--role', 'admin', '--name', 'first', '--database-url', db.url]);
+    const r = await cli(null, ['token', 'create', '--role', 'admin', '--name', 'first', '--database-url', f.db.url]);
     expect(r.code, r.stderr).toBe(0);
     admin = r.stdout.trim();
     expect(admin).toMatch(/^lf_[A-Za-z0-9_-]{43}$/);
     expect(r.stderr).toMatch(/created token [0-9a-f]{12} \(role admin\)/);
-    const stored = await db.sql<{ hash: Buffer }[]>`select hash from api_tokens`;
+    const stored = await f.db.sql<{ hash: Buffer }[]>`select hash from api_tokens`;
     expect(stored).toHaveLength(1);
     expect(stored[0]!.hash.toString('hex')).not.toContain(Buffer.from(admin).toString('hex'));
-    server = await startServer({ env: { ...AUTH_ENV, DATABASE_URL: db.url }, args: PRO });
+    server = await startServer({ env: { ...AUTH_ENV, DATABASE_URL: f.db.url }, args: PRO });
     servers.push(server);
     expect(server.logs.some((l) => String(l.msg).startsWith('INSECURE'))).toBe(false);
   });

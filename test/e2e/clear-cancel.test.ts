@@ -1,22 +1,15 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Code, ConnectError } from '@connectrpc/connect';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createClients, type Clients } from '../../src/cli/client.js';
-import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { cli, waitFor } from '../helpers/leoflow-process.js';
 import { isRunEnded } from '../helpers/run-ends.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * Retry by hand (`run clear`) and cancelling one task (`run cancel --task`), end to end: the real
  * server process with the subprocess executor, driven by the real CLI and the API.
  */
-
-let db: TestDatabase;
-let server: ServerProcess;
-let api: Clients;
-let tmp: string;
 
 interface ShownTi {
   task_id: string;
@@ -28,7 +21,7 @@ interface ShownTi {
 }
 
 async function show(runId: string): Promise<{ state: string; byTask: Map<string, ShownTi> }> {
-  const r = await cli(server.url, ['run', 'show', runId, '-o', 'json']);
+  const r = await cli(f.server.url, ['run', 'show', runId, '-o', 'json']);
   expect(r.code, r.stderr).toBe(0);
   const parsed = JSON.parse(r.stdout) as { state: string; task_instances: ShownTi[] };
   return { state: parsed.state, byTask: new Map(parsed.task_instances.map((t) => [t.task_id, t])) };
@@ -41,9 +34,9 @@ function runIdOf(stdout: string): string {
 }
 
 async function applyDag(name: string, yaml: string): Promise<void> {
-  const file = path.join(tmp, `${name}.yaml`);
+  const file = path.join(f.tmp, `${name}.yaml`);
   await writeFile(file, yaml);
-  const r = await cli(server.url, ['dag', 'apply', file]);
+  const r = await cli(f.server.url, ['dag', 'apply', file]);
   expect(r.code, r.stderr).toBe(0);
 }
 
@@ -79,31 +72,20 @@ async function rejects(p: Promise<unknown>, code: Code, message: RegExp): Promis
   throw new Error('expected the call to fail');
 }
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-e2e-clear-'));
-  server = await startServer({ env: { DATABASE_URL: db.url }, args: ['--kill-grace', '300ms'] });
-  api = createClients(server.url);
-});
-
-afterAll(async () => {
-  await server?.stop();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
-});
+const f = serverForFile({ tmpPrefix: 'leoflow-e2e-clear-', args: ['--kill-grace', '300ms'] });
 
 describe('run clear', () => {
   let runId: string;
 
   it('a run fails because b fails; clearing b with its downstream re-opens the run, which succeeds', async () => {
-    const mark = path.join(tmp, 'b.mark');
+    const mark = path.join(f.tmp, 'b.mark');
     await applyDag(
       'flaky_chain',
       `dag_id: flaky_chain\ntasks:\n  - id: a\n    command: [echo, a]\n` +
         `  - id: b\n    depends_on: [a]\n    command: "[ -f ${mark} ] || { touch ${mark}; echo 'b: first try fails' >&2; exit 1; }; echo 'b: ok'"\n` +
         `  - id: c\n    depends_on: [b]\n    command: [echo, c]\n`,
     );
-    const t = await cli(server.url, ['run', 'trigger', 'flaky_chain', '--wait']);
+    const t = await cli(f.server.url, ['run', 'trigger', 'flaky_chain', '--wait']);
     expect(t.code, t.stdout + t.stderr).toBe(1);
     runId = runIdOf(t.stdout);
     const failed = await show(runId);
@@ -111,7 +93,7 @@ describe('run clear', () => {
     expect(failed.byTask.get('b')).toMatchObject({ state: 'failed', try_number: 1, max_tries: 1, exit_code: 1 });
     expect(failed.byTask.get('c')).toMatchObject({ state: 'upstream_failed', try_number: 0 });
 
-    const c = await cli(server.url, ['run', 'clear', runId, 'b', '--downstream']);
+    const c = await cli(f.server.url, ['run', 'clear', runId, 'b', '--downstream']);
     expect(c.stderr).toBe('');
     expect(c.code).toBe(0);
     expect(c.stdout).toBe(`cleared b (and 1 downstream) in run ${runId}; run ${runId} is running\n`);
@@ -130,17 +112,17 @@ describe('run clear', () => {
     expect(done.byTask.get('c')).toMatchObject({ state: 'success', try_number: 1, max_tries: 1, exit_code: 0 });
     expect(done.byTask.get('a')).toMatchObject({ state: 'success', try_number: 1 });
 
-    const logs = await cli(server.url, ['logs', runId, '--task', 'b']);
+    const logs = await cli(f.server.url, ['logs', runId, '--task', 'b']);
     expect(logs.stdout).toMatch(/^\[b #1 stderr\] b: first try fails$/m);
     expect(logs.stdout).toMatch(/^\[b #2\] b: ok$/m);
 
-    const [reopen] = await db.sql<{ payload: Record<string, unknown> }[]>`
+    const [reopen] = await f.db.sql<{ payload: Record<string, unknown> }[]>`
       select payload from events where run_id = ${runId} and kind = 'run.state' and payload->>'reason' = 'cleared'`;
     expect(reopen!.payload).toMatchObject({ to: 'running', from: 'failed', task_id: 'b' });
   });
 
   it('clears a task of a run that succeeded: only that task runs again', async () => {
-    const c = await cli(server.url, ['run', 'clear', runId, 'a', '-o', 'json']);
+    const c = await cli(f.server.url, ['run', 'clear', runId, 'a', '-o', 'json']);
     expect(c.code, c.stderr).toBe(0);
     expect(JSON.parse(c.stdout)).toEqual({
       run_id: runId,
@@ -155,13 +137,13 @@ describe('run clear', () => {
   });
 
   it('answers unknown runs and tasks with NOT_FOUND and a non-zero exit', async () => {
-    const noRun = await cli(server.url, ['run', 'clear', '999999', 'b']);
+    const noRun = await cli(f.server.url, ['run', 'clear', '999999', 'b']);
     expect(noRun.code).toBe(1);
     expect(noRun.stderr).toMatch(/not_found.*run 999999 not found/);
-    const noTask = await cli(server.url, ['run', 'clear', runId, 'nope']);
+    const noTask = await cli(f.server.url, ['run', 'clear', runId, 'nope']);
     expect(noTask.code).toBe(1);
     expect(noTask.stderr).toMatch(new RegExp(`not_found.*run ${runId} has no task "nope"`));
-    const noArg = await cli(server.url, ['run', 'clear', runId]);
+    const noArg = await cli(f.server.url, ['run', 'clear', runId]);
     expect(noArg.code).toBe(2);
     expect(noArg.stderr).toMatch(/missing required argument 'task_id'/);
   });
@@ -169,7 +151,7 @@ describe('run clear', () => {
 
 describe('run cancel --task', () => {
   it('stops one running task; its downstream is upstream_failed, an independent branch succeeds, the run fails', async () => {
-    const pidFile = path.join(tmp, 'sleeper.pid');
+    const pidFile = path.join(f.tmp, 'sleeper.pid');
     await applyDag(
       'branches',
       `dag_id: branches\ntasks:\n` +
@@ -178,20 +160,20 @@ describe('run cancel --task', () => {
         `  - id: other\n    command: ["sh", "-c", "sleep 0.5; echo other"]\n` +
         `  - id: other2\n    depends_on: [other]\n    command: [echo, other2]\n`,
     );
-    const t = await cli(server.url, ['run', 'trigger', 'branches']);
+    const t = await cli(f.server.url, ['run', 'trigger', 'branches']);
     const runId = runIdOf(t.stdout);
     await waitFor('sleeper running', async () => (await show(runId)).byTask.get('sleeper')?.state === 'running');
     const pid = Number(await waitFor('pid file', () => readFile(pidFile, 'utf8').catch(() => null)));
     expect(gone(pid)).toBe(false);
 
     // Running, not ended: it cannot be cleared.
-    const early = await cli(server.url, ['run', 'clear', runId, 'sleeper']);
+    const early = await cli(f.server.url, ['run', 'clear', runId, 'sleeper']);
     expect(early.code).toBe(1);
     expect(early.stderr).toMatch(
       /failed_precondition.*task "sleeper" of run \d+ is running: only a task instance that has ended/,
     );
 
-    const c = await cli(server.url, ['run', 'cancel', runId, '--task', 'sleeper']);
+    const c = await cli(f.server.url, ['run', 'cancel', runId, '--task', 'sleeper']);
     expect(c.stderr).toBe('');
     expect(c.code).toBe(0);
     expect(c.stdout).toBe(`task sleeper of run ${runId} cancelled\n`);
@@ -204,56 +186,56 @@ describe('run cancel --task', () => {
     expect(done.byTask.get('other')).toMatchObject({ state: 'success', exit_code: 0 });
     expect(done.byTask.get('other2')).toMatchObject({ state: 'success', exit_code: 0 });
 
-    const again = await cli(server.url, ['run', 'cancel', runId, '--task', 'sleeper']);
+    const again = await cli(f.server.url, ['run', 'cancel', runId, '--task', 'sleeper']);
     expect(again.code).toBe(1);
     expect(again.stderr).toMatch(
       new RegExp(`failed_precondition.*task "sleeper" of run ${runId} has already ended \\(cancelled\\)`),
     );
-    const ok = await cli(server.url, ['run', 'cancel', runId, '--task', 'other']);
+    const ok = await cli(f.server.url, ['run', 'cancel', runId, '--task', 'other']);
     expect(ok.stderr).toMatch(/failed_precondition.*has already ended \(success\)/);
     // The run itself has ended too.
-    const run = await cli(server.url, ['run', 'cancel', runId]);
+    const run = await cli(f.server.url, ['run', 'cancel', runId]);
     expect(run.stderr).toMatch(/failed_precondition.*run \d+ has already ended \(failed\)/);
 
-    const noRun = await cli(server.url, ['run', 'cancel', '999999', '--task', 'sleeper']);
+    const noRun = await cli(f.server.url, ['run', 'cancel', '999999', '--task', 'sleeper']);
     expect(noRun.code).toBe(1);
     expect(noRun.stderr).toMatch(/not_found.*run 999999 not found/);
-    const noTask = await cli(server.url, ['run', 'cancel', runId, '--task', 'nope']);
+    const noTask = await cli(f.server.url, ['run', 'cancel', runId, '--task', 'nope']);
     expect(noTask.stderr).toMatch(new RegExp(`not_found.*run ${runId} has no task "nope"`));
   });
 });
 
 describe('the API', () => {
   it('names the missing or malformed field', async () => {
-    await rejects(api.workflow.clearTaskInstance({}), Code.InvalidArgument, /^run_id: is required$/);
-    await rejects(api.workflow.clearTaskInstance({ runId: '1' }), Code.InvalidArgument, /^task_id: is required$/);
+    await rejects(f.api.workflow.clearTaskInstance({}), Code.InvalidArgument, /^run_id: is required$/);
+    await rejects(f.api.workflow.clearTaskInstance({ runId: '1' }), Code.InvalidArgument, /^task_id: is required$/);
     await rejects(
-      api.workflow.clearTaskInstance({ runId: '-5', taskId: 'a' }),
+      f.api.workflow.clearTaskInstance({ runId: '-5', taskId: 'a' }),
       Code.InvalidArgument,
       /^run_id: must be a positive integer id, got "-5"$/,
     );
-    await rejects(api.workflow.cancelTaskInstance({}), Code.InvalidArgument, /^run_id: is required$/);
+    await rejects(f.api.workflow.cancelTaskInstance({}), Code.InvalidArgument, /^run_id: is required$/);
     await rejects(
-      api.workflow.cancelTaskInstance({ runId: '1', taskId: '  ' }),
+      f.api.workflow.cancelTaskInstance({ runId: '1', taskId: '  ' }),
       Code.InvalidArgument,
       /^task_id: is required$/,
     );
     await rejects(
-      api.workflow.cancelTaskInstance({ runId: '424242', taskId: 'a' }),
+      f.api.workflow.cancelTaskInstance({ runId: '424242', taskId: 'a' }),
       Code.NotFound,
       /^run 424242 not found$/,
     );
     await rejects(
-      api.workflow.clearTaskInstance({ runId: '424242', taskId: 'a' }),
+      f.api.workflow.clearTaskInstance({ runId: '424242', taskId: 'a' }),
       Code.NotFound,
       /^run 424242 not found$/,
     );
   });
 
   it('returns the run and the cleared task instances; refuses to cancel a task that has ended', async () => {
-    const runs = (await api.workflow.listRuns({ dagId: 'flaky_chain' })).runs;
+    const runs = (await f.api.workflow.listRuns({ dagId: 'flaky_chain' })).runs;
     const runId = runs[0]!.runId;
-    const res = await api.workflow.clearTaskInstance({ runId, taskId: 'a', downstream: true });
+    const res = await f.api.workflow.clearTaskInstance({ runId, taskId: 'a', downstream: true });
     expect(res.run!.runId).toBe(runId);
     expect(res.cleared.map((t) => [t.taskId, t.tryNumber, t.maxTries])).toEqual([
       ['a', 2, 3],
@@ -268,7 +250,7 @@ describe('the API', () => {
       ['c', 2],
     ]);
     await rejects(
-      api.workflow.cancelTaskInstance({ runId, taskId: 'c' }),
+      f.api.workflow.cancelTaskInstance({ runId, taskId: 'c' }),
       Code.FailedPrecondition,
       /^task "c" of run \d+ has already ended \(success\)$/,
     );

@@ -2,26 +2,14 @@ import { spawn } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  BIN,
-  cli,
-  ROOT,
-  scratchDir,
-  startAgent,
-  startServer,
-  waitFor,
-  type AgentProcess,
-  type ServerProcess,
-} from '../helpers/leoflow-process.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { BIN, cli, ROOT, scratchDir, startAgent, waitFor, type AgentProcess } from '../helpers/leoflow-process.js';
+import { serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * Colour by state at a terminal, and none elsewhere (issue 33, item 5): the CLI runs under a
  * pseudo-terminal (util-linux `script`) against a live server, or with its stdout a pipe.
  */
 
-let db: TestDatabase;
-let server: ServerProcess;
 let agent: AgentProcess;
 let failedRun: string;
 
@@ -48,7 +36,7 @@ function plain(s: string): string {
 
 /** `leoflow ARGS` at a terminal 100 columns by 40 rows; resolves its exit code and everything it drew. */
 function atTerminal(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; raw: string }> {
-  const command = `stty cols 100 rows 40; exec ${process.execPath} ${BIN} --server ${server.url} ${args.join(' ')}`;
+  const command = `stty cols 100 rows 40; exec ${process.execPath} ${BIN} --server ${f.server.url} ${args.join(' ')}`;
   const child = spawn('script', ['-qfec', command, '/dev/null'], {
     cwd: ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -66,22 +54,20 @@ function atTerminal(args: string[], env: Record<string, string> = {}): Promise<{
   );
 }
 
+const f = serverForFile();
+
 beforeAll(async () => {
-  db = await createTestDatabase();
-  server = await startServer({ env: { DATABASE_URL: db.url } });
   const file = path.join(scratchDir('leoflow-colour-'), 'colours.yaml');
   await writeFile(file, YAML);
-  expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
-  agent = startAgent(server.url, ['--id', 'painter']);
+  expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
+  agent = startAgent(f.server.url, ['--id', 'painter']);
   await waitFor('the agent connected', async () =>
-    (await cli(server.url, ['agents', 'list', '-o', 'json'])).stdout.includes('"connected":true'),
+    (await cli(f.server.url, ['agents', 'list', '-o', 'json'])).stdout.includes('"connected":true'),
   );
 }, 60_000);
 
 afterAll(async () => {
   await agent?.stop();
-  await server?.stop();
-  await db?.drop();
 });
 
 describe('at a terminal', () => {
@@ -138,10 +124,10 @@ describe('at a terminal', () => {
 
 describe('when stdout is not a terminal', () => {
   it('writes no colour, and run trigger --wait keeps a line per move', async () => {
-    const show = await cli(server.url, ['run', 'show', failedRun]);
+    const show = await cli(f.server.url, ['run', 'show', failedRun]);
     expect(show.stdout).toMatch(/state failed,/);
     expect(show.stdout).not.toContain('\x1b[');
-    const wait = await cli(server.url, ['run', 'trigger', 'colours', '--wait']);
+    const wait = await cli(f.server.url, ['run', 'trigger', 'colours', '--wait']);
     expect(wait.code).toBe(1);
     expect(wait.stdout).not.toContain('\x1b[');
     expect(wait.stdout).toMatch(/^ {2}\d\d:\d\d:\d\d\.\d{3} {2}broken +failed +try 1\/1, exit 3/m);
@@ -150,7 +136,7 @@ describe('when stdout is not a terminal', () => {
 });
 
 it('dag show draws the shape of the DAG', async () => {
-  const r = await cli(server.url, ['dag', 'show', 'colours']);
+  const r = await cli(f.server.url, ['dag', 'show', 'colours']);
   expect(r.code).toBe(0);
   expect(r.stdout).toContain('\n\nok   broken\n     │\n     ▼\n     after\n\nTASK');
 });

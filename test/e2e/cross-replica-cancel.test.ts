@@ -1,11 +1,10 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
 import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
-import { cli, serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { cli, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { replicasForFile } from '../helpers/server-fixture.js';
 
 /**
  * A cancel served by the replica that does not lead, for a subprocess task running on the leader:
@@ -18,25 +17,9 @@ const HEARTBEAT_MS = 5_000;
 /** Well under the heartbeat interval: only a notification can be this quick. */
 const CANCEL_WITHIN_MS = 1_000;
 
-let db: TestDatabase;
-let tmp: string;
-const servers: ServerProcess[] = [];
+const f = replicasForFile({ tmpPrefix: 'leoflow-xcancel-' });
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-xcancel-'));
-});
-afterAll(async () => {
-  for (const s of servers) await s.kill();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
-});
-
-const start = serverLauncher({
-  databaseUrl: () => db.url,
-  args: ['--heartbeat-interval', `${HEARTBEAT_MS / 1000}s`],
-  servers,
-});
+const start = f.launcher(['--heartbeat-interval', `${HEARTBEAT_MS / 1000}s`]);
 
 const gone = (pid: number) => {
   try {
@@ -52,7 +35,7 @@ async function heartbeatedProcess(runId: string): Promise<{ tiId: string; pid: n
   return waitFor(
     `a heartbeat of run ${runId}'s task`,
     async () => {
-      const [t] = await db.sql<{ id: string; pid: number | null; beat: boolean }[]>`
+      const [t] = await f.db.sql<{ id: string; pid: number | null; beat: boolean }[]>`
       select id, pid, heartbeat_at > started_at as beat from task_instances where run_id = ${runId} and state = 'running'`;
       return t?.beat && t.pid !== null ? { tiId: t.id, pid: t.pid } : null;
     },
@@ -78,7 +61,7 @@ describe('a cancel served by the replica that does not lead', () => {
     const b = await start(['--replica-id', 'standby']);
     standby = createClients(b.url);
     expect((await standby.cluster.getLeader({})).leaderId).toBe('lead');
-    const file = path.join(tmp, 'long.yaml');
+    const file = path.join(f.tmp, 'long.yaml');
     // On SIGTERM the task leaves a marker: it was stopped, not merely left to die with the group.
     await writeFile(
       file,
@@ -86,7 +69,7 @@ describe('a cancel served by the replica that does not lead', () => {
         'dag_id: long',
         'tasks:',
         '  - id: work',
-        `    command: ["sh", "-c", "trap 'echo $LEOFLOW_RUN_ID > ${tmp}/term-$LEOFLOW_RUN_ID; exit 143' TERM; while :; do sleep 0.05; done"]`,
+        `    command: ["sh", "-c", "trap 'echo $LEOFLOW_RUN_ID > ${f.tmp}/term-$LEOFLOW_RUN_ID; exit 143' TERM; while :; do sleep 0.05; done"]`,
         '',
       ].join('\n'),
     );
@@ -106,16 +89,16 @@ describe('a cancel served by the replica that does not lead', () => {
       expect(cancelled.run!.state).toBe(RunState.CANCELLED);
       const ms = await msUntilGone(pid, sent, HEARTBEAT_MS * 2);
       expect(ms, `the task's process lived ${ms} ms after the cancel`).toBeLessThan(CANCEL_WITHIN_MS);
-      expect((await readFile(path.join(tmp, `term-${runId}`), 'utf8')).trim()).toBe(runId);
+      expect((await readFile(path.join(f.tmp, `term-${runId}`), 'utf8')).trim()).toBe(runId);
 
-      const [ti] = await db.sql<
+      const [ti] = await f.db.sql<
         { state: string; error: string | null }[]
       >`select state, error from task_instances where id = ${tiId}`;
       expect(ti).toMatchObject({ state: 'cancelled', error: 'run cancelled' });
       await waitFor(
         'the cancel in the task log',
         async () => {
-          const lines = await db.sql<
+          const lines = await f.db.sql<
             { line: string }[]
           >`select line from task_logs where ti_id = ${tiId} and stream = 'system'`;
           return lines.some((l) => l.line.startsWith(`cancelled: run ${runId} cancelled: sending SIGTERM`));
@@ -133,8 +116,8 @@ describe('a cancel served by the replica that does not lead', () => {
     await standby.workflow.cancelTaskInstance({ runId, taskId: 'work' });
     const ms = await msUntilGone(pid, sent, HEARTBEAT_MS * 2);
     expect(ms, `the task's process lived ${ms} ms after the cancel`).toBeLessThan(CANCEL_WITHIN_MS);
-    expect((await readFile(path.join(tmp, `term-${runId}`), 'utf8')).trim()).toBe(runId);
-    const [ti] = await db.sql<{ state: string }[]>`select state from task_instances where id = ${tiId}`;
+    expect((await readFile(path.join(f.tmp, `term-${runId}`), 'utf8')).trim()).toBe(runId);
+    const [ti] = await f.db.sql<{ state: string }[]>`select state from task_instances where id = ${tiId}`;
     expect(ti!.state).toBe('cancelled');
   });
 });

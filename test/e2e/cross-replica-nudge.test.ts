@@ -1,17 +1,9 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import {
-  cli,
-  startAgent,
-  startServer,
-  waitFor,
-  type AgentProcess,
-  type ServerProcess,
-} from '../helpers/leoflow-process.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { cli, startAgent, waitFor, type AgentProcess } from '../helpers/leoflow-process.js';
+import { replicasForFile } from '../helpers/server-fixture.js';
 
 /**
  * Event-driven stepping across replicas (issue #5): with a 30 s tick, only a nudge can make the
@@ -22,20 +14,11 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
 
 const TICK = ['--tick-interval', '30s', '--heartbeat-interval', '500ms', '--heartbeat-threshold', '10s'];
 
-let db: TestDatabase;
-let tmp: string;
-const servers: ServerProcess[] = [];
+const f = replicasForFile({ tmpPrefix: 'leoflow-nudge-' });
+const start = f.launcher(TICK);
 let agent: AgentProcess | null = null;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-nudge-'));
-});
 afterAll(async () => {
   await agent?.stop();
-  for (const s of servers) await s.stop();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
 });
 
 function chainYaml(dagId: string, executor: string | null): string {
@@ -53,7 +36,7 @@ async function runEnded(runId: string): Promise<{ state: string; ms: number }> {
   await waitFor(
     `run ${runId} ended`,
     async () => {
-      const [r] = await db.sql<{ state: string; ms: number }[]>`
+      const [r] = await f.db.sql<{ state: string; ms: number }[]>`
       select state, extract(epoch from ended_at - created_at) * 1000 as ms from dag_runs where id = ${runId}`;
       out = { state: r!.state, ms: Number(r!.ms) };
       return r!.state === 'success' || r!.state === 'failed';
@@ -66,18 +49,16 @@ async function runEnded(runId: string): Promise<{ state: string; ms: number }> {
 
 describe('nudges across replicas', () => {
   it('a run triggered on the replica that does not lead, and ended on its agents, runs through at once', async () => {
-    const a = await startServer({ env: { DATABASE_URL: db.url }, args: [...TICK, '--replica-id', 'lead'] });
-    servers.push(a);
+    const a = await start(['--replica-id', 'lead']);
     const apiA = createClients(a.url);
     await waitFor('lead leads', async () => (await apiA.cluster.getLeader({})).leaderId === 'lead');
-    const b = await startServer({ env: { DATABASE_URL: db.url }, args: [...TICK, '--replica-id', 'follow'] });
-    servers.push(b);
+    const b = await start(['--replica-id', 'follow']);
     const apiB = createClients(b.url);
     expect((await apiB.cluster.getLeader({})).leaderId).toBe('lead');
 
-    await writeFile(path.join(tmp, 'sub.yaml'), chainYaml('sub', null));
-    await writeFile(path.join(tmp, 'viaagent.yaml'), chainYaml('viaagent', 'agents'));
-    expect((await cli(b.url, ['dag', 'apply', tmp])).code).toBe(0);
+    await writeFile(path.join(f.tmp, 'sub.yaml'), chainYaml('sub', null));
+    await writeFile(path.join(f.tmp, 'viaagent.yaml'), chainYaml('viaagent', 'agents'));
+    expect((await cli(b.url, ['dag', 'apply', f.tmp])).code).toBe(0);
     // The leader's first full step after the apply is up to a tick away: let it pass the empty
     // database once, so what follows can only be moved by nudges.
     await new Promise((r) => setTimeout(r, 500));
@@ -99,7 +80,7 @@ describe('nudges across replicas', () => {
     const v = await runEnded(viaAgent);
     expect(v.state).toBe('success');
     expect(v.ms).toBeLessThan(5_000);
-    const agents = await db.sql<
+    const agents = await f.db.sql<
       { agent_id: string | null }[]
     >`select distinct agent_id from task_instances where run_id = ${viaAgent}`;
     expect(agents.map((r) => r.agent_id)).toEqual(['follower-agent']);

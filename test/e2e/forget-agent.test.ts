@@ -1,16 +1,16 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { AgentService, ProtocolVersion, type ConnectResponse } from '../../src/gen/leoflow/v1/agent_pb.js';
-import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { cli, startServer, waitFor } from '../helpers/leoflow-process.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { AsyncInbox, type AgentMessage } from '../helpers/scripted-agent.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { serverForFile } from '../helpers/server-fixture.js';
+import { createTestDatabase } from '../helpers/test-database.js';
 
 /**
  * Forgetting agents against the real server: `leoflow agents forget` and ForgetAgent (each
@@ -18,34 +18,26 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * the leader forgetting by itself an agent gone longer than --agent-retention.
  */
 
-let db: TestDatabase;
-let server: ServerProcess;
-let tmp: string;
+// Connected: kept alive within 3 × 300 ms. The heartbeat threshold is long, so an attempt of a
+// gone agent stays running for the test (the reaper would end it as lost).
+const f = serverForFile({
+  tmpPrefix: 'leoflow-forget-',
+  args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '60s'],
+});
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-forget-'));
   // Connected: kept alive within 3 × 300 ms. The heartbeat threshold is long, so an attempt of a
   // gone agent stays running for the test (the reaper would end it as lost).
-  server = await startServer({
-    env: { DATABASE_URL: db.url },
-    args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '60s'],
-  });
-  const file = path.join(tmp, 'forget.yaml');
+  const file = path.join(f.tmp, 'forget.yaml');
   await writeFile(
     file,
     'dag_id: forget\ntasks:\n  - id: train\n    executor: agents\n    command: [sleep, "60"]\n    placement: { labels: { pool: forget } }\n',
   );
-  expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
-});
-afterAll(async () => {
-  await server?.stop();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
+  expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
 });
 
 /** A scripted agent that says Hello and keeps alive every 150 ms until closed. */
-async function connect(agentId: string, labels: Record<string, string> = {}, url = server.url) {
+async function connect(agentId: string, labels: Record<string, string> = {}, url = f.server.url) {
   const client = createClient(AgentService, createGrpcTransport({ baseUrl: url }));
   const outbox = new AsyncInbox<AgentMessage>();
   const inbox = new AsyncInbox<ConnectResponse>();
@@ -81,7 +73,7 @@ async function connect(agentId: string, labels: Record<string, string> = {}, url
 }
 
 async function refusal(agentId: string): Promise<ConnectError> {
-  const err = await createClients(server.url)
+  const err = await createClients(f.server.url)
     .cluster.forgetAgent({ agentId })
     .then(
       () => null,
@@ -91,14 +83,14 @@ async function refusal(agentId: string): Promise<ConnectError> {
   return err!;
 }
 
-const listed = async () => (await createClients(server.url).cluster.listAgents({})).agents.map((a) => a.agentId);
+const listed = async () => (await createClients(f.server.url).cluster.listAgents({})).agents.map((a) => a.agentId);
 
 describe('leoflow agents forget', () => {
   it('answers NOT_FOUND for an unknown id, and INVALID_ARGUMENT for none', async () => {
     const err = await refusal('nobody');
     expect(err.code).toBe(Code.NotFound);
     expect(err.rawMessage).toBe('agent "nobody" not found');
-    const r = await cli(server.url, ['agents', 'forget', 'nobody']);
+    const r = await cli(f.server.url, ['agents', 'forget', 'nobody']);
     expect(r.code).toBe(1);
     expect(r.stderr).toBe('leoflow: [not_found] agent "nobody" not found\n');
     const empty = await refusal('');
@@ -114,7 +106,7 @@ describe('leoflow agents forget', () => {
       expect(err.rawMessage).toMatch(
         /^agent "live-1" is connected \(to replica [^,]+, last seen \d+(ms|s) ago\): only a disconnected agent can be forgotten; stop the agent first \(`leoflow agents drain live-1` lets it finish its work\)$/,
       );
-      const r = await cli(server.url, ['agents', 'forget', 'live-1']);
+      const r = await cli(f.server.url, ['agents', 'forget', 'live-1']);
       expect(r.code).toBe(1);
       expect(r.stderr).toMatch(/^leoflow: \[failed_precondition\] agent "live-1" is connected /);
       expect(await listed()).toContain('live-1');
@@ -124,19 +116,19 @@ describe('leoflow agents forget', () => {
   });
 
   it('refuses a gone agent that an attempt still names, until that attempt is cancelled; then forgets it, and the id comes back as a new agent', async () => {
-    const api = createClients(server.url);
-    const runId = (await api.workflow.triggerRun({ dagId: 'forget' })).run!.runId;
+    const api = createClients(f.server.url);
+    const runId = (await f.api.workflow.triggerRun({ dagId: 'forget' })).run!.runId;
     const a = await connect('holder-1', { pool: 'forget' });
     const assign = await a.inbox.next();
     expect(assign.msg.case).toBe('assign');
     const attempt = assign.msg.case === 'assign' ? assign.msg.value.attempt! : null;
     a.outbox.push({ msg: { case: 'started', value: { attempt: attempt!, pid: 4242 } } });
-    await waitFor('task running', async () => (await api.workflow.getRun({ runId })).taskInstances[0]!.state === 4);
-    expect((await api.cluster.drainAgent({ agentId: 'holder-1' })).agent!.draining).toBe(true);
+    await waitFor('task running', async () => (await f.api.workflow.getRun({ runId })).taskInstances[0]!.state === 4);
+    expect((await f.api.cluster.drainAgent({ agentId: 'holder-1' })).agent!.draining).toBe(true);
     await a.close();
     await waitFor(
       'agent disconnected',
-      async () => !(await api.cluster.listAgents({})).agents.find((x) => x.agentId === 'holder-1')!.connected,
+      async () => !(await f.api.cluster.listAgents({})).agents.find((x) => x.agentId === 'holder-1')!.connected,
     );
 
     const err = await refusal('holder-1');
@@ -145,26 +137,26 @@ describe('leoflow agents forget', () => {
       `agent "holder-1" still holds 1 attempt (run ${runId} task train running): only an agent no queued or running attempt names can be forgotten; ` +
         'cancel them (`leoflow run cancel RUN --task TASK`) or wait for them to end (an attempt whose agent is gone is ended as lost 1m after its last heartbeat)',
     );
-    const refused = await cli(server.url, ['agents', 'forget', 'holder-1']);
+    const refused = await cli(f.server.url, ['agents', 'forget', 'holder-1']);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toBe(`leoflow: [failed_precondition] ${err.rawMessage}\n`);
 
     // What the message says to do.
-    expect((await cli(server.url, ['run', 'cancel', runId, '--task', 'train'])).code).toBe(0);
-    const ok = await cli(server.url, ['agents', 'forget', 'holder-1']);
+    expect((await cli(f.server.url, ['run', 'cancel', runId, '--task', 'train'])).code).toBe(0);
+    const ok = await cli(f.server.url, ['agents', 'forget', 'holder-1']);
     expect(ok.stderr).toBe('');
     expect(ok.code).toBe(0);
     expect(ok.stdout).toMatch(/^agent holder-1 forgotten \(last seen \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\)\n$/);
-    const list = await cli(server.url, ['agents', 'list', '-o', 'json']);
+    const list = await cli(f.server.url, ['agents', 'list', '-o', 'json']);
     expect((JSON.parse(list.stdout) as { agent_id: string }[]).map((x) => x.agent_id)).not.toContain('holder-1');
     // The task keeps the name of the agent that ran it.
-    expect((await api.workflow.getRun({ runId })).taskInstances[0]!.agentId).toBe('holder-1');
-    expect((await scrapeMetrics(server.metricsUrl)).get('leoflow_agents_forgotten_total{how="by_hand"}')).toBe(1);
+    expect((await f.api.workflow.getRun({ runId })).taskInstances[0]!.agentId).toBe('holder-1');
+    expect((await scrapeMetrics(f.server.metricsUrl)).get('leoflow_agents_forgotten_total{how="by_hand"}')).toBe(1);
 
     // The same id connects again: a new agent, not drained as the forgotten one was.
     const back = await connect('holder-1', { pool: 'other' });
     try {
-      const again = (await api.cluster.listAgents({})).agents.find((x) => x.agentId === 'holder-1');
+      const again = (await f.api.cluster.listAgents({})).agents.find((x) => x.agentId === 'holder-1');
       expect(again).toMatchObject({ connected: true, draining: false, labels: { pool: 'other' } });
     } finally {
       await back.close();

@@ -4,14 +4,13 @@ import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createClients, type Clients } from '../../src/cli/client.js';
 import { AgentService, AttemptOutcome } from '../../src/gen/leoflow/v1/agent_pb.js';
 import { ClusterService } from '../../src/gen/leoflow/v1/cluster_pb.js';
 import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
 import { WorkflowService } from '../../src/gen/leoflow/v1/workflow_pb.js';
-import { startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import { startAgent, waitFor, type AgentProcess } from '../helpers/leoflow-process.js';
 import { AsyncInbox, type AgentMessage } from '../helpers/scripted-agent.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * Issue 25's fuzz test: random and mutated protobuf and JSON bodies to every RPC of the Workflow
@@ -25,24 +24,20 @@ const SEED = 25;
 const RUNS = 40;
 const TIME_LIMIT_MS = 25_000;
 
-let db: TestDatabase;
-let server: ServerProcess;
-let api: Clients;
 let agent: AgentProcess;
 let session: http2.ClientHttp2Session;
 
+const f = serverForFile();
+
 beforeAll(async () => {
-  db = await createTestDatabase();
-  server = await startServer({ env: { DATABASE_URL: db.url } });
-  api = createClients(server.url);
-  session = http2.connect(server.url);
-  agent = startAgent(server.url, ['--id', 'healthy', '--labels', 'role=healthy']);
+  session = http2.connect(f.server.url);
+  agent = startAgent(f.server.url, ['--id', 'healthy', '--labels', 'role=healthy']);
   await waitFor(
     'the healthy agent connected',
-    async () => (await api.cluster.listAgents({})).agents.some((a) => a.agentId === 'healthy' && a.connected),
+    async () => (await f.api.cluster.listAgents({})).agents.some((a) => a.agentId === 'healthy' && a.connected),
     20_000,
   );
-  await api.workflow.applyDag({
+  await f.api.workflow.applyDag({
     source:
       'dag_id: healthy\ntasks:\n  - id: work\n    executor: agents\n    placement: { labels: { role: healthy } }\n    command: ["sh", "-c", "sleep 4; echo healthy-done"]\n',
     filename: 'healthy.yaml',
@@ -52,13 +47,11 @@ beforeAll(async () => {
 afterAll(async () => {
   session?.close();
   await agent?.stop(5000);
-  await server?.stop();
-  await db?.drop();
 });
 
 async function rowCounts() {
-  const [row] =
-    await db.sql`select (select count(*)::int from dags) as dags, (select count(*)::int from dag_runs) as runs, (select count(*)::int from task_instances) as tis`;
+  const [row] = await f.db
+    .sql`select (select count(*)::int from dags) as dags, (select count(*)::int from dag_runs) as runs, (select count(*)::int from task_instances) as tis`;
   return row;
 }
 
@@ -193,7 +186,7 @@ function bodyFor(service: DescService): fc.Arbitrary<Body> {
 
 describe('fuzzing the API', () => {
   it('never answers INTERNAL, writes nothing when it refuses, and a healthy agent runs its task meanwhile', async () => {
-    const healthyRun = (await api.workflow.triggerRun({ dagId: 'healthy' })).run!.runId;
+    const healthyRun = (await f.api.workflow.triggerRun({ dagId: 'healthy' })).run!.runId;
     const codes = new Map<string, number>();
     for (const service of [WorkflowService, ClusterService]) {
       await fc.assert(
@@ -211,18 +204,18 @@ describe('fuzzing the API', () => {
       );
     }
     expect(codes.get('invalid_argument') ?? 0).toBeGreaterThan(0);
-    expect(server.child.exitCode).toBeNull();
-    expect((await api.workflow.listDags({})).dags.map((d) => d.dagId)).toContain('healthy');
+    expect(f.server.child.exitCode).toBeNull();
+    expect((await f.api.workflow.listDags({})).dags.map((d) => d.dagId)).toContain('healthy');
     const ended = await waitFor(
       'the healthy run ended',
       async () => {
-        const r = await api.workflow.getRun({ runId: healthyRun });
+        const r = await f.api.workflow.getRun({ runId: healthyRun });
         return [RunState.SUCCESS, RunState.FAILED].includes(r.run!.state) ? r : null;
       },
       30_000,
     );
     expect(RunState[ended.run!.state]).toBe('SUCCESS');
-    expect(server.logs.filter((l) => Number(l.level) >= 50)).toEqual([]);
+    expect(f.server.logs.filter((l) => Number(l.level) >= 50)).toEqual([]);
   }, 120_000);
 });
 
@@ -272,8 +265,8 @@ const agentMessage: fc.Arbitrary<AgentMessage> = fc.oneof(
 
 describe('fuzzing AgentService.Connect', () => {
   it('ends a bad stream with a clear code, never INTERNAL, and the healthy agent keeps working', async () => {
-    const client = createClient(AgentService, createGrpcTransport({ baseUrl: server.url }));
-    const healthyRun = (await api.workflow.triggerRun({ dagId: 'healthy' })).run!.runId;
+    const client = createClient(AgentService, createGrpcTransport({ baseUrl: f.server.url }));
+    const healthyRun = (await f.api.workflow.triggerRun({ dagId: 'healthy' })).run!.runId;
     await fc.assert(
       fc.asyncProperty(fc.array(agentMessage, { minLength: 1, maxLength: 5 }), async (messages) => {
         const outbox = new AsyncInbox<AgentMessage>();
@@ -296,16 +289,16 @@ describe('fuzzing AgentService.Connect', () => {
       }),
       { seed: SEED, numRuns: RUNS, interruptAfterTimeLimit: TIME_LIMIT_MS },
     );
-    expect(server.child.exitCode).toBeNull();
+    expect(f.server.child.exitCode).toBeNull();
     const ended = await waitFor(
       'the healthy run ended',
       async () => {
-        const r = await api.workflow.getRun({ runId: healthyRun });
+        const r = await f.api.workflow.getRun({ runId: healthyRun });
         return [RunState.SUCCESS, RunState.FAILED].includes(r.run!.state) ? r : null;
       },
       30_000,
     );
     expect(RunState[ended.run!.state]).toBe('SUCCESS');
-    expect(server.logs.filter((l) => Number(l.level) >= 50)).toEqual([]);
+    expect(f.server.logs.filter((l) => Number(l.level) >= 50)).toEqual([]);
   }, 120_000);
 });

@@ -1,14 +1,13 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { AttemptOutcome, ProtocolVersion, type ConnectResponse } from '../../src/gen/leoflow/v1/agent_pb.js';
 import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
-import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { cli, waitFor } from '../helpers/leoflow-process.js';
 import { scriptedAgent } from '../helpers/scripted-agent.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * The control plane does not only trust agents to enforce timeouts. A hand-written agent takes an
@@ -24,27 +23,22 @@ const KEEPALIVE_MS = 300;
 /** What the control plane allows for the holder's end to arrive: the keepalive interval, at least 5 s. */
 const END_REPORT_MS = 5000;
 
-let db: TestDatabase;
-let server: ServerProcess;
-let tmp: string;
+const f = serverForFile({
+  tmpPrefix: 'leoflow-timeout-',
+  args: [
+    '--heartbeat-interval',
+    `${KEEPALIVE_MS}ms`,
+    '--heartbeat-threshold',
+    '2s',
+    '--kill-grace',
+    `${KILL_GRACE_MS}ms`,
+    '--tick-interval',
+    '200ms',
+  ],
+});
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-timeout-'));
-  server = await startServer({
-    env: { DATABASE_URL: db.url },
-    args: [
-      '--heartbeat-interval',
-      `${KEEPALIVE_MS}ms`,
-      '--heartbeat-threshold',
-      '2s',
-      '--kill-grace',
-      `${KILL_GRACE_MS}ms`,
-      '--tick-interval',
-      '200ms',
-    ],
-  });
-  const file = path.join(tmp, 'slow.yaml');
+  const file = path.join(f.tmp, 'slow.yaml');
   await writeFile(
     file,
     [
@@ -59,12 +53,7 @@ beforeAll(async () => {
       '',
     ].join('\n'),
   );
-  expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
-});
-afterAll(async () => {
-  await server?.stop();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
+  expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
 });
 
 /** The next message of `case`, skipping others. */
@@ -82,8 +71,8 @@ async function nextOf<C extends NonNullable<ConnectResponse['msg']['case']>>(
 
 describe('an agent that ignores its timeout', () => {
   it('gets a Cancel, its attempt is recorded timed out, and the retry runs', { timeout: 60_000 }, async () => {
-    const api = createClients(server.url);
-    const agent = scriptedAgent(server.url, { keepaliveMs: 150 });
+    const api = createClients(f.server.url);
+    const agent = scriptedAgent(f.server.url, { keepaliveMs: 150 });
     try {
       agent.outbox.push({
         msg: {
@@ -97,7 +86,7 @@ describe('an agent that ignores its timeout', () => {
         },
       });
       expect((await agent.inbox.next()).msg.case).toBe('welcome');
-      const runId = (await api.workflow.triggerRun({ dagId: 'slow' })).run!.runId;
+      const runId = (await f.api.workflow.triggerRun({ dagId: 'slow' })).run!.runId;
 
       const first = (await nextOf(agent.inbox, 'assign', 10_000)).value;
       expect(first.attempt!.tryNumber).toBe(1);
@@ -120,7 +109,7 @@ describe('an agent that ignores its timeout', () => {
       expect(cancelMs).toBeGreaterThanOrEqual(TIMEOUT_MS + KILL_GRACE_MS + END_REPORT_MS);
       expect(cancelMs).toBeLessThan(TIMEOUT_MS + KILL_GRACE_MS + END_REPORT_MS + 3000);
 
-      const [ended] = await db.sql<{ error: string | null; payload: Record<string, unknown> }[]>`
+      const [ended] = await f.db.sql<{ error: string | null; payload: Record<string, unknown> }[]>`
         select t.error, e.payload from events e join task_instances t on t.id = e.ti_id
         where e.ti_id = ${first.attempt!.tiId} and e.payload->>'reason' = 'timed_out'`;
       expect(ended!.payload).toMatchObject({ to: 'up_for_retry', try: 1 });
@@ -143,10 +132,10 @@ describe('an agent that ignores its timeout', () => {
       });
       await waitFor(
         'run success',
-        async () => (await api.workflow.getRun({ runId })).run!.state === RunState.SUCCESS,
+        async () => (await f.api.workflow.getRun({ runId })).run!.state === RunState.SUCCESS,
         10_000,
       );
-      const ti = (await api.workflow.getRun({ runId })).taskInstances[0]!;
+      const ti = (await f.api.workflow.getRun({ runId })).taskInstances[0]!;
       expect(ti).toMatchObject({ tryNumber: 2, exitCode: 0, agentId: 'deaf-to-timeouts' });
 
       // The first try's end is the control plane's: a late Finished from the agent is refused.

@@ -9,6 +9,7 @@ import { freePort } from '../helpers/global-setup.js';
 import { BIN, cli, runCommand, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { proServerArgs } from '../helpers/fake-kube/pro-server-args.js';
 
 /**
  * The Pro edition's kubernetes executor, end to end: the real `leoflow server --edition pro`
@@ -39,18 +40,7 @@ async function startPro(extra: string[] = [], env: Record<string, string | undef
   return startServer({
     env: { DATABASE_URL: db.url, ...env },
     args: [
-      '--edition',
-      'pro',
-      '--listen',
-      `127.0.0.1:${port}`,
-      '--kubeconfig',
-      kube.kubeconfigPath,
-      '--kubernetes-namespace',
-      NS,
-      '--kubernetes-image',
-      'leoflow:test',
-      '--pod-server-url',
-      `http://127.0.0.1:${port}`,
+      ...proServerArgs({ port, kube, namespace: NS }),
       '--pod-pending-timeout',
       '3s',
       '--kill-grace',

@@ -8,6 +8,7 @@ import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.j
 import { freePort } from '../helpers/global-setup.js';
 import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { proServerArgs } from '../helpers/fake-kube/pro-server-args.js';
 
 /**
  * Three Pro replicas on one Postgres, their pods on the fake API server running the real
@@ -46,20 +47,9 @@ it(
         await startServer({
           env: { DATABASE_URL: db.url },
           args: [
-            '--edition',
-            'pro',
+            ...proServerArgs({ port, kube, namespace: NS, podServerUrl: urls.join(',') }),
             '--replica-id',
             `r${i + 1}`,
-            '--listen',
-            `127.0.0.1:${port}`,
-            '--kubeconfig',
-            kube.kubeconfigPath,
-            '--kubernetes-namespace',
-            NS,
-            '--kubernetes-image',
-            'leoflow:test',
-            '--pod-server-url',
-            urls.join(','),
             '--leader-watchdog',
             '1s',
           ],

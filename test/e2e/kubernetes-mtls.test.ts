@@ -11,6 +11,7 @@ import { BIN, cli, runCommand, startServer, waitFor, type ServerProcess } from '
 import { makeTestPki, type TestPki } from '../helpers/test-certs.js';
 import { helloOverTls } from '../helpers/hello-over-tls.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { proServerArgs } from '../helpers/fake-kube/pro-server-args.js';
 
 /**
  * mTLS with the kubernetes executor (issue 25): a pod's one-shot agent has no client certificate
@@ -42,18 +43,7 @@ beforeAll(async () => {
   server = await startServer({
     env: { DATABASE_URL: db.url },
     args: [
-      '--edition',
-      'pro',
-      '--listen',
-      `127.0.0.1:${port}`,
-      '--kubeconfig',
-      kube.kubeconfigPath,
-      '--kubernetes-namespace',
-      NS,
-      '--kubernetes-image',
-      'leoflow:test',
-      '--pod-server-url',
-      url,
+      ...proServerArgs({ port, kube, namespace: NS, podServerUrl: url }),
       '--tls-cert',
       pki.server.cert,
       '--tls-key',

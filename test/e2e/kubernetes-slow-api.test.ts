@@ -8,6 +8,7 @@ import { freePort } from '../helpers/global-setup.js';
 import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { proServerArgs } from '../helpers/fake-kube/pro-server-args.js';
 
 /**
  * A slow API server never slows the tick: 50 task instances dispatched while every request to
@@ -35,18 +36,7 @@ beforeAll(async () => {
   server = await startServer({
     env: { DATABASE_URL: db.url },
     args: [
-      '--edition',
-      'pro',
-      '--listen',
-      `127.0.0.1:${port}`,
-      '--kubeconfig',
-      kube.kubeconfigPath,
-      '--kubernetes-namespace',
-      NS,
-      '--kubernetes-image',
-      'leoflow:test',
-      '--pod-server-url',
-      `http://127.0.0.1:${port}`,
+      ...proServerArgs({ port, kube, namespace: NS }),
       // A short tick, so the few seconds of dispatch give enough steps for a p99.
       '--tick-interval',
       '50ms',

@@ -8,6 +8,7 @@ import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.j
 import { freePort } from '../helpers/global-setup.js';
 import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { proServerArgs } from '../helpers/fake-kube/pro-server-args.js';
 
 /**
  * Two installs (staging and production, say), each a `leoflow server --edition pro` on its own
@@ -29,22 +30,7 @@ const installs: Install[] = [];
 async function start(i: Pick<Install, 'db' | 'port'>): Promise<ServerProcess> {
   return startServer({
     env: { DATABASE_URL: i.db.url },
-    args: [
-      '--edition',
-      'pro',
-      '--listen',
-      `127.0.0.1:${i.port}`,
-      '--kubeconfig',
-      kube.kubeconfigPath,
-      '--kubernetes-namespace',
-      NS,
-      '--kubernetes-image',
-      'leoflow:test',
-      '--pod-server-url',
-      `http://127.0.0.1:${i.port}`,
-      '--kill-grace',
-      '2s',
-    ],
+    args: [...proServerArgs({ port: i.port, kube, namespace: NS }), '--kill-grace', '2s'],
   });
 }
 

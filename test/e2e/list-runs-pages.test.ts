@@ -1,35 +1,26 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Code, ConnectError } from '@connectrpc/connect';
-import { createClients, type Clients } from '../../src/cli/client.js';
-import { cli, startServer, type ServerProcess } from '../helpers/leoflow-process.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { cli } from '../helpers/leoflow-process.js';
+import { serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * Issue 38: ListRuns with limit 100 answered 6.6 MB when runs carried large confs, past the 4 MiB
  * a default gRPC client accepts. A page now stops at 3 MiB and says where the next one starts.
  */
 
-let db: TestDatabase;
-let server: ServerProcess;
-let api: Clients;
 const RUNS = 100;
 
+const f = serverForFile();
+
 beforeAll(async () => {
-  db = await createTestDatabase();
-  server = await startServer({ env: { DATABASE_URL: db.url } });
-  api = createClients(server.url);
-  await api.workflow.applyDag({
+  await f.api.workflow.applyDag({
     source: 'dag_id: heavy\ntasks:\n  - id: t\n    command: ["true"]\n',
     filename: 'heavy.yaml',
   });
   // Paused: the runs stay queued, so the test measures pages, not work.
-  await api.workflow.pauseDag({ dagId: 'heavy', paused: true });
+  await f.api.workflow.pauseDag({ dagId: 'heavy', paused: true });
   const conf = JSON.stringify({ blob: 'x'.repeat(60 * 1024) });
-  for (let i = 0; i < RUNS; i++) await api.workflow.triggerRun({ dagId: 'heavy', runKey: `k${i}`, confJson: conf });
-});
-afterAll(async () => {
-  await server?.stop();
-  await db?.drop();
+  for (let i = 0; i < RUNS; i++) await f.api.workflow.triggerRun({ dagId: 'heavy', runKey: `k${i}`, confJson: conf });
 });
 
 describe('ListRuns pages', () => {
@@ -38,7 +29,7 @@ describe('ListRuns pages', () => {
     const sizes: number[] = [];
     let token = '';
     for (let page = 0; page < 10; page++) {
-      const r = await api.workflow.listRuns({ dagId: 'heavy', limit: 100, pageToken: token });
+      const r = await f.api.workflow.listRuns({ dagId: 'heavy', limit: 100, pageToken: token });
       sizes.push(r.runs.length);
       seen.push(...r.runs.map((x) => x.runId));
       token = r.nextPageToken;
@@ -49,13 +40,13 @@ describe('ListRuns pages', () => {
     expect(new Set(seen).size).toBe(RUNS);
     expect(seen).toEqual([...seen].sort((a, b) => Number(b) - Number(a)));
     // A page the limit ends (and no more runs): no token.
-    const last = await api.workflow.listRuns({ dagId: 'heavy', limit: 5, pageToken: seen[RUNS - 6] });
+    const last = await f.api.workflow.listRuns({ dagId: 'heavy', limit: 5, pageToken: seen[RUNS - 6] });
     expect(last.runs.map((x) => x.runId)).toEqual(seen.slice(RUNS - 5));
     expect(last.nextPageToken).toBe('');
   });
 
   it('`leoflow run list --limit` follows the pages up to its limit', async () => {
-    const r = await cli(server.url, ['run', 'list', '--dag', 'heavy', '--limit', '80', '-o', 'json'], {
+    const r = await cli(f.server.url, ['run', 'list', '--dag', 'heavy', '--limit', '80', '-o', 'json'], {
       timeoutMs: 60_000,
     });
     expect(r.code, r.stderr).toBe(0);
@@ -63,7 +54,7 @@ describe('ListRuns pages', () => {
   });
 
   it('names a bad page token', async () => {
-    const err = await api.workflow.listRuns({ pageToken: 'abc' }).then(
+    const err = await f.api.workflow.listRuns({ pageToken: 'abc' }).then(
       () => null,
       (e: unknown) => ConnectError.from(e),
     );

@@ -1,42 +1,27 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { cli, waitFor } from '../helpers/leoflow-process.js';
 import { promtool, promtoolMissing } from '../helpers/promtool.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * A Lite server's /metrics after a run: the per-DAG task histograms, the cluster gauges its
  * leader reports, the per-replica ones, and the page as Prometheus' own linter reads it.
  */
 
-let db: TestDatabase;
-let server: ServerProcess;
-let tmp: string;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-metrics-'));
-  server = await startServer({ env: { DATABASE_URL: db.url }, args: ['--dags', 'examples'] });
-}, 60_000);
-
-afterAll(async () => {
-  await server?.stop();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
-});
+const f = serverForFile({ tmpPrefix: 'leoflow-metrics-', args: ['--dags', 'examples'] });
 
 describe('metrics', () => {
   it("reports each task's queue wait and duration by DAG and outcome, and the active runs and waiting tasks from the leader", async () => {
-    const r = await cli(server.url, ['run', 'trigger', 'hello', '--wait']);
+    const r = await cli(f.server.url, ['run', 'trigger', 'hello', '--wait']);
     expect(r.code, r.stderr).toBe(0);
     // The end is written before the run is seen finished; the histogram is observed as it is written.
     const m = await waitFor(
       'both ends observed',
       async () => {
-        const s = await scrapeMetrics(server.metricsUrl);
+        const s = await scrapeMetrics(f.server.metricsUrl);
         return (s.get('leoflow_task_duration_seconds_count{dag="hello",outcome="success"}') ?? 0) >= 2 ? s : null;
       },
       10_000,
@@ -53,15 +38,15 @@ describe('metrics', () => {
   });
 
   it('reports a task waiting for agents, and how long the oldest has waited', async () => {
-    const file = path.join(tmp, 'needs_agent.yaml');
+    const file = path.join(f.tmp, 'needs_agent.yaml');
     await writeFile(file, 'dag_id: needs_agent\ntasks:\n  - { id: t, command: ["true"], executor: agents }\n');
-    const apply = await cli(server.url, ['dag', 'apply', file]);
+    const apply = await cli(f.server.url, ['dag', 'apply', file]);
     expect(apply.code, apply.stderr).toBe(0);
-    expect((await cli(server.url, ['run', 'trigger', 'needs_agent'])).code).toBe(0);
+    expect((await cli(f.server.url, ['run', 'trigger', 'needs_agent'])).code).toBe(0);
     const m = await waitFor(
       'the waiting task counted',
       async () => {
-        const s = await scrapeMetrics(server.metricsUrl);
+        const s = await scrapeMetrics(f.server.metricsUrl);
         return (s.get('leoflow_task_instances_waiting{executor="agents"}') ?? 0) === 1 &&
           (s.get('leoflow_task_oldest_wait_seconds{executor="agents"}') ?? 0) > 0
           ? s
@@ -77,7 +62,7 @@ describe('metrics', () => {
   it.skipIf(promtoolMissing)(
     "passes promtool check metrics (only prom-client's own nodejs_active_* names are flagged)",
     async () => {
-      const page = await (await fetch(server.metricsUrl)).text();
+      const page = await (await fetch(f.server.metricsUrl)).text();
       const r = promtool(['check', 'metrics'], page);
       const problems = r.out.split('\n').filter((l) => l.trim() !== '');
       // prom-client's default process metrics name three gauges `nodejs_active_*_total`: not ours to rename.

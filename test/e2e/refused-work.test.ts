@@ -1,10 +1,9 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
-import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { cli, waitFor } from '../helpers/leoflow-process.js';
+import { serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * A backlog larger than the dispatch queue drains as the queue drains, not a stretch per tick:
@@ -18,37 +17,23 @@ const RUNS = 40;
  *  drained by events they take 40 `true` tasks' time, 1–3 s on a loaded machine. */
 const BOUND_MS = 12_000;
 
-let db: TestDatabase;
-let server: ServerProcess;
-let tmp: string;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-refused-'));
-  server = await startServer({ env: { DATABASE_URL: db.url } });
-});
-
-afterAll(async () => {
-  await server?.stop();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
-});
+const f = serverForFile({ tmpPrefix: 'leoflow-refused-' });
 
 describe('work a full dispatch queue refused', () => {
   it(`is offered again as the queue drains: ${RUNS} runs on Lite's queue of one, within ${BOUND_MS / 1000} s`, async () => {
-    const file = path.join(tmp, 'backlog.yaml');
+    const file = path.join(f.tmp, 'backlog.yaml');
     await writeFile(file, `dag_id: backlog\nmax_active_runs: 1000\ntasks:\n  - id: t\n    command: ["true"]\n`);
-    expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
-    const api = createClients(server.url);
-    await api.workflow.pauseDag({ dagId: 'backlog', paused: true });
-    for (let i = 0; i < RUNS; i++) await api.workflow.triggerRun({ dagId: 'backlog' });
+    expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
+    const api = createClients(f.server.url);
+    await f.api.workflow.pauseDag({ dagId: 'backlog', paused: true });
+    for (let i = 0; i < RUNS; i++) await f.api.workflow.triggerRun({ dagId: 'backlog' });
     const t0 = performance.now();
-    await api.workflow.pauseDag({ dagId: 'backlog', paused: false });
+    await f.api.workflow.pauseDag({ dagId: 'backlog', paused: false });
     await waitFor(
       `${RUNS} runs ended`,
       async () =>
         (
-          await db.sql<
+          await f.db.sql<
             { n: number }[]
           >`select count(*)::int as n from dag_runs where dag_id = 'backlog' and state = 'success'`
         )[0]!.n === RUNS,
@@ -57,7 +42,7 @@ describe('work a full dispatch queue refused', () => {
     );
     const ms = performance.now() - t0;
     console.log(`${RUNS} runs through a queue of one in ${Math.round(ms)} ms`);
-    const [waited] = await db.sql<
+    const [waited] = await f.db.sql<
       { n: number }[]
     >`select count(*)::int as n from task_instances t join dag_runs r on r.id = t.run_id where r.dag_id = 'backlog' and t.state <> 'success'`;
     expect(waited!.n).toBe(0);

@@ -1,25 +1,15 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Code, ConnectError } from '@connectrpc/connect';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { ClusterService } from '../../src/gen/leoflow/v1/cluster_pb.js';
 import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
 import { WRITE_RPCS } from '../../src/server/auth/role-guard.js';
-import {
-  BIN,
-  cli,
-  runCommand,
-  serverLauncher,
-  startAgent,
-  waitFor,
-  type AgentProcess,
-  type ServerProcess,
-} from '../helpers/leoflow-process.js';
+import { BIN, cli, runCommand, startAgent, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { isRunEnded } from '../helpers/run-ends.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { replicasForFile } from '../helpers/server-fixture.js';
 
 /**
  * Replicas of the Pro edition with roles, as real `leoflow server --edition pro` processes on one
@@ -45,35 +35,22 @@ const PRO = [
   '1s',
 ];
 
-let db: TestDatabase;
-let tmp: string;
-const servers: ServerProcess[] = [];
-const agents: AgentProcess[] = [];
+const f = replicasForFile({ tmpPrefix: 'leoflow-roles-' });
+const { servers, agents } = f;
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-roles-'));
-});
-afterAll(async () => {
-  await Promise.all(agents.map((a) => a.stop(5000)));
-  for (const s of servers) await s.kill();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
-});
-
-const start = serverLauncher({ databaseUrl: () => db.url, args: PRO, servers });
+const start = f.launcher(PRO);
 
 async function runStates(runIds: string[]): Promise<string[]> {
   await waitFor(
     'runs ended',
     async () => {
-      const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
+      const rows = await f.db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
       return rows.length === runIds.length && rows.every((r) => isRunEnded(r.state));
     },
     40_000,
   );
   return (
-    await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[]) order by id`
+    await f.db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[]) order by id`
   ).map((r) => r.state);
 }
 
@@ -133,7 +110,7 @@ describe('replica roles (Pro edition)', () => {
   });
 
   it('a worker takes writes and agent streams; an agent sent to an observer first moves on to the worker', async () => {
-    const file = path.join(tmp, 'mixed.yaml');
+    const file = path.join(f.tmp, 'mixed.yaml');
     await writeFile(
       file,
       [
@@ -167,7 +144,7 @@ describe('replica roles (Pro edition)', () => {
 
     const runId = (await api.workflow.triggerRun({ dagId: 'mixed' })).run!.runId;
     expect(await runStates([runId])).toEqual(['success']);
-    const tis = await db.sql<
+    const tis = await f.db.sql<
       { task_id: string; agent_id: string | null }[]
     >`select task_id, agent_id from task_instances where run_id = ${runId} order by task_id`;
     expect(tis.map((t) => t.task_id)).toEqual(['local', 'remote']);
@@ -182,8 +159,8 @@ describe('replica roles (Pro edition)', () => {
     expect((await api.workflow.getRun({ runId: run!.runId })).run?.runId).toBe(run!.runId);
     expect((await api.cluster.listAgents({})).agents.map((a) => a.agentId)).toEqual(['roles-agent']);
 
-    const before =
-      await db.sql`select (select count(*) from dag_runs) as runs, (select count(*) from events) as events, (select count(*) from dags) as dags, (select count(*) from agents) as agents`;
+    const before = await f.db
+      .sql`select (select count(*) from dag_runs) as runs, (select count(*) from events) as events, (select count(*) from dags) as dags, (select count(*) from agents) as agents`;
     expect(WRITE_RPCS.length).toBe(11);
     for (const m of WRITE_RPCS) {
       const client = (m.parent.typeName === ClusterService.typeName ? api.cluster : api.workflow) as unknown as Record<
@@ -223,7 +200,8 @@ describe('replica roles (Pro edition)', () => {
     expect(r.code).not.toBe(0);
     expect(r.stderr).toContain('role observer (read-only)');
     expect(
-      await db.sql`select (select count(*) from dag_runs) as runs, (select count(*) from events) as events, (select count(*) from dags) as dags, (select count(*) from agents) as agents`,
+      await f.db
+        .sql`select (select count(*) from dag_runs) as runs, (select count(*) from events) as events, (select count(*) from dags) as dags, (select count(*) from agents) as agents`,
     ).toEqual(before);
   });
 
@@ -245,12 +223,12 @@ describe('replica roles (Pro edition)', () => {
         '--metrics-listen',
         'off',
         '--state-dir',
-        path.join(tmp, 'must-lead'),
+        path.join(f.tmp, 'must-lead'),
         '--log-format',
         'json',
       ],
       {
-        env: { DATABASE_URL: db.url },
+        env: { DATABASE_URL: f.db.url },
         timeoutMs: 30_000,
       },
     );
@@ -263,7 +241,7 @@ describe('replica roles (Pro edition)', () => {
     await waitFor(
       'its sessions gone',
       async () =>
-        (await db.sql`select 1 from pg_stat_activity where application_name like ${'%pro-must-lead%'}`).length === 0,
+        (await f.db.sql`select 1 from pg_stat_activity where application_name like ${'%pro-must-lead%'}`).length === 0,
       5000,
     );
   });
@@ -277,7 +255,7 @@ describe('replica roles (Pro edition)', () => {
     expect(await leaderGauge(worker)).toEqual([['leoflow_leader{role="worker"}', 0]]);
     const runId = (await api.workflow.triggerRun({ dagId: 'mixed' })).run!.runId;
     await new Promise((r) => setTimeout(r, 600));
-    const [waiting] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
+    const [waiting] = await f.db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
     expect(waiting?.state).toBe('queued');
 
     const leader = await start(['--replica-id', 'pro-leader', '--role', 'leader', '--leader-timeout', '10s']);

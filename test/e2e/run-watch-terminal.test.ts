@@ -3,18 +3,8 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import {
-  BIN,
-  cli,
-  ROOT,
-  scratchDir,
-  startAgent,
-  startServer,
-  waitFor,
-  type AgentProcess,
-  type ServerProcess,
-} from '../helpers/leoflow-process.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { BIN, cli, ROOT, scratchDir, startAgent, waitFor, type AgentProcess } from '../helpers/leoflow-process.js';
+import { serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * `leoflow run watch` in a terminal (issue 26): the CLI runs under a pseudo-terminal (util-linux
@@ -23,8 +13,6 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * which the command exits by itself.
  */
 
-let db: TestDatabase;
-let server: ServerProcess;
 let agent: AgentProcess | null = null;
 
 // `slow` runs until the view has drawn it running (the test then creates the file it waits for:
@@ -44,19 +32,17 @@ tasks:
     depends_on: [slow, gpu]
 `;
 
+const f = serverForFile();
+
 beforeAll(async () => {
-  db = await createTestDatabase();
-  server = await startServer({ env: { DATABASE_URL: db.url } });
   const dir = scratchDir('leoflow-tty-');
   await writeFile(path.join(dir, 'tty.yaml'), YAML);
-  const r = await cli(server.url, ['dag', 'apply', path.join(dir, 'tty.yaml')]);
+  const r = await cli(f.server.url, ['dag', 'apply', path.join(dir, 'tty.yaml')]);
   expect(r.code, r.stderr).toBe(0);
 }, 60_000);
 
 afterAll(async () => {
   await agent?.stop();
-  await server?.stop();
-  await db?.drop();
 });
 
 /** Text as a terminal would show it, near enough to match on: escape sequences (colour, cursor moves, erases) removed. */
@@ -70,10 +56,10 @@ function plain(s: string): string {
 
 describe('run watch in a terminal', () => {
   it('draws the tasks (state, try, duration, pending reason) and a progress bar, redrawn live, and exits when the run ends', async () => {
-    const { run } = await createClients(server.url).workflow.triggerRun({ dagId: 'tty', confJson: '', runKey: '' });
+    const { run } = await createClients(f.server.url).workflow.triggerRun({ dagId: 'tty', confJson: '', runKey: '' });
     const runId = run!.runId;
     // A terminal 100 columns wide; `script -e` exits with the command's code, `-f` flushes each write.
-    const command = `stty cols 100 rows 40; exec ${process.execPath} ${BIN} --server ${server.url} run watch ${runId}`;
+    const command = `stty cols 100 rows 40; exec ${process.execPath} ${BIN} --server ${f.server.url} run watch ${runId}`;
     const child = spawn('script', ['-qfec', command, '/dev/null'], {
       cwd: ROOT,
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -100,7 +86,7 @@ describe('run watch in a terminal', () => {
         50,
       );
       await writeFile(GO, '');
-      agent = startAgent(server.url, ['--id', 'tty-gpu', '--labels', 'gpu=nvidia']);
+      agent = startAgent(f.server.url, ['--id', 'tty-gpu', '--labels', 'gpu=nvidia']);
       const code = await exited;
       const out = plain(raw);
       expect(code, out).toBe(0);

@@ -1,12 +1,13 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { ConnectError } from '@connectrpc/connect';
 import { timestampFromDate } from '@bufbuild/protobuf/wkt';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ConnectError } from '@connectrpc/connect';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import type { WatchRunsResponse } from '../../src/gen/leoflow/v1/workflow_pb.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
-import { cli, scratchDir, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { cli, scratchDir, startServer, waitFor } from '../helpers/leoflow-process.js';
+import { serverForFile } from '../helpers/server-fixture.js';
+import { createTestDatabase } from '../helpers/test-database.js';
 
 /**
  * What a script reads from the CLI, against a real Lite server: `run show` with where and when
@@ -14,8 +15,6 @@ import { cli, scratchDir, startServer, waitFor, type ServerProcess } from '../he
  * and who did each write (the actor, in the server's log and in the write's events).
  */
 
-let db: TestDatabase;
-let server: ServerProcess;
 const dir = scratchDir('leoflow-scripting-');
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 
@@ -25,7 +24,7 @@ function runIdOf(stdout: string): string {
   return m[1]!;
 }
 
-async function ok(args: string[], env: Record<string, string> = {}, url = server.url): Promise<string> {
+async function ok(args: string[], env: Record<string, string> = {}, url = f.server.url): Promise<string> {
   const r = await cli(url, args, { env });
   expect(r.code, `leoflow ${args.join(' ')}: ${r.stderr}`).toBe(0);
   return r.stdout;
@@ -34,7 +33,7 @@ async function ok(args: string[], env: Record<string, string> = {}, url = server
 /** Every event of a run, as `run watch -o json` prints them. */
 async function eventsOf(
   runId: string,
-  url = server.url,
+  url = f.server.url,
   env: Record<string, string> = {},
   more: string[] = [],
 ): Promise<Record<string, unknown>[]> {
@@ -44,9 +43,9 @@ async function eventsOf(
     .map((l) => JSON.parse(l) as Record<string, unknown>);
 }
 
+const f = serverForFile();
+
 beforeAll(async () => {
-  db = await createTestDatabase();
-  server = await startServer({ env: { DATABASE_URL: db.url } });
   await writeFile(
     path.join(dir, 'scripted.yaml'),
     'dag_id: scripted\ntasks:\n  - id: a\n    command: ["sh", "-c", "echo out; echo err >&2"]\n  - id: b\n    depends_on: [a]\n    command: ["sh", "-c", "sleep 0.2; echo from b"]\n',
@@ -57,11 +56,6 @@ beforeAll(async () => {
   );
   await ok(['dag', 'apply', dir]);
 }, 60_000);
-
-afterAll(async () => {
-  await server?.stop();
-  await db?.drop();
-});
 
 describe('run show', () => {
   it("shows each task's agent, start and end in the table, and the run's traceparent, times and agents in -o json", async () => {
@@ -148,7 +142,7 @@ describe('logs', () => {
       Date.parse(String(lines.find((l) => l.task === task && l.line === line)!.at));
     expect(at('b', 'from b')).toBeGreaterThan(at('a', 'out'));
 
-    const bad = await cli(server.url, ['logs', runId, '-o', 'yaml']);
+    const bad = await cli(f.server.url, ['logs', runId, '-o', 'yaml']);
     expect(bad.code).toBe(1);
     expect(bad.stderr).toBe('leoflow: -o/--output must be text or json, got "yaml"\n');
   });
@@ -156,7 +150,7 @@ describe('logs', () => {
 
 describe('run list --state', () => {
   it('lists only runs in the states given, filtered by the server', async () => {
-    const failed = runIdOf((await cli(server.url, ['run', 'trigger', 'failing', '--wait'])).stdout);
+    const failed = runIdOf((await cli(f.server.url, ['run', 'trigger', 'failing', '--wait'])).stdout);
     const list = async (state: string) =>
       JSON.parse(await ok(['run', 'list', '--state', state, '--limit', '1000', '-o', 'json'])) as {
         run_id: string;
@@ -176,14 +170,14 @@ describe('run list --state', () => {
   });
 
   it('refuses a state that is not one, naming the states (before anything is sent), and so does the server', async () => {
-    const r = await cli(server.url, ['run', 'list', '--state', 'succeeded']);
+    const r = await cli(f.server.url, ['run', 'list', '--state', 'succeeded']);
     expect(r.code).toBe(1);
     expect(r.stderr).toBe(
       'leoflow: --state: "succeeded" is not a run state; give one of queued, running, success, failed, cancelled (several comma-separated)\n',
     );
     // Another client sends a number the server does not know, or UNSPECIFIED.
     for (const bad of [0, 42]) {
-      const err = await createClients(server.url)
+      const err = await createClients(f.server.url)
         .workflow.listRuns({ states: [bad] })
         .then(
           () => null,
@@ -208,7 +202,7 @@ describe('the actor of every write', () => {
     );
     // A watch ends at the run's end: the clear's events are read on from there, as a watcher resumes.
     const first = await eventsOf(runId);
-    const events = [...first, ...(await eventsOf(runId, server.url, {}, ['--after', String(first.at(-1)!.seq)]))];
+    const events = [...first, ...(await eventsOf(runId, f.server.url, {}, ['--after', String(first.at(-1)!.seq)]))];
     const peer = /^127\.0\.0\.1:\d+$/;
     const queued = events.find((e) => e.kind === 'run.state' && e.to === 'queued')!;
     expect(queued).toMatchObject({ actor: 'local' });
@@ -224,7 +218,7 @@ describe('the actor of every write', () => {
       true,
     );
 
-    const logged = (msg: string) => server.logs.filter((l) => String(l.msg) === msg && l.runId === runId);
+    const logged = (msg: string) => f.server.logs.filter((l) => String(l.msg) === msg && l.runId === runId);
     expect(logged('run triggered')).toEqual([
       expect.objectContaining({ actor: 'local', peer: expect.stringMatching(peer) }),
     ]);
@@ -253,12 +247,12 @@ describe('the actor of every write', () => {
     expect(events.find((e) => e.kind === 'run.state' && e.to === 'cancelled')).toMatchObject({ actor: 'local' });
     await ok(['dag', 'pause', 'slow']);
     const withActor = (msg: string) =>
-      server.logs.filter((l) => String(l.msg) === msg && l.actor === 'local' && typeof l.peer === 'string');
+      f.server.logs.filter((l) => String(l.msg) === msg && l.actor === 'local' && typeof l.peer === 'string');
     expect(withActor('run cancelled').some((l) => l.runId === one)).toBe(true);
     expect(withActor('task after cancelled').some((l) => l.runId === one)).toBe(true);
     expect(withActor('paused DAG slow')).toHaveLength(1);
     expect(withActor('applied DAG').some((l) => l.dagId === 'slow')).toBe(true);
-    const watch = createClients(server.url)
+    const watch = createClients(f.server.url)
       .workflow.watchRuns({ dagId: 'slow' }, { signal: AbortSignal.timeout(10_000) })
       [Symbol.asyncIterator]();
     const first = (await watch.next()).value as WatchRunsResponse;

@@ -1,22 +1,13 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { toJsonString } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createClients, type Clients } from '../../src/cli/client.js';
 import { ProtocolVersion } from '../../src/gen/leoflow/v1/agent_pb.js';
 import { ListDagsResponseSchema } from '../../src/gen/leoflow/v1/workflow_pb.js';
-import {
-  cli,
-  startAgent,
-  startServer,
-  waitFor,
-  type AgentProcess,
-  type ServerProcess,
-} from '../helpers/leoflow-process.js';
+import { cli, startAgent, waitFor, type AgentProcess } from '../helpers/leoflow-process.js';
 import { scriptedAgent } from '../helpers/scripted-agent.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { connectedAgent, serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * Secret task variables end to end: the values reach the task's process (which writes them to a
@@ -25,56 +16,42 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * Lite's server resolves for its subprocess executor; an agent resolves on its own machine.
  */
 
-let db: TestDatabase;
-let server: ServerProcess;
-let agent: AgentProcess;
-let api: Clients;
-let tmp: string;
-
 // Random, so that a trace anywhere can only have come from the resolved value.
 const SERVER_SECRET = `srv-${randomBytes(12).toString('hex')}`;
 const FILE_SECRET = `file-${randomBytes(12).toString('hex')}`;
 const AGENT_SECRET = `agt-${randomBytes(12).toString('hex')}`;
 const VALUES = [SERVER_SECRET, FILE_SECRET, AGENT_SECRET];
 
+const f = serverForFile({
+  tmpPrefix: 'leoflow-secrets-',
+  env: { E2E_DB_PASSWORD: SERVER_SECRET, E2E_AGENT_ONLY: undefined },
+  args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '5s', '--tick-interval', '200ms'],
+});
+let agent: AgentProcess;
+
 beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-secrets-'));
-  await writeFile(path.join(tmp, 'api-key'), FILE_SECRET, { mode: 0o600 });
-  server = await startServer({
-    env: { DATABASE_URL: db.url, E2E_DB_PASSWORD: SERVER_SECRET, E2E_AGENT_ONLY: undefined },
-    args: ['--heartbeat-interval', '300ms', '--heartbeat-threshold', '5s', '--tick-interval', '200ms'],
-  });
-  api = createClients(server.url);
+  await writeFile(path.join(f.tmp, 'api-key'), FILE_SECRET, { mode: 0o600 });
   // The agent has a secret the server does not, and lacks the server's.
-  agent = startAgent(server.url, ['--id', 'secret-agent'], {
+  agent = await connectedAgent(f, 'secret-agent', {
     env: { E2E_AGENT_ONLY: AGENT_SECRET, E2E_DB_PASSWORD: undefined },
   });
-  await waitFor(
-    'agent connected',
-    async () => (await api.cluster.listAgents({})).agents.some((a) => a.agentId === 'secret-agent' && a.connected),
-    20_000,
-  );
 }, 60_000);
 
 afterAll(async () => {
   await agent?.stop(5000);
-  await server?.stop();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
 });
 
 const writeTo = (out: string, ...vars: string[]) =>
   `["sh", "-c", "printf '%s|' ${vars.map((v) => `\\"$${v}\\"`).join(' ')} > ${out}; echo wrote ${vars.length} values"]`;
 
 async function apply(name: string, yaml: string) {
-  const file = path.join(tmp, `${name}.yaml`);
+  const file = path.join(f.tmp, `${name}.yaml`);
   await writeFile(file, yaml);
-  return cli(server.url, ['dag', 'apply', file]);
+  return cli(f.server.url, ['dag', 'apply', file]);
 }
 
 async function trigger(dagId: string): Promise<{ runId: string; stdout: string }> {
-  const r = await cli(server.url, ['run', 'trigger', dagId, '--wait'], { timeoutMs: 60_000 });
+  const r = await cli(f.server.url, ['run', 'trigger', dagId, '--wait'], { timeoutMs: 60_000 });
   const m = /^run (\d+) of /m.exec(r.stdout);
   if (!m) throw new Error(`no run id in: ${r.stdout}${r.stderr}`);
   return { runId: m[1]!, stdout: r.stdout + r.stderr };
@@ -86,8 +63,8 @@ function expectNoSecret(where: string, text: string): void {
 
 describe('secret task variables', () => {
   it('gives the values to the task (Lite, server-resolved; an agent, agent-resolved) and shows only references', async () => {
-    const outLite = path.join(tmp, 'lite.out');
-    const outAgent = path.join(tmp, 'agent.out');
+    const outLite = path.join(f.tmp, 'lite.out');
+    const outAgent = path.join(f.tmp, 'agent.out');
     const applied = await apply(
       'secrets',
       `dag_id: secrets
@@ -97,13 +74,13 @@ tasks:
     env:
       PLAIN: visible
       DB_PASSWORD: { secret: { env: E2E_DB_PASSWORD } }
-      API_KEY: { secret: { file: ${path.join(tmp, 'api-key')} } }
+      API_KEY: { secret: { file: ${path.join(f.tmp, 'api-key')} } }
   - id: remote
     executor: agents
     command: ${writeTo(outAgent, 'TOKEN', 'API_KEY')}
     env:
       TOKEN: { secret: { env: E2E_AGENT_ONLY } }
-      API_KEY: { secret: { file: ${path.join(tmp, 'api-key')} } }
+      API_KEY: { secret: { file: ${path.join(f.tmp, 'api-key')} } }
 `,
     );
     expect(applied.code, applied.stderr).toBe(0);
@@ -113,24 +90,24 @@ tasks:
     expect(await readFile(outLite, 'utf8')).toBe(`${SERVER_SECRET}|${FILE_SECRET}|`);
     expect(await readFile(outAgent, 'utf8')).toBe(`${AGENT_SECRET}|${FILE_SECRET}|`);
 
-    const show = await cli(server.url, ['dag', 'show', 'secrets']);
+    const show = await cli(f.server.url, ['dag', 'show', 'secrets']);
     expect(show.code, show.stderr).toBe(0);
     expect(show.stdout).toContain('  DB_PASSWORD=<secret: env E2E_DB_PASSWORD>\n');
-    expect(show.stdout).toContain(`  API_KEY=<secret: file ${path.join(tmp, 'api-key')}>\n`);
+    expect(show.stdout).toContain(`  API_KEY=<secret: file ${path.join(f.tmp, 'api-key')}>\n`);
     expect(show.stdout).toContain('  PLAIN=visible\n');
-    const json = await cli(server.url, ['dag', 'show', 'secrets', '-o', 'json']);
+    const json = await cli(f.server.url, ['dag', 'show', 'secrets', '-o', 'json']);
     expect(JSON.parse(json.stdout).tasks[0].secret_env).toEqual({
       DB_PASSWORD: { env: 'E2E_DB_PASSWORD' },
-      API_KEY: { file: path.join(tmp, 'api-key') },
+      API_KEY: { file: path.join(f.tmp, 'api-key') },
     });
 
     const texts: [string, string][] = [
       ['dag show', show.stdout + json.stdout],
-      ['ListDags', toJsonString(ListDagsResponseSchema, await api.workflow.listDags({}))],
+      ['ListDags', toJsonString(ListDagsResponseSchema, await f.api.workflow.listDags({}))],
       ['run trigger --wait', stdout],
-      ['run show', (await cli(server.url, ['run', 'show', runId, '-o', 'json'])).stdout],
-      ['logs', (await cli(server.url, ['logs', runId])).stdout],
-      ['the server log', JSON.stringify(server.logs) + server.stderr()],
+      ['run show', (await cli(f.server.url, ['run', 'show', runId, '-o', 'json'])).stdout],
+      ['logs', (await cli(f.server.url, ['logs', runId])).stdout],
+      ['the server log', JSON.stringify(f.server.logs) + f.server.stderr()],
       ['the agent log', agent.output()],
     ];
     for (const [where, text] of texts) expectNoSecret(where, text);
@@ -152,7 +129,7 @@ tasks:
     );
     expect(applied.code, applied.stderr).toBe(0);
     const { runId } = await trigger('missing');
-    const shown = JSON.parse((await cli(server.url, ['run', 'show', runId, '-o', 'json'])).stdout);
+    const shown = JSON.parse((await cli(f.server.url, ['run', 'show', runId, '-o', 'json'])).stdout);
     const ti = shown.task_instances[0];
     expect(shown.state).toBe('failed');
     expect(ti.state).toBe('failed');
@@ -160,14 +137,14 @@ tasks:
     expect(ti.error).toMatch(
       /secret NOPE \(env E2E_NOT_SET_ANYWHERE\): environment variable E2E_NOT_SET_ANYWHERE is not set where the task starts/,
     );
-    const logs = (await cli(server.url, ['logs', runId])).stdout;
+    const logs = (await cli(f.server.url, ['logs', runId])).stdout;
     expect(logs).toMatch(/secret NOPE \(env E2E_NOT_SET_ANYWHERE\)/);
     expect(logs).not.toContain('should not run');
   }, 60_000);
 
   it('never gives a task with secret variables to an agent that does not announce leoflow.secret-env: it waits saying why, then runs on one that does', async () => {
     // An agent built before Assign.secret_env: its Hello has no leoflow.secret-env capability.
-    const old = scriptedAgent(server.url, { keepaliveMs: 300 });
+    const old = scriptedAgent(f.server.url, { keepaliveMs: 300 });
     old.outbox.push({
       msg: {
         case: 'hello',
@@ -183,7 +160,7 @@ tasks:
     let fresh: AgentProcess | null = null;
     try {
       expect((await old.inbox.next()).msg.case).toBe('welcome');
-      const out = path.join(tmp, 'old-pool.out');
+      const out = path.join(f.tmp, 'old-pool.out');
       const applied = await apply(
         'old-pool',
         `dag_id: old_pool
@@ -201,7 +178,7 @@ tasks:
 `,
       );
       expect(applied.code, applied.stderr).toBe(0);
-      const runId = (await api.workflow.triggerRun({ dagId: 'old_pool' })).run!.runId;
+      const runId = (await f.api.workflow.triggerRun({ dagId: 'old_pool' })).run!.runId;
       // The old agent still gets work without secrets...
       const assign = await old.inbox.next(15_000);
       expect(assign.msg.case).toBe('assign');
@@ -210,7 +187,7 @@ tasks:
       await waitFor(
         'the secret task waiting with its reason',
         async () => {
-          const [t] = await db.sql<
+          const [t] = await f.db.sql<
             { state: string; pending_reason: string | null }[]
           >`select state, pending_reason from task_instances where run_id = ${runId} and task_id = 'secret'`;
           return t?.state === 'scheduled' && t.pending_reason === 'NO_AGENT_WITH_SECRET_ENV:leoflow.secret-env';
@@ -219,13 +196,13 @@ tasks:
       );
       await expect(old.inbox.next(1500)).rejects.toThrow(/nothing received/);
       // An agent of this build announces the feature and runs it with its secret.
-      fresh = startAgent(server.url, ['--id', 'new-agent', '--labels', 'pool=old'], {
+      fresh = startAgent(f.server.url, ['--id', 'new-agent', '--labels', 'pool=old'], {
         env: { E2E_AGENT_ONLY: AGENT_SECRET },
       });
       await waitFor(
         'the secret task over',
         async () => {
-          const [t] = await db.sql<
+          const [t] = await f.db.sql<
             { state: string; agent_id: string | null }[]
           >`select state, agent_id from task_instances where run_id = ${runId} and task_id = 'secret'`;
           return t?.state === 'success' ? t : null;
@@ -260,17 +237,17 @@ tasks:
   it('stores no secret value anywhere in the database (events, DAG versions, logs)', async () => {
     // Every row of every table, as text: what a data dump holds, with no pg_dump of the server's
     // own version needed (the embedded Postgres ships none).
-    const tables = await db.sql<{ name: string }[]>`
+    const tables = await f.db.sql<{ name: string }[]>`
       select quote_ident(table_schema) || '.' || quote_ident(table_name) as name from information_schema.tables
       where table_schema = 'public' and table_type = 'BASE TABLE'`;
     let stdout = '';
     for (const t of tables)
-      stdout += (await db.sql.unsafe<{ row: string }[]>(`select t::text as row from ${t.name} t`))
+      stdout += (await f.db.sql.unsafe<{ row: string }[]>(`select t::text as row from ${t.name} t`))
         .map((r) => r.row)
         .join('\n');
     expect(tables.length).toBeGreaterThan(5);
     expect(stdout).toContain('E2E_DB_PASSWORD');
     expectNoSecret('the database', stdout);
-    expectNoSecret('the server log', JSON.stringify(server.logs) + server.stderr());
+    expectNoSecret('the server log', JSON.stringify(f.server.logs) + f.server.stderr());
   });
 });

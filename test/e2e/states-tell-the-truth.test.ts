@@ -1,19 +1,14 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
-import { cli, startAgent, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { cli, startAgent, waitFor } from '../helpers/leoflow-process.js';
+import { serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * Every state tells the truth (issue 33), as a user of Lite sees it with the real server and CLI
  * at their defaults: each try's log starts with its `started` line; a task whose only matching
  * agent drains says AGENT_DRAINING; an agent stopped with SIGTERM is listed as stopped.
  */
-
-let db: TestDatabase;
-let server: ServerProcess;
-let tmp: string;
 
 const WIDE = `dag_id: wide
 tasks:
@@ -36,7 +31,7 @@ interface ShownAgent {
 }
 
 async function agentsList(): Promise<ShownAgent[]> {
-  const r = await cli(server.url, ['agents', 'list', '-o', 'json']);
+  const r = await cli(f.server.url, ['agents', 'list', '-o', 'json']);
   expect(r.code, r.stderr).toBe(0);
   return JSON.parse(r.stdout);
 }
@@ -47,29 +42,22 @@ function runIdOf(stdout: string): string {
   return m[1]!;
 }
 
+const f = serverForFile({ tmpPrefix: 'leoflow-truth-' });
+
 beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-truth-'));
-  await writeFile(path.join(tmp, 'wide.yaml'), WIDE);
-  await writeFile(path.join(tmp, 'gpu.yaml'), GPU);
-  server = await startServer({ env: { DATABASE_URL: db.url } });
-  const r = await cli(server.url, ['dag', 'apply', tmp]);
+  await writeFile(path.join(f.tmp, 'wide.yaml'), WIDE);
+  await writeFile(path.join(f.tmp, 'gpu.yaml'), GPU);
+  const r = await cli(f.server.url, ['dag', 'apply', f.tmp]);
   expect(r.code, r.stderr).toBe(0);
 }, 60_000);
-
-afterAll(async () => {
-  await server?.stop();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
-});
 
 describe('every state tells the truth', () => {
   it("prints each try's `started` line first in `leoflow logs`, then its output", async () => {
     for (let i = 0; i < 6; i++) {
-      const t = await cli(server.url, ['run', 'trigger', 'wide', '--wait']);
+      const t = await cli(f.server.url, ['run', 'trigger', 'wide', '--wait']);
       expect(t.code, t.stdout + t.stderr).toBe(0);
       const runId = runIdOf(t.stdout);
-      const logs = await cli(server.url, ['logs', runId]);
+      const logs = await cli(f.server.url, ['logs', runId]);
       expect(logs.code, logs.stderr).toBe(0);
       for (const task of ['a', 'b', 'c', 'd', 'e']) {
         const mine = logs.stdout.split('\n').filter((l) => l.startsWith(`[${task} #1`));
@@ -81,18 +69,18 @@ describe('every state tells the truth', () => {
   }, 150_000);
 
   it('says AGENT_DRAINING while the only agents with the labels drain, and lists an agent stopped with SIGTERM as stopped', async () => {
-    const agent = startAgent(server.url, ['--id', 'g1', '--labels', 'gpu=nvidia']);
+    const agent = startAgent(f.server.url, ['--id', 'g1', '--labels', 'gpu=nvidia']);
     try {
       await waitFor('agent g1 healthy', async () =>
         (await agentsList()).find((a) => a.agent_id === 'g1' && a.health === 'healthy'),
       );
-      const drained = await cli(server.url, ['agents', 'drain', 'g1']);
+      const drained = await cli(f.server.url, ['agents', 'drain', 'g1']);
       expect(drained.code, drained.stderr).toBe(0);
-      const t = await cli(server.url, ['run', 'trigger', 'gpu']);
+      const t = await cli(f.server.url, ['run', 'trigger', 'gpu']);
       expect(t.code, t.stderr).toBe(0);
       const runId = runIdOf(t.stdout);
       const reason = async () => {
-        const r = await cli(server.url, ['run', 'show', runId, '-o', 'json']);
+        const r = await cli(f.server.url, ['run', 'show', runId, '-o', 'json']);
         return (JSON.parse(r.stdout) as { task_instances: { pending_reason: string | null }[] }).task_instances[0]!
           .pending_reason;
       };
@@ -104,21 +92,21 @@ describe('every state tells the truth', () => {
         (await agentsList()).find((a) => a.agent_id === 'g1' && !a.connected),
       );
       expect(gone.health).toBe('stopped');
-      const status = await cli(server.url, ['status']);
+      const status = await cli(f.server.url, ['status']);
       expect(status.stdout).toMatch(/stopped/);
       // With no agent left at all, the task says so.
-      await cli(server.url, ['run', 'cancel', runId]);
+      await cli(f.server.url, ['run', 'cancel', runId]);
     } finally {
       await agent.stop();
     }
   }, 60_000);
 
   it('replays an ended run with each move at its own time, and gives a cleared run its wall time as duration', async () => {
-    const t = await cli(server.url, ['run', 'trigger', 'wide', '--wait']);
+    const t = await cli(f.server.url, ['run', 'trigger', 'wide', '--wait']);
     expect(t.code, t.stdout + t.stderr).toBe(0);
     const runId = runIdOf(t.stdout);
     await new Promise((r) => setTimeout(r, 1_500));
-    const json = await cli(server.url, ['run', 'watch', runId, '-o', 'json']);
+    const json = await cli(f.server.url, ['run', 'watch', runId, '-o', 'json']);
     expect(json.code, json.stderr).toBe(0);
     const events = json.stdout
       .trim()
@@ -128,7 +116,7 @@ describe('every state tells the truth', () => {
     const clock = (d: Date) =>
       `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
     const replayedAt = Date.now();
-    const plain = await cli(server.url, ['run', 'watch', runId]);
+    const plain = await cli(f.server.url, ['run', 'watch', runId]);
     expect(plain.code, plain.stderr).toBe(0);
     const moves = plain.stdout.split('\n').filter((l) => /^ {2}\d\d:\d\d:\d\d\.\d{3} {2}/.test(l));
     // One line per move of every task (and per reason it waited for), each at the time of its
@@ -146,20 +134,21 @@ describe('every state tells the truth', () => {
     });
 
     // Cleared a while after it ended: the run's duration is its wall time, first start to last end.
-    const cleared = await cli(server.url, ['run', 'clear', runId, 'a']);
+    const cleared = await cli(f.server.url, ['run', 'clear', runId, 'a']);
     expect(cleared.code, cleared.stderr).toBe(0);
     await waitFor(
       'the cleared run to end again',
-      async () => JSON.parse((await cli(server.url, ['run', 'show', runId, '-o', 'json'])).stdout).state === 'success',
+      async () =>
+        JSON.parse((await cli(f.server.url, ['run', 'show', runId, '-o', 'json'])).stdout).state === 'success',
     );
-    const again = await cli(server.url, ['run', 'watch', runId]);
+    const again = await cli(f.server.url, ['run', 'watch', runId]);
     expect(again.code, again.stderr).toBe(0);
     const wall = Date.now() - Date.parse(events[0]!.at);
     const m = new RegExp(`^run ${runId} success in (\\d+\\.\\d)s: `, 'm').exec(again.stdout);
     expect(m, again.stdout).not.toBeNull();
     expect(Number(m![1])).toBeGreaterThanOrEqual(2.5);
     expect(Number(m![1]) * 1000).toBeLessThanOrEqual(wall + 100);
-    const show = await cli(server.url, ['run', 'show', runId]);
+    const show = await cli(f.server.url, ['run', 'show', runId]);
     expect(show.stdout).toMatch(/, duration (\d+\.\d)s\n/);
     expect(Number(/, duration (\d+\.\d)s\n/.exec(show.stdout)![1])).toBeGreaterThanOrEqual(2.5);
   }, 60_000);

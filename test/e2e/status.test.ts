@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import {
   cli,
   startAgent,
@@ -7,15 +7,13 @@ import {
   type AgentProcess,
   type ServerProcess,
 } from '../helpers/leoflow-process.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * `leoflow status` and the agents' health as an operator reads them: a Lite server on its own
  * database, an agent that connects, is SIGKILLed, goes stale, then dead.
  */
 
-let db: TestDatabase;
-let server: ServerProcess;
 /** A replica that never leads (role worker), on the same database. */
 let worker: ServerProcess | null = null;
 let agent: AgentProcess | null = null;
@@ -33,31 +31,25 @@ interface Status {
   failed_checks: unknown[];
 }
 
-async function status(on: ServerProcess = server): Promise<Status> {
+async function status(on: ServerProcess = f.server): Promise<Status> {
   const r = await cli(on.url, ['status', '-o', 'json']);
   expect(r.code, r.stderr).toBe(0);
   return JSON.parse(r.stdout) as Status;
 }
 
 async function healthOf(agentId: string): Promise<string | undefined> {
-  const r = await cli(server.url, ['agents', 'list', '-o', 'json']);
+  const r = await cli(f.server.url, ['agents', 'list', '-o', 'json']);
   return (JSON.parse(r.stdout) as { agent_id: string; health: string }[]).find((a) => a.agent_id === agentId)?.health;
 }
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  // Keepalives every 200 ms: healthy within 600 ms of one, dead 3 s after the last.
-  server = await startServer({
-    env: { DATABASE_URL: db.url },
-    args: ['--heartbeat-interval', '200ms', '--heartbeat-threshold', '3s', '--leader-watchdog', '500ms'],
-  });
-}, 60_000);
+// Keepalives every 200 ms: healthy within 600 ms of one, dead 3 s after the last.
+const f = serverForFile({
+  args: ['--heartbeat-interval', '200ms', '--heartbeat-threshold', '3s', '--leader-watchdog', '500ms'],
+});
 
 afterAll(async () => {
   await worker?.stop();
   await agent?.stop();
-  await server?.stop();
-  await db?.drop();
 });
 
 describe('leoflow status', () => {
@@ -82,7 +74,7 @@ describe('leoflow status', () => {
     expect(Date.now() - Date.parse(s.last_full_step!.at)).toBeLessThan(5_000);
     expect(s.last_full_step!.late_ms).toBeLessThan(3_000);
 
-    const text = await cli(server.url, ['status']);
+    const text = await cli(f.server.url, ['status']);
     expect(text.code).toBe(0);
     expect(text.stdout).toMatch(new RegExp(`^ok: replica ${s.replica_id} \\(role auto, lite, leader\\)`));
     expect(text.stdout).toMatch(/^database {3}reachable in \d+\.\d ms, migrations at \d{3}_\w+\.sql$/m);
@@ -93,7 +85,7 @@ describe('leoflow status', () => {
   });
 
   it("reports the leader's last full step from a replica that does not lead, as the leader last told it", async () => {
-    worker = await startServer({ env: { DATABASE_URL: db.url }, args: ['--role', 'worker'] });
+    worker = await startServer({ env: { DATABASE_URL: f.db.url }, args: ['--role', 'worker'] });
     const leader = await status();
     const first = await waitFor(
       "the leader's last full step, seen from the worker",
@@ -124,10 +116,10 @@ describe('leoflow status', () => {
   });
 
   it('counts an agent healthy while it keeps alive, stale once silent, dead past the heartbeat threshold', async () => {
-    agent = startAgent(server.url, ['--id', 'status-agent', '--slots', '1']);
+    agent = startAgent(f.server.url, ['--id', 'status-agent', '--slots', '1']);
     await waitFor('the agent healthy', async () => (await healthOf('status-agent')) === 'healthy', 20_000, 100);
     expect((await status()).agents).toEqual({ healthy: 1, stale: 0, dead: 0, stopped: 0 });
-    const list = await cli(server.url, ['agents', 'list']);
+    const list = await cli(f.server.url, ['agents', 'list']);
     expect(list.stdout).toMatch(/^AGENT\s+HEALTH\s+CONNECTED/m);
     expect(list.stdout).toMatch(/^status-agent\s+healthy\s+yes/m);
 

@@ -1,16 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { Code, ConnectError } from '@connectrpc/connect';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import {
-  cli,
-  startAgent,
-  startServer,
-  waitFor,
-  type AgentProcess,
-  type ServerProcess,
-} from '../helpers/leoflow-process.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { cli, startAgent, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { replicasForFile } from '../helpers/server-fixture.js';
 
 /**
  * Issue 38: revoking a token ends the streams it let in, within a second, on every replica: a
@@ -19,23 +12,13 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  */
 
 const ADMIN = randomBytes(32).toString('base64url');
-let db: TestDatabase;
-const servers: ServerProcess[] = [];
-const agents: AgentProcess[] = [];
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  for (const a of agents) await a.stop(5000);
-  for (const s of servers) await s.kill();
-  await db?.drop();
-});
+const f = replicasForFile();
+const { servers, agents } = f;
 
 /** A Pro replica with auth on (the test helpers run servers open unless told otherwise). */
 async function start(args: string[]): Promise<ServerProcess> {
   const s = await startServer({
-    env: { DATABASE_URL: db.url, LEOFLOW_INSECURE: undefined, LEOFLOW_AGENT_TOKEN: undefined },
+    env: { DATABASE_URL: f.db.url, LEOFLOW_INSECURE: undefined, LEOFLOW_AGENT_TOKEN: undefined },
     args: [
       '--edition',
       'pro',
@@ -78,7 +61,7 @@ describe('a revoked or expired token', () => {
     await waitFor(
       'the agent connected to rev-b',
       async () => {
-        const [r] = await db.sql<
+        const [r] = await f.db.sql<
           { c: string | null }[]
         >`select connected_replica as c from agents where agent_id = 'rev-1'`;
         return r?.c === 'rev-b';
@@ -99,7 +82,7 @@ describe('a revoked or expired token', () => {
     await waitFor(
       'the agent cut off',
       async () => {
-        const [r] = await db.sql<
+        const [r] = await f.db.sql<
           { c: string | null }[]
         >`select connected_replica as c from agents where agent_id = 'rev-1'`;
         return r?.c === null;
@@ -121,7 +104,7 @@ describe('a revoked or expired token', () => {
     const watch = readToEnd(createClients(a.url, null, made.secret).workflow.watchRuns({}));
     await new Promise((r) => setTimeout(r, 300));
     const revokedAt = Date.now();
-    const r = await cli(null, ['token', 'revoke', made.token!.id, '--database-url', db.url]);
+    const r = await cli(null, ['token', 'revoke', made.token!.id, '--database-url', f.db.url]);
     expect(r.code, r.stderr).toBe(0);
     const w = await watch;
     expect(w.err?.code, String(w.err)).toBe(Code.Unauthenticated);

@@ -1,24 +1,18 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { createClient } from '@connectrpc/connect';
 import { createConnectTransport } from '@connectrpc/connect-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createClients, type Clients } from '../../src/cli/client.js';
+import { createClients } from '../../src/cli/client.js';
 import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
 import { WorkflowService } from '../../src/gen/leoflow/v1/workflow_pb.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
 import { freePort } from '../helpers/global-setup.js';
-import {
-  cli,
-  startAgent,
-  startServer,
-  waitFor,
-  type AgentProcess,
-  type ServerProcess,
-} from '../helpers/leoflow-process.js';
+import { cli, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
 import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.js';
+import { connectedAgent, serverForFile } from '../helpers/server-fixture.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { proServerArgs } from '../helpers/fake-kube/pro-server-args.js';
 
 /**
  * Tracing end to end: a run triggered with a caller's traceparent is one trace at a real OTLP/HTTP
@@ -27,61 +21,51 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * the subprocess executor and by an agent, sees its attempt's span in TRACEPARENT.
  */
 
-let db: TestDatabase;
-let server: ServerProcess;
-let agent: AgentProcess;
-let api: Clients;
 let otlp: OtlpReceiver;
-let tmp: string;
+let agent: AgentProcess;
 
 const TRACE_ID = '4bf92f3577b34da6a3ce929d0e0e4736';
 const CALLER_SPAN = '00f067aa0ba902b7';
 
 beforeAll(async () => {
-  db = await createTestDatabase();
   otlp = await startOtlpReceiver();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-tracing-'));
-  server = await startServer({
-    env: { DATABASE_URL: db.url },
-    args: ['--otlp-endpoint', otlp.url, '--heartbeat-interval', '300ms', '--tick-interval', '200ms'],
-  });
-  api = createClients(server.url);
-  agent = startAgent(server.url, ['--id', 'trace-agent']);
-  await waitFor(
-    'agent connected',
-    async () => (await api.cluster.listAgents({})).agents.some((a) => a.agentId === 'trace-agent' && a.connected),
-    20_000,
-  );
-  const file = path.join(tmp, 'traced.yaml');
+});
+afterAll(async () => {
+  await otlp?.close();
+});
+const f = serverForFile({
+  tmpPrefix: 'leoflow-tracing-',
+  args: () => ['--otlp-endpoint', otlp.url, '--heartbeat-interval', '300ms', '--tick-interval', '200ms'],
+});
+
+beforeAll(async () => {
+  agent = await connectedAgent(f, 'trace-agent');
+  const file = path.join(f.tmp, 'traced.yaml');
   await writeFile(
     file,
     `dag_id: traced
 tasks:
   - id: local
-    command: ["sh", "-c", "printf '%s|%s' \\"$TRACEPARENT\\" \\"$TRACESTATE\\" > ${tmp}/local.out"]
+    command: ["sh", "-c", "printf '%s|%s' \\"$TRACEPARENT\\" \\"$TRACESTATE\\" > ${f.tmp}/local.out"]
   - id: remote
     executor: agents
     depends_on: [local]
-    command: ["sh", "-c", "printf '%s|%s' \\"$TRACEPARENT\\" \\"$TRACESTATE\\" > ${tmp}/remote.out"]
+    command: ["sh", "-c", "printf '%s|%s' \\"$TRACEPARENT\\" \\"$TRACESTATE\\" > ${f.tmp}/remote.out"]
 `,
   );
-  const applied = await cli(server.url, ['dag', 'apply', file]);
+  const applied = await cli(f.server.url, ['dag', 'apply', file]);
   expect(applied.code, applied.stderr).toBe(0);
 }, 60_000);
 
 afterAll(async () => {
   await agent?.stop(5000);
-  await server?.stop();
-  await otlp?.close();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
 });
 
 async function runToEnd(headers: Record<string, string>): Promise<{ runId: string; traceparent: string }> {
-  const { run } = await api.workflow.triggerRun({ dagId: 'traced' }, { headers });
+  const { run } = await f.api.workflow.triggerRun({ dagId: 'traced' }, { headers });
   await waitFor(
     'run succeeded',
-    async () => (await api.workflow.getRun({ runId: run!.runId })).run!.state === RunState.SUCCESS,
+    async () => (await f.api.workflow.getRun({ runId: run!.runId })).run!.state === RunState.SUCCESS,
     30_000,
   );
   return { runId: run!.runId, traceparent: run!.traceparent };
@@ -141,7 +125,7 @@ describe('tracing', () => {
 
     // The processes, one run by the server and one by the agent, are in the attempt's span.
     for (const task of ['local', 'remote']) {
-      const [seen, state] = (await readFile(path.join(tmp, `${task}.out`), 'utf8')).split('|');
+      const [seen, state] = (await readFile(path.join(f.tmp, `${task}.out`), 'utf8')).split('|');
       expect(seen, task).toBe(`00-${TRACE_ID}-${byTask.get(task)!.spanId}-01`);
       expect(state, task).toBe('vendor=abc');
     }
@@ -170,7 +154,7 @@ describe('tracing', () => {
     // Connect's unary calls are plain HTTP POSTs: the traceparent is an ordinary request header.
     const connect = createClient(
       WorkflowService,
-      createConnectTransport({ baseUrl: server.url, httpVersion: '2', useBinaryFormat: false }),
+      createConnectTransport({ baseUrl: f.server.url, httpVersion: '2', useBinaryFormat: false }),
     );
     const { run } = await connect.triggerRun(
       { dagId: 'traced' },
@@ -182,7 +166,7 @@ describe('tracing', () => {
   }, 60_000);
 
   it('records a failed attempt as an error span, and its retry as a span of its own', async () => {
-    const file = path.join(tmp, 'flaky.yaml');
+    const file = path.join(f.tmp, 'flaky.yaml');
     await writeFile(
       file,
       `dag_id: flaky
@@ -193,11 +177,11 @@ tasks:
     command: ["sh", "-c", "test \\"$LEOFLOW_TRY_NUMBER\\" = 2 || { echo boom >&2; exit 3; }"]
 `,
     );
-    expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
-    const { run } = await api.workflow.triggerRun({ dagId: 'flaky' });
+    expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
+    const { run } = await f.api.workflow.triggerRun({ dagId: 'flaky' });
     await waitFor(
       'run succeeded',
-      async () => (await api.workflow.getRun({ runId: run!.runId })).run!.state === RunState.SUCCESS,
+      async () => (await f.api.workflow.getRun({ runId: run!.runId })).run!.state === RunState.SUCCESS,
       30_000,
     );
     await waitFor(
@@ -232,22 +216,7 @@ describe('tracing in Pro', () => {
     const port = await freePort();
     pro = await startServer({
       env: { DATABASE_URL: proDb.url },
-      args: [
-        '--edition',
-        'pro',
-        '--listen',
-        `127.0.0.1:${port}`,
-        '--kubeconfig',
-        kube.kubeconfigPath,
-        '--kubernetes-namespace',
-        NS,
-        '--kubernetes-image',
-        'leoflow:test',
-        '--pod-server-url',
-        `http://127.0.0.1:${port}`,
-        '--otlp-endpoint',
-        otlp.url,
-      ],
+      args: [...proServerArgs({ port, kube, namespace: NS }), '--otlp-endpoint', otlp.url],
     });
   }, 60_000);
 
@@ -258,7 +227,7 @@ describe('tracing in Pro', () => {
   });
 
   it("traces the pod's creation as a child of its attempt, and the task in the pod sees its attempt in TRACEPARENT", async () => {
-    const file = path.join(tmp, 'podded.yaml');
+    const file = path.join(f.tmp, 'podded.yaml');
     await writeFile(
       file,
       'dag_id: podded\ntasks:\n  - id: p\n    command: ["sh", "-c", "echo \\"tp=$TRACEPARENT\\""]\n',

@@ -1,19 +1,9 @@
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createClients, type Clients } from '../../src/cli/client.js';
-import {
-  cli,
-  startAgent,
-  startServer,
-  waitFor,
-  type AgentProcess,
-  type ServerProcess,
-} from '../helpers/leoflow-process.js';
-import { isAlive, killGroupOf } from '../helpers/process-group.js';
+import { mkdir, rm } from 'node:fs/promises';
+import { describe, expect, it } from 'vitest';
+import { startLedgerTask } from '../helpers/ledger-task.js';
+import { isAlive } from '../helpers/process-group.js';
 import { runEnds } from '../helpers/run-ends.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { agentsOfEachTest, serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * An agent SIGKILLed while its task runs, then started again with the same --id and an emptied
@@ -24,44 +14,11 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * time; two executions of the task are live at once if one ticks after the other started.
  */
 
-let db: TestDatabase;
-let server: ServerProcess;
-let api: Clients;
-let tmp: string;
-let agents: AgentProcess[] = [];
-const taskPids = new Set<number>();
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-agent-wiped-'));
-  server = await startServer({
-    env: { DATABASE_URL: db.url },
-    args: ['--heartbeat-interval', '300ms', '--tick-interval', '200ms'],
-  });
-  api = createClients(server.url);
+const f = serverForFile({
+  tmpPrefix: 'leoflow-agent-wiped-',
+  args: ['--heartbeat-interval', '300ms', '--tick-interval', '200ms'],
 });
-afterEach(async () => {
-  await Promise.all(agents.map((a) => a.stop(5000)));
-  agents = [];
-  for (const pid of taskPids) killGroupOf(pid);
-  taskPids.clear();
-});
-afterAll(async () => {
-  await server?.stop();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
-});
-
-async function agent(id: string, stateDir: string): Promise<AgentProcess> {
-  const a = startAgent(server.url, ['--id', id, '--labels', `zone=${id}`, '--state-dir', stateDir]);
-  agents.push(a);
-  await waitFor(
-    `agent ${id} connected`,
-    async () => (await api.cluster.listAgents({})).agents.some((x) => x.agentId === id && x.connected),
-    20_000,
-  );
-  return a;
-}
+const agents = agentsOfEachTest(f);
 
 interface Entry {
   what: 'start' | 'tick' | 'end';
@@ -91,48 +48,24 @@ function overlaps(entries: Entry[]): string[] {
 }
 
 async function wipedRestart(name: string, nextStateDir: (old: string) => Promise<string>) {
-  const ledger = path.join(tmp, `${name}.ledger`);
-  const stateDir = path.join(tmp, `${name}.state`);
-  const script = [
-    `echo "start $LEOFLOW_TRY_NUMBER $$ $(date +%s%3N)" >> ${ledger}`,
-    // Try 1 lives long enough to outlast the agent's restart; a later try is short.
-    'i=0; n=10; [ "$LEOFLOW_TRY_NUMBER" = 1 ] && n=150',
-    `while [ $i -lt $n ]; do echo "tick $LEOFLOW_TRY_NUMBER $$ $(date +%s%3N)" >> ${ledger}; sleep 0.1; i=$((i+1)); done`,
-    `echo "end $LEOFLOW_TRY_NUMBER $$ $(date +%s%3N)" >> ${ledger}`,
-  ].join('; ');
-  const file = path.join(tmp, `${name}.yaml`);
-  await writeFile(
-    file,
-    [
-      `dag_id: ${name}`,
-      'tasks:',
-      '  - id: work',
-      '    executor: agents',
-      `    placement: { labels: { zone: ${name} } }`,
-      `    command: ["sh", "-c", ${JSON.stringify(script)}]`,
-      '    retries: 2',
-      '    retry_delay: 100ms',
-      '',
-    ].join('\n'),
-  );
-  const applied = await cli(server.url, ['dag', 'apply', file]);
-  expect(applied.code, applied.stderr).toBe(0);
-  const first = await agent(name, stateDir);
-  const runId = (await api.workflow.triggerRun({ dagId: name })).run!.runId;
-  const lines = async () => (await readFile(ledger, 'utf8').catch(() => '')).split('\n').filter((l) => l !== '');
-  const started = await waitFor(
-    'try 1 started',
-    async () => (await lines()).find((l) => l.startsWith('start 1 ')) ?? null,
-  );
-  const pid = Number(started.split(' ')[2]);
-  taskPids.add(pid);
+  const { stateDir, first, runId, pid, lines } = await startLedgerTask(f, agents, {
+    name,
+    retries: 2,
+    script: (ledger) => [
+      `echo "start $LEOFLOW_TRY_NUMBER $$ $(date +%s%3N)" >> ${ledger}`,
+      // Try 1 lives long enough to outlast the agent's restart; a later try is short.
+      'i=0; n=10; [ "$LEOFLOW_TRY_NUMBER" = 1 ] && n=150',
+      `while [ $i -lt $n ]; do echo "tick $LEOFLOW_TRY_NUMBER $$ $(date +%s%3N)" >> ${ledger}; sleep 0.1; i=$((i+1)); done`,
+      `echo "end $LEOFLOW_TRY_NUMBER $$ $(date +%s%3N)" >> ${ledger}`,
+    ],
+  });
 
   first.child.kill('SIGKILL');
   await first.exited;
   expect(isAlive(pid)).toBe(true);
-  const second = await agent(name, await nextStateDir(stateDir));
+  const second = await agents.connect(name, ['--labels', `zone=${name}`, '--state-dir', await nextStateDir(stateDir)]);
   const aliveAfterHello = isAlive(pid);
-  expect(await runEnds(db.sql, runId, { timeoutMs: 60_000 })).toBe('success');
+  expect(await runEnds(f.db.sql, runId, { timeoutMs: 60_000 })).toBe('success');
   const entries = (await lines()).map((l) => {
     const [what, t, , at] = l.split(' ');
     return { what: what as Entry['what'], tryNumber: Number(t), at: Number(at) };

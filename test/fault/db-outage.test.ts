@@ -9,6 +9,7 @@ import { createSql, type Sql } from '../../src/db/sql.js';
 import { freePort } from '../helpers/global-setup.js';
 import { cli, serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { runEnds } from '../helpers/run-ends.js';
+import { FAST_FAULT_FLAGS } from '../helpers/fault-flags.js';
 
 /**
  * DB connections dropped / Postgres restarted → the scheduler recovers without a restart of
@@ -17,18 +18,7 @@ import { runEnds } from '../helpers/run-ends.js';
  */
 
 const logger = pino({ level: 'warn' });
-const FLAGS = [
-  '--heartbeat-interval',
-  '200ms',
-  '--heartbeat-threshold',
-  '1s',
-  '--tick-interval',
-  '200ms',
-  '--kill-grace',
-  '300ms',
-  '--leader-watchdog',
-  '1s',
-];
+const FLAGS = [...FAST_FAULT_FLAGS, '--leader-watchdog', '1s'];
 
 let stateDir: string;
 let port: number;

@@ -1,18 +1,10 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import {
-  cli,
-  serverLauncher,
-  startAgent,
-  waitFor,
-  type AgentProcess,
-  type ServerProcess,
-} from '../helpers/leoflow-process.js';
+import { cli, startAgent, waitFor } from '../helpers/leoflow-process.js';
 import { isRunEnded } from '../helpers/run-ends.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { replicasForFile } from '../helpers/server-fixture.js';
 
 /**
  * Issue 34: a graceful stop must lose nothing even when the agents were given one address only,
@@ -37,28 +29,15 @@ const CYCLES = 5;
 const WIDTH = 4;
 const DEPTH = 2;
 
-let db: TestDatabase;
-let tmp: string;
-const servers: ServerProcess[] = [];
-const agents: AgentProcess[] = [];
+const f = replicasForFile({ tmpPrefix: 'leoflow-graceful-one-' });
+const { servers, agents } = f;
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-graceful-one-'));
-});
-afterAll(async () => {
-  for (const a of agents) await a.stop(5000);
-  for (const s of servers) await s.kill();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
-});
-
-const start = serverLauncher({ databaseUrl: () => db.url, args: FLAGS, servers });
+const start = f.launcher(FLAGS);
 
 describe('graceful stop of the leader, agents given one address', () => {
   it(`loses nothing across ${CYCLES} cycles: every task runs once as try 1, none is declared lost`, async () => {
-    const ledger = path.join(tmp, 'ledger.log');
-    const file = path.join(tmp, 'wide.yaml');
+    const ledger = path.join(f.tmp, 'ledger.log');
+    const file = path.join(f.tmp, 'wide.yaml');
     const tasks: string[] = [];
     for (let d = 0; d < DEPTH; d++) {
       for (let w = 0; w < WIDTH; w++) {
@@ -84,7 +63,7 @@ describe('graceful stop of the leader, agents given one address', () => {
     await waitFor(
       'agents connected',
       async () => {
-        const [r] = await db.sql<
+        const [r] = await f.db.sql<
           { n: number }[]
         >`select count(*)::int as n from agents where connected_replica = 'replica-0'`;
         return r!.n === 2;
@@ -105,7 +84,7 @@ describe('graceful stop of the leader, agents given one address', () => {
       await waitFor(
         `cycle ${cycle}: work in flight on ${leaderId}'s agents`,
         async () => {
-          const [r] = await db.sql<{ busy: number }[]>`
+          const [r] = await f.db.sql<{ busy: number }[]>`
           select count(*) filter (where t.state = 'running' and a.connected_replica = ${leaderId})::int as busy
           from task_instances t join agents a on a.agent_id = t.agent_id where t.run_id = any(${mine}::bigint[])`;
           return r!.busy >= 2;
@@ -123,7 +102,9 @@ describe('graceful stop of the leader, agents given one address', () => {
       await waitFor(
         `cycle ${cycle}: its runs ended`,
         async () => {
-          const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${mine}::bigint[])`;
+          const rows = await f.db.sql<
+            { state: string }[]
+          >`select state from dag_runs where id = any(${mine}::bigint[])`;
           return rows.every((r) => isRunEnded(r.state));
         },
         60_000,
@@ -131,7 +112,7 @@ describe('graceful stop of the leader, agents given one address', () => {
       await waitFor(
         `cycle ${cycle}: agents on replica-${cycle}`,
         async () => {
-          const [r] = await db.sql<
+          const [r] = await f.db.sql<
             { n: number }[]
           >`select count(*)::int as n from agents where connected_replica = ${`replica-${cycle}`}`;
           return r!.n === 2;
@@ -141,14 +122,14 @@ describe('graceful stop of the leader, agents given one address', () => {
       leader = next;
     }
 
-    const runs = await db.sql<
+    const runs = await f.db.sql<
       { state: string }[]
     >`select state from dag_runs where id = any(${runIds}::bigint[]) order by id`;
     expect(runs.map((r) => r.state)).toEqual(runIds.map(() => 'success'));
-    const retried = await db.sql<{ task_id: string; try_number: number }[]>`
+    const retried = await f.db.sql<{ task_id: string; try_number: number }[]>`
       select task_id, try_number from task_instances where run_id = any(${runIds}::bigint[]) and try_number <> 1`;
     expect(retried).toEqual([]);
-    expect(await db.sql`select ti_id from events where payload->>'reason' = 'agent_lost'`).toEqual([]);
+    expect(await f.db.sql`select ti_id from events where payload->>'reason' = 'agent_lost'`).toEqual([]);
     const lines = (await readFile(ledger, 'utf8')).trim().split('\n');
     const total = runIds.length * WIDTH * DEPTH;
     expect(lines.length).toBe(total);

@@ -1,18 +1,10 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import {
-  cli,
-  serverLauncher,
-  startAgent,
-  waitFor,
-  type AgentProcess,
-  type ServerProcess,
-} from '../helpers/leoflow-process.js';
+import { cli, startAgent, waitFor } from '../helpers/leoflow-process.js';
 import { isRunEnded } from '../helpers/run-ends.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { replicasForFile } from '../helpers/server-fixture.js';
 
 /**
  * A graceful stop (SIGTERM) of the leader while agents connected to it run many short tasks.
@@ -43,23 +35,10 @@ const RUNS = 6;
 const WIDTH = 6;
 const DEPTH = 3;
 
-let db: TestDatabase;
-let tmp: string;
-const servers: ServerProcess[] = [];
-const agents: AgentProcess[] = [];
+const f = replicasForFile({ tmpPrefix: 'leoflow-graceful-stop-' });
+const { servers, agents } = f;
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-graceful-stop-'));
-});
-afterAll(async () => {
-  for (const a of agents) await a.stop(5000);
-  for (const s of servers) await s.kill();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
-});
-
-const start = serverLauncher({ databaseUrl: () => db.url, args: FLAGS, servers });
+const start = f.launcher(FLAGS);
 
 /** The JSON log records a process printed. */
 function records(out: string): Record<string, unknown>[] {
@@ -74,8 +53,8 @@ function records(out: string): Record<string, unknown>[] {
 
 describe('graceful stop of the leader', () => {
   it('loses no agent work: every run succeeds, every task runs once as try 1, and agents move within the bound', async () => {
-    const ledger = path.join(tmp, 'ledger.log');
-    const file = path.join(tmp, 'wide.yaml');
+    const ledger = path.join(f.tmp, 'ledger.log');
+    const file = path.join(f.tmp, 'wide.yaml');
     const tasks: string[] = [];
     for (let d = 0; d < DEPTH; d++) {
       for (let w = 0; w < WIDTH; w++) {
@@ -107,7 +86,7 @@ describe('graceful stop of the leader', () => {
     await waitFor(
       'agents connected',
       async () => {
-        const [r] = await db.sql<
+        const [r] = await f.db.sql<
           { n: number }[]
         >`select count(*)::int as n from agents where connected_replica is not null`;
         return r!.n === 4;
@@ -123,7 +102,7 @@ describe('graceful stop of the leader', () => {
     await waitFor(
       "work in flight on the leader's agents",
       async () => {
-        const [r] = await db.sql<{ done: number; busy: number }[]>`
+        const [r] = await f.db.sql<{ done: number; busy: number }[]>`
         select count(*) filter (where t.state = 'success')::int as done,
                count(*) filter (where t.state in ('queued', 'running') and a.connected_replica = 'replica-l')::int as busy
         from task_instances t left join agents a on a.agent_id = t.agent_id`;
@@ -134,7 +113,7 @@ describe('graceful stop of the leader', () => {
     );
     // (On a loaded machine an agent may have moved already, after a deaf stream.)
     const atStop = (
-      await db.sql<
+      await f.db.sql<
         { agent_id: string }[]
       >`select agent_id from agents where connected_replica = 'replica-l' order by agent_id`
     ).map((r) => r.agent_id);
@@ -148,21 +127,23 @@ describe('graceful stop of the leader', () => {
     await waitFor(
       'all runs ended',
       async () => {
-        const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
+        const rows = await f.db.sql<
+          { state: string }[]
+        >`select state from dag_runs where id = any(${runIds}::bigint[])`;
         return rows.every((r) => isRunEnded(r.state));
       },
       60_000,
     );
-    const runs = await db.sql<
+    const runs = await f.db.sql<
       { state: string }[]
     >`select state from dag_runs where id = any(${runIds}::bigint[]) order by id`;
     expect(runs.map((r) => r.state)).toEqual(runIds.map(() => 'success'));
 
     // No attempt lost: nothing declared lost, no try 2 anywhere.
-    const retried = await db.sql<{ task_id: string; try_number: number }[]>`
+    const retried = await f.db.sql<{ task_id: string; try_number: number }[]>`
       select task_id, try_number from task_instances where run_id = any(${runIds}::bigint[]) and try_number <> 1`;
     expect(retried).toEqual([]);
-    expect(await db.sql`select ti_id from events where payload->>'reason' = 'agent_lost'`).toEqual([]);
+    expect(await f.db.sql`select ti_id from events where payload->>'reason' = 'agent_lost'`).toEqual([]);
     // Each task ran exactly once: one line per (run, task) in the ledger, each of try 1.
     const lines = (await readFile(ledger, 'utf8')).trim().split('\n');
     expect(lines.length).toBe(total);
@@ -172,7 +153,7 @@ describe('graceful stop of the leader', () => {
     // Every agent is on the standby now. Each one the leader held was told to reconnect, did so
     // at once (no backoff: its first try went to the standby), and was there well within the
     // heartbeat threshold; Welcome bounded its backoff to a quarter of the threshold.
-    const rows = await db.sql<
+    const rows = await f.db.sql<
       { agent_id: string; connected_replica: string | null }[]
     >`select agent_id, connected_replica from agents order by agent_id`;
     expect(rows.map((r) => [r.agent_id, r.connected_replica])).toEqual([

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { runEnds } from '../helpers/run-ends.js';
+import { FAST_FAULT_FLAGS } from '../helpers/fault-flags.js';
 
 /**
  * A task that runs far longer than the heartbeat threshold, while its holder keeps heartbeating,
@@ -35,16 +36,7 @@ describe('a task running 5x the heartbeat threshold', () => {
   it('keeps heartbeating, is never reaped and succeeds on try 1', async () => {
     server = await startServer({
       env: { DATABASE_URL: db.url },
-      args: [
-        '--heartbeat-interval',
-        '200ms',
-        '--heartbeat-threshold',
-        '1s',
-        '--tick-interval',
-        '200ms',
-        '--kill-grace',
-        '300ms',
-      ],
+      args: [...FAST_FAULT_FLAGS],
     });
     const ran = path.join(tmp, 'ran');
     const file = path.join(tmp, 'long.yaml');

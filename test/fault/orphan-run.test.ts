@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { DagSpec, TaskSpec } from '../../src/core/dag-spec.js';
 import { upsertDag } from '../../src/db/dags.js';
 import { createRun } from '../../src/db/runs.js';
 import { startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { dag, task } from '../helpers/spec-builders.js';
 
 /**
  * Fault: the control plane crashed between the last TI of a run finishing and the run being
@@ -25,35 +25,7 @@ afterAll(async () => {
   await db?.drop();
 });
 
-function task(id: string, dependsOn: string[] = []): TaskSpec {
-  return {
-    id,
-    command: ['true'],
-    dependsOn,
-    triggerRule: 'all_success',
-    retries: 0,
-    retryDelayMs: 1000,
-    maxRetryDelayMs: 60_000,
-    timeoutMs: null,
-    env: {},
-    cwd: null,
-    executor: 'default',
-    image: null,
-    placement: null,
-  };
-}
-
-const spec: DagSpec = {
-  dagId: 'crashed',
-  description: '',
-  schedule: null,
-  timezone: 'UTC',
-  catchup: false,
-  startDate: null,
-  maxActiveRuns: 16,
-  tags: [],
-  tasks: [task('a'), task('b', ['a'])],
-};
+const spec = dag('crashed', [task('a'), task('b', { dependsOn: ['a'] })]);
 
 /**
  * A run as a crash leaves it: started 10 s ago, each TI in the given state (terminal ones ended

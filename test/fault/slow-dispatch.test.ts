@@ -1,19 +1,12 @@
-import pino from 'pino';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { DagSpec, TaskSpec } from '../../src/core/dag-spec.js';
-import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
-import { finishAttempt } from '../../src/db/attempts/finish-attempt.js';
-import { startAttempt } from '../../src/db/attempts/start-attempt.js';
-import { upsertDag } from '../../src/db/dags.js';
-import { createRun } from '../../src/db/runs.js';
-import { createDispatchPool, type DispatchPool } from '../../src/dispatch/pool.js';
-import type { WorkItem } from '../../src/core/work-item.js';
-import { schedulerHarness, type PhaseError } from '../helpers/scheduler-harness.js';
-import { createSchedulerLoop, type SchedulerLoop } from '../../src/scheduler/scheduler-loop.js';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { step } from '../../src/scheduler/step.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { waitFor } from '../helpers/leoflow-process.js';
-import { task } from '../helpers/spec-builders.js';
+import {
+  startSlowDispatchScheduler,
+  triggerWide as triggerWideRun,
+  type SlowDispatchScheduler,
+} from '../helpers/slow-dispatch-scheduler.js';
 
 /**
  * Fault: dispatch is slower than the tick (500 ms per dispatch, 50 TIs queued at once). The tick
@@ -22,7 +15,6 @@ import { task } from '../helpers/spec-builders.js';
  * wait visibly, with pending_reason WAITING_FOR_DISPATCH (the bound and its flag), and the tick is just as fast.
  */
 
-const logger = pino({ level: 'silent' });
 const DISPATCH_MS = 500;
 const TASKS = 50;
 /** Why a TI the Lite pool (queue 1) refused waits: the bound in use and its flag. */
@@ -34,44 +26,13 @@ const MIN_SAMPLES = 100;
 const ROUNDS = 3;
 const P99_LIMIT_S = 0.1;
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = databaseForFile();
 beforeEach(async () => {
   // The planner looks at every active run of the database: each test starts from an empty one.
   await db.sql`delete from dags`;
 });
 
-async function triggerWide(dagId: string): Promise<string> {
-  const spec: DagSpec = {
-    dagId,
-    description: '',
-    schedule: null,
-    timezone: 'UTC',
-    catchup: false,
-    startDate: null,
-    maxActiveRuns: 16,
-    tags: [],
-    tasks: Array.from({ length: TASKS }, (_, i) => task(`t${String(i).padStart(2, '0')}`)),
-  };
-  const { dag } = await upsertDag(db.sql, spec, `${dagId}.yaml`);
-  const { run } = await db.sql.begin((tx) =>
-    createRun(tx, {
-      dagId,
-      dagVersion: dag.version,
-      runKey: 'manual__1',
-      runType: 'manual',
-      logicalDate: new Date(),
-      conf: {},
-      defaultExecutor: 'subprocess',
-    }),
-  );
-  return run.id;
-}
+const triggerWide = (dagId: string) => triggerWideRun(db.sql, dagId, TASKS);
 
 function describeSteps(steps: number[]): string {
   const sorted = [...steps].sort((x, y) => x - y);
@@ -87,67 +48,10 @@ function p99(samples: number[]): number {
   return sorted[Math.max(0, Math.ceil(sorted.length * 0.99) - 1)]!;
 }
 
-interface Scheduler {
-  loop: SchedulerLoop;
-  pool: DispatchPool<WorkItem>;
-  /** Seconds each step took while `recording`, as the loop reports them. */
-  steps: number[];
-  recording: boolean;
-  errors: PhaseError[];
-  stop(): Promise<void>;
-}
+const startScheduler = (workers: number, capacity: number) =>
+  startSlowDispatchScheduler(db.sql, { workers, capacity, dispatchMs: DISPATCH_MS, tickMs: TICK_MS });
 
-/** The real loop, step and pool, wired as control-plane.ts wires them; only the executor is fake.
- *  Not started yet: the caller triggers its run, then starts the loop. */
-async function startScheduler(workers: number, capacity: number): Promise<Scheduler> {
-  // Open the pool's connections first: connecting is start-up cost, not tick cost.
-  await Promise.all(Array.from({ length: 10 }, () => db.sql`select 1`));
-  const h = schedulerHarness(db.sql, { offer: (item) => s.pool.offer(item), maxRunsPerStep: 1000 });
-  const s: Scheduler = {
-    steps: [],
-    recording: false,
-    errors: h.errors,
-    loop: undefined as never,
-    pool: undefined as never,
-    stop: undefined as never,
-  };
-  s.pool = createDispatchPool<WorkItem>({
-    workers,
-    capacity,
-    key: (item) => item.tiId,
-    logger,
-    // A slow executor: 500 ms (a pod creation, a slow spawn) before the attempt is claimed,
-    // started and finished; the finished attempt nudges the scheduler.
-    dispatch: async (item) => {
-      await new Promise((r) => setTimeout(r, DISPATCH_MS));
-      const claim = await claimAttempt(db.sql, item.tiId, item.executor);
-      if (!claim) return;
-      const a = { tiId: item.tiId, tryNumber: claim.tryNumber, attemptToken: claim.attemptToken };
-      await startAttempt(db.sql, a, { pid: null, agentId: null });
-      await finishAttempt(db.sql, a, { exitCode: 0, signal: null, error: null, outcome: 'success' });
-      s.loop.nudge();
-    },
-    onError: (item, err) => s.errors.push({ phase: 'dispatch', err, ids: { tiId: item.tiId } }),
-  });
-  s.loop = createSchedulerLoop({
-    tickMs: TICK_MS,
-    logger,
-    step: () => step(h.ctx),
-    canStep: () => true,
-    onStepDone: (seconds) => {
-      if (s.recording) s.steps.push(seconds);
-    },
-  });
-  // One step on the empty database, so the statements are prepared before the clock starts.
-  await step(h.ctx);
-  s.stop = async () => {
-    await s.loop.stop();
-    await s.pool.close();
-  };
-  return s;
-}
-
-let current: Scheduler | null = null;
+let current: SlowDispatchScheduler | null = null;
 afterEach(async () => {
   await current?.stop();
   current = null;

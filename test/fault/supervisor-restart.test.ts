@@ -1,12 +1,12 @@
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
-import { cli, serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
-import { isAlive as alive, killGroupOf as killGroup } from '../helpers/process-group.js';
+import { describe, expect, it } from 'vitest';
+import { cli, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { isAlive as alive } from '../helpers/process-group.js';
 import { runEnds } from '../helpers/run-ends.js';
+import { FAST_FAULT_FLAGS } from '../helpers/fault-flags.js';
+import { replicasForFile } from '../helpers/server-fixture.js';
 
 /**
  * The control plane SIGKILLed while a task runs (Lite, subprocess executor). The task runs under
@@ -19,39 +19,10 @@ import { runEnds } from '../helpers/run-ends.js';
  * lost attempt visible fast: without adoption the reaper would retry it while it still runs.
  */
 
-const FLAGS = [
-  '--heartbeat-interval',
-  '200ms',
-  '--heartbeat-threshold',
-  '1s',
-  '--tick-interval',
-  '200ms',
-  '--kill-grace',
-  '300ms',
-];
-
-let db: TestDatabase;
-let tmp: string;
-const servers: ServerProcess[] = [];
-const taskPids = new Set<number>();
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-fault-shim-'));
-});
-
-afterEach(async () => {
-  for (const pid of taskPids) killGroup(pid);
-  taskPids.clear();
-  for (const s of servers.splice(0)) await s.kill();
-});
-
-afterAll(async () => {
-  await db?.drop();
-  if (tmp) await rm(tmp, { recursive: true, force: true });
-});
-
-const launch = serverLauncher({ databaseUrl: () => db.url, args: FLAGS, servers });
+const f = replicasForFile({ tmpPrefix: 'leoflow-fault-shim-', eachTest: true });
+/** Task processes that may outlive their control plane (detached process groups). */
+const { taskPids } = f;
+const launch = f.launcher(FAST_FAULT_FLAGS);
 
 interface Case {
   dagId: string;
@@ -66,9 +37,9 @@ async function setUp(
 ): Promise<Case & { server: ServerProcess; runId: string; pid: number }> {
   const c: Case = {
     dagId,
-    ledger: path.join(tmp, `${dagId}.ledger`),
-    go: path.join(tmp, `${dagId}.go`),
-    stateDir: path.join(tmp, `${dagId}.state`),
+    ledger: path.join(f.tmp, `${dagId}.ledger`),
+    go: path.join(f.tmp, `${dagId}.go`),
+    stateDir: path.join(f.tmp, `${dagId}.state`),
   };
   const script = [
     `echo "start $LEOFLOW_TRY_NUMBER $$" >> ${c.ledger}`,
@@ -80,7 +51,7 @@ async function setUp(
     // The task's last act: when it ends, in ms, by this machine's clock.
     `date +%s%3N > ${c.ledger}.end`,
   ].join('; ');
-  const file = path.join(tmp, `${dagId}.yaml`);
+  const file = path.join(f.tmp, `${dagId}.yaml`);
   await writeFile(
     file,
     [
@@ -114,7 +85,7 @@ async function ledger(c: Case): Promise<string[]> {
 }
 
 async function attempt(runId: string) {
-  const [row] = await db.sql<
+  const [row] = await f.db.sql<
     { id: string; state: string; try_number: number; exit_code: number | null; error: string | null }[]
   >`
     select id, state, try_number, exit_code, error from task_instances where run_id = ${runId} and task_id = 'work'`;
@@ -122,14 +93,14 @@ async function attempt(runId: string) {
 }
 
 async function logOf(runId: string): Promise<string[]> {
-  const rows = await db.sql<{ try_number: number; stream: string; line: string }[]>`
+  const rows = await f.db.sql<{ try_number: number; stream: string; line: string }[]>`
     select l.try_number, l.stream, l.line from task_logs l join task_instances t on t.id = l.ti_id
     where t.run_id = ${runId} order by l.try_number, l.seq`;
   return rows.filter((r) => r.stream !== 'system').map((r) => `${r.try_number} ${r.stream} ${r.line}`);
 }
 
 async function tries(runId: string): Promise<string[]> {
-  const rows = await db.sql<{ to: string; try: number; reason: string | null }[]>`
+  const rows = await f.db.sql<{ to: string; try: number; reason: string | null }[]>`
     select payload->>'to' as to, (payload->>'try')::int as try, payload->>'reason' as reason
     from events where run_id = ${runId} and kind = 'ti.state' order by seq`;
   return rows.map((r) => `${r.to}/${r.try}${r.reason ? `:${r.reason}` : ''}`);
@@ -149,7 +120,7 @@ describe('the control plane SIGKILLed while a task runs', () => {
     expect(await attempt(c.runId)).toMatchObject({ state: 'running', try_number: 1 });
     await writeFile(c.go, '');
 
-    expect(await runEnds(db.sql, c.runId)).toBe('success');
+    expect(await runEnds(f.db.sql, c.runId)).toBe('success');
     expect(await attempt(c.runId)).toMatchObject({ state: 'success', try_number: 1, exit_code: 0 });
     expect(await ledger(c)).toEqual([`start 1 ${c.pid}`, 'end 1']);
     expect((await logOf(c.runId)).sort()).toEqual([
@@ -172,7 +143,7 @@ describe('the control plane SIGKILLed while a task runs', () => {
     await waitFor('its process gone', async () => !alive(c.pid));
 
     const second = await launch(['--state-dir', c.stateDir]);
-    expect(await runEnds(db.sql, c.runId)).toBe('success');
+    expect(await runEnds(f.db.sql, c.runId)).toBe('success');
     expect(await attempt(c.runId)).toMatchObject({ state: 'success', try_number: 1, exit_code: 0 });
     expect((await logOf(c.runId)).sort()).toEqual([
       '1 stderr to-stderr',
@@ -200,8 +171,8 @@ describe('the control plane SIGKILLed while a task runs', () => {
     await new Promise((r) => setTimeout(r, 8000));
 
     const second = await launch(['--state-dir', c.stateDir]);
-    expect(await runEnds(db.sql, c.runId)).toBe('success');
-    const [row] = await db.sql<{ started_ms: number; ended_ms: number }[]>`
+    expect(await runEnds(f.db.sql, c.runId)).toBe('success');
+    const [row] = await f.db.sql<{ started_ms: number; ended_ms: number }[]>`
       select (extract(epoch from started_at) * 1000)::float8 as started_ms, (extract(epoch from ended_at) * 1000)::float8 as ended_ms
       from task_instances where run_id = ${c.runId}`;
     // The database and the task read the same clock (one machine).
@@ -220,7 +191,7 @@ describe('the control plane SIGKILLed while a task runs', () => {
     // Killed at start, before the scheduler could retry it.
     expect(alive(c.pid)).toBe(false);
     await writeFile(c.go, '');
-    expect(await runEnds(db.sql, c.runId)).toBe('success');
+    expect(await runEnds(f.db.sql, c.runId)).toBe('success');
     const lines = await ledger(c);
     expect(lines[0]).toBe(`start 1 ${c.pid}`);
     expect(lines.slice(1).map((l) => l.split(' ').slice(0, 2).join(' '))).toEqual(['start 2', 'end 2']);

@@ -1,11 +1,11 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
-import { cli, serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { describe, expect, it } from 'vitest';
+import { cli, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { isAlive as alive, killGroupOf as killGroup } from '../helpers/process-group.js';
 import { runEnds } from '../helpers/run-ends.js';
+import { FAST_FAULT_FLAGS } from '../helpers/fault-flags.js';
+import { replicasForFile } from '../helpers/server-fixture.js';
 
 /**
  * Task process SIGKILLed → retried or failed. The tasks record each try in a file and write
@@ -13,40 +13,10 @@ import { runEnds } from '../helpers/run-ends.js';
  * test can find and kill them. Every process started here is stopped, also when a test fails.
  */
 
-const FLAGS = [
-  '--heartbeat-interval',
-  '200ms',
-  '--heartbeat-threshold',
-  '1s',
-  '--tick-interval',
-  '200ms',
-  '--kill-grace',
-  '300ms',
-];
-
-let db: TestDatabase;
-let tmp: string;
-const servers: ServerProcess[] = [];
+const f = replicasForFile({ tmpPrefix: 'leoflow-fault-killed-', eachTest: true });
 /** Task processes that may outlive their control plane (detached process groups). */
-const taskPids = new Set<number>();
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-fault-killed-'));
-});
-
-afterEach(async () => {
-  for (const pid of taskPids) killGroup(pid);
-  taskPids.clear();
-  for (const s of servers.splice(0)) await s.kill();
-});
-
-afterAll(async () => {
-  await db?.drop();
-  if (tmp) await rm(tmp, { recursive: true, force: true });
-});
-
-const start = serverLauncher({ databaseUrl: () => db.url, args: FLAGS, servers });
+const { taskPids } = f;
+const start = f.launcher(FAST_FAULT_FLAGS);
 
 /**
  * A DAG of `victim` (retries as given; try 1 writes its pid and sleeps, later tries succeed at
@@ -57,10 +27,10 @@ async function applyDag(
   dagId: string,
   retries: number,
 ): Promise<{ ran: string; pidFile: string }> {
-  const ran = path.join(tmp, `${dagId}.ran`);
-  const pidFile = path.join(tmp, `${dagId}.pid`);
+  const ran = path.join(f.tmp, `${dagId}.ran`);
+  const pidFile = path.join(f.tmp, `${dagId}.pid`);
   const record = `echo $LEOFLOW_TASK_ID $LEOFLOW_TRY_NUMBER >> ${ran}`;
-  const file = path.join(tmp, `${dagId}.yaml`);
+  const file = path.join(f.tmp, `${dagId}.yaml`);
   await writeFile(
     file,
     [
@@ -90,7 +60,7 @@ async function trigger(server: ServerProcess, dagId: string): Promise<string> {
 /** Resolves the pid of try 1 once it is running and has written its pid file. */
 async function runningPid(runId: string, pidFile: string): Promise<number> {
   await waitFor('victim running', async () => {
-    const [row] = await db.sql<
+    const [row] = await f.db.sql<
       { state: string }[]
     >`select state from task_instances where run_id = ${runId} and task_id = 'victim'`;
     return row?.state === 'running';
@@ -104,7 +74,7 @@ async function runningPid(runId: string, pidFile: string): Promise<number> {
 }
 
 async function tis(runId: string) {
-  return db.sql<
+  return f.db.sql<
     { task_id: string; state: string; try_number: number; exit_code: number | null; error: string | null }[]
   >`
     select task_id, state, try_number, exit_code, error from task_instances where run_id = ${runId} order by task_id`;
@@ -112,7 +82,7 @@ async function tis(runId: string) {
 
 /** The ti.state events of one task, in order. */
 async function moves(runId: string, taskId: string) {
-  return db.sql<{ to: string; try: number; error: string | null; reason: string | null }[]>`
+  return f.db.sql<{ to: string; try: number; error: string | null; reason: string | null }[]>`
     select payload->>'to' as to, (payload->>'try')::int as try, payload->>'error' as error, payload->>'reason' as reason
     from events where run_id = ${runId} and kind = 'ti.state' and payload->>'task_id' = ${taskId} order by seq`;
 }
@@ -126,7 +96,7 @@ describe('task process SIGKILLed', () => {
 
     process.kill(pid, 'SIGKILL');
 
-    expect(await runEnds(db.sql, runId)).toBe('success');
+    expect(await runEnds(f.db.sql, runId)).toBe('success');
     expect(await tis(runId)).toEqual([
       { task_id: 'after', state: 'success', try_number: 1, exit_code: 0, error: null },
       { task_id: 'victim', state: 'success', try_number: 2, exit_code: 0, error: null },
@@ -157,7 +127,7 @@ describe('task process SIGKILLed', () => {
 
     process.kill(pid, 'SIGKILL');
 
-    expect(await runEnds(db.sql, runId)).toBe('failed');
+    expect(await runEnds(f.db.sql, runId)).toBe('failed');
     expect(await tis(runId)).toEqual([
       { task_id: 'after', state: 'upstream_failed', try_number: 0, exit_code: null, error: null },
       { task_id: 'victim', state: 'failed', try_number: 1, exit_code: null, error: 'killed by SIGKILL' },
@@ -166,7 +136,7 @@ describe('task process SIGKILLed', () => {
   });
 
   it("machine gone: the control plane and the task's shim are SIGKILLed; the restart records the attempt killed and retries it", async () => {
-    const stateDir = path.join(tmp, 'machine-gone.state');
+    const stateDir = path.join(f.tmp, 'machine-gone.state');
     const first = await start(['--state-dir', stateDir]);
     const { ran, pidFile } = await applyDag(first, 'machine_gone', 1);
     const runId = await trigger(first, 'machine_gone');
@@ -180,7 +150,7 @@ describe('task process SIGKILLed', () => {
     // The attempt's folder says the shim died with no exit status: recorded at once as killed,
     // without waiting for the heartbeat threshold, and retried under the task's policy.
     const second = await start(['--state-dir', stateDir]);
-    expect(await runEnds(db.sql, runId)).toBe('success');
+    expect(await runEnds(f.db.sql, runId)).toBe('success');
 
     const victim = await moves(runId, 'victim');
     expect(victim.map((m) => `${m.to}/${m.try}`)).toEqual([

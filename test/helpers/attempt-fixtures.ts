@@ -15,14 +15,20 @@ export interface AttemptRef {
 
 /**
  * Runs and attempts written straight to the store, as the scheduler and a dispatcher would, for
- * tests of the reapers and the store: a running run, a claimed attempt, a started one. `db` is
+ * tests of the reapers and the store: a queued or running run, a claimed attempt, a started one. `db` is
  * read at each call, so the fixtures can be made before the test's database exists.
  */
 export function attemptFixtures(db: () => Sql, executor: 'subprocess' | 'agents') {
   let runSeq = 0;
 
-  /** A running run of `spec`, its task instances still `none`, by task id. */
-  async function runningRun(spec: DagSpec): Promise<{ run: RunRow; tis: Map<string, TiRow> }> {
+  /**
+   * A queued run of `spec` (the DAG applied first), its task instances still `none`, by task id.
+   * Its logical date is a fixed day unless given.
+   */
+  async function queuedRun(
+    spec: DagSpec,
+    o: { conf?: Record<string, unknown>; logicalDate?: Date } = {},
+  ): Promise<{ run: RunRow; tis: Map<string, TiRow> }> {
     const sql = db();
     const { dag: row } = await upsertDag(sql, spec, `${spec.dagId}.yaml`);
     const { run } = await sql.begin((tx) =>
@@ -31,13 +37,37 @@ export function attemptFixtures(db: () => Sql, executor: 'subprocess' | 'agents'
         dagVersion: row.version,
         runKey: `manual__${++runSeq}`,
         runType: 'manual',
-        logicalDate: new Date('2026-02-01T00:00:00Z'),
-        conf: {},
+        logicalDate: o.logicalDate ?? new Date('2026-02-01T00:00:00Z'),
+        conf: o.conf ?? {},
         defaultExecutor: executor,
       }),
     );
-    expect(await transitionRun(sql, run.id, 'running')).toBe(true);
-    return { run, tis: new Map((await listTis(sql, run.id)).map((t) => [t.task_id, t])) };
+    return { run, tis: await tisOf(run.id) };
+  }
+
+  async function tisOf(runId: string): Promise<Map<string, TiRow>> {
+    return new Map((await listTis(db(), runId)).map((t) => [t.task_id, t]));
+  }
+
+  /** A running run of `spec`, its task instances still `none`, by task id. */
+  async function runningRun(spec: DagSpec): Promise<{ run: RunRow; tis: Map<string, TiRow> }> {
+    const { run } = await queuedRun(spec);
+    expect(await transitionRun(db(), run.id, 'running')).toBe(true);
+    return { run, tis: await tisOf(run.id) };
+  }
+
+  /**
+   * The one task of `spec` claimed for agent `agentId` (queued, try 1): the attempt an Assign
+   * would carry. The run and the TI are put in place by hand (no events), as a test arranges them.
+   */
+  async function claimedFor(agentId: string, spec: DagSpec): Promise<AttemptRef & { agentId: string }> {
+    const sql = db();
+    const { run, tis } = await queuedRun(spec, { logicalDate: new Date() });
+    const [ti] = tis.values();
+    await sql`update dag_runs set state = 'running' where id = ${run.id}`;
+    await sql`update task_instances set state = 'scheduled' where id = ${ti!.id}`;
+    const c = (await claimAttempt(sql, ti!.id, executor, agentId))!;
+    return { tiId: ti!.id, tryNumber: c.tryNumber, attemptToken: c.attemptToken, agentId };
   }
 
   /** What a dispatcher does: scheduled → queued with a new attempt. */
@@ -57,5 +87,5 @@ export function attemptFixtures(db: () => Sql, executor: 'subprocess' | 'agents'
     return a;
   }
 
-  return { runningRun, claim, started };
+  return { queuedRun, runningRun, claimedFor, claim, started };
 }

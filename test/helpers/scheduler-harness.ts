@@ -4,7 +4,7 @@ import type { Sql } from '../../src/db/sql.js';
 import type { OfferResult } from '../../src/dispatch/pool.js';
 import type { SchedulerContext } from '../../src/scheduler/context.js';
 import { PlannerMemory } from '../../src/scheduler/planner-memory.js';
-import { testDispatcher, type DispatcherParts } from './test-dispatcher.js';
+import { testDispatcher, type DispatcherScript } from './test-dispatcher.js';
 
 /** One error a phase (or, where a test routes it here, a dispatch) reported. */
 export interface PhaseError {
@@ -16,8 +16,8 @@ export interface PhaseError {
 /** A scheduler context for tests, and what went through it. */
 export interface SchedulerHarness {
   ctx: SchedulerContext;
-  /** The dispatcher's parts, read at each call: a test may replace one between steps. */
-  parts: DispatcherParts;
+  /** The dispatcher's script, read at each call: a test may replace a part between steps. */
+  script: DispatcherScript;
   /** Every item offered, whatever the answer and wherever `offer` sent it. */
   offered: WorkItem[];
   errors: PhaseError[];
@@ -32,8 +32,8 @@ export interface SchedulerHarness {
   answer: { next: OfferResult };
 }
 
-/** Any field of the context, any part of the dispatcher (see `schedulerHarness`). */
-export type HarnessOptions = Partial<SchedulerContext> & Partial<DispatcherParts>;
+/** Any field of the context, any part of the dispatcher's script (see `schedulerHarness`). */
+export type HarnessOptions = Partial<SchedulerContext> & Partial<DispatcherScript>;
 
 const silent = pino({ level: 'silent' });
 
@@ -42,10 +42,11 @@ const silent = pino({ level: 'silent' });
  * offer and answers `answer.next` (or passes it on to `offer`); errors, reaped counts and lost
  * agents are kept; the clock is `clock.now` when set. Defaults: subprocess executor only, 100 runs
  * per step, run orphan threshold 300 s, heartbeat threshold 90 s, timeout grace 15 s (cancels
- * recorded in `cancelled`), healthy since the epoch, no planner memory. `over` replaces any context field or dispatcher part.
+ * recorded in `cancelled`), healthy since the epoch, no planner memory. `over` replaces any context
+ * field or part of the dispatcher's script.
  */
 export function schedulerHarness(sql: Sql, over: HarnessOptions = {}): SchedulerHarness {
-  const { offer, executors, claimRoom, holdRoom, placeNow, placed, offerRoom, heldLive, ...ctxOver } = over;
+  const { offer, executors, room, holdsLive, claimRoom, ...ctxOver } = over;
   const h: SchedulerHarness = {
     offered: [],
     errors: [],
@@ -55,27 +56,24 @@ export function schedulerHarness(sql: Sql, over: HarnessOptions = {}): Scheduler
     cancelled: [],
     clock: { now: null },
     answer: { next: 'accepted' },
-    parts: undefined as never,
+    script: undefined as never,
     ctx: undefined as never,
   };
-  h.parts = {
+  h.script = {
     offer: (item) => {
       h.offered.push(item);
       return offer ? offer(item) : h.answer.next;
     },
     executors: executors ?? new Set(['subprocess']),
+    room,
+    holdsLive,
     claimRoom,
-    holdRoom,
-    placeNow,
-    placed,
-    offerRoom,
-    heldLive,
   };
   h.ctx = {
     sql,
     logger: silent,
     now: () => h.clock.now ?? new Date(),
-    dispatcher: testDispatcher(h.parts),
+    dispatcher: testDispatcher(h.script),
     defaultExecutor: 'subprocess',
     counters: {
       error: (phase, err, ids) => h.errors.push({ phase, err, ids }),
@@ -105,7 +103,7 @@ export function schedulerHarness(sql: Sql, over: HarnessOptions = {}): Scheduler
 export function leaderHarness(sql: Sql, over: HarnessOptions = {}): SchedulerHarness {
   return schedulerHarness(sql, {
     executors: new Set(['subprocess', 'agents']),
-    claimRoom: (executor) => (executor === 'subprocess' ? 100 : 0),
+    claimRoom: { room: (executor) => (executor === 'subprocess' ? 100 : 0) },
     memory: new PlannerMemory(100),
     heldBackDags: new Set(),
     ...over,

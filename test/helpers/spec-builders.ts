@@ -1,4 +1,4 @@
-import type { DagSpec, TaskSpec } from '../../src/core/dag-spec.js';
+import type { DagSpec, PlacementSpec, TaskSpec } from '../../src/core/dag-spec.js';
 
 /** A task spec as the parser would produce it, with every default filled; override what matters. */
 export function task(id: string, over: Partial<TaskSpec> = {}): TaskSpec {
@@ -34,4 +34,9 @@ export function dag(dagId: string, tasks: TaskSpec[], over: Partial<DagSpec> = {
     tasks,
     ...over,
   };
+}
+
+/** A task's placement with no constraint but those given. */
+export function placement(over: Partial<PlacementSpec> = {}): PlacementSpec {
+  return { labels: {}, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: null, ...over };
 }

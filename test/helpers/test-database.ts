@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { inject } from 'vitest';
+import { afterAll, beforeAll, beforeEach, inject } from 'vitest';
 import { createSql, type Sql } from '../../src/db/sql.js';
 
 export interface TestDatabase {
@@ -38,5 +38,42 @@ export async function createTestDatabase(): Promise<TestDatabase> {
       await admin.unsafe(`drop database if exists "${name}" with (force)`);
       await admin.end();
     },
+  };
+}
+
+/**
+ * The database of one test file: made beforeAll, dropped afterAll. Its fields are read through at
+ * each use, so `db.sql` reads as before in the file's tests and helpers. With `emptyEach`, each
+ * test starts with no DAGs (so no runs, TIs or attempts) and no events: for the phases and readers
+ * that look at every row of the database.
+ */
+export function databaseForFile(o: { emptyEach?: boolean } = {}): TestDatabase {
+  let made: TestDatabase | undefined;
+  const db = (): TestDatabase => {
+    if (!made) throw new Error("the file's test database is made in beforeAll: use it in a hook or a test");
+    return made;
+  };
+  beforeAll(async () => {
+    made = await createTestDatabase();
+  });
+  afterAll(async () => {
+    await made?.drop();
+  });
+  if (o.emptyEach)
+    beforeEach(async () => {
+      await db().sql`delete from dags`;
+      await db().sql`delete from events`;
+    });
+  return {
+    get url() {
+      return db().url;
+    },
+    get name() {
+      return db().name;
+    },
+    get sql() {
+      return db().sql;
+    },
+    drop: () => db().drop(),
   };
 }

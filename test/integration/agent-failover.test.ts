@@ -13,6 +13,7 @@ import { runAgent, type AgentHandle, type RunAgentOptions } from '../../src/agen
 import { AttemptOutcome } from '../../src/gen/leoflow/v1/agent_pb.js';
 import { FakeAgentService, type FakeOptions } from '../helpers/fake-agent-service.js';
 import { cli } from '../helpers/leoflow-process.js';
+import { agentJobs } from '../helpers/agent-jobs.js';
 
 const logger = pino({ level: process.env.AGENT_TEST_LOG ?? 'silent' });
 const fakes: FakeAgentService[] = [];
@@ -74,18 +75,7 @@ function agent(serverUrls: string[], opts: Partial<RunAgentOptions> = {}): Agent
   return a;
 }
 
-let nextTi = 500;
-function job(command: string[]) {
-  const ti = String(nextTi++);
-  return {
-    attempt: { tiId: ti, tryNumber: 1, attemptToken: `tok-${ti}` },
-    dagId: 'd',
-    runId: '1',
-    taskId: `t${ti}`,
-    maxTries: 1,
-    command,
-  };
-}
+const job = agentJobs(500);
 
 describe('agent failover between control-plane addresses', () => {
   it('Reconnect: ends the stream and connects at once to the next address, keeping its running attempt and sending again an unacknowledged Finished', async () => {

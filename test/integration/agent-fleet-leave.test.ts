@@ -8,13 +8,9 @@ import { randomUUID } from 'node:crypto';
 import { create } from '@bufbuild/protobuf';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
+import { describe, expect, it } from 'vitest';
 import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
-import { upsertDag } from '../../src/db/dags.js';
 import { CHANNELS } from '../../src/db/notifications.js';
-import { createRun } from '../../src/db/runs.js';
-import { listTis } from '../../src/db/tis.js';
 import {
   ConnectRequestSchema,
   ConnectResponseSchema,
@@ -28,38 +24,15 @@ import { AsyncQueue } from '../../src/server/agents/async-queue.js';
 import { createMetrics } from '../../src/server/observability/metrics.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { dag, task } from '../helpers/spec-builders.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
+import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
+const db = databaseForFile();
 
-let runSeq = 0;
+const fixtures = attemptFixtures(() => db.sql, 'agents');
 /** A TI of a running run, claimed for agent `agentId` (queued, try 1). */
-async function claimedFor(agentId: string): Promise<string> {
-  const spec = dag('leave', [task('t', { executor: 'agents' })]);
-  const { dag: row } = await upsertDag(db.sql, spec, 'leave.yaml');
-  const { run } = await db.sql.begin((tx) =>
-    createRun(tx, {
-      dagId: spec.dagId,
-      dagVersion: row.version,
-      runKey: `manual__${++runSeq}`,
-      runType: 'manual',
-      logicalDate: new Date(),
-      conf: {},
-      defaultExecutor: 'agents',
-    }),
-  );
-  const [ti] = await listTis(db.sql, run.id);
-  await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
-  await db.sql`update task_instances set state = 'scheduled' where id = ${ti!.id}`;
-  await claimAttempt(db.sql, ti!.id, 'agents', agentId);
-  return ti!.id;
-}
+const claimedFor = async (agentId: string): Promise<string> =>
+  (await fixtures.claimedFor(agentId, dag('leave', [task('t', { executor: 'agents' })]))).tiId;
 
 /** One agent stream, driven by hand: what it sends, and everything it is answered. */
 function openStream(connection: AgentConnection, agentId: string) {

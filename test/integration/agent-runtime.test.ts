@@ -8,12 +8,13 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { durationFromMs, type Duration } from '@bufbuild/protobuf/wkt';
+import { durationFromMs } from '@bufbuild/protobuf/wkt';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { AgentFatalError, runAgent, type AgentHandle, type RunAgentOptions } from '../../src/agent/index.js';
 import { AttemptOutcome, type Finished } from '../../src/gen/leoflow/v1/agent_pb.js';
 import { FakeAgentService, type FakeStream } from '../helpers/fake-agent-service.js';
+import { agentJobs, type AgentJob } from '../helpers/agent-jobs.js';
 
 const logger = pino({ level: process.env.AGENT_TEST_LOG ?? 'silent' });
 const fakes: FakeAgentService[] = [];
@@ -58,30 +59,8 @@ function agent(f: FakeAgentService, opts: Partial<RunAgentOptions> = {}): AgentH
   return a;
 }
 
-interface Job {
-  attempt: { tiId: string; tryNumber: number; attemptToken: string };
-  dagId: string;
-  runId: string;
-  taskId: string;
-  maxTries: number;
-  command: string[];
-  timeout?: Duration;
-}
-
-let nextTi = 100;
-function job(command: string[], extra: Partial<Job> = {}): Job {
-  const ti = String(nextTi++);
-  return {
-    attempt: { tiId: ti, tryNumber: 1, attemptToken: `tok-${ti}` },
-    dagId: 'd',
-    runId: '1',
-    taskId: `t${ti}`,
-    maxTries: 1,
-    command,
-    ...extra,
-  };
-}
-const tiOf = (j: Job) => j.attempt.tiId;
+const job = agentJobs(100);
+const tiOf = (j: AgentJob) => j.attempt.tiId;
 
 function finishedOf(f: FakeAgentService, ti: string): Finished[] {
   return f

@@ -1,8 +1,8 @@
 import pino from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createLogWriter } from '../../src/db/log-writer.js';
 import { daysAgo, pastRun } from '../helpers/history-fixtures.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 
 /**
  * Issue 38: one held attempt stored 100,001 log lines; nothing bounded an attempt's output. The
@@ -10,13 +10,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * next, and drops the rest, judged by seq, so lines sent again after a reconnect count the same.
  */
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
+const db = databaseForFile();
 
 const TOKEN = '00000000-0000-4000-8000-000000000002';
 

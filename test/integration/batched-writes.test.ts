@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { DagSpec } from '../../src/core/dag-spec.js';
 import { PLANS_PER_STATEMENT, applyPlans } from '../../src/db/plan/apply-plans.js';
 import { finalizeRuns } from '../../src/db/plan/finalize-runs.js';
@@ -7,8 +7,7 @@ import { flushHeartbeats } from '../../src/db/attempts/flush-heartbeats.js';
 import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
 import { touchAgents } from '../../src/db/agents.js';
 import { clearTaskInstance } from '../../src/db/clear-task-instance.js';
-import { upsertDag } from '../../src/db/dags.js';
-import { createRun, getRun, type RunRow } from '../../src/db/runs.js';
+import { getRun, type RunRow } from '../../src/db/runs.js';
 import type { Sql } from '../../src/db/sql.js';
 import { HeartbeatBuffer, type HeartbeatSource } from '../../src/server/agents/heartbeat-buffer.js';
 import pino from 'pino';
@@ -16,7 +15,8 @@ import { listTis, setPendingReasons, type TiRow } from '../../src/db/tis.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { countWhenSent } from '../helpers/watching-sql.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
+import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 
 /**
  * The hot paths' multi-row writes (issue #5): the planner's moves for many runs in one statement,
@@ -24,17 +24,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * commit of starts and ends; the batched claim. Each test counts the statements it causes.
  */
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
-beforeEach(async () => {
-  await db.sql`delete from dags`;
-  await db.sql`delete from events`;
-});
+const db = databaseForFile({ emptyEach: true });
 
 /** The pool, counting the statements sent through it or through a connection it reserved (a
  *  tagged-template call sent; one put into another as a fragment is part of that one). */
@@ -54,21 +44,8 @@ function counting(sql: Sql): { sql: Sql; count(): number } {
 }
 
 let runSeq = 0;
-async function newRun(spec: DagSpec): Promise<{ run: RunRow; tis: Map<string, TiRow> }> {
-  const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
-  const { run } = await db.sql.begin((tx) =>
-    createRun(tx, {
-      dagId: spec.dagId,
-      dagVersion: row.version,
-      runKey: `r${++runSeq}`,
-      runType: 'manual',
-      logicalDate: new Date(),
-      conf: {},
-      defaultExecutor: 'subprocess',
-    }),
-  );
-  return { run, tis: new Map((await listTis(db.sql, run.id)).map((t) => [t.task_id, t])) };
-}
+const fixtures = attemptFixtures(() => db.sql, 'subprocess');
+const newRun = (spec: DagSpec) => fixtures.queuedRun(spec, { logicalDate: new Date() });
 
 const chain = (id: string) => dag(id, [task('a'), task('b', { dependsOn: ['a'] })]);
 

@@ -1,20 +1,14 @@
 import pino from 'pino';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { pageOfFinishedRuns } from '../../src/db/history/page-of-finished-runs.js';
 import { removeRuns } from '../../src/db/history/remove-runs.js';
 import { cleanHistory } from '../../src/server/api/clean-history.js';
 import { deleteDagWithHistory } from '../../src/server/api/delete-dag.js';
 import { FailedPreconditionError, NotFoundError } from '../../src/server/api/errors.js';
 import { daysAgo, pastRun, storedOf } from '../helpers/history-fixtures.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
+const db = databaseForFile();
 beforeEach(async () => {
   await db.sql`delete from dags`;
   await db.sql`delete from events`;

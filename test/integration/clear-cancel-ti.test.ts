@@ -1,36 +1,26 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
 import { advanceRun, type TiStateView } from '../../src/core/advance-run.js';
-import type { DagSpec, TaskSpec } from '../../src/core/dag-spec.js';
+import type { DagSpec } from '../../src/core/dag-spec.js';
 import { TI_STATES, isTerminalTi, type RunState } from '../../src/core/states.js';
 import { claimAttempt, type Claim } from '../../src/db/attempts/claim-attempt.js';
 import { finishAttempt } from '../../src/db/attempts/finish-attempt.js';
 import { startAttempt } from '../../src/db/attempts/start-attempt.js';
 import { cancelTaskInstance } from '../../src/db/cancel-task-instance.js';
 import { clearTaskInstance } from '../../src/db/clear-task-instance.js';
-import { upsertDag } from '../../src/db/dags.js';
 import { finalizeRuns } from '../../src/db/plan/finalize-runs.js';
-import { createRun, getRun, transitionRun, type RunRow } from '../../src/db/runs.js';
+import { getRun, transitionRun, type RunRow } from '../../src/db/runs.js';
 import { getTi, listTis, transitionTis, type TiRow } from '../../src/db/tis.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
+import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 
 /**
  * Clearing (retry by hand) and cancelling one task instance, on real Postgres: the guarded moves,
  * the try/retry budget, the run re-open, the events, and what nothing may change when refused.
  */
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
-beforeEach(async () => {
-  await db.sql`delete from dags`;
-  await db.sql`delete from events`;
-});
+const db = databaseForFile({ emptyEach: true });
 
 /** a → b → c → e, d independent; b has 2 retries in the spec. */
 const chain = (dagId: string) =>
@@ -42,22 +32,9 @@ const chain = (dagId: string) =>
     task('e', { dependsOn: ['c'] }),
   ]);
 
-let runSeq = 0;
-async function newRun(spec: DagSpec): Promise<RunRow> {
-  const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
-  const { run } = await db.sql.begin((tx) =>
-    createRun(tx, {
-      dagId: spec.dagId,
-      dagVersion: row.version,
-      runKey: `manual__${++runSeq}`,
-      runType: 'manual',
-      logicalDate: new Date(),
-      conf: {},
-      defaultExecutor: 'subprocess',
-    }),
-  );
-  return run;
-}
+const fixtures = attemptFixtures(() => db.sql, 'subprocess');
+const newRun = async (spec: DagSpec): Promise<RunRow> =>
+  (await fixtures.queuedRun(spec, { logicalDate: new Date() })).run;
 
 async function tisOf(runId: string): Promise<Map<string, TiRow>> {
   return new Map((await listTis(db.sql, runId)).map((t) => [t.task_id, t]));

@@ -1,5 +1,5 @@
 import pino from 'pino';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import type { DagSpec } from '../../src/core/dag-spec.js';
 import { clearTaskInstance } from '../../src/db/clear-task-instance.js';
 import { upsertDag } from '../../src/db/dags.js';
@@ -8,7 +8,7 @@ import { activeRuns, createRun, createRunOfDag } from '../../src/db/runs.js';
 import { cleanHistory } from '../../src/server/api/clean-history.js';
 import { deleteDagWithHistory } from '../../src/server/api/delete-dag.js';
 import { dag, task } from '../helpers/spec-builders.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 
 /**
  * A run holds no copy of its DAG's spec: it names the version it was made from (dag_versions,
@@ -16,13 +16,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * version a run left uses, and a DAG's removal takes its versions.
  */
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
+const db = databaseForFile();
 beforeEach(async () => {
   await db.sql`delete from dags`;
 });

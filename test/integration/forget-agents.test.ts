@@ -1,23 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import pino from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { connectAgent, listAgents } from '../../src/db/agents.js';
 import { forgetAgent } from '../../src/db/forget-agent.js';
 import { createHistoryRound, FORGET_AGENTS_PER_ROUND } from '../../src/scheduler/history-round.js';
 import { pastRun } from '../helpers/history-fixtures.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 
 const DAY_MS = 86_400_000;
 /** Connected: a stream kept alive within this (three keepalive intervals). */
 const LIVE_MS = 15_000;
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
+const db = databaseForFile();
 
 /** An agent's row as its stream left it: `connected` holds a session of replica r1. */
 async function agent(

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { addPartitionAhead } from '../../src/db/history/add-partition-ahead.js';
 import { dropEmptyPartition } from '../../src/db/history/drop-empty-partition.js';
 import { EVENTS, TASK_LOGS } from '../../src/db/history/history-tables.js';
@@ -6,15 +6,9 @@ import { listPartitions } from '../../src/db/history/list-partitions.js';
 import { sweepOrphans } from '../../src/db/history/sweep-orphans.js';
 import { createSql, type Sql, type TxSql } from '../../src/db/sql.js';
 import { layOutPartitions, partitionNames, pastRun } from '../helpers/history-fixtures.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
+const db = databaseForFile();
 beforeEach(async () => {
   await db.sql`delete from dags`;
   await db.sql`delete from events`;

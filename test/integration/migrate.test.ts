@@ -1,16 +1,10 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { loadMigrations, migrate, type Migration } from '../../src/db/migrate.js';
 import { activeRuns } from '../../src/db/runs.js';
 import type { Sql } from '../../src/db/sql.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
+const db = databaseForFile();
 
 describe('migrate', () => {
   it('has applied every migration to the template and is a no-op the second time', async () => {

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import type { AttemptKey, AttemptResult } from '../../src/core/attempt.js';
 import type { DagSpec } from '../../src/core/dag-spec.js';
 import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
@@ -11,8 +11,9 @@ import { planAhead, planBehindEnds } from '../../src/scheduler/plan-ahead.js';
 import { step } from '../../src/scheduler/step.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { dag, task } from '../helpers/spec-builders.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { leaderHarness } from '../helpers/scheduler-harness.js';
+import type { ScriptedClaimRoom } from '../helpers/test-dispatcher.js';
 import { watching } from '../helpers/watching-sql.js';
 
 /**
@@ -26,13 +27,7 @@ import { watching } from '../helpers/watching-sql.js';
 const OK: AttemptResult = { exitCode: 0, signal: null, error: null, outcome: 'success' };
 const FAIL: AttemptResult = { exitCode: 1, signal: null, error: 'exit code 1', outcome: 'failed' };
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
+const db = databaseForFile();
 beforeEach(async () => {
   await db.sql`delete from dags`;
 });
@@ -42,13 +37,13 @@ beforeEach(async () => {
 function leader() {
   const watched = watching(db.sql);
   const base = { direct: 0, reserved: 0 };
-  const { ctx, parts, offered, errors } = leaderHarness(db.sql);
+  const { ctx, script, offered, errors } = leaderHarness(db.sql);
   const memory = ctx.memory!;
   const reports = createReportBatcher(watched.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
   reports.endsSent.register((on, ends) => planBehindEnds(ctx, on, ends));
   return {
     ctx,
-    parts,
+    script,
     memory,
     offered,
     errors,
@@ -323,9 +318,11 @@ describe('planning ahead of an end', () => {
     const l = leader();
     const placed: [string, string, string | null][] = [];
     let free = true;
-    l.parts.claimRoom = () => 100;
-    l.parts.placeNow = (w) => (w.executor === 'agents' && free ? 'agent-7' : null);
-    l.parts.placed = (agentId, tiId, token) => placed.push([agentId, tiId, token]);
+    const claimRoom: ScriptedClaimRoom = (l.script.claimRoom = {
+      room: () => 100,
+      placeNow: (c) => (c.executor === 'agents' && free ? 'agent-7' : null),
+      placed: (_executor, agentId, tiId, token) => void placed.push([agentId, tiId, token]),
+    });
     const spec = dag('ahead_placed', [
       task('a'),
       task('b', { dependsOn: ['a'], executor: 'agents' }),
@@ -334,7 +331,7 @@ describe('planning ahead of an end', () => {
     const { run, a } = await aStarted(l, spec);
     l.reset();
     // Ahead of a's end: b placed on agent-7, c finds no agent free and is offered unclaimed.
-    l.parts.placeNow = (w) => (w.executor === 'agents' && free ? ((free = false), 'agent-7') : null);
+    claimRoom.placeNow = (c) => (c.executor === 'agents' && free ? ((free = false), 'agent-7') : null);
     await l.reports.finished(a, OK);
     expect(await states(run.id)).toEqual({ a: 'success', b: 'queued', c: 'scheduled' });
     const b = l.offered.find((o) => o.taskId === 'b')!;
@@ -351,13 +348,15 @@ describe('planning ahead of an end', () => {
   it('gives a placement back when its plan does not apply', async () => {
     const l = leader();
     const placed: [string, string, string | null][] = [];
-    l.parts.claimRoom = () => 100;
-    l.parts.placed = (agentId, tiId, token) => placed.push([agentId, tiId, token]);
+    const claimRoom: ScriptedClaimRoom = (l.script.claimRoom = {
+      room: () => 100,
+      placed: (_executor, agentId, tiId, token) => void placed.push([agentId, tiId, token]),
+    });
     const { run, a } = await aStarted(
       l,
       dag('ahead_unplaced', [task('a'), task('b', { dependsOn: ['a'], executor: 'agents' })]),
     );
-    l.parts.placeNow = () => 'agent-7';
+    claimRoom.placeNow = () => 'agent-7';
     await db.sql`update dags set paused = true where dag_id = 'ahead_unplaced'`;
     await l.reports.finished(a, OK);
     const b = (await listTis(db.sql, run.id)).find((t) => t.task_id === 'b')!;
@@ -369,17 +368,19 @@ describe('planning ahead of an end', () => {
     const l = leader();
     const log: string[] = [];
     let held = 0;
-    l.parts.claimRoom = () => 1 - held;
-    l.parts.holdRoom = (n) => {
-      held += n;
-      log.push(`hold ${n}`);
-      return () => {
-        held -= n;
-        log.push(`unhold ${n}`);
-      };
-    };
-    const offer = l.parts.offer;
-    l.parts.offer = (item) => (log.push(`offer ${item.taskId}${item.claim ? ' claimed' : ''}`), offer(item));
+    const claimRoom = (l.script.claimRoom = {
+      room: (_executor: string) => 1 - held,
+      hold: (n: number) => {
+        held += n;
+        log.push(`hold ${n}`);
+        return () => {
+          held -= n;
+          log.push(`unhold ${n}`);
+        };
+      },
+    });
+    const offer = l.script.offer;
+    l.script.offer = (item) => (log.push(`offer ${item.taskId}${item.claim ? ' claimed' : ''}`), offer(item));
     const run = await trigger(dag('ahead_room', [task('a'), task('b', { dependsOn: ['a'] })]));
     await step(l.ctx);
     expect(log).toEqual(['hold 1', 'offer a claimed', 'unhold 1']);
@@ -389,9 +390,9 @@ describe('planning ahead of an end', () => {
     // Planned ahead of a's end (as the batcher does, right behind it): while its claim is on the
     // wire the room is taken.
     const ahead = planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'success' }]);
-    expect(l.parts.claimRoom!('subprocess')).toBe(0);
+    expect(claimRoom.room('subprocess')).toBe(0);
     await ahead.done;
-    expect(l.parts.claimRoom!('subprocess')).toBe(1);
+    expect(claimRoom.room('subprocess')).toBe(1);
     expect(log).toEqual(['hold 1', 'offer b claimed', 'unhold 1']);
     expect(await states(run.id)).toEqual({ a: 'success', b: 'queued' });
   });

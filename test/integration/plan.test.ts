@@ -1,7 +1,7 @@
 import pino from 'pino';
-import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
-import type { DagSpec, TaskSpec } from '../../src/core/dag-spec.js';
+import type { DagSpec } from '../../src/core/dag-spec.js';
 import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
 import { finishAttempt, type FinishVerdict } from '../../src/db/attempts/finish-attempt.js';
 import { startAttempt } from '../../src/db/attempts/start-attempt.js';
@@ -15,10 +15,11 @@ import { createScheduledRuns } from '../../src/scheduler/phases/create-scheduled
 import { PlannerMemory } from '../../src/scheduler/planner-memory.js';
 import { RoomWaiters } from '../../src/scheduler/room-waiters.js';
 import { step } from '../../src/scheduler/step.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { dag, task as baseTask } from '../helpers/spec-builders.js';
 import { schedulerHarness, type HarnessOptions, type SchedulerHarness } from '../helpers/scheduler-harness.js';
 import { TEST_WAIT_REASON as WAIT_REASON } from '../helpers/test-dispatcher.js';
+import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 
 /** This file's tasks echo their id unless told otherwise. */
 const task: typeof baseTask = (id, over = {}) => baseTask(id, { command: ['sh', '-c', `echo ${id}`], ...over });
@@ -26,18 +27,8 @@ const task: typeof baseTask = (id, over = {}) => baseTask(id, { command: ['sh', 
 const logger = pino({ level: 'silent' });
 const BOUND = { timeout: 15_000 };
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
-beforeEach(async () => {
-  // The planner looks at every active run of the database: start each test from an empty one.
-  await db.sql`delete from dags`;
-  await db.sql`delete from events`;
-});
+// The planner looks at every active run of the database: start each test from an empty one.
+const db = databaseForFile({ emptyEach: true });
 
 const harness = (over: HarnessOptions = {}) => schedulerHarness(db.sql, over);
 
@@ -49,22 +40,9 @@ async function stepOk(h: SchedulerHarness) {
   return r.plan!;
 }
 
-let runSeq = 0;
-async function trigger(spec: DagSpec, conf: Record<string, unknown> = {}): Promise<RunRow> {
-  const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
-  const { run } = await db.sql.begin((tx) =>
-    createRun(tx, {
-      dagId: spec.dagId,
-      dagVersion: row.version,
-      runKey: `manual__${++runSeq}`,
-      runType: 'manual',
-      logicalDate: new Date('2026-02-01T00:00:00Z'),
-      conf,
-      defaultExecutor: 'subprocess',
-    }),
-  );
-  return run;
-}
+const fixtures = attemptFixtures(() => db.sql, 'subprocess');
+const trigger = async (spec: DagSpec, conf: Record<string, unknown> = {}): Promise<RunRow> =>
+  (await fixtures.queuedRun(spec, { conf })).run;
 
 async function tiMap(runId: string): Promise<Map<string, TiRow>> {
   return new Map((await listTis(db.sql, runId)).map((t) => [t.task_id, t]));
@@ -96,7 +74,7 @@ describe('plan', () => {
     const spec = dag('p_claim', [task('a'), task('b'), task('c', { dependsOn: ['a', 'b'] })]);
     const run = await trigger(spec);
     const asked: string[] = [];
-    const h = harness({ claimRoom: (executor) => (asked.push(executor), 2) });
+    const h = harness({ claimRoom: { room: (executor) => (asked.push(executor), 2) } });
     const r = await stepOk(h);
     expect(r).toMatchObject({ runsStarted: 1, offered: 2, errors: 0 });
     expect(asked).toEqual(['subprocess']);
@@ -117,7 +95,7 @@ describe('plan', () => {
   it('claims nothing ahead when the pool has room for fewer TIs than the step offers', BOUND, async () => {
     const spec = dag('p_noclaim', [task('a'), task('b')]);
     const run = await trigger(spec);
-    const h = harness({ claimRoom: () => 1 });
+    const h = harness({ claimRoom: { room: () => 1 } });
     expect(await stepOk(h)).toMatchObject({ runsStarted: 1, offered: 2, errors: 0 });
     const tis = await tiMap(run.id);
     expect([tis.get('a')!.state, tis.get('b')!.state]).toEqual(['scheduled', 'scheduled']);
@@ -367,7 +345,7 @@ describe('plan', () => {
     for (let i = 0; i < 4; i++) as.push(await trigger(a));
     const bs = [await trigger(b), await trigger(b)];
     // A step that may start two: one of each DAG, though all of a's are older.
-    const r = (await step(harness({ offerRoom: () => 2 }).ctx, 'light', { all: false, runIds: [], queued: 2 })).plan!;
+    const r = (await step(harness({ room: () => 2 }).ctx, 'light', { all: false, runIds: [], queued: 2 })).plan!;
     expect(r.runsStarted).toBe(2);
     expect(await Promise.all([...as, ...bs].map((x) => runState(x.id)))).toEqual([
       'running',
@@ -399,7 +377,7 @@ describe('plan', () => {
   it('starts the queued run of the DAG of higher priority first, within fairness', BOUND, async () => {
     const plain = await trigger(dag('p_qprio_plain', [task('a')], { maxActiveRuns: 100 }));
     const urgent = await trigger(dag('p_qprio_urgent', [task('a')], { maxActiveRuns: 100, priority: 50 }));
-    const r = (await step(harness({ offerRoom: () => 1 }).ctx, 'light', { all: false, runIds: [], queued: 1 })).plan!;
+    const r = (await step(harness({ room: () => 1 }).ctx, 'light', { all: false, runIds: [], queued: 1 })).plan!;
     expect(r.runsStarted).toBe(1);
     expect([await runState(plain.id), await runState(urgent.id)]).toEqual(['queued', 'running']);
   });
@@ -479,7 +457,7 @@ describe('plan', () => {
       const spec = dag('p_queued', [task('a')], { maxActiveRuns: 100 });
       const runs = [];
       for (let i = 0; i < 5; i++) runs.push(await trigger(spec));
-      const h = harness({ offerRoom: () => 2 });
+      const h = harness({ room: () => 2 });
       const r = (await step(h.ctx, 'light', { all: false, runIds: [], queued: 1 })).plan!;
       expect(r).toMatchObject({ runsStarted: 2, offered: 2, errors: 0 });
       expect(await Promise.all(runs.map((x) => runState(x.id)))).toEqual([
@@ -490,8 +468,7 @@ describe('plan', () => {
         'queued',
       ]);
       // Asked for more than the pool takes now (its drainers are quick): as many as asked.
-      const more = (await step(harness({ offerRoom: () => 0 }).ctx, 'light', { all: false, runIds: [], queued: 2 }))
-        .plan!;
+      const more = (await step(harness({ room: () => 0 }).ctx, 'light', { all: false, runIds: [], queued: 2 })).plan!;
       expect(more.runsStarted).toBe(2);
       expect(await Promise.all(runs.map((x) => runState(x.id)))).toEqual([
         'running',

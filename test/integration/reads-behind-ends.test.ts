@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { claimAttempts } from '../../src/db/attempts/claim-attempt.js';
 import { createReportBatcher } from '../../src/db/attempts/report-batcher.js';
 import { upsertDag } from '../../src/db/dags.js';
@@ -7,7 +7,7 @@ import { listTis } from '../../src/db/tis.js';
 import { PlannerMemory } from '../../src/scheduler/planner-memory.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { watching } from '../helpers/watching-sql.js';
 
 /**
@@ -16,13 +16,7 @@ import { watching } from '../helpers/watching-sql.js';
  * must see the ends it follows, and a read overtaken by other news about its run must not be used.
  */
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
+const db = databaseForFile();
 
 let seq = 0;
 /** A running run of a two-task chain whose first task is claimed and running. */

@@ -1,5 +1,5 @@
 import pino from 'pino';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
 import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
 import { finishAttempt } from '../../src/db/attempts/finish-attempt.js';
@@ -14,7 +14,7 @@ import { getTi, transitionTis, type TiRow } from '../../src/db/tis.js';
 import { reapHeartbeats } from '../../src/scheduler/phases/reap-heartbeats.js';
 import { step } from '../../src/scheduler/step.js';
 import { attemptFixtures } from '../helpers/attempt-fixtures.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { schedulerHarness, type HarnessOptions } from '../helpers/scheduler-harness.js';
 
@@ -23,18 +23,8 @@ const BOUND = { timeout: 20_000 };
 /** Small, but far above how long a test takes between starting an attempt and reaping. */
 const THRESHOLD_MS = 5_000;
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
-beforeEach(async () => {
-  // The reaper looks at every attempt of the database: start each test from an empty one.
-  await db.sql`delete from dags`;
-  await db.sql`delete from events`;
-});
+// The reaper looks at every attempt of the database: start each test from an empty one.
+const db = databaseForFile({ emptyEach: true });
 
 const harness = (over: HarnessOptions = {}) =>
   schedulerHarness(db.sql, { heartbeatThresholdMs: THRESHOLD_MS, ...over });
@@ -448,13 +438,13 @@ describe('a sign of life in this replica', () => {
     await db.sql`update task_instances set heartbeat_at = now() - interval '1 hour' where id = ${ti!.id}`;
 
     const h = harness();
-    h.parts.heldLive = (tiId, token) => tiId === ti!.id && token === claim.attemptToken;
+    h.script.holdsLive = (tiId, token) => tiId === ti!.id && token === claim.attemptToken;
     const r = await reapHeartbeats(h.ctx);
     expect(r).toMatchObject({ candidates: 1, retried: 0, failed: 0, heldLive: 1 });
     expect((await getTi(db.sql, ti!.id))!.state).toBe('running');
 
     // Once this replica no longer runs it, the stale column decides.
-    h.parts.heldLive = () => false;
+    h.script.holdsLive = () => false;
     expect(await reapHeartbeats(h.ctx)).toMatchObject({ retried: 1, heldLive: 0 });
   });
 });

@@ -1,36 +1,28 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { TiState } from '../../src/core/states.js';
-import type { DagSpec, TaskSpec } from '../../src/core/dag-spec.js';
+import type { DagSpec } from '../../src/core/dag-spec.js';
 import { upsertDag } from '../../src/db/dags.js';
 import { orphanRuns, reapRun } from '../../src/db/reap/orphan-runs.js';
 import { createRun, getRun, poisonRun, transitionRun, type RunRow } from '../../src/db/runs.js';
 import { reapRuns } from '../../src/scheduler/phases/reap-runs.js';
 import { step } from '../../src/scheduler/step.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { schedulerHarness, type HarnessOptions } from '../helpers/scheduler-harness.js';
+import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 
 const BOUND = { timeout: 20_000 };
 const THRESHOLD_MS = 60_000;
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
-beforeEach(async () => {
-  // The reaper looks at every run of the database: start each test from an empty one.
-  await db.sql`delete from dags`;
-  await db.sql`delete from events`;
-});
+// The reaper looks at every run of the database: start each test from an empty one.
+const db = databaseForFile({ emptyEach: true });
 
 const harness = (over: HarnessOptions = {}) =>
   schedulerHarness(db.sql, { runOrphanThresholdMs: THRESHOLD_MS, ...over });
 
 const SPEC = dag('rr', [task('a'), task('b'), task('c')]);
-let runSeq = 0;
+const fixtures = attemptFixtures(() => db.sql, 'subprocess');
+
 /** A running run, started `startedAgo` ago, whose TIs are put in the given states (test
  *  arrangement, not the state machine); terminal ones ended `endedAgo` ago. */
 async function runWith(
@@ -38,19 +30,7 @@ async function runWith(
   opts: { spec?: DagSpec; endedAgo?: string; startedAgo?: string } = {},
 ): Promise<RunRow> {
   const spec = opts.spec ?? SPEC;
-  const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
-  const { run } = await db.sql.begin((tx) =>
-    createRun(tx, {
-      dagId: spec.dagId,
-      dagVersion: row.version,
-      runKey: `manual__${++runSeq}`,
-      runType: 'manual',
-      logicalDate: new Date('2026-02-01T00:00:00Z'),
-      conf: {},
-      defaultExecutor: 'subprocess',
-    }),
-  );
-  expect(await transitionRun(db.sql, run.id, 'running')).toBe(true);
+  const { run } = await fixtures.runningRun(spec);
   await db.sql`update dag_runs set started_at = now() - ${opts.startedAgo ?? '20 minutes'}::interval where id = ${run.id}`;
   for (const [taskId, state] of Object.entries(tiStates)) {
     const ended =

@@ -1,5 +1,5 @@
 import { readFile } from 'node:fs/promises';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
 import { finishAttempt } from '../../src/db/attempts/finish-attempt.js';
 import { flushHeartbeats } from '../../src/db/attempts/flush-heartbeats.js';
@@ -12,7 +12,7 @@ import { step } from '../../src/scheduler/step.js';
 import { attemptFixtures, type AttemptRef } from '../helpers/attempt-fixtures.js';
 import { dag, task } from '../helpers/spec-builders.js';
 import { schedulerHarness, type HarnessOptions } from '../helpers/scheduler-harness.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 
 /**
  * The leader's backstop for timeouts: a running attempt past its timeout plus the grace is ended
@@ -23,18 +23,8 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
 const BOUND = { timeout: 20_000 };
 const GRACE_MS = 15_000;
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
-beforeEach(async () => {
-  // The reaper looks at every attempt of the database: start each test from an empty one.
-  await db.sql`delete from dags`;
-  await db.sql`delete from events`;
-});
+// The reaper looks at every attempt of the database: start each test from an empty one.
+const db = databaseForFile({ emptyEach: true });
 
 const harness = (over: HarnessOptions = {}) => schedulerHarness(db.sql, { timeoutGraceMs: GRACE_MS, ...over });
 

@@ -5,49 +5,22 @@
  * attempt after it was given back. And a stopping replica's agents shown disconnected at once.
  */
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { connectAgent, disconnectReplica } from '../../src/db/agents.js';
-import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
 import { releaseUndelivered } from '../../src/db/attempts/release-undelivered.js';
-import { upsertDag } from '../../src/db/dags.js';
-import { createRun } from '../../src/db/runs.js';
-import { listTis } from '../../src/db/tis.js';
 import { dag, task } from '../helpers/spec-builders.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
+import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
+const db = databaseForFile();
 beforeEach(async () => {
   await db.sql`delete from agents`;
 });
 
-let runSeq = 0;
+const fixtures = attemptFixtures(() => db.sql, 'agents');
 /** A TI claimed for agent `agentId` (queued, try 1): the attempt an Assign would carry. */
-async function claimedFor(agentId: string) {
-  const spec = dag('undelivered', [task('t', { executor: 'agents' })]);
-  const { dag: row } = await upsertDag(db.sql, spec, 'undelivered.yaml');
-  const { run } = await db.sql.begin((tx) =>
-    createRun(tx, {
-      dagId: spec.dagId,
-      dagVersion: row.version,
-      runKey: `manual__${++runSeq}`,
-      runType: 'manual',
-      logicalDate: new Date(),
-      conf: {},
-      defaultExecutor: 'agents',
-    }),
-  );
-  const [ti] = await listTis(db.sql, run.id);
-  await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
-  await db.sql`update task_instances set state = 'scheduled' where id = ${ti!.id}`;
-  const claim = (await claimAttempt(db.sql, ti!.id, 'agents', agentId))!;
-  return { tiId: ti!.id, tryNumber: claim.tryNumber, attemptToken: claim.attemptToken, agentId };
-}
+const claimedFor = (agentId: string) =>
+  fixtures.claimedFor(agentId, dag('undelivered', [task('t', { executor: 'agents' })]));
 
 const connect = (agentId: string, replicaId: string, sessionId: string) =>
   connectAgent(db.sql, {

@@ -1,5 +1,5 @@
 import pino from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createHistoryRound, type HistoryRound } from '../../src/scheduler/history-round.js';
 import {
   daysAgo,
@@ -9,18 +9,12 @@ import {
   storedOf,
   type PastRun,
 } from '../helpers/history-fixtures.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { databaseForFile } from '../helpers/test-database.js';
 
 const DAY_MS = 86_400_000;
 const MINUTE_MS = 60_000;
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
+const db = databaseForFile();
 
 /** Task instance ids of run `id`: id·10 + 0…n−1, so runs 1–100 have theirs in [10, 1010), and so on. */
 const tis = (id: number, n = 3) => Array.from({ length: n }, (_, k) => id * 10 + k);

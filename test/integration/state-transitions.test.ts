@@ -1,6 +1,6 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
-import type { DagSpec, TaskSpec } from '../../src/core/dag-spec.js';
+import type { DagSpec } from '../../src/core/dag-spec.js';
 import { retryDelayMs } from '../../src/core/advance-run.js';
 import {
   RUN_STATES,
@@ -15,43 +15,18 @@ import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
 import { finishAttempt } from '../../src/db/attempts/finish-attempt.js';
 import { flushHeartbeats } from '../../src/db/attempts/flush-heartbeats.js';
 import { startAttempt } from '../../src/db/attempts/start-attempt.js';
-import { upsertDag } from '../../src/db/dags.js';
 import { finalizeRuns } from '../../src/db/plan/finalize-runs.js';
-import { createRun, getRun, transitionRun, type RunRow } from '../../src/db/runs.js';
-import { getTi, listTis, transitionTis, type TiRow } from '../../src/db/tis.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { getRun, transitionRun } from '../../src/db/runs.js';
+import { getTi, listTis, transitionTis } from '../../src/db/tis.js';
+import { databaseForFile } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
+import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
-beforeEach(async () => {
-  await db.sql`delete from dags`;
-  await db.sql`delete from events`;
-});
+const db = databaseForFile({ emptyEach: true });
 
-let runSeq = 0;
+const fixtures = attemptFixtures(() => db.sql, 'subprocess');
 /** Applies the DAG (idempotent) and creates a fresh queued run with one TI per task. */
-async function newRun(spec: DagSpec): Promise<{ run: RunRow; tis: Map<string, TiRow> }> {
-  const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
-  const { run } = await db.sql.begin((tx) =>
-    createRun(tx, {
-      dagId: spec.dagId,
-      dagVersion: row.version,
-      runKey: `manual__${++runSeq}`,
-      runType: 'manual',
-      logicalDate: new Date(),
-      conf: {},
-      defaultExecutor: 'subprocess',
-    }),
-  );
-  const tis = await listTis(db.sql, run.id);
-  return { run, tis: new Map(tis.map((t) => [t.task_id, t])) };
-}
+const newRun = (spec: DagSpec) => fixtures.queuedRun(spec, { logicalDate: new Date() });
 
 /** Test arrangement only: puts rows in a given state without going through the state machine. */
 async function forceTi(tiId: string, state: TiState) {

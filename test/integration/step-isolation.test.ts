@@ -1,67 +1,28 @@
 import net from 'node:net';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { DagSpec, TaskSpec } from '../../src/core/dag-spec.js';
+import { describe, expect, it } from 'vitest';
+import type { DagSpec } from '../../src/core/dag-spec.js';
 import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
 import { startAttempt } from '../../src/db/attempts/start-attempt.js';
-import { upsertDag } from '../../src/db/dags.js';
-import { createRun, getRun, transitionRun, type RunRow } from '../../src/db/runs.js';
+import { getRun, type RunRow } from '../../src/db/runs.js';
 import { createSql, type Sql } from '../../src/db/sql.js';
 import { getTi, listTis, transitionTis } from '../../src/db/tis.js';
 import { reapHeartbeats } from '../../src/scheduler/phases/reap-heartbeats.js';
 import { step, type StepResult } from '../../src/scheduler/step.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
-import { task } from '../helpers/spec-builders.js';
+import { databaseForFile } from '../helpers/test-database.js';
+import { dag, task } from '../helpers/spec-builders.js';
 import { schedulerHarness } from '../helpers/scheduler-harness.js';
+import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 
 const BOUND = { timeout: 20_000 };
 const HEARTBEAT_MS = 5_000;
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
-beforeEach(async () => {
-  await db.sql`delete from dags`;
-  await db.sql`delete from events`;
-});
-
-function dag(dagId: string, tasks: TaskSpec[]): DagSpec {
-  return {
-    dagId,
-    description: '',
-    schedule: null,
-    timezone: 'UTC',
-    catchup: false,
-    startDate: null,
-    maxActiveRuns: 16,
-    tags: [],
-    tasks,
-  };
-}
+const db = databaseForFile({ emptyEach: true });
 
 const harness = (sql: Sql = db.sql) =>
   schedulerHarness(sql, { runOrphanThresholdMs: 60_000, heartbeatThresholdMs: HEARTBEAT_MS });
 
-let runSeq = 0;
-async function runningRun(spec: DagSpec): Promise<RunRow> {
-  const { dag: row } = await upsertDag(db.sql, spec, `${spec.dagId}.yaml`);
-  const { run } = await db.sql.begin((tx) =>
-    createRun(tx, {
-      dagId: spec.dagId,
-      dagVersion: row.version,
-      runKey: `manual__${++runSeq}`,
-      runType: 'manual',
-      logicalDate: new Date('2026-02-01T00:00:00Z'),
-      conf: {},
-      defaultExecutor: 'subprocess',
-    }),
-  );
-  expect(await transitionRun(db.sql, run.id, 'running')).toBe(true);
-  return run;
-}
+const fixtures = attemptFixtures(() => db.sql, 'subprocess');
+const runningRun = async (spec: DagSpec): Promise<RunRow> => (await fixtures.runningRun(spec)).run;
 
 /** A running run with one attempt whose heartbeat went stale: work for the heartbeat reaper. */
 async function staleAttempt(): Promise<string> {

@@ -8,26 +8,13 @@ import {
 } from '../../src/core/advance-run.js';
 import type { TaskSpec, TriggerRule } from '../../src/core/dag-spec.js';
 import type { TiState } from '../../src/core/states.js';
+import { task as specTask } from '../helpers/spec-builders.js';
 
 const NOW = new Date('2026-03-01T12:00:00.000Z');
 
-function task(id: string, dependsOn: string[] = [], triggerRule: TriggerRule = 'all_success'): TaskSpec {
-  return {
-    id,
-    command: ['true'],
-    dependsOn,
-    triggerRule,
-    retries: 0,
-    retryDelayMs: 1000,
-    maxRetryDelayMs: 60_000,
-    timeoutMs: null,
-    env: {},
-    cwd: null,
-    executor: 'default',
-    image: null,
-    placement: null,
-  };
-}
+/** A task of `dependsOn`, with `triggerRule`: the spec builders' task, its other fields defaulted. */
+const task = (id: string, dependsOn: string[] = [], triggerRule: TriggerRule = 'all_success'): TaskSpec =>
+  specTask(id, { dependsOn, triggerRule });
 
 function view(state: TiState, extra: Partial<TiStateView> = {}): TiStateView {
   return { state, nextTryAt: null, pendingReason: null, ...extra };

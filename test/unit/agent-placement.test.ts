@@ -6,7 +6,7 @@ import type { WorkItem } from '../../src/core/work-item.js';
 import { AgentPlacement } from '../../src/server/agents/placement.js';
 import type { AvailableAgent, PlacementStore } from '../../src/dispatch/placement-store.js';
 import { AgentsExecutor } from '../../src/server/agents/agents-executor.js';
-import { task } from '../helpers/spec-builders.js';
+import { placement, task } from '../helpers/spec-builders.js';
 
 /**
  * Placement on agents against a fake store, delivering through the real agents executor: placement
@@ -236,13 +236,7 @@ describe('AgentPlacement', () => {
       work(4, {
         task: task('t', {
           executor: 'agents',
-          placement: {
-            labels: { gpu: 'yes' },
-            capabilities: [],
-            allowedAgents: [],
-            forbiddenAgents: [],
-            maxParallelPerAgent: null,
-          },
+          placement: placement({ labels: { gpu: 'yes' } }),
         }),
       }),
     );
@@ -250,13 +244,7 @@ describe('AgentPlacement', () => {
   });
 
   it('says AGENT_DRAINING when only draining agents have the labels, and never places on them', async () => {
-    const gpu = {
-      labels: { gpu: 'nvidia' },
-      capabilities: [],
-      allowedAgents: [],
-      forbiddenAgents: [],
-      maxParallelPerAgent: null,
-    };
+    const gpu = placement({ labels: { gpu: 'nvidia' } });
     const drained = (id: string): AvailableAgent => ({ ...agent(id, 4), labels: { gpu: 'nvidia' }, draining: true });
     const t = setup([agent('cpu', 4), drained('g1'), drained('g2')]);
     const o = await t.placement.placeAndDispatch(work(1, { task: task('t', { executor: 'agents', placement: gpu }) }));
@@ -273,13 +261,7 @@ describe('AgentPlacement', () => {
       work(1, {
         task: task('t', {
           executor: 'agents',
-          placement: {
-            labels: { gpu: 'yes' },
-            capabilities: [],
-            allowedAgents: [],
-            forbiddenAgents: [],
-            maxParallelPerAgent: null,
-          },
+          placement: placement({ labels: { gpu: 'yes' } }),
         }),
       }),
     );
@@ -401,7 +383,7 @@ describe('AgentPlacement', () => {
     // A task limited per agent needs a read of its load.
     const limited = task('t', {
       executor: 'agents',
-      placement: { labels: {}, capabilities: [], allowedAgents: [], forbiddenAgents: [], maxParallelPerAgent: 1 },
+      placement: placement({ maxParallelPerAgent: 1 }),
     });
     expect(t.placement.placeNow({ tiId: '6', task: limited })).toBeNull();
   });

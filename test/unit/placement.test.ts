@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { AGENT_FEATURES, needsSecretEnv } from '../../src/core/agent-features.js';
 import { placeAttempt, type AgentView } from '../../src/core/placement.js';
+import { placement } from '../helpers/spec-builders.js';
 
 const agent = (agentId: string, o: Partial<AgentView> = {}): AgentView => ({
   agentId,
@@ -11,13 +12,7 @@ const agent = (agentId: string, o: Partial<AgentView> = {}): AgentView => ({
   runningThisTask: 0,
   ...o,
 });
-const pool = {
-  labels: { pool: 'a' },
-  capabilities: [],
-  allowedAgents: [],
-  forbiddenAgents: [],
-  maxParallelPerAgent: null,
-};
+const pool = placement({ labels: { pool: 'a' } });
 
 describe('placeAttempt and the secret-env feature', () => {
   it('gives a task with secret variables only to an agent announcing leoflow.secret-env, and says why it waits otherwise', () => {
@@ -52,13 +47,7 @@ describe('placeAttempt and the secret-env feature', () => {
 });
 
 describe('placeAttempt and draining agents', () => {
-  const gpu = {
-    labels: { gpu: 'nvidia' },
-    capabilities: [],
-    allowedAgents: [],
-    forbiddenAgents: [],
-    maxParallelPerAgent: null,
-  };
+  const gpu = placement({ labels: { gpu: 'nvidia' } });
 
   it('says AGENT_DRAINING, with how many matching agents drain, when only draining agents match', () => {
     const draining = [
