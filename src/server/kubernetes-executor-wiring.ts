@@ -36,8 +36,8 @@ export async function startKubernetesExecutor(
     pods: { ...k, install: d.install, killGraceMs: config.killGraceMs },
     reporter: d.reporter,
     store: {
-      lost: async (a, error) => {
-        const runId = await endLostAttempt(d.sql, a, error, 'pod_lost');
+      lost: async (a, error, free) => {
+        const runId = await endLostAttempt(d.sql, a, error, free ? 'pod_disrupted' : 'pod_lost', free);
         if (runId === null) return false;
         d.metrics.agentLost.inc();
         d.nudge([runId]);

@@ -24,7 +24,7 @@ const executors: KubernetesExecutor[] = [];
 
 interface Recorded {
   finished: { tiId: string; result: AttemptResult }[];
-  lost: { tiId: string; tryNumber: number; error: string }[];
+  lost: { tiId: string; tryNumber: number; error: string; free: boolean }[];
   pending: { tiId: string; reason: string | null }[];
 }
 
@@ -54,9 +54,9 @@ function executor(
       finished: async (a, result) => void rec.finished.push({ tiId: a.tiId, result }),
     },
     store: {
-      lost: async (a, error) => {
+      lost: async (a, error, free) => {
         if (rec.lost.some((l) => l.tiId === a.tiId && l.tryNumber === a.tryNumber)) return false;
-        rec.lost.push({ tiId: a.tiId, tryNumber: a.tryNumber, error });
+        rec.lost.push({ tiId: a.tiId, tryNumber: a.tryNumber, error, free });
         return true;
       },
       pending: async (a, reason) => void rec.pending.push({ tiId: a.tiId, reason }),
@@ -306,10 +306,11 @@ describe('kubernetes executor', () => {
       conditions: [...running.conditions, { type: 'Ready', status: 'True' }],
     });
     await waitFor('running seen', async () => !ex.holdsLive(a.tiId, a.attemptToken));
-    kube.loseNodeAsCurrent(NS, podName(a), { evictAfterMs: 60_000 });
+    kube.loseNodeAsCurrent(NS, podName(a), { notReadyAfterMs: 0, evictAfterMs: 60_000 });
     // Long before the taint manager's eviction: the node controller's mark is enough.
     await waitFor('lost', async () => rec.lost.length > 0, 3000);
     expect(rec.lost[0]!.error).toMatch(/^POD_LOST:NodeNotReady/);
+    expect(rec.lost[0]!.free, 'a lost node spends no try').toBe(true);
     // Deleted with grace 0: a force delete, which needs no kubelet, so a retry does not wait for it.
     await waitFor('gone', async () => !kube.pod(NS, podName(a)));
   });
@@ -334,6 +335,7 @@ describe('kubernetes executor', () => {
     });
     await waitFor('lost', async () => rec.lost.length > 0, 3000);
     expect(rec.lost[0]!.error).toBe('POD_LOST:DeletionByTaintManager:Taint manager: deleting due to NoExecute taint');
+    expect(rec.lost[0]!.free).toBe(true);
   });
 
   it('keeps watching through a compaction (410 Gone: it lists again) and still sees a pod deleted meanwhile', async () => {
@@ -346,6 +348,7 @@ describe('kubernetes executor', () => {
     kube.deleteFromOutside(NS, podName(a));
     await waitFor('lost', async () => rec.lost.length > 0);
     expect(rec.lost[0]!.error).toMatch(/^POD_DELETED: pod lf-etl-a-load-[0-9a-f]{12} in namespace jobs was deleted/);
+    expect(rec.lost[0]!.free, 'a pod deleted from outside is no disruption Kubernetes names').toBe(false);
     await waitFor('a list again', async () => kube.requests().filter((r) => r.verb === 'list').length > listsBefore);
   });
 
@@ -356,6 +359,8 @@ describe('kubernetes executor', () => {
     await ex.dispatch(first);
     const second = { ...first, tryNumber: 2, attemptToken: randomUUID() };
     await ex.dispatch(second);
+    // The dispatch returns at once; the retry's pod is created once the earlier one is seen gone.
+    await waitFor('the retry created', async () => kube.createCount(NS, podName(second)) === 1);
     const log = kube.requests();
     const del = log.findIndex((r) => r.verb === 'delete' && r.name === podName(first));
     const lastCreate = log.map((r) => r.verb).lastIndexOf('create');
@@ -374,6 +379,7 @@ describe('kubernetes executor', () => {
     kube.setPodStatus(NS, podName(first), running);
     const second = { ...first, tryNumber: 2, attemptToken: randomUUID() };
     await ex.dispatch(second);
+    await waitFor('the retry failed', async () => rec.finished.some((f) => f.tiId === second.tiId));
     expect(rec.finished.find((f) => f.tiId === second.tiId)?.result.error).toMatch(
       /^POD_PREVIOUS_TRY_NOT_GONE: the pod of an earlier try \(lf-etl-a-load-[0-9a-f]{12}\) was not gone within 0s/,
     );
@@ -595,8 +601,8 @@ describe('kubernetes executor: adoption during a leader overlap', () => {
         finished: async (a, result) => void rec.finished.push({ tiId: a.tiId, result }),
       },
       store: {
-        lost: async (a, error) => {
-          rec.lost.push({ tiId: a.tiId, tryNumber: a.tryNumber, error });
+        lost: async (a, error, free) => {
+          rec.lost.push({ tiId: a.tiId, tryNumber: a.tryNumber, error, free });
           return true;
         },
         pending: async () => {},

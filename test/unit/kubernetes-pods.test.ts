@@ -260,4 +260,22 @@ describe('a node lost as Kubernetes 1.27+ reports it', () => {
       }),
     ).toEqual({ kind: 'running' });
   });
+  it('is read from a deletion no kubelet confirms: still there 10 s past its grace period, phase Running', () => {
+    const deleting = (deletionTimestamp: string) => ({
+      metadata: { name: 'p1', deletionTimestamp: new Date(deletionTimestamp) },
+      spec: { nodeName: 'node-7', containers: [] },
+      status: { phase: 'Running', containerStatuses: [runningContainer] },
+    });
+    const now = Date.parse('2026-01-01T00:01:00Z');
+    expect(podCondition(deleting('2026-01-01T00:00:55Z'), now), 'within its grace: the kubelet may confirm').toEqual({
+      kind: 'running',
+    });
+    expect(podCondition(deleting('2026-01-01T00:00:49Z'), now)).toEqual({
+      kind: 'lost',
+      reason:
+        'DeletionNotConfirmed:pod p1 is still there 11s after its grace period ended: no kubelet on node node-7 confirms its deletion',
+    });
+    const failed = { ...deleting('2026-01-01T00:00:00Z'), status: { phase: 'Failed' } };
+    expect(podCondition(failed, now).kind, 'a pod its kubelet ended is not lost').toBe('failed');
+  });
 });

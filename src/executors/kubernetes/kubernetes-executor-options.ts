@@ -14,8 +14,10 @@ export interface KubernetesStore {
   /**
    * Ends an attempt as lost (its retries apply), guarded by its try and token and by being still
    * queued or running: false when it was over already (its agent reported, or it was cancelled).
+   * `free`: the loss was not the task's doing (its node lost, its pod evicted), so it spends no
+   * try: the TI is retried at once and its tries allowed grow by one.
    */
-  lost(attempt: Attempt, error: string): Promise<boolean>;
+  lost(attempt: Attempt, error: string, free: boolean): Promise<boolean>;
   /** The pending reason of an attempt still queued (null clears it). */
   pending(attempt: Attempt, reason: string | null): Promise<void>;
   /** A pod is gone: its agent (named after it) is forgotten. */

@@ -55,8 +55,12 @@ export class PodAttemptEnds {
     }
   }
 
-  async lose(p: PodAttempt, error: string, withLogTail = false): Promise<void> {
-    if (withLogTail) {
+  /**
+   * The attempt is lost (its pod gone, failed or on a lost node): its retries apply. With `free`
+   * (a lost node, an eviction: nothing the task did) the loss spends none of them.
+   */
+  async lose(p: PodAttempt, error: string, o: { withLogTail?: boolean; free?: boolean } = {}): Promise<void> {
+    if (o.withLogTail) {
       const tail = await podLogTail(
         this.#o.api,
         p.namespace,
@@ -67,7 +71,7 @@ export class PodAttemptEnds {
       if (tail !== '') error = `${error}; last lines: ${tail}`;
     }
     try {
-      if (await this.#o.store.lost(p.attempt, error)) {
+      if (await this.#o.store.lost(p.attempt, error, o.free === true)) {
         this.#o.log.warn(
           {
             tiId: p.attempt.tiId,

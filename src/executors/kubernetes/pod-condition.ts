@@ -28,7 +28,14 @@ const cut = (s: string | undefined, n = 300) => (s ?? '').replace(/\s+/g, ' ').t
 export const withMessage = (reason: string, message: string | undefined) =>
   cut(message) === '' ? reason : `${reason}:${cut(message)}`;
 
-export function podCondition(pod: V1Pod): PodCondition {
+/**
+ * A graceful delete is confirmed by the pod's kubelet once the grace period (the deletionTimestamp)
+ * has passed; a pod still there this long after it has no kubelet answering for it.
+ */
+export const STUCK_DELETION_MS = 10_000;
+
+/** What the pod's status says now; `nowMs` (wall clock) decides whether its deletion is stuck. */
+export function podCondition(pod: V1Pod, nowMs = Date.now()): PodCondition {
   const status = pod.status ?? {};
   const phase = status.phase ?? 'Pending';
   const containers = [...(status.initContainerStatuses ?? []), ...(status.containerStatuses ?? [])];
@@ -38,6 +45,8 @@ export function podCondition(pod: V1Pod): PodCondition {
       reason: withMessage(status.reason ?? 'Unknown', status.message ?? 'the node of the pod stopped reporting'),
     };
   if (phase === 'Succeeded') return { kind: 'succeeded' };
+  const stuck = stuckDeletion(pod, phase, nowMs);
+  if (stuck) return { kind: 'lost', reason: stuck };
   if (phase === 'Running') {
     const lost = nodeLoss(status.conditions ?? [], containers);
     if (lost) return { kind: 'lost', reason: lost };
@@ -76,6 +85,22 @@ export function podCondition(pod: V1Pod): PodCondition {
     reason: waiting?.reason ? `POD_PENDING:${withMessage(waiting.reason, waiting.message)}` : null,
     unschedulable: false,
   };
+}
+
+/**
+ * A deletion no kubelet confirms: the pod is on a node and not over, and its deletionTimestamp
+ * (the end of its grace period) is more than STUCK_DELETION_MS ago. Kubernetes 1.27+ leaves such a
+ * pod Terminating in phase Running for as long as its node does not answer.
+ */
+function stuckDeletion(pod: V1Pod, phase: string, nowMs: number): string | null {
+  const at = pod.metadata?.deletionTimestamp;
+  if (!at || phase === 'Failed' || !pod.spec?.nodeName) return null;
+  const late = nowMs - new Date(at).getTime();
+  if (!(late > STUCK_DELETION_MS)) return null;
+  return withMessage(
+    'DeletionNotConfirmed',
+    `pod ${pod.metadata?.name} is still there ${Math.round(late / 1000)}s after its grace period ended: no kubelet on node ${pod.spec.nodeName} confirms its deletion`,
+  );
 }
 
 /**
