@@ -62,9 +62,22 @@ function executor(
       pending: async (a, reason) => void rec.pending.push({ tiId: a.tiId, reason }),
       active: async () => active,
       podGone: async () => {},
+      // The agent of a running pod connects and starts its attempt; one the store ended is `over`.
+      standings: async (attempts) =>
+        new Map(
+          attempts.map((a) => [
+            a.tiId,
+            rec.lost.some((l) => l.tiId === a.tiId && l.tryNumber === a.tryNumber)
+              ? 'over'
+              : kube.pod(NS, podName(a))?.status?.phase === 'Running'
+                ? 'running'
+                : 'queued',
+          ]),
+        ),
     },
     logger: pino({ level: process.env.KLOG ?? 'silent' }),
     sweepMs: 50,
+    standingsMs: 50,
     ...over,
   });
   executors.push(ex);
@@ -608,6 +621,7 @@ describe('kubernetes executor: adoption during a leader overlap', () => {
         pending: async () => {},
         active: async () => (reads++ === 0 ? [] : [{ attempt: late, running: false }]),
         podGone: async () => {},
+        standings: async () => new Map(),
       },
       logger: pino({ level: 'silent' }),
     });
@@ -765,5 +779,65 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
     expect(error).not.toContain('line 0 ');
     expect(error.length).toBeLessThan(2200);
     expect(kube.requests().filter((r) => r.path.includes(`/pods/${podName(a)}/log`)).length).toBe(1);
+  });
+});
+
+describe('kubernetes executor: pods end with their attempts', () => {
+  it('deletes the pod of an attempt the store has ended (the heartbeat reaper, a run cancelled), with its grace period', async () => {
+    const ended = new Set<string>();
+    const { ex } = executor({
+      store: {
+        lost: async () => true,
+        pending: async () => {},
+        active: async () => [],
+        podGone: async () => {},
+        standings: async (attempts) =>
+          new Map(attempts.map((a) => [a.tiId, ended.has(a.attemptToken) ? 'over' : 'running'])),
+      },
+    });
+    await ex.lead(true);
+    const a = attempt();
+    const b = attempt();
+    await ex.dispatch(a);
+    await ex.dispatch(b);
+    for (const x of [a, b]) {
+      kube.bindPod(NS, podName(x));
+      kube.setPodStatus(NS, podName(x), running);
+    }
+    await waitFor('running seen', async () => !ex.holdsLive(a.tiId, a.attemptToken));
+    ended.add(a.attemptToken);
+    await waitFor('a delete of its pod sent', async () =>
+      kube.requests().some((r) => r.verb === 'delete' && r.name === podName(a)),
+    );
+    expect(kube.pod(NS, podName(a))?.metadata.deletionGracePeriodSeconds).toBe(6);
+    expect(kube.requests().some((r) => r.verb === 'delete' && r.name === podName(b))).toBe(false);
+  });
+
+  it('ends the attempt when its task container ends though an injected sidecar keeps the pod Running, and deletes the pod', async () => {
+    const { ex, rec } = executor();
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    kube.bindPod(NS, podName(a));
+    const proxy = { ...running.containerStatuses[0]!, name: 'istio-proxy', image: 'proxy' };
+    kube.setPodStatus(NS, podName(a), { ...running, containerStatuses: [...running.containerStatuses, proxy] });
+    await waitFor('running seen', async () => !ex.holdsLive(a.tiId, a.attemptToken));
+    // The agent died without its report (exit 1); the proxy runs on, so the kubelet keeps the pod Running.
+    kube.setPodStatus(NS, podName(a), {
+      ...running,
+      containerStatuses: [
+        {
+          ...running.containerStatuses[0]!,
+          ready: false,
+          state: { terminated: { exitCode: 1, reason: 'Error', startedAt: new Date().toISOString() } },
+        },
+        proxy,
+      ],
+    });
+    await waitFor('lost', async () => rec.lost.length > 0, 3000);
+    expect(rec.lost[0]!.error).toMatch(/^POD_FAILED:Error:exit code 1/);
+    await waitFor('its pod deleted', async () =>
+      kube.requests().some((r) => r.verb === 'delete' && r.name === podName(a)),
+    );
   });
 });

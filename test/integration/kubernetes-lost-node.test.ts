@@ -23,6 +23,8 @@ const NODE = 'node-lost';
 /** The Pro edition's dispatch_workers (editions/pro/config.json). */
 const DRAINERS = 16;
 let kube: FakeKubeApi;
+/** The attempts timed out (their tokens): over in the store. */
+const timedOut = new Set<string>();
 let ex: KubernetesExecutor | undefined;
 
 interface Recorded {
@@ -62,6 +64,18 @@ function proExecutor(): { ex: KubernetesExecutor; rec: Recorded } {
       pending: async (a, reason) => void rec.pending.set(a.tiId, [...(rec.pending.get(a.tiId) ?? []), reason]),
       active: async () => [],
       podGone: async () => {},
+      // The agent of a running pod connects and starts its attempt; a timed-out one is over.
+      standings: async (attempts) =>
+        new Map(
+          attempts.map((a) => [
+            a.tiId,
+            timedOut.has(a.attemptToken)
+              ? 'over'
+              : kube.pod(NS, podName(a))?.status?.phase === 'Running'
+                ? 'running'
+                : 'queued',
+          ]),
+        ),
     },
     logger: pino({ level: process.env.KLOG ?? 'silent' }),
   });
@@ -135,7 +149,10 @@ async function firstTriesOnALostNode(e: KubernetesExecutor, count: number, notRe
   await waitFor('running seen', async () => first.every((a) => !e.holdsLive(a.tiId, a.attemptToken)));
   kube.loseNodeAsCurrent(NS, podName(first[0]!), notReadyAfterMs === undefined ? {} : { notReadyAfterMs });
   // Their timeouts: the attempts end in the store and their pods are deleted with the grace period.
-  for (const a of first) expect(e.cancel(a.tiId, 'timeout')).toBe(true);
+  for (const a of first) {
+    timedOut.add(a.attemptToken);
+    expect(e.cancel(a.tiId, 'timeout')).toBe(true);
+  }
   return first.map((a) => ({ first: a, retry: { ...a, tryNumber: 2, attemptToken: randomUUID() } }));
 }
 

@@ -279,3 +279,44 @@ describe('a node lost as Kubernetes 1.27+ reports it', () => {
     expect(podCondition(failed, now).kind, 'a pod its kubelet ended is not lost').toBe('failed');
   });
 });
+
+describe('sidecars: the task container’s end is the attempt’s end', () => {
+  const term = (exitCode: number, reason = exitCode === 0 ? 'Completed' : 'Error') => ({
+    terminated: { exitCode, reason, startedAt: new Date(), finishedAt: new Date() },
+  });
+  const sidecarRunning = {
+    name: 'istio-proxy',
+    ready: true,
+    restartCount: 0,
+    image: 'proxy',
+    imageID: '',
+    state: { running: { startedAt: new Date() } },
+  };
+  const taskStatus = (state: object) => ({
+    name: 'task',
+    ready: false,
+    restartCount: 0,
+    image: 'x',
+    imageID: '',
+    state,
+  });
+  it('reads the task container’s end while an injected sidecar keeps the pod Running', () => {
+    const pod = (state: object) => ({
+      status: { phase: 'Running', containerStatuses: [taskStatus(state), sidecarRunning] },
+    });
+    expect(podCondition(pod(term(0)))).toEqual({ kind: 'succeeded' });
+    expect(podCondition(pod(term(1)))).toEqual({ kind: 'failed', reason: 'Error:exit code 1' });
+    expect(podCondition(pod({ running: { startedAt: new Date() } }))).toEqual({ kind: 'running' });
+  });
+  it('gives the task container’s reason, not a native sidecar’s (stopped by the kubelet after it)', () => {
+    expect(
+      podCondition({
+        status: {
+          phase: 'Failed',
+          initContainerStatuses: [{ ...sidecarRunning, ready: false, state: term(143) }],
+          containerStatuses: [taskStatus(term(3))],
+        },
+      }),
+    ).toEqual({ kind: 'failed', reason: 'Error:exit code 3' });
+  });
+});

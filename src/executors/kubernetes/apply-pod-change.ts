@@ -18,6 +18,8 @@ export interface PodChangeContext {
   store: KubernetesStore;
   metrics?: KubernetesMetrics | undefined;
   log: Logger;
+  /** The grace period a deleted pod gets (seconds). */
+  graceSeconds: number;
 }
 
 export function applyPodChange(
@@ -36,6 +38,9 @@ export function applyPodChange(
     return;
   }
   const cond = podCondition(pod);
+  // The task container ended but a sidecar keeps the pod running: the pod goes with its attempt.
+  if ((cond.kind === 'succeeded' || cond.kind === 'failed') && pod.status?.phase === 'Running')
+    void c.ends.deletePod(p.namespace, p.name, c.graceSeconds);
   switch (cond.kind) {
     case 'pending':
       if (cond.unschedulable) p.unschedulableSince ??= performance.now();
@@ -50,6 +55,7 @@ export function applyPodChange(
     case 'running':
       if (!p.running) {
         p.running = true;
+        p.runningAt = performance.now();
         c.metrics?.podStarted((performance.now() - p.createdAt) / 1000);
         if (p.pendingReason !== null) {
           p.pendingReason = null;

@@ -4,6 +4,7 @@ import type { Attempt, Executor } from '../executor.js';
 import { adoptPodsAtLead } from './adopt-pods-at-lead.js';
 import { applyPodChange, type PodChangeContext } from './apply-pod-change.js';
 import { createPod } from './create-pod.js';
+import { endPodsWithAttempts, type PodsEndContext } from './end-pods-with-attempts.js';
 import {
   earlierTriesPods,
   noteEarlierTries,
@@ -54,6 +55,9 @@ export class KubernetesExecutor implements Executor {
   readonly #change: PodChangeContext;
   readonly #sweep: SweepContext;
   readonly #earlier: EarlierTriesContext;
+  readonly #podsEnd: PodsEndContext;
+  /** When the attempts of live pods were last read from the store (ms, performance clock); Infinity while a read is in flight. */
+  #standingsAt = 0;
   #sweepTimer: NodeJS.Timeout | null = null;
   #leading = false;
   /** Counts the times this replica stopped leading: work begun under an earlier lead stops. */
@@ -76,7 +80,15 @@ export class KubernetesExecutor implements Executor {
     });
     const pending = new PendingReasons({ api: this.#api, store: o.store, watches, log: o.logger });
     this.#ends = ends;
-    this.#change = { live, ends, pending, store: o.store, metrics: o.metrics, log: o.logger };
+    this.#change = {
+      live,
+      ends,
+      pending,
+      store: o.store,
+      metrics: o.metrics,
+      log: o.logger,
+      graceSeconds: podGraceSeconds(o.pods.killGraceMs),
+    };
     this.#earlier = {
       ends,
       gone: this.#gone,
@@ -85,6 +97,16 @@ export class KubernetesExecutor implements Executor {
       log: o.logger,
       killGraceMs: o.pods.killGraceMs,
       previousGoneMs: o.previousGoneMs,
+    };
+    this.#podsEnd = {
+      live,
+      watches,
+      ends,
+      store: o.store,
+      log: o.logger,
+      graceSeconds: podGraceSeconds(o.pods.killGraceMs),
+      agentConnectMs: o.agentConnectMs ?? 60_000,
+      serverUrl: o.pods.serverUrl,
     };
     this.#sweep = {
       live,
@@ -104,13 +126,15 @@ export class KubernetesExecutor implements Executor {
   }
 
   /**
-   * A pod the API shows pending (pulling, scheduling), or a retry waiting for an earlier try's pod
-   * to be gone, is alive though no agent has connected yet: the heartbeat reaper must not take its
-   * attempt. Once it runs, its keepalives speak for it.
+   * A pod the API shows pending (pulling, scheduling) or running before its agent has reported the
+   * attempt started, or a retry waiting for an earlier try's pod to be gone, is alive though no
+   * agent speaks for it yet: the heartbeat reaper must not take its attempt (a running pod whose
+   * agent never connects is failed here, end-pods-with-attempts.ts). Once its pod is seen running
+   * and its agent has started the attempt, its keepalives speak for it.
    */
   holdsLive(tiId: string, attemptToken: string): boolean {
     const p = this.#live.byTi(tiId);
-    return p !== undefined && p.attempt.attemptToken === attemptToken && !p.over && !p.running;
+    return p !== undefined && p.attempt.attemptToken === attemptToken && !p.over && !(p.running && p.agentStarted);
   }
 
   /**
@@ -305,9 +329,21 @@ export class KubernetesExecutor implements Executor {
       });
       this.#watches.set(namespace, w);
     }
-    this.#sweepTimer ??= setInterval(() => sweepPods(this.#sweep), this.#o.sweepMs ?? 1000);
+    this.#sweepTimer ??= setInterval(() => this.#sweepPods(), this.#o.sweepMs ?? 1000);
     this.#sweepTimer.unref();
     return w;
+  }
+
+  #sweepPods(): void {
+    sweepPods(this.#sweep);
+    const now = performance.now();
+    if (now - this.#standingsAt < (this.#o.standingsMs ?? 5000)) return;
+    this.#standingsAt = Number.POSITIVE_INFINITY;
+    void endPodsWithAttempts(this.#podsEnd)
+      .catch((err: unknown) =>
+        this.#log.warn({ err }, 'could not read the attempts of live pods (the next sweep tries again)'),
+      )
+      .finally(() => (this.#standingsAt = performance.now()));
   }
 
   #stopWatching(): void {

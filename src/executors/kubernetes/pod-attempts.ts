@@ -19,6 +19,10 @@ export interface PodAttempt {
   /** Unschedulable since (ms), for the pending timeout; null while it is not. */
   unschedulableSince: number | null;
   running: boolean;
+  /** When its pod was first seen running (ms, performance clock). */
+  runningAt: number | null;
+  /** Its agent has reported it started (read from the store): its keepalives speak for it from now on. */
+  agentStarted: boolean;
   /**
    * While its create waits for earlier tries' pods to be gone (outside the dispatch drainers):
    * their names, and those already force-deleted as lost. Null once it may be created.
@@ -63,6 +67,8 @@ export class PodAttempts {
       eventsAt: null,
       unschedulableSince: null,
       running: false,
+      runningAt: null,
+      agentStarted: false,
       waitingFor: null,
       over: false,
     };

@@ -24,6 +24,9 @@ export type PodCondition =
   /** Its node stopped answering: the pod's fate is unknown. */
   | { kind: 'lost'; reason: string };
 
+/** The name of the container that runs the attempt's agent (pod-manifest.ts); every other one is a sidecar. */
+export const TASK_CONTAINER = 'task';
+
 const cut = (s: string | undefined, n = 300) => (s ?? '').replace(/\s+/g, ' ').trim().slice(0, n);
 export const withMessage = (reason: string, message: string | undefined) =>
   cut(message) === '' ? reason : `${reason}:${cut(message)}`;
@@ -47,21 +50,19 @@ export function podCondition(pod: V1Pod, nowMs = Date.now()): PodCondition {
   if (phase === 'Succeeded') return { kind: 'succeeded' };
   const stuck = stuckDeletion(pod, phase, nowMs);
   if (stuck) return { kind: 'lost', reason: stuck };
+  // The task container's end is the attempt's end, though a sidecar (injected as a container,
+  // e.g. a service mesh's proxy) keeps the pod Running.
+  const task = (status.containerStatuses ?? []).find((c) => c.name === TASK_CONTAINER)?.state?.terminated;
+  if (phase === 'Running' && task) return task.exitCode === 0 ? { kind: 'succeeded' } : terminatedFailure(task);
   if (phase === 'Running') {
     const lost = nodeLoss(status.conditions ?? [], containers);
     if (lost) return { kind: 'lost', reason: lost };
   }
   if (phase === 'Failed') {
-    const term = containers.map((c) => c.state?.terminated).find((t) => t !== undefined);
+    // The task container's own end first: a sidecar stopped by the kubelet after it says nothing.
+    const term = [task, ...containers.map((c) => c.state?.terminated)].find((t) => t !== undefined);
     if (status.reason) return { kind: 'failed', reason: withMessage(status.reason, status.message) };
-    if (term)
-      return {
-        kind: 'failed',
-        reason: withMessage(
-          term.reason ?? 'Error',
-          `exit code ${term.exitCode}${term.message ? ` ${term.message}` : ''}`,
-        ),
-      };
+    if (term) return terminatedFailure(term);
     return { kind: 'failed', reason: withMessage('Failed', status.message) };
   }
   if (phase === 'Running') return { kind: 'running' };
@@ -84,6 +85,13 @@ export function podCondition(pod: V1Pod, nowMs = Date.now()): PodCondition {
     kind: 'pending',
     reason: waiting?.reason ? `POD_PENDING:${withMessage(waiting.reason, waiting.message)}` : null,
     unschedulable: false,
+  };
+}
+
+function terminatedFailure(term: { reason?: string; exitCode: number; message?: string }): PodCondition {
+  return {
+    kind: 'failed',
+    reason: withMessage(term.reason ?? 'Error', `exit code ${term.exitCode}${term.message ? ` ${term.message}` : ''}`),
   };
 }
 
