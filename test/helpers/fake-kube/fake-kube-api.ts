@@ -582,6 +582,11 @@ export class FakeKubeApi {
     }
   }
 
+  /** Every open watch goes silent without closing (a half-open connection); watches opened later work. */
+  blackHoleWatches(): void {
+    for (const w of [...this.watches]) w.blackHole();
+  }
+
   /** Kills every process the fake started (by pid, whole groups), closes every connection and removes the kubeconfigs. */
   async close(): Promise<void> {
     if (this.closed) return;
