@@ -81,7 +81,7 @@ const waiting = (reason: string, message?: string) =>
 
 describe('what a pod status means', () => {
   it('fails at once on the reasons no wait will cure, with the message', () => {
-    for (const r of ['ErrImagePull', 'ImagePullBackOff', 'InvalidImageName', 'CreateContainerConfigError']) {
+    for (const r of ['InvalidImageName', 'CreateContainerConfigError']) {
       expect(podCondition(waiting(r, 'because'))).toEqual({ kind: 'cannot-start', reason: `${r}:because` });
     }
     expect(podCondition(waiting('ContainerCreating'))).toEqual({
@@ -89,6 +89,30 @@ describe('what a pod status means', () => {
       reason: 'POD_PENDING:ContainerCreating',
       unschedulable: false,
     });
+  });
+
+  it("fails a pull at once only when the registry's answer, as the kubelet quotes it, is for good", () => {
+    // containerd's messages, as kubelets report them in the container's waiting state.
+    const ref = 'docker.io/acme/etl:1.4';
+    const forGood = [
+      `rpc error: code = NotFound desc = failed to pull and unpack image "${ref}": failed to resolve reference "${ref}": ${ref}: not found`,
+      `failed to pull and unpack image "${ref}": failed to resolve reference "${ref}": pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed`,
+      `failed to pull and unpack image "${ref}": failed to resolve reference "${ref}": failed to authorize: failed to fetch anonymous token: unexpected status: 401 Unauthorized`,
+    ];
+    for (const m of forGood)
+      for (const r of ['ErrImagePull', 'ImagePullBackOff'])
+        expect(podCondition(waiting(r, m)).kind, `${r}: ${m}`).toBe('cannot-start');
+    const passing = [
+      `rpc error: code = Unknown desc = failed to pull and unpack image "${ref}": failed to copy: httpReadSeeker: failed open: unexpected status code https://registry-1.docker.io/v2/acme/etl/manifests/sha256:8d0bff43: 429 Too Many Requests - Server message: toomanyrequests: You have reached your pull rate limit. You may increase the limit by authenticating and upgrading: https://www.docker.com/increase-rate-limit`,
+      `failed to pull and unpack image "${ref}": failed to resolve reference "${ref}": failed to do request: Head "https://registry-1.docker.io/v2/acme/etl/manifests/1.4": dial tcp 54.227.20.253:443: i/o timeout`,
+      `Back-off pulling image "${ref}"`,
+    ];
+    for (const m of passing)
+      expect(podCondition(waiting('ErrImagePull', m)), m).toEqual({
+        kind: 'pending',
+        reason: expect.stringMatching(/^POD_PENDING:ErrImagePull:/),
+        unschedulable: false,
+      });
   });
 
   it('says why an unscheduled pod waits, from its PodScheduled condition', () => {

@@ -7,12 +7,27 @@ import type { V1Pod } from '@kubernetes/client-node';
 
 /** Container waiting reasons no wait will cure: the attempt fails at once, with this reason. */
 export const CANNOT_START_REASONS: ReadonlySet<string> = new Set([
-  'ErrImagePull',
-  'ImagePullBackOff',
   'InvalidImageName',
   'ErrImageNeverPull',
   'CreateContainerConfigError',
 ]);
+
+/** The kubelet's pull failures: permanent or not by the registry's answer, which the message quotes. */
+const PULL_FAILURES: ReadonlySet<string> = new Set(['ErrImagePull', 'ImagePullBackOff']);
+
+/**
+ * A pull failure no wait will cure, as container runtimes quote the registry: the image or tag is
+ * not there (`not found`, `manifest unknown`), not for these credentials (`pull access denied`,
+ * `unauthorized`, 401/403), or not a valid reference. Anything else (a registry's 429
+ * `toomanyrequests`, a 5xx, a timeout, a reset connection) may pass on the kubelet's next pull, so
+ * the pod waits, bounded by the pending timeout.
+ */
+const PERMANENT_PULL_FAILURE =
+  /not found|manifest unknown|name unknown|pull access denied|unauthorized|authorization failed|authentication required|forbidden|invalid reference format|\b40[13]\b/i;
+
+export function isPermanentPullFailure(message: string | undefined): boolean {
+  return PERMANENT_PULL_FAILURE.test(message ?? '');
+}
 
 export type PodCondition =
   /** Not running yet. `reason` is what the TI's pending reason says (null: nothing worth saying). */
@@ -68,7 +83,10 @@ export function podCondition(pod: V1Pod, nowMs = Date.now()): PodCondition {
   if (phase === 'Running') return { kind: 'running' };
   for (const c of containers) {
     const w = c.state?.waiting;
-    if (w?.reason && CANNOT_START_REASONS.has(w.reason))
+    if (
+      w?.reason &&
+      (CANNOT_START_REASONS.has(w.reason) || (PULL_FAILURES.has(w.reason) && isPermanentPullFailure(w.message)))
+    )
       return { kind: 'cannot-start', reason: withMessage(w.reason, w.message) };
   }
   const scheduled = (status.conditions ?? []).find((c) => c.type === 'PodScheduled');
