@@ -490,9 +490,24 @@ describe('Pro Containerfile', () => {
     dependencies: Record<string, string>;
   };
 
-  it('builds in stages on a Node 20 slim base', () => {
+  it('builds in stages on a slim base of a Node LTS line still maintained six months from now', () => {
+    // End of life of each Node LTS line, from the Node.js release schedule (github.com/nodejs/Release).
+    // Meant to fail six months before the line's end, so the image moves to the next one in time.
+    const endOfLife: Record<string, string> = {
+      '20': '2026-04-30',
+      '22': '2027-04-30',
+      '24': '2028-04-30',
+    };
     expect(stages.length).toBeGreaterThanOrEqual(2);
-    for (const s of stages) expect(s.from).toMatch(/(^|\/)node:20(\.\d+)*-(\w+-)?slim$/);
+    const sixMonthsFromNow = Date.now() + 183 * 86_400_000;
+    for (const s of stages) {
+      const major = /(?:^|\/)node:(\d+)(?:\.\d+)*-(?:\w+-)?slim$/.exec(s.from)?.[1];
+      expect(major, s.from).toBeDefined();
+      expect(endOfLife[major!], `node ${major} is an LTS line`).toBeDefined();
+      expect(Date.parse(endOfLife[major!]!), `node ${major} maintained six months from now`).toBeGreaterThan(
+        sixMonthsFromNow,
+      );
+    }
   });
 
   it('copies only paths that exist in the repository, and from stages that exist', () => {
