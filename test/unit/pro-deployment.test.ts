@@ -248,6 +248,12 @@ describe('Pro Kubernetes manifests', () => {
       for (const v of rule.verbs) expect(['get', 'list', 'watch', 'create', 'delete']).toContain(v);
     }
     expect((role.rules as Obj[]).flatMap((r) => r.resources).sort()).toEqual(['events', 'pods', 'pods/log']);
+    // Only the verbs the executor calls (test/integration/kubernetes-executor.test.ts runs it on
+    // these rules alone): it lists and watches pods, never reads one by name.
+    const verbsOf = (resource: string) => (role.rules as Obj[]).find((r) => r.resources.includes(resource))?.verbs;
+    expect(verbsOf('pods').slice().sort()).toEqual(['create', 'delete', 'list', 'watch']);
+    expect(verbsOf('pods/log')).toEqual(['get']);
+    expect(verbsOf('events')).toEqual(['list']);
     const binding = one('RoleBinding');
     expect(binding.roleRef).toEqual({ apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: role.metadata.name });
     expect(binding.subjects).toEqual([
