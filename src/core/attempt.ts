@@ -51,6 +51,12 @@ export interface AttemptKey {
   attemptToken: string;
 }
 
+/**
+ * Where an attempt stands in the store: still queued (no agent has reported it started), running,
+ * or over (ended a while ago, or another try or token holds its TI).
+ */
+export type AttemptStanding = 'queued' | 'running' | 'over';
+
 export type LogStream = 'stdout' | 'stderr' | 'system';
 
 /** How an attempt ended. */

@@ -174,17 +174,21 @@ export async function startControlPlane(
       heartbeatIntervalMs: config.heartbeatIntervalMs,
       onStart: (how) => metrics.taskStarts.inc({ how: how.replace('-', '_') }),
     });
-    const kubernetes = config.kubernetes
-      ? await startKubernetesExecutor(config, {
-          install: await installIdentity(sql),
-          sql,
-          reporter,
-          logger,
-          metrics,
-          tracing,
-          nudge: (runIds) => scheduler?.nudge(runIds, 'finished'),
-        })
-      : null;
+    // Only a replica that may lead creates and follows pods: a worker or an observer never
+    // dispatches, so it needs no kubeconfig and holds no client.
+    const mayLead = config.role === 'auto' || config.role === 'leader';
+    const kubernetes =
+      config.kubernetes && mayLead
+        ? await startKubernetesExecutor(config, {
+            install: await installIdentity(sql),
+            sql,
+            reporter,
+            logger,
+            metrics,
+            tracing,
+            nudge: (runIds) => scheduler?.nudge(runIds, 'finished'),
+          })
+        : null;
     // A pod's agent streams to some replica: a cancel reaches both the pod (deleted, with its
     // grace) and, on that replica, its agent.
     const executors = new Map<string, Executor>([

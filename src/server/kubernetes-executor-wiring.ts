@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { AttemptReporter } from '../core/attempt.js';
 import { activeAttemptsOf } from '../db/attempts/active-attempts-of.js';
+import { attemptStandings } from '../db/attempts/attempt-standings.js';
 import { endLostAttempt } from '../db/attempts/end-lost-attempt.js';
 import { notePendingReason } from '../db/attempts/note-pending-reason.js';
 import { forgetAgent } from '../db/forget-agent.js';
@@ -36,8 +37,8 @@ export async function startKubernetesExecutor(
     pods: { ...k, install: d.install, killGraceMs: config.killGraceMs },
     reporter: d.reporter,
     store: {
-      lost: async (a, error) => {
-        const runId = await endLostAttempt(d.sql, a, error, 'pod_lost');
+      lost: async (a, error, free) => {
+        const runId = await endLostAttempt(d.sql, a, error, free ? 'pod_disrupted' : 'pod_lost', free);
         if (runId === null) return false;
         d.metrics.agentLost.inc();
         d.nudge([runId]);
@@ -46,6 +47,8 @@ export async function startKubernetesExecutor(
       pending: (a, reason) => notePendingReason(d.sql, a, reason),
       podGone: async (name) => void (await forgetAgent(d.sql, name, 3 * config.heartbeatIntervalMs)),
       active: () => activeAttemptsOf(d.sql, 'kubernetes'),
+      // An attempt over for less than 10 s: its agent, which reported the end, is still exiting.
+      standings: (attempts) => attemptStandings(d.sql, attempts, 10_000),
     },
     logger: d.logger.child({ executor: 'kubernetes' }),
     ...(d.tracing ? { podCreated: (c: Parameters<ReplicaTracing['podCreated']>[0]) => d.tracing!.podCreated(c) } : {}),

@@ -52,7 +52,13 @@ it('pods dispatched per second at 100 ms and 500 ms API latency, against the cei
         logsSoFar: async () => ({ stdout: 0, stderr: 0 }),
         finished: async () => {},
       },
-      store: { lost: async () => false, pending: async () => {}, active: async () => [], podGone: async () => {} },
+      store: {
+        lost: async () => false,
+        pending: async () => {},
+        active: async () => [],
+        podGone: async () => {},
+        standings: async () => new Map(),
+      },
       logger,
     });
     await ex.lead(true);

@@ -11,6 +11,9 @@ import { podName } from '../../src/core/pod-identity.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
 import { waitFor } from '../helpers/leoflow-process.js';
 import { pino } from 'pino';
+import { readFileSync } from 'node:fs';
+import { parseDocument } from 'yaml';
+import type { AccessRule } from '../helpers/fake-kube/access-control.js';
 
 /**
  * The kubernetes executor on its own, through the real client-node, against the fake API server
@@ -24,7 +27,7 @@ const executors: KubernetesExecutor[] = [];
 
 interface Recorded {
   finished: { tiId: string; result: AttemptResult }[];
-  lost: { tiId: string; tryNumber: number; error: string }[];
+  lost: { tiId: string; tryNumber: number; error: string; free: boolean }[];
   pending: { tiId: string; reason: string | null }[];
 }
 
@@ -54,17 +57,30 @@ function executor(
       finished: async (a, result) => void rec.finished.push({ tiId: a.tiId, result }),
     },
     store: {
-      lost: async (a, error) => {
+      lost: async (a, error, free) => {
         if (rec.lost.some((l) => l.tiId === a.tiId && l.tryNumber === a.tryNumber)) return false;
-        rec.lost.push({ tiId: a.tiId, tryNumber: a.tryNumber, error });
+        rec.lost.push({ tiId: a.tiId, tryNumber: a.tryNumber, error, free });
         return true;
       },
       pending: async (a, reason) => void rec.pending.push({ tiId: a.tiId, reason }),
       active: async () => active,
       podGone: async () => {},
+      // The agent of a running pod connects and starts its attempt; one the store ended is `over`.
+      standings: async (attempts) =>
+        new Map(
+          attempts.map((a) => [
+            a.tiId,
+            rec.lost.some((l) => l.tiId === a.tiId && l.tryNumber === a.tryNumber)
+              ? 'over'
+              : kube.pod(NS, podName(a))?.status?.phase === 'Running'
+                ? 'running'
+                : 'queued',
+          ]),
+        ),
     },
     logger: pino({ level: process.env.KLOG ?? 'silent' }),
     sweepMs: 50,
+    standingsMs: 50,
     ...over,
   });
   executors.push(ex);
@@ -306,10 +322,11 @@ describe('kubernetes executor', () => {
       conditions: [...running.conditions, { type: 'Ready', status: 'True' }],
     });
     await waitFor('running seen', async () => !ex.holdsLive(a.tiId, a.attemptToken));
-    kube.loseNodeAsCurrent(NS, podName(a), { evictAfterMs: 60_000 });
+    kube.loseNodeAsCurrent(NS, podName(a), { notReadyAfterMs: 0, evictAfterMs: 60_000 });
     // Long before the taint manager's eviction: the node controller's mark is enough.
     await waitFor('lost', async () => rec.lost.length > 0, 3000);
     expect(rec.lost[0]!.error).toMatch(/^POD_LOST:NodeNotReady/);
+    expect(rec.lost[0]!.free, 'a lost node spends no try').toBe(true);
     // Deleted with grace 0: a force delete, which needs no kubelet, so a retry does not wait for it.
     await waitFor('gone', async () => !kube.pod(NS, podName(a)));
   });
@@ -334,6 +351,7 @@ describe('kubernetes executor', () => {
     });
     await waitFor('lost', async () => rec.lost.length > 0, 3000);
     expect(rec.lost[0]!.error).toBe('POD_LOST:DeletionByTaintManager:Taint manager: deleting due to NoExecute taint');
+    expect(rec.lost[0]!.free).toBe(true);
   });
 
   it('keeps watching through a compaction (410 Gone: it lists again) and still sees a pod deleted meanwhile', async () => {
@@ -346,6 +364,7 @@ describe('kubernetes executor', () => {
     kube.deleteFromOutside(NS, podName(a));
     await waitFor('lost', async () => rec.lost.length > 0);
     expect(rec.lost[0]!.error).toMatch(/^POD_DELETED: pod lf-etl-a-load-[0-9a-f]{12} in namespace jobs was deleted/);
+    expect(rec.lost[0]!.free, 'a pod deleted from outside is no disruption Kubernetes names').toBe(false);
     await waitFor('a list again', async () => kube.requests().filter((r) => r.verb === 'list').length > listsBefore);
   });
 
@@ -356,6 +375,8 @@ describe('kubernetes executor', () => {
     await ex.dispatch(first);
     const second = { ...first, tryNumber: 2, attemptToken: randomUUID() };
     await ex.dispatch(second);
+    // The dispatch returns at once; the retry's pod is created once the earlier one is seen gone.
+    await waitFor('the retry created', async () => kube.createCount(NS, podName(second)) === 1);
     const log = kube.requests();
     const del = log.findIndex((r) => r.verb === 'delete' && r.name === podName(first));
     const lastCreate = log.map((r) => r.verb).lastIndexOf('create');
@@ -374,6 +395,7 @@ describe('kubernetes executor', () => {
     kube.setPodStatus(NS, podName(first), running);
     const second = { ...first, tryNumber: 2, attemptToken: randomUUID() };
     await ex.dispatch(second);
+    await waitFor('the retry failed', async () => rec.finished.some((f) => f.tiId === second.tiId));
     expect(rec.finished.find((f) => f.tiId === second.tiId)?.result.error).toMatch(
       /^POD_PREVIOUS_TRY_NOT_GONE: the pod of an earlier try \(lf-etl-a-load-[0-9a-f]{12}\) was not gone within 0s/,
     );
@@ -472,6 +494,65 @@ describe('kubernetes executor: credentials and refusals', () => {
     await ex.dispatch(a);
     expect(rec.finished).toEqual([]);
     expect(kube.createCount(NS, podName(a))).toBe(1);
+  });
+
+  it("does all it does with the shipped Role's rules alone (editions/pro/kubernetes/role.yaml)", async () => {
+    const role = parseDocument(readFileSync('editions/pro/kubernetes/role.yaml', 'utf8')).toJS() as {
+      rules: { resources: string[]; verbs: AccessRule['verbs'] }[];
+    };
+    kube.grantToken(
+      'shipped',
+      role.rules.map((r) => ({ verbs: r.verbs, resources: r.resources, namespaces: [NS] })),
+    );
+    const { ex, rec } = executor({
+      kubeConfig: loadKubeConfig({ kind: 'file', path: await kube.kubeconfigFor('shipped') }),
+      pendingEventsMs: 50,
+    });
+    await ex.lead(true);
+    // A pod that waits (its events listed), one cancelled (deleted), one retried (the earlier try
+    // deleted and seen gone), one that failed before its agent reported (its log read).
+    const waits = attempt();
+    const cancelled = attempt();
+    const first = attempt();
+    const failed = attempt();
+    for (const a of [waits, cancelled, first, failed]) await ex.dispatch(a);
+    kube.bindPod(NS, podName(waits));
+    kube.setPodStatus(NS, podName(waits), {
+      phase: 'Pending',
+      containerStatuses: [
+        {
+          name: 'task',
+          image: 'x',
+          imageID: '',
+          ready: false,
+          restartCount: 0,
+          state: { waiting: { reason: 'ContainerCreating' } },
+        },
+      ],
+    });
+    expect(ex.cancel(cancelled.tiId, 'cancelled')).toBe(true);
+    await ex.dispatch({ ...first, tryNumber: 2, attemptToken: randomUUID() });
+    kube.bindPod(NS, podName(failed));
+    kube.setPodStatus(NS, podName(failed), {
+      phase: 'Failed',
+      containerStatuses: [
+        {
+          name: 'task',
+          image: 'x',
+          imageID: '',
+          ready: false,
+          restartCount: 0,
+          state: { terminated: { exitCode: 127, reason: 'Error' } },
+        },
+      ],
+    });
+    await waitFor('the failed pod ended its attempt', async () => rec.lost.some((l) => l.tiId === failed.tiId));
+    await waitFor('the retry created', async () => kube.requests().filter((r) => r.verb === 'create').length === 5);
+    await waitFor('events listed', async () => kube.requests().some((r) => r.resource === 'events'));
+    const used = new Set(kube.requests().map((r) => `${r.resource}:${r.verb}`));
+    for (const need of ['pods:create', 'pods:list', 'pods:watch', 'pods:delete', 'pods/log:get', 'events:list'])
+      expect(used, need).toContain(need);
+    expect(kube.requests().filter((r) => r.status === 403)).toEqual([]);
   });
 
   it("fails the attempt with the API server's reason on an RBAC denial and on a quota, with one create each", async () => {
@@ -595,13 +676,14 @@ describe('kubernetes executor: adoption during a leader overlap', () => {
         finished: async (a, result) => void rec.finished.push({ tiId: a.tiId, result }),
       },
       store: {
-        lost: async (a, error) => {
-          rec.lost.push({ tiId: a.tiId, tryNumber: a.tryNumber, error });
+        lost: async (a, error, free) => {
+          rec.lost.push({ tiId: a.tiId, tryNumber: a.tryNumber, error, free });
           return true;
         },
         pending: async () => {},
         active: async () => (reads++ === 0 ? [] : [{ attempt: late, running: false }]),
         podGone: async () => {},
+        standings: async () => new Map(),
       },
       logger: pino({ level: 'silent' }),
     });
@@ -759,5 +841,65 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
     expect(error).not.toContain('line 0 ');
     expect(error.length).toBeLessThan(2200);
     expect(kube.requests().filter((r) => r.path.includes(`/pods/${podName(a)}/log`)).length).toBe(1);
+  });
+});
+
+describe('kubernetes executor: pods end with their attempts', () => {
+  it('deletes the pod of an attempt the store has ended (the heartbeat reaper, a run cancelled), with its grace period', async () => {
+    const ended = new Set<string>();
+    const { ex } = executor({
+      store: {
+        lost: async () => true,
+        pending: async () => {},
+        active: async () => [],
+        podGone: async () => {},
+        standings: async (attempts) =>
+          new Map(attempts.map((a) => [a.tiId, ended.has(a.attemptToken) ? 'over' : 'running'])),
+      },
+    });
+    await ex.lead(true);
+    const a = attempt();
+    const b = attempt();
+    await ex.dispatch(a);
+    await ex.dispatch(b);
+    for (const x of [a, b]) {
+      kube.bindPod(NS, podName(x));
+      kube.setPodStatus(NS, podName(x), running);
+    }
+    await waitFor('running seen', async () => !ex.holdsLive(a.tiId, a.attemptToken));
+    ended.add(a.attemptToken);
+    await waitFor('a delete of its pod sent', async () =>
+      kube.requests().some((r) => r.verb === 'delete' && r.name === podName(a)),
+    );
+    expect(kube.pod(NS, podName(a))?.metadata.deletionGracePeriodSeconds).toBe(6);
+    expect(kube.requests().some((r) => r.verb === 'delete' && r.name === podName(b))).toBe(false);
+  });
+
+  it('ends the attempt when its task container ends though an injected sidecar keeps the pod Running, and deletes the pod', async () => {
+    const { ex, rec } = executor();
+    await ex.lead(true);
+    const a = attempt();
+    await ex.dispatch(a);
+    kube.bindPod(NS, podName(a));
+    const proxy = { ...running.containerStatuses[0]!, name: 'istio-proxy', image: 'proxy' };
+    kube.setPodStatus(NS, podName(a), { ...running, containerStatuses: [...running.containerStatuses, proxy] });
+    await waitFor('running seen', async () => !ex.holdsLive(a.tiId, a.attemptToken));
+    // The agent died without its report (exit 1); the proxy runs on, so the kubelet keeps the pod Running.
+    kube.setPodStatus(NS, podName(a), {
+      ...running,
+      containerStatuses: [
+        {
+          ...running.containerStatuses[0]!,
+          ready: false,
+          state: { terminated: { exitCode: 1, reason: 'Error', startedAt: new Date().toISOString() } },
+        },
+        proxy,
+      ],
+    });
+    await waitFor('lost', async () => rec.lost.length > 0, 3000);
+    expect(rec.lost[0]!.error).toMatch(/^POD_FAILED:Error:exit code 1/);
+    await waitFor('its pod deleted', async () =>
+      kube.requests().some((r) => r.verb === 'delete' && r.name === podName(a)),
+    );
   });
 });

@@ -248,6 +248,12 @@ describe('Pro Kubernetes manifests', () => {
       for (const v of rule.verbs) expect(['get', 'list', 'watch', 'create', 'delete']).toContain(v);
     }
     expect((role.rules as Obj[]).flatMap((r) => r.resources).sort()).toEqual(['events', 'pods', 'pods/log']);
+    // Only the verbs the executor calls (test/integration/kubernetes-executor.test.ts runs it on
+    // these rules alone): it lists and watches pods, never reads one by name.
+    const verbsOf = (resource: string) => (role.rules as Obj[]).find((r) => r.resources.includes(resource))?.verbs;
+    expect(verbsOf('pods').slice().sort()).toEqual(['create', 'delete', 'list', 'watch']);
+    expect(verbsOf('pods/log')).toEqual(['get']);
+    expect(verbsOf('events')).toEqual(['list']);
     const binding = one('RoleBinding');
     expect(binding.roleRef).toEqual({ apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: role.metadata.name });
     expect(binding.subjects).toEqual([
@@ -490,9 +496,24 @@ describe('Pro Containerfile', () => {
     dependencies: Record<string, string>;
   };
 
-  it('builds in stages on a Node 20 slim base', () => {
+  it('builds in stages on a slim base of a Node LTS line still maintained six months from now', () => {
+    // End of life of each Node LTS line, from the Node.js release schedule (github.com/nodejs/Release).
+    // Meant to fail six months before the line's end, so the image moves to the next one in time.
+    const endOfLife: Record<string, string> = {
+      '20': '2026-04-30',
+      '22': '2027-04-30',
+      '24': '2028-04-30',
+    };
     expect(stages.length).toBeGreaterThanOrEqual(2);
-    for (const s of stages) expect(s.from).toMatch(/(^|\/)node:20(\.\d+)*-(\w+-)?slim$/);
+    const sixMonthsFromNow = Date.now() + 183 * 86_400_000;
+    for (const s of stages) {
+      const major = /(?:^|\/)node:(\d+)(?:\.\d+)*-(?:\w+-)?slim$/.exec(s.from)?.[1];
+      expect(major, s.from).toBeDefined();
+      expect(endOfLife[major!], `node ${major} is an LTS line`).toBeDefined();
+      expect(Date.parse(endOfLife[major!]!), `node ${major} maintained six months from now`).toBeGreaterThan(
+        sixMonthsFromNow,
+      );
+    }
   });
 
   it('copies only paths that exist in the repository, and from stages that exist', () => {

@@ -81,7 +81,7 @@ const waiting = (reason: string, message?: string) =>
 
 describe('what a pod status means', () => {
   it('fails at once on the reasons no wait will cure, with the message', () => {
-    for (const r of ['ErrImagePull', 'ImagePullBackOff', 'InvalidImageName', 'CreateContainerConfigError']) {
+    for (const r of ['InvalidImageName', 'CreateContainerConfigError']) {
       expect(podCondition(waiting(r, 'because'))).toEqual({ kind: 'cannot-start', reason: `${r}:because` });
     }
     expect(podCondition(waiting('ContainerCreating'))).toEqual({
@@ -89,6 +89,30 @@ describe('what a pod status means', () => {
       reason: 'POD_PENDING:ContainerCreating',
       unschedulable: false,
     });
+  });
+
+  it("fails a pull at once only when the registry's answer, as the kubelet quotes it, is for good", () => {
+    // containerd's messages, as kubelets report them in the container's waiting state.
+    const ref = 'docker.io/acme/etl:1.4';
+    const forGood = [
+      `rpc error: code = NotFound desc = failed to pull and unpack image "${ref}": failed to resolve reference "${ref}": ${ref}: not found`,
+      `failed to pull and unpack image "${ref}": failed to resolve reference "${ref}": pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed`,
+      `failed to pull and unpack image "${ref}": failed to resolve reference "${ref}": failed to authorize: failed to fetch anonymous token: unexpected status: 401 Unauthorized`,
+    ];
+    for (const m of forGood)
+      for (const r of ['ErrImagePull', 'ImagePullBackOff'])
+        expect(podCondition(waiting(r, m)).kind, `${r}: ${m}`).toBe('cannot-start');
+    const passing = [
+      `rpc error: code = Unknown desc = failed to pull and unpack image "${ref}": failed to copy: httpReadSeeker: failed open: unexpected status code https://registry-1.docker.io/v2/acme/etl/manifests/sha256:8d0bff43: 429 Too Many Requests - Server message: toomanyrequests: You have reached your pull rate limit. You may increase the limit by authenticating and upgrading: https://www.docker.com/increase-rate-limit`,
+      `failed to pull and unpack image "${ref}": failed to resolve reference "${ref}": failed to do request: Head "https://registry-1.docker.io/v2/acme/etl/manifests/1.4": dial tcp 54.227.20.253:443: i/o timeout`,
+      `Back-off pulling image "${ref}"`,
+    ];
+    for (const m of passing)
+      expect(podCondition(waiting('ErrImagePull', m)), m).toEqual({
+        kind: 'pending',
+        reason: expect.stringMatching(/^POD_PENDING:ErrImagePull:/),
+        unschedulable: false,
+      });
   });
 
   it('says why an unscheduled pod waits, from its PodScheduled condition', () => {
@@ -259,5 +283,64 @@ describe('a node lost as Kubernetes 1.27+ reports it', () => {
         },
       }),
     ).toEqual({ kind: 'running' });
+  });
+  it('is read from a deletion no kubelet confirms: still there 10 s past its grace period, phase Running', () => {
+    const deleting = (deletionTimestamp: string) => ({
+      metadata: { name: 'p1', deletionTimestamp: new Date(deletionTimestamp) },
+      spec: { nodeName: 'node-7', containers: [] },
+      status: { phase: 'Running', containerStatuses: [runningContainer] },
+    });
+    const now = Date.parse('2026-01-01T00:01:00Z');
+    expect(podCondition(deleting('2026-01-01T00:00:55Z'), now), 'within its grace: the kubelet may confirm').toEqual({
+      kind: 'running',
+    });
+    expect(podCondition(deleting('2026-01-01T00:00:49Z'), now)).toEqual({
+      kind: 'lost',
+      reason:
+        'DeletionNotConfirmed:pod p1 is still there 11s after its grace period ended: no kubelet on node node-7 confirms its deletion',
+    });
+    const failed = { ...deleting('2026-01-01T00:00:00Z'), status: { phase: 'Failed' } };
+    expect(podCondition(failed, now).kind, 'a pod its kubelet ended is not lost').toBe('failed');
+  });
+});
+
+describe('sidecars: the task container’s end is the attempt’s end', () => {
+  const term = (exitCode: number, reason = exitCode === 0 ? 'Completed' : 'Error') => ({
+    terminated: { exitCode, reason, startedAt: new Date(), finishedAt: new Date() },
+  });
+  const sidecarRunning = {
+    name: 'istio-proxy',
+    ready: true,
+    restartCount: 0,
+    image: 'proxy',
+    imageID: '',
+    state: { running: { startedAt: new Date() } },
+  };
+  const taskStatus = (state: object) => ({
+    name: 'task',
+    ready: false,
+    restartCount: 0,
+    image: 'x',
+    imageID: '',
+    state,
+  });
+  it('reads the task container’s end while an injected sidecar keeps the pod Running', () => {
+    const pod = (state: object) => ({
+      status: { phase: 'Running', containerStatuses: [taskStatus(state), sidecarRunning] },
+    });
+    expect(podCondition(pod(term(0)))).toEqual({ kind: 'succeeded' });
+    expect(podCondition(pod(term(1)))).toEqual({ kind: 'failed', reason: 'Error:exit code 1' });
+    expect(podCondition(pod({ running: { startedAt: new Date() } }))).toEqual({ kind: 'running' });
+  });
+  it('gives the task container’s reason, not a native sidecar’s (stopped by the kubelet after it)', () => {
+    expect(
+      podCondition({
+        status: {
+          phase: 'Failed',
+          initContainerStatuses: [{ ...sidecarRunning, ready: false, state: term(143) }],
+          containerStatuses: [taskStatus(term(3))],
+        },
+      }),
+    ).toEqual({ kind: 'failed', reason: 'Error:exit code 3' });
   });
 });

@@ -16,6 +16,18 @@ export function lostSet(sql: Sql, error: Fragment): Fragment {
     ended_at = now(), error = ${error}, pid = null, attempt_token = null`;
 }
 
+/**
+ * What ending an attempt lost through no doing of its task writes (its node lost, its pod
+ * evicted): up_for_retry at once whatever its tries, its tries allowed grown by one so the loss
+ * spends none (as Kubernetes Jobs' podFailurePolicy `Ignore` on DisruptionTarget does not count
+ * such a pod against backoffLimit). Otherwise as `lostSet`.
+ */
+export function freeLostSet(sql: Sql, error: Fragment): Fragment {
+  return sql`
+    state = 'up_for_retry', max_tries = max_tries + 1, next_try_at = now(),
+    ended_at = now(), error = ${error}, pid = null, attempt_token = null`;
+}
+
 /** The RETURNING list of a loss: what `lostEvent` reads. */
 export function lostReturning(sql: Sql): Fragment {
   return sql`id, run_id, task_id, try_number, state, error, next_try_at`;

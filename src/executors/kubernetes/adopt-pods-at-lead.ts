@@ -83,6 +83,7 @@ export async function adoptPodsAtLead(
       void c.store.lost(
         a,
         `POD_GONE: no pod ${podName(a)} in namespace ${podNamespace(a, c.pods)} when this replica took the lead`,
+        false,
       );
     }
   }

@@ -18,6 +18,8 @@ export interface PodChangeContext {
   store: KubernetesStore;
   metrics?: KubernetesMetrics | undefined;
   log: Logger;
+  /** The grace period a deleted pod gets (seconds). */
+  graceSeconds: number;
 }
 
 export function applyPodChange(
@@ -36,6 +38,9 @@ export function applyPodChange(
     return;
   }
   const cond = podCondition(pod);
+  // The task container ended but a sidecar keeps the pod running: the pod goes with its attempt.
+  if ((cond.kind === 'succeeded' || cond.kind === 'failed') && pod.status?.phase === 'Running')
+    void c.ends.deletePod(p.namespace, p.name, c.graceSeconds);
   switch (cond.kind) {
     case 'pending':
       if (cond.unschedulable) p.unschedulableSince ??= performance.now();
@@ -50,6 +55,7 @@ export function applyPodChange(
     case 'running':
       if (!p.running) {
         p.running = true;
+        p.runningAt = performance.now();
         c.metrics?.podStarted((performance.now() - p.createdAt) / 1000);
         if (p.pendingReason !== null) {
           p.pendingReason = null;
@@ -65,20 +71,25 @@ export function applyPodChange(
       p.over = true;
       c.live.untrack(p);
       void c.store
-        .lost(p.attempt, `POD_SUCCEEDED_WITHOUT_REPORT: pod ${p.name} ended without the attempt's end being recorded`)
+        .lost(
+          p.attempt,
+          `POD_SUCCEEDED_WITHOUT_REPORT: pod ${p.name} ended without the attempt's end being recorded`,
+          false,
+        )
         .catch(() => {});
       return;
     case 'failed':
       p.over = true;
       c.live.untrack(p);
-      void c.ends.lose(p, `POD_FAILED:${cond.reason}`, true);
+      void c.ends.lose(p, `POD_FAILED:${cond.reason}`, { withLogTail: true });
       return;
     case 'lost':
       // Its node stopped answering: the pod may run on there, which no one can prove otherwise.
-      // The attempt ends now (its token dies with it, so nothing the old pod reports is applied)
-      // and the pod is deleted, so the node kills it if it comes back.
+      // The attempt ends now (its token dies with it, so nothing the old pod reports is applied),
+      // spending no try (the task did nothing wrong), and the pod is deleted, so the node kills
+      // it if it comes back.
       p.over = true;
-      void c.ends.lose(p, `POD_LOST:${cond.reason}`);
+      void c.ends.lose(p, `POD_LOST:${cond.reason}`, { free: true });
       void c.ends.deletePod(p.namespace, p.name, 0);
       return;
   }

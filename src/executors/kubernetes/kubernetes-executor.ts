@@ -4,14 +4,19 @@ import type { Attempt, Executor } from '../executor.js';
 import { adoptPodsAtLead } from './adopt-pods-at-lead.js';
 import { applyPodChange, type PodChangeContext } from './apply-pod-change.js';
 import { createPod } from './create-pod.js';
-import { earlierTriesGone, type EarlierTriesContext } from './earlier-tries-gone.js';
+import { endPodsWithAttempts, type PodsEndContext } from './end-pods-with-attempts.js';
+import {
+  earlierTriesPods,
+  noteEarlierTries,
+  waitForEarlierTries,
+  type EarlierTriesContext,
+} from './earlier-tries-gone.js';
 import type { KubernetesExecutorOptions } from './kubernetes-executor-options.js';
 import { PendingReasons } from './pending-reasons.js';
 import { PodAttemptEnds } from './pod-attempt-ends.js';
 import { PodAttempts, type PodAttempt } from './pod-attempts.js';
 import { PodGoneWaiters } from './pod-gone-waiters.js';
 import { installSelector } from './install-label.js';
-import { podName } from '../../core/pod-identity.js';
 import { podGraceSeconds, podManifest, podNamespace } from './pod-manifest.js';
 import { PodWatch } from './pod-watch.js';
 import { sweepPods, type SweepContext } from './sweep-pods.js';
@@ -29,7 +34,8 @@ const REQUEST_TIMEOUT_MS = 30_000;
  * its attempt at once with the pod's own reason (a failed one's with its last log lines); a
  * pending pod's reason is the TI's pending reason (its latest Warning event when its status says
  * only ContainerCreating). Only the leader creates and follows pods: on taking the lead it lists them by label,
- * adopts those of live attempts and deletes those of attempts that are over (`lead`).
+ * adopts those of live attempts and deletes those of attempts that are over (`lead`). A retry whose
+ * earlier try's pod is still there waits for it outside the dispatch drainers (earlier-tries-gone.ts).
  * What a pod's change means is apply-pod-change.ts; what the clock decides, sweep-pods.ts.
  */
 export class KubernetesExecutor implements Executor {
@@ -40,6 +46,8 @@ export class KubernetesExecutor implements Executor {
   readonly #watches = new Map<string, PodWatch>();
   readonly #live = new PodAttempts();
   readonly #gone = new PodGoneWaiters();
+  /** Retries whose create waits for earlier tries' pods to be gone. */
+  readonly #parked = new Set<PodAttempt>();
   /** When each finished pod was first seen finished (ms, wall clock), for retention. */
   readonly #finishedAt = new Map<string, number>();
   readonly #inFlight = new Set<Promise<unknown>>();
@@ -47,6 +55,9 @@ export class KubernetesExecutor implements Executor {
   readonly #change: PodChangeContext;
   readonly #sweep: SweepContext;
   readonly #earlier: EarlierTriesContext;
+  readonly #podsEnd: PodsEndContext;
+  /** When the attempts of live pods were last read from the store (ms, performance clock); Infinity while a read is in flight. */
+  #standingsAt = 0;
   #sweepTimer: NodeJS.Timeout | null = null;
   #leading = false;
   /** Counts the times this replica stopped leading: work begun under an earlier lead stops. */
@@ -69,7 +80,34 @@ export class KubernetesExecutor implements Executor {
     });
     const pending = new PendingReasons({ api: this.#api, store: o.store, watches, log: o.logger });
     this.#ends = ends;
-    this.#change = { live, ends, pending, store: o.store, metrics: o.metrics, log: o.logger };
+    this.#change = {
+      live,
+      ends,
+      pending,
+      store: o.store,
+      metrics: o.metrics,
+      log: o.logger,
+      graceSeconds: podGraceSeconds(o.pods.killGraceMs),
+    };
+    this.#earlier = {
+      ends,
+      gone: this.#gone,
+      pending,
+      watches,
+      log: o.logger,
+      killGraceMs: o.pods.killGraceMs,
+      previousGoneMs: o.previousGoneMs,
+    };
+    this.#podsEnd = {
+      live,
+      watches,
+      ends,
+      store: o.store,
+      log: o.logger,
+      graceSeconds: podGraceSeconds(o.pods.killGraceMs),
+      agentConnectMs: o.agentConnectMs ?? 60_000,
+      serverUrl: o.pods.serverUrl,
+    };
     this.#sweep = {
       live,
       watches,
@@ -78,15 +116,8 @@ export class KubernetesExecutor implements Executor {
       pending,
       pods: o.pods,
       pendingEventsMs: o.pendingEventsMs ?? 5000,
-    };
-    this.#earlier = {
-      live,
-      ends,
-      gone: this.#gone,
-      watches,
-      log: o.logger,
-      killGraceMs: o.pods.killGraceMs,
-      previousGoneMs: o.previousGoneMs,
+      parked: (p) => noteEarlierTries(this.#earlier, p),
+      reread: (p, pod) => applyPodChange(this.#change, p, 'MODIFIED', pod),
     };
   }
 
@@ -95,14 +126,21 @@ export class KubernetesExecutor implements Executor {
   }
 
   /**
-   * A pod the API shows pending (pulling, scheduling) is alive though its agent has not connected
-   * yet: the heartbeat reaper must not take its attempt. Once it runs, its keepalives speak for it.
+   * A pod the API shows pending (pulling, scheduling) or running before its agent has reported the
+   * attempt started, or a retry waiting for an earlier try's pod to be gone, is alive though no
+   * agent speaks for it yet: the heartbeat reaper must not take its attempt (a running pod whose
+   * agent never connects is failed here, end-pods-with-attempts.ts). Once its pod is seen running
+   * and its agent has started the attempt, its keepalives speak for it.
    */
   holdsLive(tiId: string, attemptToken: string): boolean {
     const p = this.#live.byTi(tiId);
-    return p !== undefined && p.attempt.attemptToken === attemptToken && !p.over && !p.running;
+    return p !== undefined && p.attempt.attemptToken === attemptToken && !p.over && !(p.running && p.agentStarted);
   }
 
+  /**
+   * Resolves once the API server has the attempt's pod, or once the attempt waits (parked, held
+   * live) for an earlier try's pod to be gone: a drainer never waits on another try's pod.
+   */
   async dispatch(attempt: Attempt): Promise<void> {
     if (this.#shutdown) throw new Error(`kubernetes executor is shutting down: not creating a pod for ${attempt.tiId}`);
     const work = this.#dispatch(attempt);
@@ -117,6 +155,12 @@ export class KubernetesExecutor implements Executor {
   cancel(tiId: string, reason: string): boolean {
     const p = this.#live.byTi(tiId);
     if (!p) return false;
+    if (p.waitingFor) {
+      // No pod of its own yet: it is simply never created.
+      p.over = true;
+      this.#live.untrack(p);
+      return true;
+    }
     this.#log.info({ tiId, pod: p.name, namespace: p.namespace, reason }, 'deleting the pod of a stopped attempt');
     void this.#ends.deletePod(p.namespace, p.name, podGraceSeconds(this.#o.pods.killGraceMs));
     return true;
@@ -179,16 +223,53 @@ export class KubernetesExecutor implements Executor {
 
   async #dispatch(attempt: Attempt): Promise<void> {
     const namespace = podNamespace(attempt, this.#o.pods);
-    const name = podName(attempt);
     const watch = this.#watch(namespace);
     await watch.ready;
-    if (!(await earlierTriesGone(this.#earlier, watch, attempt))) return;
+    const earlier = earlierTriesPods(watch, attempt);
     const p = this.#live.track(attempt, namespace, performance.now());
-    const created = await this.#create(p);
-    if (!created) return;
+    if (earlier.length > 0) {
+      void this.#createAfterEarlierTries(p, earlier);
+      return;
+    }
+    await this.#createAndFollow(p);
+  }
+
+  async #createAndFollow(p: PodAttempt): Promise<void> {
+    if (!(await this.#create(p))) return;
     // The watch may have told of the pod before the create answered: look at it now.
-    const pod = watch.get(name);
+    const pod = this.#watches.get(p.namespace)?.get(p.name);
     if (pod) applyPodChange(this.#change, p, 'MODIFIED', pod);
+  }
+
+  /** Parked: waits for the earlier tries' pods to be gone, then creates the retry's pod. */
+  async #createAfterEarlierTries(p: PodAttempt, earlier: string[]): Promise<void> {
+    const epoch = this.#epoch;
+    const stillWanted = () => !this.#shutdown && epoch === this.#epoch && !p.over;
+    this.#parked.add(p);
+    let gone: boolean;
+    try {
+      gone = await waitForEarlierTries(this.#earlier, p, earlier, stillWanted);
+    } finally {
+      this.#parked.delete(p);
+    }
+    if (!gone) {
+      if (!stillWanted()) this.#live.untrack(p);
+      return;
+    }
+    p.statusReason = null;
+    this.#change.pending.note(p);
+    const work = this.#createAndFollow(p);
+    this.#inFlight.add(work);
+    try {
+      await work;
+    } catch (err) {
+      this.#log.error(
+        { err, tiId: p.attempt.tiId },
+        'could not create the pod of a retry that waited for an earlier try',
+      );
+    } finally {
+      this.#inFlight.delete(work);
+    }
   }
 
   /** Sends the create until the server answers for good (create-pod.ts); false when the attempt was ended here. */
@@ -248,12 +329,25 @@ export class KubernetesExecutor implements Executor {
       });
       this.#watches.set(namespace, w);
     }
-    this.#sweepTimer ??= setInterval(() => sweepPods(this.#sweep), this.#o.sweepMs ?? 1000);
+    this.#sweepTimer ??= setInterval(() => this.#sweepPods(), this.#o.sweepMs ?? 1000);
     this.#sweepTimer.unref();
     return w;
   }
 
+  #sweepPods(): void {
+    sweepPods(this.#sweep);
+    const now = performance.now();
+    if (now - this.#standingsAt < (this.#o.standingsMs ?? 5000)) return;
+    this.#standingsAt = Number.POSITIVE_INFINITY;
+    void endPodsWithAttempts(this.#podsEnd)
+      .catch((err: unknown) =>
+        this.#log.warn({ err }, 'could not read the attempts of live pods (the next sweep tries again)'),
+      )
+      .finally(() => (this.#standingsAt = performance.now()));
+  }
+
   #stopWatching(): void {
+    this.#gone.stopAll();
     for (const w of this.#watches.values()) w.close();
     this.#watches.clear();
     if (this.#sweepTimer) clearInterval(this.#sweepTimer);
@@ -273,7 +367,12 @@ export class KubernetesExecutor implements Executor {
           this.#log.warn({ err, pod: pod.metadata?.name }, 'could not forget the agent of a deleted pod'),
         );
     }
-    const p = this.#live.byPod(namespace, pod.metadata!.name!);
+    const name = pod.metadata!.name!;
+    // Told first, while the pod is still as it was: a retry waiting for it says why, or has it force-deleted.
+    if (type === 'MODIFIED')
+      for (const w of this.#parked)
+        if (w.namespace === namespace && w.waitingFor?.pods.includes(name)) noteEarlierTries(this.#earlier, w);
+    const p = this.#live.byPod(namespace, name);
     if (p) applyPodChange(this.#change, p, type, pod);
   }
 }

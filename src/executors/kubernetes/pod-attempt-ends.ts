@@ -55,19 +55,14 @@ export class PodAttemptEnds {
     }
   }
 
-  async lose(p: PodAttempt, error: string, withLogTail = false): Promise<void> {
-    if (withLogTail) {
-      const tail = await podLogTail(
-        this.#o.api,
-        p.namespace,
-        p.name,
-        Math.min(LOG_TAIL_WAIT_MS, this.#o.requestTimeoutMs),
-        this.#o.log,
-      );
-      if (tail !== '') error = `${error}; last lines: ${tail}`;
-    }
+  /**
+   * The attempt is lost (its pod gone, failed or on a lost node): its retries apply. With `free`
+   * (a lost node, an eviction: nothing the task did) the loss spends none of them.
+   */
+  async lose(p: PodAttempt, error: string, o: { withLogTail?: boolean; free?: boolean } = {}): Promise<void> {
+    if (o.withLogTail) error = await this.#withLogTail(p, error);
     try {
-      if (await this.#o.store.lost(p.attempt, error)) {
+      if (await this.#o.store.lost(p.attempt, error, o.free === true)) {
         this.#o.log.warn(
           {
             tiId: p.attempt.tiId,
@@ -83,6 +78,23 @@ export class PodAttemptEnds {
     } catch (err) {
       this.#o.log.error({ err, tiId: p.attempt.tiId }, 'could not end a lost attempt (the heartbeat reaper will)');
     }
+  }
+
+  /** `fail`, its error ending with the pod's last lines (read before the pod is deleted). */
+  async failWithLogTail(p: PodAttempt, error: string, deleteGraceS: number): Promise<void> {
+    if (p.over) return;
+    await this.fail(p, await this.#withLogTail(p, error), deleteGraceS);
+  }
+
+  async #withLogTail(p: PodAttempt, error: string): Promise<string> {
+    const tail = await podLogTail(
+      this.#o.api,
+      p.namespace,
+      p.name,
+      Math.min(LOG_TAIL_WAIT_MS, this.#o.requestTimeoutMs),
+      this.#o.log,
+    );
+    return tail === '' ? error : `${error}; last lines: ${tail}`;
   }
 
   async deletePod(namespace: string, name: string, gracePeriodSeconds: number): Promise<void> {

@@ -19,6 +19,15 @@ export interface PodAttempt {
   /** Unschedulable since (ms), for the pending timeout; null while it is not. */
   unschedulableSince: number | null;
   running: boolean;
+  /** When its pod was first seen running (ms, performance clock). */
+  runningAt: number | null;
+  /** Its agent has reported it started (read from the store): its keepalives speak for it from now on. */
+  agentStarted: boolean;
+  /**
+   * While its create waits for earlier tries' pods to be gone (outside the dispatch drainers):
+   * their names, and those already force-deleted as lost. Null once it may be created.
+   */
+  waitingFor: { pods: string[]; forced: Set<string> } | null;
   /** Set once its end is decided here (failed to start, lost) or its pod is over: nothing more is reported. */
   over: boolean;
 }
@@ -58,6 +67,9 @@ export class PodAttempts {
       eventsAt: null,
       unschedulableSince: null,
       running: false,
+      runningAt: null,
+      agentStarted: false,
+      waitingFor: null,
       over: false,
     };
     this.#byTi.set(attempt.tiId, p);

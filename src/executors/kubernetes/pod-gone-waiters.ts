@@ -3,7 +3,7 @@
  * tries' pods, and the watch's DELETED event wakes it.
  */
 export class PodGoneWaiters {
-  readonly #waiters = new Map<string, (() => void)[]>();
+  readonly #waiters = new Map<string, ((gone: boolean) => void)[]>();
 
   /** True once the pod is seen deleted (at once when it is not `present` now), false when `timeoutMs` passes first. */
   whenGone(namespace: string, name: string, present: boolean, timeoutMs: number): Promise<boolean> {
@@ -12,9 +12,9 @@ export class PodGoneWaiters {
       const key = `${namespace}/${name}`;
       const timer = setTimeout(() => resolve(false), timeoutMs);
       const list = this.#waiters.get(key) ?? [];
-      list.push(() => {
+      list.push((gone) => {
         clearTimeout(timer);
-        resolve(true);
+        resolve(gone);
       });
       this.#waiters.set(key, list);
     });
@@ -22,7 +22,13 @@ export class PodGoneWaiters {
 
   /** The pod `namespace/name` was deleted: its waiters are told. */
   gone(key: string): void {
-    for (const w of this.#waiters.get(key) ?? []) w();
+    for (const w of this.#waiters.get(key) ?? []) w(true);
     this.#waiters.delete(key);
+  }
+
+  /** Every waiter told false at once: the watches stop (the lead lost, shutdown), so no delete will be seen. */
+  stopAll(): void {
+    for (const list of this.#waiters.values()) for (const w of list) w(false);
+    this.#waiters.clear();
   }
 }

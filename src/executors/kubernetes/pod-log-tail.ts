@@ -1,6 +1,7 @@
 import type { CoreV1Api } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { answerWithin } from './answer-within.js';
+import { TASK_CONTAINER } from './pod-condition.js';
 
 /** At most these lines, bytes read, and characters kept. */
 const LOG_TAIL_LINES = 20;
@@ -25,7 +26,7 @@ export async function podLogTail(
       api.readNamespacedPodLog({
         namespace,
         name,
-        container: 'task',
+        container: TASK_CONTAINER,
         tailLines: LOG_TAIL_LINES,
         limitBytes: LOG_TAIL_BYTES,
       }),

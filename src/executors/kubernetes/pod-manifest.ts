@@ -10,6 +10,7 @@ import type { Attempt } from '../../core/attempt.js';
 import { INSTALL_LABEL } from './install-label.js';
 import { applyPodTemplate, type PodTemplate } from './pod-template.js';
 import { ANNOTATION, podLabels, podName } from '../../core/pod-identity.js';
+import { TASK_CONTAINER } from './pod-condition.js';
 
 export interface PodSettings {
   /** This install's id (the database's), in every pod's labels and in the watches' selector. */
@@ -107,7 +108,7 @@ export function podManifest(attempt: Attempt, s: PodSettings): V1Pod {
       ...(caVolume ? { volumes: [caVolume] } : {}),
       containers: [
         {
-          name: 'task',
+          name: TASK_CONTAINER,
           image: k?.image ?? attempt.pod?.image ?? s.image,
           command: [
             ...s.agentCommand,

@@ -15,9 +15,16 @@ export interface PodWatchOptions {
   labelSelector: string;
   onEvent(type: PodEventType, pod: V1Pod): void;
   logger: Logger;
-  /** Server-side timeout of one watch request; it is renewed from the last version. Default 300 s. */
+  /** Server-side timeout of one watch request; it is renewed from the last version. Default 45 s. */
   watchTimeoutS?: number;
 }
+
+/**
+ * The API server ends a watch at its timeoutSeconds whatever happens on it; one silent (no event,
+ * no bookmark) this much longer is a half-open connection, and is given up for a new one. With the
+ * default timeout, a black-holed watch is noticed within a minute.
+ */
+const SILENCE_MARGIN_MS = 10_000;
 
 /** Reconnect delays after an error: from 250 ms, doubling, up to 15 s. */
 const MIN_BACKOFF_MS = 250;
@@ -35,6 +42,10 @@ export class PodWatch {
   #closed = false;
   #backoffMs = MIN_BACKOFF_MS;
   #timer: NodeJS.Timeout | null = null;
+  /** Fires when the current watch has been silent past its timeout plus the margin. */
+  #silence: NodeJS.Timeout | null = null;
+  /** Watches given up as silent (half-open connections). */
+  silentWatches = 0;
   #markReady!: () => void;
   /** Lists made, the first one included (a relist after 410 Gone adds one). */
   lists = 0;
@@ -58,8 +69,27 @@ export class PodWatch {
   close(): void {
     this.#closed = true;
     if (this.#timer) clearTimeout(this.#timer);
+    if (this.#silence) clearTimeout(this.#silence);
     this.#abort?.abort();
     this.#markReady();
+  }
+
+  /** (Re)arms the silence timer of the current watch: any event or bookmark proves it alive. */
+  #heard(timeoutS: number): void {
+    if (this.#silence) clearTimeout(this.#silence);
+    this.#silence = setTimeout(
+      () => {
+        if (this.#closed) return;
+        this.silentWatches++;
+        this.#o.logger.warn(
+          { namespace: this.namespace, silentS: timeoutS + SILENCE_MARGIN_MS / 1000 },
+          'pod watch: no event and no bookmark past its timeout (a half-open connection): watching again',
+        );
+        this.#abort?.abort();
+      },
+      timeoutS * 1000 + SILENCE_MARGIN_MS,
+    );
+    this.#silence.unref();
   }
 
   async #relist(): Promise<void> {
@@ -99,14 +129,16 @@ export class PodWatch {
     if (this.#closed) return;
     let gone = false;
     const since = performance.now();
+    const timeoutS = this.#o.watchTimeoutS ?? 45;
     const query: Record<string, string | number | boolean> = {
       labelSelector: this.#o.labelSelector,
       allowWatchBookmarks: true,
-      timeoutSeconds: this.#o.watchTimeoutS ?? 300,
+      timeoutSeconds: timeoutS,
     };
     if (this.#resourceVersion !== null) query.resourceVersion = this.#resourceVersion;
     const onEvent = (type: string, obj: unknown) => {
       if (this.#closed) return;
+      this.#heard(timeoutS);
       if (type === 'ERROR') {
         const status = obj as { code?: number; message?: string };
         if (status.code === 410) gone = true;
@@ -126,6 +158,7 @@ export class PodWatch {
       this.#o.onEvent(type, pod);
     };
     const onDone = (err: unknown) => {
+      if (this.#silence) clearTimeout(this.#silence);
       if (this.#closed) return;
       const code = (err as { statusCode?: number } | null)?.statusCode;
       if (gone || code === 410) {
@@ -144,6 +177,7 @@ export class PodWatch {
         this.#timer.unref();
       }
     };
+    this.#heard(timeoutS);
     try {
       this.#abort = await new Watch(this.#o.kubeConfig).watch(
         `/api/v1/namespaces/${encodeURIComponent(this.namespace)}/pods`,

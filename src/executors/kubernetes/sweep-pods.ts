@@ -1,13 +1,16 @@
+import type { V1Pod } from '@kubernetes/client-node';
 import { expiredFinishedPods } from './finished-pods.js';
 import type { PendingReasons } from './pending-reasons.js';
 import type { PodAttemptEnds } from './pod-attempt-ends.js';
-import type { PodAttempts } from './pod-attempts.js';
+import type { PodAttempt, PodAttempts } from './pod-attempts.js';
 import { isGenericPending } from './pod-condition.js';
 import type { PodWatch } from './pod-watch.js';
 
 /**
  * What the clock decides rather than a watch event, looked at every second or so: pending
- * timeouts, a long-pending pod's events listed, and finished pods removed past their retention.
+ * timeouts, a long-pending pod's events listed, a deletion no kubelet confirms (read once its
+ * grace period is long past), retries waiting for earlier tries' pods, and finished pods removed
+ * past their retention.
  */
 
 export interface SweepContext {
@@ -20,6 +23,10 @@ export interface SweepContext {
   pods: { podPendingTimeoutMs: number; keepSucceededMs: number; keepFailedMs: number };
   /** A pod pending this long with no reason in its status has its events listed, and again at most this often. */
   pendingEventsMs: number;
+  /** A retry waiting for earlier tries' pods, looked at again. */
+  parked(p: PodAttempt): void;
+  /** A pod being deleted read again as it is now: its deletion may have become stuck. */
+  reread(p: PodAttempt, pod: V1Pod): void;
 }
 
 export function sweepPods(c: SweepContext): void {
@@ -28,6 +35,13 @@ export function sweepPods(c: SweepContext): void {
   const longer = `(pending longer than ${Math.round(limit / 1000)}s)`;
   const eventsMs = c.pendingEventsMs;
   for (const p of c.live.values()) {
+    if (p.over) continue;
+    if (p.waitingFor) {
+      c.parked(p);
+      continue;
+    }
+    const pod = c.watches.get(p.namespace)?.get(p.name);
+    if (pod?.metadata?.deletionTimestamp) c.reread(p, pod);
     if (p.over || p.running) continue;
     if (
       isGenericPending(p.statusReason) &&

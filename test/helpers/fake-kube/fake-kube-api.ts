@@ -478,29 +478,46 @@ export class FakeKubeApi {
 
   /**
    * The node running this pod is lost, as Kubernetes 1.27+ reports it: no phase `Unknown` any
-   * more. The node controller marks the node's pods Ready=False (their containers' statuses, which
-   * only a kubelet writes, stay as they were) and taints the node `node.kubernetes.io/unreachable`
-   * (NoSchedule, NoExecute); after the pods' toleration of it (`evictAfterMs`, 300 s by the
-   * DefaultTolerationSeconds admission) the taint manager adds the DisruptionTarget condition
-   * (DeletionByTaintManager) and deletes them gracefully, and with no kubelet to confirm, they stay
-   * Terminating in phase Running until a force delete.
+   * more. Its kubelet stops at once (a graceful delete of its pods is never confirmed); after the
+   * node controller's --node-monitor-grace-period (`notReadyAfterMs`, 40 s by default as in
+   * kube-controller-manager) it marks the node's pods Ready=False (their containers' statuses,
+   * which only a kubelet writes, stay as they were) and taints the node
+   * `node.kubernetes.io/unreachable` (NoSchedule, NoExecute); after the pods' toleration of it
+   * (`evictAfterMs`, 300 s by the DefaultTolerationSeconds admission) the taint manager adds the
+   * DisruptionTarget condition (DeletionByTaintManager) and deletes them gracefully, and with no
+   * kubelet to confirm, they stay Terminating in phase Running until a force delete.
    */
-  loseNodeAsCurrent(namespace: string, name: string, opts: { kill?: boolean; evictAfterMs?: number } = {}): void {
+  loseNodeAsCurrent(
+    namespace: string,
+    name: string,
+    opts: { kill?: boolean; notReadyAfterMs?: number; evictAfterMs?: number } = {},
+  ): void {
     const pod = this.store.get('pods', namespace, name);
     const nodeName = pod?.spec?.nodeName;
     if (!nodeName) throw new Error(`fake kube api: pod ${namespace}/${name} is not on a node`);
     this.lostNodes.add(nodeName);
     const node = this.scheduler?.nodes.find((n) => n.name === nodeName);
+    if (node) node.lost = true;
+    this.kubelet.loseNode(nodeName, opts.kill ?? true);
+    const marked = setTimeout(() => {
+      this.manualTimers.delete(marked);
+      this.markNodeNotReady(nodeName, opts.evictAfterMs ?? 300_000);
+    }, opts.notReadyAfterMs ?? 40_000);
+    this.manualTimers.add(marked);
+  }
+
+  /** The node controller's part of a lost node (loseNodeAsCurrent): Ready=False, the taints, then the taint manager. */
+  private markNodeNotReady(nodeName: string, evictAfterMs: number): void {
+    const node = this.scheduler?.nodes.find((n) => n.name === nodeName);
     if (node) {
-      node.lost = true;
       const timeAdded = now();
       node.taints.push(
         { key: 'node.kubernetes.io/unreachable', effect: 'NoSchedule', timeAdded } as never,
         { key: 'node.kubernetes.io/unreachable', effect: 'NoExecute', timeAdded } as never,
       );
     }
-    const lost = this.kubelet.loseNode(nodeName, opts.kill ?? true);
-    const onNode = (lost.length > 0 ? lost : [pod]).filter((p) => !isTerminal(p));
+    // Every pod bound to the node, whoever started it (the kubelet, or a test driving it by hand).
+    const onNode = this.store.list('pods', undefined, (p) => p.spec?.nodeName === nodeName && !isTerminal(p));
     for (const p of onNode) {
       this.recorder.record(p, {
         type: 'Warning',
@@ -539,7 +556,7 @@ export class FakeKubeApi {
         });
         this.deletePod(ns, p.metadata.name, undefined);
       }
-    }, opts.evictAfterMs ?? 300_000);
+    }, evictAfterMs);
     this.manualTimers.add(t);
   }
 
@@ -563,6 +580,11 @@ export class FakeKubeApi {
       if (opts.abrupt) w.reset();
       else w.close();
     }
+  }
+
+  /** Every open watch goes silent without closing (a half-open connection); watches opened later work. */
+  blackHoleWatches(): void {
+    for (const w of [...this.watches]) w.blackHole();
   }
 
   /** Kills every process the fake started (by pid, whole groups), closes every connection and removes the kubeconfigs. */

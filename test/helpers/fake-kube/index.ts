@@ -53,8 +53,10 @@ import { FakeKubeApi, type FakeKubeApiOptions } from './fake-kube-api.js';
  * deletionTimestamp (MODIFIED), SIGTERMs the group, SIGKILLs it after the grace, reports the
  * final status and removes the pod (DELETED). `loseNode` turns the pods of a node Unknown
  * (NodeLost, the pre-1.27 shape) and leaves a later graceful delete Terminating;
- * `loseNodeAsCurrent` is the 1.27+ shape (Ready=False, unreachable taints, then DisruptionTarget
- * and a deletion stuck Terminating in phase Running); `deleteFromOutside` force-deletes.
+ * `loseNodeAsCurrent` is the 1.27+ shape (the kubelet silent at once, so deletes stay Terminating
+ * in phase Running; Ready=False and unreachable taints after the node monitor's grace period, 40 s
+ * unless `notReadyAfterMs`; then DisruptionTarget); `deleteFromOutside` force-deletes; `blackHoleWatches` silences the open watches without closing them
+ * (a half-open connection).
  * `labelNamespace(ns, { 'pod-security.kubernetes.io/enforce': 'restricted' })` makes pod creates
  * in it pass Pod Security admission (pod-security.ts), refused with its 403 otherwise.
  * In 'manual' mode no scheduler or kubelet runs: the test drives pods with `setPodStatus`,

@@ -122,6 +122,15 @@ export class WatchStream {
     this.end();
   }
 
+  /**
+   * The connection goes silent without closing, as a half-open TCP connection does (a NAT or
+   * load balancer that dropped its state, a peer that vanished): nothing more is sent, not even
+   * the end at timeoutSeconds, and the socket stays open; only the client can notice.
+   */
+  blackHole(): void {
+    this.end();
+  }
+
   /** The etcd compaction error an established watch gets (etcd3 watcher's interpretWatchError), then the end. */
   expire(): void {
     this.sendError(expired('The resourceVersion for the provided watch is too old.').status);

@@ -1,0 +1,213 @@
+import { randomUUID } from 'node:crypto';
+import { pino } from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { Attempt } from '../../src/core/attempt.js';
+import { podName } from '../../src/core/pod-identity.js';
+import {
+  createKubernetesExecutor,
+  type KubernetesExecutor,
+} from '../../src/executors/kubernetes/kubernetes-executor.js';
+import { loadKubeConfig } from '../../src/executors/kubernetes/load-kube-config.js';
+import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
+import { waitFor } from '../helpers/leoflow-process.js';
+
+/**
+ * A node lost as Kubernetes 1.27+ reports it, with the Pro edition's defaults (kill grace 10 s,
+ * 16 dispatch drainers): the retries of its tasks wait for the earlier tries' pods outside the
+ * drainers, so no unrelated task waits behind them, and a pod whose deletion no kubelet confirms
+ * is read as lost. The fake's kubelet is manual: the test binds the pods to the node and says they run.
+ */
+
+const NS = 'jobs';
+const NODE = 'node-lost';
+/** The Pro edition's dispatch_workers (editions/pro/config.json). */
+const DRAINERS = 16;
+let kube: FakeKubeApi;
+/** The attempts timed out (their tokens): over in the store. */
+const timedOut = new Set<string>();
+let ex: KubernetesExecutor | undefined;
+
+interface Recorded {
+  failed: { tiId: string; error: string | undefined }[];
+  lost: { tiId: string; error: string; free: boolean }[];
+  pending: Map<string, (string | null)[]>;
+}
+
+/** The executor as the Pro edition's defaults make it (editions/pro/config.json), on a recording store. */
+function proExecutor(): { ex: KubernetesExecutor; rec: Recorded } {
+  const rec: Recorded = { failed: [], lost: [], pending: new Map() };
+  ex = createKubernetesExecutor({
+    kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
+    pods: {
+      install: 'install-a',
+      namespace: NS,
+      image: 'leoflow:test',
+      serverUrl: 'http://leoflow:7070',
+      agentCommand: ['leoflow'],
+      killGraceMs: 10_000,
+      podPendingTimeoutMs: 300_000,
+      keepSucceededMs: 0,
+      keepFailedMs: 3_600_000,
+    },
+    reporter: {
+      started: async () => true,
+      log: () => {},
+      heartbeat: async () => new Set(),
+      logsSoFar: async () => ({ stdout: 0, stderr: 0 }),
+      finished: async (a, result) => void rec.failed.push({ tiId: a.tiId, error: result.error ?? undefined }),
+    },
+    store: {
+      lost: async (a, error, free) => {
+        rec.lost.push({ tiId: a.tiId, error, free: free === true });
+        return true;
+      },
+      pending: async (a, reason) => void rec.pending.set(a.tiId, [...(rec.pending.get(a.tiId) ?? []), reason]),
+      active: async () => [],
+      podGone: async () => {},
+      // The agent of a running pod connects and starts its attempt; a timed-out one is over.
+      standings: async (attempts) =>
+        new Map(
+          attempts.map((a) => [
+            a.tiId,
+            timedOut.has(a.attemptToken)
+              ? 'over'
+              : kube.pod(NS, podName(a))?.status?.phase === 'Running'
+                ? 'running'
+                : 'queued',
+          ]),
+        ),
+    },
+    logger: pino({ level: process.env.KLOG ?? 'silent' }),
+  });
+  return { ex, rec };
+}
+
+let nextTi = 1;
+function attempt(over: Partial<Attempt> = {}): Attempt {
+  const tiId = String(nextTi++);
+  return {
+    tiId,
+    runId: String(nextTi + 5000),
+    dagId: 'etl',
+    taskId: `t${tiId}`,
+    tryNumber: 1,
+    maxTries: 3,
+    attemptToken: randomUUID(),
+    dispatchKey: 'k',
+    command: ['true'],
+    env: {},
+    cwd: null,
+    timeoutMs: null,
+    ...over,
+  };
+}
+
+/** The dispatch pool's drainers: `DRAINERS` at a time, in order; resolves when each dispatch has. */
+function drain(e: KubernetesExecutor, attempts: Attempt[]): Map<string, Promise<number>> {
+  const done = new Map<string, Promise<number>>();
+  const queue = attempts.map((a) => {
+    let resolve!: (ms: number) => void;
+    done.set(a.tiId, new Promise<number>((r) => (resolve = r)));
+    return { a, resolve };
+  });
+  const worker = async () => {
+    for (let item = queue.shift(); item; item = queue.shift()) {
+      await e.dispatch(item.a);
+      item.resolve(performance.now());
+    }
+  };
+  for (let i = 0; i < DRAINERS; i++) void worker();
+  return done;
+}
+
+const running = {
+  phase: 'Running',
+  conditions: [
+    { type: 'PodScheduled', status: 'True' },
+    { type: 'Ready', status: 'True' },
+  ],
+  containerStatuses: [
+    {
+      name: 'task',
+      ready: true,
+      restartCount: 0,
+      image: 'leoflow:test',
+      imageID: '',
+      state: { running: { startedAt: new Date().toISOString() } },
+    },
+  ],
+};
+
+/** `count` first tries running on NODE, then the node lost (its kubelet silent) and each try timed out. */
+async function firstTriesOnALostNode(e: KubernetesExecutor, count: number, notReadyAfterMs?: number) {
+  const first = Array.from({ length: count }, () => attempt());
+  await Promise.all([...drain(e, first).values()]);
+  for (const a of first) {
+    kube.bindPod(NS, podName(a), NODE);
+    kube.setPodStatus(NS, podName(a), running);
+  }
+  await waitFor('running seen', async () => first.every((a) => !e.holdsLive(a.tiId, a.attemptToken)));
+  kube.loseNodeAsCurrent(NS, podName(first[0]!), notReadyAfterMs === undefined ? {} : { notReadyAfterMs });
+  // Their timeouts: the attempts end in the store and their pods are deleted with the grace period.
+  for (const a of first) {
+    timedOut.add(a.attemptToken);
+    expect(e.cancel(a.tiId, 'timeout')).toBe(true);
+  }
+  return first.map((a) => ({ first: a, retry: { ...a, tryNumber: 2, attemptToken: randomUUID() } }));
+}
+
+beforeEach(async () => {
+  kube = await startFakeKubeApi({ namespaces: [NS], kubelet: 'manual' });
+});
+afterEach(async () => {
+  await ex?.shutdown(0);
+  ex = undefined;
+  await kube.close();
+});
+
+describe('a lost node', () => {
+  it(
+    'with 48 pods delays no unrelated task: retries wait for the old pods outside the drainers, held live, saying why',
+    { timeout: 90_000 },
+    async () => {
+      const { ex, rec } = proExecutor();
+      await ex.lead(true);
+      const tries = await firstTriesOnALostNode(ex, 48);
+      const unrelated = attempt({ dagId: 'other' });
+      const offered = performance.now();
+      const dispatched = drain(ex, [...tries.map((t) => t.retry), unrelated]);
+      const at = await dispatched.get(unrelated.tiId)!;
+      expect(at - offered, 'the unrelated pod is created at once').toBeLessThan(2_000);
+      expect(kube.createCount(NS, podName(unrelated))).toBe(1);
+      for (const { first, retry } of tries) {
+        expect(ex.holdsLive(retry.tiId, retry.attemptToken), 'a parked retry is held live').toBe(true);
+        expect(kube.createCount(NS, podName(retry))).toBe(0);
+        await waitFor('its pending reason', async () => (rec.pending.get(retry.tiId) ?? []).length > 0);
+        expect(rec.pending.get(retry.tiId)![0]).toBe(
+          `EARLIER_TRY_POD:waiting for pod ${podName(first)} on node ${NODE} to be gone (deleted, not yet confirmed by its kubelet)`,
+        );
+      }
+      // No kubelet confirms the deletes: past their grace period (15 s) the pods read as lost and go.
+      await waitFor(
+        'every retry created',
+        async () => tries.every((t) => kube.createCount(NS, podName(t.retry)) === 1),
+        40_000,
+        200,
+      );
+      for (const { first } of tries) expect(kube.pod(NS, podName(first))).toBeUndefined();
+      expect(rec.failed, 'no retry failed for waiting').toEqual([]);
+    },
+  );
+
+  it("says a retry waits for a pod on a NotReady node, and goes on once that pod's loss is read", async () => {
+    const { ex, rec } = proExecutor();
+    await ex.lead(true);
+    const [{ first, retry }] = (await firstTriesOnALostNode(ex, 1, 1_000)) as [{ first: Attempt; retry: Attempt }];
+    await ex.dispatch(retry);
+    await waitFor('the retry created', async () => kube.createCount(NS, podName(retry)) === 1, 10_000);
+    expect(rec.pending.get(retry.tiId)).toContain(
+      `EARLIER_TRY_POD:waiting for pod ${podName(first)} on NotReady node ${NODE}`,
+    );
+    expect(rec.failed).toEqual([]);
+  });
+});
