@@ -1,9 +1,8 @@
 import type { Attempt } from '../core/attempt.js';
-import { attemptOf } from '../core/attempt-env.js';
 import type { DagSpec } from '../core/dag-spec.js';
 import { ACTIVE_TI_STATES } from '../core/states.js';
 import { inlineLiterals } from './inline-literals.js';
-import { runTraceOf } from './runs.js';
+import { attemptOfRow, type AttemptRow } from './attempts/attempt-of-row.js';
 import type { Sql } from './sql.js';
 
 /**
@@ -12,23 +11,7 @@ import type { Sql } from './sql.js';
  * running for that agent.
  */
 export async function loadAttempt(sql: Sql, tiId: string, agentId: string): Promise<Attempt | null> {
-  const [row] = await sql<
-    {
-      id: string;
-      run_id: string;
-      task_id: string;
-      try_number: number;
-      max_tries: number;
-      attempt_token: string;
-      dispatch_key: string;
-      dag_id: string;
-      spec: DagSpec;
-      conf: Record<string, unknown>;
-      logical_date: Date;
-      traceparent: string | null;
-      tracestate: string | null;
-    }[]
-  >`
+  const [row] = await sql<(AttemptRow & { spec: DagSpec })[]>`
     select t.id, t.run_id, t.task_id, t.try_number, t.max_tries, t.attempt_token, t.dispatch_key,
            r.dag_id, v.spec, r.conf, r.logical_date, r.traceparent, r.tracestate
     from task_instances t join dag_runs r on r.id = t.run_id
@@ -37,23 +20,5 @@ export async function loadAttempt(sql: Sql, tiId: string, agentId: string): Prom
   if (!row) return null;
   const task = row.spec.tasks.find((t) => t.id === row.task_id);
   if (!task) return null;
-  return attemptOf(
-    {
-      tiId: row.id,
-      runId: row.run_id,
-      dagId: row.dag_id,
-      taskId: row.task_id,
-      task,
-      conf: row.conf,
-      logicalDate: row.logical_date,
-      runTrace: runTraceOf(row),
-    },
-    {
-      tryNumber: row.try_number,
-      maxTries: row.max_tries,
-      attemptToken: row.attempt_token,
-      dispatchKey: row.dispatch_key,
-    },
-    agentId,
-  );
+  return attemptOfRow(row, task, agentId);
 }

@@ -4,7 +4,7 @@ import type { Claim, WorkItem } from '../core/work-item.js';
 import type { Executor } from '../executors/executor.js';
 import { chooseClaimsAhead, type ClaimCandidate, type ClaimsAhead } from './claims-ahead.js';
 import type { Placement } from './placement.js';
-import { createDispatchPool, type OfferResult } from './pool.js';
+import { createDispatchPool, type DispatchPool, type OfferResult } from './pool.js';
 
 export type { ClaimCandidate, ClaimsAhead };
 
@@ -93,40 +93,126 @@ export function waitingForDispatch(capacity: number): string {
 /** The code of `waitingForDispatch`'s reasons. */
 export const WAITING_FOR_DISPATCH = 'WAITING_FOR_DISPATCH';
 
-export function createDispatcher(o: DispatcherOptions): Dispatcher {
-  const { logger, store } = o;
-  const waitReason = waitingForDispatch(o.capacity);
-  const placing: ReadonlyMap<string, Placement> = o.placements ?? new Map();
-  // The pool refused an offer and that work still waits: each time a dispatch leaves the pool
-  // drained to half, the scheduler is told there is room.
-  let refused = false;
-  let onRoom: (() => boolean) | null = null;
-  // Room held for claims made with their moves and not offered yet.
-  let roomHeld = 0;
-  const room = () => Math.max(0, o.capacity - pool.depth - roomHeld);
-  const drained = () => pool.depth <= o.capacity / 2;
+/** The Dispatcher of a replica: its pool, its executors and their placement. */
+export class PoolDispatcher implements Dispatcher {
+  readonly executors: ReadonlySet<string>;
+  readonly waitReason: string;
+  readonly #o: DispatcherOptions;
+  readonly #placing: ReadonlyMap<string, Placement>;
+  readonly #pool: DispatchPool<WorkItem>;
+  /**
+   * The pool refused an offer and that work still waits: each time a dispatch leaves the pool
+   * drained to half, the scheduler is told there is room.
+   */
+  #refused = false;
+  #onRoom: (() => boolean) | null = null;
+  /** Room held for claims made with their moves and not offered yet. */
+  #roomHeld = 0;
 
-  const pool = createDispatchPool<WorkItem>({
-    workers: o.workers,
-    capacity: o.capacity,
-    key: (item) => item.tiId,
-    logger,
-    onDispatched: (_item, seconds) => {
-      o.metrics?.dispatched(seconds);
-      if (refused && drained()) refused = onRoom?.() ?? false;
-    },
-    dispatch: async (item) => {
-      const start = new Date();
-      const tryNumber = await dispatchOne(item);
-      if (tryNumber !== undefined) o.dispatched?.({ item, tryNumber, start });
-    },
-  });
+  constructor(o: DispatcherOptions) {
+    this.#o = o;
+    this.executors = new Set(o.executors.keys());
+    this.waitReason = waitingForDispatch(o.capacity);
+    this.#placing = o.placements ?? new Map();
+    this.#pool = createDispatchPool<WorkItem>({
+      workers: o.workers,
+      capacity: o.capacity,
+      key: (item) => item.tiId,
+      logger: o.logger,
+      onDispatched: (_item, seconds) => {
+        o.metrics?.dispatched(seconds);
+        if (this.#refused && this.drained()) this.#refused = this.#onRoom?.() ?? false;
+      },
+      dispatch: async (item) => {
+        const start = new Date();
+        const tryNumber = await this.#dispatchOne(item);
+        if (tryNumber !== undefined) o.dispatched?.({ item, tryNumber, start });
+      },
+    });
+  }
+
+  offer(item: WorkItem): OfferResult {
+    const o = this.#o;
+    // Parked for placement, waiting for a slot: it is placed when one frees.
+    const placer = this.#placing.get(item.executor);
+    if (placer?.parks(item.tiId)) {
+      placer.retryParked();
+      return 'duplicate';
+    }
+    // The room held for claims made with their moves is theirs: other work sees it taken.
+    const outcome = !item.claim && this.#pool.depth + this.#roomHeld >= o.capacity ? 'full' : this.#pool.offer(item);
+    // Claimed with its move but not taken after all: give the claim back at once rather than
+    // leave an attempt queued that no one will start.
+    if (outcome !== 'accepted' && item.claim) {
+      this.#giveBack(item, outcome === 'full' ? this.waitReason : 'DISPATCH_REFUSED');
+    }
+    if (outcome === 'full') {
+      o.metrics?.atCapacity();
+      this.#refused = true;
+    }
+    o.metrics?.depth(this.#pool.depth);
+    return outcome;
+  }
+
+  room(): number {
+    return Math.max(0, this.#o.capacity - this.#pool.depth - this.#roomHeld);
+  }
+
+  drained(): boolean {
+    return this.#pool.depth <= this.#o.capacity / 2;
+  }
+
+  claimAhead(candidates: readonly ClaimCandidate[], waiting: ReadonlyMap<string, number>): ClaimsAhead {
+    const placing = this.#placing;
+    return chooseClaimsAhead(candidates, waiting, {
+      executors: this.executors,
+      room: () => this.room(),
+      hold: (n) => {
+        this.#roomHeld += n;
+        let held = true;
+        return () => {
+          if (held) this.#roomHeld -= n;
+          held = false;
+        };
+      },
+      places: (executor) => placing.has(executor),
+      placeNow: (c) => placing.get(c.executor)!.placeNow({ tiId: c.tiId, task: c.task }),
+      placed: (executor, agentId, tiId, token) => placing.get(executor)!.placed(agentId, tiId, token),
+    });
+  }
+
+  async freshenPlacement(): Promise<void> {
+    await Promise.all([...this.#placing.values()].map((p) => p.freshen()));
+  }
+
+  holdsLive(tiId: string, attemptToken: string): boolean {
+    return [...this.#o.executors.values()].some((e) => e.holdsLive?.(tiId, attemptToken) ?? false);
+  }
+
+  cancel(tiId: string, reason: string): boolean {
+    // Every executor is told, not only the first that holds it: a pod's attempt is held both by
+    // the kubernetes executor (which deletes the pod) and by the agent stream of its pod.
+    return [...this.#o.executors.values()].map((e) => e.cancel(tiId, reason)).some(Boolean);
+  }
+
+  whenRoom(listener: () => boolean): void {
+    this.#onRoom = listener;
+  }
+
+  forgetParked(): void {
+    for (const p of this.#placing.values()) p.forgetParked();
+  }
+
+  async close(): Promise<void> {
+    await this.#pool.close();
+    await Promise.all([...this.#placing.values()].map((p) => p.close()));
+  }
 
   /** Hands one item to its executor; resolves the try of the attempt handed over, if one was. */
-  const dispatchOne = async (item: WorkItem): Promise<number | undefined> => {
-    const executor = o.executors.get(item.executor);
+  async #dispatchOne(item: WorkItem): Promise<number | undefined> {
+    const executor = this.#o.executors.get(item.executor);
     if (!executor) throw new Error(`no executor "${item.executor}" on this replica`);
-    const placer = placing.get(item.executor);
+    const placer = this.#placing.get(item.executor);
     if (placer) {
       // Placed and claimed with its move: deliver it. Else placement first: the agent is chosen
       // before the claim, and a TI that cannot be placed stays scheduled, saying why.
@@ -136,94 +222,27 @@ export function createDispatcher(o: DispatcherOptions): Dispatcher {
       }
       return (await placer.placeAndDispatch(item)).tryNumber;
     }
-    const claim = item.claim ?? (await store.claim(item.tiId, item.executor));
+    const claim = item.claim ?? (await this.#o.store.claim(item.tiId, item.executor));
     if (!claim) return undefined; // someone else claimed it, or it was cancelled: nothing to do
-    logger.debug({ tiId: item.tiId, runId: item.runId, taskId: item.taskId, try: claim.tryNumber }, 'dispatching');
+    this.#o.logger.debug(
+      { tiId: item.tiId, runId: item.runId, taskId: item.taskId, try: claim.tryNumber },
+      'dispatching',
+    );
     await executor.dispatch(attemptOf(item, claim));
     return claim.tryNumber;
-  };
+  }
 
-  const giveBack = (item: WorkItem, reason: string) => {
+  #giveBack(item: WorkItem, reason: string): void {
     const { tryNumber, attemptToken, agentId } = item.claim!;
-    if (agentId) placing.get(item.executor)?.dropped(agentId, attemptToken);
-    void store
+    if (agentId) this.#placing.get(item.executor)?.dropped(agentId, attemptToken);
+    void this.#o.store
       .release({ tiId: item.tiId, tryNumber, attemptToken }, reason)
       .catch((err: unknown) =>
-        logger.error({ err, tiId: item.tiId }, 'could not release a claim the dispatch pool refused'),
+        this.#o.logger.error({ err, tiId: item.tiId }, 'could not release a claim the dispatch pool refused'),
       );
-  };
+  }
+}
 
-  return {
-    executors: new Set(o.executors.keys()),
-    waitReason,
-
-    offer(item) {
-      // Parked for placement, waiting for a slot: it is placed when one frees.
-      const placer = placing.get(item.executor);
-      if (placer?.parks(item.tiId)) {
-        placer.retryParked();
-        return 'duplicate';
-      }
-      // The room held for claims made with their moves is theirs: other work sees it taken.
-      const outcome = !item.claim && pool.depth + roomHeld >= o.capacity ? 'full' : pool.offer(item);
-      // Claimed with its move but not taken after all: give the claim back at once rather than
-      // leave an attempt queued that no one will start.
-      if (outcome !== 'accepted' && item.claim) giveBack(item, outcome === 'full' ? waitReason : 'DISPATCH_REFUSED');
-      if (outcome === 'full') {
-        o.metrics?.atCapacity();
-        refused = true;
-      }
-      o.metrics?.depth(pool.depth);
-      return outcome;
-    },
-
-    room,
-
-    claimAhead(candidates, waiting) {
-      return chooseClaimsAhead(candidates, waiting, {
-        executors: this.executors,
-        room,
-        hold: (n) => {
-          roomHeld += n;
-          let held = true;
-          return () => {
-            if (held) roomHeld -= n;
-            held = false;
-          };
-        },
-        places: (executor) => placing.has(executor),
-        placeNow: (c) => placing.get(c.executor)!.placeNow({ tiId: c.tiId, task: c.task }),
-        placed: (executor, agentId, tiId, token) => placing.get(executor)!.placed(agentId, tiId, token),
-      });
-    },
-
-    async freshenPlacement() {
-      await Promise.all([...placing.values()].map((p) => p.freshen()));
-    },
-
-    holdsLive(tiId, attemptToken) {
-      return [...o.executors.values()].some((e) => e.holdsLive?.(tiId, attemptToken) ?? false);
-    },
-
-    cancel(tiId, reason) {
-      // Every executor is told, not only the first that holds it: a pod's attempt is held both by
-      // the kubernetes executor (which deletes the pod) and by the agent stream of its pod.
-      return [...o.executors.values()].map((e) => e.cancel(tiId, reason)).some(Boolean);
-    },
-
-    whenRoom(listener) {
-      onRoom = listener;
-    },
-
-    drained,
-
-    forgetParked() {
-      for (const p of placing.values()) p.forgetParked();
-    },
-
-    async close() {
-      await pool.close();
-      await Promise.all([...placing.values()].map((p) => p.close()));
-    },
-  };
+export function createDispatcher(o: DispatcherOptions): Dispatcher {
+  return new PoolDispatcher(o);
 }

@@ -86,6 +86,8 @@ function matches(f: EventFilter, e: EventRow): boolean {
   return (f.runId === undefined || e.run_id === f.runId) && (f.dagId === undefined || e.dag_id === f.dagId);
 }
 
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
 /**
  * One replica's feed of events to all its watchers: one reader, woken by the `events` NOTIFY,
  * reads what is new once and fans it out, so the statements it runs do not grow with the number
@@ -94,30 +96,134 @@ function matches(f: EventFilter, e: EventRow): boolean {
  * holds delivery back until the transactions open at the read have ended (then it was rolled back).
  * Only a watcher's first replay is its own query.
  */
-export function createEventFeed(sql: Sql, logger: Logger): EventFeed {
-  const watchers = new Set<Watcher>();
+export class ReplicaEventFeed implements EventFeed {
+  readonly #sql: Sql;
+  readonly #logger: Logger;
+  readonly #watchers = new Set<Watcher>();
   /** Every committed event with seq <= horizon has been fanned out (null: not yet known). */
-  let horizon: bigint | null = null;
-  let horizonKnown: Promise<void> | null = null;
-  let running = false;
-  let again = false;
-  let closed = false;
-  let backstop: NodeJS.Timeout | null = null;
+  #horizon: bigint | null = null;
+  #horizonKnown: Promise<void> | null = null;
+  #running = false;
+  #again = false;
+  #closed = false;
+  #backstop: NodeJS.Timeout | null = null;
   /** Bumped when the last watcher leaves and the horizon is forgotten: a read begun before does not set it. */
-  let gen = 0;
-  let seqName: string | null = null;
+  #gen = 0;
+  #seqName: string | null = null;
 
-  const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+  constructor(sql: Sql, logger: Logger) {
+    this.#sql = sql;
+    this.#logger = logger;
+  }
+
+  async watch(o: WatchOptions): Promise<Watch> {
+    if (this.#closed) throw new Error('event feed closed');
+    // Without watchers the feed does not read, and forgets its horizon.
+    while (this.#horizon === null) {
+      if (this.#closed) throw new Error('event feed closed');
+      await (this.#horizonKnown ??= this.#establish());
+    }
+    const w: Watcher = {
+      filter: { runId: o.runId, dagId: o.dagId },
+      queue: [],
+      after: 0n,
+      maxBehind: o.maxBehind,
+      behind: false,
+      onCutOff: o.onCutOff,
+      wake: null,
+      closed: false,
+      background: o.background ?? false,
+    };
+    let delivered = o.afterSeq.toString();
+    // Registered and horizon read in one turn: live events are exactly those above it.
+    const h0 = this.#horizon!;
+    w.after = h0 > o.afterSeq ? h0 : o.afterSeq;
+    this.#watchers.add(w);
+    if (!this.#backstop) this.#backstop = setInterval(() => this.#pump(), BACKSTOP_MS);
+    this.#pump();
+    // The replay, a page at a time, up to the horizon it joined at.
+    let cursor = o.afterSeq;
+    const replay = async (): Promise<EventRow[] | null> => {
+      if (cursor >= h0) return null;
+      const page = await readEvents(this.#sql, w.filter, cursor, h0, 1000);
+      if (page.length < 1000) cursor = h0;
+      else cursor = BigInt(page[page.length - 1]!.seq);
+      return page;
+    };
+    const close = () => {
+      if (w.closed) return;
+      w.closed = true;
+      this.#watchers.delete(w);
+      w.wake?.();
+      if (this.#watchers.size === 0) {
+        if (this.#backstop) clearInterval(this.#backstop);
+        this.#backstop = null;
+        this.#gen++;
+        this.#horizon = null;
+        this.#horizonKnown = null;
+      }
+    };
+    return {
+      next: async () => {
+        while (!w.closed) {
+          const page = await replay();
+          if (page && page.length > 0) {
+            delivered = page[page.length - 1]!.seq;
+            return page;
+          }
+          if (page) continue;
+          if (w.behind) {
+            close();
+            throw new WatcherBehindError(w.maxBehind, delivered);
+          }
+          if (w.queue.length > 0) {
+            const batch = w.queue.splice(0, w.queue.length);
+            delivered = batch[batch.length - 1]!.seq;
+            return batch;
+          }
+          await new Promise<void>((r) => (w.wake = r));
+          w.wake = null;
+        }
+        if (this.#closed) throw new FeedClosedError(delivered);
+        return null;
+      },
+      close,
+    };
+  }
+
+  notified(): void {
+    for (const w of this.#watchers) {
+      if (w.background) continue;
+      this.#pump();
+      return;
+    }
+  }
+
+  watchers(): number {
+    let n = 0;
+    for (const w of this.#watchers) if (!w.background) n++;
+    return n;
+  }
+
+  close(): void {
+    this.#closed = true;
+    if (this.#backstop) clearInterval(this.#backstop);
+    for (const w of this.#watchers) {
+      w.closed = true;
+      w.wake?.();
+    }
+    this.#watchers.clear();
+  }
 
   /** The horizon from scratch: the last seq taken, once every transaction open after it ended. */
-  async function establish(): Promise<void> {
-    const g = gen;
-    seqName ??= await eventSeqName(sql);
-    const last = await lastSeqTaken(sql, seqName);
-    const { open } = await eventsAfter(sql, last, last);
-    while (!closed && (await anyOpen(sql, open))) await sleep(GAP_CHECK_MS);
-    if (g === gen) horizon = last;
-    else horizonKnown = null;
+  async #establish(): Promise<void> {
+    const g = this.#gen;
+    this.#seqName ??= await eventSeqName(this.#sql);
+    const last = await lastSeqTaken(this.#sql, this.#seqName);
+    const { open } = await eventsAfter(this.#sql, last, last);
+    while (!this.#closed && (await anyOpen(this.#sql, open))) await sleep(GAP_CHECK_MS);
+    if (g === this.#gen) this.#horizon = last;
+    else this.#horizonKnown = null;
   }
 
   /**
@@ -126,8 +232,8 @@ export function createEventFeed(sql: Sql, logger: Logger): EventFeed {
    * bound (at most READ_LIMIT) never cuts off a watcher that keeps up. What a watcher holds is
    * bounded by its bound plus one read.
    */
-  function fanOut(rows: EventRow[]) {
-    for (const w of watchers) {
+  #fanOut(rows: EventRow[]): void {
+    for (const w of this.#watchers) {
       if (w.closed || w.behind) continue;
       const fresh = rows.filter((e) => BigInt(e.seq) > w.after && matches(w.filter, e));
       if (fresh.length === 0) continue;
@@ -141,16 +247,16 @@ export function createEventFeed(sql: Sql, logger: Logger): EventFeed {
   }
 
   /** Reads and fans out what committed since the horizon, as far as nothing can come below it. */
-  async function advance(): Promise<void> {
+  async #advance(): Promise<void> {
     for (;;) {
-      if (closed || horizon === null || watchers.size === 0) return;
-      const g = gen;
-      let from: bigint = horizon;
-      const last = await lastSeqTaken(sql, seqName!);
+      if (this.#closed || this.#horizon === null || this.#watchers.size === 0) return;
+      const g = this.#gen;
+      let from: bigint = this.#horizon;
+      const last = await lastSeqTaken(this.#sql, this.#seqName!);
       if (last <= from) return;
       const upTo = last - from > BigInt(READ_LIMIT) ? from + BigInt(READ_LIMIT) : last;
-      let { rows, open } = await eventsAfter(sql, from, upTo);
-      if (g !== gen) return;
+      let { rows, open } = await eventsAfter(this.#sql, from, upTo);
+      if (g !== this.#gen) return;
       if (BigInt(rows.length) !== upTo - from) {
         // A seq is missing: its writer is open (it will commit or roll back) or rolled back.
         // Deliver the part without a gap now; the rest once every writer open at the read ended.
@@ -158,140 +264,46 @@ export function createEventFeed(sql: Sql, logger: Logger): EventFeed {
         while (contiguous < rows.length && BigInt(rows[contiguous]!.seq) === from + BigInt(contiguous + 1))
           contiguous++;
         if (contiguous > 0) {
-          fanOut(rows.slice(0, contiguous));
+          this.#fanOut(rows.slice(0, contiguous));
           from += BigInt(contiguous);
-          horizon = from;
+          this.#horizon = from;
         }
-        while (!closed && g === gen && (await anyOpen(sql, open))) await sleep(GAP_CHECK_MS);
-        if (closed || g !== gen) return;
-        rows = await readEvents(sql, {}, from, upTo, READ_LIMIT);
+        while (!this.#closed && g === this.#gen && (await anyOpen(this.#sql, open))) await sleep(GAP_CHECK_MS);
+        if (this.#closed || g !== this.#gen) return;
+        rows = await readEvents(this.#sql, {}, from, upTo, READ_LIMIT);
       }
-      fanOut(rows);
-      horizon = upTo;
+      this.#fanOut(rows);
+      this.#horizon = upTo;
     }
   }
 
-  function pump() {
-    if (running) {
-      again = true;
+  #pump(): void {
+    if (this.#running) {
+      this.#again = true;
       return;
     }
-    running = true;
+    this.#running = true;
     void (async () => {
       try {
         do {
-          again = false;
-          if (horizon === null) await (horizonKnown ??= establish());
-          await advance();
-        } while (again && !closed);
+          this.#again = false;
+          if (this.#horizon === null) await (this.#horizonKnown ??= this.#establish());
+          await this.#advance();
+        } while (this.#again && !this.#closed);
       } catch (err) {
-        logger.warn({ err }, 'event feed read failed; trying again');
-        horizonKnown = null;
-        horizon = null;
+        this.#logger.warn({ err }, 'event feed read failed; trying again');
+        this.#horizonKnown = null;
+        this.#horizon = null;
         await sleep(250);
-        again = true;
+        this.#again = true;
       } finally {
-        running = false;
-        if (again && !closed && watchers.size > 0) pump();
+        this.#running = false;
+        if (this.#again && !this.#closed && this.#watchers.size > 0) this.#pump();
       }
     })();
   }
+}
 
-  return {
-    async watch(o) {
-      if (closed) throw new Error('event feed closed');
-      // Without watchers the feed does not read, and forgets its horizon.
-      while (horizon === null) {
-        if (closed) throw new Error('event feed closed');
-        await (horizonKnown ??= establish());
-      }
-      const w: Watcher = {
-        filter: { runId: o.runId, dagId: o.dagId },
-        queue: [],
-        after: 0n,
-        maxBehind: o.maxBehind,
-        behind: false,
-        onCutOff: o.onCutOff,
-        wake: null,
-        closed: false,
-        background: o.background ?? false,
-      };
-      let delivered = o.afterSeq.toString();
-      // Registered and horizon read in one turn: live events are exactly those above it.
-      const h0 = horizon!;
-      w.after = h0 > o.afterSeq ? h0 : o.afterSeq;
-      watchers.add(w);
-      if (!backstop) backstop = setInterval(() => pump(), BACKSTOP_MS);
-      pump();
-      // The replay, a page at a time, up to the horizon it joined at.
-      let cursor = o.afterSeq;
-      const replay = async (): Promise<EventRow[] | null> => {
-        if (cursor >= h0) return null;
-        const page = await readEvents(sql, w.filter, cursor, h0, 1000);
-        if (page.length < 1000) cursor = h0;
-        else cursor = BigInt(page[page.length - 1]!.seq);
-        return page;
-      };
-      const close = () => {
-        if (w.closed) return;
-        w.closed = true;
-        watchers.delete(w);
-        w.wake?.();
-        if (watchers.size === 0) {
-          if (backstop) clearInterval(backstop);
-          backstop = null;
-          gen++;
-          horizon = null;
-          horizonKnown = null;
-        }
-      };
-      return {
-        async next() {
-          while (!w.closed) {
-            const page = await replay();
-            if (page && page.length > 0) {
-              delivered = page[page.length - 1]!.seq;
-              return page;
-            }
-            if (page) continue;
-            if (w.behind) {
-              close();
-              throw new WatcherBehindError(w.maxBehind, delivered);
-            }
-            if (w.queue.length > 0) {
-              const batch = w.queue.splice(0, w.queue.length);
-              delivered = batch[batch.length - 1]!.seq;
-              return batch;
-            }
-            await new Promise<void>((r) => (w.wake = r));
-            w.wake = null;
-          }
-          if (closed) throw new FeedClosedError(delivered);
-          return null;
-        },
-        close,
-      };
-    },
-    notified() {
-      for (const w of watchers) {
-        if (w.background) continue;
-        pump();
-        return;
-      }
-    },
-    watchers: () => {
-      let n = 0;
-      for (const w of watchers) if (!w.background) n++;
-      return n;
-    },
-    close() {
-      closed = true;
-      if (backstop) clearInterval(backstop);
-      for (const w of watchers) {
-        w.closed = true;
-        w.wake?.();
-      }
-      watchers.clear();
-    },
-  };
+export function createEventFeed(sql: Sql, logger: Logger): EventFeed {
+  return new ReplicaEventFeed(sql, logger);
 }

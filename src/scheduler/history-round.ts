@@ -64,6 +64,12 @@ interface Dirty {
   sweepFrom: Map<string, bigint>;
 }
 
+/** A partition has nothing more to do this pass. */
+function done(d: Dirty, name: string): void {
+  d.names.delete(name);
+  d.sweepFrom.delete(name);
+}
+
 /**
  * One round of the leader's upkeep of finished history, bounded (a thousand runs read, a few
  * thousand task instances removed, one partition dropped or a few thousand rows swept per table):
@@ -75,105 +81,23 @@ interface Dirty {
  * `fresh` (a new leader, which knows nothing of what the last one left half done) starts both
  * over.
  */
-export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => Promise<HistoryRound> {
-  const logger = o.logger.child({ component: 'history' });
-  let lastFullCheck = 0;
+export class HistoryUpkeep {
+  readonly #o: HistoryRoundOptions;
+  readonly #logger: HistoryRoundOptions['logger'];
+  #lastFullCheck = 0;
   /** Where the reading of runs goes on from, within one pass over the runs below the cutoff. */
-  let cursor = '0';
-  const dirty = new Map<string, Dirty>(HISTORY_TABLES.map((t) => [t.name, { names: new Set(), sweepFrom: new Map() }]));
+  #cursor = '0';
+  readonly #dirty = new Map<string, Dirty>(
+    HISTORY_TABLES.map((t) => [t.name, { names: new Set(), sweepFrom: new Map() }]),
+  );
 
-  const isolated = async <T>(what: string, ids: Record<string, unknown>, fn: () => Promise<T>): Promise<T | null> => {
-    try {
-      return await fn();
-    } catch (err) {
-      o.counters.error(err, { what, ...ids });
-      return null;
-    }
-  };
+  constructor(o: HistoryRoundOptions) {
+    this.#o = o;
+    this.#logger = o.logger.child({ component: 'history' });
+  }
 
-  /**
-   * Marks the partitions of `table` overlapping owner ids [lo, hi], and the default partition
-   * unless one range holds them all (it holds rows only of ids no range covered when they were
-   * written); without ids, every range, and the default partition too when `withFallback`.
-   */
-  const markDirty = (
-    table: HistoryTable,
-    parts: Partition[],
-    fallback: string | null,
-    ids: [bigint, bigint] | null,
-    withFallback = false,
-  ) => {
-    const d = dirty.get(table.name)!;
-    const overlaps = (p: Partition, lo: bigint, hi: bigint) =>
-      (p.from === null || p.from <= hi) && (p.to === null || lo < p.to);
-    const holds = (p: Partition, lo: bigint, hi: bigint) =>
-      (p.from === null || p.from <= lo) && (p.to === null || hi < p.to);
-    for (const p of parts) if (!ids || overlaps(p, ids[0], ids[1])) d.names.add(p.name);
-    if (fallback && (ids ? !parts.some((p) => holds(p, ids[0], ids[1])) : withFallback)) d.names.add(fallback);
-  };
-
-  /** Drops or sweeps one dirty partition of `table` (skipping those with nothing to do). */
-  const tendOne = async (table: HistoryTable, result: HistoryRound): Promise<void> => {
-    const d = dirty.get(table.name)!;
-    if (d.names.size === 0) return;
-    const parts = await listPartitions(o.sql, table);
-    const maxId = await maxOwnerId(o.sql, table);
-    const below = currentPartition(parts, maxId)?.from ?? maxId;
-    for (const name of [...d.names]) {
-      if (name === parts.fallback) {
-        // The default partition is never dropped: what it holds of removed runs is swept.
-        const swept = await sweepOrphans(o.sql, table, name, d.sweepFrom.get(name) ?? 0n, SWEEP_ROWS);
-        if (swept.deleted > 0) {
-          o.counters.rowsSwept(table.name, swept.deleted);
-          result.rowsSwept += swept.deleted;
-        }
-        if (swept.next === null) {
-          d.names.delete(name);
-          d.sweepFrom.delete(name);
-        } else d.sweepFrom.set(name, swept.next);
-        if (swept.deleted > 0 || swept.next !== null) return;
-        continue;
-      }
-      const p = parts.ranges.find((r) => r.name === name);
-      // Gone (dropped by another leader), or a partition new rows still go to: nothing to do.
-      if (!p || p.to === null || p.to > below) {
-        d.names.delete(name);
-        d.sweepFrom.delete(name);
-        continue;
-      }
-      if (await ownerRangeEmpty(o.sql, table, p)) {
-        if (await dropEmptyPartition(o.sql, table, p, DROP_LOCK_TIMEOUT_MS)) {
-          d.names.delete(name);
-          d.sweepFrom.delete(name);
-          o.counters.partitionDropped(table.name);
-          result.partitionsDropped++;
-          logger.info(
-            { table: table.name, partition: name, from: String(p.from), to: String(p.to) },
-            `dropped ${name}: no owner of its range is left`,
-          );
-        }
-        return;
-      }
-      if (await onlyUnfinishedOwnersLeft(o.sql, table, p)) {
-        const swept = await sweepOrphans(o.sql, table, name, d.sweepFrom.get(name) ?? p.from ?? 0n, SWEEP_ROWS);
-        if (swept.deleted > 0) {
-          o.counters.rowsSwept(table.name, swept.deleted);
-          result.rowsSwept += swept.deleted;
-        }
-        if (swept.next === null || (p.to !== null && swept.next >= p.to)) {
-          d.names.delete(name);
-          d.sweepFrom.delete(name);
-        } else d.sweepFrom.set(name, swept.next);
-        if (swept.deleted > 0) return;
-        continue;
-      }
-      // Finished runs of its range are still kept: their removal will mark it again.
-      d.names.delete(name);
-      d.sweepFrom.delete(name);
-    }
-  };
-
-  return async (fresh) => {
+  /** One round; `fresh` for a new leader (see the class). */
+  async round(fresh: boolean): Promise<HistoryRound> {
     const result: HistoryRound = {
       partitionsAdded: 0,
       runsRemoved: 0,
@@ -182,50 +106,50 @@ export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => 
       agentsForgotten: 0,
       more: false,
     };
-    const now = o.now();
-    if (fresh || now.getTime() - lastFullCheck >= FULL_CHECK_MS) {
+    const now = this.#o.now();
+    if (fresh || now.getTime() - this.#lastFullCheck >= FULL_CHECK_MS) {
       // Every range again (a probe or two each); the default partition, whose sweep reads all of
       // it, only for a new leader.
-      lastFullCheck = now.getTime();
-      cursor = '0';
+      this.#lastFullCheck = now.getTime();
+      this.#cursor = '0';
       for (const t of HISTORY_TABLES) {
-        await isolated('list partitions', { table: t.name }, async () => {
-          const parts = await listPartitions(o.sql, t);
-          markDirty(t, parts.ranges, parts.fallback, null, fresh);
+        await this.#isolated('list partitions', { table: t.name }, async () => {
+          const parts = await listPartitions(this.#o.sql, t);
+          this.#markDirty(t, parts.ranges, parts.fallback, null, fresh);
         });
       }
     }
     for (const t of HISTORY_TABLES) {
-      const added = await isolated('add partition', { table: t.name }, () =>
-        addPartitionAhead(o.sql, t, now, o.retentionMs),
+      const added = await this.#isolated('add partition', { table: t.name }, () =>
+        addPartitionAhead(this.#o.sql, t, now, this.#o.retentionMs),
       );
       if (added) {
         result.partitionsAdded++;
-        o.counters.partitionAdded(t.name);
-        logger.info(
+        this.#o.counters.partitionAdded(t.name);
+        this.#logger.info(
           { table: t.name, partition: added.name, from: String(added.from), to: String(added.to) },
           `added partition ${added.name}`,
         );
       }
     }
-    if (o.retentionMs !== null) {
-      const cutoff = new Date(now.getTime() - o.retentionMs);
-      await isolated('remove expired runs', { cutoff: cutoff.toISOString() }, async () => {
-        const page = await pageOfFinishedRuns(o.sql, {
+    if (this.#o.retentionMs !== null) {
+      const cutoff = new Date(now.getTime() - this.#o.retentionMs);
+      await this.#isolated('remove expired runs', { cutoff: cutoff.toISOString() }, async () => {
+        const page = await pageOfFinishedRuns(this.#o.sql, {
           endedBefore: cutoff,
-          after: cursor,
+          after: this.#cursor,
           scan: SCAN_RUNS,
           maxTis: MAX_TIS_PER_ROUND,
         });
-        cursor = page.next ?? '0';
+        this.#cursor = page.next ?? '0';
         if (page.next !== null) result.more = true;
         if (page.ids.length === 0) return;
-        const removed = await removeExpiredRuns(o.sql, page.ids, cutoff);
+        const removed = await removeExpiredRuns(this.#o.sql, page.ids, cutoff);
         if (removed.runs === 0) return;
         result.runsRemoved += removed.runs;
         result.more = true;
-        o.counters.runsRemoved(removed.runs, removed.taskInstances);
-        logger.debug(
+        this.#o.counters.runsRemoved(removed.runs, removed.taskInstances);
+        this.#logger.debug(
           { runs: removed.runs, taskInstances: removed.taskInstances, cutoff },
           'removed finished runs past their retention',
         );
@@ -234,28 +158,28 @@ export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => 
           [TASK_LOGS, removed.tiIds],
         ] as const) {
           if (!ids) continue;
-          const parts = await listPartitions(o.sql, t);
-          markDirty(t, parts.ranges, parts.fallback, ids);
+          const parts = await listPartitions(this.#o.sql, t);
+          this.#markDirty(t, parts.ranges, parts.fallback, ids);
         }
       });
     }
     for (const t of HISTORY_TABLES) {
-      await isolated('tend partitions', { table: t.name }, () => tendOne(t, result));
-      if (dirty.get(t.name)!.names.size > 0) result.more = true;
+      await this.#isolated('tend partitions', { table: t.name }, () => this.#tendOne(t, result));
+      if (this.#dirty.get(t.name)!.names.size > 0) result.more = true;
     }
-    if (o.agentRetentionMs !== null) {
-      const seenBefore = new Date(now.getTime() - o.agentRetentionMs);
-      await isolated('forget gone agents', { seenBefore: seenBefore.toISOString() }, async () => {
-        const ids = await forgetGoneAgents(o.sql, {
+    if (this.#o.agentRetentionMs !== null) {
+      const seenBefore = new Date(now.getTime() - this.#o.agentRetentionMs);
+      await this.#isolated('forget gone agents', { seenBefore: seenBefore.toISOString() }, async () => {
+        const ids = await forgetGoneAgents(this.#o.sql, {
           seenBefore,
-          liveMs: o.agentLiveMs,
+          liveMs: this.#o.agentLiveMs,
           limit: FORGET_AGENTS_PER_ROUND,
         });
         if (ids.length === 0) return;
         result.agentsForgotten = ids.length;
         if (ids.length === FORGET_AGENTS_PER_ROUND) result.more = true;
-        o.counters.agentsForgotten(ids.length);
-        logger.info(
+        this.#o.counters.agentsForgotten(ids.length);
+        this.#logger.info(
           { agents: ids.length, agentIds: ids.slice(0, 10), seenBefore },
           `forgot ${ids.length} agent${ids.length === 1 ? '' : 's'} gone longer than the agent retention (last seen before ${seenBefore.toISOString()})`,
         );
@@ -263,5 +187,96 @@ export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => 
     }
     if (result.partitionsDropped > 0 || result.rowsSwept > 0) result.more = true;
     return result;
-  };
+  }
+
+  async #isolated<T>(what: string, ids: Record<string, unknown>, fn: () => Promise<T>): Promise<T | null> {
+    try {
+      return await fn();
+    } catch (err) {
+      this.#o.counters.error(err, { what, ...ids });
+      return null;
+    }
+  }
+
+  /**
+   * Marks the partitions of `table` overlapping owner ids [lo, hi], and the default partition
+   * unless one range holds them all (it holds rows only of ids no range covered when they were
+   * written); without ids, every range, and the default partition too when `withFallback`.
+   */
+  #markDirty(
+    table: HistoryTable,
+    parts: Partition[],
+    fallback: string | null,
+    ids: [bigint, bigint] | null,
+    withFallback = false,
+  ): void {
+    const d = this.#dirty.get(table.name)!;
+    const overlaps = (p: Partition, lo: bigint, hi: bigint) =>
+      (p.from === null || p.from <= hi) && (p.to === null || lo < p.to);
+    const holds = (p: Partition, lo: bigint, hi: bigint) =>
+      (p.from === null || p.from <= lo) && (p.to === null || hi < p.to);
+    for (const p of parts) if (!ids || overlaps(p, ids[0], ids[1])) d.names.add(p.name);
+    if (fallback && (ids ? !parts.some((p) => holds(p, ids[0], ids[1])) : withFallback)) d.names.add(fallback);
+  }
+
+  /** Drops or sweeps one dirty partition of `table` (skipping those with nothing to do). */
+  async #tendOne(table: HistoryTable, result: HistoryRound): Promise<void> {
+    const d = this.#dirty.get(table.name)!;
+    if (d.names.size === 0) return;
+    const parts = await listPartitions(this.#o.sql, table);
+    const maxId = await maxOwnerId(this.#o.sql, table);
+    const below = currentPartition(parts, maxId)?.from ?? maxId;
+    for (const name of [...d.names]) {
+      if (name === parts.fallback) {
+        // The default partition is never dropped: what it holds of removed runs is swept.
+        const swept = await sweepOrphans(this.#o.sql, table, name, d.sweepFrom.get(name) ?? 0n, SWEEP_ROWS);
+        if (swept.deleted > 0) {
+          this.#o.counters.rowsSwept(table.name, swept.deleted);
+          result.rowsSwept += swept.deleted;
+        }
+        if (swept.next === null) {
+          done(d, name);
+        } else d.sweepFrom.set(name, swept.next);
+        if (swept.deleted > 0 || swept.next !== null) return;
+        continue;
+      }
+      const p = parts.ranges.find((r) => r.name === name);
+      // Gone (dropped by another leader), or a partition new rows still go to: nothing to do.
+      if (!p || p.to === null || p.to > below) {
+        done(d, name);
+        continue;
+      }
+      if (await ownerRangeEmpty(this.#o.sql, table, p)) {
+        if (await dropEmptyPartition(this.#o.sql, table, p, DROP_LOCK_TIMEOUT_MS)) {
+          done(d, name);
+          this.#o.counters.partitionDropped(table.name);
+          result.partitionsDropped++;
+          this.#logger.info(
+            { table: table.name, partition: name, from: String(p.from), to: String(p.to) },
+            `dropped ${name}: no owner of its range is left`,
+          );
+        }
+        return;
+      }
+      if (await onlyUnfinishedOwnersLeft(this.#o.sql, table, p)) {
+        const swept = await sweepOrphans(this.#o.sql, table, name, d.sweepFrom.get(name) ?? p.from ?? 0n, SWEEP_ROWS);
+        if (swept.deleted > 0) {
+          this.#o.counters.rowsSwept(table.name, swept.deleted);
+          result.rowsSwept += swept.deleted;
+        }
+        if (swept.next === null || (p.to !== null && swept.next >= p.to)) {
+          done(d, name);
+        } else d.sweepFrom.set(name, swept.next);
+        if (swept.deleted > 0) return;
+        continue;
+      }
+      // Finished runs of its range are still kept: their removal will mark it again.
+      done(d, name);
+    }
+  }
+}
+
+export function createHistoryRound(o: HistoryRoundOptions): (fresh: boolean) => Promise<HistoryRound> {
+  const upkeep = new HistoryUpkeep(o);
+  return (fresh) => upkeep.round(fresh);
 }

@@ -12,7 +12,7 @@ import { createNudger, type Nudge } from './nudger.js';
 import { registerPlanBehindEnds } from './plan-ahead.js';
 import { PlannerMemory } from './planner-memory.js';
 import { offerRefusedAsRoomFrees, RoomWaiters } from './room-waiters.js';
-import { createSchedulerLoop, fullStepLateMs } from './scheduler-loop.js';
+import { createSchedulerLoop, fullStepLateMs, type SchedulerLoop } from './scheduler-loop.js';
 import { step } from './step.js';
 
 /** At most this many active runs are planned per step. */
@@ -85,137 +85,164 @@ export interface Scheduler {
  * phases, the leader election that lets it step, and the nudges that wake it. Every replica has
  * one; only the leader steps.
  */
-export function createScheduler(o: SchedulerOptions): Scheduler {
-  const logger = o.logger.child({ component: 'scheduler' });
-  const memory = new PlannerMemory(MAX_RUNS_PER_STEP);
-  const roomWaiters = new RoomWaiters();
-  let isLeader = false;
-  let stopping = false;
-  const electedWaiters = new Set<() => void>();
-  const canceller = createCanceller({ sql: o.sql, logger, dispatcher: o.dispatcher });
-  const ctx = {
-    sql: o.sql,
-    logger,
-    now: () => new Date(),
-    dispatcher: o.dispatcher,
-    defaultExecutor: o.defaultExecutor,
-    counters: o.counters,
-    maxRunsPerStep: MAX_RUNS_PER_STEP,
-    sweepRunsPerStep: SWEEP_RUNS_PER_STEP,
-    sweep: { cursor: '0' },
-    memory,
-    heldBackDags: new Set<string>(),
-    roomWaiters,
-    runOrphanThresholdMs: o.runOrphanThresholdMs,
-    heartbeatThresholdMs: o.heartbeatThresholdMs,
-    timeoutGraceMs: o.timeoutGraceMs,
-    cancel: canceller.cancel,
-    health: { healthySince: new Date() },
-    wakeAt: (at: Date) => loop.wakeAt(at),
-    nudge: (runIds: string[]) => loop.nudge(runIds),
-  };
-  // On the leader, the plans ahead of the ends the batcher writes and the reads of their runs,
-  // for the step that follows, go in the same round trip as the ends' write.
-  registerPlanBehindEnds(o.endsSent, ctx, { leading: () => isLeader, stopping: () => stopping });
-  const refusedWork = offerRefusedAsRoomFrees(roomWaiters, o.dispatcher, (runIds) => loop.nudge(runIds));
-  const loop = createSchedulerLoop({
-    tickMs: o.tickMs,
-    logger,
-    step: (kind, target) => refusedWork.around(() => step(ctx, kind, target)),
-    canStep: () => isLeader,
-    onStepDone: (seconds) => o.observe.stepped(seconds),
-  });
-  // Beside the loop, not in it: removing history (and forgetting agents) must never lengthen a step.
-  const history = createHistoryKeeper({
-    round: createHistoryRound({
+export class ReplicaScheduler implements Scheduler {
+  readonly nudge: Nudge;
+  readonly cancel: Cancel;
+  readonly leader: LeaderElector;
+  readonly #o: SchedulerOptions;
+  readonly #memory = new PlannerMemory(MAX_RUNS_PER_STEP);
+  readonly #canceller: ReturnType<typeof createCanceller>;
+  readonly #loop: SchedulerLoop;
+  readonly #history: ReturnType<typeof createHistoryKeeper>;
+  #isLeader = false;
+  #stopping = false;
+  readonly #electedWaiters = new Set<() => void>();
+
+  constructor(o: SchedulerOptions) {
+    this.#o = o;
+    const logger = o.logger.child({ component: 'scheduler' });
+    const memory = this.#memory;
+    const roomWaiters = new RoomWaiters();
+    this.#canceller = createCanceller({ sql: o.sql, logger, dispatcher: o.dispatcher });
+    this.cancel = this.#canceller.cancel;
+    const ctx = {
       sql: o.sql,
       logger,
-      retentionMs: o.retentionMs,
-      agentRetentionMs: o.agentRetentionMs,
-      agentLiveMs: o.agentLiveMs,
       now: () => new Date(),
-      counters: o.historyCounters,
-    }),
-    leading: () => isLeader && !stopping,
-    failed: (err) => o.historyCounters.error(err, { what: 'round' }),
-  });
-  const nudge = createNudger({
-    sql: o.sql,
-    logger,
-    isLeader: () => isLeader,
-    step: (runIds) => loop.nudge(runIds),
-    changed: (runIds) => memory.changed(runIds),
-  });
-  const leader = createLeaderElector({
-    databaseUrl: o.databaseUrl,
-    replicaId: o.replicaId,
-    logger,
-    watchdogMs: o.leaderWatchdogMs,
-    retryMs: 1000,
-    stepReport: () => {
-      const at = loop.progress().lastFullAt;
-      return at === null ? null : { lastFullStepAt: at, lateMs: fullStepLateMs(at, o.tickMs) };
-    },
-    onElected: () => {
-      // A replica that did not lead did not step, so it saw no failing phase even if Postgres
-      // was down the whole time (a lost lock session is usually that): heartbeats may not have
-      // been writable either. Give them a full threshold to catch up before reaping.
-      ctx.health.healthySince = new Date();
-      isLeader = true;
-      o.observe.leading(true);
-      for (const w of electedWaiters) w();
-      loop.nudge();
-    },
-    onDeposed: () => {
-      isLeader = false;
-      memory.clear();
-      refusedWork.clear();
-      o.dispatcher.forgetParked();
-      o.observe.leading(false);
-    },
-  });
-
-  return {
-    nudge,
-    nudgeQueued: (atLeast) => {
-      // Only the leader places work, so only the leader is asked for more.
-      if (isLeader) loop.nudgeQueued(atLeast);
-    },
-    runCreated: (read) => {
-      if (!isLeader) return nudge([read.run.id]);
-      memory.keepRead(read);
-      loop.nudge([read.run.id]);
-    },
-    notified: (runIds) => {
-      memory.changed(runIds);
-      loop.nudge(runIds);
-    },
-    cancel: canceller.cancel,
-    cancelNotified: (payload) => canceller.notified(payload),
-    leader,
-    leadership: (timeoutMs) =>
-      new Promise<boolean>((resolve) => {
-        if (isLeader) return resolve(true);
-        const done = (yes: boolean) => {
-          clearTimeout(timer);
-          electedWaiters.delete(elected);
-          resolve(yes);
-        };
-        const elected = () => done(true);
-        const timer = setTimeout(() => done(false), timeoutMs);
-        electedWaiters.add(elected);
+      dispatcher: o.dispatcher,
+      defaultExecutor: o.defaultExecutor,
+      counters: o.counters,
+      maxRunsPerStep: MAX_RUNS_PER_STEP,
+      sweepRunsPerStep: SWEEP_RUNS_PER_STEP,
+      sweep: { cursor: '0' },
+      memory,
+      heldBackDags: new Set<string>(),
+      roomWaiters,
+      runOrphanThresholdMs: o.runOrphanThresholdMs,
+      heartbeatThresholdMs: o.heartbeatThresholdMs,
+      timeoutGraceMs: o.timeoutGraceMs,
+      cancel: this.cancel,
+      health: { healthySince: new Date() },
+      wakeAt: (at: Date) => this.#loop.wakeAt(at),
+      nudge: (runIds: string[]) => this.#loop.nudge(runIds),
+    };
+    // On the leader, the plans ahead of the ends the batcher writes and the reads of their runs,
+    // for the step that follows, go in the same round trip as the ends' write.
+    registerPlanBehindEnds(o.endsSent, ctx, { leading: () => this.#isLeader, stopping: () => this.#stopping });
+    const refusedWork = offerRefusedAsRoomFrees(roomWaiters, o.dispatcher, (runIds) => this.#loop.nudge(runIds));
+    this.#loop = createSchedulerLoop({
+      tickMs: o.tickMs,
+      logger,
+      step: (kind, target) => refusedWork.around(() => step(ctx, kind, target)),
+      canStep: () => this.#isLeader,
+      onStepDone: (seconds) => o.observe.stepped(seconds),
+    });
+    // Beside the loop, not in it: removing history (and forgetting agents) must never lengthen a step.
+    this.#history = createHistoryKeeper({
+      round: createHistoryRound({
+        sql: o.sql,
+        logger,
+        retentionMs: o.retentionMs,
+        agentRetentionMs: o.agentRetentionMs,
+        agentLiveMs: o.agentLiveMs,
+        now: () => new Date(),
+        counters: o.historyCounters,
       }),
-    loopProgress: () => loop.progress(),
-    start: () => {
-      loop.start();
-      history.start();
-      if (o.campaigns) leader.start();
-    },
-    stop: async () => {
-      // Planning ahead is stepping: a replica that is stopping plans nothing new.
-      stopping = true;
-      await Promise.all([loop.stop(), history.stop()]);
-    },
-    resign: () => leader.stop(),
-  };
+      leading: () => this.#isLeader && !this.#stopping,
+      failed: (err) => o.historyCounters.error(err, { what: 'round' }),
+    });
+    this.nudge = createNudger({
+      sql: o.sql,
+      logger,
+      isLeader: () => this.#isLeader,
+      step: (runIds) => this.#loop.nudge(runIds),
+      changed: (runIds) => memory.changed(runIds),
+    });
+    this.leader = createLeaderElector({
+      databaseUrl: o.databaseUrl,
+      replicaId: o.replicaId,
+      logger,
+      watchdogMs: o.leaderWatchdogMs,
+      retryMs: 1000,
+      stepReport: () => {
+        const at = this.#loop.progress().lastFullAt;
+        return at === null ? null : { lastFullStepAt: at, lateMs: fullStepLateMs(at, o.tickMs) };
+      },
+      onElected: () => {
+        // A replica that did not lead did not step, so it saw no failing phase even if Postgres
+        // was down the whole time (a lost lock session is usually that): heartbeats may not have
+        // been writable either. Give them a full threshold to catch up before reaping.
+        ctx.health.healthySince = new Date();
+        this.#isLeader = true;
+        o.observe.leading(true);
+        for (const w of this.#electedWaiters) w();
+        this.#loop.nudge();
+      },
+      onDeposed: () => {
+        this.#isLeader = false;
+        memory.clear();
+        refusedWork.clear();
+        o.dispatcher.forgetParked();
+        o.observe.leading(false);
+      },
+    });
+  }
+
+  nudgeQueued(atLeast: number): void {
+    // Only the leader places work, so only the leader is asked for more.
+    if (this.#isLeader) this.#loop.nudgeQueued(atLeast);
+  }
+
+  runCreated(read: RunRead): void {
+    if (!this.#isLeader) return this.nudge([read.run.id]);
+    this.#memory.keepRead(read);
+    this.#loop.nudge([read.run.id]);
+  }
+
+  notified(runIds?: string[]): void {
+    this.#memory.changed(runIds);
+    this.#loop.nudge(runIds);
+  }
+
+  cancelNotified(payload: string): void {
+    this.#canceller.notified(payload);
+  }
+
+  leadership(timeoutMs: number): Promise<boolean> {
+    return new Promise<boolean>((resolve) => {
+      if (this.#isLeader) return resolve(true);
+      const done = (yes: boolean) => {
+        clearTimeout(timer);
+        this.#electedWaiters.delete(elected);
+        resolve(yes);
+      };
+      const elected = () => done(true);
+      const timer = setTimeout(() => done(false), timeoutMs);
+      this.#electedWaiters.add(elected);
+    });
+  }
+
+  loopProgress(): { at: number; stepSince: number | null; lastFullAt: number | null } {
+    return this.#loop.progress();
+  }
+
+  start(): void {
+    this.#loop.start();
+    this.#history.start();
+    if (this.#o.campaigns) this.leader.start();
+  }
+
+  async stop(): Promise<void> {
+    // Planning ahead is stepping: a replica that is stopping plans nothing new.
+    this.#stopping = true;
+    await Promise.all([this.#loop.stop(), this.#history.stop()]);
+  }
+
+  resign(): Promise<void> {
+    return this.leader.stop();
+  }
+}
+
+export function createScheduler(o: SchedulerOptions): Scheduler {
+  return new ReplicaScheduler(o);
 }

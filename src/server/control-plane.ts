@@ -437,7 +437,7 @@ export async function startControlPlane(
         },
         `Leoflow ${config.edition} ready on ${config.tls ? 'https' : 'http'}://${host}:${port} (role ${config.role})`,
       );
-    ready = { plane, leadership: sched.leadership, announce };
+    ready = { plane, leadership: (timeoutMs: number) => sched.leadership(timeoutMs), announce };
   } catch (err) {
     for (const c of cleanups) await c().catch(() => {});
     // A failed start leaves an embedded Postgres it adopted as it found it.

@@ -1,10 +1,9 @@
 import type { Attempt } from '../../core/attempt.js';
-import { attemptOf } from '../../core/attempt-env.js';
 import type { TaskSpec } from '../../core/dag-spec.js';
 import { ACTIVE_TI_STATES } from '../../core/states.js';
 import { inlineLiterals } from '../inline-literals.js';
-import { runTraceOf } from '../runs.js';
 import type { Sql } from '../sql.js';
+import { attemptOfRow, type AttemptRow } from './attempt-of-row.js';
 
 /**
  * Every attempt of one executor still queued or running, rebuilt from the database: what a new
@@ -12,24 +11,7 @@ import type { Sql } from '../sql.js';
  * own task's spec, not its DAG's whole version.
  */
 export async function activeAttemptsOf(sql: Sql, executor: string): Promise<{ attempt: Attempt; running: boolean }[]> {
-  const rows = await sql<
-    {
-      id: string;
-      run_id: string;
-      task_id: string;
-      state: string;
-      try_number: number;
-      max_tries: number;
-      attempt_token: string;
-      dispatch_key: string;
-      dag_id: string;
-      task: TaskSpec | null;
-      conf: Record<string, unknown>;
-      logical_date: Date;
-      traceparent: string | null;
-      tracestate: string | null;
-    }[]
-  >`
+  const rows = await sql<(AttemptRow & { state: string; task: TaskSpec | null })[]>`
     select t.id, t.run_id, t.task_id, t.state, t.try_number, t.max_tries, t.attempt_token, t.dispatch_key,
            r.dag_id, r.conf, r.logical_date, r.traceparent, r.tracestate,
            (select x from jsonb_array_elements(v.spec->'tasks') x where x->>'id' = t.task_id) as task
@@ -40,25 +22,7 @@ export async function activeAttemptsOf(sql: Sql, executor: string): Promise<{ at
   for (const row of rows) {
     const task = row.task;
     if (!task) continue;
-    const attempt = attemptOf(
-      {
-        tiId: row.id,
-        runId: row.run_id,
-        dagId: row.dag_id,
-        taskId: row.task_id,
-        task,
-        conf: row.conf,
-        logicalDate: row.logical_date,
-        runTrace: runTraceOf(row),
-      },
-      {
-        tryNumber: row.try_number,
-        maxTries: row.max_tries,
-        attemptToken: row.attempt_token,
-        dispatchKey: row.dispatch_key,
-      },
-    );
-    out.push({ attempt, running: row.state !== 'queued' });
+    out.push({ attempt: attemptOfRow(row, task), running: row.state !== 'queued' });
   }
   return out;
 }

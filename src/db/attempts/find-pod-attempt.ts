@@ -1,14 +1,8 @@
+import type { PodIdentity } from '../../core/pod-identity.js';
 import type { Sql } from '../sql.js';
 
 /** What names a live attempt of the kubernetes executor's: enough to recompute its pod's name. */
-export interface PodAttemptIdentity {
-  dagId: string;
-  runId: string;
-  taskId: string;
-  tiId: string;
-  tryNumber: number;
-  attemptToken: string;
-}
+export type PodAttemptIdentity = PodIdentity;
 
 /**
  * The live kubernetes attempt holding this token, or null: a pod's agent proves with it that it

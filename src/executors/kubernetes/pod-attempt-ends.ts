@@ -24,6 +24,12 @@ export interface PodAttemptEndsOptions {
   requestTimeoutMs: number;
 }
 
+/** The ids a warning about an attempt's pod carries. */
+function logFields(p: PodAttempt, error: string) {
+  const a = p.attempt;
+  return { tiId: a.tiId, runId: a.runId, taskId: a.taskId, try: a.tryNumber, pod: p.name, error };
+}
+
 export class PodAttemptEnds {
   readonly #o: PodAttemptEndsOptions;
 
@@ -35,17 +41,7 @@ export class PodAttemptEnds {
   async fail(p: PodAttempt, error: string, deleteGraceS?: number): Promise<void> {
     if (p.over) return;
     p.over = true;
-    this.#o.log.warn(
-      {
-        tiId: p.attempt.tiId,
-        runId: p.attempt.runId,
-        taskId: p.attempt.taskId,
-        try: p.attempt.tryNumber,
-        pod: p.name,
-        error,
-      },
-      `task ${p.attempt.taskId}: ${error}`,
-    );
+    this.#o.log.warn(logFields(p, error), `task ${p.attempt.taskId}: ${error}`);
     if (deleteGraceS !== undefined) await this.deletePod(p.namespace, p.name, deleteGraceS);
     this.#o.live.untrack(p);
     try {
@@ -63,17 +59,7 @@ export class PodAttemptEnds {
     if (o.withLogTail) error = await this.#withLogTail(p, error);
     try {
       if (await this.#o.store.lost(p.attempt, error, o.free === true)) {
-        this.#o.log.warn(
-          {
-            tiId: p.attempt.tiId,
-            runId: p.attempt.runId,
-            taskId: p.attempt.taskId,
-            try: p.attempt.tryNumber,
-            pod: p.name,
-            error,
-          },
-          `task ${p.attempt.taskId} lost: ${error}`,
-        );
+        this.#o.log.warn(logFields(p, error), `task ${p.attempt.taskId} lost: ${error}`);
       }
     } catch (err) {
       this.#o.log.error({ err, tiId: p.attempt.tiId }, 'could not end a lost attempt (the heartbeat reaper will)');

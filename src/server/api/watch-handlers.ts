@@ -1,4 +1,4 @@
-import type { ServiceImpl } from '@connectrpc/connect';
+import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
 import type { WorkflowService } from '../../gen/leoflow/v1/workflow_pb.js';
 import type { WorkflowDeps } from './workflow-deps.js';
 import { isTerminalRun, isTerminalTi } from '../../core/states.js';
@@ -20,6 +20,9 @@ export function watchHandlers(
   deps: WorkflowDeps,
 ): Pick<ServiceImpl<typeof WorkflowService>, 'tailLogs' | 'watchRun' | 'watchRuns'> {
   const { sql } = deps;
+  /** The feed's events of one run or DAG (or all), batch by batch, bounded by the server's buffer. */
+  const eventBatches = (filter: { runId?: string; dagId?: string; afterSeq: bigint }, context: HandlerContext) =>
+    watchBatches(deps.events, { ...filter, maxBehind: deps.watchBufferEvents }, context, deps.logger);
   return {
     async *tailLogs(req, context) {
       const runId = parseId('run_id', req.runId);
@@ -65,12 +68,7 @@ export function watchHandlers(
         if (last !== null && last <= afterSeq) return;
       }
       let ended = false;
-      for await (const batch of watchBatches(
-        deps.events,
-        { runId, afterSeq, maxBehind: deps.watchBufferEvents },
-        context,
-        deps.logger,
-      )) {
+      for await (const batch of eventBatches({ runId, afterSeq }, context)) {
         yield { events: batch.map(eventToProto) };
         ended ||= batch.some((e) => e.kind === 'run.state' && isTerminalRun(String(e.payload.to) as never));
         if (!req.follow && ended) return;
@@ -81,14 +79,7 @@ export function watchHandlers(
       const dagId = req.dagId || undefined;
       const afterSeq = seqOf(req.afterSeq);
       if (dagId !== undefined && !(await dagExists(sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
-      for await (const batch of watchBatches(
-        deps.events,
-        { dagId, afterSeq, maxBehind: deps.watchBufferEvents },
-        context,
-        deps.logger,
-      )) {
-        yield { events: batch.map(eventToProto) };
-      }
+      for await (const batch of eventBatches({ dagId, afterSeq }, context)) yield { events: batch.map(eventToProto) };
     },
   };
 }

@@ -198,6 +198,10 @@ export function createMetrics(opts: { role?: string } = {}) {
         if (c) fill(this, c);
       },
     });
+  /** Fills a gauge with one figure of each executor's waiting work. */
+  const byExecutor = (figure: 'count' | 'oldestS') => (g: Gauge, c: ClusterGauges) => {
+    for (const w of c.waiting) g.set({ executor: w.executor }, w[figure]);
+  };
   const cluster = {
     runs: clusterGauge(
       'leoflow_runs',
@@ -212,17 +216,13 @@ export function createMetrics(opts: { role?: string } = {}) {
       'leoflow_task_instances_waiting',
       'Task instances ready to run and not running yet (scheduled, claimed and not started, or a retry that is due), by executor; reported by the leader only',
       ['executor'],
-      (g, c) => {
-        for (const w of c.waiting) g.set({ executor: w.executor }, w.count);
-      },
+      byExecutor('count'),
     ),
     oldestWait: clusterGauge(
       'leoflow_task_oldest_wait_seconds',
       'How long the longest-waiting task instance of each executor has been ready without running; reported by the leader only',
       ['executor'],
-      (g, c) => {
-        for (const w of c.waiting) g.set({ executor: w.executor }, w.oldestS);
-      },
+      byExecutor('oldestS'),
     ),
   };
   const more = {
