@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { cli, startAgent, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { replicasForFile } from '../helpers/server-fixture.js';
+import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
 
 /**
  * Issue 38: revoking a token ends the streams it let in, within a second, on every replica: a
@@ -115,8 +116,12 @@ describe('a revoked or expired token', () => {
     const a = servers[0]!;
     const admin = createClients(a.url, null, ADMIN);
     const made = await admin.tokens.createToken({ name: 'two-watches', role: 'viewer' });
+    const before = metricSum(await scrapeMetrics(a.metricsUrl), 'leoflow_watchers_connected');
     const watches = [1, 2].map(() => readToEnd(createClients(a.url, null, made.secret).workflow.watchRuns({})));
-    await new Promise((r) => setTimeout(r, 300)); // both are open
+    await waitFor(
+      'both watches open',
+      async () => metricSum(await scrapeMetrics(a.metricsUrl), 'leoflow_watchers_connected') >= before + 2,
+    );
     const r = await cli(a.url, ['token', 'revoke', made.token!.id], { env: { LEOFLOW_TOKEN: ADMIN } });
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toBe(
