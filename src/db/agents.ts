@@ -43,8 +43,11 @@ export async function connectAgent(
   },
 ): Promise<{ draining: boolean } | null> {
   const [row] = await sql<{ draining: boolean }[]>`
-    insert into agents (agent_id, labels, capabilities, slots, connected_replica, session_id, last_seen_at, connected_at, protocol_version, draining, incarnation_id, token_id)
-    values (${a.agentId}, ${sql.json(a.labels)}, ${sql.json(a.capabilities)}, ${a.slots}, ${a.replicaId}, ${a.sessionId}, now(), now(), ${a.protocolVersion}, ${a.oneShot ?? false}, ${a.incarnationId}, ${a.tokenId ?? null})
+    insert into agents (agent_id, labels, capabilities, slots, connected_replica, session_id, last_seen_at,
+                        connected_at, protocol_version, draining, incarnation_id, token_id)
+    values (${a.agentId}, ${sql.json(a.labels)}, ${sql.json(a.capabilities)}, ${a.slots}, ${a.replicaId},
+            ${a.sessionId}, now(), now(), ${a.protocolVersion}, ${a.oneShot ?? false}, ${a.incarnationId},
+            ${a.tokenId ?? null})
     on conflict (agent_id) do update set labels = excluded.labels, capabilities = excluded.capabilities,
       draining = agents.draining or excluded.draining,
       slots = excluded.slots, connected_replica = excluded.connected_replica, session_id = excluded.session_id,
