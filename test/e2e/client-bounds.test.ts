@@ -183,6 +183,9 @@ describe('--max-token-agents', () => {
     const fleetToken = await mint('fleet-*');
     const otherToken = await mint('other-*');
     const client = createClient(AgentService, createGrpcTransport({ baseUrl: s.url }));
+    // One process per agent id: saying Hello again as it, before its last stream is seen gone, is a
+    // reconnect of the same process, not a duplicate id (ALREADY_EXISTS).
+    const incarnations = new Map<string, string>();
     /** Says Hello as `agentId`; resolves with how the stream answered (null: welcomed), then hangs up. */
     const hello = async (agentId: string, token: string): Promise<ConnectError | null> => {
       const ctl = new AbortController();
@@ -194,7 +197,7 @@ describe('--max-token-agents', () => {
               protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
               agentId,
               slots: 1,
-              incarnationId: randomUUID(),
+              incarnationId: incarnations.get(agentId) ?? incarnations.set(agentId, randomUUID()).get(agentId)!,
               token,
             },
           },
