@@ -610,6 +610,36 @@ describe('report batcher', () => {
     expect(c.count()).toBe(2);
     await reports.drain();
   });
+
+  it('records a start at the time it was reported, however long its batch waited behind the one before', async () => {
+    // Seen failing before the fix: started_at was the late statement's now(), so a 5 s task whose
+    // start waited behind a busy batch was recorded as 4.9 s (test/fault/long-task.test.ts in CI).
+    const { attempts } = await claimed(4);
+    const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
+    const held = await db.sql.reserve();
+    await held`begin`;
+    await held`select 1 from task_instances where id = ${attempts[0]!.tiId} for update`;
+    const first = reports.started(attempts[0]!, { pid: 1, agentId: 'agent-1' }); // waits for the row lock
+    await new Promise((r) => setTimeout(r, 50));
+    const reportedAt = Date.now();
+    const later = reports.started(attempts[1]!, { pid: 2, agentId: 'agent-1' });
+    const laterEnd = reports.finished(attempts[1]!, { outcome: 'success', exitCode: 0, signal: null, error: null });
+    const alone = reports.started(attempts[2]!, { pid: 3, agentId: 'agent-1' });
+    await new Promise((r) => setTimeout(r, 600));
+    await held`commit`;
+    held.release();
+    expect(await Promise.all([first, later, alone])).toEqual([true, true, true]);
+    expect((await laterEnd).verdict).toBe('success');
+    const rows = await db.sql<{ id: string; started_ms: number; ended_ms: number | null }[]>`
+      select id, extract(epoch from started_at)::float8 * 1000 as started_ms,
+        extract(epoch from ended_at)::float8 * 1000 as ended_ms
+      from task_instances where id in ${db.sql([attempts[1]!.tiId, attempts[2]!.tiId])}`;
+    for (const r of rows) expect(Math.abs(r.started_ms - reportedAt)).toBeLessThan(100);
+    // Started and Finished written together: the start is its report's time, never after the end.
+    const both = rows.find((r) => r.id === attempts[1]!.tiId)!;
+    expect(both.started_ms).toBeLessThanOrEqual(both.ended_ms!);
+    await reports.drain();
+  });
 });
 
 describe('a batch poisoned by one member', () => {

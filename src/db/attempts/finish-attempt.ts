@@ -2,7 +2,7 @@ import type { AttemptResult } from '../../core/attempt.js';
 import { ATTEMPT_END_FROM, legalTiFrom } from '../../core/states.js';
 import { EVENT_KIND, eventKind, insertEvents, tiEvents } from '../events/record-events.js';
 import type { Fragment, Sql } from '../sql.js';
-import { START_FROM, startEvent } from './start-attempt.js';
+import { START_FROM, startedAt, startEvent } from './start-attempt.js';
 
 const START_OR_END_FROM = [...new Set([...START_FROM, ...ATTEMPT_END_FROM])];
 
@@ -110,8 +110,12 @@ export function finishAttempts(sql: Sql, ends: End[]) {
  * sent again after a reconnect) is only ended. Fenced like the two it stands for; resolves the
  * rows ended, and an attempt missing from them was superseded (neither report applies).
  */
-export function startAndFinishAttempts(sql: Sql, reports: (End & { pid: number | null; agentId: string | null })[]) {
-  const extra = sql`, ${reports.map((o) => o.pid) as number[]}::int[], ${reports.map((o) => o.agentId) as string[]}::text[]`;
+export function startAndFinishAttempts(
+  sql: Sql,
+  reports: (End & { pid: number | null; agentId: string | null; reportedAt: number })[],
+) {
+  const extra = sql`, ${reports.map((o) => o.pid) as number[]}::int[], ${reports.map((o) => o.agentId) as string[]}::text[],
+    ${reports.map((o) => o.reportedAt)}::float8[]`;
   // Each attempt's start (if it was not running yet), then its end.
   const events = sql`
     select run_id, ti_id, ${eventKind(sql, EVENT_KIND.tiState)}, payload from (
@@ -120,7 +124,7 @@ export function startAndFinishAttempts(sql: Sql, reports: (End & { pid: number |
       select 1, run_id, id, ${endEvent(sql)} from moved) e
     order by ti_id, o`;
   return sql<StartedAndFinishedRow[]>`
-    with r as (${endsTable(sql, reports, extra)} as r(id, try, token, ok, exit_code, error, ended_ms, pid, agent_id)),
+    with r as (${endsTable(sql, reports, extra)} as r(id, try, token, ok, exit_code, error, ended_ms, pid, agent_id, reported_ms)),
     was as (
       select t.id, t.state = any(${START_FROM}::text[]) as starting
       from task_instances t join r on t.id = r.id and t.try_number = r.try and t.attempt_token = r.token
@@ -128,7 +132,7 @@ export function startAndFinishAttempts(sql: Sql, reports: (End & { pid: number |
       for no key update of t),
     moved as (
       update task_instances t set ${endColumns(sql)},
-        started_at = case when w.starting then ${endedAt(sql)} else t.started_at end,
+        started_at = case when w.starting then least(${startedAt(sql)}, ${endedAt(sql)}) else t.started_at end,
         heartbeat_at = case when w.starting then now() else t.heartbeat_at end,
         agent_id = case when w.starting then r.agent_id else t.agent_id end
       from r join was w on w.id = r.id

@@ -46,6 +46,8 @@ type Op =
       a: AttemptKey;
       pid: number | null;
       agentId: string | null;
+      /** When it was handed in (ms): the attempt's recorded start, however long its batch waits. */
+      reportedAt: number;
       resolve(ok: boolean): void;
       reject(err: unknown): void;
     }
@@ -83,7 +85,7 @@ type BothOp = { start: StartOp; end: EndOp };
 const startsQuery = (on: Sql, ops: StartOp[]) =>
   startAttempts(
     on,
-    ops.map((o) => ({ ...o.a, pid: o.pid, agentId: o.agentId })),
+    ops.map((o) => ({ ...o.a, pid: o.pid, agentId: o.agentId, reportedAt: o.reportedAt })),
   );
 const endsQuery = (on: Sql, ops: EndOp[]) =>
   finishAttempts(
@@ -93,7 +95,13 @@ const endsQuery = (on: Sql, ops: EndOp[]) =>
 const bothQuery = (on: Sql, ops: BothOp[]) =>
   startAndFinishAttempts(
     on,
-    ops.map(({ start, end }) => ({ ...end.a, result: end.result, pid: start.pid, agentId: start.agentId })),
+    ops.map(({ start, end }) => ({
+      ...end.a,
+      result: end.result,
+      pid: start.pid,
+      agentId: start.agentId,
+      reportedAt: start.reportedAt,
+    })),
   );
 const rejectOp = (o: StartOp | EndOp, err: unknown) => o.reject(err);
 const rejectBoth = (o: BothOp, err: unknown) => {
@@ -135,7 +143,15 @@ export class GroupCommitReportBatcher implements ReportBatcher {
 
   started(a: AttemptKey, info: { pid: number | null; agentId: string | null }): Promise<boolean> {
     return new Promise<boolean>((resolve, reject) =>
-      this.#enqueue({ kind: 'start', a, pid: info.pid, agentId: info.agentId, resolve, reject }),
+      this.#enqueue({
+        kind: 'start',
+        a,
+        pid: info.pid,
+        agentId: info.agentId,
+        reportedAt: Date.now(),
+        resolve,
+        reject,
+      }),
     );
   }
 

@@ -16,7 +16,17 @@ export interface StartReport {
   attemptToken: string;
   pid: number | null;
   agentId: string | null;
+  /** When the start was reported to this replica (ms): the statement may run well after, behind its batch. */
+  reportedAt: number;
 }
+
+/**
+ * When the attempt of report `r` started: when it was reported (by this replica's clock, which on
+ * one machine is the database's), kept between its claim (`queued_at`) and now. Not the
+ * statement's now(): a start written behind a busy batch would shorten the recorded run, while
+ * its end is the process's real end.
+ */
+export const startedAt = (sql: Sql) => sql`greatest(t.queued_at, least(now(), to_timestamp(r.reported_ms / 1000)))`;
 
 /** The attempts `startAttempts` moved to running, each with its DAG and how long it waited (ready → started, s). */
 export type StartedRow = { id: string; try_number: number; token: string; dag_id: string; waited_s: number | null };
@@ -35,10 +45,12 @@ export function startAttempts(sql: Sql, reports: StartReport[]) {
     with r as (
       select * from unnest(${reports.map((o) => o.tiId)}::bigint[], ${reports.map((o) => o.tryNumber)}::int[],
                            ${reports.map((o) => o.attemptToken)}::uuid[], ${reports.map((o) => o.pid) as number[]}::int[],
-                           ${reports.map((o) => o.agentId) as string[]}::text[])
-        as r(id, try, token, pid, agent_id)),
+                           ${reports.map((o) => o.agentId) as string[]}::text[],
+                           ${reports.map((o) => o.reportedAt)}::float8[])
+        as r(id, try, token, pid, agent_id, reported_ms)),
     moved as (
-      update task_instances t set state = 'running', started_at = now(), heartbeat_at = now(), pid = r.pid, agent_id = r.agent_id
+      update task_instances t set state = 'running', started_at = ${startedAt(sql)}, heartbeat_at = now(), pid = r.pid,
+        agent_id = r.agent_id
       from r
       where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token and t.state = any(${START_FROM}::text[])
       returning t.id, t.run_id, t.task_id, t.try_number, t.pid, t.agent_id, t.attempt_token, t.started_at, t.ready_at),
@@ -52,5 +64,6 @@ export async function startAttempt(
   a: { tiId: string; tryNumber: number; attemptToken: string },
   info: { pid: number | null; agentId: string | null },
 ): Promise<boolean> {
-  return (await startAttempts(sql, [{ ...a, pid: info.pid, agentId: info.agentId }])).length === 1;
+  const report = { ...a, pid: info.pid, agentId: info.agentId, reportedAt: Date.now() };
+  return (await startAttempts(sql, [report])).length === 1;
 }
