@@ -1,6 +1,9 @@
+import http from 'node:http';
 import http2 from 'node:http2';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
+import type { ApiHandler } from './api/adapter.js';
 import { boundConnections, type ConnectionBounds } from './connection-bounds.js';
+import { routeByFirstBytes } from './first-bytes.js';
 import { listenOn } from './listen-error.js';
 
 /** The API port's TLS (see config.ts): with it, HTTP/2 over TLS (ALPN h2) and HTTP/1.1 over TLS. */
@@ -12,7 +15,7 @@ export interface ApiTls {
   rejectUnauthorized: boolean;
 }
 
-/** The API's HTTP/2 server: gRPC, gRPC-Web and Connect on one port. */
+/** The API's port: gRPC, gRPC-Web and Connect over HTTP/2 and HTTP/1.1, with or without TLS. */
 export interface ApiServer {
   readonly address: { host: string; port: number };
   /** New connections get this certificate, key and client CA (a rotation); open ones keep theirs. */
@@ -24,41 +27,34 @@ export interface ApiServer {
 }
 
 export async function serveApi(
-  handler: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
+  handler: ApiHandler,
   host: string,
   port: number,
   tls: ApiTls | null = null,
   bounds: ConnectionBounds | null = null,
 ): Promise<ApiServer> {
-  // With TLS, HTTP/1.1 is let in beside HTTP/2 (ALPN picks), so Connect and gRPC-Web from
-  // browsers and curl share the port with gRPC; a plain h2c client fails the handshake. Without
-  // TLS, Node's h2c server speaks HTTP/2 only, as before.
-  const server = tls
-    ? http2.createSecureServer(
-        {
-          allowHTTP1: true,
-          cert: tls.cert,
-          key: tls.key,
-          minVersion: 'TLSv1.2',
-          ...(tls.clientCa ? { ca: tls.clientCa, requestCert: true, rejectUnauthorized: tls.rejectUnauthorized } : {}),
-        },
-        handler,
-      )
-    : http2.createServer(handler);
-  if (bounds) boundConnections(server, bounds);
+  const servers = tls ? securePort(handler, tls) : plainPort(handler);
+  const { acceptor: server, h2, secure } = servers;
+  if (bounds) boundConnections(servers, bounds);
   await listenOn(server, '--listen', host, port);
-  // Agent streams never end on their own: the sessions are closed by hand at shutdown.
+  // Agent streams never end on their own: at shutdown the sessions are told to go (GOAWAY), and
+  // every connection still open 2 s later (a session that stayed, an HTTP/1.1 follow) is cut.
   const sessions = new Set<http2.ServerHttp2Session>();
-  server.on('session', (s) => {
+  h2.on('session', (s) => {
     sessions.add(s);
     s.on('close', () => sessions.delete(s));
+  });
+  const sockets = new Set<net.Socket>();
+  server.on('connection', (s: net.Socket) => {
+    sockets.add(s);
+    s.once('close', () => sockets.delete(s));
   });
   const addr = server.address() as AddressInfo;
   return {
     address: { host: addr.address, port: addr.port },
     setTls: (t) => {
-      if (!tls) throw new Error('the API port was started without TLS');
-      (server as http2.Http2SecureServer).setSecureContext({
+      if (!secure) throw new Error('the API port was started without TLS');
+      secure.setSecureContext({
         cert: t.cert,
         key: t.key,
         minVersion: 'TLSv1.2',
@@ -71,8 +67,42 @@ export async function serveApi(
         server.close(() => resolve());
         for (const s of sessions) s.close();
         setTimeout(() => {
-          for (const s of sessions) s.destroy();
+          for (const s of sockets) s.destroy();
         }, 2000).unref();
       }),
   };
+}
+
+/** A port's servers: the one that accepts connections, and those that speak HTTP/2 and HTTP/1.1 on them. */
+interface PortServers {
+  acceptor: net.Server;
+  h2: http2.Http2Server | http2.Http2SecureServer;
+  h1: http.Server | http2.Http2SecureServer;
+  secure: http2.Http2SecureServer | null;
+}
+
+/** With TLS, one server: ALPN picks HTTP/2 or HTTP/1.1 in the handshake. */
+function securePort(handler: ApiHandler, tls: ApiTls): PortServers {
+  const secure = http2.createSecureServer(
+    {
+      allowHTTP1: true,
+      cert: tls.cert,
+      key: tls.key,
+      minVersion: 'TLSv1.2',
+      ...(tls.clientCa ? { ca: tls.clientCa, requestCert: true, rejectUnauthorized: tls.rejectUnauthorized } : {}),
+    },
+    handler,
+  );
+  return { acceptor: secure, h2: secure, h1: secure, secure };
+}
+
+/**
+ * Without TLS, the first bytes pick (first-bytes.ts): HTTP/2 for gRPC clients, which speak it with
+ * prior knowledge (h2c), and HTTP/1.1 for browsers and curl.
+ */
+function plainPort(handler: ApiHandler): PortServers {
+  const h2 = http2.createServer(handler);
+  const h1 = http.createServer(handler);
+  const acceptor = net.createServer((socket) => routeByFirstBytes(socket, h2, h1));
+  return { acceptor, h2, h1, secure: null };
 }

@@ -1,5 +1,6 @@
+import type http from 'node:http';
 import type http2 from 'node:http2';
-import type { Socket } from 'node:net';
+import type { Server, Socket } from 'node:net';
 
 /** What one host may hold on the API port, and how long a connection may sit with no call. */
 export interface ConnectionBounds {
@@ -28,7 +29,15 @@ const keyOf = (s: { remoteAddress?: string | undefined; remotePort?: number | un
  * carries no call for `idleMs` (a connection never used, or left open after its calls) is closed.
  * A long call (an agent's stream, a quiet watch) keeps its connection however quiet it is.
  */
-export function boundConnections(server: http2.Http2Server | http2.Http2SecureServer, b: ConnectionBounds): void {
+export function boundConnections(
+  servers: {
+    /** Accepts the port's connections: counted here, before a byte is read. */
+    acceptor: Server;
+    h2: http2.Http2Server | http2.Http2SecureServer;
+    h1: http.Server | http2.Http2SecureServer;
+  },
+  b: ConnectionBounds,
+): void {
   const perHost = new Map<string, number>();
   const open = new Map<string, Connection>();
   const idle = (c: Connection) => {
@@ -47,7 +56,7 @@ export function boundConnections(server: http2.Http2Server | http2.Http2SecureSe
     if (--c.calls === 0) idle(c);
   };
 
-  server.on('connection', (socket: Socket) => {
+  servers.acceptor.on('connection', (socket: Socket) => {
     const host = socket.remoteAddress ?? 'unknown';
     const n = (perHost.get(host) ?? 0) + 1;
     if (n > b.maxPerHost) {
@@ -69,7 +78,7 @@ export function boundConnections(server: http2.Http2Server | http2.Http2SecureSe
     });
   });
   // HTTP/2: a call is a stream; an idle session is sent GOAWAY, and cut if the client keeps it.
-  server.on('session', (session: http2.ServerHttp2Session) => {
+  servers.h2.on('session', (session: http2.ServerHttp2Session) => {
     const c = open.get(keyOf(session.socket));
     if (!c) return;
     c.close = () => {
@@ -81,8 +90,8 @@ export function boundConnections(server: http2.Http2Server | http2.Http2SecureSe
       stream.once('close', () => done(c));
     });
   });
-  // HTTP/1.1 (beside HTTP/2 with TLS): a call is a request, until its response is done.
-  server.on('request', (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => {
+  // HTTP/1.1: a call is a request, until its response is done.
+  servers.h1.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
     if (req.httpVersionMajor !== 1) return;
     const c = open.get(keyOf(req.socket));
     if (!c) return;

@@ -1,4 +1,6 @@
 import { readFile } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import http2 from 'node:http2';
 import { brotliCompressSync, gzipSync } from 'node:zlib';
 import { Code, ConnectError, createClient } from '@connectrpc/connect';
@@ -12,6 +14,8 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { WorkflowService } from '../../src/gen/leoflow/v1/workflow_pb.js';
 import { ROOT } from '../helpers/leoflow-process.js';
 import { serverForFile } from '../helpers/server-fixture.js';
+
+const execFileP = promisify(execFile);
 
 /**
  * The API as another program sees it: bad requests get INVALID_ARGUMENT naming the field,
@@ -279,16 +283,40 @@ describe('compressed garbage bodies', () => {
 });
 
 describe('one port, three protocols', () => {
-  it('serves the same API over gRPC, gRPC-Web and Connect', async () => {
-    const viaConnect = createClient(
-      WorkflowService,
-      createConnectTransport({ baseUrl: f.server.url, httpVersion: '2' }),
-    );
-    const viaWeb = createClient(WorkflowService, createGrpcWebTransport({ baseUrl: f.server.url, httpVersion: '2' }));
-    for (const client of [f.api.workflow, viaConnect, viaWeb]) {
+  it('serves the same API over gRPC, and over gRPC-Web and Connect on HTTP/2 and on HTTP/1.1, without TLS', async () => {
+    // Seen failing before the plain port looked at the first bytes: it spoke HTTP/2 only, and
+    // every HTTP/1.1 call (a browser's, curl's) got "Received HTTP/0.9".
+    const clients = [f.api.workflow];
+    for (const httpVersion of ['2', '1.1'] as const) {
+      clients.push(createClient(WorkflowService, createConnectTransport({ baseUrl: f.server.url, httpVersion })));
+      clients.push(createClient(WorkflowService, createGrpcWebTransport({ baseUrl: f.server.url, httpVersion })));
+    }
+    for (const client of clients) {
       expect((await client.listDags({})).dags.map((d) => d.dagId)).toEqual(['hello']);
       await rejects(client.getDag({ dagId: 'nope' }), Code.NotFound, /not found/);
     }
+  });
+
+  it('answers curl: Connect JSON over HTTP/1.1, keep-alive and all', async () => {
+    const r = await execFileP('curl', [
+      '-sS',
+      '-i',
+      '-X',
+      'POST',
+      '-H',
+      'content-type: application/json',
+      '-d',
+      '{}',
+      `${f.server.url}/leoflow.v1.WorkflowService/ListDags`,
+      `${f.server.url}/leoflow.v1.WorkflowService/ListDags`,
+    ]);
+    const answers = r.stdout.split(/(?=HTTP\/1\.1 )/);
+    expect(answers).toHaveLength(2);
+    for (const a of answers) {
+      expect(a).toMatch(/^HTTP\/1\.1 200 OK/);
+      expect(JSON.parse(a.slice(a.indexOf('\r\n\r\n') + 4))).toMatchObject({ dags: [{ dagId: 'hello' }] });
+    }
+    expect(r.stderr).not.toContain('HTTP/0.9');
   });
 });
 

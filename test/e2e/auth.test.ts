@@ -141,20 +141,25 @@ describe('API tokens and roles', () => {
     }
   });
 
-  it('takes the token the same way over Connect and gRPC-Web', async () => {
+  it('takes the token the same way over Connect and gRPC-Web, on HTTP/2 and on HTTP/1.1', async () => {
     const viewer = (
       await cli(server.url, ['token', 'create', '--role', 'viewer'], { env: { LEOFLOW_TOKEN: admin } })
     ).stdout.trim();
-    for (const make of [createConnectTransport, createGrpcWebTransport]) {
+    for (const [make, httpVersion] of [
+      [createConnectTransport, '2'],
+      [createGrpcWebTransport, '2'],
+      [createConnectTransport, '1.1'],
+      [createGrpcWebTransport, '1.1'],
+    ] as const) {
       const withToken = createClient(
         WorkflowService,
         make({
           baseUrl: server.url,
-          httpVersion: '2',
+          httpVersion,
           interceptors: [(next) => (req) => (req.header.set('authorization', `Bearer ${viewer}`), next(req))],
         }),
       );
-      const without = createClient(WorkflowService, make({ baseUrl: server.url, httpVersion: '2' }));
+      const without = createClient(WorkflowService, make({ baseUrl: server.url, httpVersion }));
       expect(await code(withToken.listDags({}))).toBe('ok');
       expect(await code(withToken.pauseDag({ dagId: 'x', paused: true }))).toBe('PermissionDenied');
       expect(await code(without.listDags({}))).toBe('Unauthenticated');
@@ -205,9 +210,9 @@ describe('API tokens and roles', () => {
     const m = await scrapeMetrics(server.metricsUrl);
     expect(m.get('leoflow_api_auth_denied_total{code="unauthenticated",rpc="GetLeader"}')).toBe(2);
     expect(m.get('leoflow_api_auth_denied_total{code="permission_denied",rpc="TriggerRun"}')).toBe(1);
-    // Two from the Connect and gRPC-Web calls without a token, one revoked, one expired.
-    expect(m.get('leoflow_api_auth_denied_total{code="unauthenticated",rpc="ListDags"}')).toBe(4);
-    expect(m.get('leoflow_api_auth_denied_total{code="permission_denied",rpc="PauseDag"}')).toBe(2);
+    // Four from the Connect and gRPC-Web calls without a token (HTTP/2 and HTTP/1.1), one revoked, one expired.
+    expect(m.get('leoflow_api_auth_denied_total{code="unauthenticated",rpc="ListDags"}')).toBe(6);
+    expect(m.get('leoflow_api_auth_denied_total{code="permission_denied",rpc="PauseDag"}')).toBe(4);
   });
 
   it('an agent token bound to gpu-* lets gpu-1 say Hello and refuses cpu-1, naming the id', async () => {

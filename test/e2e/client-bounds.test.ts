@@ -136,6 +136,14 @@ describe('connections', () => {
     });
     servers.push(s);
     const unused = await connectFrom(s.url, '127.0.0.1');
+    // An HTTP/1.1 connection (a browser's) left open after its call is closed the same way.
+    const h1 = await connectFrom(s.url, '127.0.0.1');
+    const answer = new Promise<string>((resolve) => h1.once('data', (b: Buffer) => resolve(b.toString())));
+    h1.write(
+      'POST /leoflow.v1.ClusterService/GetHealth HTTP/1.1\r\nhost: leoflow\r\n' +
+        'content-type: application/json\r\ncontent-length: 2\r\n\r\n{}',
+    );
+    expect(await answer).toMatch(/^HTTP\/1\.1 200 /);
     const api = createClients(s.url);
     const ctl = new AbortController();
     const seen: string[] = [];
@@ -145,6 +153,7 @@ describe('connections', () => {
     })().catch((err: unknown) => ConnectError.from(err));
     try {
       expect(await closedWithin(unused, 4_000)).toBe(true);
+      expect(await closedWithin(h1, 4_000)).toBe(true);
       // The watch has been quiet for longer than the timeout, and still gets what happens next.
       await new Promise((r) => setTimeout(r, 1_500));
       const other = createClients(s.url);
@@ -152,11 +161,12 @@ describe('connections', () => {
       await waitFor('the quiet watch sees the run', async () => seen.includes('run.state'), 10_000);
       expect(runId).not.toBe('');
       const m = await scrapeMetrics(s.metricsUrl);
-      expect(m.get('leoflow_api_connections_closed_total{reason="idle"}')).toBeGreaterThanOrEqual(1);
+      expect(m.get('leoflow_api_connections_closed_total{reason="idle"}')).toBeGreaterThanOrEqual(2);
     } finally {
       ctl.abort();
       expect((await watch)?.code).toBe(Code.Canceled);
       unused.destroy();
+      h1.destroy();
     }
   });
 });

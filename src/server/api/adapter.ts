@@ -4,6 +4,7 @@
  * {@link checkedBody} first, so a protobuf body that does not decode is the caller's error; and
  * each call's context can reset its response stream (`resetStreamKey`).
  */
+import type http from 'node:http';
 import type http2 from 'node:http2';
 import {
   Code,
@@ -25,21 +26,27 @@ import type { Logger } from 'pino';
 import { checkedBody } from './malformed-body.js';
 import { resetStreamKey, resetStreamOf } from './stream-reset.js';
 
+/** The API's handler, for HTTP/2 and HTTP/1.1 requests alike (connect-node reads both). */
+export type ApiHandler = (
+  req: http.IncomingMessage | http2.Http2ServerRequest,
+  res: http.ServerResponse | http2.Http2ServerResponse,
+) => void;
+
 export function apiAdapter(
   options: ConnectRouterOptions & {
     routes(router: ConnectRouter): void;
     /** Services (type names) whose protobuf bodies are decoded on the way in. */
     checkedServices: ReadonlySet<string>;
     /** Per-request context values, as connect-node's `contextValues` option. */
-    contextValues?(req: http2.Http2ServerRequest): ContextValues;
+    contextValues?(req: http.IncomingMessage | http2.Http2ServerRequest): ContextValues;
     logger: Logger;
   },
-): (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void {
+): ApiHandler {
   const router = createConnectRouter({ acceptCompression: [compressionGzip, compressionBrotli], ...options });
   options.routes(router);
   const paths = new Map(router.handlers.map((h) => [h.requestPath, h]));
   return (req, res) => {
-    const uHandler = paths.get(req.url.split('?', 2)[0] ?? '');
+    const uHandler = paths.get((req.url ?? '').split('?', 2)[0] ?? '');
     if (!uHandler) {
       res.writeHead(uResponseNotFound.status);
       res.end();

@@ -1,3 +1,4 @@
+import type http from 'node:http';
 import type http2 from 'node:http2';
 import { createContextKey, type HandlerContext } from '@connectrpc/connect';
 import type { Actor } from '../../core/actor.js';
@@ -10,8 +11,8 @@ import type { Actor } from '../../core/actor.js';
 export const callerKey = createContextKey<Actor>({ id: 'unknown', peer: 'unknown' }, { description: 'the API caller' });
 
 /** `host:port` of the request's connection (IPv6 in brackets), or `unknown` once the socket is gone. */
-export function peerOf(req: http2.Http2ServerRequest): string {
-  const socket = req.stream?.session?.socket ?? req.socket;
+export function peerOf(req: http.IncomingMessage | http2.Http2ServerRequest): string {
+  const socket = ('stream' in req ? req.stream?.session?.socket : undefined) ?? req.socket;
   const host = socket?.remoteAddress;
   if (!host) return 'unknown';
   return `${host.includes(':') ? `[${host}]` : host}:${socket.remotePort ?? 0}`;
