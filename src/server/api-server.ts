@@ -103,6 +103,7 @@ function securePort(handler: ApiHandler, tls: ApiTls): PortServers {
 function plainPort(handler: ApiHandler): PortServers {
   const h2 = http2.createServer(handler);
   const h1 = http.createServer(handler);
-  const acceptor = net.createServer((socket) => routeByFirstBytes(socket, h2, h1));
+  // As http.Server's own: no Nagle delay on small writes (HTTP/2 sessions set it themselves).
+  const acceptor = net.createServer({ noDelay: true }, (socket) => routeByFirstBytes(socket, h2, h1));
   return { acceptor, h2, h1, secure: null };
 }

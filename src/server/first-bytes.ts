@@ -28,6 +28,8 @@ export function routeByFirstBytes(socket: Socket, h2: http2.Http2Server, h1: htt
       // socket set flowing here would drop it.
       h2.emit('connection', socket);
     } else {
+      // As http.Server's own sockets: a request's end of input does not end the connection.
+      socket.allowHalfOpen = true;
       h1.emit('connection', socket);
       socket.resume();
     }
