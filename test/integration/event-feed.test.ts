@@ -135,9 +135,11 @@ describe('event feed', () => {
     };
     const one = await measure(1);
     const many = await measure(200);
-    // Batching may differ by a few reads, never by a query per watcher.
-    expect(many).toBeLessThan(one * 2 + 20);
-    expect(many).toBeLessThan(200);
+    // At most about a read per insert (20, a read being 2–3 statements) whatever the watchers, and
+    // however the reads batch, which is timing: measured 22–39 for one watcher and 16–62 for 200
+    // on a loaded machine. A query per watcher would be 200 and more.
+    expect(one).toBeLessThan(100);
+    expect(many).toBeLessThan(100);
   });
 
   it('cuts off a watcher that stops reading, naming the seq to resume from, and says so at once; others go on', async () => {
