@@ -386,22 +386,6 @@ describe('kubernetes executor', () => {
     expect(kube.pod(NS, podName(second))).toBeDefined();
   });
 
-  it("refuses to start a try beside an earlier try's pod that will not go (a lost node), saying why", async () => {
-    const { ex, rec } = executor({ previousGoneMs: 300 });
-    await ex.lead(true);
-    const first = attempt();
-    await ex.dispatch(first);
-    kube.bindPod(NS, podName(first));
-    kube.setPodStatus(NS, podName(first), running);
-    const second = { ...first, tryNumber: 2, attemptToken: randomUUID() };
-    await ex.dispatch(second);
-    await waitFor('the retry failed', async () => rec.finished.some((f) => f.tiId === second.tiId));
-    expect(rec.finished.find((f) => f.tiId === second.tiId)?.result.error).toMatch(
-      /^POD_PREVIOUS_TRY_NOT_GONE: the pod of an earlier try \(lf-etl-a-load-[0-9a-f]{12}\) was not gone within 0s/,
-    );
-    expect(kube.createCount(NS, podName(second))).toBe(0);
-  });
-
   it('on taking the lead adopts the pods of live attempts, deletes those of attempts that are over, creates missing ones of queued attempts', async () => {
     const first = executor();
     await first.ex.lead(true);

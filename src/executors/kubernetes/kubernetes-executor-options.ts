@@ -61,8 +61,6 @@ export interface KubernetesExecutorOptions {
   }) => void;
   /** How long a create the server may accept later (429, 5xx, no answer) is retried. Default 5 min. */
   createRetryMs?: number;
-  /** How long a retry waits for an earlier try's pod to be gone. Default: its grace period + 30 s. */
-  previousGoneMs?: number;
   /** A create unanswered this long is sent again. Default 30 s. */
   requestTimeoutMs?: number;
   /**

@@ -506,6 +506,20 @@ export class FakeKubeApi {
     this.manualTimers.add(marked);
   }
 
+  /**
+   * The Node object is deleted (an operator who knows the machine is dead, or the cloud node
+   * lifecycle controller once the cloud says the instance is gone): the pod garbage collector
+   * force-deletes every pod bound to a node that no longer exists ("orphaned" pods), DELETED at once.
+   */
+  deleteNode(nodeName: string): void {
+    this.lostNodes.delete(nodeName);
+    const nodes = this.scheduler?.nodes;
+    const i = nodes?.findIndex((n) => n.name === nodeName) ?? -1;
+    if (nodes && i >= 0) nodes.splice(i, 1);
+    for (const p of this.store.list('pods', undefined, (q) => q.spec?.nodeName === nodeName))
+      this.deletePod(p.metadata.namespace!, p.metadata.name, 0);
+  }
+
   /** The node controller's part of a lost node (loseNodeAsCurrent): Ready=False, the taints, then the taint manager. */
   private markNodeNotReady(nodeName: string, evictAfterMs: number): void {
     const node = this.scheduler?.nodes.find((n) => n.name === nodeName);
