@@ -38,7 +38,13 @@ export async function startKubernetesExecutor(
     reporter: d.reporter,
     store: {
       lost: async (a, error, free) => {
-        const runId = await endLostAttempt(d.sql, a, error, free ? 'pod_disrupted' : 'pod_lost', free);
+        const runId = await endLostAttempt(
+          d.sql,
+          a,
+          error,
+          free ? 'pod_disrupted' : 'pod_lost',
+          free ? k.maxFreeRetries : null,
+        );
         if (runId === null) return false;
         d.metrics.agentLost.inc();
         d.nudge([runId]);

@@ -162,6 +162,7 @@ describe('Pro Kubernetes manifests', () => {
   it("runs the Kubernetes executor, its task pods on the deployment's own image, kept equal by the kustomization", () => {
     const config = deployedConfig();
     expect(config.executor).toBe('kubernetes');
+    expect(config.kubernetes!.maxFreeRetries, 'a lost node spends no try 3 times, then spends one').toBe(3);
     const imageEnv = (container.env as Obj[]).find((e) => e.name === SETTINGS.kubernetes_image.env)!;
     expect(imageEnv.value).toBe(container.image);
     expect(kustomization.replacements).toEqual([

@@ -34,6 +34,11 @@ export interface KubernetesConfig {
   podCa: PodCaSource | null;
   /** What operators add to every task pod (--pod-template); null: nothing. */
   podTemplate: PodTemplate | null;
+  /**
+   * How many losses of one task spend no try (its node lost, its pod evicted): past them a loss
+   * spends a try as any other, so a task that keeps losing its node does not retry for ever.
+   */
+  maxFreeRetries: number;
 }
 
 /** Where in the pods' namespace the CA for pods' agents is kept: a Secret's or ConfigMap's key. */
@@ -169,6 +174,16 @@ export function readKubernetesConfig({ pick, get, problems, cwd }: SettingReader
         }
       },
       null as PodTemplate | null,
+    ),
+    maxFreeRetries: get(
+      'max_free_retries',
+      (v) => {
+        const n = typeof v === 'number' ? v : /^\d+$/.test(String(v).trim()) ? Number(String(v).trim()) : NaN;
+        if (!Number.isSafeInteger(n) || n < 0 || n > 1000)
+          throw new Error(`must be a whole number from 0 to 1000, got ${JSON.stringify(v)}`);
+        return n;
+      },
+      3,
     ),
   };
   if (pick('pod_server_url') === undefined)
