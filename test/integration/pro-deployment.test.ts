@@ -83,22 +83,26 @@ function deployedConfig(c: Obj = container, cm: Obj = configMap, files: (v: stri
       env[e.name] = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
     else if (e.valueFrom?.secretKeyRef) env[e.name] = 'postgres://leoflow@db.example.internal:5432/leoflow';
     else if (e.valueFrom?.fieldRef?.fieldPath === 'metadata.name') env[e.name] = 'leoflow-7c9d8f6b5d-x2x7q';
+    else if (e.valueFrom?.fieldRef?.fieldPath === 'metadata.namespace') env[e.name] = deployment.metadata.namespace;
     else env[e.name] = e.value;
   }
   return loadConfig(flags, env, '/app');
 }
 
 describe('Pro Kubernetes manifests', () => {
-  it('lists every manifest in the kustomization, all in one namespace, each with the required fields', () => {
+  it('lists every manifest in the kustomization, each with the required fields, in one of two namespaces', () => {
     const files = readdirSync(DIR).filter((f) => f.endsWith('.yaml') && f !== 'kustomization.yaml');
     expect([...kustomization.resources].sort()).toEqual(files.sort());
-    const ns = kustomization.namespace;
-    expect(ns).toMatch(/^[a-z0-9-]+$/);
+    // No namespace transformer: it would move the tasks' Role into the control plane's namespace.
+    expect(kustomization.namespace).toBeUndefined();
+    const tasks = deployedConfig().kubernetes!.namespace;
+    expect(tasks).toBe('leoflow-tasks');
     for (const { file, obj } of manifests) {
       expect(obj.apiVersion, file).toEqual(expect.any(String));
       expect(obj.kind, file).toEqual(expect.any(String));
       expect(obj.metadata?.name, file).toMatch(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/);
-      expect(obj.metadata?.namespace, file).toBe(ns);
+      // The tasks' namespace holds only the control plane's rights there; everything else is its own.
+      expect(obj.metadata?.namespace, file).toBe(['Role', 'RoleBinding'].includes(obj.kind) ? tasks : 'leoflow');
     }
     expect(manifests.map((m) => m.obj.kind).sort()).toEqual([
       'ConfigMap',
@@ -233,7 +237,7 @@ describe('Pro Kubernetes manifests', () => {
     expect((pod.volumes as Obj[]).find((v) => v.name === mount!.name)).toMatchObject({ emptyDir: expect.any(Object) });
   });
 
-  it('binds a Role limited to pods, pods/log and events in its namespace, with no wildcard', () => {
+  it("binds a Role limited to pods, pods/log and events in the tasks' namespace only, with no wildcard", () => {
     expect(ofKind('ClusterRole')).toEqual([]);
     expect(ofKind('ClusterRoleBinding')).toEqual([]);
     const role = one('Role');
@@ -249,7 +253,7 @@ describe('Pro Kubernetes manifests', () => {
       for (const v of rule.verbs) expect(['get', 'list', 'watch', 'create', 'delete']).toContain(v);
     }
     expect((role.rules as Obj[]).flatMap((r) => r.resources).sort()).toEqual(['events', 'pods', 'pods/log']);
-    // Only the verbs the executor calls (test/integration/kubernetes-executor.test.ts runs it on
+    // Only the verbs the executor calls (test/integration/kubernetes-shipped-rbac.test.ts runs it on
     // these rules alone): it lists and watches pods, never reads one by name.
     const verbsOf = (resource: string) => (role.rules as Obj[]).find((r) => r.resources.includes(resource))?.verbs;
     expect(verbsOf('pods').slice().sort()).toEqual(['create', 'delete', 'list', 'watch']);
@@ -258,8 +262,15 @@ describe('Pro Kubernetes manifests', () => {
     const binding = one('RoleBinding');
     expect(binding.roleRef).toEqual({ apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: role.metadata.name });
     expect(binding.subjects).toEqual([
-      { kind: 'ServiceAccount', name: pod.serviceAccountName, namespace: role.metadata.namespace },
+      { kind: 'ServiceAccount', name: pod.serviceAccountName, namespace: deployment.metadata.namespace },
     ]);
+    // The rights are where the tasks run, and nowhere else: none in the control plane's namespace,
+    // which the server knows as its own and keeps tasks out of.
+    const config = deployedConfig();
+    expect(role.metadata.namespace).toBe(config.kubernetes!.namespace);
+    expect(binding.metadata.namespace).toBe(role.metadata.namespace);
+    expect(config.kubernetes!.controlPlaneNamespace).toBe(deployment.metadata.namespace);
+    expect(config.kubernetes!.namespace).not.toBe(deployment.metadata.namespace);
   });
 
   let kubectl = false;
@@ -372,7 +383,8 @@ describe('Pro Kubernetes manifests with TLS (the kubernetes-tls overlay)', () =>
       expect(config.tls!.clientCa).toBeNull();
       expect(config).toMatchObject({ edition: 'pro', authRequired: true, insecure: false, executor: 'kubernetes' });
       expect(config.kubernetes!.serverUrl).toMatch(/^https:\/\//);
-      expect(config.kubernetes!.podCa).toEqual({ kind: 'secret', name: 'leoflow-tls', key: 'ca.crt' });
+      // The CA only, from a ConfigMap in the tasks' namespace: the certificate's key stays in leoflow.
+      expect(config.kubernetes!.podCa).toEqual({ kind: 'configmap', name: 'leoflow-ca', key: 'ca.crt' });
       // The commented mTLS line, uncommented, is accepted too (pods get in with their attempts' tokens).
       const mtlsLine = /#\s*(LEOFLOW_TLS_CLIENT_CA):\s*"([^"]+)"/.exec(
         readFileSync(path.join(TLS_DIR, 'configmap-tls.yaml'), 'utf8'),

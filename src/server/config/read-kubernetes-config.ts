@@ -39,6 +39,12 @@ export interface KubernetesConfig {
    * spends a try as any other, so a task that keeps losing its node does not retry for ever.
    */
   maxFreeRetries: number;
+  /**
+   * The control plane's own namespace (in-cluster, from the downward API), null when not given:
+   * its Secrets (the database URL, the admin token) and its ServiceAccount are not for tasks, so no
+   * task pod may run there (refused at start for the default namespace, at apply for a DAG's).
+   */
+  controlPlaneNamespace: string | null;
 }
 
 /** Where in the pods' namespace the CA for pods' agents is kept: a Secret's or ConfigMap's key. */
@@ -46,6 +52,14 @@ export interface PodCaSource {
   kind: 'secret' | 'configmap';
   name: string;
   key: string;
+}
+
+/** A namespace's name, as Kubernetes checks it (a DNS-1123 label). */
+function dnsLabel(v: unknown): string {
+  const s = nonEmpty(v);
+  const why = dns1123LabelProblem(s);
+  if (why) throw new Error(`${why}, got ${JSON.stringify(s)}`);
+  return s;
 }
 
 /** The kubernetes executor's settings read and checked, with what it cannot go without. */
@@ -70,16 +84,7 @@ export function readKubernetesConfig({ pick, get, problems, cwd }: SettingReader
     return ms;
   };
   const kubernetes: KubernetesConfig = {
-    namespace: get(
-      'kubernetes_namespace',
-      (v) => {
-        const s = nonEmpty(v);
-        const why = dns1123LabelProblem(s);
-        if (why) throw new Error(`${why}, got ${JSON.stringify(s)}`);
-        return s;
-      },
-      'default',
-    ),
+    namespace: get('kubernetes_namespace', dnsLabel, 'default'),
     image: image ?? '',
     kubeconfig: get(
       'kubeconfig',
@@ -185,7 +190,12 @@ export function readKubernetesConfig({ pick, get, problems, cwd }: SettingReader
       },
       3,
     ),
+    controlPlaneNamespace: get('control_plane_namespace', dnsLabel, null as string | null),
   };
+  if (kubernetes.controlPlaneNamespace !== null && kubernetes.controlPlaneNamespace === kubernetes.namespace)
+    problems.push(
+      `kubernetes_namespace ${JSON.stringify(kubernetes.namespace)} is the control plane's own namespace (--control-plane-namespace): task pods there could read its Secrets and run as its ServiceAccount; give tasks a namespace of their own (the Pro default is leoflow-tasks)`,
+    );
   if (pick('pod_server_url') === undefined)
     problems.push(
       'the kubernetes executor needs the address pods reach the control plane at: set --pod-server-url or LEOFLOW_POD_SERVER_URL (e.g. http://leoflow:7070)',
