@@ -57,6 +57,7 @@ it('pods dispatched per second at 100 ms and 500 ms API latency, against the cei
         pending: async () => {},
         active: async () => [],
         podGone: async () => {},
+        lastLines: async () => [],
         standings: async () => new Map(),
       },
       logger,

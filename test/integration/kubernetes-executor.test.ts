@@ -21,6 +21,8 @@ import { pino } from 'pino';
 const NS = 'jobs';
 let kube: FakeKubeApi;
 const executors: KubernetesExecutor[] = [];
+/** The lines each attempt's agent delivered before its pod ended (by TI id), as the store has them. */
+const taskLines = new Map<string, string[]>();
 
 interface Recorded {
   finished: { tiId: string; result: AttemptResult }[];
@@ -62,6 +64,7 @@ function executor(
       pending: async (a, reason) => void rec.pending.push({ tiId: a.tiId, reason }),
       active: async () => active,
       podGone: async () => {},
+      lastLines: async (a) => taskLines.get(a.tiId) ?? [],
       // The agent of a running pod connects and starts its attempt; one the store ended is `over`.
       standings: async (attempts) =>
         new Map(
@@ -610,6 +613,7 @@ describe('kubernetes executor: adoption during a leader overlap', () => {
         pending: async () => {},
         active: async () => (reads++ === 0 ? [] : [{ attempt: late, running: false }]),
         podGone: async () => {},
+        lastLines: async () => [],
         standings: async () => new Map(),
       },
       logger: pino({ level: 'silent' }),
@@ -769,6 +773,47 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
     expect(error.length).toBeLessThan(2200);
     expect(kube.requests().filter((r) => r.path.includes(`/pods/${podName(a)}/log`)).length).toBe(1);
   });
+
+  it("quotes the task's own last lines in a failed pod's error, never the agent's JSON log", async () => {
+    await kube.close();
+    kube = await startFakeKubeApi({ namespaces: [NS] });
+    // The agent's pino records, as `leoflow agent --once` writes them, then the pod killed.
+    const record = (msg: string, extra = '') =>
+      JSON.stringify(JSON.parse(`{"level":30,"time":1764300000000,"pid":7,"agentId":"pod-x",${extra}"msg":"${msg}"}`));
+    const agentLog = [
+      record('connected to the control plane', '"server":"http://cp:7070",'),
+      record('attempt started', '"tiId":"1","try":1,"token":"0123456789abcdef",'),
+      record('could not send a batch of log lines', '"err":{"message":"stream reset"},'),
+    ].join('\n');
+    const { ex, rec } = executor({
+      pods: {
+        install: 'install-a',
+        namespace: NS,
+        image: 'leoflow:test',
+        serverUrl: 'http://cp:7070',
+        agentCommand: ['sh', '-c', `printf '%s\\n' '${agentLog}'; exit 137`, 'sh'],
+        killGraceMs: 1000,
+        podPendingTimeoutMs: 60_000,
+        keepSucceededMs: 0,
+        keepFailedMs: 60_000,
+      },
+    });
+    await ex.lead(true);
+    const withLines = attempt();
+    taskLines.set(withLines.tiId, ['loading 1.2 GB of rows', 'building the index']);
+    await ex.dispatch(withLines);
+    await waitFor('the attempt lost', async () => rec.lost.some((l) => l.tiId === withLines.tiId), 10_000);
+    expect(rec.lost.find((l) => l.tiId === withLines.tiId)!.error).toBe(
+      'POD_FAILED:Error:exit code 137; last lines: loading 1.2 GB of rows | building the index',
+    );
+    // A task that said nothing (it never ran): the pod's log, each agent record cut to its message.
+    const silent = attempt();
+    await ex.dispatch(silent);
+    await waitFor('the attempt lost', async () => rec.lost.some((l) => l.tiId === silent.tiId), 10_000);
+    expect(rec.lost.find((l) => l.tiId === silent.tiId)!.error).toBe(
+      'POD_FAILED:Error:exit code 137; last lines: connected to the control plane | attempt started | could not send a batch of log lines: stream reset',
+    );
+  });
 });
 
 describe('kubernetes executor: pods end with their attempts', () => {
@@ -780,6 +825,7 @@ describe('kubernetes executor: pods end with their attempts', () => {
         pending: async () => {},
         active: async () => [],
         podGone: async () => {},
+        lastLines: async () => [],
         standings: async (attempts) =>
           new Map(attempts.map((a) => [a.tiId, ended.has(a.attemptToken) ? 'over' : 'running'])),
       },

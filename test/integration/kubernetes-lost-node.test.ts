@@ -64,6 +64,7 @@ function proExecutor(): { ex: KubernetesExecutor; rec: Recorded } {
       pending: async (a, reason) => void rec.pending.set(a.tiId, [...(rec.pending.get(a.tiId) ?? []), reason]),
       active: async () => [],
       podGone: async () => {},
+      lastLines: async () => [],
       // The agent of a running pod connects and starts its attempt; a timed-out one is over.
       standings: async (attempts) =>
         new Map(

@@ -144,6 +144,7 @@ describe('the shipped RBAC', () => {
         pending: async () => {},
         active: async () => [],
         podGone: async () => {},
+        lastLines: async () => [],
         standings: async (attempts) => new Map(attempts.map((a) => [a.tiId, 'queued' as const])),
       },
       logger: pino({ level: process.env.KLOG ?? 'silent' }),
