@@ -450,20 +450,24 @@ describe('the image set once, as `kustomize edit set image` does, in either over
   } catch {
     // no kubectl here: nothing renders the kustomizations
   }
-  for (const overlay of ['kubernetes', 'kubernetes-tls']) {
+  for (const overlay of ['kubernetes', 'kubernetes-tls', 'install']) {
     it.skipIf(!kubectl)(
       `${overlay}: the control plane and its task pods (LEOFLOW_KUBERNETES_IMAGE) get the new image`,
       () => {
         const tmp = mkdtempSync(path.join(tmpdir(), 'leoflow-kustomize-'));
         try {
-          for (const dir of ['kubernetes', 'kubernetes-tls'])
+          for (const dir of ['kubernetes', 'kubernetes-tls', 'install'])
             cpSync(path.join(ROOT, 'editions/pro', dir), path.join(tmp, dir), { recursive: true });
-          // What `kustomize edit set image leoflow=registry.example.com/leoflow:0.2.0` adds (kustomize's
-          // `images` field; kubectl has no `edit`, so it is written as kustomize writes it).
+          // What `kustomize edit set image leoflow=registry.example.com/leoflow:0.2.0` does (kustomize's
+          // `images` field; kubectl has no `edit`, so it is written as kustomize writes it): a new
+          // entry, or the install overlay's own entry changed.
           const k = path.join(tmp, overlay, 'kustomization.yaml');
+          const text = readFileSync(k, 'utf8');
           writeFileSync(
             k,
-            `${readFileSync(k, 'utf8')}images:\n  - name: leoflow\n    newName: registry.example.com/leoflow\n    newTag: 0.2.0\n`,
+            text.includes('images:')
+              ? text.replace(/newTag: \S+/, 'newTag: 0.2.0')
+              : `${text}images:\n  - name: leoflow\n    newName: registry.example.com/leoflow\n    newTag: 0.2.0\n`,
           );
           const built = parseAllDocuments(
             execFileSync('kubectl', ['kustomize', path.join(tmp, overlay)], { encoding: 'utf8' }),
