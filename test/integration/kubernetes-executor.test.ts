@@ -391,6 +391,25 @@ describe('kubernetes executor', () => {
     expect(kube.pod(NS, podName(second))).toBeDefined();
   });
 
+  it("sees an earlier try's pod it has just created though the watch has not told of it yet (a lagging watch cache)", async () => {
+    await kube.close();
+    kube = await startFakeKubeApi({ namespaces: [NS], kubelet: 'manual', bookmarkIntervalMs: 100, watchLagMs: 500 });
+    const { ex } = executor();
+    await ex.lead(true);
+    const first = attempt();
+    await ex.dispatch(first);
+    // At once, before the watch tells of the first pod: the retry must not run beside it.
+    const second = { ...first, tryNumber: 2, attemptToken: randomUUID() };
+    await ex.dispatch(second);
+    await waitFor('the retry created', async () => kube.createCount(NS, podName(second)) === 1, 5_000);
+    const log = kube.requests();
+    const del = log.findIndex((r) => r.verb === 'delete' && r.name === podName(first));
+    const create = log.map((r) => r.verb).lastIndexOf('create');
+    expect(del, 'the earlier pod is deleted').toBeGreaterThanOrEqual(0);
+    expect(del, 'before the retry is created').toBeLessThan(create);
+    expect(kube.pod(NS, podName(first))).toBeUndefined();
+  });
+
   it('on taking the lead adopts the pods of live attempts, deletes those of attempts that are over, creates missing ones of queued attempts', async () => {
     const first = executor();
     await first.ex.lead(true);

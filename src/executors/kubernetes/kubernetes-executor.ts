@@ -297,6 +297,8 @@ export class KubernetesExecutor implements Executor {
     });
     switch (outcome.kind) {
       case 'created':
+        // Known at once, whatever the watch's lag: a retry dispatched next must see it (earlier-tries-gone.ts).
+        this.#watches.get(p.namespace)?.noteCreated(outcome.pod);
         this.#o.metrics?.podCreated();
         this.#log.debug(
           { tiId: p.attempt.tiId, try: p.attempt.tryNumber, pod: p.name, namespace: p.namespace },
