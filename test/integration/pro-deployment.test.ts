@@ -65,7 +65,12 @@ const proDefaults = JSON.parse(readFileSync(path.join(ROOT, 'editions/pro/config
  * The configuration a replica of this Deployment compiles: its args as flags, its environment.
  * `files` rewrites paths in the environment (a mounted Secret's folder to a local one).
  */
-function deployedConfig(c: Obj = container, cm: Obj = configMap, files: (v: string) => string = (v) => v): Config {
+function deployedConfig(
+  c: Obj = container,
+  cm: Obj = configMap,
+  files: (v: string) => string = (v) => v,
+  namespace: string = deployment.metadata.namespace,
+): Config {
   const [command, ...rest] = c.args as string[];
   expect(command).toBe('server');
   const flagToKey = new Map<string, SettingKey>(Object.entries(SETTINGS).map(([k, s]) => [s.flag, k as SettingKey]));
@@ -83,7 +88,7 @@ function deployedConfig(c: Obj = container, cm: Obj = configMap, files: (v: stri
       env[e.name] = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
     else if (e.valueFrom?.secretKeyRef) env[e.name] = 'postgres://leoflow@db.example.internal:5432/leoflow';
     else if (e.valueFrom?.fieldRef?.fieldPath === 'metadata.name') env[e.name] = 'leoflow-7c9d8f6b5d-x2x7q';
-    else if (e.valueFrom?.fieldRef?.fieldPath === 'metadata.namespace') env[e.name] = deployment.metadata.namespace;
+    else if (e.valueFrom?.fieldRef?.fieldPath === 'metadata.namespace') env[e.name] = namespace;
     else env[e.name] = e.value;
   }
   return loadConfig(flags, env, '/app');
@@ -596,4 +601,54 @@ describe('Pro Containerfile', () => {
       `chown ${user} ${proDefaults.state_dir}`,
     );
   });
+});
+
+describe('the install overlay: its namespace, set once, names the install', () => {
+  const kubectl = (() => {
+    try {
+      execFileSync('kubectl', ['version', '--client'], { stdio: 'ignore' });
+      return true;
+    } catch {
+      return false; // no kubectl here: nothing renders the kustomizations
+    }
+  })();
+  for (const base of ['kubernetes', 'kubernetes-tls']) {
+    it.skipIf(!kubectl)(`on ${base}: the control plane in it, the tasks in <it>-tasks, everything that follows`, () => {
+      const tmp = mkdtempSync(path.join(tmpdir(), 'leoflow-kustomize-'));
+      try {
+        for (const dir of ['kubernetes', 'kubernetes-tls', 'install'])
+          cpSync(path.join(ROOT, 'editions/pro', dir), path.join(tmp, dir), { recursive: true });
+        // What `kustomize edit set namespace team-a` writes (kubectl has no `edit`).
+        const k = path.join(tmp, 'install', 'kustomization.yaml');
+        const text = readFileSync(k, 'utf8');
+        expect(text).toMatch(/^namespace: leoflow$/m);
+        writeFileSync(
+          k,
+          text.replace(/^namespace: leoflow$/m, 'namespace: team-a').replace('- ../kubernetes\n', `- ../${base}\n`),
+        );
+        const built = parseAllDocuments(
+          execFileSync('kubectl', ['kustomize', path.join(tmp, 'install')], { encoding: 'utf8' }),
+        ).map((d) => d.toJS() as Obj);
+        for (const o of built)
+          expect(o.metadata.namespace, `${o.kind}/${o.metadata.name}`).toBe(
+            ['Role', 'RoleBinding'].includes(o.kind) ? 'team-a-tasks' : 'team-a',
+          );
+        const binding = built.find((o) => o.kind === 'RoleBinding')!;
+        expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: 'leoflow', namespace: 'team-a' }]);
+        const cm = built.find((o) => o.kind === 'ConfigMap')!;
+        expect(cm.data.LEOFLOW_KUBERNETES_NAMESPACE).toBe('team-a-tasks');
+        expect(cm.data.LEOFLOW_POD_SERVER_URL).toMatch(/^https?:\/\/leoflow\.team-a\.svc:7070$/);
+        const d = built.find((o) => o.kind === 'Deployment')!;
+        const c = d.spec.template.spec.containers[0];
+        expect((c.env as Obj[]).find((e) => e.name === SETTINGS.kubernetes_image.env)?.value).toBe(c.image);
+        if (base === 'kubernetes') {
+          // As a replica of it compiles it: tasks in their own namespace, never the control plane's.
+          const config = deployedConfig(c, cm, (v) => v, d.metadata.namespace);
+          expect(config.kubernetes).toMatchObject({ namespace: 'team-a-tasks', controlPlaneNamespace: 'team-a' });
+        }
+      } finally {
+        rmSync(tmp, { recursive: true, force: true });
+      }
+    });
+  }
 });
