@@ -94,7 +94,12 @@ export async function startControlPlane(
   const started = performance.now();
   // The DAG files are parsed while the database opens and the replica is wired: the parser's
   // worker thread takes about as long to boot as a warm Postgres takes to start.
-  const parser = createDagParser({ maxThreads: 1, timeoutMs: 10_000, defaultExecutor: config.executor });
+  const parser = createDagParser({
+    maxThreads: 1,
+    timeoutMs: 10_000,
+    defaultExecutor: config.executor,
+    controlPlaneNamespace: config.kubernetes?.controlPlaneNamespace,
+  });
   const parsedDags = parseDagPaths(config.dags, (source, file) => parser.parse(source, file));
   parsedDags.catch(() => {}); // a bad file fails the start where the files are applied
   let opened: Storage;

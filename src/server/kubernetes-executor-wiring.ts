@@ -3,6 +3,7 @@ import type { AttemptReporter } from '../core/attempt.js';
 import { activeAttemptsOf } from '../db/attempts/active-attempts-of.js';
 import { attemptStandings } from '../db/attempts/attempt-standings.js';
 import { endLostAttempt } from '../db/attempts/end-lost-attempt.js';
+import { lastLogLines } from '../db/attempts/last-log-lines.js';
 import { notePendingReason } from '../db/attempts/note-pending-reason.js';
 import { forgetAgent } from '../db/forget-agent.js';
 import type { Sql } from '../db/sql.js';
@@ -10,6 +11,9 @@ import type { KubernetesExecutor } from '../executors/kubernetes/kubernetes-exec
 import type { ReplicaTracing } from '../tracing/replica-tracing.js';
 import type { Config } from './config/config.js';
 import type { Metrics } from './observability/metrics.js';
+
+/** How many of a task's last lines a failed pod's error quotes. */
+const LAST_LINES = 20;
 
 /**
  * The kubernetes executor of a replica whose config has one, on the store operations it needs.
@@ -38,13 +42,20 @@ export async function startKubernetesExecutor(
     reporter: d.reporter,
     store: {
       lost: async (a, error, free) => {
-        const runId = await endLostAttempt(d.sql, a, error, free ? 'pod_disrupted' : 'pod_lost', free);
+        const runId = await endLostAttempt(
+          d.sql,
+          a,
+          error,
+          free ? 'pod_disrupted' : 'pod_lost',
+          free ? k.maxFreeRetries : null,
+        );
         if (runId === null) return false;
         d.metrics.agentLost.inc();
         d.nudge([runId]);
         return true;
       },
       pending: (a, reason) => notePendingReason(d.sql, a, reason),
+      lastLines: (a) => lastLogLines(d.sql, a, LAST_LINES),
       podGone: async (name) => void (await forgetAgent(d.sql, name, 3 * config.heartbeatIntervalMs)),
       active: () => activeAttemptsOf(d.sql, 'kubernetes'),
       // An attempt over for less than 10 s: its agent, which reported the end, is still exiting.

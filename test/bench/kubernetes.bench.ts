@@ -17,8 +17,9 @@ import { proServerArgs } from '../helpers/fake-kube/pro-server-args.js';
 
 /**
  * The kubernetes executor against the fake API server. (1) Pods dispatched per second through
- * Pro's pool (16 drainers) when every API request takes 100 ms or 500 ms, next to the ceiling of
- * 16 / latency: the executor in-process, its creates the only work, the fake's kubelet manual.
+ * Pro's pool (16 drainers) when every API request takes 0, 100 or 500 ms, next to the ceiling of
+ * 16 / latency, and the TCP connections the fake accepted meanwhile, per 200 creates: the executor
+ * in-process, its creates the only work, the fake's kubelet manual.
  * (2) Trigger → pod created → attempt started, p50/p99: the real `leoflow server --edition pro`
  * and pods running the real `leoflow agent --once` (a Node start each), at 100 ms API latency,
  * one single-task run at a time.
@@ -28,9 +29,9 @@ const NS = 'leoflow';
 const DRAINERS = 16;
 const logger = pino({ level: 'silent' });
 
-it('pods dispatched per second at 100 ms and 500 ms API latency, against the ceiling 16 / latency', async () => {
+it('pods dispatched per second at 0, 100 and 500 ms API latency, against the ceiling 16 / latency, and connections opened per 200 creates', async () => {
   const rows: Record<string, string | number>[] = [];
-  for (const latencyMs of [100, 500]) {
+  for (const latencyMs of [0, 100, 500]) {
     const kube = await startFakeKubeApi({ namespaces: [NS], kubelet: 'manual' });
     const ex = createKubernetesExecutor({
       kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
@@ -57,13 +58,15 @@ it('pods dispatched per second at 100 ms and 500 ms API latency, against the cei
         pending: async () => {},
         active: async () => [],
         podGone: async () => {},
+        lastLines: async () => [],
         standings: async () => new Map(),
       },
       logger,
     });
     await ex.lead(true);
     kube.setLatency(latencyMs);
-    const n = Math.round((DRAINERS * 5 * 1000) / latencyMs);
+    const n = latencyMs === 0 ? 200 : Math.round((DRAINERS * 5 * 1000) / latencyMs);
+    const connectionsBefore = kube.connectionsOpened;
     let done = 0;
     const pool = createDispatchPool<Attempt>({
       workers: DRAINERS,
@@ -93,13 +96,15 @@ it('pods dispatched per second at 100 ms and 500 ms API latency, against the cei
     await waitFor('every pod created', async () => done === n, 120_000, 5);
     const seconds = (performance.now() - started) / 1000;
     expect(kube.pods(NS).length).toBe(n);
-    const ceiling = DRAINERS / (latencyMs / 1000);
+    const ceiling = latencyMs === 0 ? null : DRAINERS / (latencyMs / 1000);
+    const connections = kube.connectionsOpened - connectionsBefore;
     rows.push({
       'API latency ms': latencyMs,
       pods: n,
       'pods/s': +(n / seconds).toFixed(1),
-      'ceiling 16/latency': ceiling,
-      'of ceiling': `${Math.round((100 * n) / seconds / ceiling)} %`,
+      'ceiling 16/latency': ceiling ?? '–',
+      'of ceiling': ceiling === null ? '–' : `${Math.round((100 * n) / seconds / ceiling)} %`,
+      'connections per 200 creates': Math.round((connections * 200) / n),
     });
     await pool.close();
     await ex.shutdown(0);

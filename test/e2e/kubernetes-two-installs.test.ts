@@ -30,7 +30,7 @@ const installs: Install[] = [];
 async function start(i: Pick<Install, 'db' | 'port'>): Promise<ServerProcess> {
   return startServer({
     env: { DATABASE_URL: i.db.url },
-    args: [...proServerArgs({ port: i.port, kube, namespace: NS }), '--kill-grace', '2s'],
+    args: proServerArgs({ port: i.port, kube, namespace: NS }),
   });
 }
 

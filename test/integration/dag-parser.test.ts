@@ -97,6 +97,31 @@ describe('createDagParser', () => {
     });
   });
 
+  it("refuses a task that names the control plane's own namespace (its Secrets, its ServiceAccount)", async () => {
+    const source = [
+      'dag_id: k',
+      'tasks:',
+      '  - id: steal',
+      '    executor: kubernetes',
+      '    command: [sh, -c, echo $DB]',
+      '    env: {DB: {secret: {kubernetes: {name: leoflow-database, key: url}}}}',
+      '    kubernetes: {namespace: leoflow, service_account: leoflow}',
+      '  - {id: ok, executor: kubernetes, command: x, kubernetes: {namespace: ml}}',
+      '',
+    ].join('\n');
+    const err = await rejection(parser({ controlPlaneNamespace: 'leoflow' }).parse(source, 'dags/k.yaml'));
+    expect(err).toBeInstanceOf(DagValidationError);
+    expect((err as InstanceType<DagSpecModule['DagValidationError']>).issues).toEqual([
+      {
+        path: 'tasks[0].kubernetes.namespace',
+        message:
+          '"leoflow" is the control plane\'s own namespace: its Secrets (the database URL, the admin token) and its ServiceAccount are not for tasks; leave namespace out (the tasks\' namespace) or name another',
+      },
+    ]);
+    // Without it (no in-cluster control plane), the namespace is the DAG's business.
+    expect((await parser().parse(source, 'dags/k.yaml')).tasks[0]!.kubernetes!.namespace).toBe('leoflow');
+  });
+
   it('fails an alias bomb fast', async () => {
     const levels = 'abcdefghij'.split('');
     const bomb = levels

@@ -57,10 +57,34 @@ describe('endLostAttempt', () => {
 
   it('spends no try on a lost node: the TI is retried at once, one more try allowed', async () => {
     const a = await claimedWithNoRetries();
-    expect(await endLostAttempt(db.sql, a, 'POD_LOST:NodeNotReady', 'pod_disrupted', true)).not.toBeNull();
+    expect(await endLostAttempt(db.sql, a, 'POD_LOST:NodeNotReady', 'pod_disrupted', 3)).not.toBeNull();
     expect(await row(a.tiId)).toEqual({ state: 'up_for_retry', try_number: 1, max_tries: 2, retry_now: true });
     const [ev] = await db.sql<{ reason: string }[]>`
       select payload->>'reason' as reason from events where ti_id = ${a.tiId} order by seq desc limit 1`;
     expect(ev!.reason).toBe('pod_disrupted');
+  });
+
+  it('spends a try once its free retries are used (--max-free-retries, default 3), and says so', async () => {
+    // The shipped default (pro-deployment.test.ts checks the manifests set it).
+    const maxFree = 3;
+    let a = await claimedWithNoRetries();
+    for (let i = 1; i <= maxFree; i++) {
+      expect(await endLostAttempt(db.sql, a, `POD_LOST:NodeNotReady ${i}`, 'pod_disrupted', maxFree)).not.toBeNull();
+      expect(await row(a.tiId)).toMatchObject({ state: 'up_for_retry', try_number: i, max_tries: i + 1 });
+      await db.sql`update task_instances set state = 'scheduled' where id = ${a.tiId}`;
+      const claim = (await claimAttempt(db.sql, a.tiId, 'kubernetes', null))!;
+      a = { tiId: a.tiId, tryNumber: claim.tryNumber, attemptToken: claim.attemptToken };
+    }
+    expect(await endLostAttempt(db.sql, a, 'POD_LOST:NodeNotReady again', 'pod_disrupted', maxFree)).not.toBeNull();
+    expect(await row(a.tiId), 'the fourth loss spends the last try').toMatchObject({
+      state: 'failed',
+      try_number: maxFree + 1,
+      max_tries: maxFree + 1,
+    });
+    const [ev] = await db.sql<{ error: string }[]>`
+      select payload->>'error' as error from events where ti_id = ${a.tiId} order by seq desc limit 1`;
+    expect(ev!.error).toBe(
+      'POD_LOST:NodeNotReady again (spent a try: its 3 free retries for lost nodes and evictions are used, --max-free-retries)',
+    );
   });
 });

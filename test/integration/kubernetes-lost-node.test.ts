@@ -64,6 +64,7 @@ function proExecutor(): { ex: KubernetesExecutor; rec: Recorded } {
       pending: async (a, reason) => void rec.pending.set(a.tiId, [...(rec.pending.get(a.tiId) ?? []), reason]),
       active: async () => [],
       podGone: async () => {},
+      lastLines: async () => [],
       // The agent of a running pod connects and starts its attempt; a timed-out one is over.
       standings: async (attempts) =>
         new Map(
@@ -167,12 +168,13 @@ afterEach(async () => {
 
 describe('a lost node', () => {
   it(
-    'with 48 pods delays no unrelated task: retries wait for the old pods outside the drainers, held live, saying why',
+    'with 48 pods delays no unrelated task; the retries wait for the old pods, never forced, until the Node is deleted',
     { timeout: 90_000 },
     async () => {
       const { ex, rec } = proExecutor();
       await ex.lead(true);
       const tries = await firstTriesOnALostNode(ex, 48);
+      const cancelledAt = performance.now();
       const unrelated = attempt({ dagId: 'other' });
       const offered = performance.now();
       const dispatched = drain(ex, [...tries.map((t) => t.retry), unrelated]);
@@ -187,27 +189,57 @@ describe('a lost node', () => {
           `EARLIER_TRY_POD:waiting for pod ${podName(first)} on node ${NODE} to be gone (deleted, not yet confirmed by its kubelet)`,
         );
       }
-      // No kubelet confirms the deletes: past their grace period (15 s) the pods read as lost and go.
+      // Past the grace period (15 s) plus 10 s no kubelet has confirmed the deletes: the old pods
+      // may still run on the partitioned node, so nothing is force-deleted and no retry starts.
+      await new Promise((r) => setTimeout(r, Math.max(0, 27_000 - (performance.now() - cancelledAt))));
+      for (const { first, retry } of tries) {
+        expect(kube.pod(NS, podName(first)), 'the old pod is still there (Terminating)').toBeDefined();
+        expect(kube.createCount(NS, podName(retry)), 'no retry beside a pod that may run').toBe(0);
+      }
+      const last = rec.pending.get(tries[0]!.retry.tiId)!.at(-1);
+      expect(last).toContain('not confirmed by its kubelet; if the node is dead: kubectl delete pod --force');
+      // The Node is deleted (an operator, or the cloud's node lifecycle controller): the pod GC
+      // removes its pods, and every retry starts.
+      kube.deleteNode(NODE);
       await waitFor(
         'every retry created',
         async () => tries.every((t) => kube.createCount(NS, podName(t.retry)) === 1),
-        40_000,
+        10_000,
         200,
       );
-      for (const { first } of tries) expect(kube.pod(NS, podName(first))).toBeUndefined();
       expect(rec.failed, 'no retry failed for waiting').toEqual([]);
     },
   );
 
-  it("says a retry waits for a pod on a NotReady node, and goes on once that pod's loss is read", async () => {
-    const { ex, rec } = proExecutor();
-    await ex.lead(true);
-    const [{ first, retry }] = (await firstTriesOnALostNode(ex, 1, 1_000)) as [{ first: Attempt; retry: Attempt }];
-    await ex.dispatch(retry);
-    await waitFor('the retry created', async () => kube.createCount(NS, podName(retry)) === 1, 10_000);
-    expect(rec.pending.get(retry.tiId)).toContain(
-      `EARLIER_TRY_POD:waiting for pod ${podName(first)} on NotReady node ${NODE}`,
-    );
-    expect(rec.failed).toEqual([]);
-  });
+  it(
+    'ends a running attempt on a NotReady node at once, free, but its retry waits until an operator force-deletes the pod',
+    { timeout: 30_000 },
+    async () => {
+      const { ex, rec } = proExecutor();
+      await ex.lead(true);
+      const first = attempt();
+      await ex.dispatch(first);
+      kube.bindPod(NS, podName(first), NODE);
+      kube.setPodStatus(NS, podName(first), running);
+      await waitFor('running seen', async () => !ex.holdsLive(first.tiId, first.attemptToken));
+      kube.loseNodeAsCurrent(NS, podName(first), { notReadyAfterMs: 500 });
+      await waitFor('lost', async () => rec.lost.some((l) => l.tiId === first.tiId), 10_000);
+      expect(rec.lost.find((l) => l.tiId === first.tiId)).toMatchObject({ free: true });
+      expect(rec.lost.find((l) => l.tiId === first.tiId)!.error).toMatch(/^POD_LOST:NodeNotReady/);
+      const retry = { ...first, tryNumber: 2, attemptToken: randomUUID() };
+      await ex.dispatch(retry);
+      const reason = `EARLIER_TRY_POD:waiting for pod ${podName(first)} on NotReady node ${NODE} (if the node is dead: kubectl delete pod --force, or delete the Node)`;
+      await waitFor('the retry says why', async () => (rec.pending.get(retry.tiId) ?? []).includes(reason), 5_000);
+      await new Promise((r) => setTimeout(r, 3_000));
+      const old = kube.pod(NS, podName(first));
+      expect(old?.status?.phase, 'the old pod may still run: it is not force-deleted').toBe('Running');
+      expect(old?.metadata?.deletionTimestamp, 'it is deleted gracefully').toBeDefined();
+      expect(kube.createCount(NS, podName(retry)), 'no retry beside it').toBe(0);
+      expect(ex.holdsLive(retry.tiId, retry.attemptToken)).toBe(true);
+      // The operator knows the node is dead: `kubectl delete pod --force`.
+      kube.deleteFromOutside(NS, podName(first));
+      await waitFor('the retry created', async () => kube.createCount(NS, podName(retry)) === 1, 5_000);
+      expect(rec.failed).toEqual([]);
+    },
+  );
 });

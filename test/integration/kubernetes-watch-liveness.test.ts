@@ -62,6 +62,7 @@ it(
         pending: async () => {},
         active: async () => [],
         podGone: async () => {},
+        lastLines: async () => [],
         standings: async (attempts) => new Map(attempts.map((a) => [a.tiId, 'queued'])),
       },
       logger: pino({ level: process.env.KLOG ?? 'silent' }),

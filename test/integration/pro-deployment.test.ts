@@ -65,7 +65,12 @@ const proDefaults = JSON.parse(readFileSync(path.join(ROOT, 'editions/pro/config
  * The configuration a replica of this Deployment compiles: its args as flags, its environment.
  * `files` rewrites paths in the environment (a mounted Secret's folder to a local one).
  */
-function deployedConfig(c: Obj = container, cm: Obj = configMap, files: (v: string) => string = (v) => v): Config {
+function deployedConfig(
+  c: Obj = container,
+  cm: Obj = configMap,
+  files: (v: string) => string = (v) => v,
+  namespace: string = deployment.metadata.namespace,
+): Config {
   const [command, ...rest] = c.args as string[];
   expect(command).toBe('server');
   const flagToKey = new Map<string, SettingKey>(Object.entries(SETTINGS).map(([k, s]) => [s.flag, k as SettingKey]));
@@ -83,22 +88,26 @@ function deployedConfig(c: Obj = container, cm: Obj = configMap, files: (v: stri
       env[e.name] = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
     else if (e.valueFrom?.secretKeyRef) env[e.name] = 'postgres://leoflow@db.example.internal:5432/leoflow';
     else if (e.valueFrom?.fieldRef?.fieldPath === 'metadata.name') env[e.name] = 'leoflow-7c9d8f6b5d-x2x7q';
+    else if (e.valueFrom?.fieldRef?.fieldPath === 'metadata.namespace') env[e.name] = namespace;
     else env[e.name] = e.value;
   }
   return loadConfig(flags, env, '/app');
 }
 
 describe('Pro Kubernetes manifests', () => {
-  it('lists every manifest in the kustomization, all in one namespace, each with the required fields', () => {
+  it('lists every manifest in the kustomization, each with the required fields, in one of two namespaces', () => {
     const files = readdirSync(DIR).filter((f) => f.endsWith('.yaml') && f !== 'kustomization.yaml');
     expect([...kustomization.resources].sort()).toEqual(files.sort());
-    const ns = kustomization.namespace;
-    expect(ns).toMatch(/^[a-z0-9-]+$/);
+    // No namespace transformer: it would move the tasks' Role into the control plane's namespace.
+    expect(kustomization.namespace).toBeUndefined();
+    const tasks = deployedConfig().kubernetes!.namespace;
+    expect(tasks).toBe('leoflow-tasks');
     for (const { file, obj } of manifests) {
       expect(obj.apiVersion, file).toEqual(expect.any(String));
       expect(obj.kind, file).toEqual(expect.any(String));
       expect(obj.metadata?.name, file).toMatch(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/);
-      expect(obj.metadata?.namespace, file).toBe(ns);
+      // The tasks' namespace holds only the control plane's rights there; everything else is its own.
+      expect(obj.metadata?.namespace, file).toBe(['Role', 'RoleBinding'].includes(obj.kind) ? tasks : 'leoflow');
     }
     expect(manifests.map((m) => m.obj.kind).sort()).toEqual([
       'ConfigMap',
@@ -162,6 +171,7 @@ describe('Pro Kubernetes manifests', () => {
   it("runs the Kubernetes executor, its task pods on the deployment's own image, kept equal by the kustomization", () => {
     const config = deployedConfig();
     expect(config.executor).toBe('kubernetes');
+    expect(config.kubernetes!.maxFreeRetries, 'a lost node spends no try 3 times, then spends one').toBe(3);
     const imageEnv = (container.env as Obj[]).find((e) => e.name === SETTINGS.kubernetes_image.env)!;
     expect(imageEnv.value).toBe(container.image);
     expect(kustomization.replacements).toEqual([
@@ -232,7 +242,7 @@ describe('Pro Kubernetes manifests', () => {
     expect((pod.volumes as Obj[]).find((v) => v.name === mount!.name)).toMatchObject({ emptyDir: expect.any(Object) });
   });
 
-  it('binds a Role limited to pods, pods/log and events in its namespace, with no wildcard', () => {
+  it("binds a Role limited to pods, pods/log and events in the tasks' namespace only, with no wildcard", () => {
     expect(ofKind('ClusterRole')).toEqual([]);
     expect(ofKind('ClusterRoleBinding')).toEqual([]);
     const role = one('Role');
@@ -248,7 +258,7 @@ describe('Pro Kubernetes manifests', () => {
       for (const v of rule.verbs) expect(['get', 'list', 'watch', 'create', 'delete']).toContain(v);
     }
     expect((role.rules as Obj[]).flatMap((r) => r.resources).sort()).toEqual(['events', 'pods', 'pods/log']);
-    // Only the verbs the executor calls (test/integration/kubernetes-executor.test.ts runs it on
+    // Only the verbs the executor calls (test/integration/kubernetes-shipped-rbac.test.ts runs it on
     // these rules alone): it lists and watches pods, never reads one by name.
     const verbsOf = (resource: string) => (role.rules as Obj[]).find((r) => r.resources.includes(resource))?.verbs;
     expect(verbsOf('pods').slice().sort()).toEqual(['create', 'delete', 'list', 'watch']);
@@ -257,8 +267,15 @@ describe('Pro Kubernetes manifests', () => {
     const binding = one('RoleBinding');
     expect(binding.roleRef).toEqual({ apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: role.metadata.name });
     expect(binding.subjects).toEqual([
-      { kind: 'ServiceAccount', name: pod.serviceAccountName, namespace: role.metadata.namespace },
+      { kind: 'ServiceAccount', name: pod.serviceAccountName, namespace: deployment.metadata.namespace },
     ]);
+    // The rights are where the tasks run, and nowhere else: none in the control plane's namespace,
+    // which the server knows as its own and keeps tasks out of.
+    const config = deployedConfig();
+    expect(role.metadata.namespace).toBe(config.kubernetes!.namespace);
+    expect(binding.metadata.namespace).toBe(role.metadata.namespace);
+    expect(config.kubernetes!.controlPlaneNamespace).toBe(deployment.metadata.namespace);
+    expect(config.kubernetes!.namespace).not.toBe(deployment.metadata.namespace);
   });
 
   let kubectl = false;
@@ -371,7 +388,8 @@ describe('Pro Kubernetes manifests with TLS (the kubernetes-tls overlay)', () =>
       expect(config.tls!.clientCa).toBeNull();
       expect(config).toMatchObject({ edition: 'pro', authRequired: true, insecure: false, executor: 'kubernetes' });
       expect(config.kubernetes!.serverUrl).toMatch(/^https:\/\//);
-      expect(config.kubernetes!.podCa).toEqual({ kind: 'secret', name: 'leoflow-tls', key: 'ca.crt' });
+      // The CA only, from a ConfigMap in the tasks' namespace: the certificate's key stays in leoflow.
+      expect(config.kubernetes!.podCa).toEqual({ kind: 'configmap', name: 'leoflow-ca', key: 'ca.crt' });
       // The commented mTLS line, uncommented, is accepted too (pods get in with their attempts' tokens).
       const mtlsLine = /#\s*(LEOFLOW_TLS_CLIENT_CA):\s*"([^"]+)"/.exec(
         readFileSync(path.join(TLS_DIR, 'configmap-tls.yaml'), 'utf8'),
@@ -437,20 +455,24 @@ describe('the image set once, as `kustomize edit set image` does, in either over
   } catch {
     // no kubectl here: nothing renders the kustomizations
   }
-  for (const overlay of ['kubernetes', 'kubernetes-tls']) {
+  for (const overlay of ['kubernetes', 'kubernetes-tls', 'install']) {
     it.skipIf(!kubectl)(
       `${overlay}: the control plane and its task pods (LEOFLOW_KUBERNETES_IMAGE) get the new image`,
       () => {
         const tmp = mkdtempSync(path.join(tmpdir(), 'leoflow-kustomize-'));
         try {
-          for (const dir of ['kubernetes', 'kubernetes-tls'])
+          for (const dir of ['kubernetes', 'kubernetes-tls', 'install'])
             cpSync(path.join(ROOT, 'editions/pro', dir), path.join(tmp, dir), { recursive: true });
-          // What `kustomize edit set image leoflow=registry.example.com/leoflow:0.2.0` adds (kustomize's
-          // `images` field; kubectl has no `edit`, so it is written as kustomize writes it).
+          // What `kustomize edit set image leoflow=registry.example.com/leoflow:0.2.0` does (kustomize's
+          // `images` field; kubectl has no `edit`, so it is written as kustomize writes it): a new
+          // entry, or the install overlay's own entry changed.
           const k = path.join(tmp, overlay, 'kustomization.yaml');
+          const text = readFileSync(k, 'utf8');
           writeFileSync(
             k,
-            `${readFileSync(k, 'utf8')}images:\n  - name: leoflow\n    newName: registry.example.com/leoflow\n    newTag: 0.2.0\n`,
+            text.includes('images:')
+              ? text.replace(/newTag: \S+/, 'newTag: 0.2.0')
+              : `${text}images:\n  - name: leoflow\n    newName: registry.example.com/leoflow\n    newTag: 0.2.0\n`,
           );
           const built = parseAllDocuments(
             execFileSync('kubectl', ['kustomize', path.join(tmp, overlay)], { encoding: 'utf8' }),
@@ -579,4 +601,54 @@ describe('Pro Containerfile', () => {
       `chown ${user} ${proDefaults.state_dir}`,
     );
   });
+});
+
+describe('the install overlay: its namespace, set once, names the install', () => {
+  const kubectl = (() => {
+    try {
+      execFileSync('kubectl', ['version', '--client'], { stdio: 'ignore' });
+      return true;
+    } catch {
+      return false; // no kubectl here: nothing renders the kustomizations
+    }
+  })();
+  for (const base of ['kubernetes', 'kubernetes-tls']) {
+    it.skipIf(!kubectl)(`on ${base}: the control plane in it, the tasks in <it>-tasks, everything that follows`, () => {
+      const tmp = mkdtempSync(path.join(tmpdir(), 'leoflow-kustomize-'));
+      try {
+        for (const dir of ['kubernetes', 'kubernetes-tls', 'install'])
+          cpSync(path.join(ROOT, 'editions/pro', dir), path.join(tmp, dir), { recursive: true });
+        // What `kustomize edit set namespace team-a` writes (kubectl has no `edit`).
+        const k = path.join(tmp, 'install', 'kustomization.yaml');
+        const text = readFileSync(k, 'utf8');
+        expect(text).toMatch(/^namespace: leoflow$/m);
+        writeFileSync(
+          k,
+          text.replace(/^namespace: leoflow$/m, 'namespace: team-a').replace('- ../kubernetes\n', `- ../${base}\n`),
+        );
+        const built = parseAllDocuments(
+          execFileSync('kubectl', ['kustomize', path.join(tmp, 'install')], { encoding: 'utf8' }),
+        ).map((d) => d.toJS() as Obj);
+        for (const o of built)
+          expect(o.metadata.namespace, `${o.kind}/${o.metadata.name}`).toBe(
+            ['Role', 'RoleBinding'].includes(o.kind) ? 'team-a-tasks' : 'team-a',
+          );
+        const binding = built.find((o) => o.kind === 'RoleBinding')!;
+        expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: 'leoflow', namespace: 'team-a' }]);
+        const cm = built.find((o) => o.kind === 'ConfigMap')!;
+        expect(cm.data.LEOFLOW_KUBERNETES_NAMESPACE).toBe('team-a-tasks');
+        expect(cm.data.LEOFLOW_POD_SERVER_URL).toMatch(/^https?:\/\/leoflow\.team-a\.svc:7070$/);
+        const d = built.find((o) => o.kind === 'Deployment')!;
+        const c = d.spec.template.spec.containers[0];
+        expect((c.env as Obj[]).find((e) => e.name === SETTINGS.kubernetes_image.env)?.value).toBe(c.image);
+        if (base === 'kubernetes') {
+          // As a replica of it compiles it: tasks in their own namespace, never the control plane's.
+          const config = deployedConfig(c, cm, (v) => v, d.metadata.namespace);
+          expect(config.kubernetes).toMatchObject({ namespace: 'team-a-tasks', controlPlaneNamespace: 'team-a' });
+        }
+      } finally {
+        rmSync(tmp, { recursive: true, force: true });
+      }
+    });
+  }
 });

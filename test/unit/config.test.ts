@@ -68,10 +68,10 @@ describe('config', () => {
     const c = loadConfig({ edition: 'pro', kubernetes_image: 'ghcr.io/acme/leoflow:1.0' }, env, '/srv');
     expect(c.executor).toBe('kubernetes');
     expect(c.kubernetes).toEqual({
-      namespace: 'leoflow',
+      namespace: 'leoflow-tasks',
       image: 'ghcr.io/acme/leoflow:1.0',
       kubeconfig: { kind: 'auto' },
-      serverUrl: 'http://leoflow:7070',
+      serverUrl: 'http://leoflow.leoflow.svc:7070',
       agentCommand: ['leoflow'],
       podPendingTimeoutMs: 300_000,
       keepSucceededMs: 0,
@@ -79,7 +79,18 @@ describe('config', () => {
       agentTokenSecret: null,
       podCa: null,
       podTemplate: null,
+      maxFreeRetries: 3,
+      controlPlaneNamespace: null,
     });
+    // Tasks never run in the control plane's own namespace (its Secrets, its ServiceAccount).
+    expect(
+      configProblems({ edition: 'pro', kubernetes_image: 'x', control_plane_namespace: 'leoflow-tasks' }, env),
+    ).toEqual([
+      'kubernetes_namespace "leoflow-tasks" is the control plane\'s own namespace (--control-plane-namespace): task pods there could read its Secrets and run as its ServiceAccount; give tasks a namespace of their own (the Pro default is leoflow-tasks)',
+    ]);
+    expect(configProblems({ edition: 'pro', kubernetes_image: 'x', max_free_retries: '-1' }, env)).toEqual([
+      '--max-free-retries: must be a whole number from 0 to 1000, got "-1"',
+    ]);
     expect(
       loadConfig({ edition: 'pro', kubernetes_image: 'x', pod_agent_token_secret: 'leoflow-agent' }, env, '/srv')
         .kubernetes!.agentTokenSecret,

@@ -68,6 +68,10 @@ const HELP: Record<SettingKey, string> = {
   pod_pending_timeout: 'kubernetes executor: fail an attempt whose pod stays unschedulable this long, e.g. 5m',
   pod_keep_succeeded: 'kubernetes executor: keep a succeeded pod this long before deleting it (0: at once)',
   pod_keep_failed: 'kubernetes executor: keep a failed pod this long before deleting it, e.g. 1h',
+  control_plane_namespace:
+    "kubernetes executor: the control plane's own namespace (the manifests set it); tasks may not run there",
+  max_free_retries:
+    'kubernetes executor: losses of a task that spend no try (lost node, eviction), default 3; past them a loss spends one',
   pod_agent_token_secret:
     "kubernetes executor: SECRET[/KEY] (key default agent-token) in the pods' namespace holding --agent-token, so pod specs never carry it",
   pod_template:

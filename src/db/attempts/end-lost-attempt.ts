@@ -8,17 +8,18 @@ import { freeLostSet, lostEvent, lostReturning, lostSet } from './lost-write.js'
  * Ends one attempt whose process is known gone (its pod deleted, failed or on a lost node), with
  * the reason the executor saw, as any loss ends: its retries apply and its token dies with it.
  * Guarded by try, token and an active state, so an attempt already over (its agent reported,
- * it was cancelled) is left alone. With `free` (its node lost, its pod evicted) the loss spends
- * no try (`freeLostSet`). Resolves the run's id when this call ended it.
+ * it was cancelled) is left alone. With `maxFree` (its node lost, its pod evicted) the loss
+ * spends no try while the TI has had fewer than `maxFree` such losses (`freeLostSet`). Resolves the
+ * run's id when this call ended it.
  */
 export async function endLostAttempt(
   sql: Sql,
   a: { tiId: string; tryNumber: number; attemptToken: string },
   error: string,
   reason: string,
-  free = false,
+  maxFree: number | null = null,
 ): Promise<string | null> {
-  const set = free ? freeLostSet(sql, sql`${error}`) : lostSet(sql, sql`${error}`);
+  const set = maxFree !== null ? freeLostSet(sql, sql`${error}`, maxFree) : lostSet(sql, sql`${error}`);
   const [row] = await sql<{ run_id: string }[]>`
     with moved as (
       update task_instances set ${set}

@@ -18,14 +18,25 @@ export function lostSet(sql: Sql, error: Fragment): Fragment {
 
 /**
  * What ending an attempt lost through no doing of its task writes (its node lost, its pod
- * evicted): up_for_retry at once whatever its tries, its tries allowed grown by one so the loss
- * spends none (as Kubernetes Jobs' podFailurePolicy `Ignore` on DisruptionTarget does not count
- * such a pod against backoffLimit). Otherwise as `lostSet`.
+ * evicted), while the TI has had fewer than `maxFree` such losses: up_for_retry at once whatever
+ * its tries, its tries allowed grown by one so the loss spends none (as Kubernetes Jobs'
+ * podFailurePolicy `Ignore` on DisruptionTarget does not count such a pod against backoffLimit).
+ * Past `maxFree` it is a loss as `lostSet` writes, its error saying that it spent a try and why.
+ * Every right-hand side reads the row as it was before the update.
  */
-export function freeLostSet(sql: Sql, error: Fragment): Fragment {
+export function freeLostSet(sql: Sql, error: Fragment, maxFree: number): Fragment {
+  const free = sql`free_tries < ${maxFree}::int`;
   return sql`
-    state = 'up_for_retry', max_tries = max_tries + 1, next_try_at = now(),
-    ended_at = now(), error = ${error}, pid = null, attempt_token = null`;
+    state = case when ${free} or try_number < max_tries then 'up_for_retry' else 'failed' end,
+    max_tries = max_tries + case when ${free} then 1 else 0 end,
+    free_tries = free_tries + case when ${free} then 1 else 0 end,
+    next_try_at = case when ${free} then now() when try_number < max_tries
+      then now() + least(retry_delay_ms * power(2, least(try_number - 1, 30)), max_retry_delay_ms) * interval '1 millisecond'
+      end,
+    ended_at = now(), pid = null, attempt_token = null,
+    error = case when ${free} then ${error}::text
+      else ${error}::text || ' (spent a try: its ' || ${maxFree}::int || ' free retries for lost nodes and evictions are used, --max-free-retries)'
+      end`;
 }
 
 /** The RETURNING list of a loss: what `lostEvent` reads. */

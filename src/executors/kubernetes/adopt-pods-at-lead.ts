@@ -5,7 +5,7 @@ import type { KubernetesStore } from './kubernetes-executor-options.js';
 import type { PodAttemptEnds } from './pod-attempt-ends.js';
 import type { PodAttempt, PodAttempts } from './pod-attempts.js';
 import { podName } from '../../core/pod-identity.js';
-import { podNamespace, type PodSettings } from './pod-manifest.js';
+import { podGraceSeconds, podNamespace, type PodSettings } from './pod-manifest.js';
 import type { PodWatch } from './pod-watch.js';
 import { podAttemptKey, podsAtLead } from './pods-at-lead.js';
 
@@ -70,7 +70,8 @@ export async function adoptPodsAtLead(
       continue;
     }
     deleted++;
-    void c.ends.deletePod(s.namespace, s.name, 0);
+    // With its grace period, never forced: it may still run, and its retry waits until it is gone.
+    void c.ends.deletePod(s.namespace, s.name, podGraceSeconds(c.pods.killGraceMs));
   }
   const missing = active.filter((a) => !c.live.byTi(a.tiId));
   for (const a of missing) {

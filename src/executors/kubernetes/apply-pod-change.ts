@@ -49,8 +49,8 @@ export function applyPodChange(
       c.pending.note(p);
       return;
     case 'cannot-start':
-      // It will never start; deleted at once so that it cannot start later beside the retry.
-      void c.ends.fail(p, `POD_CANNOT_START:${cond.reason}`, 0);
+      // It will never start; deleted (its retry waits until it is gone, so it cannot start beside it).
+      void c.ends.fail(p, `POD_CANNOT_START:${cond.reason}`, c.graceSeconds);
       return;
     case 'running':
       if (!p.running) {
@@ -86,11 +86,12 @@ export function applyPodChange(
     case 'lost':
       // Its node stopped answering: the pod may run on there, which no one can prove otherwise.
       // The attempt ends now (its token dies with it, so nothing the old pod reports is applied),
-      // spending no try (the task did nothing wrong), and the pod is deleted, so the node kills
-      // it if it comes back.
+      // spending no try (the task did nothing wrong, within --max-free-retries). The pod is
+      // deleted gracefully, never forced: a force delete would let the retry start while it may
+      // still run. The retry waits for it (earlier-tries-gone.ts); the node kills it if it comes back.
       p.over = true;
       void c.ends.lose(p, `POD_LOST:${cond.reason}`, { free: true });
-      void c.ends.deletePod(p.namespace, p.name, 0);
+      void c.ends.deletePod(p.namespace, p.name, c.graceSeconds);
       return;
   }
 }

@@ -12,7 +12,8 @@ import { apiVerdict } from './api-error.js';
  */
 
 export type CreateOutcome =
-  | { kind: 'created' }
+  /** The pod as the API server stored it. */
+  | { kind: 'created'; pod: V1Pod }
   | { kind: 'exists' }
   /** The attempt fails with this error (its retries apply). */
   | { kind: 'failed'; error: string }
@@ -48,8 +49,11 @@ export async function createPod(o: CreatePodOptions): Promise<CreateOutcome> {
     o.onSend?.();
     let verdict;
     try {
-      await answerWithin(o.api.createNamespacedPod({ namespace: o.namespace, body: o.body }), o.requestTimeoutMs);
-      return { kind: 'created' };
+      const pod = await answerWithin(
+        o.api.createNamespacedPod({ namespace: o.namespace, body: o.body }),
+        o.requestTimeoutMs,
+      );
+      return { kind: 'created', pod };
     } catch (err) {
       verdict = apiVerdict(err);
     }

@@ -21,6 +21,11 @@ export interface KubernetesStore {
   lost(attempt: Attempt, error: string, free: boolean): Promise<boolean>;
   /** The pending reason of an attempt still queued (null clears it). */
   pending(attempt: Attempt, reason: string | null): Promise<void>;
+  /**
+   * The last lines the attempt's task wrote that its agent delivered (oldest first; none when it
+   * never ran): a failed pod's error quotes them rather than the agent's own log.
+   */
+  lastLines(attempt: Attempt): Promise<string[]>;
   /** A pod is gone: its agent (named after it) is forgotten. */
   podGone(podName: string): Promise<void>;
   /**
@@ -61,8 +66,6 @@ export interface KubernetesExecutorOptions {
   }) => void;
   /** How long a create the server may accept later (429, 5xx, no answer) is retried. Default 5 min. */
   createRetryMs?: number;
-  /** How long a retry waits for an earlier try's pod to be gone. Default: its grace period + 30 s. */
-  previousGoneMs?: number;
   /** A create unanswered this long is sent again. Default 30 s. */
   requestTimeoutMs?: number;
   /**

@@ -96,7 +96,6 @@ export class KubernetesExecutor implements Executor {
       watches,
       log: o.logger,
       killGraceMs: o.pods.killGraceMs,
-      previousGoneMs: o.previousGoneMs,
     };
     this.#podsEnd = {
       live,
@@ -115,6 +114,7 @@ export class KubernetesExecutor implements Executor {
       ends,
       pending,
       pods: o.pods,
+      graceSeconds: podGraceSeconds(o.pods.killGraceMs),
       pendingEventsMs: o.pendingEventsMs ?? 5000,
       parked: (p) => noteEarlierTries(this.#earlier, p),
       reread: (p, pod) => applyPodChange(this.#change, p, 'MODIFIED', pod),
@@ -297,6 +297,8 @@ export class KubernetesExecutor implements Executor {
     });
     switch (outcome.kind) {
       case 'created':
+        // Known at once, whatever the watch's lag: a retry dispatched next must see it (earlier-tries-gone.ts).
+        this.#watches.get(p.namespace)?.noteCreated(outcome.pod);
         this.#o.metrics?.podCreated();
         this.#log.debug(
           { tiId: p.attempt.tiId, try: p.attempt.tryNumber, pod: p.name, namespace: p.namespace },
@@ -368,7 +370,7 @@ export class KubernetesExecutor implements Executor {
         );
     }
     const name = pod.metadata!.name!;
-    // Told first, while the pod is still as it was: a retry waiting for it says why, or has it force-deleted.
+    // Told first, while the pod is still as it was: a retry waiting for it says why.
     if (type === 'MODIFIED')
       for (const w of this.#parked)
         if (w.namespace === namespace && w.waitingFor?.pods.includes(name)) noteEarlierTries(this.#earlier, w);

@@ -3,7 +3,8 @@ import type { Logger } from 'pino';
 import type { AttemptReporter } from '../executor.js';
 import type { KubernetesStore } from './kubernetes-executor-options.js';
 import type { PodAttempt, PodAttempts } from './pod-attempts.js';
-import { podLogTail } from './pod-log-tail.js';
+import { answerWithin } from './answer-within.js';
+import { joinTail, podLogTail } from './pod-log-tail.js';
 
 /**
  * How an attempt followed as a pod is ended from this side: failed here (its pod refused or never
@@ -72,7 +73,16 @@ export class PodAttemptEnds {
     await this.fail(p, await this.#withLogTail(p, error), deleteGraceS);
   }
 
+  /**
+   * The task's own last lines, as its agent delivered them; else (it never ran, or said nothing)
+   * the pod's log, the agent's JSON records cut to their messages (pod-log-tail.ts).
+   */
   async #withLogTail(p: PodAttempt, error: string): Promise<string> {
+    const own = await answerWithin(this.#o.store.lastLines(p.attempt), LOG_TAIL_WAIT_MS).catch((err: unknown) => {
+      this.#o.log.debug({ err, tiId: p.attempt.tiId }, 'could not read the last lines of a failed attempt');
+      return [];
+    });
+    if (own.length > 0) return `${error}; last lines: ${joinTail(own)}`;
     const tail = await podLogTail(
       this.#o.api,
       p.namespace,

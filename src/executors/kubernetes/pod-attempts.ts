@@ -25,9 +25,9 @@ export interface PodAttempt {
   agentStarted: boolean;
   /**
    * While its create waits for earlier tries' pods to be gone (outside the dispatch drainers):
-   * their names, and those already force-deleted as lost. Null once it may be created.
+   * their names. Null once it may be created.
    */
-  waitingFor: { pods: string[]; forced: Set<string> } | null;
+  waitingFor: { pods: string[] } | null;
   /** Set once its end is decided here (failed to start, lost) or its pod is over: nothing more is reported. */
   over: boolean;
 }

@@ -5,17 +5,17 @@
 export class PodGoneWaiters {
   readonly #waiters = new Map<string, ((gone: boolean) => void)[]>();
 
-  /** True once the pod is seen deleted (at once when it is not `present` now), false when `timeoutMs` passes first. */
-  whenGone(namespace: string, name: string, present: boolean, timeoutMs: number): Promise<boolean> {
+  /**
+   * True once the pod is seen deleted (at once when it is not `present` now); false only when the
+   * watches stop (`stopAll`). No timeout: a pod that may still run is waited for until the API
+   * server no longer has it.
+   */
+  whenGone(namespace: string, name: string, present: boolean): Promise<boolean> {
     if (!present) return Promise.resolve(true);
     return new Promise((resolve) => {
       const key = `${namespace}/${name}`;
-      const timer = setTimeout(() => resolve(false), timeoutMs);
       const list = this.#waiters.get(key) ?? [];
-      list.push((gone) => {
-        clearTimeout(timer);
-        resolve(gone);
-      });
+      list.push(resolve);
       this.#waiters.set(key, list);
     });
   }

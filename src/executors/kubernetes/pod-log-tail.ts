@@ -8,6 +8,30 @@ const LOG_TAIL_LINES = 20;
 const LOG_TAIL_BYTES = 8192;
 const LOG_TAIL_CHARS = 2000;
 
+/** The last lines on one line, bounded: what an attempt's error ends with. */
+export function joinTail(lines: string[]): string {
+  const joined = lines.slice(-LOG_TAIL_LINES).join(' | ');
+  return joined.length > LOG_TAIL_CHARS ? `…${joined.slice(-LOG_TAIL_CHARS)}` : joined;
+}
+
+/**
+ * A line of the pod's log as a person needs it: the agent's own JSON log records (pino: `level`,
+ * `time`, `msg`) cut to their message and error, anything else (the shell's `leoflow: not found`,
+ * a crash's stack) as it is.
+ */
+export function agentRecordText(line: string): string {
+  if (!line.startsWith('{')) return line;
+  let r: unknown;
+  try {
+    r = JSON.parse(line);
+  } catch {
+    return line;
+  }
+  if (typeof r !== 'object' || r === null || typeof (r as { msg?: unknown }).msg !== 'string') return line;
+  const { msg, err } = r as { msg: string; err?: { message?: unknown } };
+  return typeof err?.message === 'string' ? `${msg}: ${err.message}` : msg;
+}
+
 /**
  * The last lines a pod's task container wrote, on one line, for the error of a pod that failed
  * without its agent reporting the end (an image without `leoflow`, an agent that could not reach
@@ -32,13 +56,12 @@ export async function podLogTail(
       }),
       waitMs,
     );
-    const lines = String(text)
-      .split('\n')
-      .map((l) => l.trimEnd())
-      .filter((l) => l !== '')
-      .slice(-LOG_TAIL_LINES);
-    const joined = lines.join(' | ');
-    return joined.length > LOG_TAIL_CHARS ? `…${joined.slice(-LOG_TAIL_CHARS)}` : joined;
+    return joinTail(
+      String(text)
+        .split('\n')
+        .map((l) => agentRecordText(l.trimEnd()))
+        .filter((l) => l !== ''),
+    );
   } catch (err) {
     log.debug(
       { pod: name, namespace, err: (err as Error).message.split('\n')[0] },

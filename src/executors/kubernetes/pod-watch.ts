@@ -37,6 +37,8 @@ export class PodWatch {
   readonly #o: PodWatchOptions;
   readonly #api: CoreV1Api;
   readonly #pods = new Map<string, V1Pod>();
+  /** The uids of the pods seen deleted lately (bounded), so a late `noteCreated` adds no ghost. */
+  readonly #deleted = new Set<string>();
   #resourceVersion: string | null = null;
   #abort: AbortController | null = null;
   #closed = false;
@@ -60,6 +62,18 @@ export class PodWatch {
 
   get(name: string): V1Pod | undefined {
     return this.#pods.get(name);
+  }
+
+  /**
+   * A pod this process has just created, as the API server answered: the watch's event for it may
+   * come later, and until then a retry looking for its earlier tries' pods here must find it. Not
+   * added when the watch has already seen it come and go (its uid among the recent deletions).
+   * Its ADDED event, when it comes, is told as usual.
+   */
+  noteCreated(pod: V1Pod): void {
+    const name = pod.metadata?.name;
+    if (!name || this.#pods.has(name) || this.#deleted.has(pod.metadata?.uid ?? '')) return;
+    this.#pods.set(name, pod);
   }
 
   pods(): IterableIterator<V1Pod> {
@@ -113,6 +127,7 @@ export class PodWatch {
       for (const [name, pod] of this.#pods) {
         if (seen.has(name)) continue;
         this.#pods.delete(name);
+        this.#rememberDeleted(pod);
         this.#o.onEvent('DELETED', pod);
       }
       this.#resourceVersion = list.metadata?.resourceVersion ?? null;
@@ -152,8 +167,10 @@ export class PodWatch {
       if (type === 'BOOKMARK') return;
       const name = pod.metadata?.name;
       if (!name || (type !== 'ADDED' && type !== 'MODIFIED' && type !== 'DELETED')) return;
-      if (type === 'DELETED') this.#pods.delete(name);
-      else this.#pods.set(name, pod);
+      if (type === 'DELETED') {
+        this.#pods.delete(name);
+        this.#rememberDeleted(pod);
+      } else this.#pods.set(name, pod);
       this.#backoffMs = MIN_BACKOFF_MS;
       this.#o.onEvent(type, pod);
     };
@@ -188,6 +205,13 @@ export class PodWatch {
     } catch (err) {
       this.#retryLater(err, 'watch');
     }
+  }
+
+  #rememberDeleted(pod: V1Pod): void {
+    const uid = pod.metadata?.uid;
+    if (!uid) return;
+    if (this.#deleted.size >= 1024) this.#deleted.delete(this.#deleted.values().next().value!);
+    this.#deleted.add(uid);
   }
 
   #nextBackoff(): number {

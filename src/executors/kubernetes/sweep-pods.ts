@@ -21,6 +21,8 @@ export interface SweepContext {
   ends: PodAttemptEnds;
   pending: PendingReasons;
   pods: { podPendingTimeoutMs: number; keepSucceededMs: number; keepFailedMs: number };
+  /** The grace period a pod that may still start gets when deleted (seconds): never 0, a force delete. */
+  graceSeconds: number;
   /** A pod pending this long with no reason in its status has its events listed, and again at most this often. */
   pendingEventsMs: number;
   /** A retry waiting for earlier tries' pods, looked at again. */
@@ -55,7 +57,7 @@ export function sweepPods(c: SweepContext): void {
       void c.ends.fail(
         p,
         `POD_UNSCHEDULABLE:${(p.pendingReason ?? '').replace(/^POD_PENDING:(Unschedulable:)?/, '')} ${longer}`,
-        0,
+        c.graceSeconds,
       );
     } else if (p.unschedulableSince === null && now - p.createdAt >= limit) {
       // Scheduled but never running (a volume that does not mount, a sandbox that does not
@@ -63,10 +65,11 @@ export function sweepPods(c: SweepContext): void {
       void c.ends.fail(
         p,
         `POD_PENDING_TIMEOUT:${(p.pendingReason ?? 'POD_PENDING').replace(/^POD_PENDING:?/, '') || 'no reason given'} ${longer}`,
-        0,
+        c.graceSeconds,
       );
     }
   }
+  // Finished: nothing runs in them, so no grace is needed.
   for (const pod of expiredFinishedPods(c.watches.values(), c.finishedAt, c.pods, Date.now()))
     void c.ends.deletePod(pod.namespace, pod.name, 0);
 }

@@ -34,6 +34,17 @@ export interface KubernetesConfig {
   podCa: PodCaSource | null;
   /** What operators add to every task pod (--pod-template); null: nothing. */
   podTemplate: PodTemplate | null;
+  /**
+   * How many losses of one task spend no try (its node lost, its pod evicted): past them a loss
+   * spends a try as any other, so a task that keeps losing its node does not retry for ever.
+   */
+  maxFreeRetries: number;
+  /**
+   * The control plane's own namespace (in-cluster, from the downward API), null when not given:
+   * its Secrets (the database URL, the admin token) and its ServiceAccount are not for tasks, so no
+   * task pod may run there (refused at start for the default namespace, at apply for a DAG's).
+   */
+  controlPlaneNamespace: string | null;
 }
 
 /** Where in the pods' namespace the CA for pods' agents is kept: a Secret's or ConfigMap's key. */
@@ -41,6 +52,14 @@ export interface PodCaSource {
   kind: 'secret' | 'configmap';
   name: string;
   key: string;
+}
+
+/** A namespace's name, as Kubernetes checks it (a DNS-1123 label). */
+function dnsLabel(v: unknown): string {
+  const s = nonEmpty(v);
+  const why = dns1123LabelProblem(s);
+  if (why) throw new Error(`${why}, got ${JSON.stringify(s)}`);
+  return s;
 }
 
 /** The kubernetes executor's settings read and checked, with what it cannot go without. */
@@ -65,16 +84,7 @@ export function readKubernetesConfig({ pick, get, problems, cwd }: SettingReader
     return ms;
   };
   const kubernetes: KubernetesConfig = {
-    namespace: get(
-      'kubernetes_namespace',
-      (v) => {
-        const s = nonEmpty(v);
-        const why = dns1123LabelProblem(s);
-        if (why) throw new Error(`${why}, got ${JSON.stringify(s)}`);
-        return s;
-      },
-      'default',
-    ),
+    namespace: get('kubernetes_namespace', dnsLabel, 'default'),
     image: image ?? '',
     kubeconfig: get(
       'kubeconfig',
@@ -170,7 +180,22 @@ export function readKubernetesConfig({ pick, get, problems, cwd }: SettingReader
       },
       null as PodTemplate | null,
     ),
+    maxFreeRetries: get(
+      'max_free_retries',
+      (v) => {
+        const n = typeof v === 'number' ? v : /^\d+$/.test(String(v).trim()) ? Number(String(v).trim()) : NaN;
+        if (!Number.isSafeInteger(n) || n < 0 || n > 1000)
+          throw new Error(`must be a whole number from 0 to 1000, got ${JSON.stringify(v)}`);
+        return n;
+      },
+      3,
+    ),
+    controlPlaneNamespace: get('control_plane_namespace', dnsLabel, null as string | null),
   };
+  if (kubernetes.controlPlaneNamespace !== null && kubernetes.controlPlaneNamespace === kubernetes.namespace)
+    problems.push(
+      `kubernetes_namespace ${JSON.stringify(kubernetes.namespace)} is the control plane's own namespace (--control-plane-namespace): task pods there could read its Secrets and run as its ServiceAccount; give tasks a namespace of their own (the Pro default is leoflow-tasks)`,
+    );
   if (pick('pod_server_url') === undefined)
     problems.push(
       'the kubernetes executor needs the address pods reach the control plane at: set --pod-server-url or LEOFLOW_POD_SERVER_URL (e.g. http://leoflow:7070)',

@@ -66,6 +66,12 @@ export const SETTINGS = {
   pod_agent_token_secret: { flag: '--pod-agent-token-secret', env: 'LEOFLOW_POD_AGENT_TOKEN_SECRET', kind: 'string' },
   pod_ca: { flag: '--pod-ca', env: 'LEOFLOW_POD_CA', kind: 'string' },
   pod_template: { flag: '--pod-template', env: 'LEOFLOW_POD_TEMPLATE', kind: 'string' },
+  control_plane_namespace: {
+    flag: '--control-plane-namespace',
+    env: 'LEOFLOW_CONTROL_PLANE_NAMESPACE',
+    kind: 'string',
+  },
+  max_free_retries: { flag: '--max-free-retries', env: 'LEOFLOW_MAX_FREE_RETRIES', kind: 'string' },
 } as const satisfies Record<string, { flag: string; env: string; kind: Kind }>;
 
 export type SettingKey = keyof typeof SETTINGS;

@@ -2,6 +2,7 @@ import { Piscina } from 'piscina';
 
 import { DagValidationError, type DagSpec } from '../../core/dag-spec.js';
 import { checkDagSourceSize } from '../../core/dag/check-dag-source-size.js';
+import { controlPlaneNamespaceIssues } from '../../core/dag/check-control-plane-namespace.js';
 import { defaultExecutorIssues } from '../../core/dag/check-secret-executor.js';
 import type { ParseDagInput, ParseDagResult } from './parse-dag-worker.js';
 
@@ -17,6 +18,8 @@ export interface DagParserOptions {
   onError?: (err: Error) => void;
   /** The executor of tasks that name none (the edition's); checks what only it can run. Default: not checked. */
   defaultExecutor?: string;
+  /** The control plane's own namespace: no task may name it. Default: not checked. */
+  controlPlaneNamespace?: string | null | undefined;
 }
 
 /** Parses DAG files on worker threads; see {@link createDagParser}. */
@@ -129,7 +132,10 @@ export function createDagParser(opts: DagParserOptions = {}): DagParser {
       inFlight -= 1;
     }
     if (result.ok) {
-      const issues = opts.defaultExecutor === undefined ? [] : defaultExecutorIssues(result.spec, opts.defaultExecutor);
+      const issues = [
+        ...(opts.defaultExecutor === undefined ? [] : defaultExecutorIssues(result.spec, opts.defaultExecutor)),
+        ...(opts.controlPlaneNamespace ? controlPlaneNamespaceIssues(result.spec, opts.controlPlaneNamespace) : []),
+      ];
       if (issues.length > 0) throw new DagValidationError(file, issues);
       return result.spec;
     }

@@ -71,6 +71,11 @@ export interface FakeKubeApiOptions {
   historyLimit?: number;
   /** How often a watch that allows bookmarks gets one (default 1000 ms; a real server sends one about every minute). */
   bookmarkIntervalMs?: number;
+  /**
+   * Watch events reach watchers this late (default 0): the API server's watch cache trails its
+   * store, so a create is answered before its ADDED event is sent.
+   */
+  watchLagMs?: number;
   /** Delays of the fake control plane (defaults: schedule 5 ms, kubelet start 10 ms, pull 10 ms, back-off 200 ms, config retry 200 ms). */
   timing?: Partial<{ scheduleMs: number; startMs: number; pullMs: number; backoffMs: number; configRetryMs: number }>;
   /** Environment every container process starts with, before its own env (default PATH and HOME of this process). */
@@ -145,6 +150,8 @@ export class FakeKubeApi {
   private readonly manual: boolean;
   private tmp = '';
   private closed = false;
+  /** TCP connections accepted so far (a client without keep-alive opens one per request). */
+  connectionsOpened = 0;
 
   constructor(private readonly opts: FakeKubeApiOptions = {}) {
     this.store = new ObjectStore(1000, opts.historyLimit);
@@ -211,6 +218,7 @@ export class FakeKubeApi {
     }
     server.keepAliveTimeout = 60_000;
     server.on('connection', (s: Socket) => {
+      this.connectionsOpened++;
       this.sockets.add(s);
       s.on('close', () => this.sockets.delete(s));
     });
@@ -504,6 +512,20 @@ export class FakeKubeApi {
       this.markNodeNotReady(nodeName, opts.evictAfterMs ?? 300_000);
     }, opts.notReadyAfterMs ?? 40_000);
     this.manualTimers.add(marked);
+  }
+
+  /**
+   * The Node object is deleted (an operator who knows the machine is dead, or the cloud node
+   * lifecycle controller once the cloud says the instance is gone): the pod garbage collector
+   * force-deletes every pod bound to a node that no longer exists ("orphaned" pods), DELETED at once.
+   */
+  deleteNode(nodeName: string): void {
+    this.lostNodes.delete(nodeName);
+    const nodes = this.scheduler?.nodes;
+    const i = nodes?.findIndex((n) => n.name === nodeName) ?? -1;
+    if (nodes && i >= 0) nodes.splice(i, 1);
+    for (const p of this.store.list('pods', undefined, (q) => q.spec?.nodeName === nodeName))
+      this.deletePod(p.metadata.namespace!, p.metadata.name, 0);
   }
 
   /** The node controller's part of a lost node (loseNodeAsCurrent): Ready=False, the taints, then the taint manager. */
@@ -1053,6 +1075,7 @@ export class FakeKubeApi {
       allowBookmarks: ['1', 'true'].includes(p.get('allowWatchBookmarks') ?? ''),
       sendInitialEvents: p.get('sendInitialEvents') === 'true',
       bookmarkIntervalMs: this.bookmarkIntervalMs,
+      lagMs: this.opts.watchLagMs ?? 0,
     };
     if (route.namespace !== undefined) req.namespace = route.namespace;
     if (timeout !== null) req.timeoutSeconds = Number(timeout);

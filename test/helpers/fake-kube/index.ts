@@ -55,8 +55,10 @@ import { FakeKubeApi, type FakeKubeApiOptions } from './fake-kube-api.js';
  * (NodeLost, the pre-1.27 shape) and leaves a later graceful delete Terminating;
  * `loseNodeAsCurrent` is the 1.27+ shape (the kubelet silent at once, so deletes stay Terminating
  * in phase Running; Ready=False and unreachable taints after the node monitor's grace period, 40 s
- * unless `notReadyAfterMs`; then DisruptionTarget); `deleteFromOutside` force-deletes; `blackHoleWatches` silences the open watches without closing them
- * (a half-open connection).
+ * unless `notReadyAfterMs`; then DisruptionTarget); `deleteFromOutside` force-deletes; `deleteNode`
+ * deletes a Node, and the pod garbage collector force-deletes its pods; `blackHoleWatches` silences
+ * the open watches without closing them (a half-open connection); `watchLagMs` delivers watch
+ * events late (a watch cache behind the store); `connectionsOpened` counts TCP connections.
  * `labelNamespace(ns, { 'pod-security.kubernetes.io/enforce': 'restricted' })` makes pod creates
  * in it pass Pod Security admission (pod-security.ts), refused with its 403 otherwise.
  * In 'manual' mode no scheduler or kubelet runs: the test drives pods with `setPodStatus`,

@@ -22,6 +22,8 @@ export interface WatchRequest {
   sendInitialEvents: boolean;
   timeoutSeconds?: number;
   bookmarkIntervalMs: number;
+  /** Changes (and bookmarks) reach the stream this late, in order: a watch cache behind the store. */
+  lagMs?: number;
   labelSelector?: string;
   fieldSelector?: string;
 }
@@ -101,9 +103,14 @@ export class WatchStream {
       this.send('BOOKMARK', this.bookmark({ 'k8s.io/initial-events-end': 'true' }));
     }
     for (const c of replay) this.deliver(c);
-    this.unsubscribe = this.store.subscribe((c) => this.deliver(c));
+    this.unsubscribe = this.store.subscribe((c) => this.later(() => this.deliver(c)));
     if (this.req.allowBookmarks && this.req.bookmarkIntervalMs > 0) {
-      this.timers.push(setInterval(() => this.send('BOOKMARK', this.bookmark()), this.req.bookmarkIntervalMs));
+      this.timers.push(
+        setInterval(() => {
+          const b = this.bookmark();
+          this.later(() => this.send('BOOKMARK', b));
+        }, this.req.bookmarkIntervalMs),
+      );
     }
     if (this.req.timeoutSeconds !== undefined && this.req.timeoutSeconds > 0) {
       this.timers.push(setTimeout(() => this.close(), this.req.timeoutSeconds * 1000));
@@ -151,6 +158,17 @@ export class WatchStream {
   private matches(o: KubeObject): boolean {
     if (this.req.namespace !== undefined && o.metadata.namespace !== this.req.namespace) return false;
     return this.req.labels(o.metadata.labels) && this.req.fields(o);
+  }
+
+  /** Now, or `lagMs` later (equal delays keep the order). */
+  private later(f: () => void): void {
+    const lag = this.req.lagMs ?? 0;
+    if (lag <= 0) return f();
+    const t = setTimeout(() => {
+      this.timers.splice(this.timers.indexOf(t), 1);
+      f();
+    }, lag);
+    this.timers.push(t);
   }
 
   private deliver(c: Change): void {
