@@ -1,0 +1,125 @@
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import type { Browser, Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { launchBrowser, openPage, screenshots } from '../helpers/browser.js';
+import { httpGet } from '../helpers/http-get.js';
+import { waitFor } from '../helpers/leoflow-process.js';
+import { serverForFile } from '../helpers/server-fixture.js';
+
+/**
+ * The dashboard in a real browser (Debian's Chromium, headless) against a real `leoflow server`
+ * (Lite, open on loopback): served from the API port, a run triggered from the page turns its graph
+ * green as it happens, a task's log grows as its lines are written, and every page is saved as a
+ * screenshot at 1280×800 and 800 px wide (test/e2e/screenshots).
+ */
+
+const f = serverForFile({ tmpPrefix: 'leoflow-dashboard-', args: ['--tick-interval', '200ms'] });
+let browser: Browser;
+let page: Page;
+let errors: string[];
+
+const DAG = `dag_id: ui_demo
+description: A short chain for the dashboard's tests.
+tasks:
+  - id: extract
+    command: sleep 1.5
+  - id: transform
+    depends_on: [extract]
+    command: ["sh", "-c", "echo first line; sleep 2; echo second line"]
+  - id: load
+    depends_on: [transform]
+    command: echo loaded
+`;
+
+beforeAll(async () => {
+  await writeFile(path.join(f.tmp, 'ui-demo.yaml'), DAG);
+  await f.api.workflow.applyDag({ source: DAG, filename: 'ui-demo.yaml' });
+  browser = await launchBrowser();
+  ({ page, errors } = await openPage(browser));
+}, 60_000);
+
+afterAll(async () => {
+  await browser?.close();
+});
+
+describe('the dashboard', () => {
+  it('is served on the API port: index.html for / and client routes, hashed assets cached long', async () => {
+    const root = await httpGet(`${f.server.url}/`);
+    expect(root.status).toBe(200);
+    expect(root.headers['content-type']).toBe('text/html; charset=utf-8');
+    const asset = /src="(\/assets\/[^"]+\.js)"/.exec(root.body)?.[1];
+    expect(asset).toBeDefined();
+    const js = await httpGet(`${f.server.url}${asset}`);
+    expect(js.headers['content-type']).toBe('text/javascript; charset=utf-8');
+    expect(js.headers['cache-control']).toBe('public, max-age=31536000, immutable');
+    expect((await httpGet(`${f.server.url}/runs/12`)).headers['content-type']).toContain('text/html');
+    // The API still answers on the same port.
+    expect((await f.api.workflow.listDags({})).dags.map((d) => d.dagId)).toContain('ui_demo');
+  });
+
+  it('triggers a run from the DAGs page and shows its graph turning green live', async () => {
+    await page.goto(`${f.server.url}/`);
+    await page.locator('[data-testid=role]').getByText('role admin').waitFor();
+    const row = page.locator('tr[data-dag="ui_demo"]');
+    await row.getByRole('button', { name: 'Trigger…' }).click();
+    const conf = page.locator('textarea[name=conf]');
+    await conf.fill('{"size": ');
+    await expect.poll(() => page.locator('.field-error').textContent()).toContain('JSON');
+    expect(await page.getByRole('button', { name: 'Trigger run' }).isDisabled()).toBe(true);
+    await conf.fill('[1, 2]');
+    await expect.poll(() => page.locator('.field-error').textContent()).toContain('must be a JSON object');
+    await conf.fill('{"size": 3}');
+    await screenshots(page, 'dags-trigger');
+    await page.getByRole('button', { name: 'Trigger run' }).click();
+    await page.waitForURL(/\/runs\/\d+$/);
+    const node = (task: string) => page.locator(`g.node[data-task="${task}"]`);
+    // Seen running, then succeeded, without a reload: the page follows WatchRun.
+    await node('extract').and(page.locator('[data-state="running"]')).waitFor();
+    await page.locator('td', { hasText: 'waiting for its upstream tasks to finish' }).first().waitFor();
+    await screenshots(page, 'run-live');
+    for (const t of ['extract', 'transform', 'load'])
+      await node(t).and(page.locator('[data-state="success"]')).waitFor();
+    await page.locator('h1 .badge', { hasText: 'success' }).waitFor();
+    await screenshots(page, 'run');
+    expect(errors).toEqual([]);
+  });
+
+  it("follows a task's log as its lines arrive", async () => {
+    const { run } = await f.api.workflow.triggerRun({ dagId: 'ui_demo' });
+    await page.goto(`${f.server.url}/runs/${run!.runId}/tasks/transform`);
+    const log = page.locator('[data-testid=log]');
+    await log.locator('.line.stdout', { hasText: 'first line' }).waitFor({ timeout: 20_000 });
+    // The second line is written two seconds after the first: it must not be there yet.
+    expect(await log.locator('.line.stdout').allTextContents()).toEqual(['1first line']);
+    await page.locator('.log .live').waitFor();
+    await screenshots(page, 'task-following');
+    await log.locator('.line.stdout', { hasText: 'second line' }).waitFor({ timeout: 10_000 });
+    await page.locator('[data-testid=exit-code]', { hasText: '0' }).waitFor();
+    await page.locator('.log-head', { hasText: 'ended' }).waitFor();
+    await screenshots(page, 'task');
+    expect(errors).toEqual([]);
+  });
+
+  it('lists runs with filters, live, and shows the fleet', async () => {
+    await page.goto(`${f.server.url}/runs?dag=ui_demo`);
+    await page.locator('tr[data-run]').first().waitFor();
+    const before = await page.locator('tr[data-run]').count();
+    const { run } = await f.api.workflow.triggerRun({ dagId: 'ui_demo' });
+    // A new run appears without a reload, then ends as success.
+    const row = page.locator(`tr[data-run="${run!.runId}"]`);
+    await row.waitFor();
+    expect(await page.locator('tr[data-run]').count()).toBe(before + 1);
+    await row.locator('.badge', { hasText: 'success' }).waitFor({ timeout: 20_000 });
+    await screenshots(page, 'runs');
+    await page.goto(`${f.server.url}/runs?state=failed`);
+    await page.getByText('No runs.').waitFor();
+    await page.goto(`${f.server.url}/fleet`);
+    await page.locator('.badge', { hasText: 'leader' }).waitFor();
+    await screenshots(page, 'fleet');
+    await page.goto(`${f.server.url}/`);
+    await waitFor('strip of three runs', async () => (await page.locator('.strip .cell').count()) >= 3);
+    await screenshots(page, 'dags');
+    expect(errors).toEqual([]);
+  });
+});
