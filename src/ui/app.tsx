@@ -79,8 +79,8 @@ function navClass(url: URL, prefix: string): string {
 function Page({ url }: { url: URL }) {
   const parts = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
   if (parts[0] === 'runs' && parts[1] && parts[2] === 'tasks' && parts[3])
-    return <TaskPage runId={parts[1]} taskId={parts[3]} />;
-  if (parts[0] === 'runs' && parts[1]) return <RunPage runId={parts[1]} />;
+    return <TaskPage key={`${parts[1]}/${parts[3]}`} runId={parts[1]} taskId={parts[3]} />;
+  if (parts[0] === 'runs' && parts[1]) return <RunPage key={parts[1]} runId={parts[1]} />;
   if (parts[0] === 'runs') return <RunsPage query={url.searchParams} />;
   if (parts[0] === 'fleet') return <FleetPage />;
   if (parts.length === 0) return <DagsPage />;

@@ -97,6 +97,10 @@ describe('the dashboard', () => {
     await log.locator('.line.stdout', { hasText: 'second line' }).waitFor({ timeout: 10_000 });
     await page.locator('[data-testid=exit-code]', { hasText: '0' }).waitFor();
     await page.locator('.log-head', { hasText: 'ended' }).waitFor();
+    const tries = page.locator('[data-testid=tries] tbody tr');
+    await tries.filter({ hasText: 'success' }).waitFor();
+    expect(await tries.count()).toBe(1);
+    expect(await tries.locator('td').nth(2).textContent()).toBe('0');
     await screenshots(page, 'task');
     expect(errors).toEqual([]);
   });

@@ -1,5 +1,6 @@
 import { useCallback, useEffect, useRef, useState } from 'react';
 import type { Run, TaskInstance } from '../../gen/leoflow/v1/types_pb.js';
+import type { RunEvent } from '../../gen/leoflow/v1/workflow_pb.js';
 import { workflow } from '../api/clients.js';
 import { useEventStream } from './use-event-stream.js';
 
@@ -10,9 +11,13 @@ export interface RunView {
 
 /**
  * A run and its task instances, read again when its WatchRun stream says something moved (at most
- * one read per 300 ms, whatever the number of tasks): pushed, never polled.
+ * one read per 300 ms, whatever the number of tasks): pushed, never polled. `onEvents` sees the
+ * stream's events too, from the run's first.
  */
-export function useRunLive(runId: string): { view: RunView | null; error: string | null; reload(): void } {
+export function useRunLive(
+  runId: string,
+  onEvents?: (events: RunEvent[]) => void,
+): { view: RunView | null; error: string | null; reload(): void } {
   const [view, setView] = useState<RunView | null>(null);
   const [error, setError] = useState<string | null>(null);
   const timer = useRef<ReturnType<typeof setTimeout> | null>(null);
@@ -30,7 +35,8 @@ export function useRunLive(runId: string): { view: RunView | null; error: string
   useEventStream(
     `run/${runId}`,
     (afterSeq, signal) => workflow.watchRun({ runId, afterSeq, follow: true }, { signal }),
-    () => {
+    (events) => {
+      onEvents?.(events);
       if (timer.current) return;
       timer.current = setTimeout(() => {
         timer.current = null;

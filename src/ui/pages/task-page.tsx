@@ -1,3 +1,5 @@
+import { useCallback, useState } from 'react';
+import type { RunEvent } from '../../gen/leoflow/v1/workflow_pb.js';
 import { workflow } from '../api/clients.js';
 import { useCan } from '../auth/access-context.js';
 import { Link } from '../components/link.js';
@@ -5,11 +7,18 @@ import { LogView } from '../components/log-view.js';
 import { pendingReasonText } from '../components/pending-reason.js';
 import { StateBadge, taskStateName } from '../components/state-badge.js';
 import { TimeText, formatDuration } from '../components/time-text.js';
+import { TriesTable } from '../components/tries-table.js';
+import { applyTryEvents, type TaskTry } from '../live/task-tries.js';
 import { useRunLive } from '../live/use-run-live.js';
 
-/** A task instance: its latest try (exit code, duration, agent, error), live, and its log followed. */
+/** A task instance: its latest try, every try (exit code, duration, agent, error), live; its log followed. */
 export function TaskPage({ runId, taskId }: { runId: string; taskId: string }) {
-  const { view, error, reload } = useRunLive(runId);
+  const [tries, setTries] = useState<TaskTry[]>([]);
+  const onEvents = useCallback(
+    (events: RunEvent[]) => setTries((old) => applyTryEvents(old, taskId, events)),
+    [taskId],
+  );
+  const { view, error, reload } = useRunLive(runId, onEvents);
   const canOperate = useCan('operator');
   const ti = view?.tis.find((t) => t.taskId === taskId);
   if (error && !view) return <p className="error">{error}</p>;
@@ -84,6 +93,8 @@ export function TaskPage({ runId, taskId }: { runId: string; taskId: string }) {
           </>
         )}
       </dl>
+      <h2>Tries</h2>
+      <TriesTable tries={tries} />
       <LogView runId={runId} taskId={taskId} />
     </section>
   );
