@@ -60,7 +60,7 @@ describe('the dashboard with tokens', () => {
     await page.locator('input[name=token]').waitFor();
     await screenshots(page, 'token');
     await signIn('lf_not-a-real-token');
-    await page.locator('.token-form', { hasText: 'ListTokens' }).waitFor();
+    await page.locator('.token-form', { hasText: 'The server refused that token' }).waitFor();
     viewer = await token('viewer');
     await signIn(viewer);
     await page.locator('[data-testid=role]', { hasText: 'role viewer' }).waitFor();

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { launchBrowser, openPage, screenshots } from '../helpers/browser.js';
 import { httpGet } from '../helpers/http-get.js';
 import { waitFor } from '../helpers/leoflow-process.js';
-import { serverForFile } from '../helpers/server-fixture.js';
+import { connectedAgent, serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * The dashboard in a real browser (Debian's Chromium, headless) against a real `leoflow server`
@@ -105,7 +105,7 @@ describe('the dashboard', () => {
     expect(errors).toEqual([]);
   });
 
-  it('lists runs with filters, live, and shows the fleet', async () => {
+  it('lists runs with filters, live; shows the fleet and drains an agent', async () => {
     await page.goto(`${f.server.url}/runs?dag=ui_demo`);
     await page.locator('tr[data-run]').first().waitFor();
     const before = await page.locator('tr[data-run]').count();
@@ -118,9 +118,23 @@ describe('the dashboard', () => {
     await screenshots(page, 'runs');
     await page.goto(`${f.server.url}/runs?state=failed`);
     await page.getByText('No runs.').waitFor();
-    await page.goto(`${f.server.url}/fleet`);
-    await page.locator('.badge', { hasText: 'leader' }).waitFor();
-    await screenshots(page, 'fleet');
+    const agent = await connectedAgent(f, 'ui-agent-1', { args: ['--labels', 'zone=a,gpu=none', '--slots', '2'] });
+    try {
+      await page.goto(`${f.server.url}/fleet`);
+      await page.locator('.badge', { hasText: 'leader' }).waitFor();
+      const row = page.locator('tr[data-agent="ui-agent-1"]');
+      await row.locator('.badge', { hasText: 'healthy' }).waitFor();
+      expect(await row.textContent()).toContain('zone=a');
+      await row.getByRole('button', { name: 'Drain' }).click();
+      await row.locator('.badge', { hasText: 'draining' }).waitFor();
+      const listed = await f.api.cluster.listAgents({});
+      expect(listed.agents.find((a) => a.agentId === 'ui-agent-1')?.draining).toBe(true);
+      await screenshots(page, 'fleet');
+      await row.getByRole('button', { name: 'Undrain' }).click();
+      await waitFor('undrained', async () => !(await row.textContent())?.includes('draining'));
+    } finally {
+      await agent.stop(5_000);
+    }
     await page.goto(`${f.server.url}/`);
     await waitFor('strip of three runs', async () => (await page.locator('.strip .cell').count()) >= 3);
     await screenshots(page, 'dags');

@@ -3,6 +3,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dashboardFiles } from '../../src/server/dashboard/dashboard-files.js';
 import { httpGet } from '../helpers/http-get.js';
@@ -52,6 +53,25 @@ describe('dashboardFiles', () => {
     expect(css.headers['content-type']).toBe('text/css; charset=utf-8');
     expect(css.headers['content-length']).toBe('6');
     expect(css.body).toBe('');
+  });
+
+  it('sends text assets gzipped to a client that takes gzip', async () => {
+    const r = await new Promise<{ encoding: string | undefined; body: string }>((resolve, reject) => {
+      const req = http.request(
+        `${url(built)}/assets/index-abc123.js`,
+        { headers: { 'accept-encoding': 'gzip, br' }, agent: false },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () =>
+            resolve({ encoding: res.headers['content-encoding'], body: gunzipSync(Buffer.concat(chunks)).toString() }),
+          );
+        },
+      );
+      req.on('error', reject);
+      req.end();
+    });
+    expect(r).toEqual({ encoding: 'gzip', body: 'console.log(1)' });
   });
 
   it('answers 404 for a missing asset or file, not the page', async () => {

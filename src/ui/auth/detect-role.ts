@@ -1,5 +1,6 @@
 import { Code, ConnectError } from '@connectrpc/connect';
 import { tokens, workflow } from '../api/clients.js';
+import { readToken } from './token-store.js';
 
 /** What the dashboard may offer: `open` is a server without tokens (loopback Lite), which allows all. */
 export type Access =
@@ -17,7 +18,11 @@ export async function detectRole(): Promise<Access> {
     return { kind: 'ready', role: 'admin', open };
   } catch (err) {
     const e = ConnectError.from(err);
-    if (e.code === Code.Unauthenticated) return { kind: 'needs-token', message: e.rawMessage };
+    if (e.code === Code.Unauthenticated) {
+      // The server's reason names the call that asked (ListTokens); the person asked nothing of it.
+      const reason = e.rawMessage.replace(/^ListTokens: /, '');
+      return { kind: 'needs-token', message: readToken() ? `The server refused that token: ${reason}` : '' };
+    }
     if (e.code !== Code.PermissionDenied) throw e;
   }
   try {
