@@ -85,10 +85,12 @@ export function FleetPage() {
                 const h = (AgentHealth[a.health] ?? 'unspecified').toLowerCase();
                 return (
                   <tr key={a.agentId} data-agent={a.agentId}>
-                    <td className="mono">{a.agentId}</td>
+                    <td className="mono nowrap">{a.agentId}</td>
                     <td>
-                      <span className={`badge h-${h}`}>{h}</span>
-                      {a.draining && <span className="badge s-paused">draining</span>}
+                      <span className="badges">
+                        <span className={`badge h-${h}`}>{h}</span>
+                        {a.draining && <span className="badge s-paused">draining</span>}
+                      </span>
                     </td>
                     <td>
                       {Object.entries(a.labels).map(([k, v]) => (
