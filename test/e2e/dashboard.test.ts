@@ -1,4 +1,6 @@
+import { execFile } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
+import { promisify } from 'node:util';
 import path from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -14,6 +16,7 @@ import { connectedAgent, serverForFile } from '../helpers/server-fixture.js';
  * screenshot at 1280×800 and 800 px wide (test/e2e/screenshots).
  */
 
+const execFileP = promisify(execFile);
 const f = serverForFile({ tmpPrefix: 'leoflow-dashboard-', args: ['--tick-interval', '200ms'] });
 let browser: Browser;
 let page: Page;
@@ -54,6 +57,20 @@ describe('the dashboard', () => {
     expect(js.headers['content-type']).toBe('text/javascript; charset=utf-8');
     expect(js.headers['cache-control']).toBe('public, max-age=31536000, immutable');
     expect((await httpGet(`${f.server.url}/runs/12`)).headers['content-type']).toContain('text/html');
+    // Over HTTP/2 too (a browser over TLS speaks it), gzipped when asked.
+    const h2 = await execFileP('curl', [
+      '-sS',
+      '--http2-prior-knowledge',
+      '--compressed',
+      '-o',
+      '/dev/null',
+      '-w',
+      '%{http_version} %{http_code} %{size_download}',
+      `${f.server.url}${asset}`,
+    ]);
+    const [version, status, size] = h2.stdout.split(' ');
+    expect([version, status]).toEqual(['2', '200']);
+    expect(Number(size)).toBeLessThan(Number(js.headers['content-length']) / 2);
     // The API still answers on the same port.
     expect((await f.api.workflow.listDags({})).dags.map((d) => d.dagId)).toContain('ui_demo');
   });
