@@ -16,13 +16,26 @@ export function LogView({ runId, taskId }: { runId: string; taskId: string }) {
     const ctl = new AbortController();
     setLines([]);
     setDone(false);
+    // TailLogs has no cursor: a follow that breaks is opened again, and the lines already shown
+    // (by attempt and seq) are left out.
+    const seen = new Set<string>();
     void (async () => {
-      try {
-        for await (const res of workflow.tailLogs({ runId, taskId, follow: true }, { signal: ctl.signal }))
-          setLines((old) => [...old, ...res.lines]);
-        setDone(true);
-      } catch (err) {
-        if (!ctl.signal.aborted) setError((err as Error).message);
+      for (let failures = 0; !ctl.signal.aborted; failures++) {
+        try {
+          for await (const res of workflow.tailLogs({ runId, taskId, follow: true }, { signal: ctl.signal })) {
+            failures = 0;
+            setError(null);
+            const fresh = res.lines.filter((l) => !seen.has(lineKey(l)));
+            for (const l of fresh) seen.add(lineKey(l));
+            if (fresh.length > 0) setLines((old) => [...old, ...fresh]);
+          }
+          setDone(true);
+          return;
+        } catch (err) {
+          if (ctl.signal.aborted) return;
+          setError(`${(err as Error).message} (reconnecting)`);
+        }
+        await new Promise((r) => setTimeout(r, Math.min(1_000 * 2 ** failures, 10_000)));
       }
     })();
     return () => ctl.abort();
@@ -48,7 +61,7 @@ export function LogView({ runId, taskId }: { runId: string; taskId: string }) {
       <pre ref={box} onScroll={onScroll} data-testid="log">
         {lines.length === 0 && <span className="muted">No lines yet.</span>}
         {lines.map((l) => (
-          <div key={`${l.tryNumber}/${l.seq}`} className={`line ${l.stream}`}>
+          <div key={lineKey(l)} className={`line ${l.stream}`}>
             <span className="try">{l.tryNumber}</span>
             {l.line}
           </div>
@@ -56,4 +69,8 @@ export function LogView({ runId, taskId }: { runId: string; taskId: string }) {
       </pre>
     </div>
   );
+}
+
+function lineKey(l: LogLine): string {
+  return `${l.tiId}/${l.tryNumber}/${l.seq}`;
 }

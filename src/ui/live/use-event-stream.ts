@@ -1,6 +1,10 @@
 import { useEffect, useRef } from 'react';
 import type { RunEvent } from '../../gen/leoflow/v1/workflow_pb.js';
 
+/** A broken stream is opened again after 1 s, then 2, 4, … at most 10 s apart while it keeps failing. */
+const RETRY_FIRST_MS = 1_000;
+const RETRY_MAX_MS = 10_000;
+
 type Open = (afterSeq: string, signal: AbortSignal) => AsyncIterable<{ events: RunEvent[] }>;
 
 /**
@@ -17,9 +21,11 @@ export function useEventStream(key: string, open: Open, onEvents: (events: RunEv
     const ctl = new AbortController();
     let seq = '0';
     void (async () => {
+      let wait = RETRY_FIRST_MS;
       while (!ctl.signal.aborted) {
         try {
           for await (const batch of opener.current(seq, ctl.signal)) {
+            wait = RETRY_FIRST_MS;
             const last = batch.events.at(-1);
             if (last) seq = last.seq;
             if (batch.events.length > 0) handler.current(batch.events);
@@ -27,7 +33,9 @@ export function useEventStream(key: string, open: Open, onEvents: (events: RunEv
         } catch {
           // Reopened below from the last seq received.
         }
-        if (!ctl.signal.aborted) await new Promise((r) => setTimeout(r, 1_000));
+        if (ctl.signal.aborted) break;
+        await new Promise((r) => setTimeout(r, wait));
+        wait = Math.min(wait * 2, RETRY_MAX_MS);
       }
     })();
     return () => ctl.abort();
