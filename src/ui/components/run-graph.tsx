@@ -1,17 +1,15 @@
-import { graphlib, layout } from '@dagrejs/dagre';
 import { useMemo } from 'react';
 import type { TaskSpec } from '../../gen/leoflow/v1/types_pb.js';
 import { navigate } from '../live/use-route.js';
-
-const NODE_H = 36;
+import { NODE_H, placeTasks } from './graph-layout.js';
 
 /**
- * A run's DAG, laid out by dagre (left to right), each task a box in its state's colour; a click
+ * A run's DAG, laid out left to right (graph-layout.ts), each task a box in its state's colour; a click
  * opens the task. The layout depends only on the tasks and edges, so live state changes repaint
  * without laying out again.
  */
 export function RunGraph({ runId, tasks, states }: { runId: string; tasks: TaskSpec[]; states: Map<string, string> }) {
-  const drawn = useMemo(() => place(tasks), [tasks]);
+  const drawn = useMemo(() => placeTasks(tasks), [tasks]);
   return (
     <div className="graph-wrap">
       <svg
@@ -50,26 +48,11 @@ export function RunGraph({ runId, tasks, states }: { runId: string; tasks: TaskS
           );
         })}
       </svg>
+      {drawn.hiddenEdges > 0 && (
+        <p className="muted small note">
+          {drawn.hiddenEdges} more dependencies are not drawn; the table lists every task.
+        </p>
+      )}
     </div>
   );
-}
-
-function place(tasks: TaskSpec[]) {
-  const g = new graphlib.Graph();
-  g.setGraph({ rankdir: 'LR', nodesep: 18, ranksep: 48, marginx: 12, marginy: 12 });
-  g.setDefaultEdgeLabel(() => ({}));
-  for (const t of tasks)
-    g.setNode(t.id, { width: Math.min(220, Math.max(80, 28 + t.id.length * 7.5)), height: NODE_H });
-  for (const t of tasks) for (const up of t.dependsOn) if (g.hasNode(up)) g.setEdge(up, t.id);
-  layout(g);
-  const nodes = g.nodes().map((id) => {
-    const n = g.node(id) as { x: number; y: number; width: number };
-    return { id, x: n.x, y: n.y, w: n.width };
-  });
-  const edges = g.edges().map((e) => {
-    const pts = (g.edge(e) as { points: { x: number; y: number }[] }).points;
-    return { key: `${e.v}>${e.w}`, points: pts.map((p) => `${p.x},${p.y}`).join(' ') };
-  });
-  const graph = g.graph() as { width?: number; height?: number };
-  return { nodes, edges, width: Math.max(graph.width ?? 0, 100), height: Math.max(graph.height ?? 0, NODE_H + 24) };
 }

@@ -26,6 +26,18 @@ export function RunPage({ runId }: { runId: string }) {
     );
   }, [dagId]);
   const states = useMemo(() => new Map(view?.tis.map((t) => [t.taskId, taskStateName(t.state)])), [view]);
+  // Tasks a graph can draw: the DAG's (its current version); else the run's own task ids alone.
+  const taskIds = view?.tis.map((t) => t.taskId).join('\n') ?? '';
+  const drawn = useMemo(
+    () =>
+      tasks && tasks.length > 0
+        ? tasks
+        : taskIds
+            .split('\n')
+            .filter(Boolean)
+            .map((id) => ({ id, dependsOn: [] as string[] }) as TaskSpec),
+    [tasks, taskIds],
+  );
   if (error && !view) return <p className="error">{error}</p>;
   if (!view) return <p className="muted">Loading…</p>;
   const { run, tis } = view;
@@ -40,9 +52,6 @@ export function RunPage({ runId }: { runId: string }) {
       (err: Error) => setActionError(err.message),
     );
   };
-  // Tasks a graph can draw: the DAG's (its current version); else the run's own task ids alone.
-  const drawn =
-    tasks && tasks.length > 0 ? tasks : tis.map((t) => ({ id: t.taskId, dependsOn: [] }) as unknown as TaskSpec);
   return (
     <section>
       <div className="title-row">
