@@ -98,6 +98,12 @@ describe('the dashboard', () => {
     for (const t of ['extract', 'transform', 'load'])
       await node(t).and(page.locator('[data-state="success"]')).waitFor();
     await page.locator('h1 .badge', { hasText: 'success' }).waitFor();
+    // The timeline: one bar per task, in the order they ran, each ending after it starts.
+    const bars = page.locator('.timeline .bar');
+    await waitFor('three bars', async () => (await bars.count()) === 3);
+    const boxes = await Promise.all([0, 1, 2].map(async (i) => (await bars.nth(i).boundingBox())!));
+    expect(boxes[0]!.x).toBeLessThan(boxes[1]!.x);
+    expect(boxes[1]!.x).toBeLessThan(boxes[2]!.x);
     await screenshots(page, 'run');
     expect(errors).toEqual([]);
   });

@@ -5,6 +5,7 @@ import { useCan } from '../auth/access-context.js';
 import { Link } from '../components/link.js';
 import { pendingReasonText } from '../components/pending-reason.js';
 import { RunGraph } from '../components/run-graph.js';
+import { RunTimeline } from '../components/run-timeline.js';
 import { StateBadge, runStateName, taskStateName } from '../components/state-badge.js';
 import { TimeText, formatDuration } from '../components/time-text.js';
 import { useRunLive } from '../live/use-run-live.js';
@@ -88,6 +89,7 @@ export function RunPage({ runId }: { runId: string }) {
       </dl>
       {actionError && <p className="error">{actionError}</p>}
       <RunGraph runId={runId} tasks={drawn} states={states} />
+      <RunTimeline run={run} tis={tis} />
       <div className="table-wrap">
         <table>
           <thead>

@@ -3,6 +3,7 @@ import type { RunEvent } from '../../gen/leoflow/v1/workflow_pb.js';
 import { workflow } from '../api/clients.js';
 import { useCan } from '../auth/access-context.js';
 import { Link } from '../components/link.js';
+import { CopyButton } from '../components/copy-button.js';
 import { LogView } from '../components/log-view.js';
 import { pendingReasonText } from '../components/pending-reason.js';
 import { StateBadge, taskStateName } from '../components/state-badge.js';
@@ -72,12 +73,16 @@ export function TaskPage({ runId, taskId }: { runId: string; taskId: string }) {
         </dd>
         <dt>Ids</dt>
         <dd className="mono">
-          ti {ti.tiId} · run {runId}
+          ti {ti.tiId} <CopyButton text={ti.tiId} label="task instance id" /> · run {runId}{' '}
+          <CopyButton text={runId} label="run id" />
         </dd>
         {view.run.traceparent && (
           <>
             <dt>Trace</dt>
-            <dd className="mono clip">{view.run.traceparent}</dd>
+            <dd className="mono">
+              <span className="clip inline">{view.run.traceparent}</span>
+              <CopyButton text={view.run.traceparent} label="traceparent" />
+            </dd>
           </>
         )}
         {ti.pendingReason && (
