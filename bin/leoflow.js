@@ -13,13 +13,16 @@ if (!existsSync(entry)) {
   process.exit(1);
 }
 
+/** The dashboard's sources: built by Vite into dist/ui, not by tsc into what this command runs. */
+const UI_SOURCES = path.join(root, 'src/ui');
+
 /** The newest mtime of the TypeScript files under `dir` (only they need a build). */
 async function newestMtime(dir) {
   const entries = await readdir(dir, { withFileTypes: true });
   const times = await Promise.all(
     entries.map((e) => {
       const p = path.join(dir, e.name);
-      if (e.isDirectory()) return newestMtime(p);
+      if (e.isDirectory()) return p === UI_SOURCES ? 0 : newestMtime(p);
       return e.name.endsWith('.ts') ? stat(p).then((s) => s.mtimeMs) : 0;
     }),
   );

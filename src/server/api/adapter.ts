@@ -40,6 +40,8 @@ export function apiAdapter(
     /** Per-request context values, as connect-node's `contextValues` option. */
     contextValues?(req: http.IncomingMessage | http2.Http2ServerRequest): ContextValues;
     logger: Logger;
+    /** Requests that name no RPC (the dashboard's files); 404 without it. */
+    fallback?: ApiHandler;
   },
 ): ApiHandler {
   const router = createConnectRouter({ acceptCompression: [compressionGzip, compressionBrotli], ...options });
@@ -48,6 +50,7 @@ export function apiAdapter(
   return (req, res) => {
     const uHandler = paths.get((req.url ?? '').split('?', 2)[0] ?? '');
     if (!uHandler) {
+      if (options.fallback) return options.fallback(req, res);
       res.writeHead(uResponseNotFound.status);
       res.end();
       return;

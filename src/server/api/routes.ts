@@ -2,6 +2,7 @@ import { createContextValues } from '@connectrpc/connect';
 import { echo } from '../../core/check-text.js';
 import { LIMITS } from '../../core/limits.js';
 import { apiAdapter } from './adapter.js';
+import { dashboardFiles } from '../dashboard/dashboard-files.js';
 import { checkRequestFields } from './check-request-fields.js';
 import type { Logger } from 'pino';
 import type { Sql } from '../../db/sql.js';
@@ -57,6 +58,8 @@ export function apiRoutes(o: {
   return apiAdapter({
     logger,
     // Their bodies are decoded first, so one that does not decode is INVALID_ARGUMENT (adapter.ts).
+    // GET / and the dashboard's client routes: its built files (src/ui, built into dist/ui).
+    fallback: dashboardFiles(),
     checkedServices: new Set([WorkflowService.typeName, ClusterService.typeName, TokenService.typeName]),
     // A message past this is refused (RESOURCE_EXHAUSTED, naming the limit) before it is decoded.
     readMaxBytes: LIMITS.requestBytes,

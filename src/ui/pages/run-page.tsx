@@ -1,0 +1,150 @@
+import { useEffect, useMemo, useState } from 'react';
+import type { TaskSpec } from '../../gen/leoflow/v1/types_pb.js';
+import { workflow } from '../api/clients.js';
+import { useCan } from '../auth/access-context.js';
+import { Link } from '../components/link.js';
+import { pendingReasonText } from '../components/pending-reason.js';
+import { RunGraph } from '../components/run-graph.js';
+import { RunTimeline } from '../components/run-timeline.js';
+import { StateBadge, runStateName, taskStateName } from '../components/state-badge.js';
+import { TimeText, formatDuration } from '../components/time-text.js';
+import { useRunLive } from '../live/use-run-live.js';
+
+const ENDED = new Set(['success', 'failed', 'cancelled']);
+
+/** A run: its DAG as a live graph, its tasks with why each waits, and cancel / clear. */
+export function RunPage({ runId }: { runId: string }) {
+  const { view, error, reload } = useRunLive(runId);
+  const [tasks, setTasks] = useState<TaskSpec[] | null>(null);
+  const [actionError, setActionError] = useState<string | null>(null);
+  const canOperate = useCan('operator');
+  const dagId = view?.run.dagId;
+  useEffect(() => {
+    if (!dagId) return;
+    workflow.getDag({ dagId }).then(
+      (res) => setTasks(res.dag?.tasks ?? []),
+      () => setTasks([]),
+    );
+  }, [dagId]);
+  const states = useMemo(() => new Map(view?.tis.map((t) => [t.taskId, taskStateName(t.state)])), [view]);
+  // Tasks a graph can draw: the DAG's (its current version); else the run's own task ids alone.
+  const taskIds = view?.tis.map((t) => t.taskId).join('\n') ?? '';
+  const drawn = useMemo(
+    () =>
+      tasks && tasks.length > 0
+        ? tasks
+        : taskIds
+            .split('\n')
+            .filter(Boolean)
+            .map((id) => ({ id, dependsOn: [] as string[] }) as TaskSpec),
+    [tasks, taskIds],
+  );
+  if (error && !view) return <p className="error">{error}</p>;
+  if (!view) return <p className="muted">Loading…</p>;
+  const { run, tis } = view;
+  const runState = runStateName(run.state);
+  const act = (question: string, call: () => Promise<unknown>) => {
+    if (!window.confirm(question)) return;
+    call().then(
+      () => {
+        setActionError(null);
+        reload();
+      },
+      (err: Error) => setActionError(err.message),
+    );
+  };
+  return (
+    <section>
+      <div className="title-row">
+        <h1>
+          Run #{run.runId} <StateBadge state={runState} />
+        </h1>
+        <button
+          className="danger"
+          disabled={!canOperate || ENDED.has(runState)}
+          onClick={() => act(`Cancel run #${run.runId} of ${run.dagId}?`, () => workflow.cancelRun({ runId }))}
+        >
+          Cancel run
+        </button>
+      </div>
+      <dl className="facts">
+        <dt>DAG</dt>
+        <dd>
+          <Link to={`/runs?dag=${encodeURIComponent(run.dagId)}`}>{run.dagId}</Link>
+        </dd>
+        <dt>Key</dt>
+        <dd className="mono clip">{run.runKey}</dd>
+        <dt>Created</dt>
+        <dd>
+          <TimeText at={run.createdAt} />
+        </dd>
+        <dt>Duration</dt>
+        <dd>{formatDuration(run.startedAt, run.endedAt)}</dd>
+        {run.confJson && run.confJson !== '{}' && (
+          <>
+            <dt>Conf</dt>
+            <dd className="mono clip">{run.confJson}</dd>
+          </>
+        )}
+      </dl>
+      {actionError && <p className="error">{actionError}</p>}
+      <RunGraph runId={runId} tasks={drawn} states={states} />
+      <RunTimeline run={run} tis={tis} />
+      <div className="table-wrap">
+        <table>
+          <thead>
+            <tr>
+              <th>Task</th>
+              <th>State</th>
+              <th>Try</th>
+              <th>Duration</th>
+              <th>Waiting because</th>
+              <th className="right">Actions</th>
+            </tr>
+          </thead>
+          <tbody>
+            {tis.map((t) => {
+              const s = taskStateName(t.state);
+              const ended = ['success', 'failed', 'upstream_failed', 'skipped', 'cancelled'].includes(s);
+              return (
+                <tr key={t.taskId} data-task-row={t.taskId}>
+                  <td>
+                    <Link to={`/runs/${runId}/tasks/${encodeURIComponent(t.taskId)}`} className="strong">
+                      {t.taskId}
+                    </Link>
+                  </td>
+                  <td>
+                    <StateBadge state={s} />
+                  </td>
+                  <td>{t.tryNumber > 0 ? `${t.tryNumber}/${t.maxTries}` : '—'}</td>
+                  <td>{formatDuration(t.startedAt, t.endedAt)}</td>
+                  <td className="muted">{pendingReasonText(t.pendingReason)}</td>
+                  <td className="right nowrap">
+                    <button
+                      disabled={!canOperate || ended}
+                      onClick={() =>
+                        act(`Cancel task ${t.taskId}?`, () => workflow.cancelTaskInstance({ runId, taskId: t.taskId }))
+                      }
+                    >
+                      Cancel
+                    </button>
+                    <button
+                      disabled={!canOperate || !ended}
+                      onClick={() =>
+                        act(`Clear task ${t.taskId} and its downstream tasks? They run again.`, () =>
+                          workflow.clearTaskInstance({ runId, taskId: t.taskId, downstream: true }),
+                        )
+                      }
+                    >
+                      Clear
+                    </button>
+                  </td>
+                </tr>
+              );
+            })}
+          </tbody>
+        </table>
+      </div>
+    </section>
+  );
+}

@@ -1,0 +1,74 @@
+import type { Browser, Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { launchBrowser, openPage, screenshots } from '../helpers/browser.js';
+import { waitFor } from '../helpers/leoflow-process.js';
+import { serverForFile } from '../helpers/server-fixture.js';
+import { startTcpProxy } from '../helpers/tcp-proxy.js';
+
+/**
+ * A dashboard that loses the server for a while (a laptop lid closed, a network blip) picks its
+ * streams up again from the last event it received: what happened meanwhile is shown, with no
+ * reload. The browser reaches the server through a proxy that the test takes away and brings back.
+ */
+
+const f = serverForFile({ tmpPrefix: 'leoflow-dashboard-resume-', args: ['--tick-interval', '200ms'] });
+let browser: Browser;
+let page: Page;
+let errors: string[];
+
+const DAG = `dag_id: gap
+tasks:
+  - id: first
+    command: sleep 2
+  - id: second
+    depends_on: [first]
+    command: echo ran while the dashboard was away
+`;
+
+beforeAll(async () => {
+  await f.api.workflow.applyDag({ source: DAG, filename: 'gap.yaml' });
+  browser = await launchBrowser();
+  ({ page, errors } = await openPage(browser));
+}, 60_000);
+
+afterAll(async () => {
+  await browser?.close();
+});
+
+describe('the dashboard after a lost connection', () => {
+  it('resumes its streams from the last event received and misses none', async () => {
+    const target = { host: '127.0.0.1', port: Number(new URL(f.server.url).port) };
+    let proxy = await startTcpProxy(target);
+    const port = proxy.port;
+    try {
+      const { run } = await f.api.workflow.triggerRun({ dagId: 'gap' });
+      const runId = run!.runId;
+      await page.goto(`http://127.0.0.1:${port}/runs/${runId}/tasks/second`);
+      await page.getByText('No try has started yet.').waitFor();
+      await page.locator('.log .live').waitFor();
+      // Gone: every connection cut, and no new one taken, while `second` runs and the run ends.
+      await proxy.close();
+      await waitFor(
+        'the run to end',
+        async () => (await f.api.workflow.getRun({ runId })).run!.state === 3, // SUCCESS
+        20_000,
+      );
+      await page.locator('.log .error').waitFor();
+      proxy = await startTcpProxy(target, { port });
+      // Back: the try that started and ended meanwhile is told by the replayed events (the tries
+      // table is built from events alone), and the log by the follow opened again.
+      const row = page.locator('[data-testid=tries] tbody tr');
+      await row.filter({ hasText: 'success' }).waitFor({ timeout: 20_000 });
+      expect(await row.count()).toBe(1);
+      await page.locator('[data-testid=log] .line.stdout', { hasText: 'ran while the dashboard was away' }).waitFor();
+      expect(await page.locator('[data-testid=log] .line.stdout').count()).toBe(1);
+      await page.locator('h1 .badge', { hasText: 'success' }).waitFor();
+      expect(await page.locator('.log .error').count()).toBe(0);
+      await screenshots(page, 'task-resumed');
+      expect(errors).toEqual([]);
+    } finally {
+      await page.close();
+      await proxy.close();
+    }
+  });
+});

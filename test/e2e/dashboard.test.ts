@@ -1,0 +1,192 @@
+import { execFile } from 'node:child_process';
+import { writeFile } from 'node:fs/promises';
+import { promisify } from 'node:util';
+import path from 'node:path';
+import type { Browser, Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { launchBrowser, openPage, screenshots } from '../helpers/browser.js';
+import { httpGet } from '../helpers/http-get.js';
+import { waitFor } from '../helpers/leoflow-process.js';
+import { connectedAgent, serverForFile } from '../helpers/server-fixture.js';
+
+/**
+ * The dashboard in a real browser (Debian's Chromium, headless) against a real `leoflow server`
+ * (Lite, open on loopback): served from the API port, a run triggered from the page turns its graph
+ * green as it happens, a task's log grows as its lines are written, and every page is saved as a
+ * screenshot at 1280×800 and 800 px wide (test/e2e/screenshots).
+ */
+
+const execFileP = promisify(execFile);
+const f = serverForFile({ tmpPrefix: 'leoflow-dashboard-', args: ['--tick-interval', '200ms'] });
+let browser: Browser;
+let page: Page;
+let errors: string[];
+
+const DAG = `dag_id: ui_demo
+description: A short chain for the dashboard's tests.
+tasks:
+  - id: extract
+    command: sleep 1.5
+  - id: transform
+    depends_on: [extract]
+    command: ["sh", "-c", "echo first line; sleep 2; echo second line"]
+  - id: load
+    depends_on: [transform]
+    command: echo loaded
+`;
+
+beforeAll(async () => {
+  await writeFile(path.join(f.tmp, 'ui-demo.yaml'), DAG);
+  await f.api.workflow.applyDag({ source: DAG, filename: 'ui-demo.yaml' });
+  browser = await launchBrowser();
+  ({ page, errors } = await openPage(browser));
+}, 60_000);
+
+afterAll(async () => {
+  await browser?.close();
+});
+
+describe('the dashboard', () => {
+  it('is served on the API port: index.html for / and client routes, hashed assets cached long', async () => {
+    const root = await httpGet(`${f.server.url}/`);
+    expect(root.status).toBe(200);
+    expect(root.headers['content-type']).toBe('text/html; charset=utf-8');
+    const asset = /src="(\/assets\/[^"]+\.js)"/.exec(root.body)?.[1];
+    expect(asset).toBeDefined();
+    const js = await httpGet(`${f.server.url}${asset}`);
+    expect(js.headers['content-type']).toBe('text/javascript; charset=utf-8');
+    expect(js.headers['cache-control']).toBe('public, max-age=31536000, immutable');
+    expect((await httpGet(`${f.server.url}/runs/12`)).headers['content-type']).toContain('text/html');
+    // Over HTTP/2 too (a browser over TLS speaks it), gzipped when asked.
+    const h2 = await execFileP('curl', [
+      '-sS',
+      '--http2-prior-knowledge',
+      '--compressed',
+      '-o',
+      '/dev/null',
+      '-w',
+      '%{http_version} %{http_code} %{size_download}',
+      `${f.server.url}${asset}`,
+    ]);
+    const [version, status, size] = h2.stdout.split(' ');
+    expect([version, status]).toEqual(['2', '200']);
+    expect(Number(size)).toBeLessThan(Number(js.headers['content-length']) / 2);
+    // The API still answers on the same port.
+    expect((await f.api.workflow.listDags({})).dags.map((d) => d.dagId)).toContain('ui_demo');
+  });
+
+  it('triggers a run from the DAGs page and shows its graph turning green live', async () => {
+    await page.goto(`${f.server.url}/`);
+    await page.locator('[data-testid=role]').getByText('role admin').waitFor();
+    const row = page.locator('tr[data-dag="ui_demo"]');
+    await row.getByRole('button', { name: 'Trigger…' }).click();
+    const conf = page.locator('textarea[name=conf]');
+    await conf.fill('{"size": ');
+    await expect.poll(() => page.locator('.field-error').textContent()).toContain('JSON');
+    expect(await page.getByRole('button', { name: 'Trigger run' }).isDisabled()).toBe(true);
+    await conf.fill('[1, 2]');
+    await expect.poll(() => page.locator('.field-error').textContent()).toContain('must be a JSON object');
+    await conf.fill('{"size": 3}');
+    await screenshots(page, 'dags-trigger');
+    await page.getByRole('button', { name: 'Trigger run' }).click();
+    await page.waitForURL(/\/runs\/\d+$/);
+    const node = (task: string) => page.locator(`g.node[data-task="${task}"]`);
+    // Seen running, then succeeded, without a reload: the page follows WatchRun.
+    await node('extract').and(page.locator('[data-state="running"]')).waitFor();
+    await page.locator('td', { hasText: 'waiting for its upstream tasks to finish' }).first().waitFor();
+    await screenshots(page, 'run-live');
+    for (const t of ['extract', 'transform', 'load'])
+      await node(t).and(page.locator('[data-state="success"]')).waitFor();
+    await page.locator('h1 .badge', { hasText: 'success' }).waitFor();
+    // The timeline: one bar per task, in the order they ran, each ending after it starts.
+    const bars = page.locator('.timeline .bar');
+    await waitFor('three bars', async () => (await bars.count()) === 3);
+    const boxes = await Promise.all([0, 1, 2].map(async (i) => (await bars.nth(i).boundingBox())!));
+    expect(boxes[0]!.x).toBeLessThan(boxes[1]!.x);
+    expect(boxes[1]!.x).toBeLessThan(boxes[2]!.x);
+    await screenshots(page, 'run');
+    expect(errors).toEqual([]);
+  });
+
+  it("follows a task's log as its lines arrive", async () => {
+    const { run } = await f.api.workflow.triggerRun({ dagId: 'ui_demo' });
+    await page.goto(`${f.server.url}/runs/${run!.runId}/tasks/transform`);
+    const log = page.locator('[data-testid=log]');
+    await log.locator('.line.stdout', { hasText: 'first line' }).waitFor({ timeout: 20_000 });
+    // The second line is written two seconds after the first: it must not be there yet.
+    expect(await log.locator('.line.stdout').allTextContents()).toEqual(['1first line']);
+    await page.locator('.log .live').waitFor();
+    await screenshots(page, 'task-following');
+    await log.locator('.line.stdout', { hasText: 'second line' }).waitFor({ timeout: 10_000 });
+    await page.locator('[data-testid=exit-code]', { hasText: '0' }).waitFor();
+    await page.locator('.log-head', { hasText: 'ended' }).waitFor();
+    const tries = page.locator('[data-testid=tries] tbody tr');
+    await tries.filter({ hasText: 'success' }).waitFor();
+    expect(await tries.count()).toBe(1);
+    expect(await tries.locator('td').nth(2).textContent()).toBe('0');
+    await screenshots(page, 'task');
+    expect(errors).toEqual([]);
+  });
+
+  it('draws a run of 500 tasks on first load within a second or two', async () => {
+    const lines = ['dag_id: wide', 'tasks:'];
+    for (let i = 0; i < 500; i++) {
+      const ups = [Math.floor((i - 1) / 4), i - 7].filter((u) => i > 0 && u >= 0 && u < i).map((u) => `t${u}`);
+      lines.push(
+        `  - id: t${i}`,
+        `    command: "true"`,
+        ...(ups.length ? [`    depends_on: [${[...new Set(ups)].join(', ')}]`] : []),
+      );
+    }
+    await f.api.workflow.applyDag({ source: lines.join('\n'), filename: 'wide.yaml' });
+    // Paused, so the run waits and the machine stays quiet while the page is timed.
+    await f.api.workflow.pauseDag({ dagId: 'wide', paused: true });
+    const { run } = await f.api.workflow.triggerRun({ dagId: 'wide' });
+    const started = Date.now();
+    await page.goto(`${f.server.url}/runs/${run!.runId}`);
+    await waitFor('500 tasks drawn', async () => (await page.locator('g.node').count()) === 500, 10_000, 20);
+    const ms = Date.now() - started;
+    console.log(`a run of 500 tasks drawn in ${ms} ms`);
+    // Under a second on an idle machine; the bound leaves room for a busy shared one.
+    expect(ms).toBeLessThan(2_500);
+    await page.locator('td', { hasText: 'the DAG is paused' }).first().waitFor();
+    await screenshots(page, 'run-500');
+    await f.api.workflow.cancelRun({ runId: run!.runId });
+  });
+
+  it('lists runs with filters, live; shows the fleet and drains an agent', async () => {
+    await page.goto(`${f.server.url}/runs?dag=ui_demo`);
+    await page.locator('tr[data-run]').first().waitFor();
+    const before = await page.locator('tr[data-run]').count();
+    const { run } = await f.api.workflow.triggerRun({ dagId: 'ui_demo' });
+    // A new run appears without a reload, then ends as success.
+    const row = page.locator(`tr[data-run="${run!.runId}"]`);
+    await row.waitFor();
+    expect(await page.locator('tr[data-run]').count()).toBe(before + 1);
+    await row.locator('.badge', { hasText: 'success' }).waitFor({ timeout: 20_000 });
+    await screenshots(page, 'runs');
+    await page.goto(`${f.server.url}/runs?state=failed`);
+    await page.getByText('No runs.').waitFor();
+    const agent = await connectedAgent(f, 'ui-agent-1', { args: ['--labels', 'zone=a,gpu=none', '--slots', '2'] });
+    try {
+      await page.goto(`${f.server.url}/fleet`);
+      await page.locator('.badge', { hasText: 'leader' }).waitFor();
+      const row = page.locator('tr[data-agent="ui-agent-1"]');
+      await row.locator('.badge', { hasText: 'healthy' }).waitFor();
+      expect(await row.textContent()).toContain('zone=a');
+      await row.getByRole('button', { name: 'Drain' }).click();
+      await row.locator('.badge', { hasText: 'draining' }).waitFor();
+      const listed = await f.api.cluster.listAgents({});
+      expect(listed.agents.find((a) => a.agentId === 'ui-agent-1')?.draining).toBe(true);
+      await screenshots(page, 'fleet');
+      await row.getByRole('button', { name: 'Undrain' }).click();
+      await waitFor('undrained', async () => !(await row.textContent())?.includes('draining'));
+    } finally {
+      await agent.stop(5_000);
+    }
+    await page.goto(`${f.server.url}/`);
+    await waitFor('strip of three runs', async () => (await page.locator('.strip .cell').count()) >= 3);
+    await screenshots(page, 'dags');
+    expect(errors).toEqual([]);
+  });
+});
