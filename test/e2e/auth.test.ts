@@ -86,6 +86,12 @@ describe('API tokens and roles', () => {
     const lite = await startServer({ env: { ...AUTH_ENV, DATABASE_URL: f.db.url }, args: ['--edition', 'lite'] });
     servers.push(lite);
     expect(await code(createClients(lite.url).workflow.listDags({}))).toBe('ok');
+    // Open on loopback: the caller is `local`, and may do everything.
+    expect(await createClients(lite.url).tokens.whoAmI({})).toMatchObject({
+      id: 'local',
+      role: 'admin',
+      tokenRequired: false,
+    });
     expect(lite.logs.some((l) => String(l.msg).startsWith('INSECURE'))).toBe(false);
     await lite.stop();
   });
@@ -127,6 +133,18 @@ describe('API tokens and roles', () => {
     const root = createClients(server.url, null, admin);
     expect(await code(viewer.workflow.listDags({}))).toBe('ok');
     expect(await code(viewer.workflow.triggerRun({ dagId: 'none' }))).toBe('PermissionDenied');
+    // Each token may ask who it is, and nothing about the others.
+    for (const [client, role] of [
+      [viewer, 'viewer'],
+      [operator, 'operator'],
+      [root, 'admin'],
+    ] as const) {
+      const me = await client.tokens.whoAmI({});
+      expect(me).toMatchObject({ role, tokenRequired: true });
+      expect(me.id).toMatch(/^[0-9a-f]{12}$/);
+    }
+    expect((await root.tokens.whoAmI({})).name).toBe('first');
+    expect(await code(viewer.tokens.listTokens({}))).toBe('PermissionDenied');
     expect(await code(operator.workflow.triggerRun({ dagId: 'none' }))).toBe('NotFound'); // let through: the handler answers
     expect(await code(operator.workflow.applyDag({ source: 'x' }))).toBe('PermissionDenied');
     expect(await code(operator.tokens.listTokens({}))).toBe('PermissionDenied');

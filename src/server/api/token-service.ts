@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import type { Sql } from '../../db/sql.js';
 import type { TokenStreams } from '../auth/token-streams.js';
 import { actorPayload } from '../../core/actor.js';
-import { callerOf } from '../auth/caller.js';
+import { callerOf, callerTokenKey } from '../auth/caller.js';
 import { TokenSchema, type TokenService } from '../../gen/leoflow/v1/token_pb.js';
 import { createApiToken, TokenRequestError } from './create-api-token.js';
 
@@ -22,7 +22,7 @@ export function tokenToProto(t: ApiTokenRow): MessageInitShape<typeof TokenSchem
   };
 }
 
-/** TokenService: create, list and revoke API tokens (the token guard lets only admins in). */
+/** TokenService: create, list and revoke API tokens (the token guard lets only admins in), and who am I. */
 export function createTokenService(deps: {
   sql: Sql;
   logger: Logger;
@@ -67,6 +67,18 @@ export function createTokenService(deps: {
         `API token ${req.id} revoked`,
       );
       return { revoked: r, streamsCut: cut };
+    },
+    async whoAmI(_req, ctx) {
+      const token = ctx.values.get(callerTokenKey);
+      // No token got past the guard: the server runs without tokens, and lets every call through.
+      if (!token) return { id: callerOf(ctx).id, name: '', role: 'admin', tokenRequired: false };
+      return {
+        id: token.id,
+        name: token.name,
+        role: token.role,
+        tokenRequired: true,
+        expiresAt: token.expires_at ? timestampFromDate(token.expires_at) : undefined,
+      };
     },
   };
 }

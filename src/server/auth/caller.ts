@@ -2,6 +2,7 @@ import type http from 'node:http';
 import type http2 from 'node:http2';
 import { createContextKey, type HandlerContext } from '@connectrpc/connect';
 import type { Actor } from '../../core/actor.js';
+import type { ApiTokenRow } from '../../db/tokens/api-tokens.js';
 
 /**
  * The caller of an API request, in its context: the peer is set as the request comes in
@@ -9,6 +10,11 @@ import type { Actor } from '../../core/actor.js';
  * and record who wrote.
  */
 export const callerKey = createContextKey<Actor>({ id: 'unknown', peer: 'unknown' }, { description: 'the API caller' });
+
+/** The live token a call carried, once the token guard has checked it; null without one (auth off). */
+export const callerTokenKey = createContextKey<ApiTokenRow | null>(null, {
+  description: "the API caller's token",
+});
 
 /** `host:port` of the request's connection (IPv6 in brackets), or `unknown` once the socket is gone. */
 export function peerOf(req: http.IncomingMessage | http2.Http2ServerRequest): string {

@@ -4,7 +4,7 @@ import { roleAllows } from '../../core/api-role.js';
 import type { TokenAuthenticator } from './token-authenticator.js';
 import { bearerToken } from './token-secret.js';
 import { HELLO_AUTHENTICATED, RPC_ROLES } from './rpc-roles.js';
-import { callerKey } from './caller.js';
+import { callerKey, callerTokenKey } from './caller.js';
 import { cuttable, type TokenStreams } from './token-streams.js';
 
 const key = (m: DescMethod) => `${m.parent.typeName}/${m.name}`;
@@ -50,6 +50,7 @@ export function tokenGuard(
     }
     // The handler records who wrote by this id (caller.ts).
     req.contextValues.set(callerKey, { ...req.contextValues.get(callerKey), id: who.token.id });
+    req.contextValues.set(callerTokenKey, who.token);
     const streaming = req.method.methodKind === 'server_streaming' || req.method.methodKind === 'bidi_streaming';
     if (streaming) {
       try {

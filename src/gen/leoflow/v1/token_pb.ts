@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leoflow/v1/token.proto.
  */
 export const file_leoflow_v1_token: GenFile = /*@__PURE__*/
-  fileDesc("ChZsZW9mbG93L3YxL3Rva2VuLnByb3RvEgpsZW9mbG93LnYxIrcBCgVUb2tlbhIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEgwKBHJvbGUYAyABKAkSFQoNYWdlbnRfcGF0dGVybhgEIAEoCRIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpleHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdyZXZva2VkGAcgASgIIlwKEkNyZWF0ZVRva2VuUmVxdWVzdBIMCgRuYW1lGAEgASgJEgwKBHJvbGUYAiABKAkSFQoNYWdlbnRfcGF0dGVybhgDIAEoCRITCgt0dGxfc2Vjb25kcxgEIAEoAyJHChNDcmVhdGVUb2tlblJlc3BvbnNlEiAKBXRva2VuGAEgASgLMhEubGVvZmxvdy52MS5Ub2tlbhIOCgZzZWNyZXQYAiABKAkiEwoRTGlzdFRva2Vuc1JlcXVlc3QiNwoSTGlzdFRva2Vuc1Jlc3BvbnNlEiEKBnRva2VucxgBIAMoCzIRLmxlb2Zsb3cudjEuVG9rZW4iIAoSUmV2b2tlVG9rZW5SZXF1ZXN0EgoKAmlkGAEgASgJIjsKE1Jldm9rZVRva2VuUmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoCBITCgtzdHJlYW1zX2N1dBgCIAEoDTL7AQoMVG9rZW5TZXJ2aWNlEk4KC0NyZWF0ZVRva2VuEh4ubGVvZmxvdy52MS5DcmVhdGVUb2tlblJlcXVlc3QaHy5sZW9mbG93LnYxLkNyZWF0ZVRva2VuUmVzcG9uc2USSwoKTGlzdFRva2VucxIdLmxlb2Zsb3cudjEuTGlzdFRva2Vuc1JlcXVlc3QaHi5sZW9mbG93LnYxLkxpc3RUb2tlbnNSZXNwb25zZRJOCgtSZXZva2VUb2tlbhIeLmxlb2Zsb3cudjEuUmV2b2tlVG9rZW5SZXF1ZXN0Gh8ubGVvZmxvdy52MS5SZXZva2VUb2tlblJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("ChZsZW9mbG93L3YxL3Rva2VuLnByb3RvEgpsZW9mbG93LnYxIrcBCgVUb2tlbhIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEgwKBHJvbGUYAyABKAkSFQoNYWdlbnRfcGF0dGVybhgEIAEoCRIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpleHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdyZXZva2VkGAcgASgIIlwKEkNyZWF0ZVRva2VuUmVxdWVzdBIMCgRuYW1lGAEgASgJEgwKBHJvbGUYAiABKAkSFQoNYWdlbnRfcGF0dGVybhgDIAEoCRITCgt0dGxfc2Vjb25kcxgEIAEoAyJHChNDcmVhdGVUb2tlblJlc3BvbnNlEiAKBXRva2VuGAEgASgLMhEubGVvZmxvdy52MS5Ub2tlbhIOCgZzZWNyZXQYAiABKAkiEwoRTGlzdFRva2Vuc1JlcXVlc3QiNwoSTGlzdFRva2Vuc1Jlc3BvbnNlEiEKBnRva2VucxgBIAMoCzIRLmxlb2Zsb3cudjEuVG9rZW4iIAoSUmV2b2tlVG9rZW5SZXF1ZXN0EgoKAmlkGAEgASgJIjsKE1Jldm9rZVRva2VuUmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoCBITCgtzdHJlYW1zX2N1dBgCIAEoDSIPCg1XaG9BbUlSZXF1ZXN0IoABCg5XaG9BbUlSZXNwb25zZRIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEgwKBHJvbGUYAyABKAkSFgoOdG9rZW5fcmVxdWlyZWQYBCABKAgSLgoKZXhwaXJlc19hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAyvAIKDFRva2VuU2VydmljZRJOCgtDcmVhdGVUb2tlbhIeLmxlb2Zsb3cudjEuQ3JlYXRlVG9rZW5SZXF1ZXN0Gh8ubGVvZmxvdy52MS5DcmVhdGVUb2tlblJlc3BvbnNlEksKCkxpc3RUb2tlbnMSHS5sZW9mbG93LnYxLkxpc3RUb2tlbnNSZXF1ZXN0Gh4ubGVvZmxvdy52MS5MaXN0VG9rZW5zUmVzcG9uc2USTgoLUmV2b2tlVG9rZW4SHi5sZW9mbG93LnYxLlJldm9rZVRva2VuUmVxdWVzdBofLmxlb2Zsb3cudjEuUmV2b2tlVG9rZW5SZXNwb25zZRI/CgZXaG9BbUkSGS5sZW9mbG93LnYxLldob0FtSVJlcXVlc3QaGi5sZW9mbG93LnYxLldob0FtSVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message leoflow.v1.Token
@@ -207,6 +207,66 @@ export const RevokeTokenResponseSchema: GenMessage<RevokeTokenResponse> = /*@__P
   messageDesc(file_leoflow_v1_token, 6);
 
 /**
+ * @generated from message leoflow.v1.WhoAmIRequest
+ */
+export type WhoAmIRequest = Message<"leoflow.v1.WhoAmIRequest"> & {
+};
+
+/**
+ * Describes the message leoflow.v1.WhoAmIRequest.
+ * Use `create(WhoAmIRequestSchema)` to create a new message.
+ */
+export const WhoAmIRequestSchema: GenMessage<WhoAmIRequest> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_token, 7);
+
+/**
+ * @generated from message leoflow.v1.WhoAmIResponse
+ */
+export type WhoAmIResponse = Message<"leoflow.v1.WhoAmIResponse"> & {
+  /**
+   * The token's id, or on a server without tokens `local` (loopback) or `anonymous` (--insecure).
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * The token's name; empty without a token.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * viewer | operator | admin; admin on a server without tokens, which lets every call through.
+   *
+   * @generated from field: string role = 3;
+   */
+  role: string;
+
+  /**
+   * False on a server without tokens.
+   *
+   * @generated from field: bool token_required = 4;
+   */
+  tokenRequired: boolean;
+
+  /**
+   * Unset: never expires, or no token.
+   *
+   * @generated from field: google.protobuf.Timestamp expires_at = 5;
+   */
+  expiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message leoflow.v1.WhoAmIResponse.
+ * Use `create(WhoAmIResponseSchema)` to create a new message.
+ */
+export const WhoAmIResponseSchema: GenMessage<WhoAmIResponse> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_token, 8);
+
+/**
  * API tokens: who may call the API, and as what. Every RPC here needs the role admin.
  * A token's secret is shown once, in CreateTokenResponse; the server keeps only its SHA-256.
  *
@@ -242,6 +302,18 @@ export const TokenService: GenService<{
     methodKind: "unary";
     input: typeof RevokeTokenRequestSchema;
     output: typeof RevokeTokenResponseSchema;
+  },
+  /**
+   * The caller as this server sees it: its token's id, name and role, so a client (the dashboard)
+   * can offer what that role may do. Any token of role viewer or above may ask. On a server
+   * without tokens it answers the open caller (`local` on loopback), who may do everything.
+   *
+   * @generated from rpc leoflow.v1.TokenService.WhoAmI
+   */
+  whoAmI: {
+    methodKind: "unary";
+    input: typeof WhoAmIRequestSchema;
+    output: typeof WhoAmIResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_leoflow_v1_token, 0);

@@ -30,6 +30,11 @@ class TokenServiceStub(object):
         request_serializer=leoflow_dot_v1_dot_token__pb2.RevokeTokenRequest.SerializeToString,
         response_deserializer=leoflow_dot_v1_dot_token__pb2.RevokeTokenResponse.FromString,
         )
+    self.WhoAmI = channel.unary_unary(
+        '/leoflow.v1.TokenService/WhoAmI',
+        request_serializer=leoflow_dot_v1_dot_token__pb2.WhoAmIRequest.SerializeToString,
+        response_deserializer=leoflow_dot_v1_dot_token__pb2.WhoAmIResponse.FromString,
+        )
 
 
 class TokenServiceServicer(object):
@@ -58,6 +63,15 @@ class TokenServiceServicer(object):
     context.set_details('Method not implemented!')
     raise NotImplementedError('Method not implemented!')
 
+  def WhoAmI(self, request, context):
+    """The caller as this server sees it: its token's id, name and role, so a client (the dashboard)
+    can offer what that role may do. Any token of role viewer or above may ask. On a server
+    without tokens it answers the open caller (`local` on loopback), who may do everything.
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
 
 def add_TokenServiceServicer_to_server(servicer, server):
   rpc_method_handlers = {
@@ -75,6 +89,11 @@ def add_TokenServiceServicer_to_server(servicer, server):
           servicer.RevokeToken,
           request_deserializer=leoflow_dot_v1_dot_token__pb2.RevokeTokenRequest.FromString,
           response_serializer=leoflow_dot_v1_dot_token__pb2.RevokeTokenResponse.SerializeToString,
+      ),
+      'WhoAmI': grpc.unary_unary_rpc_method_handler(
+          servicer.WhoAmI,
+          request_deserializer=leoflow_dot_v1_dot_token__pb2.WhoAmIRequest.FromString,
+          response_serializer=leoflow_dot_v1_dot_token__pb2.WhoAmIResponse.SerializeToString,
       ),
   }
   generic_handler = grpc.method_handlers_generic_handler(
