@@ -146,6 +146,7 @@ describe('one token floods writes, streams and connections', () => {
     // the cores from the server; a hostile client runs on a machine of its own. Writes from 8
     // connections, streams past the token's bound; then connections past the host's bound, from
     // 127.0.0.2 (the test's own calls come from 127.0.0.1).
+    // FLOOD_PARTS (e.g. `writes`, `streams,connections`) floods with some parts only, to tell their costs apart.
     const parts = process.env.FLOOD_PARTS ?? 'writes,streams,connections';
     const queued = (await admin.workflow.triggerRun({ dagId: 'flood' })).run!.runId;
     const flooder = spawn(
