@@ -77,4 +77,18 @@ describe('agent message limits', () => {
     const odd = parseReport(log([{ seq: 1, stream: 'stdout', line: 'a\0b\uD800c' }]));
     expect(odd.type === 'log' && odd.entries[0]!.line).toBe('a\uFFFDb\uFFFDc');
   });
+
+  it('refuses a log entry whose stream is not stdout, stderr or system, naming the field and the allowed values', () => {
+    for (const stream of ['stdout', 'stderr', 'system'])
+      expect(parseReport(log([{ seq: 1, stream, line: 'x' }]))).toMatchObject({ entries: [{ stream }] });
+    for (const stream of ['', 'STDOUT', 'debug'])
+      expect(() =>
+        parseReport(
+          log([
+            { seq: 1, stream: 'stdout', line: 'x' },
+            { seq: 2, stream, line: 'x' },
+          ]),
+        ),
+      ).toThrow(`log.entries[1].stream: must be one of stdout, stderr, system, got ${JSON.stringify(stream)}`);
+  });
 });

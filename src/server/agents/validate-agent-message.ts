@@ -251,9 +251,10 @@ export function parseReport(req: ConnectRequest): AgentReport {
       const entries = req.msg.value.entries.map((e, i) => {
         if (!Number.isInteger(e.seq) || e.seq < 1)
           throw new AgentMessageError(`log.entries[${i}].seq`, 'must be at least 1', e.seq);
-        // An unknown stream name is kept as stdout: output is never refused for its label.
-        const stream: LogStream = LOG_STREAMS.includes(e.stream as LogStream) ? (e.stream as LogStream) : 'stdout';
-        return { seq: e.seq, stream, line: storableLine(e.line) };
+        // An unknown stream is refused rather than relabelled: the reader could not tell it apart.
+        if (!LOG_STREAMS.includes(e.stream as LogStream))
+          throw new AgentMessageError(`log.entries[${i}].stream`, `must be one of ${LOG_STREAMS.join(', ')}`, e.stream);
+        return { seq: e.seq, stream: e.stream as LogStream, line: storableLine(e.line) };
       });
       return { type: 'log', ref, entries };
     }

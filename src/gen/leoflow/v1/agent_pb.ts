@@ -564,7 +564,9 @@ export type LogEntry = Message<"leoflow.v1.LogEntry"> & {
   seq: number;
 
   /**
-   * stdout | stderr | system
+   * One of "stdout", "stderr" or "system" (the agent's own lines about the attempt). Any other
+   * value, the empty string included, ends the stream with INVALID_ARGUMENT naming
+   * log.entries[i].stream and the allowed values; nothing of that Log is stored.
    *
    * @generated from field: string stream = 2;
    */
