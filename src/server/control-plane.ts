@@ -394,8 +394,10 @@ export async function startControlPlane(
   if (config.role === 'leader' && !(await leadership(config.leaderTimeoutMs))) {
     const holder = await currentLeaderId(db.sql, LEADER_LOCK_KEY).catch(() => null);
     await plane.close();
+    const who = holder ? `replica "${holder}" leads` : 'no replica leads: is the database reachable?';
     throw new Error(
-      `role leader: could not become leader within ${config.leaderTimeoutMs / 1000}s (${holder ? `replica "${holder}" leads` : 'no replica leads: is the database reachable?'}); use --role auto to stand by, or raise --leader-timeout`,
+      `role leader: could not become leader within ${config.leaderTimeoutMs / 1000}s (${who}); ` +
+        'use --role auto to stand by, or raise --leader-timeout',
     );
   }
   announce();

@@ -6,7 +6,8 @@ import { boundedLabel } from './bounded-label.js';
 
 /** DAGs given a series of their own in the per-DAG metrics; any further one is `dag="other"`. */
 const MAX_DAG_SERIES = 200;
-/** The leader's read of the cluster gauges serves scrapes this long (several Prometheus servers, or a fast scrape interval, cost one read). */
+/** The leader's read of the cluster gauges serves scrapes this long (several Prometheus servers, or a fast
+ *  scrape interval, cost one read). */
 const CLUSTER_READ_MS = 5_000;
 
 /** Where the gauges read at a scrape come from: set by the wiring once the parts exist. */
@@ -15,7 +16,8 @@ export interface MetricSources {
   agentsConnected(): number;
   /** WatchRun and WatchRuns streams this replica feeds. */
   watchersConnected(): number;
-  /** The cluster's active runs and waiting tasks, read by the leader only (null elsewhere, so one series set is reported). */
+  /** The cluster's active runs and waiting tasks, read by the leader only (null elsewhere, so one series set
+   *  is reported). */
   cluster(): Promise<ClusterGauges> | null;
 }
 
@@ -67,7 +69,9 @@ export class ReplicaMetrics {
   });
   readonly timedOut = new Counter({
     name: 'leoflow_timeouts_enforced_total',
-    help: 'Attempts the leader ended because they ran past their timeout and the kill grace (their holder did not stop them)',
+    help:
+      'Attempts the leader ended because they ran past their timeout and the kill grace (their holder did not ' +
+      'stop them)',
     registers: [this.registry],
   });
   readonly dispatchQueueDepth = new Gauge({
@@ -93,7 +97,9 @@ export class ReplicaMetrics {
   });
   readonly podCreateErrors = new Counter({
     name: 'leoflow_kubernetes_pod_create_errors_total',
-    help: 'Pod creates the API server did not take, by reason (Forbidden, NotFound, Invalid, QuotaExceeded, TooManyRequests, …)',
+    help:
+      'Pod creates the API server did not take, by reason (Forbidden, NotFound, Invalid, QuotaExceeded, ' +
+      'TooManyRequests, …)',
     labelNames: ['reason'],
     registers: [this.registry],
   });
@@ -118,13 +124,18 @@ export class ReplicaMetrics {
   });
   readonly invalidAgentMessages = new Counter({
     name: 'leoflow_agent_messages_invalid_total',
-    help: "Agents' messages that broke the protocol's rules (a token that is not a UUID, …): refused, and the sender's stream ended",
+    help:
+      "Agents' messages that broke the protocol's rules (a token that is not a UUID, …): refused, and the " +
+      "sender's stream ended",
     labelNames: ['report'],
     registers: [this.registry],
   });
   readonly taskStarts = new Counter({
     name: 'leoflow_task_starts_total',
-    help: "Attempts' processes started by this replica's subprocess executor: how=spawn (a fork of the server), how=ready_shell (a shell kept ready, for a lone start) or how=spawn_helper (forked by a small shell kept for busy starts)",
+    help:
+      "Attempts' processes started by this replica's subprocess executor: how=spawn (a fork of the server), " +
+      'how=ready_shell (a shell kept ready, for a lone start) or how=spawn_helper (forked by a small shell kept ' +
+      'for busy starts)',
     labelNames: ['how'],
     registers: [this.registry],
   });
@@ -135,7 +146,9 @@ export class ReplicaMetrics {
   });
   readonly historyPartitions = new Counter({
     name: 'leoflow_history_partitions_total',
-    help: 'Partitions of the history tables (events, task_logs) added ahead of need (op=added) or dropped once no owner of their range was left (op=dropped)',
+    help:
+      'Partitions of the history tables (events, task_logs) added ahead of need (op=added) or dropped once no ' +
+      'owner of their range was left (op=dropped)',
     labelNames: ['table', 'op'],
     registers: [this.registry],
   });
@@ -147,25 +160,33 @@ export class ReplicaMetrics {
   });
   readonly apiConnectionsClosed = new Counter({
     name: 'leoflow_api_connections_closed_total',
-    help: 'API connections closed for a bound: reason host_connections (--max-host-connections) or idle (--idle-connection-timeout)',
+    help:
+      'API connections closed for a bound: reason host_connections (--max-host-connections) or idle ' +
+      '(--idle-connection-timeout)',
     labelNames: ['reason'],
     registers: [this.registry],
   });
   readonly apiLimited = new Counter({
     name: 'leoflow_api_limited_total',
-    help: "API calls refused for a client's bound: limit writes (--max-token-writes), streams (--max-token-streams) or agents (--max-token-agents), by RPC",
+    help:
+      "API calls refused for a client's bound: limit writes (--max-token-writes), streams (--max-token-streams) " +
+      'or agents (--max-token-agents), by RPC',
     labelNames: ['limit', 'rpc'],
     registers: [this.registry],
   });
   readonly authDenied = new Counter({
     name: 'leoflow_api_auth_denied_total',
-    help: 'API calls refused by the token guard: code unauthenticated (no, unknown, revoked or expired token) or permission_denied (role too weak), by RPC',
+    help:
+      'API calls refused by the token guard: code unauthenticated (no, unknown, revoked or expired token) or ' +
+      'permission_denied (role too weak), by RPC',
     labelNames: ['code', 'rpc'],
     registers: [this.registry],
   });
   readonly agentsForgotten = new Counter({
     name: 'leoflow_agents_forgotten_total',
-    help: 'Agents forgotten (their rows deleted): how=retention (gone longer than the agent retention, by the leader) or how=by_hand (ForgetAgent)',
+    help:
+      'Agents forgotten (their rows deleted): how=retention (gone longer than the agent retention, by the leader) ' +
+      'or how=by_hand (ForgetAgent)',
     labelNames: ['how'],
     registers: [this.registry],
   });
@@ -187,13 +208,15 @@ export class ReplicaMetrics {
     ),
     waiting: this.#clusterGauge(
       'leoflow_task_instances_waiting',
-      'Task instances ready to run and not running yet (scheduled, claimed and not started, or a retry that is due), by executor; reported by the leader only',
+      'Task instances ready to run and not running yet (scheduled, claimed and not started, or a retry that is due), ' +
+        'by executor; reported by the leader only',
       ['executor'],
       fillByExecutor('count'),
     ),
     oldestWait: this.#clusterGauge(
       'leoflow_task_oldest_wait_seconds',
-      'How long the longest-waiting task instance of each executor has been ready without running; reported by the leader only',
+      'How long the longest-waiting task instance of each executor has been ready without running; ' +
+        'reported by the leader only',
       ['executor'],
       fillByExecutor('oldestS'),
     ),
@@ -213,14 +236,18 @@ export class ReplicaMetrics {
   });
   readonly taskDuration = new Histogram({
     name: 'leoflow_task_duration_seconds',
-    help: 'How long attempts ran (started → ended), by DAG (at most 200 DAGs, then dag="other") and how the attempt ended (success, failed, up_for_retry)',
+    help:
+      'How long attempts ran (started → ended), by DAG (at most 200 DAGs, then dag="other") and how the attempt ' +
+      'ended (success, failed, up_for_retry)',
     labelNames: ['dag', 'outcome'],
     buckets: [0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 14400],
     registers: [this.registry],
   });
   readonly taskQueueWait = new Histogram({
     name: 'leoflow_task_queue_wait_seconds',
-    help: 'How long attempts waited to start once ready (scheduled, or a retry due → started), by DAG (at most 200 DAGs, then dag="other")',
+    help:
+      'How long attempts waited to start once ready (scheduled, or a retry due → started), by DAG (at most 200 ' +
+      'DAGs, then dag="other")',
     labelNames: ['dag'],
     buckets: [0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600],
     registers: [this.registry],
