@@ -50,151 +50,121 @@ export class ReplicaMetrics {
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
     registers: [this.registry],
   });
-  readonly orphanReaped = new Counter({
-    name: 'leoflow_orphan_reaped_total',
-    help: 'Runs (kind=run) and attempts (kind=ti) ended by a reaper',
-    labelNames: ['kind'],
-    registers: [this.registry],
-  });
-  readonly orphanReapErrors = new Counter({
-    name: 'leoflow_orphan_reap_errors_total',
-    help: 'Errors while reaping, by reaper',
-    labelNames: ['kind'],
-    registers: [this.registry],
-  });
-  readonly agentLost = new Counter({
-    name: 'leoflow_agent_lost_tasks_total',
-    help: 'Attempts ended as lost because their holder stopped heartbeating, or its agent restarted without them',
-    registers: [this.registry],
-  });
-  readonly timedOut = new Counter({
-    name: 'leoflow_timeouts_enforced_total',
-    help:
-      'Attempts the leader ended because they ran past their timeout and the kill grace (their holder did not ' +
+  readonly orphanReaped = this.#counter(
+    'leoflow_orphan_reaped_total',
+    'Runs (kind=run) and attempts (kind=ti) ended by a reaper',
+    ['kind'],
+  );
+  readonly orphanReapErrors = this.#counter('leoflow_orphan_reap_errors_total', 'Errors while reaping, by reaper', [
+    'kind',
+  ]);
+  readonly agentLost = this.#counter(
+    'leoflow_agent_lost_tasks_total',
+    'Attempts ended as lost because their holder stopped heartbeating, or its agent restarted without them',
+  );
+  readonly timedOut = this.#counter(
+    'leoflow_timeouts_enforced_total',
+    'Attempts the leader ended because they ran past their timeout and the kill grace (their holder did not ' +
       'stop them)',
-    registers: [this.registry],
-  });
+  );
   readonly dispatchQueueDepth = new Gauge({
     name: 'leoflow_dispatch_queue_depth',
     help: 'Task instances waiting in the dispatch queue',
     registers: [this.registry],
   });
-  readonly dispatchAtCapacity = new Counter({
-    name: 'leoflow_dispatch_at_capacity_total',
-    help: 'Offers refused because the dispatch queue was full',
-    registers: [this.registry],
-  });
+  readonly dispatchAtCapacity = this.#counter(
+    'leoflow_dispatch_at_capacity_total',
+    'Offers refused because the dispatch queue was full',
+  );
   readonly dispatchLatency = new Histogram({
     name: 'leoflow_dispatch_latency_seconds',
     help: 'Time one dispatch took (claim and start of the attempt)',
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
     registers: [this.registry],
   });
-  readonly podsCreated = new Counter({
-    name: 'leoflow_kubernetes_pods_created_total',
-    help: 'Pods the kubernetes executor created (one per attempt; an AlreadyExists is not counted)',
-    registers: [this.registry],
-  });
-  readonly podCreateErrors = new Counter({
-    name: 'leoflow_kubernetes_pod_create_errors_total',
-    help:
-      'Pod creates the API server did not take, by reason (Forbidden, NotFound, Invalid, QuotaExceeded, ' +
+  readonly podsCreated = this.#counter(
+    'leoflow_kubernetes_pods_created_total',
+    'Pods the kubernetes executor created (one per attempt; an AlreadyExists is not counted)',
+  );
+  readonly podCreateErrors = this.#counter(
+    'leoflow_kubernetes_pod_create_errors_total',
+    'Pod creates the API server did not take, by reason (Forbidden, NotFound, Invalid, QuotaExceeded, ' +
       'TooManyRequests, …)',
-    labelNames: ['reason'],
-    registers: [this.registry],
-  });
+    ['reason'],
+  );
   readonly podStartLatency = new Histogram({
     name: 'leoflow_kubernetes_pod_start_latency_seconds',
     help: 'Time from a pod create to the pod running',
     buckets: [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300],
     registers: [this.registry],
   });
-  readonly schedulerPanics = new Counter({
-    name: 'leoflow_scheduler_panics_total',
-    help: 'Errors caught while stepping (the step went on), by phase',
-    labelNames: ['phase'],
-    registers: [this.registry],
-  });
+  readonly schedulerPanics = this.#counter(
+    'leoflow_scheduler_panics_total',
+    'Errors caught while stepping (the step went on), by phase',
+    ['phase'],
+  );
   readonly leader: Gauge.Internal<'role'>;
-  readonly staleReportsRejected = new Counter({
-    name: 'leoflow_stale_reports_rejected_total',
-    help: 'Reports for a superseded attempt, refused and not applied',
-    labelNames: ['report'],
-    registers: [this.registry],
-  });
-  readonly invalidAgentMessages = new Counter({
-    name: 'leoflow_agent_messages_invalid_total',
-    help:
-      "Agents' messages that broke the protocol's rules (a token that is not a UUID, …): refused, and the " +
+  readonly staleReportsRejected = this.#counter(
+    'leoflow_stale_reports_rejected_total',
+    'Reports for a superseded attempt, refused and not applied',
+    ['report'],
+  );
+  readonly invalidAgentMessages = this.#counter(
+    'leoflow_agent_messages_invalid_total',
+    "Agents' messages that broke the protocol's rules (a token that is not a UUID, …): refused, and the " +
       "sender's stream ended",
-    labelNames: ['report'],
-    registers: [this.registry],
-  });
-  readonly taskStarts = new Counter({
-    name: 'leoflow_task_starts_total',
-    help:
-      "Attempts' processes started by this replica's subprocess executor: how=spawn (a fork of the server), " +
+    ['report'],
+  );
+  readonly taskStarts = this.#counter(
+    'leoflow_task_starts_total',
+    "Attempts' processes started by this replica's subprocess executor: how=spawn (a fork of the server), " +
       'how=ready_shell (a shell kept ready, for a lone start) or how=spawn_helper (forked by a small shell kept ' +
       'for busy starts)',
-    labelNames: ['how'],
-    registers: [this.registry],
-  });
-  readonly historyRunsRemoved = new Counter({
-    name: 'leoflow_history_runs_removed_total',
-    help: 'Finished runs removed by retention (with their task instances)',
-    registers: [this.registry],
-  });
-  readonly historyPartitions = new Counter({
-    name: 'leoflow_history_partitions_total',
-    help:
-      'Partitions of the history tables (events, task_logs) added ahead of need (op=added) or dropped once no ' +
+    ['how'],
+  );
+  readonly historyRunsRemoved = this.#counter(
+    'leoflow_history_runs_removed_total',
+    'Finished runs removed by retention (with their task instances)',
+  );
+  readonly historyPartitions = this.#counter(
+    'leoflow_history_partitions_total',
+    'Partitions of the history tables (events, task_logs) added ahead of need (op=added) or dropped once no ' +
       'owner of their range was left (op=dropped)',
-    labelNames: ['table', 'op'],
-    registers: [this.registry],
-  });
-  readonly historyRowsSwept = new Counter({
-    name: 'leoflow_history_rows_swept_total',
-    help: 'Rows of removed runs deleted one by one from a partition that a run still going kept from being dropped',
-    labelNames: ['table'],
-    registers: [this.registry],
-  });
-  readonly apiConnectionsClosed = new Counter({
-    name: 'leoflow_api_connections_closed_total',
-    help:
-      'API connections closed for a bound: reason host_connections (--max-host-connections) or idle ' +
+    ['table', 'op'],
+  );
+  readonly historyRowsSwept = this.#counter(
+    'leoflow_history_rows_swept_total',
+    'Rows of removed runs deleted one by one from a partition that a run still going kept from being dropped',
+    ['table'],
+  );
+  readonly apiConnectionsClosed = this.#counter(
+    'leoflow_api_connections_closed_total',
+    'API connections closed for a bound: reason host_connections (--max-host-connections) or idle ' +
       '(--idle-connection-timeout)',
-    labelNames: ['reason'],
-    registers: [this.registry],
-  });
-  readonly apiLimited = new Counter({
-    name: 'leoflow_api_limited_total',
-    help:
-      "API calls refused for a client's bound: limit writes (--max-token-writes), streams (--max-token-streams) " +
+    ['reason'],
+  );
+  readonly apiLimited = this.#counter(
+    'leoflow_api_limited_total',
+    "API calls refused for a client's bound: limit writes (--max-token-writes), streams (--max-token-streams) " +
       'or agents (--max-token-agents), by RPC',
-    labelNames: ['limit', 'rpc'],
-    registers: [this.registry],
-  });
-  readonly authDenied = new Counter({
-    name: 'leoflow_api_auth_denied_total',
-    help:
-      'API calls refused by the token guard: code unauthenticated (no, unknown, revoked or expired token) or ' +
+    ['limit', 'rpc'],
+  );
+  readonly authDenied = this.#counter(
+    'leoflow_api_auth_denied_total',
+    'API calls refused by the token guard: code unauthenticated (no, unknown, revoked or expired token) or ' +
       'permission_denied (role too weak), by RPC',
-    labelNames: ['code', 'rpc'],
-    registers: [this.registry],
-  });
-  readonly agentsForgotten = new Counter({
-    name: 'leoflow_agents_forgotten_total',
-    help:
-      'Agents forgotten (their rows deleted): how=retention (gone longer than the agent retention, by the leader) ' +
+    ['code', 'rpc'],
+  );
+  readonly agentsForgotten = this.#counter(
+    'leoflow_agents_forgotten_total',
+    'Agents forgotten (their rows deleted): how=retention (gone longer than the agent retention, by the leader) ' +
       'or how=by_hand (ForgetAgent)',
-    labelNames: ['how'],
-    registers: [this.registry],
-  });
-  readonly historyErrors = new Counter({
-    name: 'leoflow_history_errors_total',
-    help: 'Errors caught while keeping the history (the keeper went on)',
-    registers: [this.registry],
-  });
+    ['how'],
+  );
+  readonly historyErrors = this.#counter(
+    'leoflow_history_errors_total',
+    'Errors caught while keeping the history (the keeper went on)',
+  );
   /** The cluster's gauges, reported by the leader only. */
   readonly cluster = {
     runs: this.#clusterGauge(
@@ -289,6 +259,11 @@ export class ReplicaMetrics {
         if (c) fill(this, c);
       },
     });
+  }
+
+  /** A counter of this replica's registry. */
+  #counter(name: string, help: string, labelNames: string[] = []): Counter {
+    return new Counter({ name, help, labelNames, registers: [this.registry] });
   }
 
   /** A gauge set from one of the sources at each scrape. */
