@@ -5,26 +5,26 @@
  */
 
 import path from 'node:path';
-import { create } from '@bufbuild/protobuf';
 import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, AttemptResult } from '../core/attempt.js';
 import { AttemptDir } from '../executors/process/attempt-dir.js';
 import { isSameProcess } from '../executors/process/process-identity.js';
 import { killOrphansOfAgent, supervisorMark } from '../executors/process/supervisor-mark.js';
 import { createSubprocessExecutor, type SubprocessExecutor } from '../executors/subprocess/subprocess-executor.js';
-import {
-  ConnectRequestSchema,
-  type Assign,
-  type AttemptRef,
-  type Cancel,
-  type ConnectRequest,
-  type FinishedAck,
-  type LogAck,
-  type Welcome,
+import type {
+  Assign,
+  AttemptRef,
+  Cancel,
+  ConnectRequest,
+  FinishedAck,
+  LogAck,
+  Welcome,
 } from '../gen/leoflow/v1/agent_pb.js';
-import { attemptFromAssign, attemptKey, finishedOf } from './attempt-messages.js';
+import { attemptFromAssign, attemptKey } from './attempt-messages.js';
+import { AttemptReports } from './attempt-reports.js';
+import { ExecutorSlots } from './executor-slots.js';
 import { HeldAttempts, type HeldAttempt } from './held-attempts.js';
-import { LogBatcher, type LogBatch, type LogBatcherOptions } from './log-batcher.js';
+import { LogBatcher, type LogBatcherOptions } from './log-batcher.js';
 import { Outbox } from './outbox.js';
 
 export interface AttemptRunnerOptions {
@@ -44,13 +44,6 @@ export interface AttemptRunnerOptions {
   changed(): void;
 }
 
-/** The executor runs one process per ti; a newer try waits for the older one to be gone. */
-interface ExecutorSlot {
-  held: HeldAttempt;
-  gone: Promise<void>;
-  markGone: () => void;
-}
-
 /** The executor's own heartbeat must not stop anything: the control plane says what to stop. */
 const EXECUTOR_HEARTBEAT_MS = 3_600_000;
 
@@ -64,10 +57,10 @@ export class AttemptRunner {
    *  are still current (and how much of their logs the control plane has). */
   readonly #leftovers = new Set<string>();
   readonly #logsSoFar = new Map<string, { stdout: number; stderr: number }>();
-  readonly #slots = new Map<string, ExecutorSlot>();
+  readonly #slots = new ExecutorSlots();
+  readonly #reports: AttemptReports;
   readonly #opts: AttemptRunnerOptions;
   readonly #log: Logger;
-  #flushTimer: NodeJS.Timeout | null = null;
   /** Set while shutting down with handback: a late Assign is answered FAILED, not run. */
   #refuse: string | null = null;
 
@@ -76,6 +69,15 @@ export class AttemptRunner {
     this.#log = opts.logger;
     this.#batcher = new LogBatcher(opts.logBatcher);
     this.#attemptsDir = opts.attemptsDir;
+    this.#reports = new AttemptReports({
+      outbox: this.outbox,
+      held: this.#held,
+      batcher: this.#batcher,
+      logger: opts.logger,
+      logFlushMs: opts.logFlushMs,
+      wake: () => opts.wake(),
+      changed: () => opts.changed(),
+    });
     this.#executor = createSubprocessExecutor({
       reporter: this.#reporter(),
       logger: opts.logger,
@@ -127,7 +129,7 @@ export class AttemptRunner {
     const held = this.#held.add(attempt);
     if (this.#refuse !== null) {
       this.#log.warn(ids, 'Assign while shutting down: not started, reported failed');
-      this.#reportFinished(held, {
+      this.#reports.finished(held, {
         exitCode: null,
         signal: null,
         error: `not started: ${this.#refuse}`,
@@ -206,7 +208,7 @@ export class AttemptRunner {
       if (shim !== null && isSameProcess(shim)) shims.add(shim.pid);
       const held = this.#held.add(attempt);
       this.#leftovers.add(held.key);
-      this.#slots.set(attempt.tiId, { held, ...goneSignal() });
+      this.#slots.take(held);
     }
     const orphans = await killOrphansOfAgent(this.#opts.agentId, folders, shims);
     if (orphans.killed > 0)
@@ -286,7 +288,7 @@ export class AttemptRunner {
 
   /** SIGKILLs every process group at once (the agent must exit now). */
   killAll(): void {
-    for (const { held } of this.#slots.values()) {
+    for (const held of this.#slots.holders()) {
       if (held.pid === null) continue;
       try {
         process.kill(-held.pid, 'SIGKILL');
@@ -298,27 +300,26 @@ export class AttemptRunner {
 
   /** Moves the buffered lines of open attempts into the outbox. */
   flushLogs(): void {
-    this.#moveLogs(this.#batcher.take());
+    this.#reports.flushLogs();
   }
 
   /** Stops the executor: waits for every process to be over (SIGTERM, then SIGKILL). */
   async close(): Promise<void> {
-    if (this.#flushTimer) clearTimeout(this.#flushTimer);
-    this.#flushTimer = null;
+    this.#reports.stopFlushing();
     this.#refuse ??= 'the agent has stopped';
     await this.#executor.shutdown(0);
   }
 
   async #dispatch(held: HeldAttempt): Promise<void> {
     const tiId = held.attempt.tiId;
-    for (let slot = this.#slots.get(tiId); slot; slot = this.#slots.get(tiId)) await slot.gone;
+    for (let gone = this.#slots.gone(tiId); gone; gone = this.#slots.gone(tiId)) await gone;
     if (held.forgotten || held.phase !== 'running') return;
-    this.#slots.set(tiId, { held, ...goneSignal() });
+    this.#slots.take(held);
     try {
       await this.#executor.dispatch(held.attempt);
     } catch (err) {
-      this.#releaseSlot(held.attempt);
-      this.#reportFinished(held, {
+      this.#slots.release(held.attempt);
+      this.#reports.finished(held, {
         exitCode: null,
         signal: null,
         error: `not started: ${(err as Error).message}`,
@@ -329,9 +330,9 @@ export class AttemptRunner {
 
   /** Stops a running attempt; one still waiting for its slot is settled as CANCELLED at once. */
   #stop(held: HeldAttempt, reason: string): void {
-    if (this.#slots.get(held.attempt.tiId)?.held === held) this.#executor.cancel(held.attempt.tiId, reason);
+    if (this.#slots.holds(held)) this.#executor.cancel(held.attempt.tiId, reason);
     else if (!held.forgotten)
-      this.#reportFinished(held, { exitCode: null, signal: null, error: reason, outcome: 'cancelled' });
+      this.#reports.finished(held, { exitCode: null, signal: null, error: reason, outcome: 'cancelled' });
   }
 
   #supersede(held: HeldAttempt, reason: string): void {
@@ -342,8 +343,7 @@ export class AttemptRunner {
     held.stop = { kind: 'superseded', reason };
     const wasRunning = held.phase === 'running';
     this.#forget(held);
-    if (wasRunning && this.#slots.get(held.attempt.tiId)?.held === held)
-      this.#executor.cancel(held.attempt.tiId, `superseded: ${reason}`);
+    if (wasRunning && this.#slots.holds(held)) this.#executor.cancel(held.attempt.tiId, `superseded: ${reason}`);
     this.#opts.changed();
   }
 
@@ -363,57 +363,6 @@ export class AttemptRunner {
       .catch((err: unknown) => this.#log.warn({ err, tiId, try: tryNumber }, 'could not remove an attempt folder'));
   }
 
-  #releaseSlot(attempt: Attempt): void {
-    const slot = this.#slots.get(attempt.tiId);
-    // By key: an attempt re-attached after a restart is read from its folder twice.
-    if (!slot || slot.held.key !== attemptKey(attempt)) return;
-    this.#slots.delete(attempt.tiId);
-    slot.markGone();
-  }
-
-  #reportFinished(held: HeldAttempt, result: AttemptResult): void {
-    if (held.phase === 'ended') return;
-    held.phase = 'ended';
-    const final =
-      held.stop?.kind === 'shutdown' && result.outcome === 'cancelled'
-        ? { ...result, outcome: 'failed' as const, error: held.stop.reason }
-        : result;
-    this.#batcher.open(held.key);
-    this.#moveLogs(this.#batcher.takeKey(held.key, true));
-    this.outbox.push({
-      key: held.key,
-      kind: 'finished',
-      message: create(ConnectRequestSchema, { msg: { case: 'finished', value: finishedOf(held.attempt, final) } }),
-      lines: 0,
-    });
-    const { tiId, tryNumber } = held.attempt;
-    this.#log.info(
-      {
-        tiId,
-        try: tryNumber,
-        outcome: final.outcome,
-        exitCode: final.exitCode,
-        signal: final.signal,
-        error: final.error,
-      },
-      'attempt finished',
-    );
-    this.#opts.wake();
-    this.#opts.changed();
-  }
-
-  #moveLogs(batches: LogBatch[]): void {
-    for (const { key, entries } of batches) {
-      const held = this.#held.get(key);
-      if (!held) {
-        this.#batcher.release(entries.length);
-        continue;
-      }
-      const message = create(ConnectRequestSchema, { msg: { case: 'log', value: { attempt: held.ref, entries } } });
-      this.outbox.push({ key, kind: 'log', message, lines: entries.length, lastSeq: entries[entries.length - 1]!.seq });
-    }
-  }
-
   /** By object for the attempts started here; by key for one re-read from its folder. */
   #heldOf(attempt: Attempt): HeldAttempt | undefined {
     const held = this.#held.of(attempt);
@@ -422,60 +371,33 @@ export class AttemptRunner {
     return byKey && byKey.attempt.attemptToken === attempt.attemptToken ? byKey : undefined;
   }
 
-  #scheduleFlush(): void {
-    if (this.#flushTimer) return;
-    this.#flushTimer = setTimeout(() => {
-      this.#flushTimer = null;
-      this.flushLogs();
-      this.#opts.wake();
-    }, this.#opts.logFlushMs);
-  }
-
   #reporter(): AttemptReporter {
     return {
       started: async (attempt, { pid }) => {
         const held = this.#heldOf(attempt);
         // Superseded (being stopped already, or a leftover the control plane no longer wants).
         if (!held || held.forgotten) return false;
-        held.pid = pid;
-        this.outbox.push({
-          key: held.key,
-          kind: 'started',
-          message: create(ConnectRequestSchema, {
-            msg: { case: 'started', value: { attempt: held.ref, pid: pid ?? 0 } },
-          }),
-          lines: 0,
-        });
-        this.#batcher.open(held.key);
-        this.#log.info({ tiId: attempt.tiId, try: attempt.tryNumber, pid }, 'attempt started');
-        this.#opts.wake();
+        this.#reports.started(held, pid);
         return true;
       },
       log: (attempt, stream, line) => {
         const held = this.#heldOf(attempt);
         if (!held || held.forgotten) return;
-        this.#batcher.push(held.key, stream, line);
-        this.#scheduleFlush();
+        this.#reports.line(held, stream, line);
       },
       // Every live attempt stays current as far as the executor knows; Cancel says otherwise.
       heartbeat: async (attempts) => new Set(attempts.map((a) => a.tiId)),
       // What Welcome said, for an attempt re-attached after a restart.
       logsSoFar: async (attempt) => this.#logsSoFar.get(attemptKey(attempt)) ?? { stdout: 0, stderr: 0 },
       finished: async (attempt, result) => {
-        this.#releaseSlot(attempt);
+        this.#slots.release(attempt);
         const held = this.#heldOf(attempt);
         if (!held || held.forgotten) {
           this.#removeFolder(attempt);
           return;
         }
-        this.#reportFinished(held, result);
+        this.#reports.finished(held, result);
       },
     };
   }
-}
-
-function goneSignal(): { gone: Promise<void>; markGone: () => void } {
-  let markGone!: () => void;
-  const gone = new Promise<void>((resolve) => (markGone = resolve));
-  return { gone, markGone };
 }

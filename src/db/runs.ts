@@ -78,7 +78,8 @@ export async function createRun(
   tx: Sql | TxSql,
   run: NewRun,
 ): Promise<{ run: RunRow; created: boolean; read?: CreatedRunRead }> {
-  const source = tx`select dag_id, version, spec, null::bool as paused from dag_versions where dag_id = ${run.dagId} and version = ${run.dagVersion}`;
+  const source = tx`select dag_id, version, spec, null::bool as paused from dag_versions
+                    where dag_id = ${run.dagId} and version = ${run.dagVersion}`;
   const made = await insertRun(tx, source, run);
   if (!made) throw new Error(`DAG ${run.dagId} has no version ${run.dagVersion}`);
   return made;
@@ -107,6 +108,12 @@ async function insertRun(
   run: Omit<NewRun, 'dagVersion'>,
 ): Promise<{ run: RunRow; created: boolean; read?: CreatedRunRead & { dagPaused: boolean | null } } | null> {
   const trace = newRunTrace(run.caller?.traceparent ?? null, run.caller?.tracestate ?? null);
+  const queued = tx.json({
+    to: 'queued',
+    run_key: run.runKey,
+    run_type: run.runType,
+    ...actorPayload(run.by),
+  } as never);
   const [inserted] = await tx<
     (RunRow & {
       dag_paused: boolean | null;
@@ -117,22 +124,25 @@ async function insertRun(
   >`
     with src as (${source}),
     run as (
-      insert into dag_runs (dag_id, run_key, run_type, dag_version, logical_date, conf, traceparent, trace_parent_span, tracestate)
+      insert into dag_runs (dag_id, run_key, run_type, dag_version, logical_date, conf,
+                            traceparent, trace_parent_span, tracestate)
       select dag_id, ${run.runKey}, ${run.runType}, version, ${run.logicalDate}, ${tx.json(run.conf as never)},
         ${trace.traceparent}, ${trace.parentSpan}, ${trace.tracestate} from src
       on conflict (dag_id, run_key) do nothing
       returning *),
     tis as (
-      insert into task_instances (run_id, task_id, max_tries, executor, retry_delay_ms, max_retry_delay_ms, timeout_ms, pending_reason)
+      insert into task_instances (run_id, task_id, max_tries, executor, retry_delay_ms, max_retry_delay_ms, timeout_ms,
+                                  pending_reason)
       select run.id, t->>'id', (t->>'retries')::int + 1,
              case when t->>'executor' = 'default' then ${run.defaultExecutor} else t->>'executor' end,
              (t->>'retryDelayMs')::bigint, (t->>'maxRetryDelayMs')::bigint, (t->>'timeoutMs')::int, 'RUN_QUEUED'
       from run, src, jsonb_array_elements(src.spec->'tasks') with ordinality as e(t, n)
       order by e.n
       returning *),
-    ev as (${runEvents(tx, EVENT_KIND.runState, tx`run`, tx`${tx.json({ to: 'queued', run_key: run.runKey, run_type: run.runType, ...actorPayload(run.by) } as never)}`)})
+    ev as (${runEvents(tx, EVENT_KIND.runState, tx`run`, tx`${queued}`)})
     select run.*, (select paused from src) as dag_paused, (select spec from src) as spec,
-      (select count(*)::int from dag_runs x where x.dag_id = run.dag_id and x.state in (${inlineLiterals(tx, STARTED_RUN_STATES)})) as running_in_dag,
+      (select count(*)::int from dag_runs x
+       where x.dag_id = run.dag_id and x.state in (${inlineLiterals(tx, STARTED_RUN_STATES)})) as running_in_dag,
       (select coalesce(jsonb_agg(to_jsonb(t) order by t.id), '[]'::jsonb) from tis t) as tis_json
     from run`;
   if (!inserted) {
@@ -201,9 +211,9 @@ export async function listRuns(
   const ofDag = opts.dagId ? sql`dag_id = ${opts.dagId}` : sql`true`;
   const inStates = opts.states?.length ? sql`state = any(${opts.states as RunState[]}::text[])` : sql`true`;
   const before = opts.beforeId ? sql`id < ${opts.beforeId}` : sql`true`;
-  return sql<
-    RunView[]
-  >`select ${sql(RUN_VIEW_COLUMNS)} from dag_runs where ${ofDag} and ${inStates} and ${before} order by id desc limit ${opts.limit}`;
+  return sql<RunView[]>`
+    select ${sql(RUN_VIEW_COLUMNS)} from dag_runs
+    where ${ofDag} and ${inStates} and ${before} order by id desc limit ${opts.limit}`;
 }
 
 /** A run as the planner reads it: with whether its DAG is paused and, for a queued run, how many
@@ -276,7 +286,8 @@ export function activeRuns(sql: Sql, limit: number, of: ActiveRunsOf | null = nu
               ? // By the TIs' live index: as many rows as there is work waiting, not as there are runs.
                 read(sql`and r.state in (${startedStates}) and r.id in (
                   select t.run_id from task_instances t
-                  where ${of.waiting === 'all' ? sql`t.state = 'scheduled' or` : sql``} (t.state = 'up_for_retry' and (t.next_try_at is null or t.next_try_at <= now())))`)
+                  where ${of.waiting === 'all' ? sql`t.state = 'scheduled' or` : sql``}
+                    (t.state = 'up_for_retry' and (t.next_try_at is null or t.next_try_at <= now())))`)
               : read(sql`and r.state in (${startedStates}) and r.id > ${of.after ?? '0'}::bigint`);
   // Each version's spec is sent once, with the first of its runs (in the order sent), and shared
   // by the others: most runs read together are of a few versions, and a spec is 1–13 KB.

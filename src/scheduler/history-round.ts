@@ -107,18 +107,32 @@ export class HistoryUpkeep {
       more: false,
     };
     const now = this.#o.now();
-    if (fresh || now.getTime() - this.#lastFullCheck >= FULL_CHECK_MS) {
-      // Every range again (a probe or two each); the default partition, whose sweep reads all of
-      // it, only for a new leader.
-      this.#lastFullCheck = now.getTime();
-      this.#cursor = '0';
-      for (const t of HISTORY_TABLES) {
-        await this.#isolated('list partitions', { table: t.name }, async () => {
-          const parts = await listPartitions(this.#o.sql, t);
-          this.#markDirty(t, parts.ranges, parts.fallback, null, fresh);
-        });
-      }
+    if (fresh || now.getTime() - this.#lastFullCheck >= FULL_CHECK_MS) await this.#markAllDirty(now, fresh);
+    await this.#addPartitionsAhead(now, result);
+    if (this.#o.retentionMs !== null) await this.#removeExpiredRuns(now, this.#o.retentionMs, result);
+    await this.#tendPartitions(result);
+    if (this.#o.agentRetentionMs !== null) await this.#forgetGoneAgents(now, this.#o.agentRetentionMs, result);
+    if (result.partitionsDropped > 0 || result.rowsSwept > 0) result.more = true;
+    return result;
+  }
+
+  /**
+   * Every range to be looked at again (a probe or two each), and the reading of runs from the
+   * start; the default partition, whose sweep reads all of it, only for a new leader.
+   */
+  async #markAllDirty(now: Date, fresh: boolean): Promise<void> {
+    this.#lastFullCheck = now.getTime();
+    this.#cursor = '0';
+    for (const t of HISTORY_TABLES) {
+      await this.#isolated('list partitions', { table: t.name }, async () => {
+        const parts = await listPartitions(this.#o.sql, t);
+        this.#markDirty(t, parts.ranges, parts.fallback, null, fresh);
+      });
     }
+  }
+
+  /** The next partitions of the history tables, ahead of need. */
+  async #addPartitionsAhead(now: Date, result: HistoryRound): Promise<void> {
     for (const t of HISTORY_TABLES) {
       const added = await this.#isolated('add partition', { table: t.name }, () =>
         addPartitionAhead(this.#o.sql, t, now, this.#o.retentionMs),
@@ -132,61 +146,68 @@ export class HistoryUpkeep {
         );
       }
     }
-    if (this.#o.retentionMs !== null) {
-      const cutoff = new Date(now.getTime() - this.#o.retentionMs);
-      await this.#isolated('remove expired runs', { cutoff: cutoff.toISOString() }, async () => {
-        const page = await pageOfFinishedRuns(this.#o.sql, {
-          endedBefore: cutoff,
-          after: this.#cursor,
-          scan: SCAN_RUNS,
-          maxTis: MAX_TIS_PER_ROUND,
-        });
-        this.#cursor = page.next ?? '0';
-        if (page.next !== null) result.more = true;
-        if (page.ids.length === 0) return;
-        const removed = await removeExpiredRuns(this.#o.sql, page.ids, cutoff);
-        if (removed.runs === 0) return;
-        result.runsRemoved += removed.runs;
-        result.more = true;
-        this.#o.counters.runsRemoved(removed.runs, removed.taskInstances);
-        this.#logger.debug(
-          { runs: removed.runs, taskInstances: removed.taskInstances, cutoff },
-          'removed finished runs past their retention',
-        );
-        for (const [t, ids] of [
-          [EVENTS, removed.runIds],
-          [TASK_LOGS, removed.tiIds],
-        ] as const) {
-          if (!ids) continue;
-          const parts = await listPartitions(this.#o.sql, t);
-          this.#markDirty(t, parts.ranges, parts.fallback, ids);
-        }
+  }
+
+  /** A batch of runs whose retention has passed, with their task instances; their partitions marked. */
+  async #removeExpiredRuns(now: Date, retentionMs: number, result: HistoryRound): Promise<void> {
+    const cutoff = new Date(now.getTime() - retentionMs);
+    await this.#isolated('remove expired runs', { cutoff: cutoff.toISOString() }, async () => {
+      const page = await pageOfFinishedRuns(this.#o.sql, {
+        endedBefore: cutoff,
+        after: this.#cursor,
+        scan: SCAN_RUNS,
+        maxTis: MAX_TIS_PER_ROUND,
       });
-    }
+      this.#cursor = page.next ?? '0';
+      if (page.next !== null) result.more = true;
+      if (page.ids.length === 0) return;
+      const removed = await removeExpiredRuns(this.#o.sql, page.ids, cutoff);
+      if (removed.runs === 0) return;
+      result.runsRemoved += removed.runs;
+      result.more = true;
+      this.#o.counters.runsRemoved(removed.runs, removed.taskInstances);
+      this.#logger.debug(
+        { runs: removed.runs, taskInstances: removed.taskInstances, cutoff },
+        'removed finished runs past their retention',
+      );
+      for (const [t, ids] of [
+        [EVENTS, removed.runIds],
+        [TASK_LOGS, removed.tiIds],
+      ] as const) {
+        if (!ids) continue;
+        const parts = await listPartitions(this.#o.sql, t);
+        this.#markDirty(t, parts.ranges, parts.fallback, ids);
+      }
+    });
+  }
+
+  /** One dirty partition of each history table dropped or swept. */
+  async #tendPartitions(result: HistoryRound): Promise<void> {
     for (const t of HISTORY_TABLES) {
       await this.#isolated('tend partitions', { table: t.name }, () => this.#tendOne(t, result));
       if (this.#dirty.get(t.name)!.names.size > 0) result.more = true;
     }
-    if (this.#o.agentRetentionMs !== null) {
-      const seenBefore = new Date(now.getTime() - this.#o.agentRetentionMs);
-      await this.#isolated('forget gone agents', { seenBefore: seenBefore.toISOString() }, async () => {
-        const ids = await forgetGoneAgents(this.#o.sql, {
-          seenBefore,
-          liveMs: this.#o.agentLiveMs,
-          limit: FORGET_AGENTS_PER_ROUND,
-        });
-        if (ids.length === 0) return;
-        result.agentsForgotten = ids.length;
-        if (ids.length === FORGET_AGENTS_PER_ROUND) result.more = true;
-        this.#o.counters.agentsForgotten(ids.length);
-        this.#logger.info(
-          { agents: ids.length, agentIds: ids.slice(0, 10), seenBefore },
-          `forgot ${ids.length} agent${ids.length === 1 ? '' : 's'} gone longer than the agent retention (last seen before ${seenBefore.toISOString()})`,
-        );
+  }
+
+  /** A batch of agents gone longer than the agent retention, forgotten. */
+  async #forgetGoneAgents(now: Date, agentRetentionMs: number, result: HistoryRound): Promise<void> {
+    const seenBefore = new Date(now.getTime() - agentRetentionMs);
+    await this.#isolated('forget gone agents', { seenBefore: seenBefore.toISOString() }, async () => {
+      const ids = await forgetGoneAgents(this.#o.sql, {
+        seenBefore,
+        liveMs: this.#o.agentLiveMs,
+        limit: FORGET_AGENTS_PER_ROUND,
       });
-    }
-    if (result.partitionsDropped > 0 || result.rowsSwept > 0) result.more = true;
-    return result;
+      if (ids.length === 0) return;
+      result.agentsForgotten = ids.length;
+      if (ids.length === FORGET_AGENTS_PER_ROUND) result.more = true;
+      this.#o.counters.agentsForgotten(ids.length);
+      this.#logger.info(
+        { agents: ids.length, agentIds: ids.slice(0, 10), seenBefore },
+        `forgot ${ids.length} agent${ids.length === 1 ? '' : 's'} gone longer than the agent retention ` +
+          `(last seen before ${seenBefore.toISOString()})`,
+      );
+    });
   }
 
   async #isolated<T>(what: string, ids: Record<string, unknown>, fn: () => Promise<T>): Promise<T | null> {

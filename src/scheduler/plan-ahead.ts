@@ -73,20 +73,9 @@ export function planBehindEnds(ctx: SchedulerContext, on: Sql, ends: readonly En
 }
 
 /**
- * Plans the runs of attempts whose ends were just sent on `on` and are not answered yet, and sends
- * the writes on `on` right behind them: the next tasks are scheduled (and, for an executor that
- * needs no placement, claimed) in the round trip that records the ends, instead of one round trip
- * after it, and a run whose last task instances these were ends in it too. Leader only.
- *
- * A run is planned from what the planner last knew of it (`ctx.memory`), with these attempts
- * ended in success: only successes are planned ahead (a failure's state depends on its tries),
- * and only runs that go on or end (a retry coming due, a paused DAG: the step that follows the
- * ends decides those as before). A plan states every upstream state its moves assumed, and a
- * run's end every task instance's state; the database applies none of it unless each holds at
- * the write, the ends just recorded included (db/plan/apply-plans.ts, finalize-runs.ts): a plan
- * from an out-of-date memory, or after an end that was refused, writes nothing, and the step
- * that follows the ends reads the run as always. A run ended here is not read again
- * (`endingTis`, `PlannerMemory.endedAhead`).
+ * Plans the runs of attempts whose ends were just sent on `on` and sends the writes right behind
+ * them: the next tasks are scheduled (and claimed, where no placement is needed) in the round trip
+ * that records the ends, and a run whose last task instances these were ends in it too. Leader only.
  */
 export function planAhead(
   ctx: SchedulerContext,
@@ -103,6 +92,9 @@ export function planAhead(
   const reads = new Map<string, RunRead>();
   /** Runs with an end here that is not a success: their memory cannot become current. */
   const otherEnds = new Set<string>();
+  // A run is planned from what the planner last knew of it, with these attempts ended in success:
+  // only successes are planned ahead (a failure's state depends on its tries), and only runs that
+  // go on or end (a retry coming due, a paused DAG: the step that follows decides those).
   for (const e of ends) {
     const read = memory.ofTi(e.tiId);
     if (e.outcome !== 'success') {
@@ -145,6 +137,10 @@ export function planAhead(
     d.plan.moves = d.plan.moves.filter((m) => !retrying.has(m.tiId));
     d.decision.retry = [];
     if (d.plan.moves.length === 0) continue;
+    // The plan states every upstream state its moves assumed (a run's end, every TI's state): the
+    // database applies none of it unless each holds at the write, the ends just recorded included
+    // (db/plan/apply-plans.ts, finalize-runs.ts). A plan from an out-of-date memory, or behind an
+    // end that was refused, writes nothing, and the step that follows reads the run as always.
     const spec = new Map(read.run.spec.tasks.map((t) => [t.id, t]));
     const expect = new Map<string, PlannerTi['state'] | 'active'>();
     for (const taskId of [...d.decision.schedule, ...d.decision.upstreamFailed, ...d.decision.skipped]) {

@@ -14,7 +14,7 @@ import { createLogWriter } from '../db/log-writer.js';
 import { latestMigration, pendingMigrations } from '../db/migrate.js';
 import type { Sql } from '../db/sql.js';
 import { installIdentity } from '../db/install-identity.js';
-import { CHANNELS, listen } from '../db/notifications.js';
+import { listen } from '../db/notifications.js';
 import { advertiseReplica } from '../db/replica-addresses.js';
 import { replicaSessionName } from '../db/replicas.js';
 import { createDispatcher } from '../dispatch/dispatcher.js';
@@ -34,32 +34,18 @@ import type { Config } from './config/config.js';
 import { createDagParser } from './dags/dag-parser.js';
 import { openStorage, type Storage } from './open-storage.js';
 import { createHealth } from './observability/health.js';
-import { shutdownDeadline } from './shutdown-deadline.js';
-import {
-  createMetrics,
-  historyCounters,
-  schedulerCounters,
-  serveMetrics,
-  type Metrics,
-} from './observability/metrics.js';
+import { stopReplica } from './stop-replica.js';
+import { replicaNotifications } from './replica-notifications.js';
+import { createMetrics, historyCounters, schedulerCounters } from './observability/metrics.js';
+import { serveMetrics } from './observability/serve-metrics.js';
 
 /** How long an attempt's start and end reports are retried while the database is unreachable. */
 const REPORT_RETRY_MS = 10 * 60_000;
-/**
- * How long a stopping replica waits for its agents to move once told to: one that honours
- * Reconnect goes within a round trip; one that does not would not go within any wait, and its
- * stream is closed with the API.
- */
-const AGENTS_MOVE_WAIT_MS = 5_000;
-
 /**
  * The least time allowed for a holder's end to reach the database once it has killed a task at
  * its timeout: a subprocess's output is read for up to 2 s after it exits, then the end is sent.
  */
 const END_REPORT_MS = 5_000;
-
-/** At a stop, what the ends of tasks stopped at the deadline are given to be written, past their kill grace. */
-const FINAL_WRITES_MS = 2_000;
 
 export interface ControlPlane {
   /** The address the API listens on (the port is the real one when 0 was asked). */
@@ -146,7 +132,10 @@ export async function startControlPlane(
       giveUp: stopRetrying.signal,
       logs,
       onRetry: (err) => logger.warn({ err: (err as Error).message }, 'database unreachable: retrying attempt reports'),
-      observe: { started: metrics.attemptStarted, ended: metrics.attemptEnded },
+      observe: {
+        started: (dagId, waitedS) => metrics.attemptStarted(dagId, waitedS),
+        ended: (dagId, outcome, ranS) => metrics.attemptEnded(dagId, outcome, ranS),
+      },
     });
     // The scheduler is built once the dispatcher exists; what reports to it before goes through here.
     let scheduler: Scheduler | null = null;
@@ -329,32 +318,7 @@ export async function startControlPlane(
     const listener = listen(
       db.url,
       logger,
-      (channel, payload) => {
-        if (channel === CHANNELS.nudge) {
-          // Something happened on another replica, maybe an attempt ending on one of its agents:
-          // this replica's view of the agents' free slots is stale.
-          fleet.placement.invalidate();
-          sched.notified(payload === '' ? undefined : payload.split(','));
-        } else if (channel === CHANNELS.events) {
-          events.notified();
-          changes.fire();
-        } else if (channel === CHANNELS.logs) {
-          changes.fire();
-        } else if (channel === CHANNELS.cancel) {
-          // Whichever executor of this replica holds it: a subprocess, or an agent's stream.
-          sched.cancelNotified(payload);
-        } else if (channel === CHANNELS.tokenRevoked) {
-          const cut = auth.streams.revoked(payload);
-          if (cut > 0)
-            logger.info(
-              { tokenId: payload, streamsCut: cut },
-              `API token ${payload} revoked: its streams on this replica ended`,
-            );
-        } else
-          void fleet
-            .onNotification(channel, payload)
-            .catch((err: unknown) => logger.error({ err, channel, payload }, 'notification failed'));
-      },
+      replicaNotifications({ logger, scheduler: sched, fleet, events, changes, tokenStreams: auth.streams }),
       replicaSessionName(config.role, config.replicaId),
     );
     cleanups.push(() => listener.close());
@@ -382,48 +346,28 @@ export async function startControlPlane(
       reloadTls: () => tlsReloader?.reload('SIGHUP') ?? false,
       lost: db.lost,
       close() {
-        closing ??= (async () => {
-          logger.info('shutting down: no new work; waiting for running tasks');
-          // Every wait below ends by the shutdown grace, whatever the database does (shutdown-deadline.ts).
-          const d = shutdownDeadline(config.shutdownGraceMs, logger, stopRetrying);
-          db.stopping();
-          // 1. Nothing more is placed here nor, by any replica, on this replica's agents; what
-          //    was placed already is delivered, down streams that are still open.
-          await d.within('the scheduler to stop', sched.stop());
-          await d.within("this replica's agents to leave", fleet.leave());
-          await d.within('the dispatch queue', dispatcher.close());
-          // 2. Another replica leads from now on, placing on other agents only. Whatever ends
-          //    here meanwhile is recorded here and nudges it over NOTIFY.
-          await d.within('leadership to be released', sched.resign());
-          // 3. Agents move to another replica with their attempts, while subprocess tasks end:
-          //    those still running at the deadline are stopped, and get their kill grace.
-          const moved = Promise.all([
-            fleet.sendAway(Math.min(AGENTS_MOVE_WAIT_MS, d.left())),
-            ...[...executors.values()].map((e) => e.shutdown(d.left())),
-          ]);
-          await d.within(
-            'running tasks to end and their ends to be recorded',
-            moved,
-            config.killGraceMs + FINAL_WRITES_MS,
-          );
-          await d.within('the agent streams to close', fleet.close());
-          await d.within('attempt reports to be written', reports.drain());
-          await d.within('task log lines to be written', logs.close());
-          // 4. The listeners last: until now an Assign notified for an agent of this replica
-          //    reaches its stream, or is given back.
-          await d.within('the notification listener to close', listener.close());
-          // Watchers are told to reconnect elsewhere (UNAVAILABLE with their seq) before the API stops.
-          await d.within('the span recorder', spans?.close() ?? Promise.resolve());
-          events.close();
-          await d.within('the API to close', apiServer.close());
-          await d.within('the DAG parser', parser.close());
-          await d.within('the metrics listener', metricsServer?.close() ?? Promise.resolve());
-          await d.within('the trace exporter', tracing?.close() ?? Promise.resolve());
-          await db.close(Math.max(1, Math.ceil(d.left() / 1000)));
-          d.done();
-          lock.release();
-          logger.info('stopped');
-        })();
+        closing ??= stopReplica(
+          {
+            db,
+            lock,
+            scheduler: sched,
+            fleet,
+            dispatcher,
+            executors,
+            reports,
+            logs,
+            listener,
+            spans,
+            events,
+            api: apiServer,
+            parser,
+            metricsServer,
+            tracing,
+          },
+          config,
+          logger,
+          stopRetrying,
+        );
         return closing;
       },
     };
@@ -455,8 +399,10 @@ export async function startControlPlane(
   if (config.role === 'leader' && !(await leadership(config.leaderTimeoutMs))) {
     const holder = await currentLeaderId(db.sql, LEADER_LOCK_KEY).catch(() => null);
     await plane.close();
+    const who = holder ? `replica "${holder}" leads` : 'no replica leads: is the database reachable?';
     throw new Error(
-      `role leader: could not become leader within ${config.leaderTimeoutMs / 1000}s (${holder ? `replica "${holder}" leads` : 'no replica leads: is the database reachable?'}); use --role auto to stand by, or raise --leader-timeout`,
+      `role leader: could not become leader within ${config.leaderTimeoutMs / 1000}s (${who}); ` +
+        'use --role auto to stand by, or raise --leader-timeout',
     );
   }
   announce();

@@ -14,6 +14,7 @@ import { cli, startServer, waitFor } from '../helpers/leoflow-process.js';
 import { createTestDatabase } from '../helpers/test-database.js';
 import { percentile, report } from './report.js';
 import { proServerArgs } from '../helpers/fake-kube/pro-server-args.js';
+import { endsReporter, podSettings, quietStore, testAttempt } from '../helpers/fake-kube/test-executor.js';
 
 /**
  * The kubernetes executor against the fake API server. (1) Pods dispatched per second through
@@ -35,32 +36,9 @@ it('pods dispatched per second at 0, 100 and 500 ms API latency, against the cei
     const kube = await startFakeKubeApi({ namespaces: [NS], kubelet: 'manual' });
     const ex = createKubernetesExecutor({
       kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
-      pods: {
-        install: 'install-a',
-        namespace: NS,
-        image: 'leoflow:bench',
-        serverUrl: 'http://cp:7070',
-        agentCommand: ['leoflow'],
-        killGraceMs: 10_000,
-        podPendingTimeoutMs: 600_000,
-        keepSucceededMs: 0,
-        keepFailedMs: 3_600_000,
-      },
-      reporter: {
-        started: async () => true,
-        log: () => {},
-        heartbeat: async () => new Set(),
-        logsSoFar: async () => ({ stdout: 0, stderr: 0 }),
-        finished: async () => {},
-      },
-      store: {
-        lost: async () => false,
-        pending: async () => {},
-        active: async () => [],
-        podGone: async () => {},
-        lastLines: async () => [],
-        standings: async () => new Map(),
-      },
+      pods: podSettings(NS, { image: 'leoflow:bench', serverUrl: 'http://cp:7070', podPendingTimeoutMs: 600_000 }),
+      reporter: endsReporter(),
+      store: quietStore({ lost: async () => false, standings: async () => new Map() }),
       logger,
     });
     await ex.lead(true);
@@ -78,20 +56,7 @@ it('pods dispatched per second at 0, 100 and 500 ms API latency, against the cei
     });
     const started = performance.now();
     for (let i = 0; i < n; i++) {
-      pool.offer({
-        tiId: String(i + 1),
-        runId: String(i + 1),
-        dagId: 'bench',
-        taskId: 't',
-        tryNumber: 1,
-        maxTries: 1,
-        attemptToken: randomUUID(),
-        dispatchKey: 'k',
-        command: ['true'],
-        env: {},
-        cwd: null,
-        timeoutMs: null,
-      });
+      pool.offer(testAttempt({ tiId: String(i + 1), runId: String(i + 1), dagId: 'bench', taskId: 't', maxTries: 1 }));
     }
     await waitFor('every pod created', async () => done === n, 120_000, 5);
     const seconds = (performance.now() - started) / 1000;

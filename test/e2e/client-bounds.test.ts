@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { AgentService, ConnectRequestSchema, ProtocolVersion } from '../../src/gen/leoflow/v1/agent_pb.js';
 import { startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { startProWithAuth } from '../helpers/pro-with-auth.js';
 import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -51,10 +52,7 @@ async function flood(n: number, write: () => Promise<unknown>) {
 
 describe('--max-token-writes', () => {
   it('refuses a token past its writes a second, says how long to wait, and holds no other token back', async () => {
-    const s = await startServer({
-      env: { DATABASE_URL: db.url, LEOFLOW_INSECURE: undefined, LEOFLOW_AGENT_TOKEN: undefined },
-      args: ['--edition', 'pro', '--executor', 'subprocess', '--bootstrap-admin-token', ADMIN, '--dags', dagFile],
-    });
+    const s = await startProWithAuth(db.url, ADMIN, ['--dags', dagFile]);
     servers.push(s);
     const admin = createClients(s.url, null, ADMIN);
     const floodSecret = (await admin.tokens.createToken({ name: 'f', role: 'operator' })).secret;
@@ -173,19 +171,7 @@ describe('connections', () => {
 
 describe('--max-token-agents', () => {
   it('refuses a Hello for one agent id more than an agent token may hold; its known ids and other tokens go on', async () => {
-    const s = await startServer({
-      env: { DATABASE_URL: db.url, LEOFLOW_INSECURE: undefined, LEOFLOW_AGENT_TOKEN: undefined },
-      args: [
-        '--edition',
-        'pro',
-        '--executor',
-        'subprocess',
-        '--bootstrap-admin-token',
-        ADMIN,
-        '--max-token-agents',
-        '2',
-      ],
-    });
+    const s = await startProWithAuth(db.url, ADMIN, ['--max-token-agents', '2']);
     servers.push(s);
     const admin = createClients(s.url, null, ADMIN);
     const mint = async (pattern: string) =>

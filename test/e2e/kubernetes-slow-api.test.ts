@@ -1,14 +1,10 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { podName } from '../../src/core/pod-identity.js';
-import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
-import { freePort } from '../helpers/global-setup.js';
-import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { proServerForFile } from '../helpers/fake-kube/pro-server-for-file.js';
+import { cli, waitFor } from '../helpers/leoflow-process.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
-import { proServerArgs } from '../helpers/fake-kube/pro-server-args.js';
 
 /**
  * A slow API server never slows the tick: 50 task instances dispatched while every request to
@@ -23,37 +19,17 @@ import { proServerArgs } from '../helpers/fake-kube/pro-server-args.js';
 const NS = 'leoflow';
 const TASKS = 50;
 const LATENCY_MS = 500;
-let db: TestDatabase;
-let kube: FakeKubeApi;
-let tmp: string;
-let server: ServerProcess;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  kube = await startFakeKubeApi({ namespaces: [NS], kubelet: 'manual' });
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-kube-slow-'));
-  const port = await freePort();
-  server = await startServer({
-    env: { DATABASE_URL: db.url },
-    args: [
-      ...proServerArgs({ port, kube, namespace: NS }),
-      // A short tick, so the few seconds of dispatch give enough steps for a p99.
-      '--tick-interval',
-      '50ms',
-    ],
-  });
-}, 60_000);
-
-afterAll(async () => {
-  await server?.stop();
-  await kube?.close();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
+const f = proServerForFile({
+  namespace: NS,
+  kube: { kubelet: 'manual' },
+  // A short tick, so the few seconds of dispatch give enough steps for a p99.
+  args: ['--tick-interval', '50ms'],
+  tmpPrefix: 'leoflow-kube-slow-',
 });
 
 /** Steps observed, and those at most 100 ms, from the tick histogram. */
 async function ticks(): Promise<{ all: number; fast: number }> {
-  const m = await scrapeMetrics(server.metricsUrl);
+  const m = await scrapeMetrics(f.server.metricsUrl);
   return {
     all: m.get('leoflow_tick_duration_seconds_count') ?? 0,
     fast: m.get('leoflow_tick_duration_seconds_bucket{le="0.1"}') ?? 0,
@@ -65,15 +41,15 @@ async function burst(
   key: string,
   latencyMs: number,
 ): Promise<{ steps: number; slow: number; tookMs: number; tis: { pod: string; state: string; try_number: number }[] }> {
-  kube.setLatency(latencyMs);
+  f.kube.setLatency(latencyMs);
   const before = await ticks();
   const started = Date.now();
-  const r = await cli(server.url, ['run', 'trigger', 'wide', '--key', key, '--output', 'json']);
+  const r = await cli(f.server.url, ['run', 'trigger', 'wide', '--key', key, '--output', 'json']);
   const runId = (JSON.parse(r.stdout) as { run_id: string }).run_id;
   const tis = await waitFor(
     'every pod created',
     async () => {
-      const rows = await db.sql<
+      const rows = await f.db.sql<
         { id: string; task_id: string; try_number: number; state: string; attempt_token: string | null }[]
       >`select id, task_id, try_number, state, attempt_token from task_instances where run_id = ${runId}`;
       if (rows.some((t) => t.attempt_token === null)) return null;
@@ -87,7 +63,7 @@ async function burst(
           attemptToken: t.attempt_token!,
         }),
       );
-      return rows.length === TASKS && names.every((n) => kube.pod(NS, n) !== undefined)
+      return rows.length === TASKS && names.every((n) => f.kube.pod(NS, n) !== undefined)
         ? rows.map((t, i) => ({ ...t, pod: names[i]! }))
         : null;
     },
@@ -106,7 +82,7 @@ it(
   `dispatches ${TASKS} task instances at ${LATENCY_MS} ms API latency with the step's p99 under 100 ms, each pod created once`,
   { timeout: 180_000 },
   async () => {
-    const file = path.join(tmp, 'wide.yaml');
+    const file = path.join(f.tmp, 'wide.yaml');
     await writeFile(
       file,
       [
@@ -117,9 +93,9 @@ it(
         '',
       ].join('\n'),
     );
-    expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
+    expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
     const fast = await burst('baseline', 0);
-    const creates = kube.requests().filter((q) => q.verb === 'create').length;
+    const creates = f.kube.requests().filter((q) => q.verb === 'create').length;
     const slowApi = await burst('slow', LATENCY_MS);
 
     expect(slowApi.steps).toBeGreaterThan(50);
@@ -136,8 +112,8 @@ it(
       slowApi.slow,
       `at ${LATENCY_MS} ms: ${slowApi.slow} of ${slowApi.steps} steps over 100 ms; at no latency: ${fast.slow} of ${fast.steps}`,
     ).toBeLessThanOrEqual(allowed);
-    for (const t of slowApi.tis) expect(kube.createCount(NS, t.pod), t.pod).toBe(1);
-    expect(kube.requests().filter((q) => q.verb === 'create').length - creates).toBe(TASKS);
+    for (const t of slowApi.tis) expect(f.kube.createCount(NS, t.pod), t.pod).toBe(1);
+    expect(f.kube.requests().filter((q) => q.verb === 'create').length - creates).toBe(TASKS);
     expect(slowApi.tis.every((t) => t.state === 'queued' && t.try_number === 1)).toBe(true);
     // 16 drainers at 500 ms a create: about 50 / 16 × 0.5 s.
     expect(slowApi.tookMs).toBeGreaterThan(1_000);

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { cli, startAgent, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { replicasForFile } from '../helpers/server-fixture.js';
+import { startProWithAuth } from '../helpers/pro-with-auth.js';
 import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
 
 /**
@@ -16,24 +17,15 @@ const ADMIN = randomBytes(32).toString('base64url');
 const f = replicasForFile();
 const { servers, agents } = f;
 
-/** A Pro replica with auth on (the test helpers run servers open unless told otherwise). */
+/** A Pro replica with auth on, its heartbeats fast. */
 async function start(args: string[]): Promise<ServerProcess> {
-  const s = await startServer({
-    env: { DATABASE_URL: f.db.url, LEOFLOW_INSECURE: undefined, LEOFLOW_AGENT_TOKEN: undefined },
-    args: [
-      '--edition',
-      'pro',
-      '--executor',
-      'subprocess',
-      '--bootstrap-admin-token',
-      ADMIN,
-      '--heartbeat-interval',
-      '300ms',
-      '--heartbeat-threshold',
-      '3s',
-      ...args,
-    ],
-  });
+  const s = await startProWithAuth(f.db.url, ADMIN, [
+    '--heartbeat-interval',
+    '300ms',
+    '--heartbeat-threshold',
+    '3s',
+    ...args,
+  ]);
   servers.push(s);
   return s;
 }

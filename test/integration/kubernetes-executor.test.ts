@@ -8,6 +8,13 @@ import {
 } from '../../src/executors/kubernetes/kubernetes-executor.js';
 import type { KubernetesExecutorOptions } from '../../src/executors/kubernetes/kubernetes-executor-options.js';
 import { podName } from '../../src/core/pod-identity.js';
+import {
+  endsReporter,
+  podSettings,
+  runningPodStatus,
+  taskContainer,
+  testAttempt,
+} from '../helpers/fake-kube/test-executor.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
 import { waitFor } from '../helpers/leoflow-process.js';
 import { pino } from 'pino';
@@ -37,24 +44,13 @@ function executor(
   const rec: Recorded = { finished: [], lost: [], pending: [] };
   const ex = createKubernetesExecutor({
     kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
-    pods: {
-      install: 'install-a',
-      namespace: NS,
-      image: 'leoflow:test',
+    pods: podSettings(NS, {
       serverUrl: 'http://cp:7070',
-      agentCommand: ['leoflow'],
       killGraceMs: 1000,
       podPendingTimeoutMs: 60_000,
-      keepSucceededMs: 0,
       keepFailedMs: 60_000,
-    },
-    reporter: {
-      started: async () => true,
-      log: () => {},
-      heartbeat: async () => new Set(),
-      logsSoFar: async () => ({ stdout: 0, stderr: 0 }),
-      finished: async (a, result) => void rec.finished.push({ tiId: a.tiId, result }),
-    },
+    }),
+    reporter: endsReporter((a, result) => void rec.finished.push({ tiId: a.tiId, result })),
     store: {
       lost: async (a, error, free) => {
         if (rec.lost.some((l) => l.tiId === a.tiId && l.tryNumber === a.tryNumber)) return false;
@@ -87,40 +83,11 @@ function executor(
   return { ex, rec };
 }
 
-let nextTi = 100;
 function attempt(over: Partial<Attempt> = {}): Attempt {
-  const tiId = String(nextTi++);
-  return {
-    tiId,
-    runId: String(nextTi + 5000),
-    dagId: 'etl-a',
-    taskId: 'load',
-    tryNumber: 1,
-    maxTries: 3,
-    attemptToken: randomUUID(),
-    dispatchKey: 'k',
-    command: ['true'],
-    env: {},
-    cwd: null,
-    timeoutMs: null,
-    ...over,
-  };
+  return testAttempt({ dagId: 'etl-a', taskId: 'load', ...over });
 }
 
-const running = {
-  phase: 'Running',
-  conditions: [{ type: 'PodScheduled', status: 'True' }],
-  containerStatuses: [
-    {
-      name: 'task',
-      ready: true,
-      restartCount: 0,
-      image: 'leoflow:test',
-      imageID: '',
-      state: { running: { startedAt: new Date().toISOString() } },
-    },
-  ],
-};
+const running = runningPodStatus();
 
 beforeEach(async () => {
   kube = await startFakeKubeApi({ namespaces: [NS], kubelet: 'manual', bookmarkIntervalMs: 100 });
@@ -276,14 +243,7 @@ describe('kubernetes executor', () => {
     kube.setPodStatus(NS, podName(a), {
       phase: 'Pending',
       containerStatuses: [
-        {
-          name: 'task',
-          ready: false,
-          restartCount: 0,
-          image: 'x',
-          imageID: '',
-          state: { waiting: { reason: 'CreateContainerConfigError', message: 'secret "db" not found' } },
-        },
+        taskContainer({ waiting: { reason: 'CreateContainerConfigError', message: 'secret "db" not found' } }),
       ],
     });
     await waitFor('the end reported', async () => rec.finished.length > 0);
@@ -458,17 +418,13 @@ describe('kubernetes executor', () => {
 
   it('removes finished pods per the retention: succeeded at once, failed after keep_failed', async () => {
     const { ex } = executor({
-      pods: {
-        install: 'install-a',
-        namespace: NS,
+      pods: podSettings(NS, {
         image: 'x',
         serverUrl: 'http://cp:7070',
-        agentCommand: ['leoflow'],
         killGraceMs: 1000,
         podPendingTimeoutMs: 60_000,
-        keepSucceededMs: 0,
         keepFailedMs: 600,
-      },
+      }),
     });
     await ex.lead(true);
     const ok = attempt();
@@ -542,17 +498,13 @@ describe('kubernetes executor: credentials and refusals', () => {
 describe('kubernetes executor: pending', () => {
   it('fails a pod scheduled but never running past the pending timeout, with its last reason', async () => {
     const { ex, rec } = executor({
-      pods: {
-        install: 'install-a',
-        namespace: NS,
+      pods: podSettings(NS, {
         image: 'x',
         serverUrl: 'http://cp:7070',
-        agentCommand: ['leoflow'],
         killGraceMs: 1000,
         podPendingTimeoutMs: 400,
-        keepSucceededMs: 0,
         keepFailedMs: 60_000,
-      },
+      }),
     });
     await ex.lead(true);
     const a = attempt();
@@ -561,16 +513,7 @@ describe('kubernetes executor: pending', () => {
     kube.setPodStatus(NS, podName(a), {
       phase: 'Pending',
       conditions: [{ type: 'PodScheduled', status: 'True' }],
-      containerStatuses: [
-        {
-          name: 'task',
-          ready: false,
-          restartCount: 0,
-          image: 'x',
-          imageID: '',
-          state: { waiting: { reason: 'ContainerCreating' } },
-        },
-      ],
+      containerStatuses: [taskContainer({ waiting: { reason: 'ContainerCreating' } })],
     });
     await waitFor('failed', async () => rec.finished.length > 0, 5_000);
     expect(rec.finished[0]!.result.error).toBe('POD_PENDING_TIMEOUT:ContainerCreating (pending longer than 0s)');
@@ -606,17 +549,13 @@ describe('kubernetes executor: adoption during a leader overlap', () => {
     const rec: Recorded = { finished: [], lost: [], pending: [] };
     const ex = createKubernetesExecutor({
       kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
-      pods: {
-        install: 'install-a',
-        namespace: NS,
+      pods: podSettings(NS, {
         image: 'x',
         serverUrl: 'http://cp:7070',
-        agentCommand: ['leoflow'],
         killGraceMs: 1000,
         podPendingTimeoutMs: 60_000,
-        keepSucceededMs: 0,
         keepFailedMs: 60_000,
-      },
+      }),
       reporter: {
         started: async () => true,
         log: () => {},
@@ -657,16 +596,7 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
     kube.setPodStatus(NS, name, {
       phase: 'Pending',
       conditions: [{ type: 'PodScheduled', status: 'True' }],
-      containerStatuses: [
-        {
-          name: 'task',
-          ready: false,
-          restartCount: 0,
-          image: 'x',
-          imageID: '',
-          state: { waiting: { reason: 'ContainerCreating' } },
-        },
-      ],
+      containerStatuses: [taskContainer({ waiting: { reason: 'ContainerCreating' } })],
     });
     kube.addPodEvent(NS, name, {
       type: 'Normal',
@@ -686,16 +616,7 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
     kube.setPodStatus(NS, name, {
       phase: 'Pending',
       conditions: [{ type: 'PodScheduled', status: 'True' }],
-      containerStatuses: [
-        {
-          name: 'task',
-          ready: false,
-          restartCount: 0,
-          image: 'x',
-          imageID: '',
-          state: { waiting: { reason: 'ContainerCreating' } },
-        },
-      ],
+      containerStatuses: [taskContainer({ waiting: { reason: 'ContainerCreating' } })],
       message: 'still',
     });
     await new Promise((r) => setTimeout(r, 700));

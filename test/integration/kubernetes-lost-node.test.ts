@@ -9,6 +9,13 @@ import {
 } from '../../src/executors/kubernetes/kubernetes-executor.js';
 import { loadKubeConfig } from '../../src/executors/kubernetes/load-kube-config.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
+import {
+  endsReporter,
+  podSettings,
+  runningPodStatus,
+  quietStore,
+  testAttempt,
+} from '../helpers/fake-kube/test-executor.js';
 import { waitFor } from '../helpers/leoflow-process.js';
 
 /**
@@ -38,33 +45,14 @@ function proExecutor(): { ex: KubernetesExecutor; rec: Recorded } {
   const rec: Recorded = { failed: [], lost: [], pending: new Map() };
   ex = createKubernetesExecutor({
     kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
-    pods: {
-      install: 'install-a',
-      namespace: NS,
-      image: 'leoflow:test',
-      serverUrl: 'http://leoflow:7070',
-      agentCommand: ['leoflow'],
-      killGraceMs: 10_000,
-      podPendingTimeoutMs: 300_000,
-      keepSucceededMs: 0,
-      keepFailedMs: 3_600_000,
-    },
-    reporter: {
-      started: async () => true,
-      log: () => {},
-      heartbeat: async () => new Set(),
-      logsSoFar: async () => ({ stdout: 0, stderr: 0 }),
-      finished: async (a, result) => void rec.failed.push({ tiId: a.tiId, error: result.error ?? undefined }),
-    },
-    store: {
+    pods: podSettings(NS),
+    reporter: endsReporter((a, result) => void rec.failed.push({ tiId: a.tiId, error: result.error ?? undefined })),
+    store: quietStore({
       lost: async (a, error, free) => {
         rec.lost.push({ tiId: a.tiId, error, free: free === true });
         return true;
       },
       pending: async (a, reason) => void rec.pending.set(a.tiId, [...(rec.pending.get(a.tiId) ?? []), reason]),
-      active: async () => [],
-      podGone: async () => {},
-      lastLines: async () => [],
       // The agent of a running pod connects and starts its attempt; a timed-out one is over.
       standings: async (attempts) =>
         new Map(
@@ -77,30 +65,10 @@ function proExecutor(): { ex: KubernetesExecutor; rec: Recorded } {
                 : 'queued',
           ]),
         ),
-    },
+    }),
     logger: pino({ level: process.env.KLOG ?? 'silent' }),
   });
   return { ex, rec };
-}
-
-let nextTi = 1;
-function attempt(over: Partial<Attempt> = {}): Attempt {
-  const tiId = String(nextTi++);
-  return {
-    tiId,
-    runId: String(nextTi + 5000),
-    dagId: 'etl',
-    taskId: `t${tiId}`,
-    tryNumber: 1,
-    maxTries: 3,
-    attemptToken: randomUUID(),
-    dispatchKey: 'k',
-    command: ['true'],
-    env: {},
-    cwd: null,
-    timeoutMs: null,
-    ...over,
-  };
 }
 
 /** The dispatch pool's drainers: `DRAINERS` at a time, in order; resolves when each dispatch has. */
@@ -121,27 +89,11 @@ function drain(e: KubernetesExecutor, attempts: Attempt[]): Map<string, Promise<
   return done;
 }
 
-const running = {
-  phase: 'Running',
-  conditions: [
-    { type: 'PodScheduled', status: 'True' },
-    { type: 'Ready', status: 'True' },
-  ],
-  containerStatuses: [
-    {
-      name: 'task',
-      ready: true,
-      restartCount: 0,
-      image: 'leoflow:test',
-      imageID: '',
-      state: { running: { startedAt: new Date().toISOString() } },
-    },
-  ],
-};
+const running = runningPodStatus({ ready: true });
 
 /** `count` first tries running on NODE, then the node lost (its kubelet silent) and each try timed out. */
 async function firstTriesOnALostNode(e: KubernetesExecutor, count: number, notReadyAfterMs?: number) {
-  const first = Array.from({ length: count }, () => attempt());
+  const first = Array.from({ length: count }, () => testAttempt());
   await Promise.all([...drain(e, first).values()]);
   for (const a of first) {
     kube.bindPod(NS, podName(a), NODE);
@@ -175,7 +127,7 @@ describe('a lost node', () => {
       await ex.lead(true);
       const tries = await firstTriesOnALostNode(ex, 48);
       const cancelledAt = performance.now();
-      const unrelated = attempt({ dagId: 'other' });
+      const unrelated = testAttempt({ dagId: 'other' });
       const offered = performance.now();
       const dispatched = drain(ex, [...tries.map((t) => t.retry), unrelated]);
       const at = await dispatched.get(unrelated.tiId)!;
@@ -217,7 +169,7 @@ describe('a lost node', () => {
     async () => {
       const { ex, rec } = proExecutor();
       await ex.lead(true);
-      const first = attempt();
+      const first = testAttempt();
       await ex.dispatch(first);
       kube.bindPod(NS, podName(first), NODE);
       kube.setPodStatus(NS, podName(first), running);

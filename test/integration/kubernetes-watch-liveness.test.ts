@@ -1,7 +1,5 @@
-import { randomUUID } from 'node:crypto';
 import { pino } from 'pino';
 import { afterEach, beforeEach, expect, it } from 'vitest';
-import type { Attempt } from '../../src/core/attempt.js';
 import { podName } from '../../src/core/pod-identity.js';
 import {
   createKubernetesExecutor,
@@ -9,6 +7,7 @@ import {
 } from '../../src/executors/kubernetes/kubernetes-executor.js';
 import { loadKubeConfig } from '../../src/executors/kubernetes/load-kube-config.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
+import { endsReporter, podSettings, quietStore, testAttempt } from '../helpers/fake-kube/test-executor.js';
 import { waitFor } from '../helpers/leoflow-process.js';
 
 /**
@@ -36,52 +35,18 @@ it(
     const lost: string[] = [];
     ex = createKubernetesExecutor({
       kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
-      pods: {
-        install: 'install-a',
-        namespace: NS,
-        image: 'leoflow:test',
-        serverUrl: 'http://leoflow:7070',
-        agentCommand: ['leoflow'],
-        killGraceMs: 10_000,
-        podPendingTimeoutMs: 300_000,
-        keepSucceededMs: 0,
-        keepFailedMs: 3_600_000,
-      },
-      reporter: {
-        started: async () => true,
-        log: () => {},
-        heartbeat: async () => new Set(),
-        logsSoFar: async () => ({ stdout: 0, stderr: 0 }),
-        finished: async () => {},
-      },
-      store: {
+      pods: podSettings(NS),
+      reporter: endsReporter(),
+      store: quietStore({
         lost: async (_a, error) => {
           lost.push(error);
           return true;
         },
-        pending: async () => {},
-        active: async () => [],
-        podGone: async () => {},
-        lastLines: async () => [],
-        standings: async (attempts) => new Map(attempts.map((a) => [a.tiId, 'queued'])),
-      },
+      }),
       logger: pino({ level: process.env.KLOG ?? 'silent' }),
     });
     await ex.lead(true);
-    const a: Attempt = {
-      tiId: '7',
-      runId: '70',
-      dagId: 'etl',
-      taskId: 'load',
-      tryNumber: 1,
-      maxTries: 1,
-      attemptToken: randomUUID(),
-      dispatchKey: 'k',
-      command: ['true'],
-      env: {},
-      cwd: null,
-      timeoutMs: null,
-    };
+    const a = testAttempt({ tiId: '7', runId: '70', taskId: 'load', maxTries: 1 });
     await ex.dispatch(a);
     const silentAt = performance.now();
     kube.blackHoleWatches();

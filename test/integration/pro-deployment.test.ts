@@ -17,7 +17,8 @@ import { parseAllDocuments } from 'yaml';
 import type { Config } from '../../src/server/config/config.js';
 import { loadConfig } from '../../src/server/config/load-config.js';
 import { SETTINGS, type SettingKey } from '../../src/server/config/settings.js';
-import { serveMetrics, createMetrics } from '../../src/server/observability/metrics.js';
+import { createMetrics } from '../../src/server/observability/metrics.js';
+import { serveMetrics } from '../../src/server/observability/serve-metrics.js';
 import { makeTestPki, type TestPki } from '../helpers/test-certs.js';
 
 /**

@@ -1,12 +1,8 @@
 import http from 'node:http';
 import { Registry, collectDefaultMetrics } from 'prom-client';
 import { describe, expect, it } from 'vitest';
-import {
-  createMetrics,
-  schedulerCounters,
-  serveMetrics,
-  type Metrics,
-} from '../../src/server/observability/metrics.js';
+import { createMetrics, schedulerCounters, type Metrics } from '../../src/server/observability/metrics.js';
+import { serveMetrics } from '../../src/server/observability/serve-metrics.js';
 
 /** The metrics DESIGN.md names, and ours beyond them, with their Prometheus types. */
 const DESIGN_METRICS: Record<string, string> = {

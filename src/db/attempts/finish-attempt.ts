@@ -50,15 +50,18 @@ export type FinishedRow = {
 export type StartedAndFinishedRow = FinishedRow & { waited_s: number | null };
 
 const endFigures = (sql: Sql) =>
-  sql`(select d.dag_id from dag_runs d where d.id = run_id) as dag_id, extract(epoch from ended_at - started_at)::float8 as ran_s`;
+  sql`(select d.dag_id from dag_runs d where d.id = run_id) as dag_id,
+       extract(epoch from ended_at - started_at)::float8 as ran_s`;
 
 type End = { tiId: string; tryNumber: number; attemptToken: string; result: AttemptResult };
 
 /** The reports as rows `r(id, try, token, ok, exit_code, error, ended_ms, …extra)`: one array a column. */
 const endsTable = (sql: Sql, ends: End[], extra?: Fragment) => sql`
   select * from unnest(${ends.map((o) => o.tiId)}::bigint[], ${ends.map((o) => o.tryNumber)}::int[],
-                       ${ends.map((o) => o.attemptToken)}::uuid[], ${ends.map((o) => (o.result.outcome === 'success' ? 'true' : 'false'))}::text[]::bool[],
-                       ${ends.map((o) => o.result.exitCode) as number[]}::int[], ${ends.map((o) => o.result.error) as string[]}::text[],
+                       ${ends.map((o) => o.attemptToken)}::uuid[],
+                       ${ends.map((o) => (o.result.outcome === 'success' ? 'true' : 'false'))}::text[]::bool[],
+                       ${ends.map((o) => o.result.exitCode) as number[]}::int[],
+                       ${ends.map((o) => o.result.error) as string[]}::text[],
                        ${ends.map((o) => o.result.endedAt ?? null) as number[]}::float8[]${extra ?? sql``})`;
 
 /**
@@ -97,8 +100,10 @@ export function finishAttempts(sql: Sql, ends: End[]) {
     moved as (
       update task_instances t set ${endColumns(sql)}
       from r
-      where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token and t.state = any(${ATTEMPT_END_FROM as string[]}::text[])
-      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.error, t.next_try_at, t.attempt_token, t.started_at, t.ended_at),
+      where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token
+        and t.state = any(${ATTEMPT_END_FROM as string[]}::text[])
+      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.error, t.next_try_at, t.attempt_token,
+        t.started_at, t.ended_at),
     ev as (${tiEvents(sql, EVENT_KIND.tiState, sql`moved`, endEvent(sql))})
     select id, try_number, attempt_token as token, run_id, state, ${endFigures(sql)} from moved`;
 }
@@ -136,8 +141,10 @@ export function startAndFinishAttempts(
         heartbeat_at = case when w.starting then now() else t.heartbeat_at end,
         agent_id = case when w.starting then r.agent_id else t.agent_id end
       from r join was w on w.id = r.id
-      where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token and t.state = any(${START_OR_END_FROM}::text[])
-      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.error, t.next_try_at, t.attempt_token, t.agent_id, w.starting, r.pid, t.started_at, t.ended_at, t.ready_at),
+      where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token
+        and t.state = any(${START_OR_END_FROM}::text[])
+      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.error, t.next_try_at, t.attempt_token,
+        t.agent_id, w.starting, r.pid, t.started_at, t.ended_at, t.ready_at),
     ev as (${insertEvents(sql, events)})
     select id, try_number, attempt_token as token, run_id, state, ${endFigures(sql)},
       case when starting then extract(epoch from started_at - ready_at)::float8 end as waited_s

@@ -82,23 +82,28 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
   const events = [
     ...(starts
       ? [
-          sql`select 0 as o, id as run_id, null::bigint as ti_id, ${runState} as kind, '{"to": "running"}'::jsonb as payload from started`,
+          sql`select 0 as o, id as run_id, null::bigint as ti_id, ${runState} as kind,
+                     '{"to": "running"}'::jsonb as payload from started`,
         ]
       : []),
     ...(moves.length > 0
       ? [
-          sql`select 1 as o, run_id, id as ti_id, ${tiState} as kind, jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number) as payload from moved`,
+          sql`select 1 as o, run_id, id as ti_id, ${tiState} as kind,
+                     jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number) as payload from moved`,
         ]
       : []),
     ...(claiming.length > 0
       ? [
-          sql`select 1 as o, run_id, id as ti_id, ${tiState} as kind, jsonb_build_object('task_id', task_id, 'to', 'scheduled', 'try', try_number - 1) as payload from claimed`,
+          sql`select 1 as o, run_id, id as ti_id, ${tiState} as kind,
+                     jsonb_build_object('task_id', task_id, 'to', 'scheduled', 'try', try_number - 1) as payload
+              from claimed`,
           sql`select 2 as o, run_id, id as ti_id, ${tiState} as kind, ${claimEvent(sql)} as payload from claimed`,
         ]
       : []),
   ];
   const answer = [
-    sql`select 'run' as kind, id, null::int as try_number, null::int as max_tries, null::uuid as token, null::text as dispatch_key, null::text as agent_id from kept`,
+    sql`select 'run' as kind, id, null::int as try_number, null::int as max_tries, null::uuid as token,
+               null::text as dispatch_key, null::text as agent_id from kept`,
     ...(starts ? [sql`select 'started', id, null, null, null, null, null from started`] : []),
     ...(moves.length > 0 ? [sql`select 'ti', id, null, null, null, null, null from moved`] : []),
     ...(claiming.length > 0
@@ -107,20 +112,25 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
   ];
   return sql<AppliedRow[]>`
     with want as (
-      select * from unnest(${plans.map((p) => p.runId)}::bigint[], ${plans.map((p) => p.epoch)}::bigint[], ${plans.map((p) => (p.start ? 'true' : 'false'))}::text[]::bool[],
+      select * from unnest(${plans.map((p) => p.runId)}::bigint[], ${plans.map((p) => p.epoch)}::bigint[],
+                           ${plans.map((p) => (p.start ? 'true' : 'false'))}::text[]::bool[],
                            ${plans.map((p) => (p.expect ? 'true' : 'false'))}::text[]::bool[])
         as w(run_id, epoch, start, guarded)),
     x as (
-      select * from unnest(${expect.map((e) => e.runId)}::bigint[], ${expect.map((e) => e.tiId)}::bigint[], ${expect.map((e) => e.state)}::text[])
+      select * from unnest(${expect.map((e) => e.runId)}::bigint[], ${expect.map((e) => e.tiId)}::bigint[],
+                           ${expect.map((e) => e.state)}::text[])
         as x(run_id, ti_id, state)),
     -- Plans decided ahead of a read whose assumptions do not hold (any more): none of it applies.
     spoiled as (
       select x.run_id from x join task_instances t on t.id = x.ti_id and t.run_id = x.run_id
-      where case when x.state = 'active' then t.state = any(${TERMINAL_TI_STATES as string[]}::text[]) else t.state <> x.state end
+      where case when x.state = 'active' then t.state = any(${TERMINAL_TI_STATES as string[]}::text[])
+                 else t.state <> x.state end
       union all
-      select x.run_id from x where not exists (select 1 from task_instances t where t.id = x.ti_id and t.run_id = x.run_id)
+      select x.run_id from x
+      where not exists (select 1 from task_instances t where t.id = x.ti_id and t.run_id = x.run_id)
       union all
-      select w.run_id from want w join dag_runs r on r.id = w.run_id join dags d on d.dag_id = r.dag_id where w.guarded and d.paused),
+      select w.run_id from want w join dag_runs r on r.id = w.run_id join dags d on d.dag_id = r.dag_id
+      where w.guarded and d.paused),
     ${
       starts
         ? sql`
@@ -144,21 +154,24 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
     -- instead of looking the runs up by their keys.
     started as (
       update dag_runs r set state = 'running', started_at = now()
-      from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and w.start and r.state = any(${RUN_START_FROM as string[]}::text[]) and r.plan_epoch = w.epoch and r.poison_error is null
+      from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and w.start
+        and r.state = any(${RUN_START_FROM as string[]}::text[]) and r.plan_epoch = w.epoch and r.poison_error is null
         and r.id not in (select run_id from spoiled) and r.id in (select run_id from room)
       returning r.id),`
         : sql``
     }
     kept as (
       update dag_runs r set plan_epoch = r.plan_epoch
-      from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and not w.start and r.state = any(${STARTED_RUN_STATES as string[]}::text[]) and r.plan_epoch = w.epoch and r.poison_error is null
+      from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and not w.start
+        and r.state = any(${STARTED_RUN_STATES as string[]}::text[]) and r.plan_epoch = w.epoch and r.poison_error is null
         and r.id not in (select run_id from spoiled)
       returning r.id),
     ${
       moves.length > 0
         ? sql`
     m as (
-      select * from unnest(${moves.map((m) => m.tiId)}::bigint[], ${moves.map((m) => m.from)}::text[], ${moves.map((m) => m.to)}::text[])
+      select * from unnest(${moves.map((m) => m.tiId)}::bigint[], ${moves.map((m) => m.from)}::text[],
+                           ${moves.map((m) => m.to)}::text[])
         as m(id, from_state, to_state)),
     moved as (
       update task_instances t set state = m.to_state, pending_reason = null,
@@ -174,7 +187,8 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
       claiming.length > 0
         ? sql`
     c as (
-      select * from unnest(${claiming.map((m) => m.tiId)}::bigint[], ${claiming.map((m) => m.from)}::text[], ${claiming.map((m) => m.claimFor!)}::text[],
+      select * from unnest(${claiming.map((m) => m.tiId)}::bigint[], ${claiming.map((m) => m.from)}::text[],
+                           ${claiming.map((m) => m.claimFor!)}::text[],
                            ${claiming.map((m) => m.agentId ?? null) as string[]}::text[])
         as c(id, from_state, executor, agent_id)),
     -- The claim every claimer makes (claim-write.ts), guarded here by the state the move was

@@ -28,17 +28,10 @@ type ActiveRun = ActiveRunRow;
 const MIN_QUEUED_PER_STEP = 100;
 
 /**
- * Phase 1: create due cron runs, start queued runs within max_active_runs, advance running runs
- * by their trigger rules, finalize runs whose task instances are all terminal, and offer
- * scheduled task instances to the dispatch pool.
- *
- * Every run is decided in memory from one read, and the writes of all runs go out together: one
- * statement for the moves (and run starts), one for the runs that end, one for changed pending
- * reasons, however many runs there are. A run's decision that throws poisons that run only; a
- * write refused by the database for one run is retried run by run so it cannot hold up the others.
- * With `runIds` (a targeted step: these runs were nudged) only those runs are read, with `queued`
- * the oldest queued runs too. Without them (a full step), the running runs with work waiting on
- * the planner, the sweep's next stretch of running runs, and queued runs taken fairly across DAGs.
+ * Phase 1: create due cron runs, start queued runs within max_active_runs, advance running runs,
+ * finalize runs whose task instances are all terminal, and offer scheduled TIs to the pool. Each
+ * run is decided in memory from one read (`readTargeted`, `readFull`); a run that throws poisons
+ * only itself.
  */
 export async function plan(
   ctx: SchedulerContext,
@@ -61,7 +54,9 @@ export async function plan(
     }
   }
 
-  // A targeted step: these runs and, with `queued`, the oldest queued runs; else every run.
+  // A targeted step (these runs were nudged): only they are read and, with `queued`, the oldest
+  // queued runs too. A full step reads the runs with work waiting, the sweep's next stretch and
+  // queued runs fairly across DAGs.
   let targeted = opts.runIds || opts.queued ? (opts.runIds ?? []) : null;
   // Runs ended in the round trip of their last attempt's end have nothing left to read or decide;
   // only the room they made in a DAG whose queued runs were held back counts (below).
@@ -271,8 +266,11 @@ async function startQueued(
   }
 }
 
-/** Writes the decided runs' moves (one statement), ends the runs that are done (one more), and
- *  offers what is scheduled. */
+/**
+ * Writes the decided runs' moves (one statement, however many runs), ends the runs that are done
+ * (one more), and offers what is scheduled. A write refused for one run is retried run by run
+ * (`applyAll`), so it cannot hold up the others.
+ */
 async function writeAndOffer(
   ctx: SchedulerContext,
   decided: DecidedRun[],
