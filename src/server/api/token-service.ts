@@ -61,7 +61,7 @@ export function createTokenService(deps: {
       if (r === null) throw new ConnectError(`token ${JSON.stringify(req.id)} not found`, Code.NotFound);
       // Its open streams end now: here at once, on the other replicas at the notification the
       // revocation sent (api-tokens.ts).
-      const cut = deps.streams?.revoked(req.id) ?? 0;
+      const cut = deps.streams?.revokedHere(req.id) ?? 0;
       deps.logger.info(
         { tokenId: req.id, streamsCut: cut, ...actorPayload(callerOf(ctx)) },
         `API token ${req.id} revoked`,

@@ -11,6 +11,8 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
  */
 export class TokenStreams {
   readonly #open = new Map<string, Set<(err: ConnectError) => void>>();
+  /** Streams a revocation's notification ended, by token, not yet counted by the call that revoked. */
+  readonly #cutEarlier = new Map<string, number>();
 
   /** `max`: the open streams one token may hold (`--max-token-streams`). */
   constructor(readonly max: number = Infinity) {}
@@ -53,8 +55,28 @@ export class TokenStreams {
     };
   }
 
-  /** Ends every stream of this token (it was revoked); resolves how many there were. */
+  /**
+   * Ends every stream of this token (it was revoked: told by the revocation's notification);
+   * resolves how many there were. The count is kept a minute for `revokedHere`: on the replica
+   * that revoked, the notification can come back before the revoking call counts.
+   */
   revoked(tokenId: string): number {
+    const n = this.#cut(tokenId);
+    if (n > 0) {
+      this.#cutEarlier.set(tokenId, (this.#cutEarlier.get(tokenId) ?? 0) + n);
+      setTimeout(() => this.#cutEarlier.delete(tokenId), 60_000).unref();
+    }
+    return n;
+  }
+
+  /** The revoking call's own: ends the token's streams, and counts those its notification ended already. */
+  revokedHere(tokenId: string): number {
+    const earlier = this.#cutEarlier.get(tokenId) ?? 0;
+    this.#cutEarlier.delete(tokenId);
+    return earlier + this.#cut(tokenId);
+  }
+
+  #cut(tokenId: string): number {
     const set = this.#open.get(tokenId);
     if (!set) return 0;
     this.#open.delete(tokenId);
