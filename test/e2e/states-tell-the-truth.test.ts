@@ -134,6 +134,9 @@ describe('every state tells the truth', () => {
     });
 
     // Cleared a while after it ended: the run's duration is its wall time, first start to last end.
+    // At least 2.6 s after it began, however fast the CLI calls above were (on a quiet machine the
+    // run and the replays took 2.4 s in all, and the 2.5 s below failed).
+    await new Promise((r) => setTimeout(r, Math.max(0, 2_600 - (Date.now() - Date.parse(events[0]!.at)))));
     const cleared = await cli(f.server.url, ['run', 'clear', runId, 'a']);
     expect(cleared.code, cleared.stderr).toBe(0);
     await waitFor(
