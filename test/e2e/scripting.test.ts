@@ -219,6 +219,12 @@ describe('the actor of every write', () => {
     );
 
     const logged = (msg: string) => f.server.logs.filter((l) => String(l.msg) === msg && l.runId === runId);
+    // The server's stdout reaches this process on its own path, behind or ahead of the answers.
+    await waitFor(
+      'both log lines',
+      async () => logged('run triggered').length + logged('cleared a; run re-opened').length >= 2,
+      5_000,
+    );
     expect(logged('run triggered')).toEqual([
       expect.objectContaining({ actor: 'local', peer: expect.stringMatching(peer) }),
     ]);
@@ -305,10 +311,12 @@ describe('the actor behind a token', () => {
         'removed finished runs and their history (db clean)',
         'deleted DAG failing and its history',
       ]) {
-        expect(
-          pro.logs.find((l) => l.msg === msg),
-          msg,
-        ).toMatchObject({ actor: 'bootstrap-admin', peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/) });
+        // The server's stdout reaches this process on its own path, behind or ahead of the answer.
+        const line = await waitFor(msg, async () => pro.logs.find((l) => l.msg === msg), 5_000);
+        expect(line, msg).toMatchObject({
+          actor: 'bootstrap-admin',
+          peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/),
+        });
       }
     } finally {
       await pro.stop();
