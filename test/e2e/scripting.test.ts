@@ -38,8 +38,8 @@ async function eventsOf(
   more: string[] = [],
 ): Promise<Record<string, unknown>[]> {
   return (await ok(['run', 'watch', runId, '-o', 'json', ...more], env, url))
-    .trim()
     .split('\n')
+    .filter((l) => l.trim() !== '') // none at all when nothing happened after `--after`
     .map((l) => JSON.parse(l) as Record<string, unknown>);
 }
 

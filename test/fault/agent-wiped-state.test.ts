@@ -2,6 +2,7 @@ import { mkdir, rm } from 'node:fs/promises';
 import { describe, expect, it } from 'vitest';
 import { startLedgerTask } from '../helpers/ledger-task.js';
 import { isAlive } from '../helpers/process-group.js';
+import { waitFor } from '../helpers/leoflow-process.js';
 import { runEnds } from '../helpers/run-ends.js';
 import { agentsOfEachTest, serverForFile } from '../helpers/server-fixture.js';
 
@@ -63,6 +64,13 @@ async function wipedRestart(name: string, nextStateDir: (old: string) => Promise
   first.child.kill('SIGKILL');
   await first.exited;
   expect(isAlive(pid)).toBe(true);
+  // Until the server has seen the first stream gone it still lists the agent connected, and the
+  // wait for the second's Hello below would end at once, before the second process has done anything.
+  await waitFor(
+    'the first agent seen gone',
+    async () => !(await f.api.cluster.listAgents({})).agents.some((a) => a.agentId === name && a.connected),
+    20_000,
+  );
   const second = await agents.connect(name, ['--labels', `zone=${name}`, '--state-dir', await nextStateDir(stateDir)]);
   const aliveAfterHello = isAlive(pid);
   expect(await runEnds(f.db.sql, runId, { timeoutMs: 60_000 })).toBe('success');
