@@ -5,7 +5,7 @@ import path from 'node:path';
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseAllDocuments, parseDocument } from 'yaml';
-import type { Attempt, AttemptResult } from '../../src/core/attempt.js';
+import type { AttemptResult } from '../../src/core/attempt.js';
 import { podName } from '../../src/core/pod-identity.js';
 import {
   createKubernetesExecutor,
@@ -15,6 +15,7 @@ import { loadKubeConfig } from '../../src/executors/kubernetes/load-kube-config.
 import { parseDuration } from '../../src/core/duration.js';
 import type { AccessRule } from '../helpers/fake-kube/access-control.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
+import { testAttempt } from '../helpers/fake-kube/test-executor.js';
 import { ROOT, waitFor } from '../helpers/leoflow-process.js';
 
 /**
@@ -79,25 +80,7 @@ afterEach(async () => {
   await kube.close();
 });
 
-let nextTi = 1;
-function attempt(over: Partial<Attempt> = {}): Attempt {
-  const tiId = String(nextTi++);
-  return {
-    tiId,
-    runId: String(nextTi + 5000),
-    dagId: 'etl',
-    taskId: `t${tiId}`,
-    tryNumber: 1,
-    maxTries: 3,
-    attemptToken: randomUUID(),
-    dispatchKey: 'k',
-    command: ['true'],
-    env: {},
-    cwd: null,
-    timeoutMs: null,
-    ...over,
-  };
-}
+const attempt = testAttempt;
 
 const terminated = (exitCode: number) => ({
   phase: 'Failed',
