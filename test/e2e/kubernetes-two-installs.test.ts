@@ -1,7 +1,10 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { createClient } from '@connectrpc/connect';
+import { createGrpcTransport } from '@connectrpc/connect-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { WorkflowService } from '../../src/gen/leoflow/v1/workflow_pb.js';
 import { installIdentity } from '../../src/db/install-identity.js';
 import { LABEL } from '../../src/core/pod-identity.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
@@ -122,6 +125,75 @@ describe('two installs in one namespace', () => {
       // Two databases cloned from one template share migration 020's random id: the install ids differ all the same.
       expect(await a.db.sql`select id from leoflow_install`).toEqual(await b.db.sql`select id from leoflow_install`);
       // (A pod deleted early would have failed its run above with POD_DELETED; finished ones are removed by retention.)
+    },
+  );
+
+  it(
+    'run 50 runs each through two leader changes, each task once, on its first try',
+    { timeout: 150_000 },
+    async () => {
+      const [a, b] = installs as [Install, Install];
+      const runs = new Map<Install, string[]>([
+        [a, []],
+        [b, []],
+      ]);
+      for (const i of [a, b]) {
+        const file = path.join(tmp, `many-${i.port}.yaml`);
+        await writeFile(
+          file,
+          'dag_id: many\nmax_active_runs: 50\ntasks:\n  - id: t\n    retries: 2\n    command: ["sh", "-c", "sleep 2"]\n',
+        );
+        const applied = await cli(i.server.url, ['dag', 'apply', file]);
+        expect(applied.code, applied.stderr).toBe(0);
+      }
+      const trigger = async (i: Install, n: number): Promise<void> => {
+        const client = createClient(WorkflowService, createGrpcTransport({ baseUrl: i.server.url }));
+        for (let k = 0; k < n; k++) runs.get(i)!.push((await client.triggerRun({ dagId: 'many' })).run!.runId);
+      };
+      const running = (i: Install) =>
+        waitFor(
+          'a task of the last runs running',
+          async () => {
+            const [r] = await i.db.sql`
+            select 1 from task_instances where run_id = ${runs.get(i)!.at(-1)!} and state = 'running'`;
+            return r ?? null;
+          },
+          30_000,
+        );
+      // Each install's leader dies once, with tasks of both running in the shared namespace.
+      await Promise.all([trigger(a, 25), trigger(b, 25)]);
+      await running(b);
+      await b.server.kill();
+      b.server = await start(b);
+      await Promise.all([trigger(a, 25), trigger(b, 25)]);
+      await running(a);
+      await a.server.kill();
+      a.server = await start(a);
+
+      for (const i of [a, b]) {
+        const ids = runs.get(i)!;
+        const ended = await waitFor(
+          `${ids.length} runs over`,
+          async () => {
+            const rows = await i.db.sql<{ state: string; try_number: number; error: string | null; id: string }[]>`
+            select ti.state, ti.try_number, ti.error, ti.id::text
+            from task_instances ti where ti.run_id = any(${ids}::bigint[])`;
+            const over = rows.filter((t) => t.state !== 'running' && t.state !== 'queued' && t.state !== 'scheduled');
+            return over.length === ids.length ? rows : null;
+          },
+          100_000,
+          250,
+        );
+        // A pod deleted under a running task by the other install would end it POD_DELETED, and its retry would
+        // be a second try; a pod of the other install taken for this one's would be created twice.
+        expect(ended.filter((t) => t.state !== 'success' || t.try_number !== 1)).toEqual([]);
+        const install = await installIdentity(i.db.sql);
+        for (const t of ended) {
+          const name = kube.postedPodName({ [LABEL.ti]: t.id, [LABEL.try]: '1', 'leoflow.io/install': install });
+          expect(name, `pod of ti ${t.id}`).toBeDefined();
+          expect(kube.createCount(NS, name!)).toBe(1);
+        }
+      }
     },
   );
 });
