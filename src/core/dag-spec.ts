@@ -5,6 +5,7 @@ import { LIMITS } from './limits.js';
  * Durations are milliseconds; optional fields are filled with their defaults by the parser.
  */
 import type { SecretRef } from './secret-ref.js';
+import type { PodTemplate } from './pod-template.js';
 
 export const TRIGGER_RULES = ['all_success', 'all_done', 'one_success', 'one_failed', 'none_failed'] as const;
 export type TriggerRule = (typeof TRIGGER_RULES)[number];
@@ -46,6 +47,8 @@ export interface KubernetesSpec {
   serviceAccount?: string;
   nodeSelector?: Record<string, string>;
   tolerations?: TolerationSpec[];
+  /** A partial Pod laid over the server's `--pod-template` (core/pod-template.ts), as Kubernetes spells it. */
+  podTemplate?: PodTemplate;
 }
 
 export interface TaskSpec {

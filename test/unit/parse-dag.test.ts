@@ -896,12 +896,12 @@ kubernetes:
     [
       'kubernetes: gpu',
       'tasks[0].kubernetes',
-      'expected a kubernetes mapping (image, resources, namespace, service_account, node_selector, tolerations), got "gpu"',
+      'expected a kubernetes mapping (image, resources, namespace, service_account, node_selector, tolerations, pod_template), got "gpu"',
     ],
     [
       'kubernetes: { imag: x }',
       'tasks[0].kubernetes.imag',
-      'unknown key "imag" (did you mean "image"?); allowed keys: image, resources, namespace, service_account, node_selector, tolerations',
+      'unknown key "imag" (did you mean "image"?); allowed keys: image, resources, namespace, service_account, node_selector, tolerations, pod_template',
     ],
     [
       'kubernetes: { image: "a b" }',

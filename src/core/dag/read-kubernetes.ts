@@ -1,7 +1,8 @@
 /**
- * A task's `kubernetes:` block: image, resources, namespace, service account, node selector and
- * tolerations of its pods, checked by the API server's own rules so that a mistake is refused at
- * apply, with the field's path. Only the keys given are kept (absent fields stay absent).
+ * A task's `kubernetes:` block: image, resources, namespace, service account, node selector,
+ * tolerations and a pod template of its pods, checked by the API server's own rules so that a
+ * mistake is refused at apply, with the field's path. Only the keys given are kept (absent fields
+ * stay absent).
  */
 import type { DagIssue, KubernetesSpec, TolerationSpec } from '../dag-spec.js';
 import {
@@ -11,10 +12,19 @@ import {
   labelValueProblem,
   parseQuantity,
 } from '../kubernetes-names.js';
+import { checkPodTemplate } from '../pod-template.js';
 import { isMapping, MAX_INT4, readEnum, readInteger, readString } from './field-readers.js';
 import { describe, expected, keyPath, unknownKey } from './issue-messages.js';
 
-const KUBERNETES_KEYS = ['image', 'resources', 'namespace', 'service_account', 'node_selector', 'tolerations'] as const;
+const KUBERNETES_KEYS = [
+  'image',
+  'resources',
+  'namespace',
+  'service_account',
+  'node_selector',
+  'tolerations',
+  'pod_template',
+] as const;
 const RESOURCES_KEYS = ['requests', 'limits'] as const;
 const TOLERATION_KEYS = ['key', 'operator', 'value', 'effect', 'toleration_seconds'] as const;
 const OPERATORS = ['Exists', 'Equal'] as const;
@@ -26,7 +36,7 @@ export function readKubernetes(value: unknown, path: string, issues: DagIssue[])
   if (!isMapping(value)) {
     issues.push(
       expected(
-        'a kubernetes mapping (image, resources, namespace, service_account, node_selector, tolerations)',
+        'a kubernetes mapping (image, resources, namespace, service_account, node_selector, tolerations, pod_template)',
         value,
         path,
       ),
@@ -68,6 +78,14 @@ export function readKubernetes(value: unknown, path: string, issues: DagIssue[])
       case 'tolerations': {
         const t = readTolerations(v, p, issues);
         if (t) spec.tolerations = t;
+        break;
+      }
+      case 'pod_template': {
+        try {
+          spec.podTemplate = checkPodTemplate(v);
+        } catch (err) {
+          issues.push({ path: p, message: (err as Error).message });
+        }
         break;
       }
       default:

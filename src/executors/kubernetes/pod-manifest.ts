@@ -2,12 +2,13 @@
  * The pod of one attempt: the edition's image (or the task's own) running `leoflow agent --once`
  * for exactly this attempt, which connects back to the control plane and runs the task's command
  * as any agent does. The task's `kubernetes:` block adds resources, namespace, service account,
- * node selector and tolerations. Its Kubernetes Secrets (a task env entry's `secret: { kubernetes }`)
- * are `secretKeyRef`s: no value is ever in the manifest.
+ * node selector, tolerations and its own pod template over the server's. Its Kubernetes Secrets (a
+ * task env entry's `secret: { kubernetes }`) are `secretKeyRef`s: no value is ever in the manifest.
  */
 import type { V1Pod, V1Toleration } from '@kubernetes/client-node';
 import type { Attempt } from '../../core/attempt.js';
 import { INSTALL_LABEL } from './install-label.js';
+import { mergePodTemplates } from '../../core/pod-template.js';
 import { applyPodTemplate, type PodTemplate } from './pod-template.js';
 import { ANNOTATION, podLabels, podName } from '../../core/pod-identity.js';
 import { TASK_CONTAINER } from './pod-condition.js';
@@ -144,5 +145,7 @@ export function podManifest(attempt: Attempt, s: PodSettings): V1Pod {
       ],
     },
   };
-  return s.podTemplate ? applyPodTemplate(pod, s.podTemplate) : pod;
+  // The server's template, with the task's own laid over it.
+  const template = mergePodTemplates(s.podTemplate ?? null, k?.podTemplate);
+  return template ? applyPodTemplate(pod, template) : pod;
 }
