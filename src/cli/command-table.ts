@@ -38,6 +38,12 @@ export const commandTable: readonly CommandEntry[] = [
     register: async (program, clients) => (await import('./commands/run.js')).registerRun(program, clients),
   },
   {
+    name: 'event',
+    description: 'send events in: each DAG they trigger starts a run',
+    api: true,
+    register: async (program, clients) => (await import('./commands/event.js')).registerEvent(program, clients),
+  },
+  {
     name: 'logs',
     description: "print the log lines of a run's tasks",
     api: true,

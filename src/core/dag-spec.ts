@@ -6,6 +6,7 @@ import { LIMITS } from './limits.js';
  */
 import type { SecretRef } from './secret-ref.js';
 import type { PodTemplate } from './pod-template.js';
+import type { EventMatch } from './event-match.js';
 
 export const TRIGGER_RULES = ['all_success', 'all_done', 'one_success', 'one_failed', 'none_failed'] as const;
 export type TriggerRule = (typeof TRIGGER_RULES)[number];
@@ -98,7 +99,15 @@ export interface DagSpec {
   /** Orders this DAG's queued runs and tasks among others' within fairness; absent: 0. */
   priority?: number;
   tags: string[];
+  /** The events that start a run of it; absent when none (so an unchanged file keeps its hash). */
+  triggers?: TriggerSpec[];
   tasks: TaskSpec[];
+}
+
+/** An event that starts a run, its payload the run's conf, when `match` holds on the payload. */
+export interface TriggerSpec {
+  event: string;
+  match?: EventMatch;
 }
 
 /** Priorities range over these, both ends included. */

@@ -12,7 +12,7 @@ export interface RunRow {
   id: string;
   dag_id: string;
   run_key: string;
-  run_type: 'manual' | 'scheduled';
+  run_type: 'manual' | 'scheduled' | 'event';
   /** The version of its DAG the run was made from (its spec in `dag_versions`). */
   dag_version: number;
   logical_date: Date;
@@ -48,7 +48,7 @@ export interface NewRun {
   /** A version stored in `dag_versions` (upsertDag writes each): the run is made from its spec. */
   dagVersion: number;
   runKey: string;
-  runType: 'manual' | 'scheduled';
+  runType: 'manual' | 'scheduled' | 'event';
   logicalDate: Date;
   conf: Record<string, unknown>;
   /** The executor a task with `executor: default` gets in this edition. */
@@ -90,7 +90,7 @@ export async function createRun(
  * TriggerRun). Null when there is no such DAG. The read it returns knows whether the DAG is paused.
  */
 export async function createRunOfDag(
-  sql: Sql,
+  sql: Sql | TxSql,
   run: Omit<NewRun, 'dagVersion'>,
 ): Promise<{ run: RunRow; created: boolean; read?: CreatedRunRead & { dagPaused: boolean } } | null> {
   // The DAG's spec is its current version's (upsertDag writes both in one statement): one probe.

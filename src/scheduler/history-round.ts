@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { forgetOldEvents } from '../db/external-events/forget-old-events.js';
 import { forgetGoneAgents } from '../db/forget-gone-agents.js';
 import { addPartitionAhead } from '../db/history/add-partition-ahead.js';
 import { dropEmptyPartition, ownerRangeEmpty } from '../db/history/drop-empty-partition.js';
@@ -20,6 +21,8 @@ const DROP_LOCK_TIMEOUT_MS = 100;
 const FULL_CHECK_MS = 10 * 60_000;
 /** Agents one round forgets at most. */
 export const FORGET_AGENTS_PER_ROUND = 500;
+/** Events sent in that one round forgets at most. */
+export const FORGET_EVENTS_PER_ROUND = 5000;
 
 /** What the history rounds count (Prometheus in production). */
 export interface HistoryKeeperCounters {
@@ -109,7 +112,10 @@ export class HistoryUpkeep {
     const now = this.#o.now();
     if (fresh || now.getTime() - this.#lastFullCheck >= FULL_CHECK_MS) await this.#markAllDirty(now, fresh);
     await this.#addPartitionsAhead(now, result);
-    if (this.#o.retentionMs !== null) await this.#removeExpiredRuns(now, this.#o.retentionMs, result);
+    if (this.#o.retentionMs !== null) {
+      await this.#removeExpiredRuns(now, this.#o.retentionMs, result);
+      await this.#forgetOldEvents(now, this.#o.retentionMs, result);
+    }
     await this.#tendPartitions(result);
     if (this.#o.agentRetentionMs !== null) await this.#forgetGoneAgents(now, this.#o.agentRetentionMs, result);
     if (result.partitionsDropped > 0 || result.rowsSwept > 0) result.more = true;
@@ -207,6 +213,16 @@ export class HistoryUpkeep {
         `forgot ${ids.length} agent${ids.length === 1 ? '' : 's'} gone longer than the agent retention ` +
           `(last seen before ${seenBefore.toISOString()})`,
       );
+    });
+  }
+
+  /** A batch of events sent in longer ago than the retention: their senders' keys may be taken again. */
+  async #forgetOldEvents(now: Date, retentionMs: number, result: HistoryRound): Promise<void> {
+    const before = new Date(now.getTime() - retentionMs);
+    await this.#isolated('forget old events', { before: before.toISOString() }, async () => {
+      const n = await forgetOldEvents(this.#o.sql, { before, limit: FORGET_EVENTS_PER_ROUND });
+      if (n === FORGET_EVENTS_PER_ROUND) result.more = true;
+      if (n > 0) this.#logger.debug({ events: n, before }, 'forgot events sent in before the retention');
     });
   }
 

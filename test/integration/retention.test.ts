@@ -148,6 +148,23 @@ describe('retention', () => {
       'task_logs_default',
     ]);
   });
+
+  it('forgets events sent in once past the retention, so their senders may use their keys again', async () => {
+    const now = new Date('2026-06-01T12:00:00Z');
+    await db.sql`delete from external_events`;
+    for (const [key, days] of [
+      ['old', 31],
+      ['kept', 29],
+    ] as const) {
+      await db.sql`insert into external_events (name, event_key, payload, received_at)
+                   values ('file.landed', ${key}, '{}', ${daysAgo(now, days)})`;
+    }
+    const errors: unknown[] = [];
+    await settle(keeper({ now }, errors));
+    expect(errors).toEqual([]);
+    const left = await db.sql<{ event_key: string }[]>`select event_key from external_events order by event_key`;
+    expect(left.map((r) => r.event_key)).toEqual(['kept']);
+  });
 });
 
 function range(from: number, to: number): number[] {

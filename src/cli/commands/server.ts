@@ -76,6 +76,8 @@ const HELP: Record<SettingKey, string> = {
     "kubernetes executor: SECRET[/KEY] (key default agent-token) in the pods' namespace holding --agent-token, so pod specs never carry it",
   pod_template:
     'kubernetes executor: a YAML file of what every task pod gets besides its own (labels, annotations, affinity, priorityClassName, imagePullSecrets, volumes, securityContext)',
+  hooks:
+    'a YAML file of webhooks: POST /hooks/NAME turns a JSON body into an event, signed with HMAC-SHA256 or sent with a token',
   pod_ca:
     "kubernetes executor: secret:NAME[/KEY] or configmap:NAME[/KEY] (key default ca.crt) in the pods' namespace: the CA pods' agents verify an https:// --pod-server-url with",
 };

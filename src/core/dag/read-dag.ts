@@ -8,6 +8,7 @@ import { describe, expected, keyPath, missing, unknownKey } from './issue-messag
 import { readSchedule } from './read-schedule.js';
 import { readStartDate } from './read-start-date.js';
 import { readTasks } from './read-tasks.js';
+import { readTriggers } from './read-triggers.js';
 import { isTimezone } from './zoned-to-instant.js';
 
 const DEFAULT_TIMEZONE = 'UTC';
@@ -23,6 +24,7 @@ const DAG_KEYS = [
   'max_active_runs',
   'priority',
   'tags',
+  'triggers',
   'tasks',
 ] as const;
 
@@ -80,6 +82,11 @@ export function readDag(root: unknown, issues: DagIssue[]): DagSpec | undefined 
       case 'tags':
         dag.tags = readStringList(value, path, issues, 'tag');
         break;
+      case 'triggers': {
+        const triggers = readTriggers(value, path, issues);
+        if (triggers && triggers.length > 0) dag.triggers = triggers;
+        break;
+      }
       case 'tasks':
         dag.tasks = readTasks(value, path, issues);
         break;
@@ -101,6 +108,7 @@ export function readDag(root: unknown, issues: DagIssue[]): DagSpec | undefined 
     maxActiveRuns: dag.maxActiveRuns ?? DEFAULT_MAX_ACTIVE_RUNS,
     ...(dag.priority !== undefined ? { priority: dag.priority } : {}),
     tags: dag.tags ?? [],
+    ...(dag.triggers ? { triggers: dag.triggers } : {}),
     tasks: dag.tasks,
   };
 }

@@ -2,8 +2,8 @@
  * Every string of an API request checked before its handler runs: no NUL (Postgres text cannot
  * hold it), no lone surrogate (it has no UTF-8 form, and Postgres refuses it), and no longer than
  * its limit. It walks the request's schema, so a field added to a proto is checked without being
- * listed here. The fields whose limit is in bytes (a DAG source, a run conf) are measured by
- * their handlers, which say more about them.
+ * listed here. The fields whose limit is in bytes (a DAG source, a run conf, an event's payload) are
+ * measured by their handlers, which say more about them.
  */
 import { ScalarType, type DescMessage } from '@bufbuild/protobuf';
 import { Code, ConnectError, type ContextValues, type Interceptor } from '@connectrpc/connect';
@@ -12,7 +12,7 @@ import { AgentService } from '../../gen/leoflow/v1/agent_pb.js';
 import { throwIfMalformed } from './malformed-body.js';
 
 /** Measured by their handlers, in bytes. */
-const SIZED_BY_HANDLER = new Set(['source', 'conf_json']);
+const SIZED_BY_HANDLER = new Set(['source', 'conf_json', 'payload_json']);
 
 /** The longest an id (a field named `*_id`, `run_key` or `filename`) and any other string may be. */
 export interface StringLimits {

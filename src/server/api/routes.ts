@@ -3,6 +3,8 @@ import { echo } from '../../core/check-text.js';
 import { LIMITS } from '../../core/limits.js';
 import { apiAdapter } from './adapter.js';
 import { dashboardFiles } from '../dashboard/dashboard-files.js';
+import { HOOKS_PATH, hookHandler } from '../hooks/hook-handler.js';
+import type { ApiHandler } from './adapter.js';
 import { checkRequestFields } from './check-request-fields.js';
 import type { Logger } from 'pino';
 import type { Sql } from '../../db/sql.js';
@@ -42,7 +44,7 @@ export function apiRoutes(o: {
   logger: Logger;
   config: Config;
   auth: { required: boolean; authenticator: TokenAuthenticator; streams?: TokenStreams };
-  metrics: Pick<Metrics, 'authDenied' | 'apiLimited' | 'agentsForgotten'>;
+  metrics: Pick<Metrics, 'authDenied' | 'apiLimited' | 'agentsForgotten' | 'hookRefused'>;
   parser: DagParser;
   scheduler: Scheduler;
   fleet: AgentFleet;
@@ -59,7 +61,22 @@ export function apiRoutes(o: {
     logger,
     // Their bodies are decoded first, so one that does not decode is INVALID_ARGUMENT (adapter.ts).
     // GET / and the dashboard's client routes: its built files (src/ui, built into dist/ui).
-    fallback: dashboardFiles(),
+    // POST /hooks/NAME: webhooks made events (hooks/hook-handler.ts).
+    fallback: withHooks(
+      hookHandler({
+        hooks: config.hooks,
+        sql,
+        logger,
+        defaultExecutor: config.executor,
+        auth: o.auth,
+        openActor,
+        writes: new WriteLimiter(config.maxTokenWrites),
+        observer: config.role === 'observer',
+        nudge: (runIds) => scheduler.nudge(runIds),
+        refused: (hook, status) => o.metrics.hookRefused.inc({ hook, status: String(status) }),
+      }),
+      dashboardFiles(),
+    ),
     checkedServices: new Set([WorkflowService.typeName, ClusterService.typeName, TokenService.typeName]),
     // A message past this is refused (RESOURCE_EXHAUSTED, naming the limit) before it is decoded.
     readMaxBytes: LIMITS.requestBytes,
@@ -143,4 +160,9 @@ export function apiRoutes(o: {
       router.service(TokenService, createTokenService({ sql, logger, streams: o.auth.streams }));
     },
   });
+}
+
+/** Requests under /hooks/ to the hooks, the rest (the dashboard's files) to `rest`. */
+function withHooks(hooks: ApiHandler, rest: ApiHandler): ApiHandler {
+  return (req, res) => ((req.url ?? '').startsWith(HOOKS_PATH) ? hooks(req, res) : rest(req, res));
 }

@@ -1,6 +1,7 @@
 import type { ServiceImpl } from '@connectrpc/connect';
 import type { WorkflowService } from '../../gen/leoflow/v1/workflow_pb.js';
 import { dagHandlers } from './dag-handlers.js';
+import { eventHandlers } from './event-handlers.js';
 import { historyHandlers } from './history-handlers.js';
 import { mapHandlerErrors } from './map-handler-errors.js';
 import { runHandlers } from './run-handlers.js';
@@ -9,12 +10,13 @@ import type { WorkflowDeps } from './workflow-deps.js';
 
 export type { WorkflowDeps } from './workflow-deps.js';
 
-/** The WorkflowService: DAGs, runs, history and the watch streams, each in a module of its handlers. */
+/** The WorkflowService: DAGs, runs, history, the watch streams and events in, each in a module of its handlers. */
 export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof WorkflowService> {
   return mapHandlerErrors(deps.logger, {
     ...dagHandlers(deps),
     ...runHandlers(deps),
     ...historyHandlers(deps),
     ...watchHandlers(deps),
+    ...eventHandlers(deps),
   });
 }

@@ -16,6 +16,7 @@ export const WRITE_RPCS: readonly DescMethod[] = [
   w.applyDag,
   w.pauseDag,
   w.triggerRun,
+  w.sendEvent,
   w.cancelRun,
   w.clearTaskInstance,
   w.cancelTaskInstance,

@@ -28,6 +28,7 @@ export const RPC_ROLES: ReadonlyMap<DescMethod, ApiRole> = new Map<DescMethod, A
   [c.listAgents, 'viewer'],
   [t.whoAmI, 'viewer'],
   [w.triggerRun, 'operator'],
+  [w.sendEvent, 'operator'],
   [w.cancelRun, 'operator'],
   [w.clearTaskInstance, 'operator'],
   [w.cancelTaskInstance, 'operator'],

@@ -2,6 +2,7 @@
 // a replica reads, kept apart from how it is loaded so readers import no parsing.
 import type { KubernetesConfig } from './read-kubernetes-config.js';
 import type { TlsConfig } from './read-tls-config.js';
+import type { Hook } from '../hooks/read-hooks.js';
 
 export const EDITIONS = ['lite', 'pro'] as const;
 export type Edition = (typeof EDITIONS)[number];
@@ -88,4 +89,6 @@ export interface Config {
   logFormat: 'json' | 'pretty';
   /** The kubernetes executor's settings; null when it is not this replica's executor. */
   kubernetes: KubernetesConfig | null;
+  /** The webhooks served at `POST /hooks/<name>` (--hooks FILE); none by default. */
+  hooks: Hook[];
 }

@@ -10,6 +10,7 @@ import { editionDefaults } from './edition-defaults.js';
 import { isLoopback } from './is-loopback.js';
 import { readKubernetesConfig } from './read-kubernetes-config.js';
 import { readTlsConfig } from './read-tls-config.js';
+import { readHooks, type Hook } from '../hooks/read-hooks.js';
 import {
   agentUrl,
   positiveDuration,
@@ -186,6 +187,7 @@ export function loadConfig(
     logLevel: get('log_level', oneOf(LOG_LEVELS), 'info'),
     logFormat: get('log_format', oneOf(LOG_FORMATS), process.stdout.isTTY ? 'pretty' : 'json'),
     kubernetes,
+    hooks: get('hooks', (v) => readHooks(path.resolve(cwd, nonEmpty(v)), cwd), [] as Hook[]),
   };
   config.authRequired = !config.insecure && (edition === 'pro' || !isLoopback(config.listenHost));
   if (config.advertiseUrl && config.advertiseUrl.startsWith('https:') !== (tls !== null)) {

@@ -72,6 +72,7 @@ export const SETTINGS = {
     kind: 'string',
   },
   max_free_retries: { flag: '--max-free-retries', env: 'LEOFLOW_MAX_FREE_RETRIES', kind: 'string' },
+  hooks: { flag: '--hooks', env: 'LEOFLOW_HOOKS', kind: 'string' },
 } as const satisfies Record<string, { flag: string; env: string; kind: Kind }>;
 
 export type SettingKey = keyof typeof SETTINGS;

@@ -149,6 +149,12 @@ export class ReplicaMetrics {
       'or agents (--max-token-agents), by RPC',
     ['limit', 'rpc'],
   );
+  readonly hookRefused = this.#counter(
+    'leoflow_hook_refusals_total',
+    'Webhook deliveries refused (POST /hooks/NAME), by hook and HTTP status: 401 a bad signature or token, ' +
+      '404 no such hook, 413 too big, 429 too many',
+    ['hook', 'status'],
+  );
   readonly authDenied = this.#counter(
     'leoflow_api_auth_denied_total',
     'API calls refused by the token guard: code unauthenticated (no, unknown, revoked or expired token) or ' +

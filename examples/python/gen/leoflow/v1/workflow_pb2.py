@@ -15,13 +15,15 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from leoflow.v1 import types_pb2 as leoflow_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19leoflow/v1/workflow.proto\x12\nleoflow.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16leoflow/v1/types.proto\"E\n\x0f\x41pplyDagRequest\x12\x16\n\x06source\x18\x01 \x01(\tR\x06source\x12\x1a\n\x08\x66ilename\x18\x02 \x01(\tR\x08\x66ilename\"O\n\x10\x41pplyDagResponse\x12!\n\x03\x64\x61g\x18\x01 \x01(\x0b\x32\x0f.leoflow.v1.DagR\x03\x64\x61g\x12\x18\n\x07outcome\x18\x02 \x01(\tR\x07outcome\"&\n\rGetDagRequest\x12\x15\n\x06\x64\x61g_id\x18\x01 \x01(\tR\x05\x64\x61gId\"3\n\x0eGetDagResponse\x12!\n\x03\x64\x61g\x18\x01 \x01(\x0b\x32\x0f.leoflow.v1.DagR\x03\x64\x61g\"\x11\n\x0fListDagsRequest\"7\n\x10ListDagsResponse\x12#\n\x04\x64\x61gs\x18\x01 \x03(\x0b\x32\x0f.leoflow.v1.DagR\x04\x64\x61gs\"@\n\x0fPauseDagRequest\x12\x15\n\x06\x64\x61g_id\x18\x01 \x01(\tR\x05\x64\x61gId\x12\x16\n\x06paused\x18\x02 \x01(\x08R\x06paused\"5\n\x10PauseDagResponse\x12!\n\x03\x64\x61g\x18\x01 \x01(\x0b\x32\x0f.leoflow.v1.DagR\x03\x64\x61g\"`\n\x11TriggerRunRequest\x12\x15\n\x06\x64\x61g_id\x18\x01 \x01(\tR\x05\x64\x61gId\x12\x17\n\x07run_key\x18\x02 \x01(\tR\x06runKey\x12\x1b\n\tconf_json\x18\x03 \x01(\tR\x08\x63onfJson\"Q\n\x12TriggerRunResponse\x12!\n\x03run\x18\x01 \x01(\x0b\x32\x0f.leoflow.v1.RunR\x03run\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\"*\n\rGetRunRequest\x12\x19\n\x06run_id\x18\x01 \x01(\x03\x42\x02\x30\x01R\x05runId\"t\n\x0eGetRunResponse\x12!\n\x03run\x18\x01 \x01(\x0b\x32\x0f.leoflow.v1.RunR\x03run\x12?\n\x0etask_instances\x18\x02 \x03(\x0b\x32\x18.leoflow.v1.TaskInstanceR\rtaskInstances\"\x8b\x01\n\x0fListRunsRequest\x12\x15\n\x06\x64\x61g_id\x18\x01 \x01(\tR\x05\x64\x61gId\x12\x14\n\x05limit\x18\x02 \x01(\x05R\x05limit\x12,\n\x06states\x18\x03 \x03(\x0e\x32\x14.leoflow.v1.RunStateR\x06states\x12\x1d\n\npage_token\x18\x04 \x01(\tR\tpageToken\"_\n\x10ListRunsResponse\x12#\n\x04runs\x18\x01 \x03(\x0b\x32\x0f.leoflow.v1.RunR\x04runs\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"-\n\x10\x43\x61ncelRunRequest\x12\x19\n\x06run_id\x18\x01 \x01(\x03\x42\x02\x30\x01R\x05runId\"6\n\x11\x43\x61ncelRunResponse\x12!\n\x03run\x18\x01 \x01(\x0b\x32\x0f.leoflow.v1.RunR\x03run\"5\n\x18ListTaskInstancesRequest\x12\x19\n\x06run_id\x18\x01 \x01(\x03\x42\x02\x30\x01R\x05runId\"\\\n\x19ListTaskInstancesResponse\x12?\n\x0etask_instances\x18\x01 \x03(\x0b\x32\x18.leoflow.v1.TaskInstanceR\rtaskInstances\"n\n\x18\x43learTaskInstanceRequest\x12\x19\n\x06run_id\x18\x01 \x01(\x03\x42\x02\x30\x01R\x05runId\x12\x17\n\x07task_id\x18\x02 \x01(\tR\x06taskId\x12\x1e\n\ndownstream\x18\x03 \x01(\x08R\ndownstream\"r\n\x19\x43learTaskInstanceResponse\x12!\n\x03run\x18\x01 \x01(\x0b\x32\x0f.leoflow.v1.RunR\x03run\x12\x32\n\x07\x63leared\x18\x02 \x03(\x0b\x32\x18.leoflow.v1.TaskInstanceR\x07\x63leared\"O\n\x19\x43\x61ncelTaskInstanceRequest\x12\x19\n\x06run_id\x18\x01 \x01(\x03\x42\x02\x30\x01R\x05runId\x12\x17\n\x07task_id\x18\x02 \x01(\tR\x06taskId\"[\n\x1a\x43\x61ncelTaskInstanceResponse\x12=\n\rtask_instance\x18\x01 \x01(\x0b\x32\x18.leoflow.v1.TaskInstanceR\x0ctaskInstance\"|\n\x0fTailLogsRequest\x12\x19\n\x06run_id\x18\x01 \x01(\x03\x42\x02\x30\x01R\x05runId\x12\x17\n\x07task_id\x18\x02 \x01(\tR\x06taskId\x12\x1d\n\ntry_number\x18\x03 \x01(\x05R\ttryNumber\x12\x16\n\x06\x66ollow\x18\x04 \x01(\x08R\x06\x66ollow\"=\n\x10TailLogsResponse\x12)\n\x05lines\x18\x01 \x03(\x0b\x32\x13.leoflow.v1.LogLineR\x05lines\"\xce\x01\n\x08RunEvent\x12\x14\n\x03seq\x18\x01 \x01(\x03\x42\x02\x30\x01R\x03seq\x12\x19\n\x06run_id\x18\x02 \x01(\x03\x42\x02\x30\x01R\x05runId\x12\x17\n\x05ti_id\x18\x03 \x01(\x03\x42\x02\x30\x01R\x04tiId\x12\x15\n\x06\x64\x61g_id\x18\x04 \x01(\tR\x05\x64\x61gId\x12\x12\n\x04kind\x18\x05 \x01(\tR\x04kind\x12!\n\x0cpayload_json\x18\x06 \x01(\tR\x0bpayloadJson\x12*\n\x02\x61t\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x02\x61t\"e\n\x0fWatchRunRequest\x12\x19\n\x06run_id\x18\x01 \x01(\x03\x42\x02\x30\x01R\x05runId\x12\x1f\n\tafter_seq\x18\x02 \x01(\x03\x42\x02\x30\x01R\x08\x61\x66terSeq\x12\x16\n\x06\x66ollow\x18\x03 \x01(\x08R\x06\x66ollow\"@\n\x10WatchRunResponse\x12,\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x14.leoflow.v1.RunEventR\x06\x65vents\"J\n\x10WatchRunsRequest\x12\x15\n\x06\x64\x61g_id\x18\x01 \x01(\tR\x05\x64\x61gId\x12\x1f\n\tafter_seq\x18\x02 \x01(\x03\x42\x02\x30\x01R\x08\x61\x66terSeq\"A\n\x11WatchRunsResponse\x12,\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x14.leoflow.v1.RunEventR\x06\x65vents\"\x7f\n\rHistoryCounts\x12\x12\n\x04runs\x18\x01 \x01(\x03R\x04runs\x12%\n\x0etask_instances\x18\x02 \x01(\x03R\rtaskInstances\x12\x16\n\x06\x65vents\x18\x03 \x01(\x03R\x06\x65vents\x12\x1b\n\ttask_logs\x18\x04 \x01(\x03R\x08taskLogs\"?\n\x10\x44\x65leteDagRequest\x12\x15\n\x06\x64\x61g_id\x18\x01 \x01(\tR\x05\x64\x61gId\x12\x14\n\x05\x66orce\x18\x02 \x01(\x08R\x05\x66orce\"\x95\x01\n\x11\x44\x65leteDagResponse\x12\x33\n\x07removed\x18\x01 \x01(\x0b\x32\x19.leoflow.v1.HistoryCountsR\x07removed\x12.\n\x11\x63\x61ncelled_run_ids\x18\x02 \x03(\x03\x42\x02\x30\x01R\x0f\x63\x61ncelledRunIds\x12\x1b\n\tdag_files\x18\x03 \x03(\tR\x08\x64\x61gFiles\"\xa9\x01\n\x13\x43leanHistoryRequest\x12\x32\n\x06\x62\x65\x66ore\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x06\x62\x65\x66ore\x12\x15\n\x06\x64\x61g_id\x18\x02 \x01(\tR\x05\x64\x61gId\x12\x17\n\x07\x64ry_run\x18\x03 \x01(\x08R\x06\x64ryRun\x12 \n\tkeep_last\x18\x04 \x01(\x05H\x00R\x08keepLast\x88\x01\x01\x42\x0c\n\n_keep_last\"s\n\x18WatchCleanHistoryRequest\x12\x37\n\x05start\x18\x01 \x01(\x0b\x32\x1f.leoflow.v1.CleanHistoryRequestH\x00R\x05start\x12\x14\n\x04stop\x18\x02 \x01(\x08H\x00R\x04stopB\x08\n\x06\x61\x63tion\"\xbd\x01\n\x19WatchCleanHistoryResponse\x12\x33\n\x07removed\x18\x01 \x01(\x0b\x32\x19.leoflow.v1.HistoryCountsR\x07removed\x12\x35\n\x08\x65xpected\x18\x02 \x01(\x0b\x32\x19.leoflow.v1.HistoryCountsR\x08\x65xpected\x12\x1a\n\x08\x66inished\x18\x03 \x01(\x08R\x08\x66inished\x12\x18\n\x07stopped\x18\x04 \x01(\x08R\x07stopped\"b\n\x14\x43leanHistoryResponse\x12\x31\n\x06\x63ounts\x18\x01 \x01(\x0b\x32\x19.leoflow.v1.HistoryCountsR\x06\x63ounts\x12\x17\n\x07\x64ry_run\x18\x02 \x01(\x08R\x06\x64ryRun2\xd0\n\n\x0fWorkflowService\x12\x45\n\x08\x41pplyDag\x12\x1b.leoflow.v1.ApplyDagRequest\x1a\x1c.leoflow.v1.ApplyDagResponse\x12?\n\x06GetDag\x12\x19.leoflow.v1.GetDagRequest\x1a\x1a.leoflow.v1.GetDagResponse\x12\x45\n\x08ListDags\x12\x1b.leoflow.v1.ListDagsRequest\x1a\x1c.leoflow.v1.ListDagsResponse\x12\x45\n\x08PauseDag\x12\x1b.leoflow.v1.PauseDagRequest\x1a\x1c.leoflow.v1.PauseDagResponse\x12K\n\nTriggerRun\x12\x1d.leoflow.v1.TriggerRunRequest\x1a\x1e.leoflow.v1.TriggerRunResponse\x12?\n\x06GetRun\x12\x19.leoflow.v1.GetRunRequest\x1a\x1a.leoflow.v1.GetRunResponse\x12\x45\n\x08ListRuns\x12\x1b.leoflow.v1.ListRunsRequest\x1a\x1c.leoflow.v1.ListRunsResponse\x12H\n\tCancelRun\x12\x1c.leoflow.v1.CancelRunRequest\x1a\x1d.leoflow.v1.CancelRunResponse\x12`\n\x11ListTaskInstances\x12$.leoflow.v1.ListTaskInstancesRequest\x1a%.leoflow.v1.ListTaskInstancesResponse\x12`\n\x11\x43learTaskInstance\x12$.leoflow.v1.ClearTaskInstanceRequest\x1a%.leoflow.v1.ClearTaskInstanceResponse\x12\x63\n\x12\x43\x61ncelTaskInstance\x12%.leoflow.v1.CancelTaskInstanceRequest\x1a&.leoflow.v1.CancelTaskInstanceResponse\x12G\n\x08TailLogs\x12\x1b.leoflow.v1.TailLogsRequest\x1a\x1c.leoflow.v1.TailLogsResponse0\x01\x12G\n\x08WatchRun\x12\x1b.leoflow.v1.WatchRunRequest\x1a\x1c.leoflow.v1.WatchRunResponse0\x01\x12J\n\tWatchRuns\x12\x1c.leoflow.v1.WatchRunsRequest\x1a\x1d.leoflow.v1.WatchRunsResponse0\x01\x12H\n\tDeleteDag\x12\x1c.leoflow.v1.DeleteDagRequest\x1a\x1d.leoflow.v1.DeleteDagResponse\x12Q\n\x0c\x43leanHistory\x12\x1f.leoflow.v1.CleanHistoryRequest\x1a .leoflow.v1.CleanHistoryResponse\x12\x64\n\x11WatchCleanHistory\x12$.leoflow.v1.WatchCleanHistoryRequest\x1a%.leoflow.v1.WatchCleanHistoryResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19leoflow/v1/workflow.proto\x12\nleoflow.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16leoflow/v1/types.proto\"E\n\x0f\x41pplyDagRequest\x12\x16\n\x06source\x18\x01 \x01(\tR\x06source\x12\x1a\n\x08\x66ilename\x18\x02 \x01(\tR\x08\x66ilename\"O\n\x10\x41pplyDagResponse\x12!\n\x03\x64\x61g\x18\x01 \x01(\x0b\x32\x0f.leoflow.v1.DagR\x03\x64\x61g\x12\x18\n\x07outcome\x18\x02 \x01(\tR\x07outcome\"&\n\rGetDagRequest\x12\x15\n\x06\x64\x61g_id\x18\x01 \x01(\tR\x05\x64\x61gId\"3\n\x0eGetDagResponse\x12!\n\x03\x64\x61g\x18\x01 \x01(\x0b\x32\x0f.leoflow.v1.DagR\x03\x64\x61g\"\x11\n\x0fListDagsRequest\"7\n\x10ListDagsResponse\x12#\n\x04\x64\x61gs\x18\x01 \x03(\x0b\x32\x0f.leoflow.v1.DagR\x04\x64\x61gs\"@\n\x0fPauseDagRequest\x12\x15\n\x06\x64\x61g_id\x18\x01 \x01(\tR\x05\x64\x61gId\x12\x16\n\x06paused\x18\x02 \x01(\x08R\x06paused\"5\n\x10PauseDagResponse\x12!\n\x03\x64\x61g\x18\x01 \x01(\x0b\x32\x0f.leoflow.v1.DagR\x03\x64\x61g\"`\n\x11TriggerRunRequest\x12\x15\n\x06\x64\x61g_id\x18\x01 \x01(\tR\x05\x64\x61gId\x12\x17\n\x07run_key\x18\x02 \x01(\tR\x06runKey\x12\x1b\n\tconf_json\x18\x03 \x01(\tR\x08\x63onfJson\"Q\n\x12TriggerRunResponse\x12!\n\x03run\x18\x01 \x01(\x0b\x32\x0f.leoflow.v1.RunR\x03run\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\"f\n\x10SendEventRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12!\n\x0cpayload_json\x18\x02 \x01(\tR\x0bpayloadJson\x12\x1b\n\tevent_key\x18\x03 \x01(\tR\x08\x65ventKey\"u\n\x11SendEventResponse\x12\x1d\n\x08\x65vent_id\x18\x01 \x01(\x03\x42\x02\x30\x01R\x07\x65ventId\x12\x1c\n\tduplicate\x18\x02 \x01(\x08R\tduplicate\x12#\n\x04runs\x18\x03 \x03(\x0b\x32\x0f.leoflow.v1.RunR\x04runs\"*\n\rGetRunRequest\x12\x19\n\x06run_id\x18\x01 \x01(\x03\x42\x02\x30\x01R\x05runId\"t\n\x0eGetRunResponse\x12!\n\x03run\x18\x01 \x01(\x0b\x32\x0f.leoflow.v1.RunR\x03run\x12?\n\x0etask_instances\x18\x02 \x03(\x0b\x32\x18.leoflow.v1.TaskInstanceR\rtaskInstances\"\x8b\x01\n\x0fListRunsRequest\x12\x15\n\x06\x64\x61g_id\x18\x01 \x01(\tR\x05\x64\x61gId\x12\x14\n\x05limit\x18\x02 \x01(\x05R\x05limit\x12,\n\x06states\x18\x03 \x03(\x0e\x32\x14.leoflow.v1.RunStateR\x06states\x12\x1d\n\npage_token\x18\x04 \x01(\tR\tpageToken\"_\n\x10ListRunsResponse\x12#\n\x04runs\x18\x01 \x03(\x0b\x32\x0f.leoflow.v1.RunR\x04runs\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"-\n\x10\x43\x61ncelRunRequest\x12\x19\n\x06run_id\x18\x01 \x01(\x03\x42\x02\x30\x01R\x05runId\"6\n\x11\x43\x61ncelRunResponse\x12!\n\x03run\x18\x01 \x01(\x0b\x32\x0f.leoflow.v1.RunR\x03run\"5\n\x18ListTaskInstancesRequest\x12\x19\n\x06run_id\x18\x01 \x01(\x03\x42\x02\x30\x01R\x05runId\"\\\n\x19ListTaskInstancesResponse\x12?\n\x0etask_instances\x18\x01 \x03(\x0b\x32\x18.leoflow.v1.TaskInstanceR\rtaskInstances\"n\n\x18\x43learTaskInstanceRequest\x12\x19\n\x06run_id\x18\x01 \x01(\x03\x42\x02\x30\x01R\x05runId\x12\x17\n\x07task_id\x18\x02 \x01(\tR\x06taskId\x12\x1e\n\ndownstream\x18\x03 \x01(\x08R\ndownstream\"r\n\x19\x43learTaskInstanceResponse\x12!\n\x03run\x18\x01 \x01(\x0b\x32\x0f.leoflow.v1.RunR\x03run\x12\x32\n\x07\x63leared\x18\x02 \x03(\x0b\x32\x18.leoflow.v1.TaskInstanceR\x07\x63leared\"O\n\x19\x43\x61ncelTaskInstanceRequest\x12\x19\n\x06run_id\x18\x01 \x01(\x03\x42\x02\x30\x01R\x05runId\x12\x17\n\x07task_id\x18\x02 \x01(\tR\x06taskId\"[\n\x1a\x43\x61ncelTaskInstanceResponse\x12=\n\rtask_instance\x18\x01 \x01(\x0b\x32\x18.leoflow.v1.TaskInstanceR\x0ctaskInstance\"|\n\x0fTailLogsRequest\x12\x19\n\x06run_id\x18\x01 \x01(\x03\x42\x02\x30\x01R\x05runId\x12\x17\n\x07task_id\x18\x02 \x01(\tR\x06taskId\x12\x1d\n\ntry_number\x18\x03 \x01(\x05R\ttryNumber\x12\x16\n\x06\x66ollow\x18\x04 \x01(\x08R\x06\x66ollow\"=\n\x10TailLogsResponse\x12)\n\x05lines\x18\x01 \x03(\x0b\x32\x13.leoflow.v1.LogLineR\x05lines\"\xce\x01\n\x08RunEvent\x12\x14\n\x03seq\x18\x01 \x01(\x03\x42\x02\x30\x01R\x03seq\x12\x19\n\x06run_id\x18\x02 \x01(\x03\x42\x02\x30\x01R\x05runId\x12\x17\n\x05ti_id\x18\x03 \x01(\x03\x42\x02\x30\x01R\x04tiId\x12\x15\n\x06\x64\x61g_id\x18\x04 \x01(\tR\x05\x64\x61gId\x12\x12\n\x04kind\x18\x05 \x01(\tR\x04kind\x12!\n\x0cpayload_json\x18\x06 \x01(\tR\x0bpayloadJson\x12*\n\x02\x61t\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x02\x61t\"e\n\x0fWatchRunRequest\x12\x19\n\x06run_id\x18\x01 \x01(\x03\x42\x02\x30\x01R\x05runId\x12\x1f\n\tafter_seq\x18\x02 \x01(\x03\x42\x02\x30\x01R\x08\x61\x66terSeq\x12\x16\n\x06\x66ollow\x18\x03 \x01(\x08R\x06\x66ollow\"@\n\x10WatchRunResponse\x12,\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x14.leoflow.v1.RunEventR\x06\x65vents\"J\n\x10WatchRunsRequest\x12\x15\n\x06\x64\x61g_id\x18\x01 \x01(\tR\x05\x64\x61gId\x12\x1f\n\tafter_seq\x18\x02 \x01(\x03\x42\x02\x30\x01R\x08\x61\x66terSeq\"A\n\x11WatchRunsResponse\x12,\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x14.leoflow.v1.RunEventR\x06\x65vents\"\x7f\n\rHistoryCounts\x12\x12\n\x04runs\x18\x01 \x01(\x03R\x04runs\x12%\n\x0etask_instances\x18\x02 \x01(\x03R\rtaskInstances\x12\x16\n\x06\x65vents\x18\x03 \x01(\x03R\x06\x65vents\x12\x1b\n\ttask_logs\x18\x04 \x01(\x03R\x08taskLogs\"?\n\x10\x44\x65leteDagRequest\x12\x15\n\x06\x64\x61g_id\x18\x01 \x01(\tR\x05\x64\x61gId\x12\x14\n\x05\x66orce\x18\x02 \x01(\x08R\x05\x66orce\"\x95\x01\n\x11\x44\x65leteDagResponse\x12\x33\n\x07removed\x18\x01 \x01(\x0b\x32\x19.leoflow.v1.HistoryCountsR\x07removed\x12.\n\x11\x63\x61ncelled_run_ids\x18\x02 \x03(\x03\x42\x02\x30\x01R\x0f\x63\x61ncelledRunIds\x12\x1b\n\tdag_files\x18\x03 \x03(\tR\x08\x64\x61gFiles\"\xa9\x01\n\x13\x43leanHistoryRequest\x12\x32\n\x06\x62\x65\x66ore\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x06\x62\x65\x66ore\x12\x15\n\x06\x64\x61g_id\x18\x02 \x01(\tR\x05\x64\x61gId\x12\x17\n\x07\x64ry_run\x18\x03 \x01(\x08R\x06\x64ryRun\x12 \n\tkeep_last\x18\x04 \x01(\x05H\x00R\x08keepLast\x88\x01\x01\x42\x0c\n\n_keep_last\"s\n\x18WatchCleanHistoryRequest\x12\x37\n\x05start\x18\x01 \x01(\x0b\x32\x1f.leoflow.v1.CleanHistoryRequestH\x00R\x05start\x12\x14\n\x04stop\x18\x02 \x01(\x08H\x00R\x04stopB\x08\n\x06\x61\x63tion\"\xbd\x01\n\x19WatchCleanHistoryResponse\x12\x33\n\x07removed\x18\x01 \x01(\x0b\x32\x19.leoflow.v1.HistoryCountsR\x07removed\x12\x35\n\x08\x65xpected\x18\x02 \x01(\x0b\x32\x19.leoflow.v1.HistoryCountsR\x08\x65xpected\x12\x1a\n\x08\x66inished\x18\x03 \x01(\x08R\x08\x66inished\x12\x18\n\x07stopped\x18\x04 \x01(\x08R\x07stopped\"b\n\x14\x43leanHistoryResponse\x12\x31\n\x06\x63ounts\x18\x01 \x01(\x0b\x32\x19.leoflow.v1.HistoryCountsR\x06\x63ounts\x12\x17\n\x07\x64ry_run\x18\x02 \x01(\x08R\x06\x64ryRun2\x9a\x0b\n\x0fWorkflowService\x12\x45\n\x08\x41pplyDag\x12\x1b.leoflow.v1.ApplyDagRequest\x1a\x1c.leoflow.v1.ApplyDagResponse\x12?\n\x06GetDag\x12\x19.leoflow.v1.GetDagRequest\x1a\x1a.leoflow.v1.GetDagResponse\x12\x45\n\x08ListDags\x12\x1b.leoflow.v1.ListDagsRequest\x1a\x1c.leoflow.v1.ListDagsResponse\x12\x45\n\x08PauseDag\x12\x1b.leoflow.v1.PauseDagRequest\x1a\x1c.leoflow.v1.PauseDagResponse\x12K\n\nTriggerRun\x12\x1d.leoflow.v1.TriggerRunRequest\x1a\x1e.leoflow.v1.TriggerRunResponse\x12?\n\x06GetRun\x12\x19.leoflow.v1.GetRunRequest\x1a\x1a.leoflow.v1.GetRunResponse\x12\x45\n\x08ListRuns\x12\x1b.leoflow.v1.ListRunsRequest\x1a\x1c.leoflow.v1.ListRunsResponse\x12H\n\tCancelRun\x12\x1c.leoflow.v1.CancelRunRequest\x1a\x1d.leoflow.v1.CancelRunResponse\x12`\n\x11ListTaskInstances\x12$.leoflow.v1.ListTaskInstancesRequest\x1a%.leoflow.v1.ListTaskInstancesResponse\x12`\n\x11\x43learTaskInstance\x12$.leoflow.v1.ClearTaskInstanceRequest\x1a%.leoflow.v1.ClearTaskInstanceResponse\x12\x63\n\x12\x43\x61ncelTaskInstance\x12%.leoflow.v1.CancelTaskInstanceRequest\x1a&.leoflow.v1.CancelTaskInstanceResponse\x12G\n\x08TailLogs\x12\x1b.leoflow.v1.TailLogsRequest\x1a\x1c.leoflow.v1.TailLogsResponse0\x01\x12G\n\x08WatchRun\x12\x1b.leoflow.v1.WatchRunRequest\x1a\x1c.leoflow.v1.WatchRunResponse0\x01\x12J\n\tWatchRuns\x12\x1c.leoflow.v1.WatchRunsRequest\x1a\x1d.leoflow.v1.WatchRunsResponse0\x01\x12H\n\tDeleteDag\x12\x1c.leoflow.v1.DeleteDagRequest\x1a\x1d.leoflow.v1.DeleteDagResponse\x12Q\n\x0c\x43leanHistory\x12\x1f.leoflow.v1.CleanHistoryRequest\x1a .leoflow.v1.CleanHistoryResponse\x12\x64\n\x11WatchCleanHistory\x12$.leoflow.v1.WatchCleanHistoryRequest\x1a%.leoflow.v1.WatchCleanHistoryResponse(\x01\x30\x01\x12H\n\tSendEvent\x12\x1c.leoflow.v1.SendEventRequest\x1a\x1d.leoflow.v1.SendEventResponseb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'leoflow.v1.workflow_pb2', globals())
 if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
+  _SENDEVENTRESPONSE.fields_by_name['event_id']._options = None
+  _SENDEVENTRESPONSE.fields_by_name['event_id']._serialized_options = b'0\001'
   _GETRUNREQUEST.fields_by_name['run_id']._options = None
   _GETRUNREQUEST.fields_by_name['run_id']._serialized_options = b'0\001'
   _CANCELRUNREQUEST.fields_by_name['run_id']._options = None
@@ -68,58 +70,62 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _TRIGGERRUNREQUEST._serialized_end=636
   _TRIGGERRUNRESPONSE._serialized_start=638
   _TRIGGERRUNRESPONSE._serialized_end=719
-  _GETRUNREQUEST._serialized_start=721
-  _GETRUNREQUEST._serialized_end=763
-  _GETRUNRESPONSE._serialized_start=765
-  _GETRUNRESPONSE._serialized_end=881
-  _LISTRUNSREQUEST._serialized_start=884
-  _LISTRUNSREQUEST._serialized_end=1023
-  _LISTRUNSRESPONSE._serialized_start=1025
-  _LISTRUNSRESPONSE._serialized_end=1120
-  _CANCELRUNREQUEST._serialized_start=1122
-  _CANCELRUNREQUEST._serialized_end=1167
-  _CANCELRUNRESPONSE._serialized_start=1169
-  _CANCELRUNRESPONSE._serialized_end=1223
-  _LISTTASKINSTANCESREQUEST._serialized_start=1225
-  _LISTTASKINSTANCESREQUEST._serialized_end=1278
-  _LISTTASKINSTANCESRESPONSE._serialized_start=1280
-  _LISTTASKINSTANCESRESPONSE._serialized_end=1372
-  _CLEARTASKINSTANCEREQUEST._serialized_start=1374
-  _CLEARTASKINSTANCEREQUEST._serialized_end=1484
-  _CLEARTASKINSTANCERESPONSE._serialized_start=1486
-  _CLEARTASKINSTANCERESPONSE._serialized_end=1600
-  _CANCELTASKINSTANCEREQUEST._serialized_start=1602
-  _CANCELTASKINSTANCEREQUEST._serialized_end=1681
-  _CANCELTASKINSTANCERESPONSE._serialized_start=1683
-  _CANCELTASKINSTANCERESPONSE._serialized_end=1774
-  _TAILLOGSREQUEST._serialized_start=1776
-  _TAILLOGSREQUEST._serialized_end=1900
-  _TAILLOGSRESPONSE._serialized_start=1902
-  _TAILLOGSRESPONSE._serialized_end=1963
-  _RUNEVENT._serialized_start=1966
-  _RUNEVENT._serialized_end=2172
-  _WATCHRUNREQUEST._serialized_start=2174
-  _WATCHRUNREQUEST._serialized_end=2275
-  _WATCHRUNRESPONSE._serialized_start=2277
-  _WATCHRUNRESPONSE._serialized_end=2341
-  _WATCHRUNSREQUEST._serialized_start=2343
-  _WATCHRUNSREQUEST._serialized_end=2417
-  _WATCHRUNSRESPONSE._serialized_start=2419
-  _WATCHRUNSRESPONSE._serialized_end=2484
-  _HISTORYCOUNTS._serialized_start=2486
-  _HISTORYCOUNTS._serialized_end=2613
-  _DELETEDAGREQUEST._serialized_start=2615
-  _DELETEDAGREQUEST._serialized_end=2678
-  _DELETEDAGRESPONSE._serialized_start=2681
-  _DELETEDAGRESPONSE._serialized_end=2830
-  _CLEANHISTORYREQUEST._serialized_start=2833
-  _CLEANHISTORYREQUEST._serialized_end=3002
-  _WATCHCLEANHISTORYREQUEST._serialized_start=3004
-  _WATCHCLEANHISTORYREQUEST._serialized_end=3119
-  _WATCHCLEANHISTORYRESPONSE._serialized_start=3122
-  _WATCHCLEANHISTORYRESPONSE._serialized_end=3311
-  _CLEANHISTORYRESPONSE._serialized_start=3313
-  _CLEANHISTORYRESPONSE._serialized_end=3411
-  _WORKFLOWSERVICE._serialized_start=3414
-  _WORKFLOWSERVICE._serialized_end=4774
+  _SENDEVENTREQUEST._serialized_start=721
+  _SENDEVENTREQUEST._serialized_end=823
+  _SENDEVENTRESPONSE._serialized_start=825
+  _SENDEVENTRESPONSE._serialized_end=942
+  _GETRUNREQUEST._serialized_start=944
+  _GETRUNREQUEST._serialized_end=986
+  _GETRUNRESPONSE._serialized_start=988
+  _GETRUNRESPONSE._serialized_end=1104
+  _LISTRUNSREQUEST._serialized_start=1107
+  _LISTRUNSREQUEST._serialized_end=1246
+  _LISTRUNSRESPONSE._serialized_start=1248
+  _LISTRUNSRESPONSE._serialized_end=1343
+  _CANCELRUNREQUEST._serialized_start=1345
+  _CANCELRUNREQUEST._serialized_end=1390
+  _CANCELRUNRESPONSE._serialized_start=1392
+  _CANCELRUNRESPONSE._serialized_end=1446
+  _LISTTASKINSTANCESREQUEST._serialized_start=1448
+  _LISTTASKINSTANCESREQUEST._serialized_end=1501
+  _LISTTASKINSTANCESRESPONSE._serialized_start=1503
+  _LISTTASKINSTANCESRESPONSE._serialized_end=1595
+  _CLEARTASKINSTANCEREQUEST._serialized_start=1597
+  _CLEARTASKINSTANCEREQUEST._serialized_end=1707
+  _CLEARTASKINSTANCERESPONSE._serialized_start=1709
+  _CLEARTASKINSTANCERESPONSE._serialized_end=1823
+  _CANCELTASKINSTANCEREQUEST._serialized_start=1825
+  _CANCELTASKINSTANCEREQUEST._serialized_end=1904
+  _CANCELTASKINSTANCERESPONSE._serialized_start=1906
+  _CANCELTASKINSTANCERESPONSE._serialized_end=1997
+  _TAILLOGSREQUEST._serialized_start=1999
+  _TAILLOGSREQUEST._serialized_end=2123
+  _TAILLOGSRESPONSE._serialized_start=2125
+  _TAILLOGSRESPONSE._serialized_end=2186
+  _RUNEVENT._serialized_start=2189
+  _RUNEVENT._serialized_end=2395
+  _WATCHRUNREQUEST._serialized_start=2397
+  _WATCHRUNREQUEST._serialized_end=2498
+  _WATCHRUNRESPONSE._serialized_start=2500
+  _WATCHRUNRESPONSE._serialized_end=2564
+  _WATCHRUNSREQUEST._serialized_start=2566
+  _WATCHRUNSREQUEST._serialized_end=2640
+  _WATCHRUNSRESPONSE._serialized_start=2642
+  _WATCHRUNSRESPONSE._serialized_end=2707
+  _HISTORYCOUNTS._serialized_start=2709
+  _HISTORYCOUNTS._serialized_end=2836
+  _DELETEDAGREQUEST._serialized_start=2838
+  _DELETEDAGREQUEST._serialized_end=2901
+  _DELETEDAGRESPONSE._serialized_start=2904
+  _DELETEDAGRESPONSE._serialized_end=3053
+  _CLEANHISTORYREQUEST._serialized_start=3056
+  _CLEANHISTORYREQUEST._serialized_end=3225
+  _WATCHCLEANHISTORYREQUEST._serialized_start=3227
+  _WATCHCLEANHISTORYREQUEST._serialized_end=3342
+  _WATCHCLEANHISTORYRESPONSE._serialized_start=3345
+  _WATCHCLEANHISTORYRESPONSE._serialized_end=3534
+  _CLEANHISTORYRESPONSE._serialized_start=3536
+  _CLEANHISTORYRESPONSE._serialized_end=3634
+  _WORKFLOWSERVICE._serialized_start=3637
+  _WORKFLOWSERVICE._serialized_end=5071
 # @@protoc_insertion_point(module_scope)

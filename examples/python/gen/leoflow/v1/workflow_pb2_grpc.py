@@ -99,6 +99,11 @@ class WorkflowServiceStub(object):
         request_serializer=leoflow_dot_v1_dot_workflow__pb2.WatchCleanHistoryRequest.SerializeToString,
         response_deserializer=leoflow_dot_v1_dot_workflow__pb2.WatchCleanHistoryResponse.FromString,
         )
+    self.SendEvent = channel.unary_unary(
+        '/leoflow.v1.WorkflowService/SendEvent',
+        request_serializer=leoflow_dot_v1_dot_workflow__pb2.SendEventRequest.SerializeToString,
+        response_deserializer=leoflow_dot_v1_dot_workflow__pb2.SendEventResponse.FromString,
+        )
 
 
 class WorkflowServiceServicer(object):
@@ -258,6 +263,16 @@ class WorkflowServiceServicer(object):
     context.set_details('Method not implemented!')
     raise NotImplementedError('Method not implemented!')
 
+  def SendEvent(self, request, context):
+    """SendEvent sends an event in: each DAG with a trigger on its name whose match holds on the
+    payload starts a run (run_type "event"), the payload as its conf. The event and its runs are
+    written in one transaction. An event_key already taken for this name (within the history
+    retention) starts nothing: the answer says duplicate, with the runs the first one started.
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkflowServiceServicer_to_server(servicer, server):
   rpc_method_handlers = {
@@ -345,6 +360,11 @@ def add_WorkflowServiceServicer_to_server(servicer, server):
           servicer.WatchCleanHistory,
           request_deserializer=leoflow_dot_v1_dot_workflow__pb2.WatchCleanHistoryRequest.FromString,
           response_serializer=leoflow_dot_v1_dot_workflow__pb2.WatchCleanHistoryResponse.SerializeToString,
+      ),
+      'SendEvent': grpc.unary_unary_rpc_method_handler(
+          servicer.SendEvent,
+          request_deserializer=leoflow_dot_v1_dot_workflow__pb2.SendEventRequest.FromString,
+          response_serializer=leoflow_dot_v1_dot_workflow__pb2.SendEventResponse.SerializeToString,
       ),
   }
   generic_handler = grpc.method_handlers_generic_handler(
