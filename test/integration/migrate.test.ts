@@ -34,6 +34,7 @@ describe('migrate', () => {
           'dag_versions',
           'dags',
           'events',
+          'external_events',
           'leoflow_install',
           'leoflow_migrations',
           'replica_addresses',
