@@ -61,10 +61,15 @@ function call(path: string, contentType: string, body: Uint8Array, streaming: bo
     const req = session.request({ ':method': 'POST', ':path': path, 'content-type': contentType });
     const chunks: Buffer[] = [];
     let status = 0;
-    const timer = setTimeout(() => {
-      req.close();
-      resolve('timeout');
-    }, 10_000);
+    // A watch that a body leaves valid (WatchRuns of everything, say) follows until the caller
+    // stops: a stream answered 200 and still open at the deadline is a healthy follow, not a hang.
+    const timer = setTimeout(
+      () => {
+        req.close();
+        resolve(streaming && status === 200 ? 'open' : 'timeout');
+      },
+      streaming ? 3_000 : 10_000,
+    );
     req.on('response', (h) => (status = Number(h[':status'])));
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('error', (err) => {
