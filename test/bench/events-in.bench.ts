@@ -12,8 +12,8 @@ import { machine, percentile, report } from './report.js';
  * events-in: events sent in a second, and each one's latency, on Lite with its defaults (writes
  * limited per caller: the bench raises --max-token-writes so the bound measured is the server's):
  * SendEvent over gRPC with no DAG triggered (the event's own write), SendEvent starting a run each
- * (the event and its run in one transaction), and signed webhooks over HTTP/1.1 (no run). Each
- * with CONCURRENCY callers in flight.
+ * (the event and its run in one transaction), TriggerRun as a yardstick, and signed webhooks over
+ * HTTP/1.1 (no run). Each with CONCURRENCY callers in flight, from this process.
  */
 
 const EVENTS = Number(process.env.LEOFLOW_BENCH_EVENTS ?? 2000);
@@ -62,6 +62,10 @@ describe('events-in', () => {
         const r = await api.workflow.sendEvent({ name: 'go', payloadJson: `{"i":${i}}`, eventKey: `g-${i}` });
         expect(r.runs.length).toBe(1);
       });
+      // The yardstick: a run started by TriggerRun, the same write as a run an event starts, less the event.
+      const trigger = await drive(EVENTS / 4, async () => {
+        await api.workflow.triggerRun({ dagId: 'on' });
+      });
       const hook = await drive(EVENTS, async (i) => {
         const body = `{"i":${i}}`;
         const res = await fetch(`${s.url}/hooks/bench`, {
@@ -86,6 +90,7 @@ describe('events-in', () => {
         [
           row('SendEvent, no DAG triggered', quiet),
           row('SendEvent, a run started each', runs),
+          row('TriggerRun (yardstick)', trigger),
           row('webhook (HMAC, HTTP/1.1), no run', hook),
         ],
         { machine: machine(), loadavgBefore: loadBefore, loadavgAfter: os.loadavg(), concurrency: CONCURRENCY },
