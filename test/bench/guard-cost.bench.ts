@@ -22,7 +22,7 @@ const CALLS = 100_000;
 
 const token = { id: 'tok1', role: 'operator', expires_at: null } as never;
 const auth: TokenAuthenticator = { authenticate: async () => ({ ok: true, token }) };
-const guard = tokenGuard(auth, () => {}, new TokenStreams(256));
+const guard = tokenGuard(auth, () => {}, new TokenStreams({ watch: 64, follow: 64, agent: 256 }));
 const limit = writeLimit(new WriteLimiter(1e12), true, () => {});
 const method = WorkflowService.method.triggerRun;
 const answer = {} as UnaryResponse;

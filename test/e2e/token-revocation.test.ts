@@ -134,8 +134,8 @@ describe('a revoked or expired token', () => {
     expect(w.at - opened).toBeLessThan(4000);
   });
 
-  it('holds each token to --max-token-streams open streams: the one past it is refused, naming the limit, and other tokens go on', async () => {
-    const s = await start(['--replica-id', 'rev-cap', '--max-token-streams', '3']);
+  it('holds each token to --max-token-watches watch streams: the one past it is refused, naming the limit, and other tokens go on', async () => {
+    const s = await start(['--replica-id', 'rev-cap', '--max-token-watches', '3']);
     const admin = createClients(s.url, null, ADMIN);
     const flood = createClients(
       s.url,
@@ -157,7 +157,7 @@ describe('a revoked or expired token', () => {
     const fourth = await readToEnd(flood.workflow.watchRuns({}));
     expect(fourth.err?.code, String(fourth.err)).toBe(Code.ResourceExhausted);
     expect(fourth.err?.rawMessage).toMatch(
-      /^API token "[^"]+" holds 3 open streams, the limit \(--max-token-streams 3\): close some first$/,
+      /^API token "[^"]+" holds 3 open watch streams \(WatchRun, WatchRuns, WatchCleanHistory\), the limit \(--max-token-watches 3\): close some first$/,
     );
     // Another token is not held back by this one's flood.
     const theirs = open(other);

@@ -39,8 +39,12 @@ const HELP: Record<SettingKey, string> = {
     'the agents (agent ids with a row) one API token of role agent may hold; a Hello for one more is refused, default 1000',
   max_token_writes:
     'the writes (trigger, cancel, clear, pause, apply, delete, drain, token changes) one API token, or with auth off one host, may make a second, default 200',
-  max_token_streams:
-    'with auth on: the open streams (watches, log follows, agent streams) one API token may hold, default 256',
+  max_token_streams: 'with auth on: the agent streams one API token may hold open, default 256',
+  max_token_concurrent_writes:
+    'the writes of one API token (with auth off, one host) that run at once; 64 more wait in line, the rest are refused; default 4',
+  max_token_watches:
+    'with auth on: the watch streams (WatchRun, WatchRuns, WatchCleanHistory) one API token may hold open, default 64',
+  max_token_follows: 'with auth on: the log follows (TailLogs) one API token may hold open, default 64',
   agent_retention:
     'forget an agent (no stream, no attempt) this long after it was last seen, e.g. 7d; off remembers them',
   otlp_endpoint:

@@ -199,7 +199,7 @@ export class AgentConnection implements AgentHandle {
   /** An agent token's bounds: its open streams, and the agent rows it may hold (`--max-token-agents`). */
   async #admitToken(hello: Hello, token: AgentTokenUsed): Promise<void> {
     const c = this.deps.agentCredentials;
-    c.streams?.admit(token.id);
+    c.streams?.admit(token.id, 'agent');
     if (c.maxTokenAgents === undefined) return;
     const held = await this.deps.store.agentsOfTokenPast(token.id, hello.agentId, c.maxTokenAgents);
     if (held === null) return;
@@ -340,7 +340,7 @@ export class AgentConnection implements AgentHandle {
   #endWithToken(token: AgentTokenUsed | null): (() => void) | null {
     const streams = this.deps.agentCredentials.streams;
     if (!token || !streams) return null;
-    return streams.open(token, (err) => {
+    return streams.open(token, 'agent', (err) => {
       this.#log.warn({ tokenId: token.id }, `agent ${this.agentId} cut off: ${err.rawMessage}`);
       this.drain(err.rawMessage);
       this.#out.close(err);

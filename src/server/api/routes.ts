@@ -23,6 +23,7 @@ import type { Metrics } from '../observability/metrics.js';
 import type { TokenAuthenticator } from '../auth/token-authenticator.js';
 import { tokenGuard } from '../auth/token-guard.js';
 import { WriteLimiter, writeLimit } from '../auth/write-limiter.js';
+import { WriteShare } from '../auth/write-share.js';
 import type { TokenStreams } from '../auth/token-streams.js';
 import { createTokenService } from './token-service.js';
 import type { DagParser } from '../dags/dag-parser.js';
@@ -100,8 +101,11 @@ export function apiRoutes(o: {
           ]
         : []),
       // Per replica: a client that spreads its writes over replicas gets each one's allowance.
-      writeLimit(new WriteLimiter(config.maxTokenWrites), o.auth.required, (rpc) =>
-        o.metrics.apiLimited.inc({ limit: 'writes', rpc }),
+      writeLimit(
+        new WriteLimiter(config.maxTokenWrites),
+        o.auth.required,
+        (rpc, limit) => o.metrics.apiLimited.inc({ limit, rpc }),
+        new WriteShare(config.maxTokenConcurrentWrites),
       ),
       roleGuard(config.role, config.replicaId),
       checkRequestFields({ idChars: LIMITS.idChars, stringChars: LIMITS.stringChars, echo }),

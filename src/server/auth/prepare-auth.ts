@@ -66,7 +66,11 @@ export async function prepareAuth(
       );
     }
   }
-  const streams = new TokenStreams(config.maxTokenStreams);
+  const streams = new TokenStreams({
+    watch: config.maxTokenWatches,
+    follow: config.maxTokenFollows,
+    agent: config.maxTokenStreams,
+  });
   return {
     required: config.authRequired,
     authenticator,

@@ -5,7 +5,7 @@ import type { TokenAuthenticator } from './token-authenticator.js';
 import { bearerToken } from './token-secret.js';
 import { HELLO_AUTHENTICATED, RPC_ROLES } from './rpc-roles.js';
 import { callerKey, callerTokenKey } from './caller.js';
-import { cuttable, type TokenStreams } from './token-streams.js';
+import { cuttable, type StreamKind, type TokenStreams } from './token-streams.js';
 
 const key = (m: DescMethod) => `${m.parent.typeName}/${m.name}`;
 
@@ -52,9 +52,11 @@ export function tokenGuard(
     req.contextValues.set(callerKey, { ...req.contextValues.get(callerKey), id: who.token.id });
     req.contextValues.set(callerTokenKey, who.token);
     const streaming = req.method.methodKind === 'server_streaming' || req.method.methodKind === 'bidi_streaming';
+    // The API's streams: log follows, and watches (WatchRun, WatchRuns, WatchCleanHistory).
+    const kind: StreamKind = req.method.name === 'TailLogs' ? 'follow' : 'watch';
     if (streaming) {
       try {
-        streams?.admit(who.token.id);
+        streams?.admit(who.token.id, kind);
       } catch (err) {
         streamsLimited?.(rpc);
         throw err;
@@ -64,6 +66,6 @@ export function tokenGuard(
     // A stream (a watch, a log follow) lives only as long as its token: cut when it is revoked
     // or expires (token-streams.ts).
     if (!res.stream || !streams) return res;
-    return { ...res, message: cuttable(res.message, (cut) => streams.open(who.token, cut)) };
+    return { ...res, message: cuttable(res.message, (cut) => streams.open(who.token, kind, cut)) };
   };
 }

@@ -3,6 +3,22 @@ import { Code, ConnectError } from '@connectrpc/connect';
 /** Node's timers hold at most 2^31−1 ms; a later expiry is checked again when this one fires. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
+/** The kinds of stream a token's bound counts apart: a dashboard's watches cannot starve its agents. */
+export type StreamKind = 'watch' | 'follow' | 'agent';
+
+/** Each kind's bound, and the setting that sets it. */
+export const STREAM_LIMIT_FLAGS: Readonly<Record<StreamKind, string>> = {
+  watch: '--max-token-watches',
+  follow: '--max-token-follows',
+  agent: '--max-token-streams',
+};
+
+const KIND_NAMES: Readonly<Record<StreamKind, string>> = {
+  watch: 'watch streams (WatchRun, WatchRuns, WatchCleanHistory)',
+  follow: 'log follows (TailLogs)',
+  agent: 'agent streams',
+};
+
 /**
  * The long-lived streams this replica serves on the strength of an API token (watchers, log
  * follows, agent streams), by token id, so that revoking a token ends them at once and a token
@@ -11,29 +27,39 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
  */
 export class TokenStreams {
   readonly #open = new Map<string, Set<(err: ConnectError) => void>>();
+  /** Open streams by token and kind, for the bounds. */
+  readonly #counts = new Map<string, number>();
   /** Streams a revocation's notification ended, by token, not yet counted by the call that revoked. */
   readonly #cutEarlier = new Map<string, number>();
 
-  /** `max`: the open streams one token may hold (`--max-token-streams`). */
-  constructor(readonly max: number = Infinity) {}
+  /** `max`: the open streams of each kind one token may hold (STREAM_LIMIT_FLAGS). */
+  constructor(
+    readonly max: Readonly<Record<StreamKind, number>> = { watch: Infinity, follow: Infinity, agent: Infinity },
+  ) {}
 
   /**
-   * Throws RESOURCE_EXHAUSTED when this token holds its limit of streams already: one client's
-   * flood of watches or agent streams costs that client alone. Checked before a stream opens.
+   * Throws RESOURCE_EXHAUSTED when this token holds its limit of streams of this kind already: one
+   * client's flood of watches costs that client alone (each event a watch gets is work for the
+   * server, so a token's watches multiply its writes), and its agents still connect. Checked
+   * before a stream opens.
    */
-  admit(tokenId: string): void {
-    const n = this.#open.get(tokenId)?.size ?? 0;
-    if (n >= this.max) {
-      const why = `API token "${tokenId}" holds ${n} open streams, the limit (--max-token-streams ${this.max}): close some first`;
+  admit(tokenId: string, kind: StreamKind): void {
+    const n = this.#counts.get(`${kind}:${tokenId}`) ?? 0;
+    if (n >= this.max[kind]) {
+      const why =
+        `API token "${tokenId}" holds ${n} open ${KIND_NAMES[kind]}, the limit ` +
+        `(${STREAM_LIMIT_FLAGS[kind]} ${this.max[kind]}): close some first`;
       throw new ConnectError(why, Code.ResourceExhausted);
     }
   }
 
   /** Registers a stream; `cut` ends it with the error given. Returns the call that unregisters it. */
-  open(token: { id: string; expires_at: Date | null }, cut: (err: ConnectError) => void): () => void {
+  open(token: { id: string; expires_at: Date | null }, kind: StreamKind, cut: (err: ConnectError) => void): () => void {
     let set = this.#open.get(token.id);
     if (!set) this.#open.set(token.id, (set = new Set()));
     set.add(cut);
+    const key = `${kind}:${token.id}`;
+    this.#counts.set(key, (this.#counts.get(key) ?? 0) + 1);
     let timer: NodeJS.Timeout | null = null;
     const arm = () => {
       const ms = token.expires_at!.getTime() - Date.now();
@@ -48,8 +74,15 @@ export class TokenStreams {
       timer.unref();
     };
     if (token.expires_at) arm();
+    let closed = false;
     return () => {
       if (timer) clearTimeout(timer);
+      if (!closed) {
+        closed = true;
+        const left = (this.#counts.get(key) ?? 1) - 1;
+        if (left > 0) this.#counts.set(key, left);
+        else this.#counts.delete(key);
+      }
       set.delete(cut);
       if (set.size === 0 && this.#open.get(token.id) === set) this.#open.delete(token.id);
     };

@@ -2,6 +2,7 @@ import { Code, ConnectError, type Interceptor } from '@connectrpc/connect';
 import type { DescMethod } from '@bufbuild/protobuf';
 import { callerKey } from './caller.js';
 import { RPC_ROLES } from './rpc-roles.js';
+import type { WriteShare } from './write-share.js';
 
 /** Past this many callers, the buckets that have refilled (their callers quiet) are dropped. */
 const SWEEP_AT = 1_024;
@@ -52,20 +53,40 @@ const key = (m: DescMethod) => `${m.parent.typeName}/${m.name}`;
  * its API token (`byToken`: auth is on), or with auth off the peer's host. Refused: RESOURCE_EXHAUSTED naming the limit,
  * and `retry-after-ms` in the trailers says when one more write would be let in.
  */
-export function writeLimit(limiter: WriteLimiter, byToken: boolean, refused: (rpc: string) => void): Interceptor {
+export function writeLimit(
+  limiter: WriteLimiter,
+  byToken: boolean,
+  refused: (rpc: string, limit: 'writes' | 'concurrent_writes') => void,
+  share?: WriteShare,
+): Interceptor {
   const writes = new Set([...RPC_ROLES].filter(([, role]) => role !== 'viewer').map(([m]) => key(m)));
   return (next) => async (req) => {
     if (!writes.has(`${req.service.typeName}/${req.method.name}`)) return next(req);
     const caller = req.contextValues.get(callerKey);
     const who = byToken ? `API token "${caller.id}"` : `caller ${caller.id} at ${caller.peer.replace(/:\d+$/, '')}`;
     const waitMs = limiter.take(who);
-    if (waitMs === null) return next(req);
-    refused(req.method.name);
-    throw new ConnectError(
-      `${req.method.name}: ${who} made more than ` +
-        `${limiter.perSecond} writes a second, the limit (--max-token-writes ${limiter.perSecond}): retry in ${waitMs} ms`,
-      Code.ResourceExhausted,
-      { 'retry-after-ms': String(waitMs) },
-    );
+    if (waitMs !== null) {
+      refused(req.method.name, 'writes');
+      throw new ConnectError(
+        `${req.method.name}: ${who} made more than ` +
+          `${limiter.perSecond} writes a second, the limit (--max-token-writes ${limiter.perSecond}): retry in ${waitMs} ms`,
+        Code.ResourceExhausted,
+        { 'retry-after-ms': String(waitMs) },
+      );
+    }
+    // A unary write holds its place until answered; a streaming one (WatchCleanHistory) is bounded as a stream.
+    if (!share || req.stream) return next(req);
+    let leave: () => void;
+    try {
+      leave = await share.enter(who, () => `${req.method.name}: ${who}`);
+    } catch (err) {
+      refused(req.method.name, 'concurrent_writes');
+      throw err;
+    }
+    try {
+      return await next(req);
+    } finally {
+      leave();
+    }
   };
 }

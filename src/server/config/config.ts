@@ -59,8 +59,14 @@ export interface Config {
   watchBufferEvents: number;
   /** With auth on: the open streams one API token may hold (RESOURCE_EXHAUSTED past it). */
   maxTokenStreams: number;
+  /** The watch streams (WatchRun, WatchRuns, WatchCleanHistory) one API token may hold open. */
+  maxTokenWatches: number;
+  /** The log follows (TailLogs with follow) one API token may hold open. */
+  maxTokenFollows: number;
   /** The writes a second one API token (with auth off, one host) may make (RESOURCE_EXHAUSTED past it). */
   maxTokenWrites: number;
+  /** The writes of one API token (with auth off, one host) that run at once; more wait in line. */
+  maxTokenConcurrentWrites: number;
   /** The agent rows one API token of role agent may hold (RESOURCE_EXHAUSTED for one more). */
   maxTokenAgents: number;
   /** The API connections one host may hold open; more are closed as they come. */

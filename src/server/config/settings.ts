@@ -44,6 +44,13 @@ export const SETTINGS = {
   max_token_agents: { flag: '--max-token-agents', env: 'LEOFLOW_MAX_TOKEN_AGENTS', kind: 'positive-int' },
   max_token_writes: { flag: '--max-token-writes', env: 'LEOFLOW_MAX_TOKEN_WRITES', kind: 'positive-int' },
   max_token_streams: { flag: '--max-token-streams', env: 'LEOFLOW_MAX_TOKEN_STREAMS', kind: 'positive-int' },
+  max_token_concurrent_writes: {
+    flag: '--max-token-concurrent-writes',
+    env: 'LEOFLOW_MAX_TOKEN_CONCURRENT_WRITES',
+    kind: 'positive-int',
+  },
+  max_token_watches: { flag: '--max-token-watches', env: 'LEOFLOW_MAX_TOKEN_WATCHES', kind: 'positive-int' },
+  max_token_follows: { flag: '--max-token-follows', env: 'LEOFLOW_MAX_TOKEN_FOLLOWS', kind: 'positive-int' },
   agent_retention: { flag: '--agent-retention', env: 'LEOFLOW_AGENT_RETENTION', kind: 'duration' },
   otlp_endpoint: { flag: '--otlp-endpoint', env: 'LEOFLOW_OTLP_ENDPOINT', kind: 'string' },
   agent_token: { flag: '--agent-token', env: 'LEOFLOW_AGENT_TOKEN', kind: 'string' },

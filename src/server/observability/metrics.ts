@@ -145,7 +145,8 @@ export class ReplicaMetrics {
   );
   readonly apiLimited = this.#counter(
     'leoflow_api_limited_total',
-    "API calls refused for a client's bound: limit writes (--max-token-writes), streams (--max-token-streams) " +
+    "API calls refused for a client's bound: limit writes (--max-token-writes), concurrent_writes " +
+      '(--max-token-concurrent-writes), streams (--max-token-watches, --max-token-follows, --max-token-streams) ' +
       'or agents (--max-token-agents), by RPC',
     ['limit', 'rpc'],
   );
