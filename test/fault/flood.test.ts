@@ -20,7 +20,9 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * the flooder is refused with RESOURCE_EXHAUSTED (writes, streams) or has its connections closed;
  * the server's resident memory stays under RSS_BOUND_MB. Bounded: about 20 s. The other client's
  * latency is measured and printed, not asserted: within 2x of its baseline is issue 38's
- * requirement, not met yet (its p95 goes to 10-30x while the writes let in take the cores).
+ * requirement, not met yet. Measured 2026-11-28 (quiet machine, p50 idle ~6 ms): writes alone 37 ms,
+ * writes with the flooder's 128 streams ~200-270 ms (each event its writes make is sent to each of
+ * its watches), and the refused calls still cost a token lookup in Postgres each.
  */
 
 const ADMIN = randomBytes(32).toString('base64url');
