@@ -65,7 +65,8 @@ export async function clearTaskInstance(
       moved as (
         update task_instances t set state = 'none', max_tries = t.try_number + old.retries + 1,
           attempt_token = null, agent_id = null, pid = null, pending_reason = null, next_try_at = null,
-          queued_at = null, started_at = null, heartbeat_at = null, ended_at = null, exit_code = null, error = null
+          queued_at = null, started_at = null, heartbeat_at = null, ended_at = null, exit_code = null, signal = null,
+          error = null
         from old where t.id = old.id
         returning t.*, old.state as was),
       ev as (${tiEvents(tx, EVENT_KIND.tiState, tx`moved`, clearedEvent)})

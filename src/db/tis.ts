@@ -22,6 +22,8 @@ export interface TiRow {
   heartbeat_at: Date | null;
   ended_at: Date | null;
   exit_code: number | null;
+  /** The signal that killed the latest try (SIGKILL, …); null when it exited or has not ended. */
+  signal: string | null;
   error: string | null;
 }
 
@@ -44,6 +46,7 @@ export const TI_VIEW_COLUMNS = [
   'heartbeat_at',
   'ended_at',
   'exit_code',
+  'signal',
   'error',
   'pending_reason',
   'next_try_at',

@@ -4,6 +4,7 @@ import { promisify } from 'node:util';
 import path from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TaskState } from '../../src/gen/leoflow/v1/types_pb.js';
 import { launchBrowser, openPage, screenshots } from '../helpers/browser.js';
 import { httpGet } from '../helpers/http-get.js';
 import { waitFor } from '../helpers/leoflow-process.js';
@@ -128,6 +129,23 @@ describe('the dashboard', () => {
     expect(errors).toEqual([]);
   });
 
+  it('shows the signal that killed a try, on the task page and in the API', async () => {
+    const source = 'dag_id: killed\ntasks:\n  - id: self_kill\n    command: ["sh", "-c", "kill -KILL $$"]\n';
+    await f.api.workflow.applyDag({ source, filename: 'killed.yaml' });
+    const { run } = await f.api.workflow.triggerRun({ dagId: 'killed' });
+    await page.goto(`${f.server.url}/runs/${run!.runId}/tasks/self_kill`);
+    const tries = page.locator('[data-testid=tries] tbody tr');
+    await tries.filter({ hasText: 'failed' }).waitFor({ timeout: 20_000 });
+    expect(await tries.locator('[data-testid=try-exit]').textContent()).toBe('SIGKILL');
+    const { taskInstances } = await f.api.workflow.listTaskInstances({ runId: run!.runId });
+    expect(taskInstances[0]).toMatchObject({ state: TaskState.FAILED, signal: 'SIGKILL' });
+    expect(taskInstances[0]!.exitCode).toBeUndefined();
+    // The latest try's facts come from the API's TaskInstance (its signal field), not the events.
+    await page.locator('[data-testid=exit-code]', { hasText: 'killed by SIGKILL' }).waitFor();
+    await screenshots(page, 'task-killed');
+    expect(errors).toEqual([]);
+  });
+
   it('draws a run of 500 tasks on first load within a second or two', async () => {
     const lines = ['dag_id: wide', 'tasks:'];
     for (let i = 0; i < 500; i++) {
@@ -165,7 +183,7 @@ describe('the dashboard', () => {
     expect(await page.locator('tr[data-run]').count()).toBe(before + 1);
     await row.locator('.badge', { hasText: 'success' }).waitFor({ timeout: 20_000 });
     await screenshots(page, 'runs');
-    await page.goto(`${f.server.url}/runs?state=failed`);
+    await page.goto(`${f.server.url}/runs?dag=ui_demo&state=failed`);
     await page.getByText('No runs.').waitFor();
     const agent = await connectedAgent(f, 'ui-agent-1', { args: ['--labels', 'zone=a,gpu=none', '--slots', '2'] });
     try {

@@ -240,6 +240,21 @@ describe('claimAttempt', () => {
     expect((await getTi(db.sql, tis.get('a')!.id))!.state).toBe('scheduled');
   });
 
+  it('records the signal that killed a try, on the row and in its end event, and a retry resets it', async () => {
+    const { run, ti, claim } = await claimedTi(
+      dag('c4s', [task('a', { retries: 1, retryDelayMs: 0, maxRetryDelayMs: 0 })]),
+    );
+    expect(await startAttempt(db.sql, { tiId: ti.id, ...claim }, { pid: 42, agentId: 'agent-1' })).toBe(true);
+    const killed: AttemptResult = { exitCode: null, signal: 'SIGKILL', error: 'killed by SIGKILL', outcome: 'failed' };
+    expect(await finishAttempt(db.sql, { tiId: ti.id, ...claim }, killed)).toBe('up_for_retry');
+    expect((await getTi(db.sql, ti.id))!).toMatchObject({ exit_code: null, signal: 'SIGKILL' });
+    const end = (await events({ tiId: ti.id })).at(-1)!;
+    expect(end.payload).toMatchObject({ to: 'up_for_retry', signal: 'SIGKILL', exit_code: null });
+    expect(await transitionTis(db.sql, run.id, ['a'], 'scheduled')).toEqual([ti.id]);
+    expect(await claimAttempt(db.sql, ti.id, 'subprocess')).not.toBeNull();
+    expect((await getTi(db.sql, ti.id))!.signal).toBeNull();
+  });
+
   it('gives a retry a new try number, token and key, and resets the attempt fields', async () => {
     const { run, ti, claim } = await claimedTi(
       dag('c4', [task('a', { retries: 1, retryDelayMs: 0, maxRetryDelayMs: 0 })]),

@@ -26,7 +26,7 @@ export async function finishAttempt(
     const from = [...legalTiFrom('cancelled'), 'cancelled'];
     const rows = await sql`
       update task_instances set state = 'cancelled', ended_at = coalesce(ended_at, now()),
-        exit_code = ${result.exitCode}, error = coalesce(error, ${result.error}), pid = null
+        exit_code = ${result.exitCode}, signal = ${result.signal}, error = coalesce(error, ${result.error}), pid = null
       where id = ${a.tiId} and try_number = ${a.tryNumber} and attempt_token = ${a.attemptToken}
         and state = any(${from}::text[])`;
     return rows.count === 1 ? 'cancelled' : 'rejected';
@@ -55,12 +55,13 @@ const endFigures = (sql: Sql) =>
 
 type End = { tiId: string; tryNumber: number; attemptToken: string; result: AttemptResult };
 
-/** The reports as rows `r(id, try, token, ok, exit_code, error, ended_ms, …extra)`: one array a column. */
+/** The reports as rows `r(id, try, token, ok, exit_code, signal, error, ended_ms, …extra)`: one array a column. */
 const endsTable = (sql: Sql, ends: End[], extra?: Fragment) => sql`
   select * from unnest(${ends.map((o) => o.tiId)}::bigint[], ${ends.map((o) => o.tryNumber)}::int[],
                        ${ends.map((o) => o.attemptToken)}::uuid[],
                        ${ends.map((o) => (o.result.outcome === 'success' ? 'true' : 'false'))}::text[]::bool[],
                        ${ends.map((o) => o.result.exitCode) as number[]}::int[],
+                       ${ends.map((o) => o.result.signal) as string[]}::text[],
                        ${ends.map((o) => o.result.error) as string[]}::text[],
                        ${ends.map((o) => o.result.endedAt ?? null) as number[]}::float8[]${extra ?? sql``})`;
 
@@ -82,11 +83,12 @@ const endColumns = (sql: Sql) => sql`
   next_try_at = case when not r.ok and t.try_number < t.max_tries
     then now() + least(t.retry_delay_ms * power(2, least(t.try_number - 1, 30)), t.max_retry_delay_ms) * interval '1 millisecond'
     end,
-  ended_at = greatest(${endedAt(sql)}, t.started_at), exit_code = r.exit_code, error = r.error, pid = null`;
+  ended_at = greatest(${endedAt(sql)}, t.started_at), exit_code = r.exit_code, signal = r.signal,
+  error = r.error, pid = null`;
 
 /** The events-log payload of an end, from the row the end wrote. */
 const endEvent = (sql: Sql) => sql`jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number,
-  'exit_code', exit_code, 'error', error, 'next_try_at', next_try_at)`;
+  'exit_code', exit_code, 'signal', signal, 'error', error, 'next_try_at', next_try_at)`;
 
 /**
  * Records the end of many attempts in one statement — success, or failed / up_for_retry by the
@@ -96,13 +98,13 @@ const endEvent = (sql: Sql) => sql`jsonb_build_object('task_id', task_id, 'to', 
  */
 export function finishAttempts(sql: Sql, ends: End[]) {
   return sql<FinishedRow[]>`
-    with r as (${endsTable(sql, ends)} as r(id, try, token, ok, exit_code, error, ended_ms)),
+    with r as (${endsTable(sql, ends)} as r(id, try, token, ok, exit_code, signal, error, ended_ms)),
     moved as (
       update task_instances t set ${endColumns(sql)}
       from r
       where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token
         and t.state = any(${ATTEMPT_END_FROM as string[]}::text[])
-      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.error, t.next_try_at, t.attempt_token,
+      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.signal, t.error, t.next_try_at, t.attempt_token,
         t.started_at, t.ended_at),
     ev as (${tiEvents(sql, EVENT_KIND.tiState, sql`moved`, endEvent(sql))})
     select id, try_number, attempt_token as token, run_id, state, ${endFigures(sql)} from moved`;
@@ -129,7 +131,8 @@ export function startAndFinishAttempts(
       select 1, run_id, id, ${endEvent(sql)} from moved) e
     order by ti_id, o`;
   return sql<StartedAndFinishedRow[]>`
-    with r as (${endsTable(sql, reports, extra)} as r(id, try, token, ok, exit_code, error, ended_ms, pid, agent_id, reported_ms)),
+    with r as (${endsTable(sql, reports, extra)} as r(id, try, token, ok, exit_code, signal, error, ended_ms,
+      pid, agent_id, reported_ms)),
     was as (
       select t.id, t.state = any(${START_FROM}::text[]) as starting
       from task_instances t join r on t.id = r.id and t.try_number = r.try and t.attempt_token = r.token
@@ -143,7 +146,7 @@ export function startAndFinishAttempts(
       from r join was w on w.id = r.id
       where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token
         and t.state = any(${START_OR_END_FROM}::text[])
-      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.error, t.next_try_at, t.attempt_token,
+      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.signal, t.error, t.next_try_at, t.attempt_token,
         t.agent_id, w.starting, r.pid, t.started_at, t.ended_at, t.ready_at),
     ev as (${insertEvents(sql, events)})
     select id, try_number, attempt_token as token, run_id, state, ${endFigures(sql)},

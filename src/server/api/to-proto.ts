@@ -139,6 +139,7 @@ export function tiToProto(t: TiView): TaskInstance {
     heartbeatAt: ts(t.heartbeat_at),
     endedAt: ts(t.ended_at),
     exitCode: t.exit_code ?? undefined,
+    signal: t.signal ?? '',
     error: t.error ?? '',
     pendingReason: t.pending_reason ?? '',
     nextTryAt: ts(t.next_try_at),

@@ -1,7 +1,7 @@
 import type { TaskTry } from '../live/task-tries.js';
 import { StateBadge } from './state-badge.js';
 
-/** Every try of a task: state, exit code, duration, where it ran and its error. */
+/** Every try of a task: state, exit code or killing signal, duration, where it ran and its error. */
 export function TriesTable({ tries }: { tries: TaskTry[] }) {
   if (tries.length === 0) return <p className="muted">No try has started yet.</p>;
   return (
@@ -11,7 +11,7 @@ export function TriesTable({ tries }: { tries: TaskTry[] }) {
           <tr>
             <th>Try</th>
             <th>State</th>
-            <th className="right">Exit</th>
+            <th className="right">Exit / signal</th>
             <th className="right">Duration</th>
             <th>Ran on</th>
             <th>Error</th>
@@ -24,7 +24,9 @@ export function TriesTable({ tries }: { tries: TaskTry[] }) {
               <td>
                 <StateBadge state={t.state} />
               </td>
-              <td className="right mono">{t.exitCode ?? '—'}</td>
+              <td className="right mono" data-testid="try-exit">
+                {t.signal || (t.exitCode ?? '—')}
+              </td>
               <td className="right">{duration(t)}</td>
               <td className="mono">
                 {t.agentId || 'this server'}

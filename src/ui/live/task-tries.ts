@@ -9,6 +9,8 @@ export interface TaskTry {
   startedAt: Date | null;
   endedAt: Date | null;
   exitCode: number | null;
+  /** The signal that killed it (SIGKILL, SIGTERM, …), or '' when it exited with a code or runs. */
+  signal: string;
   error: string;
   agentId: string;
   pid: number | null;
@@ -33,6 +35,7 @@ export function applyTryEvents(tries: TaskTry[], taskId: string, events: RunEven
       startedAt: null,
       endedAt: null,
       exitCode: null,
+      signal: '',
       error: '',
       agentId: '',
       pid: null,
@@ -43,7 +46,8 @@ export function applyTryEvents(tries: TaskTry[], taskId: string, events: RunEven
     } else if (to === 'queued') {
       t = { ...base, state: to, agentId: String(p.agent_id ?? base.agentId) };
     } else if (ENDS.has(to) && old) {
-      t = { ...base, state: to, endedAt: at, exitCode: numberOr(p.exit_code), error: String(p.error ?? '') };
+      const signal = typeof p.signal === 'string' ? p.signal : '';
+      t = { ...base, state: to, endedAt: at, exitCode: numberOr(p.exit_code), signal, error: String(p.error ?? '') };
     }
     if (t) next = [...next.filter((x) => x.tryNumber !== n), t].sort((a, b) => a.tryNumber - b.tryNumber);
   }

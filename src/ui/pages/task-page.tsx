@@ -12,7 +12,7 @@ import { TriesTable } from '../components/tries-table.js';
 import { applyTryEvents, type TaskTry } from '../live/task-tries.js';
 import { useRunLive } from '../live/use-run-live.js';
 
-/** A task instance: its latest try, every try (exit code, duration, agent, error), live; its log followed. */
+/** A task instance: its latest try, every try (exit code or signal, duration, agent, error), live; its log followed. */
 export function TaskPage({ runId, taskId }: { runId: string; taskId: string }) {
   const [tries, setTries] = useState<TaskTry[]>([]);
   const onEvents = useCallback(
@@ -58,8 +58,8 @@ export function TaskPage({ runId, taskId }: { runId: string; taskId: string }) {
         </dd>
         <dt>Try</dt>
         <dd>{ti.tryNumber > 0 ? `${ti.tryNumber} of ${ti.maxTries}` : 'not started'}</dd>
-        <dt>Exit code</dt>
-        <dd data-testid="exit-code">{ti.exitCode ?? '—'}</dd>
+        <dt>{ti.signal ? 'Signal' : 'Exit code'}</dt>
+        <dd data-testid="exit-code">{ti.signal ? `killed by ${ti.signal}` : (ti.exitCode ?? '—')}</dd>
         <dt>Duration</dt>
         <dd>{formatDuration(ti.startedAt, ti.endedAt)}</dd>
         <dt>Started</dt>
