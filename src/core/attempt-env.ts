@@ -1,4 +1,5 @@
 import type { Attempt } from './attempt.js';
+import { idempotencyKey } from './idempotency-key.js';
 import { attemptTraceContext, type TraceContext } from './trace-context.js';
 import type { Claim, WorkItem } from './work-item.js';
 
@@ -10,6 +11,8 @@ export interface AttemptEnvInput {
   tiId: string;
   tryNumber: number;
   maxTries: number;
+  /** This install's id (`installIdentity`), which makes the idempotency key unique across installs. */
+  install: string;
   logicalDate: Date;
   conf: Record<string, unknown>;
   /** The task's own env, which wins over ours. */
@@ -27,6 +30,7 @@ export function attemptEnv(i: AttemptEnvInput): Record<string, string> {
     LEOFLOW_TI_ID: i.tiId,
     LEOFLOW_TRY_NUMBER: String(i.tryNumber),
     LEOFLOW_MAX_TRIES: String(i.maxTries),
+    LEOFLOW_IDEMPOTENCY_KEY: idempotencyKey(i.install, i.runId, i.taskId),
     LEOFLOW_LOGICAL_DATE: i.logicalDate.toISOString(),
     LEOFLOW_RUN_CONF: JSON.stringify(i.conf),
     ...(i.trace
@@ -40,6 +44,7 @@ export function attemptEnv(i: AttemptEnvInput): Record<string, string> {
 export function attemptOf(
   w: Omit<WorkItem, 'executor' | 'pendingReason' | 'claim'>,
   claim: Omit<Claim, 'agentId'>,
+  install: string,
   agentId?: string,
 ): Attempt {
   const trace = w.runTrace && attemptTraceContext(w.runTrace, w.tiId, claim.tryNumber);
@@ -60,6 +65,7 @@ export function attemptOf(
       tiId: w.tiId,
       tryNumber: claim.tryNumber,
       maxTries: claim.maxTries,
+      install,
       logicalDate: w.logicalDate,
       conf: w.conf,
       taskEnv: w.task.env,

@@ -10,7 +10,7 @@ import type { Sql } from './sql.js';
  * was given to (by another replica, or before a reconnect). Null unless it is still queued or
  * running for that agent.
  */
-export async function loadAttempt(sql: Sql, tiId: string, agentId: string): Promise<Attempt | null> {
+export async function loadAttempt(sql: Sql, tiId: string, agentId: string, install: string): Promise<Attempt | null> {
   const [row] = await sql<(AttemptRow & { spec: DagSpec })[]>`
     select t.id, t.run_id, t.task_id, t.try_number, t.max_tries, t.attempt_token, t.dispatch_key,
            r.dag_id, v.spec, r.conf, r.logical_date, r.traceparent, r.tracestate
@@ -20,5 +20,5 @@ export async function loadAttempt(sql: Sql, tiId: string, agentId: string): Prom
   if (!row) return null;
   const task = row.spec.tasks.find((t) => t.id === row.task_id);
   if (!task) return null;
-  return attemptOfRow(row, task, agentId);
+  return attemptOfRow(row, task, install, agentId);
 }

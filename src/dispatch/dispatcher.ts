@@ -32,6 +32,8 @@ export interface DispatcherOptions {
   /** For the executors whose work is placed before it is claimed (agents): their placement. */
   placements?: ReadonlyMap<string, Placement>;
   store: DispatchStore;
+  /** This install's id, for the attempts' idempotency keys. */
+  install: string;
   logger: Logger;
   metrics?: DispatchMetrics;
   /** Told of each attempt handed to its executor (for its dispatch span), with when the pool took it up. */
@@ -217,7 +219,7 @@ export class PoolDispatcher implements Dispatcher {
       // Placed and claimed with its move: deliver it. Else placement first: the agent is chosen
       // before the claim, and a TI that cannot be placed stays scheduled, saying why.
       if (item.claim?.agentId) {
-        await executor.dispatch(attemptOf(item, item.claim, item.claim.agentId));
+        await executor.dispatch(attemptOf(item, item.claim, this.#o.install, item.claim.agentId));
         return item.claim.tryNumber;
       }
       return (await placer.placeAndDispatch(item)).tryNumber;
@@ -228,7 +230,7 @@ export class PoolDispatcher implements Dispatcher {
       { tiId: item.tiId, runId: item.runId, taskId: item.taskId, try: claim.tryNumber },
       'dispatching',
     );
-    await executor.dispatch(attemptOf(item, claim));
+    await executor.dispatch(attemptOf(item, claim, this.#o.install));
     return claim.tryNumber;
   }
 

@@ -145,8 +145,11 @@ export async function startControlPlane(
       onFinished: (attempt) => scheduler?.nudge([attempt.runId], 'finished'),
       onRejected: (_attempt, report) => metrics.staleReportsRejected.inc({ report }),
     });
+    // Read once: it names the install in pods and in every attempt's idempotency key.
+    const install = await installIdentity(sql);
     const fleet = createAgentFleet({
       sql,
+      install,
       claimSql: db.claimSql,
       logs,
       reports,
@@ -174,7 +177,7 @@ export async function startControlPlane(
     const kubernetes =
       config.kubernetes && mayLead
         ? await startKubernetesExecutor(config, {
-            install: await installIdentity(sql),
+            install,
             sql,
             reporter,
             logger,
@@ -194,6 +197,7 @@ export async function startControlPlane(
     metrics.dispatchQueueCapacity.set(config.dispatchQueue);
     let queueDepth = 0;
     const dispatcher = createDispatcher({
+      install,
       workers: config.dispatchWorkers,
       capacity: config.dispatchQueue,
       executors,

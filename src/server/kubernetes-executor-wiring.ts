@@ -57,7 +57,7 @@ export async function startKubernetesExecutor(
       pending: (a, reason) => notePendingReason(d.sql, a, reason),
       lastLines: (a) => lastLogLines(d.sql, a, LAST_LINES),
       podGone: async (name) => void (await forgetAgent(d.sql, name, 3 * config.heartbeatIntervalMs)),
-      active: () => activeAttemptsOf(d.sql, 'kubernetes'),
+      active: () => activeAttemptsOf(d.sql, 'kubernetes', d.install),
       // An attempt over for less than 10 s: its agent, which reported the end, is still exiting.
       standings: (attempts) => attemptStandings(d.sql, attempts, 10_000),
     },

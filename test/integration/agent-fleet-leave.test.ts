@@ -74,6 +74,7 @@ describe('an agent fleet leaving (graceful stop)', () => {
     const reports = createReportBatcher(db.sql, { retryMs: 1000, logs });
     const fleet = createAgentFleet({
       sql: db.sql,
+      install: 'test-install',
       logs,
       reports,
       logger: pino({ level: 'silent' }),

@@ -91,6 +91,7 @@ function setup(o: { capacity?: number; workers?: number; hold?: Promise<void>; f
   };
   const counted = { atCapacity: 0, depth: [] as number[], dispatched: 0 };
   const dispatcher = createDispatcher({
+    install: 'test-install',
     workers: o.workers ?? 1,
     capacity: o.capacity ?? 2,
     executors: new Map([

@@ -238,6 +238,7 @@ describe('secret references on their way to the executor', () => {
         task: spec.tasks[0]!,
       } as never,
       { tryNumber: 1, maxTries: 1, attemptToken: attempt.attemptToken, dispatchKey: 's-3-a-1' } as never,
+      'test-install',
     );
     expect(a.secretEnv).toEqual({ A: { env: 'SRC' } });
     expect(a.env.PLAIN).toBe('p');

@@ -10,7 +10,11 @@ import { attemptOfRow, type AttemptRow } from './attempt-of-row.js';
  * leader matches against the pods it lists. Read once per change of leader; each row carries its
  * own task's spec, not its DAG's whole version.
  */
-export async function activeAttemptsOf(sql: Sql, executor: string): Promise<{ attempt: Attempt; running: boolean }[]> {
+export async function activeAttemptsOf(
+  sql: Sql,
+  executor: string,
+  install: string,
+): Promise<{ attempt: Attempt; running: boolean }[]> {
   const rows = await sql<(AttemptRow & { state: string; task: TaskSpec | null })[]>`
     select t.id, t.run_id, t.task_id, t.state, t.try_number, t.max_tries, t.attempt_token, t.dispatch_key,
            r.dag_id, r.conf, r.logical_date, r.traceparent, r.tracestate,
@@ -22,7 +26,7 @@ export async function activeAttemptsOf(sql: Sql, executor: string): Promise<{ at
   for (const row of rows) {
     const task = row.task;
     if (!task) continue;
-    out.push({ attempt: attemptOfRow(row, task), running: row.state !== 'queued' });
+    out.push({ attempt: attemptOfRow(row, task, install), running: row.state !== 'queued' });
   }
   return out;
 }

@@ -20,7 +20,7 @@ export interface AttemptRow {
 }
 
 /** The attempt a row stands for, with its task's spec (read by the caller from the DAG version). */
-export function attemptOfRow(row: AttemptRow, task: TaskSpec, agentId?: string): Attempt {
+export function attemptOfRow(row: AttemptRow, task: TaskSpec, install: string, agentId?: string): Attempt {
   return attemptOf(
     {
       tiId: row.id,
@@ -38,6 +38,7 @@ export function attemptOfRow(row: AttemptRow, task: TaskSpec, agentId?: string):
       attemptToken: row.attempt_token,
       dispatchKey: row.dispatch_key,
     },
+    install,
     agentId,
   );
 }

@@ -29,6 +29,8 @@ export interface AgentFleetOptions {
   logger: Logger;
   metrics: Metrics;
   replicaId: string;
+  /** This install's id, for the attempts' idempotency keys. */
+  install: string;
   keepaliveMs: number;
   /** The server's `--kill-grace`: agents stop the attempts they are given with it. */
   killGraceMs: number;
@@ -136,7 +138,7 @@ export class AgentFleet {
           for (const { work: w, agentId } of claims) {
             const c = made.get(w.tiId);
             if (!c) continue;
-            out.set(w.tiId, attemptOf(w, c, agentId));
+            out.set(w.tiId, attemptOf(w, c, this.#o.install, agentId));
           }
           return out;
         },
@@ -145,7 +147,7 @@ export class AgentFleet {
     });
 
     this.sessionDeps = {
-      store: createSessionStore(this.#o.sql, this.#o.reports, this.#o.logs, this.#o.replicaId),
+      store: createSessionStore(this.#o.sql, this.#o.reports, this.#o.logs, this.#o.replicaId, this.#o.install),
       registry: this.registry,
       heartbeats: this.#heartbeats,
       logger: this.#log,
@@ -192,7 +194,7 @@ export class AgentFleet {
       const [agentId, tiId] = payload.split(' ');
       const handle = agentId ? this.registry.get(agentId) : undefined;
       if (!handle || !tiId) return;
-      const attempt = await loadAttempt(this.#o.sql, tiId, agentId!);
+      const attempt = await loadAttempt(this.#o.sql, tiId, agentId!, this.#o.install);
       // Not forwarded when kept for another replica's session: that replica had this notification too.
       if (attempt && !handle.holds(tiId) && (await handle.assign(attempt)) === 'gone')
         await this.#giveBack(attempt, handle.sessionId, `AGENT_GONE:${agentId}`);

@@ -30,7 +30,13 @@ function endStates(outcome: AttemptResult['outcome']): string[] {
   return ['failed', 'up_for_retry'];
 }
 
-export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWriter, replicaId: string): SessionStore {
+export function createSessionStore(
+  sql: Sql,
+  reports: ReportBatcher,
+  logs: LogWriter,
+  replicaId: string,
+  install: string,
+): SessionStore {
   const recordDelivery = createDeliveryRecorder(sql);
   return {
     connectAgent: (h) => connectAgent(sql, { ...h, replicaId }),
@@ -56,7 +62,7 @@ export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWr
     async undelivered(agentId, incarnationId) {
       const out: Attempt[] = [];
       for (const tiId of await undeliveredClaims(sql, agentId, incarnationId)) {
-        const a = await loadAttempt(sql, tiId, agentId);
+        const a = await loadAttempt(sql, tiId, agentId, install);
         if (a) out.push(a);
       }
       return out;
@@ -90,7 +96,7 @@ export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWr
     },
 
     async takeAttempt(tiId, attemptToken, agentId) {
-      return (await takeAttempt(sql, tiId, attemptToken, agentId)) ? loadAttempt(sql, tiId, agentId) : null;
+      return (await takeAttempt(sql, tiId, attemptToken, agentId)) ? loadAttempt(sql, tiId, agentId, install) : null;
     },
 
     async oneShotRefusal(tiId, agent) {
@@ -99,10 +105,10 @@ export function createSessionStore(sql: Sql, reports: ReportBatcher, logs: LogWr
     },
 
     async claimOnly(tiId, agentId) {
-      const existing = await loadAttempt(sql, tiId, agentId);
+      const existing = await loadAttempt(sql, tiId, agentId, install);
       if (existing) return existing;
       if (!(await claimAttempt(sql, tiId, 'agents', agentId))) return null;
-      return loadAttempt(sql, tiId, agentId);
+      return loadAttempt(sql, tiId, agentId, install);
     },
   };
 }
