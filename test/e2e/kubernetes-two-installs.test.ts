@@ -130,7 +130,7 @@ describe('two installs in one namespace', () => {
 
   it(
     'run 50 runs each through two leader changes, each task once, on its first try',
-    { timeout: 150_000 },
+    { timeout: 240_000 },
     async () => {
       const [a, b] = installs as [Install, Install];
       const runs = new Map<Install, string[]>([
@@ -141,7 +141,7 @@ describe('two installs in one namespace', () => {
         const file = path.join(tmp, `many-${i.port}.yaml`);
         await writeFile(
           file,
-          'dag_id: many\nmax_active_runs: 50\ntasks:\n  - id: t\n    retries: 2\n    command: ["sh", "-c", "sleep 2"]\n',
+          'dag_id: many\nmax_active_runs: 50\ntasks:\n  - id: t\n    retries: 2\n    command: ["sh", "-c", "sleep 8"]\n',
         );
         const applied = await cli(i.server.url, ['dag', 'apply', file]);
         expect(applied.code, applied.stderr).toBe(0);
@@ -150,15 +150,18 @@ describe('two installs in one namespace', () => {
         const client = createClient(WorkflowService, createGrpcTransport({ baseUrl: i.server.url }));
         for (let k = 0; k < n; k++) runs.get(i)!.push((await client.triggerRun({ dagId: 'many' })).run!.runId);
       };
+      // This install's leader is killed once its tasks are dispatched (their pods made, starting or running).
       const running = (i: Install) =>
         waitFor(
-          'a task of the last runs running',
+          'a task of this install dispatched',
           async () => {
             const [r] = await i.db.sql`
-            select 1 from task_instances where run_id = ${runs.get(i)!.at(-1)!} and state = 'running'`;
+            select 1 from task_instances
+            where run_id = any(${runs.get(i)!}::bigint[]) and state in ('queued', 'running') limit 1`;
             return r ?? null;
           },
-          30_000,
+          60_000,
+          50,
         );
       // Each install's leader dies once, with tasks of both running in the shared namespace.
       await Promise.all([trigger(a, 25), trigger(b, 25)]);
@@ -181,7 +184,7 @@ describe('two installs in one namespace', () => {
             const over = rows.filter((t) => t.state !== 'running' && t.state !== 'queued' && t.state !== 'scheduled');
             return over.length === ids.length ? rows : null;
           },
-          100_000,
+          180_000,
           250,
         );
         // A pod deleted under a running task by the other install would end it POD_DELETED, and its retry would
