@@ -578,7 +578,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    help="seconds between SIGTERM and SIGKILL, when the control plane sends no Assign.kill_grace")
     p.add_argument("--max-tasks", type=int, default=0, help="exit 0 once N results were acknowledged")
     p.add_argument("--exit-when-drained", action="store_true", help="exit 0 when drained and idle")
-    p.add_argument("--protocol-version", type=int, default=pb.PROTOCOL_VERSION_1, help=argparse.SUPPRESS)
+    p.add_argument("--protocol-version", type=int, default=pb.PROTOCOL_VERSION_2, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     try:
         args.servers = parse_servers(args.server or [os.environ.get("LEOFLOW_SERVER", "127.0.0.1:7070")])

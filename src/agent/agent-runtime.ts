@@ -297,7 +297,7 @@ class AgentRuntime {
 
   #hello(): Hello {
     return create(HelloSchema, {
-      protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+      protocolVersion: ProtocolVersion.PROTOCOL_VERSION_2,
       agentId: this.#o.agentId,
       labels: this.#o.labels ?? {},
       // The protocol features this agent implements, announced beside the operator's capabilities.

@@ -186,10 +186,10 @@ export class ControlPlaneSession {
   }
 
   #onWelcome(welcome: Welcome): void {
-    if (welcome.protocolVersion !== ProtocolVersion.PROTOCOL_VERSION_1) {
+    if (welcome.protocolVersion !== ProtocolVersion.PROTOCOL_VERSION_2) {
       this.#log.warn(
         { protocolVersion: welcome.protocolVersion },
-        'Welcome names another protocol version; going on with version 1',
+        'Welcome names another protocol version; going on with version 2',
       );
     }
     this.#welcomed = true;

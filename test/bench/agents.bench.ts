@@ -43,7 +43,7 @@ function scriptedAgent(
   out.push({
     msg: {
       case: 'hello',
-      value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId, slots: 4, incarnationId: randomUUID() },
+      value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_2, agentId, slots: 4, incarnationId: randomUUID() },
     },
   } as Msg);
   let seq = 1n;

@@ -33,7 +33,7 @@ export function startInstantAgent(
     msg: {
       case: 'hello',
       value: {
-        protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+        protocolVersion: ProtocolVersion.PROTOCOL_VERSION_2,
         agentId: opts.agentId,
         slots: opts.slots,
         incarnationId: randomUUID(),

@@ -63,7 +63,7 @@ async function welcomed(
     msg: {
       case: 'hello',
       value: {
-        protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+        protocolVersion: ProtocolVersion.PROTOCOL_VERSION_2,
         agentId,
         labels: { lane: 'conformance' },
         slots: opts.slots ?? 1,
@@ -352,7 +352,7 @@ describe('agent protocol conformance', () => {
       msg: {
         case: 'hello',
         value: {
-          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_2,
           agentId: 'conf-dup',
           slots: 1,
           incarnationId: randomUUID(),
@@ -407,7 +407,7 @@ describe('agent protocol conformance', () => {
       msg: {
         case: 'hello',
         value: {
-          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_2,
           agentId: 'conf codes',
           slots: 1,
           incarnationId: randomUUID(),

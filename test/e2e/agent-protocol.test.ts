@@ -75,7 +75,7 @@ describe('AgentService.Connect (control-plane side)', () => {
     );
     outbox.close();
     expect(err?.code).toBe(Code.FailedPrecondition);
-    expect(err?.rawMessage).toBe('agent speaks protocol version 99; this control plane speaks 1');
+    expect(err?.rawMessage).toBe('agent speaks protocol version 99; this control plane speaks 2');
   });
 
   it('keeps a TI waiting with NO_AGENT_WITH_LABELS, dispatches it the moment a matching agent connects, and records its reports', async () => {
@@ -91,7 +91,7 @@ describe('AgentService.Connect (control-plane side)', () => {
       msg: {
         case: 'hello',
         value: {
-          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_2,
           agentId: 'gpu-1',
           labels: { gpu: 'nvidia' },
           slots: 2,
@@ -152,7 +152,7 @@ describe('AgentService.Connect (control-plane side)', () => {
       msg: {
         case: 'hello',
         value: {
-          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_2,
           agentId: 'deaf-1',
           slots: 1,
           incarnationId: randomUUID(),
@@ -181,7 +181,7 @@ describe('AgentService.Connect (control-plane side)', () => {
       msg: {
         case: 'hello' as const,
         value: {
-          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_2,
           agentId: 'gpu-2',
           labels: { gpu: 'nvidia' },
           slots: 1,

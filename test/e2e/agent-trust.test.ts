@@ -76,6 +76,7 @@ function agentProcess(o: {
   pool: string;
   slots?: number;
   incarnationId?: string;
+  protocolVersion?: ProtocolVersion;
   held?: AttemptRef[];
   keepaliveHeld?: () => AttemptRef[];
 }) {
@@ -89,7 +90,7 @@ function agentProcess(o: {
   send({
     case: 'hello',
     value: {
-      protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+      protocolVersion: o.protocolVersion ?? ProtocolVersion.PROTOCOL_VERSION_2,
       agentId: o.agentId,
       labels: { pool: o.pool },
       slots: o.slots ?? 1,
@@ -234,13 +235,25 @@ describe('incarnations: an attempt given to one agent process never reaches anot
     await second.close();
   });
 
-  it('tells an agent too old to send an incarnation id to upgrade (FAILED_PRECONDITION, as for a protocol it does not speak)', async () => {
-    const a = agentProcess({ agentId: 'no-incarnation', pool: 'none', incarnationId: '' });
+  it('tells an agent of protocol version 1, from before the incarnation id, to upgrade (FAILED_PRECONDITION)', async () => {
+    const a = agentProcess({
+      agentId: 'no-incarnation',
+      pool: 'none',
+      incarnationId: '',
+      protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+    });
     const err = await a.ended;
     expect(err?.code).toBe(Code.FailedPrecondition);
     expect(err?.rawMessage).toBe(
-      'hello.incarnation_id: this control plane needs it (a UUID made once per agent process); this agent is older than the control plane: upgrade it',
+      'agent speaks protocol version 1 (before incarnation_id was required); this control plane speaks 2: upgrade the agent',
     );
+  });
+
+  it('refuses a version 2 Hello without its incarnation id, naming the field (INVALID_ARGUMENT)', async () => {
+    const a = agentProcess({ agentId: 'v2-no-incarnation', pool: 'none', incarnationId: '' });
+    const err = await a.ended;
+    expect(err?.code).toBe(Code.InvalidArgument);
+    expect(err?.rawMessage).toMatch(/^hello\.incarnation_id: must be a UUID made once per agent process/);
   });
 
   it('refuses an incarnation id that is not a UUID, naming the field', async () => {

@@ -198,7 +198,7 @@ describe('--max-token-agents', () => {
           msg: {
             case: 'hello',
             value: {
-              protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+              protocolVersion: ProtocolVersion.PROTOCOL_VERSION_2,
               agentId,
               slots: 1,
               incarnationId: incarnations.get(agentId) ?? incarnations.set(agentId, randomUUID()).get(agentId)!,

@@ -55,7 +55,7 @@ async function connect(agentId: string, labels: Record<string, string> = {}, url
     msg: {
       case: 'hello',
       value: {
-        protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+        protocolVersion: ProtocolVersion.PROTOCOL_VERSION_2,
         agentId,
         labels,
         slots: 1,

@@ -78,7 +78,7 @@ describe('an agent that ignores its timeout', () => {
         msg: {
           case: 'hello',
           value: {
-            protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+            protocolVersion: ProtocolVersion.PROTOCOL_VERSION_2,
             agentId: 'deaf-to-timeouts',
             slots: 2,
             incarnationId: randomUUID(),

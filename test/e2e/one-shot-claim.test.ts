@@ -79,7 +79,7 @@ async function claim(
       case: 'hello',
       value: {
         $typeName: 'leoflow.v1.Hello',
-        protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+        protocolVersion: ProtocolVersion.PROTOCOL_VERSION_2,
         agentId,
         labels: extra.labels ?? {},
         capabilities: extra.capabilities ?? [],

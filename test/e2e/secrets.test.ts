@@ -149,7 +149,7 @@ tasks:
       msg: {
         case: 'hello',
         value: {
-          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_2,
           agentId: 'old-agent',
           labels: { pool: 'old' },
           slots: 2,

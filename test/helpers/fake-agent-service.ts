@@ -128,7 +128,7 @@ export class FakeAgentService {
 
   constructor(opts: FakeOptions = {}) {
     this.keepaliveIntervalMs = opts.keepaliveIntervalMs ?? 100;
-    this.versions = opts.versions ?? [ProtocolVersion.PROTOCOL_VERSION_1];
+    this.versions = opts.versions ?? [ProtocolVersion.PROTOCOL_VERSION_2];
     this.maxReconnectBackoffMs = opts.maxReconnectBackoffMs;
     this.replicaId = opts.replicaId ?? 'fake';
   }
@@ -199,7 +199,7 @@ export class FakeAgentService {
       stream.send({
         case: 'welcome',
         value: {
-          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+          protocolVersion: ProtocolVersion.PROTOCOL_VERSION_2,
           replicaId: this.replicaId,
           keepaliveInterval: durationFromMs(this.keepaliveIntervalMs),
           ...(this.maxReconnectBackoffMs === undefined

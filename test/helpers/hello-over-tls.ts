@@ -35,7 +35,7 @@ export async function helloOverTls(
           msg: {
             case: 'hello',
             value: {
-              protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1,
+              protocolVersion: ProtocolVersion.PROTOCOL_VERSION_2,
               agentId,
               slots: 1,
               incarnationId: randomUUID(),

@@ -42,7 +42,7 @@ function openStream(connection: AgentConnection, agentId: string) {
     create(ConnectRequestSchema, {
       msg: {
         case: 'hello',
-        value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_1, agentId, slots: 2, incarnationId: randomUUID() },
+        value: { protocolVersion: ProtocolVersion.PROTOCOL_VERSION_2, agentId, slots: 2, incarnationId: randomUUID() },
       },
     }),
   );

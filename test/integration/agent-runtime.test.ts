@@ -96,7 +96,7 @@ describe('agent runtime', () => {
     const s = await f.waitFor('a stream', () => f.streams[0]);
     // The protocol features it implements are announced after the operator's capabilities.
     expect(s.hello).toMatchObject({
-      protocolVersion: 1,
+      protocolVersion: 2,
       agentId: 'test-agent',
       labels: { zone: 'a' },
       capabilities: ['sh', 'leoflow.secret-env'],
@@ -293,7 +293,7 @@ describe('agent runtime', () => {
   });
 
   it('is refused at Hello with FAILED_PRECONDITION: rejects with the server message and does not retry', async () => {
-    const f = await fake({ versions: [2] });
+    const f = await fake({ versions: [3] });
     const a = agent(f);
     const err = await a.done.then(
       () => null,
@@ -302,7 +302,7 @@ describe('agent runtime', () => {
     expect(err).toBeInstanceOf(AgentFatalError);
     expect((err as AgentFatalError).code).toBe(9);
     expect((err as Error).message).toBe(
-      'control plane refused the agent: FAILED_PRECONDITION: protocol_version 1 is not supported; this control plane speaks 2',
+      'control plane refused the agent: FAILED_PRECONDITION: protocol_version 2 is not supported; this control plane speaks 3',
     );
     await new Promise((r) => setTimeout(r, 300));
     expect(f.refused).toBe(1);
@@ -454,11 +454,11 @@ describe('leoflow agent (the real process)', () => {
         'leoflow agent: --once: requires --ti ID (the task instance to run)\n',
     );
 
-    const refusing = await fake({ versions: [2] });
+    const refusing = await fake({ versions: [3] });
     const refused = cli(['--server', refusing.url, 'agent', '--log-format', 'json']);
     expect(await within(refused.exited, 10_000, 'refused agent')).toBe(1);
     expect(refused.err()).toContain(
-      'leoflow agent: control plane refused the agent: FAILED_PRECONDITION: protocol_version 1 is not supported',
+      'leoflow agent: control plane refused the agent: FAILED_PRECONDITION: protocol_version 2 is not supported',
     );
     expect(refusing.refused).toBe(1);
 

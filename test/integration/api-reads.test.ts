@@ -85,7 +85,7 @@ beforeAll(async () => {
     slots: 1,
     replicaId: 'r1',
     sessionId: crypto.randomUUID(),
-    protocolVersion: 1,
+    protocolVersion: 2,
     incarnationId: crypto.randomUUID(),
     liveMs: 10_000,
   });

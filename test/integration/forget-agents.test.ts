@@ -187,7 +187,7 @@ describe('forgetting one agent by hand', () => {
       slots: 1,
       replicaId: 'r1',
       sessionId: randomUUID(),
-      protocolVersion: 1,
+      protocolVersion: 2,
       incarnationId: randomUUID(),
       liveMs: LIVE_MS,
     });

@@ -30,7 +30,7 @@ const connect = (agentId: string, replicaId: string, sessionId: string) =>
     slots: 1,
     replicaId,
     sessionId,
-    protocolVersion: 1,
+    protocolVersion: 2,
     incarnationId: randomUUID(),
     liveMs: 15_000,
   });

@@ -8,23 +8,18 @@ import type { HeldRef } from './heartbeat-buffer.js';
 import { checkAgentCertificate, type ClientCertificate } from '../auth/tls-identity.js';
 import { validateHelloFields } from './validate-agent-message.js';
 
-export const SUPPORTED_PROTOCOL_VERSIONS = [ProtocolVersion.PROTOCOL_VERSION_1];
+export const SUPPORTED_PROTOCOL_VERSIONS = [ProtocolVersion.PROTOCOL_VERSION_2];
 
 const HELLO_TIMEOUT_MS = 10_000;
 
 /** The version: a refusal a retry cannot fix, with a code of its own. */
 function checkHelloAccess(h: Hello): void {
   if (!SUPPORTED_PROTOCOL_VERSIONS.includes(h.protocolVersion)) {
+    // Version 1 agents are from before incarnation_id was required: they must be upgraded.
+    const old = h.protocolVersion === ProtocolVersion.PROTOCOL_VERSION_1;
     throw new ConnectError(
-      `agent speaks protocol version ${h.protocolVersion}; this control plane speaks ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')}`,
-      Code.FailedPrecondition,
-    );
-  }
-  // Required since 2026-11 within protocol version 1: an agent from before it is told, as for a
-  // version it does not speak, to upgrade (FAILED_PRECONDITION stops it), not that it erred.
-  if (h.incarnationId === '') {
-    throw new ConnectError(
-      'hello.incarnation_id: this control plane needs it (a UUID made once per agent process); this agent is older than the control plane: upgrade it',
+      `agent speaks protocol version ${h.protocolVersion}${old ? ' (before incarnation_id was required)' : ''}; ` +
+        `this control plane speaks ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')}${old ? ': upgrade the agent' : ''}`,
       Code.FailedPrecondition,
     );
   }
