@@ -322,7 +322,7 @@ export async function startControlPlane(
     const listener = listen(
       db.url,
       logger,
-      replicaNotifications({ logger, scheduler: sched, fleet, events, changes, tokenStreams: auth.streams }),
+      replicaNotifications({ logger, scheduler: sched, fleet, events, changes, tokenStreams: auth.streams, authenticator: auth.authenticator }),
       replicaSessionName(config.role, config.replicaId),
     );
     cleanups.push(() => listener.close());

@@ -4,6 +4,7 @@ import type { EventFeed } from '../feed/event-feed.js';
 import type { Scheduler } from '../scheduler/scheduler.js';
 import type { AgentFleet } from './agents/fleet.js';
 import type { ChangeSignal } from './api/change-signal.js';
+import type { TokenAuthenticator } from './auth/token-authenticator.js';
 import type { TokenStreams } from './auth/token-streams.js';
 
 /** The parts of a replica a notification from another replica (or its own writes) may concern. */
@@ -14,6 +15,7 @@ export interface NotifiedParts {
   events: EventFeed;
   changes: ChangeSignal;
   tokenStreams: TokenStreams;
+  authenticator: TokenAuthenticator;
 }
 
 /** What the replica's one LISTEN session does with each channel's notification. */
@@ -33,6 +35,7 @@ export function replicaNotifications(p: NotifiedParts): (channel: Channel, paylo
       // Whichever executor of this replica holds it: a subprocess, or an agent's stream.
       p.scheduler.cancelNotified(payload);
     } else if (channel === CHANNELS.tokenRevoked) {
+      p.authenticator.forget(payload);
       const cut = p.tokenStreams.revoked(payload);
       if (cut > 0)
         p.logger.info(

@@ -21,7 +21,7 @@ const ROUNDS = Number(process.env.LEOFLOW_BENCH_GUARD_ROUNDS ?? 9);
 const CALLS = 100_000;
 
 const token = { id: 'tok1', role: 'operator', expires_at: null } as never;
-const auth: TokenAuthenticator = { authenticate: async () => ({ ok: true, token }) };
+const auth: TokenAuthenticator = { authenticate: async () => ({ ok: true, token }), forget: () => {} };
 const guard = tokenGuard(auth, () => {}, new TokenStreams({ watch: 64, follow: 64, agent: 256 }));
 const limit = writeLimit(new WriteLimiter(1e12), true, () => {});
 const method = WorkflowService.method.triggerRun;

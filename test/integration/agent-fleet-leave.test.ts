@@ -87,7 +87,7 @@ describe('an agent fleet leaving (graceful stop)', () => {
         required: false,
         sharedToken: null,
         podOfAttempt: async () => null,
-        authenticator: { authenticate: async () => ({ ok: false, reason: 'unknown API token' }) },
+        authenticator: { authenticate: async () => ({ ok: false, reason: 'unknown API token' }), forget: () => {} },
       },
       nudge: () => {},
       nudgeQueued: () => {},

@@ -6,6 +6,7 @@ import type { TokenAuthenticator } from '../../src/server/auth/token-authenticat
 
 /** Tokens "role:pattern" (a fake at the database's edge; the e2e tests use Postgres). */
 const authenticator: TokenAuthenticator = {
+  forget: () => {},
   async authenticate(secret) {
     const [role, pattern] = secret.split(':');
     if (!['viewer', 'operator', 'admin', 'agent'].includes(role!)) return { ok: false, reason: 'unknown API token' };

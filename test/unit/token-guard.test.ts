@@ -50,6 +50,7 @@ const METHODS: DescMethod[] = SERVICES.flatMap((s) => s.methods);
 
 /** Tokens by secret, one per role: a fake at the database's edge (the e2e test uses Postgres). */
 const auth: TokenAuthenticator = {
+  forget: () => {},
   async authenticate(secret) {
     const role = secret.replace(/^secret-/, '') as TokenRole;
     if (!(TOKEN_ROLES as readonly string[]).includes(role)) return { ok: false, reason: 'unknown API token' };

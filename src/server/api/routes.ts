@@ -161,7 +161,7 @@ export function apiRoutes(o: {
         }),
       );
       router.service(AgentService, createAgentService(fleet.sessionDeps));
-      router.service(TokenService, createTokenService({ sql, logger, streams: o.auth.streams }));
+      router.service(TokenService, createTokenService({ sql, logger, streams: o.auth.streams, authenticator: o.auth.authenticator }));
     },
   });
 }

@@ -4,6 +4,7 @@ import { Code, ConnectError, type ServiceImpl } from '@connectrpc/connect';
 import { listApiTokens, revokeApiToken, type ApiTokenRow } from '../../db/tokens/api-tokens.js';
 import type { Logger } from 'pino';
 import type { Sql } from '../../db/sql.js';
+import type { TokenAuthenticator } from '../auth/token-authenticator.js';
 import type { TokenStreams } from '../auth/token-streams.js';
 import { actorPayload } from '../../core/actor.js';
 import { callerOf, callerTokenKey } from '../auth/caller.js';
@@ -27,6 +28,7 @@ export function createTokenService(deps: {
   sql: Sql;
   logger: Logger;
   streams?: TokenStreams;
+  authenticator?: TokenAuthenticator;
 }): ServiceImpl<typeof TokenService> {
   const { sql } = deps;
   return {
@@ -59,8 +61,9 @@ export function createTokenService(deps: {
         );
       const r = await revokeApiToken(sql, req.id);
       if (r === null) throw new ConnectError(`token ${JSON.stringify(req.id)} not found`, Code.NotFound);
-      // Its open streams end now: here at once, on the other replicas at the notification the
-      // revocation sent (api-tokens.ts).
+      // Its open streams end now, and its next call is refused: here at once, on the other
+      // replicas at the notification the revocation sent (api-tokens.ts).
+      deps.authenticator?.forget(req.id);
       const cut = deps.streams?.revokedHere(req.id) ?? 0;
       deps.logger.info(
         { tokenId: req.id, streamsCut: cut, ...actorPayload(callerOf(ctx)) },
