@@ -4,7 +4,7 @@ import path from 'node:path';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { TERMINAL_RUN_STATES } from '../../src/core/states.js';
+import { TERMINAL_RUN_STATES, TERMINAL_TI_STATES } from '../../src/core/states.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../src/db/embedded-postgres.js';
 import { createSql } from '../../src/db/sql.js';
 import { freePort } from '../helpers/global-setup.js';
@@ -25,10 +25,16 @@ const UP_MS = 1000;
 const DOWN_MS = 200;
 /** A trigger every this often while the restarts go on. */
 const TRIGGER_EVERY_MS = 100;
-/** After the last restart, every accepted run ends within this. */
-const DRAIN_MS = 30_000;
+/**
+ * After the last restart every accepted run ends, and the replica is never stuck on the way: some
+ * task ends in every window this long (above the 15 s heartbeat threshold, after which an attempt
+ * whose end was lost is reaped). How fast the backlog drains is the machine's (a loaded CI runner
+ * took over 30 s for 280 runs), so the whole drain is only bounded by `DRAIN_MS`.
+ */
+const STALL_MS = 25_000;
+const DRAIN_MS = 120_000;
 /** The whole test, restarts and drain included. */
-const BUDGET_MS = 120_000;
+const BUDGET_MS = 200_000;
 // The heartbeat threshold is well above an outage, so no live task is reaped for one.
 const FLAGS = [
   '--tick-interval',
@@ -126,14 +132,41 @@ describe('Postgres restarted under load', () => {
           sql<
             { id: string; state: string }[]
           >`select id, state from dag_runs where not (state = any(${[...TERMINAL_RUN_STATES]}))`;
+        const ended = async () =>
+          (
+            await sql<{ n: number }[]>`
+              select count(*)::int as n from task_instances where state = any(${[...TERMINAL_TI_STATES]})`
+          )[0]!.n;
+        const drainFrom = Date.now();
         let left = await open();
+        let progress = { n: await ended(), at: Date.now() };
+        let stalled = false;
         for (const until = Date.now() + DRAIN_MS; left.length > 0 && Date.now() < until;) {
           await sleep(250);
           left = await open();
+          const n = await ended();
+          if (n > progress.n) progress = { n, at: Date.now() };
+          else if (Date.now() - progress.at > STALL_MS) {
+            stalled = true;
+            break;
+          }
+        }
+        const drainMs = Date.now() - drainFrom;
+        console.log('pg-restarts', JSON.stringify({ accepted: runIds.length, refused, open: left.length, drainMs }));
+        if (left.length > 0) {
+          // What holds them: their tasks by state, and what the replica logged at warn and above.
+          const tasks = await sql<{ state: string; n: number }[]>`
+            select state, count(*)::int as n from task_instances
+            where run_id = any(${left.map((r) => r.id)}) group by state`;
+          const warnings = s.logs.filter((l) => Number(l.level) >= 40).slice(-40);
+          console.log("pg-restarts: the open runs' tasks", JSON.stringify(tasks));
+          console.log("pg-restarts: the replica's warnings", JSON.stringify(warnings), s.stderr().slice(-3000));
         }
         expect(
           left.map((r) => `${r.id} ${r.state}`),
-          `runs not ended ${DRAIN_MS} ms after the last restart`,
+          stalled
+            ? `no task ended for ${STALL_MS} ms, ${drainMs} ms after the last restart`
+            : `runs not ended ${DRAIN_MS} ms after the last restart`,
         ).toEqual([]);
       } finally {
         await sql.end({ timeout: 1 });
