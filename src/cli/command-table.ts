@@ -44,6 +44,13 @@ export const commandTable: readonly CommandEntry[] = [
     register: async (program, clients) => (await import('./commands/event.js')).registerEvent(program, clients),
   },
   {
+    name: 'notifications',
+    description: 'what was told of ended runs, and to whom (--notify): delivered, pending or failed',
+    api: true,
+    register: async (program, clients) =>
+      (await import('./commands/notifications.js')).registerNotifications(program, clients),
+  },
+  {
     name: 'logs',
     description: "print the log lines of a run's tasks",
     api: true,

@@ -7,6 +7,7 @@ import { LIMITS } from './limits.js';
 import type { SecretRef } from './secret-ref.js';
 import type { PodTemplate } from './pod-template.js';
 import type { EventMatch } from './event-match.js';
+import type { NotifyRule } from './notify-rule.js';
 
 export const TRIGGER_RULES = ['all_success', 'all_done', 'one_success', 'one_failed', 'none_failed'] as const;
 export type TriggerRule = (typeof TRIGGER_RULES)[number];
@@ -101,6 +102,8 @@ export interface DagSpec {
   tags: string[];
   /** The events that start a run of it; absent when none (so an unchanged file keeps its hash). */
   triggers?: TriggerSpec[];
+  /** Whom to tell when a run ends; absent: the server's defaults (`[]`: nobody). */
+  notify?: NotifyRule[];
   tasks: TaskSpec[];
 }
 

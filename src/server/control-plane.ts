@@ -35,6 +35,8 @@ import { createDagParser } from './dags/dag-parser.js';
 import { openStorage, type Storage } from './open-storage.js';
 import { createHealth } from './observability/health.js';
 import { stopReplica } from './stop-replica.js';
+import { NotificationDeliverer } from './notify/deliverer.js';
+import { writeNotifyDefaults } from '../db/notify-out/write-notify-defaults.js';
 import { replicaNotifications } from './replica-notifications.js';
 import { createMetrics, historyCounters, schedulerCounters } from './observability/metrics.js';
 import { serveMetrics } from './observability/serve-metrics.js';
@@ -322,10 +324,30 @@ export async function startControlPlane(
     const listener = listen(
       db.url,
       logger,
-      replicaNotifications({ logger, scheduler: sched, fleet, events, changes, tokenStreams: auth.streams, authenticator: auth.authenticator }),
+      replicaNotifications({
+        logger,
+        scheduler: sched,
+        fleet,
+        events,
+        changes,
+        tokenStreams: auth.streams,
+        authenticator: auth.authenticator,
+      }),
       replicaSessionName(config.role, config.replicaId),
     );
     cleanups.push(() => listener.close());
+    // An observer writes nothing: notifications are delivered by the replicas that may write.
+    if (config.role !== 'observer') {
+      await writeNotifyDefaults(sql, config.notify.defaults);
+      const deliverer = new NotificationDeliverer({
+        sql,
+        logger,
+        settings: config.notify,
+        delivered: (outcome) => metrics.notifications.inc({ outcome }),
+      });
+      deliverer.start();
+      cleanups.push(() => deliverer.stop());
+    }
     // Agents are told this address, at Welcome and when another replica stops (an observer takes
     // no agent streams).
     if (config.role !== 'observer') {

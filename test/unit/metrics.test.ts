@@ -32,6 +32,7 @@ const DESIGN_METRICS: Record<string, string> = {
   leoflow_api_auth_denied_total: 'counter',
   leoflow_api_limited_total: 'counter',
   leoflow_hook_refusals_total: 'counter',
+  leoflow_notifications_total: 'counter',
   leoflow_api_connections_closed_total: 'counter',
   // The kubernetes executor (issue 24): pods created, creates refused by reason, time to running.
   leoflow_kubernetes_pods_created_total: 'counter',

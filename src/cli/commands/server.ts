@@ -82,6 +82,8 @@ const HELP: Record<SettingKey, string> = {
     'kubernetes executor: a YAML file of what every task pod gets besides its own (labels, annotations, affinity, priorityClassName, imagePullSecrets, volumes, securityContext)',
   hooks:
     'a YAML file of webhooks: POST /hooks/NAME turns a JSON body into an event, signed with HMAC-SHA256 or sent with a token',
+  notify:
+    'a YAML file of notification receivers (webhook URLs by secret reference) and default rules: who hears of runs that fail or succeed',
   pod_ca:
     "kubernetes executor: secret:NAME[/KEY] or configmap:NAME[/KEY] (key default ca.crt) in the pods' namespace: the CA pods' agents verify an https:// --pod-server-url with",
 };

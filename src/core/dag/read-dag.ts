@@ -8,6 +8,7 @@ import { describe, expected, keyPath, missing, unknownKey } from './issue-messag
 import { readSchedule } from './read-schedule.js';
 import { readStartDate } from './read-start-date.js';
 import { readTasks } from './read-tasks.js';
+import { readNotify } from './read-notify.js';
 import { readTriggers } from './read-triggers.js';
 import { isTimezone } from './zoned-to-instant.js';
 
@@ -25,6 +26,7 @@ const DAG_KEYS = [
   'priority',
   'tags',
   'triggers',
+  'notify',
   'tasks',
 ] as const;
 
@@ -87,6 +89,11 @@ export function readDag(root: unknown, issues: DagIssue[]): DagSpec | undefined 
         if (triggers && triggers.length > 0) dag.triggers = triggers;
         break;
       }
+      case 'notify': {
+        const notify = readNotify(value, path, issues);
+        if (notify) dag.notify = notify;
+        break;
+      }
       case 'tasks':
         dag.tasks = readTasks(value, path, issues);
         break;
@@ -109,6 +116,7 @@ export function readDag(root: unknown, issues: DagIssue[]): DagSpec | undefined 
     ...(dag.priority !== undefined ? { priority: dag.priority } : {}),
     tags: dag.tags ?? [],
     ...(dag.triggers ? { triggers: dag.triggers } : {}),
+    ...(dag.notify ? { notify: dag.notify } : {}),
     tasks: dag.tasks,
   };
 }

@@ -12,7 +12,8 @@ import type { Sql } from '../../db/sql.js';
 import { AgentHealth, ClusterService } from '../../gen/leoflow/v1/cluster_pb.js';
 import { LEADER_LOCK_KEY, type LeaderElector } from '../../scheduler/leader.js';
 import { fullStepLateMs } from '../../scheduler/scheduler-loop.js';
-import { FailedPreconditionError, InvalidArgumentError, NotFoundError, toConnectError } from './errors.js';
+import { FailedPreconditionError, InvalidArgumentError, NotFoundError, parseId, toConnectError } from './errors.js';
+import { listNotifications, type NotificationRow } from '../../db/notify-out/list-notifications.js';
 import type { Health } from '../observability/health.js';
 
 export interface ClusterDeps {
@@ -199,5 +200,50 @@ export function createClusterService(deps: ClusterDeps): ServiceImpl<typeof Clus
         throw toConnectError(err);
       }
     },
+    async listNotifications(req) {
+      try {
+        if (req.limit < 0 || req.limit > 1000)
+          throw new InvalidArgumentError('limit', `must be between 0 and 1000, got ${req.limit}`);
+        if (req.state !== '' && !NOTIFICATION_STATES.includes(req.state))
+          throw new InvalidArgumentError(
+            'state',
+            `must be one of ${NOTIFICATION_STATES.join(', ')}, got "${req.state}"`,
+          );
+        const limit = req.limit || 50;
+        const before = req.pageToken ? parseId('page_token', req.pageToken) : null;
+        // One more than asked for tells whether another page follows.
+        const rows = await listNotifications(deps.sql, {
+          state: req.state || null,
+          dagId: req.dagId || null,
+          limit: limit + 1,
+          before,
+        });
+        const page = rows.slice(0, limit);
+        return {
+          notifications: page.map(notificationToProto),
+          nextPageToken: rows.length > limit ? page.at(-1)!.id : '',
+        };
+      } catch (err) {
+        throw toConnectError(err);
+      }
+    },
+  };
+}
+
+const NOTIFICATION_STATES = ['pending', 'delivered', 'failed'];
+
+function notificationToProto(n: NotificationRow) {
+  return {
+    id: n.id,
+    runId: n.run_id,
+    dagId: n.dag_id,
+    kind: n.kind,
+    receiver: n.receiver,
+    state: n.state,
+    attempts: n.attempts,
+    lastError: n.last_error ?? '',
+    createdAt: timestampFromDate(n.created_at),
+    deliveredAt: n.delivered_at ? timestampFromDate(n.delivered_at) : undefined,
+    nextAt: timestampFromDate(n.next_at),
   };
 }

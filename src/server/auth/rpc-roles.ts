@@ -26,6 +26,7 @@ export const RPC_ROLES: ReadonlyMap<DescMethod, ApiRole> = new Map<DescMethod, A
   [c.getLeader, 'viewer'],
   [c.getHealth, 'viewer'],
   [c.listAgents, 'viewer'],
+  [c.listNotifications, 'viewer'],
   [t.whoAmI, 'viewer'],
   [w.triggerRun, 'operator'],
   [w.sendEvent, 'operator'],

@@ -3,6 +3,7 @@
 import type { KubernetesConfig } from './read-kubernetes-config.js';
 import type { TlsConfig } from './read-tls-config.js';
 import type { Hook } from '../hooks/read-hooks.js';
+import type { NotifySettings } from '../notify/read-notify-file.js';
 
 export const EDITIONS = ['lite', 'pro'] as const;
 export type Edition = (typeof EDITIONS)[number];
@@ -97,4 +98,6 @@ export interface Config {
   kubernetes: KubernetesConfig | null;
   /** The webhooks served at `POST /hooks/<name>` (--hooks FILE); none by default. */
   hooks: Hook[];
+  /** Where notifications go, and the rules for DAGs that name none (--notify FILE); none by default. */
+  notify: NotifySettings;
 }

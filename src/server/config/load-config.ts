@@ -11,6 +11,7 @@ import { isLoopback } from './is-loopback.js';
 import { readKubernetesConfig } from './read-kubernetes-config.js';
 import { readTlsConfig } from './read-tls-config.js';
 import { readHooks, type Hook } from '../hooks/read-hooks.js';
+import { NO_NOTIFY, readNotifyFile } from '../notify/read-notify-file.js';
 import {
   agentUrl,
   positiveDuration,
@@ -191,6 +192,7 @@ export function loadConfig(
     logFormat: get('log_format', oneOf(LOG_FORMATS), process.stdout.isTTY ? 'pretty' : 'json'),
     kubernetes,
     hooks: get('hooks', (v) => readHooks(path.resolve(cwd, nonEmpty(v)), cwd), [] as Hook[]),
+    notify: get('notify', (v) => readNotifyFile(path.resolve(cwd, nonEmpty(v)), cwd), NO_NOTIFY),
   };
   config.authRequired = !config.insecure && (edition === 'pro' || !isLoopback(config.listenHost));
   if (config.advertiseUrl && config.advertiseUrl.startsWith('https:') !== (tls !== null)) {

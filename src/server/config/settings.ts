@@ -80,6 +80,7 @@ export const SETTINGS = {
   },
   max_free_retries: { flag: '--max-free-retries', env: 'LEOFLOW_MAX_FREE_RETRIES', kind: 'string' },
   hooks: { flag: '--hooks', env: 'LEOFLOW_HOOKS', kind: 'string' },
+  notify: { flag: '--notify', env: 'LEOFLOW_NOTIFY', kind: 'string' },
 } as const satisfies Record<string, { flag: string; env: string; kind: Kind }>;
 
 export type SettingKey = keyof typeof SETTINGS;

@@ -6,9 +6,9 @@
  * its secrets resolved at start, so a missing one stops the start, not the first delivery.
  */
 import { readFileSync } from 'node:fs';
-import path from 'node:path';
 import { parse } from 'yaml';
 import { EVENT_NAME, EVENT_NAME_RULE } from '../../core/event-match.js';
+import { readSecretRef } from '../config/read-secret-ref.js';
 
 export interface Hook {
   /** The path's last part: `/hooks/<name>`. */
@@ -33,21 +33,7 @@ type Obj = Record<string, unknown>;
 const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 function secretOf(v: unknown, at: string, cwd: string): Buffer {
-  if (!isObj(v) || Object.keys(v).length !== 1 || !('env' in v || 'file' in v))
-    throw new Error(`${at} must be { env: NAME } or { file: PATH }, the HMAC key's place (never the key itself)`);
-  let value: string;
-  if ('env' in v) {
-    const env = process.env[String(v.env)];
-    if (env === undefined || env === '') throw new Error(`${at}: the environment variable ${String(v.env)} is not set`);
-    value = env;
-  } else {
-    const file = path.resolve(cwd, String(v.file));
-    try {
-      value = readFileSync(file, 'utf8').replace(/\r?\n$/, '');
-    } catch (err) {
-      throw new Error(`${at}: cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
-    }
-  }
+  const value = readSecretRef(v, at, cwd, 'HMAC key');
   if (Buffer.byteLength(value) < MIN_SECRET_BYTES)
     throw new Error(`${at}: the key must be at least ${MIN_SECRET_BYTES} bytes, got ${Buffer.byteLength(value)}`);
   return Buffer.from(value);

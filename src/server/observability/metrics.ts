@@ -156,6 +156,12 @@ export class ReplicaMetrics {
       '404 no such hook, 413 too big, 429 too many',
     ['hook', 'status'],
   );
+  readonly notifications = this.#counter(
+    'leoflow_notifications_total',
+    'Notification deliveries (--notify): outcome delivered, retry (the receiver failed; tried again later) or ' +
+      'failed (given up after the last try)',
+    ['outcome'],
+  );
   readonly authDenied = this.#counter(
     'leoflow_api_auth_denied_total',
     'API calls refused by the token guard: code unauthenticated (no, unknown, revoked or expired token) or ' +

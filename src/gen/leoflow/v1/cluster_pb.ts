@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leoflow/v1/cluster.proto.
  */
 export const file_leoflow_v1_cluster: GenFile = /*@__PURE__*/
-  fileDesc("ChhsZW9mbG93L3YxL2NsdXN0ZXIucHJvdG8SCmxlb2Zsb3cudjEiEgoQR2V0TGVhZGVyUmVxdWVzdCKzAQoRR2V0TGVhZGVyUmVzcG9uc2USEQoJbGVhZGVyX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSMQoNbGVhZGluZ19zaW5jZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHZWRpdGlvbhgEIAEoCRIMCgRyb2xlGAUgASgJEiUKCHJlcGxpY2FzGAYgAygLMhMubGVvZmxvdy52MS5SZXBsaWNhInAKB1JlcGxpY2ESEgoKcmVwbGljYV9pZBgBIAEoCRIMCgRyb2xlGAIgASgJEg4KBmxlYWRlchgDIAEoCBIzCg9jb25uZWN0ZWRfc2luY2UYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIhIKEEdldEhlYWx0aFJlcXVlc3QiNwoLSGVhbHRoQ2hlY2sSDAoEbmFtZRgBIAEoCRIKCgJvaxgCIAEoCBIOCgZkZXRhaWwYAyABKAki0AQKEUdldEhlYWx0aFJlc3BvbnNlEhIKCnJlcGxpY2FfaWQYASABKAkSDAoEcm9sZRgCIAEoCRIPCgdlZGl0aW9uGAMgASgJEg4KBmxlYWRlchgEIAEoCBIMCgRsaXZlGAUgASgIEg0KBXJlYWR5GAYgASgIEiwKC2xpdmVfY2hlY2tzGAcgAygLMhcubGVvZmxvdy52MS5IZWFsdGhDaGVjaxItCgxyZWFkeV9jaGVja3MYCCADKAsyFy5sZW9mbG93LnYxLkhlYWx0aENoZWNrEiUKCHJlcGxpY2FzGAkgAygLMhMubGVvZmxvdy52MS5SZXBsaWNhEhoKEmRhdGFiYXNlX3JlYWNoYWJsZRgKIAEoCBIbChNkYXRhYmFzZV9sYXRlbmN5X21zGAsgASgBEhoKEm1pZ3JhdGlvbnNfdmVyc2lvbhgMIAEoCRIRCglsZWFkZXJfaWQYDSABKAkSFgoOYWdlbnRzX2hlYWx0aHkYDiABKAUSFAoMYWdlbnRzX3N0YWxlGA8gASgFEhMKC2FnZW50c19kZWFkGBAgASgFEhwKFGRpc3BhdGNoX3F1ZXVlX2RlcHRoGBEgASgFEh8KF2Rpc3BhdGNoX3F1ZXVlX2NhcGFjaXR5GBIgASgFEjUKEWxhc3RfZnVsbF9zdGVwX2F0GBMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIeChZsYXN0X2Z1bGxfc3RlcF9sYXRlX21zGBQgASgDEhYKDmFnZW50c19zdG9wcGVkGBUgASgFIsgCCgVBZ2VudBIQCghhZ2VudF9pZBgBIAEoCRItCgZsYWJlbHMYAiADKAsyHS5sZW9mbG93LnYxLkFnZW50LkxhYmVsc0VudHJ5EhQKDGNhcGFiaWxpdGllcxgDIAMoCRINCgVzbG90cxgEIAEoBRIQCghkcmFpbmluZxgFIAEoCBIRCgljb25uZWN0ZWQYBiABKAgSGQoRY29ubmVjdGVkX3JlcGxpY2EYByABKAkSMAoMbGFzdF9zZWVuX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdydW5uaW5nGAkgASgFEicKBmhlYWx0aBgKIAEoDjIXLmxlb2Zsb3cudjEuQWdlbnRIZWFsdGgaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASITChFMaXN0QWdlbnRzUmVxdWVzdCI3ChJMaXN0QWdlbnRzUmVzcG9uc2USIQoGYWdlbnRzGAEgAygLMhEubGVvZmxvdy52MS5BZ2VudCI2ChFEcmFpbkFnZW50UmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCRIPCgd1bmRyYWluGAIgASgIIjYKEkRyYWluQWdlbnRSZXNwb25zZRIgCgVhZ2VudBgBIAEoCzIRLmxlb2Zsb3cudjEuQWdlbnQiJgoSRm9yZ2V0QWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJIkcKE0ZvcmdldEFnZW50UmVzcG9uc2USMAoMbGFzdF9zZWVuX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCqOAQoLQWdlbnRIZWFsdGgSHAoYQUdFTlRfSEVBTFRIX1VOU1BFQ0lGSUVEEAASGAoUQUdFTlRfSEVBTFRIX0hFQUxUSFkQARIWChJBR0VOVF9IRUFMVEhfU1RBTEUQAhIVChFBR0VOVF9IRUFMVEhfREVBRBADEhgKFEFHRU5UX0hFQUxUSF9TVE9QUEVEEAQyjgMKDkNsdXN0ZXJTZXJ2aWNlEkgKCUdldExlYWRlchIcLmxlb2Zsb3cudjEuR2V0TGVhZGVyUmVxdWVzdBodLmxlb2Zsb3cudjEuR2V0TGVhZGVyUmVzcG9uc2USSAoJR2V0SGVhbHRoEhwubGVvZmxvdy52MS5HZXRIZWFsdGhSZXF1ZXN0Gh0ubGVvZmxvdy52MS5HZXRIZWFsdGhSZXNwb25zZRJLCgpMaXN0QWdlbnRzEh0ubGVvZmxvdy52MS5MaXN0QWdlbnRzUmVxdWVzdBoeLmxlb2Zsb3cudjEuTGlzdEFnZW50c1Jlc3BvbnNlEksKCkRyYWluQWdlbnQSHS5sZW9mbG93LnYxLkRyYWluQWdlbnRSZXF1ZXN0Gh4ubGVvZmxvdy52MS5EcmFpbkFnZW50UmVzcG9uc2USTgoLRm9yZ2V0QWdlbnQSHi5sZW9mbG93LnYxLkZvcmdldEFnZW50UmVxdWVzdBofLmxlb2Zsb3cudjEuRm9yZ2V0QWdlbnRSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("ChhsZW9mbG93L3YxL2NsdXN0ZXIucHJvdG8SCmxlb2Zsb3cudjEiEgoQR2V0TGVhZGVyUmVxdWVzdCKzAQoRR2V0TGVhZGVyUmVzcG9uc2USEQoJbGVhZGVyX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSMQoNbGVhZGluZ19zaW5jZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHZWRpdGlvbhgEIAEoCRIMCgRyb2xlGAUgASgJEiUKCHJlcGxpY2FzGAYgAygLMhMubGVvZmxvdy52MS5SZXBsaWNhInAKB1JlcGxpY2ESEgoKcmVwbGljYV9pZBgBIAEoCRIMCgRyb2xlGAIgASgJEg4KBmxlYWRlchgDIAEoCBIzCg9jb25uZWN0ZWRfc2luY2UYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIhIKEEdldEhlYWx0aFJlcXVlc3QiNwoLSGVhbHRoQ2hlY2sSDAoEbmFtZRgBIAEoCRIKCgJvaxgCIAEoCBIOCgZkZXRhaWwYAyABKAki0AQKEUdldEhlYWx0aFJlc3BvbnNlEhIKCnJlcGxpY2FfaWQYASABKAkSDAoEcm9sZRgCIAEoCRIPCgdlZGl0aW9uGAMgASgJEg4KBmxlYWRlchgEIAEoCBIMCgRsaXZlGAUgASgIEg0KBXJlYWR5GAYgASgIEiwKC2xpdmVfY2hlY2tzGAcgAygLMhcubGVvZmxvdy52MS5IZWFsdGhDaGVjaxItCgxyZWFkeV9jaGVja3MYCCADKAsyFy5sZW9mbG93LnYxLkhlYWx0aENoZWNrEiUKCHJlcGxpY2FzGAkgAygLMhMubGVvZmxvdy52MS5SZXBsaWNhEhoKEmRhdGFiYXNlX3JlYWNoYWJsZRgKIAEoCBIbChNkYXRhYmFzZV9sYXRlbmN5X21zGAsgASgBEhoKEm1pZ3JhdGlvbnNfdmVyc2lvbhgMIAEoCRIRCglsZWFkZXJfaWQYDSABKAkSFgoOYWdlbnRzX2hlYWx0aHkYDiABKAUSFAoMYWdlbnRzX3N0YWxlGA8gASgFEhMKC2FnZW50c19kZWFkGBAgASgFEhwKFGRpc3BhdGNoX3F1ZXVlX2RlcHRoGBEgASgFEh8KF2Rpc3BhdGNoX3F1ZXVlX2NhcGFjaXR5GBIgASgFEjUKEWxhc3RfZnVsbF9zdGVwX2F0GBMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIeChZsYXN0X2Z1bGxfc3RlcF9sYXRlX21zGBQgASgDEhYKDmFnZW50c19zdG9wcGVkGBUgASgFIsgCCgVBZ2VudBIQCghhZ2VudF9pZBgBIAEoCRItCgZsYWJlbHMYAiADKAsyHS5sZW9mbG93LnYxLkFnZW50LkxhYmVsc0VudHJ5EhQKDGNhcGFiaWxpdGllcxgDIAMoCRINCgVzbG90cxgEIAEoBRIQCghkcmFpbmluZxgFIAEoCBIRCgljb25uZWN0ZWQYBiABKAgSGQoRY29ubmVjdGVkX3JlcGxpY2EYByABKAkSMAoMbGFzdF9zZWVuX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdydW5uaW5nGAkgASgFEicKBmhlYWx0aBgKIAEoDjIXLmxlb2Zsb3cudjEuQWdlbnRIZWFsdGgaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASITChFMaXN0QWdlbnRzUmVxdWVzdCI3ChJMaXN0QWdlbnRzUmVzcG9uc2USIQoGYWdlbnRzGAEgAygLMhEubGVvZmxvdy52MS5BZ2VudCI2ChFEcmFpbkFnZW50UmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCRIPCgd1bmRyYWluGAIgASgIIjYKEkRyYWluQWdlbnRSZXNwb25zZRIgCgVhZ2VudBgBIAEoCzIRLmxlb2Zsb3cudjEuQWdlbnQiJgoSRm9yZ2V0QWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJIkcKE0ZvcmdldEFnZW50UmVzcG9uc2USMAoMbGFzdF9zZWVuX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJcChhMaXN0Tm90aWZpY2F0aW9uc1JlcXVlc3QSDQoFc3RhdGUYASABKAkSDgoGZGFnX2lkGAIgASgJEg0KBWxpbWl0GAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkipgIKDE5vdGlmaWNhdGlvbhIOCgJpZBgBIAEoA0ICMAESEgoGcnVuX2lkGAIgASgDQgIwARIOCgZkYWdfaWQYAyABKAkSDAoEa2luZBgEIAEoCRIQCghyZWNlaXZlchgFIAEoCRINCgVzdGF0ZRgGIAEoCRIQCghhdHRlbXB0cxgHIAEoBRISCgpsYXN0X2Vycm9yGAggASgJEi4KCmNyZWF0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKDGRlbGl2ZXJlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoHbmV4dF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiZQoZTGlzdE5vdGlmaWNhdGlvbnNSZXNwb25zZRIvCg1ub3RpZmljYXRpb25zGAEgAygLMhgubGVvZmxvdy52MS5Ob3RpZmljYXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJKo4BCgtBZ2VudEhlYWx0aBIcChhBR0VOVF9IRUFMVEhfVU5TUEVDSUZJRUQQABIYChRBR0VOVF9IRUFMVEhfSEVBTFRIWRABEhYKEkFHRU5UX0hFQUxUSF9TVEFMRRACEhUKEUFHRU5UX0hFQUxUSF9ERUFEEAMSGAoUQUdFTlRfSEVBTFRIX1NUT1BQRUQQBDLwAwoOQ2x1c3RlclNlcnZpY2USSAoJR2V0TGVhZGVyEhwubGVvZmxvdy52MS5HZXRMZWFkZXJSZXF1ZXN0Gh0ubGVvZmxvdy52MS5HZXRMZWFkZXJSZXNwb25zZRJICglHZXRIZWFsdGgSHC5sZW9mbG93LnYxLkdldEhlYWx0aFJlcXVlc3QaHS5sZW9mbG93LnYxLkdldEhlYWx0aFJlc3BvbnNlEksKCkxpc3RBZ2VudHMSHS5sZW9mbG93LnYxLkxpc3RBZ2VudHNSZXF1ZXN0Gh4ubGVvZmxvdy52MS5MaXN0QWdlbnRzUmVzcG9uc2USSwoKRHJhaW5BZ2VudBIdLmxlb2Zsb3cudjEuRHJhaW5BZ2VudFJlcXVlc3QaHi5sZW9mbG93LnYxLkRyYWluQWdlbnRSZXNwb25zZRJOCgtGb3JnZXRBZ2VudBIeLmxlb2Zsb3cudjEuRm9yZ2V0QWdlbnRSZXF1ZXN0Gh8ubGVvZmxvdy52MS5Gb3JnZXRBZ2VudFJlc3BvbnNlEmAKEUxpc3ROb3RpZmljYXRpb25zEiQubGVvZmxvdy52MS5MaXN0Tm90aWZpY2F0aW9uc1JlcXVlc3QaJS5sZW9mbG93LnYxLkxpc3ROb3RpZmljYXRpb25zUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message leoflow.v1.GetLeaderRequest
@@ -480,6 +480,147 @@ export const ForgetAgentResponseSchema: GenMessage<ForgetAgentResponse> = /*@__P
   messageDesc(file_leoflow_v1_cluster, 12);
 
 /**
+ * @generated from message leoflow.v1.ListNotificationsRequest
+ */
+export type ListNotificationsRequest = Message<"leoflow.v1.ListNotificationsRequest"> & {
+  /**
+   * Only these: "pending", "delivered" or "failed"; empty for all. Another value: INVALID_ARGUMENT.
+   *
+   * @generated from field: string state = 1;
+   */
+  state: string;
+
+  /**
+   * Empty for all DAGs.
+   *
+   * @generated from field: string dag_id = 2;
+   */
+  dagId: string;
+
+  /**
+   * 0 means the default (50); at most 1000.
+   *
+   * @generated from field: int32 limit = 3;
+   */
+  limit: number;
+
+  /**
+   * Empty for the newest; else a ListNotificationsResponse.next_page_token, for the older ones.
+   *
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message leoflow.v1.ListNotificationsRequest.
+ * Use `create(ListNotificationsRequestSchema)` to create a new message.
+ */
+export const ListNotificationsRequestSchema: GenMessage<ListNotificationsRequest> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_cluster, 13);
+
+/**
+ * @generated from message leoflow.v1.Notification
+ */
+export type Notification = Message<"leoflow.v1.Notification"> & {
+  /**
+   * @generated from field: int64 id = 1 [jstype = JS_STRING];
+   */
+  id: string;
+
+  /**
+   * @generated from field: int64 run_id = 2 [jstype = JS_STRING];
+   */
+  runId: string;
+
+  /**
+   * @generated from field: string dag_id = 3;
+   */
+  dagId: string;
+
+  /**
+   * What it tells: "failed" or "success" (how the run ended).
+   *
+   * @generated from field: string kind = 4;
+   */
+  kind: string;
+
+  /**
+   * The receiver's name in the --notify file.
+   *
+   * @generated from field: string receiver = 5;
+   */
+  receiver: string;
+
+  /**
+   * "pending" (not delivered yet; retried at next_at), "delivered", or "failed" (given up).
+   *
+   * @generated from field: string state = 6;
+   */
+  state: string;
+
+  /**
+   * Deliveries tried so far.
+   *
+   * @generated from field: int32 attempts = 7;
+   */
+  attempts: number;
+
+  /**
+   * Why the last delivery failed; empty when it did not.
+   *
+   * @generated from field: string last_error = 8;
+   */
+  lastError: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 9;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp delivered_at = 10;
+   */
+  deliveredAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp next_at = 11;
+   */
+  nextAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message leoflow.v1.Notification.
+ * Use `create(NotificationSchema)` to create a new message.
+ */
+export const NotificationSchema: GenMessage<Notification> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_cluster, 14);
+
+/**
+ * @generated from message leoflow.v1.ListNotificationsResponse
+ */
+export type ListNotificationsResponse = Message<"leoflow.v1.ListNotificationsResponse"> & {
+  /**
+   * @generated from field: repeated leoflow.v1.Notification notifications = 1;
+   */
+  notifications: Notification[];
+
+  /**
+   * Empty when there are no more.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message leoflow.v1.ListNotificationsResponse.
+ * Use `create(ListNotificationsResponseSchema)` to create a new message.
+ */
+export const ListNotificationsResponseSchema: GenMessage<ListNotificationsResponse> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_cluster, 15);
+
+/**
  * AgentHealth is an agent's state by its last keepalive.
  *
  * @generated from enum leoflow.v1.AgentHealth
@@ -593,6 +734,17 @@ export const ClusterService: GenService<{
     methodKind: "unary";
     input: typeof ForgetAgentRequestSchema;
     output: typeof ForgetAgentResponseSchema;
+  },
+  /**
+   * ListNotifications lists the notifications of ended runs (the server's --notify file and the
+   * DAGs' notify rules), newest first: what was delivered, and what is failing and why.
+   *
+   * @generated from rpc leoflow.v1.ClusterService.ListNotifications
+   */
+  listNotifications: {
+    methodKind: "unary";
+    input: typeof ListNotificationsRequestSchema;
+    output: typeof ListNotificationsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_leoflow_v1_cluster, 0);

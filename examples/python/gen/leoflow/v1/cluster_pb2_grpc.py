@@ -39,6 +39,11 @@ class ClusterServiceStub(object):
         request_serializer=leoflow_dot_v1_dot_cluster__pb2.ForgetAgentRequest.SerializeToString,
         response_deserializer=leoflow_dot_v1_dot_cluster__pb2.ForgetAgentResponse.FromString,
         )
+    self.ListNotifications = channel.unary_unary(
+        '/leoflow.v1.ClusterService/ListNotifications',
+        request_serializer=leoflow_dot_v1_dot_cluster__pb2.ListNotificationsRequest.SerializeToString,
+        response_deserializer=leoflow_dot_v1_dot_cluster__pb2.ListNotificationsResponse.FromString,
+        )
 
 
 class ClusterServiceServicer(object):
@@ -90,6 +95,14 @@ class ClusterServiceServicer(object):
     context.set_details('Method not implemented!')
     raise NotImplementedError('Method not implemented!')
 
+  def ListNotifications(self, request, context):
+    """ListNotifications lists the notifications of ended runs (the server's --notify file and the
+    DAGs' notify rules), newest first: what was delivered, and what is failing and why.
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
   rpc_method_handlers = {
@@ -117,6 +130,11 @@ def add_ClusterServiceServicer_to_server(servicer, server):
           servicer.ForgetAgent,
           request_deserializer=leoflow_dot_v1_dot_cluster__pb2.ForgetAgentRequest.FromString,
           response_serializer=leoflow_dot_v1_dot_cluster__pb2.ForgetAgentResponse.SerializeToString,
+      ),
+      'ListNotifications': grpc.unary_unary_rpc_method_handler(
+          servicer.ListNotifications,
+          request_deserializer=leoflow_dot_v1_dot_cluster__pb2.ListNotificationsRequest.FromString,
+          response_serializer=leoflow_dot_v1_dot_cluster__pb2.ListNotificationsResponse.SerializeToString,
       ),
   }
   generic_handler = grpc.method_handlers_generic_handler(

@@ -1,0 +1,61 @@
+-- Notifications out: one row per (run, kind, receiver), written by a trigger in the very transaction
+-- that ends the run, whichever path ends it (the planner, a reaper, a cancel), so none is lost to a
+-- crash between the two and none is made twice. A deliverer on any replica takes due rows with a
+-- lease (next_at moved ahead), posts them, and records each attempt.
+create table notifications (
+  id           bigserial primary key,
+  run_id       bigint not null references dag_runs (id) on delete cascade,
+  dag_id       text not null,
+  kind         text not null,
+  receiver     text not null,
+  state        text not null default 'pending' check (state in ('pending', 'delivered', 'failed')),
+  attempts     integer not null default 0,
+  next_at      timestamptz not null default now(),
+  last_error   text,
+  created_at   timestamptz not null default now(),
+  delivered_at timestamptz,
+  unique (run_id, kind, receiver)
+);
+-- The deliverer's one query: the due pending rows, oldest first.
+create index notifications_due on notifications (next_at) where state = 'pending';
+
+create table notification_attempts (
+  id              bigserial primary key,
+  notification_id bigint not null references notifications (id) on delete cascade,
+  at              timestamptz not null default now(),
+  -- The receiver's HTTP status; null when no answer came (refused, timed out).
+  status          integer,
+  error           text,
+  ms              integer not null
+);
+create index notification_attempts_of on notification_attempts (notification_id);
+
+-- The server-wide rules (--notify FILE's `defaults`), for runs of DAGs that name none of their own.
+-- Each replica writes its file's rules at start: give every replica the same file.
+create table notify_defaults (
+  kind     text not null,
+  receiver text not null,
+  primary key (kind, receiver)
+);
+
+-- A run's own rules are in its DAG version's spec (`notify: [{on: [kind], to: receiver}]`).
+create function leoflow_run_ended_notify() returns trigger language plpgsql as $$
+declare
+  spec jsonb;
+begin
+  select v.spec into spec from dag_versions v where v.dag_id = new.dag_id and v.version = new.dag_version;
+  insert into notifications (run_id, dag_id, kind, receiver)
+  select new.id, new.dag_id, new.state, r.receiver
+    from (select distinct rule ->> 'to' as receiver
+            from jsonb_array_elements(coalesce(spec -> 'notify', '[]'::jsonb)) rule
+           where rule -> 'on' ? new.state
+          union
+          select d.receiver from notify_defaults d
+           where d.kind = new.state and not coalesce(spec ? 'notify', false)) r
+  on conflict do nothing;
+  return null;
+end $$;
+
+create trigger dag_runs_ended_notify after update of state on dag_runs
+  for each row when (new.state in ('success', 'failed') and old.state is distinct from new.state)
+  execute function leoflow_run_ended_notify();

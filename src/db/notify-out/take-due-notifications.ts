@@ -1,0 +1,52 @@
+import type { Sql } from '../sql.js';
+
+/** A notification to deliver now, with what its body says of the run. */
+export interface DueNotification {
+  id: string;
+  run_id: string;
+  dag_id: string;
+  kind: string;
+  receiver: string;
+  /** This delivery's number, from 1. */
+  attempt: number;
+  run_key: string;
+  run_state: string;
+  logical_date: Date;
+  started_at: Date | null;
+  ended_at: Date | null;
+  /** The tasks that failed, or could not run for it, at most a few. */
+  failed_tasks: { task_id: string; state: string; try_number: number; error: string | null }[];
+}
+
+/** Tasks a body lists at most; the count says how many more. */
+const LISTED_TASKS = 20;
+
+/**
+ * Takes up to `limit` due notifications for delivery: each is leased (its next_at moved `leaseMs`
+ * ahead) and its attempt counted in the same statement, so another replica's deliverer skips it
+ * meanwhile, and one whose deliverer died is taken again once the lease is over.
+ */
+export async function takeDueNotifications(sql: Sql, limit: number, leaseMs: number): Promise<DueNotification[]> {
+  return sql<DueNotification[]>`
+    with due as (
+      select id from notifications
+       where state = 'pending' and next_at <= now()
+       order by next_at
+       limit ${limit}
+       for update skip locked),
+    taken as (
+      update notifications n
+         set next_at = now() + ${leaseMs} * interval '1 millisecond', attempts = n.attempts + 1
+        from due where n.id = due.id
+      returning n.id, n.run_id, n.dag_id, n.kind, n.receiver, n.attempts)
+    select t.id::text, t.run_id::text, t.dag_id, t.kind, t.receiver, t.attempts as attempt,
+           r.run_key, r.state as run_state, r.logical_date, r.started_at, r.ended_at,
+           coalesce((select jsonb_agg(f order by f.task_id) from (
+                       select ti.task_id, ti.state, ti.try_number, left(ti.error, 500) as error
+                         from task_instances ti
+                        where ti.run_id = t.run_id and ti.state in ('failed', 'upstream_failed')
+                        order by ti.task_id
+                        limit ${LISTED_TASKS}) f), '[]'::jsonb) as failed_tasks
+      from taken t join dag_runs r on r.id = t.run_id
+     order by t.id`;
+}

@@ -1,0 +1,40 @@
+import type { DueNotification } from '../../db/notify-out/take-due-notifications.js';
+import type { NotifyFormat } from './read-notify-file.js';
+
+/**
+ * What a receiver is sent (docs/operations.md, "Notifications"): the run and its failed tasks as
+ * JSON, with a one-line `text`; in the `slack` format only `{ text }`, what Slack's incoming
+ * webhooks take.
+ */
+export function notificationBody(n: DueNotification, format: NotifyFormat): Record<string, unknown> {
+  const text = summary(n);
+  if (format === 'slack') return { text };
+  return {
+    id: n.id,
+    kind: n.kind,
+    dag_id: n.dag_id,
+    run_id: n.run_id,
+    run_key: n.run_key,
+    state: n.run_state,
+    logical_date: n.logical_date.toISOString(),
+    started_at: n.started_at?.toISOString() ?? null,
+    ended_at: n.ended_at?.toISOString() ?? null,
+    failed_tasks: n.failed_tasks,
+    text,
+  };
+}
+
+/** One line a person reads: the run, how it ended and, when it failed, which tasks. */
+export function summary(n: DueNotification): string {
+  const run = `Run ${n.run_id} of ${n.dag_id} (${n.run_key})`;
+  if (n.kind !== 'failed') return `${run} ${n.kind === 'success' ? 'succeeded' : n.kind}`;
+  const failed = n.failed_tasks.filter((t) => t.state === 'failed');
+  if (failed.length === 0) return `${run} failed`;
+  const tasks = failed.map((t) => `${t.task_id} (try ${t.try_number}${t.error ? `: ${firstLine(t.error)}` : ''})`);
+  return `${run} failed: ${tasks.join(', ')}`;
+}
+
+function firstLine(s: string): string {
+  const line = s.split('\n', 1)[0]!;
+  return line.length > 120 ? `${line.slice(0, 119)}…` : line;
+}

@@ -1,0 +1,159 @@
+import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cli } from '../helpers/leoflow-process.js';
+import { serverForFile } from '../helpers/server-fixture.js';
+
+/**
+ * Notifications out, on Lite with a --notify file: receivers on loopback started by the test. A
+ * run that ends notifies the receivers its DAG names (or the file's defaults) once, whatever the
+ * receiver answers: one that fails three times and then takes it is delivered once, in four
+ * recorded attempts, each with the same notification id.
+ */
+
+interface Received {
+  headers: IncomingHttpHeaders;
+  body: Record<string, unknown>;
+}
+
+/** A receiver that answers each POST with the next of `statuses` (the last one from then on). */
+function receiver(statuses: number[]): Promise<{ server: Server; url: string; got: Received[] }> {
+  const got: Received[] = [];
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c: Buffer) => (body += c.toString()));
+    req.on('end', () => {
+      got.push({ headers: req.headers, body: JSON.parse(body) as Record<string, unknown> });
+      res.writeHead(statuses[Math.min(got.length, statuses.length) - 1]!).end();
+    });
+  });
+  return new Promise((resolve) =>
+    server.listen(0, '127.0.0.1', () =>
+      resolve({ server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, got }),
+    ),
+  );
+}
+
+const dir = mkdtempSync(path.join(os.tmpdir(), 'leoflow-notify-'));
+const notifyFile = path.join(dir, 'notify.yaml');
+let flaky: Awaited<ReturnType<typeof receiver>>;
+let slack: Awaited<ReturnType<typeof receiver>>;
+
+beforeAll(async () => {
+  flaky = await receiver([500, 500, 500, 200]);
+  slack = await receiver([200]);
+  // A receiver's URL is a secret reference (a Slack webhook URL is its credential): files here.
+  writeFileSync(path.join(dir, 'flaky-url'), flaky.url);
+  writeFileSync(path.join(dir, 'slack-url'), `${slack.url}\n`);
+  writeFileSync(
+    notifyFile,
+    `receivers:
+  - name: ops
+    url: { file: ${path.join(dir, 'flaky-url')} }
+  - name: team-slack
+    url: { file: ${path.join(dir, 'slack-url')} }
+    format: slack
+defaults:
+  - on: [success]
+    to: team-slack
+`,
+  );
+}, 10_000);
+// After the receivers are up: the server reads their URLs at its start.
+const f = serverForFile({ args: () => ['--notify', notifyFile], tmpPrefix: 'leoflow-notifications-' });
+
+afterAll(async () => {
+  for (const r of [flaky, slack]) await new Promise((done) => r?.server.close(done));
+  rmSync(dir, { recursive: true, force: true });
+});
+
+async function runToEnd(dagId: string): Promise<string> {
+  const { run } = await f.api.workflow.triggerRun({ dagId });
+  for (const until = Date.now() + 30_000; Date.now() < until;) {
+    const r = (await f.api.workflow.getRun({ runId: run!.runId })).run!;
+    if (r.endedAt) return r.runId;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`run of ${dagId} did not end`);
+}
+
+async function waitFor<T>(what: string, get: () => Promise<T | undefined>, ms = 30_000): Promise<T> {
+  for (const until = Date.now() + ms; Date.now() < until;) {
+    const v = await get();
+    if (v !== undefined) return v;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+describe('notifications', () => {
+  it('tell a failed run to the receiver its DAG names once, in four attempts when it fails three times', async () => {
+    await f.api.workflow.applyDag({
+      source: `dag_id: breaks
+notify:
+  - on: [failed]
+    to: ops
+tasks:
+  - id: extract
+    command: ["true"]
+  - id: load
+    command: ["sh", "-c", "echo 'disk full' >&2; exit 3"]
+    depends_on: [extract]
+`,
+      filename: 'breaks.yaml',
+    });
+    const runId = await runToEnd('breaks');
+    const listed = await waitFor('the delivery', async () => {
+      const out = await cli(f.server.url, ['notifications', 'list', '--dag', 'breaks', '-o', 'json']);
+      const rows = JSON.parse(out.stdout) as Record<string, unknown>[];
+      return rows[0]?.state === 'delivered' ? rows : undefined;
+    });
+    expect(listed).toHaveLength(1);
+    expect(listed[0]).toMatchObject({ run_id: runId, kind: 'failed', receiver: 'ops', attempts: 4, last_error: null });
+    expect(flaky.got).toHaveLength(4);
+    const ids = new Set(flaky.got.map((g) => g.headers['leoflow-notification-id']));
+    expect(ids).toEqual(new Set([listed[0]!.id]));
+    expect(flaky.got[3]!.body).toMatchObject({
+      kind: 'failed',
+      dag_id: 'breaks',
+      run_id: runId,
+      state: 'failed',
+      failed_tasks: [{ task_id: 'load', state: 'failed', try_number: 1 }],
+    });
+    expect(flaky.got[3]!.body.text).toMatch(new RegExp(`^Run ${runId} of breaks \\(.+\\) failed: load \\(try 1: `));
+    const attempts = await f.db.sql<{ status: number }[]>`
+      select status from notification_attempts order by id`;
+    expect(attempts.map((a) => a.status)).toEqual([500, 500, 500, 200]);
+    // The success default is not for a DAG that names its own rules.
+    expect(slack.got).toHaveLength(0);
+  });
+
+  it("tell a DAG's success by the file's defaults, in Slack's format; `notify: []` opts out", async () => {
+    await f.api.workflow.applyDag({
+      source: 'dag_id: fine\ntasks: [{ id: t, command: ["true"] }]\n',
+      filename: 'fine.yaml',
+    });
+    await f.api.workflow.applyDag({
+      source: 'dag_id: quiet\nnotify: []\ntasks: [{ id: t, command: ["true"] }]\n',
+      filename: 'quiet.yaml',
+    });
+    const runId = await runToEnd('fine');
+    await runToEnd('quiet');
+    await waitFor('the Slack delivery', async () => (slack.got.length > 0 ? true : undefined));
+    expect(slack.got[0]!.body).toEqual({
+      text: expect.stringMatching(new RegExp(`^Run ${runId} of fine .* succeeded$`)),
+    });
+    const rows = await f.db.sql<{ dag_id: string; state: string }[]>`
+      select dag_id, state from notifications where dag_id in ('fine', 'quiet')`;
+    expect(rows).toEqual([{ dag_id: 'fine', state: 'delivered' }]);
+  });
+
+  it('refuses a state that is not one, naming them', async () => {
+    const out = await cli(f.server.url, ['notifications', 'list', '--state', 'sent']);
+    expect(out.code).not.toBe(0);
+    expect(out.stderr).toContain('state: must be one of pending, delivered, failed, got "sent"');
+  });
+});
