@@ -68,6 +68,7 @@ const task = (extra: string) => `dag_id: d\ntasks:\n  - id: a\n    command: x\n$
 const KEY_PROBES: Record<string, string> = {
   dag: 'dag_id: d\ntasks: [{ id: a, command: x }]\nzz: 1\n',
   trigger: 'dag_id: d\ntasks: [{ id: a, command: x }]\ntriggers: [{ event: e, zz: 1 }]\n',
+  notify: 'dag_id: d\ntasks: [{ id: a, command: x }]\nnotify: [{ on: [failed], to: r, zz: 1 }]\n',
   task: task('    zz: 1\n'),
   placement: task('    executor: agents\n    placement: { zz: 1 }\n'),
   kubernetes: task('    kubernetes: { zz: 1 }\n'),

@@ -26,6 +26,7 @@ const NEEDS: Record<string, 'viewer' | 'operator' | 'admin' | 'hello'> = {
   'leoflow.v1.ClusterService/GetLeader': 'viewer',
   'leoflow.v1.ClusterService/GetHealth': 'viewer',
   'leoflow.v1.ClusterService/ListAgents': 'viewer',
+  'leoflow.v1.ClusterService/ListNotifications': 'viewer',
   'leoflow.v1.TokenService/WhoAmI': 'viewer',
   'leoflow.v1.WorkflowService/TriggerRun': 'operator',
   'leoflow.v1.WorkflowService/SendEvent': 'operator',

@@ -40,6 +40,7 @@ export const READ_RPCS: readonly DescMethod[] = [
   ClusterService.method.getLeader,
   ClusterService.method.getHealth,
   ClusterService.method.listAgents,
+  ClusterService.method.listNotifications,
 ];
 
 const key = (m: DescMethod) => `${m.parent.typeName}/${m.name}`;
