@@ -71,6 +71,7 @@ const TI_STATE: Record<TiState, PbTaskState> = {
   upstream_failed: PbTaskState.UPSTREAM_FAILED,
   skipped: PbTaskState.SKIPPED,
   cancelled: PbTaskState.CANCELLED,
+  waiting: PbTaskState.WAITING,
 };
 
 function taskToProto(t: TaskSpec) {
