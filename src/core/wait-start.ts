@@ -61,7 +61,11 @@ export function resolveMatch(match: EventMatch | undefined, conf: unknown): Even
 export function waitStart(task: TaskSpec, conf: unknown): WaitStart | null {
   if (task.wait) {
     const match = resolveMatch(task.wait.match, conf);
-    const shown = match && Object.keys(match).length > 0 ? ` ${JSON.stringify(match)}` : '';
+    // Keys sorted: the spec comes back from jsonb in its own key order.
+    const sorted = match
+      ? Object.fromEntries(Object.entries(match).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+      : {};
+    const shown = Object.keys(sorted).length > 0 ? ` ${JSON.stringify(sorted)}` : '';
     return {
       kind: 'event',
       event: task.wait.event,

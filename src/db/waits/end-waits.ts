@@ -58,8 +58,9 @@ export function waitEnds(
   sql: Sql | TxSql,
   rows: { tiId: string; to: 'success' | 'failed' | 'skipped'; how: WaitEnd; eventId: string | null; detail?: object }[],
 ): Fragment {
-  return sql`select * from unnest(${rows.map((r) => r.tiId)}::bigint[], ${rows.map((r) => r.to)}::text[],
+  return sql`select ti_id, to_state, how, event_id, detail::jsonb as detail
+    from unnest(${rows.map((r) => r.tiId)}::bigint[], ${rows.map((r) => r.to)}::text[],
       ${rows.map((r) => r.how)}::text[], ${rows.map((r) => r.eventId) as string[]}::bigint[],
-      ${rows.map((r) => JSON.stringify(r.detail ?? {}))}::jsonb[])
+      ${rows.map((r) => JSON.stringify(r.detail ?? {}))}::text[])
     as e(ti_id, to_state, how, event_id, detail)`;
 }
