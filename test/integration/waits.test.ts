@@ -195,8 +195,8 @@ describe('the deadline query', () => {
       select id, run_id, task_id, 'event', 'file.landed', now() + interval '1 hour' + (id % 100) * interval '1 s', 'failed'
       from made`;
     await db.sql`analyze task_waits`;
-    const [{ n }] = await db.sql<{ n: number }[]>`select count(*)::int as n from task_waits where ended_at is null`;
-    expect(n).toBe(10_001);
+    const [open] = await db.sql<{ n: number }[]>`select count(*)::int as n from task_waits where ended_at is null`;
+    expect(open!.n).toBe(10_001);
     const [plan] = await db.sql<{ 'QUERY PLAN': unknown }[]>`
       explain (analyze, format json)
       select ti_id from task_waits where ended_at is null and deadline <= now() order by deadline limit 500`;
