@@ -47,6 +47,7 @@ export function eventHandlers(deps: WorkflowDeps): Pick<ServiceImpl<typeof Workf
         eventId: taken.id,
         duplicate: taken.duplicate,
         runs: taken.runs.map((r) => runToProto(r, taken.duplicate ? null : by)),
+        waitsEnded: taken.endedWaits.length,
       };
     },
   };
