@@ -43,7 +43,7 @@ async function withWaits(sql: Sql, n: number): Promise<void> {
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 describe('waits', () => {
-  it("measures a full step with 0, 1,000 and 10,000 waiting tasks", async () => {
+  it('measures a full step with 0, 1,000 and 10,000 waiting tasks', async () => {
     const loadBefore = os.loadavg();
     const sizes = [0, 1_000, 10_000];
     const dbs = await Promise.all(sizes.map(() => createTestDatabase()));
