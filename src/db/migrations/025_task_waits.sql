@@ -37,3 +37,5 @@ create index task_waits_open_event on task_waits (event, ti_id) where ended_at i
 create index task_waits_open_deadline on task_waits (deadline, ti_id) where ended_at is null;
 -- A wait's look back reads the events of one name received in a window.
 create index external_events_name_received on external_events (name, received_at);
+-- Forgetting old events (retention) sets event_id null on the waits they ended: found by this index.
+create index task_waits_event_id on task_waits (event_id) where event_id is not null;
