@@ -49,6 +49,16 @@ describe('a DAG with a wait and an approval, on Lite', () => {
     writeFileSync(file, DAG);
     let r = await cli(f.server.url, ['dag', 'apply', file]);
     expect(r.code, r.stderr).toBe(0);
+    // `dag show` says what each task waits for.
+    const shown = await cli(f.server.url, ['dag', 'show', 'release']);
+    expect(shown.stdout).toMatch(
+      /landed\s+default\s+build\s+\(wait for event artifact\.ready \{"version":"\$conf\.version"\}\)/,
+    );
+    expect(shown.stdout).toMatch(/sign_off\s+default\s+landed\s+\(approval by operator or above\)/);
+    const json = JSON.parse((await cli(f.server.url, ['dag', 'show', 'release', '-o', 'json'])).stdout) as {
+      tasks: Record<string, unknown>[];
+    };
+    expect(json.tasks[2]).toMatchObject({ id: 'sign_off', approval: { role: 'operator', message: 'Ship it?' } });
     const run = (await f.api.workflow.triggerRun({ dagId: 'release', confJson: '{"version":"1.4"}' })).run!;
 
     const landed = await waiting(run.runId, 'landed');

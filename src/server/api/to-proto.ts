@@ -88,6 +88,10 @@ function taskToProto(t: TaskSpec) {
     secretEnv: secretEnvToWire(t.secretEnv),
     executor: t.executor,
     image: t.image ?? '',
+    waitEvent: t.wait?.event ?? '',
+    waitMatchJson: t.wait?.match ? JSON.stringify(t.wait.match) : '',
+    approvalRole: t.approval?.role ?? '',
+    approvalMessage: t.approval?.message ?? '',
   });
 }
 
