@@ -121,6 +121,19 @@ describe('ApproveTask', () => {
     expect((await stateOf(run.id, 'ship')).state).toBe('upstream_failed');
   });
 
+  it('times out by the leader with its on_timeout, and cannot be approved after', BOUND, async () => {
+    const run = await waitingRun(
+      dag('a_late', [
+        task('gate', { command: [], approval: { role: 'operator', timeoutMs: 50, onTimeout: 'skipped' } }),
+      ]),
+    );
+    await new Promise((r) => setTimeout(r, 120));
+    const r = await step(schedulerHarness(db.sql).ctx);
+    expect(r.endDueWaits).toMatchObject({ ended: 1, runIds: [run.id] });
+    expect((await stateOf(run.id, 'gate')).state).toBe('skipped');
+    expect(Code[(await refusal(approve(run.id, 'gate', 'admin'))).code]).toBe('FailedPrecondition');
+  });
+
   it('with the API open on loopback, the local caller approves', BOUND, async () => {
     const run = await waitingRun(dag('a_open', [approvalTask('gate', 'admin')]));
     await approve(run.id, 'gate', null);
