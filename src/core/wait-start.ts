@@ -19,6 +19,8 @@ export interface WaitStart {
   lookBackMs: number;
   /** The task instance's pending reason while it waits. */
   reason: string;
+  /** kind 'approval': what the person is asked (recorded with the move to waiting); else null. */
+  message: string | null;
 }
 
 /** A match value read from the run's conf when the wait starts: `$conf.order.id`. */
@@ -75,6 +77,7 @@ export function waitStart(task: TaskSpec, conf: unknown): WaitStart | null {
       onTimeout: task.wait.onTimeout,
       lookBackMs: task.wait.lookBackMs ?? 0,
       reason: `WAITING_FOR_EVENT:${task.wait.event}${shown.slice(0, REASON_MATCH_CHARS)}`,
+      message: null,
     };
   }
   if (task.approval) {
@@ -87,6 +90,7 @@ export function waitStart(task: TaskSpec, conf: unknown): WaitStart | null {
       onTimeout: task.approval.onTimeout,
       lookBackMs: 0,
       reason: `WAITING_FOR_APPROVAL:${task.approval.role}`,
+      message: task.approval.message ?? null,
     };
   }
   return null;

@@ -83,6 +83,10 @@ describe('ApproveTask', () => {
       const run = await waitingRun(dag('a_ok', [approvalTask('gate'), task('ship', { dependsOn: ['gate'] })]));
       const gate = await stateOf(run.id, 'gate');
       expect(gate).toMatchObject({ state: 'waiting', pending_reason: 'WAITING_FOR_APPROVAL:operator' });
+      // What the person is asked is recorded with the move to waiting.
+      const [asked] = await db.sql<{ payload: Record<string, unknown> }[]>`
+      select payload from events where ti_id = ${gate.id} and payload->>'to' = 'waiting'`;
+      expect(asked!.payload).toMatchObject({ reason: 'WAITING_FOR_APPROVAL:operator', message: 'Ship it?' });
 
       // A viewer never approves (the RPC needs operator; the handler checks the approval's role too).
       const viewer = await refusal(approve(run.id, 'gate', 'viewer'));

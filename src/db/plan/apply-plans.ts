@@ -103,7 +103,8 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
       ? [
           sql`select 1 as o, run_id, id as ti_id, ${tiState} as kind,
                      jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number)
-                       || case when state = 'waiting' then jsonb_build_object('reason', pending_reason) else '{}'::jsonb end
+                       || case when state = 'waiting' then jsonb_strip_nulls(jsonb_build_object('reason', pending_reason, 'message', message))
+                               else '{}'::jsonb end
                      as payload from moved`,
         ]
       : []),
@@ -187,8 +188,9 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
         ? sql`
     m as (
       select * from unnest(${moves.map((m) => m.tiId)}::bigint[], ${moves.map((m) => m.from)}::text[],
-                           ${moves.map((m) => m.to)}::text[], ${moves.map((m) => m.wait?.reason ?? null) as string[]}::text[])
-        as m(id, from_state, to_state, reason)),
+                           ${moves.map((m) => m.to)}::text[], ${moves.map((m) => m.wait?.reason ?? null) as string[]}::text[],
+                           ${moves.map((m) => m.wait?.message ?? null) as string[]}::text[])
+        as m(id, from_state, to_state, reason, message)),
     moved as (
       update task_instances t set state = m.to_state, pending_reason = m.reason,
         ended_at = case when m.to_state = any(${TERMINAL_TI_STATES as string[]}::text[]) then now() else t.ended_at end,
@@ -196,7 +198,7 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
       from m
       where t.id = m.id and t.state = m.from_state
         and t.run_id in (${applying})
-      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.pending_reason),`
+      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.pending_reason, m.message),`
         : sql``
     }
     ${
