@@ -14,6 +14,7 @@ const SGR: Record<string, string> = {
   queued: '34',
   scheduled: '34',
   up_for_retry: '33',
+  waiting: '33',
   stale: '33',
   cancelled: '35',
   skipped: '2',

@@ -18,6 +18,8 @@ export interface RunDecision {
   schedule: string[];
   /** up_for_retry → scheduled: the backoff has elapsed. */
   retry: string[];
+  /** none → waiting: the trigger rule is met and the task is a wait or an approval (it runs nothing). */
+  wait: string[];
   upstreamFailed: string[];
   skipped: string[];
   /** Waiting task instances whose pending reason changed (null clears it). */
@@ -102,6 +104,7 @@ export function advanceRun(tasks: readonly TaskSpec[], tis: ReadonlyMap<string, 
   const d: RunDecision = {
     schedule: [],
     retry: [],
+    wait: [],
     upstreamFailed: [],
     skipped: [],
     reasons: new Map(),
@@ -121,7 +124,12 @@ export function advanceRun(tasks: readonly TaskSpec[], tis: ReadonlyMap<string, 
     if (!ti) throw new Error(`run has no task instance for task "${task.id}"`);
     if (ti.state === 'none') {
       const verdict = evaluateTriggerRule(task.triggerRule, countUpstream(task, states));
-      if (verdict === 'run') {
+      if (verdict === 'run' && (task.wait || task.approval)) {
+        // Its pending reason (what it waits for) is written with the move.
+        d.wait.push(task.id);
+        states.set(task.id, 'waiting');
+        d.reasons.delete(task.id);
+      } else if (verdict === 'run') {
         d.schedule.push(task.id);
         states.set(task.id, 'scheduled');
         setReason(task.id, null);

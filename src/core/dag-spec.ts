@@ -83,6 +83,40 @@ export interface TaskSpec {
   kubernetes?: KubernetesSpec;
   /** Higher first among the work waiting to start; absent: the DAG's (`taskPriority`). */
   priority?: number;
+  /** A task that waits for an event instead of running a command (its `command` is empty). */
+  wait?: WaitSpec;
+  /** A task that waits for a person's approval instead of running a command (its `command` is empty). */
+  approval?: ApprovalSpec;
+}
+
+/** The outcomes a wait or an approval may take at its timeout. */
+export const ON_TIMEOUT = ['failed', 'skipped', 'success'] as const;
+export type OnTimeout = (typeof ON_TIMEOUT)[number];
+
+/**
+ * `wait:`: the task ends when an event of this name whose payload matches arrives (SendEvent, a
+ * webhook), holding nothing meanwhile. A match value `$conf.PATH` is the run's conf at PATH, read
+ * when the wait starts.
+ */
+export interface WaitSpec {
+  event: string;
+  match?: EventMatch;
+  timeoutMs: number;
+  /** An event received this long before the wait started counts too; absent: only later ones. */
+  lookBackMs?: number;
+  onTimeout: OnTimeout;
+}
+
+/** The roles an approval may ask for: a viewer never approves. */
+export const APPROVAL_ROLES = ['operator', 'admin'] as const;
+export type ApprovalRole = (typeof APPROVAL_ROLES)[number];
+
+/** `approval:`: the task ends when a token of `role` or above approves (success) or rejects (failed) it. */
+export interface ApprovalSpec {
+  role: ApprovalRole;
+  timeoutMs: number;
+  message?: string;
+  onTimeout: OnTimeout;
 }
 
 export interface DagSpec {

@@ -18,6 +18,7 @@ export const TI_STATES = [
   'upstream_failed',
   'skipped',
   'cancelled',
+  'waiting',
 ] as const;
 export type TiState = (typeof TI_STATES)[number];
 
@@ -47,10 +48,13 @@ const RUN_TRANSITIONS: Readonly<Record<RunState, readonly RunState[]>> = {
  * - running → success | failed | up_for_retry when the attempt ends.
  * - up_for_retry → scheduled when its backoff has elapsed.
  * - success/failed/upstream_failed/skipped/cancelled → none when cleared (retry by hand).
+ * - none → waiting when its trigger rule is met and it is a wait or an approval (task_waits): it
+ *   holds no slot, process or agent; waiting → success | failed | skipped when its event or
+ *   approval arrives or its deadline passes (failed, or the DAG's `on_timeout`).
  * - any non-terminal state → cancelled when its run is cancelled.
  */
 const TI_TRANSITIONS: Readonly<Record<TiState, readonly TiState[]>> = {
-  none: ['scheduled', 'upstream_failed', 'skipped', 'cancelled'],
+  none: ['scheduled', 'waiting', 'upstream_failed', 'skipped', 'cancelled'],
   scheduled: ['queued', 'none', 'cancelled'],
   queued: ['running', 'success', 'failed', 'up_for_retry', 'scheduled', 'cancelled'],
   running: ['success', 'failed', 'up_for_retry', 'cancelled'],
@@ -60,6 +64,7 @@ const TI_TRANSITIONS: Readonly<Record<TiState, readonly TiState[]>> = {
   upstream_failed: ['none'],
   skipped: ['none'],
   cancelled: ['none'],
+  waiting: ['success', 'failed', 'skipped', 'cancelled'],
 };
 
 export const TERMINAL_TI_STATES: readonly TiState[] = ['success', 'failed', 'upstream_failed', 'skipped', 'cancelled'];
@@ -178,7 +183,12 @@ export const WAITING_TI_STATES: readonly TiState[] = TI_STATES.filter(
  * Task instances with work that moves on without the planner (a dispatch, an attempt, a
  * backoff): a run with one of these is not settled. The list of index `task_instances_live`.
  */
-export const UNSETTLED_TI_STATES: readonly TiState[] = ['scheduled', 'queued', 'running', 'up_for_retry'];
+export const UNSETTLED_TI_STATES: readonly TiState[] = ['scheduled', 'queued', 'running', 'up_for_retry', 'waiting'];
+
+/** The states a wait or an approval ends from (an event, an approval, its deadline). */
+export const WAIT_END_FROM: readonly TiState[] = TI_STATES.filter(
+  (s) => canTransitionTi(s, 'success') && canTransitionTi(s, 'failed') && canTransitionTi(s, 'skipped'),
+);
 
 /** A run all of whose task instances are in these states ended well (the run reaper's verdict). */
 export const SUCCEEDED_TI_STATES: readonly TiState[] = ['success', 'skipped'];

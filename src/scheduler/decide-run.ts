@@ -1,4 +1,5 @@
 import { advanceRun, type RunDecision, type TiStateView } from '../core/advance-run.js';
+import { waitStart } from '../core/wait-start.js';
 import type { RunPlan, TiMove } from '../db/plan/run-plan.js';
 import type { ActiveRunRow } from '../db/runs.js';
 import type { PlannerTi } from '../db/tis.js';
@@ -27,17 +28,23 @@ export function decideRun(run: ActiveRunRow, tis: PlannerTi[], start: boolean, n
   if (run.dag_paused) {
     // A paused DAG starts nothing new: running attempts finish, failures still propagate and the
     // run can still end, but what would be scheduled waits, saying why.
-    for (const taskId of [...decision.schedule, ...decision.retry]) {
+    for (const taskId of [...decision.schedule, ...decision.retry, ...decision.wait]) {
       if (byTask.get(taskId)!.pending_reason !== 'DAG_PAUSED') decision.reasons.set(taskId, 'DAG_PAUSED');
       else decision.reasons.delete(taskId);
     }
     decision.schedule = [];
     decision.retry = [];
+    decision.wait = [];
   }
   const move = (taskIds: string[], from: TiMove['from'], to: TiMove['to']): TiMove[] =>
     taskIds.map((id) => ({ tiId: byTask.get(id)!.id, from, to }));
+  const specs = new Map(run.spec.tasks.map((t) => [t.id, t]));
   const moves = [
     ...move(decision.schedule, 'none', 'scheduled'),
+    ...move(decision.wait, 'none', 'waiting').map((m, i) => ({
+      ...m,
+      wait: waitStart(specs.get(decision.wait[i]!)!, run.conf)!,
+    })),
     ...move(decision.retry, 'up_for_retry', 'scheduled'),
     ...move(decision.upstreamFailed, 'none', 'upstream_failed'),
     ...move(decision.skipped, 'none', 'skipped'),

@@ -134,8 +134,10 @@ export function planAhead(
     if (!d.plan) continue;
     // A retry's backoff is read, never assumed.
     const retrying = new Set(d.decision.retry.map((id) => d.byTask.get(id)!.id));
-    d.plan.moves = d.plan.moves.filter((m) => !retrying.has(m.tiId));
+    // A wait's start (and its look back for events) is the step's, never planned ahead.
+    d.plan.moves = d.plan.moves.filter((m) => !retrying.has(m.tiId) && m.to !== 'waiting');
     d.decision.retry = [];
+    d.decision.wait = [];
     if (d.plan.moves.length === 0) continue;
     // The plan states every upstream state its moves assumed (a run's end, every TI's state): the
     // database applies none of it unless each holds at the write, the ends just recorded included

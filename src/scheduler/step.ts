@@ -5,12 +5,14 @@ import { plan, type PlanResult } from './phases/plan.js';
 import { reapHeartbeats, type ReapHeartbeatsResult } from './phases/reap-heartbeats.js';
 import { reapRuns, type ReapRunsResult } from './phases/reap-runs.js';
 import { reapTimeouts, type ReapTimeoutsResult } from './phases/reap-timeouts.js';
+import { endDueWaitsPhase, type EndDueWaitsResult } from './phases/end-due-waits.js';
 
 const PHASE_NAMES = {
   plan: 'plan',
   reapRuns: 'reap-runs',
   reapHeartbeats: 'reap-heartbeats',
   reapTimeouts: 'reap-timeouts',
+  endDueWaits: 'end-due-waits',
 } as const;
 
 export interface StepResult {
@@ -18,13 +20,14 @@ export interface StepResult {
   reapRuns: ReapRunsResult | null;
   reapHeartbeats: ReapHeartbeatsResult | null;
   reapTimeouts: ReapTimeoutsResult | null;
+  endDueWaits: EndDueWaitsResult | null;
   /** Phases that threw; the others still ran. */
   failedPhases: string[];
 }
 
 /**
  * One reconciliation step: plan, reap orphaned runs, reap attempts whose heartbeat went stale,
- * end attempts that ran past their timeout (a `light` step, for a nudge between ticks, only plans, and only the nudged runs when the
+ * end attempts that ran past their timeout, end waits past their deadline (a `light` step, for a nudge between ticks, only plans, and only the nudged runs when the
  * nudges named them).
  * Each phase is isolated: an error in one is counted and logged, and the next phase runs anyway.
  * The step itself never throws.
@@ -34,7 +37,14 @@ export async function step(
   kind: 'full' | 'light' = 'full',
   target: StepTarget = { all: true },
 ): Promise<StepResult> {
-  const result: StepResult = { plan: null, reapRuns: null, reapHeartbeats: null, reapTimeouts: null, failedPhases: [] };
+  const result: StepResult = {
+    plan: null,
+    reapRuns: null,
+    reapHeartbeats: null,
+    reapTimeouts: null,
+    endDueWaits: null,
+    failedPhases: [],
+  };
   const phase = async <K extends keyof typeof PHASE_NAMES>(name: K, run: () => Promise<NonNullable<StepResult[K]>>) => {
     try {
       result[name] = (await run()) as StepResult[K];
@@ -63,9 +73,14 @@ export async function step(
   await phase('reapRuns', () => reapRuns(ctx));
   await phase('reapHeartbeats', () => reapHeartbeats(ctx));
   await phase('reapTimeouts', () => reapTimeouts(ctx));
+  await phase('endDueWaits', () => endDueWaitsPhase(ctx));
   // The runs of ended attempts are planned at once (a retry, or the failure's consequences), not
   // when the sweep comes round to them.
-  const reaped = [...(result.reapHeartbeats?.runIds ?? []), ...(result.reapTimeouts?.runIds ?? [])];
+  const reaped = [
+    ...(result.reapHeartbeats?.runIds ?? []),
+    ...(result.reapTimeouts?.runIds ?? []),
+    ...(result.endDueWaits?.runIds ?? []),
+  ];
   if (reaped.length > 0) ctx.nudge?.([...new Set(reaped)]);
   return result;
 }

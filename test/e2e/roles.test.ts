@@ -161,7 +161,7 @@ describe('replica roles (Pro edition)', () => {
 
     const before = await f.db
       .sql`select (select count(*) from dag_runs) as runs, (select count(*) from events) as events, (select count(*) from dags) as dags, (select count(*) from agents) as agents`;
-    expect(WRITE_RPCS.length).toBe(12);
+    expect(WRITE_RPCS.length).toBe(13);
     for (const m of WRITE_RPCS) {
       const client = (m.parent.typeName === ClusterService.typeName ? api.cluster : api.workflow) as unknown as Record<
         string,

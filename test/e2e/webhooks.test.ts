@@ -3,6 +3,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RunState, TaskState } from '../../src/gen/leoflow/v1/types_pb.js';
+import { waitFor } from '../helpers/leoflow-process.js';
 import { serverForFile } from '../helpers/server-fixture.js';
 
 /**
@@ -72,6 +74,27 @@ describe('webhooks', () => {
     const other = JSON.stringify({ ref: 'refs/heads/dev' });
     const dev = await post('github', other, { 'x-hub-signature-256': sign(other), 'x-github-delivery': 'd-2' });
     expect(dev.body).toMatchObject({ duplicate: false, runs: [] });
+  });
+
+  it('end the waits their event matches', async () => {
+    await f.api.workflow.applyDag({
+      source:
+        'dag_id: wait-push\ntasks: [{ id: w, wait: { event: repo.push, match: { after: $conf.sha }, timeout: 1h } }]\n',
+      filename: 'wait-push.yaml',
+    });
+    const run = (await f.api.workflow.triggerRun({ dagId: 'wait-push', confJson: '{"sha":"w-1"}' })).run!;
+    const stateOfW = async () =>
+      (await f.api.workflow.getRun({ runId: run.runId })).taskInstances.find((t) => t.taskId === 'w')?.state;
+    await waitFor('the wait', async () => (await stateOfW()) === TaskState.WAITING, 30_000);
+    const body = JSON.stringify({ ref: 'refs/heads/dev', after: 'w-1' });
+    const res = await post('github', body, { 'x-hub-signature-256': sign(body), 'x-github-delivery': 'd-w' });
+    expect(res.status).toBe(200);
+    expect(await stateOfW()).toBe(TaskState.SUCCESS);
+    await waitFor(
+      'the run to end',
+      async () => (await f.api.workflow.getRun({ runId: run.runId })).run!.state === RunState.SUCCESS,
+      30_000,
+    );
   });
 
   it('refuse what is not theirs, with the reason, and write nothing', async () => {

@@ -107,6 +107,7 @@ describe('step isolation', () => {
       reapRuns: null,
       reapHeartbeats: { candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: true, runIds: [] },
       reapTimeouts: { candidates: 0, retried: 0, failed: 0, errors: 0, heldOff: true, runIds: [] },
+      endDueWaits: { ended: 0, heldOff: true, runIds: [] },
       failedPhases: ['plan', 'reapRuns'],
     });
     expect(h.errors.map((e) => e.phase)).toEqual(['plan.cron', 'plan', 'reap-runs']);
@@ -130,6 +131,7 @@ describe('step isolation', () => {
       expect(r.reapRuns).toBeNull();
       expect(r.reapHeartbeats!.heldOff).toBe(true);
       expect(r.reapTimeouts!.heldOff).toBe(true);
+      expect(r.endDueWaits!.heldOff).toBe(true);
       expect(h.errors.map((e) => e.phase)).toEqual(['plan.cron', 'plan', 'reap-runs']);
     } finally {
       await sql.end({ timeout: 1 });

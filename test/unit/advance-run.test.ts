@@ -176,6 +176,7 @@ describe('advanceRun', () => {
     expect(d).toEqual({
       schedule: [],
       retry: [],
+      wait: [],
       upstreamFailed: [],
       skipped: [],
       reasons: new Map(),

@@ -70,6 +70,8 @@ const KEY_PROBES: Record<string, string> = {
   trigger: 'dag_id: d\ntasks: [{ id: a, command: x }]\ntriggers: [{ event: e, zz: 1 }]\n',
   notify: 'dag_id: d\ntasks: [{ id: a, command: x }]\nnotify: [{ on: [failed], to: r, zz: 1 }]\n',
   task: task('    zz: 1\n'),
+  wait: 'dag_id: d\ntasks: [{ id: a, wait: { event: e, timeout: 1h, zz: 1 } }]\n',
+  approval: 'dag_id: d\ntasks: [{ id: a, approval: { timeout: 1h, zz: 1 } }]\n',
   placement: task('    executor: agents\n    placement: { zz: 1 }\n'),
   kubernetes: task('    kubernetes: { zz: 1 }\n'),
   resources: task('    kubernetes: { resources: { zz: {} } }\n'),

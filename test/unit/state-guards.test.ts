@@ -42,7 +42,7 @@ describe('the state lists the guards write', () => {
   it('split the active states as the state table does', () => {
     expect(CLAIMED_TI_STATES).toEqual(['queued']);
     expect(STARTED_TI_STATES).toEqual(['running']);
-    expect(WAITING_TI_STATES).toEqual(['none', 'scheduled', 'up_for_retry']);
+    expect(WAITING_TI_STATES).toEqual(['none', 'scheduled', 'up_for_retry', 'waiting']);
     expect(RUN_START_FROM).toEqual(['queued']);
     expect(RUN_END_FROM).toEqual(['running']);
   });

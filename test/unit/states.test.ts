@@ -117,6 +117,11 @@ describe('task-instance state table', () => {
       ['upstream_failed', 'scheduled'],
       ['cancelled', 'running'],
       ['skipped', 'success'],
+      ['waiting', 'running'],
+      ['waiting', 'scheduled'],
+      ['waiting', 'none'],
+      ['none', 'success'],
+      ['scheduled', 'waiting'],
     ];
     for (const [f, t] of illegal) {
       expect(canTransitionTi(f, t), `${f} → ${t}`).toBe(false);
@@ -126,7 +131,9 @@ describe('task-instance state table', () => {
     expect(legalTiFrom('queued')).toEqual(['scheduled']);
     expect(legalTiFrom('running')).toEqual(['queued']);
     // queued → success: the attempt ended well but its start report was lost; the result is kept.
-    expect(sorted(legalTiFrom('success'))).toEqual(['queued', 'running']);
+    // waiting → success: its event or approval arrived.
+    expect(sorted(legalTiFrom('success'))).toEqual(['queued', 'running', 'waiting']);
+    expect(legalTiFrom('waiting')).toEqual(['none']);
     expect(legalTiFrom('up_for_retry')).toEqual(expect.arrayContaining(['queued', 'running']));
     expect(legalTiFrom('up_for_retry')).toHaveLength(2);
   });

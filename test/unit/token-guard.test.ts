@@ -30,6 +30,7 @@ const NEEDS: Record<string, 'viewer' | 'operator' | 'admin' | 'hello'> = {
   'leoflow.v1.TokenService/WhoAmI': 'viewer',
   'leoflow.v1.WorkflowService/TriggerRun': 'operator',
   'leoflow.v1.WorkflowService/SendEvent': 'operator',
+  'leoflow.v1.WorkflowService/ApproveTask': 'operator',
   'leoflow.v1.WorkflowService/CancelRun': 'operator',
   'leoflow.v1.WorkflowService/ClearTaskInstance': 'operator',
   'leoflow.v1.WorkflowService/CancelTaskInstance': 'operator',

@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
 import { expandDagPaths } from '../../core/expand-dag-paths.js';
+import type { TaskSpec } from '../../gen/leoflow/v1/types_pb.js';
 import type { Clients } from '../client.js';
 import { confirm } from '../confirm.js';
 import { drawDag } from '../draw-dag.js';
@@ -82,6 +83,10 @@ export function registerDag(program: Command, clients: () => Clients): void {
         const tasks = d.tasks.map((t) => ({
           id: t.id,
           command: t.command,
+          ...(t.waitEvent
+            ? { wait: { event: t.waitEvent, match: t.waitMatchJson ? JSON.parse(t.waitMatchJson) : null } }
+            : {}),
+          ...(t.approvalRole ? { approval: { role: t.approvalRole, message: t.approvalMessage } } : {}),
           depends_on: t.dependsOn,
           executor: t.executor,
           env: t.env,
@@ -101,7 +106,7 @@ export function registerDag(program: Command, clients: () => Clients): void {
         '',
         table(
           ['TASK', 'EXECUTOR', 'DEPENDS ON', 'COMMAND'],
-          d.tasks.map((t) => [t.id, t.executor, t.dependsOn.join(',') || '-', t.command.join(' ')]),
+          d.tasks.map((t) => [t.id, t.executor, t.dependsOn.join(',') || '-', commandOrWait(t)]),
         ),
       );
       for (const t of d.tasks) {
@@ -167,4 +172,11 @@ export function registerDag(program: Command, clients: () => Clients): void {
       }
       process.stdout.write(out);
     });
+}
+
+/** A task's COMMAND column: its argv, or what a wait or an approval task waits for. */
+function commandOrWait(t: TaskSpec): string {
+  if (t.waitEvent) return `(wait for event ${t.waitEvent}${t.waitMatchJson ? ` ${t.waitMatchJson}` : ''})`;
+  if (t.approvalRole) return `(approval by ${t.approvalRole} or above)`;
+  return t.command.join(' ');
 }

@@ -24,6 +24,7 @@ export function registerEvent(program: Command, clients: () => Clients): void {
             event_id: res.eventId,
             duplicate: res.duplicate,
             runs: res.runs.map((r) => ({ run_id: r.runId, dag_id: r.dagId, state: runStateName(r.state) })),
+            waits_ended: res.waitsEnded,
           }) + '\n',
         );
         return;
@@ -32,6 +33,8 @@ export function registerEvent(program: Command, clients: () => Clients): void {
         ? `event ${res.eventId} was sent before with this key: nothing started now`
         : `event ${res.eventId} sent`;
       const runs = res.runs.map((r) => `run ${r.runId} of ${r.dagId}`);
-      process.stdout.write(`${what}; ${runs.length === 0 ? 'no DAG triggered' : runs.join(', ')}\n`);
+      const waits =
+        res.waitsEnded > 0 ? `; ended ${res.waitsEnded} waiting task${res.waitsEnded === 1 ? '' : 's'}` : '';
+      process.stdout.write(`${what}; ${runs.length === 0 ? 'no DAG triggered' : runs.join(', ')}${waits}\n`);
     });
 }

@@ -306,4 +306,23 @@ export function registerRun(program: Command, clients: () => Clients): void {
       const also = opts.downstream ? ` (and ${others} downstream)` : '';
       process.stdout.write(`cleared ${taskId}${also} in run ${r.runId}; run ${r.runId} is ${runStateName(r.state)}\n`);
     });
+
+  run
+    .command('approve')
+    .description('approve (or with --reject, reject) a task that waits for an approval: it succeeds (or fails) at once')
+    .argument('<run_id>', 'the run (see `leoflow run list`)', runIdArgument)
+    .argument('<task_id>', 'the approval task (its state is waiting)')
+    .option('--reject', 'reject it: the task fails')
+    .option('--note <text>', "why, recorded with who and when in the run's events")
+    .action(async (runId: string, taskId: string, opts: { reject?: boolean; note?: string }) => {
+      const res = await clients().workflow.approveTask({
+        runId,
+        taskId,
+        reject: opts.reject ?? false,
+        note: opts.note ?? '',
+      });
+      const ti = res.taskInstance;
+      const verdict = opts.reject ? 'rejected' : 'approved';
+      process.stdout.write(`${verdict} task ${taskId} of run ${runId}${ti ? `: ${taskStateName(ti.state)}` : ''}\n`);
+    });
 }

@@ -12,6 +12,7 @@ import { describe, expected, keyPath, missing, unknownKey } from './issue-messag
 import { readEnv, type TaskEnv } from './read-env.js';
 import { readKubernetes } from './read-kubernetes.js';
 import { readPlacement } from './read-placement.js';
+import { COMMAND_ONLY_KEYS, readApproval, readWait } from './read-wait.js';
 
 /** Timers in Node hold at most 2^31−1 ms (~24.8 days); a longer one would fire at once. */
 export const MAX_TIMEOUT_MS = 24 * 86_400_000;
@@ -35,6 +36,8 @@ const TASK_KEYS = [
   'placement',
   'priority',
   'kubernetes',
+  'wait',
+  'approval',
 ] as const;
 
 /** A task as read, before the checks across tasks: what they need, and the spec if it is whole. */
@@ -108,12 +111,35 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       case 'kubernetes':
         if (value !== null) task.kubernetes = readKubernetes(value, p, issues);
         break;
+      case 'wait':
+        task.wait = readWait(value, p, issues);
+        break;
+      case 'approval':
+        task.approval = readApproval(value, p, issues);
+        break;
       default:
         issues.push(unknownKey(key, p, TASK_KEYS));
     }
   }
   if (!Object.hasOwn(item, 'id')) issues.push(missing('id', `${path}.id`));
-  if (!Object.hasOwn(item, 'command')) issues.push(missing('command', `${path}.command`));
+  // A task runs a command, or waits for an event, or for an approval: exactly one of the three.
+  const kinds = (['command', 'wait', 'approval'] as const).filter((k) => Object.hasOwn(item, k));
+  const waits = kinds.includes('wait') || kinds.includes('approval');
+  if (kinds.length === 0) issues.push(missing('command', `${path}.command`));
+  else if (kinds.length > 1) {
+    issues.push({
+      path: `${path}.${kinds[1]}`,
+      message: `a task has exactly one of command, wait and approval; this one has ${kinds.join(' and ')}`,
+    });
+  } else if (waits) {
+    for (const key of COMMAND_ONLY_KEYS) {
+      if (key !== 'command' && Object.hasOwn(item, key))
+        issues.push({
+          path: `${path}.${key}`,
+          message: `only a task with a command may have "${key}"; this one has ${kinds[0]}`,
+        });
+    }
+  }
 
   const retryDelayMs = task.retryDelayMs ?? DEFAULT_RETRY_DELAY_MS;
   // A long retry_delay raises the default cap instead of contradicting it.
@@ -136,10 +162,11 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
   }
   const executor = task.executor ?? 'default';
   issues.push(...secretExecutorIssues({ secretEnv: taskEnv?.secretEnv }, path, executor));
-  if (task.id === undefined || task.command === undefined) return draft;
+  if (task.id === undefined) return draft;
+  if (waits ? task.wait === undefined && task.approval === undefined : task.command === undefined) return draft;
   draft.spec = {
     id: task.id,
-    command: task.command,
+    command: task.command ?? [],
     dependsOn: draft.deps.map((d) => d.id),
     triggerRule: task.triggerRule ?? 'all_success',
     retries: task.retries ?? 0,
@@ -154,6 +181,8 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
     placement: task.placement ?? null,
     ...(task.priority !== undefined ? { priority: task.priority } : {}),
     ...(task.kubernetes !== undefined ? { kubernetes: task.kubernetes } : {}),
+    ...(task.wait !== undefined ? { wait: task.wait } : {}),
+    ...(task.approval !== undefined ? { approval: task.approval } : {}),
   };
   return draft;
 }

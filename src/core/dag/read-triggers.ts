@@ -50,7 +50,8 @@ export function readTriggers(value: unknown, path: string, issues: DagIssue[]): 
   return issues.length > before ? undefined : out;
 }
 
-function readMatch(v: unknown, path: string, issues: DagIssue[]): EventMatch | undefined {
+/** A `match:` mapping of payload paths to a value, or to a list of values any of which will do. */
+export function readMatch(v: unknown, path: string, issues: DagIssue[]): EventMatch | undefined {
   if (!isMapping(v)) {
     issues.push(expected('a mapping of payload paths (a.b.c) to a value or a list of values', v, path));
     return undefined;

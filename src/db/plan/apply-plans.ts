@@ -42,7 +42,7 @@ export async function applyPlans(sql: Sql, plans: RunPlan[]): Promise<AppliedPla
 export const PLANS_PER_STATEMENT = 100;
 
 type AppliedRow = {
-  kind: 'run' | 'started' | 'ti' | 'claim';
+  kind: 'run' | 'started' | 'ti' | 'claim' | 'wait';
   id: string;
   try_number: number | null;
   max_tries: number | null;
@@ -51,7 +51,13 @@ type AppliedRow = {
   agent_id: string | null;
 };
 
-const emptyApplied = (): AppliedPlans => ({ runs: new Set(), started: new Set(), moved: new Set(), claims: new Map() });
+const emptyApplied = (): AppliedPlans => ({
+  runs: new Set(),
+  started: new Set(),
+  moved: new Set(),
+  claims: new Map(),
+  waits: new Set(),
+});
 
 /** The statement of `applyPlans`, not sent until awaited or `execute()`d (so a caller can choose
  *  its place in a connection's pipeline); `appliedFrom` reads its answer. Plans must not be empty. */
@@ -65,6 +71,13 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
     }
   }
   const moves = all.filter((m) => m.claimFor === undefined);
+  for (const m of all) {
+    if ((m.to === 'waiting') !== (m.wait !== undefined))
+      throw new Error(
+        `illegal planner move of task instance ${m.tiId}: a move to waiting, and only one, says what it waits for`,
+      );
+  }
+  const waits = moves.filter((m) => m.wait !== undefined);
   const claiming = all.filter((m) => m.claimFor !== undefined);
   const expect = plans.flatMap((p) => (p.expect ?? []).map((e) => ({ runId: p.runId, ...e })));
   // Each run is found by its key, stated outright: joined only to the plans, Postgres may read
@@ -89,7 +102,10 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
     ...(moves.length > 0
       ? [
           sql`select 1 as o, run_id, id as ti_id, ${tiState} as kind,
-                     jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number) as payload from moved`,
+                     jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number)
+                       || case when state = 'waiting' then jsonb_strip_nulls(jsonb_build_object('reason', pending_reason, 'message', message))
+                               else '{}'::jsonb end
+                     as payload from moved`,
         ]
       : []),
     ...(claiming.length > 0
@@ -106,6 +122,7 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
                null::text as dispatch_key, null::text as agent_id from kept`,
     ...(starts ? [sql`select 'started', id, null, null, null, null, null from started`] : []),
     ...(moves.length > 0 ? [sql`select 'ti', id, null, null, null, null, null from moved`] : []),
+    ...(waits.length > 0 ? [sql`select 'wait', ti_id, null, null, null, null, null from waits`] : []),
     ...(claiming.length > 0
       ? [sql`select 'claim', id, try_number, max_tries, attempt_token, dispatch_key, agent_id from claimed`]
       : []),
@@ -171,16 +188,40 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
         ? sql`
     m as (
       select * from unnest(${moves.map((m) => m.tiId)}::bigint[], ${moves.map((m) => m.from)}::text[],
-                           ${moves.map((m) => m.to)}::text[])
-        as m(id, from_state, to_state)),
+                           ${moves.map((m) => m.to)}::text[], ${moves.map((m) => m.wait?.reason ?? null) as string[]}::text[],
+                           ${moves.map((m) => m.wait?.message ?? null) as string[]}::text[])
+        as m(id, from_state, to_state, reason, message)),
     moved as (
-      update task_instances t set state = m.to_state, pending_reason = null,
+      update task_instances t set state = m.to_state, pending_reason = m.reason,
         ended_at = case when m.to_state = any(${TERMINAL_TI_STATES as string[]}::text[]) then now() else t.ended_at end,
         ready_at = case when m.to_state = 'scheduled' then now() else t.ready_at end
       from m
       where t.id = m.id and t.state = m.from_state
         and t.run_id in (${applying})
-      returning t.id, t.run_id, t.task_id, t.try_number, t.state),`
+      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.pending_reason, m.message),`
+        : sql``
+    }
+    ${
+      waits.length > 0
+        ? sql`
+    wv as (
+      select * from unnest(${waits.map((m) => m.tiId)}::bigint[], ${waits.map((m) => m.wait!.kind)}::text[],
+                           ${waits.map((m) => m.wait!.event) as string[]}::text[],
+                           ${waits.map((m) => (m.wait!.match ? JSON.stringify(m.wait!.match) : null)) as string[]}::text[],
+                           ${waits.map((m) => m.wait!.role) as string[]}::text[],
+                           ${waits.map((m) => m.wait!.timeoutMs)}::bigint[], ${waits.map((m) => m.wait!.onTimeout)}::text[])
+        as wv(id, kind, event, match, role, timeout_ms, on_timeout)),
+    -- What each wait started here waits for, written with its move: a waiting task instance
+    -- always has its row. A task cleared and waiting again starts its row afresh.
+    waits as (
+      insert into task_waits (ti_id, run_id, task_id, kind, event, match, role, deadline, on_timeout)
+      select mv.id, mv.run_id, mv.task_id, wv.kind, wv.event, wv.match::jsonb, wv.role,
+             now() + wv.timeout_ms * interval '1 millisecond', wv.on_timeout
+      from moved mv join wv on wv.id = mv.id where mv.state = 'waiting'
+      on conflict (ti_id) do update set run_id = excluded.run_id, task_id = excluded.task_id, kind = excluded.kind,
+        event = excluded.event, match = excluded.match, role = excluded.role, deadline = excluded.deadline,
+        on_timeout = excluded.on_timeout, started_at = now(), ended_at = null, outcome = null, event_id = null
+      returning ti_id),`
         : sql``
     }
     ${
@@ -219,6 +260,7 @@ export function appliedFrom(rows: readonly AppliedRow[]): AppliedPlans {
   const out = emptyApplied();
   for (const r of rows) {
     if (r.kind === 'ti') out.moved.add(r.id);
+    else if (r.kind === 'wait') out.waits.add(r.id);
     else if (r.kind === 'claim') {
       out.moved.add(r.id);
       out.claims.set(r.id, {

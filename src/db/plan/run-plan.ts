@@ -1,11 +1,14 @@
 import type { TiState } from '../../core/states.js';
+import type { WaitStart } from '../../core/wait-start.js';
 import type { Claim } from '../../core/work-item.js';
 
 /** One task instance moved by the planner, from the state its decision was read in. */
 export interface TiMove {
   tiId: string;
   from: TiState;
-  to: 'scheduled' | 'upstream_failed' | 'skipped';
+  to: 'scheduled' | 'waiting' | 'upstream_failed' | 'skipped';
+  /** For a move to `waiting`: what it waits for (its task_waits row, written in the same statement). */
+  wait?: WaitStart;
   /**
    * For a move to `scheduled`: also claim it, in the same statement, for a new attempt on this
    * executor (scheduled → queued, both moves in the events log). The caller has room to dispatch
@@ -42,4 +45,6 @@ export interface AppliedPlans {
   moved: Set<string>;
   /** Of those, the ones claimed with the move, by ti id. */
   claims: Map<string, Claim>;
+  /** Of those, the ones that started to wait (their task_waits row written), by ti id. */
+  waits: Set<string>;
 }

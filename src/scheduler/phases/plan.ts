@@ -11,6 +11,7 @@ import { offerInOrder, scheduledOffers, type PendingOffer } from '../offer-sched
 import type { RunRead } from '../planner-memory.js';
 import { rememberDecided } from '../remember-decided.js';
 import { createScheduledRuns } from './create-scheduled-runs.js';
+import { lookBackForWaits } from '../look-back-for-waits.js';
 
 export interface PlanResult {
   runsCreated: number;
@@ -288,6 +289,7 @@ async function writeAndOffer(
     );
     ahead.answered(applied.claims);
     decideOffers(ctx, decided, applied, reasons, result, ending);
+    if (applied.waits.size > 0) await lookBackForWaits(ctx, decided, applied.waits, result);
   } finally {
     ahead.done();
   }
@@ -344,7 +346,13 @@ function decideOffers(
 /** All runs' writes in one statement; if the database refuses it (not a lost connection), run by
  *  run, so one run's bad write cannot stop every other run. */
 async function applyAll(ctx: SchedulerContext, plans: RunPlan[], result: PlanResult): Promise<AppliedPlans> {
-  const none: AppliedPlans = { runs: new Set(), started: new Set(), moved: new Set(), claims: new Map() };
+  const none: AppliedPlans = {
+    runs: new Set(),
+    started: new Set(),
+    moved: new Set(),
+    claims: new Map(),
+    waits: new Set(),
+  };
   if (plans.length === 0) return none;
   try {
     return await applyPlans(ctx.sql, plans);
@@ -362,6 +370,7 @@ async function applyAll(ctx: SchedulerContext, plans: RunPlan[], result: PlanRes
       for (const id of one.started) none.started.add(id);
       for (const id of one.moved) none.moved.add(id);
       for (const [id, c] of one.claims) none.claims.set(id, c);
+      for (const id of one.waits) none.waits.add(id);
     } catch (err) {
       result.errors++;
       ctx.counters.error('plan.write', err, { runId: p.runId });

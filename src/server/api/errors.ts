@@ -26,6 +26,11 @@ export class FailedPreconditionError extends Error {
   override readonly name = 'FailedPreconditionError';
 }
 
+/** The caller's token may call the RPC, but not for this target (an approval asking a higher role). */
+export class PermissionDeniedError extends Error {
+  override readonly name = 'PermissionDeniedError';
+}
+
 /**
  * The one place internal errors become wire errors. Anything unexpected is logged by the caller
  * and surfaces as INTERNAL without leaking internals beyond its message.
@@ -59,6 +64,7 @@ function wireError(err: unknown): ConnectError {
   if (err instanceof FeedClosedError) return new ConnectError(err.message, Code.Unavailable);
   if (err instanceof NotFoundError) return new ConnectError(err.message, Code.NotFound);
   if (err instanceof FailedPreconditionError) return new ConnectError(err.message, Code.FailedPrecondition);
+  if (err instanceof PermissionDeniedError) return new ConnectError(err.message, Code.PermissionDenied);
   return new ConnectError(err instanceof Error ? err.message : String(err), Code.Internal);
 }
 

@@ -31,15 +31,23 @@ export function eventHandlers(deps: WorkflowDeps): Pick<ServiceImpl<typeof Workf
       const taken = await takeEvent(deps.sql, { name, key, payload, by, defaultExecutor: deps.defaultExecutor });
       if (!taken.duplicate) {
         deps.logger.info(
-          { event: name, eventId: taken.id, runs: taken.runs.map((r) => r.id), ...actorPayload(by) },
+          {
+            event: name,
+            eventId: taken.id,
+            runs: taken.runs.map((r) => r.id),
+            waitsEnded: taken.endedWaits.map((w) => w.ti_id),
+            ...actorPayload(by),
+          },
           'event received',
         );
-        if (taken.runs.length > 0) deps.nudge(taken.runs.map((r) => r.id));
+        const toPlan = [...taken.runs.map((r) => r.id), ...taken.endedWaits.map((w) => w.run_id)];
+        if (toPlan.length > 0) deps.nudge([...new Set(toPlan)]);
       }
       return {
         eventId: taken.id,
         duplicate: taken.duplicate,
         runs: taken.runs.map((r) => runToProto(r, taken.duplicate ? null : by)),
+        waitsEnded: taken.endedWaits.length,
       };
     },
   };

@@ -71,6 +71,7 @@ const TI_STATE: Record<TiState, PbTaskState> = {
   upstream_failed: PbTaskState.UPSTREAM_FAILED,
   skipped: PbTaskState.SKIPPED,
   cancelled: PbTaskState.CANCELLED,
+  waiting: PbTaskState.WAITING,
 };
 
 function taskToProto(t: TaskSpec) {
@@ -87,6 +88,10 @@ function taskToProto(t: TaskSpec) {
     secretEnv: secretEnvToWire(t.secretEnv),
     executor: t.executor,
     image: t.image ?? '',
+    waitEvent: t.wait?.event ?? '',
+    waitMatchJson: t.wait?.match ? JSON.stringify(t.wait.match) : '',
+    approvalRole: t.approval?.role ?? '',
+    approvalMessage: t.approval?.message ?? '',
   });
 }
 

@@ -17,6 +17,7 @@ export const WRITE_RPCS: readonly DescMethod[] = [
   w.pauseDag,
   w.triggerRun,
   w.sendEvent,
+  w.approveTask,
   w.cancelRun,
   w.clearTaskInstance,
   w.cancelTaskInstance,

@@ -30,6 +30,8 @@ export const RPC_ROLES: ReadonlyMap<DescMethod, ApiRole> = new Map<DescMethod, A
   [t.whoAmI, 'viewer'],
   [w.triggerRun, 'operator'],
   [w.sendEvent, 'operator'],
+  // The approval's own role (operator or admin) is checked by the handler too.
+  [w.approveTask, 'operator'],
   [w.cancelRun, 'operator'],
   [w.clearTaskInstance, 'operator'],
   [w.cancelTaskInstance, 'operator'],

@@ -142,11 +142,13 @@ export function hookHandler(o: {
           event: hook.event,
           eventId: taken.id,
           runs: taken.runs.map((r) => r.id),
+          waitsEnded: taken.endedWaits.map((w) => w.ti_id),
           ...actorPayload(by),
         },
         'event received by hook',
       );
-      if (taken.runs.length > 0) o.nudge(taken.runs.map((r) => r.id));
+      const toPlan = [...taken.runs.map((r) => r.id), ...taken.endedWaits.map((w) => w.run_id)];
+      if (toPlan.length > 0) o.nudge([...new Set(toPlan)]);
     }
     return {
       event_id: taken.id,

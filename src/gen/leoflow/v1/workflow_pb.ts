@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leoflow/v1/workflow.proto.
  */
 export const file_leoflow_v1_workflow: GenFile = /*@__PURE__*/
-  fileDesc("ChlsZW9mbG93L3YxL3dvcmtmbG93LnByb3RvEgpsZW9mbG93LnYxIjMKD0FwcGx5RGFnUmVxdWVzdBIOCgZzb3VyY2UYASABKAkSEAoIZmlsZW5hbWUYAiABKAkiQQoQQXBwbHlEYWdSZXNwb25zZRIcCgNkYWcYASABKAsyDy5sZW9mbG93LnYxLkRhZxIPCgdvdXRjb21lGAIgASgJIh8KDUdldERhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJIi4KDkdldERhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIhEKD0xpc3REYWdzUmVxdWVzdCIxChBMaXN0RGFnc1Jlc3BvbnNlEh0KBGRhZ3MYASADKAsyDy5sZW9mbG93LnYxLkRhZyIxCg9QYXVzZURhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg4KBnBhdXNlZBgCIAEoCCIwChBQYXVzZURhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIkcKEVRyaWdnZXJSdW5SZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRIPCgdydW5fa2V5GAIgASgJEhEKCWNvbmZfanNvbhgDIAEoCSJDChJUcmlnZ2VyUnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCJJChBTZW5kRXZlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSFAoMcGF5bG9hZF9qc29uGAIgASgJEhEKCWV2ZW50X2tleRgDIAEoCSJbChFTZW5kRXZlbnRSZXNwb25zZRIUCghldmVudF9pZBgBIAEoA0ICMAESEQoJZHVwbGljYXRlGAIgASgIEh0KBHJ1bnMYAyADKAsyDy5sZW9mbG93LnYxLlJ1biIjCg1HZXRSdW5SZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAEiYAoOR2V0UnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SMAoOdGFza19pbnN0YW5jZXMYAiADKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSJqCg9MaXN0UnVuc1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFEiQKBnN0YXRlcxgDIAMoDjIULmxlb2Zsb3cudjEuUnVuU3RhdGUSEgoKcGFnZV90b2tlbhgEIAEoCSJKChBMaXN0UnVuc1Jlc3BvbnNlEh0KBHJ1bnMYASADKAsyDy5sZW9mbG93LnYxLlJ1bhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiJgoQQ2FuY2VsUnVuUmVxdWVzdBISCgZydW5faWQYASABKANCAjABIjEKEUNhbmNlbFJ1blJlc3BvbnNlEhwKA3J1bhgBIAEoCzIPLmxlb2Zsb3cudjEuUnVuIi4KGExpc3RUYXNrSW5zdGFuY2VzUmVxdWVzdBISCgZydW5faWQYASABKANCAjABIk0KGUxpc3RUYXNrSW5zdGFuY2VzUmVzcG9uc2USMAoOdGFza19pbnN0YW5jZXMYASADKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSJTChhDbGVhclRhc2tJbnN0YW5jZVJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJEhIKCmRvd25zdHJlYW0YAyABKAgiZAoZQ2xlYXJUYXNrSW5zdGFuY2VSZXNwb25zZRIcCgNydW4YASABKAsyDy5sZW9mbG93LnYxLlJ1bhIpCgdjbGVhcmVkGAIgAygLMhgubGVvZmxvdy52MS5UYXNrSW5zdGFuY2UiQAoZQ2FuY2VsVGFza0luc3RhbmNlUmVxdWVzdBISCgZydW5faWQYASABKANCAjABEg8KB3Rhc2tfaWQYAiABKAkiTQoaQ2FuY2VsVGFza0luc3RhbmNlUmVzcG9uc2USLwoNdGFza19pbnN0YW5jZRgBIAEoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlIloKD1RhaWxMb2dzUmVxdWVzdBISCgZydW5faWQYASABKANCAjABEg8KB3Rhc2tfaWQYAiABKAkSEgoKdHJ5X251bWJlchgDIAEoBRIOCgZmb2xsb3cYBCABKAgiNgoQVGFpbExvZ3NSZXNwb25zZRIiCgVsaW5lcxgBIAMoCzITLmxlb2Zsb3cudjEuTG9nTGluZSKeAQoIUnVuRXZlbnQSDwoDc2VxGAEgASgDQgIwARISCgZydW5faWQYAiABKANCAjABEhEKBXRpX2lkGAMgASgDQgIwARIOCgZkYWdfaWQYBCABKAkSDAoEa2luZBgFIAEoCRIUCgxwYXlsb2FkX2pzb24YBiABKAkSJgoCYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkwKD1dhdGNoUnVuUmVxdWVzdBISCgZydW5faWQYASABKANCAjABEhUKCWFmdGVyX3NlcRgCIAEoA0ICMAESDgoGZm9sbG93GAMgASgIIjgKEFdhdGNoUnVuUmVzcG9uc2USJAoGZXZlbnRzGAEgAygLMhQubGVvZmxvdy52MS5SdW5FdmVudCI5ChBXYXRjaFJ1bnNSZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRIVCglhZnRlcl9zZXEYAiABKANCAjABIjkKEVdhdGNoUnVuc1Jlc3BvbnNlEiQKBmV2ZW50cxgBIAMoCzIULmxlb2Zsb3cudjEuUnVuRXZlbnQiWAoNSGlzdG9yeUNvdW50cxIMCgRydW5zGAEgASgDEhYKDnRhc2tfaW5zdGFuY2VzGAIgASgDEg4KBmV2ZW50cxgDIAEoAxIRCgl0YXNrX2xvZ3MYBCABKAMiMQoQRGVsZXRlRGFnUmVxdWVzdBIOCgZkYWdfaWQYASABKAkSDQoFZm9yY2UYAiABKAgicQoRRGVsZXRlRGFnUmVzcG9uc2USKgoHcmVtb3ZlZBgBIAEoCzIZLmxlb2Zsb3cudjEuSGlzdG9yeUNvdW50cxIdChFjYW5jZWxsZWRfcnVuX2lkcxgCIAMoA0ICMAESEQoJZGFnX2ZpbGVzGAMgAygJIogBChNDbGVhbkhpc3RvcnlSZXF1ZXN0EioKBmJlZm9yZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGZGFnX2lkGAIgASgJEg8KB2RyeV9ydW4YAyABKAgSFgoJa2VlcF9sYXN0GAQgASgFSACIAQFCDAoKX2tlZXBfbGFzdCJmChhXYXRjaENsZWFuSGlzdG9yeVJlcXVlc3QSMAoFc3RhcnQYASABKAsyHy5sZW9mbG93LnYxLkNsZWFuSGlzdG9yeVJlcXVlc3RIABIOCgRzdG9wGAIgASgISABCCAoGYWN0aW9uIpcBChlXYXRjaENsZWFuSGlzdG9yeVJlc3BvbnNlEioKB3JlbW92ZWQYASABKAsyGS5sZW9mbG93LnYxLkhpc3RvcnlDb3VudHMSKwoIZXhwZWN0ZWQYAiABKAsyGS5sZW9mbG93LnYxLkhpc3RvcnlDb3VudHMSEAoIZmluaXNoZWQYAyABKAgSDwoHc3RvcHBlZBgEIAEoCCJSChRDbGVhbkhpc3RvcnlSZXNwb25zZRIpCgZjb3VudHMYASABKAsyGS5sZW9mbG93LnYxLkhpc3RvcnlDb3VudHMSDwoHZHJ5X3J1bhgCIAEoCDKaCwoPV29ya2Zsb3dTZXJ2aWNlEkUKCEFwcGx5RGFnEhsubGVvZmxvdy52MS5BcHBseURhZ1JlcXVlc3QaHC5sZW9mbG93LnYxLkFwcGx5RGFnUmVzcG9uc2USPwoGR2V0RGFnEhkubGVvZmxvdy52MS5HZXREYWdSZXF1ZXN0GhoubGVvZmxvdy52MS5HZXREYWdSZXNwb25zZRJFCghMaXN0RGFncxIbLmxlb2Zsb3cudjEuTGlzdERhZ3NSZXF1ZXN0GhwubGVvZmxvdy52MS5MaXN0RGFnc1Jlc3BvbnNlEkUKCFBhdXNlRGFnEhsubGVvZmxvdy52MS5QYXVzZURhZ1JlcXVlc3QaHC5sZW9mbG93LnYxLlBhdXNlRGFnUmVzcG9uc2USSwoKVHJpZ2dlclJ1bhIdLmxlb2Zsb3cudjEuVHJpZ2dlclJ1blJlcXVlc3QaHi5sZW9mbG93LnYxLlRyaWdnZXJSdW5SZXNwb25zZRI/CgZHZXRSdW4SGS5sZW9mbG93LnYxLkdldFJ1blJlcXVlc3QaGi5sZW9mbG93LnYxLkdldFJ1blJlc3BvbnNlEkUKCExpc3RSdW5zEhsubGVvZmxvdy52MS5MaXN0UnVuc1JlcXVlc3QaHC5sZW9mbG93LnYxLkxpc3RSdW5zUmVzcG9uc2USSAoJQ2FuY2VsUnVuEhwubGVvZmxvdy52MS5DYW5jZWxSdW5SZXF1ZXN0Gh0ubGVvZmxvdy52MS5DYW5jZWxSdW5SZXNwb25zZRJgChFMaXN0VGFza0luc3RhbmNlcxIkLmxlb2Zsb3cudjEuTGlzdFRhc2tJbnN0YW5jZXNSZXF1ZXN0GiUubGVvZmxvdy52MS5MaXN0VGFza0luc3RhbmNlc1Jlc3BvbnNlEmAKEUNsZWFyVGFza0luc3RhbmNlEiQubGVvZmxvdy52MS5DbGVhclRhc2tJbnN0YW5jZVJlcXVlc3QaJS5sZW9mbG93LnYxLkNsZWFyVGFza0luc3RhbmNlUmVzcG9uc2USYwoSQ2FuY2VsVGFza0luc3RhbmNlEiUubGVvZmxvdy52MS5DYW5jZWxUYXNrSW5zdGFuY2VSZXF1ZXN0GiYubGVvZmxvdy52MS5DYW5jZWxUYXNrSW5zdGFuY2VSZXNwb25zZRJHCghUYWlsTG9ncxIbLmxlb2Zsb3cudjEuVGFpbExvZ3NSZXF1ZXN0GhwubGVvZmxvdy52MS5UYWlsTG9nc1Jlc3BvbnNlMAESRwoIV2F0Y2hSdW4SGy5sZW9mbG93LnYxLldhdGNoUnVuUmVxdWVzdBocLmxlb2Zsb3cudjEuV2F0Y2hSdW5SZXNwb25zZTABEkoKCVdhdGNoUnVucxIcLmxlb2Zsb3cudjEuV2F0Y2hSdW5zUmVxdWVzdBodLmxlb2Zsb3cudjEuV2F0Y2hSdW5zUmVzcG9uc2UwARJICglEZWxldGVEYWcSHC5sZW9mbG93LnYxLkRlbGV0ZURhZ1JlcXVlc3QaHS5sZW9mbG93LnYxLkRlbGV0ZURhZ1Jlc3BvbnNlElEKDENsZWFuSGlzdG9yeRIfLmxlb2Zsb3cudjEuQ2xlYW5IaXN0b3J5UmVxdWVzdBogLmxlb2Zsb3cudjEuQ2xlYW5IaXN0b3J5UmVzcG9uc2USZAoRV2F0Y2hDbGVhbkhpc3RvcnkSJC5sZW9mbG93LnYxLldhdGNoQ2xlYW5IaXN0b3J5UmVxdWVzdBolLmxlb2Zsb3cudjEuV2F0Y2hDbGVhbkhpc3RvcnlSZXNwb25zZSgBMAESSAoJU2VuZEV2ZW50EhwubGVvZmxvdy52MS5TZW5kRXZlbnRSZXF1ZXN0Gh0ubGVvZmxvdy52MS5TZW5kRXZlbnRSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp, file_leoflow_v1_types]);
+  fileDesc("ChlsZW9mbG93L3YxL3dvcmtmbG93LnByb3RvEgpsZW9mbG93LnYxIjMKD0FwcGx5RGFnUmVxdWVzdBIOCgZzb3VyY2UYASABKAkSEAoIZmlsZW5hbWUYAiABKAkiQQoQQXBwbHlEYWdSZXNwb25zZRIcCgNkYWcYASABKAsyDy5sZW9mbG93LnYxLkRhZxIPCgdvdXRjb21lGAIgASgJIh8KDUdldERhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJIi4KDkdldERhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIhEKD0xpc3REYWdzUmVxdWVzdCIxChBMaXN0RGFnc1Jlc3BvbnNlEh0KBGRhZ3MYASADKAsyDy5sZW9mbG93LnYxLkRhZyIxCg9QYXVzZURhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg4KBnBhdXNlZBgCIAEoCCIwChBQYXVzZURhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIkcKEVRyaWdnZXJSdW5SZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRIPCgdydW5fa2V5GAIgASgJEhEKCWNvbmZfanNvbhgDIAEoCSJDChJUcmlnZ2VyUnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCJJChBTZW5kRXZlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSFAoMcGF5bG9hZF9qc29uGAIgASgJEhEKCWV2ZW50X2tleRgDIAEoCSJwChFTZW5kRXZlbnRSZXNwb25zZRIUCghldmVudF9pZBgBIAEoA0ICMAESEQoJZHVwbGljYXRlGAIgASgIEh0KBHJ1bnMYAyADKAsyDy5sZW9mbG93LnYxLlJ1bhITCgt3YWl0c19lbmRlZBgEIAEoBSJXChJBcHByb3ZlVGFza1JlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJEg4KBnJlamVjdBgDIAEoCBIMCgRub3RlGAQgASgJIkYKE0FwcHJvdmVUYXNrUmVzcG9uc2USLwoNdGFza19pbnN0YW5jZRgBIAEoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlIiMKDUdldFJ1blJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASJgCg5HZXRSdW5SZXNwb25zZRIcCgNydW4YASABKAsyDy5sZW9mbG93LnYxLlJ1bhIwCg50YXNrX2luc3RhbmNlcxgCIAMoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlImoKD0xpc3RSdW5zUmVxdWVzdBIOCgZkYWdfaWQYASABKAkSDQoFbGltaXQYAiABKAUSJAoGc3RhdGVzGAMgAygOMhQubGVvZmxvdy52MS5SdW5TdGF0ZRISCgpwYWdlX3Rva2VuGAQgASgJIkoKEExpc3RSdW5zUmVzcG9uc2USHQoEcnVucxgBIAMoCzIPLmxlb2Zsb3cudjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSImChBDYW5jZWxSdW5SZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAEiMQoRQ2FuY2VsUnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4iLgoYTGlzdFRhc2tJbnN0YW5jZXNSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAEiTQoZTGlzdFRhc2tJbnN0YW5jZXNSZXNwb25zZRIwCg50YXNrX2luc3RhbmNlcxgBIAMoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlIlMKGENsZWFyVGFza0luc3RhbmNlUmVxdWVzdBISCgZydW5faWQYASABKANCAjABEg8KB3Rhc2tfaWQYAiABKAkSEgoKZG93bnN0cmVhbRgDIAEoCCJkChlDbGVhclRhc2tJbnN0YW5jZVJlc3BvbnNlEhwKA3J1bhgBIAEoCzIPLmxlb2Zsb3cudjEuUnVuEikKB2NsZWFyZWQYAiADKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSJAChlDYW5jZWxUYXNrSW5zdGFuY2VSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESDwoHdGFza19pZBgCIAEoCSJNChpDYW5jZWxUYXNrSW5zdGFuY2VSZXNwb25zZRIvCg10YXNrX2luc3RhbmNlGAEgASgLMhgubGVvZmxvdy52MS5UYXNrSW5zdGFuY2UiWgoPVGFpbExvZ3NSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESDwoHdGFza19pZBgCIAEoCRISCgp0cnlfbnVtYmVyGAMgASgFEg4KBmZvbGxvdxgEIAEoCCI2ChBUYWlsTG9nc1Jlc3BvbnNlEiIKBWxpbmVzGAEgAygLMhMubGVvZmxvdy52MS5Mb2dMaW5lIp4BCghSdW5FdmVudBIPCgNzZXEYASABKANCAjABEhIKBnJ1bl9pZBgCIAEoA0ICMAESEQoFdGlfaWQYAyABKANCAjABEg4KBmRhZ19pZBgEIAEoCRIMCgRraW5kGAUgASgJEhQKDHBheWxvYWRfanNvbhgGIAEoCRImCgJhdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiTAoPV2F0Y2hSdW5SZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESFQoJYWZ0ZXJfc2VxGAIgASgDQgIwARIOCgZmb2xsb3cYAyABKAgiOAoQV2F0Y2hSdW5SZXNwb25zZRIkCgZldmVudHMYASADKAsyFC5sZW9mbG93LnYxLlJ1bkV2ZW50IjkKEFdhdGNoUnVuc1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEhUKCWFmdGVyX3NlcRgCIAEoA0ICMAEiOQoRV2F0Y2hSdW5zUmVzcG9uc2USJAoGZXZlbnRzGAEgAygLMhQubGVvZmxvdy52MS5SdW5FdmVudCJYCg1IaXN0b3J5Q291bnRzEgwKBHJ1bnMYASABKAMSFgoOdGFza19pbnN0YW5jZXMYAiABKAMSDgoGZXZlbnRzGAMgASgDEhEKCXRhc2tfbG9ncxgEIAEoAyIxChBEZWxldGVEYWdSZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRINCgVmb3JjZRgCIAEoCCJxChFEZWxldGVEYWdSZXNwb25zZRIqCgdyZW1vdmVkGAEgASgLMhkubGVvZmxvdy52MS5IaXN0b3J5Q291bnRzEh0KEWNhbmNlbGxlZF9ydW5faWRzGAIgAygDQgIwARIRCglkYWdfZmlsZXMYAyADKAkiiAEKE0NsZWFuSGlzdG9yeVJlcXVlc3QSKgoGYmVmb3JlGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZkYWdfaWQYAiABKAkSDwoHZHJ5X3J1bhgDIAEoCBIWCglrZWVwX2xhc3QYBCABKAVIAIgBAUIMCgpfa2VlcF9sYXN0ImYKGFdhdGNoQ2xlYW5IaXN0b3J5UmVxdWVzdBIwCgVzdGFydBgBIAEoCzIfLmxlb2Zsb3cudjEuQ2xlYW5IaXN0b3J5UmVxdWVzdEgAEg4KBHN0b3AYAiABKAhIAEIICgZhY3Rpb24ilwEKGVdhdGNoQ2xlYW5IaXN0b3J5UmVzcG9uc2USKgoHcmVtb3ZlZBgBIAEoCzIZLmxlb2Zsb3cudjEuSGlzdG9yeUNvdW50cxIrCghleHBlY3RlZBgCIAEoCzIZLmxlb2Zsb3cudjEuSGlzdG9yeUNvdW50cxIQCghmaW5pc2hlZBgDIAEoCBIPCgdzdG9wcGVkGAQgASgIIlIKFENsZWFuSGlzdG9yeVJlc3BvbnNlEikKBmNvdW50cxgBIAEoCzIZLmxlb2Zsb3cudjEuSGlzdG9yeUNvdW50cxIPCgdkcnlfcnVuGAIgASgIMuoLCg9Xb3JrZmxvd1NlcnZpY2USRQoIQXBwbHlEYWcSGy5sZW9mbG93LnYxLkFwcGx5RGFnUmVxdWVzdBocLmxlb2Zsb3cudjEuQXBwbHlEYWdSZXNwb25zZRI/CgZHZXREYWcSGS5sZW9mbG93LnYxLkdldERhZ1JlcXVlc3QaGi5sZW9mbG93LnYxLkdldERhZ1Jlc3BvbnNlEkUKCExpc3REYWdzEhsubGVvZmxvdy52MS5MaXN0RGFnc1JlcXVlc3QaHC5sZW9mbG93LnYxLkxpc3REYWdzUmVzcG9uc2USRQoIUGF1c2VEYWcSGy5sZW9mbG93LnYxLlBhdXNlRGFnUmVxdWVzdBocLmxlb2Zsb3cudjEuUGF1c2VEYWdSZXNwb25zZRJLCgpUcmlnZ2VyUnVuEh0ubGVvZmxvdy52MS5UcmlnZ2VyUnVuUmVxdWVzdBoeLmxlb2Zsb3cudjEuVHJpZ2dlclJ1blJlc3BvbnNlEj8KBkdldFJ1bhIZLmxlb2Zsb3cudjEuR2V0UnVuUmVxdWVzdBoaLmxlb2Zsb3cudjEuR2V0UnVuUmVzcG9uc2USRQoITGlzdFJ1bnMSGy5sZW9mbG93LnYxLkxpc3RSdW5zUmVxdWVzdBocLmxlb2Zsb3cudjEuTGlzdFJ1bnNSZXNwb25zZRJICglDYW5jZWxSdW4SHC5sZW9mbG93LnYxLkNhbmNlbFJ1blJlcXVlc3QaHS5sZW9mbG93LnYxLkNhbmNlbFJ1blJlc3BvbnNlEmAKEUxpc3RUYXNrSW5zdGFuY2VzEiQubGVvZmxvdy52MS5MaXN0VGFza0luc3RhbmNlc1JlcXVlc3QaJS5sZW9mbG93LnYxLkxpc3RUYXNrSW5zdGFuY2VzUmVzcG9uc2USYAoRQ2xlYXJUYXNrSW5zdGFuY2USJC5sZW9mbG93LnYxLkNsZWFyVGFza0luc3RhbmNlUmVxdWVzdBolLmxlb2Zsb3cudjEuQ2xlYXJUYXNrSW5zdGFuY2VSZXNwb25zZRJjChJDYW5jZWxUYXNrSW5zdGFuY2USJS5sZW9mbG93LnYxLkNhbmNlbFRhc2tJbnN0YW5jZVJlcXVlc3QaJi5sZW9mbG93LnYxLkNhbmNlbFRhc2tJbnN0YW5jZVJlc3BvbnNlEkcKCFRhaWxMb2dzEhsubGVvZmxvdy52MS5UYWlsTG9nc1JlcXVlc3QaHC5sZW9mbG93LnYxLlRhaWxMb2dzUmVzcG9uc2UwARJHCghXYXRjaFJ1bhIbLmxlb2Zsb3cudjEuV2F0Y2hSdW5SZXF1ZXN0GhwubGVvZmxvdy52MS5XYXRjaFJ1blJlc3BvbnNlMAESSgoJV2F0Y2hSdW5zEhwubGVvZmxvdy52MS5XYXRjaFJ1bnNSZXF1ZXN0Gh0ubGVvZmxvdy52MS5XYXRjaFJ1bnNSZXNwb25zZTABEkgKCURlbGV0ZURhZxIcLmxlb2Zsb3cudjEuRGVsZXRlRGFnUmVxdWVzdBodLmxlb2Zsb3cudjEuRGVsZXRlRGFnUmVzcG9uc2USUQoMQ2xlYW5IaXN0b3J5Eh8ubGVvZmxvdy52MS5DbGVhbkhpc3RvcnlSZXF1ZXN0GiAubGVvZmxvdy52MS5DbGVhbkhpc3RvcnlSZXNwb25zZRJkChFXYXRjaENsZWFuSGlzdG9yeRIkLmxlb2Zsb3cudjEuV2F0Y2hDbGVhbkhpc3RvcnlSZXF1ZXN0GiUubGVvZmxvdy52MS5XYXRjaENsZWFuSGlzdG9yeVJlc3BvbnNlKAEwARJICglTZW5kRXZlbnQSHC5sZW9mbG93LnYxLlNlbmRFdmVudFJlcXVlc3QaHS5sZW9mbG93LnYxLlNlbmRFdmVudFJlc3BvbnNlEk4KC0FwcHJvdmVUYXNrEh4ubGVvZmxvdy52MS5BcHByb3ZlVGFza1JlcXVlc3QaHy5sZW9mbG93LnYxLkFwcHJvdmVUYXNrUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp, file_leoflow_v1_types]);
 
 /**
  * @generated from message leoflow.v1.ApplyDagRequest
@@ -280,6 +280,13 @@ export type SendEventResponse = Message<"leoflow.v1.SendEventResponse"> & {
    * @generated from field: repeated leoflow.v1.Run runs = 3;
    */
   runs: Run[];
+
+  /**
+   * How many waiting tasks (wait:) the event ended: each open wait on its name whose match holds.
+   *
+   * @generated from field: int32 waits_ended = 4;
+   */
+  waitsEnded: number;
 };
 
 /**
@@ -288,6 +295,59 @@ export type SendEventResponse = Message<"leoflow.v1.SendEventResponse"> & {
  */
 export const SendEventResponseSchema: GenMessage<SendEventResponse> = /*@__PURE__*/
   messageDesc(file_leoflow_v1_workflow, 11);
+
+/**
+ * @generated from message leoflow.v1.ApproveTaskRequest
+ */
+export type ApproveTaskRequest = Message<"leoflow.v1.ApproveTaskRequest"> & {
+  /**
+   * @generated from field: int64 run_id = 1 [jstype = JS_STRING];
+   */
+  runId: string;
+
+  /**
+   * @generated from field: string task_id = 2;
+   */
+  taskId: string;
+
+  /**
+   * True to reject: the task fails.
+   *
+   * @generated from field: bool reject = 3;
+   */
+  reject: boolean;
+
+  /**
+   * Why, for the record: at most 2,000 characters.
+   *
+   * @generated from field: string note = 4;
+   */
+  note: string;
+};
+
+/**
+ * Describes the message leoflow.v1.ApproveTaskRequest.
+ * Use `create(ApproveTaskRequestSchema)` to create a new message.
+ */
+export const ApproveTaskRequestSchema: GenMessage<ApproveTaskRequest> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 12);
+
+/**
+ * @generated from message leoflow.v1.ApproveTaskResponse
+ */
+export type ApproveTaskResponse = Message<"leoflow.v1.ApproveTaskResponse"> & {
+  /**
+   * @generated from field: leoflow.v1.TaskInstance task_instance = 1;
+   */
+  taskInstance?: TaskInstance | undefined;
+};
+
+/**
+ * Describes the message leoflow.v1.ApproveTaskResponse.
+ * Use `create(ApproveTaskResponseSchema)` to create a new message.
+ */
+export const ApproveTaskResponseSchema: GenMessage<ApproveTaskResponse> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 13);
 
 /**
  * @generated from message leoflow.v1.GetRunRequest
@@ -304,7 +364,7 @@ export type GetRunRequest = Message<"leoflow.v1.GetRunRequest"> & {
  * Use `create(GetRunRequestSchema)` to create a new message.
  */
 export const GetRunRequestSchema: GenMessage<GetRunRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 12);
+  messageDesc(file_leoflow_v1_workflow, 14);
 
 /**
  * @generated from message leoflow.v1.GetRunResponse
@@ -326,7 +386,7 @@ export type GetRunResponse = Message<"leoflow.v1.GetRunResponse"> & {
  * Use `create(GetRunResponseSchema)` to create a new message.
  */
 export const GetRunResponseSchema: GenMessage<GetRunResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 13);
+  messageDesc(file_leoflow_v1_workflow, 15);
 
 /**
  * @generated from message leoflow.v1.ListRunsRequest
@@ -367,7 +427,7 @@ export type ListRunsRequest = Message<"leoflow.v1.ListRunsRequest"> & {
  * Use `create(ListRunsRequestSchema)` to create a new message.
  */
 export const ListRunsRequestSchema: GenMessage<ListRunsRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 14);
+  messageDesc(file_leoflow_v1_workflow, 16);
 
 /**
  * @generated from message leoflow.v1.ListRunsResponse
@@ -394,7 +454,7 @@ export type ListRunsResponse = Message<"leoflow.v1.ListRunsResponse"> & {
  * Use `create(ListRunsResponseSchema)` to create a new message.
  */
 export const ListRunsResponseSchema: GenMessage<ListRunsResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 15);
+  messageDesc(file_leoflow_v1_workflow, 17);
 
 /**
  * @generated from message leoflow.v1.CancelRunRequest
@@ -411,7 +471,7 @@ export type CancelRunRequest = Message<"leoflow.v1.CancelRunRequest"> & {
  * Use `create(CancelRunRequestSchema)` to create a new message.
  */
 export const CancelRunRequestSchema: GenMessage<CancelRunRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 16);
+  messageDesc(file_leoflow_v1_workflow, 18);
 
 /**
  * @generated from message leoflow.v1.CancelRunResponse
@@ -428,7 +488,7 @@ export type CancelRunResponse = Message<"leoflow.v1.CancelRunResponse"> & {
  * Use `create(CancelRunResponseSchema)` to create a new message.
  */
 export const CancelRunResponseSchema: GenMessage<CancelRunResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 17);
+  messageDesc(file_leoflow_v1_workflow, 19);
 
 /**
  * @generated from message leoflow.v1.ListTaskInstancesRequest
@@ -445,7 +505,7 @@ export type ListTaskInstancesRequest = Message<"leoflow.v1.ListTaskInstancesRequ
  * Use `create(ListTaskInstancesRequestSchema)` to create a new message.
  */
 export const ListTaskInstancesRequestSchema: GenMessage<ListTaskInstancesRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 18);
+  messageDesc(file_leoflow_v1_workflow, 20);
 
 /**
  * @generated from message leoflow.v1.ListTaskInstancesResponse
@@ -462,7 +522,7 @@ export type ListTaskInstancesResponse = Message<"leoflow.v1.ListTaskInstancesRes
  * Use `create(ListTaskInstancesResponseSchema)` to create a new message.
  */
 export const ListTaskInstancesResponseSchema: GenMessage<ListTaskInstancesResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 19);
+  messageDesc(file_leoflow_v1_workflow, 21);
 
 /**
  * @generated from message leoflow.v1.ClearTaskInstanceRequest
@@ -491,7 +551,7 @@ export type ClearTaskInstanceRequest = Message<"leoflow.v1.ClearTaskInstanceRequ
  * Use `create(ClearTaskInstanceRequestSchema)` to create a new message.
  */
 export const ClearTaskInstanceRequestSchema: GenMessage<ClearTaskInstanceRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 20);
+  messageDesc(file_leoflow_v1_workflow, 22);
 
 /**
  * @generated from message leoflow.v1.ClearTaskInstanceResponse
@@ -517,7 +577,7 @@ export type ClearTaskInstanceResponse = Message<"leoflow.v1.ClearTaskInstanceRes
  * Use `create(ClearTaskInstanceResponseSchema)` to create a new message.
  */
 export const ClearTaskInstanceResponseSchema: GenMessage<ClearTaskInstanceResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 21);
+  messageDesc(file_leoflow_v1_workflow, 23);
 
 /**
  * @generated from message leoflow.v1.CancelTaskInstanceRequest
@@ -539,7 +599,7 @@ export type CancelTaskInstanceRequest = Message<"leoflow.v1.CancelTaskInstanceRe
  * Use `create(CancelTaskInstanceRequestSchema)` to create a new message.
  */
 export const CancelTaskInstanceRequestSchema: GenMessage<CancelTaskInstanceRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 22);
+  messageDesc(file_leoflow_v1_workflow, 24);
 
 /**
  * @generated from message leoflow.v1.CancelTaskInstanceResponse
@@ -556,7 +616,7 @@ export type CancelTaskInstanceResponse = Message<"leoflow.v1.CancelTaskInstanceR
  * Use `create(CancelTaskInstanceResponseSchema)` to create a new message.
  */
 export const CancelTaskInstanceResponseSchema: GenMessage<CancelTaskInstanceResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 23);
+  messageDesc(file_leoflow_v1_workflow, 25);
 
 /**
  * @generated from message leoflow.v1.TailLogsRequest
@@ -594,7 +654,7 @@ export type TailLogsRequest = Message<"leoflow.v1.TailLogsRequest"> & {
  * Use `create(TailLogsRequestSchema)` to create a new message.
  */
 export const TailLogsRequestSchema: GenMessage<TailLogsRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 24);
+  messageDesc(file_leoflow_v1_workflow, 26);
 
 /**
  * @generated from message leoflow.v1.TailLogsResponse
@@ -611,7 +671,7 @@ export type TailLogsResponse = Message<"leoflow.v1.TailLogsResponse"> & {
  * Use `create(TailLogsResponseSchema)` to create a new message.
  */
 export const TailLogsResponseSchema: GenMessage<TailLogsResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 25);
+  messageDesc(file_leoflow_v1_workflow, 27);
 
 /**
  * RunEvent is one row of the event log: a change as it was recorded.
@@ -670,7 +730,7 @@ export type RunEvent = Message<"leoflow.v1.RunEvent"> & {
  * Use `create(RunEventSchema)` to create a new message.
  */
 export const RunEventSchema: GenMessage<RunEvent> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 26);
+  messageDesc(file_leoflow_v1_workflow, 28);
 
 /**
  * @generated from message leoflow.v1.WatchRunRequest
@@ -701,7 +761,7 @@ export type WatchRunRequest = Message<"leoflow.v1.WatchRunRequest"> & {
  * Use `create(WatchRunRequestSchema)` to create a new message.
  */
 export const WatchRunRequestSchema: GenMessage<WatchRunRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 27);
+  messageDesc(file_leoflow_v1_workflow, 29);
 
 /**
  * @generated from message leoflow.v1.WatchRunResponse
@@ -718,7 +778,7 @@ export type WatchRunResponse = Message<"leoflow.v1.WatchRunResponse"> & {
  * Use `create(WatchRunResponseSchema)` to create a new message.
  */
 export const WatchRunResponseSchema: GenMessage<WatchRunResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 28);
+  messageDesc(file_leoflow_v1_workflow, 30);
 
 /**
  * @generated from message leoflow.v1.WatchRunsRequest
@@ -742,7 +802,7 @@ export type WatchRunsRequest = Message<"leoflow.v1.WatchRunsRequest"> & {
  * Use `create(WatchRunsRequestSchema)` to create a new message.
  */
 export const WatchRunsRequestSchema: GenMessage<WatchRunsRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 29);
+  messageDesc(file_leoflow_v1_workflow, 31);
 
 /**
  * @generated from message leoflow.v1.WatchRunsResponse
@@ -759,7 +819,7 @@ export type WatchRunsResponse = Message<"leoflow.v1.WatchRunsResponse"> & {
  * Use `create(WatchRunsResponseSchema)` to create a new message.
  */
 export const WatchRunsResponseSchema: GenMessage<WatchRunsResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 30);
+  messageDesc(file_leoflow_v1_workflow, 32);
 
 /**
  * HistoryCounts are rows of each table of a run's history, removed or to be removed.
@@ -793,7 +853,7 @@ export type HistoryCounts = Message<"leoflow.v1.HistoryCounts"> & {
  * Use `create(HistoryCountsSchema)` to create a new message.
  */
 export const HistoryCountsSchema: GenMessage<HistoryCounts> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 31);
+  messageDesc(file_leoflow_v1_workflow, 33);
 
 /**
  * @generated from message leoflow.v1.DeleteDagRequest
@@ -817,7 +877,7 @@ export type DeleteDagRequest = Message<"leoflow.v1.DeleteDagRequest"> & {
  * Use `create(DeleteDagRequestSchema)` to create a new message.
  */
 export const DeleteDagRequestSchema: GenMessage<DeleteDagRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 32);
+  messageDesc(file_leoflow_v1_workflow, 34);
 
 /**
  * @generated from message leoflow.v1.DeleteDagResponse
@@ -851,7 +911,7 @@ export type DeleteDagResponse = Message<"leoflow.v1.DeleteDagResponse"> & {
  * Use `create(DeleteDagResponseSchema)` to create a new message.
  */
 export const DeleteDagResponseSchema: GenMessage<DeleteDagResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 33);
+  messageDesc(file_leoflow_v1_workflow, 35);
 
 /**
  * @generated from message leoflow.v1.CleanHistoryRequest
@@ -893,7 +953,7 @@ export type CleanHistoryRequest = Message<"leoflow.v1.CleanHistoryRequest"> & {
  * Use `create(CleanHistoryRequestSchema)` to create a new message.
  */
 export const CleanHistoryRequestSchema: GenMessage<CleanHistoryRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 34);
+  messageDesc(file_leoflow_v1_workflow, 36);
 
 /**
  * @generated from message leoflow.v1.WatchCleanHistoryRequest
@@ -926,7 +986,7 @@ export type WatchCleanHistoryRequest = Message<"leoflow.v1.WatchCleanHistoryRequ
  * Use `create(WatchCleanHistoryRequestSchema)` to create a new message.
  */
 export const WatchCleanHistoryRequestSchema: GenMessage<WatchCleanHistoryRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 35);
+  messageDesc(file_leoflow_v1_workflow, 37);
 
 /**
  * @generated from message leoflow.v1.WatchCleanHistoryResponse
@@ -967,7 +1027,7 @@ export type WatchCleanHistoryResponse = Message<"leoflow.v1.WatchCleanHistoryRes
  * Use `create(WatchCleanHistoryResponseSchema)` to create a new message.
  */
 export const WatchCleanHistoryResponseSchema: GenMessage<WatchCleanHistoryResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 36);
+  messageDesc(file_leoflow_v1_workflow, 38);
 
 /**
  * @generated from message leoflow.v1.CleanHistoryResponse
@@ -991,7 +1051,7 @@ export type CleanHistoryResponse = Message<"leoflow.v1.CleanHistoryResponse"> & 
  * Use `create(CleanHistoryResponseSchema)` to create a new message.
  */
 export const CleanHistoryResponseSchema: GenMessage<CleanHistoryResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 37);
+  messageDesc(file_leoflow_v1_workflow, 39);
 
 /**
  * WorkflowService manages DAGs and their runs.
@@ -1201,6 +1261,19 @@ export const WorkflowService: GenService<{
     methodKind: "unary";
     input: typeof SendEventRequestSchema;
     output: typeof SendEventResponseSchema;
+  },
+  /**
+   * ApproveTask approves (or, with reject, rejects) a waiting approval task: it succeeds (or
+   * fails) at once, and who did it, when and the note are recorded in the run's events. The
+   * caller's role must be the approval's role or above (PERMISSION_DENIED otherwise); a task that
+   * is not a waiting approval is FAILED_PRECONDITION.
+   *
+   * @generated from rpc leoflow.v1.WorkflowService.ApproveTask
+   */
+  approveTask: {
+    methodKind: "unary";
+    input: typeof ApproveTaskRequestSchema;
+    output: typeof ApproveTaskResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_leoflow_v1_workflow, 0);

@@ -104,6 +104,11 @@ class WorkflowServiceStub(object):
         request_serializer=leoflow_dot_v1_dot_workflow__pb2.SendEventRequest.SerializeToString,
         response_deserializer=leoflow_dot_v1_dot_workflow__pb2.SendEventResponse.FromString,
         )
+    self.ApproveTask = channel.unary_unary(
+        '/leoflow.v1.WorkflowService/ApproveTask',
+        request_serializer=leoflow_dot_v1_dot_workflow__pb2.ApproveTaskRequest.SerializeToString,
+        response_deserializer=leoflow_dot_v1_dot_workflow__pb2.ApproveTaskResponse.FromString,
+        )
 
 
 class WorkflowServiceServicer(object):
@@ -273,6 +278,16 @@ class WorkflowServiceServicer(object):
     context.set_details('Method not implemented!')
     raise NotImplementedError('Method not implemented!')
 
+  def ApproveTask(self, request, context):
+    """ApproveTask approves (or, with reject, rejects) a waiting approval task: it succeeds (or
+    fails) at once, and who did it, when and the note are recorded in the run's events. The
+    caller's role must be the approval's role or above (PERMISSION_DENIED otherwise); a task that
+    is not a waiting approval is FAILED_PRECONDITION.
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkflowServiceServicer_to_server(servicer, server):
   rpc_method_handlers = {
@@ -365,6 +380,11 @@ def add_WorkflowServiceServicer_to_server(servicer, server):
           servicer.SendEvent,
           request_deserializer=leoflow_dot_v1_dot_workflow__pb2.SendEventRequest.FromString,
           response_serializer=leoflow_dot_v1_dot_workflow__pb2.SendEventResponse.SerializeToString,
+      ),
+      'ApproveTask': grpc.unary_unary_rpc_method_handler(
+          servicer.ApproveTask,
+          request_deserializer=leoflow_dot_v1_dot_workflow__pb2.ApproveTaskRequest.FromString,
+          response_serializer=leoflow_dot_v1_dot_workflow__pb2.ApproveTaskResponse.SerializeToString,
       ),
   }
   generic_handler = grpc.method_handlers_generic_handler(
