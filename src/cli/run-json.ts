@@ -18,6 +18,8 @@ export function runJson(r: Run, tis: TaskInstance[]) {
     started_at: isoTime(r.startedAt),
     ended_at: isoTime(r.endedAt),
     traceparent: r.traceparent || null,
+    deadline_at: isoTime(r.deadlineAt),
+    deadline_state: r.deadlineState || null,
     triggered_by: r.triggeredBy ? { actor: r.triggeredBy.id, peer: r.triggeredBy.peer } : null,
     conf: r.confJson === '' ? null : (JSON.parse(r.confJson) as unknown),
     task_instances: tis.map(tiJson),

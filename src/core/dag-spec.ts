@@ -138,6 +138,8 @@ export interface DagSpec {
   triggers?: TriggerSpec[];
   /** Whom to tell when a run ends; absent: the server's defaults (`[]`: nobody). */
   notify?: NotifyRule[];
+  /** A run is due to end this long after its logical date (scheduled) or its trigger; absent: never. */
+  deadlineMs?: number;
   tasks: TaskSpec[];
 }
 

@@ -33,6 +33,9 @@ export interface RunRow {
   /** The caller's span the run continues, when it was triggered with a traceparent. */
   trace_parent_span: string | null;
   tracestate: string | null;
+  /** When it is due to end (the DAG's `deadline`, migration 027), and whether it did, once due. */
+  deadline_at: Date | null;
+  deadline_state: 'met' | 'missed' | null;
 }
 
 /** A run's trace context, as its attempts' spans take it (null for a run made before tracing). */
@@ -125,9 +128,13 @@ async function insertRun(
     with src as (${source}),
     run as (
       insert into dag_runs (dag_id, run_key, run_type, dag_version, logical_date, conf,
-                            traceparent, trace_parent_span, tracestate)
+                            traceparent, trace_parent_span, tracestate, deadline_at)
       select dag_id, ${run.runKey}, ${run.runType}, version, ${run.logicalDate}, ${tx.json(run.conf as never)},
-        ${trace.traceparent}, ${trace.parentSpan}, ${trace.tracestate} from src
+        ${trace.traceparent}, ${trace.parentSpan}, ${trace.tracestate},
+        -- A scheduled run's deadline counts from its logical date, any other's from its trigger.
+        (case when ${run.runType} = 'scheduled' then ${run.logicalDate}::timestamptz else now() end)
+          + (spec ->> 'deadlineMs')::bigint * interval '1 millisecond'
+      from src
       on conflict (dag_id, run_key) do nothing
       returning *),
     tis as (
@@ -192,6 +199,8 @@ export const RUN_VIEW_COLUMNS = [
   'started_at',
   'ended_at',
   'traceparent',
+  'deadline_at',
+  'deadline_state',
 ] as const;
 
 /** A run as the API shows it. */

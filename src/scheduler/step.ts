@@ -6,6 +6,7 @@ import { reapHeartbeats, type ReapHeartbeatsResult } from './phases/reap-heartbe
 import { reapRuns, type ReapRunsResult } from './phases/reap-runs.js';
 import { reapTimeouts, type ReapTimeoutsResult } from './phases/reap-timeouts.js';
 import { endDueWaitsPhase, type EndDueWaitsResult } from './phases/end-due-waits.js';
+import { checkDeadlines, type CheckDeadlinesResult } from './phases/check-deadlines.js';
 
 const PHASE_NAMES = {
   plan: 'plan',
@@ -13,6 +14,7 @@ const PHASE_NAMES = {
   reapHeartbeats: 'reap-heartbeats',
   reapTimeouts: 'reap-timeouts',
   endDueWaits: 'end-due-waits',
+  checkDeadlines: 'check-deadlines',
 } as const;
 
 export interface StepResult {
@@ -21,13 +23,14 @@ export interface StepResult {
   reapHeartbeats: ReapHeartbeatsResult | null;
   reapTimeouts: ReapTimeoutsResult | null;
   endDueWaits: EndDueWaitsResult | null;
+  checkDeadlines: CheckDeadlinesResult | null;
   /** Phases that threw; the others still ran. */
   failedPhases: string[];
 }
 
 /**
  * One reconciliation step: plan, reap orphaned runs, reap attempts whose heartbeat went stale,
- * end attempts that ran past their timeout, end waits past their deadline (a `light` step, for a nudge between ticks, only plans, and only the nudged runs when the
+ * end attempts that ran past their timeout, end waits past their deadline, mark runs past theirs (a `light` step, for a nudge between ticks, only plans, and only the nudged runs when the
  * nudges named them).
  * Each phase is isolated: an error in one is counted and logged, and the next phase runs anyway.
  * The step itself never throws.
@@ -43,6 +46,7 @@ export async function step(
     reapHeartbeats: null,
     reapTimeouts: null,
     endDueWaits: null,
+    checkDeadlines: null,
     failedPhases: [],
   };
   const phase = async <K extends keyof typeof PHASE_NAMES>(name: K, run: () => Promise<NonNullable<StepResult[K]>>) => {
@@ -74,6 +78,7 @@ export async function step(
   await phase('reapHeartbeats', () => reapHeartbeats(ctx));
   await phase('reapTimeouts', () => reapTimeouts(ctx));
   await phase('endDueWaits', () => endDueWaitsPhase(ctx));
+  await phase('checkDeadlines', () => checkDeadlines(ctx));
   // The runs of ended attempts are planned at once (a retry, or the failure's consequences), not
   // when the sweep comes round to them.
   const reaped = [

@@ -151,6 +151,46 @@ tasks:
     expect(rows).toEqual([{ dag_id: 'fine', state: 'delivered' }]);
   });
 
+  it('mark a run that has not ended by its deadline missed once, with an event and a notification; one that ends in time is not told', async () => {
+    await f.api.workflow.applyDag({
+      source: `dag_id: late
+deadline: 1s
+notify: [{ on: [deadline_missed], to: ops }]
+tasks: [{ id: slow, command: ["sleep", "3"] }]
+`,
+      filename: 'late.yaml',
+    });
+    await f.api.workflow.applyDag({
+      source:
+        'dag_id: prompt\ndeadline: 1h\nnotify: [{ on: [deadline_missed], to: ops }]\ntasks: [{ id: t, command: ["true"] }]\n',
+      filename: 'prompt.yaml',
+    });
+    const before = flaky.got.length;
+    const late = (await f.api.workflow.triggerRun({ dagId: 'late' })).run!.runId;
+    const missed = await waitFor('the miss', async () => {
+      const r = (await f.api.workflow.getRun({ runId: late })).run!;
+      return r.deadlineState === 'missed' ? r : undefined;
+    });
+    expect(missed.endedAt).toBeUndefined();
+    const shown = await cli(f.server.url, ['run', 'show', late]);
+    expect(shown.stdout).toMatch(/^deadline .+: missed$/m);
+    await waitFor('the delivery', async () => (flaky.got.length > before ? true : undefined));
+    expect(flaky.got.at(-1)!.body).toMatchObject({ kind: 'deadline_missed', run_id: late, state: 'running' });
+    expect(flaky.got.at(-1)!.body.text).toMatch(new RegExp(`^Run ${late} of late .* missed its deadline \\(`));
+    await runToEnd('prompt');
+    // The run ends after its deadline: still one miss, one event, one notification.
+    await waitFor('the late run to end', async () =>
+      (await f.api.workflow.getRun({ runId: late })).run!.endedAt ? true : undefined,
+    );
+    const events = await f.db.sql<{ run_id: string }[]>`
+      select run_id::text from events where kind = 'run.deadline_missed'`;
+    expect(events).toEqual([{ run_id: late }]);
+    const told = await f.db.sql<{ kind: string; n: number }[]>`
+      select kind, count(*)::int as n from notifications where dag_id in ('late', 'prompt') group by kind`;
+    expect(told).toEqual([{ kind: 'deadline_missed', n: 1 }]);
+    expect(flaky.got.length).toBe(before + 1);
+  });
+
   it('refuses a state that is not one, naming them', async () => {
     const out = await cli(f.server.url, ['notifications', 'list', '--state', 'sent']);
     expect(out.code).not.toBe(0);

@@ -31,11 +31,11 @@ describe("a DAG's notify rules", () => {
 
   it('name what is wrong and the limit', () => {
     expect(issues(dag('[{ on: [failure], to: ops }]'))).toEqual([
-      'notify[0].on[0]: expected one of failed, success, got "failure"',
+      'notify[0].on[0]: expected one of failed, success, deadline_missed, got "failure"',
     ]);
     expect(issues(dag('[{ on: [failed] }]'))).toEqual(['notify[0].to: missing required key "to"']);
     expect(issues(dag('[{ on: [], to: "-x" }]'))).toEqual([
-      'notify[0].on: expected a non-empty list of failed, success, got an empty list',
+      'notify[0].on: expected a non-empty list of failed, success, deadline_missed, got an empty list',
       `notify[0].to: a receiver name is 1-100 letters, digits, '_', '.' or '-', starting with a letter or digit, got "-x"`,
     ]);
     const many = `[${Array.from({ length: 21 }, () => '{ on: [failed], to: r }').join(', ')}]`;
@@ -98,6 +98,7 @@ describe('the body', () => {
     logical_date: new Date('2026-11-29T00:00:00Z'),
     started_at: null,
     ended_at: null,
+    deadline_at: null,
     failed_tasks: [
       { task_id: 'load', state: 'failed', try_number: 3, error: 'exit code 1\nmore' },
       { task_id: 'report', state: 'upstream_failed', try_number: 0, error: null },

@@ -209,6 +209,7 @@ export function registerRun(program: Command, clients: () => Clients): void {
           `state ${paintState(runStateName(r.state))}, created ${time(r.createdAt)}, duration ${formatDuration(r.startedAt, r.endedAt)}\n` +
           (r.triggeredBy ? `triggered by ${r.triggeredBy.id} from ${r.triggeredBy.peer}\n` : '') +
           (r.traceparent ? `traceparent ${r.traceparent}\n` : '') +
+          (r.deadlineAt ? `deadline ${time(r.deadlineAt)}: ${paintState(r.deadlineState || 'not due yet')}\n` : '') +
           '\n' +
           table(
             ['TASK', 'STATE', 'TRY', 'EXIT', 'AGENT', 'STARTED', 'ENDED', 'DURATION', 'REASON / ERROR'],

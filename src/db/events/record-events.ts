@@ -9,6 +9,8 @@ export const EVENT_KIND = {
   tiPending: 'ti.pending',
   /** A run moved: `{ to, … }`. */
   runState: 'run.state',
+  /** A run had not ended by its deadline (`deadline:`): `{ deadline_at, state }`, once. */
+  runDeadlineMissed: 'run.deadline_missed',
   /** Advancing a run threw, and the planner skips it from now on: `{ error }`. */
   runPoisoned: 'run.poisoned',
   /** A DAG was stored: `{ dag_id, version }`. */

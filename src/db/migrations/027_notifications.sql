@@ -38,24 +38,49 @@ create table notify_defaults (
   primary key (kind, receiver)
 );
 
--- A run's own rules are in its DAG version's spec (`notify: [{on: [kind], to: receiver}]`).
-create function leoflow_run_ended_notify() returns trigger language plpgsql as $$
+-- Tells of `kind` for a run: to the receivers its DAG version's rules name
+-- (`notify: [{on: [kind], to: receiver}]`), or, for a DAG without rules, the defaults'.
+create function leoflow_notify_of_run(p_run_id bigint, p_dag_id text, p_version integer, p_kind text)
+returns void language plpgsql as $$
 declare
   spec jsonb;
 begin
-  select v.spec into spec from dag_versions v where v.dag_id = new.dag_id and v.version = new.dag_version;
+  select v.spec into spec from dag_versions v where v.dag_id = p_dag_id and v.version = p_version;
   insert into notifications (run_id, dag_id, kind, receiver)
-  select new.id, new.dag_id, new.state, r.receiver
+  select p_run_id, p_dag_id, p_kind, r.receiver
     from (select distinct rule ->> 'to' as receiver
             from jsonb_array_elements(coalesce(spec -> 'notify', '[]'::jsonb)) rule
-           where rule -> 'on' ? new.state
+           where rule -> 'on' ? p_kind
           union
           select d.receiver from notify_defaults d
-           where d.kind = new.state and not coalesce(spec ? 'notify', false)) r
+           where d.kind = p_kind and not coalesce(spec ? 'notify', false)) r
   on conflict do nothing;
+end $$;
+
+create function leoflow_run_ended_notify() returns trigger language plpgsql as $$
+begin
+  perform leoflow_notify_of_run(new.id, new.dag_id, new.dag_version, new.state);
   return null;
 end $$;
 
 create trigger dag_runs_ended_notify after update of state on dag_runs
   for each row when (new.state in ('success', 'failed') and old.state is distinct from new.state)
   execute function leoflow_run_ended_notify();
+
+-- Deadlines: a run of a DAG with `deadline:` is due to end by deadline_at. Once that time has
+-- passed, the leader marks it, once: 'met' (it ended before) or 'missed' (it had not), and a miss
+-- is recorded (a run.deadline_missed event) and told (below) by the statement that marks it.
+alter table dag_runs add column deadline_at timestamptz,
+  add column deadline_state text check (deadline_state in ('met', 'missed'));
+create index dag_runs_deadline_due on dag_runs (deadline_at)
+  where deadline_at is not null and deadline_state is null;
+
+create function leoflow_deadline_missed_notify() returns trigger language plpgsql as $$
+begin
+  perform leoflow_notify_of_run(new.id, new.dag_id, new.dag_version, 'deadline_missed');
+  return null;
+end $$;
+
+create trigger dag_runs_deadline_missed_notify after update of deadline_state on dag_runs
+  for each row when (new.deadline_state = 'missed' and old.deadline_state is null)
+  execute function leoflow_deadline_missed_notify();

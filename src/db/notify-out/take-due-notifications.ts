@@ -14,6 +14,7 @@ export interface DueNotification {
   logical_date: Date;
   started_at: Date | null;
   ended_at: Date | null;
+  deadline_at: Date | null;
   /** The tasks that failed, or could not run for it, at most a few. */
   failed_tasks: { task_id: string; state: string; try_number: number; error: string | null }[];
 }
@@ -40,7 +41,7 @@ export async function takeDueNotifications(sql: Sql, limit: number, leaseMs: num
         from due where n.id = due.id
       returning n.id, n.run_id, n.dag_id, n.kind, n.receiver, n.attempts)
     select t.id::text, t.run_id::text, t.dag_id, t.kind, t.receiver, t.attempts as attempt,
-           r.run_key, r.state as run_state, r.logical_date, r.started_at, r.ended_at,
+           r.run_key, r.state as run_state, r.logical_date, r.started_at, r.ended_at, r.deadline_at,
            coalesce((select jsonb_agg(f order by f.task_id) from (
                        select ti.task_id, ti.state, ti.try_number, left(ti.error, 500) as error
                          from task_instances ti

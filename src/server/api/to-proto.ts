@@ -125,6 +125,8 @@ export function runToProto(r: RunView, triggeredBy: Actor | null = null): Run {
     endedAt: ts(r.ended_at),
     runType: r.run_type,
     traceparent: r.traceparent ?? '',
+    deadlineAt: r.deadline_at ? ts(r.deadline_at) : undefined,
+    deadlineState: r.deadline_state ?? '',
     triggeredBy: triggeredBy ? create(ActorSchema, { id: triggeredBy.id, peer: triggeredBy.peer }) : undefined,
   });
 }

@@ -19,6 +19,7 @@ export function notificationBody(n: DueNotification, format: NotifyFormat): Reco
     logical_date: n.logical_date.toISOString(),
     started_at: n.started_at?.toISOString() ?? null,
     ended_at: n.ended_at?.toISOString() ?? null,
+    deadline_at: n.deadline_at?.toISOString() ?? null,
     failed_tasks: n.failed_tasks,
     text,
   };
@@ -27,7 +28,10 @@ export function notificationBody(n: DueNotification, format: NotifyFormat): Reco
 /** One line a person reads: the run, how it ended and, when it failed, which tasks. */
 export function summary(n: DueNotification): string {
   const run = `Run ${n.run_id} of ${n.dag_id} (${n.run_key})`;
-  if (n.kind !== 'failed') return `${run} ${n.kind === 'success' ? 'succeeded' : n.kind}`;
+  if (n.kind === 'success') return `${run} succeeded`;
+  if (n.kind === 'deadline_missed')
+    return `${run} missed its deadline (${n.deadline_at?.toISOString() ?? '?'}): ${n.run_state} then`;
+  if (n.kind !== 'failed') return `${run}: ${n.kind}`;
   const failed = n.failed_tasks.filter((t) => t.state === 'failed');
   if (failed.length === 0) return `${run} failed`;
   const tasks = failed.map((t) => `${t.task_id} (try ${t.try_number}${t.error ? `: ${firstLine(t.error)}` : ''})`);
