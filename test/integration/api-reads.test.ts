@@ -175,6 +175,8 @@ describe('the API reads only the columns it returns', () => {
       'created_at',
       'dag_id',
       'dag_version',
+      'deadline_at',
+      'deadline_state',
       'ended_at',
       'id',
       'logical_date',

@@ -108,9 +108,10 @@ describe('step isolation', () => {
       reapHeartbeats: { candidates: 0, retried: 0, failed: 0, errors: 0, heldLive: 0, heldOff: true, runIds: [] },
       reapTimeouts: { candidates: 0, retried: 0, failed: 0, errors: 0, heldOff: true, runIds: [] },
       endDueWaits: { ended: 0, heldOff: true, runIds: [] },
-      failedPhases: ['plan', 'reapRuns'],
+      checkDeadlines: null,
+      failedPhases: ['plan', 'reapRuns', 'checkDeadlines'],
     });
-    expect(h.errors.map((e) => e.phase)).toEqual(['plan.cron', 'plan', 'reap-runs']);
+    expect(h.errors.map((e) => e.phase)).toEqual(['plan.cron', 'plan', 'reap-runs', 'check-deadlines']);
     expect(h.ctx.health.healthySince).toEqual(t0);
 
     // Called on its own (no hold-off), the heartbeat phase does query and throw: it is the step
@@ -126,13 +127,13 @@ describe('step isolation', () => {
     try {
       const h = harness(sql);
       const r = await step(h.ctx);
-      expect(r.failedPhases).toEqual(['plan', 'reapRuns']);
+      expect(r.failedPhases).toEqual(['plan', 'reapRuns', 'checkDeadlines']);
       expect(r.plan).toBeNull();
       expect(r.reapRuns).toBeNull();
       expect(r.reapHeartbeats!.heldOff).toBe(true);
       expect(r.reapTimeouts!.heldOff).toBe(true);
       expect(r.endDueWaits!.heldOff).toBe(true);
-      expect(h.errors.map((e) => e.phase)).toEqual(['plan.cron', 'plan', 'reap-runs']);
+      expect(h.errors.map((e) => e.phase)).toEqual(['plan.cron', 'plan', 'reap-runs', 'check-deadlines']);
     } finally {
       await sql.end({ timeout: 1 });
     }

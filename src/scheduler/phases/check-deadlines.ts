@@ -12,7 +12,9 @@ export interface CheckDeadlinesResult {
 /**
  * Phase 6: runs whose deadline has passed are marked met or missed, once each, by one statement
  * that reads only the due ones (db/deadlines/mark-due-deadlines.ts): runs not yet due cost the step
- * nothing. A miss is an event and a notification, made by that statement.
+ * nothing. A miss is an event and a notification, made by that statement. It does not hold off after
+ * an outage or an election as the attempt reapers do: a run's end is when the database recorded it,
+ * so one recorded late did end late, and a new leader tells misses at once.
  */
 export async function checkDeadlines(ctx: SchedulerContext): Promise<CheckDeadlinesResult> {
   const marked = await markDueDeadlines(ctx.sql, MAX_DUE_DEADLINES);
