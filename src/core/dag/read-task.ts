@@ -12,6 +12,8 @@ import { describe, expected, keyPath, missing, unknownKey } from './issue-messag
 import { readEnv, type TaskEnv } from './read-env.js';
 import { readKubernetes } from './read-kubernetes.js';
 import { readPlacement } from './read-placement.js';
+import { readInputs } from './read-inputs.js';
+import { parseInputRef } from '../task-inputs.js';
 
 /** Timers in Node hold at most 2^31−1 ms (~24.8 days); a longer one would fire at once. */
 export const MAX_TIMEOUT_MS = 24 * 86_400_000;
@@ -35,7 +37,11 @@ const TASK_KEYS = [
   'placement',
   'priority',
   'kubernetes',
+  'output',
+  'inputs',
 ] as const;
+
+const OUTPUT_MODES = ['required', 'optional'] as const;
 
 /** A task as read, before the checks across tasks: what they need, and the spec if it is whole. */
 export interface TaskDraft {
@@ -58,6 +64,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
   const task: Partial<TaskSpec> = {};
   let taskEnv: TaskEnv | undefined;
   let maxRetryDelayPath = '';
+  let inputsPath = '';
   for (const [key, value] of Object.entries(item)) {
     const p = keyPath(path, key);
     switch (key) {
@@ -108,6 +115,13 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       case 'kubernetes':
         if (value !== null) task.kubernetes = readKubernetes(value, p, issues);
         break;
+      case 'output':
+        if (readEnum(value, p, OUTPUT_MODES, issues) === 'required') task.output = 'required';
+        break;
+      case 'inputs':
+        inputsPath = p;
+        if (value !== null) task.inputs = readInputs(value, p, issues);
+        break;
       default:
         issues.push(unknownKey(key, p, TASK_KEYS));
     }
@@ -134,6 +148,18 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       return false;
     });
   }
+  for (const [name, ref] of Object.entries(task.inputs ?? {})) {
+    const upstream = parseInputRef(ref, draft.deps.map((d) => d.id)).task;
+    if (!draft.deps.some((d) => d.id === upstream)) {
+      issues.push({
+        path: keyPath(inputsPath, name),
+        message: `"${ref}" names task "${upstream}", which is not in depends_on: an input comes from an upstream task`,
+      });
+    }
+    if (taskEnv?.env && Object.hasOwn(taskEnv.env, name)) {
+      issues.push({ path: keyPath(inputsPath, name), message: `"${name}" is set in env too: give it one source` });
+    }
+  }
   const executor = task.executor ?? 'default';
   issues.push(...secretExecutorIssues({ secretEnv: taskEnv?.secretEnv }, path, executor));
   if (task.id === undefined || task.command === undefined) return draft;
@@ -154,6 +180,8 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
     placement: task.placement ?? null,
     ...(task.priority !== undefined ? { priority: task.priority } : {}),
     ...(task.kubernetes !== undefined ? { kubernetes: task.kubernetes } : {}),
+    ...(task.output !== undefined ? { output: task.output } : {}),
+    ...(task.inputs !== undefined && Object.keys(task.inputs).length > 0 ? { inputs: task.inputs } : {}),
   };
   return draft;
 }
