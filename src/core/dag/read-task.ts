@@ -149,7 +149,10 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
     });
   }
   for (const [name, ref] of Object.entries(task.inputs ?? {})) {
-    const upstream = parseInputRef(ref, draft.deps.map((d) => d.id)).task;
+    const upstream = parseInputRef(
+      ref,
+      draft.deps.map((d) => d.id),
+    ).task;
     if (!draft.deps.some((d) => d.id === upstream)) {
       issues.push({
         path: keyPath(inputsPath, name),

@@ -14,7 +14,93 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leoflow/v1/workflow.proto.
  */
 export const file_leoflow_v1_workflow: GenFile = /*@__PURE__*/
-  fileDesc("ChlsZW9mbG93L3YxL3dvcmtmbG93LnByb3RvEgpsZW9mbG93LnYxIjMKD0FwcGx5RGFnUmVxdWVzdBIOCgZzb3VyY2UYASABKAkSEAoIZmlsZW5hbWUYAiABKAkiQQoQQXBwbHlEYWdSZXNwb25zZRIcCgNkYWcYASABKAsyDy5sZW9mbG93LnYxLkRhZxIPCgdvdXRjb21lGAIgASgJIh8KDUdldERhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJIi4KDkdldERhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIhEKD0xpc3REYWdzUmVxdWVzdCIxChBMaXN0RGFnc1Jlc3BvbnNlEh0KBGRhZ3MYASADKAsyDy5sZW9mbG93LnYxLkRhZyIxCg9QYXVzZURhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg4KBnBhdXNlZBgCIAEoCCIwChBQYXVzZURhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIkcKEVRyaWdnZXJSdW5SZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRIPCgdydW5fa2V5GAIgASgJEhEKCWNvbmZfanNvbhgDIAEoCSJDChJUcmlnZ2VyUnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCJJChBTZW5kRXZlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSFAoMcGF5bG9hZF9qc29uGAIgASgJEhEKCWV2ZW50X2tleRgDIAEoCSJbChFTZW5kRXZlbnRSZXNwb25zZRIUCghldmVudF9pZBgBIAEoA0ICMAESEQoJZHVwbGljYXRlGAIgASgIEh0KBHJ1bnMYAyADKAsyDy5sZW9mbG93LnYxLlJ1biIjCg1HZXRSdW5SZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAEiYAoOR2V0UnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SMAoOdGFza19pbnN0YW5jZXMYAiADKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSJqCg9MaXN0UnVuc1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFEiQKBnN0YXRlcxgDIAMoDjIULmxlb2Zsb3cudjEuUnVuU3RhdGUSEgoKcGFnZV90b2tlbhgEIAEoCSJKChBMaXN0UnVuc1Jlc3BvbnNlEh0KBHJ1bnMYASADKAsyDy5sZW9mbG93LnYxLlJ1bhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiJgoQQ2FuY2VsUnVuUmVxdWVzdBISCgZydW5faWQYASABKANCAjABIjEKEUNhbmNlbFJ1blJlc3BvbnNlEhwKA3J1bhgBIAEoCzIPLmxlb2Zsb3cudjEuUnVuIi4KGExpc3RUYXNrSW5zdGFuY2VzUmVxdWVzdBISCgZydW5faWQYASABKANCAjABIk0KGUxpc3RUYXNrSW5zdGFuY2VzUmVzcG9uc2USMAoOdGFza19pbnN0YW5jZXMYASADKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSJTChhDbGVhclRhc2tJbnN0YW5jZVJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJEhIKCmRvd25zdHJlYW0YAyABKAgiZAoZQ2xlYXJUYXNrSW5zdGFuY2VSZXNwb25zZRIcCgNydW4YASABKAsyDy5sZW9mbG93LnYxLlJ1bhIpCgdjbGVhcmVkGAIgAygLMhgubGVvZmxvdy52MS5UYXNrSW5zdGFuY2UiQAoZQ2FuY2VsVGFza0luc3RhbmNlUmVxdWVzdBISCgZydW5faWQYASABKANCAjABEg8KB3Rhc2tfaWQYAiABKAkiTQoaQ2FuY2VsVGFza0luc3RhbmNlUmVzcG9uc2USLwoNdGFza19pbnN0YW5jZRgBIAEoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlIloKD1RhaWxMb2dzUmVxdWVzdBISCgZydW5faWQYASABKANCAjABEg8KB3Rhc2tfaWQYAiABKAkSEgoKdHJ5X251bWJlchgDIAEoBRIOCgZmb2xsb3cYBCABKAgiNgoQVGFpbExvZ3NSZXNwb25zZRIiCgVsaW5lcxgBIAMoCzITLmxlb2Zsb3cudjEuTG9nTGluZSKeAQoIUnVuRXZlbnQSDwoDc2VxGAEgASgDQgIwARISCgZydW5faWQYAiABKANCAjABEhEKBXRpX2lkGAMgASgDQgIwARIOCgZkYWdfaWQYBCABKAkSDAoEa2luZBgFIAEoCRIUCgxwYXlsb2FkX2pzb24YBiABKAkSJgoCYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkwKD1dhdGNoUnVuUmVxdWVzdBISCgZydW5faWQYASABKANCAjABEhUKCWFmdGVyX3NlcRgCIAEoA0ICMAESDgoGZm9sbG93GAMgASgIIjgKEFdhdGNoUnVuUmVzcG9uc2USJAoGZXZlbnRzGAEgAygLMhQubGVvZmxvdy52MS5SdW5FdmVudCI5ChBXYXRjaFJ1bnNSZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRIVCglhZnRlcl9zZXEYAiABKANCAjABIjkKEVdhdGNoUnVuc1Jlc3BvbnNlEiQKBmV2ZW50cxgBIAMoCzIULmxlb2Zsb3cudjEuUnVuRXZlbnQiWAoNSGlzdG9yeUNvdW50cxIMCgRydW5zGAEgASgDEhYKDnRhc2tfaW5zdGFuY2VzGAIgASgDEg4KBmV2ZW50cxgDIAEoAxIRCgl0YXNrX2xvZ3MYBCABKAMiMQoQRGVsZXRlRGFnUmVxdWVzdBIOCgZkYWdfaWQYASABKAkSDQoFZm9yY2UYAiABKAgicQoRRGVsZXRlRGFnUmVzcG9uc2USKgoHcmVtb3ZlZBgBIAEoCzIZLmxlb2Zsb3cudjEuSGlzdG9yeUNvdW50cxIdChFjYW5jZWxsZWRfcnVuX2lkcxgCIAMoA0ICMAESEQoJZGFnX2ZpbGVzGAMgAygJIogBChNDbGVhbkhpc3RvcnlSZXF1ZXN0EioKBmJlZm9yZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGZGFnX2lkGAIgASgJEg8KB2RyeV9ydW4YAyABKAgSFgoJa2VlcF9sYXN0GAQgASgFSACIAQFCDAoKX2tlZXBfbGFzdCJmChhXYXRjaENsZWFuSGlzdG9yeVJlcXVlc3QSMAoFc3RhcnQYASABKAsyHy5sZW9mbG93LnYxLkNsZWFuSGlzdG9yeVJlcXVlc3RIABIOCgRzdG9wGAIgASgISABCCAoGYWN0aW9uIpcBChlXYXRjaENsZWFuSGlzdG9yeVJlc3BvbnNlEioKB3JlbW92ZWQYASABKAsyGS5sZW9mbG93LnYxLkhpc3RvcnlDb3VudHMSKwoIZXhwZWN0ZWQYAiABKAsyGS5sZW9mbG93LnYxLkhpc3RvcnlDb3VudHMSEAoIZmluaXNoZWQYAyABKAgSDwoHc3RvcHBlZBgEIAEoCCJSChRDbGVhbkhpc3RvcnlSZXNwb25zZRIpCgZjb3VudHMYASABKAsyGS5sZW9mbG93LnYxLkhpc3RvcnlDb3VudHMSDwoHZHJ5X3J1bhgCIAEoCDKaCwoPV29ya2Zsb3dTZXJ2aWNlEkUKCEFwcGx5RGFnEhsubGVvZmxvdy52MS5BcHBseURhZ1JlcXVlc3QaHC5sZW9mbG93LnYxLkFwcGx5RGFnUmVzcG9uc2USPwoGR2V0RGFnEhkubGVvZmxvdy52MS5HZXREYWdSZXF1ZXN0GhoubGVvZmxvdy52MS5HZXREYWdSZXNwb25zZRJFCghMaXN0RGFncxIbLmxlb2Zsb3cudjEuTGlzdERhZ3NSZXF1ZXN0GhwubGVvZmxvdy52MS5MaXN0RGFnc1Jlc3BvbnNlEkUKCFBhdXNlRGFnEhsubGVvZmxvdy52MS5QYXVzZURhZ1JlcXVlc3QaHC5sZW9mbG93LnYxLlBhdXNlRGFnUmVzcG9uc2USSwoKVHJpZ2dlclJ1bhIdLmxlb2Zsb3cudjEuVHJpZ2dlclJ1blJlcXVlc3QaHi5sZW9mbG93LnYxLlRyaWdnZXJSdW5SZXNwb25zZRI/CgZHZXRSdW4SGS5sZW9mbG93LnYxLkdldFJ1blJlcXVlc3QaGi5sZW9mbG93LnYxLkdldFJ1blJlc3BvbnNlEkUKCExpc3RSdW5zEhsubGVvZmxvdy52MS5MaXN0UnVuc1JlcXVlc3QaHC5sZW9mbG93LnYxLkxpc3RSdW5zUmVzcG9uc2USSAoJQ2FuY2VsUnVuEhwubGVvZmxvdy52MS5DYW5jZWxSdW5SZXF1ZXN0Gh0ubGVvZmxvdy52MS5DYW5jZWxSdW5SZXNwb25zZRJgChFMaXN0VGFza0luc3RhbmNlcxIkLmxlb2Zsb3cudjEuTGlzdFRhc2tJbnN0YW5jZXNSZXF1ZXN0GiUubGVvZmxvdy52MS5MaXN0VGFza0luc3RhbmNlc1Jlc3BvbnNlEmAKEUNsZWFyVGFza0luc3RhbmNlEiQubGVvZmxvdy52MS5DbGVhclRhc2tJbnN0YW5jZVJlcXVlc3QaJS5sZW9mbG93LnYxLkNsZWFyVGFza0luc3RhbmNlUmVzcG9uc2USYwoSQ2FuY2VsVGFza0luc3RhbmNlEiUubGVvZmxvdy52MS5DYW5jZWxUYXNrSW5zdGFuY2VSZXF1ZXN0GiYubGVvZmxvdy52MS5DYW5jZWxUYXNrSW5zdGFuY2VSZXNwb25zZRJHCghUYWlsTG9ncxIbLmxlb2Zsb3cudjEuVGFpbExvZ3NSZXF1ZXN0GhwubGVvZmxvdy52MS5UYWlsTG9nc1Jlc3BvbnNlMAESRwoIV2F0Y2hSdW4SGy5sZW9mbG93LnYxLldhdGNoUnVuUmVxdWVzdBocLmxlb2Zsb3cudjEuV2F0Y2hSdW5SZXNwb25zZTABEkoKCVdhdGNoUnVucxIcLmxlb2Zsb3cudjEuV2F0Y2hSdW5zUmVxdWVzdBodLmxlb2Zsb3cudjEuV2F0Y2hSdW5zUmVzcG9uc2UwARJICglEZWxldGVEYWcSHC5sZW9mbG93LnYxLkRlbGV0ZURhZ1JlcXVlc3QaHS5sZW9mbG93LnYxLkRlbGV0ZURhZ1Jlc3BvbnNlElEKDENsZWFuSGlzdG9yeRIfLmxlb2Zsb3cudjEuQ2xlYW5IaXN0b3J5UmVxdWVzdBogLmxlb2Zsb3cudjEuQ2xlYW5IaXN0b3J5UmVzcG9uc2USZAoRV2F0Y2hDbGVhbkhpc3RvcnkSJC5sZW9mbG93LnYxLldhdGNoQ2xlYW5IaXN0b3J5UmVxdWVzdBolLmxlb2Zsb3cudjEuV2F0Y2hDbGVhbkhpc3RvcnlSZXNwb25zZSgBMAESSAoJU2VuZEV2ZW50EhwubGVvZmxvdy52MS5TZW5kRXZlbnRSZXF1ZXN0Gh0ubGVvZmxvdy52MS5TZW5kRXZlbnRSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp, file_leoflow_v1_types]);
+  fileDesc("ChlsZW9mbG93L3YxL3dvcmtmbG93LnByb3RvEgpsZW9mbG93LnYxIk8KFEdldFRhc2tPdXRwdXRSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESDwoHdGFza19pZBgCIAEoCRISCgp0cnlfbnVtYmVyGAMgASgFInMKClRhc2tPdXRwdXQSEgoKdHJ5X251bWJlchgBIAEoBRIMCgRqc29uGAIgASgJEhIKCnNpemVfYnl0ZXMYAyABKAUSLwoLcmVjb3JkZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkAKFUdldFRhc2tPdXRwdXRSZXNwb25zZRInCgdvdXRwdXRzGAEgAygLMhYubGVvZmxvdy52MS5UYXNrT3V0cHV0IjMKD0FwcGx5RGFnUmVxdWVzdBIOCgZzb3VyY2UYASABKAkSEAoIZmlsZW5hbWUYAiABKAkiQQoQQXBwbHlEYWdSZXNwb25zZRIcCgNkYWcYASABKAsyDy5sZW9mbG93LnYxLkRhZxIPCgdvdXRjb21lGAIgASgJIh8KDUdldERhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJIi4KDkdldERhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIhEKD0xpc3REYWdzUmVxdWVzdCIxChBMaXN0RGFnc1Jlc3BvbnNlEh0KBGRhZ3MYASADKAsyDy5sZW9mbG93LnYxLkRhZyIxCg9QYXVzZURhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg4KBnBhdXNlZBgCIAEoCCIwChBQYXVzZURhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIkcKEVRyaWdnZXJSdW5SZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRIPCgdydW5fa2V5GAIgASgJEhEKCWNvbmZfanNvbhgDIAEoCSJDChJUcmlnZ2VyUnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCJJChBTZW5kRXZlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSFAoMcGF5bG9hZF9qc29uGAIgASgJEhEKCWV2ZW50X2tleRgDIAEoCSJbChFTZW5kRXZlbnRSZXNwb25zZRIUCghldmVudF9pZBgBIAEoA0ICMAESEQoJZHVwbGljYXRlGAIgASgIEh0KBHJ1bnMYAyADKAsyDy5sZW9mbG93LnYxLlJ1biIjCg1HZXRSdW5SZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAEiYAoOR2V0UnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SMAoOdGFza19pbnN0YW5jZXMYAiADKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSJqCg9MaXN0UnVuc1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFEiQKBnN0YXRlcxgDIAMoDjIULmxlb2Zsb3cudjEuUnVuU3RhdGUSEgoKcGFnZV90b2tlbhgEIAEoCSJKChBMaXN0UnVuc1Jlc3BvbnNlEh0KBHJ1bnMYASADKAsyDy5sZW9mbG93LnYxLlJ1bhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiJgoQQ2FuY2VsUnVuUmVxdWVzdBISCgZydW5faWQYASABKANCAjABIjEKEUNhbmNlbFJ1blJlc3BvbnNlEhwKA3J1bhgBIAEoCzIPLmxlb2Zsb3cudjEuUnVuIi4KGExpc3RUYXNrSW5zdGFuY2VzUmVxdWVzdBISCgZydW5faWQYASABKANCAjABIk0KGUxpc3RUYXNrSW5zdGFuY2VzUmVzcG9uc2USMAoOdGFza19pbnN0YW5jZXMYASADKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSJTChhDbGVhclRhc2tJbnN0YW5jZVJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJEhIKCmRvd25zdHJlYW0YAyABKAgiZAoZQ2xlYXJUYXNrSW5zdGFuY2VSZXNwb25zZRIcCgNydW4YASABKAsyDy5sZW9mbG93LnYxLlJ1bhIpCgdjbGVhcmVkGAIgAygLMhgubGVvZmxvdy52MS5UYXNrSW5zdGFuY2UiQAoZQ2FuY2VsVGFza0luc3RhbmNlUmVxdWVzdBISCgZydW5faWQYASABKANCAjABEg8KB3Rhc2tfaWQYAiABKAkiTQoaQ2FuY2VsVGFza0luc3RhbmNlUmVzcG9uc2USLwoNdGFza19pbnN0YW5jZRgBIAEoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlIloKD1RhaWxMb2dzUmVxdWVzdBISCgZydW5faWQYASABKANCAjABEg8KB3Rhc2tfaWQYAiABKAkSEgoKdHJ5X251bWJlchgDIAEoBRIOCgZmb2xsb3cYBCABKAgiNgoQVGFpbExvZ3NSZXNwb25zZRIiCgVsaW5lcxgBIAMoCzITLmxlb2Zsb3cudjEuTG9nTGluZSKeAQoIUnVuRXZlbnQSDwoDc2VxGAEgASgDQgIwARISCgZydW5faWQYAiABKANCAjABEhEKBXRpX2lkGAMgASgDQgIwARIOCgZkYWdfaWQYBCABKAkSDAoEa2luZBgFIAEoCRIUCgxwYXlsb2FkX2pzb24YBiABKAkSJgoCYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkwKD1dhdGNoUnVuUmVxdWVzdBISCgZydW5faWQYASABKANCAjABEhUKCWFmdGVyX3NlcRgCIAEoA0ICMAESDgoGZm9sbG93GAMgASgIIjgKEFdhdGNoUnVuUmVzcG9uc2USJAoGZXZlbnRzGAEgAygLMhQubGVvZmxvdy52MS5SdW5FdmVudCI5ChBXYXRjaFJ1bnNSZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRIVCglhZnRlcl9zZXEYAiABKANCAjABIjkKEVdhdGNoUnVuc1Jlc3BvbnNlEiQKBmV2ZW50cxgBIAMoCzIULmxlb2Zsb3cudjEuUnVuRXZlbnQiWAoNSGlzdG9yeUNvdW50cxIMCgRydW5zGAEgASgDEhYKDnRhc2tfaW5zdGFuY2VzGAIgASgDEg4KBmV2ZW50cxgDIAEoAxIRCgl0YXNrX2xvZ3MYBCABKAMiMQoQRGVsZXRlRGFnUmVxdWVzdBIOCgZkYWdfaWQYASABKAkSDQoFZm9yY2UYAiABKAgicQoRRGVsZXRlRGFnUmVzcG9uc2USKgoHcmVtb3ZlZBgBIAEoCzIZLmxlb2Zsb3cudjEuSGlzdG9yeUNvdW50cxIdChFjYW5jZWxsZWRfcnVuX2lkcxgCIAMoA0ICMAESEQoJZGFnX2ZpbGVzGAMgAygJIogBChNDbGVhbkhpc3RvcnlSZXF1ZXN0EioKBmJlZm9yZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGZGFnX2lkGAIgASgJEg8KB2RyeV9ydW4YAyABKAgSFgoJa2VlcF9sYXN0GAQgASgFSACIAQFCDAoKX2tlZXBfbGFzdCJmChhXYXRjaENsZWFuSGlzdG9yeVJlcXVlc3QSMAoFc3RhcnQYASABKAsyHy5sZW9mbG93LnYxLkNsZWFuSGlzdG9yeVJlcXVlc3RIABIOCgRzdG9wGAIgASgISABCCAoGYWN0aW9uIpcBChlXYXRjaENsZWFuSGlzdG9yeVJlc3BvbnNlEioKB3JlbW92ZWQYASABKAsyGS5sZW9mbG93LnYxLkhpc3RvcnlDb3VudHMSKwoIZXhwZWN0ZWQYAiABKAsyGS5sZW9mbG93LnYxLkhpc3RvcnlDb3VudHMSEAoIZmluaXNoZWQYAyABKAgSDwoHc3RvcHBlZBgEIAEoCCJSChRDbGVhbkhpc3RvcnlSZXNwb25zZRIpCgZjb3VudHMYASABKAsyGS5sZW9mbG93LnYxLkhpc3RvcnlDb3VudHMSDwoHZHJ5X3J1bhgCIAEoCDLwCwoPV29ya2Zsb3dTZXJ2aWNlEkUKCEFwcGx5RGFnEhsubGVvZmxvdy52MS5BcHBseURhZ1JlcXVlc3QaHC5sZW9mbG93LnYxLkFwcGx5RGFnUmVzcG9uc2USPwoGR2V0RGFnEhkubGVvZmxvdy52MS5HZXREYWdSZXF1ZXN0GhoubGVvZmxvdy52MS5HZXREYWdSZXNwb25zZRJFCghMaXN0RGFncxIbLmxlb2Zsb3cudjEuTGlzdERhZ3NSZXF1ZXN0GhwubGVvZmxvdy52MS5MaXN0RGFnc1Jlc3BvbnNlEkUKCFBhdXNlRGFnEhsubGVvZmxvdy52MS5QYXVzZURhZ1JlcXVlc3QaHC5sZW9mbG93LnYxLlBhdXNlRGFnUmVzcG9uc2USSwoKVHJpZ2dlclJ1bhIdLmxlb2Zsb3cudjEuVHJpZ2dlclJ1blJlcXVlc3QaHi5sZW9mbG93LnYxLlRyaWdnZXJSdW5SZXNwb25zZRI/CgZHZXRSdW4SGS5sZW9mbG93LnYxLkdldFJ1blJlcXVlc3QaGi5sZW9mbG93LnYxLkdldFJ1blJlc3BvbnNlEkUKCExpc3RSdW5zEhsubGVvZmxvdy52MS5MaXN0UnVuc1JlcXVlc3QaHC5sZW9mbG93LnYxLkxpc3RSdW5zUmVzcG9uc2USSAoJQ2FuY2VsUnVuEhwubGVvZmxvdy52MS5DYW5jZWxSdW5SZXF1ZXN0Gh0ubGVvZmxvdy52MS5DYW5jZWxSdW5SZXNwb25zZRJgChFMaXN0VGFza0luc3RhbmNlcxIkLmxlb2Zsb3cudjEuTGlzdFRhc2tJbnN0YW5jZXNSZXF1ZXN0GiUubGVvZmxvdy52MS5MaXN0VGFza0luc3RhbmNlc1Jlc3BvbnNlEmAKEUNsZWFyVGFza0luc3RhbmNlEiQubGVvZmxvdy52MS5DbGVhclRhc2tJbnN0YW5jZVJlcXVlc3QaJS5sZW9mbG93LnYxLkNsZWFyVGFza0luc3RhbmNlUmVzcG9uc2USYwoSQ2FuY2VsVGFza0luc3RhbmNlEiUubGVvZmxvdy52MS5DYW5jZWxUYXNrSW5zdGFuY2VSZXF1ZXN0GiYubGVvZmxvdy52MS5DYW5jZWxUYXNrSW5zdGFuY2VSZXNwb25zZRJHCghUYWlsTG9ncxIbLmxlb2Zsb3cudjEuVGFpbExvZ3NSZXF1ZXN0GhwubGVvZmxvdy52MS5UYWlsTG9nc1Jlc3BvbnNlMAESRwoIV2F0Y2hSdW4SGy5sZW9mbG93LnYxLldhdGNoUnVuUmVxdWVzdBocLmxlb2Zsb3cudjEuV2F0Y2hSdW5SZXNwb25zZTABEkoKCVdhdGNoUnVucxIcLmxlb2Zsb3cudjEuV2F0Y2hSdW5zUmVxdWVzdBodLmxlb2Zsb3cudjEuV2F0Y2hSdW5zUmVzcG9uc2UwARJICglEZWxldGVEYWcSHC5sZW9mbG93LnYxLkRlbGV0ZURhZ1JlcXVlc3QaHS5sZW9mbG93LnYxLkRlbGV0ZURhZ1Jlc3BvbnNlElEKDENsZWFuSGlzdG9yeRIfLmxlb2Zsb3cudjEuQ2xlYW5IaXN0b3J5UmVxdWVzdBogLmxlb2Zsb3cudjEuQ2xlYW5IaXN0b3J5UmVzcG9uc2USZAoRV2F0Y2hDbGVhbkhpc3RvcnkSJC5sZW9mbG93LnYxLldhdGNoQ2xlYW5IaXN0b3J5UmVxdWVzdBolLmxlb2Zsb3cudjEuV2F0Y2hDbGVhbkhpc3RvcnlSZXNwb25zZSgBMAESSAoJU2VuZEV2ZW50EhwubGVvZmxvdy52MS5TZW5kRXZlbnRSZXF1ZXN0Gh0ubGVvZmxvdy52MS5TZW5kRXZlbnRSZXNwb25zZRJUCg1HZXRUYXNrT3V0cHV0EiAubGVvZmxvdy52MS5HZXRUYXNrT3V0cHV0UmVxdWVzdBohLmxlb2Zsb3cudjEuR2V0VGFza091dHB1dFJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp, file_leoflow_v1_types]);
+
+/**
+ * @generated from message leoflow.v1.GetTaskOutputRequest
+ */
+export type GetTaskOutputRequest = Message<"leoflow.v1.GetTaskOutputRequest"> & {
+  /**
+   * @generated from field: int64 run_id = 1 [jstype = JS_STRING];
+   */
+  runId: string;
+
+  /**
+   * @generated from field: string task_id = 2;
+   */
+  taskId: string;
+
+  /**
+   * One try's output; 0: every try's.
+   *
+   * @generated from field: int32 try_number = 3;
+   */
+  tryNumber: number;
+};
+
+/**
+ * Describes the message leoflow.v1.GetTaskOutputRequest.
+ * Use `create(GetTaskOutputRequestSchema)` to create a new message.
+ */
+export const GetTaskOutputRequestSchema: GenMessage<GetTaskOutputRequest> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 0);
+
+/**
+ * One attempt's stored output.
+ *
+ * @generated from message leoflow.v1.TaskOutput
+ */
+export type TaskOutput = Message<"leoflow.v1.TaskOutput"> & {
+  /**
+   * @generated from field: int32 try_number = 1;
+   */
+  tryNumber: number;
+
+  /**
+   * The JSON value, as stored.
+   *
+   * @generated from field: string json = 2;
+   */
+  json: string;
+
+  /**
+   * Its size as the task wrote it, in bytes.
+   *
+   * @generated from field: int32 size_bytes = 3;
+   */
+  sizeBytes: number;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp recorded_at = 4;
+   */
+  recordedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message leoflow.v1.TaskOutput.
+ * Use `create(TaskOutputSchema)` to create a new message.
+ */
+export const TaskOutputSchema: GenMessage<TaskOutput> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 1);
+
+/**
+ * @generated from message leoflow.v1.GetTaskOutputResponse
+ */
+export type GetTaskOutputResponse = Message<"leoflow.v1.GetTaskOutputResponse"> & {
+  /**
+   * Newest try first.
+   *
+   * @generated from field: repeated leoflow.v1.TaskOutput outputs = 1;
+   */
+  outputs: TaskOutput[];
+};
+
+/**
+ * Describes the message leoflow.v1.GetTaskOutputResponse.
+ * Use `create(GetTaskOutputResponseSchema)` to create a new message.
+ */
+export const GetTaskOutputResponseSchema: GenMessage<GetTaskOutputResponse> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 2);
 
 /**
  * @generated from message leoflow.v1.ApplyDagRequest
@@ -40,7 +126,7 @@ export type ApplyDagRequest = Message<"leoflow.v1.ApplyDagRequest"> & {
  * Use `create(ApplyDagRequestSchema)` to create a new message.
  */
 export const ApplyDagRequestSchema: GenMessage<ApplyDagRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 0);
+  messageDesc(file_leoflow_v1_workflow, 3);
 
 /**
  * @generated from message leoflow.v1.ApplyDagResponse
@@ -64,7 +150,7 @@ export type ApplyDagResponse = Message<"leoflow.v1.ApplyDagResponse"> & {
  * Use `create(ApplyDagResponseSchema)` to create a new message.
  */
 export const ApplyDagResponseSchema: GenMessage<ApplyDagResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 1);
+  messageDesc(file_leoflow_v1_workflow, 4);
 
 /**
  * @generated from message leoflow.v1.GetDagRequest
@@ -81,7 +167,7 @@ export type GetDagRequest = Message<"leoflow.v1.GetDagRequest"> & {
  * Use `create(GetDagRequestSchema)` to create a new message.
  */
 export const GetDagRequestSchema: GenMessage<GetDagRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 2);
+  messageDesc(file_leoflow_v1_workflow, 5);
 
 /**
  * @generated from message leoflow.v1.GetDagResponse
@@ -98,7 +184,7 @@ export type GetDagResponse = Message<"leoflow.v1.GetDagResponse"> & {
  * Use `create(GetDagResponseSchema)` to create a new message.
  */
 export const GetDagResponseSchema: GenMessage<GetDagResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 3);
+  messageDesc(file_leoflow_v1_workflow, 6);
 
 /**
  * @generated from message leoflow.v1.ListDagsRequest
@@ -111,7 +197,7 @@ export type ListDagsRequest = Message<"leoflow.v1.ListDagsRequest"> & {
  * Use `create(ListDagsRequestSchema)` to create a new message.
  */
 export const ListDagsRequestSchema: GenMessage<ListDagsRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 4);
+  messageDesc(file_leoflow_v1_workflow, 7);
 
 /**
  * @generated from message leoflow.v1.ListDagsResponse
@@ -128,7 +214,7 @@ export type ListDagsResponse = Message<"leoflow.v1.ListDagsResponse"> & {
  * Use `create(ListDagsResponseSchema)` to create a new message.
  */
 export const ListDagsResponseSchema: GenMessage<ListDagsResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 5);
+  messageDesc(file_leoflow_v1_workflow, 8);
 
 /**
  * @generated from message leoflow.v1.PauseDagRequest
@@ -150,7 +236,7 @@ export type PauseDagRequest = Message<"leoflow.v1.PauseDagRequest"> & {
  * Use `create(PauseDagRequestSchema)` to create a new message.
  */
 export const PauseDagRequestSchema: GenMessage<PauseDagRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 6);
+  messageDesc(file_leoflow_v1_workflow, 9);
 
 /**
  * @generated from message leoflow.v1.PauseDagResponse
@@ -167,7 +253,7 @@ export type PauseDagResponse = Message<"leoflow.v1.PauseDagResponse"> & {
  * Use `create(PauseDagResponseSchema)` to create a new message.
  */
 export const PauseDagResponseSchema: GenMessage<PauseDagResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 7);
+  messageDesc(file_leoflow_v1_workflow, 10);
 
 /**
  * @generated from message leoflow.v1.TriggerRunRequest
@@ -198,7 +284,7 @@ export type TriggerRunRequest = Message<"leoflow.v1.TriggerRunRequest"> & {
  * Use `create(TriggerRunRequestSchema)` to create a new message.
  */
 export const TriggerRunRequestSchema: GenMessage<TriggerRunRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 8);
+  messageDesc(file_leoflow_v1_workflow, 11);
 
 /**
  * @generated from message leoflow.v1.TriggerRunResponse
@@ -222,7 +308,7 @@ export type TriggerRunResponse = Message<"leoflow.v1.TriggerRunResponse"> & {
  * Use `create(TriggerRunResponseSchema)` to create a new message.
  */
 export const TriggerRunResponseSchema: GenMessage<TriggerRunResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 9);
+  messageDesc(file_leoflow_v1_workflow, 12);
 
 /**
  * @generated from message leoflow.v1.SendEventRequest
@@ -256,7 +342,7 @@ export type SendEventRequest = Message<"leoflow.v1.SendEventRequest"> & {
  * Use `create(SendEventRequestSchema)` to create a new message.
  */
 export const SendEventRequestSchema: GenMessage<SendEventRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 10);
+  messageDesc(file_leoflow_v1_workflow, 13);
 
 /**
  * @generated from message leoflow.v1.SendEventResponse
@@ -287,7 +373,7 @@ export type SendEventResponse = Message<"leoflow.v1.SendEventResponse"> & {
  * Use `create(SendEventResponseSchema)` to create a new message.
  */
 export const SendEventResponseSchema: GenMessage<SendEventResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 11);
+  messageDesc(file_leoflow_v1_workflow, 14);
 
 /**
  * @generated from message leoflow.v1.GetRunRequest
@@ -304,7 +390,7 @@ export type GetRunRequest = Message<"leoflow.v1.GetRunRequest"> & {
  * Use `create(GetRunRequestSchema)` to create a new message.
  */
 export const GetRunRequestSchema: GenMessage<GetRunRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 12);
+  messageDesc(file_leoflow_v1_workflow, 15);
 
 /**
  * @generated from message leoflow.v1.GetRunResponse
@@ -326,7 +412,7 @@ export type GetRunResponse = Message<"leoflow.v1.GetRunResponse"> & {
  * Use `create(GetRunResponseSchema)` to create a new message.
  */
 export const GetRunResponseSchema: GenMessage<GetRunResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 13);
+  messageDesc(file_leoflow_v1_workflow, 16);
 
 /**
  * @generated from message leoflow.v1.ListRunsRequest
@@ -367,7 +453,7 @@ export type ListRunsRequest = Message<"leoflow.v1.ListRunsRequest"> & {
  * Use `create(ListRunsRequestSchema)` to create a new message.
  */
 export const ListRunsRequestSchema: GenMessage<ListRunsRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 14);
+  messageDesc(file_leoflow_v1_workflow, 17);
 
 /**
  * @generated from message leoflow.v1.ListRunsResponse
@@ -394,7 +480,7 @@ export type ListRunsResponse = Message<"leoflow.v1.ListRunsResponse"> & {
  * Use `create(ListRunsResponseSchema)` to create a new message.
  */
 export const ListRunsResponseSchema: GenMessage<ListRunsResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 15);
+  messageDesc(file_leoflow_v1_workflow, 18);
 
 /**
  * @generated from message leoflow.v1.CancelRunRequest
@@ -411,7 +497,7 @@ export type CancelRunRequest = Message<"leoflow.v1.CancelRunRequest"> & {
  * Use `create(CancelRunRequestSchema)` to create a new message.
  */
 export const CancelRunRequestSchema: GenMessage<CancelRunRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 16);
+  messageDesc(file_leoflow_v1_workflow, 19);
 
 /**
  * @generated from message leoflow.v1.CancelRunResponse
@@ -428,7 +514,7 @@ export type CancelRunResponse = Message<"leoflow.v1.CancelRunResponse"> & {
  * Use `create(CancelRunResponseSchema)` to create a new message.
  */
 export const CancelRunResponseSchema: GenMessage<CancelRunResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 17);
+  messageDesc(file_leoflow_v1_workflow, 20);
 
 /**
  * @generated from message leoflow.v1.ListTaskInstancesRequest
@@ -445,7 +531,7 @@ export type ListTaskInstancesRequest = Message<"leoflow.v1.ListTaskInstancesRequ
  * Use `create(ListTaskInstancesRequestSchema)` to create a new message.
  */
 export const ListTaskInstancesRequestSchema: GenMessage<ListTaskInstancesRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 18);
+  messageDesc(file_leoflow_v1_workflow, 21);
 
 /**
  * @generated from message leoflow.v1.ListTaskInstancesResponse
@@ -462,7 +548,7 @@ export type ListTaskInstancesResponse = Message<"leoflow.v1.ListTaskInstancesRes
  * Use `create(ListTaskInstancesResponseSchema)` to create a new message.
  */
 export const ListTaskInstancesResponseSchema: GenMessage<ListTaskInstancesResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 19);
+  messageDesc(file_leoflow_v1_workflow, 22);
 
 /**
  * @generated from message leoflow.v1.ClearTaskInstanceRequest
@@ -491,7 +577,7 @@ export type ClearTaskInstanceRequest = Message<"leoflow.v1.ClearTaskInstanceRequ
  * Use `create(ClearTaskInstanceRequestSchema)` to create a new message.
  */
 export const ClearTaskInstanceRequestSchema: GenMessage<ClearTaskInstanceRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 20);
+  messageDesc(file_leoflow_v1_workflow, 23);
 
 /**
  * @generated from message leoflow.v1.ClearTaskInstanceResponse
@@ -517,7 +603,7 @@ export type ClearTaskInstanceResponse = Message<"leoflow.v1.ClearTaskInstanceRes
  * Use `create(ClearTaskInstanceResponseSchema)` to create a new message.
  */
 export const ClearTaskInstanceResponseSchema: GenMessage<ClearTaskInstanceResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 21);
+  messageDesc(file_leoflow_v1_workflow, 24);
 
 /**
  * @generated from message leoflow.v1.CancelTaskInstanceRequest
@@ -539,7 +625,7 @@ export type CancelTaskInstanceRequest = Message<"leoflow.v1.CancelTaskInstanceRe
  * Use `create(CancelTaskInstanceRequestSchema)` to create a new message.
  */
 export const CancelTaskInstanceRequestSchema: GenMessage<CancelTaskInstanceRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 22);
+  messageDesc(file_leoflow_v1_workflow, 25);
 
 /**
  * @generated from message leoflow.v1.CancelTaskInstanceResponse
@@ -556,7 +642,7 @@ export type CancelTaskInstanceResponse = Message<"leoflow.v1.CancelTaskInstanceR
  * Use `create(CancelTaskInstanceResponseSchema)` to create a new message.
  */
 export const CancelTaskInstanceResponseSchema: GenMessage<CancelTaskInstanceResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 23);
+  messageDesc(file_leoflow_v1_workflow, 26);
 
 /**
  * @generated from message leoflow.v1.TailLogsRequest
@@ -594,7 +680,7 @@ export type TailLogsRequest = Message<"leoflow.v1.TailLogsRequest"> & {
  * Use `create(TailLogsRequestSchema)` to create a new message.
  */
 export const TailLogsRequestSchema: GenMessage<TailLogsRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 24);
+  messageDesc(file_leoflow_v1_workflow, 27);
 
 /**
  * @generated from message leoflow.v1.TailLogsResponse
@@ -611,7 +697,7 @@ export type TailLogsResponse = Message<"leoflow.v1.TailLogsResponse"> & {
  * Use `create(TailLogsResponseSchema)` to create a new message.
  */
 export const TailLogsResponseSchema: GenMessage<TailLogsResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 25);
+  messageDesc(file_leoflow_v1_workflow, 28);
 
 /**
  * RunEvent is one row of the event log: a change as it was recorded.
@@ -670,7 +756,7 @@ export type RunEvent = Message<"leoflow.v1.RunEvent"> & {
  * Use `create(RunEventSchema)` to create a new message.
  */
 export const RunEventSchema: GenMessage<RunEvent> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 26);
+  messageDesc(file_leoflow_v1_workflow, 29);
 
 /**
  * @generated from message leoflow.v1.WatchRunRequest
@@ -701,7 +787,7 @@ export type WatchRunRequest = Message<"leoflow.v1.WatchRunRequest"> & {
  * Use `create(WatchRunRequestSchema)` to create a new message.
  */
 export const WatchRunRequestSchema: GenMessage<WatchRunRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 27);
+  messageDesc(file_leoflow_v1_workflow, 30);
 
 /**
  * @generated from message leoflow.v1.WatchRunResponse
@@ -718,7 +804,7 @@ export type WatchRunResponse = Message<"leoflow.v1.WatchRunResponse"> & {
  * Use `create(WatchRunResponseSchema)` to create a new message.
  */
 export const WatchRunResponseSchema: GenMessage<WatchRunResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 28);
+  messageDesc(file_leoflow_v1_workflow, 31);
 
 /**
  * @generated from message leoflow.v1.WatchRunsRequest
@@ -742,7 +828,7 @@ export type WatchRunsRequest = Message<"leoflow.v1.WatchRunsRequest"> & {
  * Use `create(WatchRunsRequestSchema)` to create a new message.
  */
 export const WatchRunsRequestSchema: GenMessage<WatchRunsRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 29);
+  messageDesc(file_leoflow_v1_workflow, 32);
 
 /**
  * @generated from message leoflow.v1.WatchRunsResponse
@@ -759,7 +845,7 @@ export type WatchRunsResponse = Message<"leoflow.v1.WatchRunsResponse"> & {
  * Use `create(WatchRunsResponseSchema)` to create a new message.
  */
 export const WatchRunsResponseSchema: GenMessage<WatchRunsResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 30);
+  messageDesc(file_leoflow_v1_workflow, 33);
 
 /**
  * HistoryCounts are rows of each table of a run's history, removed or to be removed.
@@ -793,7 +879,7 @@ export type HistoryCounts = Message<"leoflow.v1.HistoryCounts"> & {
  * Use `create(HistoryCountsSchema)` to create a new message.
  */
 export const HistoryCountsSchema: GenMessage<HistoryCounts> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 31);
+  messageDesc(file_leoflow_v1_workflow, 34);
 
 /**
  * @generated from message leoflow.v1.DeleteDagRequest
@@ -817,7 +903,7 @@ export type DeleteDagRequest = Message<"leoflow.v1.DeleteDagRequest"> & {
  * Use `create(DeleteDagRequestSchema)` to create a new message.
  */
 export const DeleteDagRequestSchema: GenMessage<DeleteDagRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 32);
+  messageDesc(file_leoflow_v1_workflow, 35);
 
 /**
  * @generated from message leoflow.v1.DeleteDagResponse
@@ -851,7 +937,7 @@ export type DeleteDagResponse = Message<"leoflow.v1.DeleteDagResponse"> & {
  * Use `create(DeleteDagResponseSchema)` to create a new message.
  */
 export const DeleteDagResponseSchema: GenMessage<DeleteDagResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 33);
+  messageDesc(file_leoflow_v1_workflow, 36);
 
 /**
  * @generated from message leoflow.v1.CleanHistoryRequest
@@ -893,7 +979,7 @@ export type CleanHistoryRequest = Message<"leoflow.v1.CleanHistoryRequest"> & {
  * Use `create(CleanHistoryRequestSchema)` to create a new message.
  */
 export const CleanHistoryRequestSchema: GenMessage<CleanHistoryRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 34);
+  messageDesc(file_leoflow_v1_workflow, 37);
 
 /**
  * @generated from message leoflow.v1.WatchCleanHistoryRequest
@@ -926,7 +1012,7 @@ export type WatchCleanHistoryRequest = Message<"leoflow.v1.WatchCleanHistoryRequ
  * Use `create(WatchCleanHistoryRequestSchema)` to create a new message.
  */
 export const WatchCleanHistoryRequestSchema: GenMessage<WatchCleanHistoryRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 35);
+  messageDesc(file_leoflow_v1_workflow, 38);
 
 /**
  * @generated from message leoflow.v1.WatchCleanHistoryResponse
@@ -967,7 +1053,7 @@ export type WatchCleanHistoryResponse = Message<"leoflow.v1.WatchCleanHistoryRes
  * Use `create(WatchCleanHistoryResponseSchema)` to create a new message.
  */
 export const WatchCleanHistoryResponseSchema: GenMessage<WatchCleanHistoryResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 36);
+  messageDesc(file_leoflow_v1_workflow, 39);
 
 /**
  * @generated from message leoflow.v1.CleanHistoryResponse
@@ -991,7 +1077,7 @@ export type CleanHistoryResponse = Message<"leoflow.v1.CleanHistoryResponse"> & 
  * Use `create(CleanHistoryResponseSchema)` to create a new message.
  */
 export const CleanHistoryResponseSchema: GenMessage<CleanHistoryResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 37);
+  messageDesc(file_leoflow_v1_workflow, 40);
 
 /**
  * WorkflowService manages DAGs and their runs.
@@ -1201,6 +1287,19 @@ export const WorkflowService: GenService<{
     methodKind: "unary";
     input: typeof SendEventRequestSchema;
     output: typeof SendEventResponseSchema;
+  },
+  /**
+   * GetTaskOutput returns the outputs a task's attempts stored (the JSON each wrote to the file
+   * named by LEOFLOW_OUTPUT, at most the server's --max-output-size each), newest try first: of one
+   * try with `try_number`, else of every try that stored one. An unknown run or task: NOT_FOUND;
+   * a task that stored none: an empty list.
+   *
+   * @generated from rpc leoflow.v1.WorkflowService.GetTaskOutput
+   */
+  getTaskOutput: {
+    methodKind: "unary";
+    input: typeof GetTaskOutputRequestSchema;
+    output: typeof GetTaskOutputResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_leoflow_v1_workflow, 0);
