@@ -10,6 +10,8 @@ export const OUTPUT_BYTES = { default: 64 * 1024, max: 1024 * 1024 } as const;
 /** What a task's output is held to: its DAG's `output: required`, and the server's size limit. */
 export interface OutputRule {
   taskId: string;
+  /** Who wrote it, in an error; absent: `task "<taskId>"`. */
+  subject?: string;
   required: boolean;
   maxBytes: number;
 }
@@ -31,7 +33,7 @@ export function formatBytes(n: number): string {
  * "not written", as GitHub's `$GITHUB_OUTPUT` starts empty.
  */
 export function checkOutput(rule: OutputRule, bytes: Buffer | null, size: number): CheckedOutput {
-  const task = `task "${rule.taskId}"`;
+  const task = rule.subject ?? `task "${rule.taskId}"`;
   if (size > rule.maxBytes) {
     return {
       ok: false,

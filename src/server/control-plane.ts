@@ -159,6 +159,7 @@ export async function startControlPlane(
       replicaId: config.replicaId,
       keepaliveMs: config.heartbeatIntervalMs,
       killGraceMs: config.killGraceMs,
+      maxOutputBytes: config.maxOutputBytes,
       heartbeatThresholdMs: config.heartbeatThresholdMs,
       agentCredentials: auth.agentCredentials,
       nudge: (runIds, cause) => scheduler?.nudge(runIds, cause),

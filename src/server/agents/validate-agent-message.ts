@@ -215,6 +215,7 @@ function finishedResult(f: Finished): AttemptResult {
     signal: (f.signal || null) as NodeJS.Signals | null,
     error: error || (outcome === 'failed' && f.exitCode !== undefined ? `exit code ${f.exitCode}` : null),
     ...(endedAt !== null ? { endedAt } : {}),
+    ...(f.output !== undefined ? { output: f.output } : {}),
   };
 }
 
