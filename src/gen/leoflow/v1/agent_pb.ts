@@ -623,7 +623,8 @@ export const LogEntrySchema: GenMessage<LogEntry> = /*@__PURE__*/
  * The end of an attempt. Outcome, exit code and signal must agree (a process exits with a code
  * or is killed by a signal, never both):
  *   - SUCCESS: exit_code 0 (or unset), no signal;
- *   - FAILED: a non-zero exit_code, or a signal, or neither (it failed before a process ran);
+ *   - FAILED: a non-zero exit_code, or a signal, or neither (it failed before a process ran), or
+ *     exit_code 0 with an error saying why (its output broke a rule: see `output`);
  *   - TIMED_OUT, CANCELLED: an exit code or a signal or neither;
  *   - SPAWN_FAILED: neither.
  * exit_code is 0 to 255. Otherwise see "A Finished whose outcome … disagree" above.
