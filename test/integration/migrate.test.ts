@@ -40,6 +40,7 @@ describe('migrate', () => {
           'replica_addresses',
           'task_instances',
           'task_logs',
+          'task_outputs',
           'trace_export',
         ].sort(),
       );
