@@ -61,6 +61,14 @@ describe('task outputs through an agent', () => {
           '    executor: agents',
           '    command: ["true"]',
           '    output: required',
+          '  - id: quiet',
+          '    executor: agents',
+          '    command: ["true"]',
+          '  - id: reader',
+          '    executor: agents',
+          '    command: ["true"]',
+          '    depends_on: [quiet]',
+          '    inputs: { V: quiet.v }',
           '',
         ].join('\n'),
       );
@@ -81,6 +89,9 @@ describe('task outputs through an agent', () => {
       );
       expect(by.silent!.state).toBe('failed');
       expect(by.silent!.error).toMatch(/^task "silent" wrote no output/);
+      // A missing input, sent in the Assign: the agent starts nothing and says why.
+      expect(by.reader!.state).toBe('failed');
+      expect(by.reader!.error).toBe('input V of task "reader" (quiet.v): upstream task "quiet" wrote no output');
       expect(JSON.parse(await readFile(path.join(f.tmp, 'agent-inputs.json'), 'utf8'))).toEqual({ a: value });
       expect(await readFile(path.join(f.tmp, 'agent-msg.txt'), 'utf8')).toBe(TRICKY);
       expect(existsSync(path.join(f.tmp, 'PWNED')) || existsSync(path.join(f.tmp, 'PWNED2'))).toBe(false);
