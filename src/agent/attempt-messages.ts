@@ -55,7 +55,16 @@ export function attemptFromAssign(assign: Assign): Attempt {
     timeoutMs: assign.timeout ? positiveMs(assign.timeout) : null,
     // The control plane's grace, when it sends one: it fails the attempt that outlives it.
     killGraceMs: assign.killGrace ? durationMs(assign.killGrace) : undefined,
+    ...inputsOf(assign),
+    ...(assign.outputMaxBytes > 0 ? { outputMaxBytes: assign.outputMaxBytes } : {}),
+    ...(assign.outputRequired ? { outputRequired: true } : {}),
   };
+}
+
+/** The inputs the control plane read for it (the variables of `inputs:` are in env already). */
+function inputsOf(a: Assign): Pick<Attempt, 'inputs'> {
+  if (a.inputsError !== '') return { inputs: { error: a.inputsError } };
+  return a.inputsJson !== '' ? { inputs: { json: a.inputsJson, env: {} } } : {};
 }
 
 function traceEnv(a: Assign): Record<string, string> {
@@ -89,6 +98,7 @@ export function finishedOf(attempt: Attempt, result: AttemptResult): Finished {
     // When it ended, read from its shim after a restart, or now: held through an outage, the
     // report still says when the process ended.
     endedAt: timestampFromMs(Math.round(result.endedAt ?? Date.now())),
+    ...(result.output !== undefined ? { output: result.output } : {}),
   });
 }
 

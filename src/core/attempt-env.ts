@@ -79,5 +79,8 @@ export function attemptOf(
     ...(w.task.image !== null || w.task.kubernetes
       ? { pod: { image: w.task.image, ...(w.task.kubernetes ? { kubernetes: w.task.kubernetes } : {}) } }
       : {}),
+    ...(w.task.dependsOn.length > 0 ? { upstreams: w.task.dependsOn } : {}),
+    ...(w.task.inputs ? { inputEnv: w.task.inputs } : {}),
+    ...(w.task.output === 'required' ? { outputRequired: true } : {}),
   };
 }

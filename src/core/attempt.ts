@@ -6,6 +6,7 @@
 
 import type { KubernetesSpec } from './dag-spec.js';
 import type { SecretRef } from './secret-ref.js';
+import type { AttemptInputs } from './task-inputs.js';
 import type { TraceContext } from './trace-context.js';
 
 /** One attempt of one task instance, as claimed by the dispatcher. */
@@ -42,6 +43,20 @@ export interface Attempt {
   agentId?: string;
   /** The task's image and `kubernetes:` block, for the kubernetes executor; absent when it has neither. */
   pod?: { image: string | null; kubernetes?: KubernetesSpec };
+  /** Its task's upstream task ids, whose outputs are its inputs; absent when it has none. */
+  upstreams?: string[];
+  /** Its DAG's `inputs:` mapping (variable → `upstream.path`); absent when none. */
+  inputEnv?: Record<string, string>;
+  /**
+   * Its upstreams' outputs (task-inputs.ts), read before its process starts: by the subprocess
+   * executor through its reporter, or by the control plane for an agent (Assign). Absent: not read
+   * yet, or it has no upstreams.
+   */
+  inputs?: AttemptInputs;
+  /** Its DAG says `output: required`: an attempt that writes none fails. */
+  outputRequired?: boolean;
+  /** The size limit of its output (bytes); absent: the executor's own. */
+  outputMaxBytes?: number;
 }
 
 /** What identifies one attempt in every report about it. */
@@ -73,6 +88,11 @@ export interface AttemptResult {
    * was away. The store records it as the attempt's end. Absent: it ended as it is reported.
    */
   endedAt?: number;
+  /**
+   * The JSON its process wrote to LEOFLOW_OUTPUT, checked (task-output.ts); absent when it wrote
+   * none. Stored with the end, by the statement that records it, so only a current attempt's lands.
+   */
+  output?: string;
 }
 
 /** Store operations an executor reports through. Every call is fenced by the attempt token. */
@@ -93,4 +113,6 @@ export interface AttemptReporter {
    * already (a re-attached tail starts after them), and the log numbers lines on from there.
    */
   logsSoFar(attempt: Attempt): Promise<{ stdout: number; stderr: number }>;
+  /** Its upstreams' outputs, for an attempt whose `inputs` is not given; absent: it has none to read. */
+  inputs?(attempt: Attempt): Promise<AttemptInputs>;
 }

@@ -83,6 +83,10 @@ export interface TaskSpec {
   kubernetes?: KubernetesSpec;
   /** Higher first among the work waiting to start; absent: the DAG's (`taskPriority`). */
   priority?: number;
+  /** `output: required`: an attempt that writes no output to LEOFLOW_OUTPUT fails. Absent: optional. */
+  output?: 'required';
+  /** Environment variables set from upstreams' outputs: name → `upstream.path.in.output`. Absent: none. */
+  inputs?: Record<string, string>;
   /** A task that waits for an event instead of running a command (its `command` is empty). */
   wait?: WaitSpec;
   /** A task that waits for a person's approval instead of running a command (its `command` is empty). */

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, AttemptResult } from '../core/attempt.js';
 import type { FinishVerdict } from './attempts/finish-attempt.js';
+import { attemptInputs } from './attempts/attempt-inputs.js';
 import { flushHeartbeats } from './attempts/flush-heartbeats.js';
 import { isRunning } from './attempts/is-running.js';
 import type { ReportBatcher } from './attempts/report-batcher.js';
@@ -13,6 +14,8 @@ export interface AttemptStoreHooks {
   onFinished?(attempt: Attempt, verdict: FinishVerdict): void;
   /** A report for a superseded attempt was refused. */
   onRejected?(attempt: Attempt, report: 'started' | 'finished' | 'heartbeat'): void;
+  /** The output of a refused end (a zombie's) was not stored. */
+  onOutputRejected?(attempt: Attempt): void;
 }
 
 /**
@@ -47,6 +50,9 @@ export function createAttemptStore(
       for (const a of attempts) if (!current.has(a.tiId)) hooks.onRejected?.(a, 'heartbeat');
       return current;
     },
+    inputs(attempt) {
+      return attemptInputs(sql, attempt);
+    },
     async logsSoFar(attempt) {
       const so = (await logsSoFar(sql, [attempt])).get(`${attempt.tiId}/${attempt.tryNumber}`)!;
       logs.continueAfter(attempt.tiId, attempt.tryNumber, so.lastSeq);
@@ -68,6 +74,7 @@ export function createAttemptStore(
       };
       if (verdict === 'rejected') {
         if (result.outcome !== 'superseded') hooks.onRejected?.(attempt, 'finished');
+        if (result.output !== undefined) hooks.onOutputRejected?.(attempt);
         logger.warn({ ...ids, outcome: result.outcome }, 'finish report refused: attempt superseded');
       } else {
         logger.info(

@@ -146,6 +146,7 @@ export async function startControlPlane(
     const reporter = createAttemptStore(sql, reports, logs, logger, {
       onFinished: (attempt) => scheduler?.nudge([attempt.runId], 'finished'),
       onRejected: (_attempt, report) => metrics.staleReportsRejected.inc({ report }),
+      onOutputRejected: () => metrics.staleOutputsRejected.inc({ executor: 'subprocess' }),
     });
     // Read once: it names the install in pods and in every attempt's idempotency key.
     const install = await installIdentity(sql);
@@ -160,6 +161,7 @@ export async function startControlPlane(
       replicaId: config.replicaId,
       keepaliveMs: config.heartbeatIntervalMs,
       killGraceMs: config.killGraceMs,
+      maxOutputBytes: config.maxOutputBytes,
       heartbeatThresholdMs: config.heartbeatThresholdMs,
       agentCredentials: auth.agentCredentials,
       nudge: (runIds, cause) => scheduler?.nudge(runIds, cause),
@@ -171,6 +173,7 @@ export async function startControlPlane(
       attemptsDir: path.join(config.stateDir, 'attempts'),
       killGraceMs: config.killGraceMs,
       heartbeatIntervalMs: config.heartbeatIntervalMs,
+      maxOutputBytes: config.maxOutputBytes,
       onStart: (how) => metrics.taskStarts.inc({ how: how.replace('-', '_') }),
     });
     // Only a replica that may lead creates and follows pods: a worker or an observer never

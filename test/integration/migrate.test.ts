@@ -43,6 +43,7 @@ describe('migrate', () => {
           'replica_addresses',
           'task_instances',
           'task_logs',
+          'task_outputs',
           'task_waits',
           'trace_export',
         ].sort(),

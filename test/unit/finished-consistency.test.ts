@@ -5,9 +5,9 @@ import { parseReport } from '../../src/server/agents/validate-agent-message.js';
 
 const attempt = { tiId: '7', tryNumber: 1, attemptToken: '6f1c1f8e-3a57-4c1b-9d0e-2a7f5b1c9e11' };
 
-function finished(outcome: number, exitCode?: number, signal = '') {
+function finished(outcome: number, exitCode?: number, signal = '', error = '') {
   return parseReport(
-    create(ConnectRequestSchema, { msg: { case: 'finished', value: { attempt, outcome, exitCode, signal } } }),
+    create(ConnectRequestSchema, { msg: { case: 'finished', value: { attempt, outcome, exitCode, signal, error } } }),
   );
 }
 
@@ -24,6 +24,20 @@ describe('Finished consistency', () => {
     ['SPAWN_FAILED', AttemptOutcome.SPAWN_FAILED, undefined, ''],
   ])('accepts %s', (_name, outcome, code, signal) => {
     expect(finished(outcome, code, signal).type).toBe('finished');
+  });
+
+  it('accepts FAILED with exit 0 when its error says why (an output that broke a rule)', () => {
+    const r = finished(AttemptOutcome.FAILED, 0, '', 'task "t" wrote no output (its DAG says output: required)');
+    expect(r.type).toBe('finished');
+  });
+
+  it('accepts an output on a Finished and hands it on as sent (the stream checks it)', () => {
+    const r = parseReport(
+      create(ConnectRequestSchema, {
+        msg: { case: 'finished', value: { attempt, outcome: AttemptOutcome.SUCCESS, exitCode: 0, output: '{"a":1}' } },
+      }),
+    );
+    expect(r.type === 'finished' && r.result.output).toBe('{"a":1}');
   });
 
   it.each([

@@ -16,6 +16,8 @@ const DESIGN_METRICS: Record<string, string> = {
   leoflow_scheduler_panics_total: 'counter',
   leoflow_leader: 'gauge',
   leoflow_stale_reports_rejected_total: 'counter',
+  // A zombie's output, refused with its end (issue 40).
+  leoflow_stale_outputs_rejected_total: 'counter',
   // Beyond DESIGN.md's list ("at least"): how the subprocess executor started each attempt, and
   // the attempts the leader ended because their holder let them run past their timeout.
   leoflow_task_starts_total: 'counter',

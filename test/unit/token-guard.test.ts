@@ -20,6 +20,7 @@ const NEEDS: Record<string, 'viewer' | 'operator' | 'admin' | 'hello'> = {
   'leoflow.v1.WorkflowService/GetRun': 'viewer',
   'leoflow.v1.WorkflowService/ListRuns': 'viewer',
   'leoflow.v1.WorkflowService/ListTaskInstances': 'viewer',
+  'leoflow.v1.WorkflowService/GetTaskOutput': 'viewer',
   'leoflow.v1.WorkflowService/TailLogs': 'viewer',
   'leoflow.v1.WorkflowService/WatchRun': 'viewer',
   'leoflow.v1.WorkflowService/WatchRuns': 'viewer',

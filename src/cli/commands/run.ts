@@ -6,7 +6,7 @@ import { clock, formatDuration, isoTime, runStateName, table, taskStateName, tim
 import { paintState } from '../paint-state.js';
 import { parseRunStates, RUN_STATE_NAMES } from '../parse-run-states.js';
 import { followRun } from '../follow-run.js';
-import { runIdArgument, seqArgument } from '../integer-argument.js';
+import { integerArgument, runIdArgument, seqArgument } from '../integer-argument.js';
 import { runJson } from '../run-json.js';
 
 const ENDED = new Set([RunState.SUCCESS, RunState.FAILED, RunState.CANCELLED]);
@@ -325,5 +325,30 @@ export function registerRun(program: Command, clients: () => Clients): void {
       const ti = res.taskInstance;
       const verdict = opts.reject ? 'rejected' : 'approved';
       process.stdout.write(`${verdict} task ${taskId} of run ${runId}${ti ? `: ${taskStateName(ti.state)}` : ''}\n`);
+    });
+
+  run
+    .command('output')
+    .description("print a task's output (the JSON it wrote to $LEOFLOW_OUTPUT): its latest try's, or one try's")
+    .argument('<run_id>', 'the run (see `leoflow run list`)', runIdArgument)
+    .argument('<task_id>')
+    .option('--try <n>', 'the output of this try', integerArgument('A try number', 1, 2_147_483_647))
+    .option('--all', "every try's output, one JSON line each: {try_number, size_bytes, output}")
+    .action(async (runId: string, taskId: string, opts: { try?: number; all?: boolean }) => {
+      const res = await clients().workflow.getTaskOutput({ runId, taskId, tryNumber: opts.try ?? 0 });
+      if (opts.all) {
+        for (const o of res.outputs) {
+          process.stdout.write(`{"try_number":${o.tryNumber},"size_bytes":${o.sizeBytes},"output":${o.json}}\n`);
+        }
+        return;
+      }
+      const latest = res.outputs[0];
+      if (!latest) {
+        const which = opts.try !== undefined ? `try ${opts.try} of ` : '';
+        process.stderr.write(`${which}task ${taskId} of run ${runId} stored no output\n`);
+        process.exitCode = 1;
+        return;
+      }
+      process.stdout.write(`${latest.json}\n`);
     });
 }

@@ -26,6 +26,7 @@ const HELP: Record<SettingKey, string> = {
   heartbeat_threshold: 'task heartbeat staleness threshold, e.g. 90s',
   heartbeat_interval: 'how often live tasks heartbeat, e.g. 5s',
   kill_grace: 'time between SIGTERM and SIGKILL when stopping a task',
+  max_output_size: "the size limit of a task's output (LEOFLOW_OUTPUT), e.g. 256KiB; default 64KiB, at most 1MiB",
   shutdown_grace: 'how long a graceful stop waits for running tasks',
   leader_watchdog: 'how often the leader checks its lock session',
   retention: 'remove finished runs (tasks, events, logs) this long after they ended, e.g. 30d; off keeps them',

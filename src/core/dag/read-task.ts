@@ -13,6 +13,8 @@ import { readEnv, type TaskEnv } from './read-env.js';
 import { readKubernetes } from './read-kubernetes.js';
 import { readPlacement } from './read-placement.js';
 import { COMMAND_ONLY_KEYS, readApproval, readWait } from './read-wait.js';
+import { readInputs } from './read-inputs.js';
+import { parseInputRef } from '../task-inputs.js';
 
 /** Timers in Node hold at most 2^31−1 ms (~24.8 days); a longer one would fire at once. */
 export const MAX_TIMEOUT_MS = 24 * 86_400_000;
@@ -38,7 +40,11 @@ const TASK_KEYS = [
   'kubernetes',
   'wait',
   'approval',
+  'output',
+  'inputs',
 ] as const;
+
+const OUTPUT_MODES = ['required', 'optional'] as const;
 
 /** A task as read, before the checks across tasks: what they need, and the spec if it is whole. */
 export interface TaskDraft {
@@ -61,6 +67,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
   const task: Partial<TaskSpec> = {};
   let taskEnv: TaskEnv | undefined;
   let maxRetryDelayPath = '';
+  let inputsPath = '';
   for (const [key, value] of Object.entries(item)) {
     const p = keyPath(path, key);
     switch (key) {
@@ -117,6 +124,13 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       case 'approval':
         task.approval = readApproval(value, p, issues);
         break;
+      case 'output':
+        if (readEnum(value, p, OUTPUT_MODES, issues) === 'required') task.output = 'required';
+        break;
+      case 'inputs':
+        inputsPath = p;
+        if (value !== null) task.inputs = readInputs(value, p, issues);
+        break;
       default:
         issues.push(unknownKey(key, p, TASK_KEYS));
     }
@@ -160,6 +174,21 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       return false;
     });
   }
+  for (const [name, ref] of Object.entries(task.inputs ?? {})) {
+    const upstream = parseInputRef(
+      ref,
+      draft.deps.map((d) => d.id),
+    ).task;
+    if (!draft.deps.some((d) => d.id === upstream)) {
+      issues.push({
+        path: keyPath(inputsPath, name),
+        message: `"${ref}" names task "${upstream}", which is not in depends_on: an input comes from an upstream task`,
+      });
+    }
+    if (taskEnv?.env && Object.hasOwn(taskEnv.env, name)) {
+      issues.push({ path: keyPath(inputsPath, name), message: `"${name}" is set in env too: give it one source` });
+    }
+  }
   const executor = task.executor ?? 'default';
   issues.push(...secretExecutorIssues({ secretEnv: taskEnv?.secretEnv }, path, executor));
   if (task.id === undefined) return draft;
@@ -183,6 +212,8 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
     ...(task.kubernetes !== undefined ? { kubernetes: task.kubernetes } : {}),
     ...(task.wait !== undefined ? { wait: task.wait } : {}),
     ...(task.approval !== undefined ? { approval: task.approval } : {}),
+    ...(task.output !== undefined ? { output: task.output } : {}),
+    ...(task.inputs !== undefined && Object.keys(task.inputs).length > 0 ? { inputs: task.inputs } : {}),
   };
   return draft;
 }

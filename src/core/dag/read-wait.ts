@@ -39,6 +39,8 @@ export const COMMAND_ONLY_KEYS = [
   'image',
   'placement',
   'kubernetes',
+  'output',
+  'inputs',
 ] as const;
 
 function readBoundedDuration(

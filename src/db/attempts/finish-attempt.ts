@@ -55,7 +55,7 @@ const endFigures = (sql: Sql) =>
 
 type End = { tiId: string; tryNumber: number; attemptToken: string; result: AttemptResult };
 
-/** The reports as rows `r(id, try, token, ok, exit_code, signal, error, ended_ms, …extra)`: one array a column. */
+/** The reports as rows `r(id, try, token, ok, exit_code, signal, error, ended_ms, output, …extra)`: one array a column. */
 const endsTable = (sql: Sql, ends: End[], extra?: Fragment) => sql`
   select * from unnest(${ends.map((o) => o.tiId)}::bigint[], ${ends.map((o) => o.tryNumber)}::int[],
                        ${ends.map((o) => o.attemptToken)}::uuid[],
@@ -63,7 +63,19 @@ const endsTable = (sql: Sql, ends: End[], extra?: Fragment) => sql`
                        ${ends.map((o) => o.result.exitCode) as number[]}::int[],
                        ${ends.map((o) => o.result.signal) as string[]}::text[],
                        ${ends.map((o) => o.result.error) as string[]}::text[],
-                       ${ends.map((o) => o.result.endedAt ?? null) as number[]}::float8[]${extra ?? sql``})`;
+                       ${ends.map((o) => o.result.endedAt ?? null) as number[]}::float8[],
+                       ${ends.map((o) => o.result.output ?? null) as string[]}::text[]${extra ?? sql``})`;
+
+/**
+ * The outputs of the attempts `moved` ended, from their reports `r`: written in the statement that
+ * records the ends, so an output lands only with its attempt's end (its token current), whole.
+ */
+const outputsInsert = (sql: Sql) => sql`
+  insert into task_outputs (ti_id, try_number, attempt_token, value, size_bytes)
+  select m.id, m.try_number, m.attempt_token, r.output::jsonb, octet_length(r.output)
+  from moved m join r on r.id = m.id and r.try = m.try_number and r.token = m.attempt_token
+  where r.output is not null
+  on conflict do nothing`;
 
 /**
  * When the process of report `r` ended: its reported end (by this replica's clock, which on one
@@ -98,7 +110,7 @@ const endEvent = (sql: Sql) => sql`jsonb_build_object('task_id', task_id, 'to', 
  */
 export function finishAttempts(sql: Sql, ends: End[]) {
   return sql<FinishedRow[]>`
-    with r as (${endsTable(sql, ends)} as r(id, try, token, ok, exit_code, signal, error, ended_ms)),
+    with r as (${endsTable(sql, ends)} as r(id, try, token, ok, exit_code, signal, error, ended_ms, output)),
     moved as (
       update task_instances t set ${endColumns(sql)}
       from r
@@ -106,7 +118,8 @@ export function finishAttempts(sql: Sql, ends: End[]) {
         and t.state = any(${ATTEMPT_END_FROM as string[]}::text[])
       returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.signal, t.error, t.next_try_at, t.attempt_token,
         t.started_at, t.ended_at),
-    ev as (${tiEvents(sql, EVENT_KIND.tiState, sql`moved`, endEvent(sql))})
+    ev as (${tiEvents(sql, EVENT_KIND.tiState, sql`moved`, endEvent(sql))}),
+    out as (${outputsInsert(sql)})
     select id, try_number, attempt_token as token, run_id, state, ${endFigures(sql)} from moved`;
 }
 
@@ -132,7 +145,7 @@ export function startAndFinishAttempts(
     order by ti_id, o`;
   return sql<StartedAndFinishedRow[]>`
     with r as (${endsTable(sql, reports, extra)} as r(id, try, token, ok, exit_code, signal, error, ended_ms,
-      pid, agent_id, reported_ms)),
+      output, pid, agent_id, reported_ms)),
     was as (
       select t.id, t.state = any(${START_FROM}::text[]) as starting
       from task_instances t join r on t.id = r.id and t.try_number = r.try and t.attempt_token = r.token
@@ -148,7 +161,8 @@ export function startAndFinishAttempts(
         and t.state = any(${START_OR_END_FROM}::text[])
       returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.signal, t.error, t.next_try_at, t.attempt_token,
         t.agent_id, w.starting, r.pid, t.started_at, t.ended_at, t.ready_at),
-    ev as (${insertEvents(sql, events)})
+    ev as (${insertEvents(sql, events)}),
+    out as (${outputsInsert(sql)})
     select id, try_number, attempt_token as token, run_id, state, ${endFigures(sql)},
       case when starting then extract(epoch from started_at - ready_at)::float8 end as waited_s
     from moved`;

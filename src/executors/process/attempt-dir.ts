@@ -1,5 +1,17 @@
 import { constants as osConstants } from 'node:os';
-import { mkdirSync, readdirSync, readFileSync, rmSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  fstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  rmSync,
+  statSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { rm, rmdir, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import type { Attempt } from '../../core/attempt.js';
@@ -20,7 +32,7 @@ export function exitStatusOf(code: number): ExitStatus {
 }
 
 /** Every file an attempt's folder holds. */
-const FILES = ['attempt.json', 'shim.json', 'stdout', 'stderr', 'status'] as const;
+const FILES = ['attempt.json', 'shim.json', 'stdout', 'stderr', 'status', 'output', 'inputs.json'] as const;
 
 /**
  * The folder in the state directory where one attempt's shim keeps what outlives its parent:
@@ -51,6 +63,11 @@ export class AttemptDir {
     }
     writeFileSync(dir.#file('attempt.json'), JSON.stringify(attempt), { mode: 0o600 });
     for (const out of ['stdout', 'stderr'] as const) writeFileSync(dir.output(out), '', { mode: 0o600, flag: 'a' });
+    // The task's output starts empty (GitHub's $GITHUB_OUTPUT does too): empty is "none written".
+    writeFileSync(dir.outputFile, '', { mode: 0o600, flag: 'a' });
+    if (attempt.inputs && 'json' in attempt.inputs) {
+      writeFileSync(dir.inputsFile, attempt.inputs.json, { mode: 0o600 });
+    }
     return dir;
   }
 
@@ -100,6 +117,42 @@ export class AttemptDir {
 
   output(stream: 'stdout' | 'stderr'): string {
     return this.#file(stream);
+  }
+
+  /** The file named by LEOFLOW_OUTPUT, where the task writes its output (a JSON value). */
+  get outputFile(): string {
+    return this.#file('output');
+  }
+
+  /** The file named by LEOFLOW_INPUTS: the upstreams' outputs, keyed by task id. */
+  get inputsFile(): string {
+    return this.#file('inputs.json');
+  }
+
+  /**
+   * What the task wrote to its output file: at most `maxBytes` + 1 bytes of it (enough to know it
+   * is too big without reading a huge file), and the file's whole size. `bytes` null: no file.
+   */
+  readOutput(maxBytes: number): { bytes: Buffer | null; size: number } {
+    let fd: number;
+    try {
+      fd = openSync(this.outputFile, 'r');
+    } catch {
+      return { bytes: null, size: 0 };
+    }
+    try {
+      const size = fstatSync(fd).size;
+      const buf = Buffer.alloc(Math.min(size, maxBytes + 1));
+      let got = 0;
+      while (got < buf.length) {
+        const n = readSync(fd, buf, got, buf.length - got, got);
+        if (n === 0) break;
+        got += n;
+      }
+      return { bytes: buf.subarray(0, got), size };
+    } finally {
+      closeSync(fd);
+    }
   }
 
   /** Where the shim writes the exit status. */

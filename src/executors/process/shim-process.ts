@@ -6,6 +6,11 @@ import { OutputTail } from './output-tail.js';
 import { hasExecedChild, identify, isSameProcess, type ProcessIdentity } from './process-identity.js';
 import type { ReadyShells } from './ready-shell.js';
 import { resolveSecretEnv } from './resolve-secret-env.js';
+
+/** The variable naming the file a task writes its output to (a JSON value). */
+export const OUTPUT_ENV = 'LEOFLOW_OUTPUT';
+/** The variable naming the file of a task's inputs: its upstreams' outputs, keyed by task id. */
+export const INPUTS_ENV = 'LEOFLOW_INPUTS';
 import { shimLines } from './shim.js';
 import type { SpawnHelper } from './spawn-helper.js';
 
@@ -103,8 +108,16 @@ export class ShimProcess {
     // Resolved here and kept in this call only: the attempt (and its record on disk) holds the references.
     const secrets = resolveSecretEnv(attempt.secretEnv);
     if (!secrets.ok) return failed(secrets.error);
-    const fullEnv = { ...env, ...secrets.env };
     const dir = AttemptDir.create(root, attempt);
+    // Inputs are data in a file and in variables, never words of the command: nothing in an
+    // upstream's output can run here.
+    const inputs = attempt.inputs && 'json' in attempt.inputs ? attempt.inputs : null;
+    const fullEnv = {
+      ...env,
+      ...(inputs ? { ...inputs.env, [INPUTS_ENV]: dir.inputsFile } : {}),
+      [OUTPUT_ENV]: dir.outputFile,
+      ...secrets.env,
+    };
     const shim = shimLines(command, fullEnv, cwd, {
       dir: dir.path,
       stdout: dir.output('stdout'),

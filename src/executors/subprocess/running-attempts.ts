@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, AttemptResult, LogStream } from '../executor.js';
 import type { ExitStatus } from '../process/attempt-dir.js';
 import type { ShimProcess } from '../process/shim-process.js';
+import { checkOutput, OUTPUT_BYTES } from '../../core/task-output.js';
 import { clearTimers, deferred, describeExit, type Running, type StopRequest } from './running.js';
 
 /**
@@ -23,6 +24,8 @@ export interface RunningAttemptsOptions {
    * recorded for good (an agent: at FinishedAck), so a restart before that reports it again.
    */
   keepFolders?: boolean;
+  /** The size limit of a task's output, unless its attempt names its own (default OUTPUT_BYTES.default). */
+  maxOutputBytes?: number;
 }
 
 export class RunningAttempts {
@@ -31,6 +34,7 @@ export class RunningAttempts {
   readonly #killGraceMs: number;
   readonly #onEnding: () => void;
   readonly #keepFolders: boolean;
+  readonly #maxOutputBytes: number;
   /** Attempts whose process may still be running, by ti id. */
   readonly #live = new Map<string, Running>();
   /** `finished` reports in flight; shutdown waits for them. */
@@ -42,6 +46,7 @@ export class RunningAttempts {
     this.#killGraceMs = o.killGraceMs;
     this.#onEnding = o.onEnding;
     this.#keepFolders = o.keepFolders ?? false;
+    this.#maxOutputBytes = o.maxOutputBytes ?? OUTPUT_BYTES.default;
   }
 
   get size(): number {
@@ -124,7 +129,34 @@ export class RunningAttempts {
       : code === 0
         ? { ...base, error: null, outcome: 'success' }
         : { ...base, error: how, outcome: 'failed' };
-    this.finish(run, result);
+    this.finish(run, this.#withOutput(run, result));
+  }
+
+  /**
+   * The result with the task's output (LEOFLOW_OUTPUT), checked: a success whose output is too
+   * big, not JSON, or missing when required fails instead, saying why; a failed attempt keeps a
+   * good output (a retry's reader may want it) and ignores a bad one. Nothing half stored.
+   */
+  #withOutput(run: Running, result: AttemptResult): AttemptResult {
+    if (run.dir === null || result.outcome === 'superseded' || result.outcome === 'cancelled') return result;
+    const a = run.attempt;
+    const rule = {
+      taskId: a.taskId,
+      required: a.outputRequired === true,
+      maxBytes: a.outputMaxBytes ?? this.#maxOutputBytes,
+    };
+    let read;
+    try {
+      read = run.dir.readOutput(rule.maxBytes);
+    } catch (err) {
+      read = { bytes: null, size: 0 };
+      this.logError(a, err, 'reading the output file failed');
+    }
+    const checked = checkOutput(rule, read.bytes, read.size);
+    if (checked.ok) return checked.json === null ? result : { ...result, output: checked.json };
+    if (result.outcome !== 'success') return result;
+    this.system(run, checked.error);
+    return { ...result, outcome: 'failed', error: checked.error };
   }
 
   /**

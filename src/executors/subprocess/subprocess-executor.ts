@@ -38,6 +38,8 @@ export interface SubprocessExecutorOptions {
   markEnv?: Readonly<Record<string, string>>;
   /** See RunningAttemptsOptions.keepFolders. */
   keepFolders?: boolean;
+  /** See RunningAttemptsOptions.maxOutputBytes. */
+  maxOutputBytes?: number;
 }
 
 export const SHUTDOWN_ERROR = 'control plane shut down before the task ended';
@@ -88,6 +90,7 @@ export class SubprocessExecutor implements Executor {
       // Or while this end is on its way, for an attempt that did not run long.
       onEnding: () => this.#refillShell(this.#helper?.usable ? 0 : 1),
       keepFolders: opts.keepFolders ?? false,
+      ...(opts.maxOutputBytes !== undefined ? { maxOutputBytes: opts.maxOutputBytes } : {}),
     });
     this.#heartbeat = new HeartbeatLoop({
       runs: this.#runs,
@@ -134,7 +137,18 @@ export class SubprocessExecutor implements Executor {
       );
       return;
     }
+    if (attempt.inputs === undefined && attempt.upstreams && this.#reporter.inputs) {
+      attempt = { ...attempt, inputs: await this.#reporter.inputs(attempt) };
+    }
     const run = this.#runs.track(attempt, null);
+    if (attempt.inputs && 'error' in attempt.inputs) {
+      // An input it names is missing: the attempt fails saying which, and nothing runs.
+      run.startedReport.resolve();
+      this.#runs.system(run, attempt.inputs.error);
+      this.#runs.finish(run, { exitCode: null, signal: null, error: attempt.inputs.error, outcome: 'spawn_failed' });
+      await run.done.promise;
+      return;
+    }
     // Output read before the start is known (a task that wrote and ended at once, its end seen in
     // the same turn as its start) waits here, so the attempt's log begins with its `started` line.
     let early: [LogStream, string][] | null = [];

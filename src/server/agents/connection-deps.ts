@@ -2,6 +2,7 @@
 // through and the replica's settings and callbacks. Passed in, so a stream is driven without a
 // database in tests, and kept apart from the stream's own logic.
 import type { Logger } from 'pino';
+import type { AttemptInputs } from '../../core/task-inputs.js';
 import type { Attempt, AttemptResult, LogStream } from '../../core/attempt.js';
 import type { LogsSoFar } from '../../db/logs.js';
 import type { AgentRegistry } from './agent-registry.js';
@@ -75,6 +76,8 @@ export interface SessionStore {
    * is still queued or running: what a pod started for one attempt runs. Never claims.
    */
   takeAttempt(tiId: string, attemptToken: string, agentId: string): Promise<Attempt | null>;
+  /** An attempt's inputs: its upstreams' outputs in its run (db/attempts/attempt-inputs.ts). */
+  inputs(attempt: Attempt): Promise<AttemptInputs>;
 }
 
 export type AgentMessageKind = 'hello' | 'started' | 'log' | 'finished' | 'keepalive';
@@ -88,6 +91,10 @@ export interface AgentConnectionDeps {
   keepaliveMs: number;
   /** Sent in each Assign: the grace the control plane allows a stopped attempt (`--kill-grace`). */
   killGraceMs: number;
+  /** Sent in each Assign, and each Finished's output checked against it: `--max-output-size`. */
+  maxOutputBytes: number;
+  /** A Finished of a superseded attempt came with an output: refused, not stored. */
+  onOutputRejected(): void;
   /** Sent in Welcome: the longest reconnect delay agents should use (see fleet.ts). */
   maxReconnectBackoffMs: number;
   /** Sent in Welcome: how long an attempt may go without a heartbeat before it is lost. */

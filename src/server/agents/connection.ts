@@ -73,6 +73,14 @@ export class AgentConnection implements AgentHandle {
       );
       return 'refused';
     }
+    let inputs;
+    try {
+      // Read as it is sent, off the scheduler's path: the agent has no database to read them from.
+      inputs = a.inputs ?? (a.upstreams ? await this.deps.store.inputs(a) : undefined);
+    } catch (err) {
+      if (this.#attempts.held.get(a.tiId) === ref) this.#attempts.held.delete(a.tiId);
+      throw err;
+    }
     this.#log.info(
       { tiId: a.tiId, runId: a.runId, taskId: a.taskId, try: a.tryNumber },
       `assigned ${a.taskId} to agent ${this.agentId}`,
@@ -87,7 +95,12 @@ export class AgentConnection implements AgentHandle {
           taskId: a.taskId,
           maxTries: a.maxTries,
           command: a.command,
-          env: a.env,
+          // The variables of `inputs:` are data in the environment, like the rest of env.
+          env: inputs && 'env' in inputs ? { ...a.env, ...inputs.env } : a.env,
+          inputsJson: inputs && 'json' in inputs ? inputs.json : '',
+          inputsError: inputs && 'error' in inputs ? inputs.error : '',
+          outputMaxBytes: this.deps.maxOutputBytes,
+          outputRequired: a.outputRequired === true,
           // References only: the agent reads the values on its own machine.
           secretEnv: secretEnvToWire(a.secretEnv),
           cwd: a.cwd ?? '',

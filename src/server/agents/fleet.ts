@@ -1,3 +1,4 @@
+import { OUTPUT_BYTES } from '../../core/task-output.js';
 import type { Logger } from 'pino';
 import type { AgentCredentials } from '../auth/agent-credential.js';
 import type { Attempt } from '../../core/attempt.js';
@@ -34,6 +35,8 @@ export interface AgentFleetOptions {
   keepaliveMs: number;
   /** The server's `--kill-grace`: agents stop the attempts they are given with it. */
   killGraceMs: number;
+  /** The server's `--max-output-size`: the size limit of a task's output (default OUTPUT_BYTES.default). */
+  maxOutputBytes?: number;
   /** The heartbeat reaper's threshold: agents are told to reconnect well within it. */
   heartbeatThresholdMs: number;
   /** What a Hello's credential is checked against. */
@@ -154,6 +157,8 @@ export class AgentFleet {
       replicaId: this.#o.replicaId,
       keepaliveMs: this.#o.keepaliveMs,
       killGraceMs: this.#o.killGraceMs,
+      maxOutputBytes: this.#o.maxOutputBytes ?? OUTPUT_BYTES.default,
+      onOutputRejected: () => this.#o.metrics.staleOutputsRejected.inc({ executor: 'agents' }),
       maxReconnectBackoffMs: maxReconnectBackoffMs(this.#o.heartbeatThresholdMs),
       heartbeatThresholdMs: this.#o.heartbeatThresholdMs,
       leaving: () => this.#leaving,

@@ -5,6 +5,7 @@ import type { MessageInitShape } from '@bufbuild/protobuf';
 import { Code, ConnectError } from '@connectrpc/connect';
 import type { Logger } from 'pino';
 import type { AttemptResult } from '../../core/attempt.js';
+import { checkOutput } from '../../core/task-output.js';
 import { ConnectResponseSchema, type ConnectRequest } from '../../gen/leoflow/v1/agent_pb.js';
 import type { AgentConnectionDeps, AgentMessageKind } from './connection-deps.js';
 import type { AsyncQueue } from './async-queue.js';
@@ -98,7 +99,10 @@ export class AgentReports {
     deps.onFinishing(agentId, r.attemptToken);
     this.#track(
       deps.store.finished(r, result).then(({ outcome, runId }) => {
-        if (outcome === 'refused' && refused === '') deps.onRejected('finished', 'stale');
+        if (outcome === 'refused' && refused === '') {
+          deps.onRejected('finished', 'stale');
+          if (result.output !== undefined) deps.onOutputRejected();
+        }
         if (attempts.held.get(r.tiId)?.attemptToken === r.attemptToken) attempts.held.delete(r.tiId);
         attempts.cancelled.delete(r.attemptToken);
         attempts.finishing.delete(r.attemptToken);
@@ -111,6 +115,26 @@ export class AgentReports {
         deps.onFinished(agentId, runId, r.attemptToken);
       }),
     );
+  }
+
+  /**
+   * A Finished's output checked again here (the agent checks it first): one too big for this
+   * server's limit or not JSON is not stored, and a success that sent it fails, saying why.
+   */
+  #checkedOutput(r: HeldRef, result: AttemptResult): AttemptResult {
+    if (result.output === undefined) return result;
+    const { output, ...rest } = result;
+    const rule = {
+      taskId: '',
+      subject: `attempt (ti ${r.tiId}, try ${r.tryNumber})`,
+      required: false,
+      maxBytes: this.s.deps.maxOutputBytes,
+    };
+    const bytes = Buffer.from(output, 'utf8');
+    const checked = checkOutput(rule, bytes, bytes.length);
+    if (checked.ok) return checked.json === null ? rest : { ...rest, output: checked.json };
+    this.s.log.warn({ tiId: r.tiId, try: r.tryNumber }, checked.error);
+    return rest.outcome === 'success' ? { ...rest, outcome: 'failed', error: checked.error } : rest;
   }
 
   async handle(req: ConnectRequest, source: HeartbeatSource): Promise<void> {
@@ -184,7 +208,7 @@ export class AgentReports {
         return;
       }
       case 'finished':
-        this.#finish(report.ref, report.result, '');
+        this.#finish(report.ref, this.#checkedOutput(report.ref, report.result), '');
         return;
     }
   }

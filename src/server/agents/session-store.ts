@@ -1,5 +1,6 @@
 import type { Attempt, AttemptResult } from '../../core/attempt.js';
 import { agentsOfTokenPast, connectAgent, disconnectAgent } from '../../db/agents.js';
+import { attemptInputs } from '../../db/attempts/attempt-inputs.js';
 import { bindHeldAttempts } from '../../db/attempts/bind-held-attempts.js';
 import { claimAttempt } from '../../db/attempts/claim-attempt.js';
 import { endAbandonedAttempts } from '../../db/attempts/end-abandoned-attempts.js';
@@ -67,6 +68,8 @@ export function createSessionStore(
       }
       return out;
     },
+
+    inputs: (attempt) => attemptInputs(sql, attempt),
 
     deliver: (attempt, agentId, incarnationId) =>
       recordDelivery({ tiId: attempt.tiId, attemptToken: attempt.attemptToken, agentId, incarnationId }),

@@ -180,10 +180,11 @@ function checkEnd(f: Finished): AttemptResult['outcome'] {
         throw new AgentMessageError('finished.exit_code', 'must be 0 (or unset) for outcome SUCCESS', code);
       break;
     case 'failed':
-      if (code === 0)
+      // Exit 0 fails only for a reason the error gives (its output broke a rule: task-output.ts).
+      if (code === 0 && f.error === '')
         throw new AgentMessageError(
           'finished.exit_code',
-          'must not be 0 for outcome FAILED (exit code 0 is SUCCESS)',
+          'must not be 0 for outcome FAILED (exit code 0 is SUCCESS) unless error says why',
           code,
         );
       break;
@@ -215,6 +216,7 @@ function finishedResult(f: Finished): AttemptResult {
     signal: (f.signal || null) as NodeJS.Signals | null,
     error: error || (outcome === 'failed' && f.exitCode !== undefined ? `exit code ${f.exitCode}` : null),
     ...(endedAt !== null ? { endedAt } : {}),
+    ...(f.output !== undefined ? { output: f.output } : {}),
   };
 }
 

@@ -11,6 +11,8 @@ import { dagExists } from '../../db/dags.js';
 import { triggeredBy } from '../../db/events/triggered-by.js';
 import { createRunOfDag, getRunView, listRuns } from '../../db/runs.js';
 import { listTiViews } from '../../db/tis.js';
+import { taskOutputs } from '../../db/attempts/task-output.js';
+import { timestampFromDate } from '@bufbuild/protobuf/wkt';
 import { callerOf } from '../auth/caller.js';
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError, parseId, required } from './errors.js';
 import { parseConf } from './parse-conf.js';
@@ -22,7 +24,14 @@ export function runHandlers(
   deps: WorkflowDeps,
 ): Pick<
   ServiceImpl<typeof WorkflowService>,
-  'triggerRun' | 'getRun' | 'listRuns' | 'cancelRun' | 'listTaskInstances' | 'clearTaskInstance' | 'cancelTaskInstance'
+  | 'triggerRun'
+  | 'getRun'
+  | 'listRuns'
+  | 'cancelRun'
+  | 'listTaskInstances'
+  | 'clearTaskInstance'
+  | 'cancelTaskInstance'
+  | 'getTaskOutput'
 > {
   const { sql } = deps;
   return {
@@ -113,6 +122,25 @@ export function runHandlers(
       deps.logger.info({ runId, stopped: outcome.stoppedTiIds.length, ...actorPayload(by) }, 'run cancelled');
       deps.nudge();
       return { run: runToProto(outcome.run) };
+    },
+
+    async getTaskOutput(req) {
+      const runId = parseId('run_id', req.runId);
+      const taskId = required('task_id', req.taskId);
+      if (req.tryNumber < 0)
+        throw new InvalidArgumentError('try_number', `must be 0 (every try) or more, got ${req.tryNumber}`);
+      const outputs = await taskOutputs(sql, runId, taskId, req.tryNumber || undefined);
+      if (outputs.length === 0 && !(await listTiViews(sql, runId)).some((t) => t.task_id === taskId)) {
+        throw new NotFoundError(`task "${taskId}" of run ${runId} not found`);
+      }
+      return {
+        outputs: outputs.map((o) => ({
+          tryNumber: o.tryNumber,
+          json: o.json,
+          sizeBytes: o.sizeBytes,
+          recordedAt: timestampFromDate(o.recordedAt),
+        })),
+      };
     },
 
     async listTaskInstances(req) {

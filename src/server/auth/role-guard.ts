@@ -35,6 +35,7 @@ export const READ_RPCS: readonly DescMethod[] = [
   w.getRun,
   w.listRuns,
   w.listTaskInstances,
+  w.getTaskOutput,
   w.tailLogs,
   w.watchRun,
   w.watchRuns,

@@ -20,6 +20,7 @@ export const RPC_ROLES: ReadonlyMap<DescMethod, ApiRole> = new Map<DescMethod, A
   [w.getRun, 'viewer'],
   [w.listRuns, 'viewer'],
   [w.listTaskInstances, 'viewer'],
+  [w.getTaskOutput, 'viewer'],
   [w.tailLogs, 'viewer'],
   [w.watchRun, 'viewer'],
   [w.watchRuns, 'viewer'],

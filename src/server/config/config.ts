@@ -51,6 +51,8 @@ export interface Config {
   heartbeatThresholdMs: number;
   heartbeatIntervalMs: number;
   killGraceMs: number;
+  /** The size limit of a task's output (LEOFLOW_OUTPUT), in bytes: default 64 KiB, at most 1 MiB. */
+  maxOutputBytes: number;
   shutdownGraceMs: number;
   leaderWatchdogMs: number;
   /** Finished runs, with their task instances, events and logs, are removed this long after they

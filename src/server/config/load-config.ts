@@ -2,6 +2,7 @@
 // compiled, and the whole checked once, with the checks that span several settings.
 import { randomBytes } from 'node:crypto';
 import os from 'node:os';
+import { OUTPUT_BYTES } from '../../core/task-output.js';
 import path from 'node:path';
 import { LOG_FORMATS, LOG_LEVELS } from '../../core/logger.js';
 import { EDITIONS, EXECUTORS, MAX_REPLICA_ID, ROLES, type Config, type Edition } from './config.js';
@@ -22,6 +23,7 @@ import {
   otlpTracesUrl,
   port,
   positiveInt,
+  outputSize,
   retention,
 } from './setting-parsers.js';
 import { SETTINGS, type Raw, type SettingKey, type SettingReader } from './settings.js';
@@ -148,6 +150,7 @@ export function loadConfig(
     heartbeatThresholdMs: get('heartbeat_threshold', positiveDuration, 90_000),
     heartbeatIntervalMs: get('heartbeat_interval', positiveDuration, 5_000),
     killGraceMs: get('kill_grace', positiveDuration, 10_000),
+    maxOutputBytes: get('max_output_size', outputSize, OUTPUT_BYTES.default as number),
     shutdownGraceMs: get('shutdown_grace', positiveDuration, 30_000),
     leaderWatchdogMs: get('leader_watchdog', positiveDuration, 5_000),
     retentionMs: get('retention', retention('30d'), null as number | null),

@@ -1,6 +1,7 @@
 // A setting's compile functions: the value as given in, the value checked and converted out, or a
 // throw whose message `loadConfig` prefixes with where the value came from.
 import { parseDuration } from '../../core/duration.js';
+import { OUTPUT_BYTES } from '../../core/task-output.js';
 
 /** A positive duration (`30s`, `5m`) in ms, at most 24 days. */
 export const positiveDuration = (v: unknown) => {
@@ -105,3 +106,17 @@ export function agentUrl(v: unknown): string {
     throw new Error(`must name a host and port only, no path, got ${JSON.stringify(s)}`);
   return `${u.protocol}//${u.host}`;
 }
+
+const SIZE_UNITS: Record<string, number> = { '': 1, b: 1, k: 1024, kib: 1024, m: 1024 * 1024, mib: 1024 * 1024 };
+
+/** A task output's size limit: bytes, or `64KiB`, `1MiB` (K and M count 1024), from 1 byte to OUTPUT_BYTES.max. */
+export const outputSize = (v: unknown) => {
+  const m = /^\s*(\d+)\s*([a-z]*)\s*$/i.exec(String(v));
+  const unit = m ? SIZE_UNITS[m[2]!.toLowerCase()] : undefined;
+  const n = m && unit !== undefined ? Number(m[1]) * unit : NaN;
+  if (!Number.isInteger(n) || n < 1)
+    throw new Error(`must be a size in bytes, or with KiB or MiB (e.g. 256KiB), got ${JSON.stringify(v)}`);
+  if (n > OUTPUT_BYTES.max)
+    throw new Error(`must be at most 1MiB (${OUTPUT_BYTES.max} bytes), got ${JSON.stringify(v)}`);
+  return n;
+};

@@ -31,6 +31,7 @@ export const SETTINGS = {
   heartbeat_threshold: { flag: '--heartbeat-threshold', env: 'LEOFLOW_HEARTBEAT_THRESHOLD', kind: 'duration' },
   heartbeat_interval: { flag: '--heartbeat-interval', env: 'LEOFLOW_HEARTBEAT_INTERVAL', kind: 'duration' },
   kill_grace: { flag: '--kill-grace', env: 'LEOFLOW_KILL_GRACE', kind: 'duration' },
+  max_output_size: { flag: '--max-output-size', env: 'LEOFLOW_MAX_OUTPUT_SIZE', kind: 'string' },
   shutdown_grace: { flag: '--shutdown-grace', env: 'LEOFLOW_SHUTDOWN_GRACE', kind: 'duration' },
   leader_watchdog: { flag: '--leader-watchdog', env: 'LEOFLOW_LEADER_WATCHDOG', kind: 'duration' },
   retention: { flag: '--retention', env: 'LEOFLOW_RETENTION', kind: 'duration' },

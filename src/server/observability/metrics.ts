@@ -109,6 +109,11 @@ export class ReplicaMetrics {
     'Reports for a superseded attempt, refused and not applied',
     ['report'],
   );
+  readonly staleOutputsRejected = this.#counter(
+    'leoflow_stale_outputs_rejected_total',
+    "Task outputs that came with a superseded attempt's end (a zombie's), refused and not stored, by executor",
+    ['executor'],
+  );
   readonly invalidAgentMessages = this.#counter(
     'leoflow_agent_messages_invalid_total',
     "Agents' messages that broke the protocol's rules (a token that is not a UUID, …): refused, and the " +

@@ -14,7 +14,93 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leoflow/v1/workflow.proto.
  */
 export const file_leoflow_v1_workflow: GenFile = /*@__PURE__*/
-  fileDesc("ChlsZW9mbG93L3YxL3dvcmtmbG93LnByb3RvEgpsZW9mbG93LnYxIjMKD0FwcGx5RGFnUmVxdWVzdBIOCgZzb3VyY2UYASABKAkSEAoIZmlsZW5hbWUYAiABKAkiQQoQQXBwbHlEYWdSZXNwb25zZRIcCgNkYWcYASABKAsyDy5sZW9mbG93LnYxLkRhZxIPCgdvdXRjb21lGAIgASgJIh8KDUdldERhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJIi4KDkdldERhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIhEKD0xpc3REYWdzUmVxdWVzdCIxChBMaXN0RGFnc1Jlc3BvbnNlEh0KBGRhZ3MYASADKAsyDy5sZW9mbG93LnYxLkRhZyIxCg9QYXVzZURhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg4KBnBhdXNlZBgCIAEoCCIwChBQYXVzZURhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIkcKEVRyaWdnZXJSdW5SZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRIPCgdydW5fa2V5GAIgASgJEhEKCWNvbmZfanNvbhgDIAEoCSJDChJUcmlnZ2VyUnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCJJChBTZW5kRXZlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSFAoMcGF5bG9hZF9qc29uGAIgASgJEhEKCWV2ZW50X2tleRgDIAEoCSJwChFTZW5kRXZlbnRSZXNwb25zZRIUCghldmVudF9pZBgBIAEoA0ICMAESEQoJZHVwbGljYXRlGAIgASgIEh0KBHJ1bnMYAyADKAsyDy5sZW9mbG93LnYxLlJ1bhITCgt3YWl0c19lbmRlZBgEIAEoBSJXChJBcHByb3ZlVGFza1JlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJEg4KBnJlamVjdBgDIAEoCBIMCgRub3RlGAQgASgJIkYKE0FwcHJvdmVUYXNrUmVzcG9uc2USLwoNdGFza19pbnN0YW5jZRgBIAEoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlIiMKDUdldFJ1blJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASJgCg5HZXRSdW5SZXNwb25zZRIcCgNydW4YASABKAsyDy5sZW9mbG93LnYxLlJ1bhIwCg50YXNrX2luc3RhbmNlcxgCIAMoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlImoKD0xpc3RSdW5zUmVxdWVzdBIOCgZkYWdfaWQYASABKAkSDQoFbGltaXQYAiABKAUSJAoGc3RhdGVzGAMgAygOMhQubGVvZmxvdy52MS5SdW5TdGF0ZRISCgpwYWdlX3Rva2VuGAQgASgJIkoKEExpc3RSdW5zUmVzcG9uc2USHQoEcnVucxgBIAMoCzIPLmxlb2Zsb3cudjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSImChBDYW5jZWxSdW5SZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAEiMQoRQ2FuY2VsUnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4iLgoYTGlzdFRhc2tJbnN0YW5jZXNSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAEiTQoZTGlzdFRhc2tJbnN0YW5jZXNSZXNwb25zZRIwCg50YXNrX2luc3RhbmNlcxgBIAMoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlIlMKGENsZWFyVGFza0luc3RhbmNlUmVxdWVzdBISCgZydW5faWQYASABKANCAjABEg8KB3Rhc2tfaWQYAiABKAkSEgoKZG93bnN0cmVhbRgDIAEoCCJkChlDbGVhclRhc2tJbnN0YW5jZVJlc3BvbnNlEhwKA3J1bhgBIAEoCzIPLmxlb2Zsb3cudjEuUnVuEikKB2NsZWFyZWQYAiADKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSJAChlDYW5jZWxUYXNrSW5zdGFuY2VSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESDwoHdGFza19pZBgCIAEoCSJNChpDYW5jZWxUYXNrSW5zdGFuY2VSZXNwb25zZRIvCg10YXNrX2luc3RhbmNlGAEgASgLMhgubGVvZmxvdy52MS5UYXNrSW5zdGFuY2UiWgoPVGFpbExvZ3NSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESDwoHdGFza19pZBgCIAEoCRISCgp0cnlfbnVtYmVyGAMgASgFEg4KBmZvbGxvdxgEIAEoCCI2ChBUYWlsTG9nc1Jlc3BvbnNlEiIKBWxpbmVzGAEgAygLMhMubGVvZmxvdy52MS5Mb2dMaW5lIp4BCghSdW5FdmVudBIPCgNzZXEYASABKANCAjABEhIKBnJ1bl9pZBgCIAEoA0ICMAESEQoFdGlfaWQYAyABKANCAjABEg4KBmRhZ19pZBgEIAEoCRIMCgRraW5kGAUgASgJEhQKDHBheWxvYWRfanNvbhgGIAEoCRImCgJhdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiTAoPV2F0Y2hSdW5SZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESFQoJYWZ0ZXJfc2VxGAIgASgDQgIwARIOCgZmb2xsb3cYAyABKAgiOAoQV2F0Y2hSdW5SZXNwb25zZRIkCgZldmVudHMYASADKAsyFC5sZW9mbG93LnYxLlJ1bkV2ZW50IjkKEFdhdGNoUnVuc1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEhUKCWFmdGVyX3NlcRgCIAEoA0ICMAEiOQoRV2F0Y2hSdW5zUmVzcG9uc2USJAoGZXZlbnRzGAEgAygLMhQubGVvZmxvdy52MS5SdW5FdmVudCJYCg1IaXN0b3J5Q291bnRzEgwKBHJ1bnMYASABKAMSFgoOdGFza19pbnN0YW5jZXMYAiABKAMSDgoGZXZlbnRzGAMgASgDEhEKCXRhc2tfbG9ncxgEIAEoAyIxChBEZWxldGVEYWdSZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRINCgVmb3JjZRgCIAEoCCJxChFEZWxldGVEYWdSZXNwb25zZRIqCgdyZW1vdmVkGAEgASgLMhkubGVvZmxvdy52MS5IaXN0b3J5Q291bnRzEh0KEWNhbmNlbGxlZF9ydW5faWRzGAIgAygDQgIwARIRCglkYWdfZmlsZXMYAyADKAkiiAEKE0NsZWFuSGlzdG9yeVJlcXVlc3QSKgoGYmVmb3JlGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZkYWdfaWQYAiABKAkSDwoHZHJ5X3J1bhgDIAEoCBIWCglrZWVwX2xhc3QYBCABKAVIAIgBAUIMCgpfa2VlcF9sYXN0ImYKGFdhdGNoQ2xlYW5IaXN0b3J5UmVxdWVzdBIwCgVzdGFydBgBIAEoCzIfLmxlb2Zsb3cudjEuQ2xlYW5IaXN0b3J5UmVxdWVzdEgAEg4KBHN0b3AYAiABKAhIAEIICgZhY3Rpb24ilwEKGVdhdGNoQ2xlYW5IaXN0b3J5UmVzcG9uc2USKgoHcmVtb3ZlZBgBIAEoCzIZLmxlb2Zsb3cudjEuSGlzdG9yeUNvdW50cxIrCghleHBlY3RlZBgCIAEoCzIZLmxlb2Zsb3cudjEuSGlzdG9yeUNvdW50cxIQCghmaW5pc2hlZBgDIAEoCBIPCgdzdG9wcGVkGAQgASgIIlIKFENsZWFuSGlzdG9yeVJlc3BvbnNlEikKBmNvdW50cxgBIAEoCzIZLmxlb2Zsb3cudjEuSGlzdG9yeUNvdW50cxIPCgdkcnlfcnVuGAIgASgIMuoLCg9Xb3JrZmxvd1NlcnZpY2USRQoIQXBwbHlEYWcSGy5sZW9mbG93LnYxLkFwcGx5RGFnUmVxdWVzdBocLmxlb2Zsb3cudjEuQXBwbHlEYWdSZXNwb25zZRI/CgZHZXREYWcSGS5sZW9mbG93LnYxLkdldERhZ1JlcXVlc3QaGi5sZW9mbG93LnYxLkdldERhZ1Jlc3BvbnNlEkUKCExpc3REYWdzEhsubGVvZmxvdy52MS5MaXN0RGFnc1JlcXVlc3QaHC5sZW9mbG93LnYxLkxpc3REYWdzUmVzcG9uc2USRQoIUGF1c2VEYWcSGy5sZW9mbG93LnYxLlBhdXNlRGFnUmVxdWVzdBocLmxlb2Zsb3cudjEuUGF1c2VEYWdSZXNwb25zZRJLCgpUcmlnZ2VyUnVuEh0ubGVvZmxvdy52MS5UcmlnZ2VyUnVuUmVxdWVzdBoeLmxlb2Zsb3cudjEuVHJpZ2dlclJ1blJlc3BvbnNlEj8KBkdldFJ1bhIZLmxlb2Zsb3cudjEuR2V0UnVuUmVxdWVzdBoaLmxlb2Zsb3cudjEuR2V0UnVuUmVzcG9uc2USRQoITGlzdFJ1bnMSGy5sZW9mbG93LnYxLkxpc3RSdW5zUmVxdWVzdBocLmxlb2Zsb3cudjEuTGlzdFJ1bnNSZXNwb25zZRJICglDYW5jZWxSdW4SHC5sZW9mbG93LnYxLkNhbmNlbFJ1blJlcXVlc3QaHS5sZW9mbG93LnYxLkNhbmNlbFJ1blJlc3BvbnNlEmAKEUxpc3RUYXNrSW5zdGFuY2VzEiQubGVvZmxvdy52MS5MaXN0VGFza0luc3RhbmNlc1JlcXVlc3QaJS5sZW9mbG93LnYxLkxpc3RUYXNrSW5zdGFuY2VzUmVzcG9uc2USYAoRQ2xlYXJUYXNrSW5zdGFuY2USJC5sZW9mbG93LnYxLkNsZWFyVGFza0luc3RhbmNlUmVxdWVzdBolLmxlb2Zsb3cudjEuQ2xlYXJUYXNrSW5zdGFuY2VSZXNwb25zZRJjChJDYW5jZWxUYXNrSW5zdGFuY2USJS5sZW9mbG93LnYxLkNhbmNlbFRhc2tJbnN0YW5jZVJlcXVlc3QaJi5sZW9mbG93LnYxLkNhbmNlbFRhc2tJbnN0YW5jZVJlc3BvbnNlEkcKCFRhaWxMb2dzEhsubGVvZmxvdy52MS5UYWlsTG9nc1JlcXVlc3QaHC5sZW9mbG93LnYxLlRhaWxMb2dzUmVzcG9uc2UwARJHCghXYXRjaFJ1bhIbLmxlb2Zsb3cudjEuV2F0Y2hSdW5SZXF1ZXN0GhwubGVvZmxvdy52MS5XYXRjaFJ1blJlc3BvbnNlMAESSgoJV2F0Y2hSdW5zEhwubGVvZmxvdy52MS5XYXRjaFJ1bnNSZXF1ZXN0Gh0ubGVvZmxvdy52MS5XYXRjaFJ1bnNSZXNwb25zZTABEkgKCURlbGV0ZURhZxIcLmxlb2Zsb3cudjEuRGVsZXRlRGFnUmVxdWVzdBodLmxlb2Zsb3cudjEuRGVsZXRlRGFnUmVzcG9uc2USUQoMQ2xlYW5IaXN0b3J5Eh8ubGVvZmxvdy52MS5DbGVhbkhpc3RvcnlSZXF1ZXN0GiAubGVvZmxvdy52MS5DbGVhbkhpc3RvcnlSZXNwb25zZRJkChFXYXRjaENsZWFuSGlzdG9yeRIkLmxlb2Zsb3cudjEuV2F0Y2hDbGVhbkhpc3RvcnlSZXF1ZXN0GiUubGVvZmxvdy52MS5XYXRjaENsZWFuSGlzdG9yeVJlc3BvbnNlKAEwARJICglTZW5kRXZlbnQSHC5sZW9mbG93LnYxLlNlbmRFdmVudFJlcXVlc3QaHS5sZW9mbG93LnYxLlNlbmRFdmVudFJlc3BvbnNlEk4KC0FwcHJvdmVUYXNrEh4ubGVvZmxvdy52MS5BcHByb3ZlVGFza1JlcXVlc3QaHy5sZW9mbG93LnYxLkFwcHJvdmVUYXNrUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp, file_leoflow_v1_types]);
+  fileDesc("ChlsZW9mbG93L3YxL3dvcmtmbG93LnByb3RvEgpsZW9mbG93LnYxIk8KFEdldFRhc2tPdXRwdXRSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESDwoHdGFza19pZBgCIAEoCRISCgp0cnlfbnVtYmVyGAMgASgFInMKClRhc2tPdXRwdXQSEgoKdHJ5X251bWJlchgBIAEoBRIMCgRqc29uGAIgASgJEhIKCnNpemVfYnl0ZXMYAyABKAUSLwoLcmVjb3JkZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkAKFUdldFRhc2tPdXRwdXRSZXNwb25zZRInCgdvdXRwdXRzGAEgAygLMhYubGVvZmxvdy52MS5UYXNrT3V0cHV0IjMKD0FwcGx5RGFnUmVxdWVzdBIOCgZzb3VyY2UYASABKAkSEAoIZmlsZW5hbWUYAiABKAkiQQoQQXBwbHlEYWdSZXNwb25zZRIcCgNkYWcYASABKAsyDy5sZW9mbG93LnYxLkRhZxIPCgdvdXRjb21lGAIgASgJIh8KDUdldERhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJIi4KDkdldERhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIhEKD0xpc3REYWdzUmVxdWVzdCIxChBMaXN0RGFnc1Jlc3BvbnNlEh0KBGRhZ3MYASADKAsyDy5sZW9mbG93LnYxLkRhZyIxCg9QYXVzZURhZ1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEg4KBnBhdXNlZBgCIAEoCCIwChBQYXVzZURhZ1Jlc3BvbnNlEhwKA2RhZxgBIAEoCzIPLmxlb2Zsb3cudjEuRGFnIkcKEVRyaWdnZXJSdW5SZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRIPCgdydW5fa2V5GAIgASgJEhEKCWNvbmZfanNvbhgDIAEoCSJDChJUcmlnZ2VyUnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCJJChBTZW5kRXZlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSFAoMcGF5bG9hZF9qc29uGAIgASgJEhEKCWV2ZW50X2tleRgDIAEoCSJwChFTZW5kRXZlbnRSZXNwb25zZRIUCghldmVudF9pZBgBIAEoA0ICMAESEQoJZHVwbGljYXRlGAIgASgIEh0KBHJ1bnMYAyADKAsyDy5sZW9mbG93LnYxLlJ1bhITCgt3YWl0c19lbmRlZBgEIAEoBSJXChJBcHByb3ZlVGFza1JlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwARIPCgd0YXNrX2lkGAIgASgJEg4KBnJlamVjdBgDIAEoCBIMCgRub3RlGAQgASgJIkYKE0FwcHJvdmVUYXNrUmVzcG9uc2USLwoNdGFza19pbnN0YW5jZRgBIAEoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlIiMKDUdldFJ1blJlcXVlc3QSEgoGcnVuX2lkGAEgASgDQgIwASJgCg5HZXRSdW5SZXNwb25zZRIcCgNydW4YASABKAsyDy5sZW9mbG93LnYxLlJ1bhIwCg50YXNrX2luc3RhbmNlcxgCIAMoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlImoKD0xpc3RSdW5zUmVxdWVzdBIOCgZkYWdfaWQYASABKAkSDQoFbGltaXQYAiABKAUSJAoGc3RhdGVzGAMgAygOMhQubGVvZmxvdy52MS5SdW5TdGF0ZRISCgpwYWdlX3Rva2VuGAQgASgJIkoKEExpc3RSdW5zUmVzcG9uc2USHQoEcnVucxgBIAMoCzIPLmxlb2Zsb3cudjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSImChBDYW5jZWxSdW5SZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAEiMQoRQ2FuY2VsUnVuUmVzcG9uc2USHAoDcnVuGAEgASgLMg8ubGVvZmxvdy52MS5SdW4iLgoYTGlzdFRhc2tJbnN0YW5jZXNSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAEiTQoZTGlzdFRhc2tJbnN0YW5jZXNSZXNwb25zZRIwCg50YXNrX2luc3RhbmNlcxgBIAMoCzIYLmxlb2Zsb3cudjEuVGFza0luc3RhbmNlIlMKGENsZWFyVGFza0luc3RhbmNlUmVxdWVzdBISCgZydW5faWQYASABKANCAjABEg8KB3Rhc2tfaWQYAiABKAkSEgoKZG93bnN0cmVhbRgDIAEoCCJkChlDbGVhclRhc2tJbnN0YW5jZVJlc3BvbnNlEhwKA3J1bhgBIAEoCzIPLmxlb2Zsb3cudjEuUnVuEikKB2NsZWFyZWQYAiADKAsyGC5sZW9mbG93LnYxLlRhc2tJbnN0YW5jZSJAChlDYW5jZWxUYXNrSW5zdGFuY2VSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESDwoHdGFza19pZBgCIAEoCSJNChpDYW5jZWxUYXNrSW5zdGFuY2VSZXNwb25zZRIvCg10YXNrX2luc3RhbmNlGAEgASgLMhgubGVvZmxvdy52MS5UYXNrSW5zdGFuY2UiWgoPVGFpbExvZ3NSZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESDwoHdGFza19pZBgCIAEoCRISCgp0cnlfbnVtYmVyGAMgASgFEg4KBmZvbGxvdxgEIAEoCCI2ChBUYWlsTG9nc1Jlc3BvbnNlEiIKBWxpbmVzGAEgAygLMhMubGVvZmxvdy52MS5Mb2dMaW5lIp4BCghSdW5FdmVudBIPCgNzZXEYASABKANCAjABEhIKBnJ1bl9pZBgCIAEoA0ICMAESEQoFdGlfaWQYAyABKANCAjABEg4KBmRhZ19pZBgEIAEoCRIMCgRraW5kGAUgASgJEhQKDHBheWxvYWRfanNvbhgGIAEoCRImCgJhdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiTAoPV2F0Y2hSdW5SZXF1ZXN0EhIKBnJ1bl9pZBgBIAEoA0ICMAESFQoJYWZ0ZXJfc2VxGAIgASgDQgIwARIOCgZmb2xsb3cYAyABKAgiOAoQV2F0Y2hSdW5SZXNwb25zZRIkCgZldmVudHMYASADKAsyFC5sZW9mbG93LnYxLlJ1bkV2ZW50IjkKEFdhdGNoUnVuc1JlcXVlc3QSDgoGZGFnX2lkGAEgASgJEhUKCWFmdGVyX3NlcRgCIAEoA0ICMAEiOQoRV2F0Y2hSdW5zUmVzcG9uc2USJAoGZXZlbnRzGAEgAygLMhQubGVvZmxvdy52MS5SdW5FdmVudCJYCg1IaXN0b3J5Q291bnRzEgwKBHJ1bnMYASABKAMSFgoOdGFza19pbnN0YW5jZXMYAiABKAMSDgoGZXZlbnRzGAMgASgDEhEKCXRhc2tfbG9ncxgEIAEoAyIxChBEZWxldGVEYWdSZXF1ZXN0Eg4KBmRhZ19pZBgBIAEoCRINCgVmb3JjZRgCIAEoCCJxChFEZWxldGVEYWdSZXNwb25zZRIqCgdyZW1vdmVkGAEgASgLMhkubGVvZmxvdy52MS5IaXN0b3J5Q291bnRzEh0KEWNhbmNlbGxlZF9ydW5faWRzGAIgAygDQgIwARIRCglkYWdfZmlsZXMYAyADKAkiiAEKE0NsZWFuSGlzdG9yeVJlcXVlc3QSKgoGYmVmb3JlGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZkYWdfaWQYAiABKAkSDwoHZHJ5X3J1bhgDIAEoCBIWCglrZWVwX2xhc3QYBCABKAVIAIgBAUIMCgpfa2VlcF9sYXN0ImYKGFdhdGNoQ2xlYW5IaXN0b3J5UmVxdWVzdBIwCgVzdGFydBgBIAEoCzIfLmxlb2Zsb3cudjEuQ2xlYW5IaXN0b3J5UmVxdWVzdEgAEg4KBHN0b3AYAiABKAhIAEIICgZhY3Rpb24ilwEKGVdhdGNoQ2xlYW5IaXN0b3J5UmVzcG9uc2USKgoHcmVtb3ZlZBgBIAEoCzIZLmxlb2Zsb3cudjEuSGlzdG9yeUNvdW50cxIrCghleHBlY3RlZBgCIAEoCzIZLmxlb2Zsb3cudjEuSGlzdG9yeUNvdW50cxIQCghmaW5pc2hlZBgDIAEoCBIPCgdzdG9wcGVkGAQgASgIIlIKFENsZWFuSGlzdG9yeVJlc3BvbnNlEikKBmNvdW50cxgBIAEoCzIZLmxlb2Zsb3cudjEuSGlzdG9yeUNvdW50cxIPCgdkcnlfcnVuGAIgASgIMsAMCg9Xb3JrZmxvd1NlcnZpY2USRQoIQXBwbHlEYWcSGy5sZW9mbG93LnYxLkFwcGx5RGFnUmVxdWVzdBocLmxlb2Zsb3cudjEuQXBwbHlEYWdSZXNwb25zZRI/CgZHZXREYWcSGS5sZW9mbG93LnYxLkdldERhZ1JlcXVlc3QaGi5sZW9mbG93LnYxLkdldERhZ1Jlc3BvbnNlEkUKCExpc3REYWdzEhsubGVvZmxvdy52MS5MaXN0RGFnc1JlcXVlc3QaHC5sZW9mbG93LnYxLkxpc3REYWdzUmVzcG9uc2USRQoIUGF1c2VEYWcSGy5sZW9mbG93LnYxLlBhdXNlRGFnUmVxdWVzdBocLmxlb2Zsb3cudjEuUGF1c2VEYWdSZXNwb25zZRJLCgpUcmlnZ2VyUnVuEh0ubGVvZmxvdy52MS5UcmlnZ2VyUnVuUmVxdWVzdBoeLmxlb2Zsb3cudjEuVHJpZ2dlclJ1blJlc3BvbnNlEj8KBkdldFJ1bhIZLmxlb2Zsb3cudjEuR2V0UnVuUmVxdWVzdBoaLmxlb2Zsb3cudjEuR2V0UnVuUmVzcG9uc2USRQoITGlzdFJ1bnMSGy5sZW9mbG93LnYxLkxpc3RSdW5zUmVxdWVzdBocLmxlb2Zsb3cudjEuTGlzdFJ1bnNSZXNwb25zZRJICglDYW5jZWxSdW4SHC5sZW9mbG93LnYxLkNhbmNlbFJ1blJlcXVlc3QaHS5sZW9mbG93LnYxLkNhbmNlbFJ1blJlc3BvbnNlEmAKEUxpc3RUYXNrSW5zdGFuY2VzEiQubGVvZmxvdy52MS5MaXN0VGFza0luc3RhbmNlc1JlcXVlc3QaJS5sZW9mbG93LnYxLkxpc3RUYXNrSW5zdGFuY2VzUmVzcG9uc2USYAoRQ2xlYXJUYXNrSW5zdGFuY2USJC5sZW9mbG93LnYxLkNsZWFyVGFza0luc3RhbmNlUmVxdWVzdBolLmxlb2Zsb3cudjEuQ2xlYXJUYXNrSW5zdGFuY2VSZXNwb25zZRJjChJDYW5jZWxUYXNrSW5zdGFuY2USJS5sZW9mbG93LnYxLkNhbmNlbFRhc2tJbnN0YW5jZVJlcXVlc3QaJi5sZW9mbG93LnYxLkNhbmNlbFRhc2tJbnN0YW5jZVJlc3BvbnNlEkcKCFRhaWxMb2dzEhsubGVvZmxvdy52MS5UYWlsTG9nc1JlcXVlc3QaHC5sZW9mbG93LnYxLlRhaWxMb2dzUmVzcG9uc2UwARJHCghXYXRjaFJ1bhIbLmxlb2Zsb3cudjEuV2F0Y2hSdW5SZXF1ZXN0GhwubGVvZmxvdy52MS5XYXRjaFJ1blJlc3BvbnNlMAESSgoJV2F0Y2hSdW5zEhwubGVvZmxvdy52MS5XYXRjaFJ1bnNSZXF1ZXN0Gh0ubGVvZmxvdy52MS5XYXRjaFJ1bnNSZXNwb25zZTABEkgKCURlbGV0ZURhZxIcLmxlb2Zsb3cudjEuRGVsZXRlRGFnUmVxdWVzdBodLmxlb2Zsb3cudjEuRGVsZXRlRGFnUmVzcG9uc2USUQoMQ2xlYW5IaXN0b3J5Eh8ubGVvZmxvdy52MS5DbGVhbkhpc3RvcnlSZXF1ZXN0GiAubGVvZmxvdy52MS5DbGVhbkhpc3RvcnlSZXNwb25zZRJkChFXYXRjaENsZWFuSGlzdG9yeRIkLmxlb2Zsb3cudjEuV2F0Y2hDbGVhbkhpc3RvcnlSZXF1ZXN0GiUubGVvZmxvdy52MS5XYXRjaENsZWFuSGlzdG9yeVJlc3BvbnNlKAEwARJICglTZW5kRXZlbnQSHC5sZW9mbG93LnYxLlNlbmRFdmVudFJlcXVlc3QaHS5sZW9mbG93LnYxLlNlbmRFdmVudFJlc3BvbnNlEk4KC0FwcHJvdmVUYXNrEh4ubGVvZmxvdy52MS5BcHByb3ZlVGFza1JlcXVlc3QaHy5sZW9mbG93LnYxLkFwcHJvdmVUYXNrUmVzcG9uc2USVAoNR2V0VGFza091dHB1dBIgLmxlb2Zsb3cudjEuR2V0VGFza091dHB1dFJlcXVlc3QaIS5sZW9mbG93LnYxLkdldFRhc2tPdXRwdXRSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp, file_leoflow_v1_types]);
+
+/**
+ * @generated from message leoflow.v1.GetTaskOutputRequest
+ */
+export type GetTaskOutputRequest = Message<"leoflow.v1.GetTaskOutputRequest"> & {
+  /**
+   * @generated from field: int64 run_id = 1 [jstype = JS_STRING];
+   */
+  runId: string;
+
+  /**
+   * @generated from field: string task_id = 2;
+   */
+  taskId: string;
+
+  /**
+   * One try's output; 0: every try's.
+   *
+   * @generated from field: int32 try_number = 3;
+   */
+  tryNumber: number;
+};
+
+/**
+ * Describes the message leoflow.v1.GetTaskOutputRequest.
+ * Use `create(GetTaskOutputRequestSchema)` to create a new message.
+ */
+export const GetTaskOutputRequestSchema: GenMessage<GetTaskOutputRequest> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 0);
+
+/**
+ * One attempt's stored output.
+ *
+ * @generated from message leoflow.v1.TaskOutput
+ */
+export type TaskOutput = Message<"leoflow.v1.TaskOutput"> & {
+  /**
+   * @generated from field: int32 try_number = 1;
+   */
+  tryNumber: number;
+
+  /**
+   * The JSON value, as stored.
+   *
+   * @generated from field: string json = 2;
+   */
+  json: string;
+
+  /**
+   * Its size as the task wrote it, in bytes.
+   *
+   * @generated from field: int32 size_bytes = 3;
+   */
+  sizeBytes: number;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp recorded_at = 4;
+   */
+  recordedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message leoflow.v1.TaskOutput.
+ * Use `create(TaskOutputSchema)` to create a new message.
+ */
+export const TaskOutputSchema: GenMessage<TaskOutput> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 1);
+
+/**
+ * @generated from message leoflow.v1.GetTaskOutputResponse
+ */
+export type GetTaskOutputResponse = Message<"leoflow.v1.GetTaskOutputResponse"> & {
+  /**
+   * Newest try first.
+   *
+   * @generated from field: repeated leoflow.v1.TaskOutput outputs = 1;
+   */
+  outputs: TaskOutput[];
+};
+
+/**
+ * Describes the message leoflow.v1.GetTaskOutputResponse.
+ * Use `create(GetTaskOutputResponseSchema)` to create a new message.
+ */
+export const GetTaskOutputResponseSchema: GenMessage<GetTaskOutputResponse> = /*@__PURE__*/
+  messageDesc(file_leoflow_v1_workflow, 2);
 
 /**
  * @generated from message leoflow.v1.ApplyDagRequest
@@ -40,7 +126,7 @@ export type ApplyDagRequest = Message<"leoflow.v1.ApplyDagRequest"> & {
  * Use `create(ApplyDagRequestSchema)` to create a new message.
  */
 export const ApplyDagRequestSchema: GenMessage<ApplyDagRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 0);
+  messageDesc(file_leoflow_v1_workflow, 3);
 
 /**
  * @generated from message leoflow.v1.ApplyDagResponse
@@ -64,7 +150,7 @@ export type ApplyDagResponse = Message<"leoflow.v1.ApplyDagResponse"> & {
  * Use `create(ApplyDagResponseSchema)` to create a new message.
  */
 export const ApplyDagResponseSchema: GenMessage<ApplyDagResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 1);
+  messageDesc(file_leoflow_v1_workflow, 4);
 
 /**
  * @generated from message leoflow.v1.GetDagRequest
@@ -81,7 +167,7 @@ export type GetDagRequest = Message<"leoflow.v1.GetDagRequest"> & {
  * Use `create(GetDagRequestSchema)` to create a new message.
  */
 export const GetDagRequestSchema: GenMessage<GetDagRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 2);
+  messageDesc(file_leoflow_v1_workflow, 5);
 
 /**
  * @generated from message leoflow.v1.GetDagResponse
@@ -98,7 +184,7 @@ export type GetDagResponse = Message<"leoflow.v1.GetDagResponse"> & {
  * Use `create(GetDagResponseSchema)` to create a new message.
  */
 export const GetDagResponseSchema: GenMessage<GetDagResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 3);
+  messageDesc(file_leoflow_v1_workflow, 6);
 
 /**
  * @generated from message leoflow.v1.ListDagsRequest
@@ -111,7 +197,7 @@ export type ListDagsRequest = Message<"leoflow.v1.ListDagsRequest"> & {
  * Use `create(ListDagsRequestSchema)` to create a new message.
  */
 export const ListDagsRequestSchema: GenMessage<ListDagsRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 4);
+  messageDesc(file_leoflow_v1_workflow, 7);
 
 /**
  * @generated from message leoflow.v1.ListDagsResponse
@@ -128,7 +214,7 @@ export type ListDagsResponse = Message<"leoflow.v1.ListDagsResponse"> & {
  * Use `create(ListDagsResponseSchema)` to create a new message.
  */
 export const ListDagsResponseSchema: GenMessage<ListDagsResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 5);
+  messageDesc(file_leoflow_v1_workflow, 8);
 
 /**
  * @generated from message leoflow.v1.PauseDagRequest
@@ -150,7 +236,7 @@ export type PauseDagRequest = Message<"leoflow.v1.PauseDagRequest"> & {
  * Use `create(PauseDagRequestSchema)` to create a new message.
  */
 export const PauseDagRequestSchema: GenMessage<PauseDagRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 6);
+  messageDesc(file_leoflow_v1_workflow, 9);
 
 /**
  * @generated from message leoflow.v1.PauseDagResponse
@@ -167,7 +253,7 @@ export type PauseDagResponse = Message<"leoflow.v1.PauseDagResponse"> & {
  * Use `create(PauseDagResponseSchema)` to create a new message.
  */
 export const PauseDagResponseSchema: GenMessage<PauseDagResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 7);
+  messageDesc(file_leoflow_v1_workflow, 10);
 
 /**
  * @generated from message leoflow.v1.TriggerRunRequest
@@ -198,7 +284,7 @@ export type TriggerRunRequest = Message<"leoflow.v1.TriggerRunRequest"> & {
  * Use `create(TriggerRunRequestSchema)` to create a new message.
  */
 export const TriggerRunRequestSchema: GenMessage<TriggerRunRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 8);
+  messageDesc(file_leoflow_v1_workflow, 11);
 
 /**
  * @generated from message leoflow.v1.TriggerRunResponse
@@ -222,7 +308,7 @@ export type TriggerRunResponse = Message<"leoflow.v1.TriggerRunResponse"> & {
  * Use `create(TriggerRunResponseSchema)` to create a new message.
  */
 export const TriggerRunResponseSchema: GenMessage<TriggerRunResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 9);
+  messageDesc(file_leoflow_v1_workflow, 12);
 
 /**
  * @generated from message leoflow.v1.SendEventRequest
@@ -256,7 +342,7 @@ export type SendEventRequest = Message<"leoflow.v1.SendEventRequest"> & {
  * Use `create(SendEventRequestSchema)` to create a new message.
  */
 export const SendEventRequestSchema: GenMessage<SendEventRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 10);
+  messageDesc(file_leoflow_v1_workflow, 13);
 
 /**
  * @generated from message leoflow.v1.SendEventResponse
@@ -294,7 +380,7 @@ export type SendEventResponse = Message<"leoflow.v1.SendEventResponse"> & {
  * Use `create(SendEventResponseSchema)` to create a new message.
  */
 export const SendEventResponseSchema: GenMessage<SendEventResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 11);
+  messageDesc(file_leoflow_v1_workflow, 14);
 
 /**
  * @generated from message leoflow.v1.ApproveTaskRequest
@@ -330,7 +416,7 @@ export type ApproveTaskRequest = Message<"leoflow.v1.ApproveTaskRequest"> & {
  * Use `create(ApproveTaskRequestSchema)` to create a new message.
  */
 export const ApproveTaskRequestSchema: GenMessage<ApproveTaskRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 12);
+  messageDesc(file_leoflow_v1_workflow, 15);
 
 /**
  * @generated from message leoflow.v1.ApproveTaskResponse
@@ -347,7 +433,7 @@ export type ApproveTaskResponse = Message<"leoflow.v1.ApproveTaskResponse"> & {
  * Use `create(ApproveTaskResponseSchema)` to create a new message.
  */
 export const ApproveTaskResponseSchema: GenMessage<ApproveTaskResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 13);
+  messageDesc(file_leoflow_v1_workflow, 16);
 
 /**
  * @generated from message leoflow.v1.GetRunRequest
@@ -364,7 +450,7 @@ export type GetRunRequest = Message<"leoflow.v1.GetRunRequest"> & {
  * Use `create(GetRunRequestSchema)` to create a new message.
  */
 export const GetRunRequestSchema: GenMessage<GetRunRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 14);
+  messageDesc(file_leoflow_v1_workflow, 17);
 
 /**
  * @generated from message leoflow.v1.GetRunResponse
@@ -386,7 +472,7 @@ export type GetRunResponse = Message<"leoflow.v1.GetRunResponse"> & {
  * Use `create(GetRunResponseSchema)` to create a new message.
  */
 export const GetRunResponseSchema: GenMessage<GetRunResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 15);
+  messageDesc(file_leoflow_v1_workflow, 18);
 
 /**
  * @generated from message leoflow.v1.ListRunsRequest
@@ -427,7 +513,7 @@ export type ListRunsRequest = Message<"leoflow.v1.ListRunsRequest"> & {
  * Use `create(ListRunsRequestSchema)` to create a new message.
  */
 export const ListRunsRequestSchema: GenMessage<ListRunsRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 16);
+  messageDesc(file_leoflow_v1_workflow, 19);
 
 /**
  * @generated from message leoflow.v1.ListRunsResponse
@@ -454,7 +540,7 @@ export type ListRunsResponse = Message<"leoflow.v1.ListRunsResponse"> & {
  * Use `create(ListRunsResponseSchema)` to create a new message.
  */
 export const ListRunsResponseSchema: GenMessage<ListRunsResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 17);
+  messageDesc(file_leoflow_v1_workflow, 20);
 
 /**
  * @generated from message leoflow.v1.CancelRunRequest
@@ -471,7 +557,7 @@ export type CancelRunRequest = Message<"leoflow.v1.CancelRunRequest"> & {
  * Use `create(CancelRunRequestSchema)` to create a new message.
  */
 export const CancelRunRequestSchema: GenMessage<CancelRunRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 18);
+  messageDesc(file_leoflow_v1_workflow, 21);
 
 /**
  * @generated from message leoflow.v1.CancelRunResponse
@@ -488,7 +574,7 @@ export type CancelRunResponse = Message<"leoflow.v1.CancelRunResponse"> & {
  * Use `create(CancelRunResponseSchema)` to create a new message.
  */
 export const CancelRunResponseSchema: GenMessage<CancelRunResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 19);
+  messageDesc(file_leoflow_v1_workflow, 22);
 
 /**
  * @generated from message leoflow.v1.ListTaskInstancesRequest
@@ -505,7 +591,7 @@ export type ListTaskInstancesRequest = Message<"leoflow.v1.ListTaskInstancesRequ
  * Use `create(ListTaskInstancesRequestSchema)` to create a new message.
  */
 export const ListTaskInstancesRequestSchema: GenMessage<ListTaskInstancesRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 20);
+  messageDesc(file_leoflow_v1_workflow, 23);
 
 /**
  * @generated from message leoflow.v1.ListTaskInstancesResponse
@@ -522,7 +608,7 @@ export type ListTaskInstancesResponse = Message<"leoflow.v1.ListTaskInstancesRes
  * Use `create(ListTaskInstancesResponseSchema)` to create a new message.
  */
 export const ListTaskInstancesResponseSchema: GenMessage<ListTaskInstancesResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 21);
+  messageDesc(file_leoflow_v1_workflow, 24);
 
 /**
  * @generated from message leoflow.v1.ClearTaskInstanceRequest
@@ -551,7 +637,7 @@ export type ClearTaskInstanceRequest = Message<"leoflow.v1.ClearTaskInstanceRequ
  * Use `create(ClearTaskInstanceRequestSchema)` to create a new message.
  */
 export const ClearTaskInstanceRequestSchema: GenMessage<ClearTaskInstanceRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 22);
+  messageDesc(file_leoflow_v1_workflow, 25);
 
 /**
  * @generated from message leoflow.v1.ClearTaskInstanceResponse
@@ -577,7 +663,7 @@ export type ClearTaskInstanceResponse = Message<"leoflow.v1.ClearTaskInstanceRes
  * Use `create(ClearTaskInstanceResponseSchema)` to create a new message.
  */
 export const ClearTaskInstanceResponseSchema: GenMessage<ClearTaskInstanceResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 23);
+  messageDesc(file_leoflow_v1_workflow, 26);
 
 /**
  * @generated from message leoflow.v1.CancelTaskInstanceRequest
@@ -599,7 +685,7 @@ export type CancelTaskInstanceRequest = Message<"leoflow.v1.CancelTaskInstanceRe
  * Use `create(CancelTaskInstanceRequestSchema)` to create a new message.
  */
 export const CancelTaskInstanceRequestSchema: GenMessage<CancelTaskInstanceRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 24);
+  messageDesc(file_leoflow_v1_workflow, 27);
 
 /**
  * @generated from message leoflow.v1.CancelTaskInstanceResponse
@@ -616,7 +702,7 @@ export type CancelTaskInstanceResponse = Message<"leoflow.v1.CancelTaskInstanceR
  * Use `create(CancelTaskInstanceResponseSchema)` to create a new message.
  */
 export const CancelTaskInstanceResponseSchema: GenMessage<CancelTaskInstanceResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 25);
+  messageDesc(file_leoflow_v1_workflow, 28);
 
 /**
  * @generated from message leoflow.v1.TailLogsRequest
@@ -654,7 +740,7 @@ export type TailLogsRequest = Message<"leoflow.v1.TailLogsRequest"> & {
  * Use `create(TailLogsRequestSchema)` to create a new message.
  */
 export const TailLogsRequestSchema: GenMessage<TailLogsRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 26);
+  messageDesc(file_leoflow_v1_workflow, 29);
 
 /**
  * @generated from message leoflow.v1.TailLogsResponse
@@ -671,7 +757,7 @@ export type TailLogsResponse = Message<"leoflow.v1.TailLogsResponse"> & {
  * Use `create(TailLogsResponseSchema)` to create a new message.
  */
 export const TailLogsResponseSchema: GenMessage<TailLogsResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 27);
+  messageDesc(file_leoflow_v1_workflow, 30);
 
 /**
  * RunEvent is one row of the event log: a change as it was recorded.
@@ -730,7 +816,7 @@ export type RunEvent = Message<"leoflow.v1.RunEvent"> & {
  * Use `create(RunEventSchema)` to create a new message.
  */
 export const RunEventSchema: GenMessage<RunEvent> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 28);
+  messageDesc(file_leoflow_v1_workflow, 31);
 
 /**
  * @generated from message leoflow.v1.WatchRunRequest
@@ -761,7 +847,7 @@ export type WatchRunRequest = Message<"leoflow.v1.WatchRunRequest"> & {
  * Use `create(WatchRunRequestSchema)` to create a new message.
  */
 export const WatchRunRequestSchema: GenMessage<WatchRunRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 29);
+  messageDesc(file_leoflow_v1_workflow, 32);
 
 /**
  * @generated from message leoflow.v1.WatchRunResponse
@@ -778,7 +864,7 @@ export type WatchRunResponse = Message<"leoflow.v1.WatchRunResponse"> & {
  * Use `create(WatchRunResponseSchema)` to create a new message.
  */
 export const WatchRunResponseSchema: GenMessage<WatchRunResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 30);
+  messageDesc(file_leoflow_v1_workflow, 33);
 
 /**
  * @generated from message leoflow.v1.WatchRunsRequest
@@ -802,7 +888,7 @@ export type WatchRunsRequest = Message<"leoflow.v1.WatchRunsRequest"> & {
  * Use `create(WatchRunsRequestSchema)` to create a new message.
  */
 export const WatchRunsRequestSchema: GenMessage<WatchRunsRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 31);
+  messageDesc(file_leoflow_v1_workflow, 34);
 
 /**
  * @generated from message leoflow.v1.WatchRunsResponse
@@ -819,7 +905,7 @@ export type WatchRunsResponse = Message<"leoflow.v1.WatchRunsResponse"> & {
  * Use `create(WatchRunsResponseSchema)` to create a new message.
  */
 export const WatchRunsResponseSchema: GenMessage<WatchRunsResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 32);
+  messageDesc(file_leoflow_v1_workflow, 35);
 
 /**
  * HistoryCounts are rows of each table of a run's history, removed or to be removed.
@@ -853,7 +939,7 @@ export type HistoryCounts = Message<"leoflow.v1.HistoryCounts"> & {
  * Use `create(HistoryCountsSchema)` to create a new message.
  */
 export const HistoryCountsSchema: GenMessage<HistoryCounts> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 33);
+  messageDesc(file_leoflow_v1_workflow, 36);
 
 /**
  * @generated from message leoflow.v1.DeleteDagRequest
@@ -877,7 +963,7 @@ export type DeleteDagRequest = Message<"leoflow.v1.DeleteDagRequest"> & {
  * Use `create(DeleteDagRequestSchema)` to create a new message.
  */
 export const DeleteDagRequestSchema: GenMessage<DeleteDagRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 34);
+  messageDesc(file_leoflow_v1_workflow, 37);
 
 /**
  * @generated from message leoflow.v1.DeleteDagResponse
@@ -911,7 +997,7 @@ export type DeleteDagResponse = Message<"leoflow.v1.DeleteDagResponse"> & {
  * Use `create(DeleteDagResponseSchema)` to create a new message.
  */
 export const DeleteDagResponseSchema: GenMessage<DeleteDagResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 35);
+  messageDesc(file_leoflow_v1_workflow, 38);
 
 /**
  * @generated from message leoflow.v1.CleanHistoryRequest
@@ -953,7 +1039,7 @@ export type CleanHistoryRequest = Message<"leoflow.v1.CleanHistoryRequest"> & {
  * Use `create(CleanHistoryRequestSchema)` to create a new message.
  */
 export const CleanHistoryRequestSchema: GenMessage<CleanHistoryRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 36);
+  messageDesc(file_leoflow_v1_workflow, 39);
 
 /**
  * @generated from message leoflow.v1.WatchCleanHistoryRequest
@@ -986,7 +1072,7 @@ export type WatchCleanHistoryRequest = Message<"leoflow.v1.WatchCleanHistoryRequ
  * Use `create(WatchCleanHistoryRequestSchema)` to create a new message.
  */
 export const WatchCleanHistoryRequestSchema: GenMessage<WatchCleanHistoryRequest> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 37);
+  messageDesc(file_leoflow_v1_workflow, 40);
 
 /**
  * @generated from message leoflow.v1.WatchCleanHistoryResponse
@@ -1027,7 +1113,7 @@ export type WatchCleanHistoryResponse = Message<"leoflow.v1.WatchCleanHistoryRes
  * Use `create(WatchCleanHistoryResponseSchema)` to create a new message.
  */
 export const WatchCleanHistoryResponseSchema: GenMessage<WatchCleanHistoryResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 38);
+  messageDesc(file_leoflow_v1_workflow, 41);
 
 /**
  * @generated from message leoflow.v1.CleanHistoryResponse
@@ -1051,7 +1137,7 @@ export type CleanHistoryResponse = Message<"leoflow.v1.CleanHistoryResponse"> & 
  * Use `create(CleanHistoryResponseSchema)` to create a new message.
  */
 export const CleanHistoryResponseSchema: GenMessage<CleanHistoryResponse> = /*@__PURE__*/
-  messageDesc(file_leoflow_v1_workflow, 39);
+  messageDesc(file_leoflow_v1_workflow, 42);
 
 /**
  * WorkflowService manages DAGs and their runs.
@@ -1274,6 +1360,19 @@ export const WorkflowService: GenService<{
     methodKind: "unary";
     input: typeof ApproveTaskRequestSchema;
     output: typeof ApproveTaskResponseSchema;
+  },
+  /**
+   * GetTaskOutput returns the outputs a task's attempts stored (the JSON each wrote to the file
+   * named by LEOFLOW_OUTPUT, at most the server's --max-output-size each), newest try first: of one
+   * try with `try_number`, else of every try that stored one. An unknown run or task: NOT_FOUND;
+   * a task that stored none: an empty list.
+   *
+   * @generated from rpc leoflow.v1.WorkflowService.GetTaskOutput
+   */
+  getTaskOutput: {
+    methodKind: "unary";
+    input: typeof GetTaskOutputRequestSchema;
+    output: typeof GetTaskOutputResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_leoflow_v1_workflow, 0);

@@ -109,6 +109,11 @@ class WorkflowServiceStub(object):
         request_serializer=leoflow_dot_v1_dot_workflow__pb2.ApproveTaskRequest.SerializeToString,
         response_deserializer=leoflow_dot_v1_dot_workflow__pb2.ApproveTaskResponse.FromString,
         )
+    self.GetTaskOutput = channel.unary_unary(
+        '/leoflow.v1.WorkflowService/GetTaskOutput',
+        request_serializer=leoflow_dot_v1_dot_workflow__pb2.GetTaskOutputRequest.SerializeToString,
+        response_deserializer=leoflow_dot_v1_dot_workflow__pb2.GetTaskOutputResponse.FromString,
+        )
 
 
 class WorkflowServiceServicer(object):
@@ -288,6 +293,16 @@ class WorkflowServiceServicer(object):
     context.set_details('Method not implemented!')
     raise NotImplementedError('Method not implemented!')
 
+  def GetTaskOutput(self, request, context):
+    """GetTaskOutput returns the outputs a task's attempts stored (the JSON each wrote to the file
+    named by LEOFLOW_OUTPUT, at most the server's --max-output-size each), newest try first: of one
+    try with `try_number`, else of every try that stored one. An unknown run or task: NOT_FOUND;
+    a task that stored none: an empty list.
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkflowServiceServicer_to_server(servicer, server):
   rpc_method_handlers = {
@@ -385,6 +400,11 @@ def add_WorkflowServiceServicer_to_server(servicer, server):
           servicer.ApproveTask,
           request_deserializer=leoflow_dot_v1_dot_workflow__pb2.ApproveTaskRequest.FromString,
           response_serializer=leoflow_dot_v1_dot_workflow__pb2.ApproveTaskResponse.SerializeToString,
+      ),
+      'GetTaskOutput': grpc.unary_unary_rpc_method_handler(
+          servicer.GetTaskOutput,
+          request_deserializer=leoflow_dot_v1_dot_workflow__pb2.GetTaskOutputRequest.FromString,
+          response_serializer=leoflow_dot_v1_dot_workflow__pb2.GetTaskOutputResponse.SerializeToString,
       ),
   }
   generic_handler = grpc.method_handlers_generic_handler(
