@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 
 import { parseDag } from '../../src/core/dag/parse-dag.js';
-import { FILE, dag, issuesOf, tasks } from '../helpers/dag-sources.js';
+import { FILE, dag, issuesOf } from '../helpers/dag-sources.js';
 
 describe('parseDag: the kubernetes block', () => {
   it("reads DESIGN.md's example, keeping only the fields given", () => {
