@@ -16,7 +16,8 @@ const HELLO_TIMEOUT_MS = 10_000;
 function checkHelloAccess(h: Hello): void {
   if (!SUPPORTED_PROTOCOL_VERSIONS.includes(h.protocolVersion)) {
     throw new ConnectError(
-      `agent speaks protocol version ${h.protocolVersion}; this control plane speaks ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')}`,
+      `agent speaks protocol version ${h.protocolVersion}; ` +
+        `this control plane speaks ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')}`,
       Code.FailedPrecondition,
     );
   }
@@ -24,7 +25,8 @@ function checkHelloAccess(h: Hello): void {
   // version it does not speak, to upgrade (FAILED_PRECONDITION stops it), not that it erred.
   if (h.incarnationId === '') {
     throw new ConnectError(
-      'hello.incarnation_id: this control plane needs it (a UUID made once per agent process); this agent is older than the control plane: upgrade it',
+      'hello.incarnation_id: this control plane needs it (a UUID made once per agent process); ' +
+        'this agent is older than the control plane: upgrade it',
       Code.FailedPrecondition,
     );
   }
