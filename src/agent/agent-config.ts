@@ -147,12 +147,14 @@ export function parseAgentFlags(flags: AgentFlags, env: AgentEnvironment): Agent
   const tlsKeyFile = flags.tlsKey || env.tlsKey || null;
   if ((tlsCertFile === null) !== (tlsKeyFile === null))
     problems.push(
-      `${tlsCertFile === null ? '--tls-cert' : '--tls-key'}: a client certificate needs both --tls-cert and --tls-key (LEOFLOW_AGENT_TLS_CERT, LEOFLOW_AGENT_TLS_KEY)`,
+      `${tlsCertFile === null ? '--tls-cert' : '--tls-key'}: ` +
+        `a client certificate needs both --tls-cert and --tls-key (LEOFLOW_AGENT_TLS_CERT, LEOFLOW_AGENT_TLS_KEY)`,
     );
   const plain = serverUrls.filter((u) => !u.startsWith('https:'));
   if ((caFile !== null || tlsCertFile !== null) && plain.length > 0)
     problems.push(
-      `--server: ${caFile !== null ? '--ca-file' : '--tls-cert'} is for https:// addresses, but ${plain.join(', ')} ${plain.length === 1 ? 'is' : 'are'} plain http://`,
+      `--server: ${caFile !== null ? '--ca-file' : '--tls-cert'} is for https:// addresses, ` +
+        `but ${plain.join(', ')} ${plain.length === 1 ? 'is' : 'are'} plain http://`,
     );
 
   if (problems.length > 0) throw new AgentConfigError(problems);
@@ -200,7 +202,8 @@ export function parseCapabilities(raw: string): string[] {
   const reserved = names.find((n) => n.startsWith(RESERVED_CAPABILITY_PREFIX));
   if (reserved !== undefined)
     throw new Error(
-      `${JSON.stringify(reserved)}: names starting with "${RESERVED_CAPABILITY_PREFIX}" are the protocol features the agent announces itself`,
+      `${JSON.stringify(reserved)}: ` +
+        `names starting with "${RESERVED_CAPABILITY_PREFIX}" are the protocol features the agent announces itself`,
     );
   return [...new Set(names)];
 }

@@ -155,7 +155,8 @@ export class LogBatcher {
     this.#add(
       log,
       'system',
-      `${n} output line${n === 1 ? '' : 's'} dropped: more than ${this.#maxPendingLines} lines were waiting for the control plane`,
+      `${n} output line${n === 1 ? '' : 's'} dropped: ` +
+        `more than ${this.#maxPendingLines} lines were waiting for the control plane`,
     );
   }
 }

@@ -6,7 +6,8 @@ export function clientTls(o: { caFile?: string; clientCert?: string; clientKey?:
   if (!o.caFile && !o.clientCert && !o.clientKey) return null;
   if (Boolean(o.clientCert) !== Boolean(o.clientKey))
     throw new Error(
-      `${o.clientCert ? '--client-key' : '--client-cert'}: a client certificate needs its key, and a key its certificate`,
+      `${o.clientCert ? '--client-key' : '--client-cert'}: a client certificate needs its key, ` +
+        `and a key its certificate`,
     );
   let ca: Buffer | null = null;
   if (o.caFile) {

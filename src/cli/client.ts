@@ -35,7 +35,8 @@ export function createClients(baseUrl: string, tls: ClientTls | null = null, tok
   const secure = baseUrl.startsWith('https:');
   if (tls && !secure && (tls.ca || tls.cert))
     throw new Error(
-      `--server: a CA file or client certificate was given but ${baseUrl} is not https://; use https://${baseUrl.replace(/^\w+:\/\//, '')}`,
+      `--server: a CA file or client certificate was given but ${baseUrl} is not https://; ` +
+        `use https://${baseUrl.replace(/^\w+:\/\//, '')}`,
     );
   const transport = createGrpcTransport({
     baseUrl,

@@ -77,7 +77,8 @@ export const commandTable: readonly CommandEntry[] = [
   {
     name: 'status',
     description:
-      "the cluster's health at a glance: this replica, the database, the leader's loop, the queue, the agents (exit 1 when not live or not ready)",
+      "the cluster's health at a glance: this replica, the database, the leader's loop, the queue, " +
+      'the agents (exit 1 when not live or not ready)',
     api: true,
     register: async (program, clients) => (await import('./commands/status.js')).registerStatus(program, clients),
   },

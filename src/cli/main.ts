@@ -30,12 +30,14 @@ const program = new Command('leoflow')
   )
   .option(
     '--ca-file <file>',
-    'PEM CA that an https:// --server must present a certificate from (default: the system roots) [env LEOFLOW_CA_FILE]',
+    'PEM CA that an https:// --server must present a certificate from (default: the system roots) ' +
+      '[env LEOFLOW_CA_FILE]',
     process.env.LEOFLOW_CA_FILE || undefined,
   )
   .option(
     '--client-cert <file>',
-    'PEM client certificate, for a server started with --tls-client-auth all (with --client-key) [env LEOFLOW_CLIENT_CERT]',
+    'PEM client certificate, for a server started with --tls-client-auth all (with --client-key) ' +
+      '[env LEOFLOW_CLIENT_CERT]',
     process.env.LEOFLOW_CLIENT_CERT || undefined,
   )
   .option(
@@ -78,7 +80,8 @@ const getClients = () => {
   const server = program.opts<{ server: string }>().server;
   if (server.includes(','))
     throw new Error(
-      `--server: this command talks to one control-plane address, got ${JSON.stringify(server)} (only \`leoflow agent\` takes several)`,
+      `--server: this command talks to one control-plane address, ` +
+        `got ${JSON.stringify(server)} (only \`leoflow agent\` takes several)`,
     );
   const token = program.opts<{ token?: string }>().token ?? process.env.LEOFLOW_TOKEN ?? '';
   return (clients ??= createClients!(server, token.trim() === '' ? null : token.trim()));

@@ -22,7 +22,8 @@ export function parseRunStates(value: string): RunState[] {
     const state = (BY_NAME as Record<string, RunState | undefined>)[name];
     if (state === undefined) {
       throw new Error(
-        `--state: ${JSON.stringify(name)} is not a run state; give one of ${RUN_STATE_NAMES.join(', ')} (several comma-separated)`,
+        `--state: ${JSON.stringify(name)} is not a run state; ` +
+          `give one of ${RUN_STATE_NAMES.join(', ')} (several comma-separated)`,
       );
     }
     if (!out.includes(state)) out.push(state);

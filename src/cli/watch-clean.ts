@@ -61,7 +61,9 @@ export async function watchClean(
   let result: WatchedClean = { removed: undefined, stopped: false };
   try {
     for await (const res of clients.workflow.watchCleanHistory(requests())) {
-      const line = `removed ${of(res.removed?.runs, res.expected?.runs)} runs, ${of(res.removed?.taskInstances, res.expected?.taskInstances)} task instances`;
+      const line =
+        `removed ${of(res.removed?.runs, res.expected?.runs)} runs, ` +
+        `${of(res.removed?.taskInstances, res.expected?.taskInstances)} task instances`;
       if (res.finished) {
         result = { removed: res.removed, stopped: res.stopped };
         break;

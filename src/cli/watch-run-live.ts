@@ -20,7 +20,10 @@ export function drawRun(r: Run, tis: TaskInstance[], columns: number): string {
     formatDuration(t.startedAt, t.endedAt),
     t.pendingReason || (t.error && taskStateName(t.state) !== 'success' ? t.error : ''),
   ]);
-  return `run ${r.runId} of ${r.dagId}: ${paintState(runStateName(r.state))}\n${bar}\n${table(['TASK', 'STATE', 'TRY', 'DURATION', 'WHY'], rows)}`;
+  return (
+    `run ${r.runId} of ${r.dagId}: ` +
+    `${paintState(runStateName(r.state))}\n${bar}\n${table(['TASK', 'STATE', 'TRY', 'DURATION', 'WHY'], rows)}`
+  );
 }
 
 /**

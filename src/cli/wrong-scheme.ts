@@ -1,6 +1,9 @@
 import { Code, ConnectError } from '@connectrpc/connect';
 
-/** Codes a call gets when the connection itself failed (reset, refused, cancelled by the peer), not a server's answer. */
+/**
+ * Codes a call gets when the connection itself failed (reset, refused, cancelled by the peer), not a server's
+ * answer.
+ */
 const TRANSPORT_CODES = new Set([Code.Canceled, Code.Aborted, Code.Unavailable, Code.Internal, Code.Unknown]);
 
 /** How long the TLS probe may take: it runs only on the error path, before the CLI exits. */
@@ -24,7 +27,10 @@ export async function wrongScheme(err: unknown, server: string): Promise<string 
   const port = Number(url.port || 80);
   if (!(await speaksTls(url.hostname.replace(/^\[|\]$/g, ''), port))) return null;
   const https = `https://${url.host}${url.pathname === '/' ? '' : url.pathname}`;
-  return `the server at ${server} speaks TLS, and this plain http:// connection was refused (${err.rawMessage}): use --server ${https}`;
+  return (
+    `the server at ${server} speaks TLS, and this plain http:// connection was refused (${err.rawMessage}): ` +
+    `use --server ${https}`
+  );
 }
 
 /** True when host:port completes a TLS handshake (its certificate is not checked: only the protocol is asked). */

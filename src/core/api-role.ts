@@ -48,6 +48,9 @@ export function agentPatternProblem(pattern: string): string | null {
   if (pattern === '') return 'must not be empty (use "*" for any agent id)';
   if (pattern.length > 253) return `must be at most 253 characters, got ${pattern.length}`;
   if (!/^[A-Za-z0-9._*?-]+$/.test(pattern))
-    return `may hold only letters, digits, ".", "_", "-" and the wildcards "*" and "?", got ${JSON.stringify(pattern.slice(0, 80))}`;
+    return (
+      `may hold only letters, digits, ".", "_", "-" and the wildcards "*" and "?", ` +
+      `got ${JSON.stringify(pattern.slice(0, 80))}`
+    );
   return null;
 }

@@ -20,7 +20,10 @@ export function dns1123LabelProblem(s: string): string | null {
 export function dns1123SubdomainProblem(s: string): string | null {
   if (s.length > 253) return `must be at most 253 characters, got ${s.length}`;
   if (!DNS1123_SUBDOMAIN.test(s))
-    return 'must be a DNS-1123 subdomain: lower-case letters, digits, "-" and ".", starting and ending with a letter or digit';
+    return (
+      'must be a DNS-1123 subdomain: lower-case letters, digits, "-" and ".", ' +
+      'starting and ending with a letter or digit'
+    );
   return null;
 }
 

@@ -4,11 +4,20 @@
  * with an error naming the field and the limit (or, for a task's output, cut with a marker).
  */
 export const LIMITS = {
-  /** A whole API message: ApplyDag's source (1 MiB) with room to spare; gRPC clients' default receive limit is 4 MiB. */
+  /**
+   * A whole API message: ApplyDag's source (1 MiB) with room to spare; gRPC clients' default receive limit is
+   * 4 MiB.
+   */
   requestBytes: 4 * 1024 * 1024,
-  /** A run's conf: it is exported to every task as an environment variable, and an environment past ~128 KiB fails exec with E2BIG. */
+  /**
+   * A run's conf: it is exported to every task as an environment variable, and an environment past ~128 KiB
+   * fails exec with E2BIG.
+   */
   confBytes: 64 * 1024,
-  /** Nesting of a run's conf: deep enough for any real configuration, shallow enough for every JSON parser on the way. */
+  /**
+   * Nesting of a run's conf: deep enough for any real configuration, shallow enough for every JSON parser on
+   * the way.
+   */
   confDepth: 32,
   /** A DAG, task or agent id, a run key or any other name given in a request. */
   idChars: 256,
@@ -16,7 +25,10 @@ export const LIMITS = {
   stringChars: 4096,
   /** A whole error message: a status travels in an HTTP/2 header, where a huge one resets the stream. */
   errorMessageChars: 7 * 1024,
-  /** A value quoted back in an error message: messages travel in HTTP/2 headers (grpc-message), where a long one resets the stream. */
+  /**
+   * A value quoted back in an error message: messages travel in HTTP/2 headers (grpc-message), where a long
+   * one resets the stream.
+   */
   echoChars: 120,
   /** The errors of one DAG file listed in full: after them, "and N more". */
   dagErrors: 50,

@@ -41,11 +41,13 @@ export function readCertificateFile(file: string, now = new Date()): { pem: Buff
   const first = certs[0]!;
   if (new Date(first.validTo).getTime() < now.getTime())
     throw new Error(
-      `${file}: the certificate (${first.subject.replace(/\n/g, ', ')}) expired on ${new Date(first.validTo).toISOString()}`,
+      `${file}: the certificate (${first.subject.replace(/\n/g, ', ')}) ` +
+        `expired on ${new Date(first.validTo).toISOString()}`,
     );
   if (new Date(first.validFrom).getTime() > now.getTime())
     throw new Error(
-      `${file}: the certificate (${first.subject.replace(/\n/g, ', ')}) is not valid before ${new Date(first.validFrom).toISOString()}`,
+      `${file}: the certificate (${first.subject.replace(/\n/g, ', ')}) ` +
+        `is not valid before ${new Date(first.validFrom).toISOString()}`,
     );
   return { pem, certs };
 }

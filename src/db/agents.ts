@@ -51,7 +51,8 @@ export async function connectAgent(
     on conflict (agent_id) do update set labels = excluded.labels, capabilities = excluded.capabilities,
       draining = agents.draining or excluded.draining,
       slots = excluded.slots, connected_replica = excluded.connected_replica, session_id = excluded.session_id,
-      last_seen_at = now(), connected_at = now(), protocol_version = excluded.protocol_version, incarnation_id = excluded.incarnation_id,
+      last_seen_at = now(), connected_at = now(), protocol_version = excluded.protocol_version, incarnation_id =
+        excluded.incarnation_id,
       stopped_at = null, token_id = excluded.token_id
     where agents.session_id is null or agents.incarnation_id is null or agents.incarnation_id = excluded.incarnation_id
       or agents.last_seen_at < now() - ${a.liveMs} * interval '1 millisecond'
@@ -84,7 +85,8 @@ export async function touchAgents(sql: Sql, sessions: { agentId: string; session
   if (sessions.length === 0) return;
   await sql`
     update agents a set last_seen_at = now()
-    from unnest(${sessions.map((s) => s.agentId)}::text[], ${sessions.map((s) => s.sessionId)}::uuid[]) as s(agent_id, session_id)
+    from unnest(${sessions.map((s) => s.agentId)}::text[], ${sessions.map((s) => s.sessionId)}::uuid[]) as
+      s(agent_id, session_id)
     where a.agent_id = s.agent_id and a.session_id = s.session_id`;
 }
 
@@ -107,7 +109,8 @@ export type AgentApiView = Pick<
 function agentView(sql: Sql) {
   return sql`
     a.agent_id, a.labels, a.capabilities, a.slots, a.draining, a.connected_replica, a.last_seen_at, a.stopped_at,
-    (select count(*)::int from task_instances t where t.agent_id = a.agent_id and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})) as running`;
+    (select count(*)::int from task_instances t where t.agent_id = a.agent_id and t.state in
+      (${inlineLiterals(sql, ACTIVE_TI_STATES)})) as running`;
 }
 
 export async function listAgents(sql: Sql): Promise<AgentApiView[]> {
@@ -134,7 +137,8 @@ export async function availableAgents(sql: Sql, freshMs: number): Promise<(Agent
     select a.*, h.running, h.holding
     from agents a,
       lateral (select count(*)::int as running, coalesce(array_agg(t.attempt_token::text), '{}') as holding
-               from task_instances t where t.agent_id = a.agent_id and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})) h
+               from task_instances t where t.agent_id = a.agent_id and t.state in
+                 (${inlineLiterals(sql, ACTIVE_TI_STATES)})) h
     where a.connected_replica is not null
       and a.last_seen_at > now() - ${freshMs} * interval '1 millisecond'`;
 }

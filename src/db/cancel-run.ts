@@ -33,7 +33,12 @@ export async function cancelRun(sql: Sql, runId: string, by?: Actor): Promise<Ca
           pending_reason = null, error = coalesce(t.error, 'run cancelled')
         from old where t.id = old.id
         returning t.id, t.run_id, t.task_id, t.try_number, old.state as was),
-      ev as (${tiEvents(tx, EVENT_KIND.tiState, tx`moved`, tx`jsonb_build_object('task_id', task_id, 'to', 'cancelled', 'try', try_number) || ${tx.json(who as never)}`)})
+      ev as (${tiEvents(
+        tx,
+        EVENT_KIND.tiState,
+        tx`moved`,
+        tx`jsonb_build_object('task_id', task_id, 'to', 'cancelled', 'try', try_number) || ${tx.json(who as never)}`,
+      )})
       select id, was from moved`;
     const run = (await getRunView(tx, runId))!;
     return {

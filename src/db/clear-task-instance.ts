@@ -81,7 +81,12 @@ export async function clearTaskInstance(
             plan_epoch = plan_epoch + 1
           where id = ${req.runId} and state = any(${RUN_REOPEN_FROM as string[]}::text[])
           returning id)
-        ${runEvents(tx, EVENT_KIND.runState, tx`moved`, tx`${tx.json({ to: 'running', from: run.state, reason: 'cleared', task_id: req.taskId, ...who } as never)}`)}
+        ${runEvents(
+          tx,
+          EVENT_KIND.runState,
+          tx`moved`,
+          tx`${tx.json({ to: 'running', from: run.state, reason: 'cleared', task_id: req.taskId, ...who } as never)}`,
+        )}
         returning run_id`;
       if (rows.count === 1) reopenedFrom = run.state;
     } else {

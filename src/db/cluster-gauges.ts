@@ -19,7 +19,8 @@ export async function readClusterGauges(sql: Sql): Promise<ClusterGauges> {
     from dag_runs where state in ('queued', 'running')`;
   const waiting = await sql<{ executor: string; count: string; oldest_s: number | null }[]>`
     select executor, count(*) as count,
-      extract(epoch from now() - min(case when state = 'up_for_retry' then next_try_at else coalesce(ready_at, queued_at) end))::float8 as oldest_s
+      extract(epoch from now() - min(case when state = 'up_for_retry' then next_try_at else coalesce(ready_at,
+        queued_at) end))::float8 as oldest_s
     from task_instances
     where state in ('scheduled', 'queued') or (state = 'up_for_retry' and next_try_at <= now())
     group by executor`;

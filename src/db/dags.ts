@@ -87,7 +87,8 @@ export async function upsertDag(
       select * from d`;
     await insertEvents(
       tx,
-      tx`values (null, null, ${eventKind(tx, EVENT_KIND.dagApplied)}, ${tx.json({ dag_id: spec.dagId, version: dag!.version, ...actorPayload(by) } as never)})`,
+      tx`values (null, null, ${eventKind(tx, EVENT_KIND.dagApplied)},
+        ${tx.json({ dag_id: spec.dagId, version: dag!.version, ...actorPayload(by) } as never)})`,
     );
     return { dag: dag!, outcome: existing ? ('updated' as const) : ('created' as const) };
   });

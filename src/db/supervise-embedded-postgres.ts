@@ -77,7 +77,8 @@ export async function superviseEmbeddedPostgres(
         const minutes = Math.round(budget.windowMs / 60_000);
         lose(
           new Error(
-            `the embedded Postgres (data directory ${current.dataDir}) stopped and could not be kept running: ${budget.max} restarts within ${minutes} min; last: ${last}`,
+            `the embedded Postgres (data directory ${current.dataDir}) stopped and could not be kept running: ` +
+              `${budget.max} restarts within ${minutes} min; last: ${last}`,
           ),
         );
         return;

@@ -148,7 +148,12 @@ export async function transitionTis(
         ended_at = case when ${fields.endedNow ?? false} then now() else ended_at end
       where run_id = ${runId} and task_id = any(${taskIds}::text[]) and state = any(${from as string[]}::text[])
       returning id, run_id, task_id, try_number)
-    ${tiEvents(sql, EVENT_KIND.tiState, sql`moved`, sql`jsonb_build_object('task_id', task_id, 'to', ${to}::text, 'try', try_number)`)}
+    ${tiEvents(
+      sql,
+      EVENT_KIND.tiState,
+      sql`moved`,
+      sql`jsonb_build_object('task_id', task_id, 'to', ${to}::text, 'try', try_number)`,
+    )}
     returning ti_id`;
   return rows.map((r) => r.ti_id);
 }
@@ -173,5 +178,10 @@ export async function setPendingReasons(sql: Sql | TxSql, reasons: Map<string, s
     moved as (
       update task_instances t set pending_reason = free.reason from free where t.id = free.id
       returning t.id, t.run_id, t.task_id, t.try_number, t.pending_reason)
-    ${tiEvents(sql, EVENT_KIND.tiPending, sql`moved`, sql`jsonb_build_object('task_id', task_id, 'try', try_number, 'reason', pending_reason)`)}`;
+    ${tiEvents(
+      sql,
+      EVENT_KIND.tiPending,
+      sql`moved`,
+      sql`jsonb_build_object('task_id', task_id, 'try', try_number, 'reason', pending_reason)`,
+    )}`;
 }

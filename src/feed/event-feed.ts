@@ -48,7 +48,8 @@ export class WatcherBehindError extends Error {
     readonly lastSeq: string,
   ) {
     super(
-      `watcher fell more than ${limit} events behind and was cut off; reconnect with after_seq ${lastSeq} to go on without a gap`,
+      `watcher fell more than ${limit} events behind and was cut off; ` +
+        `reconnect with after_seq ${lastSeq} to go on without a gap`,
     );
   }
 }

@@ -30,10 +30,10 @@ export interface StepResult {
 
 /**
  * One reconciliation step: plan, reap orphaned runs, reap attempts whose heartbeat went stale,
- * end attempts that ran past their timeout, end waits past their deadline, mark runs past theirs (a `light` step, for a nudge between ticks, only plans, and only the nudged runs when the
- * nudges named them).
- * Each phase is isolated: an error in one is counted and logged, and the next phase runs anyway.
- * The step itself never throws.
+ * end attempts that ran past their timeout, end waits past their deadline, mark runs past theirs (a `light`
+ * step, for a nudge between ticks, only plans, and only the nudged runs when the nudges named them). Each
+ * phase is isolated: an error in one is counted and logged, and the next phase runs anyway. The step itself
+ * never throws.
  */
 export async function step(
   ctx: SchedulerContext,

@@ -7,11 +7,14 @@ export class ListenError extends Error {
     const address = `${host.includes(':') ? `[${host}]` : host}:${port}`;
     const why =
       cause.code === 'EADDRINUSE'
-        ? `the address is in use by another process (another leoflow server?): stop it, or choose a free port with ${flag} HOST:PORT${fix ? ` ${fix}` : ''}`
+        ? `the address is in use by another process (another leoflow server?): stop it, ` +
+          `or choose a free port with ${flag} HOST:PORT${fix ? ` ${fix}` : ''}`
         : cause.code === 'EACCES'
-          ? `not allowed to listen there (ports below 1024 need privileges): choose a port from 1024 with ${flag} HOST:PORT`
+          ? `not allowed to listen there (ports below 1024 need privileges): ` +
+            `choose a port from 1024 with ${flag} HOST:PORT`
           : cause.code === 'EADDRNOTAVAIL' || cause.code === 'ENOTFOUND'
-            ? `${host} is not an address of this machine: give one of its addresses (127.0.0.1 for this machine only, 0.0.0.0 for all) with ${flag} HOST:PORT`
+            ? `${host} is not an address of this machine: ` +
+              `give one of its addresses (127.0.0.1 for this machine only, 0.0.0.0 for all) with ${flag} HOST:PORT`
             : `cannot listen there: ${cause.message}`;
     super(`${flag} ${address}: ${why}`, { cause });
     this.name = 'ListenError';

@@ -10,8 +10,8 @@ import { identify, isSameProcess, type ProcessIdentity } from '../executors/proc
  * Node has no flock(2), so the lock is a file created exclusively, holding its owner's identity
  * (pid, start time and boot id: `process-identity.ts`), which tells a live owner from a dead one
  * whose pid was reused. A dead owner's file is taken over (two servers starting in the same instant
- * after a crash could both take it: the window is the few microseconds between a read and a remove). The owner's API URL is written in it
- * once the API listens, so the second can say where the first answers.
+ * after a crash could both take it: the window is the few microseconds between a read and a remove). The
+ * owner's API URL is written in it once the API listens, so the second can say where the first answers.
  */
 
 /** The file, in the state directory. */
@@ -32,7 +32,9 @@ export class StateDirBusyError extends Error {
     readonly owner: StateDirOwner,
   ) {
     super(
-      `already running: pid ${owner.pid}, ${owner.url ?? 'its API not listening yet'} (state directory ${stateDir}); stop it first, or give this server another --state-dir`,
+      `already running: pid ${owner.pid}, ` +
+        `${owner.url ?? 'its API not listening yet'} (state directory ${stateDir}); stop it first, ` +
+        `or give this server another --state-dir`,
     );
   }
 }
@@ -56,7 +58,8 @@ export function lockStateDir(stateDir: string): StateDirLock {
     mkdirSync(dir, { recursive: true });
   } catch (err) {
     throw new Error(
-      `the state directory ${dir} cannot be made (${(err as Error).message}): give --state-dir a folder this user can write`,
+      `the state directory ${dir} cannot be made (${(err as Error).message}): ` +
+        `give --state-dir a folder this user can write`,
       { cause: err },
     );
   }

@@ -35,3 +35,20 @@ export function watching(sql: Sql): { sql: Sql; direct(): number; reserved(): nu
   });
   return { sql: pool, direct: () => direct, reserved: () => reserved };
 }
+
+/** The pool, counting the statements sent through it or through a connection it reserved (a
+ *  tagged-template call sent; one put into another as a fragment is part of that one). */
+export function countingStatements(sql: Sql): { sql: Sql; count(): number } {
+  let n = 0;
+  const count = <T extends object>(target: T): T =>
+    new Proxy(target, {
+      apply(t, thisArg, args) {
+        return countWhenSent(Reflect.apply(t as never, thisArg, args) as object, () => n++);
+      },
+      get(t, prop, receiver) {
+        if (prop !== 'reserve') return Reflect.get(t, prop, receiver);
+        return async () => count(await (t as unknown as Sql).reserve());
+      },
+    });
+  return { sql: count(sql), count: () => n };
+}

@@ -82,7 +82,7 @@ function setup(agents: AvailableAgent[], over: Partial<PlacementStore> = {}, rea
     registry.register(handle);
   }
   const executor: AgentsExecutor = new AgentsExecutor({
-    registry,
+    streams: registry,
     store: { release: async () => {}, notifyAssign: async () => {} },
     onAgentGone: () => placement.invalidate(),
   });

@@ -36,7 +36,8 @@ function readAgentTls(c: AgentConfig): AgentTls | null {
       const cn = cnOf(p.leaf.subject);
       if (cn !== c.agentId)
         problems.push(
-          `--tls-cert: the certificate is for agent ${JSON.stringify(cn ?? '(no CN)')} (its CN), but this agent's --id is ${JSON.stringify(c.agentId)}; the control plane would refuse it`,
+          `--tls-cert: the certificate is for agent ${JSON.stringify(cn ?? '(no CN)')} (its CN), ` +
+            `but this agent's --id is ${JSON.stringify(c.agentId)}; the control plane would refuse it`,
         );
       pair = p;
     } catch (err) {
@@ -86,11 +87,13 @@ export function registerAgent(program: Command): void {
     .option('--slots <n>', 'tasks run at once (default 1)')
     .option(
       '--token <token>',
-      'agent credential: a token of role agent bound to this id (leoflow token create --role agent), or the deprecated shared secret [env LEOFLOW_AGENT_TOKEN]',
+      'agent credential: a token of role agent bound to this id (leoflow token create --role agent), ' +
+        'or the deprecated shared secret [env LEOFLOW_AGENT_TOKEN]',
     )
     .option(
       '--tls-cert <file>',
-      'PEM client certificate whose CN is this agent id, for a control plane with --tls-client-ca (with --tls-key) [env LEOFLOW_AGENT_TLS_CERT]',
+      'PEM client certificate whose CN is this agent id, ' +
+        'for a control plane with --tls-client-ca (with --tls-key) [env LEOFLOW_AGENT_TLS_CERT]',
     )
     .option('--tls-key <file>', 'PEM private key of --tls-cert [env LEOFLOW_AGENT_TLS_KEY]')
     .option('--once', 'one-shot: run the current attempt of --ti, then exit')
@@ -99,11 +102,13 @@ export function registerAgent(program: Command): void {
     .option('--shutdown-grace <duration>', 'how long a graceful stop waits, e.g. 30s (default 30s)')
     .option(
       '--kill-grace <duration>',
-      "time between SIGTERM and SIGKILL when stopping a task (default 10s); the control plane's own --kill-grace, sent with each task, overrides it (an older control plane sends none)",
+      'time between SIGTERM and SIGKILL when stopping a task (default 10s); ' +
+        "the control plane's own --kill-grace, sent with each task, overrides it (an older control plane sends none)",
     )
     .option(
       '--state-dir <dir>',
-      "where the agent's tasks keep their output and exit status, so a restart with the same --id re-attaches to them (default .leoflow/agents/<id>)",
+      "where the agent's tasks keep their output and exit status, " +
+        'so a restart with the same --id re-attaches to them (default .leoflow/agents/<id>)',
     )
     .option('--log-format <format>', 'json | pretty (default: pretty at a terminal, json otherwise)')
     .option('--log-level <level>', 'trace | debug | info | warn | error | fatal | silent (default info)')

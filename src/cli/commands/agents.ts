@@ -43,7 +43,8 @@ export function registerAgents(program: Command, clients: () => Clients): void {
   agents
     .command('list')
     .description(
-      'list agents, connected or not, each healthy, stopped (it ended its stream itself: a clean stop), stale (silent past a few keepalives) or dead (past the heartbeat threshold: its attempts were retried)',
+      'list agents, connected or not, each healthy, stopped (it ended its stream itself: a clean stop), ' +
+        'stale (silent past a few keepalives) or dead (past the heartbeat threshold: its attempts were retried)',
     )
     .option('-o, --output <format>', 'table | json', 'table')
     .action(async (opts: { output: string }) => {
@@ -91,14 +92,16 @@ export function registerAgents(program: Command, clients: () => Clients): void {
       const res = await clients().cluster.drainAgent({ agentId, undrain: opts.undrain ?? false });
       const a = res.agent!;
       process.stdout.write(
-        `agent ${a.agentId} ${a.draining ? 'draining' : 'undrained'} (${a.running} running, ${a.connected ? 'connected' : 'not connected'})\n`,
+        `agent ${a.agentId} ${a.draining ? 'draining' : 'undrained'} (${a.running} running, ` +
+          `${a.connected ? 'connected' : 'not connected'})\n`,
       );
     });
 
   agents
     .command('forget')
     .description(
-      'forget a disconnected agent that holds no attempt: `agents list` no longer shows it; the same id may connect again later, as a new agent',
+      'forget a disconnected agent that holds no attempt: `agents list` no longer shows it; ' +
+        'the same id may connect again later, as a new agent',
     )
     .argument('<agent_id>')
     .action(async (agentId: string) => {

@@ -27,7 +27,8 @@ export function registerDag(program: Command, clients: () => Clients): void {
         try {
           const res = await clients().workflow.applyDag({ source, filename: rel });
           process.stdout.write(
-            `${rel}: DAG ${res.dag!.dagId} ${res.outcome} (version ${res.dag!.version}, ${res.dag!.tasks.length} tasks)\n`,
+            `${rel}: DAG ${res.dag!.dagId} ${res.outcome} (version ${res.dag!.version}, ` +
+              `${res.dag!.tasks.length} tasks)\n`,
           );
         } catch (err) {
           failed++;
@@ -98,7 +99,8 @@ export function registerDag(program: Command, clients: () => Clients): void {
         return;
       }
       const lines = [
-        `DAG ${d.dagId}, version ${d.version}, schedule ${d.schedule || '-'}, paused ${d.paused ? 'yes' : 'no'}, next run ${time(d.nextRunAt)}`,
+        `DAG ${d.dagId}, version ${d.version}, schedule ${d.schedule || '-'}, paused ${d.paused ? 'yes' : 'no'}, ` +
+          `next run ${time(d.nextRunAt)}`,
       ];
       if (d.description) lines.push(d.description);
       lines.push('', drawDag(d.tasks));
@@ -163,12 +165,17 @@ export function registerDag(program: Command, clients: () => Clients): void {
       const c = countsJson(res.removed);
       const n = (count: number | undefined, one: string, many: string) => `${count ?? 0} ${count === 1 ? one : many}`;
       let out =
-        `DAG ${dagId} deleted: ${n(c.dag_runs, 'run', 'runs')}, ${n(c.task_instances, 'task instance', 'task instances')}, ` +
+        `DAG ${dagId} deleted: ${n(c.dag_runs, 'run', 'runs')}, ` +
+        `${n(c.task_instances, 'task instance', 'task instances')}, ` +
         `${n(c.events, 'event', 'events')} and ${n(c.task_logs, 'log line', 'log lines')} removed\n`;
       if (res.cancelledRunIds.length > 0)
-        out += `cancelled first (they had not ended): run${res.cancelledRunIds.length === 1 ? '' : 's'} ${res.cancelledRunIds.join(', ')}\n`;
+        out +=
+          `cancelled first (they had not ended): ` +
+          `run${res.cancelledRunIds.length === 1 ? '' : 's'} ${res.cancelledRunIds.join(', ')}\n`;
       for (const file of res.dagFiles) {
-        out += `note: ${file} defines DAG ${dagId} and is among the server's --dags: the server applies it again at its next start (with no history); remove the file to keep the DAG deleted\n`;
+        out +=
+          `note: ${file} defines DAG ${dagId} and is among the server's --dags: ` +
+          `the server applies it again at its next start (with no history); remove the file to keep the DAG deleted\n`;
       }
       process.stdout.write(out);
     });

@@ -50,7 +50,8 @@ export function registerDb(program: Command, clients: () => Clients): void {
 
   db.command('clean')
     .description(
-      'remove finished runs (success, failed, cancelled) that ended before a time, with their task instances, events and logs; runs that have not ended are kept',
+      'remove finished runs (success, failed, cancelled) that ended before a time, with their task instances, ' +
+        'events and logs; runs that have not ended are kept',
     )
     .requiredOption(
       '--before <time>',
@@ -77,7 +78,9 @@ export function registerDb(program: Command, clients: () => Clients): void {
         const before = parseTime('--before', opts.before);
         const keepLast = parseKeepLast(opts.keepLast);
         const req = { before: timestampFromDate(before), dagId: opts.dag ?? '', keepLast };
-        const what = `finished runs of ${opts.dag ? `DAG ${opts.dag}` : 'every DAG'} that ended before ${before.toISOString()}${keptPhrase(keepLast)}`;
+        const what =
+          `finished runs of ${opts.dag ? `DAG ${opts.dag}` : 'every DAG'} that ended before ` +
+          `${before.toISOString()}${keptPhrase(keepLast)}`;
         const show = (res: { counts?: HistoryCounts; dryRun: boolean; stopped?: boolean }, done: string) => {
           if (opts.output === 'json') {
             const stopped = res.dryRun ? {} : { stopped: res.stopped ?? false };
@@ -117,7 +120,8 @@ export function registerDb(program: Command, clients: () => Clients): void {
         show(
           { counts: removed, dryRun: false, stopped },
           stopped
-            ? 'stopped (Ctrl-C) after the batch under way: the rows above were removed, the rest is kept; the same command goes on'
+            ? 'stopped (Ctrl-C) after the batch under way: the rows above were removed, the rest is kept; ' +
+                'the same command goes on'
             : 'removed',
         );
         if (stopped) process.exitCode = 130;

@@ -71,7 +71,8 @@ async function watch(clients: Clients, run: Run): Promise<{ run: Run; tis: TaskI
       for (const s of states.values()) if (ENDED_TI.has(s)) done++;
       const at = e.at ? timestampDate(e.at) : new Date();
       process.stdout.write(
-        `  ${clock(at)}  ${move.task_id.padEnd(width)}  ${move.to.padEnd(15)} ${moveDetail(move, maxTries.get(move.task_id))}  [${done}/${states.size} done]\n`,
+        `  ${clock(at)}  ${move.task_id.padEnd(width)}  ${move.to.padEnd(15)} ` +
+          `${moveDetail(move, maxTries.get(move.task_id))}  [${done}/${states.size} done]\n`,
       );
     }
   }
@@ -206,7 +207,8 @@ export function registerRun(program: Command, clients: () => Clients): void {
       }
       process.stdout.write(
         `run ${r.runId} of ${r.dagId} (${r.runType}, key ${r.runKey}, DAG version ${r.dagVersion})\n` +
-          `state ${paintState(runStateName(r.state))}, created ${time(r.createdAt)}, duration ${formatDuration(r.startedAt, r.endedAt)}\n` +
+          `state ${paintState(runStateName(r.state))}, created ${time(r.createdAt)}, ` +
+          `duration ${formatDuration(r.startedAt, r.endedAt)}\n` +
           (r.triggeredBy ? `triggered by ${r.triggeredBy.id} from ${r.triggeredBy.peer}\n` : '') +
           (r.traceparent ? `traceparent ${r.traceparent}\n` : '') +
           (r.deadlineAt ? `deadline ${time(r.deadlineAt)}: ${paintState(r.deadlineState || 'not due yet')}\n` : '') +

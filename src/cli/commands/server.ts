@@ -6,13 +6,16 @@ import { SETTINGS, type SettingKey } from '../../server/config/settings.js';
 const HELP: Record<SettingKey, string> = {
   edition: 'lite | pro (edition defaults from editions/<edition>/config.json)',
   replica_id: 'name of this replica, at most 38 of [A-Za-z0-9._-] (default: host-pid-random)',
-  role: 'auto (campaign, lead if elected) | leader (must lead: fail at start otherwise) | worker (serve, never campaign) | observer (read-only API)',
+  role:
+    'auto (campaign, lead if elected) | leader (must lead: fail at start otherwise) | worker (serve, ' +
+    'never campaign) | observer (read-only API)',
   leader_timeout: 'with --role leader: how long to wait for leadership at start before failing, e.g. 30s',
   loop_stall_threshold:
     '/healthz fails when the scheduler loop made no progress this long (default 60s, or 5 ticks if longer)',
   listen: 'HOST:PORT for the API (gRPC, gRPC-Web and Connect)',
   advertise_url:
-    "the API's URL as agents reach this replica, told to agents so they find it when another replica stops (default: from --listen)",
+    "the API's URL as agents reach this replica, " +
+    'told to agents so they find it when another replica stops (default: from --listen)',
   metrics_listen: 'HOST:PORT for Prometheus metrics at /metrics (HTTP/1.1), or off',
   database: 'postgres:// URL; without it, Lite starts an embedded Postgres',
   state_dir: 'folder for the embedded Postgres data and other state',
@@ -33,27 +36,33 @@ const HELP: Record<SettingKey, string> = {
   watch_buffer:
     'events a WatchRun/WatchRuns stream may fall behind before it is cut off (RESOURCE_EXHAUSTED), default 10000',
   max_host_connections:
-    'the API connections one host (address) may hold open; more are closed as they come, default 256 (raise it for many agents behind one NAT address)',
+    'the API connections one host (address) may hold open; more are closed as they come, ' +
+    'default 256 (raise it for many agents behind one NAT address)',
   idle_connection_timeout:
     'an API connection with no call in flight this long is closed (HTTP/2: GOAWAY; clients reconnect), default 60s',
   max_token_agents:
-    'the agents (agent ids with a row) one API token of role agent may hold; a Hello for one more is refused, default 1000',
+    'the agents (agent ids with a row) one API token of role agent may hold; a Hello for one more is refused, ' +
+    'default 1000',
   max_token_writes:
-    'the writes (trigger, cancel, clear, pause, apply, delete, drain, token changes) one API token, or with auth off one host, may make a second, default 200',
+    'the writes (trigger, cancel, clear, pause, apply, delete, drain, token changes) one API token, ' +
+    'or with auth off one host, may make a second, default 200',
   max_token_streams: 'with auth on: the agent streams one API token may hold open, default 256',
   max_token_concurrent_writes:
-    'the writes of one API token (with auth off, one host) that run at once; 64 more wait in line, the rest are refused; default 4',
+    'the writes of one API token (with auth off, one host) that run at once; 64 more wait in line, ' +
+    'the rest are refused; default 4',
   max_token_watches:
     'with auth on: the watch streams (WatchRun, WatchRuns, WatchCleanHistory) one API token may hold open, default 64',
   max_token_follows: 'with auth on: the log follows (TailLogs) one API token may hold open, default 64',
   agent_retention:
     'forget an agent (no stream, no attempt) this long after it was last seen, e.g. 7d; off remembers them',
   otlp_endpoint:
-    'export spans of runs, attempts, dispatch and pod creation by OTLP/HTTP to this collector (e.g. http://127.0.0.1:4318); off by default',
+    'export spans of runs, attempts, ' +
+    'dispatch and pod creation by OTLP/HTTP to this collector (e.g. http://127.0.0.1:4318); off by default',
   agent_token:
     'deprecated: one secret any agent may present in Hello, for any id (use `leoflow token create --role agent`)',
   insecure:
-    'run without API tokens and agent credentials where they are required (Pro; Lite off loopback); logged at every start',
+    'run without API tokens and agent credentials where they are required (Pro; Lite off loopback); ' +
+    'logged at every start',
   bootstrap_admin_token:
     'an admin token of your choosing (>= 32 random characters), stored hashed at start under id "bootstrap-admin"',
   tls_cert: 'PEM certificate (chain) of the API port: serve gRPC, gRPC-Web and Connect over TLS (with --tls-key)',
@@ -61,7 +70,8 @@ const HELP: Record<SettingKey, string> = {
   tls_client_ca:
     "mTLS: PEM CA of agents' client certificates; an agent stream must then present one whose CN is its agent id",
   tls_client_auth:
-    'with --tls-client-ca: agents (default: only agent streams need a client certificate) | all (every client, the CLI too)',
+    'with --tls-client-ca: agents (default: only agent streams need a client certificate) | all (every client, ' +
+    'the CLI too)',
   log_level: 'trace | debug | info | warn | error | fatal | silent',
   log_format: 'json | pretty (default: pretty at a terminal, json otherwise)',
   kubernetes_namespace: 'kubernetes executor: namespace of the pods of tasks that name none',
@@ -76,17 +86,23 @@ const HELP: Record<SettingKey, string> = {
   control_plane_namespace:
     "kubernetes executor: the control plane's own namespace (the manifests set it); tasks may not run there",
   max_free_retries:
-    'kubernetes executor: losses of a task that spend no try (lost node, eviction), default 3; past them a loss spends one',
+    'kubernetes executor: losses of a task that spend no try (lost node, eviction), default 3; ' +
+    'past them a loss spends one',
   pod_agent_token_secret:
-    "kubernetes executor: SECRET[/KEY] (key default agent-token) in the pods' namespace holding --agent-token, so pod specs never carry it",
+    "kubernetes executor: SECRET[/KEY] (key default agent-token) in the pods' namespace holding --agent-token, " +
+    'so pod specs never carry it',
   pod_template:
-    'kubernetes executor: a YAML file of what every task pod gets besides its own (labels, annotations, affinity, priorityClassName, imagePullSecrets, volumes, securityContext)',
+    'kubernetes executor: a YAML file of what every task pod gets besides its own (labels, annotations, ' +
+    'affinity, priorityClassName, imagePullSecrets, volumes, securityContext)',
   hooks:
-    'a YAML file of webhooks: POST /hooks/NAME turns a JSON body into an event, signed with HMAC-SHA256 or sent with a token',
+    'a YAML file of webhooks: POST /hooks/NAME turns a JSON body into an event, ' +
+    'signed with HMAC-SHA256 or sent with a token',
   notify:
-    'a YAML file of notification receivers (webhook URLs by secret reference) and default rules: who hears of runs that fail or succeed',
+    'a YAML file of notification receivers (webhook URLs by secret reference) and default rules: ' +
+    'who hears of runs that fail, succeed or miss their deadline',
   pod_ca:
-    "kubernetes executor: secret:NAME[/KEY] or configmap:NAME[/KEY] (key default ca.crt) in the pods' namespace: the CA pods' agents verify an https:// --pod-server-url with",
+    "kubernetes executor: secret:NAME[/KEY] or configmap:NAME[/KEY] (key default ca.crt) in the pods' namespace: " +
+    "the CA pods' agents verify an https:// --pod-server-url with",
 };
 
 /** What a stop may take past its shutdown and kill graces before the process exits anyway. */

@@ -45,7 +45,8 @@ function statusText(h: GetHealthResponse): string {
     const late = Number(h.lastFullStepLateMs);
     const ago = (Date.now() - timestampDate(h.lastFullStepAt).getTime()) / 1000;
     lines.push(
-      `leader     ${h.leaderId}${h.leader ? ' (this replica)' : ''}; last full step ${ago.toFixed(1)} s ago, ${late === 0 ? 'on time' : `${(late / 1000).toFixed(1)} s late`}`,
+      `leader     ${h.leaderId}${h.leader ? ' (this replica)' : ''}; last full step ${ago.toFixed(1)} s ago, ` +
+        `${late === 0 ? 'on time' : `${(late / 1000).toFixed(1)} s late`}`,
     );
   } else lines.push(`leader     ${h.leaderId} (it has not told its last full step yet)`);
   lines.push(`queue      ${h.dispatchQueueDepth}/${h.dispatchQueueCapacity} in this replica's dispatch queue`);
@@ -65,7 +66,8 @@ export function registerStatus(program: Command, clients: () => Clients): void {
   program
     .command('status')
     .description(
-      "the cluster's health at a glance: this replica, the database, the leader's loop, the queue, the agents (exit 1 when not live or not ready)",
+      "the cluster's health at a glance: this replica, the database, the leader's loop, the queue, " +
+        'the agents (exit 1 when not live or not ready)',
     )
     .option('-o, --output <format>', 'table | json', 'table')
     .action(async (opts: { output: string }) => {

@@ -67,7 +67,8 @@ export function registerToken(program: Command, clients: () => Clients): void {
     .description('create a token: its secret is printed once, on stdout, and never again')
     .requiredOption(
       '--role <role>',
-      'viewer (reads) | operator (+ trigger, cancel, clear, pause, drain) | admin (+ apply and delete DAGs, clean history, tokens) | agent',
+      'viewer (reads) | operator (+ trigger, cancel, clear, pause, drain) | admin (+ apply and delete DAGs, ' +
+        'clean history, tokens) | agent',
     )
     .option('--name <name>', 'what it is for, shown in lists', '')
     .option('--agent-pattern <glob>', 'role agent: the agent ids it may say Hello as, e.g. gpu-* or worker-1')
@@ -91,7 +92,8 @@ export function registerToken(program: Command, clients: () => Clients): void {
         else {
           process.stdout.write(`${secret}\n`);
           process.stderr.write(
-            `created token ${t.id} (role ${t.role}${t.agentPattern ? `, agent ids ${t.agentPattern}` : ''}); its secret is above and is not shown again\n`,
+            `created token ${t.id} (role ${t.role}${t.agentPattern ? `, agent ids ${t.agentPattern}` : ''}); ` +
+              `its secret is above and is not shown again\n`,
           );
         }
       },
@@ -135,7 +137,8 @@ export function registerToken(program: Command, clients: () => Clients): void {
       // Straight in the database no server answers: each ends the token's streams when told.
       const cut = opts.databaseUrl
         ? 'the servers end its open streams as they are told'
-        : `ended ${streamsCut} open stream${streamsCut === 1 ? '' : 's'} on this server; the other replicas end theirs as they are told`;
+        : `ended ${streamsCut} open stream${streamsCut === 1 ? '' : 's'} on this server; ` +
+          `the other replicas end theirs as they are told`;
       process.stdout.write(`revoked token ${id}: ${cut}\n`);
     });
 }

@@ -13,7 +13,10 @@ export function controlPlaneNamespaceIssues(spec: DagSpec, controlPlaneNamespace
       ? [
           {
             path: `tasks[${i}].kubernetes.namespace`,
-            message: `${JSON.stringify(controlPlaneNamespace)} is the control plane's own namespace: its Secrets (the database URL, the admin token) and its ServiceAccount are not for tasks; leave namespace out (the tasks' namespace) or name another`,
+            message:
+              `${JSON.stringify(controlPlaneNamespace)} is the control plane's own namespace: ` +
+              `its Secrets (the database URL, the admin token) and its ServiceAccount are not for tasks; ` +
+              `leave namespace out (the tasks' namespace) or name another`,
           },
         ]
       : [],

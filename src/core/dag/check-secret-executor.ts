@@ -20,7 +20,9 @@ export function secretExecutorIssues(
     if (!('kubernetes' in ref)) continue;
     issues.push({
       path: `${taskPath}.env.${name}.secret.kubernetes`,
-      message: `a Kubernetes Secret (${describeSecretRef(ref)}) is only given to pods: it needs executor: kubernetes, and this task's executor is ${executor}${why}`,
+      message:
+        `a Kubernetes Secret (${describeSecretRef(ref)}) is only given to pods: it needs executor: ` +
+        `kubernetes, and this task's executor is ${executor}${why}`,
     });
   }
   return issues;

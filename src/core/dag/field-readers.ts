@@ -146,7 +146,9 @@ export function readStringMap(
     if (what === 'environment variable' && !ENV_NAME_PATTERN.test(key)) {
       issues.push({
         path: p,
-        message: `invalid environment variable name "${key}": expected letters, digits and "_", not starting with a digit`,
+        message:
+          `invalid environment variable name "${key}": expected letters, digits and "_", ` +
+          `not starting with a digit`,
       });
     } else if (what === 'label' && key === '') {
       issues.push({ path: p, message: 'label names must not be empty' });

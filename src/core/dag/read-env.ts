@@ -40,7 +40,9 @@ export function readEnv(value: unknown, path: string, issues: DagIssue[]): TaskE
     if (!ENV_NAME_PATTERN.test(name)) {
       issues.push({
         path: p,
-        message: `invalid environment variable name "${name}": expected letters, digits and "_", not starting with a digit`,
+        message:
+          `invalid environment variable name "${name}": expected letters, digits and "_", ` +
+          `not starting with a digit`,
       });
       continue;
     }

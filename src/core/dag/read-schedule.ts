@@ -33,7 +33,9 @@ export function readSchedule(value: unknown, path: string, timezone: string, iss
     const count = trimmed === '' ? 0 : fields.length;
     issues.push({
       path,
-      message: `invalid cron expression ${describe(value)}: expected 5 fields (minute hour day-of-month month day-of-week) or 6 (with seconds first), got ${count}`,
+      message:
+        `invalid cron expression ${describe(value)}: ` +
+        `expected 5 fields (minute hour day-of-month month day-of-week) or 6 (with seconds first), got ${count}`,
     });
     return undefined;
   }

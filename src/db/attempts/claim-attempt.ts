@@ -46,11 +46,13 @@ export async function claimAttempts(
     }[]
   >`
     with c as (
-      select * from unnest(${claims.map((c) => c.tiId)}::bigint[], ${claims.map((c) => c.agentId) as string[]}::text[]) as c(id, agent_id)),
+      select * from unnest(${claims.map((c) => c.tiId)}::bigint[],
+        ${claims.map((c) => c.agentId) as string[]}::text[]) as c(id, agent_id)),
     claimed as (
       update task_instances t set ${claimSet(sql, sql`${executor}`)}
       from c, dag_runs r
-      where t.id = c.id and t.state = any(${CLAIM_FROM}::text[]) and r.id = t.run_id and r.state in (${inlineLiterals(sql, STARTED_RUN_STATES)})
+      where t.id = c.id and t.state = any(${CLAIM_FROM}::text[]) and r.id = t.run_id and r.state in
+        (${inlineLiterals(sql, STARTED_RUN_STATES)})
       returning ${claimReturning(sql)}),
     ev as (${tiEvents(sql, EVENT_KIND.tiState, sql`claimed`, claimEvent(sql))})
     select id, try_number, max_tries, attempt_token, dispatch_key, agent_id from claimed`;

@@ -15,9 +15,11 @@ export function claimSet(sql: Sql, executor: Fragment): Fragment {
     state = 'queued', try_number = t.try_number + 1, attempt_token = gen_random_uuid(),
     dispatch_key = r.dag_id || '-' || t.run_id || '-' || t.task_id || '-' || (t.try_number + 1),
     executor = ${executor}, queued_at = now(), started_at = null, heartbeat_at = null, ended_at = null,
-    exit_code = null, signal = null, error = null, pid = null, agent_id = c.agent_id, pending_reason = null, next_try_at = null,
+    exit_code = null, signal = null, error = null, pid = null, agent_id = c.agent_id, pending_reason = null,
+      next_try_at = null,
     delivered_to = null,
-    ready_at = case t.state when 'scheduled' then coalesce(t.ready_at, now()) when 'up_for_retry' then least(coalesce(t.next_try_at, now()), now()) else now() end`;
+    ready_at = case t.state when 'scheduled' then coalesce(t.ready_at, now()) when 'up_for_retry' then
+      least(coalesce(t.next_try_at, now()), now()) else now() end`;
 }
 
 /** The RETURNING list of a claim: what a `Claim` is made of, and what `claimEvent` reads. */

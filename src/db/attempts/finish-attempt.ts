@@ -93,7 +93,8 @@ const endedAt = (sql: Sql) => sql`least(now(), coalesce(to_timestamp(r.ended_ms 
 const endColumns = (sql: Sql) => sql`
   state = case when r.ok then 'success' when t.try_number < t.max_tries then 'up_for_retry' else 'failed' end,
   next_try_at = case when not r.ok and t.try_number < t.max_tries
-    then now() + least(t.retry_delay_ms * power(2, least(t.try_number - 1, 30)), t.max_retry_delay_ms) * interval '1 millisecond'
+    then now() + least(t.retry_delay_ms * power(2, least(t.try_number - 1, 30)), t.max_retry_delay_ms) *
+      interval '1 millisecond'
     end,
   ended_at = greatest(${endedAt(sql)}, t.started_at), exit_code = r.exit_code, signal = r.signal,
   error = r.error, pid = null`;
@@ -116,7 +117,8 @@ export function finishAttempts(sql: Sql, ends: End[]) {
       from r
       where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token
         and t.state = any(${ATTEMPT_END_FROM as string[]}::text[])
-      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.signal, t.error, t.next_try_at, t.attempt_token,
+      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.signal, t.error, t.next_try_at,
+        t.attempt_token,
         t.started_at, t.ended_at),
     ev as (${tiEvents(sql, EVENT_KIND.tiState, sql`moved`, endEvent(sql))}),
     out as (${outputsInsert(sql)})
@@ -134,7 +136,8 @@ export function startAndFinishAttempts(
   sql: Sql,
   reports: (End & { pid: number | null; agentId: string | null; reportedAt: number })[],
 ) {
-  const extra = sql`, ${reports.map((o) => o.pid) as number[]}::int[], ${reports.map((o) => o.agentId) as string[]}::text[],
+  const extra = sql`, ${reports.map((o) => o.pid) as number[]}::int[],
+    ${reports.map((o) => o.agentId) as string[]}::text[],
     ${reports.map((o) => o.reportedAt)}::float8[]`;
   // Each attempt's start (if it was not running yet), then its end.
   const events = sql`
@@ -159,7 +162,8 @@ export function startAndFinishAttempts(
       from r join was w on w.id = r.id
       where t.id = r.id and t.try_number = r.try and t.attempt_token = r.token
         and t.state = any(${START_OR_END_FROM}::text[])
-      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.signal, t.error, t.next_try_at, t.attempt_token,
+      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.exit_code, t.signal, t.error, t.next_try_at,
+        t.attempt_token,
         t.agent_id, w.starting, r.pid, t.started_at, t.ended_at, t.ready_at),
     ev as (${insertEvents(sql, events)}),
     out as (${outputsInsert(sql)})

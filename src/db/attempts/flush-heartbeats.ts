@@ -14,7 +14,8 @@ export async function flushHeartbeats(
   if (attempts.length === 0) return new Set();
   const rows = await sql<{ id: string }[]>`
     update task_instances t set heartbeat_at = now()
-    from unnest(${attempts.map((a) => a.tiId)}::bigint[], ${attempts.map((a) => a.attemptToken)}::uuid[]) as h(id, token)
+    from unnest(${attempts.map((a) => a.tiId)}::bigint[], ${attempts.map((a) => a.attemptToken)}::uuid[]) as
+      h(id, token)
     where t.id = h.id and t.attempt_token = h.token and t.state = any(${ACTIVE_TI_STATES as string[]}::text[])
     returning t.id`;
   return new Set(rows.map((r) => r.id));

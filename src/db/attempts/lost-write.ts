@@ -11,7 +11,8 @@ export function lostSet(sql: Sql, error: Fragment): Fragment {
   return sql`
     state = case when try_number < max_tries then 'up_for_retry' else 'failed' end,
     next_try_at = case when try_number < max_tries
-      then now() + least(retry_delay_ms * power(2, least(try_number - 1, 30)), max_retry_delay_ms) * interval '1 millisecond'
+      then now() + least(retry_delay_ms * power(2, least(try_number - 1, 30)), max_retry_delay_ms) * interval
+        '1 millisecond'
       end,
     ended_at = now(), error = ${error}, pid = null, attempt_token = null`;
 }
@@ -31,11 +32,13 @@ export function freeLostSet(sql: Sql, error: Fragment, maxFree: number): Fragmen
     max_tries = max_tries + case when ${free} then 1 else 0 end,
     free_tries = free_tries + case when ${free} then 1 else 0 end,
     next_try_at = case when ${free} then now() when try_number < max_tries
-      then now() + least(retry_delay_ms * power(2, least(try_number - 1, 30)), max_retry_delay_ms) * interval '1 millisecond'
+      then now() + least(retry_delay_ms * power(2, least(try_number - 1, 30)), max_retry_delay_ms) * interval
+        '1 millisecond'
       end,
     ended_at = now(), pid = null, attempt_token = null,
     error = case when ${free} then ${error}::text
-      else ${error}::text || ' (spent a try: its ' || ${maxFree}::int || ' free retries for lost nodes and evictions are used, --max-free-retries)'
+      else ${error}::text || ' (spent a try: its ' || ${maxFree}::int ||
+        ' free retries for lost nodes and evictions are used, --max-free-retries)'
       end`;
 }
 

@@ -19,5 +19,10 @@ export async function notePendingReason(
       where id = ${a.tiId} and try_number = ${a.tryNumber} and attempt_token = ${a.attemptToken}
         and state in (${inlineLiterals(sql, ACTIVE_TI_STATES)}) and pending_reason is distinct from ${reason}
       returning id, run_id, task_id, try_number, pending_reason)
-    ${tiEvents(sql, EVENT_KIND.tiPending, sql`moved`, sql`jsonb_build_object('task_id', task_id, 'try', try_number, 'reason', pending_reason)`)}`;
+    ${tiEvents(
+      sql,
+      EVENT_KIND.tiPending,
+      sql`moved`,
+      sql`jsonb_build_object('task_id', task_id, 'try', try_number, 'reason', pending_reason)`,
+    )}`;
 }

@@ -23,7 +23,8 @@ export async function recordDeliveries(sql: Sql, ds: Delivery[]): Promise<Set<st
   const rows = await sql<{ id: string; token: string; incarnation: string }[]>`
     update task_instances t set delivered_to = d.incarnation
     from unnest(${ds.map((d) => d.tiId)}::bigint[], ${ds.map((d) => d.attemptToken)}::uuid[],
-                ${ds.map((d) => d.agentId)}::text[], ${ds.map((d) => d.incarnationId)}::uuid[]) as d(id, token, agent_id, incarnation)
+                ${ds.map((d) => d.agentId)}::text[], ${ds.map((d) => d.incarnationId)}::uuid[]) as d(id, token,
+                  agent_id, incarnation)
     where t.id = d.id and t.attempt_token = d.token and t.agent_id = d.agent_id
       and t.state = any(${ACTIVE_TI_STATES as string[]}::text[])
       and (t.delivered_to is null or t.delivered_to = d.incarnation)

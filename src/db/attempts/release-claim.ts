@@ -30,7 +30,8 @@ export function releaseMove(
   return sql`
     update task_instances set state = 'scheduled', try_number = try_number - 1, attempt_token = null,
       dispatch_key = null, agent_id = null, queued_at = null, pending_reason = ${reason}
-    where id = ${a.tiId} and try_number = ${a.tryNumber} and attempt_token = ${a.attemptToken} and state in (${inlineLiterals(sql, CLAIMED_TI_STATES)})
+    where id = ${a.tiId} and try_number = ${a.tryNumber} and attempt_token = ${a.attemptToken} and state in
+      (${inlineLiterals(sql, CLAIMED_TI_STATES)})
       and ${guard}
     returning id, run_id, task_id, try_number`;
 }

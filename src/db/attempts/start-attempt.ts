@@ -33,7 +33,8 @@ export type StartedRow = { id: string; try_number: number; token: string; dag_id
 
 /** The DAG of a row with a run_id, and its wait (ready → started), for the metrics. */
 export const startFigures = (sql: Sql) =>
-  sql`(select d.dag_id from dag_runs d where d.id = run_id) as dag_id, extract(epoch from started_at - ready_at)::float8 as waited_s`;
+  sql`(select d.dag_id from dag_runs d where d.id = run_id) as dag_id, extract(epoch from started_at -
+    ready_at)::float8 as waited_s`;
 
 /**
  * queued → running for many attempts in one statement, each only if it is still the current
@@ -44,7 +45,8 @@ export function startAttempts(sql: Sql, reports: StartReport[]) {
   return sql<StartedRow[]>`
     with r as (
       select * from unnest(${reports.map((o) => o.tiId)}::bigint[], ${reports.map((o) => o.tryNumber)}::int[],
-                           ${reports.map((o) => o.attemptToken)}::uuid[], ${reports.map((o) => o.pid) as number[]}::int[],
+                           ${reports.map((o) => o.attemptToken)}::uuid[],
+                             ${reports.map((o) => o.pid) as number[]}::int[],
                            ${reports.map((o) => o.agentId) as string[]}::text[],
                            ${reports.map((o) => o.reportedAt)}::float8[])
         as r(id, try, token, pid, agent_id, reported_ms)),

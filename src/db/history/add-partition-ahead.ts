@@ -16,10 +16,10 @@ const PARTITIONS_PER_RETENTION = 30n;
  * partitions are kept whatever the load and the period: a day each at 30 days, three at 90. With
  * retention off (`retentionMs` null) nothing is ever dropped, and the new range is as wide as every
  * id used so far (a day's worth at least): their number grows with the logarithm of the history,
- * not one a day, until ranges reach MAX_SPAN ids. When ids have outrun every range (no leader made one in time, and their rows went to the
- * default partition meanwhile), the new range starts a margin above the highest id, where no row
- * can be on its way yet. Attaching does not block writers (a SHARE UPDATE EXCLUSIVE lock on the
- * table; the default partition, which it checks holds no row of the range, is locked briefly).
+ * not one a day, until ranges reach MAX_SPAN ids. When ids have outrun every range (no leader made one in
+ * time, and their rows went to the default partition meanwhile), the new range starts a margin above the
+ * highest id, where no row can be on its way yet. Attaching does not block writers (a SHARE UPDATE EXCLUSIVE
+ * lock on the table; the default partition, which it checks holds no row of the range, is locked briefly).
  * Resolves the partition added, or null when none was needed or another replica just added it.
  */
 export async function addPartitionAhead(

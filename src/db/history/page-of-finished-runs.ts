@@ -42,7 +42,12 @@ export async function pageOfFinishedRuns(sql: Sql, q: FinishedRunsQuery): Promis
         ${kept === null ? sql`` : sql`and r.id < coalesce(k.from_id, 0)`}) as finished,
       (select count(*) from task_instances t where t.run_id = r.id)::int as tis
     from dag_runs r
-    ${kept === null ? sql`` : sql`left join unnest(${kept.map(([d]) => d)}::text[], ${kept.map(([, f]) => f)}::bigint[]) k(dag_id, from_id) on k.dag_id = r.dag_id`}
+    ${
+      kept === null
+        ? sql``
+        : sql`left join unnest(${kept.map(([d]) => d)}::text[], ${kept.map(([, f]) => f)}::bigint[]) k(dag_id, from_id)
+            on k.dag_id = r.dag_id`
+    }
     where r.id > ${q.after}::bigint ${q.dagId === undefined ? sql`` : sql`and r.dag_id = ${q.dagId}`}
     order by r.id
     limit ${q.scan}`;

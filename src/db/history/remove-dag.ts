@@ -22,7 +22,8 @@ export async function removeDag(sql: Sql, dagId: string): Promise<RemoveDagOutco
     const [dag] = await tx`select 1 from dags where dag_id = ${dagId} for update`;
     if (!dag) return { kind: 'not_found' as const };
     const runs = await tx<{ id: string; active: boolean }[]>`
-      select id, state in (${inlineLiterals(tx, ACTIVE_RUN_STATES)}) as active from dag_runs where dag_id = ${dagId} order by id`;
+      select id, state in (${inlineLiterals(tx, ACTIVE_RUN_STATES)}) as active from dag_runs where dag_id =
+        ${dagId} order by id`;
     const active = runs.filter((r) => r.active).map((r) => r.id);
     if (active.length > 0) return { kind: 'active_runs' as const, runIds: active };
     const counts = await removeRunsIn(
@@ -32,7 +33,8 @@ export async function removeDag(sql: Sql, dagId: string): Promise<RemoveDagOutco
     );
     const [ev] = await tx<{ n: number }[]>`
       with e as (
-        delete from events where run_id is null and kind = ${EVENT_KIND.dagApplied} and payload->>'dag_id' = ${dagId} returning 1)
+        delete from events where run_id is null and kind = ${EVENT_KIND.dagApplied} and payload->>'dag_id' =
+          ${dagId} returning 1)
       select count(*)::int as n from e`;
     await tx`delete from dags where dag_id = ${dagId}`;
     return { kind: 'removed' as const, counts: { ...counts, events: counts.events + ev!.n } };

@@ -28,7 +28,9 @@ export interface RemovalGuard {
 
 const guardOf = (sql: Sql | TxSql, g: RemovalGuard, alias?: string): Fragment => {
   const col = (c: string) => (alias ? sql`${sql(alias)}.${sql(c)}` : sql`${sql(c)}`);
-  return sql`${col('state')} in (${inlineLiterals(sql, TERMINAL_RUN_STATES)}) ${g.endedBefore ? sql`and ${col('ended_at')} < ${g.endedBefore}` : sql``}`;
+  return sql`${col('state')} in (${inlineLiterals(sql, TERMINAL_RUN_STATES)}) ${
+    g.endedBefore ? sql`and ${col('ended_at')} < ${g.endedBefore}` : sql``
+  }`;
 };
 
 /**

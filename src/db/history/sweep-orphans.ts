@@ -30,7 +30,8 @@ export async function sweepOrphans(
   limit: number,
 ): Promise<SweepResult> {
   const [first] = await sql<{ key: string | null }[]>`
-    select min(${sql(table.key)})::text as key from ${sql(partition)} where ${sql(table.key)} >= ${String(from)}::bigint`;
+    select min(${sql(table.key)})::text as key from ${sql(partition)} where ${sql(table.key)} >=
+      ${String(from)}::bigint`;
   if (!first?.key) return { deleted: 0, next: null };
   const lo = BigInt(first.key);
   const hi = lo + WINDOW;
@@ -61,9 +62,11 @@ export async function onlyUnfinishedOwnersLeft(sql: Sql, table: HistoryTable, p:
   const [row] =
     table.owner === 'dag_runs'
       ? await sql<{ finished: boolean }[]>`
-          select exists (select 1 from dag_runs where id >= ${from}::bigint and id < ${to}::bigint and state in (${finished})) as finished`
+          select exists (select 1 from dag_runs where id >= ${from}::bigint and id < ${to}::bigint and state in
+            (${finished})) as finished`
       : await sql<{ finished: boolean }[]>`
           select exists (select 1 from task_instances t join dag_runs r on r.id = t.run_id
-                         where t.id >= ${from}::bigint and t.id < ${to}::bigint and r.state in (${finished})) as finished`;
+                         where t.id >= ${from}::bigint and t.id < ${to}::bigint and r.state in (${finished})) as
+                           finished`;
   return !row!.finished;
 }

@@ -180,7 +180,8 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
     kept as (
       update dag_runs r set plan_epoch = r.plan_epoch
       from want w where r.id = w.run_id and r.id = any(${runIds}::bigint[]) and not w.start
-        and r.state = any(${STARTED_RUN_STATES as string[]}::text[]) and r.plan_epoch = w.epoch and r.poison_error is null
+        and r.state = any(${STARTED_RUN_STATES as string[]}::text[]) and r.plan_epoch = w.epoch and
+          r.poison_error is null
         and r.id not in (select run_id from spoiled)
       returning r.id),
     ${

@@ -32,13 +32,15 @@ export function finalizeRunsQuery(sql: Sql, runs: RunEnd[]): PendingQuery<{ id: 
   const expect = runs.flatMap((r) => (r.expect ?? []).map((e) => ({ runId: r.runId, ...e })));
   return sql<{ id: string }[]>`
     with want as (
-      select * from unnest(${runs.map((r) => r.runId)}::bigint[], ${runs.map((r) => r.epoch)}::bigint[], ${runs.map((r) => r.outcome)}::text[])
+      select * from unnest(${runs.map((r) => r.runId)}::bigint[], ${runs.map((r) => r.epoch)}::bigint[],
+        ${runs.map((r) => r.outcome)}::text[])
         as w(run_id, epoch, outcome)),
     ${
       expect.length > 0
         ? sql`
     x as (
-      select * from unnest(${expect.map((e) => e.runId)}::bigint[], ${expect.map((e) => e.tiId)}::bigint[], ${expect.map((e) => e.state)}::text[])
+      select * from unnest(${expect.map((e) => e.runId)}::bigint[], ${expect.map((e) => e.tiId)}::bigint[],
+        ${expect.map((e) => e.state)}::text[])
         as x(run_id, ti_id, state)),
     -- Ends decided from states assumed that do not hold: those runs are left alone.
     spoiled as (
@@ -52,7 +54,8 @@ export function finalizeRunsQuery(sql: Sql, runs: RunEnd[]): PendingQuery<{ id: 
     moved as (
       update dag_runs r set state = w.outcome, ended_at = now(), settled_at = coalesce(r.settled_at, now())
       from want w
-      where r.id = w.run_id and r.id = any(${runs.map((r) => r.runId)}::bigint[]) and r.state in (${inlineLiterals(sql, RUN_END_FROM)}) and r.plan_epoch = w.epoch
+      where r.id = w.run_id and r.id = any(${runs.map((r) => r.runId)}::bigint[]) and r.state in
+        (${inlineLiterals(sql, RUN_END_FROM)}) and r.plan_epoch = w.epoch
         ${expect.length > 0 ? sql`and r.id not in (select run_id from spoiled)` : sql``}
         and not exists (select 1 from task_instances ti where ti.run_id = r.id
                         and ti.state <> all(${TERMINAL_TI_STATES as string[]}::text[]))

@@ -27,7 +27,8 @@ export async function orphanRuns(
   scan?: OrphanScan,
 ): Promise<{ runs: { id: string; dag_id: string }[]; next: string }> {
   const window = scan
-    ? sql`(select id from dag_runs where state in (${inlineLiterals(sql, RUN_END_FROM)}) and id > ${scan.after}::bigint order by id limit ${scan.runs})`
+    ? sql`(select id from dag_runs where state in (${inlineLiterals(sql, RUN_END_FROM)}) and id >
+      ${scan.after}::bigint order by id limit ${scan.runs})`
     : sql`(select id from dag_runs where state in (${inlineLiterals(sql, RUN_END_FROM)}))`;
   const rows = await sql<{ id: string | null; dag_id: string | null; scanned: number; last: string | null }[]>`
     with s as materialized ${window},
@@ -58,7 +59,8 @@ export async function reapRun(sql: Sql, runId: string, thresholdMs: number): Pro
     with moved as (
       update dag_runs r set
         state = case when exists (select 1 from task_instances t where t.run_id = r.id
-                                  and t.state not in (${inlineLiterals(sql, SUCCEEDED_TI_STATES)})) then 'failed' else 'success' end,
+                                  and t.state not in (${inlineLiterals(sql, SUCCEEDED_TI_STATES)})) then
+                                    'failed' else 'success' end,
         ended_at = now(), settled_at = coalesce(settled_at, now())
       where r.id = ${runId} and r.state in (${inlineLiterals(sql, RUN_END_FROM)})
         and not exists (select 1 from task_instances t where t.run_id = r.id and t.state = any(${UNSETTLED}::text[]))
@@ -67,7 +69,12 @@ export async function reapRun(sql: Sql, runId: string, thresholdMs: number): Pro
             < now() - ${thresholdMs} * interval '1 millisecond'
         and not exists (select 1 from dags d where d.dag_id = r.dag_id and d.paused)
       returning r.id, r.state),
-    ev as (${runEvents(sql, EVENT_KIND.runState, sql`moved`, sql`jsonb_build_object('to', state, 'reason', 'orphan_reaped')`)})
+    ev as (${runEvents(
+      sql,
+      EVENT_KIND.runState,
+      sql`moved`,
+      sql`jsonb_build_object('to', state, 'reason', 'orphan_reaped')`,
+    )})
     select state from moved`;
   return row?.state ?? null;
 }

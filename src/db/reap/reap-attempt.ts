@@ -14,7 +14,9 @@ export type ReapVerdict = 'up_for_retry' | 'failed' | 'skipped';
  * cleared, as a clear does, so nothing the lost holder reports afterwards is applied.
  */
 export async function reapAttempt(sql: Sql, a: StaleAttempt, thresholdMs: number): Promise<ReapVerdict> {
-  const error = `agent_lost: no heartbeat for more than ${Math.round(thresholdMs / 1000)}s (last sign of life ${a.last_seen.toISOString()})`;
+  const error =
+    `agent_lost: no heartbeat for more than ${Math.round(thresholdMs / 1000)}s ` +
+    `(last sign of life ${a.last_seen.toISOString()})`;
   const [row] = await sql<{ state: ReapVerdict }[]>`
     with moved as (
       update task_instances set ${lostSet(sql, sql`${error}`)}

@@ -14,7 +14,9 @@ import type { ReapVerdict } from './reap-attempt.js';
  * reports afterwards is applied.
  */
 export async function timeOutAttempt(sql: Sql, a: OverdueAttempt, graceMs: number): Promise<ReapVerdict> {
-  const error = `timed out after ${a.timeout_ms} ms (ended by the control plane: still running ${graceMs} ms past the timeout)`;
+  const error =
+    `timed out after ${a.timeout_ms} ms (ended by the control plane: ` +
+    `still running ${graceMs} ms past the timeout)`;
   const [row] = await sql<{ state: ReapVerdict }[]>`
     with moved as (
       update task_instances set ${lostSet(sql, sql`${error}`)}

@@ -39,7 +39,8 @@ export async function traceSources(
       select seq::text as seq, run_id::text as run_id, ti_id::text as ti_id, kind, payload, at
       from events
       where run_id = any(${o.runIds}::bigint[]) and seq <= ${o.upTo}::bigint
-        and ((kind = 'ti.state' and ti_id = any(${o.tiIds}::bigint[])) or (kind = 'run.state' and ti_id is null and run_id = any(${o.endedRunIds}::bigint[])))
+        and ((kind = 'ti.state' and ti_id = any(${o.tiIds}::bigint[])) or (kind = 'run.state' and ti_id is null
+          and run_id = any(${o.endedRunIds}::bigint[])))
       order by seq`,
   ]);
   return { runs, events };

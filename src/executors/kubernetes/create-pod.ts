@@ -67,7 +67,9 @@ export async function createPod(o: CreatePodOptions): Promise<CreateOutcome> {
     if (performance.now() + wait > deadline) {
       return {
         kind: 'failed',
-        error: `POD_CREATE_FAILED:${verdict.reason}: the API server did not take the pod within ${Math.round(o.retryMs / 1000)}s${message}`,
+        error:
+          `POD_CREATE_FAILED:${verdict.reason}: ` +
+          `the API server did not take the pod within ${Math.round(o.retryMs / 1000)}s${message}`,
       };
     }
     o.log.warn(

@@ -86,7 +86,8 @@ export function noteEarlierTries(c: EarlierTriesContext, p: PodAttempt): void {
   const left = w.pods.map((name) => watch.get(name)).filter((pod): pod is V1Pod => pod !== undefined);
   const first = left[0];
   if (!first) return;
-  p.statusReason = `EARLIER_TRY_POD:${waitingText(first, podCondition(first))}${left.length > 1 ? ` (and ${left.length - 1} more)` : ''}`;
+  const more = left.length > 1 ? ` (and ${left.length - 1} more)` : '';
+  p.statusReason = `EARLIER_TRY_POD:${waitingText(first, podCondition(first))}${more}`;
   c.pending.note(p);
 }
 

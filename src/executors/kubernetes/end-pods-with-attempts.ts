@@ -55,7 +55,9 @@ export async function endPodsWithAttempts(c: PodsEndContext): Promise<void> {
       const ranS = Math.round((readAt - p.runningAt) / 1000);
       void c.ends.failWithLogTail(
         p,
-        `POD_AGENT_NEVER_CONNECTED: pod ${p.name} ran ${ranS}s and its agent never reported the attempt started to ${c.serverUrl} (check --pod-server-url and the network between the pods and the control plane)`,
+        `POD_AGENT_NEVER_CONNECTED: ` +
+          `pod ${p.name} ran ${ranS}s and its agent never reported the attempt started to ${c.serverUrl} (check ` +
+          `--pod-server-url and the network between the pods and the control plane)`,
         c.graceSeconds,
       );
     }

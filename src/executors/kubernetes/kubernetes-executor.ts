@@ -56,7 +56,10 @@ export class KubernetesExecutor implements Executor {
   readonly #sweep: SweepContext;
   readonly #earlier: EarlierTriesContext;
   readonly #podsEnd: PodsEndContext;
-  /** When the attempts of live pods were last read from the store (ms, performance clock); Infinity while a read is in flight. */
+  /**
+   * When the attempts of live pods were last read from the store (ms, performance clock); Infinity while a
+   * read is in flight.
+   */
   #standingsAt = 0;
   #sweepTimer: NodeJS.Timeout | null = null;
   #leading = false;

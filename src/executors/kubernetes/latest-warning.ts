@@ -10,7 +10,10 @@ const when = (e: CoreV1Event): number => {
   return t ? new Date(t).getTime() : 0;
 };
 
-/** Null when the pod (of this uid, if given) has no Warning event. Ties (second-precision times) go to the later listed. */
+/**
+ * Null when the pod (of this uid, if given) has no Warning event. Ties (second-precision times) go to the
+ * later listed.
+ */
 export function latestWarning(events: readonly CoreV1Event[], podUid?: string): string | null {
   let best: CoreV1Event | null = null;
   for (const e of events) {

@@ -23,7 +23,10 @@ export class PendingReasons {
     this.#log = o.log;
   }
 
-  /** Writes the pod's pending reason if it changed: its status's, or its latest warning's when the status's is generic. */
+  /**
+   * Writes the pod's pending reason if it changed: its status's, or its latest warning's when the status's is
+   * generic.
+   */
   note(p: PodAttempt): void {
     const reason = isGenericPending(p.statusReason) && p.eventReason !== null ? p.eventReason : p.statusReason;
     if (reason === p.pendingReason) return;

@@ -14,7 +14,10 @@ export interface PodAttempt {
   statusReason: string | null;
   /** Its latest Warning event as a pending reason, used while the status gives only a generic one. */
   eventReason: string | null;
-  /** When its events were last listed (ms, performance clock); null: never. Infinity while a list is in flight (a slow API server gets one at a time). */
+  /**
+   * When its events were last listed (ms, performance clock); null: never. Infinity while a list is in flight
+   * (a slow API server gets one at a time).
+   */
   eventsAt: number | null;
   /** Unschedulable since (ms), for the pending timeout; null while it is not. */
   unschedulableSince: number | null;

@@ -22,8 +22,21 @@ const PULL_FAILURES: ReadonlySet<string> = new Set(['ErrImagePull', 'ImagePullBa
  * `toomanyrequests`, a 5xx, a timeout, a reset connection) may pass on the kubelet's next pull, so
  * the pod waits, bounded by the pending timeout.
  */
-const PERMANENT_PULL_FAILURE =
-  /not found|manifest unknown|name unknown|pull access denied|unauthorized|authorization failed|authentication required|forbidden|invalid reference format|\b40[13]\b/i;
+const PERMANENT_PULL_FAILURE = new RegExp(
+  [
+    'not found',
+    'manifest unknown',
+    'name unknown',
+    'pull access denied',
+    'unauthorized',
+    'authorization failed',
+    'authentication required',
+    'forbidden',
+    'invalid reference format',
+    '\\b40[13]\\b',
+  ].join('|'),
+  'i',
+);
 
 export function isPermanentPullFailure(message: string | undefined): boolean {
   return PERMANENT_PULL_FAILURE.test(message ?? '');
@@ -125,7 +138,8 @@ function stuckDeletion(pod: V1Pod, phase: string, nowMs: number): string | null 
   if (!(late > STUCK_DELETION_MS)) return null;
   return withMessage(
     'DeletionNotConfirmed',
-    `pod ${pod.metadata?.name} is still there ${Math.round(late / 1000)}s after its grace period ended: no kubelet on node ${pod.spec.nodeName} confirms its deletion`,
+    `pod ${pod.metadata?.name} is still there ${Math.round(late / 1000)}s after its grace period ended: ` +
+      `no kubelet on node ${pod.spec.nodeName} confirms its deletion`,
   );
 }
 

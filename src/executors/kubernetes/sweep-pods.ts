@@ -62,11 +62,8 @@ export function sweepPods(c: SweepContext): void {
     } else if (p.unschedulableSince === null && now - p.createdAt >= limit) {
       // Scheduled but never running (a volume that does not mount, a sandbox that does not
       // start): held live while pending, so this bound is the only one it has.
-      void c.ends.fail(
-        p,
-        `POD_PENDING_TIMEOUT:${(p.pendingReason ?? 'POD_PENDING').replace(/^POD_PENDING:?/, '') || 'no reason given'} ${longer}`,
-        c.graceSeconds,
-      );
+      const reason = (p.pendingReason ?? 'POD_PENDING').replace(/^POD_PENDING:?/, '') || 'no reason given';
+      void c.ends.fail(p, `POD_PENDING_TIMEOUT:${reason} ${longer}`, c.graceSeconds);
     }
   }
   // Finished: nothing runs in them, so no grace is needed.

@@ -35,7 +35,8 @@ export async function orphansGone(killed: readonly Orphan[], waitMs = 10_000): P
     if (left.length === 0) return;
     if (Date.now() > deadline) {
       throw new Error(
-        `task processes ${left.map((p) => p.pid).join(', ')} left by an earlier process survived SIGKILL for ${waitMs} ms`,
+        `task processes ${left.map((p) => p.pid).join(', ')} left by an earlier process ` +
+          `survived SIGKILL for ${waitMs} ms`,
       );
     }
     await new Promise((r) => setTimeout(r, 10));

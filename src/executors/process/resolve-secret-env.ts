@@ -23,7 +23,9 @@ export function resolveSecretEnv(
     if (value.includes('\0'))
       return {
         ok: false,
-        error: `secret ${name} (${describeSecretRef(ref)}): the value holds a NUL byte, which no process environment can carry`,
+        error:
+          `secret ${name} (${describeSecretRef(ref)}): the value holds a NUL byte, ` +
+          `which no process environment can carry`,
       };
     env.push([name, value]);
   }
@@ -35,7 +37,9 @@ function resolveOne(ref: SecretRef, name: string, from: NodeJS.ProcessEnv): stri
     const v = from[ref.env];
     return v === undefined
       ? {
-          problem: `environment variable ${ref.env} is not set where the task starts (host ${hostname()}, pid ${process.pid})`,
+          problem:
+            `environment variable ${ref.env} is not set where the task starts (host ${hostname()}, ` +
+            `pid ${process.pid})`,
         }
       : v;
   }
@@ -44,7 +48,9 @@ function resolveOne(ref: SecretRef, name: string, from: NodeJS.ProcessEnv): stri
   const v = from[name];
   return v === undefined
     ? {
-        problem: `a Kubernetes Secret is given only to a pod of the kubernetes executor, and ${name} is not set here (host ${hostname()})`,
+        problem:
+          `a Kubernetes Secret is given only to a pod of the kubernetes executor, ` +
+          `and ${name} is not set here (host ${hostname()})`,
       }
     : v;
 }

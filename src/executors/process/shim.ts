@@ -90,7 +90,9 @@ export function shimLines(
   }
   const keptFrom = shared === null ? '' : ` ${STATUS_FD}>&-`;
   lines.push(
-    `if [ -z "$leoflow_signal" ]; then ${command.map(q).join(' ')} </dev/null >>${q(files.stdout)} 2>>${q(files.stderr)}${keptFrom}; leoflow_status=$?; else leoflow_status=$((128 + leoflow_signal)); fi`,
+    `if [ -z "$leoflow_signal" ]; ` +
+      `then ${command.map(q).join(' ')} </dev/null >>${q(files.stdout)} 2>>${q(files.stderr)}${keptFrom}; ` +
+      `leoflow_status=$?; else leoflow_status=$((128 + leoflow_signal)); fi`,
   );
   lines.push(`echo $leoflow_status >${q(files.status)}`);
   if (shared !== null) lines.push(`trap '' PIPE; echo '${tag}end' >&${STATUS_FD} 2>/dev/null`);

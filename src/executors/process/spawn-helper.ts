@@ -88,7 +88,8 @@ export class SpawnHelper {
       const end = hereDocEnd(lines, n);
       tell(
         helper,
-        `${ATTEMPT_DIR_ENV}=${q(attemptDir)} ${q(this.#setsid!)} ${q(this.#shell)} -s ${STATUS_FD}>&1 >/dev/null 2>&1 <<'${end}' &\n${lines}${end}\n`,
+        `${ATTEMPT_DIR_ENV}=${q(attemptDir)} ${q(this.#setsid!)} ${q(this.#shell)} -s ${STATUS_FD}>&1 >/dev/null ` +
+          `2>&1 <<'${end}' &\n${lines}${end}\n`,
       );
     });
   }

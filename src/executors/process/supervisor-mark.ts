@@ -91,7 +91,8 @@ export async function killOrphansOfAgent(
     if (left.length === 0) break;
     if (Date.now() > deadline) {
       throw new Error(
-        `processes ${left.map((p) => p.pid).join(', ')} left by an earlier process of agent ${agentId} survived SIGKILL for ${waitMs} ms: not connecting while they may still run`,
+        `processes ${left.map((p) => p.pid).join(', ')} left by an earlier process of agent ${agentId} ` +
+          `survived SIGKILL for ${waitMs} ms: not connecting while they may still run`,
       );
     }
     await new Promise((r) => setTimeout(r, 20));

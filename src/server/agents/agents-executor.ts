@@ -1,5 +1,5 @@
 import type { Attempt } from '../../core/attempt.js';
-import type { AgentRegistry } from './agent-registry.js';
+import type { AgentHandle } from './agent-registry.js';
 import type { Executor } from '../../executors/executor.js';
 
 /** The store operations the agents executor needs (passed in: executors never import db). */
@@ -8,6 +8,18 @@ export interface AgentsStore {
   release(attempt: Attempt, reason: string, closedSessionId: string): Promise<void>;
   /** Asks the replica holding the agent's stream to deliver the attempt. */
   notifyAssign(agentId: string, tiId: string): Promise<void>;
+}
+
+/** One agent stream as the executor uses it: deliver, cancel, and who holds what. */
+export type AgentStream = Pick<AgentHandle, 'sessionId' | 'assign' | 'cancel' | 'holds'>;
+
+/**
+ * The executor's one port to the agent streams this replica holds (`AgentRegistry` implements it):
+ * the executor never sees how a stream is registered or kept.
+ */
+export interface AgentStreams {
+  get(agentId: string): AgentStream | undefined;
+  all(): Iterable<AgentStream>;
 }
 
 /**
@@ -20,7 +32,7 @@ export class AgentsExecutor implements Executor {
 
   constructor(
     private readonly deps: {
-      registry: AgentRegistry;
+      streams: AgentStreams;
       store: AgentsStore;
       /** The agent's stream is gone: the view placement places from is out of date. */
       onAgentGone(agentId: string): void;
@@ -29,7 +41,7 @@ export class AgentsExecutor implements Executor {
 
   async dispatch(attempt: Attempt): Promise<void> {
     const agentId = attempt.agentId!;
-    const local = this.deps.registry.get(agentId);
+    const local = this.deps.streams.get(agentId);
     if (local) {
       // Refused: another process of the agent has it, or it is over; its end is decided there.
       if ((await local.assign(attempt)) === 'gone') {
@@ -43,7 +55,7 @@ export class AgentsExecutor implements Executor {
 
   /** Stops an attempt held by an agent of this replica (others learn it at their next keepalive). */
   cancel(tiId: string, reason: string): boolean {
-    for (const a of this.deps.registry.all()) if (a.holds(tiId)) return a.cancel(tiId, reason);
+    for (const a of this.deps.streams.all()) if (a.holds(tiId)) return a.cancel(tiId, reason);
     return false;
   }
 

@@ -218,7 +218,8 @@ export class AgentConnection implements AgentHandle {
     if (held === null) return;
     c.limited?.('agents');
     throw new ConnectError(
-      `hello.agent_id: API token "${token.id}" holds ${held} agents, the limit (--max-token-agents ${c.maxTokenAgents}): ` +
+      `hello.agent_id: API token "${token.id}" holds ${held} agents, ` +
+        `the limit (--max-token-agents ${c.maxTokenAgents}): ` +
         `reuse an agent id, or forget gone agents (leoflow agents forget)`,
       Code.ResourceExhausted,
     );
@@ -424,7 +425,8 @@ export class AgentConnection implements AgentHandle {
   #heldElsewhere(): ConnectError {
     this.#log.warn(`agent ${this.agentId} refused: another process holds this agent id on a live stream`);
     return new ConnectError(
-      `agent_id ${JSON.stringify(this.agentId)} is held by another process on a live stream (a different hello.incarnation_id): agent ids must be unique; retry once that stream has ended`,
+      `agent_id ${JSON.stringify(this.agentId)} is held by another process on a live stream (a different ` +
+        `hello.incarnation_id): agent ids must be unique; retry once that stream has ended`,
       Code.AlreadyExists,
     );
   }

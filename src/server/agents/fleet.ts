@@ -99,7 +99,7 @@ export class AgentFleet {
       Math.min(1000, o.keepaliveMs),
     );
     this.executor = new AgentsExecutor({
-      registry: this.registry,
+      streams: this.registry,
       store: {
         release: async (attempt, reason, closedSessionId) => {
           const { heldBy } = await this.#giveBack(attempt, closedSessionId, reason);

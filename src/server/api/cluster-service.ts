@@ -30,7 +30,10 @@ export interface ClusterDeps {
   tickMs: number;
   /** This replica's dispatch queue. */
   dispatchQueue(): { depth: number; capacity: number };
-  /** When this replica began its last full step (ms), while it leads; null otherwise (the leader's is read from its lock session). */
+  /**
+   * When this replica began its last full step (ms), while it leads; null otherwise (the leader's is read
+   * from its lock session).
+   */
   lastFullStepAt(): number | null;
   /** An agent was drained (or, with `undrain`, undrained) by `by`: its stream is told, wherever it is. */
   drained(agentId: string, undrain: boolean, by: Actor): void;
@@ -78,21 +81,30 @@ function forgetRefusal(
   if (o.outcome === 'unknown') return new NotFoundError(`agent "${agentId}" not found`);
   if (o.outcome === 'connected') {
     const seen = o.lastSeenAt
-      ? `, last seen ${formatDuration(Math.max(0, Math.round((Date.now() - o.lastSeenAt.getTime()) / 1000) * 1000))} ago`
+      ? `, last seen ${formatDuration(Math.max(0, Math.round((Date.now() - o.lastSeenAt.getTime()) / 1000) * 1000))} ` +
+        `ago`
       : '';
     return new FailedPreconditionError(
-      `agent "${agentId}" is connected (to replica ${o.replica ?? '?'}${seen}): only a disconnected agent can be forgotten; stop the agent first (\`leoflow agents drain ${agentId}\` lets it finish its work)`,
+      `agent "${agentId}" is connected (to replica ${o.replica ?? '?'}${seen}): ` +
+        `only a disconnected agent can be forgotten; ` +
+        `stop the agent first (\`leoflow agents drain ${agentId}\` lets it finish its work)`,
     );
   }
   const named = o.first.map((a) => `run ${a.runId} task ${a.taskId} ${a.state}`).join(', ');
   const more = o.attempts > o.first.length ? `, and ${o.attempts - o.first.length} more` : '';
   return new FailedPreconditionError(
-    `agent "${agentId}" still holds ${o.attempts} attempt${o.attempts === 1 ? '' : 's'} (${named}${more}): only an agent no queued or running attempt names can be forgotten; ` +
-      `cancel them (\`leoflow run cancel RUN --task TASK\`) or wait for them to end (an attempt whose agent is gone is ended as lost ${formatDuration(heartbeatThresholdMs)} after its last heartbeat)`,
+    `agent "${agentId}" still holds ${o.attempts} attempt${o.attempts === 1 ? '' : 's'} (${named}${more}): ` +
+      `only an agent no queued or running attempt names can be forgotten; ` +
+      `cancel them (\`leoflow run cancel RUN --task TASK\`) ` +
+      `or wait for them to end (an attempt whose agent is gone is ended as lost ` +
+      `${formatDuration(heartbeatThresholdMs)} after its last heartbeat)`,
   );
 }
 
-/** The leader's id (and what it last said of its loop) and every replica connected to the database, each with its role. */
+/**
+ * The leader's id (and what it last said of its loop) and every replica connected to the database, each with
+ * its role.
+ */
 async function replicasWithLeader(sql: Sql) {
   const [leader, replicas] = await Promise.all([currentLeader(sql, LEADER_LOCK_KEY), listReplicas(sql)]);
   const leaderId = leader?.replicaId ?? null;

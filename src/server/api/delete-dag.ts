@@ -51,8 +51,10 @@ export async function deleteDagWithHistory(
           force
             ? `DAG "${dagId}" keeps getting new runs (${shown}); pause it and try again`
             : ids.length === 1
-              ? `DAG "${dagId}" has 1 run that has not ended (${shown}): cancel it first, or force (--force) to cancel it and delete`
-              : `DAG "${dagId}" has ${ids.length} runs that have not ended (${shown}): cancel them first, or force (--force) to cancel them and delete`,
+              ? `DAG "${dagId}" has 1 run that has not ended (${shown}): cancel it first, or force (--force) ` +
+                `to cancel it and delete`
+              : `DAG "${dagId}" has ${ids.length} runs that have not ended (${shown}): cancel them first, ` +
+                `or force (--force) to cancel them and delete`,
         );
       }
       if (!(await setDagPaused(deps.sql, dagId, true))) throw new NotFoundError(`DAG "${dagId}" not found`);

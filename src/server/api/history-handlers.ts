@@ -100,14 +100,16 @@ async function cleanQueryOf(sql: Sql, req: CleanHistoryRequest): Promise<CleanQu
   if (before.getTime() > Date.now()) {
     throw new InvalidArgumentError(
       'before',
-      `${before.toISOString()} is in the future: only runs that have ended can be removed, so give a time that has passed`,
+      `${before.toISOString()} is in the future: only runs that have ended can be removed, ` +
+        `so give a time that has passed`,
     );
   }
   const keepLast = req.keepLast ?? DEFAULT_KEEP_LAST;
   if (keepLast < 0 || keepLast > MAX_KEEP_LAST) {
     throw new InvalidArgumentError(
       'keep_last',
-      `must be 0 to ${MAX_KEEP_LAST} (each DAG's latest finished runs to keep), got ${keepLast}: to keep more history, give an earlier before`,
+      `must be 0 to ${MAX_KEEP_LAST} (each DAG's latest finished runs to keep), got ${keepLast}: ` +
+        `to keep more history, give an earlier before`,
     );
   }
   const dagId = req.dagId || undefined;

@@ -35,9 +35,9 @@ function checkStrings(v: unknown, path: string, field: string): void {
 }
 
 /**
- * A run's conf from TriggerRun's `conf_json` (or SendEvent's `payload_json`, `field`): a JSON object of at most LIMITS.confBytes, nested at
- * most LIMITS.confDepth deep, every string storable. Checked in that order, so the size and the
- * depth are known before anything parses it.
+ * A run's conf from TriggerRun's `conf_json` (or SendEvent's `payload_json`, `field`): a JSON object of at
+ * most LIMITS.confBytes, nested at most LIMITS.confDepth deep, every string storable. Checked in that order,
+ * so the size and the depth are known before anything parses it.
  */
 export function parseConf(text: string, field = 'conf_json'): Record<string, unknown> {
   if (text.trim() === '') return {};

@@ -160,7 +160,8 @@ export function runHandlers(
       if (outcome.kind === 'task_not_found') throw new NotFoundError(`run ${runId} has no task "${taskId}"`);
       if (outcome.kind === 'not_ended') {
         throw new FailedPreconditionError(
-          `task "${taskId}" of run ${runId} is ${outcome.ti.state}: only a task instance that has ended (success, failed, upstream_failed, skipped, cancelled) can be cleared`,
+          `task "${taskId}" of run ${runId} is ${outcome.ti.state}: ` +
+            `only a task instance that has ended (success, failed, upstream_failed, skipped, cancelled) can be cleared`,
         );
       }
       deps.logger.info(

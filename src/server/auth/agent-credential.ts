@@ -66,12 +66,14 @@ export async function checkAgentCredential(
       const t = who.token;
       if (t.role !== 'agent')
         throw new ConnectError(
-          `hello.token: token "${t.id}" has role ${t.role}, not agent: create one with \`leoflow token create --role agent --agent-pattern ID\``,
+          `hello.token: token "${t.id}" has role ${t.role}, not agent: ` +
+            `create one with \`leoflow token create --role agent --agent-pattern ID\``,
           Code.PermissionDenied,
         );
       if (!agentPatternMatches(t.agent_pattern!, agentId)) {
         throw new ConnectError(
-          `hello.token: token "${t.id}" is bound to agent ids matching "${t.agent_pattern}", not to agent id "${agentId}"`,
+          `hello.token: token "${t.id}" is bound to agent ids matching "${t.agent_pattern}", ` +
+            `not to agent id "${agentId}"`,
           Code.PermissionDenied,
         );
       }
@@ -84,7 +86,8 @@ export async function checkAgentCredential(
   }
   if (c.required || c.sharedToken !== null) {
     throw new ConnectError(
-      'hello.token: this control plane needs an agent credential: set LEOFLOW_AGENT_TOKEN to a token of role agent bound to this agent id',
+      'hello.token: this control plane needs an agent credential: ' +
+        'set LEOFLOW_AGENT_TOKEN to a token of role agent bound to this agent id',
       Code.Unauthenticated,
     );
   }
@@ -99,7 +102,8 @@ async function checkPodAttempt(h: HelloCredential, c: AgentCredentials): Promise
       : null;
   if (pod !== null && secretsEqual(pod, h.agentId)) return;
   throw new ConnectError(
-    `hello.only_attempt_token: no live kubernetes attempt of task instance ${h.onlyTiId} with this token runs in a pod named "${h.agentId}"`,
+    `hello.only_attempt_token: ` +
+      `no live kubernetes attempt of task instance ${h.onlyTiId} with this token runs in a pod named "${h.agentId}"`,
     Code.Unauthenticated,
   );
 }

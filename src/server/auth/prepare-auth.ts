@@ -39,12 +39,14 @@ export async function prepareAuth(
   if (config.insecure && (config.edition === 'pro' || !isLoopback(config.listenHost))) {
     logger.warn(
       { apiAddress: `${config.listenHost}:${config.listenPort}`, edition: config.edition },
-      'INSECURE: --insecure given: anyone who reaches the API port may do anything, and any process may say Hello as any agent',
+      'INSECURE: --insecure given: anyone who reaches the API port may do anything, ' +
+        'and any process may say Hello as any agent',
     );
   }
   if (config.agentToken !== null) {
     logger.warn(
-      '--agent-token is deprecated: it lets any agent take any agent id; create a token per agent with `leoflow token create --role agent --agent-pattern ID`',
+      '--agent-token is deprecated: it lets any agent take any agent id; ' +
+        'create a token per agent with `leoflow token create --role agent --agent-pattern ID`',
     );
   }
   if (config.authRequired) {
@@ -62,7 +64,9 @@ export async function prepareAuth(
           ? 'the pro edition requires API tokens'
           : `API tokens are required on ${config.listenHost}, which is not a loopback address`;
       throw new NoAdminTokenError(
-        `${why}, and no usable admin token exists: create one with \`leoflow token create --role admin --database-url URL\`, or set LEOFLOW_BOOTSTRAP_ADMIN_TOKEN (--bootstrap-admin-token), or pass --insecure to run open`,
+        `${why}, and no usable admin token exists: ` +
+          `create one with \`leoflow token create --role admin --database-url URL\`, ` +
+          `or set LEOFLOW_BOOTSTRAP_ADMIN_TOKEN (--bootstrap-admin-token), or pass --insecure to run open`,
       );
     }
   }

@@ -65,14 +65,16 @@ export function roleGuard(role: Role, replicaId: string): Interceptor {
       const k = `${req.service.typeName}/${req.method.name}`;
       if (k === AGENT_STREAM) {
         throw new ConnectError(
-          `replica "${replicaId}" has role observer and takes no agent streams: connect to a replica with role auto, leader or worker`,
+          `replica "${replicaId}" has role observer and takes no agent streams: ` +
+            `connect to a replica with role auto, leader or worker`,
           Code.Unavailable,
         );
       }
       if (!READS.has(k)) {
         const what = WRITES.has(k) ? 'is a write' : 'is not among the reads an observer answers';
         throw new ConnectError(
-          `${req.method.name} ${what}, and replica "${replicaId}" has role observer (read-only): send it to a replica with role auto, leader or worker`,
+          `${req.method.name} ${what}, and replica "${replicaId}" has role observer (read-only): ` +
+            `send it to a replica with role auto, leader or worker`,
           Code.PermissionDenied,
         );
       }

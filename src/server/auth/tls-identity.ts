@@ -47,17 +47,20 @@ export function checkAgentCertificate(cert: ClientCertificate | null | undefined
   if (cert === undefined) return;
   if (cert === null)
     throw new ConnectError(
-      `agent ${JSON.stringify(agentId)} presented no TLS client certificate; this control plane requires one signed by its --tls-client-ca for agent streams`,
+      `agent ${JSON.stringify(agentId)} presented no TLS client certificate; ` +
+        `this control plane requires one signed by its --tls-client-ca for agent streams`,
       Code.Unauthenticated,
     );
   if (!cert.verified)
     throw new ConnectError(
-      `agent ${JSON.stringify(agentId)}: its TLS client certificate (CN=${cert.commonName ?? 'none'}) is not signed by this control plane's --tls-client-ca (${cert.error})`,
+      `agent ${JSON.stringify(agentId)}: its TLS client certificate (CN=${cert.commonName ?? 'none'}) ` +
+        `is not signed by this control plane's --tls-client-ca (${cert.error})`,
       Code.Unauthenticated,
     );
   if (cert.commonName !== agentId) {
     throw new ConnectError(
-      `hello.agent_id: the TLS client certificate is agent ${JSON.stringify(cert.commonName ?? '(no CN)')}'s, but Hello says agent ${JSON.stringify(agentId)}`,
+      `hello.agent_id: the TLS client certificate is agent ${JSON.stringify(cert.commonName ?? '(no CN)')}'s, ` +
+        `but Hello says agent ${JSON.stringify(agentId)}`,
       Code.PermissionDenied,
     );
   }

@@ -50,8 +50,8 @@ const key = (m: DescMethod) => `${m.parent.typeName}/${m.name}`;
 /**
  * Holds every caller to `--max-token-writes`: the RPCs that write (those an operator or an admin
  * needs) take from the caller's bucket, after the token guard has named the caller. The caller is
- * its API token (`byToken`: auth is on), or with auth off the peer's host. Refused: RESOURCE_EXHAUSTED naming the limit,
- * and `retry-after-ms` in the trailers says when one more write would be let in.
+ * its API token (`byToken`: auth is on), or with auth off the peer's host. Refused: RESOURCE_EXHAUSTED naming
+ * the limit, and `retry-after-ms` in the trailers says when one more write would be let in.
  */
 export function writeLimit(
   limiter: WriteLimiter,
@@ -69,7 +69,8 @@ export function writeLimit(
       refused(req.method.name, 'writes');
       throw new ConnectError(
         `${req.method.name}: ${who} made more than ` +
-          `${limiter.perSecond} writes a second, the limit (--max-token-writes ${limiter.perSecond}): retry in ${waitMs} ms`,
+          `${limiter.perSecond} writes a second, the limit (--max-token-writes ${limiter.perSecond}): ` +
+          `retry in ${waitMs} ms`,
         Code.ResourceExhausted,
         { 'retry-after-ms': String(waitMs) },
       );

@@ -117,7 +117,8 @@ export function loadConfig(
   // An observer writes nothing through the API, and applying DAG files at start is a write.
   if (role === 'observer' && dags.length > 0)
     problems.push(
-      `${pick('dags', defaults)!.source}: a replica with role observer applies no DAG files; apply them from a replica of another role`,
+      `${pick('dags', defaults)!.source}: a replica with role observer applies no DAG files; ` +
+        `apply them from a replica of another role`,
     );
 
   const config: Config = {
@@ -208,12 +209,15 @@ export function loadConfig(
   if (tls?.clientAuth === 'all' && kubernetes) {
     // A pod's agent has no certificate of its pod's name; with `agents` it proves itself with its attempt's token.
     problems.push(
-      `${pick('tls_client_auth', defaults)!.source}: all cannot be used with the kubernetes executor: the TLS handshake would refuse every pod's agent, which has no client certificate; use agents (the default: agent streams need a certificate, or for a pod's agent its attempt's token)`,
+      `${pick('tls_client_auth', defaults)!.source}: all cannot be used with the kubernetes executor: ` +
+        `the TLS handshake would refuse every pod's agent, which has no client certificate; ` +
+        `use agents (the default: agent streams need a certificate, or for a pod's agent its attempt's token)`,
     );
   }
   if (config.heartbeatIntervalMs * 3 > config.heartbeatThresholdMs) {
     problems.push(
-      `heartbeat_threshold (${config.heartbeatThresholdMs} ms) must be at least 3 × heartbeat_interval (${config.heartbeatIntervalMs} ms), or a live task could be reaped`,
+      `heartbeat_threshold (${config.heartbeatThresholdMs} ms) ` +
+        `must be at least 3 × heartbeat_interval (${config.heartbeatIntervalMs} ms), or a live task could be reaped`,
     );
   }
   // Given, it must leave the loop room to keep its pace; not given, 60 s or five ticks, whichever
@@ -222,7 +226,8 @@ export function loadConfig(
   config.loopStallMs = stall ?? Math.max(60_000, 5 * config.tickMs);
   if (stall !== null && config.loopStallMs < 3 * config.tickMs) {
     problems.push(
-      `loop_stall_threshold (${config.loopStallMs} ms) must be at least 3 × tick_interval (${config.tickMs} ms), or a loop keeping its pace would be called stalled`,
+      `loop_stall_threshold (${config.loopStallMs} ms) must be at least 3 × tick_interval (${config.tickMs} ms), ` +
+        `or a loop keeping its pace would be called stalled`,
     );
   }
   if (problems.length > 0) throw new ConfigError(problems);

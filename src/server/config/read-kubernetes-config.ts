@@ -75,7 +75,8 @@ export function readKubernetesConfig({ pick, get, problems, cwd }: SettingReader
   );
   if (image === 'required' || (image === null && pick('kubernetes_image') === undefined))
     problems.push(
-      'the kubernetes executor needs the image its pods run (the Leoflow image): set --kubernetes-image or LEOFLOW_KUBERNETES_IMAGE',
+      'the kubernetes executor needs the image its pods run (the Leoflow image): ' +
+        'set --kubernetes-image or LEOFLOW_KUBERNETES_IMAGE',
     );
   const keep = (v: unknown) => {
     if (v === 0 || v === '0') return 0;
@@ -107,7 +108,8 @@ export function readKubernetesConfig({ pick, get, problems, cwd }: SettingReader
               u = new URL(s);
             } catch {
               throw new Error(
-                `must be an http:// or https:// URL of the control plane as pods reach it (e.g. http://leoflow:7070), got ${JSON.stringify(s)}`,
+                `must be an http:// or https:// URL of the control plane as pods reach it (e.g. ` +
+                  `http://leoflow:7070), got ${JSON.stringify(s)}`,
               );
             }
             if (u.protocol !== 'http:' && u.protocol !== 'https:')
@@ -156,7 +158,8 @@ export function readKubernetesConfig({ pick, get, problems, cwd }: SettingReader
               : null));
         if (why)
           throw new Error(
-            `must be secret:NAME[/KEY] or configmap:NAME[/KEY] (the CA pods' agents verify the control plane with; KEY defaults to ca.crt), got ${JSON.stringify(v)}: ${why}`,
+            `must be secret:NAME[/KEY] or configmap:NAME[/KEY] (the CA pods' agents verify the control plane ` +
+              `with; KEY defaults to ca.crt), got ${JSON.stringify(v)}: ${why}`,
           );
         return { kind: m![1] as PodCaSource['kind'], name: m![2]!, key: m![3] ?? 'ca.crt' };
       },
@@ -194,11 +197,14 @@ export function readKubernetesConfig({ pick, get, problems, cwd }: SettingReader
   };
   if (kubernetes.controlPlaneNamespace !== null && kubernetes.controlPlaneNamespace === kubernetes.namespace)
     problems.push(
-      `kubernetes_namespace ${JSON.stringify(kubernetes.namespace)} is the control plane's own namespace (--control-plane-namespace): task pods there could read its Secrets and run as its ServiceAccount; give tasks a namespace of their own (the Pro default is leoflow-tasks)`,
+      `kubernetes_namespace ${JSON.stringify(kubernetes.namespace)} is the control plane's own namespace ` +
+        `(--control-plane-namespace): task pods there could read its Secrets and run as its ServiceAccount; ` +
+        `give tasks a namespace of their own (the Pro default is leoflow-tasks)`,
     );
   if (pick('pod_server_url') === undefined)
     problems.push(
-      'the kubernetes executor needs the address pods reach the control plane at: set --pod-server-url or LEOFLOW_POD_SERVER_URL (e.g. http://leoflow:7070)',
+      'the kubernetes executor needs the address pods reach the control plane at: ' +
+        'set --pod-server-url or LEOFLOW_POD_SERVER_URL (e.g. http://leoflow:7070)',
     );
   return kubernetes;
 }

@@ -42,7 +42,8 @@ export function readTlsConfig({ pick, get, problems, cwd }: SettingReader): TlsC
   if (certFile === null || keyFile === null) {
     if (certRaw || keyRaw)
       problems.push(
-        `${(certRaw ?? keyRaw)!.source}: TLS needs both a certificate and its key: set ${certFile === null ? '--tls-cert (LEOFLOW_TLS_CERT)' : '--tls-key (LEOFLOW_TLS_KEY)'} too`,
+        `${(certRaw ?? keyRaw)!.source}: TLS needs both a certificate and its key: ` +
+          `set ${certFile === null ? '--tls-cert (LEOFLOW_TLS_CERT)' : '--tls-key (LEOFLOW_TLS_KEY)'} too`,
       );
     return null;
   }

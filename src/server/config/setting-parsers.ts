@@ -80,7 +80,8 @@ export function otlpTracesUrl(v: unknown): string | null {
     u = new URL(s);
   } catch {
     throw new Error(
-      `must be an http:// or https:// URL of an OTLP/HTTP collector (e.g. http://127.0.0.1:4318), or off; got ${JSON.stringify(s)}`,
+      `must be an http:// or https:// URL of an OTLP/HTTP collector (e.g. http://127.0.0.1:4318), or off; ` +
+        `got ${JSON.stringify(s)}`,
     );
   }
   if (u.protocol !== 'http:' && u.protocol !== 'https:')
@@ -97,7 +98,8 @@ export function agentUrl(v: unknown): string {
     u = new URL(s);
   } catch {
     throw new Error(
-      `must be the http:// or https:// URL agents reach this replica at (e.g. http://10.0.0.5:7070), got ${JSON.stringify(s)}`,
+      `must be the http:// or https:// URL agents reach this replica at (e.g. http://10.0.0.5:7070), ` +
+        `got ${JSON.stringify(s)}`,
     );
   }
   if (u.protocol !== 'http:' && u.protocol !== 'https:')
