@@ -37,7 +37,9 @@ export function checkOutput(rule: OutputRule, bytes: Buffer | null, size: number
   if (size > rule.maxBytes) {
     return {
       ok: false,
-      error: `output of ${task} is too big: ${formatBytes(size)}, the limit is ${formatBytes(rule.maxBytes)} (--max-output-size); nothing stored`,
+      error:
+        `output of ${task} is too big: ${formatBytes(size)}, ` +
+        `the limit is ${formatBytes(rule.maxBytes)} (--max-output-size); nothing stored`,
     };
   }
   const text = bytes === null ? '' : bytes.toString('utf8');
@@ -45,7 +47,9 @@ export function checkOutput(rule: OutputRule, bytes: Buffer | null, size: number
     return rule.required
       ? {
           ok: false,
-          error: `${task} wrote no output (its DAG says output: required): write a JSON value to the file named by LEOFLOW_OUTPUT (limit ${formatBytes(rule.maxBytes)})`,
+          error:
+            `${task} wrote no output (its DAG says output: required): ` +
+            `write a JSON value to the file named by LEOFLOW_OUTPUT (limit ${formatBytes(rule.maxBytes)})`,
         }
       : { ok: true, json: null };
   }

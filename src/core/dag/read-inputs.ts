@@ -21,7 +21,9 @@ export function readInputs(value: unknown, path: string, issues: DagIssue[]): Re
     if (!ENV_NAME_PATTERN.test(name)) {
       issues.push({
         path: p,
-        message: `invalid environment variable name "${name}": expected letters, digits and "_", not starting with a digit`,
+        message:
+          `invalid environment variable name "${name}": ` +
+          'expected letters, digits and "_", not starting with a digit',
       });
       continue;
     }

@@ -14,7 +14,8 @@ export const MAX_NOTIFY_RULES = 20;
 
 export function readNotify(value: unknown, path: string, issues: DagIssue[]): NotifyRule[] | undefined {
   if (!Array.isArray(value)) {
-    issues.push(expected('a list of rules, each { on: [failed, success, deadline_missed], to: RECEIVER }', value, path));
+    const what = 'a list of rules, each { on: [failed, success, deadline_missed], to: RECEIVER }';
+    issues.push(expected(what, value, path));
     return undefined;
   }
   if (value.length > MAX_NOTIFY_RULES) {

@@ -55,7 +55,10 @@ const endFigures = (sql: Sql) =>
 
 type End = { tiId: string; tryNumber: number; attemptToken: string; result: AttemptResult };
 
-/** The reports as rows `r(id, try, token, ok, exit_code, signal, error, ended_ms, output, …extra)`: one array a column. */
+/**
+ * The reports as rows `r(id, try, token, ok, exit_code, signal, error, ended_ms, output, …extra)`: one array a
+ * column.
+ */
 const endsTable = (sql: Sql, ends: End[], extra?: Fragment) => sql`
   select * from unnest(${ends.map((o) => o.tiId)}::bigint[], ${ends.map((o) => o.tryNumber)}::int[],
                        ${ends.map((o) => o.attemptToken)}::uuid[],

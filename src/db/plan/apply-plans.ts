@@ -103,7 +103,8 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
       ? [
           sql`select 1 as o, run_id, id as ti_id, ${tiState} as kind,
                      jsonb_build_object('task_id', task_id, 'to', state, 'try', try_number)
-                       || case when state = 'waiting' then jsonb_strip_nulls(jsonb_build_object('reason', pending_reason, 'message', message))
+                       || case when state = 'waiting'
+                               then jsonb_strip_nulls(jsonb_build_object('reason', pending_reason, 'message', message))
                                else '{}'::jsonb end
                      as payload from moved`,
         ]
@@ -189,7 +190,8 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
         ? sql`
     m as (
       select * from unnest(${moves.map((m) => m.tiId)}::bigint[], ${moves.map((m) => m.from)}::text[],
-                           ${moves.map((m) => m.to)}::text[], ${moves.map((m) => m.wait?.reason ?? null) as string[]}::text[],
+                           ${moves.map((m) => m.to)}::text[],
+                           ${moves.map((m) => m.wait?.reason ?? null) as string[]}::text[],
                            ${moves.map((m) => m.wait?.message ?? null) as string[]}::text[])
         as m(id, from_state, to_state, reason, message)),
     moved as (
@@ -208,9 +210,11 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
     wv as (
       select * from unnest(${waits.map((m) => m.tiId)}::bigint[], ${waits.map((m) => m.wait!.kind)}::text[],
                            ${waits.map((m) => m.wait!.event) as string[]}::text[],
-                           ${waits.map((m) => (m.wait!.match ? JSON.stringify(m.wait!.match) : null)) as string[]}::text[],
+                           ${waits.map((m) => (m.wait!.match ? JSON.stringify(m.wait!.match) : null)) as string[]}
+                             ::text[],
                            ${waits.map((m) => m.wait!.role) as string[]}::text[],
-                           ${waits.map((m) => m.wait!.timeoutMs)}::bigint[], ${waits.map((m) => m.wait!.onTimeout)}::text[])
+                           ${waits.map((m) => m.wait!.timeoutMs)}::bigint[],
+                           ${waits.map((m) => m.wait!.onTimeout)}::text[])
         as wv(id, kind, event, match, role, timeout_ms, on_timeout)),
     -- What each wait started here waits for, written with its move: a waiting task instance
     -- always has its row. A task cleared and waiting again starts its row afresh.

@@ -10,7 +10,10 @@ export interface ApprovalTarget {
   role: 'operator' | 'admin' | null;
 }
 
-/** The task `taskId` of run `runId` with its open wait, or null when the run has no such task (`runFound` says which). */
+/**
+ * The task `taskId` of run `runId` with its open wait, or null when the run has no such task (`runFound` says
+ * which).
+ */
 export async function approvalOf(
   sql: Sql,
   runId: string,

@@ -40,7 +40,8 @@ export function endWaitsQuery(sql: Sql | TxSql, ends: Fragment): Fragment {
     ev as (${insertEvents(
       sql,
       sql`select run_id, id, ${eventKind(sql, EVENT_KIND.tiState)},
-                 jsonb_build_object('task_id', task_id, 'to', state, 'from', 'waiting', 'try', try_number, 'ended_by', how)
+                 jsonb_build_object('task_id', task_id, 'to', state, 'from', 'waiting', 'try', try_number,
+                                    'ended_by', how)
                  || case when event_id is null then '{}'::jsonb else jsonb_build_object('event_id', event_id::text) end
                  || coalesce(detail, '{}'::jsonb)
           from moved order by id`,

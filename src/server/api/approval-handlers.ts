@@ -48,7 +48,8 @@ export function approvalHandlers(deps: WorkflowDeps): Pick<ServiceImpl<typeof Wo
       const token = ctx.values.get(callerTokenKey);
       if (token && target.role && !roleAllows(token.role, target.role)) {
         throw new PermissionDeniedError(
-          `task "${taskId}" of run ${runId} needs role ${target.role} or above to approve; token "${token.id}" has role ${token.role}`,
+          `task "${taskId}" of run ${runId} needs role ${target.role} or above to approve; ` +
+            `token "${token.id}" has role ${token.role}`,
         );
       }
       const verdict = req.reject ? 'rejected' : 'approved';

@@ -161,7 +161,10 @@ export function apiRoutes(o: {
         }),
       );
       router.service(AgentService, createAgentService(fleet.sessionDeps));
-      router.service(TokenService, createTokenService({ sql, logger, streams: o.auth.streams, authenticator: o.auth.authenticator }));
+      router.service(
+        TokenService,
+        createTokenService({ sql, logger, streams: o.auth.streams, authenticator: o.auth.authenticator }),
+      );
     },
   });
 }

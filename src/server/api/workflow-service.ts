@@ -11,7 +11,10 @@ import type { WorkflowDeps } from './workflow-deps.js';
 
 export type { WorkflowDeps } from './workflow-deps.js';
 
-/** The WorkflowService: DAGs, runs, history, the watch streams, events in and approvals, each in a module of its handlers. */
+/**
+ * The WorkflowService: DAGs, runs, history, the watch streams, events in and approvals, each in a module of its
+ * handlers.
+ */
 export function createWorkflowService(deps: WorkflowDeps): ServiceImpl<typeof WorkflowService> {
   return mapHandlerErrors(deps.logger, {
     ...dagHandlers(deps),
