@@ -5,7 +5,8 @@ import { serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * Issue 39: a run of 10,000 tasks stays usable. The graph is replaced by counts by state (past
- * 1,000 tasks), and the task table draws only the rows in view, following the scroll.
+ * 1,000 tasks), and the task table draws only the rows in view, following the scroll. The Runs
+ * page's date filter is checked here too, against the same server.
  */
 
 const TASKS = 10_000;
@@ -51,4 +52,15 @@ describe('a run of 10,000 tasks', () => {
     await f.api.workflow.cancelRun({ runId: run!.runId });
     expect(errors).toEqual([]);
   }, 180_000);
+
+  it('filters the Runs page by date on the server', async () => {
+    const day = (offset: number) => new Date(Date.now() + offset * 86_400_000).toISOString().slice(0, 10);
+    await page.goto(`${f.server.url}/runs?from=${day(0)}&to=${day(0)}`);
+    await page.locator('tr[data-run]').first().waitFor();
+    expect(await page.locator('input[aria-label=from]').inputValue()).toBe(day(0));
+    await page.goto(`${f.server.url}/runs?from=${day(1)}`);
+    await page.locator('p.muted', { hasText: 'No runs.' }).waitFor();
+    await screenshots(page, 'runs-dates');
+    expect(errors).toEqual([]);
+  });
 });
