@@ -215,14 +215,23 @@ export async function getRunView(sql: Sql | TxSql, runId: string): Promise<RunVi
 /** The newest runs, of one DAG or of all, as the API shows them. */
 export async function listRuns(
   sql: Sql,
-  opts: { dagId?: string; states?: readonly RunState[]; limit: number; beforeId?: string },
+  opts: {
+    dagId?: string;
+    states?: readonly RunState[];
+    limit: number;
+    beforeId?: string;
+    createdFrom?: Date;
+    createdTo?: Date;
+  },
 ): Promise<RunView[]> {
   const ofDag = opts.dagId ? sql`dag_id = ${opts.dagId}` : sql`true`;
   const inStates = opts.states?.length ? sql`state = any(${opts.states as RunState[]}::text[])` : sql`true`;
   const before = opts.beforeId ? sql`id < ${opts.beforeId}` : sql`true`;
+  const from = opts.createdFrom ? sql`created_at >= ${opts.createdFrom}` : sql`true`;
+  const to = opts.createdTo ? sql`created_at < ${opts.createdTo}` : sql`true`;
   return sql<RunView[]>`
     select ${sql(RUN_VIEW_COLUMNS)} from dag_runs
-    where ${ofDag} and ${inStates} and ${before} order by id desc limit ${opts.limit}`;
+    where ${ofDag} and ${inStates} and ${before} and ${from} and ${to} order by id desc limit ${opts.limit}`;
 }
 
 /** A run as the planner reads it: with whether its DAG is paused and, for a queued run, how many

@@ -1,6 +1,7 @@
 import type { ServiceImpl } from '@connectrpc/connect';
 import type { WorkflowService } from '../../gen/leoflow/v1/workflow_pb.js';
 import type { WorkflowDeps } from './workflow-deps.js';
+import { timestampDate } from '@bufbuild/protobuf/wkt';
 import { randomBytes } from 'node:crypto';
 import { actorPayload } from '../../core/actor.js';
 import { parseTraceparent, parseTracestate } from '../../core/trace-context.js';
@@ -8,6 +9,7 @@ import { cancelRun } from '../../db/cancel-run.js';
 import { cancelTaskInstance } from '../../db/cancel-task-instance.js';
 import { clearTaskInstance } from '../../db/clear-task-instance.js';
 import { dagExists } from '../../db/dags.js';
+import { lastFeedSeq } from '../../db/events/last-feed-seq.js';
 import { triggeredBy } from '../../db/events/triggered-by.js';
 import { createRunOfDag, getRunView, listRuns } from '../../db/runs.js';
 import { listTiViews } from '../../db/tis.js';
@@ -103,12 +105,23 @@ export function runHandlers(
       const states = req.states.map(runStateOfWire);
       const limit = req.limit || 50;
       const beforeId = req.pageToken ? parseId('page_token', req.pageToken) : undefined;
+      const createdFrom = req.createdFrom ? timestampDate(req.createdFrom) : undefined;
+      const createdTo = req.createdTo ? timestampDate(req.createdTo) : undefined;
+      // Read before the runs, so a change made between the two reads is replayed, not missed.
+      const watchSeq = await lastFeedSeq(sql);
       // One more than asked for tells whether another page follows.
-      const runs = await listRuns(sql, { dagId: req.dagId || undefined, states, limit: limit + 1, beforeId });
+      const runs = await listRuns(sql, {
+        dagId: req.dagId || undefined,
+        states,
+        limit: limit + 1,
+        beforeId,
+        createdFrom,
+        createdTo,
+      });
       // A DAG with runs exists (they are deleted with it): only an empty list needs the check.
       if (req.dagId && runs.length === 0 && !beforeId && !(await dagExists(sql, req.dagId)))
         throw new NotFoundError(`DAG "${req.dagId}" not found`);
-      return pageOfRuns(runs, limit);
+      return { ...pageOfRuns(runs, limit), watchSeq: watchSeq.toString() };
     },
 
     async cancelRun(req, ctx) {

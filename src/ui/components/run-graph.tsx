@@ -4,12 +4,41 @@ import { navigate } from '../live/use-route.js';
 import { NODE_H, placeTasks } from './graph-layout.js';
 
 /**
+ * Past this many tasks the graph is not drawn: 10,000 boxes are an unreadable, slow SVG (every
+ * live change repaints them). The run's tasks are then counted by state; the table lists each.
+ */
+export const MAX_GRAPH_TASKS = 1_000;
+
+/**
  * A run's DAG, laid out left to right (graph-layout.ts), each task a box in its state's colour; a click
  * opens the task. The layout depends only on the tasks and edges, so live state changes repaint
  * without laying out again.
  */
 export function RunGraph({ runId, tasks, states }: { runId: string; tasks: TaskSpec[]; states: Map<string, string> }) {
-  const drawn = useMemo(() => placeTasks(tasks), [tasks]);
+  const tooBig = tasks.length > MAX_GRAPH_TASKS;
+  const drawn = useMemo(
+    () => (tooBig ? { nodes: [], edges: [], width: 0, height: 0, hiddenEdges: 0 } : placeTasks(tasks)),
+    [tasks, tooBig],
+  );
+  if (tooBig) {
+    const counts = new Map<string, number>();
+    for (const s of states.values()) counts.set(s, (counts.get(s) ?? 0) + 1);
+    return (
+      <div className="graph-wrap graph-summary" data-graph="summary">
+        <p className="muted small note">
+          {tasks.length.toLocaleString()} tasks: the graph is drawn up to {MAX_GRAPH_TASKS.toLocaleString()} tasks. By
+          state:
+        </p>
+        <p>
+          {[...counts.entries()].map(([state, n]) => (
+            <span key={state} className={`badge s-${state}`} data-state-count={state}>
+              {state} {n.toLocaleString()}
+            </span>
+          ))}
+        </p>
+      </div>
+    );
+  }
   return (
     <div className="graph-wrap">
       <svg

@@ -11,15 +11,22 @@ type Open = (afterSeq: string, signal: AbortSignal) => AsyncIterable<{ events: R
  * Follows a watch stream (WatchRun, WatchRuns) for as long as the component lives, handing each
  * batch to `onEvents`. A stream that ends or breaks (a replica restarting, a laptop waking up) is
  * opened again from the last seq received, so no event is missed and none is seen twice.
+ * It starts after `fromSeq` (0: the whole history); with null it waits until a seq is known.
  */
-export function useEventStream(key: string, open: Open, onEvents: (events: RunEvent[]) => void): void {
+export function useEventStream(
+  key: string,
+  open: Open,
+  onEvents: (events: RunEvent[]) => void,
+  fromSeq: string | null = '0',
+): void {
   const handler = useRef(onEvents);
   handler.current = onEvents;
   const opener = useRef(open);
   opener.current = open;
   useEffect(() => {
+    if (fromSeq === null) return;
     const ctl = new AbortController();
-    let seq = '0';
+    let seq = fromSeq;
     void (async () => {
       let wait = RETRY_FIRST_MS;
       while (!ctl.signal.aborted) {
@@ -39,7 +46,7 @@ export function useEventStream(key: string, open: Open, onEvents: (events: RunEv
       }
     })();
     return () => ctl.abort();
-  }, [key]);
+  }, [key, fromSeq]);
 }
 
 /** An event's payload, as the server wrote it (to, from, task_id, try, reason, ...). */

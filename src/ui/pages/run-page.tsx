@@ -8,7 +8,13 @@ import { RunGraph } from '../components/run-graph.js';
 import { RunTimeline } from '../components/run-timeline.js';
 import { StateBadge, runStateName, taskStateName } from '../components/state-badge.js';
 import { TimeText, formatDuration } from '../components/time-text.js';
+import { useVisibleRows } from '../components/use-visible-rows.js';
 import { useRunLive } from '../live/use-run-live.js';
+
+/** Past this many tasks the table draws only the rows in view (a fixed row height, a scroll box). */
+const VIRTUAL_ROWS_FROM = 200;
+const ROW_H = 41;
+const TABLE_H = 600;
 
 const ENDED = new Set(['success', 'failed', 'cancelled']);
 
@@ -39,6 +45,9 @@ export function RunPage({ runId }: { runId: string }) {
             .map((id) => ({ id, dependsOn: [] as string[] }) as TaskSpec),
     [tasks, taskIds],
   );
+  const count = view?.tis.length ?? 0;
+  const virtual = count > VIRTUAL_ROWS_FROM;
+  const rows = useVisibleRows(count, ROW_H, TABLE_H);
   if (error && !view) return <p className="error">{error}</p>;
   if (!view) return <p className="muted">Loading…</p>;
   const { run, tis } = view;
@@ -90,7 +99,11 @@ export function RunPage({ runId }: { runId: string }) {
       {actionError && <p className="error">{actionError}</p>}
       <RunGraph runId={runId} tasks={drawn} states={states} />
       <RunTimeline run={run} tis={tis} />
-      <div className="table-wrap">
+      <div
+        className={virtual ? 'table-wrap virtual-rows' : 'table-wrap'}
+        style={virtual ? { maxHeight: TABLE_H, overflowY: 'auto' } : undefined}
+        onScroll={virtual ? rows.onScroll : undefined}
+      >
         <table>
           <thead>
             <tr>
@@ -103,7 +116,8 @@ export function RunPage({ runId }: { runId: string }) {
             </tr>
           </thead>
           <tbody>
-            {tis.map((t) => {
+            {virtual && rows.padTop > 0 && <tr style={{ height: rows.padTop }} aria-hidden="true" />}
+            {(virtual ? tis.slice(rows.first, rows.last) : tis).map((t) => {
               const s = taskStateName(t.state);
               const ended = ['success', 'failed', 'upstream_failed', 'skipped', 'cancelled'].includes(s);
               return (
@@ -142,6 +156,7 @@ export function RunPage({ runId }: { runId: string }) {
                 </tr>
               );
             })}
+            {virtual && rows.padBottom > 0 && <tr style={{ height: rows.padBottom }} aria-hidden="true" />}
           </tbody>
         </table>
       </div>
