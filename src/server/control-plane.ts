@@ -340,16 +340,18 @@ export async function startControlPlane(
     );
     cleanups.push(() => listener.close());
     // An observer writes nothing: notifications are delivered by the replicas that may write.
+    let deliverer: NotificationDeliverer | null = null;
     if (config.role !== 'observer') {
       await writeNotifyDefaults(sql, config.notify.defaults);
-      const deliverer = new NotificationDeliverer({
+      const d = new NotificationDeliverer({
         sql,
         logger,
         settings: config.notify,
         delivered: (outcome) => metrics.notifications.inc({ outcome }),
       });
-      deliverer.start();
-      cleanups.push(() => deliverer.stop());
+      d.start();
+      cleanups.push(() => d.stop());
+      deliverer = d;
     }
     // Agents are told this address, at Welcome and when another replica stops (an observer takes
     // no agent streams).
@@ -386,6 +388,7 @@ export async function startControlPlane(
             reports,
             logs,
             listener,
+            notifications: deliverer,
             spans,
             events,
             api: apiServer,

@@ -36,6 +36,8 @@ export interface ReplicaParts {
   reports: ReportBatcher;
   logs: LogWriter;
   listener: Listener;
+  /** Delivers notifications (server/notify/deliverer.ts); null on an observer. */
+  notifications: { stop(): Promise<void> } | null;
   spans: Closable | null;
   events: EventFeed;
   api: Closable;
@@ -88,6 +90,8 @@ export async function stopReplica(
   // 4. The listeners last: until now an Assign notified for an agent of this replica
   //    reaches its stream, or is given back.
   await d.within('the notification listener to close', p.listener.close());
+  // A post in flight is let finish (its lease would else make another replica post it again).
+  await d.within('notifications in flight', p.notifications?.stop() ?? Promise.resolve());
   // Watchers are told to reconnect elsewhere (UNAVAILABLE with their seq) before the API stops.
   await d.within('the span recorder', p.spans?.close() ?? Promise.resolve());
   p.events.close();

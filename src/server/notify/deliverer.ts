@@ -50,7 +50,8 @@ export class NotificationDeliverer {
         .catch((err: unknown) => this.#o.logger.warn({ err }, 'notifications: could not take due ones'))
         .finally(() => {
           this.#round = null;
-          if (!this.#stopped) this.#timer = setTimeout(tick, this.#o.pollMs ?? 1000);
+          // Unref'd: the replica's stop ends it (stop-replica.ts), never its timer keeping a process up.
+          if (!this.#stopped) this.#timer = setTimeout(tick, this.#o.pollMs ?? 1000).unref();
         });
     };
     tick();
