@@ -3,8 +3,8 @@
  * file's `defaults` name receivers; the file says where each one is (a webhook URL).
  */
 
-/** The run ended this way, or missed its deadline (`deadline:`). */
-export const NOTIFY_KINDS = ['failed', 'success', 'deadline_missed'] as const;
+/** The run ended this way, missed its deadline (`deadline:`), or a task of it asks for an approval. */
+export const NOTIFY_KINDS = ['failed', 'success', 'deadline_missed', 'approval_requested'] as const;
 export type NotifyKind = (typeof NOTIFY_KINDS)[number];
 
 /** A receiver's name, as `--notify` defines it and a DAG's rule names it. */

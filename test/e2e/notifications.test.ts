@@ -80,6 +80,14 @@ async function runToEnd(dagId: string): Promise<string> {
   throw new Error(`run of ${dagId} did not end`);
 }
 
+async function runToEndOf(runId: string): Promise<void> {
+  for (const until = Date.now() + 30_000; Date.now() < until;) {
+    if ((await f.api.workflow.getRun({ runId })).run!.endedAt) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`run ${runId} did not end`);
+}
+
 async function waitFor<T>(what: string, get: () => Promise<T | undefined>, ms = 30_000): Promise<T> {
   for (const until = Date.now() + ms; Date.now() < until;) {
     const v = await get();
@@ -189,6 +197,39 @@ tasks: [{ id: slow, command: ["sleep", "3"] }]
       select kind, count(*)::int as n from notifications where dag_id in ('late', 'prompt') group by kind`;
     expect(told).toEqual([{ kind: 'deadline_missed', n: 1 }]);
     expect(flaky.got.length).toBe(before + 1);
+  });
+
+  it('ask for an approval once per waiting approval task, saying how to approve it', async () => {
+    await f.api.workflow.applyDag({
+      source: `dag_id: gated
+notify: [{ on: [approval_requested], to: team-slack }]
+tasks:
+  - id: build
+    command: ["true"]
+  - id: sign_off
+    depends_on: [build]
+    approval: { role: operator, timeout: 1h, message: "Ship build 7?" }
+`,
+      filename: 'gated.yaml',
+    });
+    const before = slack.got.length;
+    const runId = (await f.api.workflow.triggerRun({ dagId: 'gated' })).run!.runId;
+    await waitFor('the request', async () => (slack.got.length > before ? true : undefined));
+    expect(slack.got.at(-1)!.body).toEqual({
+      text: expect.stringMatching(
+        new RegExp(
+          `^Run ${runId} of gated .* asks a token of role operator to approve task sign_off: Ship build 7\\? ` +
+            `\\(leoflow run approve ${runId} sign_off\\)$`,
+        ),
+      ),
+    });
+    const approved = await cli(f.server.url, ['run', 'approve', runId, 'sign_off']);
+    expect(approved.code, approved.stderr).toBe(0);
+    await runToEndOf(runId);
+    const listed = JSON.parse(
+      (await cli(f.server.url, ['notifications', 'list', '--dag', 'gated', '-o', 'json'])).stdout,
+    ) as Record<string, unknown>[];
+    expect(listed).toMatchObject([{ kind: 'approval_requested', task_id: 'sign_off', state: 'delivered' }]);
   });
 
   it('refuses a state that is not one, naming them', async () => {

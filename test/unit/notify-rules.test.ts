@@ -31,11 +31,11 @@ describe("a DAG's notify rules", () => {
 
   it('name what is wrong and the limit', () => {
     expect(issues(dag('[{ on: [failure], to: ops }]'))).toEqual([
-      'notify[0].on[0]: expected one of failed, success, deadline_missed, got "failure"',
+      'notify[0].on[0]: expected one of failed, success, deadline_missed, approval_requested, got "failure"',
     ]);
     expect(issues(dag('[{ on: [failed] }]'))).toEqual(['notify[0].to: missing required key "to"']);
     expect(issues(dag('[{ on: [], to: "-x" }]'))).toEqual([
-      'notify[0].on: expected a non-empty list of failed, success, deadline_missed, got an empty list',
+      'notify[0].on: expected a non-empty list of failed, success, deadline_missed, approval_requested, got an empty list',
       `notify[0].to: a receiver name is 1-100 letters, digits, '_', '.' or '-', starting with a letter or digit, got "-x"`,
     ]);
     const many = `[${Array.from({ length: 21 }, () => '{ on: [failed], to: r }').join(', ')}]`;
@@ -92,6 +92,8 @@ describe('the body', () => {
     dag_id: 'etl',
     kind: 'failed',
     receiver: 'ops',
+    task_id: '',
+    approval: null,
     attempt: 1,
     run_key: 'manual__2026-11-29T00:00:00Z',
     run_state: 'failed',

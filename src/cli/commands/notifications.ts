@@ -11,6 +11,7 @@ function notificationJson(n: Notification) {
     dag_id: n.dagId,
     kind: n.kind,
     receiver: n.receiver,
+    task_id: n.taskId || null,
     state: n.state,
     attempts: n.attempts,
     last_error: n.lastError || null,

@@ -14,7 +14,7 @@ export const MAX_NOTIFY_RULES = 20;
 
 export function readNotify(value: unknown, path: string, issues: DagIssue[]): NotifyRule[] | undefined {
   if (!Array.isArray(value)) {
-    const what = 'a list of rules, each { on: [failed, success, deadline_missed], to: RECEIVER }';
+    const what = 'a list of rules, each { on: [failed, success, deadline_missed, approval_requested], to: RECEIVER }';
     issues.push(expected(what, value, path));
     return undefined;
   }

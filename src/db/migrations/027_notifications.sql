@@ -8,13 +8,15 @@ create table notifications (
   dag_id       text not null,
   kind         text not null,
   receiver     text not null,
+  -- The task it is about ('approval_requested'); '' for the run's own kinds.
+  task_id      text not null default '',
   state        text not null default 'pending' check (state in ('pending', 'delivered', 'failed')),
   attempts     integer not null default 0,
   next_at      timestamptz not null default now(),
   last_error   text,
   created_at   timestamptz not null default now(),
   delivered_at timestamptz,
-  unique (run_id, kind, receiver)
+  unique (run_id, kind, receiver, task_id)
 );
 -- The deliverer's one query: the due pending rows, oldest first.
 create index notifications_due on notifications (next_at) where state = 'pending';
@@ -40,14 +42,15 @@ create table notify_defaults (
 
 -- Tells of `kind` for a run: to the receivers its DAG version's rules name
 -- (`notify: [{on: [kind], to: receiver}]`), or, for a DAG without rules, the defaults'.
-create function leoflow_notify_of_run(p_run_id bigint, p_dag_id text, p_version integer, p_kind text)
+create function leoflow_notify_of_run(p_run_id bigint, p_dag_id text, p_version integer, p_kind text,
+                                      p_task_id text default '')
 returns void language plpgsql as $$
 declare
   spec jsonb;
 begin
   select v.spec into spec from dag_versions v where v.dag_id = p_dag_id and v.version = p_version;
-  insert into notifications (run_id, dag_id, kind, receiver)
-  select p_run_id, p_dag_id, p_kind, r.receiver
+  insert into notifications (run_id, dag_id, kind, receiver, task_id)
+  select p_run_id, p_dag_id, p_kind, r.receiver, p_task_id
     from (select distinct rule ->> 'to' as receiver
             from jsonb_array_elements(coalesce(spec -> 'notify', '[]'::jsonb)) rule
            where rule -> 'on' ? p_kind
@@ -84,3 +87,17 @@ end $$;
 create trigger dag_runs_deadline_missed_notify after update of deadline_state on dag_runs
   for each row when (new.deadline_state = 'missed' and old.deadline_state is null)
   execute function leoflow_deadline_missed_notify();
+
+-- An approval task that starts waiting asks for its approval (migration 025's task_waits).
+create function leoflow_approval_requested_notify() returns trigger language plpgsql as $$
+declare
+  run record;
+begin
+  select r.id, r.dag_id, r.dag_version into run from dag_runs r where r.id = new.run_id;
+  perform leoflow_notify_of_run(run.id, run.dag_id, run.dag_version, 'approval_requested', new.task_id);
+  return null;
+end $$;
+
+create trigger task_waits_approval_requested_notify after insert on task_waits
+  for each row when (new.kind = 'approval')
+  execute function leoflow_approval_requested_notify();

@@ -6,6 +6,7 @@ export interface NotificationRow {
   dag_id: string;
   kind: string;
   receiver: string;
+  task_id: string;
   state: string;
   attempts: number;
   last_error: string | null;
@@ -20,7 +21,7 @@ export async function listNotifications(
   f: { state: string | null; dagId: string | null; limit: number; before: string | null },
 ): Promise<NotificationRow[]> {
   return sql<NotificationRow[]>`
-    select id::text, run_id::text, dag_id, kind, receiver, state, attempts, last_error, created_at,
+    select id::text, run_id::text, dag_id, kind, receiver, task_id, state, attempts, last_error, created_at,
            delivered_at, next_at
       from notifications
      where (${f.state}::text is null or state = ${f.state})

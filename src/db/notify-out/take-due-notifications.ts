@@ -7,6 +7,10 @@ export interface DueNotification {
   dag_id: string;
   kind: string;
   receiver: string;
+  /** The task it is about (an approval asked for); '' for the run's own kinds. */
+  task_id: string;
+  /** For 'approval_requested': the role that may approve, and the task's message. */
+  approval: { role: string | null; message: string | null } | null;
   /** This delivery's number, from 1. */
   attempt: number;
   run_key: string;
@@ -39,8 +43,16 @@ export async function takeDueNotifications(sql: Sql, limit: number, leaseMs: num
       update notifications n
          set next_at = now() + ${leaseMs} * interval '1 millisecond', attempts = n.attempts + 1
         from due where n.id = due.id
-      returning n.id, n.run_id, n.dag_id, n.kind, n.receiver, n.attempts)
-    select t.id::text, t.run_id::text, t.dag_id, t.kind, t.receiver, t.attempts as attempt,
+      returning n.id, n.run_id, n.dag_id, n.kind, n.receiver, n.task_id, n.attempts)
+    select t.id::text, t.run_id::text, t.dag_id, t.kind, t.receiver, t.task_id, t.attempts as attempt,
+           -- The approval's role, and its message as recorded with the task's move to waiting.
+           (select jsonb_build_object('role', w.role, 'message', (
+                     select e.payload ->> 'message' from events e
+                      where e.ti_id = w.ti_id and e.kind = 'ti.state' and e.payload ->> 'to' = 'waiting'
+                      order by e.seq desc limit 1))
+              from task_waits w join task_instances ti on ti.id = w.ti_id
+             where t.kind = 'approval_requested' and ti.run_id = t.run_id and ti.task_id = t.task_id
+               and w.kind = 'approval') as approval,
            r.run_key, r.state as run_state, r.logical_date, r.started_at, r.ended_at, r.deadline_at,
            coalesce((select jsonb_agg(f order by f.task_id) from (
                        select ti.task_id, ti.state, ti.try_number, left(ti.error, 500) as error

@@ -251,6 +251,7 @@ function notificationToProto(n: NotificationRow) {
     dagId: n.dag_id,
     kind: n.kind,
     receiver: n.receiver,
+    taskId: n.task_id,
     state: n.state,
     attempts: n.attempts,
     lastError: n.last_error ?? '',

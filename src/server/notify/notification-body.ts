@@ -21,6 +21,7 @@ export function notificationBody(n: DueNotification, format: NotifyFormat): Reco
     ended_at: n.ended_at?.toISOString() ?? null,
     deadline_at: n.deadline_at?.toISOString() ?? null,
     failed_tasks: n.failed_tasks,
+    ...(n.kind === 'approval_requested' ? { task_id: n.task_id, approval: n.approval } : {}),
     text,
   };
 }
@@ -31,6 +32,12 @@ export function summary(n: DueNotification): string {
   if (n.kind === 'success') return `${run} succeeded`;
   if (n.kind === 'deadline_missed')
     return `${run} missed its deadline (${n.deadline_at?.toISOString() ?? '?'}): ${n.run_state} then`;
+  if (n.kind === 'approval_requested') {
+    const role = n.approval?.role ?? 'operator';
+    const message = n.approval?.message ? `: ${firstLine(n.approval.message)}` : '';
+    const how = `leoflow run approve ${n.run_id} ${n.task_id}`;
+    return `${run} asks a token of role ${role} to approve task ${n.task_id}${message} (${how})`;
+  }
   if (n.kind !== 'failed') return `${run}: ${n.kind}`;
   const failed = n.failed_tasks.filter((t) => t.state === 'failed');
   if (failed.length === 0) return `${run} failed`;
