@@ -81,6 +81,7 @@ export function attemptOf(
       : {}),
     ...(w.task.dependsOn.length > 0 ? { upstreams: w.task.dependsOn } : {}),
     ...(w.task.inputs ? { inputEnv: w.task.inputs } : {}),
+    ...(w.task.triggerRule === 'one_failed' ? { failureSummary: true } : {}),
     ...(w.task.output === 'required' ? { outputRequired: true } : {}),
   };
 }

@@ -47,6 +47,8 @@ export interface Attempt {
   upstreams?: string[];
   /** Its DAG's `inputs:` mapping (variable → `upstream.path`); absent when none. */
   inputEnv?: Record<string, string>;
+  /** Its trigger rule is `one_failed` (it runs because the run failed): it is told what failed. */
+  failureSummary?: boolean;
   /**
    * Its upstreams' outputs (task-inputs.ts), read before its process starts: by the subprocess
    * executor through its reporter, or by the control plane for an agent (Assign). Absent: not read
