@@ -190,6 +190,11 @@ tasks: [{ id: slow, command: ["sleep", "3"] }]
     await waitFor('the late run to end', async () =>
       (await f.api.workflow.getRun({ runId: late })).run!.endedAt ? true : undefined,
     );
+    // WatchRun streams it with the run's other events.
+    const kinds: string[] = [];
+    for await (const res of f.api.workflow.watchRun({ runId: late, afterSeq: '0', follow: false }))
+      kinds.push(...res.events.map((e) => e.kind));
+    expect(kinds.filter((k) => k === 'run.deadline_missed')).toHaveLength(1);
     const events = await f.db.sql<{ run_id: string }[]>`
       select run_id::text from events where kind = 'run.deadline_missed'`;
     expect(events).toEqual([{ run_id: late }]);

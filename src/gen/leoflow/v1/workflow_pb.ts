@@ -814,7 +814,7 @@ export type RunEvent = Message<"leoflow.v1.RunEvent"> & {
   dagId: string;
 
   /**
-   * run.state, ti.state, run.poisoned, dag.applied.
+   * run.state, ti.state, ti.pending, run.poisoned, run.deadline_missed, dag.applied.
    *
    * @generated from field: string kind = 5;
    */
