@@ -146,6 +146,37 @@ describe('the dashboard', () => {
     expect(errors).toEqual([]);
   });
 
+  it('approves a waiting approval task from the run page, and shows a missed deadline', async () => {
+    const source = [
+      'dag_id: gated',
+      'deadline: 1s',
+      'tasks:',
+      '  - id: sign_off',
+      '    approval: { role: operator, timeout: 1h, message: "Ship it?" }',
+      '  - id: ship',
+      '    depends_on: [sign_off]',
+      '    command: ["true"]',
+      '',
+    ].join('\n');
+    await f.api.workflow.applyDag({ source, filename: 'gated.yaml' });
+    const { run } = await f.api.workflow.triggerRun({ dagId: 'gated' });
+    await page.goto(`${f.server.url}/runs/${run!.runId}`);
+    const row = page.locator('tr[data-task-row="sign_off"]');
+    await row.getByText('waiting for an approval (role operator or above)').waitFor({ timeout: 20_000 });
+    // The deadline passes while it waits: the page says so when the leader marks it.
+    await page.locator('[data-testid=deadline] .badge.s-missed').waitFor({ timeout: 20_000 });
+    const asked: string[] = [];
+    page.once('dialog', (d) => {
+      asked.push(d.message());
+      void d.accept();
+    });
+    await row.getByRole('button', { name: 'Approve' }).click();
+    await page.locator('g.node[data-task="ship"][data-state="success"]').waitFor({ timeout: 20_000 });
+    expect(asked).toEqual(['Approve task sign_off? It succeeds, and the run goes on.']);
+    await screenshots(page, 'run-approved');
+    expect(errors).toEqual([]);
+  });
+
   it('draws a run of 500 tasks on first load within a second or two', async () => {
     const lines = ['dag_id: wide', 'tasks:'];
     for (let i = 0; i < 500; i++) {

@@ -26,6 +26,10 @@ export function pendingReasonText(reason: string): string {
       return `no executor to run it${detail ? `: ${detail}` : ''}`;
     case 'DISPATCH_REFUSED':
       return `the executor refused it${detail ? `: ${detail}` : ''}`;
+    case 'WAITING_FOR_EVENT':
+      return `waiting for the event ${detail}`;
+    case 'WAITING_FOR_APPROVAL':
+      return `waiting for an approval (role ${detail || 'operator'} or above)`;
     case 'POD_PENDING':
       return `its pod is pending${detail ? ` (${detail})` : ''}`;
     default:

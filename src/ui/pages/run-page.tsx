@@ -89,6 +89,15 @@ export function RunPage({ runId }: { runId: string }) {
         </dd>
         <dt>Duration</dt>
         <dd>{formatDuration(run.startedAt, run.endedAt)}</dd>
+        {run.deadlineAt && (
+          <>
+            <dt>Deadline</dt>
+            <dd data-testid="deadline">
+              <TimeText at={run.deadlineAt} />
+              {run.deadlineState === 'missed' && <StateBadge state="missed" />}
+            </dd>
+          </>
+        )}
         {run.confJson && run.confJson !== '{}' && (
           <>
             <dt>Conf</dt>
@@ -120,6 +129,8 @@ export function RunPage({ runId }: { runId: string }) {
             {(virtual ? tis.slice(rows.first, rows.last) : tis).map((t) => {
               const s = taskStateName(t.state);
               const ended = ['success', 'failed', 'upstream_failed', 'skipped', 'cancelled'].includes(s);
+              // An approval task waiting for a person: approved or rejected here (ApproveTask).
+              const asks = s === 'waiting' && t.pendingReason.startsWith('WAITING_FOR_APPROVAL');
               return (
                 <tr key={t.taskId} data-task-row={t.taskId}>
                   <td>
@@ -134,6 +145,31 @@ export function RunPage({ runId }: { runId: string }) {
                   <td>{formatDuration(t.startedAt, t.endedAt)}</td>
                   <td className="muted">{pendingReasonText(t.pendingReason)}</td>
                   <td className="right nowrap">
+                    {asks && (
+                      <>
+                        <button
+                          disabled={!canOperate}
+                          onClick={() =>
+                            act(`Approve task ${t.taskId}? It succeeds, and the run goes on.`, () =>
+                              workflow.approveTask({ runId, taskId: t.taskId, reject: false, note: '' }),
+                            )
+                          }
+                        >
+                          Approve
+                        </button>
+                        <button
+                          className="danger"
+                          disabled={!canOperate}
+                          onClick={() =>
+                            act(`Reject task ${t.taskId}? It fails.`, () =>
+                              workflow.approveTask({ runId, taskId: t.taskId, reject: true, note: '' }),
+                            )
+                          }
+                        >
+                          Reject
+                        </button>
+                      </>
+                    )}
                     <button
                       disabled={!canOperate || ended}
                       onClick={() =>
