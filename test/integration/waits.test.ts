@@ -5,6 +5,7 @@ import { getRun } from '../../src/db/runs.js';
 import { listTis, transitionTis } from '../../src/db/tis.js';
 import { endDueWaits } from '../../src/db/waits/end-due-waits.js';
 import { endWaits, waitEnds } from '../../src/db/waits/end-waits.js';
+import { lockEventName } from '../../src/db/waits/event-name-lock.js';
 import { step } from '../../src/scheduler/step.js';
 import { attemptFixtures } from '../helpers/attempt-fixtures.js';
 import { schedulerHarness } from '../helpers/scheduler-harness.js';
@@ -148,6 +149,29 @@ describe('a wait task', () => {
     expect((await tis(blind.id)).get('w')!.state).toBe('waiting');
     expect((await tis(wide.id)).get('w')!.state).toBe('success');
     expect((await tis(narrow.id)).get('w')!.state).toBe('waiting');
+  });
+
+  it('sees an event whose transaction was still open as it started, in its look back', BOUND, async () => {
+    // An event's transaction that read the open waits before this wait's row was written (as
+    // takeEvent does) and commits only after the wait started: the look back waits for it.
+    let commit!: () => void;
+    const held = new Promise<void>((r) => (commit = r));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((r) => (locked = r));
+    const event = db.sql.begin(async (tx) => {
+      await lockEventName(tx, 'file.landed', 'event');
+      await tx`insert into external_events (name, event_key, payload) values ('file.landed', 'racing', '{"n": 1}')`;
+      locked();
+      await held;
+    });
+    await isLocked;
+    const run = await runWithWait(dag('w_race', [waitTask('w', { lookBackMs: 60_000, match: { n: 1 } })]));
+    const stepped = stepOk();
+    await new Promise((r) => setTimeout(r, 300));
+    commit();
+    await event;
+    await stepped;
+    expect((await tis(run.id)).get('w')!.state).toBe('success');
   });
 
   it('is guarded: a cancelled wait is not ended by its event, and its row is closed', BOUND, async () => {

@@ -7,6 +7,7 @@ import type { Sql } from '../sql.js';
 import { dagsTriggeredBy } from './dags-triggered-by.js';
 import { recordEvent } from './record-event.js';
 import { runsOfEvent } from './runs-of-event.js';
+import { lockEventName } from '../waits/event-name-lock.js';
 
 /** The key of the run an event starts in each DAG it triggers: one run per event and DAG. */
 export const eventRunKey = (name: string, eventId: string): string => `event__${name}__${eventId}`;
@@ -31,6 +32,7 @@ export async function takeEvent(
   e: { name: string; key: string; payload: Record<string, unknown>; by: Actor | undefined; defaultExecutor: string },
 ): Promise<TakenEvent> {
   return sql.begin(async (tx) => {
+    await lockEventName(tx, e.name, 'event');
     const kept = await recordEvent(tx, e);
     const runKey = eventRunKey(e.name, kept.id);
     if (kept.duplicate) return { ...kept, runs: await runsOfEvent(tx, runKey), endedWaits: [] };
