@@ -30,6 +30,8 @@ export default defineConfig({
           name: 'speed',
           include: ['test/speed/**/*.test.ts'],
           testTimeout: 300_000,
+          // One file at a time: each one's timing is the yardstick of its own bound.
+          fileParallelism: false,
           sequence: { groupOrder: 1 },
         },
       },

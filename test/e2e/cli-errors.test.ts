@@ -99,7 +99,7 @@ describe('unknown commands', () => {
     expect(dag.stderr).toContain('did you mean one of:\n  leoflow dag show etl\n  leoflow run show etl\n');
     const list = await cli(null, ['list']);
     expect(list.stderr).toMatch(
-      /did you mean one of:\n {2}leoflow dag list\n {2}leoflow run list\n {2}leoflow agents list\n/,
+      /did you mean one of:\n {2}leoflow dag list\n {2}leoflow run list\n {2}leoflow notifications list\n {2}leoflow agents list\n/,
     );
   });
 

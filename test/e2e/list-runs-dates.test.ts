@@ -40,7 +40,8 @@ describe('ListRuns by date', () => {
   });
 
   it('gives the seq to watch from: a new run is seen, no earlier event is replayed', async () => {
-    const page = await f.api.workflow.listRuns({ dagId: 'dated' });
+    expect((await f.api.workflow.listRuns({ dagId: 'dated' })).watchSeq).toBe('0');
+    const page = await f.api.workflow.listRuns({ dagId: 'dated', withWatchSeq: true });
     expect(BigInt(page.watchSeq)).toBeGreaterThan(0n);
     const fresh = await f.api.workflow.triggerRun({ dagId: 'dated', runKey: 'after-the-page' });
     const ctl = new AbortController();

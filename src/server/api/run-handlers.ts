@@ -108,7 +108,7 @@ export function runHandlers(
       const createdFrom = req.createdFrom ? timestampDate(req.createdFrom) : undefined;
       const createdTo = req.createdTo ? timestampDate(req.createdTo) : undefined;
       // Read before the runs, so a change made between the two reads is replayed, not missed.
-      const watchSeq = await lastFeedSeq(sql);
+      const watchSeq = req.withWatchSeq ? await lastFeedSeq(sql) : 0n;
       // One more than asked for tells whether another page follows.
       const runs = await listRuns(sql, {
         dagId: req.dagId || undefined,

@@ -44,6 +44,7 @@ export function RunsPage({ query }: { query: URLSearchParams }) {
         createdFrom: localDay(from) && timestampFromDate(localDay(from)!),
         // The "to" day is included: before the next day's midnight.
         createdTo: localDay(to, 1) && timestampFromDate(localDay(to, 1)!),
+        withWatchSeq: true,
       })
       .then((res) => {
         setWatchFrom((w) => (w?.dag === dag ? w : { dag, seq: res.watchSeq }));

@@ -13,7 +13,8 @@ import { scrapeMetrics } from '../helpers/scrape-metrics.js';
  * the baseline: on a machine loaded enough that the burst's own work (planning 50 task instances,
  * serializing 50 pods) makes a step or two slow, the slow API must add none. The fake's kubelet is
  * manual here: the pods stay pending, so what is measured is the dispatch and not 50 agent
- * processes starting on a two-core machine.
+ * processes starting on a two-core machine. A timing bound: it runs in the speed project, alone after
+ * the others (beside them, a loaded CI runner made one of 69 steps slow).
  */
 
 const NS = 'leoflow';
