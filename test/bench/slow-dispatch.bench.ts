@@ -11,7 +11,7 @@ import { startSlowDispatchScheduler, triggerWide as triggerWideRun } from '../he
  * Tick under slow dispatch: 50 TIs queued at once (one run of a 50-task wide DAG), every
  * dispatch taking 500 ms (a fake executor: sleep, then the real claim/start/finish), through the
  * real scheduler loop, step and dispatch pool wired as control-plane.ts wires them (the approach
- * of test/speed/slow-dispatch.test.ts). The figure is the duration of each scheduler step while
+ * of test/timing/slow-dispatch.test.ts). The figure is the duration of each scheduler step while
  * the runs drain, as the loop reports it (onStepDone). The tick is 10 ms instead of 1 s so a few
  * seconds of draining give enough steps for a p99; a finished attempt also nudges the loop.
  * Pro's pool (16 drainers, queue 256): 3 runs one after the other. Lite's (1 drainer, queue 1):

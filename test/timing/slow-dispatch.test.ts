@@ -13,7 +13,7 @@ import {
  * only enqueues, so its duration must not grow with the dispatch backlog: p99 stays under 100 ms,
  * and the queue drains at the pool's pace. With Lite's pool (1 drainer, queue 1) the refused TIs
  * wait visibly, with pending_reason WAITING_FOR_DISPATCH (the bound and its flag), and the tick is just as fast.
- * A timing bound: it runs in the speed project, alone after the others (beside them, on a loaded CI
+ * A timing bound: it runs in the timing project, after the others (beside them, on a loaded CI
  * runner, one slow step in 200 was the other files' CPU).
  */
 

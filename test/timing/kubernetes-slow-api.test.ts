@@ -13,7 +13,7 @@ import { scrapeMetrics } from '../helpers/scrape-metrics.js';
  * the baseline: on a machine loaded enough that the burst's own work (planning 50 task instances,
  * serializing 50 pods) makes a step or two slow, the slow API must add none. The fake's kubelet is
  * manual here: the pods stay pending, so what is measured is the dispatch and not 50 agent
- * processes starting on a two-core machine. A timing bound: it runs in the speed project, alone after
+ * processes starting on a two-core machine. A timing bound: it runs in the timing project, after
  * the others (beside them, a loaded CI runner made one of 69 steps slow).
  */
 
