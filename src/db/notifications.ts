@@ -13,9 +13,10 @@ export const CHANNELS = {
   cancel: 'leoflow_cancel',
   /** `<agentId>`: send Drain to this agent, if you hold its stream. */
   drain: 'leoflow_drain',
-  /** New rows in `events` may be visible (sent by a trigger on `events`, migration 011). */
+  /** New rows in `events` may be visible: the runs they concern, comma-separated, or '' for any
+   *  (sent by a trigger on `events`, migrations 011 and 031). */
   events: 'leoflow_events',
-  /** New lines in `task_logs` (sent by a trigger on `task_logs`, migration 011). */
+  /** New lines in `task_logs`: their runs, as for `events` (a trigger on `task_logs`, migrations 011, 031). */
   logs: 'leoflow_logs',
   /** `<tokenId>`: this API token was revoked: end the streams it let in (token-streams.ts). */
   tokenRevoked: 'leoflow_token_revoked',

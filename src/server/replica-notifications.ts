@@ -28,9 +28,9 @@ export function replicaNotifications(p: NotifiedParts): (channel: Channel, paylo
       p.scheduler.notified(payload === '' ? undefined : payload.split(','));
     } else if (channel === CHANNELS.events) {
       p.events.notified();
-      p.changes.fire();
+      p.changes.fire(payload);
     } else if (channel === CHANNELS.logs) {
-      p.changes.fire();
+      p.changes.fire(payload);
     } else if (channel === CHANNELS.cancel) {
       // Whichever executor of this replica holds it: a subprocess, or an agent's stream.
       p.scheduler.cancelNotified(payload);

@@ -44,7 +44,14 @@ export function apiAdapter(
     fallback?: ApiHandler;
   },
 ): ApiHandler {
-  const router = createConnectRouter({ acceptCompression: [compressionGzip, compressionBrotli], ...options });
+  // A message is compressed only from 16 KiB (connect's default: 1 KiB). Below it zlib's setup for
+  // each message costs more CPU than the bytes save on any network, and each watcher of an event
+  // would compress it again: under a flood that was a tenth of the server's time.
+  const router = createConnectRouter({
+    acceptCompression: [compressionGzip, compressionBrotli],
+    compressMinBytes: 16 * 1024,
+    ...options,
+  });
   options.routes(router);
   const paths = new Map(router.handlers.map((h) => [h.requestPath, h]));
   return (req, res) => {

@@ -53,7 +53,7 @@ export function watchHandlers(
           if (rows.length < 1000) break;
         }
         if (ended || context.signal.aborted) return;
-        await deps.changes.wait(LOG_BACKSTOP_MS, context.signal);
+        await deps.changes.wait(runId, LOG_BACKSTOP_MS, context.signal);
       }
     },
 
