@@ -4,11 +4,13 @@ import { createTestDatabase } from '../helpers/test-database.js';
 import { percentile, report } from './report.js';
 
 /**
- * event-insert: what migration 011 adds to every `events` insert, A/B in one database. 011 numbers
- * `seq` with a plpgsql function that takes the transaction id first (`leoflow_next_event_seq()`,
- * instead of the identity's plain nextval) and adds a statement-level trigger that NOTIFYs
- * `leoflow_events` (one a transaction at commit). The variants switch those parts off and on in
- * place (`seq`'s default back to `nextval('events_seq')`, the trigger disabled), alternating in
+ * event-insert: what the event feed adds to every `events` insert, A/B in one database. Migration
+ * 011 numbers `seq` with a plpgsql function that takes the transaction id first
+ * (`leoflow_next_event_seq()`, instead of the identity's plain nextval) and adds a statement-level
+ * trigger that NOTIFYs `leoflow_events` (one a transaction at commit); migration 031's trigger also
+ * names the runs its rows concern, from a transition table, so only their log followers wake. The
+ * variants switch those parts off and on in place (`seq`'s default back to `nextval('events_seq')`,
+ * one trigger or none enabled; 011's trigger is made again here beside 031's), alternating in
  * rounds so drift on a shared machine falls on all of them alike; one session LISTENs throughout,
  * as each replica does.
  *
@@ -28,14 +30,15 @@ const BATCH_ROWS = 20;
 interface Variant {
   name: string;
   seqFunction: boolean;
-  notifyTrigger: boolean;
+  /** The NOTIFY trigger enabled: 011's (no payload), 031's (the runs named), or none. */
+  trigger: 'events_written_011' | 'events_written' | null;
 }
 
 const VARIANTS: Variant[] = [
-  { name: 'before 011 (nextval, no trigger)', seqFunction: false, notifyTrigger: false },
-  { name: 'seq function only', seqFunction: true, notifyTrigger: false },
-  { name: 'NOTIFY trigger only', seqFunction: false, notifyTrigger: true },
-  { name: '011 as shipped (both)', seqFunction: true, notifyTrigger: true },
+  { name: 'before 011 (nextval, no trigger)', seqFunction: false, trigger: null },
+  { name: 'seq function only', seqFunction: true, trigger: null },
+  { name: "011's feed (seq, NOTIFY '')", seqFunction: true, trigger: 'events_written_011' },
+  { name: '031 as shipped (NOTIFY names runs)', seqFunction: true, trigger: 'events_written' },
 ];
 
 describe('event-insert', () => {
@@ -48,12 +51,17 @@ describe('event-insert', () => {
     let notified = 0;
     listener.on('notification', () => notified++);
     await listener.query('listen leoflow_events');
+    await client.query(`create function leoflow_events_written_011() returns trigger language plpgsql as $$
+      begin perform pg_notify('leoflow_events', ''); return null; end $$`);
+    await client.query(`create trigger events_written_011 after insert on events
+      for each statement execute function leoflow_events_written_011()`);
     try {
       const set = async (v: Variant) => {
         await client.query(
           `alter table events alter column seq set default ${v.seqFunction ? 'leoflow_next_event_seq()' : "nextval('events_seq')"}`,
         );
-        await client.query(`alter table events ${v.notifyTrigger ? 'enable' : 'disable'} trigger events_written`);
+        for (const t of ['events_written_011', 'events_written'])
+          await client.query(`alter table events ${v.trigger === t ? 'enable' : 'disable'} trigger ${t}`);
       };
       const single = (ms: number[]) => async () => {
         for (let i = 0; i < SINGLE; i++) {
