@@ -9,6 +9,7 @@ import { launchBrowser, openPage, screenshots } from '../helpers/browser.js';
 import { httpGet } from '../helpers/http-get.js';
 import { waitFor } from '../helpers/leoflow-process.js';
 import { connectedAgent, serverForFile } from '../helpers/server-fixture.js';
+import { wideDagSource } from '../helpers/wide-dag.js';
 
 /**
  * The dashboard in a real browser (Debian's Chromium, headless) against a real `leoflow server`
@@ -178,16 +179,7 @@ describe('the dashboard', () => {
   });
 
   it('draws a run of 500 tasks on first load within a second or two', async () => {
-    const lines = ['dag_id: wide', 'tasks:'];
-    for (let i = 0; i < 500; i++) {
-      const ups = [Math.floor((i - 1) / 4), i - 7].filter((u) => i > 0 && u >= 0 && u < i).map((u) => `t${u}`);
-      lines.push(
-        `  - id: t${i}`,
-        `    command: "true"`,
-        ...(ups.length ? [`    depends_on: [${[...new Set(ups)].join(', ')}]`] : []),
-      );
-    }
-    await f.api.workflow.applyDag({ source: lines.join('\n'), filename: 'wide.yaml' });
+    await f.api.workflow.applyDag({ source: wideDagSource('wide', 500), filename: 'wide.yaml' });
     // Paused, so the run waits and the machine stays quiet while the page is timed.
     await f.api.workflow.pauseDag({ dagId: 'wide', paused: true });
     const { run } = await f.api.workflow.triggerRun({ dagId: 'wide' });
