@@ -208,13 +208,20 @@ describe('the dashboard', () => {
     await screenshots(page, 'runs');
     await page.goto(`${f.server.url}/runs?dag=ui_demo&state=failed`);
     await page.getByText('No runs.').waitFor();
-    const agent = await connectedAgent(f, 'ui-agent-1', { args: ['--labels', 'zone=a,gpu=none', '--slots', '2'] });
+    const agent = await connectedAgent(f, 'ui-agent-1', {
+      args: ['--labels', 'zone=a,gpu=none', '--capabilities', 'docker,cuda', '--slots', '2'],
+    });
     try {
       await page.goto(`${f.server.url}/fleet`);
       await page.locator('.badge', { hasText: 'leader' }).waitFor();
       const row = page.locator('tr[data-agent="ui-agent-1"]');
       await row.locator('.badge', { hasText: 'healthy' }).waitFor();
       expect(await row.textContent()).toContain('zone=a');
+      await row.locator('[data-capability=cuda]').waitFor();
+      // The replica's queue depth and each health check, with its result.
+      expect(await page.getByTestId('queue-depth').textContent()).toMatch(/^\d+ of \d+ in the dispatch queue$/);
+      await page.locator('[data-check="ready/database"] .badge', { hasText: 'ok' }).waitFor();
+      expect(await page.locator('[data-check^="live/"]').count()).toBeGreaterThan(0);
       await row.getByRole('button', { name: 'Drain' }).click();
       await row.locator('.badge', { hasText: 'draining' }).waitFor();
       const listed = await f.api.cluster.listAgents({});
