@@ -130,6 +130,35 @@ describe('the dashboard', () => {
     expect(errors).toEqual([]);
   });
 
+  it('keeps a followed log at its end, stays put when scrolled up, and jumps to the end', async () => {
+    const source = [
+      'dag_id: chatty',
+      'tasks:',
+      '  - id: talk',
+      '    command: ["sh", "-c", "seq 1 120; sleep 2; echo last line"]',
+    ].join('\n');
+    await f.api.workflow.applyDag({ source, filename: 'chatty.yaml' });
+    const { run } = await f.api.workflow.triggerRun({ dagId: 'chatty' });
+    await page.goto(`${f.server.url}/runs/${run!.runId}/tasks/talk`);
+    const log = page.locator('[data-testid=log]');
+    await log.locator('.line.stdout', { hasText: /^1120$/ }).waitFor({ timeout: 20_000 });
+    const gapBelow = () => log.evaluate((el) => el.scrollHeight - el.scrollTop - el.clientHeight);
+    // Following: the newest line is in view.
+    await waitFor('the log at its end', async () => (await gapBelow()) < 2);
+    // Scrolled up, it stays put as lines arrive, and offers the jump.
+    await log.evaluate((el) => {
+      el.scrollTop = 0;
+    });
+    const jump = page.getByRole('button', { name: 'Jump to end ↓' });
+    await jump.waitFor();
+    await log.locator('.line.stdout', { hasText: 'last line' }).waitFor({ timeout: 10_000 });
+    expect(await log.evaluate((el) => el.scrollTop)).toBe(0);
+    await jump.click();
+    await waitFor('the log at its end again', async () => (await gapBelow()) < 2);
+    await jump.waitFor({ state: 'detached' });
+    expect(errors).toEqual([]);
+  });
+
   it('shows the signal that killed a try, on the task page and in the API', async () => {
     const source = 'dag_id: killed\ntasks:\n  - id: self_kill\n    command: ["sh", "-c", "kill -KILL $$"]\n';
     await f.api.workflow.applyDag({ source, filename: 'killed.yaml' });
