@@ -73,7 +73,8 @@ describe('outputs on the task page', () => {
     // The copy is the stored JSON, whole.
     await long.getByRole('button', { name: 'copy output of try 2' }).click();
     await long.getByRole('button', { name: 'copy output of try 2' }).getByText('copied').waitFor();
-    const copied = await page.evaluate(() => navigator.clipboard.readText());
+    // A string: this file is compiled without the DOM's types.
+    const copied = await page.evaluate('navigator.clipboard.readText()');
     const stored = (await f.api.workflow.getTaskOutput({ runId, taskId: 'produce', tryNumber: 2 })).outputs[0]!;
     expect(copied).toBe(stored.json);
     expect(errors).toEqual([]);
