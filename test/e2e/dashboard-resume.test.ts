@@ -1,7 +1,7 @@
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { launchBrowser, openPage, screenshots } from '../helpers/browser.js';
-import { waitFor } from '../helpers/leoflow-process.js';
+import { startServer, waitFor } from '../helpers/leoflow-process.js';
 import { serverForFile } from '../helpers/server-fixture.js';
 import { startTcpProxy } from '../helpers/tcp-proxy.js';
 
@@ -69,6 +69,46 @@ describe('the dashboard after a lost connection', () => {
     } finally {
       await page.close();
       await proxy.close();
+    }
+  });
+
+  it('resumes on another replica when the one serving it ends, and misses no event', async () => {
+    // A second replica, an observer (it serves reads, runs no task): the page is on it, through a
+    // proxy, when it stops and its streams end; the proxy then leads to the first replica.
+    const observer = await startServer({ env: { DATABASE_URL: f.db.url }, args: ['--role', 'observer'] });
+    const home = { host: '127.0.0.1', port: Number(new URL(f.server.url).port) };
+    let proxy = await startTcpProxy({ host: '127.0.0.1', port: Number(new URL(observer.url).port) });
+    const port = proxy.port;
+    ({ page, errors } = await openPage(browser));
+    try {
+      const { run } = await f.api.workflow.triggerRun({ dagId: 'gap' });
+      const runId = run!.runId;
+      await page.goto(`http://127.0.0.1:${port}/runs/${runId}/tasks/second`);
+      // An observer's page asks for no token on an open server (WhoAmI is a read it answers).
+      await page.getByText('No try has started yet.').waitFor();
+      await page.locator('.log .live').waitFor();
+      // The serving replica goes (SIGTERM: it ends its streams) while `second` runs and the run ends.
+      await observer.stop(10_000);
+      await proxy.close();
+      await waitFor(
+        'the run to end',
+        async () => (await f.api.workflow.getRun({ runId })).run!.state === 3, // SUCCESS
+        20_000,
+      );
+      proxy = await startTcpProxy(home, { port });
+      const row = page.locator('[data-testid=tries] tbody tr');
+      await row.filter({ hasText: 'success' }).waitFor({ timeout: 20_000 });
+      expect(await row.count()).toBe(1);
+      await page.locator('[data-testid=log] .line.stdout', { hasText: 'ran while the dashboard was away' }).waitFor();
+      expect(await page.locator('[data-testid=log] .line.stdout').count()).toBe(1);
+      await page.locator('h1 .badge', { hasText: 'success' }).waitFor();
+      // The try's start and its end were both replayed (its duration needs the two), with no reload.
+      expect(await row.locator('td').nth(3).textContent()).toMatch(/^\d+(\.\d)? m?s$/);
+      expect(errors).toEqual([]);
+    } finally {
+      await page.close();
+      await proxy.close();
+      await observer.kill();
     }
   });
 });

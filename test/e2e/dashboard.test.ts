@@ -9,6 +9,7 @@ import { launchBrowser, openPage, screenshots } from '../helpers/browser.js';
 import { httpGet } from '../helpers/http-get.js';
 import { waitFor } from '../helpers/leoflow-process.js';
 import { connectedAgent, serverForFile } from '../helpers/server-fixture.js';
+import { wideDagSource } from '../helpers/wide-dag.js';
 
 /**
  * The dashboard in a real browser (Debian's Chromium, headless) against a real `leoflow server`
@@ -129,6 +130,35 @@ describe('the dashboard', () => {
     expect(errors).toEqual([]);
   });
 
+  it('keeps a followed log at its end, stays put when scrolled up, and jumps to the end', async () => {
+    const source = [
+      'dag_id: chatty',
+      'tasks:',
+      '  - id: talk',
+      '    command: ["sh", "-c", "seq 1 120; sleep 2; echo last line"]',
+    ].join('\n');
+    await f.api.workflow.applyDag({ source, filename: 'chatty.yaml' });
+    const { run } = await f.api.workflow.triggerRun({ dagId: 'chatty' });
+    await page.goto(`${f.server.url}/runs/${run!.runId}/tasks/talk`);
+    const log = page.locator('[data-testid=log]');
+    await log.locator('.line.stdout', { hasText: /^1120$/ }).waitFor({ timeout: 20_000 });
+    const gapBelow = () => log.evaluate((el) => el.scrollHeight - el.scrollTop - el.clientHeight);
+    // Following: the newest line is in view.
+    await waitFor('the log at its end', async () => (await gapBelow()) < 2);
+    // Scrolled up, it stays put as lines arrive, and offers the jump.
+    await log.evaluate((el) => {
+      el.scrollTop = 0;
+    });
+    const jump = page.getByRole('button', { name: 'Jump to end ↓' });
+    await jump.waitFor();
+    await log.locator('.line.stdout', { hasText: 'last line' }).waitFor({ timeout: 10_000 });
+    expect(await log.evaluate((el) => el.scrollTop)).toBe(0);
+    await jump.click();
+    await waitFor('the log at its end again', async () => (await gapBelow()) < 2);
+    await jump.waitFor({ state: 'detached' });
+    expect(errors).toEqual([]);
+  });
+
   it('shows the signal that killed a try, on the task page and in the API', async () => {
     const source = 'dag_id: killed\ntasks:\n  - id: self_kill\n    command: ["sh", "-c", "kill -KILL $$"]\n';
     await f.api.workflow.applyDag({ source, filename: 'killed.yaml' });
@@ -178,16 +208,7 @@ describe('the dashboard', () => {
   });
 
   it('draws a run of 500 tasks on first load within a second or two', async () => {
-    const lines = ['dag_id: wide', 'tasks:'];
-    for (let i = 0; i < 500; i++) {
-      const ups = [Math.floor((i - 1) / 4), i - 7].filter((u) => i > 0 && u >= 0 && u < i).map((u) => `t${u}`);
-      lines.push(
-        `  - id: t${i}`,
-        `    command: "true"`,
-        ...(ups.length ? [`    depends_on: [${[...new Set(ups)].join(', ')}]`] : []),
-      );
-    }
-    await f.api.workflow.applyDag({ source: lines.join('\n'), filename: 'wide.yaml' });
+    await f.api.workflow.applyDag({ source: wideDagSource('wide', 500), filename: 'wide.yaml' });
     // Paused, so the run waits and the machine stays quiet while the page is timed.
     await f.api.workflow.pauseDag({ dagId: 'wide', paused: true });
     const { run } = await f.api.workflow.triggerRun({ dagId: 'wide' });
@@ -216,13 +237,20 @@ describe('the dashboard', () => {
     await screenshots(page, 'runs');
     await page.goto(`${f.server.url}/runs?dag=ui_demo&state=failed`);
     await page.getByText('No runs.').waitFor();
-    const agent = await connectedAgent(f, 'ui-agent-1', { args: ['--labels', 'zone=a,gpu=none', '--slots', '2'] });
+    const agent = await connectedAgent(f, 'ui-agent-1', {
+      args: ['--labels', 'zone=a,gpu=none', '--capabilities', 'docker,cuda', '--slots', '2'],
+    });
     try {
       await page.goto(`${f.server.url}/fleet`);
       await page.locator('.badge', { hasText: 'leader' }).waitFor();
       const row = page.locator('tr[data-agent="ui-agent-1"]');
       await row.locator('.badge', { hasText: 'healthy' }).waitFor();
       expect(await row.textContent()).toContain('zone=a');
+      await row.locator('[data-capability=cuda]').waitFor();
+      // The replica's queue depth and each health check, with its result.
+      expect(await page.getByTestId('queue-depth').textContent()).toMatch(/^\d+ of \d+ in the dispatch queue$/);
+      await page.locator('[data-check="ready/database"] .badge', { hasText: 'ok' }).waitFor();
+      expect(await page.locator('[data-check^="live/"]').count()).toBeGreaterThan(0);
       await row.getByRole('button', { name: 'Drain' }).click();
       await row.locator('.badge', { hasText: 'draining' }).waitFor();
       const listed = await f.api.cluster.listAgents({});

@@ -4,6 +4,7 @@ import { Code, ConnectError } from '@connectrpc/connect';
 import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { ClusterService } from '../../src/gen/leoflow/v1/cluster_pb.js';
+import { TokenService } from '../../src/gen/leoflow/v1/token_pb.js';
 import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
 import { WRITE_RPCS } from '../../src/server/auth/role-guard.js';
 import { BIN, cli, runCommand, startAgent, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
@@ -161,9 +162,10 @@ describe('replica roles (Pro edition)', () => {
 
     const before = await f.db
       .sql`select (select count(*) from dag_runs) as runs, (select count(*) from events) as events, (select count(*) from dags) as dags, (select count(*) from agents) as agents`;
-    expect(WRITE_RPCS.length).toBe(13);
+    expect(WRITE_RPCS.length).toBe(15);
     for (const m of WRITE_RPCS) {
-      const client = (m.parent.typeName === ClusterService.typeName ? api.cluster : api.workflow) as unknown as Record<
+      const clients = { [ClusterService.typeName]: api.cluster, [TokenService.typeName]: api.tokens };
+      const client = (clients[m.parent.typeName] ?? api.workflow) as unknown as Record<
         string,
         (req: unknown) => Promise<unknown> | AsyncIterable<unknown>
       >;
@@ -175,6 +177,8 @@ describe('replica roles (Pro edition)', () => {
         source: 'dag_id: x\ntasks: [{id: a, command: [true]}]\n',
         filename: 'x.yaml',
         name: 'file.landed',
+        role: 'viewer',
+        id: '1',
       };
       // A streaming write (WatchCleanHistory) is refused at its first message read.
       const call = async () => {

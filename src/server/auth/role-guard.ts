@@ -2,6 +2,7 @@ import { Code, ConnectError, type Interceptor } from '@connectrpc/connect';
 import type { DescMethod } from '@bufbuild/protobuf';
 import { AgentService } from '../../gen/leoflow/v1/agent_pb.js';
 import { ClusterService } from '../../gen/leoflow/v1/cluster_pb.js';
+import { TokenService } from '../../gen/leoflow/v1/token_pb.js';
 import { WorkflowService } from '../../gen/leoflow/v1/workflow_pb.js';
 import type { Role } from '../config/config.js';
 
@@ -26,6 +27,8 @@ export const WRITE_RPCS: readonly DescMethod[] = [
   w.watchCleanHistory,
   ClusterService.method.drainAgent,
   ClusterService.method.forgetAgent,
+  TokenService.method.createToken,
+  TokenService.method.revokeToken,
 ];
 
 /** The RPCs that only read: all an observer answers. */
@@ -43,6 +46,9 @@ export const READ_RPCS: readonly DescMethod[] = [
   ClusterService.method.getHealth,
   ClusterService.method.listAgents,
   ClusterService.method.listNotifications,
+  TokenService.method.listTokens,
+  // The dashboard asks it first, of whichever replica serves it: an observer's page was a token form.
+  TokenService.method.whoAmI,
 ];
 
 const key = (m: DescMethod) => `${m.parent.typeName}/${m.name}`;

@@ -7,7 +7,10 @@ import { TimeText } from '../components/time-text.js';
 /** How often the fleet is read again: agents have no watch stream; one read for the whole page. */
 const REFRESH_MS = 5_000;
 
-/** Agents (labels, slots, running, health; drain and undrain), replicas and the leader. */
+/**
+ * Replicas (role, leader), the answering replica's queue depth and health checks, and agents (labels,
+ * capabilities, slots, running, health; drain and undrain).
+ */
 export function FleetPage() {
   const [agents, setAgents] = useState<Agent[] | null>(null);
   const [health, setHealth] = useState<GetHealthResponse | null>(null);
@@ -47,8 +50,11 @@ export function FleetPage() {
             </thead>
             <tbody>
               {health.replicas.map((r) => (
-                <tr key={r.replicaId}>
-                  <td className="mono">{r.replicaId}</td>
+                <tr key={r.replicaId} data-replica={r.replicaId}>
+                  <td className="mono">
+                    {r.replicaId}
+                    {r.replicaId === health.replicaId && <span className="muted"> · answering</span>}
+                  </td>
                   <td>{r.role}</td>
                   <td>{r.leader ? <span className="badge s-success">leader</span> : ''}</td>
                   <td>
@@ -58,13 +64,9 @@ export function FleetPage() {
               ))}
             </tbody>
           </table>
-          <p className="muted small note">
-            {health.edition} · dispatch queue {health.dispatchQueueDepth}/{health.dispatchQueueCapacity} ·{' '}
-            {health.live ? 'live' : 'not live'}, {health.ready ? 'ready' : 'not ready'} · database{' '}
-            {health.databaseLatencyMs.toFixed(1)} ms
-          </p>
         </div>
       )}
+      {health && <HealthFacts health={health} />}
       <h2>Agents</h2>
       {agents && agents.length === 0 && <p className="muted">No agents: tasks run on this server&apos;s executor.</p>}
       {agents && agents.length > 0 && (
@@ -74,7 +76,7 @@ export function FleetPage() {
               <tr>
                 <th>Agent</th>
                 <th>Health</th>
-                <th>Labels</th>
+                <th>Labels · capabilities</th>
                 <th className="right">Running / slots</th>
                 <th>Last seen</th>
                 <th className="right">Actions</th>
@@ -98,6 +100,11 @@ export function FleetPage() {
                           {k}={v}
                         </span>
                       ))}
+                      {a.capabilities.map((c) => (
+                        <span key={c} className="label cap" data-capability={c}>
+                          {c}
+                        </span>
+                      ))}
                     </td>
                     <td className="right">
                       {a.running} / {a.slots}
@@ -118,5 +125,76 @@ export function FleetPage() {
         </div>
       )}
     </section>
+  );
+}
+
+/** The answering replica's figures and each of its liveness and readiness checks (GetHealth). */
+function HealthFacts({ health }: { health: GetHealthResponse }) {
+  const checks = [
+    ...health.liveChecks.map((c) => ({ ...c, kind: 'live' })),
+    ...health.readyChecks.map((c) => ({ ...c, kind: 'ready' })),
+  ];
+  const agents = [
+    `${health.agentsHealthy} healthy`,
+    `${health.agentsStale} stale`,
+    `${health.agentsDead} dead`,
+    `${health.agentsStopped} stopped`,
+  ];
+  return (
+    <>
+      <h2>Health</h2>
+      <dl className="facts" data-testid="health">
+        <dt>Replica</dt>
+        <dd>
+          <span className="mono">{health.replicaId}</span> · {health.edition} · role {health.role}
+        </dd>
+        <dt>Queue depth</dt>
+        <dd data-testid="queue-depth">
+          {health.dispatchQueueDepth} of {health.dispatchQueueCapacity} in the dispatch queue
+        </dd>
+        <dt>Leader</dt>
+        <dd>
+          {health.leaderId ? <span className="mono">{health.leaderId}</span> : 'none leads'}
+          {health.lastFullStepAt && (
+            <span className="muted">
+              {' '}
+              · last full step <TimeText at={health.lastFullStepAt} />
+              {health.lastFullStepLateMs > 0n && `, ${health.lastFullStepLateMs} ms late`}
+            </span>
+          )}
+        </dd>
+        <dt>Database</dt>
+        <dd>
+          {health.databaseReachable ? `${health.databaseLatencyMs.toFixed(1)} ms` : 'unreachable'}
+          {health.migrationsVersion && <span className="muted"> · {health.migrationsVersion}</span>}
+        </dd>
+        <dt>Agents</dt>
+        <dd>{agents.join(' · ')}</dd>
+      </dl>
+      <div className="table-wrap">
+        <table data-testid="health-checks">
+          <thead>
+            <tr>
+              <th>Check</th>
+              <th>For</th>
+              <th>Result</th>
+              <th>Detail</th>
+            </tr>
+          </thead>
+          <tbody>
+            {checks.map((c) => (
+              <tr key={`${c.kind}/${c.name}`} data-check={`${c.kind}/${c.name}`}>
+                <td className="mono">{c.name}</td>
+                <td>{c.kind === 'live' ? 'liveness (/healthz)' : 'readiness (/readyz)'}</td>
+                <td>
+                  <span className={`badge ${c.ok ? 's-success' : 's-failed'}`}>{c.ok ? 'ok' : 'failing'}</span>
+                </td>
+                <td className="muted">{c.detail}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+    </>
   );
 }

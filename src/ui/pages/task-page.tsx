@@ -7,12 +7,16 @@ import { CopyButton } from '../components/copy-button.js';
 import { LogView } from '../components/log-view.js';
 import { pendingReasonText } from '../components/pending-reason.js';
 import { StateBadge, taskStateName } from '../components/state-badge.js';
+import { TaskOutputs } from '../components/task-outputs.js';
 import { TimeText, formatDuration } from '../components/time-text.js';
 import { TriesTable } from '../components/tries-table.js';
 import { applyTryEvents, type TaskTry } from '../live/task-tries.js';
 import { useRunLive } from '../live/use-run-live.js';
 
-/** A task instance: its latest try, every try (exit code or signal, duration, agent, error), live; its log followed. */
+/**
+ * A task instance: its latest try, every try (exit code or signal, duration, agent, error), live;
+ * each try's output; its log followed.
+ */
 export function TaskPage({ runId, taskId }: { runId: string; taskId: string }) {
   const [tries, setTries] = useState<TaskTry[]>([]);
   const onEvents = useCallback(
@@ -100,6 +104,11 @@ export function TaskPage({ runId, taskId }: { runId: string; taskId: string }) {
       </dl>
       <h2>Tries</h2>
       <TriesTable tries={tries} />
+      <TaskOutputs
+        runId={runId}
+        taskId={taskId}
+        endedKey={tries.map((t) => `${t.tryNumber}:${t.endedAt ? t.state : ''}`).join(',')}
+      />
       <LogView runId={runId} taskId={taskId} />
     </section>
   );
