@@ -204,6 +204,48 @@ tasks: [{ id: slow, command: ["sleep", "3"] }]
     expect(flaky.got.length).toBe(before + 1);
   });
 
+  it('mark a task not ended by its deadline, counted from its first scheduling, missed once; told with the task', async () => {
+    await f.api.workflow.applyDag({
+      source: `dag_id: late_task
+notify: [{ on: [deadline_missed], to: ops }]
+tasks:
+  - { id: first, command: ["sleep", "2"] }
+  # Due 1.5 s after it is scheduled, once first has ended: met (from the run's start it would miss).
+  - { id: after, command: ["true"], depends_on: [first], deadline: 1500ms }
+  - { id: slow, command: ["sleep", "3"], deadline: 1s }
+`,
+      filename: 'late_task.yaml',
+    });
+    const before = flaky.got.length;
+    const runId = (await f.api.workflow.triggerRun({ dagId: 'late_task' })).run!.runId;
+    const state = async (task: string) =>
+      (await f.api.workflow.getRun({ runId })).taskInstances.find((t) => t.taskId === task)!;
+    const slow = await waitFor('the miss', async () => {
+      const t = await state('slow');
+      return t.deadlineState === 'missed' ? t : undefined;
+    });
+    expect(slow.endedAt).toBeUndefined();
+    await waitFor('the delivery', async () => (flaky.got.length > before ? true : undefined));
+    expect(flaky.got.at(-1)!.body).toMatchObject({ kind: 'deadline_missed', run_id: runId, task_id: 'slow' });
+    expect(flaky.got.at(-1)!.body.text).toMatch(
+      new RegExp(`^Run ${runId} of late_task .*: task slow missed its deadline \\(`),
+    );
+    await runToEndOf(runId);
+    await waitFor('the met mark', async () => ((await state('after')).deadlineState === 'met' ? true : undefined));
+    expect((await state('first')).deadlineAt).toBeUndefined();
+    const shown = await cli(f.server.url, ['run', 'show', runId]);
+    expect(shown.stdout).toMatch(/^task slow deadline .+: missed$/m);
+    expect(shown.stdout).toMatch(/^task after deadline .+: met$/m);
+    const kinds: string[] = [];
+    for await (const res of f.api.workflow.watchRun({ runId, afterSeq: '0', follow: false }))
+      kinds.push(...res.events.filter((e) => e.kind === 'task.deadline_missed').map((e) => e.payloadJson));
+    expect(kinds.map((k) => (JSON.parse(k) as { task_id: string }).task_id)).toEqual(['slow']);
+    const told = await f.db.sql<{ kind: string; task_id: string }[]>`
+      select kind, task_id from notifications where dag_id = 'late_task'`;
+    expect(told).toEqual([{ kind: 'deadline_missed', task_id: 'slow' }]);
+    expect(flaky.got.length).toBe(before + 1);
+  });
+
   it('ask for an approval once per waiting approval task, saying how to approve it', async () => {
     await f.api.workflow.applyDag({
       source: `dag_id: gated

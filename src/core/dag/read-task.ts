@@ -9,6 +9,7 @@ import { placementExecutorIssues } from './check-placement-executor.js';
 import { secretExecutorIssues } from './check-secret-executor.js';
 import { isMapping, readDuration, readEnum, readId, readInteger, readString } from './field-readers.js';
 import { describe, expected, keyPath, missing, unknownKey } from './issue-messages.js';
+import { readDeadline } from './read-deadline.js';
 import { readEnv, type TaskEnv } from './read-env.js';
 import { readKubernetes } from './read-kubernetes.js';
 import { readPlacement } from './read-placement.js';
@@ -31,6 +32,7 @@ const TASK_KEYS = [
   'retry_delay',
   'max_retry_delay',
   'timeout',
+  'deadline',
   'env',
   'cwd',
   'executor',
@@ -96,6 +98,9 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
         break;
       case 'timeout':
         task.timeoutMs = value === null ? null : readTimeout(value, p, issues);
+        break;
+      case 'deadline':
+        task.deadlineMs = readDeadline(value, p, issues);
         break;
       case 'env':
         taskEnv = readEnv(value, p, issues);
@@ -202,6 +207,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
     retryDelayMs,
     maxRetryDelayMs,
     timeoutMs: task.timeoutMs ?? null,
+    ...(task.deadlineMs !== undefined ? { deadlineMs: task.deadlineMs } : {}),
     env: taskEnv?.env ?? {},
     ...(taskEnv?.secretEnv !== undefined ? { secretEnv: taskEnv.secretEnv } : {}),
     cwd: task.cwd ?? null,
