@@ -15,6 +15,7 @@ import { readKubernetes } from './read-kubernetes.js';
 import { readPlacement } from './read-placement.js';
 import { COMMAND_ONLY_KEYS, readApproval, readWait } from './read-wait.js';
 import { readInputs } from './read-inputs.js';
+import { inputRefs } from '../match-inputs.js';
 import { parseInputRef } from '../task-inputs.js';
 
 /** Timers in Node hold at most 2^31−1 ms (~24.8 days); a longer one would fire at once. */
@@ -178,6 +179,20 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       issues.push({ path: dep.path, message: `task "${dep.id}" depends on itself` });
       return false;
     });
+  }
+  // A wait's `$inputs.TASK.PATH` match values name upstream tasks, as `inputs:` entries do.
+  for (const [key, want] of Object.entries(task.wait?.match ?? {})) {
+    for (const ref of inputRefs({ [key]: want })) {
+      const upstream = parseInputRef(
+        ref,
+        draft.deps.map((d) => d.id),
+      ).task;
+      if (draft.deps.some((d) => d.id === upstream)) continue;
+      issues.push({
+        path: keyPath(keyPath(keyPath(path, 'wait'), 'match'), key),
+        message: `"$inputs.${ref}" names task "${upstream}", which is not in depends_on: an input comes from an upstream task`,
+      });
+    }
   }
   for (const [name, ref] of Object.entries(task.inputs ?? {})) {
     const upstream = parseInputRef(
