@@ -190,7 +190,9 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       if (draft.deps.some((d) => d.id === upstream)) continue;
       issues.push({
         path: keyPath(keyPath(keyPath(path, 'wait'), 'match'), key),
-        message: `"$inputs.${ref}" names task "${upstream}", which is not in depends_on: an input comes from an upstream task`,
+        message:
+          `"$inputs.${ref}" names task "${upstream}", which is not in depends_on: ` +
+          'an input comes from an upstream task',
       });
     }
   }

@@ -14,7 +14,8 @@ export async function inputsOfWaits(
   const rows = await tx<{ ti_id: string; inputs: Record<string, unknown> }[]>`
     select w.id::text as ti_id, jsonb_object_agg(t.task_id, o.value) as inputs
       from task_instances w
-      join task_instances t on t.run_id = w.run_id and t.state = 'success' and t.task_id = any(${tasks as string[]}::text[])
+      join task_instances t on t.run_id = w.run_id and t.state = 'success'
+                           and t.task_id = any(${tasks as string[]}::text[])
       join task_outputs o on o.ti_id = t.id and o.try_number = t.try_number and o.attempt_token = t.attempt_token
      where w.id = any(${tiIds as string[]}::bigint[])
      group by w.id`;

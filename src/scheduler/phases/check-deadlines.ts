@@ -2,7 +2,7 @@ import { markDueDeadlines } from '../../db/deadlines/mark-due-deadlines.js';
 import { markDueTaskDeadlines } from '../../db/deadlines/mark-due-task-deadlines.js';
 import type { SchedulerContext } from '../context.js';
 
-/** At most this many runs, and as many task instances, past their deadline are marked per step; the rest in the next. */
+/** At most this many runs, and as many task instances, past their deadline are marked a step; the rest next. */
 const MAX_DUE_DEADLINES = 500;
 
 export interface CheckDeadlinesResult {
