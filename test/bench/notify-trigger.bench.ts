@@ -72,6 +72,11 @@ describe('notify-trigger', () => {
             .map((x) => x.toFixed(0))
             .join(' '),
           'vs trigger off': (percentile(perEnd.get(v)!, 50) / base).toFixed(2),
+          // Paired by round (the same load): the median of this round's over 027's.
+          'vs 027, paired': percentile(
+            perEnd.get(v)!.map((x, i) => x / perEnd.get('027 (version read)')![i]!),
+            50,
+          ).toFixed(2),
         })),
         { rounds: ROUNDS, runs: RUNS, perStatement: PER_STATEMENT },
       );
