@@ -119,7 +119,8 @@ tasks:
     wait: { event: batch.acked, match: { batch: $inputs.submit.batch.id, env: $conf.env }, timeout: 1h }
   - id: after
     depends_on: [acked]
-    command: ["true"]
+    inputs: { B: acked.batch }
+    command: ["sh", "-c", "echo \\"{\\\\\\"got\\\\\\": \\\\\\"$B\\\\\\"}\\" > \\"$LEOFLOW_OUTPUT\\""]
 `;
     await f.api.workflow.applyDag({ source, filename: 'batch_ack.yaml' });
     const run = (await f.api.workflow.triggerRun({ dagId: 'batch_ack', confJson: '{"env":"prod"}' })).run!;
@@ -143,5 +144,13 @@ tasks:
       30_000,
     );
     expect(done.state).toBe(RunState.SUCCESS);
+    // The event's payload is the wait's output, and so the next task's input.
+    const acks = JSON.parse((await cli(f.server.url, ['run', 'output', run.runId, 'acked'])).stdout) as Record<
+      string,
+      unknown
+    >;
+    expect(acks).toEqual({ batch: 'b-17', env: 'prod' });
+    const got = await cli(f.server.url, ['run', 'output', run.runId, 'after']);
+    expect(JSON.parse(got.stdout)).toEqual({ got: 'b-17' });
   });
 });
