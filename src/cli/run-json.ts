@@ -43,5 +43,7 @@ export function tiJson(t: TaskInstance) {
     error: t.error || null,
     pending_reason: t.pendingReason || null,
     next_try_at: isoTime(t.nextTryAt),
+    deadline_at: isoTime(t.deadlineAt),
+    deadline_state: t.deadlineState || null,
   };
 }

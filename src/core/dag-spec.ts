@@ -66,6 +66,8 @@ export interface TaskSpec {
   maxRetryDelayMs: number;
   /** Execution timeout of one attempt; null for none. */
   timeoutMs: number | null;
+  /** The task is due to end this long after its first scheduling (`deadline:`); absent: never. */
+  deadlineMs?: number;
   env: Record<string, string>;
   /** Variables whose values are secrets: where the executor reads each, never the value. Absent
    *  when there are none (so an unchanged file keeps its hash and version). */

@@ -128,21 +128,24 @@ async function insertRun(
     with src as (${source}),
     run as (
       insert into dag_runs (dag_id, run_key, run_type, dag_version, logical_date, conf,
-                            traceparent, trace_parent_span, tracestate, deadline_at)
+                            traceparent, trace_parent_span, tracestate, deadline_at, notifies)
       select dag_id, ${run.runKey}, ${run.runType}, version, ${run.logicalDate}, ${tx.json(run.conf as never)},
         ${trace.traceparent}, ${trace.parentSpan}, ${trace.tracestate},
         -- A scheduled run's deadline counts from its logical date, any other's from its trigger.
         (case when ${run.runType} = 'scheduled' then ${run.logicalDate}::timestamptz else now() end)
-          + (spec ->> 'deadlineMs')::bigint * interval '1 millisecond'
+          + (spec ->> 'deadlineMs')::bigint * interval '1 millisecond',
+        -- Whether its end has rules to read (migration 030): without, only the server's defaults.
+        spec ? 'notify'
       from src
       on conflict (dag_id, run_key) do nothing
       returning *),
     tis as (
       insert into task_instances (run_id, task_id, max_tries, executor, retry_delay_ms, max_retry_delay_ms, timeout_ms,
-                                  pending_reason)
+                                  pending_reason, deadline_ms)
       select run.id, t->>'id', (t->>'retries')::int + 1,
              case when t->>'executor' = 'default' then ${run.defaultExecutor} else t->>'executor' end,
-             (t->>'retryDelayMs')::bigint, (t->>'maxRetryDelayMs')::bigint, (t->>'timeoutMs')::int, 'RUN_QUEUED'
+             (t->>'retryDelayMs')::bigint, (t->>'maxRetryDelayMs')::bigint, (t->>'timeoutMs')::int, 'RUN_QUEUED',
+             (t->>'deadlineMs')::bigint
       from run, src, jsonb_array_elements(src.spec->'tasks') with ordinality as e(t, n)
       order by e.n
       returning *),

@@ -25,6 +25,9 @@ export interface TiRow {
   /** The signal that killed the latest try (SIGKILL, …); null when it exited or has not ended. */
   signal: string | null;
   error: string | null;
+  /** When it is due to end (`deadline:`, from its first scheduling; migration 030), and whether it did, once due. */
+  deadline_at: Date | null;
+  deadline_state: 'met' | 'missed' | null;
 }
 
 export async function listTis(sql: Sql | TxSql, runId: string): Promise<TiRow[]> {
@@ -50,6 +53,8 @@ export const TI_VIEW_COLUMNS = [
   'error',
   'pending_reason',
   'next_try_at',
+  'deadline_at',
+  'deadline_state',
 ] as const;
 
 /** A task instance as the API shows it. */

@@ -1,6 +1,7 @@
 import { eventMatches } from '../core/event-match.js';
 import { endWaits, waitEnds } from '../db/waits/end-waits.js';
 import { eventsForLookBack } from '../db/waits/look-back.js';
+import { bindWaitInputs } from '../db/waits/bind-wait-inputs.js';
 import type { SchedulerContext } from './context.js';
 import type { DecidedRun } from './decide-run.js';
 
@@ -26,7 +27,9 @@ export async function lookBackForWaits(
       if (!w || !started.has(m.tiId) || w.kind !== 'event' || w.lookBackMs <= 0 || w.event === null) continue;
       try {
         const past = await eventsForLookBack(ctx.sql, m.tiId, w.event, w.lookBackMs, LOOK_BACK_EVENTS);
-        const hit = past.find((e) => eventMatches(w.match ?? undefined, e.payload));
+        if (past.length === 0) continue;
+        const [bound] = await bindWaitInputs(ctx.sql, [{ ti_id: m.tiId, match: w.match }]);
+        const hit = past.find((e) => eventMatches(bound!.match ?? undefined, e.payload));
         if (!hit) continue;
         const done = await endWaits(
           ctx.sql,

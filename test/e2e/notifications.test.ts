@@ -41,10 +41,15 @@ const dir = mkdtempSync(path.join(os.tmpdir(), 'leoflow-notify-'));
 const notifyFile = path.join(dir, 'notify.yaml');
 let flaky: Awaited<ReturnType<typeof receiver>>;
 let slack: Awaited<ReturnType<typeof receiver>>;
+/** A receiver that takes each post and never answers (the deliverer's 10 s timeout ends each try). */
+let mute: Server;
 
 beforeAll(async () => {
   flaky = await receiver([500, 500, 500, 200]);
   slack = await receiver([200]);
+  mute = createServer((req) => req.resume());
+  await new Promise<void>((r) => mute.listen(0, '127.0.0.1', r));
+  writeFileSync(path.join(dir, 'mute-url'), `http://127.0.0.1:${(mute.address() as AddressInfo).port}/`);
   // A receiver's URL is a secret reference (a Slack webhook URL is its credential): files here.
   writeFileSync(path.join(dir, 'flaky-url'), flaky.url);
   writeFileSync(path.join(dir, 'slack-url'), `${slack.url}\n`);
@@ -56,6 +61,8 @@ beforeAll(async () => {
   - name: team-slack
     url: { file: ${path.join(dir, 'slack-url')} }
     format: slack
+  - name: mute
+    url: { file: ${path.join(dir, 'mute-url')} }
 defaults:
   - on: [success]
     to: team-slack
@@ -66,6 +73,8 @@ defaults:
 const f = serverForFile({ args: () => ['--notify', notifyFile], tmpPrefix: 'leoflow-notifications-' });
 
 afterAll(async () => {
+  mute?.closeAllConnections();
+  await new Promise((done) => mute?.close(done));
   for (const r of [flaky, slack]) await new Promise((done) => r?.server.close(done));
   rmSync(dir, { recursive: true, force: true });
 });
@@ -204,6 +213,48 @@ tasks: [{ id: slow, command: ["sleep", "3"] }]
     expect(flaky.got.length).toBe(before + 1);
   });
 
+  it('mark a task not ended by its deadline, counted from its first scheduling, missed once; told with the task', async () => {
+    await f.api.workflow.applyDag({
+      source: `dag_id: late_task
+notify: [{ on: [deadline_missed], to: ops }]
+tasks:
+  - { id: first, command: ["sleep", "2"] }
+  # Due 1.5 s after it is scheduled, once first has ended: met (from the run's start it would miss).
+  - { id: after, command: ["true"], depends_on: [first], deadline: 1500ms }
+  - { id: slow, command: ["sleep", "3"], deadline: 1s }
+`,
+      filename: 'late_task.yaml',
+    });
+    const before = flaky.got.length;
+    const runId = (await f.api.workflow.triggerRun({ dagId: 'late_task' })).run!.runId;
+    const state = async (task: string) =>
+      (await f.api.workflow.getRun({ runId })).taskInstances.find((t) => t.taskId === task)!;
+    const slow = await waitFor('the miss', async () => {
+      const t = await state('slow');
+      return t.deadlineState === 'missed' ? t : undefined;
+    });
+    expect(slow.endedAt).toBeUndefined();
+    await waitFor('the delivery', async () => (flaky.got.length > before ? true : undefined));
+    expect(flaky.got.at(-1)!.body).toMatchObject({ kind: 'deadline_missed', run_id: runId, task_id: 'slow' });
+    expect(flaky.got.at(-1)!.body.text).toMatch(
+      new RegExp(`^Run ${runId} of late_task .*: task slow missed its deadline \\(`),
+    );
+    await runToEndOf(runId);
+    await waitFor('the met mark', async () => ((await state('after')).deadlineState === 'met' ? true : undefined));
+    expect((await state('first')).deadlineAt).toBeUndefined();
+    const shown = await cli(f.server.url, ['run', 'show', runId]);
+    expect(shown.stdout).toMatch(/^task slow deadline .+: missed$/m);
+    expect(shown.stdout).toMatch(/^task after deadline .+: met$/m);
+    const kinds: string[] = [];
+    for await (const res of f.api.workflow.watchRun({ runId, afterSeq: '0', follow: false }))
+      kinds.push(...res.events.filter((e) => e.kind === 'task.deadline_missed').map((e) => e.payloadJson));
+    expect(kinds.map((k) => (JSON.parse(k) as { task_id: string }).task_id)).toEqual(['slow']);
+    const told = await f.db.sql<{ kind: string; task_id: string }[]>`
+      select kind, task_id from notifications where dag_id = 'late_task'`;
+    expect(told).toEqual([{ kind: 'deadline_missed', task_id: 'slow' }]);
+    expect(flaky.got.length).toBe(before + 1);
+  });
+
   it('ask for an approval once per waiting approval task, saying how to approve it', async () => {
     await f.api.workflow.applyDag({
       source: `dag_id: gated
@@ -241,5 +292,21 @@ tasks:
     const out = await cli(f.server.url, ['notifications', 'list', '--state', 'sent']);
     expect(out.code).not.toBe(0);
     expect(out.stderr).toContain('state: must be one of pending, delivered, failed, got "sent"');
+  });
+
+  // Last: its posts hang the receiver's deliveries (each try to its 10 s timeout).
+  it('never slow the runs when a receiver does not answer', async () => {
+    await f.api.workflow.applyDag({
+      source: 'dag_id: told_to_mute\nnotify: [{ on: [success], to: mute }]\ntasks: [{ id: t, command: ["true"] }]\n',
+      filename: 'told_to_mute.yaml',
+    });
+    const t0 = Date.now();
+    for (let i = 0; i < 5; i++) await runToEnd('told_to_mute');
+    const runsMs = Date.now() - t0;
+    const [pending] = await f.db.sql<{ n: number }[]>`
+      select count(*)::int as n from notifications where dag_id = 'told_to_mute' and state = 'pending'`;
+    // Five runs one after another, each told to a receiver that holds every post 10 s: none waited.
+    expect(pending!.n).toBe(5);
+    expect(runsMs).toBeLessThan(10_000);
   });
 });

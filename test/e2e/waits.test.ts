@@ -108,4 +108,49 @@ describe('a DAG with a wait and an approval, on Lite', () => {
     expect(again.code).not.toBe(0);
     expect(again.stderr).toMatch(/not waiting for an approval/);
   });
+
+  it("matches an event against the wait's inputs: $inputs.TASK.PATH is its upstream's output", async () => {
+    const source = `dag_id: batch_ack
+tasks:
+  - id: submit
+    command: ["sh", "-c", "echo '{\\"batch\\": {\\"id\\": \\"b-17\\"}}' > \\"$LEOFLOW_OUTPUT\\""]
+  - id: acked
+    depends_on: [submit]
+    wait: { event: batch.acked, match: { batch: $inputs.submit.batch.id, env: $conf.env }, timeout: 1h }
+  - id: after
+    depends_on: [acked]
+    inputs: { B: acked.batch }
+    command: ["sh", "-c", "echo \\"{\\\\\\"got\\\\\\": \\\\\\"$B\\\\\\"}\\" > \\"$LEOFLOW_OUTPUT\\""]
+`;
+    await f.api.workflow.applyDag({ source, filename: 'batch_ack.yaml' });
+    const run = (await f.api.workflow.triggerRun({ dagId: 'batch_ack', confJson: '{"env":"prod"}' })).run!;
+    const acked = await waiting(run.runId, 'acked');
+    expect(acked.pendingReason).toBe('WAITING_FOR_EVENT:batch.acked {"batch":"$inputs.submit.batch.id","env":"prod"}');
+    // Another batch's acknowledgement, and one of the right batch in another env, leave it waiting.
+    for (const payload of ['{"batch":"b-16","env":"prod"}', '{"batch":"b-17","env":"dev"}']) {
+      const r = await cli(f.server.url, ['event', 'send', 'batch.acked', '--payload', payload]);
+      expect(r.code, r.stderr).toBe(0);
+    }
+    await new Promise((res) => setTimeout(res, 1500));
+    expect((await tiOf(run.runId, 'acked')).state).toBe(TaskState.WAITING);
+    const r = await cli(f.server.url, ['event', 'send', 'batch.acked', '--payload', '{"batch":"b-17","env":"prod"}']);
+    expect(r.code, r.stderr).toBe(0);
+    const done = await waitFor(
+      'the run to end',
+      async () => {
+        const got = (await f.api.workflow.getRun({ runId: run.runId })).run!;
+        return got.state === RunState.SUCCESS || got.state === RunState.FAILED ? got : null;
+      },
+      30_000,
+    );
+    expect(done.state).toBe(RunState.SUCCESS);
+    // The event's payload is the wait's output, and so the next task's input.
+    const acks = JSON.parse((await cli(f.server.url, ['run', 'output', run.runId, 'acked'])).stdout) as Record<
+      string,
+      unknown
+    >;
+    expect(acks).toEqual({ batch: 'b-17', env: 'prod' });
+    const got = await cli(f.server.url, ['run', 'output', run.runId, 'after']);
+    expect(JSON.parse(got.stdout)).toEqual({ got: 'b-17' });
+  });
 });

@@ -119,6 +119,11 @@ describe('webhooks', () => {
       body: { error: 'the body is past the limit of 65536 bytes' },
     });
     expect((await post('github', '', {}, 'GET')).status).toBe(405);
+    const torn = '{"ref": ';
+    expect(await post('github', torn, { 'x-hub-signature-256': sign(torn) })).toMatchObject({
+      status: 400,
+      body: { error: expect.stringMatching(/^body: is not valid JSON: /) },
+    });
     const list = '[1]';
     expect(await post('github', list, { 'x-hub-signature-256': sign(list) })).toEqual({
       status: 400,

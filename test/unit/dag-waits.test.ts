@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { parseDag } from '../../src/core/dag/parse-dag.js';
 import { DagValidationError, type DagIssue } from '../../src/core/dag-spec.js';
 import { resolveMatch, waitStart } from '../../src/core/wait-start.js';
+import { bindInputs, inputRefs, refTaskCandidates } from '../../src/core/match-inputs.js';
 import { advanceRun, type TiStateView } from '../../src/core/advance-run.js';
 import { task } from '../helpers/spec-builders.js';
 
@@ -179,5 +180,33 @@ describe('a wait as the planner starts it', () => {
       new Date(),
     );
     expect(ended.schedule).toEqual(['b']);
+  });
+});
+
+describe("a wait's match over its inputs", () => {
+  it('reads $inputs.TASK.PATH from the upstream outputs, a missing or non-scalar one matching nothing', () => {
+    const inputs = { extract: { batch: { id: 7 }, rows: [1] }, 'a.b': { k: 'v' } };
+    const match = { id: '$inputs.extract.batch.id', k: ['x', '$inputs.a.b.k'], rows: '$inputs.extract.rows' };
+    expect(bindInputs(match, inputs)).toEqual({ id: 7, k: ['x', 'v'], rows: [] });
+    expect(bindInputs({ id: '$inputs.gone.id' }, inputs)).toEqual({ id: [] });
+    expect(inputRefs({ a: '$inputs.extract.id', b: ['$conf.x', '$inputs.y'], c: 1 })).toEqual(['extract.id', 'y']);
+    expect(refTaskCandidates(['a.b.c'])).toEqual(['a', 'a.b', 'a.b.c']);
+  });
+
+  it('names only upstream tasks', () => {
+    const source = dag(`  - { id: extract, command: "true" }
+  - id: w
+    wait: { event: e, match: { id: $inputs.extract.id }, timeout: 1h }
+  - id: v
+    depends_on: [extract]
+    wait: { event: e, match: { id: $inputs.extract.id }, timeout: 1h }
+`);
+    expect(issuesOf(source)).toEqual([
+      {
+        path: 'tasks[1].wait.match.id',
+        message:
+          '"$inputs.extract.id" names task "extract", which is not in depends_on: an input comes from an upstream task',
+      },
+    ]);
   });
 });

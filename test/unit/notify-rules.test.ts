@@ -112,4 +112,24 @@ describe('the body', () => {
     expect(notificationBody(n, 'slack')).toEqual({ text });
     expect(notificationBody(n, 'json')).toMatchObject({ id: '7', kind: 'failed', failed_tasks: n.failed_tasks, text });
   });
+
+  it("names the task of a task's missed deadline, with the task's deadline", () => {
+    const late = { ...n, kind: 'deadline_missed', task_id: 'load', run_state: 'running' };
+    const at = new Date('2026-11-29T01:00:00Z');
+    expect(notificationBody({ ...late, deadline_at: at }, 'json')).toMatchObject({
+      task_id: 'load',
+      deadline_at: at.toISOString(),
+      text: 'Run 42 of etl (manual__2026-11-29T00:00:00Z): task load missed its deadline (2026-11-29T01:00:00.000Z)',
+    });
+  });
+});
+
+describe("a task's deadline", () => {
+  const task = (deadline: string) => `dag_id: d\ntasks: [{ id: a, command: x, deadline: ${deadline} }]\n`;
+  it('is read as ms, and must be more than 0 and at most 30d', () => {
+    expect(parseDag(task('90s'), 'd.yaml').tasks[0]!.deadlineMs).toBe(90_000);
+    expect(parseDag(dag('[]'), 'd.yaml').tasks[0]!.deadlineMs).toBeUndefined();
+    expect(issues(task('0s'))).toEqual(['tasks[0].deadline: must be more than 0 and at most 30d, got "0s"']);
+    expect(issues(task('31d'))).toEqual(['tasks[0].deadline: must be more than 0 and at most 30d, got "31d"']);
+  });
 });

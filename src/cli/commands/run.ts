@@ -217,7 +217,8 @@ export function registerRun(program: Command, clients: () => Clients): void {
             ['TASK', 'STATE', 'TRY', 'EXIT', 'AGENT', 'STARTED', 'ENDED', 'DURATION', 'REASON / ERROR'],
             tiRows(res.taskInstances),
           ) +
-          '\n',
+          '\n' +
+          taskDeadlines(res.taskInstances),
       );
     });
 
@@ -353,4 +354,12 @@ export function registerRun(program: Command, clients: () => Clients): void {
       }
       process.stdout.write(`${latest.json}\n`);
     });
+}
+
+/** The task deadlines of a run (`deadline:` on a task), one line each, after the task table. */
+function taskDeadlines(tis: readonly TaskInstance[]): string {
+  return tis
+    .filter((t) => t.deadlineAt)
+    .map((t) => `task ${t.taskId} deadline ${time(t.deadlineAt)}: ${paintState(t.deadlineState || 'not due yet')}\n`)
+    .join('');
 }

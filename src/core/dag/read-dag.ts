@@ -3,17 +3,9 @@
  * the defaults filled in. Task-level reading lives in `read-tasks.ts`.
  */
 import { PRIORITY_RANGE, type DagIssue, type DagSpec } from '../dag-spec.js';
-import {
-  isMapping,
-  MAX_INT4,
-  readBoolean,
-  readDuration,
-  readId,
-  readInteger,
-  readString,
-  readStringList,
-} from './field-readers.js';
+import { isMapping, MAX_INT4, readBoolean, readId, readInteger, readString, readStringList } from './field-readers.js';
 import { describe, expected, keyPath, missing, unknownKey } from './issue-messages.js';
+import { readDeadline } from './read-deadline.js';
 import { readSchedule } from './read-schedule.js';
 import { readStartDate } from './read-start-date.js';
 import { readTasks } from './read-tasks.js';
@@ -133,16 +125,4 @@ export function readDag(root: unknown, issues: DagIssue[]): DagSpec | undefined 
     ...(dag.deadlineMs !== undefined ? { deadlineMs: dag.deadlineMs } : {}),
     tasks: dag.tasks,
   };
-}
-
-/** A run's deadline is a duration; the longest a schedule's run could sensibly be late by. */
-export const MAX_DEADLINE_MS = 30 * 86_400_000;
-
-function readDeadline(value: unknown, path: string, issues: DagIssue[]): number | undefined {
-  const ms = readDuration(value, path, issues);
-  if (ms !== undefined && (ms <= 0 || ms > MAX_DEADLINE_MS)) {
-    issues.push({ path, message: `must be more than 0 and at most 30d, got ${describe(value)}` });
-    return undefined;
-  }
-  return ms;
 }

@@ -9,11 +9,13 @@ import { placementExecutorIssues } from './check-placement-executor.js';
 import { secretExecutorIssues } from './check-secret-executor.js';
 import { isMapping, readDuration, readEnum, readId, readInteger, readString } from './field-readers.js';
 import { describe, expected, keyPath, missing, unknownKey } from './issue-messages.js';
+import { readDeadline } from './read-deadline.js';
 import { readEnv, type TaskEnv } from './read-env.js';
 import { readKubernetes } from './read-kubernetes.js';
 import { readPlacement } from './read-placement.js';
 import { COMMAND_ONLY_KEYS, readApproval, readWait } from './read-wait.js';
 import { readInputs } from './read-inputs.js';
+import { inputRefs } from '../match-inputs.js';
 import { parseInputRef } from '../task-inputs.js';
 
 /** Timers in Node hold at most 2^31−1 ms (~24.8 days); a longer one would fire at once. */
@@ -31,6 +33,7 @@ const TASK_KEYS = [
   'retry_delay',
   'max_retry_delay',
   'timeout',
+  'deadline',
   'env',
   'cwd',
   'executor',
@@ -96,6 +99,9 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
         break;
       case 'timeout':
         task.timeoutMs = value === null ? null : readTimeout(value, p, issues);
+        break;
+      case 'deadline':
+        task.deadlineMs = readDeadline(value, p, issues);
         break;
       case 'env':
         taskEnv = readEnv(value, p, issues);
@@ -174,6 +180,22 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       return false;
     });
   }
+  // A wait's `$inputs.TASK.PATH` match values name upstream tasks, as `inputs:` entries do.
+  for (const [key, want] of Object.entries(task.wait?.match ?? {})) {
+    for (const ref of inputRefs({ [key]: want })) {
+      const upstream = parseInputRef(
+        ref,
+        draft.deps.map((d) => d.id),
+      ).task;
+      if (draft.deps.some((d) => d.id === upstream)) continue;
+      issues.push({
+        path: keyPath(keyPath(keyPath(path, 'wait'), 'match'), key),
+        message:
+          `"$inputs.${ref}" names task "${upstream}", which is not in depends_on: ` +
+          'an input comes from an upstream task',
+      });
+    }
+  }
   for (const [name, ref] of Object.entries(task.inputs ?? {})) {
     const upstream = parseInputRef(
       ref,
@@ -202,6 +224,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
     retryDelayMs,
     maxRetryDelayMs,
     timeoutMs: task.timeoutMs ?? null,
+    ...(task.deadlineMs !== undefined ? { deadlineMs: task.deadlineMs } : {}),
     env: taskEnv?.env ?? {},
     ...(taskEnv?.secretEnv !== undefined ? { secretEnv: taskEnv.secretEnv } : {}),
     cwd: task.cwd ?? null,

@@ -11,6 +11,8 @@ export const EVENT_KIND = {
   runState: 'run.state',
   /** A run had not ended by its deadline (`deadline:`): `{ deadline_at, state }`, once. */
   runDeadlineMissed: 'run.deadline_missed',
+  /** A task had not ended by its deadline (`deadline:` on the task): `{ task_id, deadline_at, state }`, once. */
+  taskDeadlineMissed: 'task.deadline_missed',
   /** Advancing a run threw, and the planner skips it from now on: `{ error }`. */
   runPoisoned: 'run.poisoned',
   /** A DAG was stored: `{ dag_id, version }`. */

@@ -18,6 +18,7 @@ export interface DueNotification {
   logical_date: Date;
   started_at: Date | null;
   ended_at: Date | null;
+  /** The run's deadline; for a task's missed deadline, the task's. */
   deadline_at: Date | null;
   /** The tasks that failed, or could not run for it, at most a few. */
   failed_tasks: { task_id: string; state: string; try_number: number; error: string | null }[];
@@ -53,7 +54,11 @@ export async function takeDueNotifications(sql: Sql, limit: number, leaseMs: num
               from task_waits w join task_instances ti on ti.id = w.ti_id
              where t.kind = 'approval_requested' and ti.run_id = t.run_id and ti.task_id = t.task_id
                and w.kind = 'approval') as approval,
-           r.run_key, r.state as run_state, r.logical_date, r.started_at, r.ended_at, r.deadline_at,
+           r.run_key, r.state as run_state, r.logical_date, r.started_at, r.ended_at,
+           -- A task's missed deadline gives the task's; any other the run's.
+           coalesce((select ti.deadline_at from task_instances ti
+                      where t.kind = 'deadline_missed' and t.task_id <> ''
+                        and ti.run_id = t.run_id and ti.task_id = t.task_id), r.deadline_at) as deadline_at,
            coalesce((select jsonb_agg(f order by f.task_id) from (
                        select ti.task_id, ti.state, ti.try_number, left(ti.error, 500) as error
                          from task_instances ti

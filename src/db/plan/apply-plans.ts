@@ -197,7 +197,8 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
     moved as (
       update task_instances t set state = m.to_state, pending_reason = m.reason,
         ended_at = case when m.to_state = any(${TERMINAL_TI_STATES as string[]}::text[]) then now() else t.ended_at end,
-        ready_at = case when m.to_state = 'scheduled' then now() else t.ready_at end
+        ready_at = case when m.to_state = 'scheduled' then now() else t.ready_at end,
+        deadline_at = ${firstScheduling(sql, sql`m.to_state in ('scheduled', 'waiting')`)}
       from m
       where t.id = m.id and t.state = m.from_state
         and t.run_id in (${applying})
@@ -240,7 +241,7 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
     -- The claim every claimer makes (claim-write.ts), guarded here by the state the move was
     -- decided from, in a run this statement applies to.
     claimed as (
-      update task_instances t set ${claimSet(sql, sql`c.executor`)}
+      update task_instances t set ${claimSet(sql, sql`c.executor`)}, deadline_at = ${firstScheduling(sql, sql`true`)}
       from c, dag_runs r
       where t.id = c.id and t.state = c.from_state and r.id = t.run_id
         and t.run_id in (${applying})
@@ -258,6 +259,14 @@ export function applyPlansQuery(sql: Sql, plans: RunPlan[]): PendingQuery<Applie
     }
     answer as (${union(answer)})
     select * from answer`;
+}
+
+/**
+ * A task's deadline counts from its first scheduling (migration 030): set by the first move that
+ * schedules it (`when`), kept through retries and clears. Null for a task without `deadline:`.
+ */
+function firstScheduling(sql: Sql, when: Fragment): Fragment {
+  return sql`coalesce(t.deadline_at, case when ${when} then now() + t.deadline_ms * interval '1 millisecond' end)`;
 }
 
 /** What a statement of `applyPlansQuery` applied. */

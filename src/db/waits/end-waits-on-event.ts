@@ -2,9 +2,10 @@ import { eventMatches } from '../../core/event-match.js';
 import type { Sql, TxSql } from '../sql.js';
 import { endWaits, waitEnds, type EndedWait } from './end-waits.js';
 import { openWaitsOfEvent } from './open-waits-of-event.js';
+import { bindWaitInputs } from './bind-wait-inputs.js';
 
 /**
- * Ends every open wait on this event's name whose match holds on its payload: each succeeds, the
+ * Ends every open wait on this event's name whose match holds on its payload (and its inputs): each succeeds, the
  * event's id kept on its wait row (the payload is the event's, until task outputs land). Call it in
  * the event's own transaction, so an event is kept with the waits it ended or not at all.
  */
@@ -12,7 +13,8 @@ export async function endWaitsOnEvent(
   tx: Sql | TxSql,
   e: { id: string; name: string; payload: unknown },
 ): Promise<EndedWait[]> {
-  const hits = (await openWaitsOfEvent(tx, e.name)).filter((w) => eventMatches(w.match ?? undefined, e.payload));
+  const open = await bindWaitInputs(tx, await openWaitsOfEvent(tx, e.name));
+  const hits = open.filter((w) => eventMatches(w.match ?? undefined, e.payload));
   if (hits.length === 0) return [];
   return endWaits(
     tx,

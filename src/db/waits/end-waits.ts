@@ -16,7 +16,8 @@ export interface EndedWait {
 /**
  * Ends waits in one statement: each task instance still `waiting` moves to its outcome (guarded by
  * the state table), its task_waits row is closed with how it ended (and the event that ended it),
- * and the move is recorded in the events log with `detail` (who approved, the note, the event id).
+ * and the move is recorded in the events log with `detail` (who approved, the note, the event id);
+ * a wait ended by its event stores the event's payload as its output (task_outputs).
  * `ends` is a `select` of (ti_id, to_state, how, event_id, detail jsonb) over open waits. A wait an
  * earlier writer ended is left alone: two events (or an event and the deadline) racing for one
  * wait end it once, as the second's guarded update finds it no longer waiting. A row whose task
@@ -27,10 +28,19 @@ export function endWaitsQuery(sql: Sql | TxSql, ends: Fragment): Fragment {
     with e as materialized (${ends}),
     moved as (
       update task_instances t set state = e.to_state, ended_at = now(), pending_reason = null,
-        error = case when e.to_state = 'failed' then 'wait ended: ' || e.how else null end
+        error = case when e.to_state = 'failed' then 'wait ended: ' || e.how else null end,
+        -- A wait its event ended keeps the event's payload as its output, under a token of its own
+        -- (the key outputs are read by, as an attempt's are: inputs, GetTaskOutput).
+        attempt_token = case when e.event_id is not null and e.to_state = 'success' then gen_random_uuid()
+                             else t.attempt_token end
       from e join task_waits w on w.ti_id = e.ti_id and w.ended_at is null
       where t.id = e.ti_id and t.state = any(${WAIT_END_FROM as string[]}::text[])
-      returning t.id, t.run_id, t.task_id, t.try_number, t.state, e.how, e.event_id, e.detail),
+      returning t.id, t.run_id, t.task_id, t.try_number, t.state, t.attempt_token, e.how, e.event_id, e.detail),
+    output as (
+      insert into task_outputs (ti_id, try_number, attempt_token, value, size_bytes)
+      select m.id, m.try_number, m.attempt_token, x.payload, octet_length(x.payload::text)
+        from moved m join external_events x on x.id = m.event_id
+       where m.state = 'success' and m.attempt_token is not null),
     closed as (
       update task_waits w set ended_at = now(),
         outcome = case when exists (select 1 from moved where moved.id = w.ti_id) then e.how else 'gone' end,

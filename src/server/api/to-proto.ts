@@ -150,6 +150,8 @@ export function tiToProto(t: TiView): TaskInstance {
     error: t.error ?? '',
     pendingReason: t.pending_reason ?? '',
     nextTryAt: ts(t.next_try_at),
+    deadlineAt: t.deadline_at ? ts(t.deadline_at) : undefined,
+    deadlineState: t.deadline_state ?? '',
   });
 }
 

@@ -22,6 +22,8 @@ export function notificationBody(n: DueNotification, format: NotifyFormat): Reco
     deadline_at: n.deadline_at?.toISOString() ?? null,
     failed_tasks: n.failed_tasks,
     ...(n.kind === 'approval_requested' ? { task_id: n.task_id, approval: n.approval } : {}),
+    // A task's missed deadline (`deadline:` on a task): the task, and deadline_at is its own.
+    ...(n.kind === 'deadline_missed' && n.task_id !== '' ? { task_id: n.task_id } : {}),
     text,
   };
 }
@@ -30,6 +32,8 @@ export function notificationBody(n: DueNotification, format: NotifyFormat): Reco
 export function summary(n: DueNotification): string {
   const run = `Run ${n.run_id} of ${n.dag_id} (${n.run_key})`;
   if (n.kind === 'success') return `${run} succeeded`;
+  if (n.kind === 'deadline_missed' && n.task_id !== '')
+    return `${run}: task ${n.task_id} missed its deadline (${n.deadline_at?.toISOString() ?? '?'})`;
   if (n.kind === 'deadline_missed')
     return `${run} missed its deadline (${n.deadline_at?.toISOString() ?? '?'}): ${n.run_state} then`;
   if (n.kind === 'approval_requested') {

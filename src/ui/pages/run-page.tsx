@@ -140,6 +140,8 @@ export function RunPage({ runId }: { runId: string }) {
                   </td>
                   <td>
                     <StateBadge state={s} />
+                    {/* A task past its own deadline (`deadline:` on the task). */}
+                    {t.deadlineState === 'missed' && <StateBadge state="missed" />}
                   </td>
                   <td>{t.tryNumber > 0 ? `${t.tryNumber}/${t.maxTries}` : '—'}</td>
                   <td>{formatDuration(t.startedAt, t.endedAt)}</td>

@@ -89,6 +89,15 @@ export function TaskPage({ runId, taskId }: { runId: string; taskId: string }) {
             </dd>
           </>
         )}
+        {ti.deadlineAt && (
+          <>
+            <dt>Deadline</dt>
+            <dd data-testid="task-deadline">
+              <TimeText at={ti.deadlineAt} />
+              {ti.deadlineState === 'missed' && <StateBadge state="missed" />}
+            </dd>
+          </>
+        )}
         {ti.pendingReason && (
           <>
             <dt>Waiting</dt>

@@ -821,7 +821,8 @@ export type RunEvent = Message<"leoflow.v1.RunEvent"> & {
   dagId: string;
 
   /**
-   * run.state, ti.state, ti.pending, run.poisoned, run.deadline_missed, dag.applied.
+   * run.state, ti.state, ti.pending, run.poisoned, run.deadline_missed, task.deadline_missed,
+   * dag.applied.
    *
    * @generated from field: string kind = 5;
    */
