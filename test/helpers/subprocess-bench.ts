@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
-import { afterEach, expect } from 'vitest';
+import { afterEach, beforeEach, describe, expect } from 'vitest';
 import type { Attempt, AttemptReporter, AttemptResult, Executor, LogStream } from '../../src/executors/executor.js';
 import type { StartedHow } from '../../src/executors/process/shim-process.js';
 import { createSubprocessExecutor } from '../../src/executors/subprocess/subprocess-executor.js';
@@ -110,8 +110,17 @@ export function attempt(command: string[], over: Partial<Attempt> = {}): Attempt
 /** Whether `setup` starts shims through the spawn helper unless told (the main suite runs both ways). */
 let helperByDefault = false;
 
-export function setHelperByDefault(helper: boolean): void {
-  helperByDefault = helper;
+/** A suite run twice: shims spawned by this process, then through the spawn helper. */
+export function describeEachSpawnWay(title: string, body: () => void): void {
+  describe.each([{ helper: false }, { helper: true }])(`${title} (spawn helper: $helper)`, ({ helper }) => {
+    beforeEach(() => {
+      helperByDefault = helper;
+      return () => {
+        helperByDefault = false;
+      };
+    });
+    body();
+  });
 }
 
 export function setup(

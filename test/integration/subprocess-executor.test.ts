@@ -1,16 +1,16 @@
-import { beforeEach, describe, expect, it } from 'vitest';
-import { attempt, cleanUpAfterEach, setHelperByDefault, setup, tempDir, waitFor } from '../helpers/subprocess-bench.js';
+import { expect, it } from 'vitest';
+import {
+  attempt,
+  cleanUpAfterEach,
+  describeEachSpawnWay,
+  setup,
+  tempDir,
+  waitFor,
+} from '../helpers/subprocess-bench.js';
 
 cleanUpAfterEach();
 
-describe.each([{ helper: false }, { helper: true }])('subprocess executor (spawn helper: $helper)', ({ helper }) => {
-  beforeEach(() => {
-    setHelperByDefault(helper);
-    return () => {
-      setHelperByDefault(false);
-    };
-  });
-
+describeEachSpawnWay('subprocess executor', () => {
   it('captures stdout and stderr lines in order and reports success on exit 0', async () => {
     const { reporter, executor } = setup();
     const a = attempt(['sh', '-c', 'echo out1; echo err1 >&2; echo out2; echo err2 >&2']);
