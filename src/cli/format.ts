@@ -26,7 +26,7 @@ export function clock(d: Date): string {
   return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
 }
 
-export function formatDuration(from: Timestamp | undefined, to: Timestamp | undefined): string {
+export function formatElapsed(from: Timestamp | undefined, to: Timestamp | undefined): string {
   if (!from) return '-';
   const ms = (to ? timestampDate(to) : new Date()).getTime() - timestampDate(from).getTime();
   if (ms < 1000) return `${ms}ms`;

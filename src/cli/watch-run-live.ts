@@ -2,7 +2,7 @@ import logUpdate from 'log-update';
 import type { Run, TaskInstance } from '../gen/leoflow/v1/types_pb.js';
 import type { Clients } from './client.js';
 import { followRun } from './follow-run.js';
-import { formatDuration, runStateName, table, taskStateName } from './format.js';
+import { formatElapsed, runStateName, table, taskStateName } from './format.js';
 import { paintState } from './paint-state.js';
 
 const ENDED_TASK = new Set(['success', 'failed', 'upstream_failed', 'skipped', 'cancelled']);
@@ -17,7 +17,7 @@ export function drawRun(r: Run, tis: TaskInstance[], columns: number): string {
     t.taskId,
     paintState(taskStateName(t.state)),
     t.tryNumber > 0 ? `${t.tryNumber}/${t.maxTries}` : '-',
-    formatDuration(t.startedAt, t.endedAt),
+    formatElapsed(t.startedAt, t.endedAt),
     t.pendingReason || (t.error && taskStateName(t.state) !== 'success' ? t.error : ''),
   ]);
   return (

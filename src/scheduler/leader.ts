@@ -1,6 +1,9 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
 import { leaderSessionName } from '../db/leader.js';
+import { setConnectionCheckInterval, setIdleSessionTimeout } from '../db/leader-lock/bound-lock-session.js';
+import { checkLeaderLock } from '../db/leader-lock/check-leader-lock.js';
+import { takeLeaderLock } from '../db/leader-lock/take-leader-lock.js';
 
 /** The advisory-lock key every replica campaigns for ("leoflow" in ASCII, truncated). */
 export const LEADER_LOCK_KEY = 0x6c656f66;
@@ -124,7 +127,7 @@ export class AdvisoryLockElector implements LeaderElector {
     try {
       await c.connect();
       await this.#configureSession(c);
-      await c.query('select pg_advisory_lock($1)', [LEADER_LOCK_KEY]);
+      await takeLeaderLock(c, LEADER_LOCK_KEY);
     } catch (err) {
       if (this.#client === c && !this.#stopped) {
         logger.warn({ err: (err as Error).message }, 'campaign failed; retrying');
@@ -149,23 +152,19 @@ export class AdvisoryLockElector implements LeaderElector {
   async #configureSession(c: pg.Client): Promise<void> {
     const { logger, watchdogMs } = this.#opts;
     const idleMs = Math.max(3 * watchdogMs, 1000);
-    await c
-      .query(`set idle_session_timeout = ${idleMs}`)
-      .catch((err: Error) =>
-        logger.warn({ err: err.message }, 'idle_session_timeout not supported: a frozen leader would keep the lock'),
-      );
+    await setIdleSessionTimeout(c, idleMs).catch((err: Error) =>
+      logger.warn({ err: err.message }, 'idle_session_timeout not supported: a frozen leader would keep the lock'),
+    );
     // A campaign blocks in the lock wait, where a backend does not read its socket: a standby
     // that exits would leave its backend waiting, to take the lock the moment the leader lets
     // go and hold it until it notices. With this check the server notices the closed socket
     // within a second or so and drops the wait. (Postgres 14+, and only where the kernel tells.)
-    await c
-      .query(`set client_connection_check_interval = ${Math.max(watchdogMs, 1000)}`)
-      .catch((err: Error) =>
-        logger.warn(
-          { err: err.message },
-          'client_connection_check_interval not supported: a stopped standby may hold the lock for a moment',
-        ),
-      );
+    await setConnectionCheckInterval(c, Math.max(watchdogMs, 1000)).catch((err: Error) =>
+      logger.warn(
+        { err: err.message },
+        'client_connection_check_interval not supported: a stopped standby may hold the lock for a moment',
+      ),
+    );
   }
 
   /**
@@ -176,12 +175,9 @@ export class AdvisoryLockElector implements LeaderElector {
   async #check(c: pg.Client): Promise<void> {
     const opts = this.#opts;
     try {
-      const { rows } = await c.query(
-        `select set_config('application_name', $2, false) as name, (select count(*)::int from pg_locks
-         where locktype = 'advisory' and objid = $1 and granted and pid = pg_backend_pid()) as n`,
-        [LEADER_LOCK_KEY, leaderSessionName(opts.replicaId, opts.stepReport?.() ?? null)],
-      );
-      if (rows[0].n !== 1 && this.#client === c) this.#depose('advisory lock no longer held');
+      const name = leaderSessionName(opts.replicaId, opts.stepReport?.() ?? null);
+      const holds = await checkLeaderLock(c, LEADER_LOCK_KEY, name);
+      if (!holds && this.#client === c) this.#depose('advisory lock no longer held');
     } catch (err) {
       if (this.#client === c) this.#depose(`watchdog query failed: ${(err as Error).message}`);
     }

@@ -10,6 +10,7 @@ import { claimAttempt } from '../db/attempts/claim-attempt.js';
 import { releaseClaim } from '../db/attempts/release-claim.js';
 import { createReportBatcher } from '../db/attempts/report-batcher.js';
 import { currentLeaderId } from '../db/leader.js';
+import { ping } from '../db/ping.js';
 import { createLogWriter } from '../db/log-writer.js';
 import { latestMigration, pendingMigrations } from '../db/migrate.js';
 import type { Sql } from '../db/sql.js';
@@ -273,7 +274,7 @@ export async function startControlPlane(
     const health = createHealth({
       loopProgress: () => sched.loopProgress(),
       loopStallMs: config.loopStallMs,
-      pingDatabase: async () => void (await db.healthSql`select 1`),
+      pingDatabase: () => ping(db.healthSql),
       pendingMigrations: () => pendingMigrations(db.healthSql),
       latestMigration: () => latestMigration(db.healthSql),
       apiListening: () => api?.listening() ?? false,

@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { timestampDate } from '@bufbuild/protobuf/wkt';
 import { RunState, type Run, type TaskInstance } from '../../gen/leoflow/v1/types_pb.js';
 import type { Clients } from '../client.js';
-import { clock, formatDuration, isoTime, runStateName, table, taskStateName, time } from '../format.js';
+import { clock, formatElapsed, isoTime, runStateName, table, taskStateName, time } from '../format.js';
 import { paintState } from '../paint-state.js';
 import { parseRunStates, RUN_STATE_NAMES } from '../parse-run-states.js';
 import { followRun } from '../follow-run.js';
@@ -20,7 +20,7 @@ function tiRows(tis: TaskInstance[]): string[][] {
     t.agentId || '-',
     time(t.startedAt),
     time(t.endedAt),
-    formatDuration(t.startedAt, t.endedAt),
+    formatElapsed(t.startedAt, t.endedAt),
     t.pendingReason || t.error || '',
   ]);
 }
@@ -186,7 +186,7 @@ export function registerRun(program: Command, clients: () => Clients): void {
             paintState(runStateName(r.state)),
             r.runType,
             time(r.createdAt),
-            formatDuration(r.startedAt, r.endedAt),
+            formatElapsed(r.startedAt, r.endedAt),
             r.runKey,
           ]),
         ) + '\n',
@@ -208,7 +208,7 @@ export function registerRun(program: Command, clients: () => Clients): void {
       process.stdout.write(
         `run ${r.runId} of ${r.dagId} (${r.runType}, key ${r.runKey}, DAG version ${r.dagVersion})\n` +
           `state ${paintState(runStateName(r.state))}, created ${time(r.createdAt)}, ` +
-          `duration ${formatDuration(r.startedAt, r.endedAt)}\n` +
+          `duration ${formatElapsed(r.startedAt, r.endedAt)}\n` +
           (r.triggeredBy ? `triggered by ${r.triggeredBy.id} from ${r.triggeredBy.peer}\n` : '') +
           (r.traceparent ? `traceparent ${r.traceparent}\n` : '') +
           (r.deadlineAt ? `deadline ${time(r.deadlineAt)}: ${paintState(r.deadlineState || 'not due yet')}\n` : '') +
@@ -259,7 +259,7 @@ export function registerRun(program: Command, clients: () => Clients): void {
       if (!process.stdout.isTTY) {
         process.stdout.write(`run ${runId} of ${first.run!.dagId}: ${runStateName(first.run!.state)}\n`);
         const end = await watch(c, first.run!);
-        const took = ENDED.has(end.run.state) ? ` in ${formatDuration(end.run.startedAt, end.run.endedAt)}` : '';
+        const took = ENDED.has(end.run.state) ? ` in ${formatElapsed(end.run.startedAt, end.run.endedAt)}` : '';
         process.stdout.write(`run ${runId} ${runStateName(end.run.state)}${took}: ${summary(end.tis)}\n`);
         if (end.run.state !== RunState.SUCCESS) process.exitCode = 1;
         return;

@@ -2,7 +2,7 @@ import { ACTIVE_TI_STATES } from '../../core/states.js';
 import type { Sql } from '../sql.js';
 
 /** One Assign about to go down a stream: the attempt, and the agent process it goes to. */
-export interface Delivery {
+export interface AttemptDelivery {
   tiId: string;
   attemptToken: string;
   agentId: string;
@@ -18,7 +18,7 @@ const key = (tiId: string, token: string, incarnationId: string) => `${tiId}/${t
  * sent. The row lock makes it a compare-and-set, so two processes can never both be given one
  * attempt, whichever replicas hold their streams.
  */
-export async function recordDeliveries(sql: Sql, ds: Delivery[]): Promise<Set<string>> {
+export async function recordDeliveries(sql: Sql, ds: AttemptDelivery[]): Promise<Set<string>> {
   if (ds.length === 0) return new Set();
   const rows = await sql<{ id: string; token: string; incarnation: string }[]>`
     update task_instances t set delivered_to = d.incarnation
@@ -36,8 +36,8 @@ export async function recordDeliveries(sql: Sql, ds: Delivery[]): Promise<Set<st
  * The deliveries asked for in one turn of the event loop (a placement round, the undelivered work
  * of a reconnect), recorded together by `recordDeliveries`. Resolves whether this one may be sent.
  */
-export function createDeliveryRecorder(sql: Sql): (d: Delivery) => Promise<boolean> {
-  let pending: { d: Delivery; resolve(ok: boolean): void; reject(err: unknown): void }[] = [];
+export function createDeliveryRecorder(sql: Sql): (d: AttemptDelivery) => Promise<boolean> {
+  let pending: { d: AttemptDelivery; resolve(ok: boolean): void; reject(err: unknown): void }[] = [];
   const flush = async () => {
     const batch = pending;
     pending = [];

@@ -1,7 +1,7 @@
 import type { Sql } from '../sql.js';
 
 /** How one delivery went: the receiver's status (null: no answer) and, unless it took it, why not. */
-export interface Delivery {
+export interface NotificationDelivery {
   id: string;
   attempt: number;
   status: number | null;
@@ -13,7 +13,7 @@ export interface Delivery {
 }
 
 /** Records an attempt and where its notification stands now, in one statement. */
-export async function recordDelivery(sql: Sql, d: Delivery): Promise<void> {
+export async function recordDelivery(sql: Sql, d: NotificationDelivery): Promise<void> {
   const state = d.delivered ? 'delivered' : d.retryInMs === null ? 'failed' : 'pending';
   await sql`
     with attempt as (

@@ -8,7 +8,7 @@
 import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
 import { EVENT_NAME, EVENT_NAME_RULE } from '../../core/event-match.js';
-import { readSecretRef } from '../config/read-secret-ref.js';
+import { readSecretSetting } from '../config/read-secret-setting.js';
 
 export interface Hook {
   /** The path's last part: `/hooks/<name>`. */
@@ -33,7 +33,7 @@ type Obj = Record<string, unknown>;
 const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 function secretOf(v: unknown, at: string, cwd: string): Buffer {
-  const value = readSecretRef(v, at, cwd, 'HMAC key');
+  const value = readSecretSetting(v, at, cwd, 'HMAC key');
   if (Buffer.byteLength(value) < MIN_SECRET_BYTES)
     throw new Error(`${at}: the key must be at least ${MIN_SECRET_BYTES} bytes, got ${Buffer.byteLength(value)}`);
   return Buffer.from(value);

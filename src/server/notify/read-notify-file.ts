@@ -15,7 +15,7 @@ import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
 import { readNotify } from '../../core/dag/read-notify.js';
 import { RECEIVER_NAME, RECEIVER_NAME_RULE, type NotifyRule } from '../../core/notify-rule.js';
-import { readSecretRef } from '../config/read-secret-ref.js';
+import { readSecretSetting } from '../config/read-secret-setting.js';
 
 export const NOTIFY_FORMATS = ['json', 'slack'] as const;
 export type NotifyFormat = (typeof NOTIFY_FORMATS)[number];
@@ -64,7 +64,7 @@ export function readNotifyFile(file: string, cwd: string): NotifySettings {
     const format = r.format ?? 'json';
     if (!(NOTIFY_FORMATS as readonly unknown[]).includes(format))
       throw new Error(`${at}.format must be one of ${NOTIFY_FORMATS.join(', ')}`);
-    const raw = readSecretRef(r.url, `${at}.url`, cwd, 'URL');
+    const raw = readSecretSetting(r.url, `${at}.url`, cwd, 'URL');
     let url: URL;
     try {
       url = new URL(raw);

@@ -6,7 +6,7 @@ import path from 'node:path';
  * `{ file: PATH }` (a mounted Kubernetes Secret), never the secret itself, so the file can sit in
  * a ConfigMap. Read at start: a missing secret stops the start, not the first use.
  */
-export function readSecretRef(v: unknown, at: string, cwd: string, what: string): string {
+export function readSecretSetting(v: unknown, at: string, cwd: string, what: string): string {
   const ref = typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : null;
   if (!ref || Object.keys(ref).length !== 1 || !('env' in ref || 'file' in ref))
     throw new Error(`${at} must be { env: NAME } or { file: PATH }, the ${what}'s place (never the ${what} itself)`);
