@@ -65,6 +65,7 @@ export function runHandlers(
         defaultExecutor: deps.defaultExecutor,
         by,
         ...(caller ? { caller } : {}),
+        ...(req.noCache ? { noCache: true } : {}),
       }).catch((err: unknown) => {
         // 23503: the DAG was deleted while the run was being made (its foreign key found no DAG).
         if ((err as { code?: string }).code === '23503') return null;
@@ -168,7 +169,13 @@ export function runHandlers(
       const by = callerOf(ctx);
       const runId = parseId('run_id', req.runId);
       const taskId = required('task_id', req.taskId);
-      const outcome = await clearTaskInstance(sql, { runId, taskId, downstream: req.downstream, by });
+      const outcome = await clearTaskInstance(sql, {
+        runId,
+        taskId,
+        downstream: req.downstream,
+        noCache: req.noCache,
+        by,
+      });
       if (outcome.kind === 'run_not_found') throw new NotFoundError(`run ${runId} not found`);
       if (outcome.kind === 'task_not_found') throw new NotFoundError(`run ${runId} has no task "${taskId}"`);
       if (outcome.kind === 'not_ended') {
