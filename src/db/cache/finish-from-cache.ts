@@ -32,7 +32,7 @@ export async function finishFromCache(
       from moved),
     out as (
       insert into task_outputs (ti_id, try_number, attempt_token, value, size_bytes)
-      select id, try_number, attempt_token, ${hit.value}::jsonb, octet_length(${hit.value}::text)
+      select id, try_number, attempt_token, ${hit.value}::text::jsonb, octet_length(${hit.value}::text)
       from moved where ${hit.value}::text is not null
       on conflict do nothing),
     ev as (${insertEvents(
