@@ -1,6 +1,7 @@
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { createClients } from '../../src/cli/client.js';
 import { cli } from '../helpers/leoflow-process.js';
 import { runEnds } from '../helpers/run-ends.js';
 import { replicasForFile } from '../helpers/server-fixture.js';
@@ -79,6 +80,25 @@ describe('the completion cache on the subprocess executor', () => {
       select kind, payload from events where run_id = ${second} and kind = 'ti.cached'`;
     expect(events).toHaveLength(1);
     expect(events[0]!.payload.reason).toContain(`run ${first}`);
+    // WatchRun's source: the first run's make recorded an output (ti.output, its size), the second's
+    // came from the cache (ti.cached above, and its success move says so).
+    const outputEvents = await f.db.sql<{ run_id: string; payload: { task_id: string; size_bytes: number } }[]>`
+      select run_id, payload from events where run_id in (${first}, ${second}) and kind = 'ti.output' order by seq`;
+    expect(outputEvents.map((e) => [e.run_id, e.payload.task_id])).toEqual([[first, 'make']]);
+    const [moved] = await f.db.sql<{ payload: { cached: boolean; reason: string } }[]>`
+      select e.payload from events e where e.run_id = ${second} and e.kind = 'ti.state'
+        and e.payload ->> 'task_id' = 'make' and e.payload ->> 'to' = 'success'`;
+    expect(moved!.payload.cached).toBe(true);
+    // GetRun with outputs: the cached try's output, and where it came from.
+    const got = await createClients(server.url).workflow.getRun({ runId: second, withOutputs: true });
+    const make = got.taskInstances.find((t) => t.taskId === 'make')!;
+    expect([JSON.parse(make.outputJson), make.cachedFromRunId, make.cachedFromTry]).toEqual([
+      { made: 'x', by: first },
+      first,
+      1,
+    ]);
+    const plain = await createClients(server.url).workflow.getRun({ runId: second });
+    expect(plain.taskInstances.every((t) => t.outputJson === '' && t.outputSizeBytes === 0)).toBe(true);
 
     // Another key runs it; --no-cache runs it even with a cached key, and refreshes the entry.
     const other = await trigger(server.url, { day: '2026-11-02' });

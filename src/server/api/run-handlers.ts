@@ -1,3 +1,5 @@
+import { currentOutputs } from '../../db/attempts/current-outputs.js';
+import { INLINE_OUTPUT_BYTES, withOutputs } from './outputs-in-response.js';
 import type { ServiceImpl } from '@connectrpc/connect';
 import type { WorkflowService } from '../../gen/leoflow/v1/workflow_pb.js';
 import type { WorkflowDeps } from './workflow-deps.js';
@@ -97,7 +99,10 @@ export function runHandlers(
         triggeredBy(sql, runId),
       ]);
       if (!run) throw new NotFoundError(`run ${runId} not found`);
-      return { run: runToProto(run, by), taskInstances: tis.map(tiToProto) };
+      const taskInstances = tis.map(tiToProto);
+      if (!req.withOutputs) return { run: runToProto(run, by), taskInstances };
+      const outputs = await currentOutputs(sql, runId, INLINE_OUTPUT_BYTES);
+      return { run: runToProto(run, by), taskInstances: withOutputs(taskInstances, outputs) };
     },
 
     async listRuns(req) {
@@ -162,7 +167,9 @@ export function runHandlers(
       const tis = await listTiViews(sql, runId);
       // Every run has task instances (a DAG has tasks): only none needs the run looked up.
       if (tis.length === 0 && !(await getRunView(sql, runId))) throw new NotFoundError(`run ${runId} not found`);
-      return { taskInstances: tis.map(tiToProto) };
+      const taskInstances = tis.map(tiToProto);
+      if (!req.withOutputs) return { taskInstances };
+      return { taskInstances: withOutputs(taskInstances, await currentOutputs(sql, runId, INLINE_OUTPUT_BYTES)) };
     },
 
     async clearTaskInstance(req, ctx) {
