@@ -33,6 +33,7 @@ or, knowing two replicas:
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import queue
@@ -40,8 +41,10 @@ import random
 import re
 import signal
 import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -156,6 +159,7 @@ class Attempt:
         self.finished: Optional[pb.Finished] = None  # kept until FinishedAck
         self.stop_reason: Optional[str] = None  # "timeout" | "cancel" | "superseded"
         self.error = ""
+        self.dir = ""  # the attempt's own folder (output and inputs files), removed after it
 
     @property
     def name(self) -> str:
@@ -169,9 +173,26 @@ class Attempt:
         secrets, problem = resolve_secrets(a.secret_env)
         if problem:
             return self._finish(pb.ATTEMPT_OUTCOME_SPAWN_FAILED, None, "", problem)
+        if a.inputs_error:  # an input the DAG names is missing: start nothing, say which
+            return self._finish(pb.ATTEMPT_OUTCOME_SPAWN_FAILED, None, "", a.inputs_error)
+        self.dir = tempfile.mkdtemp(prefix="leoflow-attempt-")
+        try:
+            self._run_in_dir(a, secrets)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _run_in_dir(self, a: pb.Assign, secrets: dict[str, str]) -> None:
+        # The task writes one JSON value to LEOFLOW_OUTPUT; its upstreams' outputs are in the file
+        # LEOFLOW_INPUTS (data in files, never in the command). The task's own env wins over ours.
+        ours = {"LEOFLOW_OUTPUT": os.path.join(self.dir, "output")}
+        open(ours["LEOFLOW_OUTPUT"], "wb").close()
+        if a.inputs_json:
+            ours["LEOFLOW_INPUTS"] = os.path.join(self.dir, "inputs.json")
+            with open(ours["LEOFLOW_INPUTS"], "w", encoding="utf-8") as f:
+                f.write(a.inputs_json)
         try:
             self.proc = subprocess.Popen(
-                list(a.command), cwd=a.cwd or None, env={**os.environ, **dict(a.env), **secrets},
+                list(a.command), cwd=a.cwd or None, env={**os.environ, **ours, **dict(a.env), **secrets},
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True)  # its own session, so its own process group
         except OSError as e:
@@ -206,10 +227,37 @@ class Attempt:
         elif self.stop_reason == "superseded":
             log.info("%s: superseded, stopped without a report", self.name)
         elif code == 0:
-            self._finish(pb.ATTEMPT_OUTCOME_SUCCESS, 0, "", "")
+            output, problem = self._read_output(ours["LEOFLOW_OUTPUT"])
+            if problem:
+                self._finish(pb.ATTEMPT_OUTCOME_FAILED, 0, "", problem)
+            else:
+                self._finish(pb.ATTEMPT_OUTCOME_SUCCESS, 0, "", "", output)
         else:
+            output, _ = self._read_output(ours["LEOFLOW_OUTPUT"])  # a failed try keeps a good output
             self._finish(pb.ATTEMPT_OUTCOME_FAILED, exit_code, sig,
-                         f"exit code {code}" if code > 0 else f"killed by {sig}")
+                         f"exit code {code}" if code > 0 else f"killed by {sig}", output)
+
+    def _read_output(self, path: str) -> tuple[Optional[str], str]:
+        """The task's output (JSON text, or None when it wrote none) and why it is refused, if it is."""
+        a = self.assign
+        limit = a.output_max_bytes or 64 * 1024
+        task = a.task_id
+        try:
+            size = os.path.getsize(path)
+            data = b"" if size > limit else open(path, "rb").read()
+        except OSError:
+            size, data = 0, b""
+        if size > limit:
+            return None, (f'output of task "{task}" is too big: {size} bytes, the limit is {limit} bytes '
+                          "(--max-output-size); nothing stored")
+        if not data.strip():
+            return None, f'task "{task}" wrote no output to LEOFLOW_OUTPUT' if a.output_required else ""
+        try:
+            text = data.decode("utf-8")
+            json.loads(text)
+        except ValueError as e:
+            return None, f'output of task "{task}" is not JSON: {e}; nothing stored'
+        return text, ""
 
     def _pump(self, pipe: IO[bytes], stream: str) -> None:
         """Turns one output pipe into Log messages, numbering lines per attempt from 1."""
@@ -236,11 +284,14 @@ class Attempt:
         with self.lock:
             self.unacked = [e for e in self.unacked if e.seq > last_seq]
 
-    def _finish(self, outcome: int, exit_code: Optional[int], sig: str, error: str) -> None:
+    def _finish(self, outcome: int, exit_code: Optional[int], sig: str, error: str,
+                output: Optional[str] = None) -> None:
         """Records the result and reports it; it is resent after a reconnect until FinishedAck."""
         f = pb.Finished(attempt=self.ref, outcome=outcome, signal=sig, error=error)
         if exit_code is not None:
             f.exit_code = exit_code
+        if output is not None:
+            f.output = output
         log.info("%s: %s %s", self.name, pb.AttemptOutcome.Name(outcome), error or "")
         with self.lock:
             self._flush_logs()

@@ -103,6 +103,13 @@ def main(argv: Optional[list[str]] = None) -> int:
                     raise
                 time.sleep(0.2)
         got = show()
+        # The end, with each task's output (bounded; a big one is left out: read it with GetTaskOutput).
+        got = api.GetRun(wf.GetRunRequest(run_id=run.run_id, with_outputs=True), timeout=30, metadata=auth)
+        for ti in got.task_instances:
+            if ti.output_json:
+                print(f"  output of {ti.task_id}: {ti.output_json}", flush=True)
+            elif ti.output_omitted:
+                print(f"  output of {ti.task_id}: {ti.output_size_bytes} bytes (GetTaskOutput reads it)", flush=True)
 
         if args.logs:
             for batch in api.TailLogs(wf.TailLogsRequest(run_id=run.run_id), timeout=30, metadata=auth):

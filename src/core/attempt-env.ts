@@ -1,4 +1,5 @@
 import type { Attempt } from './attempt.js';
+import { taskSpecHash } from './cache-key.js';
 import { idempotencyKey } from './idempotency-key.js';
 import { attemptTraceContext, type TraceContext } from './trace-context.js';
 import type { Claim, WorkItem } from './work-item.js';
@@ -83,5 +84,6 @@ export function attemptOf(
     ...(w.task.inputs ? { inputEnv: w.task.inputs } : {}),
     ...(w.task.triggerRule === 'one_failed' ? { failureSummary: true } : {}),
     ...(w.task.output === 'required' ? { outputRequired: true } : {}),
+    ...(w.task.cache ? { cache: { ...w.task.cache, specHash: taskSpecHash(w.task) } } : {}),
   };
 }

@@ -59,6 +59,16 @@ export interface Attempt {
   outputRequired?: boolean;
   /** The size limit of its output (bytes); absent: the executor's own. */
   outputMaxBytes?: number;
+  /** Its DAG's `cache:`, with the hash of its task's spec; absent: it is never cached. */
+  cache?: AttemptCache;
+}
+
+/** What an attempt of a cached task looks its cache entry up by (cache-key.ts). */
+export interface AttemptCache {
+  key: string[];
+  ttlMs: number;
+  /** The task's spec, hashed: a change to the task makes its earlier results unusable. */
+  specHash: string;
 }
 
 /** What identifies one attempt in every report about it. */

@@ -89,10 +89,23 @@ export interface TaskSpec {
   output?: 'required';
   /** Environment variables set from upstreams' outputs: name → `upstream.path.in.output`. Absent: none. */
   inputs?: Record<string, string>;
+  /** `cache:`: a successful attempt's result is reused by a later one with the same key. Absent: none. */
+  cache?: CacheSpec;
   /** A task that waits for an event instead of running a command (its `command` is empty). */
   wait?: WaitSpec;
   /** A task that waits for a person's approval instead of running a command (its `command` is empty). */
   approval?: ApprovalSpec;
+}
+
+/**
+ * `cache: { key: [conf.date, inputs.extract.path], ttl: 7d }`: the key is the list of values at
+ * these references (cache-key.ts); a success within `ttl` with the same DAG, task spec and key is
+ * reused instead of running the task again.
+ */
+export interface CacheSpec {
+  /** References `conf[.path]` or `inputs.<upstream>[.path]`, in order. */
+  key: string[];
+  ttlMs: number;
 }
 
 /** The outcomes a wait or an approval may take at its timeout. */

@@ -31,7 +31,7 @@ export type ClearOutcome =
  */
 export async function clearTaskInstance(
   sql: Sql,
-  req: { runId: string; taskId: string; downstream: boolean; by?: Actor },
+  req: { runId: string; taskId: string; downstream: boolean; noCache?: boolean; by?: Actor },
 ): Promise<ClearOutcome> {
   const who = actorPayload(req.by);
   return sql.begin(async (tx) => {
@@ -66,7 +66,7 @@ export async function clearTaskInstance(
         update task_instances t set state = 'none', max_tries = t.try_number + old.retries + 1,
           attempt_token = null, agent_id = null, pid = null, pending_reason = null, next_try_at = null,
           queued_at = null, started_at = null, heartbeat_at = null, ended_at = null, exit_code = null, signal = null,
-          error = null
+          error = null, no_cache = ${req.noCache === true}
         from old where t.id = old.id
         returning t.*, old.state as was),
       ev as (${tiEvents(tx, EVENT_KIND.tiState, tx`moved`, clearedEvent)})

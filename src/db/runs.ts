@@ -60,6 +60,8 @@ export interface NewRun {
   caller?: { traceparent: TraceParent; tracestate: string | null };
   /** Who triggered it through the API (recorded in its first event); absent for a scheduled run. */
   by?: Actor;
+  /** `--no-cache`: its cached tasks run instead of reusing an earlier result. */
+  noCache?: boolean;
 }
 
 /** A run just created, as the planner reads it: its task instances, and the runs of its DAG running
@@ -128,14 +130,15 @@ async function insertRun(
     with src as (${source}),
     run as (
       insert into dag_runs (dag_id, run_key, run_type, dag_version, logical_date, conf,
-                            traceparent, trace_parent_span, tracestate, deadline_at, notifies)
+                            traceparent, trace_parent_span, tracestate, deadline_at, notifies, no_cache)
       select dag_id, ${run.runKey}, ${run.runType}, version, ${run.logicalDate}, ${tx.json(run.conf as never)},
         ${trace.traceparent}, ${trace.parentSpan}, ${trace.tracestate},
         -- A scheduled run's deadline counts from its logical date, any other's from its trigger.
         (case when ${run.runType} = 'scheduled' then ${run.logicalDate}::timestamptz else now() end)
           + (spec ->> 'deadlineMs')::bigint * interval '1 millisecond',
         -- Whether its end has rules to read (migration 030): without, only the server's defaults.
-        spec ? 'notify'
+        spec ? 'notify',
+        ${run.noCache === true}
       from src
       on conflict (dag_id, run_key) do nothing
       returning *),

@@ -7,6 +7,7 @@ import { EVENTS, HISTORY_TABLES, TASK_LOGS, type HistoryTable } from '../db/hist
 import { currentPartition, listPartitions, maxOwnerId, type Partition } from '../db/history/list-partitions.js';
 import { pageOfFinishedRuns } from '../db/history/page-of-finished-runs.js';
 import { removeExpiredRuns } from '../db/history/remove-expired-runs.js';
+import { removeExpiredCache } from '../db/cache/remove-expired-cache.js';
 import { onlyUnfinishedOwnersLeft, sweepOrphans } from '../db/history/sweep-orphans.js';
 import type { Sql } from '../db/sql.js';
 
@@ -21,6 +22,8 @@ const DROP_LOCK_TIMEOUT_MS = 100;
 const FULL_CHECK_MS = 10 * 60_000;
 /** Agents one round forgets at most. */
 export const FORGET_AGENTS_PER_ROUND = 500;
+/** Completion cache entries past their ttl that one round removes at most. */
+export const EXPIRED_CACHE_PER_ROUND = 5000;
 /** Events sent in that one round forgets at most. */
 export const FORGET_EVENTS_PER_ROUND = 5000;
 
@@ -118,6 +121,7 @@ export class HistoryUpkeep {
     }
     await this.#tendPartitions(result);
     if (this.#o.agentRetentionMs !== null) await this.#forgetGoneAgents(now, this.#o.agentRetentionMs, result);
+    await this.#removeExpiredCache(result);
     if (result.partitionsDropped > 0 || result.rowsSwept > 0) result.more = true;
     return result;
   }
@@ -213,6 +217,15 @@ export class HistoryUpkeep {
         `forgot ${ids.length} agent${ids.length === 1 ? '' : 's'} gone longer than the agent retention ` +
           `(last seen before ${seenBefore.toISOString()})`,
       );
+    });
+  }
+
+  /** Completion cache entries past their own ttl (whatever the run retention): a batch a round. */
+  async #removeExpiredCache(result: HistoryRound): Promise<void> {
+    await this.#isolated('remove expired cache entries', {}, async () => {
+      const removed = await removeExpiredCache(this.#o.sql, EXPIRED_CACHE_PER_ROUND);
+      if (removed === EXPIRED_CACHE_PER_ROUND) result.more = true;
+      if (removed > 0) this.#logger.info({ entries: removed }, `removed ${removed} cache entries past their ttl`);
     });
   }
 

@@ -25,6 +25,7 @@ import { LEADER_LOCK_KEY } from '../scheduler/leader.js';
 import { createScheduler, type Scheduler } from '../scheduler/scheduler.js';
 import { advertisedUrl } from './advertised-url.js';
 import { createAgentFleet } from './agents/fleet.js';
+import { createCacheGate } from './cache-gate-wiring.js';
 import { apiRoutes } from './api/routes.js';
 import { prepareAuth } from './auth/prepare-auth.js';
 import { serveApi } from './api-server.js';
@@ -151,8 +152,11 @@ export async function startControlPlane(
     });
     // Read once: it names the install in pods and in every attempt's idempotency key.
     const install = await installIdentity(sql);
+    // Attempts of cached tasks pass it before any executor: a hit runs nothing.
+    const cacheGate = createCacheGate(sql, logger, (runId) => scheduler?.nudge([runId], 'finished'));
     const fleet = createAgentFleet({
       sql,
+      cacheGate,
       install,
       claimSql: db.claimSql,
       logs,
@@ -195,9 +199,9 @@ export async function startControlPlane(
     // A pod's agent streams to some replica: a cancel reaches both the pod (deleted, with its
     // grace) and, on that replica, its agent.
     const executors = new Map<string, Executor>([
-      ['subprocess', subprocess],
-      ...(kubernetes ? [['kubernetes', kubernetes] as const] : []),
-      ['agents', fleet.executor],
+      ['subprocess', cacheGate.wrap(subprocess)],
+      ...(kubernetes ? [['kubernetes', cacheGate.wrap(kubernetes)] as const] : []),
+      ['agents', cacheGate.wrap(fleet.executor)],
     ]);
     metrics.sources.agentsConnected = () => fleet.registry.size;
     metrics.dispatchQueueCapacity.set(config.dispatchQueue);

@@ -35,8 +35,19 @@ const REPS = 3;
  *  behind one that ends at once. */
 const NO_OP = '["true"]';
 const RUNS_20MS = '["sleep", "0.02"]';
+/**
+ * LEOFLOW_BENCH_CHAIN_OUTPUTS=off|on: the chains' no-op becomes a shell that writes nothing (off) or
+ * writes a small output every downstream reads as its inputs (on), for the cost of outputs (A/B).
+ */
+const OUTPUTS = process.env.LEOFLOW_BENCH_CHAIN_OUTPUTS;
+const CHAIN_COMMAND =
+  OUTPUTS === 'on'
+    ? JSON.stringify(['sh', '-c', 'echo \'{"n": 1}\' > "$LEOFLOW_OUTPUT"'])
+    : OUTPUTS === 'off'
+      ? JSON.stringify(['sh', '-c', ':'])
+      : NO_OP;
 
-function chainYaml(dagId: string, executor: 'default' | 'agents', command = NO_OP): string {
+function chainYaml(dagId: string, executor: 'default' | 'agents', command = CHAIN_COMMAND): string {
   const lines = [`dag_id: ${dagId}`, 'max_active_runs: 1', 'tasks:'];
   for (let i = 0; i < TASKS; i++) {
     lines.push(`  - id: t${String(i).padStart(2, '0')}`, `    command: ${command}`);

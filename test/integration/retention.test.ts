@@ -170,3 +170,22 @@ describe('retention', () => {
 function range(from: number, to: number): number[] {
   return Array.from({ length: to - from + 1 }, (_, i) => from + i);
 }
+
+describe('retention of the completion cache', () => {
+  it('removes the entries past their ttl, and keeps the fresh ones and the ones still running', async () => {
+    const row = (key: string, state: string, expires: string | null) => db.sql`
+      insert into task_cache (dag_id, task_id, spec_hash, key_hash, state, ti_id, try_number, attempt_token, ttl_ms,
+        done_at, expires_at)
+      values ('etl', 'build', 's', ${key}, ${state}, 1, 1, gen_random_uuid(), 1000,
+        case when ${state} = 'done' then now() end, ${expires}::timestamptz)`;
+    await row('old', 'done', new Date(Date.now() - 60_000).toISOString());
+    await row('fresh', 'done', new Date(Date.now() + 3_600_000).toISOString());
+    await row('running', 'running', null);
+    const clock = { now: new Date() };
+    const errors: unknown[] = [];
+    await settle(keeper(clock, errors));
+    expect(errors).toEqual([]);
+    const left = await db.sql<{ key_hash: string }[]>`select key_hash from task_cache order by key_hash`;
+    expect(left.map((r) => r.key_hash)).toEqual(['fresh', 'running']);
+  });
+});

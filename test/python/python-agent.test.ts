@@ -56,8 +56,15 @@ function startAgent(id: string, extra: string[] = [], env: Record<string, string
 }
 
 interface RunJson {
-  run: { state: string };
-  task_instances: { task_id: string; state: string; agent_id?: string; exit_code?: number; error?: string }[];
+  run: { state: string; run_id: string };
+  task_instances: {
+    task_id: string;
+    state: string;
+    agent_id?: string;
+    exit_code?: number;
+    error?: string;
+    output_json?: string;
+  }[];
 }
 
 /** Applies a DAG file with trigger_and_wait.py, triggers it and waits for the run's end. */
@@ -98,6 +105,15 @@ afterAll(async () => {
   if (tmp) await rm(tmp, { recursive: true, force: true });
 });
 
+/** A task in Python: reads its upstream's output from LEOFLOW_INPUTS, writes its own to LEOFLOW_OUTPUT. */
+const PY_TASK = [
+  'import json, os',
+  "inputs = json.load(open(os.environ['LEOFLOW_INPUTS']))",
+  "n = int(os.environ['LEOFLOW_TRY_NUMBER'])",
+  "print('python-task try', n, 'got', inputs['a']['greeting'])",
+  "json.dump({'echoed': inputs['a']['greeting'], 'try': n}, open(os.environ['LEOFLOW_OUTPUT'], 'w'))",
+].join('\n');
+
 describe('a Python agent over AgentService', () => {
   it('runs a DAG placed on it, reports output and exit codes, and exits after --max-tasks results', async () => {
     const agentId = `py-agent-${randomBytes(3).toString('hex')}`;
@@ -122,12 +138,15 @@ describe('a Python agent over AgentService', () => {
             agentTask('a', [
               'sh',
               '-c',
-              'echo "hello-from-$LEOFLOW_TASK_ID"; echo to-stderr >&2; printf "bytes \\377 crlf\\r\\n"',
+              'echo "hello-from-$LEOFLOW_TASK_ID"; echo to-stderr >&2; printf "bytes \\377 crlf\\r\\n"; ' +
+                'echo \'{"greeting": "hi"}\' > "$LEOFLOW_OUTPUT"',
             ]),
-            agentTask('b', [PY, '-c', "import os; print('python-task try', os.environ['LEOFLOW_TRY_NUMBER'])"], {
+            // A Python task reads its inputs and writes its output, as the example agent hands them over.
+            agentTask('b', [PY, '-c', PY_TASK], { depends_on: ['a'] }),
+            agentTask('c', ['sh', '-c', 'echo "$GREETING from c"'], {
               depends_on: ['a'],
+              inputs: { GREETING: 'a.greeting' },
             }),
-            agentTask('c', ['sh', '-c', 'echo "$GREETING from c"'], { depends_on: ['a'], env: { GREETING: 'hi' } }),
           ],
         }),
       );
@@ -143,7 +162,11 @@ describe('a Python agent over AgentService', () => {
       expect(ok.stdout).toMatch(/^\[a #1 stderr\] to-stderr$/m);
       // agent.proto's decoding rule: UTF-8 with U+FFFD for a bad byte, the \r before \n cut.
       expect(ok.stdout).toMatch(/^\[a #1 stdout\] bytes \uFFFD crlf$/m);
-      expect(ok.stdout).toMatch(/^\[b #1 stdout\] python-task try 1$/m);
+      expect(ok.stdout).toMatch(/^\[b #1 stdout\] python-task try 1 got hi$/m);
+      // GetRun with_outputs, as trigger_and_wait.py asks at the end, carries each task's output.
+      const b = ok.result.task_instances.find((t) => t.task_id === 'b');
+      expect(JSON.parse(b?.output_json ?? 'null')).toEqual({ echoed: 'hi', try: 1 });
+      expect(ok.stdout).toMatch(/^ {2}output of b: /m);
       expect(ok.stdout).toMatch(/^\[c #1 stdout\] hi from c$/m);
       expect(ok.stdout).toMatch(/^run \d+ success$/m);
 

@@ -101,36 +101,44 @@ export function registerRun(program: Command, clients: () => Clients): void {
     .option('--conf <json>', 'JSON object passed to the tasks as LEOFLOW_RUN_CONF')
     .option('--key <run_key>', 'idempotency key: triggering again with it returns the same run')
     .option('-w, --wait', 'follow the run until it ends; exit non-zero unless it succeeds')
+    .option('--no-cache', 'run the tasks that have cache: instead of reusing an earlier result')
     .option('-o, --output <format>', 'text | json', 'text')
-    .action(async (dagId: string, opts: { conf?: string; key?: string; wait?: boolean; output: string }) => {
-      const c = clients();
-      const res = await c.workflow.triggerRun({ dagId, confJson: opts.conf ?? '', runKey: opts.key ?? '' });
-      const r = res.run!;
-      if (opts.output === 'json' && !opts.wait) {
+    .action(
+      async (dagId: string, opts: { conf?: string; key?: string; wait?: boolean; cache: boolean; output: string }) => {
+        const c = clients();
+        const res = await c.workflow.triggerRun({
+          dagId,
+          confJson: opts.conf ?? '',
+          runKey: opts.key ?? '',
+          noCache: !opts.cache,
+        });
+        const r = res.run!;
+        if (opts.output === 'json' && !opts.wait) {
+          process.stdout.write(
+            JSON.stringify({
+              run_id: r.runId,
+              dag_id: r.dagId,
+              run_key: r.runKey,
+              state: runStateName(r.state),
+              created: res.created,
+            }) + '\n',
+          );
+          return;
+        }
         process.stdout.write(
-          JSON.stringify({
-            run_id: r.runId,
-            dag_id: r.dagId,
-            run_key: r.runKey,
-            state: runStateName(r.state),
-            created: res.created,
-          }) + '\n',
+          `run ${r.runId} of ${r.dagId} ${res.created ? 'triggered' : 'already exists'} (key ${r.runKey})\n`,
         );
-        return;
-      }
-      process.stdout.write(
-        `run ${r.runId} of ${r.dagId} ${res.created ? 'triggered' : 'already exists'} (key ${r.runKey})\n`,
-      );
-      if (!opts.wait) return;
-      const started = Date.now();
-      // At a terminal, the live view of `run watch`; elsewhere (a log, CI), a line per move.
-      const live = process.stdout.isTTY && opts.output !== 'json';
-      const end = live ? await (await import('../watch-run-live.js')).watchRunLive(c, r.runId) : await watch(c, r);
-      const state = live ? paintState(runStateName(end.run.state)) : runStateName(end.run.state);
-      const secs = ((Date.now() - started) / 1000).toFixed(1);
-      process.stdout.write(`run ${r.runId} ${state} in ${secs}s: ${summary(end.tis)}\n`);
-      if (end.run.state !== RunState.SUCCESS) process.exitCode = 1;
-    });
+        if (!opts.wait) return;
+        const started = Date.now();
+        // At a terminal, the live view of `run watch`; elsewhere (a log, CI), a line per move.
+        const live = process.stdout.isTTY && opts.output !== 'json';
+        const end = live ? await (await import('../watch-run-live.js')).watchRunLive(c, r.runId) : await watch(c, r);
+        const state = live ? paintState(runStateName(end.run.state)) : runStateName(end.run.state);
+        const secs = ((Date.now() - started) / 1000).toFixed(1);
+        process.stdout.write(`run ${r.runId} ${state} in ${secs}s: ${summary(end.tis)}\n`);
+        if (end.run.state !== RunState.SUCCESS) process.exitCode = 1;
+      },
+    );
 
   run
     .command('list')
@@ -292,9 +300,15 @@ export function registerRun(program: Command, clients: () => Clients): void {
     .argument('<run_id>', 'the run (see `leoflow run list`)', runIdArgument)
     .argument('<task_id>')
     .option('--downstream', 'also clear every ended task downstream of it')
+    .option('--no-cache', 'the cleared tasks that have cache: run instead of reusing an earlier result')
     .option('-o, --output <format>', 'text | json', 'text')
-    .action(async (runId: string, taskId: string, opts: { downstream?: boolean; output: string }) => {
-      const res = await clients().workflow.clearTaskInstance({ runId, taskId, downstream: opts.downstream ?? false });
+    .action(async (runId: string, taskId: string, opts: { downstream?: boolean; cache: boolean; output: string }) => {
+      const res = await clients().workflow.clearTaskInstance({
+        runId,
+        taskId,
+        downstream: opts.downstream ?? false,
+        noCache: !opts.cache,
+      });
       const r = res.run!;
       if (opts.output === 'json') {
         process.stdout.write(

@@ -16,6 +16,7 @@ import { readPlacement } from './read-placement.js';
 import { COMMAND_ONLY_KEYS, readApproval, readWait } from './read-wait.js';
 import { readInputs } from './read-inputs.js';
 import { inputRefs } from '../match-inputs.js';
+import { readCache } from './read-cache.js';
 import { parseInputRef } from '../task-inputs.js';
 
 /** Timers in Node hold at most 2^31−1 ms (~24.8 days); a longer one would fire at once. */
@@ -45,6 +46,7 @@ const TASK_KEYS = [
   'approval',
   'output',
   'inputs',
+  'cache',
 ] as const;
 
 const OUTPUT_MODES = ['required', 'optional'] as const;
@@ -71,6 +73,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
   let taskEnv: TaskEnv | undefined;
   let maxRetryDelayPath = '';
   let inputsPath = '';
+  let cachePath = '';
   for (const [key, value] of Object.entries(item)) {
     const p = keyPath(path, key);
     switch (key) {
@@ -136,6 +139,10 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       case 'inputs':
         inputsPath = p;
         if (value !== null) task.inputs = readInputs(value, p, issues);
+        break;
+      case 'cache':
+        cachePath = p;
+        if (value !== null) task.cache = readCache(value, p, issues);
         break;
       default:
         issues.push(unknownKey(key, p, TASK_KEYS));
@@ -211,6 +218,17 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       issues.push({ path: keyPath(inputsPath, name), message: `"${name}" is set in env too: give it one source` });
     }
   }
+  for (const ref of task.cache?.key ?? []) {
+    if (!ref.startsWith('inputs.')) continue;
+    const deps = draft.deps.map((d) => d.id);
+    const upstream = parseInputRef(ref.slice('inputs.'.length), deps).task;
+    if (!deps.includes(upstream)) {
+      issues.push({
+        path: `${cachePath}.key`,
+        message: `"${ref}" names task "${upstream}", which is not in depends_on: a key's input comes from an upstream`,
+      });
+    }
+  }
   const executor = task.executor ?? 'default';
   issues.push(...secretExecutorIssues({ secretEnv: taskEnv?.secretEnv }, path, executor));
   if (task.id === undefined) return draft;
@@ -237,6 +255,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
     ...(task.approval !== undefined ? { approval: task.approval } : {}),
     ...(task.output !== undefined ? { output: task.output } : {}),
     ...(task.inputs !== undefined && Object.keys(task.inputs).length > 0 ? { inputs: task.inputs } : {}),
+    ...(task.cache !== undefined ? { cache: task.cache } : {}),
   };
   return draft;
 }

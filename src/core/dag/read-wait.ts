@@ -41,6 +41,7 @@ export const COMMAND_ONLY_KEYS = [
   'kubernetes',
   'output',
   'inputs',
+  'cache',
 ] as const;
 
 function readBoundedDuration(

@@ -78,7 +78,32 @@ const outputsInsert = (sql: Sql) => sql`
   select m.id, m.try_number, m.attempt_token, r.output::jsonb, octet_length(r.output)
   from moved m join r on r.id = m.id and r.try = m.try_number and r.token = m.attempt_token
   where r.output is not null
-  on conflict do nothing`;
+  on conflict do nothing
+  returning ti_id, try_number, size_bytes`;
+
+/** A `ti.output` event for each output `out` stored (WatchRun shows it; the value is read with GetTaskOutput). */
+const outputEvents = (sql: Sql) =>
+  insertEvents(
+    sql,
+    sql`select m.run_id, m.id, ${eventKind(sql, EVENT_KIND.tiOutput)},
+      jsonb_build_object('task_id', m.task_id, 'try', m.try_number, 'size_bytes', o.size_bytes)
+    from out o join moved m on m.id = o.ti_id`,
+  );
+
+/**
+ * The completion cache entries held by the attempts `moved` ended (a cached task's, cache-gate.ts):
+ * a success makes its entry done with its output, reusable for its ttl; any other end frees it for
+ * the next attempt. An attempt of a task without `cache:` holds none: one index probe finds nothing.
+ */
+const settleCache = (sql: Sql) => sql`
+  cache_done as (
+    update task_cache c set state = 'done', done_at = now(), value = r.output::jsonb,
+      expires_at = now() + c.ttl_ms * interval '1 millisecond'
+    from moved m join r on r.id = m.id and r.try = m.try_number and r.token = m.attempt_token
+    where c.attempt_token = m.attempt_token and c.state = 'running' and m.state = 'success'),
+  cache_freed as (
+    delete from task_cache c using moved m
+    where c.attempt_token = m.attempt_token and c.state = 'running' and m.state <> 'success')`;
 
 /**
  * When the process of report `r` ended: its reported end (by this replica's clock, which on one
@@ -124,7 +149,9 @@ export function finishAttempts(sql: Sql, ends: End[]) {
         t.attempt_token,
         t.started_at, t.ended_at),
     ev as (${tiEvents(sql, EVENT_KIND.tiState, sql`moved`, endEvent(sql))}),
-    out as (${outputsInsert(sql)})
+    out as (${outputsInsert(sql)}),
+    out_ev as (${outputEvents(sql)}),
+    ${settleCache(sql)}
     select id, try_number, attempt_token as token, run_id, state, ${endFigures(sql)} from moved`;
 }
 
@@ -169,7 +196,9 @@ export function startAndFinishAttempts(
         t.attempt_token,
         t.agent_id, w.starting, r.pid, t.started_at, t.ended_at, t.ready_at),
     ev as (${insertEvents(sql, events)}),
-    out as (${outputsInsert(sql)})
+    out as (${outputsInsert(sql)}),
+    out_ev as (${outputEvents(sql)}),
+    ${settleCache(sql)}
     select id, try_number, attempt_token as token, run_id, state, ${endFigures(sql)},
       case when starting then extract(epoch from started_at - ready_at)::float8 end as waited_s
     from moved`;

@@ -7,6 +7,11 @@ export const EVENT_KIND = {
   tiState: 'ti.state',
   /** Why a task instance waits changed: `{ task_id, try, reason }` (reason null: it no longer waits for a reason). */
   tiPending: 'ti.pending',
+  /** A task instance ended from the completion cache: `{ task_id, try, reason, source_run_id, source_task_id,
+   *  source_try, key_hash }`. */
+  tiCached: 'ti.cached',
+  /** A task instance's attempt stored an output: `{ task_id, try, size_bytes }`. */
+  tiOutput: 'ti.output',
   /** A run moved: `{ to, … }`. */
   runState: 'run.state',
   /** A run had not ended by its deadline (`deadline:`): `{ deadline_at, state }`, once. */

@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { AgentCredentials } from '../auth/agent-credential.js';
 import type { Attempt } from '../../core/attempt.js';
 import { attemptOf } from '../../core/attempt-env.js';
+import type { CacheGate } from '../../dispatch/cache-gate.js';
 import { availableAgents, disconnectReplica, taskLoadByAgent, touchAgents } from '../../db/agents.js';
 import { claimAttempts } from '../../db/attempts/claim-attempt.js';
 import type { ReportBatcher } from '../../db/attempts/report-batcher.js';
@@ -23,6 +24,8 @@ import { HeartbeatBuffer } from './heartbeat-buffer.js';
 import type { Metrics } from '../observability/metrics.js';
 
 export interface AgentFleetOptions {
+  /** The completion cache's gate: a placed attempt of a cached task passes it before delivery. */
+  cacheGate?: CacheGate;
   sql: Sql;
   /** The pool for the claims (generic plans, see `createSql`); `sql` when not given. */
   claimSql?: Sql;
@@ -112,7 +115,10 @@ export class AgentFleet {
       onAgentGone: () => this.placement.invalidate(),
     });
     this.placement = new AgentPlacement({
-      deliver: (attempt) => this.executor.dispatch(attempt),
+      deliver: (attempt) =>
+        this.#o.cacheGate
+          ? this.#o.cacheGate.dispatch(attempt, (a) => this.executor.dispatch(a))
+          : this.executor.dispatch(attempt),
       logger: this.#log,
       cacheMs: 200,
       // The parked work runs low: runs waiting to start may be there; ask for a step that reads

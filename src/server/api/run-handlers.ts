@@ -1,3 +1,5 @@
+import { currentOutputs } from '../../db/attempts/current-outputs.js';
+import { INLINE_OUTPUT_BYTES, withOutputs } from './outputs-in-response.js';
 import type { ServiceImpl } from '@connectrpc/connect';
 import type { WorkflowService } from '../../gen/leoflow/v1/workflow_pb.js';
 import type { WorkflowDeps } from './workflow-deps.js';
@@ -65,6 +67,7 @@ export function runHandlers(
         defaultExecutor: deps.defaultExecutor,
         by,
         ...(caller ? { caller } : {}),
+        ...(req.noCache ? { noCache: true } : {}),
       }).catch((err: unknown) => {
         // 23503: the DAG was deleted while the run was being made (its foreign key found no DAG).
         if ((err as { code?: string }).code === '23503') return null;
@@ -96,7 +99,10 @@ export function runHandlers(
         triggeredBy(sql, runId),
       ]);
       if (!run) throw new NotFoundError(`run ${runId} not found`);
-      return { run: runToProto(run, by), taskInstances: tis.map(tiToProto) };
+      const taskInstances = tis.map(tiToProto);
+      if (!req.withOutputs) return { run: runToProto(run, by), taskInstances };
+      const outputs = await currentOutputs(sql, runId, INLINE_OUTPUT_BYTES);
+      return { run: runToProto(run, by), taskInstances: withOutputs(taskInstances, outputs) };
     },
 
     async listRuns(req) {
@@ -161,14 +167,22 @@ export function runHandlers(
       const tis = await listTiViews(sql, runId);
       // Every run has task instances (a DAG has tasks): only none needs the run looked up.
       if (tis.length === 0 && !(await getRunView(sql, runId))) throw new NotFoundError(`run ${runId} not found`);
-      return { taskInstances: tis.map(tiToProto) };
+      const taskInstances = tis.map(tiToProto);
+      if (!req.withOutputs) return { taskInstances };
+      return { taskInstances: withOutputs(taskInstances, await currentOutputs(sql, runId, INLINE_OUTPUT_BYTES)) };
     },
 
     async clearTaskInstance(req, ctx) {
       const by = callerOf(ctx);
       const runId = parseId('run_id', req.runId);
       const taskId = required('task_id', req.taskId);
-      const outcome = await clearTaskInstance(sql, { runId, taskId, downstream: req.downstream, by });
+      const outcome = await clearTaskInstance(sql, {
+        runId,
+        taskId,
+        downstream: req.downstream,
+        noCache: req.noCache,
+        by,
+      });
       if (outcome.kind === 'run_not_found') throw new NotFoundError(`run ${runId} not found`);
       if (outcome.kind === 'task_not_found') throw new NotFoundError(`run ${runId} has no task "${taskId}"`);
       if (outcome.kind === 'not_ended') {
