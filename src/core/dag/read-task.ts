@@ -15,6 +15,7 @@ import { readPlacement } from './read-placement.js';
 import { COMMAND_ONLY_KEYS, readApproval, readWait } from './read-wait.js';
 import { readInputs } from './read-inputs.js';
 import { parseInputRef } from '../task-inputs.js';
+import { mapSpecOf, readMap, type MapDraft } from './read-map.js';
 
 /** Timers in Node hold at most 2^31−1 ms (~24.8 days); a longer one would fire at once. */
 export const MAX_TIMEOUT_MS = 24 * 86_400_000;
@@ -42,6 +43,7 @@ const TASK_KEYS = [
   'approval',
   'output',
   'inputs',
+  'map',
 ] as const;
 
 const OUTPUT_MODES = ['required', 'optional'] as const;
@@ -68,6 +70,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
   let taskEnv: TaskEnv | undefined;
   let maxRetryDelayPath = '';
   let inputsPath = '';
+  let mapDraft: MapDraft | undefined;
   for (const [key, value] of Object.entries(item)) {
     const p = keyPath(path, key);
     switch (key) {
@@ -131,6 +134,9 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
         inputsPath = p;
         if (value !== null) task.inputs = readInputs(value, p, issues);
         break;
+      case 'map':
+        mapDraft = readMap(value, p, issues);
+        break;
       default:
         issues.push(unknownKey(key, p, TASK_KEYS));
     }
@@ -189,6 +195,25 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       issues.push({ path: keyPath(inputsPath, name), message: `"${name}" is set in env too: give it one source` });
     }
   }
+  if (mapDraft) {
+    const ref = parseInputRef(
+      mapDraft.over,
+      draft.deps.map((d) => d.id),
+    );
+    if (!draft.deps.some((d) => d.id === ref.task)) {
+      issues.push({
+        path: mapDraft.overPath,
+        message:
+          `"${mapDraft.over}" names task "${ref.task}", which is not in depends_on: ` +
+          "a map is over an upstream's output",
+      });
+    } else if (waits) {
+      issues.push({
+        path: `${path}.map`,
+        message: `only a task with a command may have "map"; this one has ${kinds[0]}`,
+      });
+    } else task.map = mapSpecOf(mapDraft, ref.task, ref.path);
+  }
   const executor = task.executor ?? 'default';
   issues.push(...secretExecutorIssues({ secretEnv: taskEnv?.secretEnv }, path, executor));
   if (task.id === undefined) return draft;
@@ -214,6 +239,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
     ...(task.approval !== undefined ? { approval: task.approval } : {}),
     ...(task.output !== undefined ? { output: task.output } : {}),
     ...(task.inputs !== undefined && Object.keys(task.inputs).length > 0 ? { inputs: task.inputs } : {}),
+    ...(task.map !== undefined ? { map: task.map } : {}),
   };
   return draft;
 }

@@ -7,6 +7,8 @@ export const EVENT_KIND = {
   tiState: 'ti.state',
   /** Why a task instance waits changed: `{ task_id, try, reason }` (reason null: it no longer waits for a reason). */
   tiPending: 'ti.pending',
+  /** A mapped task's instances were made: `{ task_id, count }` (`task_id[0]` … `task_id[count−1]`). */
+  tiExpanded: 'ti.expanded',
   /** A run moved: `{ to, … }`. */
   runState: 'run.state',
   /** A run had not ended by its deadline (`deadline:`): `{ deadline_at, state }`, once. */
