@@ -1,4 +1,5 @@
 import type { TaskSpec, TriggerRule } from './dag-spec.js';
+import { MAX_PARALLEL_REASON, specTaskId } from './map-spec.js';
 import { isTerminalTi, type TiState } from './states.js';
 
 /**
@@ -11,6 +12,8 @@ export interface TiStateView {
   state: TiState;
   nextTryAt: Date | null;
   pendingReason: string | null;
+  /** A mapped task's own instance, once expanded: how many mapped instances it has. */
+  mapCount?: number | null;
 }
 
 export interface RunDecision {
@@ -20,6 +23,10 @@ export interface RunDecision {
   retry: string[];
   /** none → waiting: the trigger rule is met and the task is a wait or an approval (it runs nothing). */
   wait: string[];
+  /** Mapped tasks whose trigger rule is met: their mapped instances are to be made (or they end). */
+  expand: string[];
+  /** Mapped tasks none of whose mapped instances is left to run, as read: they may end now. */
+  settle: string[];
   upstreamFailed: string[];
   skipped: string[];
   /** Waiting task instances whose pending reason changed (null clears it). */
@@ -105,6 +112,8 @@ export function advanceRun(tasks: readonly TaskSpec[], tis: ReadonlyMap<string, 
     schedule: [],
     retry: [],
     wait: [],
+    expand: [],
+    settle: [],
     upstreamFailed: [],
     skipped: [],
     reasons: new Map(),
@@ -118,13 +127,29 @@ export function advanceRun(tasks: readonly TaskSpec[], tis: ReadonlyMap<string, 
     if ((tis.get(id)?.pendingReason ?? null) !== reason) d.reasons.set(id, reason);
   };
 
+  // Mapped instances, by their task, in item order (as read: those in flight and the next few).
+  const mapped = new Map<string, string[]>();
+  for (const id of tis.keys()) {
+    const task = specTaskId(id);
+    if (task !== id) (mapped.get(task) ?? mapped.set(task, []).get(task)!).push(id);
+  }
+
   // In dependency order, so a failure propagates through the whole chain in one step.
   for (const task of topologicalOrder(tasks)) {
     const ti = tis.get(task.id);
     if (!ti) throw new Error(`run has no task instance for task "${task.id}"`);
+    if (task.map && ti.state === 'waiting' && ti.mapCount != null) {
+      advanceMapped(task, mapped.get(task.id) ?? [], tis, states, now, d, setReason);
+      continue;
+    }
     if (ti.state === 'none') {
       const verdict = evaluateTriggerRule(task.triggerRule, countUpstream(task, states));
-      if (verdict === 'run' && (task.wait || task.approval)) {
+      if (verdict === 'run' && task.map) {
+        // Its mapped instances are made (or it ends, for an empty or bad list) by the step's write.
+        d.expand.push(task.id);
+        states.set(task.id, 'waiting');
+        d.reasons.delete(task.id);
+      } else if (verdict === 'run' && (task.wait || task.approval)) {
         // Its pending reason (what it waits for) is written with the move.
         d.wait.push(task.id);
         states.set(task.id, 'waiting');
@@ -162,6 +187,54 @@ export function advanceRun(tasks: readonly TaskSpec[], tis: ReadonlyMap<string, 
   }
   return d;
 }
+
+/**
+ * The mapped instances of an expanded task: retries that are due, then the next ones in item order
+ * while `max_parallel` has room. With none left to run as read, the task may end (`settle`): the
+ * write checks that every one of them is done.
+ */
+function advanceMapped(
+  task: TaskSpec,
+  ids: readonly string[],
+  tis: ReadonlyMap<string, TiStateView>,
+  states: Map<string, TiState>,
+  now: Date,
+  d: RunDecision,
+  setReason: (id: string, reason: string | null) => void,
+): void {
+  if (ids.length === 0) {
+    d.settle.push(task.id);
+    return;
+  }
+  let live = 0;
+  const waiting: string[] = [];
+  for (const id of ids) {
+    const ti = tis.get(id)!;
+    if (ti.state === 'none') waiting.push(id);
+    else if (ti.state === 'up_for_retry') {
+      live++;
+      if (ti.nextTryAt === null || ti.nextTryAt.getTime() <= now.getTime()) {
+        d.retry.push(id);
+        states.set(id, 'scheduled');
+        setReason(id, null);
+      } else {
+        setReason(id, `RETRY_BACKOFF_UNTIL:${ti.nextTryAt.toISOString()}`);
+        if (d.nextRetryAt === null || ti.nextTryAt < d.nextRetryAt) d.nextRetryAt = ti.nextTryAt;
+      }
+    } else if (!isTerminalTi(ti.state)) live++;
+  }
+  let room = (task.map?.maxParallel ?? Number.POSITIVE_INFINITY) - live;
+  for (const id of waiting.sort((a, b) => indexOf(a) - indexOf(b))) {
+    if (room > 0) {
+      room--;
+      d.schedule.push(id);
+      states.set(id, 'scheduled');
+      setReason(id, null);
+    } else setReason(id, `${MAX_PARALLEL_REASON}:${task.map!.maxParallel}`);
+  }
+}
+
+const indexOf = (mappedId: string): number => Number(mappedId.slice(mappedId.lastIndexOf('[') + 1, -1));
 
 /** Exponential backoff from the task's retry_delay, doubling per try, capped. */
 export function retryDelayMs(task: Pick<TaskSpec, 'retryDelayMs' | 'maxRetryDelayMs'>, tryNumber: number): number {

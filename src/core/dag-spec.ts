@@ -1,4 +1,5 @@
 import { LIMITS } from './limits.js';
+import type { MapSpec } from './map-spec.js';
 /**
  * The validated, normalized form of a DAG file. This is what `dags.spec` stores (jsonb) and what
  * each run snapshots at trigger time, so a DAG applied mid-run never changes a run in flight.
@@ -95,6 +96,8 @@ export interface TaskSpec {
   wait?: WaitSpec;
   /** A task that waits for a person's approval instead of running a command (its `command` is empty). */
   approval?: ApprovalSpec;
+  /** `map:`: one mapped instance (`id[i]`) per item of a list in an upstream's output. Absent: none. */
+  map?: MapSpec;
 }
 
 /**

@@ -41,6 +41,8 @@ const RUN_TRANSITIONS: Readonly<Record<RunState, readonly RunState[]>> = {
 /**
  * Task-instance transitions: from → the states it may move to.
  * - none → scheduled when its trigger rule is met, or straight to upstream_failed/skipped.
+ * - none → waiting when it is mapped (`map:`) and its mapped instances were made; none → skipped
+ *   (an empty list) or failed (not a list, or too long) when they cannot be.
  * - scheduled → queued when a dispatcher claims it for a new attempt (try_number + 1).
  * - queued → running when the executor has started the attempt; queued → failed/up_for_retry
  *   when the executor could not start it (e.g. the command does not exist); queued → success
@@ -54,7 +56,7 @@ const RUN_TRANSITIONS: Readonly<Record<RunState, readonly RunState[]>> = {
  * - any non-terminal state → cancelled when its run is cancelled.
  */
 const TI_TRANSITIONS: Readonly<Record<TiState, readonly TiState[]>> = {
-  none: ['scheduled', 'waiting', 'upstream_failed', 'skipped', 'cancelled'],
+  none: ['scheduled', 'waiting', 'upstream_failed', 'skipped', 'failed', 'cancelled'],
   scheduled: ['queued', 'none', 'cancelled'],
   queued: ['running', 'success', 'failed', 'up_for_retry', 'scheduled', 'cancelled'],
   running: ['success', 'failed', 'up_for_retry', 'cancelled'],

@@ -66,9 +66,12 @@ export async function clearTaskInstance(
         update task_instances t set state = 'none', max_tries = t.try_number + old.retries + 1,
           attempt_token = null, agent_id = null, pid = null, pending_reason = null, next_try_at = null,
           queued_at = null, started_at = null, heartbeat_at = null, ended_at = null, exit_code = null, signal = null,
-          error = null, no_cache = ${req.noCache === true}
+          error = null, no_cache = ${req.noCache === true}, map_count = null
         from old where t.id = old.id
         returning t.*, old.state as was),
+      -- A mapped task expands afresh from its upstream's output: its instances go, with their lines.
+      unmapped as (delete from task_instances c using moved m where c.map_parent = m.id returning c.id),
+      unmapped_logs as (delete from task_logs l using unmapped u where l.ti_id = u.id),
       ev as (${tiEvents(tx, EVENT_KIND.tiState, tx`moved`, clearedEvent)})
       select * from moved`;
 

@@ -3,6 +3,7 @@ import type { DagSpec } from '../core/dag-spec.js';
 import { ACTIVE_TI_STATES } from '../core/states.js';
 import { inlineLiterals } from './inline-literals.js';
 import { attemptOfRow, type AttemptRow } from './attempts/attempt-of-row.js';
+import { specTaskId } from '../core/map-spec.js';
 import type { Sql } from './sql.js';
 
 /**
@@ -18,7 +19,7 @@ export async function loadAttempt(sql: Sql, tiId: string, agentId: string, insta
     join dag_versions v on v.dag_id = r.dag_id and v.version = r.dag_version
     where t.id = ${tiId} and t.agent_id = ${agentId} and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})`;
   if (!row) return null;
-  const task = row.spec.tasks.find((t) => t.id === row.task_id);
+  const task = row.spec.tasks.find((t) => t.id === specTaskId(row.task_id));
   if (!task) return null;
   return attemptOfRow(row, task, install, agentId);
 }

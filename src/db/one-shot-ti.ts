@@ -1,4 +1,5 @@
 import type { DagSpec, TaskSpec } from '../core/dag-spec.js';
+import { specTaskId } from '../core/map-spec.js';
 import type { Sql } from './sql.js';
 
 /** What a one-shot claim of a task instance is checked against (core/one-shot-claim.ts). */
@@ -18,6 +19,6 @@ export async function readOneShotTi(sql: Sql, tiId: string): Promise<OneShotTi |
     from task_instances t join dag_runs r on r.id = t.run_id
     join dag_versions v on v.dag_id = r.dag_id and v.version = r.dag_version
     where t.id = ${tiId}`;
-  const task = row?.spec.tasks.find((t) => t.id === row.task_id);
+  const task = row?.spec.tasks.find((t) => t.id === specTaskId(row.task_id));
   return row && task ? { executor: row.executor, state: row.state, agentId: row.agent_id, task } : null;
 }

@@ -1,7 +1,8 @@
 import { WAITING_TI_STATES, legalTiFrom, type RunState, type TiState } from '../core/states.js';
 import { EVENT_KIND, tiEvents } from './events/record-events.js';
 import { inlineLiterals } from './inline-literals.js';
-import type { PendingQuery, Sql, TxSql } from './sql.js';
+import { MAP_WINDOW } from '../core/map-spec.js';
+import type { Fragment, PendingQuery, Sql, TxSql } from './sql.js';
 
 export interface TiRow {
   id: string;
@@ -28,6 +29,8 @@ export interface TiRow {
   /** When it is due to end (`deadline:`, from its first scheduling; migration 030), and whether it did, once due. */
   deadline_at: Date | null;
   deadline_state: 'met' | 'missed' | null;
+  /** Of a mapped task's own instance: how many mapped instances it was expanded into; else null. */
+  map_count?: number | null;
 }
 
 export async function listTis(sql: Sql | TxSql, runId: string): Promise<TiRow[]> {
@@ -94,6 +97,7 @@ export const PLANNER_TI_COLUMNS = [
   'executor',
   'pending_reason',
   'next_try_at',
+  'map_count',
 ] as const;
 
 /** A task instance as the planner reads it. */
@@ -102,9 +106,28 @@ export type PlannerTi = Pick<TiRow, (typeof PLANNER_TI_COLUMNS)[number]>;
 /** Task instances of many runs at once (the planner reads all active runs' TIs in one query). */
 export async function listTisOfRuns(sql: Sql, runIds: string[]): Promise<PlannerTi[]> {
   if (runIds.length === 0) return [];
-  return sql<
-    PlannerTi[]
-  >`select ${sql(PLANNER_TI_COLUMNS)} from task_instances where run_id = any(${runIds}::bigint[]) order by id`;
+  return sql<PlannerTi[]>`${plannerTisOf(sql, sql`${runIds}::bigint[]`)}`;
+}
+
+/**
+ * What the planner reads of runs (`runs`: an array of their ids): their own task instances, and of
+ * their mapped instances only those in flight and the next `MAP_WINDOW` of each mapped task still
+ * to schedule, so a step costs the same whether a list has ten items or 100,000.
+ */
+function plannerTisOf(sql: Sql, runs: Fragment) {
+  const cols = sql(PLANNER_TI_COLUMNS);
+  return sql`
+    select ${cols} from task_instances where run_id = any(${runs}) and map_parent is null
+    union all
+    select ${cols} from task_instances
+    where run_id = any(${runs}) and map_parent is not null
+      and state in ('scheduled', 'queued', 'running', 'up_for_retry')
+    union all
+    select c.* from task_instances p cross join lateral (
+      select ${cols} from task_instances c where c.map_parent = p.id and c.state = 'none'
+      order by c.map_index limit ${MAP_WINDOW}) c
+    where p.run_id = any(${runs}) and p.map_parent is null and p.map_count is not null and p.state = 'waiting'
+    order by id`;
 }
 
 /**
@@ -116,10 +139,10 @@ export async function listTisOfRuns(sql: Sql, runIds: string[]): Promise<Planner
  * the distinct runs read through the run index from end to end.
  */
 export function listTisOfRunsOfTis(sql: Sql, tiIds: string[]): PendingQuery<PlannerTi[]> {
-  return sql<PlannerTi[]>`
-    select ${sql(PLANNER_TI_COLUMNS)} from task_instances
-    where run_id = any(array(select run_id from task_instances where id = any(${tiIds}::bigint[])))
-    order by id`;
+  return sql<PlannerTi[]>`${plannerTisOf(
+    sql,
+    sql`array(select distinct run_id from task_instances where id = any(${tiIds}::bigint[]))`,
+  )}`;
 }
 
 export async function getTi(sql: Sql | TxSql, tiId: string): Promise<TiRow | null> {

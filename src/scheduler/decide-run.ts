@@ -21,20 +21,24 @@ export interface DecidedRun {
  */
 export function decideRun(run: ActiveRunRow, tis: PlannerTi[], start: boolean, now: Date): DecidedRun {
   const views = new Map<string, TiStateView>(
-    tis.map((ti) => [ti.task_id, { state: ti.state, nextTryAt: ti.next_try_at, pendingReason: ti.pending_reason }]),
+    tis.map((ti) => [
+      ti.task_id,
+      { state: ti.state, nextTryAt: ti.next_try_at, pendingReason: ti.pending_reason, mapCount: ti.map_count },
+    ]),
   );
   const decision: RunDecision = advanceRun(run.spec.tasks, views, now);
   const byTask = new Map(tis.map((ti) => [ti.task_id, ti]));
   if (run.dag_paused) {
     // A paused DAG starts nothing new: running attempts finish, failures still propagate and the
     // run can still end, but what would be scheduled waits, saying why.
-    for (const taskId of [...decision.schedule, ...decision.retry, ...decision.wait]) {
+    for (const taskId of [...decision.schedule, ...decision.retry, ...decision.wait, ...decision.expand]) {
       if (byTask.get(taskId)!.pending_reason !== 'DAG_PAUSED') decision.reasons.set(taskId, 'DAG_PAUSED');
       else decision.reasons.delete(taskId);
     }
     decision.schedule = [];
     decision.retry = [];
     decision.wait = [];
+    decision.expand = [];
   }
   const move = (taskIds: string[], from: TiMove['from'], to: TiMove['to']): TiMove[] =>
     taskIds.map((id) => ({ tiId: byTask.get(id)!.id, from, to }));

@@ -1,4 +1,5 @@
 import { taskPriority } from '../core/dag-spec.js';
+import { specTaskId } from '../core/map-spec.js';
 import type { WorkItem } from '../core/work-item.js';
 import { runTraceOf } from '../db/runs.js';
 import type { AppliedPlans } from '../db/plan/run-plan.js';
@@ -47,7 +48,7 @@ export function scheduledOffers(
       if (ti.pending_reason !== reason) reasons.set(ti.id, reason);
       continue;
     }
-    const task = tasks.get(taskId)!;
+    const task = tasks.get(specTaskId(taskId))!;
     const just = justScheduled.has(taskId);
     const priority = taskPriority(run.spec, task);
     offers.push({

@@ -9,7 +9,9 @@ import type { PlannerMemory } from './planner-memory.js';
  * a paused DAG is forgotten instead: nothing is planned ahead of its ends.
  */
 export function rememberDecided(memory: PlannerMemory, d: DecidedRun, applied: AppliedPlans): void {
-  if (d.run.dag_paused) return memory.forget([d.run.id]);
+  // A run with mapped tasks is read at each step: its memory would hold only some of its mapped
+  // instances, and planning ahead of an end from it could not know what is left to schedule.
+  if (d.run.dag_paused || d.run.spec.tasks.some((t) => t.map)) return memory.forget([d.run.id]);
   const to = new Map<string, PlannerTi['state']>();
   for (const m of d.plan?.moves ?? [])
     if (applied.moved.has(m.tiId)) to.set(m.tiId, applied.claims.has(m.tiId) ? 'queued' : m.to);

@@ -177,6 +177,8 @@ describe('advanceRun', () => {
       schedule: [],
       retry: [],
       wait: [],
+      expand: [],
+      settle: [],
       upstreamFailed: [],
       skipped: [],
       reasons: new Map(),

@@ -73,6 +73,7 @@ const KEY_PROBES: Record<string, string> = {
   wait: 'dag_id: d\ntasks: [{ id: a, wait: { event: e, timeout: 1h, zz: 1 } }]\n',
   approval: 'dag_id: d\ntasks: [{ id: a, approval: { timeout: 1h, zz: 1 } }]\n',
   placement: task('    executor: agents\n    placement: { zz: 1 }\n'),
+  map: task('    map: { over: a.items, zz: 1 }\n'),
   kubernetes: task('    kubernetes: { zz: 1 }\n'),
   resources: task('    kubernetes: { resources: { zz: {} } }\n'),
   toleration: task('    kubernetes: { tolerations: [{ zz: 1 }] }\n'),

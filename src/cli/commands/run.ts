@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { groupMapped, mappedRange } from '../group-mapped.js';
 import { timestampDate } from '@bufbuild/protobuf/wkt';
 import { RunState, type Run, type TaskInstance } from '../../gen/leoflow/v1/types_pb.js';
 import type { Clients } from '../client.js';
@@ -12,7 +13,13 @@ import { runJson } from '../run-json.js';
 const ENDED = new Set([RunState.SUCCESS, RunState.FAILED, RunState.CANCELLED]);
 
 function tiRows(tis: TaskInstance[]): string[][] {
-  return tis.map((t) => [
+  return groupMapped(tis, (t) => taskStateName(t.state)).map((g) =>
+    g.kind === 'mapped' ? [mappedRange(g.task, g.count), g.states, '', '', '', '', '', '', ''] : tiRow(g.ti),
+  );
+}
+
+function tiRow(t: TaskInstance): string[] {
+  return [
     t.taskId,
     paintState(taskStateName(t.state)),
     `${t.tryNumber}/${t.maxTries}`,
@@ -22,7 +29,7 @@ function tiRows(tis: TaskInstance[]): string[][] {
     time(t.endedAt),
     formatElapsed(t.startedAt, t.endedAt),
     t.pendingReason || t.error || '',
-  ]);
+  ];
 }
 
 function summary(tis: TaskInstance[]): string {

@@ -18,6 +18,7 @@ import { readInputs } from './read-inputs.js';
 import { inputRefs } from '../match-inputs.js';
 import { readCache } from './read-cache.js';
 import { parseInputRef } from '../task-inputs.js';
+import { mapSpecOf, readMap, type MapDraft } from './read-map.js';
 
 /** Timers in Node hold at most 2^31−1 ms (~24.8 days); a longer one would fire at once. */
 export const MAX_TIMEOUT_MS = 24 * 86_400_000;
@@ -47,6 +48,7 @@ const TASK_KEYS = [
   'output',
   'inputs',
   'cache',
+  'map',
 ] as const;
 
 const OUTPUT_MODES = ['required', 'optional'] as const;
@@ -74,6 +76,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
   let maxRetryDelayPath = '';
   let inputsPath = '';
   let cachePath = '';
+  let mapDraft: MapDraft | undefined;
   for (const [key, value] of Object.entries(item)) {
     const p = keyPath(path, key);
     switch (key) {
@@ -143,6 +146,9 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       case 'cache':
         cachePath = p;
         if (value !== null) task.cache = readCache(value, p, issues);
+        break;
+      case 'map':
+        mapDraft = readMap(value, p, issues);
         break;
       default:
         issues.push(unknownKey(key, p, TASK_KEYS));
@@ -229,6 +235,32 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
       });
     }
   }
+  if (mapDraft) {
+    const ref = parseInputRef(
+      mapDraft.over,
+      draft.deps.map((d) => d.id),
+    );
+    if (!draft.deps.some((d) => d.id === ref.task)) {
+      issues.push({
+        path: mapDraft.overPath,
+        message:
+          `"${mapDraft.over}" names task "${ref.task}", which is not in depends_on: ` +
+          "a map is over an upstream's output",
+      });
+    } else if (waits) {
+      issues.push({
+        path: `${path}.map`,
+        message: `only a task with a command may have "map"; this one has ${kinds[0]}`,
+      });
+    } else task.map = mapSpecOf(mapDraft, ref.task, ref.path);
+    // A cache key is made of the run's conf and the task's inputs, which every item shares: the
+    // items would take one another's result.
+    if (task.cache !== undefined)
+      issues.push({
+        path: cachePath,
+        message: 'a task with "map" may not have "cache": its items share the conf and inputs a key is made of',
+      });
+  }
   const executor = task.executor ?? 'default';
   issues.push(...secretExecutorIssues({ secretEnv: taskEnv?.secretEnv }, path, executor));
   if (task.id === undefined) return draft;
@@ -256,6 +288,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
     ...(task.output !== undefined ? { output: task.output } : {}),
     ...(task.inputs !== undefined && Object.keys(task.inputs).length > 0 ? { inputs: task.inputs } : {}),
     ...(task.cache !== undefined ? { cache: task.cache } : {}),
+    ...(task.map !== undefined ? { map: task.map } : {}),
   };
   return draft;
 }

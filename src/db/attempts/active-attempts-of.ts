@@ -18,7 +18,9 @@ export async function activeAttemptsOf(
   const rows = await sql<(AttemptRow & { state: string; task: TaskSpec | null })[]>`
     select t.id, t.run_id, t.task_id, t.state, t.try_number, t.max_tries, t.attempt_token, t.dispatch_key,
            r.dag_id, r.conf, r.logical_date, r.traceparent, r.tracestate,
-           (select x from jsonb_array_elements(v.spec->'tasks') x where x->>'id' = t.task_id) as task
+           -- A mapped instance (task[17]) runs its task's spec.
+           (select x from jsonb_array_elements(v.spec->'tasks') x
+             where x->>'id' = regexp_replace(t.task_id, '\\[\\d+\\]$', '')) as task
     from task_instances t join dag_runs r on r.id = t.run_id
     join dag_versions v on v.dag_id = r.dag_id and v.version = r.dag_version
     where t.executor = ${executor} and t.state in (${inlineLiterals(sql, ACTIVE_TI_STATES)})`;

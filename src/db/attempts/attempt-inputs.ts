@@ -1,5 +1,6 @@
 import type { Attempt } from '../../core/attempt.js';
-import { buildInputs, type AttemptInputs } from '../../core/task-inputs.js';
+import { parseMappedTaskId } from '../../core/map-spec.js';
+import { INPUT_ENV_CHARS, buildInputs, type AttemptInputs } from '../../core/task-inputs.js';
 import type { Sql } from '../sql.js';
 
 /**
@@ -10,9 +11,9 @@ import type { Sql } from '../sql.js';
  */
 export async function attemptInputs(
   sql: Sql,
-  a: Pick<Attempt, 'runId' | 'taskId' | 'upstreams' | 'inputEnv' | 'failureSummary'>,
+  a: Pick<Attempt, 'runId' | 'taskId' | 'upstreams' | 'inputEnv' | 'failureSummary'> & Partial<Pick<Attempt, 'tiId'>>,
 ): Promise<AttemptInputs> {
-  const inputs = await upstreamInputs(sql, a);
+  const inputs = await withMapItem(sql, a, await upstreamInputs(sql, a));
   if (!a.failureSummary || 'error' in inputs) return inputs;
   return { ...inputs, env: { ...inputs.env, [RUN_FAILURES_ENV]: await runFailures(sql, a.runId) } };
 }
@@ -44,11 +45,40 @@ async function upstreamInputs(
 ): Promise<AttemptInputs> {
   const upstreams = a.upstreams ?? [];
   if (upstreams.length === 0) return buildInputs(a.taskId, [], new Map(), a.inputEnv);
+  // A mapped upstream's output is the list of its mapped instances' outputs, in item order (null
+  // for one that wrote none).
   const rows = await sql<{ task_id: string; value: string }[]>`
-    select t.task_id, o.value::text as value
+    select t.task_id,
+           case when t.map_count is null then o.value::text
+                else (select coalesce(jsonb_agg(co.value order by c.map_index), '[]'::jsonb)::text
+                      from task_instances c
+                      left join task_outputs co on co.ti_id = c.id and co.try_number = c.try_number
+                        and co.attempt_token = c.attempt_token
+                      where c.map_parent = t.id) end as value
     from task_instances t
-    join task_outputs o on o.ti_id = t.id and o.try_number = t.try_number and o.attempt_token = t.attempt_token
+    left join task_outputs o on o.ti_id = t.id and o.try_number = t.try_number and o.attempt_token = t.attempt_token
     where t.run_id = ${a.runId} and t.task_id = any(${upstreams}::text[]) and t.state = 'success'
+      and (o.ti_id is not null or t.map_count is not null)
     order by t.task_id`;
   return buildInputs(a.taskId, upstreams, new Map(rows.map((r) => [r.task_id, r.value])), a.inputEnv);
+}
+
+/** A mapped instance's item (JSON) and its index in the list, in its environment. */
+export const MAP_ITEM_ENV = 'LEOFLOW_MAP_ITEM';
+export const MAP_INDEX_ENV = 'LEOFLOW_MAP_INDEX';
+
+/** Adds a mapped instance's item and index to its inputs; other attempts' inputs are unchanged. */
+async function withMapItem(
+  sql: Sql,
+  a: Pick<Attempt, 'taskId'> & Partial<Pick<Attempt, 'tiId'>>,
+  inputs: AttemptInputs,
+): Promise<AttemptInputs> {
+  if ('error' in inputs || !a.tiId || parseMappedTaskId(a.taskId) === null) return inputs;
+  const [row] = await sql<{ map_index: number | null; item: string | null }[]>`
+    select map_index, map_item::text as item from task_instances where id = ${a.tiId}`;
+  if (!row || row.map_index === null) return inputs;
+  const item = row.item ?? 'null';
+  if (item.length > INPUT_ENV_CHARS)
+    return { error: `the item of task "${a.taskId}" is ${item.length} characters, over ${INPUT_ENV_CHARS}` };
+  return { ...inputs, env: { ...inputs.env, [MAP_ITEM_ENV]: item, [MAP_INDEX_ENV]: String(row.map_index) } };
 }

@@ -12,6 +12,8 @@ export const EVENT_KIND = {
   tiCached: 'ti.cached',
   /** A task instance's attempt stored an output: `{ task_id, try, size_bytes }`. */
   tiOutput: 'ti.output',
+  /** A mapped task's instances were made: `{ task_id, count }` (`task_id[0]` … `task_id[count−1]`). */
+  tiExpanded: 'ti.expanded',
   /** A run moved: `{ to, … }`. */
   runState: 'run.state',
   /** A run had not ended by its deadline (`deadline:`): `{ deadline_at, state }`, once. */

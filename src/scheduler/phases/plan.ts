@@ -12,6 +12,7 @@ import type { RunRead } from '../planner-memory.js';
 import { rememberDecided } from '../remember-decided.js';
 import { createScheduledRuns } from './create-scheduled-runs.js';
 import { lookBackForWaits } from '../look-back-for-waits.js';
+import { expandAndSettleMaps } from '../expand-mapped.js';
 
 export interface PlanResult {
   runsCreated: number;
@@ -289,6 +290,7 @@ async function writeAndOffer(
     );
     ahead.answered(applied.claims);
     decideOffers(ctx, decided, applied, reasons, result, ending);
+    result.errors += await expandAndSettleMaps(ctx, decided, applied);
     if (applied.waits.size > 0) await lookBackForWaits(ctx, decided, applied.waits, result);
   } finally {
     ahead.done();
