@@ -20,9 +20,10 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * the flooder is refused with RESOURCE_EXHAUSTED (writes, streams) or has its connections closed;
  * the server's resident memory stays under RSS_BOUND_MB. Bounded: about 20 s. The other client's
  * latency is measured and printed, not asserted: within 2x of its baseline is issue 38's
- * requirement, not met yet. Measured 2026-11-28 (quiet machine, p50 idle ~6 ms): writes alone 37 ms,
- * writes with the flooder's 128 streams ~200-270 ms (each event its writes make is sent to each of
- * its watches), and the refused calls still cost a token lookup in Postgres each.
+ * requirement, not met yet. Measured 2026-11-29 on a quiet machine (idle p50 7-8 ms), the flooded
+ * p50: everything 57-79 ms (281 ms before a log follow woke only for its own run and a watch sent
+ * at most one message every 50 ms); streams alone 9 ms; writes alone (200 a second let in, ~250 a
+ * second refused) 49 ms; with --max-token-writes 20, 21 ms, the ~800 refusals a second then the cost.
  */
 
 const ADMIN = randomBytes(32).toString('base64url');
