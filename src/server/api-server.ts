@@ -81,11 +81,19 @@ interface PortServers {
   secure: http2.Http2SecureServer | null;
 }
 
+/**
+ * Calls one HTTP/2 connection may have open at once (a SETTINGS value; past it a stream is refused
+ * with REFUSED_STREAM before a handler runs). Node's default is 2^32−1: one connection could hold
+ * a million calls' memory. 256 is past a token's watches and follows together (64 + 64).
+ */
+export const MAX_STREAMS_PER_CONNECTION = 256;
+
 /** With TLS, one server: ALPN picks HTTP/2 or HTTP/1.1 in the handshake. */
 function securePort(handler: ApiHandler, tls: ApiTls): PortServers {
   const secure = http2.createSecureServer(
     {
       allowHTTP1: true,
+      settings: { maxConcurrentStreams: MAX_STREAMS_PER_CONNECTION },
       cert: tls.cert,
       key: tls.key,
       minVersion: 'TLSv1.2',
@@ -101,7 +109,7 @@ function securePort(handler: ApiHandler, tls: ApiTls): PortServers {
  * prior knowledge (h2c), and HTTP/1.1 for browsers and curl.
  */
 function plainPort(handler: ApiHandler): PortServers {
-  const h2 = http2.createServer(handler);
+  const h2 = http2.createServer({ settings: { maxConcurrentStreams: MAX_STREAMS_PER_CONNECTION } }, handler);
   const h1 = http.createServer(handler);
   // As http.Server's own: no Nagle delay on small writes (HTTP/2 sessions set it themselves).
   const acceptor = net.createServer({ noDelay: true }, (socket) => routeByFirstBytes(socket, h2, h1));

@@ -1,4 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
+import http2 from 'node:http2';
 import net from 'node:net';
 import { writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -115,6 +116,21 @@ function closedWithin(s: net.Socket, ms: number): Promise<boolean> {
 }
 
 describe('connections', () => {
+  it('tells every HTTP/2 connection it may have 256 calls open at once (Node would allow 2^32-1)', async () => {
+    const s = await startServer({ env: { DATABASE_URL: db.url }, args: ['--dags', dagFile] });
+    servers.push(s);
+    const session = http2.connect(s.url);
+    try {
+      const settings = await new Promise<http2.Settings>((resolve, reject) => {
+        session.once('remoteSettings', resolve);
+        session.once('error', reject);
+      });
+      expect(settings.maxConcurrentStreams).toBe(256);
+    } finally {
+      session.destroy();
+    }
+  });
+
   it('holds one host to --max-host-connections (256 by default): more are closed at once, other hosts are served', async () => {
     const s = await startServer({ env: { DATABASE_URL: db.url }, args: ['--dags', dagFile] });
     servers.push(s);
