@@ -41,6 +41,8 @@ describe('migrate', () => {
           'notifications',
           'notify_defaults',
           'replica_addresses',
+          'task_cache',
+          'task_cache_hits',
           'task_instances',
           'task_logs',
           'task_outputs',
