@@ -1,21 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { advanceRun, type TiStateView } from '../../src/core/advance-run.js';
 import { parseDag } from '../../src/core/dag/parse-dag.js';
-import { DagValidationError, type DagIssue } from '../../src/core/dag-spec.js';
 import { groupMapped } from '../../src/cli/group-mapped.js';
 import { task } from '../helpers/spec-builders.js';
+import { issuesOf } from '../helpers/dag-sources.js';
 
 const dag = (tasks: string) => `dag_id: d\ntasks:\n${tasks}`;
-
-function issuesOf(source: string): DagIssue[] {
-  try {
-    parseDag(source, 'd.yaml');
-  } catch (err) {
-    if (err instanceof DagValidationError) return err.issues;
-    throw err;
-  }
-  throw new Error('accepted');
-}
 
 describe('map:', () => {
   it('is read with its upstream, path and max_parallel', () => {

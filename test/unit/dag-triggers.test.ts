@@ -1,19 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { parseDag } from '../../src/core/dag/parse-dag.js';
-import { DagValidationError, type DagIssue } from '../../src/core/dag-spec.js';
 import { eventMatches } from '../../src/core/event-match.js';
+import { issuesOf } from '../helpers/dag-sources.js';
 
 const dag = (triggers: string) => `dag_id: d\ntriggers: ${triggers}\ntasks: [{ id: a, command: x }]\n`;
-
-function issuesOf(source: string): DagIssue[] {
-  try {
-    parseDag(source, 'd.yaml');
-  } catch (err) {
-    if (err instanceof DagValidationError) return err.issues;
-    throw err;
-  }
-  throw new Error('accepted');
-}
 
 describe("a DAG's triggers", () => {
   it('are read with their match, and left out of the spec when there are none', () => {

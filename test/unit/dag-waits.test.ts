@@ -1,22 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { parseDag } from '../../src/core/dag/parse-dag.js';
-import { DagValidationError, type DagIssue } from '../../src/core/dag-spec.js';
 import { resolveMatch, waitStart } from '../../src/core/wait-start.js';
 import { bindInputs, inputRefs, refTaskCandidates } from '../../src/core/match-inputs.js';
 import { advanceRun, type TiStateView } from '../../src/core/advance-run.js';
 import { task } from '../helpers/spec-builders.js';
+import { issuesOf } from '../helpers/dag-sources.js';
 
 const dag = (tasks: string) => `dag_id: d\ntasks:\n${tasks}`;
-
-function issuesOf(source: string): DagIssue[] {
-  try {
-    parseDag(source, 'd.yaml');
-  } catch (err) {
-    if (err instanceof DagValidationError) return err.issues;
-    throw err;
-  }
-  throw new Error('accepted');
-}
 
 describe('a wait task', () => {
   it('is read with its event, match, timeout, look back and outcome at the timeout, and has no command', () => {

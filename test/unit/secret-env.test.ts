@@ -7,7 +7,6 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { attemptFromAssign } from '../../src/agent/attempt-messages.js';
 import { attemptOf } from '../../src/core/attempt-env.js';
 import type { Attempt } from '../../src/core/attempt.js';
-import { DagValidationError, type DagIssue } from '../../src/core/dag-spec.js';
 import { defaultExecutorIssues } from '../../src/core/dag/check-secret-executor.js';
 import { parseDag } from '../../src/core/dag/parse-dag.js';
 import {
@@ -19,6 +18,7 @@ import {
 import { podManifest } from '../../src/executors/kubernetes/pod-manifest.js';
 import { resolveSecretEnv } from '../../src/executors/process/resolve-secret-env.js';
 import { AssignSchema } from '../../src/gen/leoflow/v1/agent_pb.js';
+import { issuesOf } from '../helpers/dag-sources.js';
 
 const FILE = 'dags/secret.yaml';
 
@@ -28,16 +28,6 @@ function dag(env: string, extra = ''): string {
     .filter(Boolean)
     .map((l) => `      ${l}\n`)
     .join('')}`;
-}
-
-function issuesOf(source: string): DagIssue[] {
-  try {
-    parseDag(source, FILE);
-  } catch (err) {
-    expect(err).toBeInstanceOf(DagValidationError);
-    return (err as DagValidationError).issues;
-  }
-  throw new Error('expected parseDag to throw a DagValidationError');
 }
 
 describe('secret env entries in a DAG file', () => {

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { DagValidationError, type DagIssue } from '../../src/core/dag-spec.js';
 import { parseDag } from '../../src/core/dag/parse-dag.js';
 import { buildInputs, parseInputRef } from '../../src/core/task-inputs.js';
 import { checkOutput, formatBytes, OUTPUT_BYTES } from '../../src/core/task-output.js';
 import { outputSize } from '../../src/server/config/setting-parsers.js';
+import { issuesOf } from '../helpers/dag-sources.js';
 
 const rule = { taskId: 'extract', required: false, maxBytes: OUTPUT_BYTES.default };
 const buf = (s: string) => Buffer.from(s, 'utf8');
@@ -100,16 +100,6 @@ describe('buildInputs', () => {
     expect(parseInputRef('x.y', [])).toEqual({ task: 'x', path: ['y'] });
   });
 });
-
-function issuesOf(source: string): DagIssue[] {
-  try {
-    parseDag(source, 'f.yaml');
-  } catch (err) {
-    if (err instanceof DagValidationError) return err.issues;
-    throw err;
-  }
-  throw new Error('expected a DagValidationError');
-}
 
 describe('the DAG keys output and inputs', () => {
   const file = (b: string) =>
