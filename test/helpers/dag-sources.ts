@@ -57,6 +57,7 @@ export const TASK_DEFAULTS: Omit<TaskSpec, 'id' | 'command'> = {
 export const DAG_KEYS =
   'dag_id, description, schedule, timezone, catchup, start_date, max_active_runs, priority, tags, triggers, notify, deadline, tasks';
 export const TASK_KEYS =
-  'id, command, depends_on, trigger_rule, retries, retry_delay, max_retry_delay, timeout, deadline, env, cwd, executor, image, placement, priority, kubernetes, wait, approval, output, inputs, cache, map';
+  'id, command, depends_on, trigger_rule, retries, retry_delay, max_retry_delay, timeout, deadline, env, cwd, ' +
+  'executor, image, placement, priority, kubernetes, wait, approval, output, inputs, cache, map';
 export const PLACEMENT_KEYS = 'labels, capabilities, allowed_agents, forbidden_agents, max_parallel_per_agent';
 export const DURATION = 'expected a duration like "30s", "5m" or "1h30m"';

@@ -18,8 +18,11 @@ describe('subprocess executor, from a ready shell', () => {
   it('runs the command with its arguments exactly as given, stdin empty, in the group its shim leads', async () => {
     const { reporter, executor, starts } = await primed();
     const args = ["it's", 'two words', 'a\nnewline', '$HOME `id` $(id) \\ " *', 'é ✓', '', '-x'];
-    const script =
-      'console.log(JSON.stringify(process.argv.slice(1))); let n = 0; process.stdin.on("data", (d) => (n += d.length)).on("end", () => console.log(`stdin ${n}`)); console.log(`group ${require("child_process").execSync("ps -o pgid= -p " + process.pid).toString().trim()}`)';
+    const script = [
+      'console.log(JSON.stringify(process.argv.slice(1))); let n = 0;',
+      'process.stdin.on("data", (d) => (n += d.length)).on("end", () => console.log(`stdin ${n}`));',
+      'console.log(`group ${require("child_process").execSync("ps -o pgid= -p " + process.pid).toString().trim()}`)',
+    ].join(' ');
     const a = attempt([process.execPath, '-e', script, ...args]);
     await executor.dispatch(a);
     expect(await reporter.finishedOf(a.tiId)).toEqual({ exitCode: 0, signal: null, error: null, outcome: 'success' });
