@@ -80,6 +80,11 @@ const waitStarted = (f: FakeAgentService, ti: string) =>
 const connected = (f: FakeAgentService, n = 1) =>
   f.waitFor(`stream ${n}`, () => f.streams.length >= n && f.streams[n - 1]!.received.length > 0 && f.streams[n - 1]);
 
+/** The shim reports the task's end just before it kills its group, itself included, and its parent
+ *  (the spawn helper) reaps it a moment later: a loaded machine can still see it between the two. */
+const gone = (f: { waitFor: (what: string, fn: () => boolean, ms?: number) => Promise<unknown> }, pid: number) =>
+  f.waitFor(`process ${pid} gone`, () => !alive(pid), 5000);
+
 function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
@@ -162,7 +167,7 @@ describe('agent runtime', () => {
       error: 'cancelled by user',
       signal: 'SIGTERM',
     });
-    expect(alive(pid)).toBe(false);
+    await gone(f, pid);
 
     const bad = job(['/no/such/program']);
     s.assign(bad);
@@ -352,7 +357,7 @@ describe('agent runtime', () => {
       outcome: AttemptOutcome.FAILED,
       error: 'agent test-agent shut down before the task ended',
     });
-    expect(alive(pid)).toBe(false);
+    await gone(f, pid);
   });
 
   it('--once: takes the one attempt, exits once it is acknowledged; Drain with nothing held also ends it', async () => {
