@@ -9,13 +9,26 @@ import { parseRunStates, RUN_STATE_NAMES } from '../parse-run-states.js';
 import { followRun } from '../follow-run.js';
 import { integerArgument, runIdArgument, seqArgument } from '../integer-argument.js';
 import { runJson } from '../run-json.js';
+import { readRunPages } from '../run-pages.js';
 
 const ENDED = new Set([RunState.SUCCESS, RunState.FAILED, RunState.CANCELLED]);
 
+/**
+ * The table's rows: a mapped task's instances as one row, counted by its own instance (which counts
+ * them all, on every page) or, from a server that does not, by those read.
+ */
 function tiRows(tis: TaskInstance[]): string[][] {
-  return groupMapped(tis, (t) => taskStateName(t.state)).map((g) =>
-    g.kind === 'mapped' ? [mappedRange(g.task, g.count), g.states, '', '', '', '', '', '', ''] : tiRow(g.ti),
-  );
+  const own = new Map(tis.map((t) => [t.taskId, t]));
+  return groupMapped(tis, (t) => taskStateName(t.state)).map((g) => {
+    if (g.kind === 'one') return tiRow(g.ti);
+    const parent = own.get(g.task);
+    if (!parent || parent.mapCount === 0) return [mappedRange(g.task, g.count), g.states, '', '', '', '', '', '', ''];
+    const states = Object.entries(parent.mapStateCounts)
+      .sort((a, b) => b[1] - a[1])
+      .map(([s, n]) => `${n} ${s}`)
+      .join(', ');
+    return [mappedRange(g.task, parent.mapCount), states, '', '', '', '', '', '', ''];
+  });
 }
 
 function tiRow(t: TaskInstance): string[] {
@@ -214,10 +227,11 @@ export function registerRun(program: Command, clients: () => Clients): void {
     .argument('<run_id>', 'the run (see `leoflow run list`)', runIdArgument)
     .option('-o, --output <format>', 'table | json', 'table')
     .action(async (runId: string, opts: { output: string }) => {
-      const res = await clients().workflow.getRun({ runId });
-      const r = res.run!;
+      // JSON lists every task instance; the table counts a mapped task's instances in one row.
+      const res = await readRunPages(clients(), runId, { all: opts.output === 'json' });
+      const r = res.run;
       if (opts.output === 'json') {
-        process.stdout.write(JSON.stringify(runJson(r, res.taskInstances)) + '\n');
+        process.stdout.write(JSON.stringify(runJson(r, res.tis)) + '\n');
         return;
       }
       process.stdout.write(
@@ -230,10 +244,10 @@ export function registerRun(program: Command, clients: () => Clients): void {
           '\n' +
           table(
             ['TASK', 'STATE', 'TRY', 'EXIT', 'AGENT', 'STARTED', 'ENDED', 'DURATION', 'REASON / ERROR'],
-            tiRows(res.taskInstances),
+            tiRows(res.tis),
           ) +
           '\n' +
-          taskDeadlines(res.taskInstances),
+          taskDeadlines(res.tis),
       );
     });
 

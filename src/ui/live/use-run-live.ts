@@ -22,10 +22,9 @@ export function useRunLive(
   const [error, setError] = useState<string | null>(null);
   const timer = useRef<ReturnType<typeof setTimeout> | null>(null);
   const load = useCallback(() => {
-    workflow
-      .getRun({ runId })
+    readAllPages(runId)
       .then((res) => {
-        if (res.run) setView({ run: res.run, tis: res.taskInstances });
+        if (res.run) setView({ run: res.run, tis: res.tis });
         setError(null);
       })
       .catch((err: Error) => setError(err.message));
@@ -45,4 +44,16 @@ export function useRunLive(
     },
   );
   return { view, error, reload: load };
+}
+
+/** Every task instance of a run, a GetRun page at a time (a big map's mapped instances take several). */
+async function readAllPages(runId: string): Promise<{ run?: Run; tis: TaskInstance[] }> {
+  const tis: TaskInstance[] = [];
+  let pageToken = '';
+  for (;;) {
+    const res = await workflow.getRun({ runId, pageToken });
+    tis.push(...res.taskInstances);
+    pageToken = res.nextPageToken;
+    if (pageToken === '') return { run: res.run, tis };
+  }
 }
