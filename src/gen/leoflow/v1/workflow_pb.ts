@@ -459,7 +459,7 @@ export type GetRunRequest = Message<"leoflow.v1.GetRunRequest"> & {
   withOutputs: boolean;
 
   /**
-   * Empty for the first page; else a GetRunResponse.next_page_token, for the task instances after it.
+   * Empty for the first page; else a GetRunResponse.next_page_token: the task instances after it.
    *
    * @generated from field: string page_token = 3;
    */
@@ -881,7 +881,10 @@ export type RunEvent = Message<"leoflow.v1.RunEvent"> & {
 
   /**
    * run.state, ti.state, ti.pending, run.poisoned, run.deadline_missed, task.deadline_missed,
-   * dag.applied.
+   * dag.applied; and of outputs, the cache and maps: ti.output (an attempt stored an output:
+   * task_id, try, size_bytes), ti.cached (a task ended from the completion cache: task_id, try,
+   * reason, source_run_id, source_task_id, source_try, key_hash), ti.expanded (a mapped task's
+   * instances were made: task_id, count).
    *
    * @generated from field: string kind = 5;
    */
