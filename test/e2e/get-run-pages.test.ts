@@ -2,11 +2,13 @@ import { toBinary } from '@bufbuild/protobuf';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
+import { launchBrowser, openPage } from '../helpers/browser.js';
 import { GetRunResponseSchema } from '../../src/gen/leoflow/v1/workflow_pb.js';
 import { cli, waitFor } from '../helpers/leoflow-process.js';
 import { runEnds } from '../helpers/run-ends.js';
 import { serverForFile } from '../helpers/server-fixture.js';
+import type { Browser } from 'playwright-core';
 
 /**
  * GetRun pages a run's task instances: its own first, then each mapped task's instances in item
@@ -14,6 +16,12 @@ import { serverForFile } from '../helpers/server-fixture.js';
  * under gRPC's default 4 MiB (it was one answer of all of them), and `run show` still shows it.
  */
 const f = serverForFile({ tmpPrefix: 'leoflow-get-run-pages-', args: ['--max-output-size', '1MiB'] });
+/** The run of the 100,000-item map, read by the dashboard after the API. */
+let bigRun = '';
+let browser: Browser | undefined;
+afterAll(async () => {
+  await browser?.close();
+});
 
 async function mapRun(dagId: string, n: number, each: string): Promise<string> {
   const file = path.join(f.tmp, `${dagId}.yaml`);
@@ -90,6 +98,7 @@ describe('GetRun pages', () => {
     const n = 100_000;
     // Items that never start: the run is read while they wait (and cancelled after).
     const runId = await mapRun('big_map', n, 'sleep 60');
+    bigRun = runId;
     await waitFor(
       '100,000 mapped instances',
       async () => {
@@ -136,4 +145,20 @@ describe('GetRun pages', () => {
     expect(tis.length).toBe(n + 3);
     expect(new Set(tis.map((t) => t.task_id)).size).toBe(n + 3);
   }, 180_000);
+
+  it("the dashboard's run page lists every mapped instance of the 100,000-item map", async () => {
+    expect(bigRun).not.toBe('');
+    browser = await launchBrowser();
+    const { page, errors } = await openPage(browser);
+    const t0 = Date.now();
+    await page.goto(`${f.server.url}/runs/${bigRun}`);
+    await page.locator('tr[data-task-row="each[0]"]').waitFor({ timeout: 60_000 });
+    console.log(`the run page of a 100,000-item map shown in ${Date.now() - t0} ms`);
+    // The last mapped instance is on GetRun's last page: its row is there once scrolled to.
+    await page.locator('.virtual-rows').evaluate((el) => {
+      el.scrollTop = el.scrollHeight;
+    });
+    await page.locator('tr[data-task-row="each[99999]"]').waitFor({ timeout: 30_000 });
+    expect(errors).toEqual([]);
+  }, 120_000);
 });
