@@ -23,3 +23,21 @@ export async function readRunPages(
     if (pageToken === '' || (!o.all && reachedMapped)) return { run: res.run!, tis };
   }
 }
+
+/**
+ * A run's task instances counted by state, as if every page were read: a mapped task's instances
+ * by its own instance's counts (`mapStateCounts`), those read skipped; from a server that does not
+ * count them (`mapCount` 0), those read.
+ */
+export function countByState(tis: readonly TaskInstance[], stateOf: (t: TaskInstance) => string): Map<string, number> {
+  const counted = new Set(tis.filter((t) => t.mapCount > 0).map((t) => t.taskId));
+  const counts = new Map<string, number>();
+  const add = (s: string, n: number) => counts.set(s, (counts.get(s) ?? 0) + n);
+  for (const t of tis) {
+    const mapped = parseMappedTaskId(t.taskId);
+    if (mapped && counted.has(mapped.task)) continue;
+    add(stateOf(t), 1);
+    if (t.mapCount > 0) for (const [s, n] of Object.entries(t.mapStateCounts)) add(s, n);
+  }
+  return counts;
+}

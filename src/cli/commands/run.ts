@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { groupMapped, mappedRange } from '../group-mapped.js';
+import { groupMapped, mappedSummary } from '../group-mapped.js';
 import { timestampDate } from '@bufbuild/protobuf/wkt';
 import { RunState, type Run, type TaskInstance } from '../../gen/leoflow/v1/types_pb.js';
 import type { Clients } from '../client.js';
@@ -9,25 +9,17 @@ import { parseRunStates, RUN_STATE_NAMES } from '../parse-run-states.js';
 import { followRun } from '../follow-run.js';
 import { integerArgument, runIdArgument, seqArgument } from '../integer-argument.js';
 import { runJson } from '../run-json.js';
-import { readRunPages } from '../run-pages.js';
+import { countByState, readRunPages } from '../run-pages.js';
 
 const ENDED = new Set([RunState.SUCCESS, RunState.FAILED, RunState.CANCELLED]);
 
-/**
- * The table's rows: a mapped task's instances as one row, counted by its own instance (which counts
- * them all, on every page) or, from a server that does not, by those read.
- */
+/** The table's rows: a mapped task's instances as one row, with their counts by state. */
 function tiRows(tis: TaskInstance[]): string[][] {
   const own = new Map(tis.map((t) => [t.taskId, t]));
   return groupMapped(tis, (t) => taskStateName(t.state)).map((g) => {
     if (g.kind === 'one') return tiRow(g.ti);
-    const parent = own.get(g.task);
-    if (!parent || parent.mapCount === 0) return [mappedRange(g.task, g.count), g.states, '', '', '', '', '', '', ''];
-    const states = Object.entries(parent.mapStateCounts)
-      .sort((a, b) => b[1] - a[1])
-      .map(([s, n]) => `${n} ${s}`)
-      .join(', ');
-    return [mappedRange(g.task, parent.mapCount), states, '', '', '', '', '', '', ''];
+    const m = mappedSummary(g, own.get(g.task));
+    return [m.name, m.states, '', '', '', '', '', '', ''];
   });
 }
 
@@ -46,9 +38,7 @@ function tiRow(t: TaskInstance): string[] {
 }
 
 function summary(tis: TaskInstance[]): string {
-  const counts = new Map<string, number>();
-  for (const t of tis) counts.set(taskStateName(t.state), (counts.get(taskStateName(t.state)) ?? 0) + 1);
-  return [...counts].map(([s, n]) => `${n} ${s}`).join(', ');
+  return [...countByState(tis, (t) => taskStateName(t.state))].map(([s, n]) => `${n} ${s}`).join(', ');
 }
 
 /** A task instance's move as the events log records it (`ti.state`). */
@@ -96,8 +86,7 @@ async function watch(clients: Clients, run: Run): Promise<{ run: Run; tis: TaskI
       );
     }
   }
-  const res = await clients.workflow.getRun({ runId: run.runId });
-  return { run: res.run!, tis: res.taskInstances };
+  return readRunPages(clients, run.runId, { all: false });
 }
 
 /** A move's try, exit, retry time, reason and error, as one line's detail. */

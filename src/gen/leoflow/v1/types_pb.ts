@@ -544,7 +544,7 @@ export type TaskInstance = Message<"leoflow.v1.TaskInstance"> & {
 
   /**
    * Of a mapped task's own instance (`map:`), once expanded: how many mapped instances (`task[0]`
-   * … `task[map_count - 1]`) it has; 0 for any other task instance. Set by GetRun only.
+   * … `task[map_count - 1]`) it has; 0 for any other task instance, or before it is expanded.
    *
    * @generated from field: int32 map_count = 25;
    */
