@@ -35,6 +35,8 @@ export async function runTisPage(
   }
   const left = limit - page.length;
   if (left <= 0) return page;
+  // Read from the start, every own task instance is here: a run that maps nothing has no more.
+  if (start === null && !page.some((t) => t.map_count !== null && t.map_count !== undefined)) return page;
   const fromParent = start?.kind === 'mapped' ? start.parentId : '0';
   const afterIndex = start?.kind === 'mapped' ? start.afterIndex : -1;
   const c = sql(TI_VIEW_COLUMNS.map((col) => `c.${col}`));

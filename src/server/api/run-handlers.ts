@@ -95,12 +95,14 @@ export function runHandlers(
 
     async getRun(req) {
       const runId = parseId('run_id', req.runId);
-      if (req.pageSize < 0 || req.pageSize > MAX_TI_PAGE_SIZE)
-        throw new InvalidArgumentError('page_size', `must be between 0 and ${MAX_TI_PAGE_SIZE}, got ${req.pageSize}`);
-      const start = parseTiPageToken(req.pageToken);
+      // Unset (a caller in this process may leave them out) is the default, as on the wire.
+      const pageSize = req.pageSize ?? 0;
+      if (pageSize < 0 || pageSize > MAX_TI_PAGE_SIZE)
+        throw new InvalidArgumentError('page_size', `must be between 0 and ${MAX_TI_PAGE_SIZE}, got ${pageSize}`);
+      const start = parseTiPageToken(req.pageToken ?? '');
       const [run, page, by] = await Promise.all([
         getRunView(sql, runId),
-        readTiPage((from, limit) => runTisPage(sql, runId, from, limit), start, req.pageSize),
+        readTiPage((from, limit) => runTisPage(sql, runId, from, limit), start, pageSize),
         triggeredBy(sql, runId),
       ]);
       if (!run) throw new NotFoundError(`run ${runId} not found`);
