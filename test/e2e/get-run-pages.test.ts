@@ -14,6 +14,8 @@ import type { Browser } from 'playwright-core';
  * GetRun pages a run's task instances: its own first, then each mapped task's instances in item
  * order, a page stopping at page_size or 3 MiB, so a run of a 100,000-item map is read in pages
  * under gRPC's default 4 MiB (it was one answer of all of them), and `run show` still shows it.
+ * The file takes 30-60 s on a loaded machine: 100,000 items is the size the issue names, and
+ * fewer would fit a page or two.
  */
 const f = serverForFile({ tmpPrefix: 'leoflow-get-run-pages-', args: ['--max-output-size', '1MiB'] });
 /** The run of the 100,000-item map, read by the dashboard after the API. */
