@@ -17,7 +17,11 @@ const agents = agentsOfEachTest(f);
 /** Items of several JSON kinds, one a string that would run a command if it reached a shell unquoted. */
 const ITEMS = ['a', 7, { k: 'v $(touch PWNED) "q"' }, [1, 2], null, 'last\nline'];
 const GEN = `printf '%s' ${shellQuote(JSON.stringify({ items: ITEMS }))} > "$LEOFLOW_OUTPUT"`;
-const EACH = `printf '{"i": %s, "item": %s}' "$LEOFLOW_MAP_INDEX" "$LEOFLOW_MAP_ITEM" > "$LEOFLOW_OUTPUT"`;
+// Item 3's first try fails after writing an output: its retry's output is the one handed on.
+const EACH = [
+  `printf '{"i": %s, "item": %s}' "$LEOFLOW_MAP_INDEX" "$LEOFLOW_MAP_ITEM" > "$LEOFLOW_OUTPUT"`,
+  `if [ "$LEOFLOW_MAP_INDEX" = 3 ] && [ "$LEOFLOW_TRY_NUMBER" = 1 ]; then echo '"first"' > "$LEOFLOW_OUTPUT"; exit 3; fi`,
+].join('\n');
 
 function shellQuote(s: string): string {
   return `'${s.replaceAll("'", `'\\''`)}'`;
@@ -38,7 +42,9 @@ describe('mapped tasks on an agent', () => {
         '    executor: agents',
         '    depends_on: [gen]',
         '    map: { over: gen.items }',
-        `    command: ["sh", "-c", ${JSON.stringify(`cd "${f.tmp}" && ${EACH}`)}]`,
+        '    retries: 1',
+        '    retry_delay: 1s',
+        `    command: ["sh", "-c", ${JSON.stringify(`cd "${f.tmp}"\n${EACH}`)}]`,
         '  - id: collect',
         '    executor: agents',
         '    depends_on: [each]',
@@ -54,15 +60,16 @@ describe('mapped tasks on an agent', () => {
     const tis = await f.db.sql`select task_id, state, error from task_instances where run_id = ${runId}`;
     expect(ended, JSON.stringify(tis)).toBe('success');
 
-    const mapped = await f.db.sql<{ task_id: string; state: string; agent_id: string | null }[]>`
-      select task_id, state, agent_id from task_instances
+    const mapped = await f.db.sql<{ task_id: string; state: string; agent_id: string | null; try_number: number }[]>`
+      select task_id, state, agent_id, try_number from task_instances
       where run_id = ${runId} and map_parent is not null order by map_index`;
-    expect(mapped.map((m) => [m.task_id, m.state, m.agent_id])).toEqual(
-      ITEMS.map((_, i) => [`each[${i}]`, 'success', 'map-agent']),
+    expect(mapped.map((m) => [m.task_id, m.state, m.agent_id, m.try_number])).toEqual(
+      ITEMS.map((_, i) => [`each[${i}]`, 'success', 'map-agent', i === 3 ? 2 : 1]),
     );
     for (const [i, item] of ITEMS.entries()) {
+      // Newest try first: item 3 keeps its failed first try's output beside its retry's.
       const out = await f.api.workflow.getTaskOutput({ runId, taskId: `each[${i}]` });
-      expect(out.outputs.map((o) => JSON.parse(o.json))).toEqual([{ i, item }]);
+      expect(out.outputs.map((o) => JSON.parse(o.json))).toEqual(i === 3 ? [{ i, item }, 'first'] : [{ i, item }]);
     }
     const collected = await f.api.workflow.getTaskOutput({ runId, taskId: 'collect' });
     expect(JSON.parse(collected.outputs[0]!.json)).toEqual({ each: ITEMS.map((item, i) => ({ i, item })) });
