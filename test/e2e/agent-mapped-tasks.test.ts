@@ -20,7 +20,9 @@ const GEN = `printf '%s' ${shellQuote(JSON.stringify({ items: ITEMS }))} > "$LEO
 // Item 3's first try fails after writing an output: its retry's output is the one handed on.
 const EACH = [
   `printf '{"i": %s, "item": %s}' "$LEOFLOW_MAP_INDEX" "$LEOFLOW_MAP_ITEM" > "$LEOFLOW_OUTPUT"`,
-  `if [ "$LEOFLOW_MAP_INDEX" = 3 ] && [ "$LEOFLOW_TRY_NUMBER" = 1 ]; then echo '"first"' > "$LEOFLOW_OUTPUT"; exit 3; fi`,
+  `if [ "$LEOFLOW_MAP_INDEX" = 3 ] && [ "$LEOFLOW_TRY_NUMBER" = 1 ]; then`,
+  `  echo '"first"' > "$LEOFLOW_OUTPUT"; exit 3`,
+  'fi',
 ].join('\n');
 
 function shellQuote(s: string): string {
