@@ -40,3 +40,20 @@ export function groupMapped<T extends { taskId: string }>(tis: readonly T[], sta
 export function mappedRange(task: string, count: number): string {
   return `${task}[0..${count - 1}]`;
 }
+
+/**
+ * A group's row name and counts: from the mapped task's own instance when it counts them all
+ * (GetRun's `mapCount` and `mapStateCounts`, whatever page the instances are on), else from the
+ * instances read (a server that does not count them).
+ */
+export function mappedSummary(
+  g: { task: string; count: number; states: string },
+  parent: { mapCount: number; mapStateCounts: Record<string, number> } | undefined,
+): { name: string; states: string } {
+  if (!parent || parent.mapCount === 0) return { name: mappedRange(g.task, g.count), states: g.states };
+  const states = Object.entries(parent.mapStateCounts)
+    .sort((a, b) => b[1] - a[1])
+    .map(([s, n]) => `${n} ${s}`)
+    .join(', ');
+  return { name: mappedRange(g.task, parent.mapCount), states };
+}

@@ -58,6 +58,7 @@ export const TI_VIEW_COLUMNS = [
   'next_try_at',
   'deadline_at',
   'deadline_state',
+  'map_count',
 ] as const;
 
 /** A task instance as the API shows it. */

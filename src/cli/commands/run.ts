@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { groupMapped, mappedRange } from '../group-mapped.js';
+import { groupMapped, mappedSummary } from '../group-mapped.js';
 import { timestampDate } from '@bufbuild/protobuf/wkt';
 import { RunState, type Run, type TaskInstance } from '../../gen/leoflow/v1/types_pb.js';
 import type { Clients } from '../client.js';
@@ -9,13 +9,18 @@ import { parseRunStates, RUN_STATE_NAMES } from '../parse-run-states.js';
 import { followRun } from '../follow-run.js';
 import { integerArgument, runIdArgument, seqArgument } from '../integer-argument.js';
 import { runJson } from '../run-json.js';
+import { countByState, readRunPages } from '../run-pages.js';
 
 const ENDED = new Set([RunState.SUCCESS, RunState.FAILED, RunState.CANCELLED]);
 
+/** The table's rows: a mapped task's instances as one row, with their counts by state. */
 function tiRows(tis: TaskInstance[]): string[][] {
-  return groupMapped(tis, (t) => taskStateName(t.state)).map((g) =>
-    g.kind === 'mapped' ? [mappedRange(g.task, g.count), g.states, '', '', '', '', '', '', ''] : tiRow(g.ti),
-  );
+  const own = new Map(tis.map((t) => [t.taskId, t]));
+  return groupMapped(tis, (t) => taskStateName(t.state)).map((g) => {
+    if (g.kind === 'one') return tiRow(g.ti);
+    const m = mappedSummary(g, own.get(g.task));
+    return [m.name, m.states, '', '', '', '', '', '', ''];
+  });
 }
 
 function tiRow(t: TaskInstance): string[] {
@@ -33,9 +38,7 @@ function tiRow(t: TaskInstance): string[] {
 }
 
 function summary(tis: TaskInstance[]): string {
-  const counts = new Map<string, number>();
-  for (const t of tis) counts.set(taskStateName(t.state), (counts.get(taskStateName(t.state)) ?? 0) + 1);
-  return [...counts].map(([s, n]) => `${n} ${s}`).join(', ');
+  return [...countByState(tis, (t) => taskStateName(t.state))].map(([s, n]) => `${n} ${s}`).join(', ');
 }
 
 /** A task instance's move as the events log records it (`ti.state`). */
@@ -83,8 +86,7 @@ async function watch(clients: Clients, run: Run): Promise<{ run: Run; tis: TaskI
       );
     }
   }
-  const res = await clients.workflow.getRun({ runId: run.runId });
-  return { run: res.run!, tis: res.taskInstances };
+  return readRunPages(clients, run.runId, { all: false });
 }
 
 /** A move's try, exit, retry time, reason and error, as one line's detail. */
@@ -214,10 +216,11 @@ export function registerRun(program: Command, clients: () => Clients): void {
     .argument('<run_id>', 'the run (see `leoflow run list`)', runIdArgument)
     .option('-o, --output <format>', 'table | json', 'table')
     .action(async (runId: string, opts: { output: string }) => {
-      const res = await clients().workflow.getRun({ runId });
-      const r = res.run!;
+      // JSON lists every task instance; the table counts a mapped task's instances in one row.
+      const res = await readRunPages(clients(), runId, { all: opts.output === 'json' });
+      const r = res.run;
       if (opts.output === 'json') {
-        process.stdout.write(JSON.stringify(runJson(r, res.taskInstances)) + '\n');
+        process.stdout.write(JSON.stringify(runJson(r, res.tis)) + '\n');
         return;
       }
       process.stdout.write(
@@ -230,10 +233,10 @@ export function registerRun(program: Command, clients: () => Clients): void {
           '\n' +
           table(
             ['TASK', 'STATE', 'TRY', 'EXIT', 'AGENT', 'STARTED', 'ENDED', 'DURATION', 'REASON / ERROR'],
-            tiRows(res.taskInstances),
+            tiRows(res.tis),
           ) +
           '\n' +
-          taskDeadlines(res.taskInstances),
+          taskDeadlines(res.tis),
       );
     });
 

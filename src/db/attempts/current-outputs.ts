@@ -9,14 +9,15 @@ export interface CurrentOutput {
 }
 
 /**
- * The outputs of a run's task instances' current tries, and their cache sources, by ti id: one
- * statement, only for GetRun/ListTaskInstances asked `with_outputs`, never on the scheduler's path.
- * An output over `inlineMaxBytes` comes as its size only.
+ * The outputs of a run's task instances' current tries (of `tiIds` alone, when given: a page), and
+ * their cache sources, by ti id: one statement, only for GetRun/ListTaskInstances asked
+ * `with_outputs`, never on the scheduler's path. An output over `inlineMaxBytes` comes as its size only.
  */
 export async function currentOutputs(
   sql: Sql,
   runId: string,
   inlineMaxBytes: number,
+  tiIds?: readonly string[],
 ): Promise<Map<string, CurrentOutput>> {
   const rows = await sql<
     {
@@ -33,6 +34,7 @@ export async function currentOutputs(
     left join task_outputs o on o.ti_id = t.id and o.try_number = t.try_number and o.attempt_token = t.attempt_token
     left join task_cache_hits h on h.ti_id = t.id and h.try_number = t.try_number
     where t.run_id = ${runId} and (o.ti_id is not null or h.ti_id is not null)
+      and (${tiIds === undefined} or t.id = any(${(tiIds ?? []) as string[]}::bigint[]))
     order by t.id`;
   return new Map(
     rows.map((r) => [

@@ -21,6 +21,8 @@ import { callerOf } from '../auth/caller.js';
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError, parseId, required } from './errors.js';
 import { parseConf } from './parse-conf.js';
 import { pageOfRuns } from './runs-page.js';
+import { mappedStateCounts, runTisPage } from '../../db/run-tis-page.js';
+import { MAX_TI_PAGE_SIZE, parseTiPageToken, readTiPage } from './run-tis-page.js';
 import { runStateOfWire, runToProto, tiToProto } from './to-proto.js';
 
 /** The WorkflowService's run handlers: trigger, read, cancel, and clear or cancel one task instance. */
@@ -93,16 +95,33 @@ export function runHandlers(
 
     async getRun(req) {
       const runId = parseId('run_id', req.runId);
-      const [run, tis, by] = await Promise.all([
+      // Unset (a caller in this process may leave them out) is the default, as on the wire.
+      const pageSize = req.pageSize ?? 0;
+      if (pageSize < 0 || pageSize > MAX_TI_PAGE_SIZE)
+        throw new InvalidArgumentError('page_size', `must be between 0 and ${MAX_TI_PAGE_SIZE}, got ${pageSize}`);
+      const start = parseTiPageToken(req.pageToken ?? '');
+      const [run, page, by] = await Promise.all([
         getRunView(sql, runId),
-        listTiViews(sql, runId),
+        readTiPage((from, limit) => runTisPage(sql, runId, from, limit), start, pageSize),
         triggeredBy(sql, runId),
       ]);
       if (!run) throw new NotFoundError(`run ${runId} not found`);
-      const taskInstances = tis.map(tiToProto);
-      if (!req.withOutputs) return { run: runToProto(run, by), taskInstances };
-      const outputs = await currentOutputs(sql, runId, INLINE_OUTPUT_BYTES);
-      return { run: runToProto(run, by), taskInstances: withOutputs(taskInstances, outputs) };
+      // The mapped tasks' own instances on this page count their mapped instances, on whatever page.
+      const parents = page.tis.filter((t) => t.map_count !== null && t.map_count !== undefined).map((t) => t.id);
+      const counts = await mappedStateCounts(sql, parents);
+      for (const ti of page.protos) Object.assign(ti.mapStateCounts, counts.get(ti.tiId));
+      const taskInstances = req.withOutputs
+        ? withOutputs(
+            page.protos,
+            await currentOutputs(
+              sql,
+              runId,
+              INLINE_OUTPUT_BYTES,
+              page.tis.map((t) => t.id),
+            ),
+          )
+        : page.protos;
+      return { run: runToProto(run, by), taskInstances, nextPageToken: page.nextPageToken };
     },
 
     async listRuns(req) {

@@ -152,6 +152,7 @@ export function tiToProto(t: TiView): TaskInstance {
     nextTryAt: ts(t.next_try_at),
     deadlineAt: t.deadline_at ? ts(t.deadline_at) : undefined,
     deadlineState: t.deadline_state ?? '',
+    mapCount: t.map_count ?? 0,
   });
 }
 

@@ -21,14 +21,30 @@ export function useRunLive(
   const [view, setView] = useState<RunView | null>(null);
   const [error, setError] = useState<string | null>(null);
   const timer = useRef<ReturnType<typeof setTimeout> | null>(null);
+  // One read at a time: a read asked for while one is on its way follows it, once. Reads of a big
+  // run's pages take longer than the 300 ms between events, and overlapping ones only pile up.
+  const reading = useRef({ busy: false, again: false });
   const load = useCallback(() => {
-    workflow
-      .getRun({ runId })
-      .then((res) => {
-        if (res.run) setView({ run: res.run, tis: res.taskInstances });
-        setError(null);
-      })
-      .catch((err: Error) => setError(err.message));
+    const r = reading.current;
+    if (r.busy) {
+      r.again = true;
+      return;
+    }
+    r.busy = true;
+    const read = (): void => {
+      r.again = false;
+      readAllPages(runId)
+        .then((res) => {
+          if (res.run) setView({ run: res.run, tis: res.tis });
+          setError(null);
+        })
+        .catch((err: Error) => setError(err.message))
+        .finally(() => {
+          if (r.again) read();
+          else r.busy = false;
+        });
+    };
+    read();
   }, [runId]);
   useEffect(load, [load]);
   useEffect(() => () => void (timer.current && clearTimeout(timer.current)), []);
@@ -45,4 +61,16 @@ export function useRunLive(
     },
   );
   return { view, error, reload: load };
+}
+
+/** Every task instance of a run, a GetRun page at a time (a big map's mapped instances take several). */
+async function readAllPages(runId: string): Promise<{ run?: Run; tis: TaskInstance[] }> {
+  const tis: TaskInstance[] = [];
+  let pageToken = '';
+  for (;;) {
+    const res = await workflow.getRun({ runId, pageToken });
+    tis.push(...res.taskInstances);
+    pageToken = res.nextPageToken;
+    if (pageToken === '') return { run: res.run, tis };
+  }
 }

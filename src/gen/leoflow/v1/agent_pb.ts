@@ -423,6 +423,8 @@ export type Assign = Message<"leoflow.v1.Assign"> & {
   runId: string;
 
   /**
+   * The task's id; of a mapped instance (the DAG's `map:`), `task[i]` with i its item's index.
+   *
    * @generated from field: string task_id = 4;
    */
   taskId: string;
@@ -440,7 +442,9 @@ export type Assign = Message<"leoflow.v1.Assign"> & {
   command: string[];
 
   /**
-   * Set on top of the agent's own environment (includes LEOFLOW_* variables).
+   * Set on top of the agent's own environment (includes LEOFLOW_* variables: among them
+   * LEOFLOW_IDEMPOTENCY_KEY, the same on every try of the task instance; and, for a mapped
+   * instance, LEOFLOW_MAP_ITEM, its item as JSON, and LEOFLOW_MAP_INDEX, its index).
    *
    * @generated from field: map<string, string> env = 7;
    */
@@ -499,9 +503,11 @@ export type Assign = Message<"leoflow.v1.Assign"> & {
 
   /**
    * The task's inputs: its upstreams' outputs as one JSON object keyed by upstream task id (an
-   * upstream that stored no output is absent). Write it to a file and name that file in the
-   * process's LEOFLOW_INPUTS; empty: the task has no upstreams, set no LEOFLOW_INPUTS. Variables the
-   * DAG sets from these outputs (`inputs:`) are already in `env`. Never splice it into a command.
+   * upstream that stored no output is absent; a mapped upstream's is the list of its mapped
+   * instances' outputs in item order, null for one that stored none). Write it to a file and
+   * name that file in the process's LEOFLOW_INPUTS; empty: the task has no upstreams, set no
+   * LEOFLOW_INPUTS. Variables the DAG sets from these outputs (`inputs:`) are already in `env`.
+   * Never splice it into a command.
    *
    * @generated from field: string inputs_json = 14;
    */
