@@ -31,22 +31,9 @@ export function deletePodRequest(c: Cluster, namespace: string, name: string, bo
   const pod = c.store.get('pods', namespace, name);
   if (!pod) throw notFound('pods', name);
   const pre = options.preconditions ?? {};
-  if (pre.uid && pre.uid !== pod.metadata.uid) {
-    throw statusFor(
-      409,
-      `Operation cannot be fulfilled on pods "${name}": Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${pod.metadata.uid}`,
-      { name, kind: 'pods' },
-      'Conflict',
-    );
-  }
-  if (pre.resourceVersion && pre.resourceVersion !== pod.metadata.resourceVersion) {
-    throw statusFor(
-      409,
-      `Operation cannot be fulfilled on pods "${name}": Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${pod.metadata.resourceVersion}`,
-      { name, kind: 'pods' },
-      'Conflict',
-    );
-  }
+  if (pre.uid && pre.uid !== pod.metadata.uid) throw preconditionFailed(name, 'UID', pre.uid, pod.metadata.uid);
+  if (pre.resourceVersion && pre.resourceVersion !== pod.metadata.resourceVersion)
+    throw preconditionFailed(name, 'ResourceVersion', pre.resourceVersion, pod.metadata.resourceVersion);
   const q = url.searchParams.get('gracePeriodSeconds');
   const grace = options.gracePeriodSeconds ?? (q !== null ? Number(q) : undefined);
   if (grace !== undefined && (!Number.isInteger(grace) || grace < 0))
@@ -88,4 +75,15 @@ export function deletePod(c: Cluster, namespace: string, name: string, requested
     c.kubelet.terminate(namespace, name, grace);
   }
   return updated;
+}
+
+/** The 409 of a delete whose precondition (`what`: UID or ResourceVersion) the pod does not meet. */
+function preconditionFailed(name: string, what: string, given: unknown, have: unknown) {
+  const detail = `${what} in precondition: ${given}, ${what} in object meta: ${have}`;
+  return statusFor(
+    409,
+    `Operation cannot be fulfilled on pods "${name}": Precondition failed: ${detail}`,
+    { name, kind: 'pods' },
+    'Conflict',
+  );
 }

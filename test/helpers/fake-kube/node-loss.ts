@@ -1,6 +1,7 @@
 import type { Cluster } from './cluster.js';
 import { deletePod } from './delete-pod.js';
 import { isTerminal } from './fake-scheduler.js';
+import type { KubeObject } from './object-store.js';
 import { now } from './timestamp.js';
 
 /**
@@ -18,13 +19,7 @@ export function loseNode(c: Cluster, namespace: string, name: string, opts: { ki
   const lost = c.kubelet.loseNode(nodeName, opts.kill ?? true);
   const onNode = lost.length > 0 ? lost : [pod];
   for (const p of onNode) {
-    if (!isTerminal(p))
-      c.recorder.record(p, {
-        type: 'Warning',
-        reason: 'NodeNotReady',
-        message: 'Node is not ready',
-        component: 'node-controller',
-      });
+    if (!isTerminal(p)) recordNodeNotReady(c, p);
     c.store.update('pods', p.metadata.namespace!, p.metadata.name, (q) => {
       if (isTerminal(q)) return;
       q.status.phase = 'Unknown';
@@ -95,12 +90,7 @@ function markNodeNotReady(c: Cluster, nodeName: string, evictAfterMs: number): v
   // Every pod bound to the node, whoever started it (the kubelet, or a test driving it by hand).
   const onNode = c.store.list('pods', undefined, (p) => p.spec?.nodeName === nodeName && !isTerminal(p));
   for (const p of onNode) {
-    c.recorder.record(p, {
-      type: 'Warning',
-      reason: 'NodeNotReady',
-      message: 'Node is not ready',
-      component: 'node-controller',
-    });
+    recordNodeNotReady(c, p);
     c.store.update('pods', p.metadata.namespace!, p.metadata.name, (q) => {
       q.status.conditions = (q.status.conditions ?? []).map((c: any) =>
         c.type === 'Ready' && c.status !== 'False' ? { ...c, status: 'False', lastTransitionTime: now() } : c,
@@ -134,4 +124,14 @@ function markNodeNotReady(c: Cluster, nodeName: string, evictAfterMs: number): v
     }
   }, evictAfterMs);
   c.timers.add(t);
+}
+
+/** The node controller's event on a pod of a node that stopped reporting. */
+function recordNodeNotReady(c: Cluster, pod: KubeObject): void {
+  c.recorder.record(pod, {
+    type: 'Warning',
+    reason: 'NodeNotReady',
+    message: 'Node is not ready',
+    component: 'node-controller',
+  });
 }
