@@ -32,7 +32,9 @@ export function startContainer(
 ): Promise<number | undefined> {
   const r = opts.reporter;
   const startError = (detail: string) => {
-    const msg = `failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: error during container init: ${detail}: unknown`;
+    const msg =
+      'failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create ' +
+      `failed: unable to start container process: error during container init: ${detail}: unknown`;
     r.event(rt, 'Warning', 'Failed', `Error: ${msg}`, spec.name);
     r.setContainer(rt, spec.name, (cs) => {
       cs.state = {
@@ -51,7 +53,8 @@ export function startContainer(
   r.event(rt, 'Normal', 'Created', `Created container: ${spec.name}`, spec.name);
   if (argv.length === 0) {
     startError(
-      'exec: no command: the fake knows no ENTRYPOINT for this image (give the container a command, or the image an entrypoint with setImageRule)',
+      'exec: no command: the fake knows no ENTRYPOINT for this image ' +
+        '(give the container a command, or the image an entrypoint with setImageRule)',
     );
     return Promise.resolve(1);
   }

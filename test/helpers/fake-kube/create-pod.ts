@@ -37,7 +37,8 @@ export function createPod(
   }
   if (typeof input !== 'object' || input === null || Array.isArray(input))
     throw badRequest(
-      'the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf',
+      'the body of the request was in an unknown format - accepted media types include: ' +
+        'application/json, application/yaml, application/vnd.kubernetes.protobuf',
     );
   if (input.kind !== undefined && input.kind !== 'Pod')
     throw badRequest(`the API version in the data (${input.apiVersion}) does not match the expected API version (v1)`);

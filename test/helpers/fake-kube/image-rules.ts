@@ -25,7 +25,9 @@ export class ImageRules {
     if (image.includes('nonexistent')) {
       const repo = image.includes('/') ? image : `docker.io/library/${image}`;
       return {
-        pullError: `rpc error: code = NotFound desc = failed to pull and unpack image "${repo}": failed to resolve reference "${repo}": ${repo}: not found`,
+        pullError:
+          `rpc error: code = NotFound desc = failed to pull and unpack image "${repo}": ` +
+          `failed to resolve reference "${repo}": ${repo}: not found`,
       };
     }
     return {};

@@ -28,7 +28,9 @@ export async function runContainer(rt: PodRuntime, spec: any, opts: RunContainer
   const r = opts.reporter;
   const image: string = spec.image;
   if (!isValidImageReference(image)) {
-    const msg = `Failed to apply default image tag "${image}": couldn't parse image name "${image}": invalid reference format`;
+    const msg =
+      `Failed to apply default image tag "${image}": ` +
+      `couldn't parse image name "${image}": invalid reference format`;
     r.event(rt, 'Warning', 'InspectFailed', msg, spec.name);
     r.event(rt, 'Warning', 'Failed', 'Error: InvalidImageName', spec.name);
     r.setContainer(rt, spec.name, (cs) => (cs.state = { waiting: { reason: 'InvalidImageName', message: msg } }));
