@@ -8,8 +8,7 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Attempt, AttemptReporter, AttemptResult } from '../core/attempt.js';
 import { AttemptDir } from '../executors/process/attempt-dir.js';
-import { isSameProcess } from '../executors/process/process-identity.js';
-import { killOrphansOfAgent, supervisorMark } from '../executors/process/supervisor-mark.js';
+import { supervisorMark } from '../executors/process/supervisor-mark.js';
 import { createSubprocessExecutor, type SubprocessExecutor } from '../executors/subprocess/subprocess-executor.js';
 import type {
   Assign,
@@ -24,6 +23,7 @@ import { attemptFromAssign, attemptKey } from './attempt-messages.js';
 import { AttemptReports } from './attempt-reports.js';
 import { ExecutorSlots } from './executor-slots.js';
 import { HeldAttempts, type HeldAttempt } from './held-attempts.js';
+import { takeLeftovers } from './leftover-attempts.js';
 import { LogBatcher, type LogBatcherOptions } from './log-batcher.js';
 import { Outbox } from './outbox.js';
 
@@ -196,31 +196,12 @@ export class AttemptRunner {
    * attempts it holds.
    */
   async holdLeftovers(): Promise<number> {
-    AttemptDir.claimRoot(this.#attemptsDir);
-    const folders = new Set<string>();
-    const shims = new Set<number>();
-    for (const dir of AttemptDir.list(this.#attemptsDir)) {
-      const attempt = dir.readAttempt();
-      if (attempt === null || this.#held.get(attemptKey(attempt))) continue;
-      folders.add(dir.path);
-      // A shim leads its own process group.
-      const shim = dir.readShim();
-      if (shim !== null && isSameProcess(shim)) shims.add(shim.pid);
+    const isHeld = (a: Attempt) => this.#held.get(attemptKey(a)) !== undefined;
+    for (const attempt of await takeLeftovers(this.#attemptsDir, this.#opts.agentId, isHeld, this.#log)) {
       const held = this.#held.add(attempt);
       this.#leftovers.add(held.key);
       this.#slots.take(held);
     }
-    const orphans = await killOrphansOfAgent(this.#opts.agentId, folders, shims);
-    if (orphans.killed > 0)
-      this.#log.warn(
-        { killed: orphans.killed },
-        'killed the tasks an earlier process of this agent left and this state directory does not hold',
-      );
-    if (orphans.ofLiveSupervisor > 0)
-      this.#log.warn(
-        { processes: orphans.ofLiveSupervisor },
-        'another live process runs tasks under this agent id: left alone (give each agent its own --id)',
-      );
     if (this.#leftovers.size > 0)
       this.#log.info(
         { attempts: this.#leftovers.size },

@@ -13,7 +13,7 @@
 
 import type { LogStream } from '../core/attempt.js';
 
-export interface LogLine {
+export interface NumberedLine {
   seq: number;
   stream: LogStream;
   line: string;
@@ -21,7 +21,7 @@ export interface LogLine {
 
 export interface LogBatch {
   key: string;
-  entries: LogLine[];
+  entries: NumberedLine[];
 }
 
 export interface LogBatcherOptions {
@@ -36,7 +36,7 @@ export interface LogBatcherOptions {
 interface AttemptLog {
   nextSeq: number;
   open: boolean;
-  pending: LogLine[];
+  pending: NumberedLine[];
   /** Lines dropped since the last one kept, still to be reported by a marker line. */
   dropped: number;
 }
@@ -104,7 +104,7 @@ export class LogBatcher {
     if (!log || !log.open) return [];
     this.#flushMarker(log, final);
     const batches: LogBatch[] = [];
-    let entries: LogLine[] = [];
+    let entries: NumberedLine[] = [];
     let bytes = 0;
     for (const entry of log.pending) {
       const size = Buffer.byteLength(entry.line);

@@ -5,12 +5,12 @@
  * but less than the heartbeat threshold (its attempts are still its own: a network blip it may
  * come back from); dead past the threshold, when the heartbeat reaper has ended its attempts as lost.
  */
-export type AgentHealth = 'healthy' | 'stale' | 'dead' | 'stopped';
+export type AgentHealthName = 'healthy' | 'stale' | 'dead' | 'stopped';
 
 export function agentHealth(
   a: { connected: boolean; lastSeenAt: Date | null; stoppedAt?: Date | null },
   o: { freshMs: number; thresholdMs: number; now: number },
-): AgentHealth {
+): AgentHealthName {
   if (!a.connected && a.stoppedAt) return 'stopped';
   if (a.lastSeenAt === null) return 'dead';
   const silentMs = o.now - a.lastSeenAt.getTime();

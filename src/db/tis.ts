@@ -1,5 +1,5 @@
 import { WAITING_TI_STATES, legalTiFrom, type RunState, type TiState } from '../core/states.js';
-import { EVENT_KIND, tiEvents } from './events/record-events.js';
+import { EVENT_KIND, pendingReasonEvents, tiEvents } from './events/record-events.js';
 import { inlineLiterals } from './inline-literals.js';
 import { MAP_WINDOW } from '../core/map-spec.js';
 import type { Fragment, PendingQuery, Sql, TxSql } from './sql.js';
@@ -207,10 +207,5 @@ export async function setPendingReasons(sql: Sql | TxSql, reasons: Map<string, s
     moved as (
       update task_instances t set pending_reason = free.reason from free where t.id = free.id
       returning t.id, t.run_id, t.task_id, t.try_number, t.pending_reason)
-    ${tiEvents(
-      sql,
-      EVENT_KIND.tiPending,
-      sql`moved`,
-      sql`jsonb_build_object('task_id', task_id, 'try', try_number, 'reason', pending_reason)`,
-    )}`;
+    ${pendingReasonEvents(sql, sql`moved`)}`;
 }

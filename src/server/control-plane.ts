@@ -1,29 +1,24 @@
 import { createEventFeed } from '../feed/event-feed.js';
-import type { ReplicaTracing } from '../tracing/replica-tracing.js';
 import type { SpanRecorder } from '../tracing/span-recorder.js';
 import { createChangeSignal } from './api/change-signal.js';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import { createAttemptStore } from '../db/attempt-store.js';
-import { readClusterGauges } from '../db/cluster-gauges.js';
-import { claimAttempt } from '../db/attempts/claim-attempt.js';
-import { releaseClaim } from '../db/attempts/release-claim.js';
-import { createReportBatcher } from '../db/attempts/report-batcher.js';
 import { currentLeaderId } from '../db/leader.js';
 import { ping } from '../db/ping.js';
-import { createLogWriter } from '../db/log-writer.js';
 import { latestMigration, pendingMigrations } from '../db/migrate.js';
-import type { Sql } from '../db/sql.js';
 import { installIdentity } from '../db/install-identity.js';
 import { listen } from '../db/notifications.js';
 import { advertiseReplica } from '../db/replica-addresses.js';
 import { replicaSessionName } from '../db/replicas.js';
-import { createDispatcher } from '../dispatch/dispatcher.js';
 import type { Executor } from '../executors/executor.js';
 import { createSubprocessExecutor } from '../executors/subprocess/subprocess-executor.js';
 import { LEADER_LOCK_KEY } from '../scheduler/leader.js';
-import { createScheduler, type Scheduler } from '../scheduler/scheduler.js';
+import type { Scheduler } from '../scheduler/scheduler.js';
 import { advertisedUrl } from './advertised-url.js';
+import { wireReporting } from './reporting-wiring.js';
+import { wireDispatcher } from './dispatcher-wiring.js';
+import { logReady } from './ready-line.js';
+import { wireScheduler } from './scheduler-wiring.js';
 import { createAgentFleet } from './agents/fleet.js';
 import { createCacheGate } from './cache-gate-wiring.js';
 import { apiRoutes } from './api/routes.js';
@@ -40,16 +35,8 @@ import { stopReplica } from './stop-replica.js';
 import { NotificationDeliverer } from './notify/deliverer.js';
 import { writeNotifyDefaults } from '../db/notify-out/write-notify-defaults.js';
 import { replicaNotifications } from './replica-notifications.js';
-import { createMetrics, historyCounters, schedulerCounters } from './observability/metrics.js';
+import { createMetrics } from './observability/metrics.js';
 import { serveMetrics } from './observability/serve-metrics.js';
-
-/** How long an attempt's start and end reports are retried while the database is unreachable. */
-const REPORT_RETRY_MS = 10 * 60_000;
-/**
- * The least time allowed for a holder's end to reach the database once it has killed a task at
- * its timeout: a subprocess's output is read for up to 2 s after it exits, then the end is sent.
- */
-const END_REPORT_MS = 5_000;
 
 export interface ControlPlane {
   /** The address the API listens on (the port is the real one when 0 was asked). */
@@ -123,33 +110,13 @@ export async function startControlPlane(
     const auth = await prepareAuth(config, sql, logger, () =>
       metrics.apiLimited.inc({ limit: 'agents', rpc: 'Connect' }),
     );
-    const logs = createLogWriter(sql, logger, {
-      flushMs: 50,
-      maxBatch: 500,
-      giveUp: stopRetrying.signal,
-      onRejected: (n) => metrics.staleReportsRejected.inc({ report: 'log' }, n),
-    });
-    // Every attempt's start and end report on this replica, from the subprocess executor and from
-    // agent streams alike, is written by one group-commit batcher.
-    const reports = createReportBatcher(db.reportSql, {
-      retryMs: REPORT_RETRY_MS,
-      giveUp: stopRetrying.signal,
-      logs,
-      onRetry: (err) => logger.warn({ err: (err as Error).message }, 'database unreachable: retrying attempt reports'),
-      observe: {
-        started: (dagId, waitedS) => metrics.attemptStarted(dagId, waitedS),
-        ended: (dagId, outcome, ranS) => metrics.attemptEnded(dagId, outcome, ranS),
-      },
-    });
     // The scheduler is built once the dispatcher exists; what reports to it before goes through here.
     let scheduler: Scheduler | null = null;
     // The leader's recorder of run and attempt spans; made with the event feed it reads.
     let spans: SpanRecorder | null = null;
-    const reporter = createAttemptStore(sql, reports, logs, logger, {
-      onFinished: (attempt) => scheduler?.nudge([attempt.runId], 'finished'),
-      onRejected: (_attempt, report) => metrics.staleReportsRejected.inc({ report }),
-      onOutputRejected: () => metrics.staleOutputsRejected.inc({ executor: 'subprocess' }),
-    });
+    const { logs, reports, reporter } = wireReporting(db, logger, metrics, stopRetrying.signal, (runId) =>
+      scheduler?.nudge([runId], 'finished'),
+    );
     // Read once: it names the install in pods and in every attempt's idempotency key.
     const install = await installIdentity(sql);
     // Attempts of cached tasks pass it before any executor: a hit runs nothing.
@@ -204,71 +171,32 @@ export async function startControlPlane(
       ['agents', cacheGate.wrap(fleet.executor)],
     ]);
     metrics.sources.agentsConnected = () => fleet.registry.size;
-    metrics.dispatchQueueCapacity.set(config.dispatchQueue);
-    let queueDepth = 0;
-    const dispatcher = createDispatcher({
+    const { dispatcher, queueDepth } = wireDispatcher({
+      config,
       install,
-      workers: config.dispatchWorkers,
-      capacity: config.dispatchQueue,
-      executors,
-      placements: new Map([['agents', fleet.placement]]),
-      store: {
-        claim: (tiId, executor) => claimAttempt(sql, tiId, executor),
-        release: (claim, reason) => releaseClaim(sql, claim, reason),
-      },
-      logger,
-      ...(tracing ? { dispatched: (d) => tracing.dispatched(d) } : {}),
-      metrics: {
-        dispatched: (seconds) => metrics.dispatchLatency.observe(seconds),
-        atCapacity: () => metrics.dispatchAtCapacity.inc(),
-        depth: (n) => {
-          queueDepth = n;
-          metrics.dispatchQueueDepth.set(n);
-        },
-      },
-    });
-    const sched = createScheduler({
       sql,
-      databaseUrl: db.url,
-      replicaId: config.replicaId,
+      executors,
+      agentPlacement: fleet.placement,
+      metrics,
+      tracing,
+      logger,
+    });
+    const sched = wireScheduler({
+      config,
+      db,
       logger,
       dispatcher,
-      endsSent: reports.endsSent,
-      tickMs: config.tickMs,
-      leaderWatchdogMs: config.leaderWatchdogMs,
-      runOrphanThresholdMs: config.runOrphanThresholdMs,
-      heartbeatThresholdMs: config.heartbeatThresholdMs,
-      // A holder stops a task at its timeout, kills it a kill grace later and reports the end: a
-      // keepalive interval more, and never less than END_REPORT_MS, covers the report's way here.
-      timeoutGraceMs: config.killGraceMs + Math.max(config.heartbeatIntervalMs, END_REPORT_MS),
-      defaultExecutor: config.executor,
-      counters: schedulerCounters(metrics, (phase, err, ids) =>
-        logger.error({ err, phase, ...ids, component: 'scheduler' }, `scheduler error in ${phase}`),
-      ),
-      retentionMs: config.retentionMs,
-      agentRetentionMs: config.agentRetentionMs,
-      // Connected, as `agents list` says it: a stream kept alive within three intervals.
-      agentLiveMs: 3 * config.heartbeatIntervalMs,
-      historyCounters: historyCounters(metrics, (err, ids) =>
-        logger.error({ err, ...ids, component: 'history' }, `history keeper: ${String(ids.what)} failed`),
-      ),
-      observe: {
-        stepped: (seconds) => metrics.tickDuration.observe(seconds),
-        leading: (yes) => {
-          metrics.leader.set(yes ? 1 : 0);
-          // One replica reports the cluster's gauges, so a sum over replicas counts each run once.
-          metrics.sources.cluster = yes ? () => readClusterGauges(sql) : () => null;
-          // The leader follows the pods: it adopts them on taking the lead.
-          void kubernetes
-            ?.lead(yes)
-            .catch((err: unknown) =>
-              logger.error({ err }, 'kubernetes executor: could not adopt the pods on taking the lead'),
-            );
-          spans?.lead(yes);
-        },
+      reports,
+      metrics,
+      leading: (yes) => {
+        // The leader follows the pods: it adopts them on taking the lead.
+        void kubernetes
+          ?.lead(yes)
+          .catch((err: unknown) =>
+            logger.error({ err }, 'kubernetes executor: could not adopt the pods on taking the lead'),
+          );
+        spans?.lead(yes);
       },
-      // A worker and an observer never lead: they serve, and leave the lock to the others.
-      campaigns: config.role === 'auto' || config.role === 'leader',
     });
     scheduler = sched;
     let closing: Promise<void> | null = null;
@@ -303,7 +231,7 @@ export async function startControlPlane(
       health,
       events,
       changes,
-      dispatchQueueDepth: () => queueDepth,
+      dispatchQueueDepth: queueDepth,
     });
     const tls = config.tls && {
       cert: config.tls.cert,
@@ -408,21 +336,8 @@ export async function startControlPlane(
         return closing;
       },
     };
-    const { host, port } = apiServer.address;
     const announce = () =>
-      logger.info(
-        {
-          listen: `${host}:${port}`,
-          tls: config.tls ? (config.tls.clientCa ? `mtls-${config.tls.clientAuth}` : 'on') : 'off',
-          metrics: metricsServer ? `${metricsServer.address.address}:${metricsServer.address.port}` : 'off',
-          tracing: config.otlpEndpoint ?? 'off',
-          edition: config.edition,
-          role: config.role,
-          replicaId: config.replicaId,
-          startupMs: Math.round(performance.now() - started),
-        },
-        `Leoflow ${config.edition} ready on ${config.tls ? 'https' : 'http'}://${host}:${port} (role ${config.role})`,
-      );
+      logReady(logger, config, apiServer.address, metricsServer?.address ?? null, performance.now() - started);
     ready = { plane, leadership: (timeoutMs: number) => sched.leadership(timeoutMs), announce };
   } catch (err) {
     for (const c of cleanups) await c().catch(() => {});

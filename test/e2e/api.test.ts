@@ -3,7 +3,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import http2 from 'node:http2';
 import { brotliCompressSync, gzipSync } from 'node:zlib';
-import { Code, ConnectError, createClient } from '@connectrpc/connect';
+import { Code, createClient } from '@connectrpc/connect';
 import {
   compressionGzip,
   createConnectTransport,
@@ -14,6 +14,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { WorkflowService } from '../../src/gen/leoflow/v1/workflow_pb.js';
 import { ROOT } from '../helpers/leoflow-process.js';
 import { serverForFile } from '../helpers/server-fixture.js';
+import { rejectsWith } from '../helpers/rejects-with.js';
 
 const execFileP = promisify(execFile);
 
@@ -31,29 +32,17 @@ beforeAll(async () => {
   });
 });
 
-async function rejects(p: Promise<unknown>, code: Code, message: RegExp): Promise<void> {
-  try {
-    await p;
-  } catch (err) {
-    const ce = ConnectError.from(err);
-    expect(Code[ce.code], ce.message).toBe(Code[code]);
-    expect(ce.rawMessage).toMatch(message);
-    return;
-  }
-  throw new Error('expected the call to fail');
-}
-
 describe('WorkflowService over gRPC: bad input', () => {
   it('names the missing field of an empty message', async () => {
-    await rejects(f.api.workflow.applyDag({}), Code.InvalidArgument, /^source: is required/);
-    await rejects(f.api.workflow.getDag({}), Code.InvalidArgument, /^dag_id: is required$/);
-    await rejects(f.api.workflow.pauseDag({}), Code.InvalidArgument, /^dag_id: is required$/);
-    await rejects(f.api.workflow.triggerRun({}), Code.InvalidArgument, /^dag_id: is required$/);
-    await rejects(f.api.workflow.getRun({}), Code.InvalidArgument, /^run_id: is required$/);
-    await rejects(f.api.workflow.cancelRun({}), Code.InvalidArgument, /^run_id: is required$/);
-    await rejects(f.api.workflow.listTaskInstances({}), Code.InvalidArgument, /^run_id: is required$/);
+    await rejectsWith(f.api.workflow.applyDag({}), Code.InvalidArgument, /^source: is required/);
+    await rejectsWith(f.api.workflow.getDag({}), Code.InvalidArgument, /^dag_id: is required$/);
+    await rejectsWith(f.api.workflow.pauseDag({}), Code.InvalidArgument, /^dag_id: is required$/);
+    await rejectsWith(f.api.workflow.triggerRun({}), Code.InvalidArgument, /^dag_id: is required$/);
+    await rejectsWith(f.api.workflow.getRun({}), Code.InvalidArgument, /^run_id: is required$/);
+    await rejectsWith(f.api.workflow.cancelRun({}), Code.InvalidArgument, /^run_id: is required$/);
+    await rejectsWith(f.api.workflow.listTaskInstances({}), Code.InvalidArgument, /^run_id: is required$/);
     const stream = f.api.workflow.tailLogs({});
-    await rejects(
+    await rejectsWith(
       (async () => {
         for await (const _ of stream) void _;
       })(),
@@ -63,32 +52,32 @@ describe('WorkflowService over gRPC: bad input', () => {
   });
 
   it('rejects malformed values with the reason', async () => {
-    await rejects(
+    await rejectsWith(
       f.api.workflow.getRun({ runId: '-5' }),
       Code.InvalidArgument,
       /^run_id: must be a positive integer id, got "-5"$/,
     );
-    await rejects(
+    await rejectsWith(
       f.api.workflow.triggerRun({ dagId: 'hello', confJson: '{oops' }),
       Code.InvalidArgument,
       /^conf_json: is not valid JSON/,
     );
-    await rejects(
+    await rejectsWith(
       f.api.workflow.triggerRun({ dagId: 'hello', runKey: 'has space' }),
       Code.InvalidArgument,
       /^run_key: must be 1-200 characters/,
     );
-    await rejects(
+    await rejectsWith(
       f.api.workflow.listRuns({ limit: 5000 }),
       Code.InvalidArgument,
       /^limit: must be between 0 and 1000, got 5000$/,
     );
-    await rejects(
+    await rejectsWith(
       f.api.workflow.applyDag({ source: 'dag_id: x\ntasks: []\n', filename: 'x.yaml' }),
       Code.InvalidArgument,
       /x\.yaml: tasks: /,
     );
-    await rejects(
+    await rejectsWith(
       f.api.workflow.applyDag({ source: 'x'.repeat(1024 * 1024 + 1), filename: 'big.yaml' }),
       Code.InvalidArgument,
       /^source: is larger than 1048576 bytes$/,
@@ -96,17 +85,17 @@ describe('WorkflowService over gRPC: bad input', () => {
   });
 
   it('answers NOT_FOUND for unknown ids', async () => {
-    await rejects(f.api.workflow.getDag({ dagId: 'nope' }), Code.NotFound, /^DAG "nope" not found$/);
-    await rejects(f.api.workflow.triggerRun({ dagId: 'nope' }), Code.NotFound, /^DAG "nope" not found$/);
-    await rejects(f.api.workflow.getRun({ runId: '424242' }), Code.NotFound, /^run 424242 not found$/);
-    await rejects(f.api.workflow.listRuns({ dagId: 'nope' }), Code.NotFound, /^DAG "nope" not found$/);
-    await rejects(f.api.workflow.cancelRun({ runId: '424242' }), Code.NotFound, /^run 424242 not found$/);
+    await rejectsWith(f.api.workflow.getDag({ dagId: 'nope' }), Code.NotFound, /^DAG "nope" not found$/);
+    await rejectsWith(f.api.workflow.triggerRun({ dagId: 'nope' }), Code.NotFound, /^DAG "nope" not found$/);
+    await rejectsWith(f.api.workflow.getRun({ runId: '424242' }), Code.NotFound, /^run 424242 not found$/);
+    await rejectsWith(f.api.workflow.listRuns({ dagId: 'nope' }), Code.NotFound, /^DAG "nope" not found$/);
+    await rejectsWith(f.api.workflow.cancelRun({ runId: '424242' }), Code.NotFound, /^run 424242 not found$/);
   });
 
   it('writes nothing for a rejected request', async () => {
     const before = await f.db
       .sql`select (select count(*) from dags) as d, (select count(*) from dag_runs) as r, (select count(*) from task_instances) as t`;
-    await rejects(
+    await rejectsWith(
       f.api.workflow.applyDag({
         source: 'dag_id: half\ntasks:\n  - id: a\n    command: [echo]\n  - id: a\n    command: [echo]\n',
         filename: 'half.yaml',
@@ -114,7 +103,7 @@ describe('WorkflowService over gRPC: bad input', () => {
       Code.InvalidArgument,
       /duplicate task id "a"/,
     );
-    await rejects(
+    await rejectsWith(
       f.api.workflow.triggerRun({ dagId: 'hello', confJson: '[]' }),
       Code.InvalidArgument,
       /^conf_json: must be a JSON object$/,
@@ -277,7 +266,7 @@ describe('compressed garbage bodies', () => {
     ]) {
       const client = createClient(WorkflowService, transport);
       expect((await client.getDag({ dagId: 'hello' })).dag?.dagId).toBe('hello');
-      await rejects(client.getDag({ dagId: 'nope' }), Code.NotFound, /not found/);
+      await rejectsWith(client.getDag({ dagId: 'nope' }), Code.NotFound, /not found/);
     }
   });
 });
@@ -293,7 +282,7 @@ describe('one port, three protocols', () => {
     }
     for (const client of clients) {
       expect((await client.listDags({})).dags.map((d) => d.dagId)).toEqual(['hello']);
-      await rejects(client.getDag({ dagId: 'nope' }), Code.NotFound, /not found/);
+      await rejectsWith(client.getDag({ dagId: 'nope' }), Code.NotFound, /not found/);
     }
   });
 
@@ -336,7 +325,7 @@ describe('idempotent trigger and log streaming', () => {
     expect(lines).toContain('goodbye#1 system: exited with code 0');
     const run = await f.api.workflow.getRun({ runId: first.run!.runId });
     expect(run.taskInstances.map((t) => t.tryNumber)).toEqual([1, 1]);
-    await rejects(
+    await rejectsWith(
       f.api.workflow.tailLogs({ runId: first.run!.runId, taskId: 'nope' })[Symbol.asyncIterator]().next(),
       Code.NotFound,
       /has no task "nope"/,

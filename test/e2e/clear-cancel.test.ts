@@ -1,10 +1,11 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { Code, ConnectError } from '@connectrpc/connect';
+import { Code } from '@connectrpc/connect';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { cli, waitFor } from '../helpers/leoflow-process.js';
 import { isRunEnded } from '../helpers/run-ends.js';
 import { serverForFile } from '../helpers/server-fixture.js';
+import { rejectsWith } from '../helpers/rejects-with.js';
 
 /**
  * Retry by hand (`run clear`) and cancelling one task (`run cancel --task`), end to end: the real
@@ -59,18 +60,6 @@ const gone = (pid: number) => {
     return true;
   }
 };
-
-async function rejects(p: Promise<unknown>, code: Code, message: RegExp): Promise<void> {
-  try {
-    await p;
-  } catch (err) {
-    const ce = ConnectError.from(err);
-    expect(Code[ce.code], ce.message).toBe(Code[code]);
-    expect(ce.rawMessage).toMatch(message);
-    return;
-  }
-  throw new Error('expected the call to fail');
-}
 
 const f = serverForFile({ tmpPrefix: 'leoflow-e2e-clear-', args: ['--kill-grace', '300ms'] });
 
@@ -207,25 +196,25 @@ describe('run cancel --task', () => {
 
 describe('the API', () => {
   it('names the missing or malformed field', async () => {
-    await rejects(f.api.workflow.clearTaskInstance({}), Code.InvalidArgument, /^run_id: is required$/);
-    await rejects(f.api.workflow.clearTaskInstance({ runId: '1' }), Code.InvalidArgument, /^task_id: is required$/);
-    await rejects(
+    await rejectsWith(f.api.workflow.clearTaskInstance({}), Code.InvalidArgument, /^run_id: is required$/);
+    await rejectsWith(f.api.workflow.clearTaskInstance({ runId: '1' }), Code.InvalidArgument, /^task_id: is required$/);
+    await rejectsWith(
       f.api.workflow.clearTaskInstance({ runId: '-5', taskId: 'a' }),
       Code.InvalidArgument,
       /^run_id: must be a positive integer id, got "-5"$/,
     );
-    await rejects(f.api.workflow.cancelTaskInstance({}), Code.InvalidArgument, /^run_id: is required$/);
-    await rejects(
+    await rejectsWith(f.api.workflow.cancelTaskInstance({}), Code.InvalidArgument, /^run_id: is required$/);
+    await rejectsWith(
       f.api.workflow.cancelTaskInstance({ runId: '1', taskId: '  ' }),
       Code.InvalidArgument,
       /^task_id: is required$/,
     );
-    await rejects(
+    await rejectsWith(
       f.api.workflow.cancelTaskInstance({ runId: '424242', taskId: 'a' }),
       Code.NotFound,
       /^run 424242 not found$/,
     );
-    await rejects(
+    await rejectsWith(
       f.api.workflow.clearTaskInstance({ runId: '424242', taskId: 'a' }),
       Code.NotFound,
       /^run 424242 not found$/,
@@ -249,7 +238,7 @@ describe('the API', () => {
       ['b', 3],
       ['c', 2],
     ]);
-    await rejects(
+    await rejectsWith(
       f.api.workflow.cancelTaskInstance({ runId, taskId: 'c' }),
       Code.FailedPrecondition,
       /^task "c" of run \d+ has already ended \(success\)$/,

@@ -1,13 +1,9 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
-import { proServerArgs } from '../helpers/fake-kube/pro-server-args.js';
-import { freePort } from '../helpers/global-setup.js';
-import { cli, startServer, type ServerProcess } from '../helpers/leoflow-process.js';
+import { describe, expect, it } from 'vitest';
+import { proServerForFile } from '../helpers/fake-kube/pro-server-for-file.js';
+import { cli } from '../helpers/leoflow-process.js';
 import { runEnds } from '../helpers/run-ends.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
  * Outputs and inputs on the kubernetes executor: each pod runs the real `leoflow agent --once`,
@@ -17,32 +13,11 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
 const NS = 'leoflow';
 const A = `printf '%s' '{"n": 20, "s": "a $(b) c"}' > "$LEOFLOW_OUTPUT"`;
 const B = `printf '{"double": %d, "inputs": %s}' $((N * 2)) "$(cat "$LEOFLOW_INPUTS")" > "$LEOFLOW_OUTPUT"`;
-let db: TestDatabase;
-let kube: FakeKubeApi;
-let tmp: string;
-let server: ServerProcess;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  kube = await startFakeKubeApi({ namespaces: [NS] });
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-kube-outputs-'));
-  const port = await freePort();
-  server = await startServer({
-    env: { DATABASE_URL: db.url },
-    args: [...proServerArgs({ port, kube, namespace: NS }), '--kill-grace', '2s'],
-  });
-}, 60_000);
-
-afterAll(async () => {
-  await server?.stop();
-  await kube?.close();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
-});
+const f = proServerForFile({ namespace: NS, args: ['--kill-grace', '2s'], tmpPrefix: 'leoflow-kube-outputs-' });
 
 describe('task outputs on the kubernetes executor', () => {
   it("hands a pod's output to the next pod as inputs, and stores both", { timeout: 90_000 }, async () => {
-    const file = path.join(tmp, 'kube-outs.yaml');
+    const file = path.join(f.tmp, 'kube-outs.yaml');
     await writeFile(
       file,
       [
@@ -58,15 +33,15 @@ describe('task outputs on the kubernetes executor', () => {
         '',
       ].join('\n'),
     );
-    const applied = await cli(server.url, ['dag', 'apply', file]);
+    const applied = await cli(f.server.url, ['dag', 'apply', file]);
     expect(applied.code, applied.stderr + applied.stdout).toBe(0);
-    const t = await cli(server.url, ['run', 'trigger', 'kube_outs', '-o', 'json']);
+    const t = await cli(f.server.url, ['run', 'trigger', 'kube_outs', '-o', 'json']);
     expect(t.code, t.stderr).toBe(0);
     const runId = JSON.parse(t.stdout).run_id as string;
-    const state = await runEnds(db.sql, runId, { timeoutMs: 60_000 });
-    const tis = await db.sql`select task_id, state, error from task_instances where run_id = ${runId}`;
+    const state = await runEnds(f.db.sql, runId, { timeoutMs: 60_000 });
+    const tis = await f.db.sql`select task_id, state, error from task_instances where run_id = ${runId}`;
     expect(state, JSON.stringify(tis)).toBe('success');
-    const out = await cli(server.url, ['run', 'output', runId, 'b']);
+    const out = await cli(f.server.url, ['run', 'output', runId, 'b']);
     expect(out.code, out.stderr).toBe(0);
     expect(JSON.parse(out.stdout)).toEqual({ double: 40, inputs: { a: { n: 20, s: 'a $(b) c' } } });
   });

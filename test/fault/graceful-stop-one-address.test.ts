@@ -1,10 +1,12 @@
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { cli, startAgent, waitFor } from '../helpers/leoflow-process.js';
 import { isRunEnded } from '../helpers/run-ends.js';
 import { replicasForFile } from '../helpers/server-fixture.js';
+import { gracefulStopFlags } from '../helpers/fault-flags.js';
+import { writeLedgerGridDag } from '../helpers/ledger-grid-dag.js';
 
 /**
  * Issue 34: a graceful stop must lose nothing even when the agents were given one address only,
@@ -15,16 +17,7 @@ import { replicasForFile } from '../helpers/server-fixture.js';
  */
 
 const THRESHOLD_MS = 8000;
-const FLAGS = [
-  '--leader-watchdog',
-  '1s',
-  '--tick-interval',
-  '200ms',
-  '--heartbeat-interval',
-  '1s',
-  '--heartbeat-threshold',
-  `${THRESHOLD_MS}ms`,
-];
+const FLAGS = gracefulStopFlags(THRESHOLD_MS);
 const CYCLES = 5;
 const WIDTH = 4;
 const DEPTH = 2;
@@ -38,20 +31,7 @@ describe('graceful stop of the leader, agents given one address', () => {
   it(`loses nothing across ${CYCLES} cycles: every task runs once as try 1, none is declared lost`, async () => {
     const ledger = path.join(f.tmp, 'ledger.log');
     const file = path.join(f.tmp, 'wide.yaml');
-    const tasks: string[] = [];
-    for (let d = 0; d < DEPTH; d++) {
-      for (let w = 0; w < WIDTH; w++) {
-        tasks.push(
-          `  - id: t${d}_${w}`,
-          '    executor: agents',
-          `    command: ["sh", "-c", "echo $LEOFLOW_RUN_ID $LEOFLOW_TASK_ID $LEOFLOW_TRY_NUMBER >> ${ledger}; sleep 0.${3 + ((d + w) % 3)}"]`,
-          '    retries: 2',
-          '    retry_delay: 100ms',
-          ...(d > 0 ? [`    depends_on: [t${d - 1}_${w}]`] : []),
-        );
-      }
-    }
-    await writeFile(file, ['dag_id: wide', 'tasks:', ...tasks, ''].join('\n'));
+    await writeLedgerGridDag(file, ledger, { width: WIDTH, depth: DEPTH, sleepTenths: (d, w) => 3 + ((d + w) % 3) });
 
     let leader = await start(['--replica-id', 'replica-0']);
     await waitFor(

@@ -1,10 +1,12 @@
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { cli, startAgent, waitFor } from '../helpers/leoflow-process.js';
 import { isRunEnded } from '../helpers/run-ends.js';
 import { replicasForFile } from '../helpers/server-fixture.js';
+import { gracefulStopFlags } from '../helpers/fault-flags.js';
+import { writeLedgerGridDag } from '../helpers/ledger-grid-dag.js';
 
 /**
  * A graceful stop (SIGTERM) of the leader while agents connected to it run many short tasks.
@@ -17,20 +19,7 @@ import { replicasForFile } from '../helpers/server-fixture.js';
 
 const THRESHOLD_MS = 8000;
 const BOUND_MS = THRESHOLD_MS / 4;
-const FLAGS = [
-  '--leader-watchdog',
-  '1s',
-  '--tick-interval',
-  '200ms',
-  '--heartbeat-interval',
-  '1s',
-  '--heartbeat-threshold',
-  `${THRESHOLD_MS}ms`,
-  '--dispatch-workers',
-  '4',
-  '--dispatch-queue',
-  '64',
-];
+const FLAGS = [...gracefulStopFlags(THRESHOLD_MS), '--dispatch-workers', '4', '--dispatch-queue', '64'];
 const RUNS = 6;
 const WIDTH = 6;
 const DEPTH = 3;
@@ -55,20 +44,7 @@ describe('graceful stop of the leader', () => {
   it('loses no agent work: every run succeeds, every task runs once as try 1, and agents move within the bound', async () => {
     const ledger = path.join(f.tmp, 'ledger.log');
     const file = path.join(f.tmp, 'wide.yaml');
-    const tasks: string[] = [];
-    for (let d = 0; d < DEPTH; d++) {
-      for (let w = 0; w < WIDTH; w++) {
-        tasks.push(
-          `  - id: t${d}_${w}`,
-          '    executor: agents',
-          `    command: ["sh", "-c", "echo $LEOFLOW_RUN_ID $LEOFLOW_TASK_ID $LEOFLOW_TRY_NUMBER >> ${ledger}; sleep 0.${2 + ((d + w) % 3)}"]`,
-          '    retries: 2',
-          '    retry_delay: 100ms',
-          ...(d > 0 ? [`    depends_on: [t${d - 1}_${w}]`] : []),
-        );
-      }
-    }
-    await writeFile(file, ['dag_id: wide', 'tasks:', ...tasks, ''].join('\n'));
+    await writeLedgerGridDag(file, ledger, { width: WIDTH, depth: DEPTH, sleepTenths: (d, w) => 2 + ((d + w) % 3) });
 
     const leader = await start(['--replica-id', 'replica-l']);
     const api = createClients(leader.url);

@@ -15,6 +15,7 @@ import {
   type PythonProcess,
 } from '../helpers/python-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { gracefulStopFlags } from '../helpers/fault-flags.js';
 
 /**
  * The Python agent (examples/python) among several control-plane replicas on one database, as
@@ -25,16 +26,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  */
 
 const THRESHOLD_MS = 8000; // Welcome.max_reconnect_backoff is a quarter: 2 s
-const FLAGS = [
-  '--leader-watchdog',
-  '1s',
-  '--tick-interval',
-  '200ms',
-  '--heartbeat-interval',
-  '1s',
-  '--heartbeat-threshold',
-  `${THRESHOLD_MS}ms`,
-];
+const FLAGS = gracefulStopFlags(THRESHOLD_MS);
 
 let db: TestDatabase;
 let tmp: string;

@@ -15,6 +15,16 @@ const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$/;
 const ID_RULE = 'an id of 1-100 letters, digits, "_", "." or "-", starting with a letter or digit';
 export const ENV_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
+/** Whether `name` is an environment variable's name; the issue of one that is not is pushed. */
+export function checkEnvName(name: string, path: string, issues: DagIssue[]): boolean {
+  if (ENV_NAME_PATTERN.test(name)) return true;
+  issues.push({
+    path,
+    message: `invalid environment variable name "${name}": expected letters, digits and "_", not starting with a digit`,
+  });
+  return false;
+}
+
 /** A YAML mapping, as `toJS` returns it: a plain object, never a list or null. */
 export function isMapping(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
@@ -143,14 +153,8 @@ export function readStringMap(
   const entries: [string, string][] = [];
   for (const [key, v] of Object.entries(value)) {
     const p = keyPath(path, key);
-    if (what === 'environment variable' && !ENV_NAME_PATTERN.test(key)) {
-      issues.push({
-        path: p,
-        message:
-          `invalid environment variable name "${key}": expected letters, digits and "_", ` +
-          `not starting with a digit`,
-      });
-    } else if (what === 'label' && key === '') {
+    if (what === 'environment variable') checkEnvName(key, p, issues);
+    else if (what === 'label' && key === '') {
       issues.push({ path: p, message: 'label names must not be empty' });
     }
     const s = readString(v, p, issues, { noNul: true, quoteHint: true });

@@ -7,7 +7,7 @@
 import type { DagIssue } from '../dag-spec.js';
 import { dns1123SubdomainProblem } from '../kubernetes-names.js';
 import type { SecretRef } from '../secret-ref.js';
-import { ENV_NAME_PATTERN, isMapping, readString } from './field-readers.js';
+import { ENV_NAME_PATTERN, checkEnvName, isMapping, readString } from './field-readers.js';
 import { expected, keyPath, missing, unknownKey } from './issue-messages.js';
 
 const SECRET_SOURCES = ['env', 'file', 'kubernetes'] as const;
@@ -37,15 +37,7 @@ export function readEnv(value: unknown, path: string, issues: DagIssue[]): TaskE
   const secrets: [string, SecretRef][] = [];
   for (const [name, v] of Object.entries(value)) {
     const p = keyPath(path, name);
-    if (!ENV_NAME_PATTERN.test(name)) {
-      issues.push({
-        path: p,
-        message:
-          `invalid environment variable name "${name}": expected letters, digits and "_", ` +
-          `not starting with a digit`,
-      });
-      continue;
-    }
+    if (!checkEnvName(name, p, issues)) continue;
     if (isMapping(v)) {
       const ref = readSecretEntry(name, v, p, issues);
       if (ref !== undefined) secrets.push([name, ref]);

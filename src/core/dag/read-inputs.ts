@@ -4,7 +4,7 @@
  * (task-inputs.ts).
  */
 import type { DagIssue } from '../dag-spec.js';
-import { ENV_NAME_PATTERN, isMapping, readString } from './field-readers.js';
+import { checkEnvName, isMapping, readString } from './field-readers.js';
 import { expected, keyPath } from './issue-messages.js';
 
 /** Leoflow's own variables are never set from an output. */
@@ -18,15 +18,7 @@ export function readInputs(value: unknown, path: string, issues: DagIssue[]): Re
   const out: [string, string][] = [];
   for (const [name, v] of Object.entries(value)) {
     const p = keyPath(path, name);
-    if (!ENV_NAME_PATTERN.test(name)) {
-      issues.push({
-        path: p,
-        message:
-          `invalid environment variable name "${name}": ` +
-          'expected letters, digits and "_", not starting with a digit',
-      });
-      continue;
-    }
+    if (!checkEnvName(name, p, issues)) continue;
     if (name.startsWith(RESERVED_PREFIX)) {
       issues.push({ path: p, message: `"${name}": names starting with ${RESERVED_PREFIX} are Leoflow's own` });
       continue;

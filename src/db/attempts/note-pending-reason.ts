@@ -1,7 +1,7 @@
 import { ACTIVE_TI_STATES } from '../../core/states.js';
 import { inlineLiterals } from '../inline-literals.js';
 import type { Sql } from '../sql.js';
-import { EVENT_KIND, tiEvents } from '../events/record-events.js';
+import { pendingReasonEvents } from '../events/record-events.js';
 
 /**
  * Why an attempt that is claimed waits to start (`POD_PENDING:Unschedulable:…`), for `run show`;
@@ -19,10 +19,5 @@ export async function notePendingReason(
       where id = ${a.tiId} and try_number = ${a.tryNumber} and attempt_token = ${a.attemptToken}
         and state in (${inlineLiterals(sql, ACTIVE_TI_STATES)}) and pending_reason is distinct from ${reason}
       returning id, run_id, task_id, try_number, pending_reason)
-    ${tiEvents(
-      sql,
-      EVENT_KIND.tiPending,
-      sql`moved`,
-      sql`jsonb_build_object('task_id', task_id, 'try', try_number, 'reason', pending_reason)`,
-    )}`;
+    ${pendingReasonEvents(sql, sql`moved`)}`;
 }

@@ -51,3 +51,9 @@ export function tiEvents(sql: Sql | TxSql, kind: EventKind, from: Fragment, payl
 export function runEvents(sql: Sql | TxSql, kind: EventKind, from: Fragment, payload: Fragment): Fragment {
   return insertEvents(sql, sql`select id, null::bigint, ${eventKind(sql, kind)}, ${payload} from ${from}`);
 }
+
+/** A `ti.pending` event for each row of `from`: task instances with their new `pending_reason`. */
+export function pendingReasonEvents(sql: Sql | TxSql, from: Fragment): Fragment {
+  const payload = sql`jsonb_build_object('task_id', task_id, 'try', try_number, 'reason', pending_reason)`;
+  return tiEvents(sql, EVENT_KIND.tiPending, from, payload);
+}

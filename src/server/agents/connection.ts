@@ -1,6 +1,7 @@
 // One agent stream on the control plane, from Hello to close, and the handle through which work
 // is pushed down it (Assign, Cancel, Drain, Reconnect). Hello's checks, the reports and the held
-// attempts are each in a file of their own (hello.ts, reports.ts, held-attempts.ts).
+// attempts, the admission and the resume with Welcome are each in a file of their own (hello.ts,
+// reports.ts, held-attempts.ts, admit-agent.ts, resume-agent.ts).
 import { randomUUID } from 'node:crypto';
 import type { MessageInitShape } from '@bufbuild/protobuf';
 import { durationFromMs } from '@bufbuild/protobuf/wkt';
@@ -12,7 +13,9 @@ import { secretEnvToWire } from '../../core/secret-ref.js';
 import type { AgentHandle, AssignResult } from './agent-registry.js';
 import { ConnectResponseSchema, type ConnectRequest, type Hello } from '../../gen/leoflow/v1/agent_pb.js';
 import type { AgentConnectionDeps } from './connection-deps.js';
+import { admitAgent, isOneShot } from './admit-agent.js';
 import { readHello } from './hello.js';
+import { resumeAgent } from './resume-agent.js';
 import { AgentReports, validMessage } from './reports.js';
 import { AsyncQueue } from './async-queue.js';
 import type { HeartbeatSource, HeldRef } from './heartbeat-buffer.js';
@@ -164,8 +167,8 @@ export class AgentConnection implements AgentHandle {
       session: this.sessionId.slice(0, 8),
       incarnation: fingerprint(hello.incarnationId),
     });
-    const connected = await this.#admit(hello, token);
-    const resumed = await this.#resume(hello, held);
+    const connected = await admitAgent(this.deps, this.sessionId, hello, token, this.#log);
+    const resumed = await resumeAgent(this.deps, this.#attempts, (m) => this.#out.push(m), hello, held, this.#log);
     this.deps.registry.register(this);
     const untoken = this.#endWithToken(token);
     const reports = new AgentReports({
@@ -207,144 +210,6 @@ export class AgentConnection implements AgentHandle {
       this.deps.onFleetChanged();
       this.#log.info(`agent ${this.agentId} disconnected${this.#goodbye ? ': it said goodbye (stopped)' : ''}`);
     }
-  }
-
-  /** An agent token's bounds: its open streams, and the agent rows it may hold (`--max-token-agents`). */
-  async #admitToken(hello: Hello, token: AgentTokenUsed): Promise<void> {
-    const c = this.deps.agentCredentials;
-    c.streams?.admit(token.id, 'agent');
-    if (c.maxTokenAgents === undefined) return;
-    const held = await this.deps.store.agentsOfTokenPast(token.id, hello.agentId, c.maxTokenAgents);
-    if (held === null) return;
-    c.limited?.('agents');
-    throw new ConnectError(
-      `hello.agent_id: API token "${token.id}" holds ${held} agents, ` +
-        `the limit (--max-token-agents ${c.maxTokenAgents}): ` +
-        `reuse an agent id, or forget gone agents (leoflow agents forget)`,
-      Code.ResourceExhausted,
-    );
-  }
-
-  /** Records the agent connected, or throws the refusal; a live stream of the same process is replaced. */
-  async #admit(hello: Hello, token: AgentTokenUsed | null): Promise<{ draining: boolean }> {
-    const { store, registry } = this.deps;
-    // A live stream of this agent id from another process: a duplicate id never takes its place.
-    // The same process (its stream half-dead, it reconnected) takes over its own.
-    const live = registry.get(hello.agentId);
-    if (live && live.incarnationId !== hello.incarnationId) throw this.#heldElsewhere();
-    if (token) await this.#admitToken(hello, token);
-    // A one-shot claim is a placement like any other, checked before anything is written. (A
-    // pod's claim names its attempt's token instead, bound to that pod at Hello.)
-    if (isOneShot(hello) && hello.onlyAttemptToken === '') {
-      const why = await store.oneShotRefusal(hello.onlyTiId, hello);
-      if (why !== null) {
-        this.deps.onRejected('hello', 'invalid');
-        this.#log.warn({ tiId: hello.onlyTiId, why }, `one-shot claim of task instance ${hello.onlyTiId} refused`);
-        throw new ConnectError(
-          `hello.only_ti_id: agent "${hello.agentId}" may not take task instance ${hello.onlyTiId}: ${why}`,
-          Code.PermissionDenied,
-        );
-      }
-    }
-    const connected = await store.connectAgent({
-      agentId: hello.agentId,
-      labels: hello.labels,
-      capabilities: hello.capabilities,
-      slots: hello.slots,
-      sessionId: this.sessionId,
-      protocolVersion: hello.protocolVersion,
-      incarnationId: hello.incarnationId,
-      liveMs: 3 * this.deps.keepaliveMs,
-      oneShot: isOneShot(hello),
-      tokenId: token?.id ?? null,
-    });
-    if (!connected) throw this.#heldElsewhere();
-    // Checked after the write: the replica's agents are marked gone when it starts to leave, and
-    // a Hello written after that is undone here.
-    if (this.deps.leaving()) {
-      await store
-        .disconnectAgent(hello.agentId, this.sessionId)
-        .catch((err: unknown) => this.#log.error({ err }, 'could not mark a refused agent disconnected'));
-      throw new ConnectError(`replica ${this.deps.replicaId} is shutting down: connect to another`, Code.Unavailable);
-    }
-    if (live)
-      live.close(`replaced by a newer stream of the same agent process (session ${this.sessionId.slice(0, 8)})`);
-    return connected;
-  }
-
-  /**
-   * Takes back the attempts the agent holds that are still its own, tells it which are not, ends
-   * what an earlier process of the agent was given and this one does not hold, and sends Welcome.
-   * Returns the attempts resumed.
-   */
-  async #resume(hello: Hello, held: HeldRef[]): Promise<HeldRef[]> {
-    const { store } = this.deps;
-    const current = await store.currentAttempts(hello.agentId, hello.incarnationId, held);
-    const resumed = held.filter((r) => current.has(r.attemptToken));
-    const superseded = held.filter((r) => !current.has(r.attemptToken));
-    for (const r of resumed) this.#attempts.held.set(r.tiId, r);
-    const logs = await store.logsSoFar(resumed);
-    for (const r of resumed)
-      this.#attempts.logSeq.set(r.attemptToken, logs.get(`${r.tiId}/${r.tryNumber}`)?.lastSeq ?? 0);
-    // The agent still holds attempts that were given to someone else meanwhile: a zombie's claim.
-    for (const r of superseded) {
-      this.deps.onRejected('hello', 'stale');
-      this.#log.warn(
-        { tiId: r.tiId, try: r.tryNumber },
-        'agent reconnected holding a superseded attempt: it is told to stop it',
-      );
-    }
-    // Over: retried with a new token, never sent here with the old one.
-    const abandoned = await store.endAbandoned(hello.agentId, hello.incarnationId);
-    for (const a of abandoned) {
-      this.#log.warn(
-        {
-          tiId: a.tiId,
-          runId: a.runId,
-          taskId: a.taskId,
-          try: a.tryNumber,
-          verdict: a.verdict,
-          earlierIncarnation: fingerprint(a.deliveredTo),
-        },
-        `task ${a.taskId} lost: agent ${hello.agentId} restarted and no longer holds it: ${a.verdict}`,
-      );
-    }
-    if (abandoned.length > 0) this.deps.onAbandoned(abandoned);
-    // Where else to go, for an agent given this replica's address only (a failed read costs the
-    // agent that knowledge, not its stream).
-    const replicaUrls = await this.deps.replicaUrls().catch((err: unknown) => {
-      this.#log.warn({ err }, "could not read the replicas' addresses for Welcome");
-      return [];
-    });
-    this.#out.push({
-      msg: {
-        case: 'welcome',
-        value: {
-          protocolVersion: hello.protocolVersion,
-          replicaId: this.deps.replicaId,
-          keepaliveInterval: durationFromMs(this.deps.keepaliveMs),
-          maxReconnectBackoff: durationFromMs(this.deps.maxReconnectBackoffMs),
-          heartbeatThreshold: durationFromMs(this.deps.heartbeatThresholdMs),
-          replicaUrls,
-          resumed,
-          superseded,
-          logsSoFar: resumed.map((r) => {
-            const so = logs.get(`${r.tiId}/${r.tryNumber}`);
-            return {
-              attempt: r,
-              stdoutLines: so?.stdout ?? 0,
-              stderrLines: so?.stderr ?? 0,
-              lastSeq: so?.lastSeq ?? 0,
-            };
-          }),
-        },
-      },
-    });
-    this.#log.info(
-      { labels: hello.labels, slots: hello.slots, resumed: resumed.length, superseded: superseded.length },
-      `agent ${hello.agentId} connected`,
-    );
-    return resumed;
   }
 
   /**
@@ -421,18 +286,4 @@ export class AgentConnection implements AgentHandle {
       );
     }
   }
-
-  #heldElsewhere(): ConnectError {
-    this.#log.warn(`agent ${this.agentId} refused: another process holds this agent id on a live stream`);
-    return new ConnectError(
-      `agent_id ${JSON.stringify(this.agentId)} is held by another process on a live stream (a different ` +
-        `hello.incarnation_id): agent ids must be unique; retry once that stream has ended`,
-      Code.AlreadyExists,
-    );
-  }
-}
-
-/** A one-shot agent (`leoflow agent --once`, a pod's agent) names the one TI it is for. */
-function isOneShot(hello: Hello): boolean {
-  return hello.onlyTiId !== '0' && hello.onlyTiId !== '';
 }

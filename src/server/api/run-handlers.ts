@@ -1,19 +1,29 @@
 import { currentOutputs } from '../../db/attempts/current-outputs.js';
 import { INLINE_OUTPUT_BYTES, withOutputs } from './outputs-in-response.js';
-import type { ServiceImpl } from '@connectrpc/connect';
-import type { WorkflowService } from '../../gen/leoflow/v1/workflow_pb.js';
+import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
+import type {
+  CancelRunRequest,
+  CancelTaskInstanceRequest,
+  ClearTaskInstanceRequest,
+  GetRunRequest,
+  GetTaskOutputRequest,
+  ListRunsRequest,
+  ListTaskInstancesRequest,
+  TriggerRunRequest,
+  WorkflowService,
+} from '../../gen/leoflow/v1/workflow_pb.js';
 import type { WorkflowDeps } from './workflow-deps.js';
 import { timestampDate } from '@bufbuild/protobuf/wkt';
 import { randomBytes } from 'node:crypto';
 import { actorPayload } from '../../core/actor.js';
 import { parseTraceparent, parseTracestate } from '../../core/trace-context.js';
-import { cancelRun } from '../../db/cancel-run.js';
-import { cancelTaskInstance } from '../../db/cancel-task-instance.js';
-import { clearTaskInstance } from '../../db/clear-task-instance.js';
+import { cancelRun as writeRunCancel } from '../../db/cancel-run.js';
+import { cancelTaskInstance as writeTiCancel } from '../../db/cancel-task-instance.js';
+import { clearTaskInstance as writeTiClear } from '../../db/clear-task-instance.js';
 import { dagExists } from '../../db/dags.js';
 import { lastFeedSeq } from '../../db/events/last-feed-seq.js';
 import { triggeredBy } from '../../db/events/triggered-by.js';
-import { createRunOfDag, getRunView, listRuns } from '../../db/runs.js';
+import { createRunOfDag, getRunView, listRuns as readRuns } from '../../db/runs.js';
 import { listTiViews } from '../../db/tis.js';
 import { taskOutputs } from '../../db/attempts/task-output.js';
 import { timestampFromDate } from '@bufbuild/protobuf/wkt';
@@ -39,209 +49,225 @@ export function runHandlers(
   | 'cancelTaskInstance'
   | 'getTaskOutput'
 > {
-  const { sql } = deps;
   return {
-    async triggerRun(req, ctx) {
-      const by = callerOf(ctx);
-      const dagId = required('dag_id', req.dagId);
-      // W3C trace context from gRPC metadata or an HTTP header (both are headers here). One that
-      // does not parse is ignored, as the spec asks: the run starts a trace of its own.
-      const callerParent = parseTraceparent(ctx.requestHeader.get('traceparent'));
-      const caller = callerParent
-        ? { traceparent: callerParent, tracestate: parseTracestate(ctx.requestHeader.get('tracestate')) }
-        : undefined;
-      const conf = parseConf(req.confJson);
-      if (req.runKey !== '' && !/^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}$/.test(req.runKey)) {
-        throw new InvalidArgumentError(
-          'run_key',
-          'must be 1-200 characters of letters, digits and _ . : + -, starting with a letter or digit',
-        );
-      }
-      const now = new Date();
-      const runKey = req.runKey || `manual__${now.toISOString()}__${randomBytes(3).toString('hex')}`;
-      // One statement: the DAG's current version is read and the run made from it.
-      const result = await createRunOfDag(sql, {
-        dagId,
-        runKey,
-        runType: 'manual',
-        logicalDate: now,
-        conf,
-        defaultExecutor: deps.defaultExecutor,
-        by,
-        ...(caller ? { caller } : {}),
-        ...(req.noCache ? { noCache: true } : {}),
-      }).catch((err: unknown) => {
-        // 23503: the DAG was deleted while the run was being made (its foreign key found no DAG).
-        if ((err as { code?: string }).code === '23503') return null;
-        throw err;
-      });
-      if (!result) throw new NotFoundError(`DAG "${dagId}" not found`);
-      if (result.created) {
-        deps.logger.info({ runId: result.run.id, dagId, runKey, ...actorPayload(by) }, 'run triggered');
-        if (result.read && deps.runCreated) {
-          deps.runCreated({
-            run: {
-              ...result.run,
-              spec: result.read.spec,
-              dag_paused: result.read.dagPaused,
-              running_in_dag: result.read.runningInDag,
-            },
-            tis: result.read.tis,
-          });
-        } else deps.nudge([result.run.id]);
-      }
-      return { run: runToProto(result.run), created: result.created };
-    },
-
-    async getRun(req) {
-      const runId = parseId('run_id', req.runId);
-      // Unset (a caller in this process may leave them out) is the default, as on the wire.
-      const pageSize = req.pageSize ?? 0;
-      if (pageSize < 0 || pageSize > MAX_TI_PAGE_SIZE)
-        throw new InvalidArgumentError('page_size', `must be between 0 and ${MAX_TI_PAGE_SIZE}, got ${pageSize}`);
-      const start = parseTiPageToken(req.pageToken ?? '');
-      const [run, page, by] = await Promise.all([
-        getRunView(sql, runId),
-        readTiPage((from, limit) => runTisPage(sql, runId, from, limit), start, pageSize),
-        triggeredBy(sql, runId),
-      ]);
-      if (!run) throw new NotFoundError(`run ${runId} not found`);
-      // The mapped tasks' own instances on this page count their mapped instances, on whatever page.
-      const parents = page.tis.filter((t) => t.map_count !== null && t.map_count !== undefined).map((t) => t.id);
-      const counts = await mappedStateCounts(sql, parents);
-      for (const ti of page.protos) Object.assign(ti.mapStateCounts, counts.get(ti.tiId));
-      const taskInstances = req.withOutputs
-        ? withOutputs(
-            page.protos,
-            await currentOutputs(
-              sql,
-              runId,
-              INLINE_OUTPUT_BYTES,
-              page.tis.map((t) => t.id),
-            ),
-          )
-        : page.protos;
-      return { run: runToProto(run, by), taskInstances, nextPageToken: page.nextPageToken };
-    },
-
-    async listRuns(req) {
-      if (req.limit < 0 || req.limit > 1000)
-        throw new InvalidArgumentError('limit', `must be between 0 and 1000, got ${req.limit}`);
-      const states = req.states.map(runStateOfWire);
-      const limit = req.limit || 50;
-      const beforeId = req.pageToken ? parseId('page_token', req.pageToken) : undefined;
-      const createdFrom = req.createdFrom ? timestampDate(req.createdFrom) : undefined;
-      const createdTo = req.createdTo ? timestampDate(req.createdTo) : undefined;
-      // Read before the runs, so a change made between the two reads is replayed, not missed.
-      const watchSeq = req.withWatchSeq ? await lastFeedSeq(sql) : 0n;
-      // One more than asked for tells whether another page follows.
-      const runs = await listRuns(sql, {
-        dagId: req.dagId || undefined,
-        states,
-        limit: limit + 1,
-        beforeId,
-        createdFrom,
-        createdTo,
-      });
-      // A DAG with runs exists (they are deleted with it): only an empty list needs the check.
-      if (req.dagId && runs.length === 0 && !beforeId && !(await dagExists(sql, req.dagId)))
-        throw new NotFoundError(`DAG "${req.dagId}" not found`);
-      return { ...pageOfRuns(runs, limit), watchSeq: watchSeq.toString() };
-    },
-
-    async cancelRun(req, ctx) {
-      const by = callerOf(ctx);
-      const runId = parseId('run_id', req.runId);
-      const outcome = await cancelRun(sql, runId, by);
-      if (outcome.kind === 'not_found') throw new NotFoundError(`run ${runId} not found`);
-      if (outcome.kind === 'already_ended')
-        throw new FailedPreconditionError(`run ${runId} has already ended (${outcome.run.state})`);
-      deps.stopAttempts(outcome.stoppedTiIds, `run ${runId} cancelled`);
-      deps.logger.info({ runId, stopped: outcome.stoppedTiIds.length, ...actorPayload(by) }, 'run cancelled');
-      deps.nudge();
-      return { run: runToProto(outcome.run) };
-    },
-
-    async getTaskOutput(req) {
-      const runId = parseId('run_id', req.runId);
-      const taskId = required('task_id', req.taskId);
-      if (req.tryNumber < 0)
-        throw new InvalidArgumentError('try_number', `must be 0 (every try) or more, got ${req.tryNumber}`);
-      const outputs = await taskOutputs(sql, runId, taskId, req.tryNumber || undefined);
-      if (outputs.length === 0 && !(await listTiViews(sql, runId)).some((t) => t.task_id === taskId)) {
-        throw new NotFoundError(`task "${taskId}" of run ${runId} not found`);
-      }
-      return {
-        outputs: outputs.map((o) => ({
-          tryNumber: o.tryNumber,
-          json: o.json,
-          sizeBytes: o.sizeBytes,
-          recordedAt: timestampFromDate(o.recordedAt),
-        })),
-      };
-    },
-
-    async listTaskInstances(req) {
-      const runId = parseId('run_id', req.runId);
-      const tis = await listTiViews(sql, runId);
-      // Every run has task instances (a DAG has tasks): only none needs the run looked up.
-      if (tis.length === 0 && !(await getRunView(sql, runId))) throw new NotFoundError(`run ${runId} not found`);
-      const taskInstances = tis.map(tiToProto);
-      if (!req.withOutputs) return { taskInstances };
-      return { taskInstances: withOutputs(taskInstances, await currentOutputs(sql, runId, INLINE_OUTPUT_BYTES)) };
-    },
-
-    async clearTaskInstance(req, ctx) {
-      const by = callerOf(ctx);
-      const runId = parseId('run_id', req.runId);
-      const taskId = required('task_id', req.taskId);
-      const outcome = await clearTaskInstance(sql, {
-        runId,
-        taskId,
-        downstream: req.downstream,
-        noCache: req.noCache,
-        by,
-      });
-      if (outcome.kind === 'run_not_found') throw new NotFoundError(`run ${runId} not found`);
-      if (outcome.kind === 'task_not_found') throw new NotFoundError(`run ${runId} has no task "${taskId}"`);
-      if (outcome.kind === 'not_ended') {
-        throw new FailedPreconditionError(
-          `task "${taskId}" of run ${runId} is ${outcome.ti.state}: ` +
-            `only a task instance that has ended (success, failed, upstream_failed, skipped, cancelled) can be cleared`,
-        );
-      }
-      deps.logger.info(
-        {
-          runId,
-          taskId,
-          cleared: outcome.cleared.map((t) => t.task_id),
-          reopenedFrom: outcome.reopenedFrom ?? undefined,
-          ...actorPayload(by),
-        },
-        outcome.reopenedFrom ? `cleared ${taskId}; run re-opened` : `cleared ${taskId}`,
-      );
-      deps.nudge([runId]);
-      return { run: runToProto(outcome.run), cleared: outcome.cleared.map(tiToProto) };
-    },
-
-    async cancelTaskInstance(req, ctx) {
-      const by = callerOf(ctx);
-      const runId = parseId('run_id', req.runId);
-      const taskId = required('task_id', req.taskId);
-      const outcome = await cancelTaskInstance(sql, runId, taskId, by);
-      if (outcome.kind === 'run_not_found') throw new NotFoundError(`run ${runId} not found`);
-      if (outcome.kind === 'task_not_found') throw new NotFoundError(`run ${runId} has no task "${taskId}"`);
-      if (outcome.kind === 'already_ended') {
-        throw new FailedPreconditionError(`task "${taskId}" of run ${runId} has already ended (${outcome.ti.state})`);
-      }
-      if (outcome.mayHoldProcess) deps.stopAttempts([outcome.ti.id], `task ${taskId} of run ${runId} cancelled`);
-      deps.logger.info(
-        { runId, taskId, tiId: outcome.ti.id, was: outcome.was, ...actorPayload(by) },
-        `task ${taskId} cancelled`,
-      );
-      // The run goes on by its trigger rules: plan its downstream now.
-      deps.nudge([runId]);
-      return { taskInstance: tiToProto(outcome.ti) };
-    },
+    triggerRun: (req, ctx) => triggerRun(deps, req, ctx),
+    getRun: (req) => getRun(deps, req),
+    listRuns: (req) => listRuns(deps, req),
+    cancelRun: (req, ctx) => cancelRun(deps, req, ctx),
+    getTaskOutput: (req) => getTaskOutput(deps, req),
+    listTaskInstances: (req) => listTaskInstances(deps, req),
+    clearTaskInstance: (req, ctx) => clearTaskInstance(deps, req, ctx),
+    cancelTaskInstance: (req, ctx) => cancelTaskInstance(deps, req, ctx),
   };
+}
+
+/** A run of the DAG's current version, by the caller, with its conf, key and trace context. */
+async function triggerRun(deps: WorkflowDeps, req: TriggerRunRequest, ctx: HandlerContext) {
+  const by = callerOf(ctx);
+  const dagId = required('dag_id', req.dagId);
+  // W3C trace context from gRPC metadata or an HTTP header (both are headers here). One that
+  // does not parse is ignored, as the spec asks: the run starts a trace of its own.
+  const callerParent = parseTraceparent(ctx.requestHeader.get('traceparent'));
+  const caller = callerParent
+    ? { traceparent: callerParent, tracestate: parseTracestate(ctx.requestHeader.get('tracestate')) }
+    : undefined;
+  const conf = parseConf(req.confJson);
+  if (req.runKey !== '' && !/^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}$/.test(req.runKey)) {
+    throw new InvalidArgumentError(
+      'run_key',
+      'must be 1-200 characters of letters, digits and _ . : + -, starting with a letter or digit',
+    );
+  }
+  const now = new Date();
+  const runKey = req.runKey || `manual__${now.toISOString()}__${randomBytes(3).toString('hex')}`;
+  // One statement: the DAG's current version is read and the run made from it.
+  const result = await createRunOfDag(deps.sql, {
+    dagId,
+    runKey,
+    runType: 'manual',
+    logicalDate: now,
+    conf,
+    defaultExecutor: deps.defaultExecutor,
+    by,
+    ...(caller ? { caller } : {}),
+    ...(req.noCache ? { noCache: true } : {}),
+  }).catch((err: unknown) => {
+    // 23503: the DAG was deleted while the run was being made (its foreign key found no DAG).
+    if ((err as { code?: string }).code === '23503') return null;
+    throw err;
+  });
+  if (!result) throw new NotFoundError(`DAG "${dagId}" not found`);
+  if (result.created) {
+    deps.logger.info({ runId: result.run.id, dagId, runKey, ...actorPayload(by) }, 'run triggered');
+    if (result.read && deps.runCreated) {
+      deps.runCreated({
+        run: {
+          ...result.run,
+          spec: result.read.spec,
+          dag_paused: result.read.dagPaused,
+          running_in_dag: result.read.runningInDag,
+        },
+        tis: result.read.tis,
+      });
+    } else deps.nudge([result.run.id]);
+  }
+  return { run: runToProto(result.run), created: result.created };
+}
+
+/** A run with its task instances (and their outputs, when asked). */
+async function getRun(deps: WorkflowDeps, req: GetRunRequest) {
+  const runId = parseId('run_id', req.runId);
+  // Unset (a caller in this process may leave them out) is the default, as on the wire.
+  const pageSize = req.pageSize ?? 0;
+  if (pageSize < 0 || pageSize > MAX_TI_PAGE_SIZE)
+    throw new InvalidArgumentError('page_size', `must be between 0 and ${MAX_TI_PAGE_SIZE}, got ${pageSize}`);
+  const start = parseTiPageToken(req.pageToken ?? '');
+  const [run, page, by] = await Promise.all([
+    getRunView(deps.sql, runId),
+    readTiPage((from, limit) => runTisPage(deps.sql, runId, from, limit), start, pageSize),
+    triggeredBy(deps.sql, runId),
+  ]);
+  if (!run) throw new NotFoundError(`run ${runId} not found`);
+  // The mapped tasks' own instances on this page count their mapped instances, on whatever page.
+  const parents = page.tis.filter((t) => t.map_count !== null && t.map_count !== undefined).map((t) => t.id);
+  const counts = await mappedStateCounts(deps.sql, parents);
+  for (const ti of page.protos) Object.assign(ti.mapStateCounts, counts.get(ti.tiId));
+  const taskInstances = req.withOutputs
+    ? withOutputs(
+        page.protos,
+        await currentOutputs(
+          deps.sql,
+          runId,
+          INLINE_OUTPUT_BYTES,
+          page.tis.map((t) => t.id),
+        ),
+      )
+    : page.protos;
+  return { run: runToProto(run, by), taskInstances, nextPageToken: page.nextPageToken };
+}
+
+/** A page of runs, newest first, by DAG, states and creation time. */
+async function listRuns(deps: WorkflowDeps, req: ListRunsRequest) {
+  if (req.limit < 0 || req.limit > 1000)
+    throw new InvalidArgumentError('limit', `must be between 0 and 1000, got ${req.limit}`);
+  const states = req.states.map(runStateOfWire);
+  const limit = req.limit || 50;
+  const beforeId = req.pageToken ? parseId('page_token', req.pageToken) : undefined;
+  const createdFrom = req.createdFrom ? timestampDate(req.createdFrom) : undefined;
+  const createdTo = req.createdTo ? timestampDate(req.createdTo) : undefined;
+  // Read before the runs, so a change made between the two reads is replayed, not missed.
+  const watchSeq = req.withWatchSeq ? await lastFeedSeq(deps.sql) : 0n;
+  // One more than asked for tells whether another page follows.
+  const runs = await readRuns(deps.sql, {
+    dagId: req.dagId || undefined,
+    states,
+    limit: limit + 1,
+    beforeId,
+    createdFrom,
+    createdTo,
+  });
+  // A DAG with runs exists (they are deleted with it): only an empty list needs the check.
+  if (req.dagId && runs.length === 0 && !beforeId && !(await dagExists(deps.sql, req.dagId)))
+    throw new NotFoundError(`DAG "${req.dagId}" not found`);
+  return { ...pageOfRuns(runs, limit), watchSeq: watchSeq.toString() };
+}
+
+/** Cancels a run that has not ended; its running attempts are stopped. */
+async function cancelRun(deps: WorkflowDeps, req: CancelRunRequest, ctx: HandlerContext) {
+  const by = callerOf(ctx);
+  const runId = parseId('run_id', req.runId);
+  const outcome = await writeRunCancel(deps.sql, runId, by);
+  if (outcome.kind === 'not_found') throw new NotFoundError(`run ${runId} not found`);
+  if (outcome.kind === 'already_ended')
+    throw new FailedPreconditionError(`run ${runId} has already ended (${outcome.run.state})`);
+  deps.stopAttempts(outcome.stoppedTiIds, `run ${runId} cancelled`);
+  deps.logger.info({ runId, stopped: outcome.stoppedTiIds.length, ...actorPayload(by) }, 'run cancelled');
+  deps.nudge();
+  return { run: runToProto(outcome.run) };
+}
+
+/** The outputs a task recorded, of one try or of each. */
+async function getTaskOutput(deps: WorkflowDeps, req: GetTaskOutputRequest) {
+  const runId = parseId('run_id', req.runId);
+  const taskId = required('task_id', req.taskId);
+  if (req.tryNumber < 0)
+    throw new InvalidArgumentError('try_number', `must be 0 (every try) or more, got ${req.tryNumber}`);
+  const outputs = await taskOutputs(deps.sql, runId, taskId, req.tryNumber || undefined);
+  if (outputs.length === 0 && !(await listTiViews(deps.sql, runId)).some((t) => t.task_id === taskId)) {
+    throw new NotFoundError(`task "${taskId}" of run ${runId} not found`);
+  }
+  return {
+    outputs: outputs.map((o) => ({
+      tryNumber: o.tryNumber,
+      json: o.json,
+      sizeBytes: o.sizeBytes,
+      recordedAt: timestampFromDate(o.recordedAt),
+    })),
+  };
+}
+
+/** A run's task instances (and their outputs, when asked). */
+async function listTaskInstances(deps: WorkflowDeps, req: ListTaskInstancesRequest) {
+  const runId = parseId('run_id', req.runId);
+  const tis = await listTiViews(deps.sql, runId);
+  // Every run has task instances (a DAG has tasks): only none needs the run looked up.
+  if (tis.length === 0 && !(await getRunView(deps.sql, runId))) throw new NotFoundError(`run ${runId} not found`);
+  const taskInstances = tis.map(tiToProto);
+  if (!req.withOutputs) return { taskInstances };
+  return { taskInstances: withOutputs(taskInstances, await currentOutputs(deps.sql, runId, INLINE_OUTPUT_BYTES)) };
+}
+
+/** Runs an ended task instance again (and its downstream, when asked), re-opening its run. */
+async function clearTaskInstance(deps: WorkflowDeps, req: ClearTaskInstanceRequest, ctx: HandlerContext) {
+  const by = callerOf(ctx);
+  const runId = parseId('run_id', req.runId);
+  const taskId = required('task_id', req.taskId);
+  const outcome = await writeTiClear(deps.sql, {
+    runId,
+    taskId,
+    downstream: req.downstream,
+    noCache: req.noCache,
+    by,
+  });
+  if (outcome.kind === 'run_not_found') throw new NotFoundError(`run ${runId} not found`);
+  if (outcome.kind === 'task_not_found') throw new NotFoundError(`run ${runId} has no task "${taskId}"`);
+  if (outcome.kind === 'not_ended') {
+    throw new FailedPreconditionError(
+      `task "${taskId}" of run ${runId} is ${outcome.ti.state}: ` +
+        `only a task instance that has ended (success, failed, upstream_failed, skipped, cancelled) can be cleared`,
+    );
+  }
+  deps.logger.info(
+    {
+      runId,
+      taskId,
+      cleared: outcome.cleared.map((t) => t.task_id),
+      reopenedFrom: outcome.reopenedFrom ?? undefined,
+      ...actorPayload(by),
+    },
+    outcome.reopenedFrom ? `cleared ${taskId}; run re-opened` : `cleared ${taskId}`,
+  );
+  deps.nudge([runId]);
+  return { run: runToProto(outcome.run), cleared: outcome.cleared.map(tiToProto) };
+}
+
+/** Cancels one task instance that has not ended; the run goes on by its trigger rules. */
+async function cancelTaskInstance(deps: WorkflowDeps, req: CancelTaskInstanceRequest, ctx: HandlerContext) {
+  const by = callerOf(ctx);
+  const runId = parseId('run_id', req.runId);
+  const taskId = required('task_id', req.taskId);
+  const outcome = await writeTiCancel(deps.sql, runId, taskId, by);
+  if (outcome.kind === 'run_not_found') throw new NotFoundError(`run ${runId} not found`);
+  if (outcome.kind === 'task_not_found') throw new NotFoundError(`run ${runId} has no task "${taskId}"`);
+  if (outcome.kind === 'already_ended') {
+    throw new FailedPreconditionError(`task "${taskId}" of run ${runId} has already ended (${outcome.ti.state})`);
+  }
+  if (outcome.mayHoldProcess) deps.stopAttempts([outcome.ti.id], `task ${taskId} of run ${runId} cancelled`);
+  deps.logger.info(
+    { runId, taskId, tiId: outcome.ti.id, was: outcome.was, ...actorPayload(by) },
+    `task ${taskId} cancelled`,
+  );
+  // The run goes on by its trigger rules: plan its downstream now.
+  deps.nudge([runId]);
+  return { taskInstance: tiToProto(outcome.ti) };
 }

@@ -4,7 +4,7 @@ import { AgentService } from '../../gen/leoflow/v1/agent_pb.js';
 import { ClusterService } from '../../gen/leoflow/v1/cluster_pb.js';
 import { TokenService } from '../../gen/leoflow/v1/token_pb.js';
 import { WorkflowService } from '../../gen/leoflow/v1/workflow_pb.js';
-import type { Role } from '../config/config.js';
+import type { ReplicaRole } from '../config/config.js';
 
 const w = WorkflowService.method;
 
@@ -65,7 +65,7 @@ const AGENT_STREAM = key(AgentService.method.connect);
  * Hello while the fix is only another address: behind a Service that also selects observers, its
  * next connection lands elsewhere.
  */
-export function roleGuard(role: Role, replicaId: string): Interceptor {
+export function roleGuard(role: ReplicaRole, replicaId: string): Interceptor {
   return (next) => async (req) => {
     if (role === 'observer') {
       const k = `${req.service.typeName}/${req.method.name}`;

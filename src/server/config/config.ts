@@ -14,7 +14,7 @@ export const EXECUTORS = ['subprocess', 'kubernetes'] as const;
  * streams but never campaigns; `observer` serves reads only.
  */
 export const ROLES = ['auto', 'leader', 'worker', 'observer'] as const;
-export type Role = (typeof ROLES)[number];
+export type ReplicaRole = (typeof ROLES)[number];
 /**
  * A replica id names its Postgres sessions (`application_name`, 63 bytes at most, where the
  * longest prefix, `leoflow-replica:observer:`, takes 25): longer ids would be cut and misread.
@@ -25,7 +25,7 @@ export const MAX_REPLICA_ID = 38;
 export interface Config {
   edition: Edition;
   replicaId: string;
-  role: Role;
+  role: ReplicaRole;
   /** How long a replica of role `leader` waits for the lock at start before giving up. */
   leaderTimeoutMs: number;
   /** /healthz fails when the scheduler loop has made no progress (a turn, a step ended) this long

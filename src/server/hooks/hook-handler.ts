@@ -38,6 +38,22 @@ class Refusal extends Error {
   }
 }
 
+export interface HookHandlerOptions {
+  hooks: readonly Hook[];
+  sql: Sql;
+  logger: Logger;
+  defaultExecutor: string;
+  /** With auth on, a hook without a secret needs a token of role operator. */
+  auth: { required: boolean; authenticator: TokenAuthenticator };
+  /** The caller's id when auth is off (`local` on loopback). */
+  openActor: string;
+  writes: WriteLimiter;
+  /** An observer replica takes no writes, a delivery included. */
+  observer: boolean;
+  nudge(runIds: string[]): void;
+  refused(hook: string, status: number): void;
+}
+
 /** The body, or a 413 as soon as it is past `limit`: a flood is not buffered. */
 function readBody(req: Req, limit: number): Promise<Buffer> {
   return new Promise((resolve, reject) => {
@@ -70,93 +86,9 @@ const header = (req: Req, name: string): string | undefined => {
   return Array.isArray(v) ? v[0] : v;
 };
 
-export function hookHandler(o: {
-  hooks: readonly Hook[];
-  sql: Sql;
-  logger: Logger;
-  defaultExecutor: string;
-  /** With auth on, a hook without a secret needs a token of role operator. */
-  auth: { required: boolean; authenticator: TokenAuthenticator };
-  /** The caller's id when auth is off (`local` on loopback). */
-  openActor: string;
-  writes: WriteLimiter;
-  /** An observer replica takes no writes, a delivery included. */
-  observer: boolean;
-  nudge(runIds: string[]): void;
-  refused(hook: string, status: number): void;
-}): ApiHandler {
+/** The handler of `POST /hooks/NAME`: each hook of the --hooks file, by its name. */
+export function hookHandler(o: HookHandlerOptions): ApiHandler {
   const byName = new Map(o.hooks.map((h) => [h.name, h]));
-  const reply = (res: Res, status: number, body: unknown, headers: Record<string, string> = {}) => {
-    res.writeHead(status, { 'content-type': 'application/json', ...headers });
-    res.end(JSON.stringify(body) + '\n');
-  };
-
-  async function deliver(req: Req, hook: Hook): Promise<unknown> {
-    if (req.method !== 'POST') throw new Refusal(405, 'a hook takes POST only', { allow: 'POST' });
-    if (o.observer) throw new Refusal(403, 'this replica has role observer and takes no writes: send hooks to another');
-    const body = await readBody(req, LIMITS.confBytes);
-    const peer = peerOf(req);
-    let by: Actor;
-    if (hook.secret) {
-      if (!signatureHolds(hook, body, header(req, hook.signatureHeader)))
-        throw new Refusal(401, `${hook.signatureHeader}: missing, or not sha256=<hex> of the body with the hook's key`);
-      by = { id: `hook:${hook.name}`, peer };
-    } else if (o.auth.required) {
-      const secret = bearerToken(header(req, 'authorization') ?? null);
-      if (secret === null) throw new Refusal(401, 'this hook needs an API token: send "authorization: Bearer <token>"');
-      const who = await o.auth.authenticator.authenticate(secret);
-      if (!who.ok) throw new Refusal(401, who.reason);
-      if (!roleAllows(who.token.role, 'operator'))
-        throw new Refusal(
-          403,
-          `a hook needs role operator or above; token "${who.token.id}" has role ${who.token.role}`,
-        );
-      by = { id: who.token.id, peer };
-    } else by = { id: o.openActor, peer };
-    const waitMs = o.writes.take(`hook ${hook.name}`);
-    if (waitMs !== null)
-      throw new Refusal(429, `hook ${hook.name} took more than ${o.writes.perSecond} deliveries a second: retry`, {
-        'retry-after': String(Math.ceil(waitMs / 1000)),
-      });
-    const key = hook.keyHeader ? header(req, hook.keyHeader) : undefined;
-    if (key !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}$/.test(key))
-      throw new Refusal(400, `${hook.keyHeader}: must be 1-200 characters of letters, digits and _ . : + -`);
-    let payload: Record<string, unknown>;
-    try {
-      payload = parseConf(body.toString('utf8'), 'body');
-    } catch (err) {
-      if (err instanceof InvalidArgumentError) throw new Refusal(400, err.message);
-      throw err;
-    }
-    const taken = await takeEvent(o.sql, {
-      name: hook.event,
-      key: key ?? `hook__${hook.name}__${Date.now()}__${Math.random().toString(36).slice(2, 10)}`,
-      payload,
-      by,
-      defaultExecutor: o.defaultExecutor,
-    });
-    if (!taken.duplicate) {
-      o.logger.info(
-        {
-          hook: hook.name,
-          event: hook.event,
-          eventId: taken.id,
-          runs: taken.runs.map((r) => r.id),
-          waitsEnded: taken.endedWaits.map((w) => w.ti_id),
-          ...actorPayload(by),
-        },
-        'event received by hook',
-      );
-      const toPlan = [...taken.runs.map((r) => r.id), ...taken.endedWaits.map((w) => w.run_id)];
-      if (toPlan.length > 0) o.nudge([...new Set(toPlan)]);
-    }
-    return {
-      event_id: taken.id,
-      duplicate: taken.duplicate,
-      runs: taken.runs.map((r) => ({ run_id: r.id, dag_id: r.dag_id })),
-    };
-  }
-
   return (req, res) => {
     const raw = (req.url ?? '').split('?', 1)[0]!.slice(HOOKS_PATH.length);
     let name = raw;
@@ -172,7 +104,7 @@ export function hookHandler(o: {
       req.resume();
       return;
     }
-    deliver(req, hook).then(
+    deliver(o, req, hook).then(
       (out) => reply(res, 200, out),
       (err: unknown) => {
         if (err instanceof Refusal) {
@@ -185,4 +117,79 @@ export function hookHandler(o: {
       },
     );
   };
+}
+
+function reply(res: Res, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  res.writeHead(status, { 'content-type': 'application/json', ...headers });
+  res.end(JSON.stringify(body) + '\n');
+}
+
+/** One delivery to `hook`: its caller checked, its rate, key and body read, its event taken. */
+async function deliver(o: HookHandlerOptions, req: Req, hook: Hook): Promise<unknown> {
+  if (req.method !== 'POST') throw new Refusal(405, 'a hook takes POST only', { allow: 'POST' });
+  if (o.observer) throw new Refusal(403, 'this replica has role observer and takes no writes: send hooks to another');
+  const body = await readBody(req, LIMITS.confBytes);
+  const by = await callerOfHook(o, req, hook, body);
+  const waitMs = o.writes.take(`hook ${hook.name}`);
+  if (waitMs !== null)
+    throw new Refusal(429, `hook ${hook.name} took more than ${o.writes.perSecond} deliveries a second: retry`, {
+      'retry-after': String(Math.ceil(waitMs / 1000)),
+    });
+  const key = hook.keyHeader ? header(req, hook.keyHeader) : undefined;
+  if (key !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}$/.test(key))
+    throw new Refusal(400, `${hook.keyHeader}: must be 1-200 characters of letters, digits and _ . : + -`);
+  let payload: Record<string, unknown>;
+  try {
+    payload = parseConf(body.toString('utf8'), 'body');
+  } catch (err) {
+    if (err instanceof InvalidArgumentError) throw new Refusal(400, err.message);
+    throw err;
+  }
+  const taken = await takeEvent(o.sql, {
+    name: hook.event,
+    key: key ?? `hook__${hook.name}__${Date.now()}__${Math.random().toString(36).slice(2, 10)}`,
+    payload,
+    by,
+    defaultExecutor: o.defaultExecutor,
+  });
+  if (!taken.duplicate) {
+    o.logger.info(
+      {
+        hook: hook.name,
+        event: hook.event,
+        eventId: taken.id,
+        runs: taken.runs.map((r) => r.id),
+        waitsEnded: taken.endedWaits.map((w) => w.ti_id),
+        ...actorPayload(by),
+      },
+      'event received by hook',
+    );
+    const toPlan = [...taken.runs.map((r) => r.id), ...taken.endedWaits.map((w) => w.run_id)];
+    if (toPlan.length > 0) o.nudge([...new Set(toPlan)]);
+  }
+  return {
+    event_id: taken.id,
+    duplicate: taken.duplicate,
+    runs: taken.runs.map((r) => ({ run_id: r.id, dag_id: r.dag_id })),
+  };
+}
+
+/** Who delivers: the hook itself when its signature holds, else a token's holder (auth on) or the open actor. */
+async function callerOfHook(o: HookHandlerOptions, req: Req, hook: Hook, body: Buffer): Promise<Actor> {
+  const peer = peerOf(req);
+  if (hook.secret) {
+    if (!signatureHolds(hook, body, header(req, hook.signatureHeader)))
+      throw new Refusal(401, `${hook.signatureHeader}: missing, or not sha256=<hex> of the body with the hook's key`);
+    return { id: `hook:${hook.name}`, peer };
+  }
+  if (o.auth.required) {
+    const secret = bearerToken(header(req, 'authorization') ?? null);
+    if (secret === null) throw new Refusal(401, 'this hook needs an API token: send "authorization: Bearer <token>"');
+    const who = await o.auth.authenticator.authenticate(secret);
+    if (!who.ok) throw new Refusal(401, who.reason);
+    if (!roleAllows(who.token.role, 'operator'))
+      throw new Refusal(403, `a hook needs role operator or above; token "${who.token.id}" has role ${who.token.role}`);
+    return { id: who.token.id, peer };
+  }
+  return { id: o.openActor, peer };
 }

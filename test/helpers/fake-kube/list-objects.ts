@@ -1,7 +1,7 @@
 import { parseFieldSelector } from './field-selector.js';
 import { parseLabelSelector } from './label-selector.js';
 import type { KubeObject, ObjectStore, Resource } from './object-store.js';
-import { badRequest, expired } from './status.js';
+import { badRequest, expired, tooLargeResourceVersion } from './status.js';
 
 /** A list with selectors, paged by `limit`/`continue` (a continue token from before a compaction is 410 Expired). */
 export function listObjects(store: ObjectStore, resource: Resource, namespace: string | undefined, url: URL): unknown {
@@ -54,4 +54,18 @@ export function listObjects(store: ObjectStore, resource: Resource, namespace: s
 export function stripKind(o: KubeObject): KubeObject {
   const { kind: _k, apiVersion: _a, ...rest } = o;
   return rest as KubeObject;
+}
+
+/**
+ * A list at `resourceVersion=N` (NotOlderThan) must be at least that fresh: the server waits up
+ * to 3 s for a version it has not reached, then answers 504 Timeout (the watch cache's rule).
+ */
+export async function waitForListVersion(store: ObjectStore, url: URL): Promise<void> {
+  const rv = url.searchParams.get('resourceVersion');
+  if (!rv || rv === '0' || !/^\d+$/.test(rv) || url.searchParams.get('resourceVersionMatch') === 'Exact') return;
+  const deadline = Date.now() + 3000;
+  while (store.resourceVersion < Number(rv)) {
+    if (Date.now() > deadline) throw tooLargeResourceVersion(Number(rv), store.resourceVersion);
+    await new Promise((r) => setTimeout(r, 25));
+  }
 }

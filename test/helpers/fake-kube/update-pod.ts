@@ -1,5 +1,6 @@
-import type { KubeObject } from './object-store.js';
-import { StatusError, badRequest, invalidObject, statusFor, type FieldError } from './status.js';
+import type { Route } from './api-route.js';
+import type { KubeObject, ObjectStore } from './object-store.js';
+import { StatusError, badRequest, invalidObject, notFound, statusFor, type FieldError } from './status.js';
 import { validatePod } from './validate-pod.js';
 
 /**
@@ -192,4 +193,39 @@ function canonical(v: unknown): string {
       .join(',')}}`;
   }
   return JSON.stringify(v) ?? 'null';
+}
+
+/** PATCH or PUT of a pod: its metadata, container images, deadline and added tolerations may change. */
+export function updatePodRequest(
+  store: ObjectStore,
+  route: Route,
+  body: string,
+  contentType: string | undefined,
+): KubeObject {
+  const ns = route.namespace!;
+  const old = store.get('pods', ns, route.name!);
+  if (!old) throw notFound('pods', route.name!);
+  let next: KubeObject;
+  if (route.verb === 'patch') next = applyPatch(old, patchTypeOf(contentType), body);
+  else {
+    try {
+      next = JSON.parse(body);
+    } catch (err) {
+      throw badRequest(`couldn't get version/kind; json parse error: ${(err as Error).message}`);
+    }
+    if (!next?.metadata?.resourceVersion) {
+      throw invalidObject('Pod', route.name!, [
+        {
+          type: 'FieldValueInvalid',
+          field: 'metadata.resourceVersion',
+          message: 'Invalid value: 0x0: must be specified for an update',
+        },
+      ]);
+    }
+  }
+  const stored = checkPodUpdate(old, next);
+  return store.update('pods', ns, route.name!, (p) => {
+    p.metadata = stored.metadata;
+    p.spec = stored.spec;
+  })!;
 }
