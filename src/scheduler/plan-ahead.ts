@@ -150,9 +150,12 @@ export function planAhead(
     const expect = new Map<string, PlannerTi['state'] | 'active'>();
     for (const taskId of [...d.decision.schedule, ...d.decision.upstreamFailed, ...d.decision.skipped]) {
       const mapped = parseMappedTaskId(taskId);
-      // A mapped instance runs once its task expanded, which waits on it until all of them are done.
-      if (mapped) expect.set(d.byTask.get(mapped.task)!.id, 'waiting');
-      else
+      // A mapped instance runs once its task expanded, which waits on it until all of them are done;
+      // the room max_parallel left it was counted with these ends done (one refused spoils the plan).
+      if (mapped) {
+        expect.set(d.byTask.get(mapped.task)!.id, 'waiting');
+        for (const id of ended) expect.set(id, 'success');
+      } else
         for (const dep of spec.get(taskId)!.dependsOn) {
           const up = d.byTask.get(dep)!;
           expect.set(up.id, isTerminalTi(up.state) ? up.state : 'active');
