@@ -14,7 +14,7 @@ import { report } from './report.js';
  * window is reported with what it did. LEOFLOW_BENCH_MAP_ITEMS sets the sizes (10000,100000).
  */
 const SIZES = (process.env.LEOFLOW_BENCH_MAP_ITEMS ?? '10000,100000').split(',').map(Number);
-const WINDOW_MS = Number(process.env.LEOFLOW_BENCH_MAP_WINDOW_MS ?? 300_000);
+const WINDOW_MS = Number(process.env.LEOFLOW_BENCH_MAP_WINDOW_MS ?? 240_000);
 
 /** The server's peak resident set so far, in MiB (Linux). */
 function peakRssMiB(pid: number): number {
