@@ -52,7 +52,7 @@ async function states(runId: string): Promise<Record<string, { state: string; er
 }
 
 describe('mapped tasks on the subprocess executor', () => {
-  it('maps over 1, 20 and 1,000 items: one instance per item, outputs in item order downstream; a clear maps afresh', async () => {
+  it('maps 1, 20 and 1,000 items: one instance each, outputs in item order downstream; a clear maps afresh', async () => {
     const server = await start();
     for (const n of [1, 20, 1000]) {
       const dagId = `map_${n}`;
@@ -155,7 +155,8 @@ describe('mapped tasks on the subprocess executor', () => {
     );
     const expandMs = Date.now() - t0;
     const [c] = await f.db.sql<{ n: number; distinct_i: number; lo: number; hi: number }[]>`
-      select count(*)::int as n, count(distinct map_index)::int as distinct_i, min(map_index) as lo, max(map_index) as hi
+      select count(*)::int as n, count(distinct map_index)::int as distinct_i, min(map_index) as lo,
+             max(map_index) as hi
       from task_instances where run_id = ${runId} and map_parent is not null`;
     expect(c).toEqual({ n: 100_000, distinct_i: 100_000, lo: 0, hi: 99_999 });
     // 100,000 process spawns take minutes on this machine: a sample of 20 runs to success, in item order first.
