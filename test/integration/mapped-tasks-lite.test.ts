@@ -52,7 +52,7 @@ async function states(runId: string): Promise<Record<string, { state: string; er
 }
 
 describe('mapped tasks on the subprocess executor', () => {
-  it('maps 1, 20 and 1,000 items: one instance each, outputs in item order downstream; a clear maps afresh', async () => {
+  it('maps 1, 20 and 1,000 items: one instance each, outputs in item order after; a clear maps afresh', async () => {
     const server = await start();
     for (const n of [1, 20, 1000]) {
       const dagId = `map_${n}`;
