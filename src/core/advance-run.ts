@@ -35,6 +35,18 @@ export interface RunDecision {
   outcome: 'success' | 'failed' | null;
   /** The earliest backoff still running, if any: when this run next needs a step. */
   nextRetryAt: Date | null;
+  /** Mapped instances were left unscheduled for want of room in the dispatch pool (`MapRoom`). */
+  heldForRoom: boolean;
+}
+
+/**
+ * How many mapped instances a decision may newly schedule: the room in the dispatch pool, and the
+ * reason the rest give meanwhile. A mapped instance scheduled past it would only be refused by the
+ * pool, and offered again at every step of its run.
+ */
+export interface MapRoom {
+  room: number;
+  reason: string;
 }
 
 type Verdict = 'run' | 'upstream_failed' | 'skipped' | 'wait';
@@ -107,7 +119,12 @@ export function topologicalOrder(tasks: readonly TaskSpec[]): TaskSpec[] {
   return out;
 }
 
-export function advanceRun(tasks: readonly TaskSpec[], tis: ReadonlyMap<string, TiStateView>, now: Date): RunDecision {
+export function advanceRun(
+  tasks: readonly TaskSpec[],
+  tis: ReadonlyMap<string, TiStateView>,
+  now: Date,
+  mapRoom?: MapRoom,
+): RunDecision {
   const d: RunDecision = {
     schedule: [],
     retry: [],
@@ -119,7 +136,10 @@ export function advanceRun(tasks: readonly TaskSpec[], tis: ReadonlyMap<string, 
     reasons: new Map(),
     outcome: null,
     nextRetryAt: null,
+    heldForRoom: false,
   };
+  /** What is left of the pool's room for mapped instances, over all the run's mapped tasks. */
+  const pool = { left: mapRoom?.room ?? Number.POSITIVE_INFINITY, mapRoom };
   const states = new Map<string, TiState>();
   for (const [id, ti] of tis) states.set(id, ti.state);
 
@@ -139,7 +159,7 @@ export function advanceRun(tasks: readonly TaskSpec[], tis: ReadonlyMap<string, 
     const ti = tis.get(task.id);
     if (!ti) throw new Error(`run has no task instance for task "${task.id}"`);
     if (task.map && ti.state === 'waiting' && ti.mapCount != null) {
-      advanceMapped(task, mapped.get(task.id) ?? [], tis, states, now, d, setReason);
+      advanceMapped(task, mapped.get(task.id) ?? [], tis, states, now, d, setReason, pool);
       continue;
     }
     if (ti.state === 'none') {
@@ -201,6 +221,7 @@ function advanceMapped(
   now: Date,
   d: RunDecision,
   setReason: (id: string, reason: string | null) => void,
+  pool: { left: number; mapRoom?: MapRoom },
 ): void {
   if (ids.length === 0) {
     d.settle.push(task.id);
@@ -225,12 +246,17 @@ function advanceMapped(
   }
   let room = (task.map?.maxParallel ?? Number.POSITIVE_INFINITY) - live;
   for (const id of waiting.sort((a, b) => indexOf(a) - indexOf(b))) {
-    if (room > 0) {
+    if (room <= 0) setReason(id, `${MAX_PARALLEL_REASON}:${task.map!.maxParallel}`);
+    else if (pool.left <= 0) {
+      d.heldForRoom = true;
+      setReason(id, pool.mapRoom!.reason);
+    } else {
       room--;
+      pool.left--;
       d.schedule.push(id);
       states.set(id, 'scheduled');
       setReason(id, null);
-    } else setReason(id, `${MAX_PARALLEL_REASON}:${task.map!.maxParallel}`);
+    }
   }
 }
 

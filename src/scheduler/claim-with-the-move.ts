@@ -1,3 +1,4 @@
+import { specTaskId } from '../core/map-spec.js';
 import type { TiMove } from '../db/plan/run-plan.js';
 import type { ClaimCandidate, ClaimsAhead } from '../dispatch/dispatcher.js';
 import type { SchedulerContext } from './context.js';
@@ -20,7 +21,7 @@ export function claimWithTheMove(ctx: SchedulerContext, decided: DecidedRun[]): 
     for (const t of d.tis) if (t.state === 'scheduled') waiting.set(t.executor, (waiting.get(t.executor) ?? 0) + 1);
     for (const m of d.plan?.moves ?? []) {
       const ti = byId.get(m.tiId);
-      const task = ti && tasks.get(ti.task_id);
+      const task = ti && tasks.get(specTaskId(ti.task_id));
       if (m.to !== 'scheduled' || !ti || !task) continue;
       candidates.push({ tiId: m.tiId, executor: ti.executor, task });
       moves.set(m.tiId, m);

@@ -1,4 +1,4 @@
-import { advanceRun, type RunDecision, type TiStateView } from '../core/advance-run.js';
+import { advanceRun, type MapRoom, type RunDecision, type TiStateView } from '../core/advance-run.js';
 import { waitStart } from '../core/wait-start.js';
 import type { RunPlan, TiMove } from '../db/plan/run-plan.js';
 import type { ActiveRunRow } from '../db/runs.js';
@@ -17,16 +17,22 @@ export interface DecidedRun {
 /**
  * Decides one run's moves in memory from the run and its task instances as read (or as known),
  * writing nothing: the step decides from what it read, a plan ahead from what it knew. Throws when
- * the run's rules cannot be applied.
+ * the run's rules cannot be applied. `mapRoom`: how many mapped instances it may newly schedule.
  */
-export function decideRun(run: ActiveRunRow, tis: PlannerTi[], start: boolean, now: Date): DecidedRun {
+export function decideRun(
+  run: ActiveRunRow,
+  tis: PlannerTi[],
+  start: boolean,
+  now: Date,
+  mapRoom?: MapRoom,
+): DecidedRun {
   const views = new Map<string, TiStateView>(
     tis.map((ti) => [
       ti.task_id,
       { state: ti.state, nextTryAt: ti.next_try_at, pendingReason: ti.pending_reason, mapCount: ti.map_count },
     ]),
   );
-  const decision: RunDecision = advanceRun(run.spec.tasks, views, now);
+  const decision: RunDecision = advanceRun(run.spec.tasks, views, now, mapRoom);
   const byTask = new Map(tis.map((ti) => [ti.task_id, ti]));
   if (run.dag_paused) {
     // A paused DAG starts nothing new: running attempts finish, failures still propagate and the

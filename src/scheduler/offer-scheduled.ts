@@ -34,6 +34,8 @@ export function scheduledOffers(
       if (ti.state === 'scheduled' && ti.pending_reason !== 'DAG_PAUSED') reasons.set(ti.id, 'DAG_PAUSED');
     return [];
   }
+  // Mapped instances left unscheduled for want of room are scheduled when the pool drains.
+  if (d.decision.heldForRoom) ctx.roomWaiters?.refused(run.id);
   const justScheduled = new Set<string>();
   for (const taskId of [...d.decision.schedule, ...d.decision.retry])
     if (applied.moved.has(byTask.get(taskId)!.id)) justScheduled.add(taskId);

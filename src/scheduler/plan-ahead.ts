@@ -1,3 +1,4 @@
+import { parseMappedTaskId } from '../core/map-spec.js';
 import { isTerminalTi } from '../core/states.js';
 import { applyPlansQuery, appliedFrom } from '../db/plan/apply-plans.js';
 import { finalizeRunsQuery, type RunEnd } from '../db/plan/finalize-runs.js';
@@ -11,6 +12,7 @@ import type { SchedulerContext } from './context.js';
 import { decideRun, type DecidedRun } from './decide-run.js';
 import { offerInOrder, scheduledOffers, type PendingOffer } from './offer-scheduled.js';
 import type { RunRead } from './planner-memory.js';
+import { mapRoom } from './mapped-fast-path.js';
 import { rememberDecided } from './remember-decided.js';
 
 /** What `planAhead` sent behind the ends. */
@@ -113,7 +115,7 @@ export function planAhead(
     const tis = read.tis.map((t) => (ended.has(t.id) ? { ...t, state: 'success' as const } : t));
     let d: DecidedRun;
     try {
-      d = decideRun(read.run, tis, false, ctx.now());
+      d = decideRun(read.run, tis, false, ctx.now(), mapRoom(ctx));
     } catch {
       continue; // the step that follows reads the run, and poisons it
     }
@@ -131,7 +133,8 @@ export function planAhead(
       for (const id of ended) endingTis.add(id);
       continue;
     }
-    if (!d.plan) continue;
+    // A mapped task's expansion and end are the step's (expand-mapped.ts), from a read.
+    if (!d.plan || d.decision.expand.length > 0 || d.decision.settle.length > 0) continue;
     // A retry's backoff is read, never assumed.
     const retrying = new Set(d.decision.retry.map((id) => d.byTask.get(id)!.id));
     // A wait's start (and its look back for events) is the step's, never planned ahead.
@@ -146,10 +149,17 @@ export function planAhead(
     const spec = new Map(read.run.spec.tasks.map((t) => [t.id, t]));
     const expect = new Map<string, PlannerTi['state'] | 'active'>();
     for (const taskId of [...d.decision.schedule, ...d.decision.upstreamFailed, ...d.decision.skipped]) {
-      for (const dep of spec.get(taskId)!.dependsOn) {
-        const up = d.byTask.get(dep)!;
-        expect.set(up.id, isTerminalTi(up.state) ? up.state : 'active');
-      }
+      const mapped = parseMappedTaskId(taskId);
+      // A mapped instance runs once its task expanded, which waits on it until all of them are done;
+      // the room max_parallel left it was counted with these ends done (one refused spoils the plan).
+      if (mapped) {
+        expect.set(d.byTask.get(mapped.task)!.id, 'waiting');
+        for (const id of ended) expect.set(id, 'success');
+      } else
+        for (const dep of spec.get(taskId)!.dependsOn) {
+          const up = d.byTask.get(dep)!;
+          expect.set(up.id, isTerminalTi(up.state) ? up.state : 'active');
+        }
     }
     d.plan.expect = [...expect].map(([tiId, state]) => ({ tiId, state }));
     decided.push(d);

@@ -184,6 +184,7 @@ describe('advanceRun', () => {
       reasons: new Map(),
       outcome: null,
       nextRetryAt: null,
+      heldForRoom: false,
     });
   });
 

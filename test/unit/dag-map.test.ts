@@ -81,6 +81,22 @@ describe('advancing a mapped task', () => {
     expect(d.settle).toEqual([]);
   });
 
+  it('schedules no more mapped instances than the dispatch pool has room for, the rest saying why', () => {
+    const free = [task('gen'), task('each', { dependsOn: ['gen'], map: { upstream: 'gen', path: [] } })];
+    const tis = new Map([
+      ['gen', view('success')],
+      ['each', view('waiting', 4)],
+      ['each[3]', view('none')],
+      ['each[1]', view('none')],
+      ['each[2]', view('none')],
+    ]);
+    const d = advanceRun(free, tis, now, { room: 2, reason: 'POOL_FULL' });
+    expect(d.schedule).toEqual(['each[1]', 'each[2]']);
+    expect(d.reasons.get('each[3]')).toBe('POOL_FULL');
+    expect(d.heldForRoom).toBe(true);
+    expect(advanceRun(free, tis, now).schedule).toEqual(['each[1]', 'each[2]', 'each[3]']);
+  });
+
   it('asks to settle a mapped task none of whose instances is left to run', () => {
     const d = advanceRun(
       tasks,

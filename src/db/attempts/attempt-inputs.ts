@@ -13,7 +13,9 @@ export async function attemptInputs(
   sql: Sql,
   a: Pick<Attempt, 'runId' | 'taskId' | 'upstreams' | 'inputEnv' | 'failureSummary'> & Partial<Pick<Attempt, 'tiId'>>,
 ): Promise<AttemptInputs> {
-  const inputs = await withMapItem(sql, a, await upstreamInputs(sql, a));
+  // Both sent at once: they are on the way to every mapped instance's start, one at a time.
+  const [upstream, item] = await Promise.all([upstreamInputs(sql, a), mapItemOf(sql, a)]);
+  const inputs = withMapItem(a, upstream, item);
   if (!a.failureSummary || 'error' in inputs) return inputs;
   return { ...inputs, env: { ...inputs.env, [RUN_FAILURES_ENV]: await runFailures(sql, a.runId) } };
 }
@@ -67,16 +69,24 @@ async function upstreamInputs(
 export const MAP_ITEM_ENV = 'LEOFLOW_MAP_ITEM';
 export const MAP_INDEX_ENV = 'LEOFLOW_MAP_INDEX';
 
-/** Adds a mapped instance's item and index to its inputs; other attempts' inputs are unchanged. */
-async function withMapItem(
+/** A mapped instance's index in its list and its item (JSON); null for other attempts. */
+async function mapItemOf(
   sql: Sql,
   a: Pick<Attempt, 'taskId'> & Partial<Pick<Attempt, 'tiId'>>,
-  inputs: AttemptInputs,
-): Promise<AttemptInputs> {
-  if ('error' in inputs || !a.tiId || parseMappedTaskId(a.taskId) === null) return inputs;
+): Promise<{ map_index: number | null; item: string | null } | null> {
+  if (!a.tiId || parseMappedTaskId(a.taskId) === null) return null;
   const [row] = await sql<{ map_index: number | null; item: string | null }[]>`
     select map_index, map_item::text as item from task_instances where id = ${a.tiId}`;
-  if (!row || row.map_index === null) return inputs;
+  return row ?? null;
+}
+
+/** Adds a mapped instance's item and index to its inputs; other attempts' inputs are unchanged. */
+function withMapItem(
+  a: Pick<Attempt, 'taskId'>,
+  inputs: AttemptInputs,
+  row: { map_index: number | null; item: string | null } | null,
+): AttemptInputs {
+  if ('error' in inputs || !row || row.map_index === null) return inputs;
   const item = row.item ?? 'null';
   if (item.length > INPUT_ENV_CHARS)
     return { error: `the item of task "${a.taskId}" is ${item.length} characters, over ${INPUT_ENV_CHARS}` };

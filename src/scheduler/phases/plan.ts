@@ -13,6 +13,7 @@ import { rememberDecided } from '../remember-decided.js';
 import { createScheduledRuns } from './create-scheduled-runs.js';
 import { lookBackForWaits } from '../look-back-for-waits.js';
 import { expandAndSettleMaps } from '../expand-mapped.js';
+import { mapRoom } from '../mapped-fast-path.js';
 
 export interface PlanResult {
   runsCreated: number;
@@ -428,7 +429,7 @@ async function decideOrPoison(
   start: boolean,
 ): Promise<DecidedRun> {
   try {
-    return decideRun(run, tis, start, ctx.now());
+    return decideRun(run, tis, start, ctx.now(), mapRoom(ctx));
   } catch (err) {
     // A run that cannot be advanced would throw on every tick: mark it and move on.
     await poisonRun(ctx.sql, run.id, (err as Error).message);
