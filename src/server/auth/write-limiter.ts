@@ -1,3 +1,4 @@
+import { setTimeout as delay } from 'node:timers/promises';
 import { Code, ConnectError, type Interceptor } from '@connectrpc/connect';
 import type { DescMethod } from '@bufbuild/protobuf';
 import { callerKey } from './caller.js';
@@ -6,6 +7,12 @@ import type { WriteShare } from './write-share.js';
 
 /** Past this many callers, the buckets that have refilled (their callers quiet) are dropped. */
 const SWEEP_AT = 1_024;
+/**
+ * How long the refusal of a caller that ignored its last `retry-after` is held before it is sent.
+ * A closed-loop client resends each refusal at once: answered at once, it is refused hundreds of
+ * times a second, and each costs the server a call; held, its loop slows to its calls in flight a second.
+ */
+export const IGNORED_RETRY_HOLD_MS = 1_000;
 
 /**
  * Writes a second for each caller, as token buckets: a caller may make `perSecond` writes a
@@ -13,7 +20,7 @@ const SWEEP_AT = 1_024;
  * before it costs the database anything, and every other client's writes go on.
  */
 export class WriteLimiter {
-  readonly #buckets = new Map<string, { tokens: number; at: number }>();
+  readonly #buckets = new Map<string, { tokens: number; at: number; retryAt: number; ignored: boolean }>();
 
   constructor(
     readonly perSecond: number,
@@ -29,14 +36,23 @@ export class WriteLimiter {
       b.at = t;
     } else {
       if (this.#buckets.size >= SWEEP_AT) this.#sweep(t);
-      this.#buckets.set(caller, (b = { tokens: this.perSecond, at: t }));
+      this.#buckets.set(caller, (b = { tokens: this.perSecond, at: t, retryAt: 0, ignored: false }));
     }
     if (b.tokens >= 1) {
       b.tokens -= 1;
+      b.ignored = false;
       return null;
     }
     // Less a hair, so a float's last bit never adds a millisecond.
-    return Math.ceil(((1 - b.tokens) * 1000) / this.perSecond - 1e-9);
+    const wait = Math.ceil(((1 - b.tokens) * 1000) / this.perSecond - 1e-9);
+    b.ignored = t < b.retryAt;
+    b.retryAt = t + wait;
+    return wait;
+  }
+
+  /** After a refusal of `caller`: how long to hold it (IGNORED_RETRY_HOLD_MS when it came before its last retry-after). */
+  holdMs(caller: string): number {
+    return this.#buckets.get(caller)?.ignored ? IGNORED_RETRY_HOLD_MS : 0;
   }
 
   /** Callers quiet for a second have full buckets: forgetting them changes nothing. */
@@ -67,6 +83,9 @@ export function writeLimit(
     const waitMs = limiter.take(who);
     if (waitMs !== null) {
       refused(req.method.name, 'writes');
+      // Held, the refusal costs a timer, not another call; the caller's own calls in flight wait on it.
+      const hold = limiter.holdMs(who);
+      if (hold > 0) await delay(hold, undefined, { signal: req.signal }).catch(() => {});
       throw new ConnectError(
         `${req.method.name}: ${who} made more than ` +
           `${limiter.perSecond} writes a second, the limit (--max-token-writes ${limiter.perSecond}): ` +
@@ -82,6 +101,8 @@ export function writeLimit(
       leave = await share.enter(who, () => `${req.method.name}: ${who}`);
     } catch (err) {
       refused(req.method.name, 'concurrent_writes');
+      // Its line is full: it sends without waiting for answers, so this refusal is held too.
+      await delay(IGNORED_RETRY_HOLD_MS, undefined, { signal: req.signal }).catch(() => {});
       throw err;
     }
     try {
