@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
 import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
-import { startServer, type ServerProcess } from '../helpers/leoflow-process.js';
+import { startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
 import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -43,24 +43,29 @@ const FLOOD_CLIENT = fileURLToPath(new URL('../helpers/flood-client.mjs', import
 
 let db: TestDatabase;
 let s: ServerProcess;
+let agent: AgentProcess | undefined;
 
 beforeAll(async () => {
   db = await createTestDatabase();
   const dags = path.join(os.tmpdir(), `leoflow-flood-${process.pid}`);
   await mkdir(dags, { recursive: true });
   // The flooder's DAG queues its runs behind one (a write costs a row, not a process); the other
-  // tenant's DAG runs a task at once.
+  // tenant's DAG runs a task at once, on a healthy agent.
   await writeFile(
     path.join(dags, 'flood.yaml'),
     'dag_id: flood\nmax_active_runs: 1\ntasks:\n  - {id: a, command: ["sleep", "60"]}\n',
   );
-  await writeFile(path.join(dags, 'other.yaml'), 'dag_id: other\ntasks:\n  - {id: a, command: ["true"]}\n');
+  await writeFile(
+    path.join(dags, 'other.yaml'),
+    'dag_id: other\ntasks:\n  - {id: a, command: ["true"], executor: agents}\n',
+  );
   s = await startServer({
     env: { DATABASE_URL: db.url, LEOFLOW_INSECURE: undefined, LEOFLOW_AGENT_TOKEN: undefined },
     args: ['--edition', 'pro', '--executor', 'subprocess', '--bootstrap-admin-token', ADMIN, '--dags', dags],
   });
 });
 afterAll(async () => {
+  await agent?.stop();
   await (process.env.LEOFLOW_CPU_PROF_DIR ? s?.stop(60_000) : s?.kill());
   await db?.drop();
 });
@@ -142,6 +147,13 @@ describe('one token floods writes, streams and connections', () => {
     const mint = async (name: string) => (await admin.tokens.createToken({ name, role: 'operator' })).secret;
     const floodSecret = await mint('flooder');
     const other = createClients(s.url, null, await mint('other'));
+    const agentToken = await admin.tokens.createToken({ name: 'healthy', role: 'agent', agentPattern: 'healthy-*' });
+    agent = startAgent(s.url, ['--id', 'healthy-1'], { env: { LEOFLOW_AGENT_TOKEN: agentToken.secret } });
+    await waitFor(
+      'the healthy agent connected',
+      async () => (await admin.cluster.listAgents({})).agents.find((a) => a.agentId === 'healthy-1' && a.connected),
+      30_000,
+    );
     const pid = s.child.pid!;
 
     // Idle baseline, warmed first.
