@@ -66,11 +66,11 @@ describe('--max-token-writes', () => {
     let n = 0;
     const f = await flood(800, () => connections[n++ % 8]!.workflow.triggerRun({ dagId: 'w' }));
     const seconds = (performance.now() - t) / 1000;
-    // Of 800 at once, the bucket lets 20 by (the default) and 20 a second more; of those, 4 run at
-    // once (--max-token-concurrent-writes) and the rest wait in line (64 may). The rest are refused,
-    // by the rate (the line is full only when the rate lets more than 68 by: write-share.test.ts).
-    expect(f.passed).toBeGreaterThanOrEqual(20);
-    expect(f.passed).toBeLessThanOrEqual(20 + Math.ceil(seconds * 20));
+    // Of 800 at once, the bucket lets 200 by (ten seconds of the default 20) and 20 a second more;
+    // of those, 4 run at once (--max-token-concurrent-writes) and 64 wait in line. The rest are
+    // refused, by either bound.
+    expect(f.passed).toBeGreaterThanOrEqual(4 + 64);
+    expect(f.passed).toBeLessThanOrEqual(200 + Math.ceil(seconds * 20));
     for (const err of f.refused) expect(err!.code, String(err)).toBe(Code.ResourceExhausted);
     const byRate = f.refused.filter((e) => /made more than 20 writes a second/.test(e!.rawMessage));
     const byShare = f.refused.filter((e) => /writes running and 64 waiting/.test(e!.rawMessage));
@@ -79,10 +79,10 @@ describe('--max-token-writes', () => {
     expect(byRate[0]!.rawMessage).toMatch(
       /^TriggerRun: API token "[^"]+" made more than 20 writes a second, the limit \(--max-token-writes 20\): retry in \d+ ms$/,
     );
-    for (const e of byShare.slice(0, 1))
-      expect(e!.rawMessage).toMatch(
-        /^TriggerRun: API token "[^"]+" has 4 writes running and 64 waiting, the limit \(--max-token-concurrent-writes 4, and 64 waiting\): wait for answers before sending more$/,
-      );
+    expect(byShare.length).toBeGreaterThan(0);
+    expect(byShare[0]!.rawMessage).toMatch(
+      /^TriggerRun: API token "[^"]+" has 4 writes running and 64 waiting, the limit \(--max-token-concurrent-writes 4, and 64 waiting\): wait for answers before sending more$/,
+    );
     expect(Number(byRate[0]!.metadata.get('retry-after-ms'))).toBeGreaterThan(0);
     // Another token writes meanwhile; reads are not writes.
     expect((await other.workflow.triggerRun({ dagId: 'w' })).created).toBe(true);

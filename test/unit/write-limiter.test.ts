@@ -17,6 +17,17 @@ describe('WriteLimiter', () => {
     expect(Array.from({ length: 5 }, () => l.take('a'))).toEqual([null, null, null, null, 250]);
   });
 
+  it('lets a burst of `burst` by after a quiet while, then perSecond a second', () => {
+    let now = 0;
+    const l = new WriteLimiter(2, () => now, 20);
+    expect(Array.from({ length: 21 }, () => l.take('a')).filter((w) => w === null)).toHaveLength(20);
+    now = 1_000;
+    expect([l.take('a'), l.take('a'), l.take('a')]).toEqual([null, null, 500]);
+    // Ten quiet seconds refill it, never past the burst.
+    now = 100_000;
+    expect(Array.from({ length: 21 }, () => l.take('a')).filter((w) => w === null)).toHaveLength(20);
+  });
+
   it("holds each caller to its own bucket: one's flood refuses no other", () => {
     const l = new WriteLimiter(2, () => 0);
     l.take('flood');

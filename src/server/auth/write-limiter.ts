@@ -13,10 +13,15 @@ const SWEEP_AT = 1_024;
  * times a second, and each costs the server a call; held, its loop slows to its calls in flight a second.
  */
 export const IGNORED_RETRY_HOLD_MS = 1_000;
+/**
+ * The API's buckets hold this many seconds of writes: a script's burst (a backfill of a hundred
+ * runs, a folder of DAGs applied) goes at once, and only a sustained flood meets the rate.
+ */
+export const WRITE_BURST_SECONDS = 10;
 
 /**
  * Writes a second for each caller, as token buckets: a caller may make `perSecond` writes a
- * second on average and `perSecond` at once after a quiet second. One client's flood is refused
+ * second on average and `burst` at once after a quiet while. One client's flood is refused
  * before it costs the database anything, and every other client's writes go on.
  */
 export class WriteLimiter {
@@ -25,6 +30,7 @@ export class WriteLimiter {
   constructor(
     readonly perSecond: number,
     readonly now: () => number = () => performance.now(),
+    readonly burst: number = perSecond,
   ) {}
 
   /** Takes one write for `caller`: null when it may go, else the ms until one more may. */
@@ -32,11 +38,11 @@ export class WriteLimiter {
     const t = this.now();
     let b = this.#buckets.get(caller);
     if (b) {
-      b.tokens = Math.min(this.perSecond, b.tokens + ((t - b.at) * this.perSecond) / 1000);
+      b.tokens = Math.min(this.burst, b.tokens + ((t - b.at) * this.perSecond) / 1000);
       b.at = t;
     } else {
       if (this.#buckets.size >= SWEEP_AT) this.#sweep(t);
-      this.#buckets.set(caller, (b = { tokens: this.perSecond, at: t, retryAt: 0, ignored: false }));
+      this.#buckets.set(caller, (b = { tokens: this.burst, at: t, retryAt: 0, ignored: false }));
     }
     if (b.tokens >= 1) {
       b.tokens -= 1;
@@ -50,14 +56,15 @@ export class WriteLimiter {
     return wait;
   }
 
-  /** After a refusal of `caller`: how long to hold it (IGNORED_RETRY_HOLD_MS when it came before its last retry-after). */
+  /** After a refusal of `caller`: how long to hold it (IGNORED_RETRY_HOLD_MS if it came before its last retry-after). */
   holdMs(caller: string): number {
     return this.#buckets.get(caller)?.ignored ? IGNORED_RETRY_HOLD_MS : 0;
   }
 
-  /** Callers quiet for a second have full buckets: forgetting them changes nothing. */
+  /** Callers quiet for long enough have full buckets: forgetting them changes nothing. */
   #sweep(t: number): void {
-    for (const [caller, b] of this.#buckets) if (t - b.at >= 1000) this.#buckets.delete(caller);
+    const refill = (1000 * this.burst) / this.perSecond;
+    for (const [caller, b] of this.#buckets) if (t - b.at >= refill) this.#buckets.delete(caller);
   }
 }
 
