@@ -56,7 +56,7 @@ export class WriteLimiter {
     return wait;
   }
 
-  /** After a refusal of `caller`: how long to hold it (IGNORED_RETRY_HOLD_MS if it came before its last retry-after). */
+  /** After a refusal of `caller`: how long to hold it, IGNORED_RETRY_HOLD_MS if it came before its retry-after. */
   holdMs(caller: string): number {
     return this.#buckets.get(caller)?.ignored ? IGNORED_RETRY_HOLD_MS : 0;
   }
