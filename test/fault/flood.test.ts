@@ -9,55 +9,64 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
 import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
-import { startServer, type ServerProcess } from '../helpers/leoflow-process.js';
+import { startAgent, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
 import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
  * Issue 38: one token floods writes, streams and connections at once, against a server with the
  * setup a user gets (tokens on, every bound at its default), while another client's reads and
- * runs are timed. The other client stays within 2x of its idle baseline, measured here first;
- * the flooder is refused with RESOURCE_EXHAUSTED (writes, streams) or has its connections closed;
- * the server's resident memory stays under RSS_BOUND_MB. Bounded: about 20 s. The other client's
- * latency is measured and printed, not asserted: within 2x of its baseline is issue 38's
- * requirement, not met yet. Measured 2026-11-29 on a quiet machine (idle p50 7-8 ms), the flooded
- * p50: everything 57-79 ms (281 ms before a log follow woke only for its own run and a watch sent
- * at most one message every 50 ms); streams alone 9 ms; writes alone (200 a second let in, ~250 a
- * second refused) 49 ms; with --max-token-writes 20, 21 ms, the ~800 refusals a second then the cost.
+ * runs are timed. The flooder is refused with RESOURCE_EXHAUSTED (writes, streams) or has its
+ * connections closed; the server's resident memory stays under RSS_BOUND_MB. Bounded: about 30 s.
+ *
+ * The other client's latency is timed in turns, the flooder stopped (SIGSTOP) then flooding, so
+ * both halves see the same load from the rest of the machine. Within 2x of the stopped half is
+ * issue 38's requirement, met at load 4-7 but not at 9-13: the ratio is printed, and asserted only
+ * with LEOFLOW_FLOOD_ASSERT=1. Seen 2026-11-29 (p50 ratio), with 20 writes a second let in and a
+ * closed loop's refusals held: everything 1.03 and 1.24 at load 5-7, 1.6-2.95 at load 9-13; writes
+ * alone 1.1 (2.0 at the old 200 a second), writes and streams 1.26, writes and connections 1.04.
  */
 
 const ADMIN = randomBytes(32).toString('base64url');
 /** The server's resident memory may not pass this during the flood (~120 MB idle; 370-475 MB seen flooded). */
 const RSS_BOUND_MB = 640;
-/** Timed calls a phase: enough for a p95 that one slow scheduling slice does not make. */
+/** Timed calls before the flood: enough for a p95 that one slow scheduling slice does not make. */
 const SAMPLES = 120;
+/** The other client's calls in each half of a turn (flooder stopped, flooding), and how long turns go on. */
+const SAMPLES_A_TURN = 10;
+const TURNS_MS = 10_000;
 const FLOOD_STREAMS = 300; // half watches, half follows: past the defaults --max-token-watches and --max-token-follows (64)
 const FLOOD_CONNECTIONS = 300; // past the default --max-host-connections (256)
 /** How long the flooder floods: past the other client's timed calls and runs. */
-const FLOOD_MS = 14_000;
+const FLOOD_MS = 18_000;
 const FLOOD_CLIENT = fileURLToPath(new URL('../helpers/flood-client.mjs', import.meta.url));
 
 let db: TestDatabase;
 let s: ServerProcess;
+let agent: AgentProcess | undefined;
 
 beforeAll(async () => {
   db = await createTestDatabase();
   const dags = path.join(os.tmpdir(), `leoflow-flood-${process.pid}`);
   await mkdir(dags, { recursive: true });
   // The flooder's DAG queues its runs behind one (a write costs a row, not a process); the other
-  // tenant's DAG runs a task at once.
+  // tenant's DAG runs a task at once, on a healthy agent.
   await writeFile(
     path.join(dags, 'flood.yaml'),
     'dag_id: flood\nmax_active_runs: 1\ntasks:\n  - {id: a, command: ["sleep", "60"]}\n',
   );
-  await writeFile(path.join(dags, 'other.yaml'), 'dag_id: other\ntasks:\n  - {id: a, command: ["true"]}\n');
+  await writeFile(
+    path.join(dags, 'other.yaml'),
+    'dag_id: other\ntasks:\n  - {id: a, command: ["true"], executor: agents}\n',
+  );
   s = await startServer({
     env: { DATABASE_URL: db.url, LEOFLOW_INSECURE: undefined, LEOFLOW_AGENT_TOKEN: undefined },
     args: ['--edition', 'pro', '--executor', 'subprocess', '--bootstrap-admin-token', ADMIN, '--dags', dags],
   });
 });
 afterAll(async () => {
-  await s?.kill();
+  await agent?.stop();
+  await (process.env.LEOFLOW_CPU_PROF_DIR ? s?.stop(60_000) : s?.kill());
   await db?.drop();
 });
 
@@ -69,6 +78,8 @@ function rssMb(pid: number): number {
     return 0; // the server is gone (the file's end killed it)
   }
 }
+
+const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 
 const quantile = (xs: number[], q: number) => [...xs].sort((a, b) => a - b)[Math.floor(q * (xs.length - 1))]!;
 
@@ -114,6 +125,7 @@ const step = (what: string) => console.log(`flood +${Math.round(performance.now(
 /** What the flood did, measured once by the first test; the others judge it. */
 let measured: {
   idle: { p50: number; p95: number };
+  baseline: { p50: number; p95: number };
   flooded: { p50: number; p95: number };
   idleRunMs: number;
   floodedRunMs: number;
@@ -135,6 +147,13 @@ describe('one token floods writes, streams and connections', () => {
     const mint = async (name: string) => (await admin.tokens.createToken({ name, role: 'operator' })).secret;
     const floodSecret = await mint('flooder');
     const other = createClients(s.url, null, await mint('other'));
+    const agentToken = await admin.tokens.createToken({ name: 'healthy', role: 'agent', agentPattern: 'healthy-*' });
+    agent = startAgent(s.url, ['--id', 'healthy-1'], { env: { LEOFLOW_AGENT_TOKEN: agentToken.secret } });
+    await waitFor(
+      'the healthy agent connected',
+      async () => (await admin.cluster.listAgents({})).agents.find((a) => a.agentId === 'healthy-1' && a.connected),
+      30_000,
+    );
     const pid = s.child.pid!;
 
     // Idle baseline, warmed first.
@@ -184,16 +203,32 @@ describe('one token floods writes, streams and connections', () => {
     let rssPeak = rssMb(pid);
     const sampler = setInterval(() => (rssPeak = Math.max(rssPeak, rssMb(pid))), 200);
     try {
-      // Let the flood reach its bounds, then time the other client under it.
+      // Let the flood reach its bounds, then time the other client in turns: the flooder stopped
+      // (SIGSTOP: its streams and connections stay open), then flooding again (SIGCONT). Both halves
+      // of a turn see the same load from the rest of the machine, so their ratio is the flood's cost.
       await new Promise((r) => setTimeout(r, 1_000));
-      const flooded = await timeCalls(other, SAMPLES);
-      step('flooded calls timed');
+      const baseline: number[] = [];
+      const flooded: number[] = [];
+      const turnsEnd = performance.now() + TURNS_MS;
+      const flooding = () => flooder.exitCode === null && flooder.signalCode === null;
+      while (performance.now() < turnsEnd && flooding()) {
+        flooder.kill('SIGSTOP');
+        await new Promise((r) => setTimeout(r, 200)); // the calls it had in flight answered
+        baseline.push(...(await timeCalls(other, SAMPLES_A_TURN, 3_000)));
+        flooder.kill('SIGCONT');
+        await new Promise((r) => setTimeout(r, 1_000)); // flooding at its full rate again
+        flooded.push(...(await timeCalls(other, SAMPLES_A_TURN, 3_000)));
+        const last = (xs: number[]) => xs.slice(-2 * SAMPLES_A_TURN).map(Math.round);
+        console.log(`flood turn: stopped ${JSON.stringify(last(baseline))}, flooding ${JSON.stringify(last(flooded))}`);
+      }
+      step(`flooded calls timed (${baseline.length} and ${flooded.length} calls)`);
       const floodedRuns = [await timeRun(other), await timeRun(other), await timeRun(other)];
       await flooderExit;
       const flood = JSON.parse(floodOut) as { writesLetIn: number; codes: Record<string, number>; streamsOpen: number };
       const p = (xs: number[]) => ({ p50: quantile(xs, 0.5), p95: quantile(xs, 0.95) });
       const report = {
         idle: p(idle),
+        baseline: p(baseline),
         flooded: p(flooded),
         idleRunMs: quantile(idleRuns, 0.5),
         floodedRunMs: quantile(floodedRuns, 0.5),
@@ -210,6 +245,7 @@ describe('one token floods writes, streams and connections', () => {
         hostClosed: m.get('leoflow_api_connections_closed_total{reason="host_connections"}') ?? 0,
       };
       console.log(`flood: ${JSON.stringify(measured)}`);
+      console.log(`flood: p50 ratio ${(measured.flooded.p50 / measured.baseline.p50).toFixed(2)}, load ${loadavg()}`);
     } finally {
       clearInterval(sampler);
       if (flooder.exitCode === null && flooder.signalCode === null) flooder.kill('SIGKILL');
@@ -229,4 +265,12 @@ describe('one token floods writes, streams and connections', () => {
     expect(measured.hostClosed).toBeGreaterThanOrEqual(FLOOD_CONNECTIONS - 256);
     expect(measured.rssPeak).toBeLessThan(RSS_BOUND_MB);
   });
+
+  it.runIf(process.env.LEOFLOW_FLOOD_ASSERT === '1')(
+    "keeps the other client's calls within 2x of its baseline in the same turns",
+    () => {
+      expect(measured).toBeDefined();
+      expect(measured.flooded.p50).toBeLessThanOrEqual(2 * measured.baseline.p50);
+    },
+  );
 });

@@ -153,7 +153,8 @@ describe('agentPatternMatches on hostile input (issue 38)', () => {
     const t = performance.now();
     expect(agentPatternMatches(pattern, id)).toBe(false);
     expect(agentPatternMatches(`${'*a'.repeat(40)}*b`, 'a'.repeat(4000))).toBe(false);
-    expect(performance.now() - t).toBeLessThan(500);
+    // Issue 38's bound: 100 ms (4 ms seen cold at load 9, the first call of a fresh process).
+    expect(performance.now() - t).toBeLessThan(100);
   });
 
   it('agrees with the definition of a whole-id glob on every short case', () => {

@@ -45,7 +45,7 @@ const HELP: Record<SettingKey, string> = {
     'default 1000',
   max_token_writes:
     'the writes (trigger, cancel, clear, pause, apply, delete, drain, token changes) one API token, ' +
-    'or with auth off one host, may make a second, default 200',
+    'or with auth off one host, may make a second (ten seconds of them at once), default 20',
   max_token_streams: 'with auth on: the agent streams one API token may hold open, default 256',
   max_token_concurrent_writes:
     'the writes of one API token (with auth off, one host) that run at once; 64 more wait in line, ' +

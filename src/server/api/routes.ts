@@ -22,7 +22,7 @@ import { TokenService } from '../../gen/leoflow/v1/token_pb.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { TokenAuthenticator } from '../auth/token-authenticator.js';
 import { tokenGuard } from '../auth/token-guard.js';
-import { WriteLimiter, writeLimit } from '../auth/write-limiter.js';
+import { WRITE_BURST_SECONDS, WriteLimiter, writeLimit } from '../auth/write-limiter.js';
 import { WriteShare } from '../auth/write-share.js';
 import type { TokenStreams } from '../auth/token-streams.js';
 import { createTokenService } from './token-service.js';
@@ -71,7 +71,7 @@ export function apiRoutes(o: {
         defaultExecutor: config.executor,
         auth: o.auth,
         openActor,
-        writes: new WriteLimiter(config.maxTokenWrites),
+        writes: new WriteLimiter(config.maxTokenWrites, undefined, config.maxTokenWrites * WRITE_BURST_SECONDS),
         observer: config.role === 'observer',
         nudge: (runIds) => scheduler.nudge(runIds),
         refused: (hook, status) => o.metrics.hookRefused.inc({ hook, status: String(status) }),
@@ -102,7 +102,7 @@ export function apiRoutes(o: {
         : []),
       // Per replica: a client that spreads its writes over replicas gets each one's allowance.
       writeLimit(
-        new WriteLimiter(config.maxTokenWrites),
+        new WriteLimiter(config.maxTokenWrites, undefined, config.maxTokenWrites * WRITE_BURST_SECONDS),
         o.auth.required,
         (rpc, limit) => o.metrics.apiLimited.inc({ limit, rpc }),
         new WriteShare(config.maxTokenConcurrentWrites),

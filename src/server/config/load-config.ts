@@ -160,7 +160,7 @@ export function loadConfig(
     maxTokenStreams: get('max_token_streams', positiveInt, 256),
     maxTokenWatches: get('max_token_watches', positiveInt, 64),
     maxTokenFollows: get('max_token_follows', positiveInt, 64),
-    maxTokenWrites: get('max_token_writes', positiveInt, 200),
+    maxTokenWrites: get('max_token_writes', positiveInt, 20),
     maxTokenConcurrentWrites: get('max_token_concurrent_writes', positiveInt, 4),
     maxTokenAgents: get('max_token_agents', positiveInt, 1000),
     maxHostConnections: get('max_host_connections', positiveInt, 256),
