@@ -1,7 +1,7 @@
 import { useEffect, useMemo, useState } from 'react';
 import type { TaskSpec } from '../../gen/leoflow/v1/types_pb.js';
 import { workflow } from '../api/clients.js';
-import { useCan } from '../auth/access-context.js';
+import { useCan, useWhyNot } from '../auth/access-context.js';
 import { Link } from '../components/link.js';
 import { pendingReasonText } from '../components/pending-reason.js';
 import { RunGraph } from '../components/run-graph.js';
@@ -24,6 +24,7 @@ export function RunPage({ runId }: { runId: string }) {
   const [tasks, setTasks] = useState<TaskSpec[] | null>(null);
   const [actionError, setActionError] = useState<string | null>(null);
   const canOperate = useCan('operator');
+  const whyNot = useWhyNot('operator');
   const dagId = view?.run.dagId;
   useEffect(() => {
     if (!dagId) return;
@@ -70,6 +71,7 @@ export function RunPage({ runId }: { runId: string }) {
         </h1>
         <button
           className="danger"
+          title={whyNot}
           disabled={!canOperate || ENDED.has(runState)}
           onClick={() => act(`Cancel run #${run.runId} of ${run.dagId}?`, () => workflow.cancelRun({ runId }))}
         >
@@ -150,6 +152,7 @@ export function RunPage({ runId }: { runId: string }) {
                     {asks && (
                       <>
                         <button
+                          title={whyNot}
                           disabled={!canOperate}
                           onClick={() =>
                             act(`Approve task ${t.taskId}? It succeeds, and the run goes on.`, () =>
@@ -161,6 +164,7 @@ export function RunPage({ runId }: { runId: string }) {
                         </button>
                         <button
                           className="danger"
+                          title={whyNot}
                           disabled={!canOperate}
                           onClick={() =>
                             act(`Reject task ${t.taskId}? It fails.`, () =>
@@ -173,6 +177,7 @@ export function RunPage({ runId }: { runId: string }) {
                       </>
                     )}
                     <button
+                      title={whyNot}
                       disabled={!canOperate || ended}
                       onClick={() =>
                         act(`Cancel task ${t.taskId}?`, () => workflow.cancelTaskInstance({ runId, taskId: t.taskId }))
@@ -181,6 +186,7 @@ export function RunPage({ runId }: { runId: string }) {
                       Cancel
                     </button>
                     <button
+                      title={whyNot}
                       disabled={!canOperate || !ended}
                       onClick={() =>
                         act(`Clear task ${t.taskId} and its downstream tasks? They run again.`, () =>
