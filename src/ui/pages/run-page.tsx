@@ -34,16 +34,20 @@ export function RunPage({ runId }: { runId: string }) {
     );
   }, [dagId]);
   const states = useMemo(() => new Map(view?.tis.map((t) => [t.taskId, taskStateName(t.state)])), [view]);
-  // Tasks a graph can draw: the DAG's (its current version); else the run's own task ids alone.
+  // Tasks a graph can draw: the DAG's (its current version); else the run's own task ids alone. Not
+  // drawn before GetDag answers: boxes without their edges, laid out again a moment later, cost a
+  // second layout and draw of every box (a 500-task run's) for a graph that is wrong meanwhile.
   const taskIds = view?.tis.map((t) => t.taskId).join('\n') ?? '';
   const drawn = useMemo(
     () =>
-      tasks && tasks.length > 0
-        ? tasks
-        : taskIds
-            .split('\n')
-            .filter(Boolean)
-            .map((id) => ({ id, dependsOn: [] as string[] }) as TaskSpec),
+      tasks === null
+        ? null
+        : tasks.length > 0
+          ? tasks
+          : taskIds
+              .split('\n')
+              .filter(Boolean)
+              .map((id) => ({ id, dependsOn: [] as string[] }) as TaskSpec),
     [tasks, taskIds],
   );
   const count = view?.tis.length ?? 0;
@@ -108,7 +112,13 @@ export function RunPage({ runId }: { runId: string }) {
         )}
       </dl>
       {actionError && <p className="error">{actionError}</p>}
-      <RunGraph runId={runId} tasks={drawn} states={states} />
+      {drawn ? (
+        <RunGraph runId={runId} tasks={drawn} states={states} />
+      ) : (
+        <div className="graph-wrap">
+          <p className="muted small note">Loading the graph…</p>
+        </div>
+      )}
       <RunTimeline run={run} tis={tis} />
       <div
         className={virtual ? 'table-wrap virtual-rows' : 'table-wrap'}
