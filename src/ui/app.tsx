@@ -68,13 +68,19 @@ export function App() {
             {access.readOnly}
           </p>
         )}
-        {access?.kind === 'ready' && (
-          <AccessContext.Provider value={{ role: access.role, readOnly: access.readOnly, known: true }}>
+        {/* One place in the tree whether WhoAmI has answered or not: the page is not drawn (and its data
+            asked for) twice. Meanwhile its write buttons are disabled (known: false). */}
+        {(access?.kind === 'ready' || (access === null && !failure)) && (
+          <AccessContext.Provider
+            value={
+              access?.kind === 'ready'
+                ? { role: access.role, readOnly: access.readOnly, known: true }
+                : { role: 'viewer', readOnly: null, known: false }
+            }
+          >
             <Page url={url} />
           </AccessContext.Provider>
         )}
-        {/* While WhoAmI is on its way: the page, its write buttons disabled (the context's default). */}
-        {access === null && !failure && <Page url={url} />}
       </main>
     </div>
   );

@@ -12,19 +12,26 @@ export interface RunView {
 /**
  * A run and its task instances, read again when its WatchRun stream says something moved (at most
  * one read per 300 ms, whatever the number of tasks): pushed, never polled. `onEvents` sees the
- * stream's events too, from the run's first.
+ * stream's events too, from the run's first. `onFirstRun` is called with the run as soon as its
+ * first read answers, before the page draws it: what else the page asks for starts a draw earlier.
  */
 export function useRunLive(
   runId: string,
   onEvents?: (events: RunEvent[]) => void,
+  onFirstRun?: (run: Run) => void,
 ): { view: RunView | null; error: string | null; reload(): void } {
   const [view, setView] = useState<RunView | null>(null);
   const [error, setError] = useState<string | null>(null);
   const timer = useRef<ReturnType<typeof setTimeout> | null>(null);
+  const first = useRef(onFirstRun);
   const load = useCallback(() => {
     workflow
       .getRun({ runId })
       .then((res) => {
+        if (res.run && first.current) {
+          first.current(res.run);
+          first.current = undefined;
+        }
         if (res.run) setView({ run: res.run, tis: res.taskInstances });
         setError(null);
       })

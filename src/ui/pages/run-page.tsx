@@ -1,4 +1,4 @@
-import { useEffect, useMemo, useState } from 'react';
+import { useMemo, useState } from 'react';
 import type { TaskSpec } from '../../gen/leoflow/v1/types_pb.js';
 import { workflow } from '../api/clients.js';
 import { useCan, useWhyNot } from '../auth/access-context.js';
@@ -20,19 +20,17 @@ const ENDED = new Set(['success', 'failed', 'cancelled']);
 
 /** A run: its DAG as a live graph, its tasks with why each waits, and cancel / clear. */
 export function RunPage({ runId }: { runId: string }) {
-  const { view, error, reload } = useRunLive(runId);
   const [tasks, setTasks] = useState<TaskSpec[] | null>(null);
+  // The DAG is asked for the moment the run's first read names it, not after that read is drawn.
+  const { view, error, reload } = useRunLive(runId, undefined, (run) =>
+    workflow.getDag({ dagId: run.dagId }).then(
+      (res) => setTasks(res.dag?.tasks ?? []),
+      () => setTasks([]),
+    ),
+  );
   const [actionError, setActionError] = useState<string | null>(null);
   const canOperate = useCan('operator');
   const whyNot = useWhyNot('operator');
-  const dagId = view?.run.dagId;
-  useEffect(() => {
-    if (!dagId) return;
-    workflow.getDag({ dagId }).then(
-      (res) => setTasks(res.dag?.tasks ?? []),
-      () => setTasks([]),
-    );
-  }, [dagId]);
   const states = useMemo(() => new Map(view?.tis.map((t) => [t.taskId, taskStateName(t.state)])), [view]);
   // Tasks a graph can draw: the DAG's (its current version); else the run's own task ids alone. Not
   // drawn before GetDag answers: boxes without their edges, laid out again a moment later, cost a
