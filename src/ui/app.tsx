@@ -11,7 +11,10 @@ import { RunPage } from './pages/run-page.js';
 import { RunsPage } from './pages/runs-page.js';
 import { TaskPage } from './pages/task-page.js';
 
-/** The dashboard: asks for a token when the server wants one, then the page the path names. */
+/**
+ * The dashboard: the page the path names, drawn at once (its data asked for while WhoAmI is: no round
+ * trip waits for another), or a token form when the server wants a token it was not given.
+ */
 export function App() {
   const [access, setAccess] = useState<Access | null>(null);
   const [failure, setFailure] = useState<string | null>(null);
@@ -60,8 +63,21 @@ export function App() {
       <main>
         {failure && <p className="error">The API did not answer: {failure}</p>}
         {access?.kind === 'needs-token' && <TokenForm message={access.message} onSaved={check} />}
-        {access?.kind === 'ready' && (
-          <AccessContext.Provider value={access.role}>
+        {access?.kind === 'ready' && access.readOnly && (
+          <p className="read-only" data-testid="read-only">
+            {access.readOnly}
+          </p>
+        )}
+        {/* One place in the tree whether WhoAmI has answered or not: the page is not drawn (and its data
+            asked for) twice. Meanwhile its write buttons are disabled (known: false). */}
+        {(access?.kind === 'ready' || (access === null && !failure)) && (
+          <AccessContext.Provider
+            value={
+              access?.kind === 'ready'
+                ? { role: access.role, readOnly: access.readOnly, known: true }
+                : { role: 'viewer', readOnly: null, known: false }
+            }
+          >
             <Page url={url} />
           </AccessContext.Provider>
         )}

@@ -27,15 +27,18 @@ afterAll(async () => {
 });
 
 describe('a run of 10,000 tasks', () => {
+  // One run serves both tests: looked at paused, then live (a second run of 10,000 tasks cost seconds).
+  let runId: string;
+
   it('counts the tasks by state instead of drawing them, and draws only the rows in view', async () => {
     const lines = ['dag_id: huge', 'tasks:'];
     for (let i = 0; i < TASKS; i++) lines.push(`  - id: t${i}`, '    command: "true"');
     await f.api.workflow.applyDag({ source: lines.join('\n'), filename: 'huge.yaml' });
     // Paused: the run waits, so the page is looked at, not the work.
     await f.api.workflow.pauseDag({ dagId: 'huge', paused: true });
-    const { run } = await f.api.workflow.triggerRun({ dagId: 'huge' });
+    runId = (await f.api.workflow.triggerRun({ dagId: 'huge' })).run!.runId;
     const started = Date.now();
-    await page.goto(`${f.server.url}/runs/${run!.runId}`);
+    await page.goto(`${f.server.url}/runs/${runId}`);
     await page.locator('[data-graph=summary]', { hasText: '10,000 tasks' }).waitFor();
     await page.locator('tr[data-task-row=t0]').waitFor();
     const ms = Date.now() - started;
@@ -56,17 +59,17 @@ describe('a run of 10,000 tasks', () => {
     await page.locator(`tr[data-task-row=t${TASKS - 1}]`).waitFor();
     expect(await page.locator('tr[data-task-row=t0]').count()).toBe(0);
     await screenshots(page, 'run-10000');
-    await f.api.workflow.cancelRun({ runId: run!.runId });
     expect(errors).toEqual([]);
   }, 180_000);
 
-  it('stays usable while a 10,000-task run is live: counts move, rows follow the scroll, the page answers', async () => {
-    // Not paused: the tasks run (`true`, as fast as this machine's slots allow) while the page is open.
+  it('stays usable while the run is live: counts move, rows follow the scroll, the page answers', async () => {
+    // The same page, scrolled back up: unpaused, the run's tasks run (`true`, as fast as this machine's
+    // slots allow) while the page stays open, with no reload.
+    await page.locator('.virtual-rows').evaluate((el) => {
+      el.scrollTop = 0;
+    });
     await f.api.workflow.pauseDag({ dagId: 'huge', paused: false });
-    const { run } = await f.api.workflow.triggerRun({ dagId: 'huge' });
-    const runId = run!.runId;
     try {
-      await page.goto(`${f.server.url}/runs/${runId}`);
       await page.locator('[data-graph=summary]', { hasText: '10,000 tasks' }).waitFor();
       const successes = async () =>
         Number(
@@ -82,13 +85,13 @@ describe('a run of 10,000 tasks', () => {
       const first = await successes();
       await waitFor('more tasks succeeded, on the page', async () => (await successes()) > first, 60_000, 200);
       // While events stream in, the page's main thread answers: the longest gap between timer ticks
-      // over 3 s, measured in the page.
+      // over 2 s, measured in the page.
       const longestGapMs = await page.evaluate(
         () =>
           new Promise<number>((resolve) => {
             let last = performance.now();
             let longest = 0;
-            const end = last + 3_000;
+            const end = last + 2_000;
             const tick = () => {
               const now = performance.now();
               longest = Math.max(longest, now - last);
@@ -99,7 +102,7 @@ describe('a run of 10,000 tasks', () => {
             setTimeout(tick, 10);
           }),
       );
-      console.log(`live 10,000-task run: longest main-thread gap ${longestGapMs.toFixed(0)} ms over 3 s`);
+      console.log(`live 10,000-task run: longest main-thread gap ${longestGapMs.toFixed(0)} ms over 2 s`);
       expect(longestGapMs).toBeLessThan(1_000);
       // Rows follow the scroll, drawn in view only, while the run moves.
       const scrolled = Date.now();

@@ -12,15 +12,18 @@ export interface RunView {
 /**
  * A run and its task instances, read again when its WatchRun stream says something moved (at most
  * one read per 300 ms, whatever the number of tasks): pushed, never polled. `onEvents` sees the
- * stream's events too, from the run's first.
+ * stream's events too, from the run's first. `onFirstRun` is called with the run as soon as its
+ * first read answers, before the page draws it: what else the page asks for starts a draw earlier.
  */
 export function useRunLive(
   runId: string,
   onEvents?: (events: RunEvent[]) => void,
+  onFirstRun?: (run: Run) => void,
 ): { view: RunView | null; error: string | null; reload(): void } {
   const [view, setView] = useState<RunView | null>(null);
   const [error, setError] = useState<string | null>(null);
   const timer = useRef<ReturnType<typeof setTimeout> | null>(null);
+  const first = useRef(onFirstRun);
   // One read at a time: a read asked for while one is on its way follows it, once. Reads of a big
   // run's pages take longer than the 300 ms between events, and overlapping ones only pile up.
   const reading = useRef({ busy: false, again: false });
@@ -33,7 +36,11 @@ export function useRunLive(
     r.busy = true;
     const read = (): void => {
       r.again = false;
-      readAllPages(runId)
+      // The first page names the run: what the page asks for next need not wait for the others.
+      readAllPages(runId, (run) => {
+        first.current?.(run);
+        first.current = undefined;
+      })
         .then((res) => {
           if (res.run) setView({ run: res.run, tis: res.tis });
           setError(null);
@@ -64,11 +71,12 @@ export function useRunLive(
 }
 
 /** Every task instance of a run, a GetRun page at a time (a big map's mapped instances take several). */
-async function readAllPages(runId: string): Promise<{ run?: Run; tis: TaskInstance[] }> {
+async function readAllPages(runId: string, onRun: (run: Run) => void): Promise<{ run?: Run; tis: TaskInstance[] }> {
   const tis: TaskInstance[] = [];
   let pageToken = '';
   for (;;) {
     const res = await workflow.getRun({ runId, pageToken });
+    if (pageToken === '' && res.run) onRun(res.run);
     tis.push(...res.taskInstances);
     pageToken = res.nextPageToken;
     if (pageToken === '') return { run: res.run, tis };

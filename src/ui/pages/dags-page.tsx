@@ -1,7 +1,7 @@
 import { Fragment, useCallback, useEffect, useState } from 'react';
 import type { Dag } from '../../gen/leoflow/v1/types_pb.js';
 import { workflow } from '../api/clients.js';
-import { useCan } from '../auth/access-context.js';
+import { useCan, useWhyNot } from '../auth/access-context.js';
 import { Link } from '../components/link.js';
 import { RunStrip, type StripRun } from '../components/run-strip.js';
 import { runStateName } from '../components/state-badge.js';
@@ -18,6 +18,7 @@ export function DagsPage() {
   const [open, setOpen] = useState<string | null>(null);
   const [error, setError] = useState<string | null>(null);
   const canOperate = useCan('operator');
+  const whyNot = useWhyNot('operator');
   const load = useCallback(async () => {
     try {
       const res = await workflow.listDags({});
@@ -92,10 +93,14 @@ export function DagsPage() {
                     <RunStrip runs={strips[d.dagId] ?? []} />
                   </td>
                   <td className="right nowrap">
-                    <button disabled={!canOperate} onClick={() => void pause(d)}>
+                    <button title={whyNot} disabled={!canOperate} onClick={() => void pause(d)}>
                       {d.paused ? 'Unpause' : 'Pause'}
                     </button>
-                    <button disabled={!canOperate} onClick={() => setOpen(open === d.dagId ? null : d.dagId)}>
+                    <button
+                      title={whyNot}
+                      disabled={!canOperate}
+                      onClick={() => setOpen(open === d.dagId ? null : d.dagId)}
+                    >
                       Trigger…
                     </button>
                   </td>

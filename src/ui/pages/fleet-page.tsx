@@ -1,7 +1,7 @@
 import { useCallback, useEffect, useState } from 'react';
 import { AgentHealth, type Agent, type GetHealthResponse } from '../../gen/leoflow/v1/cluster_pb.js';
 import { cluster } from '../api/clients.js';
-import { useCan } from '../auth/access-context.js';
+import { useCan, useWhyNot } from '../auth/access-context.js';
 import { TimeText } from '../components/time-text.js';
 
 /** How often the fleet is read again: agents have no watch stream; one read for the whole page. */
@@ -16,6 +16,7 @@ export function FleetPage() {
   const [health, setHealth] = useState<GetHealthResponse | null>(null);
   const [error, setError] = useState<string | null>(null);
   const canOperate = useCan('operator');
+  const whyNot = useWhyNot('operator');
   const load = useCallback(() => {
     Promise.all([cluster.listAgents({}), cluster.getHealth({})])
       .then(([a, h]) => {
@@ -113,7 +114,7 @@ export function FleetPage() {
                       <TimeText at={a.lastSeenAt} />
                     </td>
                     <td className="right">
-                      <button disabled={!canOperate} onClick={() => void drain(a)}>
+                      <button title={whyNot} disabled={!canOperate} onClick={() => void drain(a)}>
                         {a.draining ? 'Undrain' : 'Drain'}
                       </button>
                     </td>

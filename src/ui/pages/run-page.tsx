@@ -1,7 +1,7 @@
-import { useEffect, useMemo, useState } from 'react';
+import { useMemo, useState } from 'react';
 import type { TaskSpec } from '../../gen/leoflow/v1/types_pb.js';
 import { workflow } from '../api/clients.js';
-import { useCan } from '../auth/access-context.js';
+import { useCan, useWhyNot } from '../auth/access-context.js';
 import { Link } from '../components/link.js';
 import { pendingReasonText } from '../components/pending-reason.js';
 import { RunGraph } from '../components/run-graph.js';
@@ -20,29 +20,32 @@ const ENDED = new Set(['success', 'failed', 'cancelled']);
 
 /** A run: its DAG as a live graph, its tasks with why each waits, and cancel / clear. */
 export function RunPage({ runId }: { runId: string }) {
-  const { view, error, reload } = useRunLive(runId);
   const [tasks, setTasks] = useState<TaskSpec[] | null>(null);
-  const [actionError, setActionError] = useState<string | null>(null);
-  const canOperate = useCan('operator');
-  const dagId = view?.run.dagId;
-  useEffect(() => {
-    if (!dagId) return;
-    workflow.getDag({ dagId }).then(
+  // The DAG is asked for the moment the run's first read names it, not after that read is drawn.
+  const { view, error, reload } = useRunLive(runId, undefined, (run) =>
+    workflow.getDag({ dagId: run.dagId }).then(
       (res) => setTasks(res.dag?.tasks ?? []),
       () => setTasks([]),
-    );
-  }, [dagId]);
+    ),
+  );
+  const [actionError, setActionError] = useState<string | null>(null);
+  const canOperate = useCan('operator');
+  const whyNot = useWhyNot('operator');
   const states = useMemo(() => new Map(view?.tis.map((t) => [t.taskId, taskStateName(t.state)])), [view]);
-  // Tasks a graph can draw: the DAG's (its current version); else the run's own task ids alone.
+  // Tasks a graph can draw: the DAG's (its current version); else the run's own task ids alone. Not
+  // drawn before GetDag answers: boxes without their edges, laid out again a moment later, cost a
+  // second layout and draw of every box (a 500-task run's) for a graph that is wrong meanwhile.
   const taskIds = view?.tis.map((t) => t.taskId).join('\n') ?? '';
   const drawn = useMemo(
     () =>
-      tasks && tasks.length > 0
-        ? tasks
-        : taskIds
-            .split('\n')
-            .filter(Boolean)
-            .map((id) => ({ id, dependsOn: [] as string[] }) as TaskSpec),
+      tasks === null
+        ? null
+        : tasks.length > 0
+          ? tasks
+          : taskIds
+              .split('\n')
+              .filter(Boolean)
+              .map((id) => ({ id, dependsOn: [] as string[] }) as TaskSpec),
     [tasks, taskIds],
   );
   const count = view?.tis.length ?? 0;
@@ -70,6 +73,7 @@ export function RunPage({ runId }: { runId: string }) {
         </h1>
         <button
           className="danger"
+          title={whyNot}
           disabled={!canOperate || ENDED.has(runState)}
           onClick={() => act(`Cancel run #${run.runId} of ${run.dagId}?`, () => workflow.cancelRun({ runId }))}
         >
@@ -106,7 +110,13 @@ export function RunPage({ runId }: { runId: string }) {
         )}
       </dl>
       {actionError && <p className="error">{actionError}</p>}
-      <RunGraph runId={runId} tasks={drawn} states={states} />
+      {drawn ? (
+        <RunGraph runId={runId} tasks={drawn} states={states} />
+      ) : (
+        <div className="graph-wrap">
+          <p className="muted small note">Loading the graph…</p>
+        </div>
+      )}
       <RunTimeline run={run} tis={tis} />
       <div
         className={virtual ? 'table-wrap virtual-rows' : 'table-wrap'}
@@ -150,6 +160,7 @@ export function RunPage({ runId }: { runId: string }) {
                     {asks && (
                       <>
                         <button
+                          title={whyNot}
                           disabled={!canOperate}
                           onClick={() =>
                             act(`Approve task ${t.taskId}? It succeeds, and the run goes on.`, () =>
@@ -161,6 +172,7 @@ export function RunPage({ runId }: { runId: string }) {
                         </button>
                         <button
                           className="danger"
+                          title={whyNot}
                           disabled={!canOperate}
                           onClick={() =>
                             act(`Reject task ${t.taskId}? It fails.`, () =>
@@ -173,6 +185,7 @@ export function RunPage({ runId }: { runId: string }) {
                       </>
                     )}
                     <button
+                      title={whyNot}
                       disabled={!canOperate || ended}
                       onClick={() =>
                         act(`Cancel task ${t.taskId}?`, () => workflow.cancelTaskInstance({ runId, taskId: t.taskId }))
@@ -181,6 +194,7 @@ export function RunPage({ runId }: { runId: string }) {
                       Cancel
                     </button>
                     <button
+                      title={whyNot}
                       disabled={!canOperate || !ended}
                       onClick={() =>
                         act(`Clear task ${t.taskId} and its downstream tasks? They run again.`, () =>

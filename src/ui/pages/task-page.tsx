@@ -1,7 +1,7 @@
 import { useCallback, useState } from 'react';
 import type { RunEvent } from '../../gen/leoflow/v1/workflow_pb.js';
 import { workflow } from '../api/clients.js';
-import { useCan } from '../auth/access-context.js';
+import { useCan, useWhyNot } from '../auth/access-context.js';
 import { Link } from '../components/link.js';
 import { CopyButton } from '../components/copy-button.js';
 import { LogView } from '../components/log-view.js';
@@ -25,6 +25,7 @@ export function TaskPage({ runId, taskId }: { runId: string; taskId: string }) {
   );
   const { view, error, reload } = useRunLive(runId, onEvents);
   const canOperate = useCan('operator');
+  const whyNot = useWhyNot('operator');
   const ti = view?.tis.find((t) => t.taskId === taskId);
   if (error && !view) return <p className="error">{error}</p>;
   if (!view) return <p className="muted">Loading…</p>;
@@ -47,6 +48,7 @@ export function TaskPage({ runId, taskId }: { runId: string; taskId: string }) {
         </h1>
         <button
           className="danger"
+          title={whyNot}
           disabled={!canOperate || !['none', 'scheduled', 'queued', 'running', 'up_for_retry'].includes(state)}
           onClick={cancel}
         >
