@@ -21,10 +21,11 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  *
  * The other client's latency is timed in turns, the flooder stopped (SIGSTOP) then flooding, so
  * both halves see the same load from the rest of the machine. Within 2x of the stopped half is
- * issue 38's requirement, met at load 4-7 but not at 9-13: the ratio is printed, and asserted only
- * with LEOFLOW_FLOOD_ASSERT=1. Seen 2026-11-29 (p50 ratio), with 20 writes a second let in and a
- * closed loop's refusals held: everything 1.03 and 1.24 at load 5-7, 1.6-2.95 at load 9-13; writes
- * alone 1.1 (2.0 at the old 200 a second), writes and streams 1.26, writes and connections 1.04.
+ * issue 38's requirement, asserted. Seen 2026-11-29 (p50 ratio), with 20 writes a second let in and a
+ * closed loop's refusals held: everything 1.07 and 1.12 at load 3 (as in CI, where the fault project
+ * runs alone), 1.03 and 1.24 at load 5-7; but 1.6-2.95 at load 9-13, where other suites' processes
+ * take the CPU the server would share between the two clients. Writes alone 1.1 (2.0 at the old 200
+ * a second), writes and streams 1.26, writes and connections 1.04.
  */
 
 const ADMIN = randomBytes(32).toString('base64url');
@@ -266,11 +267,10 @@ describe('one token floods writes, streams and connections', () => {
     expect(measured.rssPeak).toBeLessThan(RSS_BOUND_MB);
   });
 
-  it.runIf(process.env.LEOFLOW_FLOOD_ASSERT === '1')(
-    "keeps the other client's calls within 2x of its baseline in the same turns",
-    () => {
-      expect(measured).toBeDefined();
-      expect(measured.flooded.p50).toBeLessThanOrEqual(2 * measured.baseline.p50);
-    },
-  );
+  it("keeps the other client's calls within 2x of its baseline in the same turns", () => {
+    expect(measured).toBeDefined();
+    expect(measured.flooded.p50, `p50 flooded vs baseline, load ${loadavg()}`).toBeLessThanOrEqual(
+      2 * measured.baseline.p50,
+    );
+  });
 });
