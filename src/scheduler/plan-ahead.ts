@@ -26,7 +26,7 @@ export interface PlannedAhead {
   endingTis: Set<string>;
   /**
    * The ended task instances whose runs were planned ahead from memory: if the plan applies, the
-   * step that follows decides from that memory, now current (`PlannerMemory.takeCurrent`), and if
+   * step that follows decides from that memory, now current (`PlannerMemory.takeCurrentReads`), and if
    * it does not, reads the run itself. No read is sent behind them: a whole run's read
    * behind every end would delay the next start of a chain.
    */
@@ -89,7 +89,7 @@ export function planAhead(
   const memory = ctx.memory;
   if (!memory) return { done: null, endingTis, plannedFromMemory };
   // Every end makes its run's memory out of date until a plan that assumed it applies.
-  const since = memory.endsOnTheirWay(ends.map((e) => e.tiId));
+  const since = memory.noteEndsInFlight(ends.map((e) => e.tiId));
   const succeeded = new Map<string, Set<string>>();
   const reads = new Map<string, RunRead>();
   /** Runs with an end here that is not a success: their memory cannot become current. */
@@ -221,7 +221,7 @@ export function planAhead(
     }
     // A run not ended here (an assumption that did not hold) is read and decided by the step.
     for (const e of ending) {
-      if (done.has(e.runId)) memory.endedAhead(e.runId, e.dagId);
+      if (done.has(e.runId)) memory.recordEndedAhead(e.runId, e.dagId);
       else memory.forget([e.runId]);
     }
   };

@@ -197,14 +197,14 @@ export class PlannerMemory {
     }
   }
 
-  // Ends on their way, and when what is known is current.
+  // Ends in flight, and when what is known is current.
 
   /**
    * Ends of these task instances are on their way, which what is known of their runs does not
    * show: not current until a plan that assumed them applies. Returns the point a plan decided now
    * starts from, for `markCurrent`.
    */
-  endsOnTheirWay(tiIds: Iterable<string>): number {
+  noteEndsInFlight(tiIds: Iterable<string>): number {
     for (const tiId of tiIds) {
       const runId = this.#runOfTi.get(tiId);
       if (runId !== undefined) this.#markKnownChanged(runId, ++this.#seq);
@@ -213,11 +213,11 @@ export class PlannerMemory {
   }
 
   /**
-   * What is known of this run is current: a plan decided from it at `since` (`endsOnTheirWay`),
+   * What is known of this run is current: a plan decided from it at `since` (`noteEndsInFlight`),
    * which assumed the ends then on their way, has just applied, so the database checked every
    * state the plan assumed and made every move now known. Unless the run changed in any other way
    * since (another end, `forget`, `changed`), the step that follows those ends may decide from it
-   * instead of reading the run (`takeCurrent`).
+   * instead of reading the run (`takeCurrentReads`).
    */
   markCurrent(runId: string, since: number): void {
     if (this.#known.has(runId) && since >= this.#knownFloor && (this.#knownChangedAt.get(runId) ?? 0) <= since)
@@ -225,7 +225,7 @@ export class PlannerMemory {
   }
 
   /** Of these runs, the ones whose known state is current, as reads (each taken once). */
-  takeCurrent(runIds: readonly string[]): Map<string, RunRead> {
+  takeCurrentReads(runIds: readonly string[]): Map<string, RunRead> {
     const out = new Map<string, RunRead>();
     for (const id of runIds) {
       if (!this.#current.delete(id)) continue;
@@ -240,16 +240,16 @@ export class PlannerMemory {
   /**
    * This run was ended in the round trip of its last attempt's end (plan-ahead.ts): the step that
    * follows that end has nothing to read or decide for it, only the room it made in its DAG
-   * (`takeEnded`).
+   * (`takeEndedAhead`).
    */
-  endedAhead(runId: string, dagId: string): void {
+  recordEndedAhead(runId: string, dagId: string): void {
     this.#dropKnown(runId);
     this.#endedAhead.set(runId, dagId);
     while (this.#endedAhead.size > MAX_RUNS) this.#endedAhead.delete(this.#endedAhead.keys().next().value!);
   }
 
   /** Of these runs, the ones ended ahead (run id → DAG id), no longer kept here. */
-  takeEnded(runIds: readonly string[]): Map<string, string> {
+  takeEndedAhead(runIds: readonly string[]): Map<string, string> {
     const out = new Map<string, string>();
     for (const id of runIds) {
       const dagId = this.#endedAhead.get(id);

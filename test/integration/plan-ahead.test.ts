@@ -183,8 +183,8 @@ describe('planning ahead of an end', () => {
       expect(planned.plannedFromMemory).toEqual(new Set([a.tiId]));
       await planned.done;
       expect(await states(run.id)).toEqual({ a: 'success', b: 'running', c: 'queued' });
-      expect([...l.memory.takeCurrent([run.id]).keys()]).toEqual([run.id]);
-      expect(l.memory.takeCurrent([run.id]).size).toBe(0);
+      expect([...l.memory.takeCurrentReads([run.id]).keys()]).toEqual([run.id]);
+      expect(l.memory.takeCurrentReads([run.id]).size).toBe(0);
     }
     // Another end of the run on its way meanwhile (b's): the plan applies, the memory is not current.
     for (const meanwhile of ['stale', 'forget'] as const) {
@@ -194,7 +194,7 @@ describe('planning ahead of an end', () => {
       const b = await started(l.offered, 'b');
       await db.sql`update task_instances set state = 'success', ended_at = now() where id = ${a.tiId}`;
       const planned = planAhead(l.ctx, db.sql, [{ tiId: a.tiId, outcome: 'success' }]);
-      if (meanwhile === 'stale') l.memory.endsOnTheirWay([b.tiId]);
+      if (meanwhile === 'stale') l.memory.noteEndsInFlight([b.tiId]);
       else {
         // Forgotten (a clear, say) and remembered again from a read before the plan answered.
         const read = l.memory.ofTi(a.tiId)!;
@@ -203,7 +203,7 @@ describe('planning ahead of an end', () => {
       }
       await planned.done;
       expect(await states(run.id)).toEqual({ a: 'success', b: 'running', c: 'queued' });
-      expect(l.memory.takeCurrent([run.id]).size).toBe(0);
+      expect(l.memory.takeCurrentReads([run.id]).size).toBe(0);
     }
   });
 
@@ -216,7 +216,7 @@ describe('planning ahead of an end', () => {
     await Promise.all([l.reports.finished(a, OK), l.reports.finished(b, FAIL)]);
     expect(await states(run.id)).toEqual({ a: 'success', b: 'failed', c: 'queued' });
     expect(l.ctx.memory!.readsKept).toBe(1);
-    expect(l.memory.takeCurrent([run.id]).size).toBe(0);
+    expect(l.memory.takeCurrentReads([run.id]).size).toBe(0);
   });
 
   it('moves nothing in a DAG paused since the memory was taken', async () => {

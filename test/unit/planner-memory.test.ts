@@ -16,14 +16,14 @@ describe('PlannerMemory', () => {
     const m = new PlannerMemory(100);
     m.keepRead(runRead('1'));
     m.remember(runRead('1'));
-    const since = m.endsOnTheirWay(['1-a']);
+    const since = m.noteEndsInFlight(['1-a']);
     m.changed(['1']);
     expect(m.takeReads(['1']).size).toBe(0);
     expect(m.ofTi('1-a')).toBeUndefined();
     // Known again from a read, but a plan sent before the change does not make it current.
     m.remember(runRead('1'));
     m.markCurrent('1', since);
-    expect(m.takeCurrent(['1']).size).toBe(0);
+    expect(m.takeCurrentReads(['1']).size).toBe(0);
   });
 
   it('keeps the reads of a run whose known state is forgotten, and what is known of runs whose reads are dropped', () => {
@@ -45,20 +45,20 @@ describe('PlannerMemory', () => {
     const m = new PlannerMemory(100);
     m.remember(runRead('1'));
     m.remember(runRead('2'));
-    const since = m.endsOnTheirWay(['1-a', '2-a']);
-    m.endsOnTheirWay(['2-b']); // another end of run 2 on its way
+    const since = m.noteEndsInFlight(['1-a', '2-a']);
+    m.noteEndsInFlight(['2-b']); // another end of run 2 on its way
     m.markCurrent('1', since);
     m.markCurrent('2', since);
-    expect([...m.takeCurrent(['1', '2']).keys()]).toEqual(['1']);
-    expect(m.takeCurrent(['1']).size).toBe(0);
+    expect([...m.takeCurrentReads(['1', '2']).keys()]).toEqual(['1']);
+    expect(m.takeCurrentReads(['1']).size).toBe(0);
   });
 
   it('forgets everything on clear, runs ended ahead included', () => {
     const m = new PlannerMemory(100);
     m.keepRead(runRead('1'));
     m.remember(runRead('2'));
-    m.endedAhead('3', 'dag');
+    m.recordEndedAhead('3', 'dag');
     m.clear();
-    expect([m.readsKept, m.ofTi('2-a'), m.takeEnded(['3']).size]).toEqual([0, undefined, 0]);
+    expect([m.readsKept, m.ofTi('2-a'), m.takeEndedAhead(['3']).size]).toEqual([0, undefined, 0]);
   });
 });

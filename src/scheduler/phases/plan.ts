@@ -64,7 +64,7 @@ export async function plan(
   // Runs ended in the round trip of their last attempt's end have nothing left to read or decide;
   // only the room they made in a DAG whose queued runs were held back counts (below).
   const endedAhead = targeted
-    ? (ctx.memory?.takeEnded(targeted) ?? new Map<string, string>())
+    ? (ctx.memory?.takeEndedAhead(targeted) ?? new Map<string, string>())
     : new Map<string, string>();
   if (endedAhead.size > 0) {
     targeted = targeted!.filter((id) => !endedAhead.has(id));
@@ -138,7 +138,8 @@ async function readTargeted(
   // the ids are known, so both reads go out at once.
   const ahead = ctx.memory?.takeReads(targeted) ?? new Map<string, RunRead>();
   // Runs whose plan ahead applied are decided from the planner's memory of them, now current.
-  for (const [id, read] of ctx.memory?.takeCurrent(targeted.filter((id) => !ahead.has(id))) ?? []) ahead.set(id, read);
+  for (const [id, read] of ctx.memory?.takeCurrentReads(targeted.filter((id) => !ahead.has(id))) ?? [])
+    ahead.set(id, read);
   const rest = ahead.size === 0 ? targeted : targeted.filter((id) => !ahead.has(id));
   // A step that reads runs, or starts one, reads along with them what the agents executor
   // places from if it is getting old, so agent work can be claimed with its move (a step that
