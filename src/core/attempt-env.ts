@@ -1,6 +1,7 @@
 import type { Attempt } from './attempt.js';
 import { taskSpecHash } from './cache-key.js';
 import { idempotencyKey } from './idempotency-key.js';
+import { parseMappedTaskId } from './map-spec.js';
 import { attemptTraceContext, type TraceContext } from './trace-context.js';
 import type { Claim, WorkItem } from './work-item.js';
 
@@ -82,6 +83,9 @@ export function attemptOf(
       : {}),
     ...(w.task.dependsOn.length > 0 ? { upstreams: w.task.dependsOn } : {}),
     ...(w.task.inputs ? { inputEnv: w.task.inputs } : {}),
+    ...(w.task.map && parseMappedTaskId(w.taskId) !== null
+      ? { mapOver: { upstream: w.task.map.upstream, path: w.task.map.path } }
+      : {}),
     ...(w.task.triggerRule === 'one_failed' ? { failureSummary: true } : {}),
     ...(w.task.output === 'required' ? { outputRequired: true } : {}),
     ...(w.task.cache ? { cache: { ...w.task.cache, specHash: taskSpecHash(w.task) } } : {}),

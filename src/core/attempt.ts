@@ -47,6 +47,11 @@ export interface Attempt {
   upstreams?: string[];
   /** Its DAG's `inputs:` mapping (variable → `upstream.path`); absent when none. */
   inputEnv?: Record<string, string>;
+  /**
+   * For a mapped instance, the list it is one item of (its task's `map.over`): in its inputs that
+   * list is its item, so an input costs an item, not the whole list. Absent for other attempts.
+   */
+  mapOver?: { upstream: string; path: string[] };
   /** Its trigger rule is `one_failed` (it runs because the run failed): it is told what failed. */
   failureSummary?: boolean;
   /**

@@ -139,6 +139,38 @@ describe('mapped tasks on the subprocess executor', () => {
     expect(reason).toBe('MAX_PARALLEL:2');
   }, 90_000);
 
+  it('gives each mapped instance its item where the list was in its inputs, not the whole list', async () => {
+    const server = await start();
+    const file = path.join(f.tmp, 'map_inputs.yaml');
+    // gen's output holds the list and another key; each instance hands back its inputs and inputs: variable.
+    const gen = `printf '{"bucket":"b","items":[5,7,42]}' > "$LEOFLOW_OUTPUT"`;
+    const each = `printf '{"inputs":%s,"var":%s}' "$(cat "$LEOFLOW_INPUTS")" "$ITEM" > "$LEOFLOW_OUTPUT"`;
+    await writeFile(
+      file,
+      [
+        'dag_id: map_inputs',
+        'tasks:',
+        '  - id: gen',
+        `    command: ["sh", "-c", ${JSON.stringify(gen)}]`,
+        '  - id: each',
+        `    command: ["sh", "-c", ${JSON.stringify(each)}]`,
+        '    depends_on: [gen]',
+        '    map: { over: gen.items }',
+        '    inputs: { ITEM: gen.items }',
+        '',
+      ].join('\n'),
+    );
+    const runId = await trigger(server.url, file, 'map_inputs');
+    expect(await runEnds(f.db.sql, runId, { timeoutMs: 60_000 })).toBe('success');
+    const outs = await f.db.sql<{ task_id: string; value: unknown }[]>`
+      select t.task_id, o.value from task_instances t join task_outputs o on o.ti_id = t.id
+      where t.run_id = ${runId} and t.map_parent is not null order by t.map_index`;
+    const items = [5, 7, 42];
+    expect(outs.map((o) => o.value)).toEqual(
+      items.map((item) => ({ inputs: { gen: { bucket: 'b', items: item } }, var: item })),
+    );
+  }, 90_000);
+
   it('expands 100,000 items in one batch and dispatches them by the normal path (a sample)', async () => {
     const server = await start();
     const runId = await trigger(server.url, await mapDag('map_100k', 100_000, { each: 'true' }), 'map_100k');

@@ -11,7 +11,8 @@ import type { Sql } from '../sql.js';
  */
 export async function attemptInputs(
   sql: Sql,
-  a: Pick<Attempt, 'runId' | 'taskId' | 'upstreams' | 'inputEnv' | 'failureSummary'> & Partial<Pick<Attempt, 'tiId'>>,
+  a: Pick<Attempt, 'runId' | 'taskId' | 'upstreams' | 'inputEnv' | 'failureSummary'> &
+    Partial<Pick<Attempt, 'tiId' | 'mapOver'>>,
 ): Promise<AttemptInputs> {
   // Both sent at once: they are on the way to every mapped instance's start, one at a time.
   const [upstream, item] = await Promise.all([upstreamInputs(sql, a), mapItemOf(sql, a)]);
@@ -43,20 +44,28 @@ async function runFailures(sql: Sql, runId: string): Promise<string> {
 
 async function upstreamInputs(
   sql: Sql,
-  a: Pick<Attempt, 'runId' | 'taskId' | 'upstreams' | 'inputEnv'>,
+  a: Pick<Attempt, 'runId' | 'taskId' | 'upstreams' | 'inputEnv'> & Partial<Pick<Attempt, 'tiId' | 'mapOver'>>,
 ): Promise<AttemptInputs> {
   const upstreams = a.upstreams ?? [];
   if (upstreams.length === 0) return buildInputs(a.taskId, [], new Map(), a.inputEnv);
+  // A mapped instance sees the list it maps over as its own item: reading and writing the whole
+  // list for each of 100,000 items would make a map's cost grow with the square of its length.
+  const over = a.mapOver && a.tiId ? a.mapOver : null;
   // A mapped upstream's output is the list of its mapped instances' outputs, in item order (null
   // for one that wrote none).
   const rows = await sql<{ task_id: string; value: string }[]>`
     select t.task_id,
-           case when t.map_count is null then o.value::text
-                else (select coalesce(jsonb_agg(co.value order by c.map_index), '[]'::jsonb)::text
+           case when t.map_count is not null
+                then (select coalesce(jsonb_agg(co.value order by c.map_index), '[]'::jsonb)::text
                       from task_instances c
                       left join task_outputs co on co.ti_id = c.id and co.try_number = c.try_number
                         and co.attempt_token = c.attempt_token
-                      where c.map_parent = t.id) end as value
+                      where c.map_parent = t.id)
+                when t.task_id = ${over?.upstream ?? null}::text
+                then (select case when cardinality(${over?.path ?? []}::text[]) = 0 then coalesce(me.map_item, 'null')
+                                  else jsonb_set(o.value, ${over?.path ?? []}::text[], coalesce(me.map_item, 'null')) end
+                      from task_instances me where me.id = ${over ? a.tiId! : null}::bigint)::text
+                else o.value::text end as value
     from task_instances t
     left join task_outputs o on o.ti_id = t.id and o.try_number = t.try_number and o.attempt_token = t.attempt_token
     where t.run_id = ${a.runId} and t.task_id = any(${upstreams}::text[]) and t.state = 'success'

@@ -504,7 +504,8 @@ export type Assign = Message<"leoflow.v1.Assign"> & {
   /**
    * The task's inputs: its upstreams' outputs as one JSON object keyed by upstream task id (an
    * upstream that stored no output is absent; a mapped upstream's is the list of its mapped
-   * instances' outputs in item order, null for one that stored none). Write it to a file and
+   * instances' outputs in item order, null for one that stored none; to a mapped instance, the
+   * list it maps over is its own item). Write it to a file and
    * name that file in the process's LEOFLOW_INPUTS; empty: the task has no upstreams, set no
    * LEOFLOW_INPUTS. Variables the DAG sets from these outputs (`inputs:`) are already in `env`.
    * Never splice it into a command.
