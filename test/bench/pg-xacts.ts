@@ -14,6 +14,13 @@ export async function xacts(sql: Sql, dbName: string): Promise<number> {
 
 export const STATS_SETTLE_MS = 2000;
 
+/**
+ * A backend that went idle within a second of its last report holds its counts until it has been
+ * idle 10 s (Postgres 15+'s PGSTAT_IDLE_INTERVAL): a burst of statements just before a reading
+ * shows up in the next. Wait this long around a window that must not take in another's counts.
+ */
+export const STATS_IDLE_FLUSH_MS = 11_000;
+
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** Median of a small sample (the lower middle for an even count). */
