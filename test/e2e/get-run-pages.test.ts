@@ -94,6 +94,23 @@ describe('GetRun pages', () => {
     expect(await invalid(f.api.workflow.getRun({ runId, pageToken: 'x1' }))).toMatch(/page_token/);
     expect(await invalid(f.api.workflow.getRun({ runId, pageSize: -1 }))).toMatch(/page_size/);
     expect(await invalid(f.api.workflow.getRun({ runId, pageSize: 100_001 }))).toMatch(/page_size/);
+
+    // ListTaskInstances pages the same way, with the same tokens.
+    const listed: string[][] = [];
+    pageToken = '';
+    do {
+      const res = await f.api.workflow.listTaskInstances({ runId, pageSize: 2, pageToken, withOutputs: true });
+      listed.push(res.taskInstances.map((t) => `${t.taskId}=${t.outputJson}`));
+      expect(res.taskInstances.find((t) => t.taskId === 'each')?.mapStateCounts ?? { success: 3 }).toEqual({
+        success: 3,
+      });
+      pageToken = res.nextPageToken;
+    } while (pageToken !== '' && listed.length < 10);
+    expect(listed).toEqual(pages);
+    expect((await f.api.workflow.listTaskInstances({ runId })).taskInstances.map((t) => t.taskId)).toEqual(
+      whole.taskInstances.map((t) => t.taskId),
+    );
+    expect(await invalid(f.api.workflow.listTaskInstances({ runId, pageToken: 'x1' }))).toMatch(/page_token/);
   }, 60_000);
 
   it('reads a 100,000-item map in pages under 4 MiB; run show counts it, run show -o json lists it', async () => {

@@ -12,6 +12,7 @@ import type {
   TriggerRunRequest,
   WorkflowService,
 } from '../../gen/leoflow/v1/workflow_pb.js';
+import type { TaskInstance } from '../../gen/leoflow/v1/types_pb.js';
 import type { WorkflowDeps } from './workflow-deps.js';
 import { timestampDate } from '@bufbuild/protobuf/wkt';
 import { randomBytes } from 'node:crypto';
@@ -117,33 +118,39 @@ async function triggerRun(deps: WorkflowDeps, req: TriggerRunRequest, ctx: Handl
 /** A run with its task instances (and their outputs, when asked). */
 async function getRun(deps: WorkflowDeps, req: GetRunRequest) {
   const runId = parseId('run_id', req.runId);
+  const [run, page, by] = await Promise.all([
+    getRunView(deps.sql, runId),
+    tiPage(deps, runId, req),
+    triggeredBy(deps.sql, runId),
+  ]);
+  if (!run) throw new NotFoundError(`run ${runId} not found`);
+  return { run: runToProto(run, by), taskInstances: page.taskInstances, nextPageToken: page.nextPageToken };
+}
+
+/**
+ * A page of a run's task instances, as GetRun and ListTaskInstances give it: its own first, then
+ * each mapped task's in item order, a mapped task's own instance counting its mapped instances by
+ * state (on whatever page they are), and the page's outputs when asked.
+ */
+async function tiPage(
+  deps: WorkflowDeps,
+  runId: string,
+  req: { pageSize?: number; pageToken?: string; withOutputs: boolean },
+): Promise<{ taskInstances: TaskInstance[]; nextPageToken: string }> {
   // Unset (a caller in this process may leave them out) is the default, as on the wire.
   const pageSize = req.pageSize ?? 0;
   if (pageSize < 0 || pageSize > MAX_TI_PAGE_SIZE)
     throw new InvalidArgumentError('page_size', `must be between 0 and ${MAX_TI_PAGE_SIZE}, got ${pageSize}`);
   const start = parseTiPageToken(req.pageToken ?? '');
-  const [run, page, by] = await Promise.all([
-    getRunView(deps.sql, runId),
-    readTiPage((from, limit) => runTisPage(deps.sql, runId, from, limit), start, pageSize),
-    triggeredBy(deps.sql, runId),
-  ]);
-  if (!run) throw new NotFoundError(`run ${runId} not found`);
-  // The mapped tasks' own instances on this page count their mapped instances, on whatever page.
+  const page = await readTiPage((from, limit) => runTisPage(deps.sql, runId, from, limit), start, pageSize);
   const parents = page.tis.filter((t) => t.map_count !== null && t.map_count !== undefined).map((t) => t.id);
   const counts = await mappedStateCounts(deps.sql, parents);
   for (const ti of page.protos) Object.assign(ti.mapStateCounts, counts.get(ti.tiId));
+  const ids = page.tis.map((t) => t.id);
   const taskInstances = req.withOutputs
-    ? withOutputs(
-        page.protos,
-        await currentOutputs(
-          deps.sql,
-          runId,
-          INLINE_OUTPUT_BYTES,
-          page.tis.map((t) => t.id),
-        ),
-      )
+    ? withOutputs(page.protos, await currentOutputs(deps.sql, runId, INLINE_OUTPUT_BYTES, ids))
     : page.protos;
-  return { run: runToProto(run, by), taskInstances, nextPageToken: page.nextPageToken };
+  return { taskInstances, nextPageToken: page.nextPageToken };
 }
 
 /** A page of runs, newest first, by DAG, states and creation time. */
@@ -206,15 +213,14 @@ async function getTaskOutput(deps: WorkflowDeps, req: GetTaskOutputRequest) {
   };
 }
 
-/** A run's task instances (and their outputs, when asked). */
+/** A page of a run's task instances (and their outputs, when asked), as GetRun's. */
 async function listTaskInstances(deps: WorkflowDeps, req: ListTaskInstancesRequest) {
   const runId = parseId('run_id', req.runId);
-  const tis = await listTiViews(deps.sql, runId);
+  const page = await tiPage(deps, runId, req);
   // Every run has task instances (a DAG has tasks): only none needs the run looked up.
-  if (tis.length === 0 && !(await getRunView(deps.sql, runId))) throw new NotFoundError(`run ${runId} not found`);
-  const taskInstances = tis.map(tiToProto);
-  if (!req.withOutputs) return { taskInstances };
-  return { taskInstances: withOutputs(taskInstances, await currentOutputs(deps.sql, runId, INLINE_OUTPUT_BYTES)) };
+  if (page.taskInstances.length === 0 && !(await getRunView(deps.sql, runId)))
+    throw new NotFoundError(`run ${runId} not found`);
+  return page;
 }
 
 /** Runs an ended task instance again (and its downstream, when asked), re-opening its run. */
