@@ -75,7 +75,20 @@ def main(argv: Optional[list[str]] = None) -> int:
         seen: dict[str, str] = {}
         after = 0
 
+        def read_all(with_outputs: bool) -> wf.GetRunResponse:
+            # GetRun answers pages (a 100,000-item map takes a few): follow next_page_token.
+            got = api.GetRun(wf.GetRunRequest(run_id=run.run_id, with_outputs=with_outputs), timeout=30, metadata=auth)
+            token = got.next_page_token
+            while token:
+                page = api.GetRun(wf.GetRunRequest(run_id=run.run_id, with_outputs=with_outputs, page_token=token),
+                                  timeout=30, metadata=auth)
+                got.task_instances.extend(page.task_instances)
+                token = page.next_page_token
+            got.next_page_token = ""
+            return got
+
         def show() -> wf.GetRunResponse:
+            # The first page holds the run's own task instances (a mapped task's counts its items).
             got = api.GetRun(wf.GetRunRequest(run_id=run.run_id), timeout=30, metadata=auth)
             for ti in got.task_instances:
                 line = describe(ti)
@@ -104,7 +117,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 time.sleep(0.2)
         got = show()
         # The end, with each task's output (bounded; a big one is left out: read it with GetTaskOutput).
-        got = api.GetRun(wf.GetRunRequest(run_id=run.run_id, with_outputs=True), timeout=30, metadata=auth)
+        got = read_all(with_outputs=True)
         for ti in got.task_instances:
             if ti.output_json:
                 print(f"  output of {ti.task_id}: {ti.output_json}", flush=True)
