@@ -1,15 +1,8 @@
 import { timestampDate, type Timestamp } from '@bufbuild/protobuf/wkt';
-import { RunState, TaskState } from '../gen/leoflow/v1/types_pb.js';
 
 /** How the CLI shows things to a person. */
 
-export function runStateName(s: RunState): string {
-  return (RunState[s] ?? 'unspecified').toLowerCase();
-}
-
-export function taskStateName(s: TaskState): string {
-  return (TaskState[s] ?? 'unspecified').toLowerCase();
-}
+export { runStateName, taskStateName } from '../wire/state-names.js';
 
 export function time(ts: Timestamp | undefined): string {
   if (!ts) return '-';
