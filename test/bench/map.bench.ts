@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { cli, scratchDir, startServer, waitFor } from '../helpers/leoflow-process.js';
 import { createTestDatabase } from '../helpers/test-database.js';
 import { report } from './report.js';
+import { bucketPercentile, steps } from './tick-steps.js';
 
 /**
  * map: a `map:` over N items of `true` on one server (subprocess executor, shipped defaults but for
@@ -12,7 +13,8 @@ import { report } from './report.js';
  * width (N tasks of `true` after the same `gen`): what an item costs against what a task costs.
  * Items/s from `gen`'s end to the last item's (or task's) end, by the database's timestamps; the
  * expansion's own time; and the server's peak RSS (VmHWM) at the end. A size that has not finished
- * within the window is reported with what it did. LEOFLOW_BENCH_MAP_ITEMS sets the map's sizes
+ * within the window is reported with what it did. The scheduler's steps meanwhile: their count and
+ * p50/p99 (`leoflow_tick_duration_seconds`' buckets, each an upper bound). LEOFLOW_BENCH_MAP_ITEMS sets the map's sizes
  * (1000,10000,100000), LEOFLOW_BENCH_MAP_STATIC the static DAG's (1000; at most 10,000 tasks a DAG).
  */
 const SIZES = (process.env.LEOFLOW_BENCH_MAP_ITEMS ?? '1000,10000,100000').split(',').map(Number);
@@ -60,6 +62,7 @@ describe('map', () => {
         const file = path.join(tmp, 'fan.yaml');
         await writeFile(file, fanDag(kind, n));
         expect((await cli(s.url, ['dag', 'apply', file])).code).toBe(0);
+        const before = await steps(s);
         const t = await cli(s.url, ['run', 'trigger', 'fan', '-o', 'json']);
         expect(t.code, t.stderr).toBe(0);
         const runId = JSON.parse(t.stdout).run_id as string;
@@ -73,6 +76,7 @@ describe('map', () => {
           WINDOW_MS,
           500,
         ).catch(() => 'unfinished');
+        const after = await steps(s);
         const [w] = await db.sql<{ gen_end: Date; made: Date | null; last: Date; ended: number }[]>`
           select (select ended_at from task_instances where run_id = ${runId} and task_id = 'gen') as gen_end,
                  (select min(at) from events where run_id = ${runId} and kind = 'ti.expanded') as made,
@@ -88,6 +92,9 @@ describe('map', () => {
           expand_s: w!.made ? ((w!.made.getTime() - w!.gen_end.getTime()) / 1000).toFixed(1) : '-',
           run_s: secs.toFixed(1),
           items_per_s: Math.round(w!.ended / secs),
+          steps: after.count - before.count,
+          step_p50_ms: bucketPercentile(before, after, 50),
+          step_p99_ms: bucketPercentile(before, after, 99),
           rss_peak_mib: peakRssMiB(s.child.pid!),
           load_at_start: load,
         });

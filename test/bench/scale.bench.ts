@@ -1,11 +1,11 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { round } from './pg-xacts.js';
 import { report } from './report.js';
+import { bucketPercentile, steps } from './tick-steps.js';
 
 /**
  * scale: what an idle scheduler costs as the number of active runs grows, and whether a backlog
@@ -29,7 +29,6 @@ const ACTIVE: { runs: number; waiting: number }[] = [
   { runs: 5000, waiting: 1000 },
 ];
 const WINDOW_MS = 20_000;
-const BUCKET = /^leoflow_tick_duration_seconds_bucket\{le="([^"]+)"\}$/;
 
 /** The running runs of `scale`: the newest `waiting` with their one task scheduled (to offer;
  *  no agent is connected, so the dispatch queue stays full), the others with it running on agent
@@ -56,36 +55,6 @@ function cpuSeconds(pid: number): number {
   const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   // utime and stime, fields 14 and 15, in clock ticks (100 a second on Linux).
   return (Number(f[11]) + Number(f[12])) / 100;
-}
-
-interface Steps {
-  count: number;
-  sum: number;
-  buckets: [number, number][];
-}
-
-async function steps(s: ServerProcess): Promise<Steps> {
-  const m = await scrapeMetrics(s.metricsUrl);
-  const buckets: [number, number][] = [];
-  for (const [k, v] of m) {
-    const b = BUCKET.exec(k);
-    if (b) buckets.push([b[1] === '+Inf' ? Infinity : Number(b[1]), v]);
-  }
-  return {
-    count: m.get('leoflow_tick_duration_seconds_count') ?? 0,
-    sum: m.get('leoflow_tick_duration_seconds_sum') ?? 0,
-    buckets: buckets.sort((a, b) => a[0] - b[0]),
-  };
-}
-
-/** The upper bound, in ms, of the bucket the p-th percentile of the window's steps falls in. */
-function bucketPercentile(before: Steps, after: Steps, p: number): number {
-  const n = after.count - before.count;
-  for (const [le, v] of after.buckets) {
-    const inWindow = v - (before.buckets.find(([l]) => l === le)?.[1] ?? 0);
-    if (inWindow >= (p / 100) * n) return le * 1000;
-  }
-  return Infinity;
 }
 
 async function idleCost(n: number, waiting: number): Promise<Record<string, number>> {
