@@ -163,10 +163,11 @@ export async function startServer(
       const poll = async () => {
         for (;;) {
           if (child.exitCode !== null || child.signalCode !== null) return;
-          const ok = await fetch(`http://127.0.0.1:${ports[1]}/metrics`).then(
-            (r) => r.ok,
-            () => false,
-          );
+          // The body is read to its end: one left unread holds its socket open (paused) until it is
+          // collected, past the server's exit, and the file's leak check sees it.
+          const ok = await fetch(`http://127.0.0.1:${ports[1]}/metrics`)
+            .then(async (r) => (await r.arrayBuffer(), r.ok))
+            .catch(() => false);
           if (ok) {
             clearTimeout(timer);
             logs.push({
