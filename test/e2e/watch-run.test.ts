@@ -174,5 +174,14 @@ describe('WatchRun', () => {
       .map((l) => JSON.parse(l) as { seq: string; kind: string; to: string });
     expect(events.map((e) => e.seq)).toEqual(await logged(run!.runId));
     expect(events.at(-1)).toMatchObject({ kind: 'run.state', to: 'success' });
+    // --after without a terminal: only the moves after that seq (c's), as with -o json.
+    const cMoves = events.filter((e) => e.kind === 'ti.state' && (e as { task_id?: string }).task_id === 'c');
+    const after = events[events.indexOf(cMoves[0]!) - 1]!.seq;
+    const resumed = await cli(servers[1]!.url, ['run', 'watch', run!.runId, '--after', after]);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(resumed.stdout).toMatch(/\bc\s+success\s+try 1\//);
+    expect(resumed.stdout).not.toMatch(/\b[ab]\s+(queued|running|success)\s/);
+    // The tasks done count from the run's states when the watch begins: a and b had ended.
+    expect(resumed.stdout).toMatch(/\bc\s+scheduled\s+\[2\/3 done\]/);
   }, 30_000);
 });

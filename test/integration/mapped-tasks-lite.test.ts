@@ -51,6 +51,23 @@ async function states(runId: string): Promise<Record<string, { state: string; er
   return Object.fromEntries(rows.map((r) => [r.task_id, { state: r.state, error: r.error }]));
 }
 
+/**
+ * `run watch` without a terminal, replaying an ended run: a mapped task's instances are folded into
+ * `mapped` progress lines with their counts (a few lines, not three a item), the last one counting
+ * every instance.
+ */
+async function watchFoldsTheMap(url: string, runId: string, range: string, lastCounts: string): Promise<void> {
+  const t0 = Date.now();
+  const w = await cli(url, ['run', 'watch', runId], { timeoutMs: 60_000 });
+  const lines = w.stdout.trim().split('\n');
+  const progress = lines.filter((l) => l.includes(range) && / mapped /.test(l));
+  expect(progress.length, w.stdout.slice(0, 2000)).toBeGreaterThan(0);
+  expect(progress.at(-1)).toContain(lastCounts);
+  expect(lines.filter((l) => /each\[\d+\] /.test(l))).toEqual([]);
+  expect(lines.length, w.stdout.slice(0, 2000)).toBeLessThan(200);
+  console.log(`run watch of ${range}: ${lines.length} lines in ${Date.now() - t0} ms`);
+}
+
 describe('mapped tasks on the subprocess executor', () => {
   it('maps 1, 20 and 1,000 items: one instance each, outputs in item order after; a clear maps afresh', async () => {
     const server = await start();
@@ -75,6 +92,7 @@ describe('mapped tasks on the subprocess executor', () => {
       const [ev] = await f.db.sql<{ payload: { count: number } }[]>`
         select payload from events where run_id = ${runId} and kind = 'ti.expanded'`;
       expect(ev!.payload.count).toBe(n);
+      if (n === 1000) await watchFoldsTheMap(server.url, runId, 'each[0..999]', '1000 success');
     }
     // Cleared with its downstream, the mapped task expands again from gen's output: the same items,
     // each on try 1 of a new instance, and the run succeeds again.
@@ -207,5 +225,7 @@ describe('mapped tasks on the subprocess executor', () => {
     console.log(`100,000 items: expanded in ${expandMs} ms; 20 dispatched and succeeded in ${Date.now() - t1} ms`);
     expect(expandMs).toBeLessThan(30_000);
     expect((await cli(server.url, ['run', 'cancel', runId])).code).toBe(0);
-  }, 260_000);
+    expect(await runEnds(f.db.sql, runId, { timeoutMs: 60_000 })).toBe('cancelled');
+    await watchFoldsTheMap(server.url, runId, 'each[0..99999]', 'cancelled');
+  }, 320_000);
 });

@@ -3,10 +3,11 @@ import { groupMapped, mappedSummary } from '../group-mapped.js';
 import { timestampDate } from '@bufbuild/protobuf/wkt';
 import { RunState, type Run, type TaskInstance } from '../../gen/leoflow/v1/types_pb.js';
 import type { Clients } from '../client.js';
-import { clock, formatElapsed, isoTime, runStateName, table, taskStateName, time } from '../format.js';
+import { formatElapsed, isoTime, runStateName, table, taskStateName, time } from '../format.js';
 import { paintState } from '../paint-state.js';
 import { parseRunStates, RUN_STATE_NAMES } from '../parse-run-states.js';
 import { followRun } from '../follow-run.js';
+import { watchRunLines } from '../watch-run-lines.js';
 import { integerArgument, runIdArgument, seqArgument } from '../integer-argument.js';
 import { runJson } from '../run-json.js';
 import { countByState, readRunPages } from '../run-pages.js';
@@ -39,65 +40,6 @@ function tiRow(t: TaskInstance): string[] {
 
 function summary(tis: TaskInstance[]): string {
   return [...countByState(tis, (t) => taskStateName(t.state))].map(([s, n]) => `${n} ${s}`).join(', ');
-}
-
-/** A task instance's move as the events log records it (`ti.state`). */
-interface TiMove {
-  task_id: string;
-  to: string;
-  try?: number;
-  exit_code?: number | null;
-  error?: string | null;
-  next_try_at?: string | null;
-  reason?: string | null;
-}
-
-const ENDED_TI = new Set(['success', 'failed', 'upstream_failed', 'skipped', 'cancelled']);
-
-/**
- * Follows a run until it ends, printing each task's moves (and why it waits, when it says) as its
- * events come (one line each, so the output reads the same in a terminal and in a CI log), each at
- * the time of its event: a
- * run replayed after its end shows when each move happened, not when it was read. Resolves the
- * final run.
- */
-async function watch(clients: Clients, run: Run): Promise<{ run: Run; tis: TaskInstance[] }> {
-  const first = await clients.workflow.getRun({ runId: run.runId });
-  const maxTries = new Map(first.taskInstances.map((t) => [t.taskId, t.maxTries]));
-  const width = Math.max(8, ...first.taskInstances.map((t) => t.taskId.length));
-  const states = new Map(first.taskInstances.map((t) => [t.taskId, 'none']));
-  for await (const batch of followRun(clients, run.runId)) {
-    for (const e of batch) {
-      if (e.kind !== 'ti.state' && e.kind !== 'ti.pending') continue;
-      const payload = JSON.parse(e.payloadJson) as TiMove;
-      // Why a task waits, when it says (ti.pending: its state is unchanged).
-      if (e.kind === 'ti.pending' && !payload.reason) continue;
-      const move =
-        e.kind === 'ti.pending'
-          ? { task_id: payload.task_id, to: states.get(payload.task_id) ?? 'scheduled', reason: payload.reason }
-          : payload;
-      states.set(move.task_id, move.to);
-      let done = 0;
-      for (const s of states.values()) if (ENDED_TI.has(s)) done++;
-      const at = e.at ? timestampDate(e.at) : new Date();
-      process.stdout.write(
-        `  ${clock(at)}  ${move.task_id.padEnd(width)}  ${move.to.padEnd(15)} ` +
-          `${moveDetail(move, maxTries.get(move.task_id))}  [${done}/${states.size} done]\n`,
-      );
-    }
-  }
-  return readRunPages(clients, run.runId, { all: false });
-}
-
-/** A move's try, exit, retry time, reason and error, as one line's detail. */
-function moveDetail(m: TiMove, maxTries: number | undefined): string {
-  const parts: string[] = [];
-  if (m.try !== undefined && m.try > 0) parts.push(`try ${m.try}/${maxTries ?? '?'}`);
-  if (m.exit_code !== undefined && m.exit_code !== null) parts.push(`exit ${m.exit_code}`);
-  if (m.to === 'up_for_retry' && m.next_try_at) parts.push(`retry at ${clock(new Date(m.next_try_at))}`);
-  if (m.reason) parts.push(m.reason);
-  if (m.error && m.to !== 'success' && !/^exit code \d+$/.test(m.error)) parts.push(m.error);
-  return parts.join(', ');
 }
 
 export function registerRun(program: Command, clients: () => Clients): void {
@@ -141,7 +83,9 @@ export function registerRun(program: Command, clients: () => Clients): void {
         const started = Date.now();
         // At a terminal, the live view of `run watch`; elsewhere (a log, CI), a line per move.
         const live = process.stdout.isTTY && opts.output !== 'json';
-        const end = live ? await (await import('../watch-run-live.js')).watchRunLive(c, r.runId) : await watch(c, r);
+        const end = live
+          ? await (await import('../watch-run-live.js')).watchRunLive(c, r.runId)
+          : await watchRunLines(c, r);
         const state = live ? paintState(runStateName(end.run.state)) : runStateName(end.run.state);
         const secs = ((Date.now() - started) / 1000).toFixed(1);
         process.stdout.write(`run ${r.runId} ${state} in ${secs}s: ${summary(end.tis)}\n`);
@@ -276,7 +220,11 @@ export function registerRun(program: Command, clients: () => Clients): void {
       const first = await c.workflow.getRun({ runId });
       if (!process.stdout.isTTY) {
         process.stdout.write(`run ${runId} of ${first.run!.dagId}: ${runStateName(first.run!.state)}\n`);
-        const end = await watch(c, first.run!);
+        const end = await watchRunLines(c, first.run!, {
+          afterSeq: opts.after,
+          follow: opts.follow,
+          signal: ac.signal,
+        });
         const took = ENDED.has(end.run.state) ? ` in ${formatElapsed(end.run.startedAt, end.run.endedAt)}` : '';
         process.stdout.write(`run ${runId} ${runStateName(end.run.state)}${took}: ${summary(end.tis)}\n`);
         if (end.run.state !== RunState.SUCCESS) process.exitCode = 1;
