@@ -15,20 +15,25 @@ import { bucketPercentile, steps } from './tick-steps.js';
  * `leoflow_tick_duration_seconds` histogram, so a p is its bucket's upper bound), steps a second, and
  * the server's CPU. Then 5,000 running runs of which 1,000 have their task scheduled and
  * waiting on the dispatch queue (no agent is connected: the queue is full and refuses them, the
- * issue's goal case). Ratios to the 0-active run. (2) 5,000 queued runs of one DAG
+ * issue's goal case). And 5,000 running runs while a 100,000-item map runs beside them (subprocess
+ * executor, `true`; its items a second in the window). Ratios to the 0-active run. (2) 5,000 queued runs of one DAG
  * (`max_active_runs: 2`), then a cron run of another DAG: its created → started (Infinity when it
  * has not started 150 s after the apply).
  */
 
-/** Running runs, and how many of them wait on the dispatch queue. */
-const ACTIVE: { runs: number; waiting: number }[] = [
+/** Running runs, how many of them wait on the dispatch queue, and the items of a map running beside them. */
+const ACTIVE: { runs: number; waiting: number; map?: number }[] = [
   { runs: 0, waiting: 0 },
   { runs: 100, waiting: 0 },
   { runs: 1000, waiting: 0 },
   { runs: 5000, waiting: 0 },
   { runs: 5000, waiting: 1000 },
+  { runs: 5000, waiting: 0, map: 100_000 },
 ];
 const WINDOW_MS = 20_000;
+/** LEOFLOW_BENCH_SCALE_ONLY=map: only the 0-active run and the map's row (no backlog part). */
+const ONLY_MAP = process.env.LEOFLOW_BENCH_SCALE_ONLY === 'map';
+const ROWS = ONLY_MAP ? ACTIVE.filter((a) => a.runs === 0 || a.map) : ACTIVE;
 
 /** The running runs of `scale`: the newest `waiting` with their one task scheduled (to offer;
  *  no agent is connected, so the dispatch queue stays full), the others with it running on agent
@@ -50,6 +55,11 @@ async function runningRuns(db: TestDatabase, n: number, waiting: number): Promis
   await db.sql`analyze`;
 }
 
+function rssMiB(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m ? Number(m[1]) / 1024 : 0;
+}
+
 function cpuSeconds(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
@@ -57,25 +67,73 @@ function cpuSeconds(pid: number): number {
   return (Number(f[11]) + Number(f[12])) / 100;
 }
 
-async function idleCost(n: number, waiting: number): Promise<Record<string, number>> {
+/**
+ * A run of a DAG whose `gen` lists `items` numbers and whose `each` maps over them (`true`, on the
+ * subprocess executor), started and expanded: the issue's "while a map runs".
+ */
+async function startMap(db: TestDatabase, api: ReturnType<typeof createClients>, items: number): Promise<string> {
+  const gen = `seq 0 $((${items} - 1)) | paste -sd, - | sed 's/^/{"items":[/; s/$/]}/' > "$LEOFLOW_OUTPUT"`;
+  await api.workflow.applyDag({
+    source: [
+      'dag_id: fan',
+      'tasks:',
+      '  - id: gen',
+      `    command: ${JSON.stringify(['sh', '-c', gen])}`,
+      '  - id: each',
+      '    command: ["true"]',
+      '    depends_on: [gen]',
+      '    map: { over: gen.items }',
+      '',
+    ].join('\n'),
+    filename: 'fan.yaml',
+  });
+  const { run } = await api.workflow.triggerRun({ dagId: 'fan', confJson: '', runKey: '' });
+  await waitFor(
+    `the map of ${items} items expanded and running`,
+    async () => {
+      const [r] = await db.sql<{ n: number }[]>`
+        select count(*)::int as n from task_instances where run_id = ${run!.runId} and map_parent is not null
+        and state = 'success'`;
+      return r!.n > 0 ? true : null;
+    },
+    120_000,
+    200,
+  );
+  return run!.runId;
+}
+
+async function mappedDone(db: TestDatabase, runId: string): Promise<number> {
+  const [r] = await db.sql<{ n: number }[]>`
+    select count(*)::int as n from task_instances where run_id = ${runId} and map_parent is not null and state = 'success'`;
+  return r!.n;
+}
+
+async function idleCost(n: number, waiting: number, map = 0): Promise<Record<string, number>> {
   const db = await createTestDatabase();
   let s: ServerProcess | null = null;
   try {
-    s = await startServer({ env: { DATABASE_URL: db.url }, quiet: true, args: ['--heartbeat-threshold', '1h'] });
+    // A 100,000-item list is ~590 KB of output, past the 64 KiB default.
+    const args = ['--heartbeat-threshold', '1h', ...(map > 0 ? ['--max-output-size', '1MiB'] : [])];
+    s = await startServer({ env: { DATABASE_URL: db.url }, quiet: true, args });
     const api = createClients(s.url);
     await api.workflow.applyDag({
       source: 'dag_id: scale\nmax_active_runs: 10000\ntasks:\n  - id: a\n    executor: agents\n    command: ["true"]\n',
       filename: 'scale.yaml',
     });
     await runningRuns(db, n, waiting);
+    const mapRun = map > 0 ? await startMap(db, api, map) : null;
     // The first steps read everything once (the new leader offers what waits): not counted.
     await new Promise((r) => setTimeout(r, 5000));
+    const done0 = mapRun ? await mappedDone(db, mapRun) : 0;
     const [before, cpu0, t0] = [await steps(s), cpuSeconds(s.child.pid!), performance.now()];
     await new Promise((r) => setTimeout(r, WINDOW_MS));
     const [after, cpu1, t1] = [await steps(s), cpuSeconds(s.child.pid!), performance.now()];
     const seconds = (t1 - t0) / 1000;
     const count = after.count - before.count;
+    const done1 = mapRun ? await mappedDone(db, mapRun) : 0;
     return {
+      itemsPerS: (done1 - done0) / seconds,
+      rssMiB: rssMiB(s.child.pid!),
       steps: count,
       stepsPerS: count / seconds,
       meanMs: count === 0 ? 0 : ((after.sum - before.sum) / count) * 1000,
@@ -136,12 +194,17 @@ async function startBehindBacklog(): Promise<number> {
 describe('scale', () => {
   it("measures the idle step cost as active runs grow, and a start behind another DAG's backlog", async () => {
     const results: Record<string, number>[] = [];
-    for (const a of ACTIVE) results.push(await idleCost(a.runs, a.waiting));
+    for (const a of ROWS) results.push(await idleCost(a.runs, a.waiting, a.map));
     const base = results[0]!;
-    const rows = ACTIVE.map((a, i) => {
+    const rows = ROWS.map((a, i) => {
       const r = results[i]!;
       return {
-        'active runs': a.waiting > 0 ? `${a.runs} (${a.waiting} waiting on dispatch)` : a.runs,
+        'active runs':
+          a.waiting > 0
+            ? `${a.runs} (${a.waiting} waiting on dispatch)`
+            : a.map
+              ? `${a.runs} + a ${a.map}-item map (${round(r.itemsPerS!, 1)} items/s)`
+              : a.runs,
         'steps/s': round(r.stepsPerS!, 2),
         'step mean ms': round(r.meanMs!, 2),
         'step p50 ≤ ms': r.p50Ms!,
@@ -149,9 +212,10 @@ describe('scale', () => {
         'CPU % of a core': round(r.cpuPct!, 1),
         'mean / 0-active': round(r.meanMs! / Math.max(base.meanMs!, 0.001), 2),
         'CPU / 0-active': round(r.cpuPct! / Math.max(base.cpuPct!, 0.1), 2),
+        'server RSS MiB': round(r.rssMiB!, 0),
       };
     });
-    const behind = await startBehindBacklog();
+    const behind = ONLY_MAP ? NaN : await startBehindBacklog();
     await report('scale', rows, { cronRunBehind5000QueuedMs: round(behind, 1) });
     process.stdout.write(
       `a cron run of another DAG behind 5,000 queued runs: created → started ${round(behind, 1)} ms\n`,
