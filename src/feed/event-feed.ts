@@ -8,6 +8,7 @@ import {
   type EventFilter,
   type EventRow,
 } from '../db/events/read-events.js';
+import { settledSeq } from '../db/events/settled-seq.js';
 import type { Sql } from '../db/sql.js';
 
 /** The most events one read of the feed takes; a bigger burst is read in turns. */
@@ -220,10 +221,8 @@ export class ReplicaEventFeed implements EventFeed {
   async #establish(): Promise<void> {
     const g = this.#gen;
     this.#seqName ??= await eventSeqName(this.#sql);
-    const last = await lastSeqTaken(this.#sql, this.#seqName);
-    const { open } = await eventsAfter(this.#sql, last, last);
-    while (!this.#closed && (await anyOpen(this.#sql, open))) await sleep(GAP_CHECK_MS);
-    if (g === this.#gen) this.#horizon = last;
+    const last = await settledSeq(this.#sql, () => !this.#closed);
+    if (last !== null && g === this.#gen) this.#horizon = last;
     else this.#horizonKnown = null;
   }
 

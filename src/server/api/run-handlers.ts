@@ -22,7 +22,7 @@ import { cancelRun as writeRunCancel } from '../../db/cancel-run.js';
 import { cancelTaskInstance as writeTiCancel } from '../../db/cancel-task-instance.js';
 import { clearTaskInstance as writeTiClear } from '../../db/clear-task-instance.js';
 import { dagExists } from '../../db/dags.js';
-import { lastFeedSeq } from '../../db/events/last-feed-seq.js';
+import { settledSeq } from '../../db/events/settled-seq.js';
 import { triggeredBy } from '../../db/events/triggered-by.js';
 import { createRunOfDag, getRunView, listRuns as readRuns } from '../../db/runs.js';
 import { listTiViews } from '../../db/tis.js';
@@ -118,13 +118,20 @@ async function triggerRun(deps: WorkflowDeps, req: TriggerRunRequest, ctx: Handl
 /** A run with its task instances (and their outputs, when asked). */
 async function getRun(deps: WorkflowDeps, req: GetRunRequest) {
   const runId = parseId('run_id', req.runId);
+  // Settled before the reads begin, so they reflect every event up to it (proto: watch_seq).
+  const watchSeq = req.withWatchSeq ? await settledSeq(deps.sql) : 0n;
   const [run, page, by] = await Promise.all([
     getRunView(deps.sql, runId),
     tiPage(deps, runId, req),
     triggeredBy(deps.sql, runId),
   ]);
   if (!run) throw new NotFoundError(`run ${runId} not found`);
-  return { run: runToProto(run, by), taskInstances: page.taskInstances, nextPageToken: page.nextPageToken };
+  return {
+    run: runToProto(run, by),
+    taskInstances: page.taskInstances,
+    nextPageToken: page.nextPageToken,
+    watchSeq: (watchSeq ?? 0n).toString(),
+  };
 }
 
 /**
@@ -162,8 +169,8 @@ async function listRuns(deps: WorkflowDeps, req: ListRunsRequest) {
   const beforeId = req.pageToken ? parseId('page_token', req.pageToken) : undefined;
   const createdFrom = req.createdFrom ? timestampDate(req.createdFrom) : undefined;
   const createdTo = req.createdTo ? timestampDate(req.createdTo) : undefined;
-  // Read before the runs, so a change made between the two reads is replayed, not missed.
-  const watchSeq = req.withWatchSeq ? await lastFeedSeq(deps.sql) : 0n;
+  // Settled before the runs are read, so a change made between the two is replayed, not missed.
+  const watchSeq = req.withWatchSeq ? await settledSeq(deps.sql) : 0n;
   // One more than asked for tells whether another page follows.
   const runs = await readRuns(deps.sql, {
     dagId: req.dagId || undefined,
@@ -176,7 +183,7 @@ async function listRuns(deps: WorkflowDeps, req: ListRunsRequest) {
   // A DAG with runs exists (they are deleted with it): only an empty list needs the check.
   if (req.dagId && runs.length === 0 && !beforeId && !(await dagExists(deps.sql, req.dagId)))
     throw new NotFoundError(`DAG "${req.dagId}" not found`);
-  return { ...pageOfRuns(runs, limit), watchSeq: watchSeq.toString() };
+  return { ...pageOfRuns(runs, limit), watchSeq: (watchSeq ?? 0n).toString() };
 }
 
 /** Cancels a run that has not ended; its running attempts are stopped. */
