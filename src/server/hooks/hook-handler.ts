@@ -9,7 +9,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import type http from 'node:http';
 import type http2 from 'node:http2';
 import type { Logger } from 'pino';
-import { actorPayload, type Actor } from '../../core/actor.js';
+import { actorPayload, type WriteActor } from '../../core/actor.js';
 import { roleAllows } from '../../core/api-role.js';
 import { LIMITS } from '../../core/limits.js';
 import { takeEvent } from '../../db/external-events/take-event.js';
@@ -21,7 +21,7 @@ import { peerOf } from '../auth/caller.js';
 import type { TokenAuthenticator } from '../auth/token-authenticator.js';
 import { bearerToken } from '../auth/token-secret.js';
 import type { WriteLimiter } from '../auth/write-limiter.js';
-import type { Hook } from './read-hooks.js';
+import type { Hook } from '../config/read-hooks.js';
 
 export const HOOKS_PATH = '/hooks/';
 
@@ -175,7 +175,7 @@ async function deliver(o: HookHandlerOptions, req: Req, hook: Hook): Promise<unk
 }
 
 /** Who delivers: the hook itself when its signature holds, else a token's holder (auth on) or the open actor. */
-async function callerOfHook(o: HookHandlerOptions, req: Req, hook: Hook, body: Buffer): Promise<Actor> {
+async function callerOfHook(o: HookHandlerOptions, req: Req, hook: Hook, body: Buffer): Promise<WriteActor> {
   const peer = peerOf(req);
   if (hook.secret) {
     if (!signatureHolds(hook, body, header(req, hook.signatureHeader)))
