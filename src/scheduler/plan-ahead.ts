@@ -215,10 +215,10 @@ function keepMovesPlannedAhead(d: DecidedRun, plan: RunPlan): boolean {
 }
 
 /**
- * Every upstream state the plan's moves assumed (a run's end, every TI's state): the database
- * applies none of it unless each holds at the write, the ends just recorded included
- * (db/plan/apply-plans.ts, finalize-runs.ts). A plan from an out-of-date memory, or behind an
- * end that was refused, writes nothing, and the step that follows reads the run as always.
+ * Every upstream state the plan's moves assumed (a run's end, every TI's state), so that the
+ * database applies none of it unless each holds at the write, the ends just recorded included
+ * (db/plan/apply-plans.ts, finalize-runs.ts): a plan from an out-of-date memory, or behind an end
+ * that was refused, writes nothing, and the step that follows reads the run as always.
  */
 function expectedUpstreamStates(d: DecidedRun, read: RunRead, ended: Set<string>): NonNullable<RunPlan['expect']> {
   const spec = new Map(read.run.spec.tasks.map((t) => [t.id, t]));
