@@ -6,7 +6,7 @@
 import { create } from '@bufbuild/protobuf';
 import { timestampFromMs, type Duration } from '@bufbuild/protobuf/wkt';
 import type { Attempt, AttemptResult } from '../core/attempt.js';
-import { secretEnvFromWire, type SecretRef } from '../core/secret-ref.js';
+import { secretEnvFromWire, type SecretSource } from '../core/secret-ref.js';
 import {
   AttemptOutcome,
   AttemptRefSchema,
@@ -72,7 +72,7 @@ function traceEnv(a: Assign): Record<string, string> {
   return { TRACEPARENT: a.traceparent, ...(a.tracestate ? { TRACESTATE: a.tracestate } : {}) };
 }
 
-function withSecretEnv(refs: Record<string, SecretRef> | undefined): { secretEnv?: Record<string, SecretRef> } {
+function withSecretEnv(refs: Record<string, SecretSource> | undefined): { secretEnv?: Record<string, SecretSource> } {
   return refs === undefined ? {} : { secretEnv: refs };
 }
 

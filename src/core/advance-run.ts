@@ -1,4 +1,4 @@
-import type { TaskSpec, TriggerRule } from './dag-spec.js';
+import type { TaskDefinition, TriggerRule } from './dag-spec.js';
 import { MAX_PARALLEL_REASON, specTaskId } from './map-spec.js';
 import { isTerminalTi, type TiState } from './states.js';
 
@@ -83,7 +83,7 @@ export function evaluateTriggerRule(rule: TriggerRule, up: UpstreamCounts): Verd
   }
 }
 
-function countUpstream(task: TaskSpec, states: Map<string, TiState>): UpstreamCounts {
+function countUpstream(task: TaskDefinition, states: Map<string, TiState>): UpstreamCounts {
   const c: UpstreamCounts = { total: task.dependsOn.length, done: 0, success: 0, failed: 0, skipped: 0 };
   for (const dep of task.dependsOn) {
     const s = states.get(dep) ?? 'none';
@@ -96,7 +96,7 @@ function countUpstream(task: TaskSpec, states: Map<string, TiState>): UpstreamCo
 }
 
 /** Tasks in an order where every task comes after its dependencies (the spec is acyclic). */
-export function topologicalOrder(tasks: readonly TaskSpec[]): TaskSpec[] {
+export function topologicalOrder(tasks: readonly TaskDefinition[]): TaskDefinition[] {
   const byId = new Map(tasks.map((t) => [t.id, t]));
   for (const t of tasks) {
     for (const d of t.dependsOn) if (!byId.has(d)) throw new Error(`task "${t.id}" depends on unknown task "${d}"`);
@@ -105,7 +105,7 @@ export function topologicalOrder(tasks: readonly TaskSpec[]): TaskSpec[] {
   const downstream = new Map<string, string[]>();
   for (const t of tasks) for (const d of t.dependsOn) (downstream.get(d) ?? downstream.set(d, []).get(d)!).push(t.id);
   const ready = tasks.filter((t) => t.dependsOn.length === 0).map((t) => t.id);
-  const out: TaskSpec[] = [];
+  const out: TaskDefinition[] = [];
   while (ready.length > 0) {
     const id = ready.shift()!;
     out.push(byId.get(id)!);
@@ -120,7 +120,7 @@ export function topologicalOrder(tasks: readonly TaskSpec[]): TaskSpec[] {
 }
 
 export function advanceRun(
-  tasks: readonly TaskSpec[],
+  tasks: readonly TaskDefinition[],
   tis: ReadonlyMap<string, TiStateView>,
   now: Date,
   mapRoom?: MapRoom,
@@ -214,7 +214,7 @@ export function advanceRun(
  * write checks that every one of them is done.
  */
 function advanceMapped(
-  task: TaskSpec,
+  task: TaskDefinition,
   ids: readonly string[],
   tis: ReadonlyMap<string, TiStateView>,
   states: Map<string, TiState>,
@@ -263,7 +263,10 @@ function advanceMapped(
 const indexOf = (mappedId: string): number => Number(mappedId.slice(mappedId.lastIndexOf('[') + 1, -1));
 
 /** Exponential backoff from the task's retry_delay, doubling per try, capped. */
-export function retryDelayMs(task: Pick<TaskSpec, 'retryDelayMs' | 'maxRetryDelayMs'>, tryNumber: number): number {
+export function retryDelayMs(
+  task: Pick<TaskDefinition, 'retryDelayMs' | 'maxRetryDelayMs'>,
+  tryNumber: number,
+): number {
   const exp = Math.min(Math.max(tryNumber - 1, 0), 30);
   return Math.min(task.retryDelayMs * 2 ** exp, task.maxRetryDelayMs);
 }

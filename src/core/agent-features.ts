@@ -1,4 +1,4 @@
-import type { TaskSpec } from './dag-spec.js';
+import type { TaskDefinition } from './dag-spec.js';
 
 /**
  * Protocol features an agent announces among its Hello capabilities, under the reserved `leoflow.`
@@ -14,6 +14,6 @@ export const AGENT_FEATURES = {
 export const RESERVED_CAPABILITY_PREFIX = 'leoflow.';
 
 /** Whether an attempt of this task needs an agent that announces `leoflow.secret-env`. */
-export function needsSecretEnv(task: Pick<TaskSpec, 'secretEnv'>): boolean {
+export function needsSecretEnv(task: Pick<TaskDefinition, 'secretEnv'>): boolean {
   return task.secretEnv !== undefined && Object.keys(task.secretEnv).length > 0;
 }

@@ -5,7 +5,7 @@
  */
 
 import type { KubernetesSpec } from './dag-spec.js';
-import type { SecretRef } from './secret-ref.js';
+import type { SecretSource } from './secret-ref.js';
 import type { AttemptInputs } from './task-inputs.js';
 import type { TraceContext } from './trace-context.js';
 
@@ -27,7 +27,7 @@ export interface Attempt {
    * Variables whose values the executor reads when it starts the process (secret-ref.ts): only the
    * references travel and are stored, never a value. Absent when the task has none.
    */
-  secretEnv?: Record<string, SecretRef>;
+  secretEnv?: Record<string, SecretSource>;
   cwd: string | null;
   /** Execution timeout; null for none. */
   timeoutMs: number | null;

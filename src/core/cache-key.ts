@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { TaskSpec } from './dag-spec.js';
+import type { TaskDefinition } from './dag-spec.js';
 
 /**
  * The completion cache's key language, small on purpose: a key is a list of references, each
@@ -56,6 +56,6 @@ export function cacheKeyHash(key: readonly string[], conf: unknown, inputs: unkn
  * command, env, image, key, …) stops it reusing results of the old definition, while a change to
  * another task of the DAG does not.
  */
-export function taskSpecHash(task: TaskSpec): string {
+export function taskSpecHash(task: TaskDefinition): string {
   return createHash('sha256').update(JSON.stringify(task)).digest('hex').slice(0, 32);
 }

@@ -5,7 +5,7 @@ import type { MapSpec } from './map-spec.js';
  * each run snapshots at trigger time, so a DAG applied mid-run never changes a run in flight.
  * Durations are milliseconds; optional fields are filled with their defaults by the parser.
  */
-import type { SecretRef } from './secret-ref.js';
+import type { SecretSource } from './secret-ref.js';
 import type { PodTemplate } from './pod-template.js';
 import type { EventMatch } from './event-match.js';
 import type { NotifyRule } from './notify-rule.js';
@@ -54,7 +54,7 @@ export interface KubernetesSpec {
   podTemplate?: PodTemplate;
 }
 
-export interface TaskSpec {
+export interface TaskDefinition {
   id: string;
   /** argv; the first element is the program. Never run through a shell unless the user asks. */
   command: string[];
@@ -72,7 +72,7 @@ export interface TaskSpec {
   env: Record<string, string>;
   /** Variables whose values are secrets: where the executor reads each, never the value. Absent
    *  when there are none (so an unchanged file keeps its hash and version). */
-  secretEnv?: Record<string, SecretRef>;
+  secretEnv?: Record<string, SecretSource>;
   /** Working directory of the command; null for the control plane's own. */
   cwd: string | null;
   /** 'default' means the edition's executor. */
@@ -162,7 +162,7 @@ export interface DagSpec {
   notify?: NotifyRule[];
   /** A run is due to end this long after its logical date (scheduled) or its trigger; absent: never. */
   deadlineMs?: number;
-  tasks: TaskSpec[];
+  tasks: TaskDefinition[];
 }
 
 /** An event that starts a run, its payload the run's conf, when `match` holds on the payload. */
@@ -176,7 +176,7 @@ export const PRIORITY_RANGE = { min: -1000, max: 1000 } as const;
 
 /** A task's priority: its own, else its DAG's, else 0 (absent from specs that set none, so an
  *  unchanged file keeps its hash and version). */
-export function taskPriority(dag: Pick<DagSpec, 'priority'>, task: Pick<TaskSpec, 'priority'>): number {
+export function taskPriority(dag: Pick<DagSpec, 'priority'>, task: Pick<TaskDefinition, 'priority'>): number {
   return task.priority ?? dag.priority ?? 0;
 }
 

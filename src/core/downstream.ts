@@ -1,11 +1,11 @@
-import type { TaskSpec } from './dag-spec.js';
+import type { TaskDefinition } from './dag-spec.js';
 
 /**
  * Every task downstream of `taskId`, transitively (not `taskId` itself), in the order the spec
  * lists them. Pure: the clear reads it from the run's snapshot of the DAG, so a DAG applied since
  * the run was created does not change what a clear touches.
  */
-export function downstreamTaskIds(tasks: readonly TaskSpec[], taskId: string): string[] {
+export function downstreamTaskIds(tasks: readonly TaskDefinition[], taskId: string): string[] {
   const children = new Map<string, string[]>();
   for (const t of tasks) for (const d of t.dependsOn) (children.get(d) ?? children.set(d, []).get(d)!).push(t.id);
   const seen = new Set<string>();

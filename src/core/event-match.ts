@@ -9,6 +9,9 @@
 export const EVENT_NAME = /^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,199}$/;
 export const EVENT_NAME_RULE = '1-200 characters of letters, digits and _ . : / -, starting with a letter or digit';
 
+/** A sender's key of an event: as a run key is spelled, so it can stand in logs and commands unquoted. */
+export const EVENT_KEY = /^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}$/;
+
 /** A JSON scalar a match compares with (objects and arrays are not compared: name a path into them). */
 export type MatchValue = string | number | boolean | null;
 

@@ -1,5 +1,5 @@
 import { AGENT_FEATURES, needsSecretEnv } from './agent-features.js';
-import type { TaskSpec } from './dag-spec.js';
+import type { TaskDefinition } from './dag-spec.js';
 import { placementMismatch } from './placement.js';
 
 /**
@@ -9,7 +9,12 @@ import { placementMismatch } from './placement.js';
  * wait to be placed, and a task with secret variables needs an agent that reads them.
  */
 export function oneShotRefusal(
-  ti: { executor: string; state: string; agentId: string | null; task: Pick<TaskSpec, 'placement' | 'secretEnv'> },
+  ti: {
+    executor: string;
+    state: string;
+    agentId: string | null;
+    task: Pick<TaskDefinition, 'placement' | 'secretEnv'>;
+  },
   agent: { agentId: string; labels: Record<string, string>; capabilities: string[] },
 ): string | null {
   if (ti.executor !== 'agents') return `the task runs on the ${ti.executor} executor, not on agents`;

@@ -5,7 +5,7 @@
  */
 
 /** Where a secret's value is read from, by whoever starts the task's process. */
-export type SecretRef =
+export type SecretSource =
   /** An environment variable of the process that starts the task (the server in Lite, an agent). */
   | { env: string }
   /** A file's whole contents, read when the attempt starts (an absolute path on that machine). */
@@ -17,7 +17,7 @@ export type SecretRef =
 export const MAX_SECRET_FILE_BYTES = 64 * 1024;
 
 /** The reference as a person reads it (`env DB_PASSWORD`, `file /run/secrets/x`, `kubernetes my-secret/token`). */
-export function describeSecretRef(ref: SecretRef): string {
+export function describeSecretRef(ref: SecretSource): string {
   if ('env' in ref) return `env ${ref.env}`;
   if ('file' in ref) return `file ${ref.file}`;
   return `kubernetes ${ref.kubernetes.name}/${ref.kubernetes.key}`;
@@ -33,7 +33,9 @@ export type SecretRefWire = {
 };
 
 /** A map of references as the API and Assign carry them. */
-export function secretEnvToWire(refs: Readonly<Record<string, SecretRef>> | undefined): Record<string, SecretRefWire> {
+export function secretEnvToWire(
+  refs: Readonly<Record<string, SecretSource>> | undefined,
+): Record<string, SecretRefWire> {
   const out: Record<string, SecretRefWire> = {};
   for (const [name, ref] of Object.entries(refs ?? {})) {
     out[name] =
@@ -49,10 +51,10 @@ export function secretEnvToWire(refs: Readonly<Record<string, SecretRef>> | unde
 /** References read back from the wire; throws naming the variable whose reference has no source. */
 export function secretEnvFromWire(
   wire: Readonly<Record<string, SecretRefWire>>,
-): Record<string, SecretRef> | undefined {
+): Record<string, SecretSource> | undefined {
   const entries = Object.entries(wire);
   if (entries.length === 0) return undefined;
-  const out: [string, SecretRef][] = [];
+  const out: [string, SecretSource][] = [];
   for (const [name, w] of entries) {
     const s = w.source;
     if (s.case === 'env' || s.case === 'file') {

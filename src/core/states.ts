@@ -5,7 +5,7 @@
  */
 
 export const RUN_STATES = ['queued', 'running', 'success', 'failed', 'cancelled'] as const;
-export type RunState = (typeof RUN_STATES)[number];
+export type RunStateName = (typeof RUN_STATES)[number];
 
 export const TI_STATES = [
   'none',
@@ -30,7 +30,7 @@ export type TiState = (typeof TI_STATES)[number];
  *   (`RUN_REOPEN_FROM`); the ordinary guarded write never does (`runMoveFrom`), so a planner
  *   acting on a stale read can never resurrect a run that ended or was cancelled.
  */
-const RUN_TRANSITIONS: Readonly<Record<RunState, readonly RunState[]>> = {
+const RUN_TRANSITIONS: Readonly<Record<RunStateName, readonly RunStateName[]>> = {
   queued: ['running', 'cancelled'],
   running: ['success', 'failed', 'cancelled'],
   success: ['running'],
@@ -70,7 +70,7 @@ const TI_TRANSITIONS: Readonly<Record<TiState, readonly TiState[]>> = {
 };
 
 export const TERMINAL_TI_STATES: readonly TiState[] = ['success', 'failed', 'upstream_failed', 'skipped', 'cancelled'];
-export const TERMINAL_RUN_STATES: readonly RunState[] = ['success', 'failed', 'cancelled'];
+export const TERMINAL_RUN_STATES: readonly RunStateName[] = ['success', 'failed', 'cancelled'];
 
 /**
  * States in which a task instance may hold a live process somewhere (the list of index
@@ -87,7 +87,7 @@ export function isTerminalTi(state: TiState): boolean {
   return TERMINAL_TI_STATES.includes(state);
 }
 
-export function isTerminalRun(state: RunState): boolean {
+export function isTerminalRun(state: RunStateName): boolean {
   return TERMINAL_RUN_STATES.includes(state);
 }
 
@@ -95,7 +95,7 @@ export function canTransitionTi(from: TiState, to: TiState): boolean {
   return TI_TRANSITIONS[from].includes(to);
 }
 
-export function canTransitionRun(from: RunState, to: RunState): boolean {
+export function canTransitionRun(from: RunStateName, to: RunStateName): boolean {
   return RUN_TRANSITIONS[from].includes(to);
 }
 
@@ -117,7 +117,7 @@ export function legalTiFrom(to: TiState): readonly TiState[] {
 }
 
 /** The states a run may be in for a guarded write to move it to `to` (re-opens included). */
-export function legalRunFrom(to: RunState): readonly RunState[] {
+export function legalRunFrom(to: RunStateName): readonly RunStateName[] {
   return RUN_FROM[to];
 }
 
@@ -126,18 +126,18 @@ export function legalRunFrom(to: RunState): readonly RunState[] {
  * ones minus the terminal ones, since leaving a terminal state is a re-open, which only a clear
  * does (`RUN_REOPEN_FROM`).
  */
-export function runMoveFrom(to: RunState): readonly RunState[] {
+export function runMoveFrom(to: RunStateName): readonly RunStateName[] {
   return RUN_FROM[to].filter((s) => !isTerminalRun(s));
 }
 
 /** The ended states a clear may re-open a run from (→ running). */
-export const RUN_REOPEN_FROM: readonly RunState[] = RUN_FROM.running.filter((s) => isTerminalRun(s));
+export const RUN_REOPEN_FROM: readonly RunStateName[] = RUN_FROM.running.filter((s) => isTerminalRun(s));
 
 export function isTiState(value: string): value is TiState {
   return (TI_STATES as readonly string[]).includes(value);
 }
 
-export function isRunState(value: string): value is RunState {
+export function isRunState(value: string): value is RunStateName {
   return (RUN_STATES as readonly string[]).includes(value);
 }
 
@@ -148,19 +148,19 @@ export function isRunState(value: string): value is RunState {
  */
 
 /** Runs that have not ended: the ones the planner reads (the list of index `dag_runs_active`). */
-export const ACTIVE_RUN_STATES: readonly RunState[] = RUN_STATES.filter((s) => !isTerminalRun(s));
+export const ACTIVE_RUN_STATES: readonly RunStateName[] = RUN_STATES.filter((s) => !isTerminalRun(s));
 
 /** Runs waiting to start: queued until max_active_runs has room (the ordinary start's from). */
-export const RUN_START_FROM: readonly RunState[] = runMoveFrom('running');
+export const RUN_START_FROM: readonly RunStateName[] = runMoveFrom('running');
 
 /**
  * Runs that have started and not ended: what max_active_runs counts (index `dag_runs_running`),
  * the runs whose task instances the planner moves and a dispatcher claims.
  */
-export const STARTED_RUN_STATES: readonly RunState[] = ACTIVE_RUN_STATES.filter((s) => !RUN_START_FROM.includes(s));
+export const STARTED_RUN_STATES: readonly RunStateName[] = ACTIVE_RUN_STATES.filter((s) => !RUN_START_FROM.includes(s));
 
 /** The states a run may end from, to success or failed alike (the planner's end, the reaper's). */
-export const RUN_END_FROM: readonly RunState[] = runMoveFrom('success').filter((s) =>
+export const RUN_END_FROM: readonly RunStateName[] = runMoveFrom('success').filter((s) =>
   runMoveFrom('failed').includes(s),
 );
 

@@ -3,7 +3,7 @@
  * trigger rule is met: the event and the match with the run's conf read in, its deadline, and the
  * pending reason that names them. Pure, so the planner decides it without a database.
  */
-import type { OnTimeout, TaskSpec, ApprovalRole } from './dag-spec.js';
+import type { OnTimeout, TaskDefinition, ApprovalRole } from './dag-spec.js';
 import type { EventMatch, MatchValue } from './event-match.js';
 
 export interface WaitStart {
@@ -60,7 +60,7 @@ export function resolveMatch(match: EventMatch | undefined, conf: unknown): Even
 }
 
 /** The row a wait or an approval task starts with; null for a task that runs a command. */
-export function waitStart(task: TaskSpec, conf: unknown): WaitStart | null {
+export function waitStart(task: TaskDefinition, conf: unknown): WaitStart | null {
   if (task.wait) {
     const match = resolveMatch(task.wait.match, conf);
     // Keys sorted: the spec comes back from jsonb in its own key order.

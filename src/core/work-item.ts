@@ -1,4 +1,4 @@
-import type { TaskSpec } from './dag-spec.js';
+import type { TaskDefinition } from './dag-spec.js';
 import type { TraceContext } from './trace-context.js';
 
 /**
@@ -12,7 +12,7 @@ export interface WorkItem {
   taskId: string;
   /** The executor kind that runs it (`subprocess`, `agents`, …). */
   executor: string;
-  task: TaskSpec;
+  task: TaskDefinition;
   conf: Record<string, unknown>;
   logicalDate: Date;
   /** The run's trace context (its span's), which its attempts' spans are children of; null: untraced. */

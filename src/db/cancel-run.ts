@@ -1,4 +1,4 @@
-import { actorPayload, type Actor } from '../core/actor.js';
+import { actorPayload, type WriteActor } from '../core/actor.js';
 import { legalTiFrom } from '../core/states.js';
 import { EVENT_KIND, tiEvents } from './events/record-events.js';
 import { inlineLiterals } from './inline-literals.js';
@@ -17,7 +17,7 @@ export type CancelOutcome =
  * the TIs that may hold a live process (queued/running), so their holder can be told to stop them
  * (its next heartbeat, which no longer matches a running attempt, would tell it too).
  */
-export async function cancelRun(sql: Sql, runId: string, by?: Actor): Promise<CancelOutcome> {
+export async function cancelRun(sql: Sql, runId: string, by?: WriteActor): Promise<CancelOutcome> {
   const who = actorPayload(by);
   return sql.begin(async (tx) => {
     const [locked] = await tx<RunView[]>`select ${tx(RUN_VIEW_COLUMNS)} from dag_runs where id = ${runId} for update`;

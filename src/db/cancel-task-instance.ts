@@ -1,4 +1,4 @@
-import { actorPayload, type Actor } from '../core/actor.js';
+import { actorPayload, type WriteActor } from '../core/actor.js';
 import { ACTIVE_TI_STATES, legalTiFrom, type TiState } from '../core/states.js';
 import { EVENT_KIND, tiEvents } from './events/record-events.js';
 import type { Sql } from './sql.js';
@@ -24,7 +24,7 @@ export async function cancelTaskInstance(
   sql: Sql,
   runId: string,
   taskId: string,
-  by?: Actor,
+  by?: WriteActor,
 ): Promise<CancelTiOutcome> {
   return sql.begin(async (tx) => {
     const cancelledEvent = tx`jsonb_build_object('task_id', task_id, 'to', 'cancelled', 'from', was, 'try', try_number,

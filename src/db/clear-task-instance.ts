@@ -1,4 +1,4 @@
-import { actorPayload, type Actor } from '../core/actor.js';
+import { actorPayload, type WriteActor } from '../core/actor.js';
 import { downstreamTaskIds } from '../core/downstream.js';
 import { RUN_REOPEN_FROM, isTerminalRun, isTerminalTi, legalTiFrom } from '../core/states.js';
 import { EVENT_KIND, runEvents, tiEvents } from './events/record-events.js';
@@ -31,7 +31,7 @@ export type ClearOutcome =
  */
 export async function clearTaskInstance(
   sql: Sql,
-  req: { runId: string; taskId: string; downstream: boolean; noCache?: boolean; by?: Actor },
+  req: { runId: string; taskId: string; downstream: boolean; noCache?: boolean; by?: WriteActor },
 ): Promise<ClearOutcome> {
   const who = actorPayload(req.by);
   return sql.begin(async (tx) => {

@@ -1,4 +1,4 @@
-import { actorPayload, type Actor } from '../core/actor.js';
+import { actorPayload, type WriteActor } from '../core/actor.js';
 import { createHash } from 'node:crypto';
 import type { DagSpec } from '../core/dag-spec.js';
 import { firstFireTimeAtOrAfter, latestFireTime } from '../core/schedule.js';
@@ -54,7 +54,7 @@ export async function upsertDag(
   spec: DagSpec,
   source: string,
   now = new Date(),
-  by?: Actor,
+  by?: WriteActor,
 ): Promise<{ dag: DagRow; outcome: ApplyOutcome }> {
   const hash = specHash(spec);
   return sql.begin(async (tx) => {

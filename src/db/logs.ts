@@ -34,7 +34,7 @@ export async function readRunLogs(
 }
 
 /** How much of one attempt's log is stored: lines of each output, and the highest seq. */
-export interface LogsSoFar {
+export interface StoredLogCounts {
   stdout: number;
   stderr: number;
   lastSeq: number;
@@ -47,8 +47,8 @@ export interface LogsSoFar {
 export async function logsSoFar(
   sql: Sql,
   attempts: { tiId: string; tryNumber: number }[],
-): Promise<Map<string, LogsSoFar>> {
-  const out = new Map<string, LogsSoFar>(
+): Promise<Map<string, StoredLogCounts>> {
+  const out = new Map<string, StoredLogCounts>(
     attempts.map((a) => [`${a.tiId}/${a.tryNumber}`, { stdout: 0, stderr: 0, lastSeq: 0 }]),
   );
   if (attempts.length === 0) return out;

@@ -1,4 +1,4 @@
-import type { DagSpec, TaskSpec } from '../core/dag-spec.js';
+import type { DagSpec, TaskDefinition } from '../core/dag-spec.js';
 import { specTaskId } from '../core/map-spec.js';
 import type { Sql } from './sql.js';
 
@@ -7,7 +7,7 @@ export interface OneShotTi {
   executor: string;
   state: string;
   agentId: string | null;
-  task: TaskSpec;
+  task: TaskDefinition;
 }
 
 /** The task instance with its task's spec, as of its run's DAG version; null when there is none. */

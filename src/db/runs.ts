@@ -1,7 +1,13 @@
 import type { DagSpec } from '../core/dag-spec.js';
-import { actorPayload, type Actor } from '../core/actor.js';
+import { actorPayload, type WriteActor } from '../core/actor.js';
 import { newRunTrace, type TraceContext, type TraceParent } from '../core/trace-context.js';
-import { ACTIVE_RUN_STATES, RUN_START_FROM, STARTED_RUN_STATES, runMoveFrom, type RunState } from '../core/states.js';
+import {
+  ACTIVE_RUN_STATES,
+  RUN_START_FROM,
+  STARTED_RUN_STATES,
+  runMoveFrom,
+  type RunStateName,
+} from '../core/states.js';
 import type postgres from 'postgres';
 import { EVENT_KIND, runEvents } from './events/record-events.js';
 import { inlineLiterals } from './inline-literals.js';
@@ -16,7 +22,7 @@ export interface RunRow {
   /** The version of its DAG the run was made from (its spec in `dag_versions`). */
   dag_version: number;
   logical_date: Date;
-  state: RunState;
+  state: RunStateName;
   conf: Record<string, unknown>;
   poison_error: string | null;
   created_at: Date;
@@ -59,7 +65,7 @@ export interface NewRun {
   /** The caller's trace context it continues (TriggerRun's traceparent); absent: a trace of its own. */
   caller?: { traceparent: TraceParent; tracestate: string | null };
   /** Who triggered it through the API (recorded in its first event); absent for a scheduled run. */
-  by?: Actor;
+  by?: WriteActor;
   /** `--no-cache`: its cached tasks run instead of reusing an earlier result. */
   noCache?: boolean;
 }
@@ -223,7 +229,7 @@ export async function listRuns(
   sql: Sql,
   opts: {
     dagId?: string;
-    states?: readonly RunState[];
+    states?: readonly RunStateName[];
     limit: number;
     beforeId?: string;
     createdFrom?: Date;
@@ -231,7 +237,7 @@ export async function listRuns(
   },
 ): Promise<RunView[]> {
   const ofDag = opts.dagId ? sql`dag_id = ${opts.dagId}` : sql`true`;
-  const inStates = opts.states?.length ? sql`state = any(${opts.states as RunState[]}::text[])` : sql`true`;
+  const inStates = opts.states?.length ? sql`state = any(${opts.states as RunStateName[]}::text[])` : sql`true`;
   const before = opts.beforeId ? sql`id < ${opts.beforeId}` : sql`true`;
   const from = opts.createdFrom ? sql`created_at >= ${opts.createdFrom}` : sql`true`;
   const to = opts.createdTo ? sql`created_at < ${opts.createdTo}` : sql`true`;
@@ -354,7 +360,7 @@ function withSpecs(rows: readonly (Omit<ActiveRunRow, 'spec'> & { spec: DagSpec 
 export async function transitionRun(
   sql: Sql | TxSql,
   runId: string,
-  to: RunState,
+  to: RunStateName,
   payload: Record<string, unknown> = {},
 ): Promise<boolean> {
   // Never out of a terminal state: re-opening a run is the clear's alone (clear-task-instance.ts).

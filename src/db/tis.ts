@@ -1,4 +1,4 @@
-import { WAITING_TI_STATES, legalTiFrom, type RunState, type TiState } from '../core/states.js';
+import { WAITING_TI_STATES, legalTiFrom, type RunStateName, type TiState } from '../core/states.js';
 import { EVENT_KIND, pendingReasonEvents, tiEvents } from './events/record-events.js';
 import { inlineLiterals } from './inline-literals.js';
 import { MAP_WINDOW } from '../core/map-spec.js';
@@ -73,8 +73,8 @@ export async function runAndTiStates(
   sql: Sql | TxSql,
   runId: string,
   taskId?: string,
-): Promise<{ run: RunState; tis: TiState[] } | null> {
-  const [row] = await sql<{ run: RunState; tis: TiState[] }[]>`
+): Promise<{ run: RunStateName; tis: TiState[] } | null> {
+  const [row] = await sql<{ run: RunStateName; tis: TiState[] }[]>`
     select r.state as run, coalesce(array_agg(t.state order by t.id) filter (where t.id is not null), '{}') as tis
     from dag_runs r
     left join task_instances t on t.run_id = r.id and (${taskId ?? null}::text is null or t.task_id = ${taskId ?? null})

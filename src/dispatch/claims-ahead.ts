@@ -1,11 +1,11 @@
-import type { TaskSpec } from '../core/dag-spec.js';
+import type { TaskDefinition } from '../core/dag-spec.js';
 import type { Claim } from '../core/work-item.js';
 
 /** A move to `scheduled` the planner may claim in the same write, if the dispatcher says so. */
 export interface ClaimCandidate {
   tiId: string;
   executor: string;
-  task: TaskSpec;
+  task: TaskDefinition;
 }
 
 /** What the dispatcher agreed to take with the moves (see `Dispatcher.claimAhead`). */

@@ -1,4 +1,4 @@
-import type { TaskSpec } from '../core/dag-spec.js';
+import type { TaskDefinition } from '../core/dag-spec.js';
 import type { WorkItem } from '../core/work-item.js';
 
 /**
@@ -11,7 +11,7 @@ export interface Placement {
    *  stays scheduled, saying why. */
   placeAndDispatch(item: WorkItem): Promise<{ kind: string; tryNumber?: number }>;
   /** Places a TI at once from the current view, for a claim made elsewhere; null if it cannot. */
-  placeNow(work: { tiId: string; task: TaskSpec }): string | null;
+  placeNow(work: { tiId: string; task: TaskDefinition }): string | null;
   /** The claim of a TI placed with `placeNow` was made (its attempt's token) or not (null). */
   placed(agentId: string, tiId: string, attemptToken: string | null): void;
   /** A claimed attempt was given back before it was delivered: its slot is free again. */

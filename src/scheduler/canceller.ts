@@ -8,7 +8,7 @@ import type { Dispatcher } from '../dispatch/dispatcher.js';
  * (never rejects): notifications arrive in the order they were sent, so a cancel awaited before
  * the next try is placed reaches the other replicas before that try's Assign does.
  */
-export type Cancel = (tiId: string, reason: string) => Promise<void>;
+export type CancelAttempt = (tiId: string, reason: string) => Promise<void>;
 
 /**
  * Cancels from anywhere in this replica, for an attempt held anywhere: stopped here at once when
@@ -17,7 +17,7 @@ export type Cancel = (tiId: string, reason: string) => Promise<void>;
  * holder's next heartbeat would stop it too; this makes it milliseconds, not an interval.
  */
 export function createCanceller(o: { sql: Sql; logger: Logger; dispatcher: Dispatcher }): {
-  cancel: Cancel;
+  cancel: CancelAttempt;
   notified(payload: string): void;
 } {
   return {

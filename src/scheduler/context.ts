@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { Dispatcher } from '../dispatch/dispatcher.js';
 import type { Sql } from '../db/sql.js';
-import type { Cancel } from './canceller.js';
+import type { CancelAttempt } from './canceller.js';
 import type { PlannerMemory } from './planner-memory.js';
 import type { RoomWaiters } from './room-waiters.js';
 
@@ -51,7 +51,7 @@ export interface SchedulerContext {
    */
   timeoutGraceMs: number;
   /** Stops an attempt wherever its holder is (here at once, elsewhere over NOTIFY). */
-  cancel: Cancel;
+  cancel: CancelAttempt;
   health: DbHealth;
   /** Asks for a step at this time (a retry's backoff ends), so it does not wait for the tick. */
   wakeAt(at: Date): void;

@@ -3,7 +3,7 @@ import type { EndsSentPort } from '../db/attempts/ends-sent-port.js';
 import type { Sql } from '../db/sql.js';
 import type { Dispatcher } from '../dispatch/dispatcher.js';
 import type { RunRead } from './planner-memory.js';
-import { createCanceller, type Cancel } from './canceller.js';
+import { createCanceller, type CancelAttempt } from './canceller.js';
 import type { SchedulerCounters } from './context.js';
 import { createHistoryKeeper } from './history-keeper.js';
 import { createHistoryRound, type HistoryKeeperCounters } from './history-round.js';
@@ -65,7 +65,7 @@ export interface Scheduler {
   /** Another replica said these runs (all when absent) changed. */
   notified(runIds?: string[]): void;
   /** Stops an attempt wherever it runs: here at once, on another replica over NOTIFY. */
-  readonly cancel: Cancel;
+  readonly cancel: CancelAttempt;
   /** Another replica asked for an attempt to be stopped (the payload of its notification). */
   cancelNotified(payload: string): void;
   readonly leader: LeaderElector;
@@ -87,7 +87,7 @@ export interface Scheduler {
  */
 export class ReplicaScheduler implements Scheduler {
   readonly nudge: Nudge;
-  readonly cancel: Cancel;
+  readonly cancel: CancelAttempt;
   readonly leader: LeaderElector;
   readonly #o: SchedulerOptions;
   readonly #memory = new PlannerMemory(MAX_RUNS_PER_STEP);

@@ -21,7 +21,7 @@ import { logReady } from './ready-line.js';
 import { wireScheduler } from './scheduler-wiring.js';
 import { createAgentFleet } from './agents/fleet.js';
 import { createCacheGate } from './cache-gate-wiring.js';
-import { apiRoutes } from './api/routes.js';
+import { apiRoutes } from './api-routes.js';
 import { prepareAuth } from './auth/prepare-auth.js';
 import { serveApi } from './api-server.js';
 import { startKubernetesExecutor } from './kubernetes-executor-wiring.js';

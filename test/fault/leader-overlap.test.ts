@@ -1,7 +1,7 @@
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
-import type { DagSpec, TaskSpec } from '../../src/core/dag-spec.js';
+import type { DagSpec, TaskDefinition } from '../../src/core/dag-spec.js';
 import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
 import { finishAttempt } from '../../src/db/attempts/finish-attempt.js';
 import { startAttempt } from '../../src/db/attempts/start-attempt.js';

@@ -4,7 +4,7 @@
  */
 import { expect } from 'vitest';
 
-import { DagValidationError, type DagIssue, type TaskSpec } from '../../src/core/dag-spec.js';
+import { DagValidationError, type DagIssue, type TaskDefinition } from '../../src/core/dag-spec.js';
 import { parseDag } from '../../src/core/dag/parse-dag.js';
 
 export const FILE = 'dags/test.yaml';
@@ -40,7 +40,7 @@ export function tasks(...lines: string[]): string {
   return `dag_id: t\ntasks:\n${lines.map((l) => `  - ${l}\n`).join('')}`;
 }
 
-export const TASK_DEFAULTS: Omit<TaskSpec, 'id' | 'command'> = {
+export const TASK_DEFAULTS: Omit<TaskDefinition, 'id' | 'command'> = {
   dependsOn: [],
   triggerRule: 'all_success',
   retries: 0,

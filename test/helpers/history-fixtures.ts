@@ -1,4 +1,4 @@
-import type { RunState, TiState } from '../../src/core/states.js';
+import type { RunStateName, TiState } from '../../src/core/states.js';
 import type { Sql } from '../../src/db/sql.js';
 
 const DAY_MS = 86_400_000;
@@ -29,7 +29,7 @@ export async function layOutPartitions(sql: Sql, bounds: { events: number[]; tas
 export interface PastRun {
   id: number;
   dagId: string;
-  state: RunState;
+  state: RunStateName;
   createdAt: Date;
   /** Required for a finished run. */
   endedAt?: Date;

@@ -1,9 +1,9 @@
-import { TERMINAL_RUN_STATES, type RunState } from '../../src/core/states.js';
+import { TERMINAL_RUN_STATES, type RunStateName } from '../../src/core/states.js';
 import type { Sql } from '../../src/db/sql.js';
 import { waitFor } from './leoflow-process.js';
 
 /** Whether a run in this state has ended (TERMINAL_RUN_STATES). */
-export function isRunEnded(state: string | null | undefined): state is RunState {
+export function isRunEnded(state: string | null | undefined): state is RunStateName {
   return state != null && (TERMINAL_RUN_STATES as readonly string[]).includes(state);
 }
 
@@ -17,7 +17,7 @@ export interface RunEndsOptions {
 }
 
 /** Polls the run until its state is terminal and resolves with that state; throws past the timeout. */
-export async function runEnds(sql: Sql, runId: string, opts: RunEndsOptions = {}): Promise<RunState> {
+export async function runEnds(sql: Sql, runId: string, opts: RunEndsOptions = {}): Promise<RunStateName> {
   return waitFor(
     `run ${runId} ended`,
     async () => {

@@ -1,7 +1,7 @@
-import type { DagSpec, PlacementSpec, TaskSpec } from '../../src/core/dag-spec.js';
+import type { DagSpec, PlacementSpec, TaskDefinition } from '../../src/core/dag-spec.js';
 
 /** A task spec as the parser would produce it, with every default filled; override what matters. */
-export function task(id: string, over: Partial<TaskSpec> = {}): TaskSpec {
+export function task(id: string, over: Partial<TaskDefinition> = {}): TaskDefinition {
   return {
     id,
     command: ['true'],
@@ -21,7 +21,7 @@ export function task(id: string, over: Partial<TaskSpec> = {}): TaskSpec {
 }
 
 /** A DAG spec with every default filled. */
-export function dag(dagId: string, tasks: TaskSpec[], over: Partial<DagSpec> = {}): DagSpec {
+export function dag(dagId: string, tasks: TaskDefinition[], over: Partial<DagSpec> = {}): DagSpec {
   return {
     dagId,
     description: '',

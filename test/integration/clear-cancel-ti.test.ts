@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
 import { advanceRun, type TiStateView } from '../../src/core/advance-run.js';
 import type { DagSpec } from '../../src/core/dag-spec.js';
-import { TI_STATES, isTerminalTi, type RunState } from '../../src/core/states.js';
+import { TI_STATES, isTerminalTi, type RunStateName } from '../../src/core/states.js';
 import { claimAttempt, type Claim } from '../../src/db/attempts/claim-attempt.js';
 import { finishAttempt } from '../../src/db/attempts/finish-attempt.js';
 import { startAttempt } from '../../src/db/attempts/start-attempt.js';
@@ -235,7 +235,7 @@ describe('clearTaskInstance', () => {
   });
 
   it('re-opens a run that succeeded or was cancelled, and clears every ended state', async () => {
-    for (const [i, runState] of (['success', 'cancelled'] as RunState[]).entries()) {
+    for (const [i, runState] of (['success', 'cancelled'] as RunStateName[]).entries()) {
       const ended = TI_STATES.filter(isTerminalTi);
       const run = await newRun(
         dag(

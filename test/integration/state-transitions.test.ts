@@ -8,7 +8,7 @@ import {
   canTransitionRun,
   canTransitionTi,
   isTerminalRun,
-  type RunState,
+  type RunStateName,
   type TiState,
 } from '../../src/core/states.js';
 import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
@@ -32,7 +32,7 @@ const newRun = (spec: DagSpec) => fixtures.queuedRun(spec, { logicalDate: new Da
 async function forceTi(tiId: string, state: TiState) {
   await db.sql`update task_instances set state = ${state} where id = ${tiId}`;
 }
-async function forceRun(runId: string, state: RunState) {
+async function forceRun(runId: string, state: RunStateName) {
   await db.sql`update dag_runs set state = ${state} where id = ${runId}`;
 }
 

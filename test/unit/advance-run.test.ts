@@ -6,14 +6,14 @@ import {
   topologicalOrder,
   type TiStateView,
 } from '../../src/core/advance-run.js';
-import type { TaskSpec, TriggerRule } from '../../src/core/dag-spec.js';
+import type { TaskDefinition, TriggerRule } from '../../src/core/dag-spec.js';
 import type { TiState } from '../../src/core/states.js';
 import { task as specTask } from '../helpers/spec-builders.js';
 
 const NOW = new Date('2026-03-01T12:00:00.000Z');
 
 /** A task of `dependsOn`, with `triggerRule`: the spec builders' task, its other fields defaulted. */
-const task = (id: string, dependsOn: string[] = [], triggerRule: TriggerRule = 'all_success'): TaskSpec =>
+const task = (id: string, dependsOn: string[] = [], triggerRule: TriggerRule = 'all_success'): TaskDefinition =>
   specTask(id, { dependsOn, triggerRule });
 
 function view(state: TiState, extra: Partial<TiStateView> = {}): TiStateView {
@@ -310,7 +310,7 @@ describe('retryDelayMs', () => {
 });
 
 describe('topologicalOrder', () => {
-  const ids = (ts: TaskSpec[]) => ts.map((t) => t.id);
+  const ids = (ts: TaskDefinition[]) => ts.map((t) => t.id);
 
   it('puts every task after its dependencies', () => {
     const tasks = [task('d', ['b', 'c']), task('c', ['a']), task('b', ['a']), task('a'), task('e', ['d', 'a'])];

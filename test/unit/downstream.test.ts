@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import type { TaskSpec } from '../../src/core/dag-spec.js';
+import type { TaskDefinition } from '../../src/core/dag-spec.js';
 import { downstreamTaskIds } from '../../src/core/downstream.js';
 
-const t = (id: string, dependsOn: string[] = []) => ({ id, dependsOn }) as TaskSpec;
+const t = (id: string, dependsOn: string[] = []) => ({ id, dependsOn }) as TaskDefinition;
 
 describe('downstreamTaskIds', () => {
   // a → b → d, a → c → d, d → e; f alone; listed out of dependency order on purpose.

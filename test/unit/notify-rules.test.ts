@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { DagValidationError } from '../../src/core/dag-spec.js';
 import { parseDag } from '../../src/core/dag/parse-dag.js';
-import { readNotifyFile } from '../../src/server/notify/read-notify-file.js';
+import { readNotifyFile } from '../../src/server/config/read-notify-file.js';
 import { notificationBody } from '../../src/server/notify/notification-body.js';
 import type { DueNotification } from '../../src/db/notify-out/take-due-notifications.js';
 

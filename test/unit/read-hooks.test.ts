@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { readHooks } from '../../src/server/hooks/read-hooks.js';
+import { readHooks } from '../../src/server/config/read-hooks.js';
 
 const dir = mkdtempSync(path.join(os.tmpdir(), 'leoflow-read-hooks-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

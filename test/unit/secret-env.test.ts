@@ -13,7 +13,7 @@ import {
   MAX_SECRET_FILE_BYTES,
   secretEnvFromWire,
   secretEnvToWire,
-  type SecretRef,
+  type SecretSource,
 } from '../../src/core/secret-ref.js';
 import { podManifest } from '../../src/executors/kubernetes/pod-manifest.js';
 import { resolveSecretEnv } from '../../src/executors/process/resolve-secret-env.js';
@@ -174,7 +174,7 @@ describe('resolving secrets where the task starts', () => {
     writeFileSync(big, Buffer.alloc(MAX_SECRET_FILE_BYTES + 1, 'x'));
     const nul = path.join(dir, 'nul');
     writeFileSync(nul, 'a\0b');
-    const err = (refs: Record<string, SecretRef>) => {
+    const err = (refs: Record<string, SecretSource>) => {
       const r = resolveSecretEnv(refs, {});
       return r.ok ? 'resolved' : r.error;
     };

@@ -15,7 +15,7 @@ import {
   legalRunFrom,
   legalTiFrom,
   runMoveFrom,
-  type RunState,
+  type RunStateName,
   type TiState,
 } from '../../src/core/states.js';
 
@@ -184,9 +184,9 @@ describe('run state table', () => {
   });
 
   it('reaches every state from queued, and ends in a terminal state from any state', () => {
-    expect(sorted([...reachable<RunState>('queued', RUN_STATES, canTransitionRun)])).toEqual(sorted(RUN_STATES));
+    expect(sorted([...reachable<RunStateName>('queued', RUN_STATES, canTransitionRun)])).toEqual(sorted(RUN_STATES));
     for (const s of RUN_STATES) {
-      const r = reachable<RunState>(s, RUN_STATES, canTransitionRun);
+      const r = reachable<RunStateName>(s, RUN_STATES, canTransitionRun);
       expect(
         TERMINAL_RUN_STATES.some((t) => r.has(t)),
         s,

@@ -1,11 +1,11 @@
-import type { DagIssue, TaskSpec } from '../dag-spec.js';
+import type { DagIssue, TaskDefinition } from '../dag-spec.js';
 
 /**
  * Placement chooses among agents: on another executor it would be silently ignored. A task's own
  * `executor:` is checked as the file is read; `default` where the edition's executor is known.
  */
 export function placementExecutorIssues(
-  task: Partial<Pick<TaskSpec, 'placement'>>,
+  task: Partial<Pick<TaskDefinition, 'placement'>>,
   taskPath: string,
   executor: string,
   why = '',

@@ -3,13 +3,13 @@
  * kubernetes executor. A task's own `executor:` is checked as the file is read; `default` is
  * checked where the edition's executor is known (the server's DAG parser).
  */
-import type { DagIssue, DagSpec, TaskSpec } from '../dag-spec.js';
+import type { DagIssue, DagSpec, TaskDefinition } from '../dag-spec.js';
 import { describeSecretRef } from '../secret-ref.js';
 import { placementExecutorIssues } from './check-placement-executor.js';
 
 /** Issues for each Kubernetes Secret of a task whose executor (resolved) is not `kubernetes`. */
 export function secretExecutorIssues(
-  task: Pick<TaskSpec, 'secretEnv'>,
+  task: Pick<TaskDefinition, 'secretEnv'>,
   taskPath: string,
   executor: string,
   why = '',

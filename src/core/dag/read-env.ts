@@ -6,7 +6,7 @@
  */
 import type { DagIssue } from '../dag-spec.js';
 import { dns1123SubdomainProblem } from '../kubernetes-names.js';
-import type { SecretRef } from '../secret-ref.js';
+import type { SecretSource } from '../secret-ref.js';
 import { ENV_NAME_PATTERN, checkEnvName, isMapping, readString } from './field-readers.js';
 import { expected, keyPath, missing, unknownKey } from './issue-messages.js';
 
@@ -20,7 +20,7 @@ const RESERVED_PREFIX = 'LEOFLOW_';
 export interface TaskEnv {
   env: Record<string, string>;
   /** Absent when the task has no secrets, so an unchanged file keeps its hash and version. */
-  secretEnv?: Record<string, SecretRef>;
+  secretEnv?: Record<string, SecretSource>;
 }
 
 /**
@@ -34,7 +34,7 @@ export function readEnv(value: unknown, path: string, issues: DagIssue[]): TaskE
     return undefined;
   }
   const env: [string, string][] = [];
-  const secrets: [string, SecretRef][] = [];
+  const secrets: [string, SecretSource][] = [];
   for (const [name, v] of Object.entries(value)) {
     const p = keyPath(path, name);
     if (!checkEnvName(name, p, issues)) continue;
@@ -55,7 +55,7 @@ function readSecretEntry(
   entry: Record<string, unknown>,
   path: string,
   issues: DagIssue[],
-): SecretRef | undefined {
+): SecretSource | undefined {
   const keys = Object.keys(entry);
   const unknown = keys.filter((k) => k !== 'secret');
   for (const k of unknown) issues.push(unknownKey(k, keyPath(path, k), ['secret']));
@@ -75,7 +75,7 @@ function readSecretEntry(
 }
 
 /** `{ env: NAME }`, `{ file: /abs/path }` or `{ kubernetes: { name, key } }`: exactly one source. */
-export function readSecretRef(value: unknown, path: string, issues: DagIssue[]): SecretRef | undefined {
+export function readSecretRef(value: unknown, path: string, issues: DagIssue[]): SecretSource | undefined {
   const what = `a mapping with exactly one of ${SECRET_SOURCES.join(', ')}`;
   if (!isMapping(value)) {
     issues.push(expected(what, value, path));
@@ -124,7 +124,7 @@ export function readSecretRef(value: unknown, path: string, issues: DagIssue[]):
   return readKubernetesSecret(v, p, issues);
 }
 
-function readKubernetesSecret(value: unknown, path: string, issues: DagIssue[]): SecretRef | undefined {
+function readKubernetesSecret(value: unknown, path: string, issues: DagIssue[]): SecretSource | undefined {
   if (!isMapping(value)) {
     issues.push(expected("a mapping with the Secret's name and key", value, path));
     return undefined;

@@ -15,6 +15,7 @@ import {
 import { checkPodTemplate } from '../pod-template.js';
 import { isMapping, MAX_INT4, readEnum, readInteger, readString } from './field-readers.js';
 import { describe, expected, keyPath, unknownKey } from './issue-messages.js';
+import { readMappingList } from './read-mapping-list.js';
 
 const KUBERNETES_KEYS = [
   'image',
@@ -187,18 +188,11 @@ function readLabels(v: unknown, path: string, issues: DagIssue[]): Record<string
 }
 
 function readTolerations(v: unknown, path: string, issues: DagIssue[]): TolerationSpec[] | undefined {
-  if (!Array.isArray(v)) {
-    issues.push(expected('a list of tolerations', v, path));
-    return undefined;
-  }
-  const before = issues.length;
-  const out: TolerationSpec[] = [];
-  v.forEach((item, i) => {
-    const p = `${path}[${i}]`;
-    if (!isMapping(item)) {
-      issues.push(expected('a toleration mapping (key, operator, value, effect, toleration_seconds)', item, p));
-      return;
-    }
+  const o = {
+    list: 'a list of tolerations',
+    item: 'a toleration mapping (key, operator, value, effect, toleration_seconds)',
+  };
+  return readMappingList(v, path, issues, o, (item, p) => {
     const t: TolerationSpec = {};
     for (const [key, val] of Object.entries(item)) {
       const kp = keyPath(p, key);
@@ -246,7 +240,6 @@ function readTolerations(v: unknown, path: string, issues: DagIssue[]): Tolerati
       });
     if (t.tolerationSeconds !== undefined && t.effect !== 'NoExecute')
       issues.push({ path: keyPath(p, 'toleration_seconds'), message: 'is only allowed with effect NoExecute' });
-    out.push(t);
+    return t;
   });
-  return issues.length > before ? undefined : out;
 }

@@ -5,31 +5,18 @@
  */
 import type { DagIssue } from '../dag-spec.js';
 import { NOTIFY_KINDS, RECEIVER_NAME, RECEIVER_NAME_RULE, type NotifyKind, type NotifyRule } from '../notify-rule.js';
-import { isMapping, readEnum } from './field-readers.js';
+import { readEnum } from './field-readers.js';
 import { describe, expected, keyPath, missing, unknownKey } from './issue-messages.js';
+import { readMappingList } from './read-mapping-list.js';
 
 const RULE_KEYS = ['on', 'to'] as const;
 /** More rules than receivers anyone runs: a longer list is a generated file gone wrong. */
 export const MAX_NOTIFY_RULES = 20;
 
 export function readNotify(value: unknown, path: string, issues: DagIssue[]): NotifyRule[] | undefined {
-  if (!Array.isArray(value)) {
-    const what = 'a list of rules, each { on: [failed, success, deadline_missed, approval_requested], to: RECEIVER }';
-    issues.push(expected(what, value, path));
-    return undefined;
-  }
-  if (value.length > MAX_NOTIFY_RULES) {
-    issues.push({ path, message: `at most ${MAX_NOTIFY_RULES} notify rules, got ${value.length}` });
-    return undefined;
-  }
-  const before = issues.length;
-  const out: NotifyRule[] = [];
-  value.forEach((item, i) => {
-    const p = `${path}[${i}]`;
-    if (!isMapping(item)) {
-      issues.push(expected('a rule mapping (on, to)', item, p));
-      return;
-    }
+  const list = 'a list of rules, each { on: [failed, success, deadline_missed, approval_requested], to: RECEIVER }';
+  const o = { list, item: 'a rule mapping (on, to)', max: { count: MAX_NOTIFY_RULES, of: 'notify rules' } };
+  return readMappingList(value, path, issues, o, (item, p) => {
     const rule: Partial<NotifyRule> = {};
     for (const [key, v] of Object.entries(item)) {
       const kp = keyPath(p, key);
@@ -41,9 +28,8 @@ export function readNotify(value: unknown, path: string, issues: DagIssue[]): No
       } else issues.push(unknownKey(key, kp, RULE_KEYS));
     }
     for (const key of RULE_KEYS) if (!Object.hasOwn(item, key)) issues.push(missing(key, keyPath(p, key)));
-    if (rule.on && rule.to) out.push({ on: rule.on, to: rule.to });
+    return rule.on && rule.to ? { on: rule.on, to: rule.to } : undefined;
   });
-  return issues.length > before ? undefined : out;
 }
 
 function readKinds(v: unknown, path: string, issues: DagIssue[]): NotifyKind[] | undefined {

@@ -3,7 +3,7 @@
  * (required keys, retry delays, self-dependencies), then the defaults filled in. What a task
  * refers to outside itself is checked later, across tasks, in `check-task-graph.ts`.
  */
-import { EXECUTOR_KINDS, PRIORITY_RANGE, TRIGGER_RULES, type DagIssue, type TaskSpec } from '../dag-spec.js';
+import { EXECUTOR_KINDS, PRIORITY_RANGE, TRIGGER_RULES, type DagIssue, type TaskDefinition } from '../dag-spec.js';
 import { formatDuration } from '../duration.js';
 import { placementExecutorIssues } from './check-placement-executor.js';
 import { secretExecutorIssues } from './check-secret-executor.js';
@@ -61,7 +61,7 @@ export interface TaskDraft {
   invalidId: string | undefined;
   /** Valid, distinct, non-self dependencies with the path of their entry. */
   deps: { id: string; path: string }[];
-  spec: TaskSpec | undefined;
+  spec: TaskDefinition | undefined;
 }
 
 /** Reads the task at `tasks[index]`; `spec` is set only when its id and command could be read. */
@@ -71,7 +71,7 @@ export function readTask(item: unknown, index: number, path: string, issues: Dag
     issues.push(expected('a task mapping with at least id and command', item, path));
     return draft;
   }
-  const task: Partial<TaskSpec> = {};
+  const task: Partial<TaskDefinition> = {};
   let taskEnv: TaskEnv | undefined;
   let maxRetryDelayPath = '';
   let inputsPath = '';

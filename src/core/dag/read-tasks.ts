@@ -2,7 +2,7 @@
  * The `tasks` list: each task read in file order, then the checks across tasks. A task's
  * duplicate-id issue follows that task's own issues, so the list reads top to bottom.
  */
-import type { DagIssue, TaskSpec } from '../dag-spec.js';
+import type { DagIssue, TaskDefinition } from '../dag-spec.js';
 import { checkTaskGraph, indexTaskId } from './check-task-graph.js';
 import { expected } from './issue-messages.js';
 import { readTask, type TaskDraft } from './read-task.js';
@@ -14,7 +14,7 @@ export const MAX_DAG_TASKS = 10_000;
  * Reads every task and checks the graph they form (unknown dependencies, then cycles). Returns
  * the specs only when every task could be read; the graph issues are reported either way.
  */
-export function readTasks(value: unknown, path: string, issues: DagIssue[]): TaskSpec[] | undefined {
+export function readTasks(value: unknown, path: string, issues: DagIssue[]): TaskDefinition[] | undefined {
   if (!Array.isArray(value) || value.length === 0) {
     issues.push(expected('a non-empty list of tasks', value, path));
     return undefined;
@@ -31,5 +31,5 @@ export function readTasks(value: unknown, path: string, issues: DagIssue[]): Tas
   });
   checkTaskGraph(drafts, firstIndex, path, issues);
   const specs = drafts.map((d) => d.spec);
-  return specs.every((s): s is TaskSpec => s !== undefined) ? specs : undefined;
+  return specs.every((s): s is TaskDefinition => s !== undefined) ? specs : undefined;
 }

@@ -6,6 +6,7 @@ import type { DagIssue, TriggerSpec } from '../dag-spec.js';
 import { EVENT_NAME, EVENT_NAME_RULE, type EventMatch, type MatchValue } from '../event-match.js';
 import { isMapping } from './field-readers.js';
 import { describe, expected, keyPath, missing, unknownKey } from './issue-messages.js';
+import { readMappingList } from './read-mapping-list.js';
 
 const TRIGGER_KEYS = ['event', 'match'] as const;
 /** Enough for any real fan of triggers; a list past it is a generated file gone wrong. */
@@ -16,22 +17,12 @@ const isScalar = (v: unknown): v is MatchValue =>
   v === null || typeof v === 'string' || typeof v === 'boolean' || (typeof v === 'number' && Number.isFinite(v));
 
 export function readTriggers(value: unknown, path: string, issues: DagIssue[]): TriggerSpec[] | undefined {
-  if (!Array.isArray(value)) {
-    issues.push(expected('a list of triggers, each { event: NAME, match: { path: value } }', value, path));
-    return undefined;
-  }
-  if (value.length > MAX_TRIGGERS) {
-    issues.push({ path, message: `at most ${MAX_TRIGGERS} triggers, got ${value.length}` });
-    return undefined;
-  }
-  const before = issues.length;
-  const out: TriggerSpec[] = [];
-  value.forEach((item, i) => {
-    const p = `${path}[${i}]`;
-    if (!isMapping(item)) {
-      issues.push(expected('a trigger mapping (event, match)', item, p));
-      return;
-    }
+  const o = {
+    list: 'a list of triggers, each { event: NAME, match: { path: value } }',
+    item: 'a trigger mapping (event, match)',
+    max: { count: MAX_TRIGGERS, of: 'triggers' },
+  };
+  return readMappingList(value, path, issues, o, (item, p) => {
     const t: Partial<TriggerSpec> = {};
     for (const [key, v] of Object.entries(item)) {
       const kp = keyPath(p, key);
@@ -45,9 +36,8 @@ export function readTriggers(value: unknown, path: string, issues: DagIssue[]): 
       } else issues.push(unknownKey(key, kp, TRIGGER_KEYS));
     }
     if (!Object.hasOwn(item, 'event')) issues.push(missing('event', keyPath(p, 'event')));
-    if (t.event !== undefined) out.push(t as TriggerSpec);
+    return t.event !== undefined ? (t as TriggerSpec) : undefined;
   });
-  return issues.length > before ? undefined : out;
 }
 
 /** A `match:` mapping of payload paths to a value, or to a list of values any of which will do. */

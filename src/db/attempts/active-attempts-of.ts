@@ -1,5 +1,5 @@
 import type { Attempt } from '../../core/attempt.js';
-import type { TaskSpec } from '../../core/dag-spec.js';
+import type { TaskDefinition } from '../../core/dag-spec.js';
 import { ACTIVE_TI_STATES } from '../../core/states.js';
 import { inlineLiterals } from '../inline-literals.js';
 import type { Sql } from '../sql.js';
@@ -15,7 +15,7 @@ export async function activeAttemptsOf(
   executor: string,
   install: string,
 ): Promise<{ attempt: Attempt; running: boolean }[]> {
-  const rows = await sql<(AttemptRow & { state: string; task: TaskSpec | null })[]>`
+  const rows = await sql<(AttemptRow & { state: string; task: TaskDefinition | null })[]>`
     select t.id, t.run_id, t.task_id, t.state, t.try_number, t.max_tries, t.attempt_token, t.dispatch_key,
            r.dag_id, r.conf, r.logical_date, r.traceparent, r.tracestate,
            -- A mapped instance (task[17]) runs its task's spec.

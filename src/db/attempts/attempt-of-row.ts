@@ -1,6 +1,6 @@
 import type { Attempt } from '../../core/attempt.js';
 import { attemptOf } from '../../core/attempt-env.js';
-import type { TaskSpec } from '../../core/dag-spec.js';
+import type { TaskDefinition } from '../../core/dag-spec.js';
 import { runTraceOf } from '../runs.js';
 
 /** The columns of a task instance joined with its run that rebuild one of its attempts. */
@@ -20,7 +20,7 @@ export interface AttemptRow {
 }
 
 /** The attempt a row stands for, with its task's spec (read by the caller from the DAG version). */
-export function attemptOfRow(row: AttemptRow, task: TaskSpec, install: string, agentId?: string): Attempt {
+export function attemptOfRow(row: AttemptRow, task: TaskDefinition, install: string, agentId?: string): Attempt {
   return attemptOf(
     {
       tiId: row.id,

@@ -1,4 +1,4 @@
-import type { Actor } from '../../core/actor.js';
+import type { WriteActor } from '../../core/actor.js';
 import type { Sql, TxSql } from '../sql.js';
 
 /**
@@ -7,7 +7,7 @@ import type { Sql, TxSql } from '../sql.js';
  */
 export async function recordEvent(
   tx: Sql | TxSql,
-  e: { name: string; key: string; payload: Record<string, unknown>; by: Actor | undefined },
+  e: { name: string; key: string; payload: Record<string, unknown>; by: WriteActor | undefined },
 ): Promise<{ id: string; duplicate: boolean }> {
   const [made] = await tx<{ id: string }[]>`
     insert into external_events (name, event_key, payload, actor)

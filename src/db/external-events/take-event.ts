@@ -1,4 +1,4 @@
-import type { Actor } from '../../core/actor.js';
+import type { WriteActor } from '../../core/actor.js';
 import { eventMatches } from '../../core/event-match.js';
 import { createRunOfDag, type RunRow } from '../runs.js';
 import type { EndedWait } from '../waits/end-waits.js';
@@ -29,7 +29,13 @@ export interface TakenEvent {
  */
 export async function takeEvent(
   sql: Sql,
-  e: { name: string; key: string; payload: Record<string, unknown>; by: Actor | undefined; defaultExecutor: string },
+  e: {
+    name: string;
+    key: string;
+    payload: Record<string, unknown>;
+    by: WriteActor | undefined;
+    defaultExecutor: string;
+  },
 ): Promise<TakenEvent> {
   return sql.begin(async (tx) => {
     await lockEventName(tx, e.name, 'event');

@@ -2,13 +2,13 @@ import { ACTIVE_RUN_STATES } from '../../core/states.js';
 import { EVENT_KIND } from '../events/record-events.js';
 import { inlineLiterals } from '../inline-literals.js';
 import type { Sql } from '../sql.js';
-import { removeRunsIn, type HistoryCounts } from './remove-runs.js';
+import { removeRunsIn, type HistoryRowCounts } from './remove-runs.js';
 
 export type RemoveDagOutcome =
   | { kind: 'not_found' }
   /** Runs of the DAG that have not ended (made since the caller last looked): nothing removed. */
   | { kind: 'active_runs'; runIds: string[] }
-  | { kind: 'removed'; counts: HistoryCounts };
+  | { kind: 'removed'; counts: HistoryRowCounts };
 
 /**
  * Removes a DAG all of whose runs have ended: what is left of its runs and their history, its own

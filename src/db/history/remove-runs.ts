@@ -3,16 +3,16 @@ import { inlineLiterals } from '../inline-literals.js';
 import type { Fragment, Sql, TxSql } from '../sql.js';
 
 /** Rows of each table, removed or to be. */
-export interface HistoryCounts {
+export interface HistoryRowCounts {
   runs: number;
   taskInstances: number;
   events: number;
   taskLogs: number;
 }
 
-export const NO_HISTORY: HistoryCounts = { runs: 0, taskInstances: 0, events: 0, taskLogs: 0 };
+export const NO_HISTORY: HistoryRowCounts = { runs: 0, taskInstances: 0, events: 0, taskLogs: 0 };
 
-export function addCounts(a: HistoryCounts, b: HistoryCounts): HistoryCounts {
+export function addCounts(a: HistoryRowCounts, b: HistoryRowCounts): HistoryRowCounts {
   return {
     runs: a.runs + b.runs,
     taskInstances: a.taskInstances + b.taskInstances,
@@ -41,13 +41,13 @@ const guardOf = (sql: Sql | TxSql, g: RemovalGuard, alias?: string): Fragment =>
  * clean` and `dag delete`, which remove exactly the runs asked for. (Retention removes runs with
  * `removeExpiredRuns` and lets their history go with whole partitions.)
  */
-export async function removeRuns(sql: Sql, runIds: string[], guard: RemovalGuard): Promise<HistoryCounts> {
+export async function removeRuns(sql: Sql, runIds: string[], guard: RemovalGuard): Promise<HistoryRowCounts> {
   if (runIds.length === 0) return NO_HISTORY;
   return sql.begin((tx) => removeRunsIn(tx, runIds, guard));
 }
 
 /** `removeRuns` in the caller's transaction. */
-export async function removeRunsIn(tx: TxSql, runIds: string[], guard: RemovalGuard): Promise<HistoryCounts> {
+export async function removeRunsIn(tx: TxSql, runIds: string[], guard: RemovalGuard): Promise<HistoryRowCounts> {
   if (runIds.length === 0) return NO_HISTORY;
   // The task instances are locked first, in id order: the log writer locks those it writes lines
   // of (key share) in the same order, so the two wait for each other and never deadlock.
@@ -69,9 +69,9 @@ export async function removeRunsIn(tx: TxSql, runIds: string[], guard: RemovalGu
 }
 
 /** What `removeRuns` would remove of these runs now; writes nothing. */
-export async function countRuns(sql: Sql, runIds: string[], guard: RemovalGuard): Promise<HistoryCounts> {
+export async function countRuns(sql: Sql, runIds: string[], guard: RemovalGuard): Promise<HistoryRowCounts> {
   if (runIds.length === 0) return NO_HISTORY;
-  const [row] = await sql<HistoryCounts[]>`
+  const [row] = await sql<HistoryRowCounts[]>`
     with r as (select id from dag_runs where id = any(${runIds}::bigint[]) and ${guardOf(sql, guard)}),
     t as (select id from task_instances where run_id in (select id from r))
     select (select count(*) from r)::int as runs, (select count(*) from t)::int as "taskInstances",

@@ -6,13 +6,13 @@
  */
 import { openSync, readSync, closeSync, fstatSync } from 'node:fs';
 import { hostname } from 'node:os';
-import { describeSecretRef, MAX_SECRET_FILE_BYTES, type SecretRef } from '../../core/secret-ref.js';
+import { describeSecretRef, MAX_SECRET_FILE_BYTES, type SecretSource } from '../../core/secret-ref.js';
 
 export type ResolvedSecrets = { ok: true; env: Record<string, string> } | { ok: false; error: string };
 
 /** Resolves every reference, or says why the first that cannot be resolved cannot. */
 export function resolveSecretEnv(
-  refs: Readonly<Record<string, SecretRef>> | undefined,
+  refs: Readonly<Record<string, SecretSource>> | undefined,
   from: NodeJS.ProcessEnv = process.env,
 ): ResolvedSecrets {
   const env: [string, string][] = [];
@@ -32,7 +32,7 @@ export function resolveSecretEnv(
   return { ok: true, env: Object.fromEntries(env) };
 }
 
-function resolveOne(ref: SecretRef, name: string, from: NodeJS.ProcessEnv): string | { problem: string } {
+function resolveOne(ref: SecretSource, name: string, from: NodeJS.ProcessEnv): string | { problem: string } {
   if ('env' in ref) {
     const v = from[ref.env];
     return v === undefined

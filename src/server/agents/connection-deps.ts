@@ -4,7 +4,7 @@
 import type { Logger } from 'pino';
 import type { AttemptInputs } from '../../core/task-inputs.js';
 import type { Attempt, AttemptResult, LogStream } from '../../core/attempt.js';
-import type { LogsSoFar } from '../../db/logs.js';
+import type { StoredLogCounts } from '../../db/logs.js';
 import type { AgentRegistry } from './agent-registry.js';
 import type { AgentCredentials } from '../auth/agent-credential.js';
 import type { HeartbeatBuffer, HeldRef } from './heartbeat-buffer.js';
@@ -50,7 +50,7 @@ export interface SessionStore {
    */
   endAbandoned(agentId: string, incarnationId: string): Promise<AbandonedAttempt[]>;
   /** How much of each attempt's log is stored (for attempts an agent re-attached to). */
-  logsSoFar(refs: HeldRef[]): Promise<Map<string, LogsSoFar>>;
+  logsSoFar(refs: HeldRef[]): Promise<Map<string, StoredLogCounts>>;
   /** The attempts given to this agent that no process of it has been sent (queued for it), or only this one. */
   undelivered(agentId: string, incarnationId: string): Promise<Attempt[]>;
   /** Records that the attempt is sent to this process; false when it must not be (another has it, or it is over). */

@@ -1,6 +1,6 @@
 import { keptRunsFrom } from '../../db/history/kept-runs-from.js';
 import { pageOfFinishedRuns } from '../../db/history/page-of-finished-runs.js';
-import { addCounts, countRuns, NO_HISTORY, removeRuns, type HistoryCounts } from '../../db/history/remove-runs.js';
+import { addCounts, countRuns, NO_HISTORY, removeRuns, type HistoryRowCounts } from '../../db/history/remove-runs.js';
 import type { Sql } from '../../db/sql.js';
 
 /** Runs read per batch, and the task instances one batch removes at most (with their runs). */
@@ -27,7 +27,7 @@ export async function keptFor(sql: Sql, q: CleanQuery): Promise<Map<string, stri
  * holds one transaction open for long nor locks more than a batch. Runs that have not ended are
  * never touched.
  */
-export async function cleanHistory(sql: Sql, q: CleanQuery): Promise<HistoryCounts> {
+export async function cleanHistory(sql: Sql, q: CleanQuery): Promise<HistoryRowCounts> {
   let total = NO_HISTORY;
   for await (total of cleanBatches(sql, q, await keptFor(sql, q)));
   return total;
@@ -41,7 +41,7 @@ export async function* cleanBatches(
   sql: Sql,
   q: CleanQuery,
   keptFrom: Map<string, string> | undefined,
-): AsyncGenerator<HistoryCounts, void> {
+): AsyncGenerator<HistoryRowCounts, void> {
   let total = NO_HISTORY;
   let after = '0';
   for (;;) {

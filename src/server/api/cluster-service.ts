@@ -3,7 +3,7 @@ import { timestampFromDate } from '@bufbuild/protobuf/wkt';
 import { agentHealth, type AgentHealthName } from '../../core/agent-health.js';
 import { formatDuration } from '../../core/duration.js';
 import { getAgent, listAgents as readAgents, setDraining, type AgentApiView } from '../../db/agents.js';
-import type { Actor } from '../../core/actor.js';
+import type { WriteActor } from '../../core/actor.js';
 import { callerOf } from '../auth/caller.js';
 import { forgetAgent as writeAgentForgotten, type ForgetOutcome } from '../../db/forget-agent.js';
 import { currentLeader, type LeaderStepReport } from '../../db/leader.js';
@@ -45,9 +45,9 @@ export interface ClusterDeps {
    */
   lastFullStepAt(): number | null;
   /** An agent was drained (or, with `undrain`, undrained) by `by`: its stream is told, wherever it is. */
-  drained(agentId: string, undrain: boolean, by: Actor): void;
+  drained(agentId: string, undrain: boolean, by: WriteActor): void;
   /** An agent was forgotten by hand, by `by`. */
-  forgotten(agentId: string, by: Actor): void;
+  forgotten(agentId: string, by: WriteActor): void;
 }
 
 const HEALTH: Record<AgentHealthName, AgentHealth> = {

@@ -1,11 +1,11 @@
 import type { Logger } from 'pino';
-import { actorPayload, type Actor } from '../../core/actor.js';
+import { actorPayload, type WriteActor } from '../../core/actor.js';
 import { activeRunsOfDag } from '../../db/active-runs-of-dag.js';
 import { attemptsStillRunning } from '../../db/attempts/attempts-still-running.js';
 import { cancelRun } from '../../db/cancel-run.js';
 import { dagExists, setDagPaused } from '../../db/dags.js';
 import { removeDag } from '../../db/history/remove-dag.js';
-import { addCounts, type HistoryCounts } from '../../db/history/remove-runs.js';
+import { addCounts, type HistoryRowCounts } from '../../db/history/remove-runs.js';
 import type { Sql } from '../../db/sql.js';
 import { cleanHistory } from './clean-history.js';
 import { FailedPreconditionError, NotFoundError } from './errors.js';
@@ -36,11 +36,11 @@ export async function deleteDagWithHistory(
   deps: DeleteDagDeps,
   dagId: string,
   force: boolean,
-  by?: Actor,
-): Promise<{ removed: HistoryCounts; cancelledRunIds: string[] }> {
+  by?: WriteActor,
+): Promise<{ removed: HistoryRowCounts; cancelledRunIds: string[] }> {
   if (!(await dagExists(deps.sql, dagId))) throw new NotFoundError(`DAG "${dagId}" not found`);
   const cancelledRunIds: string[] = [];
-  let removed: HistoryCounts = { runs: 0, taskInstances: 0, events: 0, taskLogs: 0 };
+  let removed: HistoryRowCounts = { runs: 0, taskInstances: 0, events: 0, taskLogs: 0 };
   for (let round = 0; ; round++) {
     const active = await activeRunsOfDag(deps.sql, dagId);
     if (active.length > 0) {

@@ -1,15 +1,15 @@
 import { create } from '@bufbuild/protobuf';
 import { durationFromMs, timestampFromDate } from '@bufbuild/protobuf/wkt';
-import type { TaskSpec } from '../../core/dag-spec.js';
+import type { TaskDefinition } from '../../core/dag-spec.js';
 import { secretEnvToWire } from '../../core/secret-ref.js';
-import type { RunState, TiState } from '../../core/states.js';
+import type { RunStateName, TiState } from '../../core/states.js';
 import type { DagView } from '../../db/dags.js';
-import type { HistoryCounts } from '../../db/history/remove-runs.js';
+import type { HistoryRowCounts } from '../../db/history/remove-runs.js';
 import type { LogRow } from '../../db/logs.js';
 import type { EventRow } from '../../db/events/read-events.js';
 import type { RunView } from '../../db/runs.js';
 import type { TiView } from '../../db/tis.js';
-import type { Actor } from '../../core/actor.js';
+import type { WriteActor } from '../../core/actor.js';
 import {
   ActorSchema,
   DagSchema,
@@ -37,7 +37,7 @@ import { InvalidArgumentError } from './errors.js';
 
 const ts = (d: Date | null) => (d ? timestampFromDate(d) : undefined);
 
-const RUN_STATE: Record<RunState, PbRunState> = {
+const RUN_STATE: Record<RunStateName, PbRunState> = {
   queued: PbRunState.QUEUED,
   running: PbRunState.RUNNING,
   success: PbRunState.SUCCESS,
@@ -49,8 +49,8 @@ const RUN_STATE: Record<RunState, PbRunState> = {
  * A run state a request names (ListRuns' filter), checked: UNSPECIFIED or a number this server
  * does not know is INVALID_ARGUMENT naming the states there are.
  */
-export function runStateOfWire(s: PbRunState): RunState {
-  const found = (Object.keys(RUN_STATE) as RunState[]).find((k) => RUN_STATE[k] === s);
+export function runStateOfWire(s: PbRunState): RunStateName {
+  const found = (Object.keys(RUN_STATE) as RunStateName[]).find((k) => RUN_STATE[k] === s);
   if (found === undefined) {
     const known = Object.entries(RUN_STATE)
       .map(([k, v]) => `${v} (${k})`)
@@ -74,7 +74,7 @@ const TI_STATE: Record<TiState, PbTaskState> = {
   waiting: PbTaskState.WAITING,
 };
 
-function taskToProto(t: TaskSpec) {
+function taskToProto(t: TaskDefinition) {
   return create(TaskSpecSchema, {
     id: t.id,
     command: t.command,
@@ -111,7 +111,7 @@ export function dagToProto(d: DagView): Dag {
 }
 
 /** A run as a message; with `triggeredBy`, who triggered it (GetRun reads that, the lists do not). */
-export function runToProto(r: RunView, triggeredBy: Actor | null = null): Run {
+export function runToProto(r: RunView, triggeredBy: WriteActor | null = null): Run {
   return create(RunSchema, {
     runId: r.id,
     dagId: r.dag_id,
@@ -180,7 +180,7 @@ export function logToProto(l: LogRow): LogLine {
   });
 }
 
-export function countsToProto(c: HistoryCounts): PbHistoryCounts {
+export function countsToProto(c: HistoryRowCounts): PbHistoryCounts {
   return create(HistoryCountsSchema, {
     runs: BigInt(c.runs),
     taskInstances: BigInt(c.taskInstances),

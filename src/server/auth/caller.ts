@@ -1,15 +1,18 @@
 import type http from 'node:http';
 import type http2 from 'node:http2';
 import { createContextKey, type HandlerContext } from '@connectrpc/connect';
-import type { Actor } from '../../core/actor.js';
+import type { WriteActor } from '../../core/actor.js';
 import type { ApiTokenRow } from '../../db/tokens/api-tokens.js';
 
 /**
  * The caller of an API request, in its context: the peer is set as the request comes in
- * (api/routes.ts), the token's id by the token guard once it knows it; handlers read it to log
+ * (api-routes.ts), the token's id by the token guard once it knows it; handlers read it to log
  * and record who wrote.
  */
-export const callerKey = createContextKey<Actor>({ id: 'unknown', peer: 'unknown' }, { description: 'the API caller' });
+export const callerKey = createContextKey<WriteActor>(
+  { id: 'unknown', peer: 'unknown' },
+  { description: 'the API caller' },
+);
 
 /** The live token a call carried, once the token guard has checked it; null without one (auth off). */
 export const callerTokenKey = createContextKey<ApiTokenRow | null>(null, {
@@ -25,7 +28,7 @@ export function peerOf(req: http.IncomingMessage | http2.Http2ServerRequest): st
 }
 
 /** The caller of the call a handler serves. */
-export function callerOf(ctx: HandlerContext): Actor {
+export function callerOf(ctx: HandlerContext): WriteActor {
   return ctx.values.get(callerKey);
 }
 

@@ -2,8 +2,8 @@
 // a replica reads, kept apart from how it is loaded so readers import no parsing.
 import type { KubernetesConfig } from './read-kubernetes-config.js';
 import type { TlsConfig } from './read-tls-config.js';
-import type { Hook } from '../hooks/read-hooks.js';
-import type { NotifySettings } from '../notify/read-notify-file.js';
+import type { Hook } from './read-hooks.js';
+import type { NotifySettings } from './read-notify-file.js';
 
 export const EDITIONS = ['lite', 'pro'] as const;
 export type Edition = (typeof EDITIONS)[number];

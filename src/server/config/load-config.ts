@@ -11,8 +11,8 @@ import { editionDefaults } from './edition-defaults.js';
 import { isLoopback } from './is-loopback.js';
 import { readKubernetesConfig } from './read-kubernetes-config.js';
 import { readTlsConfig } from './read-tls-config.js';
-import { readHooks, type Hook } from '../hooks/read-hooks.js';
-import { NO_NOTIFY, readNotifyFile } from '../notify/read-notify-file.js';
+import { readHooks, type Hook } from './read-hooks.js';
+import { NO_NOTIFY, readNotifyFile } from './read-notify-file.js';
 import {
   agentUrl,
   positiveDuration,

@@ -9,19 +9,21 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import type http from 'node:http';
 import type http2 from 'node:http2';
 import type { Logger } from 'pino';
-import { actorPayload, type Actor } from '../../core/actor.js';
+import type { WriteActor } from '../../core/actor.js';
 import { roleAllows } from '../../core/api-role.js';
+import { EVENT_KEY } from '../../core/event-match.js';
 import { LIMITS } from '../../core/limits.js';
 import { takeEvent } from '../../db/external-events/take-event.js';
 import type { Sql } from '../../db/sql.js';
 import type { ApiHandler } from '../api/adapter.js';
+import { announceTakenEvent } from '../api/announce-taken-event.js';
 import { InvalidArgumentError } from '../api/errors.js';
 import { parseConf } from '../api/parse-conf.js';
 import { peerOf } from '../auth/caller.js';
 import type { TokenAuthenticator } from '../auth/token-authenticator.js';
 import { bearerToken } from '../auth/token-secret.js';
 import type { WriteLimiter } from '../auth/write-limiter.js';
-import type { Hook } from './read-hooks.js';
+import type { Hook } from '../config/read-hooks.js';
 
 export const HOOKS_PATH = '/hooks/';
 
@@ -136,7 +138,7 @@ async function deliver(o: HookHandlerOptions, req: Req, hook: Hook): Promise<unk
       'retry-after': String(Math.ceil(waitMs / 1000)),
     });
   const key = hook.keyHeader ? header(req, hook.keyHeader) : undefined;
-  if (key !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}$/.test(key))
+  if (key !== undefined && !EVENT_KEY.test(key))
     throw new Refusal(400, `${hook.keyHeader}: must be 1-200 characters of letters, digits and _ . : + -`);
   let payload: Record<string, unknown>;
   try {
@@ -152,21 +154,10 @@ async function deliver(o: HookHandlerOptions, req: Req, hook: Hook): Promise<unk
     by,
     defaultExecutor: o.defaultExecutor,
   });
-  if (!taken.duplicate) {
-    o.logger.info(
-      {
-        hook: hook.name,
-        event: hook.event,
-        eventId: taken.id,
-        runs: taken.runs.map((r) => r.id),
-        waitsEnded: taken.endedWaits.map((w) => w.ti_id),
-        ...actorPayload(by),
-      },
-      'event received by hook',
-    );
-    const toPlan = [...taken.runs.map((r) => r.id), ...taken.endedWaits.map((w) => w.run_id)];
-    if (toPlan.length > 0) o.nudge([...new Set(toPlan)]);
-  }
+  announceTakenEvent(taken, by, o, {
+    fields: { hook: hook.name, event: hook.event },
+    message: 'event received by hook',
+  });
   return {
     event_id: taken.id,
     duplicate: taken.duplicate,
@@ -175,7 +166,7 @@ async function deliver(o: HookHandlerOptions, req: Req, hook: Hook): Promise<unk
 }
 
 /** Who delivers: the hook itself when its signature holds, else a token's holder (auth on) or the open actor. */
-async function callerOfHook(o: HookHandlerOptions, req: Req, hook: Hook, body: Buffer): Promise<Actor> {
+async function callerOfHook(o: HookHandlerOptions, req: Req, hook: Hook, body: Buffer): Promise<WriteActor> {
   const peer = peerOf(req);
   if (hook.secret) {
     if (!signatureHolds(hook, body, header(req, hook.signatureHeader)))

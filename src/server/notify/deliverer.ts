@@ -3,7 +3,7 @@ import type { Sql } from '../../db/sql.js';
 import { recordDelivery } from '../../db/notify-out/record-delivery.js';
 import { takeDueNotifications, type DueNotification } from '../../db/notify-out/take-due-notifications.js';
 import { notificationBody } from './notification-body.js';
-import type { NotifySettings } from './read-notify-file.js';
+import type { NotifySettings } from '../config/read-notify-file.js';
 
 export interface DelivererOptions {
   sql: Sql;

@@ -1,5 +1,5 @@
 import type { DueNotification } from '../../db/notify-out/take-due-notifications.js';
-import type { NotifyFormat } from './read-notify-file.js';
+import type { NotifyFormat } from '../config/read-notify-file.js';
 
 /**
  * What a receiver is sent (docs/operations.md, "Notifications"): the run and its failed tasks as

@@ -1,5 +1,5 @@
 /** One check of a probe: its name, whether it passed, and what was seen (why it failed). */
-export interface HealthCheck {
+export interface ProbeCheck {
   name: string;
   ok: boolean;
   detail: string;
@@ -7,7 +7,7 @@ export interface HealthCheck {
 
 export interface HealthReport {
   ok: boolean;
-  checks: HealthCheck[];
+  checks: ProbeCheck[];
   /** Readiness's measurements: the database's answer time (ms) and its newest migration, when it answered. */
   figures?: { databaseLatencyMs?: number; migrationsVersion?: string | null };
 }
@@ -70,7 +70,7 @@ export function createHealth(o: HealthOptions): Health {
     async live() {
       const p = o.loopProgress();
       const t = now();
-      let loop: HealthCheck;
+      let loop: ProbeCheck;
       if (p.stepSince !== null && t - p.stepSince > o.loopStallMs) {
         loop = {
           name: 'scheduler_loop',
@@ -93,7 +93,7 @@ export function createHealth(o: HealthOptions): Health {
       return { ok: loop.ok, checks: [loop] };
     },
     async ready() {
-      const checks: HealthCheck[] = [];
+      const checks: ProbeCheck[] = [];
       const figures: NonNullable<HealthReport['figures']> = {};
       checks.push(
         o.stopping()

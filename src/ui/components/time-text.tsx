@@ -8,7 +8,7 @@ export function formatTime(t: Timestamp | undefined): string {
 }
 
 /** From start to end (or now), as `1m 04s`. */
-export function formatDuration(start: Timestamp | undefined, end: Timestamp | undefined): string {
+export function durationText(start: Timestamp | undefined, end: Timestamp | undefined): string {
   if (!start) return '—';
   const ms = (end ? timestampDate(end).getTime() : Date.now()) - timestampDate(start).getTime();
   if (ms < 1_000) return `${Math.max(0, ms)} ms`;

@@ -4,7 +4,7 @@ import type { RunEvent } from '../../gen/leoflow/v1/workflow_pb.js';
 import { workflow } from '../api/clients.js';
 import { useEventStream } from './use-event-stream.js';
 
-export interface RunView {
+export interface RunWithTasks {
   run: Run;
   tis: TaskInstance[];
 }
@@ -22,8 +22,8 @@ export function useRunLive(
   runId: string,
   onEvents?: (events: RunEvent[]) => void,
   onFirstRun?: (run: Run) => void,
-): { view: RunView | null; error: string | null; reload(): void } {
-  const [view, setView] = useState<RunView | null>(null);
+): { view: RunWithTasks | null; error: string | null; reload(): void } {
+  const [view, setView] = useState<RunWithTasks | null>(null);
   const [error, setError] = useState<string | null>(null);
   const timer = useRef<ReturnType<typeof setTimeout> | null>(null);
   const first = useRef(onFirstRun);

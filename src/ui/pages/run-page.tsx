@@ -7,7 +7,7 @@ import { pendingReasonText } from '../components/pending-reason.js';
 import { RunGraph } from '../components/run-graph.js';
 import { RunTimeline } from '../components/run-timeline.js';
 import { StateBadge, runStateName, taskStateName } from '../components/state-badge.js';
-import { TimeText, formatDuration } from '../components/time-text.js';
+import { TimeText, durationText } from '../components/time-text.js';
 import { useVisibleRows } from '../components/use-visible-rows.js';
 import { useRunLive } from '../live/use-run-live.js';
 
@@ -92,7 +92,7 @@ export function RunPage({ runId }: { runId: string }) {
           <TimeText at={run.createdAt} />
         </dd>
         <dt>Duration</dt>
-        <dd>{formatDuration(run.startedAt, run.endedAt)}</dd>
+        <dd>{durationText(run.startedAt, run.endedAt)}</dd>
         {run.deadlineAt && (
           <>
             <dt>Deadline</dt>
@@ -154,7 +154,7 @@ export function RunPage({ runId }: { runId: string }) {
                     {t.deadlineState === 'missed' && <StateBadge state="missed" />}
                   </td>
                   <td>{t.tryNumber > 0 ? `${t.tryNumber}/${t.maxTries}` : '—'}</td>
-                  <td>{formatDuration(t.startedAt, t.endedAt)}</td>
+                  <td>{durationText(t.startedAt, t.endedAt)}</td>
                   <td className="muted">{pendingReasonText(t.pendingReason)}</td>
                   <td className="right nowrap">
                     {asks && (

@@ -4,7 +4,7 @@ import { RunState, type Run } from '../../gen/leoflow/v1/types_pb.js';
 import { workflow } from '../api/clients.js';
 import { Link } from '../components/link.js';
 import { StateBadge, runStateName } from '../components/state-badge.js';
-import { TimeText, formatDuration } from '../components/time-text.js';
+import { TimeText, durationText } from '../components/time-text.js';
 import { payloadOf, useEventStream } from '../live/use-event-stream.js';
 import { navigate } from '../live/use-route.js';
 
@@ -164,7 +164,7 @@ export function RunsPage({ query }: { query: URLSearchParams }) {
                   <td>
                     <TimeText at={r.createdAt} />
                   </td>
-                  <td className="right">{formatDuration(r.startedAt, r.endedAt)}</td>
+                  <td className="right">{durationText(r.startedAt, r.endedAt)}</td>
                 </tr>
               ))}
             </tbody>

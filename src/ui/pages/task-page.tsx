@@ -8,7 +8,7 @@ import { LogView } from '../components/log-view.js';
 import { pendingReasonText } from '../components/pending-reason.js';
 import { StateBadge, taskStateName } from '../components/state-badge.js';
 import { TaskOutputs } from '../components/task-outputs.js';
-import { TimeText, formatDuration } from '../components/time-text.js';
+import { TimeText, durationText } from '../components/time-text.js';
 import { TriesTable } from '../components/tries-table.js';
 import { applyTryEvents, type TaskTry } from '../live/task-tries.js';
 import { useRunLive } from '../live/use-run-live.js';
@@ -67,7 +67,7 @@ export function TaskPage({ runId, taskId }: { runId: string; taskId: string }) {
         <dt>{ti.signal ? 'Signal' : 'Exit code'}</dt>
         <dd data-testid="exit-code">{ti.signal ? `killed by ${ti.signal}` : (ti.exitCode ?? '—')}</dd>
         <dt>Duration</dt>
-        <dd>{formatDuration(ti.startedAt, ti.endedAt)}</dd>
+        <dd>{durationText(ti.startedAt, ti.endedAt)}</dd>
         <dt>Started</dt>
         <dd>
           <TimeText at={ti.startedAt} />

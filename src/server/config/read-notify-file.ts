@@ -15,7 +15,7 @@ import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
 import { readNotify } from '../../core/dag/read-notify.js';
 import { RECEIVER_NAME, RECEIVER_NAME_RULE, type NotifyRule } from '../../core/notify-rule.js';
-import { readSecretSetting } from '../config/read-secret-setting.js';
+import { readSecretSetting } from './read-secret-setting.js';
 
 export const NOTIFY_FORMATS = ['json', 'slack'] as const;
 export type NotifyFormat = (typeof NOTIFY_FORMATS)[number];

@@ -8,7 +8,7 @@
 import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
 import { EVENT_NAME, EVENT_NAME_RULE } from '../../core/event-match.js';
-import { readSecretSetting } from '../config/read-secret-setting.js';
+import { readSecretSetting } from './read-secret-setting.js';
 
 export interface Hook {
   /** The path's last part: `/hooks/<name>`. */
