@@ -1,16 +1,17 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { copyFile, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { copyFile, mkdtemp, readdir, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { getDag } from '../../src/db/dags.js';
-import { createRun } from '../../src/db/runs.js';
-import { BIN, ROOT, cli, scratchDir, startServer, waitFor } from '../helpers/leoflow-process.js';
+import { BIN, ROOT, scratchDir, startServer } from '../helpers/leoflow-process.js';
 import { createTestDatabase } from '../helpers/test-database.js';
+import { agentConnected } from './agent-connected.js';
 import { profileTop } from './cpu-profile.js';
 import { round, sleep } from './pg-xacts.js';
+import { processCpuMs } from './process-cpu-ms.js';
 import { report } from './report.js';
+import { applyThroughputDag, queueThroughputRuns } from './throughput-workload.js';
 
 /**
  * agent-tasks: how many `true` tasks a second one real `leoflow agent` process runs, and what each
@@ -59,12 +60,6 @@ function agentProcess(
   return { child, exited: new Promise((r) => child.on('exit', (code) => r(code))) };
 }
 
-async function cpuMsOf(pid: number): Promise<number> {
-  const s = await readFile(`/proc/${pid}/stat`, 'utf8');
-  const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
-  return (Number(f[11]) + Number(f[12])) * 10; // utime + stime, clock ticks of 10 ms
-}
-
 interface Measured {
   concurrency: number;
   done: number;
@@ -86,39 +81,13 @@ async function measure(c: number): Promise<Measured> {
   const profDir = PROFILE ? await mkdtemp(path.join(os.tmpdir(), 'leoflow-bench-at-prof-')) : null;
   let agent: ReturnType<typeof agentProcess> | null = null;
   try {
-    const file = path.join(tmp, 'tp.yaml');
-    await writeFile(
-      file,
-      `dag_id: tp\nmax_active_runs: 100000\ntasks:\n  - id: t\n    executor: agents\n    command: ["true"]\n`,
-    );
-    expect((await cli(s.url, ['dag', 'apply', file])).code).toBe(0);
+    await applyThroughputDag(s.url, tmp, { paused: true });
     const api = createClients(s.url);
-    await api.workflow.pauseDag({ dagId: 'tp', paused: true });
-    const dag = (await getDag(db.sql, 'tp'))!;
-    for (let i = 0; i < N; i += 500) {
-      await db.sql.begin(async (tx) => {
-        for (let j = i; j < Math.min(N, i + 500); j++) {
-          await createRun(tx, {
-            dagId: 'tp',
-            dagVersion: dag.version,
-            runKey: `bench_${j}`,
-            runType: 'manual',
-            logicalDate: new Date(),
-            conf: {},
-            defaultExecutor: 'subprocess',
-          });
-        }
-      });
-    }
+    await queueThroughputRuns(db.sql, N, 'bench_');
     agent = agentProcess(s.url, c, profDir);
-    await waitFor(
-      'agent connected',
-      async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected),
-      30_000,
-      50,
-    );
+    await agentConnected(api);
     await sleep(1000);
-    const cpu0 = await cpuMsOf(agent.child.pid!);
+    const cpu0 = await processCpuMs(agent.child.pid!);
     const load = os.loadavg()[0]!;
     await api.workflow.pauseDag({ dagId: 'tp', paused: false });
     const deadline = performance.now() + WINDOW_LIMIT_MS;
@@ -127,7 +96,7 @@ async function measure(c: number): Promise<Measured> {
       if (r!.n >= N) break;
       await sleep(250);
     }
-    const cpu1 = await cpuMsOf(agent.child.pid!);
+    const cpu1 = await processCpuMs(agent.child.pid!);
     const [w] = await db.sql<{ ms: number; done: number }[]>`
       select extract(epoch from max(r.ended_at) - min(t.started_at)) * 1000 as ms, count(*) filter (where r.state = 'success')::int as done
       from dag_runs r join task_instances t on t.run_id = r.id where t.started_at is not null`;

@@ -3,20 +3,15 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import {
-  cli,
-  startAgent,
-  startServer,
-  waitFor,
-  type AgentProcess,
-  type ServerProcess,
-} from '../helpers/leoflow-process.js';
+import { cli, startAgent, startServer, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { agentConnected } from './agent-connected.js';
 import { benchTracing } from './bench-tracing.js';
 import { median, round } from './pg-xacts.js';
 import { reportRatios } from './ratios.js';
 import { percentile, report } from './report.js';
+import { runSucceeds } from './run-succeeds.js';
 
 /**
  * chain-40: one DAG of 40 sequential no-op tasks (`true`), run 3 times with (a) the subprocess
@@ -72,17 +67,7 @@ interface RepResult {
 async function runChain(db: TestDatabase, s: ServerProcess, dagId: string): Promise<RepResult> {
   const api = createClients(s.url);
   const runId = (await api.workflow.triggerRun({ dagId })).run!.runId;
-  await waitFor(
-    `${dagId} run ${runId} success`,
-    async () => {
-      const [r] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
-      if (r!.state !== 'success' && r!.state !== 'running' && r!.state !== 'queued')
-        throw new Error(`run ${runId} ended ${r!.state}`);
-      return r!.state === 'success';
-    },
-    60_000,
-    20,
-  );
+  await runSucceeds(db.sql, runId, 60_000, 20);
   const tis = await db.sql<{ started: number; ended: number; queued: number }[]>`
     select extract(epoch from started_at) * 1000 as started, extract(epoch from ended_at) * 1000 as ended, extract(epoch from queued_at) * 1000 as queued
     from task_instances where run_id = ${runId} order by task_id`;
@@ -141,14 +126,8 @@ describe('chain-40', () => {
       // The server's defaults (Lite: subprocess executor, 1 dispatch worker, queue 1, 1 s tick).
       s = await startServer({ env: { DATABASE_URL: db.url }, args: tracing.args });
       expect((await cli(s.url, ['dag', 'apply', tmp])).code).toBe(0);
-      const api = createClients(s.url);
       agent = startAgent(s.url, ['--id', 'bench-chain', '--slots', '1']);
-      await waitFor(
-        'agent connected',
-        async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected),
-        30_000,
-        50,
-      );
+      await agentConnected(createClients(s.url));
 
       // One warm-up run of each, not counted: statements prepared, code paths compiled.
       await runChain(db, s, 'chain_sub');

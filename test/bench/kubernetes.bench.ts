@@ -13,6 +13,7 @@ import { freePort } from '../helpers/global-setup.js';
 import { cli, startServer, waitFor } from '../helpers/leoflow-process.js';
 import { createTestDatabase } from '../helpers/test-database.js';
 import { percentile, report } from './report.js';
+import { runSucceeds } from './run-succeeds.js';
 import { proServerArgs } from '../helpers/fake-kube/pro-server-args.js';
 import { endsReporter, podSettings, quietStore, testAttempt } from '../helpers/fake-kube/test-executor.js';
 
@@ -118,15 +119,7 @@ it('trigger → pod created → attempt started, p50/p99, at 100 ms API latency'
         .find((r) => r.verb === 'create' && r.status === 201)!;
       toCreated.push(create.at + create.durationMs - t0);
       toStarted.push(startedAt.getTime() - t0);
-      await waitFor(
-        'run over',
-        async () => {
-          const [r] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
-          return r?.state === 'success';
-        },
-        60_000,
-        20,
-      );
+      await runSucceeds(db.sql, runId, 60_000, 20);
     }
     await report(
       'kubernetes-start-latency',

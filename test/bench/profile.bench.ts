@@ -5,16 +5,18 @@ import path from 'node:path';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { getDag } from '../../src/db/dags.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../src/db/embedded-postgres.js';
-import { createRun } from '../../src/db/runs.js';
 import { createSql, type Sql } from '../../src/db/sql.js';
 import { freePort } from '../helpers/global-setup.js';
 import { ROOT, cli, waitFor } from '../helpers/leoflow-process.js';
+import { agentConnected } from './agent-connected.js';
 import { profileTop } from './cpu-profile.js';
 import { startInstantAgent } from './instant-agent.js';
 import { STATS_SETTLE_MS, round, sleep, xacts } from './pg-xacts.js';
+import { processCpuMs } from './process-cpu-ms.js';
 import { report } from './report.js';
+import { runSucceeds } from './run-succeeds.js';
+import { applyThroughputDag, queueThroughputRuns } from './throughput-workload.js';
 
 /**
  * Where the time goes, for BENCHMARKS.md's explanations: not part of `npm run bench` (skipped
@@ -113,16 +115,8 @@ async function withServer<T>(pgUrl: string, profDir: string, fn: (url: string, p
   }
 }
 
-/** CPU time (user + system) a process has used, in ms, from /proc (clock ticks of 10 ms). */
-async function cpuMsOf(pid: number): Promise<number> {
-  try {
-    const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(f[11]) + Number(f[12])) * 10;
-  } catch {
-    return 0; // gone
-  }
-}
+/** CPU time (user + system) a process has used, in ms; 0 for one that is gone. */
+const cpuMsOf = (pid: number): Promise<number> => processCpuMs(pid).catch(() => 0);
 
 /**
  * CPU used so far by a Postgres server: its postmaster and every process it started (backends,
@@ -201,36 +195,12 @@ describe.skipIf(!process.env.LEOFLOW_BENCH_PROFILE)('profile', () => {
       // (1) throughput
       const tpDir = path.join(tmp, 'tp');
       out.throughput = await withServer(pg.url, tpDir, async (url, serverPid) => {
-        await writeFile(
-          path.join(tmp, 'tp.yaml'),
-          'dag_id: tp\nmax_active_runs: 100000\ntasks:\n  - id: t\n    executor: agents\n    command: ["true"]\n',
-        );
-        expect((await cli(url, ['dag', 'apply', path.join(tmp, 'tp.yaml')])).code).toBe(0);
+        await applyThroughputDag(url, tmp, { paused: true });
         const api = createClients(url);
-        await api.workflow.pauseDag({ dagId: 'tp', paused: true });
-        const dag = (await getDag(sql, 'tp'))!;
-        for (let i = 0; i < TASKS; i += 500) {
-          await sql.begin(async (tx) => {
-            for (let j = i; j < Math.min(TASKS, i + 500); j++)
-              await createRun(tx, {
-                dagId: 'tp',
-                dagVersion: dag.version,
-                runKey: `p_${j}`,
-                runType: 'manual',
-                logicalDate: new Date(),
-                conf: {},
-                defaultExecutor: 'subprocess',
-              });
-          });
-        }
+        await queueThroughputRuns(sql, TASKS, 'p_');
         const agent = startInstantAgent(url, { agentId: 'prof', slots: SLOTS });
         try {
-          await waitFor(
-            'agent',
-            async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected),
-            30_000,
-            50,
-          );
+          await agentConnected(api);
           await sleep(1500);
           await sql`select pg_stat_statements_reset()`;
           const x0 = await xacts(sql, 'leoflow');
@@ -278,24 +248,12 @@ describe.skipIf(!process.env.LEOFLOW_BENCH_PROFILE)('profile', () => {
         const api = createClients(url);
         const agent = startInstantAgent(url, { agentId: 'prof-chain', slots: 1 });
         try {
-          await waitFor(
-            'agent',
-            async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected),
-            30_000,
-            50,
-          );
+          await agentConnected(api);
           await sleep(1500);
           await sql`select pg_stat_statements_reset()`;
           for (let r = 0; r < 3; r++) {
             const runId = (await api.workflow.triggerRun({ dagId: 'chain' })).run!.runId;
-            await waitFor(
-              'chain done',
-              async () =>
-                (await sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`)[0]!.state ===
-                'success',
-              60_000,
-              20,
-            );
+            await runSucceeds(sql, runId, 60_000, 20);
           }
           return perTask(await statements(sql), 120);
         } finally {

@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import type { Sql } from '../../src/db/sql.js';
 import { removeRuns } from '../../src/db/history/remove-runs.js';
-import { createHistoryRound } from '../../src/scheduler/history-round.js';
+import { createHistoryRound, type HistoryKeeperCounters } from '../../src/scheduler/history-round.js';
 import { cleanHistory } from '../../src/server/api/clean-history.js';
 import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
@@ -61,6 +61,19 @@ function typicalDag(): string {
     `    command: '${lines}'`,
   );
   return out.join('\n') + '\n';
+}
+
+/** The history keeper's counters, all ignored but its errors, which go into `errors`. */
+function errorsOnly(errors: unknown[]): HistoryKeeperCounters {
+  const ignore = () => {};
+  return {
+    runsRemoved: ignore,
+    partitionAdded: ignore,
+    partitionDropped: ignore,
+    rowsSwept: ignore,
+    agentsForgotten: ignore,
+    error: (err) => errors.push(err),
+  };
 }
 
 /** When day d (1…DAYS) begins: the last day ends a day before `now`. */
@@ -271,14 +284,7 @@ describe('retention', () => {
         agentRetentionMs: null,
         agentLiveMs: 15_000,
         now: () => clock.now,
-        counters: {
-          runsRemoved: () => {},
-          partitionAdded: () => {},
-          partitionDropped: () => {},
-          rowsSwept: () => {},
-          agentsForgotten: () => {},
-          error: (err) => keeperErrors.push(err),
-        },
+        counters: errorsOnly(keeperErrors),
       });
       // A first pass with nothing past its retention: the keeper drops the partitions left empty.
       clock.now = new Date(dayStart(now, 1).getTime() + DAY_MS - 1);

@@ -1,9 +1,10 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { createClients } from '../../src/cli/client.js';
+import { createClients, type Clients } from '../../src/cli/client.js';
 import { startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { round } from './pg-xacts.js';
+import { processCpuMs } from './process-cpu-ms.js';
 import { report } from './report.js';
 import { bucketPercentile, steps } from './tick-steps.js';
 
@@ -55,23 +56,40 @@ async function runningRuns(db: TestDatabase, n: number, waiting: number): Promis
   await db.sql`analyze`;
 }
 
-function rssMiB(pid: number): number {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return m ? Number(m[1]) / 1024 : 0;
-}
+const cpuSeconds = async (pid: number) => (await processCpuMs(pid)) / 1000;
 
-function cpuSeconds(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  // utime and stime, fields 14 and 15, in clock ticks (100 a second on Linux).
-  return (Number(f[11]) + Number(f[12])) / 100;
+/** A DAG of one task (`a`, on agents, `true`), `settings` (max_active_runs, schedule) before its tasks. */
+const agentsDag = (dagId: string, settings: string) => ({
+  source: `dag_id: ${dagId}\n${settings}\ntasks:\n  - id: a\n    executor: agents\n    command: ["true"]\n`,
+  filename: `${dagId}.yaml`,
+});
+
+/** Runs `fn` with a database of its own and a server on it that reaps nothing (the heartbeat
+ *  threshold is an hour), killed after. */
+async function withServer<T>(
+  fn: (db: TestDatabase, s: ServerProcess, api: Clients) => Promise<T>,
+  args: string[] = [],
+): Promise<T> {
+  const db = await createTestDatabase();
+  let s: ServerProcess | null = null;
+  try {
+    s = await startServer({
+      env: { DATABASE_URL: db.url },
+      quiet: true,
+      args: ['--heartbeat-threshold', '1h', ...args],
+    });
+    return await fn(db, s, createClients(s.url));
+  } finally {
+    await s?.kill();
+    await db.drop();
+  }
 }
 
 /**
  * A run of a DAG whose `gen` lists `items` numbers and whose `each` maps over them (`true`, on the
  * subprocess executor), started and expanded: the issue's "while a map runs".
  */
-async function startMap(db: TestDatabase, api: ReturnType<typeof createClients>, items: number): Promise<string> {
+async function startMap(db: TestDatabase, api: Clients, items: number): Promise<string> {
   const gen = `seq 0 $((${items} - 1)) | paste -sd, - | sed 's/^/{"items":[/; s/$/]}/' > "$LEOFLOW_OUTPUT"`;
   await api.workflow.applyDag({
     source: [
@@ -90,12 +108,7 @@ async function startMap(db: TestDatabase, api: ReturnType<typeof createClients>,
   const { run } = await api.workflow.triggerRun({ dagId: 'fan', confJson: '', runKey: '' });
   await waitFor(
     `the map of ${items} items expanded and running`,
-    async () => {
-      const [r] = await db.sql<{ n: number }[]>`
-        select count(*)::int as n from task_instances where run_id = ${run!.runId} and map_parent is not null
-        and state = 'success'`;
-      return r!.n > 0 ? true : null;
-    },
+    async () => ((await mappedDone(db, run!.runId)) > 0 ? true : null),
     120_000,
     200,
   );
@@ -108,26 +121,24 @@ async function mappedDone(db: TestDatabase, runId: string): Promise<number> {
   return r!.n;
 }
 
+function rssMiB(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m ? Number(m[1]) / 1024 : 0;
+}
+
 async function idleCost(n: number, waiting: number, map = 0): Promise<Record<string, number>> {
-  const db = await createTestDatabase();
-  let s: ServerProcess | null = null;
-  try {
-    // A 100,000-item list is ~590 KB of output, past the 64 KiB default.
-    const args = ['--heartbeat-threshold', '1h', ...(map > 0 ? ['--max-output-size', '1MiB'] : [])];
-    s = await startServer({ env: { DATABASE_URL: db.url }, quiet: true, args });
-    const api = createClients(s.url);
-    await api.workflow.applyDag({
-      source: 'dag_id: scale\nmax_active_runs: 10000\ntasks:\n  - id: a\n    executor: agents\n    command: ["true"]\n',
-      filename: 'scale.yaml',
-    });
+  // A 100,000-item list is ~590 KB of output, past the 64 KiB default.
+  const args = map > 0 ? ['--max-output-size', '1MiB'] : [];
+  return withServer(async (db, s, api) => {
+    await api.workflow.applyDag(agentsDag('scale', 'max_active_runs: 10000'));
     await runningRuns(db, n, waiting);
     const mapRun = map > 0 ? await startMap(db, api, map) : null;
     // The first steps read everything once (the new leader offers what waits): not counted.
     await new Promise((r) => setTimeout(r, 5000));
     const done0 = mapRun ? await mappedDone(db, mapRun) : 0;
-    const [before, cpu0, t0] = [await steps(s), cpuSeconds(s.child.pid!), performance.now()];
+    const [before, cpu0, t0] = [await steps(s), await cpuSeconds(s.child.pid!), performance.now()];
     await new Promise((r) => setTimeout(r, WINDOW_MS));
-    const [after, cpu1, t1] = [await steps(s), cpuSeconds(s.child.pid!), performance.now()];
+    const [after, cpu1, t1] = [await steps(s), await cpuSeconds(s.child.pid!), performance.now()];
     const seconds = (t1 - t0) / 1000;
     const count = after.count - before.count;
     const done1 = mapRun ? await mappedDone(db, mapRun) : 0;
@@ -141,23 +152,13 @@ async function idleCost(n: number, waiting: number, map = 0): Promise<Record<str
       p99Ms: bucketPercentile(before, after, 99),
       cpuPct: ((cpu1 - cpu0) / seconds) * 100,
     };
-  } finally {
-    await s?.kill();
-    await db.drop();
-  }
+  }, args);
 }
 
 /** 5,000 queued runs of one DAG, then a cron run of another: its created → started. */
 async function startBehindBacklog(): Promise<number> {
-  const db = await createTestDatabase();
-  let s: ServerProcess | null = null;
-  try {
-    s = await startServer({ env: { DATABASE_URL: db.url }, quiet: true, args: ['--heartbeat-threshold', '1h'] });
-    const api = createClients(s.url);
-    await api.workflow.applyDag({
-      source: 'dag_id: backlog\nmax_active_runs: 2\ntasks:\n  - id: a\n    executor: agents\n    command: ["true"]\n',
-      filename: 'backlog.yaml',
-    });
+  return withServer(async (db, _s, api) => {
+    await api.workflow.applyDag(agentsDag('backlog', 'max_active_runs: 2'));
     await db.sql`
       insert into dag_runs (dag_id, run_key, run_type, dag_version, logical_date)
       select d.dag_id, 'bulk__' || g, 'manual', d.version, now() from dags d, generate_series(1, 5000) g where d.dag_id = 'backlog'`;
@@ -165,11 +166,7 @@ async function startBehindBacklog(): Promise<number> {
       insert into task_instances (run_id, task_id, max_tries, executor)
       select r.id, 'a', 1, 'agents' from dag_runs r where r.dag_id = 'backlog'`;
     await db.sql`analyze`;
-    await api.workflow.applyDag({
-      source:
-        'dag_id: cron_late\nschedule: "* * * * *"\ntasks:\n  - id: a\n    executor: agents\n    command: ["true"]\n',
-      filename: 'cron_late.yaml',
-    });
+    await api.workflow.applyDag(agentsDag('cron_late', 'schedule: "* * * * *"'));
     // Infinity: not started within the bound (a cron run is created within a minute of the apply).
     let ms = Infinity;
     await waitFor(
@@ -185,10 +182,7 @@ async function startBehindBacklog(): Promise<number> {
       100,
     ).catch(() => {});
     return ms;
-  } finally {
-    await s?.kill();
-    await db.drop();
-  }
+  });
 }
 
 describe('scale', () => {

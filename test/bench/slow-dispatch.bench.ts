@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { step } from '../../src/scheduler/step.js';
-import { waitFor } from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { round } from './pg-xacts.js';
 import { reportRatios } from './ratios.js';
 import { percentile, report } from './report.js';
+import { runSucceeds } from './run-succeeds.js';
 import { startSlowDispatchScheduler, triggerWide as triggerWideRun } from '../helpers/slow-dispatch-scheduler.js';
 
 /**
@@ -27,8 +27,15 @@ const triggerWide = (db: TestDatabase, dagId: string) => triggerWideRun(db.sql, 
 const startScheduler = (db: TestDatabase, workers: number, capacity: number) =>
   startSlowDispatchScheduler(db.sql, { workers, capacity, dispatchMs: DISPATCH_MS, tickMs: TICK_MS });
 
-const runState = async (db: TestDatabase, runId: string) =>
-  (await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`)[0]!.state;
+/** The table's row for one pool: its steps' durations (ms) and how long a run took to drain. */
+const poolRow = (pool: string, ms: number[], drained: string | number) => ({
+  pool,
+  steps: ms.length,
+  'tick p50 ms': round(percentile(ms, 50), 2),
+  'tick p99 ms': round(percentile(ms, 99), 2),
+  'tick max ms': round(Math.max(...ms), 2),
+  'run drained in ms (median of 3)': drained,
+});
 
 describe('tick under slow dispatch', () => {
   it('measures step durations with 50 TIs queued and 500 ms dispatches', async () => {
@@ -46,21 +53,14 @@ describe('tick under slow dispatch', () => {
           const t = performance.now();
           s.recording = true;
           s.loop.nudge();
-          await waitFor(`run ${round} success`, async () => (await runState(db, runId)) === 'success', 30_000, 20);
+          await runSucceeds(db.sql, runId, 30_000, 20);
           s.recording = false;
           drained.push(performance.now() - t);
         }
         expect(s.errors).toEqual([]);
         const msPro = s.steps.map((seconds) => seconds * 1000);
         raw.pro = msPro;
-        rows.push({
-          pool: 'Pro (16 drainers, queue 256)',
-          steps: msPro.length,
-          'tick p50 ms': round(percentile(msPro, 50), 2),
-          'tick p99 ms': round(percentile(msPro, 99), 2),
-          'tick max ms': round(Math.max(...msPro), 2),
-          'run drained in ms (median of 3)': round([...drained].sort((a, b) => a - b)[1]!, 0),
-        });
+        rows.push(poolRow('Pro (16 drainers, queue 256)', msPro, round([...drained].sort((a, b) => a - b)[1]!, 0)));
       } finally {
         await s.stop();
       }
@@ -76,14 +76,7 @@ describe('tick under slow dispatch', () => {
         expect(s.errors).toEqual([]);
         const msLite = s.steps.map((seconds) => seconds * 1000);
         raw.lite = msLite;
-        rows.push({
-          pool: 'Lite (1 drainer, queue 1)',
-          steps: msLite.length,
-          'tick p50 ms': round(percentile(msLite, 50), 2),
-          'tick p99 ms': round(percentile(msLite, 99), 2),
-          'tick max ms': round(Math.max(...msLite), 2),
-          'run drained in ms (median of 3)': 'not waited (25 s)',
-        });
+        rows.push(poolRow('Lite (1 drainer, queue 1)', msLite, 'not waited (25 s)'));
       } finally {
         await s.stop();
       }

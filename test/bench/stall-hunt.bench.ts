@@ -1,21 +1,14 @@
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { getDag } from '../../src/db/dags.js';
-import { createRun } from '../../src/db/runs.js';
-import {
-  cli,
-  startAgent,
-  startServer,
-  waitFor,
-  type AgentProcess,
-  type ServerProcess,
-} from '../helpers/leoflow-process.js';
+import { startAgent, startServer, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { agentConnected } from './agent-connected.js';
 import { startInstantAgent, type InstantAgent } from './instant-agent.js';
 import { sleep } from './pg-xacts.js';
+import { applyThroughputDag, queueThroughputRuns } from './throughput-workload.js';
 
 /**
  * Hunts the stall seen twice in full `npm run bench` runs (BENCHMARKS.md, throughput): the
@@ -76,37 +69,12 @@ describe.skipIf(!process.env.LEOFLOW_BENCH_STALL_HUNT)('stall hunt', () => {
             args: ['--heartbeat-interval', '1s', '--dispatch-workers', '16', '--dispatch-queue', '256'],
             quiet: true,
           });
-          await writeFile(
-            path.join(tmp, 'tp.yaml'),
-            'dag_id: tp\nmax_active_runs: 100000\ntasks:\n  - id: t\n    executor: agents\n    command: ["true"]\n',
-          );
-          expect((await cli(s.url, ['dag', 'apply', tmp])).code).toBe(0);
+          await applyThroughputDag(s.url, tmp, { paused: true });
           const api = createClients(s.url);
-          await api.workflow.pauseDag({ dagId: 'tp', paused: true });
-          const dag = (await getDag(db.sql, 'tp'))!;
-          for (let i = 0; i < N; i += 500) {
-            await db.sql.begin(async (tx) => {
-              for (let j = i; j < Math.min(N, i + 500); j++) {
-                await createRun(tx, {
-                  dagId: 'tp',
-                  dagVersion: dag.version,
-                  runKey: `s${j}`,
-                  runType: 'manual',
-                  logicalDate: new Date(),
-                  conf: {},
-                  defaultExecutor: 'subprocess',
-                });
-              }
-            });
-          }
+          await queueThroughputRuns(db.sql, N, 's');
           if (kind === 'instant') instant = startInstantAgent(s.url, { agentId: `hunt-${slots}`, slots });
           else proc = startAgent(s.url, ['--id', `hunt-${slots}`, '--slots', String(slots), '--log-level', 'warn']);
-          await waitFor(
-            'agent connected',
-            async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected),
-            30_000,
-            50,
-          );
+          await agentConnected(api);
           await api.workflow.pauseDag({ dagId: 'tp', paused: false });
           let done = -1;
           let movedAt = Date.now();

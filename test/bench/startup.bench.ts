@@ -47,6 +47,14 @@ async function spawnTrueMs(n: number): Promise<number[]> {
 
 const f = (ms: number) => Math.round(ms * 10) / 10;
 
+/** A row of the table: p50 and p99 of `ms`, and the p50 as a multiple of a yardstick's p50. */
+const timesRow = (measure: string, ms: number[], yardstickP50: number, yardstick: 'node' | 'spawn') => ({
+  measure,
+  p50_ms: f(percentile(ms, 50)),
+  p99_ms: f(percentile(ms, 99)),
+  ratio: `${(percentile(ms, 50) / yardstickP50).toFixed(1)}x ${yardstick}`,
+});
+
 describe('startup and hello latency', () => {
   it('measures', async () => {
     const node = nodeStartupMs(10);
@@ -128,12 +136,7 @@ describe('startup and hello latency', () => {
         cliStart.dagList.push(...spawnMs(1, [BIN, '--server', s.url, 'dag', 'list']));
       }
       const cliNodeP50 = percentile(cliStart.node, 50);
-      const cliRow = (measure: string, ms: number[]) => ({
-        measure,
-        p50_ms: f(percentile(ms, 50)),
-        p99_ms: f(percentile(ms, 99)),
-        ratio: `${(percentile(ms, 50) / cliNodeP50).toFixed(1)}x node`,
-      });
+      const cliRow = (measure: string, ms: number[]) => timesRow(measure, ms, cliNodeP50, 'node');
 
       const rows = [
         { measure: 'node -e 0 (yardstick)', p50_ms: f(nodeP50), p99_ms: f(percentile(node, 99)), ratio: '1.0x node' },
@@ -143,36 +146,11 @@ describe('startup and hello latency', () => {
           p99_ms: f(percentile(spawnTrue, 99)),
           ratio: '1.0x spawn',
         },
-        {
-          measure: 'server start to ready, cold (initdb)',
-          p50_ms: f(percentile(cold, 50)),
-          p99_ms: f(percentile(cold, 99)),
-          ratio: `${(percentile(cold, 50) / nodeP50).toFixed(1)}x node`,
-        },
-        {
-          measure: 'server start to ready, warm',
-          p50_ms: f(percentile(warm, 50)),
-          p99_ms: f(percentile(warm, 99)),
-          ratio: `${(percentile(warm, 50) / nodeP50).toFixed(1)}x node`,
-        },
-        {
-          measure: 'hello: trigger to first task started',
-          p50_ms: f(percentile(firstStart, 50)),
-          p99_ms: f(percentile(firstStart, 99)),
-          ratio: `${(percentile(firstStart, 50) / spawnP50).toFixed(1)}x spawn`,
-        },
-        {
-          measure: 'hello: trigger to run success (2 tasks)',
-          p50_ms: f(percentile(total, 50)),
-          p99_ms: f(percentile(total, 99)),
-          ratio: `${(percentile(total, 50) / spawnP50).toFixed(1)}x spawn`,
-        },
-        {
-          measure: 'leoflow run trigger hello --wait (CLI)',
-          p50_ms: f(percentile(cliRuns, 50)),
-          p99_ms: f(percentile(cliRuns, 99)),
-          ratio: `${(percentile(cliRuns, 50) / nodeP50).toFixed(1)}x node`,
-        },
+        timesRow('server start to ready, cold (initdb)', cold, nodeP50, 'node'),
+        timesRow('server start to ready, warm', warm, nodeP50, 'node'),
+        timesRow('hello: trigger to first task started', firstStart, spawnP50, 'spawn'),
+        timesRow('hello: trigger to run success (2 tasks)', total, spawnP50, 'spawn'),
+        timesRow('leoflow run trigger hello --wait (CLI)', cliRuns, nodeP50, 'node'),
         cliRow('node -e 0 (yardstick, in turn with the CLI rows below)', cliStart.node),
         cliRow('leoflow --help (CLI start)', cliStart.help),
         cliRow('leoflow run list, no server (CLI start, fast error)', cliStart.noServer),

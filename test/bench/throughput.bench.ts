@@ -1,24 +1,17 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { getDag } from '../../src/db/dags.js';
-import { createRun } from '../../src/db/runs.js';
-import {
-  cli,
-  startAgent,
-  startServer,
-  waitFor,
-  type AgentProcess,
-  type ServerProcess,
-} from '../helpers/leoflow-process.js';
+import { startAgent, startServer, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { agentConnected } from './agent-connected.js';
 import { startInstantAgent, type InstantAgent } from './instant-agent.js';
 import { STATS_SETTLE_MS, round, sleep, xacts } from './pg-xacts.js';
 import { reportRatios } from './ratios.js';
 import { benchTracing } from './bench-tracing.js';
 import { percentile, report } from './report.js';
+import { applyThroughputDag, queueThroughputRuns } from './throughput-workload.js';
 
 /**
  * throughput: N independent no-op tasks through standalone agents, as N runs of a one-task DAG
@@ -73,13 +66,7 @@ async function setup(paused: boolean): Promise<Setup> {
       args: ['--heartbeat-interval', '1s', '--max-token-writes', '100000', ...SERVER_ARGS, ...tracing.args],
       quiet: true,
     });
-    const file = path.join(tmp, 'tp.yaml');
-    await writeFile(
-      file,
-      `dag_id: tp\nmax_active_runs: ${MAX_ACTIVE_RUNS}\ntasks:\n  - id: t\n    executor: agents\n    command: ["true"]\n`,
-    );
-    expect((await cli(s.url, ['dag', 'apply', file])).code).toBe(0);
-    if (paused) await createClients(s.url).workflow.pauseDag({ dagId: 'tp', paused: true });
+    await applyThroughputDag(s.url, tmp, { paused, maxActiveRuns: MAX_ACTIVE_RUNS });
   } catch (err) {
     await s?.stop();
     await db.drop();
@@ -117,27 +104,6 @@ async function triggerMany(url: string, n: number, inFlight = 16): Promise<numbe
   return n / ((performance.now() - t) / 1000);
 }
 
-/** Queues n runs of `tp` with the same function TriggerRun calls (createRun), 500 to a
- *  transaction, so queueing 10,000 takes seconds; the API's own rate is measured separately. */
-async function enqueueRuns(db: TestDatabase, n: number): Promise<void> {
-  const dag = (await getDag(db.sql, 'tp'))!;
-  for (let i = 0; i < n; i += 500) {
-    await db.sql.begin(async (tx) => {
-      for (let j = i; j < Math.min(n, i + 500); j++) {
-        await createRun(tx, {
-          dagId: 'tp',
-          dagVersion: dag.version,
-          runKey: `bench_${j}`,
-          runType: 'manual',
-          logicalDate: new Date(),
-          conf: {},
-          defaultExecutor: 'subprocess',
-        });
-      }
-    });
-  }
-}
-
 interface Measured {
   agent: string;
   concurrency: number;
@@ -153,16 +119,11 @@ async function measureThroughput(kind: 'instant' | 'process', c: number): Promis
   let instant: InstantAgent | null = null;
   let proc: AgentProcess | null = null;
   try {
-    await enqueueRuns(env.db, N);
+    await queueThroughputRuns(env.db.sql, N, 'bench_');
     const api = createClients(env.s.url);
     if (kind === 'instant') instant = startInstantAgent(env.s.url, { agentId: `bench-instant-${c}`, slots: c });
     else proc = startAgent(env.s.url, ['--id', `bench-agent-${c}`, '--slots', String(c), '--log-level', 'warn']);
-    await waitFor(
-      'agent connected',
-      async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected),
-      30_000,
-      50,
-    );
+    await agentConnected(api);
     await sleep(STATS_SETTLE_MS);
     const x0 = await xacts(env.db.sql, env.db.name);
     let own = 0;
@@ -216,12 +177,7 @@ async function measureLatency(): Promise<{ latency: number[]; triggerPerSec: num
   });
   try {
     const api = createClients(env.s.url);
-    await waitFor(
-      'agent connected',
-      async () => (await api.cluster.listAgents({})).agents.some((a) => a.connected),
-      30_000,
-      50,
-    );
+    await agentConnected(api);
     const out: number[] = [];
     for (let i = 0; i < LATENCY_SAMPLES + 10; i++) {
       const assigned = new Promise<number>((resolve, reject) => {

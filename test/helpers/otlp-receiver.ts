@@ -29,11 +29,11 @@ export interface OtlpReceiver {
   close(): Promise<void>;
 }
 
-const PROTO_ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'otlp', 'proto');
+const PROTO_ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'vendor', 'opentelemetry-proto');
 
 /**
  * An OTLP/HTTP collector for tests: POST /v1/traces with `application/x-protobuf`, decoded with
- * the OpenTelemetry protos themselves (test/otlp/proto), answered as a collector answers.
+ * the OpenTelemetry protos themselves (vendor/opentelemetry-proto), answered as a collector answers.
  */
 export async function startOtlpReceiver(): Promise<OtlpReceiver> {
   const root = new protobuf.Root();

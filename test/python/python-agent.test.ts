@@ -89,6 +89,13 @@ function agentTask(id: string, command: string[], more: Record<string, unknown> 
   return { id, executor: 'agents', placement: { labels: { lang: 'python' } }, command, ...more };
 }
 
+/** Writes DAG `dagId` of these tasks as `dagId.json` in the scratch folder, for triggerAndWait. */
+async function dagFile(dagId: string, tasks: Record<string, unknown>[]): Promise<string> {
+  const file = path.join(tmp, `${dagId}.json`);
+  await writeFile(file, JSON.stringify({ dag_id: dagId, tasks }));
+  return file;
+}
+
 beforeAll(async () => {
   tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-python-'));
   stubs = path.join(tmp, 'stubs');
@@ -129,27 +136,20 @@ describe('a Python agent over AgentService', () => {
       });
       expect(agent.stderr, 'the agent was not welcomed').toContain('welcomed by replica');
 
-      const okFile = path.join(tmp, 'py_ok.json');
-      await writeFile(
-        okFile,
-        JSON.stringify({
-          dag_id: 'py_ok',
-          tasks: [
-            agentTask('a', [
-              'sh',
-              '-c',
-              'echo "hello-from-$LEOFLOW_TASK_ID"; echo to-stderr >&2; printf "bytes \\377 crlf\\r\\n"; ' +
-                'echo \'{"greeting": "hi"}\' > "$LEOFLOW_OUTPUT"',
-            ]),
-            // A Python task reads its inputs and writes its output, as the example agent hands them over.
-            agentTask('b', [PY, '-c', PY_TASK], { depends_on: ['a'] }),
-            agentTask('c', ['sh', '-c', 'echo "$GREETING from c"'], {
-              depends_on: ['a'],
-              inputs: { GREETING: 'a.greeting' },
-            }),
-          ],
+      const okFile = await dagFile('py_ok', [
+        agentTask('a', [
+          'sh',
+          '-c',
+          'echo "hello-from-$LEOFLOW_TASK_ID"; echo to-stderr >&2; printf "bytes \\377 crlf\\r\\n"; ' +
+            'echo \'{"greeting": "hi"}\' > "$LEOFLOW_OUTPUT"',
+        ]),
+        // A Python task reads its inputs and writes its output, as the example agent hands them over.
+        agentTask('b', [PY, '-c', PY_TASK], { depends_on: ['a'] }),
+        agentTask('c', ['sh', '-c', 'echo "$GREETING from c"'], {
+          depends_on: ['a'],
+          inputs: { GREETING: 'a.greeting' },
         }),
-      );
+      ]);
       const ok = await triggerAndWait(okFile);
       expect(ok.code, `${ok.stdout}\n${ok.stderr}\nagent:\n${agent.stderr}`).toBe(0);
       expect(ok.result.run.state).toBe('RUN_STATE_SUCCESS');
@@ -170,14 +170,9 @@ describe('a Python agent over AgentService', () => {
       expect(ok.stdout).toMatch(/^\[c #1 stdout\] hi from c$/m);
       expect(ok.stdout).toMatch(/^run \d+ success$/m);
 
-      const failFile = path.join(tmp, 'py_fail.json');
-      await writeFile(
-        failFile,
-        JSON.stringify({
-          dag_id: 'py_fail',
-          tasks: [agentTask('boom', ['sh', '-c', 'echo about to fail; exit 3'], { retries: 0 })],
-        }),
-      );
+      const failFile = await dagFile('py_fail', [
+        agentTask('boom', ['sh', '-c', 'echo about to fail; exit 3'], { retries: 0 }),
+      ]);
       const failed = await triggerAndWait(failFile);
       expect(failed.code, `${failed.stdout}\n${failed.stderr}`).toBe(1);
       expect(failed.result.run.state).toBe('RUN_STATE_FAILED');
@@ -211,21 +206,14 @@ describe('a Python agent over AgentService', () => {
         30_000,
       );
       const out = path.join(tmp, 'py-secret.out');
-      const file = path.join(tmp, 'py_secrets.json');
-      await writeFile(
-        file,
-        JSON.stringify({
-          dag_id: 'py_secrets',
-          tasks: [
-            agentTask('uses', ['sh', '-c', `printf %s "$TOKEN" > ${out}; echo wrote it`], {
-              env: { TOKEN: { secret: { env: 'PY_AGENT_SECRET' } } },
-            }),
-            agentTask('lacks', ['sh', '-c', 'echo should not run'], {
-              env: { NOPE: { secret: { env: 'PY_NOT_SET' } } },
-            }),
-          ],
+      const file = await dagFile('py_secrets', [
+        agentTask('uses', ['sh', '-c', `printf %s "$TOKEN" > ${out}; echo wrote it`], {
+          env: { TOKEN: { secret: { env: 'PY_AGENT_SECRET' } } },
         }),
-      );
+        agentTask('lacks', ['sh', '-c', 'echo should not run'], {
+          env: { NOPE: { secret: { env: 'PY_NOT_SET' } } },
+        }),
+      ]);
       const r = await triggerAndWait(file);
       expect(await readFile(out, 'utf8')).toBe(value);
       const byTask = Object.fromEntries(r.result.task_instances.map((t) => [t.task_id, t]));
