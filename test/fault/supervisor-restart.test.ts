@@ -2,7 +2,8 @@ import { existsSync } from 'node:fs';
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { cli, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { applyDagFile, triggerByCli } from '../helpers/dag-file.js';
+import { waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { isAlive as alive } from '../helpers/process-group.js';
 import { runEnds } from '../helpers/run-ends.js';
 import { FAST_FAULT_FLAGS } from '../helpers/fault-flags.js';
@@ -51,25 +52,17 @@ async function setUp(
     // The task's last act: when it ends, in ms, by this machine's clock.
     `date +%s%3N > ${c.ledger}.end`,
   ].join('; ');
-  const file = path.join(f.tmp, `${dagId}.yaml`);
-  await writeFile(
-    file,
-    [
-      `dag_id: ${dagId}`,
-      'tasks:',
+  const server = await launch(['--state-dir', c.stateDir]);
+  await applyDagFile(server.url, f.tmp, {
+    dagId,
+    tasks: [
       '  - id: work',
       `    command: ["sh", "-c", ${JSON.stringify(script)}]`,
       `    retries: ${retries}`,
       '    retry_delay: 100ms',
-      '',
-    ].join('\n'),
-  );
-  const server = await launch(['--state-dir', c.stateDir]);
-  const applied = await cli(server.url, ['dag', 'apply', file]);
-  expect(applied.code, applied.stderr).toBe(0);
-  const t = await cli(server.url, ['run', 'trigger', dagId, '-o', 'json']);
-  expect(t.code, t.stderr).toBe(0);
-  const runId = JSON.parse(t.stdout).run_id as string;
+    ],
+  });
+  const runId = await triggerByCli(server.url, dagId);
   const started = await waitFor(
     'try 1 started',
     async () => (await ledger(c)).find((l) => l.startsWith('start 1 ')) ?? null,

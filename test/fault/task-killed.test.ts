@@ -1,7 +1,8 @@
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { cli, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { applyDagFile, triggerByCli } from '../helpers/dag-file.js';
+import { waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { isAlive as alive, killGroupOf as killGroup } from '../helpers/process-group.js';
 import { runEnds } from '../helpers/run-ends.js';
 import { FAST_FAULT_FLAGS } from '../helpers/fault-flags.js';
@@ -30,12 +31,9 @@ async function applyDag(
   const ran = path.join(f.tmp, `${dagId}.ran`);
   const pidFile = path.join(f.tmp, `${dagId}.pid`);
   const record = `echo $LEOFLOW_TASK_ID $LEOFLOW_TRY_NUMBER >> ${ran}`;
-  const file = path.join(f.tmp, `${dagId}.yaml`);
-  await writeFile(
-    file,
-    [
-      `dag_id: ${dagId}`,
-      'tasks:',
+  await applyDagFile(server.url, f.tmp, {
+    dagId,
+    tasks: [
       '  - id: victim',
       `    command: ["sh", "-c", "${record}; [ \\"$LEOFLOW_TRY_NUMBER\\" -ge 2 ] && exit 0; echo $$ > ${pidFile}; sleep 30"]`,
       `    retries: ${retries}`,
@@ -43,18 +41,9 @@ async function applyDag(
       '  - id: after',
       `    command: ["sh", "-c", "${record}"]`,
       '    depends_on: [victim]',
-      '',
-    ].join('\n'),
-  );
-  const r = await cli(server.url, ['dag', 'apply', file]);
-  expect(r.code, r.stderr).toBe(0);
+    ],
+  });
   return { ran, pidFile };
-}
-
-async function trigger(server: ServerProcess, dagId: string): Promise<string> {
-  const t = await cli(server.url, ['run', 'trigger', dagId, '-o', 'json']);
-  expect(t.code, t.stderr).toBe(0);
-  return JSON.parse(t.stdout).run_id as string;
 }
 
 /** Resolves the pid of try 1 once it is running and has written its pid file. */
@@ -91,7 +80,7 @@ describe('task process SIGKILLed', () => {
   it('with a retry left: up_for_retry "killed by SIGKILL", try 2 succeeds, the run succeeds', async () => {
     const server = await start();
     const { ran, pidFile } = await applyDag(server, 'killed_retry', 1);
-    const runId = await trigger(server, 'killed_retry');
+    const runId = await triggerByCli(server.url, 'killed_retry');
     const pid = await runningPid(runId, pidFile);
 
     process.kill(pid, 'SIGKILL');
@@ -122,7 +111,7 @@ describe('task process SIGKILLed', () => {
   it('with no retry left: the TI fails, the run fails, downstream is upstream_failed', async () => {
     const server = await start();
     const { ran, pidFile } = await applyDag(server, 'killed_final', 0);
-    const runId = await trigger(server, 'killed_final');
+    const runId = await triggerByCli(server.url, 'killed_final');
     const pid = await runningPid(runId, pidFile);
 
     process.kill(pid, 'SIGKILL');
@@ -139,7 +128,7 @@ describe('task process SIGKILLed', () => {
     const stateDir = path.join(f.tmp, 'machine-gone.state');
     const first = await start(['--state-dir', stateDir]);
     const { ran, pidFile } = await applyDag(first, 'machine_gone', 1);
-    const runId = await trigger(first, 'machine_gone');
+    const runId = await triggerByCli(first.url, 'machine_gone');
     const pid = await runningPid(runId, pidFile);
 
     // As a reboot would: the server, and the task with its shim (its whole process group).
