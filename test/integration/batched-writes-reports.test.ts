@@ -24,25 +24,28 @@ const newRun = (spec: DagSpec) => fixtures.queuedRun(spec, { logicalDate: new Da
 
 let runSeq = 0;
 
+/** A running run of `n` tasks (DAG `<prefix><seq>`), each claimed for agent-1 in one batch. */
+async function claimedRun(prefix: string, n: number) {
+  const spec = dag(
+    `${prefix}${++runSeq}`,
+    Array.from({ length: n }, (_, i) => task(`t${i}`)),
+  );
+  const { run, tis } = await newRun(spec);
+  await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
+  await db.sql`update task_instances set state = 'scheduled' where run_id = ${run.id}`;
+  const claims = await claimAttempts(
+    db.sql,
+    'agents',
+    [...tis.values()].map((t) => ({ tiId: t.id, agentId: 'agent-1' })),
+  );
+  return {
+    run,
+    attempts: [...claims].map(([tiId, c]) => ({ tiId, tryNumber: c.tryNumber, attemptToken: c.attemptToken })),
+  };
+}
+
 describe('report batcher', () => {
-  async function claimed(n: number) {
-    const spec = dag(
-      `rb${++runSeq}`,
-      Array.from({ length: n }, (_, i) => task(`t${i}`)),
-    );
-    const { run, tis } = await newRun(spec);
-    await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
-    await db.sql`update task_instances set state = 'scheduled' where run_id = ${run.id}`;
-    const claims = await claimAttempts(
-      db.sql,
-      'agents',
-      [...tis.values()].map((t) => ({ tiId: t.id, agentId: 'agent-1' })),
-    );
-    return {
-      run,
-      attempts: [...claims].map(([tiId, c]) => ({ tiId, tryNumber: c.tryNumber, attemptToken: c.attemptToken })),
-    };
-  }
+  const claimed = (n: number) => claimedRun('rb', n);
 
   it("writes an attempt's Started and Finished that arrive together once, in one statement, both moves in the events log in order", async () => {
     const { run, attempts } = await claimed(20);
@@ -314,24 +317,7 @@ describe('report batcher', () => {
 });
 
 describe('a batch poisoned by one member', () => {
-  async function claimed(n: number) {
-    const spec = dag(
-      `pb${++runSeq}`,
-      Array.from({ length: n }, (_, i) => task(`t${i}`)),
-    );
-    const { run, tis } = await newRun(spec);
-    await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
-    await db.sql`update task_instances set state = 'scheduled' where run_id = ${run.id}`;
-    const claims = await claimAttempts(
-      db.sql,
-      'agents',
-      [...tis.values()].map((t) => ({ tiId: t.id, agentId: 'agent-1' })),
-    );
-    return {
-      run,
-      attempts: [...claims].map(([tiId, c]) => ({ tiId, tryNumber: c.tryNumber, attemptToken: c.attemptToken })),
-    };
-  }
+  const claimed = (n: number) => claimedRun('pb', n);
   const ok = { outcome: 'success', exitCode: 0, signal: null, error: null } as const;
   const settled = <T>(p: Promise<T>) =>
     p.then(

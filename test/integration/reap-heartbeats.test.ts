@@ -53,6 +53,18 @@ async function tiEvents(tiId: string) {
 const OK: AttemptResult = { exitCode: 0, signal: null, error: null, outcome: 'success' };
 const FAIL: AttemptResult = { exitCode: 1, signal: null, error: 'exit code 1', outcome: 'failed' };
 
+/** A pass's result: nothing reaped but what `o` says. */
+const reaped = (o: object) => ({
+  candidates: 0,
+  retried: 0,
+  failed: 0,
+  errors: 0,
+  heldLive: 0,
+  heldOff: false,
+  runIds: [],
+  ...o,
+});
+
 describe('reapHeartbeats', () => {
   it('moves a running attempt with a stale heartbeat and tries left to up_for_retry, with backoff', BOUND, async () => {
     const { run, tis } = await runningRun(dag('hb_retry', [task('a', { retries: 2, retryDelayMs: 60_000 })]));
@@ -61,15 +73,7 @@ describe('reapHeartbeats', () => {
     const h = harness();
 
     const r = await reapHeartbeats(h.ctx);
-    expect(r).toEqual({
-      candidates: 1,
-      retried: 1,
-      failed: 0,
-      errors: 0,
-      heldLive: 0,
-      heldOff: false,
-      runIds: [run.id],
-    });
+    expect(r).toEqual(reaped({ candidates: 1, retried: 1, runIds: [run.id] }));
     const row = await ti(a.tiId);
     // The lost attempt's token dies with it: nothing its holder reports later can match.
     expect(row).toMatchObject({ state: 'up_for_retry', try_number: 1, pid: null, attempt_token: null });
@@ -92,15 +96,7 @@ describe('reapHeartbeats', () => {
     expect(h.errors).toEqual([]);
 
     // Once reaped, the row is no longer a candidate: a second pass changes nothing.
-    expect(await reapHeartbeats(h.ctx)).toEqual({
-      candidates: 0,
-      retried: 0,
-      failed: 0,
-      errors: 0,
-      heldLive: 0,
-      heldOff: false,
-      runIds: [],
-    });
+    expect(await reapHeartbeats(h.ctx)).toEqual(reaped({}));
     expect(h.reaped).toHaveLength(1);
   });
 
@@ -134,15 +130,7 @@ describe('reapHeartbeats', () => {
     const before = [await ti(fresh.tiId), await ti(long.tiId)];
     const h = harness();
 
-    expect(await reapHeartbeats(h.ctx)).toEqual({
-      candidates: 0,
-      retried: 0,
-      failed: 0,
-      errors: 0,
-      heldLive: 0,
-      heldOff: false,
-      runIds: [],
-    });
+    expect(await reapHeartbeats(h.ctx)).toEqual(reaped({}));
     expect([await ti(fresh.tiId), await ti(long.tiId)]).toEqual(before);
     expect(h.reaped).toEqual([]);
     expect(h.agentLost).toEqual([]);
@@ -229,15 +217,7 @@ describe('reapHeartbeats', () => {
     const h = harness({ health: { healthySince: since } });
     h.clock.now = since;
 
-    expect(await reapHeartbeats(h.ctx)).toEqual({
-      candidates: 0,
-      retried: 0,
-      failed: 0,
-      errors: 0,
-      heldLive: 0,
-      heldOff: true,
-      runIds: [],
-    });
+    expect(await reapHeartbeats(h.ctx)).toEqual(reaped({ heldOff: true }));
     h.clock.now = new Date(since.getTime() + THRESHOLD_MS - 1);
     expect((await reapHeartbeats(h.ctx)).heldOff).toBe(true);
     expect((await ti(a.tiId)).state).toBe('running');
