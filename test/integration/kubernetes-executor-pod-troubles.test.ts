@@ -10,6 +10,7 @@ import { podName } from '../../src/core/pod-identity.js';
 import { podSettings, runningPodStatus, taskContainer } from '../helpers/fake-kube/test-executor.js';
 import { startFakeKubeApi } from '../helpers/fake-kube/index.js';
 import { NS, attempt, useRecordingExecutors, type Recorded } from '../helpers/fake-kube/recording-executors.js';
+import { bindWithStatus, dispatchedAttempt } from '../helpers/fake-kube/dispatched-attempt.js';
 import { waitFor } from '../helpers/leoflow-process.js';
 import { pino } from 'pino';
 
@@ -30,10 +31,7 @@ describe('kubernetes executor: credentials and refusals', () => {
     } finally {
       for (const k of Object.keys(mount.env)) if (saved[k] === undefined) delete process.env[k];
     }
-    const { ex, rec } = executor({ kubeConfig });
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
+    const { ex, rec, a } = await dispatchedAttempt(k, { kubeConfig });
     expect(rec.finished).toEqual([]);
     expect(k.kube.createCount(NS, podName(a))).toBe(1);
   });
@@ -75,7 +73,7 @@ describe('kubernetes executor: credentials and refusals', () => {
 
 describe('kubernetes executor: pending', () => {
   it('fails a pod scheduled but never running past the pending timeout, with its last reason', async () => {
-    const { ex, rec } = executor({
+    const { ex, rec, a } = await dispatchedAttempt(k, {
       pods: podSettings(NS, {
         image: 'x',
         serverUrl: 'http://cp:7070',
@@ -84,11 +82,7 @@ describe('kubernetes executor: pending', () => {
         keepFailedMs: 60_000,
       }),
     });
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
-    k.kube.bindPod(NS, podName(a));
-    k.kube.setPodStatus(NS, podName(a), {
+    bindWithStatus(k, a, {
       phase: 'Pending',
       conditions: [{ type: 'PodScheduled', status: 'True' }],
       containerStatuses: [taskContainer({ waiting: { reason: 'ContainerCreating' } })],
@@ -165,10 +159,7 @@ describe('kubernetes executor: adoption during a leader overlap', () => {
 
 describe('kubernetes executor: why a pod waits, and what a failed pod said', () => {
   it('makes the latest Warning event the pending reason when the status says only ContainerCreating, listing events rate-limited', async () => {
-    const { ex, rec } = executor({ pendingEventsMs: 200 });
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
+    const { ex, rec, a } = await dispatchedAttempt(k, { pendingEventsMs: 200 });
     const name = podName(a);
     k.kube.bindPod(NS, name);
     k.kube.setPodStatus(NS, name, {
@@ -206,10 +197,7 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
   });
 
   it('has one events list of a pod in flight at a time when the API server is slow', async () => {
-    const { ex, rec } = executor({ pendingEventsMs: 50 });
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
+    const { ex, rec, a } = await dispatchedAttempt(k, { pendingEventsMs: 50 });
     k.kube.bindPod(NS, podName(a));
     k.kube.addPodEvent(NS, podName(a), {
       reason: 'FailedCreatePodSandBox',
@@ -232,10 +220,7 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
   });
 
   it('lists no events for a pod whose status says why it waits', async () => {
-    const { ex, rec } = executor({ pendingEventsMs: 100 });
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
+    const { ex, rec, a } = await dispatchedAttempt(k, { pendingEventsMs: 100 });
     k.kube.setPodStatus(NS, podName(a), {
       phase: 'Pending',
       conditions: [
@@ -264,7 +249,7 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
     await k.kube.close();
     k.kube = await startFakeKubeApi({ namespaces: [NS] });
     const noisy = Array.from({ length: 30 }, (_, i) => `line ${i}`).join('\n');
-    const { ex, rec } = executor({
+    const { ex, rec, a } = await dispatchedAttempt(k, {
       pods: {
         install: 'install-a',
         namespace: NS,
@@ -277,9 +262,6 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
         keepFailedMs: 60_000,
       },
     });
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
     await waitFor('the attempt lost', async () => rec.lost.length > 0, 10_000);
     const error = rec.lost[0]!.error;
     expect(error).toMatch(/^POD_FAILED:Error:exit code 127; last lines: /);
@@ -354,8 +336,7 @@ describe('kubernetes executor: pods end with their attempts', () => {
     await ex.dispatch(a);
     await ex.dispatch(b);
     for (const x of [a, b]) {
-      k.kube.bindPod(NS, podName(x));
-      k.kube.setPodStatus(NS, podName(x), running);
+      bindWithStatus(k, x, running);
     }
     await waitFor('running seen', async () => !ex.holdsLive(a.tiId, a.attemptToken));
     ended.add(a.attemptToken);
@@ -367,10 +348,7 @@ describe('kubernetes executor: pods end with their attempts', () => {
   });
 
   it('ends the attempt when its task container ends though an injected sidecar keeps the pod Running, and deletes the pod', async () => {
-    const { ex, rec } = executor();
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
+    const { ex, rec, a } = await dispatchedAttempt(k);
     k.kube.bindPod(NS, podName(a));
     const proxy = { ...running.containerStatuses[0]!, name: 'istio-proxy', image: 'proxy' };
     k.kube.setPodStatus(NS, podName(a), { ...running, containerStatuses: [...running.containerStatuses, proxy] });
