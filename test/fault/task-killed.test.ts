@@ -19,6 +19,18 @@ const f = replicasForFile({ tmpPrefix: 'leoflow-fault-killed-', eachTest: true }
 const { taskPids } = f;
 const start = f.launcher(FAST_FAULT_FLAGS);
 
+/** The victim's moves (`to/try`) when try 1 is SIGKILLed and try 2 succeeds. */
+const KILLED_THEN_RETRIED = [
+  'scheduled/0',
+  'queued/1',
+  'running/1',
+  'up_for_retry/1',
+  'scheduled/1',
+  'queued/2',
+  'running/2',
+  'success/2',
+];
+
 /**
  * A DAG of `victim` (retries as given; try 1 writes its pid and sleeps, later tries succeed at
  * once) and `after`, which depends on it. Both record `task try` in `ran`.
@@ -91,16 +103,7 @@ describe('task process SIGKILLed', () => {
       { task_id: 'victim', state: 'success', try_number: 2, exit_code: 0, error: null },
     ]);
     const victim = await moves(runId, 'victim');
-    expect(victim.map((m) => `${m.to}/${m.try}`)).toEqual([
-      'scheduled/0',
-      'queued/1',
-      'running/1',
-      'up_for_retry/1',
-      'scheduled/1',
-      'queued/2',
-      'running/2',
-      'success/2',
-    ]);
+    expect(victim.map((m) => `${m.to}/${m.try}`)).toEqual(KILLED_THEN_RETRIED);
     expect(victim[3]!.error).toBe('killed by SIGKILL');
     expect(victim.some((m) => m.reason === 'agent_lost')).toBe(false);
     expect((await readFile(ran, 'utf8')).trim().split('\n')).toEqual(['victim 1', 'victim 2', 'after 1']);
@@ -142,16 +145,7 @@ describe('task process SIGKILLed', () => {
     expect(await runEnds(f.db.sql, runId)).toBe('success');
 
     const victim = await moves(runId, 'victim');
-    expect(victim.map((m) => `${m.to}/${m.try}`)).toEqual([
-      'scheduled/0',
-      'queued/1',
-      'running/1',
-      'up_for_retry/1',
-      'scheduled/1',
-      'queued/2',
-      'running/2',
-      'success/2',
-    ]);
+    expect(victim.map((m) => `${m.to}/${m.try}`)).toEqual(KILLED_THEN_RETRIED);
     expect(victim[3]!.error).toBe('killed by SIGKILL');
     expect(victim[3]!.reason).not.toBe('agent_lost');
     const [v] = (await tis(runId)).filter((t) => t.task_id === 'victim');

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { createKubernetesExecutor } from '../../src/executors/kubernetes/kubernetes-executor.js';
 import { loadKubeConfig } from '../../src/executors/kubernetes/load-kube-config.js';
 import { podName } from '../../src/core/pod-identity.js';
-import { podSettings, runningPodStatus, taskContainer } from '../helpers/fake-kube/test-executor.js';
+import { endsReporter, podSettings, runningPodStatus, taskContainer } from '../helpers/fake-kube/test-executor.js';
 import { startFakeKubeApi } from '../helpers/fake-kube/index.js';
 import { NS, attempt, useRecordingExecutors, type Recorded } from '../helpers/fake-kube/recording-executors.js';
 import { bindWithStatus, dispatchedAttempt } from '../helpers/fake-kube/dispatched-attempt.js';
@@ -128,13 +128,7 @@ describe('kubernetes executor: adoption during a leader overlap', () => {
         podPendingTimeoutMs: 60_000,
         keepFailedMs: 60_000,
       }),
-      reporter: {
-        started: async () => true,
-        log: () => {},
-        heartbeat: async () => new Set(),
-        logsSoFar: async () => ({ stdout: 0, stderr: 0 }),
-        finished: async (a, result) => void rec.finished.push({ tiId: a.tiId, result }),
-      },
+      reporter: endsReporter((a, result) => void rec.finished.push({ tiId: a.tiId, result })),
       store: {
         lost: async (a, error, free) => {
           rec.lost.push({ tiId: a.tiId, tryNumber: a.tryNumber, error, free });

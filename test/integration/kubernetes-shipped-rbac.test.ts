@@ -15,7 +15,7 @@ import { loadKubeConfig } from '../../src/executors/kubernetes/load-kube-config.
 import { parseDuration } from '../../src/core/duration.js';
 import type { AccessRule } from '../helpers/fake-kube/access-control.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
-import { testAttempt } from '../helpers/fake-kube/test-executor.js';
+import { endsReporter, testAttempt } from '../helpers/fake-kube/test-executor.js';
 import { ROOT, waitFor } from '../helpers/leoflow-process.js';
 
 /**
@@ -115,13 +115,7 @@ describe('the shipped RBAC', () => {
         keepSucceededMs: 0,
         keepFailedMs: 3_600_000,
       },
-      reporter: {
-        started: async () => true,
-        log: () => {},
-        heartbeat: async () => new Set(),
-        logsSoFar: async () => ({ stdout: 0, stderr: 0 }),
-        finished: async (a, result) => void finished.push({ tiId: a.tiId, result }),
-      },
+      reporter: endsReporter((a, result) => void finished.push({ tiId: a.tiId, result })),
       store: {
         lost: async (a) => (lost.push(a.tiId), true),
         pending: async () => {},
