@@ -10,6 +10,7 @@ import {
   spawnedPids,
   waitFor,
 } from '../helpers/subprocess-bench.js';
+import { cancelledFor } from '../helpers/attempt-outcomes.js';
 
 cleanUpAfterEach();
 
@@ -107,12 +108,7 @@ describeEachSpawnWay('subprocess executor, stopping tasks', () => {
     expect(executor.activeCount).toBe(1);
     expect(executor.cancel('ti-unknown', 'nope')).toBe(false);
     expect(executor.cancel(a.tiId, 'cancelled by user')).toBe(true);
-    expect(await reporter.finishedOf(a.tiId)).toEqual({
-      exitCode: null,
-      signal: 'SIGTERM',
-      error: 'cancelled by user',
-      outcome: 'cancelled',
-    });
+    expect(await reporter.finishedOf(a.tiId)).toEqual(cancelledFor('cancelled by user'));
     expect(executor.cancel(a.tiId, 'again')).toBe(false);
     await expectGone(reporter.pidOf(a.tiId));
   });
