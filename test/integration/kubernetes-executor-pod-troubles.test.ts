@@ -7,7 +7,14 @@ import { describe, expect, it } from 'vitest';
 import { createKubernetesExecutor } from '../../src/executors/kubernetes/kubernetes-executor.js';
 import { loadKubeConfig } from '../../src/executors/kubernetes/load-kube-config.js';
 import { podName } from '../../src/core/pod-identity.js';
-import { endsReporter, podSettings, runningPodStatus, taskContainer } from '../helpers/fake-kube/test-executor.js';
+import {
+  endsReporter,
+  podSettings,
+  quietStore,
+  runningPodStatus,
+  taskContainer,
+  unschedulablePodStatus,
+} from '../helpers/fake-kube/test-executor.js';
 import { startFakeKubeApi } from '../helpers/fake-kube/index.js';
 import { NS, attempt, useRecordingExecutors, type Recorded } from '../helpers/fake-kube/recording-executors.js';
 import { bindWithStatus, dispatchedAttempt } from '../helpers/fake-kube/dispatched-attempt.js';
@@ -129,17 +136,14 @@ describe('kubernetes executor: adoption during a leader overlap', () => {
         keepFailedMs: 60_000,
       }),
       reporter: endsReporter((a, result) => void rec.finished.push({ tiId: a.tiId, result })),
-      store: {
+      store: quietStore({
         lost: async (a, error, free) => {
           rec.lost.push({ tiId: a.tiId, tryNumber: a.tryNumber, error, free });
           return true;
         },
-        pending: async () => {},
         active: async () => (reads++ === 0 ? [] : [{ attempt: late, running: false }]),
-        podGone: async () => {},
-        lastLines: async () => [],
         standings: async () => new Map(),
-      },
+      }),
       logger: pino({ level: 'silent' }),
     });
     k.track(ex);
@@ -215,17 +219,7 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
 
   it('lists no events for a pod whose status says why it waits', async () => {
     const { ex, rec, a } = await dispatchedAttempt(k, { pendingEventsMs: 100 });
-    k.kube.setPodStatus(NS, podName(a), {
-      phase: 'Pending',
-      conditions: [
-        {
-          type: 'PodScheduled',
-          status: 'False',
-          reason: 'Unschedulable',
-          message: '0/3 nodes are available: 3 Insufficient cpu.',
-        },
-      ],
-    });
+    k.kube.setPodStatus(NS, podName(a), unschedulablePodStatus('0/3 nodes are available: 3 Insufficient cpu.'));
     k.kube.addPodEvent(NS, podName(a), {
       reason: 'FailedScheduling',
       message: '0/3 nodes are available: 3 Insufficient cpu.',
