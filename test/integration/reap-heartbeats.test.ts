@@ -1,4 +1,5 @@
 import pino from 'pino';
+import type { DagSpec } from '../../src/core/dag-spec.js';
 import { describe, expect, it } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
 import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
@@ -41,6 +42,14 @@ async function age(tiId: string, interval = '10 minutes') {
     where id = ${tiId}`;
 }
 
+/** Task `a` of a running run of `spec`, started and then silent: its heartbeat ten minutes old. */
+async function staleAttempt(spec: DagSpec) {
+  const { run, tis } = await runningRun(spec);
+  const a = await started(run.id, tis.get('a')!);
+  await age(a.tiId);
+  return { run, a };
+}
+
 async function ti(tiId: string): Promise<TiRow> {
   return (await getTi(db.sql, tiId))!;
 }
@@ -67,9 +76,7 @@ const reaped = (o: object) => ({
 
 describe('reapHeartbeats', () => {
   it('moves a running attempt with a stale heartbeat and tries left to up_for_retry, with backoff', BOUND, async () => {
-    const { run, tis } = await runningRun(dag('hb_retry', [task('a', { retries: 2, retryDelayMs: 60_000 })]));
-    const a = await started(run.id, tis.get('a')!);
-    await age(a.tiId);
+    const { run, a } = await staleAttempt(dag('hb_retry', [task('a', { retries: 2, retryDelayMs: 60_000 })]));
     const h = harness();
 
     const r = await reapHeartbeats(h.ctx);
@@ -101,9 +108,7 @@ describe('reapHeartbeats', () => {
   });
 
   it('fails an attempt with a stale heartbeat and no tries left', BOUND, async () => {
-    const { run, tis } = await runningRun(dag('hb_fail', [task('a', { retries: 0 })]));
-    const a = await started(run.id, tis.get('a')!);
-    await age(a.tiId);
+    const { run, a } = await staleAttempt(dag('hb_fail', [task('a', { retries: 0 })]));
     const h = harness();
 
     expect(await reapHeartbeats(h.ctx)).toMatchObject({ candidates: 1, retried: 0, failed: 1, errors: 0 });
@@ -173,9 +178,7 @@ describe('reapHeartbeats', () => {
   });
 
   it('is saved by a heartbeat that lands between the candidate read and the write', BOUND, async () => {
-    const { run, tis } = await runningRun(dag('hb_race', [task('a', { retries: 3 })]));
-    const a = await started(run.id, tis.get('a')!);
-    await age(a.tiId);
+    const { run, a } = await staleAttempt(dag('hb_race', [task('a', { retries: 3 })]));
 
     const [candidate] = await staleAttempts(db.sql, THRESHOLD_MS, 100);
     expect(candidate).toMatchObject({ id: a.tiId, try_number: 1, attempt_token: a.attemptToken, state: 'running' });
@@ -190,9 +193,7 @@ describe('reapHeartbeats', () => {
   });
 
   it('never reaps a newer attempt through a stale candidate row of a superseded one', BOUND, async () => {
-    const { run, tis } = await runningRun(dag('hb_fence', [task('a', { retries: 3 })]));
-    const first = await started(run.id, tis.get('a')!);
-    await age(first.tiId);
+    const { run, a: first } = await staleAttempt(dag('hb_fence', [task('a', { retries: 3 })]));
     const [candidate] = await staleAttempts(db.sql, THRESHOLD_MS, 100);
     expect(candidate!.attempt_token).toBe(first.attemptToken);
 
@@ -210,9 +211,7 @@ describe('reapHeartbeats', () => {
   });
 
   it('holds off for a whole threshold after the database was last unreachable', BOUND, async () => {
-    const { run, tis } = await runningRun(dag('hb_holdoff', [task('a')]));
-    const a = await started(run.id, tis.get('a')!);
-    await age(a.tiId);
+    const { run, a } = await staleAttempt(dag('hb_holdoff', [task('a')]));
     const since = new Date();
     const h = harness({ health: { healthySince: since } });
     h.clock.now = since;
@@ -334,9 +333,7 @@ describe('reapHeartbeats', () => {
   });
 
   it('after a reap, the planner retries the TI and every report of the lost attempt is refused', BOUND, async () => {
-    const { run, tis } = await runningRun(dag('hb_zombie', [task('a', { retries: 1, retryDelayMs: 60_000 })]));
-    const lost = await started(run.id, tis.get('a')!);
-    await age(lost.tiId);
+    const { run, a: lost } = await staleAttempt(dag('hb_zombie', [task('a', { retries: 1, retryDelayMs: 60_000 })]));
     const h = harness();
 
     const s1 = await step(h.ctx);
