@@ -73,6 +73,11 @@ const reaped = (o: object) => ({
   runIds: [],
   ...o,
 });
+/** `reaped(o)` but its run ids, for a pass whose runs the test counts instead. */
+const reapedCounts = (o: object) => {
+  const { runIds: _, ...counts } = reaped(o);
+  return counts;
+};
 
 describe('reapHeartbeats', () => {
   it('moves a running attempt with a stale heartbeat and tries left to up_for_retry, with backoff', BOUND, async () => {
@@ -293,27 +298,13 @@ describe('reapHeartbeats', () => {
 
     const s1 = await step(h.ctx);
     expect(s1.failedPhases).toEqual([]);
-    expect(s1.reapHeartbeats).toMatchObject({
-      candidates: 100,
-      retried: 0,
-      failed: 100,
-      errors: 0,
-      heldLive: 0,
-      heldOff: false,
-    });
+    expect(s1.reapHeartbeats).toMatchObject(reapedCounts({ candidates: 100, failed: 100 }));
     expect(s1.reapHeartbeats!.runIds).toHaveLength(100);
     expect(await count('failed')).toBe(100);
     expect(await count('running')).toBe(20);
 
     const s2 = await step(h.ctx);
-    expect(s2.reapHeartbeats).toMatchObject({
-      candidates: 20,
-      retried: 0,
-      failed: 20,
-      errors: 0,
-      heldLive: 0,
-      heldOff: false,
-    });
+    expect(s2.reapHeartbeats).toMatchObject(reapedCounts({ candidates: 20, failed: 20 }));
     expect(s2.reapHeartbeats!.runIds).toHaveLength(20);
     expect(await count('failed')).toBe(120);
     expect(h.reaped).toEqual([
