@@ -73,6 +73,16 @@ async function setUp(
   return { ...c, server, runId, pid };
 }
 
+/** A task (no retry left) whose server is SIGKILLed while it runs, and which then ends on its own, its process gone. */
+async function endedWhileDown(dagId: string) {
+  const c = await setUp(dagId, 0);
+  await c.server.kill();
+  await writeFile(c.go, '');
+  await waitFor('try 1 ended on its own', async () => (await ledger(c)).includes('end 1'));
+  await waitFor('its process gone', async () => !alive(c.pid));
+  return c;
+}
+
 async function ledger(c: Case): Promise<string[]> {
   return (await readFile(c.ledger, 'utf8').catch(() => '')).split('\n').filter((l) => l !== '');
 }
@@ -129,11 +139,7 @@ describe('the control plane SIGKILLed while a task runs', () => {
   });
 
   it('a task that ended while no server ran is recorded with its real outcome, even with no retry left', async () => {
-    const c = await setUp('shim_ended', 0);
-    await c.server.kill();
-    await writeFile(c.go, '');
-    await waitFor('try 1 ended on its own', async () => (await ledger(c)).includes('end 1'));
-    await waitFor('its process gone', async () => !alive(c.pid));
+    const c = await endedWhileDown('shim_ended');
 
     const second = await launch(['--state-dir', c.stateDir]);
     expect(await runEnds(f.db.sql, c.runId)).toBe('success');
@@ -155,11 +161,7 @@ describe('the control plane SIGKILLed while a task runs', () => {
   });
 
   it('a task that ended during an 8 s outage is recorded as ending when it exited, not when the restart found it', async () => {
-    const c = await setUp('shim_outage', 0);
-    await c.server.kill();
-    await writeFile(c.go, '');
-    await waitFor('try 1 ended on its own', async () => (await ledger(c)).includes('end 1'));
-    await waitFor('its process gone', async () => !alive(c.pid));
+    const c = await endedWhileDown('shim_outage');
     const exitedAt = Number(await readFile(`${c.ledger}.end`, 'utf8'));
     await new Promise((r) => setTimeout(r, 8000));
 

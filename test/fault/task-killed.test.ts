@@ -58,6 +58,20 @@ async function applyDag(
   return { ran, pidFile };
 }
 
+/**
+ * A server, the DAG `dagId` (victim with `retries`) applied and triggered, and try 1 of its
+ * victim SIGKILLed once it runs. Resolves with the server, the file the tasks record their tries
+ * in, the run and the killed pid.
+ */
+async function killedWhileRunning(dagId: string, retries: number) {
+  const server = await start();
+  const { ran, pidFile } = await applyDag(server, dagId, retries);
+  const runId = await triggerByCli(server.url, dagId);
+  const pid = await runningPid(runId, pidFile);
+  process.kill(pid, 'SIGKILL');
+  return { server, ran, runId, pid };
+}
+
 /** Resolves the pid of try 1 once it is running and has written its pid file. */
 async function runningPid(runId: string, pidFile: string): Promise<number> {
   await waitFor('victim running', async () => {
@@ -90,12 +104,7 @@ async function moves(runId: string, taskId: string) {
 
 describe('task process SIGKILLed', () => {
   it('with a retry left: up_for_retry "killed by SIGKILL", try 2 succeeds, the run succeeds', async () => {
-    const server = await start();
-    const { ran, pidFile } = await applyDag(server, 'killed_retry', 1);
-    const runId = await triggerByCli(server.url, 'killed_retry');
-    const pid = await runningPid(runId, pidFile);
-
-    process.kill(pid, 'SIGKILL');
+    const { server, ran, runId, pid } = await killedWhileRunning('killed_retry', 1);
 
     expect(await runEnds(f.db.sql, runId)).toBe('success');
     expect(await tis(runId)).toEqual([
@@ -112,12 +121,7 @@ describe('task process SIGKILLed', () => {
   });
 
   it('with no retry left: the TI fails, the run fails, downstream is upstream_failed', async () => {
-    const server = await start();
-    const { ran, pidFile } = await applyDag(server, 'killed_final', 0);
-    const runId = await triggerByCli(server.url, 'killed_final');
-    const pid = await runningPid(runId, pidFile);
-
-    process.kill(pid, 'SIGKILL');
+    const { ran, runId } = await killedWhileRunning('killed_final', 0);
 
     expect(await runEnds(f.db.sql, runId)).toBe('failed');
     expect(await tis(runId)).toEqual([
