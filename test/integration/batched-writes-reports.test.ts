@@ -15,7 +15,7 @@ import { dag, task } from '../helpers/spec-builders.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { countingStatements } from '../helpers/watching-sql.js';
 import { databaseForFile } from '../helpers/test-database.js';
-import { attemptFixtures } from '../helpers/attempt-fixtures.js';
+import { attemptFixtures, type AttemptRef } from '../helpers/attempt-fixtures.js';
 
 const db = databaseForFile({ emptyEach: true });
 
@@ -42,6 +42,15 @@ async function claimedRun(prefix: string, n: number) {
     run,
     attempts: [...claims].map(([tiId, c]) => ({ tiId, tryNumber: c.tryNumber, attemptToken: c.attemptToken })),
   };
+}
+
+/** `N` claimed attempts, to name one by one. */
+type Claims<N extends number, T extends AttemptRef[] = []> = T['length'] extends N ? T : Claims<N, [AttemptRef, ...T]>;
+
+/** Starts `attempts` on agent-1 (pids 1, 2, …) through a batcher of their own, before the one under test. */
+function startedAhead(...attempts: AttemptRef[]): Promise<boolean[]> {
+  const setup = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
+  return Promise.all(attempts.map((a, i) => setup.started(a, { pid: i + 1, agentId: 'agent-1' })));
 }
 
 describe('report batcher', () => {
@@ -102,21 +111,8 @@ describe('report batcher', () => {
 
   it('writes a batch of starts, starts with their ends, and ends as three statements in one round trip, each fenced row by row', async () => {
     const { run, attempts } = await claimed(6);
-    const [onlyStart, startAndEnd, onlyEnd, resent, stale, twice] = attempts as [
-      (typeof attempts)[0],
-      (typeof attempts)[0],
-      (typeof attempts)[0],
-      (typeof attempts)[0],
-      (typeof attempts)[0],
-      (typeof attempts)[0],
-    ];
-    const setup = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
-    expect(
-      await Promise.all([
-        setup.started(onlyEnd, { pid: 1, agentId: 'agent-1' }),
-        setup.started(resent, { pid: 2, agentId: 'agent-1' }),
-      ]),
-    ).toEqual([true, true]);
+    const [onlyStart, startAndEnd, onlyEnd, resent, stale, twice] = attempts as Claims<6>;
+    expect(await startedAhead(onlyEnd, resent)).toEqual([true, true]);
     const c = countingStatements(db.sql);
     const reports = createReportBatcher(c.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
     const ok = { outcome: 'success', exitCode: 0, signal: null, error: null } as const;
@@ -327,20 +323,8 @@ describe('a batch poisoned by one member', () => {
 
   it('the report batcher splits it: only the report the database refuses fails, every other report of the batch is written', async () => {
     const { run, attempts } = await claimed(5);
-    const [s1, s2, both, e1, e2] = attempts as [
-      (typeof attempts)[0],
-      (typeof attempts)[0],
-      (typeof attempts)[0],
-      (typeof attempts)[0],
-      (typeof attempts)[0],
-    ];
-    const setup = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
-    expect(
-      await Promise.all([
-        setup.started(e1, { pid: 1, agentId: 'agent-1' }),
-        setup.started(e2, { pid: 2, agentId: 'agent-1' }),
-      ]),
-    ).toEqual([true, true]);
+    const [s1, s2, both, e1, e2] = attempts as Claims<5>;
+    expect(await startedAhead(e1, e2)).toEqual([true, true]);
     const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
     // A token that is no UUID: Postgres refuses the whole statement it is in (22P02).
     const poison = { ...s2, attemptToken: 'not-a-uuid' };
