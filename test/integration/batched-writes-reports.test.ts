@@ -53,6 +53,14 @@ function startedAhead(...attempts: AttemptRef[]): Promise<boolean[]> {
   return Promise.all(attempts.map((a, i) => setup.started(a, { pid: i + 1, agentId: 'agent-1' })));
 }
 
+/** The state of each attempt's task instance, by TI id. */
+async function statesOf(attempts: AttemptRef[]): Promise<Record<string, string>> {
+  const rows = await db.sql<
+    { id: string; state: string }[]
+  >`select id, state from task_instances where id = any(${attempts.map((a) => a.tiId)}::bigint[])`;
+  return Object.fromEntries(rows.map((r) => [r.id, r.state]));
+}
+
 describe('report batcher', () => {
   const claimed = (n: number) => claimedRun('rb', n);
 
@@ -146,10 +154,7 @@ describe('report batcher', () => {
       applied,
     ]);
     expect(c.count()).toBe(3);
-    const rows = await db.sql<
-      { id: string; state: string }[]
-    >`select id, state from task_instances where id = any(${attempts.map((a) => a.tiId)}::bigint[])`;
-    expect(Object.fromEntries(rows.map((r) => [r.id, r.state]))).toEqual({
+    expect(await statesOf(attempts)).toEqual({
       [onlyStart.tiId]: 'running',
       [startAndEnd.tiId]: 'success',
       [onlyEnd.tiId]: 'success',
@@ -353,10 +358,7 @@ describe('a batch poisoned by one member', () => {
       { code: '22P02' },
       { ok: { verdict: 'failed', runId: run.id } },
     ]);
-    const rows = await db.sql<
-      { id: string; state: string }[]
-    >`select id, state from task_instances where id = any(${attempts.map((a) => a.tiId)}::bigint[])`;
-    expect(Object.fromEntries(rows.map((r) => [r.id, r.state]))).toEqual({
+    expect(await statesOf(attempts)).toEqual({
       [s1.tiId]: 'running',
       [s2.tiId]: 'running',
       [both.tiId]: 'success',
