@@ -12,3 +12,8 @@ export function exitedWith(code: number): AttemptResult {
 export function cancelledFor(reason: string): AttemptResult {
   return { exitCode: null, signal: 'SIGTERM', error: reason, outcome: 'cancelled' };
 }
+
+/** What an executor reports of a task it SIGKILLed past its timeout of `ms` (it outlived the grace). */
+export function killedAtTimeout(ms: number): AttemptResult {
+  return { exitCode: null, signal: 'SIGKILL', error: `timed out after ${ms} ms`, outcome: 'timed_out' };
+}

@@ -10,7 +10,7 @@ import {
   spawnedPids,
   waitFor,
 } from '../helpers/subprocess-bench.js';
-import { cancelledFor } from '../helpers/attempt-outcomes.js';
+import { cancelledFor, killedAtTimeout } from '../helpers/attempt-outcomes.js';
 
 cleanUpAfterEach();
 
@@ -46,12 +46,7 @@ describeEachSpawnWay('subprocess executor, stopping tasks', () => {
     const dispatchedAt = Date.now();
     const pid = reporter.pidOf(a.tiId);
     const result = await reporter.finishedOf(a.tiId);
-    expect(result).toEqual({
-      exitCode: null,
-      signal: 'SIGKILL',
-      error: 'timed out after 300 ms',
-      outcome: 'timed_out',
-    });
+    expect(result).toEqual(killedAtTimeout(300));
     expect(reporter.finishedCalls[0]!.at - dispatchedAt).toBeGreaterThanOrEqual(300 + 200 - 20);
     const system = reporter.lines(a.tiId, 'system');
     expect(system).toContain(`timed out after 300 ms: sending SIGTERM to process group ${pid}`);
@@ -66,12 +61,7 @@ describeEachSpawnWay('subprocess executor, stopping tasks', () => {
     const dispatchedAt = Date.now();
     const pid = reporter.pidOf(a.tiId);
     const result = await reporter.finishedOf(a.tiId, 4000);
-    expect(result).toEqual({
-      exitCode: null,
-      signal: 'SIGKILL',
-      error: 'timed out after 300 ms',
-      outcome: 'timed_out',
-    });
+    expect(result).toEqual(killedAtTimeout(300));
     expect(reporter.finishedCalls[0]!.at - dispatchedAt).toBeGreaterThanOrEqual(300 + 200 - 20);
     expect(reporter.lines(a.tiId, 'system')).toContain('still running 200 ms after SIGTERM: sending SIGKILL');
     expectDeadAtItsEnd(pid);
