@@ -1,10 +1,11 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { cli, serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { applyDagFile } from '../helpers/dag-file.js';
+import { waitFor } from '../helpers/leoflow-process.js';
+import { runsEnd } from '../helpers/runs-end.js';
+import { replicasForFile } from '../helpers/server-fixture.js';
 
 /**
  * The control plane is SIGKILLed in the middle of its work (runs being planned, attempts being
@@ -13,38 +14,15 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * after it was positively declared lost (no heartbeat for the threshold).
  */
 
-let db: TestDatabase;
-let tmp: string;
-const servers: ServerProcess[] = [];
-const FLAGS = [
-  '--tick-interval',
-  '200ms',
-  '--heartbeat-interval',
-  '200ms',
-  '--heartbeat-threshold',
-  '1s',
-  '--dispatch-workers',
-  '4',
-  '--dispatch-queue',
-  '16',
-];
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-crash-'));
-});
-afterAll(async () => {
-  for (const s of servers) await s.kill();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
-});
-
-const start = serverLauncher({ databaseUrl: () => db.url, args: FLAGS, servers });
+const f = replicasForFile({ tmpPrefix: 'leoflow-crash-' });
+const start = f.launcher([
+  ...['--tick-interval', '200ms', '--heartbeat-interval', '200ms', '--heartbeat-threshold', '1s'],
+  ...['--dispatch-workers', '4', '--dispatch-queue', '16'],
+]);
 
 describe('control plane SIGKILLed mid-tick', () => {
   it('resumes from the database: every run finishes, no attempt runs twice', async () => {
-    const ran = path.join(tmp, 'ran.log');
-    const file = path.join(tmp, 'fan.yaml');
+    const ran = path.join(f.tmp, 'ran.log');
     const leaves = Array.from({ length: 8 }, (_, i) => [
       `  - id: leaf${i}`,
       `    command: ["sh", "-c", "echo $LEOFLOW_RUN_ID $LEOFLOW_TASK_ID $LEOFLOW_TRY_NUMBER >> ${ran}; sleep 0.1"]`,
@@ -52,11 +30,10 @@ describe('control plane SIGKILLed mid-tick', () => {
       `    retries: 3`,
       `    retry_delay: 100ms`,
     ]);
-    await writeFile(
-      file,
-      [
-        'dag_id: fan',
-        'tasks:',
+    let server = await start();
+    await applyDagFile(server.url, f.tmp, {
+      dagId: 'fan',
+      tasks: [
         '  - id: root',
         `    command: ["sh", "-c", "echo $LEOFLOW_RUN_ID root $LEOFLOW_TRY_NUMBER >> ${ran}"]`,
         '    retries: 3',
@@ -67,12 +44,8 @@ describe('control plane SIGKILLed mid-tick', () => {
         `    depends_on: [${leaves.map((_, i) => `leaf${i}`).join(', ')}]`,
         '    retries: 3',
         '    retry_delay: 100ms',
-        '',
-      ].join('\n'),
-    );
-
-    let server = await start();
-    expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
+      ],
+    });
     const api = createClients(server.url);
     const runIds: string[] = [];
     for (let i = 0; i < 6; i++) runIds.push((await api.workflow.triggerRun({ dagId: 'fan' })).run!.runId);
@@ -82,7 +55,7 @@ describe('control plane SIGKILLed mid-tick', () => {
       await waitFor(
         `${afterSuccesses} TIs done`,
         async () => {
-          const [r] = await db.sql<
+          const [r] = await f.db.sql<
             { n: number }[]
           >`select count(*)::int as n from task_instances where state = 'success'`;
           return r!.n >= afterSuccesses;
@@ -94,22 +67,13 @@ describe('control plane SIGKILLed mid-tick', () => {
       server = await start();
     }
 
-    await waitFor(
-      'all runs ended',
-      async () => {
-        const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
-        return rows.every((r) => r.state === 'success' || r.state === 'failed');
-      },
-      60_000,
-    );
-    const runs = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
-    expect(runs.map((r) => r.state)).toEqual(Array(6).fill('success'));
+    expect(await runsEnd(f.db.sql, runIds, 60_000)).toEqual(Array(6).fill('success'));
 
-    const tis = await db.sql<{ id: string; task_id: string; try_number: number }[]>`
+    const tis = await f.db.sql<{ id: string; task_id: string; try_number: number }[]>`
       select id, task_id, try_number from task_instances where run_id = any(${runIds}::bigint[])`;
     expect(tis).toHaveLength(6 * 10);
     for (const ti of tis) {
-      const ev = await db.sql<{ to: string; try: number; reason: string | null }[]>`
+      const ev = await f.db.sql<{ to: string; try: number; reason: string | null }[]>`
         select payload->>'to' as to, (payload->>'try')::int as try, payload->>'reason' as reason
         from events where ti_id = ${ti.id} and kind = 'ti.state' order by seq`;
       // Each attempt claimed once: one 'queued' per try, numbered 1..try_number.

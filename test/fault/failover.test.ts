@@ -1,11 +1,12 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createClients } from '../../src/cli/client.js';
+import { describe, expect, it } from 'vitest';
+import { applyDagFile } from '../helpers/dag-file.js';
 import { EDITIONS } from '../helpers/editions.js';
-import { cli, serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { leaderAndStandby } from '../helpers/leader-and-standby.js';
+import { waitFor } from '../helpers/leoflow-process.js';
+import { runsEnd } from '../helpers/runs-end.js';
+import { replicasForFile } from '../helpers/server-fixture.js';
 
 /**
  * Two replicas on one database; the leader is SIGKILLed mid-run. The standby must lead within one
@@ -17,36 +18,16 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
 const WATCHDOG_MS = 1000;
 const TICK_MS = 200;
 const FLAGS = [
-  '--leader-watchdog',
-  `${WATCHDOG_MS}ms`,
-  '--tick-interval',
-  `${TICK_MS}ms`,
-  '--heartbeat-interval',
-  '200ms',
-  '--heartbeat-threshold',
-  '1s',
+  ...['--leader-watchdog', `${WATCHDOG_MS}ms`, '--tick-interval', `${TICK_MS}ms`],
+  ...['--heartbeat-interval', '200ms', '--heartbeat-threshold', '1s'],
 ];
 
 describe.each(EDITIONS)('leader failover ($edition)', ({ edition, flags }) => {
-  let db: TestDatabase;
-  let tmp: string;
-  const servers: ServerProcess[] = [];
-
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-failover-'));
-  });
-  afterAll(async () => {
-    for (const s of servers) await s.kill();
-    await db?.drop();
-    await rm(tmp, { recursive: true, force: true });
-  });
-
-  const start = serverLauncher({ databaseUrl: () => db.url, args: [...flags, ...FLAGS], servers });
+  const f = replicasForFile({ tmpPrefix: 'leoflow-failover-' });
+  const start = f.launcher([...flags, ...FLAGS]);
 
   it('the standby leads within watchdog + tick after the leader is killed, and every run completes', async () => {
-    const ran = path.join(tmp, 'ran.log');
-    const file = path.join(tmp, 'work.yaml');
+    const ran = path.join(f.tmp, 'ran.log');
     const tasks = Array.from({ length: 6 }, (_, i) => [
       `  - id: t${i}`,
       `    command: ["sh", "-c", "echo $LEOFLOW_RUN_ID $LEOFLOW_TASK_ID $LEOFLOW_TRY_NUMBER >> ${ran}; sleep 0.3"]`,
@@ -54,21 +35,18 @@ describe.each(EDITIONS)('leader failover ($edition)', ({ edition, flags }) => {
       `    retry_delay: 100ms`,
       ...(i > 0 ? [`    depends_on: [t${i - 1}]`] : []),
     ]);
-    await writeFile(file, ['dag_id: work', 'tasks:', ...tasks.flat(), ''].join('\n'));
 
-    const a = await start(['--replica-id', 'replica-a']);
-    const api = createClients(a.url);
-    await waitFor('a leads', async () => (await api.cluster.getLeader({})).leaderId === 'replica-a');
-    const b = await start(['--replica-id', 'replica-b']);
-    const apiB = createClients(b.url);
+    const { a, b, apiB } = await leaderAndStandby(start);
     expect(await apiB.cluster.getLeader({})).toMatchObject({ leaderId: 'replica-a', edition });
 
-    expect((await cli(b.url, ['dag', 'apply', file])).code).toBe(0);
+    await applyDagFile(b.url, f.tmp, { dagId: 'work', tasks: tasks.flat() });
     const runIds: string[] = [];
     for (let i = 0; i < 3; i++) runIds.push((await apiB.workflow.triggerRun({ dagId: 'work' })).run!.runId);
     // Let the leader get some work in flight, then kill it.
     await waitFor('work in flight', async () => {
-      const [r] = await db.sql<{ n: number }[]>`select count(*)::int as n from task_instances where state = 'success'`;
+      const [r] = await f.db.sql<
+        { n: number }[]
+      >`select count(*)::int as n from task_instances where state = 'success'`;
       return r!.n >= 2;
     });
     await a.kill();
@@ -77,29 +55,18 @@ describe.each(EDITIONS)('leader failover ($edition)', ({ edition, flags }) => {
     const takeoverMs = Date.now() - killedAt;
     expect(takeoverMs).toBeLessThan(WATCHDOG_MS + TICK_MS + 500);
 
-    await waitFor(
-      'all runs ended',
-      async () => {
-        const rows = await db.sql<{ state: string }[]>`select state from dag_runs where id = any(${runIds}::bigint[])`;
-        return rows.every((r) => r.state === 'success' || r.state === 'failed');
-      },
-      40_000,
-    );
-    const runs = await db.sql<
-      { id: string; state: string }[]
-    >`select id, state from dag_runs where id = any(${runIds}::bigint[]) order by id`;
-    expect(runs.map((r) => r.state)).toEqual(['success', 'success', 'success']);
+    expect(await runsEnd(f.db.sql, runIds, 40_000)).toEqual(['success', 'success', 'success']);
 
     // One claim per attempt (an attempt the dead leader claimed but never started is one too),
     // and a retry only where the attempt was declared lost.
-    const tis = await db.sql<{ id: string; task_id: string; try_number: number }[]>`
+    const tis = await f.db.sql<{ id: string; task_id: string; try_number: number }[]>`
       select id, task_id, try_number from task_instances where run_id = any(${runIds}::bigint[])`;
     for (const ti of tis) {
-      const claims = await db.sql<{ n: number }[]>`
+      const claims = await f.db.sql<{ n: number }[]>`
         select count(*)::int as n from events where ti_id = ${ti.id} and payload->>'to' = 'queued'`;
       expect(claims[0]!.n, `TI ${ti.id}`).toBe(ti.try_number);
       if (ti.try_number > 1) {
-        const lost = await db.sql`select 1 from events where ti_id = ${ti.id} and payload->>'reason' = 'agent_lost'`;
+        const lost = await f.db.sql`select 1 from events where ti_id = ${ti.id} and payload->>'reason' = 'agent_lost'`;
         expect(lost.length, `TI ${ti.id} was retried without being declared lost`).toBe(ti.try_number - 1);
       }
     }

@@ -1,9 +1,9 @@
-import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { cli, startAgent, waitFor } from '../helpers/leoflow-process.js';
-import { isRunEnded } from '../helpers/run-ends.js';
+import { expectEveryTaskRanOnce } from '../helpers/every-task-ran-once.js';
+import { runsEnd } from '../helpers/runs-end.js';
 import { replicasForFile } from '../helpers/server-fixture.js';
 import { gracefulStopFlags } from '../helpers/fault-flags.js';
 import { writeLedgerGridDag } from '../helpers/ledger-grid-dag.js';
@@ -79,16 +79,7 @@ describe('graceful stop of the leader, agents given one address', () => {
         async () => (await nextApi.cluster.getLeader({})).leaderId === `replica-${cycle}`,
         20_000,
       );
-      await waitFor(
-        `cycle ${cycle}: its runs ended`,
-        async () => {
-          const rows = await f.db.sql<
-            { state: string }[]
-          >`select state from dag_runs where id = any(${mine}::bigint[])`;
-          return rows.every((r) => isRunEnded(r.state));
-        },
-        60_000,
-      );
+      await runsEnd(f.db.sql, mine, 60_000, `cycle ${cycle}: its runs ended`);
       await waitFor(
         `cycle ${cycle}: agents on replica-${cycle}`,
         async () => {
@@ -102,18 +93,7 @@ describe('graceful stop of the leader, agents given one address', () => {
       leader = next;
     }
 
-    const runs = await f.db.sql<
-      { state: string }[]
-    >`select state from dag_runs where id = any(${runIds}::bigint[]) order by id`;
-    expect(runs.map((r) => r.state)).toEqual(runIds.map(() => 'success'));
-    const retried = await f.db.sql<{ task_id: string; try_number: number }[]>`
-      select task_id, try_number from task_instances where run_id = any(${runIds}::bigint[]) and try_number <> 1`;
-    expect(retried).toEqual([]);
-    expect(await f.db.sql`select ti_id from events where payload->>'reason' = 'agent_lost'`).toEqual([]);
-    const lines = (await readFile(ledger, 'utf8')).trim().split('\n');
-    const total = runIds.length * WIDTH * DEPTH;
-    expect(lines.length).toBe(total);
-    expect(new Set(lines).size).toBe(total);
+    await expectEveryTaskRanOnce(f.db.sql, runIds, ledger, runIds.length * WIDTH * DEPTH);
     // The agents never exited: they followed the control plane from home to home.
     for (const a of agents) expect(a.child.exitCode).toBeNull();
   }, 300_000);

@@ -1,9 +1,9 @@
-import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { cli, startAgent, waitFor } from '../helpers/leoflow-process.js';
-import { isRunEnded } from '../helpers/run-ends.js';
+import { expectEveryTaskRanOnce } from '../helpers/every-task-ran-once.js';
+import { runsEnd } from '../helpers/runs-end.js';
 import { replicasForFile } from '../helpers/server-fixture.js';
 import { gracefulStopFlags } from '../helpers/fault-flags.js';
 import { writeLedgerGridDag } from '../helpers/ledger-grid-dag.js';
@@ -100,30 +100,10 @@ describe('graceful stop of the leader', () => {
     expect(exit).toEqual({ code: 0, signal: null });
     expect((await apiS.cluster.getLeader({})).leaderId).toBe('replica-s');
 
-    await waitFor(
-      'all runs ended',
-      async () => {
-        const rows = await f.db.sql<
-          { state: string }[]
-        >`select state from dag_runs where id = any(${runIds}::bigint[])`;
-        return rows.every((r) => isRunEnded(r.state));
-      },
-      60_000,
-    );
-    const runs = await f.db.sql<
-      { state: string }[]
-    >`select state from dag_runs where id = any(${runIds}::bigint[]) order by id`;
-    expect(runs.map((r) => r.state)).toEqual(runIds.map(() => 'success'));
-
-    // No attempt lost: nothing declared lost, no try 2 anywhere.
-    const retried = await f.db.sql<{ task_id: string; try_number: number }[]>`
-      select task_id, try_number from task_instances where run_id = any(${runIds}::bigint[]) and try_number <> 1`;
-    expect(retried).toEqual([]);
-    expect(await f.db.sql`select ti_id from events where payload->>'reason' = 'agent_lost'`).toEqual([]);
-    // Each task ran exactly once: one line per (run, task) in the ledger, each of try 1.
-    const lines = (await readFile(ledger, 'utf8')).trim().split('\n');
-    expect(lines.length).toBe(total);
-    expect(new Set(lines).size).toBe(total);
+    await runsEnd(f.db.sql, runIds, 60_000);
+    // No attempt lost: every run succeeded, nothing declared lost, no try 2 anywhere; each task
+    // ran exactly once: one line per (run, task) in the ledger, each of try 1.
+    const lines = await expectEveryTaskRanOnce(f.db.sql, runIds, ledger, total);
     expect(lines.every((l) => l.endsWith(' 1'))).toBe(true);
 
     // Every agent is on the standby now. Each one the leader held was told to reconnect, did so

@@ -1,7 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { startTcpProxy } from '../helpers/tcp-proxy.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { replicasForFile } from '../helpers/server-fixture.js';
 
 /**
  * The probes a Kubernetes deployment points at (`/healthz`, `/readyz` on the metrics port), on a
@@ -23,27 +23,31 @@ const PRO = [
   '1s',
 ];
 
-let db: TestDatabase;
-const servers: ServerProcess[] = [];
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  for (const s of servers) await s.kill();
-  await db?.drop();
-});
+const f = replicasForFile({ tmpPrefix: 'leoflow-probes-' });
+const { servers } = f;
 
 async function probe(s: ServerProcess, path: string): Promise<{ status: number; body: string }> {
   const res = await fetch(s.metricsUrl.replace(/\/metrics$/, path));
   return { status: res.status, body: await res.text() };
 }
 
+/** Polls `path` until it answers 503 (10 s at most); resolves with that answer. */
+function probeFails(s: ServerProcess, path: string): Promise<{ status: number; body: string }> {
+  return waitFor(
+    `${path.slice(1)} fails`,
+    async () => {
+      const r = await probe(s, path);
+      return r.status === 503 ? r : null;
+    },
+    10_000,
+  );
+}
+
 describe('health probes', () => {
   it('/readyz fails naming the database while it is unreachable, and recovers; /healthz stays 200', async () => {
-    const target = new URL(db.url);
+    const target = new URL(f.db.url);
     let proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port) });
-    const viaProxy = new URL(db.url);
+    const viaProxy = new URL(f.db.url);
     viaProxy.port = String(proxy.port);
     const s = await startServer({
       env: { DATABASE_URL: viaProxy.toString() },
@@ -64,14 +68,7 @@ describe('health probes', () => {
     expect(other).toEqual({ status: 404, body: 'not found: this port serves /metrics, /healthz and /readyz\n' });
 
     await proxy.close();
-    const down = await waitFor(
-      'readyz fails',
-      async () => {
-        const r = await probe(s, '/readyz');
-        return r.status === 503 ? r : null;
-      },
-      10_000,
-    );
+    const down = await probeFails(s, '/readyz');
     expect(down.body.split('\n')[0]).toMatch(
       /^not ready: database: unreachable: .*; migrations: unknown: the database is unreachable$/,
     );
@@ -91,7 +88,7 @@ describe('health probes', () => {
   });
 
   it('/healthz fails while a step is stuck past the stall threshold, and recovers when it ends', async () => {
-    const s = await startServer({ env: { DATABASE_URL: db.url }, args: [...PRO, '--replica-id', 'stuck'] });
+    const s = await startServer({ env: { DATABASE_URL: f.db.url }, args: [...PRO, '--replica-id', 'stuck'] });
     servers.push(s);
     await waitFor('it leads', async () =>
       (await fetch(s.metricsUrl).then((r) => r.text())).includes('leoflow_leader{role="auto"} 1'),
@@ -100,19 +97,12 @@ describe('health probes', () => {
     // Every step reads the runs: a lock no reader gets past holds the leader's step.
     let release!: () => void;
     const held = new Promise<void>((r) => (release = r));
-    const locking = db.sql.begin(async (tx) => {
+    const locking = f.db.sql.begin(async (tx) => {
       await tx`lock table dag_runs in access exclusive mode`;
       await held;
     });
     try {
-      const stuck = await waitFor(
-        'healthz fails',
-        async () => {
-          const r = await probe(s, '/healthz');
-          return r.status === 503 ? r : null;
-        },
-        10_000,
-      );
+      const stuck = await probeFails(s, '/healthz');
       expect(stuck.body.split('\n')[0]).toMatch(
         /^not live: scheduler_loop: a step has been running for \d+\.\d s \(stall threshold 1\.0 s\)$/,
       );
@@ -127,13 +117,13 @@ describe('health probes', () => {
   });
 
   it('an observer does not migrate, and is not ready while a migration is missing', async () => {
-    const [last] = await db.sql<
+    const [last] = await f.db.sql<
       { id: number; name: string }[]
     >`select id, name from leoflow_migrations order by id desc limit 1`;
-    await db.sql`delete from leoflow_migrations where id = ${last!.id}`;
+    await f.db.sql`delete from leoflow_migrations where id = ${last!.id}`;
     try {
       const o = await startServer({
-        env: { DATABASE_URL: db.url },
+        env: { DATABASE_URL: f.db.url },
         args: [...PRO, '--replica-id', 'watcher', '--role', 'observer'],
       });
       servers.push(o);
@@ -145,11 +135,11 @@ describe('health probes', () => {
         ),
       );
       // It wrote nothing: the migration is still unrecorded.
-      expect(await db.sql`select 1 from leoflow_migrations where id = ${last!.id}`).toHaveLength(0);
+      expect(await f.db.sql`select 1 from leoflow_migrations where id = ${last!.id}`).toHaveLength(0);
       expect((await probe(o, '/healthz')).status).toBe(200);
       await o.stop();
     } finally {
-      await db.sql`insert into leoflow_migrations (id, name) values (${last!.id}, ${last!.name})`;
+      await f.db.sql`insert into leoflow_migrations (id, name) values (${last!.id}, ${last!.name})`;
     }
   });
 });

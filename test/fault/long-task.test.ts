@@ -1,61 +1,34 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
-import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { describe, expect, it } from 'vitest';
+import { applyDagFile, triggerByCli } from '../helpers/dag-file.js';
+import { waitFor } from '../helpers/leoflow-process.js';
 import { runEnds } from '../helpers/run-ends.js';
 import { FAST_FAULT_FLAGS } from '../helpers/fault-flags.js';
+import { scrapeMetrics } from '../helpers/scrape-metrics.js';
+import { serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * A task that runs far longer than the heartbeat threshold, while its holder keeps heartbeating,
  * is never reaped: the threshold bounds the silence, not the run time.
  */
 
-let db: TestDatabase;
-let tmp: string;
-let server: ServerProcess | undefined;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-fault-long-'));
-});
-
-afterAll(async () => {
-  await server?.kill();
-  await db?.drop();
-  if (tmp) await rm(tmp, { recursive: true, force: true });
-});
-
-function metricValue(text: string, series: string): number | null {
-  for (const line of text.split('\n')) if (line.startsWith(`${series} `)) return Number(line.slice(series.length + 1));
-  return null;
-}
+const f = serverForFile({ args: [...FAST_FAULT_FLAGS], tmpPrefix: 'leoflow-fault-long-' });
 
 describe('a task running 5x the heartbeat threshold', () => {
   it('keeps heartbeating, is never reaped and succeeds on try 1', async () => {
-    server = await startServer({
-      env: { DATABASE_URL: db.url },
-      args: [...FAST_FAULT_FLAGS],
-    });
-    const ran = path.join(tmp, 'ran');
-    const file = path.join(tmp, 'long.yaml');
-    await writeFile(
-      file,
-      [
-        'dag_id: long',
-        'tasks:',
+    const { db, server } = f;
+    const ran = path.join(f.tmp, 'ran');
+    await applyDagFile(server.url, f.tmp, {
+      dagId: 'long',
+      tasks: [
         '  - id: slow',
         `    command: ["sh", "-c", "echo $LEOFLOW_TASK_ID $LEOFLOW_TRY_NUMBER >> ${ran}; sleep 5"]`,
         '    retries: 2',
         '    retry_delay: 200ms',
-        '',
-      ].join('\n'),
-    );
-    expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
-    const t = await cli(server.url, ['run', 'trigger', 'long', '-o', 'json']);
-    expect(t.code, t.stderr).toBe(0);
-    const runId = JSON.parse(t.stdout).run_id as string;
+      ],
+    });
+    const runId = await triggerByCli(server.url, 'long');
 
     const heartbeat = async () => {
       const [row] = await db.sql<{ state: string; heartbeat_at: Date | null; started_at: Date | null }[]>`
@@ -90,10 +63,9 @@ describe('a task running 5x the heartbeat threshold', () => {
     expect(lost.length).toBe(0);
     expect((await readFile(ran, 'utf8')).trim()).toBe('slow 1');
 
-    const res = await fetch(server.metricsUrl);
-    const metrics = await res.text();
-    expect(metricValue(metrics, 'leoflow_agent_lost_tasks_total')).toBe(0);
-    expect(metricValue(metrics, 'leoflow_orphan_reaped_total{kind="ti"}') ?? 0).toBe(0);
+    const metrics = await scrapeMetrics(server.metricsUrl);
+    expect(metrics.get('leoflow_agent_lost_tasks_total')).toBe(0);
+    expect(metrics.get('leoflow_orphan_reaped_total{kind="ti"}') ?? 0).toBe(0);
     expect((await server.stop()).code).toBe(0);
   });
 });

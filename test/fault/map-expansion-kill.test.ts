@@ -1,10 +1,8 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createClients } from '../../src/cli/client.js';
-import { cli, serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { describe, expect, it } from 'vitest';
+import { applyDagFile } from '../helpers/dag-file.js';
+import { leaderAndStandby } from '../helpers/leader-and-standby.js';
+import { cli, waitFor } from '../helpers/leoflow-process.js';
+import { replicasForFile } from '../helpers/server-fixture.js';
 
 /**
  * Two replicas on one database; the leader is SIGKILLed as a 10,000-item map expands (right as its
@@ -15,51 +13,29 @@ const N = 10_000;
 const FLAGS = ['--leader-watchdog', '1000ms', '--tick-interval', '200ms', '--max-output-size', '1MiB'];
 
 describe('leader killed while a map expands', () => {
-  let db: TestDatabase;
-  let tmp: string;
-  const servers: ServerProcess[] = [];
-
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-map-kill-'));
-  });
-  afterAll(async () => {
-    for (const s of servers) await s.kill();
-    await db?.drop();
-    await rm(tmp, { recursive: true, force: true });
-  });
-
-  const start = serverLauncher({ databaseUrl: () => db.url, args: FLAGS, servers });
+  const f = replicasForFile({ tmpPrefix: 'leoflow-map-kill-' });
+  const start = f.launcher(FLAGS);
 
   it('loses and doubles no item', async () => {
-    const file = path.join(tmp, 'fan.yaml');
     const gen = `seq 0 ${N - 1} | paste -sd, - | sed 's/^/{"items":[/; s/$/]}/' > "$LEOFLOW_OUTPUT"`;
-    await writeFile(
-      file,
-      [
-        'dag_id: fan',
-        'tasks:',
+    const { a, b, apiB } = await leaderAndStandby(start);
+    await applyDagFile(b.url, f.tmp, {
+      dagId: 'fan',
+      tasks: [
         '  - id: gen',
         `    command: ${JSON.stringify(gen)}`,
         '  - id: each',
         '    command: ["true"]',
         '    depends_on: [gen]',
         '    map: { over: gen.items, max_parallel: 1 }',
-        '',
-      ].join('\n'),
-    );
-    const a = await start(['--replica-id', 'replica-a']);
-    const apiA = createClients(a.url);
-    await waitFor('a leads', async () => (await apiA.cluster.getLeader({})).leaderId === 'replica-a');
-    const b = await start(['--replica-id', 'replica-b']);
-    const apiB = createClients(b.url);
-    expect((await cli(b.url, ['dag', 'apply', file])).code).toBe(0);
+      ],
+    });
     const runId = (await apiB.workflow.triggerRun({ dagId: 'fan' })).run!.runId;
     // The moment gen's success is written, the leader's next step expands: kill it then.
     await waitFor(
       'gen succeeded',
       async () => {
-        const [r] = await db.sql<{ state: string }[]>`
+        const [r] = await f.db.sql<{ state: string }[]>`
           select state from task_instances where run_id = ${runId} and task_id = 'gen'`;
         return r?.state === 'success';
       },
@@ -67,7 +43,7 @@ describe('leader killed while a map expands', () => {
       5,
     );
     await a.kill();
-    const [atKill] = await db.sql<{ n: number }[]>`
+    const [atKill] = await f.db.sql<{ n: number }[]>`
       select count(*)::int as n from task_instances where run_id = ${runId} and map_parent is not null`;
     // All or nothing, whatever moment the kill hit.
     console.log(`mapped instances at the kill: ${atKill!.n}`);
@@ -76,14 +52,14 @@ describe('leader killed while a map expands', () => {
     await waitFor(
       'expanded',
       async () => {
-        const [r] = await db.sql<{ map_count: number | null }[]>`
+        const [r] = await f.db.sql<{ map_count: number | null }[]>`
           select map_count from task_instances where run_id = ${runId} and task_id = 'each'`;
         return r?.map_count ?? null;
       },
       60_000,
       50,
     );
-    const [c] = await db.sql<{ n: number; distinct_i: number; lo: number; hi: number; events: number }[]>`
+    const [c] = await f.db.sql<{ n: number; distinct_i: number; lo: number; hi: number; events: number }[]>`
       select count(*)::int as n, count(distinct map_index)::int as distinct_i, min(map_index) as lo,
              max(map_index) as hi,
              (select count(*)::int from events where run_id = ${runId} and kind = 'ti.expanded') as events
@@ -93,7 +69,7 @@ describe('leader killed while a map expands', () => {
     await waitFor(
       'a mapped instance ran',
       async () => {
-        const [r] = await db.sql<{ n: number }[]>`
+        const [r] = await f.db.sql<{ n: number }[]>`
           select count(*)::int as n from task_instances
           where run_id = ${runId} and map_parent is not null and state = 'success'`;
         return r!.n >= 3 ? true : null;

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { upsertDag } from '../../src/db/dags.js';
 import { createRun } from '../../src/db/runs.js';
 import { startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { metricSeries } from '../helpers/scrape-metrics.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { dag, task } from '../helpers/spec-builders.js';
 
@@ -80,15 +81,6 @@ async function terminalEvents(id: string) {
     select payload from events where run_id = ${id} and kind = 'run.state' and payload->>'to' in ('success', 'failed', 'cancelled') order by seq`;
 }
 
-/** One sample of a Prometheus counter from /metrics (plain HTTP/1.1), or null if absent. */
-async function metric(url: string, name: string, labels: string): Promise<number | null> {
-  const res = await fetch(url);
-  expect(res.status).toBe(200);
-  const text = await res.text();
-  const line = text.split('\n').find((l) => l.startsWith(`${name}{${labels}} `));
-  return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : null;
-}
-
 describe('orphaned run', () => {
   it('a crash between the last TI ending and the finalize: the planner or the run reaper finalizes the run', async () => {
     const plain = await crashedRun('plain', { a: 'success', b: 'success' });
@@ -124,10 +116,10 @@ describe('orphaned run', () => {
 
     await waitFor(
       'leoflow_orphan_reaped_total{kind="run"} on /metrics',
-      async () => (await metric(server!.metricsUrl, 'leoflow_orphan_reaped_total', 'kind="run"')) !== null,
+      async () => (await metricSeries(server!.metricsUrl, 'leoflow_orphan_reaped_total{kind="run"}')) !== null,
       5000,
     );
-    expect(await metric(server.metricsUrl, 'leoflow_orphan_reaped_total', 'kind="run"')).toBe(1);
+    expect(await metricSeries(server.metricsUrl, 'leoflow_orphan_reaped_total{kind="run"}')).toBe(1);
 
     // Do no harm: the poisoned run with a TI still running is not reaped, however long it waits
     // (here 2.5 s more, a dozen steps past the 1 s threshold).
@@ -141,8 +133,8 @@ describe('orphaned run', () => {
       { task_id: 'b', state: 'running' },
     ]);
     expect(await terminalEvents(inFlight)).toEqual([]);
-    expect(await metric(server.metricsUrl, 'leoflow_orphan_reaped_total', 'kind="run"')).toBe(1);
-    expect(await metric(server.metricsUrl, 'leoflow_orphan_reap_errors_total', 'kind="run"')).toBeNull();
+    expect(await metricSeries(server.metricsUrl, 'leoflow_orphan_reaped_total{kind="run"}')).toBe(1);
+    expect(await metricSeries(server.metricsUrl, 'leoflow_orphan_reap_errors_total{kind="run"}')).toBeNull();
 
     expect((await server.stop()).code).toBe(0);
   });

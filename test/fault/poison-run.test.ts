@@ -1,9 +1,8 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { describe, expect, it } from 'vitest';
+import { applyDagFile, triggerByCli } from '../helpers/dag-file.js';
+import { cli, waitFor } from '../helpers/leoflow-process.js';
+import { metricSeries } from '../helpers/scrape-metrics.js';
+import { serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * Fault: a poison run — one whose spec snapshot is corrupt, so advancing it throws on every step.
@@ -15,71 +14,37 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  */
 
 const RUNS = 4;
-let db: TestDatabase;
-let tmp: string;
-let server: ServerProcess | undefined;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-poison-'));
+const f = serverForFile({
+  args: [
+    ...['--run-orphan-threshold', '1s', '--tick-interval', '200ms'],
+    ...['--heartbeat-interval', '200ms', '--heartbeat-threshold', '5s'],
+  ],
+  tmpPrefix: 'leoflow-poison-',
 });
-afterAll(async () => {
-  await server?.kill();
-  await db?.drop();
-  await rm(tmp, { recursive: true, force: true });
-});
-
-async function metric(url: string, name: string, labels: string): Promise<number | null> {
-  const res = await fetch(url);
-  expect(res.status).toBe(200);
-  const text = await res.text();
-  const line = text.split('\n').find((l) => l.startsWith(`${name}{${labels}} `));
-  return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : null;
-}
 
 async function tiStates(runId: string) {
-  return db.sql<{ task_id: string; state: string; try_number: number }[]>`
+  return f.db.sql<{ task_id: string; state: string; try_number: number }[]>`
     select task_id, state, try_number from task_instances where run_id = ${runId} order by task_id`;
 }
 
 describe('poison run', () => {
   it('a run that throws when advanced is poisoned and reaped; the other runs and the server are unaffected', async () => {
-    server = await startServer({
-      env: { DATABASE_URL: db.url },
-      args: [
-        '--run-orphan-threshold',
-        '1s',
-        '--tick-interval',
-        '200ms',
-        '--heartbeat-interval',
-        '200ms',
-        '--heartbeat-threshold',
-        '5s',
-      ],
-    });
+    const { db, server } = f;
     const pid = server.child.pid;
-    const file = path.join(tmp, 'slowpair.yaml');
-    await writeFile(
-      file,
-      [
-        'dag_id: slowpair',
-        'max_active_runs: 8',
-        'tasks:',
+    await applyDagFile(server.url, f.tmp, {
+      dagId: 'slowpair',
+      top: ['max_active_runs: 8'],
+      tasks: [
         '  - id: a',
         '    command: ["sleep", "1"]',
         '  - id: b',
         '    command: ["sleep", "1"]',
         '    depends_on: [a]',
-        '',
-      ].join('\n'),
-    );
-    const applied = await cli(server.url, ['dag', 'apply', file]);
-    expect(applied.code, applied.stderr).toBe(0);
+      ],
+    });
     const runIds: string[] = [];
     const trigger = async () => {
-      const t = await cli(server!.url, ['run', 'trigger', 'slowpair', '-o', 'json']);
-      expect(t.code, t.stderr).toBe(0);
-      runIds.push(JSON.parse(t.stdout).run_id as string);
+      runIds.push(await triggerByCli(server.url, 'slowpair'));
       return runIds.at(-1)!;
     };
     await trigger();
@@ -172,11 +137,11 @@ describe('poison run', () => {
         .sort(),
     ).toEqual(runIds.map((id) => [id, id === victim ? 'failed' : 'success']).sort());
     expect(
-      await metric(server.metricsUrl, 'leoflow_scheduler_panics_total', 'phase="plan.advance"'),
+      await metricSeries(server.metricsUrl, 'leoflow_scheduler_panics_total{phase="plan.advance"}'),
     ).toBeGreaterThanOrEqual(1);
     await waitFor(
       'leoflow_orphan_reaped_total{kind="run"}',
-      async () => (await metric(server!.metricsUrl, 'leoflow_orphan_reaped_total', 'kind="run"')) === 1,
+      async () => (await metricSeries(server.metricsUrl, 'leoflow_orphan_reaped_total{kind="run"}')) === 1,
       5000,
     );
 

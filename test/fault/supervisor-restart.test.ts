@@ -2,7 +2,8 @@ import { existsSync } from 'node:fs';
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { cli, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { applyDagFile, triggerByCli } from '../helpers/dag-file.js';
+import { waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { isAlive as alive } from '../helpers/process-group.js';
 import { runEnds } from '../helpers/run-ends.js';
 import { FAST_FAULT_FLAGS } from '../helpers/fault-flags.js';
@@ -51,25 +52,17 @@ async function setUp(
     // The task's last act: when it ends, in ms, by this machine's clock.
     `date +%s%3N > ${c.ledger}.end`,
   ].join('; ');
-  const file = path.join(f.tmp, `${dagId}.yaml`);
-  await writeFile(
-    file,
-    [
-      `dag_id: ${dagId}`,
-      'tasks:',
+  const server = await launch(['--state-dir', c.stateDir]);
+  await applyDagFile(server.url, f.tmp, {
+    dagId,
+    tasks: [
       '  - id: work',
       `    command: ["sh", "-c", ${JSON.stringify(script)}]`,
       `    retries: ${retries}`,
       '    retry_delay: 100ms',
-      '',
-    ].join('\n'),
-  );
-  const server = await launch(['--state-dir', c.stateDir]);
-  const applied = await cli(server.url, ['dag', 'apply', file]);
-  expect(applied.code, applied.stderr).toBe(0);
-  const t = await cli(server.url, ['run', 'trigger', dagId, '-o', 'json']);
-  expect(t.code, t.stderr).toBe(0);
-  const runId = JSON.parse(t.stdout).run_id as string;
+    ],
+  });
+  const runId = await triggerByCli(server.url, dagId);
   const started = await waitFor(
     'try 1 started',
     async () => (await ledger(c)).find((l) => l.startsWith('start 1 ')) ?? null,
@@ -78,6 +71,16 @@ async function setUp(
   taskPids.add(pid);
   await waitFor('try 1 running in the database', async () => (await attempt(runId))?.state === 'running');
   return { ...c, server, runId, pid };
+}
+
+/** A task (no retry left) whose server is SIGKILLed while it runs, and which then ends on its own, its process gone. */
+async function endedWhileDown(dagId: string) {
+  const c = await setUp(dagId, 0);
+  await c.server.kill();
+  await writeFile(c.go, '');
+  await waitFor('try 1 ended on its own', async () => (await ledger(c)).includes('end 1'));
+  await waitFor('its process gone', async () => !alive(c.pid));
+  return c;
 }
 
 async function ledger(c: Case): Promise<string[]> {
@@ -136,11 +139,7 @@ describe('the control plane SIGKILLed while a task runs', () => {
   });
 
   it('a task that ended while no server ran is recorded with its real outcome, even with no retry left', async () => {
-    const c = await setUp('shim_ended', 0);
-    await c.server.kill();
-    await writeFile(c.go, '');
-    await waitFor('try 1 ended on its own', async () => (await ledger(c)).includes('end 1'));
-    await waitFor('its process gone', async () => !alive(c.pid));
+    const c = await endedWhileDown('shim_ended');
 
     const second = await launch(['--state-dir', c.stateDir]);
     expect(await runEnds(f.db.sql, c.runId)).toBe('success');
@@ -162,11 +161,7 @@ describe('the control plane SIGKILLed while a task runs', () => {
   });
 
   it('a task that ended during an 8 s outage is recorded as ending when it exited, not when the restart found it', async () => {
-    const c = await setUp('shim_outage', 0);
-    await c.server.kill();
-    await writeFile(c.go, '');
-    await waitFor('try 1 ended on its own', async () => (await ledger(c)).includes('end 1'));
-    await waitFor('its process gone', async () => !alive(c.pid));
+    const c = await endedWhileDown('shim_outage');
     const exitedAt = Number(await readFile(`${c.ledger}.end`, 'utf8'));
     await new Promise((r) => setTimeout(r, 8000));
 

@@ -1,7 +1,8 @@
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { cli, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { applyDagFile, triggerByCli } from '../helpers/dag-file.js';
+import { waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { isAlive as alive, killGroupOf as killGroup } from '../helpers/process-group.js';
 import { runEnds } from '../helpers/run-ends.js';
 import { FAST_FAULT_FLAGS } from '../helpers/fault-flags.js';
@@ -18,6 +19,18 @@ const f = replicasForFile({ tmpPrefix: 'leoflow-fault-killed-', eachTest: true }
 const { taskPids } = f;
 const start = f.launcher(FAST_FAULT_FLAGS);
 
+/** The victim's moves (`to/try`) when try 1 is SIGKILLed and try 2 succeeds. */
+const KILLED_THEN_RETRIED = [
+  'scheduled/0',
+  'queued/1',
+  'running/1',
+  'up_for_retry/1',
+  'scheduled/1',
+  'queued/2',
+  'running/2',
+  'success/2',
+];
+
 /**
  * A DAG of `victim` (retries as given; try 1 writes its pid and sleeps, later tries succeed at
  * once) and `after`, which depends on it. Both record `task try` in `ran`.
@@ -30,12 +43,9 @@ async function applyDag(
   const ran = path.join(f.tmp, `${dagId}.ran`);
   const pidFile = path.join(f.tmp, `${dagId}.pid`);
   const record = `echo $LEOFLOW_TASK_ID $LEOFLOW_TRY_NUMBER >> ${ran}`;
-  const file = path.join(f.tmp, `${dagId}.yaml`);
-  await writeFile(
-    file,
-    [
-      `dag_id: ${dagId}`,
-      'tasks:',
+  await applyDagFile(server.url, f.tmp, {
+    dagId,
+    tasks: [
       '  - id: victim',
       `    command: ["sh", "-c", "${record}; [ \\"$LEOFLOW_TRY_NUMBER\\" -ge 2 ] && exit 0; echo $$ > ${pidFile}; sleep 30"]`,
       `    retries: ${retries}`,
@@ -43,18 +53,23 @@ async function applyDag(
       '  - id: after',
       `    command: ["sh", "-c", "${record}"]`,
       '    depends_on: [victim]',
-      '',
-    ].join('\n'),
-  );
-  const r = await cli(server.url, ['dag', 'apply', file]);
-  expect(r.code, r.stderr).toBe(0);
+    ],
+  });
   return { ran, pidFile };
 }
 
-async function trigger(server: ServerProcess, dagId: string): Promise<string> {
-  const t = await cli(server.url, ['run', 'trigger', dagId, '-o', 'json']);
-  expect(t.code, t.stderr).toBe(0);
-  return JSON.parse(t.stdout).run_id as string;
+/**
+ * A server, the DAG `dagId` (victim with `retries`) applied and triggered, and try 1 of its
+ * victim SIGKILLed once it runs. Resolves with the server, the file the tasks record their tries
+ * in, the run and the killed pid.
+ */
+async function killedWhileRunning(dagId: string, retries: number) {
+  const server = await start();
+  const { ran, pidFile } = await applyDag(server, dagId, retries);
+  const runId = await triggerByCli(server.url, dagId);
+  const pid = await runningPid(runId, pidFile);
+  process.kill(pid, 'SIGKILL');
+  return { server, ran, runId, pid };
 }
 
 /** Resolves the pid of try 1 once it is running and has written its pid file. */
@@ -89,12 +104,7 @@ async function moves(runId: string, taskId: string) {
 
 describe('task process SIGKILLed', () => {
   it('with a retry left: up_for_retry "killed by SIGKILL", try 2 succeeds, the run succeeds', async () => {
-    const server = await start();
-    const { ran, pidFile } = await applyDag(server, 'killed_retry', 1);
-    const runId = await trigger(server, 'killed_retry');
-    const pid = await runningPid(runId, pidFile);
-
-    process.kill(pid, 'SIGKILL');
+    const { server, ran, runId, pid } = await killedWhileRunning('killed_retry', 1);
 
     expect(await runEnds(f.db.sql, runId)).toBe('success');
     expect(await tis(runId)).toEqual([
@@ -102,16 +112,7 @@ describe('task process SIGKILLed', () => {
       { task_id: 'victim', state: 'success', try_number: 2, exit_code: 0, error: null },
     ]);
     const victim = await moves(runId, 'victim');
-    expect(victim.map((m) => `${m.to}/${m.try}`)).toEqual([
-      'scheduled/0',
-      'queued/1',
-      'running/1',
-      'up_for_retry/1',
-      'scheduled/1',
-      'queued/2',
-      'running/2',
-      'success/2',
-    ]);
+    expect(victim.map((m) => `${m.to}/${m.try}`)).toEqual(KILLED_THEN_RETRIED);
     expect(victim[3]!.error).toBe('killed by SIGKILL');
     expect(victim.some((m) => m.reason === 'agent_lost')).toBe(false);
     expect((await readFile(ran, 'utf8')).trim().split('\n')).toEqual(['victim 1', 'victim 2', 'after 1']);
@@ -120,12 +121,7 @@ describe('task process SIGKILLed', () => {
   });
 
   it('with no retry left: the TI fails, the run fails, downstream is upstream_failed', async () => {
-    const server = await start();
-    const { ran, pidFile } = await applyDag(server, 'killed_final', 0);
-    const runId = await trigger(server, 'killed_final');
-    const pid = await runningPid(runId, pidFile);
-
-    process.kill(pid, 'SIGKILL');
+    const { ran, runId } = await killedWhileRunning('killed_final', 0);
 
     expect(await runEnds(f.db.sql, runId)).toBe('failed');
     expect(await tis(runId)).toEqual([
@@ -139,7 +135,7 @@ describe('task process SIGKILLed', () => {
     const stateDir = path.join(f.tmp, 'machine-gone.state');
     const first = await start(['--state-dir', stateDir]);
     const { ran, pidFile } = await applyDag(first, 'machine_gone', 1);
-    const runId = await trigger(first, 'machine_gone');
+    const runId = await triggerByCli(first.url, 'machine_gone');
     const pid = await runningPid(runId, pidFile);
 
     // As a reboot would: the server, and the task with its shim (its whole process group).
@@ -153,16 +149,7 @@ describe('task process SIGKILLed', () => {
     expect(await runEnds(f.db.sql, runId)).toBe('success');
 
     const victim = await moves(runId, 'victim');
-    expect(victim.map((m) => `${m.to}/${m.try}`)).toEqual([
-      'scheduled/0',
-      'queued/1',
-      'running/1',
-      'up_for_retry/1',
-      'scheduled/1',
-      'queued/2',
-      'running/2',
-      'success/2',
-    ]);
+    expect(victim.map((m) => `${m.to}/${m.try}`)).toEqual(KILLED_THEN_RETRIED);
     expect(victim[3]!.error).toBe('killed by SIGKILL');
     expect(victim[3]!.reason).not.toBe('agent_lost');
     const [v] = (await tis(runId)).filter((t) => t.task_id === 'victim');

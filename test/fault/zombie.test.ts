@@ -1,12 +1,12 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createClients } from '../../src/cli/client.js';
-import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { describe, expect, it } from 'vitest';
+import { applyDagFile } from '../helpers/dag-file.js';
+import { waitFor } from '../helpers/leoflow-process.js';
 import { EDITIONS } from '../helpers/editions.js';
+import { leaderAndStandby } from '../helpers/leader-and-standby.js';
 import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { replicasForFile } from '../helpers/server-fixture.js';
 
 /**
  * A zombie: the leader freezes (SIGSTOP) while its task runs. Postgres ends the frozen leader's
@@ -17,98 +17,54 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  */
 
 const FLAGS = [
-  '--leader-watchdog',
-  '500ms',
-  '--tick-interval',
-  '200ms',
-  '--heartbeat-interval',
-  '200ms',
-  '--heartbeat-threshold',
-  '1s',
-  '--kill-grace',
-  '200ms',
+  ...['--leader-watchdog', '500ms', '--tick-interval', '200ms'],
+  ...['--heartbeat-interval', '200ms', '--heartbeat-threshold', '1s', '--kill-grace', '200ms'],
 ];
 
 describe.each(EDITIONS)('zombie report after reassignment ($edition)', ({ edition, flags }) => {
-  let db: TestDatabase;
-  let tmp: string;
-  const servers: ServerProcess[] = [];
-
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-zombie-'));
-  });
-  afterAll(async () => {
-    for (const s of servers) {
-      try {
-        s.child.kill('SIGCONT');
-      } catch {
-        // already gone
-      }
-      await s.kill();
-    }
-    await db?.drop();
-    await rm(tmp, { recursive: true, force: true });
-  });
+  // A frozen (SIGSTOPped) server is killed at the end all the same: SIGKILL reaches it.
+  const f = replicasForFile({ tmpPrefix: 'leoflow-zombie-' });
+  const start = f.launcher([...flags, ...FLAGS]);
 
   it('is rejected, counted and never applied', async () => {
-    const pidFile = path.join(tmp, 'try1.pid');
-    const file = path.join(tmp, 'z.yaml');
-    await writeFile(
-      file,
-      [
-        'dag_id: z',
-        'tasks:',
+    const pidFile = path.join(f.tmp, 'try1.pid');
+    const { a, b, apiA, apiB } = await leaderAndStandby(start, 'zombie');
+    expect((await apiA.cluster.getLeader({})).edition).toBe(edition);
+    await applyDagFile(b.url, f.tmp, {
+      dagId: 'z',
+      tasks: [
         '  - id: slow',
         '    retries: 1',
         '    retry_delay: 100ms',
         `    command: ["sh", "-c", "if [ $LEOFLOW_TRY_NUMBER -ge 2 ]; then echo try-2-done; exit 0; fi; echo $$ > ${pidFile}; echo try-1-started; sleep 3; echo try-1-late-line; exit 5"]`,
-        '',
-      ].join('\n'),
-    );
-    const a = await startServer({
-      env: { DATABASE_URL: db.url },
-      args: [...flags, ...FLAGS, '--replica-id', 'zombie-a'],
+      ],
     });
-    servers.push(a);
-    await waitFor('a leads', async () => (await createClients(a.url).cluster.getLeader({})).leaderId === 'zombie-a');
-    expect((await createClients(a.url).cluster.getLeader({})).edition).toBe(edition);
-    const b = await startServer({
-      env: { DATABASE_URL: db.url },
-      args: [...flags, ...FLAGS, '--replica-id', 'zombie-b'],
-    });
-    servers.push(b);
-    expect((await cli(b.url, ['dag', 'apply', file])).code).toBe(0);
-    const runId = (await createClients(b.url).workflow.triggerRun({ dagId: 'z' })).run!.runId;
+    const runId = (await apiB.workflow.triggerRun({ dagId: 'z' })).run!.runId;
     await waitFor('try 1 running on a', async () => {
-      const [ti] = await db.sql<{ state: string }[]>`select state from task_instances where run_id = ${runId}`;
+      const [ti] = await f.db.sql<{ state: string }[]>`select state from task_instances where run_id = ${runId}`;
       return ti?.state === 'running' && (await readFile(pidFile, 'utf8').catch(() => '')) !== '';
     });
 
     a.child.kill('SIGSTOP');
     // The frozen leader's lock session is ended by Postgres (idle_session_timeout), b leads,
     // reaps try 1 after the heartbeat threshold and runs try 2.
-    await waitFor(
-      'b leads',
-      async () => (await createClients(b.url).cluster.getLeader({})).leaderId === 'zombie-b',
-      15_000,
-    );
+    await waitFor('b leads', async () => (await apiB.cluster.getLeader({})).leaderId === 'zombie-b', 15_000);
     await waitFor(
       'run success',
       async () => {
-        const [r] = await db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
+        const [r] = await f.db.sql<{ state: string }[]>`select state from dag_runs where id = ${runId}`;
         return r?.state === 'success';
       },
       20_000,
     ).catch(async (err: Error) => {
       // Timed out once in CI's second pass (the machine's Postgres) and never alone: say where it stood.
-      const tis = await db.sql`select state, try_number, heartbeat_at, started_at, error from task_instances
+      const tis = await f.db.sql`select state, try_number, heartbeat_at, started_at, error from task_instances
         where run_id = ${runId}`;
-      const events = await db.sql`select at, kind, payload from events where run_id = ${runId} order by seq`;
+      const events = await f.db.sql`select at, kind, payload from events where run_id = ${runId} order by seq`;
       const said = b.logs.filter((l) => ['warn', 'error', 40, 50].includes(l.level as string)).slice(-20);
       throw new Error(`${err.message}\n${JSON.stringify({ tis, events, said }, null, 1)}`);
     });
-    const [afterB] = await db.sql<{ try_number: number; state: string; exit_code: number; ended_at: Date }[]>`
+    const [afterB] = await f.db.sql<{ try_number: number; state: string; exit_code: number; ended_at: Date }[]>`
       select try_number, state, exit_code, ended_at from task_instances where run_id = ${runId}`;
     expect(afterB).toMatchObject({ try_number: 2, state: 'success', exit_code: 0 });
 
@@ -134,15 +90,15 @@ describe.each(EDITIONS)('zombie report after reassignment ($edition)', ({ editio
       10_000,
     );
     await new Promise((r) => setTimeout(r, 500));
-    const [final] = await db.sql<{ try_number: number; state: string; exit_code: number; ended_at: Date }[]>`
+    const [final] = await f.db.sql<{ try_number: number; state: string; exit_code: number; ended_at: Date }[]>`
       select try_number, state, exit_code, ended_at from task_instances where run_id = ${runId}`;
     expect(final).toEqual(afterB);
-    const lines = await db.sql<{ try_number: number; line: string }[]>`
+    const lines = await f.db.sql<{ try_number: number; line: string }[]>`
       select l.try_number, l.line from task_logs l join task_instances t on t.id = l.ti_id where t.run_id = ${runId} and l.stream <> 'system'`;
     expect(lines.map((l) => `${l.try_number}:${l.line}`)).not.toContain('1:try-1-late-line');
     expect(lines.map((l) => `${l.try_number}:${l.line}`)).toContain('2:try-2-done');
     // The events log shows try 1 declared lost and never a later end of try 1.
-    const events = await db.sql<{ to: string; try: string; reason: string | null }[]>`
+    const events = await f.db.sql<{ to: string; try: string; reason: string | null }[]>`
       select payload->>'to' as to, payload->>'try' as try, payload->>'reason' as reason from events
       where run_id = ${runId} and kind = 'ti.state' order by seq`;
     expect(events.map((e) => `${e.try}:${e.to}${e.reason ? `(${e.reason})` : ''}`)).toEqual([

@@ -17,3 +17,8 @@ export function metricSum(metrics: Map<string, number>, name: string): number {
   for (const [k, v] of metrics) if (k === name || k.startsWith(`${name}{`)) sum += v;
   return sum;
 }
+
+/** One series of /metrics, named as printed (`name{labels}`), or null when the page has none. */
+export async function metricSeries(url: string, series: string): Promise<number | null> {
+  return (await scrapeMetrics(url)).get(series) ?? null;
+}

@@ -77,6 +77,13 @@ const waitStarted = (f: FakeAgentService, ti: string) =>
       f.all().find((r) => r.msg.case === 'started' && r.msg.value.attempt?.tiId === ti)?.msg.value as
         { pid: number } | undefined,
   );
+/** A `sleep 30` job assigned on stream `s`, once the agent reported it started (with its pid). */
+async function assignedSleep(f: FakeAgentService, s: { assign(j: AgentJob): void }) {
+  const j = job(['sleep', '30']);
+  s.assign(j);
+  const { pid } = await waitStarted(f, tiOf(j));
+  return { j, pid };
+}
 const connected = (f: FakeAgentService, n = 1) =>
   f.waitFor(`stream ${n}`, () => f.streams.length >= n && f.streams[n - 1]!.received.length > 0 && f.streams[n - 1]);
 
@@ -158,9 +165,7 @@ describe('agent runtime', () => {
     const f = await fake();
     agent(f);
     const s = await connected(f);
-    const j = job(['sleep', '30']);
-    s.assign(j);
-    const { pid } = await waitStarted(f, tiOf(j));
+    const { j, pid } = await assignedSleep(f, s);
     s.send({ case: 'cancel', value: { attempt: j.attempt, reason: 'cancelled by user' } });
     expect(await waitFinished(f, tiOf(j))).toMatchObject({
       outcome: AttemptOutcome.CANCELLED,
@@ -245,9 +250,7 @@ describe('agent runtime', () => {
     const f = await fake();
     const a = agent(f);
     const s1 = await connected(f);
-    const j = job(['sleep', '30']);
-    s1.assign(j);
-    const { pid } = await waitStarted(f, tiOf(j));
+    const { j, pid } = await assignedSleep(f, s1);
     f.isSuperseded = (ref) => ref.tiId === tiOf(j);
     s1.close();
     const s2 = await f.waitFor('stream 2', () => f.streams[1]);
@@ -264,9 +267,7 @@ describe('agent runtime', () => {
     const f = await fake({ keepaliveIntervalMs: 100 });
     const a = agent(f);
     const s1 = await connected(f);
-    const j = job(['sleep', '30']);
-    s1.assign(j);
-    await waitStarted(f, tiOf(j));
+    const { j } = await assignedSleep(f, s1);
     const deafAt = Date.now();
     s1.deaf = true;
     const s2 = await f.waitFor('stream 2', () => f.streams[1], 3000);
@@ -346,9 +347,7 @@ describe('agent runtime', () => {
     const f = await fake();
     const a = agent(f);
     const s = await connected(f);
-    const j = job(['sleep', '30']);
-    s.assign(j);
-    const { pid } = await waitStarted(f, tiOf(j));
+    const { j, pid } = await assignedSleep(f, s);
     const t0 = Date.now();
     const exit = await a.stop('handback');
     expect(Date.now() - t0).toBeLessThan(2000);

@@ -1,15 +1,12 @@
 import { createContextValues } from '@connectrpc/connect';
-import { createEventFeed } from '../../src/feed/event-feed.js';
-import { createChangeSignal } from '../../src/server/api/change-signal.js';
 import pino from 'pino';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseDag } from '../../src/core/dag/parse-dag.js';
 import { connectAgent } from '../../src/db/agents.js';
 import type { Sql } from '../../src/db/sql.js';
 import { createClusterService } from '../../src/server/api/cluster-service.js';
-import { createWorkflowService } from '../../src/server/api/workflow-service.js';
 import type { LeaderElector } from '../../src/scheduler/leader.js';
+import { workflowServiceOn } from '../helpers/workflow-service-on.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -47,18 +44,7 @@ beforeAll(async () => {
     debug: (_c, query, params) => sent.push({ query, params: params as unknown[] }),
   }) as unknown as Sql;
   const logger = pino({ level: 'silent' });
-  workflow = createWorkflowService({
-    sql: pool,
-    logger,
-    parseDag: async (source, file) => parseDag(source, file),
-    nudge: () => {},
-    stopAttempts: () => {},
-    attemptsEndWithinMs: 2000,
-    defaultExecutor: 'subprocess',
-    events: createEventFeed(pool, logger),
-    watchBufferEvents: 10_000,
-    changes: createChangeSignal(),
-  }) as unknown as Record<string, Handler>;
+  workflow = workflowServiceOn(pool, { logger }) as unknown as Record<string, Handler>;
   cluster = createClusterService({
     sql: pool,
     replicaId: 'r1',

@@ -27,19 +27,21 @@ async function states(runId: string): Promise<Record<string, string>> {
   return Object.fromEntries((await listTis(db.sql, runId)).map((t) => [t.task_id, t.state]));
 }
 
+/** The plan that starts a run and schedules its task `a`. */
+function startWithA({ run, tis }: { run: RunRow; tis: Map<string, TiRow> }) {
+  return {
+    runId: run.id,
+    epoch: run.plan_epoch,
+    start: true,
+    moves: [{ tiId: tis.get('a')!.id, from: 'none' as const, to: 'scheduled' as const }],
+  };
+}
+
 describe('applyPlans', () => {
   it('starts runs and moves task instances of many runs in one statement, each move in the events log', async () => {
     const runs = await Promise.all([newRun(chain('p1')), newRun(chain('p2')), newRun(chain('p3'))]);
     const c = countingStatements(db.sql);
-    const applied = await applyPlans(
-      c.sql,
-      runs.map(({ run, tis }) => ({
-        runId: run.id,
-        epoch: run.plan_epoch,
-        start: true,
-        moves: [{ tiId: tis.get('a')!.id, from: 'none' as const, to: 'scheduled' as const }],
-      })),
-    );
+    const applied = await applyPlans(c.sql, runs.map(startWithA));
     expect(c.count()).toBe(1);
     expect([...applied.started].sort()).toEqual(runs.map((r) => r.run.id).sort());
     expect(applied.moved.size).toBe(3);
@@ -173,15 +175,7 @@ describe('applyPlans', () => {
     const runs: { run: RunRow; tis: Map<string, TiRow> }[] = [];
     for (let i = 0; i < PLANS_PER_STATEMENT * 2 + 50; i++) runs.push(await newRun(spec));
     const c = countingStatements(db.sql);
-    const applied = await applyPlans(
-      c.sql,
-      runs.map(({ run, tis }) => ({
-        runId: run.id,
-        epoch: run.plan_epoch,
-        start: true,
-        moves: [{ tiId: tis.get('a')!.id, from: 'none' as const, to: 'scheduled' as const }],
-      })),
-    );
+    const applied = await applyPlans(c.sql, runs.map(startWithA));
     expect(c.count()).toBe(3);
     const fit = runs.slice(0, spec.maxActiveRuns);
     expect([...applied.started].sort()).toEqual(fit.map((r) => r.run.id).sort());

@@ -15,7 +15,7 @@ import { dag, task } from '../helpers/spec-builders.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { countingStatements } from '../helpers/watching-sql.js';
 import { databaseForFile } from '../helpers/test-database.js';
-import { attemptFixtures } from '../helpers/attempt-fixtures.js';
+import { attemptFixtures, type AttemptRef } from '../helpers/attempt-fixtures.js';
 
 const db = databaseForFile({ emptyEach: true });
 
@@ -24,25 +24,45 @@ const newRun = (spec: DagSpec) => fixtures.queuedRun(spec, { logicalDate: new Da
 
 let runSeq = 0;
 
+/** A running run of `n` tasks (DAG `<prefix><seq>`), each claimed for agent-1 in one batch. */
+async function claimedRun(prefix: string, n: number) {
+  const spec = dag(
+    `${prefix}${++runSeq}`,
+    Array.from({ length: n }, (_, i) => task(`t${i}`)),
+  );
+  const { run, tis } = await newRun(spec);
+  await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
+  await db.sql`update task_instances set state = 'scheduled' where run_id = ${run.id}`;
+  const claims = await claimAttempts(
+    db.sql,
+    'agents',
+    [...tis.values()].map((t) => ({ tiId: t.id, agentId: 'agent-1' })),
+  );
+  return {
+    run,
+    attempts: [...claims].map(([tiId, c]) => ({ tiId, tryNumber: c.tryNumber, attemptToken: c.attemptToken })),
+  };
+}
+
+/** `N` claimed attempts, to name one by one. */
+type Claims<N extends number, T extends AttemptRef[] = []> = T['length'] extends N ? T : Claims<N, [AttemptRef, ...T]>;
+
+/** Starts `attempts` on agent-1 (pids 1, 2, …) through a batcher of their own, before the one under test. */
+function startedAhead(...attempts: AttemptRef[]): Promise<boolean[]> {
+  const setup = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
+  return Promise.all(attempts.map((a, i) => setup.started(a, { pid: i + 1, agentId: 'agent-1' })));
+}
+
+/** The state of each attempt's task instance, by TI id. */
+async function statesOf(attempts: AttemptRef[]): Promise<Record<string, string>> {
+  const rows = await db.sql<
+    { id: string; state: string }[]
+  >`select id, state from task_instances where id = any(${attempts.map((a) => a.tiId)}::bigint[])`;
+  return Object.fromEntries(rows.map((r) => [r.id, r.state]));
+}
+
 describe('report batcher', () => {
-  async function claimed(n: number) {
-    const spec = dag(
-      `rb${++runSeq}`,
-      Array.from({ length: n }, (_, i) => task(`t${i}`)),
-    );
-    const { run, tis } = await newRun(spec);
-    await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
-    await db.sql`update task_instances set state = 'scheduled' where run_id = ${run.id}`;
-    const claims = await claimAttempts(
-      db.sql,
-      'agents',
-      [...tis.values()].map((t) => ({ tiId: t.id, agentId: 'agent-1' })),
-    );
-    return {
-      run,
-      attempts: [...claims].map(([tiId, c]) => ({ tiId, tryNumber: c.tryNumber, attemptToken: c.attemptToken })),
-    };
-  }
+  const claimed = (n: number) => claimedRun('rb', n);
 
   it("writes an attempt's Started and Finished that arrive together once, in one statement, both moves in the events log in order", async () => {
     const { run, attempts } = await claimed(20);
@@ -99,21 +119,8 @@ describe('report batcher', () => {
 
   it('writes a batch of starts, starts with their ends, and ends as three statements in one round trip, each fenced row by row', async () => {
     const { run, attempts } = await claimed(6);
-    const [onlyStart, startAndEnd, onlyEnd, resent, stale, twice] = attempts as [
-      (typeof attempts)[0],
-      (typeof attempts)[0],
-      (typeof attempts)[0],
-      (typeof attempts)[0],
-      (typeof attempts)[0],
-      (typeof attempts)[0],
-    ];
-    const setup = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
-    expect(
-      await Promise.all([
-        setup.started(onlyEnd, { pid: 1, agentId: 'agent-1' }),
-        setup.started(resent, { pid: 2, agentId: 'agent-1' }),
-      ]),
-    ).toEqual([true, true]);
+    const [onlyStart, startAndEnd, onlyEnd, resent, stale, twice] = attempts as Claims<6>;
+    expect(await startedAhead(onlyEnd, resent)).toEqual([true, true]);
     const c = countingStatements(db.sql);
     const reports = createReportBatcher(c.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
     const ok = { outcome: 'success', exitCode: 0, signal: null, error: null } as const;
@@ -147,10 +154,7 @@ describe('report batcher', () => {
       applied,
     ]);
     expect(c.count()).toBe(3);
-    const rows = await db.sql<
-      { id: string; state: string }[]
-    >`select id, state from task_instances where id = any(${attempts.map((a) => a.tiId)}::bigint[])`;
-    expect(Object.fromEntries(rows.map((r) => [r.id, r.state]))).toEqual({
+    expect(await statesOf(attempts)).toEqual({
       [onlyStart.tiId]: 'running',
       [startAndEnd.tiId]: 'success',
       [onlyEnd.tiId]: 'success',
@@ -314,24 +318,7 @@ describe('report batcher', () => {
 });
 
 describe('a batch poisoned by one member', () => {
-  async function claimed(n: number) {
-    const spec = dag(
-      `pb${++runSeq}`,
-      Array.from({ length: n }, (_, i) => task(`t${i}`)),
-    );
-    const { run, tis } = await newRun(spec);
-    await db.sql`update dag_runs set state = 'running' where id = ${run.id}`;
-    await db.sql`update task_instances set state = 'scheduled' where run_id = ${run.id}`;
-    const claims = await claimAttempts(
-      db.sql,
-      'agents',
-      [...tis.values()].map((t) => ({ tiId: t.id, agentId: 'agent-1' })),
-    );
-    return {
-      run,
-      attempts: [...claims].map(([tiId, c]) => ({ tiId, tryNumber: c.tryNumber, attemptToken: c.attemptToken })),
-    };
-  }
+  const claimed = (n: number) => claimedRun('pb', n);
   const ok = { outcome: 'success', exitCode: 0, signal: null, error: null } as const;
   const settled = <T>(p: Promise<T>) =>
     p.then(
@@ -341,20 +328,8 @@ describe('a batch poisoned by one member', () => {
 
   it('the report batcher splits it: only the report the database refuses fails, every other report of the batch is written', async () => {
     const { run, attempts } = await claimed(5);
-    const [s1, s2, both, e1, e2] = attempts as [
-      (typeof attempts)[0],
-      (typeof attempts)[0],
-      (typeof attempts)[0],
-      (typeof attempts)[0],
-      (typeof attempts)[0],
-    ];
-    const setup = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
-    expect(
-      await Promise.all([
-        setup.started(e1, { pid: 1, agentId: 'agent-1' }),
-        setup.started(e2, { pid: 2, agentId: 'agent-1' }),
-      ]),
-    ).toEqual([true, true]);
+    const [s1, s2, both, e1, e2] = attempts as Claims<5>;
+    expect(await startedAhead(e1, e2)).toEqual([true, true]);
     const reports = createReportBatcher(db.sql, { retryMs: 1000, logs: quietLogWriter(db.sql) });
     // A token that is no UUID: Postgres refuses the whole statement it is in (22P02).
     const poison = { ...s2, attemptToken: 'not-a-uuid' };
@@ -383,10 +358,7 @@ describe('a batch poisoned by one member', () => {
       { code: '22P02' },
       { ok: { verdict: 'failed', runId: run.id } },
     ]);
-    const rows = await db.sql<
-      { id: string; state: string }[]
-    >`select id, state from task_instances where id = any(${attempts.map((a) => a.tiId)}::bigint[])`;
-    expect(Object.fromEntries(rows.map((r) => [r.id, r.state]))).toEqual({
+    expect(await statesOf(attempts)).toEqual({
       [s1.tiId]: 'running',
       [s2.tiId]: 'running',
       [both.tiId]: 'success',

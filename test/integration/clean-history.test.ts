@@ -6,6 +6,7 @@ import { cleanHistory } from '../../src/server/api/clean-history.js';
 import { deleteDagWithHistory } from '../../src/server/api/delete-dag.js';
 import { FailedPreconditionError, NotFoundError } from '../../src/server/api/errors.js';
 import { daysAgo, pastRun, storedOf } from '../helpers/history-fixtures.js';
+import { endedRun } from '../helpers/ended-run.js';
 import { databaseForFile } from '../helpers/test-database.js';
 
 const db = databaseForFile();
@@ -69,14 +70,7 @@ describe('db clean', () => {
       endedAt: new Date(cutoff.getTime() + minute),
       tiIds: tis(6),
     });
-    await pastRun(db.sql, {
-      id: 7,
-      dagId: 'b',
-      state: 'success',
-      createdAt: daysAgo(now, 1),
-      endedAt: daysAgo(now, 1),
-      tiIds: tis(7),
-    });
+    await endedRun(db.sql, now, { id: 7, dagId: 'b', days: 1, tiIds: tis(7) });
 
     const before = await everything();
     const dry = await cleanHistory(db.sql, { endedBefore: cutoff, dryRun: true });
@@ -101,40 +95,11 @@ describe('db clean', () => {
   it('--keep-last keeps each DAG its N latest finished runs whatever their age, counted the same dry, and never counts a run that has not ended', async () => {
     const cutoff = daysAgo(now, 1);
     // DAG a: finished 1..4, then a running run 5 (the latest, but not finished); DAG b: one finished run.
-    for (const id of [1, 2, 3, 4])
-      await pastRun(db.sql, {
-        id,
-        dagId: 'a',
-        state: 'success',
-        createdAt: daysAgo(now, 30 - id),
-        endedAt: daysAgo(now, 30 - id),
-        tiIds: tis(id),
-      });
+    for (const id of [1, 2, 3, 4]) await endedRun(db.sql, now, { id, dagId: 'a', days: 30 - id, tiIds: tis(id) });
     await pastRun(db.sql, { id: 5, dagId: 'a', state: 'running', createdAt: daysAgo(now, 20), tiIds: tis(5) });
-    await pastRun(db.sql, {
-      id: 6,
-      dagId: 'b',
-      state: 'failed',
-      createdAt: daysAgo(now, 19),
-      endedAt: daysAgo(now, 19),
-      tiIds: tis(6),
-    });
-    await pastRun(db.sql, {
-      id: 7,
-      dagId: 'c',
-      state: 'success',
-      createdAt: daysAgo(now, 18),
-      endedAt: daysAgo(now, 18),
-      tiIds: tis(7),
-    });
-    await pastRun(db.sql, {
-      id: 8,
-      dagId: 'c',
-      state: 'success',
-      createdAt: daysAgo(now, 17),
-      endedAt: daysAgo(now, 17),
-      tiIds: tis(8),
-    });
+    await endedRun(db.sql, now, { id: 6, dagId: 'b', state: 'failed', days: 19, tiIds: tis(6) });
+    await endedRun(db.sql, now, { id: 7, dagId: 'c', days: 18, tiIds: tis(7) });
+    await endedRun(db.sql, now, { id: 8, dagId: 'c', days: 17, tiIds: tis(8) });
 
     const before = await everything();
     expect(await cleanHistory(db.sql, { endedBefore: cutoff, keepLast: 2, dryRun: true })).toEqual({
@@ -175,31 +140,9 @@ describe('db clean', () => {
   });
 
   it('reads runs in pages bounded by task instances, and stops at the first run made after the time', async () => {
-    for (let id = 1; id <= 6; id++)
-      await pastRun(db.sql, {
-        id,
-        dagId: 'a',
-        state: 'success',
-        createdAt: daysAgo(now, 20 - id),
-        endedAt: daysAgo(now, 20 - id),
-        tiIds: tis(id),
-      });
-    await pastRun(db.sql, {
-      id: 7,
-      dagId: 'a',
-      state: 'success',
-      createdAt: daysAgo(now, 1),
-      endedAt: daysAgo(now, 1),
-      tiIds: tis(7),
-    });
-    await pastRun(db.sql, {
-      id: 8,
-      dagId: 'a',
-      state: 'success',
-      createdAt: daysAgo(now, 30),
-      endedAt: daysAgo(now, 30),
-      tiIds: tis(8),
-    });
+    for (let id = 1; id <= 6; id++) await endedRun(db.sql, now, { id, dagId: 'a', days: 20 - id, tiIds: tis(id) });
+    await endedRun(db.sql, now, { id: 7, dagId: 'a', days: 1, tiIds: tis(7) });
+    await endedRun(db.sql, now, { id: 8, dagId: 'a', days: 30, tiIds: tis(8) });
     const q = { endedBefore: daysAgo(now, 5), scan: 100, maxTis: 5 };
     expect(await pageOfFinishedRuns(db.sql, { ...q, after: '0' })).toEqual({ ids: ['1', '2'], tis: 4, next: '2' });
     expect(await pageOfFinishedRuns(db.sql, { ...q, after: '2' })).toEqual({ ids: ['3', '4'], tis: 4, next: '4' });
@@ -215,14 +158,7 @@ describe('db clean', () => {
   });
 
   it('keeps a run picked for removal that was cleared back to running before the removal, and all of its history', async () => {
-    await pastRun(db.sql, {
-      id: 1,
-      dagId: 'a',
-      state: 'success',
-      createdAt: daysAgo(now, 20),
-      endedAt: daysAgo(now, 20),
-      tiIds: tis(1),
-    });
+    await endedRun(db.sql, now, { id: 1, dagId: 'a', days: 20, tiIds: tis(1) });
     const page = await pageOfFinishedRuns(db.sql, { endedBefore: daysAgo(now, 5), after: '0', scan: 100, maxTis: 100 });
     expect(page.ids).toEqual(['1']);
     await db.sql`update dag_runs set state = 'running', ended_at = null where id = 1`;
@@ -245,30 +181,9 @@ describe('dag delete', () => {
   });
 
   it('removes everything of the DAG (its runs, their task instances, events and lines, its own events) and nothing of another', async () => {
-    await pastRun(db.sql, {
-      id: 1,
-      dagId: 'a',
-      state: 'success',
-      createdAt: daysAgo(now, 2),
-      endedAt: daysAgo(now, 2),
-      tiIds: tis(1),
-    });
-    await pastRun(db.sql, {
-      id: 2,
-      dagId: 'b',
-      state: 'success',
-      createdAt: daysAgo(now, 2),
-      endedAt: daysAgo(now, 2),
-      tiIds: tis(2),
-    });
-    await pastRun(db.sql, {
-      id: 3,
-      dagId: 'a',
-      state: 'failed',
-      createdAt: daysAgo(now, 1),
-      endedAt: daysAgo(now, 1),
-      tiIds: tis(3),
-    });
+    await endedRun(db.sql, now, { id: 1, dagId: 'a', days: 2, tiIds: tis(1) });
+    await endedRun(db.sql, now, { id: 2, dagId: 'b', days: 2, tiIds: tis(2) });
+    await endedRun(db.sql, now, { id: 3, dagId: 'a', state: 'failed', days: 1, tiIds: tis(3) });
     await db.sql`insert into events (run_id, kind, payload) values (null, 'dag.applied', '{"dag_id": "a", "version": 1}'), (null, 'dag.applied', '{"dag_id": "b", "version": 1}')`;
     const stopped: { tiIds: string[]; reason: string }[] = [];
     const out = await deleteDagWithHistory(deps(stopped), 'a', false);
@@ -284,14 +199,7 @@ describe('dag delete', () => {
   });
 
   it('refuses while a run has not ended, removing nothing; with force it pauses the DAG, cancels the run, stops its attempts, waits for their ends, then removes it all', async () => {
-    await pastRun(db.sql, {
-      id: 1,
-      dagId: 'a',
-      state: 'success',
-      createdAt: daysAgo(now, 2),
-      endedAt: daysAgo(now, 2),
-      tiIds: tis(1),
-    });
+    await endedRun(db.sql, now, { id: 1, dagId: 'a', days: 2, tiIds: tis(1) });
     await pastRun(db.sql, { id: 2, dagId: 'a', state: 'running', createdAt: daysAgo(now, 1), tiIds: tis(2) });
     await pastRun(db.sql, { id: 3, dagId: 'a', state: 'queued', createdAt: daysAgo(now, 1), tiIds: tis(3) });
     await db.sql`update task_instances set pid = 4242 where run_id = 2`;

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { removeRuns, removeRunsIn } from '../../src/db/history/remove-runs.js';
 import { daysAgo, pastRun } from '../helpers/history-fixtures.js';
+import { endedRun } from '../helpers/ended-run.js';
 import { quietLogWriter } from '../helpers/quiet-log-writer.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
@@ -18,15 +19,7 @@ const TOKEN = '00000000-0000-4000-8000-000000000001';
 
 describe('a log line written while db clean removes its task instance', () => {
   it('is removed with it, or not written: never left behind', async () => {
-    await pastRun(db.sql, {
-      id: 1,
-      dagId: 'a',
-      state: 'success',
-      createdAt: daysAgo(now, 3),
-      endedAt: daysAgo(now, 3),
-      tiIds: [10],
-      lines: 1,
-    });
+    await endedRun(db.sql, now, { id: 1, dagId: 'a', days: 3, tiIds: [10], lines: 1 });
     await db.sql`update task_instances set attempt_token = ${TOKEN} where id = 10`;
     // The line's INSERT reads its task instance (the fence), then takes a second before it is
     // stored and committed: the clean removes the run in that second.
@@ -51,15 +44,7 @@ describe('a log line written while db clean removes its task instance', () => {
   });
 
   it('is not stored when the clean removed its task instance first and has not yet committed', async () => {
-    await pastRun(db.sql, {
-      id: 2,
-      dagId: 'a',
-      state: 'success',
-      createdAt: daysAgo(now, 3),
-      endedAt: daysAgo(now, 3),
-      tiIds: [20],
-      lines: 1,
-    });
+    await endedRun(db.sql, now, { id: 2, dagId: 'a', days: 3, tiIds: [20], lines: 1 });
     await db.sql`update task_instances set attempt_token = ${TOKEN} where id = 20`;
     const writer = quietLogWriter(db.sql);
     try {

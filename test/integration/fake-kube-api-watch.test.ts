@@ -3,48 +3,33 @@
  * compaction, a version ahead of the server, closed watches).
  */
 import * as k8s from '@kubernetes/client-node';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
-import {
-  expectStatus,
-  pod,
-  refusal,
-  startFakeKubeClient,
-  uniqueName,
-  until,
-} from '../helpers/fake-kube/fake-kube-client.js';
+import { describe, expect, it } from 'vitest';
+import { startFakeKubeApi } from '../helpers/fake-kube/index.js';
+import { expectStatus, pod, refusal, uniqueName, until } from '../helpers/fake-kube/fake-kube-client.js';
+import { fakeKubeClientForFile } from '../helpers/fake-kube/fake-kube-client-for-file.js';
 
-let api: FakeKubeApi;
-let kc: k8s.KubeConfig;
-let core: k8s.CoreV1Api;
-
-beforeAll(async () => {
-  ({ api, kc, core } = await startFakeKubeClient());
-});
-
-afterAll(async () => {
-  await api.close();
-});
+const k = fakeKubeClientForFile();
 
 describe('watch', () => {
   it('streams the changes after a resourceVersion, with bookmarks carrying the latest resourceVersion', async () => {
-    const list = await core.listNamespacedPod({ namespace: 'jobs' });
+    const list = await k.core.listNamespacedPod({ namespace: 'jobs' });
     const from = list.metadata!.resourceVersion!;
     const events: Array<{ type: string; rv: string; name?: string }> = [];
     const name = uniqueName();
     // Only this test's pod: others in the namespace may change meanwhile.
-    const ctl = await new k8s.Watch(kc).watch(
+    const ctl = await new k8s.Watch(k.kc).watch(
       '/api/v1/namespaces/jobs/pods',
       { resourceVersion: from, allowWatchBookmarks: true, labelSelector: `test=${name}` },
       (type, o) => events.push({ type, rv: o.metadata.resourceVersion, name: o.metadata.name }),
       () => undefined,
     );
-    api.setQuota('jobs', { name: 'compute', hard: {} });
-    await core.createNamespacedPod({ namespace: 'jobs', body: pod(name, { command: ['true'] }, {}, { test: name }) });
+    k.api.setQuota('jobs', { name: 'compute', hard: {} });
+    await k.core.createNamespacedPod({ namespace: 'jobs', body: pod(name, { command: ['true'] }, {}, { test: name }) });
     await until('a bookmark after the pod ended', () =>
       events.some(
         (e) =>
-          e.type === 'BOOKMARK' && Number(e.rv) >= Number(api.pod('jobs', name)?.metadata.resourceVersion ?? Infinity),
+          e.type === 'BOOKMARK' &&
+          Number(e.rv) >= Number(k.api.pod('jobs', name)?.metadata.resourceVersion ?? Infinity),
       ),
     );
     ctl.abort();
@@ -54,12 +39,12 @@ describe('watch', () => {
   });
 
   it('answers a watch from a compacted resourceVersion with an ERROR event carrying 410 Expired, then ends it', async () => {
-    const before = api.resourceVersion();
-    await core.createNamespacedPod({ namespace: 'default', body: pod(uniqueName()) });
-    api.compact();
+    const before = k.api.resourceVersion();
+    await k.core.createNamespacedPod({ namespace: 'default', body: pod(uniqueName()) });
+    k.api.compact();
     const got: any[] = [];
     const ended = new Promise<unknown>((resolve) => {
-      void new k8s.Watch(kc).watch(
+      void new k8s.Watch(k.kc).watch(
         '/api/v1/namespaces/default/pods',
         { resourceVersion: before },
         (type, o) => got.push({ type, o }),
@@ -81,31 +66,31 @@ describe('watch', () => {
 
   it('an informer (client-node ListWatch) relists after 410 and after the server closes its watch', async () => {
     const ns = 'jobs';
-    const informer = k8s.makeInformer(kc, `/api/v1/namespaces/${ns}/pods`, () =>
-      core.listNamespacedPod({ namespace: ns }),
+    const informer = k8s.makeInformer(k.kc, `/api/v1/namespaces/${ns}/pods`, () =>
+      k.core.listNamespacedPod({ namespace: ns }),
     );
     const added: string[] = [];
     const errors: unknown[] = [];
     informer.on('add', (o) => added.push(o.metadata!.name!));
     informer.on('error', (e) => errors.push(e));
     await informer.start();
-    const lists = () => api.requests().filter((r) => r.verb === 'list' && r.namespace === ns).length;
-    const watches = () => api.requests().filter((r) => r.verb === 'watch' && r.namespace === ns).length;
-    await until('watching', () => api.openWatches().some((w) => w.namespace === ns));
+    const lists = () => k.api.requests().filter((r) => r.verb === 'list' && r.namespace === ns).length;
+    const watches = () => k.api.requests().filter((r) => r.verb === 'watch' && r.namespace === ns).length;
+    await until('watching', () => k.api.openWatches().some((w) => w.namespace === ns));
     const listsBefore = lists();
     const first = uniqueName();
-    await core.createNamespacedPod({ namespace: ns, body: pod(first, { command: ['true'] }) });
+    await k.core.createNamespacedPod({ namespace: ns, body: pod(first, { command: ['true'] }) });
     await until('added', () => added.includes(first));
     // Closed by the server: it watches again from where it was, without a list.
     const w0 = watches();
-    api.closeWatches();
-    await until('re-watch', () => watches() > w0 && api.openWatches().some((w) => w.namespace === ns));
+    k.api.closeWatches();
+    await until('re-watch', () => watches() > w0 && k.api.openWatches().some((w) => w.namespace === ns));
     expect(lists()).toBe(listsBefore);
     // Compacted under an open watch: ERROR 410, then a relist.
-    api.compact({ expireWatches: true });
-    await until('relist', () => lists() > listsBefore && api.openWatches().some((w) => w.namespace === ns));
+    k.api.compact({ expireWatches: true });
+    await until('relist', () => lists() > listsBefore && k.api.openWatches().some((w) => w.namespace === ns));
     const second = uniqueName();
-    await core.createNamespacedPod({ namespace: ns, body: pod(second, { command: ['true'] }) });
+    await k.core.createNamespacedPod({ namespace: ns, body: pod(second, { command: ['true'] }) });
     await until('added after relist', () => added.includes(second));
     expect(errors).toEqual([]);
     await informer.stop();
@@ -114,10 +99,10 @@ describe('watch', () => {
 
 describe('watch edges', () => {
   it('a watch from a resourceVersion the server has not reached ends with an ERROR event carrying 504 Timeout', async () => {
-    const ahead = String(Number(api.resourceVersion()) + 1_000_000);
+    const ahead = String(Number(k.api.resourceVersion()) + 1_000_000);
     const got: any[] = [];
     const ended = new Promise<unknown>((resolve) => {
-      void new k8s.Watch(kc).watch(
+      void new k8s.Watch(k.kc).watch(
         '/api/v1/namespaces/default/pods',
         { resourceVersion: ahead },
         (type, o) => got.push({ type, o }),
@@ -128,7 +113,7 @@ describe('watch edges', () => {
     expect(got).toHaveLength(1);
     expect(got[0].type).toBe('ERROR');
     expect(got[0].o).toMatchObject({ kind: 'Status', reason: 'Timeout', code: 504, details: { retryAfterSeconds: 1 } });
-    expect(got[0].o.message).toBe(`Timeout: Too large resource version: ${ahead}, current: ${api.resourceVersion()}`);
+    expect(got[0].o.message).toBe(`Timeout: Too large resource version: ${ahead}, current: ${k.api.resourceVersion()}`);
   });
 
   it('keeps only historyLimit changes per resource: a watch from behind the window gets 410, one inside it replays', async () => {
@@ -160,9 +145,9 @@ describe('watch edges', () => {
   });
 
   it('a list at a resourceVersion the server has not reached is answered 504 Timeout after 3 s', async () => {
-    const ahead = String(Number(api.resourceVersion()) + 1_000_000);
+    const ahead = String(Number(k.api.resourceVersion()) + 1_000_000);
     const r = await refusal(
-      core.listNamespacedPod({ namespace: 'default', resourceVersion: ahead, resourceVersionMatch: 'NotOlderThan' }),
+      k.core.listNamespacedPod({ namespace: 'default', resourceVersion: ahead, resourceVersionMatch: 'NotOlderThan' }),
     );
     expectStatus(r.body, 504, 'Timeout');
     expect(r.body.details).toMatchObject({
@@ -172,22 +157,24 @@ describe('watch edges', () => {
   });
 
   it('an HTTP 410 on a watch request (injected) makes an informer relist', async () => {
-    const informer = k8s.makeInformer(kc, '/api/v1/namespaces/default/pods', () =>
-      core.listNamespacedPod({ namespace: 'default' }),
+    const informer = k8s.makeInformer(k.kc, '/api/v1/namespaces/default/pods', () =>
+      k.core.listNamespacedPod({ namespace: 'default' }),
     );
     const errors: unknown[] = [];
     informer.on('error', (e) => errors.push(e));
     await informer.start();
-    await until('watching', () => api.openWatches().some((w) => w.namespace === 'default' && w.resourceVersion !== ''));
-    const lists = () => api.requests().filter((r) => r.verb === 'list' && r.namespace === 'default').length;
+    await until('watching', () =>
+      k.api.openWatches().some((w) => w.namespace === 'default' && w.resourceVersion !== ''),
+    );
+    const lists = () => k.api.requests().filter((r) => r.verb === 'list' && r.namespace === 'default').length;
     const before = lists();
-    api.failNext({ verb: 'watch', namespace: 'default', status: 410, message: 'too old resource version: 1 (2)' });
-    api.closeWatches();
+    k.api.failNext({ verb: 'watch', namespace: 'default', status: 410, message: 'too old resource version: 1 (2)' });
+    k.api.closeWatches();
     await until(
       'relisted and watching',
-      () => lists() > before && api.openWatches().some((w) => w.namespace === 'default'),
+      () => lists() > before && k.api.openWatches().some((w) => w.namespace === 'default'),
     );
-    const gone = api.requests().filter((r) => r.verb === 'watch' && r.status === 410);
+    const gone = k.api.requests().filter((r) => r.verb === 'watch' && r.status === 410);
     expect(gone.length).toBeGreaterThanOrEqual(1);
     expect(errors).toEqual([]);
     await informer.stop();
@@ -196,9 +183,9 @@ describe('watch edges', () => {
   it('ends a watch cleanly after its timeoutSeconds', async () => {
     const t0 = Date.now();
     const ended = await new Promise<unknown>((resolve) => {
-      void new k8s.Watch(kc).watch(
+      void new k8s.Watch(k.kc).watch(
         '/api/v1/namespaces/default/pods',
-        { resourceVersion: api.resourceVersion(), timeoutSeconds: 1 },
+        { resourceVersion: k.api.resourceVersion(), timeoutSeconds: 1 },
         () => undefined,
         resolve,
       );
@@ -209,34 +196,34 @@ describe('watch edges', () => {
 
   it('closeWatches({ abrupt: true }) drops the connection: client-node reports an error, not a clean end', async () => {
     const done: unknown[] = [];
-    await new k8s.Watch(kc).watch(
+    await new k8s.Watch(k.kc).watch(
       '/api/v1/namespaces/default/pods',
-      { resourceVersion: api.resourceVersion() },
+      { resourceVersion: k.api.resourceVersion() },
       () => undefined,
       (err) => done.push(err),
     );
-    await until('watching', () => api.openWatches().length > 0);
-    api.closeWatches({ abrupt: true });
+    await until('watching', () => k.api.openWatches().length > 0);
+    k.api.closeWatches({ abrupt: true });
     await until('done', () => done.length > 0);
     expect(done[0]).toBeInstanceOf(Error);
     const clean: unknown[] = [];
-    await new k8s.Watch(kc).watch(
+    await new k8s.Watch(k.kc).watch(
       '/api/v1/namespaces/default/pods',
-      { resourceVersion: api.resourceVersion() },
+      { resourceVersion: k.api.resourceVersion() },
       () => undefined,
       (err) => clean.push(err),
     );
-    await until('watching', () => api.openWatches().length > 0);
-    api.closeWatches();
+    await until('watching', () => k.api.openWatches().length > 0);
+    k.api.closeWatches();
     await until('done', () => clean.length > 0);
     expect(clean[0]).toBeNull();
   });
 
   it('a watch with resourceVersion 0 or none starts with the current objects as ADDED; sendInitialEvents ends them with a bookmark', async () => {
     const ns = 'jobs';
-    const names = (await core.listNamespacedPod({ namespace: ns })).items.map((p) => p.metadata!.name!).sort();
+    const names = (await k.core.listNamespacedPod({ namespace: ns })).items.map((p) => p.metadata!.name!).sort();
     const got: Array<{ type: string; name?: string; end?: string }> = [];
-    const ctl = await new k8s.Watch(kc).watch(
+    const ctl = await new k8s.Watch(k.kc).watch(
       `/api/v1/namespaces/${ns}/pods`,
       { sendInitialEvents: true, resourceVersionMatch: 'NotOlderThan', allowWatchBookmarks: true },
       (type, o) =>

@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { connectAgent, listAgents } from '../../src/db/agents.js';
 import { forgetAgent } from '../../src/db/forget-agent.js';
-import { createHistoryRound, FORGET_AGENTS_PER_ROUND } from '../../src/scheduler/history-round.js';
+import { FORGET_AGENTS_PER_ROUND } from '../../src/scheduler/history-round.js';
 import { pastRun } from '../helpers/history-fixtures.js';
+import { quietHistoryRound } from '../helpers/quiet-history-round.js';
 import { databaseForFile } from '../helpers/test-database.js';
 
 const DAY_MS = 86_400_000;
@@ -42,21 +42,12 @@ async function attemptOn(agentId: string, state: 'running' | 'success' | 'queued
 }
 
 function keeper(agentRetentionMs: number, forgotten: number[], errors: unknown[]) {
-  return createHistoryRound({
+  return quietHistoryRound({
     sql: db.sql,
-    logger: pino({ level: 'silent' }),
     retentionMs: null,
     agentRetentionMs,
     agentLiveMs: LIVE_MS,
-    now: () => new Date(),
-    counters: {
-      runsRemoved: () => {},
-      partitionAdded: () => {},
-      partitionDropped: () => {},
-      rowsSwept: () => {},
-      agentsForgotten: (n) => forgotten.push(n),
-      error: (err) => errors.push(err),
-    },
+    counters: { agentsForgotten: (n) => forgotten.push(n), error: (err) => errors.push(err) },
   });
 }
 
@@ -134,22 +125,7 @@ describe('the leader forgets agents gone longer than the agent retention', () =>
   it('forgets nothing with the agent retention off', async () => {
     await clear();
     await agent('gone-1000d', { seenMsAgo: 1000 * DAY_MS });
-    const round = createHistoryRound({
-      sql: db.sql,
-      logger: pino({ level: 'silent' }),
-      retentionMs: null,
-      agentRetentionMs: null,
-      agentLiveMs: LIVE_MS,
-      now: () => new Date(),
-      counters: {
-        runsRemoved: () => {},
-        partitionAdded: () => {},
-        partitionDropped: () => {},
-        rowsSwept: () => {},
-        agentsForgotten: () => {},
-        error: () => {},
-      },
-    });
+    const round = quietHistoryRound({ sql: db.sql, retentionMs: null, agentRetentionMs: null, agentLiveMs: LIVE_MS });
     expect((await round(true)).agentsForgotten).toBe(0);
     expect(await known()).toEqual(['gone-1000d']);
   });

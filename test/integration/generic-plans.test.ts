@@ -142,21 +142,9 @@ describe('the reports pool', () => {
       'failed',
     );
     // The agents executor's claims go through this pool too.
-    const waiting = (
-      await db.sql<{ id: string }[]>`
-      update task_instances t set state = 'scheduled' from dag_runs r
-      where r.id = t.run_id and r.run_key in ('r1', 'r2') returning t.id`
-    ).map((t) => t.id);
+    const waiting = await scheduleTisOf(['r1', 'r2']);
     await db.sql`update dag_runs set state = 'running' where run_key in ('r1', 'r2')`;
-    expect(
-      (
-        await claimAttempts(
-          rec.sql,
-          'agents',
-          waiting.map((tiId) => ({ tiId, agentId: 'a1' })),
-        )
-      ).size,
-    ).toBe(2);
+    expect((await claimForA1(rec.sql, waiting)).size).toBe(2);
 
     const statements = rec.statements();
     // Starts, lines, ends, the plans and the run's end ahead, the reads behind, the claims.
@@ -216,20 +204,8 @@ describe('the reports pool', () => {
       'the run ended behind the end',
     ).toBe(true);
     // And the agents executor's claims, among those running runs.
-    const waiting = (
-      await db.sql<{ id: string }[]>`
-      update task_instances t set state = 'scheduled' from dag_runs r
-      where r.id = t.run_id and r.run_key in ('r3', 'r4') returning t.id`
-    ).map((t) => t.id);
-    expect(
-      (
-        await claimAttempts(
-          rec.sql,
-          'agents',
-          waiting.map((tiId) => ({ tiId, agentId: 'a1' })),
-        )
-      ).size,
-    ).toBe(2);
+    const waiting = await scheduleTisOf(['r3', 'r4']);
+    expect((await claimForA1(rec.sql, waiting)).size).toBe(2);
     // It found the run by its key (it read every running run, 0.5 ms a call at 1,000 of them),
     // and so did every other statement on the way, with these statistics too.
     for (const text of rec.statements()) expect(await wholeScans(text), text).toEqual([]);
@@ -240,6 +216,23 @@ describe('the reports pool', () => {
  * The scans of a growing table, in the plan the reports pool keeps for this statement, that find
  * their rows by no key (a sequential scan, an index read from end to end).
  */
+/** Schedules every task instance of the runs of these keys; resolves with their ids. */
+async function scheduleTisOf(runKeys: string[]): Promise<string[]> {
+  const rows = await db.sql<{ id: string }[]>`
+    update task_instances t set state = 'scheduled' from dag_runs r
+    where r.id = t.run_id and r.run_key = any(${runKeys}) returning t.id`;
+  return rows.map((t) => t.id);
+}
+
+/** The agents executor's batched claim of these task instances, each for agent a1. */
+function claimForA1(sql: Sql, tiIds: string[]) {
+  return claimAttempts(
+    sql,
+    'agents',
+    tiIds.map((tiId) => ({ tiId, agentId: 'a1' })),
+  );
+}
+
 async function wholeScans(text: string): Promise<string[]> {
   const params = Math.max(0, ...[...text.matchAll(/\$(\d+)/g)].map((m) => Number(m[1])));
   const conn = await generic.reserve();

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { pino } from 'pino';
 import { afterEach, expect, it } from 'vitest';
 import type { Attempt } from '../../src/core/attempt.js';
@@ -9,6 +8,7 @@ import {
 } from '../../src/executors/kubernetes/kubernetes-executor.js';
 import { loadKubeConfig } from '../../src/executors/kubernetes/load-kube-config.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
+import { endsReporter, podSettings, quietStore, testAttempt } from '../helpers/fake-kube/test-executor.js';
 
 /**
  * The executor's API calls share keep-alive connections (keep-alive-kube-config.ts): 200 pods
@@ -27,51 +27,17 @@ it('creates 200 pods over a few keep-alive connections, not one each', async () 
   kube = await startFakeKubeApi({ namespaces: [NS], kubelet: 'manual' });
   ex = createKubernetesExecutor({
     kubeConfig: loadKubeConfig({ kind: 'file', path: kube.kubeconfigPath }),
-    pods: {
-      install: 'install-a',
-      namespace: NS,
-      image: 'leoflow:test',
-      serverUrl: 'http://cp:7070',
-      agentCommand: ['leoflow'],
-      killGraceMs: 10_000,
-      podPendingTimeoutMs: 300_000,
-      keepSucceededMs: 0,
-      keepFailedMs: 3_600_000,
-    },
-    reporter: {
-      started: async () => true,
-      log: () => {},
-      heartbeat: async () => new Set(),
-      logsSoFar: async () => ({ stdout: 0, stderr: 0 }),
-      finished: async () => {},
-    },
-    store: {
-      lost: async () => true,
-      pending: async () => {},
-      active: async () => [],
-      podGone: async () => {},
-      lastLines: async () => [],
-      standings: async () => new Map(),
-    },
+    pods: podSettings(NS, { serverUrl: 'http://cp:7070' }),
+    reporter: endsReporter(),
+    store: quietStore({ standings: async () => new Map() }),
     logger: pino({ level: 'silent' }),
     standingsMs: 3_600_000,
   });
   await ex.lead(true);
   const before = kube.connectionsOpened;
-  const attempts: Attempt[] = Array.from({ length: 200 }, (_, i) => ({
-    tiId: String(i + 1),
-    runId: String(i + 1000),
-    dagId: 'etl',
-    taskId: 't',
-    tryNumber: 1,
-    maxTries: 1,
-    attemptToken: randomUUID(),
-    dispatchKey: 'k',
-    command: ['true'],
-    env: {},
-    cwd: null,
-    timeoutMs: null,
-  }));
+  const attempts: Attempt[] = Array.from({ length: 200 }, (_, i) =>
+    testAttempt({ tiId: String(i + 1), runId: String(i + 1000), taskId: 't', maxTries: 1 }),
+  );
   // Pro's 16 drainers, each dispatching in turn.
   const queue = [...attempts];
   const drainer = async () => {

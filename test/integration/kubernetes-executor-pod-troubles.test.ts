@@ -7,9 +7,17 @@ import { describe, expect, it } from 'vitest';
 import { createKubernetesExecutor } from '../../src/executors/kubernetes/kubernetes-executor.js';
 import { loadKubeConfig } from '../../src/executors/kubernetes/load-kube-config.js';
 import { podName } from '../../src/core/pod-identity.js';
-import { podSettings, runningPodStatus, taskContainer } from '../helpers/fake-kube/test-executor.js';
+import {
+  endsReporter,
+  podSettings,
+  quietStore,
+  runningPodStatus,
+  taskContainer,
+  unschedulablePodStatus,
+} from '../helpers/fake-kube/test-executor.js';
 import { startFakeKubeApi } from '../helpers/fake-kube/index.js';
 import { NS, attempt, useRecordingExecutors, type Recorded } from '../helpers/fake-kube/recording-executors.js';
+import { bindWithStatus, dispatchedAttempt } from '../helpers/fake-kube/dispatched-attempt.js';
 import { waitFor } from '../helpers/leoflow-process.js';
 import { pino } from 'pino';
 
@@ -30,10 +38,7 @@ describe('kubernetes executor: credentials and refusals', () => {
     } finally {
       for (const k of Object.keys(mount.env)) if (saved[k] === undefined) delete process.env[k];
     }
-    const { ex, rec } = executor({ kubeConfig });
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
+    const { ex, rec, a } = await dispatchedAttempt(k, { kubeConfig });
     expect(rec.finished).toEqual([]);
     expect(k.kube.createCount(NS, podName(a))).toBe(1);
   });
@@ -75,7 +80,7 @@ describe('kubernetes executor: credentials and refusals', () => {
 
 describe('kubernetes executor: pending', () => {
   it('fails a pod scheduled but never running past the pending timeout, with its last reason', async () => {
-    const { ex, rec } = executor({
+    const { ex, rec, a } = await dispatchedAttempt(k, {
       pods: podSettings(NS, {
         image: 'x',
         serverUrl: 'http://cp:7070',
@@ -84,11 +89,7 @@ describe('kubernetes executor: pending', () => {
         keepFailedMs: 60_000,
       }),
     });
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
-    k.kube.bindPod(NS, podName(a));
-    k.kube.setPodStatus(NS, podName(a), {
+    bindWithStatus(k, a, {
       phase: 'Pending',
       conditions: [{ type: 'PodScheduled', status: 'True' }],
       containerStatuses: [taskContainer({ waiting: { reason: 'ContainerCreating' } })],
@@ -134,24 +135,15 @@ describe('kubernetes executor: adoption during a leader overlap', () => {
         podPendingTimeoutMs: 60_000,
         keepFailedMs: 60_000,
       }),
-      reporter: {
-        started: async () => true,
-        log: () => {},
-        heartbeat: async () => new Set(),
-        logsSoFar: async () => ({ stdout: 0, stderr: 0 }),
-        finished: async (a, result) => void rec.finished.push({ tiId: a.tiId, result }),
-      },
-      store: {
+      reporter: endsReporter((a, result) => void rec.finished.push({ tiId: a.tiId, result })),
+      store: quietStore({
         lost: async (a, error, free) => {
           rec.lost.push({ tiId: a.tiId, tryNumber: a.tryNumber, error, free });
           return true;
         },
-        pending: async () => {},
         active: async () => (reads++ === 0 ? [] : [{ attempt: late, running: false }]),
-        podGone: async () => {},
-        lastLines: async () => [],
         standings: async () => new Map(),
-      },
+      }),
       logger: pino({ level: 'silent' }),
     });
     k.track(ex);
@@ -165,10 +157,7 @@ describe('kubernetes executor: adoption during a leader overlap', () => {
 
 describe('kubernetes executor: why a pod waits, and what a failed pod said', () => {
   it('makes the latest Warning event the pending reason when the status says only ContainerCreating, listing events rate-limited', async () => {
-    const { ex, rec } = executor({ pendingEventsMs: 200 });
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
+    const { ex, rec, a } = await dispatchedAttempt(k, { pendingEventsMs: 200 });
     const name = podName(a);
     k.kube.bindPod(NS, name);
     k.kube.setPodStatus(NS, name, {
@@ -206,10 +195,7 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
   });
 
   it('has one events list of a pod in flight at a time when the API server is slow', async () => {
-    const { ex, rec } = executor({ pendingEventsMs: 50 });
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
+    const { ex, rec, a } = await dispatchedAttempt(k, { pendingEventsMs: 50 });
     k.kube.bindPod(NS, podName(a));
     k.kube.addPodEvent(NS, podName(a), {
       reason: 'FailedCreatePodSandBox',
@@ -232,21 +218,8 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
   });
 
   it('lists no events for a pod whose status says why it waits', async () => {
-    const { ex, rec } = executor({ pendingEventsMs: 100 });
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
-    k.kube.setPodStatus(NS, podName(a), {
-      phase: 'Pending',
-      conditions: [
-        {
-          type: 'PodScheduled',
-          status: 'False',
-          reason: 'Unschedulable',
-          message: '0/3 nodes are available: 3 Insufficient cpu.',
-        },
-      ],
-    });
+    const { ex, rec, a } = await dispatchedAttempt(k, { pendingEventsMs: 100 });
+    k.kube.setPodStatus(NS, podName(a), unschedulablePodStatus('0/3 nodes are available: 3 Insufficient cpu.'));
     k.kube.addPodEvent(NS, podName(a), {
       reason: 'FailedScheduling',
       message: '0/3 nodes are available: 3 Insufficient cpu.',
@@ -264,7 +237,7 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
     await k.kube.close();
     k.kube = await startFakeKubeApi({ namespaces: [NS] });
     const noisy = Array.from({ length: 30 }, (_, i) => `line ${i}`).join('\n');
-    const { ex, rec } = executor({
+    const { ex, rec, a } = await dispatchedAttempt(k, {
       pods: {
         install: 'install-a',
         namespace: NS,
@@ -277,9 +250,6 @@ describe('kubernetes executor: why a pod waits, and what a failed pod said', () 
         keepFailedMs: 60_000,
       },
     });
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
     await waitFor('the attempt lost', async () => rec.lost.length > 0, 10_000);
     const error = rec.lost[0]!.error;
     expect(error).toMatch(/^POD_FAILED:Error:exit code 127; last lines: /);
@@ -354,8 +324,7 @@ describe('kubernetes executor: pods end with their attempts', () => {
     await ex.dispatch(a);
     await ex.dispatch(b);
     for (const x of [a, b]) {
-      k.kube.bindPod(NS, podName(x));
-      k.kube.setPodStatus(NS, podName(x), running);
+      bindWithStatus(k, x, running);
     }
     await waitFor('running seen', async () => !ex.holdsLive(a.tiId, a.attemptToken));
     ended.add(a.attemptToken);
@@ -367,10 +336,7 @@ describe('kubernetes executor: pods end with their attempts', () => {
   });
 
   it('ends the attempt when its task container ends though an injected sidecar keeps the pod Running, and deletes the pod', async () => {
-    const { ex, rec } = executor();
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
+    const { ex, rec, a } = await dispatchedAttempt(k);
     k.kube.bindPod(NS, podName(a));
     const proxy = { ...running.containerStatuses[0]!, name: 'istio-proxy', image: 'proxy' };
     k.kube.setPodStatus(NS, podName(a), { ...running, containerStatuses: [...running.containerStatuses, proxy] });

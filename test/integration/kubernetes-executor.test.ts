@@ -9,6 +9,7 @@ import { podName } from '../../src/core/pod-identity.js';
 import { podSettings, runningPodStatus, taskContainer } from '../helpers/fake-kube/test-executor.js';
 import { startFakeKubeApi } from '../helpers/fake-kube/index.js';
 import { NS, attempt, useRecordingExecutors } from '../helpers/fake-kube/recording-executors.js';
+import { bindWithStatus, dispatchedAttempt, nextTry } from '../helpers/fake-kube/dispatched-attempt.js';
 import { waitFor } from '../helpers/leoflow-process.js';
 
 const k = useRecordingExecutors();
@@ -47,8 +48,7 @@ describe('kubernetes executor', () => {
     await a.ex.lead(true);
     const first = attempt({ tiId: '1', tryNumber: 1 });
     await a.ex.dispatch(first);
-    k.kube.bindPod(NS, podName(first));
-    k.kube.setPodStatus(NS, podName(first), running);
+    bindWithStatus(k, first, running);
     expect(k.kube.pod(NS, podName(first)).metadata.labels).toMatchObject({
       'leoflow.io/install': 'install-a',
       'leoflow.io/ti-id': '1',
@@ -59,8 +59,7 @@ describe('kubernetes executor', () => {
     await b.ex.lead(true);
     const retry = attempt({ tiId: '1', tryNumber: 2 });
     await b.ex.dispatch(retry);
-    k.kube.bindPod(NS, podName(retry));
-    k.kube.setPodStatus(NS, podName(retry), running);
+    bindWithStatus(k, retry, running);
     await new Promise((r) => setTimeout(r, 300)); // a few sweeps
     const deletes = k.kube
       .requests()
@@ -94,10 +93,7 @@ describe('kubernetes executor', () => {
 
   it('creates pods a namespace enforcing Pod Security restricted admits, by default', async () => {
     k.kube.labelNamespace(NS, { 'pod-security.kubernetes.io/enforce': 'restricted' });
-    const { ex, rec } = executor();
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
+    const { ex, rec, a } = await dispatchedAttempt(k);
     expect([...rec.lost, ...rec.finished]).toEqual([]);
     expect(k.kube.createCount(NS, podName(a))).toBe(1);
     const pod = k.kube.pod(NS, podName(a));
@@ -153,10 +149,7 @@ describe('kubernetes executor', () => {
   });
 
   it('fails an attempt at once when its container cannot start, deletes its pod, and stops holding it', async () => {
-    const { ex, rec } = executor();
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
+    const { ex, rec, a } = await dispatchedAttempt(k);
     expect(ex.holdsLive(a.tiId, a.attemptToken)).toBe(true);
     k.kube.setPodStatus(NS, podName(a), {
       phase: 'Pending',
@@ -174,12 +167,8 @@ describe('kubernetes executor', () => {
   });
 
   it('ends the attempt as lost when its node is lost, and deletes the pod', async () => {
-    const { ex, rec } = executor();
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
-    k.kube.bindPod(NS, podName(a));
-    k.kube.setPodStatus(NS, podName(a), running);
+    const { ex, rec, a } = await dispatchedAttempt(k);
+    bindWithStatus(k, a, running);
     await waitFor('running seen', async () => !ex.holdsLive(a.tiId, a.attemptToken));
     k.kube.loseNode(NS, podName(a));
     await waitFor('lost', async () => rec.lost.length > 0);
@@ -190,12 +179,8 @@ describe('kubernetes executor', () => {
   });
 
   it('ends the attempt as lost at once when its node is lost as Kubernetes 1.27+ reports it (Ready=False, phase Running)', async () => {
-    const { ex, rec } = executor();
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
-    k.kube.bindPod(NS, podName(a));
-    k.kube.setPodStatus(NS, podName(a), {
+    const { ex, rec, a } = await dispatchedAttempt(k);
+    bindWithStatus(k, a, {
       ...running,
       conditions: [...running.conditions, { type: 'Ready', status: 'True' }],
     });
@@ -215,12 +200,8 @@ describe('kubernetes executor', () => {
   });
 
   it("reads the taint manager's eviction (DisruptionTarget) of a pod stuck Terminating as a loss", async () => {
-    const { ex, rec } = executor();
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
-    k.kube.bindPod(NS, podName(a));
-    k.kube.setPodStatus(NS, podName(a), {
+    const { ex, rec, a } = await dispatchedAttempt(k);
+    bindWithStatus(k, a, {
       ...running,
       conditions: [
         ...running.conditions,
@@ -238,10 +219,7 @@ describe('kubernetes executor', () => {
   });
 
   it('keeps watching through a compaction (410 Gone: it lists again) and still sees a pod deleted meanwhile', async () => {
-    const { ex, rec } = executor();
-    await ex.lead(true);
-    const a = attempt();
-    await ex.dispatch(a);
+    const { ex, rec, a } = await dispatchedAttempt(k);
     const listsBefore = k.kube.requests().filter((r) => r.verb === 'list').length;
     k.kube.compact({ expireWatches: true });
     k.kube.deleteFromOutside(NS, podName(a));
@@ -252,11 +230,8 @@ describe('kubernetes executor', () => {
   });
 
   it("deletes the pod of an earlier try and sees it gone before creating the next try's", async () => {
-    const { ex } = executor();
-    await ex.lead(true);
-    const first = attempt();
-    await ex.dispatch(first);
-    const second = { ...first, tryNumber: 2, attemptToken: randomUUID() };
+    const { ex, a: first } = await dispatchedAttempt(k);
+    const second = nextTry(first);
     await ex.dispatch(second);
     // The dispatch returns at once; the retry's pod is created once the earlier one is seen gone.
     await waitFor('the retry created', async () => k.kube.createCount(NS, podName(second)) === 1);
@@ -272,12 +247,9 @@ describe('kubernetes executor', () => {
   it("sees an earlier try's pod it has just created though the watch has not told of it yet (a lagging watch cache)", async () => {
     await k.kube.close();
     k.kube = await startFakeKubeApi({ namespaces: [NS], kubelet: 'manual', bookmarkIntervalMs: 100, watchLagMs: 500 });
-    const { ex } = executor();
-    await ex.lead(true);
-    const first = attempt();
-    await ex.dispatch(first);
+    const { ex, a: first } = await dispatchedAttempt(k);
     // At once, before the watch tells of the first pod: the retry must not run beside it.
-    const second = { ...first, tryNumber: 2, attemptToken: randomUUID() };
+    const second = nextTry(first);
     await ex.dispatch(second);
     await waitFor('the retry created', async () => k.kube.createCount(NS, podName(second)) === 1, 5_000);
     const log = k.kube.requests();

@@ -15,7 +15,7 @@ import { loadKubeConfig } from '../../src/executors/kubernetes/load-kube-config.
 import { parseDuration } from '../../src/core/duration.js';
 import type { AccessRule } from '../helpers/fake-kube/access-control.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
-import { testAttempt } from '../helpers/fake-kube/test-executor.js';
+import { endsReporter, taskContainer, testAttempt } from '../helpers/fake-kube/test-executor.js';
 import { ROOT, waitFor } from '../helpers/leoflow-process.js';
 
 /**
@@ -84,16 +84,7 @@ const attempt = testAttempt;
 
 const terminated = (exitCode: number) => ({
   phase: 'Failed',
-  containerStatuses: [
-    {
-      name: 'task',
-      image: 'x',
-      imageID: '',
-      ready: false,
-      restartCount: 0,
-      state: { terminated: { exitCode, reason: 'Error' } },
-    },
-  ],
+  containerStatuses: [taskContainer({ terminated: { exitCode, reason: 'Error' } })],
 });
 
 describe('the shipped RBAC', () => {
@@ -115,13 +106,7 @@ describe('the shipped RBAC', () => {
         keepSucceededMs: 0,
         keepFailedMs: 3_600_000,
       },
-      reporter: {
-        started: async () => true,
-        log: () => {},
-        heartbeat: async () => new Set(),
-        logsSoFar: async () => ({ stdout: 0, stderr: 0 }),
-        finished: async (a, result) => void finished.push({ tiId: a.tiId, result }),
-      },
+      reporter: endsReporter((a, result) => void finished.push({ tiId: a.tiId, result })),
       store: {
         lost: async (a) => (lost.push(a.tiId), true),
         pending: async () => {},
@@ -144,16 +129,7 @@ describe('the shipped RBAC', () => {
     kube.bindPod(TASKS_NS, podName(waits));
     kube.setPodStatus(TASKS_NS, podName(waits), {
       phase: 'Pending',
-      containerStatuses: [
-        {
-          name: 'task',
-          image: 'x',
-          imageID: '',
-          ready: false,
-          restartCount: 0,
-          state: { waiting: { reason: 'ContainerCreating' } },
-        },
-      ],
+      containerStatuses: [taskContainer({ waiting: { reason: 'ContainerCreating' } })],
     });
     expect(ex.cancel(cancelled.tiId, 'cancelled')).toBe(true);
     await ex.dispatch({ ...first, tryNumber: 2, attemptToken: randomUUID() });

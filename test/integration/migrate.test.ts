@@ -57,6 +57,17 @@ describe('migrate', () => {
   });
 });
 
+/** Empties the database, then applies the migrations before `id`; resolves with all of them. */
+async function emptiedAndMigratedBelow(id: number): Promise<Migration[]> {
+  await db.sql.unsafe('drop schema public cascade; create schema public; drop table if exists leoflow_migrations');
+  const all = await loadMigrations();
+  await apply(
+    db.sql,
+    all.filter((m) => m.id < id),
+  );
+  return all;
+}
+
 /** Applies these migrations as `migrate` would, each in its transaction with its row. */
 async function apply(sql: Sql, migrations: Migration[]): Promise<void> {
   await sql`create table if not exists leoflow_migrations (id integer primary key, name text not null, applied_at timestamptz not null default now())`;
@@ -70,12 +81,7 @@ async function apply(sql: Sql, migrations: Migration[]): Promise<void> {
 
 describe('migration 008 (history partitioned by owner id)', () => {
   it('migrates a database with history in it: every row kept, in the first partition, and new rows go on from there', async () => {
-    await db.sql.unsafe('drop schema public cascade; create schema public; drop table if exists leoflow_migrations');
-    const all = await loadMigrations();
-    await apply(
-      db.sql,
-      all.filter((m) => m.id < 8),
-    );
+    const all = await emptiedAndMigratedBelow(8);
     // History as 007 left it: two runs of three tasks, their events and lines, and a DAG's event.
     await db.sql`insert into dags (dag_id, spec, source, spec_hash, max_active_runs) values ('etl', '{"tasks": []}', '', 'h', 1)`;
     await db.sql`insert into events (run_id, ti_id, kind, payload) values (null, null, 'dag.applied', '{"dag_id": "etl", "version": 1}')`;
@@ -124,12 +130,7 @@ describe('migration 008 (history partitioned by owner id)', () => {
 
 describe('migration 009 (runs reference a DAG version)', () => {
   it('migrates a database with runs in it: every run reads the spec it was made from, and each version is stored once', async () => {
-    await db.sql.unsafe('drop schema public cascade; create schema public; drop table if exists leoflow_migrations');
-    const all = await loadMigrations();
-    await apply(
-      db.sql,
-      all.filter((m) => m.id < 9),
-    );
+    const all = await emptiedAndMigratedBelow(9);
     // As 008 left it: `etl` applied twice, with runs of both versions each holding its copy of the
     // spec; `idle` applied once and never run.
     const spec = (dagId: string, version: number, maxActiveRuns: number) => ({

@@ -1,11 +1,7 @@
 import { createContextValues } from '@connectrpc/connect';
-import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseDag } from '../../src/core/dag/parse-dag.js';
 import { setPendingReasons } from '../../src/db/tis.js';
-import { createChangeSignal } from '../../src/server/api/change-signal.js';
-import { createEventFeed } from '../../src/feed/event-feed.js';
-import { createWorkflowService } from '../../src/server/api/workflow-service.js';
+import { workflowServiceOn } from '../helpers/workflow-service-on.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /** A waiting task's reason, as it changes, is in the events log for watchers (issue 26); an unchanged one writes nothing. */
@@ -21,19 +17,10 @@ afterAll(async () => {
 
 describe('pending reasons in the events log', () => {
   it('records each change of a waiting task reason once, with its task and try', async () => {
-    const logger = pino({ level: 'silent' });
-    const w = createWorkflowService({
-      sql: db.sql,
-      logger,
-      parseDag: async (s, f) => parseDag(s, f),
-      nudge: () => {},
-      stopAttempts: () => {},
-      attemptsEndWithinMs: 2000,
-      defaultExecutor: 'subprocess',
-      events: createEventFeed(db.sql, logger),
-      watchBufferEvents: 10_000,
-      changes: createChangeSignal(),
-    }) as unknown as Record<string, (req: unknown, ctx: unknown) => Promise<{ run: { runId: string } }>>;
+    const w = workflowServiceOn(db.sql) as unknown as Record<
+      string,
+      (req: unknown, ctx: unknown) => Promise<{ run: { runId: string } }>
+    >;
     const ctx = { signal: new AbortController().signal, requestHeader: new Headers(), values: createContextValues() };
     await w.applyDag!({ source: 'dag_id: p\ntasks:\n  - id: a\n    command: ["true"]\n', filename: 'p.yaml' }, ctx);
     const { run } = await w.triggerRun!({ dagId: 'p', confJson: '', runKey: '' }, ctx);

@@ -1,4 +1,5 @@
 import pino from 'pino';
+import type { DagSpec } from '../../src/core/dag-spec.js';
 import { describe, expect, it } from 'vitest';
 import type { AttemptResult } from '../../src/core/attempt.js';
 import { claimAttempt } from '../../src/db/attempts/claim-attempt.js';
@@ -41,6 +42,14 @@ async function age(tiId: string, interval = '10 minutes') {
     where id = ${tiId}`;
 }
 
+/** Task `a` of a running run of `spec`, started and then silent: its heartbeat ten minutes old. */
+async function staleAttempt(spec: DagSpec) {
+  const { run, tis } = await runningRun(spec);
+  const a = await started(run.id, tis.get('a')!);
+  await age(a.tiId);
+  return { run, a };
+}
+
 async function ti(tiId: string): Promise<TiRow> {
   return (await getTi(db.sql, tiId))!;
 }
@@ -53,23 +62,30 @@ async function tiEvents(tiId: string) {
 const OK: AttemptResult = { exitCode: 0, signal: null, error: null, outcome: 'success' };
 const FAIL: AttemptResult = { exitCode: 1, signal: null, error: 'exit code 1', outcome: 'failed' };
 
+/** A pass's result: nothing reaped but what `o` says. */
+const reaped = (o: object) => ({
+  candidates: 0,
+  retried: 0,
+  failed: 0,
+  errors: 0,
+  heldLive: 0,
+  heldOff: false,
+  runIds: [],
+  ...o,
+});
+/** `reaped(o)` but its run ids, for a pass whose runs the test counts instead. */
+const reapedCounts = (o: object) => {
+  const { runIds: _, ...counts } = reaped(o);
+  return counts;
+};
+
 describe('reapHeartbeats', () => {
   it('moves a running attempt with a stale heartbeat and tries left to up_for_retry, with backoff', BOUND, async () => {
-    const { run, tis } = await runningRun(dag('hb_retry', [task('a', { retries: 2, retryDelayMs: 60_000 })]));
-    const a = await started(run.id, tis.get('a')!);
-    await age(a.tiId);
+    const { run, a } = await staleAttempt(dag('hb_retry', [task('a', { retries: 2, retryDelayMs: 60_000 })]));
     const h = harness();
 
     const r = await reapHeartbeats(h.ctx);
-    expect(r).toEqual({
-      candidates: 1,
-      retried: 1,
-      failed: 0,
-      errors: 0,
-      heldLive: 0,
-      heldOff: false,
-      runIds: [run.id],
-    });
+    expect(r).toEqual(reaped({ candidates: 1, retried: 1, runIds: [run.id] }));
     const row = await ti(a.tiId);
     // The lost attempt's token dies with it: nothing its holder reports later can match.
     expect(row).toMatchObject({ state: 'up_for_retry', try_number: 1, pid: null, attempt_token: null });
@@ -92,22 +108,12 @@ describe('reapHeartbeats', () => {
     expect(h.errors).toEqual([]);
 
     // Once reaped, the row is no longer a candidate: a second pass changes nothing.
-    expect(await reapHeartbeats(h.ctx)).toEqual({
-      candidates: 0,
-      retried: 0,
-      failed: 0,
-      errors: 0,
-      heldLive: 0,
-      heldOff: false,
-      runIds: [],
-    });
+    expect(await reapHeartbeats(h.ctx)).toEqual(reaped({}));
     expect(h.reaped).toHaveLength(1);
   });
 
   it('fails an attempt with a stale heartbeat and no tries left', BOUND, async () => {
-    const { run, tis } = await runningRun(dag('hb_fail', [task('a', { retries: 0 })]));
-    const a = await started(run.id, tis.get('a')!);
-    await age(a.tiId);
+    const { run, a } = await staleAttempt(dag('hb_fail', [task('a', { retries: 0 })]));
     const h = harness();
 
     expect(await reapHeartbeats(h.ctx)).toMatchObject({ candidates: 1, retried: 0, failed: 1, errors: 0 });
@@ -134,15 +140,7 @@ describe('reapHeartbeats', () => {
     const before = [await ti(fresh.tiId), await ti(long.tiId)];
     const h = harness();
 
-    expect(await reapHeartbeats(h.ctx)).toEqual({
-      candidates: 0,
-      retried: 0,
-      failed: 0,
-      errors: 0,
-      heldLive: 0,
-      heldOff: false,
-      runIds: [],
-    });
+    expect(await reapHeartbeats(h.ctx)).toEqual(reaped({}));
     expect([await ti(fresh.tiId), await ti(long.tiId)]).toEqual(before);
     expect(h.reaped).toEqual([]);
     expect(h.agentLost).toEqual([]);
@@ -185,9 +183,7 @@ describe('reapHeartbeats', () => {
   });
 
   it('is saved by a heartbeat that lands between the candidate read and the write', BOUND, async () => {
-    const { run, tis } = await runningRun(dag('hb_race', [task('a', { retries: 3 })]));
-    const a = await started(run.id, tis.get('a')!);
-    await age(a.tiId);
+    const { run, a } = await staleAttempt(dag('hb_race', [task('a', { retries: 3 })]));
 
     const [candidate] = await staleAttempts(db.sql, THRESHOLD_MS, 100);
     expect(candidate).toMatchObject({ id: a.tiId, try_number: 1, attempt_token: a.attemptToken, state: 'running' });
@@ -202,9 +198,7 @@ describe('reapHeartbeats', () => {
   });
 
   it('never reaps a newer attempt through a stale candidate row of a superseded one', BOUND, async () => {
-    const { run, tis } = await runningRun(dag('hb_fence', [task('a', { retries: 3 })]));
-    const first = await started(run.id, tis.get('a')!);
-    await age(first.tiId);
+    const { run, a: first } = await staleAttempt(dag('hb_fence', [task('a', { retries: 3 })]));
     const [candidate] = await staleAttempts(db.sql, THRESHOLD_MS, 100);
     expect(candidate!.attempt_token).toBe(first.attemptToken);
 
@@ -222,22 +216,12 @@ describe('reapHeartbeats', () => {
   });
 
   it('holds off for a whole threshold after the database was last unreachable', BOUND, async () => {
-    const { run, tis } = await runningRun(dag('hb_holdoff', [task('a')]));
-    const a = await started(run.id, tis.get('a')!);
-    await age(a.tiId);
+    const { run, a } = await staleAttempt(dag('hb_holdoff', [task('a')]));
     const since = new Date();
     const h = harness({ health: { healthySince: since } });
     h.clock.now = since;
 
-    expect(await reapHeartbeats(h.ctx)).toEqual({
-      candidates: 0,
-      retried: 0,
-      failed: 0,
-      errors: 0,
-      heldLive: 0,
-      heldOff: true,
-      runIds: [],
-    });
+    expect(await reapHeartbeats(h.ctx)).toEqual(reaped({ heldOff: true }));
     h.clock.now = new Date(since.getTime() + THRESHOLD_MS - 1);
     expect((await reapHeartbeats(h.ctx)).heldOff).toBe(true);
     expect((await ti(a.tiId)).state).toBe('running');
@@ -314,27 +298,13 @@ describe('reapHeartbeats', () => {
 
     const s1 = await step(h.ctx);
     expect(s1.failedPhases).toEqual([]);
-    expect(s1.reapHeartbeats).toMatchObject({
-      candidates: 100,
-      retried: 0,
-      failed: 100,
-      errors: 0,
-      heldLive: 0,
-      heldOff: false,
-    });
+    expect(s1.reapHeartbeats).toMatchObject(reapedCounts({ candidates: 100, failed: 100 }));
     expect(s1.reapHeartbeats!.runIds).toHaveLength(100);
     expect(await count('failed')).toBe(100);
     expect(await count('running')).toBe(20);
 
     const s2 = await step(h.ctx);
-    expect(s2.reapHeartbeats).toMatchObject({
-      candidates: 20,
-      retried: 0,
-      failed: 20,
-      errors: 0,
-      heldLive: 0,
-      heldOff: false,
-    });
+    expect(s2.reapHeartbeats).toMatchObject(reapedCounts({ candidates: 20, failed: 20 }));
     expect(s2.reapHeartbeats!.runIds).toHaveLength(20);
     expect(await count('failed')).toBe(120);
     expect(h.reaped).toEqual([
@@ -354,9 +324,7 @@ describe('reapHeartbeats', () => {
   });
 
   it('after a reap, the planner retries the TI and every report of the lost attempt is refused', BOUND, async () => {
-    const { run, tis } = await runningRun(dag('hb_zombie', [task('a', { retries: 1, retryDelayMs: 60_000 })]));
-    const lost = await started(run.id, tis.get('a')!);
-    await age(lost.tiId);
+    const { run, a: lost } = await staleAttempt(dag('hb_zombie', [task('a', { retries: 1, retryDelayMs: 60_000 })]));
     const h = harness();
 
     const s1 = await step(h.ctx);

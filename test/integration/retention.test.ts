@@ -1,6 +1,5 @@
-import pino from 'pino';
 import { describe, expect, it } from 'vitest';
-import { createHistoryRound, type HistoryRound } from '../../src/scheduler/history-round.js';
+import type { HistoryRound } from '../../src/scheduler/history-round.js';
 import {
   daysAgo,
   layOutPartitions,
@@ -9,6 +8,7 @@ import {
   storedOf,
   type PastRun,
 } from '../helpers/history-fixtures.js';
+import { quietHistoryRound } from '../helpers/quiet-history-round.js';
 import { databaseForFile } from '../helpers/test-database.js';
 
 const DAY_MS = 86_400_000;
@@ -23,21 +23,13 @@ type Round = () => Promise<HistoryRound>;
 
 /** The leader's rounds, the first one fresh (as after an election). */
 function keeper(clock: { now: Date }, errors: unknown[]): Round {
-  const round = createHistoryRound({
+  const round = quietHistoryRound({
     sql: db.sql,
-    logger: pino({ level: 'silent' }),
     retentionMs: 30 * DAY_MS,
     agentRetentionMs: null,
     agentLiveMs: 15_000,
     now: () => clock.now,
-    counters: {
-      runsRemoved: () => {},
-      partitionAdded: () => {},
-      partitionDropped: () => {},
-      rowsSwept: () => {},
-      agentsForgotten: () => {},
-      error: (err) => errors.push(err),
-    },
+    counters: { error: (err) => errors.push(err) },
   });
   let fresh = true;
   return () => {

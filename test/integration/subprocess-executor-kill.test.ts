@@ -10,8 +10,22 @@ import {
   spawnedPids,
   waitFor,
 } from '../helpers/subprocess-bench.js';
+import { cancelledFor, killedAtTimeout } from '../helpers/attempt-outcomes.js';
 
 cleanUpAfterEach();
+
+/**
+ * Runs `command` on a fresh executor to its end (waiting `finishMs` at most, if given): its result,
+ * and how long after the dispatch it ended.
+ */
+async function timedRun(command: string[], finishMs?: number) {
+  const { reporter, executor } = setup();
+  const a = attempt(command);
+  await executor.dispatch(a);
+  const dispatchedAt = Date.now();
+  const result = await reporter.finishedOf(a.tiId, finishMs);
+  return { reporter, executor, a, result, endedAfterMs: reporter.finishedCalls[0]!.at - dispatchedAt };
+}
 
 describeEachSpawnWay('subprocess executor, stopping tasks', () => {
   it('kills the process group at once when started says the attempt was superseded', async () => {
@@ -32,12 +46,7 @@ describeEachSpawnWay('subprocess executor, stopping tasks', () => {
     const dispatchedAt = Date.now();
     const pid = reporter.pidOf(a.tiId);
     const result = await reporter.finishedOf(a.tiId);
-    expect(result).toEqual({
-      exitCode: null,
-      signal: 'SIGKILL',
-      error: 'timed out after 300 ms',
-      outcome: 'timed_out',
-    });
+    expect(result).toEqual(killedAtTimeout(300));
     expect(reporter.finishedCalls[0]!.at - dispatchedAt).toBeGreaterThanOrEqual(300 + 200 - 20);
     const system = reporter.lines(a.tiId, 'system');
     expect(system).toContain(`timed out after 300 ms: sending SIGTERM to process group ${pid}`);
@@ -52,12 +61,7 @@ describeEachSpawnWay('subprocess executor, stopping tasks', () => {
     const dispatchedAt = Date.now();
     const pid = reporter.pidOf(a.tiId);
     const result = await reporter.finishedOf(a.tiId, 4000);
-    expect(result).toEqual({
-      exitCode: null,
-      signal: 'SIGKILL',
-      error: 'timed out after 300 ms',
-      outcome: 'timed_out',
-    });
+    expect(result).toEqual(killedAtTimeout(300));
     expect(reporter.finishedCalls[0]!.at - dispatchedAt).toBeGreaterThanOrEqual(300 + 200 - 20);
     expect(reporter.lines(a.tiId, 'system')).toContain('still running 200 ms after SIGTERM: sending SIGKILL');
     expectDeadAtItsEnd(pid);
@@ -76,27 +80,22 @@ describeEachSpawnWay('subprocess executor, stopping tasks', () => {
   });
 
   it('kills what is left of the group once the task exits', async () => {
-    const { reporter, executor } = setup();
-    const a = attempt(['sh', '-c', 'sleep 30 & echo $!']);
-    await executor.dispatch(a);
-    const dispatchedAt = Date.now();
-    const result = await reporter.finishedOf(a.tiId);
+    const { reporter, a, result, endedAfterMs } = await timedRun(['sh', '-c', 'sleep 30 & echo $!']);
     expect(result.outcome).toBe('success');
-    expect(reporter.finishedCalls[0]!.at - dispatchedAt).toBeLessThan(1500);
+    expect(endedAfterMs).toBeLessThan(1500);
     const grandchild = Number(reporter.lines(a.tiId, 'stdout')[0]);
     spawnedPids.add(grandchild);
     await expectGone(grandchild);
   });
 
   it('a process that left the group (setsid) does not hold up the end: output is a file, not a pipe', async () => {
-    const { reporter, executor } = setup();
-    const a = attempt(['sh', '-c', 'setsid sleep 30 & echo $!; sleep 0.2']);
-    await executor.dispatch(a);
-    const dispatchedAt = Date.now();
-    const result = await reporter.finishedOf(a.tiId, 2000);
+    const { reporter, executor, a, result, endedAfterMs } = await timedRun(
+      ['sh', '-c', 'setsid sleep 30 & echo $!; sleep 0.2'],
+      2000,
+    );
     spawnedPids.add(Number(reporter.lines(a.tiId, 'stdout')[0]));
     expect(result.outcome).toBe('success');
-    expect(reporter.finishedCalls[0]!.at - dispatchedAt).toBeLessThan(1000);
+    expect(endedAfterMs).toBeLessThan(1000);
     expect(executor.activeCount).toBe(0);
   });
 
@@ -107,12 +106,7 @@ describeEachSpawnWay('subprocess executor, stopping tasks', () => {
     expect(executor.activeCount).toBe(1);
     expect(executor.cancel('ti-unknown', 'nope')).toBe(false);
     expect(executor.cancel(a.tiId, 'cancelled by user')).toBe(true);
-    expect(await reporter.finishedOf(a.tiId)).toEqual({
-      exitCode: null,
-      signal: 'SIGTERM',
-      error: 'cancelled by user',
-      outcome: 'cancelled',
-    });
+    expect(await reporter.finishedOf(a.tiId)).toEqual(cancelledFor('cancelled by user'));
     expect(executor.cancel(a.tiId, 'again')).toBe(false);
     await expectGone(reporter.pidOf(a.tiId));
   });

@@ -12,6 +12,7 @@ import {
   tempDir,
   waitFor,
 } from '../helpers/subprocess-bench.js';
+import { SUCCEEDED } from '../helpers/attempt-outcomes.js';
 
 cleanUpAfterEach();
 
@@ -72,12 +73,7 @@ describeEachSpawnWay('subprocess executor, heartbeats and shutdown', () => {
     expect(took).toBeGreaterThanOrEqual(1000 - 20);
     expect(took).toBeLessThan(2500);
     // Both reports resolved before shutdown did.
-    expect(reporter.finishedCalls.find((c) => c.tiId === short.tiId)?.result).toEqual({
-      exitCode: 0,
-      signal: null,
-      error: null,
-      outcome: 'success',
-    });
+    expect(reporter.finishedCalls.find((c) => c.tiId === short.tiId)?.result).toEqual(SUCCEEDED);
     expect(reporter.lines(short.tiId, 'stdout')).toEqual(['done']);
     expect(reporter.finishedCalls.find((c) => c.tiId === long.tiId)?.result).toEqual({
       exitCode: null,

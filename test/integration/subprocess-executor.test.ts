@@ -7,6 +7,7 @@ import {
   tempDir,
   waitFor,
 } from '../helpers/subprocess-bench.js';
+import { SUCCEEDED, exitedWith } from '../helpers/attempt-outcomes.js';
 
 cleanUpAfterEach();
 
@@ -16,7 +17,7 @@ describeEachSpawnWay('subprocess executor', () => {
     const a = attempt(['sh', '-c', 'echo out1; echo err1 >&2; echo out2; echo err2 >&2']);
     await executor.dispatch(a);
     expect(reporter.startedCalls).toEqual([{ tiId: a.tiId, pid: expect.any(Number) }]);
-    expect(await reporter.finishedOf(a.tiId)).toEqual({ exitCode: 0, signal: null, error: null, outcome: 'success' });
+    expect(await reporter.finishedOf(a.tiId)).toEqual(SUCCEEDED);
     expect(reporter.lines(a.tiId, 'stdout')).toEqual(['out1', 'out2']);
     expect(reporter.lines(a.tiId, 'stderr')).toEqual(['err1', 'err2']);
     const system = reporter.lines(a.tiId, 'system');
@@ -64,12 +65,7 @@ describeEachSpawnWay('subprocess executor', () => {
     const { reporter, executor } = setup();
     const a = attempt(['sh', '-c', 'exit 3']);
     await executor.dispatch(a);
-    expect(await reporter.finishedOf(a.tiId)).toEqual({
-      exitCode: 3,
-      signal: null,
-      error: 'exit code 3',
-      outcome: 'failed',
-    });
+    expect(await reporter.finishedOf(a.tiId)).toEqual(exitedWith(3));
     expect(reporter.lines(a.tiId, 'system')).toContain('exited with code 3');
   });
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { attempt, cleanUpAfterEach, readyShellPids, setup, tempDir, waitFor } from '../helpers/subprocess-bench.js';
+import { SUCCEEDED, cancelledFor, exitedWith } from '../helpers/attempt-outcomes.js';
 
 cleanUpAfterEach();
 
@@ -25,7 +26,7 @@ describe('subprocess executor, from a ready shell', () => {
     ].join(' ');
     const a = attempt([process.execPath, '-e', script, ...args]);
     await executor.dispatch(a);
-    expect(await reporter.finishedOf(a.tiId)).toEqual({ exitCode: 0, signal: null, error: null, outcome: 'success' });
+    expect(await reporter.finishedOf(a.tiId)).toEqual(SUCCEEDED);
     expect(starts).toEqual(['spawn', 'ready-shell']);
     const out = reporter.lines(a.tiId, 'stdout');
     expect(JSON.parse(out[0]!)).toEqual(args);
@@ -55,12 +56,7 @@ describe('subprocess executor, from a ready shell', () => {
     const { reporter, executor, starts } = await primed();
     const a = attempt(['sh', '-c', 'echo out; echo err >&2; exit 3']);
     await executor.dispatch(a);
-    expect(await reporter.finishedOf(a.tiId)).toEqual({
-      exitCode: 3,
-      signal: null,
-      error: 'exit code 3',
-      outcome: 'failed',
-    });
+    expect(await reporter.finishedOf(a.tiId)).toEqual(exitedWith(3));
     // Every line, the start's first (stdout and stderr are two pipes: their order is not kept).
     const logged = reporter.logs.filter((l) => l.tiId === a.tiId).map((l) => `${l.stream}: ${l.line}`);
     expect(logged[0]).toBe(`system: started pid ${reporter.pidOf(a.tiId)}: sh -c 'echo out; echo err >&2; exit 3'`);
@@ -70,12 +66,7 @@ describe('subprocess executor, from a ready shell', () => {
     const b = attempt(['sleep', '30']);
     await executor.dispatch(b);
     expect(executor.cancel(b.tiId, 'stop it')).toBe(true);
-    expect(await reporter.finishedOf(b.tiId)).toEqual({
-      exitCode: null,
-      signal: 'SIGTERM',
-      error: 'stop it',
-      outcome: 'cancelled',
-    });
+    expect(await reporter.finishedOf(b.tiId)).toEqual(cancelledFor('stop it'));
     expect(starts).toEqual(['spawn', 'ready-shell', 'ready-shell']);
   });
 

@@ -1,11 +1,9 @@
 import { createContextValues } from '@connectrpc/connect';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseDag } from '../../src/core/dag/parse-dag.js';
 import { CHANNELS, listen, type Listener } from '../../src/db/notifications.js';
 import { createChangeSignal, type ChangeSignal } from '../../src/server/api/change-signal.js';
-import { createEventFeed } from '../../src/feed/event-feed.js';
-import { createWorkflowService } from '../../src/server/api/workflow-service.js';
+import { workflowServiceOn } from '../helpers/workflow-service-on.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 
 /**
@@ -29,19 +27,7 @@ const changes: ChangeSignal = {
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  const events = createEventFeed(db.sql, logger);
-  workflow = createWorkflowService({
-    sql: db.sql,
-    logger,
-    parseDag: async (source, file) => parseDag(source, file),
-    nudge: () => {},
-    stopAttempts: () => {},
-    attemptsEndWithinMs: 2000,
-    defaultExecutor: 'subprocess',
-    events,
-    watchBufferEvents: 10_000,
-    changes,
-  }) as unknown as Record<string, Handler>;
+  workflow = workflowServiceOn(db.sql, { logger, changes }) as unknown as Record<string, Handler>;
   listener = listen(db.url, logger, (channel, payload) => {
     if (channel === CHANNELS.logs || channel === CHANNELS.events) changes.fire(payload);
   });

@@ -2,9 +2,14 @@ import { configProblems } from '../helpers/config-problems.js';
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/server/config/load-config.js';
 
+/** The configuration of each edition with nothing set (Pro needs its database). */
+const liteDefaults = () => loadConfig({}, {}, '/srv');
+const proDefaults = () =>
+  loadConfig({ edition: 'pro', executor: 'subprocess' }, { DATABASE_URL: 'postgres://127.0.0.1/x' }, '/srv');
+
 describe('config', () => {
   it('fills the lite edition defaults', () => {
-    const c = loadConfig({}, {}, '/srv');
+    const c = liteDefaults();
     expect(c).toMatchObject({
       edition: 'lite',
       listenHost: '127.0.0.1',
@@ -21,7 +26,7 @@ describe('config', () => {
   });
 
   it('takes --advertise-url as a bare http(s) URL of the scheme this replica serves, and names a bad one', () => {
-    expect(loadConfig({}, {}, '/srv').advertiseUrl).toBeNull();
+    expect(liteDefaults().advertiseUrl).toBeNull();
     expect(loadConfig({ advertise_url: 'http://10.0.0.5:7070/' }, {}, '/srv').advertiseUrl).toBe(
       'http://10.0.0.5:7070',
     );
@@ -126,7 +131,7 @@ describe('config', () => {
         '/srv',
       ).kubernetes!.kubeconfig,
     ).toEqual({ kind: 'in-cluster' });
-    expect(loadConfig({}, {}, '/srv').kubernetes).toBeNull();
+    expect(liteDefaults().kubernetes).toBeNull();
   });
 
   it('reports every bad kubernetes setting with its flag or variable', () => {
@@ -170,11 +175,8 @@ describe('config', () => {
   });
 
   it('reads the retention per edition, in days or off', () => {
-    expect(loadConfig({}, {}, '/srv').retentionMs).toBe(30 * 86_400_000);
-    expect(
-      loadConfig({ edition: 'pro', executor: 'subprocess' }, { DATABASE_URL: 'postgres://127.0.0.1/x' }, '/srv')
-        .retentionMs,
-    ).toBe(90 * 86_400_000);
+    expect(liteDefaults().retentionMs).toBe(30 * 86_400_000);
+    expect(proDefaults().retentionMs).toBe(90 * 86_400_000);
     expect(loadConfig({ retention: '7d12h' }, {}, '/srv').retentionMs).toBe(7.5 * 86_400_000);
     expect(loadConfig({}, { LEOFLOW_RETENTION: 'off' }, '/srv').retentionMs).toBeNull();
     expect(loadConfig({ retention: '0' }, {}, '/srv').retentionMs).toBeNull();
@@ -187,11 +189,8 @@ describe('config', () => {
   });
 
   it('reads the agent retention, 7 days in both editions, or off, and names a bad value exactly', () => {
-    expect(loadConfig({}, {}, '/srv').agentRetentionMs).toBe(7 * 86_400_000);
-    expect(
-      loadConfig({ edition: 'pro', executor: 'subprocess' }, { DATABASE_URL: 'postgres://127.0.0.1/x' }, '/srv')
-        .agentRetentionMs,
-    ).toBe(7 * 86_400_000);
+    expect(liteDefaults().agentRetentionMs).toBe(7 * 86_400_000);
+    expect(proDefaults().agentRetentionMs).toBe(7 * 86_400_000);
     expect(loadConfig({ agent_retention: '36h' }, {}, '/srv').agentRetentionMs).toBe(36 * 3_600_000);
     expect(loadConfig({}, { LEOFLOW_AGENT_RETENTION: '2d' }, '/srv').agentRetentionMs).toBe(2 * 86_400_000);
     expect(loadConfig({ agent_retention: 'off' }, {}, '/srv').agentRetentionMs).toBeNull();
@@ -216,7 +215,7 @@ describe('config', () => {
   });
 
   it('reads the role from the flag or LEOFLOW_ROLE, auto by default, with its leader timeout', () => {
-    expect(loadConfig({}, {}, '/srv')).toMatchObject({ role: 'auto', leaderTimeoutMs: 30_000, loopStallMs: 60_000 });
+    expect(liteDefaults()).toMatchObject({ role: 'auto', leaderTimeoutMs: 30_000, loopStallMs: 60_000 });
     expect(loadConfig({}, { LEOFLOW_ROLE: 'worker' }, '/srv').role).toBe('worker');
     expect(loadConfig({ role: 'leader', leader_timeout: '5s' }, { LEOFLOW_ROLE: 'worker' }, '/srv')).toMatchObject({
       role: 'leader',
@@ -247,7 +246,7 @@ describe('config', () => {
     expect(configProblems({ replica_id: 'a b' })).toEqual([
       `--replica-id: must be letters, digits, '.', '_' or '-', got "a b"`,
     ]);
-    expect(loadConfig({}, {}, '/srv').replicaId.length).toBeLessThanOrEqual(38);
+    expect(liteDefaults().replicaId.length).toBeLessThanOrEqual(38);
   });
 
   it('refuses a loop stall threshold the loop would cross at its own pace, and follows a slow tick by default', () => {
@@ -301,7 +300,7 @@ describe('editions', () => {
 
   it('requires auth in Pro and in Lite off loopback, unless --insecure', () => {
     const pro = { edition: 'pro', executor: 'subprocess', database: 'postgres://x@h/db' } as const;
-    expect(loadConfig({}, {}, '/srv')).toMatchObject({ authRequired: false, insecure: false });
+    expect(liteDefaults()).toMatchObject({ authRequired: false, insecure: false });
     expect(loadConfig({ listen: 'localhost:7070' }, {}, '/srv').authRequired).toBe(false);
     expect(loadConfig({ listen: '[::1]:7070' }, {}, '/srv').authRequired).toBe(false);
     expect(loadConfig({ listen: '0.0.0.0:7070' }, {}, '/srv').authRequired).toBe(true);

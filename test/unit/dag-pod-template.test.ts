@@ -2,7 +2,8 @@ import { describe, expect, it } from 'vitest';
 import type { Attempt } from '../../src/core/attempt.js';
 import { parseDag } from '../../src/core/dag/parse-dag.js';
 import { DagValidationError, type KubernetesSpec } from '../../src/core/dag-spec.js';
-import { podManifest, type PodSettings } from '../../src/executors/kubernetes/pod-manifest.js';
+import { podManifest } from '../../src/executors/kubernetes/pod-manifest.js';
+import { templateSettings } from '../helpers/pod-template-settings.js';
 import { parsePodTemplate } from '../../src/executors/kubernetes/pod-template.js';
 import { podSecurityViolations } from '../helpers/fake-kube/pod-security.js';
 
@@ -25,14 +26,7 @@ function issuesOf(text: string): { path: string; message: string }[] {
   throw new Error('accepted');
 }
 
-const settings: PodSettings = {
-  install: 'i1',
-  namespace: 'jobs',
-  image: 'leoflow:1',
-  serverUrl: 'http://cp:7070',
-  agentCommand: ['leoflow'],
-  killGraceMs: 1000,
-};
+const settings = templateSettings();
 
 function attemptWith(kubernetes: KubernetesSpec): Attempt {
   return {

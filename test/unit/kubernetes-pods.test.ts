@@ -8,6 +8,7 @@ import { loadKubeConfig } from '../../src/executors/kubernetes/load-kube-config.
 import { podCondition } from '../../src/executors/kubernetes/pod-condition.js';
 import { attemptOfPod, labelValue, podLabels, podName } from '../../src/core/pod-identity.js';
 import { dns1123LabelProblem, labelValueProblem, parseQuantity } from '../../src/core/kubernetes-names.js';
+import { unschedulablePodStatus } from '../helpers/fake-kube/test-executor.js';
 
 const id = {
   dagId: 'etl',
@@ -116,17 +117,7 @@ describe('what a pod status means', () => {
   });
 
   it('says why an unscheduled pod waits, from its PodScheduled condition', () => {
-    const p = pod({
-      phase: 'Pending',
-      conditions: [
-        {
-          type: 'PodScheduled',
-          status: 'False',
-          reason: 'Unschedulable',
-          message: '0/3 nodes are available: 3 Insufficient cpu.',
-        },
-      ],
-    });
+    const p = pod(unschedulablePodStatus('0/3 nodes are available: 3 Insufficient cpu.'));
     expect(podCondition(p)).toEqual({
       kind: 'pending',
       reason: 'POD_PENDING:Unschedulable:0/3 nodes are available: 3 Insufficient cpu.',

@@ -7,6 +7,11 @@ import { DURATION, FILE, TASK_KEYS, dag, issuesOf, tasks } from '../helpers/dag-
 
 describe('parseDag: type errors', () => {
   const ID_RULE = 'an id of 1-100 letters, digits, "_", "." or "-", starting with a letter or digit';
+  const COMMAND_RULE = 'expected a non-empty list of strings (argv) or a non-empty shell command string';
+  const DATE_RULE = 'expected an ISO 8601 date or date-time like "2024-01-01" or "2024-01-01T06:00:00Z"';
+  const TRIGGER_RULE = 'expected one of all_success, all_done, one_success, one_failed, none_failed';
+  const EXECUTOR_RULE = 'expected one of default, subprocess, kubernetes, agents';
+  const ENV_NAME_RULE = 'expected letters, digits and "_", not starting with a digit';
 
   it.each([
     ['dag_id: -t', 'dag_id', `expected ${ID_RULE}, got "-t"`],
@@ -33,31 +38,11 @@ describe('parseDag: type errors', () => {
     ['tags: etl', 'tags', 'expected a list of tag strings, got "etl"'],
     ['tags: [etl, 5]', 'tags[1]', 'expected a non-empty tag string, got 5'],
     ['tags: [etl, etl]', 'tags[1]', 'duplicate tag "etl"'],
-    [
-      'start_date: 2024-13-01',
-      'start_date',
-      '"2024-13-01" is not a valid date or time; expected an ISO 8601 date or date-time like "2024-01-01" or "2024-01-01T06:00:00Z"',
-    ],
-    [
-      'start_date: 2023-02-29',
-      'start_date',
-      '"2023-02-29" is not a valid date or time; expected an ISO 8601 date or date-time like "2024-01-01" or "2024-01-01T06:00:00Z"',
-    ],
-    [
-      'start_date: 2024-01-01T24:00',
-      'start_date',
-      '"2024-01-01T24:00" is not a valid date or time; expected an ISO 8601 date or date-time like "2024-01-01" or "2024-01-01T06:00:00Z"',
-    ],
-    [
-      'start_date: yesterday',
-      'start_date',
-      'expected an ISO 8601 date or date-time like "2024-01-01" or "2024-01-01T06:00:00Z", got "yesterday"',
-    ],
-    [
-      'start_date: 1704067200',
-      'start_date',
-      'expected an ISO 8601 date or date-time like "2024-01-01" or "2024-01-01T06:00:00Z", got 1704067200',
-    ],
+    ['start_date: 2024-13-01', 'start_date', `"2024-13-01" is not a valid date or time; ${DATE_RULE}`],
+    ['start_date: 2023-02-29', 'start_date', `"2023-02-29" is not a valid date or time; ${DATE_RULE}`],
+    ['start_date: 2024-01-01T24:00', 'start_date', `"2024-01-01T24:00" is not a valid date or time; ${DATE_RULE}`],
+    ['start_date: yesterday', 'start_date', `${DATE_RULE}, got "yesterday"`],
+    ['start_date: 1704067200', 'start_date', `${DATE_RULE}, got 1704067200`],
   ])('rejects a bad top-level field: %s', (line, path, message) => {
     expect(issuesOf(dag('', `${line}\n`))).toEqual([{ path, message }]);
   });
@@ -87,13 +72,9 @@ describe('parseDag: type errors', () => {
     [
       'trigger_rule: all_sucess',
       'tasks[0].trigger_rule',
-      'expected one of all_success, all_done, one_success, one_failed, none_failed, got "all_sucess" (did you mean "all_success"?)',
+      `${TRIGGER_RULE}, got "all_sucess" (did you mean "all_success"?)`,
     ],
-    [
-      'trigger_rule: always',
-      'tasks[0].trigger_rule',
-      'expected one of all_success, all_done, one_success, one_failed, none_failed, got "always"',
-    ],
+    ['trigger_rule: always', 'tasks[0].trigger_rule', `${TRIGGER_RULE}, got "always"`],
     ['retries: -1', 'tasks[0].retries', 'expected an integer from 0 to 100, got -1'],
     ['retries: 101', 'tasks[0].retries', 'expected an integer from 0 to 100, got 101'],
     ['retries: "2"', 'tasks[0].retries', 'expected an integer from 0 to 100, got "2"'],
@@ -110,24 +91,12 @@ describe('parseDag: type errors', () => {
     ['env: { PORT: 8080 }', 'tasks[0].env.PORT', 'expected a string, got 8080 (quote it: "8080")'],
     ['env: { DEBUG: true }', 'tasks[0].env.DEBUG', 'expected a string, got true (quote it: "true")'],
     ['env: { NOTHING: null }', 'tasks[0].env.NOTHING', 'expected a string, got null'],
-    [
-      'env: { 1X: "a" }',
-      'tasks[0].env["1X"]',
-      'invalid environment variable name "1X": expected letters, digits and "_", not starting with a digit',
-    ],
-    [
-      'env: { MY-VAR: "a" }',
-      'tasks[0].env.MY-VAR',
-      'invalid environment variable name "MY-VAR": expected letters, digits and "_", not starting with a digit',
-    ],
+    ['env: { 1X: "a" }', 'tasks[0].env["1X"]', `invalid environment variable name "1X": ${ENV_NAME_RULE}`],
+    ['env: { MY-VAR: "a" }', 'tasks[0].env.MY-VAR', `invalid environment variable name "MY-VAR": ${ENV_NAME_RULE}`],
     ['cwd: ""', 'tasks[0].cwd', 'expected a non-empty string, got ""'],
     ['cwd: 5', 'tasks[0].cwd', 'expected a non-empty string, got 5'],
-    ['executor: k8s', 'tasks[0].executor', 'expected one of default, subprocess, kubernetes, agents, got "k8s"'],
-    [
-      'executor: agent',
-      'tasks[0].executor',
-      'expected one of default, subprocess, kubernetes, agents, got "agent" (did you mean "agents"?)',
-    ],
+    ['executor: k8s', 'tasks[0].executor', `${EXECUTOR_RULE}, got "k8s"`],
+    ['executor: agent', 'tasks[0].executor', `${EXECUTOR_RULE}, got "agent" (did you mean "agents"?)`],
     ['image: [x]', 'tasks[0].image', 'expected a non-empty string, got a list'],
     ['placement: gpu', 'tasks[0].placement', 'expected a placement mapping, got "gpu"'],
     ['placement: { labels: { gpu: 1 } }', 'tasks[0].placement.labels.gpu', 'expected a string, got 1 (quote it: "1")'],
@@ -160,31 +129,11 @@ describe('parseDag: type errors', () => {
   });
 
   it.each([
-    [
-      'command: ""',
-      'tasks[0].command',
-      'expected a non-empty list of strings (argv) or a non-empty shell command string, got ""',
-    ],
-    [
-      'command: "   "',
-      'tasks[0].command',
-      'expected a non-empty list of strings (argv) or a non-empty shell command string, got "   "',
-    ],
-    [
-      'command: []',
-      'tasks[0].command',
-      'expected a non-empty list of strings (argv) or a non-empty shell command string, got an empty list',
-    ],
-    [
-      'command: 5',
-      'tasks[0].command',
-      'expected a non-empty list of strings (argv) or a non-empty shell command string, got 5',
-    ],
-    [
-      'command: { run: x }',
-      'tasks[0].command',
-      'expected a non-empty list of strings (argv) or a non-empty shell command string, got a mapping',
-    ],
+    ['command: ""', 'tasks[0].command', `${COMMAND_RULE}, got ""`],
+    ['command: "   "', 'tasks[0].command', `${COMMAND_RULE}, got "   "`],
+    ['command: []', 'tasks[0].command', `${COMMAND_RULE}, got an empty list`],
+    ['command: 5', 'tasks[0].command', `${COMMAND_RULE}, got 5`],
+    ['command: { run: x }', 'tasks[0].command', `${COMMAND_RULE}, got a mapping`],
     ['command: [sleep, 1]', 'tasks[0].command[1]', 'expected a string, got 1 (quote it: "1")'],
     ['command: ["", x]', 'tasks[0].command[0]', 'expected a non-empty string, got ""'],
     ['command: ["a\\0b"]', 'tasks[0].command[0]', 'must not contain a NUL character'],

@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { Attempt } from '../../src/core/attempt.js';
-import { podManifest, type PodSettings } from '../../src/executors/kubernetes/pod-manifest.js';
+import { podManifest } from '../../src/executors/kubernetes/pod-manifest.js';
+import { templateSettings } from '../helpers/pod-template-settings.js';
 import { parsePodTemplate } from '../../src/executors/kubernetes/pod-template.js';
 import { loadConfig } from '../../src/server/config/load-config.js';
 import { podSecurityViolations } from '../helpers/fake-kube/pod-security.js';
@@ -22,15 +23,7 @@ const attempt: Attempt = {
   cwd: null,
   timeoutMs: null,
 };
-const settings: PodSettings = {
-  install: 'i1',
-  namespace: 'jobs',
-  image: 'leoflow:1',
-  serverUrl: 'http://cp:7070',
-  agentCommand: ['leoflow'],
-  killGraceMs: 1000,
-  podCa: { kind: 'secret', name: 'ca', key: 'ca.crt' },
-};
+const settings = templateSettings({ podCa: { kind: 'secret', name: 'ca', key: 'ca.crt' } });
 
 const TEMPLATE = `
 metadata:

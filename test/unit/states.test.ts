@@ -37,6 +37,23 @@ function reachable<S extends string>(start: S, states: readonly S[], can: (from:
 
 const sorted = <T>(xs: readonly T[]) => [...xs].sort();
 
+/** Every state is reachable from `start`, and from every state some terminal one is. */
+function expectReachesAllThenAnEnd<S extends string>(
+  start: S,
+  states: readonly S[],
+  terminal: readonly S[],
+  can: (from: S, to: S) => boolean,
+): void {
+  expect(sorted([...reachable<S>(start, states, can)])).toEqual(sorted(states));
+  for (const s of states) {
+    const r = reachable<S>(s, states, can);
+    expect(
+      terminal.some((t) => r.has(t)),
+      `no terminal state reachable from ${s}`,
+    ).toBe(true);
+  }
+}
+
 describe('task-instance state table', () => {
   it('legalTiFrom is exactly the inverse of canTransitionTi, for every pair', () => {
     for (const to of TI_STATES) {
@@ -67,14 +84,7 @@ describe('task-instance state table', () => {
   });
 
   it('reaches every state from none, and a terminal state from every state', () => {
-    expect(sorted([...reachable<TiState>('none', TI_STATES, canTransitionTi)])).toEqual(sorted(TI_STATES));
-    for (const s of TI_STATES) {
-      const r = reachable<TiState>(s, TI_STATES, canTransitionTi);
-      expect(
-        TERMINAL_TI_STATES.some((t) => r.has(t)),
-        `no terminal state reachable from ${s}`,
-      ).toBe(true);
-    }
+    expectReachesAllThenAnEnd<TiState>('none', TI_STATES, TERMINAL_TI_STATES, canTransitionTi);
   });
 
   it('lets every non-terminal state be cancelled (a run cancel must be able to stop anything)', () => {
@@ -184,14 +194,7 @@ describe('run state table', () => {
   });
 
   it('reaches every state from queued, and ends in a terminal state from any state', () => {
-    expect(sorted([...reachable<RunStateName>('queued', RUN_STATES, canTransitionRun)])).toEqual(sorted(RUN_STATES));
-    for (const s of RUN_STATES) {
-      const r = reachable<RunStateName>(s, RUN_STATES, canTransitionRun);
-      expect(
-        TERMINAL_RUN_STATES.some((t) => r.has(t)),
-        s,
-      ).toBe(true);
-    }
+    expectReachesAllThenAnEnd<RunStateName>('queued', RUN_STATES, TERMINAL_RUN_STATES, canTransitionRun);
   });
 
   it('goes through running to success/failed, and cancels from queued or running', () => {

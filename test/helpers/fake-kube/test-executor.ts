@@ -98,3 +98,11 @@ export function runningPodStatus(o: { ready?: boolean } = {}) {
 export function taskContainer(state: Record<string, unknown>) {
   return { name: 'task', image: 'x', imageID: '', ready: false, restartCount: 0, state };
 }
+
+/** A pod's status while the scheduler finds no node for it, saying why (`message`). */
+export function unschedulablePodStatus(message: string) {
+  return {
+    phase: 'Pending',
+    conditions: [{ type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message }],
+  };
+}
