@@ -1,9 +1,8 @@
 import { existsSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { cli } from '../helpers/leoflow-process.js';
-import { runEnds } from '../helpers/run-ends.js';
+import { applyDag, expectRunSucceeds } from '../helpers/applied-dag.js';
+import { mapDag, sh } from '../helpers/map-dag.js';
 import { agentsOfEachTest, serverForFile } from '../helpers/server-fixture.js';
 
 /**
@@ -31,36 +30,21 @@ function shellQuote(s: string): string {
 
 describe('mapped tasks on an agent', () => {
   it('runs one instance per item with its item, and hands the downstream their outputs in item order', async () => {
-    const file = path.join(f.tmp, 'agent-map.yaml');
-    await writeFile(
-      file,
-      [
-        'dag_id: agent_map',
-        'tasks:',
-        '  - id: gen',
-        '    executor: agents',
-        `    command: ["sh", "-c", ${JSON.stringify(GEN)}]`,
-        '  - id: each',
-        '    executor: agents',
-        '    depends_on: [gen]',
-        '    map: { over: gen.items }',
-        '    retries: 1',
-        '    retry_delay: 1s',
-        `    command: ["sh", "-c", ${JSON.stringify(`cd "${f.tmp}"\n${EACH}`)}]`,
-        '  - id: collect',
-        '    executor: agents',
-        '    depends_on: [each]',
-        '    command: ["sh", "-c", "cp \\"$LEOFLOW_INPUTS\\" \\"$LEOFLOW_OUTPUT\\""]',
-        '',
-      ].join('\n'),
+    await applyDag(
+      f.server.url,
+      f.tmp,
+      mapDag({
+        dagId: 'agent_map',
+        taskLines: ['executor: agents'],
+        gen: sh(GEN),
+        each: sh(`cd "${f.tmp}"\n${EACH}`),
+        eachLines: ['retries: 1', 'retry_delay: 1s'],
+        collect: sh('cp "$LEOFLOW_INPUTS" "$LEOFLOW_OUTPUT"'),
+      }),
     );
-    const applied = await cli(f.server.url, ['dag', 'apply', file]);
-    expect(applied.code, applied.stderr).toBe(0);
     await agents.connect('map-agent', ['--slots', '4']);
     const runId = (await f.api.workflow.triggerRun({ dagId: 'agent_map' })).run!.runId;
-    const ended = await runEnds(f.db.sql, runId, { timeoutMs: 60_000 });
-    const tis = await f.db.sql`select task_id, state, error from task_instances where run_id = ${runId}`;
-    expect(ended, JSON.stringify(tis)).toBe('success');
+    await expectRunSucceeds(f.db.sql, runId, 60_000);
 
     const mapped = await f.db.sql<{ task_id: string; state: string; agent_id: string | null; try_number: number }[]>`
       select task_id, state, agent_id, try_number from task_instances

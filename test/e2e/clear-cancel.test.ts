@@ -1,11 +1,12 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Code } from '@connectrpc/connect';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { cli, waitFor } from '../helpers/leoflow-process.js';
 import { isRunEnded } from '../helpers/run-ends.js';
 import { serverForFile } from '../helpers/server-fixture.js';
 import { rejectsWith } from '../helpers/rejects-with.js';
+import { processEnds, processGone } from '../helpers/process-gone.js';
 
 /**
  * Retry by hand (`run clear`) and cancelling one task (`run cancel --task`), end to end: the real
@@ -51,15 +52,6 @@ async function ended(runId: string, timeoutMs = 30_000) {
     timeoutMs,
   );
 }
-
-const gone = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return false;
-  } catch {
-    return true;
-  }
-};
 
 const f = serverForFile({ tmpPrefix: 'leoflow-e2e-clear-', args: ['--kill-grace', '300ms'] });
 
@@ -153,7 +145,7 @@ describe('run cancel --task', () => {
     const runId = runIdOf(t.stdout);
     await waitFor('sleeper running', async () => (await show(runId)).byTask.get('sleeper')?.state === 'running');
     const pid = Number(await waitFor('pid file', () => readFile(pidFile, 'utf8').catch(() => null)));
-    expect(gone(pid)).toBe(false);
+    expect(processGone(pid)).toBe(false);
 
     // Running, not ended: it cannot be cleared.
     const early = await cli(f.server.url, ['run', 'clear', runId, 'sleeper']);
@@ -166,7 +158,7 @@ describe('run cancel --task', () => {
     expect(c.stderr).toBe('');
     expect(c.code).toBe(0);
     expect(c.stdout).toBe(`task sleeper of run ${runId} cancelled\n`);
-    await waitFor('sleeper process gone', async () => gone(pid), 5000);
+    await processEnds(pid, 5000, 'sleeper process gone');
 
     const done = await ended(runId);
     expect(done.state).toBe('failed');

@@ -1,9 +1,10 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { cli, waitFor } from '../helpers/leoflow-process.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { serverForFile } from '../helpers/server-fixture.js';
+import { processEnds } from '../helpers/process-gone.js';
 
 /**
  * The Lite edition end to end, as a user drives it: the real `leoflow server` process on a real
@@ -196,18 +197,7 @@ describe('leoflow lite, end to end', () => {
     const pid = Number(await waitFor('pid file', () => readFile(marker, 'utf8').catch(() => null)));
     const c = await cli(f.server.url, ['run', 'cancel', runId]);
     expect(c.stdout.trim()).toBe(`run ${runId} cancelled`);
-    await waitFor(
-      'process gone',
-      async () => {
-        try {
-          process.kill(pid, 0);
-          return false;
-        } catch {
-          return true;
-        }
-      },
-      5000,
-    );
+    await processEnds(pid, 5000, 'process gone');
     const shown = await show(runId);
     expect(shown.state).toBe('cancelled');
     expect(shown.task_instances.map((x) => x.state)).toEqual(['cancelled', 'cancelled']);
