@@ -1,11 +1,12 @@
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
 import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
-import { cli, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { replicasForFile } from '../helpers/server-fixture.js';
 import { processGone } from '../helpers/process-gone.js';
+import { applyDag } from '../helpers/applied-dag.js';
 
 /**
  * A cancel served by the replica that does not lead, for a subprocess task running on the leader:
@@ -53,19 +54,13 @@ describe('a cancel served by the replica that does not lead', () => {
     const b = await start(['--replica-id', 'standby']);
     standby = createClients(b.url);
     expect((await standby.cluster.getLeader({})).leaderId).toBe('lead');
-    const file = path.join(f.tmp, 'long.yaml');
     // On SIGTERM the task leaves a marker: it was stopped, not merely left to die with the group.
-    await writeFile(
-      file,
-      [
-        'dag_id: long',
-        'tasks:',
-        '  - id: work',
-        `    command: ["sh", "-c", "trap 'echo $LEOFLOW_RUN_ID > ${f.tmp}/term-$LEOFLOW_RUN_ID; exit 143' TERM; while :; do sleep 0.05; done"]`,
-        '',
-      ].join('\n'),
-    );
-    expect((await cli(b.url, ['dag', 'apply', file])).code).toBe(0);
+    await applyDag(b.url, f.tmp, [
+      'dag_id: long',
+      'tasks:',
+      '  - id: work',
+      `    command: ["sh", "-c", "trap 'echo $LEOFLOW_RUN_ID > ${f.tmp}/term-$LEOFLOW_RUN_ID; exit 143' TERM; while :; do sleep 0.05; done"]`,
+    ]);
   });
 
   it(

@@ -5,6 +5,7 @@ import { cli, waitFor } from '../helpers/leoflow-process.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { serverForFile } from '../helpers/server-fixture.js';
 import { processEnds } from '../helpers/process-gone.js';
+import { applyDag } from '../helpers/applied-dag.js';
 
 /**
  * The Lite edition end to end, as a user drives it: the real `leoflow server` process on a real
@@ -105,12 +106,11 @@ describe('leoflow lite, end to end', () => {
   });
 
   it("starts a chain's next task from the ready shell, and counts how each task was started", async () => {
-    const file = path.join(f.tmp, 'ready_chain.yaml');
-    await writeFile(
-      file,
+    await applyDag(
+      f.server.url,
+      f.tmp,
       'dag_id: ready_chain\ntasks:\n  - id: a\n    command: ["sleep", "0.05"]\n  - id: b\n    command: ["sh", "-c", "echo from b"]\n    depends_on: [a]\n',
     );
-    expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
     const before = await scrapeMetrics(f.server.metricsUrl);
     const r = await cli(f.server.url, ['run', 'trigger', 'ready_chain', '--wait']);
     expect(r.code, r.stdout + r.stderr).toBe(0);
@@ -145,12 +145,11 @@ describe('leoflow lite, end to end', () => {
   });
 
   it('fails a run whose task fails for good: exit code, upstream_failed, non-zero CLI exit', async () => {
-    const file = path.join(f.tmp, 'broken.yaml');
-    await writeFile(
-      file,
+    await applyDag(
+      f.server.url,
+      f.tmp,
       `dag_id: broken\ntasks:\n  - id: boom\n    command: "echo about to fail; exit 7"\n  - id: after\n    command: [echo, never]\n    depends_on: [boom]\n`,
     );
-    expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
     const r = await cli(f.server.url, ['run', 'trigger', 'broken', '--wait']);
     expect(r.code).toBe(1);
     expect(r.stdout).toMatch(/^run \d+ failed in/m);
@@ -161,12 +160,11 @@ describe('leoflow lite, end to end', () => {
   });
 
   it('enforces a task timeout: SIGTERM, then SIGKILL after the grace period', async () => {
-    const file = path.join(f.tmp, 'slow.yaml');
-    await writeFile(
-      file,
+    await applyDag(
+      f.server.url,
+      f.tmp,
       `dag_id: slow\ntasks:\n  - id: stubborn\n    command: ["sh", "-c", "trap '' TERM; echo started; sleep 30"]\n    timeout: 1s\n`,
     );
-    expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
     const started = Date.now();
     const r = await cli(f.server.url, ['run', 'trigger', 'slow', '--wait']);
     expect(r.code).toBe(1);

@@ -6,15 +6,20 @@ import { cli } from './leoflow-process.js';
 import { runEnds } from './run-ends.js';
 
 /**
- * Writes a DAG file (`source`, or its lines) into `dir`, named after its dag_id, and applies it
- * with `leoflow dag apply` on `serverUrl`; fails the test, with what the CLI said, if it refuses.
- * Resolves with the dag_id.
+ * Writes a DAG file (`source`, or its lines) into `dir`, named `fileName` or after its dag_id, and
+ * applies it with `leoflow dag apply` on `serverUrl`; fails the test, with what the CLI said, if it
+ * refuses. Resolves with the dag_id.
  */
-export async function applyDag(serverUrl: string, dir: string, source: string | readonly string[]): Promise<string> {
+export async function applyDag(
+  serverUrl: string,
+  dir: string,
+  source: string | readonly string[],
+  fileName?: string,
+): Promise<string> {
   const text = typeof source === 'string' ? source : `${source.join('\n')}\n`;
   const dagId = /^dag_id: (\S+)/m.exec(text)?.[1];
   if (!dagId) throw new Error(`no dag_id in:\n${text}`);
-  const file = path.join(dir, `${dagId}.yaml`);
+  const file = path.join(dir, fileName ?? `${dagId}.yaml`);
   await writeFile(file, text);
   const applied = await cli(serverUrl, ['dag', 'apply', file]);
   expect(applied.code, applied.stderr + applied.stdout).toBe(0);
