@@ -6,33 +6,14 @@ import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { serverForFile } from '../helpers/server-fixture.js';
 import { processEnds } from '../helpers/process-gone.js';
 import { applyDag } from '../helpers/applied-dag.js';
+import { runIdOf, showRun } from '../helpers/run-show.js';
 
 /**
  * The Lite edition end to end, as a user drives it: the real `leoflow server` process on a real
  * Postgres, the examples applied with the real CLI, runs triggered and inspected with it.
  */
 
-interface ShownTi {
-  task_id: string;
-  state: string;
-  try_number: number;
-  max_tries: number;
-  exit_code: number | null;
-  error: string | null;
-  pending_reason: string | null;
-}
-
-async function show(runId: string): Promise<{ state: string; task_instances: ShownTi[] }> {
-  const r = await cli(f.server.url, ['run', 'show', runId, '-o', 'json']);
-  expect(r.code, r.stderr).toBe(0);
-  return JSON.parse(r.stdout);
-}
-
-function runIdOf(stdout: string): string {
-  const m = /^run (\d+) of /m.exec(stdout);
-  if (!m) throw new Error(`no run id in: ${stdout}`);
-  return m[1]!;
-}
+const show = (runId: string) => showRun(f.server.url, runId);
 
 const f = serverForFile({
   tmpPrefix: 'leoflow-e2e-',
