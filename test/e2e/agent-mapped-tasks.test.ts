@@ -2,7 +2,14 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { applyDag, expectRunSucceeds } from '../helpers/applied-dag.js';
-import { mapDag, sh } from '../helpers/map-dag.js';
+import {
+  COLLECT_INPUTS,
+  EACH_INDEX_AND_ITEM,
+  expectCollectedInItemOrder,
+  genItems,
+  mapDag,
+  sh,
+} from '../helpers/map-dag.js';
 import { agentsOfEachTest, serverForFile } from '../helpers/server-fixture.js';
 
 /**
@@ -15,18 +22,13 @@ const agents = agentsOfEachTest(f);
 
 /** Items of several JSON kinds, one a string that would run a command if it reached a shell unquoted. */
 const ITEMS = ['a', 7, { k: 'v $(touch PWNED) "q"' }, [1, 2], null, 'last\nline'];
-const GEN = `printf '%s' ${shellQuote(JSON.stringify({ items: ITEMS }))} > "$LEOFLOW_OUTPUT"`;
 // Item 3's first try fails after writing an output: its retry's output is the one handed on.
 const EACH = [
-  `printf '{"i": %s, "item": %s}' "$LEOFLOW_MAP_INDEX" "$LEOFLOW_MAP_ITEM" > "$LEOFLOW_OUTPUT"`,
+  EACH_INDEX_AND_ITEM,
   `if [ "$LEOFLOW_MAP_INDEX" = 3 ] && [ "$LEOFLOW_TRY_NUMBER" = 1 ]; then`,
   `  echo '"first"' > "$LEOFLOW_OUTPUT"; exit 3`,
   'fi',
 ].join('\n');
-
-function shellQuote(s: string): string {
-  return `'${s.replaceAll("'", `'\\''`)}'`;
-}
 
 describe('mapped tasks on an agent', () => {
   it('runs one instance per item with its item, and hands the downstream their outputs in item order', async () => {
@@ -36,10 +38,10 @@ describe('mapped tasks on an agent', () => {
       mapDag({
         dagId: 'agent_map',
         taskLines: ['executor: agents'],
-        gen: sh(GEN),
+        gen: sh(genItems(ITEMS)),
         each: sh(`cd "${f.tmp}"\n${EACH}`),
         eachLines: ['retries: 1', 'retry_delay: 1s'],
-        collect: sh('cp "$LEOFLOW_INPUTS" "$LEOFLOW_OUTPUT"'),
+        collect: sh(COLLECT_INPUTS),
       }),
     );
     await agents.connect('map-agent', ['--slots', '4']);
@@ -57,8 +59,7 @@ describe('mapped tasks on an agent', () => {
       const out = await f.api.workflow.getTaskOutput({ runId, taskId: `each[${i}]` });
       expect(out.outputs.map((o) => JSON.parse(o.json))).toEqual(i === 3 ? [{ i, item }, 'first'] : [{ i, item }]);
     }
-    const collected = await f.api.workflow.getTaskOutput({ runId, taskId: 'collect' });
-    expect(JSON.parse(collected.outputs[0]!.json)).toEqual({ each: ITEMS.map((item, i) => ({ i, item })) });
+    await expectCollectedInItemOrder(f.api, runId, ITEMS);
     expect(existsSync(path.join(f.tmp, 'PWNED'))).toBe(false);
   }, 90_000);
 });

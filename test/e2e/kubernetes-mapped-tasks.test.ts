@@ -1,7 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import { applyDag, expectRunSucceeds } from '../helpers/applied-dag.js';
 import { proServerForFile } from '../helpers/fake-kube/pro-server-for-file.js';
-import { mapDag, sh } from '../helpers/map-dag.js';
+import {
+  COLLECT_INPUTS,
+  EACH_INDEX_AND_ITEM,
+  expectCollectedInItemOrder,
+  genItems,
+  mapDag,
+  sh,
+} from '../helpers/map-dag.js';
 
 /**
  * `map:` on the kubernetes executor (fake API server): each mapped instance runs in a pod of its
@@ -12,8 +19,6 @@ const NS = 'leoflow';
 const f = proServerForFile({ namespace: NS, tmpPrefix: 'leoflow-kube-map-', args: ['--kill-grace', '2s'] });
 
 const ITEMS = ['a', { k: 'v $(touch PWNED) "q"' }, [1, 2], null];
-const GEN = `printf '%s' '${JSON.stringify({ items: ITEMS })}' > "$LEOFLOW_OUTPUT"`;
-const EACH = `printf '{"i": %s, "item": %s}' "$LEOFLOW_MAP_INDEX" "$LEOFLOW_MAP_ITEM" > "$LEOFLOW_OUTPUT"`;
 
 describe('mapped tasks on the kubernetes executor', () => {
   it('runs a pod per item with its item, and hands the downstream pod their outputs in item order', async () => {
@@ -22,9 +27,9 @@ describe('mapped tasks on the kubernetes executor', () => {
       f.tmp,
       mapDag({
         dagId: 'kube_map',
-        gen: sh(GEN),
-        each: sh(EACH),
-        collect: sh('cp "$LEOFLOW_INPUTS" "$LEOFLOW_OUTPUT"'),
+        gen: sh(genItems(ITEMS)),
+        each: sh(EACH_INDEX_AND_ITEM),
+        collect: sh(COLLECT_INPUTS),
       }),
     );
     const runId = (await f.api.workflow.triggerRun({ dagId: 'kube_map' })).run!.runId;
@@ -37,7 +42,6 @@ describe('mapped tasks on the kubernetes executor', () => {
       const out = await f.api.workflow.getTaskOutput({ runId, taskId: `each[${i}]` });
       expect(out.outputs.map((o) => JSON.parse(o.json))).toEqual([{ i, item }]);
     }
-    const collected = await f.api.workflow.getTaskOutput({ runId, taskId: 'collect' });
-    expect(JSON.parse(collected.outputs[0]!.json)).toEqual({ each: ITEMS.map((item, i) => ({ i, item })) });
+    await expectCollectedInItemOrder(f.api, runId, ITEMS);
   }, 120_000);
 });

@@ -1,3 +1,6 @@
+import { expect } from 'vitest';
+import type { Clients } from '../../src/cli/client.js';
+
 /** A task's command in a DAG file: a string runs in a shell, a list as it is. */
 export type DagCommand = string | readonly string[];
 
@@ -31,3 +34,28 @@ export function mapDag(o: {
 
 /** `sh -c SCRIPT` as a task's command. */
 export const sh = (script: string): string[] => ['sh', '-c', script];
+
+/** `s` quoted for `sh`, whatever it holds. */
+export function shellQuote(s: string): string {
+  return `'${s.replaceAll("'", `'\\''`)}'`;
+}
+
+/** A `gen` command whose output is {"items": items}. */
+export const genItems = (items: readonly unknown[]): string =>
+  `printf '%s' ${shellQuote(JSON.stringify({ items }))} > "$LEOFLOW_OUTPUT"`;
+
+/** An `each` command whose output is {"i": its map index, "item": its item}. */
+export const EACH_INDEX_AND_ITEM = `printf '{"i": %s, "item": %s}' "$LEOFLOW_MAP_INDEX" "$LEOFLOW_MAP_ITEM" > "$LEOFLOW_OUTPUT"`;
+
+/** A `collect` command whose output is its inputs: the mapped outputs in item order. */
+export const COLLECT_INPUTS = 'cp "$LEOFLOW_INPUTS" "$LEOFLOW_OUTPUT"';
+
+/** `collect` (COLLECT_INPUTS) got each item's EACH_INDEX_AND_ITEM output, in item order. */
+export async function expectCollectedInItemOrder(
+  api: Clients,
+  runId: string,
+  items: readonly unknown[],
+): Promise<void> {
+  const collected = await api.workflow.getTaskOutput({ runId, taskId: 'collect' });
+  expect(JSON.parse(collected.outputs[0]!.json)).toEqual({ each: items.map((item, i) => ({ i, item })) });
+}
