@@ -10,7 +10,7 @@ import { serverForFile } from '../helpers/server-fixture.js';
  * Issue 40 item 5 on the dashboard: the task page shows each try's output (GetTaskOutput), newest
  * first, cut when long with the rest a click away, and copies it whole.
  */
-/** The task ui.page's OUTPUT_SHOWN_CHARS (src/ui/components/task-outputs.tsx; that module needs a window). */
+/** The task page's OUTPUT_SHOWN_CHARS (src/ui/components/task-outputs.tsx; that module needs a window). */
 const OUTPUT_SHOWN_CHARS = 8_192;
 const f = serverForFile({ tmpPrefix: 'leoflow-dashboard-outputs-' });
 const ui = dashboardPageForFile();

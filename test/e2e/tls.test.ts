@@ -103,7 +103,7 @@ describe('TLS on the API port', () => {
       'agents',
       'list',
     ]);
-    expect(plainPort.stderr).toMatch(/does not speak TLS: use --s.server http:\/\//);
+    expect(plainPort.stderr).toMatch(/does not speak TLS: use --server http:\/\//);
   });
 
   it('refuses plain h2c on the TLS port', async () => {
