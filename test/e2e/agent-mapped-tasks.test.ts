@@ -2,14 +2,7 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { applyDag, expectRunSucceeds } from '../helpers/applied-dag.js';
-import {
-  COLLECT_INPUTS,
-  EACH_INDEX_AND_ITEM,
-  expectCollectedInItemOrder,
-  genItems,
-  mapDag,
-  sh,
-} from '../helpers/map-dag.js';
+import { EACH_INDEX_AND_ITEM, echoMap, expectCollectedInItemOrder, mapDag, sh } from '../helpers/map-dag.js';
 import { agentsOfEachTest, serverForFile } from '../helpers/server-fixture.js';
 
 /**
@@ -38,10 +31,9 @@ describe('mapped tasks on an agent', () => {
       mapDag({
         dagId: 'agent_map',
         taskLines: ['executor: agents'],
-        gen: sh(genItems(ITEMS)),
+        ...echoMap(ITEMS),
         each: sh(`cd "${f.tmp}"\n${EACH}`),
         eachLines: ['retries: 1', 'retry_delay: 1s'],
-        collect: sh(COLLECT_INPUTS),
       }),
     );
     await agents.connect('map-agent', ['--slots', '4']);

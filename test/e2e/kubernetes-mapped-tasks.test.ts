@@ -1,14 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { applyDag, expectRunSucceeds } from '../helpers/applied-dag.js';
 import { proServerForFile } from '../helpers/fake-kube/pro-server-for-file.js';
-import {
-  COLLECT_INPUTS,
-  EACH_INDEX_AND_ITEM,
-  expectCollectedInItemOrder,
-  genItems,
-  mapDag,
-  sh,
-} from '../helpers/map-dag.js';
+import { echoMap, expectCollectedInItemOrder, mapDag } from '../helpers/map-dag.js';
 
 /**
  * `map:` on the kubernetes executor (fake API server): each mapped instance runs in a pod of its
@@ -27,9 +20,7 @@ describe('mapped tasks on the kubernetes executor', () => {
       f.tmp,
       mapDag({
         dagId: 'kube_map',
-        gen: sh(genItems(ITEMS)),
-        each: sh(EACH_INDEX_AND_ITEM),
-        collect: sh(COLLECT_INPUTS),
+        ...echoMap(ITEMS),
       }),
     );
     const runId = (await f.api.workflow.triggerRun({ dagId: 'kube_map' })).run!.runId;

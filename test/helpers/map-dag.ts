@@ -50,6 +50,13 @@ export const EACH_INDEX_AND_ITEM = `printf '{"i": %s, "item": %s}' "$LEOFLOW_MAP
 /** A `collect` command whose output is its inputs: the mapped outputs in item order. */
 export const COLLECT_INPUTS = 'cp "$LEOFLOW_INPUTS" "$LEOFLOW_OUTPUT"';
 
+/** The commands of a map of `items` whose instances hand back their index and item, collected in item order. */
+export const echoMap = (items: readonly unknown[]): { gen: string[]; each: string[]; collect: string[] } => ({
+  gen: sh(genItems(items)),
+  each: sh(EACH_INDEX_AND_ITEM),
+  collect: sh(COLLECT_INPUTS),
+});
+
 /** `collect` (COLLECT_INPUTS) got each item's EACH_INDEX_AND_ITEM output, in item order. */
 export async function expectCollectedInItemOrder(
   api: Clients,
