@@ -1,7 +1,8 @@
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { cli, waitFor } from '../helpers/leoflow-process.js';
+import { applyDag } from '../helpers/applied-dag.js';
+import { waitFor } from '../helpers/leoflow-process.js';
 import { isAlive } from '../helpers/process-group.js';
 import { runEnds } from '../helpers/run-ends.js';
 import { agentsOfEachTest, serverForFile } from '../helpers/server-fixture.js';
@@ -51,24 +52,17 @@ describe("an agent whose --kill-grace is longer than the control plane's", () =>
         `if [ "$LEOFLOW_TRY_NUMBER" = 1 ]; then trap "" TERM; while :; do echo "tick 1" >> ${ledger}; sleep 0.05; done; fi`,
         `echo "end $LEOFLOW_TRY_NUMBER" >> ${ledger}`,
       ].join('; ');
-      const file = path.join(f.tmp, 'grace.yaml');
-      await writeFile(
-        file,
-        [
-          'dag_id: grace',
-          'tasks:',
-          '  - id: work',
-          '    executor: agents',
-          '    placement: { labels: { pool: grace } }',
-          `    command: ["sh", "-c", ${JSON.stringify(script)}]`,
-          `    timeout: ${TIMEOUT_MS}ms`,
-          '    retries: 1',
-          '    retry_delay: 100ms',
-          '',
-        ].join('\n'),
-      );
-      const applied = await cli(f.server.url, ['dag', 'apply', file]);
-      expect(applied.code, applied.stderr).toBe(0);
+      await applyDag(f.server.url, f.tmp, [
+        'dag_id: grace',
+        'tasks:',
+        '  - id: work',
+        '    executor: agents',
+        '    placement: { labels: { pool: grace } }',
+        `    command: ["sh", "-c", ${JSON.stringify(script)}]`,
+        `    timeout: ${TIMEOUT_MS}ms`,
+        '    retries: 1',
+        '    retry_delay: 100ms',
+      ]);
 
       await agent('grace-a');
       const runId = (await f.api.workflow.triggerRun({ dagId: 'grace' })).run!.runId;

@@ -1,9 +1,8 @@
 import { existsSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { cli } from '../helpers/leoflow-process.js';
-import { runEnds } from '../helpers/run-ends.js';
+import { applyDag, expectRunSucceeds } from '../helpers/applied-dag.js';
+import { EACH_INDEX_AND_ITEM, echoMap, expectCollectedInItemOrder, mapDag, sh } from '../helpers/map-dag.js';
 import { agentsOfEachTest, serverForFile } from '../helpers/server-fixture.js';
 
 /**
@@ -16,51 +15,30 @@ const agents = agentsOfEachTest(f);
 
 /** Items of several JSON kinds, one a string that would run a command if it reached a shell unquoted. */
 const ITEMS = ['a', 7, { k: 'v $(touch PWNED) "q"' }, [1, 2], null, 'last\nline'];
-const GEN = `printf '%s' ${shellQuote(JSON.stringify({ items: ITEMS }))} > "$LEOFLOW_OUTPUT"`;
 // Item 3's first try fails after writing an output: its retry's output is the one handed on.
 const EACH = [
-  `printf '{"i": %s, "item": %s}' "$LEOFLOW_MAP_INDEX" "$LEOFLOW_MAP_ITEM" > "$LEOFLOW_OUTPUT"`,
+  EACH_INDEX_AND_ITEM,
   `if [ "$LEOFLOW_MAP_INDEX" = 3 ] && [ "$LEOFLOW_TRY_NUMBER" = 1 ]; then`,
   `  echo '"first"' > "$LEOFLOW_OUTPUT"; exit 3`,
   'fi',
 ].join('\n');
 
-function shellQuote(s: string): string {
-  return `'${s.replaceAll("'", `'\\''`)}'`;
-}
-
 describe('mapped tasks on an agent', () => {
   it('runs one instance per item with its item, and hands the downstream their outputs in item order', async () => {
-    const file = path.join(f.tmp, 'agent-map.yaml');
-    await writeFile(
-      file,
-      [
-        'dag_id: agent_map',
-        'tasks:',
-        '  - id: gen',
-        '    executor: agents',
-        `    command: ["sh", "-c", ${JSON.stringify(GEN)}]`,
-        '  - id: each',
-        '    executor: agents',
-        '    depends_on: [gen]',
-        '    map: { over: gen.items }',
-        '    retries: 1',
-        '    retry_delay: 1s',
-        `    command: ["sh", "-c", ${JSON.stringify(`cd "${f.tmp}"\n${EACH}`)}]`,
-        '  - id: collect',
-        '    executor: agents',
-        '    depends_on: [each]',
-        '    command: ["sh", "-c", "cp \\"$LEOFLOW_INPUTS\\" \\"$LEOFLOW_OUTPUT\\""]',
-        '',
-      ].join('\n'),
+    await applyDag(
+      f.server.url,
+      f.tmp,
+      mapDag({
+        dagId: 'agent_map',
+        taskLines: ['executor: agents'],
+        ...echoMap(ITEMS),
+        each: sh(`cd "${f.tmp}"\n${EACH}`),
+        eachLines: ['retries: 1', 'retry_delay: 1s'],
+      }),
     );
-    const applied = await cli(f.server.url, ['dag', 'apply', file]);
-    expect(applied.code, applied.stderr).toBe(0);
     await agents.connect('map-agent', ['--slots', '4']);
     const runId = (await f.api.workflow.triggerRun({ dagId: 'agent_map' })).run!.runId;
-    const ended = await runEnds(f.db.sql, runId, { timeoutMs: 60_000 });
-    const tis = await f.db.sql`select task_id, state, error from task_instances where run_id = ${runId}`;
-    expect(ended, JSON.stringify(tis)).toBe('success');
+    await expectRunSucceeds(f.db.sql, runId, 60_000);
 
     const mapped = await f.db.sql<{ task_id: string; state: string; agent_id: string | null; try_number: number }[]>`
       select task_id, state, agent_id, try_number from task_instances
@@ -73,8 +51,7 @@ describe('mapped tasks on an agent', () => {
       const out = await f.api.workflow.getTaskOutput({ runId, taskId: `each[${i}]` });
       expect(out.outputs.map((o) => JSON.parse(o.json))).toEqual(i === 3 ? [{ i, item }, 'first'] : [{ i, item }]);
     }
-    const collected = await f.api.workflow.getTaskOutput({ runId, taskId: 'collect' });
-    expect(JSON.parse(collected.outputs[0]!.json)).toEqual({ each: ITEMS.map((item, i) => ({ i, item })) });
+    await expectCollectedInItemOrder(f.api, runId, ITEMS);
     expect(existsSync(path.join(f.tmp, 'PWNED'))).toBe(false);
   }, 90_000);
 });

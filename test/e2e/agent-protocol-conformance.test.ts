@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { writeFile } from 'node:fs/promises';
-import path from 'node:path';
+
 import { Code, ConnectError } from '@connectrpc/connect';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
@@ -12,9 +11,10 @@ import {
 } from '../../src/gen/leoflow/v1/agent_pb.js';
 import { RunState, TaskState } from '../../src/gen/leoflow/v1/types_pb.js';
 import { cli, scratchDir, startAgent, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
-import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
+import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { scriptedAgent } from '../helpers/scripted-agent.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { applyDag } from '../helpers/applied-dag.js';
 
 /**
  * The agent protocol's contract (proto/leoflow/v1/agent.proto), rule by rule: each test is one
@@ -35,12 +35,11 @@ beforeAll(async () => {
     args: ['--heartbeat-interval', `${KEEPALIVE_MS}ms`, '--heartbeat-threshold', '20s', '--kill-grace', '7s'],
   });
   api = createClients(server.url);
-  const file = path.join(dir, 'conformance.yaml');
-  await writeFile(
-    file,
+  await applyDag(
+    server.url,
+    dir,
     'dag_id: conformance\ntasks:\n  - id: job\n    executor: agents\n    command: [echo, hi]\n    placement: { labels: { lane: conformance } }\n',
   );
-  expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
 });
 afterAll(async () => {
   if (process.env.CONF_DEBUG)
@@ -425,12 +424,11 @@ describe('agent protocol conformance', () => {
 
   it('non-UTF-8 output: the TS agent decodes it as UTF-8 with U+FFFD for each bad sequence', async () => {
     const dir = scratchDir('leoflow-conformance-utf8-');
-    const file = path.join(dir, 'bytes.yaml');
-    await writeFile(
-      file,
+    await applyDag(
+      server.url,
+      dir,
       'dag_id: bytes\ntasks:\n  - id: job\n    executor: agents\n    command: [printf, "ok \\\\377\\\\376 \\\\303\\\\251\\\\r\\\\n"]\n    placement: { labels: { lane: bytes } }\n',
     );
-    expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
     const agent = startAgent(server.url, ['--id', 'conf-bytes', '--labels', 'lane=bytes']);
     const runId = (await api.workflow.triggerRun({ dagId: 'bytes' })).run!.runId;
     await waitFor(

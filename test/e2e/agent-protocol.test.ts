@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { writeFile } from 'node:fs/promises';
-import path from 'node:path';
+
 import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -14,6 +13,7 @@ import {
 import { cli, startAgent, waitFor } from '../helpers/leoflow-process.js';
 import { AsyncInbox } from '../helpers/scripted-agent.js';
 import { serverForFile } from '../helpers/server-fixture.js';
+import { applyDag } from '../helpers/applied-dag.js';
 
 /**
  * The control plane's side of AgentService.Connect, driven by a scripted agent speaking the
@@ -27,12 +27,11 @@ const f = serverForFile({
 });
 
 beforeAll(async () => {
-  const file = path.join(f.tmp, 'gpu.yaml');
-  await writeFile(
-    file,
+  await applyDag(
+    f.server.url,
+    f.tmp,
     'dag_id: gpu\ntasks:\n  - id: train\n    executor: agents\n    command: [echo, training]\n    placement: { labels: { gpu: nvidia } }\n',
   );
-  expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
 });
 
 /** A scripted agent: the test pushes its messages; with `keepalive`, it also keeps alive every 150 ms. */
@@ -256,12 +255,11 @@ describe('AgentService.Connect (control-plane side)', () => {
 describe('one-shot agent (leoflow agent --once --ti)', () => {
   it('runs exactly its task instance and exits', async () => {
     const { startAgent } = await import('../helpers/leoflow-process.js');
-    const file = path.join(f.tmp, 'once.yaml');
-    await writeFile(
-      file,
+    await applyDag(
+      f.server.url,
+      f.tmp,
       'dag_id: once\ntasks:\n  - id: job\n    executor: agents\n    command: ["sh", "-c", "echo one-shot $LEOFLOW_TRY_NUMBER"]\n',
     );
-    expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
     const api = createClients(f.server.url);
     const runId = (await f.api.workflow.triggerRun({ dagId: 'once' })).run!.runId;
     const tiId = await waitFor('ti scheduled', async () => {

@@ -1,11 +1,12 @@
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { idempotencyKey } from '../../src/core/idempotency-key.js';
 import { installIdentity } from '../../src/db/install-identity.js';
-import { cli } from '../helpers/leoflow-process.js';
+import { applyDag } from '../helpers/applied-dag.js';
 import { runEnds } from '../helpers/run-ends.js';
 import { agentsOfEachTest, serverForFile } from '../helpers/server-fixture.js';
+import { writeTaskScript } from '../helpers/task-script.js';
 
 /**
  * The completion cache and LEOFLOW_IDEMPOTENCY_KEY through a standalone agent (`leoflow agent`):
@@ -15,11 +16,7 @@ import { agentsOfEachTest, serverForFile } from '../helpers/server-fixture.js';
 const f = serverForFile({ tmpPrefix: 'leoflow-agent-cache-' });
 const agents = agentsOfEachTest(f);
 
-async function script(name: string, body: string): Promise<string> {
-  const file = path.join(f.tmp, name);
-  await writeFile(file, `#!/bin/sh\nset -e\n${body}\n`, { mode: 0o755 });
-  return file;
-}
+const script = (name: string, body: string) => writeTaskScript(f.tmp, name, body);
 
 describe('the completion cache through an agent', () => {
   it(
@@ -33,25 +30,18 @@ describe('the completion cache through an agent', () => {
           `printf '{"run": "%s"}' "$LEOFLOW_RUN_ID" > "$LEOFLOW_OUTPUT"`,
       );
       const use = await script('use.sh', `cp "$LEOFLOW_INPUTS" "${path.join(f.tmp, 'inputs-')}$LEOFLOW_RUN_ID.json"`);
-      const file = path.join(f.tmp, 'agent-cache.yaml');
-      await writeFile(
-        file,
-        [
-          'dag_id: agent_cache',
-          'tasks:',
-          '  - id: make',
-          '    executor: agents',
-          `    command: ["${make}"]`,
-          '    cache: { key: [conf.day], ttl: 1h }',
-          '  - id: use',
-          '    executor: agents',
-          `    command: ["${use}"]`,
-          '    depends_on: [make]',
-          '',
-        ].join('\n'),
-      );
-      const applied = await cli(f.server.url, ['dag', 'apply', file]);
-      expect(applied.code, applied.stderr).toBe(0);
+      await applyDag(f.server.url, f.tmp, [
+        'dag_id: agent_cache',
+        'tasks:',
+        '  - id: make',
+        '    executor: agents',
+        `    command: ["${make}"]`,
+        '    cache: { key: [conf.day], ttl: 1h }',
+        '  - id: use',
+        '    executor: agents',
+        `    command: ["${use}"]`,
+        '    depends_on: [make]',
+      ]);
       await agents.connect('cache-agent');
       const trigger = async (noCache = false) => {
         const runId = (await f.api.workflow.triggerRun({ dagId: 'agent_cache', confJson: '{"day": "d1"}', noCache }))

@@ -2,9 +2,10 @@ import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { cli } from '../helpers/leoflow-process.js';
+import { applyDag } from '../helpers/applied-dag.js';
 import { runEnds } from '../helpers/run-ends.js';
 import { agentsOfEachTest, serverForFile } from '../helpers/server-fixture.js';
+import { writeTaskScript } from '../helpers/task-script.js';
 
 /**
  * Outputs and inputs through a standalone agent (`leoflow agent`): the agent reads LEOFLOW_OUTPUT
@@ -16,11 +17,7 @@ const agents = agentsOfEachTest(f);
 
 const TRICKY = `quote " and $(touch PWNED) and \`touch PWNED2\`\nsecond line`;
 
-async function script(name: string, body: string): Promise<string> {
-  const file = path.join(f.tmp, name);
-  await writeFile(file, `#!/bin/sh\nset -e\n${body}\n`, { mode: 0o755 });
-  return file;
-}
+const script = (name: string, body: string) => writeTaskScript(f.tmp, name, body);
 
 describe('task outputs through an agent', () => {
   it(
@@ -39,41 +36,34 @@ describe('task outputs through an agent', () => {
           `printf '{"answer": %d}' $((N + 1)) > "$LEOFLOW_OUTPUT"`,
         ].join('\n'),
       );
-      const file = path.join(f.tmp, 'agent-outs.yaml');
-      await writeFile(
-        file,
-        [
-          'dag_id: agent_outs',
-          'tasks:',
-          '  - id: a',
-          '    executor: agents',
-          `    command: ["${a}"]`,
-          '    output: required',
-          '  - id: b',
-          '    executor: agents',
-          `    command: ["${b}"]`,
-          '    depends_on: [a]',
-          '    inputs: { MSG: a.msg, N: a.n }',
-          '  - id: big',
-          '    executor: agents',
-          `    command: ["sh", "-c", "head -c 2000 /dev/zero | tr '\\\\0' 1 > $LEOFLOW_OUTPUT"]`,
-          '  - id: silent',
-          '    executor: agents',
-          '    command: ["true"]',
-          '    output: required',
-          '  - id: quiet',
-          '    executor: agents',
-          '    command: ["true"]',
-          '  - id: reader',
-          '    executor: agents',
-          '    command: ["true"]',
-          '    depends_on: [quiet]',
-          '    inputs: { V: quiet.v }',
-          '',
-        ].join('\n'),
-      );
-      const applied = await cli(f.server.url, ['dag', 'apply', file]);
-      expect(applied.code, applied.stderr).toBe(0);
+      await applyDag(f.server.url, f.tmp, [
+        'dag_id: agent_outs',
+        'tasks:',
+        '  - id: a',
+        '    executor: agents',
+        `    command: ["${a}"]`,
+        '    output: required',
+        '  - id: b',
+        '    executor: agents',
+        `    command: ["${b}"]`,
+        '    depends_on: [a]',
+        '    inputs: { MSG: a.msg, N: a.n }',
+        '  - id: big',
+        '    executor: agents',
+        `    command: ["sh", "-c", "head -c 2000 /dev/zero | tr '\\\\0' 1 > $LEOFLOW_OUTPUT"]`,
+        '  - id: silent',
+        '    executor: agents',
+        '    command: ["true"]',
+        '    output: required',
+        '  - id: quiet',
+        '    executor: agents',
+        '    command: ["true"]',
+        '  - id: reader',
+        '    executor: agents',
+        '    command: ["true"]',
+        '    depends_on: [quiet]',
+        '    inputs: { V: quiet.v }',
+      ]);
       await agents.connect('outputs-agent');
       const runId = (await f.api.workflow.triggerRun({ dagId: 'agent_outs' })).run!.runId;
       expect(await runEnds(f.db.sql, runId, { timeoutMs: 40_000 })).toBe('failed');

@@ -7,6 +7,7 @@ import { isRunEnded } from '../helpers/run-ends.js';
 import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { agentsOfEachTest, serverForFile } from '../helpers/server-fixture.js';
 import { startTcpProxy } from '../helpers/tcp-proxy.js';
+import { processEnds } from '../helpers/process-gone.js';
 
 /**
  * A fleet of real `leoflow agent` processes against the real server: placement, slots and
@@ -275,18 +276,7 @@ describe('a fleet of agents', () => {
       20_000,
     );
     const try1 = Number(await readFile(pidFile, 'utf8'));
-    await waitFor(
-      'try 1 stopped',
-      async () => {
-        try {
-          process.kill(try1, 0);
-          return false;
-        } catch {
-          return true;
-        }
-      },
-      15_000,
-    );
+    await processEnds(try1, 15_000, 'try 1 stopped');
     const [after] = await f.db
       .sql`select try_number, state, agent_id, exit_code from task_instances where run_id = ${runId}`;
     expect(after).toEqual(done);

@@ -1,44 +1,23 @@
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Code } from '@connectrpc/connect';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { cli, waitFor } from '../helpers/leoflow-process.js';
 import { isRunEnded } from '../helpers/run-ends.js';
 import { serverForFile } from '../helpers/server-fixture.js';
 import { rejectsWith } from '../helpers/rejects-with.js';
+import { processEnds, processGone } from '../helpers/process-gone.js';
+import { applyDag } from '../helpers/applied-dag.js';
+import { runIdOf, showRun, type ShownTi } from '../helpers/run-show.js';
 
 /**
  * Retry by hand (`run clear`) and cancelling one task (`run cancel --task`), end to end: the real
  * server process with the subprocess executor, driven by the real CLI and the API.
  */
 
-interface ShownTi {
-  task_id: string;
-  state: string;
-  try_number: number;
-  max_tries: number;
-  exit_code: number | null;
-  error: string | null;
-}
-
 async function show(runId: string): Promise<{ state: string; byTask: Map<string, ShownTi> }> {
-  const r = await cli(f.server.url, ['run', 'show', runId, '-o', 'json']);
-  expect(r.code, r.stderr).toBe(0);
-  const parsed = JSON.parse(r.stdout) as { state: string; task_instances: ShownTi[] };
-  return { state: parsed.state, byTask: new Map(parsed.task_instances.map((t) => [t.task_id, t])) };
-}
-
-function runIdOf(stdout: string): string {
-  const m = /^run (\d+) of /m.exec(stdout);
-  if (!m) throw new Error(`no run id in: ${stdout}`);
-  return m[1]!;
-}
-
-async function applyDag(name: string, yaml: string): Promise<void> {
-  const file = path.join(f.tmp, `${name}.yaml`);
-  await writeFile(file, yaml);
-  const r = await cli(f.server.url, ['dag', 'apply', file]);
-  expect(r.code, r.stderr).toBe(0);
+  const shown = await showRun(f.server.url, runId);
+  return { state: shown.state, byTask: new Map(shown.task_instances.map((t) => [t.task_id, t])) };
 }
 
 async function ended(runId: string, timeoutMs = 30_000) {
@@ -52,15 +31,6 @@ async function ended(runId: string, timeoutMs = 30_000) {
   );
 }
 
-const gone = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return false;
-  } catch {
-    return true;
-  }
-};
-
 const f = serverForFile({ tmpPrefix: 'leoflow-e2e-clear-', args: ['--kill-grace', '300ms'] });
 
 describe('run clear', () => {
@@ -69,7 +39,8 @@ describe('run clear', () => {
   it('a run fails because b fails; clearing b with its downstream re-opens the run, which succeeds', async () => {
     const mark = path.join(f.tmp, 'b.mark');
     await applyDag(
-      'flaky_chain',
+      f.server.url,
+      f.tmp,
       `dag_id: flaky_chain\ntasks:\n  - id: a\n    command: [echo, a]\n` +
         `  - id: b\n    depends_on: [a]\n    command: "[ -f ${mark} ] || { touch ${mark}; echo 'b: first try fails' >&2; exit 1; }; echo 'b: ok'"\n` +
         `  - id: c\n    depends_on: [b]\n    command: [echo, c]\n`,
@@ -142,7 +113,8 @@ describe('run cancel --task', () => {
   it('stops one running task; its downstream is upstream_failed, an independent branch succeeds, the run fails', async () => {
     const pidFile = path.join(f.tmp, 'sleeper.pid');
     await applyDag(
-      'branches',
+      f.server.url,
+      f.tmp,
       `dag_id: branches\ntasks:\n` +
         `  - id: sleeper\n    command: ["sh", "-c", "echo $$ > ${pidFile}; sleep 60"]\n` +
         `  - id: after\n    depends_on: [sleeper]\n    command: [echo, after]\n` +
@@ -153,7 +125,7 @@ describe('run cancel --task', () => {
     const runId = runIdOf(t.stdout);
     await waitFor('sleeper running', async () => (await show(runId)).byTask.get('sleeper')?.state === 'running');
     const pid = Number(await waitFor('pid file', () => readFile(pidFile, 'utf8').catch(() => null)));
-    expect(gone(pid)).toBe(false);
+    expect(processGone(pid)).toBe(false);
 
     // Running, not ended: it cannot be cleared.
     const early = await cli(f.server.url, ['run', 'clear', runId, 'sleeper']);
@@ -166,7 +138,7 @@ describe('run cancel --task', () => {
     expect(c.stderr).toBe('');
     expect(c.code).toBe(0);
     expect(c.stdout).toBe(`task sleeper of run ${runId} cancelled\n`);
-    await waitFor('sleeper process gone', async () => gone(pid), 5000);
+    await processEnds(pid, 5000, 'sleeper process gone');
 
     const done = await ended(runId);
     expect(done.state).toBe('failed');

@@ -1,10 +1,12 @@
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
 import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
-import { cli, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { replicasForFile } from '../helpers/server-fixture.js';
+import { processGone } from '../helpers/process-gone.js';
+import { applyDag } from '../helpers/applied-dag.js';
 
 /**
  * A cancel served by the replica that does not lead, for a subprocess task running on the leader:
@@ -20,15 +22,6 @@ const CANCEL_WITHIN_MS = 1_000;
 const f = replicasForFile({ tmpPrefix: 'leoflow-xcancel-' });
 
 const start = f.launcher(['--heartbeat-interval', `${HEARTBEAT_MS / 1000}s`]);
-
-const gone = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return false;
-  } catch {
-    return true;
-  }
-};
 
 /** The task's process on the leader, once the leader has heartbeated it (heartbeat_at moved past started_at). */
 async function heartbeatedProcess(runId: string): Promise<{ tiId: string; pid: number }> {
@@ -46,7 +39,7 @@ async function heartbeatedProcess(runId: string): Promise<{ tiId: string; pid: n
 
 /** Milliseconds from now until the process is gone (at most `limitMs`, then it fails). */
 async function msUntilGone(pid: number, since: number, limitMs: number): Promise<number> {
-  await waitFor(`pid ${pid} gone`, async () => gone(pid), limitMs, 5);
+  await waitFor(`pid ${pid} gone`, async () => processGone(pid), limitMs, 5);
   return Date.now() - since;
 }
 
@@ -61,19 +54,13 @@ describe('a cancel served by the replica that does not lead', () => {
     const b = await start(['--replica-id', 'standby']);
     standby = createClients(b.url);
     expect((await standby.cluster.getLeader({})).leaderId).toBe('lead');
-    const file = path.join(f.tmp, 'long.yaml');
     // On SIGTERM the task leaves a marker: it was stopped, not merely left to die with the group.
-    await writeFile(
-      file,
-      [
-        'dag_id: long',
-        'tasks:',
-        '  - id: work',
-        `    command: ["sh", "-c", "trap 'echo $LEOFLOW_RUN_ID > ${f.tmp}/term-$LEOFLOW_RUN_ID; exit 143' TERM; while :; do sleep 0.05; done"]`,
-        '',
-      ].join('\n'),
-    );
-    expect((await cli(b.url, ['dag', 'apply', file])).code).toBe(0);
+    await applyDag(b.url, f.tmp, [
+      'dag_id: long',
+      'tasks:',
+      '  - id: work',
+      `    command: ["sh", "-c", "trap 'echo $LEOFLOW_RUN_ID > ${f.tmp}/term-$LEOFLOW_RUN_ID; exit 143' TERM; while :; do sleep 0.05; done"]`,
+    ]);
   });
 
   it(
@@ -82,7 +69,7 @@ describe('a cancel served by the replica that does not lead', () => {
     async () => {
       const runId = (await standby.workflow.triggerRun({ dagId: 'long' })).run!.runId;
       const { tiId, pid } = await heartbeatedProcess(runId);
-      expect(gone(pid)).toBe(false);
+      expect(processGone(pid)).toBe(false);
 
       const sent = Date.now();
       const cancelled = await standby.workflow.cancelRun({ runId });

@@ -1,10 +1,11 @@
 import { randomBytes } from 'node:crypto';
-import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { createClients, type Clients } from '../../src/cli/client.js';
-import { launchBrowser, openPage, screenshots } from '../helpers/browser.js';
+import { screenshots } from '../helpers/browser.js';
+import { dashboardPageForFile } from '../helpers/dashboard-page.js';
 import { waitFor } from '../helpers/leoflow-process.js';
 import { serverForFile } from '../helpers/server-fixture.js';
+import { processEnds, processGone } from '../helpers/process-gone.js';
 
 /**
  * The dashboard on a server that requires tokens (Pro, subprocess executor): it asks for a token
@@ -19,9 +20,7 @@ const f = serverForFile({
   args: ['--edition', 'pro', '--executor', 'subprocess', '--bootstrap-admin-token', ADMIN, '--tick-interval', '200ms'],
   env: { LEOFLOW_INSECURE: undefined, LEOFLOW_TOKEN: undefined },
 });
-let browser: Browser;
-let page: Page;
-let errors: string[];
+const ui = dashboardPageForFile();
 let admin: Clients;
 let viewer: string;
 
@@ -36,50 +35,44 @@ async function token(role: string): Promise<string> {
 }
 
 async function signIn(secret: string): Promise<void> {
-  await page.goto(`${f.server.url}/`);
-  await page.locator('input[name=token]').fill(secret);
-  await page.getByRole('button', { name: 'Use token' }).click();
+  await ui.page.goto(`${f.server.url}/`);
+  await ui.page.locator('input[name=token]').fill(secret);
+  await ui.page.getByRole('button', { name: 'Use token' }).click();
 }
 
 beforeAll(async () => {
   admin = createClients(f.server.url, null, ADMIN);
   await admin.workflow.applyDag({ source: DAG, filename: 'long-job.yaml' });
-  browser = await launchBrowser();
-  ({ page, errors } = await openPage(browser));
 }, 60_000);
-
-afterAll(async () => {
-  await browser?.close();
-});
 
 describe('the dashboard with tokens', () => {
   let runId: string;
 
   it('asks for a token, keeps it in session storage, and shows the role', async () => {
-    await page.goto(`${f.server.url}/`);
-    await page.locator('input[name=token]').waitFor();
-    await screenshots(page, 'token');
+    await ui.page.goto(`${f.server.url}/`);
+    await ui.page.locator('input[name=token]').waitFor();
+    await screenshots(ui.page, 'token');
     await signIn('lf_not-a-real-token');
-    await page.locator('.token-form', { hasText: 'The server refused that token' }).waitFor();
+    await ui.page.locator('.token-form', { hasText: 'The server refused that token' }).waitFor();
     viewer = await token('viewer');
     await signIn(viewer);
-    await page.locator('[data-testid=role]', { hasText: 'role viewer' }).waitFor();
-    expect(await page.evaluate("sessionStorage.getItem('leoflow.token')")).toBe(viewer);
-    await page.reload();
-    await page.locator('[data-testid=role]', { hasText: 'role viewer' }).waitFor();
+    await ui.page.locator('[data-testid=role]', { hasText: 'role viewer' }).waitFor();
+    expect(await ui.page.evaluate("sessionStorage.getItem('leoflow.token')")).toBe(viewer);
+    await ui.page.reload();
+    await ui.page.locator('[data-testid=role]', { hasText: 'role viewer' }).waitFor();
   });
 
   it('a viewer cannot cancel: the buttons are disabled, and a forced call is refused', async () => {
     const { run } = await admin.workflow.triggerRun({ dagId: 'long_job' });
     runId = run!.runId;
-    await page.goto(`${f.server.url}/runs/${runId}`);
-    await page.locator('g.node[data-task="work"][data-state="running"]').waitFor({ timeout: 30_000 });
-    expect(await page.getByRole('button', { name: 'Cancel run' }).isDisabled()).toBe(true);
-    expect(await page.locator('tr[data-task-row="work"]').getByRole('button', { name: 'Cancel' }).isDisabled()).toBe(
+    await ui.page.goto(`${f.server.url}/runs/${runId}`);
+    await ui.page.locator('g.node[data-task="work"][data-state="running"]').waitFor({ timeout: 30_000 });
+    expect(await ui.page.getByRole('button', { name: 'Cancel run' }).isDisabled()).toBe(true);
+    expect(await ui.page.locator('tr[data-task-row="work"]').getByRole('button', { name: 'Cancel' }).isDisabled()).toBe(
       true,
     );
-    await screenshots(page, 'run-viewer');
-    const forced = await page.evaluate(
+    await screenshots(ui.page, 'run-viewer');
+    const forced = await ui.page.evaluate(
       async ({ id, secret }) => {
         const res = await fetch('/leoflow.v1.WorkflowService/CancelRun', {
           method: 'POST',
@@ -97,9 +90,9 @@ describe('the dashboard with tokens', () => {
     expect(forced.body.code).toBe('permission_denied');
     expect(forced.body.message).toContain('needs role operator');
     expect((await admin.workflow.getRun({ runId })).run!.state).toBe(2); // RUNNING still
-    await page.goto(`${f.server.url}/`);
-    expect(await page.getByRole('button', { name: 'Trigger…' }).isDisabled()).toBe(true);
-    expect(errors).toEqual([]);
+    await ui.page.goto(`${f.server.url}/`);
+    expect(await ui.page.getByRole('button', { name: 'Trigger…' }).isDisabled()).toBe(true);
+    expect(ui.errors).toEqual([]);
   });
 
   it('an operator cancels the running task from the page, after a confirmation, and its process ends', async () => {
@@ -110,34 +103,23 @@ describe('the dashboard with tokens', () => {
       return lines.find((l) => /started pid \d+/.test(l));
     });
     const pid = Number(/started pid (\d+)/.exec(log)![1]);
-    expect(() => process.kill(pid, 0)).not.toThrow();
-    await page.getByRole('button', { name: 'sign out' }).click();
+    expect(processGone(pid)).toBe(false);
+    await ui.page.getByRole('button', { name: 'sign out' }).click();
     await signIn(await token('operator'));
-    await page.locator('[data-testid=role]', { hasText: 'role operator' }).waitFor();
-    await page.goto(`${f.server.url}/runs/${runId}`);
-    const cancel = page.locator('tr[data-task-row="work"]').getByRole('button', { name: 'Cancel' });
+    await ui.page.locator('[data-testid=role]', { hasText: 'role operator' }).waitFor();
+    await ui.page.goto(`${f.server.url}/runs/${runId}`);
+    const cancel = ui.page.locator('tr[data-task-row="work"]').getByRole('button', { name: 'Cancel' });
     await cancel.waitFor();
     const asked: string[] = [];
-    page.once('dialog', (d) => {
+    ui.page.once('dialog', (d) => {
       asked.push(d.message());
       void d.accept();
     });
     await cancel.click();
-    await page.locator('g.node[data-task="work"][data-state="cancelled"]').waitFor({ timeout: 30_000 });
+    await ui.page.locator('g.node[data-task="work"][data-state="cancelled"]').waitFor({ timeout: 30_000 });
     expect(asked).toEqual(['Cancel task work?']);
-    await waitFor(
-      'the task process to end',
-      async () => {
-        try {
-          process.kill(pid, 0);
-          return false;
-        } catch {
-          return true;
-        }
-      },
-      15_000,
-    );
-    await screenshots(page, 'run-cancelled');
-    expect(errors).toEqual([]);
+    await processEnds(pid, 15_000, 'the task process to end');
+    await screenshots(ui.page, 'run-cancelled');
+    expect(ui.errors).toEqual([]);
   });
 });

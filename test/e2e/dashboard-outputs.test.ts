@@ -1,8 +1,8 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { launchBrowser, openPage, screenshots } from '../helpers/browser.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { screenshots } from '../helpers/browser.js';
+import { dashboardPageForFile } from '../helpers/dashboard-page.js';
 import { runEnds } from '../helpers/run-ends.js';
 import { serverForFile } from '../helpers/server-fixture.js';
 
@@ -13,19 +13,11 @@ import { serverForFile } from '../helpers/server-fixture.js';
 /** The task page's OUTPUT_SHOWN_CHARS (src/ui/components/task-outputs.tsx; that module needs a window). */
 const OUTPUT_SHOWN_CHARS = 8_192;
 const f = serverForFile({ tmpPrefix: 'leoflow-dashboard-outputs-' });
-let browser: Browser;
-let page: Page;
-let errors: string[];
+const ui = dashboardPageForFile();
 
 beforeAll(async () => {
-  browser = await launchBrowser();
-  ({ page, errors } = await openPage(browser));
-  await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: f.server.url });
+  await ui.page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: f.server.url });
 }, 60_000);
-
-afterAll(async () => {
-  await browser?.close();
-});
 
 describe('outputs on the task page', () => {
   it("shows every try's output, cut when long, and copies it whole", async () => {
@@ -52,21 +44,23 @@ describe('outputs on the task page', () => {
     await f.api.workflow.applyDag({ source, filename: 'outs.yaml' });
     const { run } = await f.api.workflow.triggerRun({ dagId: 'outs' });
     const runId = run!.runId;
-    await page.goto(`${f.server.url}/runs/${runId}/tasks/produce`);
+    await ui.page.goto(`${f.server.url}/runs/${runId}/tasks/produce`);
     expect(await runEnds(f.db.sql, runId, { timeoutMs: 30_000 })).toBe('success');
     // Both tries, newest first, appear without a reload as each ends.
-    await page.locator('[data-output-try="2"]').waitFor();
-    await page.locator('[data-output-try="1"]').waitFor();
-    const tries = await page
+    await ui.page.locator('[data-output-try="2"]').waitFor();
+    await ui.page.locator('[data-output-try="1"]').waitFor();
+    const tries = await ui.page
       .locator('[data-output-try]')
       .evaluateAll((els) => els.map((e) => e.getAttribute('data-output-try')));
     expect(tries).toEqual(['2', '1']);
-    expect(await page.locator('[data-output-try="1"] pre').textContent()).toBe('{\n  "try": 1,\n  "note": "first"\n}');
+    expect(await ui.page.locator('[data-output-try="1"] pre').textContent()).toBe(
+      '{\n  "try": 1,\n  "note": "first"\n}',
+    );
     // The long one is cut, and whole after "Show all".
-    const long = page.locator('[data-output-try="2"]');
+    const long = ui.page.locator('[data-output-try="2"]');
     expect((await long.locator('pre').textContent())!.length).toBe(OUTPUT_SHOWN_CHARS);
     await long.getByText(/The first 8\.0 KiB of \d+ KiB shown/).waitFor();
-    await screenshots(page, 'task-outputs');
+    await screenshots(ui.page, 'task-outputs');
     await long.getByRole('button', { name: 'Show all' }).click();
     const whole = JSON.parse((await long.locator('pre').textContent())!) as { rows: number[] };
     expect(whole.rows.length).toBe(3000);
@@ -74,9 +68,9 @@ describe('outputs on the task page', () => {
     await long.getByRole('button', { name: 'copy output of try 2' }).click();
     await long.getByRole('button', { name: 'copy output of try 2' }).getByText('copied').waitFor();
     // A string: this file is compiled without the DOM's types.
-    const copied = await page.evaluate('navigator.clipboard.readText()');
+    const copied = await ui.page.evaluate('navigator.clipboard.readText()');
     const stored = (await f.api.workflow.getTaskOutput({ runId, taskId: 'produce', tryNumber: 2 })).outputs[0]!;
     expect(copied).toBe(stored.json);
-    expect(errors).toEqual([]);
+    expect(ui.errors).toEqual([]);
   }, 90_000);
 });

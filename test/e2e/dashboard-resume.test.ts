@@ -1,6 +1,6 @@
-import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { launchBrowser, openPage, screenshots } from '../helpers/browser.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { openPage, screenshots } from '../helpers/browser.js';
+import { dashboardPageForFile } from '../helpers/dashboard-page.js';
 import { startServer, waitFor } from '../helpers/leoflow-process.js';
 import { serverForFile } from '../helpers/server-fixture.js';
 import { startTcpProxy } from '../helpers/tcp-proxy.js';
@@ -12,9 +12,7 @@ import { startTcpProxy } from '../helpers/tcp-proxy.js';
  */
 
 const f = serverForFile({ tmpPrefix: 'leoflow-dashboard-resume-', args: ['--tick-interval', '200ms'] });
-let browser: Browser;
-let page: Page;
-let errors: string[];
+const ui = dashboardPageForFile();
 
 const DAG = `dag_id: gap
 tasks:
@@ -27,13 +25,7 @@ tasks:
 
 beforeAll(async () => {
   await f.api.workflow.applyDag({ source: DAG, filename: 'gap.yaml' });
-  browser = await launchBrowser();
-  ({ page, errors } = await openPage(browser));
 }, 60_000);
-
-afterAll(async () => {
-  await browser?.close();
-});
 
 describe('the dashboard after a lost connection', () => {
   it('resumes its streams from the last event received and misses none', async () => {
@@ -43,9 +35,9 @@ describe('the dashboard after a lost connection', () => {
     try {
       const { run } = await f.api.workflow.triggerRun({ dagId: 'gap' });
       const runId = run!.runId;
-      await page.goto(`http://127.0.0.1:${port}/runs/${runId}/tasks/second`);
-      await page.getByText('No try has started yet.').waitFor();
-      await page.locator('.log .live').waitFor();
+      await ui.page.goto(`http://127.0.0.1:${port}/runs/${runId}/tasks/second`);
+      await ui.page.getByText('No try has started yet.').waitFor();
+      await ui.page.locator('.log .live').waitFor();
       // Gone: every connection cut, and no new one taken, while `second` runs and the run ends.
       await proxy.close();
       await waitFor(
@@ -53,21 +45,23 @@ describe('the dashboard after a lost connection', () => {
         async () => (await f.api.workflow.getRun({ runId })).run!.state === 3, // SUCCESS
         20_000,
       );
-      await page.locator('.log .error').waitFor();
+      await ui.page.locator('.log .error').waitFor();
       proxy = await startTcpProxy(target, { port });
       // Back: the try that started and ended meanwhile is told by the replayed events (the tries
       // table is built from events alone), and the log by the follow opened again.
-      const row = page.locator('[data-testid=tries] tbody tr');
+      const row = ui.page.locator('[data-testid=tries] tbody tr');
       await row.filter({ hasText: 'success' }).waitFor({ timeout: 20_000 });
       expect(await row.count()).toBe(1);
-      await page.locator('[data-testid=log] .line.stdout', { hasText: 'ran while the dashboard was away' }).waitFor();
-      expect(await page.locator('[data-testid=log] .line.stdout').count()).toBe(1);
-      await page.locator('h1 .badge', { hasText: 'success' }).waitFor();
-      expect(await page.locator('.log .error').count()).toBe(0);
-      await screenshots(page, 'task-resumed');
-      expect(errors).toEqual([]);
+      await ui.page
+        .locator('[data-testid=log] .line.stdout', { hasText: 'ran while the dashboard was away' })
+        .waitFor();
+      expect(await ui.page.locator('[data-testid=log] .line.stdout').count()).toBe(1);
+      await ui.page.locator('h1 .badge', { hasText: 'success' }).waitFor();
+      expect(await ui.page.locator('.log .error').count()).toBe(0);
+      await screenshots(ui.page, 'task-resumed');
+      expect(ui.errors).toEqual([]);
     } finally {
-      await page.close();
+      await ui.page.close();
       await proxy.close();
     }
   });
@@ -79,14 +73,14 @@ describe('the dashboard after a lost connection', () => {
     const home = { host: '127.0.0.1', port: Number(new URL(f.server.url).port) };
     let proxy = await startTcpProxy({ host: '127.0.0.1', port: Number(new URL(observer.url).port) });
     const port = proxy.port;
-    ({ page, errors } = await openPage(browser));
+    Object.assign(ui, await openPage(ui.browser));
     try {
       const { run } = await f.api.workflow.triggerRun({ dagId: 'gap' });
       const runId = run!.runId;
-      await page.goto(`http://127.0.0.1:${port}/runs/${runId}/tasks/second`);
+      await ui.page.goto(`http://127.0.0.1:${port}/runs/${runId}/tasks/second`);
       // An observer's page asks for no token on an open server (WhoAmI is a read it answers).
-      await page.getByText('No try has started yet.').waitFor();
-      await page.locator('.log .live').waitFor();
+      await ui.page.getByText('No try has started yet.').waitFor();
+      await ui.page.locator('.log .live').waitFor();
       // The serving replica goes (SIGTERM: it ends its streams) while `second` runs and the run ends.
       await observer.stop(10_000);
       await proxy.close();
@@ -96,17 +90,19 @@ describe('the dashboard after a lost connection', () => {
         20_000,
       );
       proxy = await startTcpProxy(home, { port });
-      const row = page.locator('[data-testid=tries] tbody tr');
+      const row = ui.page.locator('[data-testid=tries] tbody tr');
       await row.filter({ hasText: 'success' }).waitFor({ timeout: 20_000 });
       expect(await row.count()).toBe(1);
-      await page.locator('[data-testid=log] .line.stdout', { hasText: 'ran while the dashboard was away' }).waitFor();
-      expect(await page.locator('[data-testid=log] .line.stdout').count()).toBe(1);
-      await page.locator('h1 .badge', { hasText: 'success' }).waitFor();
+      await ui.page
+        .locator('[data-testid=log] .line.stdout', { hasText: 'ran while the dashboard was away' })
+        .waitFor();
+      expect(await ui.page.locator('[data-testid=log] .line.stdout').count()).toBe(1);
+      await ui.page.locator('h1 .badge', { hasText: 'success' }).waitFor();
       // The try's start and its end were both replayed (its duration needs the two), with no reload.
       expect(await row.locator('td').nth(3).textContent()).toMatch(/^\d+(\.\d)? m?s$/);
-      expect(errors).toEqual([]);
+      expect(ui.errors).toEqual([]);
     } finally {
-      await page.close();
+      await ui.page.close();
       await proxy.close();
       await observer.kill();
     }

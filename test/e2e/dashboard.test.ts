@@ -2,10 +2,10 @@ import { execFile } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import path from 'node:path';
-import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { TaskState } from '../../src/gen/leoflow/v1/types_pb.js';
-import { launchBrowser, openPage, screenshots } from '../helpers/browser.js';
+import { screenshots } from '../helpers/browser.js';
+import { dashboardPageForFile } from '../helpers/dashboard-page.js';
 import { httpGet } from '../helpers/http-get.js';
 import { waitFor } from '../helpers/leoflow-process.js';
 import { connectedAgent, serverForFile } from '../helpers/server-fixture.js';
@@ -20,9 +20,7 @@ import { wideDagSource } from '../helpers/wide-dag.js';
 
 const execFileP = promisify(execFile);
 const f = serverForFile({ tmpPrefix: 'leoflow-dashboard-', args: ['--tick-interval', '200ms'] });
-let browser: Browser;
-let page: Page;
-let errors: string[];
+const ui = dashboardPageForFile();
 
 const DAG = `dag_id: ui_demo
 description: A short chain for the dashboard's tests.
@@ -40,13 +38,7 @@ tasks:
 beforeAll(async () => {
   await writeFile(path.join(f.tmp, 'ui-demo.yaml'), DAG);
   await f.api.workflow.applyDag({ source: DAG, filename: 'ui-demo.yaml' });
-  browser = await launchBrowser();
-  ({ page, errors } = await openPage(browser));
 }, 60_000);
-
-afterAll(async () => {
-  await browser?.close();
-});
 
 describe('the dashboard', () => {
   it('is served on the API port: index.html for / and client routes, hashed assets cached long', async () => {
@@ -78,56 +70,56 @@ describe('the dashboard', () => {
   });
 
   it('triggers a run from the DAGs page and shows its graph turning green live', async () => {
-    await page.goto(`${f.server.url}/`);
-    await page.locator('[data-testid=role]').getByText('role admin').waitFor();
-    const row = page.locator('tr[data-dag="ui_demo"]');
+    await ui.page.goto(`${f.server.url}/`);
+    await ui.page.locator('[data-testid=role]').getByText('role admin').waitFor();
+    const row = ui.page.locator('tr[data-dag="ui_demo"]');
     await row.getByRole('button', { name: 'Trigger…' }).click();
-    const conf = page.locator('textarea[name=conf]');
+    const conf = ui.page.locator('textarea[name=conf]');
     await conf.fill('{"size": ');
-    await expect.poll(() => page.locator('.field-error').textContent()).toContain('JSON');
-    expect(await page.getByRole('button', { name: 'Trigger run' }).isDisabled()).toBe(true);
+    await expect.poll(() => ui.page.locator('.field-error').textContent()).toContain('JSON');
+    expect(await ui.page.getByRole('button', { name: 'Trigger run' }).isDisabled()).toBe(true);
     await conf.fill('[1, 2]');
-    await expect.poll(() => page.locator('.field-error').textContent()).toContain('must be a JSON object');
+    await expect.poll(() => ui.page.locator('.field-error').textContent()).toContain('must be a JSON object');
     await conf.fill('{"size": 3}');
-    await screenshots(page, 'dags-trigger');
-    await page.getByRole('button', { name: 'Trigger run' }).click();
-    await page.waitForURL(/\/runs\/\d+$/);
-    const node = (task: string) => page.locator(`g.node[data-task="${task}"]`);
+    await screenshots(ui.page, 'dags-trigger');
+    await ui.page.getByRole('button', { name: 'Trigger run' }).click();
+    await ui.page.waitForURL(/\/runs\/\d+$/);
+    const node = (task: string) => ui.page.locator(`g.node[data-task="${task}"]`);
     // Seen running, then succeeded, without a reload: the page follows WatchRun.
-    await node('extract').and(page.locator('[data-state="running"]')).waitFor();
-    await page.locator('td', { hasText: 'waiting for its upstream tasks to finish' }).first().waitFor();
-    await screenshots(page, 'run-live');
+    await node('extract').and(ui.page.locator('[data-state="running"]')).waitFor();
+    await ui.page.locator('td', { hasText: 'waiting for its upstream tasks to finish' }).first().waitFor();
+    await screenshots(ui.page, 'run-live');
     for (const t of ['extract', 'transform', 'load'])
-      await node(t).and(page.locator('[data-state="success"]')).waitFor();
-    await page.locator('h1 .badge', { hasText: 'success' }).waitFor();
+      await node(t).and(ui.page.locator('[data-state="success"]')).waitFor();
+    await ui.page.locator('h1 .badge', { hasText: 'success' }).waitFor();
     // The timeline: one bar per task, in the order they ran, each ending after it starts.
-    const bars = page.locator('.timeline .bar');
+    const bars = ui.page.locator('.timeline .bar');
     await waitFor('three bars', async () => (await bars.count()) === 3);
     const boxes = await Promise.all([0, 1, 2].map(async (i) => (await bars.nth(i).boundingBox())!));
     expect(boxes[0]!.x).toBeLessThan(boxes[1]!.x);
     expect(boxes[1]!.x).toBeLessThan(boxes[2]!.x);
-    await screenshots(page, 'run');
-    expect(errors).toEqual([]);
+    await screenshots(ui.page, 'run');
+    expect(ui.errors).toEqual([]);
   });
 
   it("follows a task's log as its lines arrive", async () => {
     const { run } = await f.api.workflow.triggerRun({ dagId: 'ui_demo' });
-    await page.goto(`${f.server.url}/runs/${run!.runId}/tasks/transform`);
-    const log = page.locator('[data-testid=log]');
+    await ui.page.goto(`${f.server.url}/runs/${run!.runId}/tasks/transform`);
+    const log = ui.page.locator('[data-testid=log]');
     await log.locator('.line.stdout', { hasText: 'first line' }).waitFor({ timeout: 20_000 });
     // The second line is written two seconds after the first: it must not be there yet.
     expect(await log.locator('.line.stdout').allTextContents()).toEqual(['1first line']);
-    await page.locator('.log .live').waitFor();
-    await screenshots(page, 'task-following');
+    await ui.page.locator('.log .live').waitFor();
+    await screenshots(ui.page, 'task-following');
     await log.locator('.line.stdout', { hasText: 'second line' }).waitFor({ timeout: 10_000 });
-    await page.locator('[data-testid=exit-code]', { hasText: '0' }).waitFor();
-    await page.locator('.log-head', { hasText: 'ended' }).waitFor();
-    const tries = page.locator('[data-testid=tries] tbody tr');
+    await ui.page.locator('[data-testid=exit-code]', { hasText: '0' }).waitFor();
+    await ui.page.locator('.log-head', { hasText: 'ended' }).waitFor();
+    const tries = ui.page.locator('[data-testid=tries] tbody tr');
     await tries.filter({ hasText: 'success' }).waitFor();
     expect(await tries.count()).toBe(1);
     expect(await tries.locator('td').nth(2).textContent()).toBe('0');
-    await screenshots(page, 'task');
-    expect(errors).toEqual([]);
+    await screenshots(ui.page, 'task');
+    expect(ui.errors).toEqual([]);
   });
 
   it('keeps a followed log at its end, stays put when scrolled up, and jumps to the end', async () => {
@@ -139,8 +131,8 @@ describe('the dashboard', () => {
     ].join('\n');
     await f.api.workflow.applyDag({ source, filename: 'chatty.yaml' });
     const { run } = await f.api.workflow.triggerRun({ dagId: 'chatty' });
-    await page.goto(`${f.server.url}/runs/${run!.runId}/tasks/talk`);
-    const log = page.locator('[data-testid=log]');
+    await ui.page.goto(`${f.server.url}/runs/${run!.runId}/tasks/talk`);
+    const log = ui.page.locator('[data-testid=log]');
     await log.locator('.line.stdout', { hasText: /^1120$/ }).waitFor({ timeout: 20_000 });
     const gapBelow = () => log.evaluate((el) => el.scrollHeight - el.scrollTop - el.clientHeight);
     // Following: the newest line is in view.
@@ -149,31 +141,31 @@ describe('the dashboard', () => {
     await log.evaluate((el) => {
       el.scrollTop = 0;
     });
-    const jump = page.getByRole('button', { name: 'Jump to end ↓' });
+    const jump = ui.page.getByRole('button', { name: 'Jump to end ↓' });
     await jump.waitFor();
     await log.locator('.line.stdout', { hasText: 'last line' }).waitFor({ timeout: 10_000 });
     expect(await log.evaluate((el) => el.scrollTop)).toBe(0);
     await jump.click();
     await waitFor('the log at its end again', async () => (await gapBelow()) < 2);
     await jump.waitFor({ state: 'detached' });
-    expect(errors).toEqual([]);
+    expect(ui.errors).toEqual([]);
   });
 
   it('shows the signal that killed a try, on the task page and in the API', async () => {
     const source = 'dag_id: killed\ntasks:\n  - id: self_kill\n    command: ["sh", "-c", "kill -KILL $$"]\n';
     await f.api.workflow.applyDag({ source, filename: 'killed.yaml' });
     const { run } = await f.api.workflow.triggerRun({ dagId: 'killed' });
-    await page.goto(`${f.server.url}/runs/${run!.runId}/tasks/self_kill`);
-    const tries = page.locator('[data-testid=tries] tbody tr');
+    await ui.page.goto(`${f.server.url}/runs/${run!.runId}/tasks/self_kill`);
+    const tries = ui.page.locator('[data-testid=tries] tbody tr');
     await tries.filter({ hasText: 'failed' }).waitFor({ timeout: 20_000 });
     expect(await tries.locator('[data-testid=try-exit]').textContent()).toBe('SIGKILL');
     const { taskInstances } = await f.api.workflow.listTaskInstances({ runId: run!.runId });
     expect(taskInstances[0]).toMatchObject({ state: TaskState.FAILED, signal: 'SIGKILL' });
     expect(taskInstances[0]!.exitCode).toBeUndefined();
     // The latest try's facts come from the API's TaskInstance (its signal field), not the events.
-    await page.locator('[data-testid=exit-code]', { hasText: 'killed by SIGKILL' }).waitFor();
-    await screenshots(page, 'task-killed');
-    expect(errors).toEqual([]);
+    await ui.page.locator('[data-testid=exit-code]', { hasText: 'killed by SIGKILL' }).waitFor();
+    await screenshots(ui.page, 'task-killed');
+    expect(ui.errors).toEqual([]);
   });
 
   it('approves a waiting approval task from the run page, and shows a missed deadline', async () => {
@@ -190,21 +182,21 @@ describe('the dashboard', () => {
     ].join('\n');
     await f.api.workflow.applyDag({ source, filename: 'gated.yaml' });
     const { run } = await f.api.workflow.triggerRun({ dagId: 'gated' });
-    await page.goto(`${f.server.url}/runs/${run!.runId}`);
-    const row = page.locator('tr[data-task-row="sign_off"]');
+    await ui.page.goto(`${f.server.url}/runs/${run!.runId}`);
+    const row = ui.page.locator('tr[data-task-row="sign_off"]');
     await row.getByText('waiting for an approval (role operator or above)').waitFor({ timeout: 20_000 });
     // The deadline passes while it waits: the page says so when the leader marks it.
-    await page.locator('[data-testid=deadline] .badge.s-missed').waitFor({ timeout: 20_000 });
+    await ui.page.locator('[data-testid=deadline] .badge.s-missed').waitFor({ timeout: 20_000 });
     const asked: string[] = [];
-    page.once('dialog', (d) => {
+    ui.page.once('dialog', (d) => {
       asked.push(d.message());
       void d.accept();
     });
     await row.getByRole('button', { name: 'Approve' }).click();
-    await page.locator('g.node[data-task="ship"][data-state="success"]').waitFor({ timeout: 20_000 });
+    await ui.page.locator('g.node[data-task="ship"][data-state="success"]').waitFor({ timeout: 20_000 });
     expect(asked).toEqual(['Approve task sign_off? It succeeds, and the run goes on.']);
-    await screenshots(page, 'run-approved');
-    expect(errors).toEqual([]);
+    await screenshots(ui.page, 'run-approved');
+    expect(ui.errors).toEqual([]);
   });
 
   it('draws a run of 500 tasks on first load within a second or two', async () => {
@@ -213,57 +205,57 @@ describe('the dashboard', () => {
     await f.api.workflow.pauseDag({ dagId: 'wide', paused: true });
     const { run } = await f.api.workflow.triggerRun({ dagId: 'wide' });
     const started = Date.now();
-    await page.goto(`${f.server.url}/runs/${run!.runId}`);
-    await waitFor('500 tasks drawn', async () => (await page.locator('g.node').count()) === 500, 10_000, 20);
+    await ui.page.goto(`${f.server.url}/runs/${run!.runId}`);
+    await waitFor('500 tasks drawn', async () => (await ui.page.locator('g.node').count()) === 500, 10_000, 20);
     const ms = Date.now() - started;
     console.log(`a run of 500 tasks drawn in ${ms} ms`);
     // Under a second on an idle machine; the bound leaves room for a busy shared one.
     expect(ms).toBeLessThan(2_500);
-    await page.locator('td', { hasText: 'the DAG is paused' }).first().waitFor();
-    await screenshots(page, 'run-500');
+    await ui.page.locator('td', { hasText: 'the DAG is paused' }).first().waitFor();
+    await screenshots(ui.page, 'run-500');
     await f.api.workflow.cancelRun({ runId: run!.runId });
   });
 
   it('lists runs with filters, live; shows the fleet and drains an agent', async () => {
-    await page.goto(`${f.server.url}/runs?dag=ui_demo`);
-    await page.locator('tr[data-run]').first().waitFor();
-    const before = await page.locator('tr[data-run]').count();
+    await ui.page.goto(`${f.server.url}/runs?dag=ui_demo`);
+    await ui.page.locator('tr[data-run]').first().waitFor();
+    const before = await ui.page.locator('tr[data-run]').count();
     const { run } = await f.api.workflow.triggerRun({ dagId: 'ui_demo' });
     // A new run appears without a reload, then ends as success.
-    const row = page.locator(`tr[data-run="${run!.runId}"]`);
+    const row = ui.page.locator(`tr[data-run="${run!.runId}"]`);
     await row.waitFor();
-    expect(await page.locator('tr[data-run]').count()).toBe(before + 1);
+    expect(await ui.page.locator('tr[data-run]').count()).toBe(before + 1);
     await row.locator('.badge', { hasText: 'success' }).waitFor({ timeout: 20_000 });
-    await screenshots(page, 'runs');
-    await page.goto(`${f.server.url}/runs?dag=ui_demo&state=failed`);
-    await page.getByText('No runs.').waitFor();
+    await screenshots(ui.page, 'runs');
+    await ui.page.goto(`${f.server.url}/runs?dag=ui_demo&state=failed`);
+    await ui.page.getByText('No runs.').waitFor();
     const agent = await connectedAgent(f, 'ui-agent-1', {
       args: ['--labels', 'zone=a,gpu=none', '--capabilities', 'docker,cuda', '--slots', '2'],
     });
     try {
-      await page.goto(`${f.server.url}/fleet`);
-      await page.locator('.badge', { hasText: 'leader' }).waitFor();
-      const row = page.locator('tr[data-agent="ui-agent-1"]');
+      await ui.page.goto(`${f.server.url}/fleet`);
+      await ui.page.locator('.badge', { hasText: 'leader' }).waitFor();
+      const row = ui.page.locator('tr[data-agent="ui-agent-1"]');
       await row.locator('.badge', { hasText: 'healthy' }).waitFor();
       expect(await row.textContent()).toContain('zone=a');
       await row.locator('[data-capability=cuda]').waitFor();
       // The replica's queue depth and each health check, with its result.
-      expect(await page.getByTestId('queue-depth').textContent()).toMatch(/^\d+ of \d+ in the dispatch queue$/);
-      await page.locator('[data-check="ready/database"] .badge', { hasText: 'ok' }).waitFor();
-      expect(await page.locator('[data-check^="live/"]').count()).toBeGreaterThan(0);
+      expect(await ui.page.getByTestId('queue-depth').textContent()).toMatch(/^\d+ of \d+ in the dispatch queue$/);
+      await ui.page.locator('[data-check="ready/database"] .badge', { hasText: 'ok' }).waitFor();
+      expect(await ui.page.locator('[data-check^="live/"]').count()).toBeGreaterThan(0);
       await row.getByRole('button', { name: 'Drain' }).click();
       await row.locator('.badge', { hasText: 'draining' }).waitFor();
       const listed = await f.api.cluster.listAgents({});
       expect(listed.agents.find((a) => a.agentId === 'ui-agent-1')?.draining).toBe(true);
-      await screenshots(page, 'fleet');
+      await screenshots(ui.page, 'fleet');
       await row.getByRole('button', { name: 'Undrain' }).click();
       await waitFor('undrained', async () => !(await row.textContent())?.includes('draining'));
     } finally {
       await agent.stop(5_000);
     }
-    await page.goto(`${f.server.url}/`);
-    await waitFor('strip of three runs', async () => (await page.locator('.strip .cell').count()) >= 3);
-    await screenshots(page, 'dags');
-    expect(errors).toEqual([]);
+    await ui.page.goto(`${f.server.url}/`);
+    await waitFor('strip of three runs', async () => (await ui.page.locator('.strip .cell').count()) >= 3);
+    await screenshots(ui.page, 'dags');
+    expect(ui.errors).toEqual([]);
   });
 });

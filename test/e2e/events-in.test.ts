@@ -3,6 +3,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
 import { cli, waitFor } from '../helpers/leoflow-process.js';
 import { serverForFile } from '../helpers/server-fixture.js';
+import { runEndsByApi } from '../helpers/api-run-ends.js';
 
 /**
  * Events in, on Lite with its defaults: SendEvent starts a run of each DAG whose trigger matches,
@@ -70,14 +71,7 @@ describe('SendEvent', () => {
       expect(JSON.parse(r.confJson)).toEqual(payload);
     }
     const raw = res.runs.find((r) => r.dagId === 'on-raw')!;
-    const done = await waitFor(
-      'the triggered run to end',
-      async () => {
-        const run = (await f.api.workflow.getRun({ runId: raw.runId })).run!;
-        return run.state === RunState.SUCCESS || run.state === RunState.FAILED ? run : null;
-      },
-      30_000,
-    );
+    const done = await runEndsByApi(f.api, raw.runId, 'the triggered run to end');
     expect(done.state).toBe(RunState.SUCCESS);
     // Byte for byte as JSON, and nothing in it ran ($(…) stays text).
     const logs = await cli(f.server.url, ['logs', raw.runId]);

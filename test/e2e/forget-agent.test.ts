@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { writeFile } from 'node:fs/promises';
-import path from 'node:path';
+
 import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -11,6 +10,7 @@ import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { AsyncInbox, type AgentMessage } from '../helpers/scripted-agent.js';
 import { serverForFile } from '../helpers/server-fixture.js';
 import { createTestDatabase } from '../helpers/test-database.js';
+import { applyDag } from '../helpers/applied-dag.js';
 
 /**
  * Forgetting agents against the real server: `leoflow agents forget` and ForgetAgent (each
@@ -28,12 +28,11 @@ const f = serverForFile({
 beforeAll(async () => {
   // Connected: kept alive within 3 × 300 ms. The heartbeat threshold is long, so an attempt of a
   // gone agent stays running for the test (the reaper would end it as lost).
-  const file = path.join(f.tmp, 'forget.yaml');
-  await writeFile(
-    file,
+  await applyDag(
+    f.server.url,
+    f.tmp,
     'dag_id: forget\ntasks:\n  - id: train\n    executor: agents\n    command: [sleep, "60"]\n    placement: { labels: { pool: forget } }\n',
   );
-  expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
 });
 
 /** A scripted agent that says Hello and keeps alive every 150 ms until closed. */

@@ -1,9 +1,9 @@
 import { toBinary } from '@bufbuild/protobuf';
 import { Code, ConnectError } from '@connectrpc/connect';
-import { writeFile } from 'node:fs/promises';
-import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { applyDag } from '../helpers/applied-dag.js';
 import { launchBrowser, openPage } from '../helpers/browser.js';
+import { mapDag } from '../helpers/map-dag.js';
 import { GetRunResponseSchema } from '../../src/gen/leoflow/v1/workflow_pb.js';
 import { cli, waitFor } from '../helpers/leoflow-process.js';
 import { runEnds } from '../helpers/run-ends.js';
@@ -26,27 +26,8 @@ afterAll(async () => {
 });
 
 async function mapRun(dagId: string, n: number, each: string): Promise<string> {
-  const file = path.join(f.tmp, `${dagId}.yaml`);
   const gen = `seq 0 $((${n} - 1)) | paste -sd, - | sed 's/^/{"items":[/; s/$/]}/' > "$LEOFLOW_OUTPUT"`;
-  await writeFile(
-    file,
-    [
-      `dag_id: ${dagId}`,
-      'tasks:',
-      '  - id: gen',
-      `    command: ${JSON.stringify(gen)}`,
-      '  - id: each',
-      `    command: ${JSON.stringify(each)}`,
-      '    depends_on: [gen]',
-      '    map: { over: gen.items }',
-      '  - id: collect',
-      '    command: "true"',
-      '    depends_on: [each]',
-      '',
-    ].join('\n'),
-  );
-  const applied = await cli(f.server.url, ['dag', 'apply', file]);
-  expect(applied.code, applied.stderr).toBe(0);
+  await applyDag(f.server.url, f.tmp, mapDag({ dagId, gen, each, collect: 'true' }));
   return (await f.api.workflow.triggerRun({ dagId })).run!.runId;
 }
 

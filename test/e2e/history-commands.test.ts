@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cli, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { bulkPastRuns } from '../helpers/history-fixtures.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { processEnds } from '../helpers/process-gone.js';
 
 /**
  * `leoflow db clean`, `leoflow dag delete` and the retention setting, end to end: the real server
@@ -375,18 +376,7 @@ describe('leoflow dag delete', () => {
     expect(out.removed.events).toBeGreaterThanOrEqual(doomedBefore.events + 1);
     expect(out.removed.task_logs).toBeGreaterThanOrEqual(2);
     // The task it was running is stopped, not left behind.
-    await waitFor(
-      `pid ${hanging} to be gone`,
-      async () => {
-        try {
-          process.kill(hanging, 0);
-          return false;
-        } catch {
-          return true;
-        }
-      },
-      10_000,
-    );
+    await processEnds(hanging, 10_000, `pid ${hanging} to be gone`);
     expect(await historyOf('doomed')).toEqual({ runs: 0, tis: 0, events: 0, logs: 0, dagEvents: 0 });
     expect(await leftOf([finishedRun], tiIds)).toBe(0);
     expect((await db.sql`select 1 from dags where dag_id = 'doomed'`).length).toBe(0);

@@ -1,13 +1,13 @@
 import { randomUUID } from 'node:crypto';
-import { writeFile } from 'node:fs/promises';
-import path from 'node:path';
+
 import { beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { AttemptOutcome, ProtocolVersion, type ConnectResponse } from '../../src/gen/leoflow/v1/agent_pb.js';
 import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
-import { cli, waitFor } from '../helpers/leoflow-process.js';
+import { waitFor } from '../helpers/leoflow-process.js';
 import { scriptedAgent } from '../helpers/scripted-agent.js';
 import { serverForFile } from '../helpers/server-fixture.js';
+import { applyDag } from '../helpers/applied-dag.js';
 
 /**
  * The control plane does not only trust agents to enforce timeouts. A hand-written agent takes an
@@ -38,22 +38,16 @@ const f = serverForFile({
 });
 
 beforeAll(async () => {
-  const file = path.join(f.tmp, 'slow.yaml');
-  await writeFile(
-    file,
-    [
-      'dag_id: slow',
-      'tasks:',
-      '  - id: work',
-      '    executor: agents',
-      '    command: [sleep, "3600"]',
-      `    timeout: ${TIMEOUT_MS}ms`,
-      '    retries: 1',
-      '    retry_delay: 100ms',
-      '',
-    ].join('\n'),
-  );
-  expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
+  await applyDag(f.server.url, f.tmp, [
+    'dag_id: slow',
+    'tasks:',
+    '  - id: work',
+    '    executor: agents',
+    '    command: [sleep, "3600"]',
+    `    timeout: ${TIMEOUT_MS}ms`,
+    '    retries: 1',
+    '    retry_delay: 100ms',
+  ]);
 });
 
 /** The next message of `case`, skipping others. */

@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LABEL } from '../../src/core/pod-identity.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
+import { applyAndTrigger as applyDagAndTrigger, applyDag, triggerByCli } from '../helpers/applied-dag.js';
 import { freePort } from '../helpers/global-setup.js';
 import { BIN, cli, runCommand, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { metricSum, scrapeMetrics } from '../helpers/scrape-metrics.js';
@@ -52,24 +53,33 @@ async function startPro(extra: string[] = [], env: Record<string, string | undef
   });
 }
 
-async function apply(name: string, yaml: string): Promise<void> {
-  const file = path.join(tmp, `${name}.yaml`);
-  await writeFile(file, yaml);
-  const r = await cli(server.url, ['dag', 'apply', file]);
-  expect(r.code, r.stderr).toBe(0);
+/** Stops the file's server and starts another with these flags: later tests run on it. */
+async function restartPro(extra: string[], env: Record<string, string | undefined> = {}): Promise<void> {
+  await server.stop();
+  server = await startPro(extra, env);
 }
 
-async function trigger(dagId: string): Promise<string> {
-  const r = await cli(server.url, ['run', 'trigger', dagId, '--output', 'json']);
-  expect(r.code, r.stderr).toBe(0);
-  return String((JSON.parse(r.stdout) as { run_id: string }).run_id);
-}
+const apply = (yaml: string) => applyDag(server.url, tmp, yaml);
+const trigger = (dagId: string) => triggerByCli(server.url, dagId);
+const applyAndTrigger = (yaml: string) => applyDagAndTrigger(server.url, tmp, yaml);
 
 async function tiOf(runId: string): Promise<Ti> {
   const [t] = await db.sql<Ti[]>`
     select t.id, t.state, t.try_number, t.error, t.pending_reason, r.dag_id, t.run_id, t.task_id
     from task_instances t join dag_runs r on r.id = t.run_id where t.run_id = ${runId}`;
   return t!;
+}
+
+/** The run's task instance once it is in `state`. */
+async function tiIn(runId: string, state: string, timeoutMs: number, what: string): Promise<Ti> {
+  return waitFor(
+    what,
+    async () => {
+      const t = await tiOf(runId);
+      return t.state === state ? t : null;
+    },
+    timeoutMs,
+  );
 }
 
 async function ended(runId: string, timeoutMs = 30_000): Promise<Ti> {
@@ -109,11 +119,9 @@ describe('the kubernetes executor against the fake API server', () => {
     'runs a task in its pod: one create, the agent inside reports it, the succeeded pod is removed',
     { timeout: 60_000 },
     async () => {
-      await apply(
-        'hello',
+      const runId = await applyAndTrigger(
         'dag_id: hello\ntasks:\n  - id: say\n    command: ["sh", "-c", "echo hello from $LEOFLOW_TASK_ID"]\n',
       );
-      const runId = await trigger('hello');
       const t = await ended(runId);
       expect(t).toMatchObject({ state: 'success', try_number: 1 });
       expect(kube.createCount(NS, podOf(t))).toBe(1);
@@ -135,11 +143,9 @@ describe('the kubernetes executor against the fake API server', () => {
     "fails an attempt whose image cannot be pulled at once, with the pod's reason, and retries it",
     { timeout: 60_000 },
     async () => {
-      await apply(
-        'pull',
+      const runId = await applyAndTrigger(
         'dag_id: pull\ntasks:\n  - id: p\n    command: ["true"]\n    retries: 1\n    retry_delay: 1s\n    kubernetes: { image: registry.example/nonexistent:1 }\n',
       );
-      const runId = await trigger('pull');
       const t = await ended(runId);
       expect(t.state).toBe('failed');
       expect(t.try_number).toBe(2);
@@ -156,11 +162,9 @@ describe('the kubernetes executor against the fake API server', () => {
     'says why a pod is pending, then fails it unschedulable past --pod-pending-timeout',
     { timeout: 60_000 },
     async () => {
-      await apply(
-        'big',
+      const runId = await applyAndTrigger(
         'dag_id: big\ntasks:\n  - id: b\n    command: ["true"]\n    kubernetes: { resources: { requests: { cpu: "64" } } }\n',
       );
-      const runId = await trigger('big');
       const pending = await waitFor(
         "the pod's pending reason",
         async () => {
@@ -183,11 +187,9 @@ describe('the kubernetes executor against the fake API server', () => {
     'fails an attempt whose create the API server refuses, once per try, never in a loop',
     { timeout: 60_000 },
     async () => {
-      await apply(
-        'nowhere',
+      const runId = await applyAndTrigger(
         'dag_id: nowhere\ntasks:\n  - id: n\n    command: ["true"]\n    retries: 1\n    retry_delay: 1s\n    kubernetes: { namespace: missing }\n',
       );
-      const runId = await trigger('nowhere');
       const t = await ended(runId);
       expect(t.state).toBe('failed');
       expect(t.error).toMatch(/^POD_CREATE_REFUSED:404 NotFound: namespaces "missing" not found/);
@@ -200,7 +202,7 @@ describe('the kubernetes executor against the fake API server', () => {
     'retries a create refused with 429 after its Retry-After, and creates the pod once',
     { timeout: 60_000 },
     async () => {
-      await apply('busy', 'dag_id: busy\ntasks:\n  - id: x\n    command: ["true"]\n');
+      await apply('dag_id: busy\ntasks:\n  - id: x\n    command: ["true"]\n');
       kube.failNext({ verb: 'create', namespace: NS, status: 429, retryAfterSeconds: 1 });
       const started = Date.now();
       const runId = await trigger('busy');
@@ -217,19 +219,10 @@ describe('the kubernetes executor against the fake API server', () => {
     'ends an attempt whose pod is deleted from outside as lost at once, and retries it',
     { timeout: 60_000 },
     async () => {
-      await apply(
-        'doomed',
+      const runId = await applyAndTrigger(
         'dag_id: doomed\ntasks:\n  - id: d\n    command: ["sh", "-c", "[ \\"$LEOFLOW_TRY_NUMBER\\" = 1 ] && sleep 60; echo try $LEOFLOW_TRY_NUMBER"]\n    retries: 1\n    retry_delay: 1s\n',
       );
-      const runId = await trigger('doomed');
-      const first = await waitFor(
-        'try 1 running',
-        async () => {
-          const t = await tiOf(runId);
-          return t.state === 'running' ? t : null;
-        },
-        20_000,
-      );
+      const first = await tiIn(runId, 'running', 20_000, 'try 1 running');
       const at = Date.now();
       kube.deleteFromOutside(NS, podOf(first));
       const lost = await waitFor(
@@ -250,16 +243,8 @@ describe('the kubernetes executor against the fake API server', () => {
   );
 
   it('deletes the pod of a cancelled attempt', { timeout: 60_000 }, async () => {
-    await apply('long', 'dag_id: long\ntasks:\n  - id: l\n    command: ["sleep", "60"]\n');
-    const runId = await trigger('long');
-    const t = await waitFor(
-      'running',
-      async () => {
-        const x = await tiOf(runId);
-        return x.state === 'running' ? x : null;
-      },
-      20_000,
-    );
+    const runId = await applyAndTrigger('dag_id: long\ntasks:\n  - id: l\n    command: ["sleep", "60"]\n');
+    const t = await tiIn(runId, 'running', 20_000, 'running');
     const r = await cli(server.url, ['run', 'cancel', runId]);
     expect(r.code, r.stderr).toBe(0);
     await waitFor('the pod gone', async () => kube.pod(NS, podOf(t)) === undefined, 15_000);
@@ -267,8 +252,9 @@ describe('the kubernetes executor against the fake API server', () => {
   });
 
   it('ends an attempt past its timeout and removes its pod', { timeout: 60_000 }, async () => {
-    await apply('slow', 'dag_id: slow\ntasks:\n  - id: s\n    command: ["sleep", "60"]\n    timeout: 2s\n');
-    const runId = await trigger('slow');
+    const runId = await applyAndTrigger(
+      'dag_id: slow\ntasks:\n  - id: s\n    command: ["sleep", "60"]\n    timeout: 2s\n',
+    );
     const t = await ended(runId);
     expect(t.state).toBe('failed');
     expect(t.error).toMatch(/timed out/);
@@ -287,19 +273,10 @@ describe('the kubernetes executor against the fake API server', () => {
     'after a SIGKILL, the next server adopts the running pod: the run finishes with one pod',
     { timeout: 90_000 },
     async () => {
-      await apply(
-        'survive',
+      const runId = await applyAndTrigger(
         'dag_id: survive\ntasks:\n  - id: s\n    command: ["sh", "-c", "sleep 4; echo survived"]\n',
       );
-      const runId = await trigger('survive');
-      const t = await waitFor(
-        'running',
-        async () => {
-          const x = await tiOf(runId);
-          return x.state === 'running' ? x : null;
-        },
-        20_000,
-      );
+      const t = await tiIn(runId, 'running', 20_000, 'running');
       await server.kill();
       server = await startPro();
       const done = await ended(runId, 60_000);
@@ -313,19 +290,10 @@ describe('the kubernetes executor against the fake API server', () => {
     { timeout: 60_000 },
     async () => {
       // A task waiting for an agent that does not exist: scheduled, no attempt.
-      await apply(
-        'waits',
+      const runId = await applyAndTrigger(
         'dag_id: waits\ntasks:\n  - id: w\n    command: ["true"]\n    executor: agents\n    placement: { labels: { nowhere: "yes" } }\n',
       );
-      const runId = await trigger('waits');
-      const t = await waitFor(
-        'scheduled',
-        async () => {
-          const x = await tiOf(runId);
-          return x.state === 'scheduled' ? x : null;
-        },
-        20_000,
-      );
+      const t = await tiIn(runId, 'scheduled', 20_000, 'scheduled');
       const once = (env: Record<string, string>, extra: string[] = []) =>
         runCommand(
           process.execPath,
@@ -363,19 +331,10 @@ describe('the kubernetes executor against the fake API server', () => {
       const value = `kube-secret-${randomUUID()}`;
       kube.setSecret(NS, 'task-secret', { token: value });
       const out = path.join(tmp, 'kube-secret.out');
-      await apply(
-        'kubesecret',
+      const runId = await applyAndTrigger(
         `dag_id: kubesecret\ntasks:\n  - id: k\n    command: ["sh", "-c", "printf %s \\"$TOKEN\\" > ${out}; echo wrote it; sleep 2"]\n    env:\n      TOKEN: { secret: { kubernetes: { name: task-secret, key: token } } }\n`,
       );
-      const runId = await trigger('kubesecret');
-      const running = await waitFor(
-        'running',
-        async () => {
-          const x = await tiOf(runId);
-          return x.state === 'running' ? x : null;
-        },
-        30_000,
-      );
+      const running = await tiIn(runId, 'running', 30_000, 'running');
       const posted = kube.pod(NS, podOf(running));
       const t = await ended(runId);
       expect(t.state, t.error ?? '').toBe('success');
@@ -397,11 +356,10 @@ describe('the kubernetes executor against the fake API server', () => {
     "fails an attempt whose Kubernetes Secret is missing at once, with the pod's reason naming the Secret",
     { timeout: 60_000 },
     async () => {
-      await apply(
-        'nosecret',
+      const runId = await applyAndTrigger(
         'dag_id: nosecret\ntasks:\n  - id: n\n    command: ["true"]\n    env:\n      TOKEN: { secret: { kubernetes: { name: absent-secret, key: token } } }\n',
       );
-      const t = await ended(await trigger('nosecret'));
+      const t = await ended(runId);
       expect(t.state).toBe('failed');
       expect(t.error).toBe('POD_CANNOT_START:CreateContainerConfigError:secret "absent-secret" not found');
     },
@@ -413,18 +371,9 @@ describe('the kubernetes executor against the fake API server', () => {
     async () => {
       const token = randomUUID();
       kube.setSecret(NS, 'leoflow-agent', { 'agent-token': token });
-      await server.stop();
-      server = await startPro(['--agent-token', token, '--pod-agent-token-secret', 'leoflow-agent']);
-      await apply('tokened', 'dag_id: tokened\ntasks:\n  - id: t\n    command: ["sleep", "2"]\n');
-      const runId = await trigger('tokened');
-      const t = await waitFor(
-        'running: its agent got in with the token',
-        async () => {
-          const x = await tiOf(runId);
-          return x.state === 'running' ? x : null;
-        },
-        30_000,
-      );
+      await restartPro(['--agent-token', token, '--pod-agent-token-secret', 'leoflow-agent']);
+      const runId = await applyAndTrigger('dag_id: tokened\ntasks:\n  - id: t\n    command: ["sleep", "2"]\n');
+      const t = await tiIn(runId, 'running', 30_000, 'running: its agent got in with the token');
       const pod = kube.pod(NS, podOf(t));
       expect(pod.spec.containers[0].env).toContainEqual({
         name: 'LEOFLOW_AGENT_TOKEN',
@@ -440,18 +389,9 @@ describe('the kubernetes executor against the fake API server', () => {
     { timeout: 90_000 },
     async () => {
       const token = randomUUID();
-      await server.stop();
-      server = await startPro(['--agent-token', token]);
-      await apply('plain', 'dag_id: plain\ntasks:\n  - id: t\n    command: ["sleep", "1"]\n');
-      const runId = await trigger('plain');
-      const t = await waitFor(
-        'running: its agent got in',
-        async () => {
-          const x = await tiOf(runId);
-          return x.state === 'running' ? x : null;
-        },
-        30_000,
-      );
+      await restartPro(['--agent-token', token]);
+      const runId = await applyAndTrigger('dag_id: plain\ntasks:\n  - id: t\n    command: ["sleep", "1"]\n');
+      const t = await tiIn(runId, 'running', 30_000, 'running: its agent got in');
       const pod = kube.pod(NS, podOf(t));
       expect(JSON.stringify(pod)).not.toContain(token);
       expect(pod.spec.containers[0].env.map((e: { name: string }) => e.name)).not.toContain('LEOFLOW_AGENT_TOKEN');
@@ -464,24 +404,15 @@ describe('the kubernetes executor against the fake API server', () => {
     { timeout: 90_000 },
     async () => {
       const admin = `lf_${randomUUID()}${randomUUID()}`;
-      await server.stop();
       // Auth on (no --insecure), no agent credential at all: only the attempt's token in the pod.
-      server = await startPro(['--bootstrap-admin-token', admin], {
+      await restartPro(['--bootstrap-admin-token', admin], {
         LEOFLOW_INSECURE: undefined,
         LEOFLOW_AGENT_TOKEN: undefined,
       });
       process.env.LEOFLOW_TOKEN = admin;
       try {
-        await apply('authed', 'dag_id: authed\ntasks:\n  - id: t\n    command: ["sleep", "1"]\n');
-        const runId = await trigger('authed');
-        const t = await waitFor(
-          "running: its pod's agent got in",
-          async () => {
-            const x = await tiOf(runId);
-            return x.state === 'running' ? x : null;
-          },
-          30_000,
-        );
+        const runId = await applyAndTrigger('dag_id: authed\ntasks:\n  - id: t\n    command: ["sleep", "1"]\n');
+        const t = await tiIn(runId, 'running', 30_000, "running: its pod's agent got in");
         const pod = kube.pod(NS, podOf(t));
         expect(pod.spec.containers[0].env.map((e: { name: string }) => e.name)).toEqual(['LEOFLOW_ATTEMPT_TOKEN']);
         // Another process claiming that pod's name with a made-up attempt token is refused at Hello.

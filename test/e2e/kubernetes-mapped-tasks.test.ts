@@ -1,9 +1,7 @@
-import { writeFile } from 'node:fs/promises';
-import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { applyDag, expectRunSucceeds } from '../helpers/applied-dag.js';
 import { proServerForFile } from '../helpers/fake-kube/pro-server-for-file.js';
-import { cli } from '../helpers/leoflow-process.js';
-import { runEnds } from '../helpers/run-ends.js';
+import { echoMap, expectCollectedInItemOrder, mapDag } from '../helpers/map-dag.js';
 
 /**
  * `map:` on the kubernetes executor (fake API server): each mapped instance runs in a pod of its
@@ -14,35 +12,19 @@ const NS = 'leoflow';
 const f = proServerForFile({ namespace: NS, tmpPrefix: 'leoflow-kube-map-', args: ['--kill-grace', '2s'] });
 
 const ITEMS = ['a', { k: 'v $(touch PWNED) "q"' }, [1, 2], null];
-const GEN = `printf '%s' '${JSON.stringify({ items: ITEMS })}' > "$LEOFLOW_OUTPUT"`;
-const EACH = `printf '{"i": %s, "item": %s}' "$LEOFLOW_MAP_INDEX" "$LEOFLOW_MAP_ITEM" > "$LEOFLOW_OUTPUT"`;
 
 describe('mapped tasks on the kubernetes executor', () => {
   it('runs a pod per item with its item, and hands the downstream pod their outputs in item order', async () => {
-    const file = path.join(f.tmp, 'kube-map.yaml');
-    await writeFile(
-      file,
-      [
-        'dag_id: kube_map',
-        'tasks:',
-        '  - id: gen',
-        `    command: ["sh", "-c", ${JSON.stringify(GEN)}]`,
-        '  - id: each',
-        '    depends_on: [gen]',
-        '    map: { over: gen.items }',
-        `    command: ["sh", "-c", ${JSON.stringify(EACH)}]`,
-        '  - id: collect',
-        '    depends_on: [each]',
-        '    command: ["sh", "-c", "cp \\"$LEOFLOW_INPUTS\\" \\"$LEOFLOW_OUTPUT\\""]',
-        '',
-      ].join('\n'),
+    await applyDag(
+      f.server.url,
+      f.tmp,
+      mapDag({
+        dagId: 'kube_map',
+        ...echoMap(ITEMS),
+      }),
     );
-    const applied = await cli(f.server.url, ['dag', 'apply', file]);
-    expect(applied.code, applied.stderr + applied.stdout).toBe(0);
     const runId = (await f.api.workflow.triggerRun({ dagId: 'kube_map' })).run!.runId;
-    const ended = await runEnds(f.db.sql, runId, { timeoutMs: 90_000 });
-    const tis = await f.db.sql`select task_id, state, error from task_instances where run_id = ${runId}`;
-    expect(ended, JSON.stringify(tis)).toBe('success');
+    await expectRunSucceeds(f.db.sql, runId, 90_000);
 
     const mapped = await f.db.sql<{ task_id: string; state: string }[]>`
       select task_id, state from task_instances where run_id = ${runId} and map_parent is not null order by map_index`;
@@ -51,7 +33,6 @@ describe('mapped tasks on the kubernetes executor', () => {
       const out = await f.api.workflow.getTaskOutput({ runId, taskId: `each[${i}]` });
       expect(out.outputs.map((o) => JSON.parse(o.json))).toEqual([{ i, item }]);
     }
-    const collected = await f.api.workflow.getTaskOutput({ runId, taskId: 'collect' });
-    expect(JSON.parse(collected.outputs[0]!.json)).toEqual({ each: ITEMS.map((item, i) => ({ i, item })) });
+    await expectCollectedInItemOrder(f.api, runId, ITEMS);
   }, 120_000);
 });

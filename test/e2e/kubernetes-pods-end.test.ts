@@ -1,9 +1,8 @@
-import { writeFile } from 'node:fs/promises';
-import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { LABEL } from '../../src/core/pod-identity.js';
+import { applyDag, triggerByCli } from '../helpers/applied-dag.js';
 import { proServerForFile } from '../helpers/fake-kube/pro-server-for-file.js';
-import { cli, waitFor } from '../helpers/leoflow-process.js';
+import { waitFor } from '../helpers/leoflow-process.js';
 
 /**
  * Pods end with their attempts, with the Pro edition's defaults (only what the shipped manifests
@@ -20,12 +19,8 @@ describe('pods end with their attempts', () => {
     'fails an attempt whose agent never connects, with the pod’s last lines, and deletes its pod',
     { timeout: 150_000 },
     async () => {
-      const file = path.join(f.tmp, 'unreachable.yaml');
-      await writeFile(file, 'dag_id: unreachable\ntasks:\n  - id: t\n    command: ["true"]\n');
-      expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
-      const r = await cli(f.server.url, ['run', 'trigger', 'unreachable', '--output', 'json']);
-      expect(r.code, r.stderr).toBe(0);
-      const runId = String((JSON.parse(r.stdout) as { run_id: string }).run_id);
+      await applyDag(f.server.url, f.tmp, 'dag_id: unreachable\ntasks:\n  - id: t\n    command: ["true"]\n');
+      const runId = await triggerByCli(f.server.url, 'unreachable');
       const t = await waitFor(
         'the attempt ended',
         async () => {

@@ -1,11 +1,10 @@
-import { writeFile } from 'node:fs/promises';
-import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { idempotencyKey } from '../../src/core/idempotency-key.js';
 import { installIdentity } from '../../src/db/install-identity.js';
+import { applyDag, expectRunSucceeds, triggerByCli } from '../helpers/applied-dag.js';
 import { proServerForFile } from '../helpers/fake-kube/pro-server-for-file.js';
 import { cli } from '../helpers/leoflow-process.js';
-import { runEnds } from '../helpers/run-ends.js';
+import { sh } from '../helpers/map-dag.js';
 
 /**
  * The completion cache and LEOFLOW_IDEMPOTENCY_KEY on the kubernetes executor (fake API server, each
@@ -18,21 +17,8 @@ const USE = `cat "$LEOFLOW_INPUTS" > "$LEOFLOW_OUTPUT"`;
 const f = proServerForFile({ namespace: NS, args: ['--kill-grace', '2s'], tmpPrefix: 'leoflow-kube-cache-' });
 
 async function trigger(extra: string[] = []): Promise<string> {
-  const t = await cli(f.server.url, [
-    'run',
-    'trigger',
-    'kube_cache',
-    '--conf',
-    '{"day": "d1"}',
-    '-o',
-    'json',
-    ...extra,
-  ]);
-  expect(t.code, t.stderr).toBe(0);
-  const runId = JSON.parse(t.stdout).run_id as string;
-  const state = await runEnds(f.db.sql, runId, { timeoutMs: 60_000 });
-  const tis = await f.db.sql`select task_id, state, error from task_instances where run_id = ${runId}`;
-  expect(state, JSON.stringify(tis)).toBe('success');
+  const runId = await triggerByCli(f.server.url, 'kube_cache', ['--conf', '{"day": "d1"}', ...extra]);
+  await expectRunSucceeds(f.db.sql, runId, 60_000);
   return runId;
 }
 
@@ -44,23 +30,16 @@ async function used(runId: string): Promise<{ make: { run: string; key: string }
 
 describe('the completion cache on the kubernetes executor', () => {
   it('makes no pod for a cached task; its downstream pod gets the cached output', { timeout: 150_000 }, async () => {
-    const file = path.join(f.tmp, 'kube-cache.yaml');
-    await writeFile(
-      file,
-      [
-        'dag_id: kube_cache',
-        'tasks:',
-        '  - id: make',
-        `    command: ["sh", "-c", ${JSON.stringify(MAKE)}]`,
-        '    cache: { key: conf.day, ttl: 1h }',
-        '  - id: use',
-        '    depends_on: [make]',
-        `    command: ["sh", "-c", ${JSON.stringify(USE)}]`,
-        '',
-      ].join('\n'),
-    );
-    const applied = await cli(f.server.url, ['dag', 'apply', file]);
-    expect(applied.code, applied.stderr + applied.stdout).toBe(0);
+    await applyDag(f.server.url, f.tmp, [
+      'dag_id: kube_cache',
+      'tasks:',
+      '  - id: make',
+      `    command: ${JSON.stringify(sh(MAKE))}`,
+      '    cache: { key: conf.day, ttl: 1h }',
+      '  - id: use',
+      '    depends_on: [make]',
+      `    command: ${JSON.stringify(sh(USE))}`,
+    ]);
     const first = await trigger();
     const install = await installIdentity(f.db.sql);
     expect(await used(first)).toEqual({ make: { run: first, key: idempotencyKey(install, first, 'make') } });

@@ -1,9 +1,8 @@
-import { writeFile } from 'node:fs/promises';
-import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { applyDag, expectRunSucceeds, triggerByCli } from '../helpers/applied-dag.js';
 import { proServerForFile } from '../helpers/fake-kube/pro-server-for-file.js';
 import { cli } from '../helpers/leoflow-process.js';
-import { runEnds } from '../helpers/run-ends.js';
+import { sh } from '../helpers/map-dag.js';
 
 /**
  * Outputs and inputs on the kubernetes executor: each pod runs the real `leoflow agent --once`,
@@ -17,30 +16,19 @@ const f = proServerForFile({ namespace: NS, args: ['--kill-grace', '2s'], tmpPre
 
 describe('task outputs on the kubernetes executor', () => {
   it("hands a pod's output to the next pod as inputs, and stores both", { timeout: 90_000 }, async () => {
-    const file = path.join(f.tmp, 'kube-outs.yaml');
-    await writeFile(
-      file,
-      [
-        'dag_id: kube_outs',
-        'tasks:',
-        '  - id: a',
-        `    command: ["sh", "-c", ${JSON.stringify(A)}]`,
-        '    output: required',
-        '  - id: b',
-        '    depends_on: [a]',
-        '    inputs: { N: a.n }',
-        `    command: ["sh", "-c", ${JSON.stringify(B)}]`,
-        '',
-      ].join('\n'),
-    );
-    const applied = await cli(f.server.url, ['dag', 'apply', file]);
-    expect(applied.code, applied.stderr + applied.stdout).toBe(0);
-    const t = await cli(f.server.url, ['run', 'trigger', 'kube_outs', '-o', 'json']);
-    expect(t.code, t.stderr).toBe(0);
-    const runId = JSON.parse(t.stdout).run_id as string;
-    const state = await runEnds(f.db.sql, runId, { timeoutMs: 60_000 });
-    const tis = await f.db.sql`select task_id, state, error from task_instances where run_id = ${runId}`;
-    expect(state, JSON.stringify(tis)).toBe('success');
+    await applyDag(f.server.url, f.tmp, [
+      'dag_id: kube_outs',
+      'tasks:',
+      '  - id: a',
+      `    command: ${JSON.stringify(sh(A))}`,
+      '    output: required',
+      '  - id: b',
+      '    depends_on: [a]',
+      '    inputs: { N: a.n }',
+      `    command: ${JSON.stringify(sh(B))}`,
+    ]);
+    const runId = await triggerByCli(f.server.url, 'kube_outs');
+    await expectRunSucceeds(f.db.sql, runId, 60_000);
     const out = await cli(f.server.url, ['run', 'output', runId, 'b']);
     expect(out.code, out.stderr).toBe(0);
     expect(JSON.parse(out.stdout)).toEqual({ double: 40, inputs: { a: { n: 20, s: 'a $(b) c' } } });

@@ -1,36 +1,19 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { cli, waitFor } from '../helpers/leoflow-process.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { serverForFile } from '../helpers/server-fixture.js';
+import { processEnds } from '../helpers/process-gone.js';
+import { applyDag } from '../helpers/applied-dag.js';
+import { runIdOf, showRun } from '../helpers/run-show.js';
 
 /**
  * The Lite edition end to end, as a user drives it: the real `leoflow server` process on a real
  * Postgres, the examples applied with the real CLI, runs triggered and inspected with it.
  */
 
-interface ShownTi {
-  task_id: string;
-  state: string;
-  try_number: number;
-  max_tries: number;
-  exit_code: number | null;
-  error: string | null;
-  pending_reason: string | null;
-}
-
-async function show(runId: string): Promise<{ state: string; task_instances: ShownTi[] }> {
-  const r = await cli(f.server.url, ['run', 'show', runId, '-o', 'json']);
-  expect(r.code, r.stderr).toBe(0);
-  return JSON.parse(r.stdout);
-}
-
-function runIdOf(stdout: string): string {
-  const m = /^run (\d+) of /m.exec(stdout);
-  if (!m) throw new Error(`no run id in: ${stdout}`);
-  return m[1]!;
-}
+const show = (runId: string) => showRun(f.server.url, runId);
 
 const f = serverForFile({
   tmpPrefix: 'leoflow-e2e-',
@@ -104,12 +87,11 @@ describe('leoflow lite, end to end', () => {
   });
 
   it("starts a chain's next task from the ready shell, and counts how each task was started", async () => {
-    const file = path.join(f.tmp, 'ready_chain.yaml');
-    await writeFile(
-      file,
+    await applyDag(
+      f.server.url,
+      f.tmp,
       'dag_id: ready_chain\ntasks:\n  - id: a\n    command: ["sleep", "0.05"]\n  - id: b\n    command: ["sh", "-c", "echo from b"]\n    depends_on: [a]\n',
     );
-    expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
     const before = await scrapeMetrics(f.server.metricsUrl);
     const r = await cli(f.server.url, ['run', 'trigger', 'ready_chain', '--wait']);
     expect(r.code, r.stdout + r.stderr).toBe(0);
@@ -144,12 +126,11 @@ describe('leoflow lite, end to end', () => {
   });
 
   it('fails a run whose task fails for good: exit code, upstream_failed, non-zero CLI exit', async () => {
-    const file = path.join(f.tmp, 'broken.yaml');
-    await writeFile(
-      file,
+    await applyDag(
+      f.server.url,
+      f.tmp,
       `dag_id: broken\ntasks:\n  - id: boom\n    command: "echo about to fail; exit 7"\n  - id: after\n    command: [echo, never]\n    depends_on: [boom]\n`,
     );
-    expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
     const r = await cli(f.server.url, ['run', 'trigger', 'broken', '--wait']);
     expect(r.code).toBe(1);
     expect(r.stdout).toMatch(/^run \d+ failed in/m);
@@ -160,12 +141,11 @@ describe('leoflow lite, end to end', () => {
   });
 
   it('enforces a task timeout: SIGTERM, then SIGKILL after the grace period', async () => {
-    const file = path.join(f.tmp, 'slow.yaml');
-    await writeFile(
-      file,
+    await applyDag(
+      f.server.url,
+      f.tmp,
       `dag_id: slow\ntasks:\n  - id: stubborn\n    command: ["sh", "-c", "trap '' TERM; echo started; sleep 30"]\n    timeout: 1s\n`,
     );
-    expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
     const started = Date.now();
     const r = await cli(f.server.url, ['run', 'trigger', 'slow', '--wait']);
     expect(r.code).toBe(1);
@@ -196,18 +176,7 @@ describe('leoflow lite, end to end', () => {
     const pid = Number(await waitFor('pid file', () => readFile(marker, 'utf8').catch(() => null)));
     const c = await cli(f.server.url, ['run', 'cancel', runId]);
     expect(c.stdout.trim()).toBe(`run ${runId} cancelled`);
-    await waitFor(
-      'process gone',
-      async () => {
-        try {
-          process.kill(pid, 0);
-          return false;
-        } catch {
-          return true;
-        }
-      },
-      5000,
-    );
+    await processEnds(pid, 5000, 'process gone');
     const shown = await show(runId);
     expect(shown.state).toBe('cancelled');
     expect(shown.task_instances.map((x) => x.state)).toEqual(['cancelled', 'cancelled']);

@@ -1,10 +1,9 @@
-import { writeFile } from 'node:fs/promises';
-import path from 'node:path';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { cli, waitFor } from '../helpers/leoflow-process.js';
 import { promtool, promtoolMissing } from '../helpers/promtool.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { serverForFile } from '../helpers/server-fixture.js';
+import { applyDag } from '../helpers/applied-dag.js';
 
 /**
  * A Lite server's /metrics after a run: the per-DAG task histograms, the cluster gauges its
@@ -38,10 +37,11 @@ describe('metrics', () => {
   });
 
   it('reports a task waiting for agents, and how long the oldest has waited', async () => {
-    const file = path.join(f.tmp, 'needs_agent.yaml');
-    await writeFile(file, 'dag_id: needs_agent\ntasks:\n  - { id: t, command: ["true"], executor: agents }\n');
-    const apply = await cli(f.server.url, ['dag', 'apply', file]);
-    expect(apply.code, apply.stderr).toBe(0);
+    await applyDag(
+      f.server.url,
+      f.tmp,
+      'dag_id: needs_agent\ntasks:\n  - { id: t, command: ["true"], executor: agents }\n',
+    );
     expect((await cli(f.server.url, ['run', 'trigger', 'needs_agent'])).code).toBe(0);
     const m = await waitFor(
       'the waiting task counted',

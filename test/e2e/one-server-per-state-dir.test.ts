@@ -17,6 +17,7 @@ import {
 } from '../helpers/leoflow-process.js';
 import { startTcpProxy } from '../helpers/tcp-proxy.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { processGone } from '../helpers/process-gone.js';
 
 /**
  * One state directory, one server. A second `npm start` in the same clone refuses before it
@@ -25,14 +26,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/test-database.
  * shutdown grace whatever the database does.
  */
 
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
+const alive = (pid: number) => !processGone(pid);
 const postmasterOf = async (dataDir: string) =>
   Number((await readFile(path.join(dataDir, 'postmaster.pid'), 'utf8')).split('\n')[0]);
 

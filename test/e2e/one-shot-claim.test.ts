@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Code, ConnectError, createClient } from '@connectrpc/connect';
@@ -8,8 +8,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
 import { AgentService, ProtocolVersion, type ConnectRequest } from '../../src/gen/leoflow/v1/agent_pb.js';
 import { AsyncInbox } from '../helpers/scripted-agent.js';
-import { cli, startAgent, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { startAgent, startServer, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
+import { applyDag } from '../helpers/applied-dag.js';
 
 /**
  * Issue 38: `Hello.only_ti_id` (an agent taking one task instance for itself, `--once --ti`) is
@@ -50,9 +51,7 @@ beforeAll(async () => {
   db = await createTestDatabase();
   tmp = await mkdtemp(path.join(os.tmpdir(), 'leoflow-one-shot-'));
   server = await startServer({ env: { DATABASE_URL: db.url } });
-  const file = path.join(tmp, 'guarded.yaml');
-  await writeFile(file, DAG);
-  expect((await cli(server.url, ['dag', 'apply', file])).code).toBe(0);
+  await applyDag(server.url, tmp, DAG, 'guarded.yaml');
 });
 afterAll(async () => {
   await server?.stop();

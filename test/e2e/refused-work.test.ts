@@ -1,9 +1,8 @@
-import { writeFile } from 'node:fs/promises';
-import path from 'node:path';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createClients } from '../../src/cli/client.js';
-import { cli, waitFor } from '../helpers/leoflow-process.js';
+import { waitFor } from '../helpers/leoflow-process.js';
 import { serverForFile } from '../helpers/server-fixture.js';
+import { applyDag } from '../helpers/applied-dag.js';
 
 /**
  * A backlog larger than the dispatch queue drains as the queue drains, not a stretch per tick:
@@ -21,9 +20,11 @@ const f = serverForFile({ tmpPrefix: 'leoflow-refused-' });
 
 describe('work a full dispatch queue refused', () => {
   it(`is offered again as the queue drains: ${RUNS} runs on Lite's queue of one, within ${BOUND_MS / 1000} s`, async () => {
-    const file = path.join(f.tmp, 'backlog.yaml');
-    await writeFile(file, `dag_id: backlog\nmax_active_runs: 1000\ntasks:\n  - id: t\n    command: ["true"]\n`);
-    expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
+    await applyDag(
+      f.server.url,
+      f.tmp,
+      `dag_id: backlog\nmax_active_runs: 1000\ntasks:\n  - id: t\n    command: ["true"]\n`,
+    );
     const api = createClients(f.server.url);
     await f.api.workflow.pauseDag({ dagId: 'backlog', paused: true });
     for (let i = 0; i < RUNS; i++) await f.api.workflow.triggerRun({ dagId: 'backlog' });

@@ -1,4 +1,3 @@
-import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { describe, expect, it } from 'vitest';
@@ -11,6 +10,7 @@ import { BIN, cli, runCommand, startAgent, waitFor, type ServerProcess } from '.
 import { isRunEnded } from '../helpers/run-ends.js';
 import { scrapeMetrics } from '../helpers/scrape-metrics.js';
 import { replicasForFile } from '../helpers/server-fixture.js';
+import { applyDag } from '../helpers/applied-dag.js';
 
 /**
  * Replicas of the Pro edition with roles, as real `leoflow server --edition pro` processes on one
@@ -111,24 +111,17 @@ describe('replica roles (Pro edition)', () => {
   });
 
   it('a worker takes writes and agent streams; an agent sent to an observer first moves on to the worker', async () => {
-    const file = path.join(f.tmp, 'mixed.yaml');
-    await writeFile(
-      file,
-      [
-        'dag_id: mixed',
-        'tasks:',
-        '  - id: local',
-        '    command: ["sh", "-c", "echo local"]',
-        '  - id: remote',
-        '    depends_on: [local]',
-        '    executor: agents',
-        '    placement: { labels: { zone: roles } }',
-        '    command: ["sh", "-c", "echo remote on $LEOFLOW_AGENT_ID"]',
-        '',
-      ].join('\n'),
-    );
-    const applied = await cli(worker.url, ['dag', 'apply', file]);
-    expect(applied.code, applied.stderr).toBe(0);
+    await applyDag(worker.url, f.tmp, [
+      'dag_id: mixed',
+      'tasks:',
+      '  - id: local',
+      '    command: ["sh", "-c", "echo local"]',
+      '  - id: remote',
+      '    depends_on: [local]',
+      '    executor: agents',
+      '    placement: { labels: { zone: roles } }',
+      '    command: ["sh", "-c", "echo remote on $LEOFLOW_AGENT_ID"]',
+    ]);
     // The observer's address first: it refuses the stream (UNAVAILABLE), the agent goes on to the
     // next address instead of stopping.
     const agent = startAgent(`${observer.url},${worker.url}`, ['--id', 'roles-agent', '--labels', 'zone=roles']);

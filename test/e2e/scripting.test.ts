@@ -8,6 +8,7 @@ import type { WatchRunsResponse } from '../../src/gen/leoflow/v1/workflow_pb.js'
 import { cli, scratchDir, startServer, waitFor } from '../helpers/leoflow-process.js';
 import { serverForFile } from '../helpers/server-fixture.js';
 import { createTestDatabase } from '../helpers/test-database.js';
+import { runIdOf } from '../helpers/run-show.js';
 
 /**
  * What a script reads from the CLI, against a real Lite server: `run show` with where and when
@@ -17,12 +18,6 @@ import { createTestDatabase } from '../helpers/test-database.js';
 
 const dir = scratchDir('leoflow-scripting-');
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
-
-function runIdOf(stdout: string): string {
-  const m = /^run (\d+) of /m.exec(stdout);
-  if (!m) throw new Error(`no run id in: ${stdout}`);
-  return m[1]!;
-}
 
 async function ok(args: string[], env: Record<string, string> = {}, url = f.server.url): Promise<string> {
   const r = await cli(url, args, { env });

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { cli, startAgent, waitFor } from '../helpers/leoflow-process.js';
 import { serverForFile } from '../helpers/server-fixture.js';
+import { runIdOf } from '../helpers/run-show.js';
 
 /**
  * Every state tells the truth (issue 33), as a user of Lite sees it with the real server and CLI
@@ -34,12 +35,6 @@ async function agentsList(): Promise<ShownAgent[]> {
   const r = await cli(f.server.url, ['agents', 'list', '-o', 'json']);
   expect(r.code, r.stderr).toBe(0);
   return JSON.parse(r.stdout);
-}
-
-function runIdOf(stdout: string): string {
-  const m = /^run (\d+) of /m.exec(stdout);
-  if (!m) throw new Error(`no run id in: ${stdout}`);
-  return m[1]!;
 }
 
 const f = serverForFile({ tmpPrefix: 'leoflow-truth-' });

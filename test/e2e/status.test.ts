@@ -1,22 +1,14 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import {
-  cli,
-  startAgent,
-  startServer,
-  waitFor,
-  type AgentProcess,
-  type ServerProcess,
-} from '../helpers/leoflow-process.js';
-import { serverForFile } from '../helpers/server-fixture.js';
+import { cli, serverLauncher, waitFor, type ServerProcess } from '../helpers/leoflow-process.js';
+import { agentsOfEachTest, serverForFile } from '../helpers/server-fixture.js';
 
 /**
  * `leoflow status` and the agents' health as an operator reads them: a Lite server on its own
  * database, an agent that connects, is SIGKILLed, goes stale, then dead.
  */
 
-/** A replica that never leads (role worker), on the same database. */
-let worker: ServerProcess | null = null;
-let agent: AgentProcess | null = null;
+/** Replicas that never lead (role worker), on the same database. */
+const workers: ServerProcess[] = [];
 
 interface Status {
   replica_id: string;
@@ -47,9 +39,11 @@ const f = serverForFile({
   args: ['--heartbeat-interval', '200ms', '--heartbeat-threshold', '3s', '--leader-watchdog', '500ms'],
 });
 
+const startWorker = serverLauncher({ databaseUrl: () => f.db.url, args: ['--role', 'worker'], servers: workers });
+const agents = agentsOfEachTest(f);
+
 afterAll(async () => {
-  await worker?.stop();
-  await agent?.stop();
+  for (const w of workers) await w.stop();
 });
 
 describe('leoflow status', () => {
@@ -85,12 +79,12 @@ describe('leoflow status', () => {
   });
 
   it("reports the leader's last full step from a replica that does not lead, as the leader last told it", async () => {
-    worker = await startServer({ env: { DATABASE_URL: f.db.url }, args: ['--role', 'worker'] });
+    const worker = await startWorker();
     const leader = await status();
     const first = await waitFor(
       "the leader's last full step, seen from the worker",
       async () => {
-        const s = await status(worker!);
+        const s = await status(worker);
         return s.last_full_step ? s : null;
       },
       10_000,
@@ -104,7 +98,7 @@ describe('leoflow status', () => {
     // And kept up to date: a later full step shows.
     await waitFor(
       'a later full step, seen from the worker',
-      async () => Date.parse((await status(worker!)).last_full_step!.at) > Date.parse(first.last_full_step!.at),
+      async () => Date.parse((await status(worker)).last_full_step!.at) > Date.parse(first.last_full_step!.at),
       5_000,
       100,
     );
@@ -116,7 +110,7 @@ describe('leoflow status', () => {
   });
 
   it('counts an agent healthy while it keeps alive, stale once silent, dead past the heartbeat threshold', async () => {
-    agent = startAgent(f.server.url, ['--id', 'status-agent', '--slots', '1']);
+    const agent = await agents.connect('status-agent', ['--slots', '1']);
     await waitFor('the agent healthy', async () => (await healthOf('status-agent')) === 'healthy', 20_000, 100);
     expect((await status()).agents).toEqual({ healthy: 1, stale: 0, dead: 0, stopped: 0 });
     const list = await cli(f.server.url, ['agents', 'list']);

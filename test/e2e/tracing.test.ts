@@ -1,4 +1,4 @@
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { createClient } from '@connectrpc/connect';
 import { createConnectTransport } from '@connectrpc/connect-node';
@@ -8,11 +8,12 @@ import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
 import { WorkflowService } from '../../src/gen/leoflow/v1/workflow_pb.js';
 import { startFakeKubeApi, type FakeKubeApi } from '../helpers/fake-kube/index.js';
 import { freePort } from '../helpers/global-setup.js';
-import { cli, startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
+import { startServer, waitFor, type AgentProcess, type ServerProcess } from '../helpers/leoflow-process.js';
 import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.js';
 import { connectedAgent, serverForFile } from '../helpers/server-fixture.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/test-database.js';
 import { proServerArgs } from '../helpers/fake-kube/pro-server-args.js';
+import { applyDag } from '../helpers/applied-dag.js';
 
 /**
  * Tracing end to end: a run triggered with a caller's traceparent is one trace at a real OTLP/HTTP
@@ -40,9 +41,9 @@ const f = serverForFile({
 
 beforeAll(async () => {
   agent = await connectedAgent(f, 'trace-agent');
-  const file = path.join(f.tmp, 'traced.yaml');
-  await writeFile(
-    file,
+  await applyDag(
+    f.server.url,
+    f.tmp,
     `dag_id: traced
 tasks:
   - id: local
@@ -53,8 +54,6 @@ tasks:
     command: ["sh", "-c", "printf '%s|%s' \\"$TRACEPARENT\\" \\"$TRACESTATE\\" > ${f.tmp}/remote.out"]
 `,
   );
-  const applied = await cli(f.server.url, ['dag', 'apply', file]);
-  expect(applied.code, applied.stderr).toBe(0);
 }, 60_000);
 
 afterAll(async () => {
@@ -166,9 +165,9 @@ describe('tracing', () => {
   }, 60_000);
 
   it('records a failed attempt as an error span, and its retry as a span of its own', async () => {
-    const file = path.join(f.tmp, 'flaky.yaml');
-    await writeFile(
-      file,
+    await applyDag(
+      f.server.url,
+      f.tmp,
       `dag_id: flaky
 tasks:
   - id: once
@@ -177,7 +176,6 @@ tasks:
     command: ["sh", "-c", "test \\"$LEOFLOW_TRY_NUMBER\\" = 2 || { echo boom >&2; exit 3; }"]
 `,
     );
-    expect((await cli(f.server.url, ['dag', 'apply', file])).code).toBe(0);
     const { run } = await f.api.workflow.triggerRun({ dagId: 'flaky' });
     await waitFor(
       'run succeeded',
@@ -227,12 +225,11 @@ describe('tracing in Pro', () => {
   });
 
   it("traces the pod's creation as a child of its attempt, and the task in the pod sees its attempt in TRACEPARENT", async () => {
-    const file = path.join(f.tmp, 'podded.yaml');
-    await writeFile(
-      file,
+    await applyDag(
+      pro.url,
+      f.tmp,
       'dag_id: podded\ntasks:\n  - id: p\n    command: ["sh", "-c", "echo \\"tp=$TRACEPARENT\\""]\n',
     );
-    expect((await cli(pro.url, ['dag', 'apply', file])).code).toBe(0);
     const proApi = createClients(pro.url);
     const { run } = await proApi.workflow.triggerRun(
       { dagId: 'podded' },

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { RunState, TaskState } from '../../src/gen/leoflow/v1/types_pb.js';
 import { cli, waitFor } from '../helpers/leoflow-process.js';
 import { serverForFile } from '../helpers/server-fixture.js';
+import { runEndsByApi } from '../helpers/api-run-ends.js';
 
 /**
  * Waits and approvals on Lite with its defaults, from the CLI: a DAG waits for an event that
@@ -85,14 +86,7 @@ describe('a DAG with a wait and an approval, on Lite', () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toBe(`approved task sign_off of run ${run.runId}: success\n`);
 
-    const done = await waitFor(
-      'the run to end',
-      async () => {
-        const got = (await f.api.workflow.getRun({ runId: run.runId })).run!;
-        return got.state === RunState.SUCCESS || got.state === RunState.FAILED ? got : null;
-      },
-      30_000,
-    );
+    const done = await runEndsByApi(f.api, run.runId, 'the run to end');
     expect(done.state).toBe(RunState.SUCCESS);
     const logs = await cli(f.server.url, ['logs', run.runId]);
     expect(logs.stdout).toContain('[ship #1] shipped');
@@ -135,14 +129,7 @@ tasks:
     expect((await tiOf(run.runId, 'acked')).state).toBe(TaskState.WAITING);
     const r = await cli(f.server.url, ['event', 'send', 'batch.acked', '--payload', '{"batch":"b-17","env":"prod"}']);
     expect(r.code, r.stderr).toBe(0);
-    const done = await waitFor(
-      'the run to end',
-      async () => {
-        const got = (await f.api.workflow.getRun({ runId: run.runId })).run!;
-        return got.state === RunState.SUCCESS || got.state === RunState.FAILED ? got : null;
-      },
-      30_000,
-    );
+    const done = await runEndsByApi(f.api, run.runId, 'the run to end');
     expect(done.state).toBe(RunState.SUCCESS);
     // The event's payload is the wait's output, and so the next task's input.
     const acks = JSON.parse((await cli(f.server.url, ['run', 'output', run.runId, 'acked'])).stdout) as Record<
