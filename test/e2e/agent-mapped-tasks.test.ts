@@ -3,6 +3,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { applyDag, expectRunSucceeds } from '../helpers/applied-dag.js';
 import { EACH_INDEX_AND_ITEM, echoMap, expectCollectedInItemOrder, mapDag, sh } from '../helpers/map-dag.js';
+import { expectMapSizes } from '../helpers/map-sizes.js';
 import { agentsOfEachTest, serverForFile } from '../helpers/server-fixture.js';
 
 /**
@@ -10,7 +11,8 @@ import { agentsOfEachTest, serverForFile } from '../helpers/server-fixture.js';
  * item and index (LEOFLOW_MAP_ITEM, LEOFLOW_MAP_INDEX), the agent sends each one's output in
  * Finished, and the downstream's Assign carries their list in item order.
  */
-const f = serverForFile({ tmpPrefix: 'leoflow-agent-map-' });
+// Outputs up to 1 MiB: the 100,000-item list of the sizes case is ~590 KB.
+const f = serverForFile({ tmpPrefix: 'leoflow-agent-map-', args: ['--max-output-size', '1MiB'] });
 const agents = agentsOfEachTest(f);
 
 /** Items of several JSON kinds, one a string that would run a command if it reached a shell unquoted. */
@@ -54,4 +56,9 @@ describe('mapped tasks on an agent', () => {
     await expectCollectedInItemOrder(f.api, runId, ITEMS);
     expect(existsSync(path.join(f.tmp, 'PWNED'))).toBe(false);
   }, 90_000);
+
+  it('maps 0, 1, 1,000 and 100,000 items through the agent (of 100,000, a sample of 20 run)', async () => {
+    await agents.connect('sizes-agent', ['--slots', '8']);
+    await expectMapSizes(f, { prefix: 'agent_sizes', taskLines: ['executor: agents'], full: [1000], sample: 20 });
+  }, 480_000);
 });

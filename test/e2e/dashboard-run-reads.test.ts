@@ -1,7 +1,6 @@
-import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { RunState } from '../../src/gen/leoflow/v1/types_pb.js';
-import { launchBrowser, openPage } from '../helpers/browser.js';
+import { dashboardPageForFile } from '../helpers/dashboard-page.js';
 import { waitFor } from '../helpers/leoflow-process.js';
 import { serverForFile } from '../helpers/server-fixture.js';
 
@@ -13,9 +12,7 @@ import { serverForFile } from '../helpers/server-fixture.js';
  */
 
 const f = serverForFile({ tmpPrefix: 'leoflow-dashboard-reads-' });
-let browser: Browser;
-let page: Page;
-let errors: string[];
+const d = dashboardPageForFile();
 let getRuns = 0;
 
 const DAG = `dag_id: three
@@ -30,16 +27,10 @@ tasks:
     depends_on: [b]
 `;
 
-beforeAll(async () => {
-  browser = await launchBrowser();
-  ({ page, errors } = await openPage(browser));
-  page.on('request', (r) => {
+beforeAll(() => {
+  d.page.on('request', (r) => {
     if (r.url().endsWith('/leoflow.v1.WorkflowService/GetRun')) getRuns++;
   });
-}, 60_000);
-
-afterAll(async () => {
-  await browser?.close();
 });
 
 describe('the run page reads a run once, then follows it', () => {
@@ -52,16 +43,16 @@ describe('the run page reads a run once, then follows it', () => {
       30_000,
       100,
     );
-    await page.goto(`${f.server.url}/runs/${runId}`);
-    await page.locator('[data-task-row=c]', { hasText: '1/1' }).waitFor();
+    await d.page.goto(`${f.server.url}/runs/${runId}`);
+    await d.page.locator('[data-task-row=c]', { hasText: '1/1' }).waitFor();
     // Well past the 300 ms after which a batch of events asks for a read.
     await new Promise((r) => setTimeout(r, 2_000));
     expect(getRuns).toBe(1);
     // A clear after the read: its events come on the watch, and the page reads the run again.
     await f.api.workflow.clearTaskInstance({ runId, taskId: 'c' });
     // Cleared, it runs a second try (of 2: a clear gives it one more).
-    await page.locator('[data-task-row=c]', { hasText: '2/2' }).waitFor({ timeout: 30_000 });
+    await d.page.locator('[data-task-row=c]', { hasText: '2/2' }).waitFor({ timeout: 30_000 });
     expect(getRuns).toBeGreaterThan(1);
-    expect(errors).toEqual([]);
+    expect(d.errors).toEqual([]);
   }, 90_000);
 });

@@ -16,6 +16,8 @@ export function mapDag(o: {
   collect: DagCommand;
   taskLines?: readonly string[];
   eachLines?: readonly string[];
+  /** The map's `max_parallel`: how many mapped instances run at once. */
+  maxParallel?: number;
 }): string[] {
   const task = (id: string, command: DagCommand, lines: readonly string[] = []) => [
     `  - id: ${id}`,
@@ -27,7 +29,11 @@ export function mapDag(o: {
     `dag_id: ${o.dagId}`,
     'tasks:',
     ...task('gen', o.gen),
-    ...task('each', o.each, ['depends_on: [gen]', 'map: { over: gen.items }', ...(o.eachLines ?? [])]),
+    ...task('each', o.each, [
+      'depends_on: [gen]',
+      `map: { over: gen.items${o.maxParallel ? `, max_parallel: ${o.maxParallel}` : ''} }`,
+      ...(o.eachLines ?? []),
+    ]),
     ...task('collect', o.collect, ['depends_on: [each]']),
   ];
 }
